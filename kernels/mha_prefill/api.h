@@ -1,0 +1,49 @@
+// mha_prefill: flash attention over a ragged batch (varlen, FlashAttention's convention).
+//
+// Sequence b has lq_b = cu_seqlens_q[b+1]-cu_seqlens_q[b] queries and lk_b keys. With
+// causal = true the mask is bottom-right aligned: query i (0-based within b) sees keys
+// j <= i + (lk_b - lq_b). This is what chunked prefill needs when the keys of the current
+// chunk follow nothing else; prefix chunks are attended with causal = false and merged by
+// their log-sum-exp (merge_state). A query row that sees no key gets out = 0, lse = -inf.
+// lse is the natural-log log-sum-exp of the scaled scores: lse = log(sum_j exp(scale*q.k_j)).
+// Heads: num_heads query heads share num_heads / num_kv_heads K/V heads (GQA); MLA's
+// decompressed path uses num_kv_heads == num_heads.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/common/types.h"
+
+namespace mlaserve::kernels {
+
+struct MhaPrefillParams {
+  DType dtype = DType::kF32;  // of q, k, v, out (CPU: f32; CUDA: bf16)
+  int batch = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim_qk = 0;  // 192 for DeepSeek (128 nope + 64 rope)
+  int head_dim_v = 0;   // 128 for DeepSeek
+  // Element (t, h, d) of q is q[t*q_token_stride + h*q_head_stride + d]; same for k, v, out.
+  const void* q = nullptr;
+  int64_t q_token_stride = 0, q_head_stride = 0;
+  const void* k = nullptr;
+  int64_t k_token_stride = 0, k_head_stride = 0;
+  const void* v = nullptr;
+  int64_t v_token_stride = 0, v_head_stride = 0;
+  void* out = nullptr;
+  int64_t out_token_stride = 0, out_head_stride = 0;
+  float* lse = nullptr;                  // [total_q, num_heads] f32, or null
+  const int32_t* cu_seqlens_q = nullptr; // [batch + 1], host pointer on CPU, device on CUDA
+  const int32_t* cu_seqlens_k = nullptr; // [batch + 1]
+  int max_seqlen_q = 0;
+  int max_seqlen_k = 0;
+  float softmax_scale = 1.0f;
+  bool causal = true;
+};
+
+absl::Status MhaPrefill(const MhaPrefillParams& p, const KernelContext& ctx);
+absl::Status MhaPrefillCpu(const MhaPrefillParams& p);
+absl::Status MhaPrefillCuda(const MhaPrefillParams& p, void* stream);
+
+}  // namespace mlaserve::kernels

@@ -1,0 +1,44 @@
+// mla_decode: absorbed MLA for decode (1 query token per request, or 2 for speculative use)
+// over the paged latent cache, with split-KV: a host-side plan cuts long contexts into chunks
+// so that small batches still fill the GPU, and a combine step merges the partial results
+// by their LSE. Same function as mla_prefill (see its header for q/cache/out semantics).
+//
+// Plan/run split (FlashInfer style): PlanMlaDecode runs on the host once per batch shape and
+// sizes the workspace; MlaDecode launches without host syncs or allocation, so decode steps
+// can be captured in CUDA graphs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "kernels/common/types.h"
+#include "kernels/mla_prefill/api.h"
+
+namespace mlaserve::kernels {
+
+struct MlaDecodePlan {
+  int num_splits = 1;            // KV chunks per (request, head group); 1 = no split
+  int chunk_tokens = 0;          // tokens per split (multiple of kPageSize); 0 = whole context
+  size_t workspace_bytes = 0;    // partial outputs + partial LSE
+};
+
+struct MlaDecodeShape {
+  int batch = 0;
+  int num_heads = 0;
+  int q_per_request = 1;         // 1 or 2
+  int kv_lora_rank = 0;
+  int rope_dim = 0;
+  int max_seqlen_k = 0;
+  int num_sms = 0;               // device multiprocessors (0 on CPU)
+};
+
+absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& shape);
+
+absl::Status MlaDecode(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
+                       const KernelContext& ctx);
+absl::Status MlaDecodeCpu(const MlaParams& p);
+absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
+                           void* stream);
+
+}  // namespace mlaserve::kernels

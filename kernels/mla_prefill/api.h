@@ -1,0 +1,45 @@
+// mla_prefill: absorbed multi-head latent attention over the paged latent cache.
+//
+// The caller has folded W_UK into the query: q[t, h] = concat(q_nope[t,h] . W_UK[h], q_pe[t,h])
+// of width kv_lora_rank + rope_dim (576). Every head attends the same cache rows
+//   key(j)   = cache row j                  (576 wide: latent | roped k_pe)
+//   value(j) = cache row j [:kv_lora_rank]  (512 wide)
+// and the output stays in latent space: out[t, h] (kv_lora_rank wide); the caller applies W_UV.
+// Keys of sequence b are its positions 0 .. seqlens_k[b)-1, found through block_table;
+// the queries are its last lq_b positions (bottom-right causal, as in mha_prefill).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/common/types.h"
+
+namespace mlaserve::kernels {
+
+struct MlaParams {
+  DType dtype = DType::kF32;  // of q, cache, out (CPU f32; CUDA bf16)
+  int batch = 0;
+  int num_heads = 0;
+  int kv_lora_rank = 0;  // 512
+  int rope_dim = 0;      // 64
+  const void* q = nullptr;  // (t, h, d) at q[t*q_token_stride + h*q_head_stride + d]
+  int64_t q_token_stride = 0, q_head_stride = 0;
+  const void* kv_cache = nullptr;        // [num_pages, kPageSize, kv_lora_rank + rope_dim]
+  int num_pages = 0;
+  const int32_t* block_table = nullptr;  // [batch, max_pages_per_seq]
+  int max_pages_per_seq = 0;
+  const int32_t* cu_seqlens_q = nullptr; // [batch + 1]
+  const int32_t* seqlens_k = nullptr;    // [batch], includes the query tokens
+  int max_seqlen_q = 0;
+  int max_seqlen_k = 0;
+  void* out = nullptr;  // [total_q, num_heads, kv_lora_rank] contiguous
+  float* lse = nullptr; // [total_q, num_heads] or null
+  float softmax_scale = 1.0f;
+  bool causal = true;
+};
+
+absl::Status MlaPrefill(const MlaParams& p, const KernelContext& ctx);
+absl::Status MlaPrefillCpu(const MlaParams& p);
+absl::Status MlaPrefillCuda(const MlaParams& p, void* stream);
+
+}  // namespace mlaserve::kernels

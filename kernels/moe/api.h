@@ -1,0 +1,73 @@
+// moe: expert routing (top-k selection with DeepSeek's methods) and grouped expert compute.
+//
+// Routing semantics follow Hugging Face's DeepseekV2TopkRouter / DeepseekV3TopkRouter:
+//   scores = softmax(logits) or sigmoid(logits)                          (f32)
+//   kGreedy:            top_k of scores
+//   kGroupLimitedGreedy: group score = max within group; keep topk_group groups; top_k of the
+//                        kept experts (others scored 0)
+//   kNoauxTc:           choice = scores + correction_bias; group score = sum of the top-2
+//                        choices in the group; keep topk_group groups; top_k of choice among
+//                        kept experts; weights = scores (without bias) of the chosen experts
+//   norm_topk_prob:     weights /= (sum(weights) + 1e-20)
+//   weights *= routed_scaling_factor
+// Ties are broken towards the lower expert index. Output order of the k experts is by
+// descending choice score.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/common/types.h"
+
+namespace mlaserve::kernels {
+
+enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
+enum class MoeTopkMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc };
+
+struct MoeRoutingParams {
+  int num_tokens = 0;
+  int num_experts = 0;
+  int top_k = 0;
+  int n_group = 1;      // experts split into n_group equal groups
+  int topk_group = 1;
+  MoeScoring scoring = MoeScoring::kSoftmax;
+  MoeTopkMethod method = MoeTopkMethod::kGreedy;
+  bool norm_topk_prob = false;
+  float routed_scaling_factor = 1.0f;
+  const float* logits = nullptr;           // [num_tokens, num_experts] f32
+  const float* correction_bias = nullptr;  // [num_experts] f32, kNoauxTc only (may be null = 0)
+  int32_t* topk_ids = nullptr;             // [num_tokens, top_k]
+  float* topk_weights = nullptr;           // [num_tokens, top_k]
+};
+
+absl::Status MoeRouting(const MoeRoutingParams& p, const KernelContext& ctx);
+absl::Status MoeRoutingCpu(const MoeRoutingParams& p);
+absl::Status MoeRoutingCuda(const MoeRoutingParams& p, void* stream);
+
+// Routed experts: out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]), where
+// expert_e(x) = down_e( silu(gate_e x) * up_e x ). Tokens are grouped by expert (sorted), and
+// each expert runs one GEMM over its tokens, never one GEMM per token.
+struct MoeExpertsParams {
+  DType dtype = DType::kF32;  // of x, weights and out
+  int num_tokens = 0;
+  int hidden = 0;
+  int inter = 0;         // moe_intermediate_size
+  int num_experts = 0;
+  int top_k = 0;
+  const void* x = nullptr;                // [num_tokens, hidden]
+  const int32_t* topk_ids = nullptr;      // [num_tokens, top_k]
+  const float* topk_weights = nullptr;    // [num_tokens, top_k]
+  const void* gate_up = nullptr;          // [num_experts, 2*inter, hidden] (gate rows, then up rows)
+  const void* down = nullptr;             // [num_experts, hidden, inter]
+  void* out = nullptr;                    // [num_tokens, hidden], overwritten
+  void* workspace = nullptr;              // MoeExpertsWorkspaceBytes(p) bytes
+  size_t workspace_bytes = 0;
+};
+
+size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p);
+absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx);
+absl::Status MoeExpertsCpu(const MoeExpertsParams& p);
+absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream);
+
+}  // namespace mlaserve::kernels

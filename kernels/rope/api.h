@@ -1,0 +1,42 @@
+// rope: rotary position embedding applied in place to `rot_dim` values of every head.
+//
+// The cos/sin table is built once on the host (model/rope.cc: default or YaRN frequencies,
+// with the YaRN attention factor already multiplied into cos and sin):
+//   cos_sin[pos, 0 .. rot_dim/2)        = cos(pos * inv_freq[i]) * attention_factor
+//   cos_sin[pos, rot_dim/2 .. rot_dim)  = sin(pos * inv_freq[i]) * attention_factor
+// Layouts:
+//   interleaved = true : pairs (x[2i], x[2i+1]) are rotated by frequency i and stay in place
+//                        (DeepSeek's native layout; HF's apply_rotary_pos_emb_interleave computes
+//                        the same rotation and permutes the output to half-split order, which
+//                        leaves every q.k dot product unchanged as long as q and k agree).
+//   interleaved = false: halves (x[i], x[i + rot_dim/2]) are rotated by frequency i
+//                        (HF rotate_half).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/common/types.h"
+
+namespace mlaserve::kernels {
+
+struct RopeParams {
+  DType dtype = DType::kF32;  // of x
+  int num_tokens = 0;
+  int num_heads = 0;
+  int rot_dim = 0;       // even
+  void* x = nullptr;     // element (t, h, offset + j) at x[t*token_stride + h*head_stride + offset + j]
+  int64_t token_stride = 0;
+  int64_t head_stride = 0;
+  int offset = 0;
+  const int32_t* positions = nullptr;  // [num_tokens], each in [0, max_position)
+  const float* cos_sin = nullptr;      // [max_position, rot_dim] f32 (see above)
+  int max_position = 0;
+  bool interleaved = true;
+};
+
+absl::Status Rope(const RopeParams& p, const KernelContext& ctx);
+absl::Status RopeCpu(const RopeParams& p);
+absl::Status RopeCuda(const RopeParams& p, void* stream);
+
+}  // namespace mlaserve::kernels

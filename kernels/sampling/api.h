@@ -1,0 +1,58 @@
+// sampling: one token per row of logits, with per-row parameters.
+//
+// Order of operations per row (as in vLLM / SGLang):
+//   1. repetition penalty (ApplyRepetitionPenalty, separate op, before this one)
+//   2. temperature == 0 -> greedy argmax (lowest index on ties); stop here.
+//   3. logits /= temperature; probs = softmax
+//   4. top_k (0 = off), then top_p (1 = off), then min_p (0 = off) filter the sorted probs
+//   5. draw u in [0,1) from a counter-based generator keyed by (seed, step): the same seed and
+//      step always give the same u, whatever else is in the batch; pick by inverse CDF over the
+//      renormalised kept probs (sorted by descending prob, ties by lower index).
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/common/types.h"
+
+namespace mlaserve::kernels {
+
+struct SamplingParams {
+  int batch = 0;
+  int vocab = 0;
+  const float* logits = nullptr;       // [batch, vocab] f32 (read only)
+  const float* temperature = nullptr;  // [batch], >= 0
+  const int32_t* top_k = nullptr;      // [batch], 0 = off
+  const float* top_p = nullptr;        // [batch], in (0, 1]
+  const float* min_p = nullptr;        // [batch], in [0, 1]
+  const uint64_t* seed = nullptr;      // [batch]
+  const uint64_t* step = nullptr;      // [batch]: index of the token being sampled in its request
+  int32_t* out_ids = nullptr;          // [batch]
+  void* workspace = nullptr;           // SamplingWorkspaceBytes(batch, vocab) bytes (CUDA)
+};
+
+size_t SamplingWorkspaceBytes(int batch, int vocab);
+absl::Status Sample(const SamplingParams& p, const KernelContext& ctx);
+absl::Status SampleCpu(const SamplingParams& p);
+absl::Status SampleCuda(const SamplingParams& p, void* stream);
+
+// The uniform draw used by Sample: u = f(seed, step) in [0, 1). Exposed for tests and for
+// backends that must agree bit for bit (splitmix64 of seed ^ golden*step, top 24 bits).
+float SamplingUniform(uint64_t seed, uint64_t step);
+
+// Repetition penalty (CTRL / HF semantics): for every distinct token id in the row's history,
+// logit = logit > 0 ? logit / penalty : logit * penalty. penalty == 1 is a no-op.
+struct RepetitionPenaltyParams {
+  int batch = 0;
+  int vocab = 0;
+  float* logits = nullptr;            // [batch, vocab] f32, in place
+  const float* penalty = nullptr;     // [batch], > 0
+  const int32_t* token_ids = nullptr; // concatenated histories
+  const int32_t* cu_tokens = nullptr; // [batch + 1] offsets into token_ids
+};
+
+absl::Status ApplyRepetitionPenalty(const RepetitionPenaltyParams& p, const KernelContext& ctx);
+absl::Status ApplyRepetitionPenaltyCpu(const RepetitionPenaltyParams& p);
+absl::Status ApplyRepetitionPenaltyCuda(const RepetitionPenaltyParams& p, void* stream);
+
+}  // namespace mlaserve::kernels

@@ -1,0 +1,76 @@
+// Engine: the model runtime as the serving layer sees it.
+//
+// An Engine owns the weights (loaded once, on its backend), the paged latent KV pool and the
+// workspaces, and runs forward steps over batches of sequence chunks. It does not schedule,
+// tokenize, sample or serve RPCs: prefill/decode workers own scheduling, the router owns
+// tokenization, model/sampler.h owns sampling.
+//
+// Threading: one thread drives Forward at a time (the worker's scheduler thread). The KV pool's
+// page accounting (KvPool) is thread-safe; page payload access (ReadPage / WritePage) for a page
+// must not race with a Forward that writes the same page.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/common/types.h"
+#include "model/config.h"
+#include "model/kv_pool.h"
+
+namespace mlaserve::model {
+
+// Which attention form prefill uses (decode always uses the absorbed MLA form, or sparse MLA
+// for DSA models). kAuto asks the AttentionPathPolicy (profiles/) per batch; without one it
+// uses MHA when there is no cached prefix and MLA otherwise.
+enum class AttentionPath : uint8_t { kAuto, kMha, kMla };
+
+struct EngineOptions {
+  std::string model_dir;  // config.json, *.safetensors, tokenizer.json
+  kernels::Backend backend = kernels::Backend::kCpu;
+  int device = 0;
+  int num_kv_pages = 1024;     // pages of kPageSize tokens in the pool
+  int max_batch_tokens = 8192; // largest Forward (sum of chunk lengths) workspaces are planned for
+  int max_batch_seqs = 256;
+  AttentionPath attention = AttentionPath::kAuto;
+};
+
+// One sequence's share of a forward step: `tokens` at positions [start_pos, start_pos + n).
+// Positions [0, start_pos) are already in the cache. `pages` must cover start_pos + n tokens.
+struct SequenceChunk {
+  std::span<const int32_t> tokens;
+  int start_pos = 0;
+  std::span<const int32_t> pages;
+  bool want_logits = true;  // return the logits of the last token of this chunk
+};
+
+// Called after layer `layer`'s KV of every chunk in the batch is in the pool (prefill streams
+// each layer's pages to the decode worker from here). Return non-OK to abort the forward.
+using LayerDoneFn = std::function<absl::Status(int layer)>;
+
+struct ForwardResult {
+  // Row r holds the logits (f32, vocab wide) of the r-th chunk with want_logits, in batch order.
+  std::vector<float> logits;
+  int rows = 0;
+  AttentionPath path_used = AttentionPath::kMla;
+};
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  virtual ~Engine() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual kernels::Backend backend() const = 0;
+  virtual KvPool& kv_pool() = 0;
+
+  virtual absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
+                                                AttentionPath path = AttentionPath::kAuto,
+                                                const LayerDoneFn& on_layer_done = nullptr) = 0;
+};
+
+}  // namespace mlaserve::model

@@ -1,0 +1,69 @@
+// KvPool: the paged latent KV cache of one model instance, and its page accounting.
+//
+// Layout: for every layer one buffer [num_pages, kPageSize, entry] where entry =
+// kv_lora_rank + qk_rope_head_dim values of the pool's dtype (f32 on the CPU backend, bf16 on
+// CUDA); DSA models have a second buffer per layer for the indexer keys [num_pages, kPageSize,
+// index_head_dim]. A page id indexes every layer's buffers alike, so a request holds one list
+// of page ids for all layers.
+//
+// Page accounting is thread-safe (workers reserve from RPC threads). Page payloads are moved
+// in "layer page" units: the bytes of one page of one layer (latent, then indexer keys).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/common/types.h"
+
+namespace mlaserve::model {
+
+struct KvPoolOptions {
+  kernels::Backend backend = kernels::Backend::kCpu;
+  kernels::DType dtype = kernels::DType::kF32;
+  int num_layers = 0;
+  int num_pages = 0;
+  int latent_dim = 0;   // kv_lora_rank + qk_rope_head_dim
+  int index_dim = 0;    // index_head_dim for DSA models, else 0
+};
+
+class KvPool {
+ public:
+  static absl::StatusOr<std::unique_ptr<KvPool>> Create(const KvPoolOptions& options);
+  ~KvPool();
+
+  const KvPoolOptions& options() const { return options_; }
+
+  // Page accounting. Allocate fails with RESOURCE_EXHAUSTED (naming the counts) when fewer
+  // than n pages are free; it never allocates part of a request.
+  absl::StatusOr<std::vector<int32_t>> Allocate(int n);
+  void Free(std::span<const int32_t> pages);
+  int free_pages() const;
+  int total_pages() const { return options_.num_pages; }
+
+  // Device (or host, on the CPU backend) base pointers of a layer's buffers.
+  void* latent(int layer) const { return latent_[layer]; }
+  void* index_keys(int layer) const { return index_.empty() ? nullptr : index_[layer]; }
+
+  // Bytes of one layer page (latent + indexer keys).
+  size_t layer_page_bytes() const;
+  // Copy one layer page to / from host memory (dst/src hold layer_page_bytes()).
+  absl::Status ReadPage(int layer, int32_t page, void* host_dst) const;
+  absl::Status WritePage(int layer, int32_t page, const void* host_src);
+
+ private:
+  explicit KvPool(const KvPoolOptions& options) : options_(options) {}
+  KvPoolOptions options_;
+  std::vector<void*> latent_;
+  std::vector<void*> index_;
+  mutable absl::Mutex mu_;
+  std::vector<int32_t> free_list_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> in_use_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mlaserve::model
