@@ -31,6 +31,10 @@ struct RopeConfig {
   double mscale_all_dim = 0.0;
   bool truncate = true;
   std::optional<double> attention_factor;  // explicit override, when the config gives one
+  // The multiplier HF applies to cos/sin (its `attention_scaling`): 1 for default RoPE; for YaRN
+  // attention_factor when given, else mscale(factor, mscale) / mscale(factor, mscale_all_dim)
+  // when both are non-zero, else mscale(factor, 1) (modeling_rope_utils._compute_yarn_parameters).
+  double attention_scaling = 1.0;
 };
 
 struct ModelConfig {
@@ -89,6 +93,14 @@ struct ModelConfig {
   bool fp8_block_weights = false;
   int weight_block_n = 128;
   int weight_block_k = 128;
+
+  // Multi-token-prediction layers stored after the main ones (V3 checkpoints carry
+  // model.layers.<num_hidden_layers>.*); HF does not run them and neither do we.
+  int num_nextn_predict_layers = 0;
+
+  // Fields the config sets that HF ignores in a way that changes their meaning (e.g. V2 with
+  // norm_topk_prob true). Each is also logged with spdlog::warn when parsed.
+  std::vector<std::string> warnings;
 };
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text);

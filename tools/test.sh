@@ -2,6 +2,7 @@
 # The README's test command: configure, build and run every CPU test with ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+./tools/install_deps.sh
 BUILD=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLASERVE_CUDA=OFF \

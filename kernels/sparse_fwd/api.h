@@ -1,6 +1,11 @@
 // sparse_fwd: absorbed MLA prefill restricted to the positions the indexer selected.
 // For query row t only keys at positions indices[t, :] (>= 0; -1 = padding, skipped) are
 // attended; q/cache/out semantics as in mla_prefill. The indices are already causal.
+// As in FlashMLA's sparse kernels, every listed entry is attended as listed: the softmax runs
+// over the top_k entries, so a position listed twice counts twice (the indexer never lists
+// one twice). A row whose entries are all -1 gets out = 0, lse = -inf. Entries must be
+// < seqlens_k[b]: the CPU backend refuses others with INVALID_ARGUMENT (FlashMLA would
+// treat them as padding).
 #pragma once
 
 #include <cstdint>

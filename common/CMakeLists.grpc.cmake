@@ -1,0 +1,19 @@
+# common_grpc (owner: workers): gRPC-facing plumbing every server shares: the one
+# absl::Status <-> grpc::Status mapping, the ServerRunner (listen, health, reflection,
+# signals, drain), and the Prometheus metrics registry with its /metrics endpoint.
+pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+
+add_library(mlaserve_common_grpc STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/grpc_status.cc
+  ${CMAKE_CURRENT_LIST_DIR}/server.cc
+  ${CMAKE_CURRENT_LIST_DIR}/metrics.cc)
+target_link_libraries(mlaserve_common_grpc
+  PUBLIC mlaserve_common gRPC::grpc++ gRPC::grpc++_reflection absl::synchronization absl::time
+  PRIVATE PkgConfig::CPP_HTTPLIB)
+mlaserve_warnings(mlaserve_common_grpc)
+
+mlaserve_test(mlaserve_common_grpc_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/grpc_status_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/server_test.cc
+  DEPS mlaserve_common_grpc PkgConfig::CPP_HTTPLIB)

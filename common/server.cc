@@ -1,0 +1,144 @@
+#include "common/server.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <thread>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace mlaserve::common {
+namespace {
+
+bool g_signals_blocked = false;
+
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+}  // namespace
+
+absl::StatusOr<HostPort> ParseHostPort(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address \"", address, "\" has no port; expected HOST:PORT"));
+  }
+  HostPort hp;
+  hp.host = address.substr(0, colon);
+  if (hp.host.size() >= 2 && hp.host.front() == '[' && hp.host.back() == ']') {
+    hp.host = hp.host.substr(1, hp.host.size() - 2);
+  }
+  if (hp.host.empty()) hp.host = "0.0.0.0";
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &hp.port) || hp.port < 0 ||
+      hp.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("address \"", address, "\" has port \"",
+                                                   address.substr(colon + 1),
+                                                   "\"; expected a number in [0, 65535]"));
+  }
+  return hp;
+}
+
+std::string FormatHostPort(const std::string& host, int port) {
+  if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
+  return absl::StrCat(host, ":", port);
+}
+
+void BlockTerminationSignals() {
+  sigset_t set = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  g_signals_blocked = true;
+}
+
+ServerRunner::ServerRunner(ServerOptions options) : options_(std::move(options)) {}
+
+ServerRunner::~ServerRunner() {
+  RequestShutdown();
+  if (server_ != nullptr) {
+    absl::MutexLock lock(&mu_);
+    if (!stopped_) {
+      server_->Shutdown(std::chrono::system_clock::now());
+      stopped_ = true;
+    }
+  }
+}
+
+void ServerRunner::AddService(grpc::Service* service) { services_.push_back(service); }
+
+absl::Status ServerRunner::Start() {
+  auto hp = ParseHostPort(options_.listen);
+  if (!hp.ok()) return hp.status();
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int selected_port = 0;
+  builder.AddListeningPort(FormatHostPort(hp->host, hp->port), grpc::InsecureServerCredentials(),
+                           &selected_port);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  for (grpc::Service* s : services_) builder.RegisterService(s);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || selected_port == 0) {
+    server_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options_.listen, " (address in use or not local?)"));
+  }
+  port_ = selected_port;
+  bound_address_ = FormatHostPort(hp->host, port_);
+  if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
+    health->SetServingStatus(true);
+  }
+  return absl::OkStatus();
+}
+
+void ServerRunner::PrintListening() const {
+  std::printf("listening on %s\n", bound_address_.c_str());
+  std::fflush(stdout);
+}
+
+void ServerRunner::RequestShutdown() {
+  if (!shutdown_requested_.HasBeenNotified()) shutdown_requested_.Notify();
+}
+
+void ServerRunner::WaitForShutdown(const std::function<void()>& on_drain) {
+  std::thread signal_thread;
+  if (g_signals_blocked) {
+    // The signals are blocked everywhere, so only this thread receives them. It polls the
+    // shutdown flag between bounded waits so that it ends when shutdown comes another way.
+    signal_thread = std::thread([this] {
+      const sigset_t set = TerminationSignals();
+      const timespec tick{0, 100 * 1000 * 1000};
+      while (!shutdown_requested_.HasBeenNotified()) {
+        const int sig = sigtimedwait(&set, nullptr, &tick);
+        if (sig == SIGTERM || sig == SIGINT) {
+          spdlog::info("received {}, draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+          RequestShutdown();
+        }
+      }
+    });
+  }
+  shutdown_requested_.WaitForNotification();
+  if (signal_thread.joinable()) signal_thread.join();
+  if (server_ == nullptr) return;
+  if (auto* health = server_->GetHealthCheckService(); health != nullptr) {
+    health->SetServingStatus(false);
+  }
+  if (on_drain) on_drain();
+  absl::MutexLock lock(&mu_);
+  if (!stopped_) {
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + options_.drain_timeout));
+    stopped_ = true;
+  }
+}
+
+}  // namespace mlaserve::common

@@ -1,0 +1,64 @@
+// mha_prefill dispatcher: can-implement check, then the backend. Checks that read the
+// sequence offsets run in the CPU backend (on CUDA they are device pointers).
+#include "kernels/mha_prefill/api.h"
+
+#include <cmath>
+
+#include "common/status.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/param_check.h"
+
+namespace mlaserve::kernels {
+namespace {
+
+// Heads of one token must not overlap: stride >= (count-1)*head_stride + width.
+absl::Status CheckLayout(const char* name, const void* ptr, int64_t token_stride,
+                         int64_t head_stride, int heads, int width) {
+  RETURN_IF_ERROR(RequireNonNull(name, ptr));
+  if (heads > 1 && head_stride < width) {
+    return absl::InvalidArgumentError(absl::StrCat("mha_prefill: ", name, " head stride ",
+                                                   head_stride, " < head width ", width));
+  }
+  const int64_t need = static_cast<int64_t>(heads - 1) * head_stride + width;
+  if (token_stride < need) {
+    return absl::InvalidArgumentError(absl::StrCat("mha_prefill: ", name, " token stride ",
+                                                   token_stride, " < ", need,
+                                                   " (heads*head_stride)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status MhaPrefill(const MhaPrefillParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequireNonNegative("batch", p.batch));
+  RETURN_IF_ERROR(RequirePositive("num_heads", p.num_heads));
+  RETURN_IF_ERROR(RequirePositive("num_kv_heads", p.num_kv_heads));
+  RETURN_IF_ERROR(RequirePositive("head_dim_qk", p.head_dim_qk));
+  RETURN_IF_ERROR(RequirePositive("head_dim_v", p.head_dim_v));
+  if (p.num_heads % p.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("mha_prefill: num_heads=", p.num_heads,
+                                                   " is not a multiple of num_kv_heads=",
+                                                   p.num_kv_heads));
+  }
+  if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mha_prefill: softmax_scale=", p.softmax_scale, " must be finite and > 0"));
+  }
+  RETURN_IF_ERROR(RequireNonNegative("max_seqlen_q", p.max_seqlen_q));
+  RETURN_IF_ERROR(RequireNonNegative("max_seqlen_k", p.max_seqlen_k));
+  if (p.batch == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("cu_seqlens_q", p.cu_seqlens_q));
+  RETURN_IF_ERROR(RequireNonNull("cu_seqlens_k", p.cu_seqlens_k));
+  RETURN_IF_ERROR(CheckLayout("q", p.q, p.q_token_stride, p.q_head_stride, p.num_heads,
+                              p.head_dim_qk));
+  RETURN_IF_ERROR(CheckLayout("k", p.k, p.k_token_stride, p.k_head_stride, p.num_kv_heads,
+                              p.head_dim_qk));
+  RETURN_IF_ERROR(CheckLayout("v", p.v, p.v_token_stride, p.v_head_stride, p.num_kv_heads,
+                              p.head_dim_v));
+  RETURN_IF_ERROR(CheckLayout("out", p.out, p.out_token_stride, p.out_head_stride, p.num_heads,
+                              p.head_dim_v));
+  MLASERVE_DISPATCH("mha_prefill", ctx, MhaPrefillCpu(p), MhaPrefillCuda(p, ctx.stream));
+}
+
+}  // namespace mlaserve::kernels

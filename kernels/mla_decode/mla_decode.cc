@@ -1,0 +1,76 @@
+// mla_decode: the host-side plan (split-KV sizing) and the dispatcher.
+#include "kernels/mla_decode/api.h"
+
+#include <algorithm>
+
+#include "common/status.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/param_check.h"
+#include "kernels/mla_prefill/mla_check.h"
+
+namespace mlaserve::kernels {
+namespace {
+
+// Query rows one GPU work unit holds (FlashMLA tiles 64 query rows of one request per CTA).
+constexpr int kRowsPerUnit = 64;
+// A split shorter than this many pages costs more in the combine than it gains.
+constexpr int kMinPagesPerSplit = 4;
+
+}  // namespace
+
+absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
+  RETURN_IF_ERROR(RequireNonNegative("batch", s.batch));
+  RETURN_IF_ERROR(RequirePositive("num_heads", s.num_heads));
+  if (s.q_per_request != 1 && s.q_per_request != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mla_decode: q_per_request=", s.q_per_request, " must be 1 or 2"));
+  }
+  RETURN_IF_ERROR(RequirePositive("kv_lora_rank", s.kv_lora_rank));
+  RETURN_IF_ERROR(RequireNonNegative("rope_dim", s.rope_dim));
+  RETURN_IF_ERROR(RequireNonNegative("max_seqlen_k", s.max_seqlen_k));
+  RETURN_IF_ERROR(RequireNonNegative("num_sms", s.num_sms));
+  MlaDecodePlan plan;
+  // CPU (num_sms = 0): one pass over the whole context, no workspace.
+  if (s.num_sms == 0 || s.batch == 0 || s.max_seqlen_k == 0) return plan;
+  // Split each request's context so that batch * row-groups * splits roughly fills the SMs.
+  const int64_t rows = static_cast<int64_t>(s.num_heads) * s.q_per_request;
+  const int64_t units = static_cast<int64_t>(s.batch) * ((rows + kRowsPerUnit - 1) / kRowsPerUnit);
+  const int pages = (s.max_seqlen_k + kPageSize - 1) / kPageSize;
+  const int max_splits = std::max(1, pages / kMinPagesPerSplit);
+  const int want = static_cast<int>(std::clamp<int64_t>((s.num_sms + units - 1) / units, 1, max_splits));
+  if (want == 1) return plan;
+  const int pages_per_split = (pages + want - 1) / want;
+  plan.chunk_tokens = pages_per_split * kPageSize;
+  plan.num_splits = (pages + pages_per_split - 1) / pages_per_split;
+  if (plan.num_splits == 1) {
+    plan.chunk_tokens = 0;
+    return plan;
+  }
+  // Partial outputs (kv_lora_rank floats) and partial LSEs, per (row, split).
+  plan.workspace_bytes = static_cast<size_t>(s.batch) * rows * plan.num_splits *
+                         (static_cast<size_t>(s.kv_lora_rank) + 1) * sizeof(float);
+  return plan;
+}
+
+absl::Status MlaDecode(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
+                       const KernelContext& ctx) {
+  RETURN_IF_ERROR(mla_internal::CheckMlaShape(
+      {"mla_decode", p.batch, p.num_heads, p.kv_lora_rank, p.rope_dim, p.q, p.q_token_stride,
+       p.q_head_stride, p.kv_cache, p.num_pages, p.block_table, p.max_pages_per_seq,
+       p.cu_seqlens_q, p.seqlens_k, p.out, p.softmax_scale}));
+  RETURN_IF_ERROR(RequirePositive("plan.num_splits", plan.num_splits));
+  if (plan.num_splits > 1) {
+    RETURN_IF_ERROR(RequirePositive("plan.chunk_tokens", plan.chunk_tokens));
+    if (plan.chunk_tokens % kPageSize != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mla_decode: plan.chunk_tokens=", plan.chunk_tokens, " is not a multiple of ", kPageSize));
+    }
+  }
+  if (plan.workspace_bytes > 0) RETURN_IF_ERROR(RequireNonNull("workspace", workspace));
+  if (p.batch == 0) return absl::OkStatus();
+  // The CPU backend needs no split: it computes every row in one pass.
+  MLASERVE_DISPATCH("mla_decode", ctx, MlaDecodeCpu(p),
+                    MlaDecodeCuda(p, plan, workspace, ctx.stream));
+}
+
+}  // namespace mlaserve::kernels

@@ -1,0 +1,101 @@
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/mla_decode/api.h"
+#include "kernels/testing/mla_case.h"
+#include "kernels/testing/testing.h"
+
+namespace mlaserve::kernels {
+namespace {
+
+MlaParams ParamsFor(const testing::LatentBatch& c, std::vector<float>& out, std::vector<float>& lse) {
+  MlaParams p;
+  p.batch = c.batch; p.num_heads = c.num_heads; p.kv_lora_rank = c.rank; p.rope_dim = c.rope;
+  p.q = c.q.data(); p.q_token_stride = static_cast<int64_t>(c.num_heads) * c.width();
+  p.q_head_stride = c.width();
+  p.kv_cache = c.cache.data(); p.num_pages = c.layout.num_pages;
+  p.block_table = c.layout.block_table.data(); p.max_pages_per_seq = c.layout.max_pages_per_seq;
+  p.cu_seqlens_q = c.cu_q.data(); p.seqlens_k = c.seqlens_k.data();
+  p.max_seqlen_q = *std::max_element(c.lq.begin(), c.lq.end());
+  p.max_seqlen_k = *std::max_element(c.lk.begin(), c.lk.end());
+  out.assign(static_cast<size_t>(c.total_q()) * c.num_heads * c.rank, testing::kPoison);
+  lse.assign(static_cast<size_t>(c.total_q()) * c.num_heads, testing::kPoison);
+  p.out = out.data(); p.lse = lse.data(); p.softmax_scale = c.scale;
+  return p;
+}
+
+// (batch, num_heads, rank/rope, q_per_request)
+class MlaDecodeTest
+    : public ::testing::TestWithParam<std::tuple<int, int, std::pair<int, int>, int>> {};
+
+TEST_P(MlaDecodeTest, EqualsMlaPrefill) {
+  const auto [batch, heads, dims, qpr] = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::mt19937 rng(seed);
+  std::vector<int> lq(batch, qpr), prefix(batch);
+  for (auto& x : prefix) x = static_cast<int>(rng() % 300);
+  auto c = testing::MakeLatentBatch(lq, prefix, heads, dims.first, dims.second, seed);
+  auto plan = PlanMlaDecode({batch, heads, qpr, c.rank, c.rope, 300 + qpr, /*num_sms=*/0});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->num_splits, 1);
+  EXPECT_EQ(plan->workspace_bytes, 0u);
+
+  std::vector<float> dec_out, dec_lse, pre_out, pre_lse;
+  MlaParams dp = ParamsFor(c, dec_out, dec_lse);
+  ASSERT_TRUE(MlaDecode(dp, *plan, nullptr, KernelContext{}).ok());
+  MlaParams pp = ParamsFor(c, pre_out, pre_lse);
+  ASSERT_TRUE(MlaPrefill(pp, KernelContext{}).ok());
+  EXPECT_EQ(testing::RelativeError(dec_out, pre_out), 0.0);
+  EXPECT_EQ(testing::LseError(dec_lse, pre_lse), 0.0);
+  // And against the naive reference (causal: query i sees positions <= its own).
+  std::vector<float> want_out, want_lse;
+  testing::NaiveLatentAttention(
+      c,
+      [&](int t) {
+        std::vector<int> pos(c.query_pos(t) + 1);
+        for (size_t j = 0; j < pos.size(); ++j) pos[j] = static_cast<int>(j);
+        return pos;
+      },
+      want_out, want_lse);
+  EXPECT_LT(testing::RelativeError(dec_out, want_out), 1e-5);
+  EXPECT_LT(testing::LseError(dec_lse, want_lse), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MlaDecodeTest,
+                         ::testing::Combine(::testing::Values(1, 5), ::testing::Values(1, 4, 16),
+                                            ::testing::Values(std::pair{512, 64}, std::pair{32, 16}),
+                                            ::testing::Values(1, 2)));
+
+TEST(MlaDecodePlan, SplitsFillTheDevice) {
+  // One request, 16 heads, 8192 keys on 132 SMs: split into page-aligned chunks.
+  auto plan = PlanMlaDecode({1, 16, 1, 512, 64, 8192, 132});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_GT(plan->num_splits, 1);
+  EXPECT_EQ(plan->chunk_tokens % kPageSize, 0);
+  EXPECT_GE(plan->num_splits * plan->chunk_tokens, 8192);
+  EXPECT_LT((plan->num_splits - 1) * plan->chunk_tokens, 8192);
+  EXPECT_EQ(plan->workspace_bytes, 16u * plan->num_splits * 513 * sizeof(float));
+  // A full batch needs no split.
+  plan = PlanMlaDecode({256, 16, 1, 512, 64, 8192, 132});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_splits, 1);
+  EXPECT_EQ(plan->workspace_bytes, 0u);
+  EXPECT_EQ(PlanMlaDecode({1, 16, 3, 512, 64, 10, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MlaDecodeValidation, RefusesLongQueries) {
+  std::vector<int> lq = {3}, prefix = {5};
+  auto c = testing::MakeLatentBatch(lq, prefix, 1, 8, 4, 1);
+  std::vector<float> out, lse;
+  MlaParams p = ParamsFor(c, out, lse);
+  auto st = MlaDecode(p, MlaDecodePlan{}, nullptr, KernelContext{});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("3 queries"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace mlaserve::kernels

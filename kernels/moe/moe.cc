@@ -1,0 +1,89 @@
+// moe dispatchers (routing, experts), the experts' workspace size, and their can-implement
+// checks.
+#include <cmath>
+
+#include "common/status.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/param_check.h"
+#include "kernels/moe/api.h"
+
+namespace mlaserve::kernels {
+namespace {
+
+size_t AlignUp(size_t bytes) {
+  constexpr size_t kAlign = 256;
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+}  // namespace
+
+absl::Status MoeRouting(const MoeRoutingParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequireNonNegative("num_tokens", p.num_tokens));
+  RETURN_IF_ERROR(RequirePositive("num_experts", p.num_experts));
+  RETURN_IF_ERROR(RequirePositive("top_k", p.top_k));
+  RETURN_IF_ERROR(RequireAtLeast("num_experts", p.num_experts, "top_k", p.top_k));
+  RETURN_IF_ERROR(RequirePositive("n_group", p.n_group));
+  if (p.num_experts % p.n_group != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("moe_routing: num_experts=", p.num_experts,
+                                                   " is not divisible by n_group=", p.n_group));
+  }
+  if (p.method != MoeTopkMethod::kGreedy) {
+    if (p.topk_group < 1 || p.topk_group > p.n_group) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "moe_routing: topk_group=", p.topk_group, " must be in [1, n_group=", p.n_group, "]"));
+    }
+  }
+  if (p.method == MoeTopkMethod::kNoauxTc && p.num_experts / p.n_group < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "moe_routing: noaux_tc scores a group by its top-2 experts; groups have ",
+        p.num_experts / p.n_group, " expert(s) (num_experts=", p.num_experts,
+        ", n_group=", p.n_group, ")"));
+  }
+  if (!std::isfinite(p.routed_scaling_factor)) {
+    return absl::InvalidArgumentError(absl::StrCat("moe_routing: routed_scaling_factor=",
+                                                   p.routed_scaling_factor, " is not finite"));
+  }
+  if (p.num_tokens == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("logits", p.logits));
+  RETURN_IF_ERROR(RequireNonNull("topk_ids", p.topk_ids));
+  RETURN_IF_ERROR(RequireNonNull("topk_weights", p.topk_weights));
+  MLASERVE_DISPATCH("moe", ctx, MoeRoutingCpu(p), MoeRoutingCuda(p, ctx.stream));
+}
+
+// Layout (each part 256-byte aligned), for num_tokens * top_k expert assignments A:
+//   int32 sorted assignment ids [A] | int32 expert offsets [num_experts + 1] |
+//   x gathered by expert [A, hidden] (dtype) | gate_up output [A, 2*inter] (dtype) |
+//   down output [A, hidden] (f32)
+size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p) {
+  if (p.num_tokens <= 0 || p.top_k <= 0) return 0;
+  const size_t a = static_cast<size_t>(p.num_tokens) * p.top_k;
+  const size_t es = DTypeSize(p.dtype);
+  return AlignUp(a * sizeof(int32_t)) + AlignUp((static_cast<size_t>(p.num_experts) + 1) * sizeof(int32_t)) +
+         AlignUp(a * p.hidden * es) + AlignUp(a * 2 * static_cast<size_t>(p.inter) * es) +
+         AlignUp(a * p.hidden * sizeof(float));
+}
+
+absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequireNonNegative("num_tokens", p.num_tokens));
+  RETURN_IF_ERROR(RequirePositive("hidden", p.hidden));
+  RETURN_IF_ERROR(RequirePositive("inter", p.inter));
+  RETURN_IF_ERROR(RequirePositive("num_experts", p.num_experts));
+  RETURN_IF_ERROR(RequirePositive("top_k", p.top_k));
+  if (p.num_tokens == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("x", p.x));
+  RETURN_IF_ERROR(RequireNonNull("topk_ids", p.topk_ids));
+  RETURN_IF_ERROR(RequireNonNull("topk_weights", p.topk_weights));
+  RETURN_IF_ERROR(RequireNonNull("gate_up", p.gate_up));
+  RETURN_IF_ERROR(RequireNonNull("down", p.down));
+  RETURN_IF_ERROR(RequireNonNull("out", p.out));
+  RETURN_IF_ERROR(RequireNonNull("workspace", p.workspace));
+  const size_t need = MoeExpertsWorkspaceBytes(p);
+  if (p.workspace_bytes < need) {
+    return absl::InvalidArgumentError(absl::StrCat("moe_experts: workspace_bytes=",
+                                                   p.workspace_bytes, " is less than the ", need,
+                                                   " bytes MoeExpertsWorkspaceBytes asks for"));
+  }
+  MLASERVE_DISPATCH("moe", ctx, MoeExpertsCpu(p), MoeExpertsCuda(p, ctx.stream));
+}
+
+}  // namespace mlaserve::kernels

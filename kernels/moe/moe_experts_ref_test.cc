@@ -1,0 +1,91 @@
+#include <cmath>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/moe/api.h"
+#include "kernels/testing/testing.h"
+
+namespace mlaserve::kernels {
+namespace {
+
+// (num_tokens, hidden, inter, num_experts, top_k)
+class MoeExpertsTest : public ::testing::TestWithParam<std::tuple<int, int, int, int, int>> {};
+
+TEST_P(MoeExpertsTest, MatchesNaivePerTokenLoop) {
+  const auto [T, H, I, E, K] = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::mt19937 rng(seed);
+  auto x = testing::RandomVector(static_cast<size_t>(T) * H, seed);
+  auto gate_up = testing::RandomVector(static_cast<size_t>(E) * 2 * I * H, seed + 1, -0.2f, 0.2f);
+  auto down = testing::RandomVector(static_cast<size_t>(E) * H * I, seed + 2, -0.2f, 0.2f);
+  auto weights = testing::RandomVector(static_cast<size_t>(T) * K, seed + 3, 0.0f, 1.0f);
+  // Distinct experts per token, as routing produces; some experts get no token at all.
+  std::vector<int32_t> ids(static_cast<size_t>(T) * K);
+  for (int t = 0; t < T; ++t) {
+    std::vector<int32_t> perm(E);
+    for (int e = 0; e < E; ++e) perm[e] = e;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int j = 0; j < K; ++j) ids[t * K + j] = perm[j];
+  }
+  std::vector<float> want(static_cast<size_t>(T) * H, 0.0f);
+  for (int t = 0; t < T; ++t) {
+    std::vector<double> acc(H, 0.0);
+    for (int j = 0; j < K; ++j) {
+      const int e = ids[t * K + j];
+      std::vector<double> act(I);
+      for (int i = 0; i < I; ++i) {
+        double g = 0, u = 0;
+        for (int h = 0; h < H; ++h) {
+          g += static_cast<double>(gate_up[(static_cast<size_t>(e) * 2 * I + i) * H + h]) * x[t * H + h];
+          u += static_cast<double>(gate_up[(static_cast<size_t>(e) * 2 * I + I + i) * H + h]) * x[t * H + h];
+        }
+        act[i] = g / (1.0 + std::exp(-g)) * u;
+      }
+      for (int h = 0; h < H; ++h) {
+        double y = 0;
+        for (int i = 0; i < I; ++i) y += down[(static_cast<size_t>(e) * H + h) * I + i] * act[i];
+        acc[h] += weights[t * K + j] * y;
+      }
+    }
+    for (int h = 0; h < H; ++h) want[t * H + h] = static_cast<float>(acc[h]);
+  }
+  std::vector<float> out(want.size());
+  testing::Poison(out);
+  MoeExpertsParams p;
+  p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = K;
+  p.x = x.data(); p.topk_ids = ids.data(); p.topk_weights = weights.data();
+  p.gate_up = gate_up.data(); p.down = down.data(); p.out = out.data();
+  std::vector<char> ws(MoeExpertsWorkspaceBytes(p));
+  std::fill(ws.begin(), ws.end(), static_cast<char>(0xff));  // poisoned workspace
+  p.workspace = ws.data(); p.workspace_bytes = ws.size();
+  ASSERT_TRUE(MoeExperts(p, KernelContext{}).ok());
+  EXPECT_LT(testing::RelativeError(out, want), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeExpertsTest,
+                         ::testing::Combine(::testing::Values(1, 37), ::testing::Values(16, 64),
+                                            ::testing::Values(8, 48), ::testing::Values(4, 16),
+                                            ::testing::Values(1, 4)));
+
+TEST(MoeExpertsValidation, RefusesSmallWorkspaceAndBadIds) {
+  std::vector<float> x(8), gu(2 * 2 * 2 * 8), dn(2 * 8 * 2), out(8), w = {1.0f};
+  std::vector<int32_t> ids = {2};
+  MoeExpertsParams p;
+  p.num_tokens = 1; p.hidden = 8; p.inter = 2; p.num_experts = 2; p.top_k = 1;
+  p.x = x.data(); p.topk_ids = ids.data(); p.topk_weights = w.data(); p.gate_up = gu.data();
+  p.down = dn.data(); p.out = out.data();
+  std::vector<char> ws(MoeExpertsWorkspaceBytes(p));
+  p.workspace = ws.data(); p.workspace_bytes = ws.size() - 1;
+  auto st = MoeExperts(p, KernelContext{});
+  EXPECT_NE(st.message().find("workspace_bytes="), std::string::npos) << st.message();
+  p.workspace_bytes = ws.size();
+  st = MoeExperts(p, KernelContext{});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("topk_ids[0][0]=2"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace mlaserve::kernels

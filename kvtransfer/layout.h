@@ -1,0 +1,54 @@
+// KvLayout: what two KV pools must share for a page written by one to be read by the other,
+// and the compatibility hash both sides compare at reservation and again when a transfer
+// opens.
+//
+// The layout names the model (model_type plus a fingerprint of the config fields that shape
+// the weights, so two checkpoints of the same shape but another architecture do not mix),
+// the cache geometry (layers, latent entry width, DSA indexer width, page size), the cache
+// dtype and the tensor-parallel degree. Weights themselves are not hashed: two checkpoints
+// with identical configs but different weights are not told apart.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/common/types.h"
+#include "model/config.h"
+#include "model/kv_pool.h"
+
+namespace mlaserve::kvtransfer {
+
+struct KvLayout {
+  std::string model_type;
+  uint64_t model_fingerprint = 0;
+  int num_layers = 0;
+  int latent_dim = 0;
+  int index_dim = 0;
+  kernels::DType dtype = kernels::DType::kF32;
+  int page_size = kernels::kPageSize;
+  int tp_size = 1;
+
+  // 16 lowercase hex digits over every field above.
+  std::string CompatHash() const;
+  // "deepseek_v3 fp=0123.. layers=61 latent=576 index=0 dtype=bf16 page=64 tp=1"
+  std::string Describe() const;
+};
+
+// Digest of the ModelConfig fields that determine the weights' shapes and the forward.
+uint64_t ModelFingerprint(const model::ModelConfig& config);
+
+// The layout of a pool built for `config` with `pool` options (dims must agree with config:
+// INVALID_ARGUMENT naming the mismatch otherwise).
+absl::StatusOr<KvLayout> MakeKvLayout(const model::ModelConfig& config,
+                                      const model::KvPoolOptions& pool, int tp_size = 1);
+
+// OK when `peer` can exchange pages with `local`; otherwise FAILED_PRECONDITION naming the
+// first differing field with both values.
+absl::Status CheckCompatible(const KvLayout& local, const KvLayout& peer);
+
+// Parses a dtype name as DTypeName writes it ("f32", "bf16", ...).
+absl::StatusOr<kernels::DType> ParseDType(const std::string& name);
+
+}  // namespace mlaserve::kvtransfer

@@ -1,0 +1,288 @@
+#include "kvtransfer/receiver.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kvtransfer/checksum.h"
+#include "spdlog/spdlog.h"
+
+namespace mlaserve::kvtransfer {
+
+struct KvReceiver::Session {
+  std::string id;
+  int transfer_pages = 0;
+  absl::Time lease_deadline;
+
+  // Serialises page writes with the session's end, so no write lands in a freed page.
+  absl::Mutex mu;
+  std::vector<int32_t> pages ABSL_GUARDED_BY(mu);
+  DoneFn on_done ABSL_GUARDED_BY(mu);
+  bool opened ABSL_GUARDED_BY(mu) = false;
+  bool ended ABSL_GUARDED_BY(mu) = false;
+  absl::Time last_progress ABSL_GUARDED_BY(mu);
+  std::vector<uint8_t> received ABSL_GUARDED_BY(mu);  // [layer * transfer_pages + page_index]
+  int64_t bytes ABSL_GUARDED_BY(mu) = 0;
+  int32_t pages_written ABSL_GUARDED_BY(mu) = 0;
+};
+
+KvReceiver::KvReceiver(model::KvPool* pool, KvLayout local_layout, KvReceiverOptions options)
+    : pool_(pool),
+      layout_(std::move(local_layout)),
+      compat_hash_(layout_.CompatHash()),
+      options_(options) {
+  reaper_ = std::thread([this] { ReaperLoop(); });
+}
+
+KvReceiver::~KvReceiver() {
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    reaper_wake_.SignalAll();
+    for (auto& [id, s] : sessions_) live.push_back(s);
+  }
+  reaper_.join();
+  for (auto& s : live) End(s, absl::UnavailableError("KV receiver shutting down"));
+}
+
+absl::Status KvReceiver::CreateSession(const std::string& session_id, std::vector<int32_t> pages,
+                                       int transfer_pages, absl::Time lease_deadline,
+                                       DoneFn on_done) {
+  if (transfer_pages < 0 || static_cast<size_t>(transfer_pages) > pages.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("session ", session_id, ": transfer_pages ",
+                                                   transfer_pages, " not in [0, ",
+                                                   pages.size(), "]"));
+  }
+  auto s = std::make_shared<Session>();
+  s->id = session_id;
+  s->transfer_pages = transfer_pages;
+  s->lease_deadline = lease_deadline;
+  {
+    absl::MutexLock sl(&s->mu);
+    s->pages = std::move(pages);
+    s->on_done = std::move(on_done);
+    s->received.assign(static_cast<size_t>(layout_.num_layers) * transfer_pages, 0);
+  }
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("KV receiver shutting down");
+  if (!sessions_.emplace(session_id, s).second) {
+    return absl::AlreadyExistsError(absl::StrCat("KV session ", session_id, " already exists"));
+  }
+  reaper_wake_.Signal();
+  return absl::OkStatus();
+}
+
+std::shared_ptr<KvReceiver::Session> KvReceiver::Find(const std::string& session_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  return it == sessions_.end() ? nullptr : it->second;
+}
+
+void KvReceiver::End(const std::shared_ptr<Session>& s, absl::StatusOr<KvReceivedKv> result) {
+  DoneFn on_done;
+  std::vector<int32_t> pages;
+  {
+    absl::MutexLock sl(&s->mu);
+    if (s->ended) return;
+    s->ended = true;
+    on_done = std::move(s->on_done);
+    pages = std::move(s->pages);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(s->id);
+    if (it != sessions_.end() && it->second == s) sessions_.erase(it);
+  }
+  if (result.ok()) {
+    result->pages = std::move(pages);
+  } else {
+    spdlog::warn("KV session {} failed: {}", s->id, result.status().ToString());
+    pool_->Free(pages);
+  }
+  if (on_done) on_done(std::move(result));
+}
+
+bool KvReceiver::Cancel(const std::string& session_id) {
+  std::shared_ptr<Session> s = Find(session_id);
+  if (s == nullptr) return false;
+  std::vector<int32_t> pages;
+  {
+    absl::MutexLock sl(&s->mu);
+    if (s->ended) return false;
+    s->ended = true;
+    s->on_done = nullptr;
+    pages = std::move(s->pages);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it != sessions_.end() && it->second == s) sessions_.erase(it);
+  }
+  pool_->Free(pages);
+  return true;
+}
+
+absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sender_layout) {
+  std::shared_ptr<Session> s = Find(session_id);
+  if (s == nullptr) {
+    return absl::NotFoundError(absl::StrCat("KV session ", session_id,
+                                            " is unknown here (never reserved, aborted, or its "
+                                            "lease ended)"));
+  }
+  absl::Status compatible = CheckCompatible(layout_, sender_layout);
+  if (!compatible.ok()) {
+    End(s, compatible);
+    return compatible;
+  }
+  absl::MutexLock sl(&s->mu);
+  if (s->ended) return absl::NotFoundError(absl::StrCat("KV session ", session_id, " has ended"));
+  if (s->opened) {
+    return absl::AlreadyExistsError(absl::StrCat("KV session ", session_id, " is already open"));
+  }
+  s->opened = true;
+  s->last_progress = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::Status KvReceiver::WritePage(const std::string& session_id, int layer, int page_index,
+                                   std::span<const uint8_t> payload, uint32_t crc32) {
+  std::shared_ptr<Session> s = Find(session_id);
+  if (s == nullptr) {
+    return absl::NotFoundError(absl::StrCat("KV session ", session_id, " is unknown here"));
+  }
+  absl::Status error;
+  {
+    absl::MutexLock sl(&s->mu);
+    if (s->ended) return absl::NotFoundError(absl::StrCat("KV session ", session_id, " has ended"));
+    if (!s->opened) {
+      error = absl::FailedPreconditionError(
+          absl::StrCat("KV session ", session_id, ": page before open"));
+    } else if (layer < 0 || layer >= layout_.num_layers) {
+      error = absl::InvalidArgumentError(absl::StrCat("KV session ", session_id, ": layer ",
+                                                      layer, " not in [0, ", layout_.num_layers,
+                                                      ")"));
+    } else if (page_index < 0 || page_index >= s->transfer_pages) {
+      error = absl::InvalidArgumentError(absl::StrCat("KV session ", session_id, ": page_index ",
+                                                      page_index, " not in [0, ",
+                                                      s->transfer_pages, ")"));
+    } else if (payload.size() != pool_->layer_page_bytes()) {
+      error = absl::InvalidArgumentError(absl::StrCat("KV session ", session_id, ": payload of ",
+                                                      payload.size(), " bytes; a layer page has ",
+                                                      pool_->layer_page_bytes()));
+    } else if (const uint32_t got = Crc32(payload); got != crc32) {
+      error = absl::DataLossError(absl::StrCat("KV session ", session_id, ": layer ", layer,
+                                               " page ", page_index, " checksum ", got,
+                                               " != sent ", crc32));
+    } else {
+      error = pool_->WritePage(layer, s->pages[page_index], payload.data());
+      if (error.ok()) {
+        s->received[static_cast<size_t>(layer) * s->transfer_pages + page_index] = 1;
+        s->bytes += static_cast<int64_t>(payload.size());
+        s->pages_written += 1;
+        s->last_progress = absl::Now();
+        return absl::OkStatus();
+      }
+    }
+  }
+  End(s, error);
+  return error;
+}
+
+absl::StatusOr<KvPushStats> KvReceiver::Complete(const std::string& session_id,
+                                                 const KvCompletion& completion) {
+  std::shared_ptr<Session> s = Find(session_id);
+  if (s == nullptr) {
+    return absl::NotFoundError(absl::StrCat("KV session ", session_id, " is unknown here"));
+  }
+  absl::Status error;
+  KvPushStats stats;
+  KvReceivedKv kv;
+  {
+    absl::MutexLock sl(&s->mu);
+    if (s->ended) return absl::NotFoundError(absl::StrCat("KV session ", session_id, " has ended"));
+    stats.bytes_received = s->bytes;
+    stats.pages_written = s->pages_written;
+    if (!s->opened) {
+      error = absl::FailedPreconditionError(
+          absl::StrCat("KV session ", session_id, ": complete before open"));
+    } else if (completion.num_layers != layout_.num_layers ||
+               completion.num_pages != s->transfer_pages) {
+      error = absl::FailedPreconditionError(absl::StrCat(
+          "KV session ", session_id, ": sender completed ", completion.num_layers, " layers x ",
+          completion.num_pages, " pages; the session expects ", layout_.num_layers, " x ",
+          s->transfer_pages));
+    } else if (completion.total_bytes != s->bytes) {
+      error = absl::DataLossError(absl::StrCat("KV session ", session_id, ": sender sent ",
+                                               completion.total_bytes, " bytes; ", s->bytes,
+                                               " arrived"));
+    } else {
+      auto missing = std::find(s->received.begin(), s->received.end(), 0);
+      if (missing != s->received.end()) {
+        const size_t i = missing - s->received.begin();
+        error = absl::FailedPreconditionError(
+            absl::StrCat("KV session ", session_id, ": completed without layer ",
+                         i / s->transfer_pages, " page ", i % s->transfer_pages));
+      }
+    }
+    kv.first_token = completion.first_token;
+    kv.bytes = s->bytes;
+  }
+  if (!error.ok()) {
+    End(s, error);
+    return error;
+  }
+  End(s, std::move(kv));
+  return stats;
+}
+
+bool KvReceiver::Fail(const std::string& session_id, const absl::Status& reason) {
+  std::shared_ptr<Session> s = Find(session_id);
+  if (s == nullptr) return false;
+  End(s, reason);
+  return true;
+}
+
+int KvReceiver::active_sessions() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(sessions_.size());
+}
+
+void KvReceiver::ReaperLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    const absl::Time now = absl::Now();
+    absl::Time next = now + absl::Seconds(60);
+    std::vector<std::pair<std::shared_ptr<Session>, absl::Status>> expired;
+    for (auto& [id, s] : sessions_) {
+      absl::MutexLock sl(&s->mu);
+      if (s->ended) continue;
+      if (!s->opened) {
+        if (s->lease_deadline <= now) {
+          expired.emplace_back(s, absl::DeadlineExceededError(absl::StrCat(
+                                      "KV session ", id, ": lease ended before the transfer "
+                                      "started")));
+        } else {
+          next = std::min(next, s->lease_deadline);
+        }
+      } else {
+        const absl::Time stall = s->last_progress + options_.no_progress_timeout;
+        if (stall <= now) {
+          expired.emplace_back(s, absl::DeadlineExceededError(absl::StrCat(
+                                      "KV session ", id, ": transfer made no progress for ",
+                                      absl::FormatDuration(options_.no_progress_timeout))));
+        } else {
+          next = std::min(next, stall);
+        }
+      }
+    }
+    if (!expired.empty()) {
+      mu_.Unlock();  // End takes the locks itself and calls on_done unlocked
+      for (auto& [s, why] : expired) End(s, why);
+      mu_.Lock();
+      continue;
+    }
+    reaper_wake_.WaitWithDeadline(&mu_, next);
+  }
+}
+
+}  // namespace mlaserve::kvtransfer

@@ -1,0 +1,105 @@
+// KvReceiver: the decode side of KV transfer, shared by every transport.
+//
+// The decode worker creates one session per reserved request (CreateSession), handing the
+// session the request's pages. A transport's server side then feeds the session:
+//   Open(id, sender layout) -> WritePage(id, layer, page_index, bytes, crc)* -> Complete(id)
+// or Fail(id, why) when its stream breaks.
+//
+// Ownership: a session owns its pages until it ends. On success they are handed to the
+// session's on_done callback (with the first token); on any failure (lease expired, no
+// progress, refused layout, bad checksum, stream broken, receiver shut down) the session frees
+// them back to the pool and on_done receives the error. Cancel() (the owner aborting) frees
+// them without calling on_done.
+//
+// Deadlines: a session not opened by its lease deadline expires (NOT_FOUND for a late sender;
+// DEADLINE_EXCEEDED to on_done); an opened session that receives nothing for
+// no_progress_timeout fails with DEADLINE_EXCEEDED. A reaper thread enforces both.
+//
+// Thread-safety: all methods are thread-safe. on_done runs without the receiver's locks held,
+// on the calling transport thread or the reaper thread; it must not call Cancel for its own
+// session (the session has already ended).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kvtransfer/layout.h"
+#include "kvtransfer/transport.h"
+#include "model/kv_pool.h"
+
+namespace mlaserve::kvtransfer {
+
+struct KvReceiverOptions {
+  absl::Duration no_progress_timeout = absl::Seconds(30);
+};
+
+struct KvReceivedKv {
+  std::vector<int32_t> pages;  // every page of the session, now owned by the callee
+  int32_t first_token = 0;
+  int64_t bytes = 0;
+};
+
+struct KvPushStats {
+  int64_t bytes_received = 0;
+  int32_t pages_written = 0;
+};
+
+class KvReceiver {
+ public:
+  using DoneFn = std::function<void(absl::StatusOr<KvReceivedKv>)>;
+
+  KvReceiver(model::KvPool* pool, KvLayout local_layout, KvReceiverOptions options = {});
+  ~KvReceiver();  // fails every open session (UNAVAILABLE) and frees its pages
+
+  const KvLayout& layout() const { return layout_; }
+
+  // Takes ownership of `pages`; the first `transfer_pages` of them receive the transfer.
+  // ALREADY_EXISTS for a live id, INVALID_ARGUMENT when transfer_pages > pages.size().
+  absl::Status CreateSession(const std::string& session_id, std::vector<int32_t> pages,
+                             int transfer_pages, absl::Time lease_deadline, DoneFn on_done);
+  // Ends the session and frees its pages without calling on_done. False if it had ended.
+  bool Cancel(const std::string& session_id);
+
+  // Transport side. A refused Open / WritePage / Complete fails the session (pages freed,
+  // on_done told) and returns the reason, which the transport reports to its sender.
+  absl::Status Open(const std::string& session_id, const KvLayout& sender_layout);
+  absl::Status WritePage(const std::string& session_id, int layer, int page_index,
+                         std::span<const uint8_t> payload, uint32_t crc32);
+  absl::StatusOr<KvPushStats> Complete(const std::string& session_id,
+                                       const KvCompletion& completion);
+  // False when the session had already ended (or never existed).
+  bool Fail(const std::string& session_id, const absl::Status& reason);
+
+  int active_sessions() const;
+
+ private:
+  struct Session;
+  std::shared_ptr<Session> Find(const std::string& session_id) const;
+  // Ends `s` with `status` (freeing pages unless handed over); calls on_done after unlocking.
+  void End(const std::shared_ptr<Session>& s, absl::StatusOr<KvReceivedKv> result);
+  void ReaperLoop();
+
+  model::KvPool* const pool_;
+  const KvLayout layout_;
+  const std::string compat_hash_;
+  const KvReceiverOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar reaper_wake_;  // signalled on new sessions and on shutdown
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;
+};
+
+}  // namespace mlaserve::kvtransfer

@@ -1,0 +1,478 @@
+#include "kvtransfer/tcp_transport.h"
+
+#include <algorithm>
+#include <deque>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "kvtransfer/checksum.h"
+#include "kvtransfer/proto_convert.h"
+#include "spdlog/spdlog.h"
+
+namespace mlaserve::kvtransfer {
+
+namespace v1 = ::mlaserve::v1;
+using common::FromGrpcStatus;
+using common::ToGrpcStatus;
+
+// ---------------------------------------------------------------------------------------------
+// Sender: one PushPages stream.
+//
+// Write discipline: at most one write is in flight (`writing`); whoever clears the queue head
+// starts the next write. gRPC calls are made without `mu_` held, since reactions may run inline.
+// A hold keeps the call alive while the application may still start writes; it is released
+// exactly once, when no write is in flight and none will be started (half-close or failure).
+class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
+                         public std::enable_shared_from_this<PushStream> {
+ public:
+  PushStream(std::string session_id, KvSenderOptions options)
+      : session_id_(std::move(session_id)), options_(std::move(options)) {}
+
+  void Start(v1::KvService::Stub* stub, v1::KvPushMessage open) {
+    self_ = shared_from_this();
+    stub->async()->PushPages(&context_, &result_, this);
+    AddHold();
+    {
+      absl::MutexLock lock(&mu_);
+      last_progress_ = absl::Now();
+      queue_.push_back(std::move(open));
+    }
+    StartCall();
+    MaybeStartWrite();
+  }
+
+  // Queues `msg` (a page of `bytes` payload bytes, or the completion). Blocks for room while
+  // the stream makes progress. On refusal, `done` (completion only) gets the reason too.
+  absl::Status Enqueue(v1::KvPushMessage msg, size_t bytes, bool is_complete,
+                       std::function<void(absl::Status)> done) {
+    absl::Status refused;
+    {
+      absl::MutexLock lock(&mu_);
+      while (failure_.ok() && !finished_ && !queue_.empty() &&
+             queued_bytes_ + bytes > options_.max_inflight_bytes) {
+        const absl::Time deadline = last_progress_ + options_.no_progress_timeout;
+        if (absl::Now() >= deadline) {
+          failure_ = absl::DeadlineExceededError(absl::StrCat(
+              "KV session ", session_id_, ": the receiver took nothing for ",
+              absl::FormatDuration(options_.no_progress_timeout)));
+          break;
+        }
+        cv_.WaitWithDeadline(&mu_, deadline);
+      }
+      if (failure_.ok() && finished_) {
+        failure_ = absl::UnavailableError(
+            absl::StrCat("KV session ", session_id_, ": stream ended early"));
+      }
+      if (!failure_.ok()) {
+        refused = failure_;
+        need_cancel_ = true;
+      } else if (half_closed_) {
+        refused = absl::FailedPreconditionError(
+            absl::StrCat("KV session ", session_id_, " already completed"));
+      } else {
+        if (queue_.empty() && !writing_) last_progress_ = absl::Now();  // idle -> busy
+        queue_.push_back(std::move(msg));
+        queued_bytes_ += bytes;
+        if (!is_complete) sent_bytes_ += static_cast<int64_t>(bytes);
+        if (is_complete) {
+          half_closed_ = true;
+          done_ = std::move(done);
+        }
+      }
+    }
+    if (!refused.ok()) {
+      CancelIfNeeded();
+      if (done) done(refused);
+      return refused;
+    }
+    MaybeStartWrite();
+    return absl::OkStatus();
+  }
+
+  void Abort(const absl::Status& reason) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      if (failure_.ok()) failure_ = reason;
+      need_cancel_ = true;
+    }
+    CancelIfNeeded();
+  }
+
+  // Watchdog: fails the stream when it has work but made no progress in time.
+  void CheckProgress(absl::Time now) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_ || !failure_.ok()) return;
+      const bool busy = writing_ || !queue_.empty() || half_closed_;
+      if (!busy || now < last_progress_ + options_.no_progress_timeout) return;
+      failure_ = absl::DeadlineExceededError(
+          absl::StrCat("KV session ", session_id_, ": no progress for ",
+                       absl::FormatDuration(options_.no_progress_timeout)));
+      need_cancel_ = true;
+    }
+    CancelIfNeeded();
+  }
+
+  absl::Status status() const {
+    absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+  int64_t sent_bytes() const {
+    absl::MutexLock lock(&mu_);
+    return sent_bytes_;
+  }
+  bool finished() const {
+    absl::MutexLock lock(&mu_);
+    return finished_;
+  }
+  absl::Duration no_progress_timeout() const { return options_.no_progress_timeout; }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) {
+        if (failure_.ok()) {
+          failure_ = absl::UnavailableError(
+              absl::StrCat("KV session ", session_id_, ": stream to the receiver broke"));
+        }
+        queue_.clear();
+        queued_bytes_ = 0;
+      } else {
+        queued_bytes_ -= MessageBytes(queue_.front());
+        queue_.pop_front();
+        last_progress_ = absl::Now();
+      }
+      cv_.SignalAll();
+    }
+    MaybeStartWrite();
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::function<void(absl::Status)> done;
+    absl::Status verdict;
+    {
+      absl::MutexLock lock(&mu_);
+      finished_ = true;
+      if (!status.ok() && failure_.ok()) failure_ = FromGrpcStatus(status);
+      if (status.ok() && !half_closed_ && failure_.ok()) {
+        failure_ = absl::InternalError("KV receiver answered before completion");
+      }
+      verdict = failure_;
+      done = std::move(done_);
+      cv_.SignalAll();
+    }
+    if (done) done(verdict);
+    std::shared_ptr<PushStream> keep = std::move(self_);  // may delete this on return
+  }
+
+ private:
+  static size_t MessageBytes(const v1::KvPushMessage& m) {
+    return m.has_page() ? m.page().payload().size() : 0;
+  }
+
+  // Starts the next write, the half-close, or releases the hold, as the state asks.
+  void MaybeStartWrite() {
+    enum { kNothing, kWrite, kWritesDone, kRelease } action = kNothing;
+    const v1::KvPushMessage* next = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || hold_released_) return;
+      if (failure_.ok() && !queue_.empty()) {
+        writing_ = true;
+        next = &queue_.front();  // deque keeps element addresses stable on push_back
+        action = kWrite;
+      } else if (failure_.ok() && half_closed_) {
+        hold_released_ = true;
+        action = kWritesDone;
+      } else if (!failure_.ok()) {
+        hold_released_ = true;
+        action = kRelease;
+      }
+    }
+    switch (action) {
+      case kWrite: StartWrite(next); break;
+      case kWritesDone: StartWritesDone(); RemoveHold(); break;
+      case kRelease: RemoveHold(); break;
+      case kNothing: break;
+    }
+  }
+
+  void CancelIfNeeded() {
+    bool cancel = false;
+    {
+      absl::MutexLock lock(&mu_);
+      cancel = need_cancel_ && !cancelled_ && !finished_;
+      if (cancel) cancelled_ = true;
+    }
+    if (cancel) context_.TryCancel();
+    MaybeStartWrite();  // releases the hold when idle
+  }
+
+  const std::string session_id_;
+  const KvSenderOptions options_;
+  grpc::ClientContext context_;
+  v1::KvPushResult result_;
+  std::shared_ptr<PushStream> self_;  // keeps the reactor alive until OnDone
+
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
+  std::deque<v1::KvPushMessage> queue_ ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t sent_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool half_closed_ ABSL_GUARDED_BY(mu_) = false;  // completion queued
+  bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
+  bool need_cancel_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // OnDone ran
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_progress_ ABSL_GUARDED_BY(mu_);
+  std::function<void(absl::Status)> done_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+class TcpKvSender final : public KvSender {
+ public:
+  TcpKvSender(std::shared_ptr<PushStream> stream, const KvLayout& layout)
+      : stream_(std::move(stream)) {}
+  ~TcpKvSender() override {
+    if (!completed_) stream_->Abort(absl::CancelledError("KV sender destroyed before completion"));
+  }
+
+  absl::Status SendPage(int layer, int page_index, std::string payload) override {
+    v1::KvPushMessage msg;
+    auto* page = msg.mutable_page();
+    page->set_layer(layer);
+    page->set_page_index(page_index);
+    page->set_crc32(Crc32(payload));
+    const size_t bytes = payload.size();
+    page->set_payload(std::move(payload));
+    return stream_->Enqueue(std::move(msg), bytes, /*is_complete=*/false, nullptr);
+  }
+
+  void Complete(const KvCompletion& c, std::function<void(absl::Status)> done) override {
+    completed_ = true;
+    v1::KvPushMessage msg;
+    auto* complete = msg.mutable_complete();
+    complete->set_first_token(c.first_token);
+    complete->set_num_layers(c.num_layers);
+    complete->set_num_pages(c.num_pages);
+    complete->set_total_bytes(c.total_bytes);
+    (void)stream_->Enqueue(std::move(msg), 0, /*is_complete=*/true, std::move(done));
+  }
+
+  void Abort(const absl::Status& reason) override { stream_->Abort(reason); }
+  absl::Status status() const override { return stream_->status(); }
+  int64_t bytes_sent() const override { return stream_->sent_bytes(); }
+
+ private:
+  std::shared_ptr<PushStream> stream_;
+  bool completed_ = false;
+};
+
+}  // namespace
+
+TcpKvTransport::TcpKvTransport() {
+  watchdog_ = std::thread([this] { WatchdogLoop(); });
+}
+
+TcpKvTransport::~TcpKvTransport() {
+  std::vector<std::shared_ptr<PushStream>> live;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    wake_.SignalAll();
+    for (auto& w : streams_) {
+      if (auto s = w.lock()) live.push_back(std::move(s));
+    }
+  }
+  watchdog_.join();
+  for (auto& s : live) s->Abort(absl::UnavailableError("KV transport shutting down"));
+  // Streams finish asynchronously; wait (bounded) so none outlives the channels.
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  for (auto& s : live) {
+    while (!s->finished() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
+std::shared_ptr<grpc::Channel> TcpKvTransport::ChannelFor(const std::string& endpoint) {
+  absl::MutexLock lock(&mu_);
+  auto& ch = channels_[endpoint];
+  if (ch == nullptr) {
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(-1);
+    args.SetMaxReceiveMessageSize(-1);
+    ch = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+  }
+  return ch;
+}
+
+absl::StatusOr<std::unique_ptr<KvSender>> TcpKvTransport::Open(const KvSessionRef& ref,
+                                                               const KvLayout& local_layout,
+                                                               const KvSenderOptions& options) {
+  if (absl::Status s = ValidateSessionRef(ref, local_layout); !s.ok()) return s;
+  auto channel = ChannelFor(ref.endpoint);
+  auto stub = v1::KvService::NewStub(channel);
+  auto stream = std::make_shared<PushStream>(ref.session_id, options);
+  v1::KvPushMessage open;
+  open.mutable_open()->set_session_id(ref.session_id);
+  *open.mutable_open()->mutable_layout() = ToProto(local_layout);
+  open.mutable_open()->set_sender(options.sender_name);
+  stream->Start(stub.get(), std::move(open));
+  {
+    absl::MutexLock lock(&mu_);
+    streams_.erase(std::remove_if(streams_.begin(), streams_.end(),
+                                  [](const std::weak_ptr<PushStream>& w) { return w.expired(); }),
+                   streams_.end());
+    streams_.push_back(stream);
+    wake_.Signal();
+  }
+  return std::make_unique<TcpKvSender>(std::move(stream), local_layout);
+}
+
+void TcpKvTransport::WatchdogLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    absl::Duration tick = absl::Seconds(1);
+    std::vector<std::shared_ptr<PushStream>> live;
+    for (auto& w : streams_) {
+      if (auto s = w.lock()) {
+        tick = std::min(tick, s->no_progress_timeout() / 4);
+        live.push_back(std::move(s));
+      }
+    }
+    mu_.Unlock();
+    const absl::Time now = absl::Now();
+    for (auto& s : live) s->CheckProgress(now);
+    live.clear();
+    mu_.Lock();
+    wake_.WaitWithTimeout(&mu_, std::max(tick, absl::Milliseconds(5)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receiver: one reactor per PushPages stream.
+namespace {
+
+class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage> {
+ public:
+  PushPagesReactor(KvReceiver* receiver, v1::KvPushResult* result)
+      : receiver_(receiver), result_(result) {
+    StartRead(&msg_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The sender half-closed without `complete`, or the stream was cancelled.
+      Finish(Fail(absl::CancelledError(
+          "KV stream ended before its completion (sender aborted or went away)")));
+      return;
+    }
+    absl::Status st;
+    switch (msg_.kind_case()) {
+      case v1::KvPushMessage::kOpen: {
+        if (opened_) {
+          st = absl::InvalidArgumentError("KV stream: second open message");
+          break;
+        }
+        {
+          absl::MutexLock lock(&mu_);
+          session_id_ = msg_.open().session_id();
+        }
+        opened_ = true;
+        auto layout = FromProto(msg_.open().layout());
+        st = layout.ok() ? receiver_->Open(msg_.open().session_id(), *layout) : layout.status();
+        break;
+      }
+      case v1::KvPushMessage::kPage: {
+        if (!opened_) {
+          st = absl::FailedPreconditionError("KV stream: page before open");
+          break;
+        }
+        const auto& p = msg_.page();
+        st = receiver_->WritePage(
+            msg_session(), p.layer(), p.page_index(),
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.payload().data()),
+                                     p.payload().size()),
+            p.crc32());
+        break;
+      }
+      case v1::KvPushMessage::kComplete: {
+        if (!opened_) {
+          st = absl::FailedPreconditionError("KV stream: complete before open");
+          break;
+        }
+        const auto& c = msg_.complete();
+        KvCompletion completion{c.first_token(), c.num_layers(), c.num_pages(), c.total_bytes()};
+        auto stats = receiver_->Complete(msg_session(), completion);
+        if (stats.ok()) {
+          result_->set_bytes_received(stats->bytes_received);
+          result_->set_pages_written(stats->pages_written);
+          Finish(grpc::Status::OK);
+          return;
+        }
+        st = stats.status();
+        break;
+      }
+      default:
+        st = absl::InvalidArgumentError("KV stream: empty message");
+    }
+    if (!st.ok()) {
+      Finish(Fail(st));
+      return;
+    }
+    StartRead(&msg_);
+  }
+
+  void OnCancel() override {
+    Fail(absl::CancelledError("KV sender cancelled the stream or went away"));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  std::string msg_session() {
+    absl::MutexLock lock(&mu_);
+    return session_id_;
+  }
+  // Fails the session (no-op once it ended) and returns the status to finish with.
+  grpc::Status Fail(const absl::Status& why) {
+    const std::string id = msg_session();
+    if (!id.empty()) receiver_->Fail(id, why);
+    return ToGrpcStatus(why);
+  }
+
+  KvReceiver* const receiver_;
+  v1::KvPushResult* const result_;
+  v1::KvPushMessage msg_;
+  bool opened_ = false;  // touched by OnReadDone only (reactions on one stream are serial)
+  absl::Mutex mu_;       // session_id_ is also read by OnCancel, which may run concurrently
+  std::string session_id_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+grpc::ServerReadReactor<v1::KvPushMessage>* KvServiceImpl::PushPages(
+    grpc::CallbackServerContext* context, v1::KvPushResult* result) {
+  return new PushPagesReactor(receiver_, result);
+}
+
+grpc::ServerUnaryReactor* KvServiceImpl::AbortSession(grpc::CallbackServerContext* context,
+                                                      const v1::KvAbortSessionRequest* request,
+                                                      v1::KvAbortSessionResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  const bool found = receiver_->Fail(
+      request->session_id(),
+      absl::CancelledError(absl::StrCat("KV session aborted by the sender: ", request->reason())));
+  reactor->Finish(found ? grpc::Status::OK
+                        : grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                       absl::StrCat("KV session ", request->session_id(),
+                                                    " is unknown (ended or never reserved)")));
+  return reactor;
+}
+
+}  // namespace mlaserve::kvtransfer

@@ -1,0 +1,68 @@
+// The `tcp` KV transport: page payloads through host memory over a gRPC client stream
+// (KvService.PushPages, kv.proto). Works everywhere; CI uses it.
+//
+// Sender: TcpKvTransport::Open starts one PushPages stream per session (channels are cached
+// per endpoint) and queues the open message; SendPage queues a page (bounded by
+// max_inflight_bytes); Complete queues the completion and half-closes; the receiver's single
+// answer is the verdict. A watchdog fails (and cancels) a stream that has work queued or an
+// answer pending but no progress for the no-progress deadline.
+// Receiver: KvServiceImpl serves PushPages (one reactor per stream) into a KvReceiver. A stream
+// that ends without `complete` (sender cancelled or died) fails its session at once.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "kvtransfer/receiver.h"
+#include "kvtransfer/transport.h"
+#include "mlaserve/v1/kv.grpc.pb.h"
+
+namespace mlaserve::kvtransfer {
+
+class PushStream;  // tcp_transport.cc
+
+class TcpKvTransport final : public KvTransport {
+ public:
+  TcpKvTransport();
+  ~TcpKvTransport() override;  // cancels streams still open
+
+  std::string_view name() const override { return "tcp"; }
+  absl::StatusOr<std::unique_ptr<KvSender>> Open(const KvSessionRef& ref,
+                                                 const KvLayout& local_layout,
+                                                 const KvSenderOptions& options) override;
+
+ private:
+  std::shared_ptr<grpc::Channel> ChannelFor(const std::string& endpoint);
+  void WatchdogLoop();
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<PushStream>> streams_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar wake_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread watchdog_;
+};
+
+// KvService on the decode worker: PushPages into `receiver`, AbortSession.
+class KvServiceImpl final : public mlaserve::v1::KvService::CallbackService {
+ public:
+  explicit KvServiceImpl(KvReceiver* receiver) : receiver_(receiver) {}
+
+  grpc::ServerReadReactor<mlaserve::v1::KvPushMessage>* PushPages(
+      grpc::CallbackServerContext* context, mlaserve::v1::KvPushResult* result) override;
+  grpc::ServerUnaryReactor* AbortSession(grpc::CallbackServerContext* context,
+                                         const mlaserve::v1::KvAbortSessionRequest* request,
+                                         mlaserve::v1::KvAbortSessionResponse* response) override;
+
+ private:
+  KvReceiver* const receiver_;
+};
+
+}  // namespace mlaserve::kvtransfer

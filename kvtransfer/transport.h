@@ -1,0 +1,88 @@
+// KvTransport: how a prefill worker ships one request's KV pages to the decode worker that
+// reserved them. Transports (tcp, the in-process fake, later nccl) sit behind this interface;
+// the receiving side of every transport writes into a KvReceiver (receiver.h).
+//
+// Sender lifecycle, driven by the prefill scheduler thread:
+//   Open(ref)  ->  SendPage(layer, page_index, bytes)*  ->  Complete(first token, done)
+// or Abort(reason) at any point. A page may be sent more than once (a chunk boundary inside a
+// page re-sends it when the next chunk fills it); the receiver keeps the last copy.
+// Failures are sticky: once the receiver refused or the stream broke, status() reports it and
+// every later call returns it, so the scheduler can drop this request and go on with the rest
+// of its batch. Nothing blocks past the no-progress deadline.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kvtransfer/layout.h"
+
+namespace mlaserve::kvtransfer {
+
+// A decode worker's reservation as the sender needs it (ReserveResponse.session).
+struct KvSessionRef {
+  std::string session_id;
+  std::string endpoint;    // host:port of the receiver's KvService
+  std::string transport;   // "tcp", "fake", ...
+  int num_pages = 0;       // pages per layer to ship
+  std::string compat_hash; // the receiver's KvLayout::CompatHash()
+};
+
+struct KvCompletion {
+  int32_t first_token = 0;
+  int num_layers = 0;
+  int num_pages = 0;
+  int64_t total_bytes = 0;
+};
+
+struct KvSenderOptions {
+  // A send that cannot make progress (queue full, or the receiver not acknowledging) for this
+  // long fails the session with DEADLINE_EXCEEDED and cancels it at the receiver.
+  absl::Duration no_progress_timeout = absl::Seconds(30);
+  // Payload bytes queued but not yet written to the wire before SendPage blocks.
+  size_t max_inflight_bytes = 64u << 20;
+  std::string sender_name;  // for the receiver's logs
+};
+
+class KvSender {
+ public:
+  virtual ~KvSender() = default;  // aborts the session unless it completed
+
+  // Queues one layer page (exactly layer_page_bytes). Returns the session's failure if it has
+  // failed; DEADLINE_EXCEEDED if the queue does not drain within the no-progress deadline.
+  virtual absl::Status SendPage(int layer, int page_index, std::string payload) = 0;
+
+  // Sends the completion. `done` runs exactly once, on a transport thread or inline, with the
+  // receiver's verdict (OK once every page landed and was verified).
+  virtual void Complete(const KvCompletion& completion,
+                        std::function<void(absl::Status)> done) = 0;
+
+  // Ends the session early; the receiver frees the pages. Idempotent.
+  virtual void Abort(const absl::Status& reason) = 0;
+
+  virtual absl::Status status() const = 0;
+  virtual int64_t bytes_sent() const = 0;
+};
+
+class KvTransport {
+ public:
+  virtual ~KvTransport() = default;
+  virtual std::string_view name() const = 0;
+
+  // Opens a session. FAILED_PRECONDITION at once when ref.compat_hash differs from
+  // local_layout's; INVALID_ARGUMENT for a malformed ref. The receiver's own checks (session
+  // known, layouts field by field) arrive asynchronously through the sender's status.
+  virtual absl::StatusOr<std::unique_ptr<KvSender>> Open(const KvSessionRef& ref,
+                                                         const KvLayout& local_layout,
+                                                         const KvSenderOptions& options) = 0;
+};
+
+// Checks what every transport checks before opening (shared by the implementations).
+absl::Status ValidateSessionRef(const KvSessionRef& ref, const KvLayout& local_layout);
+
+}  // namespace mlaserve::kvtransfer

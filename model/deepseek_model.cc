@@ -1,0 +1,214 @@
+// DeepseekEngine: creation, batch planning and validation, and the layer loop.
+#include "model/deepseek_model.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/embedding/api.h"
+#include "kernels/gemm/api.h"
+#include "model/forward_ops.h"
+#include "model/weights.h"
+
+namespace mlaserve::model {
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<DeepseekEngine> engine, DeepseekEngine::Create(options));
+  return std::unique_ptr<Engine>(std::move(engine));
+}
+
+absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
+    const EngineOptions& options) {
+  if (options.backend != kernels::Backend::kCpu) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the DeepSeek runtime supports backend cpu only so far; backend ",
+                     kernels::BackendName(options.backend), " is not implemented yet"));
+  }
+  if (options.num_kv_pages <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_kv_pages is ", options.num_kv_pages, "; it must be positive"));
+  }
+  if (options.max_batch_tokens <= 0 || options.max_batch_seqs <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_batch_tokens is ", options.max_batch_tokens, " and max_batch_seqs is ",
+        options.max_batch_seqs, "; both must be positive"));
+  }
+  std::unique_ptr<DeepseekEngine> e(new DeepseekEngine());
+  e->options_ = options;
+  e->ctx_.backend = options.backend;
+  e->ctx_.device = options.device;
+  ASSIGN_OR_RETURN(e->config_, LoadModelConfig(options.model_dir));
+  const ModelConfig& c = e->config_;
+  if (c.hidden_act != "silu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: hidden_act '", c.hidden_act, "' is not supported (DeepSeek uses silu)"));
+  }
+  if (c.num_key_value_heads != c.num_attention_heads) {
+    // HF repeats K/V for GQA, but every DeepSeek MLA checkpoint has one KV head per head.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: num_key_value_heads ", c.num_key_value_heads, " differs from num_attention_heads ",
+        c.num_attention_heads, "; MLA expects them equal"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::Open(options.model_dir, c));
+  ASSIGN_OR_RETURN(e->weights_, LoadDeepseekWeights(c, *store));
+  ASSIGN_OR_RETURN(e->rope_, BuildRopeTable(c));
+  KvPoolOptions po;
+  po.backend = options.backend;
+  po.dtype = kernels::DType::kF32;
+  po.num_layers = c.num_hidden_layers;
+  po.num_pages = options.num_kv_pages;
+  po.latent_dim = c.latent_dim();
+  po.index_dim = c.has_indexer ? c.index_head_dim : 0;
+  ASSIGN_OR_RETURN(e->pool_, KvPool::Create(po));
+  return e;
+}
+
+absl::StatusOr<BatchPlan> DeepseekEngine::PlanBatch(std::span<const SequenceChunk> batch) const {
+  const ModelConfig& c = config_;
+  if (batch.empty()) return absl::InvalidArgumentError("Forward: the batch has no sequences");
+  if (static_cast<int>(batch.size()) > options_.max_batch_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat("Forward: the batch has ", batch.size(),
+                                                   " sequences; this engine accepts ",
+                                                   options_.max_batch_seqs, " (max_batch_seqs)"));
+  }
+  BatchPlan plan;
+  plan.batch = static_cast<int>(batch.size());
+  plan.cu_seqlens_q.push_back(0);
+  plan.all_single_token = true;
+  const int num_pages = pool_->total_pages();
+  for (int b = 0; b < plan.batch; ++b) {
+    const SequenceChunk& ch = batch[b];
+    const int n = static_cast<int>(ch.tokens.size());
+    if (n == 0) return absl::InvalidArgumentError(absl::StrCat("chunk ", b, " has no tokens"));
+    if (ch.start_pos < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", b, " has start_pos ", ch.start_pos, "; it must be >= 0"));
+    }
+    const int end = ch.start_pos + n;
+    if (end > c.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk ", b, " reaches position ", end - 1, "; this model accepts positions below ",
+          c.max_position_embeddings, " (max_position_embeddings)"));
+    }
+    const int pages_needed = (end + kernels::kPageSize - 1) / kernels::kPageSize;
+    if (static_cast<int>(ch.pages.size()) < pages_needed) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk ", b, " covers ", end, " tokens, which need ", pages_needed,
+                       " KV pages of ", kernels::kPageSize, ", but it has ", ch.pages.size()));
+    }
+    for (int i = 0; i < pages_needed; ++i) {
+      if (ch.pages[i] < 0 || ch.pages[i] >= num_pages) {
+        return absl::InvalidArgumentError(absl::StrCat("chunk ", b, " page ", i, " is ",
+                                                       ch.pages[i], "; the pool has pages [0, ",
+                                                       num_pages, ")"));
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      const int32_t id = ch.tokens[i];
+      if (id < 0 || id >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat("chunk ", b, " token ", i, " has id ", id,
+                                                       "; the vocabulary is [0, ", c.vocab_size,
+                                                       ")"));
+      }
+      const int pos = ch.start_pos + i;
+      plan.token_ids.push_back(id);
+      plan.positions.push_back(pos);
+      plan.slots.push_back(static_cast<int64_t>(ch.pages[pos / kernels::kPageSize]) *
+                               kernels::kPageSize +
+                           pos % kernels::kPageSize);
+    }
+    if (ch.want_logits) plan.logit_rows.push_back(plan.cu_seqlens_q.back() + n - 1);
+    plan.cu_seqlens_q.push_back(plan.cu_seqlens_q.back() + n);
+    plan.start.push_back(ch.start_pos);
+    plan.seqlens_k.push_back(end);
+    plan.max_pages_per_seq = std::max(plan.max_pages_per_seq, pages_needed);
+    plan.max_seqlen_q = std::max(plan.max_seqlen_q, n);
+    plan.max_seqlen_k = std::max(plan.max_seqlen_k, end);
+    plan.max_prefix = std::max(plan.max_prefix, ch.start_pos);
+    plan.all_single_token = plan.all_single_token && n == 1;
+  }
+  plan.total_tokens = plan.cu_seqlens_q.back();
+  if (plan.total_tokens > options_.max_batch_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("Forward: the batch has ", plan.total_tokens,
+                                                   " tokens; this engine accepts ",
+                                                   options_.max_batch_tokens,
+                                                   " (max_batch_tokens)"));
+  }
+  plan.block_table.assign(static_cast<size_t>(plan.batch) * plan.max_pages_per_seq, -1);
+  for (int b = 0; b < plan.batch; ++b) {
+    const int pages = (plan.seqlens_k[b] + kernels::kPageSize - 1) / kernels::kPageSize;
+    std::copy_n(batch[b].pages.begin(), pages,
+                plan.block_table.begin() + static_cast<size_t>(b) * plan.max_pages_per_seq);
+  }
+  plan.sparse = c.has_indexer && plan.max_seqlen_k > c.index_topk;
+  return plan;
+}
+
+absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceChunk> batch,
+                                                      AttentionPath path,
+                                                      const LayerDoneFn& on_layer_done) {
+  ASSIGN_OR_RETURN(BatchPlan plan, PlanBatch(batch));
+  const ModelConfig& c = config_;
+  const int T = plan.total_tokens;
+  const int hidden = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  // Path policy: kAuto -> MHA without a cached prefix, else MLA. Sparse DSA batches run in
+  // MLA form (the indexer's selection is expressed over cache positions).
+  AttentionPath resolved = path;
+  if (resolved == AttentionPath::kAuto) {
+    resolved = plan.max_prefix == 0 ? AttentionPath::kMha : AttentionPath::kMla;
+  }
+  if (plan.sparse) resolved = AttentionPath::kMla;
+  AttentionForm form = AttentionForm::kMha;
+  if (resolved == AttentionPath::kMla) {
+    form = plan.all_single_token ? AttentionForm::kMlaDecode : AttentionForm::kMla;
+  }
+
+  // residual: the running hidden state; y: its normed copy fed to each block; tmp: block output.
+  std::vector<float> residual(static_cast<size_t>(T) * hidden);
+  std::vector<float> y(residual.size()), tmp(residual.size());
+  kernels::EmbeddingParams ep;
+  ep.num_tokens = T;
+  ep.dim = hidden;
+  ep.vocab = c.vocab_size;
+  ep.ids = plan.token_ids.data();
+  ep.table = weights_.embed.data();
+  ep.out = residual.data();
+  RETURN_IF_ERROR(kernels::Embedding(ep, ctx_));
+  RETURN_IF_ERROR(ops::RmsNorm(ctx_, residual.data(), T, hidden, hidden,
+                               weights_.layers[0].input_norm.data(), eps, y.data(), hidden));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& lw = weights_.layers[l];
+    RETURN_IF_ERROR(Attention(l, plan, form, y.data(), tmp.data()));
+    if (on_layer_done) RETURN_IF_ERROR(on_layer_done(l));
+    // residual += attn; y = post_attention_norm(residual)
+    RETURN_IF_ERROR(ops::RmsNorm(ctx_, tmp.data(), T, hidden, hidden,
+                                 lw.post_attention_norm.data(), eps, y.data(), hidden,
+                                 residual.data()));
+    RETURN_IF_ERROR(Mlp(l, plan, y.data(), tmp.data()));
+    // residual += mlp; y = next layer's input norm (or the final norm) of residual
+    const float* next_norm = l + 1 < c.num_hidden_layers ? weights_.layers[l + 1].input_norm.data()
+                                                         : weights_.final_norm.data();
+    RETURN_IF_ERROR(ops::RmsNorm(ctx_, tmp.data(), T, hidden, hidden, next_norm, eps, y.data(),
+                                 hidden, residual.data()));
+  }
+
+  ForwardResult result;
+  result.path_used = resolved;
+  result.rows = static_cast<int>(plan.logit_rows.size());
+  if (result.rows == 0) return result;
+  std::vector<float> rows(static_cast<size_t>(result.rows) * hidden);
+  for (int r = 0; r < result.rows; ++r) {
+    RETURN_IF_ERROR(ops::Copy2D(ctx_, rows.data() + static_cast<size_t>(r) * hidden, hidden,
+                                y.data() + static_cast<size_t>(plan.logit_rows[r]) * hidden,
+                                hidden, hidden, 1));
+  }
+  result.logits.resize(static_cast<size_t>(result.rows) * c.vocab_size);
+  RETURN_IF_ERROR(ops::Linear(ctx_, rows.data(), result.rows, hidden, weights_.lm_head,
+                              result.logits.data(), c.vocab_size));
+  return result;
+}
+
+}  // namespace mlaserve::model

@@ -1,0 +1,100 @@
+// DeepSeek weights as the forward consumes them: per-layer structs of f32 host buffers, loaded
+// once through WeightStore (any stored dtype -- f32, bf16, fp8 with block scales -- arrives as
+// f32), with the layouts the kernels want:
+//   - dense MLP and shared experts: gate and up stacked into one [2I, H] matrix, so one GEMM
+//     feeds kernels/activation's SiluAndMul ([gate | up] per row);
+//   - routed experts: [E, 2I, H] gate_up and [E, H, I] down, built from the published
+//     per-expert names (mlp.experts.<e>.{gate,up,down}_proj.weight) or taken as they are from
+//     transformers-5-style fused names (mlp.experts.gate_up_proj / mlp.experts.down_proj);
+//   - MLA: kv_b_proj stays one [H*(nope+v), kv_lora] matrix; the absorbed path reads W_UK and
+//     W_UV as strided per-head views of it (KvBViews), never copies.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+
+namespace mlaserve::model {
+
+class WeightStore;
+
+// nn.Linear: y = x W^T (+ b), W row-major [out, in].
+struct LinearWeight {
+  std::vector<float> weight;
+  std::vector<float> bias;  // [out] or empty
+  int out = 0;
+  int in = 0;
+  bool empty() const { return weight.empty(); }
+};
+
+// Per-head views of kv_b_proj ([H * (nope + v), kv_lora] row-major). Head h's rows start at
+// h * (nope + v): the first `nope` rows are W_UK[h] ([nope, kv_lora]), the next `v` rows are
+// W_UV[h] ([v, kv_lora]).
+struct KvBViews {
+  const float* w_uk = nullptr;  // head 0's W_UK; head h at + h * head_stride
+  const float* w_uv = nullptr;  // head 0's W_UV
+  int64_t head_stride = 0;      // (nope + v) * kv_lora elements
+  int64_t row_stride = 0;       // kv_lora
+};
+
+struct MlaWeights {
+  LinearWeight q_proj;        // q_lora_rank null: [H*(nope+rope), hidden]
+  LinearWeight q_a_proj;      // [q_lora, hidden] (+bias with attention_bias)
+  std::vector<float> q_a_norm;  // [q_lora]
+  LinearWeight q_b_proj;      // [H*(nope+rope), q_lora]
+  LinearWeight kv_a_proj;     // kv_a_proj_with_mqa: [kv_lora + rope, hidden] (+bias)
+  std::vector<float> kv_a_norm;  // [kv_lora]
+  LinearWeight kv_b_proj;     // [H*(nope+v), kv_lora]
+  LinearWeight o_proj;        // [hidden, H*v] (+bias)
+
+  KvBViews kv_b_views(const ModelConfig& c) const;
+};
+
+// DeepSeek-V3.2 lightning indexer.
+struct IndexerWeights {
+  LinearWeight wq_b;            // [n_heads*head_dim, q_lora]
+  LinearWeight wk;              // [head_dim, hidden]
+  std::vector<float> k_norm_w;  // LayerNorm [head_dim]
+  std::vector<float> k_norm_b;  // [head_dim]
+  LinearWeight weights_proj;    // [n_heads, hidden]
+};
+
+// gate|up stacked: [2I, hidden]; down: [hidden, I].
+struct GatedMlpWeights {
+  LinearWeight gate_up;
+  LinearWeight down;
+  int inter = 0;
+};
+
+struct MoeWeights {
+  LinearWeight router;                   // gate.weight [E, hidden]
+  std::vector<float> correction_bias;    // e_score_correction_bias [E] or empty
+  std::vector<float> experts_gate_up;    // [E, 2I, hidden]
+  std::vector<float> experts_down;       // [E, hidden, I]
+  GatedMlpWeights shared;                // empty when n_shared_experts == 0
+};
+
+struct LayerWeights {
+  std::vector<float> input_norm;          // [hidden]
+  std::vector<float> post_attention_norm; // [hidden]
+  MlaWeights attn;
+  IndexerWeights indexer;                 // V3.2 only
+  bool is_moe = false;
+  GatedMlpWeights mlp;                    // dense layers
+  MoeWeights moe;                         // MoE layers
+};
+
+struct DeepseekWeights {
+  std::vector<float> embed;     // [vocab, hidden]
+  std::vector<float> final_norm;
+  LinearWeight lm_head;         // [vocab, hidden]; a copy of embed when tied
+  std::vector<LayerWeights> layers;
+};
+
+// Loads every tensor the config needs, checking shapes; a missing or mis-shaped tensor is
+// INVALID_ARGUMENT / NOT_FOUND naming it.
+absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& config, WeightStore& store);
+
+}  // namespace mlaserve::model

@@ -1,0 +1,143 @@
+// Test helpers for the DeepSeek engine: the HF reference fixtures (tests/fixtures/models/<name>/
+// expected.json, written by tools/make_fixtures.py) and small drivers over Engine::Forward.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/engine.h"
+#include "nlohmann/json.hpp"
+
+namespace mlaserve::model::testing {
+
+inline const char* kFixtureRoot = "tests/fixtures/models";
+
+struct ReferencePrompt {
+  std::string name;
+  std::vector<int32_t> ids;
+  std::vector<int> logits_positions;
+  std::vector<std::vector<float>> logits;  // one row per logits_positions entry
+  std::vector<int32_t> greedy_tokens;
+  std::vector<std::vector<float>> decode_logits;  // after feeding greedy_tokens[s]
+};
+
+struct Reference {
+  std::string dir;
+  int vocab_size = 0;
+  std::vector<ReferencePrompt> prompts;
+};
+
+inline std::vector<float> FloatRow(const nlohmann::json& j) {
+  std::vector<float> v;
+  v.reserve(j.size());
+  for (const auto& x : j) v.push_back(x.is_null() ? NAN : x.get<float>());
+  return v;
+}
+
+// Reads <dir>/expected.json. Fails the test (returns false) when it is missing or malformed.
+inline bool LoadReference(const std::string& dir, Reference* ref) {
+  std::ifstream in(dir + "/expected.json");
+  if (!in) {
+    ADD_FAILURE() << "missing " << dir << "/expected.json (tools/make_fixtures.py writes it)";
+    return false;
+  }
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    ADD_FAILURE() << dir << "/expected.json is not valid JSON";
+    return false;
+  }
+  ref->dir = dir;
+  ref->vocab_size = j.at("vocab_size").get<int>();
+  for (const auto& p : j.at("prompts")) {
+    ReferencePrompt rp;
+    rp.name = p.at("name").get<std::string>();
+    rp.ids = p.at("input_ids").get<std::vector<int32_t>>();
+    rp.logits_positions = p.at("logits_positions").get<std::vector<int>>();
+    for (const auto& row : p.at("logits")) rp.logits.push_back(FloatRow(row));
+    rp.greedy_tokens = p.at("greedy").at("tokens").get<std::vector<int32_t>>();
+    for (const auto& row : p.at("greedy").at("decode_logits")) {
+      rp.decode_logits.push_back(FloatRow(row));
+    }
+    ref->prompts.push_back(std::move(rp));
+  }
+  return true;
+}
+
+// max |got - want| / max |want|: the relative error the fixture tests bound by 1e-4.
+inline double RelError(const float* got, const std::vector<float>& want) {
+  double diff = 0.0, scale = 0.0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  }
+  return scale > 0.0 ? diff / scale : diff;
+}
+inline double RelError(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  if (got.size() != want.size()) return INFINITY;
+  return RelError(got.data(), want);
+}
+
+inline std::unique_ptr<Engine> MakeEngine(const std::string& dir, int pages = 256) {
+  EngineOptions o;
+  o.model_dir = dir;
+  o.num_kv_pages = pages;
+  o.max_batch_tokens = 8192;
+  auto e = Engine::Create(o);
+  EXPECT_TRUE(e.ok()) << dir << ": " << e.status();
+  return e.ok() ? *std::move(e) : nullptr;
+}
+
+inline int PagesFor(int tokens) { return (tokens + 63) / 64; }
+
+// A sequence's pages in a pool, freed when it goes away.
+class SeqPages {
+ public:
+  SeqPages(KvPool& pool, int tokens) : pool_(pool) {
+    auto p = pool.Allocate(PagesFor(tokens));
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (p.ok()) pages_ = *std::move(p);
+  }
+  ~SeqPages() { pool_.Free(pages_); }
+  const std::vector<int32_t>& pages() const { return pages_; }
+
+ private:
+  KvPool& pool_;
+  std::vector<int32_t> pages_;
+};
+
+// Prefills `ids` in chunks of `chunk` tokens (one sequence); returns the logits at the last
+// position of every chunk, keyed by position.
+inline std::map<int, std::vector<float>> ChunkedPrefill(Engine& engine,
+                                                        const std::vector<int32_t>& ids,
+                                                        const std::vector<int32_t>& pages,
+                                                        int chunk, AttentionPath path) {
+  std::map<int, std::vector<float>> out;
+  const int n = static_cast<int>(ids.size());
+  for (int begin = 0; begin < n; begin += chunk) {
+    const int len = std::min(chunk, n - begin);
+    SequenceChunk c;
+    c.tokens = std::span<const int32_t>(ids).subspan(begin, len);
+    c.start_pos = begin;
+    c.pages = pages;
+    auto r = engine.Forward({&c, 1}, path);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return out;
+    out[begin + len - 1] = r->logits;
+  }
+  return out;
+}
+
+inline int32_t Argmax(const std::vector<float>& v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+}  // namespace mlaserve::model::testing

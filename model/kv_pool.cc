@@ -1,0 +1,216 @@
+// KvPool: per-layer paged buffers and thread-safe page accounting (see kv_pool.h).
+//
+// CPU backend: host buffers (zeroed, 64-byte aligned). CUDA backend: device buffers through
+// the CUDA runtime, available only when the model runtime is built with CUDA
+// (MLASERVE_MODEL_HAS_CUDA); otherwise Create refuses with FAILED_PRECONDITION.
+#include "model/kv_pool.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace mlaserve::model {
+namespace {
+
+constexpr size_t kHostAlignment = 64;
+
+size_t LatentPageBytes(const KvPoolOptions& o) {
+  return static_cast<size_t>(kernels::kPageSize) * o.latent_dim * kernels::DTypeSize(o.dtype);
+}
+size_t IndexPageBytes(const KvPoolOptions& o) {
+  return static_cast<size_t>(kernels::kPageSize) * o.index_dim * kernels::DTypeSize(o.dtype);
+}
+
+absl::StatusOr<void*> AllocBuffer(kernels::Backend backend, size_t bytes) {
+  if (backend == kernels::Backend::kCpu) {
+    const size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+    void* p = std::aligned_alloc(kHostAlignment, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("KvPool: host allocation of ", bytes, " bytes failed"));
+    }
+    std::memset(p, 0, rounded);
+    return p;
+  }
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    return absl::ResourceExhaustedError(absl::StrCat("KvPool: cudaMalloc of ", bytes,
+                                                     " bytes failed: ", cudaGetErrorString(err)));
+  }
+  err = cudaMemset(p, 0, bytes);
+  if (err != cudaSuccess) {
+    cudaFree(p);
+    return absl::InternalError(absl::StrCat("KvPool: cudaMemset failed: ", cudaGetErrorString(err)));
+  }
+  return p;
+#else
+  return absl::FailedPreconditionError(
+      "KvPool: backend cuda requested but this build has no CUDA support");
+#endif
+}
+
+void FreeBuffer(kernels::Backend backend, void* p) {
+  if (p == nullptr) return;
+  if (backend == kernels::Backend::kCpu) {
+    std::free(p);
+    return;
+  }
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  cudaFree(p);
+#endif
+}
+
+// Copies between host memory and a pool buffer of the given backend.
+absl::Status CopyBytes(kernels::Backend backend, void* dst, const void* src, size_t bytes,
+                       bool to_host) {
+  if (backend == kernels::Backend::kCpu) {
+    std::memcpy(dst, src, bytes);
+    return absl::OkStatus();
+  }
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  cudaError_t err =
+      cudaMemcpy(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice);
+  if (err != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("KvPool: cudaMemcpy failed: ", cudaGetErrorString(err)));
+  }
+  return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError("KvPool: no CUDA support in this build");
+#endif
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolOptions& options) {
+  if (options.num_layers <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvPool: num_layers is ", options.num_layers, "; it must be positive"));
+  }
+  if (options.num_pages <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvPool: num_pages is ", options.num_pages, "; it must be positive"));
+  }
+  if (options.latent_dim <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvPool: latent_dim is ", options.latent_dim, "; it must be positive"));
+  }
+  if (options.index_dim < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvPool: index_dim is ", options.index_dim, "; it must be >= 0"));
+  }
+  if (options.dtype != kernels::DType::kF32 && options.dtype != kernels::DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KvPool: cache dtype ", kernels::DTypeName(options.dtype),
+                     " is not supported (f32 or bf16)"));
+  }
+  std::unique_ptr<KvPool> pool(new KvPool(options));
+  const size_t latent_bytes = LatentPageBytes(options) * options.num_pages;
+  const size_t index_bytes = IndexPageBytes(options) * options.num_pages;
+  for (int l = 0; l < options.num_layers; ++l) {
+    auto latent = AllocBuffer(options.backend, latent_bytes);
+    if (!latent.ok()) return latent.status();
+    pool->latent_.push_back(*latent);
+    if (options.index_dim > 0) {
+      auto index = AllocBuffer(options.backend, index_bytes);
+      if (!index.ok()) return index.status();
+      pool->index_.push_back(*index);
+    }
+  }
+  absl::MutexLock lock(&pool->mu_);
+  // A stack popped from the back: page 0 is handed out first.
+  pool->free_list_.resize(options.num_pages);
+  for (int i = 0; i < options.num_pages; ++i) pool->free_list_[i] = options.num_pages - 1 - i;
+  pool->in_use_.assign(options.num_pages, 0);
+  return pool;
+}
+
+KvPool::~KvPool() {
+  for (void* p : latent_) FreeBuffer(options_.backend, p);
+  for (void* p : index_) FreeBuffer(options_.backend, p);
+}
+
+absl::StatusOr<std::vector<int32_t>> KvPool::Allocate(int n) {
+  if (n < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KvPool: cannot allocate ", n, " pages"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (static_cast<size_t>(n) > free_list_.size()) {
+    return absl::ResourceExhaustedError(absl::StrCat("KvPool: ", n, " pages requested but only ",
+                                                     free_list_.size(), " of ",
+                                                     options_.num_pages, " are free"));
+  }
+  std::vector<int32_t> pages(free_list_.end() - n, free_list_.end());
+  std::reverse(pages.begin(), pages.end());
+  free_list_.resize(free_list_.size() - n);
+  for (int32_t p : pages) in_use_[p] = 1;
+  return pages;
+}
+
+void KvPool::Free(std::span<const int32_t> pages) {
+  absl::MutexLock lock(&mu_);
+  for (int32_t p : pages) {
+    // Out-of-range or already-free ids are ignored so that a double free cannot corrupt the
+    // free list (it would hand the same page to two requests).
+    if (p < 0 || p >= options_.num_pages || !in_use_[p]) continue;
+    in_use_[p] = 0;
+    free_list_.push_back(p);
+  }
+}
+
+int KvPool::free_pages() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(free_list_.size());
+}
+
+size_t KvPool::layer_page_bytes() const {
+  return LatentPageBytes(options_) + IndexPageBytes(options_);
+}
+
+absl::Status KvPool::ReadPage(int layer, int32_t page, void* host_dst) const {
+  if (layer < 0 || layer >= options_.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("KvPool::ReadPage: layer ", layer,
+                                                   " out of range [0, ", options_.num_layers, ")"));
+  }
+  if (page < 0 || page >= options_.num_pages) {
+    return absl::InvalidArgumentError(absl::StrCat("KvPool::ReadPage: page ", page,
+                                                   " out of range [0, ", options_.num_pages, ")"));
+  }
+  const size_t lb = LatentPageBytes(options_);
+  const size_t ib = IndexPageBytes(options_);
+  auto* dst = static_cast<uint8_t*>(host_dst);
+  absl::Status s = CopyBytes(options_.backend, dst,
+                             static_cast<const uint8_t*>(latent_[layer]) + lb * page, lb, true);
+  if (!s.ok() || ib == 0) return s;
+  return CopyBytes(options_.backend, dst + lb,
+                   static_cast<const uint8_t*>(index_[layer]) + ib * page, ib, true);
+}
+
+absl::Status KvPool::WritePage(int layer, int32_t page, const void* host_src) {
+  if (layer < 0 || layer >= options_.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("KvPool::WritePage: layer ", layer,
+                                                   " out of range [0, ", options_.num_layers, ")"));
+  }
+  if (page < 0 || page >= options_.num_pages) {
+    return absl::InvalidArgumentError(absl::StrCat("KvPool::WritePage: page ", page,
+                                                   " out of range [0, ", options_.num_pages, ")"));
+  }
+  const size_t lb = LatentPageBytes(options_);
+  const size_t ib = IndexPageBytes(options_);
+  const auto* src = static_cast<const uint8_t*>(host_src);
+  absl::Status s =
+      CopyBytes(options_.backend, static_cast<uint8_t*>(latent_[layer]) + lb * page, src, lb, false);
+  if (!s.ok() || ib == 0) return s;
+  return CopyBytes(options_.backend, static_cast<uint8_t*>(index_[layer]) + ib * page, src + lb, ib,
+                   false);
+}
+
+}  // namespace mlaserve::model

@@ -1,0 +1,135 @@
+#include "model/rope.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace mlaserve::model {
+namespace {
+
+// HF's get_mscale: 0.1 * mscale * ln(scale) + 1 for scale > 1, else 1.
+double YarnMscale(double scale, double mscale) {
+  if (scale <= 1.0) return 1.0;
+  return 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+// Dimension index at which a wavelength completes `num_rotations` turns over `max_pos`.
+double CorrectionDim(double num_rotations, int dim, double base, double max_pos) {
+  return (dim * std::log(max_pos / (num_rotations * 2.0 * M_PI))) / (2.0 * std::log(base));
+}
+
+// theta^(2i/dim) in float32, as torch computes base ** (arange(0, dim, 2).float() / dim).
+float PosFreq(double theta, int i, int dim) {
+  const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+  return static_cast<float>(std::pow(theta, static_cast<double>(exponent)));
+}
+
+}  // namespace
+
+absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeConfig& rope, int dim,
+                                                       int max_position_embeddings) {
+  if (dim <= 0 || dim % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rotary dimension is ", dim, "; it must be positive and even"));
+  }
+  if (!(rope.theta > 0.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("rope_theta is ", rope.theta, "; it must be > 0"));
+  }
+  const int half = dim / 2;
+  RopeFrequencies out;
+  out.inv_freq.resize(half);
+  if (rope.type == "default") {
+    for (int i = 0; i < half; ++i) out.inv_freq[i] = 1.0f / PosFreq(rope.theta, i, dim);
+    out.attention_factor = 1.0f;
+    return out;
+  }
+  if (rope.type != "yarn") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope type \"", rope.type, "\" is not supported (default or yarn)"));
+  }
+  const double factor = rope.factor;
+  if (!(factor > 0.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("yarn factor is ", factor, "; it must be > 0"));
+  }
+  const int orig_max = rope.original_max_position_embeddings > 0
+                           ? rope.original_max_position_embeddings
+                           : max_position_embeddings;
+  if (orig_max <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "yarn original_max_position_embeddings is ", orig_max, "; it must be positive"));
+  }
+  double attention_factor;
+  if (rope.attention_factor.has_value()) {
+    attention_factor = *rope.attention_factor;
+  } else if (rope.mscale != 0.0 && rope.mscale_all_dim != 0.0) {
+    attention_factor = YarnMscale(factor, rope.mscale) / YarnMscale(factor, rope.mscale_all_dim);
+  } else {
+    attention_factor = YarnMscale(factor, 1.0);
+  }
+  // HF: `beta_fast or 32`, `beta_slow or 1` (a zero means the default).
+  const double beta_fast = rope.beta_fast != 0.0 ? rope.beta_fast : 32.0;
+  const double beta_slow = rope.beta_slow != 0.0 ? rope.beta_slow : 1.0;
+  double low = CorrectionDim(beta_fast, dim, rope.theta, orig_max);
+  double high = CorrectionDim(beta_slow, dim, rope.theta, orig_max);
+  if (rope.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;  // HF: prevent a singular ramp
+  const float lowf = static_cast<float>(low);
+  const float span = static_cast<float>(high - low);
+  const float factor_f = static_cast<float>(factor);
+  for (int i = 0; i < half; ++i) {
+    const float pos_freq = PosFreq(rope.theta, i, dim);
+    const float extrapolation = 1.0f / pos_freq;
+    const float interpolation = 1.0f / (factor_f * pos_freq);
+    const float ramp = std::clamp((static_cast<float>(i) - lowf) / span, 0.0f, 1.0f);
+    const float extrapolation_factor = 1.0f - ramp;
+    out.inv_freq[i] =
+        interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
+  }
+  out.attention_factor = static_cast<float>(attention_factor);
+  return out;
+}
+
+absl::StatusOr<RopeTable> BuildRopeTable(const RopeConfig& rope, int rot_dim, int max_position,
+                                         int max_position_embeddings) {
+  if (max_position <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope table size is ", max_position, "; it must be positive"));
+  }
+  RopeTable table;
+  table.rot_dim = rot_dim;
+  table.max_position = max_position;
+  auto freqs = ComputeRopeFrequencies(rope, rot_dim, max_position_embeddings);
+  if (!freqs.ok()) return freqs.status();
+  table.freqs = *std::move(freqs);
+  const int half = rot_dim / 2;
+  const float af = table.freqs.attention_factor;
+  table.cos_sin.resize(static_cast<size_t>(max_position) * rot_dim);
+  for (int p = 0; p < max_position; ++p) {
+    float* row = table.cos_sin.data() + static_cast<size_t>(p) * rot_dim;
+    for (int i = 0; i < half; ++i) {
+      // HF: freqs = inv_freq @ position (one f32 product), then cos/sin in f32, times af.
+      const float angle = table.freqs.inv_freq[i] * static_cast<float>(p);
+      row[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * af;
+      row[half + i] = static_cast<float>(std::sin(static_cast<double>(angle))) * af;
+    }
+  }
+  return table;
+}
+
+absl::StatusOr<RopeTable> BuildRopeTable(const ModelConfig& config) {
+  // The config parser saw the raw JSON (absent vs. zero mscale fields) and resolved HF's
+  // attention_scaling; use its value rather than re-deriving it from defaults.
+  RopeConfig rope = config.rope;
+  if (rope.type == "yarn") rope.attention_factor = rope.attention_scaling;
+  return BuildRopeTable(rope, config.qk_rope_head_dim, config.max_position_embeddings,
+                        config.max_position_embeddings);
+}
+
+}  // namespace mlaserve::model

@@ -1,0 +1,222 @@
+// mlaserve-run: generate from a DeepSeek checkpoint in one process, no server.
+//
+//   mlaserve-run --model DIR --prompt "Hello" --max-new-tokens 16
+//   mlaserve-run --model DIR --prompt-ids 1,2,3 --ignore-eos --dump-logits out.json
+//
+// Prefill runs in chunks of --chunk-size tokens (0 = one chunk), then one decode step per
+// token over the paged cache; sampling is greedy unless --temperature > 0. Prints the generated
+// text (or ids with --print-ids, or when the checkpoint has no tokenizer.json) to stdout.
+// --dump-logits writes {"last_prompt_logits": [...], "generated_ids": [...]}.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status.h"
+#include "model/detokenizer.h"
+#include "model/engine.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace mlaserve::model {
+namespace {
+
+struct RunOptions {
+  std::string model_dir;
+  std::optional<std::string> prompt;
+  std::string prompt_ids;
+  int max_new_tokens = 32;
+  SamplingOptions sampling;
+  bool seed_given = false;
+  bool ignore_eos = false;
+  AttentionPath attention = AttentionPath::kAuto;
+  int chunk_size = 0;
+  kernels::Backend backend = kernels::Backend::kCpu;
+  int num_kv_pages = 0;  // 0: just enough for the request
+  std::string dump_logits;
+  bool print_ids = false;
+};
+
+absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
+  std::vector<int32_t> ids;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(part, &id)) {
+      return absl::InvalidArgumentError(absl::StrCat("--prompt-ids: '", part, "' is not an integer"));
+    }
+    ids.push_back(id);
+  }
+  if (ids.empty()) return absl::InvalidArgumentError("--prompt-ids: no ids given");
+  return ids;
+}
+
+absl::Status WriteDump(const std::string& path, const std::vector<float>& logits,
+                       const std::vector<int32_t>& generated) {
+  nlohmann::json j;
+  j["last_prompt_logits"] = logits;
+  j["generated_ids"] = generated;
+  std::ofstream out(path);
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write --dump-logits file ", path));
+  out << j.dump() << "\n";
+  return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("writing ", path, " failed"));
+}
+
+absl::Status Run(const RunOptions& o) {
+  if (o.max_new_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-new-tokens is ", o.max_new_tokens, "; it must be >= 0"));
+  }
+  if (o.chunk_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--chunk-size is ", o.chunk_size, "; it must be >= 0"));
+  }
+  RETURN_IF_ERROR(ValidateSamplingOptions(o.sampling));
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  const std::string tok_path = (std::filesystem::path(o.model_dir) / "tokenizer.json").string();
+  if (std::filesystem::exists(tok_path)) {
+    ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromFile(tok_path));
+  }
+  std::vector<int32_t> prompt;
+  if (o.prompt.has_value()) {
+    if (tokenizer == nullptr) {
+      return absl::NotFoundError(absl::StrCat("--prompt needs ", tok_path, "; use --prompt-ids"));
+    }
+    ASSIGN_OR_RETURN(prompt, tokenizer->Encode(*o.prompt, /*add_special_tokens=*/true));
+  } else {
+    ASSIGN_OR_RETURN(prompt, ParseIds(o.prompt_ids));
+  }
+  if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+
+  const int total = static_cast<int>(prompt.size()) + o.max_new_tokens;
+  const int pages_needed = (total + kernels::kPageSize - 1) / kernels::kPageSize;
+  EngineOptions eo;
+  eo.model_dir = o.model_dir;
+  eo.backend = o.backend;
+  eo.num_kv_pages = o.num_kv_pages > 0 ? o.num_kv_pages : pages_needed;
+  eo.max_batch_tokens = std::max<int>(o.chunk_size > 0 ? o.chunk_size : prompt.size(), 1);
+  eo.max_batch_seqs = 1;
+  eo.attention = o.attention;
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(eo));
+  const ModelConfig& config = engine->config();
+  if (total > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt (", prompt.size(), " tokens) + --max-new-tokens ", o.max_new_tokens,
+        " exceeds this model's ", config.max_position_embeddings, " positions"));
+  }
+  ASSIGN_OR_RETURN(std::vector<int32_t> pages, engine->kv_pool().Allocate(pages_needed));
+
+  // Prefill, chunk by chunk; only the last chunk's last row yields logits.
+  const int n = static_cast<int>(prompt.size());
+  const int chunk = o.chunk_size > 0 ? o.chunk_size : n;
+  std::vector<float> logits;
+  for (int begin = 0; begin < n; begin += chunk) {
+    const int len = std::min(chunk, n - begin);
+    SequenceChunk c;
+    c.tokens = std::span<const int32_t>(prompt).subspan(begin, len);
+    c.start_pos = begin;
+    c.pages = pages;
+    c.want_logits = begin + len == n;
+    ASSIGN_OR_RETURN(ForwardResult r, engine->Forward({&c, 1}, o.attention));
+    if (c.want_logits) logits = std::move(r.logits);
+  }
+  const std::vector<float> last_prompt_logits = logits;
+
+  std::vector<int32_t> eos = config.eos_token_ids;
+  if (eos.empty() && tokenizer != nullptr && tokenizer->eos_id()) eos.push_back(*tokenizer->eos_id());
+  SamplingOptions sampling = o.sampling;
+  if (!o.seed_given) sampling.seed = RandomSeed();
+  Sampler sampler;
+  std::vector<int32_t> history = prompt;
+  std::vector<int32_t> generated;
+  std::optional<IncrementalDetokenizer> detok;
+  const bool print_text = tokenizer != nullptr && !o.print_ids;
+  if (print_text) detok.emplace(*tokenizer, /*skip_special_tokens=*/true);
+  for (int step = 0; step < o.max_new_tokens; ++step) {
+    SampleRow row{sampling, static_cast<uint64_t>(step), history};
+    ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                     sampler.Sample(logits, config.vocab_size, {&row, 1}));
+    const int32_t id = ids[0];
+    generated.push_back(id);
+    history.push_back(id);
+    if (print_text) {
+      ASSIGN_OR_RETURN(std::string piece, detok->Add(id));
+      std::cout << piece << std::flush;
+    }
+    const bool stop = !o.ignore_eos && std::find(eos.begin(), eos.end(), id) != eos.end();
+    if (stop || step + 1 == o.max_new_tokens) break;
+    SequenceChunk c;
+    c.tokens = std::span<const int32_t>(&history.back(), 1);
+    c.start_pos = static_cast<int>(history.size()) - 1;
+    c.pages = pages;
+    ASSIGN_OR_RETURN(ForwardResult r, engine->Forward({&c, 1}, o.attention));
+    logits = std::move(r.logits);
+  }
+  if (print_text) {
+    std::cout << detok->Flush() << "\n";
+  } else {
+    for (size_t i = 0; i < generated.size(); ++i) std::cout << (i ? " " : "") << generated[i];
+    std::cout << "\n";
+  }
+  engine->kv_pool().Free(pages);
+  if (!o.dump_logits.empty()) RETURN_IF_ERROR(WriteDump(o.dump_logits, last_prompt_logits, generated));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace mlaserve::model
+
+int main(int argc, char** argv) {
+  using mlaserve::model::AttentionPath;
+  mlaserve::model::RunOptions o;
+  CLI::App app{"mlaserve-run: generate from a DeepSeek checkpoint (no server)"};
+  app.add_option("--model", o.model_dir, "model directory (config.json, *.safetensors)")->required();
+  auto* prompt = app.add_option("--prompt", o.prompt, "prompt text (checkpoint's tokenizer.json)");
+  auto* ids = app.add_option("--prompt-ids", o.prompt_ids, "prompt token ids, comma separated");
+  prompt->excludes(ids);
+  app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
+  o.sampling.temperature = 0.0f;  // greedy unless asked otherwise
+  app.add_option("--temperature", o.sampling.temperature, "0 = greedy")->capture_default_str();
+  app.add_option("--top-k", o.sampling.top_k, "0 = off");
+  app.add_option("--top-p", o.sampling.top_p, "1 = off");
+  app.add_option("--min-p", o.sampling.min_p, "0 = off");
+  app.add_option("--repetition-penalty", o.sampling.repetition_penalty, "1 = off");
+  auto* seed = app.add_option("--seed", o.sampling.seed, "sampling seed (default: random)");
+  app.add_flag("--ignore-eos", o.ignore_eos, "keep generating after EOS");
+  std::string attention = "auto";
+  app.add_option("--attention", attention, "prefill attention form")
+      ->check(CLI::IsMember({"auto", "mha", "mla"}))->capture_default_str();
+  app.add_option("--chunk-size", o.chunk_size, "prefill chunk size in tokens (0 = one chunk)");
+  std::string backend = "auto";
+  app.add_option("--backend", backend, "auto|cpu|cuda (auto = cpu: the CUDA runtime is not built yet)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  app.add_option("--num-kv-pages", o.num_kv_pages, "KV pool size (default: what the request needs)");
+  app.add_option("--dump-logits", o.dump_logits, "write last prompt logits and generated ids (JSON)");
+  app.add_flag("--print-ids", o.print_ids, "print generated ids instead of text");
+  CLI11_PARSE(app, argc, argv);
+  if (!*prompt && !*ids) {
+    std::cerr << "mlaserve-run: give --prompt or --prompt-ids\n";
+    return 2;
+  }
+  o.seed_given = seed->count() > 0;
+  o.attention = attention == "mha"   ? AttentionPath::kMha
+                : attention == "mla" ? AttentionPath::kMla
+                                     : AttentionPath::kAuto;
+  o.backend = backend == "cuda" ? mlaserve::kernels::Backend::kCuda : mlaserve::kernels::Backend::kCpu;
+  absl::Status s = mlaserve::model::Run(o);
+  if (!s.ok()) {
+    std::cerr << "mlaserve-run: " << s << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,72 @@
+# model runtime (owner: runtime): the paged KV pool, RoPE tables, DeepSeek weights and forward,
+# the sampler, the mlaserve-run CLI and their tests.
+
+# The KV pool stands alone so that serving code can link it without the model.
+add_library(model_kv_pool STATIC ${CMAKE_CURRENT_LIST_DIR}/kv_pool.cc)
+target_include_directories(model_kv_pool PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(model_kv_pool PUBLIC mlaserve_kernels_common absl::status absl::statusor
+                      absl::strings absl::synchronization)
+if(MLASERVE_WITH_CUDA)
+  target_compile_definitions(model_kv_pool PRIVATE MLASERVE_MODEL_HAS_CUDA=1)
+  target_link_libraries(model_kv_pool PUBLIC CUDA::cudart_static)
+endif()
+mlaserve_warnings(model_kv_pool)
+mlaserve_test(model_kv_pool_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_pool_test.cc
+              DEPS model_kv_pool)
+
+# RoPE frequency / cos-sin tables (default and YaRN, as Hugging Face computes them).
+add_library(model_rope STATIC ${CMAKE_CURRENT_LIST_DIR}/rope.cc)
+target_include_directories(model_rope PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(model_rope PUBLIC absl::status absl::statusor absl::strings)
+mlaserve_warnings(model_rope)
+mlaserve_test(model_rope_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/rope_test.cc DEPS model_rope)
+
+# Host-side sampling options and the batched call into kernels/sampling.
+add_library(model_sampler STATIC ${CMAKE_CURRENT_LIST_DIR}/sampler.cc)
+target_include_directories(model_sampler PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(model_sampler PUBLIC kernels_sampling absl::status absl::statusor absl::strings)
+mlaserve_warnings(model_sampler)
+
+# The DeepSeek forward (Engine::Create) over the kernel API.
+add_library(model_runtime STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/forward_ops.cc
+  ${CMAKE_CURRENT_LIST_DIR}/deepseek_weights.cc
+  ${CMAKE_CURRENT_LIST_DIR}/deepseek_model.cc
+  ${CMAKE_CURRENT_LIST_DIR}/attention.cc
+  ${CMAKE_CURRENT_LIST_DIR}/indexer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/moe_layer.cc)
+target_link_libraries(model_runtime PUBLIC model_loader model_kv_pool model_rope model_sampler
+                      mlaserve_kernels mlaserve_common)
+mlaserve_warnings(model_runtime)
+
+# mlaserve-run: one-process generation from a checkpoint.
+add_executable(mlaserve-run ${CMAKE_CURRENT_LIST_DIR}/run_main.cc)
+target_link_libraries(mlaserve-run PRIVATE model_runtime model_sampler model_tokenizer
+                      CLI11::CLI11 nlohmann_json::nlohmann_json)
+mlaserve_warnings(mlaserve-run)
+install(TARGETS mlaserve-run RUNTIME DESTINATION bin)
+
+if(MLASERVE_BUILD_TESTS)
+  mlaserve_test(model_sampler_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sampler_test.cc
+                DEPS model_sampler)
+  # Reference tests over tests/fixtures/models (tools/make_fixtures.py).
+  mlaserve_test(model_engine_reference_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_reference_test.cc
+                DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
+  mlaserve_test(model_engine_behavior_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_behavior_test.cc
+                DEPS model_runtime model_sampler nlohmann_json::nlohmann_json TIMEOUT 600)
+
+  # mlaserve-run end to end on the V3 fixture: chunked prefill, greedy decode, --dump-logits
+  # checked against the HF reference.
+  add_executable(run_dump_check ${CMAKE_CURRENT_LIST_DIR}/run_dump_check.cc)
+  target_link_libraries(run_dump_check PRIVATE nlohmann_json::nlohmann_json)
+  set(_fixture ${PROJECT_SOURCE_DIR}/tests/fixtures/models/deepseek_v3)
+  add_test(NAME mlaserve_run_fixture
+    COMMAND sh -c "set -e; ids=$($<TARGET_FILE:run_dump_check> ids ${_fixture}/expected.json 2); \
+$<TARGET_FILE:mlaserve-run> --model ${_fixture} --prompt-ids $ids --max-new-tokens 16 \
+--ignore-eos --chunk-size 24 --print-ids --dump-logits ${CMAKE_CURRENT_BINARY_DIR}/run_dump.json; \
+$<TARGET_FILE:run_dump_check> check ${CMAKE_CURRENT_BINARY_DIR}/run_dump.json ${_fixture}/expected.json 2"
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(mlaserve_run_fixture PROPERTIES TIMEOUT 300)
+endif()

@@ -1,0 +1,259 @@
+#include "model/weights.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/safetensors_test_util.h"
+#include "nlohmann/json.hpp"
+
+namespace mlaserve::model {
+namespace {
+
+using testing::AsBytes;
+using testing::SerializeSafetensors;
+using testing::TempDirTest;
+using testing::TestTensor;
+using testing::WriteFile;
+using ::testing::HasSubstr;
+
+// Reference decoders written from the format definitions, independently of numeric.h.
+
+uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float BitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// e4m3fn: bias 7; normal (8 + m) * 2^(e - 10), subnormal m * 2^-9; 0x7f/0xff are NaN.
+float RefFp8(uint8_t v) {
+  const int e = (v >> 3) & 15, m = v & 7;
+  const double mag = e == 0 ? m * std::pow(2.0, -9) : (8 + m) * std::pow(2.0, e - 10);
+  return static_cast<float>((v & 0x80) ? -mag : mag);
+}
+
+// Nearest bf16 (ties to even), found by comparing the two candidates in double.
+uint16_t RefBf16(float f) {
+  const uint32_t lo = FloatBits(f) & 0xffff0000u;
+  const uint32_t hi = lo + 0x10000u;
+  const double dlo = std::fabs(static_cast<double>(BitsFloat(lo)) - f);
+  const double dhi = std::fabs(static_cast<double>(BitsFloat(hi)) - f);
+  if (dlo < dhi || (dlo == dhi && ((lo >> 16) & 1) == 0)) return static_cast<uint16_t>(lo >> 16);
+  return static_cast<uint16_t>(hi >> 16);
+}
+
+// A random finite fp8 byte (never the NaN encodings).
+uint8_t RandomFp8(std::mt19937& rng) {
+  for (;;) {
+    const uint8_t b = static_cast<uint8_t>(rng());
+    if ((b & 0x7f) != 0x7f) return b;
+  }
+}
+
+// An fp8 weight [rows, cols] with random bytes and random block scales, and the f32 values it
+// must dequantize to.
+struct Fp8Case {
+  std::vector<uint8_t> weight;
+  std::vector<float> scale;
+  std::vector<int64_t> scale_shape;
+  std::vector<float> expected;
+};
+
+Fp8Case MakeFp8(int64_t rows, int64_t cols, int bn, int bk, std::mt19937& rng) {
+  Fp8Case c;
+  const int64_t srows = (rows + bn - 1) / bn, scols = (cols + bk - 1) / bk;
+  c.scale_shape = {srows, scols};
+  std::uniform_real_distribution<float> dist(0.5f, 2.0f);
+  for (int64_t i = 0; i < srows * scols; ++i) {
+    c.scale.push_back(std::ldexp(dist(rng), static_cast<int>(rng() % 9) - 12));
+  }
+  for (int64_t i = 0; i < rows * cols; ++i) c.weight.push_back(RandomFp8(rng));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t col = 0; col < cols; ++col) {
+      c.expected.push_back(RefFp8(c.weight[r * cols + col]) * c.scale[(r / bn) * scols + col / bk]);
+    }
+  }
+  return c;
+}
+
+void ExpectError(const absl::Status& s, absl::StatusCode code, const std::string& part1,
+                 const std::string& part2 = "") {
+  EXPECT_EQ(s.code(), code) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(part1));
+  if (!part2.empty()) EXPECT_THAT(std::string(s.message()), HasSubstr(part2));
+}
+
+void ExpectBitsEqual(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(FloatBits(got[i]), FloatBits(want[i])) << "element " << i << ": " << got[i]
+                                                     << " vs " << want[i];
+  }
+}
+
+using WeightStoreTest = TempDirTest;
+
+TEST(Fp8ReferenceTest, KnownEncodings) {
+  EXPECT_EQ(RefFp8(0x38), 1.0f);
+  EXPECT_EQ(RefFp8(0x40), 2.0f);
+  EXPECT_EQ(RefFp8(0xc0), -2.0f);
+  EXPECT_EQ(RefFp8(0x7e), 448.0f);
+  EXPECT_EQ(RefFp8(0x08), 0.015625f);    // smallest normal, 2^-6
+  EXPECT_EQ(RefFp8(0x01), 0.001953125f);  // smallest subnormal, 2^-9
+  EXPECT_EQ(RefBf16(1.0f + 1.0f / 256), 0x3f80);  // tie -> even
+  EXPECT_EQ(RefBf16(1.0f + 3.0f / 256), 0x3f82);  // tie -> even (up)
+}
+
+TEST_F(WeightStoreTest, FloatDTypesLoadExactly) {
+  std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed());
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  const int64_t rows = 5, cols = 7, n = rows * cols;
+  std::vector<float> f32(n), from_bf16(n), from_f16(n);
+  std::vector<uint16_t> bf16(n), f16(n);
+  for (int64_t i = 0; i < n; ++i) {
+    f32[i] = dist(rng);
+    bf16[i] = static_cast<uint16_t>(FloatBits(f32[i]) >> 16);  // truncation: any bf16 will do
+    from_bf16[i] = BitsFloat(static_cast<uint32_t>(bf16[i]) << 16);
+    const _Float16 h = static_cast<_Float16>(f32[i] * (i == 0 ? 1e-6f : 1.0f));  // one subnormal
+    std::memcpy(&f16[i], &h, 2);
+    from_f16[i] = static_cast<float>(h);
+  }
+  WriteFile(dir_ / "model.safetensors",
+            SerializeSafetensors({{"w.f32", "F32", {rows, cols}, AsBytes(f32)},
+                                  {"w.bf16", "BF16", {rows, cols}, AsBytes(bf16)},
+                                  {"w.f16", "F16", {rows, cols}, AsBytes(f16)},
+                                  {"ids", "I64", {2}, AsBytes(std::vector<int64_t>{1, 2})}}));
+  auto store = WeightStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::vector<int64_t> shape = {rows, cols};
+
+  auto got = (*store)->LoadF32("w.f32", shape);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectBitsEqual(*got, f32);
+  got = (*store)->LoadF32("w.bf16", {rows, cols});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectBitsEqual(*got, from_bf16);
+  got = (*store)->LoadF32("w.f16", shape);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectBitsEqual(*got, from_f16);
+
+  auto b = (*store)->LoadBf16("w.bf16", shape);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(*b, bf16);
+  b = (*store)->LoadBf16("w.f32", shape);
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ((*b)[i], RefBf16(f32[i])) << i;
+
+  ExpectError((*store)->LoadF32("w.f32", {cols, rows}).status(),
+              absl::StatusCode::kInvalidArgument, "'w.f32' has shape [5, 7]", "expects [7, 5]");
+  ExpectError((*store)->LoadBf16("w.f32", {rows * cols}).status(),
+              absl::StatusCode::kInvalidArgument, "'w.f32'", "[35]");
+  ExpectError((*store)->LoadF32("ids", {2}).status(), absl::StatusCode::kInvalidArgument, "'ids'",
+              "i64");
+  ExpectError((*store)->LoadF32("w.nope", shape).status(), absl::StatusCode::kNotFound, "'w.nope'");
+  EXPECT_TRUE((*store)->Has("ids"));
+  EXPECT_FALSE((*store)->Has("w.nope"));
+  auto raw = (*store)->Raw("ids");
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(raw->dtype, kernels::DType::kI64);
+}
+
+// fp8 weights with partial edge blocks in both dimensions, in a sharded checkpoint where the
+// scale lives in another shard than its weight.
+TEST_F(WeightStoreTest, Fp8BlockScaledDequantizes) {
+  std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed());
+  const Fp8Case big = MakeFp8(300, 200, 128, 128, rng);  // blocks of 128/128/44 x 128/72
+  const Fp8Case small = MakeFp8(100, 64, 128, 128, rng);  // one partial block
+  const std::string s1 = "model-00001-of-00002.safetensors";
+  const std::string s2 = "model-00002-of-00002.safetensors";
+  WriteFile(dir_ / s1,
+            SerializeSafetensors({{"l.q.weight", "F8_E4M3", {300, 200}, big.weight},
+                                  {"l.k.weight", "F8_E4M3", {100, 64}, small.weight},
+                                  {"l.k.weight_scale_inv", "F32", small.scale_shape,
+                                   AsBytes(small.scale)},
+                                  {"l.bad.weight", "F8_E4M3", {100, 64}, small.weight},
+                                  {"l.bad.weight_scale_inv", "F32", {2, 1}, AsBytes(std::vector<float>{1, 2})},
+                                  {"l.noscale.weight", "F8_E4M3", {4, 4}, std::vector<uint8_t>(16)}}));
+  WriteFile(dir_ / s2, SerializeSafetensors({{"l.q.weight_scale_inv", "F32", big.scale_shape,
+                                              AsBytes(big.scale)}}));
+  nlohmann::json index = {{"weight_map",
+                           {{"l.q.weight", s1},
+                            {"l.k.weight", s1},
+                            {"l.k.weight_scale_inv", s1},
+                            {"l.bad.weight", s1},
+                            {"l.bad.weight_scale_inv", s1},
+                            {"l.noscale.weight", s1},
+                            {"l.q.weight_scale_inv", s2}}}};
+  WriteFile(dir_ / "model.safetensors.index.json", index.dump());
+
+  auto store = WeightStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto got = (*store)->LoadF32("l.q.weight", {300, 200});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectBitsEqual(*got, big.expected);
+  got = (*store)->LoadF32("l.k.weight", {100, 64});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectBitsEqual(*got, small.expected);
+
+  auto b = (*store)->LoadBf16("l.q.weight", {300, 200});
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (size_t i = 0; i < big.expected.size(); ++i) {
+    ASSERT_EQ((*b)[i], RefBf16(big.expected[i])) << i;
+  }
+
+  ExpectError((*store)->LoadF32("l.bad.weight", {100, 64}).status(),
+              absl::StatusCode::kInvalidArgument, "'l.bad.weight_scale_inv' has shape [2, 1]",
+              "needs [1, 1]");
+  ExpectError((*store)->LoadF32("l.noscale.weight", {4, 4}).status(), absl::StatusCode::kNotFound,
+              "'l.noscale.weight'", "l.noscale.weight_scale_inv");
+  // A missing tensor of a sharded checkpoint names the shard of its neighbours.
+  ExpectError((*store)->LoadF32("l.v.weight", {4, 4}).status(), absl::StatusCode::kNotFound,
+              "'l.v.weight'", s1);
+}
+
+// The block size comes from the config's quantization_config.weight_block_size.
+TEST_F(WeightStoreTest, Fp8BlockSizeFromConfig) {
+  std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed() + 1);
+  const Fp8Case c = MakeFp8(70, 33, 64, 16, rng);  // scales [2, 3]
+  WriteFile(dir_ / "model.safetensors",
+            SerializeSafetensors({{"w.weight", "F8_E4M3", {70, 33}, c.weight},
+                                  {"w.weight_scale_inv", "F32", c.scale_shape, AsBytes(c.scale)},
+                                  {"v.weight", "F8_E4M3", {2, 2, 2}, std::vector<uint8_t>(8)}}));
+  ModelConfig config;
+  config.fp8_block_weights = true;
+  config.weight_block_n = 64;
+  config.weight_block_k = 16;
+  auto store = WeightStore::Open(dir_.string(), config);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->fp8_block().n, 64);
+  auto got = (*store)->LoadF32("w.weight", {70, 33});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectBitsEqual(*got, c.expected);
+  ExpectError((*store)->LoadF32("v.weight", {2, 2, 2}).status(),
+              absl::StatusCode::kInvalidArgument, "'v.weight'", "2-D");
+
+  // With the default 128x128 blocks the same scale tensor has the wrong shape.
+  auto default_store = WeightStore::Open(dir_.string());
+  ASSERT_TRUE(default_store.ok());
+  ExpectError((*default_store)->LoadF32("w.weight", {70, 33}).status(),
+              absl::StatusCode::kInvalidArgument, "[2, 3]", "needs [1, 1]");
+}
+
+TEST_F(WeightStoreTest, OpenErrors) {
+  ExpectError(WeightStore::Open(dir_.string()).status(), absl::StatusCode::kNotFound,
+              "no weights in");
+  ExpectError(WeightStore::Open(dir_.string(), Fp8BlockSize{0, 128}).status(),
+              absl::StatusCode::kInvalidArgument, "[0, 128]");
+}
+
+}  // namespace
+}  // namespace mlaserve::model

@@ -1,0 +1,67 @@
+#include "router/admin_conversion.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mlaserve::router {
+namespace {
+
+TEST(AdminConversion, RolesAndUnspecifiedRole) {
+  EXPECT_EQ(*RoleFromProto(v1::WORKER_ROLE_PREFILL), WorkerRole::kPrefill);
+  EXPECT_EQ(*RoleFromProto(v1::WORKER_ROLE_DECODE), WorkerRole::kDecode);
+  absl::StatusOr<WorkerRole> bad = RoleFromProto(v1::WORKER_ROLE_UNSPECIFIED);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("WORKER_ROLE_UNSPECIFIED"));
+  EXPECT_EQ(RoleToProto(WorkerRole::kDecode), v1::WORKER_ROLE_DECODE);
+}
+
+TEST(AdminConversion, DescriptorRoundTrips) {
+  v1::WorkerDescriptor p;
+  p.set_role(v1::WORKER_ROLE_DECODE);
+  p.set_address("10.0.0.2:8200");
+  p.mutable_model()->set_model_type("deepseek_v2");
+  p.mutable_model()->set_vocab_size(102400);
+  p.mutable_model()->set_kv_compat_hash("abc");
+  p.set_backend("cuda");
+  p.set_device(3);
+  p.mutable_profile()->set_gpu_name("NVIDIA H100");
+  p.mutable_profile()->set_local_prefill_threshold(256);
+  p.mutable_profile()->set_profile_json("{}");
+  p.mutable_load()->set_kv_pages_total(1000);
+  p.mutable_load()->set_kv_pages_free(900);
+  p.mutable_load()->set_pending_prefill_tokens(1234567890123);
+  p.set_kv_transport("tcp");
+  absl::StatusOr<WorkerDescriptor> d = DescriptorFromProto(p);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->role, WorkerRole::kDecode);
+  EXPECT_EQ(d->model.vocab_size, 102400);
+  EXPECT_EQ(d->profile.local_prefill_threshold, 256);
+  EXPECT_EQ(d->load.pending_prefill_tokens, 1234567890123);
+  v1::WorkerDescriptor back = DescriptorToProto(*d);
+  EXPECT_EQ(back.SerializeAsString(), p.SerializeAsString());
+}
+
+TEST(AdminConversion, SnapshotToStatus) {
+  WorkerSnapshot s;
+  s.id = "decode-2";
+  s.role = WorkerRole::kDecode;
+  s.address = "h:1";
+  s.state = WorkerState::kDraining;
+  s.source = WorkerSource::kSelfRegistered;
+  s.last_error = "x";
+  s.router_inflight = 3;
+  v1::WorkerStatus p = StatusToProto(s);
+  EXPECT_EQ(p.id(), "decode-2");
+  EXPECT_EQ(p.state(), v1::WORKER_STATE_DRAINING);
+  EXPECT_EQ(p.source(), v1::WORKER_SOURCE_SELF_REGISTERED);
+  EXPECT_EQ(p.last_seen_unix_ms(), 0);  // never seen
+  EXPECT_FALSE(p.has_info());
+  EXPECT_EQ(p.router_inflight(), 3);
+  s.last_seen = absl::FromUnixMillis(1234);
+  s.has_descriptor = true;
+  EXPECT_EQ(StatusToProto(s).last_seen_unix_ms(), 1234);
+  EXPECT_TRUE(StatusToProto(s).has_info());
+}
+
+}  // namespace
+}  // namespace mlaserve::router

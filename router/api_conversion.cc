@@ -1,0 +1,102 @@
+#include "router/api_conversion.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
+#include "absl/strings/str_cat.h"
+#include "router/validation.h"
+
+namespace mlaserve::router {
+
+SamplingConfig SamplingFromProto(const v1::SamplingParams& p) {
+  SamplingConfig s;
+  if (p.has_temperature()) s.temperature = p.temperature();
+  if (p.has_top_p()) s.top_p = p.top_p();
+  if (p.has_top_k()) s.top_k = p.top_k();
+  if (p.has_min_p()) s.min_p = p.min_p();
+  if (p.has_repetition_penalty()) s.repetition_penalty = p.repetition_penalty();
+  if (p.has_seed()) s.seed = p.seed();
+  if (p.has_max_new_tokens()) s.max_new_tokens = p.max_new_tokens();
+  s.stop.assign(p.stop().begin(), p.stop().end());
+  s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  s.ignore_eos = p.ignore_eos();
+  if (p.has_skip_special_tokens()) s.skip_special_tokens = p.skip_special_tokens();
+  s.include_stop_str_in_output = p.include_stop_str_in_output();
+  return s;
+}
+
+v1::SamplingParams SamplingToProto(const SamplingConfig& s) {
+  v1::SamplingParams p;
+  p.set_temperature(s.temperature);
+  p.set_top_p(s.top_p);
+  p.set_top_k(s.top_k);
+  p.set_min_p(s.min_p);
+  p.set_repetition_penalty(s.repetition_penalty);
+  if (s.seed.has_value()) p.set_seed(*s.seed);
+  if (s.max_new_tokens.has_value()) p.set_max_new_tokens(*s.max_new_tokens);
+  for (const auto& stop : s.stop) p.add_stop(stop);
+  for (int32_t id : s.stop_token_ids) p.add_stop_token_ids(id);
+  p.set_ignore_eos(s.ignore_eos);
+  p.set_skip_special_tokens(s.skip_special_tokens);
+  p.set_include_stop_str_in_output(s.include_stop_str_in_output);
+  return p;
+}
+
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
+
+// Walks the top-level fields of a message; for each length-delimited field, calls
+// fn(field_number, bytes). Returns false when the wire data itself is malformed.
+template <typename Fn>
+bool ForEachLengthDelimited(const std::string& wire, Fn fn) {
+  CodedInputStream in(reinterpret_cast<const uint8_t*>(wire.data()),
+                      static_cast<int>(wire.size()));
+  while (true) {
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) return in.CurrentPosition() == static_cast<int>(wire.size());
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    if (WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t len;
+      std::string bytes;
+      if (!in.ReadVarint32(&len) || !in.ReadString(&bytes, static_cast<int>(len))) return false;
+      fn(field, bytes);
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return false;
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status DiagnoseUnparsableGenerateRequest(const std::string& wire) {
+  constexpr int kText = v1::GenerateRequest::kTextFieldNumber;
+  constexpr int kRequestId = v1::GenerateRequest::kRequestIdFieldNumber;
+  constexpr int kSampling = v1::GenerateRequest::kSamplingFieldNumber;
+  constexpr int kStop = v1::SamplingParams::kStopFieldNumber;
+  absl::Status found = absl::OkStatus();
+  const bool well_formed = ForEachLengthDelimited(wire, [&](int field, const std::string& b) {
+    if (!found.ok()) return;
+    if (field == kText) {
+      found = ValidateUtf8(b, "text");
+    } else if (field == kRequestId) {
+      found = ValidateUtf8(b, "request_id");
+    } else if (field == kSampling) {
+      int index = 0;
+      ForEachLengthDelimited(b, [&](int sub, const std::string& s) {
+        if (sub != kStop) return;
+        if (found.ok()) found = ValidateUtf8(s, absl::StrCat("stop string ", index));
+        ++index;
+      });
+    }
+  });
+  if (!found.ok()) return found;
+  if (!well_formed) {
+    return absl::InvalidArgumentError("GenerateRequest is not a well-formed protobuf message");
+  }
+  return absl::InvalidArgumentError(
+      "GenerateRequest could not be parsed (a string field holds invalid UTF-8?)");
+}
+
+}  // namespace mlaserve::router

@@ -1,0 +1,74 @@
+#include "router/api_conversion.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mlaserve::router {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(SamplingFromProto, UnsetOptionalsTakeTheDocumentedDefaults) {
+  SamplingConfig s = SamplingFromProto(v1::SamplingParams());
+  EXPECT_FLOAT_EQ(s.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(s.top_p, 1.0f);
+  EXPECT_EQ(s.top_k, 0);
+  EXPECT_FLOAT_EQ(s.min_p, 0.0f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty, 1.0f);
+  EXPECT_FALSE(s.seed.has_value());
+  EXPECT_FALSE(s.max_new_tokens.has_value());
+  EXPECT_TRUE(s.skip_special_tokens);
+  EXPECT_FALSE(s.ignore_eos);
+}
+
+TEST(SamplingFromProto, ExplicitZerosAreKept) {
+  v1::SamplingParams p;
+  p.set_temperature(0);
+  p.set_seed(0);
+  p.set_skip_special_tokens(false);
+  p.add_stop("END");
+  p.add_stop_token_ids(7);
+  p.set_ignore_eos(true);
+  SamplingConfig s = SamplingFromProto(p);
+  EXPECT_FLOAT_EQ(s.temperature, 0.0f);
+  EXPECT_EQ(s.seed, 0u);
+  EXPECT_FALSE(s.skip_special_tokens);
+  EXPECT_THAT(s.stop, ::testing::ElementsAre("END"));
+  EXPECT_THAT(s.stop_token_ids, ::testing::ElementsAre(7));
+  EXPECT_TRUE(s.ignore_eos);
+}
+
+TEST(SamplingToProto, FillsEveryOptionalAndRoundTrips) {
+  SamplingConfig s;
+  s.temperature = 0.7f;
+  s.top_k = 40;
+  s.seed = 1234;
+  s.max_new_tokens = 17;
+  s.stop = {"a", "b"};
+  v1::SamplingParams p = SamplingToProto(s);
+  EXPECT_TRUE(p.has_temperature() && p.has_top_p() && p.has_top_k() && p.has_min_p() &&
+              p.has_repetition_penalty() && p.has_seed() && p.has_max_new_tokens() &&
+              p.has_skip_special_tokens());
+  SamplingConfig back = SamplingFromProto(p);
+  EXPECT_FLOAT_EQ(back.temperature, 0.7f);
+  EXPECT_EQ(back.top_k, 40);
+  EXPECT_EQ(back.seed, 1234u);
+  EXPECT_EQ(back.max_new_tokens, 17);
+  EXPECT_EQ(back.stop, s.stop);
+}
+
+TEST(DiagnoseUnparsableGenerateRequest, NamesTheFieldWithInvalidUtf8) {
+  const std::string bad_text("\x12\x02\xC3\x28", 4);
+  EXPECT_THAT(std::string(DiagnoseUnparsableGenerateRequest(bad_text).message()),
+              HasSubstr("text is not valid UTF-8: malformed sequence at byte 0 (0xc3)"));
+  // sampling (field 4) { stop (field 8): "ok", "\xFF" }
+  const std::string bad_stop("\x22\x07\x42\x02ok\x42\x01\xFF", 9);
+  absl::Status st = DiagnoseUnparsableGenerateRequest(bad_stop);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("stop string 1 is not valid UTF-8"));
+  EXPECT_THAT(std::string(DiagnoseUnparsableGenerateRequest("\x12\x09zz").message()),
+              HasSubstr("not a well-formed protobuf message"));
+}
+
+}  // namespace
+}  // namespace mlaserve::router

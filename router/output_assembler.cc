@@ -1,0 +1,49 @@
+#include "router/output_assembler.h"
+
+namespace mlaserve::router {
+
+OutputAssembler::OutputAssembler(std::unique_ptr<StreamingDetokenizer> detokenizer,
+                                 StopStringMatcher stop_matcher)
+    : detokenizer_(std::move(detokenizer)), stop_matcher_(std::move(stop_matcher)) {}
+
+void OutputAssembler::AppendText(const std::string& piece) {
+  if (piece.empty() || stopped()) return;
+  StopStringMatcher::Result r = stop_matcher_.Append(piece);
+  if (!r.emit.empty()) {
+    pending_.text += r.emit;
+    dirty_ = true;
+  }
+  if (r.matched) matched_stop_ = std::move(r.matched);
+}
+
+bool OutputAssembler::AddToken(int32_t id) {
+  if (stopped() || finished_) return stopped();
+  ++completion_tokens_;
+  pending_.token_ids.push_back(id);
+  dirty_ = true;
+  AppendText(detokenizer_->Push(id));
+  return stopped();
+}
+
+bool OutputAssembler::Finish() {
+  if (finished_ || stopped()) return stopped();
+  finished_ = true;
+  AppendText(detokenizer_->Finish());
+  if (!stopped()) {
+    std::string held = stop_matcher_.Flush();
+    if (!held.empty()) {
+      pending_.text += held;
+      dirty_ = true;
+    }
+  }
+  return stopped();
+}
+
+PendingChunk OutputAssembler::TakeChunk() {
+  PendingChunk out = std::move(pending_);
+  pending_ = PendingChunk{};
+  dirty_ = false;
+  return out;
+}
+
+}  // namespace mlaserve::router

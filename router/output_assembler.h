@@ -1,0 +1,56 @@
+// OutputAssembler: turns the token ids a decode worker streams into what the client sees:
+// incremental text (whole UTF-8 characters), stop strings applied with hold-back, and the
+// pending chunk (ids + text since the last chunk taken). Coalescing happens here: while a
+// write to a slow client is in flight, tokens keep accumulating into the next chunk.
+// One per request; not thread-safe (the Generate call's lock guards it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "router/stop_strings.h"
+#include "router/text_codec.h"
+
+namespace mlaserve::router {
+
+struct PendingChunk {
+  std::vector<int32_t> token_ids;
+  std::string text;
+};
+
+class OutputAssembler {
+ public:
+  OutputAssembler(std::unique_ptr<StreamingDetokenizer> detokenizer,
+                  StopStringMatcher stop_matcher);
+
+  // Adds one generated token. Returns true when a stop string matched: generation is over,
+  // and later tokens must not be added (they are ignored).
+  bool AddToken(int32_t id);
+
+  // End of generation (the worker finished): flushes held bytes and held stop-string text.
+  // Returns true when the flushed text completed a stop string.
+  bool Finish();
+
+  bool has_pending() const { return dirty_; }
+  PendingChunk TakeChunk();
+
+  int32_t completion_tokens() const { return completion_tokens_; }
+  const std::optional<std::string>& matched_stop() const { return matched_stop_; }
+  bool stopped() const { return matched_stop_.has_value(); }
+
+ private:
+  void AppendText(const std::string& piece);
+
+  std::unique_ptr<StreamingDetokenizer> detokenizer_;
+  StopStringMatcher stop_matcher_;
+  PendingChunk pending_;
+  bool dirty_ = false;
+  int32_t completion_tokens_ = 0;
+  std::optional<std::string> matched_stop_;
+  bool finished_ = false;
+};
+
+}  // namespace mlaserve::router

@@ -1,0 +1,113 @@
+// RouterContext: what the router's services share: options, the model's identity and limits,
+// the tokenizer, the worker registry and channels, the table of running requests, metrics.
+// It owns no threads; WorkerPoller and the services use it. Lives as long as the server.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "model/config.h"
+#include "router/request.h"
+#include "router/request_table.h"
+#include "router/text_codec.h"
+#include "router/worker_channels.h"
+#include "router/worker_registry.h"
+#include "router/worker_types.h"
+
+namespace mlaserve::router {
+
+// Flags of mlaserve-router, read in main() and validated once.
+struct RouterOptions {
+  std::string listen = "0.0.0.0:8000";
+  std::string model_dir;
+  std::vector<std::string> prefill_addresses;
+  std::vector<std::string> decode_addresses;
+  int metrics_port = -1;  // -1 = off, 0 = ephemeral
+  absl::Duration heartbeat_interval = absl::Seconds(2);
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+  absl::Duration poll_interval = absl::Seconds(1);   // GetInfo of static / admin workers
+  absl::Duration info_timeout = absl::Seconds(2);    // one GetInfo
+  absl::Duration reserve_timeout = absl::Seconds(10);
+  absl::Duration prefill_timeout = absl::Seconds(600);
+  absl::Duration request_timeout = absl::Hours(1);  // a whole Generate, unless the client's is shorter
+  absl::Duration abort_timeout = absl::Seconds(2);
+  int max_reserve_attempts = 3;  // decode workers tried when one is full or unreachable
+};
+
+// The model as the router needs it.
+struct RouterModel {
+  ModelIdentity identity;
+  ModelLimits limits;
+  bool has_sparse_indexer = false;
+};
+RouterModel RouterModelFromConfig(const model::ModelConfig& config, const std::string& name);
+
+// Metric names follow vLLM / SGLang (mlaserve_ prefix, seconds, _total counters).
+struct RouterMetrics {
+  explicit RouterMetrics(common::MetricsRegistry& registry);
+  common::Counter* requests_total;
+  common::Counter* requests_failed_total;
+  common::Counter* requests_aborted_total;
+  common::Counter* prompt_tokens_total;
+  common::Counter* generation_tokens_total;
+  common::Counter* local_prefill_total;
+  common::Gauge* requests_running;
+  common::Histogram* time_to_first_token_seconds;
+  common::Histogram* inter_token_latency_seconds;
+  common::Histogram* e2e_request_latency_seconds;
+};
+
+class RouterContext {
+ public:
+  RouterContext(RouterOptions options, RouterModel model, std::unique_ptr<TextCodec> codec);
+
+  const RouterOptions& options() const { return options_; }
+  const RouterModel& model() const { return model_; }
+  const TextCodec& codec() const { return *codec_; }
+  WorkerRegistry& registry() { return registry_; }
+  WorkerChannels& channels() { return channels_; }
+  RequestTable& requests() { return requests_; }
+  common::MetricsRegistry& metrics_registry() { return metrics_registry_; }
+  RouterMetrics& metrics() { return metrics_; }
+
+  // Filled in once the server is bound.
+  void set_listen_address(std::string address) { listen_address_ = std::move(address); }
+  const std::string& listen_address() const { return listen_address_; }
+  absl::Time start_time() const { return start_time_; }
+  // A fresh request id: "req-<n>-<random hex>".
+  std::string NewRequestId();
+  std::atomic<int64_t>& total_requests() { return total_requests_; }
+
+  // Generate calls alive (including ones whose worker calls are still winding down). A call
+  // touches this context until it is deleted, so owners wait for zero before destroying it.
+  void CallStarted();
+  void CallEnded();
+  // True when every call ended within `timeout`.
+  bool WaitForCallsToEnd(absl::Duration timeout);
+
+ private:
+  const RouterOptions options_;
+  const RouterModel model_;
+  std::unique_ptr<TextCodec> codec_;
+  WorkerRegistry registry_;
+  WorkerChannels channels_;
+  RequestTable requests_;
+  common::MetricsRegistry metrics_registry_;
+  RouterMetrics metrics_;
+  std::string listen_address_;
+  const absl::Time start_time_;
+  std::atomic<int64_t> next_request_{1};
+  std::atomic<int64_t> total_requests_{0};
+  const uint64_t id_salt_;
+  absl::Mutex calls_mu_;
+  int live_calls_ ABSL_GUARDED_BY(calls_mu_) = 0;
+};
+
+}  // namespace mlaserve::router

@@ -1,0 +1,151 @@
+// mlaserve-router: the public Generation API and the Admin API in front of prefill and decode
+// workers. Flags (see notes/flags.md) are read here only and turned into RouterOptions.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include "common/metrics.h"
+#include "common/server.h"
+#include "model/config.h"
+#include "router/admin_service.h"
+#include "router/generation_service.h"
+#include "router/router_context.h"
+#include "router/tokenizer_codec.h"
+#include "router/worker_poller.h"
+
+namespace mlaserve::router {
+namespace {
+
+// The health service name that is SERVING once the router can route (one healthy decode
+// and one healthy prefill worker); "" (the whole server) is SERVING while it runs.
+constexpr char kReadinessService[] = "mlaserve.v1.Generation";
+
+int Fail(const std::string& what, const absl::Status& status) {
+  std::fprintf(stderr, "mlaserve-router: %s: %s\n", what.c_str(), status.ToString().c_str());
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  common::BlockTerminationSignals();
+  CLI::App app{"mlaserve-router: routes Generate calls to prefill and decode workers"};
+  RouterOptions o;
+  int64_t heartbeat_timeout_ms = 10'000;
+  int64_t poll_interval_ms = 1'000;
+  int64_t reserve_timeout_ms = 10'000;
+  int64_t prefill_timeout_ms = 600'000;
+  int64_t request_timeout_s = 3600;
+  std::string log_level = "info";
+  app.add_option("--listen", o.listen, "HOST:PORT to serve on (port 0 = ephemeral)")
+      ->capture_default_str();
+  app.add_option("--model", o.model_dir, "model directory (config.json, tokenizer.json)")
+      ->required();
+  app.add_option("--prefill", o.prefill_addresses, "static prefill worker HOST:PORT (repeatable)");
+  app.add_option("--decode", o.decode_addresses, "static decode worker HOST:PORT (repeatable)");
+  app.add_option("--metrics-port", o.metrics_port,
+                 "Prometheus /metrics port (0 = ephemeral, -1 = off)")
+      ->capture_default_str();
+  app.add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms,
+                 "self-registered workers silent this long are marked unhealthy")
+      ->capture_default_str()->check(CLI::Range(int64_t{100}, int64_t{3'600'000}));
+  app.add_option("--poll-interval-ms", poll_interval_ms, "GetInfo period for static workers")
+      ->capture_default_str()->check(CLI::Range(int64_t{10}, int64_t{600'000}));
+  app.add_option("--reserve-timeout-ms", reserve_timeout_ms, "deadline of one KV reservation")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--prefill-timeout-ms", prefill_timeout_ms, "deadline of one remote prefill")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--request-timeout-s", request_timeout_s,
+                 "deadline of a whole Generate (a shorter client deadline wins)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  o.heartbeat_timeout = absl::Milliseconds(heartbeat_timeout_ms);
+  o.heartbeat_interval = std::max(absl::Milliseconds(50), o.heartbeat_timeout / 5);
+  o.poll_interval = absl::Milliseconds(poll_interval_ms);
+  o.reserve_timeout = absl::Milliseconds(reserve_timeout_ms);
+  o.prefill_timeout = absl::Milliseconds(prefill_timeout_ms);
+  o.request_timeout = absl::Seconds(request_timeout_s);
+  if (o.metrics_port < -1 || o.metrics_port > 65535) {
+    return Fail("--metrics-port", absl::InvalidArgumentError(
+                                      "must be -1 (off), 0 (ephemeral) or a port number"));
+  }
+
+  absl::StatusOr<model::ModelConfig> config = model::LoadModelConfig(o.model_dir);
+  if (!config.ok()) return Fail("loading " + o.model_dir + "/config.json", config.status());
+  absl::StatusOr<std::unique_ptr<TokenizerCodec>> codec = TokenizerCodec::FromModelDir(o.model_dir);
+  if (!codec.ok()) return Fail("loading the tokenizer of " + o.model_dir, codec.status());
+  std::string model_name =
+      std::filesystem::path(o.model_dir).lexically_normal().filename().string();
+  if (model_name.empty()) {
+    model_name = std::filesystem::path(o.model_dir).lexically_normal().parent_path().filename();
+  }
+
+  RouterContext router(o, RouterModelFromConfig(*config, model_name), *std::move(codec));
+  for (const std::string& a : o.prefill_addresses) {
+    auto id = router.registry().AddByAddress(WorkerRole::kPrefill, a, WorkerSource::kStatic);
+    if (!id.ok()) return Fail("--prefill " + a, id.status());
+  }
+  for (const std::string& a : o.decode_addresses) {
+    auto id = router.registry().AddByAddress(WorkerRole::kDecode, a, WorkerSource::kStatic);
+    if (!id.ok()) return Fail("--decode " + a, id.status());
+  }
+
+  common::ServerOptions server_options;
+  server_options.listen = o.listen;
+  common::ServerRunner runner(server_options);
+  // The poller's thread starts after the server is bound (it sets the readiness status).
+  WorkerPoller poller(&router, [&runner](bool ready) {
+    if (auto* health = runner.server()->GetHealthCheckService(); health != nullptr) {
+      health->SetServingStatus(kReadinessService, ready);
+    }
+  });
+  GenerationService generation(&router);
+  AdminService admin(&router, [&poller] { poller.Wake(); });
+  runner.AddService(&generation);
+  runner.AddService(&admin);
+  if (absl::Status st = runner.Start(); !st.ok()) return Fail("--listen " + o.listen, st);
+  router.set_listen_address(runner.bound_address());
+  grpc::HealthCheckServiceInterface* health = runner.server()->GetHealthCheckService();
+  if (health != nullptr) health->SetServingStatus(kReadinessService, false);
+
+  std::unique_ptr<common::MetricsHttpServer> metrics;
+  if (o.metrics_port >= 0) {
+    auto host = common::ParseHostPort(o.listen);
+    auto m = common::MetricsHttpServer::Start(&router.metrics_registry(), host->host, o.metrics_port);
+    if (!m.ok()) return Fail("--metrics-port", m.status());
+    metrics = *std::move(m);
+    spdlog::info("metrics on http://{}/metrics", common::FormatHostPort(host->host, metrics->port()));
+  }
+
+  poller.Start();
+  spdlog::info("router for model '{}' ({}), {} static prefill / {} static decode workers",
+               model_name, router.model().identity.model_type, o.prefill_addresses.size(),
+               o.decode_addresses.size());
+  runner.PrintListening();
+  runner.WaitForShutdown([&] {
+    poller.Stop();
+    if (health != nullptr) health->SetServingStatus(kReadinessService, false);
+  });
+  if (!router.WaitForCallsToEnd(absl::Seconds(5))) {
+    spdlog::warn("some requests were still winding down at exit");
+    std::fflush(nullptr);
+    std::_Exit(0);  // skip destructors that such requests could still touch
+  }
+  spdlog::info("router stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace mlaserve::router
+
+int main(int argc, char** argv) { return mlaserve::router::Main(argc, argv); }

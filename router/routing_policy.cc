@@ -1,0 +1,53 @@
+#include "router/routing_policy.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace mlaserve::router {
+
+int32_t PagesForTokens(int64_t tokens) {
+  return static_cast<int32_t>((tokens + kKvPageTokens - 1) / kKvPageTokens);
+}
+
+std::vector<std::string> RankDecodeWorkers(std::span<const WorkerSnapshot> decode_workers,
+                                           int32_t pages_needed) {
+  std::vector<const WorkerSnapshot*> fit;
+  for (const WorkerSnapshot& w : decode_workers) {
+    const WorkerLoad& load = w.descriptor.load;
+    if (load.max_running_requests > 0 &&
+        std::max(load.running_requests + load.pending_requests, w.router_inflight) >=
+            load.max_running_requests) {
+      continue;
+    }
+    if (w.estimated_free_pages < pages_needed) continue;
+    fit.push_back(&w);
+  }
+  std::sort(fit.begin(), fit.end(), [](const WorkerSnapshot* a, const WorkerSnapshot* b) {
+    return std::make_tuple(-a->estimated_free_pages, a->router_inflight, a->id) <
+           std::make_tuple(-b->estimated_free_pages, b->router_inflight, b->id);
+  });
+  std::vector<std::string> ids;
+  for (const WorkerSnapshot* w : fit) ids.push_back(w->id);
+  return ids;
+}
+
+std::vector<std::string> RankPrefillWorkers(std::span<const WorkerSnapshot> prefill_workers) {
+  std::vector<const WorkerSnapshot*> all;
+  for (const WorkerSnapshot& w : prefill_workers) all.push_back(&w);
+  auto pending = [](const WorkerSnapshot* w) {
+    return w->router_prefill_tokens + w->descriptor.load.pending_prefill_tokens;
+  };
+  std::sort(all.begin(), all.end(), [&](const WorkerSnapshot* a, const WorkerSnapshot* b) {
+    return std::make_tuple(pending(a), a->router_inflight, a->id) <
+           std::make_tuple(pending(b), b->router_inflight, b->id);
+  });
+  std::vector<std::string> ids;
+  for (const WorkerSnapshot* w : all) ids.push_back(w->id);
+  return ids;
+}
+
+bool ShouldPrefillLocally(int32_t prompt_tokens, const WorkerSnapshot& decode_worker) {
+  return prompt_tokens <= decode_worker.descriptor.profile.local_prefill_threshold;
+}
+
+}  // namespace mlaserve::router

@@ -1,0 +1,36 @@
+// Routing policies: pure functions over registry snapshots, so they are tested on their own.
+//
+//  * Decode: the most free KV pages (the worker's report less what this router reserved
+//    there since), skipping workers at their running-request limit or without room for the
+//    request; ties go to fewer requests in flight, then to the id (deterministic).
+//  * Prefill: the fewest prompt tokens pending (this router's prefill calls in flight there,
+//    which are exact and current, plus the worker's reported queue), ties as above.
+//  * Conditional disaggregation: a prompt of at most the decode worker's local-prefill
+//    threshold tokens is prefilled on the decode worker itself (no KV transfer pays off).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "router/worker_types.h"
+
+namespace mlaserve::router {
+
+inline constexpr int32_t kKvPageTokens = 64;  // DESIGN.md section 5
+
+// Pages a request needs for prompt + max_new_tokens tokens.
+int32_t PagesForTokens(int64_t tokens);
+
+// Decode candidates best first (ids); only workers with room for `pages_needed` pages by
+// their estimate. Empty when none fits.
+std::vector<std::string> RankDecodeWorkers(std::span<const WorkerSnapshot> decode_workers,
+                                           int32_t pages_needed);
+
+// Prefill candidates best first (ids).
+std::vector<std::string> RankPrefillWorkers(std::span<const WorkerSnapshot> prefill_workers);
+
+bool ShouldPrefillLocally(int32_t prompt_tokens, const WorkerSnapshot& decode_worker);
+
+}  // namespace mlaserve::router

@@ -1,0 +1,120 @@
+// In-process fake prefill and decode workers implementing worker.proto, for router tests.
+//
+// FakeDecodeWorker "generates" a scripted reply (bytes of `reply` as ByteCodec ids, then
+// EOS) for every request, honouring max_new_tokens, stop_token_ids and ignore_eos. It starts
+// streaming once the KV is complete: at once for local prefill, or when its FakePrefillWorker
+// calls CompleteKv. Tests can make it hold after N tokens (until Release() or an abort), fail
+// Reserve, or die mid-stream. It counts reserved pages so tests check that all come back.
+// FakePrefillWorker completes the KV on its decode peer and answers, or fails on request.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "mlaserve/v1/worker.grpc.pb.h"
+
+namespace mlaserve::router::testing {
+
+v1::ModelIdentity FakeModelIdentity();  // vocab ByteCodec::kVocabSize, context 512
+
+class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {
+ public:
+  explicit FakeDecodeWorker(int total_pages = 64, int local_prefill_threshold = 0);
+  ~FakeDecodeWorker() override;
+
+  // Test controls (thread-safe).
+  void set_reply(std::string reply);
+  void set_hold_after(int tokens);  // -1 = never hold
+  void Release();                   // resumes held streams
+  void set_reserve_error(grpc::Status status);
+  void set_fail_stream_after(int tokens, grpc::Status status);  // stream ends with status
+  void CompleteKv(const std::string& session_id);
+  int free_pages() const;
+  int total_pages() const { return total_pages_; }
+  int aborts() const;
+  std::vector<v1::ReserveRequest> reserves() const;
+  // Blocks until a stream has sent at least `tokens` tokens in total, or `timeout` passes.
+  bool WaitForTokensSent(int tokens, absl::Duration timeout) const;
+  // Blocks until free_pages() == total_pages(), or timeout.
+  bool WaitAllPagesFree(absl::Duration timeout) const;
+
+  v1::WorkerDescriptor Descriptor(const std::string& address) const;
+
+  grpc::ServerUnaryReactor* Reserve(grpc::CallbackServerContext*, const v1::ReserveRequest*,
+                                    v1::ReserveResponse*) override;
+  grpc::ServerWriteReactor<v1::DecodeStreamResponse>* Stream(
+      grpc::CallbackServerContext*, const v1::DecodeStreamRequest*) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext*, const v1::WorkerAbortRequest*,
+                                  v1::WorkerAbortResponse*) override;
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext*, const v1::GetWorkerInfoRequest*,
+                                    v1::WorkerDescriptor*) override;
+
+ private:
+  class StreamReactor;
+  friend class StreamReactor;
+  struct Session {
+    std::string request_id;
+    v1::ReserveRequest request;
+    int pages = 0;
+    bool kv_complete = false;
+    bool aborted = false;
+    StreamReactor* stream = nullptr;
+  };
+  void FreeLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int total_pages_;
+  const int local_prefill_threshold_;
+  mutable absl::Mutex mu_;
+  int free_pages_ ABSL_GUARDED_BY(mu_);
+  int aborts_ ABSL_GUARDED_BY(mu_) = 0;
+  int tokens_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  int next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  std::string reply_ ABSL_GUARDED_BY(mu_) = "Hello!";
+  int hold_after_ ABSL_GUARDED_BY(mu_) = -1;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status reserve_error_ ABSL_GUARDED_BY(mu_);
+  int fail_after_ ABSL_GUARDED_BY(mu_) = -1;
+  grpc::Status fail_status_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);  // by session id
+  std::vector<v1::ReserveRequest> reserves_ ABSL_GUARDED_BY(mu_);
+};
+
+class FakePrefillWorker final : public v1::PrefillWorker::CallbackService {
+ public:
+  explicit FakePrefillWorker(FakeDecodeWorker* decode) : decode_(decode) {}
+
+  void set_error(grpc::Status status);  // Prefill fails with it (KV never completes)
+  std::vector<v1::PrefillRequest> requests() const;
+  int aborts() const;
+
+  v1::WorkerDescriptor Descriptor(const std::string& address) const;
+
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext*, const v1::PrefillRequest*,
+                                    v1::PrefillResponse*) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext*, const v1::WorkerAbortRequest*,
+                                  v1::WorkerAbortResponse*) override;
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext*, const v1::GetWorkerInfoRequest*,
+                                    v1::WorkerDescriptor*) override;
+
+ private:
+  FakeDecodeWorker* const decode_;
+  mutable absl::Mutex mu_;
+  grpc::Status error_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::PrefillRequest> requests_ ABSL_GUARDED_BY(mu_);
+  int aborts_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A gRPC server on 127.0.0.1 port 0 hosting the given services.
+struct TestServer {
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+  static TestServer Start(const std::vector<grpc::Service*>& services);
+};
+
+}  // namespace mlaserve::router::testing

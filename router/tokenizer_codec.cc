@@ -1,0 +1,44 @@
+#include "router/tokenizer_codec.h"
+
+#include "model/detokenizer.h"
+#include "model/utf8.h"
+
+namespace mlaserve::router {
+namespace {
+
+class TokenizerDetokenizer final : public StreamingDetokenizer {
+ public:
+  TokenizerDetokenizer(const model::Tokenizer& tokenizer, bool skip_special_tokens)
+      : detokenizer_(tokenizer, skip_special_tokens) {}
+  std::string Push(int32_t id) override {
+    absl::StatusOr<std::string> piece = detokenizer_.Add(id);
+    // An id without a token (inside the model's vocabulary, outside the tokenizer's) shows
+    // as U+FFFD rather than failing a stream that is already under way.
+    return piece.ok() ? *std::move(piece) : std::string(model::utf8::kReplacementUtf8);
+  }
+  std::string Finish() override { return detokenizer_.Flush(); }
+
+ private:
+  model::IncrementalDetokenizer detokenizer_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TokenizerCodec>> TokenizerCodec::FromModelDir(
+    const std::string& model_dir) {
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> t =
+      model::Tokenizer::FromFile(model_dir + "/tokenizer.json");
+  if (!t.ok()) return t.status();
+  return std::make_unique<TokenizerCodec>(*std::move(t));
+}
+
+absl::StatusOr<std::vector<int32_t>> TokenizerCodec::Encode(std::string_view text) const {
+  return tokenizer_->Encode(text, /*add_special_tokens=*/true);
+}
+
+std::unique_ptr<StreamingDetokenizer> TokenizerCodec::NewDetokenizer(
+    std::span<const int32_t> /*prompt_ids*/, bool skip_special_tokens) const {
+  return std::make_unique<TokenizerDetokenizer>(*tokenizer_, skip_special_tokens);
+}
+
+}  // namespace mlaserve::router

@@ -1,0 +1,30 @@
+// TokenizerCodec: the TextCodec the router serves with, over the checkpoint's tokenizer.json
+// (model::Tokenizer) and its incremental detokenizer.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/tokenizer.h"
+#include "router/text_codec.h"
+
+namespace mlaserve::router {
+
+class TokenizerCodec final : public TextCodec {
+ public:
+  // Loads <model_dir>/tokenizer.json (and tokenizer_config.json beside it).
+  static absl::StatusOr<std::unique_ptr<TokenizerCodec>> FromModelDir(const std::string& model_dir);
+  explicit TokenizerCodec(std::unique_ptr<model::Tokenizer> tokenizer)
+      : tokenizer_(std::move(tokenizer)) {}
+
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
+  std::unique_ptr<StreamingDetokenizer> NewDetokenizer(std::span<const int32_t> prompt_ids,
+                                                       bool skip_special_tokens) const override;
+  const model::Tokenizer& tokenizer() const { return *tokenizer_; }
+
+ private:
+  std::unique_ptr<model::Tokenizer> tokenizer_;
+};
+
+}  // namespace mlaserve::router

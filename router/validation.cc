@@ -1,0 +1,134 @@
+#include "router/validation.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace mlaserve::router {
+namespace {
+
+absl::Status Invalid(std::string message) {
+  return absl::InvalidArgumentError(std::move(message));
+}
+
+// Length of the UTF-8 sequence starting at s[i], or 0 when it is malformed.
+size_t Utf8SequenceLength(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  size_t n;
+  uint32_t cp;
+  if ((c & 0xE0) == 0xC0) {
+    n = 2;
+    cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 3;
+    cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3F);
+  }
+  static constexpr uint32_t kMinForLength[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMinForLength[n]) return 0;                 // overlong
+  if (cp > 0x10FFFF) return 0;                         // beyond Unicode
+  if (cp >= 0xD800 && cp <= 0xDFFF) return 0;          // UTF-16 surrogate
+  return n;
+}
+
+}  // namespace
+
+absl::Status ValidateUtf8(std::string_view text, std::string_view what) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = Utf8SequenceLength(text, i);
+    if (n == 0) {
+      return Invalid(absl::StrFormat("%s is not valid UTF-8: malformed sequence at byte %d "
+                                     "(0x%02x)",
+                                     what, i, static_cast<unsigned char>(text[i])));
+    }
+    i += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePrompt(std::span<const int32_t> prompt_ids, const ModelLimits& limits) {
+  if (prompt_ids.empty()) return Invalid("prompt is empty; give text or at least one token id");
+  for (size_t i = 0; i < prompt_ids.size(); ++i) {
+    const int32_t id = prompt_ids[i];
+    if (id < 0 || id >= limits.vocab_size) {
+      return Invalid(absl::StrCat("prompt token id ", id, " at position ", i,
+                                  " is outside the vocabulary [0, ", limits.vocab_size, ")"));
+    }
+  }
+  const int64_t n = static_cast<int64_t>(prompt_ids.size());
+  if (n >= limits.max_context) {
+    return Invalid(absl::StrCat("prompt has ", n, " tokens; this model accepts ",
+                                limits.max_context,
+                                " tokens in total, so a prompt may have at most ",
+                                limits.max_context - 1, " to leave room for one new token"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAndResolveSampling(SamplingConfig& s, int32_t prompt_tokens,
+                                        const ModelLimits& limits) {
+  // Written as !(x in range) so NaN fails too.
+  if (!(s.temperature >= 0.0f) || std::isinf(s.temperature)) {
+    return Invalid(absl::StrCat("temperature ", s.temperature,
+                                " is out of range; it must be >= 0 (0 = greedy)"));
+  }
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
+    return Invalid(absl::StrCat("top_p ", s.top_p, " is out of range; it must be in (0, 1]"));
+  }
+  if (s.top_k < 0) {
+    return Invalid(absl::StrCat("top_k ", s.top_k, " is out of range; it must be >= 0 (0 = off)"));
+  }
+  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) {
+    return Invalid(absl::StrCat("min_p ", s.min_p, " is out of range; it must be in [0, 1]"));
+  }
+  if (!(s.repetition_penalty > 0.0f) || std::isinf(s.repetition_penalty)) {
+    return Invalid(absl::StrCat("repetition_penalty ", s.repetition_penalty,
+                                " is out of range; it must be > 0 (1 = off)"));
+  }
+  for (int32_t id : s.stop_token_ids) {
+    if (id < 0 || id >= limits.vocab_size) {
+      return Invalid(absl::StrCat("stop_token_ids entry ", id, " is outside the vocabulary [0, ",
+                                  limits.vocab_size, ")"));
+    }
+  }
+  for (size_t i = 0; i < s.stop.size(); ++i) {
+    if (s.stop[i].empty()) return Invalid(absl::StrCat("stop string ", i, " is empty"));
+    if (absl::Status st = ValidateUtf8(s.stop[i], absl::StrCat("stop string ", i)); !st.ok()) {
+      return st;
+    }
+  }
+  const int32_t room = limits.max_context - prompt_tokens;
+  if (!s.max_new_tokens.has_value()) {
+    s.max_new_tokens = std::max<int32_t>(1, std::min(kDefaultMaxNewTokens, room));
+  }
+  const int32_t m = *s.max_new_tokens;
+  if (m < 1) {
+    return Invalid(absl::StrCat("max_new_tokens ", m, " is out of range; it must be >= 1"));
+  }
+  if (m > limits.max_context) {
+    return Invalid(absl::StrCat("max_new_tokens ", m, " exceeds the model's context of ",
+                                limits.max_context, " tokens"));
+  }
+  if (static_cast<int64_t>(prompt_tokens) + m > limits.max_context) {
+    return Invalid(absl::StrCat("prompt has ", prompt_tokens, " tokens and max_new_tokens is ",
+                                m, "; together they exceed the model's context of ",
+                                limits.max_context, " tokens (at most ", room,
+                                " new tokens fit)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mlaserve::router

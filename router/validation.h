@@ -1,0 +1,29 @@
+// Request validation for Generate. Every failure is INVALID_ARGUMENT with a message that names
+// the offending value and the allowed range, so a client can fix its request.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "router/request.h"
+
+namespace mlaserve::router {
+
+// OK when `text` is well-formed UTF-8 (no overlongs, surrogates or code points > U+10FFFF);
+// otherwise names `what`, the byte offset and the byte value.
+absl::Status ValidateUtf8(std::string_view text, std::string_view what);
+
+// Prompt token ids: not empty, every id in [0, vocab_size), and shorter than the context
+// (at least one token must be left to generate).
+absl::Status ValidatePrompt(std::span<const int32_t> prompt_ids, const ModelLimits& limits);
+
+// Sampling ranges (temperature >= 0, top_p in (0,1], top_k >= 0, min_p in [0,1],
+// repetition_penalty > 0), stop_token_ids inside the vocabulary, stop strings non-empty
+// UTF-8, and max_new_tokens: >= 1, and prompt + max_new_tokens within the context. An unset
+// max_new_tokens is resolved here to min(kDefaultMaxNewTokens, context - prompt).
+absl::Status ValidateAndResolveSampling(SamplingConfig& sampling, int32_t prompt_tokens,
+                                        const ModelLimits& limits);
+
+}  // namespace mlaserve::router

@@ -1,0 +1,56 @@
+#include "router/worker_types.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace mlaserve::router {
+
+const char* RoleName(WorkerRole role) {
+  return role == WorkerRole::kPrefill ? "prefill" : "decode";
+}
+
+const char* StateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kStarting: return "starting";
+    case WorkerState::kHealthy: return "healthy";
+    case WorkerState::kUnhealthy: return "unhealthy";
+    case WorkerState::kDraining: return "draining";
+    case WorkerState::kIncompatible: return "incompatible";
+  }
+  return "unknown";
+}
+
+const char* SourceName(WorkerSource source) {
+  switch (source) {
+    case WorkerSource::kStatic: return "static";
+    case WorkerSource::kAdmin: return "admin";
+    case WorkerSource::kSelfRegistered: return "registered";
+  }
+  return "unknown";
+}
+
+absl::Status CheckSameModel(const ModelIdentity& router, const ModelIdentity& worker) {
+  auto differ = [&](const char* field, const auto& mine, const auto& theirs) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker serves a different model: ", field, " is ", theirs,
+                     " on the worker (model '", worker.model_name, "') but ", mine,
+                     " on the router (model '", router.model_name, "')"));
+  };
+  if (router.model_type != worker.model_type)
+    return differ("model_type", router.model_type, worker.model_type);
+  if (router.vocab_size != worker.vocab_size)
+    return differ("vocab_size", router.vocab_size, worker.vocab_size);
+  if (router.hidden_size != worker.hidden_size)
+    return differ("hidden_size", router.hidden_size, worker.hidden_size);
+  if (router.num_hidden_layers != worker.num_hidden_layers)
+    return differ("num_hidden_layers", router.num_hidden_layers, worker.num_hidden_layers);
+  if (router.kv_lora_rank != worker.kv_lora_rank)
+    return differ("kv_lora_rank", router.kv_lora_rank, worker.kv_lora_rank);
+  if (router.qk_rope_head_dim != worker.qk_rope_head_dim)
+    return differ("qk_rope_head_dim", router.qk_rope_head_dim, worker.qk_rope_head_dim);
+  if (router.max_position_embeddings != worker.max_position_embeddings)
+    return differ("max_position_embeddings", router.max_position_embeddings,
+                  worker.max_position_embeddings);
+  return absl::OkStatus();
+}
+
+}  // namespace mlaserve::router

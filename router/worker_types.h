@@ -1,0 +1,96 @@
+// Domain types for the workers the router knows about. Proto types (admin.proto) stay at the
+// edge: router/admin_conversion.h turns them into these and back.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace mlaserve::router {
+
+enum class WorkerRole : uint8_t { kPrefill, kDecode };
+
+enum class WorkerState : uint8_t {
+  kStarting,      // known by address, never heard from
+  kHealthy,       // answering; eligible for new requests
+  kUnhealthy,     // poll failed or heartbeat overdue
+  kDraining,      // answering, but takes no new requests
+  kIncompatible,  // serves another model
+};
+
+enum class WorkerSource : uint8_t { kStatic, kAdmin, kSelfRegistered };
+
+const char* RoleName(WorkerRole role);  // "prefill" / "decode"
+const char* StateName(WorkerState state);  // "starting", "healthy", ...
+const char* SourceName(WorkerSource source);
+
+struct WorkerLoad {
+  int32_t kv_pages_total = 0;
+  int32_t kv_pages_free = 0;
+  int32_t running_requests = 0;
+  int32_t pending_requests = 0;
+  int64_t pending_prefill_tokens = 0;
+  int32_t max_running_requests = 0;  // 0 = no limit
+};
+
+struct WorkerProfile {
+  std::string gpu_name;
+  std::string source;
+  int32_t local_prefill_threshold = 0;  // decode: prompts <= this many tokens prefill locally
+  int32_t chunk_size = 0;
+  std::string profile_json;
+};
+
+// The model a process serves, as far as routing compatibility goes.
+struct ModelIdentity {
+  std::string model_name;  // informational
+  std::string model_type;
+  int32_t vocab_size = 0;
+  int32_t hidden_size = 0;
+  int32_t num_hidden_layers = 0;
+  int32_t kv_lora_rank = 0;
+  int32_t qk_rope_head_dim = 0;
+  int32_t max_position_embeddings = 0;
+  std::string kv_compat_hash;  // informational
+};
+
+// OK when `worker` serves the same model as `router`; otherwise FAILED_PRECONDITION naming the
+// first field that differs and both values. model_name and kv_compat_hash are not compared
+// (the same checkpoint may sit in differently named folders).
+absl::Status CheckSameModel(const ModelIdentity& router, const ModelIdentity& worker);
+
+struct WorkerDescriptor {
+  WorkerRole role = WorkerRole::kDecode;
+  std::string address;
+  ModelIdentity model;
+  std::string backend;
+  int32_t device = 0;
+  std::string version;
+  WorkerProfile profile;
+  WorkerLoad load;
+  std::string kv_transport;
+};
+
+// What the registry knows about one worker at one moment (a copy; safe to keep).
+struct WorkerSnapshot {
+  std::string id;
+  WorkerRole role = WorkerRole::kDecode;
+  std::string address;
+  WorkerState state = WorkerState::kStarting;
+  WorkerSource source = WorkerSource::kStatic;
+  bool has_descriptor = false;
+  WorkerDescriptor descriptor;
+  absl::Time last_seen = absl::InfinitePast();
+  std::string last_error;
+  // The router's own bookkeeping, updated at once (reports from the worker lag behind).
+  int32_t router_inflight = 0;           // requests routed here and not finished
+  int64_t router_prefill_tokens = 0;     // prompt tokens of prefill calls in flight here
+  int32_t router_reserved_pages = 0;     // pages this router holds reserved here now
+  // Free pages the worker reported, less what this router reserved there since the report.
+  int32_t estimated_free_pages = 0;
+};
+
+}  // namespace mlaserve::router

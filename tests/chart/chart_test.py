@@ -1,0 +1,346 @@
+"""Tests of charts/mlaserve: its values schema, and what it renders.
+
+Run with Debian's python3 (python3-yaml, python3-jsonschema) and CHART_RENDER pointing at the
+chart-render binary; tests/chart/CMakeLists.txt registers the classes with ctest:
+  python3 tests/chart/chart_test.py SchemaTest
+"""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+import jsonschema
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chart_util import (CHART_DIR, EXAMPLE_2P4D, SOURCE_DIR, ChartCopy, RenderError,  # noqa: E402
+                        by_kind, container, deep_merge, find, flag_values, load_yaml, render,
+                        render_text)
+import k8s_checks  # noqa: E402
+
+YAMLLINT = os.environ.get("YAMLLINT", "yamllint")
+YAMLLINT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "yamllint.yaml")
+WORKERS = ("prefill", "decode")
+
+
+def defaults():
+    return load_yaml(os.path.join(CHART_DIR, "values.yaml"))
+
+
+class SchemaTest(unittest.TestCase):
+    """values.schema.json accepts the shipped values and rejects broken ones, as Helm would
+    (Helm validates the merged values before rendering)."""
+
+    @classmethod
+    def setUpClass(cls):
+        with open(os.path.join(CHART_DIR, "values.schema.json")) as f:
+            cls.schema = json.load(f)
+        jsonschema.Draft7Validator.check_schema(cls.schema)
+        cls.validator = jsonschema.Draft7Validator(cls.schema)
+
+    def errors(self, values):
+        return [e.message for e in self.validator.iter_errors(values)]
+
+    def assertRejected(self, override, fragment):
+        errs = self.errors(deep_merge(defaults(), override))
+        self.assertTrue(errs, f"schema accepted {override}")
+        self.assertTrue(any(fragment in e for e in errs), f"{fragment!r} not in {errs}")
+
+    def test_default_values_validate(self):
+        self.assertEqual(self.errors(defaults()), [])
+
+    def test_example_2p4d_validates(self):
+        merged = deep_merge(defaults(), load_yaml(EXAMPLE_2P4D))
+        self.assertEqual(self.errors(merged), [])
+        self.assertEqual(merged["prefill"]["replicas"], 2)
+        self.assertEqual(merged["decode"]["replicas"], 4)
+
+    def test_negative_replicas_rejected(self):
+        self.assertRejected({"decode": {"replicas": -1}}, "-1 is less than the minimum of 0")
+        self.assertRejected({"prefill": {"replicas": -3}}, "-3 is less than the minimum of 0")
+
+    def test_more_than_one_router_rejected(self):
+        self.assertRejected({"router": {"replicas": 2}}, "2 is greater than the maximum of 1")
+
+    def test_missing_model_path_rejected(self):
+        # A user null deletes the key (Helm's coalescing), so this is "path" missing.
+        self.assertRejected({"model": {"path": None}}, "'path' is a required property")
+        self.assertRejected({"model": {"path": ""}}, "'' is too short")
+        self.assertRejected({"model": {"path": "models/x"}}, "does not match '^/'")
+
+    def test_pvc_needs_a_claim_and_hostpath_a_path(self):
+        self.assertRejected({"model": {"volume": {"claimName": ""}}}, "'' is too short")
+        self.assertRejected({"model": {"volume": {"type": "hostPath"}}}, "'' is too short")
+        self.assertRejected({"model": {"volume": {"type": "hostPath", "hostPath": None}}},
+                            "'hostPath' is a required property")
+
+    def test_wrong_types_rejected(self):
+        self.assertRejected({"prefill": {"replicas": "two"}}, "'two' is not of type 'integer'")
+        self.assertRejected({"decode": {"gpus": "1"}}, "'1' is not of type 'integer'")
+        self.assertRejected({"router": {"port": 70000}}, "70000 is greater than the maximum")
+        self.assertRejected({"decode": {"numKvPages": 1.5}}, "1.5 is not of type 'integer', 'null'")
+        self.assertRejected({"prefill": {"kvTransport": "rdma"}}, "'rdma' is not one of")
+        self.assertRejected({"logLevel": "verbose"}, "'verbose' is not one of")
+        self.assertRejected({"rdma": {"enabled": "yes"}}, "'yes' is not of type 'boolean'")
+
+    def test_unknown_keys_rejected(self):
+        # A typo must not silently keep the default.
+        self.assertRejected({"decode": {"replica": 4}}, "'replica' was unexpected")
+        self.assertRejected({"prefil": {}}, "'prefil' was unexpected")
+
+    def test_more_than_one_gpu_per_worker_rejected(self):
+        self.assertRejected({"prefill": {"gpus": 2}}, "2 is greater than the maximum of 1")
+
+    def test_pdb_takes_one_bound(self):
+        self.assertRejected({"decode": {"pdb": {"minAvailable": 1}}}, "should not be valid")
+
+
+class RenderTest(unittest.TestCase):
+    """Every template renders with the default values and the 2p4d example, each object is a
+    well-formed Kubernetes object, and the objects point at each other correctly."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.default = render()
+        cls.example = render([EXAMPLE_2P4D], release="ds", namespace="mlaserve")
+
+    def each(self):
+        return (("default", self.default, "test", "serving"),
+                ("2p4d", self.example, "ds", "mlaserve"))
+
+    def test_every_template_renders(self):
+        templates = sorted(f for f in os.listdir(os.path.join(CHART_DIR, "templates"))
+                           if f.endswith(".yaml"))
+        for values in ([], [EXAMPLE_2P4D]):
+            text = render_text(values, extra_values={"metrics": {"serviceMonitor":
+                                                                 {"enabled": True}}})
+            for t in templates + ["tests/test-health.yaml"]:
+                self.assertIn(f"# Source: mlaserve/templates/{t}", text)
+
+    def test_objects_are_well_formed(self):
+        for label, objs, _, _ in self.each():
+            with self.subTest(values=label):
+                self.assertEqual(k8s_checks.check_objects(objs), [])
+                kinds = sorted({o["kind"] for o in objs})
+                expected = ["ConfigMap", "Deployment", "Pod", "PodDisruptionBudget", "Service",
+                            "ServiceAccount"]
+                if label == "2p4d":
+                    expected.append("ServiceMonitor")
+                self.assertEqual(kinds, sorted(expected))
+
+    def test_yamllint_accepts_the_output_and_the_values(self):
+        for values in ([], [EXAMPLE_2P4D]):
+            proc = subprocess.run([YAMLLINT, "-c", YAMLLINT_CONFIG, "-"],
+                                  input=render_text(values), capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        files = [os.path.join(CHART_DIR, f) for f in ("Chart.yaml", "values.yaml")]
+        proc = subprocess.run([YAMLLINT, "-c", YAMLLINT_CONFIG, *files, EXAMPLE_2P4D],
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+
+    def test_replicas_and_gpus(self):
+        for label, objs, _, _ in self.each():
+            want = {"default": (1, 1), "2p4d": (2, 4)}[label]
+            for role, n in zip(WORKERS, want):
+                d = find(objs, "Deployment", role)
+                self.assertEqual(d["spec"]["replicas"], n, (label, role))
+                res = container(d)["resources"]
+                self.assertEqual(res["limits"]["nvidia.com/gpu"], 1)
+                self.assertEqual(res["requests"]["nvidia.com/gpu"], 1)
+            router_res = container(find(objs, "Deployment", "router"))["resources"]
+            self.assertNotIn("nvidia.com/gpu", router_res.get("limits", {}))
+
+    def test_probes_are_grpc_on_the_serving_port(self):
+        for label, objs, _, _ in self.each():
+            for role, port in (("router", 8000), ("prefill", 8100), ("decode", 8200)):
+                c = container(find(objs, "Deployment", role))
+                ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+                self.assertEqual(ports["grpc"], port)
+                self.assertEqual(ports["metrics"], 9090)
+                self.assertEqual(flag_values(c["args"])["--listen"], f"0.0.0.0:{port}")
+                for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                    self.assertEqual(c[probe]["grpc"], {"port": port}, (label, role, probe))
+                startup = c["startupProbe"]
+                budget = startup["periodSeconds"] * startup["failureThreshold"]
+                # Workers load the model before serving: allow half an hour.
+                self.assertGreaterEqual(budget, 1800 if role != "router" else 300)
+
+    def test_workers_register_with_the_router_service(self):
+        for label, objs, release, ns in self.each():
+            svc = find(objs, "Service", "router")
+            grpc_port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc")
+            router_addr = f"{svc['metadata']['name']}.{ns}.svc.cluster.local:{grpc_port}"
+            self.assertEqual(svc["metadata"]["name"], f"{release}-mlaserve-router")
+            for role in WORKERS:
+                c = container(find(objs, "Deployment", role))
+                self.assertEqual(c["command"], [f"mlaserve-{role}"])
+                flags = flag_values(c["args"])
+                self.assertEqual(flags["--router"], router_addr, (label, role))
+                port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc")
+                self.assertEqual(flags["--advertise"], f"$(POD_IP):{port}")
+                env = {e["name"]: e for e in c["env"]}
+                self.assertEqual(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"],
+                                 "status.podIP")
+            test_pod = by_kind(objs, "Pod")[0]
+            self.assertEqual(test_pod["spec"]["containers"][0]["args"],
+                             ["--server", router_addr, "health"])
+
+    def test_profiles_configmap_is_mounted_at_profiles_dir(self):
+        for label, objs, _, _ in self.each():
+            cm = by_kind(objs, "ConfigMap")
+            self.assertEqual(len(cm), 1)
+            for role in WORKERS:
+                d = find(objs, "Deployment", role)
+                c = container(d)
+                profiles_dir = flag_values(c["args"])["--profiles-dir"]
+                mount = next(m for m in c["volumeMounts"] if m["mountPath"] == profiles_dir)
+                vol = next(v for v in d["spec"]["template"]["spec"]["volumes"]
+                           if v["name"] == mount["name"])
+                self.assertEqual(vol["configMap"]["name"], cm[0]["metadata"]["name"])
+                self.assertIn("checksum/profiles", d["spec"]["template"]["metadata"]["annotations"])
+
+    def test_shm_and_model_volumes(self):
+        d = find(self.default, "Deployment", "decode")
+        vols = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in container(d)["volumeMounts"]}
+        self.assertEqual(vols[mounts["/dev/shm"]]["emptyDir"], {"medium": "Memory",
+                                                                "sizeLimit": "16Gi"})
+        self.assertEqual(vols[mounts["/models"]]["persistentVolumeClaim"],
+                         {"claimName": "mlaserve-models", "readOnly": True})
+        self.assertEqual(flag_values(container(d)["args"])["--model"], "/models/DeepSeek-V2-Lite")
+        host = render(extra_values={"model": {"volume": {"type": "hostPath",
+                                                         "hostPath": "/mnt/nvme/models"}}})
+        for role in ("router",) + WORKERS:
+            vols = {v["name"]: v for v in
+                    find(host, "Deployment", role)["spec"]["template"]["spec"]["volumes"]}
+            self.assertEqual(vols["model"]["hostPath"], {"path": "/mnt/nvme/models",
+                                                         "type": "Directory"})
+
+    def test_pdbs_cover_the_workers(self):
+        for label, objs, _, _ in self.each():
+            pdbs = {p["metadata"]["labels"]["app.kubernetes.io/component"]: p["spec"]
+                    for p in by_kind(objs, "PodDisruptionBudget")}
+            self.assertEqual(sorted(pdbs), ["decode", "prefill"])
+            for role in WORKERS:
+                self.assertEqual(pdbs[role]["maxUnavailable"], 1)
+                sel = find(objs, "Deployment", role)["spec"]["selector"]["matchLabels"]
+                self.assertEqual(pdbs[role]["selector"]["matchLabels"], sel)
+
+    def test_rdma_adds_the_resource_and_ipc_lock(self):
+        for role in WORKERS:
+            c = container(find(self.example, "Deployment", role))
+            self.assertEqual(c["resources"]["limits"]["rdma/rdma_shared_device_a"], 1)
+            self.assertEqual(c["securityContext"]["capabilities"]["add"], ["IPC_LOCK"])
+            self.assertEqual(c["securityContext"]["capabilities"]["drop"], ["ALL"])
+            self.assertEqual(flag_values(c["args"])["--kv-transport"], "nccl")
+            c = container(find(self.default, "Deployment", role))
+            self.assertNotIn("add", c["securityContext"]["capabilities"])
+        router = container(find(self.example, "Deployment", "router"))
+        self.assertNotIn("add", router["securityContext"]["capabilities"])
+
+    def test_optional_flags_only_when_set(self):
+        default_flags = flag_values(container(find(self.default, "Deployment", "decode"))["args"])
+        for flag in ("--num-kv-pages", "--max-running-requests", "--local-prefill-threshold",
+                     "--device"):
+            self.assertNotIn(flag, default_flags)
+        flags = flag_values(container(find(self.example, "Deployment", "decode"))["args"])
+        self.assertEqual(flags["--max-running-requests"], "256")
+        self.assertEqual(flags["--local-prefill-threshold"], "-1")
+        self.assertEqual(flags["--kv-lease-ms"], "30000")
+        prefill = flag_values(container(find(self.example, "Deployment", "prefill"))["args"])
+        self.assertEqual(prefill["--max-batch-tokens"], "16384")
+        self.assertNotIn("--max-running-requests", prefill)
+
+    def test_service_monitor_scrapes_every_component(self):
+        sm = by_kind(self.example, "ServiceMonitor")[0]
+        self.assertEqual(sm["metadata"]["labels"]["release"], "kube-prometheus-stack")
+        self.assertEqual(sm["spec"]["endpoints"][0]["port"], "metrics")
+        services = by_kind(self.example, "Service")
+        selected = [s for s in services
+                    if all(s["metadata"]["labels"].get(k) == v
+                           for k, v in sm["spec"]["selector"]["matchLabels"].items())
+                    and s["metadata"]["labels"]["app.kubernetes.io/component"]
+                    in sm["spec"]["selector"]["matchExpressions"][0]["values"]]
+        self.assertEqual(len(selected), 3)
+        for s in selected:
+            self.assertIn("metrics", [p["name"] for p in s["spec"]["ports"]])
+        self.assertEqual(by_kind(self.default, "ServiceMonitor"), [])
+
+    def test_ipv6_brackets_addresses(self):
+        objs = render(extra_values={"ipFamily": "IPv6"})
+        flags = flag_values(container(find(objs, "Deployment", "prefill"))["args"])
+        self.assertEqual(flags["--listen"], "[::]:8100")
+        self.assertEqual(flags["--advertise"], "[$(POD_IP)]:8100")
+
+    def test_template_errors_name_the_value(self):
+        with self.assertRaisesRegex(RenderError, "model.volume.claimName is required"):
+            render(extra_values={"model": {"volume": {"claimName": ""}}})
+        with self.assertRaisesRegex(RenderError, "model.path is required"):
+            render(extra_values={"model": {"path": None}})
+
+    def test_notes_tell_how_to_reach_the_router(self):
+        notes = render_text([EXAMPLE_2P4D], release="ds", namespace="mlaserve", notes=True)
+        self.assertIn("kubectl -n mlaserve port-forward svc/ds-mlaserve-router 8000:8000", notes)
+        self.assertIn("exec deploy/ds-mlaserve-router -- mlaservectl --server localhost:8000 "
+                      "workers list", notes)
+        self.assertIn("prefill  2 x ds-mlaserve-prefill", notes)
+        self.assertIn("decode   4 x ds-mlaserve-decode", notes)
+
+
+class ProfilesTest(unittest.TestCase):
+    """GPU profiles: file names with spaces map to valid ConfigMap keys and back."""
+
+    H100 = "NVIDIA H100 80GB HBM3.json"
+
+    def test_chart_profiles_and_value_overrides(self):
+        with ChartCopy({self.H100: '{"gpu": "h100"}\n', "cpu.json": '{"gpu": "none"}\n'}) as d:
+            objs = render(chart_dir=d, extra_values={"profiles": {"files": {
+                "cpu.json": '{"gpu": "override"}', "NVIDIA H200.json": '{"gpu": "h200"}'}}})
+            self.assertEqual(k8s_checks.check_objects(objs), [])
+        data = by_kind(objs, "ConfigMap")[0]["data"]
+        self.assertEqual(data, {"NVIDIA_H100_80GB_HBM3.json": '{"gpu": "h100"}\n',
+                                "NVIDIA_H200.json": '{"gpu": "h200"}',
+                                "cpu.json": '{"gpu": "override"}'})
+        for role in WORKERS:
+            d = find(objs, "Deployment", role)
+            vol = next(v for v in d["spec"]["template"]["spec"]["volumes"]
+                       if v["name"] == "profiles")
+            items = {i["key"]: i["path"] for i in vol["configMap"]["items"]}
+            self.assertEqual(items, {"NVIDIA_H100_80GB_HBM3.json": self.H100,
+                                     "NVIDIA_H200.json": "NVIDIA H200.json",
+                                     "cpu.json": "cpu.json"})
+
+    def test_checksum_follows_the_profiles(self):
+        def checksum(content):
+            with ChartCopy({self.H100: content}) as d:
+                objs = render(chart_dir=d)
+            return find(objs, "Deployment", "decode")["spec"]["template"]["metadata"][
+                "annotations"]["checksum/profiles"]
+        self.assertNotEqual(checksum('{"a": 1}'), checksum('{"a": 2}'))
+
+    def test_colliding_names_fail(self):
+        with self.assertRaisesRegex(RenderError, "map to the same ConfigMap key"):
+            render(extra_values={"profiles": {"files": {"a b.json": "{}", "a_b.json": "{}"}}})
+
+    def test_existing_configmap_is_mounted_whole(self):
+        objs = render(extra_values={"profiles": {"existingConfigMap": "my-profiles"}})
+        self.assertEqual(by_kind(objs, "ConfigMap"), [])
+        d = find(objs, "Deployment", "prefill")
+        vol = next(v for v in d["spec"]["template"]["spec"]["volumes"] if v["name"] == "profiles")
+        self.assertEqual(vol["configMap"], {"name": "my-profiles"})
+
+    def test_repository_profiles_reach_the_chart(self):
+        # charts/mlaserve/profiles links to the repository's profiles/ (one source of truth);
+        # Helm follows the link, and fails on a dangling one.
+        link = os.path.join(CHART_DIR, "profiles")
+        self.assertTrue(os.path.islink(link))
+        self.assertEqual(os.path.realpath(link), os.path.join(SOURCE_DIR, "profiles"))
+        self.assertTrue(os.path.isdir(link), "profiles/ is missing: Helm cannot load the chart")
+        shipped = sorted(f for f in os.listdir(link) if f.endswith(".json"))
+        data = by_kind(render(), "ConfigMap")[0].get("data") or {}
+        self.assertEqual(len(data), len(shipped))
+
+
+if __name__ == "__main__":
+    unittest.main()
