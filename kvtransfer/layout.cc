@@ -1,6 +1,7 @@
 #include "kvtransfer/layout.h"
 
 #include <cstdio>
+#include <initializer_list>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -36,7 +37,7 @@ class Fnv64 {
 uint64_t ModelFingerprint(const model::ModelConfig& c) {
   Fnv64 h;
   h.Add(c.model_type_name);
-  for (int64_t v : {c.vocab_size, c.hidden_size, c.intermediate_size, c.moe_intermediate_size,
+  for (int64_t v : std::initializer_list<int64_t>{c.vocab_size, c.hidden_size, c.intermediate_size, c.moe_intermediate_size,
                     c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
                     static_cast<int64_t>(c.q_lora_rank.value_or(-1)), c.kv_lora_rank,
                     c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.n_routed_experts,
@@ -57,7 +58,7 @@ std::string KvLayout::CompatHash() const {
   Fnv64 h;
   h.Add(model_type);
   h.Add(static_cast<int64_t>(model_fingerprint));
-  for (int64_t v : {num_layers, latent_dim, index_dim, static_cast<int>(dtype), page_size,
+  for (int64_t v : std::initializer_list<int64_t>{num_layers, latent_dim, index_dim, static_cast<int>(dtype), page_size,
                     tp_size}) {
     h.Add(v);
   }
@@ -97,7 +98,7 @@ absl::StatusOr<KvLayout> MakeKvLayout(const model::ModelConfig& config,
 }
 
 absl::Status CheckCompatible(const KvLayout& local, const KvLayout& peer) {
-  auto differ = [&](std::string_view field, const auto& ours, const auto& theirs) {
+  auto differ = [&](absl::string_view field, const auto& ours, const auto& theirs) {
     return absl::FailedPreconditionError(
         absl::StrCat("KV layouts are incompatible: ", field, " is ", theirs, " on the peer but ",
                      ours, " here (peer: ", peer.Describe(), "; here: ", local.Describe(), ")"));

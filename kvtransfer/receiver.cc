@@ -17,6 +17,7 @@ struct KvReceiver::Session {
   absl::Mutex mu;
   std::vector<int32_t> pages ABSL_GUARDED_BY(mu);
   DoneFn on_done ABSL_GUARDED_BY(mu);
+  std::function<void(const absl::Status&)> on_failure ABSL_GUARDED_BY(mu);
   bool opened ABSL_GUARDED_BY(mu) = false;
   bool ended ABSL_GUARDED_BY(mu) = false;
   absl::Time last_progress ABSL_GUARDED_BY(mu);
@@ -80,12 +81,14 @@ std::shared_ptr<KvReceiver::Session> KvReceiver::Find(const std::string& session
 
 void KvReceiver::End(const std::shared_ptr<Session>& s, absl::StatusOr<KvReceivedKv> result) {
   DoneFn on_done;
+  std::function<void(const absl::Status&)> on_failure;
   std::vector<int32_t> pages;
   {
     absl::MutexLock sl(&s->mu);
     if (s->ended) return;
     s->ended = true;
     on_done = std::move(s->on_done);
+    on_failure = std::move(s->on_failure);
     pages = std::move(s->pages);
   }
   {
@@ -98,6 +101,7 @@ void KvReceiver::End(const std::shared_ptr<Session>& s, absl::StatusOr<KvReceive
   } else {
     spdlog::warn("KV session {} failed: {}", s->id, result.status().ToString());
     pool_->Free(pages);
+    if (on_failure) on_failure(result.status());
   }
   if (on_done) on_done(std::move(result));
 }
@@ -106,11 +110,13 @@ bool KvReceiver::Cancel(const std::string& session_id) {
   std::shared_ptr<Session> s = Find(session_id);
   if (s == nullptr) return false;
   std::vector<int32_t> pages;
+  std::function<void(const absl::Status&)> on_failure;
   {
     absl::MutexLock sl(&s->mu);
     if (s->ended) return false;
     s->ended = true;
     s->on_done = nullptr;
+    on_failure = std::move(s->on_failure);
     pages = std::move(s->pages);
   }
   {
@@ -119,10 +125,15 @@ bool KvReceiver::Cancel(const std::string& session_id) {
     if (it != sessions_.end() && it->second == s) sessions_.erase(it);
   }
   pool_->Free(pages);
+  if (on_failure) {
+    on_failure(absl::CancelledError(absl::StrCat("KV session ", session_id,
+                                                 " was cancelled by the decode worker")));
+  }
   return true;
 }
 
-absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sender_layout) {
+absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sender_layout,
+                              std::function<void(const absl::Status&)> on_failure) {
   std::shared_ptr<Session> s = Find(session_id);
   if (s == nullptr) {
     return absl::NotFoundError(absl::StrCat("KV session ", session_id,
@@ -134,13 +145,21 @@ absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sen
     End(s, compatible);
     return compatible;
   }
-  absl::MutexLock sl(&s->mu);
-  if (s->ended) return absl::NotFoundError(absl::StrCat("KV session ", session_id, " has ended"));
-  if (s->opened) {
-    return absl::AlreadyExistsError(absl::StrCat("KV session ", session_id, " is already open"));
+  {
+    absl::MutexLock sl(&s->mu);
+    if (s->ended) {
+      return absl::NotFoundError(absl::StrCat("KV session ", session_id, " has ended"));
+    }
+    if (s->opened) {
+      return absl::AlreadyExistsError(absl::StrCat("KV session ", session_id, " is already open"));
+    }
+    s->opened = true;
+    s->last_progress = absl::Now();
+    s->on_failure = std::move(on_failure);
   }
-  s->opened = true;
-  s->last_progress = absl::Now();
+  // The session's deadline is now the no-progress one, possibly earlier than its lease.
+  absl::MutexLock lock(&mu_);
+  reaper_wake_.Signal();
   return absl::OkStatus();
 }
 

@@ -73,7 +73,11 @@ class KvReceiver {
 
   // Transport side. A refused Open / WritePage / Complete fails the session (pages freed,
   // on_done told) and returns the reason, which the transport reports to its sender.
-  absl::Status Open(const std::string& session_id, const KvLayout& sender_layout);
+  // `on_failure` (optional) is how the transport hears that the session failed for a reason
+  // it did not see itself (lease, no progress, owner shut down): it runs once, when the session
+  // fails after a successful Open, so the transport can end its stream and tell the sender.
+  absl::Status Open(const std::string& session_id, const KvLayout& sender_layout,
+                    std::function<void(const absl::Status&)> on_failure = nullptr);
   absl::Status WritePage(const std::string& session_id, int layer, int page_index,
                          std::span<const uint8_t> payload, uint32_t crc32);
   absl::StatusOr<KvPushStats> Complete(const std::string& session_id,

@@ -16,6 +16,29 @@ namespace v1 = ::mlaserve::v1;
 using common::FromGrpcStatus;
 using common::ToGrpcStatus;
 
+namespace {
+
+// Tells the receiver through the control plane (KvService.AbortSession), fire and forget:
+// the stream's cancellation may reach it first, or not at all if the open never left.
+void SendAbortSession(const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id,
+                      const absl::Status& reason) {
+  struct Call {
+    std::unique_ptr<v1::KvService::Stub> stub;
+    grpc::ClientContext ctx;
+    v1::KvAbortSessionRequest request;
+    v1::KvAbortSessionResponse response;
+  };
+  auto* call = new Call;
+  call->stub = v1::KvService::NewStub(channel);
+  call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  call->request.set_session_id(session_id);
+  call->request.set_reason(std::string(reason.message()));
+  call->stub->async()->AbortSession(&call->ctx, &call->request, &call->response,
+                                    [call](grpc::Status) { delete call; });
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------------------------
 // Sender: one PushPages stream.
 //
@@ -26,8 +49,11 @@ using common::ToGrpcStatus;
 class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
                          public std::enable_shared_from_this<PushStream> {
  public:
-  PushStream(std::string session_id, KvSenderOptions options)
-      : session_id_(std::move(session_id)), options_(std::move(options)) {}
+  PushStream(std::string session_id, KvSenderOptions options,
+             std::shared_ptr<grpc::Channel> channel)
+      : session_id_(std::move(session_id)),
+        options_(std::move(options)),
+        channel_(std::move(channel)) {}
 
   void Start(v1::KvService::Stub* stub, v1::KvPushMessage open) {
     self_ = shared_from_this();
@@ -60,9 +86,14 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
         }
         cv_.WaitWithDeadline(&mu_, deadline);
       }
-      if (failure_.ok() && finished_) {
+      // A broken stream's status arrives with OnDone, shortly after.
+      const absl::Time done_deadline = absl::Now() + options_.no_progress_timeout;
+      while (broken_ && !finished_ && absl::Now() < done_deadline) {
+        cv_.WaitWithDeadline(&mu_, done_deadline);
+      }
+      if (failure_.ok() && (finished_ || broken_)) {
         failure_ = absl::UnavailableError(
-            absl::StrCat("KV session ", session_id_, ": stream ended early"));
+            absl::StrCat("KV session ", session_id_, ": stream to the receiver ended early"));
       }
       if (!failure_.ok()) {
         refused = failure_;
@@ -90,13 +121,19 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
     return absl::OkStatus();
   }
 
+  // Fails the session here and at the receiver: the stream is cancelled and, since the open
+  // may not have reached the receiver yet, the control plane is told too.
   void Abort(const absl::Status& reason) {
+    bool tell_receiver = false;
     {
       absl::MutexLock lock(&mu_);
       if (finished_) return;
       if (failure_.ok()) failure_ = reason;
+      tell_receiver = !abort_sent_;
+      abort_sent_ = true;
       need_cancel_ = true;
     }
+    if (tell_receiver) SendAbortSession(channel_, session_id_, reason);
     CancelIfNeeded();
   }
 
@@ -104,7 +141,7 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
   void CheckProgress(absl::Time now) {
     {
       absl::MutexLock lock(&mu_);
-      if (finished_ || !failure_.ok()) return;
+      if (finished_ || !failure_.ok() || broken_) return;
       const bool busy = writing_ || !queue_.empty() || half_closed_;
       if (!busy || now < last_progress_ + options_.no_progress_timeout) return;
       failure_ = absl::DeadlineExceededError(
@@ -117,6 +154,9 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
 
   absl::Status status() const {
     absl::MutexLock lock(&mu_);
+    if (failure_.ok() && broken_) {
+      return absl::UnavailableError(absl::StrCat("KV session ", session_id_, ": stream broke"));
+    }
     return failure_;
   }
   int64_t sent_bytes() const {
@@ -134,10 +174,8 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
       absl::MutexLock lock(&mu_);
       writing_ = false;
       if (!ok) {
-        if (failure_.ok()) {
-          failure_ = absl::UnavailableError(
-              absl::StrCat("KV session ", session_id_, ": stream to the receiver broke"));
-        }
+        // The stream is over; OnDone brings the receiver's status (e.g. its refusal).
+        broken_ = true;
         queue_.clear();
         queued_bytes_ = 0;
       } else {
@@ -180,7 +218,10 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
     {
       absl::MutexLock lock(&mu_);
       if (writing_ || hold_released_) return;
-      if (failure_.ok() && !queue_.empty()) {
+      if (broken_) {
+        hold_released_ = true;
+        action = kRelease;
+      } else if (failure_.ok() && !queue_.empty()) {
         writing_ = true;
         next = &queue_.front();  // deque keeps element addresses stable on push_back
         action = kWrite;
@@ -213,6 +254,7 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
 
   const std::string session_id_;
   const KvSenderOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
   grpc::ClientContext context_;
   v1::KvPushResult result_;
   std::shared_ptr<PushStream> self_;  // keeps the reactor alive until OnDone
@@ -223,10 +265,12 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t sent_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;  // a write failed: no more writes
   bool half_closed_ ABSL_GUARDED_BY(mu_) = false;  // completion queued
   bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
   bool need_cancel_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool abort_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // OnDone ran
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   absl::Time last_progress_ ABSL_GUARDED_BY(mu_);
@@ -237,8 +281,7 @@ namespace {
 
 class TcpKvSender final : public KvSender {
  public:
-  TcpKvSender(std::shared_ptr<PushStream> stream, const KvLayout& layout)
-      : stream_(std::move(stream)) {}
+  explicit TcpKvSender(std::shared_ptr<PushStream> stream) : stream_(std::move(stream)) {}
   ~TcpKvSender() override {
     if (!completed_) stream_->Abort(absl::CancelledError("KV sender destroyed before completion"));
   }
@@ -317,7 +360,7 @@ absl::StatusOr<std::unique_ptr<KvSender>> TcpKvTransport::Open(const KvSessionRe
   if (absl::Status s = ValidateSessionRef(ref, local_layout); !s.ok()) return s;
   auto channel = ChannelFor(ref.endpoint);
   auto stub = v1::KvService::NewStub(channel);
-  auto stream = std::make_shared<PushStream>(ref.session_id, options);
+  auto stream = std::make_shared<PushStream>(ref.session_id, options, channel);
   v1::KvPushMessage open;
   open.mutable_open()->set_session_id(ref.session_id);
   *open.mutable_open()->mutable_layout() = ToProto(local_layout);
@@ -331,7 +374,7 @@ absl::StatusOr<std::unique_ptr<KvSender>> TcpKvTransport::Open(const KvSessionRe
     streams_.push_back(stream);
     wake_.Signal();
   }
-  return std::make_unique<TcpKvSender>(std::move(stream), local_layout);
+  return std::make_unique<TcpKvSender>(std::move(stream));
 }
 
 void TcpKvTransport::WatchdogLoop() {
@@ -368,7 +411,7 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
   void OnReadDone(bool ok) override {
     if (!ok) {
       // The sender half-closed without `complete`, or the stream was cancelled.
-      Finish(Fail(absl::CancelledError(
+      FinishOnce(Fail(absl::CancelledError(
           "KV stream ended before its completion (sender aborted or went away)")));
       return;
     }
@@ -385,7 +428,11 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
         }
         opened_ = true;
         auto layout = FromProto(msg_.open().layout());
-        st = layout.ok() ? receiver_->Open(msg_.open().session_id(), *layout) : layout.status();
+        st = layout.ok() ? receiver_->Open(msg_.open().session_id(), *layout,
+                                           [this](const absl::Status& why) {
+                                             FinishOnce(ToGrpcStatus(why));
+                                           })
+                         : layout.status();
         break;
       }
       case v1::KvPushMessage::kPage: {
@@ -412,7 +459,7 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
         if (stats.ok()) {
           result_->set_bytes_received(stats->bytes_received);
           result_->set_pages_written(stats->pages_written);
-          Finish(grpc::Status::OK);
+          FinishOnce(grpc::Status::OK);
           return;
         }
         st = stats.status();
@@ -422,7 +469,7 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
         st = absl::InvalidArgumentError("KV stream: empty message");
     }
     if (!st.ok()) {
-      Finish(Fail(st));
+      FinishOnce(Fail(st));
       return;
     }
     StartRead(&msg_);
@@ -435,6 +482,18 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
   void OnDone() override { delete this; }
 
  private:
+  // Finish exactly once, whichever comes first: this stream's own verdict or the receiver
+  // failing the session (lease / no progress / cancel, from another thread). The reactor is
+  // not touched after Finish: OnDone may delete it.
+  void FinishOnce(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(status);
+  }
+
   std::string msg_session() {
     absl::MutexLock lock(&mu_);
     return session_id_;
@@ -450,8 +509,9 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
   v1::KvPushResult* const result_;
   v1::KvPushMessage msg_;
   bool opened_ = false;  // touched by OnReadDone only (reactions on one stream are serial)
-  absl::Mutex mu_;       // session_id_ is also read by OnCancel, which may run concurrently
+  absl::Mutex mu_;  // OnCancel and the receiver's failure callback run on other threads
   std::string session_id_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/checksum.h"
+#include "kvtransfer/proto_convert.h"
 #include "kvtransfer/testing/test_pool.h"
 
 namespace mlaserve::kvtransfer {

@@ -43,6 +43,24 @@ absl::Status ApplyRope(const kernels::KernelContext& ctx, const RopeTable& rope,
   return kernels::Rope(p, ctx);
 }
 
+// One GEMM per head over strided views: head h uses a + h*a_head, b + h*b_head and
+// c + h*c_head. (The heads interleave within each row of A and C, a layout the batched GEMM's
+// argument check does not accept, so the batch is a loop of single GEMMs.)
+absl::Status PerHeadGemm(const kernels::KernelContext& ctx, kernels::GemmParams p, int heads,
+                         int64_t a_head, int64_t b_head, int64_t c_head) {
+  const auto* a = static_cast<const float*>(p.a);
+  const auto* b = static_cast<const float*>(p.b);
+  auto* c = static_cast<float*>(p.c);
+  p.batch = 1;
+  for (int h = 0; h < heads; ++h) {
+    p.a = a + h * a_head;
+    p.b = b + h * b_head;
+    p.c = c + h * c_head;
+    RETURN_IF_ERROR(kernels::Gemm(p, ctx));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, AttentionForm form,
@@ -235,29 +253,22 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
   const int L = c.kv_lora_rank;
   const int E = c.latent_dim();
 
-  // q_abs, head-major [H, T, L | rope]: q_nope[h] . W_UK[h], then the roped part copied in.
-  std::vector<float> q_abs(static_cast<size_t>(H) * T * E);
+  // q_abs [T, H, L | rope]: q_nope[h] . W_UK[h] per head, then the roped part copied in.
+  std::vector<float> q_abs(static_cast<size_t>(T) * H * E);
   kernels::GemmParams uk;
   uk.m = T;
   uk.n = L;
   uk.k = dn;
-  uk.batch = H;
   uk.a = q;
   uk.lda = static_cast<int64_t>(H) * qk;
-  uk.stride_a = qk;
   uk.b = views.w_uk;
   uk.ldb = views.row_stride;
-  uk.stride_b = views.head_stride;
   uk.b_transposed = false;
   uk.c = q_abs.data();
-  uk.ldc = E;
-  uk.stride_c = static_cast<int64_t>(T) * E;
-  RETURN_IF_ERROR(kernels::Gemm(uk, ctx_));
-  for (int h = 0; h < H; ++h) {
-    RETURN_IF_ERROR(ops::Copy2D(ctx_, q_abs.data() + static_cast<size_t>(h) * T * E + L, E,
-                                q + static_cast<size_t>(h) * qk + dn,
-                                static_cast<int64_t>(H) * qk, dr, T));
-  }
+  uk.ldc = static_cast<int64_t>(H) * E;
+  RETURN_IF_ERROR(PerHeadGemm(ctx_, uk, H, qk, views.head_stride, E));
+  RETURN_IF_ERROR(ops::Copy2D(ctx_, q_abs.data() + L, E, q + dn, qk, dr,
+                              static_cast<int64_t>(T) * H));
 
   std::vector<float> out_lat(static_cast<size_t>(T) * H * L);
   const float scale = static_cast<float>(c.softmax_scale);
@@ -270,8 +281,8 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
     p.rope_dim = dr;
     p.top_k = c.index_topk;
     p.q = q_abs.data();
-    p.q_token_stride = E;
-    p.q_head_stride = static_cast<int64_t>(T) * E;
+    p.q_token_stride = static_cast<int64_t>(H) * E;
+    p.q_head_stride = E;
     p.kv_cache = pool_->latent(layer);
     p.num_pages = pool_->total_pages();
     p.block_table = plan.block_table.data();
@@ -290,8 +301,8 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
     p.kv_lora_rank = L;
     p.rope_dim = dr;
     p.q = q_abs.data();
-    p.q_token_stride = E;
-    p.q_head_stride = static_cast<int64_t>(T) * E;
+    p.q_token_stride = static_cast<int64_t>(H) * E;
+    p.q_head_stride = E;
     p.kv_cache = pool_->latent(layer);
     p.num_pages = pool_->total_pages();
     p.block_table = plan.block_table.data();
@@ -320,29 +331,19 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
     }
   }
 
-  // Per-head W_UV into head-major [H, T, v], then interleave heads into attn [T, H, v].
-  std::vector<float> heads(static_cast<size_t>(H) * T * dv);
+  // attn[t, h] = out_lat[t, h] . W_UV[h]^T per head.
   kernels::GemmParams uv;
   uv.m = T;
   uv.n = dv;
   uv.k = L;
-  uv.batch = H;
   uv.a = out_lat.data();
   uv.lda = static_cast<int64_t>(H) * L;
-  uv.stride_a = L;
   uv.b = views.w_uv;
   uv.ldb = views.row_stride;
-  uv.stride_b = views.head_stride;
   uv.b_transposed = true;
-  uv.c = heads.data();
-  uv.ldc = dv;
-  uv.stride_c = static_cast<int64_t>(T) * dv;
-  RETURN_IF_ERROR(kernels::Gemm(uv, ctx_));
-  for (int h = 0; h < H; ++h) {
-    RETURN_IF_ERROR(ops::Copy2D(ctx_, attn + static_cast<size_t>(h) * dv,
-                                static_cast<int64_t>(H) * dv,
-                                heads.data() + static_cast<size_t>(h) * T * dv, dv, dv, T));
-  }
+  uv.c = attn;
+  uv.ldc = static_cast<int64_t>(H) * dv;
+  RETURN_IF_ERROR(PerHeadGemm(ctx_, uv, H, L, views.head_stride, dv));
   return absl::OkStatus();
 }
 

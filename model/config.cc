@@ -18,7 +18,6 @@
 
 #include "common/status.h"
 #include "model/config_reader.h"
-#include "spdlog/spdlog.h"
 
 namespace mlaserve::model {
 namespace {
@@ -30,6 +29,7 @@ using config_internal::ShortDump;
 // Keys HF's configs carry that change nothing at inference, accepted and ignored.
 // head_dim is here because every DeepSeek config class overwrites it with qk_rope_head_dim.
 const std::set<std::string_view>& IgnoredFields() {
+  // clang-format off
   static const std::set<std::string_view> kFields = {
       "architectures", "auto_map", "torch_dtype", "dtype", "transformers_version", "use_cache",
       "initializer_range", "aux_loss_alpha", "seq_aux", "pretraining_tp", "attention_dropout",
@@ -37,6 +37,7 @@ const std::set<std::string_view>& IgnoredFields() {
       "output_hidden_states", "output_attentions", "return_dict", "chunk_size_feed_forward",
       "is_encoder_decoder", "id2label", "label2id", "problem_type", "num_labels",
       "tokenizer_class"};
+  // clang-format on
   return kFields;
 }
 
@@ -54,17 +55,17 @@ class Parser {
     RETURN_IF_ERROR(ParseModelType());
     RETURN_IF_ERROR(ParseDims());
     RETURN_IF_ERROR(ParseRope());
-    RETURN_IF_ERROR(ParseLayers());
-    RETURN_IF_ERROR(ParseMoe());
+    RETURN_IF_ERROR(config_internal::ParseMlpLayers(r_, c_));
+    RETURN_IF_ERROR(config_internal::ParseMoeRouting(r_, c_));
     RETURN_IF_ERROR(ParseIndexer());
     RETURN_IF_ERROR(ParseTokens());
     RETURN_IF_ERROR(ParseQuantization());
     for (const std::string& key : r_.Unused()) {
       if (IgnoredFields().count(key) == 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "config.json: unknown field '", key, "' (value ", ShortDump(*r_.Peek(key)),
-            ") for model_type ", c_.model_type_name,
-            "; mlaserve does not know whether it changes the model"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("config.json: unknown field '", key, "' (value ", ShortDump(*r_.Peek(key)),
+                         ") for model_type ", c_.model_type_name,
+                         "; mlaserve does not know whether it changes the model"));
       }
     }
     return std::move(c_);
@@ -74,10 +75,7 @@ class Parser {
   bool v2() const { return c_.model_type == ModelType::kDeepseekV2; }
   bool v32() const { return c_.model_type == ModelType::kDeepseekV32; }
 
-  void Warn(std::string message) {
-    spdlog::warn("config.json: {}", message);
-    c_.warnings.push_back(std::move(message));
-  }
+  void Warn(std::string message) { config_internal::AddWarning(c_, std::move(message)); }
 
   absl::Status ParseModelType() {
     RETURN_IF_ERROR(r_.String("model_type", &c_.model_type_name, /*required=*/true));
@@ -123,13 +121,16 @@ class Parser {
       r_.Take("q_lora_rank");
     }
     // Optional fields take HF's per-model defaults.
+    // MLA decompresses the latent into a key and value for every head, so num_key_value_heads
+    // has no effect on the math. HF's V3 class default is 128 whatever the head count, and tiny
+    // configs often keep it; HF's default (sdpa) path then still runs all heads. Record the
+    // effective value and warn.
+    int kv_heads = c_.num_attention_heads;
+    RETURN_IF_ERROR(r_.Int("num_key_value_heads", &kv_heads, 1));
     c_.num_key_value_heads = c_.num_attention_heads;
-    RETURN_IF_ERROR(r_.Int("num_key_value_heads", &c_.num_key_value_heads, 1));
-    if (c_.num_key_value_heads != c_.num_attention_heads) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json: num_key_value_heads is ", c_.num_key_value_heads,
-          " but MLA expands the latent into all ", c_.num_attention_heads,
-          " heads (num_attention_heads); they must be equal"));
+    if (kv_heads != c_.num_attention_heads) {
+      Warn(absl::StrCat("num_key_value_heads ", kv_heads, " is ignored: MLA gives each of the ",
+                        c_.num_attention_heads, " attention heads its own key and value"));
     }
     if (v2() && c_.hidden_size % c_.num_attention_heads != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -139,9 +140,9 @@ class Parser {
     int qk_head_dim = c_.qk_head_dim();
     RETURN_IF_ERROR(r_.Int("qk_head_dim", &qk_head_dim, 1));
     if (qk_head_dim != c_.qk_head_dim()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json: qk_head_dim is ", qk_head_dim, " but qk_nope_head_dim + qk_rope_head_dim = ",
-          c_.qk_head_dim()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: qk_head_dim is ", qk_head_dim,
+                       " but qk_nope_head_dim + qk_rope_head_dim = ", c_.qk_head_dim()));
     }
     c_.max_position_embeddings = v2() ? 2048 : (v32() ? 163840 : 4096);
     RETURN_IF_ERROR(r_.Int("max_position_embeddings", &c_.max_position_embeddings, 1));
@@ -160,8 +161,8 @@ class Parser {
     }
     RETURN_IF_ERROR(r_.String("hidden_act", &c_.hidden_act));
     if (c_.hidden_act != "silu") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json: hidden_act '", c_.hidden_act, "' is not supported; expected silu"));
+      return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_act '", c_.hidden_act,
+                                                     "' is not supported; expected silu"));
     }
     int mtp = 0;
     RETURN_IF_ERROR(r_.AliasedInt("num_nextn_predict_layers", "num_mtp_layers", &mtp, 0));
@@ -210,8 +211,9 @@ class Parser {
       if (rope.type == "yarn") {
         RETURN_IF_ERROR(ParseYarn(d));
       } else if (rope.type != "default") {
-        return absl::InvalidArgumentError(absl::StrCat("config.json: ", scope, " type '", rope.type,
-                                                       "' is not supported; expected yarn or default"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("config.json: ", scope, " type '", rope.type,
+                         "' is not supported; expected yarn or default"));
       }
       if (const std::vector<std::string> unused = d.Unused(); !unused.empty()) {
         return absl::InvalidArgumentError(absl::StrCat("config.json: unknown field '", scope, ".",
@@ -252,12 +254,12 @@ class Parser {
     }
     RETURN_IF_ERROR(d.Double("factor", &rope.factor));
     if (!(rope.factor > 0.0)) {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: ", d.scope(),
-                                                     ".factor must be positive, got ", rope.factor));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", d.scope(), ".factor must be positive, got ", rope.factor));
     }
     rope.original_max_position_embeddings = c_.max_position_embeddings;  // HF's standardisation
-    RETURN_IF_ERROR(d.Int("original_max_position_embeddings",
-                          &rope.original_max_position_embeddings, 1));
+    RETURN_IF_ERROR(
+        d.Int("original_max_position_embeddings", &rope.original_max_position_embeddings, 1));
     // HF reads `get("beta_fast") or 32`: zero and null mean the default.
     RETURN_IF_ERROR(d.Double("beta_fast", &rope.beta_fast));
     RETURN_IF_ERROR(d.Double("beta_slow", &rope.beta_slow));
@@ -288,159 +290,15 @@ class Parser {
     return absl::OkStatus();
   }
 
-  // layer_is_moe: HF's V2 and V3 use `layer_idx >= first_k_dense_replace`; V3.2 follows
-  // mlp_layer_types ("dense"/"sparse"), derived from first_k_dense_replace when absent.
-  absl::Status ParseLayers() {
-    const int n = c_.num_hidden_layers;
-    int first_dense = v2() ? 0 : 3;
-    RETURN_IF_ERROR(r_.Int("first_k_dense_replace", &first_dense, 0));
-    std::vector<bool> from_first_k(n);
-    for (int i = 0; i < n; ++i) from_first_k[i] = i >= first_dense;
-    c_.layer_is_moe = from_first_k;
-
-    std::vector<std::string> types;
-    RETURN_IF_ERROR(r_.StringList("mlp_layer_types", &types));
-    if (!types.empty()) {
-      if (static_cast<int>(types.size()) != n) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "config.json: mlp_layer_types has ", types.size(), " entries but num_hidden_layers is ", n));
-      }
-      for (int i = 0; i < n; ++i) {
-        if (types[i] != "dense" && types[i] != "sparse") {
-          return absl::InvalidArgumentError(absl::StrCat("config.json: mlp_layer_types[", i, "] is '",
-                                                         types[i], "'; expected dense or sparse"));
-        }
-        const bool moe = types[i] == "sparse";
-        if (v32()) {
-          c_.layer_is_moe[i] = moe;
-        } else if (moe != from_first_k[i]) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "config.json: mlp_layer_types[", i, "] is '", types[i], "' but first_k_dense_replace ",
-              first_dense, " makes layer ", i, (from_first_k[i] ? " MoE" : " dense"), " and HF's ",
-              c_.model_type_name, " follows first_k_dense_replace"));
-        }
-      }
-    }
-    int freq = 1;
-    RETURN_IF_ERROR(r_.Int("moe_layer_freq", &freq, 1));
-    if (freq != 1) {
-      Warn(absl::StrCat("moe_layer_freq ", freq, " is ignored: HF makes every layer from "
-                        "first_k_dense_replace on an MoE layer"));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status ParseMoe() {
-    bool any_moe = false;
-    for (bool m : c_.layer_is_moe) any_moe = any_moe || m;
-    RETURN_IF_ERROR(r_.AliasedInt("n_routed_experts", v2() ? "num_experts" : "num_local_experts",
-                                  &c_.n_routed_experts, 1, any_moe));
-    if (!v2() && r_.Contains("num_experts")) {  // V3.2's backward-compatible spelling
-      RETURN_IF_ERROR(r_.AliasedInt("n_routed_experts", "num_experts", &c_.n_routed_experts, 1));
-    }
-    RETURN_IF_ERROR(r_.Int("num_experts_per_tok", &c_.num_experts_per_tok, 1, any_moe));
-    RETURN_IF_ERROR(r_.Int("moe_intermediate_size", &c_.moe_intermediate_size, 1, any_moe));
-    c_.n_shared_experts = v2() ? 2 : 1;
-    RETURN_IF_ERROR(r_.Int("n_shared_experts", &c_.n_shared_experts, 0));
-    c_.routed_scaling_factor = v2() ? 1.0 : 2.5;
-    RETURN_IF_ERROR(r_.Double("routed_scaling_factor", &c_.routed_scaling_factor));
-    // Absent n_group/topk_group take HF's class defaults; an explicit null means one group.
-    c_.n_group = v2() ? 1 : 8;
-    c_.topk_group = v2() ? 1 : 4;
-    if (r_.IsNull("n_group")) c_.n_group = 1;
-    if (r_.IsNull("topk_group")) c_.topk_group = 1;
-    RETURN_IF_ERROR(r_.Int("n_group", &c_.n_group, 1));
-    RETURN_IF_ERROR(r_.Int("topk_group", &c_.topk_group, 1));
-    bool norm = !v2();
-    if (r_.IsNull("norm_topk_prob")) norm = false;
-    RETURN_IF_ERROR(r_.Bool("norm_topk_prob", &norm));
-
-    std::string topk_method = v2() ? "greedy" : "noaux_tc";
-    std::string scoring = v2() ? "softmax" : "sigmoid";
-    RETURN_IF_ERROR(r_.String("topk_method", &topk_method));
-    RETURN_IF_ERROR(r_.String("scoring_func", &scoring));
-    if (topk_method != "greedy" && topk_method != "group_limited_greedy" &&
-        topk_method != "noaux_tc") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json: topk_method '", topk_method,
-          "' is not one of greedy, group_limited_greedy, noaux_tc"));
-    }
-    if (scoring != "softmax" && scoring != "sigmoid") {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: scoring_func '", scoring,
-                                                     "' is not one of softmax, sigmoid"));
-    }
-    bool grouped = true;
-    if (v2()) {
-      // DeepseekV2TopkRouter: softmax scores, greedy or group-max limited top-k, no
-      // normalisation, no correction bias, whatever the config says.
-      if (topk_method == "noaux_tc") {
-        return absl::InvalidArgumentError(
-            "config.json: topk_method 'noaux_tc' is not supported by HF's deepseek_v2 router "
-            "(greedy or group_limited_greedy)");
-      }
-      c_.routing_method =
-          topk_method == "greedy" ? RoutingMethod::kGreedy : RoutingMethod::kGroupLimitedGreedy;
-      grouped = c_.routing_method == RoutingMethod::kGroupLimitedGreedy;
-      c_.scoring = RoutingScoring::kSoftmax;
-      if (scoring != "softmax") {
-        Warn(absl::StrCat("scoring_func '", scoring, "' is ignored: HF's deepseek_v2 router uses softmax"));
-      }
-      if (norm) Warn("norm_topk_prob true is ignored: HF's deepseek_v2 router never normalises");
-      c_.norm_topk_prob = false;
-      c_.has_correction_bias = false;
-    } else {
-      // DeepseekV3TopkRouter / DeepseekV32TopkRouter: sigmoid scores plus
-      // e_score_correction_bias, groups ranked by the sum of their top-2 biased scores.
-      c_.routing_method = RoutingMethod::kNoauxTc;
-      c_.scoring = RoutingScoring::kSigmoid;
-      c_.has_correction_bias = true;
-      c_.norm_topk_prob = norm;
-      if (topk_method != "noaux_tc") {
-        Warn(absl::StrCat("topk_method '", topk_method, "' is ignored: HF's ", c_.model_type_name,
-                          " router always uses noaux_tc grouped selection"));
-      }
-      if (scoring != "sigmoid") {
-        Warn(absl::StrCat("scoring_func '", scoring, "' is ignored: HF's ", c_.model_type_name,
-                          " router always uses sigmoid"));
-      }
-    }
-    if (!any_moe) return absl::OkStatus();
-    const int experts = c_.n_routed_experts;
-    if (c_.num_experts_per_tok > experts) {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: num_experts_per_tok ",
-                                                     c_.num_experts_per_tok, " exceeds n_routed_experts ",
-                                                     experts));
-    }
-    if (!grouped) return absl::OkStatus();
-    if (experts % c_.n_group != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: n_routed_experts ", experts,
-                                                     " is not divisible by n_group ", c_.n_group));
-    }
-    if (c_.topk_group > c_.n_group) {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: topk_group ", c_.topk_group,
-                                                     " exceeds n_group ", c_.n_group));
-    }
-    const int per_group = experts / c_.n_group;
-    if (!v2() && per_group < 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json: n_group ", c_.n_group, " leaves ", per_group, " expert(s) per group of ",
-          experts, "; HF ranks groups by their top-2 scores, which needs at least 2"));
-    }
-    if (c_.topk_group * per_group < c_.num_experts_per_tok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json: num_experts_per_tok ", c_.num_experts_per_tok, " exceeds the ",
-          c_.topk_group * per_group, " experts in topk_group ", c_.topk_group, " groups of ", per_group));
-    }
-    return absl::OkStatus();
-  }
-
   absl::Status ParseIndexer() {
     if (!v32()) {
       for (const char* key : {"index_n_heads", "index_head_dim", "index_topk"}) {
         if (r_.Contains(key)) {
-          return absl::InvalidArgumentError(absl::StrCat("config.json: field '", key, "' is only "
-                                                         "meaningful for deepseek_v32, but model_type is ",
-                                                         c_.model_type_name));
+          return absl::InvalidArgumentError(
+              absl::StrCat("config.json: field '", key,
+                           "' is only "
+                           "meaningful for deepseek_v32, but model_type is ",
+                           c_.model_type_name));
         }
       }
       return absl::OkStatus();
@@ -468,8 +326,9 @@ class Parser {
     if (eos != nullptr && !eos->is_null()) {
       auto add = [&](const Json& v) -> absl::Status {
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "config.json: eos_token_id must be a token id or a list of them, got ", ShortDump(*eos)));
+          return absl::InvalidArgumentError(
+              absl::StrCat("config.json: eos_token_id must be a token id or a list of them, got ",
+                           ShortDump(*eos)));
         }
         c_.eos_token_ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
         return absl::OkStatus();
@@ -494,25 +353,27 @@ class Parser {
     const Json* q = r_.Take("quantization_config");
     if (q == nullptr || q->is_null()) return absl::OkStatus();
     if (!q->is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json: quantization_config must be an object, got ", ShortDump(*q)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: quantization_config must be an object, got ", ShortDump(*q)));
     }
     FieldReader d(*q, "quantization_config");
     std::string method, fmt = "e4m3", activation = "dynamic", scale_fmt;
     RETURN_IF_ERROR(d.String("quant_method", &method, true));
     if (method != "fp8") {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: quantization_config.quant_method '",
-                                                     method, "' is not supported; expected fp8"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: quantization_config.quant_method '", method,
+                       "' is not supported; expected fp8"));
     }
     RETURN_IF_ERROR(d.String("fmt", &fmt));
     if (fmt != "e4m3") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json: quantization_config.fmt '", fmt, "' is not supported; expected e4m3"));
+      return absl::InvalidArgumentError(absl::StrCat("config.json: quantization_config.fmt '", fmt,
+                                                     "' is not supported; expected e4m3"));
     }
     RETURN_IF_ERROR(d.String("activation_scheme", &activation));
     if (activation != "dynamic") {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: quantization_config.activation_scheme '",
-                                                     activation, "' is not supported; expected dynamic"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: quantization_config.activation_scheme '", activation,
+                       "' is not supported; expected dynamic"));
     }
     // ue8m0 scales are powers of two stored as f32: dequantization is the same.
     RETURN_IF_ERROR(d.String("scale_fmt", &scale_fmt));
@@ -524,12 +385,14 @@ class Parser {
           (*block)[1].get<int64_t>() > 65536) {
         return absl::InvalidArgumentError(absl::StrCat(
             "config.json: quantization_config.weight_block_size must be two positive integers "
-            "[out, in], got ", ShortDump(*block)));
+            "[out, in], got ",
+            ShortDump(*block)));
       }
       c_.weight_block_n = static_cast<int>((*block)[0].get<int64_t>());
       c_.weight_block_k = static_cast<int>((*block)[1].get<int64_t>());
     }
-    // Which modules stay unquantized is visible in the checkpoint's dtypes; the loader goes by them.
+    // Which modules stay unquantized is visible in the checkpoint's dtypes; the loader goes by
+    // them.
     d.Take("modules_to_not_convert");
     d.Take("dequantize");
     if (const std::vector<std::string> unused = d.Unused(); !unused.empty()) {

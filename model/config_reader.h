@@ -1,7 +1,8 @@
-// FieldReader: typed, strict access to the fields of one JSON object of config.json, used only
-// by config.cc. It remembers which keys were read so the caller can reject the ones nobody
-// read. Errors are INVALID_ARGUMENT and name the field with its scope ("rope_scaling.factor")
-// and the offending value.
+// Internals of the config.json parser (config.cc, config_moe.cc); not for other users.
+//
+// FieldReader: typed, strict access to the fields of one JSON object of config.json. It
+// remembers which keys were read so the caller can reject the ones nobody read. Errors are
+// INVALID_ARGUMENT and name the field with its scope ("rope_scaling.factor") and the value.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "model/config.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
 
 namespace mlaserve::model::config_internal {
 
@@ -52,8 +55,8 @@ class FieldReader {
     const Json* v = Take(key);
     if (v == nullptr || v->is_null()) return Missing(key, required);
     if (!v->is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json: field '", Name(key), "' must be an integer, got ", ShortDump(*v)));
+      return absl::InvalidArgumentError(absl::StrCat("config.json: field '", Name(key),
+                                                     "' must be an integer, got ", ShortDump(*v)));
     }
     // Unsigned values above INT64_MAX are rejected before conversion.
     if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT32_MAX)) {
@@ -88,8 +91,8 @@ class FieldReader {
     const Json* v = Take(key);
     if (v == nullptr || v->is_null()) return Missing(key, required);
     if (!v->is_number()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json: field '", Name(key), "' must be a number, got ", ShortDump(*v)));
+      return absl::InvalidArgumentError(absl::StrCat("config.json: field '", Name(key),
+                                                     "' must be a number, got ", ShortDump(*v)));
     }
     *out = v->get<double>();
     return absl::OkStatus();
@@ -110,8 +113,8 @@ class FieldReader {
     const Json* v = Take(key);
     if (v == nullptr || v->is_null()) return Missing(key, required);
     if (!v->is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.json: field '", Name(key), "' must be a string, got ", ShortDump(*v)));
+      return absl::InvalidArgumentError(absl::StrCat("config.json: field '", Name(key),
+                                                     "' must be a string, got ", ShortDump(*v)));
     }
     *out = v->get<std::string>();
     return absl::OkStatus();
@@ -127,9 +130,8 @@ class FieldReader {
     out->clear();
     for (const Json& e : *v) {
       if (!e.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat("config.json: field '", Name(key),
-                                                       "' must be a list of strings, got ",
-                                                       ShortDump(*v)));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.json: field '", Name(key), "' must be a list of strings, got ", ShortDump(*v)));
       }
       out->push_back(e.get<std::string>());
     }
@@ -161,5 +163,18 @@ class FieldReader {
   std::string scope_;
   std::set<std::string> used_;
 };
+
+// Records a field HF ignores or reinterprets (ModelConfig::warnings) and logs it.
+inline void AddWarning(ModelConfig& config, std::string message) {
+  spdlog::warn("config.json: {}", message);
+  config.warnings.push_back(std::move(message));
+}
+
+// config_moe.cc. Both expect model_type and num_hidden_layers already parsed.
+// layer_is_moe from first_k_dense_replace / mlp_layer_types.
+absl::Status ParseMlpLayers(FieldReader& r, ModelConfig& c);
+// Expert counts and the router (routing_method, scoring, groups, normalisation); needs
+// layer_is_moe.
+absl::Status ParseMoeRouting(FieldReader& r, ModelConfig& c);
 
 }  // namespace mlaserve::model::config_internal

@@ -262,12 +262,17 @@ TEST(ModelConfigTest, YarnAttentionScaling) {
     return ParseModelConfig(j.dump());
   };
   // mscale != mscale_all_dim: mscale(40, 0.707) / mscale(40, 1).
-  auto c = parse_rope({{"type", "yarn"}, {"factor", 40}, {"mscale", 0.707},
-                       {"mscale_all_dim", 1.0}, {"original_max_position_embeddings", 4096}});
+  auto c = parse_rope({{"type", "yarn"},
+                       {"factor", 40},
+                       {"mscale", 0.707},
+                       {"mscale_all_dim", 1.0},
+                       {"original_max_position_embeddings", 4096}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_NEAR(c->rope.attention_scaling, 0.9210423553163399, 1e-14);
   // No mscale: HF falls back to mscale(factor), even with mscale_all_dim set.
-  c = parse_rope({{"type", "yarn"}, {"factor", 40}, {"mscale_all_dim", 1.0},
+  c = parse_rope({{"type", "yarn"},
+                  {"factor", 40},
+                  {"mscale_all_dim", 1.0},
                   {"original_max_position_embeddings", 4096}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_NEAR(c->rope.attention_scaling, 1.3688879454113936, 1e-14);
@@ -278,8 +283,12 @@ TEST(ModelConfigTest, YarnAttentionScaling) {
   EXPECT_NEAR(c->softmax_scale, 1.0 / std::sqrt(192.0), 1e-15);
   // An explicit attention_factor wins; absent original_max_position_embeddings defaults to
   // max_position_embeddings; truncate and betas are read.
-  c = parse_rope({{"rope_type", "yarn"}, {"factor", 8}, {"attention_factor", 0.5},
-                  {"truncate", false}, {"beta_fast", 16}, {"beta_slow", 2}});
+  c = parse_rope({{"rope_type", "yarn"},
+                  {"factor", 8},
+                  {"attention_factor", 0.5},
+                  {"truncate", false},
+                  {"beta_fast", 16},
+                  {"beta_slow", 2}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_DOUBLE_EQ(c->rope.attention_scaling, 0.5);
   EXPECT_EQ(c->rope.original_max_position_embeddings, 163840);
@@ -317,6 +326,17 @@ TEST(ModelConfigTest, FieldsHfIgnoresBecomeWarnings) {
   EXPECT_EQ(c->warnings.size(), 1u);
 }
 
+TEST(ModelConfigTest, KeyValueHeadCountIsTheHeadCount) {
+  // transformers' DeepseekV3Config keeps num_key_value_heads at 128 for a 2-head tiny model.
+  Json j = Json::parse(kTinyV32Saved);
+  j["num_key_value_heads"] = 128;
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_key_value_heads, 2);
+  ASSERT_EQ(c->warnings.size(), 1u);
+  EXPECT_THAT(c->warnings[0], HasSubstr("num_key_value_heads 128"));
+}
+
 TEST(ModelConfigTest, V2GroupLimitedGreedy) {
   Json j = Json::parse(kV2Lite);
   j["topk_method"] = "group_limited_greedy";
@@ -343,13 +363,25 @@ TEST(ModelConfigTest, ErrorsNameFieldAndValue) {
                 "n_group 8");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["num_experts_per_tok"] = 300; }),
                 "num_experts_per_tok 300", "n_routed_experts 256");
-  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["num_experts_per_tok"] = 40; j["topk_group"] = 1; }),
+  ExpectInvalid(ParseEdited(kV3,
+                            [](Json& j) {
+                              j["num_experts_per_tok"] = 40;
+                              j["topk_group"] = 1;
+                            }),
                 "num_experts_per_tok 40", "32 experts");
-  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["n_group"] = 256; j["topk_group"] = 8; }),
+  ExpectInvalid(ParseEdited(kV3,
+                            [](Json& j) {
+                              j["n_group"] = 256;
+                              j["topk_group"] = 8;
+                            }),
                 "1 expert(s) per group");
   ExpectInvalid(ParseEdited(kV32Exp, [](Json& j) { j["q_lora_rank"] = nullptr; }), "q_lora_rank",
                 "indexer");
-  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["q_lora_rank"] = nullptr; j["index_topk"] = 8; }),
+  ExpectInvalid(ParseEdited(kV3,
+                            [](Json& j) {
+                              j["q_lora_rank"] = nullptr;
+                              j["index_topk"] = 8;
+                            }),
                 "index_topk", "deepseek_v3");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["hidden_size"] = "7168"; }), "'hidden_size'",
                 "\"7168\"");
@@ -363,32 +395,38 @@ TEST(ModelConfigTest, ErrorsNameFieldAndValue) {
                 "'tie_word_embeddings'", "true or false");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["vocab_size"] = 5000000000LL; }), "'vocab_size'",
                 "5000000000");
-  ExpectInvalid(ParseEdited(kV32Exp, [](Json& j) { j["mlp_layer_types"] = {"dense", "sparse"}; }),
+  ExpectInvalid(ParseEdited(kV32Exp,
+                            [](Json& j) {
+                              j["mlp_layer_types"] = {"dense", "sparse"};
+                            }),
                 "mlp_layer_types has 2 entries", "num_hidden_layers is 61");
   ExpectInvalid(ParseEdited(kTinyV32Saved, [](Json& j) { j["mlp_layer_types"][1] = "moe"; }),
                 "mlp_layer_types[1]", "'moe'");
-  ExpectInvalid(ParseEdited(kV3, [](Json& j) {
-                  j["mlp_layer_types"] = Json::array();
-                  for (int i = 0; i < 61; ++i) j["mlp_layer_types"].push_back("sparse");
-                }),
+  ExpectInvalid(ParseEdited(kV3,
+                            [](Json& j) {
+                              j["mlp_layer_types"] = Json::array();
+                              for (int i = 0; i < 61; ++i) j["mlp_layer_types"].push_back("sparse");
+                            }),
                 "mlp_layer_types[0]", "first_k_dense_replace 3");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["model_type"] = "llama"; }), "'llama'");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j.erase("q_lora_rank"); }), "'q_lora_rank'",
                 "missing");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j.erase("hidden_size"); }), "'hidden_size'",
                 "missing");
-  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["num_key_value_heads"] = 1; }),
-                "num_key_value_heads is 1");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["rope_scaling"]["type"] = "longrope"; }),
                 "'longrope'");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["rope_scaling"].erase("factor"); }),
                 "rope_scaling.factor");
-  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["rope_parameters"] = {{"rope_type", "default"}}; }),
+  ExpectInvalid(ParseEdited(kV3,
+                            [](Json& j) {
+                              j["rope_parameters"] = {{"rope_type", "default"}};
+                            }),
                 "both rope_scaling and rope_parameters");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["quantization_config"]["fmt"] = "e5m2"; }),
                 "'e5m2'");
-  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["quantization_config"]["weight_block_size"] = {128}; }),
-                "weight_block_size", "[128]");
+  ExpectInvalid(
+      ParseEdited(kV3, [](Json& j) { j["quantization_config"]["weight_block_size"] = {128}; }),
+      "weight_block_size", "[128]");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["eos_token_id"] = "</s>"; }), "eos_token_id",
                 "\"</s>\"");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["qk_head_dim"] = 128; }), "qk_head_dim is 128",

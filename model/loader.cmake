@@ -2,6 +2,7 @@
 # WeightStore that converts bf16/f16/f32/fp8-block-scaled weights for the runtime.
 add_library(model_loader STATIC
   ${CMAKE_CURRENT_LIST_DIR}/config.cc
+  ${CMAKE_CURRENT_LIST_DIR}/config_moe.cc
   ${CMAKE_CURRENT_LIST_DIR}/safetensors.cc
   ${CMAKE_CURRENT_LIST_DIR}/weights.cc)
 target_link_libraries(model_loader PUBLIC mlaserve_common mlaserve_kernels_common

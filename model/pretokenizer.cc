@@ -220,7 +220,7 @@ absl::Status PreTokenizer::Split(std::string_view text, std::vector<std::string>
         continue;
       }
       // ByteLevel: optional prefix space, optional GPT-2 split, then the byte mapping.
-      if (step.add_prefix_space && (word.empty() || word[0] != ' ')) word.insert(0, " ");
+      if (step.add_prefix_space && (word.empty() || word[0] != ' ')) word.insert(word.begin(), ' ');
       const size_t first = next.size();
       if (step.use_regex) {
         Step isolated;

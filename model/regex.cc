@@ -14,15 +14,30 @@ namespace {
 constexpr size_t kJitStackStart = 32 * 1024;
 constexpr size_t kJitStackMax = 8 * 1024 * 1024;
 
-pcre2_jit_stack* ThreadJitStack() {
-  struct Holder {
-    pcre2_jit_stack* stack = pcre2_jit_stack_create(kJitStackStart, kJitStackMax, nullptr);
-    ~Holder() {
-      if (stack != nullptr) pcre2_jit_stack_free(stack);
-    }
-  };
-  thread_local Holder holder;
-  return holder.stack;
+// Per-thread match data and context, reused by every match on the thread (allocating them
+// per word costs more than matching). Only the whole-match offsets are read, so one
+// ovector pair is enough (pcre2_match then returns 0 for patterns with groups).
+struct ThreadScratch {
+  pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
+  pcre2_match_context* mc = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* stack = pcre2_jit_stack_create(kJitStackStart, kJitStackMax, nullptr);
+
+  ThreadScratch() {
+    if (mc != nullptr && stack != nullptr) pcre2_jit_stack_assign(mc, nullptr, stack);
+  }
+  ~ThreadScratch() {
+    if (md != nullptr) pcre2_match_data_free(md);
+    if (mc != nullptr) pcre2_match_context_free(mc);
+    if (stack != nullptr) pcre2_jit_stack_free(stack);
+  }
+};
+
+absl::StatusOr<ThreadScratch*> GetThreadScratch() {
+  thread_local ThreadScratch scratch;
+  if (scratch.md == nullptr || scratch.mc == nullptr) {
+    return absl::ResourceExhaustedError("out of memory for PCRE2 match data");
+  }
+  return &scratch;
 }
 
 std::string Pcre2Message(int code) {
@@ -42,31 +57,8 @@ struct Regex::Impl {
     if (code != nullptr) pcre2_code_free(code);
   }
 
-  // Match data and context for one FindAll / MatchLengthAt call (never shared by threads).
-  struct Scratch {
-    pcre2_match_data* md = nullptr;
-    pcre2_match_context* mc = nullptr;
-    ~Scratch() {
-      if (md != nullptr) pcre2_match_data_free(md);
-      if (mc != nullptr) pcre2_match_context_free(mc);
-    }
-  };
-
-  absl::Status Prepare(Scratch* s) const {
-    s->md = pcre2_match_data_create_from_pattern(code, nullptr);
-    s->mc = pcre2_match_context_create(nullptr);
-    if (s->md == nullptr || s->mc == nullptr) {
-      return absl::ResourceExhaustedError("out of memory for PCRE2 match data");
-    }
-    if (jit) {
-      pcre2_jit_stack* stack = ThreadJitStack();
-      if (stack != nullptr) pcre2_jit_stack_assign(s->mc, nullptr, stack);
-    }
-    return absl::OkStatus();
-  }
-
   // Runs one match from `start`; returns the match or nullopt on no match.
-  absl::StatusOr<std::optional<Match>> MatchFrom(const Scratch& s, std::string_view text,
+  absl::StatusOr<std::optional<Match>> MatchFrom(const ThreadScratch& s, std::string_view text,
                                                  size_t start, uint32_t options) const {
     const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
                                start, options | PCRE2_NO_UTF_CHECK, s.md, s.mc);
@@ -112,13 +104,13 @@ absl::StatusOr<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern) 
 }
 
 absl::StatusOr<std::vector<Regex::Match>> Regex::FindAll(std::string_view text) const {
-  Impl::Scratch scratch;
-  if (absl::Status st = impl_->Prepare(&scratch); !st.ok()) return st;
+  absl::StatusOr<ThreadScratch*> scratch = GetThreadScratch();
+  if (!scratch.ok()) return scratch.status();
   std::vector<Match> matches;
   size_t start = 0;
   std::optional<size_t> last_match_end;
   while (start <= text.size()) {
-    absl::StatusOr<std::optional<Match>> m = impl_->MatchFrom(scratch, text, start, 0);
+    absl::StatusOr<std::optional<Match>> m = impl_->MatchFrom(**scratch, text, start, 0);
     if (!m.ok()) return m.status();
     if (!m->has_value()) break;
     const auto [begin, end] = **m;
@@ -136,9 +128,9 @@ absl::StatusOr<std::vector<Regex::Match>> Regex::FindAll(std::string_view text) 
 
 absl::StatusOr<std::optional<size_t>> Regex::MatchLengthAt(std::string_view text,
                                                            size_t pos) const {
-  Impl::Scratch scratch;
-  if (absl::Status st = impl_->Prepare(&scratch); !st.ok()) return st;
-  absl::StatusOr<std::optional<Match>> m = impl_->MatchFrom(scratch, text, pos, PCRE2_ANCHORED);
+  absl::StatusOr<ThreadScratch*> scratch = GetThreadScratch();
+  if (!scratch.ok()) return scratch.status();
+  absl::StatusOr<std::optional<Match>> m = impl_->MatchFrom(**scratch, text, pos, PCRE2_ANCHORED);
   if (!m.ok()) return m.status();
   if (!m->has_value()) return std::optional<size_t>();
   return std::optional<size_t>((*m)->second - (*m)->first);

@@ -90,8 +90,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   const size_t size = static_cast<size_t>(st.st_size);
   if (size < 8) {
     ::close(fd);
-    return absl::DataLossError(absl::StrCat(path, ": file has ", size,
-                                            " bytes, fewer than the 8-byte header length"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": file has ", size, " bytes, fewer than the 8-byte header length"));
   }
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_err = errno;
@@ -107,13 +107,13 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];
   if (header_len > size - 8) {
-    return absl::DataLossError(absl::StrCat(path, ": header length ", header_len,
-                                            " exceeds the ", size - 8,
+    return absl::DataLossError(absl::StrCat(path, ": header length ", header_len, " exceeds the ",
+                                            size - 8,
                                             " bytes after the length field (truncated file?)"));
   }
   if (header_len > kMaxHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": header length ", header_len,
-                                                   " exceeds the ", kMaxHeaderBytes, "-byte limit"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": header length ", header_len, " exceeds the ", kMaxHeaderBytes, "-byte limit"));
   }
   file->data_ = bytes + 8 + header_len;
   const std::string_view header(reinterpret_cast<const char*>(bytes + 8), header_len);
@@ -149,8 +149,9 @@ absl::Status SafetensorsFile::ParseHeader(std::string_view header, size_t data_s
       }
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              path_, ": __metadata__ value for '", m.key(), "' must be a string, got ", Dump(m.value())));
+          return absl::InvalidArgumentError(absl::StrCat(path_, ": __metadata__ value for '",
+                                                         m.key(), "' must be a string, got ",
+                                                         Dump(m.value())));
         }
         metadata_[m.key()] = m.value().get<std::string>();
       }
@@ -209,15 +210,17 @@ absl::Status SafetensorsFile::ParseHeader(std::string_view header, size_t data_s
     const auto& [prev_begin, prev_end, prev_name] = ranges[i - 1];
     const auto& [begin, end, name] = ranges[i];
     if (begin < prev_end) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path_, ": tensors '", prev_name, "' [", prev_begin, ", ", prev_end, ") and '", name,
-          "' [", begin, ", ", end, ") overlap"));
+      return absl::InvalidArgumentError(absl::StrCat(path_, ": tensors '", prev_name, "' [",
+                                                     prev_begin, ", ", prev_end, ") and '", name,
+                                                     "' [", begin, ", ", end, ") overlap"));
     }
   }
   return absl::OkStatus();
 }
 
-bool SafetensorsFile::Has(std::string_view name) const { return entries_.find(name) != entries_.end(); }
+bool SafetensorsFile::Has(std::string_view name) const {
+  return entries_.find(name) != entries_.end();
+}
 
 absl::StatusOr<TensorView> SafetensorsFile::Get(std::string_view name) const {
   auto it = entries_.find(name);
@@ -317,12 +320,13 @@ absl::StatusOr<TensorView> SafetensorsCheckpoint::Get(std::string_view name) con
   if (it != where_.end()) {
     const SafetensorsFile& file = *files_[it->second];
     if (file.Has(name)) return file.Get(name);
-    return absl::NotFoundError(absl::StrCat(
-        "tensor '", std::string(name), "' is listed in ", dir_, "/model.safetensors.index.json for shard ",
-        file.path(), ", but that shard does not contain it"));
+    return absl::NotFoundError(absl::StrCat("tensor '", std::string(name), "' is listed in ", dir_,
+                                            "/model.safetensors.index.json for shard ", file.path(),
+                                            ", but that shard does not contain it"));
   }
   if (!sharded_) {
-    return absl::NotFoundError(absl::StrCat("tensor '", std::string(name), "' is not in ", files_[0]->path()));
+    return absl::NotFoundError(
+        absl::StrCat("tensor '", std::string(name), "' is not in ", files_[0]->path()));
   }
   // Point at the shard holding the tensor's nearest relatives ("model.layers.5." ...), which is
   // where a converter that dropped it would have had to put it.
@@ -332,9 +336,10 @@ absl::StatusOr<TensorView> SafetensorsCheckpoint::Get(std::string_view name) con
     const std::string with_dot = absl::StrCat(std::string(prefix), ".");
     auto near = where_.lower_bound(with_dot);
     if (near != where_.end() && absl::StartsWith(near->first, with_dot)) {
-      return absl::NotFoundError(absl::StrCat(
-          "tensor '", std::string(name), "' is not in ", dir_, "/model.safetensors.index.json; the other '",
-          with_dot, "*' tensors are in shard ", files_[near->second]->path()));
+      return absl::NotFoundError(absl::StrCat("tensor '", std::string(name), "' is not in ", dir_,
+                                              "/model.safetensors.index.json; the other '",
+                                              with_dot, "*' tensors are in shard ",
+                                              files_[near->second]->path()));
     }
   }
   return absl::NotFoundError(absl::StrCat("tensor '", std::string(name), "' is not in ", dir_,

@@ -33,7 +33,7 @@ namespace mlaserve::model {
 struct TensorView {
   std::string name;
   kernels::DType dtype = kernels::DType::kF32;
-  std::vector<int64_t> shape;  // row-major; empty for a scalar
+  std::vector<int64_t> shape;     // row-major; empty for a scalar
   const uint8_t* data = nullptr;  // no alignment guarantee: read with memcpy
   size_t bytes = 0;
 

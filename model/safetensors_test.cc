@@ -16,12 +16,12 @@ namespace {
 using kernels::DType;
 using testing::AsBytes;
 using testing::AssembleFile;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using testing::SerializeSafetensors;
 using testing::TempDirTest;
 using testing::TestTensor;
 using testing::WriteFile;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
 std::vector<uint8_t> RandomBytes(size_t n, std::mt19937& rng) {
@@ -47,8 +47,7 @@ std::vector<TestTensor> AllDTypes(std::mt19937& rng) {
 
 void ExpectSameTensor(const TensorView& view, const TestTensor& t) {
   EXPECT_EQ(view.name, t.name);
-  EXPECT_EQ(kernels::DTypeName(view.dtype),
-            kernels::DTypeName(*ParseSafetensorsDType(t.dtype)));
+  EXPECT_EQ(kernels::DTypeName(view.dtype), kernels::DTypeName(*ParseSafetensorsDType(t.dtype)));
   EXPECT_EQ(view.shape, t.shape) << t.name;
   ASSERT_EQ(view.bytes, t.bytes.size()) << t.name;
   if (!t.bytes.empty()) EXPECT_EQ(std::memcmp(view.data, t.bytes.data(), view.bytes), 0) << t.name;
@@ -209,10 +208,12 @@ TEST_F(BrokenFileTest, MalformedHeaders) {
   ExpectError(OpenRaw(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [24, 40]}})", data),
               absl::StatusCode::kDataLoss, "'w'", "[24, 40]");
   ExpectError(OpenRaw(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
-                         "v": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})", data),
+                         "v": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})",
+                      data),
               absl::StatusCode::kInvalidArgument, "'w'", "overlap");
   ExpectError(OpenRaw(R"({"w": {"dtype": "U8", "shape": [4611686018427387904, 4611686018427387904],
-                         "data_offsets": [0, 8]}})", data),
+                         "data_offsets": [0, 8]}})",
+                      data),
               absl::StatusCode::kInvalidArgument, "'w'", "overflow");
   ExpectError(OpenRaw(R"({"__metadata__": {"format": 3}})", data),
               absl::StatusCode::kInvalidArgument, "__metadata__", "'format'");

@@ -196,6 +196,26 @@ TEST_P(TokenizerFixtureTest, DecodeRejectsUnknownIds) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerFixtureTest,
                          ::testing::Values("small_bpe", "deepseek_v3", "deepseek_v2"));
 
+// Other pre-tokenizer configurations (GPT-2 ByteLevel regex with prefix space, split
+// behaviors, String patterns, Digits, invert, ignore_merges) over small_bpe's vocabulary.
+TEST(TokenizerVariantsTest, EncodeMatchesHuggingFace) {
+  const Json variants =
+      Json::parse(ReadAll(std::string(kFixtures) + "small_bpe/variants.json"));
+  ASSERT_EQ(variants.size(), 3u);
+  for (const Json& v : variants) {
+    Json j = Json::parse(ReadAll(std::string(kFixtures) + "small_bpe/tokenizer.json"));
+    j["pre_tokenizer"] = v["pre_tokenizer"];
+    j["model"].update(v["model"]);
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromJson(j.dump());
+    ASSERT_TRUE(tok.ok()) << v["name"] << ": " << tok.status();
+    for (const Json& c : v["cases"]) {
+      const std::string text = c["text"].get<std::string>();
+      EXPECT_EQ((*tok)->Encode(text, false).value(), Ids(c["ids"]))
+          << v["name"] << ", text: " << text;
+    }
+  }
+}
+
 // --- Detokenizer details on the small fixture ------------------------------------------
 
 class DetokenizerTest : public ::testing::Test {

@@ -84,9 +84,9 @@ absl::StatusOr<TensorView> WeightStore::Checked(std::string_view name,
                                                    ShapeString(expected)));
   }
   if (!IsFloat(t.dtype)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", std::string(name), "' has dtype ", kernels::DTypeName(t.dtype),
-                     "; weights must be bf16, f16, f32 or fp8_e4m3"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", std::string(name), "' has dtype ",
+                                                   kernels::DTypeName(t.dtype),
+                                                   "; weights must be bf16, f16, f32 or fp8_e4m3"));
   }
   return t;
 }
@@ -102,8 +102,8 @@ absl::Status WeightStore::DequantFp8(const TensorView& weight, float* out) const
   absl::StatusOr<TensorView> scale = checkpoint_->Get(scale_name);
   if (!scale.ok()) {
     return absl::Status(scale.status().code(),
-                        absl::StrCat("fp8 weight '", weight.name, "' needs its block scales: ",
-                                     scale.status().message()));
+                        absl::StrCat("fp8 weight '", weight.name,
+                                     "' needs its block scales: ", scale.status().message()));
   }
   const std::vector<int64_t> scale_shape = {CeilDiv(rows, block_.n), CeilDiv(cols, block_.k)};
   if (scale->shape != scale_shape) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,11 +16,11 @@ namespace mlaserve::model {
 namespace {
 
 using testing::AsBytes;
+using ::testing::HasSubstr;
 using testing::SerializeSafetensors;
 using testing::TempDirTest;
 using testing::TestTensor;
 using testing::WriteFile;
-using ::testing::HasSubstr;
 
 // Reference decoders written from the format definitions, independently of numeric.h.
 
@@ -95,8 +96,8 @@ void ExpectError(const absl::Status& s, absl::StatusCode code, const std::string
 void ExpectBitsEqual(const std::vector<float>& got, const std::vector<float>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(FloatBits(got[i]), FloatBits(want[i])) << "element " << i << ": " << got[i]
-                                                     << " vs " << want[i];
+    ASSERT_EQ(FloatBits(got[i]), FloatBits(want[i]))
+        << "element " << i << ": " << got[i] << " vs " << want[i];
   }
 }
 
@@ -107,8 +108,8 @@ TEST(Fp8ReferenceTest, KnownEncodings) {
   EXPECT_EQ(RefFp8(0x40), 2.0f);
   EXPECT_EQ(RefFp8(0xc0), -2.0f);
   EXPECT_EQ(RefFp8(0x7e), 448.0f);
-  EXPECT_EQ(RefFp8(0x08), 0.015625f);    // smallest normal, 2^-6
-  EXPECT_EQ(RefFp8(0x01), 0.001953125f);  // smallest subnormal, 2^-9
+  EXPECT_EQ(RefFp8(0x08), 0.015625f);             // smallest normal, 2^-6
+  EXPECT_EQ(RefFp8(0x01), 0.001953125f);          // smallest subnormal, 2^-9
   EXPECT_EQ(RefBf16(1.0f + 1.0f / 256), 0x3f80);  // tie -> even
   EXPECT_EQ(RefBf16(1.0f + 3.0f / 256), 0x3f82);  // tie -> even (up)
 }
@@ -153,8 +154,8 @@ TEST_F(WeightStoreTest, FloatDTypesLoadExactly) {
   ASSERT_TRUE(b.ok()) << b.status();
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ((*b)[i], RefBf16(f32[i])) << i;
 
-  ExpectError((*store)->LoadF32("w.f32", {cols, rows}).status(),
-              absl::StatusCode::kInvalidArgument, "'w.f32' has shape [5, 7]", "expects [7, 5]");
+  ExpectError((*store)->LoadF32("w.f32", {cols, rows}).status(), absl::StatusCode::kInvalidArgument,
+              "'w.f32' has shape [5, 7]", "expects [7, 5]");
   ExpectError((*store)->LoadBf16("w.f32", {rows * cols}).status(),
               absl::StatusCode::kInvalidArgument, "'w.f32'", "[35]");
   ExpectError((*store)->LoadF32("ids", {2}).status(), absl::StatusCode::kInvalidArgument, "'ids'",
@@ -171,20 +172,20 @@ TEST_F(WeightStoreTest, FloatDTypesLoadExactly) {
 // scale lives in another shard than its weight.
 TEST_F(WeightStoreTest, Fp8BlockScaledDequantizes) {
   std::mt19937 rng(::testing::UnitTest::GetInstance()->random_seed());
-  const Fp8Case big = MakeFp8(300, 200, 128, 128, rng);  // blocks of 128/128/44 x 128/72
+  const Fp8Case big = MakeFp8(300, 200, 128, 128, rng);   // blocks of 128/128/44 x 128/72
   const Fp8Case small = MakeFp8(100, 64, 128, 128, rng);  // one partial block
   const std::string s1 = "model-00001-of-00002.safetensors";
   const std::string s2 = "model-00002-of-00002.safetensors";
   WriteFile(dir_ / s1,
-            SerializeSafetensors({{"l.q.weight", "F8_E4M3", {300, 200}, big.weight},
-                                  {"l.k.weight", "F8_E4M3", {100, 64}, small.weight},
-                                  {"l.k.weight_scale_inv", "F32", small.scale_shape,
-                                   AsBytes(small.scale)},
-                                  {"l.bad.weight", "F8_E4M3", {100, 64}, small.weight},
-                                  {"l.bad.weight_scale_inv", "F32", {2, 1}, AsBytes(std::vector<float>{1, 2})},
-                                  {"l.noscale.weight", "F8_E4M3", {4, 4}, std::vector<uint8_t>(16)}}));
-  WriteFile(dir_ / s2, SerializeSafetensors({{"l.q.weight_scale_inv", "F32", big.scale_shape,
-                                              AsBytes(big.scale)}}));
+            SerializeSafetensors(
+                {{"l.q.weight", "F8_E4M3", {300, 200}, big.weight},
+                 {"l.k.weight", "F8_E4M3", {100, 64}, small.weight},
+                 {"l.k.weight_scale_inv", "F32", small.scale_shape, AsBytes(small.scale)},
+                 {"l.bad.weight", "F8_E4M3", {100, 64}, small.weight},
+                 {"l.bad.weight_scale_inv", "F32", {2, 1}, AsBytes(std::vector<float>{1, 2})},
+                 {"l.noscale.weight", "F8_E4M3", {4, 4}, std::vector<uint8_t>(16)}}));
+  WriteFile(dir_ / s2, SerializeSafetensors(
+                           {{"l.q.weight_scale_inv", "F32", big.scale_shape, AsBytes(big.scale)}}));
   nlohmann::json index = {{"weight_map",
                            {{"l.q.weight", s1},
                             {"l.k.weight", s1},
@@ -238,14 +239,54 @@ TEST_F(WeightStoreTest, Fp8BlockSizeFromConfig) {
   auto got = (*store)->LoadF32("w.weight", {70, 33});
   ASSERT_TRUE(got.ok()) << got.status();
   ExpectBitsEqual(*got, c.expected);
-  ExpectError((*store)->LoadF32("v.weight", {2, 2, 2}).status(),
-              absl::StatusCode::kInvalidArgument, "'v.weight'", "2-D");
+  ExpectError((*store)->LoadF32("v.weight", {2, 2, 2}).status(), absl::StatusCode::kInvalidArgument,
+              "'v.weight'", "2-D");
 
   // With the default 128x128 blocks the same scale tensor has the wrong shape.
   auto default_store = WeightStore::Open(dir_.string());
   ASSERT_TRUE(default_store.ok());
   ExpectError((*default_store)->LoadF32("w.weight", {70, 33}).status(),
               absl::StatusCode::kInvalidArgument, "[2, 3]", "needs [1, 1]");
+}
+
+// A checkpoint written by the reference libraries (tests/fixtures/loader/make_fixture.py:
+// huggingface_hub sharding over safetensors.torch) loads to the values torch computed.
+TEST(WeightStoreFixtureTest, MatchesHfWrittenCheckpoint) {
+  const std::string dir = "tests/fixtures/loader/hf_sharded";
+  std::ifstream in(dir + "/expected.json");
+  ASSERT_TRUE(in.good()) << "run from the source root; missing " << dir;
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  auto store = WeightStore::Open(dir, Fp8BlockSize{8, 8});
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE((*store)->checkpoint().sharded());
+  EXPECT_EQ((*store)->checkpoint().num_files(), 3u);
+  ASSERT_EQ(expected.size(), 4u);
+  for (auto it = expected.begin(); it != expected.end(); ++it) {
+    const std::vector<int64_t> shape = it.value()["shape"].get<std::vector<int64_t>>();
+    std::vector<float> want;
+    for (const auto& v : it.value()["values"]) want.push_back(v.get<float>());
+    auto got = (*store)->LoadF32(it.key(), shape);
+    ASSERT_TRUE(got.ok()) << got.status();
+    SCOPED_TRACE(it.key());
+    ExpectBitsEqual(*got, want);
+  }
+  auto ids = (*store)->Raw("model.layers.0.ids");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_EQ(ids->bytes, 5 * sizeof(int64_t));
+  std::vector<int64_t> id_values(5);
+  std::memcpy(id_values.data(), ids->data, ids->bytes);
+  EXPECT_EQ(id_values, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  auto pos = (*store)->Raw("model.layers.0.pos");
+  ASSERT_TRUE(pos.ok()) << pos.status();
+  ASSERT_EQ(pos->dtype, kernels::DType::kI32);
+  int32_t p[2];
+  std::memcpy(p, pos->data, sizeof(p));
+  EXPECT_EQ(p[0], 7);
+  EXPECT_EQ(p[1], -3);
+  auto mask = (*store)->Raw("model.layers.0.mask");
+  ASSERT_TRUE(mask.ok()) << mask.status();
+  EXPECT_EQ(std::vector<uint8_t>(mask->data, mask->data + mask->bytes),
+            (std::vector<uint8_t>{1, 0, 1}));
 }
 
 TEST_F(WeightStoreTest, OpenErrors) {

@@ -79,6 +79,10 @@ GenerateCall::GenerateCall(RouterContext* router, grpc::CallbackServerContext* s
   StartReserve();
 }
 
+grpc::ClientContext* GenerateCall::StreamContextLocked() {
+  return stream_ ? &stream_->context() : nullptr;
+}
+
 GenerateCall::~GenerateCall() { router_->CallEnded(); }
 
 void GenerateCall::Unref() {

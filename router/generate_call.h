@@ -79,6 +79,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void SendWorkerAborts();
   void ReleasePrefillLoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  grpc::ClientContext* StreamContextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Pump();  // starts the next write or Finish when none is in flight
   absl::Time CallDeadline(absl::Duration step_timeout) const;
   absl::Status WorkerError(const std::string& what, const std::string& worker_id,

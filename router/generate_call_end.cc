@@ -114,7 +114,7 @@ void GenerateCall::SendWorkerAborts() {
   {
     absl::MutexLock lock(&mu_);
     for (auto& attempt : reserve_attempts_) to_cancel.push_back(&attempt->context);
-    if (stream_) to_cancel.push_back(&stream_->context());
+    if (grpc::ClientContext* c = StreamContextLocked()) to_cancel.push_back(c);
     if (prefill_context_) to_cancel.push_back(prefill_context_.get());
     if (decode_contacted_) decode_stub = router_->channels().Decode(decode_address_);
     if (prefill_contacted_) prefill_stub = router_->channels().Prefill(prefill_address_);

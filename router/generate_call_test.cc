@@ -2,6 +2,8 @@
 // of fake prefill and decode workers (router/testing/fake_workers.h) on their own ports.
 #include <thread>
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/admin_conversion.h"
@@ -200,7 +202,7 @@ TEST(GenerateCall, TokenIdInputAndIdsOnlyOutput) {
   RouterHarness h;
   h.decode().set_reply("xy");
   v1::GenerateRequest req;
-  for (int id : {ByteCodec::kBos, 'a', 'b'}) req.mutable_token_ids()->add_ids(id);
+  for (int id : {ByteCodec::kBos, int32_t{'a'}, int32_t{'b'}}) req.mutable_token_ids()->add_ids(id);
   req.mutable_output()->set_include_text(false);
   Result r = h.Generate(req);
   ASSERT_TRUE(r.status.ok());

@@ -19,6 +19,7 @@ every machine; only the fp32 reference numbers differ by rounding between CPU an
 Usage: python tools/make_fixtures.py --out tests/fixtures/models [--only NAME ...]
 """
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -167,7 +168,7 @@ def randomise(model, seed):
 def to_published_config(model_dir, spec):
     """Rewrites config.json the way DeepSeek publishes it (rope_theta + rope_scaling,
     no transformers-derived fields), keeping what transformers needs to load it."""
-    cfg = dict(spec["config"])
+    cfg = copy.deepcopy(spec["config"])
     cfg["architectures"] = [spec["model_cls"]]
     cfg["model_type"] = FIXTURES_TYPE[spec["config_cls"]]
     cfg["torch_dtype"] = "bfloat16"
@@ -183,7 +184,7 @@ FIXTURES_TYPE = {"DeepseekV2Config": "deepseek_v2", "DeepseekV3Config": "deepsee
 def build_and_save(name, spec, seed, out_dir):
     config_cls = getattr(transformers, spec["config_cls"])
     model_cls = getattr(transformers, spec["model_cls"])
-    config = config_cls(**spec["config"])
+    config = config_cls(**copy.deepcopy(spec["config"]))  # transformers edits dicts in place
     model = model_cls(config).eval()
     randomise(model, seed)
     model = model.to(torch.bfloat16)

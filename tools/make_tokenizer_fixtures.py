@@ -12,6 +12,7 @@ What it writes:
                              lstrip/rstrip/single_word/normalized, and a TemplateProcessing
                              post-processor that prepends BOS.
   small_bpe/expected.json    ids, ids with special tokens, decodes, per-token decodes.
+  small_bpe/variants.json    ids under other pre-tokenizers / model flags (VARIANTS below).
   <name>/expected.json       the same for a real DeepSeek tokenizer.json, for each
                              --real <name>=<dir> (dir holds tokenizer.json and
                              tokenizer_config.json, which are copied beside expected.json).
@@ -249,6 +250,45 @@ def make_small(out_dir):
     })
 
 
+# Other pre-tokenizer configurations and model flags over small_bpe's vocabulary, to cover
+# what DeepSeek does not use (GPT-2 ByteLevel regex, prefix space, other split behaviors,
+# Digits, ignore_merges).
+VARIANTS = [
+    ("gpt2_byte_level", pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True), {}),
+    ("behaviors", pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\s+"), behavior="merged_with_previous"),
+        pre_tokenizers.Split("-", behavior="merged_with_next"),
+        pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.Split(Regex(r"[,.!?]+"), behavior="contiguous"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), {}),
+    ("removed_inverted", pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"[^\s]+"), behavior="removed", invert=True),
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+     {"ignore_merges": True}),
+]
+
+
+def make_variants(small_dir, out_path):
+    with open(os.path.join(small_dir, "tokenizer.json"), encoding="utf-8") as f:
+        base = json.load(f)
+    texts = [t for t in TEST_TEXTS if len(t) < 200] + _random_texts(4321, 20)
+    variants = []
+    for name, pre, model_overrides in VARIANTS:
+        d = json.loads(json.dumps(base))
+        d["pre_tokenizer"] = json.loads(pre.__getstate__())
+        d["model"].update(model_overrides)
+        tok = Tokenizer.from_str(json.dumps(d))
+        variants.append({"name": name, "pre_tokenizer": d["pre_tokenizer"],
+                         "model": model_overrides,
+                         "cases": [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids}
+                                   for t in texts]})
+    with open(out_path, "w", encoding="utf-8") as f:
+        f.write("[\n")
+        f.write(",\n".join(json.dumps(v, ensure_ascii=False) for v in variants))
+        f.write("\n]\n")
+
+
 def make_real(src_dir, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -279,6 +319,8 @@ def main():
                              "tokenizer_config.json (e.g. deepseek_v3=/tmp/ds-v3)")
     args = parser.parse_args()
     make_small(os.path.join(args.out, "small_bpe"))
+    make_variants(os.path.join(args.out, "small_bpe"),
+                  os.path.join(args.out, "small_bpe", "variants.json"))
     for spec in args.real:
         name, _, src = spec.partition("=")
         make_real(src, os.path.join(args.out, name))

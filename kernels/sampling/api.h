@@ -4,7 +4,10 @@
 //   1. repetition penalty (ApplyRepetitionPenalty, separate op, before this one)
 //   2. temperature == 0 -> greedy argmax (lowest index on ties); stop here.
 //   3. logits /= temperature; probs = softmax
-//   4. top_k (0 = off), then top_p (1 = off), then min_p (0 = off) filter the sorted probs
+//   4. top_k (0 = off), then top_p (1 = off), then min_p (0 = off) filter the sorted probs:
+//      top_k keeps the k most probable; top_p then keeps the shortest prefix whose mass,
+//      renormalised over the top_k survivors (as vLLM), reaches top_p (the first token is
+//      always kept); min_p then drops tokens with prob < min_p * max prob.
 //   5. draw u in [0,1) from a counter-based generator keyed by (seed, step): the same seed and
 //      step always give the same u, whatever else is in the batch; pick by inverse CDF over the
 //      renormalised kept probs (sorted by descending prob, ties by lower index).
@@ -37,7 +40,9 @@ absl::Status SampleCpu(const SamplingParams& p);
 absl::Status SampleCuda(const SamplingParams& p, void* stream);
 
 // The uniform draw used by Sample: u = f(seed, step) in [0, 1). Exposed for tests and for
-// backends that must agree bit for bit (splitmix64 of seed ^ golden*step, top 24 bits).
+// backends that must agree bit for bit: x = seed ^ (0x9E3779B97F4A7C15 * step) (mod 2^64),
+// u = (splitmix64(x) >> 40) * 2^-24, with splitmix64(x) = mix(x + 0x9E3779B97F4A7C15) as in
+// Steele et al. / java.util.SplittableRandom.
 float SamplingUniform(uint64_t seed, uint64_t step);
 
 // Repetition penalty (CTRL / HF semantics): for every distinct token id in the row's history,

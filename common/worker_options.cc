@@ -1,0 +1,107 @@
+#include "common/worker_options.h"
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/server.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+namespace mlaserve::common {
+
+void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
+  const bool decode = role == WorkerRoleKind::kDecode;
+  o->listen = decode ? "0.0.0.0:8200" : "0.0.0.0:8100";
+  app.add_option("--listen", o->listen, "HOST:PORT to serve on (port 0 = ephemeral)")
+      ->capture_default_str();
+  app.add_option("--model", o->model_dir, "model directory (config.json, *.safetensors)")
+      ->required();
+  app.add_option("--router", o->router, "router ADDR to register with and heartbeat (optional)");
+  app.add_option("--advertise", o->advertise,
+                 "HOST:PORT given to the router (default: the listen address, actual port)");
+  app.add_option("--backend", o->backend, "auto|cpu|cuda")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--device", o->device, "CUDA device index")->capture_default_str();
+  app.add_option("--num-kv-pages", o->num_kv_pages, "KV pool size in pages of 64 tokens")
+      ->capture_default_str();
+  app.add_option("--max-batch-tokens", o->max_batch_tokens, "tokens per forward at most")
+      ->capture_default_str();
+  app.add_option("--chunk-size", o->chunk_size, "prefill chunk size in tokens")
+      ->capture_default_str();
+  app.add_option("--kv-transport", o->kv_transport, "auto|tcp|nccl")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "tcp", "nccl"}));
+  app.add_option("--profiles-dir", o->profiles_dir, "directory of GPU profiles")
+      ->capture_default_str();
+  app.add_option("--metrics-port", o->metrics_port,
+                 "Prometheus /metrics port (0 = ephemeral, -1 = off)")
+      ->capture_default_str();
+  app.add_option("--log-level", o->log_level, "trace|debug|info|warn|error")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  app.add_option("--kv-no-progress-ms", o->kv_no_progress_ms,
+                 "a KV transfer with no progress this long fails on both sides")
+      ->capture_default_str();
+  if (decode) {
+    app.add_option("--max-running-requests", o->max_running_requests,
+                   "requests decoding at once at most")
+        ->capture_default_str();
+    app.add_option("--kv-lease-ms", o->kv_lease_ms,
+                   "reserved pages return to the pool if the transfer has not started (and the "
+                   "token stream is not open) this long after Reserve")
+        ->capture_default_str();
+    app.add_option("--local-prefill-threshold", o->local_prefill_threshold,
+                   "prompts up to this many tokens are prefilled here (-1 = from the profile)")
+        ->capture_default_str();
+  }
+}
+
+absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
+  auto bad = [](absl::string_view flag, auto value, absl::string_view rule) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " is ", value, "; ", rule));
+  };
+  if (auto hp = ParseHostPort(o->listen); !hp.ok()) return hp.status();
+  if (!o->advertise.empty()) {
+    auto hp = ParseHostPort(o->advertise);
+    if (!hp.ok()) return hp.status();
+    if (hp->port == 0) return bad("--advertise", o->advertise, "it needs a real port");
+  }
+  if (o->device < 0) return bad("--device", o->device, "it must be >= 0");
+  if (o->num_kv_pages < 1) return bad("--num-kv-pages", o->num_kv_pages, "it must be >= 1");
+  if (o->max_batch_tokens < 1) {
+    return bad("--max-batch-tokens", o->max_batch_tokens, "it must be >= 1");
+  }
+  if (o->chunk_size < 1) return bad("--chunk-size", o->chunk_size, "it must be >= 1");
+  if (o->metrics_port < -1 || o->metrics_port > 65535) {
+    return bad("--metrics-port", o->metrics_port, "it must be -1 (off), 0 or a port");
+  }
+  if (o->kv_no_progress_ms < 1) {
+    return bad("--kv-no-progress-ms", o->kv_no_progress_ms, "it must be >= 1");
+  }
+  if (o->kv_transport == "nccl") {
+    return absl::UnimplementedError(
+        "--kv-transport nccl is not available in this build; use tcp (or auto)");
+  }
+  if (role == WorkerRoleKind::kDecode) {
+    if (o->max_running_requests < 1) {
+      return bad("--max-running-requests", o->max_running_requests, "it must be >= 1");
+    }
+    if (o->kv_lease_ms < 1) return bad("--kv-lease-ms", o->kv_lease_ms, "it must be >= 1");
+    if (o->local_prefill_threshold < -1) {
+      return bad("--local-prefill-threshold", o->local_prefill_threshold,
+                 "it must be -1 (from the profile), 0 (never) or a token count");
+    }
+  }
+  o->kv_no_progress_timeout = absl::Milliseconds(o->kv_no_progress_ms);
+  o->kv_lease = absl::Milliseconds(o->kv_lease_ms);
+  return absl::OkStatus();
+}
+
+void ConfigureWorkerLogging(const std::string& level) {
+  auto logger = spdlog::stderr_color_mt("mlaserve");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(level));
+}
+
+}  // namespace mlaserve::common

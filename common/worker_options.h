@@ -1,0 +1,55 @@
+// WorkerOptions: the prefill and decode workers' flags (notes/flags.md), registered on a CLI11
+// app in main() and validated once into typed values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "kernels/common/types.h"
+
+namespace CLI {
+class App;
+}
+
+namespace mlaserve::common {
+
+enum class WorkerRoleKind { kPrefill, kDecode };
+
+struct WorkerOptions {
+  // Flags, as given.
+  std::string listen;
+  std::string model_dir;
+  std::string router;     // empty: no self-registration
+  std::string advertise;  // empty: the listen address with the bound port
+  std::string backend = "auto";
+  int device = 0;
+  int num_kv_pages = 1024;
+  int max_batch_tokens = 8192;
+  int chunk_size = 2048;
+  std::string kv_transport = "auto";
+  std::string profiles_dir = "profiles";
+  int metrics_port = -1;
+  std::string log_level = "info";
+  int64_t kv_no_progress_ms = 30'000;
+  // Decode only.
+  int max_running_requests = 256;
+  int64_t kv_lease_ms = 30'000;
+  int local_prefill_threshold = -1;  // tokens; -1 = from the GPU profile
+
+  // Derived by Validate().
+  absl::Duration kv_no_progress_timeout;
+  absl::Duration kv_lease;
+};
+
+// Registers the flags of `role` (defaults: listen 0.0.0.0:8100 prefill, 0.0.0.0:8200 decode).
+void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* options);
+
+// INVALID_ARGUMENT naming the flag and its value; fills the derived fields.
+absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* options);
+
+// Sends spdlog's default logger to stderr (stdout carries only "listening on ...") at `level`.
+void ConfigureWorkerLogging(const std::string& level);
+
+}  // namespace mlaserve::common

@@ -1,0 +1,79 @@
+#include "common/worker_proto.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+
+#ifndef MLASERVE_WORKER_VERSION
+#define MLASERVE_WORKER_VERSION "0.1.0"
+#endif
+
+namespace mlaserve::common {
+
+absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::SamplingParams& p) {
+  model::SamplingOptions o;
+  if (p.has_temperature()) o.temperature = p.temperature();
+  if (p.has_top_p()) o.top_p = p.top_p();
+  if (p.has_top_k()) o.top_k = p.top_k();
+  if (p.has_min_p()) o.min_p = p.min_p();
+  if (p.has_repetition_penalty()) o.repetition_penalty = p.repetition_penalty();
+  o.seed = p.has_seed() ? p.seed() : model::RandomSeed();
+  absl::Status s = model::ValidateSamplingOptions(o);
+  if (!s.ok()) return s;
+  return o;
+}
+
+absl::Status ValidatePromptTokens(const std::vector<int32_t>& ids, int vocab_size, int max_len) {
+  if (ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  if (max_len > 0 && static_cast<int>(ids.size()) > max_len) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt has ", ids.size(),
+                                                   " tokens; this worker accepts ", max_len));
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", ids[i], " at position ", i,
+                                                     " is outside the vocabulary [0, ",
+                                                     vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+mlaserve::v1::ModelIdentity MakeModelIdentity(const model::ModelConfig& config,
+                                              const std::string& model_dir,
+                                              const std::string& kv_compat_hash) {
+  mlaserve::v1::ModelIdentity m;
+  std::filesystem::path dir(model_dir);
+  if (dir.filename().empty()) dir = dir.parent_path();  // "models/v3/" -> "v3"
+  m.set_model_name(dir.filename().string());
+  m.set_model_type(config.model_type_name);
+  m.set_vocab_size(config.vocab_size);
+  m.set_hidden_size(config.hidden_size);
+  m.set_num_hidden_layers(config.num_hidden_layers);
+  m.set_kv_lora_rank(config.kv_lora_rank);
+  m.set_qk_rope_head_dim(config.qk_rope_head_dim);
+  m.set_max_position_embeddings(config.max_position_embeddings);
+  m.set_kv_compat_hash(kv_compat_hash);
+  return m;
+}
+
+mlaserve::v1::WorkerDescriptor MakeWorkerDescriptor(const WorkerFacts& f) {
+  mlaserve::v1::WorkerDescriptor d;
+  d.set_role(f.role);
+  d.set_address(f.address);
+  *d.mutable_model() = f.model;
+  d.set_backend(f.backend);
+  d.set_device(f.device);
+  d.set_version(MLASERVE_WORKER_VERSION);
+  d.set_kv_transport(f.kv_transport);
+  auto* p = d.mutable_profile();
+  // GPU profiles (profiles/) are not loaded by the workers yet: a CPU worker says so, a CUDA
+  // worker reports its flags as the effective settings.
+  p->set_gpu_name(f.backend == "cpu" ? "cpu" : "unknown");
+  p->set_source(f.backend == "cpu" ? "cpu" : "flags");
+  p->set_chunk_size(f.chunk_size);
+  p->set_local_prefill_threshold(f.local_prefill_threshold);
+  return d;
+}
+
+}  // namespace mlaserve::common

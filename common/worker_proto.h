@@ -1,0 +1,44 @@
+// Proto <-> domain conversions the prefill and decode workers share (proto types stay at the
+// RPC edge; the schedulers see model:: and kvtransfer:: types only).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "mlaserve/v1/admin.pb.h"
+#include "mlaserve/v1/api.pb.h"
+#include "model/config.h"
+#include "model/sampler.h"
+
+namespace mlaserve::common {
+
+// The router forwards SamplingParams with every optional filled. Unset fields take the
+// api.proto defaults here too (seed unset: a fresh random seed); values out of range are
+// INVALID_ARGUMENT naming the field (model::ValidateSamplingOptions).
+absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::SamplingParams& p);
+
+// Every id in [0, vocab_size) and 1 <= size <= max_len; INVALID_ARGUMENT naming the first
+// offending value otherwise ("token id 70000 at position 3 is outside the vocabulary [0, 129280)").
+absl::Status ValidatePromptTokens(const std::vector<int32_t>& ids, int vocab_size, int max_len);
+
+// ModelIdentity as the router compares it; model_name is the model directory's base name.
+mlaserve::v1::ModelIdentity MakeModelIdentity(const model::ModelConfig& config,
+                                              const std::string& model_dir,
+                                              const std::string& kv_compat_hash);
+
+// The descriptor a worker answers GetInfo with and registers with (load filled by the caller).
+struct WorkerFacts {
+  mlaserve::v1::WorkerRole role = mlaserve::v1::WORKER_ROLE_UNSPECIFIED;
+  std::string address;  // advertised HOST:PORT
+  mlaserve::v1::ModelIdentity model;
+  std::string backend;  // "cpu" / "cuda"
+  int device = 0;
+  std::string kv_transport;  // "tcp"
+  int chunk_size = 0;
+  int local_prefill_threshold = 0;  // decode workers
+};
+mlaserve::v1::WorkerDescriptor MakeWorkerDescriptor(const WorkerFacts& facts);
+
+}  // namespace mlaserve::common

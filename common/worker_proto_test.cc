@@ -1,0 +1,59 @@
+#include "common/worker_proto.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mlaserve::common {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(WorkerProtoTest, SamplingDefaultsAndValues) {
+  mlaserve::v1::SamplingParams p;
+  p.set_seed(7);
+  auto o = ToSamplingOptions(p);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->temperature, 1.0f);
+  EXPECT_EQ(o->top_p, 1.0f);
+  EXPECT_EQ(o->top_k, 0);
+  EXPECT_EQ(o->seed, 7u);
+  p.set_temperature(0);
+  p.set_top_k(5);
+  p.set_top_p(0.5f);
+  o = ToSamplingOptions(p);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->temperature, 0.0f);
+  EXPECT_EQ(o->top_k, 5);
+  EXPECT_EQ(o->top_p, 0.5f);
+  p.set_top_p(1.5f);
+  EXPECT_EQ(ToSamplingOptions(p).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WorkerProtoTest, PromptValidationNamesTheValue) {
+  EXPECT_THAT(ValidatePromptTokens({}, 10, 100).message(), HasSubstr("empty"));
+  EXPECT_THAT(ValidatePromptTokens({1, 2, 12}, 10, 100).message(),
+              HasSubstr("token id 12 at position 2 is outside the vocabulary [0, 10)"));
+  EXPECT_THAT(ValidatePromptTokens({1, -1}, 10, 100).message(), HasSubstr("token id -1"));
+  EXPECT_THAT(ValidatePromptTokens({1, 2, 3}, 10, 2).message(),
+              HasSubstr("prompt has 3 tokens; this worker accepts 2"));
+  EXPECT_TRUE(ValidatePromptTokens({0, 9}, 10, 2).ok());
+}
+
+TEST(WorkerProtoTest, ModelIdentityFromConfig) {
+  model::ModelConfig c;
+  c.model_type_name = "deepseek_v2";
+  c.vocab_size = 102400;
+  c.num_hidden_layers = 27;
+  c.kv_lora_rank = 512;
+  c.qk_rope_head_dim = 64;
+  const auto m = MakeModelIdentity(c, "/models/DeepSeek-V2-Lite/", "00ab");
+  EXPECT_EQ(m.model_name(), "DeepSeek-V2-Lite");
+  EXPECT_EQ(m.model_type(), "deepseek_v2");
+  EXPECT_EQ(m.vocab_size(), 102400);
+  EXPECT_EQ(m.num_hidden_layers(), 27);
+  EXPECT_EQ(m.kv_lora_rank(), 512);
+  EXPECT_EQ(m.kv_compat_hash(), "00ab");
+}
+
+}  // namespace
+}  // namespace mlaserve::common

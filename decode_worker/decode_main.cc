@@ -1,0 +1,162 @@
+// mlaserve-decode: the decode worker. Flags (notes/flags.md) are read here only and turned into
+// validated options; the KV data plane (KvService) is served on the same port as DecodeWorker.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "common/metrics.h"
+#include "common/server.h"
+#include "common/worker_options.h"
+#include "common/worker_proto.h"
+#include "common/worker_registration.h"
+#include "decode_worker/decode_runner.h"
+#include "decode_worker/decode_service.h"
+#include "kvtransfer/layout.h"
+#include "kvtransfer/receiver.h"
+#include "kvtransfer/tcp_transport.h"
+#include "model/engine.h"
+#include "spdlog/spdlog.h"
+
+namespace mlaserve::decode {
+namespace {
+
+namespace v1 = ::mlaserve::v1;
+
+int Fail(const std::string& what, const absl::Status& status) {
+  std::fprintf(stderr, "mlaserve-decode: %s: %s\n", what.c_str(), status.ToString().c_str());
+  return 1;
+}
+
+// --backend auto: CUDA when this build and machine have it, else the CPU.
+absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(const common::WorkerOptions& o) {
+  model::EngineOptions eo;
+  eo.model_dir = o.model_dir;
+  eo.device = o.device;
+  eo.num_kv_pages = o.num_kv_pages;
+  eo.max_batch_tokens = o.max_batch_tokens;
+  eo.max_batch_seqs = o.max_running_requests;
+  if (o.backend == "cpu") {
+    eo.backend = kernels::Backend::kCpu;
+  } else {
+    eo.backend = kernels::Backend::kCuda;
+    auto engine = model::Engine::Create(eo);
+    if (engine.ok() || o.backend == "cuda") return engine;
+    spdlog::warn("CUDA engine unavailable ({}); using the CPU backend",
+                 engine.status().ToString());
+    eo.backend = kernels::Backend::kCpu;
+  }
+  return model::Engine::Create(eo);
+}
+
+int Main(int argc, char** argv) {
+  common::BlockTerminationSignals();
+  CLI::App app{"mlaserve-decode: continuous-batching decode over KV received from prefill"};
+  common::WorkerOptions o;
+  common::AddWorkerFlags(app, common::WorkerRoleKind::kDecode, &o);
+  CLI11_PARSE(app, argc, argv);
+  if (absl::Status s = common::ValidateWorkerOptions(common::WorkerRoleKind::kDecode, &o);
+      !s.ok()) {
+    return Fail("invalid flags", s);
+  }
+  common::ConfigureWorkerLogging(o.log_level);
+  // GPU profiles are not loaded by the workers yet (see the report): without an explicit
+  // threshold, local prefill is off and every prompt is prefilled remotely.
+  int local_prefill_threshold = o.local_prefill_threshold;
+  if (local_prefill_threshold < 0) {
+    spdlog::warn("no GPU profile loaded; --local-prefill-threshold -1 means 0 (never local)");
+    local_prefill_threshold = 0;
+  }
+
+  auto engine = CreateEngine(o);
+  if (!engine.ok()) return Fail("loading the model", engine.status());
+  model::Engine& e = **engine;
+  auto layout = kvtransfer::MakeKvLayout(e.config(), e.kv_pool().options());
+  if (!layout.ok()) return Fail("KV layout", layout.status());
+
+  common::MetricsRegistry metrics;
+  auto* pages_total = metrics.GetGauge("mlaserve_kv_pages_total", "KV pages in the pool.");
+  auto* pages_used = metrics.GetGauge("mlaserve_kv_pages_used", "KV pages in use.");
+  metrics.AddCollectHook([&e, pages_total, pages_used] {
+    pages_total->Set(e.kv_pool().total_pages());
+    pages_used->Set(e.kv_pool().total_pages() - e.kv_pool().free_pages());
+  });
+
+  kvtransfer::KvReceiver receiver(&e.kv_pool(), *layout,
+                                  kvtransfer::KvReceiverOptions{o.kv_no_progress_timeout});
+  kvtransfer::KvServiceImpl kv_service(&receiver);
+
+  common::ServerRunner server({.listen = o.listen});
+  DecodeRunnerOptions ro;
+  ro.scheduler.max_running = o.max_running_requests;
+  ro.scheduler.max_batch_tokens = o.max_batch_tokens;
+  ro.scheduler.chunk_size = o.chunk_size;
+  ro.default_lease = o.kv_lease;
+  ro.kv_transport = "tcp";
+  std::unique_ptr<DecodeRunner> runner;
+  std::string advertise;
+  auto describe = [&] {
+    common::WorkerFacts f;
+    f.role = v1::WORKER_ROLE_DECODE;
+    f.address = advertise;
+    f.model = common::MakeModelIdentity(e.config(), o.model_dir, layout->CompatHash());
+    f.backend = kernels::BackendName(e.backend());
+    f.device = o.device;
+    f.kv_transport = "tcp";
+    f.chunk_size = o.chunk_size;
+    f.local_prefill_threshold = local_prefill_threshold;
+    v1::WorkerDescriptor d = common::MakeWorkerDescriptor(f);
+    const DecodeLoad l = runner->load();
+    auto* load = d.mutable_load();
+    load->set_kv_pages_total(l.kv_pages_total);
+    load->set_kv_pages_free(l.kv_pages_free);
+    load->set_running_requests(l.running);
+    load->set_pending_requests(l.pending);
+    load->set_max_running_requests(o.max_running_requests);
+    return d;
+  };
+  auto listen = common::ParseHostPort(o.listen);
+  runner = std::make_unique<DecodeRunner>(&e, &receiver, ro, &metrics);
+  DecodeService service(runner.get(), describe);
+  server.AddService(&service);
+  server.AddService(&kv_service);
+  if (absl::Status s = server.Start(); !s.ok()) return Fail("starting the server", s);
+  // The KV endpoint is this server's advertised address, known once the port is bound
+  // (Reserve answers UNAVAILABLE until it is set, a few lines below).
+  advertise = o.advertise.empty() ? server.bound_address() : o.advertise;
+  runner->set_kv_endpoint(advertise);
+  runner->Start();
+
+  std::unique_ptr<common::MetricsHttpServer> metrics_http;
+  if (o.metrics_port >= 0) {
+    auto m = common::MetricsHttpServer::Start(&metrics, listen->host, o.metrics_port);
+    if (!m.ok()) return Fail("metrics endpoint", m.status());
+    metrics_http = std::move(*m);
+    spdlog::info("metrics on http://{}/metrics",
+                 common::FormatHostPort(listen->host, metrics_http->port()));
+  }
+  std::unique_ptr<common::RouterRegistration> registration;
+  if (!o.router.empty()) {
+    registration = std::make_unique<common::RouterRegistration>(
+        common::RouterRegistration::Options{.router_address = o.router}, describe,
+        [&] { return describe().load(); });
+    registration->Start();
+  }
+  spdlog::info("decode worker for {} ({} layers, KV {}), {} pages, advertised as {}",
+               o.model_dir, e.config().num_hidden_layers, layout->Describe(),
+               e.kv_pool().total_pages(), advertise);
+  server.PrintListening();
+  server.WaitForShutdown([&] {
+    registration.reset();
+    runner->Drain(absl::Seconds(8));
+    runner->Stop();
+  });
+  spdlog::info("decode worker stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace mlaserve::decode
+
+int main(int argc, char** argv) { return mlaserve::decode::Main(argc, argv); }

@@ -1,0 +1,487 @@
+#include "decode_worker/decode_runner.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/worker_proto.h"
+#include "spdlog/spdlog.h"
+
+namespace mlaserve::decode {
+
+struct DecodeRunner::Request {
+  std::string request_id;
+  std::string session_id;
+  std::shared_ptr<DecodeSequence> seq;  // receiver thread until kv_ready, then loop thread
+  absl::Time reserved_at;
+  absl::Time lease_deadline;
+  absl::Time last_token_at = absl::InfinitePast();  // loop thread
+
+  // Intents and state, guarded by the runner's mu_.
+  std::shared_ptr<TokenSink> sink;
+  bool stream_gone = false;  // the stream's client left: drop silently
+  bool abort = false;
+  bool kv_pending = false;   // a receiver session owns the pages
+  bool kv_ready = false;     // pages (and, remote, the first token) are in seq
+  absl::Status failure;      // the KV transfer failed
+  bool running = false;      // admitted into the scheduler
+  bool ended = false;
+};
+
+namespace {
+
+int PagesFor(int tokens) { return (tokens + kernels::kPageSize - 1) / kernels::kPageSize; }
+
+}  // namespace
+
+DecodeRunner::DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiver,
+                           DecodeRunnerOptions options, common::MetricsRegistry* metrics)
+    : engine_(engine),
+      receiver_(receiver),
+      options_(std::move(options)),
+      compat_hash_(receiver->layout().CompatHash()),
+      scheduler_(options_.scheduler) {
+  kv_endpoint_ = options_.kv_endpoint;
+  common::MetricsRegistry* m = metrics != nullptr ? metrics : &own_metrics_;
+  const char* kFinished = "mlaserve_decode_requests_total";
+  const char* kFinishedHelp = "Decode requests ended, by reason.";
+  finished_[static_cast<int>(FinishReason::kStop)] = m->GetCounter(kFinished, kFinishedHelp, {{"reason", "stop"}});
+  finished_[static_cast<int>(FinishReason::kLength)] = m->GetCounter(kFinished, kFinishedHelp, {{"reason", "length"}});
+  finished_[static_cast<int>(FinishReason::kAbort)] = m->GetCounter(kFinished, kFinishedHelp, {{"reason", "abort"}});
+  finished_[3] = m->GetCounter(kFinished, kFinishedHelp, {{"reason", "error"}});
+  tokens_out_ = m->GetCounter("mlaserve_generation_tokens_total", "Tokens generated.");
+  kv_bytes_in_ = m->GetCounter("mlaserve_kv_transfer_bytes_total",
+                               "KV page payload bytes moved between workers.",
+                               {{"direction", "received"}});
+  kv_failures_ = m->GetCounter("mlaserve_kv_transfer_failures_total", "KV transfers that failed.",
+                               {{"side", "receiver"}});
+  lease_expired_ = m->GetCounter("mlaserve_kv_lease_expired_total",
+                                 "Reservations whose lease ended unused.");
+  ttft_seconds_ = m->GetHistogram("mlaserve_time_to_first_token_seconds",
+                                  "From Reserve to the first token streamed.",
+                                  common::LatencyBucketsSeconds());
+  itl_seconds_ = m->GetHistogram("mlaserve_inter_token_latency_seconds",
+                                 "Between consecutive tokens of a request.",
+                                 common::LatencyBucketsSeconds());
+  e2e_seconds_ = m->GetHistogram("mlaserve_e2e_request_latency_seconds",
+                                 "From Reserve to the request's end.",
+                                 common::LatencyBucketsSeconds());
+  queue_seconds_ = m->GetHistogram("mlaserve_decode_queue_seconds",
+                                   "From Reserve to admission into the running batch.",
+                                   common::LatencyBucketsSeconds());
+}
+
+DecodeRunner::~DecodeRunner() { Stop(); }
+
+void DecodeRunner::set_kv_endpoint(std::string endpoint) {
+  absl::MutexLock lock(&mu_);
+  kv_endpoint_ = std::move(endpoint);
+}
+
+void DecodeRunner::Start() {
+  loop_ = std::thread([this] { Loop(); });
+}
+
+absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
+  const model::ModelConfig& config = engine_->config();
+  model::KvPool& pool = engine_->kv_pool();
+  if (spec.request_id.empty()) return absl::InvalidArgumentError("request_id is empty");
+  absl::Status s = common::ValidatePromptTokens(spec.prompt, config.vocab_size,
+                                                config.max_position_embeddings);
+  if (!s.ok()) return s;
+  const int prompt_len = static_cast<int>(spec.prompt.size());
+  if (spec.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens is ", spec.max_new_tokens, "; it must be >= 1"));
+  }
+  if (static_cast<int64_t>(prompt_len) + spec.max_new_tokens > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", prompt_len, " tokens + max_new_tokens ", spec.max_new_tokens,
+        " exceeds the model's context of ", config.max_position_embeddings));
+  }
+  if (s = model::ValidateSamplingOptions(spec.sampling); !s.ok()) return s;
+  if (!spec.local_prefill) {
+    if (spec.prefill_compat_hash.empty()) {
+      return absl::InvalidArgumentError(
+          "prefill_kv_compat_hash is empty (required unless local_prefill)");
+    }
+    if (spec.prefill_compat_hash != compat_hash_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the prefill worker's KV compatibility hash is ", spec.prefill_compat_hash,
+          " but this decode worker's is ", compat_hash_, " (", receiver_->layout().Describe(),
+          ")"));
+    }
+  }
+  const int pages_needed = PagesFor(prompt_len + spec.max_new_tokens);
+  if (pages_needed > pool.total_pages()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prompt of ", prompt_len, " tokens + max_new_tokens ", spec.max_new_tokens, " needs ",
+        pages_needed, " KV pages; this decode worker has ", pool.total_pages()));
+  }
+
+  std::string kv_endpoint;
+  {
+    absl::MutexLock lock(&mu_);
+    kv_endpoint = kv_endpoint_;
+  }
+  if (kv_endpoint.empty()) return absl::UnavailableError("decode worker is starting");
+
+  auto r = std::make_shared<Request>();
+  r->request_id = spec.request_id;
+  r->reserved_at = absl::Now();
+  r->lease_deadline =
+      r->reserved_at + (spec.lease > absl::ZeroDuration() ? spec.lease : options_.default_lease);
+  auto seq = std::make_shared<DecodeSequence>();
+  seq->tokens = std::move(spec.prompt);
+  seq->prompt_len = prompt_len;
+  seq->local_prefill = spec.local_prefill;
+  seq->sampling = spec.sampling;
+  seq->stop.max_new_tokens = spec.max_new_tokens;
+  seq->stop.stop_token_ids = std::move(spec.stop_token_ids);
+  seq->stop.ignore_eos = spec.ignore_eos;
+  seq->stop.eos_token_ids = config.eos_token_ids;
+  r->seq = seq;
+  r->kv_pending = !spec.local_prefill;
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_ || stopping_) return absl::UnavailableError("decode worker is shutting down");
+    if (session_of_.contains(r->request_id)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("request ", r->request_id, " already has a reservation here"));
+    }
+    r->session_id = absl::StrCat(r->request_id, "#", next_session_++);
+    seq->id = r->session_id;
+    session_of_[r->request_id] = r->session_id;
+    by_session_[r->session_id] = r;
+  }
+  auto forget = [&] {
+    absl::MutexLock lock(&mu_);
+    session_of_.erase(r->request_id);
+    by_session_.erase(r->session_id);
+  };
+  auto pages = pool.Allocate(pages_needed);
+  if (!pages.ok()) {
+    forget();
+    return pages.status();
+  }
+  const int transfer_pages = PagesFor(prompt_len);
+  if (spec.local_prefill) {
+    absl::MutexLock lock(&mu_);
+    seq->pages = std::move(*pages);
+    r->kv_ready = true;
+  } else {
+    const std::string id = r->session_id;
+    s = receiver_->CreateSession(id, std::move(*pages), transfer_pages, r->lease_deadline,
+                                 [this, id](absl::StatusOr<kvtransfer::KvReceivedKv> kv) {
+                                   OnKvDone(id, std::move(kv));
+                                 });
+    if (!s.ok()) {  // the receiver did not take the pages
+      forget();
+      return s;
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    wake_.Signal();
+  }
+  Reservation out;
+  out.session_id = r->session_id;
+  out.reserved_pages = pages_needed;
+  out.session.session_id = r->session_id;
+  out.session.endpoint = kv_endpoint;
+  out.session.transport = options_.kv_transport;
+  out.session.num_pages = spec.local_prefill ? 0 : transfer_pages;
+  out.session.compat_hash = compat_hash_;
+  out.lease_deadline = r->lease_deadline;
+  return out;
+}
+
+void DecodeRunner::OnKvDone(const std::string& session_id,
+                            absl::StatusOr<kvtransfer::KvReceivedKv> kv) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_session_.find(session_id);
+  if (it == by_session_.end() || it->second->ended) {
+    if (kv.ok()) engine_->kv_pool().Free(kv->pages);  // nobody wants them any more
+    return;
+  }
+  Request& r = *it->second;
+  r.kv_pending = false;
+  if (kv.ok()) {
+    kv_bytes_in_->Increment(static_cast<double>(kv->bytes));
+    r.seq->pages = std::move(kv->pages);
+    r.seq->num_computed = r.seq->prompt_len;
+    r.seq->tokens.push_back(kv->first_token);
+    r.kv_ready = true;
+  } else {
+    kv_failures_->Increment();
+    r.failure = kv.status();
+  }
+  wake_.Signal();
+}
+
+absl::Status DecodeRunner::OpenStream(const std::string& session_id,
+                                      std::shared_ptr<TokenSink> sink) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_session_.find(session_id);
+  if (it == by_session_.end()) {
+    return absl::NotFoundError(absl::StrCat("session ", session_id,
+                                            " is unknown here (never reserved, ended, or its "
+                                            "lease expired)"));
+  }
+  if (it->second->sink != nullptr || it->second->stream_gone) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("session ", session_id, " already has a token stream"));
+  }
+  it->second->sink = std::move(sink);
+  wake_.Signal();
+  return absl::OkStatus();
+}
+
+void DecodeRunner::CancelStream(const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_session_.find(session_id);
+  if (it == by_session_.end()) return;
+  it->second->stream_gone = true;
+  it->second->sink = nullptr;
+  wake_.Signal();
+}
+
+absl::Status DecodeRunner::Abort(const std::string& request_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = session_of_.find(request_id);
+  if (it == session_of_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("request ", request_id, " is not reserved or running on this decode worker"));
+  }
+  by_session_.at(it->second)->abort = true;
+  wake_.Signal();
+  return absl::OkStatus();
+}
+
+DecodeLoad DecodeRunner::load() const {
+  DecodeLoad l;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, r] : by_session_) (r->running ? l.running : l.pending) += 1;
+  }
+  l.kv_pages_free = engine_->kv_pool().free_pages();
+  l.kv_pages_total = engine_->kv_pool().total_pages();
+  return l;
+}
+
+std::shared_ptr<DecodeRunner::Request> DecodeRunner::FindBySession(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = by_session_.find(id);
+  return it == by_session_.end() ? nullptr : it->second;
+}
+
+void DecodeRunner::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) return;
+    }
+    if (Step()) continue;
+    // Idle: wait for an intent (every one signals), bounded by the nearest lease deadline.
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    absl::Time next = absl::Now() + absl::Seconds(1);
+    for (const auto& [id, r] : by_session_) next = std::min(next, r->lease_deadline);
+    wake_.WaitWithDeadline(&mu_, next);
+  }
+}
+
+void DecodeRunner::Intake() {
+  struct Action {
+    std::shared_ptr<Request> r;
+    absl::StatusOr<DecodeFinish> outcome;
+    bool cancel_session;
+  };
+  std::vector<Action> ends;
+  std::vector<std::shared_ptr<Request>> admit;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    int room = options_.scheduler.max_running - scheduler_.num_running();
+    for (const auto& [id, r] : by_session_) {
+      DecodeFinish aborted;
+      aborted.reason = FinishReason::kAbort;
+      aborted.prompt_tokens = r->seq->prompt_len;
+      aborted.local_prefill = r->seq->local_prefill;
+      if (r->abort || r->stream_gone) {
+        if (r->running) aborted.completion_tokens = r->seq->generated();
+        ends.push_back({r, aborted, r->kv_pending});
+      } else if (!r->failure.ok()) {
+        if (r->sink != nullptr || now >= r->lease_deadline) ends.push_back({r, r->failure, false});
+      } else if (r->sink == nullptr && now >= r->lease_deadline) {
+        lease_expired_->Increment();
+        ends.push_back({r,
+                        absl::DeadlineExceededError(absl::StrCat(
+                            "session ", id, ": lease ended before the token stream opened")),
+                        r->kv_pending});
+      } else if (r->kv_ready && r->sink != nullptr && !r->running) {
+        admit.push_back(r);
+      }
+    }
+    std::stable_sort(admit.begin(), admit.end(),
+              [](const auto& a, const auto& b) { return a->reserved_at < b->reserved_at; });
+    if (static_cast<int>(admit.size()) > room) admit.resize(std::max(room, 0));
+    for (auto& r : admit) r->running = true;
+  }
+  for (auto& a : ends) {
+    // A pending transfer's pages belong to the receiver: cancel it there. If it already
+    // ended, OnKvDone has delivered (or is delivering) the outcome; the next Intake ends it.
+    if (a.cancel_session && !receiver_->Cancel(a.r->session_id)) continue;
+    End(a.r, a.outcome);
+  }
+  const absl::Time now = absl::Now();
+  for (auto& r : admit) {
+    queue_seconds_->Observe(absl::ToDoubleSeconds(now - r->reserved_at));
+    scheduler_.Add(r->seq);
+    // Remote prefill: the first token came with the KV; stream it (it may already end it).
+    if (!r->seq->local_prefill) Emit(r, r->seq->tokens.back());
+  }
+}
+
+bool DecodeRunner::Step() {
+  Intake();
+  // schedule()
+  const std::vector<DecodeChunk> chunks = scheduler_.Schedule();
+  if (chunks.empty()) return false;
+  std::vector<model::SequenceChunk> batch;
+  batch.reserve(chunks.size());
+  for (const DecodeChunk& c : chunks) {
+    model::SequenceChunk sc;
+    sc.tokens = std::span<const int32_t>(c.seq->tokens).subspan(c.start, c.len);
+    sc.start_pos = c.start;
+    sc.pages = c.seq->pages;
+    sc.want_logits = c.want_logits;
+    batch.push_back(sc);
+  }
+  // run()
+  auto result = engine_->Forward(batch, model::AttentionPath::kAuto, nullptr);
+  // postprocess()
+  Postprocess(chunks, result);
+  return true;
+}
+
+void DecodeRunner::Postprocess(const std::vector<DecodeChunk>& chunks,
+                               const absl::StatusOr<model::ForwardResult>& result) {
+  if (!result.ok()) {
+    spdlog::error("decode forward failed: {}", result.status().ToString());
+    for (const DecodeChunk& c : chunks) {
+      if (auto r = FindBySession(c.seq->id)) End(r, result.status());
+    }
+    return;
+  }
+  std::vector<model::SampleRow> rows;
+  std::vector<DecodeSequence*> row_seqs;
+  for (const DecodeChunk& c : chunks) {
+    c.seq->num_computed = c.start + c.len;
+    if (!c.want_logits) continue;
+    model::SampleRow row;
+    row.options = c.seq->sampling;
+    row.step = static_cast<uint64_t>(c.seq->generated());  // same numbering as the prefill side
+    row.history = c.seq->tokens;
+    rows.push_back(row);
+    row_seqs.push_back(c.seq);
+  }
+  if (rows.empty()) return;
+  std::vector<float> logits = result->logits;
+  auto ids = sampler_.Sample(logits, engine_->config().vocab_size, rows);
+  for (size_t i = 0; i < row_seqs.size(); ++i) {
+    auto r = FindBySession(row_seqs[i]->id);
+    if (r == nullptr) continue;
+    if (!ids.ok()) {
+      End(r, ids.status());
+      continue;
+    }
+    r->seq->tokens.push_back((*ids)[i]);
+    Emit(r, (*ids)[i]);
+  }
+}
+
+void DecodeRunner::Emit(const std::shared_ptr<Request>& r, int32_t token) {
+  std::shared_ptr<TokenSink> sink;
+  {
+    absl::MutexLock lock(&mu_);
+    sink = r->sink;
+  }
+  const absl::Time now = absl::Now();
+  if (r->last_token_at == absl::InfinitePast()) {
+    ttft_seconds_->Observe(absl::ToDoubleSeconds(now - r->reserved_at));
+  } else {
+    itl_seconds_->Observe(absl::ToDoubleSeconds(now - r->last_token_at));
+  }
+  r->last_token_at = now;
+  tokens_out_->Increment();
+  if (sink != nullptr) sink->OnTokens(std::span<const int32_t>(&token, 1));
+  if (auto finish = CheckStop(r->seq->stop, token, r->seq->generated())) {
+    finish->prompt_tokens = r->seq->prompt_len;
+    finish->completion_tokens = r->seq->generated();
+    finish->local_prefill = r->seq->local_prefill;
+    End(r, *finish);
+  }
+}
+
+void DecodeRunner::End(const std::shared_ptr<Request>& r,
+                       const absl::StatusOr<DecodeFinish>& outcome) {
+  std::shared_ptr<TokenSink> sink;
+  bool running;
+  {
+    absl::MutexLock lock(&mu_);
+    if (r->ended) return;
+    r->ended = true;
+    by_session_.erase(r->session_id);
+    session_of_.erase(r->request_id);
+    sink = std::move(r->sink);
+    running = r->running;
+  }
+  if (running) scheduler_.Remove(r->session_id);
+  engine_->kv_pool().Free(r->seq->pages);  // empty while a receiver session owned them
+  r->seq->pages.clear();
+  e2e_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - r->reserved_at));
+  if (outcome.ok()) {
+    finished_[static_cast<int>(outcome->reason)]->Increment();
+    if (sink != nullptr) sink->OnFinished(*outcome);
+  } else {
+    finished_[3]->Increment();
+    spdlog::info("decode request {} failed: {}", r->request_id, outcome.status().ToString());
+    if (sink != nullptr) sink->OnError(outcome.status());
+  }
+}
+
+void DecodeRunner::Drain(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return by_session_.empty(); };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&idle), timeout)) {
+    spdlog::warn("drain: {} decode requests still held after {}", by_session_.size(),
+                 absl::FormatDuration(timeout));
+  }
+}
+
+void DecodeRunner::Stop() {
+  std::vector<std::shared_ptr<Request>> left;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    wake_.SignalAll();
+  }
+  if (loop_.joinable()) loop_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, r] : by_session_) left.push_back(r);
+  }
+  const absl::Status why = absl::UnavailableError("decode worker shutting down");
+  for (auto& r : left) {
+    bool pending;
+    {
+      absl::MutexLock lock(&mu_);
+      pending = r->kv_pending;
+    }
+    if (pending) receiver_->Cancel(r->session_id);
+    End(r, why);
+  }
+}
+
+}  // namespace mlaserve::decode

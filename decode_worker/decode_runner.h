@@ -1,0 +1,150 @@
+// DecodeRunner: the decode worker's request table and engine loop.
+//
+// A request's life:
+//   Reserve     (RPC thread) validates, allocates every page it will need (prompt +
+//               max_new_tokens) and, for remote prefill, opens a KvReceiver session that owns
+//               the pages until the KV has landed. Local-prefill requests hold theirs directly.
+//   OpenStream  (RPC thread) attaches the token sink.
+//   the loop    admits a request once its KV is complete (or it prefills locally) and its
+//               stream is open, then step() = schedule() -> run() -> postprocess() decodes one
+//               token per running request per step, applying stop ids / EOS / max_new_tokens,
+//               and streams the tokens.
+// Pages return to the pool when a request finishes, is aborted, fails, or its lease ends
+// (no stream opened, or no transfer started, by the lease deadline).
+//
+// Threads: RPC threads only record intents (reservation, stream, abort) under mu_; the loop
+// thread alone moves requests between states, touches the scheduler and the engine, and frees
+// the pages of admitted requests, so no page is freed under a running Forward. Sink calls are
+// made from the loop thread without mu_ held.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "decode_worker/decode_scheduler.h"
+#include "decode_worker/decode_sequence.h"
+#include "kvtransfer/receiver.h"
+#include "kvtransfer/transport.h"
+#include "model/engine.h"
+#include "model/sampler.h"
+
+namespace mlaserve::decode {
+
+struct DecodeRunnerOptions {
+  DecodeSchedulerOptions scheduler;
+  absl::Duration default_lease = absl::Seconds(30);
+  std::string kv_endpoint;  // where prefill workers push KV (this worker's address)
+  std::string kv_transport = "tcp";
+};
+
+struct ReserveSpec {
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  model::SamplingOptions sampling;
+  int max_new_tokens = 0;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool local_prefill = false;
+  std::string prefill_compat_hash;  // required unless local_prefill
+  absl::Duration lease;             // zero: the default
+};
+
+struct Reservation {
+  std::string session_id;
+  int reserved_pages = 0;
+  kvtransfer::KvSessionRef session;
+  absl::Time lease_deadline;
+};
+
+struct DecodeLoad {
+  int running = 0;  // admitted into the batch
+  int pending = 0;  // reserved, not yet admitted
+  int kv_pages_free = 0;
+  int kv_pages_total = 0;
+};
+
+class DecodeRunner {
+ public:
+  // `receiver` must write into engine->kv_pool().
+  DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiver,
+               DecodeRunnerOptions options, common::MetricsRegistry* metrics = nullptr);
+  ~DecodeRunner();  // Stop()
+
+  // Where prefill workers push KV (this worker's advertised address); Reserve answers
+  // UNAVAILABLE until it is set (when options.kv_endpoint was empty).
+  void set_kv_endpoint(std::string endpoint);
+  void Start();
+  // Refuses new reservations and waits up to `timeout` for the table to empty.
+  void Drain(absl::Duration timeout);
+  // Fails what is left (UNAVAILABLE), frees every page, joins the loop.
+  void Stop();
+
+  // INVALID_ARGUMENT naming the value, FAILED_PRECONDITION (KV hash differs, both named),
+  // RESOURCE_EXHAUSTED (not enough free pages now, or ever), ALREADY_EXISTS (request id live).
+  absl::StatusOr<Reservation> Reserve(ReserveSpec spec);
+  // NOT_FOUND for an unknown (or expired) session; ALREADY_EXISTS for a second stream.
+  absl::Status OpenStream(const std::string& session_id, std::shared_ptr<TokenSink> sink);
+  // The stream's client went away: the request is dropped (no more sink calls).
+  void CancelStream(const std::string& session_id);
+  // NOT_FOUND naming the id when unknown; the request ends with reason ABORT.
+  absl::Status Abort(const std::string& request_id);
+
+  DecodeLoad load() const;
+  const std::string& kv_compat_hash() const { return compat_hash_; }
+
+  // One loop iteration; false when nothing ran. For tests driving the loop without Start().
+  bool Step();
+
+ private:
+  struct Request;
+  void Loop();
+  // Applies recorded intents: aborts, failures, lease expiry, admission (loop thread).
+  void Intake();
+  void Postprocess(const std::vector<DecodeChunk>& chunks,
+                   const absl::StatusOr<model::ForwardResult>& result);
+  void OnKvDone(const std::string& session_id, absl::StatusOr<kvtransfer::KvReceivedKv> kv);
+  // Emits the sampled `token` of `r` and finishes it if a stop rule applies.
+  void Emit(const std::shared_ptr<Request>& r, int32_t token);
+  // Removes a request from the table, returns its pages (loop thread), tells its sink.
+  void End(const std::shared_ptr<Request>& r, const absl::StatusOr<DecodeFinish>& outcome);
+  std::shared_ptr<Request> FindBySession(const std::string& session_id) const;
+
+  model::Engine* const engine_;
+  kvtransfer::KvReceiver* const receiver_;
+  const DecodeRunnerOptions options_;
+  const std::string compat_hash_;
+  DecodeScheduler scheduler_;  // loop thread only
+  model::Sampler sampler_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar wake_;
+  std::map<std::string, std::shared_ptr<Request>> by_session_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> session_of_ ABSL_GUARDED_BY(mu_);  // request id -> session
+  int64_t next_session_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string kv_endpoint_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread loop_;
+
+  common::MetricsRegistry own_metrics_;
+  common::Counter* finished_[4];  // by FinishReason, and [3] = error
+  common::Counter* tokens_out_;
+  common::Counter* kv_bytes_in_;
+  common::Counter* kv_failures_;
+  common::Counter* lease_expired_;
+  common::Histogram* ttft_seconds_;
+  common::Histogram* itl_seconds_;
+  common::Histogram* e2e_seconds_;
+  common::Histogram* queue_seconds_;
+};
+
+}  // namespace mlaserve::decode

@@ -1,0 +1,265 @@
+// DecodeRunner with a FakeEngine, driven step by step (or by its loop thread), a recording sink,
+// and KV shipped through the fake transport from a second FakeEngine acting as prefill.
+#include "decode_worker/decode_runner.h"
+
+#include "decode_worker/testing/fake_engine.h"
+#include "decode_worker/testing/recording_sink.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtransfer/fake_transport.h"
+
+namespace mlaserve::decode {
+namespace {
+
+using ::mlaserve::testing::FakeEngine;
+using ::mlaserve::testing::RecordingSink;
+using ::testing::HasSubstr;
+
+constexpr int kVocab = 64;
+constexpr int kPages = 32;
+
+std::vector<int32_t> Prompt(int n, int salt) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = (i * 5 + salt) % kVocab;
+  return p;
+}
+
+class DecodeRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    decode_ = FakeEngine::Create({.num_pages = kPages});
+    prefill_ = FakeEngine::Create({.num_pages = kPages});
+    layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
+    receiver_ = std::make_unique<kvtransfer::KvReceiver>(
+        &decode_->kv_pool(), layout_, kvtransfer::KvReceiverOptions{absl::Seconds(30)});
+    transport_.Register("decode-0", receiver_.get());
+    DecodeRunnerOptions o;
+    o.scheduler = {.max_running = 4, .max_batch_tokens = 64, .chunk_size = 32};
+    o.kv_endpoint = "decode-0";
+    o.kv_transport = "fake";
+    runner_ = std::make_unique<DecodeRunner>(decode_.get(), receiver_.get(), o);
+  }
+
+  ReserveSpec Spec(const std::string& id, std::vector<int32_t> prompt, int max_new, bool local) {
+    ReserveSpec s;
+    s.request_id = id;
+    s.prompt = std::move(prompt);
+    s.sampling.temperature = 0;
+    s.max_new_tokens = max_new;
+    s.local_prefill = local;
+    if (!local) s.prefill_compat_hash = layout_.CompatHash();
+    return s;
+  }
+
+  // Plays the prefill worker: computes the prompt's KV on the prefill engine and ships it.
+  void PrefillAndShip(const Reservation& r, const std::vector<int32_t>& prompt) {
+    auto pages = *prefill_->kv_pool().Allocate(r.session.num_pages);
+    model::SequenceChunk c;
+    c.tokens = prompt;
+    c.pages = pages;
+    ASSERT_TRUE(prefill_->Forward(std::span(&c, 1), model::AttentionPath::kMha, nullptr).ok());
+    auto sender = *transport_.Open(r.session, layout_, {});
+    for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      for (int i = 0; i < r.session.num_pages; ++i) {
+        std::string bytes(prefill_->kv_pool().layer_page_bytes(), '\0');
+        ASSERT_TRUE(prefill_->kv_pool().ReadPage(layer, pages[i], bytes.data()).ok());
+        ASSERT_TRUE(sender->SendPage(layer, i, std::move(bytes)).ok());
+      }
+    }
+    absl::Status verdict = absl::UnknownError("unset");
+    sender->Complete({FakeEngine::NextToken(prompt, kVocab), layout_.num_layers,
+                      r.session.num_pages, sender->bytes_sent()},
+                     [&](absl::Status s) { verdict = s; });
+    ASSERT_TRUE(verdict.ok()) << verdict;
+    prefill_->kv_pool().Free(pages);
+  }
+
+  void RunUntilIdle() {
+    for (int i = 0; i < 1000 && runner_->Step(); ++i) {
+    }
+  }
+
+  std::unique_ptr<FakeEngine> decode_, prefill_;
+  kvtransfer::KvLayout layout_;
+  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
+  kvtransfer::FakeKvTransport transport_;
+  std::unique_ptr<DecodeRunner> runner_;
+};
+
+TEST_F(DecodeRunnerTest, RemotePrefillStreamsTheGreedyContinuationAndFreesEveryPage) {
+  const auto prompt = Prompt(100, 1);
+  auto r = runner_->Reserve(Spec("a", prompt, 40, false));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reserved_pages, 3);  // ceil(140 / 64)
+  EXPECT_EQ(r->session.num_pages, 2);
+  EXPECT_EQ(r->session.endpoint, "decode-0");
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages - 3);
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
+  EXPECT_FALSE(runner_->Step());  // KV not there yet: nothing to run
+  PrefillAndShip(*r, prompt);
+  RunUntilIdle();
+  ASSERT_TRUE(sink->ended());
+  EXPECT_EQ(sink->tokens(), FakeEngine::ExpectedTokens(prompt, 40, kVocab));
+  ASSERT_TRUE(sink->finish());
+  EXPECT_EQ(sink->finish()->reason, FinishReason::kLength);
+  EXPECT_EQ(sink->finish()->completion_tokens, 40);
+  EXPECT_EQ(sink->finish()->prompt_tokens, 100);
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+  EXPECT_EQ(runner_->load().running + runner_->load().pending, 0);
+}
+
+TEST_F(DecodeRunnerTest, LocalPrefillInChunksMatchesAndStopTokenEndsIt) {
+  const auto prompt = Prompt(70, 2);
+  const auto expected = FakeEngine::ExpectedTokens(prompt, 10, kVocab);
+  auto spec = Spec("b", prompt, 10, true);
+  spec.stop_token_ids = {expected[4]};
+  auto r = runner_->Reserve(spec);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->session.num_pages, 0);
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
+  RunUntilIdle();
+  // Stops at the first occurrence of the stop token (which may come before index 4).
+  const auto stop_at = std::find(expected.begin(), expected.end(), expected[4]) - expected.begin();
+  EXPECT_EQ(sink->tokens(),
+            std::vector<int32_t>(expected.begin(), expected.begin() + stop_at + 1));
+  ASSERT_TRUE(sink->finish());
+  EXPECT_EQ(sink->finish()->reason, FinishReason::kStop);
+  EXPECT_EQ(sink->finish()->matched_token, expected[4]);
+  EXPECT_TRUE(sink->finish()->local_prefill);
+  // Prompt chunks of 32 (+ 32 + 6) went in before decoding began.
+  EXPECT_EQ(decode_->batch_shapes()[0], std::vector<int>{32});
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+}
+
+TEST_F(DecodeRunnerTest, BatchesRunningRequestsTogether) {
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 3; ++i) {
+    auto r = runner_->Reserve(Spec("r" + std::to_string(i), Prompt(5 + i, i), 6, true));
+    ASSERT_TRUE(r.ok());
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(runner_->OpenStream(r->session_id, sinks.back()).ok());
+  }
+  RunUntilIdle();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(sinks[i]->tokens(), FakeEngine::ExpectedTokens(Prompt(5 + i, i), 6, kVocab));
+  }
+  // One prefill step for all three, then five decode steps of three tokens each.
+  const auto shapes = decode_->batch_shapes();
+  ASSERT_EQ(shapes.size(), 6u);
+  EXPECT_EQ(shapes[0], (std::vector<int>{5, 6, 7}));
+  EXPECT_EQ(shapes[1], (std::vector<int>{1, 1, 1}));
+}
+
+TEST_F(DecodeRunnerTest, AbortMidStreamFreesPages) {
+  auto r = runner_->Reserve(Spec("c", Prompt(10, 3), 500, true));
+  ASSERT_TRUE(r.ok());
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(runner_->Step());
+  EXPECT_EQ(sink->tokens().size(), 5u);
+  ASSERT_TRUE(runner_->Abort("c").ok());
+  RunUntilIdle();
+  ASSERT_TRUE(sink->finish());
+  EXPECT_EQ(sink->finish()->reason, FinishReason::kAbort);
+  EXPECT_EQ(sink->finish()->completion_tokens, 5);
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+  EXPECT_EQ(runner_->Abort("c").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(DecodeRunnerTest, AbortBeforeTransferAndStreamCancelFreePages) {
+  auto r = runner_->Reserve(Spec("d", Prompt(200, 4), 10, false));
+  ASSERT_TRUE(r.ok());
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
+  ASSERT_TRUE(runner_->Abort("d").ok());
+  RunUntilIdle();
+  ASSERT_TRUE(sink->finish());
+  EXPECT_EQ(sink->finish()->reason, FinishReason::kAbort);
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+
+  auto r2 = runner_->Reserve(Spec("e", Prompt(20, 4), 300, true));
+  ASSERT_TRUE(r2.ok());
+  auto sink2 = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner_->OpenStream(r2->session_id, sink2).ok());
+  ASSERT_TRUE(runner_->Step());
+  runner_->CancelStream(r2->session_id);
+  RunUntilIdle();
+  EXPECT_FALSE(sink2->ended());  // the client left: nothing more is sent
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+}
+
+TEST_F(DecodeRunnerTest, TransferFailureReachesTheStream) {
+  auto r = runner_->Reserve(Spec("f", Prompt(100, 5), 10, false));
+  ASSERT_TRUE(r.ok());
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
+  kvtransfer::KvLayout wrong = layout_;
+  wrong.latent_dim = 16;
+  auto ref = r->session;
+  ref.compat_hash.clear();
+  auto sender = transport_.Open(ref, wrong, {});  // refused by the receiver
+  ASSERT_TRUE(sender.ok());
+  RunUntilIdle();
+  ASSERT_TRUE(sink->ended());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(sink->error().message(), HasSubstr("latent_dim is 16 on the peer but 8 here"));
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+}
+
+TEST_F(DecodeRunnerTest, LeaseExpiryWithoutStreamFreesPages) {
+  runner_->Start();
+  auto spec = Spec("g", Prompt(100, 6), 10, true);
+  spec.lease = absl::Milliseconds(50);
+  auto r = runner_->Reserve(spec);
+  ASSERT_TRUE(r.ok());
+  auto remote = Spec("h", Prompt(100, 6), 10, false);
+  remote.lease = absl::Milliseconds(50);
+  ASSERT_TRUE(runner_->Reserve(remote).ok());
+  EXPECT_LT(decode_->kv_pool().free_pages(), kPages);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (decode_->kv_pool().free_pages() < kPages && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+  while (runner_->load().pending > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  EXPECT_EQ(runner_->load().pending, 0);
+  EXPECT_EQ(runner_->OpenStream(r->session_id, std::make_shared<RecordingSink>()).code(),
+            absl::StatusCode::kNotFound);
+  runner_->Stop();
+}
+
+TEST_F(DecodeRunnerTest, BadReservationsGetTheRightCodes) {
+  auto code = [&](ReserveSpec s) { return runner_->Reserve(std::move(s)).status(); };
+  EXPECT_EQ(code(Spec("", Prompt(5, 0), 5, true)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(Spec("x", {}, 5, true)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(code(Spec("x", Prompt(5, 0), 0, true)).message(),
+              HasSubstr("max_new_tokens is 0; it must be >= 1"));
+  EXPECT_THAT(code(Spec("x", Prompt(5, 0), 4092, true)).message(),
+              HasSubstr("exceeds the model's context of 4096"));
+  auto no_hash = Spec("x", Prompt(5, 0), 5, false);
+  no_hash.prefill_compat_hash.clear();
+  EXPECT_EQ(code(no_hash).code(), absl::StatusCode::kInvalidArgument);
+  auto other = Spec("x", Prompt(5, 0), 5, false);
+  other.prefill_compat_hash = "0123456789abcdef";
+  EXPECT_THAT(code(other).message(), HasSubstr("KV compatibility hash is 0123456789abcdef"));
+  EXPECT_EQ(code(other).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(code(Spec("x", Prompt(64, 0), 33 * 64 - 64, true)).message(),
+              HasSubstr("needs 33 KV pages; this decode worker has 32"));
+  ASSERT_TRUE(runner_->Reserve(Spec("big", Prompt(64, 0), 30 * 64, true)).ok());
+  EXPECT_EQ(code(Spec("y", Prompt(64, 0), 64 * 2, true)).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(code(Spec("big", Prompt(5, 0), 5, true)).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(runner_->OpenStream("nope#1", std::make_shared<RecordingSink>()).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(runner_->Abort("nope").code(), absl::StatusCode::kNotFound);
+  auto r = runner_->Reserve(Spec("z", Prompt(5, 0), 5, true));
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(runner_->OpenStream(r->session_id, std::make_shared<RecordingSink>()).ok());
+  EXPECT_EQ(runner_->OpenStream(r->session_id, std::make_shared<RecordingSink>()).code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
+}  // namespace
+}  // namespace mlaserve::decode

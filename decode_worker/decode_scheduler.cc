@@ -1,0 +1,58 @@
+#include "decode_worker/decode_scheduler.h"
+
+#include <algorithm>
+
+namespace mlaserve::decode {
+
+std::optional<DecodeFinish> CheckStop(const StopRules& rules, int32_t token, int generated) {
+  auto in = [token](const std::vector<int32_t>& ids) {
+    return std::find(ids.begin(), ids.end(), token) != ids.end();
+  };
+  if (in(rules.stop_token_ids) || (!rules.ignore_eos && in(rules.eos_token_ids))) {
+    DecodeFinish f;
+    f.reason = FinishReason::kStop;
+    f.matched_token = token;
+    return f;
+  }
+  if (generated >= rules.max_new_tokens) {
+    DecodeFinish f;
+    f.reason = FinishReason::kLength;
+    return f;
+  }
+  return std::nullopt;
+}
+
+void DecodeScheduler::Add(std::shared_ptr<DecodeSequence> seq) {
+  running_.push_back(std::move(seq));
+}
+
+std::shared_ptr<DecodeSequence> DecodeScheduler::Remove(const std::string& id) {
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [&](const auto& s) { return s->id == id; });
+  if (it == running_.end()) return nullptr;
+  auto s = std::move(*it);
+  running_.erase(it);
+  return s;
+}
+
+std::vector<DecodeChunk> DecodeScheduler::Schedule() const {
+  std::vector<DecodeChunk> batch;
+  int budget = options_.max_batch_tokens;
+  for (const auto& s : running_) {
+    if (budget == 0) break;
+    if (s->prefilling()) continue;
+    batch.push_back(DecodeChunk{s.get(), s->num_computed, 1, true});
+    budget -= 1;
+  }
+  for (const auto& s : running_) {
+    if (budget == 0) break;
+    if (!s->prefilling()) continue;
+    const int remaining = s->prompt_len - s->num_computed;
+    const int len = std::min({remaining, options_.chunk_size, budget});
+    batch.push_back(DecodeChunk{s.get(), s->num_computed, len, len == remaining});
+    budget -= len;
+  }
+  return batch;
+}
+
+}  // namespace mlaserve::decode

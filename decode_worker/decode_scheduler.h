@@ -1,0 +1,53 @@
+// DecodeScheduler: continuous batching over the requests whose KV is complete.
+//
+// Each step every running request gets one decode token (its last token at the next
+// position), and requests that prefill locally get a prompt chunk from what is left of the
+// token budget (decode first, so inter-token latency of running requests does not suffer from
+// a newcomer's prompt). Requests are admitted up to max_running; their pages were reserved in
+// full at Reserve, so a running request never waits for memory and nothing is preempted.
+//
+// Not thread-safe: owned by the decode loop thread.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "decode_worker/decode_sequence.h"
+
+namespace mlaserve::decode {
+
+struct DecodeSchedulerOptions {
+  int max_running = 256;
+  int max_batch_tokens = 8192;
+  int chunk_size = 2048;
+};
+
+struct DecodeChunk {
+  DecodeSequence* seq = nullptr;
+  int start = 0;  // first position
+  int len = 0;
+  bool want_logits = false;  // decode tokens, and a local prefill's last chunk
+};
+
+class DecodeScheduler {
+ public:
+  explicit DecodeScheduler(DecodeSchedulerOptions options) : options_(options) {}
+
+  bool has_room() const { return static_cast<int>(running_.size()) < options_.max_running; }
+  void Add(std::shared_ptr<DecodeSequence> seq);
+  // Takes a sequence out of the running set (finished / aborted); null if unknown.
+  std::shared_ptr<DecodeSequence> Remove(const std::string& id);
+  int num_running() const { return static_cast<int>(running_.size()); }
+  const std::deque<std::shared_ptr<DecodeSequence>>& running() const { return running_; }
+
+  // schedule(): this step's chunks, decode tokens first, then local prefill chunks.
+  std::vector<DecodeChunk> Schedule() const;
+
+ private:
+  const DecodeSchedulerOptions options_;
+  std::deque<std::shared_ptr<DecodeSequence>> running_;
+};
+
+}  // namespace mlaserve::decode

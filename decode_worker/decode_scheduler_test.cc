@@ -1,0 +1,78 @@
+#include "decode_worker/decode_scheduler.h"
+
+#include "gtest/gtest.h"
+
+namespace mlaserve::decode {
+namespace {
+
+TEST(CheckStopTest, StopTokensEosAndLength) {
+  StopRules r;
+  r.max_new_tokens = 3;
+  r.stop_token_ids = {7};
+  r.eos_token_ids = {2};
+  EXPECT_FALSE(CheckStop(r, 5, 1).has_value());
+  auto f = CheckStop(r, 7, 1);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->reason, FinishReason::kStop);
+  EXPECT_EQ(f->matched_token, 7);
+  f = CheckStop(r, 2, 2);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->reason, FinishReason::kStop);
+  EXPECT_EQ(f->matched_token, 2);
+  r.ignore_eos = true;
+  EXPECT_FALSE(CheckStop(r, 2, 2).has_value());
+  f = CheckStop(r, 5, 3);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->reason, FinishReason::kLength);
+  EXPECT_FALSE(f->matched_token.has_value());
+  f = CheckStop(r, 7, 3);  // a stop token on the last allowed step is still STOP
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->reason, FinishReason::kStop);
+}
+
+std::shared_ptr<DecodeSequence> Seq(const std::string& id, int prompt, int computed,
+                                    int generated) {
+  auto s = std::make_shared<DecodeSequence>();
+  s->id = id;
+  s->prompt_len = prompt;
+  s->tokens.assign(prompt + generated, 1);
+  s->num_computed = computed;
+  return s;
+}
+
+TEST(DecodeSchedulerTest, DecodeTokensFirstThenPrefillChunksUnderBudget) {
+  DecodeScheduler s({.max_running = 4, .max_batch_tokens = 50, .chunk_size = 32});
+  s.Add(Seq("p", 100, 0, 0));    // local prefill, nothing computed yet
+  s.Add(Seq("d1", 10, 10, 1));   // decoding: feeds its token at position 10
+  s.Add(Seq("d2", 20, 22, 3));
+  EXPECT_TRUE(s.has_room());
+  auto b = s.Schedule();
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].seq->id, "d1");
+  EXPECT_EQ(b[0].start, 10);
+  EXPECT_EQ(b[0].len, 1);
+  EXPECT_TRUE(b[0].want_logits);
+  EXPECT_EQ(b[1].seq->id, "d2");
+  EXPECT_EQ(b[1].start, 22);
+  EXPECT_EQ(b[2].seq->id, "p");
+  EXPECT_EQ(b[2].len, 32);  // chunk size (budget left: 48)
+  EXPECT_FALSE(b[2].want_logits);
+  s.Add(Seq("x", 5, 5, 1));
+  EXPECT_FALSE(s.has_room());
+  EXPECT_NE(s.Remove("p"), nullptr);
+  EXPECT_EQ(s.Remove("p"), nullptr);
+  EXPECT_EQ(s.num_running(), 3);
+}
+
+TEST(DecodeSchedulerTest, LastPrefillChunkWantsLogits) {
+  DecodeScheduler s({.max_running = 4, .max_batch_tokens = 8, .chunk_size = 64});
+  s.Add(Seq("p", 20, 14, 0));
+  auto b = s.Schedule();
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0].start, 14);
+  EXPECT_EQ(b[0].len, 6);
+  EXPECT_TRUE(b[0].want_logits);
+}
+
+}  // namespace
+}  // namespace mlaserve::decode

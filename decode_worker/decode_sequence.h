@@ -1,0 +1,61 @@
+// The decode worker's view of one request while it holds KV: its tokens, pages, limits, and
+// the stop rules applied after every sampled token. Shared by the scheduler and the runner.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "model/sampler.h"
+
+namespace mlaserve::decode {
+
+enum class FinishReason { kStop, kLength, kAbort };
+
+struct DecodeFinish {
+  FinishReason reason = FinishReason::kStop;
+  std::optional<int32_t> matched_token;  // the EOS / stop token that ended generation
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  bool local_prefill = false;
+};
+
+// Where a request's output goes (the gRPC stream in production). Called from the decode loop
+// thread; OnFinished / OnError is the last call.
+class TokenSink {
+ public:
+  virtual ~TokenSink() = default;
+  virtual void OnTokens(std::span<const int32_t> tokens) = 0;
+  virtual void OnFinished(const DecodeFinish& finish) = 0;
+  virtual void OnError(const absl::Status& status) = 0;
+};
+
+struct StopRules {
+  int max_new_tokens = 1;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  std::vector<int32_t> eos_token_ids;  // the model's
+};
+
+// The finish reason after `token` was appended as the `generated`-th output token, if any.
+// Stop tokens and EOS win over the length limit when both apply (the token is kept).
+std::optional<DecodeFinish> CheckStop(const StopRules& rules, int32_t token, int generated);
+
+struct DecodeSequence {
+  std::string id;                // the session id
+  std::vector<int32_t> tokens;   // prompt, then generated tokens
+  int prompt_len = 0;
+  int num_computed = 0;          // positions whose KV is in the pool
+  std::vector<int32_t> pages;    // covers prompt_len + max_new_tokens positions
+  bool local_prefill = false;
+  model::SamplingOptions sampling;
+  StopRules stop;
+
+  int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
+  bool prefilling() const { return num_computed < prompt_len; }
+};
+
+}  // namespace mlaserve::decode

@@ -1,0 +1,226 @@
+#include "decode_worker/decode_service.h"
+
+#include <deque>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/worker_proto.h"
+#include "kvtransfer/proto_convert.h"
+
+namespace mlaserve::decode {
+
+namespace v1 = ::mlaserve::v1;
+using common::ToGrpcStatus;
+
+absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request) {
+  ReserveSpec spec;
+  spec.request_id = request.request_id();
+  spec.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
+  auto sampling = common::ToSamplingOptions(request.sampling());
+  if (!sampling.ok()) return sampling.status();
+  spec.sampling = *sampling;
+  if (!request.sampling().has_max_new_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request ", request.request_id(), ": sampling.max_new_tokens must be set"));
+  }
+  spec.max_new_tokens = request.sampling().max_new_tokens();
+  spec.stop_token_ids.assign(request.sampling().stop_token_ids().begin(),
+                             request.sampling().stop_token_ids().end());
+  spec.ignore_eos = request.sampling().ignore_eos();
+  spec.local_prefill = request.local_prefill();
+  spec.prefill_compat_hash = request.prefill_kv_compat_hash();
+  if (request.kv_lease_ms() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_lease_ms is ", request.kv_lease_ms(), "; it must be >= 0"));
+  }
+  spec.lease = absl::Milliseconds(request.kv_lease_ms());
+  return spec;
+}
+
+void ToProto(const Reservation& r, v1::ReserveResponse* response) {
+  response->set_session_id(r.session_id);
+  response->set_reserved_pages(r.reserved_pages);
+  *response->mutable_session() = kvtransfer::ToProto(r.session);
+  response->set_lease_deadline_unix_ms(absl::ToUnixMillis(r.lease_deadline));
+}
+
+v1::DecodeStreamResponse FinishedMessage(const DecodeFinish& f) {
+  v1::DecodeStreamResponse m;
+  auto* fin = m.mutable_finished();
+  switch (f.reason) {
+    case FinishReason::kStop: fin->set_finish_reason(v1::FINISH_REASON_STOP); break;
+    case FinishReason::kLength: fin->set_finish_reason(v1::FINISH_REASON_LENGTH); break;
+    case FinishReason::kAbort: fin->set_finish_reason(v1::FINISH_REASON_ABORT); break;
+  }
+  if (f.matched_token) fin->set_matched_token_id(*f.matched_token);
+  fin->set_prompt_tokens(f.prompt_tokens);
+  fin->set_completion_tokens(f.completion_tokens);
+  fin->set_local_prefill(f.local_prefill);
+  return m;
+}
+
+namespace {
+
+// One Stream call. The runner pushes tokens from its loop thread; writes go out one at a time,
+// tokens arriving meanwhile are merged into the queued message. The runner holds a
+// shared_ptr to the reactor, which holds itself until gRPC's OnDone, so either side may
+// outlive the other; after OnDone every sink call is ignored.
+class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStreamResponse>,
+                                  public TokenSink,
+                                  public std::enable_shared_from_this<DecodeStreamReactor> {
+ public:
+  DecodeStreamReactor(DecodeRunner* runner, std::string session_id)
+      : runner_(runner), session_id_(std::move(session_id)) {}
+
+  void Open() {
+    self_ = shared_from_this();
+    absl::Status s = runner_->OpenStream(session_id_, shared_from_this());
+    if (!s.ok()) FinishOnce(ToGrpcStatus(s));
+  }
+
+  void OnTokens(std::span<const int32_t> tokens) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (closing_) return;
+      // Merge into the last queued token message unless it is the one being written.
+      if (queue_.empty() || !queue_.back().has_tokens() || (writing_ && queue_.size() == 1)) {
+        queue_.emplace_back();
+        queue_.back().mutable_tokens();
+      }
+      for (int32_t t : tokens) queue_.back().mutable_tokens()->add_token_ids(t);
+    }
+    Pump();
+  }
+  void OnFinished(const DecodeFinish& finish) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (closing_) return;
+      queue_.push_back(FinishedMessage(finish));
+      closing_ = true;
+      final_ = grpc::Status::OK;
+    }
+    Pump();
+  }
+  void OnError(const absl::Status& status) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (closing_) return;
+      closing_ = true;
+      final_ = ToGrpcStatus(status);
+    }
+    Pump();
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      queue_.pop_front();
+      if (!ok) {  // the client is gone; OnCancel / OnDone follow
+        queue_.clear();
+        closing_ = true;
+        final_ = grpc::Status(grpc::StatusCode::CANCELLED, "token stream write failed");
+      }
+    }
+    Pump();
+  }
+  void OnCancel() override { runner_->CancelStream(session_id_); }
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    }
+    std::shared_ptr<DecodeStreamReactor> keep = std::move(self_);  // may delete this
+  }
+
+ private:
+  // Starts the next write, or finishes once the queue drained after the last event.
+  void Pump() {
+    const v1::DecodeStreamResponse* next = nullptr;
+    bool finish = false;
+    grpc::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      if (done_ || writing_ || finished_) return;
+      if (!queue_.empty()) {
+        writing_ = true;
+        next = &queue_.front();
+      } else if (closing_) {
+        finished_ = true;
+        finish = true;
+        status = final_;
+      }
+    }
+    if (next != nullptr) StartWrite(next);
+    if (finish) Finish(status);
+  }
+  void FinishOnce(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+      closing_ = true;
+    }
+    Finish(status);
+  }
+
+  DecodeRunner* const runner_;
+  const std::string session_id_;
+  std::shared_ptr<DecodeStreamReactor> self_;
+  absl::Mutex mu_;
+  std::deque<v1::DecodeStreamResponse> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;  // no more messages will be queued
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* DecodeService::Reserve(grpc::CallbackServerContext* context,
+                                                 const v1::ReserveRequest* request,
+                                                 v1::ReserveResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  absl::Status status;
+  auto spec = ToReserveSpec(*request);
+  if (!spec.ok()) {
+    status = spec.status();
+  } else {
+    auto reservation = runner_->Reserve(std::move(*spec));
+    if (reservation.ok()) {
+      ToProto(*reservation, response);
+    } else {
+      status = reservation.status();
+    }
+  }
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::DecodeStreamResponse>* DecodeService::Stream(
+    grpc::CallbackServerContext* context, const v1::DecodeStreamRequest* request) {
+  auto reactor = std::make_shared<DecodeStreamReactor>(runner_, request->session_id());
+  reactor->Open();
+  return reactor.get();  // kept alive by its self-reference until OnDone
+}
+
+grpc::ServerUnaryReactor* DecodeService::Abort(grpc::CallbackServerContext* context,
+                                               const v1::WorkerAbortRequest* request,
+                                               v1::WorkerAbortResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(runner_->Abort(request->request_id())));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DecodeService::GetInfo(grpc::CallbackServerContext* context,
+                                                 const v1::GetWorkerInfoRequest* request,
+                                                 v1::WorkerDescriptor* response) {
+  auto* reactor = context->DefaultReactor();
+  *response = describe_();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace mlaserve::decode

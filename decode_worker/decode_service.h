@@ -1,0 +1,43 @@
+// DecodeService: the DecodeWorker gRPC service (worker.proto) over a DecodeRunner. The KV
+// data plane (KvService, kvtransfer/tcp_transport.h) is registered next to it on the same
+// server. Proto <-> domain conversion lives in the free functions below.
+#pragma once
+
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "decode_worker/decode_runner.h"
+#include "mlaserve/v1/worker.grpc.pb.h"
+
+namespace mlaserve::decode {
+
+// INVALID_ARGUMENT naming the field (sampling values, max_new_tokens unset, kv_lease_ms < 0).
+absl::StatusOr<ReserveSpec> ToReserveSpec(const mlaserve::v1::ReserveRequest& request);
+void ToProto(const Reservation& reservation, mlaserve::v1::ReserveResponse* response);
+mlaserve::v1::DecodeStreamResponse FinishedMessage(const DecodeFinish& finish);
+
+class DecodeService final : public mlaserve::v1::DecodeWorker::CallbackService {
+ public:
+  using DescribeFn = std::function<mlaserve::v1::WorkerDescriptor()>;
+  DecodeService(DecodeRunner* runner, DescribeFn describe)
+      : runner_(runner), describe_(std::move(describe)) {}
+
+  grpc::ServerUnaryReactor* Reserve(grpc::CallbackServerContext* context,
+                                    const mlaserve::v1::ReserveRequest* request,
+                                    mlaserve::v1::ReserveResponse* response) override;
+  grpc::ServerWriteReactor<mlaserve::v1::DecodeStreamResponse>* Stream(
+      grpc::CallbackServerContext* context,
+      const mlaserve::v1::DecodeStreamRequest* request) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
+                                  const mlaserve::v1::WorkerAbortRequest* request,
+                                  mlaserve::v1::WorkerAbortResponse* response) override;
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
+                                    const mlaserve::v1::GetWorkerInfoRequest* request,
+                                    mlaserve::v1::WorkerDescriptor* response) override;
+
+ private:
+  DecodeRunner* const runner_;
+  const DescribeFn describe_;
+};
+
+}  // namespace mlaserve::decode

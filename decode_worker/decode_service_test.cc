@@ -1,0 +1,263 @@
+// The decode worker's gRPC surface on loopback (port 0): DecodeWorker + KvService on one server,
+// a PrefillRunner with the real tcp transport pushing KV into it, and a client reading the
+// token stream. Ends by checking that every page on both sides is back in its pool.
+#include "decode_worker/decode_service.h"
+
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "common/server.h"
+#include "decode_worker/testing/fake_engine.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtransfer/tcp_transport.h"
+#include "prefill_worker/prefill_runner.h"
+
+namespace mlaserve::decode {
+namespace {
+
+namespace v1 = ::mlaserve::v1;
+using ::mlaserve::testing::FakeEngine;
+using ::testing::HasSubstr;
+
+constexpr int kVocab = 64;
+
+TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
+  v1::ReserveRequest req;
+  req.set_request_id("r");
+  req.add_prompt_token_ids(1);
+  req.add_prompt_token_ids(2);
+  req.mutable_sampling()->set_max_new_tokens(7);
+  req.mutable_sampling()->set_seed(3);
+  req.mutable_sampling()->add_stop_token_ids(9);
+  req.mutable_sampling()->set_ignore_eos(true);
+  req.set_prefill_kv_compat_hash("abc");
+  req.set_kv_lease_ms(250);
+  auto spec = ToReserveSpec(req);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->prompt, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(spec->max_new_tokens, 7);
+  EXPECT_EQ(spec->stop_token_ids, std::vector<int32_t>{9});
+  EXPECT_TRUE(spec->ignore_eos);
+  EXPECT_EQ(spec->prefill_compat_hash, "abc");
+  EXPECT_EQ(spec->lease, absl::Milliseconds(250));
+  req.mutable_sampling()->clear_max_new_tokens();
+  EXPECT_THAT(ToReserveSpec(req).status().message(),
+              HasSubstr("sampling.max_new_tokens must be set"));
+
+  DecodeFinish f;
+  f.reason = FinishReason::kStop;
+  f.matched_token = 2;
+  f.completion_tokens = 4;
+  const auto m = FinishedMessage(f);
+  EXPECT_EQ(m.finished().finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(m.finished().matched_token_id(), 2);
+  EXPECT_EQ(m.finished().completion_tokens(), 4);
+}
+
+class DecodeServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    decode_ = FakeEngine::Create({.num_pages = 64});
+    prefill_ = FakeEngine::Create({.num_pages = 64});
+    layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
+    receiver_ = std::make_unique<kvtransfer::KvReceiver>(&decode_->kv_pool(), layout_);
+    kv_service_ = std::make_unique<kvtransfer::KvServiceImpl>(receiver_.get());
+    runner_ = std::make_unique<DecodeRunner>(decode_.get(), receiver_.get(), DecodeRunnerOptions{});
+    service_ = std::make_unique<DecodeService>(runner_.get(), [] {
+      v1::WorkerDescriptor d;
+      d.set_role(v1::WORKER_ROLE_DECODE);
+      return d;
+    });
+    server_ = std::make_unique<common::ServerRunner>(common::ServerOptions{.listen = "127.0.0.1:0"});
+    server_->AddService(service_.get());
+    server_->AddService(kv_service_.get());
+    ASSERT_TRUE(server_->Start().ok());
+    runner_->set_kv_endpoint(server_->bound_address());
+    runner_->Start();
+    prefill_runner_ = std::make_unique<prefill::PrefillRunner>(prefill_.get(), &transport_,
+                                                               layout_, prefill::PrefillRunnerOptions{});
+    prefill_runner_->Start();
+    stub_ = v1::DecodeWorker::NewStub(
+        grpc::CreateChannel(server_->bound_address(), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    prefill_runner_->Stop();
+    server_->RequestShutdown();
+    server_->WaitForShutdown([&] { runner_->Stop(); });
+  }
+  static std::chrono::system_clock::time_point Deadline() {
+    return std::chrono::system_clock::now() + std::chrono::seconds(20);
+  }
+  v1::ReserveRequest Reserve(const std::string& id, const std::vector<int32_t>& prompt,
+                             int max_new) {
+    v1::ReserveRequest req;
+    req.set_request_id(id);
+    for (int32_t t : prompt) req.add_prompt_token_ids(t);
+    req.mutable_sampling()->set_temperature(0);
+    req.mutable_sampling()->set_seed(1);
+    req.mutable_sampling()->set_max_new_tokens(max_new);
+    req.set_prefill_kv_compat_hash(layout_.CompatHash());
+    return req;
+  }
+  // Submits the remote prefill of a reserved session, as the router would.
+  void Prefill(const std::string& id, const std::vector<int32_t>& prompt,
+               const v1::ReserveResponse& reservation, absl::Notification* done,
+               absl::StatusOr<prefill::PrefillOutcome>* outcome) {
+    prefill::PrefillJob job;
+    job.request_id = id;
+    job.tokens = prompt;
+    job.sampling.temperature = 0;
+    job.session = *kvtransfer::FromProto(reservation.session());
+    ASSERT_TRUE(prefill_runner_
+                    ->Submit(std::move(job),
+                             [done, outcome](absl::StatusOr<prefill::PrefillOutcome> o) {
+                               *outcome = std::move(o);
+                               done->Notify();
+                             })
+                    .ok());
+  }
+
+  std::unique_ptr<FakeEngine> decode_, prefill_;
+  kvtransfer::KvLayout layout_;
+  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
+  std::unique_ptr<kvtransfer::KvServiceImpl> kv_service_;
+  std::unique_ptr<DecodeRunner> runner_;
+  std::unique_ptr<DecodeService> service_;
+  std::unique_ptr<common::ServerRunner> server_;
+  kvtransfer::TcpKvTransport transport_;
+  std::unique_ptr<prefill::PrefillRunner> prefill_runner_;
+  std::unique_ptr<v1::DecodeWorker::Stub> stub_;
+};
+
+TEST_F(DecodeServiceTest, ReserveTransferOverTcpStreamAndEveryPageFreeAfterwards) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 150; ++i) prompt.push_back((i * 3 + 1) % kVocab);
+  grpc::ClientContext rctx;
+  rctx.set_deadline(Deadline());
+  v1::ReserveResponse reservation;
+  ASSERT_TRUE(stub_->Reserve(&rctx, Reserve("a", prompt, 30), &reservation).ok());
+  EXPECT_EQ(reservation.session().num_pages(), 3);
+  EXPECT_EQ(reservation.session().endpoint(), server_->bound_address());
+
+  grpc::ClientContext sctx;
+  sctx.set_deadline(Deadline());
+  v1::DecodeStreamRequest sreq;
+  sreq.set_session_id(reservation.session_id());
+  auto reader = stub_->Stream(&sctx, sreq);
+
+  absl::Notification prefilled;
+  absl::StatusOr<prefill::PrefillOutcome> outcome;
+  Prefill("a", prompt, reservation, &prefilled, &outcome);
+
+  std::vector<int32_t> tokens;
+  v1::DecodeStreamResponse msg;
+  std::optional<v1::DecodeFinished> finished;
+  while (reader->Read(&msg)) {
+    if (msg.has_tokens()) {
+      tokens.insert(tokens.end(), msg.tokens().token_ids().begin(), msg.tokens().token_ids().end());
+    } else {
+      finished = msg.finished();
+    }
+  }
+  const grpc::Status s = reader->Finish();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_TRUE(finished);
+  EXPECT_EQ(finished->finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(finished->completion_tokens(), 30);
+  EXPECT_EQ(tokens, FakeEngine::ExpectedTokens(prompt, 30, kVocab));
+  ASSERT_TRUE(prefilled.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_EQ(outcome->first_token, tokens[0]);
+  EXPECT_EQ(decode_->kv_pool().free_pages(), 64);
+  EXPECT_EQ(prefill_->kv_pool().free_pages(), 64);
+}
+
+TEST_F(DecodeServiceTest, AbortMidStreamEndsWithAbortAndFreesPages) {
+  // Hold the decode loop after a few steps until the abort is in.
+  absl::Notification release;
+  decode_->set_before_forward([&](std::span<const model::SequenceChunk>) {
+    if (decode_->forward_calls() > 4) release.WaitForNotificationWithTimeout(absl::Seconds(20));
+  });
+  std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+  auto req = Reserve("b", prompt, 1000);
+  req.set_local_prefill(true);
+  req.clear_prefill_kv_compat_hash();
+  grpc::ClientContext rctx;
+  rctx.set_deadline(Deadline());
+  v1::ReserveResponse reservation;
+  ASSERT_TRUE(stub_->Reserve(&rctx, req, &reservation).ok());
+  grpc::ClientContext sctx;
+  sctx.set_deadline(Deadline());
+  v1::DecodeStreamRequest sreq;
+  sreq.set_session_id(reservation.session_id());
+  auto reader = stub_->Stream(&sctx, sreq);
+  v1::DecodeStreamResponse msg;
+  ASSERT_TRUE(reader->Read(&msg));
+  ASSERT_TRUE(msg.has_tokens());
+  {
+    grpc::ClientContext actx;
+    actx.set_deadline(Deadline());
+    v1::WorkerAbortRequest abort;
+    abort.set_request_id("b");
+    v1::WorkerAbortResponse aresp;
+    ASSERT_TRUE(stub_->Abort(&actx, abort, &aresp).ok());
+  }
+  release.Notify();
+  std::optional<v1::DecodeFinished> finished;
+  while (reader->Read(&msg)) {
+    if (msg.has_finished()) finished = msg.finished();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_TRUE(finished);
+  EXPECT_EQ(finished->finish_reason(), v1::FINISH_REASON_ABORT);
+  EXPECT_LT(finished->completion_tokens(), 1000);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (decode_->kv_pool().free_pages() < 64 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(decode_->kv_pool().free_pages(), 64);
+}
+
+TEST_F(DecodeServiceTest, BadInputsGetTheRightCodes) {
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    v1::ReserveResponse resp;
+    auto req = Reserve("c", {1, 2, 99}, 5);
+    const grpc::Status s = stub_->Reserve(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("token id 99 at position 2"));
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    v1::ReserveResponse resp;
+    auto req = Reserve("c", {1, 2}, 5);
+    req.set_prefill_kv_compat_hash("ffff");
+    EXPECT_EQ(stub_->Reserve(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    v1::DecodeStreamRequest sreq;
+    sreq.set_session_id("unknown#1");
+    auto reader = stub_->Stream(&ctx, sreq);
+    v1::DecodeStreamResponse msg;
+    EXPECT_FALSE(reader->Read(&msg));
+    const grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(s.error_message(), HasSubstr("unknown#1"));
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    v1::WorkerDescriptor info;
+    ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetWorkerInfoRequest(), &info).ok());
+    EXPECT_EQ(info.role(), v1::WORKER_ROLE_DECODE);
+  }
+}
+
+}  // namespace
+}  // namespace mlaserve::decode

@@ -1,0 +1,160 @@
+#include "decode_worker/testing/fake_engine.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace mlaserve::testing {
+namespace {
+
+constexpr int kLatentDim = 8;  // entry: token, position, layer, then token * (layer + 1) x 5
+
+void FillEntry(float* e, int32_t token, int pos, int layer) {
+  e[0] = static_cast<float>(token);
+  e[1] = static_cast<float>(pos);
+  e[2] = static_cast<float>(layer);
+  for (int i = 3; i < kLatentDim; ++i) e[i] = static_cast<float>(token * (layer + 1) + i);
+}
+
+}  // namespace
+
+std::unique_ptr<FakeEngine> FakeEngine::Create(const FakeEngineOptions& options) {
+  std::unique_ptr<FakeEngine> e(new FakeEngine);
+  model::ModelConfig& c = e->config_;
+  c.model_type = model::ModelType::kDeepseekV3;
+  c.model_type_name = "deepseek_v3";
+  c.vocab_size = options.vocab_size;
+  c.hidden_size = 16;
+  c.num_hidden_layers = options.num_layers;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = options.max_position_embeddings;
+  c.kv_lora_rank = kLatentDim - 2;
+  c.qk_rope_head_dim = 2;
+  c.qk_nope_head_dim = 4;
+  c.v_head_dim = 4;
+  c.eos_token_ids = options.eos_token_ids;
+  c.layer_is_moe.assign(options.num_layers, false);
+  model::KvPoolOptions po;
+  po.num_layers = options.num_layers;
+  po.num_pages = options.num_pages;
+  po.latent_dim = kLatentDim;
+  auto pool = model::KvPool::Create(po);
+  if (!pool.ok()) return nullptr;
+  e->pool_ = std::move(*pool);
+  return e;
+}
+
+void FakeEngine::set_before_forward(
+    std::function<void(std::span<const model::SequenceChunk>)> hook) {
+  absl::MutexLock lock(&mu_);
+  before_forward_ = std::move(hook);
+}
+
+int FakeEngine::forward_calls() const {
+  absl::MutexLock lock(&mu_);
+  return forward_calls_;
+}
+
+std::vector<std::vector<int>> FakeEngine::batch_shapes() const {
+  absl::MutexLock lock(&mu_);
+  return shapes_;
+}
+
+int32_t FakeEngine::NextToken(std::span<const int32_t> sequence, int vocab_size) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int32_t t : sequence) h = (h ^ static_cast<uint64_t>(t + 1)) * 1099511628211ULL;
+  return static_cast<int32_t>((h >> 17) % static_cast<uint64_t>(vocab_size));
+}
+
+std::vector<int32_t> FakeEngine::ExpectedTokens(std::span<const int32_t> prompt, int n,
+                                                int vocab_size) {
+  std::vector<int32_t> seq(prompt.begin(), prompt.end());
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(NextToken(seq, vocab_size));
+    seq.push_back(out.back());
+  }
+  return out;
+}
+
+absl::StatusOr<model::ForwardResult> FakeEngine::Forward(
+    std::span<const model::SequenceChunk> batch, model::AttentionPath path,
+    const model::LayerDoneFn& on_layer_done) {
+  std::function<void(std::span<const model::SequenceChunk>)> hook;
+  {
+    absl::MutexLock lock(&mu_);
+    hook = before_forward_;
+    ++forward_calls_;
+    std::vector<int> shape;
+    for (const auto& c : batch) shape.push_back(static_cast<int>(c.tokens.size()));
+    shapes_.push_back(std::move(shape));
+  }
+  if (hook) hook(batch);
+  const int P = kernels::kPageSize;
+  for (const auto& c : batch) {
+    const int end = c.start_pos + static_cast<int>(c.tokens.size());
+    if (static_cast<int>(c.pages.size()) * P < end) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk ends at ", end, " but has ",
+                                                     c.pages.size(), " pages"));
+    }
+  }
+  std::vector<float> page(pool_->layer_page_bytes() / sizeof(float));
+  for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
+    for (const auto& c : batch) {
+      for (size_t i = 0; i < c.tokens.size(); ++i) {
+        const int pos = c.start_pos + static_cast<int>(i);
+        const int32_t pid = c.pages[pos / P];
+        absl::Status s = pool_->ReadPage(layer, pid, page.data());
+        if (!s.ok()) return s;
+        FillEntry(page.data() + (pos % P) * kLatentDim, c.tokens[i], pos, layer);
+        s = pool_->WritePage(layer, pid, page.data());
+        if (!s.ok()) return s;
+      }
+    }
+    if (on_layer_done) {
+      absl::Status s = on_layer_done(layer);
+      if (!s.ok()) return s;
+    }
+  }
+  model::ForwardResult result;
+  for (const auto& c : batch) {
+    if (!c.want_logits) continue;
+    // Read the whole sequence back from the cache, checking every layer's entry.
+    const int end = c.start_pos + static_cast<int>(c.tokens.size());
+    std::vector<int32_t> seq(end);
+    for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
+      for (int pos = 0; pos < end; ++pos) {
+        if (pos % P == 0) {
+          absl::Status s = pool_->ReadPage(layer, c.pages[pos / P], page.data());
+          if (!s.ok()) return s;
+        }
+        const float* e = page.data() + (pos % P) * kLatentDim;
+        float want[kLatentDim];
+        FillEntry(want, static_cast<int32_t>(e[0]), pos, layer);
+        for (int k = 0; k < kLatentDim; ++k) {
+          if (e[k] != want[k]) {
+            return absl::InternalError(absl::StrCat("fake engine: KV entry of layer ", layer,
+                                                    " position ", pos, " is corrupt"));
+          }
+        }
+        if (layer == 0) {
+          seq[pos] = static_cast<int32_t>(e[0]);
+        } else if (seq[pos] != static_cast<int32_t>(e[0])) {
+          return absl::InternalError(absl::StrCat("fake engine: layers disagree at position ",
+                                                  pos));
+        }
+      }
+    }
+    const int32_t next = NextToken(seq, config_.vocab_size);
+    std::vector<float> row(config_.vocab_size, 0.0f);
+    row[next] = 30.0f;
+    result.logits.insert(result.logits.end(), row.begin(), row.end());
+    ++result.rows;
+  }
+  result.path_used = path == model::AttentionPath::kMha ? model::AttentionPath::kMha
+                                                        : model::AttentionPath::kMla;
+  return result;
+}
+
+}  // namespace mlaserve::testing

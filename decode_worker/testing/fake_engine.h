@@ -1,0 +1,64 @@
+// FakeEngine: a deterministic model::Engine over a real KvPool, for worker tests.
+//
+// Forward writes, for every token at position p of layer l, a recognisable latent entry
+// (token, p, l, ...) into the sequence's pages, and the "logits" of a chunk's last token put
+// all mass on NextToken(tokens in the cache), a function of every cached entry: it reads the
+// whole prefix back from the pool and checks each entry, so a decode over KV that arrived
+// incomplete or wrong fails (INTERNAL naming layer and position) or yields other tokens than
+// a local run. Greedy decoding thus has one right answer, computable with ExpectedTokens().
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "model/engine.h"
+
+namespace mlaserve::testing {
+
+struct FakeEngineOptions {
+  int num_layers = 3;
+  int num_pages = 64;
+  int vocab_size = 64;
+  int max_position_embeddings = 4096;
+  std::vector<int32_t> eos_token_ids = {};  // none: tests set stop ids explicitly
+};
+
+class FakeEngine final : public model::Engine {
+ public:
+  static std::unique_ptr<FakeEngine> Create(const FakeEngineOptions& options = {});
+
+  const model::ModelConfig& config() const override { return config_; }
+  kernels::Backend backend() const override { return kernels::Backend::kCpu; }
+  model::KvPool& kv_pool() override { return *pool_; }
+
+  absl::StatusOr<model::ForwardResult> Forward(std::span<const model::SequenceChunk> batch,
+                                               model::AttentionPath path,
+                                               const model::LayerDoneFn& on_layer_done) override;
+
+  // Runs before every Forward (tests block here to hold a step, or count batches).
+  void set_before_forward(std::function<void(std::span<const model::SequenceChunk>)> hook);
+  int forward_calls() const;
+  // Chunk lengths of every Forward so far, one vector per call.
+  std::vector<std::vector<int>> batch_shapes() const;
+
+  // The token the fake model predicts after `sequence` (prompt + generated so far).
+  static int32_t NextToken(std::span<const int32_t> sequence, int vocab_size);
+  // Greedy continuation of `prompt`: n tokens.
+  static std::vector<int32_t> ExpectedTokens(std::span<const int32_t> prompt, int n,
+                                             int vocab_size);
+
+ private:
+  FakeEngine() = default;
+  model::ModelConfig config_;
+  std::unique_ptr<model::KvPool> pool_;
+  mutable absl::Mutex mu_;
+  std::function<void(std::span<const model::SequenceChunk>)> before_forward_ ABSL_GUARDED_BY(mu_);
+  int forward_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::vector<int>> shapes_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mlaserve::testing

@@ -1,0 +1,58 @@
+// RecordingSink: a TokenSink that records what a request streamed, for tests.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "decode_worker/decode_sequence.h"
+
+namespace mlaserve::testing {
+
+class RecordingSink final : public decode::TokenSink {
+ public:
+  void OnTokens(std::span<const int32_t> tokens) override {
+    absl::MutexLock lock(&mu_);
+    tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  }
+  void OnFinished(const decode::DecodeFinish& finish) override {
+    absl::MutexLock lock(&mu_);
+    finish_ = finish;
+    ended_ = true;
+  }
+  void OnError(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    error_ = status;
+    ended_ = true;
+  }
+  // Waits (bounded) for the last call.
+  bool WaitEnded(absl::Duration timeout = absl::Seconds(10)) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&ended_), timeout);
+  }
+  std::vector<int32_t> tokens() const {
+    absl::MutexLock lock(&mu_);
+    return tokens_;
+  }
+  std::optional<decode::DecodeFinish> finish() const {
+    absl::MutexLock lock(&mu_);
+    return finish_;
+  }
+  absl::Status error() const {
+    absl::MutexLock lock(&mu_);
+    return error_;
+  }
+  bool ended() const {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<int32_t> tokens_ ABSL_GUARDED_BY(mu_);
+  std::optional<decode::DecodeFinish> finish_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace mlaserve::testing

@@ -1,0 +1,313 @@
+// The latent-attention CUDA kernel (see latent_attention.h). Included only by the
+// instantiation files latent_attention_r*_w*.cu, each compiling one configuration.
+//
+// A CTA of 8 warps holds kRows = 16 * kRowWarps query rows (Q tile in shared memory) and
+// streams the request's cache pages (64 tokens = one page = one K tile, 576 wide) through two
+// cp.async stages. V is the first kv_lora_rank columns of the same tile, so each page is read
+// from memory once per CTA. The warps form a kRowWarps x kColWarps grid:
+//   S = Q K^T  : warp (r, c) computes rows r*16.., keys c*kKeysPerWarp..   (mma.sync m16n8k16)
+//   softmax    : row maxima combined across the column warps through shared memory; P (bf16)
+//                goes to shared memory
+//   O += P V   : warp (r, c) accumulates rows r*16.., latent dims c*kDimsPerWarp..
+// so every warp keeps only its slice of O in registers (at most 16 x 256 f32).
+// Widths are padded to kRank / kRope (multiples of 64; padding chunks zero-filled).
+#pragma once
+
+#include <cmath>
+
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/mla_prefill/latent_attention.h"
+
+namespace mlaserve::kernels::mla_cuda {
+
+template <int kRank_, int kRope_, int kRowWarps_>
+struct LatentTile {
+  static constexpr int kRank = kRank_, kRope = kRope_, kRowWarps = kRowWarps_;
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * cuda::kWarpSize;
+  static constexpr int kColWarps = kWarps / kRowWarps;
+  static constexpr int kRows = 16 * kRowWarps;
+  static constexpr int kBlockN = kPageSize;  // one page per tile
+  static constexpr int kWidth = kRank + kRope;
+  static constexpr int kChunks = kWidth / cuda::kBf16PerChunk;
+  static constexpr int kRankChunks = kRank / cuda::kBf16PerChunk;
+  static constexpr int kKeysPerWarp = kBlockN / kColWarps;
+  static constexpr int kDimsPerWarp = kRank / kColWarps;
+  static constexpr int kPChunks = kBlockN / cuda::kBf16PerChunk;
+  static constexpr int kQBytes = kRows * kWidth * 2;
+  static constexpr int kKBytes = kBlockN * kWidth * 2;
+  static constexpr int kPBytes = kRows * kBlockN * 2;
+  static constexpr int kRedBytes = kColWarps * kRows * 4;
+  static constexpr int kSmemBytes = kQBytes + 2 * kKBytes + kPBytes + kRedBytes;
+  static_assert(kRank % 64 == 0 && kRope % 64 == 0, "padded widths are multiples of 64");
+  static_assert(kKeysPerWarp % 8 == 0 && kDimsPerWarp % 8 == 0, "warp slices are n-tiles");
+};
+
+struct LatentArgs {
+  MlaParams p;
+  LatentSplit split;
+};
+
+// Shared-memory chunk c of a padded row -> element offset in the real row, or -1 (padding).
+template <typename Tile>
+__device__ __forceinline__ int RealColumn(int c, int rank, int rope) {
+  const int col = c * cuda::kBf16PerChunk;
+  if (c < Tile::kRankChunks) return col < rank ? col : -1;
+  const int rc = col - Tile::kRank;
+  return rc < rope ? rank + rc : -1;
+}
+
+template <typename Tile>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    LatentAttentionKernel(const __grid_constant__ LatentArgs args) {
+  constexpr int kRows = Tile::kRows, kBlockN = Tile::kBlockN, kChunks = Tile::kChunks;
+  constexpr int kSTiles = Tile::kKeysPerWarp / 8;
+  constexpr int kOTiles = Tile::kDimsPerWarp / 8;
+  constexpr int kQkSteps = Tile::kWidth / 16;
+  const MlaParams& p = args.p;
+  const LatentSplit& split = args.split;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t q_smem = cuda::SmemAddress(smem);
+  const uint32_t k_smem = q_smem + Tile::kQBytes;
+  const uint32_t p_smem = k_smem + 2 * Tile::kKBytes;
+  float* red = reinterpret_cast<float*>(smem + Tile::kQBytes + 2 * Tile::kKBytes + Tile::kPBytes);
+
+  const int b = blockIdx.z, split_index = blockIdx.y;
+  const int q_start = p.cu_seqlens_q[b], lq = p.cu_seqlens_q[b + 1] - q_start;
+  const int lk = p.seqlens_k[b];
+  const int H = p.num_heads;
+  const int rows_total = lq * H;
+  const int r0 = blockIdx.x * kRows;
+  if (r0 >= rows_total) return;
+  const int first_pos = lk - lq;  // position of query token 0
+  int kv_begin = 0, kv_end = lk;
+  if (split.chunk_tokens > 0) {
+    kv_begin = split_index * split.chunk_tokens;
+    kv_end = min(lk, kv_begin + split.chunk_tokens);
+  }
+  if (p.causal) kv_end = min(kv_end, first_pos + min(lq - 1, (r0 + kRows - 1) / H) + 1);
+  const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kBlockN - 1) / kBlockN : 0;
+
+  const auto* cache = static_cast<const __nv_bfloat16*>(p.kv_cache);
+  const int entry = p.kv_lora_rank + p.rope_dim;
+  const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq;
+
+  // Q tile: row r -> (token (r0 + r) / H, head (r0 + r) % H).
+  {
+    const auto* q = static_cast<const __nv_bfloat16*>(p.q);
+    for (int i = threadIdx.x; i < kRows * kChunks; i += Tile::kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      const int row = r0 + r;
+      const int col = RealColumn<Tile>(c, p.kv_lora_rank, p.rope_dim);
+      const bool valid = row < rows_total && col >= 0;
+      const __nv_bfloat16* src =
+          valid ? q + static_cast<int64_t>(q_start + row / H) * p.q_token_stride +
+                      static_cast<int64_t>(row % H) * p.q_head_stride + col
+                : q;
+      cuda::CpAsync16(q_smem + cuda::SwizzledOffset(r, c, kChunks), src, valid);
+    }
+  }
+  auto load_page = [&](int tile, int stage) {
+    const int pos0 = kv_begin + tile * kBlockN;  // a multiple of kPageSize
+    const int64_t page = table[pos0 / kPageSize];
+    const __nv_bfloat16* page_base = cache + page * kPageSize * entry;
+    const uint32_t dst = k_smem + stage * Tile::kKBytes;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < kBlockN * kChunks; i += Tile::kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      const int col = RealColumn<Tile>(c, p.kv_lora_rank, p.rope_dim);
+      const bool valid = pos0 + r < kv_end && col >= 0;
+      const __nv_bfloat16* src = valid ? page_base + r * entry + col : cache;
+      cuda::CpAsync16(dst + cuda::SwizzledOffset(r, c, kChunks), src, valid);
+    }
+  };
+  if (n_tiles > 0) load_page(0, 0);
+  cuda::CpAsyncCommit();
+
+  const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
+  const int rw = warp / Tile::kColWarps, cw = warp % Tile::kColWarps;
+  const int g = lane / 4, t4 = lane % 4;
+  const float scale_log2 = p.softmax_scale * cuda::kLog2e;
+  // Positions of this thread's two accumulator rows (rows past the request reuse the last).
+  int row_pos[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = min(r0 + rw * 16 + g + 8 * r, rows_total - 1);
+    row_pos[r] = first_pos + row / H;
+  }
+
+  float o[kOTiles][4];
+#pragma unroll
+  for (int i = 0; i < kOTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+
+  const int a_row = rw * 16 + (lane % 16), a_chunk = lane / 16;
+  const int kb_row = cw * Tile::kKeysPerWarp + (lane % 8) + (lane / 16) * 8, kb_chunk = (lane / 8) % 2;
+  const int vb_row = (lane % 8) + ((lane / 8) % 2) * 8, vb_chunk = lane / 16;
+  const int dim_chunk0 = cw * Tile::kDimsPerWarp / cuda::kBf16PerChunk;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    cuda::CpAsyncWait<0>();
+    __syncthreads();  // page j landed; all warps are done with page j-1's stage and P
+    if (j + 1 < n_tiles) load_page(j + 1, (j + 1) & 1);
+    cuda::CpAsyncCommit();
+    const uint32_t ks = k_smem + (j & 1) * Tile::kKBytes;
+
+    float s[kSTiles][4];
+#pragma unroll
+    for (int i = 0; i < kSTiles; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll 4
+    for (int kk = 0; kk < kQkSteps; ++kk) {
+      uint32_t a[4];
+      cuda::LdMatrixX4(q_smem + cuda::SwizzledOffset(a_row, kk * 2 + a_chunk, kChunks), a);
+      if constexpr (kSTiles == 1) {
+        uint32_t bf[2];
+        cuda::LdMatrixX2(ks + cuda::SwizzledOffset(kb_row, kk * 2 + kb_chunk, kChunks), bf);
+        cuda::MmaBf16(s[0], a, bf[0], bf[1]);
+      } else {
+#pragma unroll
+        for (int nn = 0; nn < kSTiles / 2; ++nn) {
+          uint32_t bf[4];
+          cuda::LdMatrixX4(ks + cuda::SwizzledOffset(kb_row + nn * 16, kk * 2 + kb_chunk, kChunks), bf);
+          cuda::MmaBf16(s[2 * nn], a, bf[0], bf[1]);
+          cuda::MmaBf16(s[2 * nn + 1], a, bf[2], bf[3]);
+        }
+      }
+    }
+
+    const int key0 = kv_begin + j * kBlockN + cw * Tile::kKeysPerWarp;
+#pragma unroll
+    for (int nt = 0; nt < kSTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + nt * 8 + 2 * t4 + (e & 1);
+        if (key >= kv_end || (p.causal && key > row_pos[e / 2])) s[nt][e] = -INFINITY;
+      }
+    }
+    // Row maxima of this warp's keys -> shared memory, combined over the column warps.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = cuda::QuadMax(mx);
+      if (t4 == 0) red[cw * kRows + rw * 16 + g + 8 * r] = mx;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < Tile::kColWarps; ++c) mx = fmaxf(mx, red[c * kRows + rw * 16 + g + 8 * r]);
+      const float m_new = fmaxf(m_run[r], mx * scale_log2);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = cuda::FastExp2(m_run[r] - m_use);
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kSTiles; ++nt) {
+        const float p0 = cuda::FastExp2(fmaf(s[nt][2 * r], scale_log2, -m_use));
+        const float p1 = cuda::FastExp2(fmaf(s[nt][2 * r + 1], scale_log2, -m_use));
+        sum += p0 + p1;
+        const int prow = rw * 16 + g + 8 * r;
+        const int key = cw * Tile::kKeysPerWarp + nt * 8 + 2 * t4;
+        const uint32_t addr = p_smem + cuda::SwizzledOffset(prow, key / 8, Tile::kPChunks) + (key % 8) * 2;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(cuda::PackBf16(p0, p1)));
+      }
+      l_run[r] = l_run[r] * alpha + sum;
+      m_run[r] = m_new;
+#pragma unroll
+      for (int nt = 0; nt < kOTiles; ++nt) {
+        o[nt][2 * r] *= alpha;
+        o[nt][2 * r + 1] *= alpha;
+      }
+    }
+    __syncthreads();  // P complete
+
+    // O[rows, this warp's dims] += P[rows, 64 keys] V[64 keys, dims].
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[4];
+      cuda::LdMatrixX4(p_smem + cuda::SwizzledOffset(a_row, kk * 2 + a_chunk, Tile::kPChunks), a);
+      if constexpr (kOTiles == 1) {
+        uint32_t bf[2];
+        cuda::LdMatrixX2Trans(ks + cuda::SwizzledOffset(kk * 16 + vb_row, dim_chunk0, kChunks), bf);
+        cuda::MmaBf16(o[0], a, bf[0], bf[1]);
+      } else {
+#pragma unroll
+        for (int nn = 0; nn < kOTiles / 2; ++nn) {
+          uint32_t bf[4];
+          cuda::LdMatrixX4Trans(
+              ks + cuda::SwizzledOffset(kk * 16 + vb_row, dim_chunk0 + nn * 2 + vb_chunk, kChunks), bf);
+          cuda::MmaBf16(o[2 * nn], a, bf[0], bf[1]);
+          cuda::MmaBf16(o[2 * nn + 1], a, bf[2], bf[3]);
+        }
+      }
+    }
+  }
+  cuda::CpAsyncWait<0>();
+
+  // Row sums: quad-reduce, then add the column warps' shares through shared memory.
+  __syncthreads();  // everyone is past the last read of `red`
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = cuda::QuadSum(l_run[r]);
+    if (t4 == 0) red[cw * kRows + rw * 16 + g + 8 * r] = l;
+  }
+  __syncthreads();
+  const bool direct = split.num_splits == 1;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int local = rw * 16 + g + 8 * r;
+    const int row = r0 + local;
+    if (row >= rows_total) continue;
+    float l = 0.0f;
+#pragma unroll
+    for (int c = 0; c < Tile::kColWarps; ++c) l += red[c * kRows + local];
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float lse = l > 0.0f ? (m_run[r] + log2f(l)) * cuda::kLn2 : -INFINITY;
+    const int token = row / H, head = row % H;
+    if (direct) {
+      const int64_t out_row = static_cast<int64_t>(q_start + token) * H + head;
+      auto* orow = static_cast<__nv_bfloat16*>(p.out) + out_row * p.kv_lora_rank;
+#pragma unroll
+      for (int nt = 0; nt < kOTiles; ++nt) {
+        const int d = cw * Tile::kDimsPerWarp + nt * 8 + 2 * t4;
+        if (d < p.kv_lora_rank)
+          *reinterpret_cast<uint32_t*>(orow + d) = cuda::PackBf16(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
+      }
+      if (p.lse != nullptr && t4 == 0 && cw == 0) p.lse[out_row] = lse;
+    } else {
+      const int64_t cap = static_cast<int64_t>(p.batch) * split.max_q * H;
+      const int64_t part_row = static_cast<int64_t>(split_index) * cap +
+                               (static_cast<int64_t>(b) * split.max_q + token) * H + head;
+      float* orow = split.part_out + part_row * p.kv_lora_rank;
+#pragma unroll
+      for (int nt = 0; nt < kOTiles; ++nt) {
+        const int d = cw * Tile::kDimsPerWarp + nt * 8 + 2 * t4;
+        if (d < p.kv_lora_rank)
+          *reinterpret_cast<float2*>(orow + d) = make_float2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
+      }
+      if (t4 == 0 && cw == 0) split.part_lse[part_row] = lse;
+    }
+  }
+}
+
+template <int kRank, int kRope, int kRowWarps>
+absl::Status LaunchLatentTile(const LatentArgs& args, int64_t max_rows, cudaStream_t stream);
+
+template <int kRank, int kRope, int kRowWarps>
+absl::Status LaunchLatentTileImpl(const LatentArgs& args, int64_t max_rows, cudaStream_t stream) {
+  using Tile = LatentTile<kRank, kRope, kRowWarps>;
+  auto kernel = LatentAttentionKernel<Tile>;
+  if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      Tile::kSmemBytes);
+      err != cudaSuccess) {
+    return cuda::CudaStatus(err, "latent attention: raising the shared-memory limit");
+  }
+  const dim3 grid(static_cast<unsigned>((max_rows + Tile::kRows - 1) / Tile::kRows),
+                  static_cast<unsigned>(args.split.num_splits), static_cast<unsigned>(args.p.batch));
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(args);
+  return cuda::LaunchStatus("LatentAttentionKernel");
+}
+
+}  // namespace mlaserve::kernels::mla_cuda

@@ -1,0 +1,53 @@
+// sampling dispatchers (Sample, ApplyRepetitionPenalty), the counter-based uniform draw and
+// the workspace size.
+#include "kernels/sampling/api.h"
+
+#include "common/status.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/param_check.h"
+
+namespace mlaserve::kernels {
+
+float SamplingUniform(uint64_t seed, uint64_t step) {
+  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  uint64_t z = (seed ^ (kGolden * step)) + kGolden;  // splitmix64
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // top 24 bits: exact in f32
+}
+
+// Per row: sorted probabilities (f32) and their token ids (i32). The CPU backend uses its own
+// scratch; a CUDA backend sorts in this workspace.
+size_t SamplingWorkspaceBytes(int batch, int vocab) {
+  if (batch <= 0 || vocab <= 0) return 0;
+  return static_cast<size_t>(batch) * vocab * (sizeof(float) + sizeof(int32_t));
+}
+
+absl::Status Sample(const SamplingParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequireNonNegative("batch", p.batch));
+  RETURN_IF_ERROR(RequirePositive("vocab", p.vocab));
+  if (p.batch == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("logits", p.logits));
+  RETURN_IF_ERROR(RequireNonNull("temperature", p.temperature));
+  RETURN_IF_ERROR(RequireNonNull("top_k", p.top_k));
+  RETURN_IF_ERROR(RequireNonNull("top_p", p.top_p));
+  RETURN_IF_ERROR(RequireNonNull("min_p", p.min_p));
+  RETURN_IF_ERROR(RequireNonNull("seed", p.seed));
+  RETURN_IF_ERROR(RequireNonNull("step", p.step));
+  RETURN_IF_ERROR(RequireNonNull("out_ids", p.out_ids));
+  MLASERVE_DISPATCH("sampling", ctx, SampleCpu(p), SampleCuda(p, ctx.stream));
+}
+
+absl::Status ApplyRepetitionPenalty(const RepetitionPenaltyParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequireNonNegative("batch", p.batch));
+  RETURN_IF_ERROR(RequirePositive("vocab", p.vocab));
+  if (p.batch == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("logits", p.logits));
+  RETURN_IF_ERROR(RequireNonNull("penalty", p.penalty));
+  RETURN_IF_ERROR(RequireNonNull("cu_tokens", p.cu_tokens));
+  MLASERVE_DISPATCH("sampling", ctx, ApplyRepetitionPenaltyCpu(p),
+                    ApplyRepetitionPenaltyCuda(p, ctx.stream));
+}
+
+}  // namespace mlaserve::kernels

@@ -1,0 +1,141 @@
+// sampling CPU backend. Probabilities are computed in double; the sorted order (descending
+// prob, ties towards the lower id) is built lazily by growing partial sorts, so the common
+// top_k / top_p cases never sort the whole vocabulary.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/sampling/api.h"
+
+namespace mlaserve::kernels {
+namespace {
+
+absl::Status CheckRow(const SamplingParams& p, int b) {
+  const float t = p.temperature[b], tp = p.top_p[b], mp = p.min_p[b];
+  if (!(t >= 0.0f) || !std::isfinite(t)) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling: temperature[", b, "]=", t, " must be finite and >= 0"));
+  }
+  if (p.top_k[b] < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling: top_k[", b, "]=", p.top_k[b], " must be >= 0"));
+  }
+  if (!(tp > 0.0f && tp <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling: top_p[", b, "]=", tp, " must be in (0, 1]"));
+  }
+  if (!(mp >= 0.0f && mp <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling: min_p[", b, "]=", mp, " must be in [0, 1]"));
+  }
+  return absl::OkStatus();
+}
+
+int32_t Argmax(const float* logits, int vocab) {
+  int32_t best = 0;
+  for (int i = 1; i < vocab; ++i)
+    if (logits[i] > logits[best]) best = i;  // strict: ties keep the lower id
+  return best;
+}
+
+int32_t SampleRow(const SamplingParams& p, int b) {
+  const float* logits = p.logits + static_cast<int64_t>(b) * p.vocab;
+  if (p.temperature[b] == 0.0f) return Argmax(logits, p.vocab);
+  const int V = p.vocab;
+  const double inv_t = 1.0 / p.temperature[b];
+  const double m = logits[Argmax(logits, V)];
+  std::vector<double> probs(V);
+  double sum = 0;
+  for (int i = 0; i < V; ++i) sum += probs[i] = std::exp((logits[i] - m) * inv_t);
+  for (auto& x : probs) x /= sum;
+
+  std::vector<int32_t> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  const auto by_prob = [&](int32_t a, int32_t c) { return probs[a] > probs[c] || (probs[a] == probs[c] && a < c); };
+  const int top_k = (p.top_k[b] > 0 && p.top_k[b] < V) ? p.top_k[b] : V;
+  int sorted = 0;  // order[0, sorted) is the sorted prefix
+  const auto ensure_sorted = [&](int n) {
+    if (n <= sorted) return;
+    n = std::max(n, std::min(V, std::max(64, 2 * sorted)));
+    std::partial_sort(order.begin(), order.begin() + n, order.end(), by_prob);
+    sorted = n;
+  };
+  // Mass of the top_k survivors: the top_p threshold is relative to it.
+  double kept_mass = 1.0;
+  if (top_k < V) {
+    ensure_sorted(top_k);
+    kept_mass = 0;
+    for (int i = 0; i < top_k; ++i) kept_mass += probs[order[i]];
+  }
+  // No filter at all: every token is kept, so sort once instead of growing the prefix.
+  if (top_k == V && p.top_p[b] >= 1.0f && p.min_p[b] == 0.0f) ensure_sorted(V);
+  ensure_sorted(1);
+  const double top_p = p.top_p[b];
+  const double min_prob = static_cast<double>(p.min_p[b]) * probs[order[0]];
+  // Cut: the first sorted index that a filter drops (the first token always stays).
+  int cut = 1;
+  double cum = probs[order[0]];
+  while (cut < top_k) {
+    if (top_p < 1.0 && cum >= top_p * kept_mass) break;
+    ensure_sorted(cut + 1);
+    const double pr = probs[order[cut]];
+    if (pr < min_prob) break;
+    cum += pr;
+    ++cut;
+  }
+  // Inverse CDF over the kept prefix; `cum` is its mass.
+  const double target = static_cast<double>(SamplingUniform(p.seed[b], p.step[b])) * cum;
+  double acc = 0;
+  for (int i = 0; i < cut; ++i) {
+    acc += probs[order[i]];
+    if (acc > target) return order[i];
+  }
+  return order[cut - 1];
+}
+
+}  // namespace
+
+absl::Status SampleCpu(const SamplingParams& p) {
+  for (int b = 0; b < p.batch; ++b) RETURN_IF_ERROR(CheckRow(p, b));
+  for (int b = 0; b < p.batch; ++b) p.out_ids[b] = SampleRow(p, b);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRepetitionPenaltyCpu(const RepetitionPenaltyParams& p) {
+  if (p.cu_tokens[p.batch] > p.cu_tokens[0] && p.token_ids == nullptr) {
+    return absl::InvalidArgumentError("repetition_penalty: token_ids is null but cu_tokens lists tokens");
+  }
+  for (int b = 0; b < p.batch; ++b) {
+    if (!(p.penalty[b] > 0.0f) || !std::isfinite(p.penalty[b])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("repetition_penalty: penalty[", b, "]=", p.penalty[b], " must be finite and > 0"));
+    }
+    if (p.cu_tokens[b + 1] < p.cu_tokens[b]) {
+      return absl::InvalidArgumentError(absl::StrCat("repetition_penalty: cu_tokens[", b + 1, "]=",
+                                                     p.cu_tokens[b + 1], " < cu_tokens[", b,
+                                                     "]=", p.cu_tokens[b]));
+    }
+    for (int32_t i = p.cu_tokens[b]; i < p.cu_tokens[b + 1]; ++i) {
+      if (p.token_ids[i] < 0 || p.token_ids[i] >= p.vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("repetition_penalty: token_ids[", i, "]=",
+                                                       p.token_ids[i], " is outside [0, vocab=",
+                                                       p.vocab, ")"));
+      }
+    }
+  }
+  std::vector<bool> seen;
+  for (int b = 0; b < p.batch; ++b) {
+    const float penalty = p.penalty[b];
+    if (penalty == 1.0f) continue;
+    float* row = p.logits + static_cast<int64_t>(b) * p.vocab;
+    seen.assign(p.vocab, false);
+    for (int32_t i = p.cu_tokens[b]; i < p.cu_tokens[b + 1]; ++i) {
+      const int32_t id = p.token_ids[i];
+      if (seen[id]) continue;  // each distinct token once
+      seen[id] = true;
+      row[id] = row[id] > 0.0f ? row[id] / penalty : row[id] * penalty;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mlaserve::kernels

@@ -1,0 +1,146 @@
+// mlaserve-prefill: the prefill worker. Flags (notes/flags.md) are read here only and turned
+// into validated options; everything else lives in PrefillRunner / PrefillService.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "common/metrics.h"
+#include "common/server.h"
+#include "common/worker_options.h"
+#include "common/worker_proto.h"
+#include "common/worker_registration.h"
+#include "kvtransfer/layout.h"
+#include "kvtransfer/tcp_transport.h"
+#include "model/engine.h"
+#include "prefill_worker/prefill_runner.h"
+#include "prefill_worker/prefill_service.h"
+#include "spdlog/spdlog.h"
+
+namespace mlaserve::prefill {
+namespace {
+
+namespace v1 = ::mlaserve::v1;
+
+int Fail(const std::string& what, const absl::Status& status) {
+  std::fprintf(stderr, "mlaserve-prefill: %s: %s\n", what.c_str(), status.ToString().c_str());
+  return 1;
+}
+
+// --backend auto: CUDA when this build and machine have it, else the CPU.
+absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(const common::WorkerOptions& o) {
+  model::EngineOptions eo;
+  eo.model_dir = o.model_dir;
+  eo.device = o.device;
+  eo.num_kv_pages = o.num_kv_pages;
+  eo.max_batch_tokens = o.max_batch_tokens;
+  if (o.backend == "cpu") {
+    eo.backend = kernels::Backend::kCpu;
+  } else {
+    eo.backend = kernels::Backend::kCuda;
+    auto engine = model::Engine::Create(eo);
+    if (engine.ok() || o.backend == "cuda") return engine;
+    spdlog::warn("CUDA engine unavailable ({}); using the CPU backend",
+                 engine.status().ToString());
+    eo.backend = kernels::Backend::kCpu;
+  }
+  return model::Engine::Create(eo);
+}
+
+int Main(int argc, char** argv) {
+  common::BlockTerminationSignals();
+  CLI::App app{"mlaserve-prefill: chunked prefill that ships KV to decode workers"};
+  common::WorkerOptions o;
+  common::AddWorkerFlags(app, common::WorkerRoleKind::kPrefill, &o);
+  CLI11_PARSE(app, argc, argv);
+  if (absl::Status s = common::ValidateWorkerOptions(common::WorkerRoleKind::kPrefill, &o);
+      !s.ok()) {
+    return Fail("invalid flags", s);
+  }
+  common::ConfigureWorkerLogging(o.log_level);
+
+  PrefillRunnerOptions ro;
+  ro.scheduler.max_batch_tokens = o.max_batch_tokens;
+  ro.scheduler.chunk_size = o.chunk_size;
+  ro.kv_no_progress_timeout = o.kv_no_progress_timeout;
+  if (absl::Status s = ValidateSchedulerOptions(ro.scheduler); !s.ok()) return Fail("flags", s);
+
+  auto engine = CreateEngine(o);
+  if (!engine.ok()) return Fail("loading the model", engine.status());
+  model::Engine& e = **engine;
+  auto layout = kvtransfer::MakeKvLayout(e.config(), e.kv_pool().options());
+  if (!layout.ok()) return Fail("KV layout", layout.status());
+
+  common::MetricsRegistry metrics;
+  auto* pages_total = metrics.GetGauge("mlaserve_kv_pages_total", "KV pages in the pool.");
+  auto* pages_used = metrics.GetGauge("mlaserve_kv_pages_used", "KV pages in use.");
+  metrics.AddCollectHook([&e, pages_total, pages_used] {
+    pages_total->Set(e.kv_pool().total_pages());
+    pages_used->Set(e.kv_pool().total_pages() - e.kv_pool().free_pages());
+  });
+
+  kvtransfer::TcpKvTransport transport;
+  ro.name = o.advertise;
+  PrefillRunner runner(&e, &transport, *layout, ro, &metrics);
+  runner.Start();
+
+  common::ServerRunner server({.listen = o.listen});
+  std::string advertise;
+  auto describe = [&] {
+    common::WorkerFacts f;
+    f.role = v1::WORKER_ROLE_PREFILL;
+    f.address = advertise;
+    f.model = common::MakeModelIdentity(e.config(), o.model_dir, layout->CompatHash());
+    f.backend = kernels::BackendName(e.backend());
+    f.device = o.device;
+    f.kv_transport = "tcp";
+    f.chunk_size = o.chunk_size;
+    v1::WorkerDescriptor d = common::MakeWorkerDescriptor(f);
+    const PrefillLoad l = runner.load();
+    auto* load = d.mutable_load();
+    load->set_kv_pages_total(e.kv_pool().total_pages());
+    load->set_kv_pages_free(e.kv_pool().free_pages());
+    load->set_running_requests(l.running_requests);
+    load->set_pending_requests(l.pending_requests);
+    load->set_pending_prefill_tokens(l.pending_prefill_tokens);
+    return d;
+  };
+  PrefillService service(&runner, describe);
+  server.AddService(&service);
+  if (absl::Status s = server.Start(); !s.ok()) return Fail("starting the server", s);
+  advertise = o.advertise.empty() ? server.bound_address() : o.advertise;
+
+  std::unique_ptr<common::MetricsHttpServer> metrics_http;
+  if (o.metrics_port >= 0) {
+    auto host = common::ParseHostPort(o.listen);
+    auto m = common::MetricsHttpServer::Start(&metrics, host->host, o.metrics_port);
+    if (!m.ok()) return Fail("metrics endpoint", m.status());
+    metrics_http = std::move(*m);
+    spdlog::info("metrics on http://{}/metrics",
+                 common::FormatHostPort(host->host, metrics_http->port()));
+  }
+  std::unique_ptr<common::RouterRegistration> registration;
+  if (!o.router.empty()) {
+    registration = std::make_unique<common::RouterRegistration>(
+        common::RouterRegistration::Options{.router_address = o.router}, describe,
+        [&] { return describe().load(); });
+    registration->Start();
+  }
+  spdlog::info("prefill worker for {} ({} layers, KV {}), {} pages, advertised as {}",
+               o.model_dir, e.config().num_hidden_layers, layout->Describe(),
+               e.kv_pool().total_pages(), advertise);
+  server.PrintListening();
+  server.WaitForShutdown([&] {
+    registration.reset();  // stop heartbeats first: the router stops routing here
+    runner.Drain(absl::Seconds(8));  // within the server's drain deadline
+    runner.Stop();
+  });
+  spdlog::info("prefill worker stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace mlaserve::prefill
+
+int main(int argc, char** argv) { return mlaserve::prefill::Main(argc, argv); }

@@ -1,0 +1,349 @@
+#include "prefill_worker/prefill_runner.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/worker_proto.h"
+#include "spdlog/spdlog.h"
+
+namespace mlaserve::prefill {
+
+struct PrefillRunner::Request {
+  PrefillJob job;
+  PrefillDoneFn done;                            // taken by Finish, under mu_
+  std::shared_ptr<PrefillSequence> seq;          // loop thread
+  std::unique_ptr<kvtransfer::KvSender> sender;  // set at Submit; used by the loop thread
+  absl::Time arrival;
+  absl::Time first_scheduled = absl::InfinitePast();
+  absl::Time forward_done;
+  absl::Status failure;  // loop thread: the transfer broke mid-prompt
+};
+
+PrefillRunner::PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* transport,
+                             kvtransfer::KvLayout layout, PrefillRunnerOptions options,
+                             common::MetricsRegistry* metrics)
+    : engine_(engine),
+      transport_(transport),
+      layout_(std::move(layout)),
+      options_(std::move(options)),
+      scheduler_(options_.scheduler, &engine->kv_pool()) {
+  common::MetricsRegistry* m = metrics != nullptr ? metrics : &own_metrics_;
+  requests_ok_ = m->GetCounter("mlaserve_prefill_requests_total",
+                               "Prefill requests answered, by outcome.", {{"outcome", "ok"}});
+  requests_failed_ = m->GetCounter("mlaserve_prefill_requests_total",
+                                   "Prefill requests answered, by outcome.", {{"outcome", "error"}});
+  kv_bytes_ = m->GetCounter("mlaserve_kv_transfer_bytes_total",
+                            "KV page payload bytes moved between workers.",
+                            {{"direction", "sent"}});
+  kv_failures_ = m->GetCounter("mlaserve_kv_transfer_failures_total",
+                               "KV transfers that failed.", {{"side", "sender"}});
+  queue_seconds_ = m->GetHistogram("mlaserve_prefill_queue_seconds",
+                                   "Time from arrival to the first scheduled chunk.",
+                                   common::LatencyBucketsSeconds());
+  prefill_seconds_ = m->GetHistogram("mlaserve_prefill_compute_seconds",
+                                     "Time from the first scheduled chunk to the last forward.",
+                                     common::LatencyBucketsSeconds());
+  transfer_wait_seconds_ = m->GetHistogram(
+      "mlaserve_kv_transfer_wait_seconds",
+      "Time from the last prefill forward to the decode worker's acknowledgment.",
+      common::LatencyBucketsSeconds());
+  batch_tokens_ = m->GetHistogram("mlaserve_prefill_batch_tokens", "Tokens per prefill forward.",
+                                  {16, 64, 256, 1024, 4096, 16384, 65536});
+}
+
+PrefillRunner::~PrefillRunner() { Stop(); }
+
+void PrefillRunner::Start() {
+  loop_ = std::thread([this] { Loop(); });
+}
+
+void PrefillRunner::Drain(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return requests_.empty(); };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&idle), timeout)) {
+    spdlog::warn("drain: {} prefill requests still running after {}", requests_.size(),
+                 absl::FormatDuration(timeout));
+  }
+}
+
+void PrefillRunner::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ && !loop_.joinable()) return;
+    stopping_ = true;
+    wake_.SignalAll();
+  }
+  if (loop_.joinable()) loop_.join();
+  std::vector<std::string> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, r] : requests_) ids.push_back(id);
+    incoming_.clear();
+  }
+  for (const auto& id : ids) {
+    scheduler_.Remove(id);
+    Finish(id, absl::UnavailableError("prefill worker shutting down"));
+  }
+}
+
+absl::Status PrefillRunner::Submit(PrefillJob job, PrefillDoneFn done) {
+  const model::ModelConfig& config = engine_->config();
+  if (job.request_id.empty()) return absl::InvalidArgumentError("request_id is empty");
+  absl::Status s = common::ValidatePromptTokens(job.tokens, config.vocab_size,
+                                                config.max_position_embeddings);
+  if (!s.ok()) return s;
+  const int n = static_cast<int>(job.tokens.size());
+  const int pages = PrefillScheduler::PagesFor(n);
+  if (job.session.num_pages != pages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_session.num_pages is ", job.session.num_pages, " but a prompt of ", n,
+        " tokens fills ", pages, " pages of ", kernels::kPageSize, " tokens"));
+  }
+  if (pages > engine_->kv_pool().total_pages()) {
+    return absl::ResourceExhaustedError(absl::StrCat("prompt of ", n, " tokens needs ", pages,
+                                                     " KV pages; this prefill worker has ",
+                                                     engine_->kv_pool().total_pages()));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || draining_) return absl::UnavailableError("prefill worker shutting down");
+    if (requests_.contains(job.request_id)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("request ", job.request_id, " is already being prefilled here"));
+    }
+  }
+  kvtransfer::KvSenderOptions so;
+  so.no_progress_timeout = options_.kv_no_progress_timeout;
+  so.sender_name = absl::StrCat(options_.name, "/", job.request_id);
+  auto sender = transport_->Open(job.session, layout_, so);
+  if (!sender.ok()) return sender.status();
+
+  auto r = std::make_shared<Request>();
+  r->sender = std::move(*sender);
+  r->arrival = absl::Now();
+  r->seq = std::make_shared<PrefillSequence>();
+  r->seq->id = job.request_id;
+  r->seq->tokens = job.tokens;
+  r->job = std::move(job);
+  r->done = std::move(done);
+  absl::MutexLock lock(&mu_);
+  if (!requests_.emplace(r->job.request_id, r).second) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request ", r->job.request_id, " is already being prefilled here"));
+  }
+  pending_tokens_ += n;
+  incoming_.push_back(std::move(r));
+  wake_.Signal();
+  return absl::OkStatus();
+}
+
+absl::Status PrefillRunner::Abort(const std::string& request_id) {
+  absl::MutexLock lock(&mu_);
+  if (!requests_.contains(request_id)) {
+    return absl::NotFoundError(
+        absl::StrCat("request ", request_id, " is not running on this prefill worker"));
+  }
+  aborts_.push_back(request_id);
+  wake_.Signal();
+  return absl::OkStatus();
+}
+
+PrefillLoad PrefillRunner::load() const {
+  absl::MutexLock lock(&mu_);
+  PrefillLoad l;
+  l.running_requests = static_cast<int>(requests_.size());
+  l.pending_requests = static_cast<int>(incoming_.size());
+  l.pending_prefill_tokens = pending_tokens_;
+  return l;
+}
+
+std::shared_ptr<PrefillRunner::Request> PrefillRunner::Find(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second;
+}
+
+void PrefillRunner::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      // Idle: sleep until work or an abort arrives (bounded, so a missed signal costs 1 s).
+      if (!stopping_ && incoming_.empty() && aborts_.empty() && scheduler_.num_running() == 0 &&
+          scheduler_.num_waiting() == 0) {
+        wake_.WaitWithTimeout(&mu_, absl::Seconds(1));
+      }
+      if (stopping_) return;
+    }
+    Step();
+  }
+}
+
+void PrefillRunner::Intake() {
+  std::vector<std::shared_ptr<Request>> incoming;
+  std::vector<std::string> aborts;
+  {
+    absl::MutexLock lock(&mu_);
+    incoming.swap(incoming_);
+    aborts.swap(aborts_);
+  }
+  for (auto& r : incoming) scheduler_.Add(r->seq);
+  for (const auto& id : aborts) {
+    scheduler_.Remove(id);
+    Finish(id, absl::CancelledError(absl::StrCat("request ", id, " was aborted")));
+  }
+}
+
+bool PrefillRunner::Step() {
+  Intake();
+  // schedule()
+  const std::vector<PrefillChunk> chunks = scheduler_.Schedule();
+  if (chunks.empty()) return false;
+  const absl::Time now = absl::Now();
+  std::vector<model::SequenceChunk> batch;
+  int tokens = 0;
+  for (const PrefillChunk& c : chunks) {
+    if (auto r = Find(c.seq->id); r != nullptr && r->first_scheduled == absl::InfinitePast()) {
+      r->first_scheduled = now;
+      queue_seconds_->Observe(absl::ToDoubleSeconds(now - r->arrival));
+    }
+    model::SequenceChunk sc;
+    sc.tokens = std::span<const int32_t>(c.seq->tokens).subspan(c.start, c.len);
+    sc.start_pos = c.start;
+    sc.pages = c.seq->pages;
+    sc.want_logits = c.last;
+    batch.push_back(sc);
+    tokens += c.len;
+  }
+  batch_tokens_->Observe(tokens);
+  // run(): each finished layer's pages leave for the decode workers while later layers compute.
+  auto result = engine_->Forward(batch, model::AttentionPath::kAuto, [&](int layer) {
+    ShipLayer(chunks, layer);
+    return absl::OkStatus();
+  });
+  // postprocess()
+  Postprocess(chunks, result);
+  return true;
+}
+
+void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int layer) {
+  const model::KvPool& pool = engine_->kv_pool();
+  for (const PrefillChunk& c : chunks) {
+    auto r = Find(c.seq->id);
+    if (r == nullptr || !r->failure.ok()) continue;
+    // The pages this chunk wrote; the first may have been sent before, partly filled.
+    const int first = c.start / kernels::kPageSize;
+    const int last = (c.start + c.len - 1) / kernels::kPageSize;
+    for (int i = first; i <= last; ++i) {
+      std::string bytes(pool.layer_page_bytes(), '\0');
+      absl::Status s = pool.ReadPage(layer, c.seq->pages[i], bytes.data());
+      if (s.ok()) s = r->sender->SendPage(layer, i, std::move(bytes));
+      if (!s.ok()) {
+        r->failure = s;
+        break;
+      }
+    }
+  }
+}
+
+absl::StatusOr<int32_t> PrefillRunner::SampleFirstToken(const Request& r,
+                                                        std::span<float> logits) {
+  model::SampleRow row;
+  row.options = r.job.sampling;
+  row.step = 0;  // the first generated token; the decode worker continues with 1, 2, ...
+  row.history = r.job.tokens;
+  auto ids = sampler_.Sample(logits, engine_->config().vocab_size, std::span(&row, 1));
+  if (!ids.ok()) return ids.status();
+  return (*ids)[0];
+}
+
+void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
+                                const absl::StatusOr<model::ForwardResult>& result) {
+  const int vocab = engine_->config().vocab_size;
+  if (!result.ok()) {
+    spdlog::error("prefill forward failed: {}", result.status().ToString());
+    for (const PrefillChunk& c : chunks) {
+      scheduler_.Remove(c.seq->id);
+      Finish(c.seq->id, result.status());
+    }
+    return;
+  }
+  std::vector<float> logits = result->logits;  // the sampler edits rows in place
+  int row = 0;
+  const absl::Time now = absl::Now();
+  for (const PrefillChunk& c : chunks) {
+    const int this_row = c.last ? row++ : -1;
+    auto r = Find(c.seq->id);
+    if (r == nullptr) continue;  // aborted while running; Intake already answered it
+    if (!r->failure.ok()) {
+      scheduler_.Remove(c.seq->id);
+      Finish(c.seq->id, r->failure);
+      continue;
+    }
+    if (!c.last) continue;
+    r->forward_done = now;
+    auto first = SampleFirstToken(
+        *r, std::span<float>(logits).subspan(static_cast<size_t>(this_row) * vocab, vocab));
+    if (!first.ok()) {
+      Finish(c.seq->id, first.status());
+      continue;
+    }
+    kvtransfer::KvCompletion completion;
+    completion.first_token = *first;
+    completion.num_layers = engine_->config().num_hidden_layers;
+    completion.num_pages = static_cast<int>(c.seq->pages.size());
+    completion.total_bytes = r->sender->bytes_sent();
+    const int32_t token = *first;
+    const std::string id = c.seq->id;
+    // The decode worker answers once every page landed; the request is answered then.
+    r->sender->Complete(completion, [this, id, token](absl::Status verdict) {
+      if (!verdict.ok()) {
+        Finish(id, verdict);
+        return;
+      }
+      auto req = Find(id);
+      if (req == nullptr) return;
+      PrefillOutcome o;
+      o.first_token = token;
+      o.prompt_tokens = static_cast<int>(req->job.tokens.size());
+      o.kv_bytes_sent = req->sender->bytes_sent();
+      o.queue_time = req->first_scheduled - req->arrival;
+      o.prefill_time = req->forward_done - req->first_scheduled;
+      o.transfer_wait = absl::Now() - req->forward_done;
+      Finish(id, o);
+    });
+  }
+  // Finished prompts leave the scheduler (their pages are free: the KV has been shipped).
+  for (auto& done : scheduler_.Advance(chunks)) {
+    absl::MutexLock lock(&mu_);
+    pending_tokens_ -= static_cast<int64_t>(done->tokens.size());
+  }
+}
+
+void PrefillRunner::Finish(const std::string& id, absl::StatusOr<PrefillOutcome> outcome) {
+  std::shared_ptr<Request> r;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = requests_.find(id);
+    if (it == requests_.end()) return;  // answered already
+    r = std::move(it->second);
+    requests_.erase(it);
+    if (r->seq->num_computed < static_cast<int>(r->seq->tokens.size())) {
+      pending_tokens_ -= static_cast<int64_t>(r->seq->tokens.size()) - r->seq->num_computed;
+    }
+  }
+  if (outcome.ok()) {
+    requests_ok_->Increment();
+    kv_bytes_->Increment(static_cast<double>(outcome->kv_bytes_sent));
+    prefill_seconds_->Observe(absl::ToDoubleSeconds(outcome->prefill_time));
+    transfer_wait_seconds_->Observe(absl::ToDoubleSeconds(outcome->transfer_wait));
+  } else {
+    requests_failed_->Increment();
+    if (outcome.status().code() != absl::StatusCode::kCancelled) kv_failures_->Increment();
+    r->sender->Abort(outcome.status());
+    spdlog::info("prefill {} failed: {}", id, outcome.status().ToString());
+  }
+  if (r->done) r->done(std::move(outcome));
+}
+
+}  // namespace mlaserve::prefill

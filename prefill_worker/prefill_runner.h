@@ -1,0 +1,138 @@
+// PrefillRunner: the prefill worker's engine loop.
+//
+//   step() = schedule() -> run() -> postprocess()
+//   schedule():    PrefillScheduler picks this step's prompt chunks (token budget, chunk size).
+//   run():         one Engine::Forward over the chunks; on_layer_done ships, for every chunk,
+//                  the pages that layer just wrote, through the request's KvSender.
+//   postprocess(): samples each completed prompt's first token, completes its transfer (the
+//                  decode worker acknowledges asynchronously; the request is answered then),
+//                  and fails requests whose transfer broke, without disturbing the batch.
+//
+// Threads: Submit / Abort / load() come from RPC threads; one loop thread runs the steps and
+// alone touches the scheduler and the engine. Completion callbacks (`done`) run on the loop
+// thread or a transport thread, exactly once per request, without the runner's lock held.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "kvtransfer/layout.h"
+#include "kvtransfer/transport.h"
+#include "model/engine.h"
+#include "model/sampler.h"
+#include "prefill_worker/prefill_scheduler.h"
+
+namespace mlaserve::prefill {
+
+struct PrefillRunnerOptions {
+  PrefillSchedulerOptions scheduler;
+  absl::Duration kv_no_progress_timeout = absl::Seconds(30);
+  std::string name = "prefill";  // sender name in the decode worker's logs
+};
+
+struct PrefillJob {
+  std::string request_id;
+  std::vector<int32_t> tokens;
+  model::SamplingOptions sampling;
+  kvtransfer::KvSessionRef session;
+};
+
+struct PrefillOutcome {
+  int32_t first_token = 0;
+  int prompt_tokens = 0;
+  int64_t kv_bytes_sent = 0;
+  absl::Duration queue_time;
+  absl::Duration prefill_time;
+  absl::Duration transfer_wait;
+};
+
+using PrefillDoneFn = std::function<void(absl::StatusOr<PrefillOutcome>)>;
+
+struct PrefillLoad {
+  int pending_requests = 0;  // accepted, prompt not fully prefilled
+  int running_requests = 0;  // prefilling now or waiting for the decode worker's ack
+  int64_t pending_prefill_tokens = 0;
+};
+
+class PrefillRunner {
+ public:
+  PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* transport,
+                kvtransfer::KvLayout layout, PrefillRunnerOptions options,
+                common::MetricsRegistry* metrics = nullptr);
+  ~PrefillRunner();  // Stop()
+
+  void Start();
+  // Refuses new requests (UNAVAILABLE) and waits up to `timeout` for the admitted ones to be
+  // answered. Call Stop() afterwards.
+  void Drain(absl::Duration timeout);
+  // Fails every request not yet answered with UNAVAILABLE and joins the loop.
+  void Stop();
+
+  // Validates (INVALID_ARGUMENT naming the value; RESOURCE_EXHAUSTED when the prompt needs
+  // more pages than the pool has; ALREADY_EXISTS for a live id), opens the KV session
+  // (FAILED_PRECONDITION on an incompatible hash) and queues the job. On OK, `done` runs later
+  // exactly once; on error it never runs.
+  absl::Status Submit(PrefillJob job, PrefillDoneFn done);
+  // NOT_FOUND naming the id if unknown; otherwise the request ends with CANCELLED.
+  absl::Status Abort(const std::string& request_id);
+
+  PrefillLoad load() const;
+
+  // One step of the loop; false when there was nothing to run. For tests that drive the loop
+  // themselves (without Start()).
+  bool Step();
+
+ private:
+  struct Request;
+  void Loop();
+  // Moves new requests into the scheduler and handles aborts (loop thread).
+  void Intake();
+  // Ships layer `layer` of every chunk's pages (called from on_layer_done).
+  void ShipLayer(const std::vector<PrefillChunk>& chunks, int layer);
+  void Postprocess(const std::vector<PrefillChunk>& chunks,
+                   const absl::StatusOr<model::ForwardResult>& result);
+  absl::StatusOr<int32_t> SampleFirstToken(const Request& r, std::span<float> logits);
+  // Ends a request: removes it, aborts its sender on failure, answers it.
+  void Finish(const std::string& id, absl::StatusOr<PrefillOutcome> outcome);
+  std::shared_ptr<Request> Find(const std::string& id) const;
+
+  model::Engine* const engine_;
+  kvtransfer::KvTransport* const transport_;
+  const kvtransfer::KvLayout layout_;
+  const PrefillRunnerOptions options_;
+  PrefillScheduler scheduler_;  // loop thread only
+  model::Sampler sampler_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar wake_;
+  std::map<std::string, std::shared_ptr<Request>> requests_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Request>> incoming_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> aborts_ ABSL_GUARDED_BY(mu_);
+  int64_t pending_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread loop_;
+
+  // Metrics (null-safe: a private registry when none is given).
+  common::MetricsRegistry own_metrics_;
+  common::Counter* requests_ok_;
+  common::Counter* requests_failed_;
+  common::Counter* kv_bytes_;
+  common::Counter* kv_failures_;
+  common::Histogram* queue_seconds_;
+  common::Histogram* prefill_seconds_;
+  common::Histogram* transfer_wait_seconds_;
+  common::Histogram* batch_tokens_;
+};
+
+}  // namespace mlaserve::prefill

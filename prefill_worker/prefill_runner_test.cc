@@ -1,0 +1,199 @@
+// PrefillRunner with a FakeEngine on each side: the prefill engine computes KV, the fake
+// transport ships it into a KvReceiver over the decode engine's pool, and the decode engine
+// then decodes from the received pages (which fails loudly if any entry is wrong).
+#include "prefill_worker/prefill_runner.h"
+
+#include <optional>
+
+#include "absl/synchronization/notification.h"
+#include "decode_worker/testing/fake_engine.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtransfer/fake_transport.h"
+#include "kvtransfer/receiver.h"
+
+namespace mlaserve::prefill {
+namespace {
+
+using ::mlaserve::testing::FakeEngine;
+using ::testing::HasSubstr;
+
+struct Outcome {
+  std::optional<absl::StatusOr<PrefillOutcome>> result;
+  PrefillDoneFn fn() {
+    return [this](absl::StatusOr<PrefillOutcome> o) { result = std::move(o); };
+  }
+};
+struct Received {
+  std::optional<absl::StatusOr<kvtransfer::KvReceivedKv>> result;
+  kvtransfer::KvReceiver::DoneFn fn() {
+    return [this](absl::StatusOr<kvtransfer::KvReceivedKv> r) { result = std::move(r); };
+  }
+};
+
+std::vector<int32_t> Prompt(int n, int salt) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = (i * 7 + salt) % 64;
+  return p;
+}
+
+class PrefillRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    prefill_ = FakeEngine::Create({.num_pages = 32});
+    decode_ = FakeEngine::Create({.num_pages = 32});
+    layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
+    receiver_ = std::make_unique<kvtransfer::KvReceiver>(&decode_->kv_pool(), layout_);
+    transport_.Register("decode-0", receiver_.get());
+    PrefillRunnerOptions o;
+    o.scheduler = {.max_batch_tokens = 128, .chunk_size = 64, .max_batch_seqs = 8};
+    runner_ = std::make_unique<PrefillRunner>(prefill_.get(), &transport_, layout_, o);
+  }
+
+  // Reserves pages on the decode side (prompt pages + `extra`) and returns the session ref.
+  kvtransfer::KvSessionRef Reserve(const std::string& id, int prompt_len, Received* rx,
+                                   int extra = 1) {
+    const int pages = PrefillScheduler::PagesFor(prompt_len);
+    EXPECT_TRUE(receiver_
+                    ->CreateSession(id, *decode_->kv_pool().Allocate(pages + extra), pages,
+                                    absl::Now() + absl::Seconds(30), rx->fn())
+                    .ok());
+    return {id, "decode-0", "fake", pages, layout_.CompatHash()};
+  }
+  PrefillJob Job(const std::string& id, std::vector<int32_t> tokens,
+                 kvtransfer::KvSessionRef ref) {
+    PrefillJob j;
+    j.request_id = id;
+    j.tokens = std::move(tokens);
+    j.sampling.temperature = 0;
+    j.session = std::move(ref);
+    return j;
+  }
+  void RunUntilIdle() {
+    for (int i = 0; i < 100 && runner_->Step(); ++i) {
+    }
+  }
+
+  std::unique_ptr<FakeEngine> prefill_, decode_;
+  kvtransfer::KvLayout layout_;
+  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
+  kvtransfer::FakeKvTransport transport_;
+  std::unique_ptr<PrefillRunner> runner_;
+};
+
+TEST_F(PrefillRunnerTest, ChunkedPrefillShipsKvTheDecodeSideCanContinueFrom) {
+  const auto a = Prompt(70, 1), b = Prompt(150, 2);
+  Received ra, rb;
+  Outcome oa, ob;
+  ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 70, &ra)), oa.fn()).ok());
+  ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 150, &rb)), ob.fn()).ok());
+  EXPECT_EQ(runner_->load().pending_prefill_tokens, 220);
+  RunUntilIdle();
+
+  // Chunks of <= 64 tokens, <= 128 per forward: [64, 64], [6, 64], [22].
+  EXPECT_EQ(prefill_->batch_shapes(), (std::vector<std::vector<int>>{{64, 64}, {6, 64}, {22}}));
+  ASSERT_TRUE(oa.result && oa.result->ok()) << (oa.result ? oa.result->status().ToString() : "");
+  ASSERT_TRUE(ob.result && ob.result->ok());
+  EXPECT_EQ((*oa.result)->first_token, FakeEngine::NextToken(a, 64));
+  EXPECT_EQ((*ob.result)->first_token, FakeEngine::NextToken(b, 64));
+  EXPECT_EQ((*ob.result)->prompt_tokens, 150);
+  EXPECT_EQ(prefill_->kv_pool().free_pages(), 32);  // prefill pages back in the pool
+  EXPECT_EQ(runner_->load().running_requests, 0);
+
+  // The decode side continues from the received KV and predicts what a local run would.
+  for (auto [rx, prompt, outcome] : {std::tuple{&ra, a, &oa}, std::tuple{&rb, b, &ob}}) {
+    ASSERT_TRUE(rx->result && rx->result->ok());
+    const auto& kv = **rx->result;
+    EXPECT_EQ(kv.first_token, (*outcome->result)->first_token);
+    const int32_t first = kv.first_token;
+    model::SequenceChunk c;
+    c.tokens = std::span<const int32_t>(&first, 1);
+    c.start_pos = static_cast<int>(prompt.size());
+    c.pages = kv.pages;
+    auto fr = decode_->Forward(std::span(&c, 1), model::AttentionPath::kMla, nullptr);
+    ASSERT_TRUE(fr.ok()) << fr.status();
+    std::vector<int32_t> seq = prompt;
+    seq.push_back(first);
+    const int32_t want = FakeEngine::NextToken(seq, 64);
+    EXPECT_EQ(fr->logits[want], 30.0f);
+    decode_->kv_pool().Free(kv.pages);
+  }
+  EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
+}
+
+TEST_F(PrefillRunnerTest, AbortMidPrefillFreesPagesOnBothSides) {
+  Received rx;
+  Outcome out;
+  ASSERT_TRUE(runner_->Submit(Job("long", Prompt(300, 3), Reserve("long", 300, &rx)), out.fn()).ok());
+  ASSERT_TRUE(runner_->Step());  // the first 64 tokens
+  EXPECT_LT(prefill_->kv_pool().free_pages(), 32);
+  ASSERT_TRUE(runner_->Abort("long").ok());
+  RunUntilIdle();
+  ASSERT_TRUE(out.result);
+  EXPECT_EQ(out.result->status().code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(rx.result);
+  EXPECT_FALSE(rx.result->ok());
+  EXPECT_EQ(prefill_->kv_pool().free_pages(), 32);
+  EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
+  EXPECT_EQ(runner_->Abort("long").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(PrefillRunnerTest, BrokenTransferFailsTheRequestAndFreesPages) {
+  Received rx;
+  Outcome out;
+  transport_.set_faults({.break_after_pages = 2});
+  ASSERT_TRUE(runner_->Submit(Job("x", Prompt(200, 4), Reserve("x", 200, &rx)), out.fn()).ok());
+  RunUntilIdle();
+  ASSERT_TRUE(out.result);
+  EXPECT_EQ(out.result->status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(prefill_->kv_pool().free_pages(), 32);
+  EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
+}
+
+TEST_F(PrefillRunnerTest, BadRequestsGetTheRightCodes) {
+  Outcome out;
+  Received rx;
+  auto ref = Reserve("r", 10, &rx);
+  auto code = [&](PrefillJob j) { return runner_->Submit(std::move(j), out.fn()); };
+  EXPECT_EQ(code(Job("r", {}, ref)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(code(Job("r", {1, 64}, ref)).message(),
+              HasSubstr("token id 64 at position 1 is outside the vocabulary [0, 64)"));
+  EXPECT_THAT(code(Job("r", Prompt(100, 0), ref)).message(),
+              HasSubstr("kv_session.num_pages is 1 but a prompt of 100 tokens fills 2 pages"));
+  auto big = ref;
+  big.num_pages = 33;
+  EXPECT_EQ(code(Job("r", Prompt(33 * 64, 0), big)).code(), absl::StatusCode::kResourceExhausted);
+  auto other = ref;
+  other.compat_hash = "ffffffffffffffff";
+  EXPECT_EQ(code(Job("r", Prompt(10, 0), other)).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(code(Job("r", Prompt(10, 0), ref)).ok());
+  EXPECT_EQ(code(Job("r", Prompt(10, 0), ref)).code(), absl::StatusCode::kAlreadyExists);
+  RunUntilIdle();
+  ASSERT_TRUE(out.result && out.result->ok());
+}
+
+TEST_F(PrefillRunnerTest, LoopThreadAnswersAndStopFailsTheRest) {
+  runner_->Start();
+  Received rx;
+  absl::Notification done;
+  absl::StatusOr<PrefillOutcome> got = absl::UnknownError("unset");
+  ASSERT_TRUE(runner_
+                  ->Submit(Job("t", Prompt(65, 5), Reserve("t", 65, &rx)),
+                           [&](absl::StatusOr<PrefillOutcome> o) {
+                             got = std::move(o);
+                             done.Notify();
+                           })
+                  .ok());
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->first_token, FakeEngine::NextToken(Prompt(65, 5), 64));
+  decode_->kv_pool().Free((*rx.result)->pages);
+  runner_->Stop();
+  Outcome late;
+  Received rx2;
+  EXPECT_EQ(runner_->Submit(Job("u", Prompt(5, 0), Reserve("u", 5, &rx2)), late.fn()).code(),
+            absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace mlaserve::prefill

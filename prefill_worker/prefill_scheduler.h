@@ -1,0 +1,76 @@
+// PrefillScheduler: which prompt chunks go into the next prefill forward.
+//
+// Chunked prefill in the manner of nano-vllm / SGLang: each step takes at most one chunk per
+// sequence, at most `chunk_size` tokens each, `max_batch_tokens` in total and `max_batch_seqs`
+// sequences. Sequences already started (holding pages) go first, in arrival order, so a long
+// prompt keeps moving; then waiting sequences are admitted first-come first-served, each
+// allocating the pages of its whole prompt on admission. When the pool cannot hold the next
+// waiting prompt, admission stops (no overtaking, so a large prompt is not starved).
+//
+// Not thread-safe: owned by the prefill loop thread.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "model/kv_pool.h"
+
+namespace mlaserve::prefill {
+
+struct PrefillSchedulerOptions {
+  int max_batch_tokens = 8192;
+  int chunk_size = 2048;
+  int max_batch_seqs = 64;
+};
+absl::Status ValidateSchedulerOptions(const PrefillSchedulerOptions& options);
+
+struct PrefillSequence {
+  std::string id;
+  std::vector<int32_t> tokens;  // the prompt
+  std::vector<int32_t> pages;   // all pages of the prompt, allocated on admission
+  int num_computed = 0;         // prompt tokens whose KV is in the pool
+  bool done() const { return num_computed == static_cast<int>(tokens.size()); }
+};
+
+struct PrefillChunk {
+  PrefillSequence* seq = nullptr;
+  int start = 0;  // first position of the chunk
+  int len = 0;
+  bool last = false;  // completes the prompt: its logits give the first token
+};
+
+class PrefillScheduler {
+ public:
+  PrefillScheduler(PrefillSchedulerOptions options, model::KvPool* pool);
+  ~PrefillScheduler();  // frees the pages of every sequence still held
+
+  // Pages a prompt of n tokens needs.
+  static int PagesFor(int n);
+
+  void Add(std::shared_ptr<PrefillSequence> seq);
+  // Drops a sequence (aborted / failed / finished) and frees its pages. False if unknown.
+  bool Remove(const std::string& id);
+
+  // schedule(): the next batch, in order: running sequences, then newly admitted ones.
+  std::vector<PrefillChunk> Schedule();
+  // After the batch ran: advances each chunk's sequence. Finished sequences are removed and
+  // their pages freed (their KV has been shipped by then); returned so the caller can answer.
+  std::vector<std::shared_ptr<PrefillSequence>> Advance(const std::vector<PrefillChunk>& chunks);
+
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  // Prompt tokens not yet prefilled, waiting and running.
+  int64_t pending_tokens() const;
+
+ private:
+  const PrefillSchedulerOptions options_;
+  model::KvPool* const pool_;
+  std::deque<std::shared_ptr<PrefillSequence>> waiting_;
+  std::deque<std::shared_ptr<PrefillSequence>> running_;
+};
+
+}  // namespace mlaserve::prefill

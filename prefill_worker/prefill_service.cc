@@ -1,0 +1,92 @@
+#include "prefill_worker/prefill_service.h"
+
+#include "common/grpc_status.h"
+#include "common/worker_proto.h"
+#include "kvtransfer/proto_convert.h"
+
+namespace mlaserve::prefill {
+
+namespace v1 = ::mlaserve::v1;
+using common::ToGrpcStatus;
+
+absl::StatusOr<PrefillJob> ToPrefillJob(const v1::PrefillRequest& request) {
+  PrefillJob job;
+  job.request_id = request.request_id();
+  job.tokens.assign(request.token_ids().begin(), request.token_ids().end());
+  auto sampling = common::ToSamplingOptions(request.sampling());
+  if (!sampling.ok()) return sampling.status();
+  job.sampling = *sampling;
+  if (!request.has_kv_session()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request ", request.request_id(), " has no kv_session"));
+  }
+  auto session = kvtransfer::FromProto(request.kv_session());
+  if (!session.ok()) return session.status();
+  job.session = *session;
+  return job;
+}
+
+void ToProto(const PrefillOutcome& o, v1::PrefillResponse* response) {
+  response->set_first_token(o.first_token);
+  response->set_prompt_tokens(o.prompt_tokens);
+  response->set_kv_bytes_sent(o.kv_bytes_sent);
+  response->set_queue_time_s(absl::ToDoubleSeconds(o.queue_time));
+  response->set_prefill_time_s(absl::ToDoubleSeconds(o.prefill_time));
+  response->set_transfer_wait_s(absl::ToDoubleSeconds(o.transfer_wait));
+}
+
+namespace {
+
+// One Prefill call: answered by the runner's completion; a cancelled call aborts the request.
+class PrefillReactor final : public grpc::ServerUnaryReactor {
+ public:
+  PrefillReactor(PrefillRunner* runner, const v1::PrefillRequest* request,
+                 v1::PrefillResponse* response)
+      : runner_(runner), id_(request->request_id()) {
+    auto job = ToPrefillJob(*request);
+    if (!job.ok()) {
+      Finish(ToGrpcStatus(job.status()));
+      return;
+    }
+    absl::Status s = runner_->Submit(std::move(*job), [this, response](
+                                                          absl::StatusOr<PrefillOutcome> o) {
+      if (o.ok()) ToProto(*o, response);
+      Finish(ToGrpcStatus(o.status()));  // `this` may be gone after Finish
+    });
+    if (!s.ok()) Finish(ToGrpcStatus(s));
+  }
+
+  void OnCancel() override { (void)runner_->Abort(id_); }
+  void OnDone() override { delete this; }
+
+ private:
+  PrefillRunner* const runner_;
+  const std::string id_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* context,
+                                                  const v1::PrefillRequest* request,
+                                                  v1::PrefillResponse* response) {
+  return new PrefillReactor(runner_, request, response);
+}
+
+grpc::ServerUnaryReactor* PrefillService::Abort(grpc::CallbackServerContext* context,
+                                                const v1::WorkerAbortRequest* request,
+                                                v1::WorkerAbortResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(runner_->Abort(request->request_id())));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PrefillService::GetInfo(grpc::CallbackServerContext* context,
+                                                  const v1::GetWorkerInfoRequest* request,
+                                                  v1::WorkerDescriptor* response) {
+  auto* reactor = context->DefaultReactor();
+  *response = describe_();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace mlaserve::prefill

@@ -1,0 +1,40 @@
+// PrefillService: the PrefillWorker gRPC service (worker.proto) over a PrefillRunner.
+// Proto <-> domain conversion lives in the free functions below; the service only moves
+// requests to the runner and answers.
+#pragma once
+
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "mlaserve/v1/worker.grpc.pb.h"
+#include "prefill_worker/prefill_runner.h"
+
+namespace mlaserve::prefill {
+
+// INVALID_ARGUMENT naming the field for a malformed request (sampling, kv_session); prompt
+// contents are checked by PrefillRunner::Submit.
+absl::StatusOr<PrefillJob> ToPrefillJob(const mlaserve::v1::PrefillRequest& request);
+void ToProto(const PrefillOutcome& outcome, mlaserve::v1::PrefillResponse* response);
+
+class PrefillService final : public mlaserve::v1::PrefillWorker::CallbackService {
+ public:
+  using DescribeFn = std::function<mlaserve::v1::WorkerDescriptor()>;
+  PrefillService(PrefillRunner* runner, DescribeFn describe)
+      : runner_(runner), describe_(std::move(describe)) {}
+
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
+                                    const mlaserve::v1::PrefillRequest* request,
+                                    mlaserve::v1::PrefillResponse* response) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
+                                  const mlaserve::v1::WorkerAbortRequest* request,
+                                  mlaserve::v1::WorkerAbortResponse* response) override;
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
+                                    const mlaserve::v1::GetWorkerInfoRequest* request,
+                                    mlaserve::v1::WorkerDescriptor* response) override;
+
+ private:
+  PrefillRunner* const runner_;
+  const DescribeFn describe_;
+};
+
+}  // namespace mlaserve::prefill

@@ -1,0 +1,130 @@
+// PrefillService over gRPC on loopback (port 0), with the runner's loop thread, a FakeEngine and
+// the fake KV transport.
+#include "prefill_worker/prefill_service.h"
+
+#include "common/server.h"
+#include "decode_worker/testing/fake_engine.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtransfer/fake_transport.h"
+#include "kvtransfer/proto_convert.h"
+
+namespace mlaserve::prefill {
+namespace {
+
+namespace v1 = ::mlaserve::v1;
+using ::mlaserve::testing::FakeEngine;
+using ::testing::HasSubstr;
+
+TEST(PrefillConversionTest, RequestToJobAndOutcomeToResponse) {
+  v1::PrefillRequest req;
+  req.set_request_id("r1");
+  req.add_token_ids(3);
+  req.add_token_ids(4);
+  req.mutable_sampling()->set_temperature(0.5f);
+  req.mutable_sampling()->set_seed(11);
+  req.mutable_kv_session()->set_session_id("s1");
+  req.mutable_kv_session()->set_endpoint("127.0.0.1:1");
+  req.mutable_kv_session()->set_num_pages(1);
+  auto job = ToPrefillJob(req);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->request_id, "r1");
+  EXPECT_EQ(job->tokens, (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(job->sampling.temperature, 0.5f);
+  EXPECT_EQ(job->sampling.seed, 11u);
+  EXPECT_EQ(job->session.session_id, "s1");
+  req.clear_kv_session();
+  EXPECT_THAT(ToPrefillJob(req).status().message(), HasSubstr("has no kv_session"));
+
+  PrefillOutcome o;
+  o.first_token = 9;
+  o.prompt_tokens = 2;
+  o.queue_time = absl::Milliseconds(1500);
+  v1::PrefillResponse resp;
+  ToProto(o, &resp);
+  EXPECT_EQ(resp.first_token(), 9);
+  EXPECT_EQ(resp.prompt_tokens(), 2);
+  EXPECT_DOUBLE_EQ(resp.queue_time_s(), 1.5);
+}
+
+TEST(PrefillServiceTest, PrefillOverGrpcAndErrorCodes) {
+  auto prefill = FakeEngine::Create();
+  auto decode = FakeEngine::Create();
+  auto layout = *kvtransfer::MakeKvLayout(decode->config(), decode->kv_pool().options());
+  kvtransfer::KvReceiver receiver(&decode->kv_pool(), layout);
+  kvtransfer::FakeKvTransport transport;
+  transport.Register("decode-0", &receiver);
+  PrefillRunner runner(prefill.get(), &transport, layout, {});
+  runner.Start();
+  PrefillService service(&runner, [] {
+    v1::WorkerDescriptor d;
+    d.set_role(v1::WORKER_ROLE_PREFILL);
+    return d;
+  });
+  common::ServerRunner server({.listen = "127.0.0.1:0"});
+  server.AddService(&service);
+  ASSERT_TRUE(server.Start().ok());
+  auto stub = v1::PrefillWorker::NewStub(
+      grpc::CreateChannel(server.bound_address(), grpc::InsecureChannelCredentials()));
+  auto deadline = [] { return std::chrono::system_clock::now() + std::chrono::seconds(10); };
+
+  std::optional<absl::StatusOr<kvtransfer::KvReceivedKv>> rx;
+  ASSERT_TRUE(receiver
+                  .CreateSession("s1", *decode->kv_pool().Allocate(2), 2,
+                                 absl::Now() + absl::Seconds(30),
+                                 [&](absl::StatusOr<kvtransfer::KvReceivedKv> r) { rx = std::move(r); })
+                  .ok());
+  v1::PrefillRequest req;
+  req.set_request_id("r1");
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 100; ++i) prompt.push_back(i % 50);
+  for (int32_t t : prompt) req.add_token_ids(t);
+  req.mutable_sampling()->set_temperature(0);
+  req.mutable_sampling()->set_seed(1);
+  *req.mutable_kv_session() = kvtransfer::ToProto(
+      kvtransfer::KvSessionRef{"s1", "decode-0", "fake", 2, layout.CompatHash()});
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    v1::PrefillResponse resp;
+    const grpc::Status s = stub->Prefill(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.first_token(), FakeEngine::NextToken(prompt, 64));
+    EXPECT_EQ(resp.prompt_tokens(), 100);
+    EXPECT_GT(resp.kv_bytes_sent(), 0);
+    ASSERT_TRUE(rx && rx->ok());
+    decode->kv_pool().Free((*rx)->pages);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    v1::PrefillResponse resp;
+    req.set_request_id("r2");
+    req.add_token_ids(1000);  // outside the vocabulary
+    const grpc::Status s = stub->Prefill(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("token id 1000"));
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    v1::WorkerAbortRequest abort;
+    abort.set_request_id("nope");
+    v1::WorkerAbortResponse resp;
+    const grpc::Status s = stub->Abort(&ctx, abort, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_THAT(s.error_message(), HasSubstr("nope"));
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline());
+    v1::WorkerDescriptor info;
+    ASSERT_TRUE(stub->GetInfo(&ctx, v1::GetWorkerInfoRequest(), &info).ok());
+    EXPECT_EQ(info.role(), v1::WORKER_ROLE_PREFILL);
+  }
+  server.RequestShutdown();
+  server.WaitForShutdown([&] { runner.Stop(); });
+}
+
+}  // namespace
+}  // namespace mlaserve::prefill

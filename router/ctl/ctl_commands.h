@@ -1,0 +1,51 @@
+// mlaservectl commands. Each returns the process exit code (ctl_format.h) and prints results
+// to stdout, errors to stderr.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/time/time.h"
+
+namespace mlaserve::router::ctl {
+
+struct CtlContext {
+  std::string server;
+  std::shared_ptr<grpc::Channel> channel;
+  bool json = false;
+  absl::Duration timeout = absl::Seconds(10);
+};
+
+int WorkersList(const CtlContext& ctx, const std::string& role);
+int WorkersGet(const CtlContext& ctx, const std::string& id);
+int WorkersAdd(const CtlContext& ctx, const std::string& role, const std::string& address);
+int WorkersRemove(const CtlContext& ctx, const std::string& id);
+int WorkersDrain(const CtlContext& ctx, const std::string& id);
+int Loads(const CtlContext& ctx);
+int ProfilesShow(const CtlContext& ctx, const std::string& worker_id);
+// grpc.health.v1 Check of `service` ("" = the whole server). Exit 0 only when SERVING.
+int Health(const CtlContext& ctx, const std::string& service);
+int Info(const CtlContext& ctx);
+
+struct GenerateArgs {
+  std::string prompt;
+  std::optional<int> max_new_tokens;
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int> top_k;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  std::string request_id;
+};
+// Streams the answer's text to stdout as it arrives (-o json: one JSON response per line),
+// then a one-line summary on stderr.
+int Generate(const CtlContext& ctx, const GenerateArgs& args);
+
+}  // namespace mlaserve::router::ctl

@@ -1,0 +1,100 @@
+// mlaservectl: the admin CLI of an mlaserve router. See docs/serving.md for examples.
+// Exit codes: 0 ok, 1 usage, 2 server error (the gRPC code is printed), 3 unavailable.
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+
+#include "router/ctl/ctl_commands.h"
+#include "router/ctl/ctl_format.h"
+
+namespace mlaserve::router::ctl {
+namespace {
+
+int Main(int argc, char** argv) {
+  CLI::App app{"mlaservectl: manage and query an mlaserve router"};
+  app.require_subcommand(1);
+  std::string server = "localhost:8000";
+  std::string output = "table";
+  double timeout_s = 0;
+  app.add_option("--server", server, "router address HOST:PORT")->capture_default_str();
+  app.add_option("-o,--output", output, "output format")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"table", "json"}));
+  app.add_option("--timeout", timeout_s,
+                 "seconds before giving up (default: 10, and 600 for generate)")
+      ->check(CLI::NonNegativeNumber);
+
+  std::function<int(const CtlContext&)> run;
+
+  CLI::App* workers = app.add_subcommand("workers", "list and manage workers");
+  workers->require_subcommand(1);
+  std::string role, id, address;
+  CLI::App* list = workers->add_subcommand("list", "list workers");
+  list->add_option("--role", role, "prefill or decode (default: all)");
+  list->callback([&] { run = [&](const CtlContext& c) { return WorkersList(c, role); }; });
+  CLI::App* get = workers->add_subcommand("get", "show one worker");
+  get->add_option("ID", id, "worker id (from workers list)")->required();
+  get->callback([&] { run = [&](const CtlContext& c) { return WorkersGet(c, id); }; });
+  CLI::App* add = workers->add_subcommand("add", "add a worker by address (the router polls it)");
+  add->add_option("--role", role, "prefill or decode")->required();
+  add->add_option("ADDR", address, "worker HOST:PORT")->required();
+  add->callback([&] { run = [&](const CtlContext& c) { return WorkersAdd(c, role, address); }; });
+  CLI::App* remove = workers->add_subcommand("remove", "forget a worker");
+  remove->add_option("ID", id, "worker id")->required();
+  remove->callback([&] { run = [&](const CtlContext& c) { return WorkersRemove(c, id); }; });
+  CLI::App* drain = workers->add_subcommand("drain", "stop routing new requests to a worker");
+  drain->add_option("ID", id, "worker id")->required();
+  drain->callback([&] { run = [&](const CtlContext& c) { return WorkersDrain(c, id); }; });
+
+  std::string service;
+  CLI::App* health = app.add_subcommand("health", "grpc.health.v1 check (exit 0 when SERVING)");
+  health->add_option("--service", service,
+                     "service name; \"\" = the server, mlaserve.v1.Generation = ready to route");
+  health->callback([&] { run = [&](const CtlContext& c) { return Health(c, service); }; });
+
+  app.add_subcommand("loads", "worker loads")->callback([&] { run = Loads; });
+  app.add_subcommand("info", "server and model information")->callback([&] { run = Info; });
+
+  CLI::App* profiles = app.add_subcommand("profiles", "GPU profiles of the workers");
+  profiles->require_subcommand(1);
+  std::string worker;
+  CLI::App* show = profiles->add_subcommand("show", "show profiles (one worker: the whole document)");
+  show->add_option("WORKER", worker, "worker id (default: all)");
+  show->callback([&] { run = [&](const CtlContext& c) { return ProfilesShow(c, worker); }; });
+
+  GenerateArgs gen;
+  CLI::App* generate = app.add_subcommand("generate", "stream a completion for a prompt");
+  generate->add_option("--prompt", gen.prompt, "prompt text")->required();
+  generate->add_option("--max-new-tokens", gen.max_new_tokens, "at most this many new tokens");
+  generate->add_option("--temperature", gen.temperature, "0 = greedy (default 1)");
+  generate->add_option("--top-p", gen.top_p, "nucleus sampling mass in (0, 1]");
+  generate->add_option("--top-k", gen.top_k, "keep the k most likely tokens (0 = off)");
+  generate->add_option("--min-p", gen.min_p, "min-p filter in [0, 1]");
+  generate->add_option("--repetition-penalty", gen.repetition_penalty, "> 0 (1 = off)");
+  generate->add_option("--seed", gen.seed, "sampling seed");
+  generate->add_option("--stop", gen.stop, "stop string (repeatable)");
+  generate->add_flag("--ignore-eos", gen.ignore_eos, "keep generating past EOS");
+  generate->add_option("--request-id", gen.request_id, "request id (for Abort)");
+  bool is_generate = false;
+  generate->callback([&] {
+    is_generate = true;
+    run = [&](const CtlContext& c) { return Generate(c, gen); };
+  });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  }
+  CtlContext ctx;
+  ctx.server = server;
+  ctx.json = output == "json";
+  ctx.timeout = timeout_s > 0 ? absl::Seconds(timeout_s) : absl::Seconds(is_generate ? 600 : 10);
+  ctx.channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+  return run(ctx);
+}
+
+}  // namespace
+}  // namespace mlaserve::router::ctl
+
+int main(int argc, char** argv) { return mlaserve::router::ctl::Main(argc, argv); }
