@@ -88,10 +88,10 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
       }
       // A broken stream's status arrives with OnDone, shortly after.
       const absl::Time done_deadline = absl::Now() + options_.no_progress_timeout;
-      while (broken_ && !finished_ && absl::Now() < done_deadline) {
+      while ((broken_ || receiver_ended_) && !finished_ && absl::Now() < done_deadline) {
         cv_.WaitWithDeadline(&mu_, done_deadline);
       }
-      if (failure_.ok() && (finished_ || broken_)) {
+      if (failure_.ok() && (finished_ || broken_ || receiver_ended_)) {
         failure_ = absl::UnavailableError(
             absl::StrCat("KV session ", session_id_, ": stream to the receiver ended early"));
       }
@@ -178,11 +178,25 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
         broken_ = true;
         queue_.clear();
         queued_bytes_ = 0;
-      } else {
+      } else if (!queue_.empty()) {  // (emptied already if the receiver ended the stream)
         queued_bytes_ -= MessageBytes(queue_.front());
         queue_.pop_front();
         last_progress_ = absl::Now();
       }
+      cv_.SignalAll();
+    }
+    MaybeStartWrite();
+  }
+
+  // The receiver sends no initial metadata before it finishes the stream, so its arrival means
+  // the verdict is on its way (a refusal, a failure on its side, or the final answer): stop
+  // writing and release the hold so that OnDone can deliver the status even while idle.
+  void OnReadInitialMetadataDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      receiver_ended_ = true;
+      queue_.clear();
+      queued_bytes_ = 0;
       cv_.SignalAll();
     }
     MaybeStartWrite();
@@ -218,7 +232,7 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
     {
       absl::MutexLock lock(&mu_);
       if (writing_ || hold_released_) return;
-      if (broken_) {
+      if (broken_ || (receiver_ended_ && !half_closed_)) {
         hold_released_ = true;
         action = kRelease;
       } else if (failure_.ok() && !queue_.empty()) {
@@ -266,6 +280,7 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
   int64_t sent_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;  // a write failed: no more writes
+  bool receiver_ended_ ABSL_GUARDED_BY(mu_) = false;  // its verdict is coming: no more writes
   bool half_closed_ ABSL_GUARDED_BY(mu_) = false;  // completion queued
   bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
   bool need_cancel_ ABSL_GUARDED_BY(mu_) = false;

@@ -26,6 +26,7 @@ void SendAbortTo(std::shared_ptr<Stub> stub, const std::string& request_id,
 
 void Serialize(const v1::GenerateResponse& message, grpc::ByteBuffer* out) {
   bool own_buffer = false;
+  out->Clear();  // the writer needs an empty buffer; the previous write is done
   grpc::GenericSerialize<grpc::ProtoBufferWriter, v1::GenerateResponse>(message, out, &own_buffer);
 }
 

@@ -141,7 +141,7 @@ TEST(GenerateCall, RemotePrefillStreamsTextThenCompletes) {
   EXPECT_EQ(r.complete->decode_worker_id(), "decode-1");
 
   ASSERT_EQ(h.prefill().requests().size(), 1u);
-  const v1::PrefillRequest& p = h.prefill().requests()[0];
+  const v1::PrefillRequest p = h.prefill().requests()[0];
   EXPECT_THAT(std::vector<int32_t>(p.token_ids().begin(), p.token_ids().end()),
               ::testing::ElementsAre(ByteCodec::kBos, 'H', 'i'));
   EXPECT_TRUE(p.sampling().has_seed());
@@ -291,16 +291,16 @@ TEST(GenerateCall, AbortEndsARunningRequestAndFreesItsPages) {
   h.decode().set_hold_after(2);
   v1::GenerateRequest req = TextRequest("Hi");
   req.set_request_id("to-abort");
-  std::thread aborter([&] {
-    ASSERT_TRUE(h.decode().WaitForTokensSent(2, kWait));
+  bool aborted = false;
+  Result r = h.Generate(req, nullptr, [&](const v1::GenerateResponse& m) {
+    if (aborted || !m.has_chunk() || m.chunk().completion_tokens() < 2) return;
+    aborted = true;
     grpc::ClientContext context;
     v1::AbortRequest a;
     a.set_request_id("to-abort");
     v1::AbortResponse resp;
     EXPECT_TRUE(h.stub().Abort(&context, a, &resp).ok());
   });
-  Result r = h.Generate(req);
-  aborter.join();
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   ASSERT_TRUE(r.complete.has_value());
   EXPECT_EQ(r.complete->finish_reason(), v1::FINISH_REASON_ABORT);

@@ -248,11 +248,11 @@ def make_prompts(vocab, seed):
     return [[int(t) for t in rng.integers(2, vocab, size=n)] for n in PROMPT_LENGTHS]
 
 
-def generate_fixture(name, spec, out_root, device):
+def generate_fixture(name, spec, out_root, device, seed_tries):
     out_dir = os.path.join(out_root, name)
     prompts = make_prompts(spec["config"]["vocab_size"], spec["seed"] + 7)
     best = None
-    for attempt in range(SEED_TRIES):
+    for attempt in range(seed_tries):
         seed = spec["seed"] + attempt
         saved = build_and_save(name, spec, seed, out_dir)
         model = load_reference(out_dir, spec, device)
@@ -388,6 +388,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="output folder, e.g. tests/fixtures/models")
     parser.add_argument("--only", nargs="*", choices=sorted(FIXTURES), help="subset to build")
+    parser.add_argument("--seed-tries", type=int, default=SEED_TRIES,
+                        help="weight seeds tried per fixture, keeping the one with the "
+                             "widest greedy margins (1 = quick smoke run)")
     args = parser.parse_args()
     set_determinism()
     transformers.utils.logging.disable_progress_bar()
@@ -395,7 +398,7 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, device {device}")
     os.makedirs(args.out, exist_ok=True)
     for name in args.only or sorted(FIXTURES):
-        out_dir = generate_fixture(name, FIXTURES[name], args.out, device)
+        out_dir = generate_fixture(name, FIXTURES[name], args.out, device, args.seed_tries)
         size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(out_dir) for f in fs)
         print(f"[{name}] wrote {out_dir} ({size / 1e6:.2f} MB)", flush=True)
 

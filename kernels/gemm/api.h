@@ -25,6 +25,9 @@ struct GemmParams {
   const void* bias = nullptr;  // [n] or null, added to every row of C
   float alpha = 1.0f;
   float beta = 0.0f;  // beta != 0 reads C (accumulate)
+  // CUDA only: C and bias are f32 while A and B are `dtype` (bf16 in, f32 out: router logits,
+  // LM-head logits). Ignored when dtype is f32.
+  bool c_f32 = false;
 };
 
 absl::Status Gemm(const GemmParams& p, const KernelContext& ctx);

@@ -6,15 +6,18 @@
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/param_check.h"
+#include "kernels/mla_prefill/latent_tiling.h"
 #include "kernels/mla_prefill/mla_check.h"
 
 namespace mlaserve::kernels {
 namespace {
 
-// Query rows one GPU work unit holds (FlashMLA tiles 64 query rows of one request per CTA).
-constexpr int kRowsPerUnit = 64;
 // A split shorter than this many pages costs more in the combine than it gains.
 constexpr int kMinPagesPerSplit = 4;
+// More splits than this only grow the combine's reads.
+constexpr int kMaxSplits = 64;
+// Fixed cost of one CTA (Q tile load, prologue, partial-output write), in page-tile units.
+constexpr int kCtaOverheadPages = 1;
 
 }  // namespace
 
@@ -32,20 +35,31 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   MlaDecodePlan plan;
   // CPU (num_sms = 0): one pass over the whole context, no workspace.
   if (s.num_sms == 0 || s.batch == 0 || s.max_seqlen_k == 0) return plan;
-  // Split each request's context so that batch * row-groups * splits roughly fills the SMs.
+  // CTAs per split, as the CUDA kernel tiles rows (mla_prefill/latent_tiling.h). Pick the split
+  // count with the least estimated time: waves of CTAs times the pages each CTA streams (plus
+  // a fixed cost), so that small batches with long contexts fill the GPU without leaving a
+  // nearly empty last wave. Ties go to fewer splits (less combine work).
   const int64_t rows = static_cast<int64_t>(s.num_heads) * s.q_per_request;
-  const int64_t units = static_cast<int64_t>(s.batch) * ((rows + kRowsPerUnit - 1) / kRowsPerUnit);
+  const int64_t rows_per_cta = mla_internal::LatentRowsPerCta(rows);
+  const int64_t units = static_cast<int64_t>(s.batch) * ((rows + rows_per_cta - 1) / rows_per_cta);
   const int pages = (s.max_seqlen_k + kPageSize - 1) / kPageSize;
-  const int max_splits = std::max(1, pages / kMinPagesPerSplit);
-  const int want = static_cast<int>(std::clamp<int64_t>((s.num_sms + units - 1) / units, 1, max_splits));
-  if (want == 1) return plan;
-  const int pages_per_split = (pages + want - 1) / want;
+  const int max_splits = std::clamp(pages / kMinPagesPerSplit, 1, kMaxSplits);
+  int best_pages_per_split = pages;
+  int64_t best_cost = -1;
+  for (int want = 1; want <= max_splits; ++want) {
+    const int pages_per_split = (pages + want - 1) / want;
+    const int splits = (pages + pages_per_split - 1) / pages_per_split;
+    const int64_t waves = (units * splits + s.num_sms - 1) / s.num_sms;
+    const int64_t cost = waves * (pages_per_split + kCtaOverheadPages);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best_pages_per_split = pages_per_split;
+    }
+  }
+  if (best_pages_per_split >= pages) return plan;
+  const int pages_per_split = best_pages_per_split;
   plan.chunk_tokens = pages_per_split * kPageSize;
   plan.num_splits = (pages + pages_per_split - 1) / pages_per_split;
-  if (plan.num_splits == 1) {
-    plan.chunk_tokens = 0;
-    return plan;
-  }
   // Partial outputs (kv_lora_rank floats) and partial LSEs, per (row, split).
   plan.workspace_bytes = static_cast<size_t>(s.batch) * rows * plan.num_splits *
                          (static_cast<size_t>(s.kv_lora_rank) + 1) * sizeof(float);

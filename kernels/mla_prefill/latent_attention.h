@@ -13,15 +13,11 @@
 
 #include "absl/status/status.h"
 #include "kernels/mla_prefill/api.h"
+#include "kernels/mla_prefill/latent_tiling.h"
 
 namespace mlaserve::kernels::mla_cuda {
 
-// Query rows per CTA for a request with `rows` = query tokens * heads rows: the fewest tensor
-// core row tiles (16 rows) that hold them, up to 64 (the shared-memory limit at width 576).
-// PlanMlaDecode sizes its splits with the same rule (kernels/mla_decode/mla_decode.cc).
-inline constexpr int LatentRowsPerCta(int64_t rows) {
-  return rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
-}
+using mla_internal::LatentRowsPerCta;  // rows per CTA; PlanMlaDecode counts CTAs with it
 
 struct LatentSplit {
   int num_splits = 1;

@@ -2,6 +2,8 @@
 // the workspace size.
 #include "kernels/sampling/api.h"
 
+#include <algorithm>
+
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/param_check.h"
@@ -19,9 +21,18 @@ float SamplingUniform(uint64_t seed, uint64_t step) {
 
 // Per row: sorted probabilities (f32) and their token ids (i32). The CPU backend uses its own
 // scratch; a CUDA backend sorts in this workspace.
+// With the CUDA backend built, the larger of that and what its sort needs (sampling.cu).
+#if defined(MLASERVE_KERNEL_HAS_CUDA)
+size_t SampleCudaWorkspaceBytes(int batch, int vocab);
+#endif
 size_t SamplingWorkspaceBytes(int batch, int vocab) {
   if (batch <= 0 || vocab <= 0) return 0;
-  return static_cast<size_t>(batch) * vocab * (sizeof(float) + sizeof(int32_t));
+  const size_t cpu = static_cast<size_t>(batch) * vocab * (sizeof(float) + sizeof(int32_t));
+#if defined(MLASERVE_KERNEL_HAS_CUDA)
+  return std::max(cpu, SampleCudaWorkspaceBytes(batch, vocab));
+#else
+  return cpu;
+#endif
 }
 
 absl::Status Sample(const SamplingParams& p, const KernelContext& ctx) {

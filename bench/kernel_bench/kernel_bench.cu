@@ -1,0 +1,207 @@
+// mlaserve-kernel-bench: speed of the CUDA attention kernels against the two ceilings measured
+// in the same run (device copy bandwidth, cuBLAS bf16 GEMM rate).
+//   mla_decode  : GB/s (FlashMLA's count: KV cache bytes read once per request + q + out)
+//                 as a fraction of copy bandwidth, and TFLOP/s (2 * h * sum(s_k) * (576 + 512))
+//   mha_prefill : causal TFLOP/s (FlashAttention-3's count: 2 * s^2 * h * (d_qk + d_v) / 2)
+//   kv_pack     : GB/s over its bytes (each input read once, each output written once)
+//   mla_prefill : TFLOP/s as a fraction of the GEMM rate
+// Usage: mlaserve-kernel-bench [--json FILE] [--quick]
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "bench/kernel_bench/bench_util.cuh"
+#include "kernels/kv_pack/api.h"
+#include "kernels/mha_prefill/api.h"
+#include "kernels/mla_decode/api.h"
+#include "kernels/mla_prefill/api.h"
+
+namespace mlaserve::bench {
+namespace {
+
+using kernels::Backend;
+using kernels::DType;
+using kernels::KernelContext;
+using kernels::kPageSize;
+
+constexpr int kRank = 512, kRope = 64, kWidth = kRank + kRope;
+const KernelContext kCuda{Backend::kCuda, nullptr, 0};
+
+// A paged latent cache for requests of the given lengths, pages randomly permuted.
+struct PagedCache {
+  std::vector<int32_t> table;
+  int max_pages = 0, num_pages = 0;
+  std::unique_ptr<DeviceArray> cache, d_table, d_seqlens;
+
+  explicit PagedCache(const std::vector<int>& lk, uint64_t seed) {
+    for (int l : lk) {
+      max_pages = std::max(max_pages, (l + kPageSize - 1) / kPageSize);
+      num_pages += (l + kPageSize - 1) / kPageSize;
+    }
+    std::vector<int32_t> perm(num_pages);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(seed));
+    table.assign(lk.size() * max_pages, 0);
+    int next = 0;
+    for (size_t b = 0; b < lk.size(); ++b)
+      for (int i = 0; i < (lk[b] + kPageSize - 1) / kPageSize; ++i) table[b * max_pages + i] = perm[next++];
+    cache = std::make_unique<DeviceArray>(size_t{2} * num_pages * kPageSize * kWidth);
+    FillRandom(*cache, seed + 1);
+    d_table = std::make_unique<DeviceArray>(table.size() * 4);
+    Upload(*d_table, table);
+    d_seqlens = std::make_unique<DeviceArray>(lk.size() * 4);
+    Upload(*d_seqlens, std::vector<int32_t>(lk.begin(), lk.end()));
+  }
+};
+
+void BenchMlaDecode(int batch, int heads, int mean_sk, int sms, const Ceilings& ceil, Results& res) {
+  std::mt19937 rng(batch * 131 + heads * 7 + mean_sk);
+  std::vector<int> lk(batch);
+  for (auto& l : lk) l = mean_sk * 3 / 4 + static_cast<int>(rng() % (mean_sk / 2 + 1));  // +-25%
+  PagedCache pc(lk, rng());
+  const int64_t rows = static_cast<int64_t>(batch) * heads;
+  DeviceArray q(rows * kWidth * 2), out(rows * kRank * 2), lse(rows * 4), cu_q((batch + 1) * 4);
+  FillRandom(q, 7);
+  std::vector<int32_t> cu(batch + 1);
+  std::iota(cu.begin(), cu.end(), 0);
+  Upload(cu_q, cu);
+  const int max_k = *std::max_element(lk.begin(), lk.end());
+  auto plan = kernels::PlanMlaDecode({batch, heads, 1, kRank, kRope, max_k, sms});
+  CheckStatus(plan.status(), "PlanMlaDecode");
+  DeviceArray workspace(plan->workspace_bytes);
+  kernels::MlaParams p;
+  p.dtype = DType::kBF16; p.batch = batch; p.num_heads = heads; p.kv_lora_rank = kRank; p.rope_dim = kRope;
+  p.q = q.get(); p.q_token_stride = static_cast<int64_t>(heads) * kWidth; p.q_head_stride = kWidth;
+  p.kv_cache = pc.cache->get(); p.num_pages = pc.num_pages; p.block_table = pc.d_table->get<int32_t>();
+  p.max_pages_per_seq = pc.max_pages; p.cu_seqlens_q = cu_q.get<int32_t>();
+  p.seqlens_k = pc.d_seqlens->get<int32_t>(); p.max_seqlen_q = 1; p.max_seqlen_k = max_k;
+  p.out = out.get(); p.lse = lse.get<float>(); p.softmax_scale = 1.0f / std::sqrt(192.0f);
+  const double ms = MedianMs([&] { CheckStatus(kernels::MlaDecode(p, *plan, workspace.get(), kCuda), "MlaDecode"); });
+  const double sum_k = std::accumulate(lk.begin(), lk.end(), 0.0);
+  const double bytes = sum_k * kWidth * 2 + rows * kWidth * 2.0 + rows * kRank * 2.0;
+  const double flops = 2.0 * heads * sum_k * (kWidth + kRank);
+  const double gbs = bytes / (ms * 1e-3) / 1e9;
+  char shape[128];
+  std::snprintf(shape, sizeof(shape), "b=%d h=%d s_k~%d splits=%d", batch, heads, mean_sk, plan->num_splits);
+  res.Add("mla_decode", shape, ms, flops / (ms * 1e-3) / 1e12, gbs, gbs / ceil.copy_gbs, "copy BW");
+}
+
+void BenchMhaPrefill(int heads, int seqlen, int total, const Ceilings& ceil, Results& res) {
+  constexpr int kDqk = 192, kDv = 128;
+  const int batch = total / seqlen;
+  const int64_t tokens = static_cast<int64_t>(batch) * seqlen;
+  DeviceArray q(tokens * heads * kDqk * 2), k(tokens * heads * kDqk * 2), v(tokens * heads * kDv * 2);
+  DeviceArray out(tokens * heads * kDv * 2), lse(tokens * heads * 4), cu((batch + 1) * 4);
+  FillRandom(q, 11);
+  FillRandom(k, 12);
+  FillRandom(v, 13);
+  std::vector<int32_t> cu_host(batch + 1);
+  for (int b = 0; b <= batch; ++b) cu_host[b] = b * seqlen;
+  Upload(cu, cu_host);
+  kernels::MhaPrefillParams p;
+  p.dtype = DType::kBF16; p.batch = batch; p.num_heads = heads; p.num_kv_heads = heads;
+  p.head_dim_qk = kDqk; p.head_dim_v = kDv;
+  p.q = q.get(); p.q_token_stride = static_cast<int64_t>(heads) * kDqk; p.q_head_stride = kDqk;
+  p.k = k.get(); p.k_token_stride = static_cast<int64_t>(heads) * kDqk; p.k_head_stride = kDqk;
+  p.v = v.get(); p.v_token_stride = static_cast<int64_t>(heads) * kDv; p.v_head_stride = kDv;
+  p.out = out.get(); p.out_token_stride = static_cast<int64_t>(heads) * kDv; p.out_head_stride = kDv;
+  p.lse = lse.get<float>(); p.cu_seqlens_q = cu.get<int32_t>(); p.cu_seqlens_k = cu.get<int32_t>();
+  p.max_seqlen_q = seqlen; p.max_seqlen_k = seqlen; p.softmax_scale = 1.0f / std::sqrt(float{kDqk});
+  p.causal = true;
+  const double ms = MedianMs([&] { CheckStatus(kernels::MhaPrefill(p, kCuda), "MhaPrefill"); }, 2, 10);
+  const double flops = 2.0 * batch * static_cast<double>(seqlen) * seqlen * heads * (kDqk + kDv) / 2.0;
+  const double tflops = flops / (ms * 1e-3) / 1e12;
+  char shape[128];
+  std::snprintf(shape, sizeof(shape), "causal h=%d seqlen=%d batch=%d d=192/128", heads, seqlen, batch);
+  res.Add("mha_prefill", shape, ms, tflops, 0.0, tflops / ceil.gemm_tflops, "GEMM");
+}
+
+void BenchKvPack(int tokens, int heads, const Ceilings& ceil, Results& res) {
+  constexpr int kNope = 128, kPe = 64, kV = 128;
+  const int64_t th = static_cast<int64_t>(tokens) * heads;
+  DeviceArray kv(th * (kNope + kV) * 2), k_pe(int64_t{tokens} * kPe * 2), k(th * (kNope + kPe) * 2), v(th * kV * 2);
+  FillRandom(kv, 21);
+  FillRandom(k_pe, 22);
+  kernels::KvPackParams p;
+  p.dtype = DType::kBF16; p.num_tokens = tokens; p.num_heads = heads; p.nope_dim = kNope; p.rope_dim = kPe;
+  p.v_dim = kV; p.kv = kv.get(); p.k_pe = k_pe.get(); p.k_pe_stride = kPe; p.k = k.get(); p.v = v.get();
+  const double ms = MedianMs([&] { CheckStatus(kernels::KvPack(p, kCuda), "KvPack"); });
+  const double bytes = static_cast<double>(kv.bytes() + k_pe.bytes() + k.bytes() + v.bytes());
+  const double gbs = bytes / (ms * 1e-3) / 1e9;
+  char shape[128];
+  std::snprintf(shape, sizeof(shape), "tokens=%d h=%d 128+64 / 128", tokens, heads);
+  res.Add("kv_pack", shape, ms, 0.0, gbs, gbs / ceil.copy_gbs, "copy BW");
+}
+
+void BenchMlaPrefill(int batch, int heads, int extend, int prefix, const Ceilings& ceil, Results& res) {
+  std::vector<int> lk(batch, extend + prefix);
+  PagedCache pc(lk, 31 + heads);
+  const int64_t rows = static_cast<int64_t>(batch) * extend * heads;
+  DeviceArray q(rows * kWidth * 2), out(rows * kRank * 2), lse(rows * 4), cu_q((batch + 1) * 4);
+  FillRandom(q, 33);
+  std::vector<int32_t> cu(batch + 1);
+  for (int b = 0; b <= batch; ++b) cu[b] = b * extend;
+  Upload(cu_q, cu);
+  kernels::MlaParams p;
+  p.dtype = DType::kBF16; p.batch = batch; p.num_heads = heads; p.kv_lora_rank = kRank; p.rope_dim = kRope;
+  p.q = q.get(); p.q_token_stride = static_cast<int64_t>(heads) * kWidth; p.q_head_stride = kWidth;
+  p.kv_cache = pc.cache->get(); p.num_pages = pc.num_pages; p.block_table = pc.d_table->get<int32_t>();
+  p.max_pages_per_seq = pc.max_pages; p.cu_seqlens_q = cu_q.get<int32_t>();
+  p.seqlens_k = pc.d_seqlens->get<int32_t>(); p.max_seqlen_q = extend; p.max_seqlen_k = extend + prefix;
+  p.out = out.get(); p.lse = lse.get<float>(); p.softmax_scale = 1.0f / std::sqrt(192.0f);
+  const double ms = MedianMs([&] { CheckStatus(kernels::MlaPrefill(p, kCuda), "MlaPrefill"); }, 2, 10);
+  // Query i of a chunk sees prefix + i + 1 keys.
+  const double visible = batch * (static_cast<double>(extend) * prefix + extend * (extend + 1) / 2.0);
+  const double flops = 2.0 * heads * visible * (kWidth + kRank);
+  const double tflops = flops / (ms * 1e-3) / 1e12;
+  char shape[128];
+  std::snprintf(shape, sizeof(shape), "b=%d h=%d extend=%d prefix=%d", batch, heads, extend, prefix);
+  res.Add("mla_prefill", shape, ms, tflops, 0.0, tflops / ceil.gemm_tflops, "GEMM");
+}
+
+}  // namespace
+}  // namespace mlaserve::bench
+
+int main(int argc, char** argv) {
+  using namespace mlaserve::bench;
+  std::string json_path;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
+    else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--json FILE] [--quick]\n", argv[0]);
+      return 1;
+    }
+  }
+  cudaDeviceProp prop;
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  Ceilings ceil;
+  ceil.copy_gbs = MeasureCopyGBs();
+  ceil.gemm_tflops = MeasureGemmTflops();
+  std::printf("device %s, %d SMs; device copy %.0f GB/s (read+write); cuBLAS bf16 GEMM %.0f TFLOP/s\n",
+              prop.name, prop.multiProcessorCount, ceil.copy_gbs, ceil.gemm_tflops);
+  Results res;
+  for (int heads : {128, 16})
+    for (int batch : {64, 128})
+      for (int sk : {4096, 8192, 16384}) {
+        if (quick && sk != 8192) continue;
+        BenchMlaDecode(batch, heads, sk, prop.multiProcessorCount, ceil, res);
+      }
+  for (int heads : {128, 16})
+    for (int seqlen : {1024, 2048, 4096, 8192, 16384}) {
+      if (quick && seqlen != 8192) continue;
+      BenchMhaPrefill(heads, seqlen, 16384, ceil, res);
+    }
+  BenchKvPack(16384, 128, ceil, res);
+  BenchMlaPrefill(4, 128, 1024, 3072, ceil, res);
+  BenchMlaPrefill(4, 16, 1024, 3072, ceil, res);
+  if (!json_path.empty()) {
+    nlohmann::json doc = {{"device", prop.name}, {"sms", prop.multiProcessorCount},
+                          {"copy_gbs", ceil.copy_gbs}, {"gemm_tflops", ceil.gemm_tflops}, {"results", res.rows}};
+    std::ofstream(json_path) << doc.dump(2) << "\n";
+  }
+  return 0;
+}

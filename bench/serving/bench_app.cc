@@ -1,0 +1,162 @@
+#include "bench/serving/bench_app.h"
+
+#include <unistd.h>
+
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "bench/serving/dataset.h"
+#include "bench/serving/load_runner.h"
+#include "bench/serving/progress.h"
+#include "bench/serving/report.h"
+#include "bench/serving/stats.h"
+#include "bench/serving/stream_tally.h"
+#include "mlaserve/v1/api.grpc.pb.h"
+
+namespace mlaserve::bench {
+namespace {
+
+absl::StatusOr<v1::GetModelInfoResponse> FetchModelInfo(v1::Generation::StubInterface* stub,
+                                                        const BenchOptions& o) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(o.connect_timeout_s)));
+  context.set_wait_for_ready(true);  // ride out a server that is still starting
+  v1::GetModelInfoResponse info;
+  const grpc::Status status = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+  if (!status.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "GetModelInfo on ", o.server, " failed within ", o.connect_timeout_s, " s: ",
+        StatusCodeName(status.error_code()), ": ", status.error_message()));
+  }
+  return info;
+}
+
+absl::StatusOr<std::vector<RequestSpec>> BuildDataset(const BenchOptions& o,
+                                                      const v1::GetModelInfoResponse& model) {
+  if (o.dataset == DatasetKind::kPromptsFile) {
+    auto specs = LoadPromptsFile(o.prompts_file, o.num_prompts);
+    if (!specs.ok()) return specs.status();
+    return CycleToCount(*specs, o.num_prompts);
+  }
+  if (model.vocab_size() < 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server reports vocab_size ", model.vocab_size(), "; random prompts need >= 1"));
+  }
+  VocabInfo vocab;
+  vocab.vocab_size = model.vocab_size();
+  vocab.max_context_length = model.max_context_length();
+  for (int32_t id : model.eos_token_ids()) vocab.excluded_ids.insert(id);
+  if (model.has_bos_token_id()) vocab.excluded_ids.insert(model.bos_token_id());
+  RandomDatasetOptions random;
+  random.num_prompts = o.num_prompts;
+  random.input_len = o.random_input_len;
+  random.output_len = o.random_output_len;
+  random.range_ratio = o.random_range_ratio;
+  random.seed = o.seed;
+  return MakeRandomDataset(random, vocab);
+}
+
+// Distinguishes this run's request ids from those of any other run on the same server (a
+// run cut short may leave requests running there; ids must be unique among running ones).
+std::string RunNonce() {
+  std::random_device device;
+  return absl::StrFormat("%08x", device());
+}
+
+LoadResult RunWithProgress(LoadRunner& runner, const std::vector<RequestSpec>& specs,
+                           const std::vector<double>& arrivals, bool show,
+                           const std::string& label, std::FILE* err) {
+  std::optional<ProgressDisplay> display;
+  if (show) display.emplace(label, [&runner] { return runner.Progress(); }, err);
+  LoadResult result = runner.Run(specs, arrivals);
+  if (display) display->Stop();
+  return result;
+}
+
+}  // namespace
+
+int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
+  const auto fail = [err](const absl::Status& status) {
+    std::fprintf(err, "mlaserve-bench: %s\n", status.ToString().c_str());
+    return kExitCannotRun;
+  };
+  if (absl::Status valid = Validate(o); !valid.ok()) return fail(valid);
+
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(o.server, grpc::InsecureChannelCredentials(), args);
+  std::unique_ptr<v1::Generation::Stub> stub = v1::Generation::NewStub(channel);
+
+  absl::StatusOr<v1::GetModelInfoResponse> model = FetchModelInfo(stub.get(), o);
+  if (!model.ok()) return fail(model.status());
+  absl::StatusOr<std::vector<RequestSpec>> specs = BuildDataset(o, *model);
+  if (!specs.ok()) return fail(specs.status());
+  const std::vector<double> arrivals =
+      PoissonArrivalOffsets(static_cast<int>(specs->size()), o.request_rate, o.seed);
+
+  const bool show_progress =
+      o.progress == ProgressMode::kOn ||
+      (o.progress == ProgressMode::kAuto && isatty(fileno(err)) == 1);
+  const std::string nonce = RunNonce();
+  LoadOptions load;
+  load.max_concurrency = o.max_concurrency;
+  load.call.timeout = absl::Seconds(o.request_timeout_s);
+  load.call.temperature = o.temperature;
+  load.call.ignore_eos = o.ignore_eos;
+  load.call.include_text = o.include_text;
+
+  RunInfo info;
+  info.options = o;
+  info.model_name = model->model_name();
+  if (o.warmup_requests > 0) {
+    const std::vector<RequestSpec> warmup = CycleToCount(*specs, o.warmup_requests);
+    LoadOptions warm = load;
+    warm.request_id_prefix = absl::StrCat("bench-", nonce, "-warmup");
+    LoadRunner runner(stub.get(), warm);
+    LoadResult result = RunWithProgress(runner, warmup, std::vector<double>(warmup.size(), 0.0),
+                                        show_progress, "warmup", err);
+    info.warmup_sent = static_cast<int>(warmup.size());
+    for (const RequestRecord& r : result.records) {
+      if (r.outcome == Outcome::kSuccess) continue;
+      if (info.warmup_failed++ == 0) {
+        std::fprintf(err, "mlaserve-bench: warmup request %s failed: %s: %s\n",
+                     r.request_id.c_str(), r.error_class.c_str(), r.error.c_str());
+      }
+    }
+    info.warmup_failed += result.abandoned;
+  }
+
+  load.request_id_prefix = absl::StrCat("bench-", nonce);
+  if (o.max_duration_s > 0) load.max_duration = absl::Seconds(o.max_duration_s);
+  LoadRunner runner(stub.get(), load);
+  const LoadResult result =
+      RunWithProgress(runner, *specs, arrivals, show_progress, "benchmark", err);
+  const BenchSummary summary = Summarize(result, static_cast<int>(specs->size()));
+
+  const std::string table = FormatSummaryTable(summary, info);
+  std::fputs(table.c_str(), out);
+  std::fflush(out);
+  if (!o.output_json.empty()) {
+    if (absl::Status s = WriteJsonFile(o.output_json, SummaryToJson(summary, info)); !s.ok()) {
+      return fail(s);
+    }
+  }
+  if (!o.output_jsonl.empty()) {
+    if (absl::Status s = WriteJsonlFile(o.output_jsonl, result.records); !s.ok()) {
+      return fail(s);
+    }
+  }
+  return summary.failed > 0 || summary.abandoned > 0 ? kExitRequestsFailed : kExitOk;
+}
+
+}  // namespace mlaserve::bench

@@ -1,0 +1,87 @@
+// mlaserve-bench: serving load generator for an mlaserve router (or anything that serves
+// mlaserve.v1.Generation). See docs/BENCHMARKS.md, "Serving benchmark (mlaserve-bench)".
+#include <cstdio>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/numbers.h"
+#include "bench/serving/bench_app.h"
+#include "bench/serving/bench_options.h"
+
+namespace mlaserve::bench {
+namespace {
+
+int Main(int argc, char** argv) {
+  CLI::App app{"mlaserve-bench: serving benchmark against an mlaserve router (gRPC)"};
+  BenchOptions o;
+  std::string dataset = "random";
+  std::string rate = "inf";
+  std::string progress = "auto";
+  float temperature = 0.0f;
+
+  app.add_option("--server", o.server, "router address HOST:PORT")->capture_default_str();
+  app.add_option("--dataset", dataset, "random (token ids) or prompts-file (JSONL)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"random", "prompts-file"}));
+  app.add_option("--prompts-file", o.prompts_file,
+                 "JSONL, one {\"text\": ..., \"output_len\": N} per line (cycled to "
+                 "--num-prompts)");
+  app.add_option("--num-prompts", o.num_prompts, "requests in the timed run")
+      ->capture_default_str();
+  app.add_option("--random-input-len", o.random_input_len, "prompt tokens (upper bound)")
+      ->capture_default_str();
+  app.add_option("--random-output-len", o.random_output_len, "output tokens (upper bound)")
+      ->capture_default_str();
+  app.add_option("--random-range-ratio", o.random_range_ratio,
+                 "lengths drawn uniformly from [len*ratio, len]")
+      ->capture_default_str();
+  app.add_option("--request-rate", rate, "requests/s, Poisson arrivals; inf = all at once")
+      ->capture_default_str();
+  app.add_option("--max-concurrency", o.max_concurrency,
+                 "most requests in flight at once (0 = unlimited)")
+      ->capture_default_str();
+  app.add_option("--warmup-requests", o.warmup_requests, "untimed requests sent first")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the dataset and the arrival times")
+      ->capture_default_str();
+  app.add_option("--max-duration-s", o.max_duration_s,
+                 "bound on the timed run; requests still running are cancelled (0 = none)")
+      ->capture_default_str();
+  app.add_option("--request-timeout-s", o.request_timeout_s, "deadline of each request")
+      ->capture_default_str();
+  app.add_option("--connect-timeout-s", o.connect_timeout_s,
+                 "how long to wait for the server's GetModelInfo")
+      ->capture_default_str();
+  app.add_option("--temperature", temperature, "sampling temperature (0 = greedy)")
+      ->capture_default_str();
+  app.add_option("--ignore-eos", o.ignore_eos,
+                 "keep generating past EOS so outputs reach their length")
+      ->capture_default_str();
+  app.add_option("--include-text", o.include_text,
+                 "ask the server for detokenized text as well as token ids")
+      ->capture_default_str();
+  app.add_option("--output-jsonl", o.output_jsonl, "write one JSON record per request here");
+  app.add_option("--output-json", o.output_json, "write the summary as JSON here");
+  app.add_option("--progress", progress, "progress bar on stderr: auto (terminal only), on, off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  CLI11_PARSE(app, argc, argv);
+
+  o.dataset = dataset == "random" ? DatasetKind::kRandom : DatasetKind::kPromptsFile;
+  o.progress = progress == "on"    ? ProgressMode::kOn
+               : progress == "off" ? ProgressMode::kOff
+                                   : ProgressMode::kAuto;
+  o.temperature = temperature;
+  if (!absl::SimpleAtod(rate, &o.request_rate)) {
+    std::fprintf(stderr, "mlaserve-bench: --request-rate %s is not a number or inf\n",
+                 rate.c_str());
+    return kExitCannotRun;
+  }
+  return RunBenchmark(o, stdout, stderr);
+}
+
+}  // namespace
+}  // namespace mlaserve::bench
+
+int main(int argc, char** argv) { return mlaserve::bench::Main(argc, argv); }

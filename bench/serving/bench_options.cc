@@ -1,0 +1,58 @@
+#include "bench/serving/bench_options.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace mlaserve::bench {
+namespace {
+
+absl::Status Invalid(const std::string& flag, double value, const std::string& rule) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", value, ": ", rule));
+}
+
+}  // namespace
+
+const char* DatasetName(DatasetKind kind) {
+  return kind == DatasetKind::kRandom ? "random" : "prompts-file";
+}
+
+absl::Status Validate(const BenchOptions& o) {
+  if (o.server.empty()) return absl::InvalidArgumentError("--server is empty");
+  if (o.num_prompts < 1) return Invalid("num-prompts", o.num_prompts, "must be >= 1");
+  if (o.dataset == DatasetKind::kRandom) {
+    if (o.random_input_len < 1) {
+      return Invalid("random-input-len", o.random_input_len, "must be >= 1");
+    }
+    if (o.random_output_len < 1) {
+      return Invalid("random-output-len", o.random_output_len, "must be >= 1");
+    }
+    if (!(o.random_range_ratio >= 0 && o.random_range_ratio <= 1)) {
+      return Invalid("random-range-ratio", o.random_range_ratio, "must be in [0, 1]");
+    }
+  } else if (o.prompts_file.empty()) {
+    return absl::InvalidArgumentError("--dataset prompts-file needs --prompts-file FILE");
+  }
+  if (!(o.request_rate > 0)) {
+    return Invalid("request-rate", o.request_rate, "must be > 0 (inf = all at once)");
+  }
+  if (o.max_concurrency < 0) {
+    return Invalid("max-concurrency", o.max_concurrency, "must be >= 0 (0 = unlimited)");
+  }
+  if (o.warmup_requests < 0) return Invalid("warmup-requests", o.warmup_requests, "must be >= 0");
+  if (!(o.max_duration_s >= 0) || std::isinf(o.max_duration_s)) {
+    return Invalid("max-duration-s", o.max_duration_s, "must be finite and >= 0 (0 = no bound)");
+  }
+  if (!(o.request_timeout_s > 0) || std::isinf(o.request_timeout_s)) {
+    return Invalid("request-timeout-s", o.request_timeout_s, "must be finite and > 0");
+  }
+  if (!(o.connect_timeout_s > 0) || std::isinf(o.connect_timeout_s)) {
+    return Invalid("connect-timeout-s", o.connect_timeout_s, "must be finite and > 0");
+  }
+  if (o.temperature && !(*o.temperature >= 0)) {
+    return Invalid("temperature", *o.temperature, "must be >= 0 (0 = greedy)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mlaserve::bench

@@ -1,0 +1,49 @@
+// BenchOptions: everything one mlaserve-bench run is told, filled from flags in main() and
+// validated once here.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace mlaserve::bench {
+
+enum class DatasetKind { kRandom, kPromptsFile };
+enum class ProgressMode { kAuto, kOn, kOff };
+
+struct BenchOptions {
+  std::string server = "localhost:8000";
+
+  DatasetKind dataset = DatasetKind::kRandom;
+  std::string prompts_file;  // JSONL for kPromptsFile
+  int num_prompts = 1000;
+  int random_input_len = 1024;
+  int random_output_len = 128;
+  double random_range_ratio = 1.0;
+
+  double request_rate = std::numeric_limits<double>::infinity();  // requests/s, Poisson
+  int max_concurrency = 0;                                         // 0 = unlimited
+  int warmup_requests = 1;
+  uint64_t seed = 1;
+  double max_duration_s = 0;  // 0 = no bound
+
+  double request_timeout_s = 600;  // deadline of each Generate
+  double connect_timeout_s = 10;   // deadline of GetModelInfo (and the connection)
+  std::optional<float> temperature = 0.0f;  // greedy by default; unset = server default
+  bool ignore_eos = true;
+  bool include_text = true;
+
+  std::string output_jsonl;  // per-request records
+  std::string output_json;   // summary
+  ProgressMode progress = ProgressMode::kAuto;
+};
+
+// INVALID_ARGUMENT naming the flag and value that is out of range.
+absl::Status Validate(const BenchOptions& options);
+
+const char* DatasetName(DatasetKind kind);
+
+}  // namespace mlaserve::bench

@@ -1,0 +1,56 @@
+// Datasets of mlaserve-bench and the arrival schedule.
+//
+// Everything random here comes from std::mt19937_64 (whose output sequence the C++ standard
+// fixes) through our own integer/real/exponential transforms (the standard library's
+// distributions are implementation-defined), so one --seed gives the same prompts and
+// arrival times on every platform and compiler.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "bench/serving/request_record.h"
+
+namespace mlaserve::bench {
+
+// What the random dataset needs to know about the model (from GetModelInfo).
+struct VocabInfo {
+  int vocab_size = 0;
+  int max_context_length = 0;
+  // Ids never placed in prompts (EOS, BOS): a random prompt should not contain them.
+  absl::flat_hash_set<int32_t> excluded_ids;
+};
+
+struct RandomDatasetOptions {
+  int num_prompts = 0;
+  int input_len = 0;
+  int output_len = 0;
+  // Lengths are drawn uniformly from [max(1, floor(len * ratio)), len]; 1.0 = fixed lengths.
+  double range_ratio = 1.0;
+  uint64_t seed = 0;
+};
+
+// Prompts of random token ids. INVALID_ARGUMENT naming the value when a length is < 1,
+// the ratio is outside [0, 1], input + output exceeds the model's context, or the vocabulary
+// has no id left to draw.
+absl::StatusOr<std::vector<RequestSpec>> MakeRandomDataset(const RandomDatasetOptions& options,
+                                                           const VocabInfo& vocab);
+
+// Reads a JSONL file, one object per line: {"text": "...", "output_len": N}. Blank lines are
+// skipped. At most `limit` prompts are returned (0 = all). INVALID_ARGUMENT naming the file
+// and line for a malformed line; NOT_FOUND when the file cannot be opened.
+absl::StatusOr<std::vector<RequestSpec>> LoadPromptsFile(const std::string& path, int limit);
+
+// Repeats `specs` in order until there are `count` of them, renumbering the copies
+// (a prompts file shorter than --num-prompts is cycled, as the usual benchmarks do).
+std::vector<RequestSpec> CycleToCount(const std::vector<RequestSpec>& specs, int count);
+
+// Send times in seconds from the start of the run, non-decreasing, the first one 0: a
+// Poisson process of `rate` requests/s (exponential gaps), or all 0 when rate is infinite.
+// `rate` must be > 0.
+std::vector<double> PoissonArrivalOffsets(int count, double rate, uint64_t seed);
+
+}  // namespace mlaserve::bench

@@ -1,0 +1,121 @@
+#include "bench/serving/load_runner.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+
+namespace mlaserve::bench {
+
+struct LoadRunner::State {
+  mutable absl::Mutex mu;
+  std::vector<RequestRecord> records ABSL_GUARDED_BY(mu);
+  std::vector<bool> done ABSL_GUARDED_BY(mu);
+  LoadProgress progress ABSL_GUARDED_BY(mu);
+  int peak_in_flight ABSL_GUARDED_BY(mu) = 0;
+};
+
+LoadRunner::LoadRunner(v1::Generation::StubInterface* stub, LoadOptions options)
+    : stub_(stub), options_(std::move(options)), state_(std::make_shared<State>()) {}
+
+LoadRunner::~LoadRunner() = default;
+
+LoadProgress LoadRunner::Progress() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->progress;
+}
+
+LoadResult LoadRunner::Run(const std::vector<RequestSpec>& specs,
+                           const std::vector<double>& arrival_offsets_s) {
+  const int n = static_cast<int>(std::min(specs.size(), arrival_offsets_s.size()));
+  State& st = *state_;
+  {
+    absl::MutexLock lock(&st.mu);
+    st.done.assign(n, false);
+    st.progress.total = n;
+  }
+  calls_.resize(n);
+
+  const BenchClock::time_point run_start = BenchClock::now();
+  const absl::Time start = absl::Now();
+  const absl::Time bound = start + options_.max_duration;  // InfiniteFuture when unbounded
+  const int limit = options_.max_concurrency > 0 ? options_.max_concurrency : n + 1;
+  bool bound_hit = false;
+
+  int sent = 0;
+  for (; sent < n; ++sent) {
+    const absl::Time due = start + absl::Seconds(arrival_offsets_s[sent]);
+    if (due >= bound) {
+      bound_hit = true;
+      break;
+    }
+    // Pacing the arrivals is this thread's job, so it sleeps until the request is due.
+    const absl::Duration wait = due - absl::Now();
+    if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
+    {
+      absl::MutexLock lock(&st.mu);
+      auto slot_free = [&st, limit]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
+        return st.progress.in_flight < limit;
+      };
+      if (!st.mu.AwaitWithDeadline(absl::Condition(&slot_free), bound)) {
+        bound_hit = true;
+        break;
+      }
+      ++st.progress.in_flight;
+      ++st.progress.started;
+      st.peak_in_flight = std::max(st.peak_in_flight, st.progress.in_flight);
+    }
+    const int index = sent;
+    std::shared_ptr<State> shared = state_;
+    calls_[index] = std::make_unique<TimedGenerateCall>(
+        specs[index], absl::StrCat(options_.request_id_prefix, "-", index), options_.call,
+        run_start, [shared, index](RequestRecord record) {
+          absl::MutexLock lock(&shared->mu);
+          if (record.outcome == Outcome::kFailed) ++shared->progress.failed;
+          ++shared->progress.finished;
+          --shared->progress.in_flight;
+          shared->done[index] = true;
+          shared->records.push_back(std::move(record));
+        });
+    calls_[index]->Start(stub_);
+  }
+
+  auto all_done = [&st]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
+    return st.progress.in_flight == 0;
+  };
+  if (!bound_hit) {
+    absl::MutexLock lock(&st.mu);
+    bound_hit = !st.mu.AwaitWithDeadline(absl::Condition(&all_done), bound);
+  }
+  if (bound_hit) {
+    // Cancelling a call that already finished is a no-op, so no lock is needed here (and
+    // none may be held: a cancelled call's completion takes the lock).
+    for (int i = 0; i < sent; ++i) calls_[i]->CancelAtBound();
+    absl::MutexLock lock(&st.mu);
+    st.mu.AwaitWithDeadline(absl::Condition(&all_done), absl::Now() + options_.cancel_grace);
+  }
+
+  LoadResult result;
+  result.duration_s = std::chrono::duration<double>(BenchClock::now() - run_start).count();
+  result.time_bound_hit = bound_hit;
+  result.not_started = n - sent;
+  absl::MutexLock lock(&st.mu);
+  for (int i = 0; i < sent; ++i) {
+    if (!st.done[i]) {
+      // Still owned by gRPC: keep it alive for good rather than free it under a live call.
+      static_cast<void>(calls_[i].release());
+      ++result.abandoned;
+    }
+  }
+  result.peak_in_flight = st.peak_in_flight;
+  result.records = std::move(st.records);
+  st.records.clear();
+  std::sort(result.records.begin(), result.records.end(),
+            [](const RequestRecord& a, const RequestRecord& b) { return a.index < b.index; });
+  return result;
+}
+
+}  // namespace mlaserve::bench

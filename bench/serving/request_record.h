@@ -1,0 +1,51 @@
+// What mlaserve-bench sends (RequestSpec) and what it measured for one request (RequestRecord).
+//
+// Times are seconds as doubles, measured on the client's steady clock: TTFT and E2E from the
+// moment the Generate call was started (after any wait for a concurrency slot, as in the
+// usual serving benchmarks), ITL entries between streamed tokens.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlaserve::bench {
+
+// One prompt of the dataset. Exactly one of prompt_token_ids / prompt_text is used: the
+// random dataset sends token ids (no tokenizer needed), the prompts file sends text.
+struct RequestSpec {
+  int index = 0;
+  std::vector<int32_t> prompt_token_ids;
+  std::string prompt_text;
+  bool use_text = false;
+  // Prompt tokens when the client knows them (token-id prompts); 0 for text prompts, whose
+  // length only the server's `complete` message tells.
+  int input_len = 0;
+  int output_len = 1;  // sent as max_new_tokens
+};
+
+enum class Outcome {
+  kSuccess,
+  kFailed,            // non-OK status, an `error` message, or a failed client-side check
+  kCancelledAtBound,  // still running when --max-duration-s ran out; cancelled by the client
+};
+
+struct RequestRecord {
+  int index = 0;
+  std::string request_id;
+  int input_len = 0;             // from `complete` when it arrived, else the spec's
+  int requested_output_len = 0;
+  int output_len = 0;            // token ids received in chunks
+  double start_offset_s = 0;     // call start, relative to the start of the run
+  double ttft_s = -1;            // -1: no token arrived
+  std::vector<double> itl_s;     // one entry per token after the first (output_len - 1)
+  double e2e_s = 0;              // call start -> final status
+  int status_code = 0;           // grpc::StatusCode the call ended with
+  Outcome outcome = Outcome::kSuccess;
+  // Failure class for the summary: the gRPC code's name ("UNAVAILABLE") for server errors,
+  // or a client-side check ("TOKEN_COUNT_MISMATCH", "MISSING_COMPLETE", "ABORTED").
+  std::string error_class;
+  std::string error;             // human-readable; empty on success
+};
+
+}  // namespace mlaserve::bench

@@ -1,0 +1,201 @@
+// gemm CUDA backend: cuBLASLt, bf16 (or f32) operands, f32 accumulation, bias as an epilogue,
+// strided batches through the layouts' batch attributes.
+//
+// Row-major to cuBLASLt (column-major): a row-major [r, c] matrix with row stride ld is a
+// column-major [c, r] matrix with leading dimension ld. So C = A * op(B) in row-major is
+// C^T = op(B)^T * A^T in column-major: cuBLASLt's "A" is our B (transposed when B is [n, k]),
+// its "B" is our A, and its output is C with m' = n, n' = m. The bias epilogue adds a vector
+// along m' = n, i.e. bias[j] to every row of our C.
+//
+// One cublasLt handle and one workspace per stream, created on the stream's first call and
+// kept for the life of the process (never per call); matmul descriptors, layouts and the
+// heuristic's algorithm are cached per stream and shape, so a repeated shape costs no
+// heuristic query. Run every shape once before capturing a CUDA graph: the first call on a
+// stream allocates its workspace.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/gemm/api.h"
+
+namespace mlaserve::kernels {
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLAS's advice for Hopper
+constexpr int kMaxAlignment = 256;             // cuBLASLt's default assumption
+
+absl::Status LtStatus(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("gemm: ", what, " failed: cublas status ", static_cast<int>(s)));
+}
+
+#define GEMM_LT(expr)                                                      \
+  do {                                                                     \
+    const cublasStatus_t gemm_s_ = (expr);                                 \
+    if (gemm_s_ != CUBLAS_STATUS_SUCCESS) return LtStatus(gemm_s_, #expr); \
+  } while (0)
+
+// Largest power of two (<= 256) that divides the address: the alignment cuBLASLt may assume.
+int AlignmentOf(const void* p) {
+  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  int a = 1;
+  while (a < kMaxAlignment && v % (2 * a) == 0) a *= 2;
+  return a;
+}
+
+// Everything a cached plan depends on (pointers only through their alignment).
+using PlanKey = std::tuple<int, bool, int, int, int, int, int64_t, int64_t, int64_t, int64_t,
+                           int64_t, int64_t, bool, bool, int, int, int, int>;
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+struct StreamState {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+};
+
+std::mutex& StateMutex() {
+  static std::mutex mu;
+  return mu;
+}
+// Keyed by (stream, device): the legacy default stream (null) exists once per device.
+std::map<std::pair<void*, int>, std::unique_ptr<StreamState>>& States() {
+  static auto* states = new std::map<std::pair<void*, int>, std::unique_ptr<StreamState>>();
+  return *states;
+}
+
+absl::StatusOr<StreamState*> StateFor(void* stream) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return absl::InternalError("gemm: cudaGetDevice failed");
+  auto& slot = States()[{stream, device}];
+  if (slot == nullptr) {
+    auto st = std::make_unique<StreamState>();
+    GEMM_LT(cublasLtCreate(&st->handle));
+    const cudaError_t err = cudaMalloc(&st->workspace, kWorkspaceBytes);
+    if (err != cudaSuccess) {
+      cublasLtDestroy(st->handle);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "gemm: cudaMalloc of the ", kWorkspaceBytes, "-byte cuBLASLt workspace failed: ",
+          cudaGetErrorString(err)));
+    }
+    slot = std::move(st);
+  }
+  return slot.get();
+}
+
+absl::Status MakeLayout(cublasLtMatrixLayout_t* out, cudaDataType_t type, int64_t rows,
+                        int64_t cols, int64_t ld, int batch, int64_t stride) {
+  GEMM_LT(cublasLtMatrixLayoutCreate(out, type, rows, cols, ld));
+  if (batch > 1) {
+    GEMM_LT(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                             sizeof(batch)));
+    GEMM_LT(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                             &stride, sizeof(stride)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const GemmParams& p, cublasLtHandle_t handle,
+                                               const int (&align)[4]) {
+  const bool f32 = p.dtype == DType::kF32;
+  const cudaDataType_t ab_type = f32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t c_type = (f32 || p.c_f32) ? CUDA_R_32F : CUDA_R_16BF;
+  auto plan = std::make_unique<Plan>();
+  GEMM_LT(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t trans_a = p.b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t trans_b = CUBLAS_OP_N;
+  GEMM_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+  GEMM_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+  if (p.bias != nullptr) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    GEMM_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    GEMM_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                           &c_type, sizeof(c_type)));
+  }
+  // cuBLASLt "A" = our B: [k, n] column-major when B is [n, k] row-major (then transposed).
+  if (p.b_transposed) {
+    RETURN_IF_ERROR(MakeLayout(&plan->a, ab_type, p.k, p.n, p.ldb, p.batch, p.stride_b));
+  } else {
+    RETURN_IF_ERROR(MakeLayout(&plan->a, ab_type, p.n, p.k, p.ldb, p.batch, p.stride_b));
+  }
+  RETURN_IF_ERROR(MakeLayout(&plan->b, ab_type, p.k, p.m, p.lda, p.batch, p.stride_a));
+  RETURN_IF_ERROR(MakeLayout(&plan->c, c_type, p.n, p.m, p.ldc, p.batch, p.stride_c));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  GEMM_LT(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = kWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t v = static_cast<uint32_t>(align[i]);
+    cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &v, sizeof(v));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b,
+                                                           plan->c, plan->c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gemm: cuBLASLt has no algorithm for dtype=", DTypeName(p.dtype), " c_f32=", p.c_f32,
+        " m=", p.m, " n=", p.n, " k=", p.k, " batch=", p.batch, " lda=", p.lda, " ldb=", p.ldb,
+        " ldc=", p.ldc, " (status ", static_cast<int>(hs), ")"));
+  }
+  plan->algo = result.algo;
+  return plan;
+}
+
+}  // namespace
+
+absl::Status GemmCuda(const GemmParams& p, void* stream) {
+  if (p.dtype != DType::kBF16 && p.dtype != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gemm: the CUDA backend supports dtype=bf16 or f32, got ", DTypeName(p.dtype)));
+  }
+  const int align[4] = {AlignmentOf(p.b), AlignmentOf(p.a), AlignmentOf(p.c), AlignmentOf(p.c)};
+  const PlanKey key{static_cast<int>(p.dtype), p.c_f32 && p.dtype != DType::kF32, p.m, p.n, p.k,
+                    p.batch, p.lda, p.ldb, p.ldc, p.batch > 1 ? p.stride_a : 0,
+                    p.batch > 1 ? p.stride_b : 0, p.batch > 1 ? p.stride_c : 0, p.b_transposed,
+                    p.bias != nullptr, align[0], align[1], align[2], align[3]};
+  std::lock_guard<std::mutex> lock(StateMutex());
+  ASSIGN_OR_RETURN(StreamState * st, StateFor(stream));
+  auto& plan = st->plans[key];
+  if (plan == nullptr) {
+    auto made = MakePlan(p, st->handle, align);
+    if (!made.ok()) {
+      st->plans.erase(key);
+      return made.status();
+    }
+    plan = std::move(made).value();
+  }
+  if (p.bias != nullptr) {
+    GEMM_LT(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                           &p.bias, sizeof(p.bias)));
+  }
+  GEMM_LT(cublasLtMatmul(st->handle, plan->desc, &p.alpha, p.b, plan->a, p.a, plan->b, &p.beta,
+                         p.c, plan->c, p.c, plan->c, &plan->algo, st->workspace, kWorkspaceBytes,
+                         static_cast<cudaStream_t>(stream)));
+  return absl::OkStatus();
+}
+
+}  // namespace mlaserve::kernels

@@ -1,0 +1,54 @@
+// The one place where the latent-attention kernel's runtime shape (latent and rope widths,
+// rows per CTA) becomes a template configuration, plus the checks the kernel adds to
+// CheckMlaShape.
+#include "common/status.h"
+#include "kernels/mla_prefill/latent_attention_kernel.cuh"
+
+namespace mlaserve::kernels::mla_cuda {
+namespace {
+
+// Padded widths with instantiations (latent_attention_r*_w*.cu).
+constexpr int kDeepSeekRank = 512, kSmallRank = 64, kPaddedRope = 64;
+
+template <int kRank>
+absl::Status LaunchRows(const LatentArgs& args, int rows_per_cta, int64_t max_rows, cudaStream_t s) {
+  switch (rows_per_cta) {
+    case 16: return LaunchLatentTile<kRank, kPaddedRope, 1>(args, max_rows, s);
+    case 32: return LaunchLatentTile<kRank, kPaddedRope, 2>(args, max_rows, s);
+    default: return LaunchLatentTile<kRank, kPaddedRope, 4>(args, max_rows, s);
+  }
+}
+
+}  // namespace
+
+absl::Status LaunchLatentAttention(const MlaParams& p, const LatentSplit& split,
+                                   int64_t max_rows_per_request, cudaStream_t stream) {
+  constexpr const char* kFamily = "mla";
+  if (p.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mla: the CUDA backend supports dtype=bf16 only, got ", DTypeName(p.dtype)));
+  }
+  const bool small = p.kv_lora_rank <= kSmallRank;
+  if (p.kv_lora_rank % cuda::kBf16PerChunk != 0 || p.kv_lora_rank > kDeepSeekRank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mla: kv_lora_rank=", p.kv_lora_rank, " is not supported on CUDA (multiples of 8 up to ",
+        kDeepSeekRank, ")"));
+  }
+  if (p.rope_dim % cuda::kBf16PerChunk != 0 || p.rope_dim > kPaddedRope) {
+    return absl::InvalidArgumentError(absl::StrCat("mla: rope_dim=", p.rope_dim,
+                                                   " is not supported on CUDA (multiples of 8 up to ",
+                                                   kPaddedRope, ")"));
+  }
+  RETURN_IF_ERROR(cuda::RequireVectorAligned(kFamily, "q", p.q));
+  RETURN_IF_ERROR(cuda::RequireVectorAligned(kFamily, "kv_cache", p.kv_cache));
+  RETURN_IF_ERROR(cuda::RequireVectorAligned(kFamily, "out", p.out));
+  RETURN_IF_ERROR(cuda::RequireStrideMultiple8(kFamily, "q_token_stride", p.q_token_stride));
+  RETURN_IF_ERROR(cuda::RequireStrideMultiple8(kFamily, "q_head_stride", p.q_head_stride));
+  if (max_rows_per_request <= 0 || p.batch == 0) return absl::OkStatus();
+  const int rows_per_cta = LatentRowsPerCta(max_rows_per_request);
+  const LatentArgs args{p, split};
+  return small ? LaunchRows<kSmallRank>(args, rows_per_cta, max_rows_per_request, stream)
+               : LaunchRows<kDeepSeekRank>(args, rows_per_cta, max_rows_per_request, stream);
+}
+
+}  // namespace mlaserve::kernels::mla_cuda

@@ -1,0 +1,93 @@
+// RmsNorm (plain and fused with the residual add) and LayerNorm, CUDA vs the CPU reference:
+// bf16 within 1e-2, f32 within 1e-5; strided rows; y aliasing x.
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/norm/api.h"
+#include "kernels/testing/cuda_testing.h"
+#include "kernels/testing/testing.h"
+
+namespace mlaserve::kernels {
+namespace {
+
+std::vector<float> Rows(const std::vector<float>& v, int rows, int dim, int64_t stride) {
+  std::vector<float> out;
+  for (int r = 0; r < rows; ++r) out.insert(out.end(), v.begin() + r * stride, v.begin() + r * stride + dim);
+  return out;
+}
+
+// (rows, dim, residual, in_place, bf16)
+class RmsNormCudaTest : public ::testing::TestWithParam<std::tuple<int, int, bool, bool, bool>> {};
+
+TEST_P(RmsNormCudaTest, MatchesCpu) {
+  const auto [rows, dim, with_res, in_place, bf16] = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const int64_t stride = dim + 8;
+  auto x = testing::RandomVector(rows * stride, seed, -2.0f, 2.0f);
+  auto res = testing::RandomVector(static_cast<size_t>(rows) * dim, seed + 1, -2.0f, 2.0f);
+  auto w = testing::RandomVector(dim, seed + 2, 0.5f, 1.5f);
+  testing::RoundToBf16(x); testing::RoundToBf16(res); testing::RoundToBf16(w);
+  std::vector<float> want_y = x, want_res = res;
+  RmsNormParams p;
+  p.rows = rows; p.dim = dim; p.x = x.data(); p.x_stride = stride; p.weight = w.data();
+  p.residual = with_res ? want_res.data() : nullptr; p.y = want_y.data(); p.y_stride = stride;
+  p.eps = 1e-6f;
+  ASSERT_TRUE(RmsNorm(p, KernelContext{}).ok());
+  auto up = [&](const std::vector<float>& v) { return bf16 ? testing::ToDeviceBf16(v) : testing::ToDevice(v); };
+  auto down = [&](const testing::DeviceBuffer& b, size_t n) {
+    return bf16 ? testing::ToHostBf16(b, n) : testing::ToHost<float>(b, n);
+  };
+  auto d_x = up(x), d_res = up(res), d_w = up(w);
+  auto d_y = bf16 ? testing::PoisonedBf16(x.size()) : testing::PoisonedF32(x.size());
+  RmsNormParams g = p;
+  g.dtype = bf16 ? DType::kBF16 : DType::kF32;
+  g.x = d_x.get(); g.weight = d_w.get(); g.residual = with_res ? d_res.get() : nullptr;
+  g.y = in_place ? d_x.get() : d_y.get();
+  ASSERT_TRUE(RmsNorm(g, KernelContext{Backend::kCuda, nullptr}).ok());
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  const double tol = bf16 ? 1e-2 : 1e-5;
+  auto got_y = down(in_place ? d_x : d_y, x.size());
+  EXPECT_LE(testing::RelativeError(Rows(got_y, rows, dim, stride), Rows(want_y, rows, dim, stride)), tol);
+  if (with_res) EXPECT_LE(testing::RelativeError(down(d_res, res.size()), want_res), tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormCudaTest,
+                         ::testing::Combine(::testing::Values(1, 77), ::testing::Values(64, 512, 1536, 7168),
+                                            ::testing::Bool(), ::testing::Bool(), ::testing::Bool()));
+
+class LayerNormCudaTest : public ::testing::TestWithParam<std::tuple<int, int, bool, bool>> {};
+
+TEST_P(LayerNormCudaTest, MatchesCpu) {
+  const auto [rows, dim, with_bias, bf16] = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  auto x = testing::RandomVector(static_cast<size_t>(rows) * dim, seed, 1.0f, 3.0f);  // mean far from 0
+  auto w = testing::RandomVector(dim, seed + 1, 0.5f, 1.5f);
+  auto b = testing::RandomVector(dim, seed + 2);
+  testing::RoundToBf16(x); testing::RoundToBf16(w); testing::RoundToBf16(b);
+  std::vector<float> want(x.size());
+  LayerNormParams p;
+  p.rows = rows; p.dim = dim; p.x = x.data(); p.x_stride = dim; p.weight = w.data();
+  p.bias = with_bias ? b.data() : nullptr; p.y = want.data(); p.y_stride = dim;
+  ASSERT_TRUE(LayerNorm(p, KernelContext{}).ok());
+  auto d_x = bf16 ? testing::ToDeviceBf16(x) : testing::ToDevice(x);
+  auto d_w = bf16 ? testing::ToDeviceBf16(w) : testing::ToDevice(w);
+  auto d_b = bf16 ? testing::ToDeviceBf16(b) : testing::ToDevice(b);
+  auto d_y = bf16 ? testing::PoisonedBf16(x.size()) : testing::PoisonedF32(x.size());
+  LayerNormParams g = p;
+  g.dtype = bf16 ? DType::kBF16 : DType::kF32;
+  g.x = d_x.get(); g.weight = d_w.get(); g.bias = with_bias ? d_b.get() : nullptr; g.y = d_y.get();
+  ASSERT_TRUE(LayerNorm(g, KernelContext{Backend::kCuda, nullptr}).ok());
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  auto got = bf16 ? testing::ToHostBf16(d_y, x.size()) : testing::ToHost<float>(d_y, x.size());
+  EXPECT_LE(testing::RelativeError(got, want), bf16 ? 1e-2 : 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LayerNormCudaTest,
+                         ::testing::Combine(::testing::Values(1, 50), ::testing::Values(128, 1000),
+                                            ::testing::Bool(), ::testing::Bool()));
+
+}  // namespace
+}  // namespace mlaserve::kernels

@@ -1,0 +1,273 @@
+// sampling CUDA backend: the CPU backend's algorithm (api.h), so that identical f32 logits and
+// the same (seed, step) give the same token.
+//
+//   1. PrepareKernel: copy each sampled row's logits and ids into the sort buffers; a greedy
+//      row (temperature 0) gets an empty segment and is not sorted.
+//   2. cub's segmented radix sort, descending by logit. It is stable, and ids start ascending,
+//      so ties keep the lower id first: the CPU's order (descending prob, ties by lower id),
+//      since prob = exp((logit - max) / T) / sum is monotone in the logit.
+//   3. SelectKernel, one block per row: greedy rows take the argmax (lowest id on ties).
+//      Others recompute probs in double as the CPU does, then walk the sorted row in chunks
+//      with block-wide prefix sums: the top_k mass, the cut (first index a filter drops), and
+//      the inverse-CDF pick for u = SamplingUniform(seed, step) * (kept mass). Sums run in a
+//      different order than the CPU's serial ones (double rounding, ~1e-16 relative), so a
+//      token differs only if u lands within that distance of a bucket edge.
+// Row parameters are not validated here (that would need a host sync): the CPU backend
+// refuses bad ones, callers validate them once per request.
+#include <cuda_runtime.h>
+
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_segmented_radix_sort.cuh>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/common/dense_cuda.cuh"
+#include "kernels/sampling/api.h"
+
+namespace mlaserve::kernels {
+
+size_t SampleCudaWorkspaceBytes(int batch, int vocab);
+
+namespace {
+
+constexpr int kSelectThreads = 1024;
+constexpr size_t kAlign = 256;
+
+size_t AlignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+__device__ __forceinline__ uint64_t SplitMix(uint64_t seed, uint64_t step) {
+  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+  uint64_t z = (seed ^ (kGolden * step)) + kGolden;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Workspace parts (each 256-byte aligned): keys[2][B*V] f32, ids[2][B*V] i32,
+// segment begin/end [B] i32 each, cub temporary storage.
+struct Layout {
+  float* keys[2];
+  int32_t* ids[2];
+  int32_t* seg_begin;
+  int32_t* seg_end;
+  void* temp;
+  size_t temp_bytes;
+};
+
+size_t SortTempBytes(int batch, int vocab) {
+  size_t bytes = 0;
+  cub::DoubleBuffer<float> keys(nullptr, nullptr);
+  cub::DoubleBuffer<int32_t> vals(nullptr, nullptr);
+  cub::DeviceSegmentedRadixSort::SortPairsDescending(
+      nullptr, bytes, keys, vals, static_cast<int64_t>(batch) * vocab, batch,
+      static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr));
+  return bytes;
+}
+
+Layout Carve(void* workspace, int batch, int vocab) {
+  const size_t n = static_cast<size_t>(batch) * vocab;
+  char* c = static_cast<char*>(workspace);
+  Layout l{};
+  for (int i = 0; i < 2; ++i) { l.keys[i] = reinterpret_cast<float*>(c); c += AlignUp(n * 4); }
+  for (int i = 0; i < 2; ++i) { l.ids[i] = reinterpret_cast<int32_t*>(c); c += AlignUp(n * 4); }
+  l.seg_begin = reinterpret_cast<int32_t*>(c); c += AlignUp(batch * 4);
+  l.seg_end = reinterpret_cast<int32_t*>(c); c += AlignUp(batch * 4);
+  l.temp = c;
+  l.temp_bytes = SortTempBytes(batch, vocab);
+  return l;
+}
+
+__global__ void PrepareKernel(const float* logits, const float* temperature, int batch, int vocab,
+                              float* keys, int32_t* ids, int32_t* seg_begin, int32_t* seg_end) {
+  const int b = blockIdx.y;
+  const bool greedy = temperature[b] == 0.0f;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    seg_begin[b] = b * vocab;
+    seg_end[b] = greedy ? b * vocab : (b + 1) * vocab;
+  }
+  if (greedy) return;
+  const int64_t base = static_cast<int64_t>(b) * vocab;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) {
+    keys[base + i] = logits[base + i];
+    ids[base + i] = i;
+  }
+}
+
+using BlockScanD = cub::BlockScan<double, kSelectThreads>;
+
+struct SelectShared {
+  typename BlockScanD::TempStorage scan;
+  double dscratch[32];
+  int iscratch[32];
+  float fscratch[32];
+};
+
+__device__ int BlockMinInt(int v, int* scratch) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = threadIdx.x % 32 < kSelectThreads / 32 ? scratch[threadIdx.x % 32] : INT_MAX;
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__global__ void __launch_bounds__(kSelectThreads)
+    SelectKernel(const __grid_constant__ SamplingParams p, const float* sorted_keys,
+                 const int32_t* sorted_ids) {
+  __shared__ SelectShared sh;
+  const int b = blockIdx.x, V = p.vocab, tid = threadIdx.x;
+  const int64_t base = static_cast<int64_t>(b) * V;
+  const float* logits = p.logits + base;
+  if (p.temperature[b] == 0.0f) {  // greedy: argmax, lowest id on ties
+    float best = -INFINITY;
+    int best_i = INT_MAX;
+    for (int i = tid; i < V; i += kSelectThreads) {
+      if (logits[i] > best || best_i == INT_MAX) { best = logits[i]; best_i = i; }
+    }
+    const float m = cuda::BlockMax(best, sh.fscratch);
+    const int id = BlockMinInt(best == m ? best_i : INT_MAX, sh.iscratch);
+    if (tid == 0) p.out_ids[b] = id;
+    return;
+  }
+  const float* keys = sorted_keys + base;
+  const int32_t* ids = sorted_ids + base;
+  const double inv_t = 1.0 / p.temperature[b];
+  const double m = keys[0];
+  double part = 0.0;
+  for (int i = tid; i < V; i += kSelectThreads) part += exp((static_cast<double>(keys[i]) - m) * inv_t);
+  const double sum = cuda::BlockSum(part, sh.dscratch);
+  auto prob = [&](int i) { return exp((static_cast<double>(keys[i]) - m) * inv_t) / sum; };
+
+  const int top_k = (p.top_k[b] > 0 && p.top_k[b] < V) ? p.top_k[b] : V;
+  double kept_mass = 1.0;
+  if (top_k < V) {
+    part = 0.0;
+    for (int i = tid; i < top_k; i += kSelectThreads) part += prob(i);
+    kept_mass = cuda::BlockSum(part, sh.dscratch);
+  }
+  const double top_p = p.top_p[b];
+  const double min_prob = static_cast<double>(p.min_p[b]) * prob(0);
+
+  // Cut: the least c in [1, top_k] with c == top_k, or cum(c) >= top_p * kept_mass (top_p < 1),
+  // or prob(c) < min_prob; cum(c) = sum of the first c probs. Thread i of a chunk tests
+  // c = chunk_base + i + 1.
+  int cut = top_k;
+  double carry = 0.0;
+  for (int chunk = 0; chunk < top_k; chunk += kSelectThreads) {
+    const int i = chunk + tid;
+    const double pi = i < top_k ? prob(i) : 0.0;
+    double incl, total;
+    BlockScanD(sh.scan).InclusiveSum(pi, incl, total);
+    incl += carry;
+    const int c = i + 1;
+    bool stop = false;
+    if (c <= top_k) {
+      stop = c == top_k || (top_p < 1.0 && incl >= top_p * kept_mass) || prob(c < V ? c : 0) < min_prob;
+    }
+    const int first = BlockMinInt(stop ? c : INT_MAX, sh.iscratch);
+    carry += total;
+    if (first != INT_MAX) { cut = first; break; }
+  }
+  // Inverse CDF over the kept prefix [0, cut): the first i with cum(i+1) > u * cum(cut).
+  const double u = static_cast<double>(SplitMix(p.seed[b], p.step[b]) >> 40) * (1.0 / 16777216.0);
+  // target = u * cum(cut), cum from the same prefix sums the pick walks (the CPU uses its
+  // serial sums for both, so each side is consistent with itself).
+  double total_cut = 0.0;
+  carry = 0.0;
+  for (int chunk = 0; chunk < cut; chunk += kSelectThreads) {
+    const int i = chunk + tid;
+    double incl, total;
+    BlockScanD(sh.scan).InclusiveSum(i < cut ? prob(i) : 0.0, incl, total);
+    carry += total;
+  }
+  total_cut = carry;
+  const double target = u * total_cut;
+  int pick = cut - 1;
+  carry = 0.0;
+  for (int chunk = 0; chunk < cut; chunk += kSelectThreads) {
+    const int i = chunk + tid;
+    double incl, total;
+    BlockScanD(sh.scan).InclusiveSum(i < cut ? prob(i) : 0.0, incl, total);
+    incl += carry;
+    const int first = BlockMinInt((i < cut && incl > target) ? i : INT_MAX, sh.iscratch);
+    carry += total;
+    if (first != INT_MAX) { pick = first; break; }
+  }
+  if (tid == 0) p.out_ids[b] = ids[pick];
+}
+
+// Repetition penalty: one block per row; a shared-memory bitmap of the vocabulary makes each
+// distinct id's logit change exactly once (the first thread to set its bit applies it).
+__global__ void RepetitionPenaltyKernel(const __grid_constant__ RepetitionPenaltyParams p) {
+  extern __shared__ uint32_t seen[];
+  const int b = blockIdx.x;
+  const float penalty = p.penalty[b];
+  if (penalty == 1.0f) return;
+  const int words = (p.vocab + 31) / 32;
+  for (int w = threadIdx.x; w < words; w += blockDim.x) seen[w] = 0;
+  __syncthreads();
+  float* row = p.logits + static_cast<int64_t>(b) * p.vocab;
+  for (int i = p.cu_tokens[b] + threadIdx.x; i < p.cu_tokens[b + 1]; i += blockDim.x) {
+    const int id = p.token_ids[i];
+    if (id < 0 || id >= p.vocab) continue;
+    const uint32_t bit = 1u << (id % 32);
+    if (atomicOr(&seen[id / 32], bit) & bit) continue;
+    const float v = row[id];
+    row[id] = v > 0.0f ? v / penalty : v * penalty;
+  }
+}
+
+}  // namespace
+
+size_t SampleCudaWorkspaceBytes(int batch, int vocab) {
+  if (batch <= 0 || vocab <= 0) return 0;
+  const size_t n = static_cast<size_t>(batch) * vocab;
+  return 4 * AlignUp(n * 4) + 2 * AlignUp(static_cast<size_t>(batch) * 4) + AlignUp(SortTempBytes(batch, vocab));
+}
+
+absl::Status SampleCuda(const SamplingParams& p, void* stream) {
+  if (p.workspace == nullptr) {
+    return absl::InvalidArgumentError("sampling: the CUDA backend needs workspace (SamplingWorkspaceBytes bytes)");
+  }
+  if (static_cast<int64_t>(p.batch) * p.vocab > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling: batch*vocab=", static_cast<int64_t>(p.batch) * p.vocab,
+                                                   " exceeds the CUDA backend's 32-bit offsets"));
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  Layout l = Carve(p.workspace, p.batch, p.vocab);
+  const dim3 prep_grid(std::min((p.vocab + 255) / 256, 64), p.batch);
+  PrepareKernel<<<prep_grid, 256, 0, s>>>(p.logits, p.temperature, p.batch, p.vocab, l.keys[0],
+                                          l.ids[0], l.seg_begin, l.seg_end);
+  RETURN_IF_ERROR(cuda::LaunchStatus("sampling prepare"));
+  cub::DoubleBuffer<float> keys(l.keys[0], l.keys[1]);
+  cub::DoubleBuffer<int32_t> vals(l.ids[0], l.ids[1]);
+  size_t temp_bytes = l.temp_bytes;
+  RETURN_IF_ERROR(cuda::CudaStatus(
+      cub::DeviceSegmentedRadixSort::SortPairsDescending(
+          l.temp, temp_bytes, keys, vals, static_cast<int64_t>(p.batch) * p.vocab, p.batch,
+          l.seg_begin, l.seg_end, 0, 32, s),
+      "sampling: segmented radix sort"));
+  SelectKernel<<<p.batch, kSelectThreads, 0, s>>>(p, keys.Current(), vals.Current());
+  return cuda::LaunchStatus("sampling select");
+}
+
+absl::Status ApplyRepetitionPenaltyCuda(const RepetitionPenaltyParams& p, void* stream) {
+  const size_t smem = static_cast<size_t>((p.vocab + 31) / 32) * sizeof(uint32_t);
+  constexpr size_t kMaxSmem = 227 * 1024;
+  if (smem > kMaxSmem) {
+    return absl::InvalidArgumentError(absl::StrCat("repetition_penalty: vocab=", p.vocab,
+                                                   " is too large for the CUDA kernel's bitmap"));
+  }
+  if (smem > 48 * 1024) {
+    RETURN_IF_ERROR(cuda::CudaStatus(cudaFuncSetAttribute(RepetitionPenaltyKernel,
+                                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                          static_cast<int>(smem)),
+                                     "repetition_penalty: cudaFuncSetAttribute"));
+  }
+  RepetitionPenaltyKernel<<<p.batch, 256, smem, static_cast<cudaStream_t>(stream)>>>(p);
+  return cuda::LaunchStatus("repetition_penalty");
+}
+
+}  // namespace mlaserve::kernels
