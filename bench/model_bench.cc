@@ -114,18 +114,18 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> prompt = make_prompt(prompt_len);
   RunOnce(**engine, prompt, 2, path);  // warm-up (page faults, thread pools)
 
-  std::vector<double> prefill, decode_total, step_first, step_last;
+  // Decode figures use the median over every step of every run: a single step is short, so
+  // one scheduling hiccup would dominate a per-run sum on a shared machine.
+  std::vector<double> prefill, all_steps, step_first, step_last;
   const int edge = std::max(1, decode_steps / 4);
   for (int r = 0; r < runs; ++r) {
     RunTimes t = RunOnce(**engine, prompt, decode_steps, path);
     prefill.push_back(t.prefill_ms);
-    double sum = 0;
-    for (double s : t.step_ms) sum += s;
-    decode_total.push_back(sum);
+    all_steps.insert(all_steps.end(), t.step_ms.begin(), t.step_ms.end());
     step_first.push_back(Median({t.step_ms.begin(), t.step_ms.begin() + edge}));
     step_last.push_back(Median({t.step_ms.end() - edge, t.step_ms.end()}));
   }
-  const double p_ms = Median(prefill), d_ms = Median(decode_total);
+  const double p_ms = Median(prefill), d_ms = Median(all_steps) * decode_steps;
   std::printf("model %s (%s, %d layers, hidden %d, %d heads), %d runs, median\n", model.c_str(),
               cfg.model_type_name.c_str(), cfg.num_hidden_layers, cfg.hidden_size,
               cfg.num_attention_heads, runs);

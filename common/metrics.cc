@@ -19,8 +19,10 @@ constexpr std::string_view kPrefix = "mlaserve_";
 std::string FormatValue(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   if (std::isnan(v)) return "NaN";
+  // The shortest of %.15g / %.17g that reads back exactly ("0.1", not "0.10000000000000001").
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  std::snprintf(buf, sizeof(buf), "%.15g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof(buf), "%.17g", v);
   return buf;
 }
 

@@ -36,7 +36,7 @@ TEST(MetricsTest, HistogramBucketsAreCumulative) {
   h->Observe(0.5);
   h->Observe(7);
   const std::string text = r.RenderText();
-  EXPECT_THAT(text, HasSubstr("mlaserve_ttft_seconds_bucket{a=\"x\\\"y\",le=\"0.10000000000000001\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("mlaserve_ttft_seconds_bucket{a=\"x\\\"y\",le=\"0.1\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("mlaserve_ttft_seconds_bucket{a=\"x\\\"y\",le=\"1\"} 3\n"));
   EXPECT_THAT(text, HasSubstr("mlaserve_ttft_seconds_bucket{a=\"x\\\"y\",le=\"+Inf\"} 4\n"));
   EXPECT_THAT(text, HasSubstr("mlaserve_ttft_seconds_sum{a=\"x\\\"y\"} 8.05"));

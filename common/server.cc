@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 #include <thread>
 
@@ -16,15 +17,12 @@
 namespace mlaserve::common {
 namespace {
 
-bool g_signals_blocked = false;
+// Set by the signal handler (async-signal-safe: a lock-free atomic store), read by the
+// watcher thread of WaitForShutdown.
+std::atomic<int> g_signal{0};
+bool g_handlers_installed = false;
 
-sigset_t TerminationSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  return set;
-}
+void OnTerminationSignal(int sig) { g_signal.store(sig, std::memory_order_relaxed); }
 
 }  // namespace
 
@@ -54,10 +52,13 @@ std::string FormatHostPort(const std::string& host, int port) {
   return absl::StrCat(host, ":", port);
 }
 
-void BlockTerminationSignals() {
-  sigset_t set = TerminationSignals();
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  g_signals_blocked = true;
+void InstallTerminationHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnTerminationSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  g_handlers_installed = true;
 }
 
 ServerRunner::ServerRunner(ServerOptions options) : options_(std::move(options)) {}
@@ -112,15 +113,11 @@ void ServerRunner::RequestShutdown() {
 
 void ServerRunner::WaitForShutdown(const std::function<void()>& on_drain) {
   std::thread signal_thread;
-  if (g_signals_blocked) {
-    // The signals are blocked everywhere, so only this thread receives them. It polls the
-    // shutdown flag between bounded waits so that it ends when shutdown comes another way.
+  if (g_handlers_installed) {
+    // Watches the handler's flag in bounded steps, ending when shutdown comes another way.
     signal_thread = std::thread([this] {
-      const sigset_t set = TerminationSignals();
-      const timespec tick{0, 100 * 1000 * 1000};
-      while (!shutdown_requested_.HasBeenNotified()) {
-        const int sig = sigtimedwait(&set, nullptr, &tick);
-        if (sig == SIGTERM || sig == SIGINT) {
+      while (!shutdown_requested_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
+        if (const int sig = g_signal.load(std::memory_order_relaxed); sig != 0) {
           spdlog::info("received {}, draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
           RequestShutdown();
         }

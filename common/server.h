@@ -1,6 +1,6 @@
 // ServerRunner: the lifecycle every mlaserve gRPC server shares.
 //
-//   BlockTerminationSignals();            // first thing in main(), before any thread exists
+//   InstallTerminationHandlers();         // first thing in main()
 //   ServerRunner runner(options);
 //   runner.AddService(&my_service);       // services outlive the runner
 //   RETURN_IF_ERROR(runner.Start());      // binds --listen (port 0 = ephemeral), health + reflection
@@ -44,9 +44,12 @@ struct ServerOptions {
   int max_message_bytes = 64 << 20;  // KV pages travel in messages of one layer page each
 };
 
-// Blocks SIGTERM and SIGINT in the calling thread and every thread it creates later, so that
-// WaitForShutdown can receive them synchronously. Call at the top of main().
-void BlockTerminationSignals();
+// Installs SIGTERM / SIGINT handlers that make WaitForShutdown drain and stop. Call at the top
+// of main(). (A handler, not a blocked mask: libraries such as OpenBLAS start threads before
+// main(), and a signal delivered to one of those would otherwise kill the process.)
+void InstallTerminationHandlers();
+// The former name of InstallTerminationHandlers, kept for existing callers.
+inline void BlockTerminationSignals() { InstallTerminationHandlers(); }
 
 class ServerRunner {
  public:
@@ -69,7 +72,7 @@ class ServerRunner {
   // Writes "listening on HOST:PORT\n" to stdout and flushes it.
   void PrintListening() const;
 
-  // Blocks until a termination signal (when BlockTerminationSignals was called) or
+  // Blocks until a termination signal (when InstallTerminationHandlers was called) or
   // RequestShutdown(); then marks health NOT_SERVING, runs on_drain (stop taking new work,
   // finish or fail what runs) and shuts the server down, cancelling calls still open after
   // drain_timeout. Returns once the server has stopped.

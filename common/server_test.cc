@@ -1,5 +1,6 @@
 #include "common/server.h"
 
+#include <csignal>
 #include <atomic>
 #include <thread>
 
@@ -73,6 +74,20 @@ TEST(ServerRunnerTest, BindsEphemeralPortServesHealthAndDrainsOnRequest) {
   std::thread stopper([&] { runner.RequestShutdown(); });
   runner.WaitForShutdown([&] { drained = true; });
   stopper.join();
+  EXPECT_TRUE(drained);
+}
+
+// Runs last in this binary's ServerRunner tests: the handler stays installed afterwards.
+TEST(ServerRunnerTest, ZSigtermDrainsAndStops) {
+  InstallTerminationHandlers();
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  ServerRunner runner(options);
+  ASSERT_TRUE(runner.Start().ok());
+  std::atomic<bool> drained{false};
+  std::thread signaller([] { ::raise(SIGTERM); });
+  runner.WaitForShutdown([&] { drained = true; });  // returns only through the signal
+  signaller.join();
   EXPECT_TRUE(drained);
 }
 

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "mlaserve/v1/admin.pb.h"
 #include "mlaserve/v1/api.pb.h"
 #include "model/config.h"
@@ -40,5 +42,23 @@ struct WorkerFacts {
   int local_prefill_threshold = 0;  // decode workers
 };
 mlaserve::v1::WorkerDescriptor MakeWorkerDescriptor(const WorkerFacts& facts);
+
+// The address a worker advertises: known only once its port is bound, read by GetInfo and the
+// registration thread meanwhile.
+class AdvertisedAddress {
+ public:
+  void set(std::string address) {
+    absl::MutexLock lock(&mu_);
+    address_ = std::move(address);
+  }
+  std::string get() const {
+    absl::MutexLock lock(&mu_);
+    return address_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::string address_ ABSL_GUARDED_BY(mu_);
+};
 
 }  // namespace mlaserve::common

@@ -51,7 +51,7 @@ absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(const common::Worker
 }
 
 int Main(int argc, char** argv) {
-  common::BlockTerminationSignals();
+  common::InstallTerminationHandlers();
   CLI::App app{"mlaserve-decode: continuous-batching decode over KV received from prefill"};
   common::WorkerOptions o;
   common::AddWorkerFlags(app, common::WorkerRoleKind::kDecode, &o);
@@ -95,11 +95,11 @@ int Main(int argc, char** argv) {
   ro.default_lease = o.kv_lease;
   ro.kv_transport = "tcp";
   std::unique_ptr<DecodeRunner> runner;
-  std::string advertise;
+  common::AdvertisedAddress advertise;  // set once the port is bound; read by GetInfo
   auto describe = [&] {
     common::WorkerFacts f;
     f.role = v1::WORKER_ROLE_DECODE;
-    f.address = advertise;
+    f.address = advertise.get();
     f.model = common::MakeModelIdentity(e.config(), o.model_dir, layout->CompatHash());
     f.backend = kernels::BackendName(e.backend());
     f.device = o.device;
@@ -124,8 +124,8 @@ int Main(int argc, char** argv) {
   if (absl::Status s = server.Start(); !s.ok()) return Fail("starting the server", s);
   // The KV endpoint is this server's advertised address, known once the port is bound
   // (Reserve answers UNAVAILABLE until it is set, a few lines below).
-  advertise = o.advertise.empty() ? server.bound_address() : o.advertise;
-  runner->set_kv_endpoint(advertise);
+  advertise.set(o.advertise.empty() ? server.bound_address() : o.advertise);
+  runner->set_kv_endpoint(advertise.get());
   runner->Start();
 
   std::unique_ptr<common::MetricsHttpServer> metrics_http;
@@ -145,7 +145,7 @@ int Main(int argc, char** argv) {
   }
   spdlog::info("decode worker for {} ({} layers, KV {}), {} pages, advertised as {}",
                o.model_dir, e.config().num_hidden_layers, layout->Describe(),
-               e.kv_pool().total_pages(), advertise);
+               e.kv_pool().total_pages(), advertise.get());
   server.PrintListening();
   server.WaitForShutdown([&] {
     registration.reset();

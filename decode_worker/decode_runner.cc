@@ -70,7 +70,10 @@ DecodeRunner::DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiv
                                    common::LatencyBucketsSeconds());
 }
 
-DecodeRunner::~DecodeRunner() { Stop(); }
+DecodeRunner::~DecodeRunner() {
+  Stop();
+  guard_->Close();
+}
 
 void DecodeRunner::set_kv_endpoint(std::string endpoint) {
   absl::MutexLock lock(&mu_);
@@ -171,8 +174,15 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   } else {
     const std::string id = r->session_id;
     s = receiver_->CreateSession(id, std::move(*pages), transfer_pages, r->lease_deadline,
-                                 [this, id](absl::StatusOr<kvtransfer::KvReceivedKv> kv) {
-                                   OnKvDone(id, std::move(kv));
+                                 [this, guard = guard_, id, pool = &pool](
+                                     absl::StatusOr<kvtransfer::KvReceivedKv> kv) {
+                                   bool delivered = false;
+                                   guard->Run([&] {
+                                     delivered = true;
+                                     OnKvDone(id, std::move(kv));
+                                   });
+                                   // The runner is gone: the pages have no other owner.
+                                   if (!delivered && kv.ok()) pool->Free(kv->pages);
                                  });
     if (!s.ok()) {  // the receiver did not take the pages
       forget();

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/callback_guard.h"
 #include "common/metrics.h"
 #include "decode_worker/decode_scheduler.h"
 #include "decode_worker/decode_sequence.h"
@@ -134,6 +135,8 @@ class DecodeRunner {
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
+  // KV transfer outcomes arrive on receiver threads, possibly after Stop(): through here.
+  const std::shared_ptr<common::CallbackGuard> guard_ = common::CallbackGuard::Create();
 
   common::MetricsRegistry own_metrics_;
   common::Counter* finished_[4];  // by FinishReason, and [3] = error

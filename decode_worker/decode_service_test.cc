@@ -10,6 +10,7 @@
 #include "decode_worker/testing/fake_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kvtransfer/proto_convert.h"
 #include "kvtransfer/tcp_transport.h"
 #include "prefill_worker/prefill_runner.h"
 

@@ -25,10 +25,11 @@ namespace {
 // HF builds q_a_layernorm / kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps.
 constexpr float kLatentNormEps = 1e-6f;
 
-absl::Status ApplyRope(const kernels::KernelContext& ctx, const RopeTable& rope,
-                       const BatchPlan& plan, float* x, int num_heads, int64_t token_stride,
+absl::Status ApplyRope(const ops::OpContext& ctx, const RopeTable& rope, const float* cos_sin,
+                       const BatchPlan& plan, void* x, int num_heads, int64_t token_stride,
                        int64_t head_stride, int offset, bool interleaved) {
   kernels::RopeParams p;
+  p.dtype = ctx.dtype;
   p.num_tokens = plan.total_tokens;
   p.num_heads = num_heads;
   p.rot_dim = rope.rot_dim;
@@ -36,35 +37,34 @@ absl::Status ApplyRope(const kernels::KernelContext& ctx, const RopeTable& rope,
   p.token_stride = token_stride;
   p.head_stride = head_stride;
   p.offset = offset;
-  p.positions = plan.positions.data();
-  p.cos_sin = rope.cos_sin.data();
+  p.positions = plan.dev.positions;
+  p.cos_sin = cos_sin;
   p.max_position = rope.max_position;
   p.interleaved = interleaved;
-  return kernels::Rope(p, ctx);
+  return kernels::Rope(p, ctx.kernel);
 }
 
 // One GEMM per head over strided views: head h uses a + h*a_head, b + h*b_head and
-// c + h*c_head. (The heads interleave within each row of A and C, a layout the batched GEMM's
-// argument check does not accept, so the batch is a loop of single GEMMs.)
-absl::Status PerHeadGemm(const kernels::KernelContext& ctx, kernels::GemmParams p, int heads,
+// c + h*c_head (elements of ctx.dtype, which A, B and C share). (The heads interleave within
+// each row of A and C, a layout the batched GEMM's argument check does not accept, so the
+// batch is a loop of single GEMMs.)
+// One strided-batched GEMM over heads: head h reads A at a + h*a_head, B at b + h*b_head and
+// writes C at c + h*c_head (heads side by side within each row of C).
+absl::Status PerHeadGemm(const ops::OpContext& ctx, kernels::GemmParams p, int heads,
                          int64_t a_head, int64_t b_head, int64_t c_head) {
-  const auto* a = static_cast<const float*>(p.a);
-  const auto* b = static_cast<const float*>(p.b);
-  auto* c = static_cast<float*>(p.c);
-  p.batch = 1;
-  for (int h = 0; h < heads; ++h) {
-    p.a = a + h * a_head;
-    p.b = b + h * b_head;
-    p.c = c + h * c_head;
-    RETURN_IF_ERROR(kernels::Gemm(p, ctx));
-  }
-  return absl::OkStatus();
+  p.dtype = ctx.dtype;
+  p.batch = heads;
+  p.stride_a = a_head;
+  p.stride_b = b_head;
+  p.stride_c = c_head;
+  return kernels::Gemm(p, ctx.kernel);
 }
 
 }  // namespace
 
 absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, AttentionForm form,
-                                       const float* x, float* out) {
+                                       const void* x, void* out) {
+  ScratchScope scope(scratch_);
   const ModelConfig& c = config_;
   const MlaWeights& w = weights_.layers[layer].attn;
   const int T = plan.total_tokens;
@@ -75,56 +75,59 @@ absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, Attenti
   const int hidden = c.hidden_size;
 
   // q: [T, H, nope | rope].
-  std::vector<float> q(static_cast<size_t>(T) * H * qk);
-  std::vector<float> q_resid;
+  ASSIGN_OR_RETURN(void* q, ScratchAct(static_cast<int64_t>(T) * H * qk, "q"));
+  void* q_resid = nullptr;
   if (c.q_lora_rank.has_value()) {
     const int ql = *c.q_lora_rank;
-    q_resid.resize(static_cast<size_t>(T) * ql);
-    RETURN_IF_ERROR(ops::Linear(ctx_, x, T, hidden, w.q_a_proj, q_resid.data(), ql));
-    RETURN_IF_ERROR(ops::RmsNorm(ctx_, q_resid.data(), T, ql, ql, w.q_a_norm.data(),
-                                 kLatentNormEps, q_resid.data(), ql));
-    RETURN_IF_ERROR(ops::Linear(ctx_, q_resid.data(), T, ql, w.q_b_proj, q.data(), H * qk));
+    ASSIGN_OR_RETURN(q_resid, ScratchAct(static_cast<int64_t>(T) * ql, "q_resid"));
+    RETURN_IF_ERROR(ops::Linear(ops_, x, T, hidden, w.q_a_proj, q_resid, ql));
+    RETURN_IF_ERROR(ops::RmsNorm(ops_, q_resid, T, ql, ql, w.q_a_norm, kLatentNormEps, q_resid, ql));
+    RETURN_IF_ERROR(ops::Linear(ops_, q_resid, T, ql, w.q_b_proj, q, H * qk));
   } else {
-    RETURN_IF_ERROR(ops::Linear(ctx_, x, T, hidden, w.q_proj, q.data(), H * qk));
+    RETURN_IF_ERROR(ops::Linear(ops_, x, T, hidden, w.q_proj, q, H * qk));
   }
 
   // kv: [T, latent | k_pe] -- exactly the cache entry once normed and roped.
-  std::vector<float> kv(static_cast<size_t>(T) * E);
-  RETURN_IF_ERROR(ops::Linear(ctx_, x, T, hidden, w.kv_a_proj, kv.data(), E));
-  RETURN_IF_ERROR(ops::RmsNorm(ctx_, kv.data(), T, L, E, w.kv_a_norm.data(), kLatentNormEps,
-                               kv.data(), E));
-  RETURN_IF_ERROR(ApplyRope(ctx_, rope_, plan, kv.data(), 1, E, E, L, c.rope_interleave));
-  RETURN_IF_ERROR(ApplyRope(ctx_, rope_, plan, q.data(), H, static_cast<int64_t>(H) * qk, qk,
+  ASSIGN_OR_RETURN(void* kv, ScratchAct(static_cast<int64_t>(T) * E, "latent kv"));
+  RETURN_IF_ERROR(ops::Linear(ops_, x, T, hidden, w.kv_a_proj, kv, E));
+  RETURN_IF_ERROR(ops::RmsNorm(ops_, kv, T, L, E, w.kv_a_norm, kLatentNormEps, kv, E));
+  RETURN_IF_ERROR(ApplyRope(ops_, rope_, cos_sin(), plan, kv, 1, E, E, L, c.rope_interleave));
+  RETURN_IF_ERROR(ApplyRope(ops_, rope_, cos_sin(), plan, q, H, static_cast<int64_t>(H) * qk, qk,
                             c.qk_nope_head_dim, c.rope_interleave));
 
   kernels::CacheWriteParams cw;
+  cw.dtype = ops_.dtype;
   cw.num_tokens = T;
   cw.entry_dim = E;
-  cw.src = kv.data();
+  cw.src = kv;
   cw.src_stride = E;
-  cw.slot_mapping = plan.slots.data();
+  cw.slot_mapping = plan.dev.slots;
   cw.cache = pool_->latent(layer);
   cw.num_pages = pool_->total_pages();
   RETURN_IF_ERROR(kernels::CacheWrite(cw, ctx_));
 
-  std::vector<int32_t> topk;
+  int32_t* topk = nullptr;
   if (c.has_indexer) {
-    RETURN_IF_ERROR(RunIndexer(layer, plan, x, q_resid.data(), plan.sparse, &topk));
+    if (plan.sparse) {
+      ASSIGN_OR_RETURN(void* t, Scratch(static_cast<size_t>(T) * c.index_topk * sizeof(int32_t),
+                                        "indexer top-k"));
+      topk = static_cast<int32_t*>(t);
+    }
+    RETURN_IF_ERROR(RunIndexer(layer, plan, x, q_resid, plan.sparse, topk));
   }
 
-  std::vector<float> attn(static_cast<size_t>(T) * H * c.v_head_dim);
+  ASSIGN_OR_RETURN(void* attn, ScratchAct(static_cast<int64_t>(T) * H * c.v_head_dim, "attention output"));
   if (form == AttentionForm::kMha) {
-    RETURN_IF_ERROR(AttendMha(layer, plan, q.data(), kv.data(), attn.data()));
+    RETURN_IF_ERROR(AttendMha(layer, plan, q, kv, attn));
   } else {
-    RETURN_IF_ERROR(AttendLatent(layer, plan, form, q.data(),
-                                 plan.sparse ? topk.data() : nullptr, attn.data()));
+    RETURN_IF_ERROR(AttendLatent(layer, plan, form, q, plan.sparse ? topk : nullptr, attn));
   }
-  return ops::Linear(ctx_, attn.data(), T, H * c.v_head_dim, w.o_proj, out, hidden);
+  return ops::Linear(ops_, attn, T, H * c.v_head_dim, w.o_proj, out, hidden);
 }
 
 // MHA form. q: [T, H, qk]; kv: the new tokens' cache entries [T, E]; attn: [T, H, v].
-absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const float* q,
-                                       const float* kv, float* attn) {
+absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const void* q,
+                                       const void* kv, void* attn) {
   const ModelConfig& c = config_;
   const MlaWeights& w = weights_.layers[layer].attn;
   const int T = plan.total_tokens;
@@ -135,29 +138,33 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const f
   const int qk = c.qk_head_dim();
   const int L = c.kv_lora_rank;
   const int E = c.latent_dim();
+  // Every decompression covers at most max_batch_tokens rows (the chunk itself, or a prefix
+  // piece whose size is capped below), which is what the scratch was planned for.
+  const int64_t max_rows = options_.max_batch_tokens;
+  ASSIGN_OR_RETURN(void* kvb, ScratchAct(max_rows * H * (dn + dv), "kv_b output"));
+  ASSIGN_OR_RETURN(void* k, ScratchAct(max_rows * H * qk, "K"));
+  ASSIGN_OR_RETURN(void* v, ScratchAct(max_rows * H * dv, "V"));
 
   // Decompresses `rows` cache entries (row stride E) into per-head K [rows, H, qk], V [rows, H, v].
-  std::vector<float> kvb, k, v;
-  auto decompress = [&](const float* entries, int rows) -> absl::Status {
-    kvb.resize(static_cast<size_t>(rows) * H * (dn + dv));
-    k.resize(static_cast<size_t>(rows) * H * qk);
-    v.resize(static_cast<size_t>(rows) * H * dv);
-    RETURN_IF_ERROR(ops::Linear(ctx_, entries, rows, E, w.kv_b_proj, kvb.data(), H * (dn + dv)));
+  auto decompress = [&](const void* entries, int rows) -> absl::Status {
+    RETURN_IF_ERROR(ops::Linear(ops_, entries, rows, E, w.kv_b_proj, kvb, H * (dn + dv)));
     kernels::KvPackParams kp;
+    kp.dtype = ops_.dtype;
     kp.num_tokens = rows;
     kp.num_heads = H;
     kp.nope_dim = dn;
     kp.rope_dim = c.qk_rope_head_dim;
     kp.v_dim = dv;
-    kp.kv = kvb.data();
-    kp.k_pe = entries + L;
+    kp.kv = kvb;
+    kp.k_pe = ops_.at(entries, L);
     kp.k_pe_stride = E;
-    kp.k = k.data();
-    kp.v = v.data();
+    kp.k = k;
+    kp.v = v;
     return kernels::KvPack(kp, ctx_);
   };
-  auto mha = [&](const int32_t* cu_k, int max_k, bool causal, float* out, float* lse) {
+  auto mha = [&](const int32_t* cu_k, int max_k, bool causal, void* out, float* lse) {
     kernels::MhaPrefillParams p;
+    p.dtype = ops_.dtype;
     p.batch = B;
     p.num_heads = H;
     p.num_kv_heads = H;
@@ -166,17 +173,17 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const f
     p.q = q;
     p.q_token_stride = static_cast<int64_t>(H) * qk;
     p.q_head_stride = qk;
-    p.k = k.data();
+    p.k = k;
     p.k_token_stride = static_cast<int64_t>(H) * qk;
     p.k_head_stride = qk;
-    p.v = v.data();
+    p.v = v;
     p.v_token_stride = static_cast<int64_t>(H) * dv;
     p.v_head_stride = dv;
     p.out = out;
     p.out_token_stride = static_cast<int64_t>(H) * dv;
     p.out_head_stride = dv;
     p.lse = lse;
-    p.cu_seqlens_q = plan.cu_seqlens_q.data();
+    p.cu_seqlens_q = plan.dev.cu_seqlens_q;
     p.cu_seqlens_k = cu_k;
     p.max_seqlen_q = plan.max_seqlen_q;
     p.max_seqlen_k = max_k;
@@ -186,17 +193,23 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const f
   };
 
   // The chunk against its own keys (causal).
-  std::vector<float> lse(static_cast<size_t>(T) * H);
+  ASSIGN_OR_RETURN(void* lse_raw, Scratch(static_cast<size_t>(T) * H * sizeof(float), "lse"));
+  float* lse = static_cast<float*>(lse_raw);
   RETURN_IF_ERROR(decompress(kv, T));
-  RETURN_IF_ERROR(mha(plan.cu_seqlens_q.data(), plan.max_seqlen_q, /*causal=*/true, attn,
-                      lse.data()));
+  RETURN_IF_ERROR(mha(plan.dev.cu_seqlens_q, plan.max_seqlen_q, /*causal=*/true, attn, lse));
   if (plan.max_prefix == 0) return absl::OkStatus();
 
-  // The cached prefix, in pieces of at most `piece` tokens per sequence, merged by LSE.
-  const int piece = std::max(1, mha_prefix_piece_tokens_);
+  // The cached prefix, in pieces of at most `piece` tokens per sequence, merged by LSE. A
+  // piece holds at most max_batch_tokens rows over the batch (any piece size computes the
+  // same function; this one keeps the scratch bounded).
+  const int piece = std::max(1, std::min(mha_prefix_piece_tokens_, options_.max_batch_tokens / B));
+  ASSIGN_OR_RETURN(void* entries, ScratchAct(max_rows * E, "gathered prefix entries"));
+  ASSIGN_OR_RETURN(void* part, ScratchAct(static_cast<int64_t>(T) * H * dv, "prefix piece output"));
+  ASSIGN_OR_RETURN(void* part_lse_raw, Scratch(static_cast<size_t>(T) * H * sizeof(float), "prefix lse"));
+  float* part_lse = static_cast<float*>(part_lse_raw);
   std::vector<int32_t> gstart(B), glen(B), cu_k(B + 1);
-  std::vector<float> entries, part(static_cast<size_t>(T) * H * dv), part_lse(lse.size());
   for (int begin = 0; begin < plan.max_prefix; begin += piece) {
+    ScratchScope piece_scope(scratch_);  // the piece's index arrays
     int max_k = 0;
     cu_k[0] = 0;
     for (int b = 0; b < B; ++b) {
@@ -207,32 +220,36 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const f
     }
     const int rows = cu_k[B];
     if (rows == 0) continue;
-    entries.resize(static_cast<size_t>(rows) * E);
+    ASSIGN_OR_RETURN(const int32_t* d_start, UploadInts(gstart, "prefix piece starts"));
+    ASSIGN_OR_RETURN(const int32_t* d_len, UploadInts(glen, "prefix piece lengths"));
+    ASSIGN_OR_RETURN(const int32_t* d_cu_k, UploadInts(cu_k, "prefix piece cu_seqlens_k"));
     kernels::CacheGatherParams g;
+    g.dtype = ops_.dtype;
     g.batch = B;
     g.entry_dim = E;
     g.cache = pool_->latent(layer);
     g.num_pages = pool_->total_pages();
-    g.block_table = plan.block_table.data();
+    g.block_table = plan.dev.block_table;
     g.max_pages_per_seq = plan.max_pages_per_seq;
-    g.start = gstart.data();
-    g.len = glen.data();
-    g.cu_dst = cu_k.data();
-    g.dst = entries.data();
+    g.start = d_start;
+    g.len = d_len;
+    g.cu_dst = d_cu_k;
+    g.dst = entries;
     RETURN_IF_ERROR(kernels::CacheGather(g, ctx_));
-    RETURN_IF_ERROR(decompress(entries.data(), rows));
-    RETURN_IF_ERROR(mha(cu_k.data(), max_k, /*causal=*/false, part.data(), part_lse.data()));
+    RETURN_IF_ERROR(decompress(entries, rows));
+    RETURN_IF_ERROR(mha(d_cu_k, max_k, /*causal=*/false, part, part_lse));
     kernels::MergeStateParams m;
+    m.dtype = ops_.dtype;
     m.num_tokens = T;
     m.num_heads = H;
     m.head_dim = dv;
     m.out_a = attn;
-    m.out_b = part.data();
+    m.out_b = part;
     m.out = attn;
     m.token_stride = static_cast<int64_t>(H) * dv;
-    m.lse_a = lse.data();
-    m.lse_b = part_lse.data();
-    m.lse = lse.data();
+    m.lse_a = lse;
+    m.lse_b = part_lse;
+    m.lse = lse;
     RETURN_IF_ERROR(kernels::MergeState(m, ctx_));
   }
   return absl::OkStatus();
@@ -240,8 +257,8 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const f
 
 // MLA (absorbed) form. q: [T, H, qk] roped; attn: [T, H, v].
 absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, AttentionForm form,
-                                          const float* q, const int32_t* topk_indices,
-                                          float* attn) {
+                                          const void* q, const int32_t* topk_indices,
+                                          void* attn) {
   const ModelConfig& c = config_;
   const KvBViews views = weights_.layers[layer].attn.kv_b_views(c);
   const int T = plan.total_tokens;
@@ -254,7 +271,7 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
   const int E = c.latent_dim();
 
   // q_abs [T, H, L | rope]: q_nope[h] . W_UK[h] per head, then the roped part copied in.
-  std::vector<float> q_abs(static_cast<size_t>(T) * H * E);
+  ASSIGN_OR_RETURN(void* q_abs, ScratchAct(static_cast<int64_t>(T) * H * E, "absorbed q"));
   kernels::GemmParams uk;
   uk.m = T;
   uk.n = L;
@@ -264,54 +281,55 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
   uk.b = views.w_uk;
   uk.ldb = views.row_stride;
   uk.b_transposed = false;
-  uk.c = q_abs.data();
+  uk.c = q_abs;
   uk.ldc = static_cast<int64_t>(H) * E;
-  RETURN_IF_ERROR(PerHeadGemm(ctx_, uk, H, qk, views.head_stride, E));
-  RETURN_IF_ERROR(ops::Copy2D(ctx_, q_abs.data() + L, E, q + dn, qk, dr,
+  RETURN_IF_ERROR(PerHeadGemm(ops_, uk, H, qk, views.head_stride, E));
+  RETURN_IF_ERROR(ops::Copy2D(ops_, ops_.at(q_abs, L), E, ops_.at(q, dn), qk, dr,
                               static_cast<int64_t>(T) * H));
 
-  std::vector<float> out_lat(static_cast<size_t>(T) * H * L);
+  ASSIGN_OR_RETURN(void* out_lat, ScratchAct(static_cast<int64_t>(T) * H * L, "latent attention output"));
   const float scale = static_cast<float>(c.softmax_scale);
   if (topk_indices != nullptr) {
     kernels::SparseMlaParams p;
-    p.cache_dtype = kernels::DType::kF32;
+    p.cache_dtype = ops_.dtype;
     p.batch = plan.batch;
     p.num_heads = H;
     p.kv_lora_rank = L;
     p.rope_dim = dr;
     p.top_k = c.index_topk;
-    p.q = q_abs.data();
+    p.q = q_abs;
     p.q_token_stride = static_cast<int64_t>(H) * E;
     p.q_head_stride = E;
     p.kv_cache = pool_->latent(layer);
     p.num_pages = pool_->total_pages();
-    p.block_table = plan.block_table.data();
+    p.block_table = plan.dev.block_table;
     p.max_pages_per_seq = plan.max_pages_per_seq;
-    p.cu_seqlens_q = plan.cu_seqlens_q.data();
-    p.seqlens_k = plan.seqlens_k.data();
+    p.cu_seqlens_q = plan.dev.cu_seqlens_q;
+    p.seqlens_k = plan.dev.seqlens_k;
     p.indices = topk_indices;
-    p.out = out_lat.data();
+    p.out = out_lat;
     p.softmax_scale = scale;
     RETURN_IF_ERROR(form == AttentionForm::kMlaDecode ? kernels::SparseDecode(p, ctx_)
                                                       : kernels::SparseFwd(p, ctx_));
   } else {
     kernels::MlaParams p;
+    p.dtype = ops_.dtype;
     p.batch = plan.batch;
     p.num_heads = H;
     p.kv_lora_rank = L;
     p.rope_dim = dr;
-    p.q = q_abs.data();
+    p.q = q_abs;
     p.q_token_stride = static_cast<int64_t>(H) * E;
     p.q_head_stride = E;
     p.kv_cache = pool_->latent(layer);
     p.num_pages = pool_->total_pages();
-    p.block_table = plan.block_table.data();
+    p.block_table = plan.dev.block_table;
     p.max_pages_per_seq = plan.max_pages_per_seq;
-    p.cu_seqlens_q = plan.cu_seqlens_q.data();
-    p.seqlens_k = plan.seqlens_k.data();
+    p.cu_seqlens_q = plan.dev.cu_seqlens_q;
+    p.seqlens_k = plan.dev.seqlens_k;
     p.max_seqlen_q = plan.max_seqlen_q;
     p.max_seqlen_k = plan.max_seqlen_k;
-    p.out = out_lat.data();
+    p.out = out_lat;
     p.softmax_scale = scale;
     p.causal = true;
     if (form == AttentionForm::kMlaDecode) {
@@ -322,10 +340,13 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
       shape.kv_lora_rank = L;
       shape.rope_dim = dr;
       shape.max_seqlen_k = plan.max_seqlen_k;
+      shape.num_sms = num_sms_;
       ASSIGN_OR_RETURN(kernels::MlaDecodePlan decode_plan, kernels::PlanMlaDecode(shape));
-      std::vector<uint8_t> workspace(decode_plan.workspace_bytes);
-      RETURN_IF_ERROR(kernels::MlaDecode(p, decode_plan,
-                                         workspace.empty() ? nullptr : workspace.data(), ctx_));
+      void* workspace = nullptr;
+      if (decode_plan.workspace_bytes > 0) {
+        ASSIGN_OR_RETURN(workspace, Scratch(decode_plan.workspace_bytes, "mla decode workspace"));
+      }
+      RETURN_IF_ERROR(kernels::MlaDecode(p, decode_plan, workspace, ctx_));
     } else {
       RETURN_IF_ERROR(kernels::MlaPrefill(p, ctx_));
     }
@@ -336,14 +357,14 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
   uv.m = T;
   uv.n = dv;
   uv.k = L;
-  uv.a = out_lat.data();
+  uv.a = out_lat;
   uv.lda = static_cast<int64_t>(H) * L;
   uv.b = views.w_uv;
   uv.ldb = views.row_stride;
   uv.b_transposed = true;
   uv.c = attn;
   uv.ldc = static_cast<int64_t>(H) * dv;
-  RETURN_IF_ERROR(PerHeadGemm(ctx_, uv, H, L, views.head_stride, dv));
+  RETURN_IF_ERROR(PerHeadGemm(ops_, uv, H, L, views.head_stride, dv));
   return absl::OkStatus();
 }
 

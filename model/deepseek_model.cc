@@ -20,11 +20,6 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
 
 absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
     const EngineOptions& options) {
-  if (options.backend != kernels::Backend::kCpu) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the DeepSeek runtime supports backend cpu only so far; backend ",
-                     kernels::BackendName(options.backend), " is not implemented yet"));
-  }
   if (options.num_kv_pages <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_kv_pages is ", options.num_kv_pages, "; it must be positive"));
@@ -38,8 +33,18 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   e->options_ = options;
   e->ctx_.backend = options.backend;
   e->ctx_.device = options.device;
+  e->ops_.kernel = e->ctx_;
+  e->ops_.dtype = StorageDType(options.backend);
   ASSIGN_OR_RETURN(e->config_, LoadModelConfig(options.model_dir));
   const ModelConfig& c = e->config_;
+  const bool cuda = options.backend == kernels::Backend::kCuda;
+  if (cuda && c.has_indexer) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model_type ", c.model_type_name, " needs the indexer and sparse attention kernels, which have "
+        "no CUDA implementation yet; use backend cpu"));
+  }
+  RETURN_IF_ERROR(UseDevice(options.backend, options.device));
+  ASSIGN_OR_RETURN(e->num_sms_, MultiprocessorCount(options.backend, options.device));
   if (c.hidden_act != "silu") {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json: hidden_act '", c.hidden_act, "' is not supported (DeepSeek uses silu)"));
@@ -51,16 +56,27 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
         c.num_attention_heads, "; MLA expects them equal"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::Open(options.model_dir, c));
-  ASSIGN_OR_RETURN(e->weights_, LoadDeepseekWeights(c, *store));
+  ASSIGN_OR_RETURN(e->weights_, LoadDeepseekWeights(c, *store, options.backend));
   ASSIGN_OR_RETURN(e->rope_, BuildRopeTable(c));
+  if (cuda) {
+    ASSIGN_OR_RETURN(e->rope_dev_, DeviceBuffer::FromHost(options.backend,
+                                                          std::span<const float>(e->rope_.cos_sin)));
+  }
   KvPoolOptions po;
   po.backend = options.backend;
-  po.dtype = kernels::DType::kF32;
+  po.dtype = e->ops_.dtype;
   po.num_layers = c.num_hidden_layers;
   po.num_pages = options.num_kv_pages;
   po.latent_dim = c.latent_dim();
   po.index_dim = c.has_indexer ? c.index_head_dim : 0;
   ASSIGN_OR_RETURN(e->pool_, KvPool::Create(po));
+  e->max_pages_per_seq_ = std::min(
+      options.num_kv_pages, (c.max_position_embeddings + kernels::kPageSize - 1) / kernels::kPageSize);
+  ASSIGN_OR_RETURN(const size_t scratch_bytes, e->ForwardScratchBytes());
+  ASSIGN_OR_RETURN(e->scratch_, ScratchArena::Create(options.backend, scratch_bytes));
+  if (cuda) {
+    ASSIGN_OR_RETURN(e->staging_, PinnedBuffer::Allocate(options.backend, e->PlanStagingBytes()));
+  }
   return e;
 }
 
@@ -167,47 +183,63 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
   }
 
   // residual: the running hidden state; y: its normed copy fed to each block; tmp: block output.
-  std::vector<float> residual(static_cast<size_t>(T) * hidden);
-  std::vector<float> y(residual.size()), tmp(residual.size());
+  scratch_.Reset();
+  RETURN_IF_ERROR(UploadPlan(&plan));
+  const int64_t act = static_cast<int64_t>(T) * hidden;
+  ASSIGN_OR_RETURN(void* residual, ScratchAct(act, "residual"));
+  ASSIGN_OR_RETURN(void* y, ScratchAct(act, "normed hidden"));
+  ASSIGN_OR_RETURN(void* tmp, ScratchAct(act, "block output"));
   kernels::EmbeddingParams ep;
+  ep.dtype = ops_.dtype;
   ep.num_tokens = T;
   ep.dim = hidden;
   ep.vocab = c.vocab_size;
-  ep.ids = plan.token_ids.data();
+  ep.ids = plan.dev.token_ids;
   ep.table = weights_.embed.data();
-  ep.out = residual.data();
+  ep.out = residual;
   RETURN_IF_ERROR(kernels::Embedding(ep, ctx_));
-  RETURN_IF_ERROR(ops::RmsNorm(ctx_, residual.data(), T, hidden, hidden,
-                               weights_.layers[0].input_norm.data(), eps, y.data(), hidden));
+  RETURN_IF_ERROR(ops::RmsNorm(ops_, residual, T, hidden, hidden, weights_.layers[0].input_norm,
+                               eps, y, hidden));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& lw = weights_.layers[l];
-    RETURN_IF_ERROR(Attention(l, plan, form, y.data(), tmp.data()));
+    RETURN_IF_ERROR(Attention(l, plan, form, y, tmp));
     if (on_layer_done) RETURN_IF_ERROR(on_layer_done(l));
     // residual += attn; y = post_attention_norm(residual)
-    RETURN_IF_ERROR(ops::RmsNorm(ctx_, tmp.data(), T, hidden, hidden,
-                                 lw.post_attention_norm.data(), eps, y.data(), hidden,
-                                 residual.data()));
-    RETURN_IF_ERROR(Mlp(l, plan, y.data(), tmp.data()));
+    RETURN_IF_ERROR(ops::RmsNorm(ops_, tmp, T, hidden, hidden, lw.post_attention_norm, eps, y,
+                                 hidden, residual));
+    RETURN_IF_ERROR(Mlp(l, plan, y, tmp));
     // residual += mlp; y = next layer's input norm (or the final norm) of residual
-    const float* next_norm = l + 1 < c.num_hidden_layers ? weights_.layers[l + 1].input_norm.data()
-                                                         : weights_.final_norm.data();
-    RETURN_IF_ERROR(ops::RmsNorm(ctx_, tmp.data(), T, hidden, hidden, next_norm, eps, y.data(),
-                                 hidden, residual.data()));
+    const WeightTensor& next_norm = l + 1 < c.num_hidden_layers ? weights_.layers[l + 1].input_norm
+                                                                : weights_.final_norm;
+    RETURN_IF_ERROR(ops::RmsNorm(ops_, tmp, T, hidden, hidden, next_norm, eps, y, hidden,
+                                 residual));
   }
 
   ForwardResult result;
   result.path_used = resolved;
   result.rows = static_cast<int>(plan.logit_rows.size());
-  if (result.rows == 0) return result;
-  std::vector<float> rows(static_cast<size_t>(result.rows) * hidden);
+  if (result.rows == 0) {
+    RETURN_IF_ERROR(Synchronize(ctx_));  // the staging buffer is reused by the next step
+    return result;
+  }
+  ASSIGN_OR_RETURN(void* rows, ScratchAct(static_cast<int64_t>(result.rows) * hidden, "logit rows"));
   for (int r = 0; r < result.rows; ++r) {
-    RETURN_IF_ERROR(ops::Copy2D(ctx_, rows.data() + static_cast<size_t>(r) * hidden, hidden,
-                                y.data() + static_cast<size_t>(plan.logit_rows[r]) * hidden,
+    RETURN_IF_ERROR(ops::Copy2D(ops_, ops_.at(rows, static_cast<int64_t>(r) * hidden), hidden,
+                                ops_.at(y, static_cast<int64_t>(plan.logit_rows[r]) * hidden),
                                 hidden, hidden, 1));
   }
   result.logits.resize(static_cast<size_t>(result.rows) * c.vocab_size);
-  RETURN_IF_ERROR(ops::Linear(ctx_, rows.data(), result.rows, hidden, weights_.lm_head,
-                              result.logits.data(), c.vocab_size));
+  if (ctx_.backend == kernels::Backend::kCpu) {
+    RETURN_IF_ERROR(ops::Linear(ops_, rows, result.rows, hidden, weights_.lm_head,
+                                result.logits.data(), c.vocab_size));
+  } else {
+    const size_t bytes = result.logits.size() * sizeof(float);
+    ASSIGN_OR_RETURN(void* logits, Scratch(bytes, "logits"));
+    RETURN_IF_ERROR(ops::Linear(ops_, rows, result.rows, hidden, weights_.lm_head, logits,
+                                c.vocab_size, 0.0f, /*y_f32=*/true));
+    RETURN_IF_ERROR(CopyBytes(ctx_, result.logits.data(), logits, bytes, CopyKind::kDeviceToHost));
+    RETURN_IF_ERROR(Synchronize(ctx_));
+  }
   return result;
 }
 

@@ -15,8 +15,11 @@
 //         longer than index_topk, attention runs sparse (sparse_fwd / sparse_decode) in MLA
 //         form whatever form was asked for; otherwise sparse equals dense.
 //
-// Backends: kCpu (f32 activations, weights converted to f32 at load). kCuda is refused with
-// FAILED_PRECONDITION until the CUDA port of this runtime lands.
+// Backends: kCpu (f32 activations, weights converted to f32 at load) and kCuda (bf16 weights
+// and activations in device memory, f32 router/LM-head logits; V2/V3 only: V3.2's indexer and
+// sparse attention have no CUDA kernels yet, so kCuda refuses it at Create). Every step's
+// activations come from one scratch arena sized at Create from max_batch_tokens and
+// max_batch_seqs (ForwardScratchBytes); nothing is allocated inside a step.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +31,9 @@
 #include "kernels/common/types.h"
 #include "model/config.h"
 #include "model/deepseek_weights.h"
+#include "model/device_memory.h"
 #include "model/engine.h"
+#include "model/forward_ops.h"
 #include "model/kv_pool.h"
 #include "model/rope.h"
 
@@ -53,6 +58,17 @@ struct BatchPlan {
   // DSA: some sequence is longer than index_topk, so attention must run sparse (set by Forward).
   bool sparse = false;
   std::vector<int32_t> logit_rows;   // token rows (in [0, T)) whose logits are returned
+
+  // The arrays above as the kernels read them: the host vectors on kCpu, a device copy
+  // uploaded once per Forward on kCuda (DeepseekEngine::UploadPlan).
+  struct Device {
+    const int32_t* token_ids = nullptr;
+    const int32_t* positions = nullptr;
+    const int64_t* slots = nullptr;
+    const int32_t* cu_seqlens_q = nullptr;
+    const int32_t* seqlens_k = nullptr;
+    const int32_t* block_table = nullptr;
+  } dev;
 };
 
 enum class AttentionForm : uint8_t { kMha, kMla, kMlaDecode };
@@ -79,22 +95,47 @@ class DeepseekEngine final : public Engine {
   absl::StatusOr<BatchPlan> PlanBatch(std::span<const SequenceChunk> batch) const;
 
   // attention.cc. x: normed hidden [T, hidden]; out: [T, hidden].
-  absl::Status Attention(int layer, const BatchPlan& plan, AttentionForm form, const float* x,
-                         float* out);
-  absl::Status AttendMha(int layer, const BatchPlan& plan, const float* q, const float* kv,
-                         float* attn);
-  absl::Status AttendLatent(int layer, const BatchPlan& plan, AttentionForm form, const float* q,
-                            const int32_t* topk_indices, float* attn);
-  // indexer.cc (V3.2): writes the layer's indexer keys; fills topk when `need_topk`.
-  absl::Status RunIndexer(int layer, const BatchPlan& plan, const float* x, const float* q_resid,
-                          bool need_topk, std::vector<int32_t>* topk);
+  // Activations (x, out, q, kv, attn) are in ops_.dtype.
+  absl::Status Attention(int layer, const BatchPlan& plan, AttentionForm form, const void* x,
+                         void* out);
+  absl::Status AttendMha(int layer, const BatchPlan& plan, const void* q, const void* kv,
+                         void* attn);
+  absl::Status AttendLatent(int layer, const BatchPlan& plan, AttentionForm form, const void* q,
+                            const int32_t* topk_indices, void* attn);
+  // indexer.cc (V3.2): writes the layer's indexer keys; fills topk [T, index_topk] (a buffer
+  // of the backend) when `need_topk`.
+  absl::Status RunIndexer(int layer, const BatchPlan& plan, const void* x, const void* q_resid,
+                          bool need_topk, int32_t* topk);
 
   // moe_layer.cc. x: normed hidden [T, hidden]; out: [T, hidden].
-  absl::Status Mlp(int layer, const BatchPlan& plan, const float* x, float* out);
+  absl::Status Mlp(int layer, const BatchPlan& plan, const void* x, void* out);
+
+  // Scratch of the current step (see ScratchArena); INTERNAL if the plan undercounted.
+  absl::StatusOr<void*> Scratch(size_t bytes, const char* what) { return scratch_.Allocate(bytes, what); }
+  // Activation scratch of `elements` elements of ops_.dtype.
+  absl::StatusOr<void*> ScratchAct(int64_t elements, const char* what) {
+    return scratch_.Allocate(ops_.bytes(elements), what);
+  }
+  // Fills plan->dev (a device copy of the plan's arrays on kCuda).
+  absl::Status UploadPlan(BatchPlan* plan);
+  // Host arrays into fresh scratch of the backend (the per-piece arrays of the MHA prefix).
+  absl::StatusOr<const int32_t*> UploadInts(const std::vector<int32_t>& host, const char* what);
+  // Bytes of scratch one Forward needs at most, for the engine's limits.
+  absl::StatusOr<size_t> ForwardScratchBytes() const;
+  size_t PlanStagingBytes() const;
+  const float* cos_sin() const {
+    return rope_dev_.empty() ? rope_.cos_sin.data() : rope_dev_.as<const float>();
+  }
 
   EngineOptions options_;
   ModelConfig config_;
   kernels::KernelContext ctx_;
+  ops::OpContext ops_;  // ctx_ plus the activation dtype
+  ScratchArena scratch_;
+  PinnedBuffer staging_;  // kCuda: the plan's arrays on their way to the device
+  DeviceBuffer rope_dev_; // kCuda: the cos/sin table on the device
+  int max_pages_per_seq_ = 0;  // bound on BatchPlan::max_pages_per_seq
+  int num_sms_ = 0;
   DeepseekWeights weights_;
   RopeTable rope_;
   std::unique_ptr<KvPool> pool_;

@@ -1,6 +1,7 @@
-// DeepSeek weights as the forward consumes them: per-layer structs of f32 host buffers, loaded
-// once through WeightStore (any stored dtype -- f32, bf16, fp8 with block scales -- arrives as
-// f32), with the layouts the kernels want:
+// DeepSeek weights as the forward consumes them: per-layer structs of buffers in the engine's
+// backend, loaded once through WeightStore (any stored dtype -- f32, bf16, fp8 with block
+// scales -- arrives as f32 on the CPU backend and as bf16 in device memory on the CUDA
+// backend; the MoE correction bias stays f32 on both), with the layouts the kernels want:
 //   - dense MLP and shared experts: gate and up stacked into one [2I, H] matrix, so one GEMM
 //     feeds kernels/activation's SiluAndMul ([gate | up] per row);
 //   - routed experts: [E, 2I, H] gate_up and [E, H, I] down, built from the published
@@ -14,16 +15,34 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/common/types.h"
 #include "model/config.h"
+#include "model/device_memory.h"
 
 namespace mlaserve::model {
 
 class WeightStore;
 
+// One weight tensor in the engine's backend and storage dtype. A tensor may instead be a view
+// of another (`view`, e.g. a tied lm_head over the embedding), which must outlive it.
+struct WeightTensor {
+  DeviceBuffer buffer;
+  const void* view = nullptr;
+  kernels::DType dtype = kernels::DType::kF32;
+  int64_t numel = 0;
+
+  const void* data() const { return view != nullptr ? view : buffer.data(); }
+  // Element `offset` (in dtype elements).
+  const void* at(int64_t offset) const {
+    return static_cast<const char*>(data()) + offset * static_cast<int64_t>(kernels::DTypeSize(dtype));
+  }
+  bool empty() const { return numel == 0; }
+};
+
 // nn.Linear: y = x W^T (+ b), W row-major [out, in].
 struct LinearWeight {
-  std::vector<float> weight;
-  std::vector<float> bias;  // [out] or empty
+  WeightTensor weight;
+  WeightTensor bias;  // [out] or empty
   int out = 0;
   int in = 0;
   bool empty() const { return weight.empty(); }
@@ -33,8 +52,8 @@ struct LinearWeight {
 // h * (nope + v): the first `nope` rows are W_UK[h] ([nope, kv_lora]), the next `v` rows are
 // W_UV[h] ([v, kv_lora]).
 struct KvBViews {
-  const float* w_uk = nullptr;  // head 0's W_UK; head h at + h * head_stride
-  const float* w_uv = nullptr;  // head 0's W_UV
+  const void* w_uk = nullptr;  // head 0's W_UK; head h at + h * head_stride (elements)
+  const void* w_uv = nullptr;  // head 0's W_UV
   int64_t head_stride = 0;      // (nope + v) * kv_lora elements
   int64_t row_stride = 0;       // kv_lora
 };
@@ -42,10 +61,10 @@ struct KvBViews {
 struct MlaWeights {
   LinearWeight q_proj;        // q_lora_rank null: [H*(nope+rope), hidden]
   LinearWeight q_a_proj;      // [q_lora, hidden] (+bias with attention_bias)
-  std::vector<float> q_a_norm;  // [q_lora]
+  WeightTensor q_a_norm;      // [q_lora]
   LinearWeight q_b_proj;      // [H*(nope+rope), q_lora]
   LinearWeight kv_a_proj;     // kv_a_proj_with_mqa: [kv_lora + rope, hidden] (+bias)
-  std::vector<float> kv_a_norm;  // [kv_lora]
+  WeightTensor kv_a_norm;     // [kv_lora]
   LinearWeight kv_b_proj;     // [H*(nope+v), kv_lora]
   LinearWeight o_proj;        // [hidden, H*v] (+bias)
 
@@ -56,8 +75,8 @@ struct MlaWeights {
 struct IndexerWeights {
   LinearWeight wq_b;            // [n_heads*head_dim, q_lora]
   LinearWeight wk;              // [head_dim, hidden]
-  std::vector<float> k_norm_w;  // LayerNorm [head_dim]
-  std::vector<float> k_norm_b;  // [head_dim]
+  WeightTensor k_norm_w;        // LayerNorm [head_dim]
+  WeightTensor k_norm_b;        // [head_dim]
   LinearWeight weights_proj;    // [n_heads, hidden]
 };
 
@@ -70,15 +89,15 @@ struct GatedMlpWeights {
 
 struct MoeWeights {
   LinearWeight router;                   // gate.weight [E, hidden]
-  std::vector<float> correction_bias;    // e_score_correction_bias [E] or empty
-  std::vector<float> experts_gate_up;    // [E, 2I, hidden]
-  std::vector<float> experts_down;       // [E, hidden, I]
+  WeightTensor correction_bias;          // e_score_correction_bias [E] (f32) or empty
+  WeightTensor experts_gate_up;          // [E, 2I, hidden]
+  WeightTensor experts_down;             // [E, hidden, I]
   GatedMlpWeights shared;                // empty when n_shared_experts == 0
 };
 
 struct LayerWeights {
-  std::vector<float> input_norm;          // [hidden]
-  std::vector<float> post_attention_norm; // [hidden]
+  WeightTensor input_norm;                // [hidden]
+  WeightTensor post_attention_norm;       // [hidden]
   MlaWeights attn;
   IndexerWeights indexer;                 // V3.2 only
   bool is_moe = false;
@@ -87,14 +106,18 @@ struct LayerWeights {
 };
 
 struct DeepseekWeights {
-  std::vector<float> embed;     // [vocab, hidden]
-  std::vector<float> final_norm;
-  LinearWeight lm_head;         // [vocab, hidden]; a copy of embed when tied
+  WeightTensor embed;           // [vocab, hidden]
+  WeightTensor final_norm;
+  LinearWeight lm_head;         // [vocab, hidden]; a view of embed when tied
   std::vector<LayerWeights> layers;
 };
 
-// Loads every tensor the config needs, checking shapes; a missing or mis-shaped tensor is
-// INVALID_ARGUMENT / NOT_FOUND naming it.
-absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& config, WeightStore& store);
+// The dtype weights and activations are stored in on `backend`: f32 on kCpu, bf16 on kCuda.
+kernels::DType StorageDType(kernels::Backend backend);
+
+// Loads every tensor the config needs into `backend` memory, checking shapes; a missing or
+// mis-shaped tensor is INVALID_ARGUMENT / NOT_FOUND naming it.
+absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& config, WeightStore& store,
+                                                    kernels::Backend backend = kernels::Backend::kCpu);
 
 }  // namespace mlaserve::model

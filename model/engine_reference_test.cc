@@ -65,7 +65,12 @@ TEST_P(EngineReferenceTest, OneShotLogitsMatchReferenceInBothForms) {
     AttentionPath used;
     const std::vector<float> mha = PrefixBatch(p, AttentionPath::kAuto, &used);
     ASSERT_EQ(mha.size(), p.logits.size() * V);
-    EXPECT_EQ(used, AttentionPath::kMha);  // no cached prefix: kAuto picks MHA
+    // No cached prefix: kAuto picks MHA, except that DSA batches longer than index_topk run
+    // sparse, in MLA form.
+    const auto& cfg = engine_->config();
+    const bool sparse = cfg.has_indexer && static_cast<int>(p.ids.size()) > cfg.index_topk &&
+                        p.logits_positions.back() >= cfg.index_topk;
+    EXPECT_EQ(used, sparse ? AttentionPath::kMla : AttentionPath::kMha) << p.name;
     const std::vector<float> mla = PrefixBatch(p, AttentionPath::kMla);
     ASSERT_EQ(mla.size(), mha.size());
     for (size_t j = 0; j < p.logits.size(); ++j) {

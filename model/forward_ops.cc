@@ -1,19 +1,25 @@
 #include "model/forward_ops.h"
 
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/activation/api.h"
 #include "kernels/gemm/api.h"
 #include "kernels/norm/api.h"
+#include "model/device_memory.h"
 
 namespace mlaserve::model::ops {
 
-absl::Status Linear(const kernels::KernelContext& ctx, const float* x, int rows, int64_t x_stride,
-                    const LinearWeight& w, float* y, int64_t y_stride, float beta) {
+absl::Status Linear(const OpContext& ctx, const void* x, int rows, int64_t x_stride,
+                    const LinearWeight& w, void* y, int64_t y_stride, float beta, bool y_f32) {
   if (rows == 0) return absl::OkStatus();
+  const bool f32_out = y_f32 && ctx.dtype != kernels::DType::kF32;
+  if (f32_out && !w.bias.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Linear: an f32 output with ", kernels::DTypeName(ctx.dtype),
+        " activations takes no bias (weight [", w.out, ", ", w.in, "] has one)"));
+  }
   kernels::GemmParams p;
+  p.dtype = ctx.dtype;
   p.m = rows;
   p.n = w.out;
   p.k = w.in;
@@ -26,53 +32,49 @@ absl::Status Linear(const kernels::KernelContext& ctx, const float* x, int rows,
   p.ldc = y_stride;
   p.bias = w.bias.empty() ? nullptr : w.bias.data();
   p.beta = beta;
-  return kernels::Gemm(p, ctx);
+  p.c_f32 = f32_out;
+  return kernels::Gemm(p, ctx.kernel);
 }
 
-absl::Status RmsNorm(const kernels::KernelContext& ctx, const float* x, int rows, int dim,
-                     int64_t x_stride, const float* weight, float eps, float* y, int64_t y_stride,
-                     float* residual) {
+absl::Status RmsNorm(const OpContext& ctx, const void* x, int rows, int dim, int64_t x_stride,
+                     const WeightTensor& weight, float eps, void* y, int64_t y_stride,
+                     void* residual) {
   if (rows == 0) return absl::OkStatus();
   kernels::RmsNormParams p;
+  p.dtype = ctx.dtype;
   p.rows = rows;
   p.dim = dim;
   p.x = x;
   p.x_stride = x_stride;
   p.residual = residual;
-  p.weight = weight;
+  p.weight = weight.data();
   p.y = y;
   p.y_stride = y_stride;
   p.eps = eps;
-  return kernels::RmsNorm(p, ctx);
+  return kernels::RmsNorm(p, ctx.kernel);
 }
 
-absl::Status Copy2D(const kernels::KernelContext& ctx, float* dst, int64_t dst_stride,
-                    const float* src, int64_t src_stride, int width, int64_t rows) {
-  if (ctx.backend != kernels::Backend::kCpu) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("Copy2D: backend ", kernels::BackendName(ctx.backend),
-                     " is not supported by the model runtime yet"));
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(dst + r * dst_stride, src + r * src_stride, sizeof(float) * width);
-  }
-  return absl::OkStatus();
+absl::Status Copy2D(const OpContext& ctx, void* dst, int64_t dst_stride, const void* src,
+                    int64_t src_stride, int width, int64_t rows) {
+  return Copy2DBytes(ctx.kernel, dst, ctx.bytes(dst_stride), src, ctx.bytes(src_stride),
+                     ctx.bytes(width), static_cast<size_t>(rows));
 }
 
-absl::Status GatedMlp(const kernels::KernelContext& ctx, const float* x, int rows, int hidden,
-                      const GatedMlpWeights& w, float* act, float* out, float beta) {
+absl::Status GatedMlp(const OpContext& ctx, const void* x, int rows, int hidden,
+                      const GatedMlpWeights& w, void* act, void* out, float beta) {
   if (rows == 0) return absl::OkStatus();
   const int inter = w.inter;
   RETURN_IF_ERROR(Linear(ctx, x, rows, hidden, w.gate_up, act, 2 * inter));
-  float* hidden_act = act + static_cast<int64_t>(rows) * 2 * inter;
+  void* hidden_act = ctx.at(act, static_cast<int64_t>(rows) * 2 * inter);
   kernels::SiluAndMulParams sp;
+  sp.dtype = ctx.dtype;
   sp.rows = rows;
   sp.dim = inter;
   sp.x = act;
   sp.x_stride = 2 * inter;
   sp.out = hidden_act;
   sp.out_stride = inter;
-  RETURN_IF_ERROR(kernels::SiluAndMul(sp, ctx));
+  RETURN_IF_ERROR(kernels::SiluAndMul(sp, ctx.kernel));
   return Linear(ctx, hidden_act, rows, inter, w.down, out, hidden, beta);
 }
 

@@ -1,7 +1,5 @@
 // The feed-forward half of a layer: the dense gated MLP, or the MoE block (router -> routed
 // experts grouped by expert -> plus the shared experts), as Hugging Face's DeepseekV*MoE.
-#include <vector>
-
 #include "common/status.h"
 #include "kernels/moe/api.h"
 #include "model/deepseek_model.h"
@@ -26,24 +24,25 @@ kernels::MoeTopkMethod ToKernel(RoutingMethod m) {
 
 }  // namespace
 
-absl::Status DeepseekEngine::Mlp(int layer, const BatchPlan& plan, const float* x, float* out) {
+absl::Status DeepseekEngine::Mlp(int layer, const BatchPlan& plan, const void* x, void* out) {
+  ScratchScope scope(scratch_);
   const ModelConfig& c = config_;
   const LayerWeights& lw = weights_.layers[layer];
   const int T = plan.total_tokens;
   const int hidden = c.hidden_size;
-  std::vector<float> act;
   if (!lw.is_moe) {
-    act.resize(static_cast<size_t>(T) * 3 * lw.mlp.inter);
-    return ops::GatedMlp(ctx_, x, T, hidden, lw.mlp, act.data(), out);
+    ASSIGN_OR_RETURN(void* act, ScratchAct(static_cast<int64_t>(T) * 3 * lw.mlp.inter, "mlp act"));
+    return ops::GatedMlp(ops_, x, T, hidden, lw.mlp, act, out);
   }
 
   const MoeWeights& m = lw.moe;
   const int E = c.n_routed_experts;
   const int k = c.num_experts_per_tok;
-  std::vector<float> logits(static_cast<size_t>(T) * E);
-  RETURN_IF_ERROR(ops::Linear(ctx_, x, T, hidden, m.router, logits.data(), E));
-  std::vector<int32_t> ids(static_cast<size_t>(T) * k);
-  std::vector<float> weights(static_cast<size_t>(T) * k);
+  // Router logits in f32 whatever the activation dtype (HF computes them in f32 too).
+  ASSIGN_OR_RETURN(void* logits, Scratch(static_cast<size_t>(T) * E * sizeof(float), "router logits"));
+  RETURN_IF_ERROR(ops::Linear(ops_, x, T, hidden, m.router, logits, E, 0.0f, /*y_f32=*/true));
+  ASSIGN_OR_RETURN(void* ids, Scratch(static_cast<size_t>(T) * k * sizeof(int32_t), "topk ids"));
+  ASSIGN_OR_RETURN(void* weights, Scratch(static_cast<size_t>(T) * k * sizeof(float), "topk weights"));
   kernels::MoeRoutingParams r;
   r.num_tokens = T;
   r.num_experts = E;
@@ -54,33 +53,34 @@ absl::Status DeepseekEngine::Mlp(int layer, const BatchPlan& plan, const float* 
   r.method = ToKernel(c.routing_method);
   r.norm_topk_prob = c.norm_topk_prob;
   r.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
-  r.logits = logits.data();
-  r.correction_bias = m.correction_bias.empty() ? nullptr : m.correction_bias.data();
-  r.topk_ids = ids.data();
-  r.topk_weights = weights.data();
+  r.logits = static_cast<const float*>(logits);
+  r.correction_bias = m.correction_bias.empty() ? nullptr
+                                                : static_cast<const float*>(m.correction_bias.data());
+  r.topk_ids = static_cast<int32_t*>(ids);
+  r.topk_weights = static_cast<float*>(weights);
   RETURN_IF_ERROR(kernels::MoeRouting(r, ctx_));
 
   kernels::MoeExpertsParams e;
+  e.dtype = ops_.dtype;
   e.num_tokens = T;
   e.hidden = hidden;
   e.inter = c.moe_intermediate_size;
   e.num_experts = E;
   e.top_k = k;
   e.x = x;
-  e.topk_ids = ids.data();
-  e.topk_weights = weights.data();
+  e.topk_ids = r.topk_ids;
+  e.topk_weights = r.topk_weights;
   e.gate_up = m.experts_gate_up.data();
   e.down = m.experts_down.data();
   e.out = out;
-  std::vector<uint8_t> workspace(kernels::MoeExpertsWorkspaceBytes(e));
-  e.workspace = workspace.empty() ? nullptr : workspace.data();
-  e.workspace_bytes = workspace.size();
+  e.workspace_bytes = kernels::MoeExpertsWorkspaceBytes(e);
+  ASSIGN_OR_RETURN(e.workspace, Scratch(e.workspace_bytes, "moe experts workspace"));
   RETURN_IF_ERROR(kernels::MoeExperts(e, ctx_));
 
   if (m.shared.inter == 0) return absl::OkStatus();
-  act.resize(static_cast<size_t>(T) * 3 * m.shared.inter);
+  ASSIGN_OR_RETURN(void* act, ScratchAct(static_cast<int64_t>(T) * 3 * m.shared.inter, "shared experts act"));
   // HF: experts(x) + shared_experts(x); the shared output accumulates into `out`.
-  return ops::GatedMlp(ctx_, x, T, hidden, m.shared, act.data(), out, /*beta=*/1.0f);
+  return ops::GatedMlp(ops_, x, T, hidden, m.shared, act, out, /*beta=*/1.0f);
 }
 
 }  // namespace mlaserve::model

@@ -34,9 +34,10 @@ add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/deepseek_model.cc
   ${CMAKE_CURRENT_LIST_DIR}/attention.cc
   ${CMAKE_CURRENT_LIST_DIR}/indexer.cc
-  ${CMAKE_CURRENT_LIST_DIR}/moe_layer.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/moe_layer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/forward_plan.cc)
 target_link_libraries(model_runtime PUBLIC model_loader model_kv_pool model_rope model_sampler
-                      mlaserve_kernels mlaserve_common)
+                      model_device_memory mlaserve_kernels mlaserve_common)
 mlaserve_warnings(model_runtime)
 
 # mlaserve-run: one-process generation from a checkpoint.

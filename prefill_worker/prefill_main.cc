@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(const common::Worker
 }
 
 int Main(int argc, char** argv) {
-  common::BlockTerminationSignals();
+  common::InstallTerminationHandlers();
   CLI::App app{"mlaserve-prefill: chunked prefill that ships KV to decode workers"};
   common::WorkerOptions o;
   common::AddWorkerFlags(app, common::WorkerRoleKind::kPrefill, &o);
@@ -81,16 +81,16 @@ int Main(int argc, char** argv) {
   });
 
   kvtransfer::TcpKvTransport transport;
-  ro.name = o.advertise;
+  ro.name = o.advertise.empty() ? std::string("prefill") : o.advertise;
   PrefillRunner runner(&e, &transport, *layout, ro, &metrics);
   runner.Start();
 
   common::ServerRunner server({.listen = o.listen});
-  std::string advertise;
+  common::AdvertisedAddress advertise;  // set once the port is bound; read by GetInfo
   auto describe = [&] {
     common::WorkerFacts f;
     f.role = v1::WORKER_ROLE_PREFILL;
-    f.address = advertise;
+    f.address = advertise.get();
     f.model = common::MakeModelIdentity(e.config(), o.model_dir, layout->CompatHash());
     f.backend = kernels::BackendName(e.backend());
     f.device = o.device;
@@ -109,7 +109,7 @@ int Main(int argc, char** argv) {
   PrefillService service(&runner, describe);
   server.AddService(&service);
   if (absl::Status s = server.Start(); !s.ok()) return Fail("starting the server", s);
-  advertise = o.advertise.empty() ? server.bound_address() : o.advertise;
+  advertise.set(o.advertise.empty() ? server.bound_address() : o.advertise);
 
   std::unique_ptr<common::MetricsHttpServer> metrics_http;
   if (o.metrics_port >= 0) {
@@ -129,7 +129,7 @@ int Main(int argc, char** argv) {
   }
   spdlog::info("prefill worker for {} ({} layers, KV {}), {} pages, advertised as {}",
                o.model_dir, e.config().num_hidden_layers, layout->Describe(),
-               e.kv_pool().total_pages(), advertise);
+               e.kv_pool().total_pages(), advertise.get());
   server.PrintListening();
   server.WaitForShutdown([&] {
     registration.reset();  // stop heartbeats first: the router stops routing here

@@ -51,7 +51,10 @@ PrefillRunner::PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* tra
                                   {16, 64, 256, 1024, 4096, 16384, 65536});
 }
 
-PrefillRunner::~PrefillRunner() { Stop(); }
+PrefillRunner::~PrefillRunner() {
+  Stop();
+  guard_->Close();
+}
 
 void PrefillRunner::Start() {
   loop_ = std::thread([this] { Loop(); });
@@ -296,21 +299,8 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
     const int32_t token = *first;
     const std::string id = c.seq->id;
     // The decode worker answers once every page landed; the request is answered then.
-    r->sender->Complete(completion, [this, id, token](absl::Status verdict) {
-      if (!verdict.ok()) {
-        Finish(id, verdict);
-        return;
-      }
-      auto req = Find(id);
-      if (req == nullptr) return;
-      PrefillOutcome o;
-      o.first_token = token;
-      o.prompt_tokens = static_cast<int>(req->job.tokens.size());
-      o.kv_bytes_sent = req->sender->bytes_sent();
-      o.queue_time = req->first_scheduled - req->arrival;
-      o.prefill_time = req->forward_done - req->first_scheduled;
-      o.transfer_wait = absl::Now() - req->forward_done;
-      Finish(id, o);
+    r->sender->Complete(completion, [this, guard = guard_, id, token](absl::Status verdict) {
+      guard->Run([&] { OnTransferDone(id, token, verdict); });
     });
   }
   // Finished prompts leave the scheduler (their pages are free: the KV has been shipped).
@@ -318,6 +308,23 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
     absl::MutexLock lock(&mu_);
     pending_tokens_ -= static_cast<int64_t>(done->tokens.size());
   }
+}
+
+void PrefillRunner::OnTransferDone(const std::string& id, int32_t token, absl::Status verdict) {
+  if (!verdict.ok()) {
+    Finish(id, verdict);
+    return;
+  }
+  auto req = Find(id);
+  if (req == nullptr) return;  // aborted meanwhile, already answered
+  PrefillOutcome o;
+  o.first_token = token;
+  o.prompt_tokens = static_cast<int>(req->job.tokens.size());
+  o.kv_bytes_sent = req->sender->bytes_sent();
+  o.queue_time = req->first_scheduled - req->arrival;
+  o.prefill_time = req->forward_done - req->first_scheduled;
+  o.transfer_wait = absl::Now() - req->forward_done;
+  Finish(id, o);
 }
 
 void PrefillRunner::Finish(const std::string& id, absl::StatusOr<PrefillOutcome> outcome) {

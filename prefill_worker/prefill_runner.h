@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/callback_guard.h"
 #include "common/metrics.h"
 #include "kvtransfer/layout.h"
 #include "kvtransfer/transport.h"
@@ -101,6 +102,8 @@ class PrefillRunner {
   void ShipLayer(const std::vector<PrefillChunk>& chunks, int layer);
   void Postprocess(const std::vector<PrefillChunk>& chunks,
                    const absl::StatusOr<model::ForwardResult>& result);
+  // The decode worker's answer to a completed transfer (transport thread).
+  void OnTransferDone(const std::string& id, int32_t first_token, absl::Status verdict);
   absl::StatusOr<int32_t> SampleFirstToken(const Request& r, std::span<float> logits);
   // Ends a request: removes it, aborts its sender on failure, answers it.
   void Finish(const std::string& id, absl::StatusOr<PrefillOutcome> outcome);
@@ -122,6 +125,8 @@ class PrefillRunner {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;
+  // Transfer completions arrive on transport threads, possibly after Stop(): through here.
+  const std::shared_ptr<common::CallbackGuard> guard_ = common::CallbackGuard::Create();
 
   // Metrics (null-safe: a private registry when none is given).
   common::MetricsRegistry own_metrics_;

@@ -9,7 +9,10 @@
 
 #include <CLI/CLI.hpp>
 #include <grpcpp/health_check_service_interface.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
 
 #include "common/metrics.h"
 #include "common/server.h"
@@ -68,6 +71,8 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   CLI11_PARSE(app, argc, argv);
 
+  // stdout carries only the "listening on" line; logs go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("mlaserve-router"));
   spdlog::set_level(spdlog::level::from_str(log_level));
   o.heartbeat_timeout = absl::Milliseconds(heartbeat_timeout_ms);
   o.heartbeat_interval = std::max(absl::Milliseconds(50), o.heartbeat_timeout / 5);
@@ -82,15 +87,23 @@ int Main(int argc, char** argv) {
 
   absl::StatusOr<model::ModelConfig> config = model::LoadModelConfig(o.model_dir);
   if (!config.ok()) return Fail("loading " + o.model_dir + "/config.json", config.status());
-  absl::StatusOr<std::unique_ptr<TokenizerCodec>> codec = TokenizerCodec::FromModelDir(o.model_dir);
-  if (!codec.ok()) return Fail("loading the tokenizer of " + o.model_dir, codec.status());
+  std::unique_ptr<TextCodec> codec;
+  if (absl::StatusOr<std::unique_ptr<TokenizerCodec>> t = TokenizerCodec::FromModelDir(o.model_dir);
+      t.ok()) {
+    codec = *std::move(t);
+  } else if (t.status().code() == absl::StatusCode::kNotFound) {
+    spdlog::warn("{}: no tokenizer.json; serving token_ids requests only", o.model_dir);
+    codec = TokenIdsOnlyCodec(absl::StrCat(o.model_dir, " has no tokenizer.json"));
+  } else {
+    return Fail("loading the tokenizer of " + o.model_dir, t.status());
+  }
   std::string model_name =
       std::filesystem::path(o.model_dir).lexically_normal().filename().string();
   if (model_name.empty()) {
     model_name = std::filesystem::path(o.model_dir).lexically_normal().parent_path().filename();
   }
 
-  RouterContext router(o, RouterModelFromConfig(*config, model_name), *std::move(codec));
+  RouterContext router(o, RouterModelFromConfig(*config, model_name), std::move(codec));
   for (const std::string& a : o.prefill_addresses) {
     auto id = router.registry().AddByAddress(WorkerRole::kPrefill, a, WorkerSource::kStatic);
     if (!id.ok()) return Fail("--prefill " + a, id.status());

@@ -2,6 +2,7 @@
 
 #include "model/detokenizer.h"
 #include "model/utf8.h"
+#include "absl/strings/str_cat.h"
 
 namespace mlaserve::router {
 namespace {
@@ -22,7 +23,33 @@ class TokenizerDetokenizer final : public StreamingDetokenizer {
   model::IncrementalDetokenizer detokenizer_;
 };
 
+class NoTextDetokenizer final : public StreamingDetokenizer {
+ public:
+  std::string Push(int32_t) override { return ""; }
+  std::string Finish() override { return ""; }
+};
+
+class IdsOnlyCodec final : public TextCodec {
+ public:
+  explicit IdsOnlyCodec(std::string why) : why_(std::move(why)) {}
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view) const override {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this router cannot tokenize text (", why_, "); send token_ids instead"));
+  }
+  std::unique_ptr<StreamingDetokenizer> NewDetokenizer(std::span<const int32_t>,
+                                                       bool) const override {
+    return std::make_unique<NoTextDetokenizer>();
+  }
+
+ private:
+  std::string why_;
+};
+
 }  // namespace
+
+std::unique_ptr<TextCodec> TokenIdsOnlyCodec(std::string why) {
+  return std::make_unique<IdsOnlyCodec>(std::move(why));
+}
 
 absl::StatusOr<std::unique_ptr<TokenizerCodec>> TokenizerCodec::FromModelDir(
     const std::string& model_dir) {

@@ -11,6 +11,11 @@
 
 namespace mlaserve::router {
 
+// For a model directory without tokenizer.json (the tiny random test checkpoints): Encode
+// fails with FAILED_PRECONDITION naming `why`, detokenizers produce no text; token_ids
+// requests work as usual.
+std::unique_ptr<TextCodec> TokenIdsOnlyCodec(std::string why);
+
 class TokenizerCodec final : public TextCodec {
  public:
   // Loads <model_dir>/tokenizer.json (and tokenizer_config.json beside it).

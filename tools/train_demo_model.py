@@ -214,6 +214,8 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--time-limit", type=float, default=480.0,
+                    help="stop training after this many seconds (the model is still saved)")
     ap.add_argument("--eval-n", type=int, default=600)
     ap.add_argument("--vocab", type=int, default=512)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -223,13 +225,15 @@ def main():
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = True  # training only; the eval below is fp32
     tok = train_tokenizer(args.vocab, args.seed)
-    model = transformers.DeepseekV3ForCausalLM(model_config(tok.get_vocab_size()))
+    # Like DeepSeek's checkpoints, the embedding is padded past the tokenizer's vocab
+    # (to a multiple of 64); the padded rows are never a target, so never chosen.
+    model = transformers.DeepseekV3ForCausalLM(model_config(-(-tok.get_vocab_size() // 64) * 64))
     model.config._attn_implementation = "eager"
     model.config._experts_implementation = "eager"
     model = model.to(device).train()
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params / 1e6:.2f}M ({2 * n_params / 1e6:.1f} MB bf16), device {device}, "
-          f"vocab {tok.get_vocab_size()}", flush=True)
+          f"tokenizer vocab {tok.get_vocab_size()}, model vocab {model.config.vocab_size}", flush=True)
 
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     warm = max(1, args.steps // 20)
@@ -239,6 +243,9 @@ def main():
     rng = random.Random(args.seed + 1)
     t0 = time.time()
     for step in range(args.steps):
+        if time.time() - t0 > args.time_limit:
+            print(f"time limit reached after {step} steps", flush=True)
+            break
         ids, labels = make_batch(tok, rng, args.batch, device)
         loss = model(ids, labels=labels).loss
         opt.zero_grad(set_to_none=True)

@@ -115,6 +115,10 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
   load.call.ignore_eos = o.ignore_eos;
   load.call.include_text = o.include_text;
 
+  // The warmup and the timed run each get --max-duration-s as their bound, so no phase can
+  // stall the tool (a warmup stuck behind a wedged server is cut like the run would be).
+  if (o.max_duration_s > 0) load.max_duration = absl::Seconds(o.max_duration_s);
+
   RunInfo info;
   info.options = o;
   info.model_name = model->model_name();
@@ -133,11 +137,10 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
                      r.request_id.c_str(), r.error_class.c_str(), r.error.c_str());
       }
     }
-    info.warmup_failed += result.abandoned;
+    info.warmup_failed += result.abandoned + result.not_started;
   }
 
   load.request_id_prefix = absl::StrCat("bench-", nonce);
-  if (o.max_duration_s > 0) load.max_duration = absl::Seconds(o.max_duration_s);
   LoadRunner runner(stub.get(), load);
   const LoadResult result =
       RunWithProgress(runner, *specs, arrivals, show_progress, "benchmark", err);

@@ -26,9 +26,19 @@ absl::Status Validate(const GemmParams& p) {
   RETURN_IF_ERROR(RequireNonNegative("stride_a", p.stride_a));
   RETURN_IF_ERROR(RequireNonNegative("stride_b", p.stride_b));
   if (p.batch > 1) {
-    // Distinct outputs per batch entry; A and B may be broadcast (stride 0).
-    RETURN_IF_ERROR(RequireAtLeast("stride_c", p.stride_c, "(m-1)*ldc+n",
-                                   static_cast<int64_t>(p.m > 0 ? p.m - 1 : 0) * p.ldc + p.n));
+    // Batch entries must write disjoint elements of C; A and B may be broadcast (stride 0).
+    // Two layouts are disjoint: one block per entry (stride_c >= (m-1)*ldc + n), or entries
+    // side by side within each row, e.g. per-head outputs [m, batch*n] (n <= stride_c and
+    // (batch-1)*stride_c + n <= ldc).
+    const int64_t block = static_cast<int64_t>(p.m > 0 ? p.m - 1 : 0) * p.ldc + p.n;
+    const bool blocks = p.stride_c >= block;
+    const bool side_by_side =
+        p.stride_c >= p.n && static_cast<int64_t>(p.batch - 1) * p.stride_c + p.n <= p.ldc;
+    if (!blocks && !side_by_side) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gemm: stride_c=", p.stride_c, " makes batch entries overlap in C (m=", p.m,
+          ", n=", p.n, ", ldc=", p.ldc, ", batch=", p.batch, ")"));
+    }
   }
   return absl::OkStatus();
 }

@@ -35,9 +35,10 @@ TEST_P(RmsNormCudaTest, MatchesCpu) {
   p.residual = with_res ? want_res.data() : nullptr; p.y = want_y.data(); p.y_stride = stride;
   p.eps = 1e-6f;
   ASSERT_TRUE(RmsNorm(p, KernelContext{}).ok());
-  auto up = [&](const std::vector<float>& v) { return bf16 ? testing::ToDeviceBf16(v) : testing::ToDevice(v); };
-  auto down = [&](const testing::DeviceBuffer& b, size_t n) {
-    return bf16 ? testing::ToHostBf16(b, n) : testing::ToHost<float>(b, n);
+  const bool half = bf16;  // (lambdas capture a copy, not the structured binding)
+  auto up = [half](const std::vector<float>& v) { return half ? testing::ToDeviceBf16(v) : testing::ToDevice(v); };
+  auto down = [half](const testing::DeviceBuffer& b, size_t n) {
+    return half ? testing::ToHostBf16(b, n) : testing::ToHost<float>(b, n);
   };
   auto d_x = up(x), d_res = up(res), d_w = up(w);
   auto d_y = bf16 ? testing::PoisonedBf16(x.size()) : testing::PoisonedF32(x.size());

@@ -194,6 +194,11 @@ int FakeDecodeWorker::aborts() const {
   absl::MutexLock lock(&mu_);
   return aborts_;
 }
+bool FakeDecodeWorker::WaitForAborts(int n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto cond = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return aborts_ >= n; };
+  return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
+}
 std::vector<v1::ReserveRequest> FakeDecodeWorker::reserves() const {
   absl::MutexLock lock(&mu_);
   return reserves_;
@@ -363,6 +368,12 @@ std::vector<v1::PrefillRequest> FakePrefillWorker::requests() const {
 int FakePrefillWorker::aborts() const {
   absl::MutexLock lock(&mu_);
   return aborts_;
+}
+
+bool FakePrefillWorker::WaitForAborts(int n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto cond = [this, n]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return aborts_ >= n; };
+  return mu_.AwaitWithTimeout(absl::Condition(&cond), timeout);
 }
 
 v1::WorkerDescriptor FakePrefillWorker::Descriptor(const std::string& address) const {

@@ -38,6 +38,7 @@ class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {
   int free_pages() const;
   int total_pages() const { return total_pages_; }
   int aborts() const;
+  bool WaitForAborts(int n, absl::Duration timeout) const;  // aborts() >= n within timeout
   std::vector<v1::ReserveRequest> reserves() const;
   // Blocks until a stream has sent at least `tokens` tokens in total, or `timeout` passes.
   bool WaitForTokensSent(int tokens, absl::Duration timeout) const;
@@ -92,6 +93,7 @@ class FakePrefillWorker final : public v1::PrefillWorker::CallbackService {
   void set_error(grpc::Status status);  // Prefill fails with it (KV never completes)
   std::vector<v1::PrefillRequest> requests() const;
   int aborts() const;
+  bool WaitForAborts(int n, absl::Duration timeout) const;
 
   v1::WorkerDescriptor Descriptor(const std::string& address) const;
 

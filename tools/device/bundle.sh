@@ -5,11 +5,12 @@
 #   .devlibs/  non-system shared libraries they load that Ubuntu 24.04 lacks (gRPC, protobuf,
 #              absl, spdlog, fmt, gtest, ...); cuBLAS/NCCL/cudart are NOT bundled (present there)
 # Environment: BUILD (build dir, default build-cuda), TARGETS (space-separated targets to build
-# and bundle; default: every CUDA test binary and mlaserve-kernel-bench), JOBS (default 2).
+# and bundle; default: every CUDA test binary and mlaserve-kernel-bench), JOBS (default 2),
+# SKIP_BUILD=1 (bundle what BUILD already holds, e.g. while the tree does not configure).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-cuda}
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLASERVE_CUDA=ON \
+[[ "${SKIP_BUILD:-0}" == 1 ]] || cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLASERVE_CUDA=ON \
   -DMLASERVE_CUDA_ARCH=90a -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
   -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
 if [[ -z "${TARGETS:-}" ]]; then
@@ -17,7 +18,7 @@ if [[ -z "${TARGETS:-}" ]]; then
   TARGETS="$TARGETS mlaserve-kernel-bench"
 fi
 # shellcheck disable=SC2086
-cmake --build "$BUILD" -j "${JOBS:-2}" --target $TARGETS
+[[ "${SKIP_BUILD:-0}" == 1 ]] || cmake --build "$BUILD" -j "${JOBS:-2}" --target $TARGETS
 rm -rf .devbin .devlibs && mkdir -p .devbin .devlibs
 for t in $TARGETS; do
   bin=$(find "$BUILD" -type f -perm -u+x -name "$t" | head -1)

@@ -1,0 +1,237 @@
+#include "model/device_memory.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace mlaserve::model {
+namespace {
+
+#if !defined(MLASERVE_MODEL_HAS_CUDA)
+absl::Status NoCuda(const char* what) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, ": backend cuda requested but this build has no CUDA support"));
+}
+#endif
+
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+absl::Status CudaError(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
+}
+#endif
+
+}  // namespace
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(kernels::Backend backend, size_t bytes) {
+  DeviceBuffer b;
+  b.backend_ = backend;
+  if (bytes == 0) return b;
+  if (backend == kernels::Backend::kCpu) {
+    b.ptr_ = std::aligned_alloc(kDeviceAlignment, AlignedBytes(bytes));
+    if (b.ptr_ == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", bytes, " bytes failed"));
+    }
+  } else {
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+    const cudaError_t err = cudaMalloc(&b.ptr_, bytes);
+    if (err != cudaSuccess) {
+      b.ptr_ = nullptr;
+      return absl::ResourceExhaustedError(absl::StrCat("cudaMalloc of ", bytes,
+                                                       " bytes failed: ", cudaGetErrorString(err)));
+    }
+#else
+    return NoCuda("DeviceBuffer");
+#endif
+  }
+  b.bytes_ = bytes;
+  return b;
+}
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::FromHost(kernels::Backend backend, const void* host,
+                                                    size_t bytes) {
+  absl::StatusOr<DeviceBuffer> b = Allocate(backend, bytes);
+  if (!b.ok() || bytes == 0) return b;
+  if (backend == kernels::Backend::kCpu) {
+    std::memcpy(b->data(), host, bytes);
+  } else {
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+    absl::Status s = CudaError(cudaMemcpy(b->data(), host, bytes, cudaMemcpyHostToDevice),
+                               "DeviceBuffer upload");
+    if (!s.ok()) return s;
+#endif
+  }
+  return b;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    Release();
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    backend_ = o.backend_;
+  }
+  return *this;
+}
+
+void DeviceBuffer::Release() {
+  if (ptr_ == nullptr) return;
+  if (backend_ == kernels::Backend::kCpu) {
+    std::free(ptr_);
+  } else {
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+    cudaFree(ptr_);
+#endif
+  }
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+absl::StatusOr<PinnedBuffer> PinnedBuffer::Allocate(kernels::Backend backend, size_t bytes) {
+  PinnedBuffer b;
+  if (bytes == 0) return b;
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  if (backend == kernels::Backend::kCuda) {
+    const cudaError_t err = cudaMallocHost(&b.ptr_, bytes);
+    if (err != cudaSuccess) {
+      b.ptr_ = nullptr;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cudaMallocHost of ", bytes, " bytes failed: ", cudaGetErrorString(err)));
+    }
+    b.pinned_ = true;
+    b.bytes_ = bytes;
+    return b;
+  }
+#else
+  if (backend == kernels::Backend::kCuda) return NoCuda("PinnedBuffer");
+#endif
+  b.ptr_ = std::aligned_alloc(kDeviceAlignment, AlignedBytes(bytes));
+  if (b.ptr_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("host allocation of ", bytes, " bytes failed"));
+  }
+  b.bytes_ = bytes;
+  return b;
+}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    Release();
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    pinned_ = o.pinned_;
+  }
+  return *this;
+}
+
+void PinnedBuffer::Release() {
+  if (ptr_ == nullptr) return;
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  if (pinned_) {
+    cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    return;
+  }
+#endif
+  std::free(ptr_);
+  ptr_ = nullptr;
+}
+
+absl::StatusOr<ScratchArena> ScratchArena::Create(kernels::Backend backend, size_t bytes) {
+  ScratchArena a;
+  absl::StatusOr<DeviceBuffer> b = DeviceBuffer::Allocate(backend, AlignedBytes(bytes));
+  if (!b.ok()) return b.status();
+  a.buffer_ = std::move(b).value();
+  return a;
+}
+
+absl::StatusOr<void*> ScratchArena::Allocate(size_t bytes, const char* what) {
+  const size_t need = AlignedBytes(bytes);
+  if (used_ + need > buffer_.bytes()) {
+    return absl::InternalError(absl::StrCat("scratch arena: ", what, " needs ", need,
+                                            " bytes but only ", buffer_.bytes() - used_, " of ",
+                                            buffer_.bytes(), " are left (the step plan undercounted)"));
+  }
+  void* p = static_cast<char*>(buffer_.data()) + used_;
+  used_ += need;
+  if (used_ > high_water_) high_water_ = used_;
+  return p;
+}
+
+absl::Status CopyBytes(const kernels::KernelContext& ctx, void* dst, const void* src, size_t bytes,
+                       CopyKind kind) {
+  if (bytes == 0) return absl::OkStatus();
+  if (ctx.backend == kernels::Backend::kCpu) {
+    std::memmove(dst, src, bytes);
+    return absl::OkStatus();
+  }
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  const cudaMemcpyKind k = kind == CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+                           : kind == CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                             : cudaMemcpyDeviceToDevice;
+  return CudaError(cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(ctx.stream)),
+                   "cudaMemcpyAsync");
+#else
+  (void)kind;
+  return NoCuda("CopyBytes");
+#endif
+}
+
+absl::Status Copy2DBytes(const kernels::KernelContext& ctx, void* dst, size_t dst_pitch,
+                         const void* src, size_t src_pitch, size_t width_bytes, size_t rows) {
+  if (rows == 0 || width_bytes == 0) return absl::OkStatus();
+  if (ctx.backend == kernels::Backend::kCpu) {
+    for (size_t r = 0; r < rows; ++r) {
+      std::memmove(static_cast<char*>(dst) + r * dst_pitch,
+                   static_cast<const char*>(src) + r * src_pitch, width_bytes);
+    }
+    return absl::OkStatus();
+  }
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  return CudaError(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width_bytes, rows,
+                                     cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(ctx.stream)),
+                   "cudaMemcpy2DAsync");
+#else
+  return NoCuda("Copy2DBytes");
+#endif
+}
+
+absl::Status UseDevice(kernels::Backend backend, int device) {
+  if (backend == kernels::Backend::kCpu) return absl::OkStatus();
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  return CudaError(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")").c_str());
+#else
+  (void)device;
+  return NoCuda("UseDevice");
+#endif
+}
+
+absl::StatusOr<int> MultiprocessorCount(kernels::Backend backend, int device) {
+  if (backend == kernels::Backend::kCpu) return 0;
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  int sms = 0;
+  absl::Status s = CudaError(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                             "cudaDeviceGetAttribute(multiprocessor count)");
+  if (!s.ok()) return s;
+  return sms;
+#else
+  (void)device;
+  return NoCuda("MultiprocessorCount");
+#endif
+}
+
+absl::Status Synchronize(const kernels::KernelContext& ctx) {
+  if (ctx.backend == kernels::Backend::kCpu) return absl::OkStatus();
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  return CudaError(cudaStreamSynchronize(static_cast<cudaStream_t>(ctx.stream)),
+                   "cudaStreamSynchronize");
+#else
+  return NoCuda("Synchronize");
+#endif
+}
+
+}  // namespace mlaserve::model

@@ -1,0 +1,160 @@
+// Device memory for the model runtime: owning buffers in the engine's backend, pinned host
+// staging, and a scratch arena planned once per engine so that a forward step never allocates.
+//
+// Why: the forward is written once against kernels/*/api.h, whose pointers are buffers of the
+// KernelContext's backend. On kCpu those are host memory; on kCuda they are device memory that
+// must be allocated up front (cudaMalloc inside a step would serialise the GPU and break CUDA
+// graph capture). These types give the runtime one vocabulary for both:
+//   DeviceBuffer   owning bytes in a backend (host heap on kCpu, cudaMalloc on kCuda)
+//   PinnedBuffer   page-locked host bytes (plain host memory on kCpu) for per-step uploads of
+//                  token ids / positions / page tables and the download of logits
+//   ScratchArena   a bump allocator over one DeviceBuffer; the engine sizes it from its limits
+//                  (max_batch_tokens, max_batch_seqs) at Create, Reset()s it at each step, and
+//                  every activation of the step is carved from it. Running out is a planning
+//                  bug and is reported as INTERNAL naming the request, never papered over.
+//   CopyBytes / Copy2D  stream-ordered copies in the backend (cudaMemcpyAsync / cudaMemcpy2DAsync).
+//
+// Threads: none of these are thread-safe; an engine owns its buffers and steps one at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/common/types.h"
+
+namespace mlaserve::model {
+
+// Alignment of every DeviceBuffer and arena allocation: the CUDA kernels use 16-byte vectors,
+// cuBLASLt prefers 256.
+inline constexpr size_t kDeviceAlignment = 256;
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  // RESOURCE_EXHAUSTED naming the size when the allocation fails; FAILED_PRECONDITION for
+  // kCuda in a build without CUDA.
+  static absl::StatusOr<DeviceBuffer> Allocate(kernels::Backend backend, size_t bytes);
+  // A buffer holding a copy of `host` (synchronous upload; for load time, not for steps).
+  static absl::StatusOr<DeviceBuffer> FromHost(kernels::Backend backend, const void* host,
+                                               size_t bytes);
+  template <typename T>
+  static absl::StatusOr<DeviceBuffer> FromHost(kernels::Backend backend, std::span<const T> host) {
+    return FromHost(backend, host.data(), host.size_bytes());
+  }
+
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Release(); }
+
+  void* data() const { return ptr_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  bool empty() const { return bytes_ == 0; }
+  kernels::Backend backend() const { return backend_; }
+
+ private:
+  void Release();
+
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  kernels::Backend backend_ = kernels::Backend::kCpu;
+};
+
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  static absl::StatusOr<PinnedBuffer> Allocate(kernels::Backend backend, size_t bytes);
+  PinnedBuffer(PinnedBuffer&& o) noexcept { *this = std::move(o); }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { Release(); }
+
+  void* data() const { return ptr_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void Release();
+
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  bool pinned_ = false;
+};
+
+class ScratchArena {
+ public:
+  ScratchArena() = default;
+  static absl::StatusOr<ScratchArena> Create(kernels::Backend backend, size_t bytes);
+
+  // `bytes` (rounded up to kDeviceAlignment) from the arena; INTERNAL naming `what` and the
+  // sizes when it does not fit.
+  absl::StatusOr<void*> Allocate(size_t bytes, const char* what);
+  template <typename T>
+  absl::StatusOr<T*> AllocateArray(size_t count, const char* what) {
+    absl::StatusOr<void*> p = Allocate(count * sizeof(T), what);
+    if (!p.ok()) return p.status();
+    return static_cast<T*>(*p);
+  }
+
+  // Stack discipline: a Mark taken before a scope's allocations, restored after it, frees
+  // them (the scope's results must not outlive it).
+  size_t Mark() const { return used_; }
+  void Restore(size_t mark) { used_ = mark; }
+  void Reset() { used_ = 0; }
+
+  size_t used() const { return used_; }
+  size_t high_water() const { return high_water_; }
+  size_t capacity() const { return buffer_.bytes(); }
+
+ private:
+  DeviceBuffer buffer_;
+  size_t used_ = 0;
+  size_t high_water_ = 0;
+};
+
+// Restores the arena on destruction to where it was at construction: the scratch of one op
+// or layer, released when the scope ends (its results must live in the caller's buffers).
+class ScratchScope {
+ public:
+  explicit ScratchScope(ScratchArena& arena) : arena_(arena), mark_(arena.Mark()) {}
+  ~ScratchScope() { arena_.Restore(mark_); }
+  ScratchScope(const ScratchScope&) = delete;
+  ScratchScope& operator=(const ScratchScope&) = delete;
+
+ private:
+  ScratchArena& arena_;
+  size_t mark_;
+};
+
+// Rounds up to kDeviceAlignment: the arena's unit, for sizing it from a list of parts.
+inline size_t AlignedBytes(size_t bytes) {
+  return (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;
+}
+
+// Stream-ordered copies in `ctx`'s backend. For kCuda, host pointers should be pinned
+// (PinnedBuffer) for the copy to be asynchronous; pageable memory works but blocks.
+enum class CopyKind : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+absl::Status CopyBytes(const kernels::KernelContext& ctx, void* dst, const void* src, size_t bytes,
+                       CopyKind kind);
+// `rows` rows of `width_bytes` each, with byte pitches; device to device.
+absl::Status Copy2DBytes(const kernels::KernelContext& ctx, void* dst, size_t dst_pitch,
+                         const void* src, size_t src_pitch, size_t width_bytes, size_t rows);
+// Makes `device` current for this thread (kCuda); no-op on kCpu.
+absl::Status UseDevice(kernels::Backend backend, int device);
+// The device's multiprocessor count (kCuda; 0 on kCpu, which the kernel planners read as
+// "CPU").
+absl::StatusOr<int> MultiprocessorCount(kernels::Backend backend, int device);
+
+// Waits until everything queued on ctx's stream has run (no-op on kCpu).
+absl::Status Synchronize(const kernels::KernelContext& ctx);
+
+}  // namespace mlaserve::model

@@ -1,0 +1,169 @@
+// AttentionPathPolicy: the rules in the header, in one place.
+#include "profiles/attention_path_policy.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/sparse_fwd/api.h"
+#include "spdlog/spdlog.h"
+
+namespace mlaserve::profiles {
+namespace {
+
+constexpr double kMaxThresholdScale = 1e6;
+
+}  // namespace
+
+const char* PrefillPathName(PrefillPath p) {
+  switch (p) {
+    case PrefillPath::kMha: return "mha";
+    case PrefillPath::kMla: return "mla";
+    case PrefillPath::kSparseFwd: return "sparse_fwd";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::optional<PrefillPath>> ParsePrefillPath(const std::string& name) {
+  if (name == "auto" || name.empty()) return std::optional<PrefillPath>();
+  if (name == "mha") return std::optional(PrefillPath::kMha);
+  if (name == "mla") return std::optional(PrefillPath::kMla);
+  if (name == "sparse_fwd" || name == "sparse-fwd") return std::optional(PrefillPath::kSparseFwd);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "attention path '", name, "' is not one of auto, mha, mla, sparse_fwd"));
+}
+
+const char* ChoiceReasonName(ChoiceReason r) {
+  switch (r) {
+    case ChoiceReason::kTable: return "table";
+    case ChoiceReason::kTableNearest: return "table_nearest";
+    case ChoiceReason::kNoCell: return "no_cell";
+    case ChoiceReason::kForced: return "forced";
+    case ChoiceReason::kSparseCap: return "sparse_cap";
+    case ChoiceReason::kSparseTable: return "sparse_table";
+    case ChoiceReason::kEmpty: return "empty";
+  }
+  return "?";
+}
+
+absl::StatusOr<std::unique_ptr<AttentionPathPolicy>> AttentionPathPolicy::Create(
+    GpuProfile profile, std::string source, const ModelAttentionTraits& model,
+    const PolicyOptions& options) {
+  if (!std::isfinite(options.threshold_scale) || options.threshold_scale <= 0.0 ||
+      options.threshold_scale > kMaxThresholdScale) {
+    return absl::InvalidArgumentError(absl::StrCat("threshold scale ", options.threshold_scale,
+                                                   " is outside (0, ", kMaxThresholdScale, "]"));
+  }
+  if (options.force == PrefillPath::kSparseFwd && !model.has_indexer) {
+    return absl::InvalidArgumentError(
+        "attention path sparse_fwd was forced, but the model has no DSA indexer "
+        "(only DeepSeek-V3.2 models can use it)");
+  }
+  if (model.has_indexer && model.index_topk <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("index_topk ", model.index_topk, " must be > 0 for a DSA model"));
+  }
+  RETURN_IF_ERROR(ValidateProfile(profile));
+  return std::unique_ptr<AttentionPathPolicy>(
+      new AttentionPathPolicy(std::move(profile), std::move(source), model, options));
+}
+
+AttentionPathPolicy::AttentionPathPolicy(GpuProfile profile, std::string source,
+                                         ModelAttentionTraits model, PolicyOptions options)
+    : profile_(std::move(profile)),
+      source_(std::move(source)),
+      model_(model),
+      options_(options) {
+  sparse_cap_ = profile_.device.smem_optin_bytes > 0
+                    ? kernels::SparseDecodeMaxRows(profile_.device.smem_optin_bytes)
+                    : profile_.sparse.decode_max_rows;
+}
+
+int64_t AttentionPathPolicy::Scaled(int64_t threshold) const {
+  if (threshold == kNeverMha || options_.threshold_scale == 1.0) return threshold;
+  const double v = static_cast<double>(threshold) * options_.threshold_scale;
+  return v >= 9.0e18 ? INT64_MAX : static_cast<int64_t>(std::llround(v));
+}
+
+PathChoice AttentionPathPolicy::ChooseDense(const BatchStats& st) const {
+  PathChoice c;
+  c.stats = st;
+  if (options_.force == PrefillPath::kMha || options_.force == PrefillPath::kMla) {
+    c.path = *options_.force;
+    c.reason = ChoiceReason::kForced;
+    return c;
+  }
+  if (options_.force == PrefillPath::kSparseFwd) {  // DSA only (checked in Create)
+    c.path = PrefillPath::kSparseFwd;
+    c.reason = ChoiceReason::kForced;
+    return c;
+  }
+  bool exact = false;
+  const MhaMlaCell* cell = profile_.mha_mla.Find(st.batch, st.sum_prefix, st.sum_extend, &exact);
+  if (cell == nullptr) {
+    c.path = st.sum_prefix == 0 ? PrefillPath::kMha : PrefillPath::kMla;
+    c.reason = ChoiceReason::kNoCell;
+    return c;
+  }
+  c.se_threshold = Scaled(cell->se_threshold);
+  c.path = c.se_threshold != kNeverMha && st.se >= c.se_threshold ? PrefillPath::kMha
+                                                                   : PrefillPath::kMla;
+  c.reason = exact ? ChoiceReason::kTable : ChoiceReason::kTableNearest;
+  return c;
+}
+
+PathChoice AttentionPathPolicy::ChooseSparse(const BatchStats& st) const {
+  PathChoice c;
+  c.stats = st;
+  if (sparse_cap_ > 0 && st.sum_extend > sparse_cap_) {
+    c.path = PrefillPath::kSparseFwd;
+    c.reason = ChoiceReason::kSparseCap;
+    return c;
+  }
+  if (options_.force == PrefillPath::kMla || options_.force == PrefillPath::kSparseFwd) {
+    c.path = *options_.force;
+    c.reason = ChoiceReason::kForced;
+    return c;
+  }
+  c.path = st.sum_extend >= profile_.sparse.sparse_fwd_min_rows ? PrefillPath::kSparseFwd
+                                                                : PrefillPath::kMla;
+  c.reason = ChoiceReason::kSparseTable;
+  return c;
+}
+
+PathChoice AttentionPathPolicy::Choose(std::span<const SequenceShape> batch) {
+  const BatchStats st = ComputeBatchStats(batch);
+  PathChoice c;
+  if (st.batch == 0) {
+    c.stats = st;
+    c.path = PrefillPath::kMla;
+    c.reason = ChoiceReason::kEmpty;
+  } else if (model_.has_indexer && st.max_seq_len > model_.index_topk) {
+    c = ChooseSparse(st);
+  } else {
+    c = ChooseDense(st);
+  }
+  path_counts_[static_cast<int>(c.path)].fetch_add(1, std::memory_order_relaxed);
+  reason_counts_[static_cast<int>(c.reason)].fetch_add(1, std::memory_order_relaxed);
+  if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("attention path: {}", Describe(c));
+  return c;
+}
+
+std::string AttentionPathPolicy::Describe(const PathChoice& c) {
+  const BatchStats& s = c.stats;
+  std::string out = absl::StrCat(PrefillPathName(c.path), " (", ChoiceReasonName(c.reason),
+                                 ": bs=", s.batch, " prefix=", s.sum_prefix,
+                                 " extend=", s.sum_extend, " se=", s.se);
+  if (c.reason == ChoiceReason::kTable || c.reason == ChoiceReason::kTableNearest) {
+    if (c.se_threshold == kNeverMha) {
+      absl::StrAppend(&out, " threshold=never");
+    } else {
+      absl::StrAppend(&out, c.path == PrefillPath::kMha ? " >= " : " < ", "threshold=",
+                      c.se_threshold);
+    }
+  }
+  absl::StrAppend(&out, ")");
+  return out;
+}
+
+}  // namespace mlaserve::profiles

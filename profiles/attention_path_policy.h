@@ -1,0 +1,113 @@
+// AttentionPathPolicy: per prefill batch, which attention form to run.
+//
+//   Choose(batch) -> kMha | kMla | kSparseFwd
+//
+// Dense models (V2, V3): the profile's MHA/MLA table — MHA when se = Σ seq_len·extend_len
+// is at least the cell's threshold (times the configured scale), MLA below.
+// DSA models (V3.2, index_topk = k), in this order:
+//   1. every sequence has seq_len <= k: the indexer would select every key, so attention is
+//      dense and exact -> the MHA/MLA table as for dense models (SGLang PR 12788's MHA path
+//      for short sequences). Dense attention does not use the sparse scheduler, so the
+//      shared-memory cap below does not apply to it.
+//   2. query rows (Σextend) > the decode-style sparse kernel's cap -> kSparseFwd (its
+//      scheduler needs 4·(5·rows+1) bytes of shared memory; the cap comes from the device's
+//      opt-in shared memory, SGLang PR 25502).
+//   3. rows >= the profile's sparse_fwd_min_rows -> kSparseFwd, else kMla (the decode-style
+//      sparse kernel over the indexer's top-k).
+// Overrides (PolicyOptions): force a path — only where it computes the same function, so a
+// forced kMha/kMla on a DSA batch with long sequences still goes sparse, and a forced kMla
+// never exceeds the cap; scale every se threshold.
+//
+// Thread-safe: Choose may be called from any thread; the counters are atomic.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "profiles/batch_shape.h"
+#include "profiles/gpu_profile.h"
+
+namespace mlaserve::profiles {
+
+enum class PrefillPath : uint8_t { kMha, kMla, kSparseFwd };
+inline constexpr int kNumPrefillPaths = 3;
+const char* PrefillPathName(PrefillPath p);  // "mha", "mla", "sparse_fwd"
+// "auto" gives nullopt; unknown names are INVALID_ARGUMENT naming the value.
+absl::StatusOr<std::optional<PrefillPath>> ParsePrefillPath(const std::string& name);
+
+// Why a path was chosen (for the debug line and metrics labels).
+enum class ChoiceReason : uint8_t {
+  kTable,           // the cell's threshold
+  kTableNearest,    // the nearest measured cell (the batch's own cell was not measured)
+  kNoCell,          // no cell for the batch bucket: MHA without prefix, MLA with
+  kForced,          // PolicyOptions::force
+  kSparseCap,       // DSA: rows above the decode-style kernel's cap
+  kSparseTable,     // DSA: rows vs sparse_fwd_min_rows
+  kEmpty,           // empty batch: kMla, nothing runs
+};
+inline constexpr int kNumChoiceReasons = 7;
+const char* ChoiceReasonName(ChoiceReason r);
+
+struct PolicyOptions {
+  std::optional<PrefillPath> force;  // nullopt = auto
+  double threshold_scale = 1.0;      // every se threshold is multiplied by this; (0, 1e6]
+};
+
+// What the policy needs to know about the model.
+struct ModelAttentionTraits {
+  bool has_indexer = false;  // DSA (V3.2)
+  int index_topk = 0;        // > 0 when has_indexer
+};
+
+struct PathChoice {
+  PrefillPath path = PrefillPath::kMla;
+  ChoiceReason reason = ChoiceReason::kTable;
+  BatchStats stats;
+  int64_t se_threshold = kNeverMha;  // the scaled threshold used (table reasons)
+};
+
+class AttentionPathPolicy {
+ public:
+  // INVALID_ARGUMENT naming the option: threshold_scale not finite or outside (0, 1e6];
+  // force = kSparseFwd on a model without an indexer; has_indexer with index_topk <= 0.
+  static absl::StatusOr<std::unique_ptr<AttentionPathPolicy>> Create(
+      GpuProfile profile, std::string source, const ModelAttentionTraits& model,
+      const PolicyOptions& options = {});
+
+  // Pure in its inputs apart from the counters and one spdlog debug line per call.
+  PathChoice Choose(std::span<const SequenceShape> batch);
+
+  // The rows above which sparse-fwd is mandatory (the device's cap), 0 when unknown.
+  int sparse_cap_rows() const { return sparse_cap_; }
+  const GpuProfile& profile() const { return profile_; }
+  const std::string& source() const { return source_; }
+
+  uint64_t count(PrefillPath p) const { return path_counts_[static_cast<int>(p)].load(); }
+  uint64_t count(ChoiceReason r) const { return reason_counts_[static_cast<int>(r)].load(); }
+
+  // "mla (table cell bs=3 prefix=2048 extend=1024: se 3145728 < threshold 4194304)"
+  static std::string Describe(const PathChoice& c);
+
+ private:
+  AttentionPathPolicy(GpuProfile profile, std::string source, ModelAttentionTraits model,
+                      PolicyOptions options);
+  PathChoice ChooseDense(const BatchStats& st) const;
+  PathChoice ChooseSparse(const BatchStats& st) const;
+  int64_t Scaled(int64_t threshold) const;
+
+  const GpuProfile profile_;
+  const std::string source_;
+  const ModelAttentionTraits model_;
+  const PolicyOptions options_;
+  int sparse_cap_ = 0;
+  std::array<std::atomic<uint64_t>, kNumPrefillPaths> path_counts_{};
+  std::array<std::atomic<uint64_t>, kNumChoiceReasons> reason_counts_{};
+};
+
+}  // namespace mlaserve::profiles

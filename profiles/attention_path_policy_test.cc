@@ -1,0 +1,179 @@
+// AttentionPathPolicy: table choice, DSA rules with the device's shared-memory cap, overrides,
+// counters.
+#include "profiles/attention_path_policy.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "profiles/testing/test_profiles.h"
+
+namespace mlaserve::profiles {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<AttentionPathPolicy> MakePolicy(GpuProfile p, ModelAttentionTraits m = {},
+                                                PolicyOptions o = {}) {
+  auto policy = AttentionPathPolicy::Create(std::move(p), "test", m, o);
+  EXPECT_TRUE(policy.ok()) << policy.status();
+  return policy.ok() ? *std::move(policy) : nullptr;
+}
+
+// One sequence per (prefix, extend) pair.
+PathChoice Choose(AttentionPathPolicy& policy, std::vector<SequenceShape> batch) {
+  return policy.Choose(batch);
+}
+
+TEST(AttentionPathPolicy, TableThresholdDecides) {
+  GpuProfile p = testing::SmallProfile();
+  // Cell (bs 2, prefix bucket 0, extend bucket 512): threshold 2001. Set it to a real value.
+  for (MhaMlaCell& c : p.mha_mla.cells) {
+    if (c.batch == 2 && c.prefix == 0 && c.extend == 512) c.se_threshold = 400000;
+  }
+  auto policy = MakePolicy(p);
+  // se = 600*600 + 100*100 = 370000 < 400000 -> MLA.
+  PathChoice c = Choose(*policy, {{0, 600}, {0, 100}});
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+  EXPECT_EQ(c.reason, ChoiceReason::kTable);
+  EXPECT_EQ(c.stats.se, 370000);
+  EXPECT_EQ(c.se_threshold, 400000);
+  // se = 500*500 + 400*400 = 410000 >= 400000 -> MHA.
+  c = Choose(*policy, {{0, 500}, {0, 400}});
+  EXPECT_EQ(c.path, PrefillPath::kMha);
+  EXPECT_EQ(policy->count(PrefillPath::kMla), 1u);
+  EXPECT_EQ(policy->count(PrefillPath::kMha), 1u);
+  EXPECT_EQ(policy->count(ChoiceReason::kTable), 2u);
+  EXPECT_EQ(AttentionPathPolicy::Describe(c),
+            "mha (table: bs=2 prefix=0 extend=900 se=410000 >= threshold=400000)");
+}
+
+TEST(AttentionPathPolicy, NeverMhaAndBatchAboveTable) {
+  GpuProfile p = testing::SmallProfile();
+  for (MhaMlaCell& c : p.mha_mla.cells) {
+    if (c.batch == 8) c.se_threshold = kNeverMha;
+  }
+  auto policy = MakePolicy(p);
+  std::vector<SequenceShape> big(20, SequenceShape{0, 4000});  // bs 20 -> bucket 8
+  const PathChoice c = policy->Choose(big);
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+  EXPECT_EQ(c.reason, ChoiceReason::kTable);
+  EXPECT_THAT(AttentionPathPolicy::Describe(c), HasSubstr("threshold=never"));
+}
+
+TEST(AttentionPathPolicy, ThresholdScaleIsAppliedAndValidated) {
+  GpuProfile p = testing::SmallProfile();
+  for (MhaMlaCell& c : p.mha_mla.cells) c.se_threshold = 1000000;
+  auto plain = MakePolicy(p);
+  auto halved = MakePolicy(p, {}, {std::nullopt, 0.5});
+  const std::vector<SequenceShape> b = {{0, 800}};  // se 640000
+  EXPECT_EQ(plain->Choose(b).path, PrefillPath::kMla);
+  const PathChoice c = halved->Choose(b);
+  EXPECT_EQ(c.path, PrefillPath::kMha);
+  EXPECT_EQ(c.se_threshold, 500000);
+  for (double bad : {0.0, -1.0, 2e6, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    auto r = AttentionPathPolicy::Create(p, "test", {}, {std::nullopt, bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("threshold scale"));
+  }
+}
+
+TEST(AttentionPathPolicy, ForcedPaths) {
+  auto mha = MakePolicy(testing::SmallProfile(), {}, {PrefillPath::kMha, 1.0});
+  const PathChoice c = mha->Choose(std::vector<SequenceShape>{{100000, 1}});
+  EXPECT_EQ(c.path, PrefillPath::kMha);
+  EXPECT_EQ(c.reason, ChoiceReason::kForced);
+  auto mla = MakePolicy(testing::SmallProfile(), {}, {PrefillPath::kMla, 1.0});
+  EXPECT_EQ(mla->Choose(std::vector<SequenceShape>{{0, 8000}}).path, PrefillPath::kMla);
+  // sparse_fwd needs a DSA model.
+  auto r = AttentionPathPolicy::Create(testing::SmallProfile(), "test", {},
+                                       {PrefillPath::kSparseFwd, 1.0});
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("sparse_fwd"));
+  EXPECT_FALSE(AttentionPathPolicy::Create(testing::SmallProfile(), "t", {true, 0}).ok());
+}
+
+TEST(AttentionPathPolicy, ParsePrefillPath) {
+  EXPECT_EQ(*ParsePrefillPath("auto"), std::nullopt);
+  EXPECT_EQ(*ParsePrefillPath("mha"), PrefillPath::kMha);
+  EXPECT_EQ(*ParsePrefillPath("sparse-fwd"), PrefillPath::kSparseFwd);
+  auto bad = ParsePrefillPath("flash");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'flash'"));
+}
+
+constexpr ModelAttentionTraits kDsa{true, 2048};
+
+TEST(AttentionPathPolicy, DsaCapComesFromDeviceSharedMemory) {
+  GpuProfile p = testing::SmallProfile();
+  p.device.smem_optin_bytes = 228 * 1024;  // the PR's 228 KiB: cap 11673
+  p.sparse.sparse_fwd_min_rows = 20000;    // never by the table
+  auto policy = MakePolicy(p, kDsa);
+  EXPECT_EQ(policy->sparse_cap_rows(), 11673);
+  // Long sequences (seq_len > index_topk) with 11673 rows: the decode-style kernel holds them.
+  PathChoice c = Choose(*policy, {{4000, 11673}});
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+  EXPECT_EQ(c.reason, ChoiceReason::kSparseTable);
+  c = Choose(*policy, {{4000, 11674}});
+  EXPECT_EQ(c.path, PrefillPath::kSparseFwd);
+  EXPECT_EQ(c.reason, ChoiceReason::kSparseCap);
+  // The H100's real opt-in limit (227 KiB) gives 11622.
+  p.device.smem_optin_bytes = 232448;
+  auto h100 = MakePolicy(p, kDsa);
+  EXPECT_EQ(h100->sparse_cap_rows(), 11622);
+  EXPECT_EQ(Choose(*h100, {{4000, 11623}}).path, PrefillPath::kSparseFwd);
+  EXPECT_EQ(h100->count(ChoiceReason::kSparseCap), 1u);
+}
+
+TEST(AttentionPathPolicy, DsaShortSequencesUseDenseTable) {
+  GpuProfile p = testing::SmallProfile();
+  for (MhaMlaCell& c : p.mha_mla.cells) c.se_threshold = 0;  // dense: always MHA
+  auto policy = MakePolicy(p, kDsa);
+  // Every seq_len <= 2048: dense MHA, even with more rows than the sparse cap.
+  std::vector<SequenceShape> many(8, SequenceShape{48, 2000});
+  EXPECT_EQ(policy->Choose(many).path, PrefillPath::kMha);
+  EXPECT_EQ(Choose(*policy, {{0, 2048}}).path, PrefillPath::kMha);
+  // One sequence one past index_topk: sparse rules.
+  const PathChoice c = Choose(*policy, {{0, 2048}, {1, 2048}});
+  EXPECT_EQ(c.reason, ChoiceReason::kSparseTable);
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+}
+
+TEST(AttentionPathPolicy, DsaSparseTableAndForcing) {
+  GpuProfile p = testing::SmallProfile();  // sparse_fwd_min_rows 9000, cap 11622
+  auto policy = MakePolicy(p, kDsa);
+  EXPECT_EQ(Choose(*policy, {{5000, 8999}}).path, PrefillPath::kMla);
+  EXPECT_EQ(Choose(*policy, {{5000, 9000}}).path, PrefillPath::kSparseFwd);
+  // Forced MHA cannot run a long DSA batch densely: the sparse rules apply.
+  auto forced_mha = MakePolicy(p, kDsa, {PrefillPath::kMha, 1.0});
+  EXPECT_EQ(Choose(*forced_mha, {{5000, 100}}).path, PrefillPath::kMla);
+  EXPECT_EQ(Choose(*forced_mha, {{0, 100}}).path, PrefillPath::kMha);  // short: dense
+  // Forced MLA never exceeds the cap; below it, it holds.
+  auto forced_mla = MakePolicy(p, kDsa, {PrefillPath::kMla, 1.0});
+  EXPECT_EQ(Choose(*forced_mla, {{5000, 10000}}).path, PrefillPath::kMla);
+  EXPECT_EQ(Choose(*forced_mla, {{5000, 12000}}).path, PrefillPath::kSparseFwd);
+  auto forced_sparse = MakePolicy(p, kDsa, {PrefillPath::kSparseFwd, 1.0});
+  EXPECT_EQ(Choose(*forced_sparse, {{5000, 10}}).path, PrefillPath::kSparseFwd);
+}
+
+TEST(AttentionPathPolicy, NearestAndMissingCells) {
+  GpuProfile p = testing::SmallProfile();
+  std::erase_if(p.mha_mla.cells, [](const MhaMlaCell& c) {
+    return (c.batch == 1 && c.prefix == 0 && c.extend == 0) || c.batch == 5;
+  });
+  auto policy = MakePolicy(p);
+  const PathChoice near = Choose(*policy, {{0, 100}});  // own cell gone: (0, 512) or (256, 0)
+  EXPECT_EQ(near.reason, ChoiceReason::kTableNearest);
+  std::vector<SequenceShape> five(5, SequenceShape{0, 10});
+  EXPECT_EQ(policy->Choose(five).path, PrefillPath::kMha);  // no cell, no prefix
+  EXPECT_EQ(policy->count(ChoiceReason::kNoCell), 1u);
+  five[0].prefix = 1;
+  EXPECT_EQ(policy->Choose(five).path, PrefillPath::kMla);  // no cell, with prefix
+  EXPECT_EQ(policy->Choose({}).reason, ChoiceReason::kEmpty);
+}
+
+}  // namespace
+}  // namespace mlaserve::profiles

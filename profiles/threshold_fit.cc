@@ -1,0 +1,101 @@
+// Random batch splits and se-threshold fitting.
+#include "profiles/threshold_fit.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace mlaserve::profiles {
+namespace {
+
+// total split into n parts >= min_each, proportional to exponential weights (flat Dirichlet),
+// the rounding remainder handed out one by one to random parts.
+std::vector<int64_t> RandomParts(std::mt19937_64& rng, int n, int64_t total, int64_t min_each) {
+  std::vector<int64_t> parts(n, min_each);
+  int64_t rest = total - min_each * n;
+  if (rest <= 0) return parts;
+  std::exponential_distribution<double> exp1(1.0);
+  std::vector<double> w(n);
+  for (double& x : w) x = exp1(rng);
+  const double sum = std::accumulate(w.begin(), w.end(), 0.0);
+  int64_t given = 0;
+  for (int i = 0; i < n; ++i) {
+    const int64_t share = static_cast<int64_t>(static_cast<double>(rest) * w[i] / sum);
+    parts[i] += share;
+    given += share;
+  }
+  std::uniform_int_distribution<int> pick(0, n - 1);
+  for (int64_t left = rest - given; left > 0; --left) ++parts[pick(rng)];
+  return parts;
+}
+
+int64_t DrawInBucket(std::mt19937_64& rng, const std::vector<int64_t>& edges, int i) {
+  const int64_t lo = edges[i];
+  const int64_t hi = i + 1 < static_cast<int>(edges.size()) ? edges[i + 1] - 1 : lo + lo / 2;
+  return std::uniform_int_distribution<int64_t>(lo, std::max(lo, hi))(rng);
+}
+
+ThresholdFit Score(std::span<const TimedSample> samples, int64_t threshold, double tolerance) {
+  ThresholdFit f;
+  f.se_threshold = threshold;
+  for (const TimedSample& s : samples) {
+    const bool mha = threshold != kNeverMha && s.se >= threshold;
+    const bool mha_wins = s.mha_us <= s.mla_us;
+    if (mha) {
+      ++f.above_total;
+      f.above_mha_wins += mha_wins;
+    } else {
+      ++f.below_total;
+      f.below_mha_wins += mha_wins;
+    }
+    f.hits += IsHit(s, mha, tolerance);
+    f.chosen_us += mha ? s.mha_us : s.mla_us;
+  }
+  return f;
+}
+
+}  // namespace
+
+std::vector<SequenceShape> SplitBatch(std::mt19937_64& rng, int batch_size, int64_t sum_prefix,
+                                      int64_t sum_extend) {
+  const std::vector<int64_t> p = RandomParts(rng, batch_size, sum_prefix, 0);
+  const std::vector<int64_t> e = RandomParts(rng, batch_size, sum_extend, 1);
+  std::vector<SequenceShape> batch(batch_size);
+  for (int i = 0; i < batch_size; ++i) batch[i] = {p[i], e[i]};
+  return batch;
+}
+
+std::vector<SequenceShape> DrawCellBatch(std::mt19937_64& rng, const MhaMlaTable& table,
+                                         int batch_bucket, int pi, int ei) {
+  int bs = batch_bucket;
+  if (batch_bucket >= table.max_batch) {
+    bs = std::uniform_int_distribution<int>(table.max_batch, 2 * table.max_batch)(rng);
+  }
+  const int64_t sp = DrawInBucket(rng, table.prefix_edges, pi);
+  const int64_t se = std::max<int64_t>(DrawInBucket(rng, table.extend_edges, ei), bs);
+  return SplitBatch(rng, bs, sp, se);
+}
+
+ThresholdFit ScoreThreshold(std::span<const TimedSample> samples, int64_t se_threshold,
+                            double tolerance) {
+  return Score(samples, se_threshold, tolerance);
+}
+
+ThresholdFit FitSeThreshold(std::span<const TimedSample> samples, double tolerance) {
+  std::vector<int64_t> se;
+  for (const TimedSample& s : samples) se.push_back(s.se);
+  std::sort(se.begin(), se.end());
+  se.erase(std::unique(se.begin(), se.end()), se.end());
+  std::vector<int64_t> candidates = {kNeverMha, 0};
+  for (size_t i = 1; i < se.size(); ++i) candidates.push_back(se[i - 1] + (se[i] - se[i - 1] + 1) / 2);
+  ThresholdFit best = Score(samples, kNeverMha, tolerance);
+  for (int64_t c : candidates) {
+    ThresholdFit f = Score(samples, c, tolerance);
+    // Full ties keep the earlier candidate: never-MHA, then 0, then ascending thresholds.
+    const bool better = f.hits > best.hits ||
+                        (f.hits == best.hits && f.chosen_us < best.chosen_us * (1.0 - 1e-12));
+    if (better) best = f;
+  }
+  return best;
+}
+
+}  // namespace mlaserve::profiles

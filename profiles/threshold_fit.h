@@ -1,0 +1,59 @@
+// Drawing random batches for a table cell, and fitting the cell's se threshold from timings.
+// Shared by mlaserve-tune (measured times) and the cost-model fallback (estimated times), so
+// both produce tables the same way.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "profiles/batch_shape.h"
+#include "profiles/gpu_profile.h"
+
+namespace mlaserve::profiles {
+
+// Splits the sums into batch_size random parts: every extend >= 1 (sum_extend must be
+// >= batch_size), prefixes >= 0. Shares follow a flat Dirichlet, so both near-equal and very
+// lopsided splits occur (PR 9551 drew "randomly distributed" lengths with fixed sums).
+std::vector<SequenceShape> SplitBatch(std::mt19937_64& rng, int batch_size, int64_t sum_prefix,
+                                      int64_t sum_extend);
+
+// A random batch belonging to cell (batch bucket, prefix_edges[pi], extend_edges[ei]): the
+// sums are drawn uniformly within their buckets ([edge, next edge); the last bucket spans
+// [edge, edge + edge/2] or [0, 0] for a single 0 edge), the batch size is the bucket's, or in
+// [max_batch, 2·max_batch] for the top bucket. Σextend is raised to the batch size if needed.
+std::vector<SequenceShape> DrawCellBatch(std::mt19937_64& rng, const MhaMlaTable& table,
+                                         int batch_bucket, int pi, int ei);
+
+struct TimedSample {
+  int64_t se = 0;
+  double mha_us = 0.0;
+  double mla_us = 0.0;
+};
+
+// A choice "hits" when the chosen path's time is within `tolerance` of the faster one
+// (0.03: no more than 3% slower).
+inline bool IsHit(const TimedSample& s, bool chose_mha, double tolerance) {
+  const double best = s.mha_us < s.mla_us ? s.mha_us : s.mla_us;
+  return (chose_mha ? s.mha_us : s.mla_us) <= best * (1.0 + tolerance);
+}
+
+struct ThresholdFit {
+  int64_t se_threshold = kNeverMha;
+  int hits = 0;  // samples whose choice under the threshold is a hit
+  int above_mha_wins = 0, above_total = 0;
+  int below_mha_wins = 0, below_total = 0;
+  double chosen_us = 0.0;  // total time of the chosen paths
+};
+
+// The threshold (MHA when se >= it) with the most hits; ties go to the least total time of
+// the chosen paths, then to the earlier candidate in the order kNeverMha, 0, then the
+// midpoints between consecutive distinct se values, ascending. Empty input: kNeverMha.
+ThresholdFit FitSeThreshold(std::span<const TimedSample> samples, double tolerance = 0.03);
+
+// The fit's counts for an existing threshold (validation of held-out samples).
+ThresholdFit ScoreThreshold(std::span<const TimedSample> samples, int64_t se_threshold,
+                            double tolerance = 0.03);
+
+}  // namespace mlaserve::profiles

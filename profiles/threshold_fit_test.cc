@@ -1,0 +1,103 @@
+// Random batch splits and the se-threshold fit.
+#include "profiles/threshold_fit.h"
+
+#include "gtest/gtest.h"
+#include "profiles/cost_model.h"
+
+namespace mlaserve::profiles {
+namespace {
+
+TEST(SplitBatch, KeepsSumsAndMinimums) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int bs = 1 + trial % 12;
+    const int64_t sp = trial * 37 % 5000, se = bs + trial * 53 % 7000;
+    const auto batch = SplitBatch(rng, bs, sp, se);
+    ASSERT_EQ(static_cast<int>(batch.size()), bs);
+    const BatchStats st = ComputeBatchStats(batch);
+    EXPECT_EQ(st.sum_prefix, sp);
+    EXPECT_EQ(st.sum_extend, se);
+    for (const SequenceShape& s : batch) {
+      EXPECT_GE(s.prefix, 0);
+      EXPECT_GE(s.extend, 1);
+    }
+  }
+}
+
+TEST(SplitBatch, ProducesUnevenSplits) {
+  std::mt19937_64 rng(11);
+  int lopsided = 0;
+  for (int trial = 0; trial < 100; ++trial) {
+    const auto batch = SplitBatch(rng, 4, 0, 4000);
+    int64_t biggest = 0;
+    for (const SequenceShape& s : batch) biggest = std::max(biggest, s.extend);
+    lopsided += biggest > 2000;
+  }
+  EXPECT_GT(lopsided, 5);
+  EXPECT_LT(lopsided, 95);
+}
+
+TEST(DrawCellBatch, SumsStayInTheirBuckets) {
+  const MhaMlaTable t = DefaultTableGrid();
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int b = 1 + trial % t.max_batch;
+    const int pi = trial % static_cast<int>(t.prefix_edges.size());
+    const int ei = 1 + trial % (static_cast<int>(t.extend_edges.size()) - 1);
+    const BatchStats st = ComputeBatchStats(DrawCellBatch(rng, t, b, pi, ei));
+    EXPECT_EQ(t.PrefixBucket(st.sum_prefix), pi);
+    EXPECT_EQ(t.ExtendBucket(st.sum_extend), ei);
+    EXPECT_EQ(t.BatchBucket(st.batch), b);
+    if (b == t.max_batch) {
+      EXPECT_GE(st.batch, t.max_batch);
+      EXPECT_LE(st.batch, 2 * t.max_batch);
+    }
+  }
+}
+
+TEST(FitSeThreshold, FindsTheBoundary) {
+  std::vector<TimedSample> s;
+  for (int64_t se = 100; se <= 2000; se += 100) {
+    // MHA is 20% faster from se = 1000 on, 20% slower below.
+    s.push_back({se, se >= 1000 ? 80.0 : 120.0, 100.0});
+  }
+  const ThresholdFit f = FitSeThreshold(s);
+  EXPECT_GT(f.se_threshold, 900);
+  EXPECT_LE(f.se_threshold, 1000);
+  EXPECT_EQ(f.hits, 20);
+  EXPECT_EQ(f.above_total, 11);
+  EXPECT_EQ(f.above_mha_wins, 11);
+  EXPECT_EQ(f.below_total, 9);
+  EXPECT_EQ(f.below_mha_wins, 0);
+}
+
+TEST(FitSeThreshold, AllOneWay) {
+  std::vector<TimedSample> mha_wins = {{10, 1.0, 2.0}, {20, 1.0, 2.0}, {30, 1.0, 2.0}};
+  EXPECT_EQ(FitSeThreshold(mha_wins).se_threshold, 0);
+  std::vector<TimedSample> mla_wins = {{10, 3.0, 2.0}, {20, 3.0, 2.0}, {30, 3.0, 2.0}};
+  EXPECT_EQ(FitSeThreshold(mla_wins).se_threshold, kNeverMha);
+  EXPECT_EQ(FitSeThreshold({}).se_threshold, kNeverMha);
+}
+
+TEST(FitSeThreshold, NoisyBoundaryMaximisesHits) {
+  // One outlier below the boundary where MHA wins: the fit keeps the boundary at 500.
+  std::vector<TimedSample> s = {{100, 120, 100}, {200, 90, 100}, {300, 120, 100},
+                                {400, 120, 100}, {500, 80, 100}, {600, 80, 100},
+                                {700, 80, 100}};
+  const ThresholdFit f = FitSeThreshold(s);
+  EXPECT_EQ(f.se_threshold, 450);
+  EXPECT_EQ(f.hits, 6);
+  EXPECT_EQ(f.below_mha_wins, 1);
+}
+
+TEST(IsHit, ToleranceIsRelativeToTheFasterPath) {
+  EXPECT_TRUE(IsHit({0, 102.0, 100.0}, /*chose_mha=*/true, 0.03));
+  EXPECT_FALSE(IsHit({0, 104.0, 100.0}, /*chose_mha=*/true, 0.03));
+  EXPECT_TRUE(IsHit({0, 104.0, 100.0}, /*chose_mha=*/false, 0.03));
+  const ThresholdFit f = ScoreThreshold(std::vector<TimedSample>{{10, 102, 100}, {20, 110, 100}}, 0);
+  EXPECT_EQ(f.hits, 1);
+  EXPECT_EQ(f.above_total, 2);
+}
+
+}  // namespace
+}  // namespace mlaserve::profiles

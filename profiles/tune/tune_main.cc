@@ -1,0 +1,140 @@
+// mlaserve-tune: measures a GPU profile for one attention shape on this GPU and writes
+// <out-dir>/<GPU name>_<shape>.json; --validate scores a profile on held-out batches and
+// prints a table in the manner of SGLang PR 9551 (threshold, MHA wins above / below, hit rate).
+//
+//   mlaserve-tune --heads 128 --out-dir profiles                  # DeepSeek-V3, 1 GPU per 128 heads
+//   mlaserve-tune --heads 16 --validate                           # tune, then validate
+//   mlaserve-tune --heads 16 --validate-only profiles/X.json      # validate an existing file
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "profiles/cost_model.h"
+#include "profiles/gpu_profile.h"
+#include "profiles/tune/tuner.h"
+
+namespace mlaserve::profiles::tune {
+namespace {
+
+absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": '", part, "' is not a non-negative integer"));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty"));
+  return out;
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "mlaserve-tune: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"mlaserve-tune: measure MHA/MLA prefill thresholds and device facts on this GPU"};
+  AttentionShape shape{128, 128, 64, 128, 512, "bf16"};
+  int device = 0;
+  std::string out_dir = "profiles", prefix_edges = "0,256,1024,2048,4096,8192";
+  std::string extend_edges = "0,512,1024,2048,4096,8192", batches = "1,2,3,4,5,6,7,8";
+  std::string validate_only, validate_out;
+  TuneOptions t;
+  ValidationOptions v;
+  TimerLimits limits;
+  bool validate = false, no_progress = false;
+  app.add_option("--heads", shape.heads, "query heads per GPU (num_attention_heads / TP)");
+  app.add_option("--qk-nope-dim", shape.qk_nope_head_dim);
+  app.add_option("--qk-rope-dim", shape.qk_rope_head_dim);
+  app.add_option("--v-dim", shape.v_head_dim);
+  app.add_option("--kv-lora-rank", shape.kv_lora_rank);
+  app.add_option("--dtype", shape.dtype, "bf16 (the only dtype timed so far)");
+  app.add_option("--device", device);
+  app.add_option("--out-dir", out_dir, "where the profile JSON is written");
+  app.add_option("--max-batch", t.grid.max_batch, "batch buckets 1..N (N holds larger batches)");
+  app.add_option("--prefix-edges", prefix_edges, "Σprefix bucket edges, first 0");
+  app.add_option("--extend-edges", extend_edges, "Σextend bucket edges, first 0");
+  app.add_option("--batches", batches, "batch buckets to measure; others copy the nearest");
+  app.add_option("--samples", t.samples, "random batches per cell");
+  app.add_option("--reps", limits.reps, "timed runs per path per batch (median)");
+  app.add_option("--warmup", limits.warmup, "untimed runs first");
+  app.add_option("--prefix-chunk", limits.prefix_chunk_tokens, "MHA prefix chunk (tokens)");
+  app.add_option("--budget-s", t.budget_s, "stop measuring cells after this many seconds");
+  app.add_option("--seed", t.seed);
+  app.add_flag("--validate", validate, "after tuning, validate on held-out batches");
+  app.add_option("--validate-only", validate_only, "validate this profile file; no tuning");
+  app.add_option("--validate-samples", v.samples_per_family, "held-out batches per batch bucket");
+  app.add_option("--validate-budget-s", v.budget_s, "stop validating after this many seconds");
+  app.add_option("--validate-out", validate_out, "also write the validation table here");
+  app.add_flag("--no-progress", no_progress);
+  CLI11_PARSE(app, argc, argv);
+  t.progress = v.progress = !no_progress;
+
+  GpuProfile existing;
+  if (!validate_only.empty()) {
+    auto p = LoadProfile(validate_only);
+    if (!p.ok()) return Fail(p.status());
+    existing = *p;
+    shape = existing.shape;
+    t.grid = existing.mha_mla;
+  } else {
+    auto pe = ParseList("prefix-edges", prefix_edges);
+    auto ee = ParseList("extend-edges", extend_edges);
+    auto bs = ParseList("batches", batches);
+    if (!pe.ok()) return Fail(pe.status());
+    if (!ee.ok()) return Fail(ee.status());
+    if (!bs.ok()) return Fail(bs.status());
+    t.grid.prefix_edges = *pe;
+    t.grid.extend_edges = *ee;
+    for (int64_t b : *bs) {
+      if (b < 1 || b > t.grid.max_batch) {
+        return Fail(absl::InvalidArgumentError(
+            absl::StrCat("--batches: ", b, " is outside [1, --max-batch ", t.grid.max_batch, "]")));
+      }
+      t.batches.push_back(static_cast<int>(b));
+    }
+    if (t.samples < 2) return Fail(absl::InvalidArgumentError("--samples must be >= 2"));
+  }
+  limits.max_sum_prefix = t.grid.prefix_edges.back() + t.grid.prefix_edges.back() / 2;
+  limits.max_sum_extend = std::max<int64_t>(
+      {t.grid.extend_edges.back() + t.grid.extend_edges.back() / 2, 8192, 4 * t.grid.max_batch});
+  limits.max_batch = std::max(2 * t.grid.max_batch, t.decode_batch);
+  limits.decode_batch = t.decode_batch;
+  limits.decode_context = t.decode_context;
+
+  auto timer = PathTimer::Create(device, shape, limits);
+  if (!timer.ok()) return Fail(timer.status());
+  if (validate_only.empty()) {
+    auto p = TuneProfile(**timer, shape, t);
+    if (!p.ok()) return Fail(p.status());
+    std::filesystem::create_directories(out_dir);
+    const std::string path = (std::filesystem::path(out_dir) /
+                              ProfileFileName(p->device.name, shape)).string();
+    if (absl::Status s = SaveProfile(*p, path); !s.ok()) return Fail(s);
+    std::printf("wrote %s\n", path.c_str());
+    existing = *p;
+  }
+  if (validate || !validate_only.empty()) {
+    auto r = ValidateOnDevice(**timer, existing, v);
+    if (!r.ok()) return Fail(r.status());
+    std::printf("validation of %s %s (%s):\n%s", existing.device.name.c_str(),
+                shape.Key().c_str(), existing.origin.c_str(), r->table.c_str());
+    if (!validate_out.empty()) std::ofstream(validate_out) << r->table;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace mlaserve::profiles::tune
+
+int main(int argc, char** argv) { return mlaserve::profiles::tune::Main(argc, argv); }

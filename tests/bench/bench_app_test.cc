@@ -1,0 +1,254 @@
+// The whole tool: RunBenchmark in-process and the mlaserve-bench binary, against the fake
+// Generation server; the table, the JSON summary, the JSONL records and the exit codes.
+#include "bench/serving/bench_app.h"
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "nlohmann/json.hpp"
+#include "tests/bench/fake_generation_server.h"
+
+namespace mlaserve::bench {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::FakeBehaviour;
+using testing::FakeGenerationServer;
+using testing::IndexOfRequestId;
+
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/" +
+         ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + name;
+}
+
+std::string ReadAll(std::FILE* f) {
+  std::rewind(f);
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  return s;
+}
+
+struct Captured {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+Captured RunCaptured(const BenchOptions& o) {
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  Captured c;
+  c.exit_code = RunBenchmark(o, out, err);
+  c.out = ReadAll(out);
+  c.err = ReadAll(err);
+  std::fclose(out);
+  std::fclose(err);
+  return c;
+}
+
+BenchOptions SmallRun(const std::string& server) {
+  BenchOptions o;
+  o.server = server;
+  o.num_prompts = 6;
+  o.random_input_len = 16;
+  o.random_output_len = 5;
+  o.max_concurrency = 2;
+  o.warmup_requests = 2;
+  o.connect_timeout_s = 5;
+  o.request_timeout_s = 30;
+  o.progress = ProgressMode::kOff;
+  return o;
+}
+
+TEST(BenchAppTest, WritesTableSummaryAndRecordsThatAgreeWithTheServer) {
+  FakeGenerationServer server(FakeBehaviour{});
+  BenchOptions o = SmallRun(server.address());
+  o.output_json = TempPath("summary.json");
+  o.output_jsonl = TempPath("records.jsonl");
+  Captured c = RunCaptured(o);
+  ASSERT_EQ(c.exit_code, kExitOk) << c.err;
+  EXPECT_THAT(c.out, HasSubstr("Successful requests:"));
+  EXPECT_THAT(c.out, HasSubstr("fake-model"));
+  EXPECT_THAT(c.out, HasSubstr("Mean TTFT (ms):"));
+  EXPECT_THAT(c.out, HasSubstr("P99 ITL (ms):"));
+  EXPECT_EQ(server.seen().size(), 8u);  // 2 warmup + 6 timed
+
+  std::ifstream summary_file(o.output_json);
+  nlohmann::json summary = nlohmann::json::parse(summary_file);
+  EXPECT_EQ(summary["completed"], 6);
+  EXPECT_EQ(summary["failed"], 0);
+  EXPECT_EQ(summary["total_input_tokens"], 6 * 16);
+  EXPECT_EQ(summary["total_output_tokens"], 6 * 5);
+  EXPECT_EQ(summary["warmup_requests"], 2);
+  EXPECT_TRUE(summary["request_rate"].is_null());  // inf
+  EXPECT_GT(summary["mean_ttft_ms"].get<double>(), 0);
+  EXPECT_LE(summary["mean_ttft_ms"].get<double>(), summary["mean_e2e_latency_ms"].get<double>());
+  EXPECT_LE(summary["peak_in_flight"].get<int>(), 2);
+  EXPECT_TRUE(summary["errors"].empty());
+
+  std::ifstream records_file(o.output_jsonl);
+  std::string line;
+  int lines = 0;
+  while (std::getline(records_file, line)) {
+    nlohmann::json r = nlohmann::json::parse(line);
+    EXPECT_EQ(r["index"], lines);
+    EXPECT_EQ(r["input_len"], 16);
+    EXPECT_EQ(r["output_len"], 5);
+    EXPECT_EQ(r["itl_s"].size(), 4u);
+    EXPECT_EQ(r["status"], "OK");
+    EXPECT_EQ(r["status_code"], 0);
+    EXPECT_EQ(r["error"], "");
+    EXPECT_LE(r["ttft_s"].get<double>(), r["e2e_s"].get<double>());
+    ++lines;
+  }
+  EXPECT_EQ(lines, 6);
+}
+
+TEST(BenchAppTest, FailedRequestsAreReportedByCodeAndExitWithOne) {
+  FakeBehaviour behaviour;
+  behaviour.fail_if = [](const v1::GenerateRequest& request) {
+    return IndexOfRequestId(request.request_id()) % 2 == 0 &&
+                   request.request_id().find("warmup") == std::string::npos
+               ? grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no free KV pages")
+               : grpc::Status::OK;
+  };
+  FakeGenerationServer server(behaviour);
+  BenchOptions o = SmallRun(server.address());
+  o.output_json = TempPath("summary.json");
+  Captured c = RunCaptured(o);
+  EXPECT_EQ(c.exit_code, kExitRequestsFailed) << c.err;
+  EXPECT_THAT(c.out, HasSubstr("RESOURCE_EXHAUSTED (code 8)"));
+  EXPECT_THAT(c.out, HasSubstr("no free KV pages"));
+  std::ifstream summary_file(o.output_json);
+  nlohmann::json summary = nlohmann::json::parse(summary_file);
+  EXPECT_EQ(summary["completed"], 3);
+  EXPECT_EQ(summary["failed"], 3);
+  EXPECT_EQ(summary["errors"]["RESOURCE_EXHAUSTED"]["count"], 3);
+  EXPECT_EQ(summary["errors"]["RESOURCE_EXHAUSTED"]["status_code"], 8);
+}
+
+TEST(BenchAppTest, SameSeedSendsTheSameDataset) {
+  FakeGenerationServer server(FakeBehaviour{});
+  BenchOptions o = SmallRun(server.address());
+  o.warmup_requests = 0;
+  o.random_range_ratio = 0.1;
+  o.seed = 42;
+  ASSERT_EQ(RunCaptured(o).exit_code, kExitOk);
+  ASSERT_EQ(RunCaptured(o).exit_code, kExitOk);
+  std::vector<testing::SeenRequest> seen = server.seen();
+  ASSERT_EQ(seen.size(), 12u);
+  std::vector<int> first(6, -1), second(6, -1);
+  std::string first_run_prefix = seen[0].request_id.substr(0, seen[0].request_id.rfind('-'));
+  for (const testing::SeenRequest& s : seen) {
+    const bool in_first = s.request_id.rfind(first_run_prefix, 0) == 0;
+    (in_first ? first : second)[IndexOfRequestId(s.request_id)] =
+        s.prompt_tokens * 1000 + s.max_new_tokens;
+  }
+  EXPECT_EQ(first, second);
+  EXPECT_NE(std::count(first.begin(), first.end(), first[0]), 6);  // lengths do vary
+}
+
+TEST(BenchAppTest, UnreachableServerExitsTwoNamingTheAddress) {
+  BenchOptions o = SmallRun("127.0.0.1:1");
+  o.connect_timeout_s = 0.5;
+  Captured c = RunCaptured(o);
+  EXPECT_EQ(c.exit_code, kExitCannotRun);
+  EXPECT_THAT(c.err, HasSubstr("127.0.0.1:1"));
+}
+
+TEST(BenchAppTest, PromptsLongerThanTheContextAreRefusedBeforeSending) {
+  FakeGenerationServer server(FakeBehaviour{.max_context_length = 64});
+  BenchOptions o = SmallRun(server.address());
+  o.random_input_len = 60;
+  o.random_output_len = 10;
+  Captured c = RunCaptured(o);
+  EXPECT_EQ(c.exit_code, kExitCannotRun);
+  EXPECT_THAT(c.err, HasSubstr("context is 64"));
+  EXPECT_TRUE(server.seen().empty());
+}
+
+TEST(BenchAppTest, PromptsFileDatasetSendsTextAndCycles) {
+  FakeGenerationServer server(FakeBehaviour{});
+  const std::string path = TempPath("prompts.jsonl");
+  std::ofstream(path) << "{\"text\": \"abc\", \"output_len\": 3}\n"
+                         "{\"text\": \"defgh\", \"output_len\": 2}\n";
+  BenchOptions o = SmallRun(server.address());
+  o.dataset = DatasetKind::kPromptsFile;
+  o.prompts_file = path;
+  o.num_prompts = 5;
+  o.warmup_requests = 0;
+  o.output_json = TempPath("summary.json");
+  Captured c = RunCaptured(o);
+  ASSERT_EQ(c.exit_code, kExitOk) << c.err;
+  std::ifstream summary_file(o.output_json);
+  nlohmann::json summary = nlohmann::json::parse(summary_file);
+  EXPECT_EQ(summary["completed"], 5);
+  // The fake counts a text prompt's bytes as its tokens: 3+5+3+5+3.
+  EXPECT_EQ(summary["total_input_tokens"], 19);
+  EXPECT_EQ(summary["total_output_tokens"], 3 + 2 + 3 + 2 + 3);
+}
+
+#ifdef MLASERVE_BENCH_BIN
+// The binary: flags reach the options, and --max-duration-s bounds the wall time of a run
+// against a server that would otherwise take ~40 s.
+TEST(BenchBinaryTest, RunsBoundedAndPrintsTheTable) {
+  FakeGenerationServer server(FakeBehaviour{.token_delay = absl::Milliseconds(20)});
+  const std::string summary_path = TempPath("summary.json");
+  const std::string command =
+      std::string(MLASERVE_BENCH_BIN) + " --server " + server.address() +
+      " --num-prompts 20 --random-input-len 8 --random-output-len 2000 --max-concurrency 4"
+      " --request-rate 200 --warmup-requests 1 --max-duration-s 0.6 --progress off"
+      " --output-json " + summary_path + " 2>&1";
+  const auto start = std::chrono::steady_clock::now();
+  std::FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) output.append(buf, n);
+  const int status = pclose(pipe);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                          .count();
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << output;
+  EXPECT_THAT(output, HasSubstr("Cancelled at the time bound:"));
+  // Warmup (bounded at 0.6 s) + timed run (0.6 s) + start-up; far below the unbounded ~40 s.
+  EXPECT_LT(wall, 10.0) << output;
+  std::ifstream summary_file(summary_path);
+  nlohmann::json summary = nlohmann::json::parse(summary_file);
+  EXPECT_TRUE(summary["time_bound_hit"].get<bool>());
+  EXPECT_EQ(summary["completed"], 0);
+  EXPECT_EQ(summary["failed"], 0);
+  EXPECT_GE(summary["cancelled_at_bound"].get<int>(), 1);
+  EXPECT_EQ(summary["cancelled_at_bound"].get<int>() + summary["not_started"].get<int>(), 20);
+  EXPECT_LE(summary["peak_in_flight"].get<int>(), 4);
+}
+
+TEST(BenchBinaryTest, BadFlagValuesExitNonZeroWithAMessage) {
+  const std::string command =
+      std::string(MLASERVE_BENCH_BIN) + " --server 127.0.0.1:1 --request-rate fast 2>&1";
+  std::FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[1024];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) output.append(buf, n);
+  const int status = pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), kExitCannotRun);
+  EXPECT_THAT(output, HasSubstr("--request-rate fast"));
+}
+#endif
+
+}  // namespace
+}  // namespace mlaserve::bench

@@ -1,0 +1,88 @@
+// FakeGenerationServer: an in-process mlaserve.v1.Generation server on 127.0.0.1, port 0,
+// whose behaviour tests choose (how many tokens, how fast, which requests fail with which
+// code, miscounted completes) and which records what it saw (requests, peak concurrency,
+// arrival times, cancellations), so mlaserve-bench's measurements can be checked against
+// the truth.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "mlaserve/v1/api.grpc.pb.h"
+
+namespace mlaserve::bench::testing {
+
+struct FakeBehaviour {
+  int vocab_size = 1000;
+  int max_context_length = 4096;
+  std::vector<int32_t> eos_token_ids = {1};
+  int32_t bos_token_id = 0;
+
+  absl::Duration first_token_delay = absl::Milliseconds(2);
+  absl::Duration token_delay = absl::Milliseconds(1);  // between chunks
+  int tokens_per_chunk = 1;
+  // Added to completion_tokens in `complete` (non-zero: a miscounting server).
+  int completion_tokens_error = 0;
+  // Called per request before anything is streamed; a non-OK status fails the call with it.
+  std::function<grpc::Status(const v1::GenerateRequest&)> fail_if;
+  // After this many tokens, send an `error` message and end with UNAVAILABLE (0 = never).
+  int fail_after_tokens = 0;
+};
+
+struct SeenRequest {
+  std::string request_id;
+  int prompt_tokens = 0;
+  int max_new_tokens = 0;
+  bool ignore_eos = false;
+  double arrival_s = 0;  // since the server started
+};
+
+class FakeGenerationServer final : public v1::Generation::Service {
+ public:
+  explicit FakeGenerationServer(FakeBehaviour behaviour);
+  ~FakeGenerationServer() override;
+
+  const std::string& address() const { return address_; }  // "127.0.0.1:PORT"
+
+  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status Abort(grpc::ServerContext* context, const v1::AbortRequest* request,
+                     v1::AbortResponse* response) override;
+  grpc::Status GetModelInfo(grpc::ServerContext* context, const v1::GetModelInfoRequest* request,
+                            v1::GetModelInfoResponse* response) override;
+  grpc::Status GetServerInfo(grpc::ServerContext* context,
+                             const v1::GetServerInfoRequest* request,
+                             v1::GetServerInfoResponse* response) override;
+
+  std::vector<SeenRequest> seen() const;
+  int peak_concurrency() const;
+  int active() const;
+  int cancelled() const;           // calls that saw the client cancel
+  int64_t tokens_streamed() const;  // over all calls
+
+ private:
+  FakeBehaviour behaviour_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+
+  mutable absl::Mutex mu_;
+  std::vector<SeenRequest> seen_ ABSL_GUARDED_BY(mu_);
+  int active_ ABSL_GUARDED_BY(mu_) = 0;
+  int peak_ ABSL_GUARDED_BY(mu_) = 0;
+  int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t tokens_streamed_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The index at the end of a bench request id ("bench-1a2b3c4d-17" -> 17); -1 if none.
+int IndexOfRequestId(const std::string& request_id);
+
+}  // namespace mlaserve::bench::testing

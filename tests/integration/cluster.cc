@@ -1,0 +1,168 @@
+#include "tests/integration/cluster.h"
+
+#include <cstdio>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace mlaserve::testing {
+
+std::string RouterBinary() { return MLASERVE_ROUTER_BIN; }
+std::string PrefillBinary() { return MLASERVE_PREFILL_BIN; }
+std::string DecodeBinary() { return MLASERVE_DECODE_BIN; }
+std::string RunBinary() { return MLASERVE_RUN_BIN; }
+std::string CtlBinary() { return MLASERVE_CTL_BIN; }
+
+namespace {
+constexpr absl::Duration kStartTimeout = absl::Seconds(60);
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> Cluster::StartDecode(const std::string& model_dir,
+                                                                    const std::string& name,
+                                                                    bool register_with_router) {
+  std::vector<std::string> argv = {DecodeBinary(), "--listen", "127.0.0.1:0", "--model",
+                                   model_dir, "--backend", "cpu", "--num-kv-pages",
+                                   absl::StrCat(options_.num_kv_pages), "--local-prefill-threshold",
+                                   absl::StrCat(options_.local_prefill_threshold),
+                                   "--metrics-port", "-1"};
+  for (const auto& f : options_.extra_decode_flags) argv.push_back(f);
+  if (register_with_router) {
+    argv.push_back("--router");
+    argv.push_back(router_->address());
+  }
+  return ServerProcess::Start(argv, absl::StrCat(dir_, "/", name, ".log"), kStartTimeout);
+}
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o) {
+  std::unique_ptr<Cluster> c(new Cluster);
+  c->options_ = o;
+  c->dir_ = MakeTempDir("mlaserve-cluster-");
+  std::vector<std::string> router_argv = {RouterBinary(), "--listen", "127.0.0.1:0", "--model",
+                                          o.model_dir, "--metrics-port", "-1",
+                                          "--poll-interval-ms", "100",
+                                          "--heartbeat-timeout-ms", "2000"};
+  auto start_worker = [&](const std::string& bin, const std::string& name,
+                          bool decode) -> absl::StatusOr<std::unique_ptr<ServerProcess>> {
+    std::vector<std::string> argv = {bin, "--listen", "127.0.0.1:0", "--model", o.model_dir,
+                                     "--backend", "cpu", "--num-kv-pages",
+                                     absl::StrCat(o.num_kv_pages), "--metrics-port", "-1"};
+    if (decode) {
+      argv.push_back("--local-prefill-threshold");
+      argv.push_back(absl::StrCat(o.local_prefill_threshold));
+      for (const auto& f : o.extra_decode_flags) argv.push_back(f);
+    }
+    if (o.self_register) {
+      argv.push_back("--router");
+      argv.push_back(c->router_->address());
+    }
+    return ServerProcess::Start(argv, absl::StrCat(c->dir_, "/", name, ".log"), kStartTimeout);
+  };
+  if (o.self_register) {
+    auto r = ServerProcess::Start(router_argv, c->dir_ + "/router.log", kStartTimeout);
+    if (!r.ok()) return r.status();
+    c->router_ = *std::move(r);
+  }
+  for (int i = 0; i < o.prefill_workers; ++i) {
+    auto p = start_worker(PrefillBinary(), absl::StrCat("prefill", i), false);
+    if (!p.ok()) return p.status();
+    c->prefill_.push_back(*std::move(p));
+  }
+  for (int i = 0; i < o.decode_workers; ++i) {
+    auto d = start_worker(DecodeBinary(), absl::StrCat("decode", i), true);
+    if (!d.ok()) return d.status();
+    c->decode_.push_back(*std::move(d));
+  }
+  if (!o.self_register) {
+    for (auto& p : c->prefill_) router_argv.insert(router_argv.end(), {"--prefill", p->address()});
+    for (auto& d : c->decode_) router_argv.insert(router_argv.end(), {"--decode", d->address()});
+    auto r = ServerProcess::Start(router_argv, c->dir_ + "/router.log", kStartTimeout);
+    if (!r.ok()) return r.status();
+    c->router_ = *std::move(r);
+  }
+  if (absl::Status st = WaitForServing(c->router_->address(), "mlaserve.v1.Generation",
+                                       absl::Seconds(30));
+      !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat(st.message(), "\nrouter log:\n",
+                                                c->router_->LogTail()));
+  }
+  auto channel = grpc::CreateChannel(c->router_->address(), grpc::InsecureChannelCredentials());
+  c->generation_ = v1::Generation::NewStub(channel);
+  c->admin_ = v1::Admin::NewStub(channel);
+  return c;
+}
+
+absl::Status Cluster::WaitAllPagesFree(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string last;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    v1::GetLoadsResponse loads;
+    grpc::Status s = admin_->GetLoads(&context, v1::GetLoadsRequest(), &loads);
+    bool all_free = s.ok();
+    last.clear();
+    for (const auto& w : loads.workers()) {
+      if (w.role() != v1::WORKER_ROLE_DECODE) continue;
+      absl::StrAppend(&last, w.id(), " ", w.load().kv_pages_free(), "/", w.load().kv_pages_total(),
+                      " free, ", w.router_inflight(), " in flight; ");
+      all_free = all_free && w.load().kv_pages_total() > 0 &&
+                 w.load().kv_pages_free() == w.load().kv_pages_total() && w.router_inflight() == 0;
+    }
+    if (all_free) return absl::OkStatus();
+    // Loads refresh on the router's poll period (100 ms here).
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("KV pages not all free: ", last));
+}
+
+GenerateResult RunGenerate(v1::Generation::Stub& stub, const v1::GenerateRequest& request,
+                           absl::Duration timeout, grpc::ClientContext* context) {
+  grpc::ClientContext local;
+  if (context == nullptr) context = &local;
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  GenerateResult r;
+  const absl::Time start = absl::Now();
+  auto reader = stub.Generate(context, request);
+  v1::GenerateResponse m;
+  while (reader->Read(&m)) {
+    if (m.has_chunk()) {
+      r.ids.insert(r.ids.end(), m.chunk().token_ids().begin(), m.chunk().token_ids().end());
+      r.text += m.chunk().text();
+    } else if (m.has_complete()) {
+      r.complete = m.complete();
+    }
+  }
+  r.status = reader->Finish();
+  r.elapsed = absl::Now() - start;
+  return r;
+}
+
+absl::StatusOr<std::vector<int32_t>> ReferenceTokens(const std::string& model_dir,
+                                                     const std::vector<int32_t>& prompt,
+                                                     int max_new_tokens, float temperature,
+                                                     std::optional<uint64_t> seed) {
+  std::string cmd = absl::StrCat(RunBinary(), " --model ", model_dir, " --backend cpu --prompt-ids ",
+                                 absl::StrJoin(prompt, ","), " --max-new-tokens ", max_new_tokens,
+                                 " --temperature ", temperature, " --print-ids");
+  if (seed) absl::StrAppend(&cmd, " --seed ", *seed);
+  absl::StrAppend(&cmd, " 2>/dev/null");
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return absl::InternalError("popen failed");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  const int rc = pclose(f);
+  if (rc != 0) return absl::InternalError(absl::StrCat(cmd, " exited with ", rc));
+  std::vector<int32_t> ids;
+  for (absl::string_view part : absl::StrSplit(out, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(part, &id)) return absl::InternalError(absl::StrCat("bad output: ", out));
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+}  // namespace mlaserve::testing

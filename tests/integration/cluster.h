@@ -1,0 +1,78 @@
+// A router + prefill + decode cluster of real processes on loopback, for integration tests.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "mlaserve/v1/admin.grpc.pb.h"
+#include "mlaserve/v1/api.grpc.pb.h"
+#include "tests/integration/process_harness.h"
+
+namespace mlaserve::testing {
+
+// Paths of the binaries under test (set by CMake).
+std::string RouterBinary();
+std::string PrefillBinary();
+std::string DecodeBinary();
+std::string RunBinary();
+std::string CtlBinary();
+
+struct ClusterOptions {
+  std::string model_dir;
+  int prefill_workers = 1;
+  int decode_workers = 1;
+  int num_kv_pages = 256;
+  int local_prefill_threshold = 0;  // 0: always remote prefill
+  bool self_register = false;       // workers use --router instead of static flags
+  std::vector<std::string> extra_decode_flags;
+};
+
+class Cluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(const ClusterOptions& options);
+
+  const std::string& router_address() const { return router_->address(); }
+  ServerProcess& router() { return *router_; }
+  ServerProcess& prefill(int i = 0) { return *prefill_[i]; }
+  ServerProcess& decode(int i = 0) { return *decode_[i]; }
+  v1::Generation::Stub& generation() { return *generation_; }
+  v1::Admin::Stub& admin() { return *admin_; }
+  const std::string& dir() const { return dir_; }
+
+  // Starts one more decode worker (e.g. with another model) registering with the router.
+  absl::StatusOr<std::unique_ptr<ServerProcess>> StartDecode(const std::string& model_dir,
+                                                             const std::string& name,
+                                                             bool register_with_router);
+
+  // Waits until every decode worker reports all its KV pages free (through GetLoads, which
+  // the router refreshes every poll period).
+  absl::Status WaitAllPagesFree(absl::Duration timeout);
+
+ private:
+  ClusterOptions options_;
+  std::string dir_;
+  std::vector<std::unique_ptr<ServerProcess>> prefill_, decode_;
+  std::unique_ptr<ServerProcess> router_;
+  std::unique_ptr<v1::Generation::Stub> generation_;
+  std::unique_ptr<v1::Admin::Stub> admin_;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> ids;
+  std::string text;
+  std::optional<v1::GenerateComplete> complete;
+  grpc::Status status;
+  absl::Duration elapsed;
+};
+GenerateResult RunGenerate(v1::Generation::Stub& stub, const v1::GenerateRequest& request,
+                           absl::Duration timeout, grpc::ClientContext* context = nullptr);
+
+// mlaserve-run's tokens for the same request (the single-process reference).
+absl::StatusOr<std::vector<int32_t>> ReferenceTokens(const std::string& model_dir,
+                                                     const std::vector<int32_t>& prompt,
+                                                     int max_new_tokens, float temperature,
+                                                     std::optional<uint64_t> seed);
+
+}  // namespace mlaserve::testing

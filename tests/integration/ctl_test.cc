@@ -1,0 +1,96 @@
+// mlaservectl against a live cluster: outputs and the exit codes scripts rely on.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster.h"
+
+namespace mlaserve::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CtlRun {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CtlRun RunCtl(const std::string& args) {
+  const std::string cmd = absl::StrCat(CtlBinary(), " ", args, " 2>&1");
+  CtlRun r;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
+  const int status = pclose(f);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(MlaservectlTest, CommandsAndExitCodes) {
+  const std::filesystem::path model = "tests/fixtures/models/deepseek_v2";
+  if (!std::filesystem::exists(model / "model.safetensors")) GTEST_SKIP() << "no fixture model";
+  ClusterOptions o;
+  o.model_dir = model.string();
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::string server = absl::StrCat("--server ", (*cluster)->router_address());
+
+  CtlRun list = RunCtl(server + " workers list");
+  EXPECT_EQ(list.exit_code, 0) << list.out;
+  EXPECT_THAT(list.out, HasSubstr("prefill-1"));
+  EXPECT_THAT(list.out, HasSubstr("decode-1"));
+  EXPECT_THAT(list.out, HasSubstr("healthy"));
+
+  CtlRun json = RunCtl(server + " -o json workers list --role decode");
+  EXPECT_EQ(json.exit_code, 0) << json.out;
+  EXPECT_THAT(json.out, HasSubstr("\"id\": \"decode-1\""));
+  EXPECT_THAT(json.out, ::testing::Not(HasSubstr("prefill-1")));
+
+  EXPECT_EQ(RunCtl(server + " health").exit_code, 0);
+  CtlRun ready = RunCtl(server + " health --service mlaserve.v1.Generation");
+  EXPECT_EQ(ready.exit_code, 0) << ready.out;
+  EXPECT_THAT(ready.out, HasSubstr("SERVING"));
+  EXPECT_EQ(RunCtl(server + " loads").exit_code, 0);
+  CtlRun profiles = RunCtl(server + " profiles show decode-1");
+  EXPECT_EQ(profiles.exit_code, 0) << profiles.out;
+  EXPECT_THAT(profiles.out, HasSubstr("decode-1"));
+  CtlRun info = RunCtl(server + " info");
+  EXPECT_EQ(info.exit_code, 0) << info.out;
+  EXPECT_THAT(info.out, HasSubstr("deepseek_v2"));
+
+  CtlRun missing = RunCtl(server + " workers get decode-9");
+  EXPECT_EQ(missing.exit_code, 2) << missing.out;
+  EXPECT_THAT(missing.out, HasSubstr("NOT_FOUND"));
+  EXPECT_THAT(missing.out, HasSubstr("decode-9"));
+  // The fixture has no tokenizer: text prompts are refused by a server error.
+  CtlRun gen = RunCtl(server + " generate --prompt hello --max-new-tokens 4");
+  EXPECT_EQ(gen.exit_code, 2) << gen.out;
+  EXPECT_THAT(gen.out, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_EQ(RunCtl(server + " workers frobnicate").exit_code, 1);
+
+  CtlRun drain = RunCtl(server + " workers drain prefill-1");
+  EXPECT_EQ(drain.exit_code, 0) << drain.out;
+  EXPECT_THAT(drain.out, HasSubstr("draining"));
+  // Readiness needs a routable prefill worker: draining the only one makes it NOT_SERVING.
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  CtlRun not_ready;
+  do {
+    not_ready = RunCtl(server + " health --service mlaserve.v1.Generation");
+  } while (not_ready.exit_code == 0 && absl::Now() < deadline);
+  EXPECT_EQ(not_ready.exit_code, 3) << not_ready.out;
+  EXPECT_EQ(RunCtl(server + " workers remove prefill-1").exit_code, 0);
+
+  (*cluster)->router().Kill();
+  CtlRun down = RunCtl(server + " --timeout 2 workers list");
+  EXPECT_EQ(down.exit_code, 3) << down.out;
+  EXPECT_THAT(down.out, HasSubstr("UNAVAILABLE"));
+}
+
+}  // namespace
+}  // namespace mlaserve::testing

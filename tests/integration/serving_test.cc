@@ -1,0 +1,302 @@
+// End-to-end serving on loopback: a router, prefill and decode worker processes on the test
+// fixture checkpoints (tests/fixtures/models/*), driven through the public API.
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster.h"
+
+namespace mlaserve::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kRequestTimeout = absl::Seconds(60);
+constexpr absl::Duration kFreeTimeout = absl::Seconds(15);
+
+std::vector<std::string> FixtureModels() {
+  std::vector<std::string> dirs;
+  const std::filesystem::path root = "tests/fixtures/models";
+  if (!std::filesystem::exists(root)) return dirs;
+  for (const auto& e : std::filesystem::directory_iterator(root)) {
+    if (std::filesystem::exists(e.path() / "config.json") &&
+        std::filesystem::exists(e.path() / "model.safetensors")) {
+      dirs.push_back(e.path().string());
+    }
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+std::vector<int32_t> Prompt(int n, int salt = 0) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(2 + (i * 37 + salt * 11) % 250);
+  return ids;
+}
+
+v1::GenerateRequest IdsRequest(const std::vector<int32_t>& prompt, int max_new_tokens) {
+  v1::GenerateRequest r;
+  for (int32_t id : prompt) r.mutable_token_ids()->add_ids(id);
+  r.mutable_sampling()->set_max_new_tokens(max_new_tokens);
+  return r;
+}
+
+class ServingTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ServingTest, DisaggregatedTokensEqualSingleProcessGreedyAndSeeded) {
+  ClusterOptions o;
+  o.model_dir = GetParam();
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::vector<int32_t> prompt = Prompt(40);
+  for (const auto& [temperature, seed] :
+       std::vector<std::pair<float, std::optional<uint64_t>>>{{0.0f, std::nullopt}, {0.8f, 1234}}) {
+    v1::GenerateRequest req = IdsRequest(prompt, 24);
+    req.mutable_sampling()->set_temperature(temperature);
+    if (seed) req.mutable_sampling()->set_seed(*seed);
+    GenerateResult r = RunGenerate((*cluster)->generation(), req, kRequestTimeout);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\nrouter log:\n"
+                               << (*cluster)->router().LogTail();
+    ASSERT_TRUE(r.complete.has_value());
+    EXPECT_FALSE(r.complete->local_prefill());
+    auto ref = ReferenceTokens(GetParam(), prompt, 24, temperature, seed);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    EXPECT_EQ(r.ids, *ref) << "temperature " << temperature;
+  }
+  EXPECT_TRUE((*cluster)->WaitAllPagesFree(kFreeTimeout).ok());
+}
+
+TEST_P(ServingTest, LocalPrefillGivesTheSameTokens) {
+  ClusterOptions o;
+  o.model_dir = GetParam();
+  o.local_prefill_threshold = 1000;
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::vector<int32_t> prompt = Prompt(30, 3);
+  v1::GenerateRequest req = IdsRequest(prompt, 16);
+  req.mutable_sampling()->set_temperature(0);
+  GenerateResult r = RunGenerate((*cluster)->generation(), req, kRequestTimeout);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_TRUE(r.complete->local_prefill());
+  auto ref = ReferenceTokens(GetParam(), prompt, 16, 0.0f, std::nullopt);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_EQ(r.ids, *ref);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ServingTest, ::testing::ValuesIn(FixtureModels()),
+                         [](const auto& info) {
+                           return std::filesystem::path(info.param).filename().string();
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ServingTest);
+
+// The failure and load tests need one model only.
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto models = FixtureModels();
+    if (models.empty()) GTEST_SKIP() << "no fixture model under tests/fixtures/models";
+    model_ = models.front();
+  }
+  std::string model_;
+};
+
+TEST_F(ClusterTest, ManyConcurrentMixedLengthStreamsAllFinishAndFreeEveryPage) {
+  ClusterOptions o;
+  o.model_dir = model_;
+  o.local_prefill_threshold = 16;  // the short ones prefill locally
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  constexpr int kRequests = 32;
+  std::vector<GenerateResult> results(kRequests);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      v1::GenerateRequest req = IdsRequest(Prompt(4 + (i * 13) % 120, i), 4 + i % 12);
+      req.mutable_sampling()->set_temperature(i % 2 == 0 ? 0.0f : 0.9f);
+      req.mutable_sampling()->set_ignore_eos(true);
+      results[i] = RunGenerate((*cluster)->generation(), req, kRequestTimeout);
+    });
+  }
+  for (auto& t : threads) t.join();
+  int local = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
+    EXPECT_EQ(static_cast<int>(results[i].ids.size()), 4 + i % 12) << i;
+    EXPECT_EQ(results[i].complete->finish_reason(), v1::FINISH_REASON_LENGTH);
+    local += results[i].complete->local_prefill();
+  }
+  EXPECT_GT(local, 0);
+  EXPECT_LT(local, kRequests);
+  absl::Status free = (*cluster)->WaitAllPagesFree(kFreeTimeout);
+  EXPECT_TRUE(free.ok()) << free;
+}
+
+TEST_F(ClusterTest, ClientCancelMidStreamFreesThePages) {
+  ClusterOptions o;
+  o.model_dir = model_;
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  v1::GenerateRequest req = IdsRequest(Prompt(50), 400);
+  req.mutable_sampling()->set_ignore_eos(true);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kRequestTimeout));
+  auto reader = (*cluster)->generation().Generate(&context, req);
+  v1::GenerateResponse m;
+  ASSERT_TRUE(reader->Read(&m));  // streaming has started
+  context.TryCancel();
+  while (reader->Read(&m)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  absl::Status free = (*cluster)->WaitAllPagesFree(kFreeTimeout);
+  EXPECT_TRUE(free.ok()) << free;
+}
+
+TEST_F(ClusterTest, DecodeWorkerKilledMidStreamGivesUnavailablePromptly) {
+  ClusterOptions o;
+  o.model_dir = model_;
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  v1::GenerateRequest req = IdsRequest(Prompt(50), 400);
+  req.mutable_sampling()->set_ignore_eos(true);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kRequestTimeout));
+  auto reader = (*cluster)->generation().Generate(&context, req);
+  v1::GenerateResponse m;
+  ASSERT_TRUE(reader->Read(&m));
+  (*cluster)->decode().Kill();
+  const absl::Time killed = absl::Now();
+  while (reader->Read(&m)) {
+  }
+  grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("decode-1"));
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(3));
+  // New requests are refused at once, naming the worker's state.
+  GenerateResult r = RunGenerate((*cluster)->generation(), IdsRequest(Prompt(5), 4), kRequestTimeout);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("no healthy decode worker"));
+}
+
+TEST_F(ClusterTest, PrefillWorkerKilledDuringARequestFreesTheDecodePages) {
+  ClusterOptions o;
+  o.model_dir = model_;
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // A long prompt keeps the prefill worker busy; it dies while the request is in flight
+  // (before, during or after its KV transfer: each must end with the pages back).
+  v1::GenerateRequest req = IdsRequest(Prompt(480), 8);
+  std::thread killer([&] {
+    // Kill once the router has the request on its workers.
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline) {
+      grpc::ClientContext c;
+      v1::GetLoadsResponse loads;
+      if ((*cluster)->admin().GetLoads(&c, v1::GetLoadsRequest(), &loads).ok()) {
+        bool busy = false;
+        for (const auto& w : loads.workers()) busy = busy || w.router_inflight() > 0;
+        if (busy) break;
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    (*cluster)->prefill().Kill();
+  });
+  GenerateResult r = RunGenerate((*cluster)->generation(), req, kRequestTimeout);
+  killer.join();
+  if (!r.status.ok()) {
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
+  }
+  absl::Status free = (*cluster)->WaitAllPagesFree(kFreeTimeout);
+  EXPECT_TRUE(free.ok()) << free << "\ndecode log:\n" << (*cluster)->decode().LogTail();
+}
+
+TEST_F(ClusterTest, SelfRegisteredWorkersServeAndExpireWhenSilent) {
+  ClusterOptions o;
+  o.model_dir = model_;
+  o.self_register = true;
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  GenerateResult r = RunGenerate((*cluster)->generation(), IdsRequest(Prompt(20), 6), kRequestTimeout);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  (*cluster)->decode().Kill();
+  // Heartbeat timeout is 2 s: the router marks the decode worker unhealthy after that.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  bool unhealthy = false;
+  while (!unhealthy && absl::Now() < deadline) {
+    grpc::ClientContext c;
+    v1::ListWorkersRequest req;
+    req.set_role(v1::WORKER_ROLE_DECODE);
+    v1::ListWorkersResponse resp;
+    if ((*cluster)->admin().ListWorkers(&c, req, &resp).ok() && resp.workers_size() == 1) {
+      unhealthy = resp.workers(0).state() == v1::WORKER_STATE_UNHEALTHY;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(unhealthy);
+}
+
+TEST_F(ClusterTest, WorkerWithAnotherModelIsRefused) {
+  const auto models = FixtureModels();
+  if (models.size() < 2) GTEST_SKIP() << "needs two fixture models";
+  ClusterOptions o;
+  o.model_dir = models[0];
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto other = (*cluster)->StartDecode(models[1], "other-decode", /*register_with_router=*/false);
+  ASSERT_TRUE(other.ok()) << other.status();
+  grpc::ClientContext c;
+  v1::AddWorkerRequest add;
+  add.set_role(v1::WORKER_ROLE_DECODE);
+  add.set_address((*other)->address());
+  v1::WorkerStatus added;
+  ASSERT_TRUE((*cluster)->admin().AddWorker(&c, add, &added).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  v1::WorkerStatus st;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext g;
+    v1::GetWorkerRequest req;
+    req.set_id(added.id());
+    if ((*cluster)->admin().GetWorker(&g, req, &st).ok() &&
+        st.state() == v1::WORKER_STATE_INCOMPATIBLE) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(st.state(), v1::WORKER_STATE_INCOMPATIBLE);
+  EXPECT_THAT(st.last_error(), HasSubstr("worker serves a different model"));
+}
+
+// The bundled demo model (models/demo) through the whole path with text in and text out:
+// every prompt in its demo_prompts.json must give exactly the recorded greedy answer.
+TEST(DemoModelTest, AnswersTheDemoPromptsCorrectly) {
+  const std::filesystem::path dir = "models/demo";
+  if (!std::filesystem::exists(dir / "demo_prompts.json")) GTEST_SKIP() << "no models/demo";
+  std::ifstream in(dir / "demo_prompts.json");
+  const nlohmann::json prompts = nlohmann::json::parse(in);
+  ClusterOptions o;
+  o.model_dir = dir.string();
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  int checked = 0;
+  for (const auto& p : prompts["prompts"]) {
+    v1::GenerateRequest req;
+    req.set_text(p["prompt"].get<std::string>());
+    req.mutable_sampling()->set_temperature(0);
+    req.mutable_sampling()->set_max_new_tokens(64);
+    GenerateResult r = RunGenerate((*cluster)->generation(), req, kRequestTimeout);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.ids, p["answer_ids"].get<std::vector<int32_t>>()) << p["prompt"];
+    EXPECT_EQ(r.text, p["answer"].get<std::string>()) << p["prompt"];
+    EXPECT_EQ(r.complete->finish_reason(), v1::FINISH_REASON_STOP);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
+}  // namespace
+}  // namespace mlaserve::testing

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (`run` tool), from the repository root, after
+#   BUILD=build-cuda TARGETS=mlaserve-tune tools/device/bundle.sh
+# here. Tunes the GPU profile of the two DeepSeek attention shapes, validates each on held-out
+# batches, and leaves the JSON profiles and validation tables under $OUT:
+#   V3 / R1 / V3.2 on one GPU per 128 heads:  128 heads, nope/rope 128/64, v 128, kv_lora 512, bf16
+#   V2-Lite:                                   16 heads, the same head dims
+# The grid is sized to finish within about 6 minutes on an H100 (flags below); each phase also
+# has a time budget, so a slow GPU yields a partial table (nearest-cell fallback) instead of a
+# timeout. Environment overrides: GRID=small|full, SAMPLES, VSAMPLES, BUDGET_S, VBUDGET_S.
+#   usage: tools/device/tune.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source tools/device/env.sh
+OUT=${OUT:-/tmp/tune_out}
+mkdir -p "$OUT/profiles"
+BIN=${TUNE_BIN:-.devbin/mlaserve-tune}
+GRID=${GRID:-small}
+if [[ $GRID == full ]]; then
+  EDGES=(--prefix-edges 0,256,1024,2048,4096,8192 --extend-edges 0,512,1024,2048,4096,8192
+         --batches 1,2,3,4,5,6,7,8)
+  SAMPLES=${SAMPLES:-24}; VSAMPLES=${VSAMPLES:-500}
+else
+  # 4 batch buckets x 5 x 5 cells; buckets 3, 5-7 copy their nearest measured neighbour.
+  EDGES=(--prefix-edges 0,1024,2048,4096,8192 --extend-edges 0,1024,2048,4096,8192
+         --batches 1,2,4,8)
+  SAMPLES=${SAMPLES:-8}; VSAMPLES=${VSAMPLES:-30}
+fi
+BUDGET_S=${BUDGET_S:-110}     # per shape, tuning
+VBUDGET_S=${VBUDGET_S:-45}    # per shape, validation
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
+status=0
+for shape in v3:128 v2lite:16; do
+  name=${shape%%:*}; heads=${shape##*:}
+  echo "=== $name ($heads heads/GPU)"
+  "$BIN" --heads "$heads" --qk-nope-dim 128 --qk-rope-dim 64 --v-dim 128 --kv-lora-rank 512 \
+    --dtype bf16 --out-dir "$OUT/profiles" "${EDGES[@]}" --samples "$SAMPLES" --reps 3 \
+    --warmup 1 --budget-s "$BUDGET_S" --validate --validate-samples "$VSAMPLES" \
+    --validate-budget-s "$VBUDGET_S" --validate-out "$OUT/validation_$name.txt" --no-progress \
+    > "$OUT/tune_$name.log" 2>&1 || { echo "$name: mlaserve-tune failed (rc $?)"; status=1; }
+  tail -n 60 "$OUT/tune_$name.log"
+done
+ls -l "$OUT/profiles"
+exit $status
