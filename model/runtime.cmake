@@ -71,3 +71,12 @@ $<TARGET_FILE:run_dump_check> check ${CMAKE_CURRENT_BINARY_DIR}/run_dump.json ${
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(mlaserve_run_fixture PROPERTIES TIMEOUT 300)
 endif()
+
+if(MLASERVE_BUILD_TESTS)
+  # The bundled demo model answers its task through mlaserve-run (text in, text out).
+  add_test(NAME mlaserve_run_demo_answers
+    COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/demo/check_demo_answers.py
+            $<TARGET_FILE:mlaserve-run> ${PROJECT_SOURCE_DIR}/models/demo
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(mlaserve_run_demo_answers PROPERTIES TIMEOUT 300)
+endif()

@@ -132,7 +132,7 @@ class CudaPathTimer final : public PathTimer {
     RETURN_IF_ERROR(q_abs_.Allocate(size_t(e) * h * lat_ * kBf16, "q_abs"));
     RETURN_IF_ERROR(out_lat_.Allocate(size_t(e) * h * r * kBf16, "latent out"));
     const size_t meta = size_t(l_.max_batch + 1) * 4;
-    for (DeviceBuffer* b : {&cu_q_, &cu_k_, &seqlens_k_, &start_, &len_, &cu_dst_}) {
+    for (DeviceBuffer* b : {&cu_q_, &seqlens_k_}) {
       RETURN_IF_ERROR(b->Allocate(meta, "metadata"));
     }
     RETURN_IF_ERROR(block_table_.Allocate(size_t(l_.max_batch) * max_pages_per_seq_ * 4, "pages"));
@@ -168,7 +168,10 @@ class CudaPathTimer final : public PathTimer {
   const kernels::KernelContext ctx_{kernels::Backend::kCuda, nullptr, 0};
   int lat_ = 0, num_pages_ = 0, max_pages_per_seq_ = 0;
   DeviceBuffer cache_, lat_ext_, lat_pre_, w_kvb_, q_, kv_, k_, v_, o_, o_tmp_, lse_, lse_tmp_;
-  DeviceBuffer q_abs_, out_lat_, cu_q_, cu_k_, seqlens_k_, start_, len_, cu_dst_, block_table_;
+  DeviceBuffer q_abs_, out_lat_, cu_q_, seqlens_k_, block_table_;
+  // Per prefix chunk: start[batch], len[batch], cu[batch + 1], uploaded before timing.
+  std::unique_ptr<DeviceBuffer> chunk_meta_;
+  size_t ChunkMetaInts() const { return 3 * size_t(batch_) + 1; }
   // The current batch.
   int batch_ = 0, total_q_ = 0, max_q_ = 0, max_k_ = 0;
   std::vector<PrefixChunk> chunks_;
@@ -224,7 +227,18 @@ absl::Status CudaPathTimer::Prepare(const std::vector<SequenceShape>& batch) {
     c.rows = c.cu.back();
     chunks_.push_back(std::move(c));
   }
-  return absl::OkStatus();
+  std::vector<int32_t> meta;
+  for (const PrefixChunk& c : chunks_) {
+    meta.insert(meta.end(), c.start.begin(), c.start.end());
+    meta.insert(meta.end(), c.len.begin(), c.len.end());
+    meta.insert(meta.end(), c.cu.begin(), c.cu.end());
+  }
+  if (meta.empty()) return absl::OkStatus();
+  if (!chunk_meta_ || chunk_meta_->bytes() < meta.size() * 4) {
+    chunk_meta_ = std::make_unique<DeviceBuffer>();
+    RETURN_IF_ERROR(chunk_meta_->Allocate(meta.size() * 8, "chunk metadata"));
+  }
+  return Upload(*chunk_meta_, meta);
 }
 
 kernels::GemmParams CudaPathTimer::KvbGemm(const void* latent, int rows) const {
@@ -294,11 +308,9 @@ absl::Status CudaPathTimer::RunMha() {
   a.out = o_.get();
   a.lse = lse_.get<float>();
   RETURN_IF_ERROR(kernels::MhaPrefill(a, ctx_));
-  for (const PrefixChunk& c : chunks_) {
-    // Metadata uploads are async copies from pageable memory (small; part of the real cost).
-    RETURN_IF_ERROR(Upload(start_, c.start));
-    RETURN_IF_ERROR(Upload(len_, c.len));
-    RETURN_IF_ERROR(Upload(cu_dst_, c.cu));
+  for (size_t ci = 0; ci < chunks_.size(); ++ci) {
+    const PrefixChunk& c = chunks_[ci];
+    const int32_t* meta = chunk_meta_->get<int32_t>() + ci * ChunkMetaInts();
     kernels::CacheGatherParams g;
     g.dtype = DType::kBF16;
     g.batch = batch_;
@@ -307,15 +319,15 @@ absl::Status CudaPathTimer::RunMha() {
     g.num_pages = num_pages_;
     g.block_table = block_table_.get<int32_t>();
     g.max_pages_per_seq = max_pages_per_seq_;
-    g.start = start_.get<int32_t>();
-    g.len = len_.get<int32_t>();
-    g.cu_dst = cu_dst_.get<int32_t>();
+    g.start = meta;
+    g.len = meta + batch_;
+    g.cu_dst = meta + 2 * batch_;
     g.dst = lat_pre_.get();
     RETURN_IF_ERROR(kernels::CacheGather(g, ctx_));
     RETURN_IF_ERROR(kernels::Gemm(KvbGemm(lat_pre_.get(), c.rows), ctx_));
     RETURN_IF_ERROR(kernels::KvPack(Pack(lat_pre_.get(), c.rows), ctx_));
     kernels::MhaPrefillParams pa = Attention(/*causal=*/false);
-    pa.cu_seqlens_k = cu_dst_.get<int32_t>();
+    pa.cu_seqlens_k = meta + 2 * batch_;
     pa.max_seqlen_k = c.max_len;
     pa.out = o_tmp_.get();
     pa.lse = lse_tmp_.get<float>();
