@@ -17,6 +17,8 @@
 #include "kvtransfer/receiver.h"
 #include "kvtransfer/tcp_transport.h"
 #include "model/engine.h"
+#include "profiles/gpu_profile.h"
+#include "profiles/profile_store.h"
 #include "spdlog/spdlog.h"
 
 namespace mlaserve::decode {
@@ -61,19 +63,20 @@ int Main(int argc, char** argv) {
     return Fail("invalid flags", s);
   }
   common::ConfigureWorkerLogging(o.log_level);
-  // GPU profiles are not loaded by the workers yet (see the report): without an explicit
-  // threshold, local prefill is off and every prompt is prefilled remotely.
-  int local_prefill_threshold = o.local_prefill_threshold;
-  if (local_prefill_threshold < 0) {
-    spdlog::warn("no GPU profile loaded; --local-prefill-threshold -1 means 0 (never local)");
-    local_prefill_threshold = 0;
-  }
-
   auto engine = CreateEngine(o);
   if (!engine.ok()) return Fail("loading the model", engine.status());
   model::Engine& e = **engine;
   auto layout = kvtransfer::MakeKvLayout(e.config(), e.kv_pool().options());
   if (!layout.ok()) return Fail("KV layout", layout.status());
+  // The GPU profile gives the local-prefill threshold unless the flag sets one; it is
+  // reported to the router, which prefills prompts up to it on this worker (docs/profiles.md).
+  auto profile = profiles::ResolveWorkerProfile(
+      o.profiles_dir, e.backend() == kernels::Backend::kCuda, o.device, e.config());
+  if (!profile.ok()) return Fail("GPU profile", profile.status());
+  const int local_prefill_threshold = o.local_prefill_threshold >= 0
+                                          ? o.local_prefill_threshold
+                                          : profile->profile.local_prefill_threshold;
+  const std::string profile_json = profiles::ProfileToJson(profile->profile);
 
   common::MetricsRegistry metrics;
   auto* pages_total = metrics.GetGauge("mlaserve_kv_pages_total", "KV pages in the pool.");
@@ -107,6 +110,9 @@ int Main(int argc, char** argv) {
     f.chunk_size = o.chunk_size;
     f.local_prefill_threshold = local_prefill_threshold;
     v1::WorkerDescriptor d = common::MakeWorkerDescriptor(f);
+    d.mutable_profile()->set_gpu_name(profile->profile.device.name);
+    d.mutable_profile()->set_source(profile->source);
+    d.mutable_profile()->set_profile_json(profile_json);
     const DecodeLoad l = runner->load();
     auto* load = d.mutable_load();
     load->set_kv_pages_total(l.kv_pages_total);

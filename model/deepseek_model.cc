@@ -31,10 +31,6 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   }
   std::unique_ptr<DeepseekEngine> e(new DeepseekEngine());
   e->options_ = options;
-  e->ctx_.backend = options.backend;
-  e->ctx_.device = options.device;
-  e->ops_.kernel = e->ctx_;
-  e->ops_.dtype = StorageDType(options.backend);
   ASSIGN_OR_RETURN(e->config_, LoadModelConfig(options.model_dir));
   const ModelConfig& c = e->config_;
   const bool cuda = options.backend == kernels::Backend::kCuda;
@@ -45,6 +41,12 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   }
   RETURN_IF_ERROR(UseDevice(options.backend, options.device));
   ASSIGN_OR_RETURN(e->num_sms_, MultiprocessorCount(options.backend, options.device));
+  ASSIGN_OR_RETURN(e->stream_, Stream::Create(options.backend));
+  e->ctx_.backend = options.backend;
+  e->ctx_.device = options.device;
+  e->ctx_.stream = e->stream_.get();
+  e->ops_.kernel = e->ctx_;
+  e->ops_.dtype = StorageDType(options.backend);
   if (c.hidden_act != "silu") {
     return absl::InvalidArgumentError(absl::StrCat(
         "config.json: hidden_act '", c.hidden_act, "' is not supported (DeepSeek uses silu)"));
@@ -70,12 +72,19 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   po.latent_dim = c.latent_dim();
   po.index_dim = c.has_indexer ? c.index_head_dim : 0;
   ASSIGN_OR_RETURN(e->pool_, KvPool::Create(po));
+  if (cuda) {  // the page that padded rows of decode graphs write into (decode_graphs.cc)
+    ASSIGN_OR_RETURN(std::vector<int32_t> padding, e->pool_->Allocate(1));
+    e->padding_page_ = padding[0];
+  }
   e->max_pages_per_seq_ = std::min(
       options.num_kv_pages, (c.max_position_embeddings + kernels::kPageSize - 1) / kernels::kPageSize);
   ASSIGN_OR_RETURN(const size_t scratch_bytes, e->ForwardScratchBytes());
   ASSIGN_OR_RETURN(e->scratch_, ScratchArena::Create(options.backend, scratch_bytes));
   if (cuda) {
     ASSIGN_OR_RETURN(e->staging_, PinnedBuffer::Allocate(options.backend, e->PlanStagingBytes()));
+    // Weight uploads and the pool's zeroing ran on the legacy stream, which the engine's
+    // non-blocking stream does not wait for.
+    RETURN_IF_ERROR(Synchronize(kernels::KernelContext{options.backend, nullptr, options.device}));
   }
   return e;
 }
@@ -166,9 +175,6 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
                                                       const LayerDoneFn& on_layer_done) {
   ASSIGN_OR_RETURN(BatchPlan plan, PlanBatch(batch));
   const ModelConfig& c = config_;
-  const int T = plan.total_tokens;
-  const int hidden = c.hidden_size;
-  const float eps = static_cast<float>(c.rms_norm_eps);
 
   // Path policy: kAuto -> MHA without a cached prefix, else MLA. Sparse DSA batches run in
   // MLA form (the indexer's selection is expressed over cache positions).
@@ -182,9 +188,40 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
     form = plan.all_single_token ? AttentionForm::kMlaDecode : AttentionForm::kMla;
   }
 
-  // residual: the running hidden state; y: its normed copy fed to each block; tmp: block output.
+  ForwardResult result;
+  result.path_used = resolved;
+  result.rows = static_cast<int>(plan.logit_rows.size());
+  result.logits.resize(static_cast<size_t>(result.rows) * c.vocab_size);
+  // Decode batches replay a CUDA graph per (batch bucket, page-table width) when they can
+  // (decode_graphs.cc); everything else runs eagerly.
+  if (UseDecodeGraph(plan, form, on_layer_done)) {
+    RETURN_IF_ERROR(ForwardDecodeGraph(std::move(plan), form, &result));
+    return result;
+  }
   scratch_.Reset();
   RETURN_IF_ERROR(UploadPlan(&plan));
+  float* logits = result.logits.data();
+  if (ctx_.backend != kernels::Backend::kCpu && result.rows > 0) {
+    ASSIGN_OR_RETURN(void* dev, Scratch(result.logits.size() * sizeof(float), "logits"));
+    logits = static_cast<float*>(dev);
+  }
+  RETURN_IF_ERROR(RunStep(plan, form, on_layer_done, logits));
+  if (ctx_.backend != kernels::Backend::kCpu) {
+    RETURN_IF_ERROR(CopyBytes(ctx_, result.logits.data(), logits,
+                              result.logits.size() * sizeof(float), CopyKind::kDeviceToHost));
+    // Also before the next step reuses the pinned staging buffer.
+    RETURN_IF_ERROR(Synchronize(ctx_));
+  }
+  return result;
+}
+
+absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
+                                     const LayerDoneFn& on_layer_done, float* logits) {
+  const ModelConfig& c = config_;
+  const int T = plan.total_tokens;
+  const int hidden = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  // residual: the running hidden state; y: its normed copy fed to each block; tmp: block output.
   const int64_t act = static_cast<int64_t>(T) * hidden;
   ASSIGN_OR_RETURN(void* residual, ScratchAct(act, "residual"));
   ASSIGN_OR_RETURN(void* y, ScratchAct(act, "normed hidden"));
@@ -215,32 +252,17 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
                                  residual));
   }
 
-  ForwardResult result;
-  result.path_used = resolved;
-  result.rows = static_cast<int>(plan.logit_rows.size());
-  if (result.rows == 0) {
-    RETURN_IF_ERROR(Synchronize(ctx_));  // the staging buffer is reused by the next step
-    return result;
-  }
-  ASSIGN_OR_RETURN(void* rows, ScratchAct(static_cast<int64_t>(result.rows) * hidden, "logit rows"));
-  for (int r = 0; r < result.rows; ++r) {
-    RETURN_IF_ERROR(ops::Copy2D(ops_, ops_.at(rows, static_cast<int64_t>(r) * hidden), hidden,
+  const int rows = static_cast<int>(plan.logit_rows.size());
+  if (rows == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(void* picked, ScratchAct(static_cast<int64_t>(rows) * hidden, "logit rows"));
+  for (int r = 0; r < rows; ++r) {
+    RETURN_IF_ERROR(ops::Copy2D(ops_, ops_.at(picked, static_cast<int64_t>(r) * hidden), hidden,
                                 ops_.at(y, static_cast<int64_t>(plan.logit_rows[r]) * hidden),
                                 hidden, hidden, 1));
   }
-  result.logits.resize(static_cast<size_t>(result.rows) * c.vocab_size);
-  if (ctx_.backend == kernels::Backend::kCpu) {
-    RETURN_IF_ERROR(ops::Linear(ops_, rows, result.rows, hidden, weights_.lm_head,
-                                result.logits.data(), c.vocab_size));
-  } else {
-    const size_t bytes = result.logits.size() * sizeof(float);
-    ASSIGN_OR_RETURN(void* logits, Scratch(bytes, "logits"));
-    RETURN_IF_ERROR(ops::Linear(ops_, rows, result.rows, hidden, weights_.lm_head, logits,
-                                c.vocab_size, 0.0f, /*y_f32=*/true));
-    RETURN_IF_ERROR(CopyBytes(ctx_, result.logits.data(), logits, bytes, CopyKind::kDeviceToHost));
-    RETURN_IF_ERROR(Synchronize(ctx_));
-  }
-  return result;
+  // f32 logits whatever the activation dtype.
+  return ops::Linear(ops_, picked, rows, hidden, weights_.lm_head, logits, c.vocab_size, 0.0f,
+                     /*y_f32=*/true);
 }
 
 }  // namespace mlaserve::model

@@ -23,7 +23,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <span>
 #include <vector>
 
@@ -85,6 +88,11 @@ class DeepseekEngine final : public Engine {
                                         AttentionPath path = AttentionPath::kAuto,
                                         const LayerDoneFn& on_layer_done = nullptr) override;
 
+  // CUDA graphs for decode steps (kCuda; on by default). Tests turn them off to compare.
+  void set_decode_graphs(bool on) { decode_graphs_enabled_ = on; }
+  int decode_graphs_captured() const { return static_cast<int>(decode_graphs_.size()); }
+  int64_t decode_graph_replays() const { return decode_graph_replays_; }
+
   // Largest prefix piece (tokens per sequence) the MHA path decompresses at once. Tests lower
   // it to exercise the multi-piece LSE merge on short prompts.
   void set_mha_prefix_piece_tokens(int tokens) { mha_prefix_piece_tokens_ = tokens; }
@@ -95,6 +103,14 @@ class DeepseekEngine final : public Engine {
   absl::StatusOr<BatchPlan> PlanBatch(std::span<const SequenceChunk> batch) const;
 
   // attention.cc. x: normed hidden [T, hidden]; out: [T, hidden].
+  // One step on the device from the uploaded plan: embedding, layers, final norm and the LM
+  // head over plan.logit_rows into `logits` ([rows, vocab] f32, a buffer of the backend).
+  absl::Status RunStep(const BatchPlan& plan, AttentionForm form, const LayerDoneFn& on_layer_done,
+                       float* logits);
+  // decode_graphs.cc: whether this step replays (or captures) a decode graph, and doing so.
+  bool UseDecodeGraph(const BatchPlan& plan, AttentionForm form, const LayerDoneFn& on_layer_done) const;
+  absl::Status ForwardDecodeGraph(BatchPlan plan, AttentionForm form, ForwardResult* result);
+
   // Activations (x, out, q, kv, attn) are in ops_.dtype.
   absl::Status Attention(int layer, const BatchPlan& plan, AttentionForm form, const void* x,
                          void* out);
@@ -136,6 +152,13 @@ class DeepseekEngine final : public Engine {
   DeviceBuffer rope_dev_; // kCuda: the cos/sin table on the device
   int max_pages_per_seq_ = 0;  // bound on BatchPlan::max_pages_per_seq
   int num_sms_ = 0;
+  Stream stream_;               // kCuda: the engine's stream (graphs are captured from it)
+  // Decode graphs by (padded batch, page-table width); keys whose capture failed map to an
+  // empty graph and run eagerly from then on.
+  bool decode_graphs_enabled_ = true;
+  std::map<std::pair<int, int>, std::optional<CapturedGraph>> decode_graphs_;
+  int64_t decode_graph_replays_ = 0;
+  int32_t padding_page_ = -1;   // kCuda: a pool page the padded rows of a decode graph write
   DeepseekWeights weights_;
   RopeTable rope_;
   std::unique_ptr<KvPool> pool_;

@@ -200,6 +200,97 @@ absl::Status Copy2DBytes(const kernels::KernelContext& ctx, void* dst, size_t ds
 #endif
 }
 
+absl::StatusOr<Stream> Stream::Create(kernels::Backend backend) {
+  Stream s;
+  if (backend == kernels::Backend::kCpu) return s;
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  cudaStream_t st = nullptr;
+  absl::Status status = CudaError(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking),
+                                  "cudaStreamCreateWithFlags");
+  if (!status.ok()) return status;
+  s.stream_ = st;
+  return s;
+#else
+  return NoCuda("Stream");
+#endif
+}
+
+Stream& Stream::operator=(Stream&& o) noexcept {
+  if (this != &o) {
+    Release();
+    stream_ = std::exchange(o.stream_, nullptr);
+  }
+  return *this;
+}
+
+void Stream::Release() {
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+#endif
+  stream_ = nullptr;
+}
+
+absl::Status CapturedGraph::BeginCapture(void* stream) {
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  return CudaError(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream),
+                                          cudaStreamCaptureModeThreadLocal),
+                   "cudaStreamBeginCapture");
+#else
+  (void)stream;
+  return NoCuda("CapturedGraph");
+#endif
+}
+
+absl::StatusOr<CapturedGraph> CapturedGraph::EndCapture(void* stream, absl::Status capture_status) {
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph);
+  if (!capture_status.ok() || end != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();  // clear a capture-invalidation error so later launches are unaffected
+    if (!capture_status.ok()) return capture_status;
+    return CudaError(end, "cudaStreamEndCapture");
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (inst != cudaSuccess) return CudaError(inst, "cudaGraphInstantiate");
+  CapturedGraph g;
+  g.exec_ = exec;
+  return g;
+#else
+  (void)stream;
+  (void)capture_status;
+  return NoCuda("CapturedGraph");
+#endif
+}
+
+CapturedGraph& CapturedGraph::operator=(CapturedGraph&& o) noexcept {
+  if (this != &o) {
+    Release();
+    exec_ = std::exchange(o.exec_, nullptr);
+  }
+  return *this;
+}
+
+void CapturedGraph::Release() {
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  if (exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+#endif
+  exec_ = nullptr;
+}
+
+absl::Status CapturedGraph::Launch(void* stream) const {
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  return CudaError(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_),
+                                   static_cast<cudaStream_t>(stream)),
+                   "cudaGraphLaunch");
+#else
+  (void)stream;
+  return NoCuda("CapturedGraph");
+#endif
+}
+
 absl::Status UseDevice(kernels::Backend backend, int device) {
   if (backend == kernels::Backend::kCpu) return absl::OkStatus();
 #if defined(MLASERVE_MODEL_HAS_CUDA)

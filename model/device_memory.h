@@ -135,6 +135,48 @@ class ScratchScope {
   size_t mark_;
 };
 
+// An owned non-blocking CUDA stream (kCuda); empty (null, the CPU's "stream") on kCpu. CUDA
+// graphs are captured from a stream like this one, never from the legacy default stream.
+class Stream {
+ public:
+  Stream() = default;
+  static absl::StatusOr<Stream> Create(kernels::Backend backend);
+  Stream(Stream&& o) noexcept : stream_(std::exchange(o.stream_, nullptr)) {}
+  Stream& operator=(Stream&& o) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { Release(); }
+  void* get() const { return stream_; }
+
+ private:
+  void Release();
+  void* stream_ = nullptr;
+};
+
+// An instantiated CUDA graph captured from a stream (BeginCapture ... EndCapture): replaying
+// it re-runs the captured launches with the same pointers and scalars, reading whatever the
+// buffers hold at launch.
+class CapturedGraph {
+ public:
+  CapturedGraph() = default;
+  // Starts capturing `stream` (thread-local mode: other threads' CUDA calls are unaffected).
+  static absl::Status BeginCapture(void* stream);
+  // Ends the capture and instantiates it. When `capture_status` is not OK (a launch inside the
+  // capture failed) the capture is still ended, and that status is returned.
+  static absl::StatusOr<CapturedGraph> EndCapture(void* stream, absl::Status capture_status);
+  CapturedGraph(CapturedGraph&& o) noexcept : exec_(std::exchange(o.exec_, nullptr)) {}
+  CapturedGraph& operator=(CapturedGraph&& o) noexcept;
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  ~CapturedGraph() { Release(); }
+
+  absl::Status Launch(void* stream) const;
+
+ private:
+  void Release();
+  void* exec_ = nullptr;  // cudaGraphExec_t
+};
+
 // Rounds up to kDeviceAlignment: the arena's unit, for sizing it from a list of parts.
 inline size_t AlignedBytes(size_t bytes) {
   return (bytes + kDeviceAlignment - 1) / kDeviceAlignment * kDeviceAlignment;

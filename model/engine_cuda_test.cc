@@ -1,16 +1,25 @@
 // The DeepSeek engine on the CUDA backend (bf16 weights and activations) against the Hugging
 // Face fixtures (tests/fixtures/models/*/expected.json, computed in f32): logits within bf16
 // tolerance, and greedy tokens equal wherever the reference's top-2 margin is clear of that
-// tolerance. Runs on a GPU machine (ctest label gpu); V3.2 is refused on CUDA (no indexer /
+// tolerance. Where the fixture records a near-tie in MoE routing (router_min_margin below
+// kRouterTie: two experts' scores closer than bf16 activations can order), the bf16 engine may
+// route one token differently from the f32 reference, as the routing contract allows at ties;
+// those prompts are held to a looser logits bound that still catches a wrong forward. Runs on a GPU machine (ctest label gpu); V3.2 is refused on CUDA (no indexer /
 // sparse kernels yet) and that refusal is asserted.
 #include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include <fstream>
+#include <limits>
+#include <map>
+
 #include "gtest/gtest.h"
+#include "model/deepseek_model.h"
 #include "model/engine.h"
 #include "model/engine_test_util.h"
+#include "nlohmann/json.hpp"
 
 namespace mlaserve::model {
 namespace {
@@ -23,6 +32,9 @@ using testing::SeqPages;
 
 // max|got - want| / max|want| after a few bf16 layers of a tiny random model.
 constexpr double kBf16Tolerance = 4e-2;
+// Routing margins below this are ties at bf16 precision; such prompts get kTieTolerance.
+constexpr double kRouterTie = 1e-4;
+constexpr double kTieTolerance = 0.15;
 // A greedy token must match when the reference's top-2 gap exceeds this fraction of max|logit|.
 constexpr double kClearMargin = 0.1;
 
@@ -49,6 +61,27 @@ double RelMargin(const std::vector<float>& row) {
   return scale > 0 ? (s[0] - s[1]) / scale : 0;
 }
 
+// Per prompt name: the smallest routing margin (group or expert, any MoE layer) the fixture
+// recorded; +inf when it recorded none.
+std::map<std::string, double> RouterMargins(const std::string& dir) {
+  std::map<std::string, double> out;
+  std::ifstream in(dir + "/expected.json");
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return out;
+  for (const auto& p : j.at("prompts")) {
+    double m = std::numeric_limits<double>::infinity();
+    if (p.contains("router_min_margin")) {
+      for (const auto& [layer, margins] : p.at("router_min_margin").items()) {
+        for (const char* key : {"group", "expert"}) {
+          if (margins.contains(key) && margins.at(key).is_number()) m = std::min(m, margins.at(key).get<double>());
+        }
+      }
+    }
+    out[p.at("name").get<std::string>()] = m;
+  }
+  return out;
+}
+
 class EngineCudaTest : public ::testing::TestWithParam<std::tuple<const char*, AttentionPath>> {};
 
 TEST_P(EngineCudaTest, MatchesReference) {
@@ -59,9 +92,13 @@ TEST_P(EngineCudaTest, MatchesReference) {
   ASSERT_TRUE(LoadReference(dir, &ref));
   auto engine = MakeCudaEngine(dir);
   ASSERT_NE(engine, nullptr);
+  const std::map<std::string, double> router_margins = RouterMargins(dir);
   int checked_tokens = 0;
   for (const auto& p : ref.prompts) {
     SCOPED_TRACE(p.name);
+    const auto margin = router_margins.find(p.name);
+    const bool routing_tie = margin != router_margins.end() && margin->second < kRouterTie;
+    const double tol = routing_tie ? kTieTolerance : kBf16Tolerance;
     const int n = static_cast<int>(p.ids.size());
     SeqPages pages(engine->kv_pool(), n + static_cast<int>(p.greedy_tokens.size()) + 1);
     // Prefill in chunks of 37 (so the MLA path also runs with a cached prefix); compare every
@@ -73,7 +110,7 @@ TEST_P(EngineCudaTest, MatchesReference) {
     for (size_t j = 0; j < p.logits_positions.size(); ++j) {
       auto it = got.find(p.logits_positions[j]);
       if (it == got.end()) continue;
-      EXPECT_LE(RelError(it->second, p.logits[j]), kBf16Tolerance) << "position " << it->first;
+      EXPECT_LE(RelError(it->second, p.logits[j]), tol) << "position " << it->first;
       ++compared;
     }
     EXPECT_GT(compared, 0);
@@ -93,7 +130,7 @@ TEST_P(EngineCudaTest, MatchesReference) {
       c.pages = pages.pages();
       auto r = engine->Forward({&c, 1}, AttentionPath::kMla);
       ASSERT_TRUE(r.ok()) << r.status();
-      EXPECT_LE(RelError(r->logits, p.decode_logits[s]), kBf16Tolerance) << "decode step " << s;
+      EXPECT_LE(RelError(r->logits, p.decode_logits[s]), tol) << "decode step " << s;
       check_token(r->logits, p.decode_logits[s], s + 1);
     }
   }
@@ -111,6 +148,69 @@ TEST(EngineCudaRefusalTest, V32NeedsKernelsThatHaveNoCudaVersion) {
   o.backend = kernels::Backend::kCuda;
   auto e = Engine::Create(o);
   EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << e.status();
+}
+
+}  // namespace
+}  // namespace mlaserve::model
+
+namespace mlaserve::model {
+namespace {
+
+// Decode steps replayed from CUDA graphs (padded to a batch bucket) give the logits of the
+// eager engine.
+TEST(EngineCudaGraphTest, DecodeGraphsMatchEagerSteps) {
+  const std::string dir = Fixture("deepseek_v3");
+  if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
+  Reference ref;
+  ASSERT_TRUE(LoadReference(dir, &ref));
+  EngineOptions o;
+  o.model_dir = dir;
+  o.backend = kernels::Backend::kCuda;
+  o.num_kv_pages = 64;
+  o.max_batch_tokens = 1024;
+  o.max_batch_seqs = 8;
+  auto graphs = DeepseekEngine::Create(o);
+  auto eager = DeepseekEngine::Create(o);
+  ASSERT_TRUE(graphs.ok()) << graphs.status();
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  (*eager)->set_decode_graphs(false);
+  constexpr int kSeqs = 3, kSteps = 5;
+  std::vector<std::vector<float>> logits[2];
+  for (int which = 0; which < 2; ++which) {
+    DeepseekEngine& e = which == 0 ? **graphs : **eager;
+    std::vector<std::unique_ptr<SeqPages>> pages;
+    std::vector<std::vector<int32_t>> ids;
+    for (int s = 0; s < kSeqs; ++s) {
+      ids.push_back(ref.prompts[std::min<size_t>(s + 1, ref.prompts.size() - 1)].ids);
+      pages.push_back(std::make_unique<SeqPages>(e.kv_pool(), static_cast<int>(ids[s].size()) + kSteps + 1));
+      SequenceChunk c;
+      c.tokens = ids[s];
+      c.pages = pages[s]->pages();
+      auto r = e.Forward({&c, 1}, AttentionPath::kMla);
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+    std::vector<int32_t> next(kSeqs, 1);
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<SequenceChunk> batch(kSeqs);
+      for (int s = 0; s < kSeqs; ++s) {
+        batch[s].tokens = std::span<const int32_t>(&next[s], 1);
+        batch[s].start_pos = static_cast<int>(ids[s].size()) + step;
+        batch[s].pages = pages[s]->pages();
+      }
+      auto r = e.Forward(batch, AttentionPath::kMla);
+      ASSERT_TRUE(r.ok()) << r.status();
+      logits[which].push_back(r->logits);
+      for (int s = 0; s < kSeqs; ++s) {
+        next[s] = (step * 7 + s * 13 + 3) % ref.vocab_size;  // fixed, not argmax: same inputs on both
+      }
+    }
+  }
+  EXPECT_EQ((*graphs)->decode_graphs_captured(), 1);
+  EXPECT_EQ((*graphs)->decode_graph_replays(), kSteps - 1) << "every step after the first replays";
+  EXPECT_EQ((*eager)->decode_graph_replays(), 0);
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_LE(RelError(logits[0][step], logits[1][step]), 1e-2) << "step " << step;
+  }
 }
 
 }  // namespace

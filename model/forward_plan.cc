@@ -60,7 +60,7 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
     shape.num_heads = static_cast<int>(H);
     shape.kv_lora_rank = static_cast<int>(L);
     shape.rope_dim = c.qk_rope_head_dim;
-    shape.max_seqlen_k = c.max_position_embeddings;
+    shape.max_seqlen_k = max_pages_per_seq_ * kernels::kPageSize;  // decode graphs plan for whole pages
     shape.num_sms = num_sms_;
     ASSIGN_OR_RETURN(kernels::MlaDecodePlan plan, kernels::PlanMlaDecode(shape));
     decode_ws = std::max(decode_ws, plan.workspace_bytes);
@@ -71,7 +71,7 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
     shape.num_heads = static_cast<int>(H);
     shape.kv_lora_rank = static_cast<int>(L);
     shape.rope_dim = c.qk_rope_head_dim;
-    shape.max_seqlen_k = c.max_position_embeddings;
+    shape.max_seqlen_k = max_pages_per_seq_ * kernels::kPageSize;  // decode graphs plan for whole pages
     shape.num_sms = num_sms_;
     ASSIGN_OR_RETURN(kernels::MlaDecodePlan plan, kernels::PlanMlaDecode(shape));
     decode_ws = std::max(decode_ws, plan.workspace_bytes);

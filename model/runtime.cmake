@@ -35,7 +35,8 @@ add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/attention.cc
   ${CMAKE_CURRENT_LIST_DIR}/indexer.cc
   ${CMAKE_CURRENT_LIST_DIR}/moe_layer.cc
-  ${CMAKE_CURRENT_LIST_DIR}/forward_plan.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/forward_plan.cc
+  ${CMAKE_CURRENT_LIST_DIR}/decode_graphs.cc)
 target_link_libraries(model_runtime PUBLIC model_loader model_kv_pool model_rope model_sampler
                       model_device_memory mlaserve_kernels mlaserve_common)
 mlaserve_warnings(model_runtime)

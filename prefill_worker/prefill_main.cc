@@ -16,6 +16,8 @@
 #include "model/engine.h"
 #include "prefill_worker/prefill_runner.h"
 #include "prefill_worker/prefill_service.h"
+#include "profiles/attention_path_policy.h"
+#include "profiles/profile_store.h"
 #include "spdlog/spdlog.h"
 
 namespace mlaserve::prefill {
@@ -71,6 +73,15 @@ int Main(int argc, char** argv) {
   model::Engine& e = **engine;
   auto layout = kvtransfer::MakeKvLayout(e.config(), e.kv_pool().options());
   if (!layout.ok()) return Fail("KV layout", layout.status());
+  // The GPU profile: per-batch attention path (docs/profiles.md), reported to the router.
+  auto profile = profiles::ResolveWorkerProfile(
+      o.profiles_dir, e.backend() == kernels::Backend::kCuda, o.device, e.config());
+  if (!profile.ok()) return Fail("GPU profile", profile.status());
+  auto policy = profiles::AttentionPathPolicy::Create(
+      profile->profile, profile->source, {e.config().has_indexer, e.config().index_topk});
+  if (!policy.ok()) return Fail("attention path policy", policy.status());
+  ro.attention_policy = policy->get();
+  const std::string profile_json = profiles::ProfileToJson(profile->profile);
 
   common::MetricsRegistry metrics;
   auto* pages_total = metrics.GetGauge("mlaserve_kv_pages_total", "KV pages in the pool.");
@@ -97,6 +108,9 @@ int Main(int argc, char** argv) {
     f.kv_transport = "tcp";
     f.chunk_size = o.chunk_size;
     v1::WorkerDescriptor d = common::MakeWorkerDescriptor(f);
+    d.mutable_profile()->set_gpu_name(profile->profile.device.name);
+    d.mutable_profile()->set_source(profile->source);
+    d.mutable_profile()->set_profile_json(profile_json);
     const PrefillLoad l = runner.load();
     auto* load = d.mutable_load();
     load->set_kv_pages_total(e.kv_pool().total_pages());

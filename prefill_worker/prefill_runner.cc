@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/worker_proto.h"
+#include "profiles/engine_path.h"
 #include "spdlog/spdlog.h"
 
 namespace mlaserve::prefill {
@@ -47,6 +48,11 @@ PrefillRunner::PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* tra
       "mlaserve_kv_transfer_wait_seconds",
       "Time from the last prefill forward to the decode worker's acknowledgment.",
       common::LatencyBucketsSeconds());
+  for (int p = 0; p < profiles::kNumPrefillPaths; ++p) {
+    attention_paths_[p] = m->GetCounter(
+        "mlaserve_prefill_attention_path_total", "Prefill forwards by attention path.",
+        {{"path", profiles::PrefillPathName(static_cast<profiles::PrefillPath>(p))}});
+  }
   batch_tokens_ = m->GetHistogram("mlaserve_prefill_batch_tokens", "Tokens per prefill forward.",
                                   {16, 64, 256, 1024, 4096, 16384, 65536});
 }
@@ -219,8 +225,16 @@ bool PrefillRunner::Step() {
     tokens += c.len;
   }
   batch_tokens_->Observe(tokens);
+  model::AttentionPath path = model::AttentionPath::kAuto;
+  if (options_.attention_policy != nullptr) {  // logs its choice at debug level
+    std::vector<profiles::SequenceShape> shapes;
+    for (const PrefillChunk& c : chunks) shapes.push_back({c.start, c.len});
+    const profiles::PathChoice choice = options_.attention_policy->Choose(shapes);
+    path = profiles::ToEnginePath(choice.path);
+    attention_paths_[static_cast<int>(choice.path)]->Increment();
+  }
   // run(): each finished layer's pages leave for the decode workers while later layers compute.
-  auto result = engine_->Forward(batch, model::AttentionPath::kAuto, [&](int layer) {
+  auto result = engine_->Forward(batch, path, [&](int layer) {
     ShipLayer(chunks, layer);
     return absl::OkStatus();
   });

@@ -13,6 +13,7 @@
 // thread or a transport thread, exactly once per request, without the runner's lock held.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -31,6 +32,7 @@
 #include "kvtransfer/transport.h"
 #include "model/engine.h"
 #include "model/sampler.h"
+#include "profiles/attention_path_policy.h"
 #include "prefill_worker/prefill_scheduler.h"
 
 namespace mlaserve::prefill {
@@ -39,6 +41,9 @@ struct PrefillRunnerOptions {
   PrefillSchedulerOptions scheduler;
   absl::Duration kv_no_progress_timeout = absl::Seconds(30);
   std::string name = "prefill";  // sender name in the decode worker's logs
+  // Picks each step's attention path from the GPU profile (not owned; must outlive the
+  // runner). Null: the engine's own kAuto rule.
+  profiles::AttentionPathPolicy* attention_policy = nullptr;
 };
 
 struct PrefillJob {
@@ -138,6 +143,7 @@ class PrefillRunner {
   common::Histogram* prefill_seconds_;
   common::Histogram* transfer_wait_seconds_;
   common::Histogram* batch_tokens_;
+  std::array<common::Counter*, profiles::kNumPrefillPaths> attention_paths_{};
 };
 
 }  // namespace mlaserve::prefill

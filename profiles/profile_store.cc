@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "profiles/cost_model.h"
+#include "profiles/device_facts.h"
 #include "spdlog/spdlog.h"
 
 namespace mlaserve::profiles {
@@ -68,6 +69,9 @@ absl::StatusOr<ResolvedProfile> ResolveProfile(const std::string& profiles_dir,
     ResolvedProfile r;
     ASSIGN_OR_RETURN(r.profile, BuildCostModelProfile(device, shape));
     r.source = "cpu";
+    // A CPU decode worker never prefills locally unless its flag says so: the CPU backend
+    // serves tests and demos, where disaggregation is the point.
+    r.profile.local_prefill_threshold = 0;
     return r;
   }
   if (profiles_dir.empty()) return Fallback(device, shape, "no --profiles-dir");
@@ -100,6 +104,21 @@ absl::StatusOr<ResolvedProfile> ResolveProfile(const std::string& profiles_dir,
   }
   return Fallback(device, shape, absl::StrCat("none of ", files.size(), " files in ",
                                               profiles_dir, " matches"));
+}
+
+absl::StatusOr<ResolvedProfile> ResolveWorkerProfile(const std::string& profiles_dir, bool cuda,
+                                                     int device,
+                                                     const model::ModelConfig& config) {
+  DeviceFacts facts = CpuDeviceFacts();
+  if (cuda) {
+    ASSIGN_OR_RETURN(facts, QueryCudaDeviceFacts(device));
+  }
+  ASSIGN_OR_RETURN(const AttentionShape shape, AttentionShapeFor(config));
+  ASSIGN_OR_RETURN(ResolvedProfile r, ResolveProfile(profiles_dir, facts, shape));
+  if (!r.warning.empty()) spdlog::warn("{}", r.warning);
+  spdlog::info("GPU profile for {} {}: {} (local prefill threshold {}, chunk {})", facts.name,
+               shape.Key(), r.source, r.profile.local_prefill_threshold, r.profile.chunk_size);
+  return r;
 }
 
 }  // namespace mlaserve::profiles

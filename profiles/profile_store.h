@@ -4,7 +4,7 @@
 // directory whose device.name and shape match (a renamed file still counts). No match, no
 // directory, or an unreadable directory: a cost-model profile from the device facts, and a
 // warning saying what was looked for. The CPU backend uses the cost model with nominal CPU
-// facts and no warning (nobody tunes CPUs).
+// facts, no warning (nobody tunes CPUs) and local-prefill threshold 0.
 // A file that is meant for this GPU but is malformed is an error, never silently skipped:
 // the operator put it there. Malformed files for other GPUs are skipped with a warning.
 #pragma once
@@ -36,5 +36,12 @@ absl::StatusOr<ResolvedProfile> ResolveProfile(const std::string& profiles_dir,
 // INVALID_ARGUMENT when num_attention_heads is not divisible by tp.
 absl::StatusOr<AttentionShape> AttentionShapeFor(const model::ModelConfig& config, int tp = 1,
                                                  const std::string& dtype = "bf16");
+
+// What a worker calls at start: the live device's facts (CUDA query, or CpuDeviceFacts() when
+// `cuda` is false), the model's attention shape at TP 1 with a bf16 cache, then
+// ResolveProfile. Logs the warning, if any, with spdlog::warn.
+absl::StatusOr<ResolvedProfile> ResolveWorkerProfile(const std::string& profiles_dir, bool cuda,
+                                                     int device,
+                                                     const model::ModelConfig& config);
 
 }  // namespace mlaserve::profiles

@@ -116,6 +116,7 @@ TEST_F(ProfileStoreTest, CpuUsesTheCostModelQuietly) {
   EXPECT_EQ(r->source, "cpu");
   EXPECT_TRUE(r->warning.empty());
   EXPECT_EQ(r->profile.sparse.decode_max_rows, 0);
+  EXPECT_EQ(r->profile.local_prefill_threshold, 0);
 }
 
 TEST(AttentionShapeFor, SplitsHeadsByTensorParallelism) {

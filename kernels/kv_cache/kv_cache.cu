@@ -5,6 +5,9 @@
 // Index arrays live on the device, so they cannot be validated on the host: a slot at or past
 // the cache's end (or a negative slot) is skipped by CacheWrite, and CacheGather skips pages
 // outside [0, num_pages); the CPU backend reports those as INVALID_ARGUMENT.
+#include <algorithm>
+#include <type_traits>
+
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/kv_cache/api.h"
 

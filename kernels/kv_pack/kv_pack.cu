@@ -2,6 +2,9 @@
 // decompressed latent (bf16). Each thread moves one 16-byte vector (8 bf16) of K or V when every
 // width is a multiple of 8 and the buffers are 16-byte aligned; otherwise one element.
 // Bytes moved are the roofline: kv and k_pe read once, k and v written once.
+#include <algorithm>
+#include <type_traits>
+
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/kv_pack/api.h"
 

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 
 namespace mlaserve::testing {
@@ -57,9 +58,17 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   }
   constexpr absl::string_view kPrefix = "listening on ";
   if (!absl::StartsWith(line, kPrefix)) {
-    return absl::DeadlineExceededError(absl::StrCat(argv[0], " did not print 'listening on' within ",
-                                                    absl::FormatDuration(timeout), " (stdout: '",
-                                                    line, "'); log tail:\n", p->LogTail()));
+    std::string exit_note = "still running";
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      p->reaped_ = true;
+      exit_note = WIFEXITED(status) ? absl::StrCat("exited with ", WEXITSTATUS(status))
+                                    : absl::StrCat("killed by signal ", WTERMSIG(status));
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        argv[0], " did not print 'listening on' within ", absl::FormatDuration(timeout), " (",
+        exit_note, "; stdout: '", line, "'; args: ", absl::StrJoin(argv, " "), "); log tail:\n",
+        p->LogTail()));
   }
   std::string address = line.substr(kPrefix.size());
   if (absl::StartsWith(address, "0.0.0.0:")) address = "127.0.0.1" + address.substr(7);
