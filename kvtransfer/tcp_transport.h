@@ -6,8 +6,7 @@
 // max_inflight_bytes); Complete queues the completion and half-closes; the receiver's single
 // answer is the verdict. A watchdog fails (and cancels) a stream that has work queued or an
 // answer pending but no progress for the no-progress deadline.
-// Receiver: KvServiceImpl serves PushPages (one reactor per stream) into a KvReceiver. A stream
-// that ends without `complete` (sender cancelled or died) fails its session at once.
+// Receiver: KvServiceImpl (kv_service.h).
 #pragma once
 
 #include <memory>
@@ -20,7 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "kvtransfer/receiver.h"
+#include "kvtransfer/kv_service.h"  // the receiving side, for users of both
 #include "kvtransfer/transport.h"
 #include "mlaserve/v1/kv.grpc.pb.h"
 
@@ -48,21 +47,6 @@ class TcpKvTransport final : public KvTransport {
   absl::CondVar wake_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread watchdog_;
-};
-
-// KvService on the decode worker: PushPages into `receiver`, AbortSession.
-class KvServiceImpl final : public mlaserve::v1::KvService::CallbackService {
- public:
-  explicit KvServiceImpl(KvReceiver* receiver) : receiver_(receiver) {}
-
-  grpc::ServerReadReactor<mlaserve::v1::KvPushMessage>* PushPages(
-      grpc::CallbackServerContext* context, mlaserve::v1::KvPushResult* result) override;
-  grpc::ServerUnaryReactor* AbortSession(grpc::CallbackServerContext* context,
-                                         const mlaserve::v1::KvAbortSessionRequest* request,
-                                         mlaserve::v1::KvAbortSessionResponse* response) override;
-
- private:
-  KvReceiver* const receiver_;
 };
 
 }  // namespace mlaserve::kvtransfer

@@ -43,6 +43,7 @@ struct RunOptions {
   AttentionPath attention = AttentionPath::kAuto;
   int chunk_size = 0;
   kernels::Backend backend = kernels::Backend::kCpu;
+  bool backend_auto = false;  // fall back to the CPU when the CUDA engine cannot start
   int num_kv_pages = 0;  // 0: just enough for the request
   std::string dump_logits;
   bool print_ids = false;
@@ -107,7 +108,17 @@ absl::Status Run(const RunOptions& o) {
   eo.max_batch_tokens = std::max<int>(o.chunk_size > 0 ? o.chunk_size : prompt.size(), 1);
   eo.max_batch_seqs = 1;
   eo.attention = o.attention;
-  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(eo));
+  absl::StatusOr<std::unique_ptr<Engine>> created = Engine::Create(eo);
+  if (!created.ok() && o.backend_auto && eo.backend == kernels::Backend::kCuda) {
+    // --backend auto: the GPU when this build and machine have one, else the CPU.
+    if (!absl::IsFailedPrecondition(created.status())) {  // a CPU-only build: nothing to say
+      std::cerr << "mlaserve-run: CUDA backend unavailable (" << created.status().message()
+                << "); using the CPU backend\n";
+    }
+    eo.backend = kernels::Backend::kCpu;
+    created = Engine::Create(eo);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, std::move(created));
   const ModelConfig& config = engine->config();
   if (total > config.max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -198,7 +209,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "mha", "mla"}))->capture_default_str();
   app.add_option("--chunk-size", o.chunk_size, "prefill chunk size in tokens (0 = one chunk)");
   std::string backend = "auto";
-  app.add_option("--backend", backend, "auto|cpu|cuda (auto = cpu: the CUDA runtime is not built yet)")
+  app.add_option("--backend", backend, "auto|cpu|cuda (auto = the GPU when this build and machine have one, else the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
   app.add_option("--num-kv-pages", o.num_kv_pages, "KV pool size (default: what the request needs)");
   app.add_option("--dump-logits", o.dump_logits, "write last prompt logits and generated ids (JSON)");
@@ -212,7 +223,8 @@ int main(int argc, char** argv) {
   o.attention = attention == "mha"   ? AttentionPath::kMha
                 : attention == "mla" ? AttentionPath::kMla
                                      : AttentionPath::kAuto;
-  o.backend = backend == "cuda" ? mlaserve::kernels::Backend::kCuda : mlaserve::kernels::Backend::kCpu;
+  o.backend = backend == "cpu" ? mlaserve::kernels::Backend::kCpu : mlaserve::kernels::Backend::kCuda;
+  o.backend_auto = backend == "auto";
   absl::Status s = mlaserve::model::Run(o);
   if (!s.ok()) {
     std::cerr << "mlaserve-run: " << s << "\n";

@@ -132,6 +132,11 @@ double PrefillEstimate::Micros(int64_t tokens) const {
   return l * (attn_us_per_token + dense_us_per_token) + l * l * attn_us_per_token_sq;
 }
 
+double PrefillEstimate::FinishMicros(int64_t queued_tokens, int64_t prompt_tokens) const {
+  const double q = static_cast<double>(std::max<int64_t>(queued_tokens, 0));
+  return q * (attn_us_per_token + dense_us_per_token) + Micros(prompt_tokens);
+}
+
 absl::Status ValidateProfile(const GpuProfile& p) {
   if (p.device.name.empty()) return Invalid("device.name", "is empty");
   if (p.device.sm_count < 0) {

@@ -109,6 +109,10 @@ struct PrefillEstimate {
 
   // Microseconds for one prompt of `tokens` tokens (>= 0).
   double Micros(int64_t tokens) const;
+  // Until a new prompt of `prompt_tokens` would be done behind `queued_tokens` already queued
+  // (the queue counted per token, as chunked prefill interleaves it): how the router compares
+  // unlike prefill workers.
+  double FinishMicros(int64_t queued_tokens, int64_t prompt_tokens) const;
 };
 
 struct GpuProfile {

@@ -138,6 +138,15 @@ TEST(ProfileNames, SanitizedFileName) {
             "NVIDIA_H100_80GB_HBM3_h128_n128_r64_v128_l512_bf16.json");
 }
 
+TEST(PrefillEstimate, FasterWorkerFinishesFirstDespiteLongerQueue) {
+  const PrefillEstimate fast{0.1, 1e-5, 0.2};  // us per token 0.3
+  const PrefillEstimate slow{0.4, 4e-5, 0.8};  // 4x slower
+  EXPECT_DOUBLE_EQ(fast.Micros(1000), 1000 * 0.3 + 1e6 * 1e-5);
+  EXPECT_DOUBLE_EQ(fast.FinishMicros(2000, 1000), 2000 * 0.3 + fast.Micros(1000));
+  EXPECT_LT(fast.FinishMicros(3000, 1000), slow.FinishMicros(0, 1000));
+  EXPECT_DOUBLE_EQ(fast.FinishMicros(-5, 0), 0.0);
+}
+
 // The decode-style sparse kernel's scheduler needs 4*(5*rows + 1) bytes of shared memory.
 // SGLang PR 25502 quotes b <= 11673 "at 228 KB": that is 228 KiB = 233472 bytes. Hopper's
 // actual opt-in per-block limit is 227 KiB = 232448 bytes (228 KiB per SM minus 1 KiB the

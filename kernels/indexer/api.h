@@ -35,6 +35,10 @@ struct IndexerParams {
   float softmax_scale = 1.0f;
   int32_t* topk_indices = nullptr;   // [total_q, top_k]
   void* workspace = nullptr;         // IndexerWorkspaceBytes(p) bytes (CUDA)
+  // kFP8E4M3 selects the fp8 indexer key cache of kernels/kv_fp8/api.h (per page: kPageSize *
+  // head_dim e4m3 values, then kPageSize f32 scales; CUDA only); any other value means the
+  // cache has dtype `dtype`.
+  DType k_cache_dtype = DType::kF32;
 };
 
 size_t IndexerWorkspaceBytes(const IndexerParams& p);

@@ -7,9 +7,13 @@
 
 namespace mlaserve::kernels {
 
-// The CPU backend keeps one score row per worker thread and needs no workspace; a CUDA
-// backend that stages scores defines its size here.
-size_t IndexerWorkspaceBytes(const IndexerParams& p) { return 0; }
+// The CPU backend keeps one score row per worker thread and needs no workspace. The CUDA
+// backend stages f32 scores, one row of IndexerScoreStride(max_seqlen_k) per (request, query
+// slot) (kernels/indexer/indexer.cu).
+size_t IndexerWorkspaceBytes(const IndexerParams& p) {
+  const int64_t stride = (static_cast<int64_t>(p.max_seqlen_k) + 3) / 4 * 4;
+  return static_cast<size_t>(p.batch) * p.max_seqlen_q * stride * sizeof(float);
+}
 
 absl::Status Indexer(const IndexerParams& p, const KernelContext& ctx) {
   RETURN_IF_ERROR(RequirePositive("top_k", p.top_k));

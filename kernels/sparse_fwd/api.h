@@ -35,6 +35,9 @@ struct SparseMlaParams {
   void* out = nullptr;   // [total_q, num_heads, kv_lora_rank]
   float* lse = nullptr;  // [total_q, num_heads] or null
   float softmax_scale = 1.0f;
+  // Bounds every request's query count; sizes the CUDA grid (sparse_fwd: required on CUDA;
+  // sparse_decode: 0 means 2). The CPU backend ignores it.
+  int max_seqlen_q = 0;
 };
 
 absl::Status SparseFwd(const SparseMlaParams& p, const KernelContext& ctx);

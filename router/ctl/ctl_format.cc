@@ -38,6 +38,7 @@ std::string RenderTable(const std::vector<std::string>& header,
       l += cells[c];
       if (c + 1 < cells.size()) l += std::string(width[c] - cells[c].size() + 2, ' ');
     }
+    while (!l.empty() && l.back() == ' ') l.pop_back();
     out += l + "\n";
   };
   line(header);

@@ -2,6 +2,8 @@
 // fixture checkpoints (tests/fixtures/models/*), driven through the public API.
 #include <signal.h>
 
+#include <grpcpp/grpcpp.h>
+
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -10,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "mlaserve/v1/worker.grpc.pb.h"
 #include "tests/integration/cluster.h"
 
 namespace mlaserve::testing {
@@ -213,6 +216,40 @@ TEST_F(ClusterTest, PrefillWorkerKilledDuringARequestFreesTheDecodePages) {
   }
   absl::Status free = (*cluster)->WaitAllPagesFree(kFreeTimeout);
   EXPECT_TRUE(free.ok()) << free << "\ndecode log:\n" << (*cluster)->decode().LogTail();
+}
+
+// A reservation nobody uses (no Stream, no transfer) is reclaimed when its lease ends.
+TEST_F(ClusterTest, UnusedReservationIsFreedWhenItsLeaseExpires) {
+  ClusterOptions o;
+  o.model_dir = model_;
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto decode = v1::DecodeWorker::NewStub(
+      grpc::CreateChannel((*cluster)->decode().address(), grpc::InsecureChannelCredentials()));
+  v1::ReserveRequest req;
+  req.set_request_id("lease-test");
+  for (int32_t id : Prompt(100)) req.add_prompt_token_ids(id);
+  req.mutable_sampling()->set_max_new_tokens(100);
+  req.mutable_sampling()->set_temperature(0);
+  req.mutable_sampling()->set_seed(1);
+  req.set_local_prefill(true);
+  req.set_kv_lease_ms(300);
+  v1::ReserveResponse resp;
+  grpc::ClientContext c;
+  c.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  grpc::Status s = decode->Reserve(&c, req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GT(resp.reserved_pages(), 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  v1::WorkerDescriptor info;
+  bool freed = false;
+  while (!freed && absl::Now() < deadline) {
+    grpc::ClientContext g;
+    ASSERT_TRUE(decode->GetInfo(&g, v1::GetWorkerInfoRequest(), &info).ok());
+    freed = info.load().kv_pages_free() == info.load().kv_pages_total();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(freed) << info.load().kv_pages_free() << "/" << info.load().kv_pages_total();
 }
 
 TEST_F(ClusterTest, SelfRegisteredWorkersServeAndExpireWhenSilent) {

@@ -1,0 +1,152 @@
+// indexer CUDA backend vs the CPU reference: fresh random inputs (bf16-rounded; fp8 keys
+// dequantized for the reference), outputs poisoned. The selected sets must equal the CPU's
+// except at near-ties (an entry only one side picked scores within rounding of the k-th
+// score), the order must be descending by score, and exact ties go to the lower position.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/indexer/api.h"
+#include "kernels/kv_fp8/api.h"
+#include "kernels/testing/cuda_testing.h"
+#include "kernels/testing/paged.h"
+
+namespace mlaserve::kernels {
+namespace {
+
+struct IndexerCase {
+  int heads = 64, dim = 128, top_k = 256;
+  std::vector<int> lq, prefix;
+  bool fp8 = false;
+  bool identical_keys = false;  // every key equal: all scores tie
+};
+
+void ExpectIndexerMatchesCpu(const IndexerCase& ic) {
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " heads=" << ic.heads << " dim=" << ic.dim
+                                    << " top_k=" << ic.top_k << " fp8=" << ic.fp8);
+  const int batch = static_cast<int>(ic.lq.size());
+  std::vector<int> lk(batch);
+  for (int b = 0; b < batch; ++b) lk[b] = ic.lq[b] + ic.prefix[b];
+  const testing::PagedLayout layout = testing::MakePagedLayout(lk, seed);
+  const std::vector<int32_t> cu_q = testing::CumSum(ic.lq);
+  const int total_q = cu_q[batch];
+  const size_t slots = static_cast<size_t>(layout.num_pages) * kPageSize;
+  std::vector<float> k = testing::RandomVector(slots * ic.dim, seed + 1);
+  if (ic.identical_keys)
+    for (size_t s = 1; s < slots; ++s) std::copy(k.begin(), k.begin() + ic.dim, k.begin() + s * ic.dim);
+  std::vector<float> q = testing::RandomVector(static_cast<size_t>(total_q) * ic.heads * ic.dim, seed + 2);
+  std::vector<float> w = testing::RandomVector(static_cast<size_t>(total_q) * ic.heads, seed + 3, -0.5f, 1.0f);
+  testing::RoundToBf16(q);
+  testing::RoundToBf16(k);
+  std::vector<uint8_t> k_fp8;
+  if (ic.fp8) {
+    std::vector<int64_t> all(slots);
+    for (size_t i = 0; i < slots; ++i) all[i] = static_cast<int64_t>(i);
+    k_fp8.assign(static_cast<size_t>(layout.num_pages) * IndexKFp8PageBytes(ic.dim), 0);
+    Fp8CacheWriteParams wp;
+    wp.kind = Fp8CacheKind::kIndexK; wp.num_tokens = static_cast<int>(slots); wp.head_dim = ic.dim;
+    wp.src = k.data(); wp.src_stride = ic.dim; wp.slot_mapping = all.data(); wp.cache = k_fp8.data();
+    wp.num_pages = layout.num_pages;
+    ASSERT_TRUE(Fp8CacheWrite(wp, KernelContext{}).ok());
+    Fp8CacheReadParams rp;
+    rp.kind = Fp8CacheKind::kIndexK; rp.num_tokens = wp.num_tokens; rp.head_dim = ic.dim;
+    rp.cache = k_fp8.data(); rp.num_pages = layout.num_pages; rp.slot_mapping = all.data();
+    rp.dst = k.data(); rp.dst_stride = ic.dim;
+    ASSERT_TRUE(Fp8CacheRead(rp, KernelContext{}).ok());
+  }
+  std::vector<int32_t> seqlens_k(lk.begin(), lk.end());
+  std::vector<int32_t> want(static_cast<size_t>(total_q) * ic.top_k, -7);
+  IndexerParams p;
+  p.batch = batch; p.num_heads = ic.heads; p.head_dim = ic.dim; p.top_k = ic.top_k;
+  p.q = q.data(); p.weights = w.data(); p.k_cache = k.data(); p.num_pages = layout.num_pages;
+  p.block_table = layout.block_table.data(); p.max_pages_per_seq = layout.max_pages_per_seq;
+  p.cu_seqlens_q = cu_q.data(); p.seqlens_k = seqlens_k.data();
+  p.max_seqlen_q = *std::max_element(ic.lq.begin(), ic.lq.end());
+  p.max_seqlen_k = *std::max_element(lk.begin(), lk.end());
+  p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(ic.dim));
+  p.topk_indices = want.data();
+  ASSERT_TRUE(Indexer(p, KernelContext{}).ok());
+
+  testing::DeviceBuffer dq = testing::ToDeviceBf16(q), dw = testing::ToDevice(w);
+  testing::DeviceBuffer dk = ic.fp8 ? testing::ToDevice(k_fp8) : testing::ToDeviceBf16(k);
+  testing::DeviceBuffer dtable = testing::ToDevice(layout.block_table), dcu = testing::ToDevice(cu_q);
+  testing::DeviceBuffer dlk = testing::ToDevice(seqlens_k);
+  testing::DeviceBuffer dout = testing::ToDevice(std::vector<int32_t>(want.size(), -7));
+  testing::DeviceBuffer ws(IndexerWorkspaceBytes(p));
+  IndexerParams dp = p;
+  dp.dtype = DType::kBF16; dp.k_cache_dtype = ic.fp8 ? DType::kFP8E4M3 : DType::kBF16;
+  dp.q = dq.get(); dp.weights = dw.as<float>(); dp.k_cache = dk.get(); dp.block_table = dtable.as<int32_t>();
+  dp.cu_seqlens_q = dcu.as<int32_t>(); dp.seqlens_k = dlk.as<int32_t>(); dp.topk_indices = dout.as<int32_t>();
+  dp.workspace = ws.get();
+  const auto st = Indexer(dp, KernelContext{Backend::kCuda, nullptr, 0});
+  ASSERT_TRUE(st.ok()) << st;
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  const auto got = testing::ToHost<int32_t>(dout, want.size());
+
+  size_t near_tie_swaps = 0;
+  for (int t = 0; t < total_q; ++t) {
+    const int b = static_cast<int>(std::upper_bound(cu_q.begin(), cu_q.end(), t) - cu_q.begin()) - 1;
+    const int visible = lk[b] - ic.lq[b] + (t - cu_q[b]) + 1;
+    const int keep = std::min(ic.top_k, visible);
+    auto score = [&](int pos) {  // double-precision score of the reference's inputs
+      const float* kr = &k[layout.Slot(b, pos) * ic.dim];
+      double sc = 0;
+      for (int h = 0; h < ic.heads; ++h) {
+        double dot = 0;
+        for (int d = 0; d < ic.dim; ++d) dot += static_cast<double>(q[(static_cast<size_t>(t) * ic.heads + h) * ic.dim + d]) * kr[d];
+        sc += w[t * ic.heads + h] * std::max(dot * p.softmax_scale, 0.0);
+      }
+      return sc;
+    };
+    const int32_t* g = &got[static_cast<size_t>(t) * ic.top_k];
+    const int32_t* c = &want[static_cast<size_t>(t) * ic.top_k];
+    for (int j = keep; j < ic.top_k; ++j) ASSERT_EQ(g[j], -1) << "row " << t << " padding " << j;
+    std::set<int> gs(g, g + keep), cs(c, c + keep);
+    ASSERT_EQ(gs.size(), static_cast<size_t>(keep)) << "row " << t << " has repeated or padded entries";
+    for (int x : gs) ASSERT_TRUE(x >= 0 && x < visible) << "row " << t << " entry " << x;
+    if (ic.identical_keys) {  // every score ties: the lowest positions, in order
+      for (int j = 0; j < keep; ++j) ASSERT_EQ(g[j], j) << "row " << t;
+      continue;
+    }
+    if (gs == cs) continue;
+    const double kth = score(c[keep - 1]);
+    double scale = 0;
+    for (int j = 0; j < keep; ++j) scale = std::max(scale, std::fabs(score(c[j])));
+    const double tol = 1e-3 * scale + 1e-6;
+    for (int x : gs) if (!cs.count(x)) { ++near_tie_swaps; EXPECT_NEAR(score(x), kth, tol) << "row " << t << " extra " << x; }
+    for (int x : cs) if (!gs.count(x)) EXPECT_NEAR(score(x), kth, tol) << "row " << t << " missing " << x;
+    for (int j = 0; j + 1 < keep; ++j) EXPECT_GE(score(g[j]), score(g[j + 1]) - tol) << "row " << t << " order at " << j;
+  }
+  EXPECT_LE(near_tie_swaps, static_cast<size_t>(total_q) * 2) << "too many differences to be ties";
+}
+
+TEST(IndexerCuda, Bf16DeepSeekShape) {
+  IndexerCase ic;
+  ic.heads = 64; ic.dim = 128; ic.top_k = 2048; ic.lq = {3, 20, 1}; ic.prefix = {3000, 100, 4500};
+  ExpectIndexerMatchesCpu(ic);
+}
+
+TEST(IndexerCuda, Bf16SmallShapes) {
+  IndexerCase ic;
+  ic.heads = 24; ic.dim = 64; ic.top_k = 100; ic.lq = {70, 1, 9}; ic.prefix = {0, 600, 1100};
+  ExpectIndexerMatchesCpu(ic);
+}
+
+TEST(IndexerCuda, Fp8Keys) {
+  IndexerCase ic;
+  ic.fp8 = true; ic.heads = 64; ic.dim = 128; ic.top_k = 512; ic.lq = {4, 30}; ic.prefix = {2500, 700};
+  ExpectIndexerMatchesCpu(ic);
+}
+
+TEST(IndexerCuda, ExactTiesGoToLowerPositions) {
+  IndexerCase ic;
+  ic.heads = 16; ic.dim = 128; ic.top_k = 300; ic.identical_keys = true; ic.lq = {2, 5}; ic.prefix = {1000, 200};
+  ExpectIndexerMatchesCpu(ic);
+}
+
+}  // namespace
+}  // namespace mlaserve::kernels

@@ -1,0 +1,149 @@
+#include "kvtransfer/kv_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "kvtransfer/proto_convert.h"
+
+namespace mlaserve::kvtransfer {
+
+namespace v1 = ::mlaserve::v1;
+using common::ToGrpcStatus;
+
+// One reactor per PushPages stream.
+namespace {
+
+class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage> {
+ public:
+  PushPagesReactor(KvReceiver* receiver, v1::KvPushResult* result)
+      : receiver_(receiver), result_(result) {
+    StartRead(&msg_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The sender half-closed without `complete`, or the stream was cancelled.
+      FinishOnce(Fail(absl::CancelledError(
+          "KV stream ended before its completion (sender aborted or went away)")));
+      return;
+    }
+    absl::Status st;
+    switch (msg_.kind_case()) {
+      case v1::KvPushMessage::kOpen: {
+        if (opened_) {
+          st = absl::InvalidArgumentError("KV stream: second open message");
+          break;
+        }
+        {
+          absl::MutexLock lock(&mu_);
+          session_id_ = msg_.open().session_id();
+        }
+        opened_ = true;
+        auto layout = FromProto(msg_.open().layout());
+        st = layout.ok() ? receiver_->Open(msg_.open().session_id(), *layout,
+                                           [this](const absl::Status& why) {
+                                             FinishOnce(ToGrpcStatus(why));
+                                           })
+                         : layout.status();
+        break;
+      }
+      case v1::KvPushMessage::kPage: {
+        if (!opened_) {
+          st = absl::FailedPreconditionError("KV stream: page before open");
+          break;
+        }
+        const auto& p = msg_.page();
+        st = receiver_->WritePage(
+            msg_session(), p.layer(), p.page_index(),
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.payload().data()),
+                                     p.payload().size()),
+            p.crc32());
+        break;
+      }
+      case v1::KvPushMessage::kComplete: {
+        if (!opened_) {
+          st = absl::FailedPreconditionError("KV stream: complete before open");
+          break;
+        }
+        const auto& c = msg_.complete();
+        KvCompletion completion{c.first_token(), c.num_layers(), c.num_pages(), c.total_bytes()};
+        auto stats = receiver_->Complete(msg_session(), completion);
+        if (stats.ok()) {
+          result_->set_bytes_received(stats->bytes_received);
+          result_->set_pages_written(stats->pages_written);
+          FinishOnce(grpc::Status::OK);
+          return;
+        }
+        st = stats.status();
+        break;
+      }
+      default:
+        st = absl::InvalidArgumentError("KV stream: empty message");
+    }
+    if (!st.ok()) {
+      FinishOnce(Fail(st));
+      return;
+    }
+    StartRead(&msg_);
+  }
+
+  void OnCancel() override {
+    Fail(absl::CancelledError("KV sender cancelled the stream or went away"));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Finish exactly once, whichever comes first: this stream's own verdict or the receiver
+  // failing the session (lease / no progress / cancel, from another thread). The reactor is
+  // not touched after Finish: OnDone may delete it.
+  void FinishOnce(const grpc::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(status);
+  }
+
+  std::string msg_session() {
+    absl::MutexLock lock(&mu_);
+    return session_id_;
+  }
+  // Fails the session (no-op once it ended) and returns the status to finish with.
+  grpc::Status Fail(const absl::Status& why) {
+    const std::string id = msg_session();
+    if (!id.empty()) receiver_->Fail(id, why);
+    return ToGrpcStatus(why);
+  }
+
+  KvReceiver* const receiver_;
+  v1::KvPushResult* const result_;
+  v1::KvPushMessage msg_;
+  bool opened_ = false;  // touched by OnReadDone only (reactions on one stream are serial)
+  absl::Mutex mu_;  // OnCancel and the receiver's failure callback run on other threads
+  std::string session_id_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerReadReactor<v1::KvPushMessage>* KvServiceImpl::PushPages(
+    grpc::CallbackServerContext* context, v1::KvPushResult* result) {
+  return new PushPagesReactor(receiver_, result);
+}
+
+grpc::ServerUnaryReactor* KvServiceImpl::AbortSession(grpc::CallbackServerContext* context,
+                                                      const v1::KvAbortSessionRequest* request,
+                                                      v1::KvAbortSessionResponse* response) {
+  auto* reactor = context->DefaultReactor();
+  const bool found = receiver_->Fail(
+      request->session_id(),
+      absl::CancelledError(absl::StrCat("KV session aborted by the sender: ", request->reason())));
+  reactor->Finish(found ? grpc::Status::OK
+                        : grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                       absl::StrCat("KV session ", request->session_id(),
+                                                    " is unknown (ended or never reserved)")));
+  return reactor;
+}
+
+}  // namespace mlaserve::kvtransfer

@@ -1,0 +1,31 @@
+// KvServiceImpl: the receiving side of the `tcp` KV transport, served by the decode worker next
+// to DecodeWorker. Each PushPages stream (one reactor) feeds one session of a KvReceiver; a
+// stream that ends without `complete` (sender cancelled or died) fails its session at once, and
+// a session the receiver fails on its own (lease, no progress, cancel) ends its stream with
+// that status, so the sender learns it. AbortSession is the control-plane way to fail a
+// session from the sender side.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include "kvtransfer/receiver.h"
+#include "mlaserve/v1/kv.grpc.pb.h"
+
+namespace mlaserve::kvtransfer {
+
+// KvService on the decode worker: PushPages into `receiver`, AbortSession.
+class KvServiceImpl final : public mlaserve::v1::KvService::CallbackService {
+ public:
+  explicit KvServiceImpl(KvReceiver* receiver) : receiver_(receiver) {}
+
+  grpc::ServerReadReactor<mlaserve::v1::KvPushMessage>* PushPages(
+      grpc::CallbackServerContext* context, mlaserve::v1::KvPushResult* result) override;
+  grpc::ServerUnaryReactor* AbortSession(grpc::CallbackServerContext* context,
+                                         const mlaserve::v1::KvAbortSessionRequest* request,
+                                         mlaserve::v1::KvAbortSessionResponse* response) override;
+
+ private:
+  KvReceiver* const receiver_;
+};
+
+}  // namespace mlaserve::kvtransfer

@@ -1,0 +1,173 @@
+#include "kvtransfer/nccl/cuda_page_io.h"
+
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "kvtransfer/nccl/page_gather.h"
+
+namespace mlaserve::kvtransfer::nccl {
+namespace {
+
+absl::Status CudaCheck(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("nccl page io: ", what, ": ", cudaGetErrorString(err)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaPageIo>> CudaPageIo::Create(model::KvPool* pool,
+                                                               cudaStream_t comm_stream,
+                                                               int num_slots, size_t slot_bytes) {
+  if (pool->options().backend != kernels::Backend::kCuda) {
+    return absl::InvalidArgumentError("CudaPageIo needs a CUDA KV pool");
+  }
+  if (num_slots < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaPageIo: ", num_slots, " slots"));
+  }
+  std::unique_ptr<CudaPageIo> io(new CudaPageIo(pool, comm_stream));
+  if (auto s = CudaCheck(cudaStreamCreateWithFlags(&io->io_, cudaStreamNonBlocking), "stream");
+      !s.ok()) {
+    return s;
+  }
+  for (int i = 0; i < num_slots; ++i) {
+    void* p = nullptr;
+    if (auto s = CudaCheck(cudaMalloc(&p, slot_bytes), "staging slot"); !s.ok()) return s;
+    io->slots_.push_back(p);
+    cudaEvent_t a, b;
+    if (auto s = CudaCheck(cudaEventCreateWithFlags(&a, cudaEventDisableTiming), "event");
+        !s.ok()) {
+      return s;
+    }
+    io->filled_.push_back(a);
+    if (auto s = CudaCheck(cudaEventCreateWithFlags(&b, cudaEventDisableTiming), "event");
+        !s.ok()) {
+      return s;
+    }
+    io->freed_.push_back(b);
+  }
+  if (auto s = CudaCheck(cudaMalloc(&io->header_, 64), "header"); !s.ok()) return s;
+  if (auto s = CudaCheck(cudaMallocHost(&io->host_header_, 64), "pinned header"); !s.ok()) {
+    return s;
+  }
+  return io;
+}
+
+CudaPageIo::~CudaPageIo() {
+  if (io_ != nullptr) cudaStreamSynchronize(io_);
+  for (void* p : slots_) cudaFree(p);
+  for (cudaEvent_t e : filled_) cudaEventDestroy(e);
+  for (cudaEvent_t e : freed_) cudaEventDestroy(e);
+  if (page_ids_ != nullptr) cudaFree(page_ids_);
+  if (header_ != nullptr) cudaFree(header_);
+  if (host_header_ != nullptr) cudaFreeHost(host_header_);
+  if (io_ != nullptr) cudaStreamDestroy(io_);
+}
+
+absl::Status CudaPageIo::SetPages(std::span<const int32_t> pages) {
+  // The previous session's copies may still read the old list.
+  if (auto s = CudaCheck(cudaStreamSynchronize(io_), "drain"); !s.ok()) return s;
+  if (pages.size() > page_capacity_) {
+    if (page_ids_ != nullptr) cudaFree(page_ids_);
+    page_ids_ = nullptr;
+    page_capacity_ = 0;
+    void* ids = nullptr;
+    if (auto s = CudaCheck(cudaMalloc(&ids, pages.size() * sizeof(int32_t)), "page ids");
+        !s.ok()) {
+      return s;
+    }
+    page_ids_ = static_cast<int32_t*>(ids);
+    page_capacity_ = pages.size();
+  }
+  for (int32_t p : pages) {
+    if (p < 0 || p >= pool_->total_pages()) {
+      return absl::OutOfRangeError(absl::StrCat("CudaPageIo: page id ", p, " outside the pool's ",
+                                                pool_->total_pages()));
+    }
+  }
+  return CudaCheck(cudaMemcpy(page_ids_, pages.data(), pages.size() * sizeof(int32_t),
+                              cudaMemcpyHostToDevice),
+                   "page ids upload");
+}
+
+absl::Status CudaPageIo::Copy(int layer, int first, int n, int i, bool to_staging) {
+  const model::KvPoolOptions& o = pool_->options();
+  PageCopyParams p;
+  const int64_t lb = int64_t{kernels::kPageSize} * o.latent_dim * kernels::DTypeSize(o.dtype);
+  const int64_t ib = int64_t{kernels::kPageSize} * o.index_dim * kernels::DTypeSize(o.dtype);
+  p.planes[0] = {static_cast<uint8_t*>(pool_->latent(layer)), lb, 0};
+  p.num_planes = 1;
+  if (ib > 0) {
+    p.planes[1] = {static_cast<uint8_t*>(pool_->index_keys(layer)), ib, lb};
+    p.num_planes = 2;
+  }
+  p.page_ids = page_ids_ + first;
+  p.num_pages = n;
+  p.staging = static_cast<uint8_t*>(slots_[i]);
+  p.staging_page_bytes = lb + ib;
+  p.to_staging = to_staging;
+  return CudaCheck(LaunchPageCopy(p, io_), "page copy launch");
+}
+
+absl::Status CudaPageIo::Gather(int layer, int first, int n, int i) {
+  if (ready_ != nullptr) {
+    if (auto s = CudaCheck(cudaStreamWaitEvent(io_, ready_, 0), "wait ready"); !s.ok()) return s;
+    ready_ = nullptr;
+  }
+  // Reusing the slot: its previous send must have completed (no-op for a never-recorded event).
+  if (auto s = CudaCheck(cudaStreamWaitEvent(io_, freed_[i], 0), "wait slot"); !s.ok()) return s;
+  if (auto s = Copy(layer, first, n, i, true); !s.ok()) return s;
+  if (auto s = CudaCheck(cudaEventRecord(filled_[i], io_), "record gather"); !s.ok()) return s;
+  return CudaCheck(cudaStreamWaitEvent(comm_, filled_[i], 0), "comm waits gather");
+}
+
+absl::Status CudaPageIo::AfterSend(int i) {
+  return CudaCheck(cudaEventRecord(freed_[i], comm_), "record send");
+}
+
+absl::Status CudaPageIo::BeforeRecv(int i) {
+  return CudaCheck(cudaStreamWaitEvent(comm_, freed_[i], 0), "comm waits scatter");
+}
+
+absl::Status CudaPageIo::Scatter(int layer, int first, int n, int i) {
+  if (auto s = CudaCheck(cudaEventRecord(filled_[i], comm_), "record recv"); !s.ok()) return s;
+  if (auto s = CudaCheck(cudaStreamWaitEvent(io_, filled_[i], 0), "io waits recv"); !s.ok()) {
+    return s;
+  }
+  if (auto s = Copy(layer, first, n, i, false); !s.ok()) return s;
+  return CudaCheck(cudaEventRecord(freed_[i], io_), "record scatter");
+}
+
+absl::Status CudaPageIo::Drain(absl::Time deadline) {
+  for (;;) {
+    const cudaError_t err = cudaStreamQuery(io_);
+    if (err == cudaSuccess) return absl::OkStatus();
+    if (err != cudaErrorNotReady) return CudaCheck(err, "page copies");
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError("nccl page io: gathers/scatters still running");
+    }
+    std::this_thread::yield();
+  }
+}
+
+absl::Status CudaPageIo::PutHeader(const void* host, size_t bytes) {
+  if (bytes > 64) return absl::InvalidArgumentError("CudaPageIo: header too big");
+  if (auto s = CudaCheck(cudaStreamSynchronize(comm_), "header drain"); !s.ok()) return s;
+  std::memcpy(host_header_, host, bytes);
+  return CudaCheck(cudaMemcpyAsync(header_, host_header_, bytes, cudaMemcpyHostToDevice, comm_),
+                   "header upload");
+}
+
+absl::Status CudaPageIo::GetHeader(void* host, size_t bytes) {
+  if (bytes > 64) return absl::InvalidArgumentError("CudaPageIo: header too big");
+  // Called after the communicator's WaitAll: the recv into header_ completed.
+  if (auto s = CudaCheck(cudaMemcpy(host_header_, header_, bytes, cudaMemcpyDeviceToHost),
+                         "header download");
+      !s.ok()) {
+    return s;
+  }
+  std::memcpy(host, host_header_, bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace mlaserve::kvtransfer::nccl

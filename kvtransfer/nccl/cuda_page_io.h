@@ -1,0 +1,59 @@
+// CudaPageIo: PageIo for a CUDA KV pool. Gathers/scatters run the page_gather kernels on a
+// copy stream of their own; events order them with the communicator's stream, so the gather of
+// step k + 1 overlaps the send of step k and neither blocks the compute stream. Optionally the
+// first gather waits on a `ready` event recorded by the compute stream (the layer's KV written).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "kvtransfer/nccl/page_io.h"
+#include "model/kv_pool.h"
+
+namespace mlaserve::kvtransfer::nccl {
+
+class CudaPageIo final : public PageIo {
+ public:
+  // `comm_stream`: the communicator's stream. `slot_bytes`: TransferPlan::max_step_bytes().
+  static absl::StatusOr<std::unique_ptr<CudaPageIo>> Create(model::KvPool* pool,
+                                                            cudaStream_t comm_stream,
+                                                            int num_slots, size_t slot_bytes);
+  ~CudaPageIo() override;
+
+  int num_slots() const override { return static_cast<int>(slots_.size()); }
+  void* slot(int i) override { return slots_[i]; }
+  absl::Status SetPages(std::span<const int32_t> pages) override;
+  absl::Status Gather(int layer, int first, int n, int i) override;
+  absl::Status AfterSend(int i) override;
+  absl::Status BeforeRecv(int i) override;
+  absl::Status Scatter(int layer, int first, int n, int i) override;
+  absl::Status Drain(absl::Time deadline) override;
+  void* header() override { return header_; }
+  absl::Status PutHeader(const void* host, size_t bytes) override;
+  absl::Status GetHeader(void* host, size_t bytes) override;
+  bool host_synchronous() const override { return false; }
+
+  // The next Gather waits for `ready` (recorded on the compute stream) first.
+  void WaitFor(cudaEvent_t ready) { ready_ = ready; }
+
+ private:
+  CudaPageIo(model::KvPool* pool, cudaStream_t comm_stream) : pool_(pool), comm_(comm_stream) {}
+  absl::Status Copy(int layer, int first, int n, int i, bool to_staging);
+
+  model::KvPool* const pool_;
+  const cudaStream_t comm_;
+  cudaStream_t io_ = nullptr;
+  std::vector<void*> slots_;
+  std::vector<cudaEvent_t> filled_;  // io stream: the slot's gather / comm stream: recv done
+  std::vector<cudaEvent_t> freed_;   // comm stream: send done / io stream: scatter done
+  int32_t* page_ids_ = nullptr;      // device copy of the session's page list
+  size_t page_capacity_ = 0;
+  void* header_ = nullptr;
+  void* host_header_ = nullptr;      // pinned
+  cudaEvent_t ready_ = nullptr;
+};
+
+}  // namespace mlaserve::kvtransfer::nccl

@@ -1,0 +1,81 @@
+// PageIo: moves one plan step's layer pages between a KV pool and a staging slot, ordered with
+// the communicator's stream. Pages are scattered in the pool (a request's page ids differ on the
+// two sides), NCCL moves contiguous buffers: the sender gathers a step's pages into a slot and
+// sends the slot, the receiver receives into a slot and scatters it into its own page ids. The
+// staged bytes of page i are its layer page (latent entries, then indexer keys), the same bytes
+// the tcp transport ships.
+//
+// Slots are reused round-robin; the implementation must order a slot's reuse after the
+// communicator finished with it (the CUDA one uses events between its copy stream and the
+// communicator's stream, so gathers overlap sends). HostPageIo (here) serves CPU pools and the
+// fake communicator; CudaPageIo (cuda_page_io.h) runs the gather/scatter kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "model/kv_pool.h"
+
+namespace mlaserve::kvtransfer::nccl {
+
+class PageIo {
+ public:
+  virtual ~PageIo() = default;
+  virtual int num_slots() const = 0;
+  virtual void* slot(int i) = 0;
+  // The session's page ids (in the request's page order); Gather/Scatter address them by
+  // index. Called once per session, before the first Gather/Scatter.
+  virtual absl::Status SetPages(std::span<const int32_t> pages) = 0;
+  // Sender: gather pages [first, first + n) of `layer` into slot `i`; a later Send of the slot
+  // sees them.
+  virtual absl::Status Gather(int layer, int first, int n, int i) = 0;
+  // Sender: the communicator has enqueued its send from slot `i`.
+  virtual absl::Status AfterSend(int i) = 0;
+  // Receiver: before enqueueing a recv into slot `i` (waits until its last scatter read it).
+  virtual absl::Status BeforeRecv(int i) = 0;
+  // Receiver: scatter slot `i` (after the enqueued recv) into pages [first, first + n).
+  virtual absl::Status Scatter(int layer, int first, int n, int i) = 0;
+  // Waits for every gather/scatter enqueued so far (DEADLINE_EXCEEDED past `deadline`).
+  virtual absl::Status Drain(absl::Time deadline) = 0;
+  // A 32-byte buffer the communicator can send from / receive into (the plan header).
+  virtual void* header() = 0;
+  virtual absl::Status PutHeader(const void* host, size_t bytes) = 0;  // before sending it
+  virtual absl::Status GetHeader(void* host, size_t bytes) = 0;        // after WaitAll
+  // True when Gather/Scatter act at once on host memory: the engine must then wait for the
+  // communicator before scattering a received slot or overwriting a slot still being sent.
+  // False when they are ordered with the communicator's stream on the device.
+  virtual bool host_synchronous() const = 0;
+};
+
+// Host pools (CPU backend) through KvPool::ReadPage/WritePage; host_synchronous().
+class HostPageIo final : public PageIo {
+ public:
+  HostPageIo(model::KvPool* pool, int num_slots, size_t slot_bytes);
+  int num_slots() const override { return static_cast<int>(slots_.size()); }
+  void* slot(int i) override { return slots_[i].data(); }
+  absl::Status SetPages(std::span<const int32_t> pages) override;
+  absl::Status Gather(int layer, int first, int n, int i) override;
+  absl::Status AfterSend(int) override { return absl::OkStatus(); }
+  absl::Status BeforeRecv(int) override { return absl::OkStatus(); }
+  absl::Status Scatter(int layer, int first, int n, int i) override;
+  absl::Status Drain(absl::Time) override { return absl::OkStatus(); }
+  void* header() override { return header_; }
+  absl::Status PutHeader(const void* host, size_t bytes) override;
+  absl::Status GetHeader(void* host, size_t bytes) override;
+  bool host_synchronous() const override { return true; }
+
+ private:
+  absl::Status CheckRange(int first, int n, int i) const;
+  model::KvPool* const pool_;
+  const size_t page_bytes_;
+  std::vector<std::vector<uint8_t>> slots_;
+  std::vector<int32_t> pages_;
+  alignas(16) uint8_t header_[32] = {};
+};
+
+}  // namespace mlaserve::kvtransfer::nccl

@@ -1,0 +1,95 @@
+// One session's pages over a pair's Communicator, following a TransferPlan; and PairLink, the
+// pair's communicator with its rebuild-after-failure rule.
+//
+// Sender (prefill side): Begin() ships the plan header, SendLayer(l) for l = 0, 1, ... as
+// prefill finishes each layer (only enqueues on the device path, so the prefill thread does
+// not wait for the wire), Finish() waits until every byte left. Receiver (decode side):
+// ReceivePlan() posts the matching receives and scatters into the session's pages.
+// Any failure (peer error, no progress within the deadline, plan mismatch) aborts the
+// communicator — NCCL cannot resynchronise a pair whose send/recv sequence diverged — and is
+// returned; the owner then frees its pages (PairTransfer never owns pages) and the PairLink
+// builds a fresh communicator for the next session.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "kvtransfer/nccl/communicator.h"
+#include "kvtransfer/nccl/page_io.h"
+#include "kvtransfer/nccl/schedule.h"
+
+namespace mlaserve::kvtransfer::nccl {
+
+class PlanSender {
+ public:
+  // `pages` are the sender's page ids for the request, plan.num_pages of them.
+  PlanSender(Communicator* comm, PageIo* io, const TransferPlan* plan,
+             std::vector<int32_t> pages, absl::Duration no_progress);
+  absl::Status Begin();
+  // Layers must come in order, each once. Returns the sticky failure, if any.
+  absl::Status SendLayer(int layer);
+  // Waits for the last byte (after every layer was sent); returns the payload bytes sent.
+  absl::StatusOr<int64_t> Finish();
+  // Aborts the communicator (idempotent); later calls return `reason`.
+  void Abort(const absl::Status& reason);
+  const absl::Status& status() const { return status_; }
+  int64_t bytes_enqueued() const { return bytes_; }
+
+ private:
+  absl::Status Fail(absl::Status s);
+  Communicator* const comm_;
+  PageIo* const io_;
+  const TransferPlan* const plan_;
+  const std::vector<int32_t> pages_;
+  const absl::Duration no_progress_;
+  absl::Status status_;
+  int next_layer_ = 0;
+  int64_t step_ = 0;
+  int64_t bytes_ = 0;
+  bool begun_ = false;
+};
+
+// Receives a whole plan into `pages` (the receiver's ids, plan.num_pages of them). Returns the
+// payload bytes received; FAILED_PRECONDITION when the sender's header names another plan.
+// The communicator is aborted on any failure.
+absl::StatusOr<int64_t> ReceivePlan(Communicator* comm, PageIo* io, const TransferPlan& plan,
+                                    const std::vector<int32_t>& pages,
+                                    absl::Duration no_progress);
+
+// The communicator of one prefill/decode pair. The decode side names communicators (it creates
+// the CommId, sent to the sender in the control plane's connect answer); both sides call
+// Get(id) and share the communicator while the id stays the same. After a failure the owner
+// calls Invalidate(); the decode side's next NextId() mints a fresh id, so the next session
+// rebuilds the communicator on both sides.
+class PairLink {
+ public:
+  PairLink(int rank, CommunicatorFactory factory, CommIdFactory id_factory = nullptr);
+  ~PairLink();
+
+  // Decode side: the id for the next session (a new one after Invalidate or at first use).
+  absl::StatusOr<CommId> CurrentId();
+  // The communicator for `id`, built (bounded by `deadline`) when none is held for it.
+  absl::StatusOr<Communicator*> Get(const CommId& id, absl::Time deadline);
+  // Aborts and drops the held communicator.
+  void Invalidate();
+  int communicators_built() const;
+
+ private:
+  const int rank_;
+  const CommunicatorFactory factory_;
+  const CommIdFactory id_factory_;
+  mutable absl::Mutex mu_;
+  CommId id_ ABSL_GUARDED_BY(mu_);
+  bool id_valid_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<Communicator> comm_ ABSL_GUARDED_BY(mu_);
+  CommId comm_id_ ABSL_GUARDED_BY(mu_);
+  int built_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace mlaserve::kvtransfer::nccl
