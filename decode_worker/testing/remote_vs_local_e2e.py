@@ -35,7 +35,7 @@ def main():
 
     def start(binary):
         p = subprocess.Popen([binary, '--listen', '127.0.0.1:0', '--model', args.model,
-                              '--backend', 'cpu', '--num-kv-pages', '64', '--chunk-size', '16'],
+                              '--backend', 'cpu', '--num-kv-pages', '64', '--chunk-size', '16', '--log-level', 'debug'],
                              stdout=subprocess.PIPE, text=True)
         procs.append(p)
         line = p.stdout.readline()
@@ -108,10 +108,13 @@ def main():
         pload = info(pch, 'PrefillWorker').load
         assert dload.kv_pages_free == dload.kv_pages_total, dload
         assert pload.kv_pages_free == pload.kv_pages_total, pload
+        import time
+        t0 = time.time()
         for p in procs:
             p.terminate()
         for p in procs:
             assert p.wait(timeout=30) == 0, 'worker did not exit cleanly on SIGTERM'
+        print('stopped in %.2f s' % (time.time() - t0))
         print('OK')
     finally:
         for p in procs:

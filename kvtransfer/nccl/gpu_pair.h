@@ -32,7 +32,8 @@ struct Side {
 
 // Builds both sides (pools of `pool_options` with backend kCuda) and joins the communicator.
 inline absl::Status MakePair(model::KvPoolOptions pool_options, int slots, size_t slot_bytes,
-                             Side* tx, Side* rx) {
+                             Side* tx, Side* rx,
+                             absl::Duration enqueue_timeout = absl::Seconds(30)) {
   pool_options.backend = kernels::Backend::kCuda;
   absl::StatusOr<CommId> id = NewNcclCommId();
   if (!id.ok()) return id.status();
@@ -42,7 +43,8 @@ inline absl::Status MakePair(model::KvPoolOptions pool_options, int slots, size_
     auto pool = model::KvPool::Create(pool_options);
     if (!pool.ok()) return pool.status();
     side->pool = std::move(*pool);
-    auto comm = NcclCommunicatorFactory(device)(*id, rank, absl::Now() + absl::Seconds(60));
+    auto comm = NcclCommunicatorFactory(device, enqueue_timeout)(
+        *id, rank, absl::Now() + absl::Seconds(60));
     if (!comm.ok()) return comm.status();
     side->comm = std::move(*comm);
     auto io = CudaPageIo::Create(side->pool.get(), static_cast<cudaStream_t>(side->comm->stream()),

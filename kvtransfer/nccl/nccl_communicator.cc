@@ -1,6 +1,8 @@
 #include "kvtransfer/nccl/nccl_communicator.h"
 
+#include <cstring>
 #include <deque>
+#include <vector>
 #include <thread>
 
 #include <cuda_runtime_api.h>
@@ -26,8 +28,10 @@ absl::Status NcclStatus(ncclResult_t r, const char* what) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, int rank, int device)
-      : comm_(comm), stream_(stream), rank_(rank), device_(device) {}
+  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, int rank, int device,
+                   absl::Duration enqueue_timeout)
+      : comm_(comm), stream_(stream), rank_(rank), device_(device),
+        enqueue_timeout_(enqueue_timeout) {}
   ~NcclCommunicator() override {
     Abort();
     cudaSetDevice(device_);
@@ -91,10 +95,18 @@ class NcclCommunicator final : public Communicator {
     return s;
   }
 
-  // Non-blocking NCCL may answer ncclInProgress while it enqueues: finish that before the next
-  // call, then record an event so WaitAll can see per-operation progress.
+  // Non-blocking NCCL may answer ncclInProgress while it enqueues (the first operation to a
+  // peer connects to it, which needs the peer to post its matching operation): finish that
+  // before the next call, within enqueue_timeout_ (a peer that never posts is a stalled peer),
+  // then record an event so WaitAll can see per-operation progress.
   absl::Status Enqueue(ncclResult_t r, const char* what) {
+    const absl::Time deadline = absl::Now() + enqueue_timeout_;
     while (r == ncclInProgress) {
+      if (absl::Now() > deadline) {
+        return Fail(absl::DeadlineExceededError(absl::StrCat(
+            "nccl transport rank ", rank_, ": ", what, " could not be enqueued within ",
+            absl::FormatDuration(enqueue_timeout_), " (peer stalled or gone)")));
+      }
       std::this_thread::yield();
       ncclCommGetAsyncError(comm_, &r);
     }
@@ -116,6 +128,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_;
   const int rank_;
   const int device_;
+  const absl::Duration enqueue_timeout_;
   absl::Status error_;
   std::deque<cudaEvent_t> pending_;
   std::vector<cudaEvent_t> free_events_;
@@ -129,8 +142,8 @@ absl::StatusOr<CommId> NewNcclCommId() {
   return CommId(reinterpret_cast<const char*>(&id), sizeof(id));
 }
 
-CommunicatorFactory NcclCommunicatorFactory(int device) {
-  return [device](const CommId& id, int rank,
+CommunicatorFactory NcclCommunicatorFactory(int device, absl::Duration enqueue_timeout) {
+  return [device, enqueue_timeout](const CommId& id, int rank,
                   absl::Time deadline) -> absl::StatusOr<std::unique_ptr<Communicator>> {
     ncclUniqueId uid;
     if (id.size() != sizeof(uid)) {
@@ -164,7 +177,8 @@ CommunicatorFactory NcclCommunicatorFactory(int device) {
       ncclCommAbort(comm);
       return s;
     }
-    return std::unique_ptr<Communicator>(new NcclCommunicator(comm, stream, rank, device));
+    return std::unique_ptr<Communicator>(
+        new NcclCommunicator(comm, stream, rank, device, enqueue_timeout));
   };
 }
 

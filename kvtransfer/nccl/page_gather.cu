@@ -1,5 +1,7 @@
 #include "kvtransfer/nccl/page_gather.h"
 
+#include <algorithm>
+
 namespace mlaserve::kvtransfer::nccl {
 namespace {
 
@@ -39,7 +41,8 @@ cudaError_t LaunchPageCopy(const PageCopyParams& p, cudaStream_t stream) {
   }
   // A 73,728-byte page is 4,608 words: split it so a few pages still fill the GPU.
   const int64_t words = p.planes[0].page_bytes / 16;
-  const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(8, words / (4 * kThreads))));
+  const int parts =
+      static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(8, words / (4 * kThreads))));
   dim3 grid(p.num_pages, p.num_planes, parts);
   PageCopyKernel<<<grid, kThreads, 0, stream>>>(p, parts);
   return cudaGetLastError();

@@ -8,7 +8,8 @@
 // Any failure (peer error, no progress within the deadline, plan mismatch) aborts the
 // communicator — NCCL cannot resynchronise a pair whose send/recv sequence diverged — and is
 // returned; the owner then frees its pages (PairTransfer never owns pages) and the PairLink
-// builds a fresh communicator for the next session.
+// builds a fresh communicator for the next session. PlanSender and ReceivePlan run on one
+// thread each (per session); PairLink is thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -21,6 +21,7 @@ struct TransportEnd {
 
 // "nccl" or "tcp"; INVALID_ARGUMENT for an unknown flag, FAILED_PRECONDITION when a side forces
 // a transport the other refuses or nccl is forced but impossible.
-absl::StatusOr<std::string> ChooseTransport(const TransportEnd& prefill, const TransportEnd& decode);
+absl::StatusOr<std::string> ChooseTransport(const TransportEnd& prefill,
+                                            const TransportEnd& decode);
 
 }  // namespace mlaserve::kvtransfer::nccl
