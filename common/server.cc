@@ -138,7 +138,10 @@ void ServerRunner::WaitForShutdown(const std::function<void()>& on_drain) {
   const absl::Time t1 = absl::Now();
   absl::MutexLock lock(&mu_);
   if (!stopped_) {
-    server_->Shutdown(absl::ToChronoTime(getenv("MLA_X") ? absl::Now() : std::max(deadline, absl::Now())));
+    // gRPC holds Shutdown until its deadline while idle client connections stay open, so a
+    // service whose on_drain already waited for its work sets a short shutdown_grace.
+    const absl::Time stop_by = std::min(deadline, absl::Now() + options_.shutdown_grace);
+    server_->Shutdown(absl::ToChronoTime(std::max(stop_by, absl::Now())));
     stopped_ = true;
   }
   spdlog::debug("shutdown: drain took {}, server stop {}", absl::FormatDuration(t1 - t0),

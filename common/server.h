@@ -40,7 +40,11 @@ std::string FormatHostPort(const std::string& host, int port);
 
 struct ServerOptions {
   std::string listen = "0.0.0.0:0";
+  // Budget for on_drain plus the server's own shutdown; calls still open then are cancelled.
   absl::Duration drain_timeout = absl::Seconds(10);
+  // How long calls still open after on_drain returned may continue (within drain_timeout).
+  // Infinite: until drain_timeout. Services whose on_drain waits for their own work set it short.
+  absl::Duration shutdown_grace = absl::InfiniteDuration();
   int max_message_bytes = 64 << 20;  // KV pages travel in messages of one layer page each
 };
 
@@ -75,7 +79,8 @@ class ServerRunner {
   // Blocks until a termination signal (when InstallTerminationHandlers was called) or
   // RequestShutdown(); then marks health NOT_SERVING, runs on_drain (stop taking new work,
   // finish or fail what runs) and shuts the server down, cancelling calls still open after
-  // drain_timeout. Returns once the server has stopped.
+  // drain_timeout (counted from the signal) or shutdown_grace after on_drain, whichever is
+  // first. Returns once the server has stopped.
   void WaitForShutdown(const std::function<void()>& on_drain = nullptr);
 
   // Thread-safe; may be called from any thread (tests, admin paths).

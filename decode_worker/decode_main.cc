@@ -90,7 +90,10 @@ int Main(int argc, char** argv) {
                                   kvtransfer::KvReceiverOptions{o.kv_no_progress_timeout});
   kvtransfer::KvServiceImpl kv_service(&receiver);
 
-  common::ServerRunner server({.listen = o.listen});
+  // The runner's Drain waits for admitted requests; after it, open calls get a short grace.
+  common::ServerRunner server({.listen = o.listen,
+                               .drain_timeout = absl::Seconds(10),
+                               .shutdown_grace = absl::Milliseconds(200)});
   DecodeRunnerOptions ro;
   ro.scheduler.max_running = o.max_running_requests;
   ro.scheduler.max_batch_tokens = o.max_batch_tokens;
@@ -155,7 +158,7 @@ int Main(int argc, char** argv) {
   server.PrintListening();
   server.WaitForShutdown([&] {
     registration.reset();
-    runner->Drain(absl::Seconds(8));
+    runner->Drain(absl::Seconds(9));
     runner->Stop();
   });
   spdlog::info("decode worker stopped");

@@ -463,7 +463,14 @@ void DecodeRunner::End(const std::shared_ptr<Request>& r,
 void DecodeRunner::Drain(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   draining_ = true;
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return by_session_.empty(); };
+  // Requests someone is waiting for (a stream is open, or they run) are let finish; bare
+  // reservations are dropped by Stop().
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [id, r] : by_session_) {
+      if (r->running || r->sink != nullptr) return false;
+    }
+    return true;
+  };
   if (!mu_.AwaitWithTimeout(absl::Condition(&idle), timeout)) {
     spdlog::warn("drain: {} decode requests still held after {}", by_session_.size(),
                  absl::FormatDuration(timeout));

@@ -84,7 +84,8 @@ class DecodeRunner {
   // UNAVAILABLE until it is set (when options.kv_endpoint was empty).
   void set_kv_endpoint(std::string endpoint);
   void Start();
-  // Refuses new reservations and waits up to `timeout` for the table to empty.
+  // Refuses new reservations and waits up to `timeout` for requests with an open stream (or
+  // running) to finish.
   void Drain(absl::Duration timeout);
   // Fails what is left (UNAVAILABLE), frees every page, joins the loop.
   void Stop();

@@ -96,7 +96,10 @@ int Main(int argc, char** argv) {
   PrefillRunner runner(&e, &transport, *layout, ro, &metrics);
   runner.Start();
 
-  common::ServerRunner server({.listen = o.listen});
+  // The runner's Drain waits for admitted requests; after it, open calls get a short grace.
+  common::ServerRunner server({.listen = o.listen,
+                               .drain_timeout = absl::Seconds(10),
+                               .shutdown_grace = absl::Milliseconds(200)});
   common::AdvertisedAddress advertise;  // set once the port is bound; read by GetInfo
   auto describe = [&] {
     common::WorkerFacts f;
@@ -147,7 +150,7 @@ int Main(int argc, char** argv) {
   server.PrintListening();
   server.WaitForShutdown([&] {
     registration.reset();  // stop heartbeats first: the router stops routing here
-    runner.Drain(absl::Seconds(8));  // within the server's drain deadline
+    runner.Drain(absl::Seconds(9));  // within the server's drain deadline
     runner.Stop();
   });
   spdlog::info("prefill worker stopped");

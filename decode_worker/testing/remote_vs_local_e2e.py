@@ -35,7 +35,7 @@ def main():
 
     def start(binary):
         p = subprocess.Popen([binary, '--listen', '127.0.0.1:0', '--model', args.model,
-                              '--backend', 'cpu', '--num-kv-pages', '64', '--chunk-size', '16', '--log-level', 'debug'],
+                              '--backend', 'cpu', '--num-kv-pages', '64', '--chunk-size', '16'],
                              stdout=subprocess.PIPE, text=True)
         procs.append(p)
         line = p.stdout.readline()
@@ -114,7 +114,9 @@ def main():
             p.terminate()
         for p in procs:
             assert p.wait(timeout=30) == 0, 'worker did not exit cleanly on SIGTERM'
-        print('stopped in %.2f s' % (time.time() - t0))
+        stop_s = time.time() - t0
+        print('stopped in %.2f s' % stop_s)
+        assert stop_s < 5, 'idle workers took %.1f s to stop' % stop_s
         print('OK')
     finally:
         for p in procs:

@@ -85,10 +85,18 @@ __global__ void __launch_bounds__(kScoreThreads) IndexerScoreKernel(const __grid
     const uint32_t dst = k_smem + stage * Smem::kKBytes;
     if constexpr (kFp8) {
       const auto* base = static_cast<const uint8_t*>(p.k_cache) + page * IndexKFp8PageBytes(kD);
-      for (int x = threadIdx.x; x < kKeysPerTile * kChunks; x += kScoreThreads) {
-        const int r = x / kChunks, c = x % kChunks;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (pos0 + r < key_end) v = fp8::E4M3x8ToBf16x8(*reinterpret_cast<const uint2*>(base + r * kD + c * 8), 1.0f);
+      // All of this thread's loads first (independent, in flight together), then convert.
+      constexpr int kItems = kKeysPerTile * kChunks / kScoreThreads;
+      uint2 raw[kItems];
+#pragma unroll
+      for (int u = 0; u < kItems; ++u) {
+        const int x = threadIdx.x + u * kScoreThreads, r = x / kChunks, c = x % kChunks;
+        raw[u] = pos0 + r < key_end ? *reinterpret_cast<const uint2*>(base + r * kD + c * 8) : make_uint2(0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kItems; ++u) {
+        const int x = threadIdx.x + u * kScoreThreads, r = x / kChunks, c = x % kChunks;
+        const uint4 v = fp8::E4M3x8ToBf16x8(raw[u], 1.0f);
         asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + cuda::SwizzledOffset(r, c, kChunks)),
                      "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
       }

@@ -1,5 +1,6 @@
 // kv_fp8 CPU reference: e4m3 rounding, the scale rule, and the writer -> reader round trip of
 // both layouts within e4m3 precision.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>

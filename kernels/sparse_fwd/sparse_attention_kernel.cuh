@@ -10,7 +10,8 @@
 //   or out-of-range entries) are resolved into shared memory two tiles ahead, so the copy of
 //   a tile never waits on index loads; masked keys are zero-filled and get s = -inf;
 // - kFp8: the 512 latent values arrive as e4m3 with a f32 scale per 128 and are converted to
-//   bf16 on the way into shared memory (plain loads); the bf16 rope tail is a cp.async.
+//   bf16 on the way into shared memory (plain loads, 4-8 in flight per thread); the bf16 rope
+//   tail is a cp.async.
 #pragma once
 
 #include <cmath>
@@ -112,23 +113,45 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const uint32_t dst = k_smem + stage * Tile::kKBytes;
     const int* tslots = slots + (tile & 1) * kBlockN;
     if constexpr (Tile::kFp8) {
+      // Latent chunks (8 e4m3 bytes -> 8 bf16): each thread issues a batch of 8 independent
+      // loads before converting any, so the gather's latency overlaps (a warp reads 256
+      // contiguous bytes of one row per batch step). Rope chunks are bf16: cp.async.
       const auto* cache = static_cast<const uint8_t*>(p.kv_cache);
-#pragma unroll 2
-      for (int i = threadIdx.x; i < kBlockN * kChunks; i += Tile::kThreads) {
-        const int r = i / kChunks, c = i % kChunks;
-        const int slot = tslots[r];
-        const uint32_t addr = dst + cuda::SwizzledOffset(r, c, kChunks);
-        const uint8_t* e = cache + static_cast<int64_t>(max(slot, 0)) * kFp8LatentBytes;
-        if (c >= Tile::kRankChunks) {  // rope: bf16 as stored
-          cuda::CpAsync16(addr, e + kFp8LatentRank + 16 + (c - Tile::kRankChunks) * cuda::kChunkBytes, slot >= 0);
-        } else {
-          uint4 v = make_uint4(0, 0, 0, 0);
+      constexpr int kLatentItems = kBlockN * Tile::kRankChunks / Tile::kThreads;
+      constexpr int kBatch = Tile::kRowWarps == 4 ? 4 : 8;  // 64 heads: O holds 128 f32 registers
+      static_assert(kLatentItems % kBatch == 0, "latent chunks split into full batches");
+#pragma unroll
+      for (int b0 = 0; b0 < kLatentItems; b0 += kBatch) {
+        uint2 raw[kBatch];
+        float sc[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = threadIdx.x + (b0 + u) * Tile::kThreads;
+          const int slot = tslots[i / Tile::kRankChunks], c = i % Tile::kRankChunks;
+          raw[u] = make_uint2(0, 0);
+          sc[u] = 0.0f;
           if (slot >= 0) {
-            const float scale = reinterpret_cast<const float*>(e + kFp8LatentRank)[c / (kFp8ScaleBlock / 8)];
-            v = fp8::E4M3x8ToBf16x8(*reinterpret_cast<const uint2*>(e + c * 8), scale);
+            const uint8_t* e = cache + static_cast<int64_t>(slot) * kFp8LatentBytes;
+            raw[u] = *reinterpret_cast<const uint2*>(e + c * 8);
+            sc[u] = reinterpret_cast<const float*>(e + kFp8LatentRank)[c / (kFp8ScaleBlock / 8)];
           }
-          asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
         }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const int i = threadIdx.x + (b0 + u) * Tile::kThreads;
+          const int r = i / Tile::kRankChunks, c = i % Tile::kRankChunks;
+          const uint4 v = fp8::E4M3x8ToBf16x8(raw[u], sc[u]);
+          asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"r"(dst + cuda::SwizzledOffset(r, c, kChunks)),
+                       "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+        }
+      }
+      constexpr int kRopeChunks = kChunks - Tile::kRankChunks;
+      for (int i = threadIdx.x; i < kBlockN * kRopeChunks; i += Tile::kThreads) {
+        const int r = i / kRopeChunks, c = Tile::kRankChunks + i % kRopeChunks;
+        const int slot = tslots[r];
+        const uint8_t* e = cache + static_cast<int64_t>(max(slot, 0)) * kFp8LatentBytes;
+        cuda::CpAsync16(dst + cuda::SwizzledOffset(r, c, kChunks),
+                        e + kFp8LatentRank + 16 + (c - Tile::kRankChunks) * cuda::kChunkBytes, slot >= 0);
       }
     } else {
       const auto* cache = static_cast<const __nv_bfloat16*>(p.kv_cache);
