@@ -299,7 +299,8 @@ class ProfilesTest(unittest.TestCase):
                 "cpu.json": '{"gpu": "override"}', "NVIDIA H200.json": '{"gpu": "h200"}'}}})
             self.assertEqual(k8s_checks.check_objects(objs), [])
         data = by_kind(objs, "ConfigMap")[0]["data"]
-        self.assertEqual(data, {"NVIDIA_H100_80GB_HBM3.json": '{"gpu": "h100"}\n',
+        # Profiles are rendered as YAML block scalars ("|-"), which drop trailing newlines.
+        self.assertEqual(data, {"NVIDIA_H100_80GB_HBM3.json": '{"gpu": "h100"}',
                                 "NVIDIA_H200.json": '{"gpu": "h200"}',
                                 "cpu.json": '{"gpu": "override"}'})
         for role in WORKERS:
