@@ -125,7 +125,26 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
     }
     Pump();
   }
-  void OnCancel() override { runner_->CancelStream(session_id_); }
+  // gRPC still needs Finish after a cancellation before it calls OnDone (and before a server
+  // Shutdown can complete), and the runner stops calling this sink once told, so the reactor
+  // finishes by itself: at once, or when the write in flight completes.
+  void OnCancel() override {
+    runner_->CancelStream(session_id_);
+    {
+      absl::MutexLock lock(&mu_);
+      // Keep only the message being written: StartWrite holds a pointer to it.
+      if (writing_) {
+        queue_.erase(std::next(queue_.begin()), queue_.end());
+      } else {
+        queue_.clear();
+      }
+      if (!closing_) {
+        closing_ = true;
+        final_ = grpc::Status(grpc::StatusCode::CANCELLED, "token stream cancelled by the client");
+      }
+    }
+    Pump();
+  }
   void OnDone() override {
     {
       absl::MutexLock lock(&mu_);
