@@ -51,6 +51,7 @@ need_build=0
 for t in "${TARGETS[@]}"; do [[ -n "$(find_bin "$t")" ]] || need_build=1; done
 if [[ $need_build == 1 || -n "${REBUILD:-}" ]]; then
   echo "== building ${TARGETS[*]} in $BUILD"
+  ./tools/install_deps.sh  # Debian packages; a no-op when they are installed
   if [[ ! -f "$BUILD/build.ninja" && ! -f "$BUILD/Makefile" ]]; then
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   fi
