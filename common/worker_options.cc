@@ -1,5 +1,7 @@
 #include "common/worker_options.h"
 
+#include <cmath>
+
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +34,10 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
   app.add_option("--kv-transport", o->kv_transport, "auto|tcp|nccl")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "tcp", "nccl"}));
+  app.add_option("--kv-layerwise", o->kv_layerwise,
+                 "nccl: ship each layer's KV while the next layer computes (false: after the "
+                 "forward)")
+      ->capture_default_str();
   app.add_option("--profiles-dir", o->profiles_dir, "directory of GPU profiles")
       ->capture_default_str();
   app.add_option("--metrics-port", o->metrics_port,
@@ -43,6 +49,16 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
   app.add_option("--kv-no-progress-ms", o->kv_no_progress_ms,
                  "a KV transfer with no progress this long fails on both sides")
       ->capture_default_str();
+  if (!decode) {
+    app.add_option("--attention-path", o->attention_path,
+                   "auto (the GPU profile's policy) or force mha|mla|sparse_fwd where it computes "
+                   "the same function")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto", "mha", "mla", "sparse_fwd"}));
+    app.add_option("--se-threshold-scale", o->se_threshold_scale,
+                   "multiply every MHA/MLA se threshold of the profile (>1: MLA more often)")
+        ->capture_default_str();
+  }
   if (decode) {
     app.add_option("--max-running-requests", o->max_running_requests,
                    "requests decoding at once at most")
@@ -79,9 +95,18 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
   if (o->kv_no_progress_ms < 1) {
     return bad("--kv-no-progress-ms", o->kv_no_progress_ms, "it must be >= 1");
   }
-  if (o->kv_transport == "nccl") {
-    return absl::UnimplementedError(
-        "--kv-transport nccl is not available in this build; use tcp (or auto)");
+  // --kv-transport nccl needs a GPU pool and an NCCL build: the worker checks once its engine
+  // is up (kvtransfer/nccl/worker_transport.h, CheckNcclFlag).
+  if (role == WorkerRoleKind::kPrefill) {
+    if (o->attention_path != "auto" && o->attention_path != "mha" && o->attention_path != "mla" &&
+        o->attention_path != "sparse_fwd") {
+      return bad("--attention-path", o->attention_path, "it must be auto, mha, mla or sparse_fwd");
+    }
+    if (!std::isfinite(o->se_threshold_scale) || o->se_threshold_scale <= 0 ||
+        o->se_threshold_scale > 1e6) {
+      return bad("--se-threshold-scale", o->se_threshold_scale,
+                 "it must be a finite number in (0, 1e6]");
+    }
   }
   if (role == WorkerRoleKind::kDecode) {
     if (o->max_running_requests < 1) {

@@ -29,10 +29,14 @@ struct WorkerOptions {
   int max_batch_tokens = 8192;
   int chunk_size = 2048;
   std::string kv_transport = "auto";
+  bool kv_layerwise = true;  // prefill, nccl: ship each layer while the next one computes
   std::string profiles_dir = "profiles";
   int metrics_port = -1;
   std::string log_level = "info";
   int64_t kv_no_progress_ms = 30'000;
+  // Prefill only: operator overrides of the attention-path policy (docs/profiles.md).
+  std::string attention_path = "auto";  // auto|mha|mla|sparse_fwd (force a path)
+  double se_threshold_scale = 1.0;      // every se threshold times this; finite, (0, 1e6]
   // Decode only.
   int max_running_requests = 256;
   int64_t kv_lease_ms = 30'000;

@@ -15,7 +15,13 @@
 #include "decode_worker/decode_service.h"
 #include "kvtransfer/layout.h"
 #include "kvtransfer/receiver.h"
+#include "kvtransfer/nccl/kv_nccl_service.h"
+#include "kvtransfer/nccl/worker_transport.h"
 #include "kvtransfer/tcp_transport.h"
+#ifdef MLASERVE_HAVE_NCCL
+#include "kvtransfer/nccl/cuda_page_io.h"
+#include "kvtransfer/nccl/nccl_communicator.h"
+#endif
 #include "model/engine.h"
 #include "profiles/gpu_profile.h"
 #include "profiles/profile_store.h"
@@ -89,6 +95,31 @@ int Main(int argc, char** argv) {
   kvtransfer::KvReceiver receiver(&e.kv_pool(), *layout,
                                   kvtransfer::KvReceiverOptions{o.kv_no_progress_timeout});
   kvtransfer::KvServiceImpl kv_service(&receiver);
+  // nccl next to tcp where this worker can (kvtransfer/nccl/worker_transport.h); the offer goes
+  // into every KvSessionRef and the WorkerDescriptor.
+  const bool gpu_pool = e.backend() == kernels::Backend::kCuda;
+#ifdef MLASERVE_HAVE_NCCL
+  const bool nccl_built = true;
+#else
+  const bool nccl_built = false;
+#endif
+  if (absl::Status s = kvtransfer::nccl::CheckNcclFlag(o.kv_transport, gpu_pool, nccl_built);
+      !s.ok()) {
+    return Fail("flags", s);
+  }
+  const std::string kv_offer = kvtransfer::nccl::DecodeOffer(o.kv_transport, gpu_pool, nccl_built);
+  std::unique_ptr<kvtransfer::nccl::KvNcclServiceImpl> nccl_service;
+#ifdef MLASERVE_HAVE_NCCL
+  if (kv_offer == "nccl") {
+    kvtransfer::nccl::KvNcclServiceOptions no;
+    no.comm_factory = kvtransfer::nccl::NcclCommunicatorFactory(o.device);
+    no.id_factory = kvtransfer::nccl::NewNcclCommId;
+    no.page_io_factory = kvtransfer::nccl::CudaPageIoFactory(o.device);
+    no.no_progress_timeout = o.kv_no_progress_timeout;
+    nccl_service = std::make_unique<kvtransfer::nccl::KvNcclServiceImpl>(&receiver, &e.kv_pool(),
+                                                                         std::move(no));
+  }
+#endif
 
   // The runner's Drain waits for admitted requests; after it, open calls get a short grace.
   common::ServerRunner server({.listen = o.listen,
@@ -99,7 +130,7 @@ int Main(int argc, char** argv) {
   ro.scheduler.max_batch_tokens = o.max_batch_tokens;
   ro.scheduler.chunk_size = o.chunk_size;
   ro.default_lease = o.kv_lease;
-  ro.kv_transport = "tcp";
+  ro.kv_transport = kv_offer;
   std::unique_ptr<DecodeRunner> runner;
   common::AdvertisedAddress advertise;  // set once the port is bound; read by GetInfo
   auto describe = [&] {
@@ -109,7 +140,7 @@ int Main(int argc, char** argv) {
     f.model = common::MakeModelIdentity(e.config(), o.model_dir, layout->CompatHash());
     f.backend = kernels::BackendName(e.backend());
     f.device = o.device;
-    f.kv_transport = "tcp";
+    f.kv_transport = kv_offer;
     f.chunk_size = o.chunk_size;
     f.local_prefill_threshold = local_prefill_threshold;
     v1::WorkerDescriptor d = common::MakeWorkerDescriptor(f);
@@ -130,6 +161,7 @@ int Main(int argc, char** argv) {
   DecodeService service(runner.get(), describe);
   server.AddService(&service);
   server.AddService(&kv_service);
+  if (nccl_service != nullptr) server.AddService(nccl_service.get());
   if (absl::Status s = server.Start(); !s.ok()) return Fail("starting the server", s);
   // The KV endpoint is this server's advertised address, known once the port is bound
   // (Reserve answers UNAVAILABLE until it is set, a few lines below).

@@ -24,6 +24,8 @@ struct KvReceiver::Session {
   std::vector<uint8_t> received ABSL_GUARDED_BY(mu);  // [layer * transfer_pages + page_index]
   int64_t bytes ABSL_GUARDED_BY(mu) = 0;
   int32_t pages_written ABSL_GUARDED_BY(mu) = 0;
+  int pins ABSL_GUARDED_BY(mu) = 0;                      // AcquireDirect pins held
+  std::vector<int32_t> deferred_free ABSL_GUARDED_BY(mu);  // ended while pinned
 };
 
 KvReceiver::KvReceiver(model::KvPool* pool, KvLayout local_layout, KvReceiverOptions options)
@@ -100,7 +102,7 @@ void KvReceiver::End(const std::shared_ptr<Session>& s, absl::StatusOr<KvReceive
     result->pages = std::move(pages);
   } else {
     spdlog::warn("KV session {} failed: {}", s->id, result.status().ToString());
-    pool_->Free(pages);
+    ReleasePages(*s, std::move(pages));
     if (on_failure) on_failure(result.status());
   }
   if (on_done) on_done(std::move(result));
@@ -124,7 +126,7 @@ bool KvReceiver::Cancel(const std::string& session_id) {
     auto it = sessions_.find(session_id);
     if (it != sessions_.end() && it->second == s) sessions_.erase(it);
   }
-  pool_->Free(pages);
+  ReleasePages(*s, std::move(pages));
   if (on_failure) {
     on_failure(absl::CancelledError(absl::StrCat("KV session ", session_id,
                                                  " was cancelled by the decode worker")));
@@ -259,6 +261,80 @@ bool KvReceiver::Fail(const std::string& session_id, const absl::Status& reason)
   if (s == nullptr) return false;
   End(s, reason);
   return true;
+}
+
+void KvReceiver::ReleasePages(Session& s, std::vector<int32_t> pages) {
+  {
+    absl::MutexLock sl(&s.mu);
+    if (s.pins > 0) {  // a device write may still land: the last Unpin frees them
+      s.deferred_free = std::move(pages);
+      return;
+    }
+  }
+  pool_->Free(pages);
+}
+
+void KvReceiver::Unpin(const std::shared_ptr<Session>& s) {
+  std::vector<int32_t> pages;
+  {
+    absl::MutexLock sl(&s->mu);
+    if (--s->pins > 0) return;
+    pages = std::move(s->deferred_free);
+    s->deferred_free.clear();
+  }
+  if (!pages.empty()) pool_->Free(pages);
+}
+
+absl::StatusOr<KvReceiver::DirectWrite> KvReceiver::AcquireDirect(const std::string& session_id) {
+  std::shared_ptr<Session> s = Find(session_id);
+  if (s == nullptr) {
+    return absl::NotFoundError(absl::StrCat("KV session ", session_id, " is unknown here"));
+  }
+  DirectWrite out;
+  {
+    absl::MutexLock sl(&s->mu);
+    if (s->ended) return absl::NotFoundError(absl::StrCat("KV session ", session_id, " has ended"));
+    if (!s->opened) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("KV session ", session_id, ": direct write before open"));
+    }
+    out.pages.assign(s->pages.begin(), s->pages.begin() + s->transfer_pages);
+    ++s->pins;
+  }
+  // The pin keeps the session (and thus its deferred pages) alive; dropping it may free them.
+  out.pin = std::shared_ptr<void>(nullptr, [this, s](void*) { Unpin(s); });
+  return out;
+}
+
+absl::Status KvReceiver::MarkLayersLanded(const std::string& session_id, int first_layer,
+                                          int end_layer, int64_t bytes) {
+  std::shared_ptr<Session> s = Find(session_id);
+  if (s == nullptr) {
+    return absl::NotFoundError(absl::StrCat("KV session ", session_id, " is unknown here"));
+  }
+  absl::Status error;
+  {
+    absl::MutexLock sl(&s->mu);
+    if (s->ended) return absl::NotFoundError(absl::StrCat("KV session ", session_id, " has ended"));
+    if (!s->opened) {
+      error = absl::FailedPreconditionError(
+          absl::StrCat("KV session ", session_id, ": layers landed before open"));
+    } else if (first_layer < 0 || end_layer > layout_.num_layers || first_layer > end_layer ||
+               bytes < 0) {
+      error = absl::InvalidArgumentError(absl::StrCat(
+          "KV session ", session_id, ": landed layers [", first_layer, ", ", end_layer,
+          ") with ", bytes, " bytes; layers are [0, ", layout_.num_layers, ")"));
+    } else {
+      const size_t n = s->transfer_pages;
+      std::fill(s->received.begin() + first_layer * n, s->received.begin() + end_layer * n, 1);
+      s->bytes += bytes;
+      s->pages_written += static_cast<int32_t>((end_layer - first_layer) * n);
+      s->last_progress = absl::Now();
+      return absl::OkStatus();
+    }
+  }
+  End(s, error);
+  return error;
 }
 
 int KvReceiver::active_sessions() const {

@@ -85,6 +85,25 @@ class KvReceiver {
   // False when the session had already ended (or never existed).
   bool Fail(const std::string& session_id, const absl::Status& reason);
 
+  // Direct-write hook for device-to-device transports (nccl), which write the session's pages
+  // themselves instead of calling WritePage. After a successful Open, AcquireDirect returns the
+  // session's transfer page ids (in page-index order) and a pin. While any pin of a session is
+  // held its pages stay out of the pool even if the session ends meanwhile (lease, no progress,
+  // Cancel, Fail): they are freed when the last pin is dropped, so a device write still in
+  // flight never lands in a page that another request owns. Drop the pin only once the device
+  // writes stopped (completed, or the communicator was aborted and the copies drained), and
+  // before the receiver is destroyed. FAILED_PRECONDITION before Open; NOT_FOUND once ended.
+  struct DirectWrite {
+    std::vector<int32_t> pages;
+    std::shared_ptr<void> pin;
+  };
+  absl::StatusOr<DirectWrite> AcquireDirect(const std::string& session_id);
+  // Records that layers [first_layer, end_layer) landed in every transfer page, `bytes` payload
+  // bytes in all; counts as progress for the no-progress deadline. Complete() then verifies
+  // coverage and totals exactly as for WritePage.
+  absl::Status MarkLayersLanded(const std::string& session_id, int first_layer, int end_layer,
+                                int64_t bytes);
+
   int active_sessions() const;
 
  private:
@@ -93,6 +112,9 @@ class KvReceiver {
   // Ends `s` with `status` (freeing pages unless handed over); calls on_done after unlocking.
   void End(const std::shared_ptr<Session>& s, absl::StatusOr<KvReceivedKv> result);
   void ReaperLoop();
+  // Frees pages whose release was deferred by pins (see AcquireDirect).
+  void ReleasePages(Session& s, std::vector<int32_t> pages);
+  void Unpin(const std::shared_ptr<Session>& s);
 
   model::KvPool* const pool_;
   const KvLayout layout_;

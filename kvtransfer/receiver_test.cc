@@ -238,5 +238,62 @@ TEST_F(KvReceiverTest, FakeTransportDeliversAndItsStallIsCaughtByTheDeadline) {
   EXPECT_EQ(pool_->free_pages(), 16);
 }
 
+TEST_F(KvReceiverTest, DirectWritesPinPagesUntilReleasedAndCountLandedLayers) {
+  auto r = MakeReceiver();
+  DoneProbe probe;
+  const std::vector<int32_t> pages = Reserve(4);
+  ASSERT_TRUE(r->CreateSession("d", pages, 3, absl::Now() + absl::Seconds(30), probe.fn()).ok());
+  EXPECT_EQ(r->AcquireDirect("d").status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(r->Open("d", layout_).ok());
+  auto direct = r->AcquireDirect("d");
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_EQ(direct->pages, std::vector<int32_t>(pages.begin(), pages.begin() + 3));
+  const int64_t page = static_cast<int64_t>(pool_->layer_page_bytes());
+  ASSERT_TRUE(r->MarkLayersLanded("d", 0, 2, 2 * 3 * page).ok());
+  // One layer missing: Complete refuses and names it.
+  auto missing = r->Complete("d", KvCompletion{5, 3, 3, 2 * 3 * page});
+  EXPECT_THAT(missing.status().message(), HasSubstr("without layer 2"));
+  // The session ended while pinned: its pages stay out of the pool until the pin is dropped.
+  ASSERT_TRUE(probe.Wait());
+  EXPECT_FALSE(probe.result->ok());
+  EXPECT_EQ(pool_->free_pages(), 12);
+  direct->pin.reset();
+  EXPECT_EQ(pool_->free_pages(), 16);
+}
+
+TEST_F(KvReceiverTest, DirectWritesCompleteLikePageWrites) {
+  auto r = MakeReceiver();
+  DoneProbe probe;
+  ASSERT_TRUE(r->CreateSession("d", Reserve(2), 2, absl::Now() + absl::Seconds(30), probe.fn()).ok());
+  ASSERT_TRUE(r->Open("d", layout_).ok());
+  auto direct = r->AcquireDirect("d");
+  ASSERT_TRUE(direct.ok());
+  const int64_t bytes = 3 * 2 * static_cast<int64_t>(pool_->layer_page_bytes());
+  EXPECT_EQ(r->MarkLayersLanded("x", 0, 3, bytes).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(r->MarkLayersLanded("d", 0, 3, bytes).ok());
+  direct->pin.reset();  // the device writes ended before Complete
+  auto stats = r->Complete("d", KvCompletion{9, 3, 2, bytes});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->bytes_received, bytes);
+  ASSERT_TRUE(probe.Wait());
+  ASSERT_TRUE(probe.result->ok());
+  EXPECT_EQ((*probe.result)->pages.size(), 2u);
+  EXPECT_EQ(pool_->free_pages(), 14);  // handed over, not freed
+}
+
+TEST_F(KvReceiverTest, CancelWhilePinnedDefersTheFree) {
+  auto r = MakeReceiver();
+  DoneProbe probe;
+  ASSERT_TRUE(r->CreateSession("c", Reserve(3), 3, absl::Now() + absl::Seconds(30), probe.fn()).ok());
+  ASSERT_TRUE(r->Open("c", layout_).ok());
+  auto direct = r->AcquireDirect("c");
+  ASSERT_TRUE(direct.ok());
+  EXPECT_TRUE(r->Cancel("c"));
+  EXPECT_EQ(pool_->free_pages(), 13);
+  EXPECT_EQ(r->AcquireDirect("c").status().code(), absl::StatusCode::kNotFound);
+  direct->pin.reset();
+  EXPECT_EQ(pool_->free_pages(), 16);
+}
+
 }  // namespace
 }  // namespace mlaserve::kvtransfer

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -67,6 +68,20 @@ class KvSender {
 
   virtual absl::Status status() const = 0;
   virtual int64_t bytes_sent() const = 0;
+
+  // Device-to-device transports (nccl) read the pages from the sender's own KV pool instead of
+  // taking host payloads: direct() is true and SendLayer replaces SendPage. The sender's pages
+  // must stay allocated and unmodified until Complete's `done` ran (or Abort returned), and
+  // Complete's total_bytes is then filled in by the transport.
+  virtual bool direct() const { return false; }
+  // Ships layer `layer` of every page of the request, once per layer and in layer order, after
+  // the request's last chunk wrote it. `local_pages`: the request's page ids in the sender's
+  // pool (the same list every call). Only enqueues; returns the sticky failure, if any.
+  virtual absl::Status SendLayer(int layer, std::span<const int32_t> local_pages) {
+    (void)layer;
+    (void)local_pages;
+    return absl::UnimplementedError("this KV transport takes pages through SendPage");
+  }
 };
 
 class KvTransport {

@@ -114,6 +114,12 @@ absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, Attenti
       topk = static_cast<int32_t*>(t);
     }
     RETURN_IF_ERROR(RunIndexer(layer, plan, x, q_resid, plan.sparse, topk));
+    if (topk != nullptr && indexer_probe_ != nullptr && layer == indexer_probe_layer_) {
+      indexer_probe_->resize(static_cast<size_t>(T) * c.index_topk);
+      RETURN_IF_ERROR(CopyBytes(ctx_, indexer_probe_->data(), topk,
+                                indexer_probe_->size() * sizeof(int32_t), CopyKind::kDeviceToHost));
+      RETURN_IF_ERROR(Synchronize(ctx_));
+    }
   }
 
   ASSIGN_OR_RETURN(void* attn, ScratchAct(static_cast<int64_t>(T) * H * c.v_head_dim, "attention output"));
@@ -291,7 +297,9 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
   const float scale = static_cast<float>(c.softmax_scale);
   if (topk_indices != nullptr) {
     kernels::SparseMlaParams p;
+    p.dtype = ops_.dtype;
     p.cache_dtype = ops_.dtype;
+    p.max_seqlen_q = plan.max_seqlen_q;  // sizes the CUDA grid (decode batches: 1)
     p.batch = plan.batch;
     p.num_heads = H;
     p.kv_lora_rank = L;

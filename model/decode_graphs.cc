@@ -10,7 +10,10 @@
 //     from the device, so any shorter one is fine);
 //   - the scratch arena hands out the same addresses for the same (bucket, width), so the plan
 //     upload, activations and logits land where the graph expects them.
-// Per (bucket, width) the first step runs eagerly and is then captured (capture launches
+// DSA models decode in graphs too: the indexer's launches are sized by the padded plan (its
+// workspace was planned at Create) and sparse_decode needs no workspace; a padded row sees
+// one key, so its top-k is [0, -1, ...].
+// Per (bucket, width, sparse) the first step runs eagerly and is then captured (capture launches
 // nothing); later steps upload the padded plan and replay. A capture that fails (a kernel
 // that cannot be captured) leaves that key eager for good, so graphs are an optimisation only.
 #include <algorithm>
@@ -32,7 +35,7 @@ int NextPowerOfTwo(int v) {
 bool DeepseekEngine::UseDecodeGraph(const BatchPlan& plan, AttentionForm form,
                                     const LayerDoneFn& on_layer_done) const {
   return ctx_.backend == kernels::Backend::kCuda && decode_graphs_enabled_ &&
-         form == AttentionForm::kMlaDecode && !plan.sparse && on_layer_done == nullptr &&
+         form == AttentionForm::kMlaDecode && on_layer_done == nullptr &&
          padding_page_ >= 0 && static_cast<int>(plan.logit_rows.size()) == plan.batch;
 }
 
@@ -77,7 +80,8 @@ absl::Status DeepseekEngine::ForwardDecodeGraph(BatchPlan plan, AttentionForm fo
     ASSIGN_OR_RETURN(void* logits, Scratch(logits_bytes, "logits"));
     return static_cast<float*>(logits);
   };
-  const std::pair<int, int> key{bucket, width};
+  // Sparse (DSA) steps launch the indexer's top-k and sparse_decode instead of mla_decode.
+  const std::tuple<int, int, bool> key{bucket, width, plan.sparse};
   auto it = decode_graphs_.find(key);
   ASSIGN_OR_RETURN(float* logits, prepare());
   if (it != decode_graphs_.end() && it->second.has_value()) {

@@ -34,10 +34,23 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   ASSIGN_OR_RETURN(e->config_, LoadModelConfig(options.model_dir));
   const ModelConfig& c = e->config_;
   const bool cuda = options.backend == kernels::Backend::kCuda;
-  if (cuda && c.has_indexer) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model_type ", c.model_type_name, " needs the indexer and sparse attention kernels, which have "
-        "no CUDA implementation yet; use backend cpu"));
+  if (c.has_indexer) {
+    if (!c.q_lora_rank.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: model_type ", c.model_type_name, " has an indexer but no q_lora_rank; the "
+          "indexer's queries are projected from the q LoRA residual"));
+    }
+    e->index_key_dim_ = c.index_head_dim;
+    if (cuda) {
+      // The CUDA indexer kernel takes key widths 64 and 128, <= 64 heads and top-k <= 4096.
+      if (c.index_head_dim > 128 || c.index_n_heads > 64 || c.index_topk > 4096) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.json: index_head_dim ", c.index_head_dim, ", index_n_heads ", c.index_n_heads,
+            ", index_topk ", c.index_topk, "; the CUDA indexer takes head_dim <= 128, <= 64 heads "
+            "and top-k <= 4096"));
+      }
+      e->index_key_dim_ = c.index_head_dim <= 64 ? 64 : 128;
+    }
   }
   RETURN_IF_ERROR(UseDevice(options.backend, options.device));
   ASSIGN_OR_RETURN(e->num_sms_, MultiprocessorCount(options.backend, options.device));
@@ -60,6 +73,7 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::Open(options.model_dir, c));
   ASSIGN_OR_RETURN(e->weights_, LoadDeepseekWeights(c, *store, options.backend));
   ASSIGN_OR_RETURN(e->rope_, BuildRopeTable(c));
+  if (cuda && c.has_indexer) RETURN_IF_ERROR(e->PadIndexerWeights());
   if (cuda) {
     ASSIGN_OR_RETURN(e->rope_dev_, DeviceBuffer::FromHost(options.backend,
                                                           std::span<const float>(e->rope_.cos_sin)));
@@ -70,7 +84,7 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   po.num_layers = c.num_hidden_layers;
   po.num_pages = options.num_kv_pages;
   po.latent_dim = c.latent_dim();
-  po.index_dim = c.has_indexer ? c.index_head_dim : 0;
+  po.index_dim = c.has_indexer ? e->index_key_dim_ : 0;
   ASSIGN_OR_RETURN(e->pool_, KvPool::Create(po));
   if (cuda) {  // the page that padded rows of decode graphs write into (decode_graphs.cc)
     ASSIGN_OR_RETURN(std::vector<int32_t> padding, e->pool_->Allocate(1));
@@ -78,6 +92,15 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   }
   e->max_pages_per_seq_ = std::min(
       options.num_kv_pages, (c.max_position_embeddings + kernels::kPageSize - 1) / kernels::kPageSize);
+  if (cuda && c.has_indexer) {
+    // Score rows for up to kIndexerWorkspaceTarget bytes at the longest context (at least one
+    // row, at most one per batch token); RunIndexerKernel chunks the queries to fit.
+    constexpr size_t kIndexerWorkspaceTarget = size_t{64} << 20;
+    const size_t row = IndexerRowBytes(static_cast<int64_t>(e->max_pages_per_seq_) * kernels::kPageSize);
+    const size_t rows = std::clamp<size_t>(kIndexerWorkspaceTarget / row, 1,
+                                           std::max(options.max_batch_tokens, options.max_batch_seqs));
+    e->indexer_ws_bytes_ = rows * row;
+  }
   ASSIGN_OR_RETURN(const size_t scratch_bytes, e->ForwardScratchBytes());
   ASSIGN_OR_RETURN(e->scratch_, ScratchArena::Create(options.backend, scratch_bytes));
   if (cuda) {

@@ -16,8 +16,8 @@
 //         form whatever form was asked for; otherwise sparse equals dense.
 //
 // Backends: kCpu (f32 activations, weights converted to f32 at load) and kCuda (bf16 weights
-// and activations in device memory, f32 router/LM-head logits; V2/V3 only: V3.2's indexer and
-// sparse attention have no CUDA kernels yet, so kCuda refuses it at Create). Every step's
+// and activations in device memory, f32 router/LM-head logits; V3.2 runs its indexer, sparse_fwd
+// and sparse_decode on the GPU, docs/cuda_engine.md). Every step's
 // activations come from one scratch arena sized at Create from max_batch_tokens and
 // max_batch_seqs (ForwardScratchBytes); nothing is allocated inside a step.
 #pragma once
@@ -26,12 +26,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/common/types.h"
+#include "kernels/indexer/api.h"
 #include "model/config.h"
 #include "model/deepseek_weights.h"
 #include "model/device_memory.h"
@@ -83,6 +85,7 @@ class DeepseekEngine final : public Engine {
   const ModelConfig& config() const override { return config_; }
   kernels::Backend backend() const override { return ctx_.backend; }
   KvPool& kv_pool() override { return *pool_; }
+  void* device_stream() const override { return ctx_.stream; }
 
   absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
                                         AttentionPath path = AttentionPath::kAuto,
@@ -96,6 +99,16 @@ class DeepseekEngine final : public Engine {
   // Largest prefix piece (tokens per sequence) the MHA path decompresses at once. Tests lower
   // it to exercise the multi-piece LSE merge on short prompts.
   void set_mha_prefix_piece_tokens(int tokens) { mha_prefix_piece_tokens_ = tokens; }
+
+  // DSA, kCuda: caps the query rows of one indexer launch (at most what the workspace planned
+  // at Create holds). Tests lower it to exercise the per-sequence query chunks.
+  void set_indexer_rows_per_call(int rows) { indexer_rows_cap_ = rows; }
+  // Tests: at the next eager Forward, copies the top-k rows [T, index_topk] the indexer
+  // picked in `layer` (sparse batches only) into *out. Null turns the probe off.
+  void set_indexer_probe(int layer, std::vector<int32_t>* out) {
+    indexer_probe_layer_ = layer;
+    indexer_probe_ = out;
+  }
 
  private:
   DeepseekEngine() = default;
@@ -122,6 +135,15 @@ class DeepseekEngine final : public Engine {
   // of the backend) when `need_topk`.
   absl::Status RunIndexer(int layer, const BatchPlan& plan, const void* x, const void* q_resid,
                           bool need_topk, int32_t* topk);
+  // indexer.cc: the indexer launches of one layer, in query chunks whose f32 score rows fit
+  // the workspace planned at Create (kCuda; kCpu needs none and runs one call).
+  absl::Status RunIndexerKernel(const BatchPlan& plan, kernels::IndexerParams p);
+  // indexer.cc, kCuda: zero-pads wq_b / wk per head to index_key_dim_ rows (Create).
+  absl::Status PadIndexerWeights();
+  // Bytes of one f32 score row of the CUDA indexer over `max_seqlen_k` keys.
+  static size_t IndexerRowBytes(int64_t max_seqlen_k) {
+    return static_cast<size_t>((max_seqlen_k + 3) / 4 * 4) * sizeof(float);
+  }
 
   // moe_layer.cc. x: normed hidden [T, hidden]; out: [T, hidden].
   absl::Status Mlp(int layer, const BatchPlan& plan, const void* x, void* out);
@@ -153,16 +175,24 @@ class DeepseekEngine final : public Engine {
   int max_pages_per_seq_ = 0;  // bound on BatchPlan::max_pages_per_seq
   int num_sms_ = 0;
   Stream stream_;               // kCuda: the engine's stream (graphs are captured from it)
-  // Decode graphs by (padded batch, page-table width); keys whose capture failed map to an
-  // empty graph and run eagerly from then on.
+  // Decode graphs by (padded batch, page-table width, sparse); keys whose capture failed map
+  // to an empty graph and run eagerly from then on.
   bool decode_graphs_enabled_ = true;
-  std::map<std::pair<int, int>, std::optional<CapturedGraph>> decode_graphs_;
+  std::map<std::tuple<int, int, bool>, std::optional<CapturedGraph>> decode_graphs_;
   int64_t decode_graph_replays_ = 0;
   int32_t padding_page_ = -1;   // kCuda: a pool page the padded rows of a decode graph write
   DeepseekWeights weights_;
   RopeTable rope_;
   std::unique_ptr<KvPool> pool_;
   int mha_prefix_piece_tokens_ = 4096;
+  // DSA: width of an indexer key / query head as stored and given to the kernel: index_head_dim
+  // on kCpu; on kCuda index_head_dim rounded up to the CUDA kernel's 64 or 128, the extra
+  // values zero (so every score is unchanged).
+  int index_key_dim_ = 0;
+  size_t indexer_ws_bytes_ = 0;  // kCuda: the indexer's score workspace, planned at Create
+  int indexer_rows_cap_ = 0;     // 0: as many rows as the workspace holds
+  int indexer_probe_layer_ = -1;
+  std::vector<int32_t>* indexer_probe_ = nullptr;
 };
 
 }  // namespace mlaserve::model

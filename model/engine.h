@@ -67,6 +67,10 @@ class Engine {
   virtual const ModelConfig& config() const = 0;
   virtual kernels::Backend backend() const = 0;
   virtual KvPool& kv_pool() = 0;
+  // kCuda: the cudaStream_t Forward enqueues on. on_layer_done runs once a layer's work is
+  // enqueued, not finished: a consumer on another stream orders itself after an event recorded
+  // here (the nccl KV sender does). Null for the CPU backend.
+  virtual void* device_stream() const { return nullptr; }
 
   virtual absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
                                                 AttentionPath path = AttentionPath::kAuto,

@@ -4,8 +4,11 @@
 // tolerance. Where the fixture records a near-tie in MoE routing (router_min_margin below
 // kRouterTie: two experts' scores closer than bf16 activations can order), the bf16 engine may
 // route one token differently from the f32 reference, as the routing contract allows at ties;
-// those prompts are held to a looser logits bound that still catches a wrong forward. Runs on a GPU machine (ctest label gpu); V3.2 is refused on CUDA (no indexer /
-// sparse kernels yet) and that refusal is asserted.
+// those prompts are held to a looser logits bound that still catches a wrong forward. V3.2
+// (deepseek_v32: index_topk 32, so the 64/200/300-token prompts attend sparsely) runs the CUDA
+// indexer, sparse_fwd and sparse_decode; rows that attend a top-k subset are held to the
+// looser bounds of kSparseMeanTolerance (why: there), and the indexer's top-k sets are compared
+// with the ones the fixture recorded. Runs on a GPU machine (ctest label gpu).
 #include <algorithm>
 #include <chrono>
 #include <iostream>
@@ -39,6 +42,15 @@ constexpr double kRouterTie = 1e-4;
 constexpr double kTieTolerance = 0.15;
 // A greedy token must match when the reference's top-2 gap exceeds this fraction of max|logit|.
 constexpr double kClearMargin = 0.1;
+// DSA rows with more keys than index_topk attend only the indexer's top-k, a discrete choice:
+// where two keys' indexer scores are closer than bf16 error, bf16 may keep the other one, and
+// that key can carry a large attention weight, so such rows legitimately leave the bf16
+// tolerance (the f32 CPU engine with 0.4% noise on the bf16 weights -- bf16-sized -- reaches
+// 0.54 on deepseek_v32 while deepseek_v3 stays at 0.028 under the same noise). They are held to
+// a mean over the fixture's sparse comparisons (zero or garbage logits give ~1 or more) and a
+// per-comparison cap. Measured on H100 (2026-11-22): mean ~0.21, largest 1.05.
+constexpr double kSparseMeanTolerance = 0.35;
+constexpr double kSparseCapTolerance = 1.5;
 
 std::string Fixture(const std::string& name) { return std::string(testing::kFixtureRoot) + "/" + name; }
 
@@ -49,9 +61,13 @@ std::unique_ptr<Engine> MakeCudaEngine(const std::string& dir) {
   o.num_kv_pages = 64;
   o.max_batch_tokens = 1024;
   o.max_batch_seqs = 8;
-  auto e = Engine::Create(o);
+  auto e = DeepseekEngine::Create(o);
   EXPECT_TRUE(e.ok()) << dir << ": " << e.status();
-  return e.ok() ? *std::move(e) : nullptr;
+  if (!e.ok()) return nullptr;
+  // DSA: queries of one indexer launch capped below the 64/200/300-token prompts, so one-chunk
+  // prefills run the indexer in per-sequence query chunks (decode steps stay one launch).
+  (*e)->set_indexer_rows_per_call(48);
+  return std::unique_ptr<Engine>(*std::move(e));
 }
 
 // Top-2 gap of `row` relative to max |row|.
@@ -96,12 +112,27 @@ TEST_P(EngineCudaTest, MatchesReference) {
   ASSERT_NE(engine, nullptr);
   const std::map<std::string, double> router_margins = RouterMargins(dir);
   int checked_tokens = 0;
+  const ModelConfig& cfg = engine->config();
+  // Whether a row with `keys` cached keys attends a top-k subset (see kSparseMeanTolerance).
+  auto sparse_row = [&](int keys) { return cfg.has_indexer && keys > cfg.index_topk; };
+  double sparse_err_sum = 0;
+  int sparse_compared = 0;
+  auto check_logits = [&](double err, double tol, int keys) {
+    if (sparse_row(keys)) {
+      EXPECT_LE(err, kSparseCapTolerance);
+      sparse_err_sum += err;
+      ++sparse_compared;
+    } else {
+      EXPECT_LE(err, tol);
+    }
+  };
   for (const auto& p : ref.prompts) {
     SCOPED_TRACE(p.name);
     const auto margin = router_margins.find(p.name);
     const bool routing_tie = margin != router_margins.end() && margin->second < kRouterTie;
     const double tol = routing_tie ? kTieTolerance : kBf16Tolerance;
     const int n = static_cast<int>(p.ids.size());
+    double worst = 0;  // largest logits error of the prompt, printed below
     SeqPages pages(engine->kv_pool(), n + static_cast<int>(p.greedy_tokens.size()) + 1);
     // Prefill in chunks of 37 (so the MLA path also runs with a cached prefix); compare every
     // reference position that ends a chunk.
@@ -112,7 +143,10 @@ TEST_P(EngineCudaTest, MatchesReference) {
     for (size_t j = 0; j < p.logits_positions.size(); ++j) {
       auto it = got.find(p.logits_positions[j]);
       if (it == got.end()) continue;
-      EXPECT_LE(RelError(it->second, p.logits[j]), tol) << "position " << it->first;
+      const double err = RelError(it->second, p.logits[j]);
+      worst = std::max(worst, err);
+      SCOPED_TRACE(::testing::Message() << "position " << it->first);
+      check_logits(err, tol, it->first + 1);
       ++compared;
     }
     EXPECT_GT(compared, 0);
@@ -132,24 +166,109 @@ TEST_P(EngineCudaTest, MatchesReference) {
       c.pages = pages.pages();
       auto r = engine->Forward({&c, 1}, AttentionPath::kMla);
       ASSERT_TRUE(r.ok()) << r.status();
-      EXPECT_LE(RelError(r->logits, p.decode_logits[s]), tol) << "decode step " << s;
+      const double err = RelError(r->logits, p.decode_logits[s]);
+      worst = std::max(worst, err);
+      SCOPED_TRACE(::testing::Message() << "decode step " << s);
+      check_logits(err, tol, n + static_cast<int>(s) + 1);
       check_token(r->logits, p.decode_logits[s], s + 1);
     }
+    std::cout << name << " " << (path == AttentionPath::kMla ? "mla" : "mha") << " " << p.name
+              << ": max rel err " << worst << " (bound " << tol << ")\n";
   }
   EXPECT_GT(checked_tokens, 0) << "no greedy token had a clear margin";
+  if (sparse_compared > 0) {
+    const double mean = sparse_err_sum / sparse_compared;
+    std::cout << name << ": " << sparse_compared << " sparse comparisons, mean rel err " << mean
+              << " (bound " << kSparseMeanTolerance << ")\n";
+    EXPECT_LE(mean, kSparseMeanTolerance);
+  }
+  if (const auto* de = dynamic_cast<const DeepseekEngine*>(engine.get())) {
+    std::cout << name << ": decode graphs captured " << de->decode_graphs_captured() << ", replays "
+              << de->decode_graph_replays() << "\n";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, EngineCudaTest,
-    ::testing::Combine(::testing::Values("deepseek_v2", "deepseek_v2_glg", "deepseek_v3"),
+    ::testing::Combine(::testing::Values("deepseek_v2", "deepseek_v2_glg", "deepseek_v3", "deepseek_v32"),
                        ::testing::Values(AttentionPath::kMha, AttentionPath::kMla)));
 
-TEST(EngineCudaRefusalTest, V32NeedsKernelsThatHaveNoCudaVersion) {
+// The CUDA indexer's top-k sets in the layer and prompt the fixture recorded (one prefill of
+// the whole prompt, as Hugging Face's forward) equal the reference's wherever the recorded
+// k-th vs (k+1)-th score gap is clear of bf16 score error; rows with at most index_topk keys
+// keep all of them. The sets are also identical with the queries run in chunks.
+TEST(EngineCudaIndexerTest, TopKSetsMatchFixture) {
+  const std::string dir = Fixture("deepseek_v32");
+  if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
+  std::ifstream in(dir + "/expected.json");
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded());
+  const nlohmann::json& rec = j.at("indexer_topk");
+  const std::string prompt = rec.at("prompt").get<std::string>();
+  const int layer = rec.at("layer").get<int>();
+  const int k = rec.at("index_topk").get<int>();
+  std::vector<int32_t> ids;
+  for (const auto& p : j.at("prompts")) {
+    if (p.at("name").get<std::string>() == prompt) ids = p.at("input_ids").get<std::vector<int32_t>>();
+  }
+  ASSERT_FALSE(ids.empty()) << "no prompt " << prompt;
+  const int n = static_cast<int>(ids.size());
+  ASSERT_EQ(static_cast<int>(rec.at("rows").size()), n);
+
   EngineOptions o;
-  o.model_dir = Fixture("deepseek_v32");
+  o.model_dir = dir;
   o.backend = kernels::Backend::kCuda;
-  auto e = Engine::Create(o);
-  EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << e.status();
+  o.num_kv_pages = 16;
+  o.max_batch_tokens = 512;
+  o.max_batch_seqs = 4;
+  auto engine = DeepseekEngine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_EQ((*engine)->config().index_topk, k);
+  std::vector<int32_t> got[2];  // [n, k]: one launch; queries in chunks of 48
+  for (int run = 0; run < 2; ++run) {
+    (*engine)->set_indexer_rows_per_call(run == 0 ? 0 : 48);
+    (*engine)->set_indexer_probe(layer, &got[run]);
+    SeqPages pages((*engine)->kv_pool(), n);
+    SequenceChunk c;
+    c.tokens = ids;
+    c.pages = pages.pages();
+    auto r = (*engine)->Forward({&c, 1}, AttentionPath::kMla);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(got[run].size(), static_cast<size_t>(n) * k);
+  }
+  (*engine)->set_indexer_probe(-1, nullptr);
+  EXPECT_EQ(got[0], got[1]) << "query chunking changed the top-k";
+
+  // bf16 score error on this fixture reached 0.066 (rows whose recorded gap was 0.050-0.066
+  // swapped one boundary pair on H100); rows with a larger gap, or with <= k keys, must match.
+  constexpr double kClearGap = 0.1;
+  int exact_rows = 0, clear_rows = 0, tie_rows_differing = 0;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> mine;
+    for (int s = 0; s < k; ++s) {
+      const int32_t v = got[0][static_cast<size_t>(i) * k + s];
+      if (v >= 0) mine.push_back(v);
+    }
+    std::sort(mine.begin(), mine.end());
+    const std::vector<int32_t> want = rec.at("rows")[i].get<std::vector<int32_t>>();
+    const nlohmann::json& gap = rec.at("boundary_gap")[i];
+    const bool clear = gap.is_null() || gap.get<double>() >= kClearGap;
+    exact_rows += mine == want;
+    if (clear) {
+      ++clear_rows;
+      EXPECT_EQ(mine, want) << "query " << i << " (boundary gap " << gap << ")";
+    } else {
+      // Not compared: besides this layer's near-ties, a near-tie in layer 0 or 1 can swap a key
+      // of large attention weight, so the row's input here differs beyond bf16 noise (later
+      // rows, with more candidates, differ most). Still a full set of k distinct keys.
+      EXPECT_EQ(mine.size(), want.size()) << "query " << i;
+      EXPECT_EQ(std::adjacent_find(mine.begin(), mine.end()), mine.end()) << "query " << i;
+      tie_rows_differing += mine != want;
+    }
+  }
+  std::cout << "indexer top-k (" << prompt << ", layer " << layer << "): " << exact_rows << "/" << n
+            << " rows equal; " << clear_rows << " rows with a clear gap (all must be equal), "
+            << tie_rows_differing << " near-tie rows differ\n";
 }
 
 }  // namespace

@@ -43,9 +43,12 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
   // Attention: q, q_resid, kv, attn (+ the indexer's top-k).
   total += T * (H * qk + ql + E + H * dv) * es;
   if (c.has_indexer) {
+    // top-k, k, q (at the stored key width), head weights, the CUDA score workspace and the
+    // per-call (cu_seqlens_q pair, seqlens_k) arrays of the query chunks (at most B + T calls).
+    const size_t dk = index_key_dim_;
     total += T * c.index_topk * sizeof(int32_t) +
-             T * (c.index_head_dim + static_cast<size_t>(c.index_n_heads) * c.index_head_dim) * es +
-             T * c.index_n_heads * sizeof(float);
+             T * (dk + static_cast<size_t>(c.index_n_heads) * dk) * es +
+             T * c.index_n_heads * sizeof(float) + indexer_ws_bytes_ + 3 * (B + T) * sizeof(int32_t);
   }
   // MHA: kv_b output, K, V over at most T rows (prefix pieces are sized to fit), two LSEs,
   // gathered entries, the partial output, the per-piece index arrays.

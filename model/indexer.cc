@@ -3,9 +3,17 @@
 //   rotate-half RoPE on the first qk_rope_head_dim values of both (unlike MLA's interleave);
 //   k goes to the layer's indexer key cache; weights = weights_proj(x) * n_heads^-0.5;
 //   scores and top-k by kernels/indexer with softmax_scale = head_dim^-0.5.
+// On kCuda, keys and query heads are index_key_dim_ wide (64 or 128, what the CUDA kernel
+// takes): wq_b / wk are zero-padded per head at Create, so the GEMMs write exact zeros past
+// head_dim, the LayerNorm and RoPE touch only the first head_dim values, and every q.k is
+// unchanged. The CUDA kernel stages one f32 score row per query (IndexerWorkspaceBytes); the
+// queries run in chunks whose rows fit the workspace planned at Create.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/gemm/api.h"
 #include "kernels/indexer/api.h"
@@ -20,7 +28,124 @@ namespace {
 
 constexpr float kIndexerKNormEps = 1e-6f;  // nn.LayerNorm(head_dim, eps=1e-6)
 
+// w ([groups * rows, in], bf16 on the device) with every group of `rows` rows followed by
+// padded - rows zero rows: [groups * padded, in].
+absl::StatusOr<LinearWeight> PadRowGroups(const kernels::KernelContext& ctx, const LinearWeight& w,
+                                          const char* name, int groups, int rows, int padded) {
+  if (!w.bias.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " has a bias; the V3.2 indexer's has none"));
+  }
+  if (w.weight.dtype != kernels::DType::kBF16 || w.out != groups * rows) {
+    return absl::InternalError(absl::StrCat(name, ": expected bf16 [", groups * rows, ", ", w.in,
+                                            "], got ", w.out, " rows of dtype ",
+                                            kernels::DTypeName(w.weight.dtype)));
+  }
+  const size_t row_elems = static_cast<size_t>(w.in);
+  std::vector<uint16_t> host(static_cast<size_t>(w.out) * row_elems);
+  RETURN_IF_ERROR(CopyBytes(ctx, host.data(), w.weight.data(), host.size() * sizeof(uint16_t),
+                            CopyKind::kDeviceToHost));
+  RETURN_IF_ERROR(Synchronize(ctx));
+  std::vector<uint16_t> out(static_cast<size_t>(groups) * padded * row_elems, 0);
+  for (int g = 0; g < groups; ++g) {
+    std::copy_n(host.begin() + static_cast<size_t>(g) * rows * row_elems, rows * row_elems,
+                out.begin() + static_cast<size_t>(g) * padded * row_elems);
+  }
+  LinearWeight p;
+  ASSIGN_OR_RETURN(p.weight.buffer, DeviceBuffer::FromHost(ctx.backend, std::span<const uint16_t>(out)));
+  p.weight.dtype = kernels::DType::kBF16;
+  p.weight.numel = static_cast<int64_t>(out.size());
+  p.out = groups * padded;
+  p.in = w.in;
+  return p;
+}
+
 }  // namespace
+
+absl::Status DeepseekEngine::PadIndexerWeights() {
+  const ModelConfig& c = config_;
+  if (index_key_dim_ == c.index_head_dim) return absl::OkStatus();
+  const kernels::KernelContext legacy{ctx_.backend, nullptr, ctx_.device};
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    IndexerWeights& w = weights_.layers[l].indexer;
+    ASSIGN_OR_RETURN(w.wq_b, PadRowGroups(legacy, w.wq_b, "indexer.wq_b", c.index_n_heads,
+                                          c.index_head_dim, index_key_dim_));
+    ASSIGN_OR_RETURN(w.wk, PadRowGroups(legacy, w.wk, "indexer.wk", 1, c.index_head_dim, index_key_dim_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeepseekEngine::RunIndexerKernel(const BatchPlan& plan, kernels::IndexerParams p) {
+  p.batch = plan.batch;
+  p.block_table = plan.dev.block_table;
+  p.max_pages_per_seq = plan.max_pages_per_seq;
+  p.cu_seqlens_q = plan.dev.cu_seqlens_q;
+  p.seqlens_k = plan.dev.seqlens_k;
+  p.max_seqlen_q = plan.max_seqlen_q;
+  p.max_seqlen_k = plan.max_seqlen_k;
+  if (ctx_.backend == kernels::Backend::kCpu) {
+    p.workspace = nullptr;  // the CPU backend keeps its own score rows
+    return kernels::Indexer(p, ctx_);
+  }
+  ASSIGN_OR_RETURN(void* ws, Scratch(indexer_ws_bytes_, "indexer workspace"));
+  p.workspace = ws;
+  // Rows of one launch: what the workspace holds at this step's longest context.
+  int rows = static_cast<int>(std::min<size_t>(indexer_ws_bytes_ / IndexerRowBytes(plan.max_seqlen_k),
+                                               plan.total_tokens));
+  if (indexer_rows_cap_ > 0) rows = std::min(rows, indexer_rows_cap_);
+  if (rows < 1) {
+    return absl::InternalError(absl::StrCat("indexer: a ", plan.max_seqlen_k, "-key score row exceeds the ",
+                                            indexer_ws_bytes_, "-byte workspace planned at Create"));
+  }
+  auto launch = [&](const kernels::IndexerParams& q) -> absl::Status {
+    if (kernels::IndexerWorkspaceBytes(q) > indexer_ws_bytes_) {
+      return absl::InternalError(absl::StrCat("indexer: a launch needs ", kernels::IndexerWorkspaceBytes(q),
+                                              " workspace bytes; ", indexer_ws_bytes_, " were planned"));
+    }
+    return kernels::Indexer(q, ctx_);
+  };
+  if (plan.max_seqlen_q <= rows) {
+    // Groups of whole sequences (decode steps: one group unless the batch is huge). The
+    // device arrays are offset, not rewritten: cu_seqlens_q holds absolute token rows, which
+    // is where the kernel reads q / weights and writes top-k. No upload, so graphs can
+    // capture it.
+    const int group = rows / plan.max_seqlen_q;
+    for (int b0 = 0; b0 < plan.batch; b0 += group) {
+      kernels::IndexerParams q = p;
+      q.batch = std::min(group, plan.batch - b0);
+      q.cu_seqlens_q = plan.dev.cu_seqlens_q + b0;
+      q.seqlens_k = plan.dev.seqlens_k + b0;
+      q.block_table = plan.dev.block_table + static_cast<int64_t>(b0) * plan.max_pages_per_seq;
+      RETURN_IF_ERROR(launch(q));
+    }
+    return absl::OkStatus();
+  }
+  // Long chunks: one sequence at a time, `rows` queries per launch. Queries [r0, r1) of a
+  // chunk that starts at `start` see keys up to start + r1 (bottom-right causal), so each
+  // launch gets cu_seqlens_q = {row of r0, row of r1} and seqlens_k = {start + r1}.
+  std::vector<int32_t> calls;  // per launch: cu_seqlens_q[0..1], seqlens_k[0]
+  std::vector<int> call_seq;
+  for (int b = 0; b < plan.batch; ++b) {
+    const int q0 = plan.cu_seqlens_q[b], lq = plan.cu_seqlens_q[b + 1] - q0;
+    for (int r0 = 0; r0 < lq; r0 += rows) {
+      const int r1 = std::min(lq, r0 + rows);
+      calls.insert(calls.end(), {q0 + r0, q0 + r1, plan.start[b] + r1});
+      call_seq.push_back(b);
+    }
+  }
+  ASSIGN_OR_RETURN(const int32_t* d_calls, UploadInts(calls, "indexer chunk arrays"));
+  for (size_t j = 0; j < call_seq.size(); ++j) {
+    const int b = call_seq[j];
+    kernels::IndexerParams q = p;
+    q.batch = 1;
+    q.cu_seqlens_q = d_calls + 3 * j;
+    q.seqlens_k = d_calls + 3 * j + 2;
+    q.block_table = plan.dev.block_table + static_cast<int64_t>(b) * plan.max_pages_per_seq;
+    q.max_seqlen_q = calls[3 * j + 1] - calls[3 * j];
+    q.max_seqlen_k = calls[3 * j + 2];
+    RETURN_IF_ERROR(launch(q));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status DeepseekEngine::RunIndexer(int layer, const BatchPlan& plan, const void* x,
                                         const void* q_resid, bool need_topk, int32_t* topk) {
@@ -30,21 +155,22 @@ absl::Status DeepseekEngine::RunIndexer(int layer, const BatchPlan& plan, const 
   const int T = plan.total_tokens;
   const int nh = c.index_n_heads;
   const int dh = c.index_head_dim;
+  const int dk = index_key_dim_;  // stored width of a key / query head (>= dh, see above)
   const int hidden = c.hidden_size;
   const int ql = *c.q_lora_rank;
 
-  ASSIGN_OR_RETURN(void* k, ScratchAct(static_cast<int64_t>(T) * dh, "indexer k"));
-  RETURN_IF_ERROR(ops::Linear(ops_, x, T, hidden, w.wk, k, dh));
+  ASSIGN_OR_RETURN(void* k, ScratchAct(static_cast<int64_t>(T) * dk, "indexer k"));
+  RETURN_IF_ERROR(ops::Linear(ops_, x, T, hidden, w.wk, k, dk));
   kernels::LayerNormParams ln;
   ln.dtype = ops_.dtype;
   ln.rows = T;
   ln.dim = dh;
   ln.x = k;
-  ln.x_stride = dh;
+  ln.x_stride = dk;
   ln.weight = w.k_norm_w.data();
   ln.bias = w.k_norm_b.data();
   ln.y = k;
-  ln.y_stride = dh;
+  ln.y_stride = dk;
   ln.eps = kIndexerKNormEps;
   RETURN_IF_ERROR(kernels::LayerNorm(ln, ctx_));
 
@@ -59,28 +185,28 @@ absl::Status DeepseekEngine::RunIndexer(int layer, const BatchPlan& plan, const 
   rp.interleaved = false;
   rp.x = k;
   rp.num_heads = 1;
-  rp.token_stride = dh;
-  rp.head_stride = dh;
+  rp.token_stride = dk;
+  rp.head_stride = dk;
   RETURN_IF_ERROR(kernels::Rope(rp, ctx_));
 
   kernels::CacheWriteParams cw;
   cw.dtype = ops_.dtype;
   cw.num_tokens = T;
-  cw.entry_dim = dh;
+  cw.entry_dim = dk;
   cw.src = k;
-  cw.src_stride = dh;
+  cw.src_stride = dk;
   cw.slot_mapping = plan.dev.slots;
   cw.cache = pool_->index_keys(layer);
   cw.num_pages = pool_->total_pages();
   RETURN_IF_ERROR(kernels::CacheWrite(cw, ctx_));
   if (!need_topk) return absl::OkStatus();
 
-  ASSIGN_OR_RETURN(void* q, ScratchAct(static_cast<int64_t>(T) * nh * dh, "indexer q"));
-  RETURN_IF_ERROR(ops::Linear(ops_, q_resid, T, ql, w.wq_b, q, nh * dh));
+  ASSIGN_OR_RETURN(void* q, ScratchAct(static_cast<int64_t>(T) * nh * dk, "indexer q"));
+  RETURN_IF_ERROR(ops::Linear(ops_, q_resid, T, ql, w.wq_b, q, nh * dk));
   rp.x = q;
   rp.num_heads = nh;
-  rp.token_stride = static_cast<int64_t>(nh) * dh;
-  rp.head_stride = dh;
+  rp.token_stride = static_cast<int64_t>(nh) * dk;
+  rp.head_stride = dk;
   RETURN_IF_ERROR(kernels::Rope(rp, ctx_));
 
   // weights = weights_proj(x) * n_heads^-0.5, the scale folded into the GEMM's alpha.
@@ -102,26 +228,17 @@ absl::Status DeepseekEngine::RunIndexer(int layer, const BatchPlan& plan, const 
   RETURN_IF_ERROR(kernels::Gemm(g, ctx_));
 
   kernels::IndexerParams p;
-  p.batch = plan.batch;
+  p.dtype = ops_.dtype;
   p.num_heads = nh;
-  p.head_dim = dh;
+  p.head_dim = dk;
   p.top_k = c.index_topk;
   p.q = q;
   p.weights = static_cast<const float*>(weights);
   p.k_cache = pool_->index_keys(layer);
   p.num_pages = pool_->total_pages();
-  p.block_table = plan.dev.block_table;
-  p.max_pages_per_seq = plan.max_pages_per_seq;
-  p.cu_seqlens_q = plan.dev.cu_seqlens_q;
-  p.seqlens_k = plan.dev.seqlens_k;
-  p.max_seqlen_q = plan.max_seqlen_q;
-  p.max_seqlen_k = plan.max_seqlen_k;
   p.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh)));
   p.topk_indices = topk;
-  // CPU only (Create refuses indexer models on CUDA), so a host vector is the backend's memory.
-  std::vector<uint8_t> workspace(kernels::IndexerWorkspaceBytes(p));
-  p.workspace = workspace.empty() ? nullptr : workspace.data();
-  return kernels::Indexer(p, ctx_);
+  return RunIndexerKernel(plan, p);
 }
 
 }  // namespace mlaserve::model

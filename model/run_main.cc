@@ -104,7 +104,9 @@ absl::Status Run(const RunOptions& o) {
   EngineOptions eo;
   eo.model_dir = o.model_dir;
   eo.backend = o.backend;
-  eo.num_kv_pages = o.num_kv_pages > 0 ? o.num_kv_pages : pages_needed;
+  // One page more than the request needs: a CUDA engine keeps one pool page for the padded
+  // rows of its decode graphs (docs/cuda_engine.md), so an exact-size pool would be one short.
+  eo.num_kv_pages = o.num_kv_pages > 0 ? o.num_kv_pages : pages_needed + 1;
   eo.max_batch_tokens = std::max<int>(o.chunk_size > 0 ? o.chunk_size : prompt.size(), 1);
   eo.max_batch_seqs = 1;
   eo.attention = o.attention;

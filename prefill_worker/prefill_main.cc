@@ -1,18 +1,27 @@
 // mlaserve-prefill: the prefill worker. Flags (notes/flags.md) are read here only and turned
 // into validated options; everything else lives in PrefillRunner / PrefillService.
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "common/metrics.h"
 #include "common/server.h"
 #include "common/worker_options.h"
 #include "common/worker_proto.h"
 #include "common/worker_registration.h"
 #include "kvtransfer/layout.h"
+#include "kvtransfer/nccl/nccl_transport.h"
+#include "kvtransfer/nccl/worker_transport.h"
 #include "kvtransfer/tcp_transport.h"
+#ifdef MLASERVE_HAVE_NCCL
+#include "kvtransfer/nccl/cuda_page_io.h"
+#include "kvtransfer/nccl/nccl_communicator.h"
+#endif
 #include "model/engine.h"
 #include "prefill_worker/prefill_runner.h"
 #include "prefill_worker/prefill_service.h"
@@ -77,8 +86,15 @@ int Main(int argc, char** argv) {
   auto profile = profiles::ResolveWorkerProfile(
       o.profiles_dir, e.backend() == kernels::Backend::kCuda, o.device, e.config());
   if (!profile.ok()) return Fail("GPU profile", profile.status());
+  // Operator overrides (--attention-path, --se-threshold-scale; validated with the flags).
+  profiles::PolicyOptions policy_options;
+  auto forced = profiles::ParsePrefillPath(o.attention_path);
+  if (!forced.ok()) return Fail("flags", forced.status());
+  policy_options.force = *forced;
+  policy_options.threshold_scale = o.se_threshold_scale;
   auto policy = profiles::AttentionPathPolicy::Create(
-      profile->profile, profile->source, {e.config().has_indexer, e.config().index_topk});
+      profile->profile, profile->source, {e.config().has_indexer, e.config().index_topk},
+      policy_options);
   if (!policy.ok()) return Fail("attention path policy", policy.status());
   ro.attention_policy = policy->get();
   const std::string profile_json = profiles::ProfileToJson(profile->profile);
@@ -91,8 +107,33 @@ int Main(int argc, char** argv) {
     pages_used->Set(e.kv_pool().total_pages() - e.kv_pool().free_pages());
   });
 
-  kvtransfer::TcpKvTransport transport;
   ro.name = o.advertise.empty() ? std::string("prefill") : o.advertise;
+  ro.kv_layerwise = o.kv_layerwise;
+  // KV transport per decode worker: nccl where both ends can (worker_transport.h), else tcp.
+  const bool gpu_pool = e.backend() == kernels::Backend::kCuda;
+#ifdef MLASERVE_HAVE_NCCL
+  const bool nccl_built = true;
+#else
+  const bool nccl_built = false;
+#endif
+  if (absl::Status s = kvtransfer::nccl::CheckNcclFlag(o.kv_transport, gpu_pool, nccl_built);
+      !s.ok()) {
+    return Fail("flags", s);
+  }
+  kvtransfer::TcpKvTransport tcp;
+  std::unique_ptr<kvtransfer::nccl::NcclKvTransport> nccl;
+#ifdef MLASERVE_HAVE_NCCL
+  if (gpu_pool && o.kv_transport != "tcp") {
+    kvtransfer::nccl::NcclTransportOptions to;
+    // One communicator per prefill/decode pair: the id must be unique among prefill workers.
+    to.pair_id = absl::StrCat(ro.name, "/", getpid(), "/", absl::ToUnixNanos(absl::Now()));
+    to.comm_factory = kvtransfer::nccl::NcclCommunicatorFactory(o.device);
+    to.page_io_factory = kvtransfer::nccl::CudaPageIoFactory(o.device);
+    to.layer_fence = kvtransfer::nccl::CudaLayerFence(o.device, e.device_stream());
+    nccl = std::make_unique<kvtransfer::nccl::NcclKvTransport>(&e.kv_pool(), std::move(to));
+  }
+#endif
+  kvtransfer::nccl::SelectingKvTransport transport(o.kv_transport, gpu_pool, &tcp, nccl.get());
   PrefillRunner runner(&e, &transport, *layout, ro, &metrics);
   runner.Start();
 
@@ -108,7 +149,7 @@ int Main(int argc, char** argv) {
     f.model = common::MakeModelIdentity(e.config(), o.model_dir, layout->CompatHash());
     f.backend = kernels::BackendName(e.backend());
     f.device = o.device;
-    f.kv_transport = "tcp";
+    f.kv_transport = nccl != nullptr ? "nccl" : "tcp";
     f.chunk_size = o.chunk_size;
     v1::WorkerDescriptor d = common::MakeWorkerDescriptor(f);
     d.mutable_profile()->set_gpu_name(profile->profile.device.name);

@@ -18,6 +18,9 @@ struct PrefillRunner::Request {
   absl::Time first_scheduled = absl::InfinitePast();
   absl::Time forward_done;
   absl::Status failure;  // loop thread: the transfer broke mid-prompt
+  // A direct sender reads the prompt's pages until its transfer ended: they leave the
+  // scheduler with the last chunk and are freed by Finish (under mu_).
+  std::vector<int32_t> held_pages;
 };
 
 PrefillRunner::PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* transport,
@@ -248,6 +251,13 @@ void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int layer
   for (const PrefillChunk& c : chunks) {
     auto r = Find(c.seq->id);
     if (r == nullptr || !r->failure.ok()) continue;
+    if (r->sender->direct()) {
+      // Device to device, layer-major over the whole prompt: once its last chunk wrote layer
+      // `layer`, every page of the prompt holds it.
+      if (!c.last || !options_.kv_layerwise) continue;
+      if (absl::Status s = r->sender->SendLayer(layer, c.seq->pages); !s.ok()) r->failure = s;
+      continue;
+    }
     // The pages this chunk wrote; the first may have been sent before, partly filled.
     const int first = c.start / kernels::kPageSize;
     const int last = (c.start + c.len - 1) / kernels::kPageSize;
@@ -293,6 +303,7 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
     auto r = Find(c.seq->id);
     if (r == nullptr) continue;  // aborted while running; Intake already answered it
     if (!r->failure.ok()) {
+      r->sender->Abort(r->failure);  // stop a direct sender reading the pages freed next
       scheduler_.Remove(c.seq->id);
       Finish(c.seq->id, r->failure);
       continue;
@@ -305,10 +316,26 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
       Finish(c.seq->id, first.status());
       continue;
     }
+    const int num_pages = static_cast<int>(c.seq->pages.size());
+    if (r->sender->direct()) {
+      absl::Status s;
+      for (int l = 0; !options_.kv_layerwise && s.ok() && l < engine_->config().num_hidden_layers;
+           ++l) {
+        s = r->sender->SendLayer(l, c.seq->pages);
+      }
+      if (!s.ok()) {
+        scheduler_.Remove(c.seq->id);
+        Finish(c.seq->id, s);
+        continue;
+      }
+      absl::MutexLock lock(&mu_);
+      r->held_pages = std::move(c.seq->pages);  // Advance below then frees nothing
+      c.seq->pages.clear();
+    }
     kvtransfer::KvCompletion completion;
     completion.first_token = *first;
     completion.num_layers = engine_->config().num_hidden_layers;
-    completion.num_pages = static_cast<int>(c.seq->pages.size());
+    completion.num_pages = num_pages;
     completion.total_bytes = r->sender->bytes_sent();
     const int32_t token = *first;
     const std::string id = c.seq->id;
@@ -343,12 +370,14 @@ void PrefillRunner::OnTransferDone(const std::string& id, int32_t token, absl::S
 
 void PrefillRunner::Finish(const std::string& id, absl::StatusOr<PrefillOutcome> outcome) {
   std::shared_ptr<Request> r;
+  std::vector<int32_t> held;
   {
     absl::MutexLock lock(&mu_);
     auto it = requests_.find(id);
     if (it == requests_.end()) return;  // answered already
     r = std::move(it->second);
     requests_.erase(it);
+    held.swap(r->held_pages);
     if (r->seq->num_computed < static_cast<int>(r->seq->tokens.size())) {
       pending_tokens_ -= static_cast<int64_t>(r->seq->tokens.size()) - r->seq->num_computed;
     }
@@ -364,6 +393,8 @@ void PrefillRunner::Finish(const std::string& id, absl::StatusOr<PrefillOutcome>
     r->sender->Abort(outcome.status());
     spdlog::info("prefill {} failed: {}", id, outcome.status().ToString());
   }
+  // A direct sender's pages: its transfer ended (done ran) or was just aborted.
+  if (!held.empty()) engine_->kv_pool().Free(held);
   if (r->done) r->done(std::move(outcome));
 }
 

@@ -44,6 +44,10 @@ struct PrefillRunnerOptions {
   // Picks each step's attention path from the GPU profile (not owned; must outlive the
   // runner). Null: the engine's own kAuto rule.
   profiles::AttentionPathPolicy* attention_policy = nullptr;
+  // Direct (device-to-device, nccl) senders: ship layer l of a prompt's last chunk from
+  // on_layer_done, while layer l + 1 computes (true), or every layer after the forward (false;
+  // kept to measure what the streaming buys). Host-payload senders always stream per chunk.
+  bool kv_layerwise = true;
 };
 
 struct PrefillJob {

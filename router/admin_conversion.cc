@@ -69,6 +69,7 @@ WorkerProfile ProfileFromProto(const v1::WorkerProfile& p) {
   w.local_prefill_threshold = p.local_prefill_threshold();
   w.chunk_size = p.chunk_size();
   w.profile_json = p.profile_json();
+  w.prefill_estimate = PrefillEstimateFromProfileJson(w.profile_json);
   return w;
 }
 

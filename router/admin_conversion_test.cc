@@ -37,8 +37,24 @@ TEST(AdminConversion, DescriptorRoundTrips) {
   EXPECT_EQ(d->model.vocab_size, 102400);
   EXPECT_EQ(d->profile.local_prefill_threshold, 256);
   EXPECT_EQ(d->load.pending_prefill_tokens, 1234567890123);
+  EXPECT_FALSE(d->profile.prefill_estimate.has_value());  // "{}" has none
   v1::WorkerDescriptor back = DescriptorToProto(*d);
   EXPECT_EQ(back.SerializeAsString(), p.SerializeAsString());
+}
+
+TEST(AdminConversion, PrefillEstimateComesFromTheProfileJson) {
+  v1::WorkerDescriptor p;
+  p.set_role(v1::WORKER_ROLE_PREFILL);
+  p.set_address("10.0.0.3:8100");
+  p.mutable_profile()->set_profile_json(
+      R"({"prefill_estimate": {"attn_us_per_token": 0.2, "attn_us_per_token_sq": 1.5e-4,)"
+      R"( "dense_us_per_token": 0.05}})");
+  absl::StatusOr<WorkerDescriptor> d = DescriptorFromProto(p);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_TRUE(d->profile.prefill_estimate.has_value());
+  EXPECT_DOUBLE_EQ(d->profile.prefill_estimate->attn_us_per_token, 0.2);
+  EXPECT_DOUBLE_EQ(d->profile.prefill_estimate->attn_us_per_token_sq, 1.5e-4);
+  EXPECT_DOUBLE_EQ(d->profile.prefill_estimate->dense_us_per_token, 0.05);
 }
 
 TEST(AdminConversion, SnapshotToStatus) {

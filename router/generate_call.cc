@@ -215,7 +215,7 @@ void GenerateCall::StartReserve() {
       local_prefill_ = ShouldPrefillLocally(prompt_len, *decode);
       if (!local_prefill_ && prefill_id_.empty()) {
         std::vector<WorkerSnapshot> prefill = registry.Routable(WorkerRole::kPrefill);
-        std::vector<std::string> ranked = RankPrefillWorkers(prefill);
+        std::vector<std::string> ranked = RankPrefillWorkers(prefill, prompt_len);
         if (ranked.empty()) {
           ended = FailLocked(absl::UnavailableError(absl::StrCat(
               "no healthy prefill worker for a prompt of ", prompt_len, " tokens (above ",

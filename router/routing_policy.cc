@@ -31,16 +31,28 @@ std::vector<std::string> RankDecodeWorkers(std::span<const WorkerSnapshot> decod
   return ids;
 }
 
-std::vector<std::string> RankPrefillWorkers(std::span<const WorkerSnapshot> prefill_workers) {
+std::vector<std::string> RankPrefillWorkers(std::span<const WorkerSnapshot> prefill_workers,
+                                            int64_t prompt_tokens) {
   std::vector<const WorkerSnapshot*> all;
-  for (const WorkerSnapshot& w : prefill_workers) all.push_back(&w);
+  bool all_estimated = true;
+  for (const WorkerSnapshot& w : prefill_workers) {
+    all.push_back(&w);
+    all_estimated = all_estimated && w.descriptor.profile.prefill_estimate.has_value();
+  }
   auto pending = [](const WorkerSnapshot* w) {
     return w->router_prefill_tokens + w->descriptor.load.pending_prefill_tokens;
   };
-  std::sort(all.begin(), all.end(), [&](const WorkerSnapshot* a, const WorkerSnapshot* b) {
-    return std::make_tuple(pending(a), a->router_inflight, a->id) <
-           std::make_tuple(pending(b), b->router_inflight, b->id);
-  });
+  // Estimates are only comparable when every candidate has one; a mix would rank a worker
+  // without a profile by a different unit, so then all are ranked by pending tokens.
+  auto key = [&](const WorkerSnapshot* w) {
+    const double finish =
+        all_estimated
+            ? w->descriptor.profile.prefill_estimate->FinishMicros(pending(w), prompt_tokens)
+            : static_cast<double>(pending(w));
+    return std::make_tuple(finish, w->router_inflight, w->id);
+  };
+  std::sort(all.begin(), all.end(),
+            [&](const WorkerSnapshot* a, const WorkerSnapshot* b) { return key(a) < key(b); });
   std::vector<std::string> ids;
   for (const WorkerSnapshot* w : all) ids.push_back(w->id);
   return ids;

@@ -3,8 +3,11 @@
 //  * Decode: the most free KV pages (the worker's report less what this router reserved
 //    there since), skipping workers at their running-request limit or without room for the
 //    request; ties go to fewer requests in flight, then to the id (deterministic).
-//  * Prefill: the fewest prompt tokens pending (this router's prefill calls in flight there,
-//    which are exact and current, plus the worker's reported queue), ties as above.
+//  * Prefill: when every candidate reported a prefill estimate (its GPU profile), the earliest
+//    estimated finish of the new prompt behind the tokens pending there, so a faster GPU
+//    takes more work; otherwise the fewest prompt tokens pending (this router's prefill calls
+//    in flight there, which are exact and current, plus the worker's reported queue). Ties
+//    as above.
 //  * Conditional disaggregation: a prompt of at most the decode worker's local-prefill
 //    threshold tokens is prefilled on the decode worker itself (no KV transfer pays off).
 #pragma once
@@ -28,8 +31,9 @@ int32_t PagesForTokens(int64_t tokens);
 std::vector<std::string> RankDecodeWorkers(std::span<const WorkerSnapshot> decode_workers,
                                            int32_t pages_needed);
 
-// Prefill candidates best first (ids).
-std::vector<std::string> RankPrefillWorkers(std::span<const WorkerSnapshot> prefill_workers);
+// Prefill candidates best first (ids), for a prompt of `prompt_tokens` tokens.
+std::vector<std::string> RankPrefillWorkers(std::span<const WorkerSnapshot> prefill_workers,
+                                            int64_t prompt_tokens = 0);
 
 bool ShouldPrefillLocally(int32_t prompt_tokens, const WorkerSnapshot& decode_worker);
 

@@ -55,6 +55,67 @@ TEST(RoutingPolicy, PrefillPrefersFewestPendingTokens) {
   EXPECT_THAT(RankPrefillWorkers(ws), ElementsAre("prefill-2", "prefill-3", "prefill-1"));
 }
 
+// Two unlike prefill workers: "fast" is 4x quicker per token (a measured profile of a faster
+// GPU), "slow" has the shorter queue. By finish time the fast one wins despite its longer
+// queue; the profile JSON is the one workers send (only "prefill_estimate" is read here).
+WorkerSnapshot Prefill(const std::string& id, int64_t pending, const std::string& profile_json) {
+  WorkerSnapshot w = W(id, 0);
+  w.role = WorkerRole::kPrefill;
+  w.descriptor.load.pending_prefill_tokens = pending;
+  w.descriptor.profile.profile_json = profile_json;
+  w.descriptor.profile.prefill_estimate = PrefillEstimateFromProfileJson(profile_json);
+  return w;
+}
+
+constexpr char kFastProfile[] =
+    R"({"format": "mlaserve-gpu-profile", "prefill_estimate": {"attn_us_per_token": 0.1,)"
+    R"( "attn_us_per_token_sq": 1e-5, "dense_us_per_token": 0.2}})";
+constexpr char kSlowProfile[] =
+    R"({"format": "mlaserve-gpu-profile", "prefill_estimate": {"attn_us_per_token": 0.4,)"
+    R"( "attn_us_per_token_sq": 4e-5, "dense_us_per_token": 0.8}})";
+
+TEST(RoutingPolicy, PrefillEstimateParsedFromProfileJson) {
+  const auto e = PrefillEstimateFromProfileJson(kFastProfile);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_DOUBLE_EQ(e->attn_us_per_token, 0.1);
+  EXPECT_DOUBLE_EQ(e->attn_us_per_token_sq, 1e-5);
+  EXPECT_DOUBLE_EQ(e->dense_us_per_token, 0.2);
+  // 1000 queued + 1000 new: 2000 * 0.3 + 1000^2 * 1e-5 = 600 + 10.
+  EXPECT_DOUBLE_EQ(e->FinishMicros(1000, 1000), 610.0);
+  EXPECT_FALSE(PrefillEstimateFromProfileJson("").has_value());
+  EXPECT_FALSE(PrefillEstimateFromProfileJson("not json").has_value());
+  EXPECT_FALSE(PrefillEstimateFromProfileJson(R"({"chunk_size": 8192})").has_value());
+  EXPECT_FALSE(PrefillEstimateFromProfileJson(
+                   R"({"prefill_estimate": {"attn_us_per_token": -1, "attn_us_per_token_sq": 0,)"
+                   R"( "dense_us_per_token": 1}})")
+                   .has_value());
+  EXPECT_FALSE(PrefillEstimateFromProfileJson(
+                   R"({"prefill_estimate": {"attn_us_per_token": 1, "dense_us_per_token": 1}})")
+                   .has_value());
+}
+
+TEST(RoutingPolicy, PrefillRanksUnlikeWorkersByEstimatedFinish) {
+  // fast: (3000 + 2000) * 0.3 + 2000^2 * 1e-5 = 1540 us; slow: (1000 + 2000) * 1.2 + 160 = 3760.
+  std::vector<WorkerSnapshot> ws = {Prefill("prefill-slow", 1000, kSlowProfile),
+                                    Prefill("prefill-fast", 3000, kFastProfile)};
+  EXPECT_THAT(RankPrefillWorkers(ws, 2000), ElementsAre("prefill-fast", "prefill-slow"));
+  // A much longer queue on the fast one tips it: (20000 + 2000) * 0.3 + 40 = 6640 > 3760.
+  ws[1].descriptor.load.pending_prefill_tokens = 20000;
+  EXPECT_THAT(RankPrefillWorkers(ws, 2000), ElementsAre("prefill-slow", "prefill-fast"));
+  // The router's own in-flight tokens count as pending too.
+  ws[1].descriptor.load.pending_prefill_tokens = 0;
+  ws[1].router_prefill_tokens = 20000;
+  EXPECT_THAT(RankPrefillWorkers(ws, 2000), ElementsAre("prefill-slow", "prefill-fast"));
+}
+
+TEST(RoutingPolicy, PrefillFallsBackToPendingTokensUnlessEveryWorkerHasAnEstimate) {
+  std::vector<WorkerSnapshot> ws = {Prefill("prefill-slow", 1000, kSlowProfile),
+                                    Prefill("prefill-fast", 3000, kFastProfile),
+                                    Prefill("prefill-none", 2000, "")};
+  EXPECT_THAT(RankPrefillWorkers(ws, 2000),
+              ElementsAre("prefill-slow", "prefill-none", "prefill-fast"));
+}
+
 TEST(RoutingPolicy, LocalPrefillUpToTheDecodeWorkersThreshold) {
   WorkerSnapshot d = W("decode-1", 10);
   d.descriptor.profile.local_prefill_threshold = 32;

@@ -1,8 +1,40 @@
 #include "router/worker_types.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 
 namespace mlaserve::router {
+
+double PrefillEstimate::FinishMicros(int64_t queued_tokens, int64_t prompt_tokens) const {
+  const double q = static_cast<double>(std::max<int64_t>(queued_tokens, 0));
+  const double l = static_cast<double>(std::max<int64_t>(prompt_tokens, 0));
+  const double linear = attn_us_per_token + dense_us_per_token;
+  return q * linear + l * linear + l * l * attn_us_per_token_sq;
+}
+
+std::optional<PrefillEstimate> PrefillEstimateFromProfileJson(std::string_view profile_json) {
+  if (profile_json.empty()) return std::nullopt;
+  const nlohmann::json doc =
+      nlohmann::json::parse(profile_json, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return std::nullopt;
+  const auto it = doc.find("prefill_estimate");
+  if (it == doc.end() || !it->is_object()) return std::nullopt;
+  PrefillEstimate e;
+  for (auto [key, field] : {std::pair{"attn_us_per_token", &e.attn_us_per_token},
+                            std::pair{"attn_us_per_token_sq", &e.attn_us_per_token_sq},
+                            std::pair{"dense_us_per_token", &e.dense_us_per_token}}) {
+    const auto f = it->find(key);
+    if (f == it->end() || !f->is_number()) return std::nullopt;
+    *field = f->get<double>();
+    if (!std::isfinite(*field) || *field < 0) return std::nullopt;
+  }
+  if (e.attn_us_per_token + e.dense_us_per_token + e.attn_us_per_token_sq <= 0) return std::nullopt;
+  return e;
+}
 
 const char* RoleName(WorkerRole role) {
   return role == WorkerRole::kPrefill ? "prefill" : "decode";

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -36,12 +37,32 @@ struct WorkerLoad {
   int32_t max_running_requests = 0;  // 0 = no limit
 };
 
+// A prefill worker's relative prefill-time model, from its GPU profile's "prefill_estimate"
+// (docs/profiles.md): t(L) = L·(attn + dense) + L²·attn_sq microseconds. Only ratios between
+// workers matter; the router uses it to compare unlike prefill workers.
+struct PrefillEstimate {
+  double attn_us_per_token = 0.0;
+  double attn_us_per_token_sq = 0.0;
+  double dense_us_per_token = 0.0;
+
+  // Until a new prompt of `prompt_tokens` would be done behind `queued_tokens` already queued
+  // there (the queue counted per token, since chunked prefill interleaves it).
+  double FinishMicros(int64_t queued_tokens, int64_t prompt_tokens) const;
+};
+
+// The estimate in a profile JSON document, or nullopt when the text is empty, not JSON, or
+// lacks a usable "prefill_estimate" (missing fields, non-finite or negative values, or all
+// zero): such a worker is compared by pending tokens only.
+std::optional<PrefillEstimate> PrefillEstimateFromProfileJson(std::string_view profile_json);
+
 struct WorkerProfile {
   std::string gpu_name;
   std::string source;
   int32_t local_prefill_threshold = 0;  // decode: prompts <= this many tokens prefill locally
   int32_t chunk_size = 0;
   std::string profile_json;
+  // Parsed from profile_json when the descriptor arrives (PrefillEstimateFromProfileJson).
+  std::optional<PrefillEstimate> prefill_estimate;
 };
 
 // The model a process serves, as far as routing compatibility goes.

@@ -170,4 +170,34 @@ absl::Status CudaPageIo::GetHeader(void* host, size_t bytes) {
   return absl::OkStatus();
 }
 
+PageIoFactory CudaPageIoFactory(int device, int num_slots) {
+  return [device, num_slots](model::KvPool* pool, Communicator* comm,
+                             size_t slot_bytes) -> absl::StatusOr<std::unique_ptr<PageIo>> {
+    if (auto s = CudaCheck(cudaSetDevice(device), "cudaSetDevice"); !s.ok()) return s;
+    auto io = CudaPageIo::Create(pool, static_cast<cudaStream_t>(comm->stream()), num_slots,
+                                 slot_bytes);
+    if (!io.ok()) return io.status();
+    return std::unique_ptr<PageIo>(std::move(*io));
+  };
+}
+
+LayerFenceFactory CudaLayerFence(int device, void* compute_stream) {
+  return [device, compute_stream]() -> absl::StatusOr<std::shared_ptr<void>> {
+    if (auto s = CudaCheck(cudaSetDevice(device), "cudaSetDevice"); !s.ok()) return s;
+    cudaEvent_t ev = nullptr;
+    if (auto s = CudaCheck(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "fence event");
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = CudaCheck(cudaEventRecord(ev, static_cast<cudaStream_t>(compute_stream)),
+                           "fence record");
+        !s.ok()) {
+      cudaEventDestroy(ev);
+      return s;
+    }
+    return std::shared_ptr<void>(ev,
+                                 [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  };
+}
+
 }  // namespace mlaserve::kvtransfer::nccl

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "kvtransfer/nccl/nccl_transport.h"
 #include "kvtransfer/nccl/page_io.h"
 #include "model/kv_pool.h"
 
@@ -38,6 +39,10 @@ class CudaPageIo final : public PageIo {
 
   // The next Gather waits for `ready` (recorded on the compute stream) first.
   void WaitFor(cudaEvent_t ready) { ready_ = ready; }
+  absl::Status WaitFence(void* fence) override {
+    WaitFor(static_cast<cudaEvent_t>(fence));
+    return absl::OkStatus();
+  }
 
  private:
   CudaPageIo(model::KvPool* pool, cudaStream_t comm_stream) : pool_(pool), comm_(comm_stream) {}
@@ -55,5 +60,13 @@ class CudaPageIo final : public PageIo {
   void* host_header_ = nullptr;      // pinned
   cudaEvent_t ready_ = nullptr;
 };
+
+// For NcclKvTransport / KvNcclServiceImpl: a CudaPageIo on the communicator's stream, built with
+// `device` current (the calling pair thread keeps it current for its later gathers/scatters).
+PageIoFactory CudaPageIoFactory(int device, int num_slots = 2);
+
+// For NcclTransportOptions::layer_fence: records a cudaEvent_t on `compute_stream` (device
+// `device`), destroyed when the last owner drops it.
+LayerFenceFactory CudaLayerFence(int device, void* compute_stream);
 
 }  // namespace mlaserve::kvtransfer::nccl

@@ -50,6 +50,12 @@ class PageIo {
   // communicator before scattering a received slot or overwriting a slot still being sent.
   // False when they are ordered with the communicator's stream on the device.
   virtual bool host_synchronous() const = 0;
+  // The next Gather waits for `fence` (a LayerFence's handle: for CUDA a cudaEvent_t recorded on
+  // the compute stream after the layer's KV write was enqueued). Host io: nothing to wait for.
+  virtual absl::Status WaitFence(void* fence) {
+    (void)fence;
+    return absl::OkStatus();
+  }
 };
 
 // Host pools (CPU backend) through KvPool::ReadPage/WritePage; host_synchronous().

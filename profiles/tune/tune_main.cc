@@ -5,6 +5,7 @@
 //   mlaserve-tune --heads 128 --out-dir profiles                  # DeepSeek-V3, 1 GPU per 128 heads
 //   mlaserve-tune --heads 16 --validate                           # tune, then validate
 //   mlaserve-tune --heads 16 --validate-only profiles/X.json      # validate an existing file
+//   mlaserve-tune --benchmark-policies profiles/X.json[,Y.json]   # policy benchmark (mixed load)
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "profiles/cost_model.h"
 #include "profiles/gpu_profile.h"
+#include "profiles/policy_bench.h"
 #include "profiles/tune/tuner.h"
 
 namespace mlaserve::profiles::tune {
@@ -42,16 +44,69 @@ int Fail(const absl::Status& s) {
   return 1;
 }
 
+// --benchmark-policies: one timer for the profiles' common shape, the same batches for all.
+int BenchmarkMain(int device, const std::string& list, const PolicyBenchOptions& bench,
+                  TimerLimits limits, const std::string& out_path) {
+  std::vector<TunedPolicy> tuned;
+  AttentionShape shape;
+  std::string device_names;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    const std::string path(part);
+    auto p = LoadProfile(path);
+    if (!p.ok()) return Fail(p.status());
+    if (tuned.empty()) {
+      shape = p->shape;
+    } else if (!(p->shape == shape)) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--benchmark-policies: ", path, " has shape ", p->shape.Key(), ", the first profile ",
+          shape.Key(), "; compare profiles of one shape")));
+    }
+    auto policy = AttentionPathPolicy::Create(*p, path, {});
+    if (!policy.ok()) return Fail(policy.status());
+    tuned.push_back({std::filesystem::path(path).filename().string(), std::move(*policy)});
+  }
+  if (tuned.empty()) return Fail(absl::InvalidArgumentError("--benchmark-policies is empty"));
+  const MixedWorkloadOptions& w = bench.workload;
+  if (w.max_batch < 1 || w.max_prefix < 0 || w.max_extend < 1 || w.max_batch_tokens < 1) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--bench-max-batch/prefix/extend/tokens: ", w.max_batch, "/", w.max_prefix, "/",
+        w.max_extend, "/", w.max_batch_tokens, " must be >= 1/0/1/1")));
+  }
+  limits.max_batch = std::max(limits.max_batch, w.max_batch);
+  limits.max_sum_prefix = int64_t{w.max_batch} * w.max_prefix;
+  limits.max_sum_extend =
+      std::max<int64_t>(std::min(int64_t{w.max_batch} * w.max_extend, w.max_batch_tokens), 1);
+  auto timer = PathTimer::Create(device, shape, limits);
+  if (!timer.ok()) return Fail(timer.status());
+  auto facts = (*timer)->MeasureDevice();
+  if (!facts.ok()) return Fail(facts.status());
+  auto r = RunPolicyBenchmark(
+      [&](const std::vector<SequenceShape>& batch) -> absl::StatusOr<TimedSample> {
+        auto pt = (*timer)->Time(batch);
+        if (!pt.ok()) return pt.status();
+        return TimedSample{ComputeBatchStats(batch).se, pt->mha_us, pt->mla_us};
+      },
+      tuned, bench);
+  if (!r.ok()) return Fail(r.status());
+  const std::string text =
+      absl::StrCat("policy benchmark on ", facts->name, ", shape ", shape.Key(), ", timer reps ",
+                   limits.reps, " (median) after ", limits.warmup, " warmup\n", r->table);
+  std::printf("%s", text.c_str());
+  if (!out_path.empty()) std::ofstream(out_path) << text;
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"mlaserve-tune: measure MHA/MLA prefill thresholds and device facts on this GPU"};
   AttentionShape shape{128, 128, 64, 128, 512, "bf16"};
   int device = 0;
   std::string out_dir = "profiles", prefix_edges = "0,256,1024,2048,4096,8192";
   std::string extend_edges = "0,512,1024,2048,4096,8192", batches = "1,2,3,4,5,6,7,8";
-  std::string validate_only, validate_out;
+  std::string validate_only, validate_out, validate_batches, bench_profiles, bench_out;
   TuneOptions t;
   ValidationOptions v;
   TimerLimits limits;
+  PolicyBenchOptions bench;
   bool validate = false, no_progress = false;
   app.add_option("--heads", shape.heads, "query heads per GPU (num_attention_heads / TP)");
   app.add_option("--qk-nope-dim", shape.qk_nope_head_dim);
@@ -76,9 +131,31 @@ int Main(int argc, char** argv) {
   app.add_option("--validate-samples", v.samples_per_family, "held-out batches per batch bucket");
   app.add_option("--validate-budget-s", v.budget_s, "stop validating after this many seconds");
   app.add_option("--validate-out", validate_out, "also write the validation table here");
+  app.add_option("--validate-batches", validate_batches,
+                 "validate only these batch buckets (default: all)");
+  app.add_option("--benchmark-policies", bench_profiles,
+                 "comma-separated profiles (same shape): time a mixed workload under always-MLA, "
+                 "SGLang's fixed rule and each profile's policy; no tuning");
+  app.add_option("--bench-batches", bench.batches, "mixed-workload batches to draw");
+  app.add_option("--bench-budget-s", bench.budget_s, "stop the benchmark after this long");
+  app.add_option("--bench-seed", bench.workload.seed);
+  app.add_option("--bench-max-batch", bench.workload.max_batch, "batch size 1..N");
+  app.add_option("--bench-max-prefix", bench.workload.max_prefix, "per-sequence prefix 0..N");
+  app.add_option("--bench-max-extend", bench.workload.max_extend, "per-sequence extend 1..N");
+  app.add_option("--bench-max-tokens", bench.workload.max_batch_tokens,
+                 "chunked-prefill token budget of a batch (Σextend)");
+  app.add_option("--bench-out", bench_out, "also write the benchmark table here");
   app.add_flag("--no-progress", no_progress);
   CLI11_PARSE(app, argc, argv);
-  t.progress = v.progress = !no_progress;
+  t.progress = v.progress = bench.progress = !no_progress;
+  if (!validate_batches.empty()) {
+    auto vb = ParseList("validate-batches", validate_batches);
+    if (!vb.ok()) return Fail(vb.status());
+    for (int64_t b : *vb) v.batch_buckets.push_back(static_cast<int>(b));
+  }
+  if (!bench_profiles.empty()) {
+    return BenchmarkMain(device, bench_profiles, bench, limits, bench_out);
+  }
 
   GpuProfile existing;
   if (!validate_only.empty()) {

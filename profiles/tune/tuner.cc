@@ -235,11 +235,21 @@ absl::StatusOr<ValidationReport> ValidateOnDevice(PathTimer& timer, const GpuPro
   std::map<std::tuple<int, int64_t, int64_t>, Acc> cells;  // by the batch's own cell
   ValidationReport report;
   std::mt19937_64 rng(o.seed);
-  ProgressBar bar("validation batches", t.max_batch * o.samples_per_family, o.progress);
+  std::vector<int> buckets = o.batch_buckets;
+  if (buckets.empty()) {
+    for (int b = 1; b <= t.max_batch; ++b) buckets.push_back(b);
+  }
+  for (int b : buckets) {
+    if (b < 1 || b > t.max_batch) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("validation batch bucket ", b, " is outside [1, ", t.max_batch, "]"));
+    }
+  }
+  ProgressBar bar("validation batches", int(buckets.size()) * o.samples_per_family, o.progress);
   const auto start = Clock::now();
   int done = 0;
   for (int i = 0; i < o.samples_per_family; ++i) {
-    for (int b = 1; b <= t.max_batch; ++b) {
+    for (int b : buckets) {
       if (o.budget_s > 0 && Seconds(start) > o.budget_s) break;
       const int pi = std::uniform_int_distribution<int>(0, int(t.prefix_edges.size()) - 1)(rng);
       const int ei = std::uniform_int_distribution<int>(0, int(t.extend_edges.size()) - 1)(rng);

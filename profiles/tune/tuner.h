@@ -29,6 +29,7 @@ absl::StatusOr<GpuProfile> TuneProfile(PathTimer& timer, const AttentionShape& s
 
 struct ValidationOptions {
   int samples_per_family = 500;  // held-out batches per batch bucket
+  std::vector<int> batch_buckets;  // the buckets validated; empty = 1..max_batch
   uint64_t seed = 1000003;       // distinct from tuning seeds
   double budget_s = 0;
   double tolerance = 0.03;       // a hit: the chosen path within 3% of the faster one

@@ -2,6 +2,7 @@
 // to stdout, errors to stderr.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@ int Info(const CtlContext& ctx);
 
 struct GenerateArgs {
   std::string prompt;
+  std::vector<int32_t> prompt_ids;  // sent as token_ids instead of text when not empty
   std::optional<int> max_new_tokens;
   std::optional<float> temperature;
   std::optional<float> top_p;

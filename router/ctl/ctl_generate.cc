@@ -23,7 +23,11 @@ const char* FinishLabel(v1::FinishReason reason) {
 int Generate(const CtlContext& ctx, const GenerateArgs& args) {
   v1::GenerateRequest req;
   req.set_request_id(args.request_id);
-  req.set_text(args.prompt);
+  if (args.prompt_ids.empty()) {
+    req.set_text(args.prompt);
+  } else {
+    req.mutable_token_ids()->mutable_ids()->Assign(args.prompt_ids.begin(), args.prompt_ids.end());
+  }
   v1::SamplingParams* s = req.mutable_sampling();
   if (args.max_new_tokens) s->set_max_new_tokens(*args.max_new_tokens);
   if (args.temperature) s->set_temperature(*args.temperature);

@@ -64,7 +64,12 @@ int Main(int argc, char** argv) {
 
   GenerateArgs gen;
   CLI::App* generate = app.add_subcommand("generate", "stream a completion for a prompt");
-  generate->add_option("--prompt", gen.prompt, "prompt text")->required();
+  CLI::Option* prompt_text = generate->add_option("--prompt", gen.prompt, "prompt text");
+  CLI::Option* prompt_ids =
+      generate->add_option("--prompt-ids", gen.prompt_ids,
+                           "prompt token ids, comma separated (models without a tokenizer)")
+          ->delimiter(',');
+  prompt_text->excludes(prompt_ids);
   generate->add_option("--max-new-tokens", gen.max_new_tokens, "at most this many new tokens");
   generate->add_option("--temperature", gen.temperature, "0 = greedy (default 1)");
   generate->add_option("--top-p", gen.top_p, "nucleus sampling mass in (0, 1]");
@@ -77,6 +82,9 @@ int Main(int argc, char** argv) {
   generate->add_option("--request-id", gen.request_id, "request id (for Abort)");
   bool is_generate = false;
   generate->callback([&] {
+    if (prompt_text->count() == 0 && prompt_ids->count() == 0) {
+      throw CLI::RequiredError("--prompt or --prompt-ids");
+    }
     is_generate = true;
     run = [&](const CtlContext& c) { return Generate(c, gen); };
   });

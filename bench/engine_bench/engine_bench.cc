@@ -1,0 +1,250 @@
+// mlaserve-engine-bench: end-to-end speed of the DeepSeek engine on one GPU.
+//
+// Drives model::DeepseekEngine (the model::Engine the workers use) directly, without RPCs:
+//   prefill  one sequence of --prefill-lens tokens (random ids) per Forward, no cached prefix
+//            (the MHA form, as the prefill worker runs a fresh prompt); median of --runs runs.
+//   decode   --decode-batches sequences, each first prefilled to --decode-context tokens, then
+//            one token per sequence per Forward (the decode worker's step), with CUDA graphs as
+//            the engine uses them (the first step of a batch/width bucket is captured, later
+//            steps replay), median over --decode-steps timed steps; the same batch is timed
+//            eagerly too (--eager-steps) to show what the graphs save.
+// Times are host wall time of Forward, so they include the plan upload and the logits copy
+// back (one f32 row of the vocabulary per sequence), as in serving. Decode feeds random ids
+// instead of sampled ones, so host sampling is not timed.
+// Memory: device memory in use (cudaMemGetInfo) before Create, after Create and at the end.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "CLI/CLI.hpp"
+#include "model/deepseek_model.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using mlaserve::model::AttentionPath;
+using mlaserve::model::DeepseekEngine;
+using mlaserve::model::SequenceChunk;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double UsedGiB() {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return -1;
+  return static_cast<double>(total_b - free_b) / (1ull << 30);
+}
+
+[[noreturn]] void Die(const char* what, const absl::Status& s) {
+  std::fprintf(stderr, "mlaserve-engine-bench: %s: %s\n", what, s.ToString().c_str());
+  std::exit(1);
+}
+
+int Pages(int tokens) { return (tokens + 63) / 64; }
+
+class Bench {
+ public:
+  Bench(DeepseekEngine& e, uint64_t seed) : e_(e), rng_(seed), ids_(0, e.config().vocab_size - 1) {}
+
+  std::vector<int32_t> RandomIds(int n) {
+    std::vector<int32_t> v(n);
+    for (auto& id : v) id = ids_(rng_);
+    return v;
+  }
+
+  // One sequence of `len` tokens in one Forward; returns the wall time in ms.
+  double PrefillOnce(int len) {
+    auto pages = e_.kv_pool().Allocate(Pages(len));
+    if (!pages.ok()) Die("allocate", pages.status());
+    const std::vector<int32_t> prompt = RandomIds(len);
+    SequenceChunk c{prompt, 0, *pages, true};
+    const auto start = Clock::now();
+    auto r = e_.Forward({&c, 1});
+    const double ms = Ms(Clock::now() - start);
+    if (!r.ok()) Die("prefill", r.status());
+    e_.kv_pool().Free(*pages);
+    return ms;
+  }
+
+  struct DecodeTimes {
+    std::vector<double> graph_ms, eager_ms;
+  };
+
+  // `batch` sequences prefilled to `context` tokens (packed into Forwards of at most
+  // max_tokens), then `warm` untimed steps, `steps` timed steps with graphs and `eager` timed
+  // steps without.
+  DecodeTimes Decode(int batch, int context, int warm, int steps, int eager, int max_tokens) {
+    const int total = context + warm + steps + eager;
+    std::vector<std::vector<int32_t>> pages(batch), seqs(batch);
+    for (int b = 0; b < batch; ++b) {
+      auto p = e_.kv_pool().Allocate(Pages(total));
+      if (!p.ok()) Die("allocate", p.status());
+      pages[b] = std::move(*p);
+      seqs[b] = RandomIds(context);
+    }
+    const int per_fwd = std::max(1, max_tokens / context);
+    for (int b0 = 0; b0 < batch; b0 += per_fwd) {
+      std::vector<SequenceChunk> chunks;
+      for (int b = b0; b < std::min(batch, b0 + per_fwd); ++b) {
+        chunks.push_back({seqs[b], 0, pages[b], false});
+      }
+      auto r = e_.Forward(chunks);
+      if (!r.ok()) Die("decode setup prefill", r.status());
+    }
+    DecodeTimes t;
+    auto step = [&](std::vector<double>* out) {
+      std::vector<int32_t> next = RandomIds(batch);
+      std::vector<SequenceChunk> chunks(batch);
+      for (int b = 0; b < batch; ++b) {
+        seqs[b].push_back(next[b]);
+        chunks[b] = {std::span<const int32_t>(&seqs[b].back(), 1),
+                     static_cast<int>(seqs[b].size()) - 1, pages[b], true};
+      }
+      const auto start = Clock::now();
+      auto r = e_.Forward(chunks);
+      const double ms = Ms(Clock::now() - start);
+      if (!r.ok()) Die("decode", r.status());
+      if (out) out->push_back(ms);
+    };
+    e_.set_decode_graphs(true);
+    for (int s = 0; s < warm; ++s) step(nullptr);
+    for (int s = 0; s < steps; ++s) step(&t.graph_ms);
+    e_.set_decode_graphs(false);
+    if (eager > 0) step(nullptr);
+    for (int s = 0; s < eager; ++s) step(&t.eager_ms);
+    e_.set_decode_graphs(true);
+    for (auto& p : pages) e_.kv_pool().Free(p);
+    return t;
+  }
+
+ private:
+  DeepseekEngine& e_;
+  std::mt19937_64 rng_;
+  std::uniform_int_distribution<int32_t> ids_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model, output_json;
+  std::vector<int> prefill_lens = {1024, 4096}, batches = {1, 32, 128};
+  int runs = 5, context = 1024, warm = 3, steps = 32, eager_steps = 8, device = 0;
+  int max_batch_tokens = 8192, num_pages = 0;
+  uint64_t seed = 1;
+  CLI::App app{"mlaserve-engine-bench: prefill and decode speed of the engine on one GPU"};
+  app.add_option("--model", model, "model directory")->required();
+  app.add_option("--prefill-lens", prefill_lens, "prompt lengths timed")->capture_default_str();
+  app.add_option("--decode-batches", batches, "decode batch sizes")->capture_default_str();
+  app.add_option("--decode-context", context, "tokens in each sequence before decode")
+      ->capture_default_str();
+  app.add_option("--runs", runs, "prefill repetitions (median)")->capture_default_str();
+  app.add_option("--decode-steps", steps, "timed decode steps with graphs (median)")
+      ->capture_default_str();
+  app.add_option("--eager-steps", eager_steps, "timed decode steps without graphs (0 = skip)")
+      ->capture_default_str();
+  app.add_option("--warmup-steps", warm, "untimed decode steps first (capture)")->capture_default_str();
+  app.add_option("--max-batch-tokens", max_batch_tokens, "engine workspace planning")
+      ->capture_default_str();
+  app.add_option("--num-kv-pages", num_pages, "KV pool pages (0 = what the runs need)");
+  app.add_option("--device", device, "CUDA device")->capture_default_str();
+  app.add_option("--seed", seed, "token id seed")->capture_default_str();
+  app.add_option("--output-json", output_json, "write the results as JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  const int max_prefill = *std::max_element(prefill_lens.begin(), prefill_lens.end());
+  if (max_prefill > max_batch_tokens) {
+    std::fprintf(stderr, "--prefill-lens %d exceeds --max-batch-tokens %d\n", max_prefill,
+                 max_batch_tokens);
+    return 2;
+  }
+  if (num_pages == 0) {
+    num_pages = std::max(max_batch * Pages(context + warm + steps + eager_steps + 1),
+                         Pages(max_prefill)) + 8;
+  }
+  if (cudaSetDevice(device) != cudaSuccess) {
+    std::fprintf(stderr, "no CUDA device %d\n", device);
+    return 1;
+  }
+  cudaFree(nullptr);  // create the context, so "before" counts it
+  const double used_before = UsedGiB();
+  mlaserve::model::EngineOptions o;
+  o.model_dir = model;
+  o.backend = mlaserve::kernels::Backend::kCuda;
+  o.device = device;
+  o.num_kv_pages = num_pages;
+  o.max_batch_tokens = max_batch_tokens;
+  o.max_batch_seqs = std::max(max_batch, 1);
+  const auto load_start = Clock::now();
+  auto engine = DeepseekEngine::Create(o);
+  if (!engine.ok()) Die("create", engine.status());
+  const double load_s = Ms(Clock::now() - load_start) / 1000;
+  const double used_loaded = UsedGiB();
+  DeepseekEngine& e = **engine;
+  const auto& cfg = e.config();
+  const double kv_gib = static_cast<double>(e.kv_pool().layer_page_bytes()) *
+                        cfg.num_hidden_layers * num_pages / (1ull << 30);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, device);
+
+  nlohmann::json out;
+  out["gpu"] = prop.name;
+  out["model"] = model;
+  out["layers"] = cfg.num_hidden_layers;
+  out["hidden"] = cfg.hidden_size;
+  out["load_s"] = load_s;
+  Bench bench(e, seed);
+
+  std::printf("mlaserve-engine-bench: %s, %s (%d layers, hidden %d), load %.1f s\n", prop.name,
+              model.c_str(), cfg.num_hidden_layers, cfg.hidden_size, load_s);
+  std::printf("\n| phase | batch | tokens/step | median ms | tokens/s |\n");
+  std::printf("|---|---:|---:|---:|---:|\n");
+  for (int len : prefill_lens) {
+    bench.PrefillOnce(len);  // warm-up: cuBLAS heuristics, first-touch of workspaces
+    std::vector<double> ms;
+    for (int r = 0; r < runs; ++r) ms.push_back(bench.PrefillOnce(len));
+    const double m = Median(ms);
+    std::printf("| prefill %d | 1 | %d | %.2f | %.0f |\n", len, len, m, 1000.0 * len / m);
+    out["prefill"].push_back({{"prompt_len", len}, {"median_ms", m}, {"runs_ms", ms},
+                              {"tokens_per_s", 1000.0 * len / m}});
+  }
+  for (int b : batches) {
+    const Bench::DecodeTimes t = bench.Decode(b, context, warm, steps, eager_steps, max_batch_tokens);
+    const double g = Median(t.graph_ms), ea = Median(t.eager_ms);
+    std::printf("| decode (graphs), ctx %d | %d | %d | %.3f | %.0f |\n", context, b, b, g,
+                1000.0 * b / g);
+    if (!t.eager_ms.empty()) {
+      std::printf("| decode (eager), ctx %d | %d | %d | %.3f | %.0f |\n", context, b, b, ea,
+                  1000.0 * b / ea);
+    }
+    out["decode"].push_back({{"batch", b}, {"context", context}, {"graph_median_ms", g},
+                             {"graph_tokens_per_s", 1000.0 * b / g}, {"eager_median_ms", ea},
+                             {"eager_tokens_per_s", ea > 0 ? 1000.0 * b / ea : 0.0},
+                             {"graph_steps_ms", t.graph_ms}});
+  }
+  const double used_end = UsedGiB();
+  std::printf("\ndevice memory in use: %.2f GiB before Create (context), %.2f GiB after Create "
+              "(weights + KV pool of %d pages = %.2f GiB + workspaces), %.2f GiB at the end; "
+              "decode graphs captured %d, replays %lld\n",
+              used_before, used_loaded, num_pages, kv_gib, used_end, e.decode_graphs_captured(),
+              static_cast<long long>(e.decode_graph_replays()));
+  out["memory_gib"] = {{"before_create", used_before}, {"after_create", used_loaded},
+                       {"end", used_end}, {"kv_pool", kv_gib}, {"kv_pages", num_pages}};
+  out["graphs_captured"] = e.decode_graphs_captured();
+  if (!output_json.empty()) std::ofstream(output_json) << out.dump(1) << "\n";
+  return 0;
+}

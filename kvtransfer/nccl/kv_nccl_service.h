@@ -1,0 +1,78 @@
+// KvNcclServiceImpl: the receiving (decode) side of the `nccl` KV transport, served next to
+// KvServiceImpl (which keeps AbortSession for both transports). It feeds KvReceiver sessions
+// through the receiver's direct-write hook (AcquireDirect / MarkLayersLanded).
+//
+// Connect(session, sender layout, pair id, plan digest): opens the receiver session (layout
+// checks as for tcp), derives the TransferPlan from the session (layers, transfer pages, layer
+// page bytes, the sender's max_message_pages), refuses a different digest
+// (FAILED_PRECONDITION), answers the pair's current communicator id, and queues the session on
+// the pair's receive thread. Sessions of a pair are received one after another in Connect
+// order, the order the sender puts them on the wire.
+// The receive thread joins/reuses the communicator (rank 1), runs ReceivePlan into the
+// session's pinned pages, then marks all layers landed; on any failure it invalidates the
+// pair (the next Connect answers a fresh id, so both sides rebuild) and fails the session. The
+// pin is dropped only after the receive returned and the page io drained, so a page is never
+// back in the pool while a device write into it may still land.
+// Finish(session, completion): answered once the receive ended: the receiver's Complete
+// verdict (byte totals and page coverage checked as for tcp).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "kvtransfer/nccl/communicator.h"
+#include "kvtransfer/nccl/nccl_transport.h"
+#include "kvtransfer/receiver.h"
+#include "mlaserve/v1/kv.grpc.pb.h"
+
+namespace mlaserve::kvtransfer::nccl {
+
+struct KvNcclServiceOptions {
+  CommunicatorFactory comm_factory;
+  CommIdFactory id_factory;
+  PageIoFactory page_io_factory = HostPageIoFactory();
+  absl::Duration connect_timeout = absl::Seconds(30);  // joining a communicator
+  absl::Duration no_progress_timeout = absl::Seconds(30);
+};
+
+class KvNcclServiceImpl final : public mlaserve::v1::KvNcclService::CallbackService {
+ public:
+  // `receiver` and its pool must outlive the service.
+  KvNcclServiceImpl(KvReceiver* receiver, model::KvPool* pool, KvNcclServiceOptions options);
+  ~KvNcclServiceImpl() override;  // fails queued sessions, joins the receive threads
+
+  grpc::ServerUnaryReactor* Connect(grpc::CallbackServerContext* context,
+                                    const mlaserve::v1::KvNcclConnectRequest* request,
+                                    mlaserve::v1::KvNcclConnectResponse* response) override;
+  grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
+                                   const mlaserve::v1::KvNcclFinishRequest* request,
+                                   mlaserve::v1::KvPushResult* response) override;
+
+  int communicators_built() const;
+  // Waits until `n` receives ended in all (pins dropped, pages of failed sessions freed).
+  bool AwaitReceivesEnded(int64_t n, absl::Duration timeout) const;
+
+  struct Pair;  // kv_nccl_service.cc
+  struct Job;
+
+ private:
+  std::shared_ptr<Pair> PairFor(const std::string& pair_id);
+  void RunJob(Pair& pair, const std::shared_ptr<Job>& job);
+  void Answer(const std::shared_ptr<Job>& job);  // answers a waiting Finish, if both are ready
+
+  KvReceiver* const receiver_;
+  model::KvPool* const pool_;
+  const KvNcclServiceOptions options_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Pair>> pairs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);  // by session id
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t receives_ended_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace mlaserve::kvtransfer::nccl

@@ -1,0 +1,213 @@
+// The nccl KvTransport adapter on two GPUs in one process: NcclKvTransport (pool on device 0)
+// -> loopback gRPC KvNcclServiceImpl -> KvReceiver (pool on device 1), real NCCL communicators
+// and CudaPageIo. Bytes received == bytes sent (CRC per layer page); a sender that dies
+// mid-transfer leaves the decode side with every page free within its deadline, and the pair
+// rebuilds for the next session. Label gpu; skipped with fewer than two GPUs.
+#include <cuda_runtime_api.h>
+
+#include <optional>
+#include <random>
+
+#include "absl/synchronization/notification.h"
+#include "common/server.h"
+#include "gtest/gtest.h"
+#include "kvtransfer/checksum.h"
+#include "kvtransfer/kv_service.h"
+#include "kvtransfer/layout.h"
+#include "kvtransfer/nccl/cuda_page_io.h"
+#include "kvtransfer/nccl/gpu_pair.h"
+#include "kvtransfer/nccl/kv_nccl_service.h"
+#include "kvtransfer/nccl/nccl_communicator.h"
+#include "kvtransfer/nccl/nccl_transport.h"
+
+namespace mlaserve::kvtransfer::nccl {
+namespace {
+
+model::KvPoolOptions Options() {
+  model::KvPoolOptions o;
+  o.backend = kernels::Backend::kCuda;
+  o.dtype = kernels::DType::kBF16;
+  o.num_layers = 6;
+  o.num_pages = 128;
+  o.latent_dim = 576;  // DeepSeek's 73,728-byte latent page
+  o.index_dim = 0;
+  return o;
+}
+
+struct Probe {
+  absl::Notification done;
+  std::optional<absl::StatusOr<KvReceivedKv>> result;
+  KvReceiver::DoneFn fn() {
+    return [this](absl::StatusOr<KvReceivedKv> r) {
+      result = std::move(r);
+      done.Notify();
+    };
+  }
+};
+
+class NcclAdapterGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (gpu_testing::DeviceCount() < 2) GTEST_SKIP() << "needs two GPUs";
+    cudaSetDevice(0);
+    src_ = std::move(*model::KvPool::Create(Options()));
+    cudaSetDevice(1);
+    dst_ = std::move(*model::KvPool::Create(Options()));
+    layout_.model_type = "deepseek_v2";
+    layout_.model_fingerprint = 7;
+    layout_.num_layers = Options().num_layers;
+    layout_.latent_dim = Options().latent_dim;
+    layout_.index_dim = 0;
+    layout_.dtype = Options().dtype;
+    receiver_ = std::make_unique<KvReceiver>(dst_.get(), layout_,
+                                             KvReceiverOptions{absl::Seconds(3)});
+    kv_service_ = std::make_unique<KvServiceImpl>(receiver_.get());
+    KvNcclServiceOptions no;
+    no.comm_factory = NcclCommunicatorFactory(1, absl::Seconds(3));
+    no.id_factory = NewNcclCommId;
+    no.page_io_factory = CudaPageIoFactory(1);
+    no.no_progress_timeout = absl::Seconds(3);
+    no.connect_timeout = absl::Seconds(20);
+    nccl_service_ = std::make_unique<KvNcclServiceImpl>(receiver_.get(), dst_.get(), no);
+    common::ServerOptions so;
+    so.listen = "127.0.0.1:0";
+    server_ = std::make_unique<common::ServerRunner>(so);
+    server_->AddService(kv_service_.get());
+    server_->AddService(nccl_service_.get());
+    ASSERT_TRUE(server_->Start().ok());
+    NcclTransportOptions to;
+    to.pair_id = "gpu0";
+    to.comm_factory = NcclCommunicatorFactory(0, absl::Seconds(3));
+    to.page_io_factory = CudaPageIoFactory(0);
+    to.connect_timeout = absl::Seconds(20);
+    transport_ = std::make_unique<NcclKvTransport>(src_.get(), to);
+  }
+  void TearDown() override {
+    transport_.reset();
+    if (server_ != nullptr) {
+      server_->RequestShutdown();
+      server_->WaitForShutdown();
+    }
+    nccl_service_.reset();
+    receiver_.reset();
+  }
+  KvSenderOptions SenderOptions() {
+    KvSenderOptions so;
+    so.no_progress_timeout = absl::Seconds(3);
+    return so;
+  }
+  std::vector<uint32_t> Fill(const std::vector<int32_t>& pages) {
+    std::vector<uint32_t> crcs;
+    for (int l = 0; l < layout_.num_layers; ++l) {
+      for (int32_t p : pages) {
+        std::string b(src_->layer_page_bytes(), '\0');
+        for (auto& c : b) c = static_cast<char>(rng_() & 0xff);
+        EXPECT_TRUE(src_->WritePage(l, p, b.data()).ok());
+        crcs.push_back(Crc32(b));
+      }
+    }
+    return crcs;
+  }
+  std::vector<uint32_t> Crcs(const std::vector<int32_t>& pages) {
+    std::vector<uint32_t> crcs;
+    for (int l = 0; l < layout_.num_layers; ++l) {
+      for (int32_t p : pages) {
+        std::string b(dst_->layer_page_bytes(), '\0');
+        EXPECT_TRUE(dst_->ReadPage(l, p, b.data()).ok());
+        crcs.push_back(Crc32(b));
+      }
+    }
+    return crcs;
+  }
+  // One complete session of n pages; returns the sender's verdict.
+  absl::Status Transfer(const std::string& id, int n, bool* identical) {
+    std::mt19937 shuffle(rng_());
+    const std::vector<int32_t> src = gpu_testing::ShuffledPages(*src_, n, shuffle);
+    const std::vector<int32_t> dst = gpu_testing::ShuffledPages(*dst_, n, shuffle);
+    const auto want = Fill(src);
+    Probe probe;
+    EXPECT_TRUE(receiver_->CreateSession(id, dst, n, absl::Now() + absl::Seconds(30),
+                                         probe.fn()).ok());
+    auto sender = transport_->Open({id, server_->bound_address(), "nccl", n,
+                                    layout_.CompatHash()}, layout_, SenderOptions());
+    if (!sender.ok()) return sender.status();
+    for (int l = 0; l < layout_.num_layers; ++l) {
+      if (auto s = (*sender)->SendLayer(l, src); !s.ok()) return s;
+    }
+    absl::Notification done;
+    absl::Status verdict;
+    (*sender)->Complete(KvCompletion{3, layout_.num_layers, n, 0}, [&](absl::Status s) {
+      verdict = s;
+      done.Notify();
+    });
+    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    EXPECT_TRUE(probe.done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    if (verdict.ok()) {
+      EXPECT_TRUE(probe.result->ok()) << probe.result->status();
+      EXPECT_EQ((*probe.result)->bytes, (*sender)->bytes_sent());
+      EXPECT_EQ((*sender)->bytes_sent(),
+                int64_t{n} * layout_.num_layers * static_cast<int64_t>(src_->layer_page_bytes()));
+      *identical = Crcs(dst) == want;
+      dst_->Free(dst);
+    }
+    src_->Free(src);
+    return verdict;
+  }
+
+  std::unique_ptr<model::KvPool> src_, dst_;
+  KvLayout layout_;
+  std::unique_ptr<KvReceiver> receiver_;
+  std::unique_ptr<KvServiceImpl> kv_service_;
+  std::unique_ptr<KvNcclServiceImpl> nccl_service_;
+  std::unique_ptr<common::ServerRunner> server_;
+  std::unique_ptr<NcclKvTransport> transport_;
+  std::mt19937 rng_{std::random_device{}()};
+};
+
+TEST_F(NcclAdapterGpuTest, PagesLandByteIdenticalAndThePairIsReused) {
+  for (int i = 0; i < 3; ++i) {
+    bool identical = false;
+    const absl::Status s = Transfer("ok" + std::to_string(i), 40 + i, &identical);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_TRUE(identical) << "session " << i;
+  }
+  EXPECT_EQ(transport_->communicators_built(), 1);
+  EXPECT_EQ(nccl_service_->communicators_built(), 1);
+}
+
+TEST_F(NcclAdapterGpuTest, SenderGoneMidTransferFreesDecodePagesThenPairRebuilds) {
+  const int dst_free = dst_->free_pages();
+  std::mt19937 shuffle(rng_());
+  const std::vector<int32_t> src = gpu_testing::ShuffledPages(*src_, 16, shuffle);
+  Fill(src);
+  Probe probe;
+  ASSERT_TRUE(receiver_->CreateSession("gone", *dst_->Allocate(16), 16,
+                                       absl::Now() + absl::Seconds(30), probe.fn()).ok());
+  {
+    auto sender = transport_->Open({"gone", server_->bound_address(), "nccl", 16,
+                                    layout_.CompatHash()}, layout_, SenderOptions());
+    ASSERT_TRUE(sender.ok());
+    ASSERT_TRUE((*sender)->SendLayer(0, src).ok());
+    ASSERT_TRUE((*sender)->SendLayer(1, src).ok());
+    // Die only once bytes are on the wire (the decode side has joined and is receiving).
+    const absl::Time until = absl::Now() + absl::Seconds(20);
+    while ((*sender)->bytes_sent() == 0 && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_GT((*sender)->bytes_sent(), 0);
+    (*sender)->Abort(absl::AbortedError("prefill worker killed"));
+  }  // the sender is gone after two of six layers
+  ASSERT_TRUE(probe.done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_FALSE(probe.result->ok());
+  ASSERT_TRUE(nccl_service_->AwaitReceivesEnded(1, absl::Seconds(20)));
+  EXPECT_EQ(dst_->free_pages(), dst_free);
+  src_->Free(src);
+  bool identical = false;
+  const absl::Status s = Transfer("after", 24, &identical);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(identical);
+  EXPECT_EQ(nccl_service_->communicators_built(), 2);  // rebuilt
+}
+
+}  // namespace
+}  // namespace mlaserve::kvtransfer::nccl

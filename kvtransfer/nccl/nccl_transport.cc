@@ -1,0 +1,372 @@
+#include "kvtransfer/nccl/nccl_transport.h"
+
+#include <atomic>
+#include <deque>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/status.h"
+#include "kvtransfer/nccl/pair_transfer.h"
+#include "kvtransfer/nccl/schedule.h"
+#include "kvtransfer/proto_convert.h"
+#include "mlaserve/v1/kv.grpc.pb.h"
+#include "spdlog/spdlog.h"
+
+namespace mlaserve::kvtransfer::nccl {
+
+namespace v1 = ::mlaserve::v1;
+using common::FromGrpcStatus;
+
+PageIoFactory HostPageIoFactory() {
+  return [](model::KvPool* pool, Communicator*,
+            size_t slot_bytes) -> absl::StatusOr<std::unique_ptr<PageIo>> {
+    return std::unique_ptr<PageIo>(new HostPageIo(pool, 2, slot_bytes));
+  };
+}
+
+struct NcclKvTransport::Session {
+  Session(const KvSessionRef& r, const KvLayout& l, const KvSenderOptions& o, TransferPlan p)
+      : ref(r), layout(l), options(o), plan(std::move(p)) {}
+  const KvSessionRef ref;
+  const KvLayout layout;
+  const KvSenderOptions options;
+  const TransferPlan plan;
+  std::atomic<int64_t> bytes{0};
+
+  absl::Mutex mu;
+  std::vector<int32_t> pages ABSL_GUARDED_BY(mu);
+  int layers_ready ABSL_GUARDED_BY(mu) = 0;
+  std::vector<std::shared_ptr<void>> fences ABSL_GUARDED_BY(mu);  // per ready layer, or null
+  bool complete_requested ABSL_GUARDED_BY(mu) = false;
+  KvCompletion completion ABSL_GUARDED_BY(mu);
+  std::function<void(absl::Status)> done ABSL_GUARDED_BY(mu);
+  absl::Status abort_reason ABSL_GUARDED_BY(mu);  // non-OK once aborted
+  absl::Status status ABSL_GUARDED_BY(mu);        // sticky failure / final verdict
+  bool ended ABSL_GUARDED_BY(mu) = false;         // the pair thread is done with it
+};
+
+struct NcclKvTransport::Pair {
+  Pair(std::string ep, CommunicatorFactory factory)
+      : endpoint(std::move(ep)), link(/*rank=*/0, std::move(factory)) {}
+  const std::string endpoint;
+  std::unique_ptr<v1::KvNcclService::Stub> nccl;
+  std::unique_ptr<v1::KvService::Stub> kv;
+  PairLink link;
+  // Touched by the pair thread only: the staging io of the current communicator.
+  std::unique_ptr<PageIo> io;
+  int io_generation = -1;
+  size_t io_slot_bytes = 0;
+
+  absl::Mutex mu;
+  std::deque<std::shared_ptr<Session>> queue ABSL_GUARDED_BY(mu);
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  std::thread thread;
+};
+
+namespace {
+
+using SessionPtr = std::shared_ptr<NcclKvTransport::Session>;
+
+class NcclSender final : public KvSender {
+ public:
+  NcclSender(SessionPtr s, LayerFenceFactory fence) : s_(std::move(s)), fence_(std::move(fence)) {}
+  ~NcclSender() override {
+    bool completing;
+    {
+      absl::MutexLock l(&s_->mu);
+      completing = s_->complete_requested;
+    }
+    if (!completing) Abort(absl::CancelledError("KV sender dropped before completing"));
+  }
+
+  bool direct() const override { return true; }
+
+  absl::Status SendPage(int, int, std::string) override {
+    return absl::FailedPreconditionError(
+        "the nccl KV transport moves pages device to device; use SendLayer");
+  }
+
+  absl::Status SendLayer(int layer, std::span<const int32_t> local_pages) override {
+    absl::MutexLock l(&s_->mu);
+    if (!s_->status.ok()) return s_->status;
+    if (!s_->abort_reason.ok()) return s_->abort_reason;
+    if (layer != s_->layers_ready) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "nccl sender of session ", s_->ref.session_id, ": layer ", layer,
+          " out of order (expected ", s_->layers_ready, ")"));
+    }
+    std::shared_ptr<void> fence;
+    if (fence_ != nullptr) {
+      absl::StatusOr<std::shared_ptr<void>> f = fence_();
+      if (!f.ok()) return s_->abort_reason = f.status();
+      fence = std::move(*f);
+    }
+    if (layer == 0) s_->pages.assign(local_pages.begin(), local_pages.end());
+    s_->fences.push_back(std::move(fence));
+    ++s_->layers_ready;
+    return absl::OkStatus();
+  }
+
+  void Complete(const KvCompletion& completion, std::function<void(absl::Status)> done) override {
+    absl::Status verdict;
+    {
+      absl::MutexLock l(&s_->mu);
+      if (s_->complete_requested) {
+        verdict = absl::FailedPreconditionError("KV sender completed twice");
+      } else {
+        s_->complete_requested = true;
+        s_->completion = completion;
+        if (!s_->ended) {
+          s_->done = std::move(done);
+          return;
+        }
+        verdict = s_->status;
+      }
+    }
+    done(verdict);
+  }
+
+  void Abort(const absl::Status& reason) override {
+    absl::MutexLock l(&s_->mu);
+    if (s_->abort_reason.ok()) {
+      s_->abort_reason = reason.ok() ? absl::CancelledError("KV send aborted") : reason;
+    }
+  }
+
+  absl::Status status() const override {
+    absl::MutexLock l(&s_->mu);
+    return !s_->status.ok() ? s_->status : s_->abort_reason;
+  }
+  int64_t bytes_sent() const override { return s_->bytes.load(); }
+
+ private:
+  SessionPtr s_;
+  const LayerFenceFactory fence_;
+};
+
+// Waits until layer `layer` is ready, or Complete / Abort came. Returns the abort reason, OK
+// with *ready false when Complete came first, or OK with *ready true.
+absl::Status AwaitLayer(NcclKvTransport::Session& s, int layer, bool* ready) {
+  absl::MutexLock l(&s.mu);
+  auto cond = [&s, layer]() ABSL_SHARED_LOCKS_REQUIRED(s.mu) {
+    return s.layers_ready > layer || s.complete_requested || !s.abort_reason.ok();
+  };
+  s.mu.Await(absl::Condition(&cond));
+  if (!s.abort_reason.ok()) return s.abort_reason;
+  *ready = s.layers_ready > layer;
+  return absl::OkStatus();
+}
+
+// One session on the pair thread; returns its verdict.
+absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s, model::KvPool* pool,
+                   const NcclTransportOptions& o) {
+  const std::string& id = s.ref.session_id;
+  bool ready = false;
+  RETURN_IF_ERROR(AwaitLayer(s, 0, &ready));
+  std::vector<int32_t> pages;
+  {
+    absl::MutexLock l(&s.mu);
+    pages = s.pages;
+  }
+  v1::KvNcclConnectRequest req;
+  req.set_session_id(id);
+  *req.mutable_layout() = ToProto(s.layout);
+  req.set_sender(s.options.sender_name);
+  req.set_pair_id(o.pair_id);
+  req.set_max_message_pages(o.max_message_pages);
+  req.set_plan_digest(s.plan.digest());
+  req.set_host(o.host);
+  v1::KvNcclConnectResponse resp;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + o.connect_timeout));
+    grpc::Status gs = p.nccl->Connect(&ctx, req, &resp);
+    if (!gs.ok()) {
+      absl::Status st = FromGrpcStatus(gs);
+      return absl::Status(st.code(), absl::StrCat("nccl Connect of session ", id, " to ",
+                                                  p.endpoint, ": ", st.message()));
+    }
+  }
+  if (resp.plan_digest() != s.plan.digest()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "nccl session ", id, ": the receiver's plan digest ", absl::Hex(resp.plan_digest()),
+        " differs from ours ", absl::Hex(s.plan.digest())));
+  }
+  ASSIGN_OR_RETURN(Communicator * comm,
+                   p.link.Get(resp.comm_id(), absl::Now() + o.connect_timeout));
+  const size_t slot_bytes = static_cast<size_t>(s.plan.max_step_bytes());
+  const int generation = p.link.communicators_built();
+  if (p.io == nullptr || p.io_generation != generation || p.io_slot_bytes < slot_bytes) {
+    p.io.reset();
+    ASSIGN_OR_RETURN(p.io, o.page_io_factory(pool, comm, slot_bytes));
+    p.io_generation = generation;
+    p.io_slot_bytes = slot_bytes;
+  }
+  const absl::Duration no_progress = s.options.no_progress_timeout;
+  PlanSender ps(comm, p.io.get(), &s.plan, std::move(pages), no_progress);
+  RETURN_IF_ERROR(ps.Begin());
+  for (int layer = 0; layer < s.plan.params().num_layers; ++layer) {
+    if (absl::Status a = AwaitLayer(s, layer, &ready); !a.ok()) {
+      ps.Abort(a);
+      return a;
+    }
+    if (!ready) break;  // completed early: Finish names the missing layers
+    std::shared_ptr<void> fence;
+    {
+      absl::MutexLock l(&s.mu);
+      fence = std::move(s.fences[layer]);
+    }
+    if (fence != nullptr) RETURN_IF_ERROR(p.io->WaitFence(fence.get()));
+    RETURN_IF_ERROR(ps.SendLayer(layer));
+    s.bytes.store(ps.bytes_enqueued());
+  }
+  KvCompletion completion;
+  {
+    absl::MutexLock l(&s.mu);
+    auto cond = [&s]() ABSL_SHARED_LOCKS_REQUIRED(s.mu) {
+      return s.complete_requested || !s.abort_reason.ok();
+    };
+    s.mu.Await(absl::Condition(&cond));
+    if (!s.abort_reason.ok()) {
+      ps.Abort(s.abort_reason);
+      return s.abort_reason;
+    }
+    completion = s.completion;
+  }
+  ASSIGN_OR_RETURN(int64_t bytes, ps.Finish());
+  v1::KvNcclFinishRequest fin;
+  fin.set_session_id(id);
+  auto* c = fin.mutable_complete();
+  c->set_first_token(completion.first_token);
+  c->set_num_layers(completion.num_layers);
+  c->set_num_pages(completion.num_pages);
+  c->set_total_bytes(bytes);
+  v1::KvPushResult result;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + no_progress));
+  if (grpc::Status gs = p.nccl->Finish(&ctx, fin, &result); !gs.ok()) {
+    return FromGrpcStatus(gs);
+  }
+  if (result.bytes_received() != bytes) {
+    return absl::DataLossError(absl::StrCat("nccl session ", id, ": sent ", bytes,
+                                            " bytes; the receiver counted ",
+                                            result.bytes_received()));
+  }
+  return absl::OkStatus();
+}
+
+void PairLoop(NcclKvTransport::Pair* p, model::KvPool* pool, const NcclTransportOptions* o) {
+  while (true) {
+    SessionPtr s;
+    {
+      absl::MutexLock l(&p->mu);
+      auto cond = [p]() ABSL_SHARED_LOCKS_REQUIRED(p->mu) {
+        return p->stopping || !p->queue.empty();
+      };
+      p->mu.Await(absl::Condition(&cond));
+      if (p->queue.empty()) return;
+      s = p->queue.front();
+    }
+    absl::Status verdict = Drive(*p, *s, pool, *o);
+    if (!verdict.ok()) {
+      spdlog::warn("nccl KV session {} to {} failed: {}", s->ref.session_id, p->endpoint,
+                   verdict.ToString());
+      // NCCL cannot resynchronise a pair whose send/recv sequence diverged: rebuild it.
+      p->link.Invalidate();
+      p->io.reset();
+      // Tell the decode worker at once (its pages are freed now, not at its deadline).
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      v1::KvAbortSessionRequest req;
+      req.set_session_id(s->ref.session_id);
+      req.set_reason(std::string(verdict.message()));
+      v1::KvAbortSessionResponse resp;
+      (void)p->kv->AbortSession(&ctx, req, &resp);  // NOT_FOUND when it already ended
+    }
+    std::function<void(absl::Status)> done;
+    {
+      absl::MutexLock l(&s->mu);
+      s->status = verdict;
+      s->ended = true;
+      done = std::move(s->done);
+    }
+    if (done) done(verdict);
+    absl::MutexLock l(&p->mu);
+    p->queue.pop_front();
+  }
+}
+
+}  // namespace
+
+NcclKvTransport::NcclKvTransport(model::KvPool* pool, NcclTransportOptions options)
+    : pool_(pool), options_(std::move(options)) {}
+
+NcclKvTransport::~NcclKvTransport() {
+  std::map<std::string, std::shared_ptr<Pair>> pairs;
+  {
+    absl::MutexLock l(&mu_);
+    pairs.swap(pairs_);
+  }
+  for (auto& [ep, p] : pairs) {
+    {
+      absl::MutexLock l(&p->mu);
+      p->stopping = true;
+      for (auto& s : p->queue) {
+        absl::MutexLock sl(&s->mu);
+        if (s->abort_reason.ok()) {
+          s->abort_reason = absl::UnavailableError("nccl KV transport shutting down");
+        }
+      }
+    }
+    p->thread.join();
+  }
+}
+
+std::shared_ptr<NcclKvTransport::Pair> NcclKvTransport::PairFor(const std::string& endpoint) {
+  absl::MutexLock l(&mu_);
+  auto& p = pairs_[endpoint];
+  if (p == nullptr) {
+    p = std::make_shared<Pair>(endpoint, options_.comm_factory);
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    auto channel =
+        grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+    p->nccl = v1::KvNcclService::NewStub(channel);
+    p->kv = v1::KvService::NewStub(channel);
+    p->thread = std::thread(PairLoop, p.get(), pool_, &options_);
+  }
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<KvSender>> NcclKvTransport::Open(const KvSessionRef& ref,
+                                                                const KvLayout& local_layout,
+                                                                const KvSenderOptions& options) {
+  RETURN_IF_ERROR(ValidateSessionRef(ref, local_layout));
+  if (options_.comm_factory == nullptr) {
+    return absl::FailedPreconditionError("nccl KV transport built without a communicator");
+  }
+  ASSIGN_OR_RETURN(TransferPlan plan,
+                   TransferPlan::Make({ref.session_id, local_layout.num_layers, ref.num_pages,
+                                       static_cast<int64_t>(pool_->layer_page_bytes()),
+                                       options_.max_message_pages}));
+  auto s = std::make_shared<Session>(ref, local_layout, options, std::move(plan));
+  std::shared_ptr<Pair> p = PairFor(ref.endpoint);
+  {
+    absl::MutexLock l(&p->mu);
+    if (p->stopping) return absl::UnavailableError("nccl KV transport shutting down");
+    p->queue.push_back(s);
+  }
+  return std::unique_ptr<KvSender>(new NcclSender(std::move(s), options_.layer_fence));
+}
+
+int NcclKvTransport::communicators_built() const {
+  absl::MutexLock l(&mu_);
+  int n = 0;
+  for (const auto& [ep, p] : pairs_) n += p->link.communicators_built();
+  return n;
+}
+
+}  // namespace mlaserve::kvtransfer::nccl

@@ -1,0 +1,86 @@
+// NcclKvTransport: the `nccl` KvTransport (sender side, prefill worker). Pages go GPU to GPU
+// through the pair engine (pair_transfer.h); the control plane is KvNcclService on the decode
+// worker (kv_nccl_service.h) plus KvService.AbortSession.
+//
+// Per decode endpoint ("pair") the transport keeps one PairLink (rank 0) and one worker
+// thread. Sessions of a pair run on that thread one after another, in the order they were
+// opened: NCCL point-to-point has no tags, so the decode side posts its receives in the order
+// the Connect calls reached it, and only one session may be on the wire per pair at a time.
+// A session's life on the pair thread:
+//   wait for its first layer (or Complete/Abort) -> Connect (layout, plan digest, pair id;
+//   answer: communicator id) -> join/reuse the communicator -> PlanSender::Begin ->
+//   SendLayer(l) as the prefill thread reports each layer -> Complete: PlanSender::Finish
+//   (every byte left) -> Finish RPC (the receiver's verdict and byte count) -> done(verdict).
+// The prefill thread never waits for the wire: KvSender::SendLayer only records the layer.
+// A later session of the same pair waits (its layers accumulate) until the earlier one ended.
+//
+// Failures: any error (peer gone, no progress for the no-progress deadline, refused Connect,
+// plan mismatch) aborts the communicator, invalidates the PairLink (the decode side mints a new
+// id, so the next session rebuilds the communicator on both sides), tells the decode worker
+// through AbortSession so it frees the pages at once, and is reported by done / status().
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "kvtransfer/nccl/communicator.h"
+#include "kvtransfer/nccl/page_io.h"
+#include "kvtransfer/transport.h"
+#include "model/kv_pool.h"
+
+namespace mlaserve::kvtransfer::nccl {
+
+// Builds the PageIo a session uses on `comm` (HostPageIo for host pools; CudaPageIo on
+// comm->stream() for CUDA pools) with slots of at least `slot_bytes`.
+using PageIoFactory = std::function<absl::StatusOr<std::unique_ptr<PageIo>>(
+    model::KvPool* pool, Communicator* comm, size_t slot_bytes)>;
+
+// HostPageIo with two slots (CPU pools, FakeCommunicator).
+PageIoFactory HostPageIoFactory();
+
+// Called on the prefill thread in SendLayer: a handle the layer's first gather waits for (for
+// CUDA an event recorded on the compute stream, whose KV writes on_layer_done only enqueued).
+using LayerFenceFactory = std::function<absl::StatusOr<std::shared_ptr<void>>()>;
+
+struct NcclTransportOptions {
+  std::string pair_id;   // this worker's stable id (one communicator per prefill/decode pair)
+  std::string host;      // this worker's host identity, for the decode side's checks/logs
+  int max_message_pages = 512;
+  CommunicatorFactory comm_factory;
+  PageIoFactory page_io_factory = HostPageIoFactory();
+  LayerFenceFactory layer_fence;  // null: the pages are complete when SendLayer is called
+  // Bound on Connect and on joining a communicator (both ranks must join).
+  absl::Duration connect_timeout = absl::Seconds(30);
+};
+
+class NcclKvTransport final : public KvTransport {
+ public:
+  // `pool`: the sender's KV pool, which SendLayer's page ids address.
+  NcclKvTransport(model::KvPool* pool, NcclTransportOptions options);
+  ~NcclKvTransport() override;  // aborts sessions still running and joins the pair threads
+
+  std::string_view name() const override { return "nccl"; }
+  absl::StatusOr<std::unique_ptr<KvSender>> Open(const KvSessionRef& ref,
+                                                 const KvLayout& local_layout,
+                                                 const KvSenderOptions& options) override;
+
+  // Communicators this side built (a rebuild after a failure counts again).
+  int communicators_built() const;
+
+  struct Pair;     // nccl_transport.cc
+  struct Session;  // nccl_transport.cc
+
+ private:
+  std::shared_ptr<Pair> PairFor(const std::string& endpoint);
+
+  model::KvPool* const pool_;
+  const NcclTransportOptions options_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Pair>> pairs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mlaserve::kvtransfer::nccl

@@ -1,0 +1,176 @@
+// PrefillRunner over the nccl KV transport (FakeCommunicator, loopback gRPC KvNcclService into
+// a KvReceiver on the decode engine's pool): the direct sender path ships whole layers of a
+// prompt's last chunk from on_layer_done (or after the forward with kv_layerwise off), keeps
+// the prompt's pages until the decode worker's verdict, and the decode side continues from
+// the received KV as from a local prefill.
+#include <optional>
+
+#include "absl/synchronization/notification.h"
+#include "common/server.h"
+#include "decode_worker/testing/fake_engine.h"
+#include "gtest/gtest.h"
+#include "kvtransfer/kv_service.h"
+#include "kvtransfer/nccl/fake_communicator.h"
+#include "kvtransfer/nccl/kv_nccl_service.h"
+#include "kvtransfer/nccl/nccl_transport.h"
+#include "kvtransfer/receiver.h"
+#include "prefill_worker/prefill_runner.h"
+
+namespace mlaserve::prefill {
+namespace {
+
+using ::mlaserve::testing::FakeEngine;
+
+struct Outcome {
+  absl::Notification done;
+  std::optional<absl::StatusOr<PrefillOutcome>> result;
+  PrefillDoneFn fn() {
+    return [this](absl::StatusOr<PrefillOutcome> o) {
+      result = std::move(o);
+      done.Notify();
+    };
+  }
+};
+struct Received {
+  absl::Notification done;
+  std::optional<absl::StatusOr<kvtransfer::KvReceivedKv>> result;
+  kvtransfer::KvReceiver::DoneFn fn() {
+    return [this](absl::StatusOr<kvtransfer::KvReceivedKv> r) {
+      result = std::move(r);
+      done.Notify();
+    };
+  }
+};
+
+std::vector<int32_t> Prompt(int n, int salt) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = (i * 5 + salt) % 64;
+  return p;
+}
+
+class PrefillRunnerNcclTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    prefill_ = FakeEngine::Create({.num_pages = 32});
+    decode_ = FakeEngine::Create({.num_pages = 32});
+    layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
+    receiver_ = std::make_unique<kvtransfer::KvReceiver>(&decode_->kv_pool(), layout_);
+    kv_service_ = std::make_unique<kvtransfer::KvServiceImpl>(receiver_.get());
+    kvtransfer::nccl::KvNcclServiceOptions no;
+    no.comm_factory = hub_.factory();
+    no.id_factory = hub_.id_factory();
+    nccl_service_ = std::make_unique<kvtransfer::nccl::KvNcclServiceImpl>(
+        receiver_.get(), &decode_->kv_pool(), no);
+    common::ServerOptions so;
+    so.listen = "127.0.0.1:0";
+    server_ = std::make_unique<common::ServerRunner>(so);
+    server_->AddService(kv_service_.get());
+    server_->AddService(nccl_service_.get());
+    ASSERT_TRUE(server_->Start().ok());
+    kvtransfer::nccl::NcclTransportOptions to;
+    to.pair_id = "prefill-0";
+    to.comm_factory = hub_.factory();
+    transport_ =
+        std::make_unique<kvtransfer::nccl::NcclKvTransport>(&prefill_->kv_pool(), to);
+    PrefillRunnerOptions o;
+    o.scheduler = {.max_batch_tokens = 128, .chunk_size = 64, .max_batch_seqs = 8};
+    o.kv_layerwise = GetParam();
+    runner_ = std::make_unique<PrefillRunner>(prefill_.get(), transport_.get(), layout_, o);
+  }
+  void TearDown() override {
+    runner_.reset();
+    transport_.reset();
+    server_->RequestShutdown();
+    server_->WaitForShutdown();
+  }
+  kvtransfer::KvSessionRef Reserve(const std::string& id, int prompt_len, Received* rx) {
+    const int pages = PrefillScheduler::PagesFor(prompt_len);
+    EXPECT_TRUE(receiver_
+                    ->CreateSession(id, *decode_->kv_pool().Allocate(pages + 1), pages,
+                                    absl::Now() + absl::Seconds(30), rx->fn())
+                    .ok());
+    return {id, server_->bound_address(), "nccl", pages, layout_.CompatHash()};
+  }
+  PrefillJob Job(const std::string& id, std::vector<int32_t> tokens,
+                 kvtransfer::KvSessionRef ref) {
+    PrefillJob j;
+    j.request_id = id;
+    j.tokens = std::move(tokens);
+    j.sampling.temperature = 0;
+    j.session = std::move(ref);
+    return j;
+  }
+
+  kvtransfer::nccl::FakeCommHub hub_;
+  std::unique_ptr<FakeEngine> prefill_, decode_;
+  kvtransfer::KvLayout layout_;
+  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
+  std::unique_ptr<kvtransfer::KvServiceImpl> kv_service_;
+  std::unique_ptr<kvtransfer::nccl::KvNcclServiceImpl> nccl_service_;
+  std::unique_ptr<common::ServerRunner> server_;
+  std::unique_ptr<kvtransfer::nccl::NcclKvTransport> transport_;
+  std::unique_ptr<PrefillRunner> runner_;
+};
+
+TEST_P(PrefillRunnerNcclTest, ChunkedPromptsArriveAndTheDecodeSideContinues) {
+  const auto a = Prompt(70, 1), b = Prompt(150, 2);
+  Received ra, rb;
+  Outcome oa, ob;
+  ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 70, &ra)), oa.fn()).ok());
+  ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 150, &rb)), ob.fn()).ok());
+  for (int i = 0; i < 100 && runner_->Step(); ++i) {
+  }
+  ASSERT_TRUE(oa.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(ob.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(oa.result->ok()) << oa.result->status();
+  ASSERT_TRUE(ob.result->ok()) << ob.result->status();
+  EXPECT_EQ((*oa.result)->first_token, FakeEngine::NextToken(a, 64));
+  const int64_t page = static_cast<int64_t>(prefill_->kv_pool().layer_page_bytes());
+  const int layers = prefill_->config().num_hidden_layers;
+  EXPECT_EQ((*ob.result)->kv_bytes_sent, 3 * layers * page);  // 150 tokens: 3 pages
+  EXPECT_EQ(prefill_->kv_pool().free_pages(), 32);  // held pages freed after the verdicts
+  EXPECT_EQ(hub_.comms_created(), 2);
+
+  for (auto [rx, prompt, outcome] : {std::tuple{&ra, a, &oa}, std::tuple{&rb, b, &ob}}) {
+    ASSERT_TRUE(rx->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    ASSERT_TRUE(rx->result->ok()) << rx->result->status();
+    const auto& kv = **rx->result;
+    const int32_t first = kv.first_token;
+    EXPECT_EQ(first, (*outcome->result)->first_token);
+    model::SequenceChunk c;
+    c.tokens = std::span<const int32_t>(&first, 1);
+    c.start_pos = static_cast<int>(prompt.size());
+    c.pages = kv.pages;
+    auto fr = decode_->Forward(std::span(&c, 1), model::AttentionPath::kMla, nullptr);
+    ASSERT_TRUE(fr.ok()) << fr.status();
+    std::vector<int32_t> seq = prompt;
+    seq.push_back(first);
+    EXPECT_EQ(fr->logits[FakeEngine::NextToken(seq, 64)], 30.0f);
+    decode_->kv_pool().Free(kv.pages);
+  }
+  EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
+}
+
+TEST_P(PrefillRunnerNcclTest, PeerFailureFailsTheRequestAndFreesPagesOnBothSides) {
+  hub_.set_faults({/*fail_after_sends=*/2, -1});
+  Received rx;
+  Outcome o;
+  ASSERT_TRUE(runner_->Submit(Job("x", Prompt(100, 3), Reserve("x", 100, &rx)), o.fn()).ok());
+  for (int i = 0; i < 100 && runner_->Step(); ++i) {
+  }
+  ASSERT_TRUE(o.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(o.result->status().code(), absl::StatusCode::kUnavailable) << o.result->status();
+  ASSERT_TRUE(rx.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_FALSE(rx.result->ok());
+  ASSERT_TRUE(nccl_service_->AwaitReceivesEnded(1, absl::Seconds(10)));
+  EXPECT_EQ(prefill_->kv_pool().free_pages(), 32);
+  EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layerwise, PrefillRunnerNcclTest, ::testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "OnLayerDone" : "AfterForward";
+                         });
+
+}  // namespace
+}  // namespace mlaserve::prefill

@@ -1,0 +1,80 @@
+// The attention-path policy benchmark: total prefill attention time of one mixed workload
+// under several path policies, scored on the same timed batches.
+//
+// Every batch of the workload is timed once on both paths (MHA and MLA); a policy's cost on the
+// batch is the time of the path it picks. So all policies see identical batches and identical
+// timings, and their totals differ only by their choices. Policies compared:
+//   always MLA          - absorbed attention for every batch;
+//   fixed rule          - SGLang's DeepSeek dispatch with its default
+//                         chunked_prefix_cache_threshold 8192: MHA when Σprefix == 0 or
+//                         Σprefix >= 8192, MLA otherwise;
+//   tuned (<profile>)   - AttentionPathPolicy over a GPU profile (one row per profile given);
+//   best per batch      - the faster path of every batch (the lower bound no policy beats).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "profiles/attention_path_policy.h"
+#include "profiles/batch_shape.h"
+#include "profiles/threshold_fit.h"
+
+namespace mlaserve::profiles {
+
+struct MixedWorkloadOptions {
+  int max_batch = 8;         // batch size uniform in [1, max_batch]
+  int64_t max_prefix = 8192;  // each sequence's cached prefix uniform in [0, max_prefix]
+  int64_t max_extend = 8192;  // each sequence's extend uniform in [1, max_extend]
+  // The chunked-prefill token budget: requests join the batch in order until Σextend reaches
+  // it; the one that crosses it is cut to the remaining budget and later ones wait (as a
+  // chunked-prefill scheduler fills a step, e.g. SGLang's chunked_prefill_size).
+  int64_t max_batch_tokens = 16384;
+  uint64_t seed = 20261122;
+};
+
+// One random batch of the mixed workload: a batch size, then per request a cached prefix and
+// an extend (unrelated cache hits and prompt lengths), cut to the token budget.
+std::vector<SequenceShape> DrawMixedBatch(std::mt19937_64& rng, const MixedWorkloadOptions& o);
+
+// SGLang's fixed rule (deepseek_v2.py, chunked_prefix_cache_threshold = 8192 by default).
+inline constexpr int64_t kSglangChunkedPrefixThreshold = 8192;
+PrefillPath FixedRulePath(const BatchStats& stats);
+
+struct TunedPolicy {
+  std::string label;  // e.g. the profile's file name
+  std::shared_ptr<AttentionPathPolicy> policy;
+};
+
+struct PolicyBenchOptions {
+  MixedWorkloadOptions workload;
+  int batches = 200;    // batches to draw (in order; a budget may stop earlier)
+  double budget_s = 0;  // stop timing after this many seconds (0 = no limit)
+  bool progress = false;
+};
+
+struct PolicyRow {
+  std::string name;
+  double total_us = 0.0;
+  int mha = 0, mla = 0;  // batches on each path
+};
+
+struct PolicyBenchReport {
+  int batches = 0;  // batches timed
+  std::vector<PolicyRow> rows;  // always MLA, fixed rule, tuned..., best per batch
+  std::string table;            // rows with totals and the gains of each tuned policy
+};
+
+// Times the workload with `time_batch` (both paths of one batch) and scores every policy.
+// The tuned policies must be dense-model policies (no indexer). Errors from time_batch are
+// returned as they are.
+using BatchTimer = std::function<absl::StatusOr<TimedSample>(const std::vector<SequenceShape>&)>;
+absl::StatusOr<PolicyBenchReport> RunPolicyBenchmark(const BatchTimer& time_batch,
+                                                     const std::vector<TunedPolicy>& tuned,
+                                                     const PolicyBenchOptions& options);
+
+}  // namespace mlaserve::profiles
