@@ -14,6 +14,7 @@
 #      to the idle value; then the same with the decode worker killed (the prefill worker's
 #      pages return);
 #   4. TTFT (mlaserve-bench on the fixture, long prompts) with --kv-layerwise true vs false.
+# The fixture accepts 512 positions: prompts stay <= 480 tokens.
 # Status: written with the adapter, NOT RUN yet (the CUDA worker binaries were not built in the
 # session that wrote it); expect to fix small things on its first run.
 set -uo pipefail
@@ -115,10 +116,10 @@ for line in sys.stdin:
 
 # --- 1 + 2. tokens over nccl
 declare -A WANT
-for len in 7 64 300 1000; do WANT[$len]=$(want "$len"); done
+for len in 7 64 300 480; do WANT[$len]=$(want "$len"); done
 if start_prefill && start_decode && start_router; then
   ok=0; n=0
-  for len in 7 64 300 1000; do
+  for len in 7 64 300 480; do
     n=$((n + 1)); got=$(served "$len")
     echo "len $len run:    ${WANT[$len]}" >> "$OUT/tokens.log"; echo "len $len served: $got" >> "$OUT/tokens.log"
     [[ -n ${WANT[$len]} && ${WANT[$len]} == "$got" ]] && ok=$((ok + 1))
@@ -129,7 +130,7 @@ if start_prefill && start_decode && start_router; then
 
   # --- 3a. kill the prefill worker mid-transfer
   idle=$(free_pages "$DA")
-  clients=(); for i in 1 2 3 4 5 6; do served 1000 > /dev/null & clients+=($!); done
+  clients=(); for i in 1 2 3 4 5 6; do served 480 > /dev/null & clients+=($!); done
   sleep 0.3; kill -KILL "${PID[prefill]}"; unset "PID[prefill]"; wait "${clients[@]}" 2>/dev/null
   sleep 7  # the decode side's no-progress deadline (5 s) plus slack
   after=$(free_pages "$DA")
@@ -140,7 +141,7 @@ if start_prefill && start_decode && start_router; then
 
   # --- 3b. kill the decode worker mid-transfer
   pidle=$(free_pages "$PA")
-  clients=(); for i in 1 2 3 4 5 6; do served 1000 > /dev/null & clients+=($!); done
+  clients=(); for i in 1 2 3 4 5 6; do served 480 > /dev/null & clients+=($!); done
   sleep 0.3; kill -KILL "${PID[decode]}"; unset "PID[decode]"; wait "${clients[@]}" 2>/dev/null
   sleep 7
   pafter=$(free_pages "$PA")
@@ -156,7 +157,7 @@ fi
 # --- 4. TTFT, layer-wise streaming on vs off
 for lw in true false; do
   if start_prefill --kv-layerwise "$lw" && start_decode && start_router; then
-    timeout 120 "$B/mlaserve-bench" --server "$ROUTER" --num-prompts 32 --random-input-len 1500 \
+    timeout 120 "$B/mlaserve-bench" --server "$ROUTER" --num-prompts 32 --random-input-len 480 \
       --random-output-len 4 --random-range-ratio 1 --max-concurrency 1 --seed 1 --progress off \
       --output-json "$OUT/ttft_layerwise_$lw.json" > "$OUT/ttft_layerwise_$lw.txt" 2>&1
     note "mlaserve-bench --kv-layerwise $lw" "rc=$? $(grep -i 'ttft' "$OUT/ttft_layerwise_$lw.txt" | head -2 | tr -s ' ' | tr '\n' ';')"
