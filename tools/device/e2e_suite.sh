@@ -13,6 +13,7 @@
 #      (mlaservectl -o json generate --prompt-ids) equal `mlaserve-run --backend cuda`'s,
 #   4. the same stack on the V2-Lite-shaped model under mlaserve-bench (random dataset).
 # Environment: E2E_SKIP (space-separated steps to skip: model engine fixtures serve),
+# FIXTURE_MODES (prefill attention forms for step 3: "auto", "mha", "mla"; default "auto"),
 # SERVE_ARGS (mlaserve-bench load, default 64 prompts of 1024 in / 128 out, concurrency 16).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -99,12 +100,12 @@ start() {
   ADDRESS=${ADDRESS/0.0.0.0/127.0.0.1}
 }
 # stack TAG MODEL WORKER_FLAGS...: prefill + decode (cuda) + router; ROUTER set on success.
-# DECODE_FLAGS (array): flags only the decode worker takes.
+# DECODE_FLAGS / PREFILL_FLAGS (arrays): flags only that worker takes.
 DECODE_FLAGS=()
 stack() {
   local tag=$1 model=$2; shift 2
   local wf=(--listen 127.0.0.1:0 --model "$model" --backend cuda --kv-transport tcp --metrics-port -1 "$@")
-  start "$tag-prefill" "$B/mlaserve-prefill" "${wf[@]}" || return 1
+  start "$tag-prefill" "$B/mlaserve-prefill" "${wf[@]}" "${PREFILL_FLAGS[@]}" || return 1
   local pa=$ADDRESS
   start "$tag-decode" "$B/mlaserve-decode" "${wf[@]}" "${DECODE_FLAGS[@]}" || return 1
   local da=$ADDRESS
@@ -119,7 +120,14 @@ stack() {
 }
 
 # --- 3. fixtures: served greedy tokens == mlaserve-run --backend cuda
-if [[ $SKIP != *" fixtures "* ]]; then
+# FIXTURE_MODES: "auto" (each side picks its prefill attention form) and/or "mha" (both forced
+# to the MHA form, so the two sides run the same kernels).
+PREFILL_FLAGS=()
+for mode in ${FIXTURE_MODES:-auto}; do
+  [[ $SKIP != *" fixtures "* ]] || break
+  run_flags=()
+  PREFILL_FLAGS=()
+  if [[ $mode != auto ]]; then run_flags=(--attention "$mode"); PREFILL_FLAGS=(--attention-path "$mode"); fi
   for fx in deepseek_v2 deepseek_v3; do
     M=tests/fixtures/models/$fx
     if ! stack "$fx" "$M"; then note "serve $fx" "FAILED to start"; stop_all; continue; fi
@@ -128,7 +136,7 @@ if [[ $SKIP != *" fixtures "* ]]; then
       ids=$(python3 -c "import random; r=random.Random($len); print(','.join(str(r.randrange(2, 512)) for _ in range($len)))")
       n=$((n + 1))
       want=$(timeout 60 "$B/mlaserve-run" --model "$M" --backend cuda --prompt-ids "$ids" --max-new-tokens 16 \
-        --temperature 0 --ignore-eos --print-ids 2>>"$LOGS/$fx-run.log")
+        --temperature 0 --ignore-eos --print-ids "${run_flags[@]}" 2>>"$LOGS/$fx-run.log")
       timeout 60 "$B/mlaservectl" --server "$ROUTER" -o json generate --prompt-ids "$ids" --max-new-tokens 16 \
         --temperature 0 --ignore-eos > "$LOGS/$fx-served-$len.jsonl" 2>>"$LOGS/$fx-ctl.log"
       got=$(python3 -c "
@@ -138,19 +146,20 @@ for line in open(sys.argv[1]):
     m = json.loads(line)
     ids += [int(t) for t in m.get('chunk', {}).get('tokenIds', m.get('chunk', {}).get('token_ids', []))]
 print(' '.join(map(str, ids)))" "$LOGS/$fx-served-$len.jsonl")
-      echo "$fx len $len run:    $want" >> "$OUT/fixture_check.log"
-      echo "$fx len $len served: $got" >> "$OUT/fixture_check.log"
+      echo "$fx $mode len $len run:    $want" >> "$OUT/fixture_check.log"
+      echo "$fx $mode len $len served: $got" >> "$OUT/fixture_check.log"
       [[ -n $want && $want == "$got" ]] && ok=$((ok + 1))
     done
-    note "served == mlaserve-run (cuda), $fx" "$ok of $n prompts equal (16 greedy tokens)"
+    note "served == mlaserve-run (cuda), $fx, $mode" "$ok of $n prompts equal (16 greedy tokens)"
     stop_all
   done
-fi
+done
 
 # --- 4. V2-Lite-shaped model under mlaserve-bench
 if [[ $SKIP != *" serve "* && -f $V2L/config.json ]]; then
   read -r -a load <<< "${SERVE_ARGS:---num-prompts 64 --random-input-len 1024 --random-output-len 128 --random-range-ratio 1 --max-concurrency 16 --seed 1}"
   DECODE_FLAGS=(--max-running-requests 64 --local-prefill-threshold 0)
+  PREFILL_FLAGS=()
   if stack v2lite "$V2L" --num-kv-pages 1024; then
     start=$SECONDS
     timeout 240 "$B/mlaserve-bench" --server "$ROUTER" "${load[@]}" --progress off \
