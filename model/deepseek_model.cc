@@ -263,7 +263,14 @@ absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& lw = weights_.layers[l];
     RETURN_IF_ERROR(Attention(l, plan, form, y, tmp));
-    if (on_layer_done) RETURN_IF_ERROR(on_layer_done(l));
+    if (on_layer_done) {
+      // The callback reads this layer's KV pages (KvPool::ReadPage, or a transport's own
+      // stream): on the GPU the layer's kernels are only queued on our non-blocking stream, so
+      // wait for them first. (The NCCL sender also waits on an event; this keeps every reader
+      // correct, at the cost of one stream sync per layer only when pages are being shipped.)
+      if (ctx_.backend == kernels::Backend::kCuda) RETURN_IF_ERROR(Synchronize(ctx_));
+      RETURN_IF_ERROR(on_layer_done(l));
+    }
     // residual += attn; y = post_attention_norm(residual)
     RETURN_IF_ERROR(ops::RmsNorm(ops_, tmp, T, hidden, hidden, lw.post_attention_norm, eps, y,
                                  hidden, residual));

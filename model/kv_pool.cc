@@ -79,6 +79,10 @@ absl::Status CopyBytes(kernels::Backend backend, void* dst, const void* src, siz
 #if defined(MLASERVE_MODEL_HAS_CUDA)
   cudaError_t err =
       cudaMemcpy(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice);
+  // A host-to-device cudaMemcpy from pageable memory may return before its DMA lands, and the
+  // engine reads pages from a non-blocking stream that does not order after the legacy stream:
+  // wait for the copy so a page written here is complete before any kernel can read it.
+  if (err == cudaSuccess && !to_host) err = cudaStreamSynchronize(cudaStreamLegacy);
   if (err != cudaSuccess) {
     return absl::InternalError(absl::StrCat("KvPool: cudaMemcpy failed: ", cudaGetErrorString(err)));
   }
