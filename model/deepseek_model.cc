@@ -18,6 +18,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
+absl::StatusOr<std::unique_ptr<Engine>> CreateEngineWithCpuFallback(
+    EngineOptions options, const std::function<void(const absl::Status&)>& on_fallback) {
+  options.backend = kernels::Backend::kCuda;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
+  if (engine.ok()) return engine;
+  if (on_fallback) on_fallback(engine.status());
+  options.backend = kernels::Backend::kCpu;
+  return Engine::Create(options);
+}
+
 absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
     const EngineOptions& options) {
   if (options.num_kv_pages <= 0) {

@@ -77,4 +77,11 @@ class Engine {
                                                 const LayerDoneFn& on_layer_done = nullptr) = 0;
 };
 
+// `--backend auto` for every binary: tries the CUDA backend (options.backend is ignored) and,
+// when this build has no CUDA or the machine no usable GPU, creates the CPU engine instead,
+// telling `on_fallback` why (a CPU-only build reports FAILED_PRECONDITION). Other errors of
+// the CPU engine are returned as they are.
+absl::StatusOr<std::unique_ptr<Engine>> CreateEngineWithCpuFallback(
+    EngineOptions options, const std::function<void(const absl::Status&)>& on_fallback);
+
 }  // namespace mlaserve::model

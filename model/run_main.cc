@@ -110,16 +110,13 @@ absl::Status Run(const RunOptions& o) {
   eo.max_batch_tokens = std::max<int>(o.chunk_size > 0 ? o.chunk_size : prompt.size(), 1);
   eo.max_batch_seqs = 1;
   eo.attention = o.attention;
-  absl::StatusOr<std::unique_ptr<Engine>> created = Engine::Create(eo);
-  if (!created.ok() && o.backend_auto && eo.backend == kernels::Backend::kCuda) {
-    // --backend auto: the GPU when this build and machine have one, else the CPU.
-    if (!absl::IsFailedPrecondition(created.status())) {  // a CPU-only build: nothing to say
-      std::cerr << "mlaserve-run: CUDA backend unavailable (" << created.status().message()
-                << "); using the CPU backend\n";
-    }
-    eo.backend = kernels::Backend::kCpu;
-    created = Engine::Create(eo);
-  }
+  absl::StatusOr<std::unique_ptr<Engine>> created =
+      o.backend_auto ? CreateEngineWithCpuFallback(eo, [](const absl::Status& why) {
+        if (absl::IsFailedPrecondition(why)) return;  // a CPU-only build: nothing to say
+        std::cerr << "mlaserve-run: CUDA backend unavailable (" << why.message()
+                  << "); using the CPU backend\n";
+      })
+                     : Engine::Create(eo);
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, std::move(created));
   const ModelConfig& config = engine->config();
   if (total > config.max_position_embeddings) {

@@ -46,16 +46,12 @@ absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(const common::Worker
   eo.device = o.device;
   eo.num_kv_pages = o.num_kv_pages;
   eo.max_batch_tokens = o.max_batch_tokens;
-  if (o.backend == "cpu") {
-    eo.backend = kernels::Backend::kCpu;
-  } else {
-    eo.backend = kernels::Backend::kCuda;
-    auto engine = model::Engine::Create(eo);
-    if (engine.ok() || o.backend == "cuda") return engine;
-    spdlog::warn("CUDA engine unavailable ({}); using the CPU backend",
-                 engine.status().ToString());
-    eo.backend = kernels::Backend::kCpu;
+  if (o.backend == "auto") {
+    return model::CreateEngineWithCpuFallback(eo, [](const absl::Status& why) {
+      spdlog::warn("CUDA engine unavailable ({}); using the CPU backend", why.ToString());
+    });
   }
+  eo.backend = o.backend == "cpu" ? kernels::Backend::kCpu : kernels::Backend::kCuda;
   return model::Engine::Create(eo);
 }
 
