@@ -8,6 +8,22 @@
 #include "spdlog/spdlog.h"
 
 namespace mlaserve::prefill {
+namespace {
+
+// The decode peer went away or stopped progressing while this worker shipped KV to it. That is
+// not this worker's failure: answer ABORTED (naming the cause), so the router neither takes
+// this prefill worker for unavailable nor retries the request here. Other codes (an
+// incompatible peer, a bad request) keep their meaning.
+absl::Status KvPeerFailure(const absl::Status& s) {
+  if (s.code() != absl::StatusCode::kUnavailable &&
+      s.code() != absl::StatusCode::kDeadlineExceeded) {
+    return s;
+  }
+  return absl::AbortedError(
+      absl::StrCat("KV transfer to the decode worker failed: ", s.ToString()));
+}
+
+}  // namespace
 
 struct PrefillRunner::Request {
   PrefillJob job;
@@ -255,7 +271,9 @@ void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int layer
       // Device to device, layer-major over the whole prompt: once its last chunk wrote layer
       // `layer`, every page of the prompt holds it.
       if (!c.last || !options_.kv_layerwise) continue;
-      if (absl::Status s = r->sender->SendLayer(layer, c.seq->pages); !s.ok()) r->failure = s;
+      if (absl::Status s = r->sender->SendLayer(layer, c.seq->pages); !s.ok()) {
+        r->failure = KvPeerFailure(s);
+      }
       continue;
     }
     // The pages this chunk wrote; the first may have been sent before, partly filled.
@@ -266,7 +284,7 @@ void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int layer
       absl::Status s = pool.ReadPage(layer, c.seq->pages[i], bytes.data());
       if (s.ok()) s = r->sender->SendPage(layer, i, std::move(bytes));
       if (!s.ok()) {
-        r->failure = s;
+        r->failure = KvPeerFailure(s);
         break;
       }
     }
@@ -325,7 +343,7 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
       }
       if (!s.ok()) {
         scheduler_.Remove(c.seq->id);
-        Finish(c.seq->id, s);
+        Finish(c.seq->id, KvPeerFailure(s));
         continue;
       }
       absl::MutexLock lock(&mu_);
@@ -353,7 +371,7 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
 
 void PrefillRunner::OnTransferDone(const std::string& id, int32_t token, absl::Status verdict) {
   if (!verdict.ok()) {
-    Finish(id, verdict);
+    Finish(id, KvPeerFailure(verdict));
     return;
   }
   auto req = Find(id);

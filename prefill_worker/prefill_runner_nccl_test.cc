@@ -159,7 +159,7 @@ TEST_P(PrefillRunnerNcclTest, PeerFailureFailsTheRequestAndFreesPagesOnBothSides
   for (int i = 0; i < 100 && runner_->Step(); ++i) {
   }
   ASSERT_TRUE(o.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
-  EXPECT_EQ(o.result->status().code(), absl::StatusCode::kUnavailable) << o.result->status();
+  EXPECT_EQ(o.result->status().code(), absl::StatusCode::kAborted) << o.result->status();
   ASSERT_TRUE(rx.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_FALSE(rx.result->ok());
   ASSERT_TRUE(nccl_service_->AwaitReceivesEnded(1, absl::Seconds(10)));

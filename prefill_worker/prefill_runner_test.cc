@@ -145,7 +145,10 @@ TEST_F(PrefillRunnerTest, BrokenTransferFailsTheRequestAndFreesPages) {
   ASSERT_TRUE(runner_->Submit(Job("x", Prompt(200, 4), Reserve("x", 200, &rx)), out.fn()).ok());
   RunUntilIdle();
   ASSERT_TRUE(out.result);
-  EXPECT_EQ(out.result->status().code(), absl::StatusCode::kUnavailable);
+  // The decode peer failed, not this worker: ABORTED naming the KV transfer (see KvPeerFailure).
+  EXPECT_EQ(out.result->status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(out.result->status().message(),
+              ::testing::HasSubstr("KV transfer to the decode worker failed"));
   EXPECT_EQ(prefill_->kv_pool().free_pages(), 32);
   EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
 }

@@ -392,7 +392,16 @@ void GenerateCall::OnDecodeStreamDone(const grpc::Status& status) {
   bool ended;
   {
     absl::MutexLock lock(&mu_);
-    if (phase_ == Phase::kDone) return;
+    if (phase_ == Phase::kDone) {
+      // The call already ended (e.g. the prefill worker reported the failed KV transfer
+      // first), but a decode worker that went away must still be marked unhealthy.
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        const absl::Status error =
+            WorkerError("token stream from decode worker", decode_id_, decode_address_, status);
+        router_->registry().ReportFailure(decode_id_, std::string(error.message()));
+      }
+      return;
+    }
     if (status.ok()) {
       ended = FailLocked(absl::UnavailableError(absl::StrCat(
           "decode worker ", decode_id_, " (", decode_address_,
@@ -416,12 +425,21 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status) {
     absl::MutexLock lock(&mu_);
     ReleasePrefillLoadLocked();
     if (phase_ == Phase::kDone || status.ok()) return;  // the first token comes from D's stream
-    const absl::Status error =
-        WorkerError("prefill on prefill worker", prefill_id_, prefill_address_, status);
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      router_->registry().ReportFailure(prefill_id_, std::string(error.message()));
+    if (status.error_code() == grpc::StatusCode::ABORTED) {
+      // The prefill worker is fine; its KV transfer to the decode worker failed (the decode
+      // worker died or stalled). Tell the client so, naming the decode worker; its own stream
+      // failure, if any, marks it unhealthy.
+      ended = FailLocked(absl::UnavailableError(absl::StrCat(
+          "KV transfer from prefill worker ", prefill_id_, " to decode worker ", decode_id_,
+          " (", decode_address_, ") failed: ", status.error_message())));
+    } else {
+      const absl::Status error =
+          WorkerError("prefill on prefill worker", prefill_id_, prefill_address_, status);
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        router_->registry().ReportFailure(prefill_id_, std::string(error.message()));
+      }
+      ended = FailLocked(error);
     }
-    ended = FailLocked(error);
   }
   if (ended) AfterEnd(/*abort_workers=*/true);
   Pump();
