@@ -45,13 +45,9 @@ absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(const common::Worker
   eo.num_kv_pages = o.num_kv_pages;
   eo.max_batch_tokens = o.max_batch_tokens;
   eo.max_batch_seqs = o.max_running_requests;
-  if (o.backend == "auto") {
-    return model::CreateEngineWithCpuFallback(eo, [](const absl::Status& why) {
-      spdlog::warn("CUDA engine unavailable ({}); using the CPU backend", why.ToString());
-    });
-  }
-  eo.backend = o.backend == "cpu" ? kernels::Backend::kCpu : kernels::Backend::kCuda;
-  return model::Engine::Create(eo);
+  return model::CreateEngineForBackend(eo, o.backend, [](const absl::Status& why) {
+    spdlog::warn("CUDA engine unavailable ({}); using the CPU backend", why.ToString());
+  });
 }
 
 int Main(int argc, char** argv) {

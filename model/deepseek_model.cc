@@ -18,8 +18,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   return std::unique_ptr<Engine>(std::move(engine));
 }
 
-absl::StatusOr<std::unique_ptr<Engine>> CreateEngineWithCpuFallback(
-    EngineOptions options, const std::function<void(const absl::Status&)>& on_fallback) {
+absl::StatusOr<std::unique_ptr<Engine>> CreateEngineForBackend(
+    EngineOptions options, std::string_view backend,
+    const std::function<void(const absl::Status&)>& on_fallback) {
+  if (backend == "cpu" || backend == "cuda") {
+    options.backend = backend == "cpu" ? kernels::Backend::kCpu : kernels::Backend::kCuda;
+    return Engine::Create(options);
+  }
+  if (backend != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend ", std::string(backend), " is not one of auto, cpu, cuda"));
+  }
   options.backend = kernels::Backend::kCuda;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
   if (engine.ok()) return engine;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -77,11 +78,12 @@ class Engine {
                                                 const LayerDoneFn& on_layer_done = nullptr) = 0;
 };
 
-// `--backend auto` for every binary: tries the CUDA backend (options.backend is ignored) and,
-// when this build has no CUDA or the machine no usable GPU, creates the CPU engine instead,
-// telling `on_fallback` why (a CPU-only build reports FAILED_PRECONDITION). Other errors of
-// the CPU engine are returned as they are.
-absl::StatusOr<std::unique_ptr<Engine>> CreateEngineWithCpuFallback(
-    EngineOptions options, const std::function<void(const absl::Status&)>& on_fallback);
+// The engine for a `--backend` flag value, the same for every binary: "cpu", "cuda", or "auto"
+// (the GPU when this build and machine have one, else the CPU, telling `on_fallback` why; a
+// CPU-only build reports FAILED_PRECONDITION). options.backend is ignored. Any other value is
+// INVALID_ARGUMENT naming it.
+absl::StatusOr<std::unique_ptr<Engine>> CreateEngineForBackend(
+    EngineOptions options, std::string_view backend,
+    const std::function<void(const absl::Status&)>& on_fallback);
 
 }  // namespace mlaserve::model

@@ -42,8 +42,7 @@ struct RunOptions {
   bool ignore_eos = false;
   AttentionPath attention = AttentionPath::kAuto;
   int chunk_size = 0;
-  kernels::Backend backend = kernels::Backend::kCpu;
-  bool backend_auto = false;  // fall back to the CPU when the CUDA engine cannot start
+  std::string backend = "auto";  // --backend: auto, cpu or cuda
   int num_kv_pages = 0;  // 0: just enough for the request
   std::string dump_logits;
   bool print_ids = false;
@@ -103,7 +102,6 @@ absl::Status Run(const RunOptions& o) {
   const int pages_needed = (total + kernels::kPageSize - 1) / kernels::kPageSize;
   EngineOptions eo;
   eo.model_dir = o.model_dir;
-  eo.backend = o.backend;
   // One page more than the request needs: a CUDA engine keeps one pool page for the padded
   // rows of its decode graphs (docs/cuda_engine.md), so an exact-size pool would be one short.
   eo.num_kv_pages = o.num_kv_pages > 0 ? o.num_kv_pages : pages_needed + 1;
@@ -111,12 +109,11 @@ absl::Status Run(const RunOptions& o) {
   eo.max_batch_seqs = 1;
   eo.attention = o.attention;
   absl::StatusOr<std::unique_ptr<Engine>> created =
-      o.backend_auto ? CreateEngineWithCpuFallback(eo, [](const absl::Status& why) {
+      CreateEngineForBackend(eo, o.backend, [](const absl::Status& why) {
         if (absl::IsFailedPrecondition(why)) return;  // a CPU-only build: nothing to say
         std::cerr << "mlaserve-run: CUDA backend unavailable (" << why.message()
                   << "); using the CPU backend\n";
-      })
-                     : Engine::Create(eo);
+      });
   ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, std::move(created));
   const ModelConfig& config = engine->config();
   if (total > config.max_position_embeddings) {
@@ -222,8 +219,7 @@ int main(int argc, char** argv) {
   o.attention = attention == "mha"   ? AttentionPath::kMha
                 : attention == "mla" ? AttentionPath::kMla
                                      : AttentionPath::kAuto;
-  o.backend = backend == "cpu" ? mlaserve::kernels::Backend::kCpu : mlaserve::kernels::Backend::kCuda;
-  o.backend_auto = backend == "auto";
+  o.backend = backend;
   absl::Status s = mlaserve::model::Run(o);
   if (!s.ok()) {
     std::cerr << "mlaserve-run: " << s << "\n";
