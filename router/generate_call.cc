@@ -280,7 +280,7 @@ void GenerateCall::OnReserveDone(size_t index, const grpc::Status& status) {
       const absl::Status error = WorkerError("reserve on decode worker", decode_id_,
                                              decode_address_, status);
       if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-        registry.ReportFailure(decode_id_, std::string(error.message()));
+        registry.ReportFailure(decode_id_, std::string(error.message()), absl::Now());
       }
       const bool retryable = status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
                              status.error_code() == grpc::StatusCode::UNAVAILABLE;
@@ -398,7 +398,7 @@ void GenerateCall::OnDecodeStreamDone(const grpc::Status& status) {
       if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
         const absl::Status error =
             WorkerError("token stream from decode worker", decode_id_, decode_address_, status);
-        router_->registry().ReportFailure(decode_id_, std::string(error.message()));
+        router_->registry().ReportFailure(decode_id_, std::string(error.message()), absl::Now());
       }
       return;
     }
@@ -410,7 +410,7 @@ void GenerateCall::OnDecodeStreamDone(const grpc::Status& status) {
       const absl::Status error =
           WorkerError("token stream from decode worker", decode_id_, decode_address_, status);
       if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-        router_->registry().ReportFailure(decode_id_, std::string(error.message()));
+        router_->registry().ReportFailure(decode_id_, std::string(error.message()), absl::Now());
       }
       ended = FailLocked(error);
     }
@@ -436,7 +436,7 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status) {
       const absl::Status error =
           WorkerError("prefill on prefill worker", prefill_id_, prefill_address_, status);
       if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-        router_->registry().ReportFailure(prefill_id_, std::string(error.message()));
+        router_->registry().ReportFailure(prefill_id_, std::string(error.message()), absl::Now());
       }
       ended = FailLocked(error);
     }

@@ -50,7 +50,8 @@ void WorkerPoller::PollOnce() {
   };
   std::vector<std::unique_ptr<Poll>> polls;
   absl::BlockingCounter pending(static_cast<int>(workers.size()));
-  const auto deadline = absl::ToChronoTime(absl::Now() + router_->options().info_timeout);
+  const absl::Time sent = absl::Now();
+  const auto deadline = absl::ToChronoTime(sent + router_->options().info_timeout);
   for (const WorkerSnapshot& w : workers) {
     auto poll = std::make_unique<Poll>();
     Poll* p = poll.get();
@@ -73,9 +74,9 @@ void WorkerPoller::PollOnce() {
   for (size_t i = 0; i < workers.size(); ++i) {
     const Poll& p = *polls[i];
     if (p.status.ok()) {
-      registry.RecordPoll(workers[i].id, DescriptorFromProto(p.response), now);
+      registry.RecordPoll(workers[i].id, DescriptorFromProto(p.response), sent, now);
     } else {
-      registry.RecordPoll(workers[i].id, common::FromGrpcStatus(p.status), now);
+      registry.RecordPoll(workers[i].id, common::FromGrpcStatus(p.status), sent, now);
     }
   }
   registry.ExpireStale(now);

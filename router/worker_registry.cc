@@ -119,10 +119,12 @@ absl::StatusOr<bool> WorkerRegistry::Heartbeat(const std::string& id, const Work
 }
 
 void WorkerRegistry::RecordPoll(const std::string& id,
-                                const absl::StatusOr<WorkerDescriptor>& result, absl::Time now) {
+                                const absl::StatusOr<WorkerDescriptor>& result, absl::Time sent,
+                                absl::Time now) {
   absl::MutexLock lock(&mu_);
   Entry* e = FindLocked(id);
   if (e == nullptr) return;
+  if (result.ok() && sent < e->failure_reported_at) return;  // answered, then failed
   if (!result.ok()) {
     e->snap.state = WorkerState::kUnhealthy;
     e->snap.last_error = absl::StrCat("GetInfo failed: ", result.status().ToString());
@@ -154,12 +156,14 @@ void WorkerRegistry::RecordPoll(const std::string& id,
   ApplyLoadLocked(*e, d.load);
 }
 
-void WorkerRegistry::ReportFailure(const std::string& id, const std::string& error) {
+void WorkerRegistry::ReportFailure(const std::string& id, const std::string& error,
+                                   absl::Time now) {
   absl::MutexLock lock(&mu_);
   Entry* e = FindLocked(id);
   if (e == nullptr || e->snap.state == WorkerState::kIncompatible) return;
   e->snap.state = WorkerState::kUnhealthy;
   e->snap.last_error = error;
+  e->failure_reported_at = now;
 }
 
 absl::Status WorkerRegistry::Remove(const std::string& id) {

@@ -58,13 +58,15 @@ class WorkerRegistry {
   // Returns whether the worker is draining; NOT_FOUND naming the id if unknown.
   absl::StatusOr<bool> Heartbeat(const std::string& id, const WorkerLoad& load, absl::Time now);
 
-  // Result of polling a static/admin worker's GetInfo.
+  // Result of polling a static/admin worker's GetInfo, sent at `sent` and answered by
+  // `now`. A success from a poll sent before the last ReportFailure is stale (the worker
+  // answered, then died) and is ignored; a failure always counts.
   void RecordPoll(const std::string& id, const absl::StatusOr<WorkerDescriptor>& result,
-                  absl::Time now);
+                  absl::Time sent, absl::Time now);
 
   // Marks a worker unhealthy at once (the Generate path saw it fail), until the next
-  // successful poll or heartbeat.
-  void ReportFailure(const std::string& id, const std::string& error);
+  // successful poll (sent after `now`) or heartbeat.
+  void ReportFailure(const std::string& id, const std::string& error, absl::Time now);
 
   absl::Status Remove(const std::string& id);
   absl::StatusOr<WorkerSnapshot> Drain(const std::string& id);
@@ -94,6 +96,8 @@ class WorkerRegistry {
     bool drain_requested = false;
     // router_reserved_pages when the last load report arrived (see estimated_free_pages).
     int32_t reserved_pages_at_report = 0;
+    // When the Generate path last reported this worker failed (ReportFailure).
+    absl::Time failure_reported_at = absl::InfinitePast();
   };
   WorkerSnapshot Snapshot(const Entry& e) const;
   Entry* FindLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

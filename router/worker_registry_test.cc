@@ -50,13 +50,14 @@ TEST(WorkerRegistry, StaticWorkersStartUnknownAndFollowPolls) {
 
   WorkerDescriptor d = Decode("10.0.0.1:9999", 0);
   d.role = WorkerRole::kPrefill;
-  reg.RecordPoll(*id, d, kT0);
+  reg.RecordPoll(*id, d, kT0, kT0);
   auto snap = reg.Get(*id);
   EXPECT_EQ(snap->state, WorkerState::kHealthy);
   EXPECT_EQ(snap->address, "127.0.0.1:8100");  // the dialed address, not the advertised one
   EXPECT_EQ(reg.Routable(WorkerRole::kPrefill).size(), 1u);
 
-  reg.RecordPoll(*id, absl::UnavailableError("connection refused"), kT0 + absl::Seconds(1));
+  reg.RecordPoll(*id, absl::UnavailableError("connection refused"), kT0,
+                 kT0 + absl::Seconds(1));
   snap = reg.Get(*id);
   EXPECT_EQ(snap->state, WorkerState::kUnhealthy);
   EXPECT_THAT(snap->last_error, HasSubstr("connection refused"));
@@ -122,14 +123,14 @@ TEST(WorkerRegistry, IncompatibleModelIsRefusedOrMarked) {
   EXPECT_TRUE(reg.List().empty());
 
   auto id = reg.AddByAddress(WorkerRole::kDecode, "127.0.0.1:8200", WorkerSource::kStatic);
-  reg.RecordPoll(*id, d, kT0);
+  reg.RecordPoll(*id, d, kT0, kT0);
   EXPECT_EQ(reg.Get(*id)->state, WorkerState::kIncompatible);
   EXPECT_TRUE(reg.Routable(WorkerRole::kDecode).empty());
 
   // A prefill process added as a decode worker is incompatible too.
   WorkerDescriptor p = Decode("127.0.0.1:8200", 10);
   p.role = WorkerRole::kPrefill;
-  reg.RecordPoll(*id, p, kT0);
+  reg.RecordPoll(*id, p, kT0, kT0);
   EXPECT_THAT(reg.Get(*id)->last_error, HasSubstr("added as a decode worker"));
 }
 
@@ -165,11 +166,26 @@ TEST(WorkerRegistry, EstimatedFreePagesSubtractsReservationsSinceTheReport) {
 TEST(WorkerRegistry, ReportFailureMarksUnhealthyUntilNextSuccess) {
   WorkerRegistry reg(Opts());
   auto id = reg.AddByAddress(WorkerRole::kDecode, "h:3", WorkerSource::kStatic);
-  reg.RecordPoll(*id, Decode("h:3", 5), kT0);
-  reg.ReportFailure(*id, "stream broke");
+  reg.RecordPoll(*id, Decode("h:3", 5), kT0, kT0);
+  reg.ReportFailure(*id, "stream broke", kT0 + absl::Seconds(1));
   EXPECT_EQ(reg.Get(*id)->state, WorkerState::kUnhealthy);
-  reg.RecordPoll(*id, Decode("h:3", 5), kT0 + absl::Seconds(1));
+  reg.RecordPoll(*id, Decode("h:3", 5), kT0 + absl::Seconds(2), kT0 + absl::Seconds(3));
   EXPECT_EQ(reg.Get(*id)->state, WorkerState::kHealthy);
+}
+
+TEST(WorkerRegistry, PollSentBeforeAReportedFailureDoesNotUndoIt) {
+  // The poll was answered, then the worker died mid-stream, then the poll's answer landed:
+  // the worker stays unhealthy; a poll that failed still counts.
+  WorkerRegistry reg(Opts());
+  auto id = reg.AddByAddress(WorkerRole::kDecode, "h:3", WorkerSource::kStatic);
+  reg.RecordPoll(*id, Decode("h:3", 5), kT0, kT0);
+  reg.ReportFailure(*id, "stream broke", kT0 + absl::Seconds(2));
+  reg.RecordPoll(*id, Decode("h:3", 5), kT0 + absl::Seconds(1), kT0 + absl::Seconds(3));
+  EXPECT_EQ(reg.Get(*id)->state, WorkerState::kUnhealthy);
+  EXPECT_EQ(reg.Get(*id)->last_error, "stream broke");
+  reg.RecordPoll(*id, absl::UnavailableError("refused"), kT0 + absl::Seconds(1),
+                 kT0 + absl::Seconds(4));
+  EXPECT_EQ(reg.Get(*id)->state, WorkerState::kUnhealthy);
 }
 
 }  // namespace
