@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<CudaPageIo>> CudaPageIo::Create(model::KvPool* po
       !s.ok()) {
     return s;
   }
+  io->slot_bytes_ = slot_bytes;
   for (int i = 0; i < num_slots; ++i) {
     void* p = nullptr;
     if (auto s = CudaCheck(cudaMalloc(&p, slot_bytes), "staging slot"); !s.ok()) return s;
@@ -59,6 +60,7 @@ CudaPageIo::~CudaPageIo() {
   for (cudaEvent_t e : filled_) cudaEventDestroy(e);
   for (cudaEvent_t e : freed_) cudaEventDestroy(e);
   if (page_ids_ != nullptr) cudaFree(page_ids_);
+  if (host_page_ids_ != nullptr) cudaFreeHost(host_page_ids_);
   if (header_ != nullptr) cudaFree(header_);
   if (host_header_ != nullptr) cudaFreeHost(host_header_);
   if (io_ != nullptr) cudaStreamDestroy(io_);
@@ -69,7 +71,9 @@ absl::Status CudaPageIo::SetPages(std::span<const int32_t> pages) {
   if (auto s = CudaCheck(cudaStreamSynchronize(io_), "drain"); !s.ok()) return s;
   if (pages.size() > page_capacity_) {
     if (page_ids_ != nullptr) cudaFree(page_ids_);
+    if (host_page_ids_ != nullptr) cudaFreeHost(host_page_ids_);
     page_ids_ = nullptr;
+    host_page_ids_ = nullptr;
     page_capacity_ = 0;
     void* ids = nullptr;
     if (auto s = CudaCheck(cudaMalloc(&ids, pages.size() * sizeof(int32_t)), "page ids");
@@ -77,6 +81,12 @@ absl::Status CudaPageIo::SetPages(std::span<const int32_t> pages) {
       return s;
     }
     page_ids_ = static_cast<int32_t*>(ids);
+    if (auto s = CudaCheck(cudaMallocHost(&ids, pages.size() * sizeof(int32_t)),
+                           "pinned page ids");
+        !s.ok()) {
+      return s;
+    }
+    host_page_ids_ = static_cast<int32_t*>(ids);
     page_capacity_ = pages.size();
   }
   for (int32_t p : pages) {
@@ -85,12 +95,16 @@ absl::Status CudaPageIo::SetPages(std::span<const int32_t> pages) {
                                                 pool_->total_pages()));
     }
   }
-  return CudaCheck(cudaMemcpy(page_ids_, pages.data(), pages.size() * sizeof(int32_t),
-                              cudaMemcpyHostToDevice),
+  // io_ is idle (synchronised above), so the pinned copy is free to overwrite; the upload is
+  // ordered before this session's gathers/scatters on io_.
+  std::memcpy(host_page_ids_, pages.data(), pages.size() * sizeof(int32_t));
+  return CudaCheck(cudaMemcpyAsync(page_ids_, host_page_ids_, pages.size() * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, io_),
                    "page ids upload");
 }
 
-absl::Status CudaPageIo::Copy(int layer, int first, int n, int i, bool to_staging) {
+absl::Status CudaPageIo::Copy(int layer, int first, int n, int i, int64_t offset,
+                              bool to_staging) {
   const model::KvPoolOptions& o = pool_->options();
   PageCopyParams p;
   const int64_t lb = int64_t{kernels::kPageSize} * o.latent_dim * kernels::DTypeSize(o.dtype);
@@ -101,24 +115,40 @@ absl::Status CudaPageIo::Copy(int layer, int first, int n, int i, bool to_stagin
     p.planes[1] = {static_cast<uint8_t*>(pool_->index_keys(layer)), ib, lb};
     p.num_planes = 2;
   }
+  if (offset < 0 || offset + n * (lb + ib) > static_cast<int64_t>(slot_bytes_)) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaPageIo: ", n, " pages at offset ", offset,
+                                                   " do not fit a slot of ", slot_bytes_,
+                                                   " bytes"));
+  }
   p.page_ids = page_ids_ + first;
   p.num_pages = n;
-  p.staging = static_cast<uint8_t*>(slots_[i]);
+  p.staging = static_cast<uint8_t*>(slots_[i]) + offset;
   p.staging_page_bytes = lb + ib;
   p.to_staging = to_staging;
   return CudaCheck(LaunchPageCopy(p, io_), "page copy launch");
 }
 
-absl::Status CudaPageIo::Gather(int layer, int first, int n, int i) {
+absl::Status CudaPageIo::Gather(int layer, int first, int n, int i, int64_t offset) {
   if (ready_ != nullptr) {
     if (auto s = CudaCheck(cudaStreamWaitEvent(io_, ready_, 0), "wait ready"); !s.ok()) return s;
     ready_ = nullptr;
   }
   // Reusing the slot: its previous send must have completed (no-op for a never-recorded event).
   if (auto s = CudaCheck(cudaStreamWaitEvent(io_, freed_[i], 0), "wait slot"); !s.ok()) return s;
-  if (auto s = Copy(layer, first, n, i, true); !s.ok()) return s;
+  if (auto s = Copy(layer, first, n, i, offset, true); !s.ok()) return s;
   if (auto s = CudaCheck(cudaEventRecord(filled_[i], io_), "record gather"); !s.ok()) return s;
   return CudaCheck(cudaStreamWaitEvent(comm_, filled_[i], 0), "comm waits gather");
+}
+
+absl::Status CudaPageIo::StageHeader(int i, const void* host, size_t bytes) {
+  if (bytes > 64) return absl::InvalidArgumentError("CudaPageIo: header too big");
+  if (auto s = CudaCheck(cudaStreamWaitEvent(io_, freed_[i], 0), "wait slot"); !s.ok()) return s;
+  // The previous header upload from the pinned buffer is done: SetPages drained io_.
+  std::memcpy(host_header_, host, bytes);
+  // Ordered before the slot's gathers on io_, whose recorded event the send waits for.
+  return CudaCheck(
+      cudaMemcpyAsync(slots_[i], host_header_, bytes, cudaMemcpyHostToDevice, io_),
+      "header upload");
 }
 
 absl::Status CudaPageIo::AfterSend(int i) {
@@ -129,13 +159,32 @@ absl::Status CudaPageIo::BeforeRecv(int i) {
   return CudaCheck(cudaStreamWaitEvent(comm_, freed_[i], 0), "comm waits scatter");
 }
 
-absl::Status CudaPageIo::Scatter(int layer, int first, int n, int i) {
+absl::Status CudaPageIo::Scatter(int layer, int first, int n, int i, int64_t offset) {
   if (auto s = CudaCheck(cudaEventRecord(filled_[i], comm_), "record recv"); !s.ok()) return s;
   if (auto s = CudaCheck(cudaStreamWaitEvent(io_, filled_[i], 0), "io waits recv"); !s.ok()) {
     return s;
   }
-  if (auto s = Copy(layer, first, n, i, false); !s.ok()) return s;
+  if (auto s = Copy(layer, first, n, i, offset, false); !s.ok()) return s;
   return CudaCheck(cudaEventRecord(freed_[i], io_), "record scatter");
+}
+
+absl::Status CudaPageIo::KeepHeader(int i, size_t bytes) {
+  if (bytes > 64) return absl::InvalidArgumentError("CudaPageIo: header too big");
+  // On the communicator's stream: after the recv into slot i, before any later recv into it.
+  return CudaCheck(cudaMemcpyAsync(header_, slots_[i], bytes, cudaMemcpyDeviceToDevice, comm_),
+                   "keep header");
+}
+
+absl::Status CudaPageIo::TakenHeader(void* host, size_t bytes) {
+  if (bytes > 64) return absl::InvalidArgumentError("CudaPageIo: header too big");
+  // Called after the communicator's WaitAll: every op on its stream, the copy too, completed.
+  if (auto s = CudaCheck(cudaMemcpy(host_header_, header_, bytes, cudaMemcpyDeviceToHost),
+                         "header download");
+      !s.ok()) {
+    return s;
+  }
+  std::memcpy(host, host_header_, bytes);
+  return absl::OkStatus();
 }
 
 absl::Status CudaPageIo::Drain(absl::Time deadline) {
@@ -148,26 +197,6 @@ absl::Status CudaPageIo::Drain(absl::Time deadline) {
     }
     std::this_thread::yield();
   }
-}
-
-absl::Status CudaPageIo::PutHeader(const void* host, size_t bytes) {
-  if (bytes > 64) return absl::InvalidArgumentError("CudaPageIo: header too big");
-  if (auto s = CudaCheck(cudaStreamSynchronize(comm_), "header drain"); !s.ok()) return s;
-  std::memcpy(host_header_, host, bytes);
-  return CudaCheck(cudaMemcpyAsync(header_, host_header_, bytes, cudaMemcpyHostToDevice, comm_),
-                   "header upload");
-}
-
-absl::Status CudaPageIo::GetHeader(void* host, size_t bytes) {
-  if (bytes > 64) return absl::InvalidArgumentError("CudaPageIo: header too big");
-  // Called after the communicator's WaitAll: the recv into header_ completed.
-  if (auto s = CudaCheck(cudaMemcpy(host_header_, header_, bytes, cudaMemcpyDeviceToHost),
-                         "header download");
-      !s.ok()) {
-    return s;
-  }
-  std::memcpy(host, host_header_, bytes);
-  return absl::OkStatus();
 }
 
 PageIoFactory CudaPageIoFactory(int device, int num_slots) {

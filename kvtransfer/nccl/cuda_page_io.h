@@ -26,15 +26,16 @@ class CudaPageIo final : public PageIo {
 
   int num_slots() const override { return static_cast<int>(slots_.size()); }
   void* slot(int i) override { return slots_[i]; }
+  size_t slot_bytes() const override { return slot_bytes_; }
   absl::Status SetPages(std::span<const int32_t> pages) override;
-  absl::Status Gather(int layer, int first, int n, int i) override;
+  absl::Status Gather(int layer, int first, int n, int i, int64_t offset) override;
+  absl::Status StageHeader(int i, const void* host, size_t bytes) override;
   absl::Status AfterSend(int i) override;
   absl::Status BeforeRecv(int i) override;
-  absl::Status Scatter(int layer, int first, int n, int i) override;
+  absl::Status Scatter(int layer, int first, int n, int i, int64_t offset) override;
+  absl::Status KeepHeader(int i, size_t bytes) override;
+  absl::Status TakenHeader(void* host, size_t bytes) override;
   absl::Status Drain(absl::Time deadline) override;
-  void* header() override { return header_; }
-  absl::Status PutHeader(const void* host, size_t bytes) override;
-  absl::Status GetHeader(void* host, size_t bytes) override;
   bool host_synchronous() const override { return false; }
 
   // The next Gather waits for `ready` (recorded on the compute stream) first.
@@ -46,17 +47,19 @@ class CudaPageIo final : public PageIo {
 
  private:
   CudaPageIo(model::KvPool* pool, cudaStream_t comm_stream) : pool_(pool), comm_(comm_stream) {}
-  absl::Status Copy(int layer, int first, int n, int i, bool to_staging);
+  absl::Status Copy(int layer, int first, int n, int i, int64_t offset, bool to_staging);
 
   model::KvPool* const pool_;
   const cudaStream_t comm_;
   cudaStream_t io_ = nullptr;
   std::vector<void*> slots_;
+  size_t slot_bytes_ = 0;
   std::vector<cudaEvent_t> filled_;  // io stream: the slot's gather / comm stream: recv done
   std::vector<cudaEvent_t> freed_;   // comm stream: send done / io stream: scatter done
   int32_t* page_ids_ = nullptr;      // device copy of the session's page list
+  int32_t* host_page_ids_ = nullptr;  // pinned staging of it (async upload on io_)
   size_t page_capacity_ = 0;
-  void* header_ = nullptr;
+  void* header_ = nullptr;           // device: the received header, kept by KeepHeader
   void* host_header_ = nullptr;      // pinned
   cudaEvent_t ready_ = nullptr;
 };

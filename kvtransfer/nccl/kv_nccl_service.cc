@@ -264,7 +264,7 @@ grpc::ServerUnaryReactor* KvNcclServiceImpl::Connect(grpc::CallbackServerContext
   auto plan = TransferPlan::Make({id, receiver_->layout().num_layers,
                                   static_cast<int>(job->pages.size()),
                                   static_cast<int64_t>(pool_->layer_page_bytes()),
-                                  request->max_message_pages()});
+                                  request->max_message_pages(), request->coalesce_bytes()});
   absl::Status refused;
   if (!plan.ok()) {
     refused = plan.status();

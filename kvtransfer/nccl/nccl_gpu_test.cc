@@ -43,8 +43,10 @@ TEST_F(NcclGpuTest, RandomPagesArriveWithEqualChecksums) {
   const model::KvPoolOptions o = Options();
   std::mt19937 rng(std::random_device{}());
   const int n = 45;  // two messages per layer of at most 32 pages: slot reuse
+  auto plan = TransferPlan::Make({"gpu-1", o.num_layers, n, 73728 + 16384, 32});
+  ASSERT_TRUE(plan.ok());
   Side tx, rx;
-  ASSERT_TRUE(gpu_testing::MakePair(o, 2, 32 * (73728 + 16384), &tx, &rx).ok());
+  ASSERT_TRUE(gpu_testing::MakePair(o, 2, plan->max_step_bytes(), &tx, &rx).ok());
   auto src = gpu_testing::ShuffledPages(*tx.pool, n, rng);
   auto dst = gpu_testing::ShuffledPages(*rx.pool, n, rng);
   const size_t pb = tx.pool->layer_page_bytes();
@@ -60,8 +62,6 @@ TEST_F(NcclGpuTest, RandomPagesArriveWithEqualChecksums) {
       ASSERT_TRUE(rx.pool->WritePage(l, dst[i], poison.data()).ok());
     }
   }
-  auto plan = TransferPlan::Make({"gpu-1", o.num_layers, n, static_cast<int64_t>(pb), 32});
-  ASSERT_TRUE(plan.ok());
   auto received = std::async(std::launch::async, [&] {
     cudaSetDevice(1);
     return ReceivePlan(rx.comm.get(), rx.io.get(), *plan, dst, absl::Seconds(20));
@@ -90,11 +90,14 @@ TEST_F(NcclGpuTest, StalledReceiverHitsTheSenderDeadlineThenPairRebuilds) {
   // 5 x 48 layer pages = 21 MB: more than NCCL's connection buffers hold, so the sends cannot
   // complete without the receiver.
   const int n = 48;
-  Side tx, rx;
-  ASSERT_TRUE(gpu_testing::MakePair(o, 2, n * 90112, &tx, &rx, absl::Milliseconds(500)).ok());
-  auto src = gpu_testing::ShuffledPages(*tx.pool, n, rng);
+  // 4.3 MB layers: three share a 16 MiB message (packing, gathers at offsets in a slot).
   auto plan = TransferPlan::Make({"gpu-2", o.num_layers, n, 90112, 512});
   ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->steps()[0].num_layers, 3);
+  const size_t slot = plan->max_step_bytes();
+  Side tx, rx;
+  ASSERT_TRUE(gpu_testing::MakePair(o, 2, slot, &tx, &rx, absl::Milliseconds(500)).ok());
+  auto src = gpu_testing::ShuffledPages(*tx.pool, n, rng);
   // The receiver never posts its receives (a hung decode process). Depending on NCCL's lazy
   // connection setup the failure surfaces while enqueueing or while waiting: either way within
   // about one no-progress period, as DEADLINE_EXCEEDED.
@@ -114,7 +117,7 @@ TEST_F(NcclGpuTest, StalledReceiverHitsTheSenderDeadlineThenPairRebuilds) {
   tx.io.reset();
   rx.io.reset();
   Side tx2, rx2;
-  ASSERT_TRUE(gpu_testing::MakePair(o, 2, n * 90112, &tx2, &rx2).ok());
+  ASSERT_TRUE(gpu_testing::MakePair(o, 2, slot, &tx2, &rx2).ok());
   auto src2 = gpu_testing::ShuffledPages(*tx2.pool, n, rng);
   auto dst2 = gpu_testing::ShuffledPages(*rx2.pool, n, rng);
   auto received = std::async(std::launch::async, [&] {

@@ -177,6 +177,7 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s, model:
   req.set_sender(s.options.sender_name);
   req.set_pair_id(o.pair_id);
   req.set_max_message_pages(o.max_message_pages);
+  req.set_coalesce_bytes(o.coalesce_bytes);
   req.set_plan_digest(s.plan.digest());
   req.set_host(o.host);
   v1::KvNcclConnectResponse resp;
@@ -351,7 +352,7 @@ absl::StatusOr<std::unique_ptr<KvSender>> NcclKvTransport::Open(const KvSessionR
   ASSIGN_OR_RETURN(TransferPlan plan,
                    TransferPlan::Make({ref.session_id, local_layout.num_layers, ref.num_pages,
                                        static_cast<int64_t>(pool_->layer_page_bytes()),
-                                       options_.max_message_pages}));
+                                       options_.max_message_pages, options_.coalesce_bytes}));
   auto s = std::make_shared<Session>(ref, local_layout, options, std::move(plan));
   std::shared_ptr<Pair> p = PairFor(ref.endpoint);
   {

@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "kvtransfer/nccl/communicator.h"
 #include "kvtransfer/nccl/page_io.h"
+#include "kvtransfer/nccl/schedule.h"
 #include "kvtransfer/transport.h"
 #include "model/kv_pool.h"
 
@@ -50,6 +51,8 @@ struct NcclTransportOptions {
   std::string pair_id;   // this worker's stable id (one communicator per prefill/decode pair)
   std::string host;      // this worker's host identity, for the decode side's checks/logs
   int max_message_pages = 512;
+  // Layers smaller than this share a message (see schedule.h); the receiver follows.
+  int64_t coalesce_bytes = PlanParams::kDefaultCoalesceBytes;
   CommunicatorFactory comm_factory;
   PageIoFactory page_io_factory = HostPageIoFactory();
   LayerFenceFactory layer_fence;  // null: the pages are complete when SendLayer is called

@@ -28,24 +28,29 @@ class PageIo {
   virtual ~PageIo() = default;
   virtual int num_slots() const = 0;
   virtual void* slot(int i) = 0;
+  virtual size_t slot_bytes() const = 0;
   // The session's page ids (in the request's page order); Gather/Scatter address them by
   // index. Called once per session, before the first Gather/Scatter.
   virtual absl::Status SetPages(std::span<const int32_t> pages) = 0;
-  // Sender: gather pages [first, first + n) of `layer` into slot `i`; a later Send of the slot
-  // sees them.
-  virtual absl::Status Gather(int layer, int first, int n, int i) = 0;
+  // Sender: gather pages [first, first + n) of `layer` into slot `i` at byte `offset`; a
+  // later Send of the slot sees them. The first Gather into a slot after its last send waits
+  // for that send.
+  virtual absl::Status Gather(int layer, int first, int n, int i, int64_t offset) = 0;
+  // Sender: writes `bytes` (<= 64) of `host` at the start of slot `i`, ordered like a Gather.
+  virtual absl::Status StageHeader(int i, const void* host, size_t bytes) = 0;
   // Sender: the communicator has enqueued its send from slot `i`.
   virtual absl::Status AfterSend(int i) = 0;
   // Receiver: before enqueueing a recv into slot `i` (waits until its last scatter read it).
   virtual absl::Status BeforeRecv(int i) = 0;
-  // Receiver: scatter slot `i` (after the enqueued recv) into pages [first, first + n).
-  virtual absl::Status Scatter(int layer, int first, int n, int i) = 0;
+  // Receiver: scatter slot `i` at byte `offset` (after the enqueued recv) into pages
+  // [first, first + n) of `layer`.
+  virtual absl::Status Scatter(int layer, int first, int n, int i, int64_t offset) = 0;
+  // Receiver: keeps the first `bytes` (<= 64) of slot `i` (after the enqueued recv) before
+  // the slot is reused; TakenHeader() returns them once the communicator's WaitAll returned.
+  virtual absl::Status KeepHeader(int i, size_t bytes) = 0;
+  virtual absl::Status TakenHeader(void* host, size_t bytes) = 0;
   // Waits for every gather/scatter enqueued so far (DEADLINE_EXCEEDED past `deadline`).
   virtual absl::Status Drain(absl::Time deadline) = 0;
-  // A 32-byte buffer the communicator can send from / receive into (the plan header).
-  virtual void* header() = 0;
-  virtual absl::Status PutHeader(const void* host, size_t bytes) = 0;  // before sending it
-  virtual absl::Status GetHeader(void* host, size_t bytes) = 0;        // after WaitAll
   // True when Gather/Scatter act at once on host memory: the engine must then wait for the
   // communicator before scattering a received slot or overwriting a slot still being sent.
   // False when they are ordered with the communicator's stream on the device.
@@ -64,24 +69,25 @@ class HostPageIo final : public PageIo {
   HostPageIo(model::KvPool* pool, int num_slots, size_t slot_bytes);
   int num_slots() const override { return static_cast<int>(slots_.size()); }
   void* slot(int i) override { return slots_[i].data(); }
+  size_t slot_bytes() const override { return slots_[0].size(); }
   absl::Status SetPages(std::span<const int32_t> pages) override;
-  absl::Status Gather(int layer, int first, int n, int i) override;
+  absl::Status Gather(int layer, int first, int n, int i, int64_t offset) override;
+  absl::Status StageHeader(int i, const void* host, size_t bytes) override;
   absl::Status AfterSend(int) override { return absl::OkStatus(); }
   absl::Status BeforeRecv(int) override { return absl::OkStatus(); }
-  absl::Status Scatter(int layer, int first, int n, int i) override;
+  absl::Status Scatter(int layer, int first, int n, int i, int64_t offset) override;
+  absl::Status KeepHeader(int i, size_t bytes) override;
+  absl::Status TakenHeader(void* host, size_t bytes) override;
   absl::Status Drain(absl::Time) override { return absl::OkStatus(); }
-  void* header() override { return header_; }
-  absl::Status PutHeader(const void* host, size_t bytes) override;
-  absl::Status GetHeader(void* host, size_t bytes) override;
   bool host_synchronous() const override { return true; }
 
  private:
-  absl::Status CheckRange(int first, int n, int i) const;
+  absl::Status CheckRange(int first, int n, int i, int64_t offset) const;
   model::KvPool* const pool_;
   const size_t page_bytes_;
   std::vector<std::vector<uint8_t>> slots_;
   std::vector<int32_t> pages_;
-  alignas(16) uint8_t header_[32] = {};
+  uint8_t header_[64] = {};
 };
 
 }  // namespace mlaserve::kvtransfer::nccl

@@ -25,6 +25,10 @@ PlanSender::PlanSender(Communicator* comm, PageIo* io, const TransferPlan* plan,
     status_ = absl::InvalidArgumentError(absl::StrCat(
         "nccl send of session ", plan_->params().session_id, ": ", pages_.size(),
         " local pages for a plan of ", plan_->params().num_pages));
+  } else if (static_cast<size_t>(plan_->max_step_bytes()) > io_->slot_bytes()) {
+    status_ = absl::InvalidArgumentError(absl::StrCat(
+        "nccl send of session ", plan_->params().session_id, ": messages of up to ",
+        plan_->max_step_bytes(), " bytes do not fit staging slots of ", io_->slot_bytes()));
   }
 }
 
@@ -39,9 +43,6 @@ void PlanSender::Abort(const absl::Status& reason) { (void)Fail(reason); }
 absl::Status PlanSender::Begin() {
   if (!status_.ok()) return status_;
   if (auto s = io_->SetPages(pages_); !s.ok()) return Fail(s);
-  const PlanHeader h = HeaderOf(*plan_);
-  if (auto s = io_->PutHeader(&h, sizeof(h)); !s.ok()) return Fail(s);
-  if (auto s = comm_->Send(io_->header(), sizeof(h)); !s.ok()) return Fail(s);
   begun_ = true;
   return absl::OkStatus();
 }
@@ -55,17 +56,28 @@ absl::Status PlanSender::SendLayer(int layer) {
                      ")")));
   }
   const int slots = io_->num_slots();
-  for (int k = plan_->layer_begin(layer); k < plan_->layer_begin(layer + 1); ++k, ++step_) {
+  for (int k = plan_->first_step(layer); k < plan_->end_step(layer); ++k) {
     const TransferStep& st = plan_->steps()[k];
-    const int slot = static_cast<int>(step_ % slots);
-    // Host slots are plain memory: wait until the send that last used this slot completed.
-    if (io_->host_synchronous() && step_ >= slots) {
-      if (auto s = comm_->WaitAll(no_progress_); !s.ok()) return Fail(s);
+    const int slot = k % slots;
+    if (layer == st.layer) {
+      // Host slots are plain memory: wait until the send that last used this slot completed.
+      if (io_->host_synchronous() && k >= slots) {
+        if (auto s = comm_->WaitAll(no_progress_); !s.ok()) return Fail(s);
+      }
+      if (k == 0) {
+        const PlanHeader h = HeaderOf(*plan_);
+        if (auto s = io_->StageHeader(slot, &h, sizeof(h)); !s.ok()) return Fail(s);
+      }
     }
-    if (auto s = io_->Gather(layer, st.first_page, st.num_pages, slot); !s.ok()) return Fail(s);
-    if (auto s = comm_->Send(io_->slot(slot), st.bytes); !s.ok()) return Fail(s);
-    if (auto s = io_->AfterSend(slot); !s.ok()) return Fail(s);
-    bytes_ += st.bytes;
+    const int64_t offset = st.payload_offset + (layer - st.layer) * st.layer_bytes();
+    if (auto s = io_->Gather(layer, st.first_page, st.num_pages, slot, offset); !s.ok()) {
+      return Fail(s);
+    }
+    if (layer == st.last_layer()) {
+      if (auto s = comm_->Send(io_->slot(slot), st.message_bytes()); !s.ok()) return Fail(s);
+      if (auto s = io_->AfterSend(slot); !s.ok()) return Fail(s);
+      bytes_ += st.bytes;
+    }
   }
   ++next_layer_;
   return absl::OkStatus();
@@ -96,11 +108,41 @@ absl::StatusOr<int64_t> ReceivePlan(Communicator* comm, PageIo* io, const Transf
                                                    pages.size(), " local pages for a plan of ",
                                                    plan.params().num_pages));
   }
+  if (static_cast<size_t>(plan.max_step_bytes()) > io->slot_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl receive of session ", id, ": messages of up to ", plan.max_step_bytes(),
+        " bytes do not fit staging slots of ", io->slot_bytes()));
+  }
   if (auto s = io->SetPages(pages); !s.ok()) return fail(s);
-  PlanHeader got;
-  if (auto s = comm->Recv(io->header(), sizeof(got)); !s.ok()) return fail(s);
+  // Every receive is posted without waiting for the first one: the header (at the start of the
+  // first message) is checked once all arrived. The plan digests were already compared through
+  // the control plane, so a mismatch here means the pair's message streams diverged; the pages
+  // written meanwhile belong to this session and are freed with it.
+  const int slots = io->num_slots();
+  int64_t bytes = 0;
+  for (size_t k = 0; k < plan.steps().size(); ++k) {
+    const TransferStep& st = plan.steps()[k];
+    const int slot = static_cast<int>(k % slots);
+    if (auto s = io->BeforeRecv(slot); !s.ok()) return fail(s);
+    if (auto s = comm->Recv(io->slot(slot), st.message_bytes()); !s.ok()) return fail(s);
+    // Host slots: the bytes are there only once the receive completed.
+    if (io->host_synchronous()) {
+      if (auto s = comm->WaitAll(no_progress); !s.ok()) return fail(s);
+    }
+    if (k == 0) {
+      if (auto s = io->KeepHeader(slot, sizeof(PlanHeader)); !s.ok()) return fail(s);
+    }
+    for (int l = st.layer; l <= st.last_layer(); ++l) {
+      const int64_t offset = st.payload_offset + (l - st.layer) * st.layer_bytes();
+      if (auto s = io->Scatter(l, st.first_page, st.num_pages, slot, offset); !s.ok()) {
+        return fail(s);
+      }
+    }
+    bytes += st.bytes;
+  }
   if (auto s = comm->WaitAll(no_progress); !s.ok()) return fail(s);
-  if (auto s = io->GetHeader(&got, sizeof(got)); !s.ok()) return fail(s);
+  PlanHeader got;
+  if (auto s = io->TakenHeader(&got, sizeof(got)); !s.ok()) return fail(s);
   const PlanHeader want = HeaderOf(plan);
   if (got.magic != want.magic || got.digest != want.digest ||
       got.total_bytes != want.total_bytes || got.num_steps != want.num_steps) {
@@ -109,21 +151,6 @@ absl::StatusOr<int64_t> ReceivePlan(Communicator* comm, PageIo* io, const Transf
         ", ", got.num_steps, " steps, ", got.total_bytes, " bytes) differs from ours (digest ",
         absl::Hex(want.digest), ", ", want.num_steps, " steps, ", want.total_bytes, " bytes)")));
   }
-  const int slots = io->num_slots();
-  int64_t bytes = 0;
-  for (size_t k = 0; k < plan.steps().size(); ++k) {
-    const TransferStep& st = plan.steps()[k];
-    const int slot = static_cast<int>(k % slots);
-    if (auto s = io->BeforeRecv(slot); !s.ok()) return fail(s);
-    if (auto s = comm->Recv(io->slot(slot), st.bytes); !s.ok()) return fail(s);
-    // Host slots: the bytes are there only once the receive completed.
-    if (io->host_synchronous()) {
-      if (auto s = comm->WaitAll(no_progress); !s.ok()) return fail(s);
-    }
-    if (auto s = io->Scatter(st.layer, st.first_page, st.num_pages, slot); !s.ok()) return fail(s);
-    bytes += st.bytes;
-  }
-  if (auto s = comm->WaitAll(no_progress); !s.ok()) return fail(s);
   if (auto s = io->Drain(absl::Now() + no_progress); !s.ok()) return fail(s);
   return bytes;
 }

@@ -1,7 +1,7 @@
 // One session's pages over a pair's Communicator, following a TransferPlan; and PairLink, the
 // pair's communicator with its rebuild-after-failure rule.
 //
-// Sender (prefill side): Begin() ships the plan header, SendLayer(l) for l = 0, 1, ... as
+// Sender (prefill side): Begin() readies the page io, SendLayer(l) for l = 0, 1, ... as
 // prefill finishes each layer (only enqueues on the device path, so the prefill thread does
 // not wait for the wire), Finish() waits until every byte left. Receiver (decode side):
 // ReceivePlan() posts the matching receives and scatters into the session's pages.
@@ -51,7 +51,6 @@ class PlanSender {
   const absl::Duration no_progress_;
   absl::Status status_;
   int next_layer_ = 0;
-  int64_t step_ = 0;
   int64_t bytes_ = 0;
   bool begun_ = false;
 };

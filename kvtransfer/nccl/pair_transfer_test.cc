@@ -21,9 +21,11 @@ using kvtransfer::testing::SmallPoolOptions;
 
 constexpr absl::Duration kShort = absl::Milliseconds(300);
 
+// One layer a message unless `coalesce_bytes` says otherwise (the tests below count messages).
 TransferPlan Plan(const std::string& id, int layers, int pages, int64_t page_bytes,
-                  int max_message_pages = 512) {
-  auto plan = TransferPlan::Make({id, layers, pages, page_bytes, max_message_pages});
+                  int max_message_pages = 512, int64_t coalesce_bytes = 0) {
+  auto plan =
+      TransferPlan::Make({id, layers, pages, page_bytes, max_message_pages, coalesce_bytes});
   EXPECT_TRUE(plan.ok()) << plan.status();
   return *plan;
 }
@@ -33,18 +35,63 @@ TEST(TransferPlanTest, LayerMajorInPageListOrder) {
   ASSERT_EQ(p.steps().size(), 9u);  // 3 layers x ceil(5 / 2)
   int k = 0;
   for (int l = 0; l < 3; ++l) {
-    EXPECT_EQ(p.layer_begin(l), k);
+    EXPECT_EQ(p.first_step(l), k);
+    EXPECT_EQ(p.end_step(l), k + 3);
     for (int first : {0, 2, 4}) {
-      const TransferStep& s = p.steps()[k++];
+      const TransferStep& s = p.steps()[k];
       EXPECT_EQ(s.layer, l);
+      EXPECT_EQ(s.num_layers, 1);
       EXPECT_EQ(s.first_page, first);
       EXPECT_EQ(s.num_pages, first == 4 ? 1 : 2);
       EXPECT_EQ(s.bytes, s.num_pages * 100);
+      // The plan header rides at the start of the first message.
+      EXPECT_EQ(s.payload_offset, k == 0 ? 32 : 0);
+      ++k;
     }
   }
-  EXPECT_EQ(p.layer_begin(3), 9);
   EXPECT_EQ(p.total_bytes(), 3 * 5 * 100);
-  EXPECT_EQ(p.max_step_bytes(), 200);
+  EXPECT_EQ(p.max_step_bytes(), 32 + 200);
+}
+
+TEST(TransferPlanTest, SmallLayersShareMessagesUpToCoalesceBytes) {
+  // 200-byte layers, 450-byte messages: two layers a message, the last one alone.
+  TransferPlan p = Plan("s", 7, 2, 100, 512, 450);
+  ASSERT_EQ(p.steps().size(), 4u);
+  for (int k = 0; k < 4; ++k) {
+    const TransferStep& s = p.steps()[k];
+    EXPECT_EQ(s.layer, 2 * k);
+    EXPECT_EQ(s.num_layers, k == 3 ? 1 : 2);
+    EXPECT_EQ(s.num_pages, 2);
+    EXPECT_EQ(s.bytes, s.num_layers * 200);
+    EXPECT_EQ(s.layer_bytes(), 200);
+  }
+  for (int l = 0; l < 7; ++l) {
+    EXPECT_EQ(p.first_step(l), l / 2);
+    EXPECT_EQ(p.end_step(l), l / 2 + 1);
+  }
+  EXPECT_EQ(p.steps()[0].message_bytes(), 32 + 400);
+  EXPECT_EQ(p.max_step_bytes(), 432);
+  EXPECT_EQ(p.total_bytes(), 1400);
+  // Packing never exceeds max_message_pages: 5 pages a message hold 2 layers of 2 pages.
+  EXPECT_EQ(Plan("s", 7, 2, 100, 5, 1 << 20).steps()[0].num_layers, 2);
+  // Layers of more than max_message_pages are split, never packed.
+  EXPECT_EQ(Plan("s", 7, 9, 100, 4, 1 << 20).steps().size(), 7u * 3);
+  // The packing is part of the digest.
+  EXPECT_NE(Plan("s", 7, 2, 100, 512, 450).digest(), Plan("s", 7, 2, 100, 512, 0).digest());
+  EXPECT_FALSE(TransferPlan::Make({"s", 7, 2, 100, 512, -1}).ok());
+}
+
+TEST(TransferPlanTest, DefaultPackingAtDeepSeekSizes) {
+  // V3, 61 layers of 73,728-byte pages. 1k tokens: 1.18 MB layers, 14 to a 16 MiB message.
+  auto p1k = TransferPlan::Make({"s", 61, 16, 73728});
+  ASSERT_TRUE(p1k.ok());
+  ASSERT_EQ(p1k->steps().size(), 5u);
+  EXPECT_EQ(p1k->steps()[0].num_layers, 14);
+  EXPECT_EQ(p1k->steps()[4].num_layers, 61 - 4 * 14);
+  // 16k tokens: 18.9 MB layers, one a message.
+  auto p16k = TransferPlan::Make({"s", 61, 256, 73728});
+  ASSERT_TRUE(p16k.ok());
+  EXPECT_EQ(p16k->steps().size(), 61u);
 }
 
 TEST(TransferPlanTest, DigestAgreesOnlyOnIdenticalParameters) {
@@ -184,17 +231,51 @@ TEST_F(PairTransferTest, ChecksumsAndBytesMatchWithDifferentPageIds) {
   ExpectPagesEqual();
 }
 
+TEST_F(PairTransferTest, PackedLayersArriveByteIdentical) {
+  FakeCommHub hub;
+  auto [tx, rx] = Connect(hub);
+  Allocate(5);
+  const int64_t layer = 5 * src_pool_->layer_page_bytes();
+  // Layers 0-1 share the first message (after the header), layer 2 has its own; one slot, so
+  // the second message reuses the first one's staging.
+  TransferPlan plan = Plan("packed", opts_.num_layers, 5, src_pool_->layer_page_bytes(), 512,
+                           2 * layer);
+  ASSERT_EQ(plan.steps().size(), 2u);
+  Outcome o = Transfer(tx.get(), rx.get(), plan, plan, /*slots=*/1);
+  ASSERT_TRUE(o.send.ok()) << o.send;
+  ASSERT_TRUE(o.received.ok()) << o.received.status();
+  EXPECT_EQ(*o.sent, 3 * layer);
+  EXPECT_EQ(*o.received, 3 * layer);
+  EXPECT_EQ(hub.bytes_moved(), 3 * layer + static_cast<int64_t>(sizeof(PlanHeader)));
+  ExpectPagesEqual();
+}
+
 TEST_F(PairTransferTest, ReceiverRefusesAnotherPlanAndBothSidesFail) {
   FakeCommHub hub;
   auto [tx, rx] = Connect(hub);
   Allocate(4);
-  // The sender believes in 4 pages of another size: the digests differ.
-  TransferPlan send_plan = Plan("req", opts_.num_layers, 4, src_pool_->layer_page_bytes());
-  TransferPlan recv_plan = Plan("req", opts_.num_layers, 4, src_pool_->layer_page_bytes(), 1);
+  // Same message sizes, another session: only the in-band header tells them apart.
+  TransferPlan send_plan = Plan("req-a", opts_.num_layers, 4, src_pool_->layer_page_bytes());
+  TransferPlan recv_plan = Plan("req-b", opts_.num_layers, 4, src_pool_->layer_page_bytes());
   Outcome o = Transfer(tx.get(), rx.get(), send_plan, recv_plan);
   EXPECT_EQ(o.received.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(o.received.status().message().find("differs from ours"), std::string::npos);
-  // The receiver aborted after the header: the sender's sends never complete.
+  EXPECT_FALSE(rx->usable());
+  FreeAll();
+  EXPECT_EQ(src_pool_->free_pages(), opts_.num_pages);
+  EXPECT_EQ(dst_pool_->free_pages(), opts_.num_pages);
+}
+
+TEST_F(PairTransferTest, MessageSizesThatDisagreeFailBothSides) {
+  // The control plane compares digests first; should the streams still diverge, the first
+  // mismatched message fails both ends instead of writing past a slot.
+  FakeCommHub hub;
+  auto [tx, rx] = Connect(hub);
+  Allocate(4);
+  TransferPlan send_plan = Plan("req", opts_.num_layers, 4, src_pool_->layer_page_bytes());
+  TransferPlan recv_plan = Plan("req", opts_.num_layers, 4, src_pool_->layer_page_bytes(), 1);
+  Outcome o = Transfer(tx.get(), rx.get(), send_plan, recv_plan);
+  EXPECT_FALSE(o.received.ok());
   EXPECT_FALSE(o.sent.ok());
   EXPECT_FALSE(tx->usable());
   EXPECT_FALSE(rx->usable());
@@ -205,7 +286,7 @@ TEST_F(PairTransferTest, ReceiverRefusesAnotherPlanAndBothSidesFail) {
 
 TEST_F(PairTransferTest, PeerFailureMidTransferFailsBothSides) {
   FakeCommHub hub;
-  hub.set_faults({.fail_after_sends = 3});  // header + 2 steps, then the link dies
+  hub.set_faults({.fail_after_sends = 2});  // 2 steps (the first with the header), then dead
   auto [tx, rx] = Connect(hub);
   Allocate(4);
   TransferPlan plan = Plan("req", opts_.num_layers, 4, src_pool_->layer_page_bytes(), 2);

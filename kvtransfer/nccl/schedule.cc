@@ -32,28 +32,61 @@ absl::StatusOr<TransferPlan> TransferPlan::Make(const PlanParams& params) {
   if (params.session_id.empty()) {
     return absl::InvalidArgumentError("nccl transfer plan: empty session id");
   }
+  if (params.coalesce_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("nccl transfer plan: coalesce_bytes is ",
+                                                   params.coalesce_bytes,
+                                                   "; it must be 0 (off) or positive"));
+  }
   TransferPlan plan;
   plan.params_ = params;
-  for (int l = 0; l < params.num_layers; ++l) {
-    plan.layer_begin_.push_back(static_cast<int>(plan.steps_.size()));
+  const int64_t layer_bytes = int64_t{params.num_pages} * params.layer_page_bytes;
+  // Whole layers per message: as many as fit in coalesce_bytes and max_message_pages, >= 1.
+  int per_message = 1;
+  if (params.num_pages <= params.max_message_pages && params.coalesce_bytes > layer_bytes) {
+    per_message = static_cast<int>(std::min<int64_t>(
+        {params.coalesce_bytes / layer_bytes, params.max_message_pages / params.num_pages,
+         params.num_layers}));
+  }
+  auto add = [&plan](TransferStep s) {
+    if (plan.steps_.empty()) s.payload_offset = sizeof(PlanHeader);
+    plan.total_bytes_ += s.bytes;
+    plan.max_step_bytes_ = std::max(plan.max_step_bytes_, s.message_bytes());
+    plan.steps_.push_back(s);
+  };
+  for (int l = 0; l < params.num_layers;) {
+    if (per_message > 1) {
+      TransferStep s;
+      s.layer = l;
+      s.num_layers = std::min(per_message, params.num_layers - l);
+      s.num_pages = params.num_pages;
+      s.bytes = s.num_layers * layer_bytes;
+      for (int k = 0; k < s.num_layers; ++k) {
+        plan.first_step_.push_back(static_cast<int>(plan.steps_.size()));
+        plan.end_step_.push_back(static_cast<int>(plan.steps_.size()) + 1);
+      }
+      l += s.num_layers;
+      add(s);
+      continue;
+    }
+    plan.first_step_.push_back(static_cast<int>(plan.steps_.size()));
     for (int p = 0; p < params.num_pages; p += params.max_message_pages) {
       TransferStep s;
       s.layer = l;
       s.first_page = p;
       s.num_pages = std::min(params.max_message_pages, params.num_pages - p);
       s.bytes = static_cast<int64_t>(s.num_pages) * params.layer_page_bytes;
-      plan.total_bytes_ += s.bytes;
-      plan.max_step_bytes_ = std::max(plan.max_step_bytes_, s.bytes);
-      plan.steps_.push_back(s);
+      add(s);
     }
+    plan.end_step_.push_back(static_cast<int>(plan.steps_.size()));
+    ++l;
   }
-  plan.layer_begin_.push_back(static_cast<int>(plan.steps_.size()));
   uint64_t h = 0xcbf29ce484222325ULL;
   Mix(h, params.session_id.data(), params.session_id.size());
   MixInt(h, params.num_layers);
   MixInt(h, params.num_pages);
   MixInt(h, params.layer_page_bytes);
   MixInt(h, params.max_message_pages);
+  MixInt(h, params.coalesce_bytes);
   plan.digest_ = h;
   return plan;
 }

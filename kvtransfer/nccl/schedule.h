@@ -5,8 +5,16 @@
 // compare its digest before the first payload byte moves.
 //
 // The plan is layer-major (layer 0 first, so a layer can ship as soon as prefill wrote it) and
-// within a layer follows the request's page list order; a layer is cut into messages of at
-// most max_message_pages pages (bounded staging memory).
+// within a layer follows the request's page list order. A layer of more than
+// max_message_pages pages is cut into several messages (bounded staging memory); small layers
+// are packed, whole and consecutive, into one message of at most coalesce_bytes, because every
+// NCCL point-to-point operation costs tens of microseconds whatever its size (measured on 2x
+// H200: ~55 us per message, so one 1.2 MB layer per message reached 20 GB/s of a 300 GB/s link).
+// A message leaves once its last layer was gathered, so packing trades a few layers of
+// streaming overlap at the tail for far fewer operations.
+//
+// The first message starts with the 32-byte PlanHeader (payload_offset 32): the in-band check
+// that both ends follow the same plan costs no operation of its own.
 #pragma once
 
 #include <cstdint>
@@ -17,11 +25,18 @@
 
 namespace mlaserve::kvtransfer::nccl {
 
+// One message: layers [layer, layer + num_layers), pages [first_page, first_page + num_pages)
+// of each, layer after layer, after payload_offset header bytes.
 struct TransferStep {
   int layer = 0;
+  int num_layers = 1;
   int first_page = 0;  // index into the request's page list
   int num_pages = 0;
-  int64_t bytes = 0;   // num_pages * layer_page_bytes
+  int64_t payload_offset = 0;  // sizeof(PlanHeader) for the first step, else 0
+  int64_t bytes = 0;           // payload: num_layers * num_pages * layer_page_bytes
+  int64_t layer_bytes() const { return bytes / num_layers; }
+  int64_t message_bytes() const { return payload_offset + bytes; }
+  int last_layer() const { return layer + num_layers - 1; }
 };
 
 struct PlanParams {
@@ -30,6 +45,9 @@ struct PlanParams {
   int num_pages = 0;            // pages per layer
   int64_t layer_page_bytes = 0;
   int max_message_pages = 512;  // 512 x 73,728 B = 36 MiB per message at DeepSeek's size
+  // Whole layers smaller than this share a message up to this size; 0 = one layer a message.
+  int64_t coalesce_bytes = kDefaultCoalesceBytes;
+  static constexpr int64_t kDefaultCoalesceBytes = int64_t{16} << 20;
 };
 
 class TransferPlan {
@@ -39,9 +57,13 @@ class TransferPlan {
 
   const PlanParams& params() const { return params_; }
   const std::vector<TransferStep>& steps() const { return steps_; }
-  // Steps of one layer: [layer_begin(l), layer_begin(l + 1)).
-  int layer_begin(int layer) const { return layer_begin_[layer]; }
+  // The steps holding layer l: [first_step(l), end_step(l)). Several when the layer is split,
+  // one (shared with neighbouring layers) when layers are packed.
+  int first_step(int layer) const { return first_step_[layer]; }
+  int end_step(int layer) const { return end_step_[layer]; }
+  // Payload bytes (headers excluded).
   int64_t total_bytes() const { return total_bytes_; }
+  // The largest message, header included: a staging slot's size.
   int64_t max_step_bytes() const { return max_step_bytes_; }
   // 64-bit digest over every parameter; equal digests mean identical step lists.
   uint64_t digest() const { return digest_; }
@@ -49,7 +71,7 @@ class TransferPlan {
  private:
   PlanParams params_;
   std::vector<TransferStep> steps_;
-  std::vector<int> layer_begin_;
+  std::vector<int> first_step_, end_step_;  // per layer
   int64_t total_bytes_ = 0;
   int64_t max_step_bytes_ = 0;
   uint64_t digest_ = 0;
