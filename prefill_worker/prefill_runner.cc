@@ -52,9 +52,12 @@ PrefillRunner::PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* tra
                                "Prefill requests answered, by outcome.", {{"outcome", "ok"}});
   requests_failed_ = m->GetCounter("mlaserve_prefill_requests_total",
                                    "Prefill requests answered, by outcome.", {{"outcome", "error"}});
-  kv_bytes_ = m->GetCounter("mlaserve_kv_transfer_bytes_total",
-                            "KV page payload bytes moved between workers.",
-                            {{"direction", "sent"}});
+  kv_bytes_tcp_ = m->GetCounter("mlaserve_kv_transfer_bytes_total",
+                                "KV page payload bytes moved between workers.",
+                                {{"direction", "sent"}, {"transport", "tcp"}});
+  kv_bytes_nccl_ = m->GetCounter("mlaserve_kv_transfer_bytes_total",
+                                 "KV page payload bytes moved between workers.",
+                                 {{"direction", "sent"}, {"transport", "nccl"}});
   kv_failures_ = m->GetCounter("mlaserve_kv_transfer_failures_total",
                                "KV transfers that failed.", {{"side", "sender"}});
   queue_seconds_ = m->GetHistogram("mlaserve_prefill_queue_seconds",
@@ -380,6 +383,7 @@ void PrefillRunner::OnTransferDone(const std::string& id, int32_t token, absl::S
   o.first_token = token;
   o.prompt_tokens = static_cast<int>(req->job.tokens.size());
   o.kv_bytes_sent = req->sender->bytes_sent();
+  o.kv_direct = req->sender->direct();
   o.queue_time = req->first_scheduled - req->arrival;
   o.prefill_time = req->forward_done - req->first_scheduled;
   o.transfer_wait = absl::Now() - req->forward_done;
@@ -402,7 +406,8 @@ void PrefillRunner::Finish(const std::string& id, absl::StatusOr<PrefillOutcome>
   }
   if (outcome.ok()) {
     requests_ok_->Increment();
-    kv_bytes_->Increment(static_cast<double>(outcome->kv_bytes_sent));
+    (outcome->kv_direct ? kv_bytes_nccl_ : kv_bytes_tcp_)
+        ->Increment(static_cast<double>(outcome->kv_bytes_sent));
     prefill_seconds_->Observe(absl::ToDoubleSeconds(outcome->prefill_time));
     transfer_wait_seconds_->Observe(absl::ToDoubleSeconds(outcome->transfer_wait));
   } else {

@@ -61,6 +61,7 @@ struct PrefillOutcome {
   int32_t first_token = 0;
   int prompt_tokens = 0;
   int64_t kv_bytes_sent = 0;
+  bool kv_direct = false;  // sent GPU to GPU (nccl), not through host payloads (tcp)
   absl::Duration queue_time;
   absl::Duration prefill_time;
   absl::Duration transfer_wait;
@@ -141,7 +142,8 @@ class PrefillRunner {
   common::MetricsRegistry own_metrics_;
   common::Counter* requests_ok_;
   common::Counter* requests_failed_;
-  common::Counter* kv_bytes_;
+  common::Counter* kv_bytes_tcp_;
+  common::Counter* kv_bytes_nccl_;
   common::Counter* kv_failures_;
   common::Histogram* queue_seconds_;
   common::Histogram* prefill_seconds_;

@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Two-GPU end-to-end run of the nccl KV transport (owner: nccl-adapter): prefill worker on GPU 0,
-# decode worker on GPU 1, router, on loopback, with --kv-transport nccl.
-#   here:            tools/device/nccl_e2e.sh --bundle   (builds in build-nccl2, packs the binaries
-#                    and the libraries Ubuntu lacks into .devpack-ncclx.tar.xz, git-ignored:
-#                    carry [".devpack-ncclx.tar.xz"])
+# Two-GPU end-to-end run of the nccl KV transport: prefill worker on GPU 0, decode worker on
+# GPU 1, router, on loopback, with --kv-transport nccl.
+#   here:            tools/device/nccl_e2e.sh --bundle   (builds in $BUILD, default build-nccl2,
+#                    packs the binaries and the libraries Ubuntu lacks into
+#                    .devpack-ncclx.tar.xz, git-ignored: carry [".devpack-ncclx.tar.xz"])
 #   on the GPU box:  tools/device/nccl_e2e.sh   (nvidia-h200-x2; results under $OUT)
-# Checks:
-#   1. fixture deepseek_v2: served greedy tokens (nccl) == `mlaserve-run --backend cuda`'s
-#      (the transport itself refuses a transfer whose received bytes differ from the sent ones);
-#   2. the workers really chose nccl (WorkerDescriptor kv_transport, sender logs);
-#   3. kill -9 the prefill worker while prompts are in flight: the decode worker keeps serving
-#      (a restarted prefill worker's requests give the same tokens) and its free KV pages return
-#      to the idle value; then the same with the decode worker killed (the prefill worker's
-#      pages return);
-#   4. TTFT (mlaserve-bench on the fixture, long prompts) with --kv-layerwise true vs false.
-# The fixture accepts 512 positions: prompts stay <= 480 tokens.
-# Status: written with the adapter, NOT RUN yet (the CUDA worker binaries were not built in the
-# session that wrote it); expect to fix small things on its first run.
+#   dry run here:    BIN=build BACKEND=cpu TRANSPORT=tcp tools/device/nccl_e2e.sh
+#                    (the same checks on the CPU backend over tcp: tests the script itself)
+# Per model in $MODELS (fixture dirs; "v2lite" = a random DeepSeek-V2-Lite-shaped checkpoint
+# written by tools/make_random_model.py, needs torch on the GPU box):
+#   1. served greedy tokens == `mlaserve-run`'s (single process, GPU 0), both with the same
+#      forced prefill attention form ($ATTN), for several prompt lengths; the transport refuses a
+#      transfer whose received bytes differ from the sent ones (bytes + per-page checksums);
+#   2. the prefill worker really sent over $TRANSPORT (its mlaserve_kv_transfer_bytes_total
+#      {transport=...} counter grew by the bytes of the prompts);
+# Then, on the first model:
+#   3. kill -9 the prefill worker while prompts are in flight: the decode worker's free KV pages
+#      return to their idle value and it keeps serving (a restarted prefill worker's request
+#      gives the same tokens); then the same with the decode worker killed;
+#   4. TTFT (mlaserve-bench, long prompts) with --kv-layerwise true vs false.
+# Waits are polls against deadlines (worker start, pages back), never fixed sleeps for results.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BINS="mlaserve-router mlaserve-prefill mlaserve-decode mlaservectl mlaserve-run mlaserve-bench"
@@ -43,44 +46,90 @@ if [[ ${1:-} == --bundle ]]; then
 fi
 
 T0=$SECONDS
-[[ -d .devbin-ncclx ]] || tar -xJf .devpack-ncclx.tar.xz
-export LD_LIBRARY_PATH=$PWD/.devlibs-ncclx:/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-B=$PWD/.devbin-ncclx
+BACKEND=${BACKEND:-cuda}
+TRANSPORT=${TRANSPORT:-nccl}
+ATTN=${ATTN:-mla}
+MODELS=${MODELS:-tests/fixtures/models/deepseek_v2 tests/fixtures/models/deepseek_v32 v2lite}
+if [[ -n ${BIN:-} ]]; then
+  # A build tree: find each binary in it.
+  B=$(mktemp -d -t nccl-e2e-bin-XXXXXX)
+  for t in $BINS; do ln -s "$(realpath "$(find "$BIN" -type f -perm -u+x -name "$t" | head -1)")" "$B/$t"; done
+else
+  [[ -d .devbin-ncclx ]] || tar -xJf .devpack-ncclx.tar.xz
+  export LD_LIBRARY_PATH=$PWD/.devlibs-ncclx:/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+  B=$PWD/.devbin-ncclx
+fi
 OUT=${OUT:-/tmp/nccl_e2e_out}
 LOGS=$(mktemp -d -t nccl-e2e-XXXXXX)
 mkdir -p "$OUT"
-M=tests/fixtures/models/deepseek_v2
 summary=()
-note() { summary+=("$(printf '%-52s %s' "$1" "$2")"); echo "== [$((SECONDS - T0)) s] $1: $2"; }
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1
-nvidia-smi topo -m >> "$OUT/gpu.txt" 2>&1
+note() { summary+=("$(printf '%-58s %s' "$1" "$2")"); echo "== [$((SECONDS - T0)) s] $1: $2"; }
+{ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; nvidia-smi topo -m; } > "$OUT/gpu.txt" 2>&1 || echo "no GPU ($BACKEND backend)" > "$OUT/gpu.txt"
 
 declare -A PID
-start() {  # start NAME CMD...: waits for "listening on ADDRESS" (120 s at most); sets ADDRESS
+STARTS=0
+start() {  # start NAME CMD...: waits for "listening on ADDRESS" (180 s at most); sets ADDRESS
   local name=$1; shift
-  "$@" >"$LOGS/$name.out" 2>>"$LOGS/$name.log" &
+  STARTS=$((STARTS + 1))
+  local out="$LOGS/$name.$STARTS.out"  # a fresh file per start: no stale address
+  "$@" >"$out" 2>>"$LOGS/$name.log" &
   PID[$name]=$!
-  local deadline=$((SECONDS + 120))
-  while ! grep -q '^listening on ' "$LOGS/$name.out" 2>/dev/null; do
+  local deadline=$((SECONDS + 180))
+  while ! grep -q '^listening on ' "$out" 2>/dev/null; do
     if ! kill -0 "${PID[$name]}" 2>/dev/null || ((SECONDS > deadline)); then
       echo "$name did not start:"; tail -n 20 "$LOGS/$name.log"; return 1
     fi
     sleep 0.2
   done
-  ADDRESS=$(sed -n 's/^listening on //p' "$LOGS/$name.out" | head -n1)
+  ADDRESS=$(sed -n 's/^listening on //p' "$out" | head -n1)
   ADDRESS=${ADDRESS/0.0.0.0/127.0.0.1}
 }
-stop() { [[ -n ${PID[$1]:-} ]] && kill -TERM "${PID[$1]}" 2>/dev/null; wait "${PID[$1]}" 2>/dev/null; unset "PID[$1]"; }
+stop() {
+  local pid=${PID[$1]:-}
+  [[ -n $pid ]] || return 0
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  unset "PID[$1]"
+}
 stop_all() { for n in router prefill decode; do stop "$n"; done; }
 trap stop_all EXIT
 
-WF=(--listen 127.0.0.1:0 --model "$M" --backend cuda --kv-transport nccl --metrics-port -1
-    --kv-no-progress-ms 5000)
-start_prefill() { CUDA_VISIBLE_DEVICES=0 start prefill "$B/mlaserve-prefill" "${WF[@]}" "$@"; PA=$ADDRESS; }
-start_decode() { CUDA_VISIBLE_DEVICES=1 start decode "$B/mlaserve-decode" "${WF[@]}" --local-prefill-threshold 0 "$@"; DA=$ADDRESS; }
+metrics_url() {  # the worker's /metrics URL from its log (--metrics-port 0)
+  sed -n 's|.*metrics on \(http://[^ ]*\).*|\1|p' "$LOGS/$1.log" | tail -n1
+}
+counter() {  # counter URL NAME LABEL: the value of NAME{...LABEL...}, 0 when absent
+  python3 - "$1" "$2" "$3" <<'EOF'
+import sys, urllib.request
+url, name, label = sys.argv[1:4]
+total = 0.0
+try:
+    for line in urllib.request.urlopen(url, timeout=5).read().decode().splitlines():
+        if line.startswith(name + "{") and label in line:
+            total += float(line.rsplit(" ", 1)[1])
+except Exception as e:
+    print(f"unreadable ({e})"); sys.exit(0)
+print(int(total))
+EOF
+}
+
+M=""
+PREFILL_EXTRA=()
+WF() {  # worker flags for model $M
+  echo --listen 127.0.0.1:0 --model "$M" --backend "$BACKEND" --kv-transport "$TRANSPORT" \
+    --metrics-port 0 --kv-no-progress-ms 5000
+}
+start_prefill() {
+  # shellcheck disable=SC2046
+  CUDA_VISIBLE_DEVICES=0 start prefill "$B/mlaserve-prefill" $(WF) --attention-path "$ATTN" \
+    "${PREFILL_EXTRA[@]}" "$@" && PA=$ADDRESS
+}
+start_decode() {
+  # shellcheck disable=SC2046
+  CUDA_VISIBLE_DEVICES=1 start decode "$B/mlaserve-decode" $(WF) --local-prefill-threshold 0 "$@" && DA=$ADDRESS
+}
 start_router() {
   start router "$B/mlaserve-router" --listen 127.0.0.1:0 --model "$M" --metrics-port -1 \
-    --prefill "$PA" --decode "$DA" || return 1
+    --poll-interval-ms 100 --prefill "$PA" --decode "$DA" || return 1
   ROUTER=$ADDRESS
   local deadline=$((SECONDS + 60))
   until "$B/mlaservectl" --server "$ROUTER" --timeout 2 health --service mlaserve.v1.Generation >/dev/null 2>&1; do
@@ -88,88 +137,147 @@ start_router() {
     sleep 0.2
   done
 }
-ids_of() { python3 -c "import random; r=random.Random($1); print(','.join(str(r.randrange(2, 512)) for _ in range($1)))"; }
-served() {  # served LEN: greedy tokens through the router
-  timeout 60 "$B/mlaservectl" --server "$ROUTER" -o json generate --prompt-ids "$(ids_of "$1")" \
-    --max-new-tokens 16 --temperature 0 --ignore-eos 2>>"$LOGS/ctl.log" | python3 -c "
+ids_of() { python3 -c "import random; r=random.Random($1); print(','.join(str(r.randrange(2, $VOCAB)) for _ in range($1)))"; }
+served() {  # served LEN [NEW]: NEW (16) greedy tokens through the router, space-separated
+  timeout 120 "$B/mlaservectl" --server "$ROUTER" -o json generate --prompt-ids "$(ids_of "$1")" \
+    --max-new-tokens "${2:-16}" --temperature 0 --ignore-eos 2>>"$LOGS/ctl.log" | python3 -c "
 import json, sys
 ids = []
 for line in sys.stdin:
+    line = line.strip()
+    if not line: continue
     m = json.loads(line)
-    c = m.get('chunk', {})
+    c = m.get('chunk', m)
     ids += [int(t) for t in c.get('tokenIds', c.get('token_ids', []))]
 print(' '.join(map(str, ids)))"
 }
-want() {
-  CUDA_VISIBLE_DEVICES=0 timeout 60 "$B/mlaserve-run" --model "$M" --backend cuda --prompt-ids "$(ids_of "$1")" \
-    --max-new-tokens 16 --temperature 0 --ignore-eos --print-ids 2>>"$LOGS/run.log"
+want() {  # single-process reference on GPU 0, the same prefill attention form
+  CUDA_VISIBLE_DEVICES=0 timeout 180 "$B/mlaserve-run" --model "$M" --backend "$BACKEND" \
+    --attention "$ATTN" --prompt-ids "$(ids_of "$1")" --max-new-tokens 16 --temperature 0 \
+    --ignore-eos --print-ids 2>>"$LOGS/run.log" | tr ',' ' ' | xargs
 }
-free_pages() {  # free KV pages of worker ADDRESS as the router's registry reports them
-  "$B/mlaservectl" --server "$ROUTER" -o json workers list 2>/dev/null | python3 -c "
+free_pages() {  # "FREE/TOTAL" KV pages of the worker at ADDRESS, from the router's registry
+  "$B/mlaservectl" --server "$ROUTER" -o json workers list 2>>"$LOGS/ctl.log" | python3 -c "
 import json, sys
-for line in sys.stdin:
-    for w in json.loads(line).get('workers', []):
-        d = w.get('descriptor', w)
-        if d.get('address') == sys.argv[1]:
-            print(d.get('load', {}).get('kvPagesFree', d.get('load', {}).get('kv_pages_free', '?')))" "$1"
+text = sys.stdin.read()
+try:
+    doc = json.loads(text)
+except ValueError:
+    doc = [json.loads(l) for l in text.splitlines() if l.strip()]
+def walk(x):
+    if isinstance(x, dict):
+        yield x
+        for v in x.values(): yield from walk(v)
+    elif isinstance(x, list):
+        for v in x: yield from walk(v)
+for w in walk(doc):
+    if w.get('address') == sys.argv[1]:
+        load = w.get('load') or {}
+        v = load.get('kvPagesFree', load.get('kv_pages_free'))
+        t = load.get('kvPagesTotal', load.get('kv_pages_total'))
+        if v is not None: print(f'{v}/{t}'); break
+else:
+    print('?')" "$1"
+}
+wait_all_free() {  # wait_all_free ADDRESS: polls until every page is free (20 s); prints F/T
+  local deadline=$((SECONDS + 20)) got
+  while :; do
+    got=$(free_pages "$1")
+    [[ $got == */* && ${got%/*} == "${got#*/}" ]] && { echo "$got"; return 0; }
+    ((SECONDS > deadline)) && { echo "$got"; return 1; }
+    sleep 0.2
+  done
 }
 
-# --- 1 + 2. tokens over nccl
-declare -A WANT
-for len in 7 64 300 480; do WANT[$len]=$(want "$len"); done
-if start_prefill && start_decode && start_router; then
-  ok=0; n=0
-  for len in 7 64 300 480; do
-    n=$((n + 1)); got=$(served "$len")
-    echo "len $len run:    ${WANT[$len]}" >> "$OUT/tokens.log"; echo "len $len served: $got" >> "$OUT/tokens.log"
-    [[ -n ${WANT[$len]} && ${WANT[$len]} == "$got" ]] && ok=$((ok + 1))
-  done
-  note "served (nccl) == mlaserve-run cuda" "$ok of $n prompts"
-  note "decode advertises" "$(grep -c nccl <("$B/mlaservectl" --server "$ROUTER" workers list 2>&1)) lines naming nccl"
-  note "nccl sessions failed (prefill log)" "$(grep -c 'nccl KV session .* failed' "$LOGS/prefill.log")"
-
-  # --- 3a. kill the prefill worker mid-transfer
-  idle=$(free_pages "$DA")
-  clients=(); for i in 1 2 3 4 5 6; do served 480 > /dev/null & clients+=($!); done
-  sleep 0.3; kill -KILL "${PID[prefill]}"; unset "PID[prefill]"; wait "${clients[@]}" 2>/dev/null
-  sleep 7  # the decode side's no-progress deadline (5 s) plus slack
-  after=$(free_pages "$DA")
-  stop router; start_prefill && start_router
-  got=$(served 300)
-  note "prefill killed: decode free pages idle/after" "$idle / $after"
-  note "prefill killed: decode still serves" "$([[ $got == "${WANT[300]}" ]] && echo ok || echo "MISMATCH: $got")"
-
-  # --- 3b. kill the decode worker mid-transfer
-  pidle=$(free_pages "$PA")
-  clients=(); for i in 1 2 3 4 5 6; do served 480 > /dev/null & clients+=($!); done
-  sleep 0.3; kill -KILL "${PID[decode]}"; unset "PID[decode]"; wait "${clients[@]}" 2>/dev/null
-  sleep 7
-  pafter=$(free_pages "$PA")
-  stop router; start_decode && start_router
-  got=$(served 300)
-  note "decode killed: prefill free pages idle/after" "$pidle / $pafter"
-  note "decode killed: prefill still serves" "$([[ $got == "${WANT[300]}" ]] && echo ok || echo "MISMATCH: $got")"
-  stop_all
-else
-  note "nccl stack" "FAILED to start"; stop_all
-fi
-
-# --- 4. TTFT, layer-wise streaming on vs off
-for lw in true false; do
-  if start_prefill --kv-layerwise "$lw" && start_decode && start_router; then
-    timeout 120 "$B/mlaserve-bench" --server "$ROUTER" --num-prompts 32 --random-input-len 480 \
-      --random-output-len 4 --random-range-ratio 1 --max-concurrency 1 --seed 1 --progress off \
-      --output-json "$OUT/ttft_layerwise_$lw.json" > "$OUT/ttft_layerwise_$lw.txt" 2>&1
-    note "mlaserve-bench --kv-layerwise $lw" "rc=$? $(grep -i 'ttft' "$OUT/ttft_layerwise_$lw.txt" | head -2 | tr -s ' ' | tr '\n' ';')"
-  else
-    note "stack --kv-layerwise $lw" "FAILED to start"
+first=1
+for MODEL in $MODELS; do
+  M=$MODEL
+  VOCAB=512
+  LENS=(7 64 300 480)  # the fixtures accept 512 positions
+  if [[ $MODEL == v2lite ]]; then
+    M=${V2L_DIR:-/tmp/v2lite-random}
+    [[ -z ${V2L_DIR:-} && $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]] && M=/dev/shm/v2lite-random
+    if [[ ! -f $M/config.json ]]; then
+      s=$SECONDS
+      timeout 300 "${PYTHON:-python3}" tools/make_random_model.py --out "$M" ${V2L_ARGS:-} > "$LOGS/make_model.log" 2>&1
+      note "v2lite: make_random_model" "rc=$? $((SECONDS - s)) s"
+    fi
+    VOCAB=100000
+    LENS=(1000 700)  # one mlaserve-run load each: keep them few
   fi
-  stop_all
+  name=$(basename "$M")
+  [[ -f $M/config.json ]] || { note "$name" "no model"; continue; }
+  declare -A WANT=()
+  for len in "${LENS[@]}"; do WANT[$len]=$(want "$len"); done
+  if start_prefill && start_decode && start_router; then
+    url=$(metrics_url prefill)
+    before=$(counter "$url" mlaserve_kv_transfer_bytes_total "transport=\"$TRANSPORT\"")
+    fails_before=$(grep -ciE 'kv (session|transfer).*fail' "$LOGS/prefill.log")
+    ok=0; n=0
+    for len in "${LENS[@]}"; do
+      n=$((n + 1)); got=$(served "$len")
+      printf '%s len %s run:    %s\n%s len %s served: %s\n' "$name" "$len" "${WANT[$len]}" "$name" "$len" "$got" >> "$OUT/tokens.log"
+      [[ -n ${WANT[$len]} && ${WANT[$len]} == "$got" ]] && ok=$((ok + 1))
+    done
+    after=$(counter "$url" mlaserve_kv_transfer_bytes_total "transport=\"$TRANSPORT\"")
+    note "$name: served ($TRANSPORT) == mlaserve-run, attention $ATTN" "$ok of $n prompts (16 greedy tokens)"
+    note "$name: prefill sent over $TRANSPORT" "$((after - before)) bytes for $n prompts"
+    note "$name: failed transfers (prefill log)" "$(($(grep -ciE 'kv (session|transfer).*fail' "$LOGS/prefill.log") - fails_before))"
+
+    if [[ $first == 1 ]]; then
+      first=0
+      # --- 3a. kill the prefill worker while prompts are in flight
+      idle=$(free_pages "$DA")
+      clients=(); for i in 1 2 3 4 5 6; do served 400 64 > /dev/null & clients+=($!); done
+      # Kill once the decode side holds pages for them (reserved before the transfer).
+      deadline=$((SECONDS + 20))
+      while [[ $(free_pages "$DA") == "$idle" ]] && ((SECONDS < deadline)); do sleep 0.05; done
+      kill -KILL "${PID[prefill]}"; wait "${PID[prefill]}" 2>/dev/null; unset "PID[prefill]"
+      wait "${clients[@]}" 2>/dev/null
+      back=$(wait_all_free "$DA")
+      stop router; start_prefill && start_router
+      got=$(served "${LENS[2]:-${LENS[1]}}")
+      note "prefill killed mid-transfer: decode free/total pages before, after" "$idle, $back"
+      note "prefill killed: decode still serves (same tokens)" "$([[ -n $got && $got == "${WANT[${LENS[2]:-${LENS[1]}}]}" ]] && echo ok || echo "MISMATCH: $got")"
+
+      # --- 3b. kill the decode worker while prompts are in flight
+      pidle=$(free_pages "$PA")
+      clients=(); for i in 1 2 3 4 5 6; do served 400 64 > /dev/null & clients+=($!); done
+      deadline=$((SECONDS + 20))
+      while [[ $(free_pages "$PA") == "$pidle" ]] && ((SECONDS < deadline)); do sleep 0.05; done
+      kill -KILL "${PID[decode]}"; wait "${PID[decode]}" 2>/dev/null; unset "PID[decode]"
+      wait "${clients[@]}" 2>/dev/null
+      pback=$(wait_all_free "$PA")
+      stop router; start_decode && start_router
+      got=$(served "${LENS[2]:-${LENS[1]}}")
+      note "decode killed mid-transfer: prefill free/total pages before, after" "$pidle, $pback"
+      note "decode killed: prefill still serves (same tokens)" "$([[ -n $got && $got == "${WANT[${LENS[2]:-${LENS[1]}}]}" ]] && echo ok || echo "MISMATCH: $got")"
+      stop_all
+
+      # --- 4. TTFT, layer-wise streaming on vs off
+      for lw in true false; do
+        PREFILL_EXTRA=(--kv-layerwise "$lw")
+        if start_prefill && start_decode && start_router; then
+          timeout 120 "$B/mlaserve-bench" --server "$ROUTER" --num-prompts 32 --random-input-len 480 \
+            --random-output-len 4 --random-range-ratio 1 --max-concurrency 1 --seed 1 --progress off \
+            --output-json "$OUT/ttft_layerwise_$lw.json" > "$OUT/ttft_layerwise_$lw.txt" 2>&1
+          note "$name: mlaserve-bench --kv-layerwise $lw" "rc=$? $(grep -i 'ttft' "$OUT/ttft_layerwise_$lw.txt" | head -2 | tr -s ' ' | tr '\n' ';')"
+        else
+          note "$name: stack --kv-layerwise $lw" "FAILED to start"
+        fi
+        stop_all
+      done
+      PREFILL_EXTRA=()
+    fi
+    stop_all
+  else
+    note "$name: stack" "FAILED to start"; stop_all
+  fi
 done
 
-tar -C "$LOGS" -cJf "$OUT/logs.tar.xz" . 2>/dev/null
+tar -C "$LOGS" -cJf "$OUT/nccl_e2e_logs.tar.xz" . 2>/dev/null
 echo "== tokens"; cat "$OUT/tokens.log" 2>/dev/null
 echo "== errors in logs"; grep -hiE "error|fail|abort" "$LOGS"/*.log 2>/dev/null | head -20
 echo "== summary ($((SECONDS - T0)) s)"
 head -2 "$OUT/gpu.txt"
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$OUT/nccl_e2e_summary.txt"
