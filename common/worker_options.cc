@@ -25,6 +25,10 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--device", o->device, "CUDA device index")->capture_default_str();
+  app.add_option("--kv-cache-dtype", o->kv_cache_dtype,
+                 "auto|bf16|fp8: KV cache storage (auto = fp8 for deepseek_v32 on CUDA, else the "
+                 "native dtype; fp8 = DeepSeek's 656-byte layout, deepseek_v32 only)")
+      ->capture_default_str();
   app.add_option("--num-kv-pages", o->num_kv_pages, "KV pool size in pages of 64 tokens")
       ->capture_default_str();
   app.add_option("--max-batch-tokens", o->max_batch_tokens, "tokens per forward at most")
@@ -84,6 +88,9 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
     if (hp->port == 0) return bad("--advertise", o->advertise, "it needs a real port");
   }
   if (o->device < 0) return bad("--device", o->device, "it must be >= 0");
+  if (o->kv_cache_dtype != "auto" && o->kv_cache_dtype != "bf16" && o->kv_cache_dtype != "fp8") {
+    return bad("--kv-cache-dtype", o->kv_cache_dtype, "it must be auto, bf16 or fp8");
+  }
   if (o->num_kv_pages < 1) return bad("--num-kv-pages", o->num_kv_pages, "it must be >= 1");
   if (o->max_batch_tokens < 1) {
     return bad("--max-batch-tokens", o->max_batch_tokens, "it must be >= 1");

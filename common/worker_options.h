@@ -24,6 +24,9 @@ struct WorkerOptions {
   std::string router;     // empty: no self-registration
   std::string advertise;  // empty: the listen address with the bound port
   std::string backend = "auto";
+  // KV cache storage: auto|bf16|fp8 (auto = DeepSeek's fp8 layout for deepseek_v32 on CUDA,
+  // the native cache otherwise; the engine refuses fp8 for models without a DSA indexer).
+  std::string kv_cache_dtype = "auto";
   int device = 0;
   int num_kv_pages = 1024;
   int max_batch_tokens = 8192;

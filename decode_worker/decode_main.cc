@@ -8,6 +8,7 @@
 
 #include "common/metrics.h"
 #include "common/server.h"
+#include "common/status.h"
 #include "common/worker_options.h"
 #include "common/worker_proto.h"
 #include "common/worker_registration.h"
@@ -44,6 +45,7 @@ absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(const common::Worker
   eo.device = o.device;
   eo.num_kv_pages = o.num_kv_pages;
   eo.max_batch_tokens = o.max_batch_tokens;
+  ASSIGN_OR_RETURN(eo.kv_cache_dtype, model::ParseKvCacheDtype(o.kv_cache_dtype));
   eo.max_batch_seqs = o.max_running_requests;
   return model::CreateEngineForBackend(eo, o.backend, [](const absl::Status& why) {
     spdlog::warn("CUDA engine unavailable ({}); using the CPU backend", why.ToString());

@@ -91,7 +91,7 @@ absl::StatusOr<KvLayout> MakeKvLayout(const model::ModelConfig& config,
   l.num_layers = pool.num_layers;
   l.latent_dim = pool.latent_dim;
   l.index_dim = pool.index_dim;
-  l.dtype = pool.dtype;
+  l.dtype = pool.cache_format == model::KvCacheFormat::kFp8Ds ? kernels::DType::kFP8E4M3 : pool.dtype;
   l.page_size = kernels::kPageSize;
   l.tp_size = tp_size;
   return l;
@@ -114,7 +114,10 @@ absl::Status CheckCompatible(const KvLayout& local, const KvLayout& peer) {
   if (local.latent_dim != peer.latent_dim) return differ("latent_dim", local.latent_dim, peer.latent_dim);
   if (local.index_dim != peer.index_dim) return differ("index_dim", local.index_dim, peer.index_dim);
   if (local.dtype != peer.dtype) {
-    return differ("dtype", kernels::DTypeName(local.dtype), kernels::DTypeName(peer.dtype));
+    const absl::Status s =
+        differ("dtype", kernels::DTypeName(local.dtype), kernels::DTypeName(peer.dtype));
+    return absl::FailedPreconditionError(
+        absl::StrCat(s.message(), "; both workers need the same --kv-cache-dtype"));
   }
   if (local.page_size != peer.page_size) return differ("page_size", local.page_size, peer.page_size);
   if (local.tp_size != peer.tp_size) return differ("tp_size", local.tp_size, peer.tp_size);

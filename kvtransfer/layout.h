@@ -7,6 +7,12 @@
 // the cache geometry (layers, latent entry width, DSA indexer width, page size), the cache
 // dtype and the tensor-parallel degree. Weights themselves are not hashed: two checkpoints
 // with identical configs but different weights are not told apart.
+//
+// The cache dtype names the stored bytes: f32 / bf16 for a native pool, fp8_e4m3 for a pool
+// in DeepSeek's fp8 layouts (model::KvCacheFormat::kFp8Ds: 656-byte latent entries, fp8
+// indexer keys; the only fp8 layout there is). An fp8 pool's bytes do not depend on its
+// engine's activation dtype, so a CPU and a CUDA worker with the fp8 cache are compatible,
+// and a bf16-cache worker and an fp8-cache worker refuse each other.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +32,7 @@ struct KvLayout {
   int num_layers = 0;
   int latent_dim = 0;
   int index_dim = 0;
-  kernels::DType dtype = kernels::DType::kF32;
+  kernels::DType dtype = kernels::DType::kF32;  // kFP8E4M3: DeepSeek's fp8 layout
   int page_size = kernels::kPageSize;
   int tp_size = 1;
 

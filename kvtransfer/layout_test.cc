@@ -58,6 +58,42 @@ TEST(KvLayoutTest, MakeKvLayoutChecksThePoolAgainstTheConfig) {
               HasSubstr("KV pool has 3 layers; the model has 4"));
 }
 
+// The fp8 cache (DeepSeek's layout) is its own dtype in the layout: its hash differs from the
+// bf16 cache's and the two refuse each other naming both; an fp8 pool's layout does not depend
+// on the engine's activation dtype (a CPU and a CUDA fp8 worker store the same bytes).
+TEST(KvLayoutTest, Fp8CacheFormatIsPartOfTheLayout) {
+  model::ModelConfig config;
+  config.model_type_name = "deepseek_v32";
+  config.num_hidden_layers = 3;
+  config.kv_lora_rank = 512;
+  config.qk_rope_head_dim = 64;
+  config.has_indexer = true;
+  model::KvPoolOptions bf16 = testing::SmallPoolOptions();
+  bf16.latent_dim = 576;
+  bf16.index_dim = 128;
+  bf16.dtype = kernels::DType::kBF16;
+  model::KvPoolOptions fp8_cuda = bf16;
+  fp8_cuda.cache_format = model::KvCacheFormat::kFp8Ds;
+  model::KvPoolOptions fp8_cpu = fp8_cuda;
+  fp8_cpu.dtype = kernels::DType::kF32;
+  auto a = MakeKvLayout(config, bf16), b = MakeKvLayout(config, fp8_cuda),
+       c = MakeKvLayout(config, fp8_cpu);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(b->dtype, kernels::DType::kFP8E4M3);
+  EXPECT_NE(a->CompatHash(), b->CompatHash());
+  EXPECT_EQ(b->CompatHash(), c->CompatHash());
+  EXPECT_TRUE(CheckCompatible(*b, *c).ok());
+  const absl::Status s = CheckCompatible(*a, *b);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("dtype is fp8_e4m3 on the peer but bf16 here"),
+                                 HasSubstr("--kv-cache-dtype")));
+  // The layout survives the proto round trip (the peer's copy compares equal).
+  auto back = FromProto(ToProto(*b));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(CheckCompatible(*b, *back).ok());
+  EXPECT_EQ(back->CompatHash(), b->CompatHash());
+}
+
 TEST(KvProtoConvertTest, LayoutRoundTripsAndTamperingIsCaught) {
   const KvLayout a = Base();
   auto proto = ToProto(a);

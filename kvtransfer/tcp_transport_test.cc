@@ -84,6 +84,50 @@ class TcpTransportTest : public ::testing::Test {
     return out;
   }
 
+  // Ships 5 pages of every layer from src_ to dst_ and checks them byte for byte.
+  void TransferPagesAndCheck() {
+    StartReceiver();
+    constexpr int kPages = 5;
+    DoneProbe probe;
+    ASSERT_TRUE(receiver_->CreateSession("s1", *dst_->Allocate(kPages + 2), kPages,
+                                         absl::Now() + absl::Seconds(30), probe.fn())
+                    .ok());
+    const std::vector<int32_t> src_pages = *src_->Allocate(kPages);
+    const std::vector<std::string> data = FillSource(src_pages);
+
+    TcpKvTransport transport;
+    // A small in-flight limit exercises the flow control.
+    KvSenderOptions so;
+    so.max_inflight_bytes = 3 * src_->layer_page_bytes();
+    auto sender = transport.Open(Ref("s1", kPages), layout_, so);
+    ASSERT_TRUE(sender.ok()) << sender.status();
+    for (int layer = 0; layer < options_.num_layers; ++layer) {  // layer by layer, as prefill does
+      for (int i = 0; i < kPages; ++i) {
+        std::string bytes = testing::ReadLayerPage(*src_, layer, src_pages[i]);
+        ASSERT_TRUE((*sender)->SendPage(layer, i, std::move(bytes)).ok());
+      }
+    }
+    Verdict verdict;
+    (*sender)->Complete(KvCompletion{99, options_.num_layers, kPages, (*sender)->bytes_sent()},
+                        verdict.fn());
+    ASSERT_TRUE(verdict.Wait());
+    ASSERT_TRUE(verdict.status.ok()) << verdict.status;
+    ASSERT_TRUE(probe.Wait());
+    ASSERT_TRUE(probe.result->ok()) << probe.result->status();
+    const KvReceivedKv& kv = **probe.result;
+    EXPECT_EQ(kv.first_token, 99);
+    EXPECT_EQ(kv.bytes, int64_t{kPages} * options_.num_layers * int64_t(src_->layer_page_bytes()));
+    ASSERT_EQ(kv.pages.size(), size_t{kPages + 2});
+    for (int layer = 0; layer < options_.num_layers; ++layer) {
+      for (int i = 0; i < kPages; ++i) {
+        ASSERT_EQ(testing::ReadLayerPage(*dst_, layer, kv.pages[i]), data[layer * kPages + i])
+            << "layer " << layer << " page " << i;
+      }
+    }
+    dst_->Free(kv.pages);
+    EXPECT_EQ(dst_->free_pages(), 32);
+  }
+
   model::KvPoolOptions options_;
   std::unique_ptr<model::KvPool> src_, dst_;
   KvLayout layout_;
@@ -93,47 +137,22 @@ class TcpTransportTest : public ::testing::Test {
   std::mt19937 rng_{std::random_device{}()};
 };
 
-TEST_F(TcpTransportTest, PagesArriveByteIdentical) {
-  StartReceiver();
-  constexpr int kPages = 5;
-  DoneProbe probe;
-  ASSERT_TRUE(receiver_->CreateSession("s1", *dst_->Allocate(kPages + 2), kPages,
-                                       absl::Now() + absl::Seconds(30), probe.fn())
-                  .ok());
-  const std::vector<int32_t> src_pages = *src_->Allocate(kPages);
-  const std::vector<std::string> data = FillSource(src_pages);
+TEST_F(TcpTransportTest, PagesArriveByteIdentical) { TransferPagesAndCheck(); }
 
-  TcpKvTransport transport;
-  // A small in-flight limit exercises the flow control.
-  KvSenderOptions so;
-  so.max_inflight_bytes = 3 * src_->layer_page_bytes();
-  auto sender = transport.Open(Ref("s1", kPages), layout_, so);
-  ASSERT_TRUE(sender.ok()) << sender.status();
-  for (int layer = 0; layer < options_.num_layers; ++layer) {  // layer by layer, as prefill does
-    for (int i = 0; i < kPages; ++i) {
-      std::string bytes = testing::ReadLayerPage(*src_, layer, src_pages[i]);
-      ASSERT_TRUE((*sender)->SendPage(layer, i, std::move(bytes)).ok());
-    }
-  }
-  Verdict verdict;
-  (*sender)->Complete(KvCompletion{99, options_.num_layers, kPages, (*sender)->bytes_sent()},
-                      verdict.fn());
-  ASSERT_TRUE(verdict.Wait());
-  ASSERT_TRUE(verdict.status.ok()) << verdict.status;
-  ASSERT_TRUE(probe.Wait());
-  ASSERT_TRUE(probe.result->ok()) << probe.result->status();
-  const KvReceivedKv& kv = **probe.result;
-  EXPECT_EQ(kv.first_token, 99);
-  EXPECT_EQ(kv.bytes, int64_t{kPages} * options_.num_layers * int64_t(src_->layer_page_bytes()));
-  ASSERT_EQ(kv.pages.size(), size_t{kPages + 2});
-  for (int layer = 0; layer < options_.num_layers; ++layer) {
-    for (int i = 0; i < kPages; ++i) {
-      ASSERT_EQ(testing::ReadLayerPage(*dst_, layer, kv.pages[i]), data[layer * kPages + i])
-          << "layer " << layer << " page " << i;
-    }
-  }
-  dst_->Free(kv.pages);
-  EXPECT_EQ(dst_->free_pages(), 32);
+// Pools in DeepSeek's fp8 layout (656-byte latent entries + fp8 indexer keys with their
+// scales): the pages are opaque bytes to the transport and arrive unchanged.
+TEST_F(TcpTransportTest, Fp8CachePagesArriveByteIdentical) {
+  options_.cache_format = model::KvCacheFormat::kFp8Ds;
+  options_.latent_dim = 576;
+  options_.index_dim = 32;
+  src_ = testing::MakePool(options_);
+  dst_ = testing::MakePool(options_);
+  ASSERT_NE(src_, nullptr);
+  ASSERT_NE(dst_, nullptr);
+  ASSERT_EQ(src_->layer_page_bytes(), size_t{64} * 656 + size_t{64} * (32 + 4));
+  layout_ = testing::SmallLayout(options_);
+  layout_.dtype = kernels::DType::kFP8E4M3;
+  TransferPagesAndCheck();
 }
 
 TEST_F(TcpTransportTest, CorruptPayloadIsRefusedWithDataLoss) {

@@ -95,16 +95,7 @@ absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, Attenti
   RETURN_IF_ERROR(ApplyRope(ops_, rope_, cos_sin(), plan, q, H, static_cast<int64_t>(H) * qk, qk,
                             c.qk_nope_head_dim, c.rope_interleave));
 
-  kernels::CacheWriteParams cw;
-  cw.dtype = ops_.dtype;
-  cw.num_tokens = T;
-  cw.entry_dim = E;
-  cw.src = kv;
-  cw.src_stride = E;
-  cw.slot_mapping = plan.dev.slots;
-  cw.cache = pool_->latent(layer);
-  cw.num_pages = pool_->total_pages();
-  RETURN_IF_ERROR(kernels::CacheWrite(cw, ctx_));
+  RETURN_IF_ERROR(WriteLatentCache(layer, plan, kv));
 
   int32_t* topk = nullptr;
   if (c.has_indexer) {
@@ -124,6 +115,8 @@ absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, Attenti
 
   ASSIGN_OR_RETURN(void* attn, ScratchAct(static_cast<int64_t>(T) * H * c.v_head_dim, "attention output"));
   if (form == AttentionForm::kMha) {
+    // fp8 cache: the chunk attends its own keys as the cache holds them (as later chunks will).
+    RETURN_IF_ERROR(RoundTripLatent(layer, plan, kv));
     RETURN_IF_ERROR(AttendMha(layer, plan, q, kv, attn));
   } else {
     RETURN_IF_ERROR(AttendLatent(layer, plan, form, q, plan.sparse ? topk : nullptr, attn));
@@ -209,6 +202,7 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const v
   // piece holds at most max_batch_tokens rows over the batch (any piece size computes the
   // same function; this one keeps the scratch bounded).
   const int piece = std::max(1, std::min(mha_prefix_piece_tokens_, options_.max_batch_tokens / B));
+  ASSIGN_OR_RETURN(const void* cache, LatentCacheForRead(layer, plan));
   ASSIGN_OR_RETURN(void* entries, ScratchAct(max_rows * E, "gathered prefix entries"));
   ASSIGN_OR_RETURN(void* part, ScratchAct(static_cast<int64_t>(T) * H * dv, "prefix piece output"));
   ASSIGN_OR_RETURN(void* part_lse_raw, Scratch(static_cast<size_t>(T) * H * sizeof(float), "prefix lse"));
@@ -233,7 +227,7 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const v
     g.dtype = ops_.dtype;
     g.batch = B;
     g.entry_dim = E;
-    g.cache = pool_->latent(layer);
+    g.cache = cache;
     g.num_pages = pool_->total_pages();
     g.block_table = plan.dev.block_table;
     g.max_pages_per_seq = plan.max_pages_per_seq;
@@ -308,7 +302,6 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
     p.q = q_abs;
     p.q_token_stride = static_cast<int64_t>(H) * E;
     p.q_head_stride = E;
-    p.kv_cache = pool_->latent(layer);
     p.num_pages = pool_->total_pages();
     p.block_table = plan.dev.block_table;
     p.max_pages_per_seq = plan.max_pages_per_seq;
@@ -317,8 +310,13 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
     p.indices = topk_indices;
     p.out = out_lat;
     p.softmax_scale = scale;
-    RETURN_IF_ERROR(form == AttentionForm::kMlaDecode ? kernels::SparseDecode(p, ctx_)
-                                                      : kernels::SparseFwd(p, ctx_));
+    const bool decode = form == AttentionForm::kMlaDecode;
+    if (kv_fp8_ && ctx_.backend == kernels::Backend::kCuda) {
+      RETURN_IF_ERROR(SparseAttendFp8Cuda(layer, plan, p, decode));
+    } else {
+      ASSIGN_OR_RETURN(p.kv_cache, LatentCacheForRead(layer, plan));
+      RETURN_IF_ERROR(decode ? kernels::SparseDecode(p, ctx_) : kernels::SparseFwd(p, ctx_));
+    }
   } else {
     kernels::MlaParams p;
     p.dtype = ops_.dtype;
@@ -329,7 +327,7 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
     p.q = q_abs;
     p.q_token_stride = static_cast<int64_t>(H) * E;
     p.q_head_stride = E;
-    p.kv_cache = pool_->latent(layer);
+    ASSIGN_OR_RETURN(p.kv_cache, LatentCacheForRead(layer, plan));
     p.num_pages = pool_->total_pages();
     p.block_table = plan.dev.block_table;
     p.max_pages_per_seq = plan.max_pages_per_seq;

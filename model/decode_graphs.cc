@@ -4,7 +4,11 @@
 // replaying them as one captured graph removes the launch gaps. A graph fixes every pointer
 // and every host scalar of its launches, so a step must look the same to it each time:
 //   - the batch is padded to a bucket (1, 2, 4, 8, ... max_batch_seqs); padded rows are
-//     one-token sequences at position 0 that write and read only the engine's padding page;
+//     one-token sequences at position 0 that read only the engine's padding page and write
+//     nothing to the cache (slot -1, which every cache writer skips): the page stays as the
+//     pool zeroed it, so no two padded rows race to write one slot and a padded row's output
+//     is the same on every run (it never reaches a real row: every op is row-wise or per
+//     sequence);
 //   - the page table is padded to a width bucket (a power of two of pages), and the decode
 //     kernel is planned for that width's longest context (it reads each sequence's true length
 //     from the device, so any shorter one is fine);
@@ -44,8 +48,11 @@ absl::Status DeepseekEngine::ForwardDecodeGraph(BatchPlan plan, AttentionForm fo
   const int batch = plan.batch;
   const int bucket = std::min(NextPowerOfTwo(batch), options_.max_batch_seqs);
   const int width = std::min(NextPowerOfTwo(std::max(1, plan.max_pages_per_seq)), max_pages_per_seq_);
-  // Pad to (bucket, width): padded rows decode token 0 at position 0 in the padding page.
-  const int64_t pad_slot = static_cast<int64_t>(padding_page_) * kernels::kPageSize;
+  // Pad to (bucket, width): padded rows decode token 0 at position 0 over the padding page,
+  // reading its (zero) first entry; their slot is -1 so they write no cache entry. (Writing
+  // them all to one slot was a write-write race between rows whose values need not be
+  // bitwise equal: a GEMM may give identical rows at different M offsets different splits.)
+  constexpr int64_t kNoSlot = -1;
   std::vector<int32_t> table(static_cast<size_t>(bucket) * width, -1);
   for (int b = 0; b < bucket; ++b) {
     int32_t* row = table.data() + static_cast<size_t>(b) * width;
@@ -61,7 +68,7 @@ absl::Status DeepseekEngine::ForwardDecodeGraph(BatchPlan plan, AttentionForm fo
   for (int b = batch; b < bucket; ++b) {
     plan.token_ids.push_back(0);
     plan.positions.push_back(0);
-    plan.slots.push_back(pad_slot);
+    plan.slots.push_back(kNoSlot);
     plan.cu_seqlens_q.push_back(b + 1);
     plan.start.push_back(0);
     plan.seqlens_k.push_back(1);

@@ -29,12 +29,26 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngineForBackend(
     return absl::InvalidArgumentError(
         absl::StrCat("--backend ", std::string(backend), " is not one of auto, cpu, cuda"));
   }
+  if (options.kv_cache_dtype == KvCacheDtype::kFp8) {
+    // A cache the model cannot use is the caller's error on every backend: say so once,
+    // not as a reason to leave the GPU.
+    ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfig(options.model_dir));
+    RETURN_IF_ERROR(DeepseekEngine::ResolveCacheFormat(options, config).status());
+  }
   options.backend = kernels::Backend::kCuda;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
   if (engine.ok()) return engine;
   if (on_fallback) on_fallback(engine.status());
   options.backend = kernels::Backend::kCpu;
   return Engine::Create(options);
+}
+
+absl::StatusOr<KvCacheDtype> ParseKvCacheDtype(std::string_view flag) {
+  if (flag == "auto") return KvCacheDtype::kAuto;
+  if (flag == "bf16") return KvCacheDtype::kNative;
+  if (flag == "fp8") return KvCacheDtype::kFp8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--kv-cache-dtype ", std::string(flag), " is not one of auto, bf16, fp8"));
 }
 
 absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
@@ -71,6 +85,7 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
       e->index_key_dim_ = c.index_head_dim <= 64 ? 64 : 128;
     }
   }
+  ASSIGN_OR_RETURN(const KvCacheFormat cache_format, ResolveCacheFormat(options, c));
   RETURN_IF_ERROR(UseDevice(options.backend, options.device));
   ASSIGN_OR_RETURN(e->num_sms_, MultiprocessorCount(options.backend, options.device));
   ASSIGN_OR_RETURN(e->stream_, Stream::Create(options.backend));
@@ -100,11 +115,13 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   KvPoolOptions po;
   po.backend = options.backend;
   po.dtype = e->ops_.dtype;
+  po.cache_format = cache_format;
   po.num_layers = c.num_hidden_layers;
   po.num_pages = options.num_kv_pages;
   po.latent_dim = c.latent_dim();
   po.index_dim = c.has_indexer ? e->index_key_dim_ : 0;
   ASSIGN_OR_RETURN(e->pool_, KvPool::Create(po));
+  if (cache_format == KvCacheFormat::kFp8Ds) RETURN_IF_ERROR(e->InitFp8Cache());
   if (cuda) {  // the page that padded rows of decode graphs write into (decode_graphs.cc)
     ASSIGN_OR_RETURN(std::vector<int32_t> padding, e->pool_->Allocate(1));
     e->padding_page_ = padding[0];
@@ -224,6 +241,9 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
   if (resolved == AttentionPath::kAuto) {
     resolved = plan.max_prefix == 0 ? AttentionPath::kMha : AttentionPath::kMla;
   }
+  // fp8 cache: a batch that reads cached latents (a prefix, or the MLA form) attends sparsely,
+  // through the kernels that read fp8 (kv_fp8_cache.cc); it is the same function.
+  if (kv_fp8_ && (plan.max_prefix > 0 || resolved == AttentionPath::kMla)) plan.sparse = true;
   if (plan.sparse) resolved = AttentionPath::kMla;
   AttentionForm form = AttentionForm::kMha;
   if (resolved == AttentionPath::kMla) {

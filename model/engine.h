@@ -30,6 +30,13 @@ namespace mlaserve::model {
 // uses MHA when there is no cached prefix and MLA otherwise.
 enum class AttentionPath : uint8_t { kAuto, kMha, kMla };
 
+// The KV cache's storage (the --kv-cache-dtype flag). kNative: the engine's activation dtype
+// (bf16 on kCuda, f32 on kCpu). kFp8: DeepSeek's fp8 layouts (KvCacheFormat::kFp8Ds; DSA
+// models, i.e. deepseek_v32, only). kAuto: kFp8 for deepseek_v32 on kCuda, else kNative.
+enum class KvCacheDtype : uint8_t { kAuto, kNative, kFp8 };
+// "auto" | "bf16" (the native cache) | "fp8"; INVALID_ARGUMENT naming anything else.
+absl::StatusOr<KvCacheDtype> ParseKvCacheDtype(std::string_view flag);
+
 struct EngineOptions {
   std::string model_dir;  // config.json, *.safetensors, tokenizer.json
   kernels::Backend backend = kernels::Backend::kCpu;
@@ -38,6 +45,8 @@ struct EngineOptions {
   int max_batch_tokens = 8192; // largest Forward (sum of chunk lengths) workspaces are planned for
   int max_batch_seqs = 256;
   AttentionPath attention = AttentionPath::kAuto;
+  // Library default: the native cache; the binaries' --kv-cache-dtype defaults to auto.
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kNative;
 };
 
 // One sequence's share of a forward step: `tokens` at positions [start_pos, start_pos + n).

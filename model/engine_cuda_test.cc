@@ -279,8 +279,13 @@ namespace {
 
 // Decode steps replayed from CUDA graphs (padded to a batch bucket) give the logits of the
 // eager engine.
-TEST(EngineCudaGraphTest, DecodeGraphsMatchEagerSteps) {
-  const std::string dir = Fixture("deepseek_v3");
+// Decode graphs replay what eager steps compute: V3 with the native cache, and V3.2 with the
+// fp8 cache (the quantizing cache writer and sparse_decode over fp8 inside the graph).
+class EngineCudaGraphTest : public ::testing::TestWithParam<std::tuple<const char*, KvCacheDtype>> {};
+
+TEST_P(EngineCudaGraphTest, DecodeGraphsMatchEagerSteps) {
+  const auto [name, kv_dtype] = GetParam();
+  const std::string dir = Fixture(name);
   if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
   Reference ref;
   ASSERT_TRUE(LoadReference(dir, &ref));
@@ -290,6 +295,7 @@ TEST(EngineCudaGraphTest, DecodeGraphsMatchEagerSteps) {
   o.num_kv_pages = 64;
   o.max_batch_tokens = 1024;
   o.max_batch_seqs = 8;
+  o.kv_cache_dtype = kv_dtype;
   auto graphs = DeepseekEngine::Create(o);
   auto eager = DeepseekEngine::Create(o);
   ASSERT_TRUE(graphs.ok()) << graphs.status();
@@ -338,6 +344,98 @@ TEST(EngineCudaGraphTest, DecodeGraphsMatchEagerSteps) {
   for (int step = 0; step < kSteps; ++step) {
     EXPECT_LE(RelError(logits[0][step], logits[1][step]), 1e-2) << "step " << step;
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Caches, EngineCudaGraphTest,
+                         ::testing::Values(std::make_tuple("deepseek_v3", KvCacheDtype::kNative),
+                                           std::make_tuple("deepseek_v32", KvCacheDtype::kFp8)));
+
+// V3.2 with the fp8 KV cache (DeepSeek's 656-byte layout; the fixture's 64 + 16 latent is
+// zero-padded into it) against the HF fixture: the quantizing writer, the CUDA indexer over
+// fp8 keys and sparse_fwd / sparse_decode over the fp8 cache. Bounds: the CPU engine with the
+// fp8 cache measures dense rows <= 0.065 and sparse rows mean 0.30 / max 1.11 against the f32
+// reference (model/engine_fp8_test.cc); bf16 activations add the kBf16Tolerance-sized error
+// on top. Prefill one-shot and in chunks of 37 (later chunks read the fp8 prefix), then
+// decode steps (through decode graphs) fed the reference's greedy tokens.
+TEST(EngineCudaFp8CacheTest, V32MatchesReference) {
+  constexpr double kDenseTol = 0.12;
+  constexpr double kSparseCap = 1.5, kSparseMean = 0.5;
+  constexpr double kFp8ClearMargin = 2 * kDenseTol;
+  const std::string dir = Fixture("deepseek_v32");
+  if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
+  Reference ref;
+  ASSERT_TRUE(LoadReference(dir, &ref));
+  EngineOptions o;
+  o.model_dir = dir;
+  o.backend = kernels::Backend::kCuda;
+  o.num_kv_pages = 64;
+  o.max_batch_tokens = 1024;
+  o.max_batch_seqs = 8;
+  o.kv_cache_dtype = KvCacheDtype::kAuto;  // auto = fp8 for deepseek_v32 on CUDA
+  auto created = DeepseekEngine::Create(o);
+  ASSERT_TRUE(created.ok()) << created.status();
+  DeepseekEngine& e = **created;
+  ASSERT_EQ(e.kv_pool().options().cache_format, KvCacheFormat::kFp8Ds);
+  EXPECT_EQ(e.kv_pool().latent_page_bytes(), size_t{656} * 64);
+  // The CUDA indexer keys are index_head_dim 32 padded to 64: 64 x (64 e4m3 + f32 scale).
+  EXPECT_EQ(e.kv_pool().index_page_bytes(), size_t{64} * (64 + 4));
+  const int topk = e.config().index_topk;
+  double dense_max = 0, sparse_sum = 0, sparse_max = 0;
+  int sparse_n = 0, tokens_checked = 0;
+  auto check = [&](double err, int keys) {
+    if (keys > topk) {
+      EXPECT_LE(err, kSparseCap);
+      sparse_sum += err;
+      sparse_max = std::max(sparse_max, err);
+      ++sparse_n;
+    } else {
+      EXPECT_LE(err, kDenseTol);
+      dense_max = std::max(dense_max, err);
+    }
+  };
+  for (const auto& p : ref.prompts) {
+    SCOPED_TRACE(p.name);
+    const int n = static_cast<int>(p.ids.size());
+    for (int chunk : {n, 37}) {
+      SeqPages pages(e.kv_pool(), n + static_cast<int>(p.greedy_tokens.size()) + 1);
+      auto got = ChunkedPrefill(e, p.ids, pages.pages(), chunk, AttentionPath::kAuto);
+      ASSERT_TRUE(got.count(n - 1));
+      for (size_t j = 0; j < p.logits_positions.size(); ++j) {
+        auto it = got.find(p.logits_positions[j]);
+        if (it == got.end()) continue;
+        SCOPED_TRACE(::testing::Message() << "chunk " << chunk << " position " << it->first);
+        check(RelError(it->second, p.logits[j]), it->first + 1);
+      }
+      if (chunk != n) continue;
+      std::vector<float> row = got.at(n - 1);
+      for (size_t s = 0; s < p.greedy_tokens.size(); ++s) {
+        const bool dense = n + static_cast<int>(s) <= topk;
+        const std::vector<float>& want = s == 0 ? p.logits.back() : p.decode_logits[s - 1];
+        if (dense && (s > 0 || p.logits_positions.back() == n - 1) && RelMargin(want) > kFp8ClearMargin) {
+          EXPECT_EQ(testing::Argmax(row), p.greedy_tokens[s]) << "greedy step " << s;
+          ++tokens_checked;
+        }
+        if (s >= p.decode_logits.size()) break;
+        SequenceChunk c;
+        c.tokens = std::span<const int32_t>(&p.greedy_tokens[s], 1);
+        c.start_pos = n + static_cast<int>(s);
+        c.pages = pages.pages();
+        auto r = e.Forward({&c, 1});
+        ASSERT_TRUE(r.ok()) << r.status();
+        SCOPED_TRACE(::testing::Message() << "decode step " << s);
+        check(RelError(r->logits, p.decode_logits[s]), n + static_cast<int>(s) + 1);
+        row = r->logits;
+      }
+    }
+  }
+  ASSERT_GT(sparse_n, 0);
+  std::cout << "deepseek_v32 fp8 cache (CUDA): dense max " << dense_max << ", sparse mean "
+            << sparse_sum / sparse_n << " max " << sparse_max << " over " << sparse_n
+            << "; greedy tokens checked " << tokens_checked << "; decode graph replays "
+            << e.decode_graph_replays() << "\n";
+  EXPECT_LE(sparse_sum / sparse_n, kSparseMean);
+  EXPECT_GT(tokens_checked, 0);
+  EXPECT_GT(e.decode_graph_replays(), 0);
 }
 
 }  // namespace

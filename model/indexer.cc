@@ -17,7 +17,6 @@
 #include "common/status.h"
 #include "kernels/gemm/api.h"
 #include "kernels/indexer/api.h"
-#include "kernels/kv_cache/api.h"
 #include "kernels/norm/api.h"
 #include "kernels/rope/api.h"
 #include "model/deepseek_model.h"
@@ -189,16 +188,7 @@ absl::Status DeepseekEngine::RunIndexer(int layer, const BatchPlan& plan, const 
   rp.head_stride = dk;
   RETURN_IF_ERROR(kernels::Rope(rp, ctx_));
 
-  kernels::CacheWriteParams cw;
-  cw.dtype = ops_.dtype;
-  cw.num_tokens = T;
-  cw.entry_dim = dk;
-  cw.src = k;
-  cw.src_stride = dk;
-  cw.slot_mapping = plan.dev.slots;
-  cw.cache = pool_->index_keys(layer);
-  cw.num_pages = pool_->total_pages();
-  RETURN_IF_ERROR(kernels::CacheWrite(cw, ctx_));
+  RETURN_IF_ERROR(WriteIndexKeys(layer, plan, k));
   if (!need_topk) return absl::OkStatus();
 
   ASSIGN_OR_RETURN(void* q, ScratchAct(static_cast<int64_t>(T) * nh * dk, "indexer q"));
@@ -234,7 +224,7 @@ absl::Status DeepseekEngine::RunIndexer(int layer, const BatchPlan& plan, const 
   p.top_k = c.index_topk;
   p.q = q;
   p.weights = static_cast<const float*>(weights);
-  p.k_cache = pool_->index_keys(layer);
+  RETURN_IF_ERROR(SetIndexKeysForRead(layer, plan, &p));
   p.num_pages = pool_->total_pages();
   p.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh)));
   p.topk_indices = topk;

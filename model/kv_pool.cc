@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/kv_fp8/api.h"
 
 #if defined(MLASERVE_MODEL_HAS_CUDA)
 #include <cuda_runtime.h>
@@ -22,9 +23,16 @@ namespace {
 constexpr size_t kHostAlignment = 64;
 
 size_t LatentPageBytes(const KvPoolOptions& o) {
+  if (o.cache_format == KvCacheFormat::kFp8Ds) {
+    return static_cast<size_t>(kernels::kPageSize) * kernels::kFp8LatentBytes;
+  }
   return static_cast<size_t>(kernels::kPageSize) * o.latent_dim * kernels::DTypeSize(o.dtype);
 }
 size_t IndexPageBytes(const KvPoolOptions& o) {
+  if (o.index_dim == 0) return 0;
+  if (o.cache_format == KvCacheFormat::kFp8Ds) {
+    return static_cast<size_t>(kernels::IndexKFp8PageBytes(o.index_dim));
+  }
   return static_cast<size_t>(kernels::kPageSize) * o.index_dim * kernels::DTypeSize(o.dtype);
 }
 
@@ -94,6 +102,10 @@ absl::Status CopyBytes(kernels::Backend backend, void* dst, const void* src, siz
 
 }  // namespace
 
+const char* KvCacheFormatName(KvCacheFormat f) {
+  return f == KvCacheFormat::kFp8Ds ? "fp8_ds" : "native";
+}
+
 absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolOptions& options) {
   if (options.num_layers <= 0) {
     return absl::InvalidArgumentError(
@@ -115,6 +127,19 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolOptions& opti
     return absl::InvalidArgumentError(
         absl::StrCat("KvPool: cache dtype ", kernels::DTypeName(options.dtype),
                      " is not supported (f32 or bf16)"));
+  }
+  if (options.cache_format == KvCacheFormat::kFp8Ds) {
+    constexpr int kMaxLatent = kernels::kFp8LatentRank + kernels::kFp8RopeDim;
+    if (options.latent_dim > kMaxLatent) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KvPool: latent_dim is ", options.latent_dim, "; the fp8 cache layout holds at most ",
+          kMaxLatent, " (512 latent + 64 rope)"));
+    }
+    if (options.index_dim % 16 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KvPool: index_dim is ", options.index_dim,
+          "; the fp8 indexer key layout needs a multiple of 16"));
+    }
   }
   std::unique_ptr<KvPool> pool(new KvPool(options));
   const size_t latent_bytes = LatentPageBytes(options) * options.num_pages;
@@ -178,6 +203,8 @@ int KvPool::free_pages() const {
 size_t KvPool::layer_page_bytes() const {
   return LatentPageBytes(options_) + IndexPageBytes(options_);
 }
+size_t KvPool::latent_page_bytes() const { return LatentPageBytes(options_); }
+size_t KvPool::index_page_bytes() const { return IndexPageBytes(options_); }
 
 absl::Status KvPool::ReadPage(int layer, int32_t page, void* host_dst) const {
   if (layer < 0 || layer >= options_.num_layers) {

@@ -6,6 +6,12 @@
 // index_head_dim]. A page id indexes every layer's buffers alike, so a request holds one list
 // of page ids for all layers.
 //
+// With cache_format kFp8Ds the buffers hold DeepSeek's fp8 cache layouts instead
+// (kernels/kv_fp8/api.h): the latent plane is [num_pages, kPageSize, 656 bytes] (512 e4m3 +
+// 4 f32 scales + 64 bf16 rope; a model with a smaller kv_lora_rank / rope dim zero-pads into
+// it), the indexer plane kPageSize * (index_dim + 4) bytes per page (e4m3 keys, then one f32
+// scale per token). The pool only stores bytes; the engine quantizes and dequantizes.
+//
 // Page accounting is thread-safe (workers reserve from RPC threads). Page payloads are moved
 // in "layer page" units: the bytes of one page of one layer (latent, then indexer keys).
 #pragma once
@@ -23,13 +29,20 @@
 
 namespace mlaserve::model {
 
+// How a pool stores its pages. kNative: values of KvPoolOptions::dtype. kFp8Ds: DeepSeek's
+// fp8 layouts of kernels/kv_fp8 (dtype is then the dtype of the rows the engine quantizes
+// from and dequantizes to, not of the stored bytes).
+enum class KvCacheFormat : uint8_t { kNative, kFp8Ds };
+const char* KvCacheFormatName(KvCacheFormat f);  // "native" / "fp8_ds"
+
 struct KvPoolOptions {
   kernels::Backend backend = kernels::Backend::kCpu;
   kernels::DType dtype = kernels::DType::kF32;
+  KvCacheFormat cache_format = KvCacheFormat::kNative;
   int num_layers = 0;
   int num_pages = 0;
-  int latent_dim = 0;   // kv_lora_rank + qk_rope_head_dim
-  int index_dim = 0;    // index_head_dim for DSA models, else 0
+  int latent_dim = 0;   // kv_lora_rank + qk_rope_head_dim (kFp8Ds: <= 576)
+  int index_dim = 0;    // index_head_dim for DSA models, else 0 (kFp8Ds: a multiple of 16)
 };
 
 class KvPool {
@@ -50,8 +63,12 @@ class KvPool {
   void* latent(int layer) const { return latent_[layer]; }
   void* index_keys(int layer) const { return index_.empty() ? nullptr : index_[layer]; }
 
-  // Bytes of one layer page (latent + indexer keys).
+  // Bytes of one layer page (latent + indexer keys), and of each plane's share of it. Code
+  // that moves pages (transports) must take sizes from here, never from latent_dim * dtype:
+  // the fp8 format's bytes are not a whole number of elements.
   size_t layer_page_bytes() const;
+  size_t latent_page_bytes() const;
+  size_t index_page_bytes() const;
   // Copy one layer page to / from host memory (dst/src hold layer_page_bytes()).
   absl::Status ReadPage(int layer, int32_t page, void* host_dst) const;
   absl::Status WritePage(int layer, int32_t page, const void* host_src);

@@ -110,5 +110,41 @@ TEST(KvPoolTest, ConcurrentAllocateFree) {
   EXPECT_EQ(p.free_pages(), 64);
 }
 
+// DeepSeek's fp8 layouts: 656 bytes per token of latent (whatever the engine's dtype), then
+// 64 * (index_dim + 4) bytes of fp8 indexer keys and their scales; pages copy unchanged.
+TEST(KvPoolTest, Fp8FormatHoldsDeepSeekPages) {
+  KvPoolOptions o = SmallOptions(/*index_dim=*/128);
+  o.latent_dim = 576;
+  o.cache_format = KvCacheFormat::kFp8Ds;
+  auto pool = KvPool::Create(o);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  KvPool& p = **pool;
+  EXPECT_EQ(p.latent_page_bytes(), size_t{656} * 64);
+  EXPECT_EQ(p.index_page_bytes(), size_t{64} * (128 + 4));
+  EXPECT_EQ(p.layer_page_bytes(), size_t{656} * 64 + 64 * 132);
+  o.dtype = kernels::DType::kBF16;  // the engine's dtype does not change the stored bytes
+  o.backend = kernels::Backend::kCpu;
+  EXPECT_EQ((*KvPool::Create(o))->layer_page_bytes(), p.layer_page_bytes());
+
+  std::vector<uint8_t> page(p.layer_page_bytes());
+  for (size_t i = 0; i < page.size(); ++i) page[i] = static_cast<uint8_t>(i * 131 + 7);
+  ASSERT_TRUE(p.WritePage(2, 5, page.data()).ok());
+  std::vector<uint8_t> back(page.size(), 0xee);
+  ASSERT_TRUE(p.ReadPage(2, 5, back.data()).ok());
+  EXPECT_EQ(back, page);
+  // The latent plane's bytes sit at page * 656 * 64 of the layer's buffer.
+  EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(p.latent(2)) + size_t{5} * 656 * 64, page.data(),
+                        p.latent_page_bytes()),
+            0);
+  EXPECT_EQ(std::string(KvCacheFormatName(o.cache_format)), "fp8_ds");
+
+  KvPoolOptions bad = o;
+  bad.latent_dim = 600;
+  EXPECT_NE(KvPool::Create(bad).status().message().find("latent_dim is 600"), std::string::npos);
+  bad = o;
+  bad.index_dim = 40;
+  EXPECT_NE(KvPool::Create(bad).status().message().find("index_dim is 40"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mlaserve::model

@@ -43,6 +43,7 @@ struct RunOptions {
   AttentionPath attention = AttentionPath::kAuto;
   int chunk_size = 0;
   std::string backend = "auto";  // --backend: auto, cpu or cuda
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, bf16 or fp8
   int num_kv_pages = 0;  // 0: just enough for the request
   std::string dump_logits;
   bool print_ids = false;
@@ -108,6 +109,7 @@ absl::Status Run(const RunOptions& o) {
   eo.max_batch_tokens = std::max<int>(o.chunk_size > 0 ? o.chunk_size : prompt.size(), 1);
   eo.max_batch_seqs = 1;
   eo.attention = o.attention;
+  ASSIGN_OR_RETURN(eo.kv_cache_dtype, ParseKvCacheDtype(o.kv_cache_dtype));
   absl::StatusOr<std::unique_ptr<Engine>> created =
       CreateEngineForBackend(eo, o.backend, [](const absl::Status& why) {
         if (absl::IsFailedPrecondition(why)) return;  // a CPU-only build: nothing to say
@@ -207,6 +209,10 @@ int main(int argc, char** argv) {
   std::string backend = "auto";
   app.add_option("--backend", backend, "auto|cpu|cuda (auto = the GPU when this build and machine have one, else the CPU)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  app.add_option("--kv-cache-dtype", o.kv_cache_dtype,
+                 "auto|bf16|fp8: KV cache storage (auto = fp8 for deepseek_v32 on CUDA, else the "
+                 "native dtype; fp8 = DeepSeek's 656-byte layout, deepseek_v32 only)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8"}))->capture_default_str();
   app.add_option("--num-kv-pages", o.num_kv_pages, "KV pool size (default: what the request needs)");
   app.add_option("--dump-logits", o.dump_logits, "write last prompt logits and generated ids (JSON)");
   app.add_flag("--print-ids", o.print_ids, "print generated ids instead of text");

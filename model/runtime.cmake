@@ -34,6 +34,7 @@ add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/deepseek_model.cc
   ${CMAKE_CURRENT_LIST_DIR}/attention.cc
   ${CMAKE_CURRENT_LIST_DIR}/indexer.cc
+  ${CMAKE_CURRENT_LIST_DIR}/kv_fp8_cache.cc
   ${CMAKE_CURRENT_LIST_DIR}/moe_layer.cc
   ${CMAKE_CURRENT_LIST_DIR}/forward_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/decode_graphs.cc)
@@ -54,6 +55,10 @@ if(MLASERVE_BUILD_TESTS)
   # Reference tests over tests/fixtures/models (tools/make_fixtures.py).
   mlaserve_test(model_engine_reference_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_reference_test.cc
+                DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
+  # The fp8 KV cache (DeepSeek's layout) on the V3.2 fixture.
+  mlaserve_test(model_engine_fp8_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_fp8_test.cc
                 DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
   mlaserve_test(model_engine_behavior_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_behavior_test.cc

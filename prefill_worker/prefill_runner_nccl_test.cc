@@ -70,6 +70,8 @@ class PrefillRunnerNcclTest : public ::testing::TestWithParam<bool> {
     kvtransfer::nccl::NcclTransportOptions to;
     to.pair_id = "prefill-0";
     to.comm_factory = hub_.factory();
+    // One layer a message (no packing), so a link failure lands between layers.
+    to.coalesce_bytes = 0;
     transport_ =
         std::make_unique<kvtransfer::nccl::NcclKvTransport>(&prefill_->kv_pool(), to);
     PrefillRunnerOptions o;

@@ -150,6 +150,10 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const GemmParams& p, cublasLtHand
     const uint32_t v = static_cast<uint32_t>(align[i]);
     cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &v, sizeof(v));
   }
+  // Determinism: one algorithm per key, chosen once and cached; every reduction scheme the
+  // heuristic may return for split-K is ordered (in place with ordering counters, or a separate
+  // reduction pass), so calls and processes give the same bits on one GPU model. Split-K is
+  // not masked off: it only costs decode-shaped GEMMs speed (docs/kernels.md, "Determinism").
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b,

@@ -94,5 +94,53 @@ TEST(GemmCudaF32Test, F32OperandsMatchTightly) {
   EXPECT_LE(testing::RelativeError(testing::ToHost<float>(d_c, m * n), want), 1e-5);
 }
 
+// Determinism: cuBLASLt's heuristic picks one algorithm per (shape, alignment) and every
+// reduction scheme it may pick for split-K is ordered (in-place with ordering counters, or a
+// separate reduction pass), so results are run-to-run reproducible (cuBLAS guide, "Results
+// reproducibility": same toolkit, same GPU model and SM count, one stream per workspace).
+// Decode shapes (small m, large k) are where split-K gets picked. Each shape runs twice on
+// the default stream and once on a fresh stream, whose new handle queries the heuristic again
+// (as a second process would): all three results must be the same bytes.
+// (m, n, k, beta, c_f32)
+using DetCase = std::tuple<int, int, int, float, bool>;
+class GemmCudaDeterminismTest : public ::testing::TestWithParam<DetCase> {};
+
+TEST_P(GemmCudaDeterminismTest, RunsAndFreshHandlesAreBitwiseEqual) {
+  const auto [m, n, k, beta, c_f32] = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  auto a = testing::RandomVector(static_cast<size_t>(m) * k, seed);
+  auto b = testing::RandomVector(static_cast<size_t>(n) * k, seed + 1, -0.05f, 0.05f);
+  auto c0 = testing::RandomVector(static_cast<size_t>(m) * n, seed + 2);
+  auto d_a = testing::ToDeviceBf16(a), d_b = testing::ToDeviceBf16(b);
+  const size_t c_bytes = static_cast<size_t>(m) * n * (c_f32 ? 4 : 2);
+  testing::DeviceBuffer d_c(c_bytes);
+  GemmParams g;
+  g.dtype = DType::kBF16; g.c_f32 = c_f32; g.m = m; g.n = n; g.k = k;
+  g.a = d_a.get(); g.lda = k; g.b = d_b.get(); g.ldb = k; g.b_transposed = true;
+  g.c = d_c.get(); g.ldc = n; g.beta = beta;
+  const auto c_init = c_f32 ? testing::ToDevice(c0) : testing::ToDeviceBf16(c0);
+  cudaStream_t fresh = nullptr;
+  MLASERVE_CUDA_ASSERT(cudaStreamCreateWithFlags(&fresh, cudaStreamNonBlocking));
+  std::vector<uint8_t> got[3];
+  for (int run = 0; run < 3; ++run) {
+    void* stream = run == 2 ? fresh : nullptr;
+    MLASERVE_CUDA_ASSERT(cudaMemcpy(d_c.get(), c_init.get(), c_bytes, cudaMemcpyDeviceToDevice));
+    ASSERT_TRUE(Gemm(g, KernelContext{Backend::kCuda, stream}).ok());
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    got[run] = testing::ToHost<uint8_t>(d_c, c_bytes);
+  }
+  MLASERVE_CUDA_ASSERT(cudaStreamDestroy(fresh));
+  EXPECT_TRUE(got[0] == got[1]) << "two runs on one stream differ";
+  EXPECT_TRUE(got[0] == got[2]) << "a fresh handle (new heuristic query) gives different bytes";
+}
+
+INSTANTIATE_TEST_SUITE_P(DecodeShapes, GemmCudaDeterminismTest,
+                         ::testing::Values(DetCase{1, 2048, 16384, 0.0f, false},
+                                           DetCase{4, 7168, 2048, 0.0f, false},
+                                           DetCase{2, 1536, 7168, 1.0f, false},  // accumulate
+                                           DetCase{3, 32000, 1024, 0.0f, true},  // LM head
+                                           DetCase{16, 256, 7168, 0.0f, true}));  // router
+
 }  // namespace
 }  // namespace mlaserve::kernels

@@ -148,5 +148,96 @@ TEST(IndexerCuda, ExactTiesGoToLowerPositions) {
   ExpectIndexerMatchesCpu(ic);
 }
 
+// Determinism with planted ties: every cached key is one of a few vectors (one of them zero,
+// whose score is +-0 for every query), so equal scores sit at the k-th boundary of most rows.
+// Two runs (workspace poisoned differently) must give identical rows, and each row must be
+// the groups of equal keys in the kernel's score order, each group's visible positions in
+// ascending order, cut at top_k: ties resolve by position, never by timing.
+TEST(IndexerCudaDeterminism, PlantedTiesResolveByPositionOnEveryRun) {
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const int heads = 16, dim = 64, top_k = 64, groups = 6;
+  const std::vector<int> lq = {3, 1, 40}, prefix = {700, 1500, 90};
+  const int batch = static_cast<int>(lq.size());
+  std::vector<int> lk(batch);
+  for (int b = 0; b < batch; ++b) lk[b] = lq[b] + prefix[b];
+  const testing::PagedLayout layout = testing::MakePagedLayout(lk, seed);
+  const std::vector<int32_t> cu_q = testing::CumSum(lq);
+  const int total_q = cu_q[batch];
+  const size_t slots = static_cast<size_t>(layout.num_pages) * kPageSize;
+  std::vector<float> vecs = testing::RandomVector(static_cast<size_t>(groups) * dim, seed + 1);
+  testing::RoundToBf16(vecs);
+  std::mt19937 rng(seed);
+  std::vector<int> group_of(slots);
+  std::vector<float> k(slots * dim, 0.0f);
+  for (size_t s = 0; s < slots; ++s) {
+    group_of[s] = static_cast<int>(rng() % groups);
+    if (group_of[s] != 0)
+      std::copy_n(vecs.begin() + static_cast<size_t>(group_of[s]) * dim, dim, k.begin() + s * dim);
+  }
+  std::vector<float> q = testing::RandomVector(static_cast<size_t>(total_q) * heads * dim, seed + 2);
+  std::vector<float> w = testing::RandomVector(static_cast<size_t>(total_q) * heads, seed + 3, -0.5f, 1.0f);
+  testing::RoundToBf16(q);
+  // A group whose key has q.k <= 0 for every head of a query scores 0 there, like the zero key:
+  // such groups tie with each other (class 0), so they interleave by position.
+  std::vector<int> tie_classes(static_cast<size_t>(total_q) * groups, 0);
+  for (int t = 0; t < total_q; ++t) {
+    for (int grp = 1; grp < groups; ++grp) {
+      for (int h = 0; h < heads; ++h) {
+        double dot = 0;
+        for (int d = 0; d < dim; ++d)
+          dot += static_cast<double>(q[(static_cast<size_t>(t) * heads + h) * dim + d]) *
+                 vecs[static_cast<size_t>(grp) * dim + d];
+        if (dot > 0) tie_classes[static_cast<size_t>(t) * groups + grp] = grp;
+      }
+    }
+  }
+  auto tie_class = [&](int t, int grp) { return tie_classes[static_cast<size_t>(t) * groups + grp]; };
+  std::vector<int32_t> seqlens_k(lk.begin(), lk.end());
+  testing::DeviceBuffer dq = testing::ToDeviceBf16(q), dw = testing::ToDevice(w), dk = testing::ToDeviceBf16(k);
+  testing::DeviceBuffer dtable = testing::ToDevice(layout.block_table), dcu = testing::ToDevice(cu_q);
+  testing::DeviceBuffer dlk = testing::ToDevice(seqlens_k);
+  IndexerParams dp;
+  dp.dtype = DType::kBF16; dp.k_cache_dtype = DType::kBF16;
+  dp.batch = batch; dp.num_heads = heads; dp.head_dim = dim; dp.top_k = top_k;
+  dp.q = dq.get(); dp.weights = dw.as<float>(); dp.k_cache = dk.get(); dp.num_pages = layout.num_pages;
+  dp.block_table = dtable.as<int32_t>(); dp.max_pages_per_seq = layout.max_pages_per_seq;
+  dp.cu_seqlens_q = dcu.as<int32_t>(); dp.seqlens_k = dlk.as<int32_t>();
+  dp.max_seqlen_q = *std::max_element(lq.begin(), lq.end());
+  dp.max_seqlen_k = *std::max_element(lk.begin(), lk.end());
+  dp.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  std::vector<int32_t> got[2];
+  for (int run = 0; run < 2; ++run) {
+    testing::DeviceBuffer dout = testing::ToDevice(std::vector<int32_t>(static_cast<size_t>(total_q) * top_k, -7));
+    testing::DeviceBuffer ws(IndexerWorkspaceBytes(dp));
+    MLASERVE_CUDA_ASSERT(cudaMemset(ws.get(), run == 0 ? 0x00 : 0xff, ws.bytes()));
+    dp.topk_indices = dout.as<int32_t>();
+    dp.workspace = ws.get();
+    const auto st = Indexer(dp, KernelContext{Backend::kCuda, nullptr, 0});
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    got[run] = testing::ToHost<int32_t>(dout, static_cast<size_t>(total_q) * top_k);
+  }
+  ASSERT_EQ(got[0], got[1]) << "two runs on the same inputs picked differently";
+  for (int t = 0; t < total_q; ++t) {
+    const int b = static_cast<int>(std::upper_bound(cu_q.begin(), cu_q.end(), t) - cu_q.begin()) - 1;
+    const int visible = lk[b] - lq[b] + (t - cu_q[b]) + 1;
+    const int32_t* g = &got[0][static_cast<size_t>(t) * top_k];
+    std::vector<int> order;  // groups by first appearance in the row
+    for (int j = 0; j < std::min(top_k, visible); ++j) {
+      ASSERT_TRUE(g[j] >= 0 && g[j] < visible) << "row " << t << " entry " << j << " = " << g[j];
+      const int grp = tie_class(t, group_of[layout.Slot(b, g[j])]);
+      if (std::find(order.begin(), order.end(), grp) == order.end()) order.push_back(grp);
+    }
+    std::vector<int32_t> want;
+    for (int grp : order)
+      for (int pos = 0; pos < visible; ++pos)
+        if (tie_class(t, group_of[layout.Slot(b, pos)]) == grp) want.push_back(pos);
+    want.resize(std::min(top_k, visible));
+    want.resize(top_k, -1);
+    ASSERT_EQ(std::vector<int32_t>(g, g + top_k), want) << "row " << t;
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve::kernels

@@ -1,6 +1,9 @@
 // mla_decode CUDA vs the CPU reference (MlaDecodeCpu on the same bf16-rounded inputs): 1 or 2
 // query tokens per request, 16 and 128 heads, ragged contexts up to 8k in permuted pages, with
-// the plan the GPU's SM count gives (split-KV + combine for small batches) and with no split.
+// the plan the GPU's SM count gives (split-KV + combine for small batches) and with no split;
+// and two runs of the split path bitwise equal.
+#include <algorithm>
+#include <cstring>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -55,6 +58,55 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeCase{64, 128, 1, 600, 512, true}, DecodeCase{64, 128, 2, 300, 512, false},
                       DecodeCase{7, 4, 1, 700, 32, true}, DecodeCase{3, 16, 2, 2000, 64, true},
                       DecodeCase{2, 32, 1, 2, 512, true}));
+
+// Determinism of the split-KV path: two runs on the same inputs, with the workspace and the
+// outputs poisoned differently each time, give the same output and LSE bytes. The combine
+// merges the splits in split order (no atomics), and rows past a request's heads (the
+// fixture's 4 heads fill 4 of a CTA's 16 rows) read only zero-filled shared memory.
+// (batch, heads, q per request, context, latent rank)
+using DeterminismCase = std::tuple<int, int, int, int, int>;
+class MlaDecodeDeterminismTest : public ::testing::TestWithParam<DeterminismCase> {};
+
+TEST_P(MlaDecodeDeterminismTest, TwoRunsAreBitwiseEqual) {
+  const auto [batch, heads, qpr, ctx, rank] = GetParam();
+  const int rope = rank == 512 ? 64 : 16;
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::vector<int> lq(batch, qpr), prefix(batch);
+  for (int b = 0; b < batch; ++b) prefix[b] = ctx - qpr - 37 * b;
+  auto c = testing::MakeLatentBatch(lq, prefix, heads, rank, rope, seed);
+  testing::RoundLatentBatch(c);
+  int device = 0, sms = 0;
+  MLASERVE_CUDA_ASSERT(cudaGetDevice(&device));
+  MLASERVE_CUDA_ASSERT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int max_k = *std::max_element(c.lk.begin(), c.lk.end());
+  auto plan = PlanMlaDecode({batch, heads, qpr, rank, rope, max_k, sms});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_GT(plan->num_splits, 1) << "the case should exercise split-KV + combine";
+  testing::DeviceLatent d(c);
+  const size_t rows = static_cast<size_t>(c.total_q()) * c.num_heads;
+  std::vector<uint16_t> out[2];
+  std::vector<float> lse[2];
+  for (int run = 0; run < 2; ++run) {
+    testing::DeviceBuffer workspace(plan->workspace_bytes);
+    MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), run == 0 ? 0x00 : 0xff, workspace.bytes()));
+    MLASERVE_CUDA_ASSERT(cudaMemset(d.out.get(), run == 0 ? 0xff : 0x7f, d.out.bytes()));
+    MLASERVE_CUDA_ASSERT(cudaMemset(d.lse.get(), run == 0 ? 0xff : 0x7f, d.lse.bytes()));
+    const auto st = MlaDecode(d.params, *plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    out[run] = testing::ToHost<uint16_t>(d.out, rows * c.rank);
+    lse[run] = testing::ToHost<float>(d.lse, rows);
+  }
+  EXPECT_EQ(testing::CountNan(testing::FromBf16(out[0])), 0u);
+  EXPECT_TRUE(out[0] == out[1]) << "outputs differ between two runs";
+  EXPECT_EQ(std::memcmp(lse[0].data(), lse[1].data(), rows * sizeof(float)), 0) << "LSEs differ";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, MlaDecodeDeterminismTest,
+                         ::testing::Values(DeterminismCase{1, 128, 1, 8192, 512},
+                                           DeterminismCase{3, 16, 2, 4000, 512},
+                                           DeterminismCase{1, 4, 1, 700, 64}));  // fixture widths
 
 }  // namespace
 }  // namespace mlaserve::kernels

@@ -3,6 +3,7 @@
 // differ, and where ids agree the weights agree within 1e-4. Experts (bf16): relative error
 // within 1e-2, on uniform and on skewed routings (many row tiles per expert, idle experts).
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <tuple>
@@ -120,6 +121,107 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeExpertsCudaTest,
                                            ExpertsCase{300, 512, 200, 64, 6, false},
                                            ExpertsCase{130, 256, 96, 32, 8, true},
                                            ExpertsCase{64, 2048, 1408, 64, 6, false}));
+
+// Determinism: two runs on the same inputs give the same bytes, in the output and in the whole
+// workspace (the sort is stable, so the sorted assignment ids at the head of the workspace are
+// grouped by expert in ascending assignment order; parts no kernel writes keep the identical
+// poison). Hot experts (every token picks experts 0..k-1 in a shuffled order) make many
+// lanes of a warp collide on one expert, where an atomic slot counter would race.
+class MoeExpertsDeterminismTest : public ::testing::TestWithParam<std::tuple<int, int, int, int, int>> {};
+
+TEST_P(MoeExpertsDeterminismTest, TwoRunsAreBitwiseEqualAndTheSortIsStable) {
+  const auto [T, H, I, E, k] = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  auto x = testing::RandomVector(static_cast<size_t>(T) * H, seed);
+  auto gate_up = testing::RandomVector(static_cast<size_t>(E) * 2 * I * H, seed + 1, -0.1f, 0.1f);
+  auto down = testing::RandomVector(static_cast<size_t>(E) * H * I, seed + 2, -0.1f, 0.1f);
+  std::vector<float> weights = testing::RandomVector(static_cast<size_t>(T) * k, seed + 3, 0.1f, 1.0f);
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(T) * k);
+  std::vector<int> perm(E);
+  for (int t = 0; t < T; ++t) {
+    std::iota(perm.begin(), perm.end(), 0);
+    // Half the tokens pick the hot experts 0..k-1 (shuffled), the rest random distinct ones.
+    std::shuffle(perm.begin(), t % 2 == 0 ? perm.begin() + k : perm.end(), rng);
+    std::copy(perm.begin(), perm.begin() + k, ids.begin() + static_cast<size_t>(t) * k);
+  }
+  MoeExpertsParams g;
+  g.dtype = DType::kBF16;
+  g.num_tokens = T; g.hidden = H; g.inter = I; g.num_experts = E; g.top_k = k;
+  auto d_x = testing::ToDeviceBf16(x), d_gu = testing::ToDeviceBf16(gate_up), d_dn = testing::ToDeviceBf16(down);
+  auto d_ids = testing::ToDevice(ids);
+  auto d_w = testing::ToDevice(weights);
+  g.x = d_x.get(); g.gate_up = d_gu.get(); g.down = d_dn.get(); g.topk_ids = d_ids.as<int32_t>();
+  g.topk_weights = d_w.as<float>();
+  const size_t ws_bytes = MoeExpertsWorkspaceBytes(g);
+  const size_t out_n = static_cast<size_t>(T) * H;
+  std::vector<uint16_t> out[2];
+  std::vector<uint8_t> ws[2];
+  for (int run = 0; run < 2; ++run) {
+    auto d_out = testing::PoisonedBf16(out_n);
+    testing::DeviceBuffer d_ws(ws_bytes);
+    MLASERVE_CUDA_ASSERT(cudaMemset(d_ws.get(), 0xa5, ws_bytes));
+    g.out = d_out.get(); g.workspace = d_ws.get(); g.workspace_bytes = ws_bytes;
+    ASSERT_TRUE(MoeExperts(g, KernelContext{Backend::kCuda, nullptr}).ok());
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    out[run] = testing::ToHost<uint16_t>(d_out, out_n);
+    ws[run] = testing::ToHost<uint8_t>(d_ws, ws_bytes);
+  }
+  EXPECT_EQ(testing::CountNan(testing::FromBf16(out[0])), 0u);
+  EXPECT_TRUE(out[0] == out[1]) << "output differs between two runs";
+  EXPECT_TRUE(ws[0] == ws[1]) << "workspace differs between two runs";
+  // Head of the workspace (moe.cc's layout): the sorted assignment ids, [T * k] int32.
+  std::vector<int32_t> sorted(static_cast<size_t>(T) * k);
+  std::memcpy(sorted.data(), ws[0].data(), sorted.size() * sizeof(int32_t));
+  for (size_t r = 1; r < sorted.size(); ++r) {
+    const int32_t a = sorted[r - 1], b = sorted[r];
+    ASSERT_TRUE(ids[a] < ids[b] || (ids[a] == ids[b] && a < b))
+        << "row " << r << ": assignment " << b << " (expert " << ids[b] << ") after " << a
+        << " (expert " << ids[a] << ")";
+  }
+}
+
+// (tokens, hidden, inter, experts, top_k): the fixture's 8 experts, V2-Lite's 64, and 512,
+// whose sort needs more than 48 KiB of shared memory (33 * 4 bytes per expert).
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeExpertsDeterminismTest,
+                         ::testing::Values(std::tuple{1, 64, 32, 8, 2}, std::tuple{517, 128, 48, 64, 6},
+                                           std::tuple{2048, 64, 32, 512, 8}));
+
+// Routing ties: tokens whose logits are all equal pick experts 0..k-1 (lower index first),
+// the same ids and weights on two runs.
+TEST(MoeRoutingDeterminismTest, TiedLogitsPickTheLowestExpertsOnEveryRun) {
+  const int T = 300, E = 64, k = 6;
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  auto logits = testing::RandomVector(static_cast<size_t>(T) * E, seed, -3.0f, 3.0f);
+  for (int t = 0; t < T; t += 3) std::fill_n(logits.begin() + static_cast<size_t>(t) * E, E, 0.5f);
+  for (const auto method : {MoeTopkMethod::kGreedy, MoeTopkMethod::kGroupLimitedGreedy, MoeTopkMethod::kNoauxTc}) {
+    SCOPED_TRACE(::testing::Message() << "method=" << static_cast<int>(method));
+    MoeRoutingParams g;
+    g.num_tokens = T; g.num_experts = E; g.top_k = k; g.n_group = 8; g.topk_group = 4;
+    g.scoring = method == MoeTopkMethod::kNoauxTc ? MoeScoring::kSigmoid : MoeScoring::kSoftmax;
+    g.method = method;
+    auto d_logits = testing::ToDevice(logits);
+    g.logits = d_logits.as<float>();
+    std::vector<int32_t> ids[2];
+    std::vector<float> w[2];
+    for (int run = 0; run < 2; ++run) {
+      auto d_ids = testing::ToDevice(std::vector<int32_t>(T * k, -1));
+      auto d_w = testing::PoisonedF32(T * k);
+      g.topk_ids = d_ids.as<int32_t>(); g.topk_weights = d_w.as<float>();
+      ASSERT_TRUE(MoeRouting(g, KernelContext{Backend::kCuda, nullptr}).ok());
+      MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+      ids[run] = testing::ToHost<int32_t>(d_ids, T * k);
+      w[run] = testing::ToHost<float>(d_w, T * k);
+    }
+    EXPECT_EQ(ids[0], ids[1]);
+    EXPECT_EQ(std::memcmp(w[0].data(), w[1].data(), w[0].size() * sizeof(float)), 0);
+    for (int t = 0; t < T; t += 3) {
+      for (int j = 0; j < k; ++j) EXPECT_EQ(ids[0][t * k + j], j) << "token " << t;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace mlaserve::kernels

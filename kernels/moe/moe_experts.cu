@@ -3,9 +3,11 @@
 // The per-expert token counts exist only on the device, so nothing on the host may size a
 // launch by them (that would need a device->host copy inside the step and would break CUDA
 // graph capture). Instead:
-//   1. SortKernel (one block): counting sort of the num_tokens*top_k assignments by expert
-//      into the workspace: expert row offsets, the expert's row-tile offsets (ceil(count/kBM)
-//      tiles each), and every assignment's sorted position.
+//   1. SortKernel (one block): stable counting sort of the num_tokens*top_k assignments by
+//      expert into the workspace: expert row offsets, the expert's row-tile offsets
+//      (ceil(count/kBM) tiles each), and every assignment's sorted position. Stable, so the
+//      workspace is identical run to run (no atomics anywhere: see docs/kernels.md,
+//      "Determinism").
 //   2. GroupedGemmKernel, launched over an upper bound of row tiles known on the host,
 //      ceil(A/kBM) + min(E, A): each block finds its expert from the tile offsets (binary
 //      search) and exits if its tile is past the last. It computes a kBM x kBN tile of
@@ -40,6 +42,7 @@ constexpr int kTileBytes = kBM * kBK * 2;    // == kBN * kBK * 2
 constexpr int kSmemBytes = kStages * 2 * kTileBytes;
 constexpr int kLoadsPerThread = kBM * kChunksPerRow / kThreads;
 constexpr int kSortThreads = 1024;
+constexpr int kSortWarps = kSortThreads / 32;
 constexpr int kMaxExperts = 1024;
 
 struct GroupedGemmArgs {
@@ -64,41 +67,82 @@ char* Carve(char*& cursor, size_t bytes) {
   return at;
 }
 
+// Counting sort of the assignments by expert, stable: within an expert, assignments keep
+// their index order, so `sorted` and `position` are the same on every run (an atomicAdd slot
+// counter made them depend on thread timing; the outputs did not change, since every row of
+// the grouped GEMMs depends only on its own input row, but a workspace that varies run to run
+// hides real nondeterminism when one compares runs).
+// Warp w owns the contiguous assignments [w * seg, (w + 1) * seg) and walks them 32 at a
+// time; lanes with the same expert find each other with __match_any_sync, so a lane's rank
+// among its peers plus a per-(warp, expert) running count is its slot. Pass 1 counts per
+// (warp, expert) into shared memory (each warp writes only its own row: no atomics), a scan
+// over warps and experts turns the counts into first slots, and pass 2 repeats the walk and
+// writes slots. Same two passes over topk_ids as the atomic version, and no shared-memory
+// atomics on hot experts.
 __global__ void __launch_bounds__(kSortThreads)
     SortKernel(const int32_t* topk_ids, int num_assign, int num_experts, int32_t* sorted,
                int32_t* offsets, int32_t* tile_offsets, int32_t* position) {
-  __shared__ int32_t count[kMaxExperts];
-  __shared__ int32_t fill[kMaxExperts];
-  for (int e = threadIdx.x; e < num_experts; e += kSortThreads) count[e] = 0;
+  extern __shared__ int32_t warp_count[];  // [kSortWarps][num_experts], then base[num_experts]
+  int32_t* base = warp_count + kSortWarps * num_experts;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int seg = (num_assign + kSortWarps - 1) / kSortWarps;
+  const int begin = warp * seg, end = min(num_assign, begin + seg);
+  const unsigned lanes_below = (1u << lane) - 1u;
+  for (int i = threadIdx.x; i < kSortWarps * num_experts; i += kSortThreads) warp_count[i] = 0;
   __syncthreads();
-  for (int a = threadIdx.x; a < num_assign; a += kSortThreads) {
+  int32_t* mine = warp_count + warp * num_experts;
+  // Expert of assignment a, or -1 (past this warp's range, or an out-of-range id).
+  auto expert_of = [&](int a) {
+    if (a >= end) return -1;
     const int e = topk_ids[a];
-    if (e >= 0 && e < num_experts) atomicAdd(&count[e], 1);
+    return (e >= 0 && e < num_experts) ? e : -1;
+  };
+  for (int a0 = begin; a0 < end; a0 += 32) {
+    const int e = expert_of(a0 + lane);
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    if (e >= 0 && (peers & lanes_below) == 0) mine[e] += __popc(peers);  // the lowest peer
+    __syncwarp();
+  }
+  __syncthreads();
+  // Per expert: exclusive prefix over warps, and the expert's total into base[e].
+  for (int e = threadIdx.x; e < num_experts; e += kSortThreads) {
+    int32_t running = 0;
+    for (int w = 0; w < kSortWarps; ++w) {
+      const int32_t c = warp_count[w * num_experts + e];
+      warp_count[w * num_experts + e] = running;
+      running += c;
+    }
+    base[e] = running;
   }
   __syncthreads();
   if (threadIdx.x == 0) {  // E <= 1024: a serial scan is a few microseconds at most
     int32_t rows = 0, tiles = 0;
     for (int e = 0; e < num_experts; ++e) {
+      const int32_t count = base[e];
       offsets[e] = rows;
       tile_offsets[e] = tiles;
-      fill[e] = rows;
-      rows += count[e];
-      tiles += (count[e] + kBM - 1) / kBM;
+      base[e] = rows;
+      rows += count;
+      tiles += (count + kBM - 1) / kBM;
     }
     offsets[num_experts] = rows;
     tile_offsets[num_experts] = tiles;
   }
   __syncthreads();
-  // Order within an expert is arbitrary: every output row depends only on its own input row.
-  for (int a = threadIdx.x; a < num_assign; a += kSortThreads) {
-    const int e = topk_ids[a];
-    if (e < 0 || e >= num_experts) {
+  for (int a0 = begin; a0 < end; a0 += 32) {
+    const int a = a0 + lane;
+    const int e = expert_of(a);
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    if (e >= 0) {
+      const int pos = base[e] + mine[e] + __popc(peers & lanes_below);
+      sorted[pos] = a;
+      position[a] = pos;
+    } else if (a < end) {
       position[a] = -1;  // out-of-range id: contributes nothing (the CPU backend refuses it)
-      continue;
     }
-    const int pos = atomicAdd(&fill[e], 1);
-    sorted[pos] = a;
-    position[a] = pos;
+    __syncwarp();  // every peer has read mine[e] before the lowest one advances it
+    if (e >= 0 && (peers & lanes_below) == 0) mine[e] += __popc(peers);
+    __syncwarp();
   }
 }
 
@@ -282,8 +326,16 @@ absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream) {
   auto* position = reinterpret_cast<int32_t*>(Carve(cursor, num_assign * sizeof(int32_t)));
 
   auto s = static_cast<cudaStream_t>(stream);
-  SortKernel<<<1, kSortThreads, 0, s>>>(p.topk_ids, num_assign, p.num_experts, sorted, offsets,
-                                        tile_offsets, position);
+  // Per-(warp, expert) counts plus per-expert bases: up to 132 KiB at kMaxExperts experts.
+  const size_t sort_smem = static_cast<size_t>(kSortWarps + 1) * p.num_experts * sizeof(int32_t);
+  if (sort_smem > 48 * 1024) {
+    RETURN_IF_ERROR(cuda::CudaStatus(
+        cudaFuncSetAttribute(SortKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(sort_smem)),
+        "moe_experts sort: raising the shared-memory limit"));
+  }
+  SortKernel<<<1, kSortThreads, sort_smem, s>>>(p.topk_ids, num_assign, p.num_experts, sorted,
+                                                offsets, tile_offsets, position);
   RETURN_IF_ERROR(cuda::LaunchStatus("moe_experts sort"));
   const int max_tiles = (num_assign + kBM - 1) / kBM + std::min(p.num_experts, num_assign);
 

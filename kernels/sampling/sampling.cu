@@ -174,6 +174,10 @@ __global__ void __launch_bounds__(kSelectThreads)
   const double u = static_cast<double>(SplitMix(p.seed[b], p.step[b]) >> 40) * (1.0 / 16777216.0);
   // target = u * cum(cut), cum from the same prefix sums the pick walks (the CPU uses its
   // serial sums for both, so each side is consistent with itself).
+  // cub's BlockScan reuses its temp storage: a barrier must separate two scans, or a fast
+  // warp's next partials overwrite the warp totals a slow warp is still reading (a race that
+  // made seeded picks over more than kSelectThreads kept tokens vary run to run). The cut
+  // loop above and the pick loop below get theirs from BlockMinInt; this loop has none.
   double total_cut = 0.0;
   carry = 0.0;
   for (int chunk = 0; chunk < cut; chunk += kSelectThreads) {
@@ -181,6 +185,7 @@ __global__ void __launch_bounds__(kSelectThreads)
     double incl, total;
     BlockScanD(sh.scan).InclusiveSum(i < cut ? prob(i) : 0.0, incl, total);
     carry += total;
+    __syncthreads();
   }
   total_cut = carry;
   const double target = u * total_cut;

@@ -1,6 +1,8 @@
 // sampling CUDA vs the CPU backend on identical f32 logits: greedy ids equal (ties to the
 // lowest id), seeded sampling equal for the same (seed, step) under temperature, top_k,
 // top_p and min_p; repetition penalty equal exactly.
+#include <algorithm>
+#include <limits>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -92,6 +94,55 @@ TEST(SamplingCudaTieTest, GreedyAndSampledTiesGoToTheLowestId) {
     r.step.push_back(b);
   }
   EXPECT_EQ(RunCuda(logits, r, batch, vocab), RunCpu(logits, r, batch, vocab));
+}
+
+// Determinism. Greedy: the maximum planted at several ids (in different threads' strides,
+// and in a row of all-equal logits, and among -inf) resolves to the lowest id on every run.
+TEST(SamplingDeterminismTest, GreedyArgmaxTiesGoToTheLowestIdOnEveryRun) {
+  const int batch = 6, vocab = 129280;
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  auto logits = testing::RandomVector(static_cast<size_t>(batch) * vocab, seed, -4.0f, 4.0f);
+  std::vector<int32_t> want(batch);
+  for (int b = 0; b < batch; ++b) {
+    float* row = logits.data() + static_cast<size_t>(b) * vocab;
+    const std::vector<int> planted = {vocab - 1, 4096 + b, 1025, 7 * b + 3, 1024 * (b + 1) + 17};
+    if (b == 4) std::fill_n(row, vocab, 1.25f);  // every id ties
+    if (b == 5) std::fill_n(row, vocab, -std::numeric_limits<float>::infinity());
+    for (int id : planted) row[id] = b == 4 ? 1.25f : 9.0f;
+    want[b] = b == 4 ? 0 : *std::min_element(planted.begin(), planted.end());
+  }
+  Rows r;
+  for (int b = 0; b < batch; ++b) {
+    r.temperature.push_back(0.0f); r.top_k.push_back(0); r.top_p.push_back(1.0f);
+    r.min_p.push_back(0.0f); r.seed.push_back(b); r.step.push_back(0);
+  }
+  for (int run = 0; run < 3; ++run) EXPECT_EQ(RunCuda(logits, r, batch, vocab), want) << "run " << run;
+}
+
+// Seeded sampling with no top-k / top-p cut keeps the whole vocabulary, so the pick's prefix
+// sums span ~126 scan chunks (the case where a missing barrier between two block scans made
+// the pick vary): the same (seed, step) gives the same ids on every run, and the CPU's.
+TEST(SamplingDeterminismTest, SeededPicksOverTheWholeVocabularyRepeat) {
+  const int batch = 24, vocab = 129280;
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.5f);  // flat: mass spread over many ids
+  std::vector<float> logits(static_cast<size_t>(batch) * vocab);
+  for (auto& v : logits) v = normal(rng);
+  Rows r;
+  for (int b = 0; b < batch; ++b) {
+    r.temperature.push_back(b % 3 == 0 ? 1.0f : 1.5f);
+    r.top_k.push_back(b % 4 == 3 ? 5000 : 0);
+    r.top_p.push_back(b % 2 == 0 ? 1.0f : 0.999f);
+    r.min_p.push_back(0.0f);
+    r.seed.push_back(rng());
+    r.step.push_back(rng() % 100);
+  }
+  const auto first = RunCuda(logits, r, batch, vocab);
+  for (int run = 1; run < 4; ++run) EXPECT_EQ(RunCuda(logits, r, batch, vocab), first) << "run " << run;
+  EXPECT_EQ(first, RunCpu(logits, r, batch, vocab));
 }
 
 TEST(RepetitionPenaltyCudaTest, MatchesCpuExactly) {

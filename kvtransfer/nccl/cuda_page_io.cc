@@ -105,10 +105,11 @@ absl::Status CudaPageIo::SetPages(std::span<const int32_t> pages) {
 
 absl::Status CudaPageIo::Copy(int layer, int first, int n, int i, int64_t offset,
                               bool to_staging) {
-  const model::KvPoolOptions& o = pool_->options();
   PageCopyParams p;
-  const int64_t lb = int64_t{kernels::kPageSize} * o.latent_dim * kernels::DTypeSize(o.dtype);
-  const int64_t ib = int64_t{kernels::kPageSize} * o.index_dim * kernels::DTypeSize(o.dtype);
+  // Opaque bytes per plane: the pool's own page sizes (the fp8 cache format is not
+  // latent_dim x dtype size).
+  const int64_t lb = static_cast<int64_t>(pool_->latent_page_bytes());
+  const int64_t ib = static_cast<int64_t>(pool_->index_page_bytes());
   p.planes[0] = {static_cast<uint8_t*>(pool_->latent(layer)), lb, 0};
   p.num_planes = 1;
   if (ib > 0) {
