@@ -178,7 +178,9 @@ absl::Status CudaPageIo::KeepHeader(int i, size_t bytes) {
 
 absl::Status CudaPageIo::TakenHeader(void* host, size_t bytes) {
   if (bytes > 64) return absl::InvalidArgumentError("CudaPageIo: header too big");
-  // Called after the communicator's WaitAll: every op on its stream, the copy too, completed.
+  // After the communicator's WaitAll the receives completed, but KeepHeader's copy may have
+  // been enqueued after the last event WaitAll saw (a one-message plan): drain the stream.
+  if (auto s = CudaCheck(cudaStreamSynchronize(comm_), "header copy"); !s.ok()) return s;
   if (auto s = CudaCheck(cudaMemcpy(host_header_, header_, bytes, cudaMemcpyDeviceToHost),
                          "header download");
       !s.ok()) {
