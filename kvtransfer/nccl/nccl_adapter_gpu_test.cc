@@ -80,6 +80,7 @@ class NcclAdapterGpuTest : public ::testing::Test {
     to.comm_factory = NcclCommunicatorFactory(0, absl::Seconds(3));
     to.page_io_factory = CudaPageIoFactory(0);
     to.connect_timeout = absl::Seconds(20);
+    to.coalesce_bytes = coalesce_bytes();
     transport_ = std::make_unique<NcclKvTransport>(src_.get(), to);
   }
   void TearDown() override {
@@ -91,6 +92,8 @@ class NcclAdapterGpuTest : public ::testing::Test {
     nccl_service_.reset();
     receiver_.reset();
   }
+  // The packing of small layers into one message (the transport's default).
+  virtual int64_t coalesce_bytes() const { return PlanParams::kDefaultCoalesceBytes; }
   KvSenderOptions SenderOptions() {
     KvSenderOptions so;
     so.no_progress_timeout = absl::Seconds(3);
@@ -175,7 +178,14 @@ TEST_F(NcclAdapterGpuTest, PagesLandByteIdenticalAndThePairIsReused) {
   EXPECT_EQ(nccl_service_->communicators_built(), 1);
 }
 
-TEST_F(NcclAdapterGpuTest, SenderGoneMidTransferFreesDecodePagesThenPairRebuilds) {
+// One layer a message: a sender that dies after two layers has bytes on the wire (packed, the
+// six small layers of these sessions would be one message, sent only with the last layer).
+class NcclAdapterLayerMessagesGpuTest : public NcclAdapterGpuTest {
+ protected:
+  int64_t coalesce_bytes() const override { return 0; }
+};
+
+TEST_F(NcclAdapterLayerMessagesGpuTest, SenderGoneMidTransferFreesDecodePagesThenPairRebuilds) {
   const int dst_free = dst_->free_pages();
   std::mt19937 shuffle(rng_());
   const std::vector<int32_t> src = gpu_testing::ShuffledPages(*src_, 16, shuffle);

@@ -34,6 +34,29 @@ if [[ ${1:-} == --bundle ]]; then
     base=$(basename "$lib")
     if [[ ! $base =~ $skip ]]; then cp -L "$lib" .devx2/libs/; fi
   done
+  # Smoke test here, on the CPU fallback, before the bundle spends device time: a binary
+  # linked from objects built against two versions of a header (a file edited during the
+  # build) crashed at start on the GPU machine once; this catches that.
+  smoke=$(mktemp -d)
+  M=tests/fixtures/models/deepseek_v2
+  .devx2/bin/mlaserve-run --model $M --backend auto --prompt-ids 5,6,7 --max-new-tokens 2 \
+    --temperature 0 --print-ids > "$smoke/run.out" 2> "$smoke/run.err" \
+    || { echo "smoke: mlaserve-run failed:"; tail -n 5 "$smoke/run.err"; exit 1; }
+  for w in prefill decode; do
+    timeout 60 .devx2/bin/mlaserve-$w --listen 127.0.0.1:0 --model $M --backend auto \
+      --metrics-port 0 > "$smoke/$w.out" 2> "$smoke/$w.err" &
+    pid=$!
+    deadline=$((SECONDS + 60))
+    until grep -q '^listening on ' "$smoke/$w.out"; do
+      if ! kill -0 $pid 2>/dev/null || ((SECONDS > deadline)); then
+        echo "smoke: mlaserve-$w did not start:"; tail -n 5 "$smoke/$w.err"; exit 1
+      fi
+      sleep 0.2
+    done
+    kill -TERM $pid; wait $pid || true
+  done
+  rm -rf "$smoke"
+  echo "smoke: mlaserve-run, mlaserve-prefill, mlaserve-decode start on the CPU fallback"
   for d in /.devx2/ /.devpack-x2.tar.xz; do
     grep -qx "$d" .git/info/exclude || echo "$d" >> .git/info/exclude
   done
