@@ -81,6 +81,7 @@ class SchemaTest(unittest.TestCase):
         self.assertRejected({"router": {"port": 70000}}, "70000 is greater than the maximum")
         self.assertRejected({"decode": {"numKvPages": 1.5}}, "1.5 is not of type 'integer', 'null'")
         self.assertRejected({"prefill": {"kvTransport": "rdma"}}, "'rdma' is not one of")
+        self.assertRejected({"decode": {"kvCacheDtype": "fp16"}}, "'fp16' is not one of")
         self.assertRejected({"logLevel": "verbose"}, "'verbose' is not one of")
         self.assertRejected({"rdma": {"enabled": "yes"}}, "'yes' is not of type 'boolean'")
 
@@ -286,6 +287,15 @@ class RenderTest(unittest.TestCase):
                       "workers list", notes)
         self.assertIn("prefill  2 x ds-mlaserve-prefill", notes)
         self.assertIn("decode   4 x ds-mlaserve-decode", notes)
+
+    def test_kv_cache_dtype_reaches_both_workers_and_must_agree(self):
+        objs = render(extra_values={"prefill": {"kvCacheDtype": "fp8"},
+                                    "decode": {"kvCacheDtype": "fp8"}})
+        for role in ("prefill", "decode"):
+            args = find(objs, "Deployment", role)["spec"]["template"]["spec"]["containers"][0]["args"]
+            self.assertEqual(args[args.index("--kv-cache-dtype") + 1], "fp8")
+        with self.assertRaisesRegex(RenderError, "kvCacheDtype .* differ"):
+            render(extra_values={"prefill": {"kvCacheDtype": "fp8"}})
 
 
 class ProfilesTest(unittest.TestCase):

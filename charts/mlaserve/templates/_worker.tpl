@@ -13,6 +13,9 @@ a StatefulSet's strictly ordered rollout.
 {{- $role := .component }}
 {{- $w := index $root.Values $role }}
 {{- $ctx := dict "root" $root "component" $role }}
+{{- if ne $root.Values.prefill.kvCacheDtype $root.Values.decode.kvCacheDtype }}
+{{- fail (printf "prefill.kvCacheDtype %q and decode.kvCacheDtype %q differ; the workers' KV layouts must match" $root.Values.prefill.kvCacheDtype $root.Values.decode.kvCacheDtype) }}
+{{- end }}
 {{- $capAdd := list }}
 {{- if $root.Values.rdma.enabled }}
 {{- $capAdd = append $capAdd "IPC_LOCK" }}
@@ -96,6 +99,8 @@ spec:
             - {{ $w.backend | quote }}
             - --kv-transport
             - {{ $w.kvTransport | quote }}
+            - --kv-cache-dtype
+            - {{ $w.kvCacheDtype | quote }}
             {{- if $root.Values.profiles.enabled }}
             - --profiles-dir
             - {{ $root.Values.profiles.mountPath | quote }}
