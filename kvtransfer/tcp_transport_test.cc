@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kvtransfer/checksum.h"
 #include "kvtransfer/proto_convert.h"
+#include "kvtransfer/testing/probes.h"
 #include "kvtransfer/testing/test_pool.h"
 
 namespace mlaserve::kvtransfer {
@@ -19,30 +20,8 @@ namespace {
 using ::testing::HasSubstr;
 namespace v1 = ::mlaserve::v1;
 
-struct DoneProbe {
-  absl::Notification done;
-  std::optional<absl::StatusOr<KvReceivedKv>> result;
-  KvReceiver::DoneFn fn() {
-    return [this](absl::StatusOr<KvReceivedKv> r) {
-      result = std::move(r);
-      done.Notify();
-    };
-  }
-  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(10)); }
-};
-
-// The sender's Complete verdict.
-struct Verdict {
-  absl::Notification done;
-  absl::Status status;
-  std::function<void(absl::Status)> fn() {
-    return [this](absl::Status s) {
-      status = s;
-      done.Notify();
-    };
-  }
-  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(10)); }
-};
+using testing::DoneProbe;
+using testing::Verdict;
 
 class TcpTransportTest : public ::testing::Test {
  protected:

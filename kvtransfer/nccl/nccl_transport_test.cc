@@ -14,34 +14,14 @@
 #include "kvtransfer/kv_service.h"
 #include "kvtransfer/nccl/fake_communicator.h"
 #include "kvtransfer/nccl/kv_nccl_service.h"
+#include "kvtransfer/testing/probes.h"
 #include "kvtransfer/testing/test_pool.h"
 
 namespace mlaserve::kvtransfer::nccl {
 namespace {
 
-struct DoneProbe {
-  absl::Notification done;
-  std::optional<absl::StatusOr<KvReceivedKv>> result;
-  KvReceiver::DoneFn fn() {
-    return [this](absl::StatusOr<KvReceivedKv> r) {
-      result = std::move(r);
-      done.Notify();
-    };
-  }
-  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(10)); }
-};
-
-struct Verdict {
-  absl::Notification done;
-  absl::Status status;
-  std::function<void(absl::Status)> fn() {
-    return [this](absl::Status s) {
-      status = s;
-      done.Notify();
-    };
-  }
-  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(10)); }
-};
+using testing::DoneProbe;
+using testing::Verdict;
 
 class NcclTransportTest : public ::testing::Test {
  protected:
