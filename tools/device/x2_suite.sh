@@ -8,6 +8,7 @@
 #   engine  model_engine_cuda_test (GPU 0; V3.2 with the fp8 cache among its cases), at the
 #           same time as
 #   det     tools/device/determinism.sh (GPU 1): run-to-run token equality, compute-sanitizer
+#   kernels every kernels_*_cuda_test binary of the bundle, whole (GPU 0)
 #
 #   here:          tools/device/x2_suite.sh --bundle   (BUILD=build-nccl2: builds the targets,
 #                  packs bin/ and the libraries Ubuntu lacks into .devpack-x2.tar.xz, ignored)
@@ -66,7 +67,7 @@ if [[ ${1:-} == --bundle ]]; then
 fi
 
 T0=$SECONDS
-PARTS=" ${PARTS:-nccl e2e engine det} "
+PARTS=" ${PARTS:-nccl e2e engine det kernels} "
 [[ -d .devx2 ]] || tar -xJf .devpack-x2.tar.xz
 export LD_LIBRARY_PATH=$PWD/.devx2/libs:/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
@@ -134,6 +135,15 @@ if [[ $PARTS == *" engine "* || $PARTS == *" det "* ]]; then
   fi
   [[ -f $W/det/determinism.txt ]] && tail -n 25 "$W/det/determinism.txt" | tee -a "$W/summary.txt"
   rm -rf "$W/detbundle"
+  pack
+fi
+if [[ $PARTS == *" kernels "* ]]; then
+  mkdir -p "$W/kernels"
+  for t in "$BIN"/kernels_*_cuda_test; do
+    name=$(basename "$t")
+    CUDA_VISIBLE_DEVICES=0 timeout 60 "$t" > "$W/kernels/$name.log" 2>&1
+    say "$name rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$W/kernels/$name.log" | tr '\n' ' ')"
+  done
   pack
 fi
 say "done"
