@@ -24,6 +24,7 @@ struct DecodeRunner::Request {
   bool kv_ready = false;     // pages (and, remote, the first token) are in seq
   absl::Status failure;      // the KV transfer failed
   bool running = false;      // admitted into the scheduler
+  bool preempted = false;    // its pages were taken back; it recomputes when pages free up
   bool ended = false;
 };
 
@@ -56,6 +57,8 @@ DecodeRunner::DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiv
                                {{"side", "receiver"}});
   lease_expired_ = m->GetCounter("mlaserve_kv_lease_expired_total",
                                  "Reservations whose lease ended unused.");
+  preemptions_ = m->GetCounter("mlaserve_decode_preemptions_total",
+                               "Running requests that gave their KV pages back (recomputed later).");
   ttft_seconds_ = m->GetHistogram("mlaserve_time_to_first_token_seconds",
                                   "From Reserve to the first token streamed.",
                                   common::LatencyBucketsSeconds());
@@ -114,12 +117,15 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
           ")"));
     }
   }
-  const int pages_needed = PagesFor(prompt_len + spec.max_new_tokens);
-  if (pages_needed > pool.total_pages()) {
+  // The whole request must fit the pool one day; now it takes pages for the prompt and the
+  // first new token only, and grows a page at a time while it decodes (Grow).
+  const int pages_at_most = PagesFor(prompt_len + spec.max_new_tokens);
+  if (pages_at_most > pool.total_pages()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "prompt of ", prompt_len, " tokens + max_new_tokens ", spec.max_new_tokens, " needs ",
-        pages_needed, " KV pages; this decode worker has ", pool.total_pages()));
+        pages_at_most, " KV pages; this decode worker has ", pool.total_pages()));
   }
+  const int pages_needed = PagesFor(prompt_len + 1);
 
   std::string kv_endpoint;
   {
@@ -136,6 +142,7 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   auto seq = std::make_shared<DecodeSequence>();
   seq->tokens = std::move(spec.prompt);
   seq->prompt_len = prompt_len;
+  seq->prefill_len = prompt_len;
   seq->local_prefill = spec.local_prefill;
   seq->sampling = spec.sampling;
   seq->stop.max_new_tokens = spec.max_new_tokens;
@@ -311,14 +318,13 @@ void DecodeRunner::Intake() {
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = absl::Now();
-    int room = options_.scheduler.max_running - scheduler_.num_running();
     for (const auto& [id, r] : by_session_) {
       DecodeFinish aborted;
       aborted.reason = FinishReason::kAbort;
       aborted.prompt_tokens = r->seq->prompt_len;
       aborted.local_prefill = r->seq->local_prefill;
       if (r->abort || r->stream_gone) {
-        if (r->running) aborted.completion_tokens = r->seq->generated();
+        if (r->running || r->preempted) aborted.completion_tokens = r->seq->generated();
         ends.push_back({r, aborted, r->kv_pending});
       } else if (!r->failure.ok()) {
         if (r->sink != nullptr || now >= r->lease_deadline) ends.push_back({r, r->failure, false});
@@ -328,14 +334,12 @@ void DecodeRunner::Intake() {
                         absl::DeadlineExceededError(absl::StrCat(
                             "session ", id, ": lease ended before the token stream opened")),
                         r->kv_pending});
-      } else if (r->kv_ready && r->sink != nullptr && !r->running) {
+      } else if ((r->kv_ready || r->preempted) && r->sink != nullptr && !r->running) {
         admit.push_back(r);
       }
     }
     std::stable_sort(admit.begin(), admit.end(),
               [](const auto& a, const auto& b) { return a->reserved_at < b->reserved_at; });
-    if (static_cast<int>(admit.size()) > room) admit.resize(std::max(room, 0));
-    for (auto& r : admit) r->running = true;
   }
   for (auto& a : ends) {
     // A pending transfer's pages belong to the receiver: cancel it there. If it already
@@ -343,17 +347,88 @@ void DecodeRunner::Intake() {
     if (a.cancel_session && !receiver_->Cancel(a.r->session_id)) continue;
     End(a.r, a.outcome);
   }
+  // Oldest first. A preempted request first gets its pages back (all its tokens are
+  // recomputed); while one waits for them and others run, newer requests wait too, so that
+  // pages freed by finishing requests go to it rather than to more growth.
   const absl::Time now = absl::Now();
+  int room = options_.scheduler.max_running - scheduler_.num_running();
   for (auto& r : admit) {
-    queue_seconds_->Observe(absl::ToDoubleSeconds(now - r->reserved_at));
+    if (room <= 0) break;
+    bool resumed;
+    {
+      absl::MutexLock lock(&mu_);
+      resumed = r->preempted;
+    }
+    if (resumed) {
+      auto pages = engine_->kv_pool().Allocate(PagesFor(static_cast<int>(r->seq->tokens.size())));
+      if (!pages.ok()) {
+        if (scheduler_.num_running() > 0) break;
+        continue;  // nothing runs to free pages: let requests that hold theirs go ahead
+      }
+      r->seq->pages = std::move(*pages);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      r->running = true;
+      r->preempted = false;
+      r->kv_ready = true;
+    }
+    --room;
+    if (!resumed) queue_seconds_->Observe(absl::ToDoubleSeconds(now - r->reserved_at));
     scheduler_.Add(r->seq);
     // Remote prefill: the first token came with the KV; stream it (it may already end it).
-    if (!r->seq->local_prefill) Emit(r, r->seq->tokens.back());
+    if (!resumed && !r->seq->local_prefill) Emit(r, r->seq->tokens.back());
   }
+}
+
+void DecodeRunner::Grow() {
+  model::KvPool& pool = engine_->kv_pool();
+  while (true) {
+    // A decoding sequence writes position num_computed this step.
+    DecodeSequence* short_of = nullptr;
+    for (const auto& s : scheduler_.running()) {
+      if (!s->prefilling() && static_cast<int>(s->pages.size()) < PagesFor(s->num_computed + 1)) {
+        short_of = s.get();
+        break;
+      }
+    }
+    if (short_of == nullptr) return;
+    if (auto page = pool.Allocate(1); page.ok()) {
+      short_of->pages.push_back((*page)[0]);
+      continue;
+    }
+    // No free page: the most recently reserved running request gives its pages back (the
+    // last to come, first to yield, as vLLM does); it may be the one that needed a page.
+    std::shared_ptr<Request> victim;
+    for (const auto& s : scheduler_.running()) {
+      auto r = FindBySession(s->id);
+      if (r != nullptr && (victim == nullptr || r->reserved_at > victim->reserved_at)) victim = r;
+    }
+    if (victim == nullptr) return;  // cannot happen: short_of runs
+    Preempt(victim);
+  }
+}
+
+void DecodeRunner::Preempt(const std::shared_ptr<Request>& r) {
+  scheduler_.Remove(r->session_id);
+  engine_->kv_pool().Free(r->seq->pages);
+  r->seq->pages.clear();
+  r->seq->num_computed = 0;
+  r->seq->prefill_len = static_cast<int>(r->seq->tokens.size());
+  {
+    absl::MutexLock lock(&mu_);
+    r->running = false;
+    r->kv_ready = false;
+    r->preempted = true;
+  }
+  preemptions_->Increment();
+  spdlog::info("decode request {} preempted after {} tokens: out of KV pages", r->request_id,
+                r->seq->generated());
 }
 
 bool DecodeRunner::Step() {
   Intake();
+  Grow();
   // schedule()
   const std::vector<DecodeChunk> chunks = scheduler_.Schedule();
   if (chunks.empty()) return false;

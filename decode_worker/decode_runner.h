@@ -1,14 +1,19 @@
 // DecodeRunner: the decode worker's request table and engine loop.
 //
 // A request's life:
-//   Reserve     (RPC thread) validates, allocates every page it will need (prompt +
-//               max_new_tokens) and, for remote prefill, opens a KvReceiver session that owns
-//               the pages until the KV has landed. Local-prefill requests hold theirs directly.
+//   Reserve     (RPC thread) validates (prompt + max_new_tokens must fit the pool), allocates
+//               the pages of the prompt and the first new token and, for remote prefill, opens
+//               a KvReceiver session that owns the pages until the KV has landed.
+//               Local-prefill requests hold theirs directly.
 //   OpenStream  (RPC thread) attaches the token sink.
 //   the loop    admits a request once its KV is complete (or it prefills locally) and its
 //               stream is open, then step() = schedule() -> run() -> postprocess() decodes one
 //               token per running request per step, applying stop ids / EOS / max_new_tokens,
-//               and streams the tokens.
+//               and streams the tokens. A decoding request takes one more page when it
+//               crosses into it; when none is free, the most recently reserved running request
+//               is preempted: its pages go back, and it is re-admitted later by recomputing
+//               all its tokens (prompt and generated) as a prefill, whose last logits give its
+//               next token, so its output is the one it would have produced.
 // Pages return to the pool when a request finishes, is aborted, fails, or its lease ends
 // (no stream opened, or no transfer started, by the lease deadline).
 //
@@ -111,6 +116,12 @@ class DecodeRunner {
   void Loop();
   // Applies recorded intents: aborts, failures, lease expiry, admission (loop thread).
   void Intake();
+  // Gives every decoding sequence the page its next position needs, preempting the most
+  // recently reserved running request while the pool has none (loop thread).
+  void Grow();
+  // Takes `r` out of the batch and frees its pages; Intake re-admits it (recomputing its
+  // tokens) once pages are free.
+  void Preempt(const std::shared_ptr<Request>& r);
   void Postprocess(const std::vector<DecodeChunk>& chunks,
                    const absl::StatusOr<model::ForwardResult>& result);
   void OnKvDone(const std::string& session_id, absl::StatusOr<kvtransfer::KvReceivedKv> kv);
@@ -145,6 +156,7 @@ class DecodeRunner {
   common::Counter* kv_bytes_in_;
   common::Counter* kv_failures_;
   common::Counter* lease_expired_;
+  common::Counter* preemptions_;
   common::Histogram* ttft_seconds_;
   common::Histogram* itl_seconds_;
   common::Histogram* e2e_seconds_;

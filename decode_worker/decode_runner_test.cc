@@ -2,6 +2,8 @@
 // and KV shipped through the fake transport from a second FakeEngine acting as prefill.
 #include "decode_worker/decode_runner.h"
 
+#include "absl/strings/str_cat.h"
+
 #include "decode_worker/testing/fake_engine.h"
 #include "decode_worker/testing/recording_sink.h"
 #include "gmock/gmock.h"
@@ -90,10 +92,11 @@ TEST_F(DecodeRunnerTest, RemotePrefillStreamsTheGreedyContinuationAndFreesEveryP
   const auto prompt = Prompt(100, 1);
   auto r = runner_->Reserve(Spec("a", prompt, 40, false));
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->reserved_pages, 3);  // ceil(140 / 64)
+  // The prompt and the first new token now (ceil(101 / 64)); the rest grows as it decodes.
+  EXPECT_EQ(r->reserved_pages, 2);
   EXPECT_EQ(r->session.num_pages, 2);
   EXPECT_EQ(r->session.endpoint, "decode-0");
-  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages - 3);
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages - 2);
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
   EXPECT_FALSE(runner_->Step());  // KV not there yet: nothing to run
@@ -230,6 +233,50 @@ TEST_F(DecodeRunnerTest, LeaseExpiryWithoutStreamFreesPages) {
   runner_->Stop();
 }
 
+TEST_F(DecodeRunnerTest, RequestsGrowPageByPageAndPreemptedOnesRecomputeTheSameTokens) {
+  // 8 pages, three requests of 100 prompt + 150 new tokens (4 pages each at the end): they
+  // cannot all hold their pages at once, so the latest reserved gives its pages back, is
+  // recomputed from its tokens later, and every stream is still the greedy continuation (the
+  // fake engine derives each token from what it reads back from the cache).
+  auto engine = FakeEngine::Create({.num_pages = 8});
+  auto layout = *kvtransfer::MakeKvLayout(engine->config(), engine->kv_pool().options());
+  kvtransfer::KvReceiver receiver(&engine->kv_pool(), layout,
+                                  kvtransfer::KvReceiverOptions{absl::Seconds(30)});
+  DecodeRunnerOptions o;
+  o.scheduler = {.max_running = 4, .max_batch_tokens = 64, .chunk_size = 32};
+  o.kv_endpoint = "decode-small";
+  o.kv_transport = "fake";
+  transport_.Register("decode-small", &receiver);
+  common::MetricsRegistry metrics;
+  DecodeRunner runner(engine.get(), &receiver, o, &metrics);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 3; ++i) {
+    // The last (the first to be preempted) was prefilled remotely: its first token came with
+    // the KV and must not be streamed twice.
+    const bool local = i < 2;
+    prompts.push_back(Prompt(100, 7 + i));
+    auto r = runner.Reserve(Spec(absl::StrCat("g", i), prompts.back(), 150, local));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->reserved_pages, 2);
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(runner.OpenStream(r->session_id, sinks.back()).ok());
+    if (!local) PrefillAndShip(*r, prompts.back());
+  }
+  for (int i = 0; i < 5000 && runner.Step(); ++i) {
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(sinks[i]->ended()) << i;
+    ASSERT_TRUE(sinks[i]->finish()) << i << ": " << sinks[i]->error();
+    EXPECT_EQ(sinks[i]->finish()->reason, FinishReason::kLength);
+    EXPECT_EQ(sinks[i]->tokens(), FakeEngine::ExpectedTokens(prompts[i], 150, kVocab)) << i;
+  }
+  EXPECT_THAT(metrics.RenderText(), HasSubstr("mlaserve_decode_preemptions_total"));
+  EXPECT_THAT(metrics.RenderText(), ::testing::Not(HasSubstr("mlaserve_decode_preemptions_total 0\n")));
+  EXPECT_EQ(engine->kv_pool().free_pages(), 8);
+  EXPECT_EQ(runner.load().running + runner.load().pending, 0);
+}
+
 TEST_F(DecodeRunnerTest, BadReservationsGetTheRightCodes) {
   auto code = [&](ReserveSpec s) { return runner_->Reserve(std::move(s)).status(); };
   EXPECT_EQ(code(Spec("", Prompt(5, 0), 5, true)).code(), absl::StatusCode::kInvalidArgument);
@@ -247,10 +294,14 @@ TEST_F(DecodeRunnerTest, BadReservationsGetTheRightCodes) {
   EXPECT_EQ(code(other).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(code(Spec("x", Prompt(64, 0), 33 * 64 - 64, true)).message(),
               HasSubstr("needs 33 KV pages; this decode worker has 32"));
-  ASSERT_TRUE(runner_->Reserve(Spec("big", Prompt(64, 0), 30 * 64, true)).ok());
+  // 1984 prompt tokens + the first new one take all 32 pages: nothing is left now.
+  ASSERT_TRUE(runner_->Reserve(Spec("big", Prompt(31 * 64, 0), 1, true)).ok());
   EXPECT_EQ(code(Spec("y", Prompt(64, 0), 64 * 2, true)).code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(code(Spec("big", Prompt(5, 0), 5, true)).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(runner_->Abort("big").ok());
+  runner_->Step();  // the loop ends it and frees its pages
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
   EXPECT_EQ(runner_->OpenStream("nope#1", std::make_shared<RecordingSink>()).code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(runner_->Abort("nope").code(), absl::StatusCode::kNotFound);

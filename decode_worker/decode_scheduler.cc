@@ -47,7 +47,7 @@ std::vector<DecodeChunk> DecodeScheduler::Schedule() const {
   for (const auto& s : running_) {
     if (budget == 0) break;
     if (!s->prefilling()) continue;
-    const int remaining = s->prompt_len - s->num_computed;
+    const int remaining = s->prefill_len - s->num_computed;
     const int len = std::min({remaining, options_.chunk_size, budget});
     batch.push_back(DecodeChunk{s.get(), s->num_computed, len, len == remaining});
     budget -= len;

@@ -35,6 +35,7 @@ std::shared_ptr<DecodeSequence> Seq(const std::string& id, int prompt, int compu
   auto s = std::make_shared<DecodeSequence>();
   s->id = id;
   s->prompt_len = prompt;
+  s->prefill_len = prompt;
   s->tokens.assign(prompt + generated, 1);
   s->num_computed = computed;
   return s;

@@ -48,14 +48,20 @@ struct DecodeSequence {
   std::string id;                // the session id
   std::vector<int32_t> tokens;   // prompt, then generated tokens
   int prompt_len = 0;
+  // Positions computed in prefill chunks before decoding one token a step: the prompt, or,
+  // after a preemption, every token so far (recomputed, the last chunk's logits giving the
+  // next token).
+  int prefill_len = 0;
   int num_computed = 0;          // positions whose KV is in the pool
-  std::vector<int32_t> pages;    // covers prompt_len + max_new_tokens positions
+  // Cover the positions computed so far and the one being written this step; a decoding
+  // sequence gets one more page when it crosses into it (DecodeRunner::Grow).
+  std::vector<int32_t> pages;
   bool local_prefill = false;
   model::SamplingOptions sampling;
   StopRules stop;
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
-  bool prefilling() const { return num_computed < prompt_len; }
+  bool prefilling() const { return num_computed < prefill_len; }
 };
 
 }  // namespace mlaserve::decode

@@ -144,17 +144,28 @@ absl::Status GenerateCall::PickDecodeCandidates() {
     return absl::UnavailableError(absl::StrCat(
         "no healthy decode worker: ", DescribeWorkers(registry.List(WorkerRole::kDecode))));
   }
-  const int64_t tokens = static_cast<int64_t>(prompt_ids_.size()) + *sampling_.max_new_tokens;
-  const int32_t pages = PagesForTokens(tokens);
-  std::vector<std::string> ranked = RankDecodeWorkers(decode, pages);
+  const int64_t prompt = static_cast<int64_t>(prompt_ids_.size());
+  const int32_t pages_now = PagesForTokens(prompt + 1);
+  const int32_t pages_at_most = PagesForTokens(prompt + *sampling_.max_new_tokens);
+  std::vector<std::string> ranked = RankDecodeWorkers(decode, pages_now, pages_at_most);
   if (ranked.empty()) {
     const auto most = std::max_element(decode.begin(), decode.end(), [](const auto& a, const auto& b) {
       return a.estimated_free_pages < b.estimated_free_pages;
     });
+    const auto largest = std::max_element(decode.begin(), decode.end(), [](const auto& a, const auto& b) {
+      return a.descriptor.load.kv_pages_total < b.descriptor.load.kv_pages_total;
+    });
+    if (largest->descriptor.load.kv_pages_total > 0 &&
+        largest->descriptor.load.kv_pages_total < pages_at_most) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no decode worker can ever hold ", pages_at_most, " KV pages (", prompt,
+          " prompt tokens + max_new_tokens ", *sampling_.max_new_tokens, "); the largest pool is ",
+          largest->descriptor.load.kv_pages_total, " pages on ", largest->id));
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
-        "no decode worker has room for ", pages, " KV pages (", prompt_ids_.size(),
-        " prompt tokens + max_new_tokens ", *sampling_.max_new_tokens, "); the most free is ",
-        most->estimated_free_pages, " pages on ", most->id, " (or it is at its request limit)"));
+        "no decode worker has room for ", pages_now, " KV pages now (", prompt,
+        " prompt tokens and the first new token); the most free is ", most->estimated_free_pages,
+        " pages on ", most->id, " (or it is at its request limit)"));
   }
   const size_t keep = std::max(1, router_->options().max_reserve_attempts);
   if (ranked.size() > keep) ranked.resize(keep);
@@ -232,7 +243,9 @@ void GenerateCall::StartReserve() {
         }
       }
       if (!ended) {
-        decode_charged_pages_ = PagesForTokens(prompt_len + *sampling_.max_new_tokens);
+        // What Reserve takes (the prompt and the first new token); the worker's answer
+        // corrects it, and pages taken later while decoding show in its load reports.
+        decode_charged_pages_ = PagesForTokens(prompt_len + 1);
         registry.AddRouterLoad(decode_id_, {.inflight = 1, .reserved_pages = decode_charged_pages_});
         decode_charged_ = true;
         decode_contacted_ = true;

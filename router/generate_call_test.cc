@@ -354,13 +354,14 @@ TEST(GenerateCall, NoRoomOnTheDecodeWorkerIsResourceExhausted) {
   Result r = h.Generate(TextRequest("Hi"));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(r.status.error_message(), HasSubstr("full"));
-  // By the router's own estimate: 600 tokens need 10 pages; the worker has 2.
+  // By the router's own estimate: ~500 tokens need 8 pages; the worker's whole pool is 2.
   RouterHarness small(/*decode_pages=*/2);
   v1::GenerateRequest req = TextRequest(std::string(100, 'a'));
   req.mutable_sampling()->set_max_new_tokens(400);
   Result r2 = small.Generate(req);
   EXPECT_EQ(r2.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(r2.status.error_message(), HasSubstr("no decode worker has room for 8 KV pages"));
+  EXPECT_THAT(r2.status.error_message(), HasSubstr("no decode worker can ever hold 8 KV pages"));
+  EXPECT_THAT(r2.status.error_message(), HasSubstr("the largest pool is 2 pages"));
 }
 
 TEST(GenerateCall, NoPrefillWorkerIsUnavailableNamingWhy) {

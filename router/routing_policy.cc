@@ -10,7 +10,7 @@ int32_t PagesForTokens(int64_t tokens) {
 }
 
 std::vector<std::string> RankDecodeWorkers(std::span<const WorkerSnapshot> decode_workers,
-                                           int32_t pages_needed) {
+                                           int32_t pages_now, int32_t pages_at_most) {
   std::vector<const WorkerSnapshot*> fit;
   for (const WorkerSnapshot& w : decode_workers) {
     const WorkerLoad& load = w.descriptor.load;
@@ -19,7 +19,8 @@ std::vector<std::string> RankDecodeWorkers(std::span<const WorkerSnapshot> decod
             load.max_running_requests) {
       continue;
     }
-    if (w.estimated_free_pages < pages_needed) continue;
+    if (w.estimated_free_pages < pages_now) continue;
+    if (load.kv_pages_total > 0 && load.kv_pages_total < pages_at_most) continue;
     fit.push_back(&w);
   }
   std::sort(fit.begin(), fit.end(), [](const WorkerSnapshot* a, const WorkerSnapshot* b) {

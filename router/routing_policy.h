@@ -23,13 +23,15 @@ namespace mlaserve::router {
 
 inline constexpr int32_t kKvPageTokens = 64;  // DESIGN.md section 5
 
-// Pages a request needs for prompt + max_new_tokens tokens.
+// KV pages for `tokens` positions.
 int32_t PagesForTokens(int64_t tokens);
 
-// Decode candidates best first (ids); only workers with room for `pages_needed` pages by
-// their estimate. Empty when none fits.
+// Decode candidates best first (ids): workers with room now for `pages_now` pages by their
+// estimate (a decode worker takes the prompt's pages and the first new token's at Reserve and
+// grows from there) and a pool of at least `pages_at_most` (prompt + max_new_tokens) pages.
+// Empty when none fits.
 std::vector<std::string> RankDecodeWorkers(std::span<const WorkerSnapshot> decode_workers,
-                                           int32_t pages_needed);
+                                           int32_t pages_now, int32_t pages_at_most);
 
 // Prefill candidates best first (ids), for a prompt of `prompt_tokens` tokens.
 std::vector<std::string> RankPrefillWorkers(std::span<const WorkerSnapshot> prefill_workers,

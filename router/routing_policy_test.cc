@@ -29,8 +29,21 @@ TEST(RoutingPolicy, PagesForTokensRoundsUp) {
 TEST(RoutingPolicy, DecodePrefersMostFreePagesAndSkipsFullOnes) {
   std::vector<WorkerSnapshot> ws = {W("decode-1", 10), W("decode-2", 40), W("decode-3", 3),
                                     W("decode-4", 40, 2)};
-  EXPECT_THAT(RankDecodeWorkers(ws, 4), ElementsAre("decode-2", "decode-4", "decode-1"));
-  EXPECT_TRUE(RankDecodeWorkers(ws, 41).empty());
+  EXPECT_THAT(RankDecodeWorkers(ws, 4, 4), ElementsAre("decode-2", "decode-4", "decode-1"));
+  EXPECT_TRUE(RankDecodeWorkers(ws, 41, 41).empty());
+}
+
+TEST(RoutingPolicy, DecodeNeedsRoomNowAndAPoolThatHoldsTheWholeRequest) {
+  // Room now counts the prompt's pages only (decoding grows page by page), but a worker
+  // whose pool could never hold prompt + max_new_tokens is skipped.
+  WorkerSnapshot small = W("decode-1", 40);
+  small.descriptor.load.kv_pages_total = 40;
+  WorkerSnapshot large = W("decode-2", 5);
+  large.descriptor.load.kv_pages_total = 1000;
+  std::vector<WorkerSnapshot> ws = {small, large};
+  EXPECT_THAT(RankDecodeWorkers(ws, 2, 30), ElementsAre("decode-1", "decode-2"));
+  EXPECT_THAT(RankDecodeWorkers(ws, 2, 41), ElementsAre("decode-2"));
+  EXPECT_THAT(RankDecodeWorkers(ws, 6, 41), ElementsAre());
 }
 
 TEST(RoutingPolicy, DecodeSkipsWorkersAtTheirRequestLimit) {
@@ -40,7 +53,7 @@ TEST(RoutingPolicy, DecodeSkipsWorkersAtTheirRequestLimit) {
   WorkerSnapshot by_router = W("decode-2", 100, 4);
   by_router.descriptor.load.max_running_requests = 4;
   std::vector<WorkerSnapshot> ws = {busy, by_router, W("decode-3", 1)};
-  EXPECT_THAT(RankDecodeWorkers(ws, 1), ElementsAre("decode-3"));
+  EXPECT_THAT(RankDecodeWorkers(ws, 1, 1), ElementsAre("decode-3"));
 }
 
 TEST(RoutingPolicy, PrefillPrefersFewestPendingTokens) {

@@ -140,6 +140,41 @@ TEST_F(ClusterTest, ManyConcurrentMixedLengthStreamsAllFinishAndFreeEveryPage) {
   EXPECT_TRUE(free.ok()) << free;
 }
 
+TEST_F(ClusterTest, LongGenerationsBeyondThePoolArePreemptedAndStillGiveTheReferenceTokens) {
+  // 12 pages (768 positions) on the decode worker; four requests of 100 prompt + 400 new
+  // tokens would need 32 pages at their longest. Each holds 2 pages at first and grows, so
+  // the latest ones are preempted, recomputed later, and must still stream mlaserve-run's
+  // tokens.
+  ClusterOptions o;
+  o.model_dir = model_;
+  o.num_kv_pages = 12;
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  constexpr int kRequests = 4;
+  constexpr int kNew = 400;
+  std::vector<GenerateResult> results(kRequests);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&, i] {
+      v1::GenerateRequest req = IdsRequest(Prompt(100, 40 + i), kNew);
+      req.mutable_sampling()->set_temperature(0.0f);
+      req.mutable_sampling()->set_ignore_eos(true);
+      results[i] = RunGenerate((*cluster)->generation(), req, kRequestTimeout);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
+    auto ref = ReferenceTokens(model_, Prompt(100, 40 + i), kNew, 0.0f, std::nullopt);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    EXPECT_EQ(results[i].ids, *ref) << i;
+  }
+  EXPECT_THAT((*cluster)->decode().LogTail(100000), HasSubstr("preempted"))
+      << (*cluster)->decode().LogTail(3000);
+  absl::Status free = (*cluster)->WaitAllPagesFree(kFreeTimeout);
+  EXPECT_TRUE(free.ok()) << free;
+}
+
 TEST_F(ClusterTest, ClientCancelMidStreamFreesThePages) {
   ClusterOptions o;
   o.model_dir = model_;
