@@ -1,5 +1,6 @@
 #include "kvtransfer/nccl/nccl_transport.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <thread>
@@ -35,6 +36,8 @@ struct NcclKvTransport::Session {
   const KvSenderOptions options;
   const TransferPlan plan;
   std::atomic<int64_t> bytes{0};
+  // The pair whose thread drives this session; told when the session becomes startable.
+  std::weak_ptr<NcclKvTransport::Pair> pair;
 
   absl::Mutex mu;
   std::vector<int32_t> pages ABSL_GUARDED_BY(mu);
@@ -70,6 +73,19 @@ namespace {
 
 using SessionPtr = std::shared_ptr<NcclKvTransport::Session>;
 
+// Wakes the pair thread (it re-checks which queued session can start whenever pair->mu is
+// released). Called without s.mu held: the lock order is pair->mu, then a session's mu.
+void NotifyPair(const NcclKvTransport::Session& s) {
+  if (std::shared_ptr<NcclKvTransport::Pair> p = s.pair.lock()) absl::MutexLock l(&p->mu);
+}
+
+// A session the pair thread can drive without waiting: its first layer is there, or it
+// already completed or aborted (which Drive reports at once).
+bool Startable(NcclKvTransport::Session& s) {
+  absl::MutexLock l(&s.mu);
+  return s.layers_ready > 0 || s.complete_requested || !s.abort_reason.ok();
+}
+
 class NcclSender final : public KvSender {
  public:
   NcclSender(SessionPtr s, LayerFenceFactory fence) : s_(std::move(s)), fence_(std::move(fence)) {}
@@ -90,6 +106,34 @@ class NcclSender final : public KvSender {
   }
 
   absl::Status SendLayer(int layer, std::span<const int32_t> local_pages) override {
+    absl::Status st = RecordLayer(layer, local_pages);
+    if (st.ok() && layer == 0) NotifyPair(*s_);
+    return st;
+  }
+
+  void Complete(const KvCompletion& completion, std::function<void(absl::Status)> done) override {
+    CompleteLocked(completion, std::move(done));
+    NotifyPair(*s_);
+  }
+
+  void Abort(const absl::Status& reason) override {
+    {
+      absl::MutexLock l(&s_->mu);
+      if (s_->abort_reason.ok()) {
+        s_->abort_reason = reason.ok() ? absl::CancelledError("KV send aborted") : reason;
+      }
+    }
+    NotifyPair(*s_);
+  }
+
+  absl::Status status() const override {
+    absl::MutexLock l(&s_->mu);
+    return !s_->status.ok() ? s_->status : s_->abort_reason;
+  }
+  int64_t bytes_sent() const override { return s_->bytes.load(); }
+
+ private:
+  absl::Status RecordLayer(int layer, std::span<const int32_t> local_pages) {
     absl::MutexLock l(&s_->mu);
     if (!s_->status.ok()) return s_->status;
     if (!s_->abort_reason.ok()) return s_->abort_reason;
@@ -110,7 +154,7 @@ class NcclSender final : public KvSender {
     return absl::OkStatus();
   }
 
-  void Complete(const KvCompletion& completion, std::function<void(absl::Status)> done) override {
+  void CompleteLocked(const KvCompletion& completion, std::function<void(absl::Status)> done) {
     absl::Status verdict;
     {
       absl::MutexLock l(&s_->mu);
@@ -129,20 +173,6 @@ class NcclSender final : public KvSender {
     done(verdict);
   }
 
-  void Abort(const absl::Status& reason) override {
-    absl::MutexLock l(&s_->mu);
-    if (s_->abort_reason.ok()) {
-      s_->abort_reason = reason.ok() ? absl::CancelledError("KV send aborted") : reason;
-    }
-  }
-
-  absl::Status status() const override {
-    absl::MutexLock l(&s_->mu);
-    return !s_->status.ok() ? s_->status : s_->abort_reason;
-  }
-  int64_t bytes_sent() const override { return s_->bytes.load(); }
-
- private:
   SessionPtr s_;
   const LayerFenceFactory fence_;
 };
@@ -261,15 +291,28 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s, model:
 
 void PairLoop(NcclKvTransport::Pair* p, model::KvPool* pool, const NcclTransportOptions* o) {
   while (true) {
+    // The oldest session that can start: one whose prefill has not produced its first layer
+    // yet does not hold back a later one that is ready (the receiver follows: a session's
+    // Connect is sent when its turn comes).
     SessionPtr s;
     {
       absl::MutexLock l(&p->mu);
-      auto cond = [p]() ABSL_SHARED_LOCKS_REQUIRED(p->mu) {
-        return p->stopping || !p->queue.empty();
+      auto cond = [p]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu) {
+        if (p->stopping) return true;
+        for (const SessionPtr& q : p->queue) {
+          if (Startable(*q)) return true;
+        }
+        return false;
       };
       p->mu.Await(absl::Condition(&cond));
       if (p->queue.empty()) return;
-      s = p->queue.front();
+      s = p->queue.front();  // stopping: every queued session is aborted, any order will do
+      for (const SessionPtr& q : p->queue) {
+        if (Startable(*q)) {
+          s = q;
+          break;
+        }
+      }
     }
     absl::Status verdict = Drive(*p, *s, pool, *o);
     if (!verdict.ok()) {
@@ -296,7 +339,7 @@ void PairLoop(NcclKvTransport::Pair* p, model::KvPool* pool, const NcclTransport
     }
     if (done) done(verdict);
     absl::MutexLock l(&p->mu);
-    p->queue.pop_front();
+    p->queue.erase(std::find(p->queue.begin(), p->queue.end(), s));
   }
 }
 
@@ -355,6 +398,7 @@ absl::StatusOr<std::unique_ptr<KvSender>> NcclKvTransport::Open(const KvSessionR
                                        options_.max_message_pages, options_.coalesce_bytes}));
   auto s = std::make_shared<Session>(ref, local_layout, options, std::move(plan));
   std::shared_ptr<Pair> p = PairFor(ref.endpoint);
+  s->pair = p;
   {
     absl::MutexLock l(&p->mu);
     if (p->stopping) return absl::UnavailableError("nccl KV transport shutting down");

@@ -158,6 +158,35 @@ TEST_F(NcclTransportTest, SessionsOfAPairArriveByteIdenticalOverOneCommunicator)
   EXPECT_EQ(hub_.bytes_moved(), 2 * PlanBytes(kPages) + 2 * 32);  // + the plan headers
 }
 
+TEST_F(NcclTransportTest, ASessionWithoutItsFirstLayerDoesNotHoldBackALaterOne) {
+  // s1 was opened first but its prefill has produced nothing yet (a long prompt still in its
+  // first chunks); s2's layers are all there: s2 is driven, completed and verified while s1
+  // still waits, then s1 follows on the same communicator.
+  Start();
+  constexpr int kPages = 3;
+  DoneProbe p1, p2;
+  const std::vector<int32_t> d1 = *dst_->Allocate(kPages), d2 = *dst_->Allocate(kPages);
+  ASSERT_TRUE(receiver_->CreateSession("slow", d1, kPages, absl::Now() + absl::Seconds(30),
+                                       p1.fn()).ok());
+  ASSERT_TRUE(receiver_->CreateSession("fast", d2, kPages, absl::Now() + absl::Seconds(30),
+                                       p2.fn()).ok());
+  const std::vector<int32_t> s1 = *src_->Allocate(kPages), s2 = *src_->Allocate(kPages);
+  const auto data1 = FillSource(s1), data2 = FillSource(s2);
+  auto a = transport_->Open(Ref("slow", kPages), layout_, SenderOptions());
+  auto b = transport_->Open(Ref("fast", kPages), layout_, SenderOptions());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(SendAll(**b, s2).ok());  // returns only once the receiver confirmed s2
+  ASSERT_TRUE(p2.Wait());
+  ASSERT_TRUE(p2.result->ok()) << p2.result->status();
+  ExpectArrived(d2, data2);
+  EXPECT_FALSE(p1.done.HasBeenNotified());
+  EXPECT_TRUE(SendAll(**a, s1).ok());
+  ASSERT_TRUE(p1.Wait());
+  ASSERT_TRUE(p1.result->ok()) << p1.result->status();
+  ExpectArrived(d1, data1);
+  EXPECT_EQ(hub_.comms_created(), 2);
+}
+
 TEST_F(NcclTransportTest, PeerFailureFreesPagesOnBothSidesThenThePairRebuilds) {
   Start();
   constexpr int kPages = 4;
