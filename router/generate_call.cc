@@ -64,19 +64,82 @@ GenerateCall::GenerateCall(RouterContext* router, grpc::CallbackServerContext* s
   router_->CallStarted();
   request_deadline_ = std::min(start_time_ + router_->options().request_timeout,
                                absl::FromChrono(server_context_->deadline()));
+  queue_deadline_ = std::min(request_deadline_, start_time_ + router_->options().queue_timeout);
   absl::Status st = Prepare(request);
-  if (st.ok()) st = PickDecodeCandidates();
   if (!st.ok()) {
-    bool ended;
-    {
-      absl::MutexLock lock(&mu_);
-      ended = FailLocked(st);
-    }
-    if (ended) AfterEnd(/*abort_workers=*/false);
-    Pump();
+    FailNow(st);
+    return;
+  }
+  st = PickDecodeCandidates();
+  if (!st.ok()) {
+    WaitForRoomOrFail(st);
     return;
   }
   StartReserve();
+}
+
+void GenerateCall::FailNow(const absl::Status& status) {
+  bool ended;
+  {
+    absl::MutexLock lock(&mu_);
+    ended = FailLocked(status);
+  }
+  if (ended) AfterEnd(/*abort_workers=*/false);
+  Pump();
+}
+
+void GenerateCall::WaitForRoomOrFail(const absl::Status& why) {
+  if (!no_room_now_) {
+    FailNow(why);
+    return;
+  }
+  if (absl::Now() >= queue_deadline_) {
+    FailNow(WithWaitTime(why));
+    return;
+  }
+  last_no_room_ = why;
+  if (!waiting_.exchange(true)) router_->metrics().requests_waiting->Add(1);
+  router_->admission().Add(this);
+}
+
+AdmissionQueue::Waiter::Outcome GenerateCall::RetryAdmission(absl::Time now) {
+  // Ended meanwhile (the client left): leave the queue.
+  if (ExpireIfDue(absl::InfinitePast())) return Outcome::kEnded;
+  absl::Status st = PickDecodeCandidates();
+  if (st.ok()) {
+    if (waiting_.exchange(false)) router_->metrics().requests_waiting->Add(-1);
+    StartReserve();
+    return Outcome::kAdmitted;
+  }
+  if (no_room_now_ && now < queue_deadline_) {
+    last_no_room_ = st;
+    return Outcome::kStillWaiting;
+  }
+  last_no_room_ = st;
+  ExpireIfDue(absl::InfiniteFuture());
+  return Outcome::kEnded;
+}
+
+bool GenerateCall::ExpireIfDue(absl::Time now) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (phase_ != Phase::kReserving) {
+      if (waiting_.exchange(false)) router_->metrics().requests_waiting->Add(-1);
+      return true;
+    }
+  }
+  if (now < queue_deadline_) return false;
+  if (waiting_.exchange(false)) router_->metrics().requests_waiting->Add(-1);
+  FailNow(WithWaitTime(last_no_room_));
+  return true;
+}
+
+absl::Status GenerateCall::WithWaitTime(const absl::Status& why) const {
+  if (absl::Now() - start_time_ < absl::Milliseconds(1)) return why;  // no queue: as it was
+  return absl::Status(why.code(), absl::StrCat(why.message(), " (waited ",
+                                               absl::FormatDuration(absl::Trunc(
+                                                   absl::Now() - start_time_, absl::Milliseconds(1))),
+                                               " for room)"));
 }
 
 grpc::ClientContext* GenerateCall::StreamContextLocked() {
@@ -138,6 +201,7 @@ absl::Status GenerateCall::Prepare(const grpc::ByteBuffer* request) {
 }
 
 absl::Status GenerateCall::PickDecodeCandidates() {
+  no_room_now_ = false;
   WorkerRegistry& registry = router_->registry();
   std::vector<WorkerSnapshot> decode = registry.Routable(WorkerRole::kDecode);
   if (decode.empty()) {
@@ -162,6 +226,7 @@ absl::Status GenerateCall::PickDecodeCandidates() {
           " prompt tokens + max_new_tokens ", *sampling_.max_new_tokens, "); the largest pool is ",
           largest->descriptor.load.kv_pages_total, " pages on ", largest->id));
     }
+    no_room_now_ = true;
     return absl::ResourceExhaustedError(absl::StrCat(
         "no decode worker has room for ", pages_now, " KV pages now (", prompt,
         " prompt tokens and the first new token); the most free is ", most->estimated_free_pages,
@@ -171,6 +236,7 @@ absl::Status GenerateCall::PickDecodeCandidates() {
   if (ranked.size() > keep) ranked.resize(keep);
   absl::MutexLock lock(&mu_);
   decode_candidates_ = std::move(ranked);
+  next_candidate_ = 0;
   return absl::OkStatus();
 }
 
@@ -278,6 +344,7 @@ void GenerateCall::StartReserve() {
 
 void GenerateCall::OnReserveDone(size_t index, const grpc::Status& status) {
   bool ended = false, retry = false, start = false, late_success = false;
+  std::optional<absl::Status> wait_for_room;
   v1::ReserveResponse reserved;
   {
     absl::MutexLock lock(&mu_);
@@ -299,6 +366,10 @@ void GenerateCall::OnReserveDone(size_t index, const grpc::Status& status) {
                              status.error_code() == grpc::StatusCode::UNAVAILABLE;
       if (retryable && next_candidate_ < decode_candidates_.size()) {
         retry = true;
+      } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        // Every candidate was full by its own count (the router's estimate lags its load
+        // reports): wait for room like a request that found none.
+        wait_for_room = error;
       } else {
         ended = FailLocked(error);
       }
@@ -313,6 +384,10 @@ void GenerateCall::OnReserveDone(size_t index, const grpc::Status& status) {
   }
   if (late_success) SendWorkerAborts();
   if (retry) StartReserve();
+  if (wait_for_room.has_value()) {
+    no_room_now_ = true;
+    WaitForRoomOrFail(*wait_for_room);
+  }
   if (ended) {
     AfterEnd(/*abort_workers=*/false);
     Pump();

@@ -34,6 +34,7 @@
 #include "absl/time/time.h"
 #include "mlaserve/v1/api.pb.h"
 #include "mlaserve/v1/worker.grpc.pb.h"
+#include "router/admission_queue.h"
 #include "router/output_assembler.h"
 #include "router/request.h"
 #include "router/request_table.h"
@@ -42,7 +43,8 @@
 namespace mlaserve::router {
 
 class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
-                           public AbortableCall {
+                           public AbortableCall,
+                           public AdmissionQueue::Waiter {
  public:
   // Starts the call; it owns itself from here on.
   GenerateCall(RouterContext* router, grpc::CallbackServerContext* server_context,
@@ -57,12 +59,24 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void Ref() override { refs_.fetch_add(1, std::memory_order_relaxed); }
   void Unref() override;
 
+  // AdmissionQueue::Waiter: the call waits there when no decode worker has room now.
+  Outcome RetryAdmission(absl::Time now) override;
+  bool ExpireIfDue(absl::Time now) override;
+  absl::Time queue_deadline() const override { return queue_deadline_; }
+
  private:
   class DecodeStreamReader;
   enum class Phase { kReserving, kRunning, kDone };
 
   absl::Status Prepare(const grpc::ByteBuffer* request);
+  // Sets no_room_now_ when the failure is a lack of room now (worth waiting for), not a
+  // request no worker could ever hold.
   absl::Status PickDecodeCandidates();
+  // Waits in the admission queue if the request may (queue_timeout), else fails it.
+  void WaitForRoomOrFail(const absl::Status& why);
+  void FailNow(const absl::Status& status);
+  // `why`, naming how long the call waited for room.
+  absl::Status WithWaitTime(const absl::Status& why) const;
   void StartReserve();
   void OnReserveDone(size_t attempt, const grpc::Status& status);
   void StartStreamAndPrefill(const v1::ReserveResponse& reserved);
@@ -98,6 +112,12 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   bool include_token_ids_ = true;
   bool include_text_ = true;
   bool registered_ = false;  // in the RequestTable
+  // Admission: written before the first Reserve, by the constructor or by the admission
+  // queue's Kick (one at a time: the call is in the queue at most once).
+  bool no_room_now_ = false;
+  std::atomic<bool> waiting_{false};  // in the admission queue (counted in requests_waiting)
+  absl::Time queue_deadline_;
+  absl::Status last_no_room_;
 
   absl::Mutex mu_;
   Phase phase_ ABSL_GUARDED_BY(mu_) = Phase::kReserving;

@@ -92,10 +92,12 @@ void GenerateCall::ReleasePrefillLoadLocked() {
 
 void GenerateCall::AfterEnd(bool abort_workers) {
   if (abort_workers) SendWorkerAborts();
+  bool released = false;
   {
     absl::MutexLock lock(&mu_);
     if (decode_charged_) {
       decode_charged_ = false;
+      released = true;
       router_->registry().AddRouterLoad(
           decode_id_, {.inflight = -1, .reserved_pages = -decode_charged_pages_});
     }
@@ -106,6 +108,9 @@ void GenerateCall::AfterEnd(bool abort_workers) {
     router_->requests().Erase(request_id_, this);
     router_->metrics().requests_running->Add(-1);
   }
+  // The pages this request held may be what a waiting one needs; a call that ended while
+  // waiting (its client left) is dropped from the queue by the same Kick.
+  if (released || waiting_.load()) router_->admission().Kick();
 }
 
 void GenerateCall::SendWorkerAborts() {

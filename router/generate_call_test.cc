@@ -36,12 +36,14 @@ struct Result {
 
 class RouterHarness {
  public:
-  explicit RouterHarness(int decode_pages = 64, int local_threshold = 0, bool with_prefill = true)
+  explicit RouterHarness(int decode_pages = 64, int local_threshold = 0, bool with_prefill = true,
+                         absl::Duration queue_timeout = absl::Seconds(30))
       : decode_(decode_pages, local_threshold), prefill_(&decode_) {
     decode_server_ = TestServer::Start({&decode_});
     prefill_server_ = TestServer::Start({&prefill_});
     RouterOptions o;
     o.abort_timeout = absl::Seconds(2);
+    o.queue_timeout = queue_timeout;
     RouterModel m;
     m.identity = ModelFromProto(testing::FakeModelIdentity());
     m.limits.vocab_size = ByteCodec::kVocabSize;
@@ -349,12 +351,14 @@ TEST(GenerateCall, PrefillFailureFailsTheRequestAndFreesDecodePages) {
 }
 
 TEST(GenerateCall, NoRoomOnTheDecodeWorkerIsResourceExhausted) {
-  RouterHarness h;
+  // Without a queue: at once, with the worker's reason.
+  RouterHarness h(64, 0, true, /*queue_timeout=*/absl::ZeroDuration());
   h.decode().set_reserve_error(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "full"));
   Result r = h.Generate(TextRequest("Hi"));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(r.status.error_message(), HasSubstr("full"));
   // By the router's own estimate: ~500 tokens need 8 pages; the worker's whole pool is 2.
+  // Waiting would not help: refused at once whatever the queue timeout.
   RouterHarness small(/*decode_pages=*/2);
   v1::GenerateRequest req = TextRequest(std::string(100, 'a'));
   req.mutable_sampling()->set_max_new_tokens(400);
@@ -362,6 +366,44 @@ TEST(GenerateCall, NoRoomOnTheDecodeWorkerIsResourceExhausted) {
   EXPECT_EQ(r2.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(r2.status.error_message(), HasSubstr("no decode worker can ever hold 8 KV pages"));
   EXPECT_THAT(r2.status.error_message(), HasSubstr("the largest pool is 2 pages"));
+}
+
+TEST(GenerateCall, AFullDecodeWorkerMakesRequestsWaitUntilTheQueueTimeout) {
+  RouterHarness h(64, 0, true, /*queue_timeout=*/absl::Milliseconds(300));
+  h.decode().set_reserve_error(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "full"));
+  const absl::Time start = absl::Now();
+  Result r = h.Generate(TextRequest("Hi"));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("full"));
+  EXPECT_THAT(r.status.error_message(), HasSubstr("for room)"));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  EXPECT_EQ(h.router().admission().size(), 0);
+}
+
+TEST(GenerateCall, ARequestWaitsForRoomAndRunsWhenAnotherEnds) {
+  // 3 pages: the first request's 150-token prompt takes 3 (prompt + first token); the second
+  // finds no room, waits, and runs once the first ended and gave its pages back.
+  RouterHarness h(/*decode_pages=*/3);
+  h.decode().set_hold_after(2);
+  v1::GenerateRequest first = TextRequest(std::string(150, 'a'));
+  first.mutable_sampling()->set_max_new_tokens(4);
+  std::optional<Result> r1;
+  std::thread t1([&] { r1 = h.Generate(first); });
+  ASSERT_TRUE(h.decode().WaitForTokensSent(2, kWait));
+  v1::GenerateRequest second = TextRequest("Hi");
+  second.mutable_sampling()->set_max_new_tokens(4);
+  std::optional<Result> r2;
+  std::thread t2([&] { r2 = h.Generate(second); });
+  // It waits, not failed.
+  ASSERT_TRUE(h.router().admission().AwaitSize(1, kWait));
+  h.decode().set_hold_after(-1);
+  h.decode().Release();
+  t1.join();
+  t2.join();
+  EXPECT_TRUE(r1->status.ok()) << r1->status.error_message();
+  EXPECT_TRUE(r2->status.ok()) << r2->status.error_message();
+  EXPECT_EQ(h.router().admission().size(), 0);
+  EXPECT_TRUE(h.decode().WaitAllPagesFree(kWait));
 }
 
 TEST(GenerateCall, NoPrefillWorkerIsUnavailableNamingWhy) {

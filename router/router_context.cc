@@ -49,6 +49,8 @@ RouterMetrics::RouterMetrics(common::MetricsRegistry& r)
                                        "Requests prefilled on their decode worker")),
       requests_running(r.GetGauge("mlaserve_router_requests_running",
                                   "Generate calls running now")),
+      requests_waiting(r.GetGauge("mlaserve_router_requests_waiting",
+                                  "Generate calls waiting for a decode worker with room")),
       time_to_first_token_seconds(r.GetHistogram("mlaserve_router_time_to_first_token_seconds",
                                                  "Time from Generate to the first token",
                                                  common::LatencyBucketsSeconds())),

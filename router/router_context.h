@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "model/config.h"
+#include "router/admission_queue.h"
 #include "router/request.h"
 #include "router/request_table.h"
 #include "router/text_codec.h"
@@ -39,6 +40,9 @@ struct RouterOptions {
   absl::Duration request_timeout = absl::Hours(1);  // a whole Generate, unless the client's is shorter
   absl::Duration abort_timeout = absl::Seconds(2);
   int max_reserve_attempts = 3;  // decode workers tried when one is full or unreachable
+  // How long a request may wait for a decode worker with room for its prompt's KV pages
+  // (admission_queue.h); zero fails it at once with RESOURCE_EXHAUSTED.
+  absl::Duration queue_timeout = absl::Seconds(30);
 };
 
 // The model as the router needs it.
@@ -59,6 +63,7 @@ struct RouterMetrics {
   common::Counter* generation_tokens_total;
   common::Counter* local_prefill_total;
   common::Gauge* requests_running;
+  common::Gauge* requests_waiting;
   common::Histogram* time_to_first_token_seconds;
   common::Histogram* inter_token_latency_seconds;
   common::Histogram* e2e_request_latency_seconds;
@@ -74,6 +79,7 @@ class RouterContext {
   WorkerRegistry& registry() { return registry_; }
   WorkerChannels& channels() { return channels_; }
   RequestTable& requests() { return requests_; }
+  AdmissionQueue& admission() { return admission_; }
   common::MetricsRegistry& metrics_registry() { return metrics_registry_; }
   RouterMetrics& metrics() { return metrics_; }
 
@@ -99,6 +105,7 @@ class RouterContext {
   WorkerRegistry registry_;
   WorkerChannels channels_;
   RequestTable requests_;
+  AdmissionQueue admission_;
   common::MetricsRegistry metrics_registry_;
   RouterMetrics metrics_;
   std::string listen_address_;

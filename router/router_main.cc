@@ -44,6 +44,7 @@ int Main(int argc, char** argv) {
   int64_t reserve_timeout_ms = 10'000;
   int64_t prefill_timeout_ms = 600'000;
   int64_t request_timeout_s = 3600;
+  int64_t queue_timeout_ms = 30'000;
   std::string log_level = "info";
   app.add_option("--listen", o.listen, "HOST:PORT to serve on (port 0 = ephemeral)")
       ->capture_default_str();
@@ -66,6 +67,10 @@ int Main(int argc, char** argv) {
   app.add_option("--request-timeout-s", request_timeout_s,
                  "deadline of a whole Generate (a shorter client deadline wins)")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--queue-timeout-ms", queue_timeout_ms,
+                 "how long a request may wait for a decode worker with room for its prompt's KV "
+                 "pages before RESOURCE_EXHAUSTED (0 = fail at once)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
@@ -80,6 +85,7 @@ int Main(int argc, char** argv) {
   o.reserve_timeout = absl::Milliseconds(reserve_timeout_ms);
   o.prefill_timeout = absl::Milliseconds(prefill_timeout_ms);
   o.request_timeout = absl::Seconds(request_timeout_s);
+  o.queue_timeout = absl::Milliseconds(queue_timeout_ms);
   if (o.metrics_port < -1 || o.metrics_port > 65535) {
     return Fail("--metrics-port", absl::InvalidArgumentError(
                                       "must be -1 (off), 0 (ephemeral) or a port number"));

@@ -80,6 +80,8 @@ void WorkerPoller::PollOnce() {
     }
   }
   registry.ExpireStale(now);
+  // Fresh loads: room for waiting requests, and their deadlines are checked at least this often.
+  router_->admission().Kick();
   if (on_readiness_) {
     on_readiness_(!registry.Routable(WorkerRole::kDecode).empty() &&
                   !registry.Routable(WorkerRole::kPrefill).empty());

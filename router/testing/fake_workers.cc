@@ -108,10 +108,11 @@ class FakeDecodeWorker::StreamReactor final
         writing_ = true;
         done_after_write_ = true;
         action = kWrite;
-      } else if (done_after_write_) {
-        finished_ = true;
+        // Like the real worker: the pages are back before the final message leaves.
         auto it = w_->sessions_.find(session_id_);
         if (it != w_->sessions_.end()) w_->FreeLocked(it->second), w_->sessions_.erase(it);
+      } else if (done_after_write_) {
+        finished_ = true;
         action = kFinish;
       }
     }
@@ -277,8 +278,8 @@ grpc::ServerUnaryReactor* FakeDecodeWorker::Reserve(grpc::CallbackServerContext*
     reactor->Finish(reserve_error_);
     return reactor;
   }
-  const int pages = PagesForTokens(request->prompt_token_ids_size() +
-                                   int64_t{request->sampling().max_new_tokens()});
+  // Like the real worker: the prompt's pages and the first new token's now.
+  const int pages = PagesForTokens(request->prompt_token_ids_size() + int64_t{1});
   if (pages > free_pages_) {
     reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                  absl::StrCat("need ", pages, " pages, ", free_pages_, " free")));
