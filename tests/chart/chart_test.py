@@ -288,6 +288,13 @@ class RenderTest(unittest.TestCase):
         self.assertIn("prefill  2 x ds-mlaserve-prefill", notes)
         self.assertIn("decode   4 x ds-mlaserve-decode", notes)
 
+    def test_router_queue_timeout_is_passed_only_when_set(self):
+        args = find(render(), "Deployment", "router")["spec"]["template"]["spec"]["containers"][0]["args"]
+        self.assertNotIn("--queue-timeout-ms", args)
+        objs = render(extra_values={"router": {"queueTimeoutMs": 0}})
+        args = find(objs, "Deployment", "router")["spec"]["template"]["spec"]["containers"][0]["args"]
+        self.assertEqual(args[args.index("--queue-timeout-ms") + 1], "0")
+
     def test_kv_cache_dtype_reaches_both_workers_and_must_agree(self):
         objs = render(extra_values={"prefill": {"kvCacheDtype": "fp8"},
                                     "decode": {"kvCacheDtype": "fp8"}})
