@@ -41,6 +41,22 @@ absl::StatusOr<DeviceBuffer> ZeroedBuffer(kernels::Backend backend, size_t bytes
   return DeviceBuffer::FromHost(backend, zeros.data(), bytes);
 }
 
+// The native (activation-dtype) cache: rows of `dim` values written at the plan's slots.
+kernels::CacheWriteParams NativeCacheWrite(kernels::DType dtype, const BatchPlan& plan,
+                                           const void* src, int dim, void* cache,
+                                           int num_pages) {
+  kernels::CacheWriteParams cw;
+  cw.dtype = dtype;
+  cw.num_tokens = plan.total_tokens;
+  cw.entry_dim = dim;
+  cw.src = src;
+  cw.src_stride = dim;
+  cw.slot_mapping = plan.dev.slots;
+  cw.cache = cache;
+  cw.num_pages = num_pages;
+  return cw;
+}
+
 }  // namespace
 
 absl::StatusOr<KvCacheFormat> DeepseekEngine::ResolveCacheFormat(const EngineOptions& options,
@@ -98,16 +114,9 @@ absl::Status DeepseekEngine::WriteLatentCache(int layer, const BatchPlan& plan, 
   const int T = plan.total_tokens;
   const int E = c.latent_dim();
   if (!kv_fp8_) {
-    kernels::CacheWriteParams cw;
-    cw.dtype = ops_.dtype;
-    cw.num_tokens = T;
-    cw.entry_dim = E;
-    cw.src = kv;
-    cw.src_stride = E;
-    cw.slot_mapping = plan.dev.slots;
-    cw.cache = pool_->latent(layer);
-    cw.num_pages = pool_->total_pages();
-    return kernels::CacheWrite(cw, ctx_);
+    return kernels::CacheWrite(
+        NativeCacheWrite(ops_.dtype, plan, kv, E, pool_->latent(layer), pool_->total_pages()),
+        ctx_);
   }
   const void* src = kv;
   if (fp8_padded_) {  // fp8_rows_ keeps zeros outside [0, L) and [512, 512 + rope)
@@ -206,16 +215,9 @@ absl::StatusOr<const void*> DeepseekEngine::LatentCacheForRead(int layer, const 
 absl::Status DeepseekEngine::WriteIndexKeys(int layer, const BatchPlan& plan, const void* k) {
   const int T = plan.total_tokens;
   if (!kv_fp8_) {
-    kernels::CacheWriteParams cw;
-    cw.dtype = ops_.dtype;
-    cw.num_tokens = T;
-    cw.entry_dim = index_key_dim_;
-    cw.src = k;
-    cw.src_stride = index_key_dim_;
-    cw.slot_mapping = plan.dev.slots;
-    cw.cache = pool_->index_keys(layer);
-    cw.num_pages = pool_->total_pages();
-    return kernels::CacheWrite(cw, ctx_);
+    return kernels::CacheWrite(NativeCacheWrite(ops_.dtype, plan, k, index_key_dim_,
+                                                pool_->index_keys(layer), pool_->total_pages()),
+                               ctx_);
   }
   kernels::Fp8CacheWriteParams w;
   w.kind = kernels::Fp8CacheKind::kIndexK;
