@@ -42,7 +42,7 @@ struct RouterOptions {
   int max_reserve_attempts = 3;  // decode workers tried when one is full or unreachable
   // How long a request may wait for a decode worker with room for its prompt's KV pages
   // (admission_queue.h); zero fails it at once with RESOURCE_EXHAUSTED.
-  absl::Duration queue_timeout = absl::Seconds(30);
+  absl::Duration queue_timeout = absl::Seconds(600);
 };
 
 // The model as the router needs it.

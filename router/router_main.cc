@@ -44,7 +44,7 @@ int Main(int argc, char** argv) {
   int64_t reserve_timeout_ms = 10'000;
   int64_t prefill_timeout_ms = 600'000;
   int64_t request_timeout_s = 3600;
-  int64_t queue_timeout_ms = 30'000;
+  int64_t queue_timeout_ms = 600'000;
   std::string log_level = "info";
   app.add_option("--listen", o.listen, "HOST:PORT to serve on (port 0 = ephemeral)")
       ->capture_default_str();
