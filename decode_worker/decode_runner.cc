@@ -151,9 +151,26 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   seq->stop.eos_token_ids = config.eos_token_ids;
   r->seq = seq;
   r->kv_pending = !spec.local_prefill;
+  int growing = 0;  // running requests: each may need a page at its next step
   {
     absl::MutexLock lock(&mu_);
     if (draining_ || stopping_) return absl::UnavailableError("decode worker is shutting down");
+    if (session_of_.contains(r->request_id)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("request ", r->request_id, " already has a reservation here"));
+    }
+    for (const auto& [id, other] : by_session_) growing += other->running ? 1 : 0;
+  }
+  // Keep a page free per running request (vLLM keeps a watermark too): a new reservation that
+  // would take them would only make a running request give its pages back at its next step.
+  if (pool.free_pages() - pages_needed < growing) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prompt of ", prompt_len, " tokens needs ", pages_needed, " KV pages; ",
+        pool.free_pages(), " are free and ", growing, " stay free for the ", growing,
+        " running requests to grow"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
     if (session_of_.contains(r->request_id)) {
       return absl::AlreadyExistsError(
           absl::StrCat("request ", r->request_id, " already has a reservation here"));

@@ -277,6 +277,26 @@ TEST_F(DecodeRunnerTest, RequestsGrowPageByPageAndPreemptedOnesRecomputeTheSameT
   EXPECT_EQ(runner.load().running + runner.load().pending, 0);
 }
 
+TEST_F(DecodeRunnerTest, ReservationsLeaveAPagePerRunningRequestToGrowInto) {
+  // Two running requests hold 30 of 32 pages; a new one-page reservation would leave 1 page
+  // for 2 growing requests: refused (the router waits and retries), not taken from them.
+  for (const char* id : {"a", "b"}) {
+    auto r = runner_->Reserve(Spec(id, Prompt(14 * 64, 1), 200, true));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->reserved_pages, 15);
+    ASSERT_TRUE(runner_->OpenStream(r->session_id, std::make_shared<RecordingSink>()).ok());
+  }
+  ASSERT_TRUE(runner_->Step());  // both admitted
+  EXPECT_EQ(runner_->load().running, 2);
+  absl::Status s = runner_->Reserve(Spec("c", Prompt(10, 2), 5, true)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("2 are free and 2 stay free for the 2 running requests"));
+  ASSERT_TRUE(runner_->Abort("a").ok());
+  ASSERT_TRUE(runner_->Abort("b").ok());
+  RunUntilIdle();
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+}
+
 TEST_F(DecodeRunnerTest, BadReservationsGetTheRightCodes) {
   auto code = [&](ReserveSpec s) { return runner_->Reserve(std::move(s)).status(); };
   EXPECT_EQ(code(Spec("", Prompt(5, 0), 5, true)).code(), absl::StatusCode::kInvalidArgument);
