@@ -4,6 +4,7 @@
 pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 add_library(mlaserve_common_grpc STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/grpc_callback_anchor.cc
   ${CMAKE_CURRENT_LIST_DIR}/grpc_status.cc
   ${CMAKE_CURRENT_LIST_DIR}/server.cc
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cc)

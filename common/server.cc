@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_callback_anchor.h"
 #include "spdlog/spdlog.h"
 
 namespace mlaserve::common {
@@ -77,6 +78,7 @@ ServerRunner::~ServerRunner() {
 void ServerRunner::AddService(grpc::Service* service) { services_.push_back(service); }
 
 absl::Status ServerRunner::Start() {
+  KeepGrpcCallbackQueueAlive();
   auto hp = ParseHostPort(options_.listen);
   if (!hp.ok()) return hp.status();
   grpc::EnableDefaultHealthCheckService(true);

@@ -1,5 +1,7 @@
 #include "kvtransfer/kv_service.h"
 
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "kvtransfer/proto_convert.h"
@@ -15,14 +17,14 @@ namespace {
 class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage> {
  public:
   PushPagesReactor(KvReceiver* receiver, v1::KvPushResult* result)
-      : receiver_(receiver), result_(result) {
+      : receiver_(receiver), result_(result), finish_(std::make_shared<FinishOnce>(this)) {
     StartRead(&msg_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       // The sender half-closed without `complete`, or the stream was cancelled.
-      FinishOnce(Fail(absl::CancelledError(
+      finish_->Finish(Fail(absl::CancelledError(
           "KV stream ended before its completion (sender aborted or went away)")));
       return;
     }
@@ -39,9 +41,12 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
         }
         opened_ = true;
         auto layout = FromProto(msg_.open().layout());
+        // The receiver may fail the session from another thread at any time, even while
+        // this reactor finishes and is deleted: the callback holds the shared FinishOnce, not
+        // the reactor.
         st = layout.ok() ? receiver_->Open(msg_.open().session_id(), *layout,
-                                           [this](const absl::Status& why) {
-                                             FinishOnce(ToGrpcStatus(why));
+                                           [finish = finish_](const absl::Status& why) {
+                                             finish->Finish(ToGrpcStatus(why));
                                            })
                          : layout.status();
         break;
@@ -70,7 +75,7 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
         if (stats.ok()) {
           result_->set_bytes_received(stats->bytes_received);
           result_->set_pages_written(stats->pages_written);
-          FinishOnce(grpc::Status::OK);
+          finish_->Finish(grpc::Status::OK);
           return;
         }
         st = stats.status();
@@ -80,7 +85,7 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
         st = absl::InvalidArgumentError("KV stream: empty message");
     }
     if (!st.ok()) {
-      FinishOnce(Fail(st));
+      finish_->Finish(Fail(st));
       return;
     }
     StartRead(&msg_);
@@ -94,16 +99,26 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
 
  private:
   // Finish exactly once, whichever comes first: this stream's own verdict or the receiver
-  // failing the session (lease / no progress / cancel, from another thread). The reactor is
-  // not touched after Finish: OnDone may delete it.
-  void FinishOnce(const grpc::Status& status) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (finished_) return;
-      finished_ = true;
+  // failing the session (lease / no progress / cancel, from another thread). Shared with the
+  // receiver's callback, so it outlives the reactor: only the first caller touches the
+  // reactor, and OnDone (which deletes it) comes only after that Finish.
+  class FinishOnce {
+   public:
+    explicit FinishOnce(PushPagesReactor* reactor) : reactor_(reactor) {}
+    void Finish(const grpc::Status& status) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (finished_) return;
+        finished_ = true;
+      }
+      reactor_->Finish(status);
     }
-    Finish(status);
-  }
+
+   private:
+    PushPagesReactor* const reactor_;
+    absl::Mutex mu_;
+    bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  };
 
   std::string msg_session() {
     absl::MutexLock lock(&mu_);
@@ -120,9 +135,9 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
   v1::KvPushResult* const result_;
   v1::KvPushMessage msg_;
   bool opened_ = false;  // touched by OnReadDone only (reactions on one stream are serial)
-  absl::Mutex mu_;  // OnCancel and the receiver's failure callback run on other threads
+  absl::Mutex mu_;  // OnCancel runs on another thread than OnReadDone
   std::string session_id_ ABSL_GUARDED_BY(mu_);
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  const std::shared_ptr<FinishOnce> finish_;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_callback_anchor.h"
 #include "common/grpc_status.h"
 #include "kvtransfer/checksum.h"
 #include "kvtransfer/proto_convert.h"
@@ -176,8 +177,7 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
       if (!ok) {
         // The stream is over; OnDone brings the receiver's status (e.g. its refusal).
         broken_ = true;
-        queue_.clear();
-        queued_bytes_ = 0;
+        DropQueuedLocked();
       } else if (!queue_.empty()) {  // (emptied already if the receiver ended the stream)
         queued_bytes_ -= MessageBytes(queue_.front());
         queue_.pop_front();
@@ -195,8 +195,7 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
     {
       absl::MutexLock lock(&mu_);
       receiver_ended_ = true;
-      queue_.clear();
-      queued_bytes_ = 0;
+      DropQueuedLocked();
       cv_.SignalAll();
     }
     MaybeStartWrite();
@@ -252,6 +251,17 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
       case kWritesDone: StartWritesDone(); RemoveHold(); break;
       case kRelease: RemoveHold(); break;
       case kNothing: break;
+    }
+  }
+
+  // Drops the messages not yet handed to gRPC. The head stays while a write of it is in
+  // flight: StartWrite serializes it outside mu_ (and OnWriteDone pops it), so clearing it
+  // here from another thread would free the message under the serializer.
+  void DropQueuedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const size_t keep = writing_ && !queue_.empty() ? 1 : 0;
+    while (queue_.size() > keep) {
+      queued_bytes_ -= MessageBytes(queue_.back());
+      queue_.pop_back();
     }
   }
 
@@ -335,6 +345,7 @@ class TcpKvSender final : public KvSender {
 }  // namespace
 
 TcpKvTransport::TcpKvTransport() {
+  common::KeepGrpcCallbackQueueAlive();
   watchdog_ = std::thread([this] { WatchdogLoop(); });
 }
 

@@ -289,3 +289,4 @@ TEST_F(TcpTransportTest, LeaseExpiryFreesPagesAndTheLateSenderGetsNotFound) {
 
 }  // namespace
 }  // namespace mlaserve::kvtransfer
+

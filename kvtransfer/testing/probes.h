@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -13,27 +14,39 @@
 
 namespace mlaserve::kvtransfer::testing {
 
-// The receiving session's outcome.
+// The receiving session's outcome. The callback holds the state, not the probe: the probe
+// may go out of scope as soon as Wait() returned while the notifying thread is still inside
+// Notify() (whose lock it releases after the waiter could already see the flag).
 struct DoneProbe {
-  absl::Notification done;
-  std::optional<absl::StatusOr<KvReceivedKv>> result;
+  struct State {
+    absl::Notification done;
+    std::optional<absl::StatusOr<KvReceivedKv>> result;
+  };
+  std::shared_ptr<State> state = std::make_shared<State>();
+  absl::Notification& done = state->done;
+  std::optional<absl::StatusOr<KvReceivedKv>>& result = state->result;
   KvReceiver::DoneFn fn() {
-    return [this](absl::StatusOr<KvReceivedKv> r) {
-      result = std::move(r);
-      done.Notify();
+    return [s = state](absl::StatusOr<KvReceivedKv> r) {
+      s->result = std::move(r);
+      s->done.Notify();
     };
   }
   bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(10)); }
 };
 
-// The sender's Complete verdict.
+// The sender's Complete verdict (same ownership rule).
 struct Verdict {
-  absl::Notification done;
-  absl::Status status;
+  struct State {
+    absl::Notification done;
+    absl::Status status;
+  };
+  std::shared_ptr<State> state = std::make_shared<State>();
+  absl::Notification& done = state->done;
+  absl::Status& status = state->status;
   std::function<void(absl::Status)> fn() {
-    return [this](absl::Status s) {
-      status = s;
-      done.Notify();
+    return [s = state](absl::Status st) {
+      s->status = std::move(st);
+      s->done.Notify();
     };
   }
   bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(10)); }

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_callback_anchor.h"
 #include "router/routing_policy.h"
 #include "router/testing/byte_codec.h"
 
@@ -425,6 +426,7 @@ grpc::ServerUnaryReactor* FakePrefillWorker::GetInfo(grpc::CallbackServerContext
 }
 
 TestServer TestServer::Start(const std::vector<grpc::Service*>& services) {
+  common::KeepGrpcCallbackQueueAlive();
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
