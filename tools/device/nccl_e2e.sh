@@ -189,6 +189,25 @@ wait_all_free() {  # wait_all_free ADDRESS: polls until every page is free (20 s
   done
 }
 
+# kill_mid_transfer VICTIM SURVIVOR SURVIVOR_ADDRESS RESTART: six prompts in flight, kill -9
+# VICTIM once SURVIVOR holds pages for them; every SURVIVOR page must come back, and after
+# RESTART (and a new router) the stack must give the reference tokens again.
+kill_mid_transfer() {
+  local victim=$1 survivor=$2 addr=$3 restart=$4 idle back got len deadline i
+  idle=$(free_pages "$addr")
+  local clients=(); for i in 1 2 3 4 5 6; do served 400 64 > /dev/null & clients+=($!); done
+  deadline=$((SECONDS + 20))
+  while [[ $(free_pages "$addr") == "$idle" ]] && ((SECONDS < deadline)); do sleep 0.05; done
+  kill -KILL "${PID[$victim]}"; wait "${PID[$victim]}" 2>/dev/null; unset "PID[$victim]"
+  wait "${clients[@]}" 2>/dev/null
+  back=$(wait_all_free "$addr")
+  stop router; "$restart" && start_router
+  len=${LENS[2]:-${LENS[1]}}
+  got=$(served "$len")
+  note "$victim killed mid-transfer: $survivor free/total pages before, after" "$idle, $back"
+  note "$victim killed: $survivor still serves (same tokens)" "$([[ -n $got && $got == "${WANT[$len]}" ]] && echo ok || echo "MISMATCH: $got")"
+}
+
 first=1
 for MODEL in $MODELS; do
   M=$MODEL
@@ -226,32 +245,9 @@ for MODEL in $MODELS; do
 
     if [[ $first == 1 ]]; then
       first=0
-      # --- 3a. kill the prefill worker while prompts are in flight
-      idle=$(free_pages "$DA")
-      clients=(); for i in 1 2 3 4 5 6; do served 400 64 > /dev/null & clients+=($!); done
-      # Kill once the decode side holds pages for them (reserved before the transfer).
-      deadline=$((SECONDS + 20))
-      while [[ $(free_pages "$DA") == "$idle" ]] && ((SECONDS < deadline)); do sleep 0.05; done
-      kill -KILL "${PID[prefill]}"; wait "${PID[prefill]}" 2>/dev/null; unset "PID[prefill]"
-      wait "${clients[@]}" 2>/dev/null
-      back=$(wait_all_free "$DA")
-      stop router; start_prefill && start_router
-      got=$(served "${LENS[2]:-${LENS[1]}}")
-      note "prefill killed mid-transfer: decode free/total pages before, after" "$idle, $back"
-      note "prefill killed: decode still serves (same tokens)" "$([[ -n $got && $got == "${WANT[${LENS[2]:-${LENS[1]}}]}" ]] && echo ok || echo "MISMATCH: $got")"
-
-      # --- 3b. kill the decode worker while prompts are in flight
-      pidle=$(free_pages "$PA")
-      clients=(); for i in 1 2 3 4 5 6; do served 400 64 > /dev/null & clients+=($!); done
-      deadline=$((SECONDS + 20))
-      while [[ $(free_pages "$PA") == "$pidle" ]] && ((SECONDS < deadline)); do sleep 0.05; done
-      kill -KILL "${PID[decode]}"; wait "${PID[decode]}" 2>/dev/null; unset "PID[decode]"
-      wait "${clients[@]}" 2>/dev/null
-      pback=$(wait_all_free "$PA")
-      stop router; start_decode && start_router
-      got=$(served "${LENS[2]:-${LENS[1]}}")
-      note "decode killed mid-transfer: prefill free/total pages before, after" "$pidle, $pback"
-      note "decode killed: prefill still serves (same tokens)" "$([[ -n $got && $got == "${WANT[${LENS[2]:-${LENS[1]}}]}" ]] && echo ok || echo "MISMATCH: $got")"
+      # --- 3. kill each worker in turn while prompts are in flight
+      kill_mid_transfer prefill decode "$DA" start_prefill
+      kill_mid_transfer decode prefill "$PA" start_decode
       stop_all
 
       # --- 4. TTFT, layer-wise streaming on vs off
