@@ -52,7 +52,7 @@ bool PrefillScheduler::Remove(const std::string& id) {
 std::vector<PrefillChunk> PrefillScheduler::Schedule() {
   std::vector<PrefillChunk> batch;
   int budget = options_.max_batch_tokens;
-  auto take = [&](PrefillSequence* s) {
+  auto take = [&](const std::shared_ptr<PrefillSequence>& s) {
     const int remaining = static_cast<int>(s->tokens.size()) - s->num_computed;
     const int len = std::min({remaining, options_.chunk_size, budget});
     batch.push_back(PrefillChunk{s, s->num_computed, len, len == remaining});
@@ -60,7 +60,7 @@ std::vector<PrefillChunk> PrefillScheduler::Schedule() {
   };
   for (auto& s : running_) {
     if (budget == 0 || static_cast<int>(batch.size()) == options_.max_batch_seqs) return batch;
-    take(s.get());
+    take(s);
   }
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int>(batch.size()) < options_.max_batch_seqs) {
@@ -70,7 +70,7 @@ std::vector<PrefillChunk> PrefillScheduler::Schedule() {
     s->pages = std::move(*pages);
     running_.push_back(std::move(s));
     waiting_.pop_front();
-    take(running_.back().get());
+    take(running_.back());
   }
   return batch;
 }

@@ -37,7 +37,10 @@ struct PrefillSequence {
 };
 
 struct PrefillChunk {
-  PrefillSequence* seq = nullptr;
+  // Shared: a request that fails during the step (its KV peer died, say) leaves the scheduler
+  // and its runner while the step's chunks are still being processed; the chunk keeps the
+  // sequence alive until Advance is done with it.
+  std::shared_ptr<PrefillSequence> seq;
   int start = 0;  // first position of the chunk
   int len = 0;
   bool last = false;  // completes the prompt: its logits give the first token
