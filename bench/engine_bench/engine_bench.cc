@@ -12,6 +12,8 @@
 // back (one f32 row of the vocabulary per sequence), as in serving. Decode feeds random ids
 // instead of sampled ones, so host sampling is not timed.
 // Memory: device memory in use (cudaMemGetInfo) before Create, after Create and at the end.
+// NVTX ranges "prefill", "decode_graph" and "decode_eager" mark the timed Forwards, so a
+// profiler can keep just those kernels (tools/device/kernel_profile.sh: ncu --nvtx).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>  // header-only: ranges cost nothing unless a profiler attaches
 
 #include "CLI/CLI.hpp"
 #include "model/deepseek_model.h"
@@ -72,9 +75,11 @@ class Bench {
     if (!pages.ok()) Die("allocate", pages.status());
     const std::vector<int32_t> prompt = RandomIds(len);
     SequenceChunk c{prompt, 0, *pages, true};
+    nvtxRangePushA("prefill");
     const auto start = Clock::now();
     auto r = e_.Forward({&c, 1});
     const double ms = Ms(Clock::now() - start);
+    nvtxRangePop();
     if (!r.ok()) Die("prefill", r.status());
     e_.kv_pool().Free(*pages);
     return ms;
@@ -106,7 +111,7 @@ class Bench {
       if (!r.ok()) Die("decode setup prefill", r.status());
     }
     DecodeTimes t;
-    auto step = [&](std::vector<double>* out) {
+    auto step = [&](std::vector<double>* out, const char* range) {
       std::vector<int32_t> next = RandomIds(batch);
       std::vector<SequenceChunk> chunks(batch);
       for (int b = 0; b < batch; ++b) {
@@ -114,18 +119,20 @@ class Bench {
         chunks[b] = {std::span<const int32_t>(&seqs[b].back(), 1),
                      static_cast<int>(seqs[b].size()) - 1, pages[b], true};
       }
+      if (out) nvtxRangePushA(range);
       const auto start = Clock::now();
       auto r = e_.Forward(chunks);
       const double ms = Ms(Clock::now() - start);
+      if (out) nvtxRangePop();
       if (!r.ok()) Die("decode", r.status());
       if (out) out->push_back(ms);
     };
     e_.set_decode_graphs(true);
-    for (int s = 0; s < warm; ++s) step(nullptr);
-    for (int s = 0; s < steps; ++s) step(&t.graph_ms);
+    for (int s = 0; s < warm; ++s) step(nullptr, nullptr);
+    for (int s = 0; s < steps; ++s) step(&t.graph_ms, "decode_graph");
     e_.set_decode_graphs(false);
-    if (eager > 0) step(nullptr);
-    for (int s = 0; s < eager; ++s) step(&t.eager_ms);
+    if (eager > 0) step(nullptr, nullptr);
+    for (int s = 0; s < eager; ++s) step(&t.eager_ms, "decode_eager");
     e_.set_decode_graphs(true);
     for (auto& p : pages) e_.kv_pool().Free(p);
     return t;
