@@ -253,27 +253,35 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
   ForwardResult result;
   result.path_used = resolved;
   result.rows = static_cast<int>(plan.logit_rows.size());
-  result.logits.resize(static_cast<size_t>(result.rows) * c.vocab_size);
+  const std::vector<const SampleRow*> samples = RequestedSamples(batch);
+  const bool device_sample = CanSampleOnDevice(samples);
+  if (!device_sample) result.logits.resize(static_cast<size_t>(result.rows) * c.vocab_size);
   // Decode batches replay a CUDA graph per (batch bucket, page-table width) when they can
   // (decode_graphs.cc); everything else runs eagerly.
   if (UseDecodeGraph(plan, form, on_layer_done)) {
-    RETURN_IF_ERROR(ForwardDecodeGraph(std::move(plan), form, &result));
-    return result;
+    RETURN_IF_ERROR(ForwardDecodeGraph(std::move(plan), form,
+                                       device_sample ? std::span<const SampleRow* const>(samples)
+                                                     : std::span<const SampleRow* const>(),
+                                       &result));
+  } else {
+    scratch_.Reset();
+    RETURN_IF_ERROR(UploadPlan(&plan));
+    float* logits = result.logits.data();
+    if (ctx_.backend != kernels::Backend::kCpu && result.rows > 0) {
+      ASSIGN_OR_RETURN(void* dev, Scratch(static_cast<size_t>(result.rows) * c.vocab_size * sizeof(float), "logits"));
+      logits = static_cast<float*>(dev);
+    }
+    RETURN_IF_ERROR(RunStep(plan, form, on_layer_done, logits));
+    if (device_sample) {
+      RETURN_IF_ERROR(SampleOnDevice(logits, samples, &result));
+    } else if (ctx_.backend != kernels::Backend::kCpu) {
+      RETURN_IF_ERROR(CopyBytes(ctx_, result.logits.data(), logits,
+                                result.logits.size() * sizeof(float), CopyKind::kDeviceToHost));
+      // Also before the next step reuses the pinned staging buffer.
+      RETURN_IF_ERROR(Synchronize(ctx_));
+    }
   }
-  scratch_.Reset();
-  RETURN_IF_ERROR(UploadPlan(&plan));
-  float* logits = result.logits.data();
-  if (ctx_.backend != kernels::Backend::kCpu && result.rows > 0) {
-    ASSIGN_OR_RETURN(void* dev, Scratch(result.logits.size() * sizeof(float), "logits"));
-    logits = static_cast<float*>(dev);
-  }
-  RETURN_IF_ERROR(RunStep(plan, form, on_layer_done, logits));
-  if (ctx_.backend != kernels::Backend::kCpu) {
-    RETURN_IF_ERROR(CopyBytes(ctx_, result.logits.data(), logits,
-                              result.logits.size() * sizeof(float), CopyKind::kDeviceToHost));
-    // Also before the next step reuses the pinned staging buffer.
-    RETURN_IF_ERROR(Synchronize(ctx_));
-  }
+  if (!samples.empty() && !device_sample) RETURN_IF_ERROR(SampleOnHost(samples, &result));
   return result;
 }
 

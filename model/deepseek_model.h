@@ -156,7 +156,20 @@ class DeepseekEngine final : public Engine {
                        float* logits);
   // decode_graphs.cc: whether this step replays (or captures) a decode graph, and doing so.
   bool UseDecodeGraph(const BatchPlan& plan, AttentionForm form, const LayerDoneFn& on_layer_done) const;
-  absl::Status ForwardDecodeGraph(BatchPlan plan, AttentionForm form, ForwardResult* result);
+  // Samples `device_samples` on the device when not empty, else copies the logits back.
+  absl::Status ForwardDecodeGraph(BatchPlan plan, AttentionForm form,
+                                  std::span<const SampleRow* const> device_samples,
+                                  ForwardResult* result);
+
+  // sampling_step.cc. Whether `rows` can be drawn on the device (kCuda, no repetition penalty).
+  bool CanSampleOnDevice(std::span<const SampleRow* const> rows) const;
+  // Draws rows from device logits [rows, vocab] into result->token_ids (waits for them).
+  absl::Status SampleOnDevice(const float* logits, std::span<const SampleRow* const> rows,
+                              ForwardResult* result);
+  // Draws rows from result->logits (host) into result->token_ids.
+  absl::Status SampleOnHost(std::span<const SampleRow* const> rows, ForwardResult* result) const;
+  // Scratch SampleOnDevice takes for `rows` rows.
+  size_t SamplingScratchBytes(size_t rows) const;
 
   // Activations (x, out, q, kv, attn) are in ops_.dtype.
   absl::Status Attention(int layer, const BatchPlan& plan, AttentionForm form, const void* x,

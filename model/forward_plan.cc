@@ -100,6 +100,8 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
     mlp = std::max(mlp, moe);
   }
   total += mlp;
+  // Sampling on the device after the step (sampling_step.cc).
+  total += SamplingScratchBytes(rows);
   return total + kMaxAllocationsPerStep * kDeviceAlignment;
 }
 

@@ -37,7 +37,8 @@ add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/kv_fp8_cache.cc
   ${CMAKE_CURRENT_LIST_DIR}/moe_layer.cc
   ${CMAKE_CURRENT_LIST_DIR}/forward_plan.cc
-  ${CMAKE_CURRENT_LIST_DIR}/decode_graphs.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/decode_graphs.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sampling_step.cc)
 target_link_libraries(model_runtime PUBLIC model_loader model_kv_pool model_rope model_sampler
                       model_device_memory mlaserve_kernels mlaserve_common)
 mlaserve_warnings(model_runtime)
