@@ -20,7 +20,7 @@ export OUT=$RES
 mkdir -p "$FINAL_OUT"
 finish() {
   tar -czf "$FINAL_OUT/results.tgz" -C "$RES" . 2>/dev/null
-  for f in gpu.txt moe_bench.txt engine_bench.txt profile_tables.txt moe_test.txt; do
+  for f in gpu.txt moe_bench.txt engine_bench.txt profile_tables.txt moe_test.txt engine_cuda_test.txt; do
     [[ -f $RES/$f ]] && cp "$RES/$f" "$FINAL_OUT/"
   done
 }
@@ -28,6 +28,11 @@ trap finish EXIT
 SKIP=" ${ENGINE_SKIP:-} "
 [[ $SKIP == *" moe "* ]] || tools/device/moe_suite.sh ${MOE_BENCH_ARGS:-}
 echo "== [$((SECONDS - T0)) s] moe suite done"
+if [[ $SKIP != *" enginetest "* && -x .devbin/model_engine_cuda_test ]]; then
+  .devbin/model_engine_cuda_test --gtest_brief=1 ${ENGINE_TEST_FILTER:+--gtest_filter=$ENGINE_TEST_FILTER} \
+    > "$OUT/engine_cuda_test.txt" 2>&1
+  echo "== [$((SECONDS - T0)) s] model_engine_cuda_test rc=$?"; tail -4 "$OUT/engine_cuda_test.txt"
+fi
 MODEL=/dev/shm/v2lite-random
 if [[ ! -f $MODEL/config.json ]]; then
   timeout 300 python3 tools/make_random_model.py --out "$MODEL" > "$OUT/make_model.log" 2>&1
