@@ -22,6 +22,7 @@
 #include "kernels/common/types.h"
 #include "model/config.h"
 #include "model/kv_pool.h"
+#include "model/parallel_layout.h"
 
 namespace mlaserve::model {
 
@@ -47,6 +48,8 @@ struct EngineOptions {
   AttentionPath attention = AttentionPath::kAuto;
   // Library default: the native cache; the binaries' --kv-cache-dtype defaults to auto.
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kNative;
+  // This engine's rank in a multi-GPU worker (docs/parallel.md); the default is one GPU.
+  ParallelOptions parallel;
 };
 
 // One sequence's share of a forward step: `tokens` at positions [start_pos, start_pos + n).

@@ -37,9 +37,12 @@ add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/kv_fp8_cache.cc
   ${CMAKE_CURRENT_LIST_DIR}/moe_layer.cc
   ${CMAKE_CURRENT_LIST_DIR}/forward_plan.cc
-  ${CMAKE_CURRENT_LIST_DIR}/decode_graphs.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/decode_graphs.cc
+  ${CMAKE_CURRENT_LIST_DIR}/parallel_layout.cc
+  ${CMAKE_CURRENT_LIST_DIR}/parallel_step.cc
+  ${CMAKE_CURRENT_LIST_DIR}/expert_shard.cc)
 target_link_libraries(model_runtime PUBLIC model_loader model_kv_pool model_rope model_sampler
-                      model_device_memory mlaserve_kernels mlaserve_common)
+                      model_device_memory mlaserve_kernels mlaserve_parallel mlaserve_common)
 mlaserve_warnings(model_runtime)
 
 # mlaserve-run: one-process generation from a checkpoint.
