@@ -63,6 +63,11 @@ if(MLASERVE_BUILD_TESTS)
   mlaserve_test(model_engine_fp8_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_fp8_test.cc
                 DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
+  # Every parallel layout (N = 2, 4 ranks on threads, the fake collective) against the
+  # single-rank engine on the fixtures (docs/parallel.md).
+  mlaserve_test(model_engine_parallel_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_parallel_test.cc
+                DEPS model_runtime mlaserve_parallel nlohmann_json::nlohmann_json TIMEOUT 600)
   mlaserve_test(model_engine_behavior_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_behavior_test.cc
                 DEPS model_runtime model_sampler nlohmann_json::nlohmann_json TIMEOUT 600)
