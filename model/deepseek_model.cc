@@ -9,11 +9,16 @@
 #include "kernels/embedding/api.h"
 #include "kernels/gemm/api.h"
 #include "model/forward_ops.h"
+#include "model/parallel_engine.h"
 #include "model/weights.h"
 
 namespace mlaserve::model {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+  // A worker's multi-GPU engine: the ranks and their communicators are made here.
+  if (options.parallel.size > 1 && options.parallel.comm == nullptr) {
+    return ParallelEngine::Create(options);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<DeepseekEngine> engine, DeepseekEngine::Create(options));
   return std::unique_ptr<Engine>(std::move(engine));
 }

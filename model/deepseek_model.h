@@ -104,6 +104,11 @@ class DeepseekEngine final : public Engine {
   absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
                                         AttentionPath path = AttentionPath::kAuto,
                                         const LayerDoneFn& on_layer_done = nullptr) override;
+  // The input checks of Forward alone (INVALID_ARGUMENT naming the bad value), run before the
+  // ranks of a ParallelEngine start a step they must all finish.
+  absl::Status CheckBatch(std::span<const SequenceChunk> batch) const {
+    return PlanBatch(batch).status();
+  }
 
   // CUDA graphs for decode steps (kCuda; on by default). Tests turn them off to compare.
   void set_decode_graphs(bool on) { decode_graphs_enabled_ = on; }

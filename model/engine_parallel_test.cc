@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "model/engine_test_util.h"
+#include "model/parallel_engine.h"
 #include "model/parallel_layout.h"
 #include "parallel/fake_collective.h"
 
@@ -235,6 +236,84 @@ TEST(ParallelWeights, Fp8CheckpointShardByShard) {
       ExpectSameGeneration(got[r], *want, std::string("fp8 moe ") + MoeParallelName(m));
     }
   }
+}
+
+// The worker's engine: Engine::Create with --tp-size N makes the ranks, their threads and
+// communicators itself. It generates what the single-rank engine generates; pages written
+// into its pool (a KV import) reach every rank, so a prompt prefilled by the single-rank
+// engine (another layout) decodes on it with the single-rank engine's logits; a bad batch is
+// refused without breaking the ranks.
+TEST(ParallelEngineTest, ServesLikeTheSingleRankEngineAndImportsKvFromAnotherLayout) {
+  Fixture f = LoadFixture("deepseek_v3");
+  ASSERT_NE(f.single, nullptr);
+  const std::vector<int32_t>& ids = f.ref.prompts[3].ids;
+  absl::StatusOr<Generation> want = Generate(*f.single, ids, 0);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const int n : {2, 4}) {
+    EngineOptions o;
+    o.model_dir = f.dir;
+    o.num_kv_pages = kPages;
+    o.max_batch_tokens = 1024;
+    o.max_batch_seqs = 8;
+    o.parallel.size = n;
+    absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create(o);
+    ASSERT_TRUE(e.ok()) << e.status();
+    auto* pe = dynamic_cast<ParallelEngine*>(e->get());
+    ASSERT_NE(pe, nullptr);
+    EXPECT_EQ(pe->layout().Describe(), "tp=" + std::to_string(n) + " attention=tensor moe=expert");
+    absl::StatusOr<Generation> got = Generate(**e, ids, 16);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectSameGeneration(*got, *want, "ParallelEngine tp=" + std::to_string(n));
+
+    // Prefill on the single-rank engine, ship its pages, decode here.
+    const int len = static_cast<int>(ids.size());
+    auto src_pages = f.single->kv_pool().Allocate(PagesFor(len + 1));
+    auto dst_pages = (*e)->kv_pool().Allocate(PagesFor(len + 1));
+    ASSERT_TRUE(src_pages.ok() && dst_pages.ok());
+    SequenceChunk c;
+    c.tokens = ids;
+    c.pages = *src_pages;
+    ASSERT_TRUE(f.single->Forward({&c, 1}).ok());
+    std::vector<uint8_t> page((*e)->kv_pool().layer_page_bytes());
+    for (int l = 0; l < f.single->config().num_hidden_layers; ++l) {
+      for (size_t i = 0; i < src_pages->size(); ++i) {
+        ASSERT_TRUE(f.single->kv_pool().ReadPage(l, (*src_pages)[i], page.data()).ok());
+        ASSERT_TRUE((*e)->kv_pool().WritePage(l, (*dst_pages)[i], page.data()).ok());
+      }
+    }
+    const std::vector<int32_t> next = {want->tokens[0]};
+    SequenceChunk d;
+    d.tokens = next;
+    d.start_pos = len;
+    d.pages = *dst_pages;
+    absl::StatusOr<ForwardResult> r = (*e)->Forward({&d, 1});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_LT(RelError(r->logits, want->logits[1]), kTolerance);
+    f.single->kv_pool().Free(*src_pages);
+
+    // A bad batch is the caller's error; the ranks step on afterwards.
+    const std::vector<int32_t> bad = {f.single->config().vocab_size};
+    SequenceChunk b;
+    b.tokens = bad;
+    b.pages = *dst_pages;
+    absl::StatusOr<ForwardResult> refused = (*e)->Forward({&b, 1});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    EXPECT_TRUE((*e)->Forward({&d, 1}).ok());
+    // A failing layer callback (the decode peer went away) fails this Forward only.
+    absl::StatusOr<ForwardResult> cb = (*e)->Forward({&d, 1}, AttentionPath::kAuto, [](int layer) {
+      return layer == 1 ? absl::UnavailableError("peer gone") : absl::OkStatus();
+    });
+    EXPECT_EQ(cb.status().code(), absl::StatusCode::kUnavailable) << cb.status();
+    EXPECT_TRUE((*e)->Forward({&d, 1}).ok());
+    (*e)->kv_pool().Free(*dst_pages);
+  }
+  EngineOptions dp;
+  dp.model_dir = f.dir;
+  dp.parallel.size = 2;
+  dp.parallel.attention = AttentionParallel::kData;
+  absl::Status refused = Engine::Create(dp).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("--attention-parallel data is not served"), std::string::npos);
 }
 
 TEST(ParallelLayoutResolve, NamesTheDimensionTheRanksDoNotDivide) {

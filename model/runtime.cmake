@@ -40,10 +40,14 @@ add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/decode_graphs.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_layout.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_step.cc
-  ${CMAKE_CURRENT_LIST_DIR}/expert_shard.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/expert_shard.cc
+  ${CMAKE_CURRENT_LIST_DIR}/parallel_engine.cc)
 target_link_libraries(model_runtime PUBLIC model_loader model_kv_pool model_rope model_sampler
                       model_device_memory mlaserve_kernels mlaserve_parallel mlaserve_common)
 mlaserve_warnings(model_runtime)
+if(TARGET mlaserve_parallel_nccl)  # multi-GPU workers (ParallelEngine) talk NCCL
+  target_link_libraries(model_runtime PUBLIC mlaserve_parallel_nccl)
+endif()
 
 # mlaserve-run: one-process generation from a checkpoint.
 add_executable(mlaserve-run ${CMAKE_CURRENT_LIST_DIR}/run_main.cc)
