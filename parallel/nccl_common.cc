@@ -10,7 +10,7 @@
 
 namespace mlaserve::parallel {
 
-absl::Status NcclStatus(ncclResult_t r, std::string_view who, std::string_view what) {
+absl::Status NcclStatus(ncclResult_t r, const char* who, const char* what) {
   if (r == ncclSuccess || r == ncclInProgress) return absl::OkStatus();
   const bool remote = r == ncclRemoteError || r == ncclSystemError;
   const std::string msg = absl::StrCat(who, ": ", what, ": ", ncclGetErrorString(r));
@@ -24,7 +24,7 @@ absl::StatusOr<std::string> NewNcclUniqueId() {
 }
 
 absl::StatusOr<ncclComm_t> InitNcclComm(const std::string& id, int size, int rank, int device,
-                                        absl::Time deadline, std::string_view who) {
+                                        absl::Time deadline, const char* who) {
   ncclUniqueId uid;
   if (id.size() != sizeof(uid)) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": communicator id of ", id.size(),
@@ -57,7 +57,7 @@ absl::StatusOr<ncclComm_t> InitNcclComm(const std::string& id, int size, int ran
 }
 
 absl::Status FinishEnqueue(ncclComm_t comm, ncclResult_t r, absl::Time deadline,
-                           std::string_view who, std::string_view what) {
+                           const char* who, const char* what) {
   while (r == ncclInProgress) {
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(

@@ -18,7 +18,7 @@ namespace mlaserve::parallel {
 // ncclSuccess and ncclInProgress are OK. A remote or system error is UNAVAILABLE (the peer's
 // problem: callers may retry elsewhere), anything else INTERNAL; the message is
 // "<who>: <what>: <NCCL's text>".
-absl::Status NcclStatus(ncclResult_t r, std::string_view who, std::string_view what);
+absl::Status NcclStatus(ncclResult_t r, const char* who, const char* what);
 
 // ncclGetUniqueId as its 128 bytes, the id every rank of a communicator joins with.
 absl::StatusOr<std::string> NewNcclUniqueId();
@@ -27,13 +27,13 @@ absl::StatusOr<std::string> NewNcclUniqueId();
 // calling thread), non-blocking: polls until every rank joined, NCCL fails, or `deadline`
 // passes (then ncclCommAbort and DEADLINE_EXCEEDED).
 absl::StatusOr<ncclComm_t> InitNcclComm(const std::string& id, int size, int rank, int device,
-                                        absl::Time deadline, std::string_view who);
+                                        absl::Time deadline, const char* who);
 
 // Completes an operation a non-blocking communicator answered ncclInProgress for (the first
 // operation to a peer connects to it and needs the peer to post its side), polling until it
 // is enqueued, failed, or `deadline` passed (DEADLINE_EXCEEDED: the peer stalled or is gone).
 absl::Status FinishEnqueue(ncclComm_t comm, ncclResult_t r, absl::Time deadline,
-                           std::string_view who, std::string_view what);
+                           const char* who, const char* what);
 
 // The NCCL version the process loaded, "2.28.3".
 std::string NcclVersionString();
