@@ -38,7 +38,8 @@ int NextPowerOfTwo(int v) {
 
 bool DeepseekEngine::UseDecodeGraph(const BatchPlan& plan, AttentionForm form,
                                     const LayerDoneFn& on_layer_done) const {
-  return ctx_.backend == kernels::Backend::kCuda && decode_graphs_enabled_ &&
+  // Sharded layouts run eagerly: capturing their collectives is not yet done (docs/parallel.md).
+  return ctx_.backend == kernels::Backend::kCuda && decode_graphs_enabled_ && !layout_.sharded() &&
          form == AttentionForm::kMlaDecode && on_layer_done == nullptr &&
          padding_page_ >= 0 && static_cast<int>(plan.logit_rows.size()) == plan.batch;
 }

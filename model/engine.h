@@ -25,6 +25,7 @@
 #include "model/config.h"
 #include "model/kv_pool.h"
 #include "model/sampler.h"
+#include "model/parallel_layout.h"
 
 namespace mlaserve::model {
 
@@ -50,6 +51,8 @@ struct EngineOptions {
   AttentionPath attention = AttentionPath::kAuto;
   // Library default: the native cache; the binaries' --kv-cache-dtype defaults to auto.
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kNative;
+  // This engine's rank in a multi-GPU worker (docs/parallel.md); the default is one GPU.
+  ParallelOptions parallel;
 };
 
 // One sequence's share of a forward step: `tokens` at positions [start_pos, start_pos + n).
