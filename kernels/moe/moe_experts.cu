@@ -120,16 +120,27 @@ __global__ void GatherRowsKernel(const uint4* x, const int32_t* sorted, const in
   }
 }
 
-// In place over rows of [gate | up] (row stride 2*inter): gate <- silu(gate) * up.
+// In place over rows of [gate | up] (row stride 2*inter): gate <- silu(gate) * up, eight
+// columns per thread with 16-byte loads and stores (inter % 8 == 0 on this path).
 __global__ void SiluMulInPlaceKernel(__nv_bfloat16* h, const int32_t* offsets, int num_experts,
                                      int inter) {
-  const int64_t total = static_cast<int64_t>(offsets[num_experts]) * inter;
+  const int chunks = inter / 8;
+  const int64_t total = static_cast<int64_t>(offsets[num_experts]) * chunks;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / inter, j = i - r * inter;
-    __nv_bfloat16* row = h + r * 2 * inter;
-    const float gv = __bfloat162float(row[j]), uv = __bfloat162float(row[j + inter]);
-    row[j] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+    const int64_t r = i / chunks, j = (i - r * chunks) * 8;
+    uint4* gate = reinterpret_cast<uint4*>(h + r * 2 * inter + j);
+    const uint4 g = *gate, u = *reinterpret_cast<const uint4*>(h + r * 2 * inter + inter + j);
+    const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
+    const auto* u2 = reinterpret_cast<const __nv_bfloat162*>(&u);
+    uint4 out;
+    auto* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 gv = __bfloat1622float2(g2[k]), uv = __bfloat1622float2(u2[k]);
+      o2[k] = __floats2bfloat162_rn(gv.x / (1.0f + expf(-gv.x)) * uv.x, gv.y / (1.0f + expf(-gv.y)) * uv.y);
+    }
+    *gate = out;
   }
 }
 
@@ -296,7 +307,7 @@ absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream) {
       moe_cuda::Sm90GroupedArgs up{xg, H, gate_up, hs, 2 * I, static_cast<int>(2 * I), static_cast<int>(H),
                                    p.num_experts, offsets, sm90_args, sm90_ws};
       RETURN_IF_ERROR(moe_cuda::LaunchSm90Grouped(variant, up, s));
-      SiluMulInPlaceKernel<<<cuda::GridFor(static_cast<int64_t>(num_assign) * I, kEltThreads), kEltThreads, 0, s>>>(
+      SiluMulInPlaceKernel<<<cuda::GridFor(static_cast<int64_t>(num_assign) * I / 8, kEltThreads), kEltThreads, 0, s>>>(
           hs, offsets, p.num_experts, static_cast<int>(I));
       RETURN_IF_ERROR(cuda::LaunchStatus("moe_experts silu_and_mul"));
       moe_cuda::Sm90GroupedArgs dn{hs, 2 * I, down, ys, H, static_cast<int>(H), static_cast<int>(I),
@@ -322,7 +333,7 @@ absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream) {
       up.tile_offsets = tile_offsets;
       up.num_experts = p.num_experts;
       RETURN_IF_ERROR(moe_cuda::LaunchTiledGemm(up, max_tiles, s));
-      SiluMulInPlaceKernel<<<cuda::GridFor(static_cast<int64_t>(num_assign) * I, kEltThreads), kEltThreads, 0, s>>>(
+      SiluMulInPlaceKernel<<<cuda::GridFor(static_cast<int64_t>(num_assign) * I / 8, kEltThreads), kEltThreads, 0, s>>>(
           hs, offsets, p.num_experts, static_cast<int>(I));
       RETURN_IF_ERROR(cuda::LaunchStatus("moe_experts silu_and_mul"));
       moe_cuda::GroupedGemmArgs dn = up;
