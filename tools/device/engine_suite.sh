@@ -28,6 +28,10 @@ trap finish EXIT
 SKIP=" ${ENGINE_SKIP:-} "
 [[ $SKIP == *" moe "* ]] || tools/device/moe_suite.sh ${MOE_BENCH_ARGS:-}
 echo "== [$((SECONDS - T0)) s] moe suite done"
+for t in ${EXTRA_TESTS:-}; do  # more test binaries of the bundle, e.g. kernels_sampling_cuda_test
+  .devbin/$t --gtest_brief=1 > "$OUT/$t.txt" 2>&1
+  echo "== [$((SECONDS - T0)) s] $t rc=$?"; tail -3 "$OUT/$t.txt"
+done
 if [[ $SKIP != *" enginetest "* && -x .devbin/model_engine_cuda_test ]]; then
   .devbin/model_engine_cuda_test --gtest_brief=1 ${ENGINE_TEST_FILTER:+--gtest_filter=$ENGINE_TEST_FILTER} \
     > "$OUT/engine_cuda_test.txt" 2>&1
