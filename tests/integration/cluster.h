@@ -28,6 +28,7 @@ struct ClusterOptions {
   int local_prefill_threshold = 0;  // 0: always remote prefill
   bool self_register = false;       // workers use --router instead of static flags
   std::vector<std::string> extra_decode_flags;
+  std::vector<std::string> extra_router_flags;  // "--flag", "value" pairs
 };
 
 class Cluster {
