@@ -100,7 +100,14 @@ struct HttpApi::Impl {
                 {"object", "model"},
                 {"created", absl::ToUnixSeconds(router->start_time())},
                 {"owned_by", "mlaserve"},
-                {"max_model_len", router->model().limits.max_context}};
+                {"max_model_len", router->model().limits.max_context},
+                // mlaserve's own: what a client needs to make random token-id prompts
+                // (mlaserve-bench --backend openai).
+                {"mlaserve", {{"vocab_size", router->model().limits.vocab_size},
+                              {"eos_token_ids", router->model().limits.eos_token_ids},
+                              {"bos_token_id", router->model().limits.bos_token_id
+                                                   ? Json(*router->model().limits.bos_token_id)
+                                                   : Json(nullptr)}}}};
   }
 
   void Health(httplib::Response& res) {
