@@ -58,12 +58,12 @@ class GenerateCall::DecodeStreamReader final
   v1::DecodeStreamResponse response_;
 };
 
-GenerateCall::GenerateCall(RouterContext* router, grpc::CallbackServerContext* server_context,
-                           const grpc::ByteBuffer* request)
-    : router_(router), server_context_(server_context), start_time_(absl::Now()) {
+GenerateCall::GenerateCall(RouterContext* router, GenerateClient* client,
+                           absl::Time client_deadline,
+                           const absl::StatusOr<v1::GenerateRequest>& request)
+    : router_(router), client_(client), start_time_(absl::Now()) {
   router_->CallStarted();
-  request_deadline_ = std::min(start_time_ + router_->options().request_timeout,
-                               absl::FromChrono(server_context_->deadline()));
+  request_deadline_ = std::min(start_time_ + router_->options().request_timeout, client_deadline);
   queue_deadline_ = std::min(request_deadline_, start_time_ + router_->options().queue_timeout);
   absl::Status st = Prepare(request);
   if (!st.ok()) {
@@ -152,14 +152,9 @@ void GenerateCall::Unref() {
   if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
 }
 
-absl::Status GenerateCall::Prepare(const grpc::ByteBuffer* request) {
-  std::vector<grpc::Slice> slices;
-  std::string wire;
-  if (request->Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices) wire.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  v1::GenerateRequest req;
-  if (!req.ParseFromString(wire)) return DiagnoseUnparsableGenerateRequest(wire);
+absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& request) {
+  if (!request.ok()) return request.status();
+  const v1::GenerateRequest& req = *request;
 
   const ModelLimits& limits = router_->model().limits;
   switch (req.input_case()) {

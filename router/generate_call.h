@@ -1,11 +1,12 @@
-// GenerateCall: one public Generate, from request bytes to the last response.
+// GenerateCall: one Generate, from the request to the last response, for every front end
+// (gRPC GenerationService and the OpenAI HTTP API reach it through router/generate_client.h).
 //
 //   parse + validate -> pick decode worker D (and prefill worker P unless the prompt is short
 //   enough for D to prefill locally) -> D.Reserve -> D.Stream (tokens) + P.Prefill (KV to D)
 //   -> detokenize, apply stop strings, stream chunks -> `complete`.
 //
 // Everything is asynchronous (gRPC callback API): the call never blocks a thread. State is
-// guarded by mu_; gRPC operations (StartWrite, Finish, worker calls, TryCancel) are started
+// guarded by mu_; client operations (Send, End), worker calls and TryCancel are started
 // outside mu_ so reactions that run inline cannot deadlock.
 //
 // Ending: exactly one of Complete (finish reason from D, a stop string, or Abort) and Fail
@@ -14,7 +15,7 @@
 // load bookkeeping, and lets the outbox drain (pending chunk, then `complete` or `error`,
 // then Finish).
 //
-// Lifetime: reference counted. The server side holds one reference until OnDone; each worker
+// Lifetime: reference counted. The client holds one reference until OnDone; each worker
 // call in flight holds one; RequestTable::Abort holds one while it runs. The last Unref
 // deletes the call.
 #pragma once
@@ -30,11 +31,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "mlaserve/v1/api.pb.h"
 #include "mlaserve/v1/worker.grpc.pb.h"
 #include "router/admission_queue.h"
+#include "router/generate_client.h"
 #include "router/output_assembler.h"
 #include "router/request.h"
 #include "router/request_table.h"
@@ -42,18 +45,20 @@
 
 namespace mlaserve::router {
 
-class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
-                           public AbortableCall,
-                           public AdmissionQueue::Waiter {
+class GenerateCall final : public AbortableCall, public AdmissionQueue::Waiter {
  public:
-  // Starts the call; it owns itself from here on.
-  GenerateCall(RouterContext* router, grpc::CallbackServerContext* server_context,
-               const grpc::ByteBuffer* request);
+  // Starts the call; it owns itself from here on and answers through `client` (which may
+  // see Send/End before this returns). `request` is what the front end parsed, or why it
+  // could not (the call then fails with that status, counted like any failed request).
+  // `client_deadline`: the client's own deadline (InfiniteFuture when it has none).
+  GenerateCall(RouterContext* router, GenerateClient* client, absl::Time client_deadline,
+               const absl::StatusOr<v1::GenerateRequest>& request);
   ~GenerateCall() override;
 
-  void OnWriteDone(bool ok) override;
-  void OnCancel() override;
-  void OnDone() override;
+  // From the client (generate_client.h).
+  void OnWriteDone(bool ok);
+  void OnCancel();
+  void OnDone();
 
   void Abort() override;
   void Ref() override { refs_.fetch_add(1, std::memory_order_relaxed); }
@@ -68,7 +73,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   class DecodeStreamReader;
   enum class Phase { kReserving, kRunning, kDone };
 
-  absl::Status Prepare(const grpc::ByteBuffer* request);
+  absl::Status Prepare(const absl::StatusOr<v1::GenerateRequest>& request);
   // Sets no_room_now_ when the failure is a lack of room now (worth waiting for), not a
   // request no worker could ever hold.
   absl::Status PickDecodeCandidates();
@@ -100,7 +105,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                            const std::string& address, const grpc::Status& status) const;
 
   RouterContext* const router_;
-  grpc::CallbackServerContext* const server_context_;
+  GenerateClient* const client_;
   std::atomic<int> refs_{1};
   const absl::Time start_time_;
   absl::Time request_deadline_;
@@ -160,8 +165,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
   bool sent_any_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<v1::GenerateResponse> terminal_message_ ABSL_GUARDED_BY(mu_);
-  std::optional<grpc::Status> final_status_ ABSL_GUARDED_BY(mu_);
-  grpc::ByteBuffer write_buffer_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> final_status_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mlaserve::router

@@ -1,7 +1,6 @@
 // GenerateCall, second half: how a call ends (Complete / Fail, aborts, bookkeeping) and the
 // outbox that writes chunks, the terminal message and the status to the client.
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
 #include "router/generate_call.h"
 
 namespace mlaserve::router {
@@ -22,12 +21,6 @@ void SendAbortTo(std::shared_ptr<Stub> stub, const std::string& request_id,
   s->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   s->stub->async()->Abort(&s->context, &s->request, &s->response,
                           [s](const grpc::Status&) { delete s; });
-}
-
-void Serialize(const v1::GenerateResponse& message, grpc::ByteBuffer* out) {
-  bool own_buffer = false;
-  out->Clear();  // the writer needs an empty buffer; the previous write is done
-  grpc::GenericSerialize<grpc::ProtoBufferWriter, v1::GenerateResponse>(message, out, &own_buffer);
 }
 
 }  // namespace
@@ -61,7 +54,7 @@ bool GenerateCall::CompleteLocked(v1::FinishReason reason, std::optional<int32_t
   c->set_e2e_latency_s(absl::ToDoubleSeconds(now - start_time_));
   router_->metrics().e2e_request_latency_seconds->Observe(absl::ToDoubleSeconds(now - start_time_));
   terminal_message_ = std::move(response);
-  final_status_ = grpc::Status::OK;
+  final_status_ = absl::OkStatus();
   return true;
 }
 
@@ -76,7 +69,7 @@ bool GenerateCall::FailLocked(const absl::Status& status) {
     response.mutable_error()->set_message(std::string(status.message()));
     terminal_message_ = std::move(response);
   }
-  final_status_ = common::ToGrpcStatus(status);
+  final_status_ = status;
   if (status.code() != absl::StatusCode::kCancelled) {
     router_->metrics().requests_failed_total->Increment();
   }
@@ -133,8 +126,9 @@ void GenerateCall::SendWorkerAborts() {
 }
 
 void GenerateCall::Pump() {
-  enum class Action { kNone, kWrite, kFinish } action = Action::kNone;
-  grpc::Status status;
+  enum class Action { kNone, kSend, kEnd } action = Action::kNone;
+  absl::Status status;
+  v1::GenerateResponse message;
   {
     absl::MutexLock lock(&mu_);
     if (finish_called_ || write_in_flight_) return;
@@ -142,37 +136,35 @@ void GenerateCall::Pump() {
       // Nothing more reaches the client; finish once the call has ended.
       if (phase_ != Phase::kDone) return;
       finish_called_ = true;
-      action = Action::kFinish;
-      status = final_status_.value_or(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      action = Action::kEnd;
+      status = final_status_.value_or(absl::CancelledError("cancelled"));
     } else if (output_.has_value() && output_->has_pending()) {
       PendingChunk chunk = output_->TakeChunk();
-      v1::GenerateResponse response;
-      response.set_request_id(request_id_);
-      v1::GenerateChunk* c = response.mutable_chunk();
+      message.set_request_id(request_id_);
+      v1::GenerateChunk* c = message.mutable_chunk();
       if (include_token_ids_) c->mutable_token_ids()->Assign(chunk.token_ids.begin(), chunk.token_ids.end());
       if (include_text_) c->set_text(std::move(chunk.text));
       c->set_prompt_tokens(static_cast<int32_t>(prompt_ids_.size()));
       c->set_completion_tokens(output_->completion_tokens());
-      Serialize(response, &write_buffer_);
       write_in_flight_ = true;
       sent_any_ = true;
-      action = Action::kWrite;
+      action = Action::kSend;
     } else if (terminal_message_.has_value()) {
-      Serialize(*terminal_message_, &write_buffer_);
+      message = *std::move(terminal_message_);
       terminal_message_.reset();
       write_in_flight_ = true;
       sent_any_ = true;
-      action = Action::kWrite;
+      action = Action::kSend;
     } else if (phase_ == Phase::kDone && final_status_.has_value()) {
       finish_called_ = true;
       status = *final_status_;
-      action = Action::kFinish;
+      action = Action::kEnd;
     }
   }
-  if (action == Action::kWrite) {
-    StartWrite(&write_buffer_);
-  } else if (action == Action::kFinish) {
-    Finish(status);
+  if (action == Action::kSend) {
+    client_->Send(message);
+  } else if (action == Action::kEnd) {
+    client_->End(status);
   }
 }
 

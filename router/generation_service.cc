@@ -1,16 +1,64 @@
 #include "router/generation_service.h"
 
 #include "common/grpc_status.h"
+#include "router/api_conversion.h"
 #include "router/generate_call.h"
 
 namespace mlaserve::router {
+namespace {
+
+// The gRPC end of a GenerateCall (generate_client.h): parses the raw request, writes the
+// call's messages to the stream and forwards the reactor's events to the call.
+class GrpcGenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+                                  public GenerateClient {
+ public:
+  GrpcGenerateReactor(RouterContext* router, grpc::CallbackServerContext* context,
+                      const grpc::ByteBuffer* request) {
+    call_ = new GenerateCall(router, this, absl::FromChrono(context->deadline()), Parse(request));
+  }
+
+  void Send(const v1::GenerateResponse& message) override {
+    bool own_buffer = false;
+    buffer_.Clear();  // the writer needs an empty buffer; the previous write is done
+    grpc::GenericSerialize<grpc::ProtoBufferWriter, v1::GenerateResponse>(message, &buffer_,
+                                                                          &own_buffer);
+    StartWrite(&buffer_);
+  }
+  void End(const absl::Status& status) override { Finish(common::ToGrpcStatus(status)); }
+
+  void OnWriteDone(bool ok) override { call_->OnWriteDone(ok); }
+  void OnCancel() override { call_->OnCancel(); }
+  void OnDone() override {
+    call_->OnDone();
+    delete this;
+  }
+
+ private:
+  static absl::StatusOr<v1::GenerateRequest> Parse(const grpc::ByteBuffer* request) {
+    std::vector<grpc::Slice> slices;
+    std::string wire;
+    if (request->Dump(&slices).ok()) {
+      for (const grpc::Slice& s : slices) {
+        wire.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
+    v1::GenerateRequest parsed;
+    if (!parsed.ParseFromString(wire)) return DiagnoseUnparsableGenerateRequest(wire);
+    return parsed;
+  }
+
+  GenerateCall* call_;
+  grpc::ByteBuffer buffer_;
+};
+
+}  // namespace
 
 // The version reported by GetServerInfo and workers list.
 inline constexpr char kRouterVersion[] = "0.1.0";
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
-  return new GenerateCall(router_, context, request);
+  return new GrpcGenerateReactor(router_, context, request);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* context,

@@ -19,6 +19,7 @@
 #include "model/config.h"
 #include "router/admin_service.h"
 #include "router/generation_service.h"
+#include "router/openai/http_api.h"
 #include "router/router_context.h"
 #include "router/tokenizer_codec.h"
 #include "router/worker_poller.h"
@@ -46,6 +47,9 @@ int Main(int argc, char** argv) {
   int64_t request_timeout_s = 3600;
   int64_t queue_timeout_ms = 600'000;
   std::string log_level = "info";
+  int http_port = -1;
+  std::string chat_template_file;
+  openai::HttpApiOptions http;
   app.add_option("--listen", o.listen, "HOST:PORT to serve on (port 0 = ephemeral)")
       ->capture_default_str();
   app.add_option("--model", o.model_dir, "model directory (config.json, tokenizer.json)")
@@ -71,6 +75,17 @@ int Main(int argc, char** argv) {
                  "how long a request may wait for a decode worker with room for its prompt's KV "
                  "pages before RESOURCE_EXHAUSTED (0 = fail at once)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  app.add_option("--http-port", http_port,
+                 "OpenAI-compatible HTTP API port on the --listen host (0 = ephemeral, -1 = off)")
+      ->capture_default_str()->check(CLI::Range(-1, 65535));
+  app.add_option("--http-threads", http.threads,
+                 "HTTP requests served at once (a streaming response holds a thread)")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--served-model-name", http.served_model_name,
+                 "the model name of the HTTP API (default: the model directory's name)");
+  app.add_option("--chat-template", chat_template_file,
+                 "Jinja chat template file (default: the checkpoint's tokenizer_config.json)")
+      ->check(CLI::ExistingFile);
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
@@ -146,14 +161,40 @@ int Main(int argc, char** argv) {
     spdlog::info("metrics on http://{}/metrics", common::FormatHostPort(host->host, metrics->port()));
   }
 
+  // The OpenAI HTTP API (router/openai): the same Generate path on its own port. Plaintext
+  // only until the router has TLS / API-key settings; HttpApiOptions already takes them.
+  std::unique_ptr<openai::HttpApi> http_api;
+  if (http_port >= 0) {
+    auto chat = chat_template::LoadChatTemplate(o.model_dir, chat_template_file);
+    if (!chat.ok() && !chat_template_file.empty()) return Fail("--chat-template", chat.status());
+    if (chat.ok()) {
+      spdlog::info("chat template from {}", chat->origin);
+    } else {
+      spdlog::warn("/v1/chat/completions is unavailable: {}", std::string(chat.status().message()));
+    }
+    http.host = common::ParseHostPort(o.listen)->host;
+    http.port = http_port;
+    if (http.served_model_name.empty()) http.served_model_name = model_name;
+    auto started = openai::HttpApi::Start(&router, std::move(chat), http);
+    if (!started.ok()) return Fail("--http-port", started.status());
+    http_api = *std::move(started);
+  }
+
   poller.Start();
   spdlog::info("router for model '{}' ({}), {} static prefill / {} static decode workers",
                model_name, router.model().identity.model_type, o.prefill_addresses.size(),
                o.decode_addresses.size());
   runner.PrintListening();
+  if (http_api) {
+    // A second stdout line, after the gRPC one that launchers wait for.
+    std::printf("http listening on %s\n",
+                common::FormatHostPort(http.host, http_api->port()).c_str());
+    std::fflush(stdout);
+  }
   runner.WaitForShutdown([&] {
     poller.Stop();
     if (health != nullptr) health->SetServingStatus(kReadinessService, false);
+    if (http_api) http_api->Stop();
   });
   if (!router.WaitForCallsToEnd(absl::Seconds(5))) {
     spdlog::warn("some requests were still winding down at exit");

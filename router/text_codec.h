@@ -32,6 +32,10 @@ class TextCodec {
   // The prompt's token ids (BOS included when the model uses one). INVALID_ARGUMENT naming
   // the problem when the text cannot be encoded.
   virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const = 0;
+  // The token ids of `text` as written: no BOS or other tokens added (special tokens written
+  // in the text are still recognized). For text that already carries its special tokens,
+  // such as a rendered chat template (transformers tokenizes those without adding any).
+  virtual absl::StatusOr<std::vector<int32_t>> EncodeVerbatim(std::string_view text) const = 0;
   // `prompt_ids` gives context for tokenizers whose pieces depend on the previous token.
   virtual std::unique_ptr<StreamingDetokenizer> NewDetokenizer(
       std::span<const int32_t> prompt_ids, bool skip_special_tokens) const = 0;

@@ -36,6 +36,9 @@ class IdsOnlyCodec final : public TextCodec {
     return absl::FailedPreconditionError(
         absl::StrCat("this router cannot tokenize text (", why_, "); send token_ids instead"));
   }
+  absl::StatusOr<std::vector<int32_t>> EncodeVerbatim(std::string_view text) const override {
+    return Encode(text);
+  }
   std::unique_ptr<StreamingDetokenizer> NewDetokenizer(std::span<const int32_t>,
                                                        bool) const override {
     return std::make_unique<NoTextDetokenizer>();
@@ -61,6 +64,10 @@ absl::StatusOr<std::unique_ptr<TokenizerCodec>> TokenizerCodec::FromModelDir(
 
 absl::StatusOr<std::vector<int32_t>> TokenizerCodec::Encode(std::string_view text) const {
   return tokenizer_->Encode(text, /*add_special_tokens=*/true);
+}
+
+absl::StatusOr<std::vector<int32_t>> TokenizerCodec::EncodeVerbatim(std::string_view text) const {
+  return tokenizer_->Encode(text, /*add_special_tokens=*/false);
 }
 
 std::unique_ptr<StreamingDetokenizer> TokenizerCodec::NewDetokenizer(

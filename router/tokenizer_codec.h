@@ -24,6 +24,7 @@ class TokenizerCodec final : public TextCodec {
       : tokenizer_(std::move(tokenizer)) {}
 
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
+  absl::StatusOr<std::vector<int32_t>> EncodeVerbatim(std::string_view text) const override;
   std::unique_ptr<StreamingDetokenizer> NewDetokenizer(std::span<const int32_t> prompt_ids,
                                                        bool skip_special_tokens) const override;
   const model::Tokenizer& tokenizer() const { return *tokenizer_; }

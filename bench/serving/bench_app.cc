@@ -9,17 +9,21 @@
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
+#include <httplib.h>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "bench/serving/dataset.h"
+#include "nlohmann/json.hpp"
 #include "bench/serving/load_runner.h"
 #include "bench/serving/progress.h"
 #include "bench/serving/report.h"
 #include "bench/serving/stats.h"
 #include "bench/serving/stream_tally.h"
+#include "bench/serving/timed_openai_call.h"
 #include "mlaserve/v1/api.grpc.pb.h"
 
 namespace mlaserve::bench {
@@ -36,6 +40,38 @@ absl::StatusOr<v1::GetModelInfoResponse> FetchModelInfo(v1::Generation::StubInte
     return absl::UnavailableError(absl::StrCat(
         "GetModelInfo on ", o.server, " failed within ", o.connect_timeout_s, " s: ",
         StatusCodeName(status.error_code()), ": ", status.error_message()));
+  }
+  return info;
+}
+
+// The model card of an OpenAI HTTP API (GET /v1/models), as the GetModelInfo answer the
+// dataset needs; the `mlaserve` extension of the card gives the vocabulary.
+absl::StatusOr<v1::GetModelInfoResponse> FetchOpenAiModel(const OpenAiTarget& target,
+                                                          const BenchOptions& o) {
+  httplib::Client client(target.host, target.port);
+  client.set_connection_timeout(std::chrono::seconds(static_cast<int64_t>(o.connect_timeout_s)));
+  client.set_read_timeout(std::chrono::seconds(static_cast<int64_t>(o.connect_timeout_s)));
+  httplib::Result r = client.Get("/v1/models");
+  if (!r || r->status != 200) {
+    return absl::UnavailableError(absl::StrCat(
+        "GET /v1/models on ", o.server, " failed: ",
+        r ? absl::StrCat("HTTP ", r->status, " ", r->body) : httplib::to_string(r.error())));
+  }
+  const nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
+  if (j.is_discarded() || !j.contains("data") || j["data"].empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("GET /v1/models on ", o.server, " lists no model"));
+  }
+  const nlohmann::json& card = j["data"][0];
+  v1::GetModelInfoResponse info;
+  info.set_model_name(card.value("id", ""));
+  info.set_max_context_length(card.value("max_model_len", 0));
+  if (card.contains("mlaserve")) {
+    const nlohmann::json& ext = card["mlaserve"];
+    info.set_vocab_size(ext.value("vocab_size", 0));
+    for (int id : ext.value("eos_token_ids", std::vector<int>{})) info.add_eos_token_ids(id);
+    if (ext.contains("bos_token_id") && ext["bos_token_id"].is_number()) {
+      info.set_bos_token_id(ext["bos_token_id"].get<int>());
+    }
   }
   return info;
 }
@@ -93,12 +129,36 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
 
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(o.server, grpc::InsecureChannelCredentials(), args);
-  std::unique_ptr<v1::Generation::Stub> stub = v1::Generation::NewStub(channel);
-
-  absl::StatusOr<v1::GetModelInfoResponse> model = FetchModelInfo(stub.get(), o);
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Generation::Stub> stub;
+  OpenAiTarget target;
+  absl::StatusOr<v1::GetModelInfoResponse> model;
+  if (o.backend == Backend::kOpenAi) {
+    const size_t colon = o.server.rfind(':');
+    if (colon == std::string::npos || !absl::SimpleAtoi(o.server.substr(colon + 1), &target.port)) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--server ", o.server, ": expected HOST:PORT")));
+    }
+    target.host = o.server.substr(0, colon);
+    if (target.host.size() > 1 && target.host.front() == '[') target.host = target.host.substr(1, target.host.size() - 2);
+    model = FetchOpenAiModel(target, o);
+    if (model.ok()) target.model = model->model_name();
+  } else {
+    channel = grpc::CreateCustomChannel(o.server, grpc::InsecureChannelCredentials(), args);
+    stub = v1::Generation::NewStub(channel);
+    model = FetchModelInfo(stub.get(), o);
+  }
   if (!model.ok()) return fail(model.status());
+  // How each request travels.
+  const auto make_runner = [&](const LoadOptions& options) {
+    if (o.backend == Backend::kGrpc) return std::make_unique<LoadRunner>(stub.get(), options);
+    return std::make_unique<LoadRunner>(
+        [target](const RequestSpec& spec, std::string id, const CallSettings& settings,
+                 BenchClock::time_point run_start, BenchCall::DoneCallback on_done) {
+          return std::make_unique<TimedOpenAiCall>(target, spec, std::move(id), settings, run_start,
+                                                   std::move(on_done));
+        },
+        options);
+  };
   absl::StatusOr<std::vector<RequestSpec>> specs = BuildDataset(o, *model);
   if (!specs.ok()) return fail(specs.status());
   const std::vector<double> arrivals =
@@ -126,8 +186,8 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
     const std::vector<RequestSpec> warmup = CycleToCount(*specs, o.warmup_requests);
     LoadOptions warm = load;
     warm.request_id_prefix = absl::StrCat("bench-", nonce, "-warmup");
-    LoadRunner runner(stub.get(), warm);
-    LoadResult result = RunWithProgress(runner, warmup, std::vector<double>(warmup.size(), 0.0),
+    std::unique_ptr<LoadRunner> runner = make_runner(warm);
+    LoadResult result = RunWithProgress(*runner, warmup, std::vector<double>(warmup.size(), 0.0),
                                         show_progress, "warmup", err);
     info.warmup_sent = static_cast<int>(warmup.size());
     for (const RequestRecord& r : result.records) {
@@ -141,9 +201,9 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
   }
 
   load.request_id_prefix = absl::StrCat("bench-", nonce);
-  LoadRunner runner(stub.get(), load);
+  std::unique_ptr<LoadRunner> runner = make_runner(load);
   const LoadResult result =
-      RunWithProgress(runner, *specs, arrivals, show_progress, "benchmark", err);
+      RunWithProgress(*runner, *specs, arrivals, show_progress, "benchmark", err);
   const BenchSummary summary = Summarize(result, static_cast<int>(specs->size()));
 
   const std::string table = FormatSummaryTable(summary, info);

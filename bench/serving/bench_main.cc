@@ -20,7 +20,14 @@ int Main(int argc, char** argv) {
   std::string progress = "auto";
   float temperature = 0.0f;
 
-  app.add_option("--server", o.server, "router address HOST:PORT")->capture_default_str();
+  std::string backend = "grpc";
+  app.add_option("--server", o.server,
+                 "router address HOST:PORT (the HTTP API's with --backend openai)")
+      ->capture_default_str();
+  app.add_option("--backend", backend,
+                 "grpc (mlaserve.v1.Generation) or openai (POST /v1/completions, streamed)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"grpc", "openai"}));
   app.add_option("--dataset", dataset, "random (token ids) or prompts-file (JSONL)")
       ->capture_default_str()
       ->check(CLI::IsMember({"random", "prompts-file"}));
@@ -68,6 +75,7 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   CLI11_PARSE(app, argc, argv);
 
+  o.backend = backend == "openai" ? Backend::kOpenAi : Backend::kGrpc;
   o.dataset = dataset == "random" ? DatasetKind::kRandom : DatasetKind::kPromptsFile;
   o.progress = progress == "on"    ? ProgressMode::kOn
                : progress == "off" ? ProgressMode::kOff

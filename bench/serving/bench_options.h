@@ -13,9 +13,12 @@ namespace mlaserve::bench {
 
 enum class DatasetKind { kRandom, kPromptsFile };
 enum class ProgressMode { kAuto, kOn, kOff };
+// How requests travel: the gRPC Generate API, or the OpenAI HTTP API (/v1/completions, SSE).
+enum class Backend { kGrpc, kOpenAi };
 
 struct BenchOptions {
-  std::string server = "localhost:8000";
+  std::string server = "localhost:8000";  // gRPC address, or the HTTP API's HOST:PORT
+  Backend backend = Backend::kGrpc;
 
   DatasetKind dataset = DatasetKind::kRandom;
   std::string prompts_file;  // JSONL for kPromptsFile

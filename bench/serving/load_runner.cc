@@ -19,7 +19,17 @@ struct LoadRunner::State {
 };
 
 LoadRunner::LoadRunner(v1::Generation::StubInterface* stub, LoadOptions options)
-    : stub_(stub), options_(std::move(options)), state_(std::make_shared<State>()) {}
+    : LoadRunner(
+          [stub](const RequestSpec& spec, std::string id, const CallSettings& settings,
+                 BenchClock::time_point run_start, BenchCall::DoneCallback on_done) {
+            return std::make_unique<TimedGenerateCall>(stub, spec, std::move(id), settings,
+                                                       run_start, std::move(on_done));
+          },
+          std::move(options)) {}
+
+LoadRunner::LoadRunner(BenchCallFactory factory, LoadOptions options)
+    : factory_(std::move(factory)), options_(std::move(options)),
+      state_(std::make_shared<State>()) {}
 
 LoadRunner::~LoadRunner() = default;
 
@@ -70,7 +80,7 @@ LoadResult LoadRunner::Run(const std::vector<RequestSpec>& specs,
     }
     const int index = sent;
     std::shared_ptr<State> shared = state_;
-    calls_[index] = std::make_unique<TimedGenerateCall>(
+    calls_[index] = factory_(
         specs[index], absl::StrCat(options_.request_id_prefix, "-", index), options_.call,
         run_start, [shared, index](RequestRecord record) {
           absl::MutexLock lock(&shared->mu);
@@ -80,7 +90,7 @@ LoadResult LoadRunner::Run(const std::vector<RequestSpec>& specs,
           shared->done[index] = true;
           shared->records.push_back(std::move(record));
         });
-    calls_[index]->Start(stub_);
+    calls_[index]->Start();
   }
 
   auto all_done = [&st]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {

@@ -49,8 +49,10 @@ struct LoadResult {
 
 class LoadRunner {
  public:
-  // `stub` must outlive Run().
+  // Requests over the gRPC Generate API; `stub` must outlive Run().
   LoadRunner(v1::Generation::StubInterface* stub, LoadOptions options);
+  // Requests made by `factory` (e.g. over the OpenAI HTTP API).
+  LoadRunner(BenchCallFactory factory, LoadOptions options);
   ~LoadRunner();
 
   // Blocks until every request finished (or the bound ran out). `arrival_offsets_s[i]` is
@@ -63,10 +65,10 @@ class LoadRunner {
 
  private:
   struct State;
-  v1::Generation::StubInterface* stub_;
+  BenchCallFactory factory_;
   LoadOptions options_;
   std::shared_ptr<State> state_;  // shared with the calls' completion callbacks
-  std::vector<std::unique_ptr<TimedGenerateCall>> calls_;  // dispatcher thread only
+  std::vector<std::unique_ptr<BenchCall>> calls_;  // dispatcher thread only
 };
 
 }  // namespace mlaserve::bench

@@ -57,6 +57,7 @@ std::string FormatSummaryTable(const BenchSummary& s, const RunInfo& info) {
   std::string t = Rule("") + absl::StrFormat("%s\n", "mlaserve-bench: serving benchmark result");
   t += Rule("");
   t += Row("Server", o.server);
+  t += Row("Backend", o.backend == Backend::kOpenAi ? "openai (HTTP)" : "grpc");
   t += Row("Model", info.model_name);
   t += Row("Dataset", DatasetName(o.dataset));
   t += Row("Request rate (req/s)", RateText(o.request_rate));
@@ -100,6 +101,7 @@ nlohmann::json SummaryToJson(const BenchSummary& s, const RunInfo& info) {
   const BenchOptions& o = info.options;
   nlohmann::json j;
   j["server"] = o.server;
+  j["backend"] = o.backend == Backend::kOpenAi ? "openai" : "grpc";
   j["model"] = info.model_name;
   j["dataset"] = DatasetName(o.dataset);
   if (o.dataset == DatasetKind::kRandom) {

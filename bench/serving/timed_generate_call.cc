@@ -11,10 +11,11 @@ double Seconds(BenchClock::duration d) { return std::chrono::duration<double>(d)
 
 }  // namespace
 
-TimedGenerateCall::TimedGenerateCall(const RequestSpec& spec, std::string request_id,
-                                     const CallSettings& settings,
+TimedGenerateCall::TimedGenerateCall(v1::Generation::StubInterface* stub, const RequestSpec& spec,
+                                     std::string request_id, const CallSettings& settings,
                                      BenchClock::time_point run_start, DoneCallback on_done)
-    : run_start_(run_start), on_done_(std::move(on_done)), spec_(&spec),
+    : stub_(stub),
+      run_start_(run_start), on_done_(std::move(on_done)), spec_(&spec),
       request_id_(std::move(request_id)) {
   request_.set_request_id(request_id_);
   if (spec.use_text) {
@@ -32,12 +33,12 @@ TimedGenerateCall::TimedGenerateCall(const RequestSpec& spec, std::string reques
   timeout_ = settings.timeout;
 }
 
-void TimedGenerateCall::Start(v1::Generation::StubInterface* stub) {
+void TimedGenerateCall::Start() {
   context_.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
   call_start_ = BenchClock::now();
   tally_.emplace(*spec_, request_id_, Seconds(call_start_ - run_start_));
   spec_ = nullptr;
-  stub->async()->Generate(&context_, &request_, this);
+  stub_->async()->Generate(&context_, &request_, this);
   StartRead(&response_);
   StartCall();
 }

@@ -16,35 +16,24 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/time/time.h"
+#include "bench/serving/bench_call.h"
 #include "bench/serving/request_record.h"
 #include "bench/serving/stream_tally.h"
 #include "mlaserve/v1/api.grpc.pb.h"
 
 namespace mlaserve::bench {
 
-// Per-request settings shared by every request of a run.
-struct CallSettings {
-  absl::Duration timeout = absl::Seconds(600);  // deadline of each Generate call
-  std::optional<float> temperature;             // unset: the server's default
-  bool ignore_eos = true;
-  bool include_text = true;  // ask the router to detokenize too, as a real client would
-};
-
-using BenchClock = std::chrono::steady_clock;
-
-class TimedGenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse> {
+class TimedGenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse>, public BenchCall {
  public:
-  using DoneCallback = std::function<void(RequestRecord)>;
-
-  TimedGenerateCall(const RequestSpec& spec, std::string request_id,
-                    const CallSettings& settings, BenchClock::time_point run_start,
-                    DoneCallback on_done);
+  TimedGenerateCall(v1::Generation::StubInterface* stub, const RequestSpec& spec,
+                    std::string request_id, const CallSettings& settings,
+                    BenchClock::time_point run_start, DoneCallback on_done);
 
   // Starts the RPC. Call once.
-  void Start(v1::Generation::StubInterface* stub);
+  void Start() override;
 
   // Cancels the RPC because the run's time bound ran out; the record then says so.
-  void CancelAtBound();
+  void CancelAtBound() override;
 
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
@@ -52,6 +41,7 @@ class TimedGenerateCall : public grpc::ClientReadReactor<v1::GenerateResponse> {
  private:
   double SecondsSinceStart() const;
 
+  v1::Generation::StubInterface* stub_;
   grpc::ClientContext context_;
   v1::GenerateRequest request_;
   v1::GenerateResponse response_;

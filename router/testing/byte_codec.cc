@@ -52,6 +52,20 @@ absl::StatusOr<std::vector<int32_t>> ByteCodec::Encode(std::string_view text) co
   return ids;
 }
 
+absl::StatusOr<std::vector<int32_t>> ByteCodec::EncodeVerbatim(std::string_view text) const {
+  std::vector<int32_t> ids;
+  while (!text.empty()) {
+    if (text.starts_with("<bos>") || text.starts_with("<eos>")) {
+      ids.push_back(text.starts_with("<bos>") ? kBos : kEos);
+      text.remove_prefix(5);
+    } else {
+      ids.push_back(static_cast<unsigned char>(text[0]));
+      text.remove_prefix(1);
+    }
+  }
+  return ids;
+}
+
 std::unique_ptr<StreamingDetokenizer> ByteCodec::NewDetokenizer(std::span<const int32_t>,
                                                                 bool skip_special_tokens) const {
   return std::make_unique<ByteDetokenizer>(skip_special_tokens);

@@ -14,6 +14,8 @@ class ByteCodec final : public TextCodec {
   static constexpr int32_t kVocabSize = 300;
 
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
+  // The bytes as ids; "<bos>" and "<eos>" written in the text are kBos / kEos.
+  absl::StatusOr<std::vector<int32_t>> EncodeVerbatim(std::string_view text) const override;
   std::unique_ptr<StreamingDetokenizer> NewDetokenizer(std::span<const int32_t> prompt_ids,
                                                        bool skip_special_tokens) const override;
 };

@@ -300,6 +300,21 @@ class RenderTest(unittest.TestCase):
         self.assertIn("prefill  2 x ds-mlaserve-prefill", notes)
         self.assertIn("decode   4 x ds-mlaserve-decode", notes)
 
+    def test_router_exposes_the_openai_http_port(self):
+        objs = render()
+        c = container(find(objs, "Deployment", "router"))
+        self.assertEqual(flag_values(c["args"])["--http-port"], "8080")
+        self.assertEqual({p["name"]: p["containerPort"] for p in c["ports"]}["http"], 8080)
+        svc = find(objs, "Service", "router")
+        http = next(p for p in svc["spec"]["ports"] if p["name"] == "http")
+        self.assertEqual((http["port"], http["targetPort"]), (8080, "http"))
+        self.assertIn("/v1/completions", render_text([EXAMPLE_2P4D], release="ds", namespace="m", notes=True))
+        off = render(extra_values={"router": {"httpPort": None}})
+        c = container(find(off, "Deployment", "router"))
+        self.assertNotIn("--http-port", c["args"])
+        self.assertNotIn("http", [p["name"] for p in c["ports"]])
+        self.assertNotIn("http", [p["name"] for p in find(off, "Service", "router")["spec"]["ports"]])
+
     def test_router_queue_timeout_is_passed_only_when_set(self):
         args = find(render(), "Deployment", "router")["spec"]["template"]["spec"]["containers"][0]["args"]
         self.assertNotIn("--queue-timeout-ms", args)

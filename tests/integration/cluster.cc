@@ -1,5 +1,6 @@
 #include "tests/integration/cluster.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <grpcpp/grpcpp.h>
@@ -45,6 +46,15 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
                                           o.model_dir, "--metrics-port", "-1",
                                           "--poll-interval-ms", "100",
                                           "--heartbeat-timeout-ms", "2000"};
+  // Extra flags replace defaults of the same name (the router refuses a repeated flag).
+  for (size_t i = 0; i + 1 < o.extra_router_flags.size(); i += 2) {
+    auto it = std::find(router_argv.begin(), router_argv.end(), o.extra_router_flags[i]);
+    if (it != router_argv.end()) {
+      *(it + 1) = o.extra_router_flags[i + 1];
+    } else {
+      router_argv.insert(router_argv.end(), {o.extra_router_flags[i], o.extra_router_flags[i + 1]});
+    }
+  }
   auto start_worker = [&](const std::string& bin, const std::string& name,
                           bool decode) -> absl::StatusOr<std::unique_ptr<ServerProcess>> {
     std::vector<std::string> argv = {bin, "--listen", "127.0.0.1:0", "--model", o.model_dir,

@@ -29,6 +29,7 @@ struct ClusterOptions {
   bool self_register = false;       // workers use --router instead of static flags
   std::vector<std::string> extra_decode_flags;
   std::vector<std::string> extra_prefill_flags;
+  std::vector<std::string> extra_router_flags;  // "--flag", "value" pairs
 };
 
 class Cluster {

@@ -76,6 +76,30 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   return p;
 }
 
+absl::StatusOr<std::string> ServerProcess::WaitForStdoutLine(const std::string& prefix,
+                                                             absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  std::string found;
+  auto has_line = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (size_t pos = 0; pos < stdout_.size();) {
+      const size_t end = stdout_.find('\n', pos);
+      if (end == std::string::npos) break;
+      if (absl::StartsWith(absl::string_view(stdout_).substr(pos, end - pos), prefix)) {
+        found = stdout_.substr(pos + prefix.size(), end - pos - prefix.size());
+        return true;
+      }
+      pos = end + 1;
+    }
+    return stdout_closed_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&has_line), timeout);
+  if (found.empty()) {
+    return absl::DeadlineExceededError(absl::StrCat("no stdout line starting with '", prefix,
+                                                    "' within ", absl::FormatDuration(timeout)));
+  }
+  return found;
+}
+
 void ServerProcess::ReadStdout(int fd) {
   char buf[4096];
   while (true) {

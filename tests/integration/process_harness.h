@@ -34,6 +34,10 @@ class ServerProcess {
   const std::string& log_path() const { return log_path_; }
 
   // SIGTERM, then waits up to `timeout` for exit; returns the exit code (or -signal).
+  // The rest of the first stdout line starting with `prefix` (e.g. "http listening on "),
+  // waiting up to `timeout` for it.
+  absl::StatusOr<std::string> WaitForStdoutLine(const std::string& prefix, absl::Duration timeout);
+
   absl::StatusOr<int> Terminate(absl::Duration timeout);
   void Kill();  // SIGKILL and reap
   std::string LogTail(size_t bytes = 4000) const;

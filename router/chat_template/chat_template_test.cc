@@ -1,0 +1,139 @@
+// The chat-template interpreter's contract beyond agreement with transformers
+// (chat_template_fixture_test.cc): unsupported constructs fail at parse time naming the
+// construct and line, render errors name the line, and checkpoints are loaded like
+// transformers loads them.
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "router/chat_template/chat_template.h"
+#include "router/chat_template/checkpoint_template.h"
+
+namespace mlaserve::router::chat_template {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ParseError(const std::string& source) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source);
+  EXPECT_FALSE(t.ok()) << source;
+  if (t.ok()) return "";
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(t.status().message());
+}
+
+absl::StatusOr<std::string> Render(const std::string& source, nlohmann::ordered_json vars) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source);
+  if (!t.ok()) return t.status();
+  return t->Render(vars);
+}
+
+TEST(ChatTemplateTest, UnsupportedConstructsAreNamedWithTheirLine) {
+  EXPECT_THAT(ParseError("x\n{% macro m() %}{% endmacro %}"),
+              HasSubstr("line 2: unsupported statement 'macro'"));
+  EXPECT_THAT(ParseError("{{ 'a'|upper }}"), HasSubstr("unsupported filter 'upper'"));
+  EXPECT_THAT(ParseError("{{ x is divisibleby 3 }}"), HasSubstr("unsupported test 'is divisibleby'"));
+  EXPECT_THAT(ParseError("{{ 'a'.title() }}"), HasSubstr("unsupported method '.title()'"));
+  EXPECT_THAT(ParseError("{{ strftime_now('%Y') }}"), HasSubstr("unsupported function 'strftime_now'"));
+  EXPECT_THAT(ParseError("{% for m in messages if m %}{% endfor %}"), HasSubstr("unsupported loop filter"));
+  EXPECT_THAT(ParseError("{% set a, b = 1, 2 %}"), HasSubstr("unsupported tuple assignment"));
+  EXPECT_THAT(ParseError("{% set x %}y{% endset %}"), HasSubstr("unsupported block 'set'"));
+  EXPECT_THAT(ParseError("{{ (1, 2) }}"), HasSubstr("unsupported tuple literal"));
+  EXPECT_THAT(ParseError("{% raw %}{{ x }}{% endraw %}"), HasSubstr("unsupported statement 'raw'"));
+  EXPECT_THAT(ParseError("{% include 'x' %}"), HasSubstr("unsupported statement 'include'"));
+  EXPECT_THAT(ParseError("{{ '\\N{BULLET}' }}"), HasSubstr("\\N{...}"));
+  EXPECT_THAT(ParseError("{% generation %}x{% endgeneration %}"),
+              HasSubstr("unsupported statement 'generation'"));
+}
+
+TEST(ChatTemplateTest, MalformedTemplatesAreNamed) {
+  EXPECT_THAT(ParseError("{% if x %}"), HasSubstr("ends inside a block"));
+  EXPECT_THAT(ParseError("a\n{{ x "), HasSubstr("line 2: {{ is never closed"));
+  EXPECT_THAT(ParseError("{# x"), HasSubstr("comment {# is never closed"));
+  EXPECT_THAT(ParseError("{% endif %}"), HasSubstr("unexpected 'endif'"));
+  EXPECT_THAT(ParseError("{% break %}"), HasSubstr("'break' outside a for loop"));
+  EXPECT_THAT(ParseError("{{ 'abc }}"), HasSubstr("string literal is never closed"));
+}
+
+TEST(ChatTemplateTest, RenderErrorsNameTheLine) {
+  absl::StatusOr<std::string> r = Render("ok\n{{ missing + 'x' }}", nlohmann::ordered_json::object());
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("line 2: 'missing' is undefined"));
+  r = Render("{{ raise_exception('roles must alternate') }}", nlohmann::ordered_json::object());
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("refused the messages: roles must alternate"));
+  r = Render("{{ [1, 2] }}", nlohmann::ordered_json::object());
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("printing a value of type list"));
+  r = Render("{% set ns = 1 %}{% set ns.x = 2 %}", nlohmann::ordered_json::object());
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("non-namespace object 'ns'"));
+}
+
+TEST(ChatTemplateTest, RendersMessagesFromJson) {
+  auto vars = nlohmann::ordered_json::parse(
+      R"({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": true,
+          "bos_token": "<s>"})");
+  absl::StatusOr<std::string> r = Render(
+      "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{{ m.content }}{% endfor %}"
+      "{% if add_generation_prompt %}[assistant]{% endif %}",
+      vars);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, "<s>[user]hi[assistant]");
+}
+
+class CheckpointTemplateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("chat_template_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(CheckpointTemplateTest, ReadsTemplateAndSpecialTokensFromTokenizerConfig) {
+  Write("tokenizer_config.json",
+        R"({"chat_template": "{{ bos_token }}x{{ eos_token }}",
+            "bos_token": {"__type": "AddedToken", "content": "<B>"}, "eos_token": "<E>",
+            "unk_token": null})");
+  absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->special_tokens, nlohmann::ordered_json::parse(R"({"bos_token": "<B>", "eos_token": "<E>"})"));
+  EXPECT_EQ(*t->tmpl.Render(t->special_tokens), "<B>x<E>");
+  EXPECT_THAT(t->origin, HasSubstr("tokenizer_config.json"));
+}
+
+TEST_F(CheckpointTemplateTest, NamedTemplateListUsesDefault) {
+  Write("tokenizer_config.json",
+        R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
+  absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*t->tmpl.Render(nlohmann::ordered_json::object()), "D");
+}
+
+TEST_F(CheckpointTemplateTest, JinjaFileAndOverride) {
+  Write("tokenizer_config.json", R"({"bos_token": "<B>"})");
+  absl::StatusOr<CheckpointChatTemplate> missing = LoadChatTemplate(dir_.string(), "");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("has no chat template"));
+  Write("chat_template.jinja", "J{{ bos_token }}\n");
+  absl::StatusOr<CheckpointChatTemplate> jinja = LoadChatTemplate(dir_.string(), "");
+  ASSERT_TRUE(jinja.ok()) << jinja.status();
+  EXPECT_EQ(*jinja->tmpl.Render(jinja->special_tokens), "J<B>");
+  Write("override.jinja", "O{% macro m() %}{% endmacro %}");
+  absl::StatusOr<CheckpointChatTemplate> bad =
+      LoadChatTemplate(dir_.string(), (dir_ / "override.jinja").string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("override.jinja: chat template line 1: unsupported statement 'macro'"));
+}
+
+}  // namespace
+}  // namespace mlaserve::router::chat_template

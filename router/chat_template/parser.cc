@@ -1,0 +1,571 @@
+#include "router/chat_template/parser.h"
+
+#include <charconv>
+#include <set>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+
+namespace mlaserve::router::chat_template {
+namespace {
+
+// What render.cc implements; anything else is refused at parse time.
+const std::set<std::string_view>& KnownFilters() {
+  static const std::set<std::string_view> k{"length", "count", "trim", "string", "default", "d",
+                                            "first", "last", "join", "tojson"};
+  return k;
+}
+const std::set<std::string_view>& KnownTests() {
+  static const std::set<std::string_view> k{"defined", "undefined", "none", "string", "number",
+                                            "integer", "float", "boolean", "true", "false",
+                                            "mapping", "sequence", "iterable"};
+  return k;
+}
+const std::set<std::string_view>& KnownMethods() {
+  static const std::set<std::string_view> k{"split", "strip", "lstrip", "rstrip", "startswith",
+                                            "endswith", "replace", "items", "keys", "values",
+                                            "get"};
+  return k;
+}
+const std::set<std::string_view>& KnownFunctions() {
+  static const std::set<std::string_view> k{"namespace", "range", "raise_exception"};
+  return k;
+}
+
+std::unique_ptr<Stmt> NewStmt(Stmt::Kind kind, int line) {
+  auto s = std::make_unique<Stmt>();
+  s->kind = kind;
+  s->line = line;
+  return s;
+}
+
+class Parser {
+ public:
+  explicit Parser(const std::vector<Token>& tokens) : t_(tokens) {}
+
+  absl::StatusOr<Body> Run() {
+    Body body;
+    std::string stop;
+    RETURN_IF_ERROR(ParseBody({}, &body, &stop));
+    return body;
+  }
+
+ private:
+  const Token& Cur() const { return t_[pos_]; }
+  const Token& Peek(size_t ahead = 1) const {
+    return t_[std::min(pos_ + ahead, t_.size() - 1)];
+  }
+  bool IsOp(std::string_view op) const {
+    return Cur().kind == TokenKind::kOperator && Cur().text == op;
+  }
+  bool IsName(std::string_view name) const {
+    return Cur().kind == TokenKind::kName && Cur().text == name;
+  }
+  absl::Status Error(const std::string& what) const {
+    return absl::InvalidArgumentError(absl::StrCat("chat template line ", Cur().line, ": ", what));
+  }
+  absl::Status Unsupported(const std::string& what) const {
+    return Error(absl::StrCat("unsupported ", what, " (not in the Jinja subset mlaserve renders)"));
+  }
+  std::string Describe(const Token& t) const {
+    switch (t.kind) {
+      case TokenKind::kEnd: return "the end of the template";
+      case TokenKind::kBlockEnd: return "'%}'";
+      case TokenKind::kPrintEnd: return "'}}'";
+      case TokenKind::kString: return "a string";
+      default: return absl::StrCat("'", t.text, "'");
+    }
+  }
+  absl::Status Expect(TokenKind kind, std::string_view text) {
+    if (Cur().kind != kind || (!text.empty() && Cur().text != text)) {
+      return Error(absl::StrCat("expected '", std::string(text), "', found ", Describe(Cur())));
+    }
+    ++pos_;
+    return absl::OkStatus();
+  }
+  absl::Status ExpectBlockEnd() { return Expect(TokenKind::kBlockEnd, "%}"); }
+  absl::StatusOr<std::string> ExpectName() {
+    if (Cur().kind != TokenKind::kName) {
+      return Error(absl::StrCat("expected a name, found ", Describe(Cur())));
+    }
+    return t_[pos_++].text;
+  }
+
+  // Parses statements until a block tag whose keyword is in `stops` (left in *stop, the tag
+  // consumed up to its keyword) or the end of the template (stop empty).
+  absl::Status ParseBody(const std::set<std::string_view>& stops, Body* body, std::string* stop) {
+    while (true) {
+      const Token& t = Cur();
+      if (t.kind == TokenKind::kEnd) {
+        if (!stops.empty()) {
+          return Error(absl::StrCat("the template ends inside a block that needs one of '",
+                                    absl::StrJoin(std::vector<std::string>(stops.begin(), stops.end()), "', '"), "'"));
+        }
+        stop->clear();
+        return absl::OkStatus();
+      }
+      if (t.kind == TokenKind::kData) {
+        auto s = NewStmt(Stmt::Kind::kText, t.line);
+        s->text = t.text;
+        body->push_back(std::move(s));
+        ++pos_;
+        continue;
+      }
+      if (t.kind == TokenKind::kPrintBegin) {
+        ++pos_;
+        auto s = NewStmt(Stmt::Kind::kPrint, t.line);
+        ASSIGN_OR_RETURN(s->expr, ParseExpression());
+        RETURN_IF_ERROR(Expect(TokenKind::kPrintEnd, "}}"));
+        body->push_back(std::move(s));
+        continue;
+      }
+      // A block tag.
+      ++pos_;
+      ASSIGN_OR_RETURN(std::string keyword, ExpectName());
+      if (stops.count(keyword) > 0) {
+        *stop = keyword;
+        return absl::OkStatus();
+      }
+      std::unique_ptr<Stmt> s;
+      if (keyword == "if") {
+        ASSIGN_OR_RETURN(s, ParseIf(t.line));
+      } else if (keyword == "for") {
+        ASSIGN_OR_RETURN(s, ParseFor(t.line));
+      } else if (keyword == "set") {
+        ASSIGN_OR_RETURN(s, ParseSet(t.line));
+      } else if (keyword == "break" || keyword == "continue") {
+        if (loop_depth_ == 0) return Error(absl::StrCat("'", keyword, "' outside a for loop"));
+        s = NewStmt(keyword == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue, t.line);
+        RETURN_IF_ERROR(ExpectBlockEnd());
+      } else if (keyword == "elif" || keyword == "else" || keyword.starts_with("end")) {
+        return Error(absl::StrCat("unexpected '", keyword, "'"));
+      } else {
+        return Unsupported(absl::StrCat("statement '", keyword, "'"));
+      }
+      body->push_back(std::move(s));
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<Stmt>> ParseIf(int line) {
+    auto s = NewStmt(Stmt::Kind::kIf, line);
+    while (true) {
+      ASSIGN_OR_RETURN(ExprPtr cond, ParseExpression());
+      RETURN_IF_ERROR(ExpectBlockEnd());
+      s->conditions.push_back(std::move(cond));
+      s->bodies.emplace_back();
+      std::string stop;
+      RETURN_IF_ERROR(ParseBody({"elif", "else", "endif"}, &s->bodies.back(), &stop));
+      if (stop == "elif") continue;
+      if (stop == "else") {
+        RETURN_IF_ERROR(ExpectBlockEnd());
+        s->bodies.emplace_back();
+        RETURN_IF_ERROR(ParseBody({"endif"}, &s->bodies.back(), &stop));
+      }
+      RETURN_IF_ERROR(ExpectBlockEnd());
+      return s;
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<Stmt>> ParseFor(int line) {
+    auto s = NewStmt(Stmt::Kind::kFor, line);
+    ASSIGN_OR_RETURN(std::string first, ExpectName());
+    s->targets.push_back(first);
+    if (IsOp(",")) {
+      ++pos_;
+      ASSIGN_OR_RETURN(std::string second, ExpectName());
+      s->targets.push_back(second);
+      if (IsOp(",")) return Unsupported("for loop with more than two targets");
+    }
+    if (!IsName("in")) return Error(absl::StrCat("expected 'in', found ", Describe(Cur())));
+    ++pos_;
+    ASSIGN_OR_RETURN(s->expr, ParseOr());  // Jinja parses the iterable without a condexpr
+    if (IsName("if")) return Unsupported("loop filter ('for ... in ... if ...')");
+    if (IsName("recursive")) return Unsupported("recursive for loop");
+    RETURN_IF_ERROR(ExpectBlockEnd());
+    ++loop_depth_;
+    s->bodies.emplace_back();
+    std::string stop;
+    RETURN_IF_ERROR(ParseBody({"else", "endfor"}, &s->bodies.back(), &stop));
+    --loop_depth_;
+    if (stop == "else") {
+      RETURN_IF_ERROR(ExpectBlockEnd());
+      s->bodies.emplace_back();
+      RETURN_IF_ERROR(ParseBody({"endfor"}, &s->bodies.back(), &stop));
+    }
+    RETURN_IF_ERROR(ExpectBlockEnd());
+    return s;
+  }
+
+  absl::StatusOr<std::unique_ptr<Stmt>> ParseSet(int line) {
+    auto s = NewStmt(Stmt::Kind::kSet, line);
+    ASSIGN_OR_RETURN(std::string name, ExpectName());
+    s->targets.push_back(name);
+    if (IsOp(".")) {
+      ++pos_;
+      ASSIGN_OR_RETURN(std::string attr, ExpectName());
+      s->targets.push_back(attr);
+    }
+    if (IsOp(",")) return Unsupported("tuple assignment in 'set'");
+    if (Cur().kind == TokenKind::kBlockEnd) return Unsupported("block 'set' ({% set x %}...{% endset %})");
+    RETURN_IF_ERROR(Expect(TokenKind::kOperator, "="));
+    ASSIGN_OR_RETURN(s->expr, ParseExpression());
+    if (IsOp(",")) return Unsupported("tuple value in 'set'");
+    RETURN_IF_ERROR(ExpectBlockEnd());
+    return s;
+  }
+
+  ExprPtr Node(Expr::Kind kind, int line) {
+    auto e = std::make_unique<Expr>();
+    e->kind = kind;
+    e->line = line;
+    return e;
+  }
+
+  absl::StatusOr<ExprPtr> ParseExpression() {
+    ASSIGN_OR_RETURN(ExprPtr expr, ParseOr());
+    while (IsName("if")) {
+      ExprPtr cond = Node(Expr::Kind::kCond, Cur().line);
+      ++pos_;
+      ASSIGN_OR_RETURN(ExprPtr test, ParseOr());
+      ExprPtr otherwise;
+      if (IsName("else")) {
+        ++pos_;
+        ASSIGN_OR_RETURN(otherwise, ParseExpression());
+      }
+      cond->args.push_back(std::move(test));
+      cond->args.push_back(std::move(expr));
+      cond->args.push_back(std::move(otherwise));
+      expr = std::move(cond);
+    }
+    return expr;
+  }
+
+  absl::StatusOr<ExprPtr> ParseBinaryChain(Expr::Kind kind, std::string_view keyword,
+                                           absl::StatusOr<ExprPtr> (Parser::*next)()) {
+    ASSIGN_OR_RETURN(ExprPtr left, (this->*next)());
+    while (IsName(keyword)) {
+      ExprPtr node = Node(kind, Cur().line);
+      ++pos_;
+      ASSIGN_OR_RETURN(ExprPtr right, (this->*next)());
+      node->args.push_back(std::move(left));
+      node->args.push_back(std::move(right));
+      left = std::move(node);
+    }
+    return left;
+  }
+  absl::StatusOr<ExprPtr> ParseOr() { return ParseBinaryChain(Expr::Kind::kOr, "or", &Parser::ParseAnd); }
+  absl::StatusOr<ExprPtr> ParseAnd() { return ParseBinaryChain(Expr::Kind::kAnd, "and", &Parser::ParseNot); }
+
+  absl::StatusOr<ExprPtr> ParseNot() {
+    if (IsName("not")) {
+      ExprPtr node = Node(Expr::Kind::kNot, Cur().line);
+      ++pos_;
+      ASSIGN_OR_RETURN(ExprPtr operand, ParseNot());
+      node->args.push_back(std::move(operand));
+      return node;
+    }
+    return ParseCompare();
+  }
+
+  absl::StatusOr<ExprPtr> ParseCompare() {
+    const int line = Cur().line;
+    ASSIGN_OR_RETURN(ExprPtr first, ParseMath1());
+    ExprPtr node;
+    while (true) {
+      std::string op;
+      if (Cur().kind == TokenKind::kOperator &&
+          (Cur().text == "==" || Cur().text == "!=" || Cur().text == "<" || Cur().text == "<=" ||
+           Cur().text == ">" || Cur().text == ">=")) {
+        op = Cur().text;
+        ++pos_;
+      } else if (IsName("in")) {
+        op = "in";
+        ++pos_;
+      } else if (IsName("not") && Peek().kind == TokenKind::kName && Peek().text == "in") {
+        op = "notin";
+        pos_ += 2;
+      } else {
+        break;
+      }
+      if (!node) {
+        node = Node(Expr::Kind::kCompare, line);
+        node->args.push_back(std::move(first));
+      }
+      ASSIGN_OR_RETURN(ExprPtr next, ParseMath1());
+      node->ops.push_back(op);
+      node->args.push_back(std::move(next));
+    }
+    return node ? std::move(node) : std::move(first);
+  }
+
+  absl::StatusOr<ExprPtr> ParseArith(std::initializer_list<std::string_view> ops,
+                                     absl::StatusOr<ExprPtr> (Parser::*next)()) {
+    ASSIGN_OR_RETURN(ExprPtr left, (this->*next)());
+    while (Cur().kind == TokenKind::kOperator &&
+           std::find(ops.begin(), ops.end(), Cur().text) != ops.end()) {
+      ExprPtr node = Node(Expr::Kind::kBinary, Cur().line);
+      node->name = Cur().text;
+      ++pos_;
+      ASSIGN_OR_RETURN(ExprPtr right, (this->*next)());
+      node->args.push_back(std::move(left));
+      node->args.push_back(std::move(right));
+      left = std::move(node);
+    }
+    return left;
+  }
+  absl::StatusOr<ExprPtr> ParseMath1() { return ParseArith({"+", "-"}, &Parser::ParseConcat); }
+  absl::StatusOr<ExprPtr> ParseMath2() { return ParseArith({"*", "/", "//", "%"}, &Parser::ParsePow); }
+  absl::StatusOr<ExprPtr> ParsePow() { return ParseArith({"**"}, &Parser::ParseUnaryWithFilters); }
+
+  absl::StatusOr<ExprPtr> ParseConcat() {
+    const int line = Cur().line;
+    ASSIGN_OR_RETURN(ExprPtr first, ParseMath2());
+    if (!IsOp("~")) return first;
+    ExprPtr node = Node(Expr::Kind::kConcat, line);
+    node->args.push_back(std::move(first));
+    while (IsOp("~")) {
+      ++pos_;
+      ASSIGN_OR_RETURN(ExprPtr next, ParseMath2());
+      node->args.push_back(std::move(next));
+    }
+    return node;
+  }
+
+  absl::StatusOr<ExprPtr> ParseUnaryWithFilters() { return ParseUnary(true); }
+
+  absl::StatusOr<ExprPtr> ParseUnary(bool with_filter) {
+    ExprPtr node;
+    if (IsOp("-") || IsOp("+")) {
+      node = Node(IsOp("-") ? Expr::Kind::kNeg : Expr::Kind::kPos, Cur().line);
+      ++pos_;
+      ASSIGN_OR_RETURN(ExprPtr operand, ParseUnary(false));
+      node->args.push_back(std::move(operand));
+    } else {
+      ASSIGN_OR_RETURN(node, ParsePrimary());
+    }
+    ASSIGN_OR_RETURN(node, ParsePostfix(std::move(node)));
+    if (with_filter) {
+      ASSIGN_OR_RETURN(node, ParseFilterExpr(std::move(node)));
+    }
+    return node;
+  }
+
+  absl::StatusOr<ExprPtr> ParsePrimary() {
+    const Token& t = Cur();
+    switch (t.kind) {
+      case TokenKind::kName: {
+        ++pos_;
+        if (t.text == "true" || t.text == "True") return Literal(Value(true), t.line);
+        if (t.text == "false" || t.text == "False") return Literal(Value(false), t.line);
+        if (t.text == "none" || t.text == "None") return Literal(Value::MakeNone(), t.line);
+        ExprPtr n = Node(Expr::Kind::kName, t.line);
+        n->name = t.text;
+        return n;
+      }
+      case TokenKind::kString: {
+        std::string s;
+        while (Cur().kind == TokenKind::kString) s += t_[pos_++].text;  // adjacent literals join
+        return Literal(Value(std::move(s)), t.line);
+      }
+      case TokenKind::kInteger: {
+        ++pos_;
+        int64_t v = 0;
+        auto [p, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+        if (ec != std::errc()) return Error(absl::StrCat("integer literal ", t.text, " is out of range"));
+        return Literal(Value(v), t.line);
+      }
+      case TokenKind::kFloat: {
+        ++pos_;
+        double v = 0;
+        std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+        return Literal(Value(v), t.line);
+      }
+      case TokenKind::kOperator:
+        if (t.text == "(") {
+          ++pos_;
+          if (IsOp(")")) return Unsupported("empty tuple '()'");
+          ASSIGN_OR_RETURN(ExprPtr inner, ParseExpression());
+          if (IsOp(",")) return Unsupported("tuple literal");
+          RETURN_IF_ERROR(Expect(TokenKind::kOperator, ")"));
+          return inner;
+        }
+        if (t.text == "[") return ParseSequence(Expr::Kind::kList, "]");
+        if (t.text == "{") return ParseSequence(Expr::Kind::kDict, "}");
+        break;
+      default:
+        break;
+    }
+    return Error(absl::StrCat("unexpected ", Describe(t), " in an expression"));
+  }
+
+  ExprPtr Literal(Value v, int line) {
+    ExprPtr e = Node(Expr::Kind::kLiteral, line);
+    e->literal = std::move(v);
+    return e;
+  }
+
+  absl::StatusOr<ExprPtr> ParseSequence(Expr::Kind kind, std::string_view close) {
+    ExprPtr node = Node(kind, Cur().line);
+    ++pos_;
+    while (!IsOp(close)) {
+      if (!node->args.empty()) RETURN_IF_ERROR(Expect(TokenKind::kOperator, ","));
+      if (IsOp(close)) break;  // trailing comma
+      ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
+      node->args.push_back(std::move(item));
+      if (kind == Expr::Kind::kDict) {
+        RETURN_IF_ERROR(Expect(TokenKind::kOperator, ":"));
+        ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
+        node->args.push_back(std::move(value));
+      }
+    }
+    ++pos_;
+    return node;
+  }
+
+  absl::StatusOr<ExprPtr> ParsePostfix(ExprPtr node) {
+    while (true) {
+      if (IsOp(".")) {
+        ++pos_;
+        ExprPtr attr = Node(Expr::Kind::kAttr, Cur().line);
+        if (Cur().kind == TokenKind::kInteger) {
+          attr->kind = Expr::Kind::kItem;
+          attr->args.push_back(std::move(node));
+          ASSIGN_OR_RETURN(ExprPtr index, ParsePrimary());
+          attr->args.push_back(std::move(index));
+        } else {
+          ASSIGN_OR_RETURN(attr->name, ExpectName());
+          attr->args.push_back(std::move(node));
+        }
+        node = std::move(attr);
+      } else if (IsOp("[")) {
+        ASSIGN_OR_RETURN(node, ParseSubscript(std::move(node)));
+      } else if (IsOp("(")) {
+        ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
+      } else {
+        return node;
+      }
+    }
+  }
+
+  absl::StatusOr<ExprPtr> ParseSubscript(ExprPtr target) {
+    const int line = Cur().line;
+    ++pos_;  // [
+    ExprPtr parts[3];
+    int colons = 0;
+    while (!IsOp("]")) {
+      if (IsOp(":")) {
+        if (++colons > 2) return Error("a slice has at most two ':'");
+        ++pos_;
+        continue;
+      }
+      if (parts[colons]) return Unsupported("tuple subscript");
+      ASSIGN_OR_RETURN(parts[colons], ParseExpression());
+      if (IsOp(",")) return Unsupported("tuple subscript");
+    }
+    ++pos_;
+    ExprPtr node = Node(colons == 0 ? Expr::Kind::kItem : Expr::Kind::kSlice, line);
+    node->args.push_back(std::move(target));
+    if (colons == 0) {
+      if (!parts[0]) return Error("empty subscript '[]'");
+      node->args.push_back(std::move(parts[0]));
+    } else {
+      for (auto& p : parts) node->args.push_back(std::move(p));
+    }
+    return node;
+  }
+
+  absl::Status ParseArgs(Expr* node) {
+    ++pos_;  // (
+    while (!IsOp(")")) {
+      if (IsOp("*") || IsOp("**")) return Unsupported("*args / **kwargs in a call");
+      if (Cur().kind == TokenKind::kName && Peek().kind == TokenKind::kOperator && Peek().text == "=") {
+        std::string key = Cur().text;
+        pos_ += 2;
+        ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
+        node->kwargs.emplace_back(std::move(key), std::move(value));
+      } else {
+        if (!node->kwargs.empty()) return Error("a positional argument follows a keyword argument");
+        ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
+        node->args.push_back(std::move(value));
+      }
+      if (IsOp(",")) {
+        ++pos_;
+      } else if (!IsOp(")")) {
+        return Error(absl::StrCat("expected ',' or ')', found ", Describe(Cur())));
+      }
+    }
+    ++pos_;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<ExprPtr> ParseCall(ExprPtr callee) {
+    ExprPtr node = Node(Expr::Kind::kCall, Cur().line);
+    if (callee->kind == Expr::Kind::kName) {
+      if (KnownFunctions().count(callee->name) == 0) {
+        return Unsupported(absl::StrCat("function '", callee->name, "'"));
+      }
+    } else if (callee->kind == Expr::Kind::kAttr) {
+      if (KnownMethods().count(callee->name) == 0) {
+        return Unsupported(absl::StrCat("method '.", callee->name, "()'"));
+      }
+    } else {
+      return Unsupported("call of a computed value");
+    }
+    node->args.push_back(std::move(callee));
+    RETURN_IF_ERROR(ParseArgs(node.get()));
+    return node;
+  }
+
+  absl::StatusOr<ExprPtr> ParseFilterExpr(ExprPtr node) {
+    while (true) {
+      if (IsOp("|")) {
+        ++pos_;
+        ExprPtr f = Node(Expr::Kind::kFilter, Cur().line);
+        ASSIGN_OR_RETURN(f->name, ExpectName());
+        if (IsOp(".")) return Unsupported("dotted filter name");
+        if (KnownFilters().count(f->name) == 0) {
+          return Unsupported(absl::StrCat("filter '", f->name, "'"));
+        }
+        f->args.push_back(std::move(node));
+        if (IsOp("(")) RETURN_IF_ERROR(ParseArgs(f.get()));
+        node = std::move(f);
+      } else if (IsName("is")) {
+        ++pos_;
+        ExprPtr test = Node(Expr::Kind::kTest, Cur().line);
+        if (IsName("not")) {
+          test->negated = true;
+          ++pos_;
+        }
+        ASSIGN_OR_RETURN(test->name, ExpectName());
+        if (KnownTests().count(test->name) == 0) {
+          return Unsupported(absl::StrCat("test 'is ", test->name, "'"));
+        }
+        const TokenKind k = Cur().kind;
+        const bool starts_arg = k == TokenKind::kString || k == TokenKind::kInteger ||
+                                k == TokenKind::kFloat || IsOp("(") || IsOp("[") || IsOp("{") ||
+                                (k == TokenKind::kName && !IsName("else") && !IsName("or") &&
+                                 !IsName("and") && !IsName("if") && !IsName("in") && !IsName("not") &&
+                                 !IsName("is"));
+        if (starts_arg) return Unsupported(absl::StrCat("argument to the test 'is ", test->name, "'"));
+        test->args.push_back(std::move(node));
+        node = std::move(test);
+      } else if (IsOp("(")) {
+        ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
+      } else {
+        return node;
+      }
+    }
+  }
+
+  const std::vector<Token>& t_;
+  size_t pos_ = 0;
+  int loop_depth_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<Body> Parse(const std::vector<Token>& tokens) { return Parser(tokens).Run(); }
+
+}  // namespace mlaserve::router::chat_template

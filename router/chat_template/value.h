@@ -1,0 +1,116 @@
+// Value: what a chat-template expression evaluates to, with the Python semantics Jinja gives
+// it (truthiness, equality, str()), because byte-for-byte agreement with transformers'
+// apply_chat_template (Jinja2 on Python objects) is the contract.
+//
+// Lists and dicts come from the request's JSON and are immutable (transformers renders in
+// an ImmutableSandboxedEnvironment); namespaces are the one mutable kind (`set ns.x = ...`).
+// Strings are UTF-8; indexing, slicing and length count code points, as Python's str does.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace mlaserve::router::chat_template {
+
+class Value;
+using List = std::vector<Value>;
+// A dict keeps insertion order (Python dicts do, and `items()` / `tojson` show it).
+struct Dict {
+  std::vector<std::pair<std::string, Value>> entries;
+  const Value* Find(std::string_view key) const;
+};
+// `namespace(...)`: attributes a template may set from inside loops.
+struct Namespace {
+  std::map<std::string, Value> attributes;
+};
+
+// An undefined variable or missing key; `name` says what was looked up, for errors.
+struct Undefined {
+  std::string name;
+};
+struct None {};
+
+class Value {
+ public:
+  Value() : v_(Undefined{}) {}
+  static Value MakeUndefined(std::string name) { return Value(Undefined{std::move(name)}); }
+  static Value MakeNone() { return Value(None{}); }
+  Value(bool b) : v_(b) {}  // NOLINT: implicit like Python's literals
+  Value(int64_t i) : v_(i) {}  // NOLINT
+  Value(double d) : v_(d) {}  // NOLINT
+  Value(std::string s) : v_(std::move(s)) {}  // NOLINT
+  Value(const char* s) : v_(std::string(s)) {}  // NOLINT
+  Value(List l) : v_(std::make_shared<const List>(std::move(l))) {}  // NOLINT
+  Value(Dict d) : v_(std::make_shared<const Dict>(std::move(d))) {}  // NOLINT
+  Value(std::shared_ptr<Namespace> ns) : v_(std::move(ns)) {}  // NOLINT
+
+  // JSON null -> None, numbers -> int or float, objects -> dict (in the JSON's key order).
+  static Value FromJson(const nlohmann::ordered_json& json);
+
+  bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }
+  bool is_none() const { return std::holds_alternative<None>(v_); }
+  bool is_bool() const { return std::holds_alternative<bool>(v_); }
+  bool is_int() const { return std::holds_alternative<int64_t>(v_); }
+  bool is_float() const { return std::holds_alternative<double>(v_); }
+  // Python's numbers: bool is an int.
+  bool is_number() const { return is_bool() || is_int() || is_float(); }
+  bool is_string() const { return std::holds_alternative<std::string>(v_); }
+  bool is_list() const { return std::holds_alternative<std::shared_ptr<const List>>(v_); }
+  bool is_dict() const { return std::holds_alternative<std::shared_ptr<const Dict>>(v_); }
+  bool is_namespace() const { return std::holds_alternative<std::shared_ptr<Namespace>>(v_); }
+
+  bool as_bool() const { return std::get<bool>(v_); }
+  int64_t as_int() const { return is_bool() ? static_cast<int64_t>(as_bool()) : std::get<int64_t>(v_); }
+  double as_float() const { return is_float() ? std::get<double>(v_) : static_cast<double>(as_int()); }
+  const std::string& as_string() const { return std::get<std::string>(v_); }
+  const List& as_list() const { return *std::get<std::shared_ptr<const List>>(v_); }
+  const Dict& as_dict() const { return *std::get<std::shared_ptr<const Dict>>(v_); }
+  Namespace& as_namespace() const { return *std::get<std::shared_ptr<Namespace>>(v_); }
+  const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
+
+  // Python's bool(x) (Undefined is false).
+  bool Truthy() const;
+  // Python's type names, for error messages ("str", "int", "list", "dict", "NoneType", ...).
+  std::string TypeName() const;
+
+ private:
+  explicit Value(Undefined u) : v_(std::move(u)) {}
+  explicit Value(None n) : v_(n) {}
+  std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<const List>,
+               std::shared_ptr<const Dict>, std::shared_ptr<Namespace>>
+      v_;
+};
+
+// Python's ==, as Jinja compares (1 == 1.0 == True; Undefined equals only Undefined).
+bool Equal(const Value& a, const Value& b);
+
+// What `{{ x }}` prints (Python's str()): Undefined prints nothing, None "None", booleans
+// "True"/"False", floats as Python's repr. Lists, dicts and namespaces are refused
+// (their Python repr is not reproduced here): INVALID_ARGUMENT naming the type.
+absl::StatusOr<std::string> ToText(const Value& value);
+
+// Python's repr() of a float ("1.0", "1e+16", "0.1").
+std::string PythonFloatRepr(double d);
+
+// transformers' tojson filter: json.dumps(x, ensure_ascii=False) with its default
+// separators, or indented by `indent` spaces per level when indent >= 0.
+absl::StatusOr<std::string> ToJson(const Value& value, int indent = -1);
+
+// UTF-8 helpers counting code points, as Python's str does. Input is valid UTF-8 (it came
+// from JSON or the template).
+std::vector<std::string_view> CodePoints(std::string_view s);
+// Python's str.isspace() for one code point.
+bool IsPythonSpace(char32_t c);
+// Python's str.strip() / lstrip() / rstrip() without arguments.
+std::string_view StripPythonSpace(std::string_view s, bool left, bool right);
+
+}  // namespace mlaserve::router::chat_template

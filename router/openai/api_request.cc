@@ -1,0 +1,356 @@
+#include "router/openai/api_request.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace mlaserve::router::openai {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+ApiError Invalid(std::string message, std::optional<std::string> param = std::nullopt) {
+  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), std::nullopt};
+}
+
+std::string JsonType(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return "an integer";
+    case Json::value_t::number_float: return "a number";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::array: return "an array";
+    default: return "an object";
+  }
+}
+
+// Reads request fields with OpenAI-shaped errors; the first error wins and stops reading.
+class Reader {
+ public:
+  explicit Reader(const Json& body) : body_(body) {}
+
+  const std::optional<ApiError>& error() const { return error_; }
+  bool failed() const { return error_.has_value(); }
+  void Fail(ApiError e) {
+    if (!error_) error_ = std::move(e);
+  }
+
+  // The field, or nullptr when absent or null (OpenAI treats null as "not given").
+  const Json* Get(const std::string& key) {
+    auto it = body_.find(key);
+    return it == body_.end() || it->is_null() ? nullptr : &*it;
+  }
+  void WrongType(const std::string& key, const std::string& want, const Json& got) {
+    Fail(Invalid(absl::StrCat("'", key, "' must be ", want, ", got ", JsonType(got)), key));
+  }
+  std::optional<bool> Bool(const std::string& key) {
+    const Json* v = Get(key);
+    if (v == nullptr || failed()) return std::nullopt;
+    if (!v->is_boolean()) return WrongType(key, "a boolean", *v), std::nullopt;
+    return v->get<bool>();
+  }
+  std::optional<double> Number(const std::string& key) {
+    const Json* v = Get(key);
+    if (v == nullptr || failed()) return std::nullopt;
+    if (!v->is_number()) return WrongType(key, "a number", *v), std::nullopt;
+    return v->get<double>();
+  }
+  std::optional<int64_t> Integer(const std::string& key) {
+    const Json* v = Get(key);
+    if (v == nullptr || failed()) return std::nullopt;
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Fail(Invalid(absl::StrCat("'", key, "' is too large"), key)), std::nullopt;
+    }
+    if (!v->is_number_integer()) return WrongType(key, "an integer", *v), std::nullopt;
+    return v->get<int64_t>();
+  }
+  std::optional<std::string> String(const std::string& key) {
+    const Json* v = Get(key);
+    if (v == nullptr || failed()) return std::nullopt;
+    if (!v->is_string()) return WrongType(key, "a string", *v), std::nullopt;
+    return v->get<std::string>();
+  }
+  // A 32-bit integer in [lo, hi] (token counts, ids).
+  std::optional<int32_t> Int32(const std::string& key, int64_t lo, int64_t hi) {
+    std::optional<int64_t> v = Integer(key);
+    if (!v) return std::nullopt;
+    if (*v < lo || *v > hi) {
+      return Fail(Invalid(absl::StrCat("'", key, "' is ", *v, "; it must be in [", lo, ", ", hi, "]"), key)),
+             std::nullopt;
+    }
+    return static_cast<int32_t>(*v);
+  }
+
+ private:
+  const Json& body_;
+  std::optional<ApiError> error_;
+};
+
+const std::set<std::string>& CommonKeys() {
+  static const std::set<std::string> k{
+      "model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "n", "stop",
+      "seed", "user", "logprobs", "presence_penalty", "frequency_penalty", "logit_bias",
+      // vLLM's extensions, with vLLM's names.
+      "top_k", "min_p", "repetition_penalty", "ignore_eos", "skip_special_tokens",
+      "stop_token_ids", "include_stop_str_in_output"};
+  return k;
+}
+const std::set<std::string>& CompletionKeys() {
+  static const std::set<std::string> k{"prompt", "echo", "suffix", "best_of"};
+  return k;
+}
+const std::set<std::string>& ChatKeys() {
+  static const std::set<std::string> k{
+      "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
+      "tool_choice", "parallel_tool_calls", "add_generation_prompt", "chat_template_kwargs"};
+  return k;
+}
+
+// Parameters OpenAI has whose only value this engine honours is "off".
+void RequireOff(Reader& r, Endpoint endpoint) {
+  if (const Json* v = r.Get("n"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+    r.Fail(Invalid(absl::StrCat("'n' is ", v->dump(), "; only n = 1 is supported"), "n"));
+  }
+  if (const Json* v = r.Get("logprobs"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    r.Fail(Invalid("'logprobs' is not supported yet: the engine does not return log probabilities",
+                   "logprobs"));
+  }
+  if (r.Get("top_logprobs") != nullptr) {
+    r.Fail(Invalid("'top_logprobs' is not supported yet: the engine does not return log "
+                   "probabilities", "top_logprobs"));
+  }
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    if (std::optional<double> v = r.Number(key); v && *v != 0.0) {
+      r.Fail(Invalid(absl::StrCat("'", key, "' is ", *v, "; only 0 is supported (use "
+                                  "repetition_penalty)"), key));
+    }
+  }
+  if (const Json* v = r.Get("logit_bias"); v != nullptr && !(v->is_object() && v->empty())) {
+    r.Fail(Invalid("'logit_bias' is not supported", "logit_bias"));
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    if (std::optional<bool> echo = r.Bool("echo"); echo && *echo) {
+      r.Fail(Invalid("'echo' is not supported", "echo"));
+    }
+    if (r.Get("suffix") != nullptr) r.Fail(Invalid("'suffix' is not supported", "suffix"));
+    if (const Json* v = r.Get("best_of"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
+      r.Fail(Invalid("'best_of' must be 1", "best_of"));
+    }
+  } else {
+    if (const Json* v = r.Get("tools"); v != nullptr && !(v->is_array() && v->empty())) {
+      r.Fail(Invalid("'tools' is not supported: tool calls are not parsed from the output", "tools"));
+    }
+    if (const Json* v = r.Get("tool_choice"); v != nullptr && !(v->is_string() && v->get<std::string>() == "none")) {
+      r.Fail(Invalid("'tool_choice' must be \"none\": tool calls are not supported", "tool_choice"));
+    }
+    if (const Json* v = r.Get("response_format");
+        v != nullptr && !(v->is_object() && v->value("type", "") == "text")) {
+      r.Fail(Invalid("'response_format' must be {\"type\": \"text\"}: structured output is not "
+                     "supported", "response_format"));
+    }
+    r.Bool("parallel_tool_calls");  // accepted, meaningless without tools
+  }
+}
+
+void ReadSampling(Reader& r, Endpoint endpoint, v1::SamplingParams* s) {
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  std::optional<int32_t> max_tokens = r.Int32("max_tokens", std::numeric_limits<int32_t>::min(), kInt32Max);
+  if (endpoint == Endpoint::kChat) {
+    if (auto m = r.Int32("max_completion_tokens", std::numeric_limits<int32_t>::min(), kInt32Max)) max_tokens = m;
+  }
+  if (max_tokens) s->set_max_new_tokens(*max_tokens);
+  if (auto v = r.Number("temperature")) s->set_temperature(static_cast<float>(*v));
+  if (auto v = r.Number("top_p")) s->set_top_p(static_cast<float>(*v));
+  if (auto v = r.Int32("top_k", std::numeric_limits<int32_t>::min(), kInt32Max)) s->set_top_k(*v);
+  if (auto v = r.Number("min_p")) s->set_min_p(static_cast<float>(*v));
+  if (auto v = r.Number("repetition_penalty")) s->set_repetition_penalty(static_cast<float>(*v));
+  if (auto v = r.Integer("seed")) {
+    if (*v < 0) {
+      r.Fail(Invalid(absl::StrCat("'seed' is ", *v, "; it must be >= 0"), "seed"));
+    } else {
+      s->set_seed(static_cast<uint64_t>(*v));
+    }
+  }
+  if (auto v = r.Bool("ignore_eos")) s->set_ignore_eos(*v);
+  if (auto v = r.Bool("skip_special_tokens")) s->set_skip_special_tokens(*v);
+  if (auto v = r.Bool("include_stop_str_in_output")) s->set_include_stop_str_in_output(*v);
+  if (const Json* stop = r.Get("stop"); stop != nullptr && !r.failed()) {
+    if (stop->is_string()) {
+      s->add_stop(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const Json& item : *stop) {
+        if (!item.is_string()) return r.WrongType("stop", "a string or an array of strings", item);
+        s->add_stop(item.get<std::string>());
+      }
+    } else {
+      r.WrongType("stop", "a string or an array of strings", *stop);
+    }
+  }
+  if (const Json* ids = r.Get("stop_token_ids"); ids != nullptr && !r.failed()) {
+    if (!ids->is_array()) return r.WrongType("stop_token_ids", "an array of integers", *ids);
+    for (const Json& id : *ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < std::numeric_limits<int32_t>::min() ||
+          id.get<int64_t>() > kInt32Max) {
+        return r.WrongType("stop_token_ids", "an array of integers", id);
+      }
+      s->add_stop_token_ids(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+}
+
+void ReadPrompt(Reader& r, ApiRequest* out) {
+  const Json* p = r.Get("prompt");
+  if (p == nullptr) return r.Fail(Invalid("'prompt' is required", "prompt"));
+  const auto token_ids = [&](const Json& array) {
+    for (const Json& id : array) {
+      if (!id.is_number_integer() || id.get<int64_t>() < std::numeric_limits<int32_t>::min() ||
+          id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        return r.WrongType("prompt", "a string, or an array of token ids", id);
+      }
+      out->prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  };
+  if (p->is_string()) {
+    out->prompt_text = p->get<std::string>();
+  } else if (p->is_array() && !p->empty() && p->front().is_number_integer()) {
+    token_ids(*p);
+  } else if (p->is_array() && p->size() == 1 && p->front().is_string()) {
+    out->prompt_text = p->front().get<std::string>();
+  } else if (p->is_array() && p->size() == 1 && p->front().is_array()) {
+    token_ids(p->front());
+  } else if (p->is_array() && p->size() > 1) {
+    r.Fail(Invalid(absl::StrCat("'prompt' holds ", p->size(), " prompts; one prompt per request is "
+                                "supported"), "prompt"));
+  } else {
+    r.WrongType("prompt", "a string, or an array of token ids", *p);
+  }
+}
+
+void ReadMessages(Reader& r, ApiRequest* out) {
+  const Json* m = r.Get("messages");
+  if (m == nullptr) return r.Fail(Invalid("'messages' is required", "messages"));
+  if (!m->is_array() || m->empty()) {
+    return r.Fail(Invalid("'messages' must be a non-empty array of messages", "messages"));
+  }
+  out->messages = Json::array();
+  for (size_t i = 0; i < m->size(); ++i) {
+    const Json& msg = (*m)[i];
+    const std::string where = absl::StrCat("messages[", i, "]");
+    if (!msg.is_object()) return r.Fail(Invalid(absl::StrCat(where, " must be an object"), "messages"));
+    if (!msg.contains("role") || !msg["role"].is_string()) {
+      return r.Fail(Invalid(absl::StrCat(where, ".role must be a string"), "messages"));
+    }
+    Json copy = msg;
+    if (msg.contains("content") && msg["content"].is_array()) {
+      // Text parts joined by newlines, as vLLM gives them to string-content templates.
+      std::vector<std::string> texts;
+      for (const Json& part : msg["content"]) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return r.Fail(Invalid(absl::StrCat(where, ".content: only {\"type\": \"text\", \"text\": "
+                                             "...} parts are supported"), "messages"));
+        }
+        texts.push_back(part["text"].get<std::string>());
+      }
+      copy["content"] = absl::StrJoin(texts, "\n");
+    } else if (msg.contains("content") && !msg["content"].is_string() && !msg["content"].is_null()) {
+      return r.Fail(Invalid(absl::StrCat(where, ".content must be a string, an array of text parts or "
+                                         "null"), "messages"));
+    }
+    out->messages.push_back(std::move(copy));
+  }
+  if (auto v = r.Bool("add_generation_prompt")) out->add_generation_prompt = *v;
+  if (const Json* kw = r.Get("chat_template_kwargs"); kw != nullptr && !r.failed()) {
+    if (!kw->is_object()) return r.WrongType("chat_template_kwargs", "an object", *kw);
+    out->chat_template_kwargs = *kw;
+  }
+}
+
+}  // namespace
+
+nlohmann::ordered_json ErrorBody(const ApiError& e) {
+  Json error = Json::object();
+  error["message"] = e.message;
+  error["type"] = e.type;
+  error["param"] = e.param ? Json(*e.param) : Json(nullptr);
+  error["code"] = e.code ? Json(*e.code) : Json(nullptr);
+  return Json{{"error", std::move(error)}};
+}
+
+ApiError ErrorFromStatus(const absl::Status& status) {
+  ApiError e;
+  e.message = std::string(status.message());
+  std::string code = absl::StatusCodeToString(status.code());
+  for (char& c : code) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  e.code = code;
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange: e.http_status = 400; break;
+    case absl::StatusCode::kNotFound: e.http_status = 404; break;
+    case absl::StatusCode::kAlreadyExists: e.http_status = 409; break;
+    case absl::StatusCode::kUnauthenticated: e.http_status = 401; e.type = "authentication_error"; break;
+    case absl::StatusCode::kPermissionDenied: e.http_status = 403; e.type = "permission_error"; break;
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnavailable: e.http_status = 503; e.type = "server_error"; break;
+    case absl::StatusCode::kDeadlineExceeded: e.http_status = 504; e.type = "server_error"; break;
+    case absl::StatusCode::kCancelled: e.http_status = 499; break;
+    case absl::StatusCode::kUnimplemented: e.http_status = 501; e.type = "server_error"; break;
+    default: e.http_status = 500; e.type = "server_error"; break;
+  }
+  return e;
+}
+
+std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std::string& body,
+                                                   const std::string& served_model) {
+  const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Invalid("the request body is not valid JSON");
+  if (!j.is_object()) return Invalid(absl::StrCat("the request body must be a JSON object, got ", JsonType(j)));
+  const std::set<std::string>& own = endpoint == Endpoint::kChat ? ChatKeys() : CompletionKeys();
+  for (const auto& [key, value] : j.items()) {
+    if (CommonKeys().count(key) == 0 && own.count(key) == 0) {
+      return Invalid(absl::StrCat("unrecognized request argument supplied: ", key), key);
+    }
+  }
+  Reader r(j);
+  ApiRequest out;
+  out.endpoint = endpoint;
+  std::optional<std::string> model = r.String("model");
+  if (r.failed()) return *r.error();
+  if (!model) return Invalid("'model' is required", "model");
+  if (*model != served_model) {
+    return ApiError{404, absl::StrCat("The model '", *model, "' does not exist; this server serves '",
+                                      served_model, "'"),
+                    "invalid_request_error", "model", "model_not_found"};
+  }
+  out.model = *model;
+  out.stream = r.Bool("stream").value_or(false);
+  if (const Json* so = r.Get("stream_options"); so != nullptr && !r.failed()) {
+    if (!out.stream) return Invalid("'stream_options' is only allowed with \"stream\": true", "stream_options");
+    if (!so->is_object()) return Invalid("'stream_options' must be an object", "stream_options");
+    for (const auto& [key, value] : so->items()) {
+      if ((key != "include_usage" && key != "continuous_usage_stats") || !value.is_boolean()) {
+        return Invalid(absl::StrCat("'stream_options' accepts the booleans include_usage and "
+                                    "continuous_usage_stats, not '", key, "'"), "stream_options");
+      }
+      (key == "include_usage" ? out.include_usage : out.continuous_usage_stats) = value.get<bool>();
+    }
+  }
+  r.String("user");
+  RequireOff(r, endpoint);
+  ReadSampling(r, endpoint, &out.sampling);
+  if (endpoint == Endpoint::kChat) {
+    ReadMessages(r, &out);
+  } else {
+    ReadPrompt(r, &out);
+  }
+  if (r.failed()) return *r.error();
+  return out;
+}
+
+}  // namespace mlaserve::router::openai

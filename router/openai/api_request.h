@@ -1,0 +1,59 @@
+// OpenAI request bodies (/v1/completions, /v1/chat/completions) -> ApiRequest, and errors in
+// OpenAI's shape. Only the HTTP-facing checks live here (JSON types, parameters OpenAI has and
+// the engine does not, the model name); sampling ranges, prompt bounds and stop strings are
+// checked by the router's Generate path (router/validation.h), the same code gRPC requests
+// go through, so both APIs refuse the same values with the same messages.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "mlaserve/v1/api.pb.h"
+#include "nlohmann/json.hpp"
+
+namespace mlaserve::router::openai {
+
+// {"error": {"message", "type", "param", "code"}} with its HTTP status.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::optional<std::string> param;
+  std::optional<std::string> code;
+};
+nlohmann::ordered_json ErrorBody(const ApiError& error);
+
+// A router status (api.proto's codes) as an OpenAI error: INVALID_ARGUMENT and
+// FAILED_PRECONDITION 400, NOT_FOUND 404, ALREADY_EXISTS 409, RESOURCE_EXHAUSTED and
+// UNAVAILABLE 503 (retryable; the openai client retries them), DEADLINE_EXCEEDED 504,
+// CANCELLED 499, UNIMPLEMENTED 501, others 500. `code` is the status code's name.
+ApiError ErrorFromStatus(const absl::Status& status);
+
+enum class Endpoint { kCompletions, kChat };
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+  bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats (vLLM's)
+  // Completions: the prompt as text, or as token ids.
+  std::optional<std::string> prompt_text;
+  std::vector<int32_t> prompt_ids;
+  // Chat: the messages as the chat template sees them (text content parts joined), and the
+  // template's other inputs.
+  nlohmann::ordered_json messages;
+  bool add_generation_prompt = true;
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  v1::SamplingParams sampling;
+};
+
+// Parses a request body for `endpoint`; an ApiError (400) naming the parameter otherwise.
+// `served_model` is the only model name accepted (404 model_not_found otherwise, as OpenAI).
+std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std::string& body,
+                                                   const std::string& served_model);
+
+}  // namespace mlaserve::router::openai

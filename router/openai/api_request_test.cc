@@ -1,0 +1,133 @@
+#include "router/openai/api_request.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mlaserve::router::openai {
+namespace {
+
+using ::testing::HasSubstr;
+
+ApiRequest Ok(Endpoint e, const std::string& body) {
+  auto r = ParseApiRequest(e, body, "demo");
+  if (auto* err = std::get_if<ApiError>(&r)) ADD_FAILURE() << body << ": " << err->message;
+  return std::holds_alternative<ApiRequest>(r) ? std::get<ApiRequest>(r) : ApiRequest{};
+}
+
+ApiError Err(Endpoint e, const std::string& body) {
+  auto r = ParseApiRequest(e, body, "demo");
+  EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+  return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+}
+
+TEST(ApiRequestTest, CompletionWithSampling) {
+  ApiRequest r = Ok(Endpoint::kCompletions,
+                    R"({"model": "demo", "prompt": "count", "max_tokens": 7, "temperature": 0,
+                        "top_p": 0.5, "seed": 3, "stop": ["\n", "x"], "stream": true,
+                        "stream_options": {"include_usage": true}, "n": 1, "logprobs": null,
+                        "ignore_eos": true, "top_k": 4, "stop_token_ids": [1, 2], "user": "u"})");
+  EXPECT_EQ(*r.prompt_text, "count");
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_FALSE(r.continuous_usage_stats);
+  EXPECT_EQ(r.sampling.max_new_tokens(), 7);
+  EXPECT_EQ(r.sampling.temperature(), 0.0f);
+  EXPECT_EQ(r.sampling.top_p(), 0.5f);
+  EXPECT_EQ(r.sampling.seed(), 3u);
+  EXPECT_EQ(r.sampling.top_k(), 4);
+  EXPECT_TRUE(r.sampling.ignore_eos());
+  ASSERT_EQ(r.sampling.stop_size(), 2);
+  EXPECT_EQ(r.sampling.stop(0), "\n");
+  ASSERT_EQ(r.sampling.stop_token_ids_size(), 2);
+  EXPECT_FALSE(r.sampling.has_skip_special_tokens());  // unset: the router's default
+}
+
+TEST(ApiRequestTest, PromptForms) {
+  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": [5, 6]})").prompt_ids,
+            (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": [[5]]})").prompt_ids,
+            (std::vector<int32_t>{5}));
+  EXPECT_EQ(*Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": ["a"]})").prompt_text, "a");
+  EXPECT_THAT(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": ["a", "b"]})").message,
+              HasSubstr("holds 2 prompts"));
+  EXPECT_THAT(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": {"x": 1}})").message,
+              HasSubstr("'prompt' must be a string, or an array of token ids, got an object"));
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo"})").param, "prompt");
+}
+
+TEST(ApiRequestTest, ChatMessagesAndTemplateInputs) {
+  ApiRequest r = Ok(Endpoint::kChat,
+                    R"({"model": "demo", "max_completion_tokens": 9,
+                        "messages": [{"role": "system", "content": "s"},
+                                     {"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                  {"type": "text", "text": "b"}]},
+                                     {"role": "assistant", "content": null, "tool_calls": []}],
+                        "chat_template_kwargs": {"thinking": true}, "add_generation_prompt": false})");
+  EXPECT_EQ(r.sampling.max_new_tokens(), 9);
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[1]["content"], "a\nb");
+  EXPECT_TRUE(r.messages[2]["content"].is_null());
+  EXPECT_TRUE(r.messages[2].contains("tool_calls"));
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_EQ(r.chat_template_kwargs["thinking"], true);
+}
+
+TEST(ApiRequestTest, BadRequestsAreOpenAiShaped400s) {
+  ApiError e = Err(Endpoint::kChat, "{not json");
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.type, "invalid_request_error");
+  EXPECT_THAT(e.message, HasSubstr("not valid JSON"));
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 2})");
+  EXPECT_EQ(e.param, "n");
+  EXPECT_THAT(e.message, HasSubstr("only n = 1"));
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "logprobs": true})");
+  EXPECT_EQ(e.param, "logprobs");
+  EXPECT_THAT(e.message, HasSubstr("not supported yet"));
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logprobs": 0})");
+  EXPECT_EQ(e.param, "logprobs");
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "temperature": "hot"})");
+  EXPECT_EQ(e.message, "'temperature' must be a number, got a string");
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "max_tokens": 1.5})");
+  EXPECT_EQ(e.param, "max_tokens");
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "frobnicate": 1})");
+  EXPECT_EQ(e.message, "unrecognized request argument supplied: frobnicate");
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "messages": []})");
+  EXPECT_EQ(e.param, "messages");  // a chat field on the completions endpoint
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "stream_options": {"include_usage": true}})");
+  EXPECT_THAT(e.message, HasSubstr("only allowed with \"stream\": true"));
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "seed": -1})");
+  EXPECT_EQ(e.param, "seed");
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": []})");
+  EXPECT_THAT(e.message, HasSubstr("non-empty array"));
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"content": "x"}]})");
+  EXPECT_THAT(e.message, HasSubstr("messages[0].role must be a string"));
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})");
+  EXPECT_THAT(e.message, HasSubstr("only {\"type\": \"text\""));
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "tools": [{}]})");
+  EXPECT_EQ(e.param, "tools");
+}
+
+TEST(ApiRequestTest, UnknownModelIsNotFound) {
+  ApiError e = Err(Endpoint::kCompletions, R"({"model": "gpt-4", "prompt": "x"})");
+  EXPECT_EQ(e.http_status, 404);
+  EXPECT_EQ(e.code, "model_not_found");
+  EXPECT_EQ(e.param, "model");
+  EXPECT_THAT(e.message, HasSubstr("'gpt-4' does not exist; this server serves 'demo'"));
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"prompt": "x"})").param, "model");
+}
+
+TEST(ApiRequestTest, StatusMapping) {
+  EXPECT_EQ(ErrorFromStatus(absl::InvalidArgumentError("x")).http_status, 400);
+  EXPECT_EQ(ErrorFromStatus(absl::UnavailableError("x")).http_status, 503);
+  EXPECT_EQ(ErrorFromStatus(absl::ResourceExhaustedError("x")).http_status, 503);
+  EXPECT_EQ(ErrorFromStatus(absl::DeadlineExceededError("x")).http_status, 504);
+  EXPECT_EQ(ErrorFromStatus(absl::InternalError("x")).http_status, 500);
+  ApiError e = ErrorFromStatus(absl::UnavailableError("no healthy decode worker"));
+  EXPECT_EQ(e.type, "server_error");
+  EXPECT_EQ(e.code, "unavailable");
+  nlohmann::ordered_json body = ErrorBody(e);
+  EXPECT_EQ(body.dump(), R"({"error":{"message":"no healthy decode worker","type":"server_error","param":null,"code":"unavailable"}})");
+}
+
+}  // namespace
+}  // namespace mlaserve::router::openai

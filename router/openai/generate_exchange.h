@@ -1,0 +1,61 @@
+// GenerateExchange: one Generate call (router/generate_call.h) driven from a thread that may
+// block, such as an HTTP handler. It is the call's GenerateClient: the call's messages queue
+// here until the thread takes them with Next(); the thread reports a client that went away
+// with Cancel(). Taking a message is what completes the call's write, so while the thread is
+// busy sending one to a slow client, the call coalesces new tokens into the next chunk, as
+// it does for a slow gRPC client.
+//
+// Thread-safety: Send/End come from the call (gRPC threads, or inline in Start); Next,
+// Cancel and the destructor from the one owning thread.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "router/generate_call.h"
+#include "router/generate_client.h"
+#include "router/router_context.h"
+
+namespace mlaserve::router::openai {
+
+class GenerateExchange final : public GenerateClient {
+ public:
+  // Starts the call. Requests the router refuses at once (validation, no worker) have
+  // ended when this returns: ended_early() tells, before anything was sent to the client.
+  GenerateExchange(RouterContext* router, const v1::GenerateRequest& request);
+  // Cancels the call if it has not ended, and waits for its end (which is prompt: no worker
+  // is waited for) so the call never outlives its client.
+  ~GenerateExchange() override;
+
+  // The next message, or the call's final status once every message was taken; nullopt
+  // when nothing came within `timeout`.
+  struct Event {
+    std::optional<v1::GenerateResponse> message;
+    absl::Status end;  // meaningful when !message
+  };
+  std::optional<Event> Next(absl::Duration timeout);
+
+  // Whether the call ended before its first message (an error the HTTP status can carry).
+  bool ended_early() const;
+  void Cancel();
+
+  // GenerateClient.
+  void Send(const v1::GenerateResponse& message) override;
+  void End(const absl::Status& status) override;
+
+ private:
+  GenerateCall* call_ = nullptr;
+  mutable absl::Mutex mu_;
+  std::deque<v1::GenerateResponse> messages_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);
+  bool sent_any_ ABSL_GUARDED_BY(mu_) = false;
+  bool end_taken_ = false;  // owner thread only
+  bool cancelled_ = false;  // owner thread only
+};
+
+}  // namespace mlaserve::router::openai

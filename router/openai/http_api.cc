@@ -1,0 +1,304 @@
+#include "router/openai/http_api.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "router/openai/api_request.h"
+#include "router/openai/connection_probe.h"
+#include "router/openai/generate_exchange.h"
+#include "router/openai/reasoning_splitter.h"
+#include "router/openai/response_builder.h"
+
+namespace mlaserve::router::openai {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+void SendJson(httplib::Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void SendError(httplib::Response& res, const ApiError& error) {
+  SendJson(res, error.http_status, ErrorBody(error));
+}
+
+int64_t UnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
+
+// What one streamed response's content provider keeps between its calls.
+struct StreamState {
+  std::unique_ptr<GenerateExchange> exchange;
+  std::unique_ptr<ResponseBuilder> builder;
+  bool started = false;
+};
+
+}  // namespace
+
+struct HttpApi::Impl {
+  RouterContext* router;
+  absl::StatusOr<chat_template::CheckpointChatTemplate> chat_template;
+  HttpApiOptions options;
+  std::unique_ptr<httplib::Server> server;
+  std::thread listener;
+  int port = 0;
+  std::atomic<bool> stopping{false};
+
+  void Register() {
+    server->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      Health(res);
+    });
+    server->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      SendJson(res, 200, Json{{"object", "list"}, {"data", Json::array({ModelCard()})}});
+    });
+    server->Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+      if (req.matches[1] == options.served_model_name) return SendJson(res, 200, ModelCard());
+      SendError(res, ApiError{404, absl::StrCat("The model '", std::string(req.matches[1]), "' does not exist"),
+                              "invalid_request_error", "model", "model_not_found"});
+    });
+    server->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      Generate(Endpoint::kCompletions, req, res);
+    });
+    server->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      Generate(Endpoint::kChat, req, res);
+    });
+    server->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      const std::string what = res.status == 404 ? absl::StrCat("no route for ", req.method, " ", req.path)
+                               : res.status == 413 ? "the request body is too large"
+                                                   : absl::StrCat("HTTP ", res.status);
+      SendError(res, ApiError{res.status, what, "invalid_request_error", std::nullopt, std::nullopt});
+    });
+    if (!options.api_keys.empty()) {
+      server->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (req.path == "/health" || Authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+        SendError(res, ApiError{401, "a valid API key is required: send \"Authorization: Bearer <key>\"",
+                                "authentication_error", std::nullopt, "invalid_api_key"});
+        return httplib::Server::HandlerResponse::Handled;
+      });
+    }
+  }
+
+  bool Authorized(const httplib::Request& req) const {
+    const std::string header = req.get_header_value("Authorization");
+    if (!absl::StartsWith(header, "Bearer ")) return false;
+    const std::string key = header.substr(7);
+    for (const std::string& k : options.api_keys) {
+      if (k == key) return true;
+    }
+    return false;
+  }
+
+  Json ModelCard() const {
+    return Json{{"id", options.served_model_name},
+                {"object", "model"},
+                {"created", absl::ToUnixSeconds(router->start_time())},
+                {"owned_by", "mlaserve"},
+                {"max_model_len", router->model().limits.max_context},
+                // mlaserve's own: what a client needs to make random token-id prompts
+                // (mlaserve-bench --backend openai).
+                {"mlaserve", {{"vocab_size", router->model().limits.vocab_size},
+                              {"eos_token_ids", router->model().limits.eos_token_ids},
+                              {"bos_token_id", router->model().limits.bos_token_id
+                                                   ? Json(*router->model().limits.bos_token_id)
+                                                   : Json(nullptr)}}}};
+  }
+
+  void Health(httplib::Response& res) {
+    const bool decode = !router->registry().Routable(WorkerRole::kDecode).empty();
+    const bool prefill = !router->registry().Routable(WorkerRole::kPrefill).empty();
+    if (decode && prefill) return SendJson(res, 200, Json{{"status", "ok"}});
+    SendJson(res, 503, Json{{"status", "unavailable"},
+                            {"message", absl::StrCat("healthy workers: ", decode ? "" : "no ",
+                                                     "decode, ", prefill ? "" : "no ", "prefill")}});
+  }
+
+  // The Generate request for an API request, or the error to answer with.
+  std::variant<v1::GenerateRequest, ApiError> ToGenerateRequest(const ApiRequest& r,
+                                                                bool* opens_reasoning) {
+    v1::GenerateRequest g;
+    g.set_request_id(router->NewRequestId());
+    *g.mutable_sampling() = r.sampling;
+    g.mutable_output()->set_include_token_ids(false);
+    g.mutable_output()->set_include_text(true);
+    if (r.endpoint == Endpoint::kCompletions) {
+      if (r.prompt_text.has_value()) {
+        g.set_text(*r.prompt_text);
+      } else {
+        g.mutable_token_ids()->mutable_ids()->Assign(r.prompt_ids.begin(), r.prompt_ids.end());
+      }
+      return g;
+    }
+    if (!chat_template.ok()) {
+      return ApiError{400, absl::StrCat("this model has no usable chat template (",
+                                        chat_template.status().message(),
+                                        "); use /v1/completions, or start the router with "
+                                        "--chat-template FILE"),
+                      "invalid_request_error", "messages", "chat_template_unavailable"};
+    }
+    Json vars = chat_template->special_tokens;
+    vars["messages"] = r.messages;
+    vars["tools"] = nullptr;
+    vars["documents"] = nullptr;
+    vars["add_generation_prompt"] = r.add_generation_prompt;
+    for (const auto& [k, v] : r.chat_template_kwargs.items()) vars[k] = v;
+    absl::StatusOr<std::string> prompt = chat_template->tmpl.Render(vars);
+    if (!prompt.ok()) {
+      return ApiError{400, absl::StrCat("rendering the chat template failed: ", prompt.status().message()),
+                      "invalid_request_error", "messages", std::nullopt};
+    }
+    *opens_reasoning = ReasoningSplitter::PromptOpensReasoning(*prompt);
+    absl::StatusOr<std::vector<int32_t>> ids = router->codec().EncodeVerbatim(*prompt);
+    if (!ids.ok()) return ErrorFromStatus(ids.status());
+    g.mutable_token_ids()->mutable_ids()->Assign(ids->begin(), ids->end());
+    return g;
+  }
+
+  void Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+    std::variant<ApiRequest, ApiError> parsed =
+        ParseApiRequest(endpoint, req.body, options.served_model_name);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
+    const ApiRequest& r = std::get<ApiRequest>(parsed);
+    bool opens_reasoning = false;
+    std::variant<v1::GenerateRequest, ApiError> g = ToGenerateRequest(r, &opens_reasoning);
+    if (auto* e = std::get_if<ApiError>(&g)) return SendError(res, *e);
+    const v1::GenerateRequest& request = std::get<v1::GenerateRequest>(g);
+
+    auto exchange = std::make_unique<GenerateExchange>(router, request);
+    if (exchange->ended_early()) {
+      // Refused before any output (validation, no worker): the status code can say so.
+      std::optional<GenerateExchange::Event> end = exchange->Next(absl::InfiniteDuration());
+      return SendError(res, ErrorFromStatus(end->end));
+    }
+    const std::string id =
+        absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", request.request_id());
+    auto builder = std::make_unique<ResponseBuilder>(r, id, UnixSeconds(), opens_reasoning);
+    if (!r.stream) return WaitForBody(req, res, *exchange, *builder);
+
+    auto state = std::make_shared<StreamState>();
+    state->exchange = std::move(exchange);
+    state->builder = std::move(builder);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream", [this, state](size_t, httplib::DataSink& sink) {
+          return StreamSome(*state, sink);
+        });
+  }
+
+  void WaitForBody(const httplib::Request& req, httplib::Response& res, GenerateExchange& exchange,
+                   ResponseBuilder& builder) {
+    ConnectionProbe probe(req);
+    while (true) {
+      std::optional<GenerateExchange::Event> e = exchange.Next(options.liveness_interval);
+      if (!e.has_value()) {
+        if (stopping.load() || probe.ClientGone()) exchange.Cancel();
+        continue;
+      }
+      if (e->message.has_value()) {
+        builder.OnMessage(*e->message);
+        continue;
+      }
+      if (e->end.ok() && builder.complete()) return SendJson(res, 200, builder.Body());
+      return SendError(res, ErrorFromStatus(e->end.ok() ? absl::InternalError("the request ended without a result")
+                                                        : e->end));
+    }
+  }
+
+  // One step of a streamed response: writes what arrived (or waits up to the liveness
+  // interval). Returning false drops the connection.
+  bool StreamSome(StreamState& state, httplib::DataSink& sink) {
+    std::string events;
+    if (!state.started) {
+      state.started = true;
+      events = state.builder->StartEvents();
+    }
+    std::optional<GenerateExchange::Event> e = state.exchange->Next(options.liveness_interval);
+    bool end = false;
+    if (!e.has_value()) {
+      if (stopping.load() || !sink.is_writable()) state.exchange->Cancel();
+    } else if (e->message.has_value()) {
+      events += state.builder->OnMessage(*e->message);
+    } else {
+      end = true;
+      if (!e->end.ok()) events += ResponseBuilder::ErrorEvents(ErrorFromStatus(e->end));
+    }
+    if (!events.empty() && !sink.write(events.data(), events.size())) {
+      state.exchange->Cancel();  // the client is gone; the exchange drains when dropped
+      return false;
+    }
+    if (end) sink.done();
+    return true;
+  }
+};
+
+HttpApi::HttpApi(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpApi::~HttpApi() { Stop(); }
+
+int HttpApi::port() const { return impl_->port; }
+
+void HttpApi::Stop() {
+  if (!impl_->server) return;
+  impl_->stopping.store(true);
+  impl_->server->stop();
+  if (impl_->listener.joinable()) impl_->listener.join();
+  impl_->server.reset();
+}
+
+absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
+    RouterContext* router, absl::StatusOr<chat_template::CheckpointChatTemplate> chat_template,
+    HttpApiOptions options) {
+  if (options.threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("HTTP threads ", options.threads, ": must be >= 1"));
+  }
+  if (options.served_model_name.empty()) return absl::InvalidArgumentError("served model name is empty");
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("HTTPS needs both a certificate and a key file");
+  }
+  // A client that disconnects mid-write must not kill the router (cpp-httplib sends without
+  // MSG_NOSIGNAL).
+  signal(SIGPIPE, SIG_IGN);
+  auto impl = std::make_unique<Impl>();
+  impl->router = router;
+  impl->chat_template = std::move(chat_template);
+  impl->options = std::move(options);
+  if (!impl->options.tls_cert_file.empty()) {
+    auto tls = std::make_unique<httplib::SSLServer>(impl->options.tls_cert_file.c_str(),
+                                                    impl->options.tls_key_file.c_str());
+    if (!tls->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot load the TLS certificate ",
+                                                     impl->options.tls_cert_file, " and key ",
+                                                     impl->options.tls_key_file));
+    }
+    impl->server = std::move(tls);
+  } else {
+    impl->server = std::make_unique<httplib::Server>();
+  }
+  const int threads = impl->options.threads;
+  impl->server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  impl->server->set_payload_max_length(impl->options.max_body_bytes);
+  impl->server->set_keep_alive_max_count(1000);
+  impl->Register();
+  const HttpApiOptions& o = impl->options;
+  if (o.port == 0) {
+    impl->port = impl->server->bind_to_any_port(o.host);
+  } else if (impl->server->bind_to_port(o.host, o.port)) {
+    impl->port = o.port;
+  } else {
+    impl->port = -1;
+  }
+  if (impl->port <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", o.host, ":", o.port, " for HTTP"));
+  }
+  httplib::Server* server = impl->server.get();
+  impl->listener = std::thread([server] { server->listen_after_bind(); });
+  return std::unique_ptr<HttpApi>(new HttpApi(std::move(impl)));
+}
+
+}  // namespace mlaserve::router::openai

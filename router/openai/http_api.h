@@ -1,0 +1,69 @@
+// HttpApi: the router's OpenAI-compatible HTTP API, on its own port.
+//
+//   POST /v1/completions        text or token-id prompt
+//   POST /v1/chat/completions   messages, rendered with the checkpoint's chat template
+//   GET  /v1/models, /v1/models/{id}
+//   GET  /health                200 once a prefill and a decode worker are healthy, else 503
+//
+// Each request becomes one Generate call (router/generate_call.h) started in process through
+// GenerateExchange, so validation, tokenization of text prompts, routing, admission, stop
+// strings and aborts are the gRPC API's own code. What is HTTP's alone: JSON parsing and
+// OpenAI's parameters (api_request.h), the chat template, response formats and server-sent
+// events (response_builder.h), and the connection: a client that disconnects cancels its
+// call, which aborts its workers and frees its KV pages.
+//
+// Threads: cpp-httplib serves each connection on a thread of its pool (`threads`); a
+// streaming response holds its thread until it ends, so `threads` bounds the requests served
+// at once (more connections wait for a thread).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "router/chat_template/checkpoint_template.h"
+#include "router/router_context.h"
+
+namespace mlaserve::router::openai {
+
+struct HttpApiOptions {
+  std::string host = "0.0.0.0";
+  int port = 0;  // 0 = ephemeral
+  int threads = 128;
+  std::string served_model_name;  // the `model` requests must name
+  size_t max_body_bytes = 64u << 20;
+  // How often a waiting request checks whether its client is still connected.
+  absl::Duration liveness_interval = absl::Milliseconds(100);
+  // Transport security and API keys, the same settings the gRPC API takes once the router
+  // has them (they are not wired to flags yet: see docs/api.md). With both files set the
+  // listener serves HTTPS; with api_keys set every request but /health must carry
+  // "Authorization: Bearer <one of them>" (401 otherwise).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::vector<std::string> api_keys;
+};
+
+class HttpApi {
+ public:
+  // Binds and starts serving. `chat_template` is the checkpoint's template, or why there is
+  // none (chat requests then get a 400 saying so; completions still work). INVALID_ARGUMENT
+  // for bad options, UNAVAILABLE when the port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<HttpApi>> Start(
+      RouterContext* router, absl::StatusOr<chat_template::CheckpointChatTemplate> chat_template,
+      HttpApiOptions options);
+  ~HttpApi();  // Stop()
+
+  int port() const;
+  // Stops accepting and waits for the requests being served (each ends promptly: a stopping
+  // router fails its calls).
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit HttpApi(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mlaserve::router::openai

@@ -1,0 +1,289 @@
+// The OpenAI HTTP API end to end inside one process: HttpApi on a loopback port in front of
+// the router's Generate path and fake prefill / decode workers (router/testing), driven by
+// cpp-httplib's client and by raw sockets (to disconnect mid-request).
+#include "router/openai/http_api.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <httplib.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "router/admin_conversion.h"
+#include "router/testing/byte_codec.h"
+#include "router/testing/fake_workers.h"
+#include "router/worker_poller.h"
+
+namespace mlaserve::router::openai {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+using router::testing::ByteCodec;
+using router::testing::FakeDecodeWorker;
+using router::testing::FakePrefillWorker;
+using router::testing::TestServer;
+
+constexpr absl::Duration kWait = absl::Seconds(10);
+constexpr char kTemplate[] =
+    "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% if think is defined %}<think>\n{% endif %}{% endif %}";
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    decode_server_ = TestServer::Start({&decode_});
+    prefill_server_ = TestServer::Start({&prefill_});
+    RouterOptions o;
+    o.abort_timeout = absl::Seconds(2);
+    RouterModel m;
+    m.identity = ModelFromProto(router::testing::FakeModelIdentity());
+    m.limits.vocab_size = ByteCodec::kVocabSize;
+    m.limits.max_context = 512;
+    m.limits.eos_token_ids = {ByteCodec::kEos};
+    m.limits.bos_token_id = ByteCodec::kBos;
+    router_ = std::make_unique<RouterContext>(o, m, std::make_unique<ByteCodec>());
+    ASSERT_TRUE(router_->registry().AddByAddress(WorkerRole::kPrefill, prefill_server_.address, WorkerSource::kStatic).ok());
+    ASSERT_TRUE(router_->registry().AddByAddress(WorkerRole::kDecode, decode_server_.address, WorkerSource::kStatic).ok());
+    WorkerPoller(router_.get(), nullptr).PollOnce();
+    api_ = StartApi({});
+  }
+
+  void TearDown() override {
+    api_.reset();
+    EXPECT_TRUE(router_->WaitForCallsToEnd(kWait));
+    prefill_server_.server->Shutdown(absl::ToChronoTime(absl::Now()));
+    decode_server_.server->Shutdown(absl::ToChronoTime(absl::Now()));
+  }
+
+  std::unique_ptr<HttpApi> StartApi(std::vector<std::string> api_keys) {
+    absl::StatusOr<chat_template::ChatTemplate> t = chat_template::ChatTemplate::Parse(kTemplate);
+    EXPECT_TRUE(t.ok()) << t.status();
+    chat_template::CheckpointChatTemplate ct{"test", *std::move(t)};
+    ct.special_tokens = {{"bos_token", "<bos>"}};
+    HttpApiOptions options;
+    options.host = "127.0.0.1";
+    options.served_model_name = "demo";
+    options.threads = 8;
+    options.api_keys = std::move(api_keys);
+    absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Start(router_.get(), std::move(ct), options);
+    EXPECT_TRUE(api.ok()) << api.status();
+    return api.ok() ? *std::move(api) : nullptr;
+  }
+
+  httplib::Result Post(const std::string& path, const std::string& body, int port = 0) {
+    httplib::Client client("127.0.0.1", port != 0 ? port : api_->port());
+    client.set_read_timeout(10);
+    return client.Post(path.c_str(), body, "application/json");
+  }
+
+  // Sends `request` on a raw socket, reads until `until` appears in the reply (or EOF), and
+  // closes the connection: a client that leaves mid-request.
+  std::string SendAndHangUp(const std::string& request, const std::string& until) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(api_->port()));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+    std::string got;
+    char buf[4096];
+    while (!until.empty() && got.find(until) == std::string::npos) {
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    close(fd);
+    return got;
+  }
+
+  static std::string RawPost(const std::string& path, const std::string& body) {
+    return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  }
+
+  // The JSON payloads of an SSE body; "[DONE]" kept as a string.
+  static std::vector<Json> Events(const std::string& sse) {
+    std::vector<Json> out;
+    for (size_t pos = 0; (pos = sse.find("data: ", pos)) != std::string::npos;) {
+      const size_t end = sse.find("\n\n", pos);
+      const std::string payload = sse.substr(pos + 6, end - pos - 6);
+      out.push_back(payload == "[DONE]" ? Json("[DONE]") : Json::parse(payload));
+      pos = end;
+    }
+    return out;
+  }
+
+  FakeDecodeWorker decode_{64, 0};
+  FakePrefillWorker prefill_{&decode_};
+  TestServer decode_server_, prefill_server_;
+  std::unique_ptr<RouterContext> router_;
+  std::unique_ptr<HttpApi> api_;
+};
+
+TEST_F(HttpApiTest, Completion) {
+  decode_.set_reply("17 18 19");
+  httplib::Result r = Post("/v1/completions",
+                           R"({"model": "demo", "prompt": "count from 17:", "max_tokens": 5})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->get_header_value("Content-Type"), "application/json");
+  Json j = Json::parse(r->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_THAT(j["id"].get<std::string>(), HasSubstr("cmpl-req-"));
+  EXPECT_EQ(j["model"], "demo");
+  EXPECT_EQ(j["choices"][0]["text"], "17 18");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  // The gRPC path's counts: BOS + 14 prompt bytes; 5 generated.
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 15);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(j["usage"]["total_tokens"], 20);
+}
+
+TEST_F(HttpApiTest, StreamedCompletionWithUsageAndStop) {
+  decode_.set_reply("one two three");
+  httplib::Result r = Post("/v1/completions",
+                           R"({"model": "demo", "prompt": [1, 2, 3], "stream": true, "stop": " three",
+                               "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  std::vector<Json> events = Events(r->body);
+  ASSERT_GE(events.size(), 3u);
+  std::string text;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    text += events[i]["choices"][0]["text"].get<std::string>();
+    EXPECT_TRUE(events[i]["usage"].is_null());
+  }
+  EXPECT_EQ(text, "one two");
+  EXPECT_EQ(events[events.size() - 3]["choices"][0]["finish_reason"], "stop");
+  const Json& usage = events[events.size() - 2]["usage"];
+  EXPECT_EQ(usage["prompt_tokens"], 3);
+  EXPECT_EQ(usage["completion_tokens"], 13);  // " three" was generated, then cut as the stop string
+  EXPECT_EQ(events.back(), "[DONE]");
+}
+
+TEST_F(HttpApiTest, ChatUsesTheTemplate) {
+  decode_.set_reply("Hi!");
+  httplib::Result r = Post("/v1/chat/completions",
+                           R"({"model": "demo", "messages": [{"role": "system", "content": "Be brief."},
+                                                              {"role": "user", "content": "Hello"}]})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hi!");
+  EXPECT_FALSE(j["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  // "<bos>" is one token, then the bytes of "<system>Be brief.<user>Hello<assistant>": the
+  // rendered prompt is tokenized as written, with no second BOS.
+  const std::vector<v1::ReserveRequest> reserves = decode_.reserves();
+  ASSERT_FALSE(reserves.empty());
+  const auto& ids = reserves.back().prompt_token_ids();
+  EXPECT_EQ(ids.size(), 1u + std::string("<system>Be brief.<user>Hello<assistant>").size());
+  EXPECT_EQ(ids[0], ByteCodec::kBos);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], ids.size());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);  // "Hi!" and EOS
+}
+
+TEST_F(HttpApiTest, StreamedChatSplitsReasoning) {
+  decode_.set_reply("let me see</think>\n\nYes.");
+  httplib::Result r = Post("/v1/chat/completions",
+                           R"({"model": "demo", "stream": true, "chat_template_kwargs": {"think": true},
+                               "messages": [{"role": "user", "content": "Is it?"}]})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::vector<Json> events = Events(r->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string reasoning, content;
+  for (const Json& e : events) {
+    if (!e.is_object()) continue;
+    const Json& delta = e["choices"][0]["delta"];
+    if (delta.contains("reasoning_content")) reasoning += delta["reasoning_content"].get<std::string>();
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, "let me see");
+  EXPECT_EQ(content, "\n\nYes.");
+  EXPECT_EQ(events.back(), "[DONE]");
+}
+
+TEST_F(HttpApiTest, ErrorsAreOpenAiShaped) {
+  httplib::Result r = Post("/v1/completions", "{oops");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["type"], "invalid_request_error");
+  r = Post("/v1/chat/completions", R"({"model": "gpt-4", "messages": [{"role": "user", "content": "x"}]})");
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(Json::parse(r->body)["error"]["code"], "model_not_found");
+  // A value the router's own validation refuses, with the router's message.
+  r = Post("/v1/completions", R"({"model": "demo", "prompt": "x", "max_tokens": 0})");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(Json::parse(r->body)["error"]["message"].get<std::string>(),
+              HasSubstr("max_new_tokens 0 is out of range"));
+  r = Post("/v1/completions", R"({"model": "demo", "prompt": "x", "temperature": -1})");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("temperature -1 is out of range"));
+  r = Post("/v1/completions", R"({"model": "demo", "prompt": [299999]})");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("outside the vocabulary"));
+  r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 3})");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "n");
+  r = Post("/v1/nothing", "{}");
+  EXPECT_EQ(r->status, 404);
+  EXPECT_THAT(Json::parse(r->body)["error"]["message"].get<std::string>(), HasSubstr("no route for POST /v1/nothing"));
+}
+
+TEST_F(HttpApiTest, ModelsAndHealth) {
+  httplib::Client client("127.0.0.1", api_->port());
+  httplib::Result r = client.Get("/v1/models");
+  ASSERT_TRUE(r);
+  Json j = Json::parse(r->body);
+  EXPECT_EQ(j["data"][0]["id"], "demo");
+  EXPECT_EQ(j["data"][0]["max_model_len"], 512);
+  EXPECT_EQ(client.Get("/v1/models/demo")->status, 200);
+  EXPECT_EQ(client.Get("/v1/models/other")->status, 404);
+  r = client.Get("/health");
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(Json::parse(r->body)["status"], "ok");
+}
+
+TEST_F(HttpApiTest, ApiKeys) {
+  std::unique_ptr<HttpApi> guarded = StartApi({"secret"});
+  httplib::Client client("127.0.0.1", guarded->port());
+  httplib::Result r = client.Get("/v1/models");
+  EXPECT_EQ(r->status, 401);
+  EXPECT_EQ(Json::parse(r->body)["error"]["type"], "authentication_error");
+  EXPECT_EQ(client.Get("/v1/models", {{"Authorization", "Bearer wrong"}})->status, 401);
+  EXPECT_EQ(client.Get("/v1/models", {{"Authorization", "Bearer secret"}})->status, 200);
+  EXPECT_EQ(client.Get("/health")->status, 200);
+}
+
+TEST_F(HttpApiTest, ClientThatDisconnectsMidStreamFreesItsPages) {
+  decode_.set_reply("abcdefghijklmnopqrstuvwxyz");
+  decode_.set_hold_after(3);
+  const std::string got = SendAndHangUp(
+      RawPost("/v1/completions", R"({"model": "demo", "prompt": "x", "stream": true, "max_tokens": 20})"),
+      "\"text\":\"a");
+  EXPECT_THAT(got, HasSubstr("200 OK"));
+  EXPECT_TRUE(decode_.WaitForAborts(1, kWait));
+  EXPECT_TRUE(decode_.WaitAllPagesFree(kWait));
+  EXPECT_EQ(decode_.free_pages(), decode_.total_pages());
+}
+
+TEST_F(HttpApiTest, ClientThatDisconnectsBeforeAnUnstreamedAnswerFreesItsPages) {
+  decode_.set_reply("abcdefghijklmnopqrstuvwxyz");
+  decode_.set_hold_after(3);
+  SendAndHangUp(RawPost("/v1/completions", R"({"model": "demo", "prompt": "x", "max_tokens": 20})"), "");
+  EXPECT_TRUE(decode_.WaitForAborts(1, kWait));
+  EXPECT_TRUE(decode_.WaitAllPagesFree(kWait));
+}
+
+}  // namespace
+}  // namespace mlaserve::router::openai

@@ -1,0 +1,66 @@
+// ResponseBuilder: the OpenAI response for one request, from the Generate messages of its
+// call (api.proto: chunks, then `complete` or `error`). Streaming requests get server-sent
+// events (`data: {json}\n\n` ... `data: [DONE]\n\n`) as messages arrive; non-streaming ones
+// one JSON body at the end. Pure (no I/O), so the formats are tested alone.
+//
+// Shapes follow OpenAI's API: text_completion / chat.completion(.chunk) objects, `usage`
+// (prompt/completion/total tokens, from `complete`, i.e. what the gRPC API reports),
+// finish_reason "stop" / "length" ("abort" for a request aborted through the admin or
+// Abort API), and with stream_options.include_usage a last chunk with empty choices and the
+// usage. Chat responses of reasoning models carry `reasoning_content` (reasoning_splitter.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "mlaserve/v1/api.pb.h"
+#include "nlohmann/json.hpp"
+#include "router/openai/api_request.h"
+#include "router/openai/reasoning_splitter.h"
+
+namespace mlaserve::router::openai {
+
+class ResponseBuilder {
+ public:
+  // `id`: the response id ("cmpl-..." / "chatcmpl-..."); `created`: unix seconds.
+  // `reasoning`: the chat prompt opened a <think> (or output that starts with one is split).
+  ResponseBuilder(const ApiRequest& request, std::string id, int64_t created,
+                  bool prompt_opens_reasoning);
+
+  // Streaming: the events that start the stream (the chat role delta).
+  std::string StartEvents();
+  // Streaming: the events one Generate message adds (possibly none). Non-streaming
+  // requests call it too, to accumulate.
+  std::string OnMessage(const v1::GenerateResponse& message);
+  // Streaming: an error after the stream started, then [DONE].
+  static std::string ErrorEvents(const ApiError& error);
+
+  bool complete() const { return finish_reason_.has_value(); }
+  // Non-streaming: the response body, once complete().
+  nlohmann::ordered_json Body() const;
+
+ private:
+  nlohmann::ordered_json Envelope(const char* object) const;
+  nlohmann::ordered_json Usage() const;
+  // One streamed chunk's `choices[0]` (text or delta) and optional finish reason.
+  std::string ChunkEvent(const std::string& text, const std::string& reasoning,
+                         const std::optional<std::string>& finish_reason, bool with_usage_now);
+  void AddText(const std::string& text, std::string* text_delta, std::string* reasoning_delta);
+
+  const Endpoint endpoint_;
+  const bool stream_;
+  const bool include_usage_;
+  const bool continuous_usage_;
+  const std::string model_;
+  const std::string id_;
+  const int64_t created_;
+  ReasoningSplitter splitter_;
+  std::string text_;       // content (all of it, for the non-streaming body)
+  std::string reasoning_;  // reasoning_content
+  int32_t prompt_tokens_ = 0;
+  int32_t completion_tokens_ = 0;
+  std::optional<std::string> finish_reason_;
+};
+
+}  // namespace mlaserve::router::openai

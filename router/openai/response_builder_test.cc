@@ -1,0 +1,125 @@
+#include "router/openai/response_builder.h"
+
+#include "gtest/gtest.h"
+
+namespace mlaserve::router::openai {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+v1::GenerateResponse Chunk(const std::string& text, int completion_tokens) {
+  v1::GenerateResponse m;
+  m.mutable_chunk()->set_text(text);
+  m.mutable_chunk()->set_prompt_tokens(5);
+  m.mutable_chunk()->set_completion_tokens(completion_tokens);
+  return m;
+}
+
+v1::GenerateResponse Complete(v1::FinishReason reason, int completion_tokens) {
+  v1::GenerateResponse m;
+  m.mutable_complete()->set_finish_reason(reason);
+  m.mutable_complete()->set_prompt_tokens(5);
+  m.mutable_complete()->set_completion_tokens(completion_tokens);
+  return m;
+}
+
+// The JSON payloads of "data: ..." events ("[DONE]" as a string).
+std::vector<Json> Events(const std::string& sse) {
+  std::vector<Json> out;
+  size_t pos = 0;
+  while ((pos = sse.find("data: ", pos)) != std::string::npos) {
+    const size_t end = sse.find("\n\n", pos);
+    const std::string payload = sse.substr(pos + 6, end - pos - 6);
+    out.push_back(payload == "[DONE]" ? Json("[DONE]") : Json::parse(payload));
+    pos = end + 2;
+  }
+  return out;
+}
+
+TEST(ResponseBuilderTest, StreamedCompletionWithUsage) {
+  ApiRequest r;
+  r.model = "demo";
+  r.stream = true;
+  r.include_usage = true;
+  ResponseBuilder b(r, "cmpl-1", 100, false);
+  EXPECT_EQ(b.StartEvents(), "");
+  std::vector<Json> e = Events(b.OnMessage(Chunk("17 18", 2)));
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].dump(), R"({"id":"cmpl-1","object":"text_completion","created":100,"model":"demo","choices":[{"index":0,"text":"17 18","logprobs":null,"finish_reason":null}],"usage":null})");
+  e = Events(b.OnMessage(Complete(v1::FINISH_REASON_LENGTH, 2)));
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e[0]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(e[0]["choices"][0]["text"], "");
+  EXPECT_TRUE(e[1]["choices"].empty());
+  EXPECT_EQ(e[1]["usage"].dump(), R"({"prompt_tokens":5,"completion_tokens":2,"total_tokens":7})");
+  EXPECT_EQ(e[2], "[DONE]");
+}
+
+TEST(ResponseBuilderTest, StreamedChatSplitsReasoning) {
+  ApiRequest r;
+  r.endpoint = Endpoint::kChat;
+  r.model = "demo";
+  r.stream = true;
+  ResponseBuilder b(r, "chatcmpl-1", 100, /*prompt_opens_reasoning=*/true);
+  std::vector<Json> e = Events(b.StartEvents());
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0]["choices"][0]["delta"].dump(), R"({"role":"assistant","content":""})");
+  EXPECT_FALSE(e[0].contains("usage"));
+  e = Events(b.OnMessage(Chunk("hmm</think>", 3)));
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0]["choices"][0]["delta"].dump(), R"({"reasoning_content":"hmm"})");
+  e = Events(b.OnMessage(Chunk("\n\nYes", 5)));
+  EXPECT_EQ(e[0]["choices"][0]["delta"].dump(), R"({"content":"\n\nYes"})");
+  e = Events(b.OnMessage(Complete(v1::FINISH_REASON_STOP, 6)));
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0]["choices"][0]["delta"].dump(), "{}");
+  EXPECT_EQ(e[0]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(e[1], "[DONE]");
+}
+
+TEST(ResponseBuilderTest, ContinuousUsageInEveryChunk) {
+  ApiRequest r;
+  r.model = "demo";
+  r.stream = true;
+  r.include_usage = true;
+  r.continuous_usage_stats = true;
+  ResponseBuilder b(r, "cmpl-1", 100, false);
+  // A chunk whose text is held back still reports its tokens.
+  std::vector<Json> e = Events(b.OnMessage(Chunk("", 3)));
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0]["usage"]["completion_tokens"], 3);
+}
+
+TEST(ResponseBuilderTest, ChatBody) {
+  ApiRequest r;
+  r.endpoint = Endpoint::kChat;
+  r.model = "demo";
+  ResponseBuilder b(r, "chatcmpl-7", 100, false);
+  EXPECT_EQ(b.OnMessage(Chunk("Hel", 2)), "");
+  b.OnMessage(Chunk("lo", 3));
+  b.OnMessage(Complete(v1::FINISH_REASON_STOP, 4));
+  ASSERT_TRUE(b.complete());
+  EXPECT_EQ(b.Body().dump(), R"({"id":"chatcmpl-7","object":"chat.completion","created":100,"model":"demo","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":4,"total_tokens":9}})");
+}
+
+TEST(ResponseBuilderTest, ReasoningCutByLengthHasNoContent) {
+  ApiRequest r;
+  r.endpoint = Endpoint::kChat;
+  r.model = "demo";
+  ResponseBuilder b(r, "chatcmpl-8", 100, true);
+  b.OnMessage(Chunk("still thinking", 4));
+  b.OnMessage(Complete(v1::FINISH_REASON_LENGTH, 4));
+  const Json message = b.Body()["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());
+  EXPECT_EQ(message["reasoning_content"], "still thinking");
+}
+
+TEST(ResponseBuilderTest, ErrorEvents) {
+  std::vector<Json> e = Events(ResponseBuilder::ErrorEvents(ErrorFromStatus(absl::UnavailableError("worker died"))));
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0]["error"]["message"], "worker died");
+  EXPECT_EQ(e[1], "[DONE]");
+}
+
+}  // namespace
+}  // namespace mlaserve::router::openai

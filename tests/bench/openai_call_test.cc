@@ -1,0 +1,125 @@
+// TimedOpenAiCall against a scripted HTTP server: server-sent events become the same
+// RequestRecord a gRPC stream with those tokens would give, and HTTP errors keep their
+// gRPC meaning.
+#include "bench/serving/timed_openai_call.h"
+
+#include <httplib.h>
+
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace mlaserve::bench {
+namespace {
+
+class ScriptedServer {
+ public:
+  explicit ScriptedServer(httplib::Server::Handler handler) {
+    server_.Post("/v1/completions", std::move(handler));
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~ScriptedServer() {
+    server_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+  std::string last_body() {
+    absl::MutexLock lock(&mu_);
+    return last_body_;
+  }
+  void set_last_body(std::string b) {
+    absl::MutexLock lock(&mu_);
+    last_body_ = std::move(b);
+  }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  absl::Mutex mu_;
+  std::string last_body_;
+};
+
+std::string Chunk(const std::string& text, int completion, const char* finish = nullptr) {
+  nlohmann::json c = {{"choices", {{{"index", 0}, {"text", text}, {"finish_reason", finish ? nlohmann::json(finish) : nlohmann::json()}}}},
+                      {"usage", {{"prompt_tokens", 3}, {"completion_tokens", completion}, {"total_tokens", 3 + completion}}}};
+  return "data: " + c.dump() + "\n\n";
+}
+
+RequestRecord RunOne(int port, const RequestSpec& spec) {
+  RequestRecord got;
+  absl::Notification done;
+  {
+    TimedOpenAiCall call({"127.0.0.1", port, "demo"}, spec, "bench-0", CallSettings{},
+                         BenchClock::now(), [&](RequestRecord r) {
+                           got = std::move(r);
+                           done.Notify();
+                         });
+    call.Start();
+    EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  }
+  return got;
+}
+
+RequestSpec IdsSpec() {
+  RequestSpec spec;
+  spec.prompt_token_ids = {5, 6, 7};
+  spec.input_len = 3;
+  spec.output_len = 5;
+  return spec;
+}
+
+TEST(TimedOpenAiCallTest, EventsBecomeTheRecordOfTheirTokens) {
+  ScriptedServer server([&](const httplib::Request& req, httplib::Response& res) {
+    res.set_content(Chunk("a", 2) + Chunk("", 2) + Chunk("bc", 4) + Chunk("d", 5, "length") +
+                        "data: " + nlohmann::json({{"choices", nlohmann::json::array()},
+                                                   {"usage", {{"prompt_tokens", 3}, {"completion_tokens", 5}}}}).dump() +
+                        "\n\ndata: [DONE]\n\n",
+                    "text/event-stream");
+  });
+  const RequestRecord r = RunOne(server.port(), IdsSpec());
+  EXPECT_EQ(r.outcome, Outcome::kSuccess) << r.error_class << ": " << r.error;
+  EXPECT_EQ(r.output_len, 5);
+  EXPECT_EQ(r.input_len, 3);
+  EXPECT_EQ(r.itl_s.size(), 4u);
+  EXPECT_GE(r.ttft_s, 0);
+}
+
+TEST(TimedOpenAiCallTest, RequestBodyAsksForPerChunkUsage) {
+  const nlohmann::json body = nlohmann::json::parse(TimedOpenAiCall::RequestBody("demo", IdsSpec(), CallSettings{}));
+  EXPECT_EQ(body["prompt"], nlohmann::json({5, 6, 7}));
+  EXPECT_EQ(body["max_tokens"], 5);
+  EXPECT_EQ(body["stream"], true);
+  EXPECT_EQ(body["stream_options"]["continuous_usage_stats"], true);
+  EXPECT_EQ(body["ignore_eos"], true);
+}
+
+TEST(TimedOpenAiCallTest, HttpErrorsKeepTheirGrpcMeaning) {
+  ScriptedServer server([](const httplib::Request&, httplib::Response& res) {
+    res.status = 400;
+    res.set_content(R"({"error": {"message": "temperature -1 is out of range", "type": "invalid_request_error", "param": null, "code": "invalid_argument"}})",
+                    "application/json");
+  });
+  const RequestRecord r = RunOne(server.port(), IdsSpec());
+  EXPECT_EQ(r.outcome, Outcome::kFailed);
+  EXPECT_EQ(r.error_class, "INVALID_ARGUMENT");
+  EXPECT_NE(r.error.find("temperature -1 is out of range"), std::string::npos) << r.error;
+}
+
+TEST(TimedOpenAiCallTest, ErrorEventMidStreamFails) {
+  ScriptedServer server([](const httplib::Request&, httplib::Response& res) {
+    res.set_content(Chunk("a", 1) +
+                        R"(data: {"error": {"message": "decode worker died", "type": "server_error", "param": null, "code": "unavailable"}})"
+                        "\n\ndata: [DONE]\n\n",
+                    "text/event-stream");
+  });
+  const RequestRecord r = RunOne(server.port(), IdsSpec());
+  EXPECT_EQ(r.outcome, Outcome::kFailed);
+  EXPECT_EQ(r.error_class, "UNAVAILABLE");
+}
+
+}  // namespace
+}  // namespace mlaserve::bench

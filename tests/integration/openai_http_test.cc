@@ -1,0 +1,178 @@
+// The OpenAI HTTP API of a real router process in front of real prefill and decode workers
+// (the bundled demo model), next to its gRPC API: the same tokens and usage numbers through
+// both, streamed and not, chat through the checkpoint's template, and a client that
+// disconnects mid-stream is aborted and frees its pages.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <regex>
+
+#include <httplib.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/cluster.h"
+
+namespace mlaserve::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+constexpr char kModel[] = "models/demo";
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+class OpenAiHttpTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ClusterOptions o;
+    o.model_dir = kModel;
+    o.extra_router_flags = {"--http-port", "0", "--metrics-port", "0"};
+    auto c = Cluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = c->release();
+    auto http = cluster_->router().WaitForStdoutLine("http listening on ", kTimeout);
+    ASSERT_TRUE(http.ok()) << http.status() << "\n" << cluster_->router().LogTail();
+    http_port_ = std::stoi(http->substr(http->rfind(':') + 1));
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  static Json Post(const std::string& path, const Json& body) {
+    httplib::Client client("127.0.0.1", http_port_);
+    client.set_read_timeout(60);
+    httplib::Result r = client.Post(path.c_str(), body.dump(), "application/json");
+    EXPECT_TRUE(r) << "POST " << path << " failed";
+    if (!r) return Json();
+    EXPECT_EQ(r->status, 200) << r->body;
+    return r->status == 200 && !body.value("stream", false) ? Json::parse(r->body) : Json(r->body);
+  }
+
+  static GenerateResult Grpc(const std::string& text, int max_tokens) {
+    v1::GenerateRequest req;
+    req.set_text(text);
+    req.mutable_sampling()->set_temperature(0);
+    req.mutable_sampling()->set_max_new_tokens(max_tokens);
+    return RunGenerate(cluster_->generation(), req, kTimeout);
+  }
+
+  static double MetricValue(const std::string& name) {
+    std::smatch m;
+    const std::string log = cluster_->router().LogTail(100000);
+    if (!std::regex_search(log, m, std::regex("metrics on http://[^:]+:([0-9]+)/metrics"))) return -1;
+    httplib::Client client("127.0.0.1", std::stoi(m[1]));
+    httplib::Result r = client.Get("/metrics");
+    if (!r) return -1;
+    std::smatch v;
+    if (!std::regex_search(r->body, v, std::regex("\n" + name + " ([0-9.e+]+)"))) return -1;
+    return std::stod(v[1]);
+  }
+
+  static Cluster* cluster_;
+  static int http_port_;
+};
+
+Cluster* OpenAiHttpTest::cluster_ = nullptr;
+int OpenAiHttpTest::http_port_ = 0;
+
+TEST_F(OpenAiHttpTest, CompletionEqualsGrpc) {
+  const GenerateResult grpc = Grpc("count from 17:", 12);
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status.error_message();
+  const Json j = Post("/v1/completions", {{"model", "demo"}, {"prompt", "count from 17:"},
+                                          {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(j["choices"][0]["text"], grpc.text);
+  EXPECT_THAT(grpc.text, HasSubstr("17 18 19"));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], grpc.complete->prompt_tokens());
+  EXPECT_EQ(j["usage"]["completion_tokens"], grpc.complete->completion_tokens());
+}
+
+TEST_F(OpenAiHttpTest, StreamedCompletionEqualsUnstreamed) {
+  const Json plain = Post("/v1/completions", {{"model", "demo"}, {"prompt", "reverse: a b c d e ->"},
+                                              {"max_tokens", 10}, {"temperature", 0}});
+  const std::string sse = Post("/v1/completions",
+                               {{"model", "demo"}, {"prompt", "reverse: a b c d e ->"}, {"max_tokens", 10},
+                                {"temperature", 0}, {"stream", true},
+                                {"stream_options", {{"include_usage", true}}}});
+  std::string text;
+  Json usage;
+  for (size_t pos = 0; (pos = sse.find("data: ", pos)) != std::string::npos;) {
+    const size_t end = sse.find("\n\n", pos);
+    const std::string payload = sse.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (payload == "[DONE]") break;
+    const Json event = Json::parse(payload);
+    if (!event["choices"].empty()) text += event["choices"][0]["text"].get<std::string>();
+    if (!event["usage"].is_null()) usage = event["usage"];
+  }
+  EXPECT_EQ(text, plain["choices"][0]["text"]);
+  EXPECT_EQ(usage, plain["usage"]);
+  EXPECT_THAT(sse, HasSubstr("data: [DONE]\n\n"));
+}
+
+TEST_F(OpenAiHttpTest, ChatThroughTheTemplateEqualsTheBarePrompt) {
+  // models/demo/chat_template.jinja renders BOS + the last user message.
+  const GenerateResult grpc = Grpc("copy: h e l l o ->", 10);
+  ASSERT_TRUE(grpc.status.ok());
+  const Json j = Post("/v1/chat/completions",
+                      {{"model", "demo"}, {"max_tokens", 10}, {"temperature", 0},
+                       {"messages", {{{"role", "user"}, {"content", "copy: h e l l o ->"}}}}});
+  EXPECT_EQ(j["choices"][0]["message"]["content"], grpc.text);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], grpc.complete->prompt_tokens());
+  EXPECT_EQ(j["usage"]["completion_tokens"], grpc.complete->completion_tokens());
+}
+
+TEST_F(OpenAiHttpTest, DisconnectMidStreamAbortsAndFreesPages) {
+  const double aborted_before = MetricValue("mlaserve_router_requests_aborted_total");
+  ASSERT_GE(aborted_before, 0) << "no /metrics";
+  const std::string body = Json{{"model", "demo"}, {"prompt", "count from 1:"}, {"max_tokens", 1000},
+                                {"ignore_eos", true}, {"stream", true}}.dump();
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                              "application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                              "\r\n\r\n" + body;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(http_port_));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("\"text\"") == std::string::npos) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);  // mid-stream: tokens have started to arrive
+  EXPECT_TRUE(cluster_->WaitAllPagesFree(absl::Seconds(30)).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (MetricValue("mlaserve_router_requests_aborted_total") < aborted_before + 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));  // polling a metric against a deadline
+  }
+  EXPECT_EQ(MetricValue("mlaserve_router_requests_aborted_total"), aborted_before + 1);
+}
+
+TEST_F(OpenAiHttpTest, BadRequestsAreOpenAiShaped) {
+  httplib::Client client("127.0.0.1", http_port_);
+  httplib::Result r = client.Post("/v1/completions", "{bad json", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["type"], "invalid_request_error");
+  r = client.Post("/v1/completions", R"({"model": "nope", "prompt": "x"})", "application/json");
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(Json::parse(r->body)["error"]["code"], "model_not_found");
+  r = client.Post("/v1/completions", R"({"model": "demo", "prompt": "x", "top_p": 2})", "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(Json::parse(r->body)["error"]["message"].get<std::string>(), HasSubstr("top_p 2 is out of range"));
+  r = client.Post("/v1/completions", R"({"model": "demo", "prompt": "x", "max_tokens": 5000})", "application/json");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("exceeds the model's context of 1024"));
+}
+
+}  // namespace
+}  // namespace mlaserve::testing

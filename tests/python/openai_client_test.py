@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""The real `openai` Python client, and curl, against the router's OpenAI HTTP API.
+
+A router (--http-port 0), a prefill and a decode worker on loopback with the demo model.
+Run by run_openai_client_test.sh, which installs `openai` from PyPI into a venv (the test
+skips with a message when PyPI cannot be reached). Checks: models, completions and chat,
+streamed and not, with the same text and usage; OpenAI-shaped errors as the client's
+exception types; a client that closes a stream mid-way is aborted (router metric) and its
+pages freed; the curl examples of docs/api.md run as written.
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import openai
+
+START_TIMEOUT_S = 60
+MODEL_DIR = "models/demo"
+
+
+class Server:
+    """A server process started with port 0; it prints 'listening on HOST:PORT' first."""
+
+    def __init__(self, argv, log_path):
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log)
+        self.lines = []
+        self.cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+        line = self.wait_line("listening on ")
+        if line is None:
+            self.proc.kill()
+            raise RuntimeError(f"{argv[0]} did not start; see {log_path}")
+        self.address = line.strip().replace("0.0.0.0", "127.0.0.1")
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            with self.cond:
+                self.lines.append(raw.decode())
+                self.cond.notify_all()
+        with self.cond:
+            self.lines.append(None)
+            self.cond.notify_all()
+
+    def wait_line(self, prefix, timeout=START_TIMEOUT_S):
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for line in self.lines:
+                    if line is None:
+                        return None
+                    if line.startswith(prefix):
+                        return line[len(prefix):]
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.cond.wait(left):
+                    return None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def http_get(url, timeout=5):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def wait_ready(base, deadline_s=START_TIMEOUT_S):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            if http_get(base + "/health")[0] == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)  # polling /health against a deadline
+    raise RuntimeError("router not ready")
+
+
+def metric(router_log, name):
+    with open(router_log) as f:
+        m = re.search(r"metrics on (http://\S+/metrics)", f.read())
+    status, body = http_get(m.group(1))
+    v = re.search(rf"^{name} (\S+)$", body, re.M)
+    return float(v.group(1))
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+    print("ok:", what)
+
+
+def run_checks(client, base, router_log):
+    models = client.models.list()
+    check([m.id for m in models.data] == ["demo"], "models.list() names the demo model")
+
+    c = client.completions.create(model="demo", prompt="count from 17:", max_tokens=12, temperature=0)
+    text = c.choices[0].text
+    check("17 18 19" in text, f"completion counts: {text!r}")
+    check(c.usage.total_tokens == c.usage.prompt_tokens + c.usage.completion_tokens == c.usage.prompt_tokens + 12,
+          f"completion usage {c.usage}")
+    check(c.choices[0].finish_reason == "length", "finish_reason length")
+
+    pieces, usage = [], None
+    for chunk in client.completions.create(model="demo", prompt="count from 17:", max_tokens=12,
+                                           temperature=0, stream=True,
+                                           stream_options={"include_usage": True}):
+        if chunk.choices:
+            pieces.append(chunk.choices[0].text)
+        if chunk.usage is not None:
+            usage = chunk.usage
+    check("".join(pieces) == text, "streamed completion equals the unstreamed one")
+    check(usage is not None and usage.model_dump() == c.usage.model_dump(), "streamed usage equals")
+
+    chat = client.chat.completions.create(model="demo", max_tokens=12, temperature=0,
+                                          messages=[{"role": "user", "content": "count from 17:"}])
+    check(chat.choices[0].message.role == "assistant", "chat role")
+    check(chat.choices[0].message.content == text, "chat through the demo template equals the completion")
+    check(chat.usage.prompt_tokens == c.usage.prompt_tokens, "chat prompt tokens equal (one BOS)")
+
+    deltas = []
+    for chunk in client.chat.completions.create(model="demo", max_tokens=12, temperature=0, stream=True,
+                                                messages=[{"role": "user", "content": "count from 17:"}]):
+        if chunk.choices and chunk.choices[0].delta.content:
+            deltas.append(chunk.choices[0].delta.content)
+    check("".join(deltas) == text, "streamed chat equals")
+
+    try:
+        client.completions.create(model="gpt-4", prompt="x")
+        check(False, "unknown model refused")
+    except openai.NotFoundError as e:
+        check(e.status_code == 404 and e.body["code"] == "model_not_found", "unknown model: NotFoundError 404")
+    try:
+        client.chat.completions.create(model="demo", n=2, messages=[{"role": "user", "content": "x"}])
+        check(False, "n=2 refused")
+    except openai.BadRequestError as e:
+        check(e.body["param"] == "n", "n=2: BadRequestError naming n")
+    try:
+        client.completions.create(model="demo", prompt="x", temperature=-1)
+        check(False, "temperature -1 refused")
+    except openai.BadRequestError as e:
+        check("temperature -1 is out of range" in e.message, f"router validation message: {e.message}")
+
+    aborted = metric(router_log, "mlaserve_router_requests_aborted_total")
+    stream = client.completions.create(model="demo", prompt="count from 1:", max_tokens=1000,
+                                       stream=True, extra_body={"ignore_eos": True})
+    first = next(iter(stream))
+    check(first.choices[0].text is not None, "a long stream started")
+    stream.close()
+    deadline = time.monotonic() + 30
+    while metric(router_log, "mlaserve_router_requests_aborted_total") < aborted + 1:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)  # polling a metric against a deadline
+    check(metric(router_log, "mlaserve_router_requests_aborted_total") == aborted + 1,
+          "closing the stream aborted the request")
+    running = metric(router_log, "mlaserve_router_requests_running")
+    check(running == 0, "no request left running")
+
+
+def run_curl_examples(base):
+    """Runs the curl commands between the curl-examples markers of docs/api.md."""
+    doc = open("docs/api.md").read()
+    block = doc.split("<!-- curl-examples -->")[1].split("<!-- /curl-examples -->")[0]
+    commands = re.sub(r"\\\n\s*", " ", block.replace("```sh", "").replace("```", ""))
+    ran = 0
+    for cmd in re.split(r"\n\s*\n", commands.strip()):
+        cmd = " ".join(cmd.split("\n")).replace("localhost:8080", base.replace("http://", ""))
+        out = subprocess.run(shlex.split(cmd), capture_output=True, text=True, timeout=60)
+        check(out.returncode == 0, f"curl example exits 0: {cmd[:60]}...")
+        body = out.stdout
+        if "data: " in body:
+            events = [l[6:] for l in body.splitlines() if l.startswith("data: ")]
+            check(events[-1] == "[DONE]" and all("error" not in json.loads(e) for e in events[:-1]),
+                  "streamed example ends with [DONE], no error")
+        else:
+            check("error" not in json.loads(body), f"example answers without error: {body[:80]}")
+        ran += 1
+    check(ran == 5, "all five curl examples ran")
+    bad = subprocess.run(["curl", "-s", "-o", "/dev/stderr", "-w", "%{http_code}", base + "/v1/completions",
+                          "-H", "Content-Type: application/json", "-d", "{not json"],
+                         capture_output=True, text=True, timeout=30)
+    check(bad.stdout == "400" and json.loads(bad.stderr)["error"]["type"] == "invalid_request_error",
+          "curl with bad JSON gets an OpenAI-shaped 400")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--router-bin", required=True)
+    ap.add_argument("--prefill-bin", required=True)
+    ap.add_argument("--decode-bin", required=True)
+    args = ap.parse_args()
+    logs = tempfile.mkdtemp(prefix="mlaserve-openai-test-")
+    common = ["--listen", "127.0.0.1:0", "--model", MODEL_DIR, "--backend", "cpu", "--metrics-port", "-1"]
+    servers = []
+    try:
+        prefill = Server([args.prefill_bin] + common, f"{logs}/prefill.log")
+        servers.append(prefill)
+        decode = Server([args.decode_bin] + common, f"{logs}/decode.log")
+        servers.append(decode)
+        router_log = f"{logs}/router.log"
+        router = Server([args.router_bin, "--listen", "127.0.0.1:0", "--model", MODEL_DIR,
+                         "--http-port", "0", "--metrics-port", "0", "--poll-interval-ms", "100",
+                         "--prefill", prefill.address, "--decode", decode.address], router_log)
+        servers.append(router)
+        http = router.wait_line("http listening on ")
+        if http is None:
+            raise RuntimeError(f"no 'http listening on' line; see {router_log}")
+        base = "http://" + http.strip().replace("0.0.0.0", "127.0.0.1")
+        wait_ready(base)
+        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60)
+        run_checks(client, base, router_log)
+        run_curl_examples(base)
+        print("openai_client_test: all checks passed")
+    finally:
+        for s in reversed(servers):
+            s.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

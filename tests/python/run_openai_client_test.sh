@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs openai_client_test.py with the `openai` package from PyPI, installed into a venv under
+# the build directory on first use. Exits 77 (ctest: skipped) with a message when it cannot
+# be installed (no PyPI).
+set -uo pipefail
+venv=$1; shift
+OPENAI_VERSION=3.57.0
+if ! "$venv/bin/python" -c "import openai" >/dev/null 2>&1; then
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv" >/dev/null 2>&1 ||
+     ! "$venv/bin/pip" install -q "openai==$OPENAI_VERSION" >/dev/null 2>&1; then
+    echo "SKIPPED: could not install openai==$OPENAI_VERSION from PyPI into $venv (offline?)"
+    exit 77
+  fi
+fi
+exec "$venv/bin/python" "$(dirname "$0")/openai_client_test.py" "$@"
