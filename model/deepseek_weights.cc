@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "model/mla_dims.h"
+#include "model/padded_matrix.h"
 #include "model/weights.h"
 
 namespace mlaserve::model {
@@ -76,6 +78,25 @@ class Loader {
     return w;
   }
 
+  // name.weight [rows.real(), cols.real()] stored as [rows.stored(), cols.stored()] with zero
+  // padding (model/mla_dims.h), plus name.bias [rows] padded alike when `bias`.
+  absl::StatusOr<LinearWeight> PaddedLinear(const std::string& name, const PaddedAxis& rows,
+                                            const PaddedAxis& cols, bool bias = false) const {
+    if (!rows.padded() && !cols.padded()) return Linear(name, rows.real(), cols.real(), bias);
+    const size_t es = kernels::DTypeSize(dtype_);
+    LinearWeight w;
+    w.out = rows.stored();
+    w.in = cols.stored();
+    ASSIGN_OR_RETURN(std::vector<uint8_t> weight, Bytes(name + ".weight", {rows.real(), cols.real()}, dtype_));
+    ASSIGN_OR_RETURN(w.weight, Upload(PadMatrix(weight, es, rows, cols), dtype_,
+                                      int64_t{w.out} * w.in));
+    if (bias) {
+      ASSIGN_OR_RETURN(std::vector<uint8_t> b, Bytes(name + ".bias", {rows.real()}, dtype_));
+      ASSIGN_OR_RETURN(w.bias, Upload(PadMatrix(b, es, rows, PaddedAxis::Plain(1)), dtype_, w.out));
+    }
+    return w;
+  }
+
   // gate_proj and up_proj of `prefix` stacked into one [2I, hidden] matrix.
   absl::StatusOr<GatedMlpWeights> GatedMlp(const std::string& prefix, int hidden, int inter) const {
     GatedMlpWeights m;
@@ -141,28 +162,32 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const Loader& ld, i
   const std::string p = absl::StrCat("model.layers.", l);
   const int H = c.hidden_size;
   const int heads = c.num_attention_heads;
-  const int qk = c.qk_head_dim();
   ASSIGN_OR_RETURN(lw.input_norm, ld.Tensor(p + ".input_layernorm.weight", {H}));
   ASSIGN_OR_RETURN(lw.post_attention_norm, ld.Tensor(p + ".post_attention_layernorm.weight", {H}));
 
   const std::string a = p + ".self_attn";
   MlaWeights& m = lw.attn;
+  // Stored with every MLA width padded to MlaDims (model/mla_dims.h).
+  const MlaDims d = StoredMlaDims(c);
+  const PaddedAxis q_rows{heads, {{c.qk_nope_head_dim, d.nope}, {c.qk_rope_head_dim, d.rope}}};
+  const PaddedAxis latent_rows{1, {{c.kv_lora_rank, d.rank}, {c.qk_rope_head_dim, d.rope}}};
+  const PaddedAxis kv_b_rows{heads, {{c.qk_nope_head_dim, d.nope}, {c.v_head_dim, d.v}}};
+  const PaddedAxis rank_cols{1, {{c.kv_lora_rank, d.rank}}};
+  const PaddedAxis o_cols{heads, {{c.v_head_dim, d.v}}};
   if (c.q_lora_rank.has_value()) {
     const int ql = *c.q_lora_rank;
     ASSIGN_OR_RETURN(m.q_a_proj, ld.Linear(a + ".q_a_proj", ql, H, c.attention_bias));
     ASSIGN_OR_RETURN(m.q_a_norm, ld.Tensor(a + ".q_a_layernorm.weight", {ql}));
-    ASSIGN_OR_RETURN(m.q_b_proj, ld.Linear(a + ".q_b_proj", heads * qk, ql));
+    ASSIGN_OR_RETURN(m.q_b_proj, ld.PaddedLinear(a + ".q_b_proj", q_rows, PaddedAxis::Plain(ql)));
   } else {
-    ASSIGN_OR_RETURN(m.q_proj, ld.Linear(a + ".q_proj", heads * qk, H));
+    ASSIGN_OR_RETURN(m.q_proj, ld.PaddedLinear(a + ".q_proj", q_rows, PaddedAxis::Plain(H)));
   }
-  ASSIGN_OR_RETURN(m.kv_a_proj, ld.Linear(a + ".kv_a_proj_with_mqa", c.latent_dim(), H,
-                                           c.attention_bias));
+  ASSIGN_OR_RETURN(m.kv_a_proj, ld.PaddedLinear(a + ".kv_a_proj_with_mqa", latent_rows,
+                                                 PaddedAxis::Plain(H), c.attention_bias));
   ASSIGN_OR_RETURN(m.kv_a_norm, ld.Tensor(a + ".kv_a_layernorm.weight", {c.kv_lora_rank}));
-  ASSIGN_OR_RETURN(m.kv_b_proj, ld.Linear(a + ".kv_b_proj",
-                                           heads * (c.qk_nope_head_dim + c.v_head_dim),
-                                           c.kv_lora_rank));
-  ASSIGN_OR_RETURN(m.o_proj, ld.Linear(a + ".o_proj", H, heads * c.v_head_dim,
-                                        c.attention_bias));
+  ASSIGN_OR_RETURN(m.kv_b_proj, ld.PaddedLinear(a + ".kv_b_proj", kv_b_rows, rank_cols));
+  ASSIGN_OR_RETURN(m.o_proj, ld.PaddedLinear(a + ".o_proj", PaddedAxis::Plain(H), o_cols,
+                                              c.attention_bias));
 
   if (c.has_indexer) {
     const std::string ix = a + ".indexer";
@@ -199,11 +224,12 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const Loader& ld, i
 }  // namespace
 
 KvBViews MlaWeights::kv_b_views(const ModelConfig& c) const {
+  const MlaDims d = StoredMlaDims(c);
   KvBViews v;
-  v.row_stride = c.kv_lora_rank;
-  v.head_stride = static_cast<int64_t>(c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank;
+  v.row_stride = d.rank;
+  v.head_stride = static_cast<int64_t>(d.nope + d.v) * d.rank;
   v.w_uk = kv_b_proj.weight.data();
-  v.w_uv = kv_b_proj.weight.at(static_cast<int64_t>(c.qk_nope_head_dim) * c.kv_lora_rank);
+  v.w_uv = kv_b_proj.weight.at(static_cast<int64_t>(d.nope) * d.rank);
   return v;
 }
 

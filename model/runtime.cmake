@@ -27,6 +27,13 @@ target_include_directories(model_sampler PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(model_sampler PUBLIC kernels_sampling absl::status absl::statusor absl::strings)
 mlaserve_warnings(model_sampler)
 
+# Zero padding of weight matrices to the widths the engine stores (model/mla_dims.h).
+add_library(model_padded_matrix STATIC ${CMAKE_CURRENT_LIST_DIR}/padded_matrix.cc)
+target_include_directories(model_padded_matrix PUBLIC ${PROJECT_SOURCE_DIR})
+mlaserve_warnings(model_padded_matrix)
+mlaserve_test(model_padded_matrix_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/padded_matrix_test.cc
+              DEPS model_padded_matrix)
+
 # The DeepSeek forward (Engine::Create) over the kernel API.
 add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/forward_ops.cc
@@ -39,8 +46,19 @@ add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/forward_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/decode_graphs.cc)
 target_link_libraries(model_runtime PUBLIC model_loader model_kv_pool model_rope model_sampler
+                      model_padded_matrix
                       model_device_memory mlaserve_kernels mlaserve_common)
 mlaserve_warnings(model_runtime)
+
+# Diagnostics over a step's intermediate values (model/engine_probe.h) and the tool that
+# uses them; not linked into serving binaries.
+add_library(model_engine_probe STATIC ${CMAKE_CURRENT_LIST_DIR}/engine_probe.cc)
+target_link_libraries(model_engine_probe PUBLIC model_runtime)
+mlaserve_warnings(model_engine_probe)
+add_executable(mlaserve-route-probe ${CMAKE_CURRENT_LIST_DIR}/route_probe_main.cc)
+target_link_libraries(mlaserve-route-probe PRIVATE model_engine_probe CLI11::CLI11
+                      nlohmann_json::nlohmann_json)
+mlaserve_warnings(mlaserve-route-probe)
 
 # mlaserve-run: one-process generation from a checkpoint.
 add_executable(mlaserve-run ${CMAKE_CURRENT_LIST_DIR}/run_main.cc)

@@ -40,11 +40,17 @@ for bin in "${binaries[@]}"; do
   ((uses)) || continue
   ran=$((ran + 1))
   log=$(mktemp)
-  if (cd "$farm" && "$root/$bin" --gtest_brief=0 >"$log" 2>&1); then
-    n=$(grep -c '^\[  SKIPPED \] [A-Za-z]' "$log" || true)
+  if (cd "$farm" && "$root/$bin" >"$log" 2>&1); then
+    n=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$log" || true)
+    # Each skip must say why: GTEST_SKIP() << message prints it on the line after "Skipped".
+    said=$(grep -A1 ': Skipped$' "$log" | grep -vcE ': Skipped$|^--$|^\[|^$' || true)
     skipped=$((skipped + n))
     echo "check_unfetched_fixtures: $(basename "$bin"): passed without the fetched files ($n skipped)"
-    grep -A1 '^\[  SKIPPED \] [A-Za-z]' "$log" | grep -v '^\[  SKIPPED \]\|^--' | sort -u | sed 's/^/    /' || true
+    grep -A1 ': Skipped$' "$log" | grep -vE ': Skipped$|^--$' | sort | uniq -c | sed 's/^/    /' || true
+    if ((said < n)); then
+      failed=$((failed + 1))
+      echo "check_unfetched_fixtures: $(basename "$bin"): $((n - said)) tests skipped without a message" >&2
+    fi
   else
     failed=$((failed + 1))
     echo "check_unfetched_fixtures: $(basename "$bin") FAILED without the fetched files:" >&2
