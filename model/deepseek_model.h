@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/common/types.h"
 #include "kernels/indexer/api.h"
+#include "kernels/moe/api.h"
 #include "kernels/sparse_fwd/api.h"
 #include "model/config.h"
 #include "model/deepseek_weights.h"
@@ -192,6 +193,10 @@ class DeepseekEngine final : public Engine {
 
   // moe_layer.cc. x: normed hidden [T, hidden]; out: [T, hidden].
   absl::Status Mlp(int layer, const BatchPlan& plan, const void* x, void* out);
+  // The routing of MoE layer `layer` over router logits [num_tokens, n_routed_experts] (f32)
+  // into ids / weights [num_tokens, num_experts_per_tok].
+  kernels::MoeRoutingParams RoutingParams(int layer, int num_tokens, const float* logits,
+                                          int32_t* ids, float* weights) const;
 
   // Scratch of the current step (see ScratchArena); INTERNAL if the plan undercounted.
   absl::StatusOr<void*> Scratch(size_t bytes, const char* what) { return scratch_.Allocate(bytes, what); }

@@ -2,6 +2,7 @@
 
 #include "common/status.h"
 #include "kernels/embedding/api.h"
+#include "kernels/moe/api.h"
 #include "model/forward_ops.h"
 
 namespace mlaserve::model {
@@ -42,11 +43,22 @@ absl::StatusOr<std::vector<DeepseekEngineProbe::RouterRows>> DeepseekEngineProbe
     RETURN_IF_ERROR(ops::RmsNorm(e.ops_, tmp, T, hidden, hidden, lw.post_attention_norm, eps, y,
                                  hidden, residual));
     if (lw.is_moe) {
+      // What Mlp computes first: the router's logits and the backend's routing of them.
       ScratchScope scope(e.scratch_);
+      const int k = c.num_experts_per_tok;
       ASSIGN_OR_RETURN(void* logits, e.Scratch(static_cast<size_t>(T) * E * sizeof(float), "probe router logits"));
+      ASSIGN_OR_RETURN(void* ids, e.Scratch(static_cast<size_t>(T) * k * sizeof(int32_t), "probe topk ids"));
+      ASSIGN_OR_RETURN(void* weights, e.Scratch(static_cast<size_t>(T) * k * sizeof(float), "probe topk weights"));
       RETURN_IF_ERROR(ops::Linear(e.ops_, y, T, hidden, lw.moe.router, logits, E, 0.0f, /*y_f32=*/true));
-      RouterRows rows{l, T, E, std::vector<float>(static_cast<size_t>(T) * E)};
+      RETURN_IF_ERROR(kernels::MoeRouting(
+          e.RoutingParams(l, T, static_cast<const float*>(logits), static_cast<int32_t*>(ids),
+                          static_cast<float*>(weights)),
+          e.ctx_));
+      RouterRows rows{l, T, E, k, std::vector<float>(static_cast<size_t>(T) * E),
+                      std::vector<int32_t>(static_cast<size_t>(T) * k)};
       RETURN_IF_ERROR(CopyBytes(e.ctx_, rows.logits.data(), logits, rows.logits.size() * sizeof(float),
+                                CopyKind::kDeviceToHost));
+      RETURN_IF_ERROR(CopyBytes(e.ctx_, rows.experts.data(), ids, rows.experts.size() * sizeof(int32_t),
                                 CopyKind::kDeviceToHost));
       RETURN_IF_ERROR(Synchronize(e.ctx_));
       out.push_back(std::move(rows));

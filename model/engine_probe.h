@@ -6,9 +6,9 @@
 // was that choice?" (issue 14: a CUDA-only divergence suspected to be a routing near-tie
 // flipped by bf16 activations). It runs the batch exactly as Forward would (same plan,
 // attention form, KV writes) and keeps, per MoE layer, the router's f32 logits for every
-// token -- the values kernels/moe's routing ranks. The routing decisions and their margins
-// follow from those logits and the config (tools/device/routing_probe.py computes them the
-// same way for Hugging Face and both backends).
+// token -- the values kernels/moe's routing ranks -- and the experts the backend's routing
+// kernel chose from them. (tools/device/routing_probe.py recomputes choices and margins from
+// the logits the same way for Hugging Face and both backends.)
 #pragma once
 
 #include <span>
@@ -27,11 +27,13 @@ class DeepseekEngineProbe {
     int layer = 0;
     int num_tokens = 0;
     int num_experts = 0;
-    std::vector<float> logits;  // [num_tokens, num_experts], the batch's tokens in order
+    int top_k = 0;
+    std::vector<float> logits;     // [num_tokens, num_experts] f32, the batch's tokens in order
+    std::vector<int32_t> experts;  // [num_tokens, top_k]: what the backend's routing chose
   };
 
   // One Forward's worth of work over `batch` (writing its KV as Forward does), returning the
-  // router logits of every MoE layer. No logits of the LM head.
+  // router logits and routed experts of every MoE layer. No logits of the LM head.
   absl::StatusOr<std::vector<RouterRows>> RouterLogits(std::span<const SequenceChunk> batch,
                                                        AttentionPath path = AttentionPath::kAuto);
 

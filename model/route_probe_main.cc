@@ -7,7 +7,8 @@
 //
 // seqs.json: {"sequences": [[ids...], ...]}. probe.json: {"backend", "path", "sequences": [
 //   {"ids": [...], "path_used": "mha"|"mla", "top": [[id, logit] x 8],
-//    "router": {"<layer>": [[num_experts logits] per position]}}]}.
+//    "router": {"<layer>": [[num_experts logits] per position]},
+//    "experts": {"<layer>": [[sorted expert ids the backend routed to] per position]}}]}.
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -74,8 +75,16 @@ absl::Status Run(const std::string& model_dir, const std::string& backend, const
     nlohmann::json entry = {{"ids", ids}, {"path_used", r->path_used == AttentionPath::kMha ? "mha" : "mla"}};
     entry["top"] = nlohmann::json::array();
     for (int i = 0; i < top; ++i) entry["top"].push_back({order[i], r->logits[order[i]]});
-    nlohmann::json layers = nlohmann::json::object();
+    nlohmann::json layers = nlohmann::json::object(), experts = nlohmann::json::object();
     for (const auto& rows : *router) {
+      nlohmann::json chosen = nlohmann::json::array();
+      for (int t = 0; t < rows.num_tokens; ++t) {
+        std::vector<int32_t> ids(rows.experts.begin() + static_cast<size_t>(t) * rows.top_k,
+                                 rows.experts.begin() + static_cast<size_t>(t + 1) * rows.top_k);
+        std::sort(ids.begin(), ids.end());
+        chosen.push_back(ids);
+      }
+      experts[std::to_string(rows.layer)] = std::move(chosen);
       nlohmann::json per_pos = nlohmann::json::array();
       for (int t = 0; t < rows.num_tokens; ++t) {
         per_pos.push_back(std::vector<float>(rows.logits.begin() + static_cast<size_t>(t) * rows.num_experts,
@@ -84,6 +93,7 @@ absl::Status Run(const std::string& model_dir, const std::string& backend, const
       layers[std::to_string(rows.layer)] = std::move(per_pos);
     }
     entry["router"] = std::move(layers);
+    entry["experts"] = std::move(experts);
     out["sequences"].push_back(std::move(entry));
   }
   std::ofstream f(out_file);

@@ -74,6 +74,17 @@ if(MLASERVE_BUILD_TESTS)
   mlaserve_test(model_engine_reference_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_reference_test.cc
                 DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
+  # Expert routing per position and teacher-forced tokens vs HF (deepseek_v3_top3); the CUDA
+  # build of the same test carries label gpu.
+  mlaserve_test(model_engine_routing_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_routing_test.cc
+                DEPS model_engine_probe nlohmann_json::nlohmann_json TIMEOUT 600)
+  if(MLASERVE_WITH_CUDA)
+    mlaserve_test(model_engine_routing_cuda_test
+                  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_routing_test.cc
+                  DEPS model_engine_probe nlohmann_json::nlohmann_json LABELS gpu TIMEOUT 600)
+    target_compile_definitions(model_engine_routing_cuda_test PRIVATE MLASERVE_ROUTING_TEST_CUDA=1)
+  endif()
   # The fp8 KV cache (DeepSeek's layout) on the V3.2 fixture.
   mlaserve_test(model_engine_fp8_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_fp8_test.cc

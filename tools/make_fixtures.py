@@ -121,7 +121,7 @@ FIXTURES = {
     # as in the issue.
     "deepseek_v3_top3": dict(
         model_cls="DeepseekV3ForCausalLM", config_cls="DeepseekV3Config", published=False,
-        seed=7000, prompt_lengths=(1, 7, 64, 200, 260),
+        seed=7000, prompt_lengths=(1, 7, 64, 200, 260), routing_dump=True,
         config=dict(
             vocab_size=512, hidden_size=128, intermediate_size=160, moe_intermediate_size=48,
             num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
@@ -337,6 +337,10 @@ def generate_fixture(name, spec, out_root, device, seed_tries):
     if spec.get("indexer_dump"):
         expected["indexer_topk"] = ref.indexer_dump(model, prompts[3], device, layer=-1,
                                                      prompt_name=f"len{len(prompts[3])}")
+    if spec.get("routing_dump"):
+        longest = expected["prompts"][-1]
+        expected["routing"] = ref.routing_dump(
+            model, longest["input_ids"] + longest["greedy"]["tokens"][:-1], device, longest["name"])
     if spec.get("fp8_only"):
         make_fp8_twin(out_dir, os.path.dirname(out_dir), name, spec, seed, prompts, device)
         shutil.rmtree(out_dir)

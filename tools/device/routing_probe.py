@@ -160,6 +160,14 @@ def main():
     ref = {l: routing(np.array(v), cfg, bias.get(l)) for l, v in hf32[last]["router"].items()}
     sources = {"hf_bf16": hf16[last]["router"]}
     sources.update({b: seqs[last]["router"] for b, seqs in ours.items()})
+    # The backends' routing kernels against the same choice recomputed from their logits.
+    for b, seqs in ours.items():
+        bad = []
+        for l, rows in seqs[last]["experts"].items():
+            mine = routing(np.array(seqs[last]["router"][l]), cfg, bias.get(l))
+            bad += [(int(l), p, rows[p], mine[p][0], mine[p][1]) for p in range(len(rows)) if rows[p] != mine[p][0]]
+        print(f"== {b}: routing kernel vs its logits recomputed here: {len(bad)} positions differ"
+              + (f" (layer, pos, kernel, recomputed, margin): {bad[:6]}" if bad else ""))
     print(f"\n== routing vs HF fp32 over {len(sequences[last])} positions (k = {ks[last]}): "
           f"positions whose expert set differs; margins are k-th minus (k+1)-th choice score "
           f"(expert) and topk_group-th minus next group score (group)")
