@@ -34,8 +34,10 @@ if [[ ${1:-} == --bundle ]]; then
   for bin in .devbin-defects/*; do ldd "$bin" 2>/dev/null | awk '/=> \//{print $3}'; done | sort -u | while read -r lib; do
     if [[ ! $(basename "$lib") =~ $skip ]]; then cp -L "$lib" .devlibs-defects/; fi
   done
+  exclude=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
+  mkdir -p "$(dirname "$exclude")"
   for d in /.devbin-defects/ /.devlibs-defects/ /.devpack-defects.tar.xz; do
-    grep -qx "$d" .git/info/exclude || echo "$d" >> .git/info/exclude
+    grep -qsx "$d" "$exclude" || echo "$d" >> "$exclude"
   done
   tar -cf - .devbin-defects .devlibs-defects | xz -T2 -6 > .devpack-defects.tar.xz
   du -sh .devbin-defects .devlibs-defects .devpack-defects.tar.xz | cat
