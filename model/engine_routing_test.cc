@@ -11,8 +11,11 @@
 //      A difference anywhere else is a bug, not rounding.
 //   2. Tokens: prefill(prompt + HF's first k greedy tokens), one prefill per k, must give HF's
 //      token k wherever HF's relative top-2 margin is clear of the backend's logit error
-//      (kClearRelMargin) and the backend routed every position of that sequence as HF did.
-//      Steps after a legitimate routing flip are reported, not asserted.
+//      (kClearRelMargin) and the predicting (last) position routed as HF's in every layer.
+//      A legitimate flip there changes that position's output by whole experts, so such a step
+//      is reported, not asserted; flips at earlier positions reach it only through attention
+//      (one key of hundreds) and do not excuse a wrong token. This is issue 14's signature: a
+//      wrong teacher-forced token at a 0.97 margin.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -106,8 +109,7 @@ TEST_P(EngineRoutingTest, RoutesAsHuggingFaceExceptAtNearTiesAndPredictsItsToken
   DeepseekEngine& engine = **created;
 
   // 1. Routing over the whole sequence (causal: every teacher-forced prefix shares it).
-  std::vector<std::vector<int32_t>> got_experts;
-  int first_flip = seq_len;  // first position routed differently from HF in any layer
+  std::set<int> flipped;  // positions routed differently from HF in some layer
   {
     testing::SeqPages pages(engine.kv_pool(), seq_len);
     SequenceChunk c;
@@ -117,7 +119,6 @@ TEST_P(EngineRoutingTest, RoutesAsHuggingFaceExceptAtNearTiesAndPredictsItsToken
     auto rows = probe.RouterLogits({&c, 1});
     ASSERT_TRUE(rows.ok()) << rows.status();
     ASSERT_EQ(rows->size(), hf.experts.size());
-    std::set<int> flipped;  // positions that differed in an earlier layer
     int near_tie_flips = 0;
     for (const auto& r : *rows) {
       ASSERT_TRUE(hf.experts.count(r.layer)) << "layer " << r.layer;
@@ -135,14 +136,12 @@ TEST_P(EngineRoutingTest, RoutesAsHuggingFaceExceptAtNearTiesAndPredictsItsToken
             << " (not a near-tie: < " << kNearTie << ")";
         near_tie_flips += m < kNearTie;
         flipped_here.insert(p);
-        first_flip = std::min(first_flip, p);
       }
       flipped.insert(flipped_here.begin(), flipped_here.end());
     }
     std::cout << GetParam() << " (" << kernels::BackendName(kBackend) << "): " << flipped.size()
               << " of " << seq_len << " positions routed differently from HF (" << near_tie_flips
-              << " at near-ties); first at " << (first_flip < seq_len ? std::to_string(first_flip) : "none")
-              << "\n";
+              << " flips at near-ties, the rest knock-ons): " << ::testing::PrintToString(flipped) << "\n";
   }
 
   // 2. Teacher-forced next tokens.
@@ -157,16 +156,16 @@ TEST_P(EngineRoutingTest, RoutesAsHuggingFaceExceptAtNearTiesAndPredictsItsToken
     ASSERT_TRUE(r.ok()) << r.status();
     const int32_t mine = testing::Argmax(r->logits);
     const bool clear = rel_margins[k] >= kClearRelMargin;
-    const bool same_routing = first_flip >= static_cast<int>(ids.size());
+    const bool same_routing = flipped.count(static_cast<int>(ids.size()) - 1) == 0;
     if (clear && same_routing) {
       EXPECT_EQ(mine, prompt->greedy_tokens[k])
           << "k=" << k << " (" << ids.size() << " tokens): HF's relative margin " << rel_margins[k]
-          << ", every position routed as HF's";
+          << ", the last position routed as HF's";
       ++asserted;
     } else if (mine != prompt->greedy_tokens[k]) {
       std::cout << "k=" << k << ": token " << mine << " vs HF's " << prompt->greedy_tokens[k]
                 << " (not asserted: HF relative margin " << rel_margins[k]
-                << (same_routing ? "" : ", routing flipped at a near-tie before") << ")\n";
+                << (same_routing ? "" : ", the last position's routing flipped at a near-tie") << ")\n";
     }
   }
   EXPECT_GT(asserted, 0) << "no step had a clear margin and HF's routing";
