@@ -1,9 +1,9 @@
 // Status helpers used across mlaserve host code.
 //
 // Host code returns absl::Status / absl::StatusOr<T>; exceptions never cross a library
-// boundary. Codes carry retry meaning (see CONVENTIONS.md): peer down -> UNAVAILABLE,
-// cache full -> RESOURCE_EXHAUSTED, bad request -> INVALID_ARGUMENT, incompatible peer ->
-// FAILED_PRECONDITION, deadline -> DEADLINE_EXCEEDED.
+// boundary. Codes carry retry meaning (clients see them as docs/api.md, "Errors", lists):
+// peer down -> UNAVAILABLE, cache full -> RESOURCE_EXHAUSTED, bad request -> INVALID_ARGUMENT,
+// incompatible peer -> FAILED_PRECONDITION, deadline -> DEADLINE_EXCEEDED.
 #pragma once
 
 #include "absl/status/status.h"

@@ -1,5 +1,5 @@
-// WorkerOptions: the prefill and decode workers' flags (notes/flags.md), registered on a CLI11
-// app in main() and validated once into typed values.
+// WorkerOptions: the prefill and decode workers' flags (docs/serving.md, "Worker flags"),
+// registered on a CLI11 app in main() and validated once into typed values.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// mlaserve-decode: the decode worker. Flags (notes/flags.md) are read here only and turned into
+// mlaserve-decode: the decode worker. Flags (docs/serving.md) are read here only and turned into
 // validated options; the KV data plane (KvService) is served on the same port as DecodeWorker.
 #include <cstdio>
 #include <memory>

@@ -199,7 +199,7 @@ TEST_F(DecodeRunnerTest, TransferFailureReachesTheStream) {
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
   kvtransfer::KvLayout wrong = layout_;
-  wrong.latent_dim = 16;
+  wrong.latent_dim = layout_.latent_dim + 8;
   auto ref = r->session;
   ref.compat_hash.clear();
   auto sender = transport_.Open(ref, wrong, {});  // refused by the receiver
@@ -207,7 +207,9 @@ TEST_F(DecodeRunnerTest, TransferFailureReachesTheStream) {
   RunUntilIdle();
   ASSERT_TRUE(sink->ended());
   EXPECT_EQ(sink->error().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(sink->error().message(), HasSubstr("latent_dim is 16 on the peer but 8 here"));
+  EXPECT_THAT(sink->error().message(),
+              HasSubstr(absl::StrCat("latent_dim is ", wrong.latent_dim, " on the peer but ",
+                                     layout_.latent_dim, " here")));
   EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "model/mla_dims.h"
 
 namespace mlaserve::kvtransfer {
 namespace {
@@ -78,9 +79,11 @@ absl::StatusOr<KvLayout> MakeKvLayout(const model::ModelConfig& config,
                                                    " layers; the model has ",
                                                    config.num_hidden_layers));
   }
-  if (pool.latent_dim != config.latent_dim()) {
+  // The engine stores latent entries with its padded widths (model/mla_dims.h).
+  const int latent_dim = model::StoredMlaDims(config).latent();
+  if (pool.latent_dim != latent_dim) {
     return absl::InvalidArgumentError(absl::StrCat("KV pool latent_dim is ", pool.latent_dim,
-                                                   "; the model's is ", config.latent_dim()));
+                                                   "; the model's stored entry is ", latent_dim));
   }
   if (tp_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("tp_size is ", tp_size, "; must be >= 1"));

@@ -47,6 +47,11 @@ TEST(KvLayoutTest, MakeKvLayoutChecksThePoolAgainstTheConfig) {
   config.num_hidden_layers = 3;
   config.kv_lora_rank = 6;
   config.qk_rope_head_dim = 2;
+  // The engine stores rank and rope each rounded up to 8 (model/mla_dims.h): 8 + 8 here.
+  EXPECT_THAT(MakeKvLayout(config, testing::SmallPoolOptions()).status().message(),
+              HasSubstr("KV pool latent_dim is 8; the model's stored entry is 16"));
+  config.kv_lora_rank = 8;
+  config.qk_rope_head_dim = 0;
   auto layout = MakeKvLayout(config, testing::SmallPoolOptions());
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->latent_dim, 8);

@@ -69,9 +69,8 @@ absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, Attenti
   const MlaWeights& w = weights_.layers[layer].attn;
   const int T = plan.total_tokens;
   const int H = attn_heads_;  // this rank's heads (all of them on one GPU)
-  const int qk = c.qk_head_dim();
-  const int L = c.kv_lora_rank;
-  const int E = c.latent_dim();
+  const int qk = dims_.qk();  // stored widths (model/mla_dims.h)
+  const int E = dims_.latent();
   const int hidden = c.hidden_size;
 
   // q: [T, H, nope | rope].
@@ -87,13 +86,16 @@ absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, Attenti
     RETURN_IF_ERROR(ops::Linear(ops_, x, T, hidden, w.q_proj, q, H * qk));
   }
 
-  // kv: [T, latent | k_pe] -- exactly the cache entry once normed and roped.
+  // kv: [T, latent | k_pe] -- exactly the cache entry once normed and roped. The norm reads
+  // the model's kv_lora_rank values (the padding after them is zero) and RoPE the model's
+  // rope dim (rope_.rot_dim) from the start of the stored rope part.
   ASSIGN_OR_RETURN(void* kv, ScratchAct(static_cast<int64_t>(T) * E, "latent kv"));
   RETURN_IF_ERROR(ops::Linear(ops_, x, T, hidden, w.kv_a_proj, kv, E));
-  RETURN_IF_ERROR(ops::RmsNorm(ops_, kv, T, L, E, w.kv_a_norm, kLatentNormEps, kv, E));
-  RETURN_IF_ERROR(ApplyRope(ops_, rope_, cos_sin(), plan, kv, 1, E, E, L, c.rope_interleave));
+  RETURN_IF_ERROR(ops::RmsNorm(ops_, kv, T, c.kv_lora_rank, E, w.kv_a_norm, kLatentNormEps, kv, E));
+  RETURN_IF_ERROR(ApplyRope(ops_, rope_, cos_sin(), plan, kv, 1, E, E, dims_.rank,
+                            c.rope_interleave));
   RETURN_IF_ERROR(ApplyRope(ops_, rope_, cos_sin(), plan, q, H, static_cast<int64_t>(H) * qk, qk,
-                            c.qk_nope_head_dim, c.rope_interleave));
+                            dims_.nope, c.rope_interleave));
 
   RETURN_IF_ERROR(WriteLatentCache(layer, plan, kv));
 
@@ -113,7 +115,7 @@ absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, Attenti
     }
   }
 
-  ASSIGN_OR_RETURN(void* attn, ScratchAct(static_cast<int64_t>(T) * H * c.v_head_dim, "attention output"));
+  ASSIGN_OR_RETURN(void* attn, ScratchAct(static_cast<int64_t>(T) * H * dims_.v, "attention output"));
   if (form == AttentionForm::kMha) {
     // fp8 cache: the chunk attends its own keys as the cache holds them (as later chunks will).
     RETURN_IF_ERROR(RoundTripLatent(layer, plan, kv));
@@ -121,7 +123,7 @@ absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, Attenti
   } else {
     RETURN_IF_ERROR(AttendLatent(layer, plan, form, q, plan.sparse ? topk : nullptr, attn));
   }
-  return ops::Linear(ops_, attn, T, H * c.v_head_dim, w.o_proj, out, hidden);
+  return ops::Linear(ops_, attn, T, H * dims_.v, w.o_proj, out, hidden);
 }
 
 // MHA form. q: [T, H, qk]; kv: the new tokens' cache entries [T, E]; attn: [T, H, v].
@@ -132,11 +134,11 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const v
   const int T = plan.total_tokens;
   const int B = plan.batch;
   const int H = attn_heads_;  // this rank's heads (all of them on one GPU)
-  const int dn = c.qk_nope_head_dim;
-  const int dv = c.v_head_dim;
-  const int qk = c.qk_head_dim();
-  const int L = c.kv_lora_rank;
-  const int E = c.latent_dim();
+  const int dn = dims_.nope;  // stored widths (model/mla_dims.h)
+  const int dv = dims_.v;
+  const int qk = dims_.qk();
+  const int L = dims_.rank;
+  const int E = dims_.latent();
   // Every decompression covers at most max_batch_tokens rows (the chunk itself, or a prefix
   // piece whose size is capped below), which is what the scratch was planned for.
   const int64_t max_rows = options_.max_batch_tokens;
@@ -152,7 +154,7 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const v
     kp.num_tokens = rows;
     kp.num_heads = H;
     kp.nope_dim = dn;
-    kp.rope_dim = c.qk_rope_head_dim;
+    kp.rope_dim = dims_.rope;
     kp.v_dim = dv;
     kp.kv = kvb;
     kp.k_pe = ops_.at(entries, L);
@@ -263,12 +265,12 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
   const KvBViews views = weights_.layers[layer].attn.kv_b_views(c);
   const int T = plan.total_tokens;
   const int H = attn_heads_;  // this rank's heads (all of them on one GPU)
-  const int dn = c.qk_nope_head_dim;
-  const int dr = c.qk_rope_head_dim;
-  const int dv = c.v_head_dim;
-  const int qk = c.qk_head_dim();
-  const int L = c.kv_lora_rank;
-  const int E = c.latent_dim();
+  const int dn = dims_.nope;  // stored widths (model/mla_dims.h)
+  const int dr = dims_.rope;
+  const int dv = dims_.v;
+  const int qk = dims_.qk();
+  const int L = dims_.rank;
+  const int E = dims_.latent();
 
   // q_abs [T, H, L | rope]: q_nope[h] . W_UK[h] per head, then the roped part copied in.
   ASSIGN_OR_RETURN(void* q_abs, ScratchAct(static_cast<int64_t>(T) * H * E, "absorbed q"));

@@ -8,6 +8,8 @@
 #include "common/status.h"
 #include "kernels/embedding/api.h"
 #include "kernels/gemm/api.h"
+#include "kernels/mha_prefill/api.h"
+#include "kernels/mla_prefill/api.h"
 #include "model/forward_ops.h"
 #include "model/parallel_engine.h"
 #include "model/weights.h"
@@ -112,6 +114,7 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   ASSIGN_OR_RETURN(e->layout_, ResolveParallelLayout(c, options.parallel));
   e->comm_ = options.parallel.comm;
   e->attn_heads_ = e->layout_.heads.count;
+  RETURN_IF_ERROR(e->ChooseAttentionForms());
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::Open(options.model_dir, c));
   ASSIGN_OR_RETURN(e->weights_, LoadDeepseekWeights(c, *store, options.backend, &e->layout_));
   ASSIGN_OR_RETURN(e->rope_, BuildRopeTable(c));
@@ -126,7 +129,7 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   po.cache_format = cache_format;
   po.num_layers = c.num_hidden_layers;
   po.num_pages = options.num_kv_pages;
-  po.latent_dim = c.latent_dim();
+  po.latent_dim = e->dims_.latent();
   po.index_dim = c.has_indexer ? e->index_key_dim_ : 0;
   ASSIGN_OR_RETURN(e->pool_, KvPool::Create(po));
   if (cache_format == KvCacheFormat::kFp8Ds) RETURN_IF_ERROR(e->InitFp8Cache());
@@ -154,6 +157,34 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
     RETURN_IF_ERROR(Synchronize(kernels::KernelContext{options.backend, nullptr, options.device}));
   }
   return e;
+}
+
+absl::Status DeepseekEngine::ChooseAttentionForms() {
+  const ModelConfig& c = config_;
+  dims_ = StoredMlaDims(c);
+  const kernels::Backend b = options_.backend;
+  mha_runs_ = kernels::MhaPrefillSupportsHeadDims(b, dims_.qk(), dims_.v);
+  latent_runs_ = kernels::LatentAttentionSupportsDims(b, dims_.rank, dims_.rope);
+  const auto widths = [&] {
+    return absl::StrCat("qk_nope_head_dim ", c.qk_nope_head_dim, ", qk_rope_head_dim ",
+                        c.qk_rope_head_dim, ", v_head_dim ", c.v_head_dim, ", kv_lora_rank ",
+                        c.kv_lora_rank, " (stored as ", dims_.nope, "/", dims_.rope, "/", dims_.v,
+                        "/", dims_.rank, ")");
+  };
+  if (!mha_runs_ && !latent_runs_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: ", widths(), " fit neither attention form on ", kernels::BackendName(b),
+        ": MHA takes head dims up to ", kernels::kMhaPrefillCudaMaxHeadDim,
+        ", the latent form kv_lora_rank up to ", kernels::kLatentCudaMaxRank, " and rope up to ",
+        kernels::kLatentCudaMaxRopeDim));
+  }
+  if (c.has_indexer && !latent_runs_) {  // sparse attention exists in latent form only
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: ", c.model_type_name, " with ", widths(), ": DSA's sparse attention on ",
+        kernels::BackendName(b), " takes kv_lora_rank up to ", kernels::kLatentCudaMaxRank,
+        " and rope up to ", kernels::kLatentCudaMaxRopeDim));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<BatchPlan> DeepseekEngine::PlanBatch(std::span<const SequenceChunk> batch) const {
@@ -242,24 +273,10 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
                                                       const LayerDoneFn& on_layer_done) {
   ASSIGN_OR_RETURN(BatchPlan plan, PlanBatch(batch));
   const ModelConfig& c = config_;
-
-  // Path policy: kAuto -> MHA without a cached prefix, else MLA. Sparse DSA batches run in
-  // MLA form (the indexer's selection is expressed over cache positions).
-  AttentionPath resolved = path;
-  if (resolved == AttentionPath::kAuto) {
-    resolved = plan.max_prefix == 0 ? AttentionPath::kMha : AttentionPath::kMla;
-  }
-  // fp8 cache: a batch that reads cached latents (a prefix, or the MLA form) attends sparsely,
-  // through the kernels that read fp8 (kv_fp8_cache.cc); it is the same function.
-  if (kv_fp8_ && (plan.max_prefix > 0 || resolved == AttentionPath::kMla)) plan.sparse = true;
-  if (plan.sparse) resolved = AttentionPath::kMla;
-  AttentionForm form = AttentionForm::kMha;
-  if (resolved == AttentionPath::kMla) {
-    form = plan.all_single_token ? AttentionForm::kMlaDecode : AttentionForm::kMla;
-  }
+  const AttentionForm form = ResolveForm(&plan, path);
 
   ForwardResult result;
-  result.path_used = resolved;
+  result.path_used = form == AttentionForm::kMha ? AttentionPath::kMha : AttentionPath::kMla;
   result.rows = static_cast<int>(plan.logit_rows.size());
   const std::vector<const SampleRow*> samples = RequestedSamples(batch);
   const bool device_sample = CanSampleOnDevice(samples);
@@ -291,6 +308,25 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
   }
   if (!samples.empty() && !device_sample) RETURN_IF_ERROR(SampleOnHost(samples, &result));
   return result;
+}
+
+AttentionForm DeepseekEngine::ResolveForm(BatchPlan* plan, AttentionPath path) const {
+  // Path policy: kAuto -> MHA without a cached prefix, else MLA. Sparse DSA batches run in
+  // MLA form (the indexer's selection is expressed over cache positions).
+  AttentionPath resolved = path;
+  if (resolved == AttentionPath::kAuto) {
+    resolved = plan->max_prefix == 0 ? AttentionPath::kMha : AttentionPath::kMla;
+  }
+  // fp8 cache: a batch that reads cached latents (a prefix, or the MLA form) attends sparsely,
+  // through the kernels that read fp8 (kv_fp8_cache.cc); it is the same function.
+  if (kv_fp8_ && (plan->max_prefix > 0 || resolved == AttentionPath::kMla)) plan->sparse = true;
+  if (plan->sparse) resolved = AttentionPath::kMla;
+  // A form the backend's kernels cannot run at this model's widths gives way to the other
+  // (ChooseAttentionForms; sparse batches always have the latent form).
+  if (resolved == AttentionPath::kMha && !mha_runs_) resolved = AttentionPath::kMla;
+  if (resolved == AttentionPath::kMla && !latent_runs_) resolved = AttentionPath::kMha;
+  if (resolved == AttentionPath::kMha) return AttentionForm::kMha;
+  return plan->all_single_token ? AttentionForm::kMlaDecode : AttentionForm::kMla;
 }
 
 absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,

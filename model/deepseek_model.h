@@ -49,6 +49,7 @@
 #include "model/engine.h"
 #include "model/forward_ops.h"
 #include "model/kv_pool.h"
+#include "model/mla_dims.h"
 #include "model/rope.h"
 
 namespace mlaserve::model {
@@ -89,6 +90,10 @@ enum class AttentionForm : uint8_t { kMha, kMla, kMlaDecode };
 
 class DeepseekEngine final : public Engine {
  public:
+  // Diagnostics that read a step's intermediate values (model/engine_probe.h); not used in
+  // serving.
+  friend class DeepseekEngineProbe;
+
   static absl::StatusOr<std::unique_ptr<DeepseekEngine>> Create(const EngineOptions& options);
   // kv_fp8_cache.cc: the cache format for `options` and the model (INVALID_ARGUMENT naming the
   // model type when fp8 is asked of a model without an indexer).
@@ -133,6 +138,12 @@ class DeepseekEngine final : public Engine {
   DeepseekEngine() = default;
 
   absl::StatusOr<BatchPlan> PlanBatch(std::span<const SequenceChunk> batch) const;
+  // Create: dims_ from the config, and which attention forms the backend runs at them
+  // (INVALID_ARGUMENT naming the widths when no form can serve the model).
+  absl::Status ChooseAttentionForms();
+  // The form `plan` runs in when `path` is asked (kAuto: the policy); marks DSA / fp8-cache
+  // batches sparse.
+  AttentionForm ResolveForm(BatchPlan* plan, AttentionPath path) const;
 
   // kv_fp8_cache.cc: the fp8 cache's buffers (Create).
   absl::Status InitFp8Cache();
@@ -202,6 +213,10 @@ class DeepseekEngine final : public Engine {
   // moe_layer.cc. x: normed hidden [rows, hidden]; out: [rows, hidden] (this rank's partial
   // sums when the layout shards the MLP).
   absl::Status Mlp(int layer, int rows, const void* x, void* out);
+  // The routing of MoE layer `layer` over router logits [num_tokens, n_routed_experts] (f32)
+  // into ids / weights [num_tokens, num_experts_per_tok] (global expert ids).
+  kernels::MoeRoutingParams RoutingParams(int layer, int num_tokens, const float* logits,
+                                          int32_t* ids, float* weights) const;
   // expert_shard.cc: the routed experts of MoeExperts params `e` (global expert ids, this
   // rank's intermediate slice), through this rank's shard of the experts.
   absl::Status RunRoutedExperts(kernels::MoeExpertsParams e);
@@ -237,6 +252,14 @@ class DeepseekEngine final : public Engine {
 
   EngineOptions options_;
   ModelConfig config_;
+  // The MLA widths as stored: each rounded up to a multiple of 8 (model/mla_dims.h).
+  MlaDims dims_;
+  // Whether the backend's kernels take dims_ in MHA form (mha_prefill) and in latent form
+  // (mla_prefill, mla_decode, sparse_fwd, sparse_decode). Forward runs a batch in the other
+  // form when its form cannot (both compute the same function); Create refuses a model
+  // neither can run.
+  bool mha_runs_ = true;
+  bool latent_runs_ = true;
   kernels::KernelContext ctx_;
   ops::OpContext ops_;  // ctx_ plus the activation dtype
   ScratchArena scratch_;

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "model/mla_dims.h"
+#include "model/padded_matrix.h"
 #include "model/weights.h"
 
 namespace mlaserve::model {
@@ -77,24 +79,39 @@ class Loader {
     return w;
   }
 
-  // A rank's shard of name.weight [out, in]: output rows [rows.begin, + rows.count) times
-  // `row_block` (column parallel: the bias rows too), or input columns likewise (row
-  // parallel: the bias, added once, stays with rank 0 -- `keep_bias`).
-  absl::StatusOr<LinearWeight> LinearRows(const std::string& name, int out, int in, bool bias,
-                                          Shard rows, int row_block) const {
-    if (rows.whole()) return Linear(name, out, in, bias);
+  // A block of name.weight [out, in] -- `slice`, [rows.real(), cols.real()] -- stored as
+  // [rows.stored(), cols.stored()] with zero padding (model/mla_dims.h), plus name.bias [out]
+  // (the slice's rows, padded alike) when `bias`. A rank's shard of an attention projection
+  // is such a block (parallel_layout.h): its heads' output rows (column parallel) or input
+  // columns (row parallel), padded head by head, so the padded shards of the ranks are the
+  // padded whole matrix's.
+  absl::StatusOr<LinearWeight> PaddedLinear(const std::string& name, int out, int in,
+                                            const TensorSlice& slice, const PaddedAxis& rows,
+                                            const PaddedAxis& cols, bool bias) const {
+    if (slice.whole() && !rows.padded() && !cols.padded()) return Linear(name, out, in, bias);
+    const size_t es = kernels::DTypeSize(dtype_);
     LinearWeight w;
-    w.out = rows.count * row_block;
-    w.in = in;
-    const TensorSlice slice = TensorSlice::Rows(int64_t{rows.begin} * row_block, w.out);
-    ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, Bytes(name + ".weight", {out, in}, dtype_, slice));
-    ASSIGN_OR_RETURN(w.weight, Upload(bytes, dtype_, int64_t{w.out} * in));
+    w.out = rows.stored();
+    w.in = cols.stored();
+    ASSIGN_OR_RETURN(std::vector<uint8_t> weight, Bytes(name + ".weight", {out, in}, dtype_, slice));
+    if (weight.size() != static_cast<size_t>(rows.real()) * cols.real() * es) {
+      return absl::InternalError(absl::StrCat(name, ".weight: the slice holds ", weight.size() / es,
+                                              " values, the padding expects ",
+                                              int64_t{rows.real()} * cols.real()));
+    }
+    ASSIGN_OR_RETURN(w.weight, Upload(PadMatrix(weight, es, rows, cols), dtype_,
+                                      int64_t{w.out} * w.in));
     if (bias) {
-      ASSIGN_OR_RETURN(std::vector<uint8_t> b, Bytes(name + ".bias", {out}, dtype_, slice));
-      ASSIGN_OR_RETURN(w.bias, Upload(b, dtype_, w.out));
+      const TensorSlice bias_rows{slice.row_begin, slice.row_count, 0, -1};
+      ASSIGN_OR_RETURN(std::vector<uint8_t> b, Bytes(name + ".bias", {out}, dtype_, bias_rows));
+      ASSIGN_OR_RETURN(w.bias, Upload(PadMatrix(b, es, rows, PaddedAxis::Plain(1)), dtype_, w.out));
     }
     return w;
   }
+
+  // A rank's shard of name.weight [out, in]: input columns [cols.begin, + cols.count) times
+  // `col_block` (row parallel: the bias, added once to the all-reduced sums, stays with rank 0
+  // -- `keep_bias`).
   absl::StatusOr<LinearWeight> LinearCols(const std::string& name, int out, int in, bool bias,
                                           Shard cols, int col_block, bool keep_bias) const {
     if (cols.whole()) return Linear(name, out, in, bias);
@@ -199,31 +216,51 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
   const std::string p = absl::StrCat("model.layers.", l);
   const int H = c.hidden_size;
   const int heads = c.num_attention_heads;
-  const int qk = c.qk_head_dim();
   ASSIGN_OR_RETURN(lw.input_norm, ld.Tensor(p + ".input_layernorm.weight", {H}));
   ASSIGN_OR_RETURN(lw.post_attention_norm, ld.Tensor(p + ".post_attention_layernorm.weight", {H}));
 
   const std::string a = p + ".self_attn";
   MlaWeights& m = lw.attn;
+  // This rank's heads (parallel_layout.h), stored with every MLA width padded to MlaDims
+  // (model/mla_dims.h): the rank's slice of the checkpoint's rows / columns, padded per head.
+  const MlaDims d = StoredMlaDims(c);
+  const Shard& hs = pl.heads;
+  const int dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim, qk = dn + dr;
+  const auto head_rows = [&hs](int block) {
+    return hs.whole() ? TensorSlice{}
+                      : TensorSlice::Rows(int64_t{hs.begin} * block, int64_t{hs.count} * block);
+  };
+  const auto head_cols = [&hs](int block) {
+    return hs.whole() ? TensorSlice{}
+                      : TensorSlice::Cols(int64_t{hs.begin} * block, int64_t{hs.count} * block);
+  };
+  const PaddedAxis q_rows{hs.count, {{dn, d.nope}, {dr, d.rope}}};
+  const PaddedAxis latent_rows{1, {{c.kv_lora_rank, d.rank}, {dr, d.rope}}};
+  const PaddedAxis kv_b_rows{hs.count, {{dn, d.nope}, {dv, d.v}}};
+  const PaddedAxis rank_cols{1, {{c.kv_lora_rank, d.rank}}};
+  const PaddedAxis o_cols{hs.count, {{dv, d.v}}};
   if (c.q_lora_rank.has_value()) {
     const int ql = *c.q_lora_rank;
     ASSIGN_OR_RETURN(m.q_a_proj, ld.Linear(a + ".q_a_proj", ql, H, c.attention_bias));
     ASSIGN_OR_RETURN(m.q_a_norm, ld.Tensor(a + ".q_a_layernorm.weight", {ql}));
-    ASSIGN_OR_RETURN(m.q_b_proj, ld.LinearRows(a + ".q_b_proj", heads * qk, ql, false, pl.heads, qk));
+    ASSIGN_OR_RETURN(m.q_b_proj, ld.PaddedLinear(a + ".q_b_proj", heads * qk, ql, head_rows(qk),
+                                                 q_rows, PaddedAxis::Plain(ql), false));
   } else {
-    ASSIGN_OR_RETURN(m.q_proj, ld.LinearRows(a + ".q_proj", heads * qk, H, false, pl.heads, qk));
+    ASSIGN_OR_RETURN(m.q_proj, ld.PaddedLinear(a + ".q_proj", heads * qk, H, head_rows(qk), q_rows,
+                                               PaddedAxis::Plain(H), false));
   }
-  ASSIGN_OR_RETURN(m.kv_a_proj, ld.Linear(a + ".kv_a_proj_with_mqa", c.latent_dim(), H,
-                                           c.attention_bias));
+  ASSIGN_OR_RETURN(m.kv_a_proj, ld.PaddedLinear(a + ".kv_a_proj_with_mqa", c.latent_dim(), H,
+                                                TensorSlice{}, latent_rows, PaddedAxis::Plain(H),
+                                                c.attention_bias));
   ASSIGN_OR_RETURN(m.kv_a_norm, ld.Tensor(a + ".kv_a_layernorm.weight", {c.kv_lora_rank}));
-  ASSIGN_OR_RETURN(m.kv_b_proj, ld.LinearRows(a + ".kv_b_proj",
-                                               heads * (c.qk_nope_head_dim + c.v_head_dim),
-                                               c.kv_lora_rank, false, pl.heads,
-                                               c.qk_nope_head_dim + c.v_head_dim));
-  // Row parallel: the partial sums are all-reduced, so rank 0 alone adds the bias.
-  ASSIGN_OR_RETURN(m.o_proj, ld.LinearCols(a + ".o_proj", H, heads * c.v_head_dim,
-                                            c.attention_bias, pl.heads, c.v_head_dim,
-                                            pl.rank == 0));
+  ASSIGN_OR_RETURN(m.kv_b_proj, ld.PaddedLinear(a + ".kv_b_proj", heads * (dn + dv),
+                                                c.kv_lora_rank, head_rows(dn + dv), kv_b_rows,
+                                                rank_cols, false));
+  // Row parallel: under tensor-parallel attention the partial sums are all-reduced, so rank 0
+  // alone adds the bias (every rank does when it holds every head: data-parallel attention).
+  ASSIGN_OR_RETURN(m.o_proj, ld.PaddedLinear(a + ".o_proj", H, heads * dv, head_cols(dv),
+                                             PaddedAxis::Plain(H), o_cols,
+                                             c.attention_bias && (hs.whole() || pl.rank == 0)));
 
   if (c.has_indexer) {
     const std::string ix = a + ".indexer";
@@ -259,11 +296,12 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
 }  // namespace
 
 KvBViews MlaWeights::kv_b_views(const ModelConfig& c) const {
+  const MlaDims d = StoredMlaDims(c);
   KvBViews v;
-  v.row_stride = c.kv_lora_rank;
-  v.head_stride = static_cast<int64_t>(c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank;
+  v.row_stride = d.rank;
+  v.head_stride = static_cast<int64_t>(d.nope + d.v) * d.rank;
   v.w_uk = kv_b_proj.weight.data();
-  v.w_uv = kv_b_proj.weight.at(static_cast<int64_t>(c.qk_nope_head_dim) * c.kv_lora_rank);
+  v.w_uv = kv_b_proj.weight.at(static_cast<int64_t>(d.nope) * d.rank);
   return v;
 }
 

@@ -8,7 +8,8 @@
 //     per-expert names (mlp.experts.<e>.{gate,up,down}_proj.weight) or taken as they are from
 //     transformers-5-style fused names (mlp.experts.gate_up_proj / mlp.experts.down_proj);
 //   - MLA: kv_b_proj stays one [H*(nope+v), kv_lora] matrix; the absorbed path reads W_UK and
-//     W_UV as strided per-head views of it (KvBViews), never copies.
+//     W_UV as strided per-head views of it (KvBViews), never copies. Every MLA width below is
+//     the stored one (model/mla_dims.h: rounded up to a multiple of 8, zero-padded).
 #pragma once
 
 #include <cstdint>

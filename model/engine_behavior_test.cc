@@ -8,6 +8,7 @@
 #include "model/device_memory.h"
 #include "model/engine.h"
 #include "model/engine_test_util.h"
+#include "model/mla_dims.h"
 #include "model/sampler.h"
 
 namespace mlaserve::model {
@@ -223,7 +224,6 @@ TEST(EngineTest, SeededSamplingIsReproducible) {
   EXPECT_EQ(SampleLoop(*engine, prompt, o, 6), greedy);
 }
 
-
 // Rows that carry their SampleRow come back sampled, with the ids model::Sampler draws from
 // the same step's logits; a batch where one row lacks it returns logits only.
 TEST(EngineTest, ForwardSamplesRowsThatAskForIt) {
@@ -260,6 +260,24 @@ TEST(EngineTest, ForwardSamplesRowsThatAskForIt) {
   ASSERT_TRUE(mixed.ok()) << mixed.status();
   EXPECT_TRUE(mixed->token_ids.empty());
   EXPECT_EQ(mixed->logits.size(), plain->logits.size());
+}
+
+// Head dims HF accepts but no CUDA attention kernel takes as they are (deepseek_v2_odd: nope 22,
+// rope 6, v 20, kv_lora_rank 36) are stored rounded up to multiples of 8 on every backend, so
+// the cache layout is the same for CPU and CUDA workers; the reference test holds the padded
+// engine to HF's logits.
+TEST(EngineTest, OddHeadDimsAreStoredPaddedToMultiplesOf8) {
+  auto engine = MakeEngine(FixtureDir("deepseek_v2_odd"));
+  ASSERT_NE(engine, nullptr);
+  const ModelConfig& c = engine->config();
+  EXPECT_EQ(ModelMlaDims(c), (MlaDims{22, 6, 20, 36}));
+  EXPECT_EQ(StoredMlaDims(c), (MlaDims{24, 8, 24, 40}));
+  EXPECT_EQ(engine->kv_pool().options().latent_dim, 48);
+  // Aligned dims are stored as they are (DeepSeek's own and the other fixtures).
+  auto v3 = MakeEngine(FixtureDir("deepseek_v3"));
+  ASSERT_NE(v3, nullptr);
+  EXPECT_EQ(StoredMlaDims(v3->config()), ModelMlaDims(v3->config()));
+  EXPECT_EQ(v3->kv_pool().options().latent_dim, v3->config().latent_dim());
 }
 
 }  // namespace

@@ -190,7 +190,8 @@ TEST_P(EngineCudaTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, EngineCudaTest,
-    ::testing::Combine(::testing::Values("deepseek_v2", "deepseek_v2_glg", "deepseek_v3", "deepseek_v32"),
+    ::testing::Combine(::testing::Values("deepseek_v2", "deepseek_v2_glg", "deepseek_v2_odd", "deepseek_v3",
+                                         "deepseek_v3_top3", "deepseek_v32"),
                        ::testing::Values(AttentionPath::kMha, AttentionPath::kMla)));
 
 // The CUDA indexer's top-k sets in the layer and prompt the fixture recorded (one prefill of

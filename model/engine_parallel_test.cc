@@ -3,8 +3,9 @@
 // (parallel/fake_collective.h). Tensor-parallel attention runs every rank on the same batch
 // (chunked prefill through both attention forms, then greedy decode); data-parallel
 // attention runs a different prompt on every rank (different lengths, so the gathered MLP
-// rows are padded). The logits must equal the single-rank engine's within 1e-5 relative
-// error (only the order of the sums differs) and the greedy tokens must be equal.
+// rows are padded); deepseek_v2_odd's padded head dims compose with every 2- and 4-rank
+// layout its 6 heads allow. The logits must equal the single-rank engine's within 1e-5
+// relative error (only the order of the sums differs) and the greedy tokens must be equal.
 #include <functional>
 #include <thread>
 #include <tuple>
@@ -207,6 +208,14 @@ std::vector<LayoutCase> Cases() {
   // V2 with group-limited routing has 2 heads: tensor attention on 2 ranks, data on 4.
   cases.emplace_back("deepseek_v2_glg", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
   cases.emplace_back("deepseek_v2_glg", 4, AttentionParallel::kData, MoeParallel::kTensor);
+  // V2 with odd head dims (nope 22, rope 6, v 20, kv_lora_rank 36, stored padded to 24/8/24/40,
+  // model/mla_dims.h) has 6 heads: each rank pads its own heads' slices, which must equal the
+  // padded single-rank engine. Tensor attention on 2 ranks (3 heads each), data on 2 and 4.
+  for (const MoeParallel m : {MoeParallel::kExpert, MoeParallel::kTensor}) {
+    cases.emplace_back("deepseek_v2_odd", 2, AttentionParallel::kTensor, m);
+    cases.emplace_back("deepseek_v2_odd", 2, AttentionParallel::kData, m);
+    cases.emplace_back("deepseek_v2_odd", 4, AttentionParallel::kData, m);
+  }
   return cases;
 }
 

@@ -151,8 +151,8 @@ TEST_P(EngineReferenceTest, GreedyDecodeMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineReferenceTest,
-                         ::testing::Values("deepseek_v2", "deepseek_v2_glg", "deepseek_v3",
-                                           "deepseek_v32"),
+                         ::testing::Values("deepseek_v2", "deepseek_v2_glg", "deepseek_v2_odd",
+                                           "deepseek_v3", "deepseek_v3_top3", "deepseek_v32"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -35,8 +35,9 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
   const ModelConfig& c = config_;
   const size_t T = options_.max_batch_tokens, B = options_.max_batch_seqs;
   const size_t es = ops_.elem();
-  const size_t H = attn_heads_, qk = c.qk_head_dim(), dn = c.qk_nope_head_dim,
-               dv = c.v_head_dim, L = c.kv_lora_rank, E = c.latent_dim(), hidden = c.hidden_size;
+  // This rank's heads at the stored MLA widths (model/mla_dims.h).
+  const size_t H = attn_heads_, qk = dims_.qk(), dn = dims_.nope, dv = dims_.v, L = dims_.rank,
+               E = dims_.latent(), hidden = c.hidden_size;
   const size_t ql = c.q_lora_rank.value_or(0);
   const size_t rows = std::min(T, B);  // logit rows: one per sequence at most
   size_t total = PlanStagingBytes();
@@ -65,7 +66,7 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
     shape.batch = static_cast<int>(std::min(b, B));
     shape.num_heads = static_cast<int>(H);
     shape.kv_lora_rank = static_cast<int>(L);
-    shape.rope_dim = c.qk_rope_head_dim;
+    shape.rope_dim = dims_.rope;
     shape.max_seqlen_k = max_pages_per_seq_ * kernels::kPageSize;  // decode graphs plan for whole pages
     shape.num_sms = num_sms_;
     ASSIGN_OR_RETURN(kernels::MlaDecodePlan plan, kernels::PlanMlaDecode(shape));
@@ -76,7 +77,7 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
     shape.batch = static_cast<int>(B);
     shape.num_heads = static_cast<int>(H);
     shape.kv_lora_rank = static_cast<int>(L);
-    shape.rope_dim = c.qk_rope_head_dim;
+    shape.rope_dim = dims_.rope;
     shape.max_seqlen_k = max_pages_per_seq_ * kernels::kPageSize;  // decode graphs plan for whole pages
     shape.num_sms = num_sms_;
     ASSIGN_OR_RETURN(kernels::MlaDecodePlan plan, kernels::PlanMlaDecode(shape));

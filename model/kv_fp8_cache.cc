@@ -72,9 +72,9 @@ absl::StatusOr<KvCacheFormat> DeepseekEngine::ResolveCacheFormat(const EngineOpt
         "--kv-cache-dtype fp8: model_type ", c.model_type_name, " has no DSA indexer; the fp8 KV "
         "cache (DeepSeek's 656-byte layout) is supported for deepseek_v32 only"));
   }
-  if (c.kv_lora_rank > kernels::kFp8LatentRank || c.qk_rope_head_dim > kernels::kFp8RopeDim ||
-      (c.kv_lora_rank < kernels::kFp8LatentRank &&
-       c.kv_lora_rank + c.qk_rope_head_dim > kernels::kFp8LatentRank)) {
+  const MlaDims d = StoredMlaDims(c);  // what the cache rows hold (model/mla_dims.h)
+  if (d.rank > kernels::kFp8LatentRank || d.rope > kernels::kFp8RopeDim ||
+      (d.rank < kernels::kFp8LatentRank && d.latent() > kernels::kFp8LatentRank)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kv-cache-dtype fp8: kv_lora_rank ", c.kv_lora_rank, " and qk_rope_head_dim ",
         c.qk_rope_head_dim, " do not fit the fp8 layout (512 latent + 64 rope values)"));
@@ -85,7 +85,7 @@ absl::StatusOr<KvCacheFormat> DeepseekEngine::ResolveCacheFormat(const EngineOpt
 absl::Status DeepseekEngine::InitFp8Cache() {
   const ModelConfig& c = config_;
   kv_fp8_ = true;
-  fp8_padded_ = c.kv_lora_rank != kernels::kFp8LatentRank || c.qk_rope_head_dim != kernels::kFp8RopeDim;
+  fp8_padded_ = dims_.rank != kernels::kFp8LatentRank || dims_.rope != kernels::kFp8RopeDim;
   if (index_key_dim_ % 16 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kv-cache-dtype fp8: index_head_dim ", c.index_head_dim,
@@ -102,7 +102,7 @@ absl::Status DeepseekEngine::InitFp8Cache() {
   }
   if (backend == kernels::Backend::kCpu) {
     const size_t slots = static_cast<size_t>(options_.num_kv_pages) * kernels::kPageSize;
-    ASSIGN_OR_RETURN(latent_view_, ZeroedBuffer(backend, slots * c.latent_dim() * sizeof(float)));
+    ASSIGN_OR_RETURN(latent_view_, ZeroedBuffer(backend, slots * dims_.latent() * sizeof(float)));
     ASSIGN_OR_RETURN(index_view_, ZeroedBuffer(backend, slots * index_key_dim_ * sizeof(float)));
     page_rows_.assign(static_cast<size_t>(kernels::kPageSize) * kFp8Row, 0.0f);
   }
@@ -110,9 +110,8 @@ absl::Status DeepseekEngine::InitFp8Cache() {
 }
 
 absl::Status DeepseekEngine::WriteLatentCache(int layer, const BatchPlan& plan, const void* kv) {
-  const ModelConfig& c = config_;
   const int T = plan.total_tokens;
-  const int E = c.latent_dim();
+  const int E = dims_.latent();
   if (!kv_fp8_) {
     return kernels::CacheWrite(
         NativeCacheWrite(ops_.dtype, plan, kv, E, pool_->latent(layer), pool_->total_pages()),
@@ -120,9 +119,9 @@ absl::Status DeepseekEngine::WriteLatentCache(int layer, const BatchPlan& plan, 
   }
   const void* src = kv;
   if (fp8_padded_) {  // fp8_rows_ keeps zeros outside [0, L) and [512, 512 + rope)
-    RETURN_IF_ERROR(ops::Copy2D(ops_, fp8_rows_.data(), kFp8Row, kv, E, c.kv_lora_rank, T));
+    RETURN_IF_ERROR(ops::Copy2D(ops_, fp8_rows_.data(), kFp8Row, kv, E, dims_.rank, T));
     RETURN_IF_ERROR(ops::Copy2D(ops_, ops_.at(fp8_rows_.data(), kernels::kFp8LatentRank), kFp8Row,
-                                ops_.at(kv, c.kv_lora_rank), E, c.qk_rope_head_dim, T));
+                                ops_.at(kv, dims_.rank), E, dims_.rope, T));
     src = fp8_rows_.data();
   }
   kernels::Fp8CacheWriteParams w;
@@ -139,9 +138,8 @@ absl::Status DeepseekEngine::WriteLatentCache(int layer, const BatchPlan& plan, 
 
 absl::Status DeepseekEngine::RoundTripLatent(int layer, const BatchPlan& plan, void* kv) {
   if (!kv_fp8_) return absl::OkStatus();
-  const ModelConfig& c = config_;
   const int T = plan.total_tokens;
-  const int E = c.latent_dim();
+  const int E = dims_.latent();
   // Dequantizing writes zeros into fp8_rows_'s padding columns, so they stay zero.
   kernels::Fp8CacheReadParams r;
   r.kind = kernels::Fp8CacheKind::kLatent;
@@ -154,10 +152,9 @@ absl::Status DeepseekEngine::RoundTripLatent(int layer, const BatchPlan& plan, v
   r.dst_stride = kFp8Row;
   RETURN_IF_ERROR(kernels::Fp8CacheRead(r, ctx_));
   if (!fp8_padded_) return absl::OkStatus();
-  RETURN_IF_ERROR(ops::Copy2D(ops_, kv, E, fp8_rows_.data(), kFp8Row, c.kv_lora_rank, T));
-  return ops::Copy2D(ops_, ops_.at(kv, c.kv_lora_rank), E,
-                     ops_.at(fp8_rows_.data(), kernels::kFp8LatentRank), kFp8Row,
-                     c.qk_rope_head_dim, T);
+  RETURN_IF_ERROR(ops::Copy2D(ops_, kv, E, fp8_rows_.data(), kFp8Row, dims_.rank, T));
+  return ops::Copy2D(ops_, ops_.at(kv, dims_.rank), E,
+                     ops_.at(fp8_rows_.data(), kernels::kFp8LatentRank), kFp8Row, dims_.rope, T);
 }
 
 std::vector<int32_t> DeepseekEngine::ReferencedPages(const BatchPlan& plan) const {
@@ -183,10 +180,9 @@ absl::StatusOr<const void*> DeepseekEngine::LatentCacheForRead(int layer, const 
         "fp8 KV cache on CUDA: a dense read of the latent cache was planned; Forward runs every "
         "batch that reads cached latents in sparse form");
   }
-  const ModelConfig& c = config_;
-  const int E = c.latent_dim();
-  const int L = c.kv_lora_rank;
-  const int dr = c.qk_rope_head_dim;
+  const int E = dims_.latent();
+  const int L = dims_.rank;
+  const int dr = dims_.rope;
   float* view = latent_view_.as<float>();
   std::vector<int64_t> slots(kernels::kPageSize);
   for (int32_t page : ReferencedPages(plan)) {
@@ -263,10 +259,9 @@ absl::Status DeepseekEngine::SetIndexKeysForRead(int layer, const BatchPlan& pla
 
 absl::Status DeepseekEngine::SparseAttendFp8Cuda(int layer, const BatchPlan& plan,
                                                  kernels::SparseMlaParams p, bool decode) {
-  const ModelConfig& c = config_;
-  const int L = c.kv_lora_rank;
-  const int dr = c.qk_rope_head_dim;
-  const int E = c.latent_dim();
+  const int L = dims_.rank;
+  const int dr = dims_.rope;
+  const int E = dims_.latent();
   const int64_t rows = static_cast<int64_t>(plan.total_tokens) * attn_heads_;
   p.cache_dtype = kernels::DType::kFP8E4M3;
   p.kv_cache = pool_->latent(layer);

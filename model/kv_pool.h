@@ -1,10 +1,10 @@
 // KvPool: the paged latent KV cache of one model instance, and its page accounting.
 //
-// Layout: for every layer one buffer [num_pages, kPageSize, entry] where entry =
-// kv_lora_rank + qk_rope_head_dim values of the pool's dtype (f32 on the CPU backend, bf16 on
-// CUDA); DSA models have a second buffer per layer for the indexer keys [num_pages, kPageSize,
-// index_head_dim]. A page id indexes every layer's buffers alike, so a request holds one list
-// of page ids for all layers.
+// Layout: for every layer one buffer [num_pages, kPageSize, latent_dim] (kv_lora_rank + rope
+// dim as the engine stores them, model/mla_dims.h) of the pool's dtype (f32 on the CPU backend,
+// bf16 on CUDA); DSA models have a second buffer per layer for the indexer keys [num_pages,
+// kPageSize, index_head_dim]. A page id indexes every layer's buffers alike, so a request
+// holds one list of page ids for all layers.
 //
 // With cache_format kFp8Ds the buffers hold DeepSeek's fp8 cache layouts instead
 // (kernels/kv_fp8/api.h): the latent plane is [num_pages, kPageSize, 656 bytes] (512 e4m3 +
@@ -41,7 +41,7 @@ struct KvPoolOptions {
   KvCacheFormat cache_format = KvCacheFormat::kNative;
   int num_layers = 0;
   int num_pages = 0;
-  int latent_dim = 0;   // kv_lora_rank + qk_rope_head_dim (kFp8Ds: <= 576)
+  int latent_dim = 0;   // stored kv_lora_rank + rope dim (kFp8Ds: <= 576)
   int index_dim = 0;    // index_head_dim for DSA models, else 0 (kFp8Ds: a multiple of 16)
 };
 

@@ -24,6 +24,29 @@ kernels::MoeTopkMethod ToKernel(RoutingMethod m) {
 
 }  // namespace
 
+kernels::MoeRoutingParams DeepseekEngine::RoutingParams(int layer, int num_tokens,
+                                                        const float* logits, int32_t* ids,
+                                                        float* weights) const {
+  const ModelConfig& c = config_;
+  const MoeWeights& m = weights_.layers[layer].moe;
+  kernels::MoeRoutingParams r;
+  r.num_tokens = num_tokens;
+  r.num_experts = c.n_routed_experts;
+  r.top_k = c.num_experts_per_tok;
+  r.n_group = c.n_group;
+  r.topk_group = c.topk_group;
+  r.scoring = ToKernel(c.scoring);
+  r.method = ToKernel(c.routing_method);
+  r.norm_topk_prob = c.norm_topk_prob;
+  r.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+  r.logits = logits;
+  r.correction_bias = m.correction_bias.empty() ? nullptr
+                                                : static_cast<const float*>(m.correction_bias.data());
+  r.topk_ids = ids;
+  r.topk_weights = weights;
+  return r;
+}
+
 absl::Status DeepseekEngine::Mlp(int layer, int rows, const void* x, void* out) {
   ScratchScope scope(scratch_);
   const ModelConfig& c = config_;
@@ -43,21 +66,9 @@ absl::Status DeepseekEngine::Mlp(int layer, int rows, const void* x, void* out) 
   RETURN_IF_ERROR(ops::Linear(ops_, x, T, hidden, m.router, logits, E, 0.0f, /*y_f32=*/true));
   ASSIGN_OR_RETURN(void* ids, Scratch(static_cast<size_t>(T) * k * sizeof(int32_t), "topk ids"));
   ASSIGN_OR_RETURN(void* weights, Scratch(static_cast<size_t>(T) * k * sizeof(float), "topk weights"));
-  kernels::MoeRoutingParams r;
-  r.num_tokens = T;
-  r.num_experts = E;
-  r.top_k = k;
-  r.n_group = c.n_group;
-  r.topk_group = c.topk_group;
-  r.scoring = ToKernel(c.scoring);
-  r.method = ToKernel(c.routing_method);
-  r.norm_topk_prob = c.norm_topk_prob;
-  r.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
-  r.logits = static_cast<const float*>(logits);
-  r.correction_bias = m.correction_bias.empty() ? nullptr
-                                                : static_cast<const float*>(m.correction_bias.data());
-  r.topk_ids = static_cast<int32_t*>(ids);
-  r.topk_weights = static_cast<float*>(weights);
+  const kernels::MoeRoutingParams r =
+      RoutingParams(layer, T, static_cast<const float*>(logits), static_cast<int32_t*>(ids),
+                    static_cast<float*>(weights));
   RETURN_IF_ERROR(kernels::MoeRouting(r, ctx_));
 
   kernels::MoeExpertsParams e;

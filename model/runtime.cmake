@@ -27,6 +27,13 @@ target_include_directories(model_sampler PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(model_sampler PUBLIC kernels_sampling absl::status absl::statusor absl::strings)
 mlaserve_warnings(model_sampler)
 
+# Zero padding of weight matrices to the widths the engine stores (model/mla_dims.h).
+add_library(model_padded_matrix STATIC ${CMAKE_CURRENT_LIST_DIR}/padded_matrix.cc)
+target_include_directories(model_padded_matrix PUBLIC ${PROJECT_SOURCE_DIR})
+mlaserve_warnings(model_padded_matrix)
+mlaserve_test(model_padded_matrix_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/padded_matrix_test.cc
+              DEPS model_padded_matrix)
+
 # The DeepSeek forward (Engine::Create) over the kernel API.
 add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/forward_ops.cc
@@ -44,11 +51,22 @@ add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/expert_shard.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_engine.cc)
 target_link_libraries(model_runtime PUBLIC model_loader model_kv_pool model_rope model_sampler
-                      model_device_memory mlaserve_kernels mlaserve_parallel mlaserve_common)
+                      model_padded_matrix model_device_memory mlaserve_kernels mlaserve_parallel
+                      mlaserve_common)
 mlaserve_warnings(model_runtime)
 if(TARGET mlaserve_parallel_nccl)  # multi-GPU workers (ParallelEngine) talk NCCL
   target_link_libraries(model_runtime PUBLIC mlaserve_parallel_nccl)
 endif()
+
+# Diagnostics over a step's intermediate values (model/engine_probe.h) and the tool that
+# uses them; not linked into serving binaries.
+add_library(model_engine_probe STATIC ${CMAKE_CURRENT_LIST_DIR}/engine_probe.cc)
+target_link_libraries(model_engine_probe PUBLIC model_runtime)
+mlaserve_warnings(model_engine_probe)
+add_executable(mlaserve-route-probe ${CMAKE_CURRENT_LIST_DIR}/route_probe_main.cc)
+target_link_libraries(mlaserve-route-probe PRIVATE model_engine_probe CLI11::CLI11
+                      nlohmann_json::nlohmann_json)
+mlaserve_warnings(mlaserve-route-probe)
 
 # mlaserve-run: one-process generation from a checkpoint.
 add_executable(mlaserve-run ${CMAKE_CURRENT_LIST_DIR}/run_main.cc)
@@ -64,6 +82,17 @@ if(MLASERVE_BUILD_TESTS)
   mlaserve_test(model_engine_reference_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_reference_test.cc
                 DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
+  # Expert routing per position and teacher-forced tokens vs HF (deepseek_v3_top3); the CUDA
+  # build of the same test carries label gpu.
+  mlaserve_test(model_engine_routing_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_routing_test.cc
+                DEPS model_engine_probe nlohmann_json::nlohmann_json TIMEOUT 600)
+  if(MLASERVE_WITH_CUDA)
+    mlaserve_test(model_engine_routing_cuda_test
+                  SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_routing_test.cc
+                  DEPS model_engine_probe nlohmann_json::nlohmann_json LABELS gpu TIMEOUT 600)
+    target_compile_definitions(model_engine_routing_cuda_test PRIVATE MLASERVE_ROUTING_TEST_CUDA=1)
+  endif()
   # The fp8 KV cache (DeepSeek's layout) on the V3.2 fixture.
   mlaserve_test(model_engine_fp8_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_fp8_test.cc

@@ -44,8 +44,8 @@ const Fixture* GetFixture(const std::string& name, std::string* skip_reason) {
   if (auto it = cache->find(name); it != cache->end()) return &it->second;
   const std::string dir = std::string(kFixtures) + name + "/";
   if (!std::filesystem::exists(dir + "tokenizer.json")) {
-    *skip_reason = dir + "tokenizer.json is absent (not committed); "
-                   "tools/make_tokenizer_fixtures.py says how to fetch it";
+    *skip_reason = dir + "tokenizer.json is absent (DeepSeek's vocabulary is not committed); "
+                   "tools/fetch_deepseek_tokenizers.sh fetches it";
     return nullptr;
   }
   absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromFile(dir + "tokenizer.json");

@@ -1,4 +1,4 @@
-// mlaserve-prefill: the prefill worker. Flags (notes/flags.md) are read here only and turned
+// mlaserve-prefill: the prefill worker. Flags (docs/serving.md) are read here only and turned
 // into validated options; everything else lives in PrefillRunner / PrefillService.
 #include <unistd.h>
 

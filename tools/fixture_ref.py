@@ -176,6 +176,69 @@ def reference_outputs(model, prompts, device, new_tokens, decode_logit_steps):
     }
 
 
+def _router_rows(gate, router_logits):
+    """Per row: HF's chosen experts (sorted) and the margins of that choice, in the units the
+    router ranks by (the per-row version of router_margin): expert = k-th minus (k+1)-th
+    choice among the kept groups, group = topk_group-th minus next group score (None when
+    the router has no group stage)."""
+    logits = router_logits.float()
+    n_exp = logits.shape[-1]
+    k = gate.top_k
+    if hasattr(gate, "e_score_correction_bias"):
+        choice = logits.sigmoid() + gate.e_score_correction_bias.float()
+        n_group, topk_group = gate.num_group, gate.topk_group
+        group_scores = choice.view(-1, n_group, n_exp // n_group).topk(2, dim=-1)[0].sum(-1)
+        fill = -math.inf
+    else:
+        choice = logits.softmax(-1)
+        n_group, topk_group = gate.num_group, gate.topk_group
+        group_scores = choice.view(-1, n_group, n_exp // n_group).max(-1).values
+        fill = 0.0
+    if n_group > 1 and getattr(gate, "topk_method", "noaux_tc") != "greedy":
+        group_gap = _gap_at(group_scores.sort(-1, descending=True)[0], topk_group)
+        gidx = group_scores.topk(topk_group, dim=-1)[1]
+        gmask = torch.zeros_like(group_scores).scatter_(1, gidx, 1.0).bool()
+        emask = gmask.unsqueeze(-1).expand(-1, n_group, n_exp // n_group).reshape(-1, n_exp)
+        choice = choice.masked_fill(~emask, fill)
+    else:
+        group_gap = None
+    expert_gap = _gap_at(choice.sort(-1, True)[0], k)
+    ids = choice.topk(k, dim=-1).indices.sort(-1).values
+    return ids, expert_gap, group_gap
+
+
+@torch.no_grad()
+def routing_dump(model, ids, device, prompt_name):
+    """HF's expert choice at every position of one sequence, per MoE layer, with its
+    margins: tests hold a backend's routing to it except at near-ties."""
+    rows = {}
+    handles = []
+    for name, mod in model.named_modules():
+        if name.endswith("mlp.gate") and hasattr(mod, "top_k"):
+            layer = int(name.split("layers.")[1].split(".")[0])
+
+            def hook(m, args, out, layer=layer):
+                got, eg, gg = _router_rows(m, out[0])
+                theirs = out[2].sort(-1).values if len(out) > 2 else got
+                if not torch.equal(got.cpu(), theirs.cpu()):
+                    raise RuntimeError(f"layer {layer}: re-derived routing differs from HF's")
+                rows[layer] = {"experts": got.cpu().tolist(),
+                               "expert_margin": _round_list(eg.cpu().tolist()),
+                               "group_margin": None if gg is None else _round_list(gg.cpu().tolist())}
+            handles.append(mod.register_forward_hook(hook))
+    try:
+        model(torch.tensor([ids], device=device), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return {"prompt": prompt_name, "input_ids": ids,
+            "layers": {str(k): v for k, v in sorted(rows.items())},
+            "note": ("input_ids = the prompt followed by its greedy tokens but the last; per MoE "
+                     "layer and position: the sorted experts HF routes to, expert_margin = k-th "
+                     "minus (k+1)-th choice score among the kept groups, group_margin = "
+                     "topk_group-th minus next group score")}
+
+
 def _rotate_half(x):
     h = x.shape[-1] // 2
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)

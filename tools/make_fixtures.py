@@ -98,6 +98,42 @@ FIXTURES = {
                              "original_max_position_embeddings": 64, "mscale": 1.0,
                              "mscale_all_dim": 0.8, "beta_fast": 32, "beta_slow": 1},
             rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
+    # Head dims no CUDA kernel takes as they are (issue 14): v_head_dim 20, qk_nope 22,
+    # rope 6, kv_lora_rank 36, 6 heads, no q LoRA. (HF's V2 RoPE views q_pe as complex
+    # pairs, so it refuses an odd qk_nope_head_dim.) The engine pads each to a multiple of 8
+    # (model/mla_dims.h); HF runs them as they are.
+    "deepseek_v2_odd": dict(
+        model_cls="DeepseekV2ForCausalLM", config_cls="DeepseekV2Config", published=False,
+        seed=6000,
+        config=dict(
+            vocab_size=512, hidden_size=96, intermediate_size=128, moe_intermediate_size=32,
+            num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=6,
+            kv_lora_rank=36, q_lora_rank=None, qk_rope_head_dim=6, qk_nope_head_dim=22,
+            v_head_dim=20, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+            first_k_dense_replace=1, topk_method="greedy", n_group=1, topk_group=1,
+            norm_topk_prob=False, routed_scaling_factor=1.0, max_position_embeddings=512,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
+    # The CUDA-only divergence of issue 14: group-limited noaux_tc routing with top-3 of 8
+    # experts (4 groups of 2, 2 groups kept, so 3 of the 4 kept experts), a random
+    # e_score_correction_bias, YaRN factor 4 over 64 positions (the long prompts run past
+    # the original context), q_lora_rank 40, interleaved RoPE, 3 layers; a 260-token prompt
+    # as in the issue.
+    "deepseek_v3_top3": dict(
+        model_cls="DeepseekV3ForCausalLM", config_cls="DeepseekV3Config", published=False,
+        seed=7000, prompt_lengths=(1, 7, 64, 200, 260), routing_dump=True,
+        config=dict(
+            vocab_size=512, hidden_size=128, intermediate_size=160, moe_intermediate_size=48,
+            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+            kv_lora_rank=64, q_lora_rank=40, qk_rope_head_dim=16, qk_nope_head_dim=32,
+            v_head_dim=24, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=3,
+            n_group=4, topk_group=2, first_k_dense_replace=1, norm_topk_prob=True,
+            routed_scaling_factor=2.5, topk_method="noaux_tc", scoring_func="sigmoid",
+            max_position_embeddings=512, rope_interleave=True, num_nextn_predict_layers=0,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 64, "mscale": 1.0,
+                             "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1},
+            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
     # fp8 twin (own folder to keep each fixture small): a 2-layer V3 whose linear
     # weights are stored as e4m3 with 128x128 block scales in model-fp8/, and exactly
     # dequantized (fp32) in model-fp8-dequant/. Dims 160/192/80/96/48 give partial blocks.
@@ -261,9 +297,9 @@ def check_roundtrip(saved_model, loaded):
             raise RuntimeError(f"{k} changed through save/load")
 
 
-def make_prompts(vocab, seed):
+def make_prompts(vocab, seed, lengths=PROMPT_LENGTHS):
     rng = np.random.default_rng(seed)
-    return [[int(t) for t in rng.integers(2, vocab, size=n)] for n in PROMPT_LENGTHS]
+    return [[int(t) for t in rng.integers(2, vocab, size=n)] for n in lengths]
 
 
 def generate_fixture(name, spec, out_root, device, seed_tries):
@@ -274,7 +310,8 @@ def generate_fixture(name, spec, out_root, device, seed_tries):
             shutil.rmtree(out_dir)
         os.makedirs(out_dir)
         out_dir = os.path.join(out_root, name, "_bf16_source")
-    prompts = make_prompts(spec["config"]["vocab_size"], spec["seed"] + 7)
+    prompts = make_prompts(spec["config"]["vocab_size"], spec["seed"] + 7,
+                           spec.get("prompt_lengths", PROMPT_LENGTHS))
     best = None
     for attempt in range(seed_tries):
         seed = spec["seed"] + attempt
@@ -300,6 +337,10 @@ def generate_fixture(name, spec, out_root, device, seed_tries):
     if spec.get("indexer_dump"):
         expected["indexer_topk"] = ref.indexer_dump(model, prompts[3], device, layer=-1,
                                                      prompt_name=f"len{len(prompts[3])}")
+    if spec.get("routing_dump"):
+        longest = expected["prompts"][-1]
+        expected["routing"] = ref.routing_dump(
+            model, longest["input_ids"] + longest["greedy"]["tokens"][:-1], device, longest["name"])
     if spec.get("fp8_only"):
         make_fp8_twin(out_dir, os.path.dirname(out_dir), name, spec, seed, prompts, device)
         shutil.rmtree(out_dir)

@@ -7,7 +7,9 @@
 namespace mlaserve::testing {
 namespace {
 
-constexpr int kLatentDim = 8;  // entry: token, position, layer, then token * (layer + 1) x 5
+// Entry: token, position, layer, then token * (layer + 1) + i for the rest. kv_lora_rank 8 +
+// rope 8, widths the real engine stores as they are (model/mla_dims.h), as MakeKvLayout checks.
+constexpr int kLatentDim = 16;
 
 void FillEntry(float* e, int32_t token, int pos, int layer) {
   e[0] = static_cast<float>(token);
@@ -29,10 +31,10 @@ std::unique_ptr<FakeEngine> FakeEngine::Create(const FakeEngineOptions& options)
   c.num_attention_heads = 2;
   c.num_key_value_heads = 2;
   c.max_position_embeddings = options.max_position_embeddings;
-  c.kv_lora_rank = kLatentDim - 2;
-  c.qk_rope_head_dim = 2;
-  c.qk_nope_head_dim = 4;
-  c.v_head_dim = 4;
+  c.kv_lora_rank = kLatentDim - 8;
+  c.qk_rope_head_dim = 8;
+  c.qk_nope_head_dim = 8;
+  c.v_head_dim = 8;
   c.eos_token_ids = options.eos_token_ids;
   c.layer_is_moe.assign(options.num_layers, false);
   model::KvPoolOptions po;

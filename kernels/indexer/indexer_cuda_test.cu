@@ -239,5 +239,101 @@ TEST(IndexerCudaDeterminism, PlantedTiesResolveByPositionOnEveryRun) {
   }
 }
 
+// Exact scores, so the tie rule alone decides: q, keys and head weights are small integers and
+// powers of two (exact in bf16), so every score is exact in f32 on both backends, whatever the
+// summation order, and the CUDA rows must equal the CPU reference's bit for bit. Keys are
+// drawn from a few vectors; most are the one negative on every query head (score exactly 0,
+// the common ReLU tie), few enough others that the top-k cut of the long rows falls among the
+// zeros: the lower positions must win on both backends (docs/model.md, "DSA").
+TEST(IndexerCuda, ExactTiesCutAtTheSamePositionsAsTheCpu) {
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const int heads = 8, dim = 64, top_k = 48, groups = 5;
+  const std::vector<int> lq = {2, 1, 30}, prefix = {300, 400, 20};
+  const int batch = static_cast<int>(lq.size());
+  std::vector<int> lk(batch);
+  for (int b = 0; b < batch; ++b) lk[b] = lq[b] + prefix[b];
+  const testing::PagedLayout layout = testing::MakePagedLayout(lk, seed);
+  const std::vector<int32_t> cu_q = testing::CumSum(lq);
+  const int total_q = cu_q[batch];
+  const size_t slots = static_cast<size_t>(layout.num_pages) * kPageSize;
+  std::mt19937 rng(seed);
+  auto small_int = [&](int lo, int hi) { return static_cast<float>(lo + static_cast<int>(rng() % (hi - lo + 1))); };
+  // q >= 0 everywhere and group 0's key <= 0 everywhere: group 0 scores exactly 0 on every row.
+  std::vector<float> q(static_cast<size_t>(total_q) * heads * dim);
+  for (float& x : q) x = small_int(0, 2);
+  std::vector<float> vecs(static_cast<size_t>(groups) * dim);
+  for (int d = 0; d < dim; ++d) vecs[d] = -small_int(1, 2);
+  for (size_t i = dim; i < vecs.size(); ++i) vecs[i] = small_int(-2, 2);
+  std::vector<float> k(slots * dim);
+  for (size_t sl = 0; sl < slots; ++sl) {
+    const int g = rng() % 16 == 0 ? 1 + static_cast<int>(rng() % (groups - 1)) : 0;
+    std::copy_n(vecs.begin() + static_cast<size_t>(g) * dim, dim, k.begin() + sl * dim);
+  }
+  const float kWeights[] = {1.0f, 0.5f, -0.25f, 2.0f};
+  std::vector<float> w(static_cast<size_t>(total_q) * heads);
+  for (float& x : w) x = kWeights[rng() % 4];
+  std::vector<int32_t> seqlens_k(lk.begin(), lk.end());
+  std::vector<int32_t> want(static_cast<size_t>(total_q) * top_k, -7);
+  IndexerParams p;
+  p.batch = batch; p.num_heads = heads; p.head_dim = dim; p.top_k = top_k;
+  p.q = q.data(); p.weights = w.data(); p.k_cache = k.data(); p.num_pages = layout.num_pages;
+  p.block_table = layout.block_table.data(); p.max_pages_per_seq = layout.max_pages_per_seq;
+  p.cu_seqlens_q = cu_q.data(); p.seqlens_k = seqlens_k.data();
+  p.max_seqlen_q = *std::max_element(lq.begin(), lq.end());
+  p.max_seqlen_k = *std::max_element(lk.begin(), lk.end());
+  p.softmax_scale = 0.125f;  // dim^-0.5, a power of two
+  p.topk_indices = want.data();
+  ASSERT_TRUE(Indexer(p, KernelContext{}).ok());
+  // The construction does what it claims: some row's cut falls inside its class of zero scores
+  // (the last kept position scores 0 and a visible position left out does too).
+  auto score = [&](int t, int b, int pos) {
+    const float* kr = &k[layout.Slot(b, pos) * dim];
+    double sc = 0;
+    for (int h = 0; h < heads; ++h) {
+      double dot = 0;
+      for (int d = 0; d < dim; ++d) dot += static_cast<double>(q[(static_cast<size_t>(t) * heads + h) * dim + d]) * kr[d];
+      sc += w[static_cast<size_t>(t) * heads + h] * std::max(dot * p.softmax_scale, 0.0);
+    }
+    return sc;
+  };
+  int rows_cut_in_zeros = 0;
+  for (int t = 0; t < total_q; ++t) {
+    const int b = static_cast<int>(std::upper_bound(cu_q.begin(), cu_q.end(), t) - cu_q.begin()) - 1;
+    const int visible = lk[b] - lq[b] + (t - cu_q[b]) + 1;
+    if (visible <= top_k) continue;
+    const int32_t* row = &want[static_cast<size_t>(t) * top_k];
+    if (score(t, b, row[top_k - 1]) != 0.0) continue;
+    const std::set<int> kept(row, row + top_k);
+    for (int pos = 0; pos < visible; ++pos) {
+      if (!kept.count(pos) && score(t, b, pos) == 0.0) {
+        ++rows_cut_in_zeros;
+        break;
+      }
+    }
+  }
+  EXPECT_GT(rows_cut_in_zeros, 0) << "no row's top-k cut fell among the zero scores; the case tests nothing";
+
+  testing::DeviceBuffer dq = testing::ToDeviceBf16(q), dw = testing::ToDevice(w), dk = testing::ToDeviceBf16(k);
+  testing::DeviceBuffer dtable = testing::ToDevice(layout.block_table), dcu = testing::ToDevice(cu_q);
+  testing::DeviceBuffer dlk = testing::ToDevice(seqlens_k);
+  testing::DeviceBuffer dout = testing::ToDevice(std::vector<int32_t>(want.size(), -7));
+  testing::DeviceBuffer ws(IndexerWorkspaceBytes(p));
+  IndexerParams dp = p;
+  dp.dtype = DType::kBF16; dp.k_cache_dtype = DType::kBF16;
+  dp.q = dq.get(); dp.weights = dw.as<float>(); dp.k_cache = dk.get(); dp.block_table = dtable.as<int32_t>();
+  dp.cu_seqlens_q = dcu.as<int32_t>(); dp.seqlens_k = dlk.as<int32_t>(); dp.topk_indices = dout.as<int32_t>();
+  dp.workspace = ws.get();
+  const auto st = Indexer(dp, KernelContext{Backend::kCuda, nullptr, 0});
+  ASSERT_TRUE(st.ok()) << st;
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  const auto got = testing::ToHost<int32_t>(dout, want.size());
+  for (int t = 0; t < total_q; ++t) {
+    ASSERT_EQ(std::vector<int32_t>(got.begin() + static_cast<size_t>(t) * top_k, got.begin() + static_cast<size_t>(t + 1) * top_k),
+              std::vector<int32_t>(want.begin() + static_cast<size_t>(t) * top_k, want.begin() + static_cast<size_t>(t + 1) * top_k))
+        << "row " << t;
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve::kernels

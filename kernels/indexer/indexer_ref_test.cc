@@ -129,6 +129,38 @@ TEST(IndexerSemantics, TiesGoToLowerPositionAndPadWithMinusOne) {
   EXPECT_EQ(got, (std::vector<int32_t>{0, 1, 2, 3, 4, -1, -1}));
 }
 
+// The rule at a top-k cut inside a class of equal scores (docs/model.md, "DSA"): lower position
+// first. With ReLU'd head scores the common tie is exact zero: a key whose dot product with
+// every query head is negative scores 0 (+0 or -0, with negative head weights), whatever its
+// position. Built here: query heads e0 and e1 with weights 1 and -0.5; key (a, 0, ...) scores
+// a * scale, key (-1, -1, ...) scores 0, key (-1, 2, ...) scores -0.5 * 2 * scale < 0.
+TEST(IndexerSemantics, ReluZeroTiesAtTheCutGoToLowerPositions) {
+  std::vector<int> lq = {1}, prefix = {15};  // 16 visible positions
+  auto c = MakeCase(lq, prefix, 2, 8, 11);
+  c.q.assign(2 * 8, 0.0f);
+  c.q[0] = 1.0f;      // head 0: e0
+  c.q[8 + 1] = 1.0f;  // head 1: e1
+  c.weights = {1.0f, -0.5f};
+  auto set_key = [&](int pos, float x0, float x1) {
+    float* k = &c.k_cache[c.layout.Slot(0, pos) * 8];
+    std::fill(k, k + 8, 0.0f);
+    k[0] = x0;
+    k[1] = x1;
+  };
+  for (int s = 0; s < 16; ++s) set_key(s, -1.0f, -1.0f);  // score 0
+  set_key(11, 3.0f, 0.0f);
+  set_key(4, 2.0f, 0.0f);
+  set_key(13, 2.0f, 0.0f);  // ties with 4: 4 first
+  set_key(7, 1.0f, 0.0f);
+  set_key(1, -1.0f, 2.0f);  // negative: after every zero
+  EXPECT_EQ(c.Score(0, 0, 1), -0.5 * 2 * c.scale);
+  std::vector<int32_t> got;
+  ASSERT_TRUE(Indexer(c.Params(7, got), KernelContext{}).ok());
+  EXPECT_EQ(got, (std::vector<int32_t>{11, 4, 13, 7, 0, 2, 3}));
+  ASSERT_TRUE(Indexer(c.Params(18, got), KernelContext{}).ok());
+  EXPECT_EQ(got, (std::vector<int32_t>{11, 4, 13, 7, 0, 2, 3, 5, 6, 8, 9, 10, 12, 14, 15, 1, -1, -1}));
+}
+
 TEST(IndexerValidation, NamesBadValues) {
   std::vector<int> lq = {1}, prefix = {0};
   auto c = MakeCase(lq, prefix, 1, 8, 1);

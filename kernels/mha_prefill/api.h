@@ -42,6 +42,14 @@ struct MhaPrefillParams {
   bool causal = true;
 };
 
+// The CUDA kernel's head dims: multiples of kMhaPrefillCudaHeadDimAlign (16-byte rows) up to
+// kMhaPrefillCudaMaxHeadDim, for qk and v alike. The CPU backend takes any.
+inline constexpr int kMhaPrefillCudaHeadDimAlign = 8;
+inline constexpr int kMhaPrefillCudaMaxHeadDim = 256;
+// Can-implement on the head dims alone: whether `backend` runs these (callers that control
+// the layout pad to them, or choose another attention form; model/mla_dims.h).
+bool MhaPrefillSupportsHeadDims(Backend backend, int head_dim_qk, int head_dim_v);
+
 absl::Status MhaPrefill(const MhaPrefillParams& p, const KernelContext& ctx);
 absl::Status MhaPrefillCpu(const MhaPrefillParams& p);
 absl::Status MhaPrefillCuda(const MhaPrefillParams& p, void* stream);

@@ -30,6 +30,15 @@ absl::Status CheckLayout(const char* name, const void* ptr, int64_t token_stride
 
 }  // namespace
 
+bool MhaPrefillSupportsHeadDims(Backend backend, int head_dim_qk, int head_dim_v) {
+  if (head_dim_qk <= 0 || head_dim_v <= 0) return false;
+  if (backend == Backend::kCpu) return true;
+  auto fits = [](int d) {
+    return d % kMhaPrefillCudaHeadDimAlign == 0 && d <= kMhaPrefillCudaMaxHeadDim;
+  };
+  return fits(head_dim_qk) && fits(head_dim_v);
+}
+
 absl::Status MhaPrefill(const MhaPrefillParams& p, const KernelContext& ctx) {
   RETURN_IF_ERROR(RequireNonNegative("batch", p.batch));
   RETURN_IF_ERROR(RequirePositive("num_heads", p.num_heads));

@@ -8,7 +8,8 @@
 namespace mlaserve::kernels {
 namespace {
 
-constexpr int kMaxHeadDim = 256;
+constexpr int kMaxHeadDim = kMhaPrefillCudaMaxHeadDim;
+static_assert(kMhaPrefillCudaHeadDimAlign == cuda::kBf16PerChunk);
 
 struct Config {
   int dqk, dv;

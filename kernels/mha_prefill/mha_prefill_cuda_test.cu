@@ -87,6 +87,7 @@ const std::vector<MhaCase>& Cases() {
       {4, 4, 128, 128, {100, 257}, 10},
       {4, 2, 256, 256, {70, 190}, 0},
       {2, 2, 40, 48, {9, 150}, 20},
+      {6, 6, 32, 24, {1, 50, 260}, 30},               // deepseek_v2_odd as stored (model/mla_dims.h)
   };
   return *cases;
 }
@@ -99,7 +100,7 @@ TEST_P(MhaPrefillCudaTest, MatchesCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, MhaPrefillCudaTest,
-                         ::testing::Combine(::testing::Range(0, 10), ::testing::Bool()));
+                         ::testing::Combine(::testing::Range(0, 11), ::testing::Bool()));
 
 TEST(MhaPrefillCudaValidation, NamesUnsupportedHeadDim) {
   MhaPrefillParams p;

@@ -155,6 +155,17 @@ TEST(MhaPrefillSemantics, CausalIsBottomRightAligned) {
   EXPECT_NEAR(lse[0], m + std::log(l), 1e-6);
 }
 
+// The can-implement query the engine chooses its attention form by (model/mla_dims.h).
+TEST(MhaPrefillValidation, SupportedHeadDimsPerBackend) {
+  EXPECT_TRUE(MhaPrefillSupportsHeadDims(Backend::kCpu, 27, 20));
+  EXPECT_TRUE(MhaPrefillSupportsHeadDims(Backend::kCuda, 192, 128));
+  EXPECT_TRUE(MhaPrefillSupportsHeadDims(Backend::kCuda, 32, 24));
+  EXPECT_TRUE(MhaPrefillSupportsHeadDims(Backend::kCuda, 256, 256));
+  EXPECT_FALSE(MhaPrefillSupportsHeadDims(Backend::kCuda, 40, 20));   // v not a multiple of 8
+  EXPECT_FALSE(MhaPrefillSupportsHeadDims(Backend::kCuda, 320, 128)); // qk past 256
+  EXPECT_FALSE(MhaPrefillSupportsHeadDims(Backend::kCpu, 0, 8));
+}
+
 TEST(MhaPrefillValidation, NamesBadValues) {
   MhaPrefillParams p;
   p.batch = 1; p.num_heads = 6; p.num_kv_heads = 4; p.head_dim_qk = 8; p.head_dim_v = 8;

@@ -57,7 +57,8 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeCase{5, 16, 1, 3000, 512, false}, DecodeCase{64, 16, 1, 1000, 512, true},
                       DecodeCase{64, 128, 1, 600, 512, true}, DecodeCase{64, 128, 2, 300, 512, false},
                       DecodeCase{7, 4, 1, 700, 32, true}, DecodeCase{3, 16, 2, 2000, 64, true},
-                      DecodeCase{2, 32, 1, 2, 512, true}));
+                      DecodeCase{2, 32, 1, 2, 512, true},
+                      DecodeCase{3, 6, 1, 700, 40, true}));  // a rank that is no power of two
 
 // Determinism of the split-KV path: two runs on the same inputs, with the workspace and the
 // outputs poisoned differently each time, give the same output and LSE bytes. The combine

@@ -38,6 +38,15 @@ struct MlaParams {
   bool causal = true;
 };
 
+// The latent widths the CUDA latent-attention kernels take (mla_prefill and mla_decode; the
+// sparse_fwd / sparse_decode kernels have the same limits): kv_lora_rank and rope_dim
+// multiples of kLatentCudaDimAlign (16-byte rows) up to these. The CPU backend takes any.
+inline constexpr int kLatentCudaDimAlign = 8;
+inline constexpr int kLatentCudaMaxRank = 512;
+inline constexpr int kLatentCudaMaxRopeDim = 64;
+// Can-implement on the widths alone: whether `backend` runs latent attention at these.
+bool LatentAttentionSupportsDims(Backend backend, int kv_lora_rank, int rope_dim);
+
 absl::Status MlaPrefill(const MlaParams& p, const KernelContext& ctx);
 absl::Status MlaPrefillCpu(const MlaParams& p);
 absl::Status MlaPrefillCuda(const MlaParams& p, void* stream);

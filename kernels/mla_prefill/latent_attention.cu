@@ -9,6 +9,8 @@ namespace {
 
 // Padded widths with instantiations (latent_attention_r*_w*.cu).
 constexpr int kDeepSeekRank = 512, kSmallRank = 64, kPaddedRope = 64;
+static_assert(kDeepSeekRank == kLatentCudaMaxRank && kPaddedRope == kLatentCudaMaxRopeDim &&
+              cuda::kBf16PerChunk == kLatentCudaDimAlign);
 
 template <int kRank>
 absl::Status LaunchRows(const LatentArgs& args, int rows_per_cta, int64_t max_rows, cudaStream_t s) {

@@ -7,6 +7,13 @@
 
 namespace mlaserve::kernels {
 
+bool LatentAttentionSupportsDims(Backend backend, int kv_lora_rank, int rope_dim) {
+  if (kv_lora_rank <= 0 || rope_dim <= 0) return false;
+  if (backend == Backend::kCpu) return true;
+  return kv_lora_rank % kLatentCudaDimAlign == 0 && kv_lora_rank <= kLatentCudaMaxRank &&
+         rope_dim % kLatentCudaDimAlign == 0 && rope_dim <= kLatentCudaMaxRopeDim;
+}
+
 absl::Status MlaPrefill(const MlaParams& p, const KernelContext& ctx) {
   RETURN_IF_ERROR(mla_internal::CheckMlaShape(
       {"mla_prefill", p.batch, p.num_heads, p.kv_lora_rank, p.rope_dim, p.q, p.q_token_stride,

@@ -46,6 +46,7 @@ INSTANTIATE_TEST_SUITE_P(
                       PrefillCase{16, 512, 64, {1000}, 2000},
                       PrefillCase{4, 64, 16, {5, 77, 300}, 100},
                       PrefillCase{2, 32, 16, {9, 64}, 64},
+                      PrefillCase{6, 40, 8, {1, 37, 260}, 100},  // deepseek_v2_odd as stored
                       PrefillCase{1, 512, 64, {3, 1, 2}, 9000}));
 
 }  // namespace

@@ -149,6 +149,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MlaPrefillTest,
                                                               MlaShape{16, 32, 16, 16, 24}),
                                             ::testing::Bool(), ::testing::Bool()));
 
+// The can-implement query the engine chooses its attention form by (model/mla_dims.h).
+TEST(MlaPrefillValidation, SupportedLatentDimsPerBackend) {
+  EXPECT_TRUE(LatentAttentionSupportsDims(Backend::kCpu, 36, 6));
+  EXPECT_TRUE(LatentAttentionSupportsDims(Backend::kCuda, 512, 64));
+  EXPECT_TRUE(LatentAttentionSupportsDims(Backend::kCuda, 40, 8));
+  EXPECT_FALSE(LatentAttentionSupportsDims(Backend::kCuda, 36, 8));   // rank not a multiple of 8
+  EXPECT_FALSE(LatentAttentionSupportsDims(Backend::kCuda, 512, 128)); // rope past 64
+  EXPECT_FALSE(LatentAttentionSupportsDims(Backend::kCuda, 640, 64));  // rank past 512
+}
+
 TEST(MlaPrefillValidation, NamesBadValues) {
   std::vector<float> buf(kPageSize * 8, 0.0f), out(8);
   std::vector<int32_t> table = {7}, cu_q = {0, 2}, seqlens_k = {1};

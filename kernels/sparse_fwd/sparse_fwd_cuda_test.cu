@@ -23,6 +23,14 @@ TEST(SparseFwdCuda, Bf16SmallWidthsAndRaggedTopK) {
   testing::ExpectSparseMatchesCpu(cs, Fwd);
 }
 
+// Widths as the engine stores a model with kv_lora_rank 36 and rope 6 (model/mla_dims.h).
+TEST(SparseFwdCuda, Bf16PaddedOddWidths) {
+  testing::SparseCudaCase cs;
+  cs.heads = 6; cs.rank = 40; cs.rope = 8; cs.top_k = 48;
+  cs.lq = {20, 33}; cs.prefix = {10, 200};
+  testing::ExpectSparseMatchesCpu(cs, Fwd);
+}
+
 TEST(SparseFwdCuda, ContextShorterThanTopK) {
   testing::SparseCudaCase cs;
   cs.heads = 64; cs.top_k = 512; cs.lq = {30, 3}; cs.prefix = {10, 50};

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build here (CUDA, sm_90a, Release) and bundle what the GPU machine needs into two git-ignored
-# folders that one `run` call carries (64 MiB in all; see /work/shared/GPU.md):
+# folders that one `run` call carries (64 MiB in all; docs/gpu.md):
 #   .devbin/   only the binaries to run there (test binaries, benchmarks), not the build tree
 #   .devlibs/  non-system shared libraries they load that Ubuntu 24.04 lacks (gRPC, protobuf,
 #              absl, spdlog, fmt, gtest, ...); cuBLAS/NCCL/cudart are NOT bundled (present there)
