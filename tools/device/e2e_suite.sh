@@ -14,7 +14,9 @@
 #   4. the same stack on the V2-Lite-shaped model under mlaserve-bench (random dataset).
 # Environment: E2E_SKIP (space-separated steps to skip: model engine fixtures serve),
 # FIXTURE_MODES (prefill attention forms for step 3: "auto", "mha", "mla"; default "auto"),
-# SERVE_ARGS (mlaserve-bench load, default 64 prompts of 1024 in / 128 out, concurrency 16).
+# SERVE_ARGS (mlaserve-bench load, default 64 prompts of 1024 in / 128 out, concurrency 16),
+# SERVE_PAGES (KV pages per worker, default 1024), SERVE_LOCAL_PREFILL (the decode worker's
+# --local-prefill-threshold, default 0: every prompt goes to the prefill worker).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BINS="mlaserve-router mlaserve-prefill mlaserve-decode mlaservectl mlaserve-run mlaserve-bench mlaserve-engine-bench"
@@ -158,9 +160,9 @@ done
 # --- 4. V2-Lite-shaped model under mlaserve-bench
 if [[ $SKIP != *" serve "* && -f $V2L/config.json ]]; then
   read -r -a load <<< "${SERVE_ARGS:---num-prompts 64 --random-input-len 1024 --random-output-len 128 --random-range-ratio 1 --max-concurrency 16 --seed 1}"
-  DECODE_FLAGS=(--max-running-requests 64 --local-prefill-threshold 0)
+  DECODE_FLAGS=(--max-running-requests 64 --local-prefill-threshold "${SERVE_LOCAL_PREFILL:-0}")
   PREFILL_FLAGS=()
-  if stack v2lite "$V2L" --num-kv-pages 1024; then
+  if stack v2lite "$V2L" --num-kv-pages "${SERVE_PAGES:-1024}"; then
     start=$SECONDS
     timeout 240 "$B/mlaserve-bench" --server "$ROUTER" "${load[@]}" --progress off \
       --output-json "$OUT/serve_v2lite.json" > "$OUT/serve_v2lite.txt" 2>&1
