@@ -29,6 +29,10 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
                  "auto|bf16|fp8: KV cache storage (auto = fp8 for deepseek_v32 on CUDA, else the "
                  "native dtype; fp8 = DeepSeek's 656-byte layout, deepseek_v32 only)")
       ->capture_default_str();
+  app.add_option("--mha-provider", o->mha_provider,
+                 "auto|ours|cudnn: who computes MHA-prefill attention on CUDA (auto = cuDNN where "
+                 "libcudnn.so.9 loads and supports the shape, else our kernel)")
+      ->capture_default_str();
   app.add_option("--num-kv-pages", o->num_kv_pages, "KV pool size in pages of 64 tokens")
       ->capture_default_str();
   app.add_option("--max-batch-tokens", o->max_batch_tokens, "tokens per forward at most")
@@ -90,6 +94,9 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
   if (o->device < 0) return bad("--device", o->device, "it must be >= 0");
   if (o->kv_cache_dtype != "auto" && o->kv_cache_dtype != "bf16" && o->kv_cache_dtype != "fp8") {
     return bad("--kv-cache-dtype", o->kv_cache_dtype, "it must be auto, bf16 or fp8");
+  }
+  if (o->mha_provider != "auto" && o->mha_provider != "ours" && o->mha_provider != "cudnn") {
+    return bad("--mha-provider", o->mha_provider, "it must be auto, ours or cudnn");
   }
   if (o->num_kv_pages < 1) return bad("--num-kv-pages", o->num_kv_pages, "it must be >= 1");
   if (o->max_batch_tokens < 1) {

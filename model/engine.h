@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/common/types.h"
+#include "kernels/mha_prefill/api.h"
 #include "model/config.h"
 #include "model/kv_pool.h"
 #include "model/sampler.h"
@@ -50,6 +51,10 @@ struct EngineOptions {
   AttentionPath attention = AttentionPath::kAuto;
   // Library default: the native cache; the binaries' --kv-cache-dtype defaults to auto.
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kNative;
+  // Who computes the MHA form's attention on kCuda (the --mha-provider flag): kAuto = cuDNN
+  // where it is loadable and supports the shape, else our kernel (kernels/mha_prefill/api.h).
+  // Create refuses kCudnn where it cannot run (CPU backend, no cuDNN).
+  kernels::MhaPrefillProvider mha_provider = kernels::MhaPrefillProvider::kAuto;
 };
 
 // One sequence's share of a forward step: `tokens` at positions [start_pos, start_pos + n).
