@@ -7,7 +7,9 @@
 //                 libcudnn.so.9 loads; its plan is built in the warm-up calls)
 //   kv_pack     : GB/s over its bytes (each input read once, each output written once)
 //   mla_prefill : TFLOP/s as a fraction of the GEMM rate
-// Usage: mlaserve-kernel-bench [--json FILE] [--quick]
+// Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--only KERNEL]
+//   --only mla_decode|mha_prefill|kv_pack|mla_prefill: just that family (the ceilings are
+//   always measured)
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -172,15 +174,18 @@ void BenchMlaPrefill(int batch, int heads, int extend, int prefix, const Ceiling
 int main(int argc, char** argv) {
   using namespace mlaserve::bench;
   std::string json_path;
+  std::string only;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--only KERNEL]\n", argv[0]);
       return 1;
     }
   }
+  const auto wanted = [&](const char* family) { return only.empty() || only == family; };
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   Ceilings ceil;
@@ -192,7 +197,7 @@ int main(int argc, char** argv) {
   for (int heads : {128, 16})
     for (int batch : {64, 128})
       for (int sk : {4096, 8192, 16384}) {
-        if (quick && sk != 8192) continue;
+        if ((quick && sk != 8192) || !wanted("mla_decode")) continue;
         BenchMlaDecode(batch, heads, sk, prop.multiProcessorCount, ceil, res);
       }
   const auto cudnn = mlaserve::kernels::MhaPrefillCudnnVersion();
@@ -200,15 +205,17 @@ int main(int argc, char** argv) {
               cudnn.ok() ? cudnn->c_str() : std::string(cudnn.status().message()).c_str());
   for (int heads : {128, 16})
     for (int seqlen : {1024, 2048, 4096, 8192, 16384}) {
-      if (quick && seqlen != 8192) continue;
+      if ((quick && seqlen != 8192) || !wanted("mha_prefill")) continue;
       BenchMhaPrefill(heads, seqlen, 16384, mlaserve::kernels::MhaPrefillProvider::kOurs, ceil, res);
       if (cudnn.ok()) {
         BenchMhaPrefill(heads, seqlen, 16384, mlaserve::kernels::MhaPrefillProvider::kCudnn, ceil, res);
       }
     }
-  BenchKvPack(16384, 128, ceil, res);
-  BenchMlaPrefill(4, 128, 1024, 3072, ceil, res);
-  BenchMlaPrefill(4, 16, 1024, 3072, ceil, res);
+  if (wanted("kv_pack")) BenchKvPack(16384, 128, ceil, res);
+  if (wanted("mla_prefill")) {
+    BenchMlaPrefill(4, 128, 1024, 3072, ceil, res);
+    BenchMlaPrefill(4, 16, 1024, 3072, ceil, res);
+  }
   if (!json_path.empty()) {
     nlohmann::json doc = {{"device", prop.name}, {"sms", prop.multiProcessorCount},
                           {"copy_gbs", ceil.copy_gbs}, {"gemm_tflops", ceil.gemm_tflops},

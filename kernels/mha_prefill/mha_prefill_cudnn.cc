@@ -254,6 +254,7 @@ struct PlannedGraph {
 // One device and stream: a cuDNN handle bound to it, its plans and its arena.
 struct StreamState {
   cudnnHandle_t handle = nullptr;
+  absl::Status handle_status;  // why cudnnCreate failed, once it has (not retried)
   void* arena = nullptr;
   size_t arena_bytes = 0;
   std::vector<void*> retired_arenas;  // kept: a captured CUDA graph may still use them
@@ -284,10 +285,14 @@ class CudnnSdpa {
     absl::MutexLock lock(&mu_);
     StreamState& st = streams_[{device, stream}];
     if (st.handle == nullptr) {
+      RETURN_IF_ERROR(st.handle_status);
       if (capturing) return NotPlanned(key);
-      if (fe::detail::create_handle(&st.handle) != CUDNN_STATUS_SUCCESS) {
+      const cudnnStatus_t created = fe::detail::create_handle(&st.handle);
+      if (created != CUDNN_STATUS_SUCCESS) {
         st.handle = nullptr;
-        return absl::UnavailableError(absl::StrCat("mha_prefill: cudnnCreate failed on device ", device));
+        st.handle_status = absl::UnavailableError(absl::StrCat(
+            "mha_prefill: cudnnCreate failed on device ", device, ": ", fe::detail::get_error_string(created)));
+        return st.handle_status;
       }
     }
     if (fe::detail::set_stream(st.handle, stream) != CUDNN_STATUS_SUCCESS) {
@@ -374,7 +379,7 @@ class CudnnSdpa {
     } catch (const std::exception& e) {
       planned.why = e.what();
     }
-    // A failed build may leave a sticky-free CUDA error behind; it is not the caller's.
+    // A failed build may leave an error for cudaGetLastError behind; it is not the caller's.
     (void)cudaGetLastError();
     return st.graphs.emplace(key, std::move(planned)).first;
   }
