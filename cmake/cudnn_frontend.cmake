@@ -68,7 +68,9 @@ function(_mlaserve_cudnn_frontend_headers out)
   set(${out} ${_include} PARENT_SCOPE)
 endfunction()
 
-if(NOT MLASERVE_CUDNN STREQUAL "OFF")
+if(MLASERVE_CUDNN STREQUAL "OFF")
+  message(STATUS "mlaserve: cuDNN MHA-prefill provider not built (MLASERVE_CUDNN=OFF)")
+else()
   # The backend API header the frontend compiles against (cuDNN 9). Not the library.
   find_path(MLASERVE_CUDNN_H_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include
             PATH_SUFFIXES "" x86_64-linux-gnu)

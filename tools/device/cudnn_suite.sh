@@ -44,7 +44,7 @@ grep -E "^\[  FAILED|Failure|Skipped|cuDNN unavailable|error" "$OUT/tests.txt" |
 
 if [[ ${SANITIZE:-1} == 1 ]] && command -v compute-sanitizer > /dev/null; then
   timeout 240 compute-sanitizer --tool memcheck .devbin/kernels_mha_prefill_cuda_test \
-    --gtest_filter='Sweep/MhaPrefillCudnnTest.MatchesCpuReference/3:Sweep/MhaPrefillCudnnTest.MatchesCpuReference/15:Sweep/MhaPrefillCudnnTest.MatchesCpuReference/14' \
+    --gtest_filter='Sweep/MhaPrefillCudnnTest.CudnnAndAutoMatchCpuReference/3:Sweep/MhaPrefillCudnnTest.CudnnAndAutoMatchCpuReference/14:Sweep/MhaPrefillCudnnTest.CudnnAndAutoMatchCpuReference/15' \
     > "$OUT/sanitizer.txt" 2>&1
   echo "== [$((SECONDS - T0)) s] memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.txt" | tail -1)"
 fi
