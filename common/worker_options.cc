@@ -41,6 +41,10 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
                  "auto|bf16|fp8: KV cache storage (auto = fp8 for deepseek_v32 on CUDA, else the "
                  "native dtype; fp8 = DeepSeek's 656-byte layout, deepseek_v32 only)")
       ->capture_default_str();
+  app.add_option("--mha-provider", o->mha_provider,
+                 "auto|ours|cudnn: who computes MHA-prefill attention on CUDA (auto = cuDNN where "
+                 "libcudnn.so.9 loads and supports the shape, else our kernel)")
+      ->capture_default_str();
   app.add_option("--num-kv-pages", o->num_kv_pages, "KV pool size in pages of 64 tokens")
       ->capture_default_str();
   app.add_option("--max-batch-tokens", o->max_batch_tokens, "tokens per forward at most")
@@ -116,6 +120,9 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
     return bad("--kv-transport", o->kv_transport,
                "the nccl transport moves one GPU's pool; a worker with --tp-size > 1 uses tcp "
                "(or auto, which then picks tcp)");
+  }
+  if (o->mha_provider != "auto" && o->mha_provider != "ours" && o->mha_provider != "cudnn") {
+    return bad("--mha-provider", o->mha_provider, "it must be auto, ours or cudnn");
   }
   if (o->num_kv_pages < 1) return bad("--num-kv-pages", o->num_kv_pages, "it must be >= 1");
   if (o->max_batch_tokens < 1) {

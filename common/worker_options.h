@@ -27,6 +27,9 @@ struct WorkerOptions {
   // KV cache storage: auto|bf16|fp8 (auto = DeepSeek's fp8 layout for deepseek_v32 on CUDA,
   // the native cache otherwise; the engine refuses fp8 for models without a DSA indexer).
   std::string kv_cache_dtype = "auto";
+  // MHA-prefill attention on CUDA: auto|ours|cudnn (auto = cuDNN where it is loadable and
+  // supports the shape, else our kernel; kernels/mha_prefill/api.h).
+  std::string mha_provider = "auto";
   int device = 0;
   // Multi-GPU workers (docs/parallel.md): ranks on devices [device, device + tp_size), the
   // attention layout (tensor|data) and the MoE layout (expert|tensor).

@@ -15,6 +15,7 @@
 #include "common/worker_registration.h"
 #include "decode_worker/decode_runner.h"
 #include "decode_worker/decode_service.h"
+#include "kernels/mha_prefill/api.h"
 #include "kvtransfer/layout.h"
 #include "kvtransfer/receiver.h"
 #include "kvtransfer/nccl/kv_nccl_service.h"
@@ -47,6 +48,7 @@ absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(const common::Worker
   eo.num_kv_pages = o.num_kv_pages;
   eo.max_batch_tokens = o.max_batch_tokens;
   ASSIGN_OR_RETURN(eo.kv_cache_dtype, model::ParseKvCacheDtype(o.kv_cache_dtype));
+  ASSIGN_OR_RETURN(eo.mha_provider, kernels::ParseMhaPrefillProvider(o.mha_provider));
   eo.max_batch_seqs = o.max_running_requests;
   eo.parallel.size = o.tp_size;
   ASSIGN_OR_RETURN(eo.parallel.attention, model::ParseAttentionParallel(o.attention_parallel));
@@ -69,6 +71,8 @@ int Main(int argc, char** argv) {
   common::ConfigureWorkerLogging(o.log_level);
   auto engine = CreateEngine(o);
   if (!engine.ok()) return Fail("loading the model", engine.status());
+  spdlog::info("{}", kernels::DescribeMhaPrefillProvider(
+                         kernels::ParseMhaPrefillProvider(o.mha_provider).value(), (*engine)->backend()));
   model::Engine& e = **engine;
   auto layout = kvtransfer::MakeKvLayout(e.config(), e.kv_pool().options());
   if (!layout.ok()) return Fail("KV layout", layout.status());

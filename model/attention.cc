@@ -190,6 +190,7 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const v
     p.max_seqlen_k = max_k;
     p.softmax_scale = static_cast<float>(c.softmax_scale);
     p.causal = causal;
+    p.provider = options_.mha_provider;
     return kernels::MhaPrefill(p, ctx_);
   };
 

@@ -69,6 +69,7 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
         "max_batch_tokens is ", options.max_batch_tokens, " and max_batch_seqs is ",
         options.max_batch_seqs, "; both must be positive"));
   }
+  RETURN_IF_ERROR(kernels::CheckMhaPrefillProvider(options.mha_provider, options.backend));
   std::unique_ptr<DeepseekEngine> e(new DeepseekEngine());
   e->options_ = options;
   ASSIGN_OR_RETURN(e->config_, LoadModelConfig(options.model_dir));

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/common/types.h"
+#include "kernels/mha_prefill/api.h"
 #include "model/config.h"
 #include "model/kv_pool.h"
 #include "model/sampler.h"
@@ -53,6 +54,10 @@ struct EngineOptions {
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kNative;
   // This engine's rank in a multi-GPU worker (docs/parallel.md); the default is one GPU.
   ParallelOptions parallel;
+  // Who computes the MHA form's attention on kCuda (the --mha-provider flag): kAuto = cuDNN
+  // where it is loadable and supports the shape, else our kernel (kernels/mha_prefill/api.h).
+  // Create refuses kCudnn where it cannot run (CPU backend, no cuDNN).
+  kernels::MhaPrefillProvider mha_provider = kernels::MhaPrefillProvider::kAuto;
 };
 
 // One sequence's share of a forward step: `tokens` at positions [start_pos, start_pos + n).

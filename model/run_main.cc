@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status.h"
+#include "kernels/mha_prefill/api.h"
 #include "model/detokenizer.h"
 #include "model/engine.h"
 #include "model/sampler.h"
@@ -44,6 +45,7 @@ struct RunOptions {
   int chunk_size = 0;
   std::string backend = "auto";  // --backend: auto, cpu or cuda
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, bf16 or fp8
+  std::string mha_provider = "auto";    // --mha-provider: auto, ours or cudnn
   int num_kv_pages = 0;  // 0: just enough for the request
   std::string dump_logits;
   bool print_ids = false;
@@ -110,6 +112,7 @@ absl::Status Run(const RunOptions& o) {
   eo.max_batch_seqs = 1;
   eo.attention = o.attention;
   ASSIGN_OR_RETURN(eo.kv_cache_dtype, ParseKvCacheDtype(o.kv_cache_dtype));
+  ASSIGN_OR_RETURN(eo.mha_provider, kernels::ParseMhaPrefillProvider(o.mha_provider));
   absl::StatusOr<std::unique_ptr<Engine>> created =
       CreateEngineForBackend(eo, o.backend, [](const absl::Status& why) {
         if (absl::IsFailedPrecondition(why)) return;  // a CPU-only build: nothing to say
@@ -213,6 +216,10 @@ int main(int argc, char** argv) {
                  "auto|bf16|fp8: KV cache storage (auto = fp8 for deepseek_v32 on CUDA, else the "
                  "native dtype; fp8 = DeepSeek's 656-byte layout, deepseek_v32 only)")
       ->check(CLI::IsMember({"auto", "bf16", "fp8"}))->capture_default_str();
+  app.add_option("--mha-provider", o.mha_provider,
+                 "auto|ours|cudnn: who computes MHA-prefill attention on CUDA (auto = cuDNN where "
+                 "it loads and supports the shape, else our kernel)")
+      ->check(CLI::IsMember({"auto", "ours", "cudnn"}))->capture_default_str();
   app.add_option("--num-kv-pages", o.num_kv_pages, "KV pool size (default: what the request needs)");
   app.add_option("--dump-logits", o.dump_logits, "write last prompt logits and generated ids (JSON)");
   app.add_flag("--print-ids", o.print_ids, "print generated ids instead of text");

@@ -15,6 +15,7 @@
 #include "common/worker_options.h"
 #include "common/worker_proto.h"
 #include "common/worker_registration.h"
+#include "kernels/mha_prefill/api.h"
 #include "kvtransfer/layout.h"
 #include "kvtransfer/nccl/nccl_transport.h"
 #include "kvtransfer/nccl/worker_transport.h"
@@ -51,6 +52,7 @@ absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(const common::Worker
   eo.parallel.size = o.tp_size;
   ASSIGN_OR_RETURN(eo.parallel.attention, model::ParseAttentionParallel(o.attention_parallel));
   ASSIGN_OR_RETURN(eo.parallel.moe, model::ParseMoeParallel(o.moe_parallel));
+  ASSIGN_OR_RETURN(eo.mha_provider, kernels::ParseMhaPrefillProvider(o.mha_provider));
   return model::CreateEngineForBackend(eo, o.backend, [](const absl::Status& why) {
     spdlog::warn("CUDA engine unavailable ({}); using the CPU backend", why.ToString());
   });
@@ -76,6 +78,8 @@ int Main(int argc, char** argv) {
 
   auto engine = CreateEngine(o);
   if (!engine.ok()) return Fail("loading the model", engine.status());
+  spdlog::info("{}", kernels::DescribeMhaPrefillProvider(
+                         kernels::ParseMhaPrefillProvider(o.mha_provider).value(), (*engine)->backend()));
   model::Engine& e = **engine;
   auto layout = kvtransfer::MakeKvLayout(e.config(), e.kv_pool().options());
   if (!layout.ok()) return Fail("KV layout", layout.status());

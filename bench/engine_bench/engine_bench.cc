@@ -29,6 +29,7 @@
 #include <nvtx3/nvToolsExt.h>  // header-only: ranges cost nothing unless a profiler attaches
 
 #include "CLI/CLI.hpp"
+#include "kernels/mha_prefill/api.h"
 #include "model/deepseek_model.h"
 #include "nlohmann/json.hpp"
 
@@ -164,8 +165,11 @@ int main(int argc, char** argv) {
   int runs = 5, context = 1024, warm = 3, steps = 32, eager_steps = 8, sampled_steps = 16, device = 0;
   int max_batch_tokens = 8192, num_pages = 0;
   uint64_t seed = 1;
+  std::string mha_provider = "auto";
   CLI::App app{"mlaserve-engine-bench: prefill and decode speed of the engine on one GPU"};
   app.add_option("--model", model, "model directory")->required();
+  app.add_option("--mha-provider", mha_provider, "auto|ours|cudnn: MHA-prefill attention")
+      ->check(CLI::IsMember({"auto", "ours", "cudnn"}))->capture_default_str();
   app.add_option("--prefill-lens", prefill_lens, "prompt lengths timed")->capture_default_str();
   app.add_option("--decode-batches", batches, "decode batch sizes")->capture_default_str();
   app.add_option("--decode-context", context, "tokens in each sequence before decode")
@@ -211,6 +215,7 @@ int main(int argc, char** argv) {
   o.num_kv_pages = num_pages;
   o.max_batch_tokens = max_batch_tokens;
   o.max_batch_seqs = std::max(max_batch, 1);
+  o.mha_provider = mlaserve::kernels::ParseMhaPrefillProvider(mha_provider).value();  // checked by CLI11
   const auto load_start = Clock::now();
   auto engine = DeepseekEngine::Create(o);
   if (!engine.ok()) Die("create", engine.status());
@@ -229,10 +234,12 @@ int main(int argc, char** argv) {
   out["layers"] = cfg.num_hidden_layers;
   out["hidden"] = cfg.hidden_size;
   out["load_s"] = load_s;
+  out["mha_provider"] = mlaserve::kernels::DescribeMhaPrefillProvider(o.mha_provider, o.backend);
   Bench bench(e, seed);
 
   std::printf("mlaserve-engine-bench: %s, %s (%d layers, hidden %d), load %.1f s\n", prop.name,
               model.c_str(), cfg.num_hidden_layers, cfg.hidden_size, load_s);
+  std::printf("%s\n", out["mha_provider"].get<std::string>().c_str());
   std::printf("\n| phase | batch | tokens/step | median ms | tokens/s |\n");
   std::printf("|---|---:|---:|---:|---:|\n");
   for (int len : prefill_lens) {

@@ -2,10 +2,14 @@
 // in the same run (device copy bandwidth, cuBLAS bf16 GEMM rate).
 //   mla_decode  : GB/s (FlashMLA's count: KV cache bytes read once per request + q + out)
 //                 as a fraction of copy bandwidth, and TFLOP/s (2 * h * sum(s_k) * (576 + 512))
-//   mha_prefill : causal TFLOP/s (FlashAttention-3's count: 2 * s^2 * h * (d_qk + d_v) / 2)
+//   mha_prefill : causal TFLOP/s (FlashAttention-3's count: 2 * s^2 * h * (d_qk + d_v) / 2), our
+//                 kernel ("mha_prefill") and the cuDNN provider ("mha_prefill_cudnn", when
+//                 libcudnn.so.9 loads; its plan is built in the warm-up calls)
 //   kv_pack     : GB/s over its bytes (each input read once, each output written once)
 //   mla_prefill : TFLOP/s as a fraction of the GEMM rate
-// Usage: mlaserve-kernel-bench [--json FILE] [--quick]
+// Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--only KERNEL]
+//   --only mla_decode|mha_prefill|kv_pack|mla_prefill: just that family (the ceilings are
+//   always measured)
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -88,7 +92,8 @@ void BenchMlaDecode(int batch, int heads, int mean_sk, int sms, const Ceilings& 
   res.Add("mla_decode", shape, ms, flops / (ms * 1e-3) / 1e12, gbs, gbs / ceil.copy_gbs, "copy BW");
 }
 
-void BenchMhaPrefill(int heads, int seqlen, int total, const Ceilings& ceil, Results& res) {
+void BenchMhaPrefill(int heads, int seqlen, int total, kernels::MhaPrefillProvider provider,
+                     const Ceilings& ceil, Results& res) {
   constexpr int kDqk = 192, kDv = 128;
   const int batch = total / seqlen;
   const int64_t tokens = static_cast<int64_t>(batch) * seqlen;
@@ -110,12 +115,14 @@ void BenchMhaPrefill(int heads, int seqlen, int total, const Ceilings& ceil, Res
   p.lse = lse.get<float>(); p.cu_seqlens_q = cu.get<int32_t>(); p.cu_seqlens_k = cu.get<int32_t>();
   p.max_seqlen_q = seqlen; p.max_seqlen_k = seqlen; p.softmax_scale = 1.0f / std::sqrt(float{kDqk});
   p.causal = true;
+  p.provider = provider;
   const double ms = MedianMs([&] { CheckStatus(kernels::MhaPrefill(p, kCuda), "MhaPrefill"); }, 2, 10);
   const double flops = 2.0 * batch * static_cast<double>(seqlen) * seqlen * heads * (kDqk + kDv) / 2.0;
   const double tflops = flops / (ms * 1e-3) / 1e12;
   char shape[128];
   std::snprintf(shape, sizeof(shape), "causal h=%d seqlen=%d batch=%d d=192/128", heads, seqlen, batch);
-  res.Add("mha_prefill", shape, ms, tflops, 0.0, tflops / ceil.gemm_tflops, "GEMM");
+  res.Add(provider == kernels::MhaPrefillProvider::kCudnn ? "mha_prefill_cudnn" : "mha_prefill", shape,
+          ms, tflops, 0.0, tflops / ceil.gemm_tflops, "GEMM");
 }
 
 void BenchKvPack(int tokens, int heads, const Ceilings& ceil, Results& res) {
@@ -167,15 +174,18 @@ void BenchMlaPrefill(int batch, int heads, int extend, int prefix, const Ceiling
 int main(int argc, char** argv) {
   using namespace mlaserve::bench;
   std::string json_path;
+  std::string only;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--only KERNEL]\n", argv[0]);
       return 1;
     }
   }
+  const auto wanted = [&](const char* family) { return only.empty() || only == family; };
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   Ceilings ceil;
@@ -187,20 +197,30 @@ int main(int argc, char** argv) {
   for (int heads : {128, 16})
     for (int batch : {64, 128})
       for (int sk : {4096, 8192, 16384}) {
-        if (quick && sk != 8192) continue;
+        if ((quick && sk != 8192) || !wanted("mla_decode")) continue;
         BenchMlaDecode(batch, heads, sk, prop.multiProcessorCount, ceil, res);
       }
+  const auto cudnn = mlaserve::kernels::MhaPrefillCudnnVersion();
+  std::printf("mha_prefill_cudnn: %s\n",
+              cudnn.ok() ? cudnn->c_str() : std::string(cudnn.status().message()).c_str());
   for (int heads : {128, 16})
     for (int seqlen : {1024, 2048, 4096, 8192, 16384}) {
-      if (quick && seqlen != 8192) continue;
-      BenchMhaPrefill(heads, seqlen, 16384, ceil, res);
+      if ((quick && seqlen != 8192) || !wanted("mha_prefill")) continue;
+      BenchMhaPrefill(heads, seqlen, 16384, mlaserve::kernels::MhaPrefillProvider::kOurs, ceil, res);
+      if (cudnn.ok()) {
+        BenchMhaPrefill(heads, seqlen, 16384, mlaserve::kernels::MhaPrefillProvider::kCudnn, ceil, res);
+      }
     }
-  BenchKvPack(16384, 128, ceil, res);
-  BenchMlaPrefill(4, 128, 1024, 3072, ceil, res);
-  BenchMlaPrefill(4, 16, 1024, 3072, ceil, res);
+  if (wanted("kv_pack")) BenchKvPack(16384, 128, ceil, res);
+  if (wanted("mla_prefill")) {
+    BenchMlaPrefill(4, 128, 1024, 3072, ceil, res);
+    BenchMlaPrefill(4, 16, 1024, 3072, ceil, res);
+  }
   if (!json_path.empty()) {
     nlohmann::json doc = {{"device", prop.name}, {"sms", prop.multiProcessorCount},
-                          {"copy_gbs", ceil.copy_gbs}, {"gemm_tflops", ceil.gemm_tflops}, {"results", res.rows}};
+                          {"copy_gbs", ceil.copy_gbs}, {"gemm_tflops", ceil.gemm_tflops},
+                          {"cudnn", cudnn.ok() ? *cudnn : std::string(cudnn.status().message())},
+                          {"results", res.rows}};
     std::ofstream(json_path) << doc.dump(2) << "\n";
   }
   return 0;

@@ -8,14 +8,37 @@
 // lse is the natural-log log-sum-exp of the scaled scores: lse = log(sum_j exp(scale*q.k_j)).
 // Heads: num_heads query heads share num_heads / num_kv_heads K/V heads (GQA); MLA's
 // decompressed path uses num_kv_heads == num_heads.
+//
+// Providers (CUDA backend): this family's own kernel (mha_prefill_kernel.cuh) or cuDNN's fused
+// SDPA through the cuDNN frontend graph API (mha_prefill_cudnn.cc), chosen per call by
+// MhaPrefillParams::provider. Both compute the function above, LSE included, so prefix chunks
+// merge the same way whichever ran. cuDNN is optional at build time (MLASERVE_CUDNN) and at run
+// time (libcudnn.so.9 is dlopened on first use); where it is absent kAuto uses ours.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/common/types.h"
 
 namespace mlaserve::kernels {
+
+// Who computes a CUDA MHA prefill.
+//   kOurs:  this family's kernel.
+//   kCudnn: cuDNN SDPA; INVALID_ARGUMENT naming a combination cuDNN cannot run, FAILED_PRECONDITION
+//           when this build or process has no cuDNN (MhaPrefillCudnnVersion says why).
+//   kAuto:  cuDNN where it can run the call (about 2x ours on H100 at 4k-16k, docs/kernels.md),
+//           else ours.
+// The CPU backend runs its reference for kAuto and kOurs and refuses kCudnn.
+enum class MhaPrefillProvider : uint8_t { kAuto, kOurs, kCudnn };
+
+// "auto" | "ours" | "cudnn".
+const char* MhaPrefillProviderName(MhaPrefillProvider provider);
+// The --mha-provider flag: "auto", "ours" or "cudnn"; INVALID_ARGUMENT naming anything else.
+absl::StatusOr<MhaPrefillProvider> ParseMhaPrefillProvider(std::string_view flag);
 
 struct MhaPrefillParams {
   DType dtype = DType::kF32;  // of q, k, v, out (CPU: f32; CUDA: bf16)
@@ -40,6 +63,7 @@ struct MhaPrefillParams {
   int max_seqlen_k = 0;
   float softmax_scale = 1.0f;
   bool causal = true;
+  MhaPrefillProvider provider = MhaPrefillProvider::kAuto;  // CUDA only; see above
 };
 
 // The CUDA kernel's head dims: multiples of kMhaPrefillCudaHeadDimAlign (16-byte rows) up to
@@ -52,6 +76,17 @@ bool MhaPrefillSupportsHeadDims(Backend backend, int head_dim_qk, int head_dim_v
 
 absl::Status MhaPrefill(const MhaPrefillParams& p, const KernelContext& ctx);
 absl::Status MhaPrefillCpu(const MhaPrefillParams& p);
+// The CUDA backend: the provider p.provider resolves to.
 absl::Status MhaPrefillCuda(const MhaPrefillParams& p, void* stream);
+
+// The cuDNN library the cuDNN provider runs on in this process ("cuDNN 9.13.0"), loading it on
+// the first call; UNAVAILABLE saying why not (built without it, libcudnn.so.9 not loadable).
+absl::StatusOr<std::string> MhaPrefillCudnnVersion();
+// OK when `provider` can serve on `backend`; FAILED_PRECONDITION saying why not (kCudnn on the
+// CPU backend, or without a loadable cuDNN). For engines to refuse a bad flag at start.
+absl::Status CheckMhaPrefillProvider(MhaPrefillProvider provider, Backend backend);
+// One log line: what `provider` resolves to on `backend` ("mha prefill provider auto: cuDNN
+// 9.13.0 where it supports the shape, else ours" or "... ours (cuDNN unavailable: ...)").
+std::string DescribeMhaPrefillProvider(MhaPrefillProvider provider, Backend backend);
 
 }  // namespace mlaserve::kernels

@@ -1,8 +1,10 @@
-// mha_prefill dispatcher: can-implement check, then the backend. Checks that read the
-// sequence offsets run in the CPU backend (on CUDA they are device pointers).
+// mha_prefill dispatcher: can-implement check, then the backend (on CUDA, the provider:
+// mha_prefill_providers.cc). Checks that read the sequence offsets run in the CPU backend (on
+// CUDA they are device pointers).
 #include "kernels/mha_prefill/api.h"
 
 #include <cmath>
+#include <string>
 
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
@@ -39,6 +41,57 @@ bool MhaPrefillSupportsHeadDims(Backend backend, int head_dim_qk, int head_dim_v
   return fits(head_dim_qk) && fits(head_dim_v);
 }
 
+const char* MhaPrefillProviderName(MhaPrefillProvider provider) {
+  switch (provider) {
+    case MhaPrefillProvider::kAuto: return "auto";
+    case MhaPrefillProvider::kOurs: return "ours";
+    case MhaPrefillProvider::kCudnn: return "cudnn";
+  }
+  return "?";
+}
+
+absl::StatusOr<MhaPrefillProvider> ParseMhaPrefillProvider(std::string_view flag) {
+  for (auto p : {MhaPrefillProvider::kAuto, MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn}) {
+    if (flag == MhaPrefillProviderName(p)) return p;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--mha-provider ", std::string(flag), " is not one of auto, ours, cudnn"));
+}
+
+absl::Status CheckMhaPrefillProvider(MhaPrefillProvider provider, Backend backend) {
+  if (provider != MhaPrefillProvider::kCudnn) return absl::OkStatus();
+  if (backend != Backend::kCuda) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("mha prefill provider cudnn needs the CUDA backend, not ", BackendName(backend)));
+  }
+  const auto version = MhaPrefillCudnnVersion();
+  if (version.ok()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("mha prefill provider cudnn: ", version.status().message()));
+}
+
+std::string DescribeMhaPrefillProvider(MhaPrefillProvider provider, Backend backend) {
+  const std::string head = absl::StrCat("mha prefill provider ", MhaPrefillProviderName(provider), ": ");
+  if (backend != Backend::kCuda) return head + "the CPU reference";
+  if (provider == MhaPrefillProvider::kOurs) return head + "ours";
+  const auto version = MhaPrefillCudnnVersion();
+  if (!version.ok()) {
+    return absl::StrCat(head, provider == MhaPrefillProvider::kAuto ? "ours" : "none",
+                        " (cuDNN unavailable: ", version.status().message(), ")");
+  }
+  return absl::StrCat(head, *version,
+                      provider == MhaPrefillProvider::kAuto ? " where it supports the shape, else ours" : "");
+}
+
+#if !defined(MLASERVE_KERNEL_HAS_CUDA) || !defined(MLASERVE_HAS_CUDNN)
+// Builds without the cuDNN provider (mha_prefill_cudnn.cc defines it otherwise).
+absl::StatusOr<std::string> MhaPrefillCudnnVersion() {
+  return absl::UnavailableError(
+      "this build has no cuDNN provider (it needs the CUDA backend and cudnn.h at configure time, "
+      "MLASERVE_CUDNN)");
+}
+#endif
+
 absl::Status MhaPrefill(const MhaPrefillParams& p, const KernelContext& ctx) {
   RETURN_IF_ERROR(RequireNonNegative("batch", p.batch));
   RETURN_IF_ERROR(RequirePositive("num_heads", p.num_heads));
@@ -67,6 +120,9 @@ absl::Status MhaPrefill(const MhaPrefillParams& p, const KernelContext& ctx) {
                               p.head_dim_v));
   RETURN_IF_ERROR(CheckLayout("out", p.out, p.out_token_stride, p.out_head_stride, p.num_heads,
                               p.head_dim_v));
+  if (ctx.backend == Backend::kCpu && p.provider == MhaPrefillProvider::kCudnn) {
+    return absl::InvalidArgumentError("mha_prefill: provider=cudnn needs the CUDA backend");
+  }
   MLASERVE_DISPATCH("mha_prefill", ctx, MhaPrefillCpu(p), MhaPrefillCuda(p, ctx.stream));
 }
 

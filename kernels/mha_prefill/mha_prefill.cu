@@ -1,9 +1,11 @@
-// mha_prefill CUDA backend: the can-implement checks the kernel adds to the dispatcher's, and
-// the one place where runtime head dims become a tile configuration (template parameters).
+// mha_prefill, our CUDA kernel (provider kOurs): the can-implement checks the kernel adds to the
+// dispatcher's, and the one place where runtime head dims become a tile configuration
+// (template parameters).
 #include <utility>
 
 #include "common/status.h"
 #include "kernels/mha_prefill/mha_prefill_kernel.cuh"
+#include "kernels/mha_prefill/mha_prefill_providers.h"
 
 namespace mlaserve::kernels {
 namespace {
@@ -27,7 +29,7 @@ absl::Status CheckHeadDim(const char* name, int d) {
 
 }  // namespace
 
-absl::Status MhaPrefillCuda(const MhaPrefillParams& p, void* stream) {
+absl::Status MhaPrefillOursCuda(const MhaPrefillParams& p, void* stream) {
   constexpr const char* kFamily = "mha_prefill";
   if (p.dtype != DType::kBF16) {
     return absl::InvalidArgumentError(

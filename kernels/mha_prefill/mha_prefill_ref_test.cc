@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -200,6 +201,60 @@ TEST(MhaPrefillSpeed, TinyModelPrefillIsFast) {
   const double cpu_ms = 1000.0 * static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
   RecordProperty("cpu_ms", std::to_string(cpu_ms));
   EXPECT_LT(cpu_ms, 1000.0);  // ~50 ms of CPU on one core of the CI machine
+}
+
+TEST(MhaPrefillProvider, ParsesAndNamesEveryProvider) {
+  for (auto provider : {MhaPrefillProvider::kAuto, MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn}) {
+    const auto parsed = ParseMhaPrefillProvider(MhaPrefillProviderName(provider));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, provider);
+  }
+  const auto bad = ParseMhaPrefillProvider("flash");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--mha-provider flash"), std::string::npos) << bad.status();
+}
+
+// The CPU backend runs its reference for auto and ours, and refuses cudnn by name.
+TEST(MhaPrefillProvider, CpuBackendRefusesCudnn) {
+  std::vector<float> q(8, 1.0f), out(8);
+  std::vector<int32_t> cu = {0, 1};
+  MhaPrefillParams p;
+  p.batch = 1; p.num_heads = 1; p.num_kv_heads = 1; p.head_dim_qk = 8; p.head_dim_v = 8;
+  p.q = p.k = p.v = q.data(); p.out = out.data();
+  p.q_token_stride = p.k_token_stride = p.v_token_stride = p.out_token_stride = 8;
+  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.out_head_stride = 8;
+  p.cu_seqlens_q = p.cu_seqlens_k = cu.data(); p.max_seqlen_q = p.max_seqlen_k = 1;
+  for (auto provider : {MhaPrefillProvider::kAuto, MhaPrefillProvider::kOurs}) {
+    p.provider = provider;
+    EXPECT_TRUE(MhaPrefill(p, KernelContext{}).ok());
+    EXPECT_FLOAT_EQ(out[3], 1.0f);  // one key: out = v
+  }
+  p.provider = MhaPrefillProvider::kCudnn;
+  const auto st = MhaPrefill(p, KernelContext{});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("provider=cudnn"), std::string::npos) << st.message();
+
+  const auto check = CheckMhaPrefillProvider(MhaPrefillProvider::kCudnn, Backend::kCpu);
+  EXPECT_EQ(check.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(check.message().find("CUDA backend"), std::string::npos) << check.message();
+  EXPECT_TRUE(CheckMhaPrefillProvider(MhaPrefillProvider::kAuto, Backend::kCpu).ok());
+  EXPECT_EQ(DescribeMhaPrefillProvider(MhaPrefillProvider::kAuto, Backend::kCpu),
+            "mha prefill provider auto: the CPU reference");
+}
+
+// Without a loadable cuDNN the version says why (UNAVAILABLE), and kCudnn is refused on CUDA
+// with that reason while kAuto is not.
+TEST(MhaPrefillProvider, CudnnAbsenceIsExplained) {
+  const auto version = MhaPrefillCudnnVersion();
+  if (version.ok()) GTEST_SKIP() << "this process has " << *version;
+  EXPECT_EQ(version.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(version.status().message().empty());
+  const auto check = CheckMhaPrefillProvider(MhaPrefillProvider::kCudnn, Backend::kCuda);
+  EXPECT_EQ(check.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(check.message().find(version.status().message()), std::string::npos) << check.message();
+  EXPECT_TRUE(CheckMhaPrefillProvider(MhaPrefillProvider::kAuto, Backend::kCuda).ok());
+  const std::string line = DescribeMhaPrefillProvider(MhaPrefillProvider::kAuto, Backend::kCuda);
+  EXPECT_NE(line.find("auto: ours (cuDNN unavailable: "), std::string::npos) << line;
 }
 
 }  // namespace

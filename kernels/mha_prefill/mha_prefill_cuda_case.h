@@ -1,0 +1,128 @@
+// A random ragged mha_prefill problem for the CUDA tests (mha_prefill_cuda_test.cu,
+// mha_prefill_cudnn_test.cu): bf16-rounded inputs on the host and the device, the CPU
+// reference's out and lse on the same inputs, and device params whose outputs are poisoned
+// (NaN) before each run, so an unwritten row fails the comparison.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/mha_prefill/api.h"
+#include "kernels/testing/cuda_testing.h"
+#include "kernels/testing/paged.h"
+#include "kernels/testing/testing.h"
+
+namespace mlaserve::kernels::testing {
+
+struct MhaCase {
+  int heads, kv_heads, dqk, dv;
+  std::vector<int> lq;  // queries per sequence
+  int max_prefix;       // keys = lq + prefix (causal) or random (non-causal, no prefix)
+  // Some sequences get keys no query sees: lk = 0 (non-causal) or lk < lq (causal, the first
+  // lq - lk rows see nothing), as the engine's prefix pieces and chunk edges can produce.
+  bool keyless = false;
+};
+
+class MhaProblem {
+ public:
+  MhaProblem(const MhaCase& c, bool causal, uint64_t seed) {
+    std::mt19937 rng(seed);
+    const int batch = static_cast<int>(c.lq.size());
+    std::vector<int> lk(batch);
+    for (int b = 0; b < batch; ++b) {
+      const int prefix = c.max_prefix > 0 ? static_cast<int>(rng() % (c.max_prefix + 1)) : 0;
+      lk[b] = causal || c.max_prefix > 0 ? c.lq[b] + prefix : 1 + static_cast<int>(rng() % (2 * c.lq[b]));
+      if (c.keyless && b % 2 == 1) lk[b] = causal ? static_cast<int>(rng() % c.lq[b]) : 0;
+    }
+    cu_q_ = CumSum(c.lq);
+    cu_k_ = CumSum(lk);
+    const int total_q = cu_q_[batch], total_k = cu_k_[batch];
+    // Padded Q strides; K and V interleaved in one buffer per token.
+    const int64_t q_head_stride = c.dqk + 8, q_token_stride = c.heads * q_head_stride + 8;
+    const int64_t kv_head_stride = c.dqk + c.dv, kv_token_stride = c.kv_heads * kv_head_stride;
+    q_ = RandomVector(static_cast<size_t>(total_q) * q_token_stride, seed + 1, -2.0f, 2.0f);
+    kv_ = RandomVector(static_cast<size_t>(total_k) * kv_token_stride, seed + 2, -2.0f, 2.0f);
+    RoundToBf16(q_);
+    RoundToBf16(kv_);
+    out_n_ = static_cast<size_t>(total_q) * c.heads * c.dv;
+    lse_n_ = static_cast<size_t>(total_q) * c.heads;
+    want_.resize(out_n_);
+    want_lse_.resize(lse_n_);
+    MhaPrefillParams& p = host_;
+    p.dtype = DType::kF32; p.batch = batch; p.num_heads = c.heads; p.num_kv_heads = c.kv_heads;
+    p.head_dim_qk = c.dqk; p.head_dim_v = c.dv;
+    p.q = q_.data(); p.q_token_stride = q_token_stride; p.q_head_stride = q_head_stride;
+    p.k = kv_.data(); p.k_token_stride = kv_token_stride; p.k_head_stride = kv_head_stride;
+    p.v = kv_.data() + c.dqk; p.v_token_stride = kv_token_stride; p.v_head_stride = kv_head_stride;
+    p.out = want_.data(); p.out_token_stride = c.heads * c.dv; p.out_head_stride = c.dv;
+    p.lse = want_lse_.data(); p.cu_seqlens_q = cu_q_.data(); p.cu_seqlens_k = cu_k_.data();
+    p.max_seqlen_q = *std::max_element(c.lq.begin(), c.lq.end());
+    p.max_seqlen_k = *std::max_element(lk.begin(), lk.end());
+    p.softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.dqk));
+    p.causal = causal;
+    const absl::Status ref = MhaPrefill(p, KernelContext{});
+    EXPECT_TRUE(ref.ok()) << ref;
+
+    d_q_ = ToDeviceBf16(q_);
+    d_kv_ = ToDeviceBf16(kv_);
+    d_cu_q_ = ToDevice(cu_q_);
+    d_cu_k_ = ToDevice(cu_k_);
+    d_out_ = PoisonedBf16(out_n_);
+    d_lse_ = PoisonedF32(lse_n_);
+    device_ = p;
+    device_.dtype = DType::kBF16; device_.q = d_q_.get(); device_.k = d_kv_.get();
+    device_.v = d_kv_.as<uint16_t>() + c.dqk; device_.out = d_out_.get(); device_.lse = d_lse_.as<float>();
+    device_.cu_seqlens_q = d_cu_q_.as<int32_t>(); device_.cu_seqlens_k = d_cu_k_.as<int32_t>();
+  }
+  MhaProblem(const MhaProblem&) = delete;
+  MhaProblem& operator=(const MhaProblem&) = delete;
+
+  // Params of the CUDA run (bf16, device pointers), for `provider`.
+  MhaPrefillParams device(MhaPrefillProvider provider) const {
+    MhaPrefillParams p = device_;
+    p.provider = provider;
+    return p;
+  }
+
+  // NaN into every output again.
+  void Poison() {
+    const std::vector<uint16_t> out(out_n_, 0x7fc0);
+    const std::vector<float> lse(lse_n_, std::numeric_limits<float>::quiet_NaN());
+    cudaMemcpy(d_out_.get(), out.data(), out_n_ * sizeof(uint16_t), cudaMemcpyHostToDevice);
+    cudaMemcpy(d_lse_.get(), lse.data(), lse_n_ * sizeof(float), cudaMemcpyHostToDevice);
+  }
+
+  // After the device finished: out and lse against the CPU reference.
+  void ExpectMatchesReference() const {
+    const auto got = ToHostBf16(d_out_, out_n_);
+    const auto got_lse = ToHost<float>(d_lse_, lse_n_);
+    EXPECT_EQ(CountNan(got), 0u);
+    EXPECT_LE(RelativeError(got, want_), 1e-2);
+    EXPECT_LE(LseErrorOrInf(got_lse, want_lse_), 1e-3);
+  }
+
+ private:
+  std::vector<float> q_, kv_, want_, want_lse_;
+  std::vector<int32_t> cu_q_, cu_k_;
+  size_t out_n_ = 0, lse_n_ = 0;
+  MhaPrefillParams host_, device_;
+  DeviceBuffer d_q_, d_kv_, d_cu_q_, d_cu_k_, d_out_, d_lse_;
+};
+
+// Runs `provider` on a fresh problem of case `c` and compares with the CPU reference.
+inline void RunMhaCase(const MhaCase& c, bool causal, uint64_t seed, MhaPrefillProvider provider) {
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " heads=" << c.heads << " dqk=" << c.dqk
+                                    << " dv=" << c.dv << " causal=" << causal
+                                    << " provider=" << MhaPrefillProviderName(provider));
+  MhaProblem problem(c, causal, seed);
+  const auto st = MhaPrefill(problem.device(provider), KernelContext{Backend::kCuda, nullptr});
+  ASSERT_TRUE(st.ok()) << st;
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  problem.ExpectMatchesReference();
+}
+
+}  // namespace mlaserve::kernels::testing
