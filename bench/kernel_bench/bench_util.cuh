@@ -36,8 +36,8 @@ inline void CheckStatus(const absl::Status& st, const char* what) {
   }
 }
 
-// Deterministic hash -> uniform [-1, 1) bf16, so inputs are random but need no host copy.
-__global__ void FillRandomBf16(__nv_bfloat16* p, int64_t n, uint64_t seed) {
+// Deterministic hash -> uniform [-scale, scale) bf16, so inputs are random but need no host copy.
+__global__ void FillRandomBf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale = 1.0f) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     uint64_t x = (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed;
@@ -45,7 +45,7 @@ __global__ void FillRandomBf16(__nv_bfloat16* p, int64_t n, uint64_t seed) {
     x *= 0xBF58476D1CE4E5B9ull;
     x ^= x >> 29;
     const float u = static_cast<float>(x >> 40) / static_cast<float>(1ull << 24);
-    p[i] = __float2bfloat16(2.0f * u - 1.0f);
+    p[i] = __float2bfloat16((2.0f * u - 1.0f) * scale);
   }
 }
 

@@ -3,7 +3,7 @@
 // next to two baselines measured in the same run:
 //   - cuBLAS's dense bf16 GEMM rate on the same total rows (the two products of A = T * top_k
 //     rows, as if every row went to one expert): the compute roofline the grouped GEMM aims at;
-//   - device copy bandwidth (a 2 GiB device-to-device copy, bytes read + written): the floor
+//   - device copy bandwidth (a 1 GiB device-to-device copy, bytes read + written): the floor
 //     for reading the touched experts' weights, which bounds decode.
 // Routing is uniform random top-k per token; four routings rotate so that repeated runs do not
 // find the same experts' weights in L2. Each call is captured in a CUDA graph (as the engine's
@@ -20,37 +20,27 @@
 #include <string>
 #include <vector>
 
+#include "bench/kernel_bench/bench_util.cuh"
 #include "kernels/gemm/api.h"
 #include "kernels/moe/api.h"
 
 namespace mk = mlaserve::kernels;
+namespace bench = mlaserve::bench;
 
 namespace {
 
-#define CHECK_CUDA(x)                                                                          \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
-
-__global__ void FillBf16(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-    p[i] = __float2bfloat16((static_cast<float>(h & 0xffff) / 32768.0f - 1.0f) * scale);
-  }
-}
+#define CHECK_CUDA(x) BENCH_CHECK(x)
 
 void* Bf16(size_t n, float scale) {
   void* p;
   CHECK_CUDA(cudaMalloc(&p, n * 2));
-  FillBf16<<<2048, 256>>>(static_cast<__nv_bfloat16*>(p), n, static_cast<uint32_t>(n * 7 + 1), scale);
+  bench::FillRandomBf16<<<2048, 256>>>(static_cast<__nv_bfloat16*>(p), static_cast<int64_t>(n), n * 7 + 1, scale);
+  CHECK_CUDA(cudaGetLastError());
   return p;
 }
 
+// Median of CUDA-event timings on `stream` (graph replays need a non-default stream, which
+// bench::MedianMs does not take).
 float MedianMs(const std::function<bool(int)>& fn, cudaStream_t stream = nullptr, int warm = 3, int reps = 25) {
   for (int i = 0; i < warm; ++i) if (!fn(i)) return -1.0f;
   CHECK_CUDA(cudaDeviceSynchronize());
@@ -73,18 +63,6 @@ float MedianMs(const std::function<bool(int)>& fn, cudaStream_t stream = nullptr
   CHECK_CUDA(cudaEventDestroy(b));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
-}
-
-double CopyBandwidthGBs() {
-  const size_t bytes = size_t(2) << 30;
-  void *src, *dst;
-  CHECK_CUDA(cudaMalloc(&src, bytes));
-  CHECK_CUDA(cudaMalloc(&dst, bytes));
-  CHECK_CUDA(cudaMemset(src, 1, bytes));
-  const float ms = MedianMs([&](int) { return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess; });
-  cudaFree(src);
-  cudaFree(dst);
-  return 2.0 * bytes / ms / 1e6;
 }
 
 struct Shape { const char* model; int H, I, E, k; };
@@ -228,7 +206,7 @@ void BenchShape(const Shape& s, const std::vector<int>& tokens, double copy_gbs)
 int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  const double copy = CopyBandwidthGBs();
+  const double copy = bench::MeasureCopyGBs();
   std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, copy);
   std::printf("columns: model, tokens, path, median time, rate (share of cuBLAS's dense rate on the same rows),\n"
