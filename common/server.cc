@@ -85,7 +85,9 @@ absl::Status ServerRunner::Start() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int selected_port = 0;
-  builder.AddListeningPort(FormatHostPort(hp->host, hp->port), grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(FormatHostPort(hp->host, hp->port),
+                           options_.credentials != nullptr ? options_.credentials
+                                                           : grpc::InsecureServerCredentials(),
                            &selected_port);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
@@ -105,7 +107,7 @@ absl::Status ServerRunner::Start() {
 }
 
 void ServerRunner::PrintListening() const {
-  std::printf("listening on %s\n", bound_address_.c_str());
+  std::printf("%s %s\n", options_.listening_prefix.c_str(), bound_address_.c_str());
   std::fflush(stdout);
 }
 

@@ -46,6 +46,12 @@ struct ServerOptions {
   // Infinite: until drain_timeout. Services whose on_drain waits for their own work set it short.
   absl::Duration shutdown_grace = absl::InfiniteDuration();
   int max_message_bytes = 64 << 20;  // KV pages travel in messages of one layer page each
+  // TLS or plaintext (common/transport_security.h MakeServerCredentials). Null: plaintext,
+  // for in-process tests; every main() sets it from its flags.
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  // What PrintListening writes before the address ("listening on" is the line tests parse
+  // for a process's main port; a second listener uses another prefix).
+  std::string listening_prefix = "listening on";
 };
 
 // Installs SIGTERM / SIGINT handlers that make WaitForShutdown drain and stop. Call at the top
@@ -73,7 +79,7 @@ class ServerRunner {
   int port() const { return port_; }
   grpc::Server* server() { return server_.get(); }
 
-  // Writes "listening on HOST:PORT\n" to stdout and flushes it.
+  // Writes "<listening_prefix> HOST:PORT\n" to stdout and flushes it.
   void PrintListening() const;
 
   // Blocks until a termination signal (when InstallTerminationHandlers was called) or

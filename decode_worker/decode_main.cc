@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/cluster_security.h"
 #include "common/metrics.h"
 #include "common/server.h"
 #include "common/status.h"
@@ -63,6 +64,9 @@ int Main(int argc, char** argv) {
     return Fail("invalid flags", s);
   }
   common::ConfigureWorkerLogging(o.log_level);
+  absl::StatusOr<common::ClusterSecurity> security =
+      common::MakeClusterSecurity(o.security, "mlaserve-decode");
+  if (!security.ok()) return Fail("invalid flags", security.status());
   auto engine = CreateEngine(o);
   if (!engine.ok()) return Fail("loading the model", engine.status());
   model::Engine& e = **engine;
@@ -88,7 +92,7 @@ int Main(int argc, char** argv) {
 
   kvtransfer::KvReceiver receiver(&e.kv_pool(), *layout,
                                   kvtransfer::KvReceiverOptions{o.kv_no_progress_timeout});
-  kvtransfer::KvServiceImpl kv_service(&receiver);
+  kvtransfer::KvServiceImpl kv_service(&receiver, &security->authorizer);
   // nccl next to tcp where this worker can (kvtransfer/nccl/worker_transport.h); the offer goes
   // into every KvSessionRef and the WorkerDescriptor.
   const bool gpu_pool = e.backend() == kernels::Backend::kCuda;
@@ -110,6 +114,7 @@ int Main(int argc, char** argv) {
     no.id_factory = kvtransfer::nccl::NewNcclCommId;
     no.page_io_factory = kvtransfer::nccl::CudaPageIoFactory(o.device);
     no.no_progress_timeout = o.kv_no_progress_timeout;
+    no.authorizer = &security->authorizer;
     nccl_service = std::make_unique<kvtransfer::nccl::KvNcclServiceImpl>(&receiver, &e.kv_pool(),
                                                                          std::move(no));
   }
@@ -118,12 +123,14 @@ int Main(int argc, char** argv) {
   // The runner's Drain waits for admitted requests; after it, open calls get a short grace.
   common::ServerRunner server({.listen = o.listen,
                                .drain_timeout = absl::Seconds(10),
-                               .shutdown_grace = absl::Milliseconds(200)});
+                               .shutdown_grace = absl::Milliseconds(200),
+                               .credentials = security->server_credentials});
   DecodeRunnerOptions ro;
   ro.scheduler.max_running = o.max_running_requests;
   ro.scheduler.max_batch_tokens = o.max_batch_tokens;
   ro.scheduler.chunk_size = o.chunk_size;
   ro.default_lease = o.kv_lease;
+  ro.max_lease = o.max_kv_lease;
   ro.kv_transport = kv_offer;
   std::unique_ptr<DecodeRunner> runner;
   common::AdvertisedAddress advertise;  // set once the port is bound; read by GetInfo
@@ -152,7 +159,7 @@ int Main(int argc, char** argv) {
   };
   auto listen = common::ParseHostPort(o.listen);
   runner = std::make_unique<DecodeRunner>(&e, &receiver, ro, &metrics);
-  DecodeService service(runner.get(), describe);
+  DecodeService service(runner.get(), describe, &security->authorizer);
   server.AddService(&service);
   server.AddService(&kv_service);
   if (nccl_service != nullptr) server.AddService(nccl_service.get());
@@ -174,7 +181,8 @@ int Main(int argc, char** argv) {
   std::unique_ptr<common::RouterRegistration> registration;
   if (!o.router.empty()) {
     registration = std::make_unique<common::RouterRegistration>(
-        common::RouterRegistration::Options{.router_address = o.router}, describe,
+        common::RouterRegistration::Options{.router_address = o.router,
+                                            .dialer = security->dialer}, describe,
         [&] { return describe().load(); });
     registration->Start();
   }

@@ -68,6 +68,7 @@ RouterContext::RouterContext(RouterOptions options, RouterModel model,
       codec_(std::move(codec)),
       registry_(WorkerRegistry::Options{model_.identity, options_.heartbeat_interval,
                                         options_.heartbeat_timeout}),
+      channels_(options_.worker_dialer),
       metrics_(metrics_registry_),
       start_time_(absl::Now()),
       id_salt_(absl::Uniform<uint64_t>(absl::BitGen())) {}

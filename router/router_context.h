@@ -12,7 +12,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/call_auth.h"
+#include "common/cluster_security.h"
 #include "common/metrics.h"
+#include "common/transport_security.h"
 #include "model/config.h"
 #include "router/admission_queue.h"
 #include "router/request.h"
@@ -24,9 +27,30 @@
 
 namespace mlaserve::router {
 
+// The router's public listeners: the gRPC Generation service and any other front end (an HTTP
+// listener reuses this struct and RouterContext::public_authorizer()).
+struct PublicListenerOptions {
+  // The certificate presented to clients (--public-tls-cert / --public-tls-key, by default the
+  // cluster certificate); tls.insecure: plaintext. Client certificates are not asked for.
+  common::TlsOptions tls;
+  std::string api_key_file;  // --api-key-file; empty: no API key needed
+  // Largest request message accepted (--max-request-bytes); larger ones are refused by the
+  // transport with RESOURCE_EXHAUSTED before they are parsed.
+  int max_request_bytes = 4 << 20;
+};
+
 // Flags of mlaserve-router, read in main() and validated once.
 struct RouterOptions {
   std::string listen = "0.0.0.0:8000";
+  // The Admin API's own listener: loopback unless an operator opens it (the chart does, behind
+  // a NetworkPolicy). Workers register here.
+  std::string admin_listen = "127.0.0.1:8001";
+  PublicListenerOptions public_listener;
+  common::ClusterSecurityOptions cluster;  // --insecure, --tls-*, --cluster-token-file
+  std::string admin_token_file;            // --admin-token-file
+  std::vector<std::string> admin_cert_names;  // --admin-cert-name: client certs that are admins
+  // Requests waiting for KV room at most (--max-queued-requests); more fail RESOURCE_EXHAUSTED.
+  int max_queued_requests = 1024;
   std::string model_dir;
   std::vector<std::string> prefill_addresses;
   std::vector<std::string> decode_addresses;
@@ -43,6 +67,10 @@ struct RouterOptions {
   // How long a request may wait for a decode worker with room for its prompt's KV pages
   // (admission_queue.h); zero fails it at once with RESOURCE_EXHAUSTED.
   absl::Duration queue_timeout = absl::Seconds(600);
+
+  // Built in main() from the flags above (defaults: open and plaintext, for in-process tests).
+  common::CallAuthorizer public_authorizer;  // kClient: the API keys
+  std::shared_ptr<const common::ClusterDialer> worker_dialer = common::ClusterDialer::Insecure();
 };
 
 // The model as the router needs it.
@@ -74,6 +102,8 @@ class RouterContext {
   RouterContext(RouterOptions options, RouterModel model, std::unique_ptr<TextCodec> codec);
 
   const RouterOptions& options() const { return options_; }
+  // Who may call the public API (API keys); for every public listener.
+  const common::CallAuthorizer& public_authorizer() const { return options_.public_authorizer; }
   const RouterModel& model() const { return model_; }
   const TextCodec& codec() const { return *codec_; }
   WorkerRegistry& registry() { return registry_; }

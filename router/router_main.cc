@@ -1,5 +1,6 @@
 // mlaserve-router: the public Generation API and the Admin API in front of prefill and decode
-// workers. Flags (see notes/flags.md) are read here only and turned into RouterOptions.
+// workers, each on its own listener. Flags are read here only and turned into RouterOptions;
+// the security flags are in router_security.h (docs/security.md).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "router/admin_service.h"
 #include "router/generation_service.h"
 #include "router/router_context.h"
+#include "router/router_security.h"
 #include "router/tokenizer_codec.h"
 #include "router/worker_poller.h"
 
@@ -29,6 +31,8 @@ namespace {
 // The health service name that is SERVING once the router can route (one healthy decode
 // and one healthy prefill worker); "" (the whole server) is SERVING while it runs.
 constexpr char kReadinessService[] = "mlaserve.v1.Generation";
+// Admin messages are small; worker descriptors with their profile documents are the largest.
+constexpr int kAdminMaxMessageBytes = 4 << 20;
 
 int Fail(const std::string& what, const absl::Status& status) {
   std::fprintf(stderr, "mlaserve-router: %s: %s\n", what.c_str(), status.ToString().c_str());
@@ -46,8 +50,10 @@ int Main(int argc, char** argv) {
   int64_t request_timeout_s = 3600;
   int64_t queue_timeout_ms = 600'000;
   std::string log_level = "info";
-  app.add_option("--listen", o.listen, "HOST:PORT to serve on (port 0 = ephemeral)")
+  app.add_option("--listen", o.listen,
+                 "HOST:PORT of the public Generation API (port 0 = ephemeral)")
       ->capture_default_str();
+  AddSecurityFlags(app, &o);
   app.add_option("--model", o.model_dir, "model directory (config.json, tokenizer.json)")
       ->required();
   app.add_option("--prefill", o.prefill_addresses, "static prefill worker HOST:PORT (repeatable)");
@@ -109,6 +115,8 @@ int Main(int argc, char** argv) {
     model_name = std::filesystem::path(o.model_dir).lexically_normal().parent_path().filename();
   }
 
+  absl::StatusOr<RouterSecurity> security = MakeRouterSecurity(&o);
+  if (!security.ok()) return Fail("invalid flags", security.status());
   RouterContext router(o, RouterModelFromConfig(*config, model_name), std::move(codec));
   for (const std::string& a : o.prefill_addresses) {
     auto id = router.registry().AddByAddress(WorkerRole::kPrefill, a, WorkerSource::kStatic);
@@ -119,9 +127,14 @@ int Main(int argc, char** argv) {
     if (!id.ok()) return Fail("--decode " + a, id.status());
   }
 
-  common::ServerOptions server_options;
-  server_options.listen = o.listen;
-  common::ServerRunner runner(server_options);
+  common::ServerRunner runner({.listen = o.listen,
+                               .max_message_bytes = o.public_listener.max_request_bytes,
+                               .credentials = security->public_credentials});
+  common::ServerRunner admin_runner({.listen = o.admin_listen,
+                                     .max_message_bytes = kAdminMaxMessageBytes,
+                                     .credentials = security->admin_credentials,
+                                     .listening_prefix = "admin listening on"});
+
   // The poller's thread starts after the server is bound (it sets the readiness status).
   WorkerPoller poller(&router, [&runner](bool ready) {
     if (auto* health = runner.server()->GetHealthCheckService(); health != nullptr) {
@@ -129,10 +142,13 @@ int Main(int argc, char** argv) {
     }
   });
   GenerationService generation(&router);
-  AdminService admin(&router, [&poller] { poller.Wake(); });
+  AdminService admin(&router, [&poller] { poller.Wake(); }, &security->admin_authorizer);
   runner.AddService(&generation);
-  runner.AddService(&admin);
+  admin_runner.AddService(&admin);
   if (absl::Status st = runner.Start(); !st.ok()) return Fail("--listen " + o.listen, st);
+  if (absl::Status st = admin_runner.Start(); !st.ok()) {
+    return Fail("--admin-listen " + o.admin_listen, st);
+  }
   router.set_listen_address(runner.bound_address());
   grpc::HealthCheckServiceInterface* health = runner.server()->GetHealthCheckService();
   if (health != nullptr) health->SetServingStatus(kReadinessService, false);
@@ -151,10 +167,13 @@ int Main(int argc, char** argv) {
                model_name, router.model().identity.model_type, o.prefill_addresses.size(),
                o.decode_addresses.size());
   runner.PrintListening();
+  admin_runner.PrintListening();  // after the main line, which tests and scripts read first
   runner.WaitForShutdown([&] {
     poller.Stop();
     if (health != nullptr) health->SetServingStatus(kReadinessService, false);
   });
+  admin_runner.RequestShutdown();
+  admin_runner.WaitForShutdown();
   if (!router.WaitForCallsToEnd(absl::Seconds(5))) {
     spdlog::warn("some requests were still winding down at exit");
     std::fflush(nullptr);

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,6 +34,9 @@ class TextCodec {
   // The prompt's token ids (BOS included when the model uses one). INVALID_ARGUMENT naming
   // the problem when the text cannot be encoded.
   virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const = 0;
+  // The most bytes of text one token can stand for (a bound on text that can still fit the
+  // context, checked before tokenizing); nullopt when unknown.
+  virtual std::optional<size_t> MaxBytesPerToken() const { return std::nullopt; }
   // `prompt_ids` gives context for tokenizers whose pieces depend on the previous token.
   virtual std::unique_ptr<StreamingDetokenizer> NewDetokenizer(
       std::span<const int32_t> prompt_ids, bool skip_special_tokens) const = 0;

@@ -36,6 +36,9 @@ class ServerProcess {
   // SIGTERM, then waits up to `timeout` for exit; returns the exit code (or -signal).
   absl::StatusOr<int> Terminate(absl::Duration timeout);
   void Kill();  // SIGKILL and reap
+  // The rest of the first stdout line that starts with `prefix` (e.g. "admin listening on "
+  // gives the router's admin address), waiting up to `timeout` for it.
+  absl::StatusOr<std::string> WaitForLine(const std::string& prefix, absl::Duration timeout);
   std::string LogTail(size_t bytes = 4000) const;
 
  private:
