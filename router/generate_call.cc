@@ -11,6 +11,7 @@
 #include "router/api_conversion.h"
 #include "router/routing_policy.h"
 #include "router/validation.h"
+#include "spdlog/spdlog.h"
 
 namespace mlaserve::router {
 namespace {
@@ -382,6 +383,11 @@ void GenerateCall::OnReserveDone(size_t index, const grpc::Status& status) {
                                          " (", status.error_message(), ")"));
         // Should it wake up, the reservation it may still make must be let go.
         hung_decode_stub = router_->channels().Decode(decode_address_);
+        spdlog::warn("decode worker {} ({}) did not answer Reserve of request {} within {}; "
+                     "marking it unhealthy{}",
+                     decode_id_, decode_address_, common::IdForMessages(request_id_),
+                     absl::FormatDuration(router_->options().reserve_timeout),
+                     next_candidate_ < decode_candidates_.size() ? " and trying another" : "");
       }
       const absl::Status error = WorkerError("reserve on decode worker", decode_id_,
                                              decode_address_, seen);
