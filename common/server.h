@@ -49,6 +49,11 @@ struct ServerOptions {
   // TLS or plaintext (common/transport_security.h MakeServerCredentials). Null: plaintext,
   // for in-process tests; every main() sets it from its flags.
   std::shared_ptr<grpc::ServerCredentials> credentials;
+  // Memory gRPC may use for this server's connections and calls (a ResourceQuota); 0: no
+  // bound of its own. Past it gRPC stops reading from clients until memory is freed.
+  int64_t memory_quota_bytes = 0;
+  // Extra integer channel arguments of the server (GRPC_ARG_...).
+  std::vector<std::pair<std::string, int>> int_args;
   // What PrintListening writes before the address ("listening on" is the line tests parse
   // for a process's main port; a second listener uses another prefix).
   std::string listening_prefix = "listening on";

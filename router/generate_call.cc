@@ -170,6 +170,7 @@ absl::Status GenerateCall::Prepare(const grpc::ByteBuffer* request) {
   }
   v1::GenerateRequest req;
   if (!req.ParseFromString(wire)) return DiagnoseUnparsableGenerateRequest(wire);
+  std::string().swap(wire);  // the parsed copy is enough; a long prompt is held once less
 
   RETURN_IF_ERROR(common::ValidateRequestId(req.request_id()));
   const ModelLimits& limits = router_->model().limits;
@@ -178,6 +179,8 @@ absl::Status GenerateCall::Prepare(const grpc::ByteBuffer* request) {
       if (req.text().empty()) return absl::InvalidArgumentError("prompt is empty: text is \"\"");
       RETURN_IF_ERROR(
           ValidatePromptBytes(req.text().size(), router_->codec().MaxBytesPerToken(), limits));
+      ASSIGN_OR_RETURN(RouterContext::TokenizingClaim claim,
+                       router_->ClaimTokenizing(req.text().size()));
       ASSIGN_OR_RETURN(prompt_ids_, router_->codec().Encode(req.text()));
       break;
     }

@@ -127,9 +127,14 @@ int Main(int argc, char** argv) {
     if (!id.ok()) return Fail("--decode " + a, id.status());
   }
 
+  // gRPC refuses a request over the size limit only after buffering it: the memory quota
+  // bounds what oversized requests cost together, and without BDP probing a stream's receive
+  // window stays small, so one sender cannot take the whole quota at once.
   common::ServerRunner runner({.listen = o.listen,
                                .max_message_bytes = o.public_listener.max_request_bytes,
-                               .credentials = security->public_credentials});
+                               .credentials = security->public_credentials,
+                               .memory_quota_bytes = o.public_listener.memory_quota_bytes,
+                               .int_args = {{GRPC_ARG_HTTP2_BDP_PROBE, 0}}});
   common::ServerRunner admin_runner({.listen = o.admin_listen,
                                      .max_message_bytes = kAdminMaxMessageBytes,
                                      .credentials = security->admin_credentials,

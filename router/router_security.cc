@@ -31,6 +31,16 @@ void AddSecurityFlags(CLI::App& app, RouterOptions* o) {
                  "largest Generation request message; larger ones get RESOURCE_EXHAUSTED")
       ->capture_default_str()
       ->check(CLI::Range(64 << 10, 64 << 20));
+  app.add_option("--max-tokenizing-bytes", o->max_tokenizing_bytes,
+                 "prompt text tokenized at once at most (texts under 64 KiB not counted); more "
+                 "gets RESOURCE_EXHAUSTED")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 34));
+  app.add_option_function<int64_t>(
+         "--public-memory-quota-mb",
+         [o](int64_t mb) { o->public_listener.memory_quota_bytes = mb << 20; },
+         "memory gRPC may use for the public listener's connections, in MiB (default 128)")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20));
   app.add_option("--max-queued-requests", o->max_queued_requests,
                  "requests waiting for KV room at most; more get RESOURCE_EXHAUSTED")
       ->capture_default_str()

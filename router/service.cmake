@@ -44,6 +44,7 @@ mlaserve_test(router_service_test
           ${CMAKE_CURRENT_LIST_DIR}/output_assembler_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/generate_call_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/admin_service_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/router_context_test.cc
   DEPS router_testing)
 mlaserve_test(router_tokenizer_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/tokenizer_codec_test.cc
               DEPS router_tokenizer)

@@ -293,8 +293,12 @@ class RenderTest(unittest.TestCase):
     def test_notes_tell_how_to_reach_the_router(self):
         notes = render_text([EXAMPLE_2P4D], release="ds", namespace="mlaserve", notes=True)
         self.assertIn("kubectl -n mlaserve port-forward svc/ds-mlaserve-router 8000:8000", notes)
-        self.assertIn("exec deploy/ds-mlaserve-router -- mlaservectl --server localhost:8000 "
-                      "workers list", notes)
+        self.assertIn("exec deploy/ds-mlaserve-router -- mlaservectl --tls-ca "
+                      "/etc/mlaserve/tls/ca.crt --tls-server-name mlaserve.cluster --server "
+                      "localhost:8000 --admin localhost:8001 --token-file "
+                      "/etc/mlaserve/admin-token/token workers list", notes)
+        self.assertIn("register with the router's admin port at "
+                      "ds-mlaserve-admin.mlaserve.svc.cluster.local:8001", notes)
         self.assertIn("prefill  2 x ds-mlaserve-prefill", notes)
         self.assertIn("decode   4 x ds-mlaserve-decode", notes)
 

@@ -362,6 +362,17 @@ def main():
         pid = router.proc.pid
         before = peak_rss_kib(pid)
         t0 = time.monotonic()
+        code, _ = public.stream_error("/mlaserve.v1.Generation/Generate",
+                                      api_pb2.GenerateRequest(text="a" * (60 << 20)),
+                                      api_pb2.GenerateResponse, token=tokens["api"])
+        elapsed = time.monotonic() - t0
+        grown_mb = (peak_rss_kib(pid) - before) / 1024
+        print(f"one 60 MiB prompt: {code} in {elapsed:.2f} s, router peak RSS +{grown_mb:.1f} MB",
+              flush=True)
+        check(code == grpc.StatusCode.RESOURCE_EXHAUSTED, f"60 MiB prompt refused: {code}")
+        check(grown_mb < 200, f"router peak RSS grew {grown_mb:.1f} MB for a 60 MiB prompt")
+        before = peak_rss_kib(pid)
+        t0 = time.monotonic()
         results = []
 
         def huge_prompt():
