@@ -14,7 +14,8 @@ void AddClusterSecurityFlags(CLI::App& app, ClusterSecurityOptions* o) {
 }
 
 absl::StatusOr<ClusterSecurity> MakeClusterSecurity(const ClusterSecurityOptions& o,
-                                                    const std::string& who) {
+                                                    const std::string& who,
+                                                    ClientCertPolicy listener_policy) {
   if (absl::Status s = ValidateTlsOptions(o.tls, TlsPeer::kServer); !s.ok()) return s;
   ClusterSecurity cs;
   cs.tls = o.tls;
@@ -24,7 +25,7 @@ absl::StatusOr<ClusterSecurity> MakeClusterSecurity(const ClusterSecurityOptions
     cs.cluster_tokens = *std::move(tokens);
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server =
-      MakeServerCredentials(o.tls, ClientCertPolicy::kRequestAndVerify);
+      MakeServerCredentials(o.tls, listener_policy);
   if (!server.ok()) return server.status();
   cs.server_credentials = *std::move(server);
   absl::StatusOr<std::shared_ptr<const ClusterDialer>> dialer = ClusterDialer::Create(

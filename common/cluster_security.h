@@ -1,8 +1,10 @@
 // ClusterSecurity: what a cluster member (router or worker) needs to serve and dial its peers,
 // built once in main() from --insecure / --tls-* and --cluster-token-file.
 //
-// With TLS, every listener asks for client certificates and verifies those sent against the
-// cluster CA; a verified certificate is the cluster credential. The cluster token (when given)
+// With TLS, listeners verify client certificates against the cluster CA (workers require one
+// at the handshake, so a party without one cannot even send a message; the router's admin
+// listener only asks, since operators may come with a token alone); a verified certificate
+// is the cluster credential. The cluster token (when given)
 // is a second credential, sent on every call this process makes to its peers. Plaintext
 // without a cluster token leaves worker RPCs open to anyone who reaches the port: allowed
 // only with --insecure, and logged.
@@ -44,7 +46,9 @@ struct ClusterSecurity {
 
 // INVALID_ARGUMENT naming the flag for missing or unreadable files. `who` names the process
 // in the warning about open worker RPCs.
+// `listener_policy`: how this process's listener treats client certificates under TLS.
 absl::StatusOr<ClusterSecurity> MakeClusterSecurity(const ClusterSecurityOptions& options,
-                                                    const std::string& who);
+                                                    const std::string& who,
+                                                    ClientCertPolicy listener_policy);
 
 }  // namespace mlaserve::common

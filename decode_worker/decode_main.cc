@@ -65,7 +65,8 @@ int Main(int argc, char** argv) {
   }
   common::ConfigureWorkerLogging(o.log_level);
   absl::StatusOr<common::ClusterSecurity> security =
-      common::MakeClusterSecurity(o.security, "mlaserve-decode");
+      common::MakeClusterSecurity(o.security, "mlaserve-decode",
+                                  common::ClientCertPolicy::kRequireAndVerify);
   if (!security.ok()) return Fail("invalid flags", security.status());
   auto engine = CreateEngine(o);
   if (!engine.ok()) return Fail("loading the model", engine.status());

@@ -66,7 +66,8 @@ int Main(int argc, char** argv) {
   }
   common::ConfigureWorkerLogging(o.log_level);
   absl::StatusOr<common::ClusterSecurity> security =
-      common::MakeClusterSecurity(o.security, "mlaserve-prefill");
+      common::MakeClusterSecurity(o.security, "mlaserve-prefill",
+                                  common::ClientCertPolicy::kRequireAndVerify);
   if (!security.ok()) return Fail("invalid flags", security.status());
 
   PrefillRunnerOptions ro;

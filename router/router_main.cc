@@ -138,6 +138,8 @@ int Main(int argc, char** argv) {
   common::ServerRunner admin_runner({.listen = o.admin_listen,
                                      .max_message_bytes = kAdminMaxMessageBytes,
                                      .credentials = security->admin_credentials,
+                                     .memory_quota_bytes = 32 << 20,
+                                     .int_args = {{GRPC_ARG_HTTP2_BDP_PROBE, 0}},
                                      .listening_prefix = "admin listening on"});
 
   // The poller's thread starts after the server is bound (it sets the readiness status).

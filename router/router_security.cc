@@ -53,7 +53,8 @@ bool IsLoopbackHost(const std::string& host) {
 
 absl::StatusOr<RouterSecurity> MakeRouterSecurity(RouterOptions* o) {
   absl::StatusOr<common::ClusterSecurity> cluster =
-      common::MakeClusterSecurity(o->cluster, "mlaserve-router");
+      common::MakeClusterSecurity(o->cluster, "mlaserve-router",
+                                  common::ClientCertPolicy::kRequestAndVerify);
   if (!cluster.ok()) return cluster.status();
   const bool insecure = o->cluster.tls.insecure;
   RouterSecurity rs;

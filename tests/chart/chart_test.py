@@ -165,6 +165,8 @@ class RenderTest(unittest.TestCase):
                     # connect: mlaservectl checks health over TLS.
                     self.assertEqual(c[probe]["exec"]["command"],
                                      ["mlaservectl", "--tls-ca", "/etc/mlaserve/tls/ca.crt",
+                                      "--tls-cert", "/etc/mlaserve/tls/tls.crt", "--tls-key",
+                                      "/etc/mlaserve/tls/tls.key",
                                       "--tls-server-name", "mlaserve.cluster", "--server",
                                       f"127.0.0.1:{port}", "--timeout", "4", "health"],
                                      (label, role, probe))

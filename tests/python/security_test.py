@@ -11,7 +11,9 @@ are Debian's python3-grpcio and mlaservectl. Checked:
   - every Admin RPC without credentials: UNAUTHENTICATED; with the cluster token:
     PERMISSION_DENIED; with the admin token or the operator certificate: allowed;
   - a rogue registration (no credential, the API key, a rogue-CA certificate) is refused;
-  - every worker RPC without the cluster credential: UNAUTHENTICATED;
+  - a worker refuses TLS clients without a cluster certificate at the handshake, and (plaintext
+    with a cluster token) every worker RPC without the token: UNAUTHENTICATED;
+  - a Reserve asking for an INT32_MAX lease: INVALID_ARGUMENT (the worker's cap);
   - Generation needs the API key;
   - oversized inputs are refused fast (60 MiB prompt, 50 MB / 1 MB request ids, stop strings,
     a prompt too long to fit) with the router's peak RSS growing < 200 MB.
@@ -283,36 +285,52 @@ def main():
         check(len(lw.workers) == 2, f"no rogue worker registered: {[w.address for w in lw.workers]}")
 
         # --- worker RPCs need the cluster credential ---------------------------------------
+        # With TLS a worker takes only clients with a cluster certificate, at the handshake.
+        for addr in (decode.address, prefill.address):
+            check(refused_at_handshake(tls_channel(addr, d)),
+                  f"a TLS client without a certificate is refused at worker {addr}")
+        # In plaintext with a cluster token, every worker RPC checks the token.
+        plain = ["--insecure", "--listen", "127.0.0.1:0", "--backend", "cpu", "--num-kv-pages",
+                 "16", "--cluster-token-file", f"{d}/cluster.token"] + common
+        plain_decode = Server([args.decode_bin] + plain, f"{d}/plain-decode.log")
+        servers.append(plain_decode)
+        plain_prefill = Server([args.prefill_bin] + plain, f"{d}/plain-prefill.log")
+        servers.append(plain_prefill)
         reserve = worker_pb2.ReserveRequest(request_id="evil", prompt_token_ids=[5, 6, 7],
                                             local_prefill=True, kv_lease_ms=2**31 - 1)
         reserve.sampling.max_new_tokens = 4
         for addr, calls in (
-                (decode.address, [("/mlaserve.v1.DecodeWorker/Reserve", reserve,
-                                   worker_pb2.ReserveResponse),
-                                  ("/mlaserve.v1.DecodeWorker/Abort",
-                                   worker_pb2.WorkerAbortRequest(request_id="x"),
-                                   worker_pb2.WorkerAbortResponse),
-                                  ("/mlaserve.v1.DecodeWorker/GetInfo",
-                                   worker_pb2.GetWorkerInfoRequest(), admin_pb2.WorkerDescriptor),
-                                  ("/mlaserve.v1.KvService/AbortSession",
-                                   kv_pb2.KvAbortSessionRequest(session_id="s"),
-                                   kv_pb2.KvAbortSessionResponse)]),
-                (prefill.address, [("/mlaserve.v1.PrefillWorker/Prefill",
-                                    worker_pb2.PrefillRequest(request_id="x", token_ids=[1]),
-                                    worker_pb2.PrefillResponse),
-                                   ("/mlaserve.v1.PrefillWorker/Abort",
-                                    worker_pb2.WorkerAbortRequest(request_id="x"),
-                                    worker_pb2.WorkerAbortResponse),
-                                   ("/mlaserve.v1.PrefillWorker/GetInfo",
-                                    worker_pb2.GetWorkerInfoRequest(),
-                                    admin_pb2.WorkerDescriptor)])):
-            anon = Rpc(tls_channel(addr, d))
+                (plain_decode.address, [("/mlaserve.v1.DecodeWorker/Reserve", reserve,
+                                         worker_pb2.ReserveResponse),
+                                        ("/mlaserve.v1.DecodeWorker/Abort",
+                                         worker_pb2.WorkerAbortRequest(request_id="x"),
+                                         worker_pb2.WorkerAbortResponse),
+                                        ("/mlaserve.v1.DecodeWorker/GetInfo",
+                                         worker_pb2.GetWorkerInfoRequest(),
+                                         admin_pb2.WorkerDescriptor),
+                                        ("/mlaserve.v1.KvService/AbortSession",
+                                         kv_pb2.KvAbortSessionRequest(session_id="s"),
+                                         kv_pb2.KvAbortSessionResponse)]),
+                (plain_prefill.address, [("/mlaserve.v1.PrefillWorker/Prefill",
+                                          worker_pb2.PrefillRequest(request_id="x", token_ids=[1]),
+                                          worker_pb2.PrefillResponse),
+                                         ("/mlaserve.v1.PrefillWorker/Abort",
+                                          worker_pb2.WorkerAbortRequest(request_id="x"),
+                                          worker_pb2.WorkerAbortResponse),
+                                         ("/mlaserve.v1.PrefillWorker/GetInfo",
+                                          worker_pb2.GetWorkerInfoRequest(),
+                                          admin_pb2.WorkerDescriptor)])):
+            anon = Rpc(grpc.insecure_channel(addr))
             for method, req, resp in calls:
                 code = anon.code_of(method, req, resp)
                 check(code == grpc.StatusCode.UNAUTHENTICATED, f"{method} without credential: {code}")
                 code = anon.code_of(method, req, resp, token=tokens["api"])
                 check(code == grpc.StatusCode.UNAUTHENTICATED, f"{method} with an API key: {code}")
-        anon = Rpc(tls_channel(decode.address, d))
+            get_info = next(m for m, _, _ in calls if m.endswith("/GetInfo"))
+            code = anon.code_of(get_info, worker_pb2.GetWorkerInfoRequest(),
+                                admin_pb2.WorkerDescriptor, token=tokens["cluster"])
+            check(code == grpc.StatusCode.OK, f"GetInfo at {addr} with the cluster token: {code}")
+        anon = Rpc(grpc.insecure_channel(plain_decode.address))
         code, _ = anon.stream_error("/mlaserve.v1.DecodeWorker/Stream",
                                     worker_pb2.DecodeStreamRequest(session_id="s"),
                                     worker_pb2.DecodeStreamResponse)
@@ -326,7 +344,15 @@ def main():
         except grpc.RpcError as e:
             code = e.code()
         check(code == grpc.StatusCode.UNAUTHENTICATED, f"KvService/PushPages without credential: {code}")
-        # With the cluster token, the lease is still capped by the worker.
+        try:
+            anon.unary("/mlaserve.v1.DecodeWorker/Reserve", reserve, worker_pb2.ReserveResponse,
+                       token=tokens["cluster"])
+            code, details = grpc.StatusCode.OK, ""
+        except grpc.RpcError as e:
+            code, details = e.code(), e.details()
+        check(code == grpc.StatusCode.INVALID_ARGUMENT and "--max-kv-lease-ms" in details,
+              f"Reserve with the cluster token and kv_lease_ms INT32_MAX: {code} {details}")
+        # A cluster member (certificate) over TLS: the lease is still capped by the worker.
         member = Rpc(tls_channel(decode.address, d, cert="node"))
         try:
             member.unary("/mlaserve.v1.DecodeWorker/Reserve", reserve, worker_pb2.ReserveResponse)

@@ -216,7 +216,8 @@ left out so the binary's default applies. Argument: list of (list "--flag" value
 {{- $check := dict "grpc" $grpc }}
 {{- if .tls }}
 {{- /* The kubelet's gRPC probe has no TLS: mlaservectl checks health over TLS instead. */}}
-{{- $cmd := list "mlaservectl" "--tls-ca" "/etc/mlaserve/tls/ca.crt" "--tls-server-name" .serverName "--server" (printf "127.0.0.1:%d" (int .port)) "--timeout" "4" "health" }}
+{{- /* Workers take only clients with a cluster certificate: the pod's own. */}}
+{{- $cmd := list "mlaservectl" "--tls-ca" "/etc/mlaserve/tls/ca.crt" "--tls-cert" "/etc/mlaserve/tls/tls.crt" "--tls-key" "/etc/mlaserve/tls/tls.key" "--tls-server-name" .serverName "--server" (printf "127.0.0.1:%d" (int .port)) "--timeout" "4" "health" }}
 {{- with .probes.grpcService }}
 {{- $cmd = concat $cmd (list "--service" .) }}
 {{- end }}
