@@ -24,7 +24,19 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
   app.add_option("--backend", o->backend, "auto|cpu|cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--device", o->device, "CUDA device index")->capture_default_str();
+  app.add_option("--device", o->device, "CUDA device index (the first of --tp-size)")
+      ->capture_default_str();
+  app.add_option("--tp-size", o->tp_size,
+                 "GPUs (ranks) of this worker: one thread per GPU, the model sharded over them "
+                 "(docs/parallel.md)")
+      ->capture_default_str();
+  app.add_option("--attention-parallel", o->attention_parallel,
+                 "tensor: attention heads split over the ranks, the latent cache replicated "
+                 "(data: each rank its own requests; engine only, not served yet)")
+      ->capture_default_str();
+  app.add_option("--moe-parallel", o->moe_parallel,
+                 "expert: routed experts split over the ranks; tensor: every expert split")
+      ->capture_default_str();
   app.add_option("--kv-cache-dtype", o->kv_cache_dtype,
                  "auto|bf16|fp8: KV cache storage (auto = fp8 for deepseek_v32 on CUDA, else the "
                  "native dtype; fp8 = DeepSeek's 656-byte layout, deepseek_v32 only)")
@@ -94,6 +106,20 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
   if (o->device < 0) return bad("--device", o->device, "it must be >= 0");
   if (o->kv_cache_dtype != "auto" && o->kv_cache_dtype != "bf16" && o->kv_cache_dtype != "fp8") {
     return bad("--kv-cache-dtype", o->kv_cache_dtype, "it must be auto, bf16 or fp8");
+  }
+  if (o->tp_size < 1 || o->tp_size > 64) {
+    return bad("--tp-size", o->tp_size, "it must be in [1, 64]");
+  }
+  if (o->attention_parallel != "tensor" && o->attention_parallel != "data") {
+    return bad("--attention-parallel", o->attention_parallel, "it must be tensor or data");
+  }
+  if (o->moe_parallel != "expert" && o->moe_parallel != "tensor") {
+    return bad("--moe-parallel", o->moe_parallel, "it must be expert or tensor");
+  }
+  if (o->tp_size > 1 && o->kv_transport == "nccl") {
+    return bad("--kv-transport", o->kv_transport,
+               "the nccl transport moves one GPU's pool; a worker with --tp-size > 1 uses tcp "
+               "(or auto, which then picks tcp)");
   }
   if (o->num_kv_pages < 1) return bad("--num-kv-pages", o->num_kv_pages, "it must be >= 1");
   if (o->max_batch_tokens < 1) {

@@ -29,6 +29,11 @@ struct WorkerOptions {
   // the native cache otherwise; the engine refuses fp8 for models without a DSA indexer).
   std::string kv_cache_dtype = "auto";
   int device = 0;
+  // Multi-GPU workers (docs/parallel.md): ranks on devices [device, device + tp_size), the
+  // attention layout (tensor|data) and the MoE layout (expert|tensor).
+  int tp_size = 1;
+  std::string attention_parallel = "tensor";
+  std::string moe_parallel = "expert";
   int num_kv_pages = 1024;
   int max_batch_tokens = 8192;
   int chunk_size = 2048;

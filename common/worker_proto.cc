@@ -64,6 +64,8 @@ mlaserve::v1::WorkerDescriptor MakeWorkerDescriptor(const WorkerFacts& f) {
   *d.mutable_model() = f.model;
   d.set_backend(f.backend);
   d.set_device(f.device);
+  d.set_gpus(f.gpus);
+  d.set_parallel_layout(f.parallel_layout);
   d.set_version(MLASERVE_WORKER_VERSION);
   d.set_kv_transport(f.kv_transport);
   auto* p = d.mutable_profile();

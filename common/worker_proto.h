@@ -37,6 +37,8 @@ struct WorkerFacts {
   mlaserve::v1::ModelIdentity model;
   std::string backend;  // "cpu" / "cuda"
   int device = 0;
+  int gpus = 1;                          // ranks of the worker (--tp-size)
+  std::string parallel_layout = "tp=1";  // model::ParallelLayout::Describe()
   std::string kv_transport;  // "tcp"
   int chunk_size = 0;
   int local_prefill_threshold = 0;  // decode workers

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "common/cluster_security.h"
 #include "common/metrics.h"
 #include "common/server.h"
@@ -48,6 +49,9 @@ absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(const common::Worker
   eo.max_batch_tokens = o.max_batch_tokens;
   ASSIGN_OR_RETURN(eo.kv_cache_dtype, model::ParseKvCacheDtype(o.kv_cache_dtype));
   eo.max_batch_seqs = o.max_running_requests;
+  eo.parallel.size = o.tp_size;
+  ASSIGN_OR_RETURN(eo.parallel.attention, model::ParseAttentionParallel(o.attention_parallel));
+  ASSIGN_OR_RETURN(eo.parallel.moe, model::ParseMoeParallel(o.moe_parallel));
   return model::CreateEngineForBackend(eo, o.backend, [](const absl::Status& why) {
     spdlog::warn("CUDA engine unavailable ({}); using the CPU backend", why.ToString());
   });
@@ -75,8 +79,11 @@ int Main(int argc, char** argv) {
   if (!layout.ok()) return Fail("KV layout", layout.status());
   // The GPU profile gives the local-prefill threshold unless the flag sets one; it is
   // reported to the router, which prefills prompts up to it on this worker (docs/profiles.md).
+  // Profiles are keyed by the attention shape one GPU runs: heads per rank (docs/parallel.md).
+  model::ModelConfig per_rank = e.config();
+  if (o.tp_size > 1 && o.attention_parallel == "tensor") per_rank.num_attention_heads /= o.tp_size;
   auto profile = profiles::ResolveWorkerProfile(
-      o.profiles_dir, e.backend() == kernels::Backend::kCuda, o.device, e.config());
+      o.profiles_dir, e.backend() == kernels::Backend::kCuda, o.device, per_rank);
   if (!profile.ok()) return Fail("GPU profile", profile.status());
   const int local_prefill_threshold = o.local_prefill_threshold >= 0
                                           ? o.local_prefill_threshold
@@ -96,7 +103,9 @@ int Main(int argc, char** argv) {
   kvtransfer::KvServiceImpl kv_service(&receiver, &security->authorizer);
   // nccl next to tcp where this worker can (kvtransfer/nccl/worker_transport.h); the offer goes
   // into every KvSessionRef and the WorkerDescriptor.
-  const bool gpu_pool = e.backend() == kernels::Backend::kCuda;
+  // A multi-GPU worker's KV goes over tcp: the nccl transport moves one GPU's pool, and the
+  // latent cache must reach every rank (docs/parallel.md).
+  const bool gpu_pool = e.backend() == kernels::Backend::kCuda && o.tp_size == 1;
 #ifdef MLASERVE_HAVE_NCCL
   const bool nccl_built = true;
 #else
@@ -142,6 +151,10 @@ int Main(int argc, char** argv) {
     f.model = common::MakeModelIdentity(e.config(), o.model_dir, layout->CompatHash());
     f.backend = kernels::BackendName(e.backend());
     f.device = o.device;
+    f.gpus = o.tp_size;
+    f.parallel_layout = o.tp_size == 1 ? "tp=1"
+                                       : absl::StrCat("tp=", o.tp_size, " attention=",
+                                                      o.attention_parallel, " moe=", o.moe_parallel);
     f.kv_transport = kv_offer;
     f.chunk_size = o.chunk_size;
     f.local_prefill_threshold = local_prefill_threshold;

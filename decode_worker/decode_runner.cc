@@ -461,14 +461,28 @@ bool DecodeRunner::Step() {
   // schedule()
   const std::vector<DecodeChunk> chunks = scheduler_.Schedule();
   if (chunks.empty()) return false;
+  // Each row's sampling travels with its chunk, so the engine draws the next tokens where the
+  // logits are (on the GPU for kCuda) and returns ids instead of vocab-wide logits.
+  std::vector<model::SampleRow> samples;
+  samples.reserve(chunks.size());
+  for (const DecodeChunk& c : chunks) {
+    if (!c.want_logits) continue;
+    model::SampleRow row;
+    row.options = c.seq->sampling;
+    row.step = static_cast<uint64_t>(c.seq->generated());  // same numbering as the prefill side
+    row.history = c.seq->tokens;
+    samples.push_back(row);
+  }
   std::vector<model::SequenceChunk> batch;
   batch.reserve(chunks.size());
+  size_t next_sample = 0;
   for (const DecodeChunk& c : chunks) {
     model::SequenceChunk sc;
     sc.tokens = std::span<const int32_t>(c.seq->tokens).subspan(c.start, c.len);
     sc.start_pos = c.start;
     sc.pages = c.seq->pages;
     sc.want_logits = c.want_logits;
+    if (c.want_logits) sc.sample = &samples[next_sample++];
     batch.push_back(sc);
   }
   // run()
@@ -487,21 +501,18 @@ void DecodeRunner::Postprocess(const std::vector<DecodeChunk>& chunks,
     }
     return;
   }
-  std::vector<model::SampleRow> rows;
   std::vector<DecodeSequence*> row_seqs;
   for (const DecodeChunk& c : chunks) {
     c.seq->num_computed = c.start + c.len;
-    if (!c.want_logits) continue;
-    model::SampleRow row;
-    row.options = c.seq->sampling;
-    row.step = static_cast<uint64_t>(c.seq->generated());  // same numbering as the prefill side
-    row.history = c.seq->tokens;
-    rows.push_back(row);
-    row_seqs.push_back(c.seq);
+    if (c.want_logits) row_seqs.push_back(c.seq);
   }
-  if (rows.empty()) return;
-  std::vector<float> logits = result->logits;
-  auto ids = sampler_.Sample(logits, engine_->config().vocab_size, rows);
+  if (row_seqs.empty()) return;
+  // Every row carried its SampleRow, so the engine sampled them all.
+  absl::StatusOr<std::vector<int32_t>> ids = result->token_ids;
+  if (result->token_ids.size() != row_seqs.size()) {
+    ids = absl::InternalError(absl::StrCat("decode step: the engine returned ", result->token_ids.size(),
+                                           " sampled ids for ", row_seqs.size(), " rows"));
+  }
   for (size_t i = 0; i < row_seqs.size(); ++i) {
     auto r = FindBySession(row_seqs[i]->id);
     if (r == nullptr) continue;

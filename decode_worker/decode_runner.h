@@ -138,7 +138,6 @@ class DecodeRunner {
   const DecodeRunnerOptions options_;
   const std::string compat_hash_;
   DecodeScheduler scheduler_;  // loop thread only
-  model::Sampler sampler_;
 
   mutable absl::Mutex mu_;
   absl::CondVar wake_;

@@ -68,7 +68,7 @@ absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, Attenti
   const ModelConfig& c = config_;
   const MlaWeights& w = weights_.layers[layer].attn;
   const int T = plan.total_tokens;
-  const int H = c.num_attention_heads;
+  const int H = attn_heads_;  // this rank's heads (all of them on one GPU)
   const int qk = c.qk_head_dim();
   const int L = c.kv_lora_rank;
   const int E = c.latent_dim();
@@ -131,7 +131,7 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const v
   const MlaWeights& w = weights_.layers[layer].attn;
   const int T = plan.total_tokens;
   const int B = plan.batch;
-  const int H = c.num_attention_heads;
+  const int H = attn_heads_;  // this rank's heads (all of them on one GPU)
   const int dn = c.qk_nope_head_dim;
   const int dv = c.v_head_dim;
   const int qk = c.qk_head_dim();
@@ -262,7 +262,7 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
   const ModelConfig& c = config_;
   const KvBViews views = weights_.layers[layer].attn.kv_b_views(c);
   const int T = plan.total_tokens;
-  const int H = c.num_attention_heads;
+  const int H = attn_heads_;  // this rank's heads (all of them on one GPU)
   const int dn = c.qk_nope_head_dim;
   const int dr = c.qk_rope_head_dim;
   const int dv = c.v_head_dim;

@@ -38,12 +38,14 @@ int NextPowerOfTwo(int v) {
 
 bool DeepseekEngine::UseDecodeGraph(const BatchPlan& plan, AttentionForm form,
                                     const LayerDoneFn& on_layer_done) const {
-  return ctx_.backend == kernels::Backend::kCuda && decode_graphs_enabled_ &&
+  // Sharded layouts run eagerly: capturing their collectives is not yet done (docs/parallel.md).
+  return ctx_.backend == kernels::Backend::kCuda && decode_graphs_enabled_ && !layout_.sharded() &&
          form == AttentionForm::kMlaDecode && on_layer_done == nullptr &&
          padding_page_ >= 0 && static_cast<int>(plan.logit_rows.size()) == plan.batch;
 }
 
 absl::Status DeepseekEngine::ForwardDecodeGraph(BatchPlan plan, AttentionForm form,
+                                                std::span<const SampleRow* const> device_samples,
                                                 ForwardResult* result) {
   const int batch = plan.batch;
   const int bucket = std::min(NextPowerOfTwo(batch), options_.max_batch_seqs);
@@ -97,9 +99,15 @@ absl::Status DeepseekEngine::ForwardDecodeGraph(BatchPlan plan, AttentionForm fo
   } else {
     RETURN_IF_ERROR(RunStep(plan, form, nullptr, logits));
   }
-  RETURN_IF_ERROR(CopyBytes(ctx_, result->logits.data(), logits, result->logits.size() * sizeof(float),
-                            CopyKind::kDeviceToHost));
-  RETURN_IF_ERROR(Synchronize(ctx_));
+  // Sampling runs after the graph, eagerly: its parameters change every step. The real rows
+  // come first, so the padded ones are simply not sampled or copied.
+  if (!device_samples.empty()) {
+    RETURN_IF_ERROR(SampleOnDevice(logits, device_samples, result));
+  } else {
+    RETURN_IF_ERROR(CopyBytes(ctx_, result->logits.data(), logits, result->logits.size() * sizeof(float),
+                              CopyKind::kDeviceToHost));
+    RETURN_IF_ERROR(Synchronize(ctx_));
+  }
   if (it != decode_graphs_.end()) return absl::OkStatus();
 
   // First step of this key: capture it now (nothing runs) for the next ones.

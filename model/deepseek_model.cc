@@ -9,11 +9,16 @@
 #include "kernels/embedding/api.h"
 #include "kernels/gemm/api.h"
 #include "model/forward_ops.h"
+#include "model/parallel_engine.h"
 #include "model/weights.h"
 
 namespace mlaserve::model {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
+  // A worker's multi-GPU engine: the ranks and their communicators are made here.
+  if (options.parallel.size > 1 && options.parallel.comm == nullptr) {
+    return ParallelEngine::Create(options);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<DeepseekEngine> engine, DeepseekEngine::Create(options));
   return std::unique_ptr<Engine>(std::move(engine));
 }
@@ -104,8 +109,11 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
         "config.json: num_key_value_heads ", c.num_key_value_heads, " differs from num_attention_heads ",
         c.num_attention_heads, "; MLA expects them equal"));
   }
+  ASSIGN_OR_RETURN(e->layout_, ResolveParallelLayout(c, options.parallel));
+  e->comm_ = options.parallel.comm;
+  e->attn_heads_ = e->layout_.heads.count;
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::Open(options.model_dir, c));
-  ASSIGN_OR_RETURN(e->weights_, LoadDeepseekWeights(c, *store, options.backend));
+  ASSIGN_OR_RETURN(e->weights_, LoadDeepseekWeights(c, *store, options.backend, &e->layout_));
   ASSIGN_OR_RETURN(e->rope_, BuildRopeTable(c));
   if (cuda && c.has_indexer) RETURN_IF_ERROR(e->PadIndexerWeights());
   if (cuda) {
@@ -253,27 +261,35 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
   ForwardResult result;
   result.path_used = resolved;
   result.rows = static_cast<int>(plan.logit_rows.size());
-  result.logits.resize(static_cast<size_t>(result.rows) * c.vocab_size);
+  const std::vector<const SampleRow*> samples = RequestedSamples(batch);
+  const bool device_sample = CanSampleOnDevice(samples);
+  if (!device_sample) result.logits.resize(static_cast<size_t>(result.rows) * c.vocab_size);
   // Decode batches replay a CUDA graph per (batch bucket, page-table width) when they can
   // (decode_graphs.cc); everything else runs eagerly.
   if (UseDecodeGraph(plan, form, on_layer_done)) {
-    RETURN_IF_ERROR(ForwardDecodeGraph(std::move(plan), form, &result));
-    return result;
+    RETURN_IF_ERROR(ForwardDecodeGraph(std::move(plan), form,
+                                       device_sample ? std::span<const SampleRow* const>(samples)
+                                                     : std::span<const SampleRow* const>(),
+                                       &result));
+  } else {
+    scratch_.Reset();
+    RETURN_IF_ERROR(UploadPlan(&plan));
+    float* logits = result.logits.data();
+    if (ctx_.backend != kernels::Backend::kCpu && result.rows > 0) {
+      ASSIGN_OR_RETURN(void* dev, Scratch(static_cast<size_t>(result.rows) * c.vocab_size * sizeof(float), "logits"));
+      logits = static_cast<float*>(dev);
+    }
+    RETURN_IF_ERROR(RunStep(plan, form, on_layer_done, logits));
+    if (device_sample) {
+      RETURN_IF_ERROR(SampleOnDevice(logits, samples, &result));
+    } else if (ctx_.backend != kernels::Backend::kCpu) {
+      RETURN_IF_ERROR(CopyBytes(ctx_, result.logits.data(), logits,
+                                result.logits.size() * sizeof(float), CopyKind::kDeviceToHost));
+      // Also before the next step reuses the pinned staging buffer.
+      RETURN_IF_ERROR(Synchronize(ctx_));
+    }
   }
-  scratch_.Reset();
-  RETURN_IF_ERROR(UploadPlan(&plan));
-  float* logits = result.logits.data();
-  if (ctx_.backend != kernels::Backend::kCpu && result.rows > 0) {
-    ASSIGN_OR_RETURN(void* dev, Scratch(result.logits.size() * sizeof(float), "logits"));
-    logits = static_cast<float*>(dev);
-  }
-  RETURN_IF_ERROR(RunStep(plan, form, on_layer_done, logits));
-  if (ctx_.backend != kernels::Backend::kCpu) {
-    RETURN_IF_ERROR(CopyBytes(ctx_, result.logits.data(), logits,
-                              result.logits.size() * sizeof(float), CopyKind::kDeviceToHost));
-    // Also before the next step reuses the pinned staging buffer.
-    RETURN_IF_ERROR(Synchronize(ctx_));
-  }
+  if (!samples.empty() && !device_sample) RETURN_IF_ERROR(SampleOnHost(samples, &result));
   return result;
 }
 
@@ -288,6 +304,7 @@ absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
   ASSIGN_OR_RETURN(void* residual, ScratchAct(act, "residual"));
   ASSIGN_OR_RETURN(void* y, ScratchAct(act, "normed hidden"));
   ASSIGN_OR_RETURN(void* tmp, ScratchAct(act, "block output"));
+  RETURN_IF_ERROR(GatherStepCounts(plan));  // data-parallel attention only
   kernels::EmbeddingParams ep;
   ep.dtype = ops_.dtype;
   ep.num_tokens = T;
@@ -302,6 +319,7 @@ absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& lw = weights_.layers[l];
     RETURN_IF_ERROR(Attention(l, plan, form, y, tmp));
+    RETURN_IF_ERROR(ReduceAttentionOutput(T, tmp));  // tensor-parallel attention only
     if (on_layer_done) {
       // The callback reads this layer's KV pages (KvPool::ReadPage, or a transport's own
       // stream): on the GPU the layer's kernels are only queued on our non-blocking stream, so
@@ -313,7 +331,7 @@ absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
     // residual += attn; y = post_attention_norm(residual)
     RETURN_IF_ERROR(ops::RmsNorm(ops_, tmp, T, hidden, hidden, lw.post_attention_norm, eps, y,
                                  hidden, residual));
-    RETURN_IF_ERROR(Mlp(l, plan, y, tmp));
+    RETURN_IF_ERROR(ParallelMlp(l, T, y, tmp));
     // residual += mlp; y = next layer's input norm (or the final norm) of residual
     const WeightTensor& next_norm = l + 1 < c.num_hidden_layers ? weights_.layers[l + 1].input_norm
                                                                 : weights_.final_norm;
@@ -322,7 +340,8 @@ absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
   }
 
   const int rows = static_cast<int>(plan.logit_rows.size());
-  if (rows == 0) return absl::OkStatus();
+  // A data-parallel rank without logit rows still joins the LM head's collectives.
+  if (rows == 0 && !layout_.attention_dp()) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* picked, ScratchAct(static_cast<int64_t>(rows) * hidden, "logit rows"));
   for (int r = 0; r < rows; ++r) {
     RETURN_IF_ERROR(ops::Copy2D(ops_, ops_.at(picked, static_cast<int64_t>(r) * hidden), hidden,
@@ -330,8 +349,7 @@ absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
                                 hidden, hidden, 1));
   }
   // f32 logits whatever the activation dtype.
-  return ops::Linear(ops_, picked, rows, hidden, weights_.lm_head, logits, c.vocab_size, 0.0f,
-                     /*y_f32=*/true);
+  return LmHead(picked, rows, logits);
 }
 
 }  // namespace mlaserve::model

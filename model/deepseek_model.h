@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/common/types.h"
 #include "kernels/indexer/api.h"
+#include "kernels/moe/api.h"
 #include "kernels/sparse_fwd/api.h"
 #include "model/config.h"
 #include "model/deepseek_weights.h"
@@ -95,6 +96,7 @@ class DeepseekEngine final : public Engine {
                                                           const ModelConfig& c);
 
   const ModelConfig& config() const override { return config_; }
+  const ParallelLayout& layout() const { return layout_; }
   kernels::Backend backend() const override { return ctx_.backend; }
   KvPool& kv_pool() override { return *pool_; }
   void* device_stream() const override { return ctx_.stream; }
@@ -102,6 +104,11 @@ class DeepseekEngine final : public Engine {
   absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
                                         AttentionPath path = AttentionPath::kAuto,
                                         const LayerDoneFn& on_layer_done = nullptr) override;
+  // The input checks of Forward alone (INVALID_ARGUMENT naming the bad value), run before the
+  // ranks of a ParallelEngine start a step they must all finish.
+  absl::Status CheckBatch(std::span<const SequenceChunk> batch) const {
+    return PlanBatch(batch).status();
+  }
 
   // CUDA graphs for decode steps (kCuda; on by default). Tests turn them off to compare.
   void set_decode_graphs(bool on) { decode_graphs_enabled_ = on; }
@@ -156,7 +163,20 @@ class DeepseekEngine final : public Engine {
                        float* logits);
   // decode_graphs.cc: whether this step replays (or captures) a decode graph, and doing so.
   bool UseDecodeGraph(const BatchPlan& plan, AttentionForm form, const LayerDoneFn& on_layer_done) const;
-  absl::Status ForwardDecodeGraph(BatchPlan plan, AttentionForm form, ForwardResult* result);
+  // Samples `device_samples` on the device when not empty, else copies the logits back.
+  absl::Status ForwardDecodeGraph(BatchPlan plan, AttentionForm form,
+                                  std::span<const SampleRow* const> device_samples,
+                                  ForwardResult* result);
+
+  // sampling_step.cc. Whether `rows` can be drawn on the device (kCuda, no repetition penalty).
+  bool CanSampleOnDevice(std::span<const SampleRow* const> rows) const;
+  // Draws rows from device logits [rows, vocab] into result->token_ids (waits for them).
+  absl::Status SampleOnDevice(const float* logits, std::span<const SampleRow* const> rows,
+                              ForwardResult* result);
+  // Draws rows from result->logits (host) into result->token_ids.
+  absl::Status SampleOnHost(std::span<const SampleRow* const> rows, ForwardResult* result) const;
+  // Scratch SampleOnDevice takes for `rows` rows.
+  size_t SamplingScratchBytes(size_t rows) const;
 
   // Activations (x, out, q, kv, attn) are in ops_.dtype.
   absl::Status Attention(int layer, const BatchPlan& plan, AttentionForm form, const void* x,
@@ -179,8 +199,24 @@ class DeepseekEngine final : public Engine {
     return static_cast<size_t>((max_seqlen_k + 3) / 4 * 4) * sizeof(float);
   }
 
-  // moe_layer.cc. x: normed hidden [T, hidden]; out: [T, hidden].
-  absl::Status Mlp(int layer, const BatchPlan& plan, const void* x, void* out);
+  // moe_layer.cc. x: normed hidden [rows, hidden]; out: [rows, hidden] (this rank's partial
+  // sums when the layout shards the MLP).
+  absl::Status Mlp(int layer, int rows, const void* x, void* out);
+  // expert_shard.cc: the routed experts of MoeExperts params `e` (global expert ids, this
+  // rank's intermediate slice), through this rank's shard of the experts.
+  absl::Status RunRoutedExperts(kernels::MoeExpertsParams e);
+
+  // parallel_step.cc: the collectives of a sharded layout around the single-rank blocks.
+  // Every one is a no-op (no communicator call) when the layout has one rank.
+  // Start of a step: with data-parallel attention, every rank's token and logit-row counts.
+  absl::Status GatherStepCounts(const BatchPlan& plan);
+  // out [T, hidden]: o_proj's partial sums, all-reduced under tensor-parallel attention.
+  absl::Status ReduceAttentionOutput(int T, void* out);
+  // The feed-forward block over this rank's T tokens: Mlp plus the collectives (all-reduce,
+  // or all-gather of every rank's tokens and reduce-scatter of the sums).
+  absl::Status ParallelMlp(int layer, int T, const void* y, void* out);
+  // logits [rows, vocab] f32 of `picked` [rows, hidden]: the vocab-parallel LM head.
+  absl::Status LmHead(const void* picked, int rows, float* logits);
 
   // Scratch of the current step (see ScratchArena); INTERNAL if the plan undercounted.
   absl::StatusOr<void*> Scratch(size_t bytes, const char* what) { return scratch_.Allocate(bytes, what); }
@@ -216,6 +252,17 @@ class DeepseekEngine final : public Engine {
   int64_t decode_graph_replays_ = 0;
   int32_t padding_page_ = -1;   // kCuda: a pool page the padded rows of a decode graph write
   DeepseekWeights weights_;
+  // This rank's layout (parallel_layout.h); attn_heads_ = the heads this rank attends with.
+  ParallelLayout layout_;
+  parallel::Collective* comm_ = nullptr;
+  int attn_heads_ = 0;
+  // Data-parallel attention: every rank's tokens and logit rows in the current step, and
+  // the largest of each (the padded row count of the gathered buffers).
+  std::vector<int32_t> step_tokens_;
+  std::vector<int32_t> step_rows_;
+  int step_max_tokens_ = 0;
+  int step_max_rows_ = 0;
+  void* dp_gathered_ = nullptr;  // [size * step_max_tokens_, hidden] for the current step
   RopeTable rope_;
   std::unique_ptr<KvPool> pool_;
   int mha_prefix_piece_tokens_ = 4096;

@@ -31,14 +31,15 @@ class Loader {
 
   // The tensor's host bytes in `dtype` (f32 or bf16).
   absl::StatusOr<std::vector<uint8_t>> Bytes(const std::string& name, const Shape& shape,
-                                             kernels::DType dtype) const {
+                                             kernels::DType dtype,
+                                             const TensorSlice& slice = {}) const {
     std::vector<uint8_t> bytes;
     if (dtype == kernels::DType::kF32) {
-      ASSIGN_OR_RETURN(std::vector<float> v, store_.LoadF32(name, shape));
+      ASSIGN_OR_RETURN(std::vector<float> v, store_.LoadF32(name, shape, slice));
       bytes.resize(v.size() * sizeof(float));
       std::memcpy(bytes.data(), v.data(), bytes.size());
     } else {
-      ASSIGN_OR_RETURN(std::vector<uint16_t> v, store_.LoadBf16(name, shape));
+      ASSIGN_OR_RETURN(std::vector<uint16_t> v, store_.LoadBf16(name, shape, slice));
       bytes.resize(v.size() * sizeof(uint16_t));
       std::memcpy(bytes.data(), v.data(), bytes.size());
     }
@@ -76,54 +77,110 @@ class Loader {
     return w;
   }
 
-  // gate_proj and up_proj of `prefix` stacked into one [2I, hidden] matrix.
-  absl::StatusOr<GatedMlpWeights> GatedMlp(const std::string& prefix, int hidden, int inter) const {
+  // A rank's shard of name.weight [out, in]: output rows [rows.begin, + rows.count) times
+  // `row_block` (column parallel: the bias rows too), or input columns likewise (row
+  // parallel: the bias, added once, stays with rank 0 -- `keep_bias`).
+  absl::StatusOr<LinearWeight> LinearRows(const std::string& name, int out, int in, bool bias,
+                                          Shard rows, int row_block) const {
+    if (rows.whole()) return Linear(name, out, in, bias);
+    LinearWeight w;
+    w.out = rows.count * row_block;
+    w.in = in;
+    const TensorSlice slice = TensorSlice::Rows(int64_t{rows.begin} * row_block, w.out);
+    ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, Bytes(name + ".weight", {out, in}, dtype_, slice));
+    ASSIGN_OR_RETURN(w.weight, Upload(bytes, dtype_, int64_t{w.out} * in));
+    if (bias) {
+      ASSIGN_OR_RETURN(std::vector<uint8_t> b, Bytes(name + ".bias", {out}, dtype_, slice));
+      ASSIGN_OR_RETURN(w.bias, Upload(b, dtype_, w.out));
+    }
+    return w;
+  }
+  absl::StatusOr<LinearWeight> LinearCols(const std::string& name, int out, int in, bool bias,
+                                          Shard cols, int col_block, bool keep_bias) const {
+    if (cols.whole()) return Linear(name, out, in, bias);
+    LinearWeight w;
+    w.out = out;
+    w.in = cols.count * col_block;
+    const TensorSlice slice = TensorSlice::Cols(int64_t{cols.begin} * col_block, w.in);
+    ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, Bytes(name + ".weight", {out, in}, dtype_, slice));
+    ASSIGN_OR_RETURN(w.weight, Upload(bytes, dtype_, int64_t{out} * w.in));
+    if (bias && keep_bias) {
+      ASSIGN_OR_RETURN(w.bias, Tensor(name + ".bias", {out}));
+    }
+    return w;
+  }
+
+  // gate_proj and up_proj of `prefix` stacked into one [2I, hidden] matrix (I: this rank's
+  // slice of the intermediate size; down_proj's matching columns).
+  absl::StatusOr<GatedMlpWeights> GatedMlp(const std::string& prefix, int hidden, Shard inter) const {
     GatedMlpWeights m;
-    m.inter = inter;
-    ASSIGN_OR_RETURN(std::vector<uint8_t> gate, Bytes(prefix + ".gate_proj.weight", {inter, hidden}, dtype_));
-    ASSIGN_OR_RETURN(std::vector<uint8_t> up, Bytes(prefix + ".up_proj.weight", {inter, hidden}, dtype_));
+    const int I = inter.total;
+    m.inter = inter.count;
+    const TensorSlice rows = inter.whole() ? TensorSlice{} : TensorSlice::Rows(inter.begin, inter.count);
+    ASSIGN_OR_RETURN(std::vector<uint8_t> gate, Bytes(prefix + ".gate_proj.weight", {I, hidden}, dtype_, rows));
+    ASSIGN_OR_RETURN(std::vector<uint8_t> up, Bytes(prefix + ".up_proj.weight", {I, hidden}, dtype_, rows));
     gate.insert(gate.end(), up.begin(), up.end());
-    m.gate_up.out = 2 * inter;
+    m.gate_up.out = 2 * m.inter;
     m.gate_up.in = hidden;
-    ASSIGN_OR_RETURN(m.gate_up.weight, Upload(gate, dtype_, int64_t{2} * inter * hidden));
-    ASSIGN_OR_RETURN(m.down, Linear(prefix + ".down_proj", hidden, inter));
+    ASSIGN_OR_RETURN(m.gate_up.weight, Upload(gate, dtype_, int64_t{2} * m.inter * hidden));
+    ASSIGN_OR_RETURN(m.down, LinearCols(prefix + ".down_proj", hidden, I, false, inter, 1, false));
     return m;
   }
 
-  absl::Status Experts(const ModelConfig& c, const std::string& prefix, MoeWeights* moe) const {
+  // The rank's routed experts: experts [experts.begin, + count) (expert parallel, followed by
+  // one all-zero sink expert, kernels/moe_shard), each with the intermediate slice `inter`
+  // (tensor-parallel experts). Whole shards load the stack as it is.
+  absl::Status Experts(const ModelConfig& c, const std::string& prefix, Shard experts,
+                       Shard inter, MoeWeights* moe) const {
     const int64_t E = c.n_routed_experts;
     const int64_t I = c.moe_intermediate_size;
     const int64_t H = c.hidden_size;
+    const bool fused = store_.Has(prefix + ".experts.gate_up_proj");
+    const bool whole = experts.whole() && inter.whole();
     // transformers-5 style: already fused [E, 2I, H] / [E, H, I].
-    if (store_.Has(prefix + ".experts.gate_up_proj")) {
+    if (fused && whole) {
       ASSIGN_OR_RETURN(moe->experts_gate_up, Tensor(prefix + ".experts.gate_up_proj", {E, 2 * I, H}));
       ASSIGN_OR_RETURN(moe->experts_down, Tensor(prefix + ".experts.down_proj", {E, H, I}));
       return absl::OkStatus();
     }
-    // Published layout: one nn.Linear per expert, placed expert by expert (no host copy of
-    // the whole stack).
+    // Expert by expert (no host copy of the whole stack): the published per-expert tensors,
+    // or a rank's blocks of the fused ones.
+    const int64_t El = experts.count;
+    const int64_t stack = experts.whole() ? El : El + 1;  // + the sink
+    const int64_t Ir = inter.count;
+    const int64_t i0 = inter.begin;
     const size_t es = kernels::DTypeSize(dtype_);
-    for (WeightTensor* t : {&moe->experts_gate_up, &moe->experts_down}) {
-      t->dtype = dtype_;
-      t->numel = E * 2 * I * H;
-    }
-    moe->experts_down.numel = E * H * I;
-    ASSIGN_OR_RETURN(moe->experts_gate_up.buffer,
-                     DeviceBuffer::Allocate(backend_, static_cast<size_t>(E * 2 * I * H) * es));
+    moe->experts_gate_up.dtype = moe->experts_down.dtype = dtype_;
+    moe->experts_gate_up.numel = stack * 2 * Ir * H;
+    moe->experts_down.numel = stack * H * Ir;
+    const std::vector<uint8_t> zeros(static_cast<size_t>(moe->experts_gate_up.numel) * es, 0);
+    ASSIGN_OR_RETURN(moe->experts_gate_up.buffer, DeviceBuffer::FromHost(backend_, zeros.data(), zeros.size()));
     ASSIGN_OR_RETURN(moe->experts_down.buffer,
-                     DeviceBuffer::Allocate(backend_, static_cast<size_t>(E * H * I) * es));
+                     DeviceBuffer::FromHost(backend_, zeros.data(), static_cast<size_t>(moe->experts_down.numel) * es));
     const kernels::KernelContext ctx{backend_, nullptr, 0};
     auto* gu = static_cast<char*>(moe->experts_gate_up.buffer.data());
     auto* dn = static_cast<char*>(moe->experts_down.buffer.data());
-    for (int64_t e = 0; e < E; ++e) {
-      const std::string p = absl::StrCat(prefix, ".experts.", e);
-      ASSIGN_OR_RETURN(std::vector<uint8_t> gate, Bytes(p + ".gate_proj.weight", {I, H}, dtype_));
-      ASSIGN_OR_RETURN(std::vector<uint8_t> up, Bytes(p + ".up_proj.weight", {I, H}, dtype_));
-      ASSIGN_OR_RETURN(std::vector<uint8_t> down, Bytes(p + ".down_proj.weight", {H, I}, dtype_));
-      char* at = gu + e * 2 * I * H * es;
+    const std::string fused_gu = prefix + ".experts.gate_up_proj";
+    const std::string fused_dn = prefix + ".experts.down_proj";
+    for (int64_t j = 0; j < El; ++j) {
+      const int64_t e = experts.begin + j;
+      std::vector<uint8_t> gate, up, down;
+      if (fused) {
+        ASSIGN_OR_RETURN(gate, Bytes(fused_gu, {E, 2 * I, H}, dtype_, TensorSlice::Rows(e * 2 * I + i0, Ir)));
+        ASSIGN_OR_RETURN(up, Bytes(fused_gu, {E, 2 * I, H}, dtype_, TensorSlice::Rows(e * 2 * I + I + i0, Ir)));
+        ASSIGN_OR_RETURN(down, Bytes(fused_dn, {E, H, I}, dtype_, TensorSlice{e * H, H, i0, Ir}));
+      } else {
+        const std::string p = absl::StrCat(prefix, ".experts.", e);
+        const TensorSlice rows = inter.whole() ? TensorSlice{} : TensorSlice::Rows(i0, Ir);
+        const TensorSlice cols = inter.whole() ? TensorSlice{} : TensorSlice::Cols(i0, Ir);
+        ASSIGN_OR_RETURN(gate, Bytes(p + ".gate_proj.weight", {I, H}, dtype_, rows));
+        ASSIGN_OR_RETURN(up, Bytes(p + ".up_proj.weight", {I, H}, dtype_, rows));
+        ASSIGN_OR_RETURN(down, Bytes(p + ".down_proj.weight", {H, I}, dtype_, cols));
+      }
+      char* at = gu + j * 2 * Ir * H * es;
       RETURN_IF_ERROR(CopyBytes(ctx, at, gate.data(), gate.size(), CopyKind::kHostToDevice));
-      RETURN_IF_ERROR(CopyBytes(ctx, at + I * H * es, up.data(), up.size(), CopyKind::kHostToDevice));
-      RETURN_IF_ERROR(CopyBytes(ctx, dn + e * H * I * es, down.data(), down.size(), CopyKind::kHostToDevice));
+      RETURN_IF_ERROR(CopyBytes(ctx, at + Ir * H * es, up.data(), up.size(), CopyKind::kHostToDevice));
+      RETURN_IF_ERROR(CopyBytes(ctx, dn + j * H * Ir * es, down.data(), down.size(), CopyKind::kHostToDevice));
     }
     return Synchronize(ctx);
   }
@@ -136,7 +193,8 @@ class Loader {
   kernels::DType dtype_;
 };
 
-absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const Loader& ld, int l) {
+absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayout& pl,
+                                       const Loader& ld, int l) {
   LayerWeights lw;
   const std::string p = absl::StrCat("model.layers.", l);
   const int H = c.hidden_size;
@@ -151,18 +209,21 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const Loader& ld, i
     const int ql = *c.q_lora_rank;
     ASSIGN_OR_RETURN(m.q_a_proj, ld.Linear(a + ".q_a_proj", ql, H, c.attention_bias));
     ASSIGN_OR_RETURN(m.q_a_norm, ld.Tensor(a + ".q_a_layernorm.weight", {ql}));
-    ASSIGN_OR_RETURN(m.q_b_proj, ld.Linear(a + ".q_b_proj", heads * qk, ql));
+    ASSIGN_OR_RETURN(m.q_b_proj, ld.LinearRows(a + ".q_b_proj", heads * qk, ql, false, pl.heads, qk));
   } else {
-    ASSIGN_OR_RETURN(m.q_proj, ld.Linear(a + ".q_proj", heads * qk, H));
+    ASSIGN_OR_RETURN(m.q_proj, ld.LinearRows(a + ".q_proj", heads * qk, H, false, pl.heads, qk));
   }
   ASSIGN_OR_RETURN(m.kv_a_proj, ld.Linear(a + ".kv_a_proj_with_mqa", c.latent_dim(), H,
                                            c.attention_bias));
   ASSIGN_OR_RETURN(m.kv_a_norm, ld.Tensor(a + ".kv_a_layernorm.weight", {c.kv_lora_rank}));
-  ASSIGN_OR_RETURN(m.kv_b_proj, ld.Linear(a + ".kv_b_proj",
-                                           heads * (c.qk_nope_head_dim + c.v_head_dim),
-                                           c.kv_lora_rank));
-  ASSIGN_OR_RETURN(m.o_proj, ld.Linear(a + ".o_proj", H, heads * c.v_head_dim,
-                                        c.attention_bias));
+  ASSIGN_OR_RETURN(m.kv_b_proj, ld.LinearRows(a + ".kv_b_proj",
+                                               heads * (c.qk_nope_head_dim + c.v_head_dim),
+                                               c.kv_lora_rank, false, pl.heads,
+                                               c.qk_nope_head_dim + c.v_head_dim));
+  // Row parallel: the partial sums are all-reduced, so rank 0 alone adds the bias.
+  ASSIGN_OR_RETURN(m.o_proj, ld.LinearCols(a + ".o_proj", H, heads * c.v_head_dim,
+                                            c.attention_bias, pl.heads, c.v_head_dim,
+                                            pl.rank == 0));
 
   if (c.has_indexer) {
     const std::string ix = a + ".indexer";
@@ -178,7 +239,7 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const Loader& ld, i
   lw.is_moe = c.layer_is_moe[l];
   const std::string mp = p + ".mlp";
   if (!lw.is_moe) {
-    ASSIGN_OR_RETURN(lw.mlp, ld.GatedMlp(mp, H, c.intermediate_size));
+    ASSIGN_OR_RETURN(lw.mlp, ld.GatedMlp(mp, H, pl.mlp_inter));
     return lw;
   }
   MoeWeights& moe = lw.moe;
@@ -188,10 +249,9 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const Loader& ld, i
     ASSIGN_OR_RETURN(moe.correction_bias, ld.Tensor(mp + ".gate.e_score_correction_bias",
                                                     {c.n_routed_experts}, kernels::DType::kF32));
   }
-  RETURN_IF_ERROR(ld.Experts(c, mp, &moe));
+  RETURN_IF_ERROR(ld.Experts(c, mp, pl.experts, pl.expert_inter, &moe));
   if (c.n_shared_experts > 0) {
-    ASSIGN_OR_RETURN(moe.shared, ld.GatedMlp(mp + ".shared_experts", H,
-                                              c.moe_intermediate_size * c.n_shared_experts));
+    ASSIGN_OR_RETURN(moe.shared, ld.GatedMlp(mp + ".shared_experts", H, pl.shared_inter));
   }
   return lw;
 }
@@ -212,7 +272,14 @@ kernels::DType StorageDType(kernels::Backend backend) {
 }
 
 absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, WeightStore& store,
-                                                    kernels::Backend backend) {
+                                                    kernels::Backend backend,
+                                                    const ParallelLayout* layout) {
+  ParallelLayout single;
+  if (layout == nullptr) {
+    ASSIGN_OR_RETURN(single, ResolveParallelLayout(c, ParallelOptions{}));
+    layout = &single;
+  }
+  const ParallelLayout& pl = *layout;
   const Loader ld(store, backend);
   DeepseekWeights w;
   const int64_t V = c.vocab_size;
@@ -225,8 +292,18 @@ absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, Weight
     w.lm_head.weight.view = w.embed.data();
     w.lm_head.weight.dtype = w.embed.dtype;
     w.lm_head.weight.numel = w.embed.numel;
-  } else {
+  } else if (pl.vocab.whole()) {
     ASSIGN_OR_RETURN(w.lm_head.weight, ld.Tensor("lm_head.weight", {V, H}));
+  }
+  if (!pl.vocab.whole()) {
+    // Vocab parallel: this rank's rows, zero-padded to vocab_rows (the last rank's shard is
+    // short when size does not divide the vocabulary). Tied heads read the embedding's rows.
+    const std::string name = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    ASSIGN_OR_RETURN(std::vector<uint8_t> rows,
+                     ld.Bytes(name, {V, H}, ld.dtype(), TensorSlice::Rows(pl.vocab.begin, pl.vocab.count)));
+    rows.resize(static_cast<size_t>(pl.vocab_rows) * H * kernels::DTypeSize(ld.dtype()), 0);
+    w.lm_head.out = pl.vocab_rows;
+    ASSIGN_OR_RETURN(w.lm_head.weight, ld.Upload(rows, ld.dtype(), int64_t{pl.vocab_rows} * H));
   }
   if (static_cast<int>(c.layer_is_moe.size()) != c.num_hidden_layers) {
     return absl::InvalidArgumentError(absl::StrCat("config: layer_is_moe has ",
@@ -235,7 +312,7 @@ absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, Weight
   }
   w.layers.reserve(c.num_hidden_layers);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    ASSIGN_OR_RETURN(LayerWeights lw, LoadLayer(c, ld, l));
+    ASSIGN_OR_RETURN(LayerWeights lw, LoadLayer(c, pl, ld, l));
     w.layers.push_back(std::move(lw));
   }
   return w;

@@ -18,6 +18,7 @@
 #include "kernels/common/types.h"
 #include "model/config.h"
 #include "model/device_memory.h"
+#include "model/parallel_layout.h"
 
 namespace mlaserve::model {
 
@@ -90,7 +91,7 @@ struct GatedMlpWeights {
 struct MoeWeights {
   LinearWeight router;                   // gate.weight [E, hidden]
   WeightTensor correction_bias;          // e_score_correction_bias [E] (f32) or empty
-  WeightTensor experts_gate_up;          // [E, 2I, hidden]
+  WeightTensor experts_gate_up;          // [E, 2I, hidden] (a rank's shard: parallel_layout.h)
   WeightTensor experts_down;             // [E, hidden, I]
   GatedMlpWeights shared;                // empty when n_shared_experts == 0
 };
@@ -116,8 +117,11 @@ struct DeepseekWeights {
 kernels::DType StorageDType(kernels::Backend backend);
 
 // Loads every tensor the config needs into `backend` memory, checking shapes; a missing or
-// mis-shaped tensor is INVALID_ARGUMENT / NOT_FOUND naming it.
+// mis-shaped tensor is INVALID_ARGUMENT / NOT_FOUND naming it. With a sharded `layout`
+// (parallel_layout.h) only this rank's shard of each tensor is read and stored; null is the
+// single-rank layout.
 absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& config, WeightStore& store,
-                                                    kernels::Backend backend = kernels::Backend::kCpu);
+                                                    kernels::Backend backend = kernels::Backend::kCpu,
+                                                    const ParallelLayout* layout = nullptr);
 
 }  // namespace mlaserve::model

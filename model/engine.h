@@ -2,8 +2,10 @@
 //
 // An Engine owns the weights (loaded once, on its backend), the paged latent KV pool and the
 // workspaces, and runs forward steps over batches of sequence chunks. It does not schedule,
-// tokenize, sample or serve RPCs: prefill/decode workers own scheduling, the router owns
-// tokenization, model/sampler.h owns sampling.
+// tokenize or serve RPCs: prefill/decode workers own scheduling, the router owns
+// tokenization. Sampling semantics are model/sampler.h's; a caller that passes each row's
+// SampleRow gets the sampled ids from Forward, drawn where the logits are (on the GPU for
+// kCuda: a decode step then copies B ids back instead of B x vocab logits).
 //
 // Threading: one thread drives Forward at a time (the worker's scheduler thread). The KV pool's
 // page accounting (KvPool) is thread-safe; page payload access (ReadPage / WritePage) for a page
@@ -22,6 +24,8 @@
 #include "kernels/common/types.h"
 #include "model/config.h"
 #include "model/kv_pool.h"
+#include "model/sampler.h"
+#include "model/parallel_layout.h"
 
 namespace mlaserve::model {
 
@@ -47,6 +51,8 @@ struct EngineOptions {
   AttentionPath attention = AttentionPath::kAuto;
   // Library default: the native cache; the binaries' --kv-cache-dtype defaults to auto.
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kNative;
+  // This engine's rank in a multi-GPU worker (docs/parallel.md); the default is one GPU.
+  ParallelOptions parallel;
 };
 
 // One sequence's share of a forward step: `tokens` at positions [start_pos, start_pos + n).
@@ -56,7 +62,22 @@ struct SequenceChunk {
   int start_pos = 0;
   std::span<const int32_t> pages;
   bool want_logits = true;  // return the logits of the last token of this chunk
+  // With want_logits: how to sample this row's next token, or null for logits only. Must
+  // outlive the Forward call.
+  const SampleRow* sample = nullptr;
 };
+
+// The SampleRow of every want_logits chunk of `batch` in order, or empty if one lacks it (then
+// Forward returns logits only).
+inline std::vector<const SampleRow*> RequestedSamples(std::span<const SequenceChunk> batch) {
+  std::vector<const SampleRow*> rows;
+  for (const SequenceChunk& c : batch) {
+    if (!c.want_logits) continue;
+    if (c.sample == nullptr) return {};
+    rows.push_back(c.sample);
+  }
+  return rows;
+}
 
 // Called after layer `layer`'s KV of every chunk in the batch is in the pool (prefill streams
 // each layer's pages to the decode worker from here). Return non-OK to abort the forward.
@@ -64,7 +85,11 @@ using LayerDoneFn = std::function<absl::Status(int layer)>;
 
 struct ForwardResult {
   // Row r holds the logits (f32, vocab wide) of the r-th chunk with want_logits, in batch order.
+  // Empty when token_ids are returned and the logits never left the device.
   std::vector<float> logits;
+  // When every chunk with want_logits carries `sample`: the sampled id of each row (the same
+  // ids model::Sampler would draw from `logits`). Empty otherwise.
+  std::vector<int32_t> token_ids;
   int rows = 0;
   AttentionPath path_used = AttentionPath::kMla;
 };

@@ -223,5 +223,44 @@ TEST(EngineTest, SeededSamplingIsReproducible) {
   EXPECT_EQ(SampleLoop(*engine, prompt, o, 6), greedy);
 }
 
+
+// Rows that carry their SampleRow come back sampled, with the ids model::Sampler draws from
+// the same step's logits; a batch where one row lacks it returns logits only.
+TEST(EngineTest, ForwardSamplesRowsThatAskForIt) {
+  auto engine = MakeEngine(FixtureDir("deepseek_v3"));
+  ASSERT_NE(engine, nullptr);
+  Reference ref;
+  ASSERT_TRUE(testing::LoadReference(FixtureDir("deepseek_v3"), &ref));
+  const std::vector<int32_t>& a = ref.prompts[1].ids;
+  const std::vector<int32_t>& b = ref.prompts[2].ids;
+  SeqPages pa(engine->kv_pool(), a.size()), pb(engine->kv_pool(), b.size());
+  std::vector<SampleRow> rows(2);
+  rows[0].options.temperature = 0.0f;  // greedy
+  rows[1].options.temperature = 0.8f;
+  rows[1].options.top_k = 20;
+  rows[1].options.top_p = 0.9f;
+  rows[1].options.repetition_penalty = 1.2f;
+  rows[1].options.seed = 77;
+  rows[1].step = 3;
+  rows[1].history = b;
+  std::vector<SequenceChunk> chunks = {{a, 0, pa.pages(), true}, {b, 0, pb.pages(), true}};
+  auto plain = engine->Forward(chunks);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->token_ids.empty());
+  chunks[0].sample = &rows[0];
+  chunks[1].sample = &rows[1];
+  auto sampled = engine->Forward(chunks);
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  const std::vector<const SampleRow*> ptrs = {&rows[0], &rows[1]};
+  auto want = SampleHostLogits(plain->logits, engine->config().vocab_size, ptrs);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(sampled->token_ids, *want);
+  chunks[1].sample = nullptr;  // one row without: logits only
+  auto mixed = engine->Forward(chunks);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_TRUE(mixed->token_ids.empty());
+  EXPECT_EQ(mixed->logits.size(), plain->logits.size());
+}
+
 }  // namespace
 }  // namespace mlaserve::model

@@ -438,5 +438,70 @@ TEST(EngineCudaFp8CacheTest, V32MatchesReference) {
   EXPECT_GT(e.decode_graph_replays(), 0);
 }
 
+// Decode steps that carry their sampling are drawn on the device (replayed graphs, then the
+// sampling kernels) and give the ids model::Sampler draws on the host from the same step's
+// logits: greedy, seeded top-k/top-p/min-p, and a repetition-penalty row (sampled on the host
+// by the engine). The same step is run twice (once returning logits); it writes the same cache
+// entries both times.
+TEST(EngineCudaSamplingTest, DeviceSamplingEqualsHostSampler) {
+  const std::string dir = Fixture("deepseek_v3");
+  if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
+  Reference ref;
+  ASSERT_TRUE(LoadReference(dir, &ref));
+  EngineOptions o;
+  o.model_dir = dir;
+  o.backend = kernels::Backend::kCuda;
+  o.num_kv_pages = 64;
+  o.max_batch_tokens = 1024;
+  o.max_batch_seqs = 8;
+  auto engine = DeepseekEngine::Create(o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  DeepseekEngine& e = **engine;
+  constexpr int kSeqs = 3, kSteps = 6;
+  std::vector<std::unique_ptr<SeqPages>> pages;
+  std::vector<std::vector<int32_t>> ids;
+  for (int s = 0; s < kSeqs; ++s) {
+    ids.push_back(ref.prompts[std::min<size_t>(s + 1, ref.prompts.size() - 1)].ids);
+    pages.push_back(std::make_unique<SeqPages>(e.kv_pool(), static_cast<int>(ids[s].size()) + kSteps + 1));
+    SequenceChunk c;
+    c.tokens = ids[s];
+    c.pages = pages[s]->pages();
+    ASSERT_TRUE(e.Forward({&c, 1}, AttentionPath::kMla).ok());
+  }
+  std::vector<SampleRow> rows(kSeqs);
+  rows[0].options.temperature = 0.0f;
+  rows[1].options.temperature = 1.0f;
+  rows[1].options.top_p = 0.9f;
+  rows[1].options.seed = 11;
+  rows[2].options.temperature = 0.7f;
+  rows[2].options.top_k = 20;
+  rows[2].options.min_p = 0.05f;
+  rows[2].options.seed = 12345;
+  std::vector<int32_t> next(kSeqs, 1);
+  for (int step = 0; step < kSteps; ++step) {
+    if (step == kSteps - 1) rows[1].options.repetition_penalty = 1.3f;  // the host path
+    std::vector<SequenceChunk> batch(kSeqs);
+    for (int s = 0; s < kSeqs; ++s) {
+      batch[s].tokens = std::span<const int32_t>(&next[s], 1);
+      batch[s].start_pos = static_cast<int>(ids[s].size()) + step;
+      batch[s].pages = pages[s]->pages();
+      rows[s].step = step;
+      rows[s].history = ids[s];
+    }
+    auto plain = e.Forward(batch, AttentionPath::kMla);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    for (int s = 0; s < kSeqs; ++s) batch[s].sample = &rows[s];
+    auto sampled = e.Forward(batch, AttentionPath::kMla);
+    ASSERT_TRUE(sampled.ok()) << sampled.status();
+    const std::vector<const SampleRow*> ptrs = {&rows[0], &rows[1], &rows[2]};
+    auto want = SampleHostLogits(plain->logits, e.config().vocab_size, ptrs);
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ(sampled->token_ids, *want) << "step " << step;
+    EXPECT_EQ(sampled->logits.empty(), step < kSteps - 1) << "device-sampled steps return no logits";
+    next = sampled->token_ids;
+  }
+  EXPECT_GT(e.decode_graph_replays(), 0);
+}
+
 }  // namespace
 }  // namespace mlaserve::model

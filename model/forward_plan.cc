@@ -35,7 +35,7 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
   const ModelConfig& c = config_;
   const size_t T = options_.max_batch_tokens, B = options_.max_batch_seqs;
   const size_t es = ops_.elem();
-  const size_t H = c.num_attention_heads, qk = c.qk_head_dim(), dn = c.qk_nope_head_dim,
+  const size_t H = attn_heads_, qk = c.qk_head_dim(), dn = c.qk_nope_head_dim,
                dv = c.v_head_dim, L = c.kv_lora_rank, E = c.latent_dim(), hidden = c.hidden_size;
   const size_t ql = c.q_lora_rank.value_or(0);
   const size_t rows = std::min(T, B);  // logit rows: one per sequence at most
@@ -83,23 +83,38 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
     decode_ws = std::max(decode_ws, plan.workspace_bytes);
   }
   total += decode_ws;
-  // MLP: the dense MLP's act, or router logits + routing + experts workspace + shared act.
-  size_t mlp = T * 3 * c.intermediate_size * es;
+  // MLP: the dense MLP's act, or router logits + routing + experts workspace + shared act,
+  // over the MLP's rows: the step's tokens, or every rank's (padded) under data-parallel
+  // attention (parallel_step.cc), at this rank's intermediate slices.
+  const size_t ranks = layout_.attention_dp() ? layout_.size : 1;
+  const size_t M = T * ranks;
+  size_t mlp = M * 3 * layout_.mlp_inter.count * es;
   if (c.n_routed_experts > 0) {
     kernels::MoeExpertsParams e;
     e.dtype = ops_.dtype;
-    e.num_tokens = static_cast<int>(T);
+    e.num_tokens = static_cast<int>(M);
     e.hidden = c.hidden_size;
-    e.inter = c.moe_intermediate_size;
-    e.num_experts = c.n_routed_experts;
+    e.inter = layout_.expert_inter.count;
+    e.num_experts = layout_.expert_parallel() ? layout_.experts.count + 1 : c.n_routed_experts;
     e.top_k = c.num_experts_per_tok;
-    const size_t moe = T * c.n_routed_experts * sizeof(float) +
-                       T * c.num_experts_per_tok * (sizeof(int32_t) + sizeof(float)) +
+    const size_t moe = M * c.n_routed_experts * sizeof(float) +
+                       2 * M * c.num_experts_per_tok * (sizeof(int32_t) + sizeof(float)) +
                        kernels::MoeExpertsWorkspaceBytes(e) +
-                       T * 3 * static_cast<size_t>(c.moe_intermediate_size) * c.n_shared_experts * es;
+                       M * 3 * static_cast<size_t>(layout_.shared_inter.count) * es;
     mlp = std::max(mlp, moe);
   }
   total += mlp;
+  // Sampling on the device after the step (sampling_step.cc).
+  total += SamplingScratchBytes(rows);
+  if (layout_.sharded()) {
+    // Data attention: the gathered input, the partial sums and this rank's sums
+    // (parallel_step.cc); the LM head's shards (+ the gathered logit rows).
+    const size_t n = layout_.size;
+    if (layout_.attention_dp()) total += (2 * n + 1) * T * hidden * es + n * rows * hidden * es;
+    const size_t head_rows = rows * ranks;
+    total += (n + 1) * head_rows * static_cast<size_t>(layout_.vocab_rows) * sizeof(float) +
+             2 * n * sizeof(int32_t);
+  }
   return total + kMaxAllocationsPerStep * kDeviceAlignment;
 }
 

@@ -97,7 +97,7 @@ absl::Status DeepseekEngine::InitFp8Cache() {
   if (fp8_padded_) {
     ASSIGN_OR_RETURN(fp8_rows_, ZeroedBuffer(backend, T * kFp8Row * es));
     if (backend == kernels::Backend::kCuda) {
-      ASSIGN_OR_RETURN(fp8_q_, ZeroedBuffer(backend, T * c.num_attention_heads * kFp8Row * es));
+      ASSIGN_OR_RETURN(fp8_q_, ZeroedBuffer(backend, T * attn_heads_ * kFp8Row * es));
     }
   }
   if (backend == kernels::Backend::kCpu) {
@@ -267,7 +267,7 @@ absl::Status DeepseekEngine::SparseAttendFp8Cuda(int layer, const BatchPlan& pla
   const int L = c.kv_lora_rank;
   const int dr = c.qk_rope_head_dim;
   const int E = c.latent_dim();
-  const int64_t rows = static_cast<int64_t>(plan.total_tokens) * c.num_attention_heads;
+  const int64_t rows = static_cast<int64_t>(plan.total_tokens) * attn_heads_;
   p.cache_dtype = kernels::DType::kFP8E4M3;
   p.kv_cache = pool_->latent(layer);
   if (!fp8_padded_) {
@@ -283,7 +283,7 @@ absl::Status DeepseekEngine::SparseAttendFp8Cuda(int layer, const BatchPlan& pla
   ASSIGN_OR_RETURN(void* wide, ScratchAct(rows * kernels::kFp8LatentRank, "fp8 sparse output"));
   p.q = fp8_q_.data();
   p.q_head_stride = kFp8Row;
-  p.q_token_stride = static_cast<int64_t>(c.num_attention_heads) * kFp8Row;
+  p.q_token_stride = static_cast<int64_t>(attn_heads_) * kFp8Row;
   p.kv_lora_rank = kernels::kFp8LatentRank;
   p.rope_dim = kernels::kFp8RopeDim;
   p.out = wide;

@@ -239,9 +239,28 @@ absl::Status KvPool::WritePage(int layer, int32_t page, const void* host_src) {
   const auto* src = static_cast<const uint8_t*>(host_src);
   absl::Status s =
       CopyBytes(options_.backend, static_cast<uint8_t*>(latent_[layer]) + lb * page, src, lb, false);
-  if (!s.ok() || ib == 0) return s;
-  return CopyBytes(options_.backend, static_cast<uint8_t*>(index_[layer]) + ib * page, src + lb, ib,
-                   false);
+  if (s.ok() && ib > 0) {
+    s = CopyBytes(options_.backend, static_cast<uint8_t*>(index_[layer]) + ib * page, src + lb, ib,
+                  false);
+  }
+  for (KvPool* replica : replicas_) {
+    if (!s.ok()) break;
+    s = replica->WritePage(layer, page, host_src);
+  }
+  return s;
+}
+
+absl::Status KvPool::AddReplica(KvPool* replica) {
+  const KvPoolOptions& o = replica->options();
+  if (replica == this || o.num_layers != options_.num_layers || o.num_pages != options_.num_pages ||
+      layer_page_bytes() != replica->layer_page_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KvPool::AddReplica: a replica needs the same layers, pages and page bytes (", o.num_layers,
+        ", ", o.num_pages, ", ", replica->layer_page_bytes(), " vs ", options_.num_layers, ", ",
+        options_.num_pages, ", ", layer_page_bytes(), ")"));
+  }
+  replicas_.push_back(replica);
+  return absl::OkStatus();
 }
 
 }  // namespace mlaserve::model

@@ -73,11 +73,17 @@ class KvPool {
   absl::Status ReadPage(int layer, int32_t page, void* host_dst) const;
   absl::Status WritePage(int layer, int32_t page, const void* host_src);
 
+  // Tensor-parallel attention replicates the latent cache on every rank (docs/parallel.md):
+  // the other ranks' pools, same options, registered here before serving starts, receive
+  // every WritePage too (a KV import lands on every rank). Page accounting stays here.
+  absl::Status AddReplica(KvPool* replica);
+
  private:
   explicit KvPool(const KvPoolOptions& options) : options_(options) {}
   KvPoolOptions options_;
   std::vector<void*> latent_;
   std::vector<void*> index_;
+  std::vector<KvPool*> replicas_;  // set before use, then read-only
   mutable absl::Mutex mu_;
   std::vector<int32_t> free_list_ ABSL_GUARDED_BY(mu_);
   std::vector<uint8_t> in_use_ ABSL_GUARDED_BY(mu_);

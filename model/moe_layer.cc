@@ -24,11 +24,11 @@ kernels::MoeTopkMethod ToKernel(RoutingMethod m) {
 
 }  // namespace
 
-absl::Status DeepseekEngine::Mlp(int layer, const BatchPlan& plan, const void* x, void* out) {
+absl::Status DeepseekEngine::Mlp(int layer, int rows, const void* x, void* out) {
   ScratchScope scope(scratch_);
   const ModelConfig& c = config_;
   const LayerWeights& lw = weights_.layers[layer];
-  const int T = plan.total_tokens;
+  const int T = rows;
   const int hidden = c.hidden_size;
   if (!lw.is_moe) {
     ASSIGN_OR_RETURN(void* act, ScratchAct(static_cast<int64_t>(T) * 3 * lw.mlp.inter, "mlp act"));
@@ -64,7 +64,7 @@ absl::Status DeepseekEngine::Mlp(int layer, const BatchPlan& plan, const void* x
   e.dtype = ops_.dtype;
   e.num_tokens = T;
   e.hidden = hidden;
-  e.inter = c.moe_intermediate_size;
+  e.inter = layout_.expert_inter.count;  // moe_intermediate_size, or this rank's slice
   e.num_experts = E;
   e.top_k = k;
   e.x = x;
@@ -73,9 +73,8 @@ absl::Status DeepseekEngine::Mlp(int layer, const BatchPlan& plan, const void* x
   e.gate_up = m.experts_gate_up.data();
   e.down = m.experts_down.data();
   e.out = out;
-  e.workspace_bytes = kernels::MoeExpertsWorkspaceBytes(e);
-  ASSIGN_OR_RETURN(e.workspace, Scratch(e.workspace_bytes, "moe experts workspace"));
-  RETURN_IF_ERROR(kernels::MoeExperts(e, ctx_));
+  // Through this rank's shard of the experts (expert_shard.cc; the whole stack on one GPU).
+  RETURN_IF_ERROR(RunRoutedExperts(e));
 
   if (m.shared.inter == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* act, ScratchAct(static_cast<int64_t>(T) * 3 * m.shared.inter, "shared experts act"));

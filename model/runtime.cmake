@@ -37,10 +37,18 @@ add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/kv_fp8_cache.cc
   ${CMAKE_CURRENT_LIST_DIR}/moe_layer.cc
   ${CMAKE_CURRENT_LIST_DIR}/forward_plan.cc
-  ${CMAKE_CURRENT_LIST_DIR}/decode_graphs.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/decode_graphs.cc
+  ${CMAKE_CURRENT_LIST_DIR}/sampling_step.cc
+  ${CMAKE_CURRENT_LIST_DIR}/parallel_layout.cc
+  ${CMAKE_CURRENT_LIST_DIR}/parallel_step.cc
+  ${CMAKE_CURRENT_LIST_DIR}/expert_shard.cc
+  ${CMAKE_CURRENT_LIST_DIR}/parallel_engine.cc)
 target_link_libraries(model_runtime PUBLIC model_loader model_kv_pool model_rope model_sampler
-                      model_device_memory mlaserve_kernels mlaserve_common)
+                      model_device_memory mlaserve_kernels mlaserve_parallel mlaserve_common)
 mlaserve_warnings(model_runtime)
+if(TARGET mlaserve_parallel_nccl)  # multi-GPU workers (ParallelEngine) talk NCCL
+  target_link_libraries(model_runtime PUBLIC mlaserve_parallel_nccl)
+endif()
 
 # mlaserve-run: one-process generation from a checkpoint.
 add_executable(mlaserve-run ${CMAKE_CURRENT_LIST_DIR}/run_main.cc)
@@ -60,6 +68,11 @@ if(MLASERVE_BUILD_TESTS)
   mlaserve_test(model_engine_fp8_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_fp8_test.cc
                 DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
+  # Every parallel layout (N = 2, 4 ranks on threads, the fake collective) against the
+  # single-rank engine on the fixtures (docs/parallel.md).
+  mlaserve_test(model_engine_parallel_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_parallel_test.cc
+                DEPS model_runtime mlaserve_parallel nlohmann_json::nlohmann_json TIMEOUT 600)
   mlaserve_test(model_engine_behavior_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_behavior_test.cc
                 DEPS model_runtime model_sampler nlohmann_json::nlohmann_json TIMEOUT 600)

@@ -104,4 +104,13 @@ absl::StatusOr<std::vector<int32_t>> Sampler::Sample(std::span<float> logits, in
   return ids;
 }
 
+absl::StatusOr<std::vector<int32_t>> SampleHostLogits(std::span<const float> logits, int vocab,
+                                                      std::span<const SampleRow* const> rows) {
+  std::vector<SampleRow> copies;
+  copies.reserve(rows.size());
+  for (const SampleRow* r : rows) copies.push_back(*r);
+  std::vector<float> work(logits.begin(), logits.end());  // the penalty edits its input
+  return Sampler().Sample(work, vocab, copies);
+}
+
 }  // namespace mlaserve::model

@@ -46,4 +46,8 @@ class Sampler {
                                               std::span<const SampleRow> rows) const;
 };
 
+// Sampler::Sample over a copy of host logits [rows.size(), vocab], leaving `logits` as it is.
+absl::StatusOr<std::vector<int32_t>> SampleHostLogits(std::span<const float> logits, int vocab,
+                                                      std::span<const SampleRow* const> rows);
+
 }  // namespace mlaserve::model

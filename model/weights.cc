@@ -91,13 +91,16 @@ absl::StatusOr<TensorView> WeightStore::Checked(std::string_view name,
   return t;
 }
 
-absl::Status WeightStore::DequantFp8(const TensorView& weight, float* out) const {
+absl::Status WeightStore::DequantFp8(const TensorView& weight, int64_t r0, int64_t nr,
+                                     int64_t c0, int64_t nc, float* out) const {
   if (weight.shape.size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("fp8 tensor '", weight.name, "' has shape ", ShapeString(weight.shape),
                      "; block-scaled fp8 weights must be 2-D [out, in]"));
   }
   const int64_t rows = weight.shape[0], cols = weight.shape[1];
+  if (nr < 0) nr = rows;  // the whole tensor
+  if (nc < 0) nc = cols;
   const std::string scale_name = ScaleName(weight.name);
   absl::StatusOr<TensorView> scale = checkpoint_->Get(scale_name);
   if (!scale.ok()) {
@@ -121,13 +124,61 @@ absl::Status WeightStore::DequantFp8(const TensorView& weight, float* out) const
   ToF32(*scale, scales.data());
   const std::array<float, 256>& table = Fp8Table();
   const int64_t scale_cols = scale_shape[1];
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* src = weight.data + r * cols;
-    const float* scale_row = scales.data() + (r / block_.n) * scale_cols;
-    float* dst = out + r * cols;
-    for (int64_t c = 0; c < cols; ++c) dst[c] = table[src[c]] * scale_row[c / block_.k];
+  for (int64_t r = 0; r < nr; ++r) {
+    const uint8_t* src = weight.data + (r0 + r) * cols;
+    const float* scale_row = scales.data() + ((r0 + r) / block_.n) * scale_cols;
+    float* dst = out + r * nc;
+    for (int64_t c = 0; c < nc; ++c) dst[c] = table[src[c0 + c]] * scale_row[(c0 + c) / block_.k];
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> WeightStore::SliceF32(const TensorView& t,
+                                                         const TensorSlice& s) const {
+  const int64_t cols = t.shape.size() >= 2 ? t.shape.back() : 1;
+  const int64_t rows = cols > 0 ? t.numel() / cols : 0;
+  const int64_t nr = s.row_count < 0 ? rows - s.row_begin : s.row_count;
+  const int64_t nc = s.col_count < 0 ? cols - s.col_begin : s.col_count;
+  if (s.row_begin < 0 || s.col_begin < 0 || nr < 0 || nc < 0 || s.row_begin + nr > rows ||
+      s.col_begin + nc > cols) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", t.name, "' (", rows, " x ", cols, " as 2-D) has no slice rows [",
+        s.row_begin, ", ", s.row_begin + nr, ") x cols [", s.col_begin, ", ", s.col_begin + nc,
+        ")"));
+  }
+  std::vector<float> out(static_cast<size_t>(nr * nc));
+  if (t.dtype == DType::kFP8E4M3) {
+    RETURN_IF_ERROR(DequantFp8(t, s.row_begin, nr, s.col_begin, nc, out.data()));
+    return out;
+  }
+  const int64_t es = static_cast<int64_t>(kernels::DTypeSize(t.dtype));
+  for (int64_t r = 0; r < nr; ++r) {
+    TensorView row = t;
+    row.data = t.data + ((s.row_begin + r) * cols + s.col_begin) * es;
+    row.shape = {nc};
+    row.bytes = static_cast<size_t>(nc * es);
+    ToF32(row, out.data() + r * nc);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> WeightStore::LoadF32(std::string_view name,
+                                                        std::span<const int64_t> expected_shape,
+                                                        const TensorSlice& slice) const {
+  if (slice.whole()) return LoadF32(name, expected_shape);
+  ASSIGN_OR_RETURN(TensorView t, Checked(name, expected_shape));
+  return SliceF32(t, slice);
+}
+
+absl::StatusOr<std::vector<uint16_t>> WeightStore::LoadBf16(
+    std::string_view name, std::span<const int64_t> expected_shape,
+    const TensorSlice& slice) const {
+  if (slice.whole()) return LoadBf16(name, expected_shape);
+  // bf16 is copied exactly through f32 (a bf16 value is an f32 with a zero low half).
+  ASSIGN_OR_RETURN(std::vector<float> f32, LoadF32(name, expected_shape, slice));
+  std::vector<uint16_t> out(f32.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = kernels::FloatToBf16(f32[i]);
+  return out;
 }
 
 absl::StatusOr<std::vector<float>> WeightStore::LoadF32(
@@ -135,7 +186,7 @@ absl::StatusOr<std::vector<float>> WeightStore::LoadF32(
   ASSIGN_OR_RETURN(TensorView t, Checked(name, expected_shape));
   std::vector<float> out(static_cast<size_t>(t.numel()));
   if (t.dtype == DType::kFP8E4M3) {
-    RETURN_IF_ERROR(DequantFp8(t, out.data()));
+    RETURN_IF_ERROR(DequantFp8(t, 0, -1, 0, -1, out.data()));
   } else {
     ToF32(t, out.data());
   }
@@ -152,7 +203,7 @@ absl::StatusOr<std::vector<uint16_t>> WeightStore::LoadBf16(
   }
   std::vector<float> f32(out.size());
   if (t.dtype == DType::kFP8E4M3) {
-    RETURN_IF_ERROR(DequantFp8(t, f32.data()));
+    RETURN_IF_ERROR(DequantFp8(t, 0, -1, 0, -1, f32.data()));
   } else {
     ToF32(t, f32.data());
   }

@@ -27,6 +27,19 @@
 
 namespace mlaserve::model {
 
+// A block of a tensor seen as 2-D [rows, cols]: cols is the last dimension and the leading
+// dimensions fold into rows (a 1-D tensor [n] is [n, 1]). Counts of -1 mean "to the end".
+// A rank's shard of a weight is such a block (docs/parallel.md).
+struct TensorSlice {
+  int64_t row_begin = 0;
+  int64_t row_count = -1;
+  int64_t col_begin = 0;
+  int64_t col_count = -1;
+  static TensorSlice Rows(int64_t begin, int64_t count) { return {begin, count, 0, -1}; }
+  static TensorSlice Cols(int64_t begin, int64_t count) { return {0, -1, begin, count}; }
+  bool whole() const { return row_begin == 0 && row_count < 0 && col_begin == 0 && col_count < 0; }
+};
+
 struct Fp8BlockSize {
   int n = 128;  // rows (output features) per scale
   int k = 128;  // columns (input features) per scale
@@ -57,6 +70,14 @@ class WeightStore {
     return LoadF32(name, std::span<const int64_t>(expected_shape.begin(), expected_shape.size()));
   }
 
+  // Only `slice` of the tensor (the shape check is on the whole tensor), row-major
+  // [row_count, col_count]; only the slice's bytes are read from the checkpoint, and fp8
+  // blocks are dequantized with the scales of their position in the whole tensor.
+  // INVALID_ARGUMENT naming the tensor when the slice is outside it.
+  absl::StatusOr<std::vector<float>> LoadF32(std::string_view name,
+                                             std::span<const int64_t> expected_shape,
+                                             const TensorSlice& slice) const;
+
   // The tensor as bf16 bits (for the GPU backend): BF16 is copied, F16/F32 are rounded to
   // nearest even, F8_E4M3 is dequantized in f32 and then rounded.
   absl::StatusOr<std::vector<uint16_t>> LoadBf16(std::string_view name,
@@ -65,6 +86,10 @@ class WeightStore {
       std::string_view name, std::initializer_list<int64_t> expected_shape) const {
     return LoadBf16(name, std::span<const int64_t>(expected_shape.begin(), expected_shape.size()));
   }
+
+  absl::StatusOr<std::vector<uint16_t>> LoadBf16(std::string_view name,
+                                                 std::span<const int64_t> expected_shape,
+                                                 const TensorSlice& slice) const;
 
   // The companion scale of an fp8 tensor: "<prefix>.weight" -> "<prefix>.weight_scale_inv".
   static std::string ScaleName(std::string_view weight_name);
@@ -75,7 +100,12 @@ class WeightStore {
 
   absl::StatusOr<TensorView> Checked(std::string_view name,
                                      std::span<const int64_t> expected_shape) const;
-  absl::Status DequantFp8(const TensorView& weight, float* out) const;
+  // Dequantizes rows [r0, r0 + nr) x cols [c0, c0 + nc) of the 2-D fp8 `weight` into out
+  // (nr / nc of -1: every row / column).
+  absl::Status DequantFp8(const TensorView& weight, int64_t r0, int64_t nr, int64_t c0,
+                          int64_t nc, float* out) const;
+  // The slice's f32 values (any float dtype).
+  absl::StatusOr<std::vector<float>> SliceF32(const TensorView& t, const TensorSlice& s) const;
 
   std::unique_ptr<SafetensorsCheckpoint> checkpoint_;
   Fp8BlockSize block_;

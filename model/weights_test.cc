@@ -296,5 +296,43 @@ TEST_F(WeightStoreTest, OpenErrors) {
               absl::StatusCode::kInvalidArgument, "[0, 128]");
 }
 
+// A rank's shard (TensorSlice) of an fp8 tensor spanning several 128x128 blocks, and of a
+// bf16 3-D tensor folded to 2-D, equals the same block of the whole tensor bit for bit.
+TEST_F(WeightStoreTest, SlicesEqualTheirBlockOfTheWholeTensor) {
+  std::mt19937 rng(17);
+  const int64_t rows = 300, cols = 200;
+  const Fp8Case fp8 = MakeFp8(rows, cols, 128, 128, rng);
+  std::vector<uint16_t> bf16(2 * 6 * 5);
+  for (size_t i = 0; i < bf16.size(); ++i) bf16[i] = static_cast<uint16_t>(0x3f80 + i);
+  WriteFile(dir_ / "model.safetensors",
+            SerializeSafetensors({{"w.weight", "F8_E4M3", {rows, cols}, fp8.weight},
+                                  {"w.weight_scale_inv", "F32", fp8.scale_shape, AsBytes(fp8.scale)},
+                                  {"e", "BF16", {2, 6, 5}, AsBytes(bf16)}}));
+  auto store = WeightStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok()) << store.status();
+
+  const std::vector<int64_t> shape = {rows, cols}, e_shape = {2, 6, 5};
+  const TensorSlice slice{100, 150, 60, 130};  // crosses block edges in both dimensions
+  auto got = (*store)->LoadF32("w.weight", shape, slice);
+  ASSERT_TRUE(got.ok()) << got.status();
+  std::vector<float> want;
+  for (int64_t r = 100; r < 250; ++r) {
+    for (int64_t c = 60; c < 190; ++c) want.push_back(fp8.expected[r * cols + c]);
+  }
+  ExpectBitsEqual(*got, want);
+
+  // [2, 6, 5] as [12, 5]: rows 7..9 are expert 1's rows 1..3.
+  auto e = (*store)->LoadBf16("e", e_shape, TensorSlice{7, 3, 1, 4});
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<uint16_t> want_e;
+  for (int r = 7; r < 10; ++r) {
+    for (int c = 1; c < 5; ++c) want_e.push_back(bf16[r * 5 + c]);
+  }
+  EXPECT_EQ(*e, want_e);
+
+  ExpectError((*store)->LoadF32("w.weight", shape, TensorSlice::Rows(250, 51)).status(),
+              absl::StatusCode::kInvalidArgument, "'w.weight'", "rows [250, 301)");
+}
+
 }  // namespace
 }  // namespace mlaserve::model

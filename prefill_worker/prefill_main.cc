@@ -49,6 +49,9 @@ absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(const common::Worker
   eo.num_kv_pages = o.num_kv_pages;
   eo.max_batch_tokens = o.max_batch_tokens;
   ASSIGN_OR_RETURN(eo.kv_cache_dtype, model::ParseKvCacheDtype(o.kv_cache_dtype));
+  eo.parallel.size = o.tp_size;
+  ASSIGN_OR_RETURN(eo.parallel.attention, model::ParseAttentionParallel(o.attention_parallel));
+  ASSIGN_OR_RETURN(eo.parallel.moe, model::ParseMoeParallel(o.moe_parallel));
   return model::CreateEngineForBackend(eo, o.backend, [](const absl::Status& why) {
     spdlog::warn("CUDA engine unavailable ({}); using the CPU backend", why.ToString());
   });
@@ -82,8 +85,11 @@ int Main(int argc, char** argv) {
   auto layout = kvtransfer::MakeKvLayout(e.config(), e.kv_pool().options());
   if (!layout.ok()) return Fail("KV layout", layout.status());
   // The GPU profile: per-batch attention path (docs/profiles.md), reported to the router.
+  // Profiles are keyed by the attention shape one GPU runs: heads per rank (docs/parallel.md).
+  model::ModelConfig per_rank = e.config();
+  if (o.tp_size > 1 && o.attention_parallel == "tensor") per_rank.num_attention_heads /= o.tp_size;
   auto profile = profiles::ResolveWorkerProfile(
-      o.profiles_dir, e.backend() == kernels::Backend::kCuda, o.device, e.config());
+      o.profiles_dir, e.backend() == kernels::Backend::kCuda, o.device, per_rank);
   if (!profile.ok()) return Fail("GPU profile", profile.status());
   // Operator overrides (--attention-path, --se-threshold-scale; validated with the flags).
   profiles::PolicyOptions policy_options;
@@ -109,7 +115,9 @@ int Main(int argc, char** argv) {
   ro.name = o.advertise.empty() ? std::string("prefill") : o.advertise;
   ro.kv_layerwise = o.kv_layerwise;
   // KV transport per decode worker: nccl where both ends can (worker_transport.h), else tcp.
-  const bool gpu_pool = e.backend() == kernels::Backend::kCuda;
+  // A multi-GPU worker's KV goes over tcp: the nccl transport moves one GPU's pool, and the
+  // latent cache must reach every rank (docs/parallel.md).
+  const bool gpu_pool = e.backend() == kernels::Backend::kCuda && o.tp_size == 1;
 #ifdef MLASERVE_HAVE_NCCL
   const bool nccl_built = true;
 #else
@@ -150,6 +158,10 @@ int Main(int argc, char** argv) {
     f.model = common::MakeModelIdentity(e.config(), o.model_dir, layout->CompatHash());
     f.backend = kernels::BackendName(e.backend());
     f.device = o.device;
+    f.gpus = o.tp_size;
+    f.parallel_layout = o.tp_size == 1 ? "tp=1"
+                                       : absl::StrCat("tp=", o.tp_size, " attention=",
+                                                      o.attention_parallel, " moe=", o.moe_parallel);
     f.kv_transport = nccl != nullptr ? "nccl" : "tcp";
     f.chunk_size = o.chunk_size;
     v1::WorkerDescriptor d = common::MakeWorkerDescriptor(f);

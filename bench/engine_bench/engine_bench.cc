@@ -7,11 +7,15 @@
 //            one token per sequence per Forward (the decode worker's step), with CUDA graphs as
 //            the engine uses them (the first step of a batch/width bucket is captured, later
 //            steps replay), median over --decode-steps timed steps; the same batch is timed
-//            eagerly too (--eager-steps) to show what the graphs save.
+//            eagerly too (--eager-steps) to show what the graphs save, and with graphs plus
+//            sampling inside Forward (--sampled-steps; temperature 1, top-p 0.9, seeded: the
+//            decode worker's path, where B ids come back instead of B x vocab logits).
 // Times are host wall time of Forward, so they include the plan upload and the logits copy
 // back (one f32 row of the vocabulary per sequence), as in serving. Decode feeds random ids
 // instead of sampled ones, so host sampling is not timed.
 // Memory: device memory in use (cudaMemGetInfo) before Create, after Create and at the end.
+// NVTX ranges "prefill", "decode_graph" and "decode_eager" mark the timed Forwards, so a
+// profiler can keep just those kernels (tools/device/kernel_profile.sh: ncu --nvtx).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>  // header-only: ranges cost nothing unless a profiler attaches
 
 #include "CLI/CLI.hpp"
 #include "model/deepseek_model.h"
@@ -72,23 +77,25 @@ class Bench {
     if (!pages.ok()) Die("allocate", pages.status());
     const std::vector<int32_t> prompt = RandomIds(len);
     SequenceChunk c{prompt, 0, *pages, true};
+    nvtxRangePushA("prefill");
     const auto start = Clock::now();
     auto r = e_.Forward({&c, 1});
     const double ms = Ms(Clock::now() - start);
+    nvtxRangePop();
     if (!r.ok()) Die("prefill", r.status());
     e_.kv_pool().Free(*pages);
     return ms;
   }
 
   struct DecodeTimes {
-    std::vector<double> graph_ms, eager_ms;
+    std::vector<double> graph_ms, eager_ms, sampled_ms;
   };
 
   // `batch` sequences prefilled to `context` tokens (packed into Forwards of at most
   // max_tokens), then `warm` untimed steps, `steps` timed steps with graphs and `eager` timed
   // steps without.
-  DecodeTimes Decode(int batch, int context, int warm, int steps, int eager, int max_tokens) {
-    const int total = context + warm + steps + eager;
+  DecodeTimes Decode(int batch, int context, int warm, int steps, int eager, int sampled, int max_tokens) {
+    const int total = context + warm + steps + eager + sampled + 2;
     std::vector<std::vector<int32_t>> pages(batch), seqs(batch);
     for (int b = 0; b < batch; ++b) {
       auto p = e_.kv_pool().Allocate(Pages(total));
@@ -106,26 +113,38 @@ class Bench {
       if (!r.ok()) Die("decode setup prefill", r.status());
     }
     DecodeTimes t;
-    auto step = [&](std::vector<double>* out) {
+    std::vector<mlaserve::model::SampleRow> rows(batch);
+    for (int b = 0; b < batch; ++b) {
+      rows[b].options.temperature = 1.0f;
+      rows[b].options.top_p = 0.9f;
+      rows[b].options.seed = 1000 + b;
+    }
+    auto step = [&](std::vector<double>* out, const char* range, bool sample = false) {
       std::vector<int32_t> next = RandomIds(batch);
       std::vector<SequenceChunk> chunks(batch);
       for (int b = 0; b < batch; ++b) {
         seqs[b].push_back(next[b]);
         chunks[b] = {std::span<const int32_t>(&seqs[b].back(), 1),
                      static_cast<int>(seqs[b].size()) - 1, pages[b], true};
+        rows[b].step = seqs[b].size();
+        if (sample) chunks[b].sample = &rows[b];
       }
+      if (out) nvtxRangePushA(range);
       const auto start = Clock::now();
       auto r = e_.Forward(chunks);
       const double ms = Ms(Clock::now() - start);
+      if (out) nvtxRangePop();
       if (!r.ok()) Die("decode", r.status());
       if (out) out->push_back(ms);
     };
     e_.set_decode_graphs(true);
-    for (int s = 0; s < warm; ++s) step(nullptr);
-    for (int s = 0; s < steps; ++s) step(&t.graph_ms);
+    for (int s = 0; s < warm; ++s) step(nullptr, nullptr);
+    for (int s = 0; s < steps; ++s) step(&t.graph_ms, "decode_graph");
+    if (sampled > 0) step(nullptr, nullptr, true);
+    for (int s = 0; s < sampled; ++s) step(&t.sampled_ms, "decode_sampled", true);
     e_.set_decode_graphs(false);
-    if (eager > 0) step(nullptr);
-    for (int s = 0; s < eager; ++s) step(&t.eager_ms);
+    if (eager > 0) step(nullptr, nullptr);
+    for (int s = 0; s < eager; ++s) step(&t.eager_ms, "decode_eager");
     e_.set_decode_graphs(true);
     for (auto& p : pages) e_.kv_pool().Free(p);
     return t;
@@ -142,7 +161,7 @@ class Bench {
 int main(int argc, char** argv) {
   std::string model, output_json;
   std::vector<int> prefill_lens = {1024, 4096}, batches = {1, 32, 128};
-  int runs = 5, context = 1024, warm = 3, steps = 32, eager_steps = 8, device = 0;
+  int runs = 5, context = 1024, warm = 3, steps = 32, eager_steps = 8, sampled_steps = 16, device = 0;
   int max_batch_tokens = 8192, num_pages = 0;
   uint64_t seed = 1;
   CLI::App app{"mlaserve-engine-bench: prefill and decode speed of the engine on one GPU"};
@@ -155,6 +174,9 @@ int main(int argc, char** argv) {
   app.add_option("--decode-steps", steps, "timed decode steps with graphs (median)")
       ->capture_default_str();
   app.add_option("--eager-steps", eager_steps, "timed decode steps without graphs (0 = skip)")
+      ->capture_default_str();
+  app.add_option("--sampled-steps", sampled_steps,
+                 "timed decode steps with graphs and sampling inside Forward (0 = skip)")
       ->capture_default_str();
   app.add_option("--warmup-steps", warm, "untimed decode steps first (capture)")->capture_default_str();
   app.add_option("--max-batch-tokens", max_batch_tokens, "engine workspace planning")
@@ -173,7 +195,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (num_pages == 0) {
-    num_pages = std::max(max_batch * Pages(context + warm + steps + eager_steps + 1),
+    num_pages = std::max(max_batch * Pages(context + warm + steps + eager_steps + sampled_steps + 3),
                          Pages(max_prefill)) + 8;
   }
   if (cudaSetDevice(device) != cudaSuccess) {
@@ -223,15 +245,21 @@ int main(int argc, char** argv) {
                               {"tokens_per_s", 1000.0 * len / m}});
   }
   for (int b : batches) {
-    const Bench::DecodeTimes t = bench.Decode(b, context, warm, steps, eager_steps, max_batch_tokens);
-    const double g = Median(t.graph_ms), ea = Median(t.eager_ms);
+    const Bench::DecodeTimes t =
+        bench.Decode(b, context, warm, steps, eager_steps, sampled_steps, max_batch_tokens);
+    const double g = Median(t.graph_ms), ea = Median(t.eager_ms), sa = Median(t.sampled_ms);
     std::printf("| decode (graphs), ctx %d | %d | %d | %.3f | %.0f |\n", context, b, b, g,
                 1000.0 * b / g);
     if (!t.eager_ms.empty()) {
       std::printf("| decode (eager), ctx %d | %d | %d | %.3f | %.0f |\n", context, b, b, ea,
                   1000.0 * b / ea);
     }
+    if (!t.sampled_ms.empty()) {
+      std::printf("| decode (graphs, sampled in Forward), ctx %d | %d | %d | %.3f | %.0f |\n", context, b,
+                  b, sa, 1000.0 * b / sa);
+    }
     out["decode"].push_back({{"batch", b}, {"context", context}, {"graph_median_ms", g},
+                             {"sampled_median_ms", sa},
                              {"graph_tokens_per_s", 1000.0 * b / g}, {"eager_median_ms", ea},
                              {"eager_tokens_per_s", ea > 0 ? 1000.0 * b / ea : 0.0},
                              {"graph_steps_ms", t.graph_ms}});

@@ -154,6 +154,12 @@ absl::StatusOr<model::ForwardResult> FakeEngine::Forward(
   }
   result.path_used = path == model::AttentionPath::kMha ? model::AttentionPath::kMha
                                                         : model::AttentionPath::kMla;
+  // Rows that carry their sampling are drawn here, as a real engine does.
+  if (const auto samples = model::RequestedSamples(batch); !samples.empty()) {
+    auto ids = model::SampleHostLogits(result.logits, config_.vocab_size, samples);
+    if (!ids.ok()) return ids.status();
+    result.token_ids = std::move(*ids);
+  }
   return result;
 }
 

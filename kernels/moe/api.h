@@ -45,6 +45,19 @@ absl::Status MoeRouting(const MoeRoutingParams& p, const KernelContext& ctx);
 absl::Status MoeRoutingCpu(const MoeRoutingParams& p);
 absl::Status MoeRoutingCuda(const MoeRoutingParams& p, void* stream);
 
+// How the CUDA backend computes the routed experts' products (moe_cuda.h). kAuto chooses by
+// shape; the others force one path (benchmarks and tests). The CPU backend ignores it.
+enum class MoeExpertsPath : uint8_t {
+  kAuto,
+  kStream,  // weights streamed once per touched expert, tokens as the narrow side (decode)
+  kSm90,    // CUTLASS grouped GEMM, TMA + wgmma (Hopper)
+  kTiled,   // portable mma.sync grouped GEMM (sm_80+)
+};
+// kAuto takes kStream up to this many tokens, or while experts get at most this many rows on
+// average (num_tokens * top_k / num_experts); the grouped GEMMs beyond.
+inline constexpr int kMoeStreamMaxTokens = 16;
+inline constexpr int kMoeStreamMaxRowsPerExpert = 16;
+
 // Routed experts: out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]), where
 // expert_e(x) = down_e( silu(gate_e x) * up_e x ). Tokens are grouped by expert (sorted), and
 // each expert runs one GEMM over its tokens, never one GEMM per token.
@@ -63,11 +76,16 @@ struct MoeExpertsParams {
   void* out = nullptr;                    // [num_tokens, hidden], overwritten
   void* workspace = nullptr;              // MoeExpertsWorkspaceBytes(p) bytes
   size_t workspace_bytes = 0;
+  MoeExpertsPath path = MoeExpertsPath::kAuto;
+  int sm90_variant = -1;  // kSm90 tile configuration (moe_cuda.h); -1 = chosen by shape
 };
 
 size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p);
 absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx);
 absl::Status MoeExpertsCpu(const MoeExpertsParams& p);
 absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream);
+// Workspace the CUDA backend needs beyond the CPU layout (its active-expert list and the
+// grouped GEMM's device-built arguments); defined only in CUDA builds.
+size_t MoeExpertsCudaWorkspaceBytes(const MoeExpertsParams& p);
 
 }  // namespace mlaserve::kernels

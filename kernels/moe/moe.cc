@@ -55,16 +55,22 @@ absl::Status MoeRouting(const MoeRoutingParams& p, const KernelContext& ctx) {
 //   x gathered by expert [A, hidden] (dtype) | gate_up output [A, 2*inter] (dtype) |
 //   down output [A, hidden] (f32) |
 //   (CUDA backend) int32 row-tile offsets [num_experts + 1] | int32 sorted position of each
-//   assignment [A]. The CUDA backend gathers x inside its grouped GEMM, so it leaves the
-//   "x gathered" part unused.
+//   assignment [A] | in CUDA builds, MoeExpertsCudaWorkspaceBytes more (active experts, the
+//   grouped GEMM's arguments). The CUDA paths use "x gathered" (kSm90) or not (kStream,
+//   kTiled gather inside their loads); kStream keeps its [A, inter] activations in the
+//   gate_up part.
 size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p) {
   if (p.num_tokens <= 0 || p.top_k <= 0) return 0;
   const size_t a = static_cast<size_t>(p.num_tokens) * p.top_k;
   const size_t es = DTypeSize(p.dtype);
   const size_t experts1 = AlignUp((static_cast<size_t>(p.num_experts) + 1) * sizeof(int32_t));
-  return AlignUp(a * sizeof(int32_t)) + experts1 + AlignUp(a * p.hidden * es) +
-         AlignUp(a * 2 * static_cast<size_t>(p.inter) * es) + AlignUp(a * p.hidden * sizeof(float)) +
-         experts1 + AlignUp(a * sizeof(int32_t));
+  size_t bytes = AlignUp(a * sizeof(int32_t)) + experts1 + AlignUp(a * p.hidden * es) +
+                 AlignUp(a * 2 * static_cast<size_t>(p.inter) * es) +
+                 AlignUp(a * p.hidden * sizeof(float)) + experts1 + AlignUp(a * sizeof(int32_t));
+#if defined(MLASERVE_KERNEL_HAS_CUDA)
+  bytes += AlignUp(MoeExpertsCudaWorkspaceBytes(p));
+#endif
+  return bytes;
 }
 
 absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx) {

@@ -1,23 +1,5 @@
-// moe experts CUDA backend (bf16): routed experts without any host sync.
-//
-// The per-expert token counts exist only on the device, so nothing on the host may size a
-// launch by them (that would need a device->host copy inside the step and would break CUDA
-// graph capture). Instead:
-//   1. SortKernel (one block): stable counting sort of the num_tokens*top_k assignments by
-//      expert into the workspace: expert row offsets, the expert's row-tile offsets
-//      (ceil(count/kBM) tiles each), and every assignment's sorted position. Stable, so the
-//      workspace is identical run to run (no atomics anywhere: see docs/kernels.md,
-//      "Determinism").
-//   2. GroupedGemmKernel, launched over an upper bound of row tiles known on the host,
-//      ceil(A/kBM) + min(E, A): each block finds its expert from the tile offsets (binary
-//      search) and exits if its tile is past the last. It computes a kBM x kBN tile of
-//      rows(e) x W_e^T with bf16 tensor-core MMAs (m16n8k16, f32 accumulators) on a 3-stage
-//      cp.async pipeline. The gate_up GEMM gathers x rows through the sorted ids inside its
-//      loads, so x is never copied.
-//   3. SiLU-and-mul in place over the gate half; the down GEMM (f32 out, one row per
-//      assignment); a combine kernel that sums each token's top_k rows weighted by
-//      topk_weights in f32 and rounds once.
-// Padding cost: at most one partial tile per active expert; blocks of empty tiles exit at once.
+// moe experts CUDA backend (bf16): the dispatcher of the routed experts (see moe_cuda.h for the
+// four steps and the three product paths), the sort, the gather, SiLU-and-mul and the combine.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -27,38 +9,17 @@
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
 #include "kernels/moe/api.h"
+#include "kernels/moe/moe_cuda.h"
 
 namespace mlaserve::kernels {
 namespace {
 
-using cuda::CpAsync16;
-using cuda::SwizzledOffset;
+using moe_cuda::kTiledRows;
 
-constexpr int kBM = 64, kBN = 64, kBK = 64;  // block tile; BK = 8 chunks of 8 bf16
-constexpr int kStages = 3;
-constexpr int kThreads = 128;                // 4 warps, 2 x 2, each 32 x 32
-constexpr int kChunksPerRow = kBK / cuda::kBf16PerChunk;
-constexpr int kTileBytes = kBM * kBK * 2;    // == kBN * kBK * 2
-constexpr int kSmemBytes = kStages * 2 * kTileBytes;
-constexpr int kLoadsPerThread = kBM * kChunksPerRow / kThreads;
 constexpr int kSortThreads = 1024;
 constexpr int kSortWarps = kSortThreads / 32;
 constexpr int kMaxExperts = 1024;
-
-struct GroupedGemmArgs {
-  const __nv_bfloat16* a;  // rows: gathered (a + (sorted[r] / top_k) * lda) or contiguous (a + r * lda)
-  int64_t lda;
-  const int32_t* sorted;   // non-null: gather rows through it
-  int top_k;
-  const __nv_bfloat16* w;  // [E][N, K] row-major
-  int64_t w_expert_stride;
-  int n, k;
-  void* c;                 // [A, N] rows in sorted order, row stride ldc (bf16 or f32)
-  int64_t ldc;
-  const int32_t* offsets;       // [E + 1]
-  const int32_t* tile_offsets;  // [E + 1]
-  int num_experts;
-};
+constexpr int kEltThreads = 256;
 
 char* Carve(char*& cursor, size_t bytes) {
   constexpr size_t kAlign = 256;
@@ -77,11 +38,11 @@ char* Carve(char*& cursor, size_t bytes) {
 // among its peers plus a per-(warp, expert) running count is its slot. Pass 1 counts per
 // (warp, expert) into shared memory (each warp writes only its own row: no atomics), a scan
 // over warps and experts turns the counts into first slots, and pass 2 repeats the walk and
-// writes slots. Same two passes over topk_ids as the atomic version, and no shared-memory
-// atomics on hot experts.
+// writes slots. Also writes the row-tile offsets of the tiled path and the list of experts
+// with rows (`active`, count at active[E]) for the stream path.
 __global__ void __launch_bounds__(kSortThreads)
     SortKernel(const int32_t* topk_ids, int num_assign, int num_experts, int32_t* sorted,
-               int32_t* offsets, int32_t* tile_offsets, int32_t* position) {
+               int32_t* offsets, int32_t* tile_offsets, int32_t* position, int32_t* active) {
   extern __shared__ int32_t warp_count[];  // [kSortWarps][num_experts], then base[num_experts]
   int32_t* base = warp_count + kSortWarps * num_experts;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -116,17 +77,19 @@ __global__ void __launch_bounds__(kSortThreads)
   }
   __syncthreads();
   if (threadIdx.x == 0) {  // E <= 1024: a serial scan is a few microseconds at most
-    int32_t rows = 0, tiles = 0;
+    int32_t rows = 0, tiles = 0, used = 0;
     for (int e = 0; e < num_experts; ++e) {
       const int32_t count = base[e];
       offsets[e] = rows;
       tile_offsets[e] = tiles;
       base[e] = rows;
       rows += count;
-      tiles += (count + kBM - 1) / kBM;
+      tiles += (count + kTiledRows - 1) / kTiledRows;
+      if (count > 0) active[used++] = e;
     }
     offsets[num_experts] = rows;
     tile_offsets[num_experts] = tiles;
+    active[num_experts] = used;
   }
   __syncthreads();
   for (int a0 = begin; a0 < end; a0 += 32) {
@@ -146,157 +109,129 @@ __global__ void __launch_bounds__(kSortThreads)
   }
 }
 
-template <typename OutT>
-__global__ void __launch_bounds__(kThreads) GroupedGemmKernel(const __grid_constant__ GroupedGemmArgs g) {
-  const int tile = blockIdx.y;
-  if (tile >= g.tile_offsets[g.num_experts]) return;
-  int lo = 0, hi = g.num_experts - 1;  // the expert e with tile_offsets[e] <= tile < tile_offsets[e+1]
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (g.tile_offsets[mid] <= tile) lo = mid; else hi = mid - 1;
-  }
-  const int e = lo;
-  const int row0 = g.offsets[e] + (tile - g.tile_offsets[e]) * kBM;
-  const int row_end = g.offsets[e + 1];
-  const int n0 = blockIdx.x * kBN;
-
-  extern __shared__ __align__(128) unsigned char smem[];
-  const uint32_t smem_base = cuda::SmemAddress(smem);
-  const int tid = threadIdx.x;
-
-  // Each thread loads kLoadsPerThread chunks of A and of B per stage, at fixed (row, chunk).
-  const __nv_bfloat16* a_src[kLoadsPerThread];
-  const __nv_bfloat16* b_src[kLoadsPerThread];
-  bool a_ok[kLoadsPerThread], b_ok[kLoadsPerThread];
-  const __nv_bfloat16* w_e = g.w + static_cast<int64_t>(e) * g.w_expert_stride;
-#pragma unroll
-  for (int q = 0; q < kLoadsPerThread; ++q) {
-    const int c = tid + q * kThreads;
-    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    const int r = row0 + row;
-    a_ok[q] = r < row_end;
-    const int64_t src_row = !a_ok[q] ? 0 : (g.sorted != nullptr ? g.sorted[r] / g.top_k : r);
-    a_src[q] = g.a + src_row * g.lda + chunk * cuda::kBf16PerChunk;
-    const int n = n0 + row;
-    b_ok[q] = n < g.n;
-    b_src[q] = w_e + static_cast<int64_t>(b_ok[q] ? n : 0) * g.k + chunk * cuda::kBf16PerChunk;
-  }
-  const int k_tiles = (g.k + kBK - 1) / kBK;
-  auto load_stage = [&](int stage, int kt) {
-    const uint32_t a_base = smem_base + stage * 2 * kTileBytes;
-    const uint32_t b_base = a_base + kTileBytes;
-#pragma unroll
-    for (int q = 0; q < kLoadsPerThread; ++q) {
-      const int c = tid + q * kThreads;
-      const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-      const int col = kt * kBK + chunk * cuda::kBf16PerChunk;
-      const bool in_k = col < g.k;  // k % 8 == 0, so a chunk is all in or all out
-      CpAsync16(a_base + SwizzledOffset(row, chunk, kChunksPerRow), a_src[q] + kt * kBK, a_ok[q] && in_k);
-      CpAsync16(b_base + SwizzledOffset(row, chunk, kChunksPerRow), b_src[q] + kt * kBK, b_ok[q] && in_k);
-    }
-  };
-
-  const int warp = tid / 32, lane = tid % 32;
-  const int wm = warp / 2, wn = warp % 2;
-  float acc[2][4][4] = {};
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < k_tiles) load_stage(s, s);
-    cuda::CpAsyncCommit();
-  }
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    cuda::CpAsyncWait<kStages - 2>();
-    __syncthreads();
-    const int next = kt + kStages - 1;
-    if (next < k_tiles) load_stage(next % kStages, next);
-    cuda::CpAsyncCommit();
-    const uint32_t a_base = smem_base + (kt % kStages) * 2 * kTileBytes;
-    const uint32_t b_base = a_base + kTileBytes;
-#pragma unroll
-    for (int kk = 0; kk < kBK / 16; ++kk) {
-      uint32_t af[2][4];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        const int row = wm * 32 + mi * 16 + (lane % 16);
-        cuda::LdMatrixX4(a_base + SwizzledOffset(row, kk * 2 + lane / 16, kChunksPerRow), af[mi]);
-      }
-      uint32_t bf[4][2];
-#pragma unroll
-      for (int nj = 0; nj < 2; ++nj) {
-        const int row = wn * 32 + nj * 16 + (lane % 8) + 8 * (lane / 16);
-        uint32_t r[4];
-        cuda::LdMatrixX4(b_base + SwizzledOffset(row, kk * 2 + (lane / 8) % 2, kChunksPerRow), r);
-        bf[2 * nj][0] = r[0];
-        bf[2 * nj][1] = r[1];
-        bf[2 * nj + 1][0] = r[2];
-        bf[2 * nj + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) cuda::MmaBf16(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
-      }
-    }
-  }
-  cuda::CpAsyncWait<0>();
-
-  OutT* c = static_cast<OutT*>(g.c);
-#pragma unroll
-  for (int mi = 0; mi < 2; ++mi) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = row0 + wm * 32 + mi * 16 + lane / 4 + half * 8;
-      if (r >= row_end) continue;
-      OutT* out_row = c + static_cast<int64_t>(r) * g.ldc;
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        const int col = n0 + wn * 32 + ni * 8 + 2 * (lane % 4);
-        if (col < g.n) out_row[col] = cuda::FromF32<OutT>(acc[mi][ni][2 * half]);
-        if (col + 1 < g.n) out_row[col + 1] = cuda::FromF32<OutT>(acc[mi][ni][2 * half + 1]);
-      }
-    }
+// xg[r] = x[sorted[r] / top_k] for the rows that exist (16-byte chunks).
+__global__ void GatherRowsKernel(const uint4* x, const int32_t* sorted, const int32_t* offsets,
+                                 int num_experts, int top_k, int chunks_per_row, uint4* xg) {
+  const int64_t total = static_cast<int64_t>(offsets[num_experts]) * chunks_per_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / chunks_per_row, c = i - r * chunks_per_row;
+    xg[i] = x[static_cast<int64_t>(sorted[r] / top_k) * chunks_per_row + c];
   }
 }
 
-// In place over rows of [gate | up] (row stride 2*inter): gate <- silu(gate) * up.
+// In place over rows of [gate | up] (row stride 2*inter): gate <- silu(gate) * up, eight
+// columns per thread with 16-byte loads and stores (inter % 8 == 0 on this path).
 __global__ void SiluMulInPlaceKernel(__nv_bfloat16* h, const int32_t* offsets, int num_experts,
                                      int inter) {
-  const int64_t total = static_cast<int64_t>(offsets[num_experts]) * inter;
+  const int chunks = inter / 8;
+  const int64_t total = static_cast<int64_t>(offsets[num_experts]) * chunks;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / inter, j = i - r * inter;
-    __nv_bfloat16* row = h + r * 2 * inter;
-    const float gv = __bfloat162float(row[j]), uv = __bfloat162float(row[j + inter]);
-    row[j] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+    const int64_t r = i / chunks, j = (i - r * chunks) * 8;
+    uint4* gate = reinterpret_cast<uint4*>(h + r * 2 * inter + j);
+    const uint4 g = *gate, u = *reinterpret_cast<const uint4*>(h + r * 2 * inter + inter + j);
+    const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
+    const auto* u2 = reinterpret_cast<const __nv_bfloat162*>(&u);
+    uint4 out;
+    auto* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 gv = __bfloat1622float2(g2[k]), uv = __bfloat1622float2(u2[k]);
+      o2[k] = __floats2bfloat162_rn(gv.x / (1.0f + expf(-gv.x)) * uv.x, gv.y / (1.0f + expf(-gv.y)) * uv.y);
+    }
+    *gate = out;
   }
 }
 
-// out[t, :] = sum_j topk_weights[t, j] * ys[position[t*top_k + j], :], f32 sums, one rounding.
-__global__ void CombineKernel(const float* ys, const int32_t* position, const float* topk_weights,
+// out[t, :] = sum_j topk_weights[t, j] * ys[position[t*top_k + j], :], f32 sums in j order,
+// one rounding. Four columns per thread (hidden % 4 == 0 on this path: hidden % 8 == 0).
+__global__ void CombineKernel(const __nv_bfloat16* ys, const int32_t* position, const float* topk_weights,
                               __nv_bfloat16* out, int num_tokens, int top_k, int hidden) {
-  const int64_t total = static_cast<int64_t>(num_tokens) * hidden;
+  const int quads = hidden / 4;
+  const int64_t total = static_cast<int64_t>(num_tokens) * quads;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / hidden, j = i - t * hidden;
-    float sum = 0.0f;
+    const int64_t t = i / quads, j = (i - t * quads) * 4;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int q = 0; q < top_k; ++q) {
       const int pos = position[t * top_k + q];
-      if (pos >= 0) sum += topk_weights[t * top_k + q] * ys[static_cast<int64_t>(pos) * hidden + j];
+      if (pos < 0) continue;
+      const float w = topk_weights[t * top_k + q];
+      const uint2 raw = *reinterpret_cast<const uint2*>(ys + static_cast<int64_t>(pos) * hidden + j);
+      const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+      const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+      sum.x += w * a.x; sum.y += w * a.y; sum.z += w * b.x; sum.w += w * b.y;
     }
-    out[i] = __float2bfloat16_rn(sum);
+    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + t * hidden + j);
+    o[0] = __floats2bfloat162_rn(sum.x, sum.y);
+    o[1] = __floats2bfloat162_rn(sum.z, sum.w);
   }
-}
-
-template <typename OutT>
-absl::Status LaunchGroupedGemm(const GroupedGemmArgs& g, int max_tiles, cudaStream_t s) {
-  const dim3 grid((g.n + kBN - 1) / kBN, max_tiles);
-  GroupedGemmKernel<OutT><<<grid, kThreads, kSmemBytes, s>>>(g);
-  return cuda::LaunchStatus("moe_experts grouped gemm");
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Mean rows per expert: what decides between the paths (a decode batch of T tokens gives each
+// expert about T * top_k / E rows).
+double MeanRowsPerExpert(const MoeExpertsParams& p) {
+  return static_cast<double>(p.num_tokens) * p.top_k / p.num_experts;
+}
+
+// The path kAuto takes, from mlaserve-moe-bench's sweep on H100 (docs/BENCHMARKS.md, "MoE
+// experts"): the stream kernels while experts have few rows (they read each touched expert's
+// weights once; at 12 rows per expert they still beat the grouped GEMMs), the Hopper grouped
+// GEMM beyond, the portable tiled GEMM off Hopper.
+MoeExpertsPath ChoosePath(const MoeExpertsParams& p) {
+  if (p.path != MoeExpertsPath::kAuto) return p.path;
+  if (p.num_tokens <= kMoeStreamMaxTokens || MeanRowsPerExpert(p) <= kMoeStreamMaxRowsPerExpert) {
+    return MoeExpertsPath::kStream;
+  }
+  return moe_cuda::Sm90Available() ? MoeExpertsPath::kSm90 : MoeExpertsPath::kTiled;
+}
+
+// Tile configuration of the kSm90 products (moe_gemm_sm90.cuh), from the same sweep: the
+// 128 x 256 cooperative tile once experts have hundreds of rows (V2-Lite prefill 4096: 1.09 ms
+// vs 1.32 for 128 x 128), ping-pong 64 x 256 below (V3 prefill 4096 at 128 rows per expert:
+// 9.57 ms vs 10.1).
+int ChooseSm90Variant(const MoeExpertsParams& p) {
+  constexpr double kLargeTileRows = 256;
+  return MeanRowsPerExpert(p) >= kLargeTileRows ? 1 : 3;
+}
+
 }  // namespace
+
+namespace moe_cuda {
+
+absl::Status LaunchSm90Grouped(int variant, const Sm90GroupedArgs& g, cudaStream_t s) {
+  switch (variant) {
+    case 0: return LaunchSm90GroupedV0(g, s);
+    case 1: return LaunchSm90GroupedV1(g, s);
+    case 2: return LaunchSm90GroupedV2(g, s);
+    case 3: return LaunchSm90GroupedV3(g, s);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("moe_experts: sm90_variant=", variant,
+                                                 " is outside [0, ", kSm90Variants, ")"));
+}
+
+size_t Sm90ArgsBlockBytes(int e) {
+  return std::max({Sm90ArgsBlockBytesV0(e), Sm90ArgsBlockBytesV1(e), Sm90ArgsBlockBytesV2(e),
+                   Sm90ArgsBlockBytesV3(e)});
+}
+
+size_t Sm90WorkspaceBytes(int e) {
+  return std::max({Sm90WorkspaceBytesV0(e), Sm90WorkspaceBytesV1(e), Sm90WorkspaceBytesV2(e),
+                   Sm90WorkspaceBytesV3(e)});
+}
+
+}  // namespace moe_cuda
+
+size_t MoeExpertsCudaWorkspaceBytes(const MoeExpertsParams& p) {
+  constexpr size_t kAlign = 256;
+  auto align = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  return align((static_cast<size_t>(p.num_experts) + 1) * sizeof(int32_t)) +
+         align(moe_cuda::Sm90ArgsBlockBytes(p.num_experts)) +
+         align(moe_cuda::Sm90WorkspaceBytes(p.num_experts));
+}
 
 absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream) {
   if (p.dtype != DType::kBF16) {
@@ -311,19 +246,28 @@ absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream) {
     return absl::InvalidArgumentError(absl::StrCat("moe_experts: num_experts=", p.num_experts,
                                                    " exceeds the CUDA backend's ", kMaxExperts));
   }
-  if (!Aligned16(p.x) || !Aligned16(p.gate_up) || !Aligned16(p.down) || !Aligned16(p.workspace)) {
-    return absl::InvalidArgumentError("moe_experts: x, gate_up, down and workspace must be 16-byte aligned on CUDA");
+  if (!Aligned16(p.x) || !Aligned16(p.gate_up) || !Aligned16(p.down) || !Aligned16(p.workspace) ||
+      !Aligned16(p.out)) {
+    return absl::InvalidArgumentError("moe_experts: x, gate_up, down, out and workspace must be 16-byte aligned on CUDA");
+  }
+  const MoeExpertsPath path = ChoosePath(p);
+  if (path == MoeExpertsPath::kSm90 && !moe_cuda::Sm90Available()) {
+    return absl::InvalidArgumentError("moe_experts: path=sm90 needs a Hopper (sm_90) GPU");
   }
   const int num_assign = p.num_tokens * p.top_k;
   const int64_t H = p.hidden, I = p.inter;
   char* cursor = static_cast<char*>(p.workspace);  // same carving order as MoeExpertsWorkspaceBytes
   auto* sorted = reinterpret_cast<int32_t*>(Carve(cursor, num_assign * sizeof(int32_t)));
   auto* offsets = reinterpret_cast<int32_t*>(Carve(cursor, (p.num_experts + 1) * sizeof(int32_t)));
-  Carve(cursor, static_cast<size_t>(num_assign) * H * 2);  // x gathered: unused (gathered in the GEMM)
+  auto* xg = reinterpret_cast<__nv_bfloat16*>(Carve(cursor, static_cast<size_t>(num_assign) * H * 2));
   auto* hs = reinterpret_cast<__nv_bfloat16*>(Carve(cursor, static_cast<size_t>(num_assign) * 2 * I * 2));
-  auto* ys = reinterpret_cast<float*>(Carve(cursor, static_cast<size_t>(num_assign) * H * sizeof(float)));
+  // The layout reserves f32 rows here (the CPU backend's); the CUDA paths write bf16 rows.
+  auto* ys = reinterpret_cast<__nv_bfloat16*>(Carve(cursor, static_cast<size_t>(num_assign) * H * sizeof(float)));
   auto* tile_offsets = reinterpret_cast<int32_t*>(Carve(cursor, (p.num_experts + 1) * sizeof(int32_t)));
   auto* position = reinterpret_cast<int32_t*>(Carve(cursor, num_assign * sizeof(int32_t)));
+  auto* active = reinterpret_cast<int32_t*>(Carve(cursor, (p.num_experts + 1) * sizeof(int32_t)));
+  void* sm90_args = Carve(cursor, moe_cuda::Sm90ArgsBlockBytes(p.num_experts));
+  void* sm90_ws = Carve(cursor, moe_cuda::Sm90WorkspaceBytes(p.num_experts));
 
   auto s = static_cast<cudaStream_t>(stream);
   // Per-(warp, expert) counts plus per-expert bases: up to 132 KiB at kMaxExperts experts.
@@ -335,44 +279,79 @@ absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream) {
         "moe_experts sort: raising the shared-memory limit"));
   }
   SortKernel<<<1, kSortThreads, sort_smem, s>>>(p.topk_ids, num_assign, p.num_experts, sorted,
-                                                offsets, tile_offsets, position);
+                                                offsets, tile_offsets, position, active);
   RETURN_IF_ERROR(cuda::LaunchStatus("moe_experts sort"));
-  const int max_tiles = (num_assign + kBM - 1) / kBM + std::min(p.num_experts, num_assign);
 
-  GroupedGemmArgs up{};
-  up.a = static_cast<const __nv_bfloat16*>(p.x);
-  up.lda = H;
-  up.sorted = sorted;
-  up.top_k = p.top_k;
-  up.w = static_cast<const __nv_bfloat16*>(p.gate_up);
-  up.w_expert_stride = 2 * I * H;
-  up.n = static_cast<int>(2 * I);
-  up.k = static_cast<int>(H);
-  up.c = hs;
-  up.ldc = 2 * I;
-  up.offsets = offsets;
-  up.tile_offsets = tile_offsets;
-  up.num_experts = p.num_experts;
-  RETURN_IF_ERROR(LaunchGroupedGemm<__nv_bfloat16>(up, max_tiles, s));
+  const auto* x = static_cast<const __nv_bfloat16*>(p.x);
+  const auto* gate_up = static_cast<const __nv_bfloat16*>(p.gate_up);
+  const auto* down = static_cast<const __nv_bfloat16*>(p.down);
+  switch (path) {
+    case MoeExpertsPath::kStream: {
+      moe_cuda::StreamArgs a{};
+      a.x = x; a.sorted = sorted; a.offsets = offsets; a.active = active;
+      a.top_k = p.top_k; a.hidden = p.hidden; a.inter = p.inter; a.num_experts = p.num_experts;
+      a.max_active = std::min(p.num_experts, num_assign);
+      a.gate_up = gate_up; a.down = down;
+      a.act = hs;  // [A, inter], compact
+      a.ys = ys;
+      RETURN_IF_ERROR(moe_cuda::LaunchStreamExperts(a, s));
+      break;
+    }
+    case MoeExpertsPath::kSm90: {
+      const int chunks = static_cast<int>(H / cuda::kBf16PerChunk);
+      GatherRowsKernel<<<cuda::GridFor(static_cast<int64_t>(num_assign) * chunks, kEltThreads), kEltThreads, 0, s>>>(
+          reinterpret_cast<const uint4*>(x), sorted, offsets, p.num_experts, p.top_k, chunks,
+          reinterpret_cast<uint4*>(xg));
+      RETURN_IF_ERROR(cuda::LaunchStatus("moe_experts gather"));
+      const int variant = p.sm90_variant >= 0 ? p.sm90_variant : ChooseSm90Variant(p);
+      moe_cuda::Sm90GroupedArgs up{xg, H, gate_up, hs, 2 * I, static_cast<int>(2 * I), static_cast<int>(H),
+                                   p.num_experts, offsets, sm90_args, sm90_ws};
+      RETURN_IF_ERROR(moe_cuda::LaunchSm90Grouped(variant, up, s));
+      SiluMulInPlaceKernel<<<cuda::GridFor(static_cast<int64_t>(num_assign) * I / 8, kEltThreads), kEltThreads, 0, s>>>(
+          hs, offsets, p.num_experts, static_cast<int>(I));
+      RETURN_IF_ERROR(cuda::LaunchStatus("moe_experts silu_and_mul"));
+      moe_cuda::Sm90GroupedArgs dn{hs, 2 * I, down, ys, H, static_cast<int>(H), static_cast<int>(I),
+                                   p.num_experts, offsets, sm90_args, sm90_ws};
+      RETURN_IF_ERROR(moe_cuda::LaunchSm90Grouped(variant, dn, s));
+      break;
+    }
+    case MoeExpertsPath::kTiled:
+    case MoeExpertsPath::kAuto: {
+      const int max_tiles = (num_assign + kTiledRows - 1) / kTiledRows + std::min(p.num_experts, num_assign);
+      moe_cuda::GroupedGemmArgs up{};
+      up.a = x;
+      up.lda = H;
+      up.sorted = sorted;
+      up.top_k = p.top_k;
+      up.w = gate_up;
+      up.w_expert_stride = 2 * I * H;
+      up.n = static_cast<int>(2 * I);
+      up.k = static_cast<int>(H);
+      up.c = hs;
+      up.ldc = 2 * I;
+      up.offsets = offsets;
+      up.tile_offsets = tile_offsets;
+      up.num_experts = p.num_experts;
+      RETURN_IF_ERROR(moe_cuda::LaunchTiledGemm(up, max_tiles, s));
+      SiluMulInPlaceKernel<<<cuda::GridFor(static_cast<int64_t>(num_assign) * I / 8, kEltThreads), kEltThreads, 0, s>>>(
+          hs, offsets, p.num_experts, static_cast<int>(I));
+      RETURN_IF_ERROR(cuda::LaunchStatus("moe_experts silu_and_mul"));
+      moe_cuda::GroupedGemmArgs dn = up;
+      dn.a = hs;
+      dn.lda = 2 * I;
+      dn.sorted = nullptr;
+      dn.w = down;
+      dn.w_expert_stride = H * I;
+      dn.n = static_cast<int>(H);
+      dn.k = static_cast<int>(I);
+      dn.c = ys;
+      dn.ldc = H;
+      RETURN_IF_ERROR(moe_cuda::LaunchTiledGemm(dn, max_tiles, s));
+      break;
+    }
+  }
 
-  constexpr int kEltThreads = 256;
-  SiluMulInPlaceKernel<<<cuda::GridFor(static_cast<int64_t>(num_assign) * I, kEltThreads), kEltThreads, 0, s>>>(
-      hs, offsets, p.num_experts, static_cast<int>(I));
-  RETURN_IF_ERROR(cuda::LaunchStatus("moe_experts silu_and_mul"));
-
-  GroupedGemmArgs dn = up;
-  dn.a = hs;
-  dn.lda = 2 * I;
-  dn.sorted = nullptr;
-  dn.w = static_cast<const __nv_bfloat16*>(p.down);
-  dn.w_expert_stride = H * I;
-  dn.n = static_cast<int>(H);
-  dn.k = static_cast<int>(I);
-  dn.c = ys;
-  dn.ldc = H;
-  RETURN_IF_ERROR(LaunchGroupedGemm<float>(dn, max_tiles, s));
-
-  CombineKernel<<<cuda::GridFor(static_cast<int64_t>(p.num_tokens) * H, kEltThreads), kEltThreads, 0, s>>>(
+  CombineKernel<<<cuda::GridFor(static_cast<int64_t>(p.num_tokens) * (H / 4), kEltThreads), kEltThreads, 0, s>>>(
       ys, position, p.topk_weights, static_cast<__nv_bfloat16*>(p.out), p.num_tokens, p.top_k,
       static_cast<int>(H));
   return cuda::LaunchStatus("moe_experts combine");

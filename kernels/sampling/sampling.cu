@@ -16,7 +16,10 @@
 // refuses bad ones, callers validate them once per request.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include <cub/block/block_scan.cuh>
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +58,11 @@ struct Layout {
   size_t temp_bytes;
 };
 
+// Small batches sort row by row with the device-wide radix sort: the segmented sort gives each
+// segment one block, so one row of a 100k-token vocabulary took ~1 ms; a device-wide sort of it
+// takes tens of microseconds. Both are stable, so the order (and the token drawn) is the same.
+constexpr int kRowSortMaxBatch = 16;
+
 size_t SortTempBytes(int batch, int vocab) {
   size_t bytes = 0;
   cub::DoubleBuffer<float> keys(nullptr, nullptr);
@@ -62,7 +70,9 @@ size_t SortTempBytes(int batch, int vocab) {
   cub::DeviceSegmentedRadixSort::SortPairsDescending(
       nullptr, bytes, keys, vals, static_cast<int64_t>(batch) * vocab, batch,
       static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr));
-  return bytes;
+  size_t row_bytes = 0;
+  cub::DeviceRadixSort::SortPairsDescending(nullptr, row_bytes, keys, vals, vocab);
+  return std::max(bytes, row_bytes);
 }
 
 Layout Carve(void* workspace, int batch, int vocab) {
@@ -78,15 +88,18 @@ Layout Carve(void* workspace, int batch, int vocab) {
   return l;
 }
 
+// fill_all: also fill greedy rows (the row-by-row sort sorts every row; SelectKernel ignores a
+// greedy row's sorted keys).
 __global__ void PrepareKernel(const float* logits, const float* temperature, int batch, int vocab,
-                              float* keys, int32_t* ids, int32_t* seg_begin, int32_t* seg_end) {
+                              float* keys, int32_t* ids, int32_t* seg_begin, int32_t* seg_end,
+                              bool fill_all) {
   const int b = blockIdx.y;
   const bool greedy = temperature[b] == 0.0f;
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     seg_begin[b] = b * vocab;
     seg_end[b] = greedy ? b * vocab : (b + 1) * vocab;
   }
-  if (greedy) return;
+  if (greedy && !fill_all) return;
   const int64_t base = static_cast<int64_t>(b) * vocab;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) {
     keys[base + i] = logits[base + i];
@@ -243,18 +256,44 @@ absl::Status SampleCuda(const SamplingParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   Layout l = Carve(p.workspace, p.batch, p.vocab);
   const dim3 prep_grid(std::min((p.vocab + 255) / 256, 64), p.batch);
+  const bool by_row = p.batch <= kRowSortMaxBatch;
   PrepareKernel<<<prep_grid, 256, 0, s>>>(p.logits, p.temperature, p.batch, p.vocab, l.keys[0],
-                                          l.ids[0], l.seg_begin, l.seg_end);
+                                          l.ids[0], l.seg_begin, l.seg_end, by_row);
   RETURN_IF_ERROR(cuda::LaunchStatus("sampling prepare"));
-  cub::DoubleBuffer<float> keys(l.keys[0], l.keys[1]);
-  cub::DoubleBuffer<int32_t> vals(l.ids[0], l.ids[1]);
-  size_t temp_bytes = l.temp_bytes;
-  RETURN_IF_ERROR(cuda::CudaStatus(
-      cub::DeviceSegmentedRadixSort::SortPairsDescending(
-          l.temp, temp_bytes, keys, vals, static_cast<int64_t>(p.batch) * p.vocab, p.batch,
-          l.seg_begin, l.seg_end, 0, 32, s),
-      "sampling: segmented radix sort"));
-  SelectKernel<<<p.batch, kSelectThreads, 0, s>>>(p, keys.Current(), vals.Current());
+  const float* sorted_keys = nullptr;
+  const int32_t* sorted_ids = nullptr;
+  if (by_row) {
+    // Every row takes the same number of passes (same length and bit range), so they all end
+    // in the same half of the double buffer.
+    int selector = -1;
+    for (int b = 0; b < p.batch; ++b) {
+      const size_t off = static_cast<size_t>(b) * p.vocab;
+      cub::DoubleBuffer<float> keys(l.keys[0] + off, l.keys[1] + off);
+      cub::DoubleBuffer<int32_t> vals(l.ids[0] + off, l.ids[1] + off);
+      size_t temp_bytes = l.temp_bytes;
+      RETURN_IF_ERROR(cuda::CudaStatus(
+          cub::DeviceRadixSort::SortPairsDescending(l.temp, temp_bytes, keys, vals, p.vocab, 0, 32, s),
+          "sampling: radix sort of a row"));
+      if (selector >= 0 && keys.selector != selector) {
+        return absl::InternalError("sampling: rows sorted into different buffers");
+      }
+      selector = keys.selector;
+    }
+    sorted_keys = l.keys[selector];
+    sorted_ids = l.ids[selector];
+  } else {
+    cub::DoubleBuffer<float> keys(l.keys[0], l.keys[1]);
+    cub::DoubleBuffer<int32_t> vals(l.ids[0], l.ids[1]);
+    size_t temp_bytes = l.temp_bytes;
+    RETURN_IF_ERROR(cuda::CudaStatus(
+        cub::DeviceSegmentedRadixSort::SortPairsDescending(
+            l.temp, temp_bytes, keys, vals, static_cast<int64_t>(p.batch) * p.vocab, p.batch,
+            l.seg_begin, l.seg_end, 0, 32, s),
+        "sampling: segmented radix sort"));
+    sorted_keys = keys.Current();
+    sorted_ids = vals.Current();
+  }
+  SelectKernel<<<p.batch, kSelectThreads, 0, s>>>(p, sorted_keys, sorted_ids);
   return cuda::LaunchStatus("sampling select");
 }
 

@@ -9,6 +9,7 @@
 #include <nccl.h>
 
 #include "absl/strings/str_cat.h"
+#include "parallel/nccl_common.h"
 
 namespace mlaserve::kvtransfer::nccl {
 namespace {
@@ -18,12 +19,9 @@ absl::Status CudaStatus(cudaError_t err, const char* what) {
   return absl::InternalError(absl::StrCat("nccl transport: ", what, ": ", cudaGetErrorString(err)));
 }
 
+// Status mapping shared with the worker's collectives (parallel/nccl_common.h).
 absl::Status NcclStatus(ncclResult_t r, const char* what) {
-  if (r == ncclSuccess || r == ncclInProgress) return absl::OkStatus();
-  // A remote or system error is the peer's problem, not ours: callers may retry elsewhere.
-  const bool remote = r == ncclRemoteError || r == ncclSystemError;
-  const std::string msg = absl::StrCat("nccl transport: ", what, ": ", ncclGetErrorString(r));
-  return remote ? absl::UnavailableError(msg) : absl::InternalError(msg);
+  return parallel::NcclStatus(r, "nccl transport", what);
 }
 
 class NcclCommunicator final : public Communicator {
@@ -136,41 +134,15 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-absl::StatusOr<CommId> NewNcclCommId() {
-  ncclUniqueId id;
-  if (auto s = NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"); !s.ok()) return s;
-  return CommId(reinterpret_cast<const char*>(&id), sizeof(id));
-}
+absl::StatusOr<CommId> NewNcclCommId() { return parallel::NewNcclUniqueId(); }
 
 CommunicatorFactory NcclCommunicatorFactory(int device, absl::Duration enqueue_timeout) {
   return [device, enqueue_timeout](const CommId& id, int rank,
                   absl::Time deadline) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-    ncclUniqueId uid;
-    if (id.size() != sizeof(uid)) {
-      return absl::InvalidArgumentError(absl::StrCat("nccl transport: communicator id of ",
-                                                     id.size(), " bytes; NCCL's has ",
-                                                     sizeof(uid)));
-    }
-    std::memcpy(&uid, id.data(), sizeof(uid));
-    if (auto s = CudaStatus(cudaSetDevice(device), "cudaSetDevice"); !s.ok()) return s;
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    ncclComm_t comm = nullptr;
-    ncclResult_t r = ncclCommInitRankConfig(&comm, 2, uid, rank, &config);
-    while (r == ncclInProgress) {
-      if (absl::Now() > deadline) {
-        ncclCommAbort(comm);
-        return absl::DeadlineExceededError(
-            absl::StrCat("nccl transport: the peer did not join the communicator (rank ", rank,
-                         ") by the deadline"));
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-      ncclCommGetAsyncError(comm, &r);
-    }
-    if (r != ncclSuccess) {
-      if (comm != nullptr) ncclCommAbort(comm);
-      return NcclStatus(r, "ncclCommInitRankConfig");
-    }
+    absl::StatusOr<ncclComm_t> joined =
+        parallel::InitNcclComm(id, 2, rank, device, deadline, "nccl transport");
+    if (!joined.ok()) return joined.status();
+    ncclComm_t comm = *joined;
     cudaStream_t stream = nullptr;
     if (auto s = CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
         !s.ok()) {
@@ -182,10 +154,6 @@ CommunicatorFactory NcclCommunicatorFactory(int device, absl::Duration enqueue_t
   };
 }
 
-std::string NcclVersionString() {
-  int v = 0;
-  ncclGetVersion(&v);
-  return absl::StrCat(v / 10000, ".", (v / 100) % 100, ".", v % 100);
-}
+std::string NcclVersionString() { return parallel::NcclVersionString(); }
 
 }  // namespace mlaserve::kvtransfer::nccl

@@ -90,8 +90,10 @@ class SchemaTest(unittest.TestCase):
         self.assertRejected({"decode": {"replica": 4}}, "'replica' was unexpected")
         self.assertRejected({"prefil": {}}, "'prefil' was unexpected")
 
-    def test_more_than_one_gpu_per_worker_rejected(self):
-        self.assertRejected({"prefill": {"gpus": 2}}, "2 is greater than the maximum of 1")
+    def test_gpus_per_worker_bounded_and_layouts_named(self):
+        self.assertRejected({"prefill": {"gpus": 65}}, "65 is greater than the maximum of 64")
+        self.assertRejected({"decode": {"moeParallel": "pipeline"}}, "'pipeline' is not one of")
+        self.assertEqual(self.errors(deep_merge(defaults(), {"decode": {"gpus": 8}})), [])
 
     def test_pdb_takes_one_bound(self):
         self.assertRejected({"decode": {"pdb": {"minAvailable": 1}}}, "should not be valid")
@@ -151,6 +153,16 @@ class RenderTest(unittest.TestCase):
                 self.assertEqual(res["requests"]["nvidia.com/gpu"], 1)
             router_res = container(find(objs, "Deployment", "router"))["resources"]
             self.assertNotIn("nvidia.com/gpu", router_res.get("limits", {}))
+
+    def test_multi_gpu_worker_gets_the_layout_flags(self):
+        objs = render(extra_values={"decode": {"gpus": 8, "moeParallel": "tensor"}})
+        c = container(find(objs, "Deployment", "decode"))
+        self.assertEqual(c["resources"]["limits"]["nvidia.com/gpu"], 8)
+        flags = flag_values(c["args"])
+        self.assertEqual(flags["--tp-size"], "8")
+        self.assertEqual(flags["--attention-parallel"], "tensor")
+        self.assertEqual(flags["--moe-parallel"], "tensor")
+        self.assertNotIn("--tp-size", flag_values(container(find(objs, "Deployment", "prefill"))["args"]))
 
     def test_probes_check_health_on_the_serving_port(self):
         for label, objs, _, _ in self.each():

@@ -73,6 +73,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
       argv.push_back("--local-prefill-threshold");
       argv.push_back(absl::StrCat(o.local_prefill_threshold));
       for (const auto& f : o.extra_decode_flags) argv.push_back(f);
+    } else {
+      for (const auto& f : o.extra_prefill_flags) argv.push_back(f);
     }
     if (o.self_register) {
       argv.push_back("--router");

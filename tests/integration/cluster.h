@@ -32,6 +32,7 @@ struct ClusterOptions {
   // Not empty: the router requires this admin token (--admin-token-file, written to the
   // cluster's directory as admin-token) and admin() sends it.
   std::string admin_token;
+  std::vector<std::string> extra_prefill_flags;
 };
 
 class Cluster {

@@ -75,6 +75,33 @@ TEST_P(ServingTest, DisaggregatedTokensEqualSingleProcessGreedyAndSeeded) {
   EXPECT_TRUE((*cluster)->WaitAllPagesFree(kFreeTimeout).ok());
 }
 
+// Multi-GPU workers (docs/parallel.md) on the CPU backend, ranks on threads: a prefill worker
+// with 2 tensor-parallel ranks (experts split) feeds a decode worker with 4 (each expert
+// split; 1 rank for a model of fewer than 4 heads); the tokens equal the single-process
+// engine's.
+TEST_P(ServingTest, PrefillAndDecodeInDifferentParallelLayouts) {
+  std::ifstream config(GetParam() + "/config.json");
+  const int heads = nlohmann::json::parse(config).at("num_attention_heads").get<int>();
+  ClusterOptions o;
+  o.model_dir = GetParam();
+  o.extra_prefill_flags = {"--tp-size", "2", "--moe-parallel", "expert"};
+  o.extra_decode_flags = {"--tp-size", heads % 4 == 0 ? "4" : "1", "--moe-parallel", "tensor"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::vector<int32_t> prompt = Prompt(40, 5);
+  v1::GenerateRequest req = IdsRequest(prompt, 16);
+  req.mutable_sampling()->set_temperature(0);
+  GenerateResult r = RunGenerate((*cluster)->generation(), req, kRequestTimeout);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message() << "\nrouter log:\n"
+                             << (*cluster)->router().LogTail();
+  ASSERT_TRUE(r.complete.has_value());
+  EXPECT_FALSE(r.complete->local_prefill());
+  auto ref = ReferenceTokens(GetParam(), prompt, 16, 0.0f, std::nullopt);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_EQ(r.ids, *ref);
+  EXPECT_TRUE((*cluster)->WaitAllPagesFree(kFreeTimeout).ok());
+}
+
 TEST_P(ServingTest, LocalPrefillGivesTheSameTokens) {
   ClusterOptions o;
   o.model_dir = GetParam();

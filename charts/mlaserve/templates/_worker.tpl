@@ -103,6 +103,14 @@ spec:
             - {{ $w.kvTransport | quote }}
             - --kv-cache-dtype
             - {{ $w.kvCacheDtype | quote }}
+            {{- if gt (int $w.gpus) 1 }}
+            - --tp-size
+            - {{ int $w.gpus | quote }}
+            - --attention-parallel
+            - {{ $w.attentionParallel | default "tensor" | quote }}
+            - --moe-parallel
+            - {{ $w.moeParallel | default "expert" | quote }}
+            {{- end }}
             {{- if $root.Values.profiles.enabled }}
             - --profiles-dir
             - {{ $root.Values.profiles.mountPath | quote }}

@@ -1,0 +1,184 @@
+// kStream path of the routed experts (moe_cuda.h): few tokens per expert, as in decode.
+//
+// With a handful of tokens per expert the products are matrix-vector work: the time is the
+// time to read the touched experts' weights once. So each block owns a slab of one active
+// expert's weight rows and streams it through a deep cp.async ring (kStages tiles of 64 K
+// columns in flight), while the expert's tokens (at most kTok per pass) ride along as the
+// narrow N side of m16n8k16 tensor-core products: weight rows are the M side (16 per warp),
+// tokens the N side (two n8 tiles). Nothing is padded to a 64-row token tile, and the grid is
+// (weight slabs) x (active experts), so only touched experts are read.
+//
+// gate_up: a block reads the gate rows [f0, f0+64) and the matching up rows [inter+f0, ...)
+//   of W_gate_up, so each thread holds gate and up of the same (feature, token) pairs and
+//   writes silu(gate) * up directly (the separate SiLU pass and the [A, 2*inter] buffer go).
+// down: a block reads 64 rows of W_down and writes bf16 rows for the combine.
+// An expert with more than kTok tokens is processed in passes of kTok (weights re-read from
+// L2); the dispatcher sends larger batches to the grouped GEMMs instead.
+#include <cuda_bf16.h>
+
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/moe/moe_cuda.h"
+
+namespace mlaserve::kernels::moe_cuda {
+namespace {
+
+using cuda::CpAsync16;
+using cuda::SwizzledOffset;
+
+constexpr int kTok = 16;   // tokens per pass: two n8 tiles
+constexpr int kBK = 64;    // K columns per stage
+constexpr int kChunksPerRow = kBK / cuda::kBf16PerChunk;
+constexpr int kRowsPerWarp = 16;
+
+template <bool kGateUp>
+struct StreamShape {
+  // 64 output features per block, 16 per warp; for gate_up each warp reads both the gate and
+  // the up rows of its features (128 weight rows per block), for down 64 rows.
+  static constexpr int kFeatures = 64;                         // outputs per block
+  static constexpr int kWRows = kGateUp ? 2 * kFeatures : kFeatures;
+  static constexpr int kWarps = kFeatures / kRowsPerWarp;      // 4
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kStages = kGateUp ? 6 : 10;
+  static constexpr int kWTileBytes = kWRows * kBK * 2;
+  static constexpr int kXTileBytes = kTok * kBK * 2;
+  static constexpr int kStageBytes = kWTileBytes + kXTileBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+  static constexpr int kWLoads = kWRows * kChunksPerRow / kThreads;
+  static_assert(kWRows * kChunksPerRow % kThreads == 0);
+  static_assert(kTok * kChunksPerRow <= kThreads);
+};
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
+    StreamExpertsKernel(const __grid_constant__ StreamArgs g) {
+  using S = StreamShape<kGateUp>;
+  const int slot = blockIdx.y;
+  if (slot >= g.active[g.num_experts]) return;
+  const int e = g.active[slot];
+  const int row_begin = g.offsets[e], row_end = g.offsets[e + 1];
+  const int f0 = blockIdx.x * S::kFeatures;
+  const int out_dim = kGateUp ? g.inter : g.hidden;  // features this product writes
+  const int K = kGateUp ? g.hidden : g.inter;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t smem_base = cuda::SmemAddress(smem);
+
+  // Weight rows this thread copies, fixed for the whole block.
+  const __nv_bfloat16* w_e = (kGateUp ? g.gate_up : g.down) + static_cast<int64_t>(e) * (kGateUp ? 2 : 1) * g.inter * g.hidden;
+  const __nv_bfloat16* w_src[S::kWLoads];
+  bool w_ok[S::kWLoads];
+#pragma unroll
+  for (int q = 0; q < S::kWLoads; ++q) {
+    const int c = tid + q * S::kThreads;
+    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    const int feature = f0 + row % S::kFeatures;
+    w_ok[q] = feature < out_dim;
+    const int64_t src_row = !w_ok[q] ? 0 : (kGateUp && row >= S::kFeatures ? g.inter + feature : feature);
+    w_src[q] = w_e + src_row * K + chunk * cuda::kBf16PerChunk;
+  }
+  const int k_tiles = (K + kBK - 1) / kBK;
+
+  for (int r0 = row_begin; r0 < row_end; r0 += kTok) {
+    // The token row this thread copies in this pass (threads past kTok * 8 chunks copy none).
+    const int xc = tid;
+    const int x_row = xc / kChunksPerRow, x_chunk = xc % kChunksPerRow;
+    const bool x_ok = xc < kTok * kChunksPerRow && r0 + x_row < row_end;
+    const __nv_bfloat16* x_src = nullptr;
+    if (x_ok) {
+      x_src = kGateUp ? g.x + static_cast<int64_t>(g.sorted[r0 + x_row] / g.top_k) * g.hidden
+                      : g.act + static_cast<int64_t>(r0 + x_row) * g.inter;
+      x_src += x_chunk * cuda::kBf16PerChunk;
+    }
+    auto load_stage = [&](int stage, int kt) {
+      const uint32_t w_base = smem_base + stage * S::kStageBytes;
+      const uint32_t x_base = w_base + S::kWTileBytes;
+#pragma unroll
+      for (int q = 0; q < S::kWLoads; ++q) {
+        const int c = tid + q * S::kThreads;
+        const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+        const bool in_k = kt * kBK + chunk * cuda::kBf16PerChunk < K;  // K % 8 == 0
+        CpAsync16(w_base + SwizzledOffset(row, chunk, kChunksPerRow), w_src[q] + kt * kBK, w_ok[q] && in_k);
+      }
+      if (xc < kTok * kChunksPerRow) {
+        const bool in_k = kt * kBK + x_chunk * cuda::kBf16PerChunk < K;
+        CpAsync16(x_base + SwizzledOffset(x_row, x_chunk, kChunksPerRow),
+                  x_ok ? x_src + kt * kBK : nullptr, x_ok && in_k);
+      }
+    };
+
+    float acc[2][2][4] = {};  // [gate, up (gate_up only)][token n8 tile][fragment]
+#pragma unroll
+    for (int s = 0; s < S::kStages - 1; ++s) {
+      if (s < k_tiles) load_stage(s, s);
+      cuda::CpAsyncCommit();
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      cuda::CpAsyncWait<S::kStages - 2>();
+      __syncthreads();
+      const int next = kt + S::kStages - 1;
+      if (next < k_tiles) load_stage(next % S::kStages, next);
+      cuda::CpAsyncCommit();
+      const uint32_t w_base = smem_base + (kt % S::kStages) * S::kStageBytes;
+      const uint32_t x_base = w_base + S::kWTileBytes;
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        uint32_t bx[4];  // tokens 0-7: bx[0..1], tokens 8-15: bx[2..3]
+        cuda::LdMatrixX4(x_base + SwizzledOffset((lane % 8) + 8 * (lane / 16), kk * 2 + (lane / 8) % 2, kChunksPerRow), bx);
+#pragma unroll
+        for (int half = 0; half < (kGateUp ? 2 : 1); ++half) {
+          uint32_t aw[4];
+          const int row = half * S::kFeatures + warp * kRowsPerWarp + (lane % 16);
+          cuda::LdMatrixX4(w_base + SwizzledOffset(row, kk * 2 + lane / 16, kChunksPerRow), aw);
+          cuda::MmaBf16(acc[half][0], aw, bx[0], bx[1]);
+          cuda::MmaBf16(acc[half][1], aw, bx[2], bx[3]);
+        }
+      }
+    }
+    cuda::CpAsyncWait<0>();
+    __syncthreads();  // the next pass refills stage 0 while slow warps may still read it
+
+    // Fragment (i): feature row lane/4 (+8 for i >= 2), token column 2*(lane%4) + (i & 1).
+#pragma unroll
+    for (int ni = 0; ni < 2; ++ni) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int feature = f0 + warp * kRowsPerWarp + lane / 4 + (i >= 2 ? 8 : 0);
+        const int r = r0 + ni * 8 + 2 * (lane % 4) + (i & 1);
+        if (feature >= out_dim || r >= row_end) continue;
+        if constexpr (kGateUp) {
+          const float gv = acc[0][ni][i], uv = acc[1][ni][i];
+          g.act[static_cast<int64_t>(r) * g.inter + feature] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+        } else {
+          g.ys[static_cast<int64_t>(r) * g.hidden + feature] = __float2bfloat16_rn(acc[0][ni][i]);
+        }
+      }
+    }
+  }
+}
+
+template <bool kGateUp>
+absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
+  using S = StreamShape<kGateUp>;
+  const int out_dim = kGateUp ? a.inter : a.hidden;
+  if (auto st = cuda::CudaStatus(cudaFuncSetAttribute(StreamExpertsKernel<kGateUp>,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      S::kSmemBytes),
+                                 "moe_experts stream: raising the shared-memory limit");
+      !st.ok()) {
+    return st;
+  }
+  const dim3 grid((out_dim + S::kFeatures - 1) / S::kFeatures, a.max_active);
+  StreamExpertsKernel<kGateUp><<<grid, S::kThreads, S::kSmemBytes, s>>>(a);
+  return cuda::LaunchStatus(kGateUp ? "moe_experts stream gate_up" : "moe_experts stream down");
+}
+
+}  // namespace
+
+absl::Status LaunchStreamExperts(const StreamArgs& a, cudaStream_t s) {
+  if (a.max_active == 0) return absl::OkStatus();
+  if (auto st = LaunchStream<true>(a, s); !st.ok()) return st;
+  return LaunchStream<false>(a, s);
+}
+
+}  // namespace mlaserve::kernels::moe_cuda

@@ -1,0 +1,364 @@
+// Every parallel layout against the single-rank engine on the HF fixtures: N = 2 and 4 ranks
+// in one process, one thread per rank, joined by the in-process fake collective
+// (parallel/fake_collective.h). Tensor-parallel attention runs every rank on the same batch
+// (chunked prefill through both attention forms, then greedy decode); data-parallel
+// attention runs a different prompt on every rank (different lengths, so the gathered MLP
+// rows are padded). The logits must equal the single-rank engine's within 1e-5 relative
+// error (only the order of the sums differs) and the greedy tokens must be equal.
+#include <functional>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/engine_test_util.h"
+#include "model/parallel_engine.h"
+#include "model/parallel_layout.h"
+#include "parallel/fake_collective.h"
+
+namespace mlaserve::model {
+namespace {
+
+using testing::Argmax;
+using testing::kFixtureRoot;
+using testing::PagesFor;
+using testing::RelError;
+
+constexpr double kTolerance = 1e-5;
+constexpr int kDecodeSteps = 6;
+constexpr int kPages = 64;
+
+struct Generation {
+  std::vector<std::vector<float>> logits;  // prefill's last row, then one per decode step
+  std::vector<int32_t> tokens;             // greedy
+};
+
+// Prefills `ids` in chunks of `chunk` (0: one chunk) and decodes greedily.
+absl::StatusOr<Generation> Generate(Engine& engine, const std::vector<int32_t>& ids, int chunk) {
+  const int total = static_cast<int>(ids.size()) + kDecodeSteps;
+  absl::StatusOr<std::vector<int32_t>> pages = engine.kv_pool().Allocate(PagesFor(total));
+  if (!pages.ok()) return pages.status();
+  Generation g;
+  std::vector<int32_t> seq = ids;
+  const int n = static_cast<int>(ids.size());
+  const int step = chunk > 0 ? chunk : n;
+  for (int begin = 0; begin < n; begin += step) {
+    SequenceChunk c;
+    c.tokens = std::span<const int32_t>(seq).subspan(begin, std::min(step, n - begin));
+    c.start_pos = begin;
+    c.pages = *pages;
+    absl::StatusOr<ForwardResult> r = engine.Forward({&c, 1});
+    if (!r.ok()) return r.status();
+    if (begin + step >= n) g.logits.push_back(r->logits);
+  }
+  for (int s = 0; s < kDecodeSteps; ++s) {
+    const int32_t next = Argmax(g.logits.back());
+    g.tokens.push_back(next);
+    seq.push_back(next);
+    SequenceChunk c;
+    c.tokens = std::span<const int32_t>(seq).subspan(seq.size() - 1, 1);
+    c.start_pos = static_cast<int>(seq.size()) - 1;
+    c.pages = *pages;
+    absl::StatusOr<ForwardResult> r = engine.Forward({&c, 1});
+    if (!r.ok()) return r.status();
+    g.logits.push_back(r->logits);
+  }
+  engine.kv_pool().Free(*pages);
+  return g;
+}
+
+// The N engines of one layout, each with its rank's communicator.
+struct Ranks {
+  std::vector<std::unique_ptr<parallel::Collective>> comms;
+  std::vector<std::unique_ptr<Engine>> engines;
+};
+
+absl::StatusOr<Ranks> MakeRanks(const std::string& dir, int n, AttentionParallel attention,
+                                MoeParallel moe) {
+  Ranks ranks;
+  absl::StatusOr<std::vector<std::unique_ptr<parallel::Collective>>> comms =
+      parallel::FakeCollectiveGroup::Create(n);
+  if (!comms.ok()) return comms.status();
+  ranks.comms = std::move(*comms);
+  for (int r = 0; r < n; ++r) {
+    EngineOptions o;
+    o.model_dir = dir;
+    o.num_kv_pages = kPages;
+    o.max_batch_tokens = 1024;
+    o.max_batch_seqs = 8;
+    o.parallel = ParallelOptions{n, r, attention, moe, ranks.comms[r].get()};
+    absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create(o);
+    if (!e.ok()) return e.status();
+    ranks.engines.push_back(std::move(*e));
+  }
+  return ranks;
+}
+
+// body(rank) on one thread per rank; a rank that fails aborts the group so the others return.
+std::vector<absl::Status> OnRanks(Ranks& ranks, const std::function<absl::Status(int)>& body) {
+  const int n = static_cast<int>(ranks.engines.size());
+  std::vector<absl::Status> status(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      status[r] = body(r);
+      if (!status[r].ok()) ranks.comms[r]->Abort();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return status;
+}
+
+void ExpectSameGeneration(const Generation& got, const Generation& want, const std::string& what) {
+  ASSERT_EQ(got.logits.size(), want.logits.size()) << what;
+  for (size_t s = 0; s < want.logits.size(); ++s) {
+    EXPECT_LT(RelError(got.logits[s], want.logits[s]), kTolerance) << what << " step " << s;
+  }
+  EXPECT_EQ(got.tokens, want.tokens) << what;
+}
+
+struct Fixture {
+  std::string dir;
+  testing::Reference ref;
+  std::unique_ptr<Engine> single;
+};
+
+Fixture LoadFixture(const std::string& name) {
+  Fixture f;
+  f.dir = std::string(kFixtureRoot) + "/" + name;
+  EXPECT_TRUE(testing::LoadReference(f.dir, &f.ref));
+  f.single = testing::MakeEngine(f.dir, kPages);
+  return f;
+}
+
+// (fixture, ranks, attention, moe)
+using LayoutCase = std::tuple<std::string, int, AttentionParallel, MoeParallel>;
+
+std::string CaseName(const ::testing::TestParamInfo<LayoutCase>& info) {
+  const auto& [fixture, n, attention, moe] = info.param;
+  return fixture + "_tp" + std::to_string(n) + "_attn_" + AttentionParallelName(attention) +
+         "_moe_" + MoeParallelName(moe);
+}
+
+class ParallelLayoutTest : public ::testing::TestWithParam<LayoutCase> {};
+
+TEST_P(ParallelLayoutTest, EqualsTheSingleRankEngine) {
+  const auto& [fixture, n, attention, moe] = GetParam();
+  Fixture f = LoadFixture(fixture);
+  ASSERT_NE(f.single, nullptr);
+  absl::StatusOr<Ranks> ranks = MakeRanks(f.dir, n, attention, moe);
+  ASSERT_TRUE(ranks.ok()) << ranks.status();
+  const std::vector<testing::ReferencePrompt>& prompts = f.ref.prompts;
+  ASSERT_GE(prompts.size(), 4u);
+
+  if (attention == AttentionParallel::kTensor) {
+    // The same prompt on every rank: one-shot (MHA) and chunked by 7 (MLA over the prefix;
+    // V3.2's sparse path once a sequence passes index_topk).
+    for (const int chunk : {0, 7}) {
+      for (const size_t p : {size_t{1}, size_t{3}}) {
+        const std::string what = prompts[p].name + " chunk " + std::to_string(chunk);
+        absl::StatusOr<Generation> want = Generate(*f.single, prompts[p].ids, chunk);
+        ASSERT_TRUE(want.ok()) << want.status();
+        std::vector<Generation> got(n);
+        auto st = OnRanks(*ranks, [&](int r) -> absl::Status {
+          absl::StatusOr<Generation> g = Generate(*ranks->engines[r], prompts[p].ids, chunk);
+          if (!g.ok()) return g.status();
+          got[r] = *std::move(g);
+          return absl::OkStatus();
+        });
+        for (int r = 0; r < n; ++r) {
+          ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+          ExpectSameGeneration(got[r], *want, what + " rank " + std::to_string(r));
+        }
+      }
+    }
+    return;
+  }
+  // Data-parallel attention: rank r runs prompt r % P (lengths 1 .. 300), one-shot.
+  std::vector<Generation> want(n), got(n);
+  for (int r = 0; r < n; ++r) {
+    absl::StatusOr<Generation> w = Generate(*f.single, prompts[r % prompts.size()].ids, 0);
+    ASSERT_TRUE(w.ok()) << w.status();
+    want[r] = *std::move(w);
+  }
+  auto st = OnRanks(*ranks, [&](int r) -> absl::Status {
+    absl::StatusOr<Generation> g = Generate(*ranks->engines[r], prompts[r % prompts.size()].ids, 0);
+    if (!g.ok()) return g.status();
+    got[r] = *std::move(g);
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
+    ExpectSameGeneration(got[r], want[r], prompts[r % prompts.size()].name + " on rank " + std::to_string(r));
+  }
+}
+
+std::vector<LayoutCase> Cases() {
+  std::vector<LayoutCase> cases;
+  for (const char* fixture : {"deepseek_v2", "deepseek_v3", "deepseek_v32"}) {
+    for (const int n : {2, 4}) {
+      for (const AttentionParallel a : {AttentionParallel::kTensor, AttentionParallel::kData}) {
+        for (const MoeParallel m : {MoeParallel::kExpert, MoeParallel::kTensor}) {
+          cases.emplace_back(fixture, n, a, m);
+        }
+      }
+    }
+  }
+  // V2 with group-limited routing has 2 heads: tensor attention on 2 ranks, data on 4.
+  cases.emplace_back("deepseek_v2_glg", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
+  cases.emplace_back("deepseek_v2_glg", 4, AttentionParallel::kData, MoeParallel::kTensor);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelLayoutTest, ::testing::ValuesIn(Cases()), CaseName);
+
+// fp8 block-scaled weights loaded shard by shard equal the single-rank engine on the same
+// checkpoint.
+TEST(ParallelWeights, Fp8CheckpointShardByShard) {
+  const std::string dir = std::string(kFixtureRoot) + "/deepseek_v3_fp8/model-fp8";
+  auto single = testing::MakeEngine(dir, kPages);
+  ASSERT_NE(single, nullptr);
+  const std::vector<int32_t> ids = {5, 77, 300, 12, 9, 401, 250, 3, 64, 128, 17};
+  absl::StatusOr<Generation> want = Generate(*single, ids, 4);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const MoeParallel m : {MoeParallel::kExpert, MoeParallel::kTensor}) {
+    absl::StatusOr<Ranks> ranks = MakeRanks(dir, 2, AttentionParallel::kTensor, m);
+    ASSERT_TRUE(ranks.ok()) << ranks.status();
+    std::vector<Generation> got(2);
+    auto st = OnRanks(*ranks, [&](int r) -> absl::Status {
+      absl::StatusOr<Generation> g = Generate(*ranks->engines[r], ids, 4);
+      if (!g.ok()) return g.status();
+      got[r] = *std::move(g);
+      return absl::OkStatus();
+    });
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(st[r].ok()) << st[r];
+      ExpectSameGeneration(got[r], *want, std::string("fp8 moe ") + MoeParallelName(m));
+    }
+  }
+}
+
+// The worker's engine: Engine::Create with --tp-size N makes the ranks, their threads and
+// communicators itself. It generates what the single-rank engine generates; pages written
+// into its pool (a KV import) reach every rank, so a prompt prefilled by the single-rank
+// engine (another layout) decodes on it with the single-rank engine's logits; a bad batch is
+// refused without breaking the ranks.
+TEST(ParallelEngineTest, ServesLikeTheSingleRankEngineAndImportsKvFromAnotherLayout) {
+  Fixture f = LoadFixture("deepseek_v3");
+  ASSERT_NE(f.single, nullptr);
+  const std::vector<int32_t>& ids = f.ref.prompts[3].ids;
+  absl::StatusOr<Generation> want = Generate(*f.single, ids, 0);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const int n : {2, 4}) {
+    EngineOptions o;
+    o.model_dir = f.dir;
+    o.num_kv_pages = kPages;
+    o.max_batch_tokens = 1024;
+    o.max_batch_seqs = 8;
+    o.parallel.size = n;
+    absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create(o);
+    ASSERT_TRUE(e.ok()) << e.status();
+    auto* pe = dynamic_cast<ParallelEngine*>(e->get());
+    ASSERT_NE(pe, nullptr);
+    EXPECT_EQ(pe->layout().Describe(), "tp=" + std::to_string(n) + " attention=tensor moe=expert");
+    absl::StatusOr<Generation> got = Generate(**e, ids, 16);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectSameGeneration(*got, *want, "ParallelEngine tp=" + std::to_string(n));
+
+    // Prefill on the single-rank engine, ship its pages, decode here.
+    const int len = static_cast<int>(ids.size());
+    auto src_pages = f.single->kv_pool().Allocate(PagesFor(len + 1));
+    auto dst_pages = (*e)->kv_pool().Allocate(PagesFor(len + 1));
+    ASSERT_TRUE(src_pages.ok() && dst_pages.ok());
+    SequenceChunk c;
+    c.tokens = ids;
+    c.pages = *src_pages;
+    ASSERT_TRUE(f.single->Forward({&c, 1}).ok());
+    std::vector<uint8_t> page((*e)->kv_pool().layer_page_bytes());
+    for (int l = 0; l < f.single->config().num_hidden_layers; ++l) {
+      for (size_t i = 0; i < src_pages->size(); ++i) {
+        ASSERT_TRUE(f.single->kv_pool().ReadPage(l, (*src_pages)[i], page.data()).ok());
+        ASSERT_TRUE((*e)->kv_pool().WritePage(l, (*dst_pages)[i], page.data()).ok());
+      }
+    }
+    const std::vector<int32_t> next = {want->tokens[0]};
+    SequenceChunk d;
+    d.tokens = next;
+    d.start_pos = len;
+    d.pages = *dst_pages;
+    absl::StatusOr<ForwardResult> r = (*e)->Forward({&d, 1});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_LT(RelError(r->logits, want->logits[1]), kTolerance);
+    f.single->kv_pool().Free(*src_pages);
+
+    // A bad batch is the caller's error; the ranks step on afterwards.
+    const std::vector<int32_t> bad = {f.single->config().vocab_size};
+    SequenceChunk b;
+    b.tokens = bad;
+    b.pages = *dst_pages;
+    absl::StatusOr<ForwardResult> refused = (*e)->Forward({&b, 1});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    EXPECT_TRUE((*e)->Forward({&d, 1}).ok());
+    // A failing layer callback (the decode peer went away) fails this Forward only.
+    absl::StatusOr<ForwardResult> cb = (*e)->Forward({&d, 1}, AttentionPath::kAuto, [](int layer) {
+      return layer == 1 ? absl::UnavailableError("peer gone") : absl::OkStatus();
+    });
+    EXPECT_EQ(cb.status().code(), absl::StatusCode::kUnavailable) << cb.status();
+    EXPECT_TRUE((*e)->Forward({&d, 1}).ok());
+    (*e)->kv_pool().Free(*dst_pages);
+  }
+  EngineOptions dp;
+  dp.model_dir = f.dir;
+  dp.parallel.size = 2;
+  dp.parallel.attention = AttentionParallel::kData;
+  absl::Status refused = Engine::Create(dp).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("--attention-parallel data is not served"), std::string::npos);
+}
+
+TEST(ParallelLayoutResolve, NamesTheDimensionTheRanksDoNotDivide) {
+  auto config = LoadModelConfig(std::string(kFixtureRoot) + "/deepseek_v3");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto comms = parallel::FakeCollectiveGroup::Create(3);
+  ASSERT_TRUE(comms.ok());
+  ParallelOptions o{3, 1, AttentionParallel::kTensor, MoeParallel::kExpert, (*comms)[1].get()};
+  absl::Status s = ResolveParallelLayout(*config, o).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("num_attention_heads is 4, which --tp-size 3 does not divide"),
+            std::string::npos) << s;
+  o.attention = AttentionParallel::kData;  // heads are whole now; 160 / 3 is not
+  s = ResolveParallelLayout(*config, o).status();
+  EXPECT_NE(s.message().find("intermediate_size is 160"), std::string::npos) << s;
+
+  ParallelOptions no_comm{2, 0, AttentionParallel::kTensor, MoeParallel::kExpert, nullptr};
+  s = ResolveParallelLayout(*config, no_comm).status();
+  EXPECT_NE(s.message().find("needs a communicator"), std::string::npos) << s;
+  o = ParallelOptions{3, 0, AttentionParallel::kData, MoeParallel::kExpert, (*comms)[1].get()};
+  s = ResolveParallelLayout(*config, o).status();
+  EXPECT_NE(s.message().find("communicator is rank 1 of 3; the layout asks for rank 0 of 3"),
+            std::string::npos) << s;
+}
+
+TEST(ParallelLayoutResolve, ShardsOfFourRanks) {
+  auto config = LoadModelConfig(std::string(kFixtureRoot) + "/deepseek_v3");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto comms = parallel::FakeCollectiveGroup::Create(4);
+  ASSERT_TRUE(comms.ok());
+  auto l = ResolveParallelLayout(
+      *config, ParallelOptions{4, 3, AttentionParallel::kTensor, MoeParallel::kExpert, (*comms)[3].get()});
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->heads.begin, 3);
+  EXPECT_EQ(l->heads.count, 1);
+  EXPECT_EQ(l->experts.begin, 6);
+  EXPECT_EQ(l->experts.count, 2);
+  EXPECT_TRUE(l->expert_inter.whole());
+  EXPECT_EQ(l->mlp_inter.count, 40);
+  EXPECT_EQ(l->vocab.begin, 384);
+  EXPECT_EQ(l->vocab_rows, 128);
+  EXPECT_EQ(l->Describe(), "tp=4 attention=tensor moe=expert");
+  EXPECT_EQ(ParseAttentionParallel("dp").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseMoeParallel("tensor").value(), MoeParallel::kTensor);
+}
+
+}  // namespace
+}  // namespace mlaserve::model

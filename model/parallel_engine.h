@@ -1,0 +1,62 @@
+// ParallelEngine: one worker's Engine over N GPUs of one host, one thread per GPU
+// (docs/parallel.md argues threads over processes). Each rank is a DeepseekEngine holding its
+// shard of the model (parallel_layout.h) on its own device and stream, joined by a
+// Collective: NCCL on kCuda, the in-process fake on kCpu (so the CPU backend serves a
+// multi-rank layout too, which is how CI runs it).
+//
+// Serving code sees one Engine. Forward runs the batch on every rank at once (tensor-parallel
+// attention: every rank the same batch) and returns rank 0's logits. kv_pool() is rank 0's
+// pool; the latent cache is replicated, so every page written into it (a KV import) is
+// written into every rank's pool as well (KvPool::AddReplica), and reading rank 0's pages (a
+// KV export) reads what every rank holds.
+//
+// on_layer_done runs on rank 0's thread, while the scheduler thread waits in Forward. If it
+// fails, the other ranks still finish the step (the collectives must match), and Forward
+// returns the callback's error. Any other failure after the batch was checked leaves the
+// collectives unusable: Forward aborts the group and every later Forward fails.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/deepseek_model.h"
+#include "model/engine.h"
+#include "parallel/collective.h"
+
+namespace mlaserve::model {
+
+class ParallelEngine final : public Engine {
+ public:
+  // options.parallel.size ranks (>= 2) with options.parallel's attention and MoE layouts;
+  // rank r on device options.device + r (kCuda). options.parallel.rank and .comm are ignored
+  // (the engine makes one communicator per rank). Data-parallel attention is refused here: a
+  // worker's scheduler plans one batch for all ranks (docs/parallel.md).
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
+  ~ParallelEngine() override;
+
+  const ModelConfig& config() const override { return ranks_[0]->config(); }
+  kernels::Backend backend() const override { return ranks_[0]->backend(); }
+  KvPool& kv_pool() override { return ranks_[0]->kv_pool(); }
+  void* device_stream() const override { return ranks_[0]->device_stream(); }
+  int ranks() const { return static_cast<int>(ranks_.size()); }
+  const ParallelLayout& layout() const { return ranks_[0]->layout(); }
+
+  absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
+                                        AttentionPath path = AttentionPath::kAuto,
+                                        const LayerDoneFn& on_layer_done = nullptr) override;
+
+  class RankThread;  // parallel_engine.cc
+
+ private:
+  ParallelEngine() = default;
+  // Runs job(r) on every rank's thread and waits for all.
+  void OnRanks(const std::function<void(int)>& job);
+
+  std::vector<std::unique_ptr<RankThread>> threads_;
+  std::vector<std::unique_ptr<parallel::Collective>> comms_;
+  std::vector<std::unique_ptr<DeepseekEngine>> ranks_;
+  absl::Status broken_;  // sticky: why the group's collectives are unusable
+};
+
+}  // namespace mlaserve::model
