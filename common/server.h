@@ -53,7 +53,7 @@ struct ServerOptions {
   // bound of its own. Past it gRPC stops reading from clients until memory is freed.
   int64_t memory_quota_bytes = 0;
   // Extra integer channel arguments of the server (GRPC_ARG_...).
-  std::vector<std::pair<std::string, int>> int_args;
+  std::vector<std::pair<std::string, int>> int_args = {};
   // What PrintListening writes before the address ("listening on" is the line tests parse
   // for a process's main port; a second listener uses another prefix).
   std::string listening_prefix = "listening on";

@@ -108,7 +108,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
   }
   auto channel = grpc::CreateChannel(c->router_->address(), grpc::InsecureChannelCredentials());
   c->generation_ = v1::Generation::NewStub(channel);
-  auto dialer = common::ClusterDialer::Create(common::TlsOptions{.insecure = true}, o.admin_token);
+  common::TlsOptions plaintext;
+  plaintext.insecure = true;
+  auto dialer = common::ClusterDialer::Create(plaintext, o.admin_token);
   if (!dialer.ok()) return dialer.status();
   c->admin_ = v1::Admin::NewStub((*dialer)->Dial(c->admin_address_, {}));
   return c;
