@@ -7,16 +7,21 @@ add_library(mlaserve_common_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/grpc_callback_anchor.cc
   ${CMAKE_CURRENT_LIST_DIR}/grpc_status.cc
   ${CMAKE_CURRENT_LIST_DIR}/server.cc
-  ${CMAKE_CURRENT_LIST_DIR}/metrics.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/metrics.cc
+  ${CMAKE_CURRENT_LIST_DIR}/call_auth.cc
+  ${CMAKE_CURRENT_LIST_DIR}/cluster_security.cc
+  ${CMAKE_CURRENT_LIST_DIR}/transport_security.cc)
 target_link_libraries(mlaserve_common_grpc
-  PUBLIC mlaserve_common gRPC::grpc++ gRPC::grpc++_reflection absl::synchronization absl::time
-  PRIVATE PkgConfig::CPP_HTTPLIB)
+  PUBLIC mlaserve_common mlaserve_request_limits gRPC::grpc++ gRPC::grpc++_reflection
+         absl::synchronization absl::time
+  PRIVATE PkgConfig::CPP_HTTPLIB CLI11::CLI11)
 mlaserve_warnings(mlaserve_common_grpc)
 
 mlaserve_test(mlaserve_common_grpc_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/grpc_status_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/server_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/call_auth_test.cc
   DEPS mlaserve_common_grpc PkgConfig::CPP_HTTPLIB)
 
 # worker_common (owner: workers): what the prefill and decode workers share at their RPC edge:

@@ -9,6 +9,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -85,10 +86,18 @@ absl::Status ServerRunner::Start() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int selected_port = 0;
-  builder.AddListeningPort(FormatHostPort(hp->host, hp->port), grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(FormatHostPort(hp->host, hp->port),
+                           options_.credentials != nullptr ? options_.credentials
+                                                           : grpc::InsecureServerCredentials(),
                            &selected_port);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  for (const auto& [name, value] : options_.int_args) builder.AddChannelArgument(name, value);
+  if (options_.memory_quota_bytes > 0) {
+    grpc::ResourceQuota quota("mlaserve-server");
+    quota.Resize(static_cast<size_t>(options_.memory_quota_bytes));
+    builder.SetResourceQuota(quota);
+  }
   for (grpc::Service* s : services_) builder.RegisterService(s);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || selected_port == 0) {
@@ -105,7 +114,7 @@ absl::Status ServerRunner::Start() {
 }
 
 void ServerRunner::PrintListening() const {
-  std::printf("listening on %s\n", bound_address_.c_str());
+  std::printf("%s %s\n", options_.listening_prefix.c_str(), bound_address_.c_str());
   std::fflush(stdout);
 }
 

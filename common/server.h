@@ -46,6 +46,17 @@ struct ServerOptions {
   // Infinite: until drain_timeout. Services whose on_drain waits for their own work set it short.
   absl::Duration shutdown_grace = absl::InfiniteDuration();
   int max_message_bytes = 64 << 20;  // KV pages travel in messages of one layer page each
+  // TLS or plaintext (common/transport_security.h MakeServerCredentials). Null: plaintext,
+  // for in-process tests; every main() sets it from its flags.
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  // Memory gRPC may use for this server's connections and calls (a ResourceQuota); 0: no
+  // bound of its own. Past it gRPC stops reading from clients until memory is freed.
+  int64_t memory_quota_bytes = 0;
+  // Extra integer channel arguments of the server (GRPC_ARG_...).
+  std::vector<std::pair<std::string, int>> int_args = {};
+  // What PrintListening writes before the address ("listening on" is the line tests parse
+  // for a process's main port; a second listener uses another prefix).
+  std::string listening_prefix = "listening on";
 };
 
 // Installs SIGTERM / SIGINT handlers that make WaitForShutdown drain and stop. Call at the top
@@ -73,7 +84,7 @@ class ServerRunner {
   int port() const { return port_; }
   grpc::Server* server() { return server_.get(); }
 
-  // Writes "listening on HOST:PORT\n" to stdout and flushes it.
+  // Writes "<listening_prefix> HOST:PORT\n" to stdout and flushes it.
   void PrintListening() const;
 
   // Blocks until a termination signal (when InstallTerminationHandlers was called) or

@@ -69,6 +69,7 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
   app.add_option("--kv-no-progress-ms", o->kv_no_progress_ms,
                  "a KV transfer with no progress this long fails on both sides")
       ->capture_default_str();
+  AddClusterSecurityFlags(app, &o->security);
   if (!decode) {
     app.add_option("--attention-path", o->attention_path,
                    "auto (the GPU profile's policy) or force mha|mla|sparse_fwd where it computes "
@@ -86,6 +87,9 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
     app.add_option("--kv-lease-ms", o->kv_lease_ms,
                    "reserved pages return to the pool if the transfer has not started (and the "
                    "token stream is not open) this long after Reserve")
+        ->capture_default_str();
+    app.add_option("--max-kv-lease-ms", o->max_kv_lease_ms,
+                   "Reserve calls asking for a longer lease are refused (INVALID_ARGUMENT)")
         ->capture_default_str();
     app.add_option("--local-prefill-threshold", o->local_prefill_threshold,
                    "prompts up to this many tokens are prefilled here (-1 = from the profile)")
@@ -153,6 +157,10 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
       return bad("--max-running-requests", o->max_running_requests, "it must be >= 1");
     }
     if (o->kv_lease_ms < 1) return bad("--kv-lease-ms", o->kv_lease_ms, "it must be >= 1");
+    if (o->max_kv_lease_ms < o->kv_lease_ms) {
+      return bad("--max-kv-lease-ms", o->max_kv_lease_ms,
+                 absl::StrCat("it must be >= --kv-lease-ms (", o->kv_lease_ms, ")"));
+    }
     if (o->local_prefill_threshold < -1) {
       return bad("--local-prefill-threshold", o->local_prefill_threshold,
                  "it must be -1 (from the profile), 0 (never) or a token count");
@@ -160,6 +168,7 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
   }
   o->kv_no_progress_timeout = absl::Milliseconds(o->kv_no_progress_ms);
   o->kv_lease = absl::Milliseconds(o->kv_lease_ms);
+  o->max_kv_lease = absl::Milliseconds(o->max_kv_lease_ms);
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/cluster_security.h"
 #include "kernels/common/types.h"
 
 namespace CLI {
@@ -51,11 +52,17 @@ struct WorkerOptions {
   // Decode only.
   int max_running_requests = 256;
   int64_t kv_lease_ms = 30'000;
+  // The longest lease a Reserve may ask for (kv_lease_ms in the request): a caller cannot hold
+  // pages longer than this without sending their KV.
+  int64_t max_kv_lease_ms = 120'000;
   int local_prefill_threshold = -1;  // tokens; -1 = from the GPU profile
+  // --insecure / --tls-* / --cluster-token-file (common/cluster_security.h).
+  ClusterSecurityOptions security;
 
   // Derived by Validate().
   absl::Duration kv_no_progress_timeout;
   absl::Duration kv_lease;
+  absl::Duration max_kv_lease;
 };
 
 // Registers the flags of `role` (defaults: listen 0.0.0.0:8100 prefill, 0.0.0.0:8200 decode).

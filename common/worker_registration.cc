@@ -12,8 +12,7 @@ RouterRegistration::RouterRegistration(Options options,
                                        std::function<v1::WorkerDescriptor()> describe,
                                        std::function<v1::WorkerLoad()> load)
     : options_(std::move(options)), describe_(std::move(describe)), load_(std::move(load)) {
-  stub_ = v1::Admin::NewStub(
-      grpc::CreateChannel(options_.router_address, grpc::InsecureChannelCredentials()));
+  stub_ = v1::Admin::NewStub(options_.dialer->Dial(options_.router_address, {}));
 }
 
 RouterRegistration::~RouterRegistration() {
@@ -65,6 +64,12 @@ void RouterRegistration::Loop() {
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.rpc_timeout));
       const grpc::Status s = stub_->RegisterWorker(&ctx, req, &resp);
+      if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+          s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+        spdlog::error("the router {} refused this worker's credential: {} (check "
+                      "--cluster-token-file / --tls-cert against the router's)",
+                      options_.router_address, s.error_message());
+      }
       if (!s.ok()) {
         spdlog::warn("registering with router {} failed ({}): {}; retrying in {}",
                      options_.router_address, static_cast<int>(s.error_code()),

@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/transport_security.h"
 #include "mlaserve/v1/admin.grpc.pb.h"
 
 namespace mlaserve::common {
@@ -25,7 +26,9 @@ namespace mlaserve::common {
 class RouterRegistration {
  public:
   struct Options {
-    std::string router_address;
+    std::string router_address;  // the router's admin listener (--admin-listen)
+    // TLS and the cluster token the router's RegisterWorker / Heartbeat require.
+    std::shared_ptr<const ClusterDialer> dialer = ClusterDialer::Insecure();
     absl::Duration rpc_timeout = absl::Seconds(5);
     absl::Duration max_backoff = absl::Seconds(5);
   };

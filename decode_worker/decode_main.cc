@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/cluster_security.h"
 #include "common/metrics.h"
 #include "common/server.h"
 #include "common/status.h"
@@ -69,6 +70,10 @@ int Main(int argc, char** argv) {
     return Fail("invalid flags", s);
   }
   common::ConfigureWorkerLogging(o.log_level);
+  absl::StatusOr<common::ClusterSecurity> security =
+      common::MakeClusterSecurity(o.security, "mlaserve-decode",
+                                  common::ClientCertPolicy::kRequireAndVerify);
+  if (!security.ok()) return Fail("invalid flags", security.status());
   auto engine = CreateEngine(o);
   if (!engine.ok()) return Fail("loading the model", engine.status());
   spdlog::info("{}", kernels::DescribeMhaPrefillProvider(
@@ -99,7 +104,7 @@ int Main(int argc, char** argv) {
 
   kvtransfer::KvReceiver receiver(&e.kv_pool(), *layout,
                                   kvtransfer::KvReceiverOptions{o.kv_no_progress_timeout});
-  kvtransfer::KvServiceImpl kv_service(&receiver);
+  kvtransfer::KvServiceImpl kv_service(&receiver, &security->authorizer);
   // nccl next to tcp where this worker can (kvtransfer/nccl/worker_transport.h); the offer goes
   // into every KvSessionRef and the WorkerDescriptor.
   // A multi-GPU worker's KV goes over tcp: the nccl transport moves one GPU's pool, and the
@@ -123,6 +128,7 @@ int Main(int argc, char** argv) {
     no.id_factory = kvtransfer::nccl::NewNcclCommId;
     no.page_io_factory = kvtransfer::nccl::CudaPageIoFactory(o.device);
     no.no_progress_timeout = o.kv_no_progress_timeout;
+    no.authorizer = &security->authorizer;
     nccl_service = std::make_unique<kvtransfer::nccl::KvNcclServiceImpl>(&receiver, &e.kv_pool(),
                                                                          std::move(no));
   }
@@ -131,12 +137,14 @@ int Main(int argc, char** argv) {
   // The runner's Drain waits for admitted requests; after it, open calls get a short grace.
   common::ServerRunner server({.listen = o.listen,
                                .drain_timeout = absl::Seconds(10),
-                               .shutdown_grace = absl::Milliseconds(200)});
+                               .shutdown_grace = absl::Milliseconds(200),
+                               .credentials = security->server_credentials});
   DecodeRunnerOptions ro;
   ro.scheduler.max_running = o.max_running_requests;
   ro.scheduler.max_batch_tokens = o.max_batch_tokens;
   ro.scheduler.chunk_size = o.chunk_size;
   ro.default_lease = o.kv_lease;
+  ro.max_lease = o.max_kv_lease;
   ro.kv_transport = kv_offer;
   std::unique_ptr<DecodeRunner> runner;
   common::AdvertisedAddress advertise;  // set once the port is bound; read by GetInfo
@@ -169,7 +177,7 @@ int Main(int argc, char** argv) {
   };
   auto listen = common::ParseHostPort(o.listen);
   runner = std::make_unique<DecodeRunner>(&e, &receiver, ro, &metrics);
-  DecodeService service(runner.get(), describe);
+  DecodeService service(runner.get(), describe, &security->authorizer);
   server.AddService(&service);
   server.AddService(&kv_service);
   if (nccl_service != nullptr) server.AddService(nccl_service.get());
@@ -191,7 +199,8 @@ int Main(int argc, char** argv) {
   std::unique_ptr<common::RouterRegistration> registration;
   if (!o.router.empty()) {
     registration = std::make_unique<common::RouterRegistration>(
-        common::RouterRegistration::Options{.router_address = o.router}, describe,
+        common::RouterRegistration::Options{.router_address = o.router,
+                                            .dialer = security->dialer}, describe,
         [&] { return describe().load(); });
     registration->Start();
   }

@@ -105,6 +105,18 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
         " exceeds the model's context of ", config.max_position_embeddings));
   }
   if (s = model::ValidateSamplingOptions(spec.sampling); !s.ok()) return s;
+  for (int32_t id : spec.stop_token_ids) {
+    if (id < 0 || id >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stop_token_ids entry ", id, " is outside the vocabulary [0, ", config.vocab_size, ")"));
+    }
+  }
+  if (spec.lease > options_.max_lease) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_lease_ms is ", absl::ToInt64Milliseconds(spec.lease),
+                     "; this decode worker allows at most ",
+                     absl::ToInt64Milliseconds(options_.max_lease), " (--max-kv-lease-ms)"));
+  }
   if (!spec.local_prefill) {
     if (spec.prefill_compat_hash.empty()) {
       return absl::InvalidArgumentError(

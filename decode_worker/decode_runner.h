@@ -48,6 +48,8 @@ namespace mlaserve::decode {
 struct DecodeRunnerOptions {
   DecodeSchedulerOptions scheduler;
   absl::Duration default_lease = absl::Seconds(30);
+  // Reserve refuses a longer lease: pages held unused must come back within this.
+  absl::Duration max_lease = absl::Seconds(120);
   std::string kv_endpoint;  // where prefill workers push KV (this worker's address)
   std::string kv_transport = "tcp";
 };

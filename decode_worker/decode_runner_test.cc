@@ -1,5 +1,6 @@
 // DecodeRunner with a FakeEngine, driven step by step (or by its loop thread), a recording sink,
 // and KV shipped through the fake transport from a second FakeEngine acting as prefill.
+#include <limits>
 #include "decode_worker/decode_runner.h"
 
 #include "absl/strings/str_cat.h"
@@ -210,6 +211,19 @@ TEST_F(DecodeRunnerTest, TransferFailureReachesTheStream) {
   EXPECT_THAT(sink->error().message(),
               HasSubstr(absl::StrCat("latent_dim is ", wrong.latent_dim, " on the peer but ",
                                      layout_.latent_dim, " here")));
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+}
+
+TEST_F(DecodeRunnerTest, LeasesLongerThanTheCapAndStopIdsOutsideTheVocabularyAreRefused) {
+  auto spec = Spec("long-lease", Prompt(10, 6), 10, true);
+  spec.lease = absl::Milliseconds(std::numeric_limits<int32_t>::max());
+  auto r = runner_->Reserve(spec);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("kv_lease_ms is 2147483647"));
+  EXPECT_THAT(r.status().message(), HasSubstr("--max-kv-lease-ms"));
+  auto bad_stop = Spec("bad-stop", Prompt(10, 6), 10, true);
+  bad_stop.stop_token_ids = {-1};
+  EXPECT_EQ(runner_->Reserve(bad_stop).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/request_limits.h"
 #include "common/worker_proto.h"
 #include "kvtransfer/proto_convert.h"
 
@@ -14,6 +15,12 @@ namespace v1 = ::mlaserve::v1;
 using common::ToGrpcStatus;
 
 absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request) {
+  // What the router checked, checked again: this port may be reached without the router.
+  if (absl::Status s = common::ValidateRequestId(request.request_id()); !s.ok()) return s;
+  if (absl::Status s = common::ValidateStopCounts(0, request.sampling().stop_token_ids_size());
+      !s.ok()) {
+    return s;
+  }
   ReserveSpec spec;
   spec.request_id = request.request_id();
   spec.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
@@ -22,7 +29,8 @@ absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request) {
   spec.sampling = *sampling;
   if (!request.sampling().has_max_new_tokens()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "request ", request.request_id(), ": sampling.max_new_tokens must be set"));
+        "request ", common::IdForMessages(request.request_id()),
+        ": sampling.max_new_tokens must be set"));
   }
   spec.max_new_tokens = request.sampling().max_new_tokens();
   spec.stop_token_ids.assign(request.sampling().stop_token_ids().begin(),
@@ -201,6 +209,9 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
 grpc::ServerUnaryReactor* DecodeService::Reserve(grpc::CallbackServerContext* context,
                                                  const v1::ReserveRequest* request,
                                                  v1::ReserveResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
+    return refused;
+  }
   auto* reactor = context->DefaultReactor();
   absl::Status status;
   auto spec = ToReserveSpec(*request);
@@ -220,6 +231,11 @@ grpc::ServerUnaryReactor* DecodeService::Reserve(grpc::CallbackServerContext* co
 
 grpc::ServerWriteReactor<v1::DecodeStreamResponse>* DecodeService::Stream(
     grpc::CallbackServerContext* context, const v1::DecodeStreamRequest* request) {
+  if (authorizer_ != nullptr) {
+    if (grpc::Status s = authorizer_->Check(*context, common::Privilege::kCluster); !s.ok()) {
+      return new common::RefusedWriteReactor<v1::DecodeStreamResponse>(s);
+    }
+  }
   auto reactor = std::make_shared<DecodeStreamReactor>(runner_, request->session_id());
   reactor->Open();
   return reactor.get();  // kept alive by its self-reference until OnDone
@@ -228,6 +244,9 @@ grpc::ServerWriteReactor<v1::DecodeStreamResponse>* DecodeService::Stream(
 grpc::ServerUnaryReactor* DecodeService::Abort(grpc::CallbackServerContext* context,
                                                const v1::WorkerAbortRequest* request,
                                                v1::WorkerAbortResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
+    return refused;
+  }
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(runner_->Abort(request->request_id())));
   return reactor;
@@ -236,6 +255,9 @@ grpc::ServerUnaryReactor* DecodeService::Abort(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* DecodeService::GetInfo(grpc::CallbackServerContext* context,
                                                  const v1::GetWorkerInfoRequest* request,
                                                  v1::WorkerDescriptor* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
+    return refused;
+  }
   auto* reactor = context->DefaultReactor();
   *response = describe_();
   reactor->Finish(grpc::Status::OK);

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "absl/status/statusor.h"
+#include "common/call_auth.h"
 #include "decode_worker/decode_runner.h"
 #include "mlaserve/v1/worker.grpc.pb.h"
 
@@ -19,8 +20,10 @@ mlaserve::v1::DecodeStreamResponse FinishedMessage(const DecodeFinish& finish);
 class DecodeService final : public mlaserve::v1::DecodeWorker::CallbackService {
  public:
   using DescribeFn = std::function<mlaserve::v1::WorkerDescriptor()>;
-  DecodeService(DecodeRunner* runner, DescribeFn describe)
-      : runner_(runner), describe_(std::move(describe)) {}
+  // Every RPC needs the cluster credential (`authorizer`; null: open, for in-process tests).
+  DecodeService(DecodeRunner* runner, DescribeFn describe,
+                const common::CallAuthorizer* authorizer = nullptr)
+      : runner_(runner), describe_(std::move(describe)), authorizer_(authorizer) {}
 
   grpc::ServerUnaryReactor* Reserve(grpc::CallbackServerContext* context,
                                     const mlaserve::v1::ReserveRequest* request,
@@ -38,6 +41,7 @@ class DecodeService final : public mlaserve::v1::DecodeWorker::CallbackService {
  private:
   DecodeRunner* const runner_;
   const DescribeFn describe_;
+  const common::CallAuthorizer* const authorizer_;
 };
 
 }  // namespace mlaserve::decode

@@ -45,6 +45,15 @@ TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
   req.mutable_sampling()->clear_max_new_tokens();
   EXPECT_THAT(ToReserveSpec(req).status().message(),
               HasSubstr("sampling.max_new_tokens must be set"));
+  // What the router checks, checked again at the worker's edge.
+  req.mutable_sampling()->set_max_new_tokens(7);
+  req.set_request_id(std::string(1 << 20, 'r'));
+  absl::Status long_id = ToReserveSpec(req).status();
+  EXPECT_EQ(long_id.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(long_id.message().size(), 200u);
+  req.set_request_id("r");
+  for (int i = 0; i < 65; ++i) req.mutable_sampling()->add_stop_token_ids(1);
+  EXPECT_THAT(ToReserveSpec(req).status().message(), HasSubstr("stop_token_ids has 66 ids"));
 
   DecodeFinish f;
   f.reason = FinishReason::kStop;

@@ -144,12 +144,20 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
 
 grpc::ServerReadReactor<v1::KvPushMessage>* KvServiceImpl::PushPages(
     grpc::CallbackServerContext* context, v1::KvPushResult* result) {
+  if (authorizer_ != nullptr) {
+    if (grpc::Status s = authorizer_->Check(*context, common::Privilege::kCluster); !s.ok()) {
+      return new common::RefusedReadReactor<v1::KvPushMessage>(s);
+    }
+  }
   return new PushPagesReactor(receiver_, result);
 }
 
 grpc::ServerUnaryReactor* KvServiceImpl::AbortSession(grpc::CallbackServerContext* context,
                                                       const v1::KvAbortSessionRequest* request,
                                                       v1::KvAbortSessionResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
+    return refused;
+  }
   auto* reactor = context->DefaultReactor();
   const bool found = receiver_->Fail(
       request->session_id(),

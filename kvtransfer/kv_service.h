@@ -8,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/call_auth.h"
 #include "kvtransfer/receiver.h"
 #include "mlaserve/v1/kv.grpc.pb.h"
 
@@ -16,7 +17,9 @@ namespace mlaserve::kvtransfer {
 // KvService on the decode worker: PushPages into `receiver`, AbortSession.
 class KvServiceImpl final : public mlaserve::v1::KvService::CallbackService {
  public:
-  explicit KvServiceImpl(KvReceiver* receiver) : receiver_(receiver) {}
+  // Every RPC needs the cluster credential (`authorizer`; null: open, for in-process tests).
+  explicit KvServiceImpl(KvReceiver* receiver, const common::CallAuthorizer* authorizer = nullptr)
+      : receiver_(receiver), authorizer_(authorizer) {}
 
   grpc::ServerReadReactor<mlaserve::v1::KvPushMessage>* PushPages(
       grpc::CallbackServerContext* context, mlaserve::v1::KvPushResult* result) override;
@@ -26,6 +29,7 @@ class KvServiceImpl final : public mlaserve::v1::KvService::CallbackService {
 
  private:
   KvReceiver* const receiver_;
+  const common::CallAuthorizer* const authorizer_;
 };
 
 }  // namespace mlaserve::kvtransfer

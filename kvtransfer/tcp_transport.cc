@@ -344,7 +344,8 @@ class TcpKvSender final : public KvSender {
 
 }  // namespace
 
-TcpKvTransport::TcpKvTransport() {
+TcpKvTransport::TcpKvTransport(std::shared_ptr<const common::ClusterDialer> dialer)
+    : dialer_(std::move(dialer)) {
   common::KeepGrpcCallbackQueueAlive();
   watchdog_ = std::thread([this] { WatchdogLoop(); });
 }
@@ -375,7 +376,7 @@ std::shared_ptr<grpc::Channel> TcpKvTransport::ChannelFor(const std::string& end
     grpc::ChannelArguments args;
     args.SetMaxSendMessageSize(-1);
     args.SetMaxReceiveMessageSize(-1);
-    ch = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+    ch = dialer_->Dial(endpoint, args);
   }
   return ch;
 }

@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "common/transport_security.h"
 #include "kvtransfer/kv_service.h"  // the receiving side, for users of both
 #include "kvtransfer/transport.h"
 #include "mlaserve/v1/kv.grpc.pb.h"
@@ -29,7 +30,9 @@ class PushStream;  // tcp_transport.cc
 
 class TcpKvTransport final : public KvTransport {
  public:
-  TcpKvTransport();
+  // `dialer`: TLS and the cluster token for the channels to decode workers.
+  explicit TcpKvTransport(
+      std::shared_ptr<const common::ClusterDialer> dialer = common::ClusterDialer::Insecure());
   ~TcpKvTransport() override;  // cancels streams still open
 
   std::string_view name() const override { return "tcp"; }
@@ -41,6 +44,7 @@ class TcpKvTransport final : public KvTransport {
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& endpoint);
   void WatchdogLoop();
 
+  const std::shared_ptr<const common::ClusterDialer> dialer_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<grpc::Channel>> channels_ ABSL_GUARDED_BY(mu_);
   std::vector<std::weak_ptr<PushStream>> streams_ ABSL_GUARDED_BY(mu_);

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/cluster_security.h"
 #include "common/metrics.h"
 #include "common/server.h"
 #include "common/status.h"
@@ -69,6 +70,10 @@ int Main(int argc, char** argv) {
     return Fail("invalid flags", s);
   }
   common::ConfigureWorkerLogging(o.log_level);
+  absl::StatusOr<common::ClusterSecurity> security =
+      common::MakeClusterSecurity(o.security, "mlaserve-prefill",
+                                  common::ClientCertPolicy::kRequireAndVerify);
+  if (!security.ok()) return Fail("invalid flags", security.status());
 
   PrefillRunnerOptions ro;
   ro.scheduler.max_batch_tokens = o.max_batch_tokens;
@@ -126,7 +131,7 @@ int Main(int argc, char** argv) {
       !s.ok()) {
     return Fail("flags", s);
   }
-  kvtransfer::TcpKvTransport tcp;
+  kvtransfer::TcpKvTransport tcp(security->dialer);
   std::unique_ptr<kvtransfer::nccl::NcclKvTransport> nccl;
 #ifdef MLASERVE_HAVE_NCCL
   if (gpu_pool && o.kv_transport != "tcp") {
@@ -136,6 +141,7 @@ int Main(int argc, char** argv) {
     to.comm_factory = kvtransfer::nccl::NcclCommunicatorFactory(o.device);
     to.page_io_factory = kvtransfer::nccl::CudaPageIoFactory(o.device);
     to.layer_fence = kvtransfer::nccl::CudaLayerFence(o.device, e.device_stream());
+    to.dialer = security->dialer;
     nccl = std::make_unique<kvtransfer::nccl::NcclKvTransport>(&e.kv_pool(), std::move(to));
   }
 #endif
@@ -146,7 +152,8 @@ int Main(int argc, char** argv) {
   // The runner's Drain waits for admitted requests; after it, open calls get a short grace.
   common::ServerRunner server({.listen = o.listen,
                                .drain_timeout = absl::Seconds(10),
-                               .shutdown_grace = absl::Milliseconds(200)});
+                               .shutdown_grace = absl::Milliseconds(200),
+                               .credentials = security->server_credentials});
   common::AdvertisedAddress advertise;  // set once the port is bound; read by GetInfo
   auto describe = [&] {
     common::WorkerFacts f;
@@ -174,7 +181,7 @@ int Main(int argc, char** argv) {
     load->set_pending_prefill_tokens(l.pending_prefill_tokens);
     return d;
   };
-  PrefillService service(&runner, describe);
+  PrefillService service(&runner, describe, &security->authorizer);
   server.AddService(&service);
   if (absl::Status s = server.Start(); !s.ok()) return Fail("starting the server", s);
   advertise.set(o.advertise.empty() ? server.bound_address() : o.advertise);
@@ -191,7 +198,8 @@ int Main(int argc, char** argv) {
   std::unique_ptr<common::RouterRegistration> registration;
   if (!o.router.empty()) {
     registration = std::make_unique<common::RouterRegistration>(
-        common::RouterRegistration::Options{.router_address = o.router}, describe,
+        common::RouterRegistration::Options{.router_address = o.router,
+                                            .dialer = security->dialer}, describe,
         [&] { return describe().load(); });
     registration->Start();
   }

@@ -1,6 +1,7 @@
 #include "prefill_worker/prefill_service.h"
 
 #include "common/grpc_status.h"
+#include "common/request_limits.h"
 #include "common/worker_proto.h"
 #include "kvtransfer/proto_convert.h"
 
@@ -10,6 +11,8 @@ namespace v1 = ::mlaserve::v1;
 using common::ToGrpcStatus;
 
 absl::StatusOr<PrefillJob> ToPrefillJob(const v1::PrefillRequest& request) {
+  // What the router checked, checked again: this port may be reached without the router.
+  if (absl::Status s = common::ValidateRequestId(request.request_id()); !s.ok()) return s;
   PrefillJob job;
   job.request_id = request.request_id();
   job.tokens.assign(request.token_ids().begin(), request.token_ids().end());
@@ -18,7 +21,7 @@ absl::StatusOr<PrefillJob> ToPrefillJob(const v1::PrefillRequest& request) {
   job.sampling = *sampling;
   if (!request.has_kv_session()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("request ", request.request_id(), " has no kv_session"));
+        absl::StrCat("request ", common::IdForMessages(request.request_id()), " has no kv_session"));
   }
   auto session = kvtransfer::FromProto(request.kv_session());
   if (!session.ok()) return session.status();
@@ -69,12 +72,18 @@ class PrefillReactor final : public grpc::ServerUnaryReactor {
 grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* context,
                                                   const v1::PrefillRequest* request,
                                                   v1::PrefillResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
+    return refused;
+  }
   return new PrefillReactor(runner_, request, response);
 }
 
 grpc::ServerUnaryReactor* PrefillService::Abort(grpc::CallbackServerContext* context,
                                                 const v1::WorkerAbortRequest* request,
                                                 v1::WorkerAbortResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
+    return refused;
+  }
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(runner_->Abort(request->request_id())));
   return reactor;
@@ -83,6 +92,9 @@ grpc::ServerUnaryReactor* PrefillService::Abort(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* PrefillService::GetInfo(grpc::CallbackServerContext* context,
                                                   const v1::GetWorkerInfoRequest* request,
                                                   v1::WorkerDescriptor* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
+    return refused;
+  }
   auto* reactor = context->DefaultReactor();
   *response = describe_();
   reactor->Finish(grpc::Status::OK);

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "absl/status/statusor.h"
+#include "common/call_auth.h"
 #include "mlaserve/v1/worker.grpc.pb.h"
 #include "prefill_worker/prefill_runner.h"
 
@@ -19,8 +20,10 @@ void ToProto(const PrefillOutcome& outcome, mlaserve::v1::PrefillResponse* respo
 class PrefillService final : public mlaserve::v1::PrefillWorker::CallbackService {
  public:
   using DescribeFn = std::function<mlaserve::v1::WorkerDescriptor()>;
-  PrefillService(PrefillRunner* runner, DescribeFn describe)
-      : runner_(runner), describe_(std::move(describe)) {}
+  // Every RPC needs the cluster credential (`authorizer`; null: open, for in-process tests).
+  PrefillService(PrefillRunner* runner, DescribeFn describe,
+                 const common::CallAuthorizer* authorizer = nullptr)
+      : runner_(runner), describe_(std::move(describe)), authorizer_(authorizer) {}
 
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* context,
                                     const mlaserve::v1::PrefillRequest* request,
@@ -35,6 +38,7 @@ class PrefillService final : public mlaserve::v1::PrefillWorker::CallbackService
  private:
   PrefillRunner* const runner_;
   const DescribeFn describe_;
+  const common::CallAuthorizer* const authorizer_;
 };
 
 }  // namespace mlaserve::prefill

@@ -18,6 +18,9 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl:
 grpc::ServerUnaryReactor* AdminService::ListWorkers(grpc::CallbackServerContext* context,
                                                     const v1::ListWorkersRequest* request,
                                                     v1::ListWorkersResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kAdmin)) {
+    return refused;
+  }
   std::optional<WorkerRole> role;
   if (request->role() != v1::WORKER_ROLE_UNSPECIFIED) {
     absl::StatusOr<WorkerRole> r = RoleFromProto(request->role());
@@ -33,6 +36,9 @@ grpc::ServerUnaryReactor* AdminService::ListWorkers(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* AdminService::GetWorker(grpc::CallbackServerContext* context,
                                                   const v1::GetWorkerRequest* request,
                                                   v1::WorkerStatus* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kAdmin)) {
+    return refused;
+  }
   absl::StatusOr<WorkerSnapshot> w = router_->registry().Get(request->id());
   if (w.ok()) *response = StatusToProto(*w);
   return Done(context, w.status());
@@ -41,6 +47,9 @@ grpc::ServerUnaryReactor* AdminService::GetWorker(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* AdminService::AddWorker(grpc::CallbackServerContext* context,
                                                   const v1::AddWorkerRequest* request,
                                                   v1::WorkerStatus* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kAdmin)) {
+    return refused;
+  }
   absl::StatusOr<WorkerRole> role = RoleFromProto(request->role());
   if (!role.ok()) return Done(context, role.status());
   absl::StatusOr<std::string> id =
@@ -55,12 +64,18 @@ grpc::ServerUnaryReactor* AdminService::AddWorker(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* AdminService::RemoveWorker(grpc::CallbackServerContext* context,
                                                      const v1::RemoveWorkerRequest* request,
                                                      v1::RemoveWorkerResponse*) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kAdmin)) {
+    return refused;
+  }
   return Done(context, router_->registry().Remove(request->id()));
 }
 
 grpc::ServerUnaryReactor* AdminService::DrainWorker(grpc::CallbackServerContext* context,
                                                     const v1::DrainWorkerRequest* request,
                                                     v1::WorkerStatus* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kAdmin)) {
+    return refused;
+  }
   absl::StatusOr<WorkerSnapshot> w = router_->registry().Drain(request->id());
   if (w.ok()) *response = StatusToProto(*w);
   return Done(context, w.status());
@@ -69,6 +84,9 @@ grpc::ServerUnaryReactor* AdminService::DrainWorker(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* AdminService::GetLoads(grpc::CallbackServerContext* context,
                                                  const v1::GetLoadsRequest*,
                                                  v1::GetLoadsResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kAdmin)) {
+    return refused;
+  }
   for (const WorkerSnapshot& w : router_->registry().List()) {
     v1::WorkerLoadEntry* e = response->add_workers();
     e->set_id(w.id);
@@ -84,6 +102,9 @@ grpc::ServerUnaryReactor* AdminService::GetLoads(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* AdminService::RegisterWorker(grpc::CallbackServerContext* context,
                                                        const v1::RegisterWorkerRequest* request,
                                                        v1::RegisterWorkerResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
+    return refused;
+  }
   absl::StatusOr<WorkerDescriptor> d = DescriptorFromProto(request->worker());
   if (!d.ok()) return Done(context, d.status());
   absl::StatusOr<WorkerRegistry::Registration> r = router_->registry().Register(*d, absl::Now());
@@ -98,15 +119,33 @@ grpc::ServerUnaryReactor* AdminService::RegisterWorker(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AdminService::Heartbeat(grpc::CallbackServerContext* context,
                                                   const v1::HeartbeatRequest* request,
                                                   v1::HeartbeatResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
+    return refused;
+  }
   absl::StatusOr<bool> draining =
       router_->registry().Heartbeat(request->worker_id(), LoadFromProto(request->load()), absl::Now());
   if (draining.ok()) response->set_draining(*draining);
   return Done(context, draining.status());
 }
 
+grpc::ServerUnaryReactor* AdminService::UndrainWorker(grpc::CallbackServerContext* context,
+                                                      const v1::UndrainWorkerRequest* request,
+                                                      v1::WorkerStatus* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kAdmin)) {
+    return refused;
+  }
+  absl::StatusOr<WorkerSnapshot> w = router_->registry().Undrain(request->id());
+  if (w.ok()) *response = StatusToProto(*w);
+  if (w.ok() && on_worker_added_) on_worker_added_();  // routable again: poll it now
+  return Done(context, w.status());
+}
+
 grpc::ServerUnaryReactor* AdminService::GetProfiles(grpc::CallbackServerContext* context,
                                                     const v1::GetProfilesRequest* request,
                                                     v1::GetProfilesResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kAdmin)) {
+    return refused;
+  }
   std::vector<WorkerSnapshot> workers;
   if (request->worker_id().empty()) {
     workers = router_->registry().List();

@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "common/call_auth.h"
 #include "mlaserve/v1/admin.grpc.pb.h"
 #include "router/router_context.h"
 
@@ -12,8 +13,11 @@ namespace mlaserve::router {
 class AdminService final : public v1::Admin::CallbackService {
  public:
   // `on_worker_added` runs after AddWorker / RegisterWorker (the poller polls at once).
-  AdminService(RouterContext* router, std::function<void()> on_worker_added)
-      : router_(router), on_worker_added_(std::move(on_worker_added)) {}
+  // `authorizer`: RegisterWorker and Heartbeat need the cluster credential, every other
+  // method an admin credential (null: open, for in-process tests).
+  AdminService(RouterContext* router, std::function<void()> on_worker_added,
+               const common::CallAuthorizer* authorizer = nullptr)
+      : router_(router), on_worker_added_(std::move(on_worker_added)), authorizer_(authorizer) {}
 
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext*, const v1::ListWorkersRequest*,
                                         v1::ListWorkersResponse*) override;
@@ -26,6 +30,9 @@ class AdminService final : public v1::Admin::CallbackService {
                                          v1::RemoveWorkerResponse*) override;
   grpc::ServerUnaryReactor* DrainWorker(grpc::CallbackServerContext*, const v1::DrainWorkerRequest*,
                                         v1::WorkerStatus*) override;
+  grpc::ServerUnaryReactor* UndrainWorker(grpc::CallbackServerContext*,
+                                          const v1::UndrainWorkerRequest*,
+                                          v1::WorkerStatus*) override;
   grpc::ServerUnaryReactor* GetLoads(grpc::CallbackServerContext*, const v1::GetLoadsRequest*,
                                      v1::GetLoadsResponse*) override;
   grpc::ServerUnaryReactor* RegisterWorker(grpc::CallbackServerContext*,
@@ -39,6 +46,7 @@ class AdminService final : public v1::Admin::CallbackService {
  private:
   RouterContext* const router_;
   std::function<void()> on_worker_added_;
+  const common::CallAuthorizer* const authorizer_;
 };
 
 }  // namespace mlaserve::router

@@ -15,7 +15,7 @@ using ::testing::HasSubstr;
 
 class AdminHarness {
  public:
-  AdminHarness() {
+  explicit AdminHarness(const common::CallAuthorizer* authorizer = nullptr) {
     RouterOptions o;
     o.heartbeat_timeout = absl::Seconds(3);
     o.heartbeat_interval = absl::Milliseconds(600);
@@ -24,15 +24,16 @@ class AdminHarness {
     m.limits.vocab_size = testing::ByteCodec::kVocabSize;
     m.limits.max_context = 512;
     router_ = std::make_unique<RouterContext>(o, m, std::make_unique<testing::ByteCodec>());
-    admin_ = std::make_unique<AdminService>(router_.get(), [this] { ++added_; });
+    admin_ = std::make_unique<AdminService>(router_.get(), [this] { ++added_; }, authorizer);
     server_ = testing::TestServer::Start({admin_.get()});
     stub_ = v1::Admin::NewStub(grpc::CreateChannel(server_.address, grpc::InsecureChannelCredentials()));
   }
   ~AdminHarness() { server_.server->Shutdown(absl::ToChronoTime(absl::Now())); }
 
   template <typename Req, typename Resp, typename Method>
-  grpc::Status Call(Method method, const Req& req, Resp* resp) {
+  grpc::Status Call(Method method, const Req& req, Resp* resp, const std::string& token = "") {
     grpc::ClientContext context;
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     return ((*stub_).*method)(&context, req, resp);
   }
@@ -47,6 +48,47 @@ class AdminHarness {
   std::unique_ptr<v1::Admin::Stub> stub_;
   std::atomic<int> added_{0};
 };
+
+TEST(AdminService, AdminRpcsNeedTheAdminTokenAndRegistrationTheClusterToken) {
+  common::CallAuthOptions o;
+  o.admin_tokens = common::TokenSet::Of({"admin-0123456789abcdef"});
+  o.cluster_tokens = common::TokenSet::Of({"cluster-0123456789abcdef"});
+  const common::CallAuthorizer authorizer(o);
+  AdminHarness h(&authorizer);
+  testing::FakeDecodeWorker fake(100, 32);
+  v1::RegisterWorkerRequest reg;
+  *reg.mutable_worker() = fake.Descriptor("127.0.0.1:9200");
+  v1::RegisterWorkerResponse reg_resp;
+  EXPECT_EQ(h.Call(&v1::Admin::Stub::RegisterWorker, reg, &reg_resp).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(h.Call(&v1::Admin::Stub::RegisterWorker, reg, &reg_resp, "guess-0123456789abcdef")
+                .error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(h.router().registry().List().empty());
+  ASSERT_TRUE(
+      h.Call(&v1::Admin::Stub::RegisterWorker, reg, &reg_resp, "cluster-0123456789abcdef").ok());
+  // A cluster member cannot drain, add, remove or even list.
+  v1::DrainWorkerRequest drain;
+  drain.set_id("decode-1");
+  v1::WorkerStatus status;
+  grpc::Status s = h.Call(&v1::Admin::Stub::DrainWorker, drain, &status, "cluster-0123456789abcdef");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("admin"));
+  v1::ListWorkersResponse list;
+  EXPECT_EQ(h.Call(&v1::Admin::Stub::ListWorkers, v1::ListWorkersRequest(), &list).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  ASSERT_TRUE(h.Call(&v1::Admin::Stub::DrainWorker, drain, &status, "admin-0123456789abcdef").ok());
+  EXPECT_EQ(status.state(), v1::WORKER_STATE_DRAINING);
+  v1::UndrainWorkerRequest undrain;
+  undrain.set_id("decode-1");
+  ASSERT_TRUE(
+      h.Call(&v1::Admin::Stub::UndrainWorker, undrain, &status, "admin-0123456789abcdef").ok());
+  EXPECT_EQ(status.state(), v1::WORKER_STATE_HEALTHY);
+  undrain.set_id("decode-9");
+  EXPECT_EQ(h.Call(&v1::Admin::Stub::UndrainWorker, undrain, &status, "admin-0123456789abcdef")
+                .error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
 
 TEST(AdminService, RegisterHeartbeatListDrainRemove) {
   AdminHarness h;

@@ -6,10 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc_status.h"
+#include "common/request_limits.h"
 #include "common/status.h"
 #include "router/api_conversion.h"
 #include "router/routing_policy.h"
 #include "router/validation.h"
+#include "spdlog/spdlog.h"
 
 namespace mlaserve::router {
 namespace {
@@ -97,6 +99,14 @@ void GenerateCall::WaitForRoomOrFail(const absl::Status& why) {
     FailNow(WithWaitTime(why));
     return;
   }
+  // A bounded queue: past the limit a request fails at once rather than holding memory.
+  if (const int limit = router_->options().max_queued_requests;
+      router_->admission().size() >= limit) {
+    FailNow(absl::ResourceExhaustedError(absl::StrCat(
+        "the router's queue is full (", limit, " requests waiting for KV room, "
+        "--max-queued-requests): ", why.message())));
+    return;
+  }
   last_no_room_ = why;
   if (!waiting_.exchange(true)) router_->metrics().requests_waiting->Add(1);
   router_->admission().Add(this);
@@ -156,10 +166,15 @@ absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& re
   if (!request.ok()) return request.status();
   const v1::GenerateRequest& req = *request;
 
+  RETURN_IF_ERROR(common::ValidateRequestId(req.request_id()));
   const ModelLimits& limits = router_->model().limits;
   switch (req.input_case()) {
     case v1::GenerateRequest::kText: {
       if (req.text().empty()) return absl::InvalidArgumentError("prompt is empty: text is \"\"");
+      RETURN_IF_ERROR(
+          ValidatePromptBytes(req.text().size(), router_->codec().MaxBytesPerToken(), limits));
+      ASSIGN_OR_RETURN(RouterContext::TokenizingClaim claim,
+                       router_->ClaimTokenizing(req.text().size()));
       ASSIGN_OR_RETURN(prompt_ids_, router_->codec().Encode(req.text()));
       break;
     }
@@ -341,6 +356,7 @@ void GenerateCall::OnReserveDone(size_t index, const grpc::Status& status) {
   bool ended = false, retry = false, start = false, late_success = false;
   std::optional<absl::Status> wait_for_room;
   v1::ReserveResponse reserved;
+  std::shared_ptr<v1::DecodeWorker::Stub> hung_decode_stub;
   {
     absl::MutexLock lock(&mu_);
     ReserveAttempt& attempt = *reserve_attempts_[index];
@@ -352,16 +368,34 @@ void GenerateCall::OnReserveDone(size_t index, const grpc::Status& status) {
     } else if (!status.ok()) {
       registry.AddRouterLoad(decode_id_, {.inflight = -1, .reserved_pages = -decode_charged_pages_});
       decode_charged_ = false;
+      // Reserve's own step deadline passed while the client's has not: the worker hangs (a
+      // frozen process keeps its connection open, so nothing else fails). That is the
+      // worker's failure, reported as UNAVAILABLE naming it, and another worker may serve.
+      grpc::Status seen = status;
+      if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+          absl::Now() < request_deadline_) {
+        seen = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            absl::StrCat("no answer within the reserve timeout of ",
+                                         absl::FormatDuration(router_->options().reserve_timeout),
+                                         " (", status.error_message(), ")"));
+        // Should it wake up, the reservation it may still make must be let go.
+        hung_decode_stub = router_->channels().Decode(decode_address_);
+        spdlog::warn("decode worker {} ({}) did not answer Reserve of request {} within {}; "
+                     "marking it unhealthy{}",
+                     decode_id_, decode_address_, common::IdForMessages(request_id_),
+                     absl::FormatDuration(router_->options().reserve_timeout),
+                     next_candidate_ < decode_candidates_.size() ? " and trying another" : "");
+      }
       const absl::Status error = WorkerError("reserve on decode worker", decode_id_,
-                                             decode_address_, status);
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+                                             decode_address_, seen);
+      if (seen.error_code() == grpc::StatusCode::UNAVAILABLE) {
         registry.ReportFailure(decode_id_, std::string(error.message()), absl::Now());
       }
-      const bool retryable = status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
-                             status.error_code() == grpc::StatusCode::UNAVAILABLE;
+      const bool retryable = seen.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+                             seen.error_code() == grpc::StatusCode::UNAVAILABLE;
       if (retryable && next_candidate_ < decode_candidates_.size()) {
         retry = true;
-      } else if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      } else if (seen.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
         // Every candidate was full by its own count (the router's estimate lags its load
         // reports): wait for room like a request that found none.
         wait_for_room = error;
@@ -378,6 +412,9 @@ void GenerateCall::OnReserveDone(size_t index, const grpc::Status& status) {
     }
   }
   if (late_success) SendWorkerAborts();
+  if (hung_decode_stub) {
+    SendDecodeAbort(std::move(hung_decode_stub));
+  }
   if (retry) StartReserve();
   if (wait_for_room.has_value()) {
     no_room_now_ = true;

@@ -96,6 +96,8 @@ class GenerateCall final : public AbortableCall, public AdmissionQueue::Waiter {
   // Work that must run outside mu_ after the call ended.
   void AfterEnd(bool abort_workers);
   void SendWorkerAborts();
+  // Aborts this request on one decode worker (one that failed to answer Reserve in time).
+  void SendDecodeAbort(std::shared_ptr<v1::DecodeWorker::Stub> stub);
   void ReleasePrefillLoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   grpc::ClientContext* StreamContextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -125,6 +125,10 @@ void GenerateCall::SendWorkerAborts() {
   if (prefill_stub) SendAbortTo(std::move(prefill_stub), request_id_, timeout);
 }
 
+void GenerateCall::SendDecodeAbort(std::shared_ptr<v1::DecodeWorker::Stub> stub) {
+  SendAbortTo(std::move(stub), request_id_, router_->options().abort_timeout);
+}
+
 void GenerateCall::Pump() {
   enum class Action { kNone, kSend, kEnd } action = Action::kNone;
   absl::Status status;

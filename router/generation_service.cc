@@ -1,5 +1,6 @@
 #include "router/generation_service.h"
 
+#include "common/call_auth.h"
 #include "common/grpc_status.h"
 #include "router/api_conversion.h"
 #include "router/generate_call.h"
@@ -58,12 +59,20 @@ inline constexpr char kRouterVersion[] = "0.1.0";
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  if (grpc::Status s = router_->public_authorizer().Check(*context, common::Privilege::kClient);
+      !s.ok()) {
+    return new common::RefusedWriteReactor<grpc::ByteBuffer>(s);
+  }
   return new GrpcGenerateReactor(router_, context, request);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* context,
                                                    const v1::AbortRequest* request,
                                                    v1::AbortResponse* /*response*/) {
+  if (auto* refused = common::RefuseUnlessAllowed(&router_->public_authorizer(), context,
+                                                  common::Privilege::kClient)) {
+    return refused;
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(common::ToGrpcStatus(router_->requests().Abort(request->request_id())));
   return reactor;
@@ -72,6 +81,10 @@ grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
                                                           const v1::GetModelInfoRequest*,
                                                           v1::GetModelInfoResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(&router_->public_authorizer(), context,
+                                                  common::Privilege::kClient)) {
+    return refused;
+  }
   const RouterModel& m = router_->model();
   response->set_model_name(m.identity.model_name);
   response->set_model_type(m.identity.model_type);
@@ -91,6 +104,10 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* GenerationService::GetServerInfo(grpc::CallbackServerContext* context,
                                                            const v1::GetServerInfoRequest*,
                                                            v1::GetServerInfoResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(&router_->public_authorizer(), context,
+                                                  common::Privilege::kClient)) {
+    return refused;
+  }
   response->set_version(kRouterVersion);
   response->set_listen_address(router_->listen_address());
   response->set_start_time_unix_ms(absl::ToUnixMillis(router_->start_time()));

@@ -1,5 +1,7 @@
 #include "router/request_table.h"
 
+#include "common/request_limits.h"
+
 #include "absl/strings/str_cat.h"
 
 namespace mlaserve::router {
@@ -8,7 +10,8 @@ absl::Status RequestTable::Insert(const std::string& id, AbortableCall* call) {
   absl::MutexLock lock(&mu_);
   if (!calls_.emplace(id, call).second) {
     return absl::AlreadyExistsError(
-        absl::StrCat("request id '", id, "' is already in use by a running request"));
+        absl::StrCat("request id '", common::IdForMessages(id),
+                     "' is already in use by a running request"));
   }
   return absl::OkStatus();
 }
@@ -25,7 +28,7 @@ absl::Status RequestTable::Abort(const std::string& id) {
     absl::MutexLock lock(&mu_);
     auto it = calls_.find(id);
     if (it == calls_.end()) {
-      return absl::NotFoundError(absl::StrCat("no running request with id '", id, "'"));
+      return absl::NotFoundError(absl::StrCat("no running request with id '", common::IdForMessages(id), "'"));
     }
     call = it->second;
     call->Ref();  // keeps it alive after the lock is released

@@ -1,5 +1,7 @@
 #include "router/router_context.h"
 
+#include "absl/strings/str_cat.h"
+
 #include "absl/random/random.h"
 #include "absl/strings/str_format.h"
 
@@ -68,6 +70,7 @@ RouterContext::RouterContext(RouterOptions options, RouterModel model,
       codec_(std::move(codec)),
       registry_(WorkerRegistry::Options{model_.identity, options_.heartbeat_interval,
                                         options_.heartbeat_timeout}),
+      channels_(options_.worker_dialer),
       metrics_(metrics_registry_),
       start_time_(absl::Now()),
       id_salt_(absl::Uniform<uint64_t>(absl::BitGen())) {}
@@ -75,6 +78,26 @@ RouterContext::RouterContext(RouterOptions options, RouterModel model,
 std::string RouterContext::NewRequestId() {
   const int64_t n = next_request_.fetch_add(1);
   return absl::StrFormat("req-%d-%08x", n, static_cast<uint32_t>(id_salt_ ^ (n * 0x9E3779B97F4A7C15ull)));
+}
+
+absl::StatusOr<RouterContext::TokenizingClaim> RouterContext::ClaimTokenizing(size_t bytes) {
+  constexpr size_t kUncounted = 64 << 10;  // short prompts: never refused for this
+  if (bytes < kUncounted) return TokenizingClaim();
+  const int64_t n = static_cast<int64_t>(bytes);
+  const int64_t before = tokenizing_bytes_.fetch_add(n);
+  // One text alone always gets through (the request size limit bounds it).
+  if (before > 0 && before + n > options_.max_tokenizing_bytes) {
+    tokenizing_bytes_.fetch_sub(n);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the router is tokenizing ", before, " bytes of other prompts; this one of ", n,
+        " bytes would pass its limit of ", options_.max_tokenizing_bytes,
+        " (--max-tokenizing-bytes); retry"));
+  }
+  return TokenizingClaim(this, n);
+}
+
+RouterContext::TokenizingClaim::~TokenizingClaim() {
+  if (ctx_ != nullptr) ctx_->tokenizing_bytes_.fetch_sub(bytes_);
 }
 
 void RouterContext::CallStarted() {

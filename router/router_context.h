@@ -10,9 +10,13 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/call_auth.h"
+#include "common/cluster_security.h"
 #include "common/metrics.h"
+#include "common/transport_security.h"
 #include "model/config.h"
 #include "router/admission_queue.h"
 #include "router/request.h"
@@ -24,9 +28,38 @@
 
 namespace mlaserve::router {
 
+// The router's public listeners: the gRPC Generation service and any other front end (an HTTP
+// listener reuses this struct and RouterContext::public_authorizer()).
+struct PublicListenerOptions {
+  // The certificate presented to clients (--public-tls-cert / --public-tls-key, by default the
+  // cluster certificate); tls.insecure: plaintext. Client certificates are not asked for.
+  common::TlsOptions tls;
+  std::string api_key_file;  // --api-key-file; empty: no API key needed
+  // Largest request message accepted (--max-request-bytes); larger ones are refused by the
+  // transport with RESOURCE_EXHAUSTED before they are parsed.
+  int max_request_bytes = 4 << 20;
+  // Memory gRPC may use for the public listener's connections (--public-memory-quota-mb): an
+  // oversized request is refused only once gRPC has buffered it, so this bounds what many at
+  // once can cost. Past it gRPC reads from clients more slowly.
+  int64_t memory_quota_bytes = int64_t{128} << 20;
+};
+
 // Flags of mlaserve-router, read in main() and validated once.
 struct RouterOptions {
   std::string listen = "0.0.0.0:8000";
+  // The Admin API's own listener: loopback unless an operator opens it (the chart does, behind
+  // a NetworkPolicy). Workers register here.
+  std::string admin_listen = "127.0.0.1:8001";
+  PublicListenerOptions public_listener;
+  common::ClusterSecurityOptions cluster;  // --insecure, --tls-*, --cluster-token-file
+  std::string admin_token_file;            // --admin-token-file
+  std::vector<std::string> admin_cert_names;  // --admin-cert-name: client certs that are admins
+  // Requests waiting for KV room at most (--max-queued-requests); more fail RESOURCE_EXHAUSTED.
+  int max_queued_requests = 1024;
+  // Prompt text being tokenized at once, in bytes (--max-tokenizing-bytes). The tokenizer
+  // takes a whole text at a time and needs many times its size while it runs, so this bounds
+  // the router's memory under many long prompts; texts under 64 KiB are not counted.
+  int64_t max_tokenizing_bytes = 32 << 20;
   std::string model_dir;
   std::vector<std::string> prefill_addresses;
   std::vector<std::string> decode_addresses;
@@ -43,6 +76,10 @@ struct RouterOptions {
   // How long a request may wait for a decode worker with room for its prompt's KV pages
   // (admission_queue.h); zero fails it at once with RESOURCE_EXHAUSTED.
   absl::Duration queue_timeout = absl::Seconds(600);
+
+  // Built in main() from the flags above (defaults: open and plaintext, for in-process tests).
+  common::CallAuthorizer public_authorizer;  // kClient: the API keys
+  std::shared_ptr<const common::ClusterDialer> worker_dialer = common::ClusterDialer::Insecure();
 };
 
 // The model as the router needs it.
@@ -74,6 +111,8 @@ class RouterContext {
   RouterContext(RouterOptions options, RouterModel model, std::unique_ptr<TextCodec> codec);
 
   const RouterOptions& options() const { return options_; }
+  // Who may call the public API (API keys); for every public listener.
+  const common::CallAuthorizer& public_authorizer() const { return options_.public_authorizer; }
   const RouterModel& model() const { return model_; }
   const TextCodec& codec() const { return *codec_; }
   WorkerRegistry& registry() { return registry_; }
@@ -90,6 +129,23 @@ class RouterContext {
   // A fresh request id: "req-<n>-<random hex>".
   std::string NewRequestId();
   std::atomic<int64_t>& total_requests() { return total_requests_; }
+
+  // Claims `bytes` of the tokenizing budget for one prompt text; RESOURCE_EXHAUSTED when the
+  // router is already tokenizing that much. The claim ends with the returned object.
+  class TokenizingClaim {
+   public:
+    TokenizingClaim() = default;
+    TokenizingClaim(TokenizingClaim&& o) noexcept : ctx_(o.ctx_), bytes_(o.bytes_) { o.ctx_ = nullptr; }
+    TokenizingClaim& operator=(TokenizingClaim&&) = delete;
+    ~TokenizingClaim();
+
+   private:
+    friend class RouterContext;
+    TokenizingClaim(RouterContext* ctx, int64_t bytes) : ctx_(ctx), bytes_(bytes) {}
+    RouterContext* ctx_ = nullptr;
+    int64_t bytes_ = 0;
+  };
+  absl::StatusOr<TokenizingClaim> ClaimTokenizing(size_t bytes);
 
   // Generate calls alive (including ones whose worker calls are still winding down). A call
   // touches this context until it is deleted, so owners wait for zero before destroying it.
@@ -112,6 +168,7 @@ class RouterContext {
   const absl::Time start_time_;
   std::atomic<int64_t> next_request_{1};
   std::atomic<int64_t> total_requests_{0};
+  std::atomic<int64_t> tokenizing_bytes_{0};
   const uint64_t id_salt_;
   absl::Mutex calls_mu_;
   int live_calls_ ABSL_GUARDED_BY(calls_mu_) = 0;

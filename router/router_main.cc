@@ -1,5 +1,6 @@
 // mlaserve-router: the public Generation API and the Admin API in front of prefill and decode
-// workers. Flags (see notes/flags.md) are read here only and turned into RouterOptions.
+// workers, each on its own listener. Flags are read here only and turned into RouterOptions;
+// the security flags are in router_security.h (docs/security.md).
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "router/generation_service.h"
 #include "router/openai/http_api.h"
 #include "router/router_context.h"
+#include "router/router_security.h"
 #include "router/tokenizer_codec.h"
 #include "router/worker_poller.h"
 
@@ -30,6 +32,8 @@ namespace {
 // The health service name that is SERVING once the router can route (one healthy decode
 // and one healthy prefill worker); "" (the whole server) is SERVING while it runs.
 constexpr char kReadinessService[] = "mlaserve.v1.Generation";
+// Admin messages are small; worker descriptors with their profile documents are the largest.
+constexpr int kAdminMaxMessageBytes = 4 << 20;
 
 int Fail(const std::string& what, const absl::Status& status) {
   std::fprintf(stderr, "mlaserve-router: %s: %s\n", what.c_str(), status.ToString().c_str());
@@ -50,8 +54,10 @@ int Main(int argc, char** argv) {
   int http_port = -1;
   std::string chat_template_file;
   openai::HttpApiOptions http;
-  app.add_option("--listen", o.listen, "HOST:PORT to serve on (port 0 = ephemeral)")
+  app.add_option("--listen", o.listen,
+                 "HOST:PORT of the public Generation API (port 0 = ephemeral)")
       ->capture_default_str();
+  AddSecurityFlags(app, &o);
   app.add_option("--model", o.model_dir, "model directory (config.json, tokenizer.json)")
       ->required();
   app.add_option("--prefill", o.prefill_addresses, "static prefill worker HOST:PORT (repeatable)");
@@ -124,6 +130,8 @@ int Main(int argc, char** argv) {
     model_name = std::filesystem::path(o.model_dir).lexically_normal().parent_path().filename();
   }
 
+  absl::StatusOr<RouterSecurity> security = MakeRouterSecurity(&o);
+  if (!security.ok()) return Fail("invalid flags", security.status());
   RouterContext router(o, RouterModelFromConfig(*config, model_name), std::move(codec));
   for (const std::string& a : o.prefill_addresses) {
     auto id = router.registry().AddByAddress(WorkerRole::kPrefill, a, WorkerSource::kStatic);
@@ -134,9 +142,21 @@ int Main(int argc, char** argv) {
     if (!id.ok()) return Fail("--decode " + a, id.status());
   }
 
-  common::ServerOptions server_options;
-  server_options.listen = o.listen;
-  common::ServerRunner runner(server_options);
+  // gRPC refuses a request over the size limit only after buffering it: the memory quota
+  // bounds what oversized requests cost together, and without BDP probing a stream's receive
+  // window stays small, so one sender cannot take the whole quota at once.
+  common::ServerRunner runner({.listen = o.listen,
+                               .max_message_bytes = o.public_listener.max_request_bytes,
+                               .credentials = security->public_credentials,
+                               .memory_quota_bytes = o.public_listener.memory_quota_bytes,
+                               .int_args = {{GRPC_ARG_HTTP2_BDP_PROBE, 0}}});
+  common::ServerRunner admin_runner({.listen = o.admin_listen,
+                                     .max_message_bytes = kAdminMaxMessageBytes,
+                                     .credentials = security->admin_credentials,
+                                     .memory_quota_bytes = 32 << 20,
+                                     .int_args = {{GRPC_ARG_HTTP2_BDP_PROBE, 0}},
+                                     .listening_prefix = "admin listening on"});
+
   // The poller's thread starts after the server is bound (it sets the readiness status).
   WorkerPoller poller(&router, [&runner](bool ready) {
     if (auto* health = runner.server()->GetHealthCheckService(); health != nullptr) {
@@ -144,10 +164,13 @@ int Main(int argc, char** argv) {
     }
   });
   GenerationService generation(&router);
-  AdminService admin(&router, [&poller] { poller.Wake(); });
+  AdminService admin(&router, [&poller] { poller.Wake(); }, &security->admin_authorizer);
   runner.AddService(&generation);
-  runner.AddService(&admin);
+  admin_runner.AddService(&admin);
   if (absl::Status st = runner.Start(); !st.ok()) return Fail("--listen " + o.listen, st);
+  if (absl::Status st = admin_runner.Start(); !st.ok()) {
+    return Fail("--admin-listen " + o.admin_listen, st);
+  }
   router.set_listen_address(runner.bound_address());
   grpc::HealthCheckServiceInterface* health = runner.server()->GetHealthCheckService();
   if (health != nullptr) health->SetServingStatus(kReadinessService, false);
@@ -161,8 +184,9 @@ int Main(int argc, char** argv) {
     spdlog::info("metrics on http://{}/metrics", common::FormatHostPort(host->host, metrics->port()));
   }
 
-  // The OpenAI HTTP API (router/openai): the same Generate path on its own port. Plaintext
-  // only until the router has TLS / API-key settings; HttpApiOptions already takes them.
+  // The OpenAI HTTP API (router/openai): the same Generate path on its own port, with the
+  // public listener's security: HTTPS with its certificate unless --insecure, its API keys
+  // (RouterContext::public_authorizer) and its request size bound.
   std::unique_ptr<openai::HttpApi> http_api;
   if (http_port >= 0) {
     auto chat = chat_template::LoadChatTemplate(o.model_dir, chat_template_file);
@@ -174,6 +198,11 @@ int Main(int argc, char** argv) {
     }
     http.host = common::ParseHostPort(o.listen)->host;
     http.port = http_port;
+    if (!o.public_listener.tls.insecure) {
+      http.tls_cert_file = o.public_listener.tls.cert_file;
+      http.tls_key_file = o.public_listener.tls.key_file;
+    }
+    http.max_body_bytes = static_cast<size_t>(o.public_listener.max_request_bytes);
     if (http.served_model_name.empty()) http.served_model_name = model_name;
     auto started = openai::HttpApi::Start(&router, std::move(chat), http);
     if (!started.ok()) return Fail("--http-port", started.status());
@@ -185,8 +214,8 @@ int Main(int argc, char** argv) {
                model_name, router.model().identity.model_type, o.prefill_addresses.size(),
                o.decode_addresses.size());
   runner.PrintListening();
+  admin_runner.PrintListening();  // after the main line, which tests and scripts read first
   if (http_api) {
-    // A second stdout line, after the gRPC one that launchers wait for.
     std::printf("http listening on %s\n",
                 common::FormatHostPort(http.host, http_api->port()).c_str());
     std::fflush(stdout);
@@ -196,6 +225,8 @@ int Main(int argc, char** argv) {
     if (health != nullptr) health->SetServingStatus(kReadinessService, false);
     if (http_api) http_api->Stop();
   });
+  admin_runner.RequestShutdown();
+  admin_runner.WaitForShutdown();
   if (!router.WaitForCallsToEnd(absl::Seconds(5))) {
     spdlog::warn("some requests were still winding down at exit");
     std::fflush(nullptr);

@@ -16,9 +16,11 @@ add_library(router_service STATIC
   ${CMAKE_CURRENT_LIST_DIR}/generate_call_end.cc
   ${CMAKE_CURRENT_LIST_DIR}/generation_service.cc
   ${CMAKE_CURRENT_LIST_DIR}/admin_service.cc
-  ${CMAKE_CURRENT_LIST_DIR}/worker_poller.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/worker_poller.cc
+  ${CMAKE_CURRENT_LIST_DIR}/router_security.cc)
 target_link_libraries(router_service PUBLIC router_core mlaserve_proto mlaserve_common_grpc
-                      model_loader absl::random_random absl::synchronization)
+                      model_loader absl::random_random absl::synchronization
+                      PRIVATE CLI11::CLI11)
 mlaserve_warnings(router_service)
 
 add_library(router_tokenizer STATIC ${CMAKE_CURRENT_LIST_DIR}/tokenizer_codec.cc)
@@ -42,6 +44,7 @@ mlaserve_test(router_service_test
           ${CMAKE_CURRENT_LIST_DIR}/output_assembler_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/generate_call_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/admin_service_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/router_context_test.cc
   DEPS router_testing)
 mlaserve_test(router_tokenizer_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/tokenizer_codec_test.cc
               DEPS router_tokenizer)

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,6 +38,9 @@ class TextCodec {
   // in the text are still recognized). For text that already carries its special tokens,
   // such as a rendered chat template (transformers tokenizes those without adding any).
   virtual absl::StatusOr<std::vector<int32_t>> EncodeVerbatim(std::string_view text) const = 0;
+  // The most bytes of text one token can stand for (a bound on text that can still fit the
+  // context, checked before tokenizing); nullopt when unknown.
+  virtual std::optional<size_t> MaxBytesPerToken() const { return std::nullopt; }
   // `prompt_ids` gives context for tokenizers whose pieces depend on the previous token.
   virtual std::unique_ptr<StreamingDetokenizer> NewDetokenizer(
       std::span<const int32_t> prompt_ids, bool skip_special_tokens) const = 0;

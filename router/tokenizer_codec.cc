@@ -1,5 +1,7 @@
 #include "router/tokenizer_codec.h"
 
+#include <algorithm>
+
 #include "model/detokenizer.h"
 #include "model/utf8.h"
 #include "absl/strings/str_cat.h"
@@ -52,6 +54,20 @@ class IdsOnlyCodec final : public TextCodec {
 
 std::unique_ptr<TextCodec> TokenIdsOnlyCodec(std::string why) {
   return std::make_unique<IdsOnlyCodec>(std::move(why));
+}
+
+TokenizerCodec::TokenizerCodec(std::unique_ptr<model::Tokenizer> tokenizer)
+    : tokenizer_(std::move(tokenizer)) {
+  // Text a token stands for: its decoded bytes, or its literal form for added tokens matched
+  // in the text (a special token's text is longer than what skip_special_tokens decodes).
+  for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id) {
+    if (auto b = tokenizer_->TokenBytes(id, /*skip_special_tokens=*/false)) {
+      max_bytes_per_token_ = std::max(max_bytes_per_token_, b->size());
+    }
+    if (auto t = tokenizer_->IdToToken(id)) {
+      max_bytes_per_token_ = std::max(max_bytes_per_token_, t->size());
+    }
+  }
 }
 
 absl::StatusOr<std::unique_ptr<TokenizerCodec>> TokenizerCodec::FromModelDir(

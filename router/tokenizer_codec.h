@@ -20,17 +20,18 @@ class TokenizerCodec final : public TextCodec {
  public:
   // Loads <model_dir>/tokenizer.json (and tokenizer_config.json beside it).
   static absl::StatusOr<std::unique_ptr<TokenizerCodec>> FromModelDir(const std::string& model_dir);
-  explicit TokenizerCodec(std::unique_ptr<model::Tokenizer> tokenizer)
-      : tokenizer_(std::move(tokenizer)) {}
+  explicit TokenizerCodec(std::unique_ptr<model::Tokenizer> tokenizer);
 
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const override;
   absl::StatusOr<std::vector<int32_t>> EncodeVerbatim(std::string_view text) const override;
   std::unique_ptr<StreamingDetokenizer> NewDetokenizer(std::span<const int32_t> prompt_ids,
                                                        bool skip_special_tokens) const override;
+  std::optional<size_t> MaxBytesPerToken() const override { return max_bytes_per_token_; }
   const model::Tokenizer& tokenizer() const { return *tokenizer_; }
 
  private:
   std::unique_ptr<model::Tokenizer> tokenizer_;
+  size_t max_bytes_per_token_ = 0;
 };
 
 }  // namespace mlaserve::router

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/request_limits.h"
+#include "common/status.h"
 
 namespace mlaserve::router {
 namespace {
@@ -98,6 +100,7 @@ absl::Status ValidateAndResolveSampling(SamplingConfig& s, int32_t prompt_tokens
     return Invalid(absl::StrCat("repetition_penalty ", s.repetition_penalty,
                                 " is out of range; it must be > 0 (1 = off)"));
   }
+  RETURN_IF_ERROR(common::ValidateStopCounts(s.stop.size(), s.stop_token_ids.size()));
   for (int32_t id : s.stop_token_ids) {
     if (id < 0 || id >= limits.vocab_size) {
       return Invalid(absl::StrCat("stop_token_ids entry ", id, " is outside the vocabulary [0, ",
@@ -106,6 +109,7 @@ absl::Status ValidateAndResolveSampling(SamplingConfig& s, int32_t prompt_tokens
   }
   for (size_t i = 0; i < s.stop.size(); ++i) {
     if (s.stop[i].empty()) return Invalid(absl::StrCat("stop string ", i, " is empty"));
+    RETURN_IF_ERROR(common::ValidateStopString(i, s.stop[i]));
     if (absl::Status st = ValidateUtf8(s.stop[i], absl::StrCat("stop string ", i)); !st.ok()) {
       return st;
     }
@@ -127,6 +131,20 @@ absl::Status ValidateAndResolveSampling(SamplingConfig& s, int32_t prompt_tokens
                                 m, "; together they exceed the model's context of ",
                                 limits.max_context, " tokens (at most ", room,
                                 " new tokens fit)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePromptBytes(size_t text_bytes, std::optional<size_t> max_bytes_per_token,
+                                 const ModelLimits& limits) {
+  if (!max_bytes_per_token.has_value() || *max_bytes_per_token == 0) return absl::OkStatus();
+  // Each token covers at most max_bytes_per_token bytes of text, so longer text cannot fit.
+  const uint64_t most = static_cast<uint64_t>(limits.max_context - 1) * *max_bytes_per_token;
+  if (text_bytes > most) {
+    return Invalid(absl::StrCat("prompt text has ", text_bytes, " bytes; this model accepts ",
+                                limits.max_context - 1, " prompt tokens of at most ",
+                                *max_bytes_per_token, " bytes each (", most,
+                                " bytes), so it cannot fit"));
   }
   return absl::OkStatus();
 }

@@ -2,7 +2,9 @@
 // the offending value and the allowed range, so a client can fix its request.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -19,9 +21,14 @@ absl::Status ValidateUtf8(std::string_view text, std::string_view what);
 // (at least one token must be left to generate).
 absl::Status ValidatePrompt(std::span<const int32_t> prompt_ids, const ModelLimits& limits);
 
+// Before tokenizing: INVALID_ARGUMENT when text of `text_bytes` bytes must have more tokens than
+// the context holds (no token of the tokenizer is longer than `max_bytes_per_token`).
+absl::Status ValidatePromptBytes(size_t text_bytes, std::optional<size_t> max_bytes_per_token,
+                                 const ModelLimits& limits);
+
 // Sampling ranges (temperature >= 0, top_p in (0,1], top_k >= 0, min_p in [0,1],
 // repetition_penalty > 0), stop_token_ids inside the vocabulary, stop strings non-empty
-// UTF-8, and max_new_tokens: >= 1, and prompt + max_new_tokens within the context. An unset
+// UTF-8 within the counts and sizes of common/request_limits.h, and max_new_tokens: >= 1, and prompt + max_new_tokens within the context. An unset
 // max_new_tokens is resolved here to min(kDefaultMaxNewTokens, context - prompt).
 absl::Status ValidateAndResolveSampling(SamplingConfig& sampling, int32_t prompt_tokens,
                                         const ModelLimits& limits);

@@ -98,3 +98,36 @@ TEST(ValidateSampling, AcceptsBoundaryValues) {
 
 }  // namespace
 }  // namespace mlaserve::router
+
+namespace mlaserve::router {
+namespace {
+
+TEST(ValidateSampling, BoundsStopStringsAndStopTokenIds) {
+  SamplingConfig s;
+  s.stop.assign(17, "x");
+  absl::Status st = ValidateAndResolveSampling(s, 10, Limits());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("stop has 17 strings; at most 16"), std::string::npos) << st;
+  s.stop = {std::string(257, 'y')};
+  st = ValidateAndResolveSampling(s, 10, Limits());
+  EXPECT_NE(st.message().find("stop string 0 has 257 bytes; at most 256"), std::string::npos)
+      << st;
+  s.stop = {};
+  s.stop_token_ids.assign(65, 1);
+  st = ValidateAndResolveSampling(s, 10, Limits());
+  EXPECT_NE(st.message().find("stop_token_ids has 65 ids"), std::string::npos) << st;
+}
+
+TEST(ValidatePromptBytes, TextThatCannotFitIsRefusedBeforeTokenizing) {
+  const ModelLimits limits = Limits();
+  const size_t most = static_cast<size_t>(limits.max_context - 1) * 8;
+  EXPECT_TRUE(ValidatePromptBytes(most, 8, limits).ok());
+  absl::Status st = ValidatePromptBytes(most + 1, 8, limits);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("cannot fit"), std::string::npos) << st;
+  // Unknown token lengths: nothing to check here (the message size limit still applies).
+  EXPECT_TRUE(ValidatePromptBytes(size_t{1} << 30, std::nullopt, limits).ok());
+}
+
+}  // namespace
+}  // namespace mlaserve::router

@@ -17,8 +17,7 @@ grpc::ChannelArguments WorkerChannels::Arguments() {
 WorkerChannels::Stubs& WorkerChannels::StubsLocked(const std::string& address) {
   auto it = by_address_.find(address);
   if (it != by_address_.end()) return it->second;
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), Arguments());
+  std::shared_ptr<grpc::Channel> channel = dialer_->Dial(address, Arguments());
   Stubs stubs;
   stubs.prefill = v1::PrefillWorker::NewStub(channel);
   stubs.decode = v1::DecodeWorker::NewStub(channel);

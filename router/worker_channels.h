@@ -12,12 +12,17 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/transport_security.h"
 #include "mlaserve/v1/worker.grpc.pb.h"
 
 namespace mlaserve::router {
 
 class WorkerChannels {
  public:
+  // `dialer`: TLS and the cluster token every worker RPC needs.
+  explicit WorkerChannels(std::shared_ptr<const common::ClusterDialer> dialer)
+      : dialer_(std::move(dialer)) {}
+
   std::shared_ptr<v1::PrefillWorker::Stub> Prefill(const std::string& address);
   std::shared_ptr<v1::DecodeWorker::Stub> Decode(const std::string& address);
 
@@ -31,6 +36,7 @@ class WorkerChannels {
   };
   Stubs& StubsLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const std::shared_ptr<const common::ClusterDialer> dialer_;
   absl::Mutex mu_;
   std::map<std::string, Stubs> by_address_ ABSL_GUARDED_BY(mu_);
 };

@@ -183,6 +183,15 @@ absl::StatusOr<WorkerSnapshot> WorkerRegistry::Drain(const std::string& id) {
   return Snapshot(*e);
 }
 
+absl::StatusOr<WorkerSnapshot> WorkerRegistry::Undrain(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  Entry* e = FindLocked(id);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("no worker with id '", id, "'"));
+  e->drain_requested = false;
+  if (e->snap.state == WorkerState::kDraining) e->snap.state = WorkerState::kHealthy;
+  return Snapshot(*e);
+}
+
 void WorkerRegistry::ExpireStale(absl::Time now) {
   absl::MutexLock lock(&mu_);
   const absl::Duration timeout = options_.heartbeat_timeout;

@@ -70,6 +70,8 @@ class WorkerRegistry {
 
   absl::Status Remove(const std::string& id);
   absl::StatusOr<WorkerSnapshot> Drain(const std::string& id);
+  // Ends a drain (a draining worker becomes HEALTHY again); NOT_FOUND if unknown.
+  absl::StatusOr<WorkerSnapshot> Undrain(const std::string& id);
 
   // Self-registered workers: overdue heartbeat -> UNHEALTHY; long silence -> forgotten.
   void ExpireStale(absl::Time now);

@@ -103,29 +103,38 @@ start() {
   echo "== $name listening on $ADDRESS (pid $pid)"
 }
 
-WORKER_FLAGS=(--listen 127.0.0.1:0 --model "$MODEL" --backend "$BACKEND" --metrics-port -1)
+# Plaintext on loopback, asked for with --insecure; the Admin API (its own listener) needs a
+# token made here, which mlaservectl sends (docs/security.md has the TLS setup).
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$LOGS/admin-token"
+WORKER_FLAGS=(--insecure --listen 127.0.0.1:0 --model "$MODEL" --backend "$BACKEND" --metrics-port -1)
 start prefill "$PREFILL" "${WORKER_FLAGS[@]}"
 PREFILL_ADDR=$ADDRESS
 start decode "$DECODE" "${WORKER_FLAGS[@]}"
 DECODE_ADDR=$ADDRESS
-start router "$ROUTER" --listen 127.0.0.1:0 --model "$MODEL" --metrics-port -1 \
+start router "$ROUTER" --insecure --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+  --admin-token-file "$LOGS/admin-token" --model "$MODEL" --metrics-port -1 \
   --prefill "$PREFILL_ADDR" --decode "$DECODE_ADDR"
 ROUTER_ADDR=$ADDRESS
+# The admin line follows the main one.
+until ADMIN_ADDR=$(sed -n 's/^admin listening on //p' "$LOGS/router.out" | head -n1); [[ -n $ADMIN_ADDR ]]; do
+  sleep 0.1
+done
+CTL_FLAGS=(--insecure --server "$ROUTER_ADDR" --admin "$ADMIN_ADDR" --token-file "$LOGS/admin-token")
 
 # --- wait for readiness ------------------------------------------------------------------
 deadline=$((SECONDS + READY_TIMEOUT_S))
-until "$CTL" --server "$ROUTER_ADDR" --timeout 2 health --service mlaserve.v1.Generation >/dev/null 2>&1; do
+until "$CTL" "${CTL_FLAGS[@]}" --timeout 2 health --service mlaserve.v1.Generation >/dev/null 2>&1; do
   if ((SECONDS > deadline)); then
     echo "local_cluster.sh: router not ready within ${READY_TIMEOUT_S}s; workers:" >&2
-    "$CTL" --server "$ROUTER_ADDR" workers list >&2 || true
+    "$CTL" "${CTL_FLAGS[@]}" workers list >&2 || true
     exit 1
   fi
   sleep 0.1
 done
 echo "== ready"
-"$CTL" --server "$ROUTER_ADDR" workers list
+"$CTL" "${CTL_FLAGS[@]}" workers list
 
 # --- ask -----------------------------------------------------------------------------------
 echo "== prompt: $PROMPT"
-"$CTL" --server "$ROUTER_ADDR" generate --prompt "$PROMPT" \
+"$CTL" "${CTL_FLAGS[@]}" generate --prompt "$PROMPT" \
   --max-new-tokens "$MAX_NEW_TOKENS" --temperature "$TEMPERATURE"

@@ -34,7 +34,7 @@ def main():
     procs = []
 
     def start(binary):
-        p = subprocess.Popen([binary, '--listen', '127.0.0.1:0', '--model', args.model,
+        p = subprocess.Popen([binary, '--insecure', '--listen', '127.0.0.1:0', '--model', args.model,
                               '--backend', 'cpu', '--num-kv-pages', '64', '--chunk-size', '16'],
                              stdout=subprocess.PIPE, text=True)
         procs.append(p)

@@ -227,6 +227,9 @@ void KvNcclServiceImpl::Answer(const std::shared_ptr<Job>& job) {
 grpc::ServerUnaryReactor* KvNcclServiceImpl::Connect(grpc::CallbackServerContext* context,
                                                      const v1::KvNcclConnectRequest* request,
                                                      v1::KvNcclConnectResponse* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(options_.authorizer, context, common::Privilege::kCluster)) {
+    return refused;
+  }
   auto* reactor = context->DefaultReactor();
   auto fail = [&](const absl::Status& s) {
     reactor->Finish(ToGrpcStatus(s));
@@ -299,6 +302,9 @@ grpc::ServerUnaryReactor* KvNcclServiceImpl::Connect(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* KvNcclServiceImpl::Finish(grpc::CallbackServerContext* context,
                                                     const v1::KvNcclFinishRequest* request,
                                                     v1::KvPushResult* response) {
+  if (auto* refused = common::RefuseUnlessAllowed(options_.authorizer, context, common::Privilege::kCluster)) {
+    return refused;
+  }
   auto* reactor = context->DefaultReactor();
   std::shared_ptr<Job> job;
   {

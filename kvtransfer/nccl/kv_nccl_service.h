@@ -25,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/call_auth.h"
 #include "kvtransfer/nccl/communicator.h"
 #include "kvtransfer/nccl/nccl_transport.h"
 #include "kvtransfer/receiver.h"
@@ -38,6 +39,8 @@ struct KvNcclServiceOptions {
   PageIoFactory page_io_factory = HostPageIoFactory();
   absl::Duration connect_timeout = absl::Seconds(30);  // joining a communicator
   absl::Duration no_progress_timeout = absl::Seconds(30);
+  // Both RPCs need the cluster credential (null: open, for in-process tests).
+  const common::CallAuthorizer* authorizer = nullptr;
 };
 
 class KvNcclServiceImpl final : public mlaserve::v1::KvNcclService::CallbackService {

@@ -376,8 +376,7 @@ std::shared_ptr<NcclKvTransport::Pair> NcclKvTransport::PairFor(const std::strin
     p = std::make_shared<Pair>(endpoint, options_.comm_factory);
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
-    auto channel =
-        grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+    auto channel = options_.dialer->Dial(endpoint, args);
     p->nccl = v1::KvNcclService::NewStub(channel);
     p->kv = v1::KvService::NewStub(channel);
     p->thread = std::thread(PairLoop, p.get(), pool_, &options_);

@@ -27,6 +27,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/transport_security.h"
 #include "kvtransfer/nccl/communicator.h"
 #include "kvtransfer/nccl/page_io.h"
 #include "kvtransfer/nccl/schedule.h"
@@ -58,6 +59,8 @@ struct NcclTransportOptions {
   LayerFenceFactory layer_fence;  // null: the pages are complete when SendLayer is called
   // Bound on Connect and on joining a communicator (both ranks must join).
   absl::Duration connect_timeout = absl::Seconds(30);
+  // TLS and the cluster token for the control channels to decode workers.
+  std::shared_ptr<const common::ClusterDialer> dialer = common::ClusterDialer::Insecure();
 };
 
 class NcclKvTransport final : public KvTransport {

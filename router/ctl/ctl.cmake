@@ -4,8 +4,9 @@ add_library(router_ctl STATIC
   ${CMAKE_CURRENT_LIST_DIR}/ctl_commands.cc
   ${CMAKE_CURRENT_LIST_DIR}/ctl_generate.cc)
 target_include_directories(router_ctl PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(router_ctl PUBLIC mlaserve_proto absl::strings absl::str_format absl::time
-                      absl::status absl::synchronization)
+target_link_libraries(router_ctl PUBLIC mlaserve_proto mlaserve_common_grpc absl::strings
+                      absl::str_format absl::time absl::status absl::synchronization
+                      nlohmann_json::nlohmann_json)
 mlaserve_warnings(router_ctl)
 
 add_executable(mlaservectl ${CMAKE_CURRENT_LIST_DIR}/ctl_main.cc)

@@ -2,10 +2,10 @@
 
 #include <cstdio>
 
-#include <grpcpp/generic/generic_stub.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "mlaserve/v1/admin.grpc.pb.h"
 #include "mlaserve/v1/api.grpc.pb.h"
 #include "router/ctl/ctl_format.h"
@@ -17,16 +17,20 @@ void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
 }
 
-int Report(const CtlContext& ctx, const grpc::Status& status) {
+int Report(const std::string& server, const grpc::Status& status) {
   if (status.ok()) return kExitOk;
   const int code = ExitCodeFor(status);
   if (code == kExitUnavailable) {
-    std::fprintf(stderr, "mlaservectl: server %s unavailable: %s\n", ctx.server.c_str(),
+    std::fprintf(stderr, "mlaservectl: server %s unavailable: %s\n", server.c_str(),
                  DescribeStatus(status).c_str());
   } else {
     std::fprintf(stderr, "mlaservectl: server error: %s\n", DescribeStatus(status).c_str());
   }
   return code;
+}
+int Report(const CtlContext& ctx, const grpc::Status& status) { return Report(ctx.server, status); }
+int ReportAdmin(const CtlContext& ctx, const grpc::Status& status) {
+  return Report(ctx.admin_server, status);
 }
 
 void Print(const std::string& text) {
@@ -44,7 +48,7 @@ std::optional<v1::WorkerRole> ParseRole(const std::string& role) {
 
 template <typename Req, typename Resp, typename Method>
 grpc::Status AdminCall(const CtlContext& ctx, Method method, const Req& req, Resp* resp) {
-  auto stub = v1::Admin::NewStub(ctx.channel);
+  auto stub = v1::Admin::NewStub(ctx.admin_channel);
   grpc::ClientContext context;
   SetDeadline(context, ctx.timeout);
   return ((*stub).*method)(&context, req, resp);
@@ -62,7 +66,7 @@ int WorkersList(const CtlContext& ctx, const std::string& role) {
   req.set_role(*r);
   v1::ListWorkersResponse resp;
   grpc::Status s = AdminCall(ctx, &v1::Admin::Stub::ListWorkers, req, &resp);
-  if (!s.ok()) return Report(ctx, s);
+  if (!s.ok()) return ReportAdmin(ctx, s);
   Print(ctx.json ? ToJson(resp) : WorkersTable(resp, absl::Now()));
   return kExitOk;
 }
@@ -72,7 +76,7 @@ int WorkersGet(const CtlContext& ctx, const std::string& id) {
   req.set_id(id);
   v1::WorkerStatus resp;
   grpc::Status s = AdminCall(ctx, &v1::Admin::Stub::GetWorker, req, &resp);
-  if (!s.ok()) return Report(ctx, s);
+  if (!s.ok()) return ReportAdmin(ctx, s);
   Print(ctx.json ? ToJson(resp) : WorkerDetail(resp, absl::Now()));
   return kExitOk;
 }
@@ -88,7 +92,7 @@ int WorkersAdd(const CtlContext& ctx, const std::string& role, const std::string
   req.set_address(address);
   v1::WorkerStatus resp;
   grpc::Status s = AdminCall(ctx, &v1::Admin::Stub::AddWorker, req, &resp);
-  if (!s.ok()) return Report(ctx, s);
+  if (!s.ok()) return ReportAdmin(ctx, s);
   Print(ctx.json ? ToJson(resp) : absl::StrCat("added ", resp.id(), " (", RoleLabel(resp.role()),
                                                " at ", resp.address(), ")"));
   return kExitOk;
@@ -99,7 +103,7 @@ int WorkersRemove(const CtlContext& ctx, const std::string& id) {
   req.set_id(id);
   v1::RemoveWorkerResponse resp;
   grpc::Status s = AdminCall(ctx, &v1::Admin::Stub::RemoveWorker, req, &resp);
-  if (!s.ok()) return Report(ctx, s);
+  if (!s.ok()) return ReportAdmin(ctx, s);
   Print(ctx.json ? ToJson(resp) : absl::StrCat("removed ", id));
   return kExitOk;
 }
@@ -109,7 +113,17 @@ int WorkersDrain(const CtlContext& ctx, const std::string& id) {
   req.set_id(id);
   v1::WorkerStatus resp;
   grpc::Status s = AdminCall(ctx, &v1::Admin::Stub::DrainWorker, req, &resp);
-  if (!s.ok()) return Report(ctx, s);
+  if (!s.ok()) return ReportAdmin(ctx, s);
+  Print(ctx.json ? ToJson(resp) : absl::StrCat(id, " is ", StateLabel(resp.state())));
+  return kExitOk;
+}
+
+int WorkersUndrain(const CtlContext& ctx, const std::string& id) {
+  v1::UndrainWorkerRequest req;
+  req.set_id(id);
+  v1::WorkerStatus resp;
+  grpc::Status s = AdminCall(ctx, &v1::Admin::Stub::UndrainWorker, req, &resp);
+  if (!s.ok()) return ReportAdmin(ctx, s);
   Print(ctx.json ? ToJson(resp) : absl::StrCat(id, " is ", StateLabel(resp.state())));
   return kExitOk;
 }
@@ -117,7 +131,7 @@ int WorkersDrain(const CtlContext& ctx, const std::string& id) {
 int Loads(const CtlContext& ctx) {
   v1::GetLoadsResponse resp;
   grpc::Status s = AdminCall(ctx, &v1::Admin::Stub::GetLoads, v1::GetLoadsRequest(), &resp);
-  if (!s.ok()) return Report(ctx, s);
+  if (!s.ok()) return ReportAdmin(ctx, s);
   Print(ctx.json ? ToJson(resp) : LoadsTable(resp));
   return kExitOk;
 }
@@ -127,7 +141,7 @@ int ProfilesShow(const CtlContext& ctx, const std::string& worker_id) {
   req.set_worker_id(worker_id);
   v1::GetProfilesResponse resp;
   grpc::Status s = AdminCall(ctx, &v1::Admin::Stub::GetProfiles, req, &resp);
-  if (!s.ok()) return Report(ctx, s);
+  if (!s.ok()) return ReportAdmin(ctx, s);
   if (ctx.json) {
     Print(ToJson(resp));
   } else {
@@ -142,46 +156,23 @@ int ProfilesShow(const CtlContext& ctx, const std::string& worker_id) {
   return kExitOk;
 }
 
-int Health(const CtlContext& ctx, const std::string& service) {
-  // grpc.health.v1.HealthCheckRequest { string service = 1; } and
-  // HealthCheckResponse { ServingStatus status = 1; } (UNKNOWN 0, SERVING 1, NOT_SERVING 2,
-  // SERVICE_UNKNOWN 3), encoded by hand: two one-field messages need no generated code.
-  std::string wire;
-  if (!service.empty()) {
-    wire.push_back(0x0A);
-    wire.push_back(static_cast<char>(service.size()));  // names are < 128 bytes
-    wire += service;
-  }
-  grpc::Slice slice(wire);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  grpc::GenericStub stub(ctx.channel);
+int Health(const CtlContext& ctx, const std::string& service, bool admin) {
+  auto stub = grpc::health::v1::Health::NewStub(admin ? ctx.admin_channel : ctx.channel);
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse resp;
   grpc::ClientContext context;
   SetDeadline(context, ctx.timeout);
-  grpc::Status status;
-  absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status s) {
-                   status = std::move(s);
-                   done.Notify();
-                 });
-  done.WaitForNotification();
-  if (!status.ok()) return Report(ctx, status);
-  std::vector<grpc::Slice> slices;
-  std::string bytes;
-  if (response.Dump(&slices).ok()) {
-    for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  int value = 0;  // absent field = UNKNOWN
-  if (bytes.size() >= 2 && bytes[0] == 0x08) value = static_cast<unsigned char>(bytes[1]);
-  static const char* kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
-  const char* name = value >= 0 && value < 4 ? kNames[value] : "UNKNOWN";
+  grpc::Status status = stub->Check(&context, req, &resp);
+  if (!status.ok()) return Report(admin ? ctx.admin_server : ctx.server, status);
+  const std::string name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
   if (ctx.json) {
-    Print(absl::StrCat("{\"service\": \"", service, "\", \"status\": \"", name, "\"}"));
+    Print(nlohmann::json{{"service", service}, {"status", name}}.dump());
   } else {
     Print(service.empty() ? name : absl::StrCat(service, ": ", name));
   }
-  return value == 1 ? kExitOk : kExitUnavailable;
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk
+                                                                          : kExitUnavailable;
 }
 
 int Info(const CtlContext& ctx) {

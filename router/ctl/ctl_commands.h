@@ -15,8 +15,10 @@
 namespace mlaserve::router::ctl {
 
 struct CtlContext {
-  std::string server;
+  std::string server;        // the router's public API (generate, info, health)
+  std::string admin_server;  // the router's Admin API (workers, loads, profiles)
   std::shared_ptr<grpc::Channel> channel;
+  std::shared_ptr<grpc::Channel> admin_channel;
   bool json = false;
   absl::Duration timeout = absl::Seconds(10);
 };
@@ -26,10 +28,12 @@ int WorkersGet(const CtlContext& ctx, const std::string& id);
 int WorkersAdd(const CtlContext& ctx, const std::string& role, const std::string& address);
 int WorkersRemove(const CtlContext& ctx, const std::string& id);
 int WorkersDrain(const CtlContext& ctx, const std::string& id);
+int WorkersUndrain(const CtlContext& ctx, const std::string& id);
 int Loads(const CtlContext& ctx);
 int ProfilesShow(const CtlContext& ctx, const std::string& worker_id);
-// grpc.health.v1 Check of `service` ("" = the whole server). Exit 0 only when SERVING.
-int Health(const CtlContext& ctx, const std::string& service);
+// grpc.health.v1 Check of `service` ("" = the whole server) on the public address, or the
+// admin address when `admin`. Exit 0 only when SERVING.
+int Health(const CtlContext& ctx, const std::string& service, bool admin);
 int Info(const CtlContext& ctx);
 
 struct GenerateArgs {

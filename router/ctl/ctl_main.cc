@@ -1,9 +1,13 @@
-// mlaservectl: the admin CLI of an mlaserve router. See docs/serving.md for examples.
+// mlaservectl: the admin CLI of an mlaserve router. See docs/serving.md for examples and
+// docs/security.md for the credentials. Global flags may come before or after the command
+// (`mlaservectl workers list -o json`, as kubectl users type it).
 // Exit codes: 0 ok, 1 usage, 2 server error (the gRPC code is printed), 3 unavailable.
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
 
+#include "common/call_auth.h"
+#include "common/transport_security.h"
 #include "router/ctl/ctl_commands.h"
 #include "router/ctl/ctl_format.h"
 
@@ -13,10 +17,25 @@ namespace {
 int Main(int argc, char** argv) {
   CLI::App app{"mlaservectl: manage and query an mlaserve router"};
   app.require_subcommand(1);
+  // Options of the app are also accepted after a subcommand.
+  app.fallthrough();
   std::string server = "localhost:8000";
+  std::string admin_server = "localhost:8001";
   std::string output = "table";
+  std::string token_file, api_key_file;
+  common::TlsOptions tls;
   double timeout_s = 0;
-  app.add_option("--server", server, "router address HOST:PORT")->capture_default_str();
+  app.add_option("--server", server, "the router's public API HOST:PORT (generate, info, health)")
+      ->capture_default_str();
+  app.add_option("--admin", admin_server,
+                 "the router's Admin API HOST:PORT (workers, loads, profiles)")
+      ->capture_default_str();
+  app.add_option("--token-file", token_file,
+                 "file whose first token is sent to the Admin API (the router's "
+                 "--admin-token-file)");
+  app.add_option("--api-key-file", api_key_file,
+                 "file whose first key is sent to the public API (the router's --api-key-file)");
+  common::AddTlsFlags(app, &tls);
   app.add_option("-o,--output", output, "output format")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "json"}));
@@ -28,6 +47,7 @@ int Main(int argc, char** argv) {
 
   CLI::App* workers = app.add_subcommand("workers", "list and manage workers");
   workers->require_subcommand(1);
+  workers->fallthrough();
   std::string role, id, address;
   CLI::App* list = workers->add_subcommand("list", "list workers");
   list->add_option("--role", role, "prefill or decode (default: all)");
@@ -45,18 +65,25 @@ int Main(int argc, char** argv) {
   CLI::App* drain = workers->add_subcommand("drain", "stop routing new requests to a worker");
   drain->add_option("ID", id, "worker id")->required();
   drain->callback([&] { run = [&](const CtlContext& c) { return WorkersDrain(c, id); }; });
+  CLI::App* undrain = workers->add_subcommand("undrain", "route new requests to a worker again");
+  undrain->add_option("ID", id, "worker id")->required();
+  undrain->callback([&] { run = [&](const CtlContext& c) { return WorkersUndrain(c, id); }; });
 
   std::string service;
   CLI::App* health = app.add_subcommand("health", "grpc.health.v1 check (exit 0 when SERVING)");
   health->add_option("--service", service,
                      "service name; \"\" = the server, mlaserve.v1.Generation = ready to route");
-  health->callback([&] { run = [&](const CtlContext& c) { return Health(c, service); }; });
+  bool health_admin = false;
+  health->add_flag("--of-admin", health_admin, "check the Admin API's listener instead");
+  health->callback(
+      [&] { run = [&](const CtlContext& c) { return Health(c, service, health_admin); }; });
 
   app.add_subcommand("loads", "worker loads")->callback([&] { run = Loads; });
   app.add_subcommand("info", "server and model information")->callback([&] { run = Info; });
 
   CLI::App* profiles = app.add_subcommand("profiles", "GPU profiles of the workers");
   profiles->require_subcommand(1);
+  profiles->fallthrough();
   std::string worker;
   CLI::App* show = profiles->add_subcommand("show", "show profiles (one worker: the whole document)");
   show->add_option("WORKER", worker, "worker id (default: all)");
@@ -94,11 +121,41 @@ int Main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
+  if (absl::Status s = common::ValidateTlsOptions(tls, common::TlsPeer::kClient); !s.ok()) {
+    std::fprintf(stderr, "mlaservectl: %s\n", std::string(s.message()).c_str());
+    return kExitUsage;
+  }
+  auto first_token = [](const std::string& path,
+                        const std::string& flag) -> absl::StatusOr<std::string> {
+    if (path.empty()) return std::string();
+    absl::StatusOr<common::TokenSet> tokens = common::TokenSet::FromFile(path, flag);
+    if (!tokens.ok()) return tokens.status();
+    return tokens->first();
+  };
+  absl::StatusOr<std::string> admin_token = first_token(token_file, "--token-file");
+  absl::StatusOr<std::string> api_key = first_token(api_key_file, "--api-key-file");
+  for (const absl::StatusOr<std::string>* t : {&admin_token, &api_key}) {
+    if (!t->ok()) {
+      std::fprintf(stderr, "mlaservectl: %s\n", std::string(t->status().message()).c_str());
+      return kExitUsage;
+    }
+  }
+  absl::StatusOr<std::shared_ptr<const common::ClusterDialer>> admin_dialer =
+      common::ClusterDialer::Create(tls, *admin_token);
+  absl::StatusOr<std::shared_ptr<const common::ClusterDialer>> public_dialer =
+      common::ClusterDialer::Create(tls, *api_key);
+  if (!admin_dialer.ok() || !public_dialer.ok()) {
+    const absl::Status& s = !admin_dialer.ok() ? admin_dialer.status() : public_dialer.status();
+    std::fprintf(stderr, "mlaservectl: %s\n", std::string(s.message()).c_str());
+    return kExitUsage;
+  }
   CtlContext ctx;
   ctx.server = server;
+  ctx.admin_server = admin_server;
   ctx.json = output == "json";
   ctx.timeout = timeout_s > 0 ? absl::Seconds(timeout_s) : absl::Seconds(is_generate ? 600 : 10);
-  ctx.channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+  ctx.channel = (*public_dialer)->Dial(server, {});
+  ctx.admin_channel = (*admin_dialer)->Dial(admin_server, {});
   return run(ctx);
 }
 

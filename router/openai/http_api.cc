@@ -10,11 +10,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/call_auth.h"
 #include "router/openai/api_request.h"
 #include "router/openai/connection_probe.h"
 #include "router/openai/generate_exchange.h"
 #include "router/openai/reasoning_splitter.h"
 #include "router/openai/response_builder.h"
+#include "router/validation.h"
 
 namespace mlaserve::router::openai {
 namespace {
@@ -49,6 +51,7 @@ struct HttpApi::Impl {
   std::thread listener;
   int port = 0;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> listener_done{false};  // listen_after_bind returned
 
   void Register() {
     server->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -75,24 +78,39 @@ struct HttpApi::Impl {
                                                    : absl::StrCat("HTTP ", res.status);
       SendError(res, ApiError{res.status, what, "invalid_request_error", std::nullopt, std::nullopt});
     });
-    if (!options.api_keys.empty()) {
-      server->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (req.path == "/health" || Authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
-        SendError(res, ApiError{401, "a valid API key is required: send \"Authorization: Bearer <key>\"",
-                                "authentication_error", std::nullopt, "invalid_api_key"});
-        return httplib::Server::HandlerResponse::Handled;
-      });
-    }
+    // The gRPC API's API keys (--api-key-file), through the same authorizer; /health stays
+    // open for probes.
+    server->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      absl::Status allowed = CheckApiKey(req);
+      if (allowed.ok()) return httplib::Server::HandlerResponse::Unhandled;
+      SendError(res, AuthError(allowed));
+      return httplib::Server::HandlerResponse::Handled;
+    });
   }
 
-  bool Authorized(const httplib::Request& req) const {
-    const std::string header = req.get_header_value("Authorization");
-    if (!absl::StartsWith(header, "Bearer ")) return false;
-    const std::string key = header.substr(7);
-    for (const std::string& k : options.api_keys) {
-      if (k == key) return true;
+  absl::Status CheckApiKey(const httplib::Request& req) const {
+    std::optional<absl::string_view> authorization;
+    std::string header;
+    if (req.has_header("Authorization")) {
+      header = req.get_header_value("Authorization");
+      authorization = header;
     }
-    return false;
+    return router->public_authorizer().CheckCredentials(authorization, std::nullopt,
+                                                        common::Privilege::kClient);
+  }
+
+  // OpenAI answers a missing or unknown key with 401 invalid_api_key; a credential of another
+  // kind (a cluster token) is no API key either, but its holder is known: 403.
+  static ApiError AuthError(const absl::Status& status) {
+    if (status.code() == absl::StatusCode::kPermissionDenied) {
+      return ApiError{403, std::string(status.message()), "permission_error", std::nullopt,
+                      std::nullopt};
+    }
+    return ApiError{401,
+                    absl::StrCat("a valid API key is required: send \"Authorization: Bearer "
+                                 "<key>\" (", status.message(), ")"),
+                    "authentication_error", std::nullopt, "invalid_api_key"};
   }
 
   Json ModelCard() const {
@@ -154,6 +172,14 @@ struct HttpApi::Impl {
                       "invalid_request_error", "messages", std::nullopt};
     }
     *opens_reasoning = ReasoningSplitter::PromptOpensReasoning(*prompt);
+    // A rendered chat is tokenized here, not in GenerateCall: the same bounds as a text prompt.
+    if (absl::Status st = ValidatePromptBytes(prompt->size(), router->codec().MaxBytesPerToken(),
+                                              router->model().limits);
+        !st.ok()) {
+      return ErrorFromStatus(st);
+    }
+    absl::StatusOr<RouterContext::TokenizingClaim> claim = router->ClaimTokenizing(prompt->size());
+    if (!claim.ok()) return ErrorFromStatus(claim.status());
     absl::StatusOr<std::vector<int32_t>> ids = router->codec().EncodeVerbatim(*prompt);
     if (!ids.ok()) return ErrorFromStatus(ids.status());
     g.mutable_token_ids()->mutable_ids()->Assign(ids->begin(), ids->end());
@@ -297,7 +323,16 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
     return absl::UnavailableError(absl::StrCat("cannot listen on ", o.host, ":", o.port, " for HTTP"));
   }
   httplib::Server* server = impl->server.get();
-  impl->listener = std::thread([server] { server->listen_after_bind(); });
+  std::atomic<bool>* listener_done = &impl->listener_done;
+  impl->listener = std::thread([server, listener_done] {
+    server->listen_after_bind();
+    listener_done->store(true);
+  });
+  // cpp-httplib's stop() does nothing until the accept loop has started (is_running()), so a
+  // Stop() right after Start() would leave the listener running forever: wait for the loop.
+  while (!server->is_running() && !listener_done->load()) {
+    absl::SleepFor(absl::Microseconds(100));
+  }
   return std::unique_ptr<HttpApi>(new HttpApi(std::move(impl)));
 }
 

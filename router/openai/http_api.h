@@ -12,6 +12,10 @@
 // events (response_builder.h), and the connection: a client that disconnects cancels its
 // call, which aborts its workers and frees its KV pages.
 //
+// Security is the gRPC API's (docs/security.md): main() passes the public listener's
+// certificate and request size bound, and requests are checked against the router's
+// public_authorizer() (its API keys).
+//
 // Threads: cpp-httplib serves each connection on a thread of its pool (`threads`); a
 // streaming response holds its thread until it ends, so `threads` bounds the requests served
 // at once (more connections wait for a thread).
@@ -33,16 +37,15 @@ struct HttpApiOptions {
   int port = 0;  // 0 = ephemeral
   int threads = 128;
   std::string served_model_name;  // the `model` requests must name
-  size_t max_body_bytes = 64u << 20;
+  // Larger bodies get 413 (main() passes --max-request-bytes, the gRPC API's bound).
+  size_t max_body_bytes = 4u << 20;
   // How often a waiting request checks whether its client is still connected.
   absl::Duration liveness_interval = absl::Milliseconds(100);
-  // Transport security and API keys, the same settings the gRPC API takes once the router
-  // has them (they are not wired to flags yet: see docs/api.md). With both files set the
-  // listener serves HTTPS; with api_keys set every request but /health must carry
-  // "Authorization: Bearer <one of them>" (401 otherwise).
+  // With both files set the listener serves HTTPS (main() passes the public listener's
+  // certificate unless --insecure). API keys are the router's: every request but /health
+  // must pass RouterContext::public_authorizer() (401 otherwise).
   std::string tls_cert_file;
   std::string tls_key_file;
-  std::vector<std::string> api_keys;
 };
 
 class HttpApi {

@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/call_auth.h"
 #include "router/admin_conversion.h"
 #include "router/testing/byte_codec.h"
 #include "router/testing/fake_workers.h"
@@ -37,19 +38,26 @@ class HttpApiTest : public ::testing::Test {
   void SetUp() override {
     decode_server_ = TestServer::Start({&decode_});
     prefill_server_ = TestServer::Start({&prefill_});
+    router_ = MakeRouter(common::CallAuthorizer());
+    api_ = StartApi();
+  }
+
+  // A router in front of the fake workers; `public_authorizer` holds its API keys.
+  std::unique_ptr<RouterContext> MakeRouter(common::CallAuthorizer public_authorizer) {
     RouterOptions o;
     o.abort_timeout = absl::Seconds(2);
+    o.public_authorizer = std::move(public_authorizer);
     RouterModel m;
     m.identity = ModelFromProto(router::testing::FakeModelIdentity());
     m.limits.vocab_size = ByteCodec::kVocabSize;
     m.limits.max_context = 512;
     m.limits.eos_token_ids = {ByteCodec::kEos};
     m.limits.bos_token_id = ByteCodec::kBos;
-    router_ = std::make_unique<RouterContext>(o, m, std::make_unique<ByteCodec>());
-    ASSERT_TRUE(router_->registry().AddByAddress(WorkerRole::kPrefill, prefill_server_.address, WorkerSource::kStatic).ok());
-    ASSERT_TRUE(router_->registry().AddByAddress(WorkerRole::kDecode, decode_server_.address, WorkerSource::kStatic).ok());
-    WorkerPoller(router_.get(), nullptr).PollOnce();
-    api_ = StartApi({});
+    auto router = std::make_unique<RouterContext>(o, m, std::make_unique<ByteCodec>());
+    EXPECT_TRUE(router->registry().AddByAddress(WorkerRole::kPrefill, prefill_server_.address, WorkerSource::kStatic).ok());
+    EXPECT_TRUE(router->registry().AddByAddress(WorkerRole::kDecode, decode_server_.address, WorkerSource::kStatic).ok());
+    WorkerPoller(router.get(), nullptr).PollOnce();
+    return router;
   }
 
   void TearDown() override {
@@ -59,16 +67,14 @@ class HttpApiTest : public ::testing::Test {
     decode_server_.server->Shutdown(absl::ToChronoTime(absl::Now()));
   }
 
-  std::unique_ptr<HttpApi> StartApi(std::vector<std::string> api_keys) {
+  std::unique_ptr<HttpApi> StartApi(HttpApiOptions options = {}) {
     absl::StatusOr<chat_template::ChatTemplate> t = chat_template::ChatTemplate::Parse(kTemplate);
     EXPECT_TRUE(t.ok()) << t.status();
     chat_template::CheckpointChatTemplate ct{"test", *std::move(t)};
     ct.special_tokens = {{"bos_token", "<bos>"}};
-    HttpApiOptions options;
     options.host = "127.0.0.1";
     options.served_model_name = "demo";
     options.threads = 8;
-    options.api_keys = std::move(api_keys);
     absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Start(router_.get(), std::move(ct), options);
     EXPECT_TRUE(api.ok()) << api.status();
     return api.ok() ? *std::move(api) : nullptr;
@@ -254,15 +260,65 @@ TEST_F(HttpApiTest, ModelsAndHealth) {
   EXPECT_EQ(Json::parse(r->body)["status"], "ok");
 }
 
-TEST_F(HttpApiTest, ApiKeys) {
-  std::unique_ptr<HttpApi> guarded = StartApi({"secret"});
-  httplib::Client client("127.0.0.1", guarded->port());
-  httplib::Result r = client.Get("/v1/models");
+// The router's API keys (--api-key-file) guard the HTTP API as they guard gRPC: the same
+// RouterContext::public_authorizer.
+TEST_F(HttpApiTest, RequestsNeedTheRoutersApiKey) {
+  api_.reset();
+  ASSERT_TRUE(router_->WaitForCallsToEnd(kWait));
+  common::CallAuthOptions keys;
+  keys.api_keys = common::TokenSet::Of({"api-key-0123456789abcdef"});
+  keys.cluster_tokens = common::TokenSet::Of({"cluster-token-0123456789"});
+  router_ = MakeRouter(common::CallAuthorizer(std::move(keys)));
+  api_ = StartApi();
+  decode_.set_reply("17 18 19");
+  httplib::Client client("127.0.0.1", api_->port());
+  client.set_read_timeout(10);
+  const std::string body = R"({"model": "demo", "prompt": "count", "max_tokens": 8})";
+
+  httplib::Result r = client.Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
-  EXPECT_EQ(Json::parse(r->body)["error"]["type"], "authentication_error");
-  EXPECT_EQ(client.Get("/v1/models", {{"Authorization", "Bearer wrong"}})->status, 401);
-  EXPECT_EQ(client.Get("/v1/models", {{"Authorization", "Bearer secret"}})->status, 200);
-  EXPECT_EQ(client.Get("/health")->status, 200);
+  Json error = Json::parse(r->body)["error"];
+  EXPECT_EQ(error["type"], "authentication_error");
+  EXPECT_EQ(error["code"], "invalid_api_key");
+  EXPECT_TRUE(error["param"].is_null());
+  EXPECT_THAT(error["message"].get<std::string>(), HasSubstr("Authorization: Bearer"));
+  for (const char* header : {"Bearer wrong-key-0123456789", "Basic YTpi", "Bearer "}) {
+    r = client.Post("/v1/completions", {{"Authorization", header}}, body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << header;
+    EXPECT_EQ(Json::parse(r->body)["error"]["code"], "invalid_api_key") << header;
+  }
+  // A cluster token is a credential, but not for the public API.
+  r = client.Post("/v1/completions", {{"Authorization", "Bearer cluster-token-0123456789"}}, body,
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_EQ(Json::parse(r->body)["error"]["type"], "permission_error");
+  EXPECT_EQ(client.Get("/v1/models")->status, 401);
+  EXPECT_TRUE(decode_.reserves().empty()) << "a refused request reached a worker";
+
+  const httplib::Headers key = {{"Authorization", "Bearer api-key-0123456789abcdef"}};
+  r = client.Post("/v1/completions", key, body, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["choices"][0]["text"], "17 18 19");
+  EXPECT_EQ(client.Get("/v1/models", key)->status, 200);
+  EXPECT_EQ(client.Get("/health")->status, 200) << "probes need no key";
+}
+
+// A body over the bound (main() passes --max-request-bytes) is refused before it is parsed.
+TEST_F(HttpApiTest, BodiesOverTheRequestBoundGet413) {
+  HttpApiOptions options;
+  options.max_body_bytes = 1024;
+  std::unique_ptr<HttpApi> small = StartApi(options);
+  const std::string body = R"({"model": "demo", "max_tokens": 4, "prompt": ")" +
+                           std::string(2000, 'a') + R"("})";
+  httplib::Result r = Post("/v1/completions", body, small->port());
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(Json::parse(r->body)["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(decode_.reserves().empty());
 }
 
 TEST_F(HttpApiTest, ClientThatDisconnectsMidStreamFreesItsPages) {

@@ -126,8 +126,8 @@ class RenderTest(unittest.TestCase):
             with self.subTest(values=label):
                 self.assertEqual(k8s_checks.check_objects(objs), [])
                 kinds = sorted({o["kind"] for o in objs})
-                expected = ["ConfigMap", "Deployment", "Pod", "PodDisruptionBudget", "Service",
-                            "ServiceAccount"]
+                expected = ["ConfigMap", "Deployment", "NetworkPolicy", "Pod",
+                            "PodDisruptionBudget", "Service", "ServiceAccount"]
                 if label == "2p4d":
                     expected.append("ServiceMonitor")
                 self.assertEqual(kinds, sorted(expected))
@@ -164,7 +164,7 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(flags["--moe-parallel"], "tensor")
         self.assertNotIn("--tp-size", flag_values(container(find(objs, "Deployment", "prefill"))["args"]))
 
-    def test_probes_are_grpc_on_the_serving_port(self):
+    def test_probes_check_health_on_the_serving_port(self):
         for label, objs, _, _ in self.each():
             for role, port in (("router", 8000), ("prefill", 8100), ("decode", 8200)):
                 c = container(find(objs, "Deployment", role))
@@ -173,18 +173,27 @@ class RenderTest(unittest.TestCase):
                 self.assertEqual(ports["metrics"], 9090)
                 self.assertEqual(flag_values(c["args"])["--listen"], f"0.0.0.0:{port}")
                 for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-                    self.assertEqual(c[probe]["grpc"], {"port": port}, (label, role, probe))
+                    # With TLS (the tests' values) the kubelet's plaintext gRPC probe cannot
+                    # connect: mlaservectl checks health over TLS.
+                    self.assertEqual(c[probe]["exec"]["command"],
+                                     ["mlaservectl", "--tls-ca", "/etc/mlaserve/tls/ca.crt",
+                                      "--tls-cert", "/etc/mlaserve/tls/tls.crt", "--tls-key",
+                                      "/etc/mlaserve/tls/tls.key",
+                                      "--tls-server-name", "mlaserve.cluster", "--server",
+                                      f"127.0.0.1:{port}", "--timeout", "4", "health"],
+                                     (label, role, probe))
                 startup = c["startupProbe"]
                 budget = startup["periodSeconds"] * startup["failureThreshold"]
                 # Workers load the model before serving: allow half an hour.
                 self.assertGreaterEqual(budget, 1800 if role != "router" else 300)
 
-    def test_workers_register_with_the_router_service(self):
+    def test_workers_register_with_the_router_admin_service(self):
         for label, objs, release, ns in self.each():
-            svc = find(objs, "Service", "router")
-            grpc_port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc")
-            router_addr = f"{svc['metadata']['name']}.{ns}.svc.cluster.local:{grpc_port}"
-            self.assertEqual(svc["metadata"]["name"], f"{release}-mlaserve-router")
+            svc = find(objs, "Service", "admin")
+            admin_port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "admin")
+            router_addr = f"{svc['metadata']['name']}.{ns}.svc.cluster.local:{admin_port}"
+            self.assertEqual(svc["metadata"]["name"], f"{release}-mlaserve-admin")
+            self.assertEqual(svc["spec"]["clusterIP"], "None")
             for role in WORKERS:
                 c = container(find(objs, "Deployment", role))
                 self.assertEqual(c["command"], [f"mlaserve-{role}"])
@@ -196,8 +205,11 @@ class RenderTest(unittest.TestCase):
                 self.assertEqual(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"],
                                  "status.podIP")
             test_pod = by_kind(objs, "Pod")[0]
+            public = find(objs, "Service", "router")
+            public_addr = f"{public['metadata']['name']}.{ns}.svc.cluster.local:8000"
             self.assertEqual(test_pod["spec"]["containers"][0]["args"],
-                             ["--server", router_addr, "health"])
+                             ["--tls-ca", "/etc/mlaserve/tls/ca.crt", "--tls-server-name",
+                              "mlaserve.cluster", "--server", public_addr, "health"])
 
     def test_profiles_configmap_is_mounted_at_profiles_dir(self):
         for label, objs, _, _ in self.each():
@@ -295,8 +307,12 @@ class RenderTest(unittest.TestCase):
     def test_notes_tell_how_to_reach_the_router(self):
         notes = render_text([EXAMPLE_2P4D], release="ds", namespace="mlaserve", notes=True)
         self.assertIn("kubectl -n mlaserve port-forward svc/ds-mlaserve-router 8000:8000", notes)
-        self.assertIn("exec deploy/ds-mlaserve-router -- mlaservectl --server localhost:8000 "
-                      "workers list", notes)
+        self.assertIn("exec deploy/ds-mlaserve-router -- mlaservectl --tls-ca "
+                      "/etc/mlaserve/tls/ca.crt --tls-server-name mlaserve.cluster --server "
+                      "localhost:8000 --admin localhost:8001 --token-file "
+                      "/etc/mlaserve/admin-token/token workers list", notes)
+        self.assertIn("register with the router's admin port at "
+                      "ds-mlaserve-admin.mlaserve.svc.cluster.local:8001", notes)
         self.assertIn("prefill  2 x ds-mlaserve-prefill", notes)
         self.assertIn("decode   4 x ds-mlaserve-decode", notes)
 
@@ -330,6 +346,123 @@ class RenderTest(unittest.TestCase):
             self.assertEqual(args[args.index("--kv-cache-dtype") + 1], "fp8")
         with self.assertRaisesRegex(RenderError, "kvCacheDtype .* differ"):
             render(extra_values={"prefill": {"kvCacheDtype": "fp8"}})
+
+
+class SecurityTest(unittest.TestCase):
+    """Transport security and credentials (docs/security.md): a choice is required, secrets
+    are mounted where the flags point, the admin port stays off the public Service, and
+    NetworkPolicies fence the admin and worker ports."""
+
+    def test_no_choice_no_render(self):
+        with self.assertRaises(RenderError) as e:
+            render(security=False)
+        self.assertIn("security.tls.secretName", str(e.exception))
+        with self.assertRaises(RenderError) as e:
+            render(security=False, extra_values={"security": {"insecure": True}})
+        self.assertIn("security.insecure needs security.adminTokenSecret", str(e.exception))
+        with self.assertRaises(RenderError) as e:
+            render(extra_values={"security": {"insecure": True}})
+        self.assertIn("choose one", str(e.exception))
+
+    def test_tls_secrets_are_mounted_where_the_flags_point(self):
+        objs = render(extra_values={"security": {"clusterTokenSecret": "ct",
+                                                 "apiKeySecret": "keys",
+                                                 "adminCertNames": ["operator"]}})
+        for role in ("router",) + WORKERS:
+            d = find(objs, "Deployment", role)
+            c = container(d)
+            flags = flag_values(c["args"])
+            self.assertNotIn("--insecure", c["args"])
+            mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+            volumes = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
+            self.assertEqual(volumes["tls"]["secret"]["secretName"], "mlaserve-tls")
+            for flag, file in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key"),
+                               ("--tls-ca", "ca.crt")):
+                self.assertEqual(flags[flag], f"{mounts['tls']}/{file}")
+            self.assertEqual(volumes["cluster-token"]["secret"]["secretName"], "ct")
+            self.assertEqual(flags["--cluster-token-file"], f"{mounts['cluster-token']}/token")
+            self.assertEqual(flags["--tls-server-name"], "mlaserve.cluster")
+        router = container(find(objs, "Deployment", "router"))
+        flags = flag_values(router["args"])
+        mounts = {m["name"]: m["mountPath"] for m in router["volumeMounts"]}
+        self.assertEqual(flags["--admin-token-file"], f"{mounts['admin-token']}/token")
+        self.assertEqual(flags["--api-key-file"], f"{mounts['api-keys']}/token")
+        self.assertEqual(flags["--admin-cert-name"], "operator")
+        self.assertEqual(flags["--admin-listen"], "0.0.0.0:8001")
+        self.assertEqual(k8s_checks.check_objects(objs), [])
+
+    def test_admin_port_is_not_on_the_public_service(self):
+        objs = render()
+        public = find(objs, "Service", "router")
+        self.assertEqual(sorted(p["name"] for p in public["spec"]["ports"]),
+                         ["grpc", "http", "metrics"])
+        self.assertNotIn(8001, [p["port"] for p in public["spec"]["ports"]])
+
+    def test_network_policies_fence_admin_and_worker_ports(self):
+        objs = render()
+        policies = {o["metadata"]["labels"]["app.kubernetes.io/component"]: o
+                    for o in by_kind(objs, "NetworkPolicy")}
+        self.assertEqual(sorted(policies), ["decode", "prefill", "router"])
+
+        def admitted(policy, port):
+            """Component names allowed to `port` (None = anyone)."""
+            for rule in policy["spec"]["ingress"]:
+                if port in [p["port"] for p in rule.get("ports", [])]:
+                    if "from" not in rule:
+                        return None
+                    return sorted(peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+                                  for peer in rule["from"])
+            return []
+        self.assertIsNone(admitted(policies["router"], "grpc"))
+        self.assertIsNone(admitted(policies["router"], "http"))
+        self.assertEqual(admitted(policies["router"], "admin"), ["decode", "prefill"])
+        self.assertEqual(admitted(policies["prefill"], "grpc"), ["router"])
+        self.assertEqual(admitted(policies["decode"], "grpc"), ["prefill", "router"])
+        self.assertIsNone(admitted(policies["decode"], "metrics"))
+        off = render(extra_values={"security": {"networkPolicy": {"enabled": False}}})
+        self.assertEqual(by_kind(off, "NetworkPolicy"), [])
+        no_http = render(extra_values={"router": {"httpPort": None}})
+        self.assertEqual(admitted(find(no_http, "NetworkPolicy", "router"), "http"), [])
+
+    def test_openai_http_api_takes_the_public_tls_and_api_keys(self):
+        # HTTPS: the router gets the TLS flags (its HTTP listener uses the public certificate),
+        # the Service says https, and NOTES show curl with the CA and the API key.
+        values = {"security": {"apiKeySecret": "keys"}}
+        objs = render(extra_values=values)
+        router = container(find(objs, "Deployment", "router"))
+        flags = flag_values(router["args"])
+        self.assertEqual(flags["--http-port"], "8080")
+        self.assertNotIn("--insecure", router["args"])
+        self.assertIn("--tls-cert", flags)
+        self.assertEqual(flags["--api-key-file"], "/etc/mlaserve/api-keys/token")
+        http = next(p for p in find(objs, "Service", "router")["spec"]["ports"] if p["name"] == "http")
+        self.assertEqual(http["appProtocol"], "https")
+        notes = render_text(release="ds", namespace="m", notes=True, extra_values=values)
+        self.assertIn("--cacert ca.crt --connect-to mlaserve.cluster:8080:localhost:8080 "
+                      "https://mlaserve.cluster:8080/v1/completions", notes)
+        self.assertIn('-H "Authorization: Bearer $API_KEY"', notes)
+        # Plaintext only with security.insecure.
+        plain = {"security": {"insecure": True, "adminTokenSecret": "adm"}}
+        objs = render(security=False, extra_values=plain)
+        self.assertIn("--insecure", container(find(objs, "Deployment", "router"))["args"])
+        http = next(p for p in find(objs, "Service", "router")["spec"]["ports"] if p["name"] == "http")
+        self.assertEqual(http["appProtocol"], "http")
+        notes = render_text(release="ds", namespace="m", notes=True, security=False,
+                            extra_values=plain)
+        self.assertIn("PLAINTEXT HTTP", notes)
+        self.assertIn("http://localhost:8080/v1/completions", notes)
+
+    def test_insecure_is_explicit_everywhere(self):
+        objs = render(security=False, extra_values={"security": {"insecure": True,
+                                                                 "adminTokenSecret": "adm"}})
+        for role in ("router",) + WORKERS:
+            c = container(find(objs, "Deployment", role))
+            self.assertIn("--insecure", c["args"])
+            self.assertNotIn("--tls-cert", c["args"])
+            self.assertEqual(c["readinessProbe"]["grpc"]["port"], c["ports"][0]["containerPort"])
+        pod = by_kind(objs, "Pod")[0]
+        self.assertIn("--insecure", pod["spec"]["containers"][0]["args"])
+        self.assertEqual(k8s_checks.check_objects(objs), [])
 
 
 class ProfilesTest(unittest.TestCase):

@@ -25,10 +25,17 @@ class RenderError(Exception):
     """chart-render exited non-zero; the message is its stderr."""
 
 
+SECURITY_VALUES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "values-security.yaml")
+
+
 def render_text(values=(), chart_dir=CHART_DIR, release="test", namespace="serving",
-                notes=False, extra_values=None):
-    """Renders the chart; values are file paths, extra_values a dict merged over them."""
+                notes=False, extra_values=None, security=True):
+    """Renders the chart; values are file paths, extra_values a dict merged over them.
+    security: first apply values-security.yaml (TLS and an admin token), as a deployment must
+    choose its transport security."""
     args = [RENDERER, "--chart", chart_dir, "--release", release, "--namespace", namespace]
+    if security:
+        args += ["-f", SECURITY_VALUES]
     for f in values:
         args += ["-f", f]
     tmp = None

@@ -22,6 +22,7 @@ KNOWN_KINDS = {
     "Pod": "v1",
     "PodDisruptionBudget": "policy/v1",
     "ServiceMonitor": "monitoring.coreos.com/v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
 }
 
 
@@ -185,6 +186,26 @@ def check_references(objects, errors):
             for p in o["spec"]["ports"]:
                 if isinstance(p.get("targetPort"), str) and p["targetPort"] not in names:
                     errors.append(f"{where}: targetPort {p['targetPort']!r} names no pod port")
+        elif o["kind"] == "NetworkPolicy":
+            # The policy selects one workload's pods; the named ports it admits are theirs, and
+            # every peer selector selects some workload's pods.
+            sel = o["spec"]["podSelector"]["matchLabels"]
+            targets = [d for d in deployments
+                       if _selects(sel, d["spec"]["template"]["metadata"]["labels"])]
+            if len(targets) != 1:
+                errors.append(f"{where}: selects {len(targets)} Deployments, want 1")
+                continue
+            names = {p["name"] for c in targets[0]["spec"]["template"]["spec"]["containers"]
+                     for p in c.get("ports", [])}
+            for rule in o["spec"].get("ingress", []):
+                for p in rule.get("ports", []):
+                    if isinstance(p.get("port"), str) and p["port"] not in names:
+                        errors.append(f"{where}: port {p['port']!r} names no pod port")
+                for peer in rule.get("from", []):
+                    psel = peer.get("podSelector", {}).get("matchLabels", {})
+                    if not any(_selects(psel, d["spec"]["template"]["metadata"]["labels"])
+                               for d in deployments):
+                        errors.append(f"{where}: a peer selector {psel} selects no pods")
         elif o["kind"] == "PodDisruptionBudget":
             sel = o["spec"]["selector"]["matchLabels"]
             if not any(_selects(sel, d["spec"]["template"]["metadata"]["labels"])
@@ -192,7 +213,10 @@ def check_references(objects, errors):
                 errors.append(f"{where}: selects no Deployment's pods")
         if o["kind"] in ("Deployment", "Pod"):
             spec = o["spec"]["template"]["spec"] if o["kind"] == "Deployment" else o["spec"]
+            mounted = {m["name"] for c in spec["containers"] for m in c.get("volumeMounts", [])}
             for v in spec.get("volumes", []):
+                if v["name"] not in mounted:
+                    errors.append(f"{where}: volume {v['name']!r} is mounted by no container")
                 cm = v.get("configMap", {}).get("name")
                 if cm and cm not in configmaps:
                     errors.append(f"{where}: mounts ConfigMap {cm!r}, which is not rendered")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 
 #include <grpcpp/grpcpp.h>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/transport_security.h"
 
 namespace mlaserve::testing {
 
@@ -25,15 +27,15 @@ constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 absl::StatusOr<std::unique_ptr<ServerProcess>> Cluster::StartDecode(const std::string& model_dir,
                                                                     const std::string& name,
                                                                     bool register_with_router) {
-  std::vector<std::string> argv = {DecodeBinary(), "--listen", "127.0.0.1:0", "--model",
-                                   model_dir, "--backend", "cpu", "--num-kv-pages",
+  std::vector<std::string> argv = {DecodeBinary(), "--insecure", "--listen", "127.0.0.1:0",
+                                   "--model", model_dir, "--backend", "cpu", "--num-kv-pages",
                                    absl::StrCat(options_.num_kv_pages), "--local-prefill-threshold",
                                    absl::StrCat(options_.local_prefill_threshold),
                                    "--metrics-port", "-1"};
   for (const auto& f : options_.extra_decode_flags) argv.push_back(f);
   if (register_with_router) {
     argv.push_back("--router");
-    argv.push_back(router_->address());
+    argv.push_back(admin_address_);
   }
   return ServerProcess::Start(argv, absl::StrCat(dir_, "/", name, ".log"), kStartTimeout);
 }
@@ -42,7 +44,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
   std::unique_ptr<Cluster> c(new Cluster);
   c->options_ = o;
   c->dir_ = MakeTempDir("mlaserve-cluster-");
-  std::vector<std::string> router_argv = {RouterBinary(), "--listen", "127.0.0.1:0", "--model",
+  std::vector<std::string> router_argv = {RouterBinary(), "--insecure", "--listen", "127.0.0.1:0",
+                                          "--admin-listen", "127.0.0.1:0", "--model",
                                           o.model_dir, "--metrics-port", "-1",
                                           "--poll-interval-ms", "100",
                                           "--heartbeat-timeout-ms", "2000"};
@@ -55,9 +58,24 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
       router_argv.insert(router_argv.end(), {o.extra_router_flags[i], o.extra_router_flags[i + 1]});
     }
   }
+  if (!o.admin_token.empty()) {
+    const std::string path = c->dir_ + "/admin-token";
+    std::ofstream(path) << o.admin_token << "\n";
+    router_argv.insert(router_argv.end(), {"--admin-token-file", path});
+  }
+  auto start_router = [&]() -> absl::Status {
+    auto r = ServerProcess::Start(router_argv, c->dir_ + "/router.log", kStartTimeout);
+    if (!r.ok()) return r.status();
+    c->router_ = *std::move(r);
+    absl::StatusOr<std::string> admin = c->router_->WaitForLine("admin listening on ", kStartTimeout);
+    if (!admin.ok()) return admin.status();
+    c->admin_address_ = *admin;
+    return absl::OkStatus();
+  };
   auto start_worker = [&](const std::string& bin, const std::string& name,
                           bool decode) -> absl::StatusOr<std::unique_ptr<ServerProcess>> {
-    std::vector<std::string> argv = {bin, "--listen", "127.0.0.1:0", "--model", o.model_dir,
+    std::vector<std::string> argv = {bin, "--insecure", "--listen", "127.0.0.1:0", "--model",
+                                     o.model_dir,
                                      "--backend", "cpu", "--num-kv-pages",
                                      absl::StrCat(o.num_kv_pages), "--metrics-port", "-1"};
     if (decode) {
@@ -69,14 +87,12 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
     }
     if (o.self_register) {
       argv.push_back("--router");
-      argv.push_back(c->router_->address());
+      argv.push_back(c->admin_address_);
     }
     return ServerProcess::Start(argv, absl::StrCat(c->dir_, "/", name, ".log"), kStartTimeout);
   };
   if (o.self_register) {
-    auto r = ServerProcess::Start(router_argv, c->dir_ + "/router.log", kStartTimeout);
-    if (!r.ok()) return r.status();
-    c->router_ = *std::move(r);
+    if (absl::Status st = start_router(); !st.ok()) return st;
   }
   for (int i = 0; i < o.prefill_workers; ++i) {
     auto p = start_worker(PrefillBinary(), absl::StrCat("prefill", i), false);
@@ -91,9 +107,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
   if (!o.self_register) {
     for (auto& p : c->prefill_) router_argv.insert(router_argv.end(), {"--prefill", p->address()});
     for (auto& d : c->decode_) router_argv.insert(router_argv.end(), {"--decode", d->address()});
-    auto r = ServerProcess::Start(router_argv, c->dir_ + "/router.log", kStartTimeout);
-    if (!r.ok()) return r.status();
-    c->router_ = *std::move(r);
+    if (absl::Status st = start_router(); !st.ok()) return st;
   }
   if (absl::Status st = WaitForServing(c->router_->address(), "mlaserve.v1.Generation",
                                        absl::Seconds(30));
@@ -103,7 +117,11 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
   }
   auto channel = grpc::CreateChannel(c->router_->address(), grpc::InsecureChannelCredentials());
   c->generation_ = v1::Generation::NewStub(channel);
-  c->admin_ = v1::Admin::NewStub(channel);
+  common::TlsOptions plaintext;
+  plaintext.insecure = true;
+  auto dialer = common::ClusterDialer::Create(plaintext, o.admin_token);
+  if (!dialer.ok()) return dialer.status();
+  c->admin_ = v1::Admin::NewStub((*dialer)->Dial(c->admin_address_, {}));
   return c;
 }
 

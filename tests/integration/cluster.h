@@ -28,6 +28,9 @@ struct ClusterOptions {
   int local_prefill_threshold = 0;  // 0: always remote prefill
   bool self_register = false;       // workers use --router instead of static flags
   std::vector<std::string> extra_decode_flags;
+  // Not empty: the router requires this admin token (--admin-token-file, written to the
+  // cluster's directory as admin-token) and admin() sends it.
+  std::string admin_token;
   std::vector<std::string> extra_prefill_flags;
   std::vector<std::string> extra_router_flags;  // "--flag", "value" pairs
 };
@@ -37,6 +40,8 @@ class Cluster {
   static absl::StatusOr<std::unique_ptr<Cluster>> Start(const ClusterOptions& options);
 
   const std::string& router_address() const { return router_->address(); }
+  // The router's Admin API (its --admin-listen), where workers register.
+  const std::string& admin_address() const { return admin_address_; }
   ServerProcess& router() { return *router_; }
   ServerProcess& prefill(int i = 0) { return *prefill_[i]; }
   ServerProcess& decode(int i = 0) { return *decode_[i]; }
@@ -58,6 +63,7 @@ class Cluster {
   std::string dir_;
   std::vector<std::unique_ptr<ServerProcess>> prefill_, decode_;
   std::unique_ptr<ServerProcess> router_;
+  std::string admin_address_;
   std::unique_ptr<v1::Generation::Stub> generation_;
   std::unique_ptr<v1::Admin::Stub> admin_;
 };

@@ -37,9 +37,30 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
   if (!std::filesystem::exists(model / "model.safetensors")) GTEST_SKIP() << "no fixture model";
   ClusterOptions o;
   o.model_dir = model.string();
+  o.admin_token = "ctl-test-admin-token-0123456789";
   auto cluster = Cluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const std::string server = absl::StrCat("--server ", (*cluster)->router_address());
+  const std::string token_file = (*cluster)->dir() + "/admin-token";
+  const std::string server =
+      absl::StrCat("--insecure --server ", (*cluster)->router_address(), " --admin ",
+                   (*cluster)->admin_address(), " --token-file ", token_file);
+
+  // The Admin API refuses a caller without the token, and one with another token.
+  const std::string no_token = absl::StrCat("--insecure --admin ", (*cluster)->admin_address());
+  CtlRun refused = RunCtl(no_token + " workers list");
+  EXPECT_EQ(refused.exit_code, 2) << refused.out;
+  EXPECT_THAT(refused.out, HasSubstr("UNAUTHENTICATED"));
+  const std::string wrong_file = (*cluster)->dir() + "/wrong-token";
+  std::FILE* wf = std::fopen(wrong_file.c_str(), "w");
+  std::fputs("not-the-admin-token-0123456789\n", wf);
+  std::fclose(wf);
+  CtlRun wrong = RunCtl(no_token + " --token-file " + wrong_file + " workers drain decode-1");
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.out;
+  EXPECT_THAT(wrong.out, HasSubstr("UNAUTHENTICATED"));
+  // Plaintext must be asked for.
+  CtlRun no_transport = RunCtl(absl::StrCat("--admin ", (*cluster)->admin_address(), " workers list"));
+  EXPECT_EQ(no_transport.exit_code, 1) << no_transport.out;
+  EXPECT_THAT(no_transport.out, HasSubstr("--insecure"));
 
   CtlRun list = RunCtl(server + " workers list");
   EXPECT_EQ(list.exit_code, 0) << list.out;
@@ -51,6 +72,15 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
   EXPECT_EQ(json.exit_code, 0) << json.out;
   EXPECT_THAT(json.out, HasSubstr("\"id\": \"decode-1\""));
   EXPECT_THAT(json.out, ::testing::Not(HasSubstr("prefill-1")));
+  // Global flags after the subcommand, as kubectl users type them.
+  CtlRun json_after = RunCtl(server + " workers list -o json");
+  EXPECT_EQ(json_after.exit_code, 0) << json_after.out;
+  EXPECT_THAT(json_after.out, HasSubstr("\"id\": \"prefill-1\""));
+  CtlRun health_json = RunCtl(server + " health -o json --service mlaserve.v1.Generation");
+  EXPECT_EQ(health_json.exit_code, 0) << health_json.out;
+  EXPECT_THAT(health_json.out,
+              HasSubstr(R"({"service":"mlaserve.v1.Generation","status":"SERVING"})"));
+  EXPECT_EQ(RunCtl(server + " health --of-admin").exit_code, 0);
 
   EXPECT_EQ(RunCtl(server + " health").exit_code, 0);
   CtlRun ready = RunCtl(server + " health --service mlaserve.v1.Generation");
@@ -84,6 +114,15 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
     not_ready = RunCtl(server + " health --service mlaserve.v1.Generation");
   } while (not_ready.exit_code == 0 && absl::Now() < deadline);
   EXPECT_EQ(not_ready.exit_code, 3) << not_ready.out;
+  CtlRun undrain = RunCtl(server + " workers undrain prefill-1");
+  EXPECT_EQ(undrain.exit_code, 0) << undrain.out;
+  EXPECT_THAT(undrain.out, HasSubstr("prefill-1 is healthy"));
+  CtlRun ready_again;
+  const absl::Time ready_deadline = absl::Now() + absl::Seconds(5);
+  do {
+    ready_again = RunCtl(server + " health --service mlaserve.v1.Generation");
+  } while (ready_again.exit_code != 0 && absl::Now() < ready_deadline);
+  EXPECT_EQ(ready_again.exit_code, 0) << ready_again.out;
   EXPECT_EQ(RunCtl(server + " workers remove prefill-1").exit_code, 0);
 
   (*cluster)->router().Kill();

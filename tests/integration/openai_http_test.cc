@@ -34,7 +34,7 @@ class OpenAiHttpTest : public ::testing::Test {
     auto c = Cluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = c->release();
-    auto http = cluster_->router().WaitForStdoutLine("http listening on ", kTimeout);
+    auto http = cluster_->router().WaitForLine("http listening on ", kTimeout);
     ASSERT_TRUE(http.ok()) << http.status() << "\n" << cluster_->router().LogTail();
     http_port_ = std::stoi(http->substr(http->rfind(':') + 1));
   }

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <grpcpp/generic/generic_stub.h>
@@ -76,30 +77,6 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   return p;
 }
 
-absl::StatusOr<std::string> ServerProcess::WaitForStdoutLine(const std::string& prefix,
-                                                             absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  std::string found;
-  auto has_line = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (size_t pos = 0; pos < stdout_.size();) {
-      const size_t end = stdout_.find('\n', pos);
-      if (end == std::string::npos) break;
-      if (absl::StartsWith(absl::string_view(stdout_).substr(pos, end - pos), prefix)) {
-        found = stdout_.substr(pos + prefix.size(), end - pos - prefix.size());
-        return true;
-      }
-      pos = end + 1;
-    }
-    return stdout_closed_;
-  };
-  mu_.AwaitWithTimeout(absl::Condition(&has_line), timeout);
-  if (found.empty()) {
-    return absl::DeadlineExceededError(absl::StrCat("no stdout line starting with '", prefix,
-                                                    "' within ", absl::FormatDuration(timeout)));
-  }
-  return found;
-}
-
 void ServerProcess::ReadStdout(int fd) {
   char buf[4096];
   while (true) {
@@ -113,6 +90,30 @@ void ServerProcess::ReadStdout(int fd) {
     stdout_.append(buf, static_cast<size_t>(n));
   }
   close(fd);
+}
+
+absl::StatusOr<std::string> ServerProcess::WaitForLine(const std::string& prefix,
+                                                       absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto find = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) -> std::optional<std::string> {
+    for (size_t at = 0; at < stdout_.size();) {
+      const size_t end = stdout_.find('\n', at);
+      if (end == std::string::npos) break;
+      if (absl::StartsWith(absl::string_view(stdout_).substr(at, end - at), prefix)) {
+        return stdout_.substr(at + prefix.size(), end - at - prefix.size());
+      }
+      at = end + 1;
+    }
+    return std::nullopt;
+  };
+  auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stdout_closed_ || find().has_value();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  if (std::optional<std::string> rest = find()) return *rest;
+  return absl::DeadlineExceededError(
+      absl::StrCat("no stdout line starting with '", prefix, "' within ",
+                   absl::FormatDuration(timeout), "; log tail:\n", LogTail()));
 }
 
 absl::StatusOr<int> ServerProcess::Terminate(absl::Duration timeout) {

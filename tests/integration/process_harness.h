@@ -34,12 +34,12 @@ class ServerProcess {
   const std::string& log_path() const { return log_path_; }
 
   // SIGTERM, then waits up to `timeout` for exit; returns the exit code (or -signal).
-  // The rest of the first stdout line starting with `prefix` (e.g. "http listening on "),
-  // waiting up to `timeout` for it.
-  absl::StatusOr<std::string> WaitForStdoutLine(const std::string& prefix, absl::Duration timeout);
-
   absl::StatusOr<int> Terminate(absl::Duration timeout);
   void Kill();  // SIGKILL and reap
+  // The rest of the first stdout line that starts with `prefix` (e.g. "admin listening on "
+  // gives the router's admin address, "http listening on " its HTTP API's), waiting up to
+  // `timeout` for it.
+  absl::StatusOr<std::string> WaitForLine(const std::string& prefix, absl::Duration timeout);
   std::string LogTail(size_t bytes = 4000) const;
 
  private:

@@ -99,7 +99,7 @@ def main():
     from mlaserve.v1 import api_pb2  # noqa: E402 (generated above)
 
     common = ["--model", args.model, "--metrics-port", "-1"]
-    worker = ["--listen", "127.0.0.1:0", "--backend", "cpu", "--num-kv-pages", "128"]
+    worker = ["--insecure", "--listen", "127.0.0.1:0", "--backend", "cpu", "--num-kv-pages", "128"]
     servers = []
     try:
         prefill = Server([args.prefill_bin] + worker + common, f"{tmp}/prefill.log")
@@ -107,7 +107,8 @@ def main():
         decode = Server([args.decode_bin] + worker + common + ["--local-prefill-threshold", "0"],
                         f"{tmp}/decode.log")
         servers.append(decode)
-        router = Server([args.router_bin, "--listen", "127.0.0.1:0", "--poll-interval-ms", "100",
+        router = Server([args.router_bin, "--insecure", "--listen", "127.0.0.1:0",
+                         "--admin-listen", "127.0.0.1:0", "--poll-interval-ms", "100",
                          "--prefill", prefill.address, "--decode", decode.address] + common,
                         f"{tmp}/router.log")
         servers.insert(0, router)

@@ -210,7 +210,8 @@ def main():
     ap.add_argument("--decode-bin", required=True)
     args = ap.parse_args()
     logs = tempfile.mkdtemp(prefix="mlaserve-openai-test-")
-    common = ["--listen", "127.0.0.1:0", "--model", MODEL_DIR, "--backend", "cpu", "--metrics-port", "-1"]
+    common = ["--insecure", "--listen", "127.0.0.1:0", "--model", MODEL_DIR, "--backend", "cpu",
+              "--metrics-port", "-1"]
     servers = []
     try:
         prefill = Server([args.prefill_bin] + common, f"{logs}/prefill.log")
@@ -218,7 +219,8 @@ def main():
         decode = Server([args.decode_bin] + common, f"{logs}/decode.log")
         servers.append(decode)
         router_log = f"{logs}/router.log"
-        router = Server([args.router_bin, "--listen", "127.0.0.1:0", "--model", MODEL_DIR,
+        router = Server([args.router_bin, "--insecure", "--listen", "127.0.0.1:0",
+                         "--admin-listen", "127.0.0.1:0", "--model", MODEL_DIR,
                          "--http-port", "0", "--metrics-port", "0", "--poll-interval-ms", "100",
                          "--prefill", prefill.address, "--decode", decode.address], router_log)
         servers.append(router)

@@ -106,17 +106,21 @@ start() {
 DECODE_FLAGS=()
 stack() {
   local tag=$1 model=$2; shift 2
-  local wf=(--listen 127.0.0.1:0 --model "$model" --backend cuda --kv-transport tcp --metrics-port -1 "$@")
+  local wf=(--insecure --listen 127.0.0.1:0 --model "$model" --backend cuda --kv-transport tcp --metrics-port -1 "$@")
   start "$tag-prefill" "$B/mlaserve-prefill" "${wf[@]}" "${PREFILL_FLAGS[@]}" || return 1
   local pa=$ADDRESS
   start "$tag-decode" "$B/mlaserve-decode" "${wf[@]}" "${DECODE_FLAGS[@]}" || return 1
   local da=$ADDRESS
-  start "$tag-router" "$B/mlaserve-router" --listen 127.0.0.1:0 --model "$model" --metrics-port -1 \
+  start "$tag-router" "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 \
+    --admin-listen 127.0.0.1:0 --model "$model" --metrics-port -1 \
     --prefill "$pa" --decode "$da" || return 1
   ROUTER=$ADDRESS
+  until ADMIN=$(sed -n 's/^admin listening on //p' "$LOGS/$tag-router.out" | head -n1); [[ -n $ADMIN ]]; do
+    sleep 0.1
+  done
   local deadline=$((SECONDS + 60))
-  until "$B/mlaservectl" --server "$ROUTER" --timeout 2 health --service mlaserve.v1.Generation >/dev/null 2>&1; do
-    ((SECONDS > deadline)) && { echo "router $tag not ready"; "$B/mlaservectl" --server "$ROUTER" workers list; return 1; }
+  until "$B/mlaservectl" --insecure --server "$ROUTER" --admin "$ADMIN" --timeout 2 health --service mlaserve.v1.Generation >/dev/null 2>&1; do
+    ((SECONDS > deadline)) && { echo "router $tag not ready"; "$B/mlaservectl" --insecure --server "$ROUTER" --admin "$ADMIN" workers list; return 1; }
     sleep 0.2
   done
 }
@@ -139,7 +143,7 @@ for mode in ${FIXTURE_MODES:-auto}; do
       n=$((n + 1))
       want=$(timeout 60 "$B/mlaserve-run" --model "$M" --backend cuda --prompt-ids "$ids" --max-new-tokens 16 \
         --temperature 0 --ignore-eos --print-ids "${run_flags[@]}" 2>>"$LOGS/$fx-run.log")
-      timeout 60 "$B/mlaservectl" --server "$ROUTER" -o json generate --prompt-ids "$ids" --max-new-tokens 16 \
+      timeout 60 "$B/mlaservectl" --insecure --server "$ROUTER" --admin "$ADMIN" -o json generate --prompt-ids "$ids" --max-new-tokens 16 \
         --temperature 0 --ignore-eos > "$LOGS/$fx-served-$len.jsonl" 2>>"$LOGS/$fx-ctl.log"
       got=$(python3 -c "
 import json, sys

@@ -83,6 +83,7 @@ start() {  # start NAME CMD...: waits for "listening on ADDRESS" (180 s at most)
   done
   ADDRESS=$(sed -n 's/^listening on //p' "$out" | head -n1)
   ADDRESS=${ADDRESS/0.0.0.0/127.0.0.1}
+  LAST_OUT=$out
 }
 stop() {
   local pid=${PID[$1]:-}
@@ -115,7 +116,7 @@ EOF
 M=""
 PREFILL_EXTRA=()
 WF() {  # worker flags for model $M
-  echo --listen 127.0.0.1:0 --model "$M" --backend "$BACKEND" --kv-transport "$TRANSPORT" \
+  echo --insecure --listen 127.0.0.1:0 --model "$M" --backend "$BACKEND" --kv-transport "$TRANSPORT" \
     --metrics-port 0 --kv-no-progress-ms 5000
 }
 start_prefill() {
@@ -128,18 +129,21 @@ start_decode() {
   CUDA_VISIBLE_DEVICES=1 start decode "$B/mlaserve-decode" $(WF) --local-prefill-threshold 0 "$@" && DA=$ADDRESS
 }
 start_router() {
-  start router "$B/mlaserve-router" --listen 127.0.0.1:0 --model "$M" --metrics-port -1 \
-    --poll-interval-ms 100 --prefill "$PA" --decode "$DA" || return 1
+  start router "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+    --model "$M" --metrics-port -1 --poll-interval-ms 100 --prefill "$PA" --decode "$DA" || return 1
   ROUTER=$ADDRESS
+  until ADMIN=$(sed -n 's/^admin listening on //p' "$LAST_OUT" | head -n1); [[ -n $ADMIN ]]; do
+    sleep 0.1
+  done
   local deadline=$((SECONDS + 60))
-  until "$B/mlaservectl" --server "$ROUTER" --timeout 2 health --service mlaserve.v1.Generation >/dev/null 2>&1; do
+  until "$B/mlaservectl" --insecure --server "$ROUTER" --admin "$ADMIN" --timeout 2 health --service mlaserve.v1.Generation >/dev/null 2>&1; do
     ((SECONDS > deadline)) && return 1
     sleep 0.2
   done
 }
 ids_of() { python3 -c "import random; r=random.Random($1); print(','.join(str(r.randrange(2, $VOCAB)) for _ in range($1)))"; }
 served() {  # served LEN [NEW]: NEW (16) greedy tokens through the router, space-separated
-  timeout 120 "$B/mlaservectl" --server "$ROUTER" -o json generate --prompt-ids "$(ids_of "$1")" \
+  timeout 120 "$B/mlaservectl" --insecure --server "$ROUTER" --admin "$ADMIN" -o json generate --prompt-ids "$(ids_of "$1")" \
     --max-new-tokens "${2:-16}" --temperature 0 --ignore-eos 2>>"$LOGS/ctl.log" | python3 -c "
 import json, sys
 ids = []
@@ -157,7 +161,7 @@ want() {  # single-process reference on GPU 0, the same prefill attention form
     --ignore-eos --print-ids 2>>"$LOGS/run.log" | tr ',' ' ' | xargs
 }
 free_pages() {  # "FREE/TOTAL" KV pages of the worker at ADDRESS, from the router's registry
-  "$B/mlaservectl" --server "$ROUTER" -o json workers list 2>>"$LOGS/ctl.log" | python3 -c "
+  "$B/mlaservectl" --insecure --server "$ROUTER" --admin "$ADMIN" -o json workers list 2>>"$LOGS/ctl.log" | python3 -c "
 import json, sys
 text = sys.stdin.read()
 try:

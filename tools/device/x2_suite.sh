@@ -44,7 +44,7 @@ if [[ ${1:-} == --bundle ]]; then
     --temperature 0 --print-ids > "$smoke/run.out" 2> "$smoke/run.err" \
     || { echo "smoke: mlaserve-run failed:"; tail -n 5 "$smoke/run.err"; exit 1; }
   for w in prefill decode; do
-    timeout 60 .devx2/bin/mlaserve-$w --listen 127.0.0.1:0 --model $M --backend auto \
+    timeout 60 .devx2/bin/mlaserve-$w --insecure --listen 127.0.0.1:0 --model $M --backend auto \
       --metrics-port 0 > "$smoke/$w.out" 2> "$smoke/$w.err" &
     pid=$!
     deadline=$((SECONDS + 60))

@@ -78,7 +78,78 @@ app.kubernetes.io/component: {{ .component }}
 {{- include "mlaserve.hostPort" (dict "root" .root "host" $any "port" .port) }}
 {{- end }}
 
-{{/* The router Service's cluster DNS name and gRPC port: where workers register. */}}
+{{/* The router admin Service's DNS name and port: where workers register. */}}
+{{- define "mlaserve.routerAdminAddress" -}}
+{{- printf "%s.%s.svc.%s:%d" (include "mlaserve.componentName" (dict "root" . "component" "admin")) .Release.Namespace .Values.clusterDomain (int .Values.router.adminPort) }}
+{{- end }}
+
+{{/*
+Transport security of every component (docs/security.md): TLS files from the cluster Secret
+mounted at /etc/mlaserve/tls, or --insecure; the cluster token from its Secret. Fails when no
+choice was made.
+*/}}
+{{- define "mlaserve.tlsEnabled" -}}
+{{- $sec := .Values.security }}
+{{- if and $sec.tls.secretName $sec.insecure }}
+{{- fail "security.tls.secretName and security.insecure are both set; choose one" }}
+{{- end }}
+{{- if not (or $sec.tls.secretName $sec.insecure) }}
+{{- fail "set security.tls.secretName (a kubernetes.io/tls Secret with ca.crt) or security.insecure: true (plaintext; docs/security.md)" }}
+{{- end }}
+{{- if and $sec.insecure (not $sec.adminTokenSecret) }}
+{{- fail "security.insecure needs security.adminTokenSecret: the admin port is reachable in plaintext" }}
+{{- end }}
+{{- if $sec.tls.secretName }}true{{ end }}
+{{- end }}
+
+{{- define "mlaserve.securityArgs" -}}
+{{- if include "mlaserve.tlsEnabled" . }}
+- --tls-cert
+- /etc/mlaserve/tls/tls.crt
+- --tls-key
+- /etc/mlaserve/tls/tls.key
+- --tls-ca
+- /etc/mlaserve/tls/ca.crt
+- --tls-server-name
+- {{ .Values.security.tls.serverName | quote }}
+{{- else }}
+- --insecure
+{{- end }}
+{{- if .Values.security.clusterTokenSecret }}
+- --cluster-token-file
+- /etc/mlaserve/cluster-token/token
+{{- end }}
+{{- end }}
+
+{{- define "mlaserve.securityVolumes" -}}
+{{- if .Values.security.tls.secretName }}
+- name: tls
+  secret:
+    secretName: {{ .Values.security.tls.secretName | quote }}
+    defaultMode: 0440
+{{- end }}
+{{- if .Values.security.clusterTokenSecret }}
+- name: cluster-token
+  secret:
+    secretName: {{ .Values.security.clusterTokenSecret | quote }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{- define "mlaserve.securityVolumeMounts" -}}
+{{- if .Values.security.tls.secretName }}
+- name: tls
+  mountPath: /etc/mlaserve/tls
+  readOnly: true
+{{- end }}
+{{- if .Values.security.clusterTokenSecret }}
+- name: cluster-token
+  mountPath: /etc/mlaserve/cluster-token
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The router Service's cluster DNS name and public gRPC port. */}}
 {{- define "mlaserve.routerAddress" -}}
 {{- printf "%s.%s.svc.%s:%d" (include "mlaserve.componentName" (dict "root" . "component" "router")) .Release.Namespace .Values.clusterDomain (int .Values.router.port) }}
 {{- end }}
@@ -141,22 +212,29 @@ left out so the binary's default applies. Argument: list of (list "--flag" value
 {{- $grpc := dict "port" (int .port) }}
 {{- with .probes.grpcService }}
 {{- $_ := set $grpc "service" . }}
+{{- end }}
+{{- $check := dict "grpc" $grpc }}
+{{- if .tls }}
+{{- /* The kubelet's gRPC probe has no TLS: mlaservectl checks health over TLS instead. */}}
+{{- /* Workers take only clients with a cluster certificate: the pod's own. */}}
+{{- $cmd := list "mlaservectl" "--tls-ca" "/etc/mlaserve/tls/ca.crt" "--tls-cert" "/etc/mlaserve/tls/tls.crt" "--tls-key" "/etc/mlaserve/tls/tls.key" "--tls-server-name" .serverName "--server" (printf "127.0.0.1:%d" (int .port)) "--timeout" "4" "health" }}
+{{- with .probes.grpcService }}
+{{- $cmd = concat $cmd (list "--service" .) }}
+{{- end }}
+{{- $check = dict "exec" (dict "command" $cmd) }}
 {{- end -}}
 startupProbe:
-  grpc:
-    {{- toYaml $grpc | nindent 4 }}
+  {{- toYaml $check | nindent 2 }}
   periodSeconds: {{ int .probes.startup.periodSeconds }}
   failureThreshold: {{ int .probes.startup.failureThreshold }}
   timeoutSeconds: 5
 readinessProbe:
-  grpc:
-    {{- toYaml $grpc | nindent 4 }}
+  {{- toYaml $check | nindent 2 }}
   periodSeconds: {{ int .probes.readiness.periodSeconds }}
   failureThreshold: {{ int .probes.readiness.failureThreshold }}
   timeoutSeconds: 5
 livenessProbe:
-  grpc:
-    {{- toYaml $grpc | nindent 4 }}
+  {{- toYaml $check | nindent 2 }}
   periodSeconds: {{ int .probes.liveness.periodSeconds }}
   failureThreshold: {{ int .probes.liveness.failureThreshold }}
   timeoutSeconds: 5

@@ -91,8 +91,10 @@ spec:
             # The router reaches this pod at its own IP (downward API, expanded by the kubelet).
             - --advertise
             - {{ include "mlaserve.hostPort" (dict "root" $root "host" "$(POD_IP)" "port" $w.port) | quote }}
+            # The router's admin port, where workers register (with the cluster credential).
             - --router
-            - {{ include "mlaserve.routerAddress" $root | quote }}
+            - {{ include "mlaserve.routerAdminAddress" $root | quote }}
+            {{- include "mlaserve.securityArgs" $root | trim | nindent 12 }}
             - --model
             - {{ required "model.path is required" $root.Values.model.path | quote }}
             - --backend
@@ -142,7 +144,7 @@ spec:
             - name: metrics
               containerPort: {{ int $w.metricsPort }}
               protocol: TCP
-          {{- include "mlaserve.probes" (dict "port" $w.port "probes" $w.probes) | nindent 10 }}
+          {{- include "mlaserve.probes" (dict "port" $w.port "probes" $w.probes "tls" (include "mlaserve.tlsEnabled" $root) "serverName" $root.Values.security.tls.serverName) | nindent 10 }}
           resources:
             {{- toYaml $resources | nindent 12 }}
           securityContext:
@@ -152,6 +154,9 @@ spec:
               mountPath: /dev/shm
             - name: tmp
               mountPath: /tmp
+            {{- with include "mlaserve.securityVolumeMounts" $root | trim }}
+            {{- . | nindent 12 }}
+            {{- end }}
             {{- with include "mlaserve.modelVolumeMount" $root }}
             {{- . | nindent 12 }}
             {{- end }}
@@ -170,6 +175,9 @@ spec:
             sizeLimit: {{ $w.shmSize }}
         - name: tmp
           emptyDir: {}
+        {{- with include "mlaserve.securityVolumes" $root | trim }}
+        {{- . | nindent 8 }}
+        {{- end }}
         {{- with include "mlaserve.modelVolume" $root }}
         {{- . | nindent 8 }}
         {{- end }}
