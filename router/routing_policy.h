@@ -21,7 +21,7 @@
 
 namespace mlaserve::router {
 
-inline constexpr int32_t kKvPageTokens = 64;  // DESIGN.md section 5
+inline constexpr int32_t kKvPageTokens = 64;  // the KV page size, kernels::kPageSize (docs/kvtransfer.md)
 
 // KV pages for `tokens` positions.
 int32_t PagesForTokens(int64_t tokens);
