@@ -115,7 +115,9 @@ stack() {
     --admin-listen 127.0.0.1:0 --model "$model" --metrics-port -1 \
     --prefill "$pa" --decode "$da" || return 1
   ROUTER=$ADDRESS
+  local admin_deadline=$((SECONDS + 30))
   until ADMIN=$(sed -n 's/^admin listening on //p' "$LOGS/$tag-router.out" | head -n1); [[ -n $ADMIN ]]; do
+    ((SECONDS > admin_deadline)) && { echo "router $tag printed no admin address"; return 1; }
     sleep 0.1
   done
   local deadline=$((SECONDS + 60))
