@@ -31,41 +31,20 @@ function(_mlaserve_cudnn_unavailable why)
   message(STATUS "mlaserve: cuDNN MHA-prefill provider not built: ${why}")
 endfunction()
 
+include(${CMAKE_CURRENT_LIST_DIR}/pinned_wheel.cmake)
 function(_mlaserve_cudnn_frontend_headers out)
-  set(_dir ${CMAKE_BINARY_DIR}/_deps/cudnn-frontend-${MLASERVE_CUDNN_FRONTEND_VERSION})
-  set(_include ${_dir}/include)
-  if(EXISTS ${_include}/cudnn_frontend.h)
-    set(${out} ${_include} PARENT_SCOPE)
+  mlaserve_pinned_wheel(_dir NAME nvidia-cudnn-frontend VERSION ${MLASERVE_CUDNN_FRONTEND_VERSION}
+                        URL ${MLASERVE_CUDNN_FRONTEND_URL} SHA256 ${MLASERVE_CUDNN_FRONTEND_SHA256}
+                        MEMBER include CHECK include/cudnn_frontend.h
+                        LOCAL "${MLASERVE_CUDNN_FRONTEND_WHEEL}")
+  if(NOT _dir)
+    _mlaserve_cudnn_unavailable("nvidia-cudnn-frontend could not be downloaded "
+                                "(${MLASERVE_PINNED_WHEEL_ERROR}); pass "
+                                "-DMLASERVE_CUDNN_FRONTEND_WHEEL=<wheel> or -DMLASERVE_CUDNN=OFF")
+    set(${out} "" PARENT_SCOPE)
     return()
   endif()
-  set(_whl ${MLASERVE_CUDNN_FRONTEND_WHEEL})
-  if(NOT _whl)
-    set(_whl ${CMAKE_BINARY_DIR}/_deps/nvidia_cudnn_frontend-${MLASERVE_CUDNN_FRONTEND_VERSION}.whl)
-    if(NOT EXISTS ${_whl})
-      message(STATUS "mlaserve: downloading nvidia-cudnn-frontend ${MLASERVE_CUDNN_FRONTEND_VERSION}")
-      file(DOWNLOAD ${MLASERVE_CUDNN_FRONTEND_URL} ${_whl} STATUS _st
-           EXPECTED_HASH SHA256=${MLASERVE_CUDNN_FRONTEND_SHA256})
-      list(GET _st 0 _code)
-      if(NOT _code EQUAL 0)
-        file(REMOVE ${_whl})
-        _mlaserve_cudnn_unavailable("nvidia-cudnn-frontend could not be downloaded (${_st}); pass "
-                                    "-DMLASERVE_CUDNN_FRONTEND_WHEEL=<wheel> or -DMLASERVE_CUDNN=OFF")
-        set(${out} "" PARENT_SCOPE)
-        return()
-      endif()
-    endif()
-  endif()
-  file(SHA256 ${_whl} _sum)
-  if(NOT _sum STREQUAL MLASERVE_CUDNN_FRONTEND_SHA256)
-    message(FATAL_ERROR "mlaserve: ${_whl} has sha256 ${_sum}, expected ${MLASERVE_CUDNN_FRONTEND_SHA256}")
-  endif()
-  file(MAKE_DIRECTORY ${_dir})
-  execute_process(COMMAND ${CMAKE_COMMAND} -E tar xf ${_whl} -- include
-                  WORKING_DIRECTORY ${_dir} RESULT_VARIABLE _rc)
-  if(NOT _rc EQUAL 0 OR NOT EXISTS ${_include}/cudnn_frontend.h)
-    message(FATAL_ERROR "mlaserve: unpacking ${_whl} failed")
-  endif()
-  set(${out} ${_include} PARENT_SCOPE)
+  set(${out} ${_dir}/include PARENT_SCOPE)
 endfunction()
 
 if(MLASERVE_CUDNN STREQUAL "OFF")

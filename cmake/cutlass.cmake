@@ -10,37 +10,18 @@ set(MLASERVE_CUTLASS_URL
 set(MLASERVE_CUTLASS_WHEEL "" CACHE FILEPATH "Local copy of the pinned nvidia-cutlass wheel")
 set(MLASERVE_CUTLASS_INCLUDE "" CACHE PATH "A CUTLASS include dir (cute/, cutlass/) to use instead of the wheel")
 
+include(${CMAKE_CURRENT_LIST_DIR}/pinned_wheel.cmake)
 if(NOT MLASERVE_CUTLASS_INCLUDE)
-  set(_dir ${CMAKE_BINARY_DIR}/_deps/cutlass-${MLASERVE_CUTLASS_VERSION})
-  set(_include ${_dir}/cutlass_library/source/include)
-  if(NOT EXISTS ${_include}/cute/tensor.hpp)
-    set(_whl ${MLASERVE_CUTLASS_WHEEL})
-    if(NOT _whl)
-      set(_whl ${CMAKE_BINARY_DIR}/_deps/nvidia_cutlass-${MLASERVE_CUTLASS_VERSION}.whl)
-      if(NOT EXISTS ${_whl})
-        message(STATUS "mlaserve: downloading nvidia-cutlass ${MLASERVE_CUTLASS_VERSION}")
-        file(DOWNLOAD ${MLASERVE_CUTLASS_URL} ${_whl} STATUS _st
-             EXPECTED_HASH SHA256=${MLASERVE_CUTLASS_SHA256})
-        list(GET _st 0 _code)
-        if(NOT _code EQUAL 0)
-          file(REMOVE ${_whl})
-          message(FATAL_ERROR "mlaserve: could not download nvidia-cutlass (${_st}); pass "
-                              "-DMLASERVE_CUTLASS_WHEEL=<wheel> or build with -DMLASERVE_CUDA=OFF")
-        endif()
-      endif()
-    endif()
-    file(SHA256 ${_whl} _sum)
-    if(NOT _sum STREQUAL MLASERVE_CUTLASS_SHA256)
-      message(FATAL_ERROR "mlaserve: ${_whl} has sha256 ${_sum}, expected ${MLASERVE_CUTLASS_SHA256}")
-    endif()
-    file(MAKE_DIRECTORY ${_dir})
-    execute_process(COMMAND ${CMAKE_COMMAND} -E tar xf ${_whl} -- cutlass_library/source/include
-                    WORKING_DIRECTORY ${_dir} RESULT_VARIABLE _rc)
-    if(NOT _rc EQUAL 0 OR NOT EXISTS ${_include}/cute/tensor.hpp)
-      message(FATAL_ERROR "mlaserve: unpacking ${_whl} failed")
-    endif()
+  mlaserve_pinned_wheel(_cutlass_dir NAME nvidia-cutlass VERSION ${MLASERVE_CUTLASS_VERSION}
+                        URL ${MLASERVE_CUTLASS_URL} SHA256 ${MLASERVE_CUTLASS_SHA256}
+                        MEMBER cutlass_library/source/include
+                        CHECK cutlass_library/source/include/cute/tensor.hpp
+                        LOCAL "${MLASERVE_CUTLASS_WHEEL}")
+  if(NOT _cutlass_dir)
+    message(FATAL_ERROR "mlaserve: could not download nvidia-cutlass (${MLASERVE_PINNED_WHEEL_ERROR}); "
+                        "pass -DMLASERVE_CUTLASS_WHEEL=<wheel> or build with -DMLASERVE_CUDA=OFF")
   endif()
-  set(MLASERVE_CUTLASS_INCLUDE ${_include})
+  set(MLASERVE_CUTLASS_INCLUDE ${_cutlass_dir}/cutlass_library/source/include)
 endif()
 
 add_library(mlaserve_cutlass INTERFACE)
