@@ -1,7 +1,7 @@
-// UTF-8 helpers for the tokenizer: validation with the offending offset, lossy decoding with
-// the replacement rules Rust's String::from_utf8_lossy uses (which is what Hugging Face
-// `tokenizers` applies when byte-level tokens do not form valid UTF-8), and the "complete
-// prefix" test the incremental detokenizer needs.
+// UTF-8 helpers (the tokenizer's, and the chat-template interpreter's): validation with the
+// offending offset, lossy decoding with the replacement rules Rust's String::from_utf8_lossy
+// uses (which is what Hugging Face `tokenizers` applies when byte-level tokens do not form
+// valid UTF-8), and the "complete prefix" test the incremental detokenizer needs.
 #pragma once
 
 #include <cstddef>

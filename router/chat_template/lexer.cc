@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
+#include "model/utf8.h"
 #include "router/chat_template/value.h"
 
 namespace mlaserve::router::chat_template {
@@ -11,24 +12,6 @@ namespace {
 
 absl::Status LexError(int line, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("chat template line ", line, ": ", what));
-}
-
-void AppendUtf8(char32_t c, std::string* out) {
-  if (c < 0x80) {
-    out->push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
 }
 
 // Length of the Python whitespace character at `pos` (0 if none). Jinja's `\s` and
@@ -91,7 +74,7 @@ absl::StatusOr<std::string> DecodeEscapes(std::string_view body, int line) {
         if (*c > 0x10FFFF || (*c >= 0xD800 && *c <= 0xDFFF)) {
           return LexError(line, "a \\u or \\U escape names a surrogate or no character");
         }
-        AppendUtf8(*c, &out);
+        model::utf8::Append(*c, &out);
         break;
       }
       case 'N': return LexError(line, "unsupported \\N{...} escape in a string literal");
@@ -101,7 +84,7 @@ absl::StatusOr<std::string> DecodeEscapes(std::string_view body, int line) {
           for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k) {
             v = v * 8 + static_cast<char32_t>(body[++i] - '0');
           }
-          AppendUtf8(v, &out);
+          model::utf8::Append(v, &out);
         } else {
           out.push_back('\\');  // Python keeps unknown escapes as they are
           out.push_back(e);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "model/utf8.h"
 #include "common/status.h"
 
 namespace mlaserve::router::chat_template {
@@ -14,17 +15,6 @@ size_t Utf8Length(unsigned char lead) {
   if ((lead >> 5) == 0x6) return 2;
   if ((lead >> 4) == 0xE) return 3;
   return 4;
-}
-
-char32_t DecodeOne(std::string_view cp) {
-  const auto b = [&](size_t i) { return static_cast<unsigned char>(cp[i]); };
-  switch (cp.size()) {
-    case 1: return b(0);
-    case 2: return ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
-    case 3: return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
-    default:
-      return ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
-  }
 }
 
 void AppendJsonString(std::string_view s, std::string* out) {
@@ -252,6 +242,12 @@ std::vector<std::string_view> CodePoints(std::string_view s) {
   return out;
 }
 
+// The code point of a one-character string.
+char32_t FirstCodePoint(std::string_view cp) {
+  size_t pos = 0;
+  return model::utf8::DecodeAt(cp, &pos);
+}
+
 bool IsPythonSpace(char32_t c) {
   // str.isspace(): Unicode White_Space plus the information separators U+001C..U+001F.
   if ((c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20)) return true;
@@ -268,10 +264,10 @@ std::string_view StripPythonSpace(std::string_view s, bool left, bool right) {
   std::vector<std::string_view> cps = CodePoints(s);
   size_t begin = 0, end = cps.size();
   if (left) {
-    while (begin < end && IsPythonSpace(DecodeOne(cps[begin]))) ++begin;
+    while (begin < end && IsPythonSpace(FirstCodePoint(cps[begin]))) ++begin;
   }
   if (right) {
-    while (end > begin && IsPythonSpace(DecodeOne(cps[end - 1]))) --end;
+    while (end > begin && IsPythonSpace(FirstCodePoint(cps[end - 1]))) --end;
   }
   if (begin == end) return s.substr(0, 0);
   const size_t from = static_cast<size_t>(cps[begin].data() - s.data());
