@@ -54,13 +54,21 @@ constexpr double kSparseCapTolerance = 1.5;
 
 std::string Fixture(const std::string& name) { return std::string(testing::kFixtureRoot) + "/" + name; }
 
-std::unique_ptr<Engine> MakeCudaEngine(const std::string& dir) {
+// A CUDA engine sized for the fixtures: 64 pages, 1024 tokens and 8 sequences a step.
+EngineOptions SmallCudaOptions(const std::string& dir, KvCacheDtype kv_dtype = KvCacheDtype::kNative) {
   EngineOptions o;
   o.model_dir = dir;
   o.backend = kernels::Backend::kCuda;
   o.num_kv_pages = 64;
   o.max_batch_tokens = 1024;
   o.max_batch_seqs = 8;
+  o.kv_cache_dtype = kv_dtype;
+  return o;
+}
+
+std::unique_ptr<Engine> MakeCudaEngine(const std::string& dir, kernels::MhaPrefillProvider provider) {
+  EngineOptions o = SmallCudaOptions(dir);
+  o.mha_provider = provider;
   auto e = DeepseekEngine::Create(o);
   EXPECT_TRUE(e.ok()) << dir << ": " << e.status();
   if (!e.ok()) return nullptr;
@@ -100,15 +108,29 @@ std::map<std::string, double> RouterMargins(const std::string& dir) {
   return out;
 }
 
-class EngineCudaTest : public ::testing::TestWithParam<std::tuple<const char*, AttentionPath>> {};
+// The prefill attention form and, for the MHA form, who computes it (ours or cuDNN's SDPA).
+struct PrefillForm {
+  AttentionPath path;
+  kernels::MhaPrefillProvider provider;
+};
+void PrintTo(const PrefillForm& f, std::ostream* os) {
+  *os << (f.path == AttentionPath::kMha ? "mha/" : "mla/") << kernels::MhaPrefillProviderName(f.provider);
+}
+
+class EngineCudaTest : public ::testing::TestWithParam<std::tuple<const char*, PrefillForm>> {};
 
 TEST_P(EngineCudaTest, MatchesReference) {
-  const auto [name, path] = GetParam();
+  const auto [name, form] = GetParam();
+  const AttentionPath path = form.path;
+  const bool cudnn = form.provider == kernels::MhaPrefillProvider::kCudnn;
   const std::string dir = Fixture(name);
   if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
+  if (cudnn && !kernels::MhaPrefillCudnnVersion().ok()) {
+    GTEST_SKIP() << kernels::MhaPrefillCudnnVersion().status().message();
+  }
   Reference ref;
   ASSERT_TRUE(LoadReference(dir, &ref));
-  auto engine = MakeCudaEngine(dir);
+  auto engine = MakeCudaEngine(dir, form.provider);
   ASSERT_NE(engine, nullptr);
   const std::map<std::string, double> router_margins = RouterMargins(dir);
   int checked_tokens = 0;
@@ -131,6 +153,13 @@ TEST_P(EngineCudaTest, MatchesReference) {
     const auto margin = router_margins.find(p.name);
     const bool routing_tie = margin != router_margins.end() && margin->second < kRouterTie;
     const double tol = routing_tie ? kTieTolerance : kBf16Tolerance;
+    if (routing_tie && cudnn) {
+      // kTieTolerance was measured with our kernel; another attention kernel's rounding may
+      // flip a different near-tie expert choice, which moves the logits by more. Such prompts
+      // are held to Hugging Face position by position by model_engine_routing_cuda_test.
+      std::cout << name << " mha/cudnn " << p.name << ": routing near-tie prompt, not compared\n";
+      continue;
+    }
     const int n = static_cast<int>(p.ids.size());
     double worst = 0;  // largest logits error of the prompt, printed below
     SeqPages pages(engine->kv_pool(), n + static_cast<int>(p.greedy_tokens.size()) + 1);
@@ -172,7 +201,7 @@ TEST_P(EngineCudaTest, MatchesReference) {
       check_logits(err, tol, n + static_cast<int>(s) + 1);
       check_token(r->logits, p.decode_logits[s], s + 1);
     }
-    std::cout << name << " " << (path == AttentionPath::kMla ? "mla" : "mha") << " " << p.name
+    std::cout << name << " " << (path == AttentionPath::kMla ? "mla" : cudnn ? "mha/cudnn" : "mha") << " " << p.name
               << ": max rel err " << worst << " (bound " << tol << ")\n";
   }
   EXPECT_GT(checked_tokens, 0) << "no greedy token had a clear margin";
@@ -192,7 +221,9 @@ INSTANTIATE_TEST_SUITE_P(
     Fixtures, EngineCudaTest,
     ::testing::Combine(::testing::Values("deepseek_v2", "deepseek_v2_glg", "deepseek_v2_odd", "deepseek_v3",
                                          "deepseek_v3_top3", "deepseek_v32"),
-                       ::testing::Values(AttentionPath::kMha, AttentionPath::kMla)));
+                       ::testing::Values(PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kOurs},
+                                         PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kCudnn},
+                                         PrefillForm{AttentionPath::kMla, kernels::MhaPrefillProvider::kOurs})));
 
 // The CUDA indexer's top-k sets in the layer and prompt the fixture recorded (one prefill of
 // the whole prompt, as Hugging Face's forward) equal the reference's wherever the recorded
@@ -290,13 +321,7 @@ TEST_P(EngineCudaGraphTest, DecodeGraphsMatchEagerSteps) {
   if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
   Reference ref;
   ASSERT_TRUE(LoadReference(dir, &ref));
-  EngineOptions o;
-  o.model_dir = dir;
-  o.backend = kernels::Backend::kCuda;
-  o.num_kv_pages = 64;
-  o.max_batch_tokens = 1024;
-  o.max_batch_seqs = 8;
-  o.kv_cache_dtype = kv_dtype;
+  const EngineOptions o = SmallCudaOptions(dir, kv_dtype);
   auto graphs = DeepseekEngine::Create(o);
   auto eager = DeepseekEngine::Create(o);
   ASSERT_TRUE(graphs.ok()) << graphs.status();
@@ -366,13 +391,7 @@ TEST(EngineCudaFp8CacheTest, V32MatchesReference) {
   if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
   Reference ref;
   ASSERT_TRUE(LoadReference(dir, &ref));
-  EngineOptions o;
-  o.model_dir = dir;
-  o.backend = kernels::Backend::kCuda;
-  o.num_kv_pages = 64;
-  o.max_batch_tokens = 1024;
-  o.max_batch_seqs = 8;
-  o.kv_cache_dtype = KvCacheDtype::kAuto;  // auto = fp8 for deepseek_v32 on CUDA
+  const EngineOptions o = SmallCudaOptions(dir, KvCacheDtype::kAuto);  // auto = fp8 for V3.2 on CUDA
   auto created = DeepseekEngine::Create(o);
   ASSERT_TRUE(created.ok()) << created.status();
   DeepseekEngine& e = **created;
@@ -449,12 +468,7 @@ TEST(EngineCudaSamplingTest, DeviceSamplingEqualsHostSampler) {
   if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
   Reference ref;
   ASSERT_TRUE(LoadReference(dir, &ref));
-  EngineOptions o;
-  o.model_dir = dir;
-  o.backend = kernels::Backend::kCuda;
-  o.num_kv_pages = 64;
-  o.max_batch_tokens = 1024;
-  o.max_batch_seqs = 8;
+  const EngineOptions o = SmallCudaOptions(dir);
   auto engine = DeepseekEngine::Create(o);
   ASSERT_TRUE(engine.ok()) << engine.status();
   DeepseekEngine& e = **engine;
