@@ -227,20 +227,24 @@ def time_shape(fm, batch, s_q, heads, mean_sk, equal):
 
 
 def compare(ours_path, flashmla_path):
-    """One line per shape that both runs timed (s_q 1, kernel-bench lengths)."""
+    """One line per shape that both runs timed (kernel-bench lengths; our rows name s_q, older
+    kernel-bench rows without it are s_q 1)."""
     ours = json.load(open(ours_path))
     theirs = json.load(open(flashmla_path))
-    fm = {(r["batch"], r["heads"], r["mean_sk"]): r for r in theirs["rows"]
-          if r["s_q"] == 1 and r["lengths"] == "kernel-bench"}
-    print(f"device {ours.get('device', '?')}; copy {ours.get('copy_gbs', 0):.0f} GB/s; mla_decode, s_q 1, bf16, page 64")
-    print(f"{'shape':<26}{'ours TF/s':>10}{'FlashMLA':>10}{'ours GB/s':>11}{'FlashMLA':>10}{'ours/FlashMLA':>15}")
+    fm = {(r["batch"], r["heads"], r["s_q"], r["mean_sk"]): r for r in theirs["rows"]
+          if r["lengths"] == "kernel-bench"}
+    print(f"device {ours.get('device', '?')}; copy {ours.get('copy_gbs', 0):.0f} GB/s; mla_decode, bf16, page 64")
+    print(f"{'shape':<32}{'ours TF/s':>10}{'FlashMLA':>10}{'ours GB/s':>11}{'FlashMLA':>10}{'ours/FlashMLA':>15}")
     for r in ours["results"]:
-        m = re.search(r"b=(\d+) h=(\d+) s_k~(\d+)", r["shape"])
-        if r["kernel"] != "mla_decode" or not m or tuple(map(int, m.groups())) not in fm:
+        m = re.search(r"b=(\d+) h=(\d+)(?: s_q=(\d+))? s_k~(\d+)", r["shape"])
+        if r["kernel"] != "mla_decode" or not m:
             continue
-        f = fm[tuple(map(int, m.groups()))]
-        print(f"{'b=%s h=%s s_k~%s' % m.groups():<26}{r['tflops']:10.1f}{f['tflops']:10.1f}{r['gbs']:11.0f}"
-              f"{f['gbs']:10.0f}{f['ms'] / r['ms']:14.2f}x")
+        b, h, sq, sk = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1), int(m.group(4))
+        if (b, h, sq, sk) not in fm:
+            continue
+        f = fm[(b, h, sq, sk)]
+        print(f"{'b=%d h=%d s_q=%d s_k~%d' % (b, h, sq, sk):<32}{r['tflops']:10.1f}{f['tflops']:10.1f}"
+              f"{r['gbs']:11.0f}{f['gbs']:10.0f}{f['ms'] / r['ms']:14.2f}x")
 
 
 def main():
