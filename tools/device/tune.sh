@@ -12,8 +12,11 @@
 # cannot run, rather than writing ours-only profiles; MHA_PROVIDERS=auto takes what loads.
 # The grid is sized to finish within about 6 minutes on an H100 (flags below); each phase also
 # has a time budget, so a slow GPU yields a partial table (nearest-cell fallback) instead of a
-# timeout: check the "not measured" lines in the logs. Environment overrides: GRID=small|full,
-# SAMPLES, VSAMPLES, BUDGET_S, VBUDGET_S, MHA_PROVIDERS.
+# timeout: check the "not measured" lines in the logs. cuDNN plans a graph per new batch /
+# length class on first use (untimed, but it takes wall time); if many cells were cut, run one
+# shape per call with a larger budget: SHAPES=v3:128 BUDGET_S=300, then SHAPES=v2lite:16.
+# Environment overrides: GRID=small|full, SAMPLES, VSAMPLES, BUDGET_S, VBUDGET_S,
+# MHA_PROVIDERS, SHAPES (default "v3:128 v2lite:16").
 #   usage: tools/device/tune.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,7 +42,7 @@ MHA_PROVIDERS=${MHA_PROVIDERS:-ours,cudnn}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
 status=0
 t0=$SECONDS
-for shape in v3:128 v2lite:16; do
+for shape in ${SHAPES:-v3:128 v2lite:16}; do
   name=${shape%%:*}; heads=${shape##*:}
   echo "=== $name ($heads heads/GPU)"
   "$BIN" --heads "$heads" --qk-nope-dim 128 --qk-rope-dim 64 --v-dim 128 --kv-lora-rank 512 \
