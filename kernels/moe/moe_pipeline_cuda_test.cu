@@ -81,17 +81,30 @@ struct PermuteBuffers {
   }
 };
 
+// Equal vectors, or a failure naming how many entries differ and the first one (the vectors
+// run to 512k entries: gtest's own printing would drown the log).
+void ExpectSame(const char* what, const std::vector<int32_t>& got, const std::vector<int32_t>& want) {
+  if (got == want) return;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    if (got[i] != want[i] && bad++ == 0) first = i;
+  }
+  ADD_FAILURE() << what << ": " << bad << " of " << want.size() << " entries differ (sizes " << got.size() << "/"
+                << want.size() << "); first at " << first << ": got " << (first < got.size() ? got[first] : -2)
+                << ", want " << want[first];
+}
+
 void ExpectPermutation(const PermuteBuffers& d, const HostPermutation& h, const std::vector<uint16_t>& x,
                        int A, int E, int k, int H, const char* which) {
   SCOPED_TRACE(which);
   const int rows = h.offsets[E];
-  EXPECT_EQ(testing::ToHost<int32_t>(d.offsets, E + 1), h.offsets);
-  EXPECT_EQ(testing::ToHost<int32_t>(d.tile_offsets, E + 1), h.tile_offsets);
+  ExpectSame("offsets", testing::ToHost<int32_t>(d.offsets, E + 1), h.offsets);
+  ExpectSame("tile_offsets", testing::ToHost<int32_t>(d.tile_offsets, E + 1), h.tile_offsets);
   const auto active = testing::ToHost<int32_t>(d.active, E + 1);
   EXPECT_EQ(active[E], static_cast<int32_t>(h.active.size()));
-  EXPECT_EQ(std::vector<int32_t>(active.begin(), active.begin() + h.active.size()), h.active);
-  EXPECT_EQ(testing::ToHost<int32_t>(d.sorted, rows), h.sorted);
-  EXPECT_EQ(testing::ToHost<int32_t>(d.position, A), h.position);
+  ExpectSame("active", std::vector<int32_t>(active.begin(), active.begin() + h.active.size()), h.active);
+  ExpectSame("sorted", testing::ToHost<int32_t>(d.sorted, rows), h.sorted);
+  ExpectSame("position", testing::ToHost<int32_t>(d.position, A), h.position);
   if (d.xg.bytes() == 0) return;
   const auto xg = testing::ToHost<uint16_t>(d.xg, static_cast<size_t>(rows) * H);
   int64_t bad_rows = 0;

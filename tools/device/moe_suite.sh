@@ -6,7 +6,8 @@
 # fractions), then compute-sanitizer memcheck on small cases of every new kernel and racecheck
 # on the permutation's shared-memory ranking.
 #   here:   SKIP_BUILD=0 BUILD=build-cuda TARGETS="kernels_moe_cuda_test mlaserve-moe-bench" tools/device/bundle.sh
-#   there:  tools/device/moe_suite.sh [--quick] [--no-sanitize]     (carry [".devbin", ".devlibs"])
+#   there:  tools/device/moe_suite.sh [--no-sanitize] [bench args: --quick, --shape v3, --tokens 16,4096]
+#           (carry [".devbin", ".devlibs"])
 # Results under $OUT: gpu.txt, moe_test.txt, moe_bench.txt, memcheck.txt, racecheck.txt and
 # summary.txt (also printed last).
 set -uo pipefail
@@ -14,13 +15,10 @@ cd "$(dirname "$0")/../.."
 source tools/device/env.sh
 OUT=${OUT:-/tmp/moe_out}
 mkdir -p "$OUT"
-QUICK=""; SANITIZE=${SANITIZE:-1}
+SANITIZE=${SANITIZE:-1}
+BENCH_ARGS=()  # everything but --no-sanitize goes to the bench (--quick, --shape v3, --tokens 16,4096)
 for a in "$@"; do
-  case $a in
-    --quick) QUICK=--quick ;;
-    --no-sanitize) SANITIZE=0 ;;
-    *) echo "usage: $0 [--quick] [--no-sanitize]" >&2; exit 2 ;;
-  esac
+  if [[ $a == --no-sanitize ]]; then SANITIZE=0; else BENCH_ARGS+=("$a"); fi
 done
 summary=()
 step() {  # step NAME SECONDS LOG CMD...: runs CMD under a time limit, logs, records rc and time
@@ -34,7 +32,7 @@ step() {  # step NAME SECONDS LOG CMD...: runs CMD under a time limit, logs, rec
   > "$OUT/gpu.txt" 2>&1
 
 step tests 170 "$OUT/moe_test.txt" .devbin/kernels_moe_cuda_test --gtest_brief=1
-step bench 190 "$OUT/moe_bench.txt" .devbin/mlaserve-moe-bench $QUICK
+step bench 190 "$OUT/moe_bench.txt" .devbin/mlaserve-moe-bench "${BENCH_ARGS[@]}"
 
 if [[ $SANITIZE == 1 ]]; then
   # Small cases that run every new kernel: the permutation with one chunk, two chunks (tail of
