@@ -39,7 +39,8 @@ constexpr int kChunk = kWarps * kPerWarp;  // assignments per block
 constexpr int kScanThreads = 1024;
 constexpr int kScanScratch = cuda::kWarpSize + 1;  // BlockExclusiveScan's shared scratch
 constexpr int kSliceChunkMultiple = 4;     // gather slices are multiples of 64 bytes of a row
-constexpr int kBlocksPerSm = 2;            // gather grid target
+constexpr int kBlocksPerSm = 4;            // gather grid target
+constexpr int kCopyUnroll = 4;
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // Expert of assignment a, or -1: past `end`, or an id outside [0, E) (the CPU backend refuses
@@ -245,14 +246,27 @@ __global__ void __launch_bounds__(kThreads)
     if (width <= 0) return;
     const auto* x = reinterpret_cast<const uint4*>(a.x);
     auto* xg = reinterpret_cast<uint4*>(a.xg);
+    // kCopyUnroll 16-byte loads in flight per thread before their stores.
     const int n = (end - begin) * width;
-    for (int idx = threadIdx.x; idx < n; idx += kThreads) {
-      const int i = idx / width;
-      const int c = c0 + (idx - i * width);
-      const int row = row_of[i];
-      if (row < 0) continue;
-      xg[static_cast<int64_t>(row) * row_chunks + c] =
-          x[static_cast<int64_t>((begin + i) / a.top_k) * row_chunks + c];
+    for (int first = threadIdx.x; first < n; first += kThreads * kCopyUnroll) {
+      uint4 v[kCopyUnroll];
+      int64_t dst[kCopyUnroll];
+#pragma unroll
+      for (int u = 0; u < kCopyUnroll; ++u) {
+        const int idx = first + u * kThreads;
+        dst[u] = -1;
+        if (idx >= n) continue;
+        const int i = idx / width;
+        const int c = c0 + (idx - i * width);
+        const int row = row_of[i];
+        if (row < 0) continue;
+        v[u] = x[static_cast<int64_t>((begin + i) / a.top_k) * row_chunks + c];
+        dst[u] = static_cast<int64_t>(row) * row_chunks + c;
+      }
+#pragma unroll
+      for (int u = 0; u < kCopyUnroll; ++u) {
+        if (dst[u] >= 0) xg[dst[u]] = v[u];
+      }
     }
   }
 }
