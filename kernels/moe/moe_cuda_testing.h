@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -28,6 +29,9 @@ inline const char* RoutingName(Routing r) {
   }
   return "?";
 }
+
+// gtest prints test parameters through this.
+inline void PrintTo(Routing r, std::ostream* os) { *os << RoutingName(r); }
 
 // [T, k] expert ids, distinct within a token.
 inline std::vector<int32_t> MakeRouting(int T, int E, int k, Routing routing, uint64_t seed) {
