@@ -126,8 +126,9 @@ absl::StatusOr<MoeGateUpLayout> MoePrepareExpertWeights(const MoePrepareParams& 
                                                         const KernelContext& ctx);
 absl::StatusOr<MoeGateUpLayout> MoePrepareExpertWeightsCuda(const MoePrepareParams& p, void* stream);
 
-// Workspace the CUDA backend needs beyond the CPU layout (its active-expert list and the
-// grouped GEMM's device-built arguments); defined only in CUDA builds.
+// Workspace the CUDA backend needs beyond the CPU layout (its active-expert list, the grouped
+// GEMM's device-built arguments, the permutation's per-chunk expert counts); defined only in
+// CUDA builds.
 size_t MoeExpertsCudaWorkspaceBytes(const MoeExpertsParams& p);
 
 }  // namespace mlaserve::kernels

@@ -58,9 +58,9 @@ absl::Status MoeRouting(const MoeRoutingParams& p, const KernelContext& ctx) {
 //   down output [A, hidden] (f32) |
 //   (CUDA backend) int32 row-tile offsets [num_experts + 1] | int32 sorted position of each
 //   assignment [A] | in CUDA builds, MoeExpertsCudaWorkspaceBytes more (active experts, the
-//   grouped GEMM's arguments). The CUDA paths use "x gathered" (kSm90) or not (kStream,
-//   kTiled gather inside their loads); kStream keeps its [A, inter] activations in the
-//   gate_up part.
+//   grouped GEMM's arguments, the permutation's per-chunk counts). The CUDA paths use "x
+//   gathered" (kSm90) or not (kStream, kTiled gather inside their loads); kStream and the
+//   fused kSm90 gate_up keep their [A, inter] activations in the gate_up part.
 size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p) {
   if (p.num_tokens <= 0 || p.top_k <= 0) return 0;
   const size_t a = static_cast<size_t>(p.num_tokens) * p.top_k;
