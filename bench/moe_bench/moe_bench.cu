@@ -313,7 +313,7 @@ void BenchTokens(const Shape& s, int T, const ShapeBuffers& b, double copy_gbs, 
 
   mk::MoeExpertsParams p;
   p.dtype = mk::DType::kBF16; p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = k;
-  p.x = b.x; p.topk_weights = b.weights; p.out = b.out;
+  p.x = b.x; p.down = b.down; p.topk_weights = b.weights; p.out = b.out;
   p.workspace_bytes = mk::MoeExpertsWorkspaceBytes(p);
   CHECK_CUDA(cudaMalloc(&p.workspace, p.workspace_bytes));
 
