@@ -12,7 +12,7 @@
 #include "kernels/mla_prefill/api.h"
 #include "model/forward_ops.h"
 #include "model/parallel_engine.h"
-#include "model/weights.h"
+#include "model/loader/weight_store.h"
 
 namespace mlaserve::model {
 

@@ -43,7 +43,7 @@
 #include "kernels/indexer/api.h"
 #include "kernels/moe/api.h"
 #include "kernels/sparse_fwd/api.h"
-#include "model/config.h"
+#include "model/loader/config.h"
 #include "model/deepseek_weights.h"
 #include "model/device_memory.h"
 #include "model/engine.h"

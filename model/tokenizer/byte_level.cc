@@ -1,8 +1,8 @@
-#include "model/byte_level.h"
+#include "model/tokenizer/byte_level.h"
 
 #include <array>
 
-#include "model/utf8.h"
+#include "model/tokenizer/utf8.h"
 
 namespace mlaserve::model::byte_level {
 namespace {

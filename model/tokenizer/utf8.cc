@@ -1,4 +1,4 @@
-#include "model/utf8.h"
+#include "model/tokenizer/utf8.h"
 
 namespace mlaserve::model::utf8 {
 namespace {

@@ -1,10 +1,10 @@
-#include "model/regex.h"
+#include "model/tokenizer/regex.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
 #include "absl/strings/str_cat.h"
-#include "model/utf8.h"
+#include "model/tokenizer/utf8.h"
 
 namespace mlaserve::model {
 namespace {

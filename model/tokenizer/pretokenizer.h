@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/regex.h"
+#include "model/tokenizer/regex.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {

@@ -36,9 +36,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "model/added_vocabulary.h"
-#include "model/bpe.h"
-#include "model/pretokenizer.h"
+#include "model/tokenizer/added_vocabulary.h"
+#include "model/tokenizer/bpe.h"
+#include "model/tokenizer/pretokenizer.h"
 
 namespace mlaserve::model {
 

@@ -1,4 +1,4 @@
-#include "model/pretokenizer.h"
+#include "model/tokenizer/pretokenizer.h"
 
 #include <algorithm>
 #include <cctype>
@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "model/byte_level.h"
-#include "model/tokenizer_json.h"
+#include "model/tokenizer/byte_level.h"
+#include "model/tokenizer/tokenizer_json.h"
 
 namespace mlaserve::model {
 namespace {

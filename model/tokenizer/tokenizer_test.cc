@@ -1,7 +1,7 @@
 // Tokenizer tests against fixtures made by tools/make_tokenizer_fixtures.py with Hugging Face
 // `tokenizers`: a small byte-level BPE trained with DeepSeek-V3's pre-tokenizer, DeepSeek-V3's
 // own tokenizer.json (committed), and DeepSeek-V2's (not committed; skipped when absent).
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 #include <atomic>
 #include <filesystem>
@@ -12,10 +12,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/byte_level.h"
-#include "model/detokenizer.h"
-#include "model/regex.h"
-#include "model/utf8.h"
+#include "model/tokenizer/byte_level.h"
+#include "model/tokenizer/detokenizer.h"
+#include "model/tokenizer/regex.h"
+#include "model/tokenizer/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {

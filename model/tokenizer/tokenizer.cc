@@ -1,4 +1,4 @@
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 #include <filesystem>
 #include <fstream>
@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "model/byte_level.h"
-#include "model/tokenizer_json.h"
-#include "model/utf8.h"
+#include "model/tokenizer/byte_level.h"
+#include "model/tokenizer/tokenizer_json.h"
+#include "model/tokenizer/utf8.h"
 
 namespace mlaserve::model {
 namespace {

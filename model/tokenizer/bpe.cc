@@ -1,4 +1,4 @@
-#include "model/bpe.h"
+#include "model/tokenizer/bpe.h"
 
 #include <cstdio>
 #include <queue>
@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "model/tokenizer_json.h"
-#include "model/utf8.h"
+#include "model/tokenizer/tokenizer_json.h"
+#include "model/tokenizer/utf8.h"
 
 namespace mlaserve::model {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "model/regex.h"
+#include "model/tokenizer/regex.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {

@@ -1,4 +1,4 @@
-#include "model/safetensors.h"
+#include "model/loader/safetensors.h"
 
 #include <cstring>
 #include <random>
@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/safetensors_test_util.h"
+#include "model/loader/safetensors_test_util.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {

@@ -1,7 +1,7 @@
-#include "model/detokenizer.h"
+#include "model/tokenizer/detokenizer.h"
 
 #include "absl/strings/str_cat.h"
-#include "model/utf8.h"
+#include "model/tokenizer/utf8.h"
 
 namespace mlaserve::model {
 

@@ -1,12 +1,12 @@
-#include "model/added_vocabulary.h"
+#include "model/tokenizer/added_vocabulary.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "model/tokenizer_json.h"
-#include "model/utf8.h"
+#include "model/tokenizer/tokenizer_json.h"
+#include "model/tokenizer/utf8.h"
 
 namespace mlaserve::model {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/config.h"
+#include "model/loader/config.h"
 
 #include <unistd.h>
 

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "model/config.h"
-#include "model/config_reader.h"
+#include "model/loader/config.h"
+#include "model/loader/config_reader.h"
 
 namespace mlaserve::model::config_internal {
 

@@ -8,7 +8,7 @@
 // Every key of the file must be consumed by the parser or be on the list of fields that do not
 // affect inference; anything else is INVALID_ARGUMENT naming the key, so a new field in a future
 // checkpoint is noticed instead of silently dropped.
-#include "model/config.h"
+#include "model/loader/config.h"
 
 #include <cmath>
 #include <fstream>
@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "common/status.h"
-#include "model/config_reader.h"
+#include "model/loader/config_reader.h"
 
 namespace mlaserve::model {
 namespace {

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "model/loader/config.h"
+#include "model/loader/safetensors.h"
 
 namespace mlaserve::model {
 

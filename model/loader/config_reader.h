@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "model/config.h"
+#include "model/loader/config.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 

@@ -1,4 +1,4 @@
-#include "model/weights.h"
+#include "model/loader/weight_store.h"
 
 #include <cmath>
 #include <cstring>
@@ -9,7 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/safetensors_test_util.h"
+#include "model/loader/safetensors_test_util.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {

@@ -1,4 +1,4 @@
-#include "model/weights.h"
+#include "model/loader/weight_store.h"
 
 #include <array>
 #include <cstring>
