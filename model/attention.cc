@@ -1,5 +1,5 @@
 // MLA attention of one layer: projections, RoPE, the latent cache write, then the MHA
-// (decompressed) or MLA (absorbed) form over the paged cache. See deepseek_model.h.
+// (decompressed) or MLA (absorbed) form over the paged cache. See deepseek_engine.h.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,7 +16,7 @@
 #include "kernels/rope/api.h"
 #include "kernels/sparse_decode/api.h"
 #include "kernels/sparse_fwd/api.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 #include "model/forward_ops.h"
 
 namespace mlaserve::model {
@@ -64,7 +64,7 @@ absl::Status PerHeadGemm(const ops::OpContext& ctx, kernels::GemmParams p, int h
 
 absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, AttentionForm form,
                                        const void* x, void* out) {
-  ScratchScope scope(scratch_);
+  ScratchScope scope(scratch_.arena());
   const ModelConfig& c = config_;
   const MlaWeights& w = weights_.layers[layer].attn;
   const int T = plan.total_tokens;
@@ -212,7 +212,7 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const v
   float* part_lse = static_cast<float*>(part_lse_raw);
   std::vector<int32_t> gstart(B), glen(B), cu_k(B + 1);
   for (int begin = 0; begin < plan.max_prefix; begin += piece) {
-    ScratchScope piece_scope(scratch_);  // the piece's index arrays
+    ScratchScope piece_scope(scratch_.arena());  // the piece's index arrays
     int max_k = 0;
     cu_k[0] = 0;
     for (int b = 0; b < B; ++b) {
@@ -223,9 +223,9 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const v
     }
     const int rows = cu_k[B];
     if (rows == 0) continue;
-    ASSIGN_OR_RETURN(const int32_t* d_start, UploadInts(gstart, "prefix piece starts"));
-    ASSIGN_OR_RETURN(const int32_t* d_len, UploadInts(glen, "prefix piece lengths"));
-    ASSIGN_OR_RETURN(const int32_t* d_cu_k, UploadInts(cu_k, "prefix piece cu_seqlens_k"));
+    ASSIGN_OR_RETURN(const int32_t* d_start, scratch_.UploadInts(gstart, "prefix piece starts"));
+    ASSIGN_OR_RETURN(const int32_t* d_len, scratch_.UploadInts(glen, "prefix piece lengths"));
+    ASSIGN_OR_RETURN(const int32_t* d_cu_k, scratch_.UploadInts(cu_k, "prefix piece cu_seqlens_k"));
     kernels::CacheGatherParams g;
     g.dtype = ops_.dtype;
     g.batch = B;

@@ -6,7 +6,7 @@
 #include "common/status.h"
 #include "kernels/moe/api.h"
 #include "kernels/moe_shard/api.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 
 namespace mlaserve::model {
 

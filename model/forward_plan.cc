@@ -1,19 +1,17 @@
-// DeepseekEngine's step memory (owner: cuda-dense): the scratch every Forward carves its
-// activations from, sized once at Create for the engine's limits, and the per-step upload of
-// the batch plan's arrays (token ids, positions, cache slots, cu_seqlens, block table).
+// DeepseekEngine::ForwardScratchBytes (owner: cuda-dense): the size of the step scratch every
+// Forward carves its activations from (model/step/step_scratch.h), for the engine's limits.
 //
 // Sizing sums the buffers of every stage rather than taking their maximum: the stages nest
 // (a layer's attention scratch is released before its MLP's), so the sum is an upper bound
 // that stays correct when a stage is reordered, at the cost of some slack.
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/kv_fp8/api.h"
 #include "kernels/mla_decode/api.h"
 #include "kernels/moe/api.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 
 namespace mlaserve::model {
 namespace {
@@ -24,13 +22,6 @@ constexpr size_t kMaxAllocationsPerStep = 64;
 
 }  // namespace
 
-size_t DeepseekEngine::PlanStagingBytes() const {
-  const size_t T = options_.max_batch_tokens, B = options_.max_batch_seqs;
-  return AlignedBytes(T * sizeof(int32_t)) * 2 + AlignedBytes(T * sizeof(int64_t)) +
-         AlignedBytes((B + 1) * sizeof(int32_t)) + AlignedBytes(B * sizeof(int32_t)) +
-         AlignedBytes(B * static_cast<size_t>(max_pages_per_seq_) * sizeof(int32_t));
-}
-
 absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
   const ModelConfig& c = config_;
   const size_t T = options_.max_batch_tokens, B = options_.max_batch_seqs;
@@ -40,7 +31,8 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
                E = dims_.latent(), hidden = c.hidden_size;
   const size_t ql = c.q_lora_rank.value_or(0);
   const size_t rows = std::min(T, B);  // logit rows: one per sequence at most
-  size_t total = PlanStagingBytes();
+  size_t total = StepScratch::PlanStagingBytes(
+      BatchLimits{options_.max_batch_tokens, options_.max_batch_seqs, 0}, max_pages_per_seq_);
   total += 4 * T * hidden * es + rows * hidden * es + rows * c.vocab_size * sizeof(float);
   // Attention: q, q_resid, kv, attn (+ the indexer's top-k).
   total += T * (H * qk + ql + E + H * dv) * es;
@@ -106,7 +98,7 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
   }
   total += mlp;
   // Sampling on the device after the step (sampling_step.cc).
-  total += SamplingScratchBytes(rows);
+  total += SamplingStep::ScratchBytes(rows, c.vocab_size);
   if (layout_.sharded()) {
     // Data attention: the gathered input, the partial sums and this rank's sums
     // (parallel_step.cc); the LM head's shards (+ the gathered logit rows).
@@ -117,63 +109,6 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
              2 * n * sizeof(int32_t);
   }
   return total + kMaxAllocationsPerStep * kDeviceAlignment;
-}
-
-absl::Status DeepseekEngine::UploadPlan(BatchPlan* plan) {
-  BatchPlan::Device& d = plan->dev;
-  if (ctx_.backend == kernels::Backend::kCpu) {
-    d.token_ids = plan->token_ids.data();
-    d.positions = plan->positions.data();
-    d.slots = plan->slots.data();
-    d.cu_seqlens_q = plan->cu_seqlens_q.data();
-    d.seqlens_k = plan->seqlens_k.data();
-    d.block_table = plan->block_table.data();
-    return absl::OkStatus();
-  }
-  if (plan->max_pages_per_seq > max_pages_per_seq_) {
-    return absl::InternalError(absl::StrCat("UploadPlan: a sequence spans ", plan->max_pages_per_seq,
-                                            " pages; the staging buffer was sized for ",
-                                            max_pages_per_seq_));
-  }
-  // Pack every array into the pinned staging buffer at aligned offsets, then one copy.
-  char* host = staging_.as<char>();
-  size_t used = 0;
-  std::vector<size_t> offsets;
-  auto pack = [&](const void* src, size_t bytes) {
-    offsets.push_back(used);
-    if (bytes > 0) std::memcpy(host + used, src, bytes);
-    used += AlignedBytes(bytes);
-  };
-  pack(plan->token_ids.data(), plan->token_ids.size() * sizeof(int32_t));
-  pack(plan->positions.data(), plan->positions.size() * sizeof(int32_t));
-  pack(plan->slots.data(), plan->slots.size() * sizeof(int64_t));
-  pack(plan->cu_seqlens_q.data(), plan->cu_seqlens_q.size() * sizeof(int32_t));
-  pack(plan->seqlens_k.data(), plan->seqlens_k.size() * sizeof(int32_t));
-  pack(plan->block_table.data(), plan->block_table.size() * sizeof(int32_t));
-  if (used > staging_.bytes()) {
-    return absl::InternalError(absl::StrCat("UploadPlan: the plan needs ", used,
-                                            " staging bytes; ", staging_.bytes(), " were planned"));
-  }
-  ASSIGN_OR_RETURN(void* dev, Scratch(used, "batch plan"));
-  RETURN_IF_ERROR(CopyBytes(ctx_, dev, host, used, CopyKind::kHostToDevice));
-  const char* base = static_cast<const char*>(dev);
-  d.token_ids = reinterpret_cast<const int32_t*>(base + offsets[0]);
-  d.positions = reinterpret_cast<const int32_t*>(base + offsets[1]);
-  d.slots = reinterpret_cast<const int64_t*>(base + offsets[2]);
-  d.cu_seqlens_q = reinterpret_cast<const int32_t*>(base + offsets[3]);
-  d.seqlens_k = reinterpret_cast<const int32_t*>(base + offsets[4]);
-  d.block_table = reinterpret_cast<const int32_t*>(base + offsets[5]);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<const int32_t*> DeepseekEngine::UploadInts(const std::vector<int32_t>& host,
-                                                          const char* what) {
-  if (ctx_.backend == kernels::Backend::kCpu) return host.data();
-  ASSIGN_OR_RETURN(void* dev, Scratch(host.size() * sizeof(int32_t), what));
-  // Pageable source: the copy is staged before the call returns, so `host` may change after.
-  RETURN_IF_ERROR(CopyBytes(ctx_, dev, host.data(), host.size() * sizeof(int32_t),
-                            CopyKind::kHostToDevice));
-  return static_cast<const int32_t*>(dev);
 }
 
 }  // namespace mlaserve::model

@@ -19,7 +19,7 @@
 #include "kernels/indexer/api.h"
 #include "kernels/norm/api.h"
 #include "kernels/rope/api.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 #include "model/forward_ops.h"
 
 namespace mlaserve::model {
@@ -131,7 +131,7 @@ absl::Status DeepseekEngine::RunIndexerKernel(const BatchPlan& plan, kernels::In
       call_seq.push_back(b);
     }
   }
-  ASSIGN_OR_RETURN(const int32_t* d_calls, UploadInts(calls, "indexer chunk arrays"));
+  ASSIGN_OR_RETURN(const int32_t* d_calls, scratch_.UploadInts(calls, "indexer chunk arrays"));
   for (size_t j = 0; j < call_seq.size(); ++j) {
     const int b = call_seq[j];
     kernels::IndexerParams q = p;
@@ -148,7 +148,7 @@ absl::Status DeepseekEngine::RunIndexerKernel(const BatchPlan& plan, kernels::In
 
 absl::Status DeepseekEngine::RunIndexer(int layer, const BatchPlan& plan, const void* x,
                                         const void* q_resid, bool need_topk, int32_t* topk) {
-  ScratchScope scope(scratch_);
+  ScratchScope scope(scratch_.arena());
   const ModelConfig& c = config_;
   const IndexerWeights& w = weights_.layers[layer].indexer;
   const int T = plan.total_tokens;

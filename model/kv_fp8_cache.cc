@@ -1,5 +1,5 @@
 // DeepseekEngine over the KV pool's two storage formats: the cache writes, and what attention
-// and the indexer read. See deepseek_model.h ("KV cache formats").
+// and the indexer read. See deepseek_engine.h ("KV cache formats").
 //
 // kNative: rows of the activation dtype are copied into the pool and kernels read it in place.
 //
@@ -28,7 +28,7 @@
 #include "kernels/kv_fp8/api.h"
 #include "kernels/sparse_decode/api.h"
 #include "kernels/sparse_fwd/api.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 #include "model/forward_ops.h"
 
 namespace mlaserve::model {
@@ -157,22 +157,6 @@ absl::Status DeepseekEngine::RoundTripLatent(int layer, const BatchPlan& plan, v
                      ops_.at(fp8_rows_.data(), kernels::kFp8LatentRank), kFp8Row, dims_.rope, T);
 }
 
-std::vector<int32_t> DeepseekEngine::ReferencedPages(const BatchPlan& plan) const {
-  std::vector<uint8_t> seen(pool_->total_pages(), 0);
-  std::vector<int32_t> pages;
-  for (int b = 0; b < plan.batch; ++b) {
-    const int n = (plan.seqlens_k[b] + kernels::kPageSize - 1) / kernels::kPageSize;
-    for (int i = 0; i < n; ++i) {
-      const int32_t p = plan.block_table[static_cast<size_t>(b) * plan.max_pages_per_seq + i];
-      if (p >= 0 && !seen[p]) {
-        seen[p] = 1;
-        pages.push_back(p);
-      }
-    }
-  }
-  return pages;
-}
-
 absl::StatusOr<const void*> DeepseekEngine::LatentCacheForRead(int layer, const BatchPlan& plan) {
   if (!kv_fp8_) return static_cast<const void*>(pool_->latent(layer));
   if (ctx_.backend != kernels::Backend::kCpu) {
@@ -185,7 +169,7 @@ absl::StatusOr<const void*> DeepseekEngine::LatentCacheForRead(int layer, const 
   const int dr = dims_.rope;
   float* view = latent_view_.as<float>();
   std::vector<int64_t> slots(kernels::kPageSize);
-  for (int32_t page : ReferencedPages(plan)) {
+  for (int32_t page : ReferencedPages(plan, pool_->total_pages())) {
     for (int i = 0; i < kernels::kPageSize; ++i) slots[i] = int64_t{page} * kernels::kPageSize + i;
     float* dst = view + static_cast<size_t>(page) * kernels::kPageSize * E;
     kernels::Fp8CacheReadParams r;
@@ -239,7 +223,7 @@ absl::Status DeepseekEngine::SetIndexKeysForRead(int layer, const BatchPlan& pla
   const int dk = index_key_dim_;
   float* view = index_view_.as<float>();
   std::vector<int64_t> slots(kernels::kPageSize);
-  for (int32_t page : ReferencedPages(plan)) {
+  for (int32_t page : ReferencedPages(plan, pool_->total_pages())) {
     for (int i = 0; i < kernels::kPageSize; ++i) slots[i] = int64_t{page} * kernels::kPageSize + i;
     kernels::Fp8CacheReadParams r;
     r.kind = kernels::Fp8CacheKind::kIndexK;
@@ -270,7 +254,7 @@ absl::Status DeepseekEngine::SparseAttendFp8Cuda(int layer, const BatchPlan& pla
   }
   // Zero-padded to the layout's 512 + 64: q into fp8_q_ (its padding stays zero), the output
   // through a 512-wide scratch whose first L columns are the answer.
-  ScratchScope scope(scratch_);
+  ScratchScope scope(scratch_.arena());
   void* out = p.out;
   RETURN_IF_ERROR(ops::Copy2D(ops_, fp8_q_.data(), kFp8Row, p.q, E, L, rows));
   RETURN_IF_ERROR(ops::Copy2D(ops_, ops_.at(fp8_q_.data(), kernels::kFp8LatentRank), kFp8Row,

@@ -2,7 +2,7 @@
 // experts grouped by expert -> plus the shared experts), as Hugging Face's DeepseekV*MoE.
 #include "common/status.h"
 #include "kernels/moe/api.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 #include "model/forward_ops.h"
 
 namespace mlaserve::model {
@@ -48,7 +48,7 @@ kernels::MoeRoutingParams DeepseekEngine::RoutingParams(int layer, int num_token
 }
 
 absl::Status DeepseekEngine::Mlp(int layer, int rows, const void* x, void* out) {
-  ScratchScope scope(scratch_);
+  ScratchScope scope(scratch_.arena());
   const ModelConfig& c = config_;
   const LayerWeights& lw = weights_.layers[layer];
   const int T = rows;

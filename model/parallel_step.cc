@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 #include "model/forward_ops.h"
 
 namespace mlaserve::model {
@@ -78,7 +78,7 @@ absl::Status DeepseekEngine::ParallelMlp(int layer, int T, const void* y, void* 
     RETURN_IF_ERROR(Mlp(layer, T, y, out));
     return comm_->AllReduceSum(out, out, T * hidden, ops_.dtype, ctx_.stream);
   }
-  ScratchScope scope(scratch_);
+  ScratchScope scope(scratch_.arena());
   const int n = layout_.size;
   const int64_t slot = static_cast<int64_t>(step_max_tokens_) * hidden;
   void* mine = ops_.at(dp_gathered_, layout_.rank * slot);
@@ -98,7 +98,7 @@ absl::Status DeepseekEngine::LmHead(const void* picked, int rows, float* logits)
     return ops::Linear(ops_, picked, rows, hidden, weights_.lm_head, logits, V, 0.0f,
                        /*y_f32=*/true);
   }
-  ScratchScope scope(scratch_);
+  ScratchScope scope(scratch_.arena());
   const int n = layout_.size;
   const int Vr = layout_.vocab_rows;
   // The rows every rank computes: its own (tensor attention: all ranks have the same), or

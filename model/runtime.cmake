@@ -36,21 +36,20 @@ mlaserve_test(model_padded_matrix_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/padded_
 
 # The DeepSeek forward (Engine::Create) over the kernel API.
 add_library(model_runtime STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/engine.cc
   ${CMAKE_CURRENT_LIST_DIR}/forward_ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/deepseek_weights.cc
-  ${CMAKE_CURRENT_LIST_DIR}/deepseek_model.cc
+  ${CMAKE_CURRENT_LIST_DIR}/deepseek_engine.cc
   ${CMAKE_CURRENT_LIST_DIR}/attention.cc
   ${CMAKE_CURRENT_LIST_DIR}/indexer.cc
   ${CMAKE_CURRENT_LIST_DIR}/kv_fp8_cache.cc
   ${CMAKE_CURRENT_LIST_DIR}/moe_layer.cc
   ${CMAKE_CURRENT_LIST_DIR}/forward_plan.cc
-  ${CMAKE_CURRENT_LIST_DIR}/decode_graphs.cc
-  ${CMAKE_CURRENT_LIST_DIR}/sampling_step.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_layout.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_step.cc
   ${CMAKE_CURRENT_LIST_DIR}/expert_shard.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_engine.cc)
-target_link_libraries(model_runtime PUBLIC model_loader model_kv_pool model_rope model_sampler
+target_link_libraries(model_runtime PUBLIC model_step model_loader model_kv_pool model_rope model_sampler
                       model_padded_matrix model_device_memory mlaserve_kernels mlaserve_parallel
                       mlaserve_common)
 mlaserve_warnings(model_runtime)
@@ -58,9 +57,9 @@ if(TARGET mlaserve_parallel_nccl)  # multi-GPU workers (ParallelEngine) talk NCC
   target_link_libraries(model_runtime PUBLIC mlaserve_parallel_nccl)
 endif()
 
-# Diagnostics over a step's intermediate values (model/engine_probe.h) and the tool that
+# Diagnostics over a step's intermediate values (model/deepseek_engine_probe.h) and the tool that
 # uses them; not linked into serving binaries.
-add_library(model_engine_probe STATIC ${CMAKE_CURRENT_LIST_DIR}/engine_probe.cc)
+add_library(model_engine_probe STATIC ${CMAKE_CURRENT_LIST_DIR}/deepseek_engine_probe.cc)
 target_link_libraries(model_engine_probe PUBLIC model_runtime)
 mlaserve_warnings(model_engine_probe)
 add_executable(mlaserve-route-probe ${CMAKE_CURRENT_LIST_DIR}/route_probe_main.cc)

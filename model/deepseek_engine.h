@@ -30,10 +30,7 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <optional>
-#include <tuple>
 #include <utility>
 #include <span>
 #include <vector>
@@ -51,48 +48,26 @@
 #include "model/kv_pool.h"
 #include "model/mla_dims.h"
 #include "model/rope.h"
+#include "model/step/batch_plan.h"
+#include "model/step/decode_graph_runner.h"
+#include "model/step/sampling_step.h"
+#include "model/step/step_scratch.h"
 
 namespace mlaserve::model {
 
-// One Forward's batch, flattened once on the host (FlashAttention varlen conventions).
-struct BatchPlan {
-  int batch = 0;
-  int total_tokens = 0;
-  std::vector<int32_t> token_ids;    // [T]
-  std::vector<int32_t> positions;    // [T]
-  std::vector<int64_t> slots;        // [T] cache slot of every new token
-  std::vector<int32_t> cu_seqlens_q; // [B + 1]
-  std::vector<int32_t> start;        // [B] cached prefix length
-  std::vector<int32_t> seqlens_k;    // [B] start + chunk length
-  std::vector<int32_t> block_table;  // [B, max_pages_per_seq], unused entries -1
-  int max_pages_per_seq = 0;
-  int max_seqlen_q = 0;
-  int max_seqlen_k = 0;
-  int max_prefix = 0;
-  bool all_single_token = false;
-  // DSA: some sequence is longer than index_topk, so attention must run sparse (set by Forward).
-  bool sparse = false;
-  std::vector<int32_t> logit_rows;   // token rows (in [0, T)) whose logits are returned
-
-  // The arrays above as the kernels read them: the host vectors on kCpu, a device copy
-  // uploaded once per Forward on kCuda (DeepseekEngine::UploadPlan).
-  struct Device {
-    const int32_t* token_ids = nullptr;
-    const int32_t* positions = nullptr;
-    const int64_t* slots = nullptr;
-    const int32_t* cu_seqlens_q = nullptr;
-    const int32_t* seqlens_k = nullptr;
-    const int32_t* block_table = nullptr;
-  } dev;
-};
+namespace testing {
+class DeepseekEngineTestPeer;
+}  // namespace testing
 
 enum class AttentionForm : uint8_t { kMha, kMla, kMlaDecode };
 
 class DeepseekEngine final : public Engine {
  public:
-  // Diagnostics that read a step's intermediate values (model/engine_probe.h); not used in
+  // Diagnostics that read a step's intermediate values (model/deepseek_engine_probe.h); not used in
   // serving.
   friend class DeepseekEngineProbe;
+  // Tests' access to the launch knobs and probes (model/testing/deepseek_engine_test_peer.h).
+  friend class testing::DeepseekEngineTestPeer;
 
   static absl::StatusOr<std::unique_ptr<DeepseekEngine>> Create(const EngineOptions& options);
   // kv_fp8_cache.cc: the cache format for `options` and the model (INVALID_ARGUMENT naming the
@@ -112,32 +87,18 @@ class DeepseekEngine final : public Engine {
   // The input checks of Forward alone (INVALID_ARGUMENT naming the bad value), run before the
   // ranks of a ParallelEngine start a step they must all finish.
   absl::Status CheckBatch(std::span<const SequenceChunk> batch) const {
-    return PlanBatch(batch).status();
+    return planner_.Plan(batch).status();
   }
 
-  // CUDA graphs for decode steps (kCuda; on by default). Tests turn them off to compare.
-  void set_decode_graphs(bool on) { decode_graphs_enabled_ = on; }
-  int decode_graphs_captured() const { return static_cast<int>(decode_graphs_.size()); }
-  int64_t decode_graph_replays() const { return decode_graph_replays_; }
-
-  // Largest prefix piece (tokens per sequence) the MHA path decompresses at once. Tests lower
-  // it to exercise the multi-piece LSE merge on short prompts.
-  void set_mha_prefix_piece_tokens(int tokens) { mha_prefix_piece_tokens_ = tokens; }
-
-  // DSA, kCuda: caps the query rows of one indexer launch (at most what the workspace planned
-  // at Create holds). Tests lower it to exercise the per-sequence query chunks.
-  void set_indexer_rows_per_call(int rows) { indexer_rows_cap_ = rows; }
-  // Tests: at the next eager Forward, copies the top-k rows [T, index_topk] the indexer
-  // picked in `layer` (sparse batches only) into *out. Null turns the probe off.
-  void set_indexer_probe(int layer, std::vector<int32_t>* out) {
-    indexer_probe_layer_ = layer;
-    indexer_probe_ = out;
-  }
+  // CUDA graphs for decode steps (kCuda; on by default; decode_graph_runner.h). Benchmarks
+  // turn them off to time eager steps on the same engine.
+  void set_decode_graphs(bool on) { decode_graphs_.set_enabled(on); }
+  int decode_graphs_captured() const { return decode_graphs_.captured(); }
+  int64_t decode_graph_replays() const { return decode_graphs_.replays(); }
 
  private:
   DeepseekEngine() = default;
 
-  absl::StatusOr<BatchPlan> PlanBatch(std::span<const SequenceChunk> batch) const;
   // Create: dims_ from the config, and which attention forms the backend runs at them
   // (INVALID_ARGUMENT naming the widths when no form can serve the model).
   absl::Status ChooseAttentionForms();
@@ -164,30 +125,15 @@ class DeepseekEngine final : public Engine {
   // output when the model's latent is narrower than the layout's).
   absl::Status SparseAttendFp8Cuda(int layer, const BatchPlan& plan, kernels::SparseMlaParams p,
                                    bool decode);
-  // kCpu: the distinct pool pages the plan's block table references.
-  std::vector<int32_t> ReferencedPages(const BatchPlan& plan) const;
-
   // attention.cc. x: normed hidden [T, hidden]; out: [T, hidden].
   // One step on the device from the uploaded plan: embedding, layers, final norm and the LM
   // head over plan.logit_rows into `logits` ([rows, vocab] f32, a buffer of the backend).
   absl::Status RunStep(const BatchPlan& plan, AttentionForm form, const LayerDoneFn& on_layer_done,
                        float* logits);
-  // decode_graphs.cc: whether this step replays (or captures) a decode graph, and doing so.
-  bool UseDecodeGraph(const BatchPlan& plan, AttentionForm form, const LayerDoneFn& on_layer_done) const;
-  // Samples `device_samples` on the device when not empty, else copies the logits back.
-  absl::Status ForwardDecodeGraph(BatchPlan plan, AttentionForm form,
-                                  std::span<const SampleRow* const> device_samples,
-                                  ForwardResult* result);
-
-  // sampling_step.cc. Whether `rows` can be drawn on the device (kCuda, no repetition penalty).
-  bool CanSampleOnDevice(std::span<const SampleRow* const> rows) const;
-  // Draws rows from device logits [rows, vocab] into result->token_ids (waits for them).
-  absl::Status SampleOnDevice(const float* logits, std::span<const SampleRow* const> rows,
-                              ForwardResult* result);
-  // Draws rows from result->logits (host) into result->token_ids.
-  absl::Status SampleOnHost(std::span<const SampleRow* const> rows, ForwardResult* result) const;
-  // Scratch SampleOnDevice takes for `rows` rows.
-  size_t SamplingScratchBytes(size_t rows) const;
+  // After the step on the device: `logits` [rows, vocab] (a buffer of the backend) drawn on
+  // the device when `device_samples` is not empty, else copied into result->logits (kCuda).
+  absl::Status DeliverRows(const float* logits, std::span<const SampleRow* const> device_samples,
+                           ForwardResult* result);
 
   // Activations (x, out, q, kv, attn) are in ops_.dtype.
   absl::Status Attention(int layer, const BatchPlan& plan, AttentionForm form, const void* x,
@@ -237,15 +183,10 @@ class DeepseekEngine final : public Engine {
   absl::StatusOr<void*> Scratch(size_t bytes, const char* what) { return scratch_.Allocate(bytes, what); }
   // Activation scratch of `elements` elements of ops_.dtype.
   absl::StatusOr<void*> ScratchAct(int64_t elements, const char* what) {
-    return scratch_.Allocate(ops_.bytes(elements), what);
+    return scratch_.Activations(elements, what);
   }
-  // Fills plan->dev (a device copy of the plan's arrays on kCuda).
-  absl::Status UploadPlan(BatchPlan* plan);
-  // Host arrays into fresh scratch of the backend (the per-piece arrays of the MHA prefix).
-  absl::StatusOr<const int32_t*> UploadInts(const std::vector<int32_t>& host, const char* what);
   // Bytes of scratch one Forward needs at most, for the engine's limits.
   absl::StatusOr<size_t> ForwardScratchBytes() const;
-  size_t PlanStagingBytes() const;
   const float* cos_sin() const {
     return rope_dev_.empty() ? rope_.cos_sin.data() : rope_dev_.as<const float>();
   }
@@ -262,18 +203,14 @@ class DeepseekEngine final : public Engine {
   bool latent_runs_ = true;
   kernels::KernelContext ctx_;
   ops::OpContext ops_;  // ctx_ plus the activation dtype
-  ScratchArena scratch_;
-  PinnedBuffer staging_;  // kCuda: the plan's arrays on their way to the device
+  BatchPlanner planner_;
+  StepScratch scratch_;
+  SamplingStep sampling_;
+  DecodeGraphRunner decode_graphs_;
   DeviceBuffer rope_dev_; // kCuda: the cos/sin table on the device
   int max_pages_per_seq_ = 0;  // bound on BatchPlan::max_pages_per_seq
   int num_sms_ = 0;
   Stream stream_;               // kCuda: the engine's stream (graphs are captured from it)
-  // Decode graphs by (padded batch, page-table width, sparse); keys whose capture failed map
-  // to an empty graph and run eagerly from then on.
-  bool decode_graphs_enabled_ = true;
-  std::map<std::tuple<int, int, bool>, std::optional<CapturedGraph>> decode_graphs_;
-  int64_t decode_graph_replays_ = 0;
-  int32_t padding_page_ = -1;   // kCuda: a pool page the padded rows of a decode graph write
   DeepseekWeights weights_;
   // This rank's layout (parallel_layout.h); attn_heads_ = the heads this rank attends with.
   ParallelLayout layout_;
@@ -288,13 +225,19 @@ class DeepseekEngine final : public Engine {
   void* dp_gathered_ = nullptr;  // [size * step_max_tokens_, hidden] for the current step
   RopeTable rope_;
   std::unique_ptr<KvPool> pool_;
+  // Largest prefix piece (tokens per sequence) the MHA path decompresses at once (tests lower
+  // it to exercise the multi-piece LSE merge on short prompts).
   int mha_prefix_piece_tokens_ = 4096;
   // DSA: width of an indexer key / query head as stored and given to the kernel: index_head_dim
   // on kCpu; on kCuda index_head_dim rounded up to the CUDA kernel's 64 or 128, the extra
   // values zero (so every score is unchanged).
   int index_key_dim_ = 0;
   size_t indexer_ws_bytes_ = 0;  // kCuda: the indexer's score workspace, planned at Create
-  int indexer_rows_cap_ = 0;     // 0: as many rows as the workspace holds
+  // Caps the query rows of one indexer launch (kCuda; tests lower it to exercise the
+  // per-sequence query chunks); 0: as many rows as the workspace holds.
+  int indexer_rows_cap_ = 0;
+  // Tests: the top-k rows [T, index_topk] the indexer picked in indexer_probe_layer_ (sparse
+  // eager steps only) are copied into *indexer_probe_ when it is set.
   int indexer_probe_layer_ = -1;
   std::vector<int32_t>* indexer_probe_ = nullptr;
   // fp8 KV cache (kv_fp8_cache.cc). fp8_padded_: the model's latent is narrower than the

@@ -1,4 +1,4 @@
-#include "model/engine_probe.h"
+#include "model/deepseek_engine_probe.h"
 
 #include "common/status.h"
 #include "kernels/embedding/api.h"
@@ -14,10 +14,10 @@ namespace mlaserve::model {
 absl::StatusOr<std::vector<DeepseekEngineProbe::RouterRows>> DeepseekEngineProbe::RouterLogits(
     std::span<const SequenceChunk> batch, AttentionPath path) {
   DeepseekEngine& e = engine_;
-  ASSIGN_OR_RETURN(BatchPlan plan, e.PlanBatch(batch));
+  ASSIGN_OR_RETURN(BatchPlan plan, e.planner_.Plan(batch));
   const AttentionForm form = e.ResolveForm(&plan, path);
   e.scratch_.Reset();
-  RETURN_IF_ERROR(e.UploadPlan(&plan));
+  RETURN_IF_ERROR(e.scratch_.UploadPlan(&plan));
   const ModelConfig& c = e.config_;
   const int T = plan.total_tokens;
   const int hidden = c.hidden_size;
@@ -48,7 +48,7 @@ absl::StatusOr<std::vector<DeepseekEngineProbe::RouterRows>> DeepseekEngineProbe
                                  hidden, residual));
     if (lw.is_moe) {
       // What Mlp computes first: the router's logits and the backend's routing of them.
-      ScratchScope scope(e.scratch_);
+      ScratchScope scope(e.scratch_.arena());
       const int k = c.num_experts_per_tok;
       ASSIGN_OR_RETURN(void* logits, e.Scratch(static_cast<size_t>(T) * E * sizeof(float), "probe router logits"));
       ASSIGN_OR_RETURN(void* ids, e.Scratch(static_cast<size_t>(T) * k * sizeof(int32_t), "probe topk ids"));

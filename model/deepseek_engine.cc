@@ -1,5 +1,6 @@
-// DeepseekEngine: creation, batch planning and validation, and the layer loop.
-#include "model/deepseek_model.h"
+// DeepseekEngine: creation (composing its parts), Forward (plan -> step -> sample) and the
+// layer loop.
+#include "model/deepseek_engine.h"
 
 #include <algorithm>
 #include <utility>
@@ -11,52 +12,9 @@
 #include "kernels/mha_prefill/api.h"
 #include "kernels/mla_prefill/api.h"
 #include "model/forward_ops.h"
-#include "model/parallel_engine.h"
 #include "model/loader/weight_store.h"
 
 namespace mlaserve::model {
-
-absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
-  // A worker's multi-GPU engine: the ranks and their communicators are made here.
-  if (options.parallel.size > 1 && options.parallel.comm == nullptr) {
-    return ParallelEngine::Create(options);
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<DeepseekEngine> engine, DeepseekEngine::Create(options));
-  return std::unique_ptr<Engine>(std::move(engine));
-}
-
-absl::StatusOr<std::unique_ptr<Engine>> CreateEngineForBackend(
-    EngineOptions options, std::string_view backend,
-    const std::function<void(const absl::Status&)>& on_fallback) {
-  if (backend == "cpu" || backend == "cuda") {
-    options.backend = backend == "cpu" ? kernels::Backend::kCpu : kernels::Backend::kCuda;
-    return Engine::Create(options);
-  }
-  if (backend != "auto") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--backend ", std::string(backend), " is not one of auto, cpu, cuda"));
-  }
-  if (options.kv_cache_dtype == KvCacheDtype::kFp8) {
-    // A cache the model cannot use is the caller's error on every backend: say so once,
-    // not as a reason to leave the GPU.
-    ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfig(options.model_dir));
-    RETURN_IF_ERROR(DeepseekEngine::ResolveCacheFormat(options, config).status());
-  }
-  options.backend = kernels::Backend::kCuda;
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
-  if (engine.ok()) return engine;
-  if (on_fallback) on_fallback(engine.status());
-  options.backend = kernels::Backend::kCpu;
-  return Engine::Create(options);
-}
-
-absl::StatusOr<KvCacheDtype> ParseKvCacheDtype(std::string_view flag) {
-  if (flag == "auto") return KvCacheDtype::kAuto;
-  if (flag == "bf16") return KvCacheDtype::kNative;
-  if (flag == "fp8") return KvCacheDtype::kFp8;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--kv-cache-dtype ", std::string(flag), " is not one of auto, bf16, fp8"));
-}
 
 absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
     const EngineOptions& options) {
@@ -134,9 +92,10 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   po.index_dim = c.has_indexer ? e->index_key_dim_ : 0;
   ASSIGN_OR_RETURN(e->pool_, KvPool::Create(po));
   if (cache_format == KvCacheFormat::kFp8Ds) RETURN_IF_ERROR(e->InitFp8Cache());
-  if (cuda) {  // the page that padded rows of decode graphs write into (decode_graphs.cc)
+  int32_t padding_page = -1;
+  if (cuda) {  // the page that padded rows of decode graphs read (decode_graph_runner.h)
     ASSIGN_OR_RETURN(std::vector<int32_t> padding, e->pool_->Allocate(1));
-    e->padding_page_ = padding[0];
+    padding_page = padding[0];
   }
   e->max_pages_per_seq_ = std::min(
       options.num_kv_pages, (c.max_position_embeddings + kernels::kPageSize - 1) / kernels::kPageSize);
@@ -149,10 +108,16 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
                                            std::max(options.max_batch_tokens, options.max_batch_seqs));
     e->indexer_ws_bytes_ = rows * row;
   }
+  const BatchLimits limits{options.max_batch_tokens, options.max_batch_seqs,
+                           e->pool_->total_pages()};
+  e->planner_ = BatchPlanner(e->config_, limits);
   ASSIGN_OR_RETURN(const size_t scratch_bytes, e->ForwardScratchBytes());
-  ASSIGN_OR_RETURN(e->scratch_, ScratchArena::Create(options.backend, scratch_bytes));
+  ASSIGN_OR_RETURN(e->scratch_, StepScratch::Create(e->ctx_, e->ops_.dtype, scratch_bytes, limits,
+                                                    e->max_pages_per_seq_));
+  e->sampling_ = SamplingStep(e->ctx_, &e->scratch_, c.vocab_size);
+  e->decode_graphs_ = DecodeGraphRunner(e->ctx_, cuda && !e->layout_.sharded(),
+                                        options.max_batch_seqs, e->max_pages_per_seq_, padding_page);
   if (cuda) {
-    ASSIGN_OR_RETURN(e->staging_, PinnedBuffer::Allocate(options.backend, e->PlanStagingBytes()));
     // Weight uploads and the pool's zeroing ran on the legacy stream, which the engine's
     // non-blocking stream does not wait for.
     RETURN_IF_ERROR(Synchronize(kernels::KernelContext{options.backend, nullptr, options.device}));
@@ -188,91 +153,10 @@ absl::Status DeepseekEngine::ChooseAttentionForms() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<BatchPlan> DeepseekEngine::PlanBatch(std::span<const SequenceChunk> batch) const {
-  const ModelConfig& c = config_;
-  if (batch.empty()) return absl::InvalidArgumentError("Forward: the batch has no sequences");
-  if (static_cast<int>(batch.size()) > options_.max_batch_seqs) {
-    return absl::InvalidArgumentError(absl::StrCat("Forward: the batch has ", batch.size(),
-                                                   " sequences; this engine accepts ",
-                                                   options_.max_batch_seqs, " (max_batch_seqs)"));
-  }
-  BatchPlan plan;
-  plan.batch = static_cast<int>(batch.size());
-  plan.cu_seqlens_q.push_back(0);
-  plan.all_single_token = true;
-  const int num_pages = pool_->total_pages();
-  for (int b = 0; b < plan.batch; ++b) {
-    const SequenceChunk& ch = batch[b];
-    const int n = static_cast<int>(ch.tokens.size());
-    if (n == 0) return absl::InvalidArgumentError(absl::StrCat("chunk ", b, " has no tokens"));
-    if (ch.start_pos < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", b, " has start_pos ", ch.start_pos, "; it must be >= 0"));
-    }
-    const int end = ch.start_pos + n;
-    if (end > c.max_position_embeddings) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "chunk ", b, " reaches position ", end - 1, "; this model accepts positions below ",
-          c.max_position_embeddings, " (max_position_embeddings)"));
-    }
-    const int pages_needed = (end + kernels::kPageSize - 1) / kernels::kPageSize;
-    if (static_cast<int>(ch.pages.size()) < pages_needed) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("chunk ", b, " covers ", end, " tokens, which need ", pages_needed,
-                       " KV pages of ", kernels::kPageSize, ", but it has ", ch.pages.size()));
-    }
-    for (int i = 0; i < pages_needed; ++i) {
-      if (ch.pages[i] < 0 || ch.pages[i] >= num_pages) {
-        return absl::InvalidArgumentError(absl::StrCat("chunk ", b, " page ", i, " is ",
-                                                       ch.pages[i], "; the pool has pages [0, ",
-                                                       num_pages, ")"));
-      }
-    }
-    for (int i = 0; i < n; ++i) {
-      const int32_t id = ch.tokens[i];
-      if (id < 0 || id >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat("chunk ", b, " token ", i, " has id ", id,
-                                                       "; the vocabulary is [0, ", c.vocab_size,
-                                                       ")"));
-      }
-      const int pos = ch.start_pos + i;
-      plan.token_ids.push_back(id);
-      plan.positions.push_back(pos);
-      plan.slots.push_back(static_cast<int64_t>(ch.pages[pos / kernels::kPageSize]) *
-                               kernels::kPageSize +
-                           pos % kernels::kPageSize);
-    }
-    if (ch.want_logits) plan.logit_rows.push_back(plan.cu_seqlens_q.back() + n - 1);
-    plan.cu_seqlens_q.push_back(plan.cu_seqlens_q.back() + n);
-    plan.start.push_back(ch.start_pos);
-    plan.seqlens_k.push_back(end);
-    plan.max_pages_per_seq = std::max(plan.max_pages_per_seq, pages_needed);
-    plan.max_seqlen_q = std::max(plan.max_seqlen_q, n);
-    plan.max_seqlen_k = std::max(plan.max_seqlen_k, end);
-    plan.max_prefix = std::max(plan.max_prefix, ch.start_pos);
-    plan.all_single_token = plan.all_single_token && n == 1;
-  }
-  plan.total_tokens = plan.cu_seqlens_q.back();
-  if (plan.total_tokens > options_.max_batch_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("Forward: the batch has ", plan.total_tokens,
-                                                   " tokens; this engine accepts ",
-                                                   options_.max_batch_tokens,
-                                                   " (max_batch_tokens)"));
-  }
-  plan.block_table.assign(static_cast<size_t>(plan.batch) * plan.max_pages_per_seq, -1);
-  for (int b = 0; b < plan.batch; ++b) {
-    const int pages = (plan.seqlens_k[b] + kernels::kPageSize - 1) / kernels::kPageSize;
-    std::copy_n(batch[b].pages.begin(), pages,
-                plan.block_table.begin() + static_cast<size_t>(b) * plan.max_pages_per_seq);
-  }
-  plan.sparse = c.has_indexer && plan.max_seqlen_k > c.index_topk;
-  return plan;
-}
-
 absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceChunk> batch,
                                                       AttentionPath path,
                                                       const LayerDoneFn& on_layer_done) {
-  ASSIGN_OR_RETURN(BatchPlan plan, PlanBatch(batch));
+  ASSIGN_OR_RETURN(BatchPlan plan, planner_.Plan(batch));
   const ModelConfig& c = config_;
   const AttentionForm form = ResolveForm(&plan, path);
 
@@ -280,35 +164,50 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
   result.path_used = form == AttentionForm::kMha ? AttentionPath::kMha : AttentionPath::kMla;
   result.rows = static_cast<int>(plan.logit_rows.size());
   const std::vector<const SampleRow*> samples = RequestedSamples(batch);
-  const bool device_sample = CanSampleOnDevice(samples);
+  const bool device_sample = sampling_.CanSampleOnDevice(samples);
+  const std::span<const SampleRow* const> device_samples =
+      device_sample ? std::span<const SampleRow* const>(samples) : std::span<const SampleRow* const>();
   if (!device_sample) result.logits.resize(static_cast<size_t>(result.rows) * c.vocab_size);
-  // Decode batches replay a CUDA graph per (batch bucket, page-table width) when they can
-  // (decode_graphs.cc); everything else runs eagerly.
-  if (UseDecodeGraph(plan, form, on_layer_done)) {
-    RETURN_IF_ERROR(ForwardDecodeGraph(std::move(plan), form,
-                                       device_sample ? std::span<const SampleRow* const>(samples)
-                                                     : std::span<const SampleRow* const>(),
-                                       &result));
+  const size_t vocab = static_cast<size_t>(c.vocab_size);
+  // Decode batches replay a CUDA graph per (batch bucket, page-table width) when they can;
+  // everything else runs eagerly.
+  if (decode_graphs_.Applies(plan, form == AttentionForm::kMlaDecode, on_layer_done != nullptr)) {
+    DecodeGraphRunner::Step step;
+    step.prepare = [&](BatchPlan* padded) -> absl::StatusOr<float*> {
+      scratch_.Reset();
+      RETURN_IF_ERROR(scratch_.UploadPlan(padded));
+      ASSIGN_OR_RETURN(void* logits, Scratch(padded->batch * vocab * sizeof(float), "logits"));
+      return static_cast<float*>(logits);
+    };
+    step.run = [&](const BatchPlan& padded, float* logits) {
+      return RunStep(padded, form, nullptr, logits);
+    };
+    step.finish = [&](const float* logits) { return DeliverRows(logits, device_samples, &result); };
+    RETURN_IF_ERROR(decode_graphs_.Run(std::move(plan), step));
   } else {
     scratch_.Reset();
-    RETURN_IF_ERROR(UploadPlan(&plan));
+    RETURN_IF_ERROR(scratch_.UploadPlan(&plan));
     float* logits = result.logits.data();
     if (ctx_.backend != kernels::Backend::kCpu && result.rows > 0) {
-      ASSIGN_OR_RETURN(void* dev, Scratch(static_cast<size_t>(result.rows) * c.vocab_size * sizeof(float), "logits"));
+      ASSIGN_OR_RETURN(void* dev, Scratch(result.rows * vocab * sizeof(float), "logits"));
       logits = static_cast<float*>(dev);
     }
     RETURN_IF_ERROR(RunStep(plan, form, on_layer_done, logits));
-    if (device_sample) {
-      RETURN_IF_ERROR(SampleOnDevice(logits, samples, &result));
-    } else if (ctx_.backend != kernels::Backend::kCpu) {
-      RETURN_IF_ERROR(CopyBytes(ctx_, result.logits.data(), logits,
-                                result.logits.size() * sizeof(float), CopyKind::kDeviceToHost));
-      // Also before the next step reuses the pinned staging buffer.
-      RETURN_IF_ERROR(Synchronize(ctx_));
-    }
+    RETURN_IF_ERROR(DeliverRows(logits, device_samples, &result));
   }
-  if (!samples.empty() && !device_sample) RETURN_IF_ERROR(SampleOnHost(samples, &result));
+  if (!samples.empty() && !device_sample) RETURN_IF_ERROR(sampling_.SampleOnHost(samples, &result));
   return result;
+}
+
+absl::Status DeepseekEngine::DeliverRows(const float* logits,
+                                         std::span<const SampleRow* const> device_samples,
+                                         ForwardResult* result) {
+  if (!device_samples.empty()) return sampling_.SampleOnDevice(logits, device_samples, result);
+  if (ctx_.backend == kernels::Backend::kCpu) return absl::OkStatus();  // logits is result's
+  RETURN_IF_ERROR(CopyBytes(ctx_, result->logits.data(), logits,
+                            result->logits.size() * sizeof(float), CopyKind::kDeviceToHost));
+  // Also before the next step reuses the pinned staging buffer.
+  return Synchronize(ctx_);
 }
 
 AttentionForm DeepseekEngine::ResolveForm(BatchPlan* plan, AttentionPath path) const {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 
 namespace mlaserve::model {
 

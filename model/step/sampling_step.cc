@@ -1,19 +1,17 @@
-// Sampling inside Forward (engine.h: SequenceChunk::sample). On kCuda the rows' logits stay on
-// the device and kernels/sampling draws there, so a decode step copies B token ids to the host
-// instead of B x vocab f32 logits (52 MB at batch 128 of V2-Lite's 102400-token vocabulary,
-// plus the host-side top-p over them). The draw is model::Sampler's function bit for bit
-// (kernels/sampling/api.h), so the ids do not depend on where they were drawn. Rows with a
-// repetition penalty are sampled on the host (their token histories are not uploaded).
-#include <cstring>
+// SamplingStep (sampling_step.h): device draws after the step, host draws otherwise.
+#include "model/step/sampling_step.h"
 
-#include "absl/strings/str_cat.h"
+#include <cstring>
+#include <utility>
+#include <vector>
+
 #include "common/status.h"
 #include "kernels/sampling/api.h"
-#include "model/deepseek_model.h"
+#include "model/sampler.h"
 
 namespace mlaserve::model {
 
-bool DeepseekEngine::CanSampleOnDevice(std::span<const SampleRow* const> rows) const {
+bool SamplingStep::CanSampleOnDevice(std::span<const SampleRow* const> rows) const {
   if (ctx_.backend != kernels::Backend::kCuda || rows.empty()) return false;
   for (const SampleRow* r : rows) {
     if (r->options.repetition_penalty != 1.0f) return false;
@@ -21,17 +19,17 @@ bool DeepseekEngine::CanSampleOnDevice(std::span<const SampleRow* const> rows) c
   return true;
 }
 
-size_t DeepseekEngine::SamplingScratchBytes(size_t rows) const {
+size_t SamplingStep::ScratchBytes(size_t rows, int vocab) {
   // temperature, top_p, min_p (f32), top_k, out (i32), seed, step (u64) per row.
   constexpr size_t kParamBytesPerRow = 3 * sizeof(float) + 2 * sizeof(int32_t) + 2 * sizeof(uint64_t);
   return AlignedBytes(rows * kParamBytesPerRow) +
-         AlignedBytes(kernels::SamplingWorkspaceBytes(static_cast<int>(rows), config_.vocab_size));
+         AlignedBytes(kernels::SamplingWorkspaceBytes(static_cast<int>(rows), vocab));
 }
 
-absl::Status DeepseekEngine::SampleOnDevice(const float* logits, std::span<const SampleRow* const> rows,
+absl::Status SamplingStep::SampleOnDevice(const float* logits, std::span<const SampleRow* const> rows,
                                             ForwardResult* result) {
   const int n = static_cast<int>(rows.size());
-  const int vocab = config_.vocab_size;
+  const int vocab = vocab_;
   // One host block, one upload: [temperature | top_p | min_p | top_k | seed | step], the ids
   // come back into the tail the kernel writes.
   std::vector<float> temperature(n), top_p(n), min_p(n);
@@ -57,7 +55,7 @@ absl::Status DeepseekEngine::SampleOnDevice(const float* logits, std::span<const
     std::memcpy(at, src, bytes);
     at += bytes;
   }
-  ASSIGN_OR_RETURN(void* dev, Scratch(host.size() + i32, "sampling parameters"));
+  ASSIGN_OR_RETURN(void* dev, scratch_->Allocate(host.size() + i32, "sampling parameters"));
   RETURN_IF_ERROR(CopyBytes(ctx_, dev, host.data(), host.size(), CopyKind::kHostToDevice));
   char* d = static_cast<char*>(dev);
   kernels::SamplingParams sp;
@@ -71,15 +69,15 @@ absl::Status DeepseekEngine::SampleOnDevice(const float* logits, std::span<const
   sp.min_p = reinterpret_cast<const float*>(d + 2 * u64 + 2 * f32);
   sp.top_k = reinterpret_cast<const int32_t*>(d + 2 * u64 + 3 * f32);
   sp.out_ids = reinterpret_cast<int32_t*>(d + host.size());
-  ASSIGN_OR_RETURN(sp.workspace, Scratch(kernels::SamplingWorkspaceBytes(n, vocab), "sampling workspace"));
+  ASSIGN_OR_RETURN(sp.workspace, scratch_->Allocate(kernels::SamplingWorkspaceBytes(n, vocab), "sampling workspace"));
   RETURN_IF_ERROR(kernels::Sample(sp, ctx_));
   result->token_ids.resize(n);
   RETURN_IF_ERROR(CopyBytes(ctx_, result->token_ids.data(), sp.out_ids, i32, CopyKind::kDeviceToHost));
   return Synchronize(ctx_);
 }
 
-absl::Status DeepseekEngine::SampleOnHost(std::span<const SampleRow* const> rows, ForwardResult* result) const {
-  ASSIGN_OR_RETURN(result->token_ids, SampleHostLogits(result->logits, config_.vocab_size, rows));
+absl::Status SamplingStep::SampleOnHost(std::span<const SampleRow* const> rows, ForwardResult* result) const {
+  ASSIGN_OR_RETURN(result->token_ids, SampleHostLogits(result->logits, vocab_, rows));
   return absl::OkStatus();
 }
 
