@@ -97,7 +97,7 @@ absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, Attenti
   RETURN_IF_ERROR(ApplyRope(ops_, rope_, cos_sin(), plan, q, H, static_cast<int64_t>(H) * qk, qk,
                             dims_.nope, c.rope_interleave));
 
-  RETURN_IF_ERROR(WriteLatentCache(layer, plan, kv));
+  RETURN_IF_ERROR(cache_->WriteLatent(layer, plan, kv));
 
   int32_t* topk = nullptr;
   if (c.has_indexer) {
@@ -118,7 +118,7 @@ absl::Status DeepseekEngine::Attention(int layer, const BatchPlan& plan, Attenti
   ASSIGN_OR_RETURN(void* attn, ScratchAct(static_cast<int64_t>(T) * H * dims_.v, "attention output"));
   if (form == AttentionForm::kMha) {
     // fp8 cache: the chunk attends its own keys as the cache holds them (as later chunks will).
-    RETURN_IF_ERROR(RoundTripLatent(layer, plan, kv));
+    RETURN_IF_ERROR(cache_->RoundTripLatent(layer, plan, kv));
     RETURN_IF_ERROR(AttendMha(layer, plan, q, kv, attn));
   } else {
     RETURN_IF_ERROR(AttendLatent(layer, plan, form, q, plan.sparse ? topk : nullptr, attn));
@@ -205,7 +205,7 @@ absl::Status DeepseekEngine::AttendMha(int layer, const BatchPlan& plan, const v
   // piece holds at most max_batch_tokens rows over the batch (any piece size computes the
   // same function; this one keeps the scratch bounded).
   const int piece = std::max(1, std::min(mha_prefix_piece_tokens_, options_.max_batch_tokens / B));
-  ASSIGN_OR_RETURN(const void* cache, LatentCacheForRead(layer, plan));
+  ASSIGN_OR_RETURN(const void* cache, cache_->LatentForRead(layer, plan));
   ASSIGN_OR_RETURN(void* entries, ScratchAct(max_rows * E, "gathered prefix entries"));
   ASSIGN_OR_RETURN(void* part, ScratchAct(static_cast<int64_t>(T) * H * dv, "prefix piece output"));
   ASSIGN_OR_RETURN(void* part_lse_raw, Scratch(static_cast<size_t>(T) * H * sizeof(float), "prefix lse"));
@@ -313,13 +313,7 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
     p.indices = topk_indices;
     p.out = out_lat;
     p.softmax_scale = scale;
-    const bool decode = form == AttentionForm::kMlaDecode;
-    if (kv_fp8_ && ctx_.backend == kernels::Backend::kCuda) {
-      RETURN_IF_ERROR(SparseAttendFp8Cuda(layer, plan, p, decode));
-    } else {
-      ASSIGN_OR_RETURN(p.kv_cache, LatentCacheForRead(layer, plan));
-      RETURN_IF_ERROR(decode ? kernels::SparseDecode(p, ctx_) : kernels::SparseFwd(p, ctx_));
-    }
+    RETURN_IF_ERROR(cache_->SparseAttend(layer, plan, p, form == AttentionForm::kMlaDecode));
   } else {
     kernels::MlaParams p;
     p.dtype = ops_.dtype;
@@ -330,7 +324,7 @@ absl::Status DeepseekEngine::AttendLatent(int layer, const BatchPlan& plan, Atte
     p.q = q_abs;
     p.q_token_stride = static_cast<int64_t>(H) * E;
     p.q_head_stride = E;
-    ASSIGN_OR_RETURN(p.kv_cache, LatentCacheForRead(layer, plan));
+    ASSIGN_OR_RETURN(p.kv_cache, cache_->LatentForRead(layer, plan));
     p.num_pages = pool_->total_pages();
     p.block_table = plan.dev.block_table;
     p.max_pages_per_seq = plan.max_pages_per_seq;

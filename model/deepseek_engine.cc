@@ -51,7 +51,7 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
       e->index_key_dim_ = c.index_head_dim <= 64 ? 64 : 128;
     }
   }
-  ASSIGN_OR_RETURN(const KvCacheFormat cache_format, ResolveCacheFormat(options, c));
+  ASSIGN_OR_RETURN(const KvCacheFormat cache_format, ResolveKvCacheFormat(options, c));
   RETURN_IF_ERROR(UseDevice(options.backend, options.device));
   ASSIGN_OR_RETURN(e->num_sms_, MultiprocessorCount(options.backend, options.device));
   ASSIGN_OR_RETURN(e->stream_, Stream::Create(options.backend));
@@ -91,7 +91,15 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   po.latent_dim = e->dims_.latent();
   po.index_dim = c.has_indexer ? e->index_key_dim_ : 0;
   ASSIGN_OR_RETURN(e->pool_, KvPool::Create(po));
-  if (cache_format == KvCacheFormat::kFp8Ds) RETURN_IF_ERROR(e->InitFp8Cache());
+  LatentKvCacheContext cache;
+  cache.ops = e->ops_;
+  cache.pool = e->pool_.get();
+  cache.scratch = &e->scratch_;
+  cache.dims = e->dims_;
+  cache.index_key_dim = c.has_indexer ? e->index_key_dim_ : 0;
+  cache.heads = e->attn_heads_;
+  cache.max_batch_tokens = options.max_batch_tokens;
+  ASSIGN_OR_RETURN(e->cache_, LatentKvCache::Create(cache_format, cache));
   int32_t padding_page = -1;
   if (cuda) {  // the page that padded rows of decode graphs read (decode_graph_runner.h)
     ASSIGN_OR_RETURN(std::vector<int32_t> padding, e->pool_->Allocate(1));
@@ -218,8 +226,8 @@ AttentionForm DeepseekEngine::ResolveForm(BatchPlan* plan, AttentionPath path) c
     resolved = plan->max_prefix == 0 ? AttentionPath::kMha : AttentionPath::kMla;
   }
   // fp8 cache: a batch that reads cached latents (a prefix, or the MLA form) attends sparsely,
-  // through the kernels that read fp8 (kv_fp8_cache.cc); it is the same function.
-  if (kv_fp8_ && (plan->max_prefix > 0 || resolved == AttentionPath::kMla)) plan->sparse = true;
+  // through the kernels that read fp8 (kv_cache/fp8_latent_kv_cache.cc); it is the same function.
+  if (cache_->ReadsNeedSparseForm() && (plan->max_prefix > 0 || resolved == AttentionPath::kMla)) plan->sparse = true;
   if (plan->sparse) resolved = AttentionPath::kMla;
   // A form the backend's kernels cannot run at this model's widths gives way to the other
   // (ChooseAttentionForms; sparse batches always have the latent form).

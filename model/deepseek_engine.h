@@ -15,7 +15,7 @@
 //         longer than index_topk, attention runs sparse (sparse_fwd / sparse_decode) in MLA
 //         form whatever form was asked for; otherwise sparse equals dense.
 //
-// KV cache formats (EngineOptions::kv_cache_dtype, kv_fp8_cache.cc): the native cache holds
+// KV cache formats (EngineOptions::kv_cache_dtype, kv_cache/latent_kv_cache.h): the native cache holds
 // rows of the activation dtype; the fp8 cache (deepseek_v32 only) holds DeepSeek's 656-byte
 // latent entries and fp8 indexer keys, written by kv_fp8's quantizer. With the fp8 cache every
 // batch that reads cached latents attends in sparse MLA form (the fp8-reading kernels), and
@@ -45,6 +45,7 @@
 #include "model/device_memory.h"
 #include "model/engine.h"
 #include "model/forward_ops.h"
+#include "model/kv_cache/latent_kv_cache.h"
 #include "model/kv_pool.h"
 #include "model/mla_dims.h"
 #include "model/rope.h"
@@ -70,11 +71,6 @@ class DeepseekEngine final : public Engine {
   friend class testing::DeepseekEngineTestPeer;
 
   static absl::StatusOr<std::unique_ptr<DeepseekEngine>> Create(const EngineOptions& options);
-  // kv_fp8_cache.cc: the cache format for `options` and the model (INVALID_ARGUMENT naming the
-  // model type when fp8 is asked of a model without an indexer).
-  static absl::StatusOr<KvCacheFormat> ResolveCacheFormat(const EngineOptions& options,
-                                                          const ModelConfig& c);
-
   const ModelConfig& config() const override { return config_; }
   const ParallelLayout& layout() const { return layout_; }
   kernels::Backend backend() const override { return ctx_.backend; }
@@ -106,25 +102,6 @@ class DeepseekEngine final : public Engine {
   // batches sparse.
   AttentionForm ResolveForm(BatchPlan* plan, AttentionPath path) const;
 
-  // kv_fp8_cache.cc: the fp8 cache's buffers (Create).
-  absl::Status InitFp8Cache();
-  // The new tokens' latent rows kv [T, latent_dim] / indexer keys k [T, index_key_dim_] into
-  // the pool, in its format.
-  absl::Status WriteLatentCache(int layer, const BatchPlan& plan, const void* kv);
-  absl::Status WriteIndexKeys(int layer, const BatchPlan& plan, const void* k);
-  // fp8: replaces kv [T, latent_dim] by what the cache now holds for those tokens (the MHA
-  // form's own keys). No-op for the native cache.
-  absl::Status RoundTripLatent(int layer, const BatchPlan& plan, void* kv);
-  // The latent cache as a dense kernel reads it through plan.dev.block_table: the pool
-  // (native), or on kCpu an f32 view of the referenced pages dequantized (fp8). INTERNAL on
-  // kCuda with fp8 (Forward keeps those batches sparse).
-  absl::StatusOr<const void*> LatentCacheForRead(int layer, const BatchPlan& plan);
-  // Points p->k_cache (and k_cache_dtype) at the layer's indexer keys as the indexer reads them.
-  absl::Status SetIndexKeysForRead(int layer, const BatchPlan& plan, kernels::IndexerParams* p);
-  // kCuda, fp8: sparse_fwd / sparse_decode over the fp8 latent cache (zero-padding q and the
-  // output when the model's latent is narrower than the layout's).
-  absl::Status SparseAttendFp8Cuda(int layer, const BatchPlan& plan, kernels::SparseMlaParams p,
-                                   bool decode);
   // attention.cc. x: normed hidden [T, hidden]; out: [T, hidden].
   // One step on the device from the uploaded plan: embedding, layers, final norm and the LM
   // head over plan.logit_rows into `logits` ([rows, vocab] f32, a buffer of the backend).
@@ -240,18 +217,8 @@ class DeepseekEngine final : public Engine {
   // eager steps only) are copied into *indexer_probe_ when it is set.
   int indexer_probe_layer_ = -1;
   std::vector<int32_t>* indexer_probe_ = nullptr;
-  // fp8 KV cache (kv_fp8_cache.cc). fp8_padded_: the model's latent is narrower than the
-  // layout's 512 + 64, so rows are zero-padded through fp8_rows_ ([max_batch_tokens, 576],
-  // the padding columns always zero) and, on kCuda, queries through fp8_q_ ([max_batch_tokens
-  // * heads, 576]). kCpu: latent_view_ / index_view_ are f32 images of the pool's pages as
-  // dequantized for the current read, page_rows_ one page of 576-wide rows.
-  bool kv_fp8_ = false;
-  bool fp8_padded_ = false;
-  DeviceBuffer fp8_rows_;
-  DeviceBuffer fp8_q_;
-  DeviceBuffer latent_view_;
-  DeviceBuffer index_view_;
-  std::vector<float> page_rows_;
+  // The KV cache in its format (kv_cache/latent_kv_cache.h), over pool_.
+  std::unique_ptr<LatentKvCache> cache_;
 };
 
 }  // namespace mlaserve::model

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "model/deepseek_engine.h"
+#include "model/kv_cache/latent_kv_cache.h"
 #include "model/parallel_engine.h"
 
 namespace mlaserve::model {
@@ -35,7 +36,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngineForBackend(
     // A cache the model cannot use is the caller's error on every backend: say so once,
     // not as a reason to leave the GPU.
     ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfig(options.model_dir));
-    RETURN_IF_ERROR(DeepseekEngine::ResolveCacheFormat(options, config).status());
+    RETURN_IF_ERROR(ResolveKvCacheFormat(options, config).status());
   }
   options.backend = kernels::Backend::kCuda;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);

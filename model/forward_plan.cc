@@ -50,8 +50,7 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
            T * H * dv * es + 3 * (B + 1) * sizeof(int32_t);
   // MLA: q_abs, latent output, the decode kernel's split workspace at its largest.
   total += T * H * (E + L) * es;
-  // fp8 cache, zero-padded model on kCuda: sparse attention's 512-wide output.
-  if (kv_fp8_ && fp8_padded_) total += T * H * kernels::kFp8LatentRank * es;
+  total += cache_->ScratchBytes();  // the fp8 cache's zero-padded sparse output
   size_t decode_ws = 0;
   for (size_t b = 1; b <= B; b = b < 8 ? b + 1 : b * 2) {
     kernels::MlaDecodeShape shape;

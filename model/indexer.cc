@@ -188,7 +188,7 @@ absl::Status DeepseekEngine::RunIndexer(int layer, const BatchPlan& plan, const 
   rp.head_stride = dk;
   RETURN_IF_ERROR(kernels::Rope(rp, ctx_));
 
-  RETURN_IF_ERROR(WriteIndexKeys(layer, plan, k));
+  RETURN_IF_ERROR(cache_->WriteIndexKeys(layer, plan, k));
   if (!need_topk) return absl::OkStatus();
 
   ASSIGN_OR_RETURN(void* q, ScratchAct(static_cast<int64_t>(T) * nh * dk, "indexer q"));
@@ -224,7 +224,7 @@ absl::Status DeepseekEngine::RunIndexer(int layer, const BatchPlan& plan, const 
   p.top_k = c.index_topk;
   p.q = q;
   p.weights = static_cast<const float*>(weights);
-  RETURN_IF_ERROR(SetIndexKeysForRead(layer, plan, &p));
+  RETURN_IF_ERROR(cache_->SetIndexKeysForRead(layer, plan, &p));
   p.num_pages = pool_->total_pages();
   p.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh)));
   p.topk_indices = topk;
