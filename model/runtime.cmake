@@ -55,14 +55,9 @@ mlaserve_warnings(model_weights)
 add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/engine.cc
   ${CMAKE_CURRENT_LIST_DIR}/deepseek_engine.cc
-  ${CMAKE_CURRENT_LIST_DIR}/attention.cc
-  ${CMAKE_CURRENT_LIST_DIR}/indexer.cc
-  ${CMAKE_CURRENT_LIST_DIR}/moe_layer.cc
-  ${CMAKE_CURRENT_LIST_DIR}/forward_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_step.cc
-  ${CMAKE_CURRENT_LIST_DIR}/expert_shard.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_engine.cc)
-target_link_libraries(model_runtime PUBLIC model_kv_cache model_weights model_step model_loader model_kv_pool model_rope model_sampler
+target_link_libraries(model_runtime PUBLIC model_layers model_kv_cache model_weights model_step model_loader model_kv_pool model_rope model_sampler
                       model_padded_matrix model_device_memory mlaserve_kernels mlaserve_parallel
                       mlaserve_common)
 mlaserve_warnings(model_runtime)

@@ -1,13 +1,7 @@
-// DeepSeek-V3.2 lightning indexer of one layer (Hugging Face DeepseekV32Indexer):
-//   q = wq_b(q_resid) [T, n_heads, head_dim]; k = LayerNorm(wk(x)) [T, head_dim];
-//   rotate-half RoPE on the first qk_rope_head_dim values of both (unlike MLA's interleave);
-//   k goes to the layer's indexer key cache; weights = weights_proj(x) * n_heads^-0.5;
-//   scores and top-k by kernels/indexer with softmax_scale = head_dim^-0.5.
-// On kCuda, keys and query heads are index_key_dim_ wide (64 or 128, what the CUDA kernel
-// takes): wq_b / wk are zero-padded per head at Create, so the GEMMs write exact zeros past
-// head_dim, the LayerNorm and RoPE touch only the first head_dim values, and every q.k is
-// unchanged. The CUDA kernel stages one f32 score row per query (IndexerWorkspaceBytes); the
-// queries run in chunks whose rows fit the workspace planned at Create.
+// DsaIndexer (dsa_indexer.h): the V3.2 lightning indexer of one layer, its CUDA query chunks
+// and its Create-time sizing and weight padding.
+#include "model/layers/dsa_indexer.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,13 +13,17 @@
 #include "kernels/indexer/api.h"
 #include "kernels/norm/api.h"
 #include "kernels/rope/api.h"
-#include "model/deepseek_engine.h"
 #include "model/forward_ops.h"
 
 namespace mlaserve::model {
 namespace {
 
 constexpr float kIndexerKNormEps = 1e-6f;  // nn.LayerNorm(head_dim, eps=1e-6)
+
+// Bytes of one f32 score row of the CUDA indexer over `max_seqlen_k` keys.
+size_t IndexerRowBytes(int64_t max_seqlen_k) {
+  return static_cast<size_t>((max_seqlen_k + 3) / 4 * 4) * sizeof(float);
+}
 
 // w ([groups * rows, in], bf16 on the device) with every group of `rows` rows followed by
 // padded - rows zero rows: [groups * padded, in].
@@ -60,20 +58,64 @@ absl::StatusOr<LinearWeight> PadRowGroups(const kernels::KernelContext& ctx, con
 
 }  // namespace
 
-absl::Status DeepseekEngine::PadIndexerWeights() {
-  const ModelConfig& c = config_;
-  if (index_key_dim_ == c.index_head_dim) return absl::OkStatus();
-  const kernels::KernelContext legacy{ctx_.backend, nullptr, ctx_.device};
+absl::Status PadIndexerWeights(const kernels::KernelContext& ctx, const ModelConfig& c, int key_dim,
+                               DeepseekWeights* weights) {
+  if (key_dim == c.index_head_dim) return absl::OkStatus();
+  // Create's weight uploads ran on the legacy stream; the padding reads them there.
+  const kernels::KernelContext legacy{ctx.backend, nullptr, ctx.device};
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    IndexerWeights& w = weights_.layers[l].indexer;
+    IndexerWeights& w = weights->layers[l].indexer;
     ASSIGN_OR_RETURN(w.wq_b, PadRowGroups(legacy, w.wq_b, "indexer.wq_b", c.index_n_heads,
-                                          c.index_head_dim, index_key_dim_));
-    ASSIGN_OR_RETURN(w.wk, PadRowGroups(legacy, w.wk, "indexer.wk", 1, c.index_head_dim, index_key_dim_));
+                                          c.index_head_dim, key_dim));
+    ASSIGN_OR_RETURN(w.wk, PadRowGroups(legacy, w.wk, "indexer.wk", 1, c.index_head_dim, key_dim));
   }
   return absl::OkStatus();
 }
 
-absl::Status DeepseekEngine::RunIndexerKernel(const BatchPlan& plan, kernels::IndexerParams p) {
+absl::StatusOr<int> DsaIndexer::KeyDim(const ModelConfig& c, kernels::Backend backend) {
+  if (!c.q_lora_rank.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: model_type ", c.model_type_name, " has an indexer but no q_lora_rank; the "
+        "indexer's queries are projected from the q LoRA residual"));
+  }
+  if (backend != kernels::Backend::kCuda) return c.index_head_dim;
+  // The CUDA indexer kernel takes key widths 64 and 128, <= 64 heads and top-k <= 4096.
+  if (c.index_head_dim > 128 || c.index_n_heads > 64 || c.index_topk > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: index_head_dim ", c.index_head_dim, ", index_n_heads ", c.index_n_heads,
+        ", index_topk ", c.index_topk, "; the CUDA indexer takes head_dim <= 128, <= 64 heads "
+        "and top-k <= 4096"));
+  }
+  return c.index_head_dim <= 64 ? 64 : 128;
+}
+
+size_t DsaIndexer::WorkspaceBytes(int max_pages_per_seq, const BatchLimits& limits) {
+  // Score rows for up to kIndexerWorkspaceTarget bytes at the longest context (at least one
+  // row, at most one per batch token); RunKernel chunks the queries to fit.
+  constexpr size_t kIndexerWorkspaceTarget = size_t{64} << 20;
+  const size_t row = IndexerRowBytes(static_cast<int64_t>(max_pages_per_seq) * kernels::kPageSize);
+  const size_t rows = std::clamp<size_t>(kIndexerWorkspaceTarget / row, 1,
+                                         std::max(limits.max_batch_tokens, limits.max_batch_seqs));
+  return rows * row;
+}
+
+size_t DsaIndexer::ScratchBytes(const LayerContext& context) {
+  const ModelConfig& c = *context.config;
+  if (!c.has_indexer) return 0;
+  const size_t T = context.limits.max_batch_tokens, B = context.limits.max_batch_seqs;
+  const size_t es = context.ops.elem();
+  // top-k, k, q (at the stored key width), head weights, the CUDA score workspace and the
+  // per-call (cu_seqlens_q pair, seqlens_k) arrays of the query chunks (at most B + T calls).
+  const size_t dk = context.index_key_dim;
+  return T * c.index_topk * sizeof(int32_t) +
+         T * (dk + static_cast<size_t>(c.index_n_heads) * dk) * es +
+         T * c.index_n_heads * sizeof(float) + context.indexer_workspace_bytes +
+         3 * (B + T) * sizeof(int32_t);
+}
+
+absl::Status DsaIndexer::RunKernel(const BatchPlan& plan, kernels::IndexerParams p) {
+  const kernels::KernelContext& kctx = ctx_->ops.kernel;
+  const size_t ws_bytes = ctx_->indexer_workspace_bytes;
   p.batch = plan.batch;
   p.block_table = plan.dev.block_table;
   p.max_pages_per_seq = plan.max_pages_per_seq;
@@ -81,26 +123,27 @@ absl::Status DeepseekEngine::RunIndexerKernel(const BatchPlan& plan, kernels::In
   p.seqlens_k = plan.dev.seqlens_k;
   p.max_seqlen_q = plan.max_seqlen_q;
   p.max_seqlen_k = plan.max_seqlen_k;
-  if (ctx_.backend == kernels::Backend::kCpu) {
+  if (kctx.backend == kernels::Backend::kCpu) {
     p.workspace = nullptr;  // the CPU backend keeps its own score rows
-    return kernels::Indexer(p, ctx_);
+    return kernels::Indexer(p, kctx);
   }
-  ASSIGN_OR_RETURN(void* ws, Scratch(indexer_ws_bytes_, "indexer workspace"));
+  ASSIGN_OR_RETURN(void* ws, ctx_->scratch->Allocate(ws_bytes, "indexer workspace"));
   p.workspace = ws;
   // Rows of one launch: what the workspace holds at this step's longest context.
-  int rows = static_cast<int>(std::min<size_t>(indexer_ws_bytes_ / IndexerRowBytes(plan.max_seqlen_k),
+  int rows = static_cast<int>(std::min<size_t>(ws_bytes / IndexerRowBytes(plan.max_seqlen_k),
                                                plan.total_tokens));
-  if (indexer_rows_cap_ > 0) rows = std::min(rows, indexer_rows_cap_);
+  const int cap = ctx_->launch.indexer_rows_per_launch;
+  if (cap > 0) rows = std::min(rows, cap);
   if (rows < 1) {
     return absl::InternalError(absl::StrCat("indexer: a ", plan.max_seqlen_k, "-key score row exceeds the ",
-                                            indexer_ws_bytes_, "-byte workspace planned at Create"));
+                                            ws_bytes, "-byte workspace planned at Create"));
   }
   auto launch = [&](const kernels::IndexerParams& q) -> absl::Status {
-    if (kernels::IndexerWorkspaceBytes(q) > indexer_ws_bytes_) {
+    if (kernels::IndexerWorkspaceBytes(q) > ws_bytes) {
       return absl::InternalError(absl::StrCat("indexer: a launch needs ", kernels::IndexerWorkspaceBytes(q),
-                                              " workspace bytes; ", indexer_ws_bytes_, " were planned"));
+                                              " workspace bytes; ", ws_bytes, " were planned"));
     }
-    return kernels::Indexer(q, ctx_);
+    return kernels::Indexer(q, kctx);
   };
   if (plan.max_seqlen_q <= rows) {
     // Groups of whole sequences (decode steps: one group unless the batch is huge). The
@@ -131,7 +174,7 @@ absl::Status DeepseekEngine::RunIndexerKernel(const BatchPlan& plan, kernels::In
       call_seq.push_back(b);
     }
   }
-  ASSIGN_OR_RETURN(const int32_t* d_calls, scratch_.UploadInts(calls, "indexer chunk arrays"));
+  ASSIGN_OR_RETURN(const int32_t* d_calls, ctx_->scratch->UploadInts(calls, "indexer chunk arrays"));
   for (size_t j = 0; j < call_seq.size(); ++j) {
     const int b = call_seq[j];
     kernels::IndexerParams q = p;
@@ -146,22 +189,24 @@ absl::Status DeepseekEngine::RunIndexerKernel(const BatchPlan& plan, kernels::In
   return absl::OkStatus();
 }
 
-absl::Status DeepseekEngine::RunIndexer(int layer, const BatchPlan& plan, const void* x,
-                                        const void* q_resid, bool need_topk, int32_t* topk) {
-  ScratchScope scope(scratch_.arena());
-  const ModelConfig& c = config_;
-  const IndexerWeights& w = weights_.layers[layer].indexer;
+absl::Status DsaIndexer::Run(const BatchPlan& plan, const void* x, const void* q_resid,
+                         bool need_topk, int32_t* topk) {
+  ScratchScope scope(ctx_->scratch->arena());
+  const ModelConfig& c = *ctx_->config;
+  const IndexerWeights& w = *w_;
+  const ops::OpContext& oc = ctx_->ops;
+  const kernels::KernelContext& kctx = oc.kernel;
   const int T = plan.total_tokens;
   const int nh = c.index_n_heads;
   const int dh = c.index_head_dim;
-  const int dk = index_key_dim_;  // stored width of a key / query head (>= dh, see above)
+  const int dk = ctx_->index_key_dim;  // stored width of a key / query head (>= dh, see above)
   const int hidden = c.hidden_size;
   const int ql = *c.q_lora_rank;
 
-  ASSIGN_OR_RETURN(void* k, ScratchAct(static_cast<int64_t>(T) * dk, "indexer k"));
-  RETURN_IF_ERROR(ops::Linear(ops_, x, T, hidden, w.wk, k, dk));
+  ASSIGN_OR_RETURN(void* k, ctx_->scratch->Activations(static_cast<int64_t>(T) * dk, "indexer k"));
+  RETURN_IF_ERROR(ops::Linear(oc, x, T, hidden, w.wk, k, dk));
   kernels::LayerNormParams ln;
-  ln.dtype = ops_.dtype;
+  ln.dtype = oc.dtype;
   ln.rows = T;
   ln.dim = dh;
   ln.x = k;
@@ -171,38 +216,40 @@ absl::Status DeepseekEngine::RunIndexer(int layer, const BatchPlan& plan, const 
   ln.y = k;
   ln.y_stride = dk;
   ln.eps = kIndexerKNormEps;
-  RETURN_IF_ERROR(kernels::LayerNorm(ln, ctx_));
+  RETURN_IF_ERROR(kernels::LayerNorm(ln, kctx));
 
   kernels::RopeParams rp;
-  rp.dtype = ops_.dtype;
+  rp.dtype = oc.dtype;
   rp.num_tokens = T;
-  rp.rot_dim = rope_.rot_dim;
+  rp.rot_dim = ctx_->rope->rot_dim;
   rp.offset = 0;
   rp.positions = plan.dev.positions;
-  rp.cos_sin = cos_sin();
-  rp.max_position = rope_.max_position;
+  rp.cos_sin = ctx_->cos_sin;
+  rp.max_position = ctx_->rope->max_position;
   rp.interleaved = false;
   rp.x = k;
   rp.num_heads = 1;
   rp.token_stride = dk;
   rp.head_stride = dk;
-  RETURN_IF_ERROR(kernels::Rope(rp, ctx_));
+  RETURN_IF_ERROR(kernels::Rope(rp, kctx));
 
-  RETURN_IF_ERROR(cache_->WriteIndexKeys(layer, plan, k));
+  RETURN_IF_ERROR(ctx_->cache->WriteIndexKeys(layer_, plan, k));
   if (!need_topk) return absl::OkStatus();
 
-  ASSIGN_OR_RETURN(void* q, ScratchAct(static_cast<int64_t>(T) * nh * dk, "indexer q"));
-  RETURN_IF_ERROR(ops::Linear(ops_, q_resid, T, ql, w.wq_b, q, nh * dk));
+  ASSIGN_OR_RETURN(void* q, ctx_->scratch->Activations(static_cast<int64_t>(T) * nh * dk,
+                                                       "indexer q"));
+  RETURN_IF_ERROR(ops::Linear(oc, q_resid, T, ql, w.wq_b, q, nh * dk));
   rp.x = q;
   rp.num_heads = nh;
   rp.token_stride = static_cast<int64_t>(nh) * dk;
   rp.head_stride = dk;
-  RETURN_IF_ERROR(kernels::Rope(rp, ctx_));
+  RETURN_IF_ERROR(kernels::Rope(rp, kctx));
 
   // weights = weights_proj(x) * n_heads^-0.5, the scale folded into the GEMM's alpha.
-  ASSIGN_OR_RETURN(void* weights, Scratch(static_cast<size_t>(T) * nh * sizeof(float), "indexer weights"));
+  ASSIGN_OR_RETURN(void* weights, ctx_->scratch->Allocate(static_cast<size_t>(T) * nh * sizeof(float),
+                                                         "indexer weights"));
   kernels::GemmParams g;
-  g.dtype = ops_.dtype;
+  g.dtype = oc.dtype;
   g.c_f32 = true;
   g.m = T;
   g.n = nh;
@@ -215,20 +262,25 @@ absl::Status DeepseekEngine::RunIndexer(int layer, const BatchPlan& plan, const 
   g.c = weights;
   g.ldc = nh;
   g.alpha = static_cast<float>(1.0 / std::sqrt(static_cast<double>(nh)));
-  RETURN_IF_ERROR(kernels::Gemm(g, ctx_));
+  RETURN_IF_ERROR(kernels::Gemm(g, kctx));
 
   kernels::IndexerParams p;
-  p.dtype = ops_.dtype;
+  p.dtype = oc.dtype;
   p.num_heads = nh;
   p.head_dim = dk;
   p.top_k = c.index_topk;
   p.q = q;
   p.weights = static_cast<const float*>(weights);
-  RETURN_IF_ERROR(cache_->SetIndexKeysForRead(layer, plan, &p));
-  p.num_pages = pool_->total_pages();
+  RETURN_IF_ERROR(ctx_->cache->SetIndexKeysForRead(layer_, plan, &p));
+  p.num_pages = ctx_->cache->num_pages();
   p.softmax_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh)));
   p.topk_indices = topk;
-  return RunIndexerKernel(plan, p);
+  RETURN_IF_ERROR(RunKernel(plan, p));
+  if (probe_ == nullptr) return absl::OkStatus();
+  probe_->resize(static_cast<size_t>(T) * c.index_topk);
+  RETURN_IF_ERROR(CopyBytes(kctx, probe_->data(), topk, probe_->size() * sizeof(int32_t),
+                            CopyKind::kDeviceToHost));
+  return Synchronize(kctx);
 }
 
 }  // namespace mlaserve::model
