@@ -25,9 +25,9 @@ absl::Status CheckLimits(const EngineOptions& options) {
         absl::StrCat("num_kv_pages is ", options.num_kv_pages, "; it must be positive"));
   }
   if (options.max_batch_tokens <= 0 || options.max_batch_seqs <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_batch_tokens is ", options.max_batch_tokens, " and max_batch_seqs is ",
-        options.max_batch_seqs, "; both must be positive"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch_tokens is ", options.max_batch_tokens, " and max_batch_seqs is ",
+                     options.max_batch_seqs, "; both must be positive"));
   }
   return kernels::CheckMhaPrefillProvider(options.mha_provider, options.backend);
 }
@@ -35,14 +35,14 @@ absl::Status CheckLimits(const EngineOptions& options) {
 // What the forward assumes of every DeepSeek MLA checkpoint.
 absl::Status CheckArchitecture(const ModelConfig& c) {
   if (c.hidden_act != "silu") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config.json: hidden_act '", c.hidden_act, "' is not supported (DeepSeek uses silu)"));
+    return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_act '", c.hidden_act,
+                                                   "' is not supported (DeepSeek uses silu)"));
   }
   if (c.num_key_value_heads != c.num_attention_heads) {
     // HF repeats K/V for GQA, but every DeepSeek MLA checkpoint has one KV head per head.
     return absl::InvalidArgumentError(absl::StrCat(
-        "config.json: num_key_value_heads ", c.num_key_value_heads, " differs from num_attention_heads ",
-        c.num_attention_heads, "; MLA expects them equal"));
+        "config.json: num_key_value_heads ", c.num_key_value_heads,
+        " differs from num_attention_heads ", c.num_attention_heads, "; MLA expects them equal"));
   }
   return absl::OkStatus();
 }
@@ -82,8 +82,8 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
     RETURN_IF_ERROR(PadIndexerWeights(e->ctx_, c, lc.index_key_dim, &e->weights_));
   }
   if (cuda) {
-    ASSIGN_OR_RETURN(e->rope_dev_, DeviceBuffer::FromHost(options.backend,
-                                                          std::span<const float>(e->rope_.cos_sin)));
+    ASSIGN_OR_RETURN(e->rope_dev_, DeviceBuffer::FromHost(
+                                       options.backend, std::span<const float>(e->rope_.cos_sin)));
   }
 
   KvPoolOptions po;
@@ -144,8 +144,8 @@ void DeepseekEngine::BuildLayers() {
     const LayerWeights& w = weights_.layers[l];
     std::unique_ptr<DsaIndexer> indexer;
     if (c.has_indexer) indexer = std::make_unique<DsaIndexer>(&lc, l, &w.indexer);
-    layers_.push_back(DecoderLayer{MlaAttention(&lc, l, &w.attn, std::move(indexer)),
-                                   FeedForward(&lc, &w)});
+    layers_.push_back(
+        DecoderLayer{MlaAttention(&lc, l, &w.attn, std::move(indexer)), FeedForward(&lc, &w)});
   }
   parallel_ = ParallelStep(&lc, options_.parallel.comm);
 }
@@ -158,8 +158,9 @@ absl::Status DeepseekEngine::BuildStep(int32_t padding_page) {
                                                  lc.max_pages_per_seq));
   sampling_ = SamplingStep(ctx_, &scratch_, config_.vocab_size);
   // Capturing the collectives of a sharded layout is not done yet (docs/parallel.md).
-  decode_graphs_ = DecodeGraphRunner(ctx_, ctx_.backend == kernels::Backend::kCuda && !layout_.sharded(),
-                                     options_.max_batch_seqs, lc.max_pages_per_seq, padding_page);
+  decode_graphs_ =
+      DecodeGraphRunner(ctx_, ctx_.backend == kernels::Backend::kCuda && !layout_.sharded(),
+                        options_.max_batch_seqs, lc.max_pages_per_seq, padding_page);
   return absl::OkStatus();
 }
 
@@ -194,7 +195,8 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
   const std::vector<const SampleRow*> samples = RequestedSamples(batch);
   const bool device_sample = sampling_.CanSampleOnDevice(samples);
   const std::span<const SampleRow* const> device_samples =
-      device_sample ? std::span<const SampleRow* const>(samples) : std::span<const SampleRow* const>();
+      device_sample ? std::span<const SampleRow* const>(samples)
+                    : std::span<const SampleRow* const>();
   const size_t vocab = static_cast<size_t>(config_.vocab_size);
   if (!device_sample) result.logits.resize(result.rows * vocab);
   // Decode batches replay a CUDA graph per (batch bucket, page-table width) when they can;
@@ -204,7 +206,8 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
     step.prepare = [&](BatchPlan* padded) -> absl::StatusOr<float*> {
       scratch_.Reset();
       RETURN_IF_ERROR(scratch_.UploadPlan(padded));
-      ASSIGN_OR_RETURN(void* logits, scratch_.Allocate(padded->batch * vocab * sizeof(float), "logits"));
+      ASSIGN_OR_RETURN(void* logits,
+                       scratch_.Allocate(padded->batch * vocab * sizeof(float), "logits"));
       return static_cast<float*>(logits);
     };
     step.run = [&](const BatchPlan& padded, float* logits) {
@@ -298,9 +301,8 @@ absl::Status DeepseekEngine::FeedForwardHalf(int layer, int T, const StepActivat
   const int hidden = c.hidden_size;
   RETURN_IF_ERROR(parallel_.RunFeedForward(layers_[layer].feed_forward, T, a.normed, a.block_out));
   // residual += mlp; normed = next layer's input norm (or the final norm) of residual
-  const WeightTensor& next_norm = layer + 1 < c.num_hidden_layers
-                                      ? weights_.layers[layer + 1].input_norm
-                                      : weights_.final_norm;
+  const WeightTensor& next_norm =
+      layer + 1 < c.num_hidden_layers ? weights_.layers[layer + 1].input_norm : weights_.final_norm;
   return ops::RmsNorm(ops_, a.block_out, T, hidden, hidden, next_norm,
                       static_cast<float>(c.rms_norm_eps), a.normed, hidden, a.residual);
 }
@@ -311,11 +313,12 @@ absl::Status DeepseekEngine::LmHead(const BatchPlan& plan, const StepActivations
   const int rows = static_cast<int>(plan.logit_rows.size());
   // A data-parallel rank without logit rows still joins the LM head's collectives.
   if (rows == 0 && !layout_.attention_dp()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(void* picked, scratch_.Activations(static_cast<int64_t>(rows) * hidden, "logit rows"));
+  ASSIGN_OR_RETURN(void* picked,
+                   scratch_.Activations(static_cast<int64_t>(rows) * hidden, "logit rows"));
   for (int r = 0; r < rows; ++r) {
-    RETURN_IF_ERROR(ops::Copy2D(ops_, ops_.at(picked, static_cast<int64_t>(r) * hidden), hidden,
-                                ops_.at(a.normed, static_cast<int64_t>(plan.logit_rows[r]) * hidden),
-                                hidden, hidden, 1));
+    RETURN_IF_ERROR(ops::Copy2D(
+        ops_, ops_.at(picked, static_cast<int64_t>(r) * hidden), hidden,
+        ops_.at(a.normed, static_cast<int64_t>(plan.logit_rows[r]) * hidden), hidden, hidden, 1));
   }
   // f32 logits whatever the activation dtype.
   return parallel_.LmHead(weights_.lm_head, picked, rows, logits);

@@ -131,7 +131,7 @@ class DeepseekEngine final : public Engine {
   ParallelLayout layout_;  // this rank's shards (parallel_layout.h)
   Stream stream_;          // kCuda: the engine's stream (graphs are captured from it)
   kernels::KernelContext ctx_;
-  ops::OpContext ops_;     // ctx_ plus the activation dtype
+  ops::OpContext ops_;  // ctx_ plus the activation dtype
   DeepseekWeights weights_;
   RopeTable rope_;
   DeviceBuffer rope_dev_;  // kCuda: the cos/sin table on the device

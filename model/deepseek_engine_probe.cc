@@ -30,16 +30,21 @@ absl::StatusOr<std::vector<DeepseekEngineProbe::RouterRows>> DeepseekEngineProbe
                                                          "probe router logits"));
       ASSIGN_OR_RETURN(void* ids, e.scratch_.Allocate(static_cast<size_t>(T) * k * sizeof(int32_t),
                                                       "probe topk ids"));
-      ASSIGN_OR_RETURN(void* weights, e.scratch_.Allocate(static_cast<size_t>(T) * k * sizeof(float),
-                                                          "probe topk weights"));
-      RETURN_IF_ERROR(ffn.Route(T, a.normed, static_cast<float*>(logits), static_cast<int32_t*>(ids),
-                                static_cast<float*>(weights)));
-      RouterRows rows{l, T, E, k, std::vector<float>(static_cast<size_t>(T) * E),
+      ASSIGN_OR_RETURN(
+          void* weights,
+          e.scratch_.Allocate(static_cast<size_t>(T) * k * sizeof(float), "probe topk weights"));
+      RETURN_IF_ERROR(ffn.Route(T, a.normed, static_cast<float*>(logits),
+                                static_cast<int32_t*>(ids), static_cast<float*>(weights)));
+      RouterRows rows{l,
+                      T,
+                      E,
+                      k,
+                      std::vector<float>(static_cast<size_t>(T) * E),
                       std::vector<int32_t>(static_cast<size_t>(T) * k)};
-      RETURN_IF_ERROR(CopyBytes(e.ctx_, rows.logits.data(), logits, rows.logits.size() * sizeof(float),
-                                CopyKind::kDeviceToHost));
-      RETURN_IF_ERROR(CopyBytes(e.ctx_, rows.experts.data(), ids, rows.experts.size() * sizeof(int32_t),
-                                CopyKind::kDeviceToHost));
+      RETURN_IF_ERROR(CopyBytes(e.ctx_, rows.logits.data(), logits,
+                                rows.logits.size() * sizeof(float), CopyKind::kDeviceToHost));
+      RETURN_IF_ERROR(CopyBytes(e.ctx_, rows.experts.data(), ids,
+                                rows.experts.size() * sizeof(int32_t), CopyKind::kDeviceToHost));
       RETURN_IF_ERROR(Synchronize(e.ctx_));
       out.push_back(std::move(rows));
     }

@@ -32,6 +32,7 @@ size_t ParallelStep::ScratchBytes(const LayerContext& context) {
 }
 
 absl::Status ParallelStep::BeginStep(const BatchPlan& plan) {
+  StepScratch& scratch = *ctx_->scratch;
   const ModelConfig& c = *ctx_->config;
   const ParallelLayout& layout = *ctx_->layout;
   const ops::OpContext& oc = ctx_->ops;
@@ -41,16 +42,17 @@ absl::Status ParallelStep::BeginStep(const BatchPlan& plan) {
   std::vector<int32_t> mine = {plan.total_tokens, static_cast<int32_t>(plan.logit_rows.size())};
   std::vector<int32_t> all(static_cast<size_t>(2 * n));
   if (kctx.backend == kernels::Backend::kCpu) {
-    RETURN_IF_ERROR(comm_->AllGather(mine.data(), all.data(), 2, kernels::DType::kI32, kctx.stream));
+    RETURN_IF_ERROR(
+        comm_->AllGather(mine.data(), all.data(), 2, kernels::DType::kI32, kctx.stream));
   } else {
     // Through the device (NCCL moves device memory); one small sync per step.
-    ASSIGN_OR_RETURN(void* dev, ctx_->scratch->Allocate(all.size() * sizeof(int32_t), "step counts"));
+    ASSIGN_OR_RETURN(void* dev, scratch.Allocate(all.size() * sizeof(int32_t), "step counts"));
     RETURN_IF_ERROR(CopyBytes(kctx, static_cast<int32_t*>(dev) + 2 * layout.rank, mine.data(),
                               2 * sizeof(int32_t), CopyKind::kHostToDevice));
     RETURN_IF_ERROR(comm_->AllGather(static_cast<int32_t*>(dev) + 2 * layout.rank, dev, 2,
                                      kernels::DType::kI32, kctx.stream));
-    RETURN_IF_ERROR(CopyBytes(kctx, all.data(), dev, all.size() * sizeof(int32_t),
-                              CopyKind::kDeviceToHost));
+    RETURN_IF_ERROR(
+        CopyBytes(kctx, all.data(), dev, all.size() * sizeof(int32_t), CopyKind::kDeviceToHost));
     RETURN_IF_ERROR(Synchronize(kctx));
   }
   step_tokens_.assign(n, 0);
@@ -70,12 +72,14 @@ absl::Status ParallelStep::BeginStep(const BatchPlan& plan) {
   // The gathered MLP input lives for the whole step; this rank's padding rows stay zero
   // (every layer writes only its T_r rows), so the padded rows route and compute finite
   // values that the reduce-scatter hands back to nobody.
-  ASSIGN_OR_RETURN(dp_gathered_, ctx_->scratch->Activations(gathered_rows * c.hidden_size, "dp gathered hidden"));
+  ASSIGN_OR_RETURN(dp_gathered_,
+                   scratch.Activations(gathered_rows * c.hidden_size, "dp gathered hidden"));
   const int64_t pad = static_cast<int64_t>(step_max_tokens_ - plan.total_tokens) * c.hidden_size;
   if (pad > 0) {
     const std::vector<uint8_t> zeros(oc.bytes(pad), 0);
-    void* at = oc.at(dp_gathered_, (static_cast<int64_t>(layout.rank) * step_max_tokens_ +
-                                      plan.total_tokens) * c.hidden_size);
+    void* at = oc.at(
+        dp_gathered_,
+        (static_cast<int64_t>(layout.rank) * step_max_tokens_ + plan.total_tokens) * c.hidden_size);
     RETURN_IF_ERROR(CopyBytes(kctx, at, zeros.data(), zeros.size(), CopyKind::kHostToDevice));
   }
   return absl::OkStatus();
@@ -92,6 +96,7 @@ absl::Status ParallelStep::ReduceAttentionOutput(int T, void* out) {
 }
 
 absl::Status ParallelStep::RunFeedForward(FeedForward& block, int T, const void* y, void* out) {
+  StepScratch& scratch = *ctx_->scratch;
   const ModelConfig& c = *ctx_->config;
   const ParallelLayout& layout = *ctx_->layout;
   const ops::OpContext& oc = ctx_->ops;
@@ -102,21 +107,22 @@ absl::Status ParallelStep::RunFeedForward(FeedForward& block, int T, const void*
     RETURN_IF_ERROR(block.Forward(T, y, out));
     return comm_->AllReduceSum(out, out, T * hidden, oc.dtype, kctx.stream);
   }
-  ScratchScope scope(ctx_->scratch->arena());
+  ScratchScope scope(scratch.arena());
   const int n = layout.size;
   const int64_t slot = static_cast<int64_t>(step_max_tokens_) * hidden;
   void* mine = oc.at(dp_gathered_, layout.rank * slot);
   RETURN_IF_ERROR(ops::Copy2D(oc, mine, hidden, y, hidden, static_cast<int>(hidden), T));
   RETURN_IF_ERROR(comm_->AllGather(mine, dp_gathered_, slot, oc.dtype, kctx.stream));
-  ASSIGN_OR_RETURN(void* partial, ctx_->scratch->Activations(n * slot, "dp mlp partial sums"));
+  ASSIGN_OR_RETURN(void* partial, scratch.Activations(n * slot, "dp mlp partial sums"));
   RETURN_IF_ERROR(block.Forward(n * step_max_tokens_, dp_gathered_, partial));
-  ASSIGN_OR_RETURN(void* sums, ctx_->scratch->Activations(slot, "dp mlp sums"));
+  ASSIGN_OR_RETURN(void* sums, scratch.Activations(slot, "dp mlp sums"));
   RETURN_IF_ERROR(comm_->ReduceScatterSum(partial, sums, slot, oc.dtype, kctx.stream));
   return ops::Copy2D(oc, out, hidden, sums, hidden, static_cast<int>(hidden), T);
 }
 
 absl::Status ParallelStep::LmHead(const LinearWeight& lm_head, const void* picked, int rows,
                                   float* logits) {
+  StepScratch& scratch = *ctx_->scratch;
   const ModelConfig& c = *ctx_->config;
   const ParallelLayout& layout = *ctx_->layout;
   const ops::OpContext& oc = ctx_->ops;
@@ -127,7 +133,7 @@ absl::Status ParallelStep::LmHead(const LinearWeight& lm_head, const void* picke
     return ops::Linear(oc, picked, rows, hidden, lm_head, logits, V, 0.0f,
                        /*y_f32=*/true);
   }
-  ScratchScope scope(ctx_->scratch->arena());
+  ScratchScope scope(scratch.arena());
   const int n = layout.size;
   const int Vr = layout.vocab_rows;
   // The rows every rank computes: its own (tensor attention: all ranks have the same), or
@@ -139,12 +145,13 @@ absl::Status ParallelStep::LmHead(const LinearWeight& lm_head, const void* picke
     all_rows = n * step_max_rows_;
     my_first = layout.rank * step_max_rows_;
     const int64_t slot = static_cast<int64_t>(step_max_rows_) * hidden;
-    ASSIGN_OR_RETURN(void* gathered, ctx_->scratch->Activations(n * slot, "dp gathered logit rows"));
+    ASSIGN_OR_RETURN(void* gathered, scratch.Activations(n * slot, "dp gathered logit rows"));
     void* mine = oc.at(gathered, layout.rank * slot);
     if (step_max_rows_ > rows) {
-      const std::vector<uint8_t> zeros(oc.bytes(static_cast<int64_t>(step_max_rows_ - rows) * hidden), 0);
-      RETURN_IF_ERROR(CopyBytes(kctx, oc.at(mine, static_cast<int64_t>(rows) * hidden), zeros.data(),
-                                zeros.size(), CopyKind::kHostToDevice));
+      const std::vector<uint8_t> zeros(
+          oc.bytes(static_cast<int64_t>(step_max_rows_ - rows) * hidden), 0);
+      RETURN_IF_ERROR(CopyBytes(kctx, oc.at(mine, static_cast<int64_t>(rows) * hidden),
+                                zeros.data(), zeros.size(), CopyKind::kHostToDevice));
     }
     RETURN_IF_ERROR(ops::Copy2D(oc, mine, hidden, picked, hidden, hidden, rows));
     RETURN_IF_ERROR(comm_->AllGather(mine, gathered, slot, oc.dtype, kctx.stream));
@@ -152,8 +159,10 @@ absl::Status ParallelStep::LmHead(const LinearWeight& lm_head, const void* picke
   }
   if (all_rows == 0) return absl::OkStatus();
   const int64_t shard = static_cast<int64_t>(all_rows) * Vr;
-  ASSIGN_OR_RETURN(void* part_raw, ctx_->scratch->Allocate(static_cast<size_t>(shard) * sizeof(float), "lm head shard"));
-  ASSIGN_OR_RETURN(void* all_raw, ctx_->scratch->Allocate(static_cast<size_t>(n * shard) * sizeof(float), "lm head shards"));
+  ASSIGN_OR_RETURN(void* part_raw,
+                   scratch.Allocate(static_cast<size_t>(shard) * sizeof(float), "lm head shard"));
+  ASSIGN_OR_RETURN(void* all_raw, scratch.Allocate(static_cast<size_t>(n * shard) * sizeof(float),
+                                                   "lm head shards"));
   auto* part = static_cast<float*>(part_raw);
   auto* all = static_cast<float*>(all_raw);
   RETURN_IF_ERROR(ops::Linear(oc, x, all_rows, hidden, lm_head, part, Vr, 0.0f,

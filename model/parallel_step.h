@@ -30,7 +30,8 @@ class ParallelStep {
  public:
   ParallelStep() = default;
   // `context` outlives this; `comm` is this rank's communicator (null with one rank).
-  ParallelStep(const LayerContext* context, parallel::Collective* comm) : ctx_(context), comm_(comm) {}
+  ParallelStep(const LayerContext* context, parallel::Collective* comm)
+      : ctx_(context), comm_(comm) {}
 
   // Step scratch of the collectives at most (sharded layouts only).
   static size_t ScratchBytes(const LayerContext& context);

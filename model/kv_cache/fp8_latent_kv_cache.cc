@@ -90,9 +90,9 @@ class Fp8LatentKvCache final : public LatentKvCache {
 absl::Status Fp8LatentKvCache::Init() {
   const LatentKvCacheContext& x = context_;
   if (x.index_key_dim % 16 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kv-cache-dtype fp8: index_head_dim ", x.index_key_dim,
-        " is not a multiple of 16, which the fp8 indexer key layout needs"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-dtype fp8: index_head_dim ", x.index_key_dim,
+                     " is not a multiple of 16, which the fp8 indexer key layout needs"));
   }
   const kernels::Backend backend = x.ops.kernel.backend;
   const size_t es = x.ops.elem();

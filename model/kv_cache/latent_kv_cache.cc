@@ -15,8 +15,7 @@ namespace {
 
 // The native (activation-dtype) cache: rows of `dim` values written at the plan's slots.
 kernels::CacheWriteParams NativeCacheWrite(kernels::DType dtype, const BatchPlan& plan,
-                                           const void* src, int dim, void* cache,
-                                           int num_pages) {
+                                           const void* src, int dim, void* cache, int num_pages) {
   kernels::CacheWriteParams cw;
   cw.dtype = dtype;
   cw.num_tokens = plan.total_tokens;
@@ -54,7 +53,8 @@ class NativeLatentKvCache final : public LatentKvCache {
   absl::StatusOr<const void*> LatentForRead(int layer, const BatchPlan&) override {
     return static_cast<const void*>(context_.pool->latent(layer));
   }
-  absl::Status SetIndexKeysForRead(int layer, const BatchPlan&, kernels::IndexerParams* p) override {
+  absl::Status SetIndexKeysForRead(int layer, const BatchPlan&,
+                                   kernels::IndexerParams* p) override {
     p->k_cache = context_.pool->index_keys(layer);
     return absl::OkStatus();
   }
@@ -68,7 +68,8 @@ class NativeLatentKvCache final : public LatentKvCache {
 
 }  // namespace
 
-absl::StatusOr<KvCacheFormat> ResolveKvCacheFormat(const EngineOptions& options, const ModelConfig& c) {
+absl::StatusOr<KvCacheFormat> ResolveKvCacheFormat(const EngineOptions& options,
+                                                   const ModelConfig& c) {
   KvCacheDtype want = options.kv_cache_dtype;
   if (want == KvCacheDtype::kAuto) {
     want = c.has_indexer && options.backend == kernels::Backend::kCuda ? KvCacheDtype::kFp8
@@ -76,9 +77,10 @@ absl::StatusOr<KvCacheFormat> ResolveKvCacheFormat(const EngineOptions& options,
   }
   if (want == KvCacheDtype::kNative) return KvCacheFormat::kNative;
   if (!c.has_indexer) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kv-cache-dtype fp8: model_type ", c.model_type_name, " has no DSA indexer; the fp8 KV "
-        "cache (DeepSeek's 656-byte layout) is supported for deepseek_v32 only"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-dtype fp8: model_type ", c.model_type_name,
+                     " has no DSA indexer; the fp8 KV "
+                     "cache (DeepSeek's 656-byte layout) is supported for deepseek_v32 only"));
   }
   const MlaDims d = StoredMlaDims(c);  // what the cache rows hold (model/mla_dims.h)
   if (d.rank > kernels::kFp8LatentRank || d.rope > kernels::kFp8RopeDim ||

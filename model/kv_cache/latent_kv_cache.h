@@ -35,16 +35,17 @@ namespace mlaserve::model {
 
 // The cache format for `options` and the model: INVALID_ARGUMENT naming the model type when fp8
 // is asked of a model without an indexer, or the widths when they exceed the fp8 layout.
-absl::StatusOr<KvCacheFormat> ResolveKvCacheFormat(const EngineOptions& options, const ModelConfig& c);
+absl::StatusOr<KvCacheFormat> ResolveKvCacheFormat(const EngineOptions& options,
+                                                   const ModelConfig& c);
 
 // What a cache format needs to know of the engine. Pointers are not owned and outlive the cache.
 struct LatentKvCacheContext {
-  ops::OpContext ops;             // backend, stream, activation dtype
-  KvPool* pool = nullptr;         // the pages
-  StepScratch* scratch = nullptr; // the step's scratch
-  MlaDims dims;                   // a latent row is [rank | rope] at the stored widths
-  int index_key_dim = 0;          // DSA: an indexer key as stored (0 without an indexer)
-  int heads = 0;                  // attention heads of this rank
+  ops::OpContext ops;              // backend, stream, activation dtype
+  KvPool* pool = nullptr;          // the pages
+  StepScratch* scratch = nullptr;  // the step's scratch
+  MlaDims dims;                    // a latent row is [rank | rope] at the stored widths
+  int index_key_dim = 0;           // DSA: an indexer key as stored (0 without an indexer)
+  int heads = 0;                   // attention heads of this rank
   int max_batch_tokens = 0;
 };
 

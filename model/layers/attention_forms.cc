@@ -15,8 +15,8 @@ absl::StatusOr<AttentionForms> AttentionForms::Choose(const ModelConfig& c, cons
   const auto widths = [&] {
     return absl::StrCat("qk_nope_head_dim ", c.qk_nope_head_dim, ", qk_rope_head_dim ",
                         c.qk_rope_head_dim, ", v_head_dim ", c.v_head_dim, ", kv_lora_rank ",
-                        c.kv_lora_rank, " (stored as ", dims.nope, "/", dims.rope, "/", dims.v,
-                        "/", dims.rank, ")");
+                        c.kv_lora_rank, " (stored as ", dims.nope, "/", dims.rope, "/", dims.v, "/",
+                        dims.rank, ")");
   };
   if (!f.mha_runs_ && !f.latent_runs_) {
     return absl::InvalidArgumentError(absl::StrCat(

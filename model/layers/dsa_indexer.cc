@@ -30,7 +30,8 @@ size_t IndexerRowBytes(int64_t max_seqlen_k) {
 absl::StatusOr<LinearWeight> PadRowGroups(const kernels::KernelContext& ctx, const LinearWeight& w,
                                           const char* name, int groups, int rows, int padded) {
   if (!w.bias.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " has a bias; the V3.2 indexer's has none"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " has a bias; the V3.2 indexer's has none"));
   }
   if (w.weight.dtype != kernels::DType::kBF16 || w.out != groups * rows) {
     return absl::InternalError(absl::StrCat(name, ": expected bf16 [", groups * rows, ", ", w.in,
@@ -48,7 +49,8 @@ absl::StatusOr<LinearWeight> PadRowGroups(const kernels::KernelContext& ctx, con
                 out.begin() + static_cast<size_t>(g) * padded * row_elems);
   }
   LinearWeight p;
-  ASSIGN_OR_RETURN(p.weight.buffer, DeviceBuffer::FromHost(ctx.backend, std::span<const uint16_t>(out)));
+  ASSIGN_OR_RETURN(p.weight.buffer,
+                   DeviceBuffer::FromHost(ctx.backend, std::span<const uint16_t>(out)));
   p.weight.dtype = kernels::DType::kBF16;
   p.weight.numel = static_cast<int64_t>(out.size());
   p.out = groups * padded;
@@ -74,17 +76,19 @@ absl::Status PadIndexerWeights(const kernels::KernelContext& ctx, const ModelCon
 
 absl::StatusOr<int> DsaIndexer::KeyDim(const ModelConfig& c, kernels::Backend backend) {
   if (!c.q_lora_rank.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config.json: model_type ", c.model_type_name, " has an indexer but no q_lora_rank; the "
-        "indexer's queries are projected from the q LoRA residual"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: model_type ", c.model_type_name,
+                     " has an indexer but no q_lora_rank; the "
+                     "indexer's queries are projected from the q LoRA residual"));
   }
   if (backend != kernels::Backend::kCuda) return c.index_head_dim;
   // The CUDA indexer kernel takes key widths 64 and 128, <= 64 heads and top-k <= 4096.
   if (c.index_head_dim > 128 || c.index_n_heads > 64 || c.index_topk > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config.json: index_head_dim ", c.index_head_dim, ", index_n_heads ", c.index_n_heads,
-        ", index_topk ", c.index_topk, "; the CUDA indexer takes head_dim <= 128, <= 64 heads "
-        "and top-k <= 4096"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: index_head_dim ", c.index_head_dim, ", index_n_heads ",
+                     c.index_n_heads, ", index_topk ", c.index_topk,
+                     "; the CUDA indexer takes head_dim <= 128, <= 64 heads "
+                     "and top-k <= 4096"));
   }
   return c.index_head_dim <= 64 ? 64 : 128;
 }
@@ -114,6 +118,7 @@ size_t DsaIndexer::ScratchBytes(const LayerContext& context) {
 }
 
 absl::Status DsaIndexer::RunKernel(const BatchPlan& plan, kernels::IndexerParams p) {
+  StepScratch& scratch = *ctx_->scratch;
   const kernels::KernelContext& kctx = ctx_->ops.kernel;
   const size_t ws_bytes = ctx_->indexer_workspace_bytes;
   p.batch = plan.batch;
@@ -127,20 +132,22 @@ absl::Status DsaIndexer::RunKernel(const BatchPlan& plan, kernels::IndexerParams
     p.workspace = nullptr;  // the CPU backend keeps its own score rows
     return kernels::Indexer(p, kctx);
   }
-  ASSIGN_OR_RETURN(void* ws, ctx_->scratch->Allocate(ws_bytes, "indexer workspace"));
+  ASSIGN_OR_RETURN(void* ws, scratch.Allocate(ws_bytes, "indexer workspace"));
   p.workspace = ws;
   // Rows of one launch: what the workspace holds at this step's longest context.
-  int rows = static_cast<int>(std::min<size_t>(ws_bytes / IndexerRowBytes(plan.max_seqlen_k),
-                                               plan.total_tokens));
+  int rows = static_cast<int>(
+      std::min<size_t>(ws_bytes / IndexerRowBytes(plan.max_seqlen_k), plan.total_tokens));
   const int cap = ctx_->launch.indexer_rows_per_launch;
   if (cap > 0) rows = std::min(rows, cap);
   if (rows < 1) {
-    return absl::InternalError(absl::StrCat("indexer: a ", plan.max_seqlen_k, "-key score row exceeds the ",
-                                            ws_bytes, "-byte workspace planned at Create"));
+    return absl::InternalError(absl::StrCat("indexer: a ", plan.max_seqlen_k,
+                                            "-key score row exceeds the ", ws_bytes,
+                                            "-byte workspace planned at Create"));
   }
   auto launch = [&](const kernels::IndexerParams& q) -> absl::Status {
     if (kernels::IndexerWorkspaceBytes(q) > ws_bytes) {
-      return absl::InternalError(absl::StrCat("indexer: a launch needs ", kernels::IndexerWorkspaceBytes(q),
+      return absl::InternalError(absl::StrCat("indexer: a launch needs ",
+                                              kernels::IndexerWorkspaceBytes(q),
                                               " workspace bytes; ", ws_bytes, " were planned"));
     }
     return kernels::Indexer(q, kctx);
@@ -174,7 +181,7 @@ absl::Status DsaIndexer::RunKernel(const BatchPlan& plan, kernels::IndexerParams
       call_seq.push_back(b);
     }
   }
-  ASSIGN_OR_RETURN(const int32_t* d_calls, ctx_->scratch->UploadInts(calls, "indexer chunk arrays"));
+  ASSIGN_OR_RETURN(const int32_t* d_calls, scratch.UploadInts(calls, "indexer chunk arrays"));
   for (size_t j = 0; j < call_seq.size(); ++j) {
     const int b = call_seq[j];
     kernels::IndexerParams q = p;
@@ -190,8 +197,9 @@ absl::Status DsaIndexer::RunKernel(const BatchPlan& plan, kernels::IndexerParams
 }
 
 absl::Status DsaIndexer::Run(const BatchPlan& plan, const void* x, const void* q_resid,
-                         bool need_topk, int32_t* topk) {
-  ScratchScope scope(ctx_->scratch->arena());
+                             bool need_topk, int32_t* topk) {
+  StepScratch& scratch = *ctx_->scratch;
+  ScratchScope scope(scratch.arena());
   const ModelConfig& c = *ctx_->config;
   const IndexerWeights& w = *w_;
   const ops::OpContext& oc = ctx_->ops;
@@ -203,7 +211,7 @@ absl::Status DsaIndexer::Run(const BatchPlan& plan, const void* x, const void* q
   const int hidden = c.hidden_size;
   const int ql = *c.q_lora_rank;
 
-  ASSIGN_OR_RETURN(void* k, ctx_->scratch->Activations(static_cast<int64_t>(T) * dk, "indexer k"));
+  ASSIGN_OR_RETURN(void* k, scratch.Activations(static_cast<int64_t>(T) * dk, "indexer k"));
   RETURN_IF_ERROR(ops::Linear(oc, x, T, hidden, w.wk, k, dk));
   kernels::LayerNormParams ln;
   ln.dtype = oc.dtype;
@@ -236,8 +244,7 @@ absl::Status DsaIndexer::Run(const BatchPlan& plan, const void* x, const void* q
   RETURN_IF_ERROR(ctx_->cache->WriteIndexKeys(layer_, plan, k));
   if (!need_topk) return absl::OkStatus();
 
-  ASSIGN_OR_RETURN(void* q, ctx_->scratch->Activations(static_cast<int64_t>(T) * nh * dk,
-                                                       "indexer q"));
+  ASSIGN_OR_RETURN(void* q, scratch.Activations(static_cast<int64_t>(T) * nh * dk, "indexer q"));
   RETURN_IF_ERROR(ops::Linear(oc, q_resid, T, ql, w.wq_b, q, nh * dk));
   rp.x = q;
   rp.num_heads = nh;
@@ -246,8 +253,8 @@ absl::Status DsaIndexer::Run(const BatchPlan& plan, const void* x, const void* q
   RETURN_IF_ERROR(kernels::Rope(rp, kctx));
 
   // weights = weights_proj(x) * n_heads^-0.5, the scale folded into the GEMM's alpha.
-  ASSIGN_OR_RETURN(void* weights, ctx_->scratch->Allocate(static_cast<size_t>(T) * nh * sizeof(float),
-                                                         "indexer weights"));
+  ASSIGN_OR_RETURN(void* weights, scratch.Allocate(static_cast<size_t>(T) * nh * sizeof(float),
+                                                   "indexer weights"));
   kernels::GemmParams g;
   g.dtype = oc.dtype;
   g.c_f32 = true;

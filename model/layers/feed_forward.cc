@@ -19,9 +19,12 @@ kernels::MoeScoring ToKernel(RoutingScoring s) {
 
 kernels::MoeTopkMethod ToKernel(RoutingMethod m) {
   switch (m) {
-    case RoutingMethod::kGreedy: return kernels::MoeTopkMethod::kGreedy;
-    case RoutingMethod::kGroupLimitedGreedy: return kernels::MoeTopkMethod::kGroupLimitedGreedy;
-    case RoutingMethod::kNoauxTc: return kernels::MoeTopkMethod::kNoauxTc;
+    case RoutingMethod::kGreedy:
+      return kernels::MoeTopkMethod::kGreedy;
+    case RoutingMethod::kGroupLimitedGreedy:
+      return kernels::MoeTopkMethod::kGroupLimitedGreedy;
+    case RoutingMethod::kNoauxTc:
+      return kernels::MoeTopkMethod::kNoauxTc;
   }
   return kernels::MoeTopkMethod::kGreedy;
 }
@@ -71,8 +74,8 @@ absl::Status FeedForward::Route(int rows, const void* x, float* logits, int32_t*
   r.norm_topk_prob = c.norm_topk_prob;
   r.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
   r.logits = logits;
-  r.correction_bias = m.correction_bias.empty() ? nullptr
-                                                : static_cast<const float*>(m.correction_bias.data());
+  r.correction_bias =
+      m.correction_bias.empty() ? nullptr : static_cast<const float*>(m.correction_bias.data());
   r.topk_ids = ids;
   r.topk_weights = weights;
   return kernels::MoeRouting(r, ctx_->ops.kernel);
@@ -86,16 +89,20 @@ absl::Status FeedForward::Forward(int rows, const void* x, void* out) {
   const int T = rows;
   const int hidden = c.hidden_size;
   if (!w_->is_moe) {
-    ASSIGN_OR_RETURN(void* act, scratch.Activations(static_cast<int64_t>(T) * 3 * w_->mlp.inter, "mlp act"));
+    ASSIGN_OR_RETURN(void* act,
+                     scratch.Activations(static_cast<int64_t>(T) * 3 * w_->mlp.inter, "mlp act"));
     return ops::GatedMlp(oc, x, T, hidden, w_->mlp, act, out);
   }
 
   const MoeWeights& m = w_->moe;
   const int E = c.n_routed_experts;
   const int k = c.num_experts_per_tok;
-  ASSIGN_OR_RETURN(void* logits, scratch.Allocate(static_cast<size_t>(T) * E * sizeof(float), "router logits"));
-  ASSIGN_OR_RETURN(void* ids, scratch.Allocate(static_cast<size_t>(T) * k * sizeof(int32_t), "topk ids"));
-  ASSIGN_OR_RETURN(void* weights, scratch.Allocate(static_cast<size_t>(T) * k * sizeof(float), "topk weights"));
+  ASSIGN_OR_RETURN(void* logits,
+                   scratch.Allocate(static_cast<size_t>(T) * E * sizeof(float), "router logits"));
+  ASSIGN_OR_RETURN(void* ids,
+                   scratch.Allocate(static_cast<size_t>(T) * k * sizeof(int32_t), "topk ids"));
+  ASSIGN_OR_RETURN(void* weights,
+                   scratch.Allocate(static_cast<size_t>(T) * k * sizeof(float), "topk weights"));
   RETURN_IF_ERROR(Route(T, x, static_cast<float*>(logits), static_cast<int32_t*>(ids),
                         static_cast<float*>(weights)));
 
@@ -115,7 +122,8 @@ absl::Status FeedForward::Forward(int rows, const void* x, void* out) {
   RETURN_IF_ERROR(RunRoutedExperts(e));
 
   if (m.shared.inter == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(void* act, scratch.Activations(static_cast<int64_t>(T) * 3 * m.shared.inter, "shared experts act"));
+  ASSIGN_OR_RETURN(void* act, scratch.Activations(static_cast<int64_t>(T) * 3 * m.shared.inter,
+                                                  "shared experts act"));
   // HF: experts(x) + shared_experts(x); the shared output accumulates into `out`.
   return ops::GatedMlp(oc, x, T, hidden, m.shared, act, out, /*beta=*/1.0f);
 }
@@ -129,8 +137,10 @@ absl::Status FeedForward::RunRoutedExperts(kernels::MoeExpertsParams e) {
   const ParallelLayout& layout = *ctx_->layout;
   if (layout.expert_parallel()) {
     const int64_t n = static_cast<int64_t>(e.num_tokens) * e.top_k;
-    ASSIGN_OR_RETURN(void* ids, scratch.Allocate(static_cast<size_t>(n) * sizeof(int32_t), "local expert ids"));
-    ASSIGN_OR_RETURN(void* weights, scratch.Allocate(static_cast<size_t>(n) * sizeof(float), "local expert weights"));
+    ASSIGN_OR_RETURN(
+        void* ids, scratch.Allocate(static_cast<size_t>(n) * sizeof(int32_t), "local expert ids"));
+    ASSIGN_OR_RETURN(void* weights, scratch.Allocate(static_cast<size_t>(n) * sizeof(float),
+                                                     "local expert weights"));
     kernels::MoeLocalizeParams lp;
     lp.num_assignments = n;
     lp.num_experts = e.num_experts;

@@ -31,8 +31,8 @@ struct LaunchLimits {
 
 struct LayerContext {
   const ModelConfig* config = nullptr;
-  MlaDims dims;      // the MLA widths as stored (mla_dims.h)
-  int heads = 0;     // the attention heads of this rank (all of them on one GPU)
+  MlaDims dims;   // the MLA widths as stored (mla_dims.h)
+  int heads = 0;  // the attention heads of this rank (all of them on one GPU)
   const ParallelLayout* layout = nullptr;  // this rank's shards
   ops::OpContext ops;                      // backend, stream, activation dtype
   int num_sms = 0;

@@ -83,29 +83,31 @@ absl::StatusOr<size_t> MlaAttention::ScratchBytes(const LayerContext& context) {
     decode_ws = std::max(decode_ws, plan.workspace_bytes);
     return absl::OkStatus();
   };
-  for (size_t b = 1; b <= B; b = b < 8 ? b + 1 : b * 2) RETURN_IF_ERROR(plan_decode(std::min(b, B)));
+  for (size_t b = 1; b <= B; b = b < 8 ? b + 1 : b * 2)
+    RETURN_IF_ERROR(plan_decode(std::min(b, B)));
   RETURN_IF_ERROR(plan_decode(B));
   return total + decode_ws;
 }
 
 absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, const void* x,
                                    void* out) {
-  ScratchScope scope(ctx_->scratch->arena());
+  StepScratch& scratch = *ctx_->scratch;
+  ScratchScope scope(scratch.arena());
   const ModelConfig& c = *ctx_->config;
   const ops::OpContext& oc = ctx_->ops;
   const MlaWeights& w = *w_;
   const int T = plan.total_tokens;
-  const int H = ctx_->heads;  // this rank's heads (all of them on one GPU)
+  const int H = ctx_->heads;       // this rank's heads (all of them on one GPU)
   const int qk = ctx_->dims.qk();  // stored widths (model/mla_dims.h)
   const int E = ctx_->dims.latent();
   const int hidden = c.hidden_size;
 
   // q: [T, H, nope | rope].
-  ASSIGN_OR_RETURN(void* q, ctx_->scratch->Activations(static_cast<int64_t>(T) * H * qk, "q"));
+  ASSIGN_OR_RETURN(void* q, scratch.Activations(static_cast<int64_t>(T) * H * qk, "q"));
   void* q_resid = nullptr;
   if (c.q_lora_rank.has_value()) {
     const int ql = *c.q_lora_rank;
-    ASSIGN_OR_RETURN(q_resid, ctx_->scratch->Activations(static_cast<int64_t>(T) * ql, "q_resid"));
+    ASSIGN_OR_RETURN(q_resid, scratch.Activations(static_cast<int64_t>(T) * ql, "q_resid"));
     RETURN_IF_ERROR(ops::Linear(oc, x, T, hidden, w.q_a_proj, q_resid, ql));
     RETURN_IF_ERROR(ops::RmsNorm(oc, q_resid, T, ql, ql, w.q_a_norm, kLatentNormEps, q_resid, ql));
     RETURN_IF_ERROR(ops::Linear(oc, q_resid, T, ql, w.q_b_proj, q, H * qk));
@@ -115,28 +117,30 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
 
   // kv: [T, latent | k_pe] -- exactly the cache entry once normed and roped. The norm reads
   // the model's kv_lora_rank values (the padding after them is zero) and RoPE the model's
-  // rope dim (*ctx_->rope.rot_dim) from the start of the stored rope part.
-  ASSIGN_OR_RETURN(void* kv, ctx_->scratch->Activations(static_cast<int64_t>(T) * E, "latent kv"));
+  // rope dim (rope->rot_dim) from the start of the stored rope part.
+  ASSIGN_OR_RETURN(void* kv, scratch.Activations(static_cast<int64_t>(T) * E, "latent kv"));
   RETURN_IF_ERROR(ops::Linear(oc, x, T, hidden, w.kv_a_proj, kv, E));
   RETURN_IF_ERROR(ops::RmsNorm(oc, kv, T, c.kv_lora_rank, E, w.kv_a_norm, kLatentNormEps, kv, E));
   RETURN_IF_ERROR(ApplyRope(oc, *ctx_->rope, ctx_->cos_sin, plan, kv, 1, E, E, ctx_->dims.rank,
                             c.rope_interleave));
-  RETURN_IF_ERROR(ApplyRope(oc, *ctx_->rope, ctx_->cos_sin, plan, q, H, static_cast<int64_t>(H) * qk, qk,
-                            ctx_->dims.nope, c.rope_interleave));
+  RETURN_IF_ERROR(ApplyRope(oc, *ctx_->rope, ctx_->cos_sin, plan, q, H,
+                            static_cast<int64_t>(H) * qk, qk, ctx_->dims.nope, c.rope_interleave));
 
   RETURN_IF_ERROR(ctx_->cache->WriteLatent(layer_, plan, kv));
 
   int32_t* topk = nullptr;
   if (indexer_ != nullptr) {
     if (plan.sparse) {
-      ASSIGN_OR_RETURN(void* t, ctx_->scratch->Allocate(static_cast<size_t>(T) * c.index_topk * sizeof(int32_t),
+      ASSIGN_OR_RETURN(void* t,
+                       scratch.Allocate(static_cast<size_t>(T) * c.index_topk * sizeof(int32_t),
                                         "indexer top-k"));
       topk = static_cast<int32_t*>(t);
     }
     RETURN_IF_ERROR(indexer_->Run(plan, x, q_resid, plan.sparse, topk));
   }
 
-  ASSIGN_OR_RETURN(void* attn, ctx_->scratch->Activations(static_cast<int64_t>(T) * H * ctx_->dims.v, "attention output"));
+  ASSIGN_OR_RETURN(void* attn, scratch.Activations(static_cast<int64_t>(T) * H * ctx_->dims.v,
+                                                   "attention output"));
   if (form == AttentionForm::kMha) {
     // fp8 cache: the chunk attends its own keys as the cache holds them (as later chunks will).
     RETURN_IF_ERROR(ctx_->cache->RoundTripLatent(layer_, plan, kv));
@@ -150,12 +154,13 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
 // MLA (absorbed) form. q: [T, H, qk] roped; attn: [T, H, v].
 absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm form, const void* q,
                                         const int32_t* topk_indices, void* attn) {
+  StepScratch& scratch = *ctx_->scratch;
   const ModelConfig& c = *ctx_->config;
   const ops::OpContext& oc = ctx_->ops;
   const kernels::KernelContext& kctx = oc.kernel;
   const KvBViews views = w_->kv_b_views(c);
   const int T = plan.total_tokens;
-  const int H = ctx_->heads;  // this rank's heads (all of them on one GPU)
+  const int H = ctx_->heads;       // this rank's heads (all of them on one GPU)
   const int dn = ctx_->dims.nope;  // stored widths (model/mla_dims.h)
   const int dr = ctx_->dims.rope;
   const int dv = ctx_->dims.v;
@@ -164,7 +169,7 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
   const int E = ctx_->dims.latent();
 
   // q_abs [T, H, L | rope]: q_nope[h] . W_UK[h] per head, then the roped part copied in.
-  ASSIGN_OR_RETURN(void* q_abs, ctx_->scratch->Activations(static_cast<int64_t>(T) * H * E, "absorbed q"));
+  ASSIGN_OR_RETURN(void* q_abs, scratch.Activations(static_cast<int64_t>(T) * H * E, "absorbed q"));
   kernels::GemmParams uk;
   uk.m = T;
   uk.n = L;
@@ -177,10 +182,11 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
   uk.c = q_abs;
   uk.ldc = static_cast<int64_t>(H) * E;
   RETURN_IF_ERROR(PerHeadGemm(oc, uk, H, qk, views.head_stride, E));
-  RETURN_IF_ERROR(ops::Copy2D(oc, oc.at(q_abs, L), E, oc.at(q, dn), qk, dr,
-                              static_cast<int64_t>(T) * H));
+  RETURN_IF_ERROR(
+      ops::Copy2D(oc, oc.at(q_abs, L), E, oc.at(q, dn), qk, dr, static_cast<int64_t>(T) * H));
 
-  ASSIGN_OR_RETURN(void* out_lat, ctx_->scratch->Activations(static_cast<int64_t>(T) * H * L, "latent attention output"));
+  ASSIGN_OR_RETURN(void* out_lat,
+                   scratch.Activations(static_cast<int64_t>(T) * H * L, "latent attention output"));
   const float scale = static_cast<float>(c.softmax_scale);
   if (topk_indices != nullptr) {
     kernels::SparseMlaParams p;
@@ -237,7 +243,8 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
       ASSIGN_OR_RETURN(kernels::MlaDecodePlan decode_plan, kernels::PlanMlaDecode(shape));
       void* workspace = nullptr;
       if (decode_plan.workspace_bytes > 0) {
-        ASSIGN_OR_RETURN(workspace, ctx_->scratch->Allocate(decode_plan.workspace_bytes, "mla decode workspace"));
+        ASSIGN_OR_RETURN(workspace,
+                         scratch.Allocate(decode_plan.workspace_bytes, "mla decode workspace"));
       }
       RETURN_IF_ERROR(kernels::MlaDecode(p, decode_plan, workspace, kctx));
     } else {

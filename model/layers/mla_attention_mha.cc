@@ -20,13 +20,14 @@ namespace mlaserve::model {
 // MHA form. q: [T, H, qk]; kv: the new tokens' cache entries [T, E]; attn: [T, H, v].
 absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const void* kv,
                                      void* attn) {
+  StepScratch& scratch = *ctx_->scratch;
   const ModelConfig& c = *ctx_->config;
   const ops::OpContext& oc = ctx_->ops;
   const kernels::KernelContext& kctx = oc.kernel;
   const MlaWeights& w = *w_;
   const int T = plan.total_tokens;
   const int B = plan.batch;
-  const int H = ctx_->heads;  // this rank's heads (all of them on one GPU)
+  const int H = ctx_->heads;       // this rank's heads (all of them on one GPU)
   const int dn = ctx_->dims.nope;  // stored widths (model/mla_dims.h)
   const int dv = ctx_->dims.v;
   const int qk = ctx_->dims.qk();
@@ -35,9 +36,9 @@ absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const
   // Every decompression covers at most max_batch_tokens rows (the chunk itself, or a prefix
   // piece whose size is capped below), which is what the scratch was planned for.
   const int64_t max_rows = ctx_->limits.max_batch_tokens;
-  ASSIGN_OR_RETURN(void* kvb, ctx_->scratch->Activations(max_rows * H * (dn + dv), "kv_b output"));
-  ASSIGN_OR_RETURN(void* k, ctx_->scratch->Activations(max_rows * H * qk, "K"));
-  ASSIGN_OR_RETURN(void* v, ctx_->scratch->Activations(max_rows * H * dv, "V"));
+  ASSIGN_OR_RETURN(void* kvb, scratch.Activations(max_rows * H * (dn + dv), "kv_b output"));
+  ASSIGN_OR_RETURN(void* k, scratch.Activations(max_rows * H * qk, "K"));
+  ASSIGN_OR_RETURN(void* v, scratch.Activations(max_rows * H * dv, "V"));
 
   // Decompresses `rows` cache entries (row stride E) into per-head K [rows, H, qk], V [rows, H, v].
   auto decompress = [&](const void* entries, int rows) -> absl::Status {
@@ -88,7 +89,8 @@ absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const
   };
 
   // The chunk against its own keys (causal).
-  ASSIGN_OR_RETURN(void* lse_raw, ctx_->scratch->Allocate(static_cast<size_t>(T) * H * sizeof(float), "lse"));
+  ASSIGN_OR_RETURN(void* lse_raw,
+                   scratch.Allocate(static_cast<size_t>(T) * H * sizeof(float), "lse"));
   float* lse = static_cast<float*>(lse_raw);
   RETURN_IF_ERROR(decompress(kv, T));
   RETURN_IF_ERROR(mha(plan.dev.cu_seqlens_q, plan.max_seqlen_q, /*causal=*/true, attn, lse));
@@ -97,15 +99,18 @@ absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const
   // The cached prefix, in pieces of at most `piece` tokens per sequence, merged by LSE. A
   // piece holds at most max_batch_tokens rows over the batch (any piece size computes the
   // same function; this one keeps the scratch bounded).
-  const int piece = std::max(1, std::min(ctx_->launch.mha_prefix_piece_tokens, ctx_->limits.max_batch_tokens / B));
+  const int piece = std::max(
+      1, std::min(ctx_->launch.mha_prefix_piece_tokens, ctx_->limits.max_batch_tokens / B));
   ASSIGN_OR_RETURN(const void* cache, ctx_->cache->LatentForRead(layer_, plan));
-  ASSIGN_OR_RETURN(void* entries, ctx_->scratch->Activations(max_rows * E, "gathered prefix entries"));
-  ASSIGN_OR_RETURN(void* part, ctx_->scratch->Activations(static_cast<int64_t>(T) * H * dv, "prefix piece output"));
-  ASSIGN_OR_RETURN(void* part_lse_raw, ctx_->scratch->Allocate(static_cast<size_t>(T) * H * sizeof(float), "prefix lse"));
+  ASSIGN_OR_RETURN(void* entries, scratch.Activations(max_rows * E, "gathered prefix entries"));
+  ASSIGN_OR_RETURN(void* part,
+                   scratch.Activations(static_cast<int64_t>(T) * H * dv, "prefix piece output"));
+  ASSIGN_OR_RETURN(void* part_lse_raw,
+                   scratch.Allocate(static_cast<size_t>(T) * H * sizeof(float), "prefix lse"));
   float* part_lse = static_cast<float*>(part_lse_raw);
   std::vector<int32_t> gstart(B), glen(B), cu_k(B + 1);
   for (int begin = 0; begin < plan.max_prefix; begin += piece) {
-    ScratchScope piece_scope(ctx_->scratch->arena());  // the piece's index arrays
+    ScratchScope piece_scope(scratch.arena());  // the piece's index arrays
     int max_k = 0;
     cu_k[0] = 0;
     for (int b = 0; b < B; ++b) {
@@ -116,9 +121,9 @@ absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const
     }
     const int rows = cu_k[B];
     if (rows == 0) continue;
-    ASSIGN_OR_RETURN(const int32_t* d_start, ctx_->scratch->UploadInts(gstart, "prefix piece starts"));
-    ASSIGN_OR_RETURN(const int32_t* d_len, ctx_->scratch->UploadInts(glen, "prefix piece lengths"));
-    ASSIGN_OR_RETURN(const int32_t* d_cu_k, ctx_->scratch->UploadInts(cu_k, "prefix piece cu_seqlens_k"));
+    ASSIGN_OR_RETURN(const int32_t* d_start, scratch.UploadInts(gstart, "prefix piece starts"));
+    ASSIGN_OR_RETURN(const int32_t* d_len, scratch.UploadInts(glen, "prefix piece lengths"));
+    ASSIGN_OR_RETURN(const int32_t* d_cu_k, scratch.UploadInts(cu_k, "prefix piece cu_seqlens_k"));
     kernels::CacheGatherParams g;
     g.dtype = oc.dtype;
     g.batch = B;

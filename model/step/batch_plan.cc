@@ -74,10 +74,9 @@ absl::StatusOr<BatchPlan> BatchPlanner::Plan(std::span<const SequenceChunk> batc
   }
   plan.total_tokens = plan.cu_seqlens_q.back();
   if (plan.total_tokens > limits_.max_batch_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("Forward: the batch has ", plan.total_tokens,
-                                                   " tokens; this engine accepts ",
-                                                   limits_.max_batch_tokens,
-                                                   " (max_batch_tokens)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Forward: the batch has ", plan.total_tokens, " tokens; this engine accepts ",
+                     limits_.max_batch_tokens, " (max_batch_tokens)"));
   }
   plan.block_table.assign(static_cast<size_t>(plan.batch) * plan.max_pages_per_seq, -1);
   for (int b = 0; b < plan.batch; ++b) {

@@ -16,13 +16,13 @@ namespace mlaserve::model {
 struct BatchPlan {
   int batch = 0;
   int total_tokens = 0;
-  std::vector<int32_t> token_ids;    // [T]
-  std::vector<int32_t> positions;    // [T]
-  std::vector<int64_t> slots;        // [T] cache slot of every new token
-  std::vector<int32_t> cu_seqlens_q; // [B + 1]
-  std::vector<int32_t> start;        // [B] cached prefix length
-  std::vector<int32_t> seqlens_k;    // [B] start + chunk length
-  std::vector<int32_t> block_table;  // [B, max_pages_per_seq], unused entries -1
+  std::vector<int32_t> token_ids;     // [T]
+  std::vector<int32_t> positions;     // [T]
+  std::vector<int64_t> slots;         // [T] cache slot of every new token
+  std::vector<int32_t> cu_seqlens_q;  // [B + 1]
+  std::vector<int32_t> start;         // [B] cached prefix length
+  std::vector<int32_t> seqlens_k;     // [B] start + chunk length
+  std::vector<int32_t> block_table;   // [B, max_pages_per_seq], unused entries -1
   int max_pages_per_seq = 0;
   int max_seqlen_q = 0;
   int max_seqlen_k = 0;
@@ -31,7 +31,7 @@ struct BatchPlan {
   // DSA: attention runs sparse over the indexer's top-k. The planner sets it when some
   // sequence is longer than index_topk; the attention-form choice may set it too (fp8 cache).
   bool sparse = false;
-  std::vector<int32_t> logit_rows;   // token rows (in [0, T)) whose logits are returned
+  std::vector<int32_t> logit_rows;  // token rows (in [0, T)) whose logits are returned
 
   // The arrays above as the kernels read them: the host vectors on kCpu, a device copy
   // uploaded once per Forward on kCuda (StepScratch::UploadPlan).

@@ -20,8 +20,8 @@ ModelConfig SmallConfig() {
   return c;
 }
 
-SequenceChunk Chunk(const std::vector<int32_t>& tokens, int start, const std::vector<int32_t>& pages,
-                    bool want_logits = true) {
+SequenceChunk Chunk(const std::vector<int32_t>& tokens, int start,
+                    const std::vector<int32_t>& pages, bool want_logits = true) {
   SequenceChunk c;
   c.tokens = tokens;
   c.start_pos = start;
@@ -44,7 +44,8 @@ TEST(BatchPlanner, FlattensARaggedBatch) {
   EXPECT_EQ(plan->total_tokens, 4);
   EXPECT_EQ(plan->token_ids, (std::vector<int32_t>{7, 1, 2, 3}));
   EXPECT_EQ(plan->positions, (std::vector<int32_t>{70, 0, 1, 2}));
-  EXPECT_EQ(plan->slots, (std::vector<int64_t>{2 * kPage + 6, 6 * kPage, 6 * kPage + 1, 6 * kPage + 2}));
+  EXPECT_EQ(plan->slots,
+            (std::vector<int64_t>{2 * kPage + 6, 6 * kPage, 6 * kPage + 1, 6 * kPage + 2}));
   EXPECT_EQ(plan->cu_seqlens_q, (std::vector<int32_t>{0, 1, 4}));
   EXPECT_EQ(plan->start, (std::vector<int32_t>{70, 0}));
   EXPECT_EQ(plan->seqlens_k, (std::vector<int32_t>{71, 3}));
@@ -66,7 +67,8 @@ TEST(BatchPlanner, MarksDsaBatchesLongerThanTopkSparse) {
   const BatchPlanner planner(c, BatchLimits{64, 4, 8});
   const std::vector<int32_t> four = {1, 2, 3, 4}, five = {1, 2, 3, 4, 5}, pages = {0};
   absl::StatusOr<BatchPlan> dense = planner.Plan(std::vector<SequenceChunk>{Chunk(four, 0, pages)});
-  absl::StatusOr<BatchPlan> sparse = planner.Plan(std::vector<SequenceChunk>{Chunk(five, 0, pages)});
+  absl::StatusOr<BatchPlan> sparse =
+      planner.Plan(std::vector<SequenceChunk>{Chunk(five, 0, pages)});
   ASSERT_TRUE(dense.ok() && sparse.ok());
   EXPECT_FALSE(dense->sparse) << "4 keys: the indexer selects all of them";
   EXPECT_TRUE(sparse->sparse);

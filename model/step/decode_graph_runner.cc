@@ -53,14 +53,16 @@ BatchPlan PadDecodePlan(BatchPlan plan, int bucket, int width, int32_t padding_p
   return plan;
 }
 
-bool DecodeGraphRunner::Applies(const BatchPlan& plan, bool decode_form, bool layer_callback) const {
+bool DecodeGraphRunner::Applies(const BatchPlan& plan, bool decode_form,
+                                bool layer_callback) const {
   return available_ && enabled_ && decode_form && !layer_callback && padding_page_ >= 0 &&
          static_cast<int>(plan.logit_rows.size()) == plan.batch;
 }
 
 absl::Status DecodeGraphRunner::Run(BatchPlan plan, const Step& step) {
   const int bucket = std::min(NextPowerOfTwo(plan.batch), max_batch_seqs_);
-  const int width = std::min(NextPowerOfTwo(std::max(1, plan.max_pages_per_seq)), max_pages_per_seq_);
+  const int width =
+      std::min(NextPowerOfTwo(std::max(1, plan.max_pages_per_seq)), max_pages_per_seq_);
   plan = PadDecodePlan(std::move(plan), bucket, width, padding_page_);
 
   // Sparse (DSA) steps launch the indexer's top-k and sparse_decode instead of mla_decode.

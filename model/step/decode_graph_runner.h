@@ -47,8 +47,11 @@ class DecodeGraphRunner {
   // always false.
   DecodeGraphRunner(const kernels::KernelContext& ctx, bool available, int max_batch_seqs,
                     int max_pages_per_seq, int32_t padding_page)
-      : ctx_(ctx), available_(available), max_batch_seqs_(max_batch_seqs),
-        max_pages_per_seq_(max_pages_per_seq), padding_page_(padding_page) {}
+      : ctx_(ctx),
+        available_(available),
+        max_batch_seqs_(max_batch_seqs),
+        max_pages_per_seq_(max_pages_per_seq),
+        padding_page_(padding_page) {}
 
   // On by default. Benchmarks turn graphs off to time eager decode steps on the same engine;
   // the route probe runs eagerly.

@@ -38,13 +38,14 @@ TEST(PadDecodePlan, PaddedRowsReadThePaddingPageAndWriteNothing) {
   EXPECT_EQ(p.total_tokens, 4);
   EXPECT_EQ(p.max_pages_per_seq, 4);
   EXPECT_EQ(p.max_seqlen_k, 4 * kernels::kPageSize) << "planned for the width's longest context";
-  EXPECT_EQ(p.block_table, (std::vector<int32_t>{5, 2, -1, -1,  //
+  EXPECT_EQ(p.block_table, (std::vector<int32_t>{5, 2, -1, -1,   //
                                                  6, -1, -1, -1,  //
                                                  9, -1, -1, -1,  //
                                                  9, -1, -1, -1}));
   EXPECT_EQ(p.token_ids, (std::vector<int32_t>{11, 12, 0, 0}));
   EXPECT_EQ(p.positions, (std::vector<int32_t>{70, 3, 0, 0}));
-  EXPECT_EQ(p.slots, (std::vector<int64_t>{2 * kernels::kPageSize + 6, 6 * kernels::kPageSize + 3, -1, -1}))
+  EXPECT_EQ(p.slots,
+            (std::vector<int64_t>{2 * kernels::kPageSize + 6, 6 * kernels::kPageSize + 3, -1, -1}))
       << "slot -1: cache writers skip the padded rows";
   EXPECT_EQ(p.cu_seqlens_q, (std::vector<int32_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(p.seqlens_k, (std::vector<int32_t>{71, 4, 1, 1}));

@@ -21,13 +21,15 @@ bool SamplingStep::CanSampleOnDevice(std::span<const SampleRow* const> rows) con
 
 size_t SamplingStep::ScratchBytes(size_t rows, int vocab) {
   // temperature, top_p, min_p (f32), top_k, out (i32), seed, step (u64) per row.
-  constexpr size_t kParamBytesPerRow = 3 * sizeof(float) + 2 * sizeof(int32_t) + 2 * sizeof(uint64_t);
+  constexpr size_t kParamBytesPerRow =
+      3 * sizeof(float) + 2 * sizeof(int32_t) + 2 * sizeof(uint64_t);
   return AlignedBytes(rows * kParamBytesPerRow) +
          AlignedBytes(kernels::SamplingWorkspaceBytes(static_cast<int>(rows), vocab));
 }
 
-absl::Status SamplingStep::SampleOnDevice(const float* logits, std::span<const SampleRow* const> rows,
-                                            ForwardResult* result) {
+absl::Status SamplingStep::SampleOnDevice(const float* logits,
+                                          std::span<const SampleRow* const> rows,
+                                          ForwardResult* result) {
   const int n = static_cast<int>(rows.size());
   const int vocab = vocab_;
   // One host block, one upload: [temperature | top_p | min_p | top_k | seed | step], the ids
@@ -49,8 +51,11 @@ absl::Status SamplingStep::SampleOnDevice(const float* logits, std::span<const S
   // u64 arrays first, so they are 8-byte aligned.
   std::vector<char> host(2 * u64 + 3 * f32 + i32);
   char* at = host.data();
-  for (const auto& [src, bytes] : {std::pair<const void*, size_t>{seed.data(), u64}, {step.data(), u64},
-                                   {temperature.data(), f32}, {top_p.data(), f32}, {min_p.data(), f32},
+  for (const auto& [src, bytes] : {std::pair<const void*, size_t>{seed.data(), u64},
+                                   {step.data(), u64},
+                                   {temperature.data(), f32},
+                                   {top_p.data(), f32},
+                                   {min_p.data(), f32},
                                    {top_k.data(), i32}}) {
     std::memcpy(at, src, bytes);
     at += bytes;
@@ -69,14 +74,17 @@ absl::Status SamplingStep::SampleOnDevice(const float* logits, std::span<const S
   sp.min_p = reinterpret_cast<const float*>(d + 2 * u64 + 2 * f32);
   sp.top_k = reinterpret_cast<const int32_t*>(d + 2 * u64 + 3 * f32);
   sp.out_ids = reinterpret_cast<int32_t*>(d + host.size());
-  ASSIGN_OR_RETURN(sp.workspace, scratch_->Allocate(kernels::SamplingWorkspaceBytes(n, vocab), "sampling workspace"));
+  ASSIGN_OR_RETURN(sp.workspace, scratch_->Allocate(kernels::SamplingWorkspaceBytes(n, vocab),
+                                                    "sampling workspace"));
   RETURN_IF_ERROR(kernels::Sample(sp, ctx_));
   result->token_ids.resize(n);
-  RETURN_IF_ERROR(CopyBytes(ctx_, result->token_ids.data(), sp.out_ids, i32, CopyKind::kDeviceToHost));
+  RETURN_IF_ERROR(
+      CopyBytes(ctx_, result->token_ids.data(), sp.out_ids, i32, CopyKind::kDeviceToHost));
   return Synchronize(ctx_);
 }
 
-absl::Status SamplingStep::SampleOnHost(std::span<const SampleRow* const> rows, ForwardResult* result) const {
+absl::Status SamplingStep::SampleOnHost(std::span<const SampleRow* const> rows,
+                                        ForwardResult* result) const {
   ASSIGN_OR_RETURN(result->token_ids, SampleHostLogits(result->logits, vocab_, rows));
   return absl::OkStatus();
 }

@@ -24,8 +24,8 @@ absl::StatusOr<StepScratch> StepScratch::Create(const kernels::KernelContext& ct
   s.max_pages_per_seq_ = max_pages_per_seq;
   ASSIGN_OR_RETURN(s.arena_, ScratchArena::Create(ctx.backend, arena_bytes));
   if (ctx.backend != kernels::Backend::kCpu) {
-    ASSIGN_OR_RETURN(s.staging_,
-                     PinnedBuffer::Allocate(ctx.backend, PlanStagingBytes(limits, max_pages_per_seq)));
+    ASSIGN_OR_RETURN(s.staging_, PinnedBuffer::Allocate(
+                                     ctx.backend, PlanStagingBytes(limits, max_pages_per_seq)));
   }
   return s;
 }
@@ -42,9 +42,9 @@ absl::Status StepScratch::UploadPlan(BatchPlan* plan) {
     return absl::OkStatus();
   }
   if (plan->max_pages_per_seq > max_pages_per_seq_) {
-    return absl::InternalError(absl::StrCat("UploadPlan: a sequence spans ", plan->max_pages_per_seq,
-                                            " pages; the staging buffer was sized for ",
-                                            max_pages_per_seq_));
+    return absl::InternalError(
+        absl::StrCat("UploadPlan: a sequence spans ", plan->max_pages_per_seq,
+                     " pages; the staging buffer was sized for ", max_pages_per_seq_));
   }
   // Pack every array into the pinned staging buffer at aligned offsets, then one copy.
   char* host = staging_.as<char>();
@@ -62,8 +62,8 @@ absl::Status StepScratch::UploadPlan(BatchPlan* plan) {
   pack(plan->seqlens_k.data(), plan->seqlens_k.size() * sizeof(int32_t));
   pack(plan->block_table.data(), plan->block_table.size() * sizeof(int32_t));
   if (used > staging_.bytes()) {
-    return absl::InternalError(absl::StrCat("UploadPlan: the plan needs ", used,
-                                            " staging bytes; ", staging_.bytes(), " were planned"));
+    return absl::InternalError(absl::StrCat("UploadPlan: the plan needs ", used, " staging bytes; ",
+                                            staging_.bytes(), " were planned"));
   }
   ASSIGN_OR_RETURN(void* dev, Allocate(used, "batch plan"));
   RETURN_IF_ERROR(CopyBytes(ctx_, dev, host, used, CopyKind::kHostToDevice));
@@ -82,8 +82,8 @@ absl::StatusOr<const int32_t*> StepScratch::UploadInts(const std::vector<int32_t
   if (ctx_.backend == kernels::Backend::kCpu) return host.data();
   ASSIGN_OR_RETURN(void* dev, Allocate(host.size() * sizeof(int32_t), what));
   // Pageable source: the copy is staged before the call returns.
-  RETURN_IF_ERROR(CopyBytes(ctx_, dev, host.data(), host.size() * sizeof(int32_t),
-                            CopyKind::kHostToDevice));
+  RETURN_IF_ERROR(
+      CopyBytes(ctx_, dev, host.data(), host.size() * sizeof(int32_t), CopyKind::kHostToDevice));
   return static_cast<const int32_t*>(dev);
 }
 

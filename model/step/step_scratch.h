@@ -38,7 +38,9 @@ class StepScratch {
   // Start of a step: everything allocated before is released.
   void Reset() { arena_.Reset(); }
   // Scratch of the current step; INTERNAL naming `what` if the sizing undercounted.
-  absl::StatusOr<void*> Allocate(size_t bytes, const char* what) { return arena_.Allocate(bytes, what); }
+  absl::StatusOr<void*> Allocate(size_t bytes, const char* what) {
+    return arena_.Allocate(bytes, what);
+  }
   // `elements` activation elements.
   absl::StatusOr<void*> Activations(int64_t elements, const char* what) {
     return arena_.Allocate(static_cast<size_t>(elements) * kernels::DTypeSize(dtype_), what);
