@@ -13,6 +13,23 @@ namespace {
 
 constexpr double kMaxThresholdScale = 1e6;
 
+// Whether cuDNN can run here: the option, else the kernels' answer (which also says why not).
+bool CudnnAvailable(const PolicyOptions& options, std::string* why_not) {
+  if (options.cudnn_available.has_value()) {
+    if (!*options.cudnn_available) *why_not = "cuDNN unavailable in this process";
+    return *options.cudnn_available;
+  }
+  const absl::StatusOr<std::string> version = kernels::MhaPrefillCudnnVersion();
+  if (!version.ok()) *why_not = std::string(version.status().message());
+  return version.ok();
+}
+
+int CudnnCells(const MhaMlaTable& t) {
+  int n = 0;
+  for (const MhaMlaCell& c : t.cells) n += c.mha_provider == MhaPrefillProvider::kCudnn;
+  return n;
+}
+
 }  // namespace
 
 const char* PrefillPathName(PrefillPath p) {
@@ -64,16 +81,30 @@ absl::StatusOr<std::unique_ptr<AttentionPathPolicy>> AttentionPathPolicy::Create
         absl::StrCat("index_topk ", model.index_topk, " must be > 0 for a DSA model"));
   }
   RETURN_IF_ERROR(ValidateProfile(profile));
-  return std::unique_ptr<AttentionPathPolicy>(
-      new AttentionPathPolicy(std::move(profile), std::move(source), model, options));
+  // A cell tuned on cuDNN where cuDNN cannot load runs on ours (what the engine's fallback
+  // would do anyway): one line now rather than an error or a line per batch.
+  bool cudnn_cells_on_ours = false;
+  if (const int cells = CudnnCells(profile.mha_mla); cells > 0) {
+    std::string why_not;
+    if (!CudnnAvailable(options, &why_not)) {
+      cudnn_cells_on_ours = true;
+      spdlog::warn("attention path policy ({}): {} of {} MHA/MLA cells were tuned with cuDNN's MHA "
+                   "prefill, which this process cannot run ({}); they run the MHA form on ours",
+                   source, cells, profile.mha_mla.cells.size(), why_not);
+    }
+  }
+  return std::unique_ptr<AttentionPathPolicy>(new AttentionPathPolicy(
+      std::move(profile), std::move(source), model, options, cudnn_cells_on_ours));
 }
 
 AttentionPathPolicy::AttentionPathPolicy(GpuProfile profile, std::string source,
-                                         ModelAttentionTraits model, PolicyOptions options)
+                                         ModelAttentionTraits model, PolicyOptions options,
+                                         bool cudnn_cells_on_ours)
     : profile_(std::move(profile)),
       source_(std::move(source)),
       model_(model),
-      options_(options) {
+      options_(options),
+      cudnn_cells_on_ours_(cudnn_cells_on_ours) {
   sparse_cap_ = profile_.device.smem_optin_bytes > 0
                     ? kernels::SparseDecodeMaxRows(profile_.device.smem_optin_bytes)
                     : profile_.sparse.decode_max_rows;
@@ -85,30 +116,37 @@ int64_t AttentionPathPolicy::Scaled(int64_t threshold) const {
   return v >= 9.0e18 ? INT64_MAX : static_cast<int64_t>(std::llround(v));
 }
 
+MhaPrefillProvider AttentionPathPolicy::CellProvider(const MhaMlaCell* cell) const {
+  if (cell == nullptr) return MhaPrefillProvider::kAuto;
+  if (cell->mha_provider == MhaPrefillProvider::kCudnn && cudnn_cells_on_ours_) {
+    return MhaPrefillProvider::kOurs;
+  }
+  return cell->mha_provider;
+}
+
+MhaPrefillProvider AttentionPathPolicy::MhaProviderFor(const BatchStats& st) const {
+  return CellProvider(profile_.mha_mla.Find(st.batch, st.sum_prefix, st.sum_extend));
+}
+
 PathChoice AttentionPathPolicy::ChooseDense(const BatchStats& st) const {
   PathChoice c;
   c.stats = st;
-  if (options_.force == PrefillPath::kMha || options_.force == PrefillPath::kMla) {
+  bool exact = false;
+  // A forced MHA still runs on the provider its cell found faster.
+  const MhaMlaCell* cell = profile_.mha_mla.Find(st.batch, st.sum_prefix, st.sum_extend, &exact);
+  if (options_.force.has_value()) {  // kSparseFwd only for DSA models (checked in Create)
     c.path = *options_.force;
     c.reason = ChoiceReason::kForced;
-    return c;
-  }
-  if (options_.force == PrefillPath::kSparseFwd) {  // DSA only (checked in Create)
-    c.path = PrefillPath::kSparseFwd;
-    c.reason = ChoiceReason::kForced;
-    return c;
-  }
-  bool exact = false;
-  const MhaMlaCell* cell = profile_.mha_mla.Find(st.batch, st.sum_prefix, st.sum_extend, &exact);
-  if (cell == nullptr) {
+  } else if (cell == nullptr) {
     c.path = st.sum_prefix == 0 ? PrefillPath::kMha : PrefillPath::kMla;
     c.reason = ChoiceReason::kNoCell;
-    return c;
+  } else {
+    c.se_threshold = Scaled(cell->se_threshold);
+    c.path = c.se_threshold != kNeverMha && st.se >= c.se_threshold ? PrefillPath::kMha
+                                                                     : PrefillPath::kMla;
+    c.reason = exact ? ChoiceReason::kTable : ChoiceReason::kTableNearest;
   }
-  c.se_threshold = Scaled(cell->se_threshold);
-  c.path = c.se_threshold != kNeverMha && st.se >= c.se_threshold ? PrefillPath::kMha
-                                                                   : PrefillPath::kMla;
-  c.reason = exact ? ChoiceReason::kTable : ChoiceReason::kTableNearest;
+  if (c.path == PrefillPath::kMha) c.mha_provider = CellProvider(cell);
   return c;
 }
 
@@ -145,6 +183,9 @@ PathChoice AttentionPathPolicy::Choose(std::span<const SequenceShape> batch) {
   }
   path_counts_[static_cast<int>(c.path)].fetch_add(1, std::memory_order_relaxed);
   reason_counts_[static_cast<int>(c.reason)].fetch_add(1, std::memory_order_relaxed);
+  if (c.path == PrefillPath::kMha) {
+    mha_provider_counts_[static_cast<int>(c.mha_provider)].fetch_add(1, std::memory_order_relaxed);
+  }
   if (spdlog::should_log(spdlog::level::debug)) spdlog::debug("attention path: {}", Describe(c));
   return c;
 }
@@ -161,6 +202,9 @@ std::string AttentionPathPolicy::Describe(const PathChoice& c) {
       absl::StrAppend(&out, c.path == PrefillPath::kMha ? " >= " : " < ", "threshold=",
                       c.se_threshold);
     }
+  }
+  if (c.path == PrefillPath::kMha && c.mha_provider != MhaPrefillProvider::kAuto) {
+    absl::StrAppend(&out, " provider=", kernels::MhaPrefillProviderName(c.mha_provider));
   }
   absl::StrAppend(&out, ")");
   return out;

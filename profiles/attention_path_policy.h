@@ -17,6 +17,10 @@
 // Overrides (PolicyOptions): force a path — only where it computes the same function, so a
 // forced kMha/kMla on a DSA batch with long sequences still goes sparse, and a forced kMla
 // never exceeds the cap; scale every se threshold.
+// MHA provider: a kMha choice carries the provider of the batch's cell (the faster of ours and
+// cuDNN where the profile was tuned on both; kAuto where the profile records none, so the
+// engine's --mha-provider decides). A profile tuned with cuDNN on a process that cannot load it
+// runs those cells on ours: Create logs one warning, and the choices say kOurs.
 //
 // Thread-safe: Choose may be called from any thread; the counters are atomic.
 #pragma once
@@ -57,6 +61,9 @@ const char* ChoiceReasonName(ChoiceReason r);
 struct PolicyOptions {
   std::optional<PrefillPath> force;  // nullopt = auto
   double threshold_scale = 1.0;      // every se threshold is multiplied by this; (0, 1e6]
+  // Whether this process can run cuDNN's MHA prefill; nullopt asks
+  // kernels::MhaPrefillCudnnVersion() at Create (tests and tools set it).
+  std::optional<bool> cudnn_available;
 };
 
 // What the policy needs to know about the model.
@@ -70,6 +77,9 @@ struct PathChoice {
   ChoiceReason reason = ChoiceReason::kTable;
   BatchStats stats;
   int64_t se_threshold = kNeverMha;  // the scaled threshold used (table reasons)
+  // For kMha: who computes it (the cell's provider; kAuto = the engine's --mha-provider).
+  // kAuto for the other paths.
+  MhaPrefillProvider mha_provider = MhaPrefillProvider::kAuto;
 };
 
 class AttentionPathPolicy {
@@ -90,13 +100,24 @@ class AttentionPathPolicy {
 
   uint64_t count(PrefillPath p) const { return path_counts_[static_cast<int>(p)].load(); }
   uint64_t count(ChoiceReason r) const { return reason_counts_[static_cast<int>(r)].load(); }
+  // kMha choices by the provider they carry.
+  uint64_t mha_count(MhaPrefillProvider p) const {
+    return mha_provider_counts_[static_cast<int>(p)].load();
+  }
+  // Whether the profile's cuDNN cells run on ours here (cuDNN not loadable; warned at Create).
+  bool cudnn_cells_on_ours() const { return cudnn_cells_on_ours_; }
+  // The provider a kMha choice for a dense batch with these stats carries: its cell's (the
+  // nearest measured one), kOurs for a cuDNN cell when cudnn_cells_on_ours(), kAuto without one.
+  MhaPrefillProvider MhaProviderFor(const BatchStats& st) const;
 
-  // "mla (table cell bs=3 prefix=2048 extend=1024: se 3145728 < threshold 4194304)"
+  // "mla (table: bs=3 prefix=2048 extend=1024 se=3145728 < threshold=4194304)"; a kMha
+  // choice with a recorded provider ends in " provider=cudnn" or " provider=ours".
   static std::string Describe(const PathChoice& c);
 
  private:
   AttentionPathPolicy(GpuProfile profile, std::string source, ModelAttentionTraits model,
-                      PolicyOptions options);
+                      PolicyOptions options, bool cudnn_cells_on_ours);
+  MhaPrefillProvider CellProvider(const MhaMlaCell* cell) const;  // nullptr: kAuto
   PathChoice ChooseDense(const BatchStats& st) const;
   PathChoice ChooseSparse(const BatchStats& st) const;
   int64_t Scaled(int64_t threshold) const;
@@ -105,8 +126,10 @@ class AttentionPathPolicy {
   const std::string source_;
   const ModelAttentionTraits model_;
   const PolicyOptions options_;
+  const bool cudnn_cells_on_ours_;
   int sparse_cap_ = 0;
   std::array<std::atomic<uint64_t>, kNumPrefillPaths> path_counts_{};
+  std::array<std::atomic<uint64_t>, 3> mha_provider_counts_{};  // by MhaPrefillProvider
   std::array<std::atomic<uint64_t>, kNumChoiceReasons> reason_counts_{};
 };
 

@@ -49,12 +49,70 @@ absl::Status CheckFinitePositive(const std::string& field, double v, bool allow_
   return absl::OkStatus();
 }
 
+std::string ProviderList(const std::vector<MhaPrefillProvider>& providers) {
+  std::string out = "[";
+  for (size_t i = 0; i < providers.size(); ++i) {
+    absl::StrAppend(&out, i > 0 ? ", " : "", kernels::MhaPrefillProviderName(providers[i]));
+  }
+  return out + "]";
+}
+
+bool Timed(const MhaMlaTable& t, MhaPrefillProvider p) {
+  return std::find(t.mha_providers.begin(), t.mha_providers.end(), p) != t.mha_providers.end();
+}
+
+absl::Status CheckTimedProviders(const MhaMlaTable& t) {
+  for (size_t i = 0; i < t.mha_providers.size(); ++i) {
+    const MhaPrefillProvider p = t.mha_providers[i];
+    const std::string f = absl::StrCat("mha_mla.mha_providers[", i, "]");
+    if (p != MhaPrefillProvider::kOurs && p != MhaPrefillProvider::kCudnn) {
+      return Invalid(f, absl::StrCat(kernels::MhaPrefillProviderName(p),
+                                     " is not a provider the tuner times (ours, cudnn)"));
+    }
+    if (std::find(t.mha_providers.begin(), t.mha_providers.begin() + i, p) !=
+        t.mha_providers.begin() + i) {
+      return Invalid(f, absl::StrCat(kernels::MhaPrefillProviderName(p), " is listed twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The cell's provider against the providers the table says were timed.
+absl::Status CheckCellProvider(const MhaMlaTable& t, const MhaMlaCell& c, const std::string& f) {
+  const char* name = kernels::MhaPrefillProviderName(c.mha_provider);
+  if (t.mha_providers.empty() && c.mha_provider != MhaPrefillProvider::kAuto) {
+    return Invalid(f + ".mha_provider",
+                   absl::StrCat(name, ", but mha_mla.mha_providers is empty (a table that names "
+                                      "providers per cell lists the ones it timed)"));
+  }
+  if (!t.mha_providers.empty() && !Timed(t, c.mha_provider)) {
+    return Invalid(f + ".mha_provider",
+                   absl::StrCat(name, " is not one of mha_mla.mha_providers ",
+                                ProviderList(t.mha_providers), " (the providers timed)"));
+  }
+  for (auto [key, provider, us] :
+       {std::tuple{".mha_ours_us", MhaPrefillProvider::kOurs, c.mha_ours_us},
+        {".mha_cudnn_us", MhaPrefillProvider::kCudnn, c.mha_cudnn_us}}) {
+    if (!us.has_value()) continue;
+    if (!std::isfinite(*us) || *us < 0.0) {
+      return Invalid(f + key, absl::StrCat(*us, " must be finite and >= 0"));
+    }
+    if (!Timed(t, provider)) {
+      return Invalid(f + key, absl::StrCat("a time for ", kernels::MhaPrefillProviderName(provider),
+                                           ", which mha_mla.mha_providers ",
+                                           ProviderList(t.mha_providers), " does not list"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateTable(const MhaMlaTable& t) {
   if (t.max_batch < 1 || t.max_batch > 1024) {
     return Invalid("mha_mla.max_batch", absl::StrCat(t.max_batch, " is outside [1, 1024]"));
   }
   RETURN_IF_ERROR(CheckEdges("mha_mla.prefix_edges", t.prefix_edges));
   RETURN_IF_ERROR(CheckEdges("mha_mla.extend_edges", t.extend_edges));
+  RETURN_IF_ERROR(CheckTimedProviders(t));
   std::set<std::tuple<int, int64_t, int64_t>> seen;
   for (size_t i = 0; i < t.cells.size(); ++i) {
     const MhaMlaCell& c = t.cells[i];
@@ -78,6 +136,7 @@ absl::Status ValidateTable(const MhaMlaTable& t) {
         c.below_mha_wins > c.below_total) {
       return Invalid(f, "sample counts are negative or wins exceed their totals");
     }
+    RETURN_IF_ERROR(CheckCellProvider(t, c, f));
     if (!seen.insert({c.batch, c.prefix, c.extend}).second) {
       return Invalid(f, absl::StrCat("duplicates the cell (batch ", c.batch, ", prefix ", c.prefix,
                                      ", extend ", c.extend, ")"));
@@ -198,6 +257,13 @@ absl::Status ValidateProfile(const GpuProfile& p) {
   RETURN_IF_ERROR(CheckFinitePositive("prefill_estimate.dense_us_per_token",
                                       p.prefill_estimate.dense_us_per_token, true));
   return absl::OkStatus();
+}
+
+std::optional<MhaPrefillProvider> MhaProviderFromName(const std::string& name) {
+  for (auto p : {MhaPrefillProvider::kAuto, MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn}) {
+    if (name == kernels::MhaPrefillProviderName(p)) return p;
+  }
+  return std::nullopt;
 }
 
 std::string SanitizeDeviceName(const std::string& name) {

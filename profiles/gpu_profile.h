@@ -10,6 +10,13 @@
 // one threshold on se = Σ_b seq_len_b · extend_len_b (seq_len = prefix + extend): MHA when
 // se >= threshold, MLA below. Cells are keyed by (batch bucket, Σprefix bucket, Σextend
 // bucket); a bucket is named by its lower edge and covers [edge, next edge).
+//
+// The MHA form has more than one provider on CUDA (kernels/mha_prefill/api.h: our kernel, and
+// cuDNN's SDPA where libcudnn loads). The tuner times the MHA form on each provider it can run,
+// keeps per cell the one under whose fitted threshold the cell's batches take the least time,
+// and records it with the threshold (format version 2). The policy hands it to the engine per
+// batch. Version 1 profiles did not record a provider: their cells read as kAuto, i.e. the
+// engine's own --mha-provider decides, as it did before version 2.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/mha_prefill/api.h"
 
 namespace mlaserve::profiles {
 
@@ -49,11 +57,20 @@ struct AttentionShape {
 // se threshold meaning "MHA never wins in this cell".
 inline constexpr int64_t kNeverMha = -1;
 
+// Who computes the MHA form of a cell. kOurs and kCudnn are what the tuner measured; kAuto means
+// "not recorded" (version 1 profiles, the cost model): the engine's --mha-provider decides.
+using kernels::MhaPrefillProvider;
+
 struct MhaMlaCell {
   int batch = 1;          // batch bucket: 1 .. max_batch (the last also holds larger batches)
   int64_t prefix = 0;     // lower edge of the Σprefix bucket (one of prefix_edges)
   int64_t extend = 0;     // lower edge of the Σextend bucket (one of extend_edges)
   int64_t se_threshold = 0;  // MHA when se >= this; kNeverMha = always MLA
+  // The MHA provider the threshold was fitted against: the faster one in this cell (kOurs or
+  // kCudnn, one of MhaMlaTable::mha_providers), or kAuto where none was recorded.
+  MhaPrefillProvider mha_provider = MhaPrefillProvider::kAuto;
+  // Mean MHA-form time of the cell's samples on each provider timed (informational).
+  std::optional<double> mha_ours_us, mha_cudnn_us;
   // Fit statistics as in PR 9551's table (informational): of the samples with se >= threshold,
   // how many had MHA no slower than MLA; the same for se < threshold.
   int samples = 0;
@@ -66,6 +83,10 @@ struct MhaMlaTable {
   std::vector<int64_t> prefix_edges;  // strictly increasing, first 0
   std::vector<int64_t> extend_edges;  // strictly increasing, first 0
   std::vector<MhaMlaCell> cells;      // at most one per (batch, prefix, extend)
+  // The MHA providers the tuner timed (kOurs, and kCudnn where it loaded); empty when the
+  // profile records none (version 1, cost model). Every cell's provider is one of them.
+  std::vector<MhaPrefillProvider> mha_providers;
+  std::string cudnn_version;  // "cuDNN 9.13.0" when kCudnn was timed (informational)
 
   // Bucket indices of a batch: batch sizes are clamped to [1, max_batch]; sums pick the last
   // edge <= sum. The table must have been validated.
@@ -116,7 +137,9 @@ struct PrefillEstimate {
 };
 
 struct GpuProfile {
-  static constexpr int kFormatVersion = 1;
+  // Written: version 2 (per-cell MHA provider). Read: versions 1 and 2.
+  static constexpr int kFormatVersion = 2;
+  static constexpr int kOldestReadableVersion = 1;
 
   DeviceFacts device;
   AttentionShape shape;
@@ -135,12 +158,16 @@ struct GpuProfile {
 // [1, max_batch 8]"). A profile that passes is safe for the policy to use.
 absl::Status ValidateProfile(const GpuProfile& p);
 
-// JSON (format: docs/profiles.md). Parse errors and invalid values name the field.
+// JSON (format: docs/profiles.md). Parse errors and invalid values name the field; LoadProfile's
+// errors also name the file. Version 1 documents load with every cell's provider kAuto.
 std::string ProfileToJson(const GpuProfile& p);
 absl::StatusOr<GpuProfile> ProfileFromJson(const std::string& text);
 
 absl::Status SaveProfile(const GpuProfile& p, const std::string& path);
 absl::StatusOr<GpuProfile> LoadProfile(const std::string& path);
+
+// "auto" | "ours" | "cudnn" as the profile writes them; nullopt for anything else.
+std::optional<MhaPrefillProvider> MhaProviderFromName(const std::string& name);
 
 // "NVIDIA H100 80GB HBM3" -> "NVIDIA_H100_80GB_HBM3" (letters, digits, '-', '.' kept; runs of
 // anything else become one '_').

@@ -121,7 +121,7 @@ TEST(ProfileJson, MalformedProfileRefusedWithFieldNamed) {
                 "decode_splits[1].num_splits");
   ExpectRefused([](auto& d) { d["chunk_size"] = 0; }, "chunk_size");
   ExpectRefused([](auto& d) { d["local_prefill_threshold"] = -1; }, "local_prefill_threshold");
-  ExpectRefused([](auto& d) { d["version"] = 2; }, "version");
+  ExpectRefused([](auto& d) { d["version"] = 3; }, "version");
   ExpectRefused([](auto& d) { d["format"] = "other"; }, "format");
   ExpectRefused([](auto& d) { d["origin"] = "guess"; }, "origin");
   ExpectRefused([](auto& d) { d.erase("prefill_estimate"); }, "prefill_estimate");

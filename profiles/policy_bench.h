@@ -1,15 +1,19 @@
 // The attention-path policy benchmark: total prefill attention time of one mixed workload
 // under several path policies, scored on the same timed batches.
 //
-// Every batch of the workload is timed once on both paths (MHA and MLA); a policy's cost on the
-// batch is the time of the path it picks. So all policies see identical batches and identical
-// timings, and their totals differ only by their choices. Policies compared:
+// Every batch of the workload is timed once on both paths (MHA on each provider timed, and
+// MLA); a policy's cost on the batch is the time of the path it picks, MHA on the provider it
+// picks. So all policies see identical batches and identical timings, and their totals differ
+// only by their choices. Policies compared:
 //   always MLA          - absorbed attention for every batch;
 //   fixed rule          - SGLang's DeepSeek dispatch with its default
 //                         chunked_prefix_cache_threshold 8192: MHA when Σprefix == 0 or
-//                         Σprefix >= 8192, MLA otherwise;
-//   tuned (<profile>)   - AttentionPathPolicy over a GPU profile (one row per profile given);
-//   best per batch      - the faster path of every batch (the lower bound no policy beats).
+//                         Σprefix >= 8192, MLA otherwise; MHA on the engine's default provider
+//                         (auto: cuDNN where it was timed);
+//   tuned (<profile>)   - AttentionPathPolicy over a GPU profile (one row per profile given),
+//                         MHA on each cell's provider (auto for profiles that record none);
+//   best per batch      - the fastest path and provider of every batch (the lower bound no
+//                         policy beats).
 #pragma once
 
 #include <cstdint>
@@ -61,6 +65,7 @@ struct PolicyRow {
   std::string name;
   double total_us = 0.0;
   int mha = 0, mla = 0;  // batches on each path
+  int mha_cudnn = 0;     // of the MHA batches, those charged cuDNN's time
 };
 
 struct PolicyBenchReport {
@@ -69,10 +74,10 @@ struct PolicyBenchReport {
   std::string table;            // rows with totals and the gains of each tuned policy
 };
 
-// Times the workload with `time_batch` (both paths of one batch) and scores every policy.
-// The tuned policies must be dense-model policies (no indexer). Errors from time_batch are
-// returned as they are.
-using BatchTimer = std::function<absl::StatusOr<TimedSample>(const std::vector<SequenceShape>&)>;
+// Times the workload with `time_batch` (every path and provider of one batch) and scores every
+// policy. The tuned policies must be dense-model policies (no indexer). Errors from time_batch
+// are returned as they are.
+using BatchTimer = std::function<absl::StatusOr<BatchTimes>(const std::vector<SequenceShape>&)>;
 absl::StatusOr<PolicyBenchReport> RunPolicyBenchmark(const BatchTimer& time_batch,
                                                      const std::vector<TunedPolicy>& tuned,
                                                      const PolicyBenchOptions& options);

@@ -53,10 +53,10 @@ TEST(PolicyBenchmark, ChargesEachPolicyThePathItPicks) {
   std::vector<TunedPolicy> tuned{{"all-mha", std::move(*policy)}};
   double mha_total = 0, mla_total = 0;
   int calls = 0;
-  BatchTimer timer = [&](const std::vector<SequenceShape>& b) -> absl::StatusOr<TimedSample> {
+  BatchTimer timer = [&](const std::vector<SequenceShape>& b) -> absl::StatusOr<BatchTimes> {
     const BatchStats st = ComputeBatchStats(b);
-    TimedSample s{st.se, 10.0, 1.0 + st.sum_prefix / 1000.0};
-    mha_total += s.mha_us;
+    BatchTimes s{st.se, 10.0, std::nullopt, 1.0 + st.sum_prefix / 1000.0};
+    mha_total += s.mha_ours_us;
     mla_total += s.mla_us;
     ++calls;
     return s;
@@ -80,8 +80,72 @@ TEST(PolicyBenchmark, ChargesEachPolicyThePathItPicks) {
   EXPECT_THAT(r->table, HasSubstr("vs fixed rule"));
 }
 
+// MHA on two providers: cuDNN costs 4 us below Σprefix 256 and 40 us above, ours 10 us
+// everywhere; MLA 20 us. Every policy is charged the provider it picks: a tuned profile whose
+// cells name cuDNN below 256 and ours above pays 4 or 10; an old profile (no provider, kAuto)
+// and the fixed rule pay cuDNN's time wherever cuDNN was timed, as the engine's default runs it.
+TEST(PolicyBenchmark, ChargesMhaOnTheProviderEachPolicyPicks) {
+  GpuProfile mixed = testing::SmallProfile();
+  mixed.mha_mla.mha_providers = {MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn};
+  for (MhaMlaCell& c : mixed.mha_mla.cells) {
+    c.se_threshold = 0;  // always MHA
+    c.mha_provider = c.prefix < 256 ? MhaPrefillProvider::kCudnn : MhaPrefillProvider::kOurs;
+  }
+  GpuProfile old = testing::SmallProfile();
+  for (MhaMlaCell& c : old.mha_mla.cells) c.se_threshold = 0;
+  PolicyOptions with_cudnn;
+  with_cudnn.cudnn_available = true;
+  auto tuned_mixed = AttentionPathPolicy::Create(mixed, "mixed", {}, with_cudnn);
+  auto tuned_old = AttentionPathPolicy::Create(old, "old", {}, with_cudnn);
+  ASSERT_TRUE(tuned_mixed.ok() && tuned_old.ok());
+  std::vector<TunedPolicy> tuned{{"mixed", std::move(*tuned_mixed)}, {"old", std::move(*tuned_old)}};
+  double expect_mixed = 0, expect_old = 0, expect_best = 0;
+  int low_prefix = 0, batches = 0;
+  BatchTimer timer = [&](const std::vector<SequenceShape>& b) -> absl::StatusOr<BatchTimes> {
+    const BatchStats st = ComputeBatchStats(b);
+    const bool low = st.sum_prefix < 256;
+    BatchTimes s{st.se, 10.0, low ? 4.0 : 40.0, 20.0};
+    expect_mixed += low ? 4.0 : 10.0;
+    expect_old += low ? 4.0 : 40.0;
+    expect_best += low ? 4.0 : 10.0;
+    low_prefix += low;
+    ++batches;
+    return s;
+  };
+  PolicyBenchOptions o;
+  o.batches = 300;
+  o.workload.max_prefix = 200;  // some batches below Σprefix 256, some above
+  auto r = RunPolicyBenchmark(timer, tuned, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_GT(low_prefix, 0);
+  ASSERT_LT(low_prefix, batches);
+  ASSERT_EQ(r->rows.size(), 5u);
+  EXPECT_DOUBLE_EQ(r->rows[2].total_us, expect_mixed);
+  EXPECT_EQ(r->rows[2].mha, batches);
+  EXPECT_EQ(r->rows[2].mha_cudnn, low_prefix);
+  EXPECT_DOUBLE_EQ(r->rows[3].total_us, expect_old);
+  EXPECT_EQ(r->rows[3].mha_cudnn, batches);
+  EXPECT_DOUBLE_EQ(r->rows[4].total_us, expect_best);  // best: the faster provider per batch
+  EXPECT_EQ(r->rows[4].mha_cudnn, low_prefix);
+  EXPECT_THAT(r->table, HasSubstr("cuDNN"));
+
+  // A process without cuDNN: the mixed profile's cuDNN cells are charged (and run) as ours.
+  PolicyOptions without;
+  without.cudnn_available = false;
+  auto fallback = AttentionPathPolicy::Create(mixed, "mixed", {}, without);
+  ASSERT_TRUE(fallback.ok());
+  std::vector<TunedPolicy> one{{"mixed-no-cudnn", std::move(*fallback)}};
+  BatchTimer ours_only = [](const std::vector<SequenceShape>& b) -> absl::StatusOr<BatchTimes> {
+    return BatchTimes{ComputeBatchStats(b).se, 10.0, std::nullopt, 20.0};
+  };
+  auto r2 = RunPolicyBenchmark(ours_only, one, o);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  EXPECT_DOUBLE_EQ(r2->rows[2].total_us, 10.0 * 300);
+  EXPECT_EQ(r2->rows[2].mha_cudnn, 0);
+}
+
 TEST(PolicyBenchmark, PassesTimerErrorsOn) {
-  BatchTimer timer = [](const std::vector<SequenceShape>&) -> absl::StatusOr<TimedSample> {
+  BatchTimer timer = [](const std::vector<SequenceShape>&) -> absl::StatusOr<BatchTimes> {
     return absl::ResourceExhaustedError("out of memory");
   };
   auto r = RunPolicyBenchmark(timer, {}, {});

@@ -87,6 +87,43 @@ class Reader {
     return absl::OkStatus();
   }
 
+  // An optional number: absent stays nullopt.
+  absl::Status OptionalDouble(const std::string& key, std::optional<double>* out) const {
+    ASSIGN_OR_RETURN(const json* v, Get(key, false));
+    if (v == nullptr) return absl::OkStatus();
+    double d = 0.0;
+    RETURN_IF_ERROR(Double(key, &d));
+    *out = d;
+    return absl::OkStatus();
+  }
+
+  // "auto" | "ours" | "cudnn".
+  absl::Status Provider(const std::string& key, MhaPrefillProvider* out) const {
+    std::string name;
+    RETURN_IF_ERROR(String(key, &name));
+    return ProviderNamed(name, Path(key), out);
+  }
+
+  static absl::Status ProviderNamed(const std::string& name, const std::string& path,
+                                    MhaPrefillProvider* out) {
+    const std::optional<MhaPrefillProvider> p = MhaProviderFromName(name);
+    if (!p.has_value()) {
+      return FieldError(path, absl::StrCat("'", name, "' is not one of auto, ours, cudnn"));
+    }
+    *out = *p;
+    return absl::OkStatus();
+  }
+
+  // A field that only a later format version has: refused in an older document, so a file
+  // whose version was not bumped cannot pass for something it is not.
+  absl::Status Absent(const std::string& key, int version) const {
+    if (j_.contains(key)) {
+      return FieldError(Path(key), absl::StrCat("is a version 2 field, but the profile says version ",
+                                                version));
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<Reader> Object(const std::string& key) const {
     ASSIGN_OR_RETURN(const json* v, Get(key));
     if (!v->is_object()) return FieldError(Path(key), "expected an object");
@@ -125,7 +162,40 @@ absl::StatusOr<Reader> Element(const json& array, const std::string& path, size_
   return Reader(array[i], p);
 }
 
-absl::Status ReadCells(const Reader& t, MhaMlaTable* table) {
+// Version 2's provider fields of one cell; in version 1 they must be absent (provider kAuto).
+absl::Status ReadCellProvider(const Reader& c, int version, MhaMlaCell* cell) {
+  if (version < 2) {
+    for (const char* key : {"mha_provider", "mha_ours_us", "mha_cudnn_us"}) {
+      RETURN_IF_ERROR(c.Absent(key, version));
+    }
+    cell->mha_provider = MhaPrefillProvider::kAuto;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(c.Provider("mha_provider", &cell->mha_provider));
+  RETURN_IF_ERROR(c.OptionalDouble("mha_ours_us", &cell->mha_ours_us));
+  return c.OptionalDouble("mha_cudnn_us", &cell->mha_cudnn_us);
+}
+
+// The providers the tuner timed (version 2): an array of names, possibly empty.
+absl::Status ReadTimedProviders(const Reader& t, int version, MhaMlaTable* table) {
+  if (version < 2) {
+    RETURN_IF_ERROR(t.Absent("mha_providers", version));
+    return t.Absent("cudnn_version", version);
+  }
+  ASSIGN_OR_RETURN(const json* list, t.Array("mha_providers"));
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string path = absl::StrCat(t.Path("mha_providers"), "[", i, "]");
+    if (!(*list)[i].is_string()) {
+      return FieldError(path, absl::StrCat("expected a string, got ", (*list)[i].dump()));
+    }
+    MhaPrefillProvider p = MhaPrefillProvider::kAuto;
+    RETURN_IF_ERROR(Reader::ProviderNamed((*list)[i].get<std::string>(), path, &p));
+    table->mha_providers.push_back(p);
+  }
+  return t.String("cudnn_version", &table->cudnn_version, false);
+}
+
+absl::Status ReadCells(const Reader& t, int version, MhaMlaTable* table) {
   ASSIGN_OR_RETURN(const json* cells, t.Array("cells"));
   for (size_t i = 0; i < cells->size(); ++i) {
     ASSIGN_OR_RETURN(Reader c, Element(*cells, t.Path("cells"), i));
@@ -134,6 +204,7 @@ absl::Status ReadCells(const Reader& t, MhaMlaTable* table) {
     RETURN_IF_ERROR(c.Int("prefix", &cell.prefix));
     RETURN_IF_ERROR(c.Int("extend", &cell.extend));
     RETURN_IF_ERROR(c.Int("se_threshold", &cell.se_threshold));
+    RETURN_IF_ERROR(ReadCellProvider(c, version, &cell));
     RETURN_IF_ERROR(c.Int("samples", &cell.samples, false));
     RETURN_IF_ERROR(c.Int("above_mha_wins", &cell.above_mha_wins, false));
     RETURN_IF_ERROR(c.Int("above_total", &cell.above_total, false));
@@ -152,8 +223,9 @@ absl::Status ReadProfile(const Reader& r, GpuProfile* p) {
   }
   int version = 0;
   RETURN_IF_ERROR(r.Int("version", &version));
-  if (version != GpuProfile::kFormatVersion) {
+  if (version < GpuProfile::kOldestReadableVersion || version > GpuProfile::kFormatVersion) {
     return FieldError("version", absl::StrCat(version, " is not supported (this build reads ",
+                                              GpuProfile::kOldestReadableVersion, " to ",
                                               GpuProfile::kFormatVersion, ")"));
   }
   RETURN_IF_ERROR(r.String("origin", &p->origin));
@@ -179,7 +251,8 @@ absl::Status ReadProfile(const Reader& r, GpuProfile* p) {
   RETURN_IF_ERROR(t.Int("max_batch", &p->mha_mla.max_batch));
   RETURN_IF_ERROR(t.IntArray("prefix_edges", &p->mha_mla.prefix_edges));
   RETURN_IF_ERROR(t.IntArray("extend_edges", &p->mha_mla.extend_edges));
-  RETURN_IF_ERROR(ReadCells(t, &p->mha_mla));
+  RETURN_IF_ERROR(ReadTimedProviders(t, version, &p->mha_mla));
+  RETURN_IF_ERROR(ReadCells(t, version, &p->mha_mla));
 
   ASSIGN_OR_RETURN(Reader sp, r.Object("sparse"));
   RETURN_IF_ERROR(sp.Int("decode_max_rows", &p->sparse.decode_max_rows));
@@ -212,10 +285,19 @@ absl::Status ReadProfile(const Reader& r, GpuProfile* p) {
 std::string ProfileToJson(const GpuProfile& p) {
   json cells = json::array();
   for (const MhaMlaCell& c : p.mha_mla.cells) {
-    cells.push_back({{"batch", c.batch}, {"prefix", c.prefix}, {"extend", c.extend},
-                     {"se_threshold", c.se_threshold}, {"samples", c.samples},
-                     {"above_mha_wins", c.above_mha_wins}, {"above_total", c.above_total},
-                     {"below_mha_wins", c.below_mha_wins}, {"below_total", c.below_total}});
+    json cell = {{"batch", c.batch}, {"prefix", c.prefix}, {"extend", c.extend},
+                 {"se_threshold", c.se_threshold},
+                 {"mha_provider", kernels::MhaPrefillProviderName(c.mha_provider)},
+                 {"samples", c.samples},
+                 {"above_mha_wins", c.above_mha_wins}, {"above_total", c.above_total},
+                 {"below_mha_wins", c.below_mha_wins}, {"below_total", c.below_total}};
+    if (c.mha_ours_us.has_value()) cell["mha_ours_us"] = *c.mha_ours_us;
+    if (c.mha_cudnn_us.has_value()) cell["mha_cudnn_us"] = *c.mha_cudnn_us;
+    cells.push_back(std::move(cell));
+  }
+  json timed = json::array();
+  for (MhaPrefillProvider provider : p.mha_mla.mha_providers) {
+    timed.push_back(kernels::MhaPrefillProviderName(provider));
   }
   json splits = json::array();
   for (const DecodeSplit& d : p.decode_splits) {
@@ -237,7 +319,8 @@ std::string ProfileToJson(const GpuProfile& p) {
         {"kv_lora_rank", p.shape.kv_lora_rank}, {"dtype", p.shape.dtype}}},
       {"mha_mla",
        {{"max_batch", p.mha_mla.max_batch}, {"prefix_edges", p.mha_mla.prefix_edges},
-        {"extend_edges", p.mha_mla.extend_edges}, {"cells", cells}}},
+        {"extend_edges", p.mha_mla.extend_edges}, {"mha_providers", timed},
+        {"cudnn_version", p.mha_mla.cudnn_version}, {"cells", cells}}},
       {"sparse",
        {{"decode_max_rows", p.sparse.decode_max_rows},
         {"sparse_fwd_min_rows", p.sparse.sparse_fwd_min_rows},

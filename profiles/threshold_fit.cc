@@ -80,6 +80,51 @@ ThresholdFit ScoreThreshold(std::span<const TimedSample> samples, int64_t se_thr
   return Score(samples, se_threshold, tolerance);
 }
 
+double BatchTimes::MhaUs(MhaPrefillProvider p) const {
+  if (p == MhaPrefillProvider::kOurs || !mha_cudnn_us.has_value()) return mha_ours_us;
+  return *mha_cudnn_us;
+}
+
+double BatchTimes::BestUs() const {
+  return std::min({mha_ours_us, mha_cudnn_us.value_or(mha_ours_us), mla_us});
+}
+
+CellFit FitCell(std::span<const BatchTimes> samples, double tolerance) {
+  const bool cudnn_timed =
+      !samples.empty() && std::all_of(samples.begin(), samples.end(), [](const BatchTimes& s) {
+        return s.mha_cudnn_us.has_value();
+      });
+  CellFit best;
+  best.fit = FitSeThreshold({}, tolerance);
+  double best_mha_total = 0.0;
+  bool first = true;
+  for (MhaPrefillProvider p : {MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn}) {
+    if (p == MhaPrefillProvider::kCudnn && !cudnn_timed) continue;
+    std::vector<TimedSample> timed;
+    double mha_total = 0.0;
+    for (const BatchTimes& s : samples) {
+      timed.push_back(s.With(p));
+      mha_total += s.MhaUs(p);
+    }
+    const ThresholdFit f = FitSeThreshold(timed, tolerance);
+    const double scale = 1.0 - 1e-12;  // as FitSeThreshold: rounding noise is a tie
+    const bool better = first || f.chosen_us < best.fit.chosen_us * scale ||
+                        (f.chosen_us <= best.fit.chosen_us / scale &&
+                         mha_total < best_mha_total * scale);
+    if (better) {
+      best.mha_provider = p;
+      best.fit = f;
+      best_mha_total = mha_total;
+    }
+    if (!samples.empty()) {
+      (p == MhaPrefillProvider::kOurs ? best.mha_ours_us : best.mha_cudnn_us) =
+          mha_total / static_cast<double>(samples.size());
+    }
+    first = false;
+  }
+  return best;
+}
+
 ThresholdFit FitSeThreshold(std::span<const TimedSample> samples, double tolerance) {
   std::vector<int64_t> se;
   for (const TimedSample& s : samples) se.push_back(s.se);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
@@ -55,5 +56,35 @@ ThresholdFit FitSeThreshold(std::span<const TimedSample> samples, double toleran
 // The fit's counts for an existing threshold (validation of held-out samples).
 ThresholdFit ScoreThreshold(std::span<const TimedSample> samples, int64_t se_threshold,
                             double tolerance = 0.03);
+
+// One batch timed on every path the tuner measures: MLA, and the MHA form on each provider.
+struct BatchTimes {
+  int64_t se = 0;
+  double mha_ours_us = 0.0;
+  std::optional<double> mha_cudnn_us;  // absent where cuDNN was not timed
+  double mla_us = 0.0;
+
+  // The MHA form's time on `p`: kOurs ours; kCudnn cuDNN's, or ours where cuDNN was not timed
+  // (the engine runs ours then); kAuto as the engine's default resolves it, cuDNN where timed.
+  double MhaUs(MhaPrefillProvider p) const;
+  // The least of all timings: what no choice of path and provider beats.
+  double BestUs() const;
+  TimedSample With(MhaPrefillProvider p) const { return {se, MhaUs(p), mla_us}; }
+};
+
+// A table cell's provider and threshold.
+struct CellFit {
+  MhaPrefillProvider mha_provider = MhaPrefillProvider::kOurs;
+  ThresholdFit fit;  // against mha_provider's MHA times
+  std::optional<double> mha_ours_us, mha_cudnn_us;  // mean MHA time per provider timed
+};
+
+// For every provider timed in all samples (ours always; cuDNN where each sample has its time),
+// fits the threshold against that provider's MHA times (FitSeThreshold) and keeps the provider
+// whose fitted choice takes the least total time over the samples. Ties (e.g. both fits say
+// never MHA) go to the provider with the lesser total MHA time, so a cell names the faster MHA
+// provider even where MHA loses (forced MHA, nearest-cell lookups use it), then to ours.
+// Empty input: ours, never MHA.
+CellFit FitCell(std::span<const BatchTimes> samples, double tolerance = 0.03);
 
 }  // namespace mlaserve::profiles

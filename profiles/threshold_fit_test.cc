@@ -99,5 +99,60 @@ TEST(IsHit, ToleranceIsRelativeToTheFasterPath) {
   EXPECT_EQ(f.above_total, 2);
 }
 
+// MHA on cuDNN beats MLA from se ~267 on, ours from ~433: cuDNN's fit wins and brings its
+// threshold (the midpoints of the samples around each crossing: 250 and 450).
+TEST(FitCell, KeepsTheProviderWhoseThresholdCostsLeastWithThatThreshold) {
+  std::vector<BatchTimes> s;
+  for (int64_t se = 100; se <= 800; se += 100) {
+    s.push_back({se, /*ours=*/650.0 - se / 2.0, /*cudnn=*/400.0 - se / 2.0, /*mla=*/double(se)});
+  }
+  const CellFit f = FitCell(s);
+  EXPECT_EQ(f.mha_provider, MhaPrefillProvider::kCudnn);
+  EXPECT_EQ(f.fit.se_threshold, 250);
+  std::vector<TimedSample> ours;
+  for (const BatchTimes& b : s) ours.push_back(b.With(MhaPrefillProvider::kOurs));
+  EXPECT_EQ(FitSeThreshold(ours).se_threshold, 450);  // what ours alone would have given
+  ASSERT_TRUE(f.mha_ours_us.has_value() && f.mha_cudnn_us.has_value());
+  EXPECT_DOUBLE_EQ(*f.mha_ours_us, 650.0 - 225.0);
+  EXPECT_DOUBLE_EQ(*f.mha_cudnn_us, 400.0 - 225.0);
+  // Swap the providers' times: ours wins, with the threshold its own times give.
+  for (BatchTimes& b : s) std::swap(b.mha_ours_us, *b.mha_cudnn_us);
+  const CellFit g = FitCell(s);
+  EXPECT_EQ(g.mha_provider, MhaPrefillProvider::kOurs);
+  EXPECT_EQ(g.fit.se_threshold, 250);
+}
+
+TEST(FitCell, WhereMlaAlwaysWinsTheFasterMhaProviderIsStillNamed) {
+  const std::vector<BatchTimes> s = {{10, 50.0, 40.0, 1.0}, {20, 50.0, 40.0, 1.0}};
+  const CellFit f = FitCell(s);
+  EXPECT_EQ(f.fit.se_threshold, kNeverMha);
+  EXPECT_EQ(f.mha_provider, MhaPrefillProvider::kCudnn);  // equal chosen time; less MHA time
+  const std::vector<BatchTimes> tie = {{10, 50.0, 50.0, 1.0}};
+  EXPECT_EQ(FitCell(tie).mha_provider, MhaPrefillProvider::kOurs);  // full tie: ours
+}
+
+TEST(FitCell, CudnnOnlyWhereEverySampleTimedIt) {
+  std::vector<BatchTimes> s = {{10, 5.0, 1.0, 9.0}, {20, 5.0, std::nullopt, 9.0}};
+  const CellFit f = FitCell(s);
+  EXPECT_EQ(f.mha_provider, MhaPrefillProvider::kOurs);
+  EXPECT_FALSE(f.mha_cudnn_us.has_value());
+  EXPECT_EQ(f.fit.se_threshold, 0);
+  const CellFit empty = FitCell({});
+  EXPECT_EQ(empty.mha_provider, MhaPrefillProvider::kOurs);
+  EXPECT_EQ(empty.fit.se_threshold, kNeverMha);
+}
+
+TEST(BatchTimes, ProviderTimesAsTheEngineRunsThem) {
+  const BatchTimes both{0, 10.0, 4.0, 7.0};
+  EXPECT_EQ(both.MhaUs(MhaPrefillProvider::kOurs), 10.0);
+  EXPECT_EQ(both.MhaUs(MhaPrefillProvider::kCudnn), 4.0);
+  EXPECT_EQ(both.MhaUs(MhaPrefillProvider::kAuto), 4.0);  // the engine default: cuDNN
+  EXPECT_EQ(both.BestUs(), 4.0);
+  const BatchTimes ours_only{0, 10.0, std::nullopt, 7.0};
+  EXPECT_EQ(ours_only.MhaUs(MhaPrefillProvider::kCudnn), 10.0);  // runs on ours
+  EXPECT_EQ(ours_only.MhaUs(MhaPrefillProvider::kAuto), 10.0);
+  EXPECT_EQ(ours_only.BestUs(), 7.0);
+}
+
 }  // namespace
 }  // namespace mlaserve::profiles

@@ -94,17 +94,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=("mha_prefill", "mla_decode"), default="",
+                    help="just one family's baselines")
     args = ap.parse_args()
     torch.manual_seed(0)
     rows = []
-    for heads in (128, 16):
-        for seqlen in (1024, 2048, 4096, 8192, 16384):
-            if args.quick and seqlen != 8192:
-                continue
-            rows += sdpa_rows(heads, seqlen)
-    for heads in (128, 16):
-        for batch in (64, 128):
-            rows.append(eager_mla_decode(batch, heads, 8192))
+    if args.only in ("", "mha_prefill"):
+        for heads in (128, 16):
+            for seqlen in (1024, 2048, 4096, 8192, 16384):
+                if args.quick and seqlen != 8192:
+                    continue
+                rows += sdpa_rows(heads, seqlen)
+    if args.only in ("", "mla_decode"):
+        for heads in (128, 16):
+            for batch in (64, 128):
+                rows.append(eager_mla_decode(batch, heads, 8192))
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, cudnn {torch.backends.cudnn.version()}")
     for r in rows:
         if "error" in r:

@@ -1,7 +1,9 @@
 // mlaserve-kernel-bench: speed of the CUDA attention kernels against the two ceilings measured
 // in the same run (device copy bandwidth, cuBLAS bf16 GEMM rate).
 //   mla_decode  : GB/s (FlashMLA's count: KV cache bytes read once per request + q + out)
-//                 as a fraction of copy bandwidth, and TFLOP/s (2 * h * sum(s_k) * (576 + 512))
+//                 as a fraction of copy bandwidth, and TFLOP/s (2 * h * s_q * sum(s_k) * (576 + 512));
+//                 the wgmma kernel ("mla_decode", the default on Hopper) and the mma.sync one
+//                 ("mla_decode_mmasync") in the same run; same for mla_prefill
 //   mha_prefill : causal TFLOP/s (FlashAttention-3's count: 2 * s^2 * h * (d_qk + d_v) / 2), our
 //                 kernel ("mha_prefill") and the cuDNN provider ("mha_prefill_cudnn", when
 //                 libcudnn.so.9 loads; its plan is built in the warm-up calls)
@@ -60,19 +62,25 @@ struct PagedCache {
   }
 };
 
-void BenchMlaDecode(int batch, int heads, int mean_sk, int sms, const Ceilings& ceil, Results& res) {
+// The latent kernel's name in the results: the wgmma kernel is the family's default.
+std::string LatentFamily(const char* family, kernels::LatentKernel kernel) {
+  return kernel == kernels::LatentKernel::kMmaSync ? std::string(family) + "_mmasync" : family;
+}
+
+void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels::LatentKernel kernel,
+                    const Ceilings& ceil, Results& res) {
   std::mt19937 rng(batch * 131 + heads * 7 + mean_sk);
   std::vector<int> lk(batch);
   for (auto& l : lk) l = mean_sk * 3 / 4 + static_cast<int>(rng() % (mean_sk / 2 + 1));  // +-25%
   PagedCache pc(lk, rng());
-  const int64_t rows = static_cast<int64_t>(batch) * heads;
+  const int64_t rows = static_cast<int64_t>(batch) * heads * qpr;
   DeviceArray q(rows * kWidth * 2), out(rows * kRank * 2), lse(rows * 4), cu_q((batch + 1) * 4);
   FillRandom(q, 7);
   std::vector<int32_t> cu(batch + 1);
-  std::iota(cu.begin(), cu.end(), 0);
+  for (int b = 0; b <= batch; ++b) cu[b] = b * qpr;
   Upload(cu_q, cu);
   const int max_k = *std::max_element(lk.begin(), lk.end());
-  auto plan = kernels::PlanMlaDecode({batch, heads, 1, kRank, kRope, max_k, sms});
+  auto plan = kernels::PlanMlaDecode({batch, heads, qpr, kRank, kRope, max_k, sms});
   CheckStatus(plan.status(), "PlanMlaDecode");
   DeviceArray workspace(plan->workspace_bytes);
   kernels::MlaParams p;
@@ -80,16 +88,20 @@ void BenchMlaDecode(int batch, int heads, int mean_sk, int sms, const Ceilings& 
   p.q = q.get(); p.q_token_stride = static_cast<int64_t>(heads) * kWidth; p.q_head_stride = kWidth;
   p.kv_cache = pc.cache->get(); p.num_pages = pc.num_pages; p.block_table = pc.d_table->get<int32_t>();
   p.max_pages_per_seq = pc.max_pages; p.cu_seqlens_q = cu_q.get<int32_t>();
-  p.seqlens_k = pc.d_seqlens->get<int32_t>(); p.max_seqlen_q = 1; p.max_seqlen_k = max_k;
+  p.seqlens_k = pc.d_seqlens->get<int32_t>(); p.max_seqlen_q = qpr; p.max_seqlen_k = max_k;
   p.out = out.get(); p.lse = lse.get<float>(); p.softmax_scale = 1.0f / std::sqrt(192.0f);
+  p.kernel = kernel;
   const double ms = MedianMs([&] { CheckStatus(kernels::MlaDecode(p, *plan, workspace.get(), kCuda), "MlaDecode"); });
   const double sum_k = std::accumulate(lk.begin(), lk.end(), 0.0);
   const double bytes = sum_k * kWidth * 2 + rows * kWidth * 2.0 + rows * kRank * 2.0;
-  const double flops = 2.0 * heads * sum_k * (kWidth + kRank);
+  // FlashMLA's count: every query row against the whole context (s_q = 2 included).
+  const double flops = 2.0 * heads * qpr * sum_k * (kWidth + kRank);
   const double gbs = bytes / (ms * 1e-3) / 1e9;
   char shape[128];
-  std::snprintf(shape, sizeof(shape), "b=%d h=%d s_k~%d splits=%d", batch, heads, mean_sk, plan->num_splits);
-  res.Add("mla_decode", shape, ms, flops / (ms * 1e-3) / 1e12, gbs, gbs / ceil.copy_gbs, "copy BW");
+  std::snprintf(shape, sizeof(shape), "b=%d h=%d s_q=%d s_k~%d splits=%d", batch, heads, qpr, mean_sk,
+                plan->num_splits);
+  res.Add(LatentFamily("mla_decode", kernel), shape, ms, flops / (ms * 1e-3) / 1e12, gbs,
+          gbs / ceil.copy_gbs, "copy BW");
 }
 
 void BenchMhaPrefill(int heads, int seqlen, int total, kernels::MhaPrefillProvider provider,
@@ -142,7 +154,8 @@ void BenchKvPack(int tokens, int heads, const Ceilings& ceil, Results& res) {
   res.Add("kv_pack", shape, ms, 0.0, gbs, gbs / ceil.copy_gbs, "copy BW");
 }
 
-void BenchMlaPrefill(int batch, int heads, int extend, int prefix, const Ceilings& ceil, Results& res) {
+void BenchMlaPrefill(int batch, int heads, int extend, int prefix, kernels::LatentKernel kernel,
+                     const Ceilings& ceil, Results& res) {
   std::vector<int> lk(batch, extend + prefix);
   PagedCache pc(lk, 31 + heads);
   const int64_t rows = static_cast<int64_t>(batch) * extend * heads;
@@ -158,6 +171,7 @@ void BenchMlaPrefill(int batch, int heads, int extend, int prefix, const Ceiling
   p.max_pages_per_seq = pc.max_pages; p.cu_seqlens_q = cu_q.get<int32_t>();
   p.seqlens_k = pc.d_seqlens->get<int32_t>(); p.max_seqlen_q = extend; p.max_seqlen_k = extend + prefix;
   p.out = out.get(); p.lse = lse.get<float>(); p.softmax_scale = 1.0f / std::sqrt(192.0f);
+  p.kernel = kernel;
   const double ms = MedianMs([&] { CheckStatus(kernels::MlaPrefill(p, kCuda), "MlaPrefill"); }, 2, 10);
   // Query i of a chunk sees prefix + i + 1 keys.
   const double visible = batch * (static_cast<double>(extend) * prefix + extend * (extend + 1) / 2.0);
@@ -165,7 +179,7 @@ void BenchMlaPrefill(int batch, int heads, int extend, int prefix, const Ceiling
   const double tflops = flops / (ms * 1e-3) / 1e12;
   char shape[128];
   std::snprintf(shape, sizeof(shape), "b=%d h=%d extend=%d prefix=%d", batch, heads, extend, prefix);
-  res.Add("mla_prefill", shape, ms, tflops, 0.0, tflops / ceil.gemm_tflops, "GEMM");
+  res.Add(LatentFamily("mla_prefill", kernel), shape, ms, tflops, 0.0, tflops / ceil.gemm_tflops, "GEMM");
 }
 
 }  // namespace
@@ -194,12 +208,18 @@ int main(int argc, char** argv) {
   std::printf("device %s, %d SMs; device copy %.0f GB/s (read+write); cuBLAS bf16 GEMM %.0f TFLOP/s\n",
               prop.name, prop.multiProcessorCount, ceil.copy_gbs, ceil.gemm_tflops);
   Results res;
+  // Both latent kernels in the same run: the wgmma one (the default on Hopper) and mma.sync.
+  using mlaserve::kernels::LatentKernel;
+  const std::vector<LatentKernel> latent_kernels = {LatentKernel::kAuto, LatentKernel::kMmaSync};
   for (int heads : {128, 16})
-    for (int batch : {64, 128})
-      for (int sk : {4096, 8192, 16384}) {
-        if ((quick && sk != 8192) || !wanted("mla_decode")) continue;
-        BenchMlaDecode(batch, heads, sk, prop.multiProcessorCount, ceil, res);
-      }
+    for (int qpr : {1, 2})
+      for (int batch : {64, 128})
+        for (int sk : {4096, 8192, 16384}) {
+          if ((quick && (sk != 8192 || batch != 128)) || !wanted("mla_decode")) continue;
+          if (qpr == 2 && (batch != 128 || sk != 8192)) continue;
+          for (LatentKernel k : latent_kernels)
+            BenchMlaDecode(batch, heads, qpr, sk, prop.multiProcessorCount, k, ceil, res);
+        }
   const auto cudnn = mlaserve::kernels::MhaPrefillCudnnVersion();
   std::printf("mha_prefill_cudnn: %s\n",
               cudnn.ok() ? cudnn->c_str() : std::string(cudnn.status().message()).c_str());
@@ -213,8 +233,10 @@ int main(int argc, char** argv) {
     }
   if (wanted("kv_pack")) BenchKvPack(16384, 128, ceil, res);
   if (wanted("mla_prefill")) {
-    BenchMlaPrefill(4, 128, 1024, 3072, ceil, res);
-    BenchMlaPrefill(4, 16, 1024, 3072, ceil, res);
+    for (LatentKernel k : latent_kernels) {
+      BenchMlaPrefill(4, 128, 1024, 3072, k, ceil, res);
+      BenchMlaPrefill(4, 16, 1024, 3072, k, ceil, res);
+    }
   }
   if (!json_path.empty()) {
     nlohmann::json doc = {{"device", prop.name}, {"sms", prop.multiProcessorCount},

@@ -1,35 +1,55 @@
-// mlaserve-moe-bench: the routed experts' CUDA paths (kStream, kSm90, kTiled and what kAuto
-// picks) on DeepSeek-V2-Lite and V3 expert shapes, from decode (1 token) to prefill (4096),
-// next to two baselines measured in the same run:
-//   - cuBLAS's dense bf16 GEMM rate on the same total rows (the two products of A = T * top_k
-//     rows, as if every row went to one expert): the compute roofline the grouped GEMM aims at;
+// mlaserve-moe-bench: the routed experts' CUDA paths on DeepSeek-V2-Lite and V3 expert shapes,
+// from decode (1 token) to prefill (8192), the current stage kernels ("new": multi-block
+// permutation with the x gather fused in, SiLU * up in the Hopper gate_up epilogue on
+// interleaved weights, 16-byte combine) against the 2026-11-24 ones ("old": one-block sort,
+// gather pass, SiLU pass, 8-byte combine; stacked weights), in the same process, next to two
+// ceilings measured in the same run:
+//   - cuBLAS's dense bf16 GEMM rate on the same rows (each product on A = T * top_k rows, as
+//     if every row went to one expert): the compute roofline the grouped GEMMs aim at;
 //   - device copy bandwidth (a 1 GiB device-to-device copy, bytes read + written): the floor
-//     for reading the touched experts' weights, which bounds decode.
+//     for bandwidth-bound stages and for reading the touched experts' weights (decode).
 // Routing is uniform random top-k per token; four routings rotate so that repeated runs do not
-// find the same experts' weights in L2. Each call is captured in a CUDA graph (as the engine's
-// decode steps are; a path that cannot be captured fails here) and the replays are timed:
-// medians of CUDA-event timings after warm-up, free of host launch overhead.
-#include <cublasLt.h>
+// find the same experts' weights in L2.
+//
+// Two measurements per shape and token count:
+//   1. end to end: each configuration captured in a CUDA graph (as the engine's steps are; a
+//      path that cannot be captured fails here) and replayed: median of 25 event timings;
+//   2. per stage, old vs new for what kAuto picks: events recorded between the stages
+//      (moe_cuda::ExpertsStageObserver) of direct launches queued behind a spin kernel (so the
+//      host's launch latency never shows on the GPU timeline): median of 15 per stage, with
+//      each stage's roofline fraction (its compute floor at cuBLAS's rate or its bytes at copy
+//      bandwidth, whichever is larger, over its time).
+// Usage: mlaserve-moe-bench [--quick] [--shape v2lite|v3] [--tokens 16,4096,...]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench/kernel_bench/bench_util.cuh"
 #include "kernels/gemm/api.h"
 #include "kernels/moe/api.h"
+#include "kernels/moe/moe_cuda.h"
 
 namespace mk = mlaserve::kernels;
 namespace bench = mlaserve::bench;
+using mk::moe_cuda::ExpertsStage;
 
 namespace {
 
 #define CHECK_CUDA(x) BENCH_CHECK(x)
+
+constexpr int kRoutings = 4;
+constexpr int kGraphReps = 25;
+constexpr int kStageReps = 15;
+constexpr double kSpinUs = 300;  // GPU busy time ahead of each staged call's launches
 
 void* Bf16(size_t n, float scale) {
   void* p;
@@ -39,13 +59,23 @@ void* Bf16(size_t n, float scale) {
   return p;
 }
 
-// Median of CUDA-event timings on `stream` (graph replays need a non-default stream, which
-// bench::MedianMs does not take).
-float MedianMs(const std::function<bool(int)>& fn, cudaStream_t stream = nullptr, int warm = 3, int reps = 25) {
+__global__ void SpinKernel(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+long long SpinCycles() {
+  int khz = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  return static_cast<long long>(kSpinUs * khz / 1000.0);
+}
+
+// Median of CUDA-event timings of fn(i) on `stream` after warm-up; -1 when fn fails.
+float MedianMs(const std::function<bool(int)>& fn, cudaStream_t stream, int warm = 3, int reps = kGraphReps) {
   for (int i = 0; i < warm; ++i) if (!fn(i)) return -1.0f;
-  CHECK_CUDA(cudaDeviceSynchronize());
+  CHECK_CUDA(cudaStreamSynchronize(stream));
   cudaEvent_t a, b;
-  CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaEventCreate(&a));
   CHECK_CUDA(cudaEventCreate(&b));
   std::vector<float> t;
@@ -58,14 +88,92 @@ float MedianMs(const std::function<bool(int)>& fn, cudaStream_t stream = nullptr
     CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
     t.push_back(ms);
   }
-  CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaEventDestroy(a));
   CHECK_CUDA(cudaEventDestroy(b));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
 
+// Records an event after each stage of one call (and one before it: Begin).
+class StageEvents : public mk::moe_cuda::ExpertsStageObserver {
+ public:
+  StageEvents() {
+    for (auto& e : events_) CHECK_CUDA(cudaEventCreate(&e));
+  }
+  ~StageEvents() override {
+    for (auto& e : events_) cudaEventDestroy(e);
+  }
+  void Begin(cudaStream_t s) {
+    used_ = 0;
+    stages_.clear();
+    CHECK_CUDA(cudaEventRecord(events_[used_++], s));
+  }
+  void AfterStage(ExpertsStage stage, cudaStream_t s) override {
+    stages_.push_back(stage);
+    CHECK_CUDA(cudaEventRecord(events_[used_++], s));
+  }
+  // Milliseconds of each stage of the last call (after its events completed).
+  std::vector<std::pair<ExpertsStage, float>> Durations() const {
+    CHECK_CUDA(cudaEventSynchronize(events_[used_ - 1]));
+    std::vector<std::pair<ExpertsStage, float>> out;
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      float ms;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]));
+      out.push_back({stages_[i], ms});
+    }
+    return out;
+  }
+
+ private:
+  cudaEvent_t events_[mk::moe_cuda::kExpertsStages + 1];
+  int used_ = 0;
+  std::vector<ExpertsStage> stages_;
+};
+
 struct Shape { const char* model; int H, I, E, k; };
+
+// What one call moves and computes, per stage, for the roofline fractions.
+struct StageCost { double flops = 0, bytes = 0, dense_tflops = 0; };
+
+struct Ceilings { double copy_gbs; double gate_up_tflops; double down_tflops; };
+
+StageCost CostOf(ExpertsStage stage, const Shape& s, int T, double mean_active, bool fused, bool gathered,
+                 const Ceilings& c) {
+  const double A = static_cast<double>(T) * s.k, H = s.H, I = s.I, E1 = s.E + 1.0;
+  StageCost cost;
+  switch (stage) {
+    case ExpertsStage::kPermute:  // ids in, sorted + position out, offsets; x rows if gathered here
+      cost.bytes = A * 4 * 3 + E1 * 4 * 3 + (gathered ? 2 * A * H * 2 : 0);
+      break;
+    case ExpertsStage::kGather:
+      cost.bytes = 2 * A * H * 2;
+      break;
+    case ExpertsStage::kGateUp:
+      cost.flops = 2 * A * 2 * I * H;
+      cost.bytes = mean_active * 2 * I * H * 2 + A * H * 2 + A * (fused ? I : 2 * I) * 2;
+      cost.dense_tflops = c.gate_up_tflops;
+      break;
+    case ExpertsStage::kSiluMul:
+      cost.bytes = A * 2 * I * 2 + A * I * 2;
+      break;
+    case ExpertsStage::kDown:
+      cost.flops = 2 * A * H * I;
+      cost.bytes = mean_active * H * I * 2 + A * I * 2 + A * H * 2;
+      cost.dense_tflops = c.down_tflops;
+      break;
+    case ExpertsStage::kCombine:
+      cost.bytes = A * H * 2 + T * H * 2.0 + A * 8;
+      break;
+  }
+  return cost;
+}
+
+// Roofline fraction: the larger of the compute floor and the memory floor, over the time.
+double Roofline(const StageCost& cost, double ms, double copy_gbs) {
+  const double compute_ms = cost.dense_tflops > 0 ? cost.flops / (cost.dense_tflops * 1e9) : 0;
+  const double memory_ms = cost.bytes / (copy_gbs * 1e6);
+  return 100.0 * std::max(compute_ms, memory_ms) / ms;
+}
 
 const char* PathName(mk::MoeExpertsPath p) {
   switch (p) {
@@ -77,144 +185,287 @@ const char* PathName(mk::MoeExpertsPath p) {
   return "?";
 }
 
+std::string PlanName(const mk::MoeExpertsParams& p) {
+  const auto plan = mk::moe_cuda::PlanExperts(p);
+  std::string name = PathName(plan.path);
+  if (plan.sm90_variant >= 0) name += "/v" + std::to_string(plan.sm90_variant);
+  if (plan.fused_silu) name += "+silu";
+  return name;
+}
+
+// The weights and buffers of one shape.
+struct ShapeBuffers {
+  void *gu_stacked, *gu_interleaved, *down, *x, *out, *dense_a, *dense_c;
+  float* weights;
+};
+
+// "old": the 2026-11-24 stages on stacked weights; "new": the current ones on interleaved.
+mk::MoeExpertsParams Configure(mk::MoeExpertsParams p, const ShapeBuffers& b, bool old_stages) {
+  p.gate_up = old_stages ? b.gu_stacked : b.gu_interleaved;
+  p.gate_up_layout = old_stages ? mk::MoeGateUpLayout::kStacked : mk::MoeGateUpLayout::kInterleaved8;
+  p.baseline = {old_stages, old_stages, old_stages};
+  return p;
+}
+
+// Median graph-replay time of `p` over the rotating routings; -1 (and `err`) on failure.
+float GraphMs(mk::MoeExpertsParams p, const std::vector<int32_t*>& ids, cudaStream_t stream, std::string* err) {
+  std::vector<cudaGraphExec_t> graphs(kRoutings, nullptr);
+  for (int r = 0; r < kRoutings && err->empty(); ++r) {
+    p.topk_ids = ids[r];
+    if (r == 0) {  // first call outside the capture (kernel attributes, cuBLAS-free but cheap)
+      const auto st = mk::MoeExperts(p, {mk::Backend::kCuda, stream});
+      if (!st.ok()) { *err = std::string(st.message()); break; }
+    }
+    cudaGraph_t graph;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const auto st = mk::MoeExperts(p, {mk::Backend::kCuda, stream});
+    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+    if (!st.ok()) *err = std::string(st.message());
+    else if (end != cudaSuccess) *err = std::string("capture: ") + cudaGetErrorString(end);
+    else CHECK_CUDA(cudaGraphInstantiate(&graphs[r], graph, 0));
+    if (end == cudaSuccess) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
+  const float ms = !err->empty() ? -1.0f : MedianMs([&](int i) {
+    return cudaGraphLaunch(graphs[i % kRoutings], stream) == cudaSuccess;
+  }, stream);
+  for (auto g : graphs) if (g) cudaGraphExecDestroy(g);
+  return ms;
+}
+
+// Median time of each stage of `p` (direct launches behind a spin kernel), in stage order.
+std::vector<std::pair<ExpertsStage, float>> StageMs(mk::MoeExpertsParams p, const std::vector<int32_t*>& ids,
+                                                    cudaStream_t stream) {
+  StageEvents events;
+  std::map<ExpertsStage, std::vector<float>> samples;
+  std::vector<ExpertsStage> order;
+  const long long spin = SpinCycles();
+  for (int rep = -2; rep < kStageReps; ++rep) {  // two warm-up calls
+    p.topk_ids = ids[(rep + kRoutings) % kRoutings];
+    SpinKernel<<<1, 1, 0, stream>>>(spin);
+    events.Begin(stream);
+    bench::CheckStatus(mk::moe_cuda::RunExperts(p, stream, &events), "moe experts (staged)");
+    const auto d = events.Durations();
+    if (rep < 0) continue;
+    if (order.empty()) for (const auto& [stage, ms] : d) order.push_back(stage);
+    for (const auto& [stage, ms] : d) samples[stage].push_back(ms);
+  }
+  std::vector<std::pair<ExpertsStage, float>> out;
+  for (ExpertsStage stage : order) {
+    auto& v = samples[stage];
+    std::sort(v.begin(), v.end());
+    out.push_back({stage, v[v.size() / 2]});
+  }
+  return out;
+}
+
+float DenseMs(const mk::GemmParams& g, cudaStream_t stream) {
+  auto run = [&](int) { return mk::Gemm(g, {mk::Backend::kCuda, stream}).ok(); };
+  if (!run(0)) return -1.0f;  // cuBLASLt picks and caches its algorithm outside the capture
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec = nullptr;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const bool ok = run(0);
+  const bool captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+  cudaGetLastError();
+  float ms;
+  if (ok && captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+    ms = MedianMs([&](int) { return cudaGraphLaunch(exec, stream) == cudaSuccess; }, stream);
+    cudaGraphExecDestroy(exec);
+  } else {
+    ms = MedianMs(run, stream);
+  }
+  if (captured) cudaGraphDestroy(graph);
+  return ms;
+}
+
+void BenchTokens(const Shape& s, int T, const ShapeBuffers& b, double copy_gbs, cudaStream_t stream) {
+  const int H = s.H, I = s.I, E = s.E, k = s.k, A = T * k;
+  std::mt19937 rng(1234 + T);
+  std::vector<int32_t*> ids(kRoutings);
+  double mean_active = 0;
+  std::vector<int> perm(E);
+  for (int r = 0; r < kRoutings; ++r) {
+    std::vector<int32_t> h(static_cast<size_t>(A));
+    std::vector<char> used(E, 0);
+    for (int t = 0; t < T; ++t) {
+      for (int e = 0; e < E; ++e) perm[e] = e;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int j = 0; j < k; ++j) { h[static_cast<size_t>(t) * k + j] = perm[j]; used[perm[j]] = 1; }
+    }
+    mean_active += std::count(used.begin(), used.end(), 1) / static_cast<double>(kRoutings);
+    CHECK_CUDA(cudaMalloc(&ids[r], h.size() * 4));
+    CHECK_CUDA(cudaMemcpy(ids[r], h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  }
+  // cuBLAS on A rows: [A, H] x [H, 2I] and [A, I] x [I, H].
+  mk::GemmParams g1, g2;
+  g1.dtype = g2.dtype = mk::DType::kBF16;
+  g1.m = A; g1.n = 2 * I; g1.k = H; g1.a = b.dense_a; g1.lda = H; g1.b = b.gu_stacked; g1.ldb = H; g1.c = b.dense_c; g1.ldc = 2 * I;
+  g2.m = A; g2.n = H; g2.k = I; g2.a = b.dense_a; g2.lda = I; g2.b = b.down; g2.ldb = I; g2.c = b.dense_c; g2.ldc = H;
+  const float g1_ms = DenseMs(g1, stream), g2_ms = DenseMs(g2, stream);
+  const double f1 = 2.0 * A * 2 * I * H, f2 = 2.0 * A * H * I;
+  const Ceilings c{copy_gbs, f1 / g1_ms / 1e9, f2 / g2_ms / 1e9};
+  const double dense_tflops = (f1 + f2) / (g1_ms + g2_ms) / 1e9;
+  const double flops = f1 + f2, weight_bytes = mean_active * 3.0 * I * H * 2;
+  std::printf("\n%s T=%d (A=%d rows, %.1f experts touched): cuBLAS dense %.1f TFLOP/s (gate_up %.1f, down %.1f)\n",
+              s.model, T, A, mean_active, dense_tflops, c.gate_up_tflops, c.down_tflops);
+
+  mk::MoeExpertsParams p;
+  p.dtype = mk::DType::kBF16; p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = k;
+  p.x = b.x; p.topk_weights = b.weights; p.out = b.out;
+  p.workspace_bytes = mk::MoeExpertsWorkspaceBytes(p);
+  CHECK_CUDA(cudaMalloc(&p.workspace, p.workspace_bytes));
+
+  // 1. End to end, old and new, every path.
+  struct Config { mk::MoeExpertsPath path; int variant; };
+  std::vector<Config> configs = {{mk::MoeExpertsPath::kAuto, -1}};
+  if (T <= 512) configs.push_back({mk::MoeExpertsPath::kStream, -1});
+  for (int v = 0; v < mk::moe_cuda::kSm90Variants; ++v) configs.push_back({mk::MoeExpertsPath::kSm90, v});
+  configs.push_back({mk::MoeExpertsPath::kTiled, -1});
+  std::string best_name;
+  float best_ms = 1e30f, auto_ms = -1;
+  for (const Config& cfg : configs) {
+    p.path = cfg.path;
+    p.sm90_variant = cfg.variant;
+    float ms[2];
+    std::string names[2];
+    for (int old_stages = 1; old_stages >= 0; --old_stages) {
+      const auto q = Configure(p, b, old_stages == 1);
+      std::string err;
+      ms[old_stages] = GraphMs(q, ids, stream, &err);
+      names[old_stages] = PlanName(q);
+      if (ms[old_stages] < 0) std::printf("  %-8s %-16s %s failed: %s\n", PathName(cfg.path), names[old_stages].c_str(),
+                                         old_stages ? "old" : "new", err.c_str());
+    }
+    if (ms[0] < 0 || ms[1] < 0) continue;
+    const double tflops = flops / ms[0] / 1e9;
+    const double floor_ms = std::max(flops / (dense_tflops * 1e9), weight_bytes / (copy_gbs * 1e6));
+    std::printf("  %-6s %-14s old %8.3f ms  new %8.3f ms (%+6.1f%%)  new: %6.1f TFLOP/s = %5.1f%% of cuBLAS, "
+                "%5.0f GB/s weights = %5.1f%% of copy, roofline %5.1f%%\n",
+                PathName(cfg.path), names[0].c_str(), ms[1], ms[0], 100.0 * (ms[0] - ms[1]) / ms[1], tflops,
+                100.0 * tflops / dense_tflops, weight_bytes / ms[0] / 1e6, 100.0 * weight_bytes / ms[0] / 1e6 / copy_gbs,
+                100.0 * floor_ms / ms[0]);
+    if (cfg.path == mk::MoeExpertsPath::kAuto) {
+      auto_ms = ms[0];
+    } else if (ms[0] < best_ms) {
+      best_ms = ms[0];
+      best_name = names[0];
+    }
+  }
+  p.path = mk::MoeExpertsPath::kAuto;
+  p.sm90_variant = -1;
+  const std::string auto_name = PlanName(Configure(p, b, false));
+  if (auto_ms > 0 && best_ms < 1e30f) {
+    const bool miss = best_ms < 0.95f * auto_ms;
+    std::printf("  kAuto picks %s (%.3f ms); fastest measured %s (%.3f ms)%s\n", auto_name.c_str(), auto_ms,
+                best_name.c_str(), best_ms, miss ? "  AUTO-MISS: kAuto is >5% slower than the best path" : "");
+  }
+
+  // 2. Per stage, old vs new, on what kAuto picks.
+  if (auto_ms < 0) {
+    for (auto* d : ids) cudaFree(d);
+    cudaFree(p.workspace);
+    return;
+  }
+  std::vector<std::pair<ExpertsStage, float>> stages[2];
+  for (int old_stages = 0; old_stages < 2; ++old_stages) stages[old_stages] = StageMs(Configure(p, b, old_stages == 1), ids, stream);
+  const bool fused = mk::moe_cuda::PlanExperts(Configure(p, b, false)).fused_silu;
+  const bool gathers = mk::moe_cuda::PlanExperts(p).path == mk::MoeExpertsPath::kSm90;
+  std::printf("  stages (%s; median of %d, events between stages):\n", auto_name.c_str(), kStageReps);
+  std::printf("    %-9s %9s   %-8s %9s   %-8s\n", "stage", "old ms", "roofline", "new ms", "roofline");
+  double total[2] = {0, 0};
+  for (int st = 0; st < mk::moe_cuda::kExpertsStages; ++st) {
+    const auto stage = static_cast<ExpertsStage>(st);
+    float ms[2] = {-1, -1};
+    for (int o = 0; o < 2; ++o) {
+      for (const auto& [sg, t] : stages[o]) if (sg == stage) ms[o] = t;
+      if (ms[o] > 0) total[o] += ms[o];
+    }
+    if (ms[0] < 0 && ms[1] < 0) continue;
+    char cell[2][64];
+    for (int o = 0; o < 2; ++o) {
+      if (ms[o] < 0) { std::snprintf(cell[o], sizeof cell[o], "%9s   %-13s", "-", "-"); continue; }
+      // new: the permutation gathers x itself and gate_up may carry the SiLU; old: neither.
+      const StageCost cost = CostOf(stage, s, T, mean_active, o == 0 && fused, o == 0 && gathers, c);
+      std::snprintf(cell[o], sizeof cell[o], "%9.4f   %5.1f%%", ms[o], Roofline(cost, ms[o], copy_gbs));
+    }
+    std::printf("    %-9s %s %s\n", mk::moe_cuda::ExpertsStageName(stage), cell[1], cell[0]);
+  }
+  std::printf("    %-9s %9.4f   %-8s %9.4f   (sum of stages; new/old %.3f)\n", "total", total[1], "", total[0],
+              total[0] / total[1]);
+
+  for (auto* d : ids) cudaFree(d);
+  cudaFree(p.workspace);
+}
+
 void BenchShape(const Shape& s, const std::vector<int>& tokens, double copy_gbs) {
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int H = s.H, I = s.I, E = s.E, k = s.k;
-  void* gu = Bf16(size_t(E) * 2 * I * H, 0.02f);
-  void* dn = Bf16(size_t(E) * H * I, 0.02f);
   const int max_t = *std::max_element(tokens.begin(), tokens.end());
-  void* x = Bf16(size_t(max_t) * H, 1.0f);
-  void* out;
-  CHECK_CUDA(cudaMalloc(&out, size_t(max_t) * H * 2));
-  float* w;
-  CHECK_CUDA(cudaMalloc(&w, size_t(max_t) * k * 4));
-  std::vector<float> ones(size_t(max_t) * k, 1.0f / k);
-  CHECK_CUDA(cudaMemcpy(w, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
-  // Dense baseline operands: A = max_t * k rows.
-  const size_t max_a = size_t(max_t) * k;
-  void* da = Bf16(max_a * std::max(H, I), 1.0f);
-  void* dc;
-  CHECK_CUDA(cudaMalloc(&dc, max_a * std::max(2 * I, H) * 2));
-  for (int T : tokens) {
-    constexpr int kRoutings = 4;
-    std::mt19937 rng(1234 + T);
-    std::vector<int32_t*> ids(kRoutings);
-    std::vector<int> active(kRoutings);
-    std::vector<int> perm(E);
-    for (int r = 0; r < kRoutings; ++r) {
-      std::vector<int32_t> h(size_t(T) * k);
-      std::vector<char> used(E, 0);
-      for (int t = 0; t < T; ++t) {
-        for (int e = 0; e < E; ++e) perm[e] = e;
-        std::shuffle(perm.begin(), perm.end(), rng);
-        for (int j = 0; j < k; ++j) { h[size_t(t) * k + j] = perm[j]; used[perm[j]] = 1; }
-      }
-      active[r] = static_cast<int>(std::count(used.begin(), used.end(), 1));
-      CHECK_CUDA(cudaMalloc(&ids[r], h.size() * 4));
-      CHECK_CUDA(cudaMemcpy(ids[r], h.data(), h.size() * 4, cudaMemcpyHostToDevice));
-    }
-    double mean_active = 0;
-    for (int a : active) mean_active += a;
-    mean_active /= kRoutings;
-    mk::MoeExpertsParams p;
-    p.dtype = mk::DType::kBF16; p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = k;
-    p.x = x; p.topk_weights = w; p.gate_up = gu; p.down = dn; p.out = out;
-    p.workspace_bytes = mk::MoeExpertsWorkspaceBytes(p);
-    CHECK_CUDA(cudaMalloc(&p.workspace, p.workspace_bytes));
-    const int A = T * k;
-    // cuBLAS dense rate on A rows: [A, H] x [H, 2I] and [A, I] x [I, H].
-    mk::GemmParams g1, g2;
-    g1.dtype = g2.dtype = mk::DType::kBF16;
-    g1.m = A; g1.n = 2 * I; g1.k = H; g1.a = da; g1.lda = H; g1.b = gu; g1.ldb = H; g1.c = dc; g1.ldc = 2 * I;
-    g2.m = A; g2.n = H; g2.k = I; g2.a = da; g2.lda = I; g2.b = dn; g2.ldb = I; g2.c = dc; g2.ldc = H;
-    auto dense = [&](int) {
-      return mk::Gemm(g1, {mk::Backend::kCuda, stream}).ok() && mk::Gemm(g2, {mk::Backend::kCuda, stream}).ok();
-    };
-    dense(0);  // cuBLASLt picks and caches its algorithm outside the capture
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    float dense_ms;
-    {  // as a graph too, so both sides are timed without host overhead
-      cudaGraph_t graph;
-      cudaGraphExec_t exec = nullptr;
-      CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      const bool ok = dense(0);
-      const bool captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
-      cudaGetLastError();
-      if (ok && captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
-        dense_ms = MedianMs([&](int) { return cudaGraphLaunch(exec, stream) == cudaSuccess; }, stream);
-        cudaGraphExecDestroy(exec);
-      } else {
-        dense_ms = MedianMs(dense, stream);
-      }
-      if (captured) cudaGraphDestroy(graph);
-    }
-    const double flops = 2.0 * A * 3.0 * I * H;
-    const double weight_bytes = mean_active * 3.0 * I * H * 2;
-    const double dense_tflops = flops / dense_ms / 1e9;
-    struct Variant { mk::MoeExpertsPath path; int sm90; };
-    std::vector<Variant> variants = {{mk::MoeExpertsPath::kAuto, -1}, {mk::MoeExpertsPath::kStream, -1}};
-    for (int v = 0; v < 4; ++v) variants.push_back({mk::MoeExpertsPath::kSm90, v});
-    variants.push_back({mk::MoeExpertsPath::kTiled, -1});
-    for (const Variant& var : variants) {
-      const mk::MoeExpertsPath path = var.path;
-      if (path == mk::MoeExpertsPath::kStream && T > 256) continue;  // passes of 16: not its regime
-      p.path = path;
-      p.sm90_variant = var.sm90;
-      std::string err;
-      std::vector<cudaGraphExec_t> graphs(kRoutings, nullptr);
-      for (int r = 0; r < kRoutings && err.empty(); ++r) {
-        p.topk_ids = ids[r];
-        cudaGraph_t graph;
-        CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        const auto st = mk::MoeExperts(p, {mk::Backend::kCuda, stream});
-        const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-        if (!st.ok()) err = std::string(st.message());
-        else if (end != cudaSuccess) err = std::string("capture: ") + cudaGetErrorString(end);
-        else CHECK_CUDA(cudaGraphInstantiate(&graphs[r], graph, 0));
-        if (end == cudaSuccess) cudaGraphDestroy(graph);
-        cudaGetLastError();
-      }
-      const float ms = !err.empty() ? -1.0f : MedianMs([&](int i) {
-        return cudaGraphLaunch(graphs[i % kRoutings], stream) == cudaSuccess;
-      }, stream);
-      for (auto g : graphs) if (g) cudaGraphExecDestroy(g);
-      char name[32];
-      std::snprintf(name, sizeof name, var.sm90 >= 0 ? "%s/v%d" : "%s", PathName(path), var.sm90);
-      if (ms < 0) {
-        std::printf("%-8s T=%-5d %-9s failed: %s\n", s.model, T, name, err.c_str());
-        continue;
-      }
-      const double tflops = flops / ms / 1e9;
-      const double gbs = weight_bytes / ms / 1e6;
-      // Roofline: the larger of the compute floor (cuBLAS's dense rate) and the memory floor
-      // (touched weights at copy bandwidth); the fraction is floor / time.
-      const double floor_ms = std::max(flops / (dense_tflops * 1e9), weight_bytes / (copy_gbs * 1e6));
-      std::printf("%-8s T=%-5d %-9s %8.3f ms %6.1f TFLOP/s (%5.1f%% of cuBLAS %5.1f) %5.0f GB/s (%5.1f%% of copy) roofline %5.1f%%\n",
-                  s.model, T, name, ms, tflops, 100.0 * tflops / dense_tflops, dense_tflops, gbs,
-                  100.0 * gbs / copy_gbs, 100.0 * floor_ms / ms);
-    }
-    for (auto* d : ids) cudaFree(d);
-    cudaFree(p.workspace);
-  }
-  cudaFree(gu); cudaFree(dn); cudaFree(x); cudaFree(out); cudaFree(w); cudaFree(da); cudaFree(dc);
+  ShapeBuffers b;
+  const size_t gu_n = static_cast<size_t>(E) * 2 * I * H;
+  b.gu_stacked = Bf16(gu_n, 0.02f);
+  CHECK_CUDA(cudaMalloc(&b.gu_interleaved, gu_n * 2));
+  CHECK_CUDA(cudaMemcpy(b.gu_interleaved, b.gu_stacked, gu_n * 2, cudaMemcpyDeviceToDevice));
+  mk::MoePrepareParams prep;
+  prep.num_experts = E; prep.hidden = H; prep.inter = I; prep.gate_up = b.gu_interleaved;
+  prep.layout = mk::MoeGateUpLayout::kInterleaved8;
+  bench::CheckStatus(mk::MoePrepareExpertWeights(prep, {mk::Backend::kCuda, nullptr}).status(), "moe prepare");
+  b.down = Bf16(static_cast<size_t>(E) * H * I, 0.02f);
+  b.x = Bf16(static_cast<size_t>(max_t) * H, 1.0f);
+  CHECK_CUDA(cudaMalloc(&b.out, static_cast<size_t>(max_t) * H * 2));
+  CHECK_CUDA(cudaMalloc(&b.weights, static_cast<size_t>(max_t) * k * 4));
+  const std::vector<float> w(static_cast<size_t>(max_t) * k, 1.0f / k);
+  CHECK_CUDA(cudaMemcpy(b.weights, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+  const size_t max_a = static_cast<size_t>(max_t) * k;
+  b.dense_a = Bf16(max_a * std::max(H, I), 1.0f);
+  CHECK_CUDA(cudaMalloc(&b.dense_c, max_a * std::max(2 * I, H) * 2));
+  std::printf("\n=== %s experts: E=%d, hidden=%d, inter=%d, top_k=%d ===\n", s.model, E, H, I, k);
+  for (int T : tokens) BenchTokens(s, T, b, copy_gbs, stream);
+  for (void* ptr : {b.gu_stacked, b.gu_interleaved, b.down, b.x, b.out, b.dense_a, b.dense_c}) cudaFree(ptr);
+  cudaFree(b.weights);
   cudaStreamDestroy(stream);
+}
+
+std::vector<int> ParseTokens(const std::string& list) {
+  std::vector<int> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(std::atoi(item.c_str()));
+  return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach a pipe even if a time limit kills us
+  bool quick = false;
+  std::string shape = "all";
+  std::vector<int> tokens;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quick") quick = true;
+    else if (arg == "--shape" && i + 1 < argc) shape = argv[++i];
+    else if (arg == "--tokens" && i + 1 < argc) tokens = ParseTokens(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: %s [--quick] [--shape v2lite|v3] [--tokens 16,4096,...]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (tokens.empty()) {
+    tokens = quick ? std::vector<int>{16, 4096} : std::vector<int>{1, 16, 64, 256, 1024, 2048, 4096, 8192};
+  }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   const double copy = bench::MeasureCopyGBs();
-  std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name,
-              prop.multiProcessorCount, copy);
-  std::printf("columns: model, tokens, path, median time, rate (share of cuBLAS's dense rate on the same rows),\n"
-              "         bandwidth over the touched experts' weights (share of copy bandwidth)\n");
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
-  BenchShape({"V2-Lite", 2048, 1408, 64, 6},
-             quick ? std::vector<int>{1, 16, 4096} : std::vector<int>{1, 2, 4, 8, 16, 32, 64, 128, 512, 2048, 4096}, copy);
-  BenchShape({"V3", 7168, 2048, 256, 8},
-             quick ? std::vector<int>{1, 4096} : std::vector<int>{1, 4, 16, 32, 128, 512, 2048, 4096}, copy);
+  std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount, copy);
+  std::printf("old = 2026-11-24 stages (one-block sort, gather pass, SiLU pass, 8-byte combine; stacked gate_up)\n"
+              "new = multi-block permutation with the gather fused, SiLU*up in the sm90 gate_up epilogue\n"
+              "      (interleaved gate_up; variants 1 and 3), 16-byte combine\n"
+              "end-to-end rows: path, what runs (new), graph-replay medians, new's rate vs cuBLAS dense on the same\n"
+              "rows, bandwidth over the touched experts' weights, roofline = max(compute, weight-read) floor / time\n");
+  if (shape == "all" || shape == "v2lite") BenchShape({"V2-Lite", 2048, 1408, 64, 6}, tokens, copy);
+  if (shape == "all" || shape == "v3") BenchShape({"V3", 7168, 2048, 256, 8}, tokens, copy);
   return 0;
 }

@@ -1,7 +1,9 @@
 // mla_decode CUDA vs the CPU reference (MlaDecodeCpu on the same bf16-rounded inputs): 1 or 2
 // query tokens per request, 16 and 128 heads, ragged contexts up to 8k in permuted pages, with
-// the plan the GPU's SM count gives (split-KV + combine for small batches) and with no split;
-// and two runs of the split path bitwise equal.
+// the plan the GPU's SM count gives (split-KV + combine for small batches) and with no split,
+// each with both latent kernels (mma.sync, and the Hopper wgmma kernel where it applies, i.e.
+// rank 512 on an sm_90 device); cache slots past each context are NaN; and two runs of the
+// split path bitwise equal.
 #include <algorithm>
 #include <cstring>
 #include <random>
@@ -17,10 +19,11 @@ namespace {
 
 // (batch, heads, q per request, max context, latent rank, use the SM-count plan)
 using DecodeCase = std::tuple<int, int, int, int, int, bool>;
-class MlaDecodeCudaTest : public ::testing::TestWithParam<DecodeCase> {};
+class MlaDecodeCudaTest : public ::testing::TestWithParam<std::tuple<DecodeCase, LatentKernel>> {};
 
 TEST_P(MlaDecodeCudaTest, MatchesCpuReference) {
-  const auto [batch, heads, qpr, max_ctx, rank, split] = GetParam();
+  const auto [batch, heads, qpr, max_ctx, rank, split] = std::get<0>(GetParam());
+  const LatentKernel kernel = std::get<1>(GetParam());
   const int rope = rank == 512 ? 64 : 16;
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
@@ -28,6 +31,7 @@ TEST_P(MlaDecodeCudaTest, MatchesCpuReference) {
   std::vector<int> lq(batch, qpr), prefix(batch);
   for (auto& x : prefix) x = static_cast<int>(rng() % (max_ctx - qpr + 1));
   auto c = testing::MakeLatentBatch(lq, prefix, heads, rank, rope, seed);
+  testing::PoisonSlotsPastLength(c);
   testing::RoundLatentBatch(c);
   std::vector<float> want, want_lse;
   MlaParams hp = testing::HostLatentParams(c, want, want_lse);
@@ -44,6 +48,11 @@ TEST_P(MlaDecodeCudaTest, MatchesCpuReference) {
   }
   testing::DeviceBuffer workspace(plan->workspace_bytes);
   testing::DeviceLatent d(c);
+  if (kernel == LatentKernel::kWgmma && !LatentWgmmaApplies(d.params)) {
+    GTEST_SKIP() << "the wgmma latent kernel does not apply here (rank " << rank
+                 << ", or no sm_90a kernel for this device)";
+  }
+  d.params.kernel = kernel;
   const auto st = MlaDecode(d.params, *plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
   ASSERT_TRUE(st.ok()) << st;
   MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
@@ -52,19 +61,21 @@ TEST_P(MlaDecodeCudaTest, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Sweep, MlaDecodeCudaTest,
-    ::testing::Values(DecodeCase{1, 16, 1, 8192, 512, true}, DecodeCase{1, 128, 1, 8192, 512, true},
+    ::testing::Combine(::testing::Values(DecodeCase{1, 16, 1, 8192, 512, true}, DecodeCase{1, 128, 1, 8192, 512, true},
                       DecodeCase{1, 128, 2, 5000, 512, true}, DecodeCase{5, 16, 2, 3000, 512, true},
                       DecodeCase{5, 16, 1, 3000, 512, false}, DecodeCase{64, 16, 1, 1000, 512, true},
                       DecodeCase{64, 128, 1, 600, 512, true}, DecodeCase{64, 128, 2, 300, 512, false},
                       DecodeCase{7, 4, 1, 700, 32, true}, DecodeCase{3, 16, 2, 2000, 64, true},
                       DecodeCase{2, 32, 1, 2, 512, true},
-                      DecodeCase{3, 6, 1, 700, 40, true}));  // a rank that is no power of two
+                      DecodeCase{3, 6, 1, 700, 40, true}),  // a rank that is no power of two
+                       ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma)));
 
 // Determinism of the split-KV path: two runs on the same inputs, with the workspace and the
 // outputs poisoned differently each time, give the same output and LSE bytes. The combine
 // merges the splits in split order (no atomics), and rows past a request's heads (the
 // fixture's 4 heads fill 4 of a CTA's 16 rows) read only zero-filled shared memory.
 // (batch, heads, q per request, context, latent rank)
+// The kernel is kAuto: the wgmma kernel where it applies.
 using DeterminismCase = std::tuple<int, int, int, int, int>;
 class MlaDecodeDeterminismTest : public ::testing::TestWithParam<DeterminismCase> {};
 

@@ -16,6 +16,11 @@
 
 namespace mlaserve::kernels {
 
+// Which CUDA latent-attention kernel runs (the CPU backend ignores it). kAuto takes the Hopper
+// wgmma kernel where it applies (sm_90, bf16, kv_lora_rank 512, rope 64), else the mma.sync
+// kernel; the others force one (tests and benchmarks; kWgmma fails where it does not apply).
+enum class LatentKernel : uint8_t { kAuto, kMmaSync, kWgmma };
+
 struct MlaParams {
   DType dtype = DType::kF32;  // of q, cache, out (CPU f32; CUDA bf16)
   int batch = 0;
@@ -36,6 +41,7 @@ struct MlaParams {
   float* lse = nullptr; // [total_q, num_heads] or null
   float softmax_scale = 1.0f;
   bool causal = true;
+  LatentKernel kernel = LatentKernel::kAuto;
 };
 
 // The latent widths the CUDA latent-attention kernels take (mla_prefill and mla_decode; the
@@ -46,6 +52,10 @@ inline constexpr int kLatentCudaMaxRank = 512;
 inline constexpr int kLatentCudaMaxRopeDim = 64;
 // Can-implement on the widths alone: whether `backend` runs latent attention at these.
 bool LatentAttentionSupportsDims(Backend backend, int kv_lora_rank, int rope_dim);
+
+// Whether LatentKernel::kWgmma runs p on this build and device (an sm_90a build, an sm_90
+// device, bf16, kv_lora_rank 512, rope_dim 64); kAuto takes it exactly then.
+bool LatentWgmmaApplies(const MlaParams& p);
 
 absl::Status MlaPrefill(const MlaParams& p, const KernelContext& ctx);
 absl::Status MlaPrefillCpu(const MlaParams& p);

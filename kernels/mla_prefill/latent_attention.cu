@@ -3,6 +3,7 @@
 // CheckMlaShape.
 #include "common/status.h"
 #include "kernels/mla_prefill/latent_attention_kernel.cuh"
+#include "kernels/mla_prefill/latent_attention_sm90.h"
 
 namespace mlaserve::kernels::mla_cuda {
 namespace {
@@ -47,6 +48,16 @@ absl::Status LaunchLatentAttention(const MlaParams& p, const LatentSplit& split,
   RETURN_IF_ERROR(cuda::RequireStrideMultiple8(kFamily, "q_token_stride", p.q_token_stride));
   RETURN_IF_ERROR(cuda::RequireStrideMultiple8(kFamily, "q_head_stride", p.q_head_stride));
   if (max_rows_per_request <= 0 || p.batch == 0) return absl::OkStatus();
+  const bool wgmma_fits = LatentWgmmaApplies(p);
+  if (p.kernel == LatentKernel::kWgmma && !wgmma_fits) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mla: kernel=wgmma needs an sm_90a build on a Hopper GPU, bf16, kv_lora_rank=512 and "
+        "rope_dim=64; got ", DTypeName(p.dtype), ", ", p.kv_lora_rank, ", ", p.rope_dim,
+        LatentSm90Available() ? "" : " (no sm_90a kernel for this device)"));
+  }
+  if (wgmma_fits && p.kernel != LatentKernel::kMmaSync) {
+    return LaunchLatentAttentionSm90(p, split, max_rows_per_request, stream);
+  }
   const int rows_per_cta = LatentRowsPerCta(max_rows_per_request);
   const LatentArgs args{p, split};
   return small ? LaunchRows<kSmallRank>(args, rows_per_cta, max_rows_per_request, stream)

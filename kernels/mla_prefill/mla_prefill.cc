@@ -4,6 +4,9 @@
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/mla_prefill/mla_check.h"
+#if MLASERVE_KERNEL_HAS_CUDA
+#include "kernels/mla_prefill/latent_attention_sm90.h"
+#endif
 
 namespace mlaserve::kernels {
 
@@ -12,6 +15,15 @@ bool LatentAttentionSupportsDims(Backend backend, int kv_lora_rank, int rope_dim
   if (backend == Backend::kCpu) return true;
   return kv_lora_rank % kLatentCudaDimAlign == 0 && kv_lora_rank <= kLatentCudaMaxRank &&
          rope_dim % kLatentCudaDimAlign == 0 && rope_dim <= kLatentCudaMaxRopeDim;
+}
+
+bool LatentWgmmaApplies(const MlaParams& p) {
+#if MLASERVE_KERNEL_HAS_CUDA
+  return mla_cuda::LatentSm90Takes(p) && mla_cuda::LatentSm90Available();
+#else
+  (void)p;
+  return false;
+#endif
 }
 
 absl::Status MlaPrefill(const MlaParams& p, const KernelContext& ctx) {

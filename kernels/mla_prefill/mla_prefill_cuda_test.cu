@@ -17,21 +17,29 @@ struct PrefillCase {
   int max_prefix;
 };
 
-class MlaPrefillCudaTest : public ::testing::TestWithParam<PrefillCase> {};
+// Each case with both latent kernels (the wgmma one where it applies: rank 512 on sm_90).
+class MlaPrefillCudaTest : public ::testing::TestWithParam<std::tuple<PrefillCase, LatentKernel>> {};
 
 TEST_P(MlaPrefillCudaTest, MatchesCpuReference) {
-  const PrefillCase& pc = GetParam();
+  const PrefillCase& pc = std::get<0>(GetParam());
+  const LatentKernel kernel = std::get<1>(GetParam());
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   std::mt19937 rng(seed);
   std::vector<int> prefix(pc.lq.size());
   for (auto& x : prefix) x = static_cast<int>(rng() % (pc.max_prefix + 1));
   auto c = testing::MakeLatentBatch(pc.lq, prefix, pc.heads, pc.rank, pc.rope, seed);
+  testing::PoisonSlotsPastLength(c);
   testing::RoundLatentBatch(c);
   std::vector<float> want, want_lse;
   MlaParams hp = testing::HostLatentParams(c, want, want_lse);
   ASSERT_TRUE(MlaPrefill(hp, KernelContext{}).ok());
   testing::DeviceLatent d(c);
+  if (kernel == LatentKernel::kWgmma && !LatentWgmmaApplies(d.params)) {
+    GTEST_SKIP() << "the wgmma latent kernel does not apply (rank " << pc.rank << ", rope "
+                 << pc.rope << ", or no sm_90a kernel for this device)";
+  }
+  d.params.kernel = kernel;
   const auto st = MlaPrefill(d.params, KernelContext{Backend::kCuda, nullptr});
   ASSERT_TRUE(st.ok()) << st;
   MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
@@ -40,14 +48,15 @@ TEST_P(MlaPrefillCudaTest, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, MlaPrefillCudaTest,
-    ::testing::Values(PrefillCase{16, 512, 64, {1, 37, 200}, 700},
+    ::testing::Combine(::testing::Values(PrefillCase{16, 512, 64, {1, 37, 200}, 700},
                       PrefillCase{16, 512, 64, {130}, 0},
                       PrefillCase{128, 512, 64, {1, 40}, 500},
                       PrefillCase{16, 512, 64, {1000}, 2000},
                       PrefillCase{4, 64, 16, {5, 77, 300}, 100},
                       PrefillCase{2, 32, 16, {9, 64}, 64},
                       PrefillCase{6, 40, 8, {1, 37, 260}, 100},  // deepseek_v2_odd as stored
-                      PrefillCase{1, 512, 64, {3, 1, 2}, 9000}));
+                      PrefillCase{1, 512, 64, {3, 1, 2}, 9000}),
+                       ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma)));
 
 }  // namespace
 }  // namespace mlaserve::kernels

@@ -16,8 +16,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/common/types.h"
 
 namespace mlaserve::kernels {
@@ -58,6 +60,25 @@ enum class MoeExpertsPath : uint8_t {
 inline constexpr int kMoeStreamMaxTokens = 16;
 inline constexpr int kMoeStreamMaxRowsPerExpert = 16;
 
+// Row order of each expert's gate_up weights [2*inter, hidden].
+//   kStacked:      the inter gate rows, then the inter up rows (Hugging Face's gate_up_proj;
+//                  what checkpoints hold and the only layout the CPU backend takes).
+//   kInterleaved8: blocks of 8 gate rows and the same 8 features' up rows alternate: row
+//                  16*j + i is gate feature 8*j + i, row 16*j + 8 + i is up feature 8*j + i
+//                  (i < 8). A tile of the gate_up product then holds matching gate and up
+//                  columns, so the Hopper grouped GEMM writes silu(gate) * up from its epilogue
+//                  (no [A, 2*inter] buffer, no SiLU pass). Needs inter % 8 == 0. Every CUDA path
+//                  reads it; MoePrepareExpertWeights produces it, once, where weights are loaded.
+enum class MoeGateUpLayout : uint8_t { kStacked, kInterleaved8 };
+
+// The CUDA backend's stage kernels of 2026-11-24, kept selectable so mlaserve-moe-bench and the
+// tests compare them with the current ones in one process. All false: the current kernels.
+struct MoeBaselineStages {
+  bool permute = false;  // one-block counting sort, then (kSm90) a separate x-row gather
+  bool silu = false;     // kSm90 with kInterleaved8 weights: SiLU * up as its own pass
+  bool combine = false;  // combine with 8-byte loads (now 16-byte)
+};
+
 // Routed experts: out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]), where
 // expert_e(x) = down_e( silu(gate_e x) * up_e x ). Tokens are grouped by expert (sorted), and
 // each expert runs one GEMM over its tokens, never one GEMM per token.
@@ -71,21 +92,43 @@ struct MoeExpertsParams {
   const void* x = nullptr;                // [num_tokens, hidden]
   const int32_t* topk_ids = nullptr;      // [num_tokens, top_k]
   const float* topk_weights = nullptr;    // [num_tokens, top_k]
-  const void* gate_up = nullptr;          // [num_experts, 2*inter, hidden] (gate rows, then up rows)
+  const void* gate_up = nullptr;          // [num_experts, 2*inter, hidden], rows as gate_up_layout says
   const void* down = nullptr;             // [num_experts, hidden, inter]
   void* out = nullptr;                    // [num_tokens, hidden], overwritten
   void* workspace = nullptr;              // MoeExpertsWorkspaceBytes(p) bytes
   size_t workspace_bytes = 0;
   MoeExpertsPath path = MoeExpertsPath::kAuto;
   int sm90_variant = -1;  // kSm90 tile configuration (moe_cuda.h); -1 = chosen by shape
+  MoeGateUpLayout gate_up_layout = MoeGateUpLayout::kStacked;
+  MoeBaselineStages baseline;  // CUDA only; benchmarks and tests
 };
 
 size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p);
 absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx);
 absl::Status MoeExpertsCpu(const MoeExpertsParams& p);
 absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream);
-// Workspace the CUDA backend needs beyond the CPU layout (its active-expert list and the
-// grouped GEMM's device-built arguments); defined only in CUDA builds.
+// One-time preparation of the routed experts' gate_up weights for the CUDA backend, where the
+// weights are uploaded (before the first MoeExperts call; not inside a captured step): rewrites
+// `gate_up` in place into `layout`, or, when `layout` is unset, into the layout this device's
+// fastest path wants (kInterleaved8 on Hopper for bf16 with inter % 8 == 0, else kStacked:
+// nothing is touched). Returns the layout the weights are in afterwards; pass it as
+// MoeExpertsParams::gate_up_layout. The CPU backend leaves the weights stacked. Synchronises
+// the stream (it allocates and frees a staging buffer of at most 256 MiB).
+struct MoePrepareParams {
+  DType dtype = DType::kBF16;
+  int num_experts = 0;  // experts in the stack (an expert-parallel shard counts its sink)
+  int hidden = 0;
+  int inter = 0;        // rows per half: moe_intermediate_size, or a rank's slice of it
+  void* gate_up = nullptr;  // [num_experts, 2*inter, hidden], kStacked on entry
+  std::optional<MoeGateUpLayout> layout;  // unset: the device's choice
+};
+absl::StatusOr<MoeGateUpLayout> MoePrepareExpertWeights(const MoePrepareParams& p,
+                                                        const KernelContext& ctx);
+absl::StatusOr<MoeGateUpLayout> MoePrepareExpertWeightsCuda(const MoePrepareParams& p, void* stream);
+
+// Workspace the CUDA backend needs beyond the CPU layout (its active-expert list, the grouped
+// GEMM's device-built arguments, the permutation's per-chunk expert counts); defined only in
+// CUDA builds.
 size_t MoeExpertsCudaWorkspaceBytes(const MoeExpertsParams& p);
 
 }  // namespace mlaserve::kernels

@@ -10,6 +10,8 @@
 namespace mlaserve::kernels {
 namespace {
 
+constexpr int kInterleaveRows = 8;  // MoeGateUpLayout::kInterleaved8's block of rows
+
 size_t AlignUp(size_t bytes) {
   constexpr size_t kAlign = 256;
   return (bytes + kAlign - 1) / kAlign * kAlign;
@@ -56,9 +58,9 @@ absl::Status MoeRouting(const MoeRoutingParams& p, const KernelContext& ctx) {
 //   down output [A, hidden] (f32) |
 //   (CUDA backend) int32 row-tile offsets [num_experts + 1] | int32 sorted position of each
 //   assignment [A] | in CUDA builds, MoeExpertsCudaWorkspaceBytes more (active experts, the
-//   grouped GEMM's arguments). The CUDA paths use "x gathered" (kSm90) or not (kStream,
-//   kTiled gather inside their loads); kStream keeps its [A, inter] activations in the
-//   gate_up part.
+//   grouped GEMM's arguments, the permutation's per-chunk counts). The CUDA paths use "x
+//   gathered" (kSm90) or not (kStream, kTiled gather inside their loads); kStream and the
+//   fused kSm90 gate_up keep their [A, inter] activations in the gate_up part.
 size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p) {
   if (p.num_tokens <= 0 || p.top_k <= 0) return 0;
   const size_t a = static_cast<size_t>(p.num_tokens) * p.top_k;
@@ -87,6 +89,17 @@ absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx) {
   RETURN_IF_ERROR(RequireNonNull("down", p.down));
   RETURN_IF_ERROR(RequireNonNull("out", p.out));
   RETURN_IF_ERROR(RequireNonNull("workspace", p.workspace));
+  if (p.gate_up_layout == MoeGateUpLayout::kInterleaved8) {
+    if (ctx.backend == Backend::kCpu) {
+      return absl::InvalidArgumentError(
+          "moe_experts: gate_up_layout=interleaved8 is the CUDA backend's prepared layout; the CPU "
+          "backend takes the stacked (checkpoint) layout");
+    }
+    if (p.inter % kInterleaveRows != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("moe_experts: gate_up_layout=interleaved8 needs inter % ",
+                                                     kInterleaveRows, " == 0, got inter=", p.inter));
+    }
+  }
   const size_t need = MoeExpertsWorkspaceBytes(p);
   if (p.workspace_bytes < need) {
     return absl::InvalidArgumentError(absl::StrCat("moe_experts: workspace_bytes=",
@@ -94,6 +107,31 @@ absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx) {
                                                    " bytes MoeExpertsWorkspaceBytes asks for"));
   }
   MLASERVE_DISPATCH("moe", ctx, MoeExpertsCpu(p), MoeExpertsCuda(p, ctx.stream));
+}
+
+absl::StatusOr<MoeGateUpLayout> MoePrepareExpertWeights(const MoePrepareParams& p,
+                                                        const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequirePositive("num_experts", p.num_experts));
+  RETURN_IF_ERROR(RequirePositive("hidden", p.hidden));
+  RETURN_IF_ERROR(RequirePositive("inter", p.inter));
+  RETURN_IF_ERROR(RequireNonNull("gate_up", p.gate_up));
+  if (p.layout == MoeGateUpLayout::kInterleaved8 && p.inter % kInterleaveRows != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("moe_prepare: layout=interleaved8 needs inter % ",
+                                                   kInterleaveRows, " == 0, got inter=", p.inter));
+  }
+  if (ctx.backend == Backend::kCpu) {
+    if (p.layout == MoeGateUpLayout::kInterleaved8) {
+      return absl::InvalidArgumentError(
+          "moe_prepare: layout=interleaved8 is for the CUDA backend; the CPU backend keeps the "
+          "stacked layout");
+    }
+    return MoeGateUpLayout::kStacked;
+  }
+#if defined(MLASERVE_KERNEL_HAS_CUDA)
+  return MoePrepareExpertWeightsCuda(p, ctx.stream);
+#else
+  return NoCudaError("moe");
+#endif
 }
 
 }  // namespace mlaserve::kernels

@@ -1,19 +1,21 @@
 // Internal to the moe family's CUDA backend: the pieces moe_experts.cu strings together.
 //
-// Routed experts on the GPU run in four steps, none of which syncs with the host (the
+// Routed experts on the GPU run in these stages, none of which syncs with the host (the
 // per-expert token counts exist only on the device, so CUDA graph capture stays possible):
-//   1. a stable counting sort of the num_tokens * top_k assignments by expert
-//      (moe_experts.cu: expert row offsets, sorted assignment ids, each assignment's row);
-//   2. the gate_up product over each expert's rows, SiLU(gate) * up;
+//   1. permute (moe_permute.cu): a stable counting sort of the num_tokens * top_k assignments
+//      by expert over many blocks (per-chunk expert counts, one scan, a scatter that places
+//      every assignment at its sorted row and, for kSm90, copies its x row there);
+//   2. the gate_up product over each expert's rows, and SiLU(gate) * up;
 //   3. the down product, one bf16 row per assignment (rounded as Hugging Face's expert output
 //      is);
-//   4. the combine: each token's top_k rows weighted and summed in token order (f32, one
-//      rounding), so no atomics and the same bytes on every run.
+//   4. the combine (moe_rows.cu): each token's top_k rows weighted and summed in token order
+//      (f32, one rounding), so no atomics and the same bytes on every run.
 // Steps 2-3 have three implementations, chosen per call by MoeExpertsPath (api.h):
 //   kStream   few tokens per expert (decode): weights streamed once at copy bandwidth, tokens
 //             as the narrow side of m16n8k16 products, SiLU * up fused into the gate_up pass;
 //   kSm90     CUTLASS 3 grouped GEMM (TMA + wgmma, warp-specialized persistent kernel over
-//             (expert, tile) work) on gathered rows: prefill and large decode batches;
+//             (expert, tile) work) on gathered rows: prefill and large decode batches; with
+//             kInterleaved8 weights SiLU * up runs in the gate_up GEMM's epilogue;
 //   kTiled    the portable mma.sync grouped GEMM (any sm_80+ GPU, and the fallback).
 #pragma once
 
@@ -24,6 +26,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/moe/api.h"
 
 namespace mlaserve::kernels::moe_cuda {
 
@@ -60,8 +63,10 @@ struct StreamArgs {
   const __nv_bfloat16* down;    // [E][hidden, inter]
   __nv_bfloat16* act;           // [A, inter]   silu(gate) * up, rows in sorted order
   __nv_bfloat16* ys;            // [A, hidden]  down output, rows in sorted order
+  bool gate_up_interleaved;     // gate_up rows in MoeGateUpLayout::kInterleaved8
 };
-absl::Status LaunchStreamExperts(const StreamArgs& a, cudaStream_t s);
+absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s);
+absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
 
 // --- kSm90 (moe_gemm_sm90_v<N>.cu): d[rows of e] = a[rows of e] * w_e^T for every expert
 // (bf16 d), the per-expert problem shapes and pointers built on the device from `offsets`.
@@ -78,6 +83,12 @@ struct Sm90GroupedArgs {
   void* args_block;             // Sm90ArgsBlockBytes(E) bytes: per-expert shapes, pointers, strides
   void* workspace;              // Sm90WorkspaceBytes() bytes for CUTLASS
 };
+// The same product with SiLU * up in the epilogue, for gate_up weights in kInterleaved8: d is
+// [A, N/2] (row stride ldd), d[r, f] = silu(gate_f) * up_f, gate and up rounded to bf16 first
+// (as the separate pass reads them), so the output equals the unfused product + SiLU pass.
+// Compiled for the tile configurations kAuto picks (Sm90HasFusedSiluMul).
+bool Sm90HasFusedSiluMul(int variant);
+absl::Status LaunchSm90GroupedSiluMul(int variant, const Sm90GroupedArgs& g, cudaStream_t s);
 size_t Sm90ArgsBlockBytes(int num_experts);  // the largest over the variants
 size_t Sm90WorkspaceBytes(int num_experts);  // the largest over the variants
 bool Sm90Available();                        // the current device is sm_90 (wgmma, TMA)
@@ -90,6 +101,78 @@ MLASERVE_MOE_SM90_DECLARE(0)
 MLASERVE_MOE_SM90_DECLARE(1)
 MLASERVE_MOE_SM90_DECLARE(2)
 MLASERVE_MOE_SM90_DECLARE(3)
+absl::Status LaunchSm90GroupedSiluMulV1(const Sm90GroupedArgs& g, cudaStream_t s);
+absl::Status LaunchSm90GroupedSiluMulV3(const Sm90GroupedArgs& g, cudaStream_t s);
+size_t Sm90WorkspaceBytesSiluMulV1(int num_experts);
+size_t Sm90WorkspaceBytesSiluMulV3(int num_experts);
+size_t Sm90ArgsBlockBytesSiluMulV1(int num_experts);
+size_t Sm90ArgsBlockBytesSiluMulV3(int num_experts);
 #undef MLASERVE_MOE_SM90_DECLARE
+
+// --- Stage 1, the permutation (moe_permute.cu). Writes the expert row offsets [E + 1], the
+// row-tile offsets of the tiled path [E + 1], the experts with rows (active, count at
+// active[E]), each sorted row's assignment id (sorted [A]) and each assignment's row
+// (position [A], -1 for an id outside [0, E)); with xg set, also xg[r] = x[sorted[r] / top_k].
+// Rows of one expert keep assignment order (token order), so the outputs are the same on
+// every run and the same as the baseline's.
+struct PermuteArgs {
+  const int32_t* topk_ids;      // [A]
+  int num_assign, num_experts, top_k;
+  const __nv_bfloat16* x;       // [num_tokens, hidden]
+  int hidden;
+  __nv_bfloat16* xg;            // [A, hidden] or null: no row gather
+  int32_t* sorted;
+  int32_t* offsets;
+  int32_t* tile_offsets;
+  int32_t* position;
+  int32_t* active;
+  int32_t* chunk_counts;        // PermuteScratchBytes(A, E): per-chunk expert counts
+};
+inline constexpr int kMaxExperts = 1024;
+size_t PermuteScratchBytes(int num_assign, int num_experts);
+absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s);
+// Baseline: one block sorts (SortKernel), then a separate kernel gathers the rows.
+absl::Status LaunchBaselineSort(const PermuteArgs& a, cudaStream_t s);
+absl::Status LaunchBaselineGather(const PermuteArgs& a, cudaStream_t s);
+int DeviceSmCount();  // multiprocessors of the current device (cached per device)
+
+// --- Row passes (moe_rows.cu).
+// In place over rows [0, offsets[E]) of h (row stride 2*inter), gate_up output in `layout`:
+// the first inter columns of each row become silu(gate) * up. `max_rows` >= offsets[E] sizes
+// the grid on the host.
+absl::Status LaunchSiluMul(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter,
+                           int max_rows, bool interleaved, cudaStream_t s);
+// out[t] = sum_j w[t, j] * ys[position[t*top_k + j]] (f32 in j order, one rounding).
+struct CombineArgs {
+  const __nv_bfloat16* ys;      // [A, hidden]
+  const int32_t* position;      // [A]
+  const float* topk_weights;    // [A]
+  __nv_bfloat16* out;           // [num_tokens, hidden]
+  int num_tokens, top_k, hidden;
+};
+absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s);
+absl::Status LaunchBaselineCombine(const CombineArgs& a, cudaStream_t s);
+
+// --- The experts call stage by stage (moe_experts.cu), for mlaserve-moe-bench's per-stage
+// timings: `observer` is told on the host after each stage's launches, in order, and may record
+// an event on the stream there. MoeExpertsCuda is RunExperts(p, s, nullptr); p must have passed
+// MoeExperts' checks.
+enum class ExpertsStage : uint8_t { kPermute, kGather, kGateUp, kSiluMul, kDown, kCombine };
+inline constexpr int kExpertsStages = 6;
+const char* ExpertsStageName(ExpertsStage stage);
+class ExpertsStageObserver {
+ public:
+  virtual ~ExpertsStageObserver() = default;
+  virtual void AfterStage(ExpertsStage stage, cudaStream_t s) = 0;
+};
+// What a call with these params runs: the path (kAuto resolved), the kSm90 tile configuration
+// and whether SiLU * up runs in the gate_up GEMM's epilogue.
+struct ExpertsPlan {
+  MoeExpertsPath path;
+  int sm90_variant;    // -1 off kSm90
+  bool fused_silu;
+};
+ExpertsPlan PlanExperts(const MoeExpertsParams& p);
+absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageObserver* observer);
 
 }  // namespace mlaserve::kernels::moe_cuda

@@ -1,8 +1,12 @@
 // moe CUDA vs the CPU reference. Routing: ids equal per token except at near-ties (f32 scores
 // on the GPU, rounded-from-double on the CPU), so at most a handful of tokens per thousand may
 // differ, and where ids agree the weights agree within 1e-4. Experts (bf16): relative error
-// within 1e-2, on uniform and on skewed routings (many row tiles per expert, idle experts).
+// within 1e-2 and every value within 5% of (rms + |value|), on uniform, hot and ragged
+// routings (many row tiles per expert, idle experts), for every path, tile configuration and
+// gate_up layout; and bit-identical to the 2026-11-24 stage kernels. The permutation, the weight
+// preparation and graph capture: moe_pipeline_cuda_test.cu.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -11,11 +15,15 @@
 
 #include "gtest/gtest.h"
 #include "kernels/moe/api.h"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_cuda_testing.h"
 #include "kernels/testing/cuda_testing.h"
 #include "kernels/testing/testing.h"
 
 namespace mlaserve::kernels {
 namespace {
+
+using testing::Routing;
 
 // (tokens, experts, top_k, n_group, topk_group, scoring, method, norm)
 using RouteCase = std::tuple<int, int, int, int, int, MoeScoring, MoeTopkMethod, bool>;
@@ -69,29 +77,40 @@ INSTANTIATE_TEST_SUITE_P(
         RouteCase{33, 16, 4, 4, 1, MoeScoring::kSigmoid, MoeTopkMethod::kNoauxTc, true},  // masked -inf picks
         RouteCase{64, 32, 8, 4, 2, MoeScoring::kSoftmax, MoeTopkMethod::kGroupLimitedGreedy, true}));
 
-// (tokens, hidden, inter, experts, top_k, skewed)
-using ExpertsCase = std::tuple<int, int, int, int, int, bool>;
+// (tokens, hidden, inter, experts, top_k, routing)
+using ExpertsCase = std::tuple<int, int, int, int, int, Routing>;
 class MoeExpertsCudaTest : public ::testing::TestWithParam<ExpertsCase> {};
 
-// Every CUDA path (and kSm90's every tile configuration) against one CPU reference.
-TEST_P(MoeExpertsCudaTest, EveryPathMatchesCpu) {
-  const auto [T, H, I, E, k, skewed] = GetParam();
+struct PathConfig {
+  MoeExpertsPath path;
+  int sm90_variant;
+};
+
+std::vector<PathConfig> EveryPathConfig() {
+  std::vector<PathConfig> configs = {{MoeExpertsPath::kAuto, -1}, {MoeExpertsPath::kStream, -1},
+                                     {MoeExpertsPath::kTiled, -1}};
+  if (moe_cuda::Sm90Available()) {
+    for (int v = 0; v < moe_cuda::kSm90Variants; ++v) configs.push_back({MoeExpertsPath::kSm90, v});
+  }
+  return configs;
+}
+
+// Every CUDA path (and kSm90's every tile configuration), with the gate_up weights stacked and
+// interleaved (the fused SiLU epilogue on variants 1 and 3), against one CPU reference; and
+// every one bit-identical to the same path and tile configuration run with the 2026-11-24
+// stage kernels on stacked weights (one-block sort + gather, SiLU pass, 8-byte combine).
+TEST_P(MoeExpertsCudaTest, EveryPathMatchesCpuAndTheBaselineBitwise) {
+  const auto [T, H, I, E, k, routing] = GetParam();
   const uint64_t seed = testing::FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " routing=" << testing::RoutingName(routing));
+  if (!moe_cuda::Sm90Available()) std::printf("note: not a Hopper GPU; the kSm90 path is not tested\n");
   auto x = testing::RandomVector(static_cast<size_t>(T) * H, seed);
   const float su = 1.0f / std::sqrt(static_cast<float>(H)), sd = 1.0f / std::sqrt(static_cast<float>(I));
   auto gate_up = testing::RandomVector(static_cast<size_t>(E) * 2 * I * H, seed + 1, -2 * su, 2 * su);
   auto down = testing::RandomVector(static_cast<size_t>(E) * H * I, seed + 2, -2 * sd, 2 * sd);
   testing::RoundToBf16(x); testing::RoundToBf16(gate_up); testing::RoundToBf16(down);
-  std::mt19937 rng(seed);
-  std::vector<int32_t> ids(T * k);
-  std::vector<float> weights = testing::RandomVector(T * k, seed + 3, 0.1f, 1.0f);
-  std::vector<int> perm(E);
-  for (int t = 0; t < T; ++t) {
-    std::iota(perm.begin(), perm.end(), 0);
-    if (!skewed) std::shuffle(perm.begin(), perm.end(), rng);  // skewed: every token picks 0..k-1
-    std::copy(perm.begin(), perm.begin() + k, ids.begin() + t * k);
-  }
+  const std::vector<int32_t> ids = testing::MakeRouting(T, E, k, routing, seed + 4);
+  std::vector<float> weights = testing::RandomVector(static_cast<size_t>(T) * k, seed + 3, 0.1f, 1.0f);
   MoeExpertsParams p;
   p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = k;
   std::vector<float> want(static_cast<size_t>(T) * H);
@@ -103,38 +122,80 @@ TEST_P(MoeExpertsCudaTest, EveryPathMatchesCpu) {
   MoeExpertsParams g = p;
   g.dtype = DType::kBF16;
   auto d_x = testing::ToDeviceBf16(x), d_gu = testing::ToDeviceBf16(gate_up), d_dn = testing::ToDeviceBf16(down);
+  // The interleaved copy through MoePrepareExpertWeights, checked against the host form.
+  auto d_gu_il = testing::ToDeviceBf16(gate_up);
+  MoePrepareParams prep;
+  prep.num_experts = E; prep.hidden = H; prep.inter = I; prep.gate_up = d_gu_il.get();
+  prep.layout = MoeGateUpLayout::kInterleaved8;
+  const auto layout = MoePrepareExpertWeights(prep, KernelContext{Backend::kCuda, nullptr});
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_EQ(*layout, MoeGateUpLayout::kInterleaved8);
+  ASSERT_TRUE(testing::ToHost<uint16_t>(d_gu_il, gate_up.size()) ==
+              testing::InterleaveGateUp(testing::ToBf16(gate_up), E, I, H));
   auto d_ids = testing::ToDevice(ids);
   auto d_w = testing::ToDevice(weights);
-  g.x = d_x.get(); g.gate_up = d_gu.get(); g.down = d_dn.get(); g.topk_ids = d_ids.as<int32_t>();
-  g.topk_weights = d_w.as<float>();
-  std::vector<std::pair<MoeExpertsPath, int>> variants = {
-      {MoeExpertsPath::kAuto, -1}, {MoeExpertsPath::kStream, -1}, {MoeExpertsPath::kTiled, -1}};
-  for (int v = 0; v < 4; ++v) variants.push_back({MoeExpertsPath::kSm90, v});
-  for (const auto& [path, variant] : variants) {
-    SCOPED_TRACE(::testing::Message() << "path=" << static_cast<int>(path) << " sm90_variant=" << variant);
-    g.path = path;
-    g.sm90_variant = variant;
+  g.x = d_x.get(); g.down = d_dn.get(); g.topk_ids = d_ids.as<int32_t>(); g.topk_weights = d_w.as<float>();
+  auto run = [&](MoeExpertsParams q, std::vector<uint16_t>* out) {
     auto d_out = testing::PoisonedBf16(want.size());
-    testing::DeviceBuffer d_ws(MoeExpertsWorkspaceBytes(g));
+    testing::DeviceBuffer d_ws(MoeExpertsWorkspaceBytes(q));
     MLASERVE_CUDA_ASSERT(cudaMemset(d_ws.get(), 0xff, d_ws.bytes()));  // poison the workspace too
-    g.out = d_out.get(); g.workspace = d_ws.get(); g.workspace_bytes = d_ws.bytes();
-    ASSERT_TRUE(MoeExperts(g, KernelContext{Backend::kCuda, nullptr}).ok());
+    q.out = d_out.get(); q.workspace = d_ws.get(); q.workspace_bytes = d_ws.bytes();
+    const absl::Status st = MoeExperts(q, KernelContext{Backend::kCuda, nullptr});
+    ASSERT_TRUE(st.ok()) << st;
     MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-    EXPECT_LE(testing::RelativeError(testing::ToHostBf16(d_out, want.size()), want), 1e-2);
+    *out = testing::ToHost<uint16_t>(d_out, want.size());
+  };
+  for (const PathConfig& c : EveryPathConfig()) {
+    g.path = c.path;
+    g.sm90_variant = c.sm90_variant;
+    std::vector<uint16_t> baseline;
+    {
+      SCOPED_TRACE(::testing::Message() << "path=" << static_cast<int>(c.path) << " sm90_variant="
+                                        << c.sm90_variant << " baseline stages, stacked");
+      MoeExpertsParams b = g;
+      b.gate_up = d_gu.get();
+      b.gate_up_layout = MoeGateUpLayout::kStacked;
+      b.baseline = {true, true, true};
+      ASSERT_NO_FATAL_FAILURE(run(b, &baseline));
+      const auto got = testing::FromBf16(baseline);
+      EXPECT_LE(testing::RelativeError(got, want), 1e-2);
+      EXPECT_LE(testing::MaxScaledError(got, want), 5e-2);
+    }
+    for (const MoeGateUpLayout gl : {MoeGateUpLayout::kStacked, MoeGateUpLayout::kInterleaved8}) {
+      SCOPED_TRACE(::testing::Message() << "path=" << static_cast<int>(c.path) << " sm90_variant="
+                                        << c.sm90_variant << " layout=" << static_cast<int>(gl));
+      g.gate_up = gl == MoeGateUpLayout::kStacked ? d_gu.get() : d_gu_il.get();
+      g.gate_up_layout = gl;
+      std::vector<uint16_t> out;
+      ASSERT_NO_FATAL_FAILURE(run(g, &out));
+      const auto got = testing::FromBf16(out);
+      EXPECT_LE(testing::RelativeError(got, want), 1e-2);
+      EXPECT_LE(testing::MaxScaledError(got, want), 5e-2);
+      EXPECT_TRUE(out == baseline) << "differs from the baseline stages in "
+                                   << [&] { size_t n = 0; for (size_t i = 0; i < out.size(); ++i) n += out[i] != baseline[i]; return n; }()
+                                   << " of " << out.size() << " values";
+    }
   }
 }
 
-// Every path on every shape: the stream path also on many tokens per expert (passes of 16),
-// ragged K (200, 96: not a multiple of the 64-column stage), idle experts (skewed), and
-// V2-Lite's expert shape; the Hopper grouped GEMM with experts of 0, 1 and hundreds of rows.
+// Every path on every shape: decode sizes (one chunk of the permutation) and prefill sizes
+// (several chunks), experts with 0 tokens and ragged counts (hot, ragged), top_k 1..12, E 2..256,
+// hidden and inter that are not multiples of the tiles (136/72: K tails of the 64-column
+// stages, N = 2*inter past the 128/256-column tiles; 200, 264, 520, 40), and V2-Lite's expert
+// shape.
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeExpertsCudaTest,
-                         ::testing::Values(ExpertsCase{1, 64, 32, 8, 2, false},
-                                           ExpertsCase{7, 256, 128, 16, 4, false},
-                                           ExpertsCase{16, 2048, 1408, 64, 6, false},
-                                           ExpertsCase{300, 512, 200, 64, 6, false},
-                                           ExpertsCase{130, 256, 96, 32, 8, true},
-                                           ExpertsCase{64, 2048, 1408, 64, 6, false},
-                                           ExpertsCase{1000, 512, 264, 64, 6, true}));
+                         ::testing::Values(ExpertsCase{1, 64, 32, 8, 2, Routing::kUniform},
+                                           ExpertsCase{7, 256, 128, 16, 4, Routing::kUniform},
+                                           ExpertsCase{16, 2048, 1408, 64, 6, Routing::kUniform},
+                                           ExpertsCase{300, 512, 200, 64, 6, Routing::kUniform},
+                                           ExpertsCase{130, 256, 96, 32, 8, Routing::kHot},
+                                           ExpertsCase{64, 2048, 1408, 64, 6, Routing::kRagged},
+                                           ExpertsCase{1000, 512, 264, 64, 6, Routing::kHot},
+                                           ExpertsCase{513, 136, 72, 2, 1, Routing::kUniform},
+                                           ExpertsCase{777, 264, 40, 256, 8, Routing::kRagged},
+                                           ExpertsCase{2500, 128, 64, 160, 3, Routing::kRagged},
+                                           ExpertsCase{97, 1032, 520, 48, 5, Routing::kRagged},
+                                           ExpertsCase{200, 128, 64, 16, 12, Routing::kUniform}));
 
 // Determinism: two runs on the same inputs give the same bytes, in the output and in the whole
 // workspace (the sort is stable, so the sorted assignment ids at the head of the workspace are
@@ -168,36 +229,50 @@ TEST_P(MoeExpertsDeterminismTest, TwoRunsAreBitwiseEqualAndTheSortIsStable) {
   auto d_w = testing::ToDevice(weights);
   g.x = d_x.get(); g.gate_up = d_gu.get(); g.down = d_dn.get(); g.topk_ids = d_ids.as<int32_t>();
   g.topk_weights = d_w.as<float>();
-  const size_t ws_bytes = MoeExpertsWorkspaceBytes(g);
-  const size_t out_n = static_cast<size_t>(T) * H;
-  std::vector<uint16_t> out[2];
-  std::vector<uint8_t> ws[2];
-  for (int run = 0; run < 2; ++run) {
-    auto d_out = testing::PoisonedBf16(out_n);
-    testing::DeviceBuffer d_ws(ws_bytes);
-    MLASERVE_CUDA_ASSERT(cudaMemset(d_ws.get(), 0xa5, ws_bytes));
-    g.out = d_out.get(); g.workspace = d_ws.get(); g.workspace_bytes = ws_bytes;
-    ASSERT_TRUE(MoeExperts(g, KernelContext{Backend::kCuda, nullptr}).ok());
-    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-    out[run] = testing::ToHost<uint16_t>(d_out, out_n);
-    ws[run] = testing::ToHost<uint8_t>(d_ws, ws_bytes);
-  }
-  EXPECT_EQ(testing::CountNan(testing::FromBf16(out[0])), 0u);
-  EXPECT_TRUE(out[0] == out[1]) << "output differs between two runs";
-  EXPECT_TRUE(ws[0] == ws[1]) << "workspace differs between two runs";
-  // Head of the workspace (moe.cc's layout): the sorted assignment ids, [T * k] int32.
-  std::vector<int32_t> sorted(static_cast<size_t>(T) * k);
-  std::memcpy(sorted.data(), ws[0].data(), sorted.size() * sizeof(int32_t));
-  for (size_t r = 1; r < sorted.size(); ++r) {
-    const int32_t a = sorted[r - 1], b = sorted[r];
-    ASSERT_TRUE(ids[a] < ids[b] || (ids[a] == ids[b] && a < b))
-        << "row " << r << ": assignment " << b << " (expert " << ids[b] << ") after " << a
-        << " (expert " << ids[a] << ")";
+  auto d_gu_il = testing::ToDeviceBf16(gate_up);
+  MoePrepareParams prep;
+  prep.num_experts = E; prep.hidden = H; prep.inter = I; prep.gate_up = d_gu_il.get();
+  prep.layout = MoeGateUpLayout::kInterleaved8;
+  ASSERT_TRUE(MoePrepareExpertWeights(prep, KernelContext{Backend::kCuda, nullptr}).ok());
+  // The current stages on interleaved weights (fused SiLU where kSm90 runs), then the
+  // baseline stages on stacked weights.
+  for (const bool baseline : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << (baseline ? "baseline stages" : "current stages"));
+    g.gate_up = baseline ? d_gu.get() : d_gu_il.get();
+    g.gate_up_layout = baseline ? MoeGateUpLayout::kStacked : MoeGateUpLayout::kInterleaved8;
+    g.baseline = {baseline, baseline, baseline};
+    const size_t ws_bytes = MoeExpertsWorkspaceBytes(g);
+    const size_t out_n = static_cast<size_t>(T) * H;
+    std::vector<uint16_t> out[2];
+    std::vector<uint8_t> ws[2];
+    for (int run = 0; run < 2; ++run) {
+      auto d_out = testing::PoisonedBf16(out_n);
+      testing::DeviceBuffer d_ws(ws_bytes);
+      MLASERVE_CUDA_ASSERT(cudaMemset(d_ws.get(), 0xa5, ws_bytes));
+      g.out = d_out.get(); g.workspace = d_ws.get(); g.workspace_bytes = ws_bytes;
+      ASSERT_TRUE(MoeExperts(g, KernelContext{Backend::kCuda, nullptr}).ok());
+      MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+      out[run] = testing::ToHost<uint16_t>(d_out, out_n);
+      ws[run] = testing::ToHost<uint8_t>(d_ws, ws_bytes);
+    }
+    EXPECT_EQ(testing::CountNan(testing::FromBf16(out[0])), 0u);
+    EXPECT_TRUE(out[0] == out[1]) << "output differs between two runs";
+    EXPECT_TRUE(ws[0] == ws[1]) << "workspace differs between two runs";
+    // Head of the workspace (moe.cc's layout): the sorted assignment ids, [T * k] int32.
+    std::vector<int32_t> sorted(static_cast<size_t>(T) * k);
+    std::memcpy(sorted.data(), ws[0].data(), sorted.size() * sizeof(int32_t));
+    for (size_t r = 1; r < sorted.size(); ++r) {
+      const int32_t a = sorted[r - 1], b = sorted[r];
+      ASSERT_TRUE(ids[a] < ids[b] || (ids[a] == ids[b] && a < b))
+          << "row " << r << ": assignment " << b << " (expert " << ids[b] << ") after " << a
+          << " (expert " << ids[a] << ")";
+    }
   }
 }
 
 // (tokens, hidden, inter, experts, top_k): the fixture's 8 experts, V2-Lite's 64, and 512,
-// whose sort needs more than 48 KiB of shared memory (33 * 4 bytes per expert).
+// whose one-block sort needs more than 48 KiB of shared memory (33 * 4 bytes per expert); 517
+// and 2048 tokens span several chunks of the multi-block permutation.
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeExpertsDeterminismTest,
                          ::testing::Values(std::tuple{1, 64, 32, 8, 2}, std::tuple{517, 128, 48, 64, 6},
                                            std::tuple{2048, 64, 32, 512, 8}));

@@ -87,5 +87,43 @@ TEST(MoeExpertsValidation, RefusesSmallWorkspaceAndBadIds) {
   EXPECT_NE(st.message().find("topk_ids[0][0]=2"), std::string::npos) << st.message();
 }
 
+// The interleaved gate_up layout is the CUDA backend's prepared form: the CPU backend keeps
+// the checkpoint's stacked rows, says so, and refuses interleaved ones.
+TEST(MoePrepareExpertWeights, CpuKeepsTheStackedLayout) {
+  std::vector<float> gu(2 * 2 * 8 * 16, 1.0f);
+  const std::vector<float> before = gu;
+  MoePrepareParams p;
+  p.dtype = DType::kF32;
+  p.num_experts = 2; p.hidden = 16; p.inter = 8; p.gate_up = gu.data();
+  const auto chosen = MoePrepareExpertWeights(p, KernelContext{});
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_EQ(*chosen, MoeGateUpLayout::kStacked);
+  EXPECT_EQ(gu, before);
+  p.layout = MoeGateUpLayout::kInterleaved8;
+  const auto refused = MoePrepareExpertWeights(p, KernelContext{});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("CPU"), std::string::npos) << refused.status();
+  p.num_experts = 0;
+  EXPECT_NE(MoePrepareExpertWeights(p, KernelContext{}).status().message().find("num_experts=0"),
+            std::string::npos);
+}
+
+TEST(MoeExpertsValidation, CpuRefusesInterleavedWeights) {
+  std::vector<float> x(8), gu(2 * 2 * 8 * 8), dn(2 * 8 * 8), out(8), w = {1.0f};
+  std::vector<int32_t> ids = {1};
+  MoeExpertsParams p;
+  p.num_tokens = 1; p.hidden = 8; p.inter = 8; p.num_experts = 2; p.top_k = 1;
+  p.x = x.data(); p.topk_ids = ids.data(); p.topk_weights = w.data(); p.gate_up = gu.data();
+  p.down = dn.data(); p.out = out.data();
+  std::vector<char> ws(MoeExpertsWorkspaceBytes(p));
+  p.workspace = ws.data(); p.workspace_bytes = ws.size();
+  p.gate_up_layout = MoeGateUpLayout::kInterleaved8;
+  const auto st = MoeExperts(p, KernelContext{});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("interleaved8"), std::string::npos) << st.message();
+  p.gate_up_layout = MoeGateUpLayout::kStacked;
+  EXPECT_TRUE(MoeExperts(p, KernelContext{}).ok());
+}
+
 }  // namespace
 }  // namespace mlaserve::kernels

@@ -56,9 +56,57 @@ struct Sm90Pingpong64x256 {
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
 
+// The fused SiLU * up epilogue (moe_gemm_sm90_silu.cuh, included by the TUs that instantiate
+// it): declared here so that Sm90GroupedGemm can name it.
+template <class StrideD>
+class SiluMulEpilogueArray;
+
+// The epilogue of a grouped GEMM: CUTLASS's TMA epilogue storing D = A * B in bf16, or
+// (kSiluMul) SiluMulEpilogueArray storing silu(gate) * up, with its arguments.
+template <typename Config, typename ElementD, typename LayoutD, int kAlignD, bool kSiluMul>
+struct Sm90EpilogueOf {
+  using Op = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape,
+      typename Config::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      void, LayoutD*, kAlignD,  // no C operand: D = A * B
+      ElementD, LayoutD*, kAlignD, typename Config::EpilogueSchedule,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void>>::CollectiveOp;
+  template <typename Arguments, typename StrideD>
+  static Arguments MakeArguments(ElementD** d, StrideD* stride_d) {
+    Arguments args{};
+    auto& fusion = args.thread;
+    fusion.alpha = 1.0f;
+    fusion.beta = 0.0f;
+    fusion.alpha_ptr = nullptr;
+    fusion.beta_ptr = nullptr;
+    fusion.alpha_ptr_array = nullptr;
+    fusion.beta_ptr_array = nullptr;
+    fusion.dAlpha = {cute::_0{}, cute::_0{}, 0};
+    fusion.dBeta = {cute::_0{}, cute::_0{}, 0};
+    args.ptr_C = nullptr;
+    args.dC = stride_d;
+    args.ptr_D = d;
+    args.dD = stride_d;
+    return args;
+  }
+};
+template <typename Config, typename ElementD, typename LayoutD, int kAlignD>
+struct Sm90EpilogueOf<Config, ElementD, LayoutD, kAlignD, true> {
+  using Op = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
+      SiluMulEpilogueArray<cutlass::detail::TagToStrideC_t<LayoutD*>>>;
+  template <typename Arguments, typename StrideD>
+  static Arguments MakeArguments(ElementD** d, StrideD* stride_d) {
+    Arguments args{};
+    args.ptr_D = d;
+    args.dD = stride_d;
+    return args;
+  }
+};
+
 // One grouped-GEMM configuration: bf16 A (row-major rows of one expert) times bf16 W_e^T
-// (W_e row-major [N, K], i.e. a column-major K x N operand), f32 accumulation, bf16 D.
-template <typename Config>
+// (W_e row-major [N, K], i.e. a column-major K x N operand), f32 accumulation, bf16 D (or,
+// kSiluMul, silu(gate) * up of interleaved gate/up columns: moe_gemm_sm90_silu.cuh).
+template <typename Config, bool kSiluMul = false>
 struct Sm90GroupedGemm {
   using ElementD = cutlass::bfloat16_t;
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
@@ -75,12 +123,8 @@ struct Sm90GroupedGemm {
   using KernelSchedule = typename Config::KernelSchedule;
   using EpilogueSchedule = typename Config::EpilogueSchedule;
 
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, ElementAcc, ElementAcc,
-      void, LayoutD*, kAlignD,  // no C operand: D = A * B
-      ElementD, LayoutD*, kAlignD, EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAcc, void>>::CollectiveOp;
+  using EpilogueOf = Sm90EpilogueOf<Config, ElementD, LayoutD, kAlignD, kSiluMul>;
+  using Epilogue = typename EpilogueOf::Op;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignA, ElementB,
       LayoutB*, kAlignB, ElementAcc, TileShape, ClusterShape,
@@ -128,23 +172,13 @@ struct Sm90GroupedGemm {
     cutlass::KernelHardwareInfo hw;
     hw.device_id = 0;
     hw.sm_count = sm_count;
-    typename Gemm::Arguments args;
-    decltype(args.epilogue.thread) fusion;
-    fusion.alpha = 1.0f;
-    fusion.beta = 0.0f;
-    fusion.alpha_ptr = nullptr;
-    fusion.beta_ptr = nullptr;
-    fusion.alpha_ptr_array = nullptr;
-    fusion.beta_ptr_array = nullptr;
-    fusion.dAlpha = {cute::_0{}, cute::_0{}, 0};
-    fusion.dBeta = {cute::_0{}, cute::_0{}, 0};
-    args = typename Gemm::Arguments{
+    using EpilogueArguments = typename Gemm::GemmKernel::EpilogueArguments;
+    return typename Gemm::Arguments{
         cutlass::gemm::GemmUniversalMode::kGrouped,
         {num_experts, g.shapes, nullptr},  // shapes on the device only
         {g.a, g.stride_a, g.b, g.stride_b},
-        {fusion, nullptr, g.stride_d, g.d, g.stride_d},
+        EpilogueOf::template MakeArguments<EpilogueArguments>(g.d, g.stride_d),
         hw};
-    return args;
   }
 };
 
@@ -180,9 +214,9 @@ __global__ void SetupGroupsKernel(typename Cfg::Groups g, const cutlass::bfloat1
   }
 }
 
-template <typename Config>
+template <typename Config, bool kSiluMul = false>
 absl::Status LaunchSm90Grouped(const Sm90GroupedArgs& in, cudaStream_t s) {
-  using Cfg = Sm90GroupedGemm<Config>;
+  using Cfg = Sm90GroupedGemm<Config, kSiluMul>;
   const auto groups = Cfg::Carve(in.args_block, in.num_experts);
   typename Cfg::StrideA sa{};
   typename Cfg::StrideB sb{};
@@ -216,9 +250,9 @@ absl::Status LaunchSm90Grouped(const Sm90GroupedArgs& in, cudaStream_t s) {
   return absl::OkStatus();
 }
 
-template <typename Config>
+template <typename Config, bool kSiluMul = false>
 size_t Sm90GemmWorkspaceBytes(int num_experts) {
-  using Cfg = Sm90GroupedGemm<Config>;
+  using Cfg = Sm90GroupedGemm<Config, kSiluMul>;
   typename Cfg::Groups none{};
   return Cfg::Gemm::get_workspace_size(Cfg::MakeArguments(none, num_experts, Sm90SmCount()));
 }

@@ -8,9 +8,10 @@
 // tokens the N side (two n8 tiles). Nothing is padded to a 64-row token tile, and the grid is
 // (weight slabs) x (active experts), so only touched experts are read.
 //
-// gate_up: a block reads the gate rows [f0, f0+64) and the matching up rows [inter+f0, ...)
-//   of W_gate_up, so each thread holds gate and up of the same (feature, token) pairs and
-//   writes silu(gate) * up directly (the separate SiLU pass and the [A, 2*inter] buffer go).
+// gate_up: a block reads the gate rows of features [f0, f0+64) and the matching up rows of
+//   W_gate_up (inter rows further in the stacked layout, 8 rows further in kInterleaved8), so
+//   each thread holds gate and up of the same (feature, token) pairs and writes
+//   silu(gate) * up directly (the separate SiLU pass and the [A, 2*inter] buffer go).
 // down: a block reads 64 rows of W_down and writes bf16 rows for the combine.
 // An expert with more than kTok tokens is processed in passes of kTok (weights re-read from
 // L2); the dispatcher sends larger batches to the grouped GEMMs instead.
@@ -18,6 +19,7 @@
 
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_silu.cuh"
 
 namespace mlaserve::kernels::moe_cuda {
 namespace {
@@ -74,7 +76,15 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
     const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
     const int feature = f0 + row % S::kFeatures;
     w_ok[q] = feature < out_dim;
-    const int64_t src_row = !w_ok[q] ? 0 : (kGateUp && row >= S::kFeatures ? g.inter + feature : feature);
+    // The gate row of `feature` and its up row: inter rows apart (stacked), or in the 16-row
+    // block of its 8 features, 8 apart (interleaved).
+    int64_t src_row = feature;
+    if (kGateUp && g.gate_up_interleaved) {
+      src_row = (feature / 8) * 16 + feature % 8 + (row >= S::kFeatures ? 8 : 0);
+    } else if (kGateUp && row >= S::kFeatures) {
+      src_row = g.inter + feature;
+    }
+    if (!w_ok[q]) src_row = 0;
     w_src[q] = w_e + src_row * K + chunk * cuda::kBf16PerChunk;
   }
   const int k_tiles = (K + kBK - 1) / kBK;
@@ -148,7 +158,7 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
         if (feature >= out_dim || r >= row_end) continue;
         if constexpr (kGateUp) {
           const float gv = acc[0][ni][i], uv = acc[1][ni][i];
-          g.act[static_cast<int64_t>(r) * g.inter + feature] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+          g.act[static_cast<int64_t>(r) * g.inter + feature] = __float2bfloat16_rn(SiluMul(gv, uv));
         } else {
           g.ys[static_cast<int64_t>(r) * g.hidden + feature] = __float2bfloat16_rn(acc[0][ni][i]);
         }
@@ -175,10 +185,12 @@ absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
 
 }  // namespace
 
-absl::Status LaunchStreamExperts(const StreamArgs& a, cudaStream_t s) {
-  if (a.max_active == 0) return absl::OkStatus();
-  if (auto st = LaunchStream<true>(a, s); !st.ok()) return st;
-  return LaunchStream<false>(a, s);
+absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s) {
+  return a.max_active == 0 ? absl::OkStatus() : LaunchStream<true>(a, s);
+}
+
+absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s) {
+  return a.max_active == 0 ? absl::OkStatus() : LaunchStream<false>(a, s);
 }
 
 }  // namespace mlaserve::kernels::moe_cuda

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -53,6 +54,18 @@ struct DeviceLatent {
     params.out = out.get(); params.lse = lse.as<float>();
   }
 };
+
+// Writes NaN into every cache slot of a sequence's pages past its length (the tail of its last
+// page): a kernel must not let a slot it should not read reach the output (P = 0 times NaN).
+inline void PoisonSlotsPastLength(LatentBatch& c) {
+  for (int b = 0; b < c.batch; ++b) {
+    const int pages = (c.lk[b] + kPageSize - 1) / kPageSize;
+    for (int pos = c.lk[b]; pos < pages * kPageSize; ++pos) {
+      float* row = &c.cache[c.layout.Slot(b, pos) * c.width()];
+      std::fill(row, row + c.width(), std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+}
 
 // Rounds the batch's inputs to bf16 in place (the CPU reference then sees the GPU's values).
 inline void RoundLatentBatch(LatentBatch& c) {

@@ -42,4 +42,21 @@ inline GpuProfile SmallProfile() {
   return p;
 }
 
+// SmallProfile as the tuner writes it with both MHA providers timed: cells alternate between
+// cuDNN (batch + prefix index + extend index even) and ours, with mean times that agree.
+inline GpuProfile MixedProviderProfile() {
+  GpuProfile p = SmallProfile();
+  p.mha_mla.mha_providers = {MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn};
+  p.mha_mla.cudnn_version = "cuDNN 9.13.0";
+  for (MhaMlaCell& c : p.mha_mla.cells) {
+    const int pi = c.prefix == 0 ? 0 : c.prefix == 256 ? 1 : 2;
+    const int ei = c.extend == 0 ? 0 : c.extend == 512 ? 1 : 2;
+    const bool cudnn = (c.batch + pi + ei) % 2 == 0;
+    c.mha_provider = cudnn ? MhaPrefillProvider::kCudnn : MhaPrefillProvider::kOurs;
+    c.mha_ours_us = 100.0;
+    c.mha_cudnn_us = cudnn ? 60.0 : 130.0;
+  }
+  return p;
+}
+
 }  // namespace mlaserve::profiles::testing

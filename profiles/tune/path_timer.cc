@@ -19,13 +19,13 @@
 #include "kernels/mla_decode/api.h"
 #include "kernels/mla_prefill/api.h"
 #include "profiles/tune/cuda_buffers.h"
+#include "profiles/tune/device_measure.h"
 
 namespace mlaserve::profiles::tune {
 namespace {
 
 using kernels::DType;
 constexpr int kPage = kernels::kPageSize;
-constexpr int kDenseRefDim = 4096;
 // One prefix chunk of the MHA path: positions [start_b, start_b + len_b) of each sequence.
 struct PrefixChunk {
   std::vector<int32_t> start, len, cu;  // cu: row offsets into the gathered rows
@@ -74,13 +74,32 @@ class CudaPathTimer final : public PathTimer {
     return Cuda(cudaDeviceSynchronize(), "init");
   }
 
-  absl::StatusOr<PathTimes> Time(const std::vector<SequenceShape>& batch) override {
+  absl::StatusOr<BatchTimes> Time(const std::vector<SequenceShape>& batch) override {
     RETURN_IF_ERROR(Prepare(batch));
-    PathTimes t;
-    ASSIGN_OR_RETURN(t.mha_us, MedianUs([&] { return RunMha(); }, l_.warmup, l_.reps));
+    BatchTimes t;
+    t.se = ComputeBatchStats(batch).se;
+    ASSIGN_OR_RETURN(t.mha_ours_us, MedianUs([&] { return RunMha(kernels::MhaPrefillProvider::kOurs); },
+                                             l_.warmup, l_.reps));
+    if (time_cudnn_) {
+      // As the engine runs a cell tuned on cuDNN (kAuto: cuDNN where it can run the call). At
+      // least one untimed run: a new shape's first cuDNN call builds its plan.
+      ASSIGN_OR_RETURN(t.mha_cudnn_us,
+                       MedianUs([&] { return RunMha(kernels::MhaPrefillProvider::kAuto); },
+                                std::max(l_.warmup, 1), l_.reps));
+    }
     ASSIGN_OR_RETURN(t.mla_us, MedianUs([&] { return RunMla(); }, l_.warmup, l_.reps));
     return t;
   }
+
+  std::vector<MhaPrefillProvider> mha_providers() const override {
+    if (!time_cudnn_) return {MhaPrefillProvider::kOurs};
+    return {MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn};
+  }
+  std::string cudnn_note() const override { return cudnn_note_; }
+
+  // Decides whether cuDNN is timed (limits.mha_providers): it must load, and run this shape's
+  // two MHA calls (causal over the extend, non-causal over a prefix chunk) when forced.
+  absl::Status ChooseProviders();
 
   absl::StatusOr<double> TimeDecodeStep(int batch, int context) override;
   absl::StatusOr<double> TimeDenseGemm(int m) override;
@@ -89,7 +108,7 @@ class CudaPathTimer final : public PathTimer {
 
  private:
   absl::Status Prepare(const std::vector<SequenceShape>& batch);
-  absl::Status RunMha();
+  absl::Status RunMha(kernels::MhaPrefillProvider provider);
   absl::Status RunMla();
   kernels::GemmParams KvbGemm(const void* latent, int rows) const;
   kernels::KvPackParams Pack(const void* latent, int rows) const;
@@ -108,7 +127,37 @@ class CudaPathTimer final : public PathTimer {
   // The current batch.
   int batch_ = 0, total_q_ = 0, max_q_ = 0, max_k_ = 0;
   std::vector<PrefixChunk> chunks_;
+  bool time_cudnn_ = false;
+  std::string cudnn_note_;
 };
+
+absl::Status CudaPathTimer::ChooseProviders() {
+  time_cudnn_ = false;
+  if (l_.mha_providers == kernels::MhaPrefillProvider::kOurs) {
+    cudnn_note_ = "not timed (--mha-providers ours)";
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> version = kernels::MhaPrefillCudnnVersion();
+  absl::Status probe = version.status();
+  if (probe.ok()) {
+    // One sequence with a cached prefix: both of the MHA path's attention calls, on cuDNN alone.
+    const int64_t extend = std::min<int64_t>(l_.max_sum_extend, 128);
+    probe = Prepare({SequenceShape{std::min<int64_t>(l_.max_sum_prefix, 256), extend}});
+    if (probe.ok()) probe = RunMha(kernels::MhaPrefillProvider::kCudnn);
+    if (probe.ok()) probe = Cuda(cudaDeviceSynchronize(), "cuDNN probe");
+  }
+  if (probe.ok()) {
+    time_cudnn_ = true;
+    cudnn_note_ = *version;
+    return absl::OkStatus();
+  }
+  cudnn_note_ = absl::StrCat("not timed: ", probe.message());
+  if (l_.mha_providers == kernels::MhaPrefillProvider::kCudnn) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--mha-providers asks for cuDNN, which cannot run here: ", probe.message()));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status CudaPathTimer::Prepare(const std::vector<SequenceShape>& batch) {
   batch_ = static_cast<int>(batch.size());
@@ -232,7 +281,7 @@ kernels::MhaPrefillParams CudaPathTimer::Attention(bool causal) const {
   return a;
 }
 
-absl::Status CudaPathTimer::RunMha() {
+absl::Status CudaPathTimer::RunMha(kernels::MhaPrefillProvider provider) {
   RETURN_IF_ERROR(kernels::Gemm(KvbGemm(lat_ext_.get(), total_q_), ctx_));
   RETURN_IF_ERROR(kernels::KvPack(Pack(lat_ext_.get(), total_q_), ctx_));
   kernels::MhaPrefillParams a = Attention(/*causal=*/true);
@@ -240,6 +289,7 @@ absl::Status CudaPathTimer::RunMha() {
   a.max_seqlen_k = max_q_;
   a.out = o_.get();
   a.lse = lse_.get<float>();
+  a.provider = provider;
   RETURN_IF_ERROR(kernels::MhaPrefill(a, ctx_));
   for (size_t ci = 0; ci < chunks_.size(); ++ci) {
     const PrefixChunk& c = chunks_[ci];
@@ -264,6 +314,7 @@ absl::Status CudaPathTimer::RunMha() {
     pa.max_seqlen_k = c.max_len;
     pa.out = o_tmp_.get();
     pa.lse = lse_tmp_.get<float>();
+    pa.provider = provider;
     RETURN_IF_ERROR(kernels::MhaPrefill(pa, ctx_));
     kernels::MergeStateParams m;
     m.dtype = DType::kBF16;
@@ -389,70 +440,9 @@ absl::StatusOr<double> CudaPathTimer::TimeDecodeStep(int batch, int context) {
                   std::max(l_.reps, 5));
 }
 
-absl::StatusOr<double> CudaPathTimer::TimeDenseGemm(int m) {
-  DeviceBuffer a, b, c;
-  RETURN_IF_ERROR(a.Allocate(size_t(m) * kDenseRefDim * kBf16, "gemm A"));
-  RETURN_IF_ERROR(b.Allocate(size_t(kDenseRefDim) * kDenseRefDim * kBf16, "gemm B"));
-  RETURN_IF_ERROR(c.Allocate(size_t(m) * kDenseRefDim * kBf16, "gemm C"));
-  RETURN_IF_ERROR(a.Random(11));
-  RETURN_IF_ERROR(b.Random(12));
-  kernels::GemmParams g;
-  g.dtype = DType::kBF16;
-  g.m = m;
-  g.n = g.k = kDenseRefDim;
-  g.a = a.get();
-  g.lda = kDenseRefDim;
-  g.b = b.get();
-  g.ldb = kDenseRefDim;
-  g.c = c.get();
-  g.ldc = kDenseRefDim;
-  return MedianUs([&] { return kernels::Gemm(g, ctx_); }, 2, 7);
-}
+absl::StatusOr<double> CudaPathTimer::TimeDenseGemm(int m) { return DenseGemmUs(m, ctx_); }
 
-absl::StatusOr<DeviceFacts> CudaPathTimer::MeasureDevice() {
-  cudaDeviceProp prop;
-  RETURN_IF_ERROR(Cuda(cudaGetDeviceProperties(&prop, device_), "device properties"));
-  int smem = 0;
-  RETURN_IF_ERROR(Cuda(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                              device_), "shared memory attribute"));
-  DeviceFacts d;
-  d.name = prop.name;
-  d.compute_capability = absl::StrCat(prop.major, ".", prop.minor);
-  d.sm_count = prop.multiProcessorCount;
-  d.smem_optin_bytes = smem;
-  {
-    const size_t bytes = size_t{1} << 30;
-    DeviceBuffer x, y;
-    RETURN_IF_ERROR(x.Allocate(bytes, "copy source"));
-    RETURN_IF_ERROR(y.Allocate(bytes, "copy target"));
-    RETURN_IF_ERROR(x.Random(21));
-    ASSIGN_OR_RETURN(const double us, MedianUs([&] {
-      return Cuda(cudaMemcpyAsync(y.get(), x.get(), bytes, cudaMemcpyDeviceToDevice), "copy");
-    }, 2, 7));
-    d.copy_gbs = 2.0 * bytes / (us * 1e-6) / 1e9;
-  }
-  {
-    constexpr int n = 8192;
-    DeviceBuffer a, b, c;
-    RETURN_IF_ERROR(a.Allocate(size_t(n) * n * kBf16, "gemm A"));
-    RETURN_IF_ERROR(b.Allocate(size_t(n) * n * kBf16, "gemm B"));
-    RETURN_IF_ERROR(c.Allocate(size_t(n) * n * kBf16, "gemm C"));
-    RETURN_IF_ERROR(a.Random(22));
-    RETURN_IF_ERROR(b.Random(23));
-    kernels::GemmParams g;
-    g.dtype = DType::kBF16;
-    g.m = g.n = g.k = n;
-    g.a = a.get();
-    g.lda = n;
-    g.b = b.get();
-    g.ldb = n;
-    g.c = c.get();
-    g.ldc = n;
-    ASSIGN_OR_RETURN(const double us, MedianUs([&] { return kernels::Gemm(g, ctx_); }, 2, 7));
-    d.matrix_tflops = 2.0 * n * double(n) * n / (us * 1e-6) / 1e12;
-  }
-  return d;
-}
+absl::StatusOr<DeviceFacts> CudaPathTimer::MeasureDevice() { return MeasureDeviceFacts(device_, ctx_); }
 
 absl::StatusOr<DecodeSplit> CudaPathTimer::PlanDecode(int batch, int context) {
   cudaDeviceProp prop;
@@ -474,6 +464,7 @@ absl::StatusOr<std::unique_ptr<PathTimer>> PathTimer::Create(int device,
   }
   auto timer = std::make_unique<CudaPathTimer>(device, shape, limits);
   RETURN_IF_ERROR(timer->Init());
+  RETURN_IF_ERROR(timer->ChooseProviders());
   return std::unique_ptr<PathTimer>(std::move(timer));
 }
 

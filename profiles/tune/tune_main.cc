@@ -6,6 +6,7 @@
 //   mlaserve-tune --heads 16 --validate                           # tune, then validate
 //   mlaserve-tune --heads 16 --validate-only profiles/X.json      # validate an existing file
 //   mlaserve-tune --benchmark-policies profiles/X.json[,Y.json]   # policy benchmark (mixed load)
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -39,6 +40,17 @@ absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& flag, const st
   return out;
 }
 
+// --mha-providers: "auto" | "ours" | "ours,cudnn" (or "cudnn": ours is always timed).
+absl::StatusOr<MhaPrefillProvider> ParseTimedProviders(const std::string& text) {
+  if (text == "auto") return MhaPrefillProvider::kAuto;
+  if (text == "ours") return MhaPrefillProvider::kOurs;
+  if (text == "ours,cudnn" || text == "cudnn,ours" || text == "cudnn") {
+    return MhaPrefillProvider::kCudnn;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--mha-providers: '", text, "' is not one of auto, ours, ours,cudnn"));
+}
+
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "mlaserve-tune: %s\n", s.ToString().c_str());
   return 1;
@@ -47,25 +59,22 @@ int Fail(const absl::Status& s) {
 // --benchmark-policies: one timer for the profiles' common shape, the same batches for all.
 int BenchmarkMain(int device, const std::string& list, const PolicyBenchOptions& bench,
                   TimerLimits limits, const std::string& out_path) {
-  std::vector<TunedPolicy> tuned;
+  std::vector<std::pair<std::string, GpuProfile>> profiles;
   AttentionShape shape;
-  std::string device_names;
   for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
     const std::string path(part);
     auto p = LoadProfile(path);
     if (!p.ok()) return Fail(p.status());
-    if (tuned.empty()) {
+    if (profiles.empty()) {
       shape = p->shape;
     } else if (!(p->shape == shape)) {
       return Fail(absl::InvalidArgumentError(absl::StrCat(
           "--benchmark-policies: ", path, " has shape ", p->shape.Key(), ", the first profile ",
           shape.Key(), "; compare profiles of one shape")));
     }
-    auto policy = AttentionPathPolicy::Create(*p, path, {});
-    if (!policy.ok()) return Fail(policy.status());
-    tuned.push_back({std::filesystem::path(path).filename().string(), std::move(*policy)});
+    profiles.push_back({path, *std::move(p)});
   }
-  if (tuned.empty()) return Fail(absl::InvalidArgumentError("--benchmark-policies is empty"));
+  if (profiles.empty()) return Fail(absl::InvalidArgumentError("--benchmark-policies is empty"));
   const MixedWorkloadOptions& w = bench.workload;
   if (w.max_batch < 1 || w.max_prefix < 0 || w.max_extend < 1 || w.max_batch_tokens < 1) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
@@ -80,17 +89,25 @@ int BenchmarkMain(int device, const std::string& list, const PolicyBenchOptions&
   if (!timer.ok()) return Fail(timer.status());
   auto facts = (*timer)->MeasureDevice();
   if (!facts.ok()) return Fail(facts.status());
+  // cuDNN cells run (and are charged) as ours where this timer does not time cuDNN.
+  const std::vector<MhaPrefillProvider> timed = (*timer)->mha_providers();
+  PolicyOptions policy_options;
+  policy_options.cudnn_available =
+      std::find(timed.begin(), timed.end(), MhaPrefillProvider::kCudnn) != timed.end();
+  std::vector<TunedPolicy> tuned;
+  for (auto& [path, profile] : profiles) {
+    auto policy = AttentionPathPolicy::Create(profile, path, {}, policy_options);
+    if (!policy.ok()) return Fail(policy.status());
+    tuned.push_back({std::filesystem::path(path).filename().string(), std::move(*policy)});
+  }
   auto r = RunPolicyBenchmark(
-      [&](const std::vector<SequenceShape>& batch) -> absl::StatusOr<TimedSample> {
-        auto pt = (*timer)->Time(batch);
-        if (!pt.ok()) return pt.status();
-        return TimedSample{ComputeBatchStats(batch).se, pt->mha_us, pt->mla_us};
-      },
-      tuned, bench);
+      [&](const std::vector<SequenceShape>& batch) { return (*timer)->Time(batch); }, tuned, bench);
   if (!r.ok()) return Fail(r.status());
   const std::string text =
       absl::StrCat("policy benchmark on ", facts->name, ", shape ", shape.Key(), ", timer reps ",
-                   limits.reps, " (median) after ", limits.warmup, " warmup\n", r->table);
+                   limits.reps, " (median) after ", limits.warmup, " warmup; MHA prefill on ours",
+                   policy_options.cudnn_available == true ? " and cuDNN" : "", " (cuDNN: ",
+                   (*timer)->cudnn_note(), ")\n", r->table);
   std::printf("%s", text.c_str());
   if (!out_path.empty()) std::ofstream(out_path) << text;
   return 0;
@@ -103,6 +120,7 @@ int Main(int argc, char** argv) {
   std::string out_dir = "profiles", prefix_edges = "0,256,1024,2048,4096,8192";
   std::string extend_edges = "0,512,1024,2048,4096,8192", batches = "1,2,3,4,5,6,7,8";
   std::string validate_only, validate_out, validate_batches, bench_profiles, bench_out;
+  std::string mha_providers = "auto";
   TuneOptions t;
   ValidationOptions v;
   TimerLimits limits;
@@ -124,6 +142,9 @@ int Main(int argc, char** argv) {
   app.add_option("--reps", limits.reps, "timed runs per path per batch (median)");
   app.add_option("--warmup", limits.warmup, "untimed runs first");
   app.add_option("--prefix-chunk", limits.prefix_chunk_tokens, "MHA prefix chunk (tokens)");
+  app.add_option("--mha-providers", mha_providers,
+                 "MHA-prefill providers to time: auto (ours, and cuDNN where it runs), ours, or "
+                 "ours,cudnn (fail when cuDNN cannot run)");
   app.add_option("--budget-s", t.budget_s, "stop measuring cells after this many seconds");
   app.add_option("--seed", t.seed);
   app.add_flag("--validate", validate, "after tuning, validate on held-out batches");
@@ -148,6 +169,9 @@ int Main(int argc, char** argv) {
   app.add_flag("--no-progress", no_progress);
   CLI11_PARSE(app, argc, argv);
   t.progress = v.progress = bench.progress = !no_progress;
+  auto providers = ParseTimedProviders(mha_providers);
+  if (!providers.ok()) return Fail(providers.status());
+  limits.mha_providers = *providers;
   if (!validate_batches.empty()) {
     auto vb = ParseList("validate-batches", validate_batches);
     if (!vb.ok()) return Fail(vb.status());

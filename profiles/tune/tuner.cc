@@ -75,10 +75,11 @@ void FillUnmeasuredBuckets(MhaMlaTable& t, const std::vector<int>& measured) {
     }
     for (const MhaMlaCell& c : t.cells) {
       if (c.batch != src) continue;
-      MhaMlaCell copy = c;
+      MhaMlaCell copy = c;  // threshold and provider
       copy.batch = b;
       copy.samples = copy.above_mha_wins = copy.above_total = 0;
       copy.below_mha_wins = copy.below_total = 0;
+      copy.mha_ours_us = copy.mha_cudnn_us = std::nullopt;
       copies.push_back(copy);
     }
   }
@@ -106,6 +107,34 @@ std::pair<double, double> FitLinearQuadratic(const std::vector<std::pair<double,
   return {std::max(a, 0.0), b};
 }
 
+MhaMlaCell CellFromFit(int batch, int64_t prefix, int64_t extend, const CellFit& f, int samples) {
+  MhaMlaCell c;
+  c.batch = batch;
+  c.prefix = prefix;
+  c.extend = extend;
+  c.se_threshold = f.fit.se_threshold;
+  c.mha_provider = f.mha_provider;
+  c.mha_ours_us = f.mha_ours_us;
+  c.mha_cudnn_us = f.mha_cudnn_us;
+  c.samples = samples;
+  c.above_mha_wins = f.fit.above_mha_wins;
+  c.above_total = f.fit.above_total;
+  c.below_mha_wins = f.fit.below_mha_wins;
+  c.below_total = f.fit.below_total;
+  return c;
+}
+
+// "MHA provider per measured cell: cudnn 31, ours 9" on stderr.
+void ReportProviders(const MhaMlaTable& t) {
+  int cudnn = 0, ours = 0;
+  for (const MhaMlaCell& c : t.cells) {
+    if (c.samples == 0) continue;  // copies
+    cudnn += c.mha_provider == MhaPrefillProvider::kCudnn;
+    ours += c.mha_provider == MhaPrefillProvider::kOurs;
+  }
+  std::fprintf(stderr, "MHA provider per measured cell: cudnn %d, ours %d\n", cudnn, ours);
+}
+
 absl::Status TuneTable(PathTimer& timer, const TuneOptions& o, MhaMlaTable& t) {
   const int np = static_cast<int>(t.prefix_edges.size());
   const int ne = static_cast<int>(t.extend_edges.size());
@@ -128,16 +157,13 @@ absl::Status TuneTable(PathTimer& timer, const TuneOptions& o, MhaMlaTable& t) {
       continue;
     }
     std::mt19937_64 rng(o.seed * 1000003 + b * 10007 + pi * 101 + ei);
-    std::vector<TimedSample> samples;
+    std::vector<BatchTimes> samples;
     for (int i = 0; i < o.samples; ++i) {
-      const std::vector<SequenceShape> batch = DrawCellBatch(rng, t, b, pi, ei);
-      ASSIGN_OR_RETURN(PathTimes pt, timer.Time(batch));
-      samples.push_back({ComputeBatchStats(batch).se, pt.mha_us, pt.mla_us});
+      ASSIGN_OR_RETURN(BatchTimes bt, timer.Time(DrawCellBatch(rng, t, b, pi, ei)));
+      samples.push_back(bt);
     }
-    const ThresholdFit f = FitSeThreshold(samples);
-    t.cells.push_back({b, t.prefix_edges[pi], t.extend_edges[ei], f.se_threshold,
-                       static_cast<int>(samples.size()), f.above_mha_wins, f.above_total,
-                       f.below_mha_wins, f.below_total});
+    t.cells.push_back(CellFromFit(b, t.prefix_edges[pi], t.extend_edges[ei], FitCell(samples),
+                                  static_cast<int>(samples.size())));
     bar.Update(++done);
   }
   if (skipped > 0) {
@@ -164,7 +190,15 @@ absl::StatusOr<GpuProfile> TuneProfile(PathTimer& timer, const AttentionShape& s
 
   p.mha_mla = o.grid;
   p.mha_mla.cells.clear();
+  p.mha_mla.mha_providers = timer.mha_providers();
+  p.mha_mla.cudnn_version.clear();
+  const bool cudnn = std::find(p.mha_mla.mha_providers.begin(), p.mha_mla.mha_providers.end(),
+                               MhaPrefillProvider::kCudnn) != p.mha_mla.mha_providers.end();
+  if (cudnn) p.mha_mla.cudnn_version = timer.cudnn_note();
+  std::fprintf(stderr, "MHA prefill providers timed: ours%s; cuDNN: %s\n", cudnn ? ", cudnn" : "",
+               timer.cudnn_note().c_str());
   RETURN_IF_ERROR(TuneTable(timer, o, p.mha_mla));
+  ReportProviders(p.mha_mla);
   FillUnmeasuredBuckets(p.mha_mla, o.batches);
 
   // Sparse (DSA): the cap follows the device. sparse_fwd vs the decode-style kernel below the
@@ -181,21 +215,23 @@ absl::StatusOr<GpuProfile> TuneProfile(PathTimer& timer, const AttentionShape& s
   }
 
   // Single fresh sequences: the prefill estimate and the local-prefill threshold.
-  std::map<int, PathTimes> single;
+  // The fastest path and provider of each: what the policy aims for.
+  std::map<int, double> single;
   const int64_t max_extend = o.grid.extend_edges.back() + o.grid.extend_edges.back() / 2;
   for (int l = 16; l <= 8192 && l <= max_extend; l *= 2) {
-    ASSIGN_OR_RETURN(single[l], timer.Time({SequenceShape{0, l}}));
+    ASSIGN_OR_RETURN(const BatchTimes bt, timer.Time({SequenceShape{0, l}}));
+    single[l] = bt.BestUs();
   }
   ASSIGN_OR_RETURN(const double decode_us, timer.TimeDecodeStep(o.decode_batch, o.decode_context));
   p.local_prefill_threshold = ChooseLocalPrefillThreshold(
       [&](int l) {
         auto it = single.find(l);
-        return it == single.end() ? 1e30 : std::min(it->second.mha_us, it->second.mla_us);
+        return it == single.end() ? 1e30 : it->second;
       },
       decode_us);
   std::vector<std::pair<double, double>> pts;
-  for (auto [l, t] : single) {
-    if (l >= 1024) pts.push_back({double(l), std::min(t.mha_us, t.mla_us)});
+  for (auto [l, us] : single) {
+    if (l >= 1024) pts.push_back({double(l), us});
   }
   std::tie(p.prefill_estimate.attn_us_per_token, p.prefill_estimate.attn_us_per_token_sq) =
       FitLinearQuadratic(pts);
@@ -226,10 +262,17 @@ absl::StatusOr<GpuProfile> TuneProfile(PathTimer& timer, const AttentionShape& s
 
 absl::StatusOr<ValidationReport> ValidateOnDevice(PathTimer& timer, const GpuProfile& profile,
                                                   const ValidationOptions& o) {
-  ASSIGN_OR_RETURN(auto policy, AttentionPathPolicy::Create(profile, "validate", {}));
+  // cuDNN cells count as ours where this timer does not time cuDNN, as they would run.
+  const std::vector<MhaPrefillProvider> timed = timer.mha_providers();
+  PolicyOptions policy_options;
+  policy_options.cudnn_available =
+      std::find(timed.begin(), timed.end(), MhaPrefillProvider::kCudnn) != timed.end();
+  ASSIGN_OR_RETURN(auto policy,
+                   AttentionPathPolicy::Create(profile, "validate", {}, policy_options));
   const MhaMlaTable& t = profile.mha_mla;
   struct Acc {
-    std::vector<TimedSample> samples;
+    std::vector<TimedSample> samples;  // MHA on the provider the policy ran it on
+    MhaPrefillProvider provider = MhaPrefillProvider::kAuto;
     int hits = 0;
   };
   std::map<std::tuple<int, int64_t, int64_t>, Acc> cells;  // by the batch's own cell
@@ -254,13 +297,18 @@ absl::StatusOr<ValidationReport> ValidateOnDevice(PathTimer& timer, const GpuPro
       const int pi = std::uniform_int_distribution<int>(0, int(t.prefix_edges.size()) - 1)(rng);
       const int ei = std::uniform_int_distribution<int>(0, int(t.extend_edges.size()) - 1)(rng);
       const std::vector<SequenceShape> batch = DrawCellBatch(rng, t, b, pi, ei);
-      ASSIGN_OR_RETURN(PathTimes pt, timer.Time(batch));
+      ASSIGN_OR_RETURN(const BatchTimes bt, timer.Time(batch));
       const PathChoice c = policy->Choose(batch);
-      const TimedSample s{c.stats.se, pt.mha_us, pt.mla_us};
-      const bool hit = IsHit(s, c.path == PrefillPath::kMha, o.tolerance);
+      // MHA on the provider the batch's cell names, whichever path this batch took.
+      const MhaPrefillProvider provider = policy->MhaProviderFor(c.stats);
+      const TimedSample s = bt.With(provider);
+      // A hit: within the tolerance of the fastest path on the fastest provider.
+      const double chosen = c.path == PrefillPath::kMha ? s.mha_us : s.mla_us;
+      const bool hit = chosen <= bt.BestUs() * (1.0 + o.tolerance);
       Acc& a = cells[{b, t.prefix_edges[t.PrefixBucket(c.stats.sum_prefix)],
                       t.extend_edges[t.ExtendBucket(c.stats.sum_extend)]}];
       a.samples.push_back(s);
+      a.provider = provider;
       a.hits += hit;
       report.hits += hit;
       ++report.samples;
@@ -269,24 +317,26 @@ absl::StatusOr<ValidationReport> ValidateOnDevice(PathTimer& timer, const GpuPro
   }
   bar.Finish();
   std::string& out = report.table;
-  absl::StrAppendFormat(&out, "%-4s %-7s %-7s %-12s %-12s %-12s %s\n", "bs", "prefix", "extend",
-                        "se thresh", ">=thresh", "<thresh", "hit rate");
+  absl::StrAppendFormat(&out, "%-4s %-7s %-7s %-12s %-6s %-12s %-12s %s\n", "bs", "prefix",
+                        "extend", "se thresh", "mha on", ">=thresh", "<thresh", "hit rate");
   for (const auto& [key, a] : cells) {
     const auto [b, pre, ext] = key;
     const MhaMlaCell* cell = t.Find(b, pre, ext);
     const int64_t thr = cell == nullptr ? kNeverMha : cell->se_threshold;
     const ThresholdFit f = ScoreThreshold(a.samples, thr, o.tolerance);
-    absl::StrAppendFormat(&out, "%-4s %-7d %-7d %-12s %-12s %-12s %.1f%% (%d/%zu)\n",
+    absl::StrAppendFormat(&out, "%-4s %-7d %-7d %-12s %-6s %-12s %-12s %.1f%% (%d/%zu)\n",
                           b == t.max_batch ? absl::StrCat(b, "+") : absl::StrCat(b), pre, ext,
                           thr == kNeverMha ? std::string("never") : absl::StrCat(thr),
+                          kernels::MhaPrefillProviderName(a.provider),
                           absl::StrCat(f.above_mha_wins, "/", f.above_total),
                           absl::StrCat(f.below_mha_wins, "/", f.below_total),
                           100.0 * a.hits / a.samples.size(), a.hits, a.samples.size());
   }
   absl::StrAppendFormat(&out,
                         "overall: %d/%d = %.1f%% of held-out batches chose the faster path or one "
-                        "within %.0f%% of it\n(>=thresh / <thresh: batches where MHA was no "
-                        "slower than MLA / batches on that side of the threshold)\n",
+                        "within %.0f%% of it (MHA on the faster provider)\n(mha on: the cell's MHA "
+                        "provider; >=thresh / <thresh: batches where MHA on it was no slower than "
+                        "MLA / batches on that side of the threshold)\n",
                         report.hits, report.samples, 100.0 * report.hit_rate(),
                         100.0 * o.tolerance);
   return report;

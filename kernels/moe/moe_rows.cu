@@ -1,0 +1,164 @@
+// Row passes of the routed experts on CUDA (moe_cuda.h): SiLU(gate) * up where the product
+// does not fuse it, and the combine. Both are bandwidth-bound: 16-byte loads and stores, grids
+// sized by the shape.
+#include <cuda_bf16.h>
+
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/common/dense_cuda.cuh"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_silu.cuh"
+
+namespace mlaserve::kernels::moe_cuda {
+namespace {
+
+constexpr int kEltThreads = 256;
+constexpr int kRowWarps = kEltThreads / cuda::kWarpSize;
+constexpr int kCombineBatch = 4;  // expert rows in flight per thread in the combine
+
+// silu(g) * u of 8 bf16 pairs.
+__device__ __forceinline__ uint4 SiluMul8(uint4 g, uint4 u) {
+  const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
+  const auto* u2 = reinterpret_cast<const __nv_bfloat162*>(&u);
+  uint4 out;
+  auto* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 gv = __bfloat1622float2(g2[k]), uv = __bfloat1622float2(u2[k]);
+    o2[k] = __floats2bfloat162_rn(SiluMul(gv.x, uv.x), SiluMul(gv.y, uv.y));
+  }
+  return out;
+}
+
+// Stacked rows [gate | up] (row stride 2*inter): gate <- silu(gate) * up in place, eight
+// columns per thread.
+__global__ void SiluMulStackedKernel(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter) {
+  const int chunks = inter / cuda::kBf16PerChunk;
+  const int64_t total = static_cast<int64_t>(offsets[num_experts]) * chunks;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / chunks, j = (i - r * chunks) * cuda::kBf16PerChunk;
+    uint4* gate = reinterpret_cast<uint4*>(h + r * 2 * inter + j);
+    *gate = SiluMul8(*gate, *reinterpret_cast<const uint4*>(h + r * 2 * inter + inter + j));
+  }
+}
+
+// Interleaved rows (MoeGateUpLayout::kInterleaved8: columns [16j, 16j+8) gate, [16j+8, 16j+16)
+// up of features [8j, 8j+8)), compacted in place into the row's first inter columns. One warp
+// per row, 32 feature chunks per step: step s reads columns [512s, 512s+512) and writes
+// [256s, 256s+256), which only this step (before the __syncwarp) or earlier steps read.
+__global__ void __launch_bounds__(kEltThreads)
+    SiluMulInterleavedKernel(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter) {
+  const int rows = offsets[num_experts];
+  const int chunks = inter / cuda::kBf16PerChunk;
+  const int lane = threadIdx.x % cuda::kWarpSize;
+  for (int r = blockIdx.x * kRowWarps + threadIdx.x / cuda::kWarpSize; r < rows; r += gridDim.x * kRowWarps) {
+    __nv_bfloat16* row = h + static_cast<int64_t>(r) * 2 * inter;
+    for (int j0 = 0; j0 < chunks; j0 += cuda::kWarpSize) {
+      const int j = j0 + lane;
+      uint4 g{}, u{};
+      if (j < chunks) {
+        g = *reinterpret_cast<const uint4*>(row + 2 * j * cuda::kBf16PerChunk);
+        u = *reinterpret_cast<const uint4*>(row + (2 * j + 1) * cuda::kBf16PerChunk);
+      }
+      __syncwarp();
+      if (j < chunks) *reinterpret_cast<uint4*>(row + j * cuda::kBf16PerChunk) = SiluMul8(g, u);
+    }
+  }
+}
+
+// out[t, 8c..8c+8) = sum_j w[t, j] * ys[position[t*top_k + j], 8c..8c+8): one thread per
+// 16-byte chunk of an output row, kCombineBatch expert rows loaded before they are summed, f32
+// sums in j order (the baseline's order: the same bytes), one rounding.
+__global__ void __launch_bounds__(kEltThreads) CombineKernel(const __grid_constant__ CombineArgs a) {
+  const int chunks = a.hidden / cuda::kBf16PerChunk;
+  const int64_t total = static_cast<int64_t>(a.num_tokens) * chunks;
+  const auto* ys = reinterpret_cast<const uint4*>(a.ys);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / chunks;
+    const int c = static_cast<int>(i - t * chunks);
+    const int32_t* position = a.position + t * a.top_k;
+    const float* weight = a.topk_weights + t * a.top_k;
+    float sum[cuda::kBf16PerChunk] = {};
+    for (int q0 = 0; q0 < a.top_k; q0 += kCombineBatch) {
+      uint4 row[kCombineBatch];
+      float w[kCombineBatch];
+      bool ok[kCombineBatch];
+#pragma unroll
+      for (int b = 0; b < kCombineBatch; ++b) {
+        const int q = q0 + b;
+        const int pos = q < a.top_k ? position[q] : -1;
+        ok[b] = pos >= 0;
+        w[b] = ok[b] ? weight[q] : 0.0f;
+        row[b] = ok[b] ? ys[static_cast<int64_t>(pos) * chunks + c] : uint4{};
+      }
+#pragma unroll
+      for (int b = 0; b < kCombineBatch; ++b) {
+        if (!ok[b]) continue;
+        const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&row[b]);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float2 v = __bfloat1622float2(v2[k]);
+          sum[2 * k] += w[b] * v.x;
+          sum[2 * k + 1] += w[b] * v.y;
+        }
+      }
+    }
+    uint4 out;
+    auto* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o2[k] = __floats2bfloat162_rn(sum[2 * k], sum[2 * k + 1]);
+    reinterpret_cast<uint4*>(a.out)[i] = out;
+  }
+}
+
+// Baseline (2026-11-24): four columns per thread, 8-byte loads, one expert row at a time.
+__global__ void BaselineCombineKernel(const __grid_constant__ CombineArgs a) {
+  const int quads = a.hidden / 4;
+  const int64_t total = static_cast<int64_t>(a.num_tokens) * quads;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / quads, j = (i - t * quads) * 4;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int q = 0; q < a.top_k; ++q) {
+      const int pos = a.position[t * a.top_k + q];
+      if (pos < 0) continue;
+      const float w = a.topk_weights[t * a.top_k + q];
+      const uint2 raw = *reinterpret_cast<const uint2*>(a.ys + static_cast<int64_t>(pos) * a.hidden + j);
+      const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+      const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+      sum.x += w * lo.x; sum.y += w * lo.y; sum.z += w * hi.x; sum.w += w * hi.y;
+    }
+    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(a.out + t * a.hidden + j);
+    o[0] = __floats2bfloat162_rn(sum.x, sum.y);
+    o[1] = __floats2bfloat162_rn(sum.z, sum.w);
+  }
+}
+
+}  // namespace
+
+absl::Status LaunchSiluMul(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter,
+                           int max_rows, bool interleaved, cudaStream_t s) {
+  if (max_rows <= 0) return absl::OkStatus();
+  if (interleaved) {
+    SiluMulInterleavedKernel<<<cuda::GridFor(max_rows, kRowWarps), kEltThreads, 0, s>>>(h, offsets, num_experts, inter);
+  } else {
+    const int64_t items = static_cast<int64_t>(max_rows) * (inter / cuda::kBf16PerChunk);
+    SiluMulStackedKernel<<<cuda::GridFor(items, kEltThreads), kEltThreads, 0, s>>>(h, offsets, num_experts, inter);
+  }
+  return cuda::LaunchStatus("moe_experts silu_and_mul");
+}
+
+absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s) {
+  const int64_t items = static_cast<int64_t>(a.num_tokens) * (a.hidden / cuda::kBf16PerChunk);
+  CombineKernel<<<cuda::GridFor(items, kEltThreads), kEltThreads, 0, s>>>(a);
+  return cuda::LaunchStatus("moe_experts combine");
+}
+
+absl::Status LaunchBaselineCombine(const CombineArgs& a, cudaStream_t s) {
+  const int64_t items = static_cast<int64_t>(a.num_tokens) * (a.hidden / 4);
+  BaselineCombineKernel<<<cuda::GridFor(items, kEltThreads), kEltThreads, 0, s>>>(a);
+  return cuda::LaunchStatus("moe_experts combine (baseline)");
+}
+
+}  // namespace mlaserve::kernels::moe_cuda

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# FlashMLA's dense decode as the same-run baseline of mla_decode (issue 13), on the GPU machine:
+# unpacks .devpack-flashmla.tar.xz (FlashMLA's SM90 dense decode sources + the CUTLASS headers
+# it pins; tools/make_flashmla_pack.sh), compiles that part alone for sm_90a with all cores
+# under a time limit, checks it against a PyTorch reference and times flash_mla_with_kvcache
+# (tools/bench_flashmla_baseline.py: b 128, s_k 8192/4096/1024, h_q 128/16, s_q 1/2).
+#   here:   tools/make_flashmla_pack.sh
+#   there:  tools/device/flashmla_baseline.sh [bench_flashmla_baseline.py args]
+#           (carry [".devpack-flashmla.tar.xz"]). For ours in the same call, bundle it here too
+#           (BUILD=build-cuda TARGETS=mlaserve-kernel-bench tools/device/bundle.sh) and carry
+#           [".devpack-flashmla.tar.xz", ".devbin", ".devlibs"]: mlaserve-kernel-bench
+#           --only mla_decode then runs after FlashMLA, with one table of ours vs FlashMLA.
+# BUILD_TIMEOUT (s, default 300) bounds the compile: past it, or on a compiler error, the script
+# prints the error tail and exits 1 at once. KERNEL_BENCH=0 skips ours.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+T0=$SECONDS
+source tools/device/env.sh
+OUT=${OUT:-/tmp/flashmla_out}
+mkdir -p "$OUT"
+SRC=${FLASHMLA_SRC:-/tmp/flashmla}
+BUILD_DIR=${FLASHMLA_BUILD:-/tmp/flashmla_build}
+export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+export TORCH_CUDA_ARCH_LIST=9.0a
+
+if [[ ! -f .devpack-flashmla.tar.xz ]]; then
+  echo "no .devpack-flashmla.tar.xz: make it here with tools/make_flashmla_pack.sh and carry it"
+  exit 2
+fi
+rm -rf "$SRC" && mkdir -p "$SRC" && tar -xJf .devpack-flashmla.tar.xz -C "$SRC" || exit 2
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  date -u +%Y-%m-%dT%H:%MZ
+  nvcc --version | tail -1
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+  echo "MAX_JOBS=$MAX_JOBS"
+  cat "$SRC/flashmla/PACK_INFO"
+} | tee "$OUT/gpu.txt"
+
+BENCH=(python3 tools/bench_flashmla_baseline.py --src "$SRC/flashmla" --build-dir "$BUILD_DIR")
+timeout "${BUILD_TIMEOUT:-300}" "${BENCH[@]}" --build-only > "$OUT/build.log" 2>&1
+rc=$?
+if [[ $rc != 0 ]]; then
+  [[ $rc == 124 ]] && echo "== FlashMLA build stopped after ${BUILD_TIMEOUT:-300} s (BUILD_TIMEOUT)"
+  echo "== [$((SECONDS - T0)) s] FlashMLA build FAILED rc=$rc; first errors, then the log's tail:"
+  grep -m 20 -E "error|Error" "$OUT/build.log"
+  echo "----"
+  tail -n 60 "$OUT/build.log"
+  exit 1
+fi
+echo "== [$((SECONDS - T0)) s] FlashMLA dense decode built"
+# ptxas's report for the splitkv kernel (registers, spills), as built here.
+grep -A 3 "Compiling entry function '_ZN4sm9028flash_fwd_splitkv_mla_kernel" "$OUT/build.log" | grep -E "Used|spill"
+
+timeout 300 "${BENCH[@]}" --json "$OUT/flashmla.json" "$@" 2>&1 | tee "$OUT/flashmla.txt"
+rc=${PIPESTATUS[0]}
+echo "== [$((SECONDS - T0)) s] FlashMLA check + timing rc=$rc"
+
+if [[ ${KERNEL_BENCH:-1} == 1 && -x .devbin/mlaserve-kernel-bench && -f $OUT/flashmla.json ]]; then
+  timeout 300 .devbin/mlaserve-kernel-bench --only mla_decode --json "$OUT/kernel_bench.json" \
+    > "$OUT/kernel_bench.txt" 2>&1
+  echo "== [$((SECONDS - T0)) s] mlaserve-kernel-bench --only mla_decode rc=$?"
+  cat "$OUT/kernel_bench.txt"
+  python3 tools/bench_flashmla_baseline.py --compare "$OUT/kernel_bench.json" "$OUT/flashmla.json" \
+    | tee "$OUT/table.txt"
+fi
+echo "== [$((SECONDS - T0)) s] done"
+exit "$rc"

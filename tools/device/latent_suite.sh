@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The latent-attention kernels (mla_decode, mla_prefill: the Hopper wgmma kernel and the
+# mma.sync one) on the GPU machine, in one call: their CUDA tests against the CPU reference
+# (both kernels, NaN in cache slots past each context), compute-sanitizer memcheck and racecheck
+# on a few cases, the mla_decode / mla_prefill rows of mlaserve-kernel-bench (both kernels in
+# the same run) and the PyTorch eager baseline on the same shapes.
+#   here:   SKIP_BUILD=1 BUILD=build-cuda TARGETS="kernels_mla_decode_cuda_test kernels_mla_prefill_cuda_test mlaserve-kernel-bench" \
+#             tools/device/bundle.sh && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-latent.tar.xz
+#   there:  tools/device/latent_suite.sh     (carry [".devpack-latent.tar.xz"])
+# SANITIZE=0 skips compute-sanitizer; BASELINE=0 skips PyTorch; TESTS=0 skips the tests.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+T0=$SECONDS
+[[ -d .devbin ]] || tar -xJf .devpack-latent.tar.xz
+source tools/device/env.sh
+OUT=${OUT:-/tmp/latent_out}
+mkdir -p "$OUT"
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  date -u +%Y-%m-%dT%H:%MZ
+} | tee "$OUT/gpu.txt"
+status=0
+if [[ ${TESTS:-1} == 1 ]]; then
+  for t in kernels_mla_decode_cuda_test kernels_mla_prefill_cuda_test; do
+    timeout 300 ".devbin/$t" --gtest_brief=1 > "$OUT/$t.txt" 2>&1
+    rc=$?
+    echo "$t: rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/$t.txt" | tr '\n' ' ')"
+    grep -E 'FAILED|Failure|error' "$OUT/$t.txt" | head -20
+    [[ $rc == 0 ]] || status=1
+  done
+fi
+if [[ ${SANITIZE:-1} == 1 ]]; then
+  for tool in memcheck racecheck synccheck; do
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 .devbin/kernels_mla_decode_cuda_test \
+      --gtest_filter='Sweep/MlaDecodeCudaTest.MatchesCpuReference/5:Sweep/MlaDecodeCudaTest.MatchesCpuReference/7:Sweep/MlaDecodeCudaTest.MatchesCpuReference/21' \
+      > "$OUT/sanitize_$tool.txt" 2>&1
+    echo "compute-sanitizer $tool (mla_decode wgmma cases): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.txt" | tail -1)"
+  done
+fi
+timeout 400 .devbin/mlaserve-kernel-bench --only mla_decode --json "$OUT/decode.json" 2>&1 | tee "$OUT/bench_decode.txt"
+timeout 200 .devbin/mlaserve-kernel-bench --only mla_prefill --json "$OUT/prefill.json" 2>&1 | tee "$OUT/bench_prefill.txt"
+if [[ ${BASELINE:-1} == 1 ]]; then
+  timeout 200 python3 tools/bench_attention_baseline.py --only mla_decode --json "$OUT/baseline.json" 2>&1 | tail -20
+fi
+tar -czf "$OUT/latent_results.tgz" -C "$OUT" $(cd "$OUT" && ls *.txt *.json 2>/dev/null) && rm -f "$OUT"/*.json "$OUT"/sanitize_*.txt "$OUT"/kernels_*.txt
+echo "latent_suite: $((SECONDS - T0)) s, status $status"
+exit $status
