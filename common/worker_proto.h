@@ -11,7 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "mlaserve/v1/admin.pb.h"
 #include "mlaserve/v1/api.pb.h"
-#include "model/config.h"
+#include "model/loader/config.h"
 #include "model/sampler.h"
 
 namespace mlaserve::common {

@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common/types.h"
-#include "model/config.h"
+#include "model/loader/config.h"
 #include "model/kv_pool.h"
 
 namespace mlaserve::kvtransfer {

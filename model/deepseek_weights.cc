@@ -9,7 +9,7 @@
 #include "common/status.h"
 #include "model/mla_dims.h"
 #include "model/padded_matrix.h"
-#include "model/weights.h"
+#include "model/loader/weight_store.h"
 
 namespace mlaserve::model {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/common/types.h"
-#include "model/config.h"
+#include "model/loader/config.h"
 #include "model/device_memory.h"
 #include "model/parallel_layout.h"
 

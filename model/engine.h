@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/common/types.h"
 #include "kernels/mha_prefill/api.h"
-#include "model/config.h"
+#include "model/loader/config.h"
 #include "model/kv_pool.h"
 #include "model/sampler.h"
 #include "model/parallel_layout.h"

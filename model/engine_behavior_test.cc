@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "model/device_memory.h"
 #include "model/engine.h"
-#include "model/engine_test_util.h"
+#include "model/testing/engine_fixtures.h"
 #include "model/mla_dims.h"
 #include "model/sampler.h"
 

@@ -21,9 +21,10 @@
 #include <map>
 
 #include "gtest/gtest.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 #include "model/engine.h"
-#include "model/engine_test_util.h"
+#include "model/testing/engine_fixtures.h"
+#include "model/testing/deepseek_engine_test_peer.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {
@@ -74,7 +75,7 @@ std::unique_ptr<Engine> MakeCudaEngine(const std::string& dir, kernels::MhaPrefi
   if (!e.ok()) return nullptr;
   // DSA: queries of one indexer launch capped below the 64/200/300-token prompts, so one-chunk
   // prefills run the indexer in per-sequence query chunks (decode steps stay one launch).
-  (*e)->set_indexer_rows_per_call(48);
+  testing::DeepseekEngineTestPeer(**e).set_indexer_rows_per_call(48);
   return std::unique_ptr<Engine>(*std::move(e));
 }
 
@@ -256,10 +257,11 @@ TEST(EngineCudaIndexerTest, TopKSetsMatchFixture) {
   auto engine = DeepseekEngine::Create(o);
   ASSERT_TRUE(engine.ok()) << engine.status();
   ASSERT_EQ((*engine)->config().index_topk, k);
+  testing::DeepseekEngineTestPeer peer(**engine);
   std::vector<int32_t> got[2];  // [n, k]: one launch; queries in chunks of 48
   for (int run = 0; run < 2; ++run) {
-    (*engine)->set_indexer_rows_per_call(run == 0 ? 0 : 48);
-    (*engine)->set_indexer_probe(layer, &got[run]);
+    peer.set_indexer_rows_per_call(run == 0 ? 0 : 48);
+    peer.set_indexer_probe(layer, &got[run]);
     SeqPages pages((*engine)->kv_pool(), n);
     SequenceChunk c;
     c.tokens = ids;
@@ -268,7 +270,7 @@ TEST(EngineCudaIndexerTest, TopKSetsMatchFixture) {
     ASSERT_TRUE(r.ok()) << r.status();
     ASSERT_EQ(got[run].size(), static_cast<size_t>(n) * k);
   }
-  (*engine)->set_indexer_probe(-1, nullptr);
+  peer.set_indexer_probe(-1, nullptr);
   EXPECT_EQ(got[0], got[1]) << "query chunking changed the top-k";
 
   // bf16 score error on this fixture reached 0.066 (rows whose recorded gap was 0.050-0.066

@@ -21,9 +21,10 @@
 
 #include "gtest/gtest.h"
 #include "kernels/kv_fp8/api.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 #include "model/engine.h"
-#include "model/engine_test_util.h"
+#include "model/testing/engine_fixtures.h"
+#include "model/testing/deepseek_engine_test_peer.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {
@@ -201,7 +202,7 @@ TEST(EngineFp8CacheTest, ChunkedPrefillEqualsOneShot) {
   ASSERT_TRUE(testing::LoadReference(kV32, &ref));
   auto e = MakeFp8Engine(kV32);
   ASSERT_NE(e, nullptr);
-  e->set_mha_prefix_piece_tokens(48);
+  testing::DeepseekEngineTestPeer(*e).set_mha_prefix_piece_tokens(48);
   double worst = 0;
   for (const ReferencePrompt& p : {ref.prompts[1], ref.prompts.back()}) {  // 7 and 300 tokens
     const int n = static_cast<int>(p.ids.size());

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/engine_test_util.h"
+#include "model/testing/engine_fixtures.h"
 #include "model/parallel_engine.h"
 #include "model/parallel_layout.h"
 #include "parallel/fake_collective.h"

@@ -6,9 +6,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 #include "model/engine.h"
-#include "model/engine_test_util.h"
+#include "model/testing/engine_fixtures.h"
+#include "model/testing/deepseek_engine_test_peer.h"
 
 namespace mlaserve::model {
 namespace {
@@ -94,7 +95,7 @@ TEST_P(EngineReferenceTest, ChunkedPrefillMatchesReference) {
   const int n = static_cast<int>(p.ids.size());
   auto* deepseek = dynamic_cast<DeepseekEngine*>(engine_.get());
   ASSERT_NE(deepseek, nullptr);
-  deepseek->set_mha_prefix_piece_tokens(48);  // a 300-token prefix merges up to 7 pieces
+  testing::DeepseekEngineTestPeer(*deepseek).set_mha_prefix_piece_tokens(48);  // a 300-token prefix merges up to 7 pieces
   for (int chunk : {1, 7, 64}) {
     for (AttentionPath path : {AttentionPath::kAuto, AttentionPath::kMha}) {
       if (chunk == 1 && path == AttentionPath::kMha) continue;  // covered by chunk 7

@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/deepseek_model.h"
-#include "model/engine_probe.h"
-#include "model/engine_test_util.h"
+#include "model/deepseek_engine.h"
+#include "model/deepseek_engine_probe.h"
+#include "model/testing/engine_fixtures.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {

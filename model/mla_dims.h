@@ -20,7 +20,7 @@
 // fixtures nothing is padded.
 #pragma once
 
-#include "model/config.h"
+#include "model/loader/config.h"
 
 namespace mlaserve::model {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 #include "model/engine.h"
 #include "parallel/collective.h"
 

@@ -22,7 +22,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "model/loader/config.h"
 #include "parallel/collective.h"
 
 namespace mlaserve::model {

@@ -1,41 +1,59 @@
-// The collectives of a sharded layout (parallel_layout.h, docs/parallel.md) around the
-// single-rank blocks of a step. With one rank every function here is the single-rank block
-// itself: no communicator call, no extra copy.
-//
-// Tensor-parallel attention: every rank has the step's T tokens. o_proj and the MLP produce
-// partial sums, all-reduced in place.
-// Data-parallel attention: rank r has its own T_r tokens. The MLP input of every rank is
-// all-gathered into [size, T_max, hidden] (padded rows zero), every rank computes its partial
-// sums for all of them, and a reduce-scatter hands each rank the sums of its own rows.
-// The LM head is vocab parallel under both: logits [rows, vocab_rows] per rank, all-gathered,
-// and each rank's rows copied out of every shard.
+// ParallelStep (parallel_step.h): the collectives of a sharded layout around a step's blocks.
+#include "model/parallel_step.h"
+
 #include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "model/deepseek_model.h"
 #include "model/forward_ops.h"
 
 namespace mlaserve::model {
 
-absl::Status DeepseekEngine::GatherStepCounts(const BatchPlan& plan) {
-  if (!layout_.attention_dp()) return absl::OkStatus();
-  const int n = layout_.size;
+size_t ParallelStep::ScratchBytes(const LayerContext& context) {
+  const ParallelLayout& layout = *context.layout;
+  if (!layout.sharded()) return 0;
+  const ModelConfig& c = *context.config;
+  const size_t T = context.limits.max_batch_tokens;
+  const size_t rows = std::min<size_t>(T, context.limits.max_batch_seqs);  // logit rows
+  const size_t es = context.ops.elem();
+  const size_t n = layout.size;
+  const size_t ranks = layout.attention_dp() ? n : 1;
+  size_t total = 0;
+  // Data attention: the gathered input, the partial sums and this rank's sums; the LM head's
+  // shards (+ the gathered logit rows).
+  if (layout.attention_dp()) {
+    total += (2 * n + 1) * T * c.hidden_size * es + n * rows * c.hidden_size * es;
+  }
+  const size_t head_rows = rows * ranks;
+  total += (n + 1) * head_rows * static_cast<size_t>(layout.vocab_rows) * sizeof(float) +
+           2 * n * sizeof(int32_t);
+  return total;
+}
+
+absl::Status ParallelStep::BeginStep(const BatchPlan& plan) {
+  StepScratch& scratch = *ctx_->scratch;
+  const ModelConfig& c = *ctx_->config;
+  const ParallelLayout& layout = *ctx_->layout;
+  const ops::OpContext& oc = ctx_->ops;
+  const kernels::KernelContext& kctx = oc.kernel;
+  if (!layout.attention_dp()) return absl::OkStatus();
+  const int n = layout.size;
   std::vector<int32_t> mine = {plan.total_tokens, static_cast<int32_t>(plan.logit_rows.size())};
   std::vector<int32_t> all(static_cast<size_t>(2 * n));
-  if (ctx_.backend == kernels::Backend::kCpu) {
-    RETURN_IF_ERROR(comm_->AllGather(mine.data(), all.data(), 2, kernels::DType::kI32, ctx_.stream));
+  if (kctx.backend == kernels::Backend::kCpu) {
+    RETURN_IF_ERROR(
+        comm_->AllGather(mine.data(), all.data(), 2, kernels::DType::kI32, kctx.stream));
   } else {
     // Through the device (NCCL moves device memory); one small sync per step.
-    ASSIGN_OR_RETURN(void* dev, Scratch(all.size() * sizeof(int32_t), "step counts"));
-    RETURN_IF_ERROR(CopyBytes(ctx_, static_cast<int32_t*>(dev) + 2 * layout_.rank, mine.data(),
+    ASSIGN_OR_RETURN(void* dev, scratch.Allocate(all.size() * sizeof(int32_t), "step counts"));
+    RETURN_IF_ERROR(CopyBytes(kctx, static_cast<int32_t*>(dev) + 2 * layout.rank, mine.data(),
                               2 * sizeof(int32_t), CopyKind::kHostToDevice));
-    RETURN_IF_ERROR(comm_->AllGather(static_cast<int32_t*>(dev) + 2 * layout_.rank, dev, 2,
-                                     kernels::DType::kI32, ctx_.stream));
-    RETURN_IF_ERROR(CopyBytes(ctx_, all.data(), dev, all.size() * sizeof(int32_t),
-                              CopyKind::kDeviceToHost));
-    RETURN_IF_ERROR(Synchronize(ctx_));
+    RETURN_IF_ERROR(comm_->AllGather(static_cast<int32_t*>(dev) + 2 * layout.rank, dev, 2,
+                                     kernels::DType::kI32, kctx.stream));
+    RETURN_IF_ERROR(
+        CopyBytes(kctx, all.data(), dev, all.size() * sizeof(int32_t), CopyKind::kDeviceToHost));
+    RETURN_IF_ERROR(Synchronize(kctx));
   }
   step_tokens_.assign(n, 0);
   step_rows_.assign(n, 0);
@@ -46,97 +64,117 @@ absl::Status DeepseekEngine::GatherStepCounts(const BatchPlan& plan) {
   step_max_tokens_ = *std::max_element(step_tokens_.begin(), step_tokens_.end());
   step_max_rows_ = *std::max_element(step_rows_.begin(), step_rows_.end());
   const int64_t gathered_rows = static_cast<int64_t>(n) * step_max_tokens_;
-  if (gathered_rows > static_cast<int64_t>(n) * options_.max_batch_tokens) {
+  if (gathered_rows > static_cast<int64_t>(n) * ctx_->limits.max_batch_tokens) {
     return absl::InternalError(absl::StrCat("data-parallel step: ", step_max_tokens_,
                                             " tokens on one rank; max_batch_tokens is ",
-                                            options_.max_batch_tokens));
+                                            ctx_->limits.max_batch_tokens));
   }
   // The gathered MLP input lives for the whole step; this rank's padding rows stay zero
   // (every layer writes only its T_r rows), so the padded rows route and compute finite
   // values that the reduce-scatter hands back to nobody.
-  ASSIGN_OR_RETURN(dp_gathered_, ScratchAct(gathered_rows * config_.hidden_size, "dp gathered hidden"));
-  const int64_t pad = static_cast<int64_t>(step_max_tokens_ - plan.total_tokens) * config_.hidden_size;
+  ASSIGN_OR_RETURN(dp_gathered_,
+                   scratch.Activations(gathered_rows * c.hidden_size, "dp gathered hidden"));
+  const int64_t pad = static_cast<int64_t>(step_max_tokens_ - plan.total_tokens) * c.hidden_size;
   if (pad > 0) {
-    const std::vector<uint8_t> zeros(ops_.bytes(pad), 0);
-    void* at = ops_.at(dp_gathered_, (static_cast<int64_t>(layout_.rank) * step_max_tokens_ +
-                                      plan.total_tokens) * config_.hidden_size);
-    RETURN_IF_ERROR(CopyBytes(ctx_, at, zeros.data(), zeros.size(), CopyKind::kHostToDevice));
+    const std::vector<uint8_t> zeros(oc.bytes(pad), 0);
+    void* at = oc.at(
+        dp_gathered_,
+        (static_cast<int64_t>(layout.rank) * step_max_tokens_ + plan.total_tokens) * c.hidden_size);
+    RETURN_IF_ERROR(CopyBytes(kctx, at, zeros.data(), zeros.size(), CopyKind::kHostToDevice));
   }
   return absl::OkStatus();
 }
 
-absl::Status DeepseekEngine::ReduceAttentionOutput(int T, void* out) {
-  if (!layout_.attention_tp()) return absl::OkStatus();
-  return comm_->AllReduceSum(out, out, static_cast<int64_t>(T) * config_.hidden_size, ops_.dtype,
-                             ctx_.stream);
+absl::Status ParallelStep::ReduceAttentionOutput(int T, void* out) {
+  const ModelConfig& c = *ctx_->config;
+  const ParallelLayout& layout = *ctx_->layout;
+  const ops::OpContext& oc = ctx_->ops;
+  const kernels::KernelContext& kctx = oc.kernel;
+  if (!layout.attention_tp()) return absl::OkStatus();
+  return comm_->AllReduceSum(out, out, static_cast<int64_t>(T) * c.hidden_size, oc.dtype,
+                             kctx.stream);
 }
 
-absl::Status DeepseekEngine::ParallelMlp(int layer, int T, const void* y, void* out) {
-  if (!layout_.sharded()) return Mlp(layer, T, y, out);
-  const int64_t hidden = config_.hidden_size;
-  if (layout_.attention_tp()) {
-    RETURN_IF_ERROR(Mlp(layer, T, y, out));
-    return comm_->AllReduceSum(out, out, T * hidden, ops_.dtype, ctx_.stream);
+absl::Status ParallelStep::RunFeedForward(FeedForward& block, int T, const void* y, void* out) {
+  StepScratch& scratch = *ctx_->scratch;
+  const ModelConfig& c = *ctx_->config;
+  const ParallelLayout& layout = *ctx_->layout;
+  const ops::OpContext& oc = ctx_->ops;
+  const kernels::KernelContext& kctx = oc.kernel;
+  if (!layout.sharded()) return block.Forward(T, y, out);
+  const int64_t hidden = c.hidden_size;
+  if (layout.attention_tp()) {
+    RETURN_IF_ERROR(block.Forward(T, y, out));
+    return comm_->AllReduceSum(out, out, T * hidden, oc.dtype, kctx.stream);
   }
-  ScratchScope scope(scratch_);
-  const int n = layout_.size;
+  ScratchScope scope(scratch.arena());
+  const int n = layout.size;
   const int64_t slot = static_cast<int64_t>(step_max_tokens_) * hidden;
-  void* mine = ops_.at(dp_gathered_, layout_.rank * slot);
-  RETURN_IF_ERROR(ops::Copy2D(ops_, mine, hidden, y, hidden, static_cast<int>(hidden), T));
-  RETURN_IF_ERROR(comm_->AllGather(mine, dp_gathered_, slot, ops_.dtype, ctx_.stream));
-  ASSIGN_OR_RETURN(void* partial, ScratchAct(n * slot, "dp mlp partial sums"));
-  RETURN_IF_ERROR(Mlp(layer, n * step_max_tokens_, dp_gathered_, partial));
-  ASSIGN_OR_RETURN(void* sums, ScratchAct(slot, "dp mlp sums"));
-  RETURN_IF_ERROR(comm_->ReduceScatterSum(partial, sums, slot, ops_.dtype, ctx_.stream));
-  return ops::Copy2D(ops_, out, hidden, sums, hidden, static_cast<int>(hidden), T);
+  void* mine = oc.at(dp_gathered_, layout.rank * slot);
+  RETURN_IF_ERROR(ops::Copy2D(oc, mine, hidden, y, hidden, static_cast<int>(hidden), T));
+  RETURN_IF_ERROR(comm_->AllGather(mine, dp_gathered_, slot, oc.dtype, kctx.stream));
+  ASSIGN_OR_RETURN(void* partial, scratch.Activations(n * slot, "dp mlp partial sums"));
+  RETURN_IF_ERROR(block.Forward(n * step_max_tokens_, dp_gathered_, partial));
+  ASSIGN_OR_RETURN(void* sums, scratch.Activations(slot, "dp mlp sums"));
+  RETURN_IF_ERROR(comm_->ReduceScatterSum(partial, sums, slot, oc.dtype, kctx.stream));
+  return ops::Copy2D(oc, out, hidden, sums, hidden, static_cast<int>(hidden), T);
 }
 
-absl::Status DeepseekEngine::LmHead(const void* picked, int rows, float* logits) {
-  const int hidden = config_.hidden_size;
-  const int V = config_.vocab_size;
-  if (!layout_.sharded()) {
-    return ops::Linear(ops_, picked, rows, hidden, weights_.lm_head, logits, V, 0.0f,
+absl::Status ParallelStep::LmHead(const LinearWeight& lm_head, const void* picked, int rows,
+                                  float* logits) {
+  StepScratch& scratch = *ctx_->scratch;
+  const ModelConfig& c = *ctx_->config;
+  const ParallelLayout& layout = *ctx_->layout;
+  const ops::OpContext& oc = ctx_->ops;
+  const kernels::KernelContext& kctx = oc.kernel;
+  const int hidden = c.hidden_size;
+  const int V = c.vocab_size;
+  if (!layout.sharded()) {
+    return ops::Linear(oc, picked, rows, hidden, lm_head, logits, V, 0.0f,
                        /*y_f32=*/true);
   }
-  ScratchScope scope(scratch_);
-  const int n = layout_.size;
-  const int Vr = layout_.vocab_rows;
+  ScratchScope scope(scratch.arena());
+  const int n = layout.size;
+  const int Vr = layout.vocab_rows;
   // The rows every rank computes: its own (tensor attention: all ranks have the same), or
   // every rank's, gathered and padded to step_max_rows_ (data attention).
   const void* x = picked;
   int all_rows = rows;
   int my_first = 0;
-  if (layout_.attention_dp()) {
+  if (layout.attention_dp()) {
     all_rows = n * step_max_rows_;
-    my_first = layout_.rank * step_max_rows_;
+    my_first = layout.rank * step_max_rows_;
     const int64_t slot = static_cast<int64_t>(step_max_rows_) * hidden;
-    ASSIGN_OR_RETURN(void* gathered, ScratchAct(n * slot, "dp gathered logit rows"));
-    void* mine = ops_.at(gathered, layout_.rank * slot);
+    ASSIGN_OR_RETURN(void* gathered, scratch.Activations(n * slot, "dp gathered logit rows"));
+    void* mine = oc.at(gathered, layout.rank * slot);
     if (step_max_rows_ > rows) {
-      const std::vector<uint8_t> zeros(ops_.bytes(static_cast<int64_t>(step_max_rows_ - rows) * hidden), 0);
-      RETURN_IF_ERROR(CopyBytes(ctx_, ops_.at(mine, static_cast<int64_t>(rows) * hidden), zeros.data(),
-                                zeros.size(), CopyKind::kHostToDevice));
+      const std::vector<uint8_t> zeros(
+          oc.bytes(static_cast<int64_t>(step_max_rows_ - rows) * hidden), 0);
+      RETURN_IF_ERROR(CopyBytes(kctx, oc.at(mine, static_cast<int64_t>(rows) * hidden),
+                                zeros.data(), zeros.size(), CopyKind::kHostToDevice));
     }
-    RETURN_IF_ERROR(ops::Copy2D(ops_, mine, hidden, picked, hidden, hidden, rows));
-    RETURN_IF_ERROR(comm_->AllGather(mine, gathered, slot, ops_.dtype, ctx_.stream));
+    RETURN_IF_ERROR(ops::Copy2D(oc, mine, hidden, picked, hidden, hidden, rows));
+    RETURN_IF_ERROR(comm_->AllGather(mine, gathered, slot, oc.dtype, kctx.stream));
     x = gathered;
   }
   if (all_rows == 0) return absl::OkStatus();
   const int64_t shard = static_cast<int64_t>(all_rows) * Vr;
-  ASSIGN_OR_RETURN(void* part_raw, Scratch(static_cast<size_t>(shard) * sizeof(float), "lm head shard"));
-  ASSIGN_OR_RETURN(void* all_raw, Scratch(static_cast<size_t>(n * shard) * sizeof(float), "lm head shards"));
+  ASSIGN_OR_RETURN(void* part_raw,
+                   scratch.Allocate(static_cast<size_t>(shard) * sizeof(float), "lm head shard"));
+  ASSIGN_OR_RETURN(void* all_raw, scratch.Allocate(static_cast<size_t>(n * shard) * sizeof(float),
+                                                   "lm head shards"));
   auto* part = static_cast<float*>(part_raw);
   auto* all = static_cast<float*>(all_raw);
-  RETURN_IF_ERROR(ops::Linear(ops_, x, all_rows, hidden, weights_.lm_head, part, Vr, 0.0f,
+  RETURN_IF_ERROR(ops::Linear(oc, x, all_rows, hidden, lm_head, part, Vr, 0.0f,
                               /*y_f32=*/true));
-  RETURN_IF_ERROR(comm_->AllGather(part, all, shard, kernels::DType::kF32, ctx_.stream));
+  RETURN_IF_ERROR(comm_->AllGather(part, all, shard, kernels::DType::kF32, kctx.stream));
   if (rows == 0) return absl::OkStatus();
   // logits[i, p * Vr + j] = shard p's row (my_first + i), column j < its vocab count.
   for (int p = 0; p < n; ++p) {
     const int begin = std::min(V, p * Vr);
     const int count = std::min(V, begin + Vr) - begin;
     if (count == 0) continue;
-    RETURN_IF_ERROR(Copy2DBytes(ctx_, logits + begin, static_cast<size_t>(V) * sizeof(float),
+    RETURN_IF_ERROR(Copy2DBytes(kctx, logits + begin, static_cast<size_t>(V) * sizeof(float),
                                 all + p * shard + static_cast<int64_t>(my_first) * Vr,
                                 static_cast<size_t>(Vr) * sizeof(float),
                                 static_cast<size_t>(count) * sizeof(float),

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "model/loader/config.h"
 
 namespace mlaserve::model {
 

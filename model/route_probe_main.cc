@@ -1,6 +1,6 @@
 // mlaserve-route-probe: for each token sequence, one prefill on the chosen backend, and what
 // the engine computed: the next-token logits' top entries and every MoE layer's router logits
-// for every position (model/engine_probe.h). tools/device/routing_probe.py compares them with
+// for every position (model/deepseek_engine_probe.h). tools/device/routing_probe.py compares them with
 // Hugging Face's routing (issue 14's CUDA-only divergence).
 //
 //   mlaserve-route-probe --model DIR --backend cuda --sequences seqs.json --out probe.json
@@ -19,8 +19,8 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "model/deepseek_model.h"
-#include "model/engine_probe.h"
+#include "model/deepseek_engine.h"
+#include "model/deepseek_engine_probe.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {

@@ -24,10 +24,10 @@
 #include "absl/strings/str_split.h"
 #include "common/status.h"
 #include "kernels/mha_prefill/api.h"
-#include "model/detokenizer.h"
+#include "model/tokenizer/detokenizer.h"
 #include "model/engine.h"
 #include "model/sampler.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {

@@ -34,23 +34,30 @@ mlaserve_warnings(model_padded_matrix)
 mlaserve_test(model_padded_matrix_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/padded_matrix_test.cc
               DEPS model_padded_matrix)
 
+# How one worker's model is split over its ranks (ParallelLayout, docs/parallel.md).
+add_library(model_parallel_layout STATIC ${CMAKE_CURRENT_LIST_DIR}/parallel_layout.cc)
+target_include_directories(model_parallel_layout PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(model_parallel_layout PUBLIC model_loader mlaserve_parallel absl::status
+                      absl::statusor absl::strings)
+mlaserve_warnings(model_parallel_layout)
+
+# The DeepSeek weights as one rank holds them (LoadDeepseekWeights), and the thin ops over them
+# (forward_ops.h) that every block of the forward calls.
+add_library(model_weights STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/deepseek_weights.cc
+  ${CMAKE_CURRENT_LIST_DIR}/forward_ops.cc)
+target_include_directories(model_weights PUBLIC ${PROJECT_SOURCE_DIR})
+target_link_libraries(model_weights PUBLIC model_loader model_parallel_layout model_padded_matrix
+                      model_device_memory mlaserve_kernels mlaserve_common)
+mlaserve_warnings(model_weights)
+
 # The DeepSeek forward (Engine::Create) over the kernel API.
 add_library(model_runtime STATIC
-  ${CMAKE_CURRENT_LIST_DIR}/forward_ops.cc
-  ${CMAKE_CURRENT_LIST_DIR}/deepseek_weights.cc
-  ${CMAKE_CURRENT_LIST_DIR}/deepseek_model.cc
-  ${CMAKE_CURRENT_LIST_DIR}/attention.cc
-  ${CMAKE_CURRENT_LIST_DIR}/indexer.cc
-  ${CMAKE_CURRENT_LIST_DIR}/kv_fp8_cache.cc
-  ${CMAKE_CURRENT_LIST_DIR}/moe_layer.cc
-  ${CMAKE_CURRENT_LIST_DIR}/forward_plan.cc
-  ${CMAKE_CURRENT_LIST_DIR}/decode_graphs.cc
-  ${CMAKE_CURRENT_LIST_DIR}/sampling_step.cc
-  ${CMAKE_CURRENT_LIST_DIR}/parallel_layout.cc
+  ${CMAKE_CURRENT_LIST_DIR}/engine.cc
+  ${CMAKE_CURRENT_LIST_DIR}/deepseek_engine.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_step.cc
-  ${CMAKE_CURRENT_LIST_DIR}/expert_shard.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_engine.cc)
-target_link_libraries(model_runtime PUBLIC model_loader model_kv_pool model_rope model_sampler
+target_link_libraries(model_runtime PUBLIC model_layers model_kv_cache model_weights model_step model_loader model_kv_pool model_rope model_sampler
                       model_padded_matrix model_device_memory mlaserve_kernels mlaserve_parallel
                       mlaserve_common)
 mlaserve_warnings(model_runtime)
@@ -58,9 +65,9 @@ if(TARGET mlaserve_parallel_nccl)  # multi-GPU workers (ParallelEngine) talk NCC
   target_link_libraries(model_runtime PUBLIC mlaserve_parallel_nccl)
 endif()
 
-# Diagnostics over a step's intermediate values (model/engine_probe.h) and the tool that
+# Diagnostics over a step's intermediate values (model/deepseek_engine_probe.h) and the tool that
 # uses them; not linked into serving binaries.
-add_library(model_engine_probe STATIC ${CMAKE_CURRENT_LIST_DIR}/engine_probe.cc)
+add_library(model_engine_probe STATIC ${CMAKE_CURRENT_LIST_DIR}/deepseek_engine_probe.cc)
 target_link_libraries(model_engine_probe PUBLIC model_runtime)
 mlaserve_warnings(model_engine_probe)
 add_executable(mlaserve-route-probe ${CMAKE_CURRENT_LIST_DIR}/route_probe_main.cc)

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "model/loader/config.h"
 #include "profiles/gpu_profile.h"
 
 namespace mlaserve::profiles {

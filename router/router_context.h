@@ -17,7 +17,7 @@
 #include "common/cluster_security.h"
 #include "common/metrics.h"
 #include "common/transport_security.h"
-#include "model/config.h"
+#include "model/loader/config.h"
 #include "router/admission_queue.h"
 #include "router/request.h"
 #include "router/request_table.h"

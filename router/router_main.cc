@@ -17,7 +17,7 @@
 
 #include "common/metrics.h"
 #include "common/server.h"
-#include "model/config.h"
+#include "model/loader/config.h"
 #include "router/admin_service.h"
 #include "router/generation_service.h"
 #include "router/openai/http_api.h"

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "model/detokenizer.h"
-#include "model/utf8.h"
+#include "model/tokenizer/detokenizer.h"
+#include "model/tokenizer/utf8.h"
 #include "absl/strings/str_cat.h"
 
 namespace mlaserve::router {

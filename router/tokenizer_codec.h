@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "router/text_codec.h"
 
 namespace mlaserve::router {

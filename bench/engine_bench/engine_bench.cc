@@ -30,7 +30,7 @@
 
 #include "CLI/CLI.hpp"
 #include "kernels/mha_prefill/api.h"
-#include "model/deepseek_model.h"
+#include "model/deepseek_engine.h"
 #include "nlohmann/json.hpp"
 
 namespace {

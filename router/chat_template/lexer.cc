@@ -4,7 +4,7 @@
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
-#include "model/utf8.h"
+#include "model/tokenizer/utf8.h"
 #include "router/chat_template/value.h"
 
 namespace mlaserve::router::chat_template {

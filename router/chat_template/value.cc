@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "model/utf8.h"
+#include "model/tokenizer/utf8.h"
 #include "common/status.h"
 
 namespace mlaserve::router::chat_template {

@@ -1,0 +1,327 @@
+// DeepseekEngine (deepseek_engine.h): Create composes the parts; Forward is plan -> step ->
+// sample; the step is the layer loop over the blocks.
+#include "model/deepseek_engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/embedding/api.h"
+#include "kernels/mha_prefill/api.h"
+#include "model/layers/dsa_indexer.h"
+#include "model/loader/weight_store.h"
+
+namespace mlaserve::model {
+namespace {
+
+// Upper bound of the number of scratch allocations in one Forward, each rounded up to the
+// arena's alignment.
+constexpr size_t kMaxAllocationsPerStep = 64;
+
+absl::Status CheckLimits(const EngineOptions& options) {
+  if (options.num_kv_pages <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_kv_pages is ", options.num_kv_pages, "; it must be positive"));
+  }
+  if (options.max_batch_tokens <= 0 || options.max_batch_seqs <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch_tokens is ", options.max_batch_tokens, " and max_batch_seqs is ",
+                     options.max_batch_seqs, "; both must be positive"));
+  }
+  return kernels::CheckMhaPrefillProvider(options.mha_provider, options.backend);
+}
+
+// What the forward assumes of every DeepSeek MLA checkpoint.
+absl::Status CheckArchitecture(const ModelConfig& c) {
+  if (c.hidden_act != "silu") {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_act '", c.hidden_act,
+                                                   "' is not supported (DeepSeek uses silu)"));
+  }
+  if (c.num_key_value_heads != c.num_attention_heads) {
+    // HF repeats K/V for GQA, but every DeepSeek MLA checkpoint has one KV head per head.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: num_key_value_heads ", c.num_key_value_heads,
+        " differs from num_attention_heads ", c.num_attention_heads, "; MLA expects them equal"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
+    const EngineOptions& options) {
+  RETURN_IF_ERROR(CheckLimits(options));
+  std::unique_ptr<DeepseekEngine> e(new DeepseekEngine());
+  e->options_ = options;
+  ASSIGN_OR_RETURN(e->config_, LoadModelConfig(options.model_dir));
+  const ModelConfig& c = e->config_;
+  const bool cuda = options.backend == kernels::Backend::kCuda;
+  LayerContext& lc = e->layer_ctx_;
+  if (c.has_indexer) {
+    ASSIGN_OR_RETURN(lc.index_key_dim, DsaIndexer::KeyDim(c, options.backend));
+  }
+  ASSIGN_OR_RETURN(const KvCacheFormat cache_format, ResolveKvCacheFormat(options, c));
+  RETURN_IF_ERROR(UseDevice(options.backend, options.device));
+  ASSIGN_OR_RETURN(lc.num_sms, MultiprocessorCount(options.backend, options.device));
+  ASSIGN_OR_RETURN(e->stream_, Stream::Create(options.backend));
+  e->ctx_.backend = options.backend;
+  e->ctx_.device = options.device;
+  e->ctx_.stream = e->stream_.get();
+  e->ops_.kernel = e->ctx_;
+  e->ops_.dtype = StorageDType(options.backend);
+  RETURN_IF_ERROR(CheckArchitecture(c));
+  ASSIGN_OR_RETURN(e->layout_, ResolveParallelLayout(c, options.parallel));
+  lc.dims = StoredMlaDims(c);
+  ASSIGN_OR_RETURN(e->forms_, AttentionForms::Choose(c, lc.dims, options.backend));
+
+  ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::Open(options.model_dir, c));
+  ASSIGN_OR_RETURN(e->weights_, LoadDeepseekWeights(c, *store, options.backend, &e->layout_));
+  ASSIGN_OR_RETURN(e->rope_, BuildRopeTable(c));
+  if (cuda && c.has_indexer) {
+    RETURN_IF_ERROR(PadIndexerWeights(e->ctx_, c, lc.index_key_dim, &e->weights_));
+  }
+  if (cuda) {
+    ASSIGN_OR_RETURN(e->rope_dev_, DeviceBuffer::FromHost(
+                                       options.backend, std::span<const float>(e->rope_.cos_sin)));
+  }
+
+  KvPoolOptions po;
+  po.backend = options.backend;
+  po.dtype = e->ops_.dtype;
+  po.cache_format = cache_format;
+  po.num_layers = c.num_hidden_layers;
+  po.num_pages = options.num_kv_pages;
+  po.latent_dim = lc.dims.latent();
+  po.index_dim = c.has_indexer ? lc.index_key_dim : 0;
+  ASSIGN_OR_RETURN(e->pool_, KvPool::Create(po));
+  LatentKvCacheContext cache;
+  cache.ops = e->ops_;
+  cache.pool = e->pool_.get();
+  cache.scratch = &e->scratch_;
+  cache.dims = lc.dims;
+  cache.index_key_dim = po.index_dim;
+  cache.heads = e->layout_.heads.count;
+  cache.max_batch_tokens = options.max_batch_tokens;
+  ASSIGN_OR_RETURN(e->cache_, LatentKvCache::Create(cache_format, cache));
+  int32_t padding_page = -1;
+  if (cuda) {  // the page that padded rows of decode graphs read (decode_graph_runner.h)
+    ASSIGN_OR_RETURN(std::vector<int32_t> padding, e->pool_->Allocate(1));
+    padding_page = padding[0];
+  }
+  e->BuildLayers();
+  RETURN_IF_ERROR(e->BuildStep(padding_page));
+  if (cuda) {
+    // Weight uploads and the pool's zeroing ran on the legacy stream, which the engine's
+    // non-blocking stream does not wait for.
+    RETURN_IF_ERROR(Synchronize(kernels::KernelContext{options.backend, nullptr, options.device}));
+  }
+  return e;
+}
+
+void DeepseekEngine::BuildLayers() {
+  const ModelConfig& c = config_;
+  const EngineOptions& o = options_;
+  LayerContext& lc = layer_ctx_;
+  lc.config = &config_;
+  lc.heads = layout_.heads.count;  // this rank's heads (all of them on one GPU)
+  lc.layout = &layout_;
+  lc.ops = ops_;
+  lc.limits = BatchLimits{o.max_batch_tokens, o.max_batch_seqs, pool_->total_pages()};
+  lc.max_pages_per_seq = std::min(
+      o.num_kv_pages, (c.max_position_embeddings + kernels::kPageSize - 1) / kernels::kPageSize);
+  lc.mha_provider = o.mha_provider;
+  if (o.backend == kernels::Backend::kCuda && c.has_indexer) {
+    lc.indexer_workspace_bytes = DsaIndexer::WorkspaceBytes(lc.max_pages_per_seq, lc.limits);
+  }
+  lc.scratch = &scratch_;
+  lc.cache = cache_.get();
+  lc.rope = &rope_;
+  lc.cos_sin = rope_dev_.empty() ? rope_.cos_sin.data() : rope_dev_.as<const float>();
+
+  layers_.reserve(c.num_hidden_layers);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& w = weights_.layers[l];
+    std::unique_ptr<DsaIndexer> indexer;
+    if (c.has_indexer) indexer = std::make_unique<DsaIndexer>(&lc, l, &w.indexer);
+    layers_.push_back(
+        DecoderLayer{MlaAttention(&lc, l, &w.attn, std::move(indexer)), FeedForward(&lc, &w)});
+  }
+  parallel_ = ParallelStep(&lc, options_.parallel.comm);
+}
+
+absl::Status DeepseekEngine::BuildStep(int32_t padding_page) {
+  const LayerContext& lc = layer_ctx_;
+  planner_ = BatchPlanner(config_, lc.limits);
+  ASSIGN_OR_RETURN(const size_t scratch_bytes, ForwardScratchBytes());
+  ASSIGN_OR_RETURN(scratch_, StepScratch::Create(ctx_, ops_.dtype, scratch_bytes, lc.limits,
+                                                 lc.max_pages_per_seq));
+  sampling_ = SamplingStep(ctx_, &scratch_, config_.vocab_size);
+  // Capturing the collectives of a sharded layout is not done yet (docs/parallel.md).
+  decode_graphs_ =
+      DecodeGraphRunner(ctx_, ctx_.backend == kernels::Backend::kCuda && !layout_.sharded(),
+                        options_.max_batch_seqs, lc.max_pages_per_seq, padding_page);
+  return absl::OkStatus();
+}
+
+// Sizing sums the buffers of every part rather than taking their maximum: the parts nest (a
+// layer's attention scratch is released before its feed-forward's), so the sum is an upper
+// bound that stays correct when a part is reordered, at the cost of some slack.
+absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
+  const LayerContext& lc = layer_ctx_;
+  const size_t T = lc.limits.max_batch_tokens, B = lc.limits.max_batch_seqs;
+  const size_t es = ops_.elem(), hidden = config_.hidden_size;
+  const size_t rows = std::min(T, B);  // logit rows: one per sequence at most
+  size_t total = StepScratch::PlanStagingBytes(lc.limits, lc.max_pages_per_seq);
+  // StepActivations, the picked logit rows and their f32 logits.
+  total += 4 * T * hidden * es + rows * hidden * es + rows * config_.vocab_size * sizeof(float);
+  ASSIGN_OR_RETURN(const size_t attention, MlaAttention::ScratchBytes(lc));
+  total += attention + DsaIndexer::ScratchBytes(lc) + cache_->ScratchBytes();
+  total += FeedForward::ScratchBytes(lc);
+  total += SamplingStep::ScratchBytes(rows, config_.vocab_size);
+  total += ParallelStep::ScratchBytes(lc);
+  return total + kMaxAllocationsPerStep * kDeviceAlignment;
+}
+
+absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceChunk> batch,
+                                                      AttentionPath path,
+                                                      const LayerDoneFn& on_layer_done) {
+  ASSIGN_OR_RETURN(BatchPlan plan, planner_.Plan(batch));
+  const AttentionForm form = forms_.Resolve(&plan, path, cache_->ReadsNeedSparseForm());
+
+  ForwardResult result;
+  result.path_used = form == AttentionForm::kMha ? AttentionPath::kMha : AttentionPath::kMla;
+  result.rows = static_cast<int>(plan.logit_rows.size());
+  const std::vector<const SampleRow*> samples = RequestedSamples(batch);
+  const bool device_sample = sampling_.CanSampleOnDevice(samples);
+  const std::span<const SampleRow* const> device_samples =
+      device_sample ? std::span<const SampleRow* const>(samples)
+                    : std::span<const SampleRow* const>();
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  if (!device_sample) result.logits.resize(result.rows * vocab);
+  // Decode batches replay a CUDA graph per (batch bucket, page-table width) when they can;
+  // everything else runs eagerly.
+  if (decode_graphs_.Applies(plan, form == AttentionForm::kMlaDecode, on_layer_done != nullptr)) {
+    DecodeGraphRunner::Step step;
+    step.prepare = [&](BatchPlan* padded) -> absl::StatusOr<float*> {
+      scratch_.Reset();
+      RETURN_IF_ERROR(scratch_.UploadPlan(padded));
+      ASSIGN_OR_RETURN(void* logits,
+                       scratch_.Allocate(padded->batch * vocab * sizeof(float), "logits"));
+      return static_cast<float*>(logits);
+    };
+    step.run = [&](const BatchPlan& padded, float* logits) {
+      return RunStep(padded, form, nullptr, logits);
+    };
+    step.finish = [&](const float* logits) { return DeliverRows(logits, device_samples, &result); };
+    RETURN_IF_ERROR(decode_graphs_.Run(std::move(plan), step));
+  } else {
+    scratch_.Reset();
+    RETURN_IF_ERROR(scratch_.UploadPlan(&plan));
+    float* logits = result.logits.data();
+    if (ctx_.backend != kernels::Backend::kCpu && result.rows > 0) {
+      ASSIGN_OR_RETURN(void* dev, scratch_.Allocate(result.rows * vocab * sizeof(float), "logits"));
+      logits = static_cast<float*>(dev);
+    }
+    RETURN_IF_ERROR(RunStep(plan, form, on_layer_done, logits));
+    RETURN_IF_ERROR(DeliverRows(logits, device_samples, &result));
+  }
+  if (!samples.empty() && !device_sample) RETURN_IF_ERROR(sampling_.SampleOnHost(samples, &result));
+  return result;
+}
+
+absl::Status DeepseekEngine::DeliverRows(const float* logits,
+                                         std::span<const SampleRow* const> device_samples,
+                                         ForwardResult* result) {
+  if (!device_samples.empty()) return sampling_.SampleOnDevice(logits, device_samples, result);
+  if (ctx_.backend == kernels::Backend::kCpu) return absl::OkStatus();  // logits is result's
+  RETURN_IF_ERROR(CopyBytes(ctx_, result->logits.data(), logits,
+                            result->logits.size() * sizeof(float), CopyKind::kDeviceToHost));
+  // Also before the next step reuses the pinned staging buffer.
+  return Synchronize(ctx_);
+}
+
+absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
+                                     const LayerDoneFn& on_layer_done, float* logits) {
+  ASSIGN_OR_RETURN(const StepActivations a, Embed(plan));
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    RETURN_IF_ERROR(AttentionHalf(l, plan, form, a, on_layer_done));
+    RETURN_IF_ERROR(FeedForwardHalf(l, plan.total_tokens, a));
+  }
+  return LmHead(plan, a, logits);
+}
+
+absl::StatusOr<DeepseekEngine::StepActivations> DeepseekEngine::Embed(const BatchPlan& plan) {
+  const ModelConfig& c = config_;
+  const int T = plan.total_tokens;
+  const int hidden = c.hidden_size;
+  const int64_t act = static_cast<int64_t>(T) * hidden;
+  StepActivations a;
+  ASSIGN_OR_RETURN(a.residual, scratch_.Activations(act, "residual"));
+  ASSIGN_OR_RETURN(a.normed, scratch_.Activations(act, "normed hidden"));
+  ASSIGN_OR_RETURN(a.block_out, scratch_.Activations(act, "block output"));
+  RETURN_IF_ERROR(parallel_.BeginStep(plan));  // data-parallel attention only
+  kernels::EmbeddingParams ep;
+  ep.dtype = ops_.dtype;
+  ep.num_tokens = T;
+  ep.dim = hidden;
+  ep.vocab = c.vocab_size;
+  ep.ids = plan.dev.token_ids;
+  ep.table = weights_.embed.data();
+  ep.out = a.residual;
+  RETURN_IF_ERROR(kernels::Embedding(ep, ctx_));
+  RETURN_IF_ERROR(ops::RmsNorm(ops_, a.residual, T, hidden, hidden, weights_.layers[0].input_norm,
+                               static_cast<float>(c.rms_norm_eps), a.normed, hidden));
+  return a;
+}
+
+absl::Status DeepseekEngine::AttentionHalf(int layer, const BatchPlan& plan, AttentionForm form,
+                                           const StepActivations& a,
+                                           const LayerDoneFn& on_layer_done) {
+  const int T = plan.total_tokens;
+  const int hidden = config_.hidden_size;
+  RETURN_IF_ERROR(layers_[layer].attention.Forward(plan, form, a.normed, a.block_out));
+  RETURN_IF_ERROR(parallel_.ReduceAttentionOutput(T, a.block_out));  // tensor-parallel only
+  if (on_layer_done) {
+    // The callback reads this layer's KV pages (KvPool::ReadPage, or a transport's own
+    // stream): on the GPU the layer's kernels are only queued on our non-blocking stream, so
+    // wait for them first. (The NCCL sender also waits on an event; this keeps every reader
+    // correct, at the cost of one stream sync per layer only when pages are being shipped.)
+    if (ctx_.backend == kernels::Backend::kCuda) RETURN_IF_ERROR(Synchronize(ctx_));
+    RETURN_IF_ERROR(on_layer_done(layer));
+  }
+  // residual += attn; normed = post_attention_norm(residual)
+  return ops::RmsNorm(ops_, a.block_out, T, hidden, hidden,
+                      weights_.layers[layer].post_attention_norm,
+                      static_cast<float>(config_.rms_norm_eps), a.normed, hidden, a.residual);
+}
+
+absl::Status DeepseekEngine::FeedForwardHalf(int layer, int T, const StepActivations& a) {
+  const ModelConfig& c = config_;
+  const int hidden = c.hidden_size;
+  RETURN_IF_ERROR(parallel_.RunFeedForward(layers_[layer].feed_forward, T, a.normed, a.block_out));
+  // residual += mlp; normed = next layer's input norm (or the final norm) of residual
+  const WeightTensor& next_norm =
+      layer + 1 < c.num_hidden_layers ? weights_.layers[layer + 1].input_norm : weights_.final_norm;
+  return ops::RmsNorm(ops_, a.block_out, T, hidden, hidden, next_norm,
+                      static_cast<float>(c.rms_norm_eps), a.normed, hidden, a.residual);
+}
+
+absl::Status DeepseekEngine::LmHead(const BatchPlan& plan, const StepActivations& a,
+                                    float* logits) {
+  const int hidden = config_.hidden_size;
+  const int rows = static_cast<int>(plan.logit_rows.size());
+  // A data-parallel rank without logit rows still joins the LM head's collectives.
+  if (rows == 0 && !layout_.attention_dp()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(void* picked,
+                   scratch_.Activations(static_cast<int64_t>(rows) * hidden, "logit rows"));
+  for (int r = 0; r < rows; ++r) {
+    RETURN_IF_ERROR(ops::Copy2D(
+        ops_, ops_.at(picked, static_cast<int64_t>(r) * hidden), hidden,
+        ops_.at(a.normed, static_cast<int64_t>(plan.logit_rows[r]) * hidden), hidden, hidden, 1));
+  }
+  // f32 logits whatever the activation dtype.
+  return parallel_.LmHead(weights_.lm_head, picked, rows, logits);
+}
+
+}  // namespace mlaserve::model

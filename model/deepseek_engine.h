@@ -1,0 +1,152 @@
+// DeepseekEngine: the Engine for model_type deepseek_v2 / deepseek_v3 / deepseek_v32, written
+// once against kernels/*/api.h.
+//
+// Forward (Hugging Face semantics, see docs/model.md) in three beats:
+//   plan:   BatchPlanner checks the batch and flattens it (step/batch_plan.h); AttentionForms
+//           picks the attention form (layers/attention_forms.h).
+//   run:    one step over the uploaded plan: embed -> per layer [input RMSNorm -> MlaAttention
+//           (with the V3.2 DsaIndexer) over the paged cache -> residual -> post-attention
+//           RMSNorm -> FeedForward (dense MLP or MoE) -> residual] -> final RMSNorm -> LM head
+//           on the rows whose logits are wanted. Decode steps replay CUDA graphs when they can
+//           (step/decode_graph_runner.h); a sharded layout adds its collectives (ParallelStep).
+//   sample: SamplingStep draws the rows that carry a SampleRow where the logits are.
+//
+// The engine composes its parts and owns what they share: the weights, the KvPool and its
+// format (kv_cache/latent_kv_cache.h), the step scratch (step/step_scratch.h, sized at Create
+// from max_batch_tokens and max_batch_seqs as the sum of every part's ScratchBytes: nothing is
+// allocated inside a step) and the LayerContext every block reads (layers/layer_context.h).
+//
+// Backends: kCpu (f32 activations, weights converted to f32 at load) and kCuda (bf16 weights
+// and activations in device memory, f32 router/LM-head logits; docs/cuda_engine.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/common/types.h"
+#include "model/deepseek_weights.h"
+#include "model/device_memory.h"
+#include "model/engine.h"
+#include "model/forward_ops.h"
+#include "model/kv_cache/latent_kv_cache.h"
+#include "model/kv_pool.h"
+#include "model/layers/attention_forms.h"
+#include "model/layers/feed_forward.h"
+#include "model/layers/layer_context.h"
+#include "model/layers/mla_attention.h"
+#include "model/loader/config.h"
+#include "model/parallel_layout.h"
+#include "model/parallel_step.h"
+#include "model/rope.h"
+#include "model/step/batch_plan.h"
+#include "model/step/decode_graph_runner.h"
+#include "model/step/sampling_step.h"
+#include "model/step/step_scratch.h"
+
+namespace mlaserve::model {
+
+namespace testing {
+class DeepseekEngineTestPeer;
+}  // namespace testing
+
+class DeepseekEngine final : public Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<DeepseekEngine>> Create(const EngineOptions& options);
+
+  const ModelConfig& config() const override { return config_; }
+  const ParallelLayout& layout() const { return layout_; }
+  kernels::Backend backend() const override { return ctx_.backend; }
+  KvPool& kv_pool() override { return *pool_; }
+  void* device_stream() const override { return ctx_.stream; }
+
+  absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
+                                        AttentionPath path = AttentionPath::kAuto,
+                                        const LayerDoneFn& on_layer_done = nullptr) override;
+  // The input checks of Forward alone (INVALID_ARGUMENT naming the bad value), run before the
+  // ranks of a ParallelEngine start a step they must all finish.
+  absl::Status CheckBatch(std::span<const SequenceChunk> batch) const {
+    return planner_.Plan(batch).status();
+  }
+
+  // CUDA graphs for decode steps (kCuda; on by default; decode_graph_runner.h). Benchmarks
+  // turn them off to time eager steps on the same engine.
+  void set_decode_graphs(bool on) { decode_graphs_.set_enabled(on); }
+  int decode_graphs_captured() const { return decode_graphs_.captured(); }
+  int64_t decode_graph_replays() const { return decode_graphs_.replays(); }
+
+ private:
+  // Diagnostics that read a step's intermediate values (deepseek_engine_probe.h); not used in
+  // serving. It runs the step through the functions below.
+  friend class DeepseekEngineProbe;
+  // Tests' access to the launch limits and the indexer probe (testing/deepseek_engine_test_peer.h).
+  friend class testing::DeepseekEngineTestPeer;
+
+  // One decoder layer's blocks (their weights are weights_.layers[l]).
+  struct DecoderLayer {
+    MlaAttention attention;
+    FeedForward feed_forward;
+  };
+  // The step's running activations [T, hidden] (buffers of the backend, in the step scratch):
+  // the residual stream, its normed copy (the next block's input), a block's output.
+  struct StepActivations {
+    void* residual = nullptr;
+    void* normed = nullptr;
+    void* block_out = nullptr;
+  };
+
+  DeepseekEngine() = default;
+
+  // Create's parts (deepseek_engine.cc): the model's blocks over the loaded weights, and the
+  // step machinery sized for them.
+  void BuildLayers();
+  absl::Status BuildStep(int32_t padding_page);
+  // Bytes of scratch one Forward needs at most, for the engine's limits.
+  absl::StatusOr<size_t> ForwardScratchBytes() const;
+
+  // One step on the device from the uploaded plan into `logits` ([rows, vocab] f32, a buffer
+  // of the backend) -- Embed, every layer's two halves, LmHead:
+  absl::Status RunStep(const BatchPlan& plan, AttentionForm form, const LayerDoneFn& on_layer_done,
+                       float* logits);
+  // The activations, the embedding and layer 0's input norm.
+  absl::StatusOr<StepActivations> Embed(const BatchPlan& plan);
+  // Attention, then on_layer_done (the layer's KV is in the pool), then residual += attention
+  // and the post-attention norm into a.normed.
+  absl::Status AttentionHalf(int layer, const BatchPlan& plan, AttentionForm form,
+                             const StepActivations& a, const LayerDoneFn& on_layer_done);
+  // The feed-forward block, then residual += it and the next layer's input norm (or the final
+  // norm) into a.normed.
+  absl::Status FeedForwardHalf(int layer, int T, const StepActivations& a);
+  // The LM head over plan.logit_rows of a.normed.
+  absl::Status LmHead(const BatchPlan& plan, const StepActivations& a, float* logits);
+  // After the step: `logits` [rows, vocab] drawn on the device when `device_samples` is not
+  // empty, else copied into result->logits (kCuda; on kCpu they are result->logits already).
+  absl::Status DeliverRows(const float* logits, std::span<const SampleRow* const> device_samples,
+                           ForwardResult* result);
+
+  EngineOptions options_;
+  ModelConfig config_;
+  ParallelLayout layout_;  // this rank's shards (parallel_layout.h)
+  Stream stream_;          // kCuda: the engine's stream (graphs are captured from it)
+  kernels::KernelContext ctx_;
+  ops::OpContext ops_;  // ctx_ plus the activation dtype
+  DeepseekWeights weights_;
+  RopeTable rope_;
+  DeviceBuffer rope_dev_;  // kCuda: the cos/sin table on the device
+  std::unique_ptr<KvPool> pool_;
+  std::unique_ptr<LatentKvCache> cache_;  // pool_ in its format
+  // What every block reads; built at Create. Blocks keep pointers to it, to weights_ and to
+  // the parts below, which therefore never move (the engine lives behind a unique_ptr).
+  LayerContext layer_ctx_;
+  AttentionForms forms_;
+  std::vector<DecoderLayer> layers_;
+  ParallelStep parallel_;
+  BatchPlanner planner_;
+  StepScratch scratch_;
+  SamplingStep sampling_;
+  DecodeGraphRunner decode_graphs_;
+};
+
+}  // namespace mlaserve::model

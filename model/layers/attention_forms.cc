@@ -1,0 +1,59 @@
+// AttentionForms (attention_forms.h): the forms the backend runs, and a batch's form.
+#include "model/layers/attention_forms.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/mha_prefill/api.h"
+#include "kernels/mla_prefill/api.h"
+
+namespace mlaserve::model {
+
+absl::StatusOr<AttentionForms> AttentionForms::Choose(const ModelConfig& c, const MlaDims& dims,
+                                                      kernels::Backend b) {
+  AttentionForms f;
+  f.mha_runs_ = kernels::MhaPrefillSupportsHeadDims(b, dims.qk(), dims.v);
+  f.latent_runs_ = kernels::LatentAttentionSupportsDims(b, dims.rank, dims.rope);
+  const auto widths = [&] {
+    return absl::StrCat("qk_nope_head_dim ", c.qk_nope_head_dim, ", qk_rope_head_dim ",
+                        c.qk_rope_head_dim, ", v_head_dim ", c.v_head_dim, ", kv_lora_rank ",
+                        c.kv_lora_rank, " (stored as ", dims.nope, "/", dims.rope, "/", dims.v, "/",
+                        dims.rank, ")");
+  };
+  if (!f.mha_runs_ && !f.latent_runs_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: ", widths(), " fit neither attention form on ", kernels::BackendName(b),
+        ": MHA takes head dims up to ", kernels::kMhaPrefillCudaMaxHeadDim,
+        ", the latent form kv_lora_rank up to ", kernels::kLatentCudaMaxRank, " and rope up to ",
+        kernels::kLatentCudaMaxRopeDim));
+  }
+  if (c.has_indexer && !f.latent_runs_) {  // sparse attention exists in latent form only
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json: ", c.model_type_name, " with ", widths(), ": DSA's sparse attention on ",
+        kernels::BackendName(b), " takes kv_lora_rank up to ", kernels::kLatentCudaMaxRank,
+        " and rope up to ", kernels::kLatentCudaMaxRopeDim));
+  }
+  return f;
+}
+
+AttentionForm AttentionForms::Resolve(BatchPlan* plan, AttentionPath path,
+                                      bool cache_reads_sparse) const {
+  // Path policy: kAuto -> MHA without a cached prefix, else MLA. Sparse DSA batches run in
+  // MLA form (the indexer's selection is expressed over cache positions).
+  AttentionPath resolved = path;
+  if (resolved == AttentionPath::kAuto) {
+    resolved = plan->max_prefix == 0 ? AttentionPath::kMha : AttentionPath::kMla;
+  }
+  // fp8 cache: a batch that reads cached latents (a prefix, or the MLA form) attends sparsely,
+  // through the kernels that read fp8 (kv_cache/fp8_latent_kv_cache.cc); it is the same function.
+  if (cache_reads_sparse && (plan->max_prefix > 0 || resolved == AttentionPath::kMla)) {
+    plan->sparse = true;
+  }
+  if (plan->sparse) resolved = AttentionPath::kMla;
+  // A form the backend's kernels cannot run at this model's widths gives way to the other
+  // (Choose; sparse batches always have the latent form).
+  if (resolved == AttentionPath::kMha && !mha_runs_) resolved = AttentionPath::kMla;
+  if (resolved == AttentionPath::kMla && !latent_runs_) resolved = AttentionPath::kMha;
+  if (resolved == AttentionPath::kMha) return AttentionForm::kMha;
+  return plan->all_single_token ? AttentionForm::kMlaDecode : AttentionForm::kMla;
+}
+
+}  // namespace mlaserve::model

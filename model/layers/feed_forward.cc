@@ -1,0 +1,163 @@
+// FeedForward (feed_forward.h): the dense MLP or the MoE block of one layer, and the routed
+// experts as one rank runs them.
+#include "model/layers/feed_forward.h"
+
+#include <algorithm>
+
+#include "common/status.h"
+#include "kernels/moe/api.h"
+#include "kernels/moe_shard/api.h"
+#include "model/forward_ops.h"
+
+namespace mlaserve::model {
+namespace {
+
+kernels::MoeScoring ToKernel(RoutingScoring s) {
+  return s == RoutingScoring::kSigmoid ? kernels::MoeScoring::kSigmoid
+                                       : kernels::MoeScoring::kSoftmax;
+}
+
+kernels::MoeTopkMethod ToKernel(RoutingMethod m) {
+  switch (m) {
+    case RoutingMethod::kGreedy:
+      return kernels::MoeTopkMethod::kGreedy;
+    case RoutingMethod::kGroupLimitedGreedy:
+      return kernels::MoeTopkMethod::kGroupLimitedGreedy;
+    case RoutingMethod::kNoauxTc:
+      return kernels::MoeTopkMethod::kNoauxTc;
+  }
+  return kernels::MoeTopkMethod::kGreedy;
+}
+
+}  // namespace
+
+size_t FeedForward::ScratchBytes(const LayerContext& context) {
+  const ModelConfig& c = *context.config;
+  const ParallelLayout& layout = *context.layout;
+  const size_t es = context.ops.elem();
+  // The dense MLP's act, or router logits + routing + experts workspace + shared act, at this
+  // rank's intermediate slices.
+  const size_t ranks = layout.attention_dp() ? layout.size : 1;
+  const size_t M = static_cast<size_t>(context.limits.max_batch_tokens) * ranks;
+  size_t bytes = M * 3 * layout.mlp_inter.count * es;
+  if (c.n_routed_experts > 0) {
+    kernels::MoeExpertsParams e;
+    e.dtype = context.ops.dtype;
+    e.num_tokens = static_cast<int>(M);
+    e.hidden = c.hidden_size;
+    e.inter = layout.expert_inter.count;
+    e.num_experts = layout.expert_parallel() ? layout.experts.count + 1 : c.n_routed_experts;
+    e.top_k = c.num_experts_per_tok;
+    const size_t moe = M * c.n_routed_experts * sizeof(float) +
+                       2 * M * c.num_experts_per_tok * (sizeof(int32_t) + sizeof(float)) +
+                       kernels::MoeExpertsWorkspaceBytes(e) +
+                       M * 3 * static_cast<size_t>(layout.shared_inter.count) * es;
+    bytes = std::max(bytes, moe);
+  }
+  return bytes;
+}
+
+absl::Status FeedForward::Route(int rows, const void* x, float* logits, int32_t* ids,
+                                float* weights) const {
+  const ModelConfig& c = *ctx_->config;
+  const MoeWeights& m = w_->moe;
+  RETURN_IF_ERROR(ops::Linear(ctx_->ops, x, rows, c.hidden_size, m.router, logits,
+                              c.n_routed_experts, 0.0f, /*y_f32=*/true));
+  kernels::MoeRoutingParams r;
+  r.num_tokens = rows;
+  r.num_experts = c.n_routed_experts;
+  r.top_k = c.num_experts_per_tok;
+  r.n_group = c.n_group;
+  r.topk_group = c.topk_group;
+  r.scoring = ToKernel(c.scoring);
+  r.method = ToKernel(c.routing_method);
+  r.norm_topk_prob = c.norm_topk_prob;
+  r.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+  r.logits = logits;
+  r.correction_bias =
+      m.correction_bias.empty() ? nullptr : static_cast<const float*>(m.correction_bias.data());
+  r.topk_ids = ids;
+  r.topk_weights = weights;
+  return kernels::MoeRouting(r, ctx_->ops.kernel);
+}
+
+absl::Status FeedForward::Forward(int rows, const void* x, void* out) {
+  StepScratch& scratch = *ctx_->scratch;
+  ScratchScope scope(scratch.arena());
+  const ModelConfig& c = *ctx_->config;
+  const ops::OpContext& oc = ctx_->ops;
+  const int T = rows;
+  const int hidden = c.hidden_size;
+  if (!w_->is_moe) {
+    ASSIGN_OR_RETURN(void* act,
+                     scratch.Activations(static_cast<int64_t>(T) * 3 * w_->mlp.inter, "mlp act"));
+    return ops::GatedMlp(oc, x, T, hidden, w_->mlp, act, out);
+  }
+
+  const MoeWeights& m = w_->moe;
+  const int E = c.n_routed_experts;
+  const int k = c.num_experts_per_tok;
+  ASSIGN_OR_RETURN(void* logits,
+                   scratch.Allocate(static_cast<size_t>(T) * E * sizeof(float), "router logits"));
+  ASSIGN_OR_RETURN(void* ids,
+                   scratch.Allocate(static_cast<size_t>(T) * k * sizeof(int32_t), "topk ids"));
+  ASSIGN_OR_RETURN(void* weights,
+                   scratch.Allocate(static_cast<size_t>(T) * k * sizeof(float), "topk weights"));
+  RETURN_IF_ERROR(Route(T, x, static_cast<float*>(logits), static_cast<int32_t*>(ids),
+                        static_cast<float*>(weights)));
+
+  kernels::MoeExpertsParams e;
+  e.dtype = oc.dtype;
+  e.num_tokens = T;
+  e.hidden = hidden;
+  e.inter = ctx_->layout->expert_inter.count;  // moe_intermediate_size, or this rank's slice
+  e.num_experts = E;
+  e.top_k = k;
+  e.x = x;
+  e.topk_ids = static_cast<const int32_t*>(ids);
+  e.topk_weights = static_cast<const float*>(weights);
+  e.gate_up = m.experts_gate_up.data();
+  e.down = m.experts_down.data();
+  e.out = out;
+  RETURN_IF_ERROR(RunRoutedExperts(e));
+
+  if (m.shared.inter == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(void* act, scratch.Activations(static_cast<int64_t>(T) * 3 * m.shared.inter,
+                                                  "shared experts act"));
+  // HF: experts(x) + shared_experts(x); the shared output accumulates into `out`.
+  return ops::GatedMlp(oc, x, T, hidden, m.shared, act, out, /*beta=*/1.0f);
+}
+
+// One GPU (or tensor-parallel experts): the stack as loaded, through kernels/moe. Expert
+// parallel: the rank holds experts [begin, begin + count) plus a zero sink expert;
+// kernels/moe_shard rewrites the routing to local ids (the other ranks' assignments go to the
+// sink with weight 0), so the output is this rank's share of every token's sum.
+absl::Status FeedForward::RunRoutedExperts(kernels::MoeExpertsParams e) {
+  StepScratch& scratch = *ctx_->scratch;
+  const ParallelLayout& layout = *ctx_->layout;
+  if (layout.expert_parallel()) {
+    const int64_t n = static_cast<int64_t>(e.num_tokens) * e.top_k;
+    ASSIGN_OR_RETURN(
+        void* ids, scratch.Allocate(static_cast<size_t>(n) * sizeof(int32_t), "local expert ids"));
+    ASSIGN_OR_RETURN(void* weights, scratch.Allocate(static_cast<size_t>(n) * sizeof(float),
+                                                     "local expert weights"));
+    kernels::MoeLocalizeParams lp;
+    lp.num_assignments = n;
+    lp.num_experts = e.num_experts;
+    lp.expert_begin = layout.experts.begin;
+    lp.local_experts = layout.experts.count;
+    lp.topk_ids = e.topk_ids;
+    lp.topk_weights = e.topk_weights;
+    lp.local_ids = static_cast<int32_t*>(ids);
+    lp.local_weights = static_cast<float*>(weights);
+    RETURN_IF_ERROR(kernels::MoeLocalize(lp, ctx_->ops.kernel));
+    e.num_experts = layout.experts.count + 1;  // + the sink
+    e.topk_ids = lp.local_ids;
+    e.topk_weights = lp.local_weights;
+  }
+  e.workspace_bytes = kernels::MoeExpertsWorkspaceBytes(e);
+  ASSIGN_OR_RETURN(e.workspace, scratch.Allocate(e.workspace_bytes, "moe experts workspace"));
+  return kernels::MoeExperts(e, ctx_->ops.kernel);
+}
+
+}  // namespace mlaserve::model

@@ -1,0 +1,53 @@
+// FeedForward: the feed-forward half of one decoder layer, as Hugging Face's DeepseekV*MLP /
+// DeepseekV*MoE: the dense gated MLP, or the MoE block (router -> routed experts grouped by
+// expert -> plus the shared experts, accumulated into the same output).
+//
+// The router is gate.weight in f32 whatever the activation dtype (HF computes its logits in
+// f32 too); routing uses kernels/moe with the config's method (V2: softmax, greedy or
+// group-limited, never normalised; V3/V3.2: sigmoid, noaux_tc with the correction bias, group
+// top-2 sums, norm_topk_prob), times routed_scaling_factor.
+//
+// On a sharded layout (parallel_layout.h) the block computes this rank's partial sums: its
+// slice of the intermediate sizes, and under expert parallelism its shard of the experts
+// (kernels/moe_shard sends the other ranks' assignments to a zero sink expert). ParallelStep
+// adds the shares across ranks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "kernels/moe/api.h"
+#include "model/deepseek_weights.h"
+#include "model/layers/layer_context.h"
+
+namespace mlaserve::model {
+
+class FeedForward {
+ public:
+  // `context` and `weights` (the layer's) outlive the block.
+  FeedForward(const LayerContext* context, const LayerWeights* weights)
+      : ctx_(context), w_(weights) {}
+
+  // Step scratch of one block at most, over the MLP's rows: the step's tokens, or every rank's
+  // (padded) under data-parallel attention (ParallelStep).
+  static size_t ScratchBytes(const LayerContext& context);
+
+  bool is_moe() const { return w_->is_moe; }
+  // x: normed hidden [rows, hidden]; out: [rows, hidden].
+  absl::Status Forward(int rows, const void* x, void* out);
+  // MoE layers: the router's f32 logits [rows, n_routed_experts] of x, and the experts the
+  // routing kernel chose from them, ids / weights [rows, num_experts_per_tok] (global ids).
+  // Buffers of the backend.
+  absl::Status Route(int rows, const void* x, float* logits, int32_t* ids, float* weights) const;
+
+ private:
+  // The routed experts of `e` (global expert ids, this rank's intermediate slice), through this
+  // rank's shard of the experts.
+  absl::Status RunRoutedExperts(kernels::MoeExpertsParams e);
+
+  const LayerContext* ctx_;
+  const LayerWeights* w_;
+};
+
+}  // namespace mlaserve::model

@@ -1,0 +1,271 @@
+// MlaAttention (mla_attention.h): projections, RoPE, the cache write, the absorbed (latent)
+// form and o_proj; the MHA form is in mla_attention_mha.cc.
+#include "model/layers/mla_attention.h"
+
+#include <algorithm>
+
+#include "common/status.h"
+#include "kernels/gemm/api.h"
+#include "kernels/mla_decode/api.h"
+#include "kernels/mla_prefill/api.h"
+#include "kernels/rope/api.h"
+#include "kernels/sparse_fwd/api.h"
+#include "model/forward_ops.h"
+
+namespace mlaserve::model {
+namespace {
+
+// HF builds q_a_layernorm / kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps.
+constexpr float kLatentNormEps = 1e-6f;
+
+absl::Status ApplyRope(const ops::OpContext& ctx, const RopeTable& rope, const float* cos_sin,
+                       const BatchPlan& plan, void* x, int num_heads, int64_t token_stride,
+                       int64_t head_stride, int offset, bool interleaved) {
+  kernels::RopeParams p;
+  p.dtype = ctx.dtype;
+  p.num_tokens = plan.total_tokens;
+  p.num_heads = num_heads;
+  p.rot_dim = rope.rot_dim;
+  p.x = x;
+  p.token_stride = token_stride;
+  p.head_stride = head_stride;
+  p.offset = offset;
+  p.positions = plan.dev.positions;
+  p.cos_sin = cos_sin;
+  p.max_position = rope.max_position;
+  p.interleaved = interleaved;
+  return kernels::Rope(p, ctx.kernel);
+}
+
+// One strided-batched GEMM over heads: head h reads A at a + h*a_head, B at b + h*b_head and
+// writes C at c + h*c_head (heads side by side within each row of C).
+absl::Status PerHeadGemm(const ops::OpContext& ctx, kernels::GemmParams p, int heads,
+                         int64_t a_head, int64_t b_head, int64_t c_head) {
+  p.dtype = ctx.dtype;
+  p.batch = heads;
+  p.stride_a = a_head;
+  p.stride_b = b_head;
+  p.stride_c = c_head;
+  return kernels::Gemm(p, ctx.kernel);
+}
+
+}  // namespace
+
+absl::StatusOr<size_t> MlaAttention::ScratchBytes(const LayerContext& context) {
+  const ModelConfig& c = *context.config;
+  const MlaDims& d = context.dims;
+  const size_t T = context.limits.max_batch_tokens, B = context.limits.max_batch_seqs;
+  const size_t es = context.ops.elem();
+  // This rank's heads at the stored MLA widths (model/mla_dims.h).
+  const size_t H = context.heads, qk = d.qk(), dn = d.nope, dv = d.v, L = d.rank, E = d.latent();
+  const size_t ql = c.q_lora_rank.value_or(0);
+  // q, q_resid, kv, attn.
+  size_t total = T * (H * qk + ql + E + H * dv) * es;
+  // MHA: kv_b output, K, V over at most T rows (prefix pieces are sized to fit), two LSEs,
+  // gathered entries, the partial output, the per-piece index arrays.
+  total += T * H * (dn + dv + qk + dv) * es + 2 * T * H * sizeof(float) + T * E * es +
+           T * H * dv * es + 3 * (B + 1) * sizeof(int32_t);
+  // MLA: q_abs, latent output.
+  total += T * H * (E + L) * es;
+  // The decode kernel's split workspace at its largest over the batches a decode graph pads
+  // to (1, 2, ... 8, then doubling) and the largest batch itself; decode graphs plan for whole
+  // pages.
+  size_t decode_ws = 0;
+  auto plan_decode = [&](size_t batch) -> absl::Status {
+    kernels::MlaDecodeShape shape;
+    shape.batch = static_cast<int>(batch);
+    shape.num_heads = static_cast<int>(H);
+    shape.kv_lora_rank = static_cast<int>(L);
+    shape.rope_dim = d.rope;
+    shape.max_seqlen_k = context.max_pages_per_seq * kernels::kPageSize;
+    shape.num_sms = context.num_sms;
+    ASSIGN_OR_RETURN(kernels::MlaDecodePlan plan, kernels::PlanMlaDecode(shape));
+    decode_ws = std::max(decode_ws, plan.workspace_bytes);
+    return absl::OkStatus();
+  };
+  for (size_t b = 1; b <= B; b = b < 8 ? b + 1 : b * 2)
+    RETURN_IF_ERROR(plan_decode(std::min(b, B)));
+  RETURN_IF_ERROR(plan_decode(B));
+  return total + decode_ws;
+}
+
+absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, const void* x,
+                                   void* out) {
+  StepScratch& scratch = *ctx_->scratch;
+  ScratchScope scope(scratch.arena());
+  const ModelConfig& c = *ctx_->config;
+  const ops::OpContext& oc = ctx_->ops;
+  const MlaWeights& w = *w_;
+  const int T = plan.total_tokens;
+  const int H = ctx_->heads;       // this rank's heads (all of them on one GPU)
+  const int qk = ctx_->dims.qk();  // stored widths (model/mla_dims.h)
+  const int E = ctx_->dims.latent();
+  const int hidden = c.hidden_size;
+
+  // q: [T, H, nope | rope].
+  ASSIGN_OR_RETURN(void* q, scratch.Activations(static_cast<int64_t>(T) * H * qk, "q"));
+  void* q_resid = nullptr;
+  if (c.q_lora_rank.has_value()) {
+    const int ql = *c.q_lora_rank;
+    ASSIGN_OR_RETURN(q_resid, scratch.Activations(static_cast<int64_t>(T) * ql, "q_resid"));
+    RETURN_IF_ERROR(ops::Linear(oc, x, T, hidden, w.q_a_proj, q_resid, ql));
+    RETURN_IF_ERROR(ops::RmsNorm(oc, q_resid, T, ql, ql, w.q_a_norm, kLatentNormEps, q_resid, ql));
+    RETURN_IF_ERROR(ops::Linear(oc, q_resid, T, ql, w.q_b_proj, q, H * qk));
+  } else {
+    RETURN_IF_ERROR(ops::Linear(oc, x, T, hidden, w.q_proj, q, H * qk));
+  }
+
+  // kv: [T, latent | k_pe] -- exactly the cache entry once normed and roped. The norm reads
+  // the model's kv_lora_rank values (the padding after them is zero) and RoPE the model's
+  // rope dim (rope->rot_dim) from the start of the stored rope part.
+  ASSIGN_OR_RETURN(void* kv, scratch.Activations(static_cast<int64_t>(T) * E, "latent kv"));
+  RETURN_IF_ERROR(ops::Linear(oc, x, T, hidden, w.kv_a_proj, kv, E));
+  RETURN_IF_ERROR(ops::RmsNorm(oc, kv, T, c.kv_lora_rank, E, w.kv_a_norm, kLatentNormEps, kv, E));
+  RETURN_IF_ERROR(ApplyRope(oc, *ctx_->rope, ctx_->cos_sin, plan, kv, 1, E, E, ctx_->dims.rank,
+                            c.rope_interleave));
+  RETURN_IF_ERROR(ApplyRope(oc, *ctx_->rope, ctx_->cos_sin, plan, q, H,
+                            static_cast<int64_t>(H) * qk, qk, ctx_->dims.nope, c.rope_interleave));
+
+  RETURN_IF_ERROR(ctx_->cache->WriteLatent(layer_, plan, kv));
+
+  int32_t* topk = nullptr;
+  if (indexer_ != nullptr) {
+    if (plan.sparse) {
+      ASSIGN_OR_RETURN(void* t,
+                       scratch.Allocate(static_cast<size_t>(T) * c.index_topk * sizeof(int32_t),
+                                        "indexer top-k"));
+      topk = static_cast<int32_t*>(t);
+    }
+    RETURN_IF_ERROR(indexer_->Run(plan, x, q_resid, plan.sparse, topk));
+  }
+
+  ASSIGN_OR_RETURN(void* attn, scratch.Activations(static_cast<int64_t>(T) * H * ctx_->dims.v,
+                                                   "attention output"));
+  if (form == AttentionForm::kMha) {
+    // fp8 cache: the chunk attends its own keys as the cache holds them (as later chunks will).
+    RETURN_IF_ERROR(ctx_->cache->RoundTripLatent(layer_, plan, kv));
+    RETURN_IF_ERROR(AttendMha(plan, q, kv, attn));
+  } else {
+    RETURN_IF_ERROR(AttendLatent(plan, form, q, plan.sparse ? topk : nullptr, attn));
+  }
+  return ops::Linear(oc, attn, T, H * ctx_->dims.v, w.o_proj, out, hidden);
+}
+
+// MLA (absorbed) form. q: [T, H, qk] roped; attn: [T, H, v].
+absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm form, const void* q,
+                                        const int32_t* topk_indices, void* attn) {
+  StepScratch& scratch = *ctx_->scratch;
+  const ModelConfig& c = *ctx_->config;
+  const ops::OpContext& oc = ctx_->ops;
+  const kernels::KernelContext& kctx = oc.kernel;
+  const KvBViews views = w_->kv_b_views(c);
+  const int T = plan.total_tokens;
+  const int H = ctx_->heads;       // this rank's heads (all of them on one GPU)
+  const int dn = ctx_->dims.nope;  // stored widths (model/mla_dims.h)
+  const int dr = ctx_->dims.rope;
+  const int dv = ctx_->dims.v;
+  const int qk = ctx_->dims.qk();
+  const int L = ctx_->dims.rank;
+  const int E = ctx_->dims.latent();
+
+  // q_abs [T, H, L | rope]: q_nope[h] . W_UK[h] per head, then the roped part copied in.
+  ASSIGN_OR_RETURN(void* q_abs, scratch.Activations(static_cast<int64_t>(T) * H * E, "absorbed q"));
+  kernels::GemmParams uk;
+  uk.m = T;
+  uk.n = L;
+  uk.k = dn;
+  uk.a = q;
+  uk.lda = static_cast<int64_t>(H) * qk;
+  uk.b = views.w_uk;
+  uk.ldb = views.row_stride;
+  uk.b_transposed = false;
+  uk.c = q_abs;
+  uk.ldc = static_cast<int64_t>(H) * E;
+  RETURN_IF_ERROR(PerHeadGemm(oc, uk, H, qk, views.head_stride, E));
+  RETURN_IF_ERROR(
+      ops::Copy2D(oc, oc.at(q_abs, L), E, oc.at(q, dn), qk, dr, static_cast<int64_t>(T) * H));
+
+  ASSIGN_OR_RETURN(void* out_lat,
+                   scratch.Activations(static_cast<int64_t>(T) * H * L, "latent attention output"));
+  const float scale = static_cast<float>(c.softmax_scale);
+  if (topk_indices != nullptr) {
+    kernels::SparseMlaParams p;
+    p.dtype = oc.dtype;
+    p.cache_dtype = oc.dtype;
+    p.max_seqlen_q = plan.max_seqlen_q;  // sizes the CUDA grid (decode batches: 1)
+    p.batch = plan.batch;
+    p.num_heads = H;
+    p.kv_lora_rank = L;
+    p.rope_dim = dr;
+    p.top_k = c.index_topk;
+    p.q = q_abs;
+    p.q_token_stride = static_cast<int64_t>(H) * E;
+    p.q_head_stride = E;
+    p.num_pages = ctx_->cache->num_pages();
+    p.block_table = plan.dev.block_table;
+    p.max_pages_per_seq = plan.max_pages_per_seq;
+    p.cu_seqlens_q = plan.dev.cu_seqlens_q;
+    p.seqlens_k = plan.dev.seqlens_k;
+    p.indices = topk_indices;
+    p.out = out_lat;
+    p.softmax_scale = scale;
+    RETURN_IF_ERROR(ctx_->cache->SparseAttend(layer_, plan, p, form == AttentionForm::kMlaDecode));
+  } else {
+    kernels::MlaParams p;
+    p.dtype = oc.dtype;
+    p.batch = plan.batch;
+    p.num_heads = H;
+    p.kv_lora_rank = L;
+    p.rope_dim = dr;
+    p.q = q_abs;
+    p.q_token_stride = static_cast<int64_t>(H) * E;
+    p.q_head_stride = E;
+    ASSIGN_OR_RETURN(p.kv_cache, ctx_->cache->LatentForRead(layer_, plan));
+    p.num_pages = ctx_->cache->num_pages();
+    p.block_table = plan.dev.block_table;
+    p.max_pages_per_seq = plan.max_pages_per_seq;
+    p.cu_seqlens_q = plan.dev.cu_seqlens_q;
+    p.seqlens_k = plan.dev.seqlens_k;
+    p.max_seqlen_q = plan.max_seqlen_q;
+    p.max_seqlen_k = plan.max_seqlen_k;
+    p.out = out_lat;
+    p.softmax_scale = scale;
+    p.causal = true;
+    if (form == AttentionForm::kMlaDecode) {
+      kernels::MlaDecodeShape shape;
+      shape.batch = plan.batch;
+      shape.num_heads = H;
+      shape.q_per_request = 1;
+      shape.kv_lora_rank = L;
+      shape.rope_dim = dr;
+      shape.max_seqlen_k = plan.max_seqlen_k;
+      shape.num_sms = ctx_->num_sms;
+      ASSIGN_OR_RETURN(kernels::MlaDecodePlan decode_plan, kernels::PlanMlaDecode(shape));
+      void* workspace = nullptr;
+      if (decode_plan.workspace_bytes > 0) {
+        ASSIGN_OR_RETURN(workspace,
+                         scratch.Allocate(decode_plan.workspace_bytes, "mla decode workspace"));
+      }
+      RETURN_IF_ERROR(kernels::MlaDecode(p, decode_plan, workspace, kctx));
+    } else {
+      RETURN_IF_ERROR(kernels::MlaPrefill(p, kctx));
+    }
+  }
+
+  // attn[t, h] = out_lat[t, h] . W_UV[h]^T per head.
+  kernels::GemmParams uv;
+  uv.m = T;
+  uv.n = dv;
+  uv.k = L;
+  uv.a = out_lat;
+  uv.lda = static_cast<int64_t>(H) * L;
+  uv.b = views.w_uv;
+  uv.ldb = views.row_stride;
+  uv.b_transposed = true;
+  uv.c = attn;
+  uv.ldc = static_cast<int64_t>(H) * dv;
+  RETURN_IF_ERROR(PerHeadGemm(oc, uv, H, L, views.head_stride, dv));
+  return absl::OkStatus();
+}
+
+}  // namespace mlaserve::model

@@ -1,0 +1,159 @@
+// MlaAttention's MHA (decompressed) form: the new chunk's latents and its cached prefix go
+// through kv_b_proj; kv_pack builds per-head K = [k_nope | k_pe] and V; mha_prefill attends the
+// chunk to itself causally and each prefix piece non-causally; merge_state merges the partial
+// outputs by their log-sum-exp. Prefix pieces are gathered from the paged cache (CacheGather)
+// at most LaunchLimits::mha_prefix_piece_tokens per sequence and max_batch_tokens rows over the
+// batch, which bounds the decompression memory whatever the prefix length.
+#include <algorithm>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/kv_cache/api.h"
+#include "kernels/kv_pack/api.h"
+#include "kernels/merge_state/api.h"
+#include "kernels/mha_prefill/api.h"
+#include "model/forward_ops.h"
+#include "model/layers/mla_attention.h"
+
+namespace mlaserve::model {
+
+// MHA form. q: [T, H, qk]; kv: the new tokens' cache entries [T, E]; attn: [T, H, v].
+absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const void* kv,
+                                     void* attn) {
+  StepScratch& scratch = *ctx_->scratch;
+  const ModelConfig& c = *ctx_->config;
+  const ops::OpContext& oc = ctx_->ops;
+  const kernels::KernelContext& kctx = oc.kernel;
+  const MlaWeights& w = *w_;
+  const int T = plan.total_tokens;
+  const int B = plan.batch;
+  const int H = ctx_->heads;       // this rank's heads (all of them on one GPU)
+  const int dn = ctx_->dims.nope;  // stored widths (model/mla_dims.h)
+  const int dv = ctx_->dims.v;
+  const int qk = ctx_->dims.qk();
+  const int L = ctx_->dims.rank;
+  const int E = ctx_->dims.latent();
+  // Every decompression covers at most max_batch_tokens rows (the chunk itself, or a prefix
+  // piece whose size is capped below), which is what the scratch was planned for.
+  const int64_t max_rows = ctx_->limits.max_batch_tokens;
+  ASSIGN_OR_RETURN(void* kvb, scratch.Activations(max_rows * H * (dn + dv), "kv_b output"));
+  ASSIGN_OR_RETURN(void* k, scratch.Activations(max_rows * H * qk, "K"));
+  ASSIGN_OR_RETURN(void* v, scratch.Activations(max_rows * H * dv, "V"));
+
+  // Decompresses `rows` cache entries (row stride E) into per-head K [rows, H, qk], V [rows, H, v].
+  auto decompress = [&](const void* entries, int rows) -> absl::Status {
+    RETURN_IF_ERROR(ops::Linear(oc, entries, rows, E, w.kv_b_proj, kvb, H * (dn + dv)));
+    kernels::KvPackParams kp;
+    kp.dtype = oc.dtype;
+    kp.num_tokens = rows;
+    kp.num_heads = H;
+    kp.nope_dim = dn;
+    kp.rope_dim = ctx_->dims.rope;
+    kp.v_dim = dv;
+    kp.kv = kvb;
+    kp.k_pe = oc.at(entries, L);
+    kp.k_pe_stride = E;
+    kp.k = k;
+    kp.v = v;
+    return kernels::KvPack(kp, kctx);
+  };
+  auto mha = [&](const int32_t* cu_k, int max_k, bool causal, void* out, float* lse) {
+    kernels::MhaPrefillParams p;
+    p.dtype = oc.dtype;
+    p.batch = B;
+    p.num_heads = H;
+    p.num_kv_heads = H;
+    p.head_dim_qk = qk;
+    p.head_dim_v = dv;
+    p.q = q;
+    p.q_token_stride = static_cast<int64_t>(H) * qk;
+    p.q_head_stride = qk;
+    p.k = k;
+    p.k_token_stride = static_cast<int64_t>(H) * qk;
+    p.k_head_stride = qk;
+    p.v = v;
+    p.v_token_stride = static_cast<int64_t>(H) * dv;
+    p.v_head_stride = dv;
+    p.out = out;
+    p.out_token_stride = static_cast<int64_t>(H) * dv;
+    p.out_head_stride = dv;
+    p.lse = lse;
+    p.cu_seqlens_q = plan.dev.cu_seqlens_q;
+    p.cu_seqlens_k = cu_k;
+    p.max_seqlen_q = plan.max_seqlen_q;
+    p.max_seqlen_k = max_k;
+    p.softmax_scale = static_cast<float>(c.softmax_scale);
+    p.causal = causal;
+    p.provider = ctx_->mha_provider;
+    return kernels::MhaPrefill(p, kctx);
+  };
+
+  // The chunk against its own keys (causal).
+  ASSIGN_OR_RETURN(void* lse_raw,
+                   scratch.Allocate(static_cast<size_t>(T) * H * sizeof(float), "lse"));
+  float* lse = static_cast<float*>(lse_raw);
+  RETURN_IF_ERROR(decompress(kv, T));
+  RETURN_IF_ERROR(mha(plan.dev.cu_seqlens_q, plan.max_seqlen_q, /*causal=*/true, attn, lse));
+  if (plan.max_prefix == 0) return absl::OkStatus();
+
+  // The cached prefix, in pieces of at most `piece` tokens per sequence, merged by LSE. A
+  // piece holds at most max_batch_tokens rows over the batch (any piece size computes the
+  // same function; this one keeps the scratch bounded).
+  const int piece = std::max(
+      1, std::min(ctx_->launch.mha_prefix_piece_tokens, ctx_->limits.max_batch_tokens / B));
+  ASSIGN_OR_RETURN(const void* cache, ctx_->cache->LatentForRead(layer_, plan));
+  ASSIGN_OR_RETURN(void* entries, scratch.Activations(max_rows * E, "gathered prefix entries"));
+  ASSIGN_OR_RETURN(void* part,
+                   scratch.Activations(static_cast<int64_t>(T) * H * dv, "prefix piece output"));
+  ASSIGN_OR_RETURN(void* part_lse_raw,
+                   scratch.Allocate(static_cast<size_t>(T) * H * sizeof(float), "prefix lse"));
+  float* part_lse = static_cast<float*>(part_lse_raw);
+  std::vector<int32_t> gstart(B), glen(B), cu_k(B + 1);
+  for (int begin = 0; begin < plan.max_prefix; begin += piece) {
+    ScratchScope piece_scope(scratch.arena());  // the piece's index arrays
+    int max_k = 0;
+    cu_k[0] = 0;
+    for (int b = 0; b < B; ++b) {
+      gstart[b] = begin;
+      glen[b] = std::clamp(plan.start[b] - begin, 0, piece);
+      cu_k[b + 1] = cu_k[b] + glen[b];
+      max_k = std::max(max_k, glen[b]);
+    }
+    const int rows = cu_k[B];
+    if (rows == 0) continue;
+    ASSIGN_OR_RETURN(const int32_t* d_start, scratch.UploadInts(gstart, "prefix piece starts"));
+    ASSIGN_OR_RETURN(const int32_t* d_len, scratch.UploadInts(glen, "prefix piece lengths"));
+    ASSIGN_OR_RETURN(const int32_t* d_cu_k, scratch.UploadInts(cu_k, "prefix piece cu_seqlens_k"));
+    kernels::CacheGatherParams g;
+    g.dtype = oc.dtype;
+    g.batch = B;
+    g.entry_dim = E;
+    g.cache = cache;
+    g.num_pages = ctx_->cache->num_pages();
+    g.block_table = plan.dev.block_table;
+    g.max_pages_per_seq = plan.max_pages_per_seq;
+    g.start = d_start;
+    g.len = d_len;
+    g.cu_dst = d_cu_k;
+    g.dst = entries;
+    RETURN_IF_ERROR(kernels::CacheGather(g, kctx));
+    RETURN_IF_ERROR(decompress(entries, rows));
+    RETURN_IF_ERROR(mha(d_cu_k, max_k, /*causal=*/false, part, part_lse));
+    kernels::MergeStateParams m;
+    m.dtype = oc.dtype;
+    m.num_tokens = T;
+    m.num_heads = H;
+    m.head_dim = dv;
+    m.out_a = attn;
+    m.out_b = part;
+    m.out = attn;
+    m.token_stride = static_cast<int64_t>(H) * dv;
+    m.lse_a = lse;
+    m.lse_b = part_lse;
+    m.lse = lse;
+    RETURN_IF_ERROR(kernels::MergeState(m, kctx));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mlaserve::model

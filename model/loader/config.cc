@@ -1,0 +1,441 @@
+// Parsing of DeepSeek config.json files (see config.h).
+//
+// The semantics follow Hugging Face transformers 5.17 (configuration_deepseek_v{2,3,32}.py,
+// modeling_deepseek_v{2,3,32}.py, modeling_rope_utils.py), not the original DeepSeek remote code:
+// where the two differ (routing, rope_interleave, moe_layer_freq) the config records what HF runs
+// and adds a warning when the file asks for something HF ignores.
+//
+// Every key of the file must be consumed by the parser or be on the list of fields that do not
+// affect inference; anything else is INVALID_ARGUMENT naming the key, so a new field in a future
+// checkpoint is noticed instead of silently dropped.
+#include "model/loader/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+#include "common/status.h"
+#include "model/loader/config_reader.h"
+
+namespace mlaserve::model {
+namespace {
+
+using config_internal::FieldReader;
+using config_internal::Json;
+using config_internal::ShortDump;
+
+// Keys HF's configs carry that change nothing at inference, accepted and ignored.
+// head_dim is here because every DeepSeek config class overwrites it with qk_rope_head_dim.
+const std::set<std::string_view>& IgnoredFields() {
+  // clang-format off
+  static const std::set<std::string_view> kFields = {
+      "architectures", "auto_map", "torch_dtype", "dtype", "transformers_version", "use_cache",
+      "initializer_range", "aux_loss_alpha", "seq_aux", "pretraining_tp", "attention_dropout",
+      "pad_token_id", "ep_size", "head_dim", "layer_types", "_name_or_path",
+      "output_hidden_states", "output_attentions", "return_dict", "chunk_size_feed_forward",
+      "is_encoder_decoder", "id2label", "label2id", "problem_type", "num_labels",
+      "tokenizer_class"};
+  // clang-format on
+  return kFields;
+}
+
+// yarn_get_mscale of the modeling files.
+double YarnMscale(double scale, double mscale) {
+  if (scale <= 1.0) return 1.0;
+  return 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+class Parser {
+ public:
+  explicit Parser(const Json& root) : r_(root, "") {}
+
+  absl::StatusOr<ModelConfig> Run() {
+    RETURN_IF_ERROR(ParseModelType());
+    RETURN_IF_ERROR(ParseDims());
+    RETURN_IF_ERROR(ParseRope());
+    RETURN_IF_ERROR(config_internal::ParseMlpLayers(r_, c_));
+    RETURN_IF_ERROR(config_internal::ParseMoeRouting(r_, c_));
+    RETURN_IF_ERROR(ParseIndexer());
+    RETURN_IF_ERROR(ParseTokens());
+    RETURN_IF_ERROR(ParseQuantization());
+    for (const std::string& key : r_.Unused()) {
+      if (IgnoredFields().count(key) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config.json: unknown field '", key, "' (value ", ShortDump(*r_.Peek(key)),
+                         ") for model_type ", c_.model_type_name,
+                         "; mlaserve does not know whether it changes the model"));
+      }
+    }
+    return std::move(c_);
+  }
+
+ private:
+  bool v2() const { return c_.model_type == ModelType::kDeepseekV2; }
+  bool v32() const { return c_.model_type == ModelType::kDeepseekV32; }
+
+  void Warn(std::string message) { config_internal::AddWarning(c_, std::move(message)); }
+
+  absl::Status ParseModelType() {
+    RETURN_IF_ERROR(r_.String("model_type", &c_.model_type_name, /*required=*/true));
+    if (c_.model_type_name == "deepseek_v2") {
+      c_.model_type = ModelType::kDeepseekV2;
+    } else if (c_.model_type_name == "deepseek_v3") {
+      c_.model_type = ModelType::kDeepseekV3;
+    } else if (c_.model_type_name == "deepseek_v32") {
+      c_.model_type = ModelType::kDeepseekV32;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: model_type '", c_.model_type_name,
+                       "' is not supported; expected deepseek_v2, deepseek_v3 or deepseek_v32"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseDims() {
+    RETURN_IF_ERROR(r_.Int("vocab_size", &c_.vocab_size, 1, true));
+    RETURN_IF_ERROR(r_.Int("hidden_size", &c_.hidden_size, 1, true));
+    RETURN_IF_ERROR(r_.Int("intermediate_size", &c_.intermediate_size, 1, true));
+    RETURN_IF_ERROR(r_.Int("num_hidden_layers", &c_.num_hidden_layers, 1, true));
+    RETURN_IF_ERROR(r_.Int("num_attention_heads", &c_.num_attention_heads, 1, true));
+    RETURN_IF_ERROR(r_.Int("kv_lora_rank", &c_.kv_lora_rank, 1, true));
+    RETURN_IF_ERROR(r_.Int("qk_nope_head_dim", &c_.qk_nope_head_dim, 1, true));
+    RETURN_IF_ERROR(r_.Int("qk_rope_head_dim", &c_.qk_rope_head_dim, 2, true));
+    RETURN_IF_ERROR(r_.Int("v_head_dim", &c_.v_head_dim, 1, true));
+    if (c_.qk_rope_head_dim % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: qk_rope_head_dim is ", c_.qk_rope_head_dim, "; RoPE needs an even size"));
+    }
+    // q_lora_rank must be written out: HF's default when it is absent is 1536, not "no LoRA".
+    if (!r_.Contains("q_lora_rank")) {
+      return absl::InvalidArgumentError(
+          "config.json: required field 'q_lora_rank' is missing (write null for a model whose "
+          "queries use a plain q_proj)");
+    }
+    if (!r_.IsNull("q_lora_rank")) {
+      int rank = 0;
+      RETURN_IF_ERROR(r_.Int("q_lora_rank", &rank, 1, true));
+      c_.q_lora_rank = rank;
+    } else {
+      r_.Take("q_lora_rank");
+    }
+    // Optional fields take HF's per-model defaults.
+    // MLA decompresses the latent into a key and value for every head, so num_key_value_heads
+    // has no effect on the math. HF's V3 class default is 128 whatever the head count, and tiny
+    // configs often keep it; HF's default (sdpa) path then still runs all heads. Record the
+    // effective value and warn.
+    int kv_heads = c_.num_attention_heads;
+    RETURN_IF_ERROR(r_.Int("num_key_value_heads", &kv_heads, 1));
+    c_.num_key_value_heads = c_.num_attention_heads;
+    if (kv_heads != c_.num_attention_heads) {
+      Warn(absl::StrCat("num_key_value_heads ", kv_heads, " is ignored: MLA gives each of the ",
+                        c_.num_attention_heads, " attention heads its own key and value"));
+    }
+    if (v2() && c_.hidden_size % c_.num_attention_heads != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: hidden_size ", c_.hidden_size, " is not a multiple of num_attention_heads ",
+          c_.num_attention_heads, " (DeepseekV2Config rejects this)"));
+    }
+    int qk_head_dim = c_.qk_head_dim();
+    RETURN_IF_ERROR(r_.Int("qk_head_dim", &qk_head_dim, 1));
+    if (qk_head_dim != c_.qk_head_dim()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: qk_head_dim is ", qk_head_dim,
+                       " but qk_nope_head_dim + qk_rope_head_dim = ", c_.qk_head_dim()));
+    }
+    c_.max_position_embeddings = v2() ? 2048 : (v32() ? 163840 : 4096);
+    RETURN_IF_ERROR(r_.Int("max_position_embeddings", &c_.max_position_embeddings, 1));
+    RETURN_IF_ERROR(r_.Double("rms_norm_eps", &c_.rms_norm_eps));
+    if (!(c_.rms_norm_eps > 0.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: rms_norm_eps must be positive, got ", c_.rms_norm_eps));
+    }
+    RETURN_IF_ERROR(r_.Bool("tie_word_embeddings", &c_.tie_word_embeddings));
+    RETURN_IF_ERROR(r_.Bool("attention_bias", &c_.attention_bias));
+    bool mlp_bias = false;
+    RETURN_IF_ERROR(r_.Bool("mlp_bias", &mlp_bias));
+    if (mlp_bias) {
+      return absl::InvalidArgumentError(
+          "config.json: mlp_bias true is not supported (no DeepSeek checkpoint has MLP biases)");
+    }
+    RETURN_IF_ERROR(r_.String("hidden_act", &c_.hidden_act));
+    if (c_.hidden_act != "silu") {
+      return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_act '", c_.hidden_act,
+                                                     "' is not supported; expected silu"));
+    }
+    int mtp = 0;
+    RETURN_IF_ERROR(r_.AliasedInt("num_nextn_predict_layers", "num_mtp_layers", &mtp, 0));
+    c_.num_nextn_predict_layers = mtp;
+    return absl::OkStatus();
+  }
+
+  // Legacy (rope_theta + rope_scaling {type: yarn, ...}) and transformers-5 (rope_parameters
+  // {rope_type, rope_theta, ...}) spellings end in the same RopeConfig.
+  absl::Status ParseRope() {
+    RopeConfig& rope = c_.rope;
+    RETURN_IF_ERROR(r_.Double("rope_theta", &rope.theta));
+    const bool has_legacy = r_.Contains("rope_scaling") && !r_.IsNull("rope_scaling");
+    const bool has_params = r_.Contains("rope_parameters") && !r_.IsNull("rope_parameters");
+    if (has_legacy && has_params) {
+      return absl::InvalidArgumentError(
+          "config.json: both rope_scaling and rope_parameters are set; write only one");
+    }
+    const char* scope = has_legacy ? "rope_scaling" : "rope_parameters";
+    // Take both: a null rope_scaling or rope_parameters just means default RoPE.
+    const Json* legacy_json = r_.Take("rope_scaling");
+    const Json* params_json = r_.Take("rope_parameters");
+    const Json* dict_json = has_legacy ? legacy_json : params_json;
+    if (has_legacy || has_params) {
+      if (!dict_json->is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.json: ", scope, " must be an object, got ", ShortDump(*dict_json)));
+      }
+      FieldReader d(*dict_json, scope);
+      std::string rope_type, legacy_type;
+      RETURN_IF_ERROR(d.String("rope_type", &rope_type));
+      RETURN_IF_ERROR(d.String("type", &legacy_type));
+      if (!rope_type.empty() && !legacy_type.empty() && rope_type != legacy_type) {
+        return absl::InvalidArgumentError(absl::StrCat("config.json: ", scope, ".rope_type '",
+                                                       rope_type, "' contradicts ", scope,
+                                                       ".type '", legacy_type, "'"));
+      }
+      rope.type = !rope_type.empty() ? rope_type : (!legacy_type.empty() ? legacy_type : "default");
+      RETURN_IF_ERROR(d.Double("rope_theta", &rope.theta));  // the dict wins, as in HF
+      double partial = 1.0;
+      RETURN_IF_ERROR(d.Double("partial_rotary_factor", &partial));
+      if (partial != 1.0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.json: ", scope, ".partial_rotary_factor ", partial, " is not supported"));
+      }
+      if (rope.type == "yarn") {
+        RETURN_IF_ERROR(ParseYarn(d));
+      } else if (rope.type != "default") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config.json: ", scope, " type '", rope.type,
+                         "' is not supported; expected yarn or default"));
+      }
+      if (const std::vector<std::string> unused = d.Unused(); !unused.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("config.json: unknown field '", scope, ".",
+                                                       unused[0], "' for rope type ", rope.type));
+      }
+    }
+    if (!(rope.theta > 0.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: rope_theta must be positive, got ", rope.theta));
+    }
+    // HF's yarn_apply_mscale: any non-default rope type with a non-zero mscale_all_dim scales the
+    // softmax by mscale(factor, mscale_all_dim)^2.
+    c_.softmax_scale = 1.0 / std::sqrt(static_cast<double>(c_.qk_head_dim()));
+    if (rope.type != "default" && rope.mscale_all_dim != 0.0) {
+      const double m = YarnMscale(rope.factor, rope.mscale_all_dim);
+      c_.softmax_scale *= m * m;
+    }
+    // rope_interleave is a V3 field; HF's V2 and V3.2 attention always interleave.
+    if (c_.model_type == ModelType::kDeepseekV3) {
+      RETURN_IF_ERROR(r_.Bool("rope_interleave", &c_.rope_interleave));
+    } else {
+      bool interleave = true;
+      RETURN_IF_ERROR(r_.Bool("rope_interleave", &interleave));
+      if (!interleave) {
+        Warn(absl::StrCat("rope_interleave false is ignored: HF's ", c_.model_type_name,
+                          " attention always uses interleaved RoPE"));
+      }
+      c_.rope_interleave = true;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseYarn(FieldReader& d) {
+    RopeConfig& rope = c_.rope;
+    if (!d.Contains("factor") || d.IsNull("factor")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", d.scope(), ".factor is required for YaRN"));
+    }
+    RETURN_IF_ERROR(d.Double("factor", &rope.factor));
+    if (!(rope.factor > 0.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", d.scope(), ".factor must be positive, got ", rope.factor));
+    }
+    rope.original_max_position_embeddings = c_.max_position_embeddings;  // HF's standardisation
+    RETURN_IF_ERROR(
+        d.Int("original_max_position_embeddings", &rope.original_max_position_embeddings, 1));
+    // HF reads `get("beta_fast") or 32`: zero and null mean the default.
+    RETURN_IF_ERROR(d.Double("beta_fast", &rope.beta_fast));
+    RETURN_IF_ERROR(d.Double("beta_slow", &rope.beta_slow));
+    if (rope.beta_fast == 0.0) rope.beta_fast = 32.0;
+    if (rope.beta_slow == 0.0) rope.beta_slow = 1.0;
+    const bool has_mscale = d.Contains("mscale") && !d.IsNull("mscale");
+    RETURN_IF_ERROR(d.Double("mscale", &rope.mscale));
+    RETURN_IF_ERROR(d.Double("mscale_all_dim", &rope.mscale_all_dim));
+    RETURN_IF_ERROR(d.Bool("truncate", &rope.truncate));
+    if (d.Contains("attention_factor") && !d.IsNull("attention_factor")) {
+      double af = 0.0;
+      RETURN_IF_ERROR(d.Double("attention_factor", &af));
+      if (!(af > 0.0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.json: ", d.scope(), ".attention_factor must be positive, got ", af));
+      }
+      rope.attention_factor = af;
+      rope.attention_scaling = af;
+    } else {
+      d.Take("attention_factor");
+      if (has_mscale && rope.mscale != 0.0 && rope.mscale_all_dim != 0.0) {
+        rope.attention_scaling =
+            YarnMscale(rope.factor, rope.mscale) / YarnMscale(rope.factor, rope.mscale_all_dim);
+      } else {
+        rope.attention_scaling = YarnMscale(rope.factor, 1.0);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseIndexer() {
+    if (!v32()) {
+      for (const char* key : {"index_n_heads", "index_head_dim", "index_topk"}) {
+        if (r_.Contains(key)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("config.json: field '", key,
+                           "' is only "
+                           "meaningful for deepseek_v32, but model_type is ",
+                           c_.model_type_name));
+        }
+      }
+      return absl::OkStatus();
+    }
+    c_.has_indexer = true;
+    RETURN_IF_ERROR(r_.Int("index_n_heads", &c_.index_n_heads, 1, true));
+    RETURN_IF_ERROR(r_.Int("index_head_dim", &c_.index_head_dim, 1, true));
+    c_.index_topk = 2048;
+    RETURN_IF_ERROR(r_.Int("index_topk", &c_.index_topk, 1));
+    if (!c_.q_lora_rank.has_value()) {
+      return absl::InvalidArgumentError(
+          "config.json: q_lora_rank is null, but the deepseek_v32 indexer projects the q_lora_rank "
+          "query latent (wq_b); it must be set");
+    }
+    if (c_.index_head_dim < c_.qk_rope_head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: index_head_dim ", c_.index_head_dim, " is smaller than qk_rope_head_dim ",
+          c_.qk_rope_head_dim, ", which the indexer rotates"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseTokens() {
+    const Json* eos = r_.Take("eos_token_id");
+    if (eos != nullptr && !eos->is_null()) {
+      auto add = [&](const Json& v) -> absl::Status {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("config.json: eos_token_id must be a token id or a list of them, got ",
+                           ShortDump(*eos)));
+        }
+        c_.eos_token_ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+        return absl::OkStatus();
+      };
+      if (eos->is_array()) {
+        for (const Json& v : *eos) RETURN_IF_ERROR(add(v));
+      } else {
+        RETURN_IF_ERROR(add(*eos));
+      }
+    }
+    if (r_.Contains("bos_token_id") && !r_.IsNull("bos_token_id")) {
+      int bos = 0;
+      RETURN_IF_ERROR(r_.Int("bos_token_id", &bos, 0));
+      c_.bos_token_id = bos;
+    } else {
+      r_.Take("bos_token_id");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ParseQuantization() {
+    const Json* q = r_.Take("quantization_config");
+    if (q == nullptr || q->is_null()) return absl::OkStatus();
+    if (!q->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: quantization_config must be an object, got ", ShortDump(*q)));
+    }
+    FieldReader d(*q, "quantization_config");
+    std::string method, fmt = "e4m3", activation = "dynamic", scale_fmt;
+    RETURN_IF_ERROR(d.String("quant_method", &method, true));
+    if (method != "fp8") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: quantization_config.quant_method '", method,
+                       "' is not supported; expected fp8"));
+    }
+    RETURN_IF_ERROR(d.String("fmt", &fmt));
+    if (fmt != "e4m3") {
+      return absl::InvalidArgumentError(absl::StrCat("config.json: quantization_config.fmt '", fmt,
+                                                     "' is not supported; expected e4m3"));
+    }
+    RETURN_IF_ERROR(d.String("activation_scheme", &activation));
+    if (activation != "dynamic") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: quantization_config.activation_scheme '", activation,
+                       "' is not supported; expected dynamic"));
+    }
+    // ue8m0 scales are powers of two stored as f32: dequantization is the same.
+    RETURN_IF_ERROR(d.String("scale_fmt", &scale_fmt));
+    const Json* block = d.Take("weight_block_size");
+    if (block != nullptr && !block->is_null()) {
+      if (!block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() ||
+          !(*block)[1].is_number_integer() || (*block)[0].get<int64_t>() <= 0 ||
+          (*block)[1].get<int64_t>() <= 0 || (*block)[0].get<int64_t>() > 65536 ||
+          (*block)[1].get<int64_t>() > 65536) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config.json: quantization_config.weight_block_size must be two positive integers "
+            "[out, in], got ",
+            ShortDump(*block)));
+      }
+      c_.weight_block_n = static_cast<int>((*block)[0].get<int64_t>());
+      c_.weight_block_k = static_cast<int>((*block)[1].get<int64_t>());
+    }
+    // Which modules stay unquantized is visible in the checkpoint's dtypes; the loader goes by
+    // them.
+    d.Take("modules_to_not_convert");
+    d.Take("dequantize");
+    if (const std::vector<std::string> unused = d.Unused(); !unused.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: unknown field 'quantization_config.", unused[0], "'"));
+    }
+    c_.fp8_block_weights = true;
+    return absl::OkStatus();
+  }
+
+  FieldReader r_;
+  ModelConfig c_;
+};
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
+  Json root;
+  try {
+    root = Json::parse(json_text);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json is not valid JSON: ", e.what()));
+  }
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json must hold a JSON object, got ", ShortDump(root)));
+  }
+  return Parser(root).Run();
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(buffer.str());
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+}  // namespace mlaserve::model

@@ -1,0 +1,475 @@
+#include "model/loader/config.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace mlaserve::model {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+// config.json of deepseek-ai/DeepSeek-V2-Lite as published.
+constexpr char kV2Lite[] = R"({
+  "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV2Config",
+               "AutoModel": "modeling_deepseek.DeepseekV2Model",
+               "AutoModelForCausalLM": "modeling_deepseek.DeepseekV2ForCausalLM"},
+  "aux_loss_alpha": 0.001, "bos_token_id": 100000, "eos_token_id": 100001,
+  "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 2048,
+  "initializer_range": 0.02, "intermediate_size": 10944, "kv_lora_rank": 512,
+  "max_position_embeddings": 163840, "model_type": "deepseek_v2", "moe_intermediate_size": 1408,
+  "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64, "n_shared_experts": 2,
+  "norm_topk_prob": false, "num_attention_heads": 16, "num_experts_per_tok": 6,
+  "num_hidden_layers": 27, "num_key_value_heads": 16, "pretraining_tp": 1, "q_lora_rank": null,
+  "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                   "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096,
+                   "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": true,
+  "tie_word_embeddings": false, "topk_group": 1, "topk_method": "greedy",
+  "torch_dtype": "bfloat16", "transformers_version": "4.33.1", "use_cache": true,
+  "v_head_dim": 128, "vocab_size": 102400})";
+
+// config.json of deepseek-ai/DeepSeek-V3 (and DeepSeek-R1, identical but for the version).
+constexpr char kV3[] = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+               "AutoModel": "modeling_deepseek.DeepseekV3Model",
+               "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"},
+  "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1,
+  "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+  "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+  "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
+  "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1,
+  "norm_topk_prob": true, "num_attention_heads": 128, "num_experts_per_tok": 8,
+  "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
+  "pretraining_tp": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                          "weight_block_size": [128, 128]},
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                   "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": true,
+  "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16", "transformers_version": "4.33.1", "use_cache": true,
+  "v_head_dim": 128, "vocab_size": 129280})";
+
+// config.json of deepseek-ai/DeepSeek-V3.2-Exp.
+constexpr char kV32Exp[] = R"({
+  "architectures": ["DeepseekV32ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3,
+  "hidden_act": "silu", "hidden_size": 7168, "index_head_dim": 128, "index_n_heads": 64,
+  "index_topk": 2048, "initializer_range": 0.02, "intermediate_size": 18432,
+  "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v32",
+  "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+  "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 128,
+  "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+  "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+  "qk_rope_head_dim": 64,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                          "scale_fmt": "ue8m0", "weight_block_size": [128, 128]},
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                   "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
+  "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16", "transformers_version": "4.44.2", "use_cache": true,
+  "v_head_dim": 128, "vocab_size": 129280})";
+
+// A tiny deepseek_v32 as transformers 5.17's save_pretrained writes it: rope_parameters (with
+// both rope_type and the legacy type), qk_head_dim, head_dim, mlp_layer_types, layer_types.
+constexpr char kTinyV32Saved[] = R"({
+  "architectures": ["DeepseekV32ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 0, "dtype": "float32", "eos_token_id": [1, 2], "first_k_dense_replace": 1,
+  "head_dim": 8, "hidden_act": "silu", "hidden_size": 32, "index_head_dim": 16,
+  "index_n_heads": 4, "index_topk": 8, "initializer_range": 0.02, "intermediate_size": 48,
+  "kv_lora_rank": 16,
+  "layer_types": ["deepseek_sparse_attention", "deepseek_sparse_attention",
+                  "deepseek_sparse_attention", "deepseek_sparse_attention"],
+  "max_position_embeddings": 256, "mlp_bias": false,
+  "mlp_layer_types": ["dense", "sparse", "dense", "sparse"], "model_type": "deepseek_v32",
+  "moe_intermediate_size": 16, "n_group": 2, "n_routed_experts": 8, "n_shared_experts": 1,
+  "norm_topk_prob": true, "num_attention_heads": 2, "num_experts_per_tok": 2,
+  "num_hidden_layers": 4, "num_key_value_heads": 2, "pad_token_id": null, "q_lora_rank": 24,
+  "qk_head_dim": 24, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "rms_norm_eps": 1e-06,
+  "rope_parameters": {"beta_fast": 32, "beta_slow": 1, "factor": 4, "mscale": 1.0,
+                      "mscale_all_dim": 1.0, "original_max_position_embeddings": 64,
+                      "rope_theta": 10000.0, "rope_type": "yarn", "type": "yarn"},
+  "routed_scaling_factor": 2.5, "tie_word_embeddings": false, "topk_group": 1,
+  "transformers_version": "5.17.0", "use_cache": true, "v_head_dim": 12, "vocab_size": 64})";
+
+// A tiny deepseek_v2 as transformers 5.17 saves it: default RoPE, null q_lora_rank and groups.
+constexpr char kTinyV2Saved[] = R"({
+  "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 1, "dtype": "bfloat16", "eos_token_id": 2, "first_k_dense_replace": 1,
+  "head_dim": 4, "hidden_act": "silu", "hidden_size": 32, "initializer_range": 0.02,
+  "intermediate_size": 48, "kv_lora_rank": 16, "max_position_embeddings": 2048,
+  "mlp_bias": false, "model_type": "deepseek_v2", "moe_intermediate_size": 16, "n_group": null,
+  "n_routed_experts": 4, "n_shared_experts": 1, "norm_topk_prob": false,
+  "num_attention_heads": 2, "num_experts_per_tok": 2, "num_hidden_layers": 2,
+  "num_key_value_heads": 2, "pad_token_id": null, "pretraining_tp": 1, "q_lora_rank": null,
+  "qk_head_dim": 12, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "rms_norm_eps": 1e-06,
+  "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+  "routed_scaling_factor": 1.0, "tie_word_embeddings": false, "topk_group": null,
+  "topk_method": "greedy", "transformers_version": "5.17.0", "use_cache": true,
+  "v_head_dim": 6, "vocab_size": 64})";
+
+ModelConfig ParseOk(const std::string& text) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(text);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : ModelConfig{};
+}
+
+// Parses `base` after `edit` and returns the status (expected to be an error).
+template <typename Edit>
+absl::Status ParseEdited(const char* base, Edit edit) {
+  Json j = Json::parse(base);
+  edit(j);
+  return ParseModelConfig(j.dump()).status();
+}
+
+void ExpectInvalid(const absl::Status& s, const std::string& part1, const std::string& part2 = "") {
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(part1));
+  if (!part2.empty()) EXPECT_THAT(std::string(s.message()), HasSubstr(part2));
+}
+
+TEST(ModelConfigTest, DeepSeekV2Lite) {
+  const ModelConfig c = ParseOk(kV2Lite);
+  EXPECT_EQ(c.model_type, ModelType::kDeepseekV2);
+  EXPECT_EQ(c.model_type_name, "deepseek_v2");
+  EXPECT_EQ(c.vocab_size, 102400);
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.num_hidden_layers, 27);
+  EXPECT_FALSE(c.q_lora_rank.has_value());
+  EXPECT_EQ(c.kv_lora_rank, 512);
+  EXPECT_EQ(c.qk_head_dim(), 192);
+  EXPECT_EQ(c.latent_dim(), 576);
+  EXPECT_EQ(c.v_head_dim, 128);
+  EXPECT_EQ(c.rope.type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope.factor, 40.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(c.rope.mscale_all_dim, 0.707);
+  EXPECT_DOUBLE_EQ(c.rope.attention_scaling, 1.0);  // mscale == mscale_all_dim
+  // 192^-0.5 * (0.1 * 0.707 * ln 40 + 1)^2, computed offline.
+  EXPECT_NEAR(c.softmax_scale, 0.11472138679292611, 1e-15);
+  EXPECT_TRUE(c.rope_interleave);
+  EXPECT_EQ(c.routing_method, RoutingMethod::kGreedy);
+  EXPECT_EQ(c.scoring, RoutingScoring::kSoftmax);
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_FALSE(c.has_correction_bias);
+  EXPECT_EQ(c.n_routed_experts, 64);
+  EXPECT_EQ(c.num_experts_per_tok, 6);
+  EXPECT_EQ(c.n_shared_experts, 2);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 1.0);
+  ASSERT_EQ(c.layer_is_moe.size(), 27u);
+  EXPECT_FALSE(c.layer_is_moe[0]);
+  EXPECT_TRUE(c.layer_is_moe[1]);
+  EXPECT_TRUE(c.layer_is_moe[26]);
+  EXPECT_FALSE(c.has_indexer);
+  EXPECT_THAT(c.eos_token_ids, ElementsAre(100001));
+  EXPECT_EQ(c.bos_token_id, 100000);
+  EXPECT_FALSE(c.fp8_block_weights);
+  EXPECT_TRUE(c.warnings.empty());
+}
+
+TEST(ModelConfigTest, DeepSeekV3) {
+  const ModelConfig c = ParseOk(kV3);
+  EXPECT_EQ(c.model_type, ModelType::kDeepseekV3);
+  EXPECT_EQ(c.q_lora_rank, 1536);
+  EXPECT_EQ(c.num_attention_heads, 128);
+  EXPECT_NEAR(c.softmax_scale, 0.1352337788608801, 1e-15);  // 192^-0.5 * (0.1 ln 40 + 1)^2
+  EXPECT_DOUBLE_EQ(c.rope.attention_scaling, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
+  EXPECT_DOUBLE_EQ(c.rope.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(c.rope.beta_slow, 1.0);
+  EXPECT_TRUE(c.rope.truncate);
+  EXPECT_TRUE(c.rope_interleave);
+  EXPECT_EQ(c.routing_method, RoutingMethod::kNoauxTc);
+  EXPECT_EQ(c.scoring, RoutingScoring::kSigmoid);
+  EXPECT_TRUE(c.has_correction_bias);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_EQ(c.n_group, 8);
+  EXPECT_EQ(c.topk_group, 4);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
+  ASSERT_EQ(c.layer_is_moe.size(), 61u);
+  EXPECT_FALSE(c.layer_is_moe[2]);
+  EXPECT_TRUE(c.layer_is_moe[3]);
+  EXPECT_EQ(c.num_nextn_predict_layers, 1);
+  EXPECT_TRUE(c.fp8_block_weights);
+  EXPECT_EQ(c.weight_block_n, 128);
+  EXPECT_EQ(c.weight_block_k, 128);
+  EXPECT_TRUE(c.warnings.empty());
+}
+
+TEST(ModelConfigTest, DeepSeekV32Exp) {
+  const ModelConfig c = ParseOk(kV32Exp);
+  EXPECT_EQ(c.model_type, ModelType::kDeepseekV32);
+  EXPECT_TRUE(c.has_indexer);
+  EXPECT_EQ(c.index_n_heads, 64);
+  EXPECT_EQ(c.index_head_dim, 128);
+  EXPECT_EQ(c.index_topk, 2048);
+  EXPECT_EQ(c.routing_method, RoutingMethod::kNoauxTc);
+  EXPECT_TRUE(c.fp8_block_weights);
+  EXPECT_FALSE(c.layer_is_moe[2]);
+  EXPECT_TRUE(c.layer_is_moe[60]);
+  EXPECT_NEAR(c.softmax_scale, 0.1352337788608801, 1e-15);
+}
+
+TEST(ModelConfigTest, Transformers517SavedV32) {
+  const ModelConfig c = ParseOk(kTinyV32Saved);
+  EXPECT_EQ(c.rope.type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope.factor, 4.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 64);
+  // 24^-0.5 * (0.1 ln 4 + 1)^2
+  EXPECT_NEAR(c.softmax_scale, 0.2646422579642267, 1e-15);
+  // mlp_layer_types wins over first_k_dense_replace for V3.2, as in HF.
+  EXPECT_THAT(c.layer_is_moe, ElementsAre(false, true, false, true));
+  EXPECT_THAT(c.eos_token_ids, ElementsAre(1, 2));
+  EXPECT_EQ(c.index_topk, 8);
+  EXPECT_EQ(c.n_group, 2);
+  EXPECT_EQ(c.topk_group, 1);
+}
+
+TEST(ModelConfigTest, Transformers517SavedV2) {
+  const ModelConfig c = ParseOk(kTinyV2Saved);
+  EXPECT_EQ(c.rope.type, "default");
+  EXPECT_DOUBLE_EQ(c.rope.attention_scaling, 1.0);
+  EXPECT_NEAR(c.softmax_scale, 1.0 / std::sqrt(12.0), 1e-15);
+  EXPECT_EQ(c.n_group, 1);  // null -> 1
+  EXPECT_EQ(c.topk_group, 1);
+  EXPECT_FALSE(c.q_lora_rank.has_value());
+  EXPECT_EQ(c.v_head_dim, 6);
+  EXPECT_THAT(c.layer_is_moe, ElementsAre(false, true));
+}
+
+TEST(ModelConfigTest, YarnAttentionScaling) {
+  auto parse_rope = [](Json rope) {
+    Json j = Json::parse(kV3);
+    j["rope_scaling"] = std::move(rope);
+    return ParseModelConfig(j.dump());
+  };
+  // mscale != mscale_all_dim: mscale(40, 0.707) / mscale(40, 1).
+  auto c = parse_rope({{"type", "yarn"},
+                       {"factor", 40},
+                       {"mscale", 0.707},
+                       {"mscale_all_dim", 1.0},
+                       {"original_max_position_embeddings", 4096}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NEAR(c->rope.attention_scaling, 0.9210423553163399, 1e-14);
+  // No mscale: HF falls back to mscale(factor), even with mscale_all_dim set.
+  c = parse_rope({{"type", "yarn"},
+                  {"factor", 40},
+                  {"mscale_all_dim", 1.0},
+                  {"original_max_position_embeddings", 4096}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NEAR(c->rope.attention_scaling, 1.3688879454113936, 1e-14);
+  EXPECT_NEAR(c->softmax_scale, 0.1352337788608801, 1e-15);
+  // No mscale_all_dim: the softmax is not rescaled.
+  c = parse_rope({{"type", "yarn"}, {"factor", 40}, {"original_max_position_embeddings", 4096}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NEAR(c->softmax_scale, 1.0 / std::sqrt(192.0), 1e-15);
+  // An explicit attention_factor wins; absent original_max_position_embeddings defaults to
+  // max_position_embeddings; truncate and betas are read.
+  c = parse_rope({{"rope_type", "yarn"},
+                  {"factor", 8},
+                  {"attention_factor", 0.5},
+                  {"truncate", false},
+                  {"beta_fast", 16},
+                  {"beta_slow", 2}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope.attention_scaling, 0.5);
+  EXPECT_EQ(c->rope.original_max_position_embeddings, 163840);
+  EXPECT_FALSE(c->rope.truncate);
+  EXPECT_DOUBLE_EQ(c->rope.beta_fast, 16.0);
+  EXPECT_DOUBLE_EQ(c->rope.beta_slow, 2.0);
+}
+
+TEST(ModelConfigTest, FieldsHfIgnoresBecomeWarnings) {
+  Json j = Json::parse(kV2Lite);
+  j["norm_topk_prob"] = true;
+  j["scoring_func"] = "sigmoid";
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->norm_topk_prob);
+  EXPECT_EQ(c->scoring, RoutingScoring::kSoftmax);
+  ASSERT_EQ(c->warnings.size(), 2u);
+  EXPECT_THAT(c->warnings[1], HasSubstr("norm_topk_prob"));
+
+  j = Json::parse(kV3);
+  j["topk_method"] = "greedy";
+  j["rope_interleave"] = false;
+  c = ParseModelConfig(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->routing_method, RoutingMethod::kNoauxTc);
+  EXPECT_FALSE(c->rope_interleave);  // a real V3 field: followed
+  ASSERT_EQ(c->warnings.size(), 1u);
+  EXPECT_THAT(c->warnings[0], HasSubstr("topk_method 'greedy'"));
+
+  j = Json::parse(kV32Exp);
+  j["rope_interleave"] = false;
+  c = ParseModelConfig(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->rope_interleave);  // V3.2 always interleaves
+  EXPECT_EQ(c->warnings.size(), 1u);
+}
+
+TEST(ModelConfigTest, KeyValueHeadCountIsTheHeadCount) {
+  // transformers' DeepseekV3Config keeps num_key_value_heads at 128 for a 2-head tiny model.
+  Json j = Json::parse(kTinyV32Saved);
+  j["num_key_value_heads"] = 128;
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_key_value_heads, 2);
+  ASSERT_EQ(c->warnings.size(), 1u);
+  EXPECT_THAT(c->warnings[0], HasSubstr("num_key_value_heads 128"));
+}
+
+TEST(ModelConfigTest, V2GroupLimitedGreedy) {
+  Json j = Json::parse(kV2Lite);
+  j["topk_method"] = "group_limited_greedy";
+  j["n_group"] = 8;
+  j["topk_group"] = 3;
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->routing_method, RoutingMethod::kGroupLimitedGreedy);
+  EXPECT_EQ(c->n_group, 8);
+  EXPECT_EQ(c->topk_group, 3);
+  j["topk_method"] = "noaux_tc";
+  ExpectInvalid(ParseModelConfig(j.dump()).status(), "noaux_tc", "deepseek_v2");
+}
+
+TEST(ModelConfigTest, ErrorsNameFieldAndValue) {
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["frobnicate"] = 3; }), "'frobnicate'");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["rope_scaling"]["warp"] = 1; }),
+                "rope_scaling.warp");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["quantization_config"]["bits"] = 4; }),
+                "quantization_config.bits");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["n_group"] = 7; }), "n_routed_experts 256",
+                "n_group 7");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["topk_group"] = 9; }), "topk_group 9",
+                "n_group 8");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["num_experts_per_tok"] = 300; }),
+                "num_experts_per_tok 300", "n_routed_experts 256");
+  ExpectInvalid(ParseEdited(kV3,
+                            [](Json& j) {
+                              j["num_experts_per_tok"] = 40;
+                              j["topk_group"] = 1;
+                            }),
+                "num_experts_per_tok 40", "32 experts");
+  ExpectInvalid(ParseEdited(kV3,
+                            [](Json& j) {
+                              j["n_group"] = 256;
+                              j["topk_group"] = 8;
+                            }),
+                "1 expert(s) per group");
+  ExpectInvalid(ParseEdited(kV32Exp, [](Json& j) { j["q_lora_rank"] = nullptr; }), "q_lora_rank",
+                "indexer");
+  ExpectInvalid(ParseEdited(kV3,
+                            [](Json& j) {
+                              j["q_lora_rank"] = nullptr;
+                              j["index_topk"] = 8;
+                            }),
+                "index_topk", "deepseek_v3");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["hidden_size"] = "7168"; }), "'hidden_size'",
+                "\"7168\"");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["hidden_size"] = 7168.5; }), "'hidden_size'",
+                "7168.5");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["kv_lora_rank"] = -512; }), "'kv_lora_rank'",
+                "-512");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["first_k_dense_replace"] = -1; }),
+                "'first_k_dense_replace'", "-1");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["tie_word_embeddings"] = 1; }),
+                "'tie_word_embeddings'", "true or false");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["vocab_size"] = 5000000000LL; }), "'vocab_size'",
+                "5000000000");
+  ExpectInvalid(ParseEdited(kV32Exp,
+                            [](Json& j) {
+                              j["mlp_layer_types"] = {"dense", "sparse"};
+                            }),
+                "mlp_layer_types has 2 entries", "num_hidden_layers is 61");
+  ExpectInvalid(ParseEdited(kTinyV32Saved, [](Json& j) { j["mlp_layer_types"][1] = "moe"; }),
+                "mlp_layer_types[1]", "'moe'");
+  ExpectInvalid(ParseEdited(kV3,
+                            [](Json& j) {
+                              j["mlp_layer_types"] = Json::array();
+                              for (int i = 0; i < 61; ++i) j["mlp_layer_types"].push_back("sparse");
+                            }),
+                "mlp_layer_types[0]", "first_k_dense_replace 3");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["model_type"] = "llama"; }), "'llama'");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j.erase("q_lora_rank"); }), "'q_lora_rank'",
+                "missing");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j.erase("hidden_size"); }), "'hidden_size'",
+                "missing");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["rope_scaling"]["type"] = "longrope"; }),
+                "'longrope'");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["rope_scaling"].erase("factor"); }),
+                "rope_scaling.factor");
+  ExpectInvalid(ParseEdited(kV3,
+                            [](Json& j) {
+                              j["rope_parameters"] = {{"rope_type", "default"}};
+                            }),
+                "both rope_scaling and rope_parameters");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["quantization_config"]["fmt"] = "e5m2"; }),
+                "'e5m2'");
+  ExpectInvalid(
+      ParseEdited(kV3, [](Json& j) { j["quantization_config"]["weight_block_size"] = {128}; }),
+      "weight_block_size", "[128]");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["eos_token_id"] = "</s>"; }), "eos_token_id",
+                "\"</s>\"");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["qk_head_dim"] = 128; }), "qk_head_dim is 128",
+                "192");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["hidden_act"] = "gelu"; }), "'gelu'");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["num_local_experts"] = 128; }),
+                "'n_routed_experts' is 256", "'num_local_experts' is 128");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["scoring_func"] = "relu"; }), "'relu'");
+  ExpectInvalid(ParseModelConfig("{\"model_type\": ").status(), "not valid JSON");
+  ExpectInvalid(ParseModelConfig("[1, 2]").status(), "JSON object");
+}
+
+TEST(ModelConfigTest, NoMoeLayersNeedNoExperts) {
+  Json j = Json::parse(kTinyV2Saved);
+  j["first_k_dense_replace"] = 2;
+  for (const char* key : {"n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"}) {
+    j.erase(key);
+  }
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->layer_is_moe, ElementsAre(false, false));
+  j["first_k_dense_replace"] = 1;
+  ExpectInvalid(ParseModelConfig(j.dump()).status(), "'n_routed_experts'", "missing");
+}
+
+TEST(ModelConfigTest, LoadModelConfigReadsDirectory) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("mlaserve_config_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  absl::StatusOr<ModelConfig> missing = LoadModelConfig(dir.string());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr((dir / "config.json").string()));
+
+  std::ofstream(dir / "config.json") << kV2Lite;
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir.string());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->hidden_size, 2048);
+
+  std::ofstream(dir / "config.json") << "{\"model_type\": \"deepseek_v3\"}";
+  c = LoadModelConfig(dir.string());
+  ExpectInvalid(c.status(), (dir / "config.json").string(), "'vocab_size'");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mlaserve::model

@@ -1,0 +1,94 @@
+// DecodeGraphRunner: decode steps as CUDA graphs (owner: cuda-dense).
+//
+// A decode step (every chunk one token, MLA decode form) launches a few hundred small kernels;
+// replaying them as one captured graph removes the launch gaps. A graph fixes every pointer
+// and every host scalar of its launches, so a step must look the same to it each time:
+//   - the batch is padded to a bucket (1, 2, 4, 8, ... max_batch_seqs); padded rows are
+//     one-token sequences at position 0 that read only the engine's padding page and write
+//     nothing to the cache (slot -1, which every cache writer skips): the page stays as the
+//     pool zeroed it, so no two padded rows race to write one slot and a padded row's output
+//     is the same on every run (it never reaches a real row: every op is row-wise or per
+//     sequence);
+//   - the page table is padded to a width bucket (a power of two of pages), and the decode
+//     kernel is planned for that width's longest context (it reads each sequence's true length
+//     from the device, so any shorter one is fine);
+//   - the step scratch hands out the same addresses for the same (bucket, width), so the plan
+//     upload, activations and logits land where the graph expects them.
+// DSA models decode in graphs too: the indexer's launches are sized by the padded plan (its
+// workspace was planned at Create) and sparse_decode needs no workspace; a padded row sees
+// one key, so its top-k is [0, -1, ...].
+// Per (bucket, width, sparse) the first step runs eagerly and is then captured (capture launches
+// nothing); later steps upload the padded plan and replay. A capture that fails (a kernel
+// that cannot be captured) leaves that key eager for good, so graphs are an optimisation only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <tuple>
+
+#include "absl/status/statusor.h"
+#include "kernels/common/types.h"
+#include "model/device_memory.h"
+#include "model/step/batch_plan.h"
+
+namespace mlaserve::model {
+
+// `plan` (a decode batch) padded to `bucket` rows and a page table `width` pages wide, the
+// padded rows reading `padding_page` as described above.
+BatchPlan PadDecodePlan(BatchPlan plan, int bucket, int width, int32_t padding_page);
+
+class DecodeGraphRunner {
+ public:
+  DecodeGraphRunner() = default;
+  // Graphs are available on kCuda for an unsharded engine with a padding page (capturing the
+  // collectives of a sharded layout is not done yet, docs/parallel.md); elsewhere Applies is
+  // always false.
+  DecodeGraphRunner(const kernels::KernelContext& ctx, bool available, int max_batch_seqs,
+                    int max_pages_per_seq, int32_t padding_page)
+      : ctx_(ctx),
+        available_(available),
+        max_batch_seqs_(max_batch_seqs),
+        max_pages_per_seq_(max_pages_per_seq),
+        padding_page_(padding_page) {}
+
+  // On by default. Benchmarks turn graphs off to time eager decode steps on the same engine;
+  // the route probe runs eagerly.
+  void set_enabled(bool on) { enabled_ = on; }
+  int captured() const { return static_cast<int>(graphs_.size()); }
+  int64_t replays() const { return replays_; }
+
+  // Whether this step replays (or captures) a graph: a decode-form batch whose every row
+  // wants logits, with no layer callback (graphs cannot call back between layers).
+  bool Applies(const BatchPlan& plan, bool decode_form, bool layer_callback) const;
+
+  // What Run needs from the engine, in the order it calls them.
+  struct Step {
+    // Resets the step scratch, uploads `plan` and allocates its logits [plan.batch, vocab]:
+    // the same allocation sequence every call, so the same addresses.
+    std::function<absl::StatusOr<float*>(BatchPlan* plan)> prepare;
+    // The step itself (embedding to LM head) into `logits`; eager, or recorded while capturing.
+    std::function<absl::Status(const BatchPlan& plan, float* logits)> run;
+    // After the step: sample or copy back the real rows (they come first in `logits`). Runs
+    // eagerly after a replay, since its parameters change every step.
+    std::function<absl::Status(const float* logits)> finish;
+  };
+  // Pads `plan` to its (bucket, width), runs it (replay, or eager the first time), calls
+  // finish, then captures the key's graph the first time.
+  absl::Status Run(BatchPlan plan, const Step& step);
+
+ private:
+  kernels::KernelContext ctx_;
+  bool available_ = false;
+  bool enabled_ = true;
+  int max_batch_seqs_ = 0;
+  int max_pages_per_seq_ = 0;
+  int32_t padding_page_ = -1;  // a pool page the padded rows read
+  // By (padded batch, page-table width, sparse); keys whose capture failed map to an empty
+  // graph and run eagerly from then on.
+  std::map<std::tuple<int, int, bool>, std::optional<CapturedGraph>> graphs_;
+  int64_t replays_ = 0;
+};
+
+}  // namespace mlaserve::model

@@ -1,0 +1,46 @@
+// SamplingStep: drawing a step's next tokens where its logits are (engine.h:
+// SequenceChunk::sample).
+//
+// On kCuda the rows' logits stay on the device and kernels/sampling draws there, so a decode
+// step copies B token ids to the host instead of B x vocab f32 logits (52 MB at batch 128 of
+// V2-Lite's 102400-token vocabulary, plus the host-side top-p over them). The draw is
+// model::Sampler's function bit for bit (kernels/sampling/api.h), so the ids do not depend on
+// where they were drawn. Rows with a repetition penalty are sampled on the host (their token
+// histories are not uploaded), as is everything on kCpu.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "absl/status/status.h"
+#include "kernels/common/types.h"
+#include "model/engine.h"
+#include "model/step/step_scratch.h"
+
+namespace mlaserve::model {
+
+class SamplingStep {
+ public:
+  SamplingStep() = default;
+  // `scratch` (the step's) must outlive this.
+  SamplingStep(const kernels::KernelContext& ctx, StepScratch* scratch, int vocab)
+      : ctx_(ctx), scratch_(scratch), vocab_(vocab) {}
+
+  // Scratch SampleOnDevice takes for `rows` rows of `vocab` logits.
+  static size_t ScratchBytes(size_t rows, int vocab);
+
+  // Whether `rows` can be drawn on the device (kCuda, no repetition penalty).
+  bool CanSampleOnDevice(std::span<const SampleRow* const> rows) const;
+  // Draws rows from device logits [rows, vocab] into result->token_ids (waits for them).
+  absl::Status SampleOnDevice(const float* logits, std::span<const SampleRow* const> rows,
+                              ForwardResult* result);
+  // Draws rows from result->logits (host) into result->token_ids.
+  absl::Status SampleOnHost(std::span<const SampleRow* const> rows, ForwardResult* result) const;
+
+ private:
+  kernels::KernelContext ctx_;
+  StepScratch* scratch_ = nullptr;
+  int vocab_ = 0;
+};
+
+}  // namespace mlaserve::model

@@ -1,0 +1,65 @@
+// StepScratch: the memory of one Forward step (owner: cuda-dense).
+//
+// Every activation and every per-step device array of a step comes from one arena, sized at
+// Create for the engine's limits (max_batch_tokens, max_batch_seqs) as the sum of what each
+// block of the step says it needs at most (the blocks' ScratchBytes functions). So nothing is
+// allocated inside a step, and a decode graph finds its buffers at the same addresses on every
+// replay (the same allocation sequence gives the same addresses). Blocks release what they
+// took with a ScratchScope over arena().
+//
+// On kCuda the plan's arrays (token ids, positions, cache slots, cu_seqlens, sequence
+// lengths, block table) are packed into one pinned staging buffer and uploaded with one copy
+// (UploadPlan). On kCpu the kernels read the host vectors in place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/common/types.h"
+#include "model/device_memory.h"
+#include "model/step/batch_plan.h"
+
+namespace mlaserve::model {
+
+class StepScratch {
+ public:
+  StepScratch() = default;
+
+  // An arena of `arena_bytes` (which must include PlanStagingBytes: the uploaded plan lives in
+  // the arena too) for activations of `act_dtype`; on kCuda also the pinned staging buffer.
+  static absl::StatusOr<StepScratch> Create(const kernels::KernelContext& ctx,
+                                            kernels::DType act_dtype, size_t arena_bytes,
+                                            const BatchLimits& limits, int max_pages_per_seq);
+  // Bytes of the uploaded plan at the limits (sequences of up to max_pages_per_seq pages).
+  static size_t PlanStagingBytes(const BatchLimits& limits, int max_pages_per_seq);
+
+  // Start of a step: everything allocated before is released.
+  void Reset() { arena_.Reset(); }
+  // Scratch of the current step; INTERNAL naming `what` if the sizing undercounted.
+  absl::StatusOr<void*> Allocate(size_t bytes, const char* what) {
+    return arena_.Allocate(bytes, what);
+  }
+  // `elements` activation elements.
+  absl::StatusOr<void*> Activations(int64_t elements, const char* what) {
+    return arena_.Allocate(static_cast<size_t>(elements) * kernels::DTypeSize(dtype_), what);
+  }
+  ScratchArena& arena() { return arena_; }
+
+  // Fills plan->dev: the host vectors on kCpu; on kCuda one copy of the packed arrays into
+  // fresh scratch.
+  absl::Status UploadPlan(BatchPlan* plan);
+  // `host` in fresh scratch of the backend (the host vector itself on kCpu). The copy is
+  // staged before the call returns, so `host` may change after.
+  absl::StatusOr<const int32_t*> UploadInts(const std::vector<int32_t>& host, const char* what);
+
+ private:
+  kernels::KernelContext ctx_;
+  kernels::DType dtype_ = kernels::DType::kF32;
+  ScratchArena arena_;
+  PinnedBuffer staging_;  // kCuda: the plan's arrays on their way to the device
+  int max_pages_per_seq_ = 0;
+};
+
+}  // namespace mlaserve::model
