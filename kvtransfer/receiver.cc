@@ -165,12 +165,14 @@ absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sen
   return absl::OkStatus();
 }
 
-absl::Status KvReceiver::WritePage(const std::string& session_id, int layer, int page_index,
-                                   std::span<const uint8_t> payload, uint32_t crc32) {
+absl::Status KvReceiver::WritePages(const std::string& session_id, int layer,
+                                    int first_page_index, int num_pages,
+                                    std::span<const uint8_t> payload, uint32_t crc32) {
   std::shared_ptr<Session> s = Find(session_id);
   if (s == nullptr) {
     return absl::NotFoundError(absl::StrCat("KV session ", session_id, " is unknown here"));
   }
+  const size_t page_bytes = pool_->layer_page_bytes();
   absl::Status error;
   {
     absl::MutexLock sl(&s->mu);
@@ -182,24 +184,30 @@ absl::Status KvReceiver::WritePage(const std::string& session_id, int layer, int
       error = absl::InvalidArgumentError(absl::StrCat("KV session ", session_id, ": layer ",
                                                       layer, " not in [0, ", layout_.num_layers,
                                                       ")"));
-    } else if (page_index < 0 || page_index >= s->transfer_pages) {
-      error = absl::InvalidArgumentError(absl::StrCat("KV session ", session_id, ": page_index ",
-                                                      page_index, " not in [0, ",
-                                                      s->transfer_pages, ")"));
-    } else if (payload.size() != pool_->layer_page_bytes()) {
-      error = absl::InvalidArgumentError(absl::StrCat("KV session ", session_id, ": payload of ",
-                                                      payload.size(), " bytes; a layer page has ",
-                                                      pool_->layer_page_bytes()));
+    } else if (num_pages < 1 || first_page_index < 0 ||
+               first_page_index > s->transfer_pages - num_pages) {
+      error = absl::InvalidArgumentError(absl::StrCat(
+          "KV session ", session_id, ": pages [", first_page_index, ", ",
+          int64_t{first_page_index} + num_pages, ") not within [0, ", s->transfer_pages, ")"));
+    } else if (payload.size() != page_bytes * num_pages) {
+      error = absl::InvalidArgumentError(absl::StrCat(
+          "KV session ", session_id, ": payload of ", payload.size(), " bytes for ", num_pages,
+          " pages; a layer page has ", page_bytes));
     } else if (const uint32_t got = Crc32(payload); got != crc32) {
       error = absl::DataLossError(absl::StrCat("KV session ", session_id, ": layer ", layer,
-                                               " page ", page_index, " checksum ", got,
+                                               " pages [", first_page_index, ", ",
+                                               first_page_index + num_pages, ") checksum ", got,
                                                " != sent ", crc32));
     } else {
-      error = pool_->WritePage(layer, s->pages[page_index], payload.data());
+      const std::span<const int32_t> ids =
+          std::span<const int32_t>(s->pages).subspan(first_page_index, num_pages);
+      error = pool_->WritePages(layer, ids, payload.data());
       if (error.ok()) {
-        s->received[static_cast<size_t>(layer) * s->transfer_pages + page_index] = 1;
+        auto received = s->received.begin() +
+                        static_cast<size_t>(layer) * s->transfer_pages + first_page_index;
+        std::fill(received, received + num_pages, 1);
         s->bytes += static_cast<int64_t>(payload.size());
-        s->pages_written += 1;
+        s->pages_written += num_pages;
         s->last_progress = absl::Now();
         return absl::OkStatus();
       }

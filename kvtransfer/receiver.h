@@ -2,7 +2,8 @@
 //
 // The decode worker creates one session per reserved request (CreateSession), handing the
 // session the request's pages. A transport's server side then feeds the session:
-//   Open(id, sender layout) -> WritePage(id, layer, page_index, bytes, crc)* -> Complete(id)
+//   Open(id, sender layout) -> WritePages(id, layer, first page index, n, bytes, crc)* ->
+//   Complete(id)
 // or Fail(id, why) when its stream breaks.
 //
 // Ownership: a session owns its pages until it ends. On success they are handed to the
@@ -78,8 +79,15 @@ class KvReceiver {
   // fails after a successful Open, so the transport can end its stream and tell the sender.
   absl::Status Open(const std::string& session_id, const KvLayout& sender_layout,
                     std::function<void(const absl::Status&)> on_failure = nullptr);
+  // `num_pages` consecutive pages [first_page_index, first_page_index + num_pages) of `layer`,
+  // back to back in `payload`, with the CRC-32 of all of it: checked, then written into the
+  // pool in one batch (KvPool::WritePages). WritePage is the one-page case.
+  absl::Status WritePages(const std::string& session_id, int layer, int first_page_index,
+                          int num_pages, std::span<const uint8_t> payload, uint32_t crc32);
   absl::Status WritePage(const std::string& session_id, int layer, int page_index,
-                         std::span<const uint8_t> payload, uint32_t crc32);
+                         std::span<const uint8_t> payload, uint32_t crc32) {
+    return WritePages(session_id, layer, page_index, 1, payload, crc32);
+  }
   absl::StatusOr<KvPushStats> Complete(const std::string& session_id,
                                        const KvCompletion& completion);
   // False when the session had already ended (or never existed).
