@@ -5,10 +5,12 @@
 //   ShipLayer(layer, runs)  (loop thread, from Engine::Forward's on_layer_done)
 //       one KvPool::ReadPagesAsync of every run's pages of that layer into a page-locked
 //       staging slot, ordered after the engine's stream; the slot is queued, the call returns.
-//   shipping thread
-//       waits for the slot's copy (fence, with a deadline), then hands each run to its sender
-//       (KvSender::SendPages: a run is one message, or a few at the size cap), and frees the
-//       slot, while later layers compute.
+//   shipping threads
+//       wait for the slot's copy (fence, with a deadline), then hand each run to its sender
+//       (KvSender::SendPages: a run is one message, or a few at the size cap: copied once into
+//       the message and checksummed there), and free the slot, while later layers compute.
+//       A sender always ships from the same thread (its pages stay in order, its completion
+//       after them); different senders' runs are copied and checksummed in parallel.
 //   Complete(sender, completion, done)  (loop thread)
 //       queued behind the sender's pages, so a request completes only after they all left;
 //       total_bytes is filled in from the sender when it is sent.
@@ -20,8 +22,8 @@
 // requests rather than the whole worker. A sender's failures are sticky (KvSender::status()),
 // which is how the loop thread learns that a run it queued could not be sent.
 //
-// Threads: ShipLayer / Complete / WaitCopies from one thread (the loop); the shipping thread
-// is the only caller of the senders' SendPages and Complete for the runs queued here. Stop()
+// Threads: ShipLayer / Complete / WaitCopies from one thread (the loop); the shipping threads
+// are the only callers of the senders' SendPages and Complete for the runs queued here. Stop()
 // (or the destructor) drains nothing: it answers queued completions with UNAVAILABLE.
 #pragma once
 
@@ -50,7 +52,8 @@ struct KvShipRun {
 };
 
 struct KvShipperOptions {
-  int num_slots = 8;  // layers queued or in flight at once
+  int num_slots = 8;    // layers queued or in flight at once
+  int num_threads = 4;  // shipping threads
   // Longest wait for a free slot, a page copy or a flush before giving up.
   absl::Duration no_progress_timeout = absl::Seconds(30);
 };
@@ -75,19 +78,20 @@ class KvShipper {
 
  private:
   struct Job {
-    // A layer: the slot's copy and the runs in it (run i at the sum of the earlier ones' bytes).
+    // A layer: the slot's copy and this thread's runs in it, each with its byte offset.
     int layer = -1;
     int slot = -1;
     std::shared_ptr<model::KvCopyFence> fence;
-    std::vector<KvShipRun> runs;
+    std::vector<std::pair<size_t, KvShipRun>> runs;
     // Or a completion.
     std::shared_ptr<KvSender> sender;
     KvCompletion completion;
     std::function<void(absl::Status)> done;
   };
   absl::StatusOr<int> AcquireSlot(size_t bytes);
-  void Run();
-  void ShipJob(Job& job);
+  int ThreadOf(const KvSender* sender) const;
+  void Run(int thread);
+  int64_t ShipJob(Job& job);
 
   model::KvPool* const pool_;
   void* const device_stream_;
@@ -101,12 +105,12 @@ class KvShipper {
 
   mutable absl::Mutex mu_;
   absl::CondVar changed_;  // a job queued or finished, a slot freed, stopping
-  std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);
-  std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
-  bool working_ ABSL_GUARDED_BY(mu_) = false;  // the shipping thread holds a job
+  std::vector<int> slot_parts_ ABSL_GUARDED_BY(mu_);  // per slot: jobs using it; 0 = free
+  std::vector<std::deque<Job>> queues_ ABSL_GUARDED_BY(mu_);  // per shipping thread
+  int working_ ABSL_GUARDED_BY(mu_) = 0;  // shipping threads holding a job
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t pages_shipped_ ABSL_GUARDED_BY(mu_) = 0;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace mlaserve::kvtransfer

@@ -375,8 +375,9 @@ class TcpKvSender final : public KvSender {
 
 }  // namespace
 
-TcpKvTransport::TcpKvTransport(std::shared_ptr<const common::ClusterDialer> dialer)
-    : dialer_(std::move(dialer)) {
+TcpKvTransport::TcpKvTransport(std::shared_ptr<const common::ClusterDialer> dialer,
+                               int connections_per_endpoint)
+    : dialer_(std::move(dialer)), connections_per_endpoint_(std::max(1, connections_per_endpoint)) {
   common::KeepGrpcCallbackQueueAlive();
   watchdog_ = std::thread([this] { WatchdogLoop(); });
 }
@@ -402,14 +403,20 @@ TcpKvTransport::~TcpKvTransport() {
 
 std::shared_ptr<grpc::Channel> TcpKvTransport::ChannelFor(const std::string& endpoint) {
   absl::MutexLock lock(&mu_);
-  auto& ch = channels_[endpoint];
-  if (ch == nullptr) {
-    grpc::ChannelArguments args;
-    args.SetMaxSendMessageSize(-1);
-    args.SetMaxReceiveMessageSize(-1);
-    ch = dialer_->Dial(endpoint, args);
+  EndpointChannels& e = channels_[endpoint];
+  if (e.channels.empty()) {
+    for (int i = 0; i < connections_per_endpoint_; ++i) {
+      grpc::ChannelArguments args;
+      args.SetMaxSendMessageSize(-1);
+      args.SetMaxReceiveMessageSize(-1);
+      // Channels with equal arguments share one connection (gRPC's global subchannel pool):
+      // a private pool and a distinct argument give each its own.
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      args.SetInt("mlaserve.kv_connection", i);
+      e.channels.push_back(dialer_->Dial(endpoint, args));
+    }
   }
-  return ch;
+  return e.channels[e.next++ % e.channels.size()];
 }
 
 absl::StatusOr<std::unique_ptr<KvSender>> TcpKvTransport::Open(const KvSessionRef& ref,
