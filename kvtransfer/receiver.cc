@@ -10,6 +10,7 @@ namespace mlaserve::kvtransfer {
 
 struct KvReceiver::Session {
   std::string id;
+  uint64_t write_order = 0;  // KvPool::WritePagesAsync order key: this session's writes in order
   int transfer_pages = 0;
   absl::Time lease_deadline;
 
@@ -26,7 +27,28 @@ struct KvReceiver::Session {
   int32_t pages_written ABSL_GUARDED_BY(mu) = 0;
   int pins ABSL_GUARDED_BY(mu) = 0;                      // AcquireDirect pins held
   std::vector<int32_t> deferred_free ABSL_GUARDED_BY(mu);  // ended while pinned
+  // WritePages still landing on the device: waited before the pages are handed on or freed.
+  std::vector<model::KvCopyFence> writes ABSL_GUARDED_BY(mu);
 };
+
+namespace {
+// Completed writes are dropped once this many are pending, so a long session's list stays short.
+constexpr size_t kPruneWritesAt = 64;
+}  // namespace
+
+absl::Status KvReceiver::WaitWrites(const std::string& session_id,
+                                    std::vector<model::KvCopyFence> writes) const {
+  const absl::Time deadline = absl::Now() + options_.no_progress_timeout;
+  absl::Status first;
+  for (const model::KvCopyFence& w : writes) {
+    absl::Status s = w.Wait(deadline);
+    if (first.ok() && !s.ok()) {
+      first = absl::Status(s.code(), absl::StrCat("KV session ", session_id,
+                                                  ": writing pages into the pool: ", s.message()));
+    }
+  }
+  return first;
+}
 
 KvReceiver::KvReceiver(model::KvPool* pool, KvLayout local_layout, KvReceiverOptions options)
     : pool_(pool),
@@ -58,6 +80,7 @@ absl::Status KvReceiver::CreateSession(const std::string& session_id, std::vecto
   }
   auto s = std::make_shared<Session>();
   s->id = session_id;
+  s->write_order = std::hash<std::string>{}(session_id);
   s->transfer_pages = transfer_pages;
   s->lease_deadline = lease_deadline;
   {
@@ -85,6 +108,7 @@ void KvReceiver::End(const std::shared_ptr<Session>& s, absl::StatusOr<KvReceive
   DoneFn on_done;
   std::function<void(const absl::Status&)> on_failure;
   std::vector<int32_t> pages;
+  std::vector<model::KvCopyFence> writes;
   {
     absl::MutexLock sl(&s->mu);
     if (s->ended) return;
@@ -92,6 +116,11 @@ void KvReceiver::End(const std::shared_ptr<Session>& s, absl::StatusOr<KvReceive
     on_done = std::move(s->on_done);
     on_failure = std::move(s->on_failure);
     pages = std::move(s->pages);
+    writes = std::move(s->writes);
+  }
+  // No write may land in a page after it was handed on or freed.
+  if (absl::Status w = WaitWrites(s->id, std::move(writes)); !w.ok() && result.ok()) {
+    result = w;
   }
   {
     absl::MutexLock lock(&mu_);
@@ -112,6 +141,7 @@ bool KvReceiver::Cancel(const std::string& session_id) {
   std::shared_ptr<Session> s = Find(session_id);
   if (s == nullptr) return false;
   std::vector<int32_t> pages;
+  std::vector<model::KvCopyFence> writes;
   std::function<void(const absl::Status&)> on_failure;
   {
     absl::MutexLock sl(&s->mu);
@@ -120,7 +150,9 @@ bool KvReceiver::Cancel(const std::string& session_id) {
     s->on_done = nullptr;
     on_failure = std::move(s->on_failure);
     pages = std::move(s->pages);
+    writes = std::move(s->writes);
   }
+  (void)WaitWrites(session_id, std::move(writes));  // before the pages go back to the pool
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
@@ -201,7 +233,13 @@ absl::Status KvReceiver::WritePages(const std::string& session_id, int layer,
     } else {
       const std::span<const int32_t> ids =
           std::span<const int32_t>(s->pages).subspan(first_page_index, num_pages);
-      error = pool_->WritePages(layer, ids, payload.data());
+      if (s->writes.size() >= kPruneWritesAt) {
+        std::erase_if(s->writes, [](const model::KvCopyFence& w) {
+          return w.Ready() && w.Wait(absl::Now()).ok();  // a failed one stays, to be reported
+        });
+      }
+      // Keyed by session: a page re-sent by a later message lands after the earlier copy.
+      error = pool_->WritePagesAsync(layer, ids, payload.data(), &s->writes, s->write_order);
       if (error.ok()) {
         auto received = s->received.begin() +
                         static_cast<size_t>(layer) * s->transfer_pages + first_page_index;

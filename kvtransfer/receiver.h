@@ -81,7 +81,9 @@ class KvReceiver {
                     std::function<void(const absl::Status&)> on_failure = nullptr);
   // `num_pages` consecutive pages [first_page_index, first_page_index + num_pages) of `layer`,
   // back to back in `payload`, with the CRC-32 of all of it: checked, then written into the
-  // pool in one batch (KvPool::WritePages). WritePage is the one-page case.
+  // pool in one batch without waiting for the device (KvPool::WritePagesAsync; `payload` may
+  // be reused on return). The session waits for its writes before it hands its pages on
+  // (Complete) or frees them (any failure). WritePage is the one-page case.
   absl::Status WritePages(const std::string& session_id, int layer, int first_page_index,
                           int num_pages, std::span<const uint8_t> payload, uint32_t crc32);
   absl::Status WritePage(const std::string& session_id, int layer, int page_index,
@@ -123,6 +125,9 @@ class KvReceiver {
   // Frees pages whose release was deferred by pins (see AcquireDirect).
   void ReleasePages(Session& s, std::vector<int32_t> pages);
   void Unpin(const std::shared_ptr<Session>& s);
+  // Waits (bounded) for page writes still landing; an error if one failed or is stuck.
+  absl::Status WaitWrites(const std::string& session_id,
+                          std::vector<model::KvCopyFence> writes) const;
 
   model::KvPool* const pool_;
   const KvLayout layout_;

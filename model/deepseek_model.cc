@@ -358,11 +358,10 @@ absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
     RETURN_IF_ERROR(Attention(l, plan, form, y, tmp));
     RETURN_IF_ERROR(ReduceAttentionOutput(T, tmp));  // tensor-parallel attention only
     if (on_layer_done) {
-      // The callback reads this layer's KV pages (KvPool::ReadPage, or a transport's own
-      // stream): on the GPU the layer's kernels are only queued on our non-blocking stream, so
-      // wait for them first. (The NCCL sender also waits on an event; this keeps every reader
-      // correct, at the cost of one stream sync per layer only when pages are being shipped.)
-      if (ctx_.backend == kernels::Backend::kCuda) RETURN_IF_ERROR(Synchronize(ctx_));
+      // The callback reads this layer's KV pages. On the GPU the layer's kernels are only
+      // queued on our stream: as engine.h says, the readers order themselves after it (the
+      // tcp shipper's KvPool::ReadPagesAsync and the NCCL sender wait on an event recorded on
+      // device_stream()), so the forward does not stop here once per layer.
       RETURN_IF_ERROR(on_layer_done(l));
     }
     // residual += attn; y = post_attention_norm(residual)

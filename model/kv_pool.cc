@@ -224,25 +224,47 @@ absl::Status KvPool::WritePage(int layer, int32_t page, const void* host_src) {
 
 absl::Status KvPool::ReadPages(int layer, std::span<const int32_t> pages, void* host_dst) const {
   if (absl::Status s = CheckPages("ReadPages", layer, pages, false); !s.ok()) return s;
-  return CopyPages(layer, pages, host_dst, /*to_host=*/true, nullptr, nullptr);
+  return CopyPages(layer, pages, host_dst, /*to_host=*/true, nullptr, nullptr, -1);
 }
 
 absl::StatusOr<KvCopyFence> KvPool::ReadPagesAsync(int layer, std::span<const int32_t> pages,
                                                    void* host_dst, void* after_stream) const {
   if (absl::Status s = CheckPages("ReadPagesAsync", layer, pages, false); !s.ok()) return s;
   KvCopyFence fence;
-  absl::Status s = CopyPages(layer, pages, host_dst, /*to_host=*/true, after_stream, &fence);
+  absl::Status s =
+      CopyPages(layer, pages, host_dst, /*to_host=*/true, after_stream, &fence, -1);
   if (!s.ok()) return s;
   return fence;
 }
 
 absl::Status KvPool::WritePages(int layer, std::span<const int32_t> pages, const void* host_src) {
+  std::vector<KvCopyFence> fences;
+  absl::Status s = WritePagesOnLane(layer, pages, host_src, &fences, -1);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (const KvCopyFence& f : fences) {  // wait even after an error: nothing may land later
+    absl::Status w = f.Wait(deadline);
+    if (s.ok()) s = w;
+  }
+  return s;
+}
+
+absl::Status KvPool::WritePagesAsync(int layer, std::span<const int32_t> pages,
+                                     const void* host_src, std::vector<KvCopyFence>* fences,
+                                     uint64_t order_key) {
+  return WritePagesOnLane(layer, pages, host_src, fences, static_cast<int64_t>(order_key >> 1));
+}
+
+absl::Status KvPool::WritePagesOnLane(int layer, std::span<const int32_t> pages,
+                                      const void* host_src, std::vector<KvCopyFence>* fences,
+                                      int64_t lane_key) {
   if (absl::Status s = CheckPages("WritePages", layer, pages, true); !s.ok()) return s;
+  KvCopyFence fence;
   absl::Status s = CopyPages(layer, pages, const_cast<void*>(host_src), /*to_host=*/false,
-                             nullptr, nullptr);
+                             nullptr, &fence, lane_key);
+  if (fence.event_ != nullptr) fences->push_back(std::move(fence));
   for (KvPool* replica : replicas_) {
     if (!s.ok()) break;
-    s = replica->WritePages(layer, pages, host_src);
+    s = replica->WritePagesOnLane(layer, pages, host_src, fences, lane_key);
   }
   return s;
 }

@@ -74,6 +74,8 @@ class KvCopyFence {
   // OK once the bytes are in host memory; DEADLINE_EXCEEDED (naming the wait) if they are not
   // by `deadline`; INTERNAL for a device error. Polls, so it never blocks past the deadline.
   absl::Status Wait(absl::Time deadline) const;
+  // Whether Wait would return at once (a device error counts as ready: Wait reports it).
+  bool Ready() const;
 
  private:
   friend class KvPool;
@@ -138,7 +140,16 @@ class KvPool {
   // the layer's KV writes). On the CPU backend the copy is done on return.
   absl::StatusOr<KvCopyFence> ReadPagesAsync(int layer, std::span<const int32_t> pages,
                                              void* host_dst, void* after_stream = nullptr) const;
-  // Host memory for ReadPagesAsync and fast WritePages.
+  // WritePages without waiting for the device: `host_src` is consumed (copied into the copy
+  // lane's page-locked staging) before return, and one fence per pool written (this one, then
+  // each replica) is appended to `fences`; the pages hold the bytes once they are complete.
+  // Wait for them before the pages are read by another stream, freed, or handed on. Writes
+  // with the same `order_key` land in call order (they share a copy lane), so a page written
+  // twice holds the second copy; writes with different keys must not share pages. On the CPU
+  // backend the write is done on return and nothing is appended.
+  absl::Status WritePagesAsync(int layer, std::span<const int32_t> pages, const void* host_src,
+                               std::vector<KvCopyFence>* fences, uint64_t order_key = 0);
+  // Host memory for ReadPagesAsync.
   absl::StatusOr<KvHostBuffer> AllocateHostBuffer(size_t bytes) const;
 
   // Tensor-parallel attention replicates the latent cache on every rank (docs/parallel.md):
@@ -152,9 +163,14 @@ class KvPool {
   absl::Status CheckPages(const char* what, int layer, std::span<const int32_t> pages,
                           bool distinct) const;
   // kv_pool_copy.cc: the batched copies on either backend. `fence` null: wait for the copy.
+  // WritePagesAsync's body; `lane_key` < 0: any free copy lane, else always the same lane for
+  // the same key.
+  absl::Status WritePagesOnLane(int layer, std::span<const int32_t> pages, const void* host_src,
+                                std::vector<KvCopyFence>* fences, int64_t lane_key);
   absl::Status CopyPages(int layer, std::span<const int32_t> pages, void* host, bool to_host,
-                         void* after_stream, KvCopyFence* fence) const;
-  absl::StatusOr<CopyLane*> AcquireLane(size_t staging_bytes) const;
+                         void* after_stream, KvCopyFence* fence, int64_t lane_key) const;
+  absl::StatusOr<CopyLane*> AcquireLane(size_t staging_bytes, size_t host_bytes,
+                                        int64_t lane_key) const;
   void ReleaseLane(CopyLane* lane) const;
   void DestroyLanes();
 
@@ -165,8 +181,7 @@ class KvPool {
   std::vector<KvPool*> replicas_;  // set before use, then read-only
   mutable absl::Mutex lanes_mu_;
   mutable absl::CondVar lane_free_;
-  mutable std::vector<CopyLane*> idle_lanes_ ABSL_GUARDED_BY(lanes_mu_);
-  mutable std::vector<CopyLane*> all_lanes_ ABSL_GUARDED_BY(lanes_mu_);
+  mutable std::vector<CopyLane*> lanes_ ABSL_GUARDED_BY(lanes_mu_);  // created on first use
   mutable absl::Mutex mu_;
   std::vector<int32_t> free_list_ ABSL_GUARDED_BY(mu_);
   std::vector<uint8_t> in_use_ ABSL_GUARDED_BY(mu_);

@@ -215,6 +215,37 @@ TEST_P(KvPoolBatchTest, WritePagesReachesReplicas) {
   EXPECT_EQ(b, src);
 }
 
+// The receiver's path: the source may be reused as soon as the call returned; the pages hold
+// the bytes once the fences (one per pool: this one and its replica) completed.
+TEST_P(KvPoolBatchTest, WritePagesAsyncConsumesTheSourceAtOnce) {
+  auto replica = KvPool::Create(options_);
+  ASSERT_TRUE(replica.ok()) << replica.status();
+  ASSERT_TRUE(pool_->AddReplica(replica->get()).ok());
+  const std::vector<int32_t> ids = PermutedIds(kernels::kMaxPageCopyPages + 3);
+  const Bytes want = RandomBytes(ids.size() * pool_->layer_page_bytes(), rng_);
+  Bytes src = want;
+  std::vector<KvCopyFence> fences;
+  ASSERT_TRUE(pool_->WritePagesAsync(1, ids, src.data(), &fences).ok());
+  std::fill(src.begin(), src.end(), kPoison);  // the caller's buffer is free again
+  EXPECT_EQ(fences.size(), kBackend == kernels::Backend::kCuda ? 2u : 0u);
+  for (const KvCopyFence& f : fences) ASSERT_TRUE(f.Wait(absl::Now() + absl::Seconds(30)).ok());
+  for (const KvCopyFence& f : fences) EXPECT_TRUE(f.Ready());
+  Bytes a(want.size(), kPoison), b(want.size(), kPoison);
+  ASSERT_TRUE(pool_->ReadPages(1, ids, a.data()).ok());
+  ASSERT_TRUE((*replica)->ReadPages(1, ids, b.data()).ok());
+  EXPECT_EQ(a, want);
+  EXPECT_EQ(b, want);
+  // The same pages twice under one order key (a page re-sent by a later message): the second
+  // copy wins, and it waited for the first's DMA before reusing the lane's host staging.
+  const Bytes second = RandomBytes(want.size(), rng_);
+  fences.clear();
+  ASSERT_TRUE(pool_->WritePagesAsync(0, ids, want.data(), &fences, 12345).ok());
+  ASSERT_TRUE(pool_->WritePagesAsync(0, ids, second.data(), &fences, 12345).ok());
+  for (const KvCopyFence& f : fences) ASSERT_TRUE(f.Wait(absl::Now() + absl::Seconds(30)).ok());
+  ASSERT_TRUE(pool_->ReadPages(0, ids, a.data()).ok());
+  EXPECT_EQ(a, second);
+}
+
 // Receivers write from several RPC threads at once: more threads than copy lanes, disjoint
 // pages, each checked afterwards.
 TEST_P(KvPoolBatchTest, ConcurrentBatchesOnDisjointPages) {
@@ -230,7 +261,15 @@ TEST_P(KvPoolBatchTest, ConcurrentBatchesOnDisjointPages) {
       std::span<const int32_t> mine(ids.data() + t * kPagesEach, kPagesEach);
       for (int r = 0; r < kRounds && failures[t].ok(); ++r) {
         last[t] = RandomBytes(kPagesEach * pb, rng);
-        failures[t] = pool_->WritePages(r % 2, mine, last[t].data());
+        if (t % 2 == 0) {
+          failures[t] = pool_->WritePages(r % 2, mine, last[t].data());
+        } else {  // the receiver's way: asynchronous, keyed by session
+          std::vector<KvCopyFence> fences;
+          failures[t] = pool_->WritePagesAsync(r % 2, mine, last[t].data(), &fences, t);
+          for (const KvCopyFence& f : fences) {
+            if (failures[t].ok()) failures[t] = f.Wait(absl::Now() + absl::Seconds(30));
+          }
+        }
         Bytes back(last[t].size());
         if (failures[t].ok()) failures[t] = pool_->ReadPages(r % 2, mine, back.data());
         if (failures[t].ok() && back != last[t]) {

@@ -3,10 +3,12 @@
 // CUDA: a copy lane is a non-blocking stream of the pool's own plus a device staging buffer
 // that holds up to kernels::kMaxPageCopyPages layer pages. A read gathers the pages into the
 // staging buffer (kernels/kv_pack KvPageCopy, page ids by value) and copies it to the host in
-// one DMA; a write copies the host bytes into the staging buffer and scatters them. A lane is
-// held only while work is enqueued on it: stream order alone keeps a later batch from
-// overwriting a staging buffer that an earlier copy still reads, so an asynchronous read hands
-// its lane back at once and only its fence (an event) outlives the call.
+// one DMA. A write first copies the caller's bytes into the lane's page-locked host buffer
+// (so the caller may reuse them at once and the DMA is truly asynchronous), then DMAs them to
+// the device staging buffer and scatters them. A lane is held only while work is enqueued on
+// it: stream order alone keeps a later batch from overwriting a device staging buffer that an
+// earlier copy still reads (the host buffer, which the CPU writes, waits for an event), so an
+// asynchronous copy hands its lane back at once and only its fence outlives the call.
 // CPU: the same gather / scatter, on host memory, done on return.
 #include <algorithm>
 #include <cstdlib>
@@ -37,6 +39,20 @@ constexpr absl::Duration kFencePoll = absl::Microseconds(20);
 absl::Status CudaError(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat("KvPool: ", what, ": ", cudaGetErrorString(err)));
+}
+
+// Polls `event` until it completed or `deadline` passed (a host wait that cannot hang).
+absl::Status WaitEvent(cudaEvent_t event, absl::Time deadline, const char* what) {
+  while (true) {
+    const cudaError_t err = cudaEventQuery(event);
+    if (err == cudaSuccess) return absl::OkStatus();
+    if (err != cudaErrorNotReady) return CudaError(err, what);
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("KvPool: ", what, " did not complete by its deadline"));
+    }
+    absl::SleepFor(kFencePoll);
+  }
 }
 
 // Makes the pool's device current for a scope (RPC threads start on device 0).
@@ -135,19 +151,20 @@ absl::Status KvCopyFence::Wait(absl::Time deadline) const {
   if (event_ == nullptr) return absl::OkStatus();
 #if defined(MLASERVE_MODEL_HAS_CUDA)
   ScopedDevice on(device_);
-  while (true) {
-    const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
-    if (err == cudaSuccess) return absl::OkStatus();
-    if (err != cudaErrorNotReady) return CudaError(err, "page copy");
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          "KvPool: a batched page copy to host memory did not complete by its deadline");
-    }
-    absl::SleepFor(kFencePoll);
-  }
+  return WaitEvent(static_cast<cudaEvent_t>(event_), deadline, "a batched page copy");
 #else
   (void)deadline;
   return absl::OkStatus();
+#endif
+}
+
+bool KvCopyFence::Ready() const {
+  if (event_ == nullptr) return true;
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  ScopedDevice on(device_);
+  return cudaEventQuery(static_cast<cudaEvent_t>(event_)) != cudaErrorNotReady;
+#else
+  return true;
 #endif
 }
 
@@ -156,25 +173,44 @@ struct KvPool::CopyLane {
   void* stream = nullptr;   // cudaStream_t
   void* staging = nullptr;  // device
   size_t capacity = 0;
+  void* host = nullptr;     // page-locked: writes stage the caller's bytes here
+  size_t host_capacity = 0;
+  void* host_free = nullptr;  // cudaEvent_t recorded after the last DMA that read `host`
+  bool busy = false;          // guarded by lanes_mu_
 };
 
-absl::StatusOr<KvPool::CopyLane*> KvPool::AcquireLane(size_t staging_bytes) const {
+absl::StatusOr<KvPool::CopyLane*> KvPool::AcquireLane(size_t staging_bytes, size_t host_bytes,
+                                                      int64_t lane_key) const {
   CopyLane* lane = nullptr;
   {
     absl::MutexLock lock(&lanes_mu_);
+    if (lanes_.empty()) lanes_.assign(kMaxCopyLanes, nullptr);
     const absl::Time deadline = absl::Now() + kCopyDeadline;
-    while (idle_lanes_.empty() && static_cast<int>(all_lanes_.size()) >= kMaxCopyLanes) {
-      if (lane_free_.WaitWithDeadline(&lanes_mu_, deadline) && idle_lanes_.empty()) {
+    while (true) {
+      // A keyed copy takes its own lane (ordered after the key's earlier copies); any other
+      // the first free one, or a new one while there are fewer than kMaxCopyLanes.
+      int pick = -1;
+      if (lane_key >= 0) {
+        const int i = static_cast<int>(lane_key % kMaxCopyLanes);
+        if (lanes_[i] == nullptr || !lanes_[i]->busy) pick = i;
+      } else {
+        for (int i = 0; i < kMaxCopyLanes && pick < 0; ++i) {
+          if (lanes_[i] != nullptr && !lanes_[i]->busy) pick = i;
+        }
+        for (int i = 0; i < kMaxCopyLanes && pick < 0; ++i) {
+          if (lanes_[i] == nullptr) pick = i;
+        }
+      }
+      if (pick >= 0) {
+        if (lanes_[pick] == nullptr) lanes_[pick] = new CopyLane;
+        lane = lanes_[pick];
+        lane->busy = true;
+        break;
+      }
+      if (lane_free_.WaitWithDeadline(&lanes_mu_, deadline)) {
         return absl::DeadlineExceededError(absl::StrCat(
             "KvPool: no copy lane came free in ", absl::FormatDuration(kCopyDeadline)));
       }
-    }
-    if (!idle_lanes_.empty()) {
-      lane = idle_lanes_.back();
-      idle_lanes_.pop_back();
-    } else {
-      lane = new CopyLane;
-      all_lanes_.push_back(lane);
     }
   }
 #if defined(MLASERVE_MODEL_HAS_CUDA)
@@ -184,17 +220,30 @@ absl::StatusOr<KvPool::CopyLane*> KvPool::AcquireLane(size_t staging_bytes) cons
     s = CudaError(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
     lane->stream = st;
   }
-  if (s.ok() && lane->capacity < staging_bytes) {
-    // Work still queued on the lane may read the old buffer: let it finish first.
+  if (s.ok() && lane->host_free == nullptr) {
+    cudaEvent_t ev = nullptr;
+    s = CudaError(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    lane->host_free = ev;
+  }
+  if (s.ok() && (lane->capacity < staging_bytes || lane->host_capacity < host_bytes)) {
+    // Work still queued on the lane may read the old buffers: let it finish first.
     s = CudaError(cudaStreamSynchronize(static_cast<cudaStream_t>(lane->stream)),
                   "cudaStreamSynchronize");
-    if (s.ok() && lane->staging != nullptr) cudaFree(lane->staging);
+  }
+  if (s.ok() && lane->capacity < staging_bytes) {
+    if (lane->staging != nullptr) cudaFree(lane->staging);
     lane->staging = nullptr;
     lane->capacity = 0;
-    if (s.ok()) {
-      s = CudaError(cudaMalloc(&lane->staging, staging_bytes), "cudaMalloc of a staging buffer");
-      if (s.ok()) lane->capacity = staging_bytes;
-    }
+    s = CudaError(cudaMalloc(&lane->staging, staging_bytes), "cudaMalloc of a staging buffer");
+    if (s.ok()) lane->capacity = staging_bytes;
+  }
+  if (s.ok() && lane->host_capacity < host_bytes) {
+    if (lane->host != nullptr) cudaFreeHost(lane->host);
+    lane->host = nullptr;
+    lane->host_capacity = 0;
+    s = CudaError(cudaHostAlloc(&lane->host, host_bytes, cudaHostAllocPortable),
+                  "cudaHostAlloc of a staging buffer");
+    if (s.ok()) lane->host_capacity = host_bytes;
   }
   if (!s.ok()) {
     ReleaseLane(lane);
@@ -202,14 +251,15 @@ absl::StatusOr<KvPool::CopyLane*> KvPool::AcquireLane(size_t staging_bytes) cons
   }
 #else
   (void)staging_bytes;
+  (void)host_bytes;
 #endif
   return lane;
 }
 
 void KvPool::ReleaseLane(CopyLane* lane) const {
   absl::MutexLock lock(&lanes_mu_);
-  idle_lanes_.push_back(lane);
-  lane_free_.Signal();
+  lane->busy = false;
+  lane_free_.SignalAll();  // a keyed waiter may want this very lane
 }
 
 void KvPool::DestroyLanes() {
@@ -217,22 +267,25 @@ void KvPool::DestroyLanes() {
 #if defined(MLASERVE_MODEL_HAS_CUDA)
   ScopedDevice on(device_);
 #endif
-  for (CopyLane* lane : all_lanes_) {
+  for (CopyLane* lane : lanes_) {
+    if (lane == nullptr) continue;
 #if defined(MLASERVE_MODEL_HAS_CUDA)
     if (lane->stream != nullptr) {
       cudaStreamSynchronize(static_cast<cudaStream_t>(lane->stream));
       cudaStreamDestroy(static_cast<cudaStream_t>(lane->stream));
     }
     if (lane->staging != nullptr) cudaFree(lane->staging);
+    if (lane->host != nullptr) cudaFreeHost(lane->host);
+    if (lane->host_free != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(lane->host_free));
 #endif
     delete lane;
   }
-  all_lanes_.clear();
-  idle_lanes_.clear();
+  lanes_.clear();
 }
 
 absl::Status KvPool::CopyPages(int layer, std::span<const int32_t> pages, void* host,
-                               bool to_host, void* after_stream, KvCopyFence* fence) const {
+                               bool to_host, void* after_stream, KvCopyFence* fence,
+                               int64_t lane_key) const {
   if (pages.empty()) return absl::OkStatus();
   const size_t page_bytes = layer_page_bytes();
   kernels::KvPageCopyParams p;
@@ -258,7 +311,8 @@ absl::Status KvPool::CopyPages(int layer, std::span<const int32_t> pages, void* 
   }
 #if defined(MLASERVE_MODEL_HAS_CUDA)
   ScopedDevice on(device_);
-  auto lane_or = AcquireLane(std::min(step, pages.size()) * page_bytes);
+  const size_t staging_bytes = std::min(step, pages.size()) * page_bytes;
+  auto lane_or = AcquireLane(staging_bytes, to_host ? 0 : staging_bytes, lane_key);
   if (!lane_or.ok()) return lane_or.status();
   CopyLane* lane = *lane_or;
   absl::Cleanup release = [&] { ReleaseLane(lane); };
@@ -280,9 +334,16 @@ absl::Status KvPool::CopyPages(int layer, std::span<const int32_t> pages, void* 
     chunk(first, n);
     absl::Status s;
     if (!to_host) {
-      s = CudaError(cudaMemcpyAsync(lane->staging, bytes + first * page_bytes, n * page_bytes,
-                                    cudaMemcpyHostToDevice, stream),
-                    "cudaMemcpyAsync to the device");
+      // The host staging buffer is free once the lane's previous write DMA read it.
+      auto host_free = static_cast<cudaEvent_t>(lane->host_free);
+      s = WaitEvent(host_free, absl::Now() + kCopyDeadline, "a page write's host staging");
+      if (s.ok()) {
+        std::memcpy(lane->host, bytes + first * page_bytes, n * page_bytes);
+        s = CudaError(cudaMemcpyAsync(lane->staging, lane->host, n * page_bytes,
+                                      cudaMemcpyHostToDevice, stream),
+                      "cudaMemcpyAsync to the device");
+      }
+      if (s.ok()) s = CudaError(cudaEventRecord(host_free, stream), "cudaEventRecord");
     }
     if (s.ok()) s = kernels::KvPageCopy(p, ctx);
     if (s.ok() && to_host) {
@@ -313,6 +374,7 @@ absl::Status KvPool::CopyPages(int layer, std::span<const int32_t> pages, void* 
 #else
   (void)after_stream;
   (void)fence;
+  (void)lane_key;
   return absl::FailedPreconditionError("KvPool: no CUDA support in this build");
 #endif
 }
