@@ -6,8 +6,9 @@
 // --batch at a time; for every layer of a batch the "prefill loop" ships the batch's pages,
 // then completes each request, without waiting for the transfers of earlier batches (the
 // decode pool holds --inflight batches). Two ways of shipping:
-//   page:  what the prefill worker did before KV protocol 2: per page a synchronous
-//          KvPool::ReadPage into a string and SendPage (one gRPC message per page);
+//   page:  what the workers did before KV protocol 2: per page a synchronous KvPool::ReadPage
+//          into a string and SendPage (one gRPC message per page, one connection), and a
+//          receiver that waits for each page's write before reading the next;
 //   batch: KvShipper: one KvPool::ReadPagesAsync per layer into page-locked staging and a
 //          shipping thread sending each request's run of pages as one message.
 // Reports pages/s and GB/s from the first send to the last receiver verdict, the process CPU
@@ -145,14 +146,15 @@ absl::StatusOr<Result> RunMode(const BenchOptions& o, const std::string& mode) {
     if (auto s = (*src)->WritePages(l, src_pages, fill.data()); !s.ok()) return s;
   }
 
-  KvReceiver receiver(dst->get(), layout);
+  KvReceiver receiver(dst->get(), layout,
+                      {.wait_each_write = mode == "page"});
   KvServiceImpl service(&receiver);
   common::ServerOptions so;
   so.listen = "127.0.0.1:0";
   common::ServerRunner server(so);
   server.AddService(&service);
   if (auto s = server.Start(); !s.ok()) return s;
-  TcpKvTransport transport(common::ClusterDialer::Insecure(), o.connections);
+  TcpKvTransport transport(common::ClusterDialer::Insecure(), mode == "page" ? 1 : o.connections);
   Sink sink(dst->get());
   KvShipper shipper(src->get(), nullptr, {.num_threads = o.ship_threads});
 

@@ -240,6 +240,10 @@ absl::Status KvReceiver::WritePages(const std::string& session_id, int layer,
       }
       // Keyed by session: a page re-sent by a later message lands after the earlier copy.
       error = pool_->WritePagesAsync(layer, ids, payload.data(), &s->writes, s->write_order);
+      if (error.ok() && options_.wait_each_write) {
+        error = WaitWrites(session_id, std::move(s->writes));
+        s->writes.clear();
+      }
       if (error.ok()) {
         auto received = s->received.begin() +
                         static_cast<size_t>(layer) * s->transfer_pages + first_page_index;

@@ -43,6 +43,9 @@ namespace mlaserve::kvtransfer {
 
 struct KvReceiverOptions {
   absl::Duration no_progress_timeout = absl::Seconds(30);
+  // Wait for each write to land before taking the next message, as receivers did before KV
+  // protocol 2 (kept to measure what the asynchronous writes buy: mlaserve-kv-tcp-bench).
+  bool wait_each_write = false;
 };
 
 struct KvReceivedKv {
