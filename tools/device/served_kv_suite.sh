@@ -10,7 +10,10 @@
 #   1. the gpu-labelled tests of the batched page path: kernels_kv_pack_cuda_test (gather /
 #      scatter kernel vs the CPU reference) and model_kv_pool_cuda_test (KvPool::ReadPages /
 #      WritePages / ReadPagesAsync / WritePagesAsync on the device);
-#   2. the random DeepSeek-V2-Lite-shaped checkpoint (tools/make_random_model.py, into /dev/shm);
+#   2. correctness of the path on the GPU: the fixture deepseek_v2 served with remote prefill over
+#      tcp (chunks of 100 tokens, so pages are re-sent) gives the greedy tokens of
+#      `mlaserve-run --backend cuda` (prompts of 7, 64, 300, 480 tokens), and the random DeepSeek-V2-Lite-shaped checkpoint is written
+#      (tools/make_random_model.py, into /dev/shm);
 #   3, 4. router + prefill + decode on the one GPU, --kv-transport tcp, mlaserve-bench c64, 256
 #      prompts, 1024 in / 128 out (the issue's command): "remote" = every prompt through the
 #      prefill worker (--local-prefill-threshold 0), "local" = every prompt prefilled by the
@@ -18,14 +21,14 @@
 #   5. mlaserve-kv-tcp-bench: the tcp KV path alone, GPU pools on both sides, the way the
 #      workers shipped pages before (one per message, synchronous copies) vs batched, same run.
 # Environment: SERVE_ARGS (mlaserve-bench load), SERVE_PAGES (KV pages per worker, default
-# 1600), KV_SKIP (space-separated steps to skip: tests kvbench model remote local).
+# 1600), KV_SKIP (space-separated steps to skip: tests fixture model remote local kvbench).
 # Dry run here on the CPU (checks the script, not the speed):
 #   BIN_DIR=build BACKEND=cpu MODEL=tests/fixtures/models/deepseek_v2 KV_SKIP="tests model" \
 #   SERVE_ARGS="--num-prompts 8 --random-input-len 100 --random-output-len 8 --max-concurrency 4" \
 #   tools/device/served_kv_suite.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BINS="mlaserve-router mlaserve-prefill mlaserve-decode mlaservectl mlaserve-bench mlaserve-kv-tcp-bench"
+BINS="mlaserve-router mlaserve-prefill mlaserve-decode mlaservectl mlaserve-run mlaserve-bench mlaserve-kv-tcp-bench"
 TESTS="kernels_kv_pack_cuda_test model_kv_pool_cuda_test"
 if [[ ${1:-} == --bundle ]]; then
   set -e
@@ -70,6 +73,9 @@ OUT=${OUT:-/tmp/served_kv_out}
 LOGS=$(mktemp -d -t served-kv-XXXXXX)
 mkdir -p "$OUT"
 SKIP=" ${KV_SKIP:-} "
+MODEL_ROOT=/tmp
+if [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]]; then MODEL_ROOT=/dev/shm; fi
+V2L=${MODEL:-$MODEL_ROOT/v2lite-random}
 summary=()
 note() { summary+=("$(printf '%-58s %s' "$1" "$2")"); echo "== [$((SECONDS - T0)) s] $1: $2"; }
 # left NEED_S: true when at least NEED_S seconds of the budget remain.
@@ -86,16 +92,6 @@ if [[ $SKIP != *" tests "* ]]; then
     rc=$?
     note "$t" "rc=$rc $((SECONDS - start)) s; $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$t.txt" | tr '\n' ' ')"
   done
-fi
-
-# --- 2. the random V2-Lite-shaped checkpoint
-MODEL_ROOT=/tmp
-if [[ $(df --output=avail -B1G /dev/shm 2>/dev/null | tail -1) -gt 40 ]]; then MODEL_ROOT=/dev/shm; fi
-V2L=${MODEL:-$MODEL_ROOT/v2lite-random}
-if [[ $SKIP != *" model "* && ! -f $V2L/config.json ]] && left 300; then
-  start=$SECONDS
-  timeout 240 python3 tools/make_random_model.py --out "$V2L" > "$LOGS/make_model.log" 2>&1
-  note "make_random_model ($MODEL_ROOT)" "rc=$? $((SECONDS - start)) s; $(tail -1 "$LOGS/make_model.log")"
 fi
 
 # --- serving stack helpers (as tools/device/e2e_suite.sh)
@@ -120,32 +116,75 @@ start() {
   ADDRESS=$(sed -n 's/^listening on //p' "$LOGS/$name.out" | head -n1)
   ADDRESS=${ADDRESS/0.0.0.0/127.0.0.1}
 }
-# stack TAG LOCAL_PREFILL_THRESHOLD: prefill + decode (cuda, tcp) + router on V2L; ROUTER set.
+# stack TAG LOCAL_PREFILL_THRESHOLD [MODEL]: prefill + decode (tcp) + router on MODEL (default
+# the V2-Lite-shaped one); ROUTER and ADMIN set. PREFILL_FLAGS: flags for the prefill worker.
+PREFILL_FLAGS=()
 stack() {
-  local tag=$1 threshold=$2
-  local wf=(--insecure --listen 127.0.0.1:0 --model "$V2L" --backend "$BACKEND" --kv-transport tcp
+  local tag=$1 threshold=$2 model=${3:-$V2L}
+  local wf=(--insecure --listen 127.0.0.1:0 --model "$model" --backend "$BACKEND" --kv-transport tcp
             --metrics-port -1 --num-kv-pages "${SERVE_PAGES:-1600}")
   # The two workers load their weights at the same time (both from /dev/shm).
-  start "$tag-prefill" "$B/mlaserve-prefill" "${wf[@]}" || return 1
+  start "$tag-prefill" "$B/mlaserve-prefill" "${wf[@]}" "${PREFILL_FLAGS[@]}" || return 1
   local pa=$ADDRESS
   start "$tag-decode" "$B/mlaserve-decode" "${wf[@]}" --max-running-requests 64 \
     --local-prefill-threshold "$threshold" || return 1
   local da=$ADDRESS
   start "$tag-router" "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 \
-    --admin-listen 127.0.0.1:0 --model "$V2L" --metrics-port -1 --prefill "$pa" --decode "$da" || return 1
+    --admin-listen 127.0.0.1:0 --model "$model" --metrics-port -1 --prefill "$pa" --decode "$da" || return 1
   ROUTER=$ADDRESS
-  local admin deadline=$((SECONDS + 30))
-  until admin=$(sed -n 's/^admin listening on //p' "$LOGS/$tag-router.out" | head -n1); [[ -n $admin ]]; do
+  local deadline=$((SECONDS + 30))
+  until ADMIN=$(sed -n 's/^admin listening on //p' "$LOGS/$tag-router.out" | head -n1); [[ -n $ADMIN ]]; do
     ((SECONDS > deadline)) && { echo "router $tag printed no admin address"; return 1; }
     sleep 0.1
   done
   deadline=$((SECONDS + 60))
-  until "$B/mlaservectl" --insecure --server "$ROUTER" --admin "$admin" --timeout 2 health \
+  until "$B/mlaservectl" --insecure --server "$ROUTER" --admin "$ADMIN" --timeout 2 health \
       --service mlaserve.v1.Generation >/dev/null 2>&1; do
     ((SECONDS > deadline)) && { echo "router $tag not ready"; return 1; }
     sleep 0.2
   done
 }
+
+# --- 2a. fixture: served greedy tokens == mlaserve-run --backend cuda, remote prefill over tcp
+if [[ $SKIP != *" fixture "* ]] && left 200; then
+  FX=tests/fixtures/models/deepseek_v2
+  # Chunks of 100 tokens end inside pages: such a page is shipped again with the next chunk,
+  # and the decode side must keep the later copy.
+  PREFILL_FLAGS=(--chunk-size 100)
+  if stack fixture 0 "$FX"; then
+    ok=0; n=0
+    for len in 7 64 300 480; do
+      ids=$(python3 -c "import random; r=random.Random($len); print(','.join(str(r.randrange(2, 512)) for _ in range($len)))")
+      n=$((n + 1))
+      want=$(timeout 60 "$B/mlaserve-run" --model "$FX" --backend "$BACKEND" --prompt-ids "$ids" --max-new-tokens 16 \
+        --temperature 0 --ignore-eos --print-ids 2>>"$LOGS/fixture-run.log")
+      timeout 60 "$B/mlaservectl" --insecure --server "$ROUTER" --admin "$ADMIN" -o json generate --prompt-ids "$ids" \
+        --max-new-tokens 16 --temperature 0 --ignore-eos > "$LOGS/fixture-served-$len.jsonl" 2>>"$LOGS/fixture-ctl.log"
+      got=$(python3 -c "
+import json, sys
+ids = []
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    ids += [int(t) for t in m.get('chunk', {}).get('tokenIds', m.get('chunk', {}).get('token_ids', []))]
+print(' '.join(map(str, ids)))" "$LOGS/fixture-served-$len.jsonl")
+      echo "len $len run:    $want" >> "$OUT/fixture_check.log"
+      echo "len $len served: $got" >> "$OUT/fixture_check.log"
+      [[ -n $want && $want == "$got" ]] && ok=$((ok + 1))
+    done
+    note "served (remote prefill, tcp) == mlaserve-run, deepseek_v2" "$ok of $n prompts equal (16 greedy tokens)"
+  else
+    note "serve fixture" "FAILED to start"
+  fi
+  stop_all
+  PREFILL_FLAGS=()
+fi
+
+# --- 2b. the random V2-Lite-shaped checkpoint
+if [[ $SKIP != *" model "* && ! -f $V2L/config.json ]] && left 300; then
+  start=$SECONDS
+  timeout 240 python3 tools/make_random_model.py --out "$V2L" > "$LOGS/make_model.log" 2>&1
+  note "make_random_model ($MODEL_ROOT)" "rc=$? $((SECONDS - start)) s; $(tail -1 "$LOGS/make_model.log")"
+fi
 
 # --- 3, 4. served: remote prefill (A) vs local prefill (B)
 read -r -a load <<< "${SERVE_ARGS:---num-prompts 256 --random-input-len 1024 --random-output-len 128 --random-range-ratio 1 --max-concurrency 64 --seed 1}"
