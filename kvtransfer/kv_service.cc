@@ -64,6 +64,19 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
             p.crc32());
         break;
       }
+      case v1::KvPushMessage::kPages: {
+        if (!opened_) {
+          st = absl::FailedPreconditionError("KV stream: pages before open");
+          break;
+        }
+        const auto& run = msg_.pages();
+        st = receiver_->WritePages(
+            msg_session(), run.layer(), run.first_page_index(), run.num_pages(),
+            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(run.payload().data()),
+                                     run.payload().size()),
+            run.crc32());
+        break;
+      }
       case v1::KvPushMessage::kComplete: {
         if (!opened_) {
           st = absl::FailedPreconditionError("KV stream: complete before open");

@@ -63,13 +63,15 @@ std::string KvLayout::CompatHash() const {
                     tp_size}) {
     h.Add(v);
   }
+  if (kv_protocol >= 2) h.Add(static_cast<int64_t>(kv_protocol));
   return absl::StrFormat("%016x", h.value());
 }
 
 std::string KvLayout::Describe() const {
-  return absl::StrFormat("%s fingerprint=%016x layers=%d latent=%d index=%d dtype=%s page=%d tp=%d",
-                         model_type, model_fingerprint, num_layers, latent_dim, index_dim,
-                         kernels::DTypeName(dtype), page_size, tp_size);
+  return absl::StrFormat(
+      "%s fingerprint=%016x layers=%d latent=%d index=%d dtype=%s page=%d tp=%d kv_protocol=%d",
+      model_type, model_fingerprint, num_layers, latent_dim, index_dim, kernels::DTypeName(dtype),
+      page_size, tp_size, kv_protocol);
 }
 
 absl::StatusOr<KvLayout> MakeKvLayout(const model::ModelConfig& config,
@@ -124,6 +126,12 @@ absl::Status CheckCompatible(const KvLayout& local, const KvLayout& peer) {
   }
   if (local.page_size != peer.page_size) return differ("page_size", local.page_size, peer.page_size);
   if (local.tp_size != peer.tp_size) return differ("tp_size", local.tp_size, peer.tp_size);
+  if (local.kv_protocol != peer.kv_protocol) {
+    const absl::Status s = differ("kv_protocol", local.kv_protocol, peer.kv_protocol);
+    return absl::FailedPreconditionError(absl::StrCat(
+        s.message(), "; the prefill and decode workers must be builds that speak the same KV "
+                     "transfer protocol"));
+  }
   return absl::OkStatus();
 }
 

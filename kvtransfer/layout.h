@@ -26,6 +26,12 @@
 
 namespace mlaserve::kvtransfer {
 
+// The KV data-plane protocol this build speaks. 1: one layer page per tcp message. 2: runs of
+// consecutive pages of a layer per message (kv.proto KvLayerPages). From 2 on it is part of
+// the compatibility hash, so a worker pair of different protocols refuses to pair up instead of
+// failing mid-transfer; protocol 1's hash is the hash of the builds before the field existed.
+inline constexpr int kKvProtocolVersion = 2;
+
 struct KvLayout {
   std::string model_type;
   uint64_t model_fingerprint = 0;
@@ -35,10 +41,12 @@ struct KvLayout {
   kernels::DType dtype = kernels::DType::kF32;  // kFP8E4M3: DeepSeek's fp8 layout
   int page_size = kernels::kPageSize;
   int tp_size = 1;
+  int kv_protocol = kKvProtocolVersion;
 
   // 16 lowercase hex digits over every field above.
   std::string CompatHash() const;
-  // "deepseek_v3 fp=0123.. layers=61 latent=576 index=0 dtype=bf16 page=64 tp=1"
+  // "deepseek_v3 fingerprint=0123.. layers=61 latent=576 index=0 dtype=bf16 page=64 tp=1
+  // kv_protocol=2"
   std::string Describe() const;
 };
 

@@ -14,6 +14,7 @@ mlaserve::v1::KvLayout ToProto(const KvLayout& l) {
   p.set_dtype(kernels::DTypeName(l.dtype));
   p.set_page_size(l.page_size);
   p.set_tp_size(l.tp_size);
+  p.set_kv_protocol(l.kv_protocol);
   p.set_compat_hash(l.CompatHash());
   return p;
 }
@@ -30,6 +31,7 @@ absl::StatusOr<KvLayout> FromProto(const mlaserve::v1::KvLayout& p) {
   l.dtype = *dtype;
   l.page_size = p.page_size();
   l.tp_size = p.tp_size();
+  l.kv_protocol = p.kv_protocol() == 0 ? 1 : p.kv_protocol();  // 0: a sender before the field
   if (!p.compat_hash().empty() && p.compat_hash() != l.CompatHash()) {
     return absl::InvalidArgumentError(absl::StrCat("KvLayout compat_hash ", p.compat_hash(),
                                                    " does not match its fields (",

@@ -10,6 +10,7 @@ namespace mlaserve::kvtransfer {
 
 struct KvReceiver::Session {
   std::string id;
+  uint64_t write_order = 0;  // KvPool::WritePagesAsync order key: this session's writes in order
   int transfer_pages = 0;
   absl::Time lease_deadline;
 
@@ -26,7 +27,28 @@ struct KvReceiver::Session {
   int32_t pages_written ABSL_GUARDED_BY(mu) = 0;
   int pins ABSL_GUARDED_BY(mu) = 0;                      // AcquireDirect pins held
   std::vector<int32_t> deferred_free ABSL_GUARDED_BY(mu);  // ended while pinned
+  // WritePages still landing on the device: waited before the pages are handed on or freed.
+  std::vector<model::KvCopyFence> writes ABSL_GUARDED_BY(mu);
 };
+
+namespace {
+// Completed writes are dropped once this many are pending, so a long session's list stays short.
+constexpr size_t kPruneWritesAt = 64;
+}  // namespace
+
+absl::Status KvReceiver::WaitWrites(const std::string& session_id,
+                                    std::vector<model::KvCopyFence> writes) const {
+  const absl::Time deadline = absl::Now() + options_.no_progress_timeout;
+  absl::Status first;
+  for (const model::KvCopyFence& w : writes) {
+    absl::Status s = w.Wait(deadline);
+    if (first.ok() && !s.ok()) {
+      first = absl::Status(s.code(), absl::StrCat("KV session ", session_id,
+                                                  ": writing pages into the pool: ", s.message()));
+    }
+  }
+  return first;
+}
 
 KvReceiver::KvReceiver(model::KvPool* pool, KvLayout local_layout, KvReceiverOptions options)
     : pool_(pool),
@@ -58,6 +80,7 @@ absl::Status KvReceiver::CreateSession(const std::string& session_id, std::vecto
   }
   auto s = std::make_shared<Session>();
   s->id = session_id;
+  s->write_order = std::hash<std::string>{}(session_id);
   s->transfer_pages = transfer_pages;
   s->lease_deadline = lease_deadline;
   {
@@ -85,6 +108,7 @@ void KvReceiver::End(const std::shared_ptr<Session>& s, absl::StatusOr<KvReceive
   DoneFn on_done;
   std::function<void(const absl::Status&)> on_failure;
   std::vector<int32_t> pages;
+  std::vector<model::KvCopyFence> writes;
   {
     absl::MutexLock sl(&s->mu);
     if (s->ended) return;
@@ -92,6 +116,11 @@ void KvReceiver::End(const std::shared_ptr<Session>& s, absl::StatusOr<KvReceive
     on_done = std::move(s->on_done);
     on_failure = std::move(s->on_failure);
     pages = std::move(s->pages);
+    writes = std::move(s->writes);
+  }
+  // No write may land in a page after it was handed on or freed.
+  if (absl::Status w = WaitWrites(s->id, std::move(writes)); !w.ok() && result.ok()) {
+    result = w;
   }
   {
     absl::MutexLock lock(&mu_);
@@ -112,6 +141,7 @@ bool KvReceiver::Cancel(const std::string& session_id) {
   std::shared_ptr<Session> s = Find(session_id);
   if (s == nullptr) return false;
   std::vector<int32_t> pages;
+  std::vector<model::KvCopyFence> writes;
   std::function<void(const absl::Status&)> on_failure;
   {
     absl::MutexLock sl(&s->mu);
@@ -120,7 +150,9 @@ bool KvReceiver::Cancel(const std::string& session_id) {
     s->on_done = nullptr;
     on_failure = std::move(s->on_failure);
     pages = std::move(s->pages);
+    writes = std::move(s->writes);
   }
+  (void)WaitWrites(session_id, std::move(writes));  // before the pages go back to the pool
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
@@ -165,12 +197,14 @@ absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sen
   return absl::OkStatus();
 }
 
-absl::Status KvReceiver::WritePage(const std::string& session_id, int layer, int page_index,
-                                   std::span<const uint8_t> payload, uint32_t crc32) {
+absl::Status KvReceiver::WritePages(const std::string& session_id, int layer,
+                                    int first_page_index, int num_pages,
+                                    std::span<const uint8_t> payload, uint32_t crc32) {
   std::shared_ptr<Session> s = Find(session_id);
   if (s == nullptr) {
     return absl::NotFoundError(absl::StrCat("KV session ", session_id, " is unknown here"));
   }
+  const size_t page_bytes = pool_->layer_page_bytes();
   absl::Status error;
   {
     absl::MutexLock sl(&s->mu);
@@ -182,24 +216,40 @@ absl::Status KvReceiver::WritePage(const std::string& session_id, int layer, int
       error = absl::InvalidArgumentError(absl::StrCat("KV session ", session_id, ": layer ",
                                                       layer, " not in [0, ", layout_.num_layers,
                                                       ")"));
-    } else if (page_index < 0 || page_index >= s->transfer_pages) {
-      error = absl::InvalidArgumentError(absl::StrCat("KV session ", session_id, ": page_index ",
-                                                      page_index, " not in [0, ",
-                                                      s->transfer_pages, ")"));
-    } else if (payload.size() != pool_->layer_page_bytes()) {
-      error = absl::InvalidArgumentError(absl::StrCat("KV session ", session_id, ": payload of ",
-                                                      payload.size(), " bytes; a layer page has ",
-                                                      pool_->layer_page_bytes()));
+    } else if (num_pages < 1 || first_page_index < 0 ||
+               first_page_index > s->transfer_pages - num_pages) {
+      error = absl::InvalidArgumentError(absl::StrCat(
+          "KV session ", session_id, ": pages [", first_page_index, ", ",
+          int64_t{first_page_index} + num_pages, ") not within [0, ", s->transfer_pages, ")"));
+    } else if (payload.size() != page_bytes * num_pages) {
+      error = absl::InvalidArgumentError(absl::StrCat(
+          "KV session ", session_id, ": payload of ", payload.size(), " bytes for ", num_pages,
+          " pages; a layer page has ", page_bytes));
     } else if (const uint32_t got = Crc32(payload); got != crc32) {
       error = absl::DataLossError(absl::StrCat("KV session ", session_id, ": layer ", layer,
-                                               " page ", page_index, " checksum ", got,
+                                               " pages [", first_page_index, ", ",
+                                               first_page_index + num_pages, ") checksum ", got,
                                                " != sent ", crc32));
     } else {
-      error = pool_->WritePage(layer, s->pages[page_index], payload.data());
+      const std::span<const int32_t> ids =
+          std::span<const int32_t>(s->pages).subspan(first_page_index, num_pages);
+      if (s->writes.size() >= kPruneWritesAt) {
+        std::erase_if(s->writes, [](const model::KvCopyFence& w) {
+          return w.Ready() && w.Wait(absl::Now()).ok();  // a failed one stays, to be reported
+        });
+      }
+      // Keyed by session: a page re-sent by a later message lands after the earlier copy.
+      error = pool_->WritePagesAsync(layer, ids, payload.data(), &s->writes, s->write_order);
+      if (error.ok() && options_.wait_each_write) {
+        error = WaitWrites(session_id, std::move(s->writes));
+        s->writes.clear();
+      }
       if (error.ok()) {
-        s->received[static_cast<size_t>(layer) * s->transfer_pages + page_index] = 1;
+        auto received = s->received.begin() +
+                        static_cast<size_t>(layer) * s->transfer_pages + first_page_index;
+        std::fill(received, received + num_pages, 1);
         s->bytes += static_cast<int64_t>(payload.size());
-        s->pages_written += 1;
+        s->pages_written += num_pages;
         s->last_progress = absl::Now();
         return absl::OkStatus();
       }

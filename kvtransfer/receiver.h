@@ -2,7 +2,8 @@
 //
 // The decode worker creates one session per reserved request (CreateSession), handing the
 // session the request's pages. A transport's server side then feeds the session:
-//   Open(id, sender layout) -> WritePage(id, layer, page_index, bytes, crc)* -> Complete(id)
+//   Open(id, sender layout) -> WritePages(id, layer, first page index, n, bytes, crc)* ->
+//   Complete(id)
 // or Fail(id, why) when its stream breaks.
 //
 // Ownership: a session owns its pages until it ends. On success they are handed to the
@@ -42,6 +43,9 @@ namespace mlaserve::kvtransfer {
 
 struct KvReceiverOptions {
   absl::Duration no_progress_timeout = absl::Seconds(30);
+  // Wait for each write to land before taking the next message, as receivers did before KV
+  // protocol 2 (kept to measure what the asynchronous writes buy: mlaserve-kv-tcp-bench).
+  bool wait_each_write = false;
 };
 
 struct KvReceivedKv {
@@ -78,8 +82,17 @@ class KvReceiver {
   // fails after a successful Open, so the transport can end its stream and tell the sender.
   absl::Status Open(const std::string& session_id, const KvLayout& sender_layout,
                     std::function<void(const absl::Status&)> on_failure = nullptr);
+  // `num_pages` consecutive pages [first_page_index, first_page_index + num_pages) of `layer`,
+  // back to back in `payload`, with the CRC-32 of all of it: checked, then written into the
+  // pool in one batch without waiting for the device (KvPool::WritePagesAsync; `payload` may
+  // be reused on return). The session waits for its writes before it hands its pages on
+  // (Complete) or frees them (any failure). WritePage is the one-page case.
+  absl::Status WritePages(const std::string& session_id, int layer, int first_page_index,
+                          int num_pages, std::span<const uint8_t> payload, uint32_t crc32);
   absl::Status WritePage(const std::string& session_id, int layer, int page_index,
-                         std::span<const uint8_t> payload, uint32_t crc32);
+                         std::span<const uint8_t> payload, uint32_t crc32) {
+    return WritePages(session_id, layer, page_index, 1, payload, crc32);
+  }
   absl::StatusOr<KvPushStats> Complete(const std::string& session_id,
                                        const KvCompletion& completion);
   // False when the session had already ended (or never existed).
@@ -115,6 +128,9 @@ class KvReceiver {
   // Frees pages whose release was deferred by pins (see AcquireDirect).
   void ReleasePages(Session& s, std::vector<int32_t> pages);
   void Unpin(const std::shared_ptr<Session>& s);
+  // Waits (bounded) for page writes still landing; an error if one failed or is stuck.
+  absl::Status WaitWrites(const std::string& session_id,
+                          std::vector<model::KvCopyFence> writes) const;
 
   model::KvPool* const pool_;
   const KvLayout layout_;

@@ -169,6 +169,7 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
     return finished_;
   }
   absl::Duration no_progress_timeout() const { return options_.no_progress_timeout; }
+  size_t max_message_bytes() const { return options_.max_message_bytes; }
 
   void OnWriteDone(bool ok) override {
     {
@@ -221,6 +222,7 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
 
  private:
   static size_t MessageBytes(const v1::KvPushMessage& m) {
+    if (m.has_pages()) return m.pages().payload().size();
     return m.has_page() ? m.page().payload().size() : 0;
   }
 
@@ -313,13 +315,42 @@ class TcpKvSender final : public KvSender {
 
   absl::Status SendPage(int layer, int page_index, std::string payload) override {
     v1::KvPushMessage msg;
-    auto* page = msg.mutable_page();
-    page->set_layer(layer);
-    page->set_page_index(page_index);
-    page->set_crc32(Crc32(payload));
+    auto* run = msg.mutable_pages();
+    run->set_layer(layer);
+    run->set_first_page_index(page_index);
+    run->set_num_pages(1);
+    run->set_crc32(Crc32(payload));
     const size_t bytes = payload.size();
-    page->set_payload(std::move(payload));
+    run->set_payload(std::move(payload));
     return stream_->Enqueue(std::move(msg), bytes, /*is_complete=*/false, nullptr);
+  }
+
+  // One message per run of pages up to the size cap: the payload is copied once, into the
+  // message, and checksummed there.
+  absl::Status SendPages(int layer, int first_page_index, int num_pages,
+                         std::span<const uint8_t> bytes) override {
+    if (num_pages <= 0 || bytes.size() % num_pages != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SendPages: ", bytes.size(), " bytes are not ", num_pages, " equal pages"));
+    }
+    const size_t page_bytes = bytes.size() / num_pages;
+    const int per_message = static_cast<int>(
+        std::max<size_t>(1, stream_->max_message_bytes() / std::max<size_t>(1, page_bytes)));
+    for (int i = 0; i < num_pages; i += per_message) {
+      const int n = std::min(per_message, num_pages - i);
+      v1::KvPushMessage msg;
+      auto* run = msg.mutable_pages();
+      run->set_layer(layer);
+      run->set_first_page_index(first_page_index + i);
+      run->set_num_pages(n);
+      std::string* payload = run->mutable_payload();
+      payload->assign(reinterpret_cast<const char*>(bytes.data()) + i * page_bytes,
+                      n * page_bytes);
+      run->set_crc32(Crc32(*payload));
+      absl::Status s = stream_->Enqueue(std::move(msg), n * page_bytes, false, nullptr);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
   }
 
   void Complete(const KvCompletion& c, std::function<void(absl::Status)> done) override {
@@ -344,8 +375,9 @@ class TcpKvSender final : public KvSender {
 
 }  // namespace
 
-TcpKvTransport::TcpKvTransport(std::shared_ptr<const common::ClusterDialer> dialer)
-    : dialer_(std::move(dialer)) {
+TcpKvTransport::TcpKvTransport(std::shared_ptr<const common::ClusterDialer> dialer,
+                               int connections_per_endpoint)
+    : dialer_(std::move(dialer)), connections_per_endpoint_(std::max(1, connections_per_endpoint)) {
   common::KeepGrpcCallbackQueueAlive();
   watchdog_ = std::thread([this] { WatchdogLoop(); });
 }
@@ -371,14 +403,20 @@ TcpKvTransport::~TcpKvTransport() {
 
 std::shared_ptr<grpc::Channel> TcpKvTransport::ChannelFor(const std::string& endpoint) {
   absl::MutexLock lock(&mu_);
-  auto& ch = channels_[endpoint];
-  if (ch == nullptr) {
-    grpc::ChannelArguments args;
-    args.SetMaxSendMessageSize(-1);
-    args.SetMaxReceiveMessageSize(-1);
-    ch = dialer_->Dial(endpoint, args);
+  EndpointChannels& e = channels_[endpoint];
+  if (e.channels.empty()) {
+    for (int i = 0; i < connections_per_endpoint_; ++i) {
+      grpc::ChannelArguments args;
+      args.SetMaxSendMessageSize(-1);
+      args.SetMaxReceiveMessageSize(-1);
+      // Channels with equal arguments share one connection (gRPC's global subchannel pool):
+      // a private pool and a distinct argument give each its own.
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      args.SetInt("mlaserve.kv_connection", i);
+      e.channels.push_back(dialer_->Dial(endpoint, args));
+    }
   }
-  return ch;
+  return e.channels[e.next++ % e.channels.size()];
 }
 
 absl::StatusOr<std::unique_ptr<KvSender>> TcpKvTransport::Open(const KvSessionRef& ref,

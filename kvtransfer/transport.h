@@ -2,9 +2,9 @@
 // reserved them. Transports (tcp, the in-process fake, later nccl) sit behind this interface;
 // the receiving side of every transport writes into a KvReceiver (receiver.h).
 //
-// Sender lifecycle, driven by the prefill scheduler thread:
-//   Open(ref)  ->  SendPage(layer, page_index, bytes)*  ->  Complete(first token, done)
-// or Abort(reason) at any point. A page may be sent more than once (a chunk boundary inside a
+// Sender lifecycle, driven by one thread at a time (the prefill worker's KV shipping thread):
+//   Open(ref)  ->  SendPages(layer, first page index, pages)*  ->  Complete(first token, done)
+// or Abort(reason) at any point (Abort and status() from any thread). A page may be sent more than once (a chunk boundary inside a
 // page re-sends it when the next chunk fills it); the receiver keeps the last copy.
 // Failures are sticky: once the receiver refused or the stream broke, status() reports it and
 // every later call returns it, so the scheduler can drop this request and go on with the rest
@@ -47,6 +47,9 @@ struct KvSenderOptions {
   absl::Duration no_progress_timeout = absl::Seconds(30);
   // Payload bytes queued but not yet written to the wire before SendPage blocks.
   size_t max_inflight_bytes = 64u << 20;
+  // SendPages cuts a run of pages into messages of at most this many payload bytes (at least
+  // one page each): big enough that per-message costs vanish, small enough to pipeline.
+  size_t max_message_bytes = 4u << 20;
   std::string sender_name;  // for the receiver's logs
 };
 
@@ -57,6 +60,13 @@ class KvSender {
   // Queues one layer page (exactly layer_page_bytes). Returns the session's failure if it has
   // failed; DEADLINE_EXCEEDED if the queue does not drain within the no-progress deadline.
   virtual absl::Status SendPage(int layer, int page_index, std::string payload) = 0;
+
+  // Queues `num_pages` consecutive layer pages of `layer`, page indexes [first_page_index,
+  // first_page_index + num_pages); `bytes` holds them back to back (bytes.size() must be a
+  // multiple of num_pages). The transport copies what it keeps: `bytes` need only live through
+  // the call. Failures as SendPage. The default sends page by page.
+  virtual absl::Status SendPages(int layer, int first_page_index, int num_pages,
+                                 std::span<const uint8_t> bytes);
 
   // Sends the completion. `done` runs exactly once, on a transport thread or inline, with the
   // receiver's verdict (OK once every page landed and was verified).

@@ -283,11 +283,10 @@ absl::Status DeepseekEngine::AttentionHalf(int layer, const BatchPlan& plan, Att
   RETURN_IF_ERROR(layers_[layer].attention.Forward(plan, form, a.normed, a.block_out));
   RETURN_IF_ERROR(parallel_.ReduceAttentionOutput(T, a.block_out));  // tensor-parallel only
   if (on_layer_done) {
-    // The callback reads this layer's KV pages (KvPool::ReadPage, or a transport's own
-    // stream): on the GPU the layer's kernels are only queued on our non-blocking stream, so
-    // wait for them first. (The NCCL sender also waits on an event; this keeps every reader
-    // correct, at the cost of one stream sync per layer only when pages are being shipped.)
-    if (ctx_.backend == kernels::Backend::kCuda) RETURN_IF_ERROR(Synchronize(ctx_));
+    // The callback reads this layer's KV pages. On the GPU the layer's kernels are only
+    // queued on our stream: as engine.h says, the readers order themselves after it (the
+    // tcp shipper's KvPool::ReadPagesAsync and the NCCL sender wait on an event recorded on
+    // device_stream()), so the forward does not stop here once per layer.
     RETURN_IF_ERROR(on_layer_done(layer));
   }
   // residual += attn; normed = post_attention_norm(residual)

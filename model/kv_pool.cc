@@ -77,29 +77,6 @@ void FreeBuffer(kernels::Backend backend, void* p) {
 #endif
 }
 
-// Copies between host memory and a pool buffer of the given backend.
-absl::Status CopyBytes(kernels::Backend backend, void* dst, const void* src, size_t bytes,
-                       bool to_host) {
-  if (backend == kernels::Backend::kCpu) {
-    std::memcpy(dst, src, bytes);
-    return absl::OkStatus();
-  }
-#if defined(MLASERVE_MODEL_HAS_CUDA)
-  cudaError_t err =
-      cudaMemcpy(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice);
-  // A host-to-device cudaMemcpy from pageable memory may return before its DMA lands, and the
-  // engine reads pages from a non-blocking stream that does not order after the legacy stream:
-  // wait for the copy so a page written here is complete before any kernel can read it.
-  if (err == cudaSuccess && !to_host) err = cudaStreamSynchronize(cudaStreamLegacy);
-  if (err != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("KvPool: cudaMemcpy failed: ", cudaGetErrorString(err)));
-  }
-  return absl::OkStatus();
-#else
-  return absl::FailedPreconditionError("KvPool: no CUDA support in this build");
-#endif
-}
-
 }  // namespace
 
 const char* KvCacheFormatName(KvCacheFormat f) {
@@ -142,6 +119,11 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolOptions& opti
     }
   }
   std::unique_ptr<KvPool> pool(new KvPool(options));
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  if (options.backend == kernels::Backend::kCuda && cudaGetDevice(&pool->device_) != cudaSuccess) {
+    return absl::FailedPreconditionError("KvPool: no CUDA device is usable");
+  }
+#endif
   const size_t latent_bytes = LatentPageBytes(options) * options.num_pages;
   const size_t index_bytes = IndexPageBytes(options) * options.num_pages;
   for (int l = 0; l < options.num_layers; ++l) {
@@ -163,6 +145,7 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolOptions& opti
 }
 
 KvPool::~KvPool() {
+  DestroyLanes();
   for (void* p : latent_) FreeBuffer(options_.backend, p);
   for (void* p : index_) FreeBuffer(options_.backend, p);
 }
@@ -206,46 +189,82 @@ size_t KvPool::layer_page_bytes() const {
 size_t KvPool::latent_page_bytes() const { return LatentPageBytes(options_); }
 size_t KvPool::index_page_bytes() const { return IndexPageBytes(options_); }
 
-absl::Status KvPool::ReadPage(int layer, int32_t page, void* host_dst) const {
+absl::Status KvPool::CheckPages(const char* what, int layer, std::span<const int32_t> pages,
+                              bool distinct) const {
   if (layer < 0 || layer >= options_.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("KvPool::ReadPage: layer ", layer,
+    return absl::InvalidArgumentError(absl::StrCat("KvPool::", what, ": layer ", layer,
                                                    " out of range [0, ", options_.num_layers, ")"));
   }
-  if (page < 0 || page >= options_.num_pages) {
-    return absl::InvalidArgumentError(absl::StrCat("KvPool::ReadPage: page ", page,
-                                                   " out of range [0, ", options_.num_pages, ")"));
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (pages[i] < 0 || pages[i] >= options_.num_pages) {
+      return absl::InvalidArgumentError(absl::StrCat("KvPool::", what, ": page ", pages[i],
+                                                     " (position ", i, ") out of range [0, ",
+                                                     options_.num_pages, ")"));
+    }
   }
-  const size_t lb = LatentPageBytes(options_);
-  const size_t ib = IndexPageBytes(options_);
-  auto* dst = static_cast<uint8_t*>(host_dst);
-  absl::Status s = CopyBytes(options_.backend, dst,
-                             static_cast<const uint8_t*>(latent_[layer]) + lb * page, lb, true);
-  if (!s.ok() || ib == 0) return s;
-  return CopyBytes(options_.backend, dst + lb,
-                   static_cast<const uint8_t*>(index_[layer]) + ib * page, ib, true);
+  if (distinct && pages.size() > 1) {
+    std::vector<int32_t> sorted(pages.begin(), pages.end());
+    std::sort(sorted.begin(), sorted.end());
+    auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+    if (dup != sorted.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KvPool::", what, ": page ", *dup, " is listed twice; a batch writes distinct pages"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvPool::ReadPage(int layer, int32_t page, void* host_dst) const {
+  return ReadPages(layer, std::span<const int32_t>(&page, 1), host_dst);
 }
 
 absl::Status KvPool::WritePage(int layer, int32_t page, const void* host_src) {
-  if (layer < 0 || layer >= options_.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("KvPool::WritePage: layer ", layer,
-                                                   " out of range [0, ", options_.num_layers, ")"));
-  }
-  if (page < 0 || page >= options_.num_pages) {
-    return absl::InvalidArgumentError(absl::StrCat("KvPool::WritePage: page ", page,
-                                                   " out of range [0, ", options_.num_pages, ")"));
-  }
-  const size_t lb = LatentPageBytes(options_);
-  const size_t ib = IndexPageBytes(options_);
-  const auto* src = static_cast<const uint8_t*>(host_src);
+  return WritePages(layer, std::span<const int32_t>(&page, 1), host_src);
+}
+
+absl::Status KvPool::ReadPages(int layer, std::span<const int32_t> pages, void* host_dst) const {
+  if (absl::Status s = CheckPages("ReadPages", layer, pages, false); !s.ok()) return s;
+  return CopyPages(layer, pages, host_dst, /*to_host=*/true, nullptr, nullptr, -1);
+}
+
+absl::StatusOr<KvCopyFence> KvPool::ReadPagesAsync(int layer, std::span<const int32_t> pages,
+                                                   void* host_dst, void* after_stream) const {
+  if (absl::Status s = CheckPages("ReadPagesAsync", layer, pages, false); !s.ok()) return s;
+  KvCopyFence fence;
   absl::Status s =
-      CopyBytes(options_.backend, static_cast<uint8_t*>(latent_[layer]) + lb * page, src, lb, false);
-  if (s.ok() && ib > 0) {
-    s = CopyBytes(options_.backend, static_cast<uint8_t*>(index_[layer]) + ib * page, src + lb, ib,
-                  false);
+      CopyPages(layer, pages, host_dst, /*to_host=*/true, after_stream, &fence, -1);
+  if (!s.ok()) return s;
+  return fence;
+}
+
+absl::Status KvPool::WritePages(int layer, std::span<const int32_t> pages, const void* host_src) {
+  std::vector<KvCopyFence> fences;
+  absl::Status s = WritePagesOnLane(layer, pages, host_src, &fences, -1);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (const KvCopyFence& f : fences) {  // wait even after an error: nothing may land later
+    absl::Status w = f.Wait(deadline);
+    if (s.ok()) s = w;
   }
+  return s;
+}
+
+absl::Status KvPool::WritePagesAsync(int layer, std::span<const int32_t> pages,
+                                     const void* host_src, std::vector<KvCopyFence>* fences,
+                                     uint64_t order_key) {
+  return WritePagesOnLane(layer, pages, host_src, fences, static_cast<int64_t>(order_key >> 1));
+}
+
+absl::Status KvPool::WritePagesOnLane(int layer, std::span<const int32_t> pages,
+                                      const void* host_src, std::vector<KvCopyFence>* fences,
+                                      int64_t lane_key) {
+  if (absl::Status s = CheckPages("WritePages", layer, pages, true); !s.ok()) return s;
+  KvCopyFence fence;
+  absl::Status s = CopyPages(layer, pages, const_cast<void*>(host_src), /*to_host=*/false,
+                             nullptr, &fence, lane_key);
+  if (fence.event_ != nullptr) fences->push_back(std::move(fence));
   for (KvPool* replica : replicas_) {
     if (!s.ok()) break;
-    s = replica->WritePage(layer, page, host_src);
+    s = replica->WritePagesOnLane(layer, pages, host_src, fences, lane_key);
   }
   return s;
 }

@@ -14,6 +14,15 @@
 //
 // Page accounting is thread-safe (workers reserve from RPC threads). Page payloads are moved
 // in "layer page" units: the bytes of one page of one layer (latent, then indexer keys).
+//
+// Moving pages to and from host memory (KV transfer): ReadPages / WritePages copy one layer's
+// pages, any number and order of page ids, to or from host memory that holds them back to
+// back. On CUDA a batch costs one gather (or scatter) kernel through a device staging buffer
+// and one DMA copy on a copy stream of the pool's own, instead of a synchronous copy per page;
+// on the CPU backend it is a memcpy per page. ReadPagesAsync does the same without waiting:
+// into page-locked memory (AllocateHostBuffer) it returns a KvCopyFence at once, so a prefill
+// step can stream a layer's pages out while later layers compute. All three are thread-safe
+// (a few copy lanes, each with its stream and staging buffer, serve concurrent callers).
 #pragma once
 
 #include <cstddef>
@@ -25,10 +34,54 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "kernels/common/types.h"
 
 namespace mlaserve::model {
 
+// Host memory for batched page copies: page-locked (cudaHostAlloc) for a CUDA pool, so copies
+// into it run asynchronously on the DMA engines; 64-byte aligned ordinary memory on the CPU.
+class KvHostBuffer {
+ public:
+  KvHostBuffer() = default;
+  KvHostBuffer(KvHostBuffer&& o) noexcept { *this = std::move(o); }
+  KvHostBuffer& operator=(KvHostBuffer&& o) noexcept;
+  KvHostBuffer(const KvHostBuffer&) = delete;
+  KvHostBuffer& operator=(const KvHostBuffer&) = delete;
+  ~KvHostBuffer();
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  friend class KvPool;
+  kernels::Backend backend_ = kernels::Backend::kCpu;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// A batched read in flight (KvPool::ReadPagesAsync). Movable; destroying a fence does not wait
+// (the copy still lands), so the destination must outlive the copy: Wait for it first.
+class KvCopyFence {
+ public:
+  KvCopyFence() = default;  // complete
+  KvCopyFence(KvCopyFence&& o) noexcept { *this = std::move(o); }
+  KvCopyFence& operator=(KvCopyFence&& o) noexcept;
+  KvCopyFence(const KvCopyFence&) = delete;
+  KvCopyFence& operator=(const KvCopyFence&) = delete;
+  ~KvCopyFence();
+
+  // OK once the bytes are in host memory; DEADLINE_EXCEEDED (naming the wait) if they are not
+  // by `deadline`; INTERNAL for a device error. Polls, so it never blocks past the deadline.
+  absl::Status Wait(absl::Time deadline) const;
+  // Whether Wait would return at once (a device error counts as ready: Wait reports it).
+  bool Ready() const;
+
+ private:
+  friend class KvPool;
+  void* event_ = nullptr;  // cudaEvent_t recorded after the copy; null: complete
+  int device_ = 0;
+};
 // How a pool stores its pages. kNative: values of KvPoolOptions::dtype. kFp8Ds: DeepSeek's
 // fp8 layouts of kernels/kv_fp8 (dtype is then the dtype of the rows the engine quantizes
 // from and dequantizes to, not of the stored bytes).
@@ -73,17 +126,62 @@ class KvPool {
   absl::Status ReadPage(int layer, int32_t page, void* host_dst) const;
   absl::Status WritePage(int layer, int32_t page, const void* host_src);
 
+  // Batched copies of layer `layer` of `pages` (pool page ids, any order) to / from host memory
+  // holding pages.size() layer pages back to back (page i at i * layer_page_bytes()). Every id
+  // is checked before anything moves (INVALID_ARGUMENT naming the position and the id);
+  // WritePages also refuses an id listed twice. Both return once the copy is complete, and
+  // WritePages reaches the replicas too (AddReplica). host memory may be pageable; from a
+  // KvHostBuffer the DMA needs no bounce.
+  absl::Status ReadPages(int layer, std::span<const int32_t> pages, void* host_dst) const;
+  absl::Status WritePages(int layer, std::span<const int32_t> pages, const void* host_src);
+  // ReadPages without waiting: enqueues the copy and returns its fence. `host_dst` must be a
+  // KvHostBuffer's memory (page-locked) on CUDA. `after_stream` (a cudaStream_t, or null):
+  // the copy starts only after the work queued on that stream so far (the engine's stream:
+  // the layer's KV writes). On the CPU backend the copy is done on return.
+  absl::StatusOr<KvCopyFence> ReadPagesAsync(int layer, std::span<const int32_t> pages,
+                                             void* host_dst, void* after_stream = nullptr) const;
+  // WritePages without waiting for the device: `host_src` is consumed (copied into the copy
+  // lane's page-locked staging) before return, and one fence per pool written (this one, then
+  // each replica) is appended to `fences`; the pages hold the bytes once they are complete.
+  // Wait for them before the pages are read by another stream, freed, or handed on. Writes
+  // with the same `order_key` land in call order (they share a copy lane), so a page written
+  // twice holds the second copy; writes with different keys must not share pages. On the CPU
+  // backend the write is done on return and nothing is appended.
+  absl::Status WritePagesAsync(int layer, std::span<const int32_t> pages, const void* host_src,
+                               std::vector<KvCopyFence>* fences, uint64_t order_key = 0);
+  // Host memory for ReadPagesAsync.
+  absl::StatusOr<KvHostBuffer> AllocateHostBuffer(size_t bytes) const;
+
   // Tensor-parallel attention replicates the latent cache on every rank (docs/parallel.md):
   // the other ranks' pools, same options, registered here before serving starts, receive
   // every WritePage too (a KV import lands on every rank). Page accounting stays here.
   absl::Status AddReplica(KvPool* replica);
 
  private:
+  struct CopyLane;  // kv_pool_copy.cc: a copy stream and its device staging buffer
   explicit KvPool(const KvPoolOptions& options) : options_(options) {}
+  absl::Status CheckPages(const char* what, int layer, std::span<const int32_t> pages,
+                          bool distinct) const;
+  // kv_pool_copy.cc: the batched copies on either backend. `fence` null: wait for the copy.
+  // WritePagesAsync's body; `lane_key` < 0: any free copy lane, else always the same lane for
+  // the same key.
+  absl::Status WritePagesOnLane(int layer, std::span<const int32_t> pages, const void* host_src,
+                                std::vector<KvCopyFence>* fences, int64_t lane_key);
+  absl::Status CopyPages(int layer, std::span<const int32_t> pages, void* host, bool to_host,
+                         void* after_stream, KvCopyFence* fence, int64_t lane_key) const;
+  absl::StatusOr<CopyLane*> AcquireLane(size_t staging_bytes, size_t host_bytes,
+                                        int64_t lane_key) const;
+  void ReleaseLane(CopyLane* lane) const;
+  void DestroyLanes();
+
   KvPoolOptions options_;
+  int device_ = 0;  // CUDA: the device current at Create, where the buffers live
   std::vector<void*> latent_;
   std::vector<void*> index_;
   std::vector<KvPool*> replicas_;  // set before use, then read-only
+  mutable absl::Mutex lanes_mu_;
+  mutable absl::CondVar lane_free_;
+  mutable std::vector<CopyLane*> lanes_ ABSL_GUARDED_BY(lanes_mu_);  // created on first use
   mutable absl::Mutex mu_;
   std::vector<int32_t> free_list_ ABSL_GUARDED_BY(mu_);
   std::vector<uint8_t> in_use_ ABSL_GUARDED_BY(mu_);

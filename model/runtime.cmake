@@ -2,17 +2,24 @@
 # the sampler, the mlaserve-run CLI and their tests.
 
 # The KV pool stands alone so that serving code can link it without the model.
-add_library(model_kv_pool STATIC ${CMAKE_CURRENT_LIST_DIR}/kv_pool.cc)
+add_library(model_kv_pool STATIC ${CMAKE_CURRENT_LIST_DIR}/kv_pool.cc
+                                 ${CMAKE_CURRENT_LIST_DIR}/kv_pool_copy.cc)
 target_include_directories(model_kv_pool PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(model_kv_pool PUBLIC mlaserve_kernels_common absl::status absl::statusor
-                      absl::strings absl::synchronization)
+target_link_libraries(model_kv_pool PUBLIC mlaserve_kernels_common kernels_kv_pack absl::status
+                      absl::statusor absl::strings absl::synchronization absl::time)
 if(MLASERVE_WITH_CUDA)
   target_compile_definitions(model_kv_pool PRIVATE MLASERVE_MODEL_HAS_CUDA=1)
   target_link_libraries(model_kv_pool PUBLIC CUDA::cudart_static)
 endif()
 mlaserve_warnings(model_kv_pool)
 mlaserve_test(model_kv_pool_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_pool_test.cc
-              DEPS model_kv_pool)
+              ${CMAKE_CURRENT_LIST_DIR}/kv_pool_batch_test.cc DEPS model_kv_pool)
+if(MLASERVE_WITH_CUDA AND MLASERVE_BUILD_TESTS)
+  # The batched page copies on a GPU (gather/scatter kernels, copy lanes, fences).
+  mlaserve_test(model_kv_pool_cuda_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_pool_batch_test.cc
+                DEPS model_kv_pool CUDA::cudart_static LABELS gpu)
+  target_compile_definitions(model_kv_pool_cuda_test PRIVATE MLASERVE_KV_POOL_TEST_CUDA=1)
+endif()
 
 # RoPE frequency / cos-sin tables (default and YaRN, as Hugging Face computes them).
 add_library(model_rope STATIC ${CMAKE_CURRENT_LIST_DIR}/rope.cc)

@@ -29,7 +29,8 @@ struct PrefillRunner::Request {
   PrefillJob job;
   PrefillDoneFn done;                            // taken by Finish, under mu_
   std::shared_ptr<PrefillSequence> seq;          // loop thread
-  std::unique_ptr<kvtransfer::KvSender> sender;  // set at Submit; used by the loop thread
+  // Set at Submit; used by the loop thread, and by the KV shipping thread for queued pages.
+  std::shared_ptr<kvtransfer::KvSender> sender;
   absl::Time arrival;
   absl::Time first_scheduled = absl::InfinitePast();
   absl::Time forward_done;
@@ -46,7 +47,10 @@ PrefillRunner::PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* tra
       transport_(transport),
       layout_(std::move(layout)),
       options_(std::move(options)),
-      scheduler_(options_.scheduler, &engine->kv_pool()) {
+      scheduler_(options_.scheduler, &engine->kv_pool()),
+      shipper_(&engine->kv_pool(), engine->device_stream(),
+               {.num_slots = options_.kv_ship_slots,
+                .no_progress_timeout = options_.kv_no_progress_timeout}) {
   common::MetricsRegistry* m = metrics != nullptr ? metrics : &own_metrics_;
   requests_ok_ = m->GetCounter("mlaserve_prefill_requests_total",
                                "Prefill requests answered, by outcome.", {{"outcome", "ok"}});
@@ -116,6 +120,11 @@ void PrefillRunner::Stop() {
     scheduler_.Remove(id);
     Finish(id, absl::UnavailableError("prefill worker shutting down"));
   }
+  shipper_.Stop();  // after the answers: its queued completions find them answered
+}
+
+absl::Status PrefillRunner::FlushKv(absl::Duration timeout) {
+  return shipper_.Flush(absl::Now() + timeout);
 }
 
 absl::Status PrefillRunner::Submit(PrefillJob job, PrefillDoneFn done) {
@@ -266,7 +275,8 @@ bool PrefillRunner::Step() {
 }
 
 void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int layer) {
-  const model::KvPool& pool = engine_->kv_pool();
+  std::vector<kvtransfer::KvShipRun> runs;
+  std::vector<std::shared_ptr<Request>> shipping;
   for (const PrefillChunk& c : chunks) {
     auto r = Find(c.seq->id);
     if (r == nullptr || !r->failure.ok()) continue;
@@ -282,15 +292,14 @@ void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int layer
     // The pages this chunk wrote; the first may have been sent before, partly filled.
     const int first = c.start / kernels::kPageSize;
     const int last = (c.start + c.len - 1) / kernels::kPageSize;
-    for (int i = first; i <= last; ++i) {
-      std::string bytes(pool.layer_page_bytes(), '\0');
-      absl::Status s = pool.ReadPage(layer, c.seq->pages[i], bytes.data());
-      if (s.ok()) s = r->sender->SendPage(layer, i, std::move(bytes));
-      if (!s.ok()) {
-        r->failure = KvPeerFailure(s);
-        break;
-      }
-    }
+    runs.push_back({r->sender, first,
+                    std::vector<int32_t>(c.seq->pages.begin() + first,
+                                         c.seq->pages.begin() + last + 1)});
+    shipping.push_back(std::move(r));
+  }
+  // One read of every chunk's pages of this layer; the shipping thread sends them.
+  if (absl::Status s = shipper_.ShipLayer(layer, std::move(runs)); !s.ok()) {
+    for (auto& r : shipping) r->failure = s;
   }
 }
 
@@ -308,6 +317,11 @@ absl::StatusOr<int32_t> PrefillRunner::SampleFirstToken(const Request& r,
 void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
                                 const absl::StatusOr<model::ForwardResult>& result) {
   const int vocab = engine_->config().vocab_size;
+  // The step's pages may be freed below (finished or failed prompts) and rewritten by the next
+  // forward: their reads into host memory must have landed first.
+  const absl::Status copied =
+      shipper_.WaitCopies(absl::Now() + options_.kv_no_progress_timeout);
+  if (!copied.ok()) spdlog::error("KV page copies of this step failed: {}", copied.ToString());
   if (!result.ok()) {
     spdlog::error("prefill forward failed: {}", result.status().ToString());
     for (const PrefillChunk& c : chunks) {
@@ -323,6 +337,14 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
     const int this_row = c.last ? row++ : -1;
     auto r = Find(c.seq->id);
     if (r == nullptr) continue;  // aborted while running; Intake already answered it
+    if (r->failure.ok() && !r->sender->direct()) {
+      // A page copy that failed, or a send the shipping thread could not make (sticky).
+      if (!copied.ok()) {
+        r->failure = copied;
+      } else if (absl::Status s = r->sender->status(); !s.ok()) {
+        r->failure = KvPeerFailure(s);
+      }
+    }
     if (!r->failure.ok()) {
       r->sender->Abort(r->failure);  // stop a direct sender reading the pages freed next
       scheduler_.Remove(c.seq->id);
@@ -361,9 +383,14 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
     const int32_t token = *first;
     const std::string id = c.seq->id;
     // The decode worker answers once every page landed; the request is answered then.
-    r->sender->Complete(completion, [this, guard = guard_, id, token](absl::Status verdict) {
+    auto on_verdict = [this, guard = guard_, id, token](absl::Status verdict) {
       guard->Run([&] { OnTransferDone(id, token, verdict); });
-    });
+    };
+    if (r->sender->direct()) {
+      r->sender->Complete(completion, std::move(on_verdict));
+    } else {  // behind the prompt's pages still queued for the shipping thread
+      shipper_.Complete(r->sender, completion, std::move(on_verdict));
+    }
   }
   // Finished prompts leave the scheduler (their pages are free: the KV has been shipped).
   for (auto& done : scheduler_.Advance(chunks)) {

@@ -3,7 +3,9 @@
 //   step() = schedule() -> run() -> postprocess()
 //   schedule():    PrefillScheduler picks this step's prompt chunks (token budget, chunk size).
 //   run():         one Engine::Forward over the chunks; on_layer_done ships, for every chunk,
-//                  the pages that layer just wrote, through the request's KvSender.
+//                  the pages that layer just wrote, through the request's KvSender (host
+//                  payload senders through the KvShipper: one asynchronous read of the layer's
+//                  pages, sent by the shipping thread while later layers compute).
 //   postprocess(): samples each completed prompt's first token, completes its transfer (the
 //                  decode worker acknowledges asynchronously; the request is answered then),
 //                  and fails requests whose transfer broke, without disturbing the batch.
@@ -28,6 +30,7 @@
 #include "absl/time/time.h"
 #include "common/callback_guard.h"
 #include "common/metrics.h"
+#include "kvtransfer/kv_shipper.h"
 #include "kvtransfer/layout.h"
 #include "kvtransfer/transport.h"
 #include "model/engine.h"
@@ -48,6 +51,8 @@ struct PrefillRunnerOptions {
   // on_layer_done, while layer l + 1 computes (true), or every layer after the forward (false;
   // kept to measure what the streaming buys). Host-payload senders always stream per chunk.
   bool kv_layerwise = true;
+  // Host-payload senders (tcp): staging slots of the KV shipping thread (layers in flight).
+  int kv_ship_slots = 8;
 };
 
 struct PrefillJob {
@@ -102,6 +107,9 @@ class PrefillRunner {
   // One step of the loop; false when there was nothing to run. For tests that drive the loop
   // themselves (without Start()).
   bool Step();
+  // Waits until the KV pages and completions queued by past steps were handed to their
+  // senders (for tests that drive Step(): answers then follow from the transport).
+  absl::Status FlushKv(absl::Duration timeout);
 
  private:
   struct Request;
@@ -125,6 +133,7 @@ class PrefillRunner {
   const PrefillRunnerOptions options_;
   PrefillScheduler scheduler_;  // loop thread only
   model::Sampler sampler_;
+  kvtransfer::KvShipper shipper_;  // fed by the loop thread
 
   mutable absl::Mutex mu_;
   absl::CondVar wake_;

@@ -72,6 +72,8 @@ class PrefillRunnerTest : public ::testing::Test {
   void RunUntilIdle() {
     for (int i = 0; i < 100 && runner_->Step(); ++i) {
     }
+    // The pages and completions leave from the KV shipping thread.
+    ASSERT_TRUE(runner_->FlushKv(absl::Seconds(10)).ok());
   }
 
   std::unique_ptr<FakeEngine> prefill_, decode_;
