@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/worker_proto.h"
+#include "kernels/common/page.h"
 #include "spdlog/spdlog.h"
 
 namespace mlaserve::decode {
@@ -28,11 +29,7 @@ struct DecodeRunner::Request {
   bool ended = false;
 };
 
-namespace {
-
-int PagesFor(int tokens) { return (tokens + kernels::kPageSize - 1) / kernels::kPageSize; }
-
-}  // namespace
+using kernels::PagesFor;
 
 DecodeRunner::DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiver,
                            DecodeRunnerOptions options, common::MetricsRegistry* metrics)

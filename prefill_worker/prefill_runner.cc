@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/worker_proto.h"
+#include "kernels/common/page.h"
 #include "profiles/engine_path.h"
 #include "spdlog/spdlog.h"
 
@@ -125,7 +126,7 @@ absl::Status PrefillRunner::Submit(PrefillJob job, PrefillDoneFn done) {
                                                 config.max_position_embeddings);
   if (!s.ok()) return s;
   const int n = static_cast<int>(job.tokens.size());
-  const int pages = PrefillScheduler::PagesFor(n);
+  const int pages = kernels::PagesFor(n);
   if (job.session.num_pages != pages) {
     return absl::InvalidArgumentError(absl::StrCat(
         "kv_session.num_pages is ", job.session.num_pages, " but a prompt of ", n,

@@ -9,6 +9,7 @@
 #include "common/server.h"
 #include "decode_worker/testing/fake_engine.h"
 #include "gtest/gtest.h"
+#include "kernels/common/page.h"
 #include "kvtransfer/kv_service.h"
 #include "kvtransfer/nccl/fake_communicator.h"
 #include "kvtransfer/nccl/kv_nccl_service.h"
@@ -86,7 +87,7 @@ class PrefillRunnerNcclTest : public ::testing::TestWithParam<bool> {
     server_->WaitForShutdown();
   }
   kvtransfer::KvSessionRef Reserve(const std::string& id, int prompt_len, Received* rx) {
-    const int pages = PrefillScheduler::PagesFor(prompt_len);
+    const int pages = kernels::PagesFor(prompt_len);
     EXPECT_TRUE(receiver_
                     ->CreateSession(id, *decode_->kv_pool().Allocate(pages + 1), pages,
                                     absl::Now() + absl::Seconds(30), rx->fn())

@@ -9,6 +9,7 @@
 #include "decode_worker/testing/fake_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/common/page.h"
 #include "kvtransfer/fake_transport.h"
 #include "kvtransfer/receiver.h"
 
@@ -53,7 +54,7 @@ class PrefillRunnerTest : public ::testing::Test {
   // Reserves pages on the decode side (prompt pages + `extra`) and returns the session ref.
   kvtransfer::KvSessionRef Reserve(const std::string& id, int prompt_len, Received* rx,
                                    int extra = 1) {
-    const int pages = PrefillScheduler::PagesFor(prompt_len);
+    const int pages = kernels::PagesFor(prompt_len);
     EXPECT_TRUE(receiver_
                     ->CreateSession(id, *decode_->kv_pool().Allocate(pages + extra), pages,
                                     absl::Now() + absl::Seconds(30), rx->fn())

@@ -8,6 +8,7 @@
 #include "common/grpc_status.h"
 #include "common/request_limits.h"
 #include "common/status.h"
+#include "kernels/common/page.h"
 #include "router/api_conversion.h"
 #include "router/routing_policy.h"
 #include "router/validation.h"
@@ -219,8 +220,9 @@ absl::Status GenerateCall::PickDecodeCandidates() {
         "no healthy decode worker: ", DescribeWorkers(registry.List(WorkerRole::kDecode))));
   }
   const int64_t prompt = static_cast<int64_t>(prompt_ids_.size());
-  const int32_t pages_now = PagesForTokens(prompt + 1);
-  const int32_t pages_at_most = PagesForTokens(prompt + *sampling_.max_new_tokens);
+  const int32_t pages_now = static_cast<int32_t>(kernels::PagesFor(prompt + 1));
+  const int32_t pages_at_most =
+      static_cast<int32_t>(kernels::PagesFor(prompt + *sampling_.max_new_tokens));
   std::vector<std::string> ranked = RankDecodeWorkers(decode, pages_now, pages_at_most);
   if (ranked.empty()) {
     const auto most = std::max_element(decode.begin(), decode.end(), [](const auto& a, const auto& b) {
@@ -321,7 +323,7 @@ void GenerateCall::StartReserve() {
       if (!ended) {
         // What Reserve takes (the prompt and the first new token); the worker's answer
         // corrects it, and pages taken later while decoding show in its load reports.
-        decode_charged_pages_ = PagesForTokens(prompt_len + 1);
+        decode_charged_pages_ = kernels::PagesFor(prompt_len + 1);
         registry.AddRouterLoad(decode_id_, {.inflight = 1, .reserved_pages = decode_charged_pages_});
         decode_charged_ = true;
         decode_contacted_ = true;

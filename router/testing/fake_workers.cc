@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_callback_anchor.h"
+#include "kernels/common/page.h"
 #include "router/routing_policy.h"
 #include "router/testing/byte_codec.h"
 
@@ -280,7 +281,7 @@ grpc::ServerUnaryReactor* FakeDecodeWorker::Reserve(grpc::CallbackServerContext*
     return reactor;
   }
   // Like the real worker: the prompt's pages and the first new token's now.
-  const int pages = PagesForTokens(request->prompt_token_ids_size() + int64_t{1});
+  const int pages = kernels::PagesFor(request->prompt_token_ids_size() + 1);
   if (pages > free_pages_) {
     reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                  absl::StrCat("need ", pages, " pages, ", free_pages_, " free")));
@@ -297,7 +298,7 @@ grpc::ServerUnaryReactor* FakeDecodeWorker::Reserve(grpc::CallbackServerContext*
   response->set_reserved_pages(pages);
   response->mutable_session()->set_session_id(id);
   response->mutable_session()->set_endpoint("fake");
-  response->mutable_session()->set_num_pages(PagesForTokens(request->prompt_token_ids_size()));
+  response->mutable_session()->set_num_pages(kernels::PagesFor(request->prompt_token_ids_size()));
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
