@@ -139,7 +139,7 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
     e->padding_page_ = padding[0];
   }
   e->max_pages_per_seq_ = std::min(
-      options.num_kv_pages, (c.max_position_embeddings + kernels::kPageSize - 1) / kernels::kPageSize);
+      options.num_kv_pages, kernels::PagesFor(c.max_position_embeddings));
   if (cuda && c.has_indexer) {
     // Score rows for up to kIndexerWorkspaceTarget bytes at the longest context (at least one
     // row, at most one per batch token); RunIndexerKernel chunks the queries to fit.
@@ -215,7 +215,7 @@ absl::StatusOr<BatchPlan> DeepseekEngine::PlanBatch(std::span<const SequenceChun
           "chunk ", b, " reaches position ", end - 1, "; this model accepts positions below ",
           c.max_position_embeddings, " (max_position_embeddings)"));
     }
-    const int pages_needed = (end + kernels::kPageSize - 1) / kernels::kPageSize;
+    const int pages_needed = kernels::PagesFor(end);
     if (static_cast<int>(ch.pages.size()) < pages_needed) {
       return absl::InvalidArgumentError(
           absl::StrCat("chunk ", b, " covers ", end, " tokens, which need ", pages_needed,
@@ -261,7 +261,7 @@ absl::StatusOr<BatchPlan> DeepseekEngine::PlanBatch(std::span<const SequenceChun
   }
   plan.block_table.assign(static_cast<size_t>(plan.batch) * plan.max_pages_per_seq, -1);
   for (int b = 0; b < plan.batch; ++b) {
-    const int pages = (plan.seqlens_k[b] + kernels::kPageSize - 1) / kernels::kPageSize;
+    const int pages = kernels::PagesFor(plan.seqlens_k[b]);
     std::copy_n(batch[b].pages.begin(), pages,
                 plan.block_table.begin() + static_cast<size_t>(b) * plan.max_pages_per_seq);
   }

@@ -161,7 +161,7 @@ std::vector<int32_t> DeepseekEngine::ReferencedPages(const BatchPlan& plan) cons
   std::vector<uint8_t> seen(pool_->total_pages(), 0);
   std::vector<int32_t> pages;
   for (int b = 0; b < plan.batch; ++b) {
-    const int n = (plan.seqlens_k[b] + kernels::kPageSize - 1) / kernels::kPageSize;
+    const int n = kernels::PagesFor(plan.seqlens_k[b]);
     for (int i = 0; i < n; ++i) {
       const int32_t p = plan.block_table[static_cast<size_t>(b) * plan.max_pages_per_seq + i];
       if (p >= 0 && !seen[p]) {
