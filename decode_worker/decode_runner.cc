@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/worker_proto.h"
+#include "worker/worker_proto.h"
 #include "kernels/common/page.h"
 #include "spdlog/spdlog.h"
 
@@ -88,7 +88,7 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   const model::ModelConfig& config = engine_->config();
   model::KvPool& pool = engine_->kv_pool();
   if (spec.request_id.empty()) return absl::InvalidArgumentError("request_id is empty");
-  absl::Status s = common::ValidatePromptTokens(spec.prompt, config.vocab_size,
+  absl::Status s = worker::ValidatePromptTokens(spec.prompt, config.vocab_size,
                                                 config.max_position_embeddings);
   if (!s.ok()) return s;
   const int prompt_len = static_cast<int>(spec.prompt.size());

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/request_limits.h"
-#include "common/worker_proto.h"
+#include "worker/worker_proto.h"
 #include "kvtransfer/proto_convert.h"
 
 namespace mlaserve::decode {
@@ -24,7 +24,7 @@ absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request) {
   ReserveSpec spec;
   spec.request_id = request.request_id();
   spec.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
-  auto sampling = common::ToSamplingOptions(request.sampling());
+  auto sampling = worker::ToSamplingOptions(request.sampling());
   if (!sampling.ok()) return sampling.status();
   spec.sampling = *sampling;
   if (!request.sampling().has_max_new_tokens()) {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/worker_proto.h"
+#include "worker/worker_proto.h"
 #include "kernels/common/page.h"
 #include "profiles/engine_path.h"
 #include "spdlog/spdlog.h"
@@ -122,7 +122,7 @@ void PrefillRunner::Stop() {
 absl::Status PrefillRunner::Submit(PrefillJob job, PrefillDoneFn done) {
   const model::ModelConfig& config = engine_->config();
   if (job.request_id.empty()) return absl::InvalidArgumentError("request_id is empty");
-  absl::Status s = common::ValidatePromptTokens(job.tokens, config.vocab_size,
+  absl::Status s = worker::ValidatePromptTokens(job.tokens, config.vocab_size,
                                                 config.max_position_embeddings);
   if (!s.ok()) return s;
   const int n = static_cast<int>(job.tokens.size());

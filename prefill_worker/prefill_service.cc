@@ -2,7 +2,7 @@
 
 #include "common/grpc_status.h"
 #include "common/request_limits.h"
-#include "common/worker_proto.h"
+#include "worker/worker_proto.h"
 #include "kvtransfer/proto_convert.h"
 
 namespace mlaserve::prefill {
@@ -16,7 +16,7 @@ absl::StatusOr<PrefillJob> ToPrefillJob(const v1::PrefillRequest& request) {
   PrefillJob job;
   job.request_id = request.request_id();
   job.tokens.assign(request.token_ids().begin(), request.token_ids().end());
-  auto sampling = common::ToSamplingOptions(request.sampling());
+  auto sampling = worker::ToSamplingOptions(request.sampling());
   if (!sampling.ok()) return sampling.status();
   job.sampling = *sampling;
   if (!request.has_kv_session()) {
