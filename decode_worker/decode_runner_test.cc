@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-#include "decode_worker/testing/fake_engine.h"
+#include "worker/testing/fake_engine.h"
 #include "decode_worker/testing/recording_sink.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -7,7 +7,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "common/server.h"
-#include "decode_worker/testing/fake_engine.h"
+#include "worker/testing/fake_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/proto_convert.h"

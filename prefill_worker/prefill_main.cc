@@ -107,8 +107,9 @@ class PrefillRole final : public worker::Role {
 }  // namespace mlaserve::prefill
 
 int main(int argc, char** argv) {
-  mlaserve::worker::WorkerApp app(mlaserve::worker::WorkerRoleKind::kPrefill, "mlaserve-prefill",
-                                  "mlaserve-prefill: chunked prefill that ships KV to decode workers");
+  mlaserve::worker::WorkerApp app(
+      mlaserve::worker::WorkerRoleKind::kPrefill, "mlaserve-prefill",
+      "mlaserve-prefill: chunked prefill that ships KV to decode workers");
   if (std::optional<int> exit = app.Init(argc, argv)) return *exit;
   mlaserve::prefill::PrefillRole role;  // after `app`: destroyed first, while the engine lives
   return app.Run(role);

@@ -6,16 +6,14 @@
 #include <optional>
 
 #include "absl/synchronization/notification.h"
-#include "common/server.h"
-#include "decode_worker/testing/fake_engine.h"
 #include "gtest/gtest.h"
 #include "kernels/common/page.h"
-#include "kvtransfer/kv_service.h"
 #include "kvtransfer/nccl/fake_communicator.h"
 #include "kvtransfer/nccl/kv_nccl_service.h"
 #include "kvtransfer/nccl/nccl_transport.h"
-#include "kvtransfer/receiver.h"
+#include "kvtransfer/testing/receiving_end.h"
 #include "prefill_worker/prefill_runner.h"
+#include "worker/testing/fake_engine.h"
 
 namespace mlaserve::prefill {
 namespace {
@@ -32,16 +30,7 @@ struct Outcome {
     };
   }
 };
-struct Received {
-  absl::Notification done;
-  std::optional<absl::StatusOr<kvtransfer::KvReceivedKv>> result;
-  kvtransfer::KvReceiver::DoneFn fn() {
-    return [this](absl::StatusOr<kvtransfer::KvReceivedKv> r) {
-      result = std::move(r);
-      done.Notify();
-    };
-  }
-};
+using Received = kvtransfer::testing::DoneProbe;
 
 std::vector<int32_t> Prompt(int n, int salt) {
   std::vector<int32_t> p(n);
@@ -55,19 +44,13 @@ class PrefillRunnerNcclTest : public ::testing::TestWithParam<bool> {
     prefill_ = FakeEngine::Create({.num_pages = 32});
     decode_ = FakeEngine::Create({.num_pages = 32});
     layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
-    receiver_ = std::make_unique<kvtransfer::KvReceiver>(&decode_->kv_pool(), layout_);
-    kv_service_ = std::make_unique<kvtransfer::KvServiceImpl>(receiver_.get());
+    end_ = std::make_unique<kvtransfer::testing::ReceivingEnd>(&decode_->kv_pool(), layout_);
     kvtransfer::nccl::KvNcclServiceOptions no;
     no.comm_factory = hub_.factory();
     no.id_factory = hub_.id_factory();
     nccl_service_ = std::make_unique<kvtransfer::nccl::KvNcclServiceImpl>(
-        receiver_.get(), &decode_->kv_pool(), no);
-    common::ServerOptions so;
-    so.listen = "127.0.0.1:0";
-    server_ = std::make_unique<common::ServerRunner>(so);
-    server_->AddService(kv_service_.get());
-    server_->AddService(nccl_service_.get());
-    ASSERT_TRUE(server_->Start().ok());
+        &end_->receiver(), &decode_->kv_pool(), no);
+    ASSERT_TRUE(end_->Start({nccl_service_.get()}).ok());
     kvtransfer::nccl::NcclTransportOptions to;
     to.pair_id = "prefill-0";
     to.comm_factory = hub_.factory();
@@ -83,16 +66,13 @@ class PrefillRunnerNcclTest : public ::testing::TestWithParam<bool> {
   void TearDown() override {
     runner_.reset();
     transport_.reset();
-    server_->RequestShutdown();
-    server_->WaitForShutdown();
+    end_->Stop();
+    nccl_service_.reset();
   }
   kvtransfer::KvSessionRef Reserve(const std::string& id, int prompt_len, Received* rx) {
     const int pages = kernels::PagesFor(prompt_len);
-    EXPECT_TRUE(receiver_
-                    ->CreateSession(id, *decode_->kv_pool().Allocate(pages + 1), pages,
-                                    absl::Now() + absl::Seconds(30), rx->fn())
-                    .ok());
-    return {id, server_->bound_address(), "nccl", pages, layout_.CompatHash()};
+    EXPECT_TRUE(end_->Expect(id, *decode_->kv_pool().Allocate(pages + 1), pages, *rx).ok());
+    return end_->Ref(id, pages, "nccl");
   }
   PrefillJob Job(const std::string& id, std::vector<int32_t> tokens,
                  kvtransfer::KvSessionRef ref) {
@@ -107,10 +87,8 @@ class PrefillRunnerNcclTest : public ::testing::TestWithParam<bool> {
   kvtransfer::nccl::FakeCommHub hub_;
   std::unique_ptr<FakeEngine> prefill_, decode_;
   kvtransfer::KvLayout layout_;
-  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
-  std::unique_ptr<kvtransfer::KvServiceImpl> kv_service_;
+  std::unique_ptr<kvtransfer::testing::ReceivingEnd> end_;
   std::unique_ptr<kvtransfer::nccl::KvNcclServiceImpl> nccl_service_;
-  std::unique_ptr<common::ServerRunner> server_;
   std::unique_ptr<kvtransfer::nccl::NcclKvTransport> transport_;
   std::unique_ptr<PrefillRunner> runner_;
 };

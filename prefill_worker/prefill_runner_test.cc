@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "absl/synchronization/notification.h"
-#include "decode_worker/testing/fake_engine.h"
+#include "worker/testing/fake_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/common/page.h"

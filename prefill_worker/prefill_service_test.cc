@@ -3,7 +3,7 @@
 #include "prefill_worker/prefill_service.h"
 
 #include "common/server.h"
-#include "decode_worker/testing/fake_engine.h"
+#include "worker/testing/fake_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/fake_transport.h"
