@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/request_limits.h"
+#include "common/status.h"
 #include "worker/worker_proto.h"
 #include "kvtransfer/proto_convert.h"
 
@@ -14,28 +15,27 @@ namespace mlaserve::decode {
 namespace v1 = ::mlaserve::v1;
 using common::ToGrpcStatus;
 
-absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request) {
-  // What the router checked, checked again: this port may be reached without the router.
+absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request,
+                                          const ReserveBounds& bounds) {
+  // What the router checked, checked again: this port may be reached without the router. This
+  // is the one check on this worker (ReserveSpec); the runner takes the spec as valid.
+  const v1::SamplingParams& sampling = request.sampling();
   if (absl::Status s = common::ValidateRequestId(request.request_id()); !s.ok()) return s;
-  if (absl::Status s = common::ValidateStopCounts(0, request.sampling().stop_token_ids_size());
-      !s.ok()) {
+  if (absl::Status s = common::ValidateStopCounts(0, sampling.stop_token_ids_size()); !s.ok()) {
     return s;
   }
   ReserveSpec spec;
   spec.request_id = request.request_id();
   spec.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
-  auto sampling = worker::ToSamplingOptions(request.sampling());
-  if (!sampling.ok()) return sampling.status();
-  spec.sampling = *sampling;
-  if (!request.sampling().has_max_new_tokens()) {
+  ASSIGN_OR_RETURN(spec.sampling, worker::ToSamplingOptions(sampling));
+  if (!sampling.has_max_new_tokens()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "request ", common::IdForMessages(request.request_id()),
         ": sampling.max_new_tokens must be set"));
   }
-  spec.max_new_tokens = request.sampling().max_new_tokens();
-  spec.stop_token_ids.assign(request.sampling().stop_token_ids().begin(),
-                             request.sampling().stop_token_ids().end());
-  spec.ignore_eos = request.sampling().ignore_eos();
+  spec.max_new_tokens = sampling.max_new_tokens();
+  spec.stop_token_ids.assign(sampling.stop_token_ids().begin(), sampling.stop_token_ids().end());
+  spec.ignore_eos = sampling.ignore_eos();
   spec.local_prefill = request.local_prefill();
   spec.prefill_compat_hash = request.prefill_kv_compat_hash();
   if (request.kv_lease_ms() < 0) {
@@ -43,6 +43,35 @@ absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request) {
         absl::StrCat("kv_lease_ms is ", request.kv_lease_ms(), "; it must be >= 0"));
   }
   spec.lease = absl::Milliseconds(request.kv_lease_ms());
+
+  if (spec.request_id.empty()) return absl::InvalidArgumentError("request_id is empty");
+  RETURN_IF_ERROR(worker::ValidatePromptTokens(spec.prompt, bounds.vocab_size, bounds.max_context));
+  const int prompt_len = static_cast<int>(spec.prompt.size());
+  if (spec.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens is ", spec.max_new_tokens, "; it must be >= 1"));
+  }
+  if (static_cast<int64_t>(prompt_len) + spec.max_new_tokens > bounds.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", prompt_len, " tokens + max_new_tokens ", spec.max_new_tokens,
+        " exceeds the model's context of ", bounds.max_context));
+  }
+  for (int32_t id : spec.stop_token_ids) {
+    if (id < 0 || id >= bounds.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stop_token_ids entry ", id, " is outside the vocabulary [0, ", bounds.vocab_size, ")"));
+    }
+  }
+  if (spec.lease > bounds.max_lease) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_lease_ms is ", absl::ToInt64Milliseconds(spec.lease),
+                     "; this decode worker allows at most ",
+                     absl::ToInt64Milliseconds(bounds.max_lease), " (--max-kv-lease-ms)"));
+  }
+  if (!spec.local_prefill && spec.prefill_compat_hash.empty()) {
+    return absl::InvalidArgumentError(
+        "prefill_kv_compat_hash is empty (required unless local_prefill)");
+  }
   return spec;
 }
 
@@ -214,7 +243,7 @@ grpc::ServerUnaryReactor* DecodeService::Reserve(grpc::CallbackServerContext* co
   }
   auto* reactor = context->DefaultReactor();
   absl::Status status;
-  auto spec = ToReserveSpec(*request);
+  auto spec = ToReserveSpec(*request, runner_->bounds());
   if (!spec.ok()) {
     status = spec.status();
   } else {

@@ -3,6 +3,7 @@
 // token stream. Ends by checking that every page on both sides is back in its pool.
 #include "decode_worker/decode_service.h"
 
+#include <limits>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -22,6 +23,9 @@ using ::mlaserve::testing::FakeEngine;
 using ::testing::HasSubstr;
 
 constexpr int kVocab = 64;
+// A vocabulary of 64, a context of 4096 and a 1 s lease cap.
+const ReserveBounds kBounds{.vocab_size = kVocab, .max_context = 4096,
+                            .max_lease = absl::Seconds(1)};
 
 TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
   v1::ReserveRequest req;
@@ -34,7 +38,7 @@ TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
   req.mutable_sampling()->set_ignore_eos(true);
   req.set_prefill_kv_compat_hash("abc");
   req.set_kv_lease_ms(250);
-  auto spec = ToReserveSpec(req);
+  auto spec = ToReserveSpec(req, kBounds);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->prompt, (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(spec->max_new_tokens, 7);
@@ -43,17 +47,17 @@ TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
   EXPECT_EQ(spec->prefill_compat_hash, "abc");
   EXPECT_EQ(spec->lease, absl::Milliseconds(250));
   req.mutable_sampling()->clear_max_new_tokens();
-  EXPECT_THAT(ToReserveSpec(req).status().message(),
+  EXPECT_THAT(ToReserveSpec(req, kBounds).status().message(),
               HasSubstr("sampling.max_new_tokens must be set"));
   // What the router checks, checked again at the worker's edge.
   req.mutable_sampling()->set_max_new_tokens(7);
   req.set_request_id(std::string(1 << 20, 'r'));
-  absl::Status long_id = ToReserveSpec(req).status();
+  absl::Status long_id = ToReserveSpec(req, kBounds).status();
   EXPECT_EQ(long_id.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_LT(long_id.message().size(), 200u);
   req.set_request_id("r");
   for (int i = 0; i < 65; ++i) req.mutable_sampling()->add_stop_token_ids(1);
-  EXPECT_THAT(ToReserveSpec(req).status().message(), HasSubstr("stop_token_ids has 66 ids"));
+  EXPECT_THAT(ToReserveSpec(req, kBounds).status().message(), HasSubstr("stop_token_ids has 66 ids"));
 
   DecodeFinish f;
   f.reason = FinishReason::kStop;
@@ -63,6 +67,54 @@ TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
   EXPECT_EQ(m.finished().finish_reason(), v1::FINISH_REASON_STOP);
   EXPECT_EQ(m.finished().matched_token_id(), 2);
   EXPECT_EQ(m.finished().completion_tokens(), 4);
+}
+
+// The worker's one check of a Reserve: each bad value is INVALID_ARGUMENT naming it.
+TEST(DecodeConversionTest, ReserveRequestsOutsideTheBoundsAreRefusedNamingTheValue) {
+  auto request = [] {
+    v1::ReserveRequest req;
+    req.set_request_id("x");
+    for (int32_t t : {1, 2, 3, 4, 5}) req.add_prompt_token_ids(t);
+    req.mutable_sampling()->set_max_new_tokens(5);
+    req.set_prefill_kv_compat_hash("abc");
+    return req;
+  };
+  auto refused = [](const v1::ReserveRequest& req) {
+    absl::Status s = ToReserveSpec(req, kBounds).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    return std::string(s.message());
+  };
+  ASSERT_TRUE(ToReserveSpec(request(), kBounds).ok());
+  v1::ReserveRequest req = request();
+  req.clear_request_id();
+  EXPECT_THAT(refused(req), HasSubstr("request_id is empty"));
+  req = request();
+  req.clear_prompt_token_ids();
+  EXPECT_THAT(refused(req), HasSubstr("the prompt is empty"));
+  req = request();
+  req.set_prompt_token_ids(2, 99);
+  EXPECT_THAT(refused(req), HasSubstr("token id 99 at position 2 is outside the vocabulary"));
+  req = request();
+  req.mutable_sampling()->set_max_new_tokens(0);
+  EXPECT_THAT(refused(req), HasSubstr("max_new_tokens is 0; it must be >= 1"));
+  req = request();
+  req.mutable_sampling()->set_max_new_tokens(4092);
+  EXPECT_THAT(refused(req), HasSubstr("exceeds the model's context of 4096"));
+  req = request();
+  req.mutable_sampling()->set_temperature(-1);
+  EXPECT_THAT(refused(req), HasSubstr("temperature"));
+  req = request();
+  req.mutable_sampling()->add_stop_token_ids(-1);
+  EXPECT_THAT(refused(req), HasSubstr("stop_token_ids entry -1 is outside the vocabulary"));
+  req = request();
+  req.set_kv_lease_ms(std::numeric_limits<int32_t>::max());
+  EXPECT_THAT(refused(req), HasSubstr("kv_lease_ms is 2147483647"));
+  EXPECT_THAT(refused(req), HasSubstr("--max-kv-lease-ms"));
+  req = request();
+  req.clear_prefill_kv_compat_hash();
+  EXPECT_THAT(refused(req), HasSubstr("prefill_kv_compat_hash is empty"));
+  req.set_local_prefill(true);  // a local prefill needs no hash
+  EXPECT_TRUE(ToReserveSpec(req, kBounds).ok());
 }
 
 class DecodeServiceTest : public ::testing::Test {

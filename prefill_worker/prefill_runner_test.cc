@@ -154,16 +154,14 @@ TEST_F(PrefillRunnerTest, BrokenTransferFailsTheRequestAndFreesPages) {
   EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
 }
 
+// What Submit checks of a (valid) job: this worker's pool, the peer's layout and the live ids.
+// The job's own values are checked at the RPC edge (prefill_service_test.cc, ToPrefillJob).
 TEST_F(PrefillRunnerTest, BadRequestsGetTheRightCodes) {
   Outcome out;
   Received rx;
   auto ref = Reserve("r", 10, &rx);
   auto code = [&](PrefillJob j) { return runner_->Submit(std::move(j), out.fn()); };
-  EXPECT_EQ(code(Job("r", {}, ref)).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(code(Job("r", {1, 64}, ref)).message(),
-              HasSubstr("token id 64 at position 1 is outside the vocabulary [0, 64)"));
-  EXPECT_THAT(code(Job("r", Prompt(100, 0), ref)).message(),
-              HasSubstr("kv_session.num_pages is 1 but a prompt of 100 tokens fills 2 pages"));
+  EXPECT_EQ(runner_->bounds().vocab_size, 64);
   auto big = ref;
   big.num_pages = 33;
   EXPECT_EQ(code(Job("r", Prompt(33 * 64, 0), big)).code(), absl::StatusCode::kResourceExhausted);

@@ -2,6 +2,8 @@
 
 #include "common/grpc_status.h"
 #include "common/request_limits.h"
+#include "common/status.h"
+#include "kernels/common/page.h"
 #include "worker/worker_proto.h"
 #include "kvtransfer/proto_convert.h"
 
@@ -10,22 +12,28 @@ namespace mlaserve::prefill {
 namespace v1 = ::mlaserve::v1;
 using common::ToGrpcStatus;
 
-absl::StatusOr<PrefillJob> ToPrefillJob(const v1::PrefillRequest& request) {
-  // What the router checked, checked again: this port may be reached without the router.
+absl::StatusOr<PrefillJob> ToPrefillJob(const v1::PrefillRequest& request,
+                                        const PrefillBounds& bounds) {
+  // What the router checked, checked again: this port may be reached without the router. This
+  // is the one check on this worker (PrefillJob); the runner takes the job as valid.
   if (absl::Status s = common::ValidateRequestId(request.request_id()); !s.ok()) return s;
   PrefillJob job;
   job.request_id = request.request_id();
   job.tokens.assign(request.token_ids().begin(), request.token_ids().end());
-  auto sampling = worker::ToSamplingOptions(request.sampling());
-  if (!sampling.ok()) return sampling.status();
-  job.sampling = *sampling;
+  ASSIGN_OR_RETURN(job.sampling, worker::ToSamplingOptions(request.sampling()));
   if (!request.has_kv_session()) {
     return absl::InvalidArgumentError(
         absl::StrCat("request ", common::IdForMessages(request.request_id()), " has no kv_session"));
   }
-  auto session = kvtransfer::FromProto(request.kv_session());
-  if (!session.ok()) return session.status();
-  job.session = *session;
+  ASSIGN_OR_RETURN(job.session, kvtransfer::FromProto(request.kv_session()));
+  if (job.request_id.empty()) return absl::InvalidArgumentError("request_id is empty");
+  RETURN_IF_ERROR(worker::ValidatePromptTokens(job.tokens, bounds.vocab_size, bounds.max_context));
+  const int n = static_cast<int>(job.tokens.size());
+  if (const int pages = kernels::PagesFor(n); job.session.num_pages != pages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_session.num_pages is ", job.session.num_pages, " but a prompt of ", n,
+        " tokens fills ", pages, " pages of ", kernels::kPageSize, " tokens"));
+  }
   return job;
 }
 
@@ -46,7 +54,7 @@ class PrefillReactor final : public grpc::ServerUnaryReactor {
   PrefillReactor(PrefillRunner* runner, const v1::PrefillRequest* request,
                  v1::PrefillResponse* response)
       : runner_(runner), id_(request->request_id()) {
-    auto job = ToPrefillJob(*request);
+    auto job = ToPrefillJob(*request, runner_->bounds());
     if (!job.ok()) {
       Finish(ToGrpcStatus(job.status()));
       return;

@@ -16,6 +16,8 @@ namespace v1 = ::mlaserve::v1;
 using ::mlaserve::testing::FakeEngine;
 using ::testing::HasSubstr;
 
+const PrefillBounds kBounds{.vocab_size = 64, .max_context = 4096};
+
 TEST(PrefillConversionTest, RequestToJobAndOutcomeToResponse) {
   v1::PrefillRequest req;
   req.set_request_id("r1");
@@ -26,7 +28,7 @@ TEST(PrefillConversionTest, RequestToJobAndOutcomeToResponse) {
   req.mutable_kv_session()->set_session_id("s1");
   req.mutable_kv_session()->set_endpoint("127.0.0.1:1");
   req.mutable_kv_session()->set_num_pages(1);
-  auto job = ToPrefillJob(req);
+  auto job = ToPrefillJob(req, kBounds);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->request_id, "r1");
   EXPECT_EQ(job->tokens, (std::vector<int32_t>{3, 4}));
@@ -34,7 +36,7 @@ TEST(PrefillConversionTest, RequestToJobAndOutcomeToResponse) {
   EXPECT_EQ(job->sampling.seed, 11u);
   EXPECT_EQ(job->session.session_id, "s1");
   req.clear_kv_session();
-  EXPECT_THAT(ToPrefillJob(req).status().message(), HasSubstr("has no kv_session"));
+  EXPECT_THAT(ToPrefillJob(req, kBounds).status().message(), HasSubstr("has no kv_session"));
 
   PrefillOutcome o;
   o.first_token = 9;
@@ -45,6 +47,38 @@ TEST(PrefillConversionTest, RequestToJobAndOutcomeToResponse) {
   EXPECT_EQ(resp.first_token(), 9);
   EXPECT_EQ(resp.prompt_tokens(), 2);
   EXPECT_DOUBLE_EQ(resp.queue_time_s(), 1.5);
+}
+
+// The worker's one check of a Prefill: each bad value is INVALID_ARGUMENT naming it.
+TEST(PrefillConversionTest, RequestsOutsideTheBoundsAreRefusedNamingTheValue) {
+  auto request = [](std::vector<int32_t> tokens, int pages) {
+    v1::PrefillRequest req;
+    req.set_request_id("r");
+    for (int32_t t : tokens) req.add_token_ids(t);
+    req.mutable_kv_session()->set_session_id("s");
+    req.mutable_kv_session()->set_endpoint("127.0.0.1:1");
+    req.mutable_kv_session()->set_num_pages(pages);
+    return req;
+  };
+  auto refused = [](const v1::PrefillRequest& req) {
+    absl::Status s = ToPrefillJob(req, kBounds).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    return std::string(s.message());
+  };
+  ASSERT_TRUE(ToPrefillJob(request({1, 2}, 1), kBounds).ok());
+  v1::PrefillRequest no_id = request({1, 2}, 1);
+  no_id.clear_request_id();
+  EXPECT_THAT(refused(no_id), HasSubstr("request_id is empty"));
+  EXPECT_THAT(refused(request({}, 1)), HasSubstr("the prompt is empty"));
+  EXPECT_THAT(refused(request({1, 64}, 1)),
+              HasSubstr("token id 64 at position 1 is outside the vocabulary [0, 64)"));
+  EXPECT_THAT(refused(request(std::vector<int32_t>(4097, 1), 65)),
+              HasSubstr("prompt has 4097 tokens; this worker accepts 4096"));
+  EXPECT_THAT(refused(request(std::vector<int32_t>(100, 1), 1)),
+              HasSubstr("kv_session.num_pages is 1 but a prompt of 100 tokens fills 2 pages"));
+  v1::PrefillRequest hot = request({1, 2}, 1);
+  hot.mutable_sampling()->set_top_p(2);
+  EXPECT_THAT(refused(hot), HasSubstr("top_p"));
 }
 
 TEST(PrefillServiceTest, PrefillOverGrpcAndErrorCodes) {
