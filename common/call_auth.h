@@ -13,13 +13,14 @@
 
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/self_owned.h"
 
 namespace mlaserve::common {
 
@@ -100,18 +101,32 @@ inline grpc::ServerUnaryReactor* RefuseUnlessAllowed(const CallAuthorizer* autho
   return reactor;
 }
 
-// Reactors that finish a streaming call at once with `status` (a refused call).
+// Reactors that finish a streaming call at once with `status` (a refused call); the handler
+// returns RefuseRead<Request>(status) / RefuseWrite<Response>(status). Self-owned
+// (common/self_owned.h) until gRPC's OnDone.
 template <typename Request>
-class RefusedReadReactor final : public grpc::ServerReadReactor<Request> {
+class RefusedReadReactor final : public grpc::ServerReadReactor<Request>,
+                                 public SelfOwned<RefusedReadReactor<Request>> {
  public:
-  explicit RefusedReadReactor(const grpc::Status& status) { this->Finish(status); }
-  void OnDone() override { delete this; }
+  void OnDone() override { this->ReleaseSelf(); }
 };
 template <typename Response>
-class RefusedWriteReactor final : public grpc::ServerWriteReactor<Response> {
+class RefusedWriteReactor final : public grpc::ServerWriteReactor<Response>,
+                                  public SelfOwned<RefusedWriteReactor<Response>> {
  public:
-  explicit RefusedWriteReactor(const grpc::Status& status) { this->Finish(status); }
-  void OnDone() override { delete this; }
+  void OnDone() override { this->ReleaseSelf(); }
 };
+template <typename Request>
+grpc::ServerReadReactor<Request>* RefuseRead(const grpc::Status& status) {
+  auto reactor = MakeSelfOwned<RefusedReadReactor<Request>>();
+  reactor->Finish(status);
+  return reactor.get();
+}
+template <typename Response>
+grpc::ServerWriteReactor<Response>* RefuseWrite(const grpc::Status& status) {
+  auto reactor = MakeSelfOwned<RefusedWriteReactor<Response>>();
+  reactor->Finish(status);
+  return reactor.get();
+}
 
 }  // namespace mlaserve::common

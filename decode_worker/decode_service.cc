@@ -100,19 +100,18 @@ v1::DecodeStreamResponse FinishedMessage(const DecodeFinish& f) {
 namespace {
 
 // One Stream call. The runner pushes tokens from its loop thread; writes go out one at a time,
-// tokens arriving meanwhile are merged into the queued message. The runner holds a
-// shared_ptr to the reactor, which holds itself until gRPC's OnDone, so either side may
-// outlive the other; after OnDone every sink call is ignored.
+// tokens arriving meanwhile are merged into the queued message. Self-owned
+// (common/self_owned.h) until gRPC's OnDone; the runner holds a reference as its sink, so
+// either side may outlive the other; after OnDone every sink call is ignored.
 class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStreamResponse>,
                                   public TokenSink,
-                                  public std::enable_shared_from_this<DecodeStreamReactor> {
+                                  public common::SelfOwned<DecodeStreamReactor> {
  public:
   DecodeStreamReactor(DecodeRunner* runner, std::string session_id)
       : runner_(runner), session_id_(std::move(session_id)) {}
 
   void Open() {
-    self_ = shared_from_this();
-    absl::Status s = runner_->OpenStream(session_id_, shared_from_this());
+    absl::Status s = runner_->OpenStream(session_id_, SelfRef());
     if (!s.ok()) FinishOnce(ToGrpcStatus(s));
   }
 
@@ -187,7 +186,7 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
       absl::MutexLock lock(&mu_);
       done_ = true;
     }
-    std::shared_ptr<DecodeStreamReactor> keep = std::move(self_);  // may delete this
+    ReleaseSelf();  // the runner may still hold a reference: its later calls are ignored
   }
 
  private:
@@ -223,7 +222,6 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
 
   DecodeRunner* const runner_;
   const std::string session_id_;
-  std::shared_ptr<DecodeStreamReactor> self_;
   absl::Mutex mu_;
   std::deque<v1::DecodeStreamResponse> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -262,12 +260,12 @@ grpc::ServerWriteReactor<v1::DecodeStreamResponse>* DecodeService::Stream(
     grpc::CallbackServerContext* context, const v1::DecodeStreamRequest* request) {
   if (authorizer_ != nullptr) {
     if (grpc::Status s = authorizer_->Check(*context, common::Privilege::kCluster); !s.ok()) {
-      return new common::RefusedWriteReactor<v1::DecodeStreamResponse>(s);
+      return common::RefuseWrite<v1::DecodeStreamResponse>(s);
     }
   }
-  auto reactor = std::make_shared<DecodeStreamReactor>(runner_, request->session_id());
+  auto reactor = common::MakeSelfOwned<DecodeStreamReactor>(runner_, request->session_id());
   reactor->Open();
-  return reactor.get();  // kept alive by its self-reference until OnDone
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* DecodeService::Abort(grpc::CallbackServerContext* context,

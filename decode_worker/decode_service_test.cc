@@ -4,8 +4,10 @@
 #include "decode_worker/decode_service.h"
 
 #include <limits>
+#include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/server.h"
 #include "worker/testing/fake_engine.h"
@@ -57,7 +59,8 @@ TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
   EXPECT_LT(long_id.message().size(), 200u);
   req.set_request_id("r");
   for (int i = 0; i < 65; ++i) req.mutable_sampling()->add_stop_token_ids(1);
-  EXPECT_THAT(ToReserveSpec(req, kBounds).status().message(), HasSubstr("stop_token_ids has 66 ids"));
+  EXPECT_THAT(ToReserveSpec(req, kBounds).status().message(),
+              HasSubstr("stop_token_ids has 66 ids"));
 
   DecodeFinish f;
   f.reason = FinishReason::kStop;
@@ -162,6 +165,19 @@ class DecodeServiceTest : public ::testing::Test {
     req.set_prefill_kv_compat_hash(layout_.CompatHash());
     return req;
   }
+  // Reserves a request this worker prefills itself; the session to stream.
+  std::string ReserveLocal(const std::string& id, const std::vector<int32_t>& prompt,
+                           int max_new) {
+    auto req = Reserve(id, prompt, max_new);
+    req.set_local_prefill(true);
+    req.clear_prefill_kv_compat_hash();
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    v1::ReserveResponse reservation;
+    const grpc::Status s = stub_->Reserve(&ctx, req, &reservation);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return reservation.session_id();
+  }
   // Submits the remote prefill of a reserved session, as the router would.
   void Prefill(const std::string& id, const std::vector<int32_t>& prompt,
                const v1::ReserveResponse& reservation, absl::Notification* done,
@@ -232,6 +248,12 @@ TEST_F(DecodeServiceTest, ReserveTransferOverTcpStreamAndEveryPageFreeAfterwards
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(outcome->first_token, tokens[0]);
   EXPECT_EQ(decode_->kv_pool().free_pages(), 64);
+  // The prefill side answers once the decode worker acknowledged the KV; its loop thread lets
+  // the prompt's pages go when it next runs, which may be just after.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (prefill_->kv_pool().free_pages() < 64 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   EXPECT_EQ(prefill_->kv_pool().free_pages(), 64);
 }
 
@@ -241,18 +263,12 @@ TEST_F(DecodeServiceTest, AbortMidStreamEndsWithAbortAndFreesPages) {
   decode_->set_before_forward([&](std::span<const model::SequenceChunk>) {
     if (decode_->forward_calls() > 4) release.WaitForNotificationWithTimeout(absl::Seconds(20));
   });
-  std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
-  auto req = Reserve("b", prompt, 1000);
-  req.set_local_prefill(true);
-  req.clear_prefill_kv_compat_hash();
-  grpc::ClientContext rctx;
-  rctx.set_deadline(Deadline());
-  v1::ReserveResponse reservation;
-  ASSERT_TRUE(stub_->Reserve(&rctx, req, &reservation).ok());
+  const std::string session = ReserveLocal("b", {1, 2, 3, 4, 5}, 1000);
+  ASSERT_FALSE(session.empty());
   grpc::ClientContext sctx;
   sctx.set_deadline(Deadline());
   v1::DecodeStreamRequest sreq;
-  sreq.set_session_id(reservation.session_id());
+  sreq.set_session_id(session);
   auto reader = stub_->Stream(&sctx, sreq);
   v1::DecodeStreamResponse msg;
   ASSERT_TRUE(reader->Read(&msg));
@@ -319,6 +335,58 @@ TEST_F(DecodeServiceTest, BadInputsGetTheRightCodes) {
     ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetWorkerInfoRequest(), &info).ok());
     EXPECT_EQ(info.role(), v1::WORKER_ROLE_DECODE);
   }
+}
+
+// Clients that cancel their token streams at random moments (before the first token, mid-way,
+// at the end) and then abort the request, as the router does, race the decode loop's pushes,
+// the writes in flight and gRPC's OnDone: every stream ends and every page returns (the
+// reactor's lifetime: common/self_owned.h).
+TEST_F(DecodeServiceTest, StreamsCancelledAtRandomMomentsEndAndFreeEveryPage) {
+  constexpr int kClients = 4;
+  constexpr int kRounds = 12;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([this, c] {
+      std::mt19937 rng(c);
+      for (int round = 0; round < kRounds; ++round) {
+        const std::string id = absl::StrCat("c", c, "-", round);
+        const std::string session = ReserveLocal(id, {1, 2, 3, 4, 5}, 200);
+        ASSERT_FALSE(session.empty());
+        grpc::ClientContext sctx;
+        sctx.set_deadline(Deadline());
+        v1::DecodeStreamRequest sreq;
+        sreq.set_session_id(session);
+        auto reader = stub_->Stream(&sctx, sreq);
+        v1::DecodeStreamResponse msg;
+        const int reads = std::uniform_int_distribution<int>(0, 60)(rng);
+        for (int i = 0; i < reads && reader->Read(&msg); ++i) {
+        }
+        sctx.TryCancel();
+        while (reader->Read(&msg)) {
+        }
+        const grpc::Status s = reader->Finish();
+        EXPECT_TRUE(s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) << s.error_message();
+        // As the router does: a stream cancelled before it reached the worker leaves the
+        // reservation to its Abort (or its lease).
+        grpc::ClientContext actx;
+        actx.set_deadline(Deadline());
+        v1::WorkerAbortRequest abort;
+        abort.set_request_id(id);
+        v1::WorkerAbortResponse aresp;
+        const grpc::Status a = stub_->Abort(&actx, abort, &aresp);
+        EXPECT_TRUE(a.ok() || a.error_code() == grpc::StatusCode::NOT_FOUND) << a.error_message();
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  auto idle = [&] {
+    const DecodeLoad l = runner_->load();
+    return l.running + l.pending == 0 && l.kv_pages_free == 64;
+  };
+  while (!idle() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  EXPECT_EQ(runner_->load().running + runner_->load().pending, 0);
+  EXPECT_EQ(decode_->kv_pool().free_pages(), 64);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "common/grpc_status.h"
 #include "common/request_limits.h"
+#include "common/self_owned.h"
 #include "common/status.h"
 #include "kernels/common/page.h"
 #include "worker/worker_proto.h"
@@ -49,26 +50,30 @@ void ToProto(const PrefillOutcome& o, v1::PrefillResponse* response) {
 namespace {
 
 // One Prefill call: answered by the runner's completion; a cancelled call aborts the request.
-class PrefillReactor final : public grpc::ServerUnaryReactor {
+// Self-owned (common/self_owned.h) until gRPC's OnDone; the runner's completion holds a
+// reference too, so it never answers a freed reactor.
+class PrefillReactor final : public grpc::ServerUnaryReactor,
+                             public common::SelfOwned<PrefillReactor> {
  public:
-  PrefillReactor(PrefillRunner* runner, const v1::PrefillRequest* request,
-                 v1::PrefillResponse* response)
-      : runner_(runner), id_(request->request_id()) {
+  PrefillReactor(PrefillRunner* runner, const v1::PrefillRequest* request)
+      : runner_(runner), id_(request->request_id()) {}
+
+  void Start(const v1::PrefillRequest* request, v1::PrefillResponse* response) {
     auto job = ToPrefillJob(*request, runner_->bounds());
     if (!job.ok()) {
       Finish(ToGrpcStatus(job.status()));
       return;
     }
-    absl::Status s = runner_->Submit(std::move(*job), [this, response](
-                                                          absl::StatusOr<PrefillOutcome> o) {
-      if (o.ok()) ToProto(*o, response);
-      Finish(ToGrpcStatus(o.status()));  // `this` may be gone after Finish
-    });
+    absl::Status s = runner_->Submit(
+        std::move(*job), [self = SelfRef(), response](absl::StatusOr<PrefillOutcome> o) {
+          if (o.ok()) ToProto(*o, response);
+          self->Finish(ToGrpcStatus(o.status()));
+        });
     if (!s.ok()) Finish(ToGrpcStatus(s));
   }
 
   void OnCancel() override { (void)runner_->Abort(id_); }
-  void OnDone() override { delete this; }
+  void OnDone() override { ReleaseSelf(); }
 
  private:
   PrefillRunner* const runner_;
@@ -83,7 +88,9 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
   if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
     return refused;
   }
-  return new PrefillReactor(runner_, request, response);
+  auto reactor = common::MakeSelfOwned<PrefillReactor>(runner_, request);
+  reactor->Start(request, response);
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* PrefillService::Abort(grpc::CallbackServerContext* context,

@@ -14,10 +14,12 @@
 
 namespace mlaserve::router {
 
+// The decode worker's token stream. Owned by the call (for TryCancel), and holding the call
+// from Start until its OnDone, gRPC's last reaction: the call outlives every reaction.
 class GenerateCall::DecodeStreamReader final
     : public grpc::ClientReadReactor<v1::DecodeStreamResponse> {
  public:
-  explicit DecodeStreamReader(GenerateCall* call) : call_(call) {}
+  explicit DecodeStreamReader(std::shared_ptr<GenerateCall> call) : call_(std::move(call)) {}
 
   void Start(v1::DecodeWorker::Stub* stub, const std::string& session_id, absl::Time deadline) {
     request_.set_session_id(session_id);
@@ -32,26 +34,36 @@ class GenerateCall::DecodeStreamReader final
     StartRead(&response_);
   }
   void OnDone(const grpc::Status& status) override {
-    GenerateCall* call = call_;
+    std::shared_ptr<GenerateCall> call = std::move(call_);
     call->OnDecodeStreamDone(status);
-    call->Unref();  // may delete the call and this reader with it
-  }
+  }  // `call` may be the last reference: the call, and this reader with it, go here
   grpc::ClientContext& context() { return context_; }
 
  private:
-  GenerateCall* const call_;
+  std::shared_ptr<GenerateCall> call_;
   grpc::ClientContext context_;
   v1::DecodeStreamRequest request_;
   v1::DecodeStreamResponse response_;
 };
 
-GenerateCall::GenerateCall(RouterContext* router, GenerateClient* client,
-                           absl::Time client_deadline,
-                           const absl::StatusOr<v1::GenerateRequest>& request)
+GenerateCall* GenerateCall::Start(RouterContext* router, GenerateClient* client,
+                                  absl::Time client_deadline,
+                                  const absl::StatusOr<v1::GenerateRequest>& request) {
+  std::shared_ptr<GenerateCall> call =
+      common::MakeSelfOwned<GenerateCall>(Key{}, router, client, client_deadline);
+  call->Begin(request);
+  return call.get();  // alive until the client's OnDone, whatever happened in Begin
+}
+
+GenerateCall::GenerateCall(Key, RouterContext* router, GenerateClient* client,
+                           absl::Time client_deadline)
     : router_(router), start_time_(absl::Now()), outbox_(client) {
   router_->CallStarted();
   request_deadline_ = std::min(start_time_ + router_->options().request_timeout, client_deadline);
   queue_deadline_ = std::min(request_deadline_, start_time_ + router_->options().queue_timeout);
+}
+
+void GenerateCall::Begin(const absl::StatusOr<v1::GenerateRequest>& request) {
   absl::Status st = Prepare(request);
   if (!st.ok()) {
     FailNow(st);
@@ -67,10 +79,6 @@ GenerateCall::GenerateCall(RouterContext* router, GenerateClient* client,
 }
 
 GenerateCall::~GenerateCall() { router_->CallEnded(); }
-
-void GenerateCall::Unref() {
-  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
-}
 
 absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& request) {
   if (!request.ok()) return request.status();
@@ -121,7 +129,7 @@ absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& re
                            .reserve_timeout = router_->options().reserve_timeout},
                        prompt_tokens, *sampling_.max_new_tokens);
   }
-  RETURN_IF_ERROR(router_->requests().Insert(request_id_, this));
+  RETURN_IF_ERROR(router_->requests().Insert(request_id_, weak_from_this()));
   registered_ = true;
   router_->total_requests().fetch_add(1);
   router_->metrics().requests_total->Increment();
@@ -156,7 +164,7 @@ void GenerateCall::WaitForRoomOrFail(const absl::Status& why, bool no_room_now) 
   }
   last_no_room_ = why;
   if (!waiting_.exchange(true)) router_->metrics().requests_waiting->Add(1);
-  router_->admission().Add(this);
+  router_->admission().Add(SelfRef());
 }
 
 AdmissionQueue::Waiter::Outcome GenerateCall::RetryAdmission(absl::Time now) {
@@ -236,11 +244,9 @@ void GenerateCall::StartReserve() {
     outbox_.Pump();
     return;
   }
-  Ref();
   stub->async()->Reserve(&attempt->context, &attempt->request, &attempt->response,
-                         [this, index](grpc::Status s) {
-                           OnReserveDone(index, s);
-                           Unref();
+                         [self = SelfRef(), index](grpc::Status s) {
+                           self->OnReserveDone(index, s);
                          });
 }
 
@@ -297,7 +303,7 @@ void GenerateCall::StartStreamAndPrefill(const v1::ReserveResponse& reserved) {
   {
     absl::MutexLock lock(&mu_);
     if (phase_ != Phase::kRunning) return;  // ended meanwhile; aborts were sent
-    stream_ = std::make_unique<DecodeStreamReader>(this);
+    stream_ = std::make_unique<DecodeStreamReader>(SelfRef());
     reader = stream_.get();
     decode_stub = router_->channels().Decode(placement_->decode_address());
     if (placement_->local_prefill()) {
@@ -317,15 +323,10 @@ void GenerateCall::StartStreamAndPrefill(const v1::ReserveResponse& reserved) {
   }
   // The decode worker starts decoding once its Stream is open and the KV has landed; opening
   // the stream first lets it see the first token as soon as it exists.
-  Ref();
   reader->Start(decode_stub.get(), reserved.session_id(), request_deadline_);
   if (prefill_stub) {
-    Ref();
     prefill_stub->async()->Prefill(&prefill->context, &prefill->request, &prefill->response,
-                                   [this](grpc::Status s) {
-                                     OnPrefillDone(s);
-                                     Unref();
-                                   });
+                                   [self = SelfRef()](grpc::Status s) { self->OnPrefillDone(s); });
   }
 }
 

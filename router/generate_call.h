@@ -23,9 +23,11 @@
 // guarded by mu_; client operations (the outbox's Pump), worker calls and TryCancel are started
 // outside mu_ so reactions that run inline cannot deadlock.
 //
-// Lifetime: reference counted. The client holds one reference until OnDone; each worker
-// call in flight holds one; RequestTable::Abort holds one while it runs. The last Unref
-// deletes the call.
+// Lifetime (common/self_owned.h): the call holds itself until its client's OnDone (the client
+// keeps the plain pointer Start returned until then); each worker call in flight holds a
+// reference (its callback, or the stream reader until its OnDone); the admission queue holds
+// one while the call waits there; RequestTable holds a weak one, and its Abort a strong one
+// while it runs. Whoever lets go last destroys the call.
 #pragma once
 
 #include <atomic>
@@ -42,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/self_owned.h"
 #include "mlaserve/v1/api.pb.h"
 #include "mlaserve/v1/worker.grpc.pb.h"
 #include "router/admission_queue.h"
@@ -54,24 +57,29 @@
 
 namespace mlaserve::router {
 
-class GenerateCall final : public AbortableCall, public AdmissionQueue::Waiter {
+class GenerateCall final : public AbortableCall,
+                           public AdmissionQueue::Waiter,
+                           public common::SelfOwned<GenerateCall> {
+  struct Key {};  // only Start makes calls
+
  public:
-  // Starts the call; it owns itself from here on and answers through `client` (which may
-  // see Send/End before this returns). `request` is what the front end parsed, or why it
-  // could not (the call then fails with that status, counted like any failed request).
-  // `client_deadline`: the client's own deadline (InfiniteFuture when it has none).
-  GenerateCall(RouterContext* router, GenerateClient* client, absl::Time client_deadline,
-               const absl::StatusOr<v1::GenerateRequest>& request);
+  // Starts a call; it owns itself from here on and answers through `client` (which may see
+  // Send/End before this returns). The pointer stays valid until the client's OnDone.
+  // `request` is what the front end parsed, or why it could not (the call then fails with that
+  // status, counted like any failed request). `client_deadline`: the client's own deadline
+  // (InfiniteFuture when it has none).
+  static GenerateCall* Start(RouterContext* router, GenerateClient* client,
+                             absl::Time client_deadline,
+                             const absl::StatusOr<v1::GenerateRequest>& request);
+  GenerateCall(Key, RouterContext* router, GenerateClient* client, absl::Time client_deadline);
   ~GenerateCall() override;
 
-  // From the client (generate_client.h).
+  // From the client (generate_client.h). OnDone is the client's last call.
   void OnWriteDone(bool ok);
   void OnCancel();
   void OnDone();
 
   void Abort() override;
-  void Ref() override { refs_.fetch_add(1, std::memory_order_relaxed); }
-  void Unref() override;
 
   // AdmissionQueue::Waiter: the call waits there when no decode worker has room now.
   Outcome RetryAdmission(absl::Time now) override;
@@ -82,6 +90,7 @@ class GenerateCall final : public AbortableCall, public AdmissionQueue::Waiter {
   class DecodeStreamReader;
   enum class Phase { kReserving, kRunning, kDone };
 
+  void Begin(const absl::StatusOr<v1::GenerateRequest>& request);
   absl::Status Prepare(const absl::StatusOr<v1::GenerateRequest>& request);
   // Ranks the decode workers; `no_room_now` tells whether a failure is worth waiting for.
   absl::Status Place(bool* no_room_now);
@@ -111,7 +120,6 @@ class GenerateCall final : public AbortableCall, public AdmissionQueue::Waiter {
   grpc::ClientContext* StreamContextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   RouterContext* const router_;
-  std::atomic<int> refs_{1};
   const absl::Time start_time_;
   absl::Time request_deadline_;
   ClientOutbox outbox_;  // thread-safe on its own

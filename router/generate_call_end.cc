@@ -8,21 +8,31 @@
 namespace mlaserve::router {
 namespace {
 
+// One Abort to a worker, fire and forget: self-owned (common/self_owned.h) until its answer.
+template <typename Stub>
+class WorkerAbortCall final : public common::SelfOwned<WorkerAbortCall<Stub>> {
+ public:
+  static void Send(std::shared_ptr<Stub> stub, const std::string& request_id,
+                   absl::Duration timeout) {
+    auto call = common::MakeSelfOwned<WorkerAbortCall>(std::move(stub));
+    call->request_.set_request_id(request_id);
+    call->context_.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    call->stub_->async()->Abort(&call->context_, &call->request_, &call->response_,
+                                [raw = call.get()](const grpc::Status&) { raw->ReleaseSelf(); });
+  }
+  explicit WorkerAbortCall(std::shared_ptr<Stub> stub) : stub_(std::move(stub)) {}
+
+ private:
+  const std::shared_ptr<Stub> stub_;
+  grpc::ClientContext context_;
+  v1::WorkerAbortRequest request_;
+  v1::WorkerAbortResponse response_;
+};
+
 template <typename Stub>
 void SendAbortTo(std::shared_ptr<Stub> stub, const std::string& request_id,
                  absl::Duration timeout) {
-  struct State {
-    std::shared_ptr<Stub> stub;
-    grpc::ClientContext context;
-    v1::WorkerAbortRequest request;
-    v1::WorkerAbortResponse response;
-  };
-  auto* s = new State;
-  s->stub = std::move(stub);
-  s->request.set_request_id(request_id);
-  s->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  s->stub->async()->Abort(&s->context, &s->request, &s->response,
-                          [s](const grpc::Status&) { delete s; });
+  WorkerAbortCall<Stub>::Send(std::move(stub), request_id, timeout);
 }
 
 }  // namespace
@@ -151,6 +161,6 @@ void GenerateCall::OnWriteDone(bool ok) {
   outbox_.Pump();
 }
 
-void GenerateCall::OnDone() { Unref(); }
+void GenerateCall::OnDone() { ReleaseSelf(); }
 
 }  // namespace mlaserve::router

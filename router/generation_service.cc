@@ -9,13 +9,19 @@ namespace mlaserve::router {
 namespace {
 
 // The gRPC end of a GenerateCall (generate_client.h): parses the raw request, writes the
-// call's messages to the stream and forwards the reactor's events to the call.
+// call's messages to the stream and forwards the reactor's events to the call. Self-owned
+// (common/self_owned.h) until gRPC's OnDone, which is also the call's client's last event.
 class GrpcGenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
-                                  public GenerateClient {
+                                  public GenerateClient,
+                                  public common::SelfOwned<GrpcGenerateReactor> {
  public:
-  GrpcGenerateReactor(RouterContext* router, grpc::CallbackServerContext* context,
-                      const grpc::ByteBuffer* request) {
-    call_ = new GenerateCall(router, this, absl::FromChrono(context->deadline()), Parse(request));
+  static grpc::ServerWriteReactor<grpc::ByteBuffer>* Start(RouterContext* router,
+                                                           grpc::CallbackServerContext* context,
+                                                           const grpc::ByteBuffer* request) {
+    auto reactor = common::MakeSelfOwned<GrpcGenerateReactor>();
+    reactor->call_ = GenerateCall::Start(router, reactor.get(),
+                                         absl::FromChrono(context->deadline()), Parse(request));
+    return reactor.get();
   }
 
   void Send(const v1::GenerateResponse& message) override {
@@ -31,7 +37,7 @@ class GrpcGenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
   void OnCancel() override { call_->OnCancel(); }
   void OnDone() override {
     call_->OnDone();
-    delete this;
+    ReleaseSelf();
   }
 
  private:
@@ -48,7 +54,7 @@ class GrpcGenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
     return parsed;
   }
 
-  GenerateCall* call_;
+  GenerateCall* call_ = nullptr;  // valid until its OnDone
   grpc::ByteBuffer buffer_;
 };
 
@@ -61,9 +67,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   if (grpc::Status s = router_->public_authorizer().Check(*context, common::Privilege::kClient);
       !s.ok()) {
-    return new common::RefusedWriteReactor<grpc::ByteBuffer>(s);
+    return common::RefuseWrite<grpc::ByteBuffer>(s);
   }
-  return new GrpcGenerateReactor(router_, context, request);
+  return GrpcGenerateReactor::Start(router_, context, request);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* context,
