@@ -13,6 +13,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -20,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/grpc_status.h"
 #include "common/self_owned.h"
 
 namespace mlaserve::common {
@@ -98,6 +100,21 @@ inline grpc::ServerUnaryReactor* RefuseUnlessAllowed(const CallAuthorizer* autho
   if (s.ok()) return nullptr;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(s);
+  return reactor;
+}
+
+// A unary callback handler that answers at once, whole: refused without `needed`
+// (RefuseUnlessAllowed), else `answer()` fills the response and its status finishes the call.
+template <typename Answer>
+grpc::ServerUnaryReactor* AnswerUnary(const CallAuthorizer* authorizer,
+                                      grpc::CallbackServerContext* context, Privilege needed,
+                                      Answer&& answer) {
+  if (grpc::ServerUnaryReactor* refused = RefuseUnlessAllowed(authorizer, context, needed)) {
+    return refused;
+  }
+  const absl::Status status = std::forward<Answer>(answer)();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 

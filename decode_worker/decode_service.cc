@@ -236,24 +236,12 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
 grpc::ServerUnaryReactor* DecodeService::Reserve(grpc::CallbackServerContext* context,
                                                  const v1::ReserveRequest* request,
                                                  v1::ReserveResponse* response) {
-  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
-    return refused;
-  }
-  auto* reactor = context->DefaultReactor();
-  absl::Status status;
-  auto spec = ToReserveSpec(*request, runner_->bounds());
-  if (!spec.ok()) {
-    status = spec.status();
-  } else {
-    auto reservation = runner_->Reserve(std::move(*spec));
-    if (reservation.ok()) {
-      ToProto(*reservation, response);
-    } else {
-      status = reservation.status();
-    }
-  }
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return common::AnswerUnary(authorizer_, context, common::Privilege::kCluster, [&] {
+    ASSIGN_OR_RETURN(ReserveSpec spec, ToReserveSpec(*request, runner_->bounds()));
+    ASSIGN_OR_RETURN(Reservation reservation, runner_->Reserve(std::move(spec)));
+    ToProto(reservation, response);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerWriteReactor<v1::DecodeStreamResponse>* DecodeService::Stream(
@@ -271,24 +259,17 @@ grpc::ServerWriteReactor<v1::DecodeStreamResponse>* DecodeService::Stream(
 grpc::ServerUnaryReactor* DecodeService::Abort(grpc::CallbackServerContext* context,
                                                const v1::WorkerAbortRequest* request,
                                                v1::WorkerAbortResponse* response) {
-  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
-    return refused;
-  }
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(runner_->Abort(request->request_id())));
-  return reactor;
+  return common::AnswerUnary(authorizer_, context, common::Privilege::kCluster,
+                             [&] { return runner_->Abort(request->request_id()); });
 }
 
 grpc::ServerUnaryReactor* DecodeService::GetInfo(grpc::CallbackServerContext* context,
                                                  const v1::GetWorkerInfoRequest* request,
                                                  v1::WorkerDescriptor* response) {
-  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
-    return refused;
-  }
-  auto* reactor = context->DefaultReactor();
-  *response = describe_();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return common::AnswerUnary(authorizer_, context, common::Privilege::kCluster, [&] {
+    *response = describe_();
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace mlaserve::decode

@@ -96,24 +96,17 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* PrefillService::Abort(grpc::CallbackServerContext* context,
                                                 const v1::WorkerAbortRequest* request,
                                                 v1::WorkerAbortResponse* response) {
-  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
-    return refused;
-  }
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(runner_->Abort(request->request_id())));
-  return reactor;
+  return common::AnswerUnary(authorizer_, context, common::Privilege::kCluster,
+                             [&] { return runner_->Abort(request->request_id()); });
 }
 
 grpc::ServerUnaryReactor* PrefillService::GetInfo(grpc::CallbackServerContext* context,
                                                   const v1::GetWorkerInfoRequest* request,
                                                   v1::WorkerDescriptor* response) {
-  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
-    return refused;
-  }
-  auto* reactor = context->DefaultReactor();
-  *response = describe_();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return common::AnswerUnary(authorizer_, context, common::Privilege::kCluster, [&] {
+    *response = describe_();
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace mlaserve::prefill
