@@ -151,6 +151,12 @@ class DecodeServiceTest : public ::testing::Test {
     server_->RequestShutdown();
     server_->WaitForShutdown([&] { runner_->Stop(); });
   }
+  // Pages come back on the workers' loop threads, maybe just after the answer: polls for them.
+  static bool AwaitFreePages(const model::KvPool& pool, int n) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (pool.free_pages() < n && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+    return pool.free_pages() == n;
+  }
   static std::chrono::system_clock::time_point Deadline() {
     return std::chrono::system_clock::now() + std::chrono::seconds(20);
   }
@@ -250,11 +256,7 @@ TEST_F(DecodeServiceTest, ReserveTransferOverTcpStreamAndEveryPageFreeAfterwards
   EXPECT_EQ(decode_->kv_pool().free_pages(), 64);
   // The prefill side answers once the decode worker acknowledged the KV; its loop thread lets
   // the prompt's pages go when it next runs, which may be just after.
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (prefill_->kv_pool().free_pages() < 64 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  EXPECT_EQ(prefill_->kv_pool().free_pages(), 64);
+  EXPECT_TRUE(AwaitFreePages(prefill_->kv_pool(), 64));
 }
 
 TEST_F(DecodeServiceTest, AbortMidStreamEndsWithAbortAndFreesPages) {
@@ -290,11 +292,7 @@ TEST_F(DecodeServiceTest, AbortMidStreamEndsWithAbortAndFreesPages) {
   ASSERT_TRUE(finished);
   EXPECT_EQ(finished->finish_reason(), v1::FINISH_REASON_ABORT);
   EXPECT_LT(finished->completion_tokens(), 1000);
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (decode_->kv_pool().free_pages() < 64 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  EXPECT_EQ(decode_->kv_pool().free_pages(), 64);
+  EXPECT_TRUE(AwaitFreePages(decode_->kv_pool(), 64));
 }
 
 TEST_F(DecodeServiceTest, BadInputsGetTheRightCodes) {
@@ -379,14 +377,8 @@ TEST_F(DecodeServiceTest, StreamsCancelledAtRandomMomentsEndAndFreeEveryPage) {
     });
   }
   for (auto& t : clients) t.join();
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  auto idle = [&] {
-    const DecodeLoad l = runner_->load();
-    return l.running + l.pending == 0 && l.kv_pages_free == 64;
-  };
-  while (!idle() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(2));
+  EXPECT_TRUE(AwaitFreePages(decode_->kv_pool(), 64));
   EXPECT_EQ(runner_->load().running + runner_->load().pending, 0);
-  EXPECT_EQ(decode_->kv_pool().free_pages(), 64);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "kvtransfer/nccl/nccl_transport.h"
 #include "kvtransfer/testing/receiving_end.h"
 #include "prefill_worker/prefill_runner.h"
+#include "prefill_worker/testing/prefill_jobs.h"
 #include "worker/testing/fake_engine.h"
 
 namespace mlaserve::prefill {
@@ -20,23 +21,10 @@ namespace {
 
 using ::mlaserve::testing::FakeEngine;
 
-struct Outcome {
-  absl::Notification done;
-  std::optional<absl::StatusOr<PrefillOutcome>> result;
-  PrefillDoneFn fn() {
-    return [this](absl::StatusOr<PrefillOutcome> o) {
-      result = std::move(o);
-      done.Notify();
-    };
-  }
-};
 using Received = kvtransfer::testing::DoneProbe;
-
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> p(n);
-  for (int i = 0; i < n; ++i) p[i] = (i * 5 + salt) % 64;
-  return p;
-}
+using testing::Job;
+using testing::Outcome;
+using testing::Prompt;
 
 class PrefillRunnerNcclTest : public ::testing::TestWithParam<bool> {
  protected:
@@ -73,15 +61,6 @@ class PrefillRunnerNcclTest : public ::testing::TestWithParam<bool> {
     const int pages = kernels::PagesFor(prompt_len);
     EXPECT_TRUE(end_->Expect(id, *decode_->kv_pool().Allocate(pages + 1), pages, *rx).ok());
     return end_->Ref(id, pages, "nccl");
-  }
-  PrefillJob Job(const std::string& id, std::vector<int32_t> tokens,
-                 kvtransfer::KvSessionRef ref) {
-    PrefillJob j;
-    j.request_id = id;
-    j.tokens = std::move(tokens);
-    j.sampling.temperature = 0;
-    j.session = std::move(ref);
-    return j;
   }
 
   kvtransfer::nccl::FakeCommHub hub_;

@@ -12,6 +12,8 @@
 #include "kernels/common/page.h"
 #include "kvtransfer/fake_transport.h"
 #include "kvtransfer/receiver.h"
+#include "kvtransfer/testing/probes.h"
+#include "prefill_worker/testing/prefill_jobs.h"
 
 namespace mlaserve::prefill {
 namespace {
@@ -19,24 +21,10 @@ namespace {
 using ::mlaserve::testing::FakeEngine;
 using ::testing::HasSubstr;
 
-struct Outcome {
-  std::optional<absl::StatusOr<PrefillOutcome>> result;
-  PrefillDoneFn fn() {
-    return [this](absl::StatusOr<PrefillOutcome> o) { result = std::move(o); };
-  }
-};
-struct Received {
-  std::optional<absl::StatusOr<kvtransfer::KvReceivedKv>> result;
-  kvtransfer::KvReceiver::DoneFn fn() {
-    return [this](absl::StatusOr<kvtransfer::KvReceivedKv> r) { result = std::move(r); };
-  }
-};
-
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> p(n);
-  for (int i = 0; i < n; ++i) p[i] = (i * 7 + salt) % 64;
-  return p;
-}
+using Received = kvtransfer::testing::DoneProbe;
+using testing::Job;
+using testing::Outcome;
+using testing::Prompt;
 
 class PrefillRunnerTest : public ::testing::Test {
  protected:
@@ -60,15 +48,6 @@ class PrefillRunnerTest : public ::testing::Test {
                                     absl::Now() + absl::Seconds(30), rx->fn())
                     .ok());
     return {id, "decode-0", "fake", pages, layout_.CompatHash()};
-  }
-  PrefillJob Job(const std::string& id, std::vector<int32_t> tokens,
-                 kvtransfer::KvSessionRef ref) {
-    PrefillJob j;
-    j.request_id = id;
-    j.tokens = std::move(tokens);
-    j.sampling.temperature = 0;
-    j.session = std::move(ref);
-    return j;
   }
   void RunUntilIdle() {
     for (int i = 0; i < 100 && runner_->Step(); ++i) {
