@@ -13,13 +13,16 @@
 
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
+#include <utility>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/grpc_status.h"
+#include "common/self_owned.h"
 
 namespace mlaserve::common {
 
@@ -100,18 +103,47 @@ inline grpc::ServerUnaryReactor* RefuseUnlessAllowed(const CallAuthorizer* autho
   return reactor;
 }
 
-// Reactors that finish a streaming call at once with `status` (a refused call).
+// A unary callback handler that answers at once, whole: refused without `needed`
+// (RefuseUnlessAllowed), else `answer()` fills the response and its status finishes the call.
+template <typename Answer>
+grpc::ServerUnaryReactor* AnswerUnary(const CallAuthorizer* authorizer,
+                                      grpc::CallbackServerContext* context, Privilege needed,
+                                      Answer&& answer) {
+  if (grpc::ServerUnaryReactor* refused = RefuseUnlessAllowed(authorizer, context, needed)) {
+    return refused;
+  }
+  const absl::Status status = std::forward<Answer>(answer)();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// Reactors that finish a streaming call at once with `status` (a refused call); the handler
+// returns RefuseRead<Request>(status) / RefuseWrite<Response>(status). Self-owned
+// (common/self_owned.h) until gRPC's OnDone.
 template <typename Request>
-class RefusedReadReactor final : public grpc::ServerReadReactor<Request> {
+class RefusedReadReactor final : public grpc::ServerReadReactor<Request>,
+                                 public SelfOwned<RefusedReadReactor<Request>> {
  public:
-  explicit RefusedReadReactor(const grpc::Status& status) { this->Finish(status); }
-  void OnDone() override { delete this; }
+  void OnDone() override { this->ReleaseSelf(); }
 };
 template <typename Response>
-class RefusedWriteReactor final : public grpc::ServerWriteReactor<Response> {
+class RefusedWriteReactor final : public grpc::ServerWriteReactor<Response>,
+                                  public SelfOwned<RefusedWriteReactor<Response>> {
  public:
-  explicit RefusedWriteReactor(const grpc::Status& status) { this->Finish(status); }
-  void OnDone() override { delete this; }
+  void OnDone() override { this->ReleaseSelf(); }
 };
+template <typename Request>
+grpc::ServerReadReactor<Request>* RefuseRead(const grpc::Status& status) {
+  auto reactor = MakeSelfOwned<RefusedReadReactor<Request>>();
+  reactor->Finish(status);
+  return reactor.get();
+}
+template <typename Response>
+grpc::ServerWriteReactor<Response>* RefuseWrite(const grpc::Status& status) {
+  auto reactor = MakeSelfOwned<RefusedWriteReactor<Response>>();
+  reactor->Finish(status);
+  return reactor.get();
+}
 
 }  // namespace mlaserve::common

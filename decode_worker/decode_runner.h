@@ -1,10 +1,11 @@
 // DecodeRunner: the decode worker's request table and engine loop.
 //
 // A request's life:
-//   Reserve     (RPC thread) validates (prompt + max_new_tokens must fit the pool), allocates
-//               the pages of the prompt and the first new token and, for remote prefill, opens
-//               a KvReceiver session that owns the pages until the KV has landed.
-//               Local-prefill requests hold theirs directly.
+//   Reserve     (RPC thread) checks the (valid) request against this worker (KV layout hash,
+//               pool size), admits it in one locked section (not draining, id not live, a
+//               page left per running request) taking the pages of the prompt and the first
+//               new token, and, for remote prefill, opens a KvReceiver session that owns the
+//               pages until the KV has landed. Local-prefill requests hold theirs directly.
 //   OpenStream  (RPC thread) attaches the token sink.
 //   the loop    admits a request once its KV is complete (or it prefills locally) and its
 //               stream is open, then step() = schedule() -> run() -> postprocess() decodes one
@@ -54,6 +55,19 @@ struct DecodeRunnerOptions {
   std::string kv_transport = "tcp";
 };
 
+// What a Reserve's input may be: the model's vocabulary and context and the longest lease.
+struct ReserveBounds {
+  int vocab_size = 0;
+  int max_context = 0;  // max_position_embeddings
+  absl::Duration max_lease;
+};
+
+// A reservation request, valid by construction: ToReserveSpec (decode_service.h), at the
+// worker's RPC edge, is the one place that checks it against ReserveBounds (request id set,
+// prompt ids in the vocabulary, 1 <= max_new_tokens, prompt + max_new_tokens within the context,
+// sampling values, stop ids in the vocabulary, 0 <= lease <= max_lease, a prefill hash unless
+// local_prefill). DecodeRunner::Reserve assumes all of that and checks only what depends on
+// this worker's state.
 struct ReserveSpec {
   std::string request_id;
   std::vector<int32_t> prompt;
@@ -97,8 +111,9 @@ class DecodeRunner {
   // Fails what is left (UNAVAILABLE), frees every page, joins the loop.
   void Stop();
 
-  // INVALID_ARGUMENT naming the value, FAILED_PRECONDITION (KV hash differs, both named),
-  // RESOURCE_EXHAUSTED (not enough free pages now, or ever), ALREADY_EXISTS (request id live).
+  // `spec` is valid (see ReserveSpec). FAILED_PRECONDITION (KV hash differs, both named),
+  // RESOURCE_EXHAUSTED (not enough free pages now, or ever), ALREADY_EXISTS (request id live),
+  // UNAVAILABLE (starting or shutting down).
   absl::StatusOr<Reservation> Reserve(ReserveSpec spec);
   // NOT_FOUND for an unknown (or expired) session; ALREADY_EXISTS for a second stream.
   absl::Status OpenStream(const std::string& session_id, std::shared_ptr<TokenSink> sink);
@@ -108,6 +123,8 @@ class DecodeRunner {
   absl::Status Abort(const std::string& request_id);
 
   DecodeLoad load() const;
+  // What ToReserveSpec checks a request against.
+  ReserveBounds bounds() const;
   const std::string& kv_compat_hash() const { return compat_hash_; }
 
   // One loop iteration; false when nothing ran. For tests driving the loop without Start().

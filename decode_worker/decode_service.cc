@@ -6,7 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/request_limits.h"
-#include "common/worker_proto.h"
+#include "common/status.h"
+#include "worker/worker_proto.h"
 #include "kvtransfer/proto_convert.h"
 
 namespace mlaserve::decode {
@@ -14,28 +15,27 @@ namespace mlaserve::decode {
 namespace v1 = ::mlaserve::v1;
 using common::ToGrpcStatus;
 
-absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request) {
-  // What the router checked, checked again: this port may be reached without the router.
+absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request,
+                                          const ReserveBounds& bounds) {
+  // What the router checked, checked again: this port may be reached without the router. This
+  // is the one check on this worker (ReserveSpec); the runner takes the spec as valid.
+  const v1::SamplingParams& sampling = request.sampling();
   if (absl::Status s = common::ValidateRequestId(request.request_id()); !s.ok()) return s;
-  if (absl::Status s = common::ValidateStopCounts(0, request.sampling().stop_token_ids_size());
-      !s.ok()) {
+  if (absl::Status s = common::ValidateStopCounts(0, sampling.stop_token_ids_size()); !s.ok()) {
     return s;
   }
   ReserveSpec spec;
   spec.request_id = request.request_id();
   spec.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
-  auto sampling = common::ToSamplingOptions(request.sampling());
-  if (!sampling.ok()) return sampling.status();
-  spec.sampling = *sampling;
-  if (!request.sampling().has_max_new_tokens()) {
+  ASSIGN_OR_RETURN(spec.sampling, worker::ToSamplingOptions(sampling));
+  if (!sampling.has_max_new_tokens()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "request ", common::IdForMessages(request.request_id()),
         ": sampling.max_new_tokens must be set"));
   }
-  spec.max_new_tokens = request.sampling().max_new_tokens();
-  spec.stop_token_ids.assign(request.sampling().stop_token_ids().begin(),
-                             request.sampling().stop_token_ids().end());
-  spec.ignore_eos = request.sampling().ignore_eos();
+  spec.max_new_tokens = sampling.max_new_tokens();
+  spec.stop_token_ids.assign(sampling.stop_token_ids().begin(), sampling.stop_token_ids().end());
+  spec.ignore_eos = sampling.ignore_eos();
   spec.local_prefill = request.local_prefill();
   spec.prefill_compat_hash = request.prefill_kv_compat_hash();
   if (request.kv_lease_ms() < 0) {
@@ -43,6 +43,35 @@ absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request) {
         absl::StrCat("kv_lease_ms is ", request.kv_lease_ms(), "; it must be >= 0"));
   }
   spec.lease = absl::Milliseconds(request.kv_lease_ms());
+
+  if (spec.request_id.empty()) return absl::InvalidArgumentError("request_id is empty");
+  RETURN_IF_ERROR(worker::ValidatePromptTokens(spec.prompt, bounds.vocab_size, bounds.max_context));
+  const int prompt_len = static_cast<int>(spec.prompt.size());
+  if (spec.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens is ", spec.max_new_tokens, "; it must be >= 1"));
+  }
+  if (static_cast<int64_t>(prompt_len) + spec.max_new_tokens > bounds.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt of ", prompt_len, " tokens + max_new_tokens ", spec.max_new_tokens,
+        " exceeds the model's context of ", bounds.max_context));
+  }
+  for (int32_t id : spec.stop_token_ids) {
+    if (id < 0 || id >= bounds.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stop_token_ids entry ", id, " is outside the vocabulary [0, ", bounds.vocab_size, ")"));
+    }
+  }
+  if (spec.lease > bounds.max_lease) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_lease_ms is ", absl::ToInt64Milliseconds(spec.lease),
+                     "; this decode worker allows at most ",
+                     absl::ToInt64Milliseconds(bounds.max_lease), " (--max-kv-lease-ms)"));
+  }
+  if (!spec.local_prefill && spec.prefill_compat_hash.empty()) {
+    return absl::InvalidArgumentError(
+        "prefill_kv_compat_hash is empty (required unless local_prefill)");
+  }
   return spec;
 }
 
@@ -71,19 +100,18 @@ v1::DecodeStreamResponse FinishedMessage(const DecodeFinish& f) {
 namespace {
 
 // One Stream call. The runner pushes tokens from its loop thread; writes go out one at a time,
-// tokens arriving meanwhile are merged into the queued message. The runner holds a
-// shared_ptr to the reactor, which holds itself until gRPC's OnDone, so either side may
-// outlive the other; after OnDone every sink call is ignored.
+// tokens arriving meanwhile are merged into the queued message. Self-owned
+// (common/self_owned.h) until gRPC's OnDone; the runner holds a reference as its sink, so
+// either side may outlive the other; after OnDone every sink call is ignored.
 class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStreamResponse>,
                                   public TokenSink,
-                                  public std::enable_shared_from_this<DecodeStreamReactor> {
+                                  public common::SelfOwned<DecodeStreamReactor> {
  public:
   DecodeStreamReactor(DecodeRunner* runner, std::string session_id)
       : runner_(runner), session_id_(std::move(session_id)) {}
 
   void Open() {
-    self_ = shared_from_this();
-    absl::Status s = runner_->OpenStream(session_id_, shared_from_this());
+    absl::Status s = runner_->OpenStream(session_id_, SelfRef());
     if (!s.ok()) FinishOnce(ToGrpcStatus(s));
   }
 
@@ -158,7 +186,7 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
       absl::MutexLock lock(&mu_);
       done_ = true;
     }
-    std::shared_ptr<DecodeStreamReactor> keep = std::move(self_);  // may delete this
+    ReleaseSelf();  // the runner may still hold a reference: its later calls are ignored
   }
 
  private:
@@ -194,7 +222,6 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
 
   DecodeRunner* const runner_;
   const std::string session_id_;
-  std::shared_ptr<DecodeStreamReactor> self_;
   absl::Mutex mu_;
   std::deque<v1::DecodeStreamResponse> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -209,59 +236,40 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
 grpc::ServerUnaryReactor* DecodeService::Reserve(grpc::CallbackServerContext* context,
                                                  const v1::ReserveRequest* request,
                                                  v1::ReserveResponse* response) {
-  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
-    return refused;
-  }
-  auto* reactor = context->DefaultReactor();
-  absl::Status status;
-  auto spec = ToReserveSpec(*request);
-  if (!spec.ok()) {
-    status = spec.status();
-  } else {
-    auto reservation = runner_->Reserve(std::move(*spec));
-    if (reservation.ok()) {
-      ToProto(*reservation, response);
-    } else {
-      status = reservation.status();
-    }
-  }
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return common::AnswerUnary(authorizer_, context, common::Privilege::kCluster, [&] {
+    ASSIGN_OR_RETURN(ReserveSpec spec, ToReserveSpec(*request, runner_->bounds()));
+    ASSIGN_OR_RETURN(Reservation reservation, runner_->Reserve(std::move(spec)));
+    ToProto(reservation, response);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerWriteReactor<v1::DecodeStreamResponse>* DecodeService::Stream(
     grpc::CallbackServerContext* context, const v1::DecodeStreamRequest* request) {
   if (authorizer_ != nullptr) {
     if (grpc::Status s = authorizer_->Check(*context, common::Privilege::kCluster); !s.ok()) {
-      return new common::RefusedWriteReactor<v1::DecodeStreamResponse>(s);
+      return common::RefuseWrite<v1::DecodeStreamResponse>(s);
     }
   }
-  auto reactor = std::make_shared<DecodeStreamReactor>(runner_, request->session_id());
+  auto reactor = common::MakeSelfOwned<DecodeStreamReactor>(runner_, request->session_id());
   reactor->Open();
-  return reactor.get();  // kept alive by its self-reference until OnDone
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* DecodeService::Abort(grpc::CallbackServerContext* context,
                                                const v1::WorkerAbortRequest* request,
                                                v1::WorkerAbortResponse* response) {
-  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
-    return refused;
-  }
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(runner_->Abort(request->request_id())));
-  return reactor;
+  return common::AnswerUnary(authorizer_, context, common::Privilege::kCluster,
+                             [&] { return runner_->Abort(request->request_id()); });
 }
 
 grpc::ServerUnaryReactor* DecodeService::GetInfo(grpc::CallbackServerContext* context,
                                                  const v1::GetWorkerInfoRequest* request,
                                                  v1::WorkerDescriptor* response) {
-  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
-    return refused;
-  }
-  auto* reactor = context->DefaultReactor();
-  *response = describe_();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return common::AnswerUnary(authorizer_, context, common::Privilege::kCluster, [&] {
+    *response = describe_();
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace mlaserve::decode

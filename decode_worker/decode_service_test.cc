@@ -3,11 +3,14 @@
 // token stream. Ends by checking that every page on both sides is back in its pool.
 #include "decode_worker/decode_service.h"
 
+#include <limits>
+#include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/server.h"
-#include "decode_worker/testing/fake_engine.h"
+#include "worker/testing/fake_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/proto_convert.h"
@@ -22,6 +25,9 @@ using ::mlaserve::testing::FakeEngine;
 using ::testing::HasSubstr;
 
 constexpr int kVocab = 64;
+// A vocabulary of 64, a context of 4096 and a 1 s lease cap.
+const ReserveBounds kBounds{.vocab_size = kVocab, .max_context = 4096,
+                            .max_lease = absl::Seconds(1)};
 
 TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
   v1::ReserveRequest req;
@@ -34,7 +40,7 @@ TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
   req.mutable_sampling()->set_ignore_eos(true);
   req.set_prefill_kv_compat_hash("abc");
   req.set_kv_lease_ms(250);
-  auto spec = ToReserveSpec(req);
+  auto spec = ToReserveSpec(req, kBounds);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->prompt, (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(spec->max_new_tokens, 7);
@@ -43,17 +49,18 @@ TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
   EXPECT_EQ(spec->prefill_compat_hash, "abc");
   EXPECT_EQ(spec->lease, absl::Milliseconds(250));
   req.mutable_sampling()->clear_max_new_tokens();
-  EXPECT_THAT(ToReserveSpec(req).status().message(),
+  EXPECT_THAT(ToReserveSpec(req, kBounds).status().message(),
               HasSubstr("sampling.max_new_tokens must be set"));
   // What the router checks, checked again at the worker's edge.
   req.mutable_sampling()->set_max_new_tokens(7);
   req.set_request_id(std::string(1 << 20, 'r'));
-  absl::Status long_id = ToReserveSpec(req).status();
+  absl::Status long_id = ToReserveSpec(req, kBounds).status();
   EXPECT_EQ(long_id.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_LT(long_id.message().size(), 200u);
   req.set_request_id("r");
   for (int i = 0; i < 65; ++i) req.mutable_sampling()->add_stop_token_ids(1);
-  EXPECT_THAT(ToReserveSpec(req).status().message(), HasSubstr("stop_token_ids has 66 ids"));
+  EXPECT_THAT(ToReserveSpec(req, kBounds).status().message(),
+              HasSubstr("stop_token_ids has 66 ids"));
 
   DecodeFinish f;
   f.reason = FinishReason::kStop;
@@ -63,6 +70,54 @@ TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
   EXPECT_EQ(m.finished().finish_reason(), v1::FINISH_REASON_STOP);
   EXPECT_EQ(m.finished().matched_token_id(), 2);
   EXPECT_EQ(m.finished().completion_tokens(), 4);
+}
+
+// The worker's one check of a Reserve: each bad value is INVALID_ARGUMENT naming it.
+TEST(DecodeConversionTest, ReserveRequestsOutsideTheBoundsAreRefusedNamingTheValue) {
+  auto request = [] {
+    v1::ReserveRequest req;
+    req.set_request_id("x");
+    for (int32_t t : {1, 2, 3, 4, 5}) req.add_prompt_token_ids(t);
+    req.mutable_sampling()->set_max_new_tokens(5);
+    req.set_prefill_kv_compat_hash("abc");
+    return req;
+  };
+  auto refused = [](const v1::ReserveRequest& req) {
+    absl::Status s = ToReserveSpec(req, kBounds).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    return std::string(s.message());
+  };
+  ASSERT_TRUE(ToReserveSpec(request(), kBounds).ok());
+  v1::ReserveRequest req = request();
+  req.clear_request_id();
+  EXPECT_THAT(refused(req), HasSubstr("request_id is empty"));
+  req = request();
+  req.clear_prompt_token_ids();
+  EXPECT_THAT(refused(req), HasSubstr("the prompt is empty"));
+  req = request();
+  req.set_prompt_token_ids(2, 99);
+  EXPECT_THAT(refused(req), HasSubstr("token id 99 at position 2 is outside the vocabulary"));
+  req = request();
+  req.mutable_sampling()->set_max_new_tokens(0);
+  EXPECT_THAT(refused(req), HasSubstr("max_new_tokens is 0; it must be >= 1"));
+  req = request();
+  req.mutable_sampling()->set_max_new_tokens(4092);
+  EXPECT_THAT(refused(req), HasSubstr("exceeds the model's context of 4096"));
+  req = request();
+  req.mutable_sampling()->set_temperature(-1);
+  EXPECT_THAT(refused(req), HasSubstr("temperature"));
+  req = request();
+  req.mutable_sampling()->add_stop_token_ids(-1);
+  EXPECT_THAT(refused(req), HasSubstr("stop_token_ids entry -1 is outside the vocabulary"));
+  req = request();
+  req.set_kv_lease_ms(std::numeric_limits<int32_t>::max());
+  EXPECT_THAT(refused(req), HasSubstr("kv_lease_ms is 2147483647"));
+  EXPECT_THAT(refused(req), HasSubstr("--max-kv-lease-ms"));
+  req = request();
+  req.clear_prefill_kv_compat_hash();
+  EXPECT_THAT(refused(req), HasSubstr("prefill_kv_compat_hash is empty"));
+  req.set_local_prefill(true);  // a local prefill needs no hash
+  EXPECT_TRUE(ToReserveSpec(req, kBounds).ok());
 }
 
 class DecodeServiceTest : public ::testing::Test {
@@ -96,6 +151,12 @@ class DecodeServiceTest : public ::testing::Test {
     server_->RequestShutdown();
     server_->WaitForShutdown([&] { runner_->Stop(); });
   }
+  // Pages come back on the workers' loop threads, maybe just after the answer: polls for them.
+  static bool AwaitFreePages(const model::KvPool& pool, int n) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (pool.free_pages() < n && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+    return pool.free_pages() == n;
+  }
   static std::chrono::system_clock::time_point Deadline() {
     return std::chrono::system_clock::now() + std::chrono::seconds(20);
   }
@@ -109,6 +170,19 @@ class DecodeServiceTest : public ::testing::Test {
     req.mutable_sampling()->set_max_new_tokens(max_new);
     req.set_prefill_kv_compat_hash(layout_.CompatHash());
     return req;
+  }
+  // Reserves a request this worker prefills itself; the session to stream.
+  std::string ReserveLocal(const std::string& id, const std::vector<int32_t>& prompt,
+                           int max_new) {
+    auto req = Reserve(id, prompt, max_new);
+    req.set_local_prefill(true);
+    req.clear_prefill_kv_compat_hash();
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline());
+    v1::ReserveResponse reservation;
+    const grpc::Status s = stub_->Reserve(&ctx, req, &reservation);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return reservation.session_id();
   }
   // Submits the remote prefill of a reserved session, as the router would.
   void Prefill(const std::string& id, const std::vector<int32_t>& prompt,
@@ -180,7 +254,9 @@ TEST_F(DecodeServiceTest, ReserveTransferOverTcpStreamAndEveryPageFreeAfterwards
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(outcome->first_token, tokens[0]);
   EXPECT_EQ(decode_->kv_pool().free_pages(), 64);
-  EXPECT_EQ(prefill_->kv_pool().free_pages(), 64);
+  // The prefill side answers once the decode worker acknowledged the KV; its loop thread lets
+  // the prompt's pages go when it next runs, which may be just after.
+  EXPECT_TRUE(AwaitFreePages(prefill_->kv_pool(), 64));
 }
 
 TEST_F(DecodeServiceTest, AbortMidStreamEndsWithAbortAndFreesPages) {
@@ -189,18 +265,12 @@ TEST_F(DecodeServiceTest, AbortMidStreamEndsWithAbortAndFreesPages) {
   decode_->set_before_forward([&](std::span<const model::SequenceChunk>) {
     if (decode_->forward_calls() > 4) release.WaitForNotificationWithTimeout(absl::Seconds(20));
   });
-  std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
-  auto req = Reserve("b", prompt, 1000);
-  req.set_local_prefill(true);
-  req.clear_prefill_kv_compat_hash();
-  grpc::ClientContext rctx;
-  rctx.set_deadline(Deadline());
-  v1::ReserveResponse reservation;
-  ASSERT_TRUE(stub_->Reserve(&rctx, req, &reservation).ok());
+  const std::string session = ReserveLocal("b", {1, 2, 3, 4, 5}, 1000);
+  ASSERT_FALSE(session.empty());
   grpc::ClientContext sctx;
   sctx.set_deadline(Deadline());
   v1::DecodeStreamRequest sreq;
-  sreq.set_session_id(reservation.session_id());
+  sreq.set_session_id(session);
   auto reader = stub_->Stream(&sctx, sreq);
   v1::DecodeStreamResponse msg;
   ASSERT_TRUE(reader->Read(&msg));
@@ -222,11 +292,7 @@ TEST_F(DecodeServiceTest, AbortMidStreamEndsWithAbortAndFreesPages) {
   ASSERT_TRUE(finished);
   EXPECT_EQ(finished->finish_reason(), v1::FINISH_REASON_ABORT);
   EXPECT_LT(finished->completion_tokens(), 1000);
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (decode_->kv_pool().free_pages() < 64 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  EXPECT_EQ(decode_->kv_pool().free_pages(), 64);
+  EXPECT_TRUE(AwaitFreePages(decode_->kv_pool(), 64));
 }
 
 TEST_F(DecodeServiceTest, BadInputsGetTheRightCodes) {
@@ -267,6 +333,52 @@ TEST_F(DecodeServiceTest, BadInputsGetTheRightCodes) {
     ASSERT_TRUE(stub_->GetInfo(&ctx, v1::GetWorkerInfoRequest(), &info).ok());
     EXPECT_EQ(info.role(), v1::WORKER_ROLE_DECODE);
   }
+}
+
+// Clients that cancel their token streams at random moments (before the first token, mid-way,
+// at the end) and then abort the request, as the router does, race the decode loop's pushes,
+// the writes in flight and gRPC's OnDone: every stream ends and every page returns (the
+// reactor's lifetime: common/self_owned.h).
+TEST_F(DecodeServiceTest, StreamsCancelledAtRandomMomentsEndAndFreeEveryPage) {
+  constexpr int kClients = 4;
+  constexpr int kRounds = 12;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([this, c] {
+      std::mt19937 rng(c);
+      for (int round = 0; round < kRounds; ++round) {
+        const std::string id = absl::StrCat("c", c, "-", round);
+        const std::string session = ReserveLocal(id, {1, 2, 3, 4, 5}, 200);
+        ASSERT_FALSE(session.empty());
+        grpc::ClientContext sctx;
+        sctx.set_deadline(Deadline());
+        v1::DecodeStreamRequest sreq;
+        sreq.set_session_id(session);
+        auto reader = stub_->Stream(&sctx, sreq);
+        v1::DecodeStreamResponse msg;
+        const int reads = std::uniform_int_distribution<int>(0, 60)(rng);
+        for (int i = 0; i < reads && reader->Read(&msg); ++i) {
+        }
+        sctx.TryCancel();
+        while (reader->Read(&msg)) {
+        }
+        const grpc::Status s = reader->Finish();
+        EXPECT_TRUE(s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) << s.error_message();
+        // As the router does: a stream cancelled before it reached the worker leaves the
+        // reservation to its Abort (or its lease).
+        grpc::ClientContext actx;
+        actx.set_deadline(Deadline());
+        v1::WorkerAbortRequest abort;
+        abort.set_request_id(id);
+        v1::WorkerAbortResponse aresp;
+        const grpc::Status a = stub_->Abort(&actx, abort, &aresp);
+        EXPECT_TRUE(a.ok() || a.error_code() == grpc::StatusCode::NOT_FOUND) << a.error_message();
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_TRUE(AwaitFreePages(decode_->kv_pool(), 64));
+  EXPECT_EQ(runner_->load().running + runner_->load().pending, 0);
 }
 
 }  // namespace

@@ -159,7 +159,7 @@ grpc::ServerReadReactor<v1::KvPushMessage>* KvServiceImpl::PushPages(
     grpc::CallbackServerContext* context, v1::KvPushResult* result) {
   if (authorizer_ != nullptr) {
     if (grpc::Status s = authorizer_->Check(*context, common::Privilege::kCluster); !s.ok()) {
-      return new common::RefusedReadReactor<v1::KvPushMessage>(s);
+      return common::RefuseRead<v1::KvPushMessage>(s);
     }
   }
   return new PushPagesReactor(receiver_, result);

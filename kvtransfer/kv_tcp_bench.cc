@@ -115,7 +115,7 @@ class Sink {
 };
 
 absl::StatusOr<Result> RunMode(const BenchOptions& o, const std::string& mode) {
-  const int pages_per_request = (o.tokens + kernels::kPageSize - 1) / kernels::kPageSize;
+  const int pages_per_request = kernels::PagesFor(o.tokens);
   model::KvPoolOptions po;
   po.backend = o.backend;
   po.dtype = kernels::DType::kBF16;

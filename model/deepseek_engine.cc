@@ -129,7 +129,7 @@ void DeepseekEngine::BuildLayers() {
   lc.ops = ops_;
   lc.limits = BatchLimits{o.max_batch_tokens, o.max_batch_seqs, pool_->total_pages()};
   lc.max_pages_per_seq = std::min(
-      o.num_kv_pages, (c.max_position_embeddings + kernels::kPageSize - 1) / kernels::kPageSize);
+      o.num_kv_pages, kernels::PagesFor(c.max_position_embeddings));
   lc.mha_provider = o.mha_provider;
   if (o.backend == kernels::Backend::kCuda && c.has_indexer) {
     lc.indexer_workspace_bytes = DsaIndexer::WorkspaceBytes(lc.max_pages_per_seq, lc.limits);

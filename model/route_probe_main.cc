@@ -27,7 +27,6 @@ namespace mlaserve::model {
 namespace {
 
 constexpr int kTopEntries = 8;
-constexpr int kPageTokens = 64;
 
 absl::Status Run(const std::string& model_dir, const std::string& backend, const std::string& path_name,
                  const std::string& sequences_file, const std::string& out_file) {
@@ -45,7 +44,7 @@ absl::Status Run(const std::string& model_dir, const std::string& backend, const
   EngineOptions eo;
   eo.model_dir = model_dir;
   eo.backend = backend == "cuda" ? kernels::Backend::kCuda : kernels::Backend::kCpu;
-  eo.num_kv_pages = static_cast<int>((longest + kPageTokens - 1) / kPageTokens) + 2;
+  eo.num_kv_pages = static_cast<int>(kernels::PagesFor(longest)) + 2;
   eo.max_batch_tokens = static_cast<int>(std::max<size_t>(longest, 64));
   ASSIGN_OR_RETURN(std::unique_ptr<DeepseekEngine> engine, DeepseekEngine::Create(eo));
   engine->set_decode_graphs(false);
@@ -57,7 +56,7 @@ absl::Status Run(const std::string& model_dir, const std::string& backend, const
     const std::vector<int32_t> ids = s.get<std::vector<int32_t>>();
     if (ids.empty()) return absl::InvalidArgumentError("--sequences: an empty sequence");
     ASSIGN_OR_RETURN(std::vector<int32_t> pages,
-                     engine->kv_pool().Allocate(static_cast<int>((ids.size() + kPageTokens - 1) / kPageTokens)));
+                     engine->kv_pool().Allocate(static_cast<int>(kernels::PagesFor(ids.size()))));
     SequenceChunk chunk;
     chunk.tokens = ids;
     chunk.pages = pages;

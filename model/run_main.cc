@@ -102,7 +102,7 @@ absl::Status Run(const RunOptions& o) {
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
 
   const int total = static_cast<int>(prompt.size()) + o.max_new_tokens;
-  const int pages_needed = (total + kernels::kPageSize - 1) / kernels::kPageSize;
+  const int pages_needed = kernels::PagesFor(total);
   EngineOptions eo;
   eo.model_dir = o.model_dir;
   // One page more than the request needs: a CUDA engine keeps one pool page for the padded

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/worker_proto.h"
+#include "kernels/common/page.h"
 #include "profiles/engine_path.h"
 #include "spdlog/spdlog.h"
 
@@ -127,19 +127,14 @@ absl::Status PrefillRunner::FlushKv(absl::Duration timeout) {
   return shipper_.Flush(absl::Now() + timeout);
 }
 
+PrefillBounds PrefillRunner::bounds() const {
+  return PrefillBounds{.vocab_size = engine_->config().vocab_size,
+                       .max_context = engine_->config().max_position_embeddings};
+}
+
 absl::Status PrefillRunner::Submit(PrefillJob job, PrefillDoneFn done) {
-  const model::ModelConfig& config = engine_->config();
-  if (job.request_id.empty()) return absl::InvalidArgumentError("request_id is empty");
-  absl::Status s = common::ValidatePromptTokens(job.tokens, config.vocab_size,
-                                                config.max_position_embeddings);
-  if (!s.ok()) return s;
   const int n = static_cast<int>(job.tokens.size());
-  const int pages = PrefillScheduler::PagesFor(n);
-  if (job.session.num_pages != pages) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kv_session.num_pages is ", job.session.num_pages, " but a prompt of ", n,
-        " tokens fills ", pages, " pages of ", kernels::kPageSize, " tokens"));
-  }
+  const int pages = job.session.num_pages;  // the prompt's (PrefillJob)
   if (pages > engine_->kv_pool().total_pages()) {
     return absl::ResourceExhaustedError(absl::StrCat("prompt of ", n, " tokens needs ", pages,
                                                      " KV pages; this prefill worker has ",

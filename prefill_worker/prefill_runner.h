@@ -55,6 +55,17 @@ struct PrefillRunnerOptions {
   int kv_ship_slots = 8;
 };
 
+// What a prefill job's input may be: the model's vocabulary and context.
+struct PrefillBounds {
+  int vocab_size = 0;
+  int max_context = 0;  // max_position_embeddings
+};
+
+// A prefill request, valid by construction: ToPrefillJob (prefill_service.h), at the worker's
+// RPC edge, is the one place that checks it against PrefillBounds (request id set, 1 <= prompt
+// length <= max_context, ids in the vocabulary, sampling values, a KV session whose page count
+// is the prompt's). PrefillRunner::Submit assumes all of that and checks only what depends on
+// this worker's state.
 struct PrefillJob {
   std::string request_id;
   std::vector<int32_t> tokens;
@@ -94,15 +105,17 @@ class PrefillRunner {
   // Fails every request not yet answered with UNAVAILABLE and joins the loop.
   void Stop();
 
-  // Validates (INVALID_ARGUMENT naming the value; RESOURCE_EXHAUSTED when the prompt needs
-  // more pages than the pool has; ALREADY_EXISTS for a live id), opens the KV session
-  // (FAILED_PRECONDITION on an incompatible hash) and queues the job. On OK, `done` runs later
-  // exactly once; on error it never runs.
+  // `job` is valid (see PrefillJob). RESOURCE_EXHAUSTED when the prompt needs more pages than
+  // the pool has; ALREADY_EXISTS for a live id; UNAVAILABLE when shutting down. Then opens the
+  // KV session (FAILED_PRECONDITION on an incompatible hash) and queues the job. On OK, `done`
+  // runs later exactly once; on error it never runs.
   absl::Status Submit(PrefillJob job, PrefillDoneFn done);
   // NOT_FOUND naming the id if unknown; otherwise the request ends with CANCELLED.
   absl::Status Abort(const std::string& request_id);
 
   PrefillLoad load() const;
+  // What ToPrefillJob checks a request against.
+  PrefillBounds bounds() const;
 
   // One step of the loop; false when there was nothing to run. For tests that drive the loop
   // themselves (without Start()).

@@ -6,47 +6,25 @@
 #include <optional>
 
 #include "absl/synchronization/notification.h"
-#include "common/server.h"
-#include "decode_worker/testing/fake_engine.h"
 #include "gtest/gtest.h"
-#include "kvtransfer/kv_service.h"
+#include "kernels/common/page.h"
 #include "kvtransfer/nccl/fake_communicator.h"
 #include "kvtransfer/nccl/kv_nccl_service.h"
 #include "kvtransfer/nccl/nccl_transport.h"
-#include "kvtransfer/receiver.h"
+#include "kvtransfer/testing/receiving_end.h"
 #include "prefill_worker/prefill_runner.h"
+#include "prefill_worker/testing/prefill_jobs.h"
+#include "worker/testing/fake_engine.h"
 
 namespace mlaserve::prefill {
 namespace {
 
 using ::mlaserve::testing::FakeEngine;
 
-struct Outcome {
-  absl::Notification done;
-  std::optional<absl::StatusOr<PrefillOutcome>> result;
-  PrefillDoneFn fn() {
-    return [this](absl::StatusOr<PrefillOutcome> o) {
-      result = std::move(o);
-      done.Notify();
-    };
-  }
-};
-struct Received {
-  absl::Notification done;
-  std::optional<absl::StatusOr<kvtransfer::KvReceivedKv>> result;
-  kvtransfer::KvReceiver::DoneFn fn() {
-    return [this](absl::StatusOr<kvtransfer::KvReceivedKv> r) {
-      result = std::move(r);
-      done.Notify();
-    };
-  }
-};
-
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> p(n);
-  for (int i = 0; i < n; ++i) p[i] = (i * 5 + salt) % 64;
-  return p;
-}
+using Received = kvtransfer::testing::DoneProbe;
+using testing::Job;
+using testing::Outcome;
+using testing::Prompt;
 
 class PrefillRunnerNcclTest : public ::testing::TestWithParam<bool> {
  protected:
@@ -54,19 +32,13 @@ class PrefillRunnerNcclTest : public ::testing::TestWithParam<bool> {
     prefill_ = FakeEngine::Create({.num_pages = 32});
     decode_ = FakeEngine::Create({.num_pages = 32});
     layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
-    receiver_ = std::make_unique<kvtransfer::KvReceiver>(&decode_->kv_pool(), layout_);
-    kv_service_ = std::make_unique<kvtransfer::KvServiceImpl>(receiver_.get());
+    end_ = std::make_unique<kvtransfer::testing::ReceivingEnd>(&decode_->kv_pool(), layout_);
     kvtransfer::nccl::KvNcclServiceOptions no;
     no.comm_factory = hub_.factory();
     no.id_factory = hub_.id_factory();
     nccl_service_ = std::make_unique<kvtransfer::nccl::KvNcclServiceImpl>(
-        receiver_.get(), &decode_->kv_pool(), no);
-    common::ServerOptions so;
-    so.listen = "127.0.0.1:0";
-    server_ = std::make_unique<common::ServerRunner>(so);
-    server_->AddService(kv_service_.get());
-    server_->AddService(nccl_service_.get());
-    ASSERT_TRUE(server_->Start().ok());
+        &end_->receiver(), &decode_->kv_pool(), no);
+    ASSERT_TRUE(end_->Start({nccl_service_.get()}).ok());
     kvtransfer::nccl::NcclTransportOptions to;
     to.pair_id = "prefill-0";
     to.comm_factory = hub_.factory();
@@ -82,34 +54,20 @@ class PrefillRunnerNcclTest : public ::testing::TestWithParam<bool> {
   void TearDown() override {
     runner_.reset();
     transport_.reset();
-    server_->RequestShutdown();
-    server_->WaitForShutdown();
+    end_->Stop();
+    nccl_service_.reset();
   }
   kvtransfer::KvSessionRef Reserve(const std::string& id, int prompt_len, Received* rx) {
-    const int pages = PrefillScheduler::PagesFor(prompt_len);
-    EXPECT_TRUE(receiver_
-                    ->CreateSession(id, *decode_->kv_pool().Allocate(pages + 1), pages,
-                                    absl::Now() + absl::Seconds(30), rx->fn())
-                    .ok());
-    return {id, server_->bound_address(), "nccl", pages, layout_.CompatHash()};
-  }
-  PrefillJob Job(const std::string& id, std::vector<int32_t> tokens,
-                 kvtransfer::KvSessionRef ref) {
-    PrefillJob j;
-    j.request_id = id;
-    j.tokens = std::move(tokens);
-    j.sampling.temperature = 0;
-    j.session = std::move(ref);
-    return j;
+    const int pages = kernels::PagesFor(prompt_len);
+    EXPECT_TRUE(end_->Expect(id, *decode_->kv_pool().Allocate(pages + 1), pages, *rx).ok());
+    return end_->Ref(id, pages, "nccl");
   }
 
   kvtransfer::nccl::FakeCommHub hub_;
   std::unique_ptr<FakeEngine> prefill_, decode_;
   kvtransfer::KvLayout layout_;
-  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
-  std::unique_ptr<kvtransfer::KvServiceImpl> kv_service_;
+  std::unique_ptr<kvtransfer::testing::ReceivingEnd> end_;
   std::unique_ptr<kvtransfer::nccl::KvNcclServiceImpl> nccl_service_;
-  std::unique_ptr<common::ServerRunner> server_;
   std::unique_ptr<kvtransfer::nccl::NcclKvTransport> transport_;
   std::unique_ptr<PrefillRunner> runner_;
 };

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/common/types.h"
+#include "kernels/common/page.h"
 
 namespace mlaserve::prefill {
 
@@ -30,7 +30,6 @@ PrefillScheduler::~PrefillScheduler() {
   for (auto& s : running_) pool_->Free(s->pages);
 }
 
-int PrefillScheduler::PagesFor(int n) { return (n + kernels::kPageSize - 1) / kernels::kPageSize; }
 
 void PrefillScheduler::Add(std::shared_ptr<PrefillSequence> seq) {
   waiting_.push_back(std::move(seq));
@@ -65,7 +64,7 @@ std::vector<PrefillChunk> PrefillScheduler::Schedule() {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int>(batch.size()) < options_.max_batch_seqs) {
     auto& s = waiting_.front();
-    auto pages = pool_->Allocate(PagesFor(static_cast<int>(s->tokens.size())));
+    auto pages = pool_->Allocate(kernels::PagesFor(static_cast<int>(s->tokens.size())));
     if (!pages.ok()) break;  // wait for running prompts to finish and free theirs
     s->pages = std::move(*pages);
     running_.push_back(std::move(s));

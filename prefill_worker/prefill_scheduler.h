@@ -51,9 +51,6 @@ class PrefillScheduler {
   PrefillScheduler(PrefillSchedulerOptions options, model::KvPool* pool);
   ~PrefillScheduler();  // frees the pages of every sequence still held
 
-  // Pages a prompt of n tokens needs.
-  static int PagesFor(int n);
-
   void Add(std::shared_ptr<PrefillSequence> seq);
   // Drops a sequence (aborted / failed / finished) and frees its pages. False if unknown.
   bool Remove(const std::string& id);

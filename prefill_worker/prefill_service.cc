@@ -2,7 +2,10 @@
 
 #include "common/grpc_status.h"
 #include "common/request_limits.h"
-#include "common/worker_proto.h"
+#include "common/self_owned.h"
+#include "common/status.h"
+#include "kernels/common/page.h"
+#include "worker/worker_proto.h"
 #include "kvtransfer/proto_convert.h"
 
 namespace mlaserve::prefill {
@@ -10,22 +13,28 @@ namespace mlaserve::prefill {
 namespace v1 = ::mlaserve::v1;
 using common::ToGrpcStatus;
 
-absl::StatusOr<PrefillJob> ToPrefillJob(const v1::PrefillRequest& request) {
-  // What the router checked, checked again: this port may be reached without the router.
+absl::StatusOr<PrefillJob> ToPrefillJob(const v1::PrefillRequest& request,
+                                        const PrefillBounds& bounds) {
+  // What the router checked, checked again: this port may be reached without the router. This
+  // is the one check on this worker (PrefillJob); the runner takes the job as valid.
   if (absl::Status s = common::ValidateRequestId(request.request_id()); !s.ok()) return s;
   PrefillJob job;
   job.request_id = request.request_id();
   job.tokens.assign(request.token_ids().begin(), request.token_ids().end());
-  auto sampling = common::ToSamplingOptions(request.sampling());
-  if (!sampling.ok()) return sampling.status();
-  job.sampling = *sampling;
+  ASSIGN_OR_RETURN(job.sampling, worker::ToSamplingOptions(request.sampling()));
   if (!request.has_kv_session()) {
     return absl::InvalidArgumentError(
         absl::StrCat("request ", common::IdForMessages(request.request_id()), " has no kv_session"));
   }
-  auto session = kvtransfer::FromProto(request.kv_session());
-  if (!session.ok()) return session.status();
-  job.session = *session;
+  ASSIGN_OR_RETURN(job.session, kvtransfer::FromProto(request.kv_session()));
+  if (job.request_id.empty()) return absl::InvalidArgumentError("request_id is empty");
+  RETURN_IF_ERROR(worker::ValidatePromptTokens(job.tokens, bounds.vocab_size, bounds.max_context));
+  const int n = static_cast<int>(job.tokens.size());
+  if (const int pages = kernels::PagesFor(n); job.session.num_pages != pages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_session.num_pages is ", job.session.num_pages, " but a prompt of ", n,
+        " tokens fills ", pages, " pages of ", kernels::kPageSize, " tokens"));
+  }
   return job;
 }
 
@@ -41,26 +50,30 @@ void ToProto(const PrefillOutcome& o, v1::PrefillResponse* response) {
 namespace {
 
 // One Prefill call: answered by the runner's completion; a cancelled call aborts the request.
-class PrefillReactor final : public grpc::ServerUnaryReactor {
+// Self-owned (common/self_owned.h) until gRPC's OnDone; the runner's completion holds a
+// reference too, so it never answers a freed reactor.
+class PrefillReactor final : public grpc::ServerUnaryReactor,
+                             public common::SelfOwned<PrefillReactor> {
  public:
-  PrefillReactor(PrefillRunner* runner, const v1::PrefillRequest* request,
-                 v1::PrefillResponse* response)
-      : runner_(runner), id_(request->request_id()) {
-    auto job = ToPrefillJob(*request);
+  PrefillReactor(PrefillRunner* runner, const v1::PrefillRequest* request)
+      : runner_(runner), id_(request->request_id()) {}
+
+  void Start(const v1::PrefillRequest* request, v1::PrefillResponse* response) {
+    auto job = ToPrefillJob(*request, runner_->bounds());
     if (!job.ok()) {
       Finish(ToGrpcStatus(job.status()));
       return;
     }
-    absl::Status s = runner_->Submit(std::move(*job), [this, response](
-                                                          absl::StatusOr<PrefillOutcome> o) {
-      if (o.ok()) ToProto(*o, response);
-      Finish(ToGrpcStatus(o.status()));  // `this` may be gone after Finish
-    });
+    absl::Status s = runner_->Submit(
+        std::move(*job), [self = SelfRef(), response](absl::StatusOr<PrefillOutcome> o) {
+          if (o.ok()) ToProto(*o, response);
+          self->Finish(ToGrpcStatus(o.status()));
+        });
     if (!s.ok()) Finish(ToGrpcStatus(s));
   }
 
   void OnCancel() override { (void)runner_->Abort(id_); }
-  void OnDone() override { delete this; }
+  void OnDone() override { ReleaseSelf(); }
 
  private:
   PrefillRunner* const runner_;
@@ -75,30 +88,25 @@ grpc::ServerUnaryReactor* PrefillService::Prefill(grpc::CallbackServerContext* c
   if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
     return refused;
   }
-  return new PrefillReactor(runner_, request, response);
+  auto reactor = common::MakeSelfOwned<PrefillReactor>(runner_, request);
+  reactor->Start(request, response);
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* PrefillService::Abort(grpc::CallbackServerContext* context,
                                                 const v1::WorkerAbortRequest* request,
                                                 v1::WorkerAbortResponse* response) {
-  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
-    return refused;
-  }
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(runner_->Abort(request->request_id())));
-  return reactor;
+  return common::AnswerUnary(authorizer_, context, common::Privilege::kCluster,
+                             [&] { return runner_->Abort(request->request_id()); });
 }
 
 grpc::ServerUnaryReactor* PrefillService::GetInfo(grpc::CallbackServerContext* context,
                                                   const v1::GetWorkerInfoRequest* request,
                                                   v1::WorkerDescriptor* response) {
-  if (auto* refused = common::RefuseUnlessAllowed(authorizer_, context, common::Privilege::kCluster)) {
-    return refused;
-  }
-  auto* reactor = context->DefaultReactor();
-  *response = describe_();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return common::AnswerUnary(authorizer_, context, common::Privilege::kCluster, [&] {
+    *response = describe_();
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace mlaserve::prefill

@@ -12,9 +12,11 @@
 
 namespace mlaserve::prefill {
 
-// INVALID_ARGUMENT naming the field for a malformed request (sampling, kv_session); prompt
-// contents are checked by PrefillRunner::Submit.
-absl::StatusOr<PrefillJob> ToPrefillJob(const mlaserve::v1::PrefillRequest& request);
+// The prefill worker's one check of a request (PrefillJob says what a valid job is):
+// INVALID_ARGUMENT naming the field and value (request id, prompt ids and length, sampling
+// values, a missing kv_session or one whose page count is not the prompt's).
+absl::StatusOr<PrefillJob> ToPrefillJob(const mlaserve::v1::PrefillRequest& request,
+                                        const PrefillBounds& bounds);
 void ToProto(const PrefillOutcome& outcome, mlaserve::v1::PrefillResponse* response);
 
 class PrefillService final : public mlaserve::v1::PrefillWorker::CallbackService {

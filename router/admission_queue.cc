@@ -13,18 +13,16 @@ AdmissionQueue::~AdmissionQueue() {
     stopping_ = true;
   }
   deadlines_.join();
-  std::deque<Waiter*> left;
+  std::deque<std::shared_ptr<Waiter>> left;  // dropped outside mu_
   {
     absl::MutexLock l(&mu_);
     left.swap(waiting_);
   }
-  for (Waiter* w : left) w->Unref();
 }
 
-void AdmissionQueue::Add(Waiter* w) {
-  w->Ref();
+void AdmissionQueue::Add(std::shared_ptr<Waiter> w) {
   absl::MutexLock l(&mu_);
-  waiting_.push_back(w);
+  waiting_.push_back(std::move(w));
   changed_ = true;
 }
 
@@ -32,7 +30,7 @@ void AdmissionQueue::DeadlineLoop() {
   absl::MutexLock l(&mu_);
   while (!stopping_) {
     absl::Time next = absl::InfiniteFuture();
-    for (Waiter* w : waiting_) next = std::min(next, w->queue_deadline());
+    for (const auto& w : waiting_) next = std::min(next, w->queue_deadline());
     changed_ = false;
     auto woken = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || changed_; };
     if (mu_.AwaitWithDeadline(absl::Condition(&woken), next)) continue;
@@ -65,7 +63,7 @@ void AdmissionQueue::Kick() {
     kicking_ = true;
   }
   while (true) {
-    std::deque<Waiter*> batch;
+    std::deque<std::shared_ptr<Waiter>> batch;
     {
       absl::MutexLock l(&mu_);
       again_ = false;
@@ -74,9 +72,9 @@ void AdmissionQueue::Kick() {
     // Calls run outside mu_: admitting or failing one starts gRPC work and may end calls
     // whose AfterEnd kicks again (that Kick only sets again_).
     const absl::Time now = absl::Now();
-    std::deque<Waiter*> keep;
+    std::deque<std::shared_ptr<Waiter>> keep;
     bool blocked = false;
-    for (Waiter* w : batch) {
+    for (std::shared_ptr<Waiter>& w : batch) {
       bool waits;
       if (!blocked) {
         waits = w->RetryAdmission(now) == Waiter::Outcome::kStillWaiting;
@@ -84,12 +82,9 @@ void AdmissionQueue::Kick() {
       } else {
         waits = !w->ExpireIfDue(now);
       }
-      if (waits) {
-        keep.push_back(w);
-      } else {
-        w->Unref();
-      }
+      if (waits) keep.push_back(std::move(w));
     }
+    batch.clear();  // the calls that left are let go outside mu_
     absl::MutexLock l(&mu_);
     // Calls that arrived during this round queue behind the ones kept.
     keep.insert(keep.end(), waiting_.begin(), waiting_.end());

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -32,17 +33,15 @@ class AdmissionQueue {
     virtual bool ExpireIfDue(absl::Time now) = 0;
     // When it stops waiting (fixed while it is queued).
     virtual absl::Time queue_deadline() const = 0;
-    virtual void Ref() = 0;
-    virtual void Unref() = 0;
   };
 
   AdmissionQueue();
   AdmissionQueue(const AdmissionQueue&) = delete;
   AdmissionQueue& operator=(const AdmissionQueue&) = delete;
-  ~AdmissionQueue();  // stops the deadline thread, drops (unrefs) whatever still waits
+  ~AdmissionQueue();  // stops the deadline thread, drops whatever still waits
 
-  // Takes a reference on `w` until it leaves the queue.
-  void Add(Waiter* w);
+  // Holds `w` (a strong reference, common/self_owned.h) until it leaves the queue.
+  void Add(std::shared_ptr<Waiter> w);
   // Retries the waiting calls (see the order above). Reentrant and thread-safe: a Kick that
   // arrives while another runs makes that one go round again.
   void Kick();
@@ -54,7 +53,7 @@ class AdmissionQueue {
   void DeadlineLoop();
 
   mutable absl::Mutex mu_;
-  std::deque<Waiter*> waiting_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<Waiter>> waiting_ ABSL_GUARDED_BY(mu_);
   bool kicking_ ABSL_GUARDED_BY(mu_) = false;
   bool again_ ABSL_GUARDED_BY(mu_) = false;
   bool changed_ ABSL_GUARDED_BY(mu_) = false;  // the set of deadlines changed

@@ -39,53 +39,56 @@ struct FakeWaiter : AdmissionQueue::Waiter {
     return ended;
   }
   absl::Time queue_deadline() const override { return deadline; }
-  void Ref() override { ++refs; }
-  void Unref() override { --refs; }
 
   std::string name;
   std::vector<std::string>* events;
   absl::Time deadline;
   bool room = false;
   bool ended = false;
-  std::atomic<int> refs{0};
   std::function<void()> on_admit;
 };
+
+// The queue holds a reference to each waiter while it waits: the test's own, plus the queue's.
+std::shared_ptr<FakeWaiter> Waiter(std::string name, std::vector<std::string>* log,
+                                   absl::Time deadline) {
+  return std::make_shared<FakeWaiter>(std::move(name), log, deadline);
+}
 
 TEST(AdmissionQueue, OldestFirstAndNewerOnesWaitBehindOneThatDoesNotFit) {
   std::vector<std::string> log;
   const absl::Time later = absl::Now() + absl::Hours(1);
-  FakeWaiter a("a", &log, later), b("b", &log, later), c("c", &log, later);
+  auto a = Waiter("a", &log, later), b = Waiter("b", &log, later), c = Waiter("c", &log, later);
   AdmissionQueue q;
-  q.Add(&a);
-  q.Add(&b);
-  q.Add(&c);
-  EXPECT_EQ(a.refs, 1);
-  c.room = true;  // c would fit, but a (older) does not: nobody passes a
+  q.Add(a);
+  q.Add(b);
+  q.Add(c);
+  EXPECT_EQ(a.use_count(), 2);
+  c->room = true;  // c would fit, but a (older) does not: nobody passes a
   q.Kick();
   EXPECT_THAT(log, ElementsAre("try a"));
   EXPECT_EQ(q.size(), 3);
   log.clear();
-  a.room = true;
-  b.room = true;
+  a->room = true;
+  b->room = true;
   q.Kick();
   EXPECT_THAT(log, ElementsAre("try a", "admit a", "try b", "admit b", "try c", "admit c"));
   EXPECT_EQ(q.size(), 0);
-  EXPECT_EQ(a.refs + b.refs + c.refs, 0);
+  EXPECT_EQ(a.use_count() + b.use_count() + c.use_count(), 3);  // the queue let go
 }
 
 TEST(AdmissionQueue, WaitersPastTheirDeadlineEndEvenBehindABlockedOne) {
   std::vector<std::string> log;
-  FakeWaiter a("a", &log, absl::Now() + absl::Hours(1));
-  FakeWaiter b("b", &log, absl::InfinitePast());
+  auto a = Waiter("a", &log, absl::Now() + absl::Hours(1));
+  auto b = Waiter("b", &log, absl::InfinitePast());
   {
     AdmissionQueue q;
-    q.Add(&a);
-    q.Add(&b);
+    q.Add(a);
+    q.Add(b);
     // b's deadline has passed, so the queue's own deadline thread may kick at the same time
     // as this one (the rounds are serialized; either may be first).
     q.Kick();
     EXPECT_TRUE(q.AwaitSize(1, absl::Seconds(10)));
-    EXPECT_EQ(b.refs, 0);
+    EXPECT_EQ(b.use_count(), 1);
   }  // joins the deadline thread: nothing touches `log` after this
   ASSERT_GE(log.size(), 2u);
   EXPECT_EQ(log[0], "try a");
@@ -96,17 +99,18 @@ TEST(AdmissionQueue, WaitersPastTheirDeadlineEndEvenBehindABlockedOne) {
 TEST(AdmissionQueue, AKickDuringAKickRunsAnotherRoundAndArrivalsQueueBehind) {
   std::vector<std::string> log;
   const absl::Time later = absl::Now() + absl::Hours(1);
-  FakeWaiter a("a", &log, later), b("b", &log, later), late("late", &log, later);
+  auto a = Waiter("a", &log, later), b = Waiter("b", &log, later);
+  auto late = Waiter("late", &log, later);
   AdmissionQueue q;
-  q.Add(&a);
-  q.Add(&b);
-  a.room = true;
+  q.Add(a);
+  q.Add(b);
+  a->room = true;
   // Admitting a frees room for b (and a newcomer arrives): the nested Kick must not recurse
   // but make the running one go round again.
-  a.on_admit = [&] {
-    b.room = true;
-    late.room = true;
-    q.Add(&late);
+  a->on_admit = [&] {
+    b->room = true;
+    late->room = true;
+    q.Add(late);
     q.Kick();
   };
   q.Kick();

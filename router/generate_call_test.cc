@@ -1,11 +1,13 @@
 // Generate end to end inside one process: the router's services on a loopback port, in front
 // of fake prefill and decode workers (router/testing/fake_workers.h) on their own ports.
+#include <random>
 #include <thread>
 
 #include <grpcpp/generic/generic_stub.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
 #include "router/admin_conversion.h"
 #include "router/admin_service.h"
 #include "router/generation_service.h"
@@ -435,6 +437,51 @@ TEST(GenerateCall, ManyConcurrentStreamsAllCompleteAndFreeEveryPage) {
     EXPECT_EQ(results[i].text, std::string("concurrent reply").substr(0, std::min(n, 16))) << i;
   }
   EXPECT_TRUE(h.decode().WaitAllPagesFree(kWait));
+  const auto d = h.router().registry().Get("decode-1");
+  EXPECT_EQ(d->router_inflight, 0);
+  EXPECT_EQ(d->router_reserved_pages, 0);
+  EXPECT_EQ(h.router().registry().Get("prefill-1")->router_prefill_tokens, 0);
+}
+
+// Clients cancelling at random moments (while Reserve or Prefill is in flight, mid-stream, as
+// the call completes) and public Aborts racing them: every call ends and goes away (its
+// lifetime: common/self_owned.h), and every page and every load count comes back.
+TEST(GenerateCall, CancelsAndAbortsAtRandomMomentsLeaveNothingBehind) {
+  RouterHarness h(/*decode_pages=*/512);
+  h.decode().set_reply("a reply long enough to be cut anywhere");
+  constexpr int kRequests = 48;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i) {
+    threads.emplace_back([&h, i] {
+      std::mt19937 rng(i);
+      const int yields = std::uniform_int_distribution<int>(0, 2000)(rng);
+      const std::string id = absl::StrCat("race-", i);
+      grpc::ClientContext context;
+      // 0: the client cancels, 1: someone calls the public Abort, 2: it runs to the end.
+      std::thread racer([&, mode = i % 3] {
+        for (int y = 0; y < yields; ++y) std::this_thread::yield();
+        if (mode == 0) context.TryCancel();
+        if (mode == 1) {
+          grpc::ClientContext abort_context;
+          v1::AbortRequest a;
+          a.set_request_id(id);
+          v1::AbortResponse resp;
+          const grpc::Status s = h.stub().Abort(&abort_context, a, &resp);
+          EXPECT_TRUE(s.ok() || s.error_code() == grpc::StatusCode::NOT_FOUND) << s.error_message();
+        }
+      });
+      v1::GenerateRequest req = TextRequest(std::string(1 + i, 'p'));
+      req.set_request_id(id);
+      const Result r = h.Generate(req, &context);
+      racer.join();
+      EXPECT_TRUE(r.status.ok() || r.status.error_code() == grpc::StatusCode::CANCELLED)
+          << i << ": " << r.status.error_message();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(h.router().WaitForCallsToEnd(kWait));
+  EXPECT_TRUE(h.decode().WaitAllPagesFree(kWait));
+  EXPECT_EQ(h.router().requests().size(), 0u);
   const auto d = h.router().registry().Get("decode-1");
   EXPECT_EQ(d->router_inflight, 0);
   EXPECT_EQ(d->router_reserved_pages, 0);

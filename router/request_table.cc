@@ -6,9 +6,10 @@
 
 namespace mlaserve::router {
 
-absl::Status RequestTable::Insert(const std::string& id, AbortableCall* call) {
+absl::Status RequestTable::Insert(const std::string& id, std::weak_ptr<AbortableCall> call) {
   absl::MutexLock lock(&mu_);
-  if (!calls_.emplace(id, call).second) {
+  const AbortableCall* identity = call.lock().get();
+  if (!calls_.emplace(id, Entry{identity, std::move(call)}).second) {
     return absl::AlreadyExistsError(
         absl::StrCat("request id '", common::IdForMessages(id),
                      "' is already in use by a running request"));
@@ -16,25 +17,24 @@ absl::Status RequestTable::Insert(const std::string& id, AbortableCall* call) {
   return absl::OkStatus();
 }
 
-void RequestTable::Erase(const std::string& id, AbortableCall* call) {
+void RequestTable::Erase(const std::string& id, const AbortableCall* call) {
   absl::MutexLock lock(&mu_);
   auto it = calls_.find(id);
-  if (it != calls_.end() && it->second == call) calls_.erase(it);
+  if (it != calls_.end() && it->second.call == call) calls_.erase(it);
 }
 
 absl::Status RequestTable::Abort(const std::string& id) {
-  AbortableCall* call = nullptr;
+  std::shared_ptr<AbortableCall> call;  // keeps it alive after the lock is released
   {
     absl::MutexLock lock(&mu_);
     auto it = calls_.find(id);
-    if (it == calls_.end()) {
-      return absl::NotFoundError(absl::StrCat("no running request with id '", common::IdForMessages(id), "'"));
-    }
-    call = it->second;
-    call->Ref();  // keeps it alive after the lock is released
+    if (it != calls_.end()) call = it->second.ref.lock();
+  }
+  if (call == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no running request with id '", common::IdForMessages(id), "'"));
   }
   call->Abort();
-  call->Unref();
   return absl::OkStatus();
 }
 

@@ -5,10 +5,6 @@
 
 namespace mlaserve::router {
 
-int32_t PagesForTokens(int64_t tokens) {
-  return static_cast<int32_t>((tokens + kKvPageTokens - 1) / kKvPageTokens);
-}
-
 std::vector<std::string> RankDecodeWorkers(std::span<const WorkerSnapshot> decode_workers,
                                            int32_t pages_now, int32_t pages_at_most) {
   std::vector<const WorkerSnapshot*> fit;

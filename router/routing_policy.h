@@ -21,11 +21,6 @@
 
 namespace mlaserve::router {
 
-inline constexpr int32_t kKvPageTokens = 64;  // the KV page size, kernels::kPageSize (docs/kvtransfer.md)
-
-// KV pages for `tokens` positions.
-int32_t PagesForTokens(int64_t tokens);
-
 // Decode candidates best first (ids): workers with room now for `pages_now` pages by their
 // estimate (a decode worker takes the prompt's pages and the first new token's at Reserve and
 // grows from there) and a pool of at least `pages_at_most` (prompt + max_new_tokens) pages.

@@ -19,13 +19,6 @@ WorkerSnapshot W(const std::string& id, int free_pages, int inflight = 0) {
   return w;
 }
 
-TEST(RoutingPolicy, PagesForTokensRoundsUp) {
-  EXPECT_EQ(PagesForTokens(1), 1);
-  EXPECT_EQ(PagesForTokens(64), 1);
-  EXPECT_EQ(PagesForTokens(65), 2);
-  EXPECT_EQ(PagesForTokens(0), 0);
-}
-
 TEST(RoutingPolicy, DecodePrefersMostFreePagesAndSkipsFullOnes) {
   std::vector<WorkerSnapshot> ws = {W("decode-1", 10), W("decode-2", 40), W("decode-3", 3),
                                     W("decode-4", 40, 2)};

@@ -12,6 +12,8 @@ add_library(router_service STATIC
   ${CMAKE_CURRENT_LIST_DIR}/request_table.cc
   ${CMAKE_CURRENT_LIST_DIR}/router_context.cc
   ${CMAKE_CURRENT_LIST_DIR}/worker_channels.cc
+  ${CMAKE_CURRENT_LIST_DIR}/client_outbox.cc
+  ${CMAKE_CURRENT_LIST_DIR}/decode_placement.cc
   ${CMAKE_CURRENT_LIST_DIR}/generate_call.cc
   ${CMAKE_CURRENT_LIST_DIR}/generate_call_end.cc
   ${CMAKE_CURRENT_LIST_DIR}/generation_service.cc
@@ -41,6 +43,8 @@ target_link_libraries(router_testing PUBLIC router_service)
 mlaserve_test(router_service_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/api_conversion_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/admin_conversion_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/client_outbox_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/decode_placement_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/output_assembler_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/generate_call_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/admin_service_test.cc

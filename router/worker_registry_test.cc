@@ -2,33 +2,16 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "router/testing/test_workers.h"
 
 namespace mlaserve::router {
 namespace {
 
 using ::testing::HasSubstr;
 
-ModelIdentity Model() {
-  ModelIdentity m;
-  m.model_name = "tiny";
-  m.model_type = "deepseek_v3";
-  m.vocab_size = 1000;
-  m.hidden_size = 64;
-  m.num_hidden_layers = 2;
-  m.kv_lora_rank = 32;
-  m.qk_rope_head_dim = 16;
-  m.max_position_embeddings = 512;
-  return m;
-}
-
+ModelIdentity Model() { return testing::TestModel(); }
 WorkerDescriptor Decode(const std::string& address, int free_pages) {
-  WorkerDescriptor d;
-  d.role = WorkerRole::kDecode;
-  d.address = address;
-  d.model = Model();
-  d.load.kv_pages_total = 100;
-  d.load.kv_pages_free = free_pages;
-  return d;
+  return testing::TestDecodeWorker(address, free_pages);
 }
 
 WorkerRegistry::Options Opts() {

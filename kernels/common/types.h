@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/page.h"  // kPageSize, PagesFor
+
 namespace mlaserve::kernels {
 
 enum class DType : uint8_t { kF32, kBF16, kF16, kFP8E4M3, kI32, kI64, kU8 };
@@ -46,8 +48,5 @@ struct KernelContext {
   void* stream = nullptr;
   int device = 0;
 };
-
-// Tokens per page of every paged cache (latent KV and indexer keys).
-inline constexpr int kPageSize = 64;
 
 }  // namespace mlaserve::kernels

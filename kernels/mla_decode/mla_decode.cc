@@ -42,7 +42,7 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   const int64_t rows = static_cast<int64_t>(s.num_heads) * s.q_per_request;
   const int64_t rows_per_cta = mla_internal::LatentRowsPerCta(rows);
   const int64_t units = static_cast<int64_t>(s.batch) * ((rows + rows_per_cta - 1) / rows_per_cta);
-  const int pages = (s.max_seqlen_k + kPageSize - 1) / kPageSize;
+  const int pages = PagesFor(s.max_seqlen_k);
   const int max_splits = std::clamp(pages / kMinPagesPerSplit, 1, kMaxSplits);
   int best_pages_per_split = pages;
   int64_t best_cost = -1;

@@ -83,7 +83,7 @@ inline absl::Status CheckMlaIndexArrays(const MlaShapeView& s, int max_lq) {
           s.family, ": request ", b, " has ", lq, " queries and ", lk, " keys, beyond max_seqlen_q=",
           s.max_seqlen_q, ", max_seqlen_k=", s.max_seqlen_k));
     }
-    const int64_t pages = (static_cast<int64_t>(lk) + kPageSize - 1) / kPageSize;
+    const int64_t pages = PagesFor(static_cast<int64_t>(lk));
     if (pages > s.max_pages_per_seq) {
       return absl::InvalidArgumentError(absl::StrCat(s.family, ": seqlens_k[", b, "]=", lk,
                                                      " needs ", pages,

@@ -59,7 +59,7 @@ struct DeviceLatent {
 // page): a kernel must not let a slot it should not read reach the output (P = 0 times NaN).
 inline void PoisonSlotsPastLength(LatentBatch& c) {
   for (int b = 0; b < c.batch; ++b) {
-    const int pages = (c.lk[b] + kPageSize - 1) / kPageSize;
+    const int pages = PagesFor(c.lk[b]);
     for (int pos = c.lk[b]; pos < pages * kPageSize; ++pos) {
       float* row = &c.cache[c.layout.Slot(b, pos) * c.width()];
       std::fill(row, row + c.width(), std::numeric_limits<float>::quiet_NaN());

@@ -32,7 +32,7 @@ inline PagedLayout MakePagedLayout(const std::vector<int>& seq_lens, uint64_t se
   layout.batch = static_cast<int>(seq_lens.size());
   int total = 0;
   for (int len : seq_lens) {
-    const int pages = (len + kPageSize - 1) / kPageSize;
+    const int pages = PagesFor(len);
     layout.max_pages_per_seq = std::max(layout.max_pages_per_seq, pages);
     total += pages;
   }
@@ -45,7 +45,7 @@ inline PagedLayout MakePagedLayout(const std::vector<int>& seq_lens, uint64_t se
   layout.block_table.assign(static_cast<size_t>(layout.batch) * layout.max_pages_per_seq, -1);
   int next = 0;
   for (int b = 0; b < layout.batch; ++b) {
-    const int pages = (seq_lens[b] + kPageSize - 1) / kPageSize;
+    const int pages = PagesFor(seq_lens[b]);
     for (int i = 0; i < pages; ++i) layout.block_table[b * layout.max_pages_per_seq + i] = perm[next++];
   }
   return layout;

@@ -35,7 +35,7 @@ absl::StatusOr<BatchPlan> BatchPlanner::Plan(std::span<const SequenceChunk> batc
           "chunk ", b, " reaches position ", end - 1, "; this model accepts positions below ",
           c.max_position_embeddings, " (max_position_embeddings)"));
     }
-    const int pages_needed = (end + kernels::kPageSize - 1) / kernels::kPageSize;
+    const int pages_needed = kernels::PagesFor(end);
     if (static_cast<int>(ch.pages.size()) < pages_needed) {
       return absl::InvalidArgumentError(
           absl::StrCat("chunk ", b, " covers ", end, " tokens, which need ", pages_needed,
@@ -80,7 +80,7 @@ absl::StatusOr<BatchPlan> BatchPlanner::Plan(std::span<const SequenceChunk> batc
   }
   plan.block_table.assign(static_cast<size_t>(plan.batch) * plan.max_pages_per_seq, -1);
   for (int b = 0; b < plan.batch; ++b) {
-    const int pages = (plan.seqlens_k[b] + kernels::kPageSize - 1) / kernels::kPageSize;
+    const int pages = kernels::PagesFor(plan.seqlens_k[b]);
     std::copy_n(batch[b].pages.begin(), pages,
                 plan.block_table.begin() + static_cast<size_t>(b) * plan.max_pages_per_seq);
   }
@@ -92,7 +92,7 @@ std::vector<int32_t> ReferencedPages(const BatchPlan& plan, int num_pages) {
   std::vector<uint8_t> seen(num_pages, 0);
   std::vector<int32_t> pages;
   for (int b = 0; b < plan.batch; ++b) {
-    const int n = (plan.seqlens_k[b] + kernels::kPageSize - 1) / kernels::kPageSize;
+    const int n = kernels::PagesFor(plan.seqlens_k[b]);
     for (int i = 0; i < n; ++i) {
       const int32_t p = plan.block_table[static_cast<size_t>(b) * plan.max_pages_per_seq + i];
       if (p >= 0 && !seen[p]) {

@@ -96,7 +96,7 @@ inline std::unique_ptr<Engine> MakeEngine(const std::string& dir, int pages = 25
   return e.ok() ? *std::move(e) : nullptr;
 }
 
-inline int PagesFor(int tokens) { return (tokens + 63) / 64; }
+inline int PagesFor(int tokens) { return kernels::PagesFor(tokens); }
 
 // A sequence's pages in a pool, freed when it goes away.
 class SeqPages {

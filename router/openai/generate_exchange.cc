@@ -3,7 +3,7 @@
 namespace mlaserve::router::openai {
 
 GenerateExchange::GenerateExchange(RouterContext* router, const v1::GenerateRequest& request) {
-  call_ = new GenerateCall(router, this, absl::InfiniteFuture(), request);
+  call_ = GenerateCall::Start(router, this, absl::InfiniteFuture(), request);
 }
 
 GenerateExchange::~GenerateExchange() {

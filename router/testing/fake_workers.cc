@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_callback_anchor.h"
+#include "common/self_owned.h"
+#include "kernels/common/page.h"
 #include "router/routing_policy.h"
 #include "router/testing/byte_codec.h"
 
@@ -23,17 +25,14 @@ v1::ModelIdentity FakeModelIdentity() {
   return m;
 }
 
-// Streams one session's scripted tokens; reference counted so controls can poke it safely.
+// Streams one session's scripted tokens. Self-owned (common/self_owned.h) until gRPC's
+// OnDone; its session holds a reference too, so the test's controls can poke it safely.
 class FakeDecodeWorker::StreamReactor final
-    : public grpc::ServerWriteReactor<v1::DecodeStreamResponse> {
+    : public grpc::ServerWriteReactor<v1::DecodeStreamResponse>,
+      public common::SelfOwned<StreamReactor> {
  public:
   StreamReactor(FakeDecodeWorker* w, std::string session_id)
       : w_(w), session_id_(std::move(session_id)) {}
-
-  void Ref() { refs_.fetch_add(1); }
-  void Unref() {
-    if (refs_.fetch_sub(1) == 1) delete this;
-  }
 
   // Makes progress: writes the next message or finishes. Call without w_->mu_ held.
   void Advance() {
@@ -137,13 +136,12 @@ class FakeDecodeWorker::StreamReactor final
         w_->sessions_.erase(it);
       }
     }
-    Unref();
+    ReleaseSelf();
   }
 
  private:
   FakeDecodeWorker* const w_;
   const std::string session_id_;
-  std::atomic<int> refs_{1};
   v1::DecodeStreamResponse message_;
   v1::DecodeStreamResponse pending_final_;
   bool have_final_ = false;
@@ -164,10 +162,7 @@ FakeDecodeWorker::~FakeDecodeWorker() = default;
 void FakeDecodeWorker::FreeLocked(Session& s) {
   free_pages_ += s.pages;
   s.pages = 0;
-  if (s.stream != nullptr) {
-    s.stream->Unref();
-    s.stream = nullptr;
-  }
+  s.stream.reset();
 }
 
 void FakeDecodeWorker::set_reply(std::string reply) {
@@ -207,37 +202,27 @@ std::vector<v1::ReserveRequest> FakeDecodeWorker::reserves() const {
 }
 
 void FakeDecodeWorker::Release() {
-  std::vector<StreamReactor*> streams;
+  std::vector<std::shared_ptr<StreamReactor>> streams;
   {
     absl::MutexLock lock(&mu_);
     released_ = true;
     for (auto& [id, s] : sessions_) {
-      if (s.stream != nullptr) {
-        s.stream->Ref();
-        streams.push_back(s.stream);
-      }
+      if (s.stream != nullptr) streams.push_back(s.stream);
     }
   }
-  for (StreamReactor* s : streams) {
-    s->Advance();
-    s->Unref();
-  }
+  for (const auto& s : streams) s->Advance();
 }
 
 void FakeDecodeWorker::CompleteKv(const std::string& session_id) {
-  StreamReactor* stream = nullptr;
+  std::shared_ptr<StreamReactor> stream;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session_id);
     if (it == sessions_.end()) return;
     it->second.kv_complete = true;
     stream = it->second.stream;
-    if (stream != nullptr) stream->Ref();
   }
-  if (stream != nullptr) {
-    stream->Advance();
-    stream->Unref();
-  }
+  if (stream != nullptr) stream->Advance();
 }
 
 bool FakeDecodeWorker::WaitForTokensSent(int tokens, absl::Duration timeout) const {
@@ -280,7 +265,7 @@ grpc::ServerUnaryReactor* FakeDecodeWorker::Reserve(grpc::CallbackServerContext*
     return reactor;
   }
   // Like the real worker: the prompt's pages and the first new token's now.
-  const int pages = PagesForTokens(request->prompt_token_ids_size() + int64_t{1});
+  const int pages = kernels::PagesFor(request->prompt_token_ids_size() + 1);
   if (pages > free_pages_) {
     reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                  absl::StrCat("need ", pages, " pages, ", free_pages_, " free")));
@@ -297,30 +282,27 @@ grpc::ServerUnaryReactor* FakeDecodeWorker::Reserve(grpc::CallbackServerContext*
   response->set_reserved_pages(pages);
   response->mutable_session()->set_session_id(id);
   response->mutable_session()->set_endpoint("fake");
-  response->mutable_session()->set_num_pages(PagesForTokens(request->prompt_token_ids_size()));
+  response->mutable_session()->set_num_pages(kernels::PagesFor(request->prompt_token_ids_size()));
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 
 grpc::ServerWriteReactor<v1::DecodeStreamResponse>* FakeDecodeWorker::Stream(
     grpc::CallbackServerContext*, const v1::DecodeStreamRequest* request) {
-  auto* reactor = new StreamReactor(this, request->session_id());
+  auto reactor = common::MakeSelfOwned<StreamReactor>(this, request->session_id());
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(request->session_id());
-    if (it != sessions_.end()) {
-      reactor->Ref();  // the session's reference
-      it->second.stream = reactor;
-    }
+    if (it != sessions_.end()) it->second.stream = reactor;  // the session's reference
   }
   reactor->Advance();
-  return reactor;
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* FakeDecodeWorker::Abort(grpc::CallbackServerContext* context,
                                                   const v1::WorkerAbortRequest* request,
                                                   v1::WorkerAbortResponse*) {
-  StreamReactor* stream = nullptr;
+  std::shared_ptr<StreamReactor> stream;
   bool found = false;
   {
     absl::MutexLock lock(&mu_);
@@ -334,15 +316,11 @@ grpc::ServerUnaryReactor* FakeDecodeWorker::Abort(grpc::CallbackServerContext* c
         sessions_.erase(it);
       } else {
         stream = it->second.stream;
-        stream->Ref();
       }
       break;
     }
   }
-  if (stream != nullptr) {
-    stream->Advance();
-    stream->Unref();
-  }
+  if (stream != nullptr) stream->Advance();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(found ? grpc::Status::OK
                         : grpc::Status(grpc::StatusCode::NOT_FOUND,

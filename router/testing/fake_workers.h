@@ -65,7 +65,7 @@ class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {
     int pages = 0;
     bool kv_complete = false;
     bool aborted = false;
-    StreamReactor* stream = nullptr;
+    std::shared_ptr<StreamReactor> stream;
   };
   void FreeLocked(Session& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -1,4 +1,4 @@
-#include "common/worker_options.h"
+#include "worker/worker_options.h"
 
 #include <cmath>
 
@@ -9,7 +9,7 @@
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
-namespace mlaserve::common {
+namespace mlaserve::worker {
 
 void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
   const bool decode = role == WorkerRoleKind::kDecode;
@@ -69,7 +69,7 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
   app.add_option("--kv-no-progress-ms", o->kv_no_progress_ms,
                  "a KV transfer with no progress this long fails on both sides")
       ->capture_default_str();
-  AddClusterSecurityFlags(app, &o->security);
+  common::AddClusterSecurityFlags(app, &o->security);
   if (!decode) {
     app.add_option("--attention-path", o->attention_path,
                    "auto (the GPU profile's policy) or force mha|mla|sparse_fwd where it computes "
@@ -101,9 +101,9 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
   auto bad = [](absl::string_view flag, auto value, absl::string_view rule) {
     return absl::InvalidArgumentError(absl::StrCat(flag, " is ", value, "; ", rule));
   };
-  if (auto hp = ParseHostPort(o->listen); !hp.ok()) return hp.status();
+  if (auto hp = common::ParseHostPort(o->listen); !hp.ok()) return hp.status();
   if (!o->advertise.empty()) {
-    auto hp = ParseHostPort(o->advertise);
+    auto hp = common::ParseHostPort(o->advertise);
     if (!hp.ok()) return hp.status();
     if (hp->port == 0) return bad("--advertise", o->advertise, "it needs a real port");
   }
@@ -178,4 +178,4 @@ void ConfigureWorkerLogging(const std::string& level) {
   spdlog::set_level(spdlog::level::from_str(level));
 }
 
-}  // namespace mlaserve::common
+}  // namespace mlaserve::worker

@@ -1,4 +1,4 @@
-#include "decode_worker/testing/fake_engine.h"
+#include "worker/testing/fake_engine.h"
 
 #include <vector>
 

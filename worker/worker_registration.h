@@ -21,14 +21,14 @@
 #include "common/transport_security.h"
 #include "mlaserve/v1/admin.grpc.pb.h"
 
-namespace mlaserve::common {
+namespace mlaserve::worker {
 
 class RouterRegistration {
  public:
   struct Options {
     std::string router_address;  // the router's admin listener (--admin-listen)
     // TLS and the cluster token the router's RegisterWorker / Heartbeat require.
-    std::shared_ptr<const ClusterDialer> dialer = ClusterDialer::Insecure();
+    std::shared_ptr<const common::ClusterDialer> dialer = common::ClusterDialer::Insecure();
     absl::Duration rpc_timeout = absl::Seconds(5);
     absl::Duration max_backoff = absl::Seconds(5);
   };
@@ -63,4 +63,4 @@ class RouterRegistration {
   int heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace mlaserve::common
+}  // namespace mlaserve::worker

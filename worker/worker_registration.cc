@@ -1,10 +1,10 @@
-#include "common/worker_registration.h"
+#include "worker/worker_registration.h"
 
 #include <algorithm>
 
 #include "spdlog/spdlog.h"
 
-namespace mlaserve::common {
+namespace mlaserve::worker {
 
 namespace v1 = ::mlaserve::v1;
 
@@ -112,4 +112,4 @@ void RouterRegistration::Loop() {
   }
 }
 
-}  // namespace mlaserve::common
+}  // namespace mlaserve::worker

@@ -1,11 +1,11 @@
 // RouterRegistration against a fake Admin service on loopback.
-#include "common/worker_registration.h"
+#include "worker/worker_registration.h"
 
 #include "absl/synchronization/mutex.h"
 #include "common/server.h"
 #include "gtest/gtest.h"
 
-namespace mlaserve::common {
+namespace mlaserve::worker {
 namespace {
 
 namespace v1 = ::mlaserve::v1;
@@ -55,9 +55,9 @@ class FakeAdmin final : public v1::Admin::CallbackService {
 
 TEST(RouterRegistrationTest, RegistersHeartbeatsReRegistersAndLearnsDraining) {
   FakeAdmin admin;
-  ServerOptions so;
+  common::ServerOptions so;
   so.listen = "127.0.0.1:0";
-  ServerRunner server(so);
+  common::ServerRunner server(so);
   server.AddService(&admin);
   ASSERT_TRUE(server.Start().ok());
 
@@ -96,4 +96,4 @@ TEST(RouterRegistrationTest, RegistersHeartbeatsReRegistersAndLearnsDraining) {
 }
 
 }  // namespace
-}  // namespace mlaserve::common
+}  // namespace mlaserve::worker

@@ -1,9 +1,9 @@
-#include "common/worker_proto.h"
+#include "worker/worker_proto.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace mlaserve::common {
+namespace mlaserve::worker {
 namespace {
 
 using ::testing::HasSubstr;
@@ -56,4 +56,4 @@ TEST(WorkerProtoTest, ModelIdentityFromConfig) {
 }
 
 }  // namespace
-}  // namespace mlaserve::common
+}  // namespace mlaserve::worker

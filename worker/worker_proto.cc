@@ -1,4 +1,4 @@
-#include "common/worker_proto.h"
+#include "worker/worker_proto.h"
 
 #include <filesystem>
 
@@ -8,7 +8,7 @@
 #define MLASERVE_WORKER_VERSION "0.1.0"
 #endif
 
-namespace mlaserve::common {
+namespace mlaserve::worker {
 
 absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::SamplingParams& p) {
   model::SamplingOptions o;
@@ -78,4 +78,4 @@ mlaserve::v1::WorkerDescriptor MakeWorkerDescriptor(const WorkerFacts& f) {
   return d;
 }
 
-}  // namespace mlaserve::common
+}  // namespace mlaserve::worker

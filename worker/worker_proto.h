@@ -14,7 +14,7 @@
 #include "model/loader/config.h"
 #include "model/sampler.h"
 
-namespace mlaserve::common {
+namespace mlaserve::worker {
 
 // The router forwards SamplingParams with every optional filled. Unset fields take the
 // api.proto defaults here too (seed unset: a fresh random seed); values out of range are
@@ -63,4 +63,4 @@ class AdvertisedAddress {
   std::string address_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace mlaserve::common
+}  // namespace mlaserve::worker

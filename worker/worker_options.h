@@ -8,13 +8,12 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/cluster_security.h"
-#include "kernels/common/types.h"
 
 namespace CLI {
 class App;
 }
 
-namespace mlaserve::common {
+namespace mlaserve::worker {
 
 enum class WorkerRoleKind { kPrefill, kDecode };
 
@@ -57,7 +56,7 @@ struct WorkerOptions {
   int64_t max_kv_lease_ms = 120'000;
   int local_prefill_threshold = -1;  // tokens; -1 = from the GPU profile
   // --insecure / --tls-* / --cluster-token-file (common/cluster_security.h).
-  ClusterSecurityOptions security;
+  common::ClusterSecurityOptions security;
 
   // Derived by Validate().
   absl::Duration kv_no_progress_timeout;
@@ -74,4 +73,4 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* options);
 // Sends spdlog's default logger to stderr (stdout carries only "listening on ...") at `level`.
 void ConfigureWorkerLogging(const std::string& level);
 
-}  // namespace mlaserve::common
+}  // namespace mlaserve::worker

@@ -1,0 +1,210 @@
+// DecodeRunner, the RPC threads' half: reservations, streams, aborts and load. These only
+// record intents under mu_ (and hand pages to the KV receiver); the loop thread acts on them
+// (decode_runner.cc).
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "decode_worker/decode_request.h"
+#include "decode_worker/decode_runner.h"
+#include "kernels/common/page.h"
+
+namespace mlaserve::decode {
+
+using kernels::PagesFor;
+
+ReserveBounds DecodeRunner::bounds() const {
+  return ReserveBounds{.vocab_size = engine_->config().vocab_size,
+                       .max_context = engine_->config().max_position_embeddings,
+                       .max_lease = options_.max_lease};
+}
+
+absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
+  model::KvPool& pool = engine_->kv_pool();
+  const int prompt_len = static_cast<int>(spec.prompt.size());
+
+  // 1. The request against this worker (the request itself is valid: ReserveSpec).
+  if (!spec.local_prefill && spec.prefill_compat_hash != compat_hash_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the prefill worker's KV compatibility hash is ", spec.prefill_compat_hash,
+        " but this decode worker's is ", compat_hash_, " (", receiver_->layout().Describe(),
+        ")"));
+  }
+  // The whole request must fit the pool one day; now it takes pages for the prompt and the
+  // first new token only, and grows a page at a time while it decodes (Grow).
+  const int pages_at_most = PagesFor(prompt_len + spec.max_new_tokens);
+  if (pages_at_most > pool.total_pages()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prompt of ", prompt_len, " tokens + max_new_tokens ", spec.max_new_tokens, " needs ",
+        pages_at_most, " KV pages; this decode worker has ", pool.total_pages()));
+  }
+  const int pages_needed = PagesFor(prompt_len + 1);
+  const int transfer_pages = PagesFor(prompt_len);
+  const model::ModelConfig& config = engine_->config();
+  auto r = std::make_shared<Request>();
+  r->request_id = spec.request_id;
+  r->reserved_at = absl::Now();
+  r->lease_deadline =
+      r->reserved_at + (spec.lease > absl::ZeroDuration() ? spec.lease : options_.default_lease);
+  r->kv_pending = !spec.local_prefill;
+  auto seq = std::make_shared<DecodeSequence>();
+  seq->tokens = std::move(spec.prompt);
+  seq->prompt_len = prompt_len;
+  seq->prefill_len = prompt_len;
+  seq->local_prefill = spec.local_prefill;
+  seq->sampling = spec.sampling;
+  seq->stop.max_new_tokens = spec.max_new_tokens;
+  seq->stop.stop_token_ids = std::move(spec.stop_token_ids);
+  seq->stop.ignore_eos = spec.ignore_eos;
+  seq->stop.eos_token_ids = config.eos_token_ids;
+  r->seq = seq;
+
+  // 2. Admission, in one locked section: serving, a new id, and room now. The pages are taken
+  // here too, so two reservations cannot both count the same free pages.
+  std::string kv_endpoint;
+  std::vector<int32_t> pages;
+  {
+    absl::MutexLock lock(&mu_);
+    if (kv_endpoint_.empty()) return absl::UnavailableError("decode worker is starting");
+    if (draining_ || stopping_) return absl::UnavailableError("decode worker is shutting down");
+    if (session_of_.contains(r->request_id)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("request ", r->request_id, " already has a reservation here"));
+    }
+    // Keep a page free per running request (vLLM keeps a watermark too): a new reservation
+    // that would take them would only make a running request give its pages back at its next
+    // step.
+    int growing = 0;
+    for (const auto& [id, other] : by_session_) growing += other->running ? 1 : 0;
+    if (pool.free_pages() - pages_needed < growing) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "prompt of ", prompt_len, " tokens needs ", pages_needed, " KV pages; ",
+          pool.free_pages(), " are free and ", growing, " stay free for the ", growing,
+          " running requests to grow"));
+    }
+    absl::StatusOr<std::vector<int32_t>> allocated = pool.Allocate(pages_needed);
+    if (!allocated.ok()) return allocated.status();
+    pages = *std::move(allocated);
+    kv_endpoint = kv_endpoint_;
+    r->session_id = absl::StrCat(r->request_id, "#", next_session_++);
+    seq->id = r->session_id;
+    session_of_[r->request_id] = r->session_id;
+    by_session_[r->session_id] = r;
+    if (spec.local_prefill) {
+      seq->pages = pages;  // a local prefill holds its pages itself
+      r->kv_ready = true;
+    }
+  }
+
+  // 3. Remote prefill: a KV session owns the pages until the KV has landed (OnKvDone).
+  if (!spec.local_prefill) {
+    const std::string id = r->session_id;
+    absl::Status s = receiver_->CreateSession(
+        id, pages, transfer_pages, r->lease_deadline,
+        [this, guard = guard_, id, pool = &pool](absl::StatusOr<kvtransfer::KvReceivedKv> kv) {
+          bool delivered = false;
+          guard->Run([&] {
+            delivered = true;
+            OnKvDone(id, std::move(kv));
+          });
+          // The runner is gone: the pages have no other owner.
+          if (!delivered && kv.ok()) pool->Free(kv->pages);
+        });
+    if (!s.ok()) {  // the receiver did not take the pages (it is shutting down)
+      absl::MutexLock lock(&mu_);
+      session_of_.erase(r->request_id);
+      by_session_.erase(r->session_id);
+      pool.Free(pages);
+      return s;
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    wake_.Signal();
+  }
+  Reservation out;
+  out.session_id = r->session_id;
+  out.reserved_pages = pages_needed;
+  out.session.session_id = r->session_id;
+  out.session.endpoint = kv_endpoint;
+  out.session.transport = options_.kv_transport;
+  out.session.num_pages = spec.local_prefill ? 0 : transfer_pages;
+  out.session.compat_hash = compat_hash_;
+  out.lease_deadline = r->lease_deadline;
+  return out;
+}
+
+void DecodeRunner::OnKvDone(const std::string& session_id,
+                            absl::StatusOr<kvtransfer::KvReceivedKv> kv) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_session_.find(session_id);
+  if (it == by_session_.end() || it->second->ended) {
+    if (kv.ok()) engine_->kv_pool().Free(kv->pages);  // nobody wants them any more
+    return;
+  }
+  Request& r = *it->second;
+  r.kv_pending = false;
+  if (kv.ok()) {
+    kv_bytes_in_->Increment(static_cast<double>(kv->bytes));
+    r.seq->pages = std::move(kv->pages);
+    r.seq->num_computed = r.seq->prompt_len;
+    r.seq->tokens.push_back(kv->first_token);
+    r.kv_ready = true;
+  } else {
+    kv_failures_->Increment();
+    r.failure = kv.status();
+  }
+  wake_.Signal();
+}
+
+absl::Status DecodeRunner::OpenStream(const std::string& session_id,
+                                      std::shared_ptr<TokenSink> sink) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_session_.find(session_id);
+  if (it == by_session_.end()) {
+    return absl::NotFoundError(absl::StrCat("session ", session_id,
+                                            " is unknown here (never reserved, ended, or its "
+                                            "lease expired)"));
+  }
+  if (it->second->sink != nullptr || it->second->stream_gone) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("session ", session_id, " already has a token stream"));
+  }
+  it->second->sink = std::move(sink);
+  wake_.Signal();
+  return absl::OkStatus();
+}
+
+void DecodeRunner::CancelStream(const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_session_.find(session_id);
+  if (it == by_session_.end()) return;
+  it->second->stream_gone = true;
+  it->second->sink = nullptr;
+  wake_.Signal();
+}
+
+absl::Status DecodeRunner::Abort(const std::string& request_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = session_of_.find(request_id);
+  if (it == session_of_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("request ", request_id, " is not reserved or running on this decode worker"));
+  }
+  by_session_.at(it->second)->abort = true;
+  wake_.Signal();
+  return absl::OkStatus();
+}
+
+DecodeLoad DecodeRunner::load() const {
+  DecodeLoad l;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, r] : by_session_) (r->running ? l.running : l.pending) += 1;
+  }
+  l.kv_pages_free = engine_->kv_pool().free_pages();
+  l.kv_pages_total = engine_->kv_pool().total_pages();
+  return l;
+}
+
+
+}  // namespace mlaserve::decode

@@ -1,0 +1,170 @@
+#include "router/client_outbox.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "router/testing/byte_codec.h"
+
+namespace mlaserve::router {
+namespace {
+
+using testing::ByteCodec;
+using testing::BytesToIds;
+
+// Records what the outbox writes; a write stays "in flight" until the test completes it.
+class RecordingClient final : public GenerateClient {
+ public:
+  void Send(const v1::GenerateResponse& message) override { sent.push_back(message); }
+  void End(const absl::Status& status) override {
+    ++ends;
+    end = status;
+  }
+  std::vector<v1::GenerateResponse> sent;
+  int ends = 0;
+  absl::Status end;
+};
+
+class ClientOutboxTest : public ::testing::Test {
+ protected:
+  void Open(std::vector<std::string> stops = {}) {
+    ByteCodec codec;
+    outbox_.Open({.request_id = "req-1", .prompt_tokens = 3},
+                 OutputAssembler(codec.NewDetokenizer({}, true),
+                                 StopStringMatcher(std::move(stops), false)));
+  }
+  ClientOutbox::Added Add(const std::string& text) {
+    const std::vector<int32_t> ids = BytesToIds(text);
+    return outbox_.AddTokens(ids);
+  }
+  // Completes the write in flight and lets the outbox start the next.
+  void WriteDone(bool ok = true) {
+    outbox_.WriteDone(ok);
+    outbox_.Pump();
+  }
+
+  RecordingClient client_;
+  ClientOutbox outbox_{&client_};
+};
+
+TEST_F(ClientOutboxTest, TokensCoalesceWhileAWriteIsInFlight) {
+  Open();
+  Add("ab");
+  outbox_.Pump();
+  ASSERT_EQ(client_.sent.size(), 1u);
+  EXPECT_EQ(client_.sent[0].chunk().text(), "ab");
+  EXPECT_EQ(client_.sent[0].request_id(), "req-1");
+  Add("c");
+  Add("d");
+  outbox_.Pump();  // the first write is still in flight: nothing more goes out
+  EXPECT_EQ(client_.sent.size(), 1u);
+  WriteDone();
+  ASSERT_EQ(client_.sent.size(), 2u);
+  EXPECT_EQ(client_.sent[1].chunk().text(), "cd");
+  EXPECT_THAT(client_.sent[1].chunk().token_ids(), ::testing::ElementsAre('c', 'd'));
+  EXPECT_EQ(client_.sent[1].chunk().prompt_tokens(), 3);
+  EXPECT_EQ(client_.sent[1].chunk().completion_tokens(), 4);
+}
+
+TEST_F(ClientOutboxTest, CompleteFollowsThePendingChunkThenTheStatus) {
+  Open();
+  Add("hi");
+  v1::GenerateComplete c;
+  c.set_decode_worker_id("decode-1");
+  outbox_.Complete(v1::FINISH_REASON_LENGTH, 257, c);
+  outbox_.Pump();
+  WriteDone();
+  ASSERT_EQ(client_.sent.size(), 2u);
+  EXPECT_EQ(client_.sent[0].chunk().text(), "hi");
+  const v1::GenerateComplete& done = client_.sent[1].complete();
+  EXPECT_EQ(done.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(done.matched_token_id(), 257);
+  EXPECT_EQ(done.completion_tokens(), 2);
+  EXPECT_EQ(done.prompt_tokens(), 3);
+  EXPECT_EQ(done.decode_worker_id(), "decode-1");
+  EXPECT_EQ(client_.ends, 0);  // `complete` is still being written
+  WriteDone();
+  EXPECT_EQ(client_.ends, 1);
+  EXPECT_TRUE(client_.end.ok());
+  WriteDone();  // nothing more: End came once
+  EXPECT_EQ(client_.ends, 1);
+}
+
+TEST_F(ClientOutboxTest, AStopStringEndsTheOutputAndNamesItself) {
+  Open({"lo w"});
+  ClientOutbox::Added added = Add("hello world");
+  EXPECT_TRUE(added.stopped);
+  EXPECT_EQ(added.tokens, 7);  // "hello w": the token completing the stop string is the last
+  outbox_.Complete(v1::FINISH_REASON_STOP, std::nullopt, {});
+  outbox_.Pump();
+  WriteDone();
+  ASSERT_EQ(client_.sent.size(), 2u);
+  EXPECT_EQ(client_.sent[0].chunk().text(), "hel");
+  EXPECT_EQ(client_.sent[1].complete().matched_stop(), "lo w");
+  EXPECT_FALSE(client_.sent[1].complete().has_matched_token_id());
+}
+
+TEST_F(ClientOutboxTest, TextHeldForAPossibleStopStringIsReleasedAtTheEnd) {
+  Open({"xyz"});
+  EXPECT_FALSE(Add("abxy").stopped);  // "xy" is held: it may start the stop string
+  outbox_.Complete(v1::FINISH_REASON_LENGTH, std::nullopt, {});
+  outbox_.Pump();
+  WriteDone();
+  ASSERT_EQ(client_.sent.size(), 2u);
+  EXPECT_EQ(client_.sent[0].chunk().text(), "abxy");
+  EXPECT_EQ(client_.sent[1].complete().finish_reason(), v1::FINISH_REASON_LENGTH);
+}
+
+TEST_F(ClientOutboxTest, AFailureBeforeAnyOutputIsTheStatusAlone) {
+  outbox_.Fail(absl::InvalidArgumentError("prompt is empty"));  // refused before Open
+  outbox_.Pump();
+  EXPECT_TRUE(client_.sent.empty());
+  EXPECT_EQ(client_.ends, 1);
+  EXPECT_EQ(client_.end.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClientOutboxTest, AFailureAfterOutputSendsAnErrorMessageFirst) {
+  Open();
+  Add("a");
+  outbox_.Pump();
+  outbox_.Fail(absl::UnavailableError("decode worker went away"));
+  outbox_.Complete(v1::FINISH_REASON_STOP, std::nullopt, {});  // too late: the call ended
+  WriteDone();
+  ASSERT_EQ(client_.sent.size(), 2u);
+  EXPECT_EQ(client_.sent[1].error().code(), static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(client_.sent[1].error().message(), "decode worker went away");
+  WriteDone();
+  EXPECT_EQ(client_.ends, 1);
+  EXPECT_EQ(client_.end.code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(ClientOutboxTest, AGoneClientGetsNothingMoreAndItsEndOnceTheCallEnded) {
+  Open();
+  Add("a");
+  outbox_.Pump();
+  Add("b");
+  WriteDone(/*ok=*/false);  // the write failed: the client is gone
+  EXPECT_EQ(client_.sent.size(), 1u);
+  EXPECT_EQ(client_.ends, 0);  // the call has not ended yet
+  outbox_.Fail(absl::CancelledError("the client went away"));
+  outbox_.Pump();
+  EXPECT_EQ(client_.sent.size(), 1u);
+  EXPECT_EQ(client_.ends, 1);
+  EXPECT_EQ(client_.end.code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(ClientOutboxTest, ACancelledClientWaitsForTheWriteInFlight) {
+  Open();
+  Add("a");
+  outbox_.Pump();
+  outbox_.ClientGone();
+  outbox_.Fail(absl::CancelledError("the client cancelled the request"));
+  outbox_.Pump();
+  EXPECT_EQ(client_.ends, 0);  // a write is in flight: End must come after its completion
+  WriteDone(/*ok=*/false);
+  EXPECT_EQ(client_.ends, 1);
+  EXPECT_EQ(client_.sent.size(), 1u);
+}
+
+}  // namespace
+}  // namespace mlaserve::router

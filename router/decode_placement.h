@@ -1,0 +1,117 @@
+// DecodePlacement: where one Generate runs. It ranks the decode workers with room for the
+// request's KV pages, hands out the next healthy one for each Reserve attempt (up to
+// --max-reserve-attempts of them), decides whether that worker prefills the prompt itself
+// (conditional disaggregation) or which prefill worker does, judges a failed Reserve (try the
+// next worker, wait for room, or fail), and keeps the router's own load bookkeeping
+// (WorkerRegistry::AddRouterLoad) for both workers while the call holds them, so that a burst
+// of requests spreads out before the workers' load reports catch up.
+//
+// Not thread-safe: the Generate call owns one and uses it under its own lock. It makes no RPC;
+// the call does (router/generate_call.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "router/worker_registry.h"
+
+namespace mlaserve::router {
+
+// A worker call's failure as the client sees it: `what` on `worker_id` (`address`), with the
+// worker's message. Codes that describe the worker's internal bookkeeping (CANCELLED,
+// NOT_FOUND, ALREADY_EXISTS, ABORTED, UNKNOWN, DATA_LOSS, OK) become UNAVAILABLE: retry.
+absl::Status WorkerError(const std::string& what, const std::string& worker_id,
+                         const std::string& address, const grpc::Status& status);
+
+// "decode-1 at HOST:PORT is healthy; ..." or "none is registered", for error messages.
+std::string DescribeWorkers(const std::vector<WorkerSnapshot>& workers);
+
+class DecodePlacement {
+ public:
+  struct Options {
+    int max_attempts = 3;  // decode workers tried (--max-reserve-attempts)
+    absl::Duration reserve_timeout = absl::Seconds(10);  // named in the hung-worker error
+  };
+  DecodePlacement(WorkerRegistry* registry, Options options, int32_t prompt_tokens,
+                  int32_t max_new_tokens);
+  ~DecodePlacement();  // releases what is still charged
+
+  // Ranks the routable decode workers with room now for the prompt and the first new token
+  // and a pool that can hold prompt + max_new_tokens. RESOURCE_EXHAUSTED when none has room
+  // (no_room_now() then says whether waiting can help: false when no pool could ever hold
+  // the request), UNAVAILABLE when no decode worker is healthy.
+  absl::Status Rank();
+  bool no_room_now() const { return no_room_now_; }
+
+  // The next ranked decode worker that is still healthy, charged with the request, and the
+  // prefill worker for it (chosen once) unless it prefills the prompt itself. UNAVAILABLE
+  // naming the workers when no candidate is left or no prefill worker is healthy.
+  struct Target {
+    std::string decode_address;
+    bool local_prefill = false;
+    std::string prefill_kv_compat_hash;  // unless local_prefill
+  };
+  absl::StatusOr<Target> Next();
+
+  // The decode worker reserved `pages` pages (its count replaces the router's estimate).
+  void Reserved(int32_t pages);
+
+  // Reserve failed with `status`, the call's own deadline not passed yet when `deadline_left`.
+  // The decode worker's charge is released, a worker that is unreachable (or hangs: a step
+  // deadline passed while the call's did not) is reported to the registry, and the verdict:
+  struct Failure {
+    enum class Verdict { kRetry, kWaitForRoom, kFail } verdict = Verdict::kFail;
+    absl::Status error;  // what the client is told (WorkerError)
+    // The worker did not answer in time: it may still reserve, so it must be sent an Abort.
+    bool hung = false;
+  };
+  Failure ReserveFailed(const grpc::Status& status, bool deadline_left);
+
+  // The prefill worker's load: charged while its Prefill call runs.
+  void ChargePrefill();
+  void ReleasePrefill();
+  // Releases the decode worker's charge; true when there was one (pages for waiting calls).
+  bool ReleaseDecode();
+
+  const std::string& decode_id() const { return decode_id_; }
+  const std::string& decode_address() const { return decode_address_; }
+  bool local_prefill() const { return local_prefill_; }
+  const std::string& prefill_id() const { return prefill_id_; }
+  const std::string& prefill_address() const { return prefill_address_; }
+  // Whether that worker may hold state for the request (it was sent a Reserve / Prefill), so
+  // an early end must send it an Abort.
+  bool decode_contacted() const { return decode_contacted_; }
+  bool prefill_contacted() const { return prefill_contacted_; }
+  bool more_candidates() const { return next_candidate_ < candidates_.size(); }
+
+ private:
+  // Picks the prefill worker for a prompt the decode worker `decode` does not prefill itself.
+  absl::Status PickPrefill(const WorkerSnapshot& decode);
+
+  WorkerRegistry* const registry_;
+  const Options options_;
+  const int32_t prompt_tokens_;
+  const int32_t max_new_tokens_;
+  bool no_room_now_ = false;
+  std::vector<std::string> candidates_;
+  size_t next_candidate_ = 0;
+  std::string decode_id_;
+  std::string decode_address_;
+  int32_t decode_charged_pages_ = 0;
+  bool decode_charged_ = false;
+  bool decode_contacted_ = false;
+  bool local_prefill_ = false;
+  std::string prefill_id_;
+  std::string prefill_address_;
+  std::string prefill_kv_compat_hash_;
+  bool prefill_charged_ = false;
+  bool prefill_contacted_ = false;
+};
+
+}  // namespace mlaserve::router

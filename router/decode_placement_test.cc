@@ -1,0 +1,184 @@
+#include "router/decode_placement.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "router/testing/test_workers.h"
+
+namespace mlaserve::router {
+namespace {
+
+using ::testing::HasSubstr;
+using Verdict = DecodePlacement::Failure::Verdict;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+
+class DecodePlacementTest : public ::testing::Test {
+ protected:
+  DecodePlacementTest() : registry_({.model = testing::TestModel()}) {}
+
+  // A self-registered decode worker with `free` of 100 pages free; returns its id.
+  std::string AddDecode(const std::string& address, int free, int local_threshold = 0) {
+    WorkerDescriptor d = testing::TestDecodeWorker(address, free);
+    d.profile.local_prefill_threshold = local_threshold;
+    return registry_.Register(d, kT0)->id;
+  }
+  std::string AddPrefill(const std::string& address) {
+    return registry_.Register(testing::TestPrefillWorker(address), kT0)->id;
+  }
+  DecodePlacement Placement(int32_t prompt, int32_t max_new = 10, int attempts = 3) {
+    return DecodePlacement(&registry_, {.max_attempts = attempts}, prompt, max_new);
+  }
+  WorkerSnapshot Get(const std::string& id) { return *registry_.Get(id); }
+
+  WorkerRegistry registry_;
+};
+
+TEST_F(DecodePlacementTest, TriesTheWorkersWithTheMostFreePagesFirstUpToTheAttemptLimit) {
+  const std::string a = AddDecode("a:1", 10), b = AddDecode("b:1", 90), c = AddDecode("c:1", 50);
+  AddPrefill("p:1");
+  DecodePlacement p = Placement(100, 10, /*attempts=*/2);
+  ASSERT_TRUE(p.Rank().ok());
+  auto first = p.Next();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->decode_address, "b:1");
+  EXPECT_FALSE(first->local_prefill);
+  EXPECT_EQ(first->prefill_kv_compat_hash, "hash-p:1");
+  EXPECT_EQ(p.decode_id(), b);
+  EXPECT_TRUE(p.more_candidates());
+  p.ReserveFailed(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "full"), true);
+  EXPECT_EQ(p.Next()->decode_address, "c:1");
+  EXPECT_FALSE(p.more_candidates());  // a:1 is past the two attempts
+  EXPECT_EQ(p.Next().status().code(), absl::StatusCode::kUnavailable);
+  (void)a;
+}
+
+TEST_F(DecodePlacementTest, ChargesTheRouterLoadWhileItHoldsAWorker) {
+  const std::string d = AddDecode("d:1", 50);
+  AddPrefill("p:1");
+  {
+    DecodePlacement p = Placement(100);  // 100 prompt tokens + the first new one: 2 pages
+    ASSERT_TRUE(p.Rank().ok());
+    ASSERT_TRUE(p.Next().ok());
+    EXPECT_EQ(Get(d).router_inflight, 1);
+    EXPECT_EQ(Get(d).router_reserved_pages, 2);
+    p.Reserved(3);  // the worker's own count replaces the estimate
+    EXPECT_EQ(Get(d).router_reserved_pages, 3);
+    p.ChargePrefill();
+    EXPECT_EQ(Get(p.prefill_id()).router_prefill_tokens, 100);
+    p.ReleasePrefill();
+    EXPECT_EQ(Get(p.prefill_id()).router_prefill_tokens, 0);
+    EXPECT_TRUE(p.ReleaseDecode());
+    EXPECT_FALSE(p.ReleaseDecode());  // once
+    EXPECT_EQ(Get(d).router_inflight, 0);
+    EXPECT_EQ(Get(d).router_reserved_pages, 0);
+    ASSERT_TRUE(p.Rank().ok());
+    ASSERT_TRUE(p.Next().ok());
+  }
+  // What a placement still holds when it goes away is released.
+  EXPECT_EQ(Get(d).router_inflight, 0);
+  EXPECT_EQ(Get(d).router_reserved_pages, 0);
+}
+
+TEST_F(DecodePlacementTest, NoRoomNowIsWorthWaitingForButNoPoolLargeEnoughIsNot) {
+  AddDecode("d:1", 1);
+  DecodePlacement now = Placement(200);  // needs 4 pages now
+  absl::Status s = now.Rank();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("no decode worker has room for 4 KV pages now"));
+  EXPECT_TRUE(now.no_room_now());
+  DecodePlacement ever = Placement(200, 7000);  // 113 pages at most: more than any pool
+  s = ever.Rank();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("no decode worker can ever hold 113 KV pages"));
+  EXPECT_FALSE(ever.no_room_now());
+}
+
+TEST_F(DecodePlacementTest, NoDecodeOrPrefillWorkerIsUnavailableNamingWhy) {
+  DecodePlacement none = Placement(100);
+  absl::Status s = none.Rank();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr("no healthy decode worker: none is registered"));
+  AddDecode("d:1", 50, /*local_threshold=*/64);
+  DecodePlacement long_prompt = Placement(100);
+  ASSERT_TRUE(long_prompt.Rank().ok());
+  s = long_prompt.Next().status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr("no healthy prefill worker for a prompt of 100 tokens "
+                                     "(above decode-1's local-prefill threshold of 64)"));
+  // A prompt within the threshold is prefilled on the decode worker: no prefill worker needed.
+  DecodePlacement short_prompt = Placement(64);
+  ASSERT_TRUE(short_prompt.Rank().ok());
+  auto target = short_prompt.Next();
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_TRUE(target->local_prefill);
+  EXPECT_TRUE(target->prefill_kv_compat_hash.empty());
+}
+
+TEST_F(DecodePlacementTest, ReserveFailuresRetryWaitOrFail) {
+  const std::string a = AddDecode("a:1", 90), b = AddDecode("b:1", 80);
+  AddPrefill("p:1");
+  DecodePlacement p = Placement(100);
+  ASSERT_TRUE(p.Rank().ok());
+  ASSERT_TRUE(p.Next().ok());
+  // Unreachable: the worker is reported unhealthy and the next one is tried.
+  DecodePlacement::Failure f =
+      p.ReserveFailed(grpc::Status(grpc::StatusCode::UNAVAILABLE, "connection refused"), true);
+  EXPECT_EQ(f.verdict, Verdict::kRetry);
+  EXPECT_FALSE(f.hung);
+  EXPECT_EQ(Get(a).state, WorkerState::kUnhealthy);
+  EXPECT_EQ(Get(a).router_inflight, 0);
+  ASSERT_TRUE(p.Next().ok());
+  // The last candidate full by its own count: wait for room.
+  f = p.ReserveFailed(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no pages"), true);
+  EXPECT_EQ(f.verdict, Verdict::kWaitForRoom);
+  EXPECT_EQ(f.error.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(f.error.message(),
+              HasSubstr("reserve on decode worker " + b + " (b:1) failed: no pages"));
+  EXPECT_EQ(Get(b).state, WorkerState::kHealthy);
+  // A request the worker refuses: fail, naming it; bookkeeping codes read as UNAVAILABLE.
+  ASSERT_TRUE(p.Rank().ok());
+  ASSERT_TRUE(p.Next().ok());
+  f = p.ReserveFailed(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad prompt"), true);
+  EXPECT_EQ(f.verdict, Verdict::kFail);
+  EXPECT_EQ(f.error.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(WorkerError("x", "w", "h:1", grpc::Status(grpc::StatusCode::ALREADY_EXISTS, "")).code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST_F(DecodePlacementTest, AWorkerThatDoesNotAnswerInTimeIsHungAndUnhealthy) {
+  const std::string a = AddDecode("a:1", 90);
+  AddPrefill("p:1");
+  DecodePlacement p = Placement(100);
+  ASSERT_TRUE(p.Rank().ok());
+  ASSERT_TRUE(p.Next().ok());
+  DecodePlacement::Failure f =
+      p.ReserveFailed(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline"), true);
+  EXPECT_TRUE(f.hung);
+  EXPECT_EQ(f.verdict, Verdict::kFail);  // no other candidate
+  EXPECT_EQ(f.error.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(f.error.message(), HasSubstr("no answer within the reserve timeout"));
+  EXPECT_EQ(Get(a).state, WorkerState::kUnhealthy);
+  // The call's own deadline passed: that is the client's deadline, not a hung worker.
+  const std::string b = AddDecode("b:1", 90);
+  ASSERT_TRUE(p.Rank().ok());
+  ASSERT_TRUE(p.Next().ok());
+  f = p.ReserveFailed(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline"), false);
+  EXPECT_FALSE(f.hung);
+  EXPECT_EQ(f.error.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(Get(b).state, WorkerState::kHealthy);
+}
+
+TEST_F(DecodePlacementTest, ACandidateThatTurnedUnhealthyIsSkipped) {
+  const std::string a = AddDecode("a:1", 90);
+  AddDecode("b:1", 80);
+  AddPrefill("p:1");
+  DecodePlacement p = Placement(100);
+  ASSERT_TRUE(p.Rank().ok());
+  registry_.ReportFailure(a, "gone", kT0);
+  auto target = p.Next();
+  ASSERT_TRUE(target.ok());
+  EXPECT_EQ(target->decode_address, "b:1");
+}
+
+}  // namespace
+}  // namespace mlaserve::router

@@ -1,0 +1,203 @@
+#include "worker/worker_app.h"
+
+#include <cstdio>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/server.h"
+#include "common/status.h"
+#include "kernels/mha_prefill/api.h"
+#include "kvtransfer/nccl/worker_transport.h"
+#include "spdlog/spdlog.h"
+#include "worker/worker_proto.h"
+#include "worker/worker_registration.h"
+
+namespace mlaserve::worker {
+namespace {
+
+namespace v1 = ::mlaserve::v1;
+
+const char* RoleName(WorkerRoleKind kind) {
+  return kind == WorkerRoleKind::kPrefill ? "prefill" : "decode";
+}
+
+// --backend auto: CUDA when this build and machine have it, else the CPU.
+absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(WorkerRoleKind kind,
+                                                             const WorkerOptions& o) {
+  model::EngineOptions eo;
+  eo.model_dir = o.model_dir;
+  eo.device = o.device;
+  eo.num_kv_pages = o.num_kv_pages;
+  eo.max_batch_tokens = o.max_batch_tokens;
+  // A decode step has one row per running request.
+  if (kind == WorkerRoleKind::kDecode) eo.max_batch_seqs = o.max_running_requests;
+  ASSIGN_OR_RETURN(eo.kv_cache_dtype, model::ParseKvCacheDtype(o.kv_cache_dtype));
+  ASSIGN_OR_RETURN(eo.mha_provider, kernels::ParseMhaPrefillProvider(o.mha_provider));
+  eo.parallel.size = o.tp_size;
+  ASSIGN_OR_RETURN(eo.parallel.attention, model::ParseAttentionParallel(o.attention_parallel));
+  ASSIGN_OR_RETURN(eo.parallel.moe, model::ParseMoeParallel(o.moe_parallel));
+  return model::CreateEngineForBackend(eo, o.backend, [](const absl::Status& why) {
+    spdlog::warn("CUDA engine unavailable ({}); using the CPU backend", why.ToString());
+  });
+}
+
+// The facts every worker reports (role-specific ones are added by Role::Describe).
+v1::WorkerDescriptor DescribeWorker(WorkerRoleKind kind, const WorkerOptions& o,
+                                    const model::Engine& e, const kvtransfer::KvLayout& layout,
+                                    const profiles::ResolvedProfile& profile,
+                                    const std::string& profile_json, const std::string& address) {
+  WorkerFacts f;
+  f.role = kind == WorkerRoleKind::kPrefill ? v1::WORKER_ROLE_PREFILL : v1::WORKER_ROLE_DECODE;
+  f.address = address;
+  f.model = MakeModelIdentity(e.config(), o.model_dir, layout.CompatHash());
+  f.backend = kernels::BackendName(e.backend());
+  f.device = o.device;
+  f.gpus = o.tp_size;
+  f.parallel_layout = o.tp_size == 1 ? "tp=1"
+                                     : absl::StrCat("tp=", o.tp_size, " attention=",
+                                                    o.attention_parallel, " moe=", o.moe_parallel);
+  f.chunk_size = o.chunk_size;
+  v1::WorkerDescriptor d = MakeWorkerDescriptor(f);
+  d.mutable_profile()->set_gpu_name(profile.profile.device.name);
+  d.mutable_profile()->set_source(profile.source);
+  d.mutable_profile()->set_profile_json(profile_json);
+  return d;
+}
+
+}  // namespace
+
+WorkerApp::WorkerApp(WorkerRoleKind kind, std::string binary, std::string description)
+    : kind_(kind), binary_(std::move(binary)), description_(std::move(description)) {}
+
+int WorkerApp::Fail(const std::string& what, const absl::Status& status) const {
+  std::fprintf(stderr, "%s: %s: %s\n", binary_.c_str(), what.c_str(), status.ToString().c_str());
+  return 1;
+}
+
+std::optional<int> WorkerApp::Init(int argc, char** argv) {
+  common::InstallTerminationHandlers();
+  CLI::App app{description_};
+  AddWorkerFlags(app, kind_, &options_);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (absl::Status s = ValidateWorkerOptions(kind_, &options_); !s.ok()) {
+    return Fail("invalid flags", s);
+  }
+  ConfigureWorkerLogging(options_.log_level);
+  return std::nullopt;
+}
+
+std::optional<StartupError> WorkerApp::Build() {
+  const WorkerOptions& o = options_;
+  auto security =
+      common::MakeClusterSecurity(o.security, binary_, common::ClientCertPolicy::kRequireAndVerify);
+  if (!security.ok()) return StartupError{"invalid flags", security.status()};
+  security_ = *std::move(security);
+
+  auto engine = CreateEngine(kind_, o);
+  if (!engine.ok()) return StartupError{"loading the model", engine.status()};
+  engine_ = *std::move(engine);
+  model::Engine& e = *engine_;
+  spdlog::info("{}", kernels::DescribeMhaPrefillProvider(
+                         kernels::ParseMhaPrefillProvider(o.mha_provider).value(), e.backend()));
+  auto layout = kvtransfer::MakeKvLayout(e.config(), e.kv_pool().options());
+  if (!layout.ok()) return StartupError{"KV layout", layout.status()};
+  layout_ = *std::move(layout);
+  // The GPU profile (docs/profiles.md), reported to the router. Profiles are keyed by the
+  // attention shape one GPU runs: heads per rank (docs/parallel.md).
+  model::ModelConfig per_rank = e.config();
+  if (o.tp_size > 1 && o.attention_parallel == "tensor") per_rank.num_attention_heads /= o.tp_size;
+  auto profile = profiles::ResolveWorkerProfile(
+      o.profiles_dir, e.backend() == kernels::Backend::kCuda, o.device, per_rank);
+  if (!profile.ok()) return StartupError{"GPU profile", profile.status()};
+  profile_ = *std::move(profile);
+  profile_json_ = profiles::ProfileToJson(profile_->profile);
+
+  auto* pages_total = metrics_.GetGauge("mlaserve_kv_pages_total", "KV pages in the pool.");
+  auto* pages_used = metrics_.GetGauge("mlaserve_kv_pages_used", "KV pages in use.");
+  metrics_.AddCollectHook([&e, pages_total, pages_used] {
+    pages_total->Set(e.kv_pool().total_pages());
+    pages_used->Set(e.kv_pool().total_pages() - e.kv_pool().free_pages());
+  });
+  return std::nullopt;
+}
+
+int WorkerApp::Run(Role& role) {
+  if (std::optional<StartupError> error = Build()) return Fail(error->what, error->status);
+  const WorkerOptions& o = options_;
+  const char* role_name = RoleName(kind_);
+  model::Engine& e = *engine_;
+
+  const bool gpu_pool = e.backend() == kernels::Backend::kCuda && o.tp_size == 1;
+#ifdef MLASERVE_HAVE_NCCL
+  const bool nccl_built = true;
+#else
+  const bool nccl_built = false;
+#endif
+  if (absl::Status s = kvtransfer::nccl::CheckNcclFlag(o.kv_transport, gpu_pool, nccl_built);
+      !s.ok()) {
+    return Fail("flags", s);
+  }
+
+  auto describe = [this, &role] {
+    v1::WorkerDescriptor d = DescribeWorker(kind_, options_, *engine_, *layout_, *profile_,
+                                            profile_json_, advertise_.get());
+    role.Describe(d);
+    return d;
+  };
+  const WorkerEnv env{.options = o,
+                      .engine = e,
+                      .layout = *layout_,
+                      .profile = *profile_,
+                      .metrics = metrics_,
+                      .security = *security_,
+                      .gpu_pool = gpu_pool,
+                      .nccl_built = nccl_built,
+                      .describe = describe};
+  if (std::optional<StartupError> error = role.Start(env)) return Fail(error->what, error->status);
+
+  // The role's Drain waits for admitted requests; after it, open calls get a short grace.
+  common::ServerRunner server({.listen = o.listen,
+                               .drain_timeout = absl::Seconds(10),
+                               .shutdown_grace = absl::Milliseconds(200),
+                               .credentials = security_->server_credentials});
+  for (grpc::Service* service : role.Services()) server.AddService(service);
+  if (absl::Status s = server.Start(); !s.ok()) return Fail("starting the server", s);
+  advertise_.set(o.advertise.empty() ? server.bound_address() : o.advertise);
+  role.OnServing(advertise_.get());
+
+  std::unique_ptr<common::MetricsHttpServer> metrics_http;
+  if (o.metrics_port >= 0) {
+    auto host = common::ParseHostPort(o.listen);  // validated with the flags
+    auto m = common::MetricsHttpServer::Start(&metrics_, host->host, o.metrics_port);
+    if (!m.ok()) return Fail("metrics endpoint", m.status());
+    metrics_http = std::move(*m);
+    spdlog::info("metrics on http://{}/metrics",
+                 common::FormatHostPort(host->host, metrics_http->port()));
+  }
+  std::unique_ptr<RouterRegistration> registration;
+  if (!o.router.empty()) {
+    registration = std::make_unique<RouterRegistration>(
+        RouterRegistration::Options{.router_address = o.router, .dialer = security_->dialer},
+        describe, [&] { return describe().load(); });
+    registration->Start();
+  }
+  spdlog::info("{} worker for {} ({} layers, KV {}), {} pages, advertised as {}", role_name,
+               o.model_dir, e.config().num_hidden_layers, layout_->Describe(),
+               e.kv_pool().total_pages(), advertise_.get());
+  server.PrintListening();
+  server.WaitForShutdown([&] {
+    registration.reset();  // stop heartbeats first: the router stops routing here
+    role.Drain(absl::Seconds(9));  // within the server's drain deadline
+    role.Stop();
+  });
+  spdlog::info("{} worker stopped", role_name);
+  return 0;
+}
+
+}  // namespace mlaserve::worker
