@@ -32,8 +32,11 @@ namespace mlaserve::model {
 
 // Which attention form prefill uses (decode always uses the absorbed MLA form, or sparse MLA
 // for DSA models). kAuto asks the AttentionPathPolicy (profiles/) per batch; without one it
-// uses MHA when there is no cached prefix and MLA otherwise.
-enum class AttentionPath : uint8_t { kAuto, kMha, kMla };
+// uses MHA when there is no cached prefix and MLA otherwise. kMhaOurs is kMha with this
+// project's own mha_prefill kernel for the call (the GPU profile found it faster than cuDNN
+// in the batch's cell); kMha uses EngineOptions::mha_provider. A --mha-provider other than
+// auto wins over both.
+enum class AttentionPath : uint8_t { kAuto, kMha, kMla, kMhaOurs };
 
 // The KV cache's storage (the --kv-cache-dtype flag). kNative: the engine's activation dtype
 // (bf16 on kCuda, f32 on kCpu). kFp8: DeepSeek's fp8 layouts (KvCacheFormat::kFp8Ds; DSA

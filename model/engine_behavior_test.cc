@@ -130,6 +130,22 @@ TEST(EngineTest, LayerCallbackRunsPerLayerAndCanAbort) {
   EXPECT_EQ(aborted.status().code(), absl::StatusCode::kCancelled);
 }
 
+// kMhaOurs is the MHA form with mha_prefill's own kernel (on the CPU every provider is the
+// reference): the same logits as kMha, reported as kMha.
+TEST(EngineTest, MhaOnOursIsTheMhaForm) {
+  auto engine = MakeEngine(FixtureDir("deepseek_v2"), 8);
+  ASSERT_NE(engine, nullptr);
+  auto pages = engine->kv_pool().Allocate(1);
+  ASSERT_TRUE(pages.ok());
+  const std::vector<int32_t> ids = {5, 6, 7, 8};
+  SequenceChunk c{ids, 0, *pages, true};
+  auto mha = engine->Forward({&c, 1}, AttentionPath::kMha);
+  auto ours = engine->Forward({&c, 1}, AttentionPath::kMhaOurs);
+  ASSERT_TRUE(mha.ok() && ours.ok());
+  EXPECT_EQ(ours->path_used, AttentionPath::kMha);
+  EXPECT_EQ(ours->logits, mha->logits);
+}
+
 // A build without CUDA refuses the CUDA backend clearly (the CUDA engine itself is covered by
 // model_engine_cuda_test on a GPU machine).
 TEST(EngineTest, CudaBackendNeedsACudaBuild) {

@@ -256,7 +256,7 @@ bool PrefillRunner::Step() {
     std::vector<profiles::SequenceShape> shapes;
     for (const PrefillChunk& c : chunks) shapes.push_back({c.start, c.len});
     const profiles::PathChoice choice = options_.attention_policy->Choose(shapes);
-    path = profiles::ToEnginePath(choice.path);
+    path = profiles::ToEnginePath(choice);
     attention_paths_[static_cast<int>(choice.path)]->Increment();
   }
   // run(): each finished layer's pages leave for the decode workers while later layers compute.

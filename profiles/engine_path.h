@@ -1,5 +1,6 @@
-// The policy's choice as the engine takes it (model/engine.h knows kMha and kMla; the engine
-// runs sparse-fwd itself for every multi-token sparse DSA batch, so kSparseFwd maps to kMla).
+// The policy's choice as the engine takes it (model/engine.h knows kMha, kMhaOurs and kMla; the
+// engine runs sparse-fwd itself for every multi-token sparse DSA batch, so kSparseFwd maps to
+// kMla).
 #pragma once
 
 #include "kernels/mha_prefill/api.h"
@@ -21,6 +22,15 @@ inline kernels::MhaPrefillProvider ToEngineMhaProvider(const PathChoice& c) {
   return c.path == PrefillPath::kMha && c.mha_provider == kernels::MhaPrefillProvider::kOurs
              ? kernels::MhaPrefillProvider::kOurs
              : kernels::MhaPrefillProvider::kAuto;
+}
+
+// The path and MHA provider of a choice in one engine path: kMhaOurs where the cell found our
+// kernel faster, else as ToEnginePath(c.path) (kMha then runs on the engine's default, cuDNN
+// where it can run the call).
+inline model::AttentionPath ToEnginePath(const PathChoice& c) {
+  return ToEngineMhaProvider(c) == kernels::MhaPrefillProvider::kOurs
+             ? model::AttentionPath::kMhaOurs
+             : ToEnginePath(c.path);
 }
 
 }  // namespace mlaserve::profiles

@@ -312,6 +312,22 @@ TEST(MhaProviderEngine, OursWhereTheCellSaysOursElseTheEnginesDefault) {
   EXPECT_EQ(ToEnginePath(PrefillPath::kMha), model::AttentionPath::kMha);
 }
 
+// The engine path the prefill worker passes to Forward: the provider folded in.
+TEST(MhaProviderEngine, EnginePathOfAChoice) {
+  PathChoice c;
+  c.path = PrefillPath::kMha;
+  c.mha_provider = kOurs;
+  EXPECT_EQ(ToEnginePath(c), model::AttentionPath::kMhaOurs);
+  c.mha_provider = kCudnn;
+  EXPECT_EQ(ToEnginePath(c), model::AttentionPath::kMha);
+  c.mha_provider = kAuto;
+  EXPECT_EQ(ToEnginePath(c), model::AttentionPath::kMha);
+  c.path = PrefillPath::kMla;
+  EXPECT_EQ(ToEnginePath(c), model::AttentionPath::kMla);
+  c.path = PrefillPath::kSparseFwd;
+  EXPECT_EQ(ToEnginePath(c), model::AttentionPath::kMla);
+}
+
 // A DSA batch past index_topk goes sparse; no MHA provider is involved.
 TEST(MhaProviderPolicy, SparseChoicesCarryNoProvider) {
   PolicyOptions o;

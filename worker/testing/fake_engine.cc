@@ -154,8 +154,9 @@ absl::StatusOr<model::ForwardResult> FakeEngine::Forward(
     result.logits.insert(result.logits.end(), row.begin(), row.end());
     ++result.rows;
   }
-  result.path_used = path == model::AttentionPath::kMha ? model::AttentionPath::kMha
-                                                        : model::AttentionPath::kMla;
+  result.path_used = path == model::AttentionPath::kMha || path == model::AttentionPath::kMhaOurs
+                         ? model::AttentionPath::kMha
+                         : model::AttentionPath::kMla;
   // Rows that carry their sampling are drawn here, as a real engine does.
   if (const auto samples = model::RequestedSamples(batch); !samples.empty()) {
     auto ids = model::SampleHostLogits(result.logits, config_.vocab_size, samples);
