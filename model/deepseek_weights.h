@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/common/types.h"
+#include "kernels/moe/api.h"
 #include "model/loader/config.h"
 #include "model/device_memory.h"
 #include "model/parallel_layout.h"
@@ -94,6 +95,10 @@ struct MoeWeights {
   WeightTensor correction_bias;          // e_score_correction_bias [E] (f32) or empty
   WeightTensor experts_gate_up;          // [E, 2I, hidden] (a rank's shard: parallel_layout.h)
   WeightTensor experts_down;             // [E, hidden, I]
+  // How experts_gate_up's rows are laid out: stacked as loaded (gate rows, then up rows), or
+  // interleaved for the Hopper GEMM's fused SiLU epilogue (MoePrepareExpertWeights, once at
+  // load).
+  kernels::MoeGateUpLayout experts_gate_up_layout = kernels::MoeGateUpLayout::kStacked;
   GatedMlpWeights shared;                // empty when n_shared_experts == 0
 };
 

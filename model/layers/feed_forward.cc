@@ -117,6 +117,7 @@ absl::Status FeedForward::Forward(int rows, const void* x, void* out) {
   e.topk_ids = static_cast<const int32_t*>(ids);
   e.topk_weights = static_cast<const float*>(weights);
   e.gate_up = m.experts_gate_up.data();
+  e.gate_up_layout = m.experts_gate_up_layout;
   e.down = m.experts_down.data();
   e.out = out;
   RETURN_IF_ERROR(RunRoutedExperts(e));
