@@ -2,7 +2,7 @@
 """Teacher-forced next tokens and expert routing: Hugging Face vs our CPU and CUDA engines.
 
 For a fixture prompt and k = 0..K, the sequence prompt + HF's first k greedy tokens is
-prefilled once by each engine (`mlaserve-route-probe`, model/engine_probe.h) and by HF
+prefilled once by each engine (`mlaserve-route-probe`, model/deepseek_engine_probe.h) and by HF
 (fp32 as the fixtures are made, and bf16 as a reference for what bf16 activations do). It
 prints, self-explanatory:
 
