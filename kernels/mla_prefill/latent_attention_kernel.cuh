@@ -10,12 +10,15 @@
 //                goes to shared memory
 //   O += P V   : warp (r, c) accumulates rows r*16.., latent dims c*kDimsPerWarp..
 // so every warp keeps only its slice of O in registers (at most 16 x 256 f32).
+// The per-warp steps (S, the softmax across column warps, P V, the row sums) are shared with
+// sparse_fwd's kernel: kernels/common/latent_warp_tile.cuh.
 // Widths are padded to kRank / kRope (multiples of 64; padding chunks zero-filled).
 #pragma once
 
 #include <cmath>
 
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/latent_warp_tile.cuh"
 #include "kernels/mla_prefill/latent_attention.h"
 
 namespace mlaserve::kernels::mla_cuda {
@@ -61,9 +64,8 @@ template <typename Tile>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     LatentAttentionKernel(const __grid_constant__ LatentArgs args) {
   constexpr int kRows = Tile::kRows, kBlockN = Tile::kBlockN, kChunks = Tile::kChunks;
-  constexpr int kSTiles = Tile::kKeysPerWarp / 8;
-  constexpr int kOTiles = Tile::kDimsPerWarp / 8;
-  constexpr int kQkSteps = Tile::kWidth / 16;
+  using Warp = cuda::LatentWarpTile<Tile>;
+  constexpr int kSTiles = Warp::kSTiles, kOTiles = Warp::kOTiles;
   const MlaParams& p = args.p;
   const LatentSplit& split = args.split;
   extern __shared__ __align__(128) uint8_t smem[];
@@ -124,15 +126,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (n_tiles > 0) load_page(0, 0);
   cuda::CpAsyncCommit();
 
-  const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
-  const int rw = warp / Tile::kColWarps, cw = warp % Tile::kColWarps;
-  const int g = lane / 4, t4 = lane % 4;
+  const Warp wt;
   const float scale_log2 = p.softmax_scale * cuda::kLog2e;
   // Positions of this thread's two accumulator rows (rows past the request reuse the last).
   int row_pos[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int row = min(r0 + rw * 16 + g + 8 * r, rows_total - 1);
+    const int row = min(r0 + wt.Row(r), rows_total - 1);
     row_pos[r] = first_pos + row / H;
   }
 
@@ -140,11 +140,6 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kOTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-
-  const int a_row = rw * 16 + (lane % 16), a_chunk = lane / 16;
-  const int kb_row = cw * Tile::kKeysPerWarp + (lane % 8) + (lane / 16) * 8, kb_chunk = (lane / 8) % 2;
-  const int vb_row = (lane % 8) + ((lane / 8) % 2) * 8, vb_chunk = lane / 16;
-  const int dim_chunk0 = cw * Tile::kDimsPerWarp / cuda::kBf16PerChunk;
 
   for (int j = 0; j < n_tiles; ++j) {
     cuda::CpAsyncWait<0>();
@@ -154,115 +149,37 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const uint32_t ks = k_smem + (j & 1) * Tile::kKBytes;
 
     float s[kSTiles][4];
-#pragma unroll
-    for (int i = 0; i < kSTiles; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-#pragma unroll 4
-    for (int kk = 0; kk < kQkSteps; ++kk) {
-      uint32_t a[4];
-      cuda::LdMatrixX4(q_smem + cuda::SwizzledOffset(a_row, kk * 2 + a_chunk, kChunks), a);
-      if constexpr (kSTiles == 1) {
-        uint32_t bf[2];
-        cuda::LdMatrixX2(ks + cuda::SwizzledOffset(kb_row, kk * 2 + kb_chunk, kChunks), bf);
-        cuda::MmaBf16(s[0], a, bf[0], bf[1]);
-      } else {
-#pragma unroll
-        for (int nn = 0; nn < kSTiles / 2; ++nn) {
-          uint32_t bf[4];
-          cuda::LdMatrixX4(ks + cuda::SwizzledOffset(kb_row + nn * 16, kk * 2 + kb_chunk, kChunks), bf);
-          cuda::MmaBf16(s[2 * nn], a, bf[0], bf[1]);
-          cuda::MmaBf16(s[2 * nn + 1], a, bf[2], bf[3]);
-        }
-      }
-    }
+    wt.Scores(q_smem, ks, s);
 
-    const int key0 = kv_begin + j * kBlockN + cw * Tile::kKeysPerWarp;
+    const int key0 = kv_begin + j * kBlockN;
 #pragma unroll
     for (int nt = 0; nt < kSTiles; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = key0 + nt * 8 + 2 * t4 + (e & 1);
+        const int key = key0 + wt.Key(nt, e);
         if (key >= kv_end || (p.causal && key > row_pos[e / 2])) s[nt][e] = -INFINITY;
       }
     }
     // Row maxima of this warp's keys -> shared memory, combined over the column warps.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = cuda::QuadMax(mx);
-      if (t4 == 0) red[cw * kRows + rw * 16 + g + 8 * r] = mx;
-    }
+    wt.PublishMax(s, red);
     __syncthreads();
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int c = 0; c < Tile::kColWarps; ++c) mx = fmaxf(mx, red[c * kRows + rw * 16 + g + 8 * r]);
-      const float m_new = fmaxf(m_run[r], mx * scale_log2);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = cuda::FastExp2(m_run[r] - m_use);
-      float sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt) {
-        const float p0 = cuda::FastExp2(fmaf(s[nt][2 * r], scale_log2, -m_use));
-        const float p1 = cuda::FastExp2(fmaf(s[nt][2 * r + 1], scale_log2, -m_use));
-        sum += p0 + p1;
-        const int prow = rw * 16 + g + 8 * r;
-        const int key = cw * Tile::kKeysPerWarp + nt * 8 + 2 * t4;
-        const uint32_t addr = p_smem + cuda::SwizzledOffset(prow, key / 8, Tile::kPChunks) + (key % 8) * 2;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(cuda::PackBf16(p0, p1)));
-      }
-      l_run[r] = l_run[r] * alpha + sum;
-      m_run[r] = m_new;
-#pragma unroll
-      for (int nt = 0; nt < kOTiles; ++nt) {
-        o[nt][2 * r] *= alpha;
-        o[nt][2 * r + 1] *= alpha;
-      }
-    }
+    wt.Softmax(s, red, scale_log2, p_smem, o, m_run, l_run);
     __syncthreads();  // P complete
-
     // O[rows, this warp's dims] += P[rows, 64 keys] V[64 keys, dims].
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      uint32_t a[4];
-      cuda::LdMatrixX4(p_smem + cuda::SwizzledOffset(a_row, kk * 2 + a_chunk, Tile::kPChunks), a);
-      if constexpr (kOTiles == 1) {
-        uint32_t bf[2];
-        cuda::LdMatrixX2Trans(ks + cuda::SwizzledOffset(kk * 16 + vb_row, dim_chunk0, kChunks), bf);
-        cuda::MmaBf16(o[0], a, bf[0], bf[1]);
-      } else {
-#pragma unroll
-        for (int nn = 0; nn < kOTiles / 2; ++nn) {
-          uint32_t bf[4];
-          cuda::LdMatrixX4Trans(
-              ks + cuda::SwizzledOffset(kk * 16 + vb_row, dim_chunk0 + nn * 2 + vb_chunk, kChunks), bf);
-          cuda::MmaBf16(o[2 * nn], a, bf[0], bf[1]);
-          cuda::MmaBf16(o[2 * nn + 1], a, bf[2], bf[3]);
-        }
-      }
-    }
+    wt.AccumulatePV(p_smem, ks, o);
   }
   cuda::CpAsyncWait<0>();
 
   // Row sums: quad-reduce, then add the column warps' shares through shared memory.
   __syncthreads();  // everyone is past the last read of `red`
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = cuda::QuadSum(l_run[r]);
-    if (t4 == 0) red[cw * kRows + rw * 16 + g + 8 * r] = l;
-  }
+  wt.PublishSum(l_run, red);
   __syncthreads();
   const bool direct = split.num_splits == 1;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int local = rw * 16 + g + 8 * r;
-    const int row = r0 + local;
+    const int row = r0 + wt.Row(r);
     if (row >= rows_total) continue;
-    float l = 0.0f;
-#pragma unroll
-    for (int c = 0; c < Tile::kColWarps; ++c) l += red[c * kRows + local];
+    const float l = wt.RowSum(red, r);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const float lse = l > 0.0f ? (m_run[r] + log2f(l)) * cuda::kLn2 : -INFINITY;
     const int token = row / H, head = row % H;
@@ -271,11 +188,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       auto* orow = static_cast<__nv_bfloat16*>(p.out) + out_row * p.kv_lora_rank;
 #pragma unroll
       for (int nt = 0; nt < kOTiles; ++nt) {
-        const int d = cw * Tile::kDimsPerWarp + nt * 8 + 2 * t4;
+        const int d = wt.Dim(nt);
         if (d < p.kv_lora_rank)
           *reinterpret_cast<uint32_t*>(orow + d) = cuda::PackBf16(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
       }
-      if (p.lse != nullptr && t4 == 0 && cw == 0) p.lse[out_row] = lse;
+      if (p.lse != nullptr && wt.t4 == 0 && wt.cw == 0) p.lse[out_row] = lse;
     } else {
       const int64_t cap = static_cast<int64_t>(p.batch) * split.max_q * H;
       const int64_t part_row = static_cast<int64_t>(split_index) * cap +
@@ -283,11 +200,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       float* orow = split.part_out + part_row * p.kv_lora_rank;
 #pragma unroll
       for (int nt = 0; nt < kOTiles; ++nt) {
-        const int d = cw * Tile::kDimsPerWarp + nt * 8 + 2 * t4;
+        const int d = wt.Dim(nt);
         if (d < p.kv_lora_rank)
           *reinterpret_cast<float2*>(orow + d) = make_float2(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
       }
-      if (t4 == 0 && cw == 0) split.part_lse[part_row] = lse;
+      if (wt.t4 == 0 && wt.cw == 0) split.part_lse[part_row] = lse;
     }
   }
 }

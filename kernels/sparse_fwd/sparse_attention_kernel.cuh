@@ -1,7 +1,8 @@
 // The sparse latent-attention CUDA kernel (see sparse_attention.h). Included only by the
 // instantiation files sparse_attention_*.cu, each compiling the configurations of one cache.
 //
-// Structure as mla_prefill's latent kernel (kernels/mla_prefill/latent_attention_kernel.cuh):
+// Structure as mla_prefill's latent kernel (kernels/mla_prefill/latent_attention_kernel.cuh), with
+// the per-warp steps shared (kernels/common/latent_warp_tile.cuh):
 // 8 warps in a kRowWarps x kColWarps grid; S = Q K^T and O += P V on mma.sync m16n8k16; the
 // online softmax in the log2 domain; P through shared memory. What differs:
 // - rows are heads of one query token, and a K tile is 64 gathered cache rows, the entries
@@ -17,6 +18,7 @@
 #include <cmath>
 
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/latent_warp_tile.cuh"
 #include "kernels/kv_fp8/api.h"
 #include "kernels/kv_fp8/fp8_util.cuh"
 #include "kernels/sparse_fwd/sparse_attention.h"
@@ -60,9 +62,8 @@ template <typename Tile>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     SparseAttentionKernel(const __grid_constant__ SparseMlaParams p) {
   constexpr int kRows = Tile::kRows, kBlockN = Tile::kBlockN, kChunks = Tile::kChunks;
-  constexpr int kSTiles = Tile::kKeysPerWarp / 8;
-  constexpr int kOTiles = Tile::kDimsPerWarp / 8;
-  constexpr int kQkSteps = Tile::kWidth / 16;
+  using Warp = cuda::LatentWarpTile<Tile>;
+  constexpr int kSTiles = Warp::kSTiles, kOTiles = Warp::kOTiles;
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t q_smem = cuda::SmemAddress(smem);
   const uint32_t k_smem = q_smem + Tile::kQBytes;
@@ -170,20 +171,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   load_tile(0, 0);
   cuda::CpAsyncCommit();
 
-  const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
-  const int rw = warp / Tile::kColWarps, cw = warp % Tile::kColWarps;
-  const int g = lane / 4, t4 = lane % 4;
+  const Warp wt;
   const float scale_log2 = p.softmax_scale * cuda::kLog2e;
 
   float o[kOTiles][4];
 #pragma unroll
   for (int i = 0; i < kOTiles; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-
-  const int a_row = rw * 16 + (lane % 16), a_chunk = lane / 16;
-  const int kb_row = cw * Tile::kKeysPerWarp + (lane % 8) + (lane / 16) * 8, kb_chunk = (lane / 8) % 2;
-  const int vb_row = (lane % 8) + ((lane / 8) % 2) * 8, vb_chunk = lane / 16;
-  const int dim_chunk0 = cw * Tile::kDimsPerWarp / cuda::kBf16PerChunk;
 
   for (int j = 0; j < n_tiles; ++j) {
     cuda::CpAsyncWait<0>();
@@ -193,123 +187,44 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const uint32_t ks = k_smem + (j & 1) * Tile::kKBytes;
 
     float s[kSTiles][4];
-#pragma unroll
-    for (int i = 0; i < kSTiles; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
-#pragma unroll 4
-    for (int kk = 0; kk < kQkSteps; ++kk) {
-      uint32_t a[4];
-      cuda::LdMatrixX4(q_smem + cuda::SwizzledOffset(a_row, kk * 2 + a_chunk, kChunks), a);
-      if constexpr (kSTiles == 1) {
-        uint32_t bf[2];
-        cuda::LdMatrixX2(ks + cuda::SwizzledOffset(kb_row, kk * 2 + kb_chunk, kChunks), bf);
-        cuda::MmaBf16(s[0], a, bf[0], bf[1]);
-      } else {
-#pragma unroll
-        for (int nn = 0; nn < kSTiles / 2; ++nn) {
-          uint32_t bf[4];
-          cuda::LdMatrixX4(ks + cuda::SwizzledOffset(kb_row + nn * 16, kk * 2 + kb_chunk, kChunks), bf);
-          cuda::MmaBf16(s[2 * nn], a, bf[0], bf[1]);
-          cuda::MmaBf16(s[2 * nn + 1], a, bf[2], bf[3]);
-        }
-      }
-    }
+    wt.Scores(q_smem, ks, s);
 
     const int* tslots = slots + (j & 1) * kBlockN;
 #pragma unroll
     for (int nt = 0; nt < kSTiles; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = cw * Tile::kKeysPerWarp + nt * 8 + 2 * t4 + (e & 1);
-        if (tslots[key] < 0) s[nt][e] = -INFINITY;
+        if (tslots[wt.Key(nt, e)] < 0) s[nt][e] = -INFINITY;
       }
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = cuda::QuadMax(mx);
-      if (t4 == 0) red[cw * kRows + rw * 16 + g + 8 * r] = mx;
-    }
+    wt.PublishMax(s, red);
     __syncthreads();  // maxima in `red`; every warp is done reading tile j's slots
     if (j + 2 < n_tiles) resolve(j + 2, j & 1);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int c = 0; c < Tile::kColWarps; ++c) mx = fmaxf(mx, red[c * kRows + rw * 16 + g + 8 * r]);
-      const float m_new = fmaxf(m_run[r], mx * scale_log2);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = cuda::FastExp2(m_run[r] - m_use);
-      float sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < kSTiles; ++nt) {
-        const float p0 = cuda::FastExp2(fmaf(s[nt][2 * r], scale_log2, -m_use));
-        const float p1 = cuda::FastExp2(fmaf(s[nt][2 * r + 1], scale_log2, -m_use));
-        sum += p0 + p1;
-        const int prow = rw * 16 + g + 8 * r;
-        const int key = cw * Tile::kKeysPerWarp + nt * 8 + 2 * t4;
-        const uint32_t addr = p_smem + cuda::SwizzledOffset(prow, key / 8, Tile::kPChunks) + (key % 8) * 2;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(cuda::PackBf16(p0, p1)));
-      }
-      l_run[r] = l_run[r] * alpha + sum;
-      m_run[r] = m_new;
-#pragma unroll
-      for (int nt = 0; nt < kOTiles; ++nt) {
-        o[nt][2 * r] *= alpha;
-        o[nt][2 * r + 1] *= alpha;
-      }
-    }
+    wt.Softmax(s, red, scale_log2, p_smem, o, m_run, l_run);
     __syncthreads();  // P complete
-
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      uint32_t a[4];
-      cuda::LdMatrixX4(p_smem + cuda::SwizzledOffset(a_row, kk * 2 + a_chunk, Tile::kPChunks), a);
-      if constexpr (kOTiles == 1) {
-        uint32_t bf[2];
-        cuda::LdMatrixX2Trans(ks + cuda::SwizzledOffset(kk * 16 + vb_row, dim_chunk0, kChunks), bf);
-        cuda::MmaBf16(o[0], a, bf[0], bf[1]);
-      } else {
-#pragma unroll
-        for (int nn = 0; nn < kOTiles / 2; ++nn) {
-          uint32_t bf[4];
-          cuda::LdMatrixX4Trans(
-              ks + cuda::SwizzledOffset(kk * 16 + vb_row, dim_chunk0 + nn * 2 + vb_chunk, kChunks), bf);
-          cuda::MmaBf16(o[2 * nn], a, bf[0], bf[1]);
-          cuda::MmaBf16(o[2 * nn + 1], a, bf[2], bf[3]);
-        }
-      }
-    }
+    wt.AccumulatePV(p_smem, ks, o);
   }
   cuda::CpAsyncWait<0>();
 
   __syncthreads();
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = cuda::QuadSum(l_run[r]);
-    if (t4 == 0) red[cw * kRows + rw * 16 + g + 8 * r] = l;
-  }
+  wt.PublishSum(l_run, red);
   __syncthreads();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int local = rw * 16 + g + 8 * r;
-    const int head = h0 + local;
+    const int head = h0 + wt.Row(r);
     if (head >= H) continue;
-    float l = 0.0f;
-#pragma unroll
-    for (int c = 0; c < Tile::kColWarps; ++c) l += red[c * kRows + local];
+    const float l = wt.RowSum(red, r);
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const float lse = l > 0.0f ? (m_run[r] + log2f(l)) * cuda::kLn2 : -INFINITY;
     const int64_t out_row = static_cast<int64_t>(token) * H + head;
     auto* orow = static_cast<__nv_bfloat16*>(p.out) + out_row * p.kv_lora_rank;
 #pragma unroll
     for (int nt = 0; nt < kOTiles; ++nt) {
-      const int d = cw * Tile::kDimsPerWarp + nt * 8 + 2 * t4;
+      const int d = wt.Dim(nt);
       if (d < p.kv_lora_rank)
         *reinterpret_cast<uint32_t*>(orow + d) = cuda::PackBf16(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
     }
-    if (p.lse != nullptr && t4 == 0 && cw == 0) p.lse[out_row] = lse;
+    if (p.lse != nullptr && wt.t4 == 0 && wt.cw == 0) p.lse[out_row] = lse;
   }
 }
 
