@@ -20,6 +20,7 @@
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/latent_warp_tile.cuh"
 #include "kernels/mla_prefill/latent_attention.h"
+#include "kernels/mla_prefill/latent_cta_work.cuh"
 
 namespace mlaserve::kernels::mla_cuda {
 
@@ -74,21 +75,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const uint32_t p_smem = k_smem + 2 * Tile::kKBytes;
   float* red = reinterpret_cast<float*>(smem + Tile::kQBytes + 2 * Tile::kKBytes + Tile::kPBytes);
 
-  const int b = blockIdx.z, split_index = blockIdx.y;
-  const int q_start = p.cu_seqlens_q[b], lq = p.cu_seqlens_q[b + 1] - q_start;
-  const int lk = p.seqlens_k[b];
-  const int H = p.num_heads;
-  const int rows_total = lq * H;
-  const int r0 = blockIdx.x * kRows;
-  if (r0 >= rows_total) return;
-  const int first_pos = lk - lq;  // position of query token 0
-  int kv_begin = 0, kv_end = lk;
-  if (split.chunk_tokens > 0) {
-    kv_begin = split_index * split.chunk_tokens;
-    kv_end = min(lk, kv_begin + split.chunk_tokens);
-  }
-  if (p.causal) kv_end = min(kv_end, first_pos + min(lq - 1, (r0 + kRows - 1) / H) + 1);
-  const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kBlockN - 1) / kBlockN : 0;
+  const LatentCtaWork w = LatentCtaWork::Of(p, split, kRows);
+  if (w.empty()) return;
+  const int b = w.b, split_index = w.split_index, q_start = w.q_start;
+  const int H = p.num_heads, rows_total = w.rows_total, r0 = w.r0, first_pos = w.first_pos;
+  const int kv_begin = w.kv_begin, kv_end = w.kv_end, n_tiles = w.n_tiles;
 
   const auto* cache = static_cast<const __nv_bfloat16*>(p.kv_cache);
   const int entry = p.kv_lora_rank + p.rope_dim;

@@ -28,6 +28,7 @@
 #include "cutlass/arch/barrier.h"
 #include "cutlass/arch/reg_reconfig.h"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/mla_prefill/latent_cta_work.cuh"
 
 namespace mlaserve::kernels::mla_cuda {
 namespace {
@@ -94,21 +95,11 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<SharedStorage*>(smem_raw);
 
-  const int b = blockIdx.z, split_index = blockIdx.y;
-  const int q_start = p.cu_seqlens_q[b], lq = p.cu_seqlens_q[b + 1] - q_start;
-  const int lk = p.seqlens_k[b];
-  const int H = p.num_heads;
-  const int rows_total = lq * H;
-  const int r0 = blockIdx.x * kRows;
-  if (r0 >= rows_total) return;
-  const int first_pos = lk - lq;  // position of query token 0
-  int kv_begin = 0, kv_end = lk;
-  if (split.chunk_tokens > 0) {
-    kv_begin = split_index * split.chunk_tokens;
-    kv_end = min(lk, kv_begin + split.chunk_tokens);
-  }
-  if (p.causal) kv_end = min(kv_end, first_pos + min(lq - 1, (r0 + kRows - 1) / H) + 1);
-  const int n_tiles = kv_end > kv_begin ? (kv_end - kv_begin + kKeys - 1) / kKeys : 0;
+  const LatentCtaWork w = LatentCtaWork::Of(p, split, kRows);
+  if (w.empty()) return;
+  const int b = w.b, split_index = w.split_index, q_start = w.q_start;
+  const int H = p.num_heads, rows_total = w.rows_total, r0 = w.r0, first_pos = w.first_pos;
+  const int kv_begin = w.kv_begin, kv_end = w.kv_end, n_tiles = w.n_tiles;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < 2; ++s) {

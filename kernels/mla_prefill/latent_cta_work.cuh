@@ -1,0 +1,46 @@
+// The work of one latent-attention CTA (both CUDA kernels: latent_attention_kernel.cuh and
+// latent_attention_sm90.cu): grid (row block, KV split, request) -> the request's query rows
+// [r0, r0 + rows_per_cta) and the keys [kv_begin, kv_end) it attends, in 64-key tiles.
+#pragma once
+
+#include "kernels/mla_prefill/latent_attention.h"
+
+namespace mlaserve::kernels::mla_cuda {
+
+struct LatentCtaWork {
+  int b = 0, split_index = 0;
+  int q_start = 0, lq = 0, lk = 0;  // the request's first query row, query and key counts
+  int rows_total = 0;               // lq * num_heads
+  int r0 = 0;                       // this CTA's first row (row = query token * heads + head)
+  int first_pos = 0;                // position of query token 0
+  int kv_begin = 0, kv_end = 0;     // keys of this split, cut at the causal limit of the last row
+  int n_tiles = 0;                  // 64-key tiles in [kv_begin, kv_end)
+
+  // No rows for this CTA: return before touching shared memory.
+  __device__ __forceinline__ bool empty() const { return r0 >= rows_total; }
+
+  __device__ __forceinline__ static LatentCtaWork Of(const MlaParams& p, const LatentSplit& split,
+                                                     int rows_per_cta) {
+    LatentCtaWork w;
+    w.b = blockIdx.z;
+    w.split_index = blockIdx.y;
+    w.q_start = p.cu_seqlens_q[w.b];
+    w.lq = p.cu_seqlens_q[w.b + 1] - w.q_start;
+    w.lk = p.seqlens_k[w.b];
+    const int H = p.num_heads;
+    w.rows_total = w.lq * H;
+    w.r0 = blockIdx.x * rows_per_cta;
+    if (w.empty()) return w;
+    w.first_pos = w.lk - w.lq;
+    w.kv_end = w.lk;
+    if (split.chunk_tokens > 0) {
+      w.kv_begin = w.split_index * split.chunk_tokens;
+      w.kv_end = min(w.lk, w.kv_begin + split.chunk_tokens);
+    }
+    if (p.causal) w.kv_end = min(w.kv_end, w.first_pos + min(w.lq - 1, (w.r0 + rows_per_cta - 1) / H) + 1);
+    w.n_tiles = w.kv_end > w.kv_begin ? (w.kv_end - w.kv_begin + kPageSize - 1) / kPageSize : 0;
+    return w;
+  }
+};
+
+}  // namespace mlaserve::kernels::mla_cuda
