@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/self_owned.h"
 #include "kvtransfer/proto_convert.h"
 
 namespace mlaserve::kvtransfer {
@@ -11,15 +12,17 @@ namespace mlaserve::kvtransfer {
 namespace v1 = ::mlaserve::v1;
 using common::ToGrpcStatus;
 
-// One reactor per PushPages stream.
+// One reactor per PushPages stream. Self-owned (common/self_owned.h) until gRPC's OnDone; the
+// receiver's failure callback holds the FinishOnce below, not the reactor.
 namespace {
 
-class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage> {
+class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>,
+                               public common::SelfOwned<PushPagesReactor> {
  public:
   PushPagesReactor(KvReceiver* receiver, v1::KvPushResult* result)
-      : receiver_(receiver), result_(result), finish_(std::make_shared<FinishOnce>(this)) {
-    StartRead(&msg_);
-  }
+      : receiver_(receiver), result_(result), finish_(std::make_shared<FinishOnce>(this)) {}
+
+  void Start() { StartRead(&msg_); }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
@@ -42,8 +45,8 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
         opened_ = true;
         auto layout = FromProto(msg_.open().layout());
         // The receiver may fail the session from another thread at any time, even while
-        // this reactor finishes and is deleted: the callback holds the shared FinishOnce, not
-        // the reactor.
+        // this reactor finishes and is destroyed: the callback holds the shared FinishOnce,
+        // not the reactor.
         st = layout.ok() ? receiver_->Open(msg_.open().session_id(), *layout,
                                            [finish = finish_](const absl::Status& why) {
                                              finish->Finish(ToGrpcStatus(why));
@@ -108,13 +111,13 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
     Fail(absl::CancelledError("KV sender cancelled the stream or went away"));
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override { ReleaseSelf(); }
 
  private:
   // Finish exactly once, whichever comes first: this stream's own verdict or the receiver
   // failing the session (lease / no progress / cancel, from another thread). Shared with the
   // receiver's callback, so it outlives the reactor: only the first caller touches the
-  // reactor, and OnDone (which deletes it) comes only after that Finish.
+  // reactor, and OnDone (which releases it) comes only after that Finish.
   class FinishOnce {
    public:
     explicit FinishOnce(PushPagesReactor* reactor) : reactor_(reactor) {}
@@ -162,7 +165,9 @@ grpc::ServerReadReactor<v1::KvPushMessage>* KvServiceImpl::PushPages(
       return common::RefuseRead<v1::KvPushMessage>(s);
     }
   }
-  return new PushPagesReactor(receiver_, result);
+  auto reactor = common::MakeSelfOwned<PushPagesReactor>(receiver_, result);
+  reactor->Start();
+  return reactor.get();
 }
 
 grpc::ServerUnaryReactor* KvServiceImpl::AbortSession(grpc::CallbackServerContext* context,

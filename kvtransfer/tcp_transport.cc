@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_callback_anchor.h"
 #include "common/grpc_status.h"
+#include "common/self_owned.h"
 #include "kvtransfer/checksum.h"
 #include "kvtransfer/proto_convert.h"
 #include "spdlog/spdlog.h"
@@ -21,22 +22,26 @@ namespace {
 
 // Tells the receiver through the control plane (KvService.AbortSession), fire and forget:
 // the stream's cancellation may reach it first, or not at all if the open never left.
-void SendAbortSession(const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id,
-                      const absl::Status& reason) {
-  struct Call {
-    std::unique_ptr<v1::KvService::Stub> stub;
-    grpc::ClientContext ctx;
-    v1::KvAbortSessionRequest request;
-    v1::KvAbortSessionResponse response;
-  };
-  auto* call = new Call;
-  call->stub = v1::KvService::NewStub(channel);
-  call->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  call->request.set_session_id(session_id);
-  call->request.set_reason(std::string(reason.message()));
-  call->stub->async()->AbortSession(&call->ctx, &call->request, &call->response,
-                                    [call](grpc::Status) { delete call; });
-}
+// Self-owned (common/self_owned.h) until its answer.
+class AbortSessionCall final : public common::SelfOwned<AbortSessionCall> {
+ public:
+  static void Send(const std::shared_ptr<grpc::Channel>& channel, const std::string& session_id,
+                   const absl::Status& reason) {
+    auto call = common::MakeSelfOwned<AbortSessionCall>(v1::KvService::NewStub(channel));
+    call->context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    call->request_.set_session_id(session_id);
+    call->request_.set_reason(std::string(reason.message()));
+    call->stub_->async()->AbortSession(&call->context_, &call->request_, &call->response_,
+                                       [raw = call.get()](grpc::Status) { raw->ReleaseSelf(); });
+  }
+  explicit AbortSessionCall(std::unique_ptr<v1::KvService::Stub> stub) : stub_(std::move(stub)) {}
+
+ private:
+  const std::unique_ptr<v1::KvService::Stub> stub_;
+  grpc::ClientContext context_;
+  v1::KvAbortSessionRequest request_;
+  v1::KvAbortSessionResponse response_;
+};
 
 }  // namespace
 
@@ -47,8 +52,11 @@ void SendAbortSession(const std::shared_ptr<grpc::Channel>& channel, const std::
 // starts the next write. gRPC calls are made without `mu_` held, since reactions may run inline.
 // A hold keeps the call alive while the application may still start writes; it is released
 // exactly once, when no write is in flight and none will be started (half-close or failure).
+//
+// Lifetime: self-owned (common/self_owned.h) from creation until gRPC's OnDone; the sender and
+// the transport's watchdog list hold references too (the list a weak one).
 class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
-                         public std::enable_shared_from_this<PushStream> {
+                         public common::SelfOwned<PushStream> {
  public:
   PushStream(std::string session_id, KvSenderOptions options,
              std::shared_ptr<grpc::Channel> channel)
@@ -57,7 +65,6 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
         channel_(std::move(channel)) {}
 
   void Start(v1::KvService::Stub* stub, v1::KvPushMessage open) {
-    self_ = shared_from_this();
     stub->async()->PushPages(&context_, &result_, this);
     AddHold();
     {
@@ -134,7 +141,7 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
       abort_sent_ = true;
       need_cancel_ = true;
     }
-    if (tell_receiver) SendAbortSession(channel_, session_id_, reason);
+    if (tell_receiver) AbortSessionCall::Send(channel_, session_id_, reason);
     CancelIfNeeded();
   }
 
@@ -217,7 +224,7 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
       cv_.SignalAll();
     }
     if (done) done(verdict);
-    std::shared_ptr<PushStream> keep = std::move(self_);  // may delete this on return
+    ReleaseSelf();  // the terminal event; `this` may be gone after it
   }
 
  private:
@@ -283,7 +290,6 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
   const std::shared_ptr<grpc::Channel> channel_;
   grpc::ClientContext context_;
   v1::KvPushResult result_;
-  std::shared_ptr<PushStream> self_;  // keeps the reactor alive until OnDone
 
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
@@ -425,7 +431,7 @@ absl::StatusOr<std::unique_ptr<KvSender>> TcpKvTransport::Open(const KvSessionRe
   if (absl::Status s = ValidateSessionRef(ref, local_layout); !s.ok()) return s;
   auto channel = ChannelFor(ref.endpoint);
   auto stub = v1::KvService::NewStub(channel);
-  auto stream = std::make_shared<PushStream>(ref.session_id, options, channel);
+  auto stream = common::MakeSelfOwned<PushStream>(ref.session_id, options, channel);
   v1::KvPushMessage open;
   open.mutable_open()->set_session_id(ref.session_id);
   *open.mutable_open()->mutable_layout() = ToProto(local_layout);
