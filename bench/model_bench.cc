@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "kernels/common/page.h"
 #include "model/engine.h"
 
 namespace {
@@ -42,7 +43,7 @@ struct RunTimes {
 RunTimes RunOnce(Engine& engine, const std::vector<int32_t>& prompt, int steps,
                  AttentionPath path) {
   const int total = static_cast<int>(prompt.size()) + steps;
-  auto pages = engine.kv_pool().Allocate((total + 63) / 64);
+  auto pages = engine.kv_pool().Allocate(mlaserve::kernels::PagesFor(total));
   if (!pages.ok()) {
     std::fprintf(stderr, "%s\n", pages.status().ToString().c_str());
     std::exit(1);

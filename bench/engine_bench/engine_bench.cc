@@ -29,6 +29,7 @@
 #include <nvtx3/nvToolsExt.h>  // header-only: ranges cost nothing unless a profiler attaches
 
 #include "CLI/CLI.hpp"
+#include "kernels/common/page.h"
 #include "kernels/mha_prefill/api.h"
 #include "model/deepseek_engine.h"
 #include "nlohmann/json.hpp"
@@ -36,6 +37,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using mlaserve::kernels::PagesFor;
 using mlaserve::model::AttentionPath;
 using mlaserve::model::DeepseekEngine;
 using mlaserve::model::SequenceChunk;
@@ -60,8 +62,6 @@ double UsedGiB() {
   std::exit(1);
 }
 
-int Pages(int tokens) { return (tokens + 63) / 64; }
-
 class Bench {
  public:
   Bench(DeepseekEngine& e, uint64_t seed) : e_(e), rng_(seed), ids_(0, e.config().vocab_size - 1) {}
@@ -74,7 +74,7 @@ class Bench {
 
   // One sequence of `len` tokens in one Forward; returns the wall time in ms.
   double PrefillOnce(int len) {
-    auto pages = e_.kv_pool().Allocate(Pages(len));
+    auto pages = e_.kv_pool().Allocate(PagesFor(len));
     if (!pages.ok()) Die("allocate", pages.status());
     const std::vector<int32_t> prompt = RandomIds(len);
     SequenceChunk c{prompt, 0, *pages, true};
@@ -99,7 +99,7 @@ class Bench {
     const int total = context + warm + steps + eager + sampled + 2;
     std::vector<std::vector<int32_t>> pages(batch), seqs(batch);
     for (int b = 0; b < batch; ++b) {
-      auto p = e_.kv_pool().Allocate(Pages(total));
+      auto p = e_.kv_pool().Allocate(PagesFor(total));
       if (!p.ok()) Die("allocate", p.status());
       pages[b] = std::move(*p);
       seqs[b] = RandomIds(context);
@@ -199,8 +199,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (num_pages == 0) {
-    num_pages = std::max(max_batch * Pages(context + warm + steps + eager_steps + sampled_steps + 3),
-                         Pages(max_prefill)) + 8;
+    const int decode_tokens = context + warm + steps + eager_steps + sampled_steps + 3;
+    num_pages = std::max(max_batch * PagesFor(decode_tokens), PagesFor(max_prefill)) + 8;
   }
   if (cudaSetDevice(device) != cudaSuccess) {
     std::fprintf(stderr, "no CUDA device %d\n", device);

@@ -19,6 +19,7 @@
 #include <random>
 
 #include "bench/kernel_bench/bench_util.cuh"
+#include "kernels/common/page.h"
 #include "kernels/kv_pack/api.h"
 #include "kernels/mha_prefill/api.h"
 #include "kernels/mla_decode/api.h"
@@ -43,8 +44,8 @@ struct PagedCache {
 
   explicit PagedCache(const std::vector<int>& lk, uint64_t seed) {
     for (int l : lk) {
-      max_pages = std::max(max_pages, (l + kPageSize - 1) / kPageSize);
-      num_pages += (l + kPageSize - 1) / kPageSize;
+      max_pages = std::max(max_pages, kernels::PagesFor(l));
+      num_pages += kernels::PagesFor(l);
     }
     std::vector<int32_t> perm(num_pages);
     std::iota(perm.begin(), perm.end(), 0);
@@ -52,7 +53,7 @@ struct PagedCache {
     table.assign(lk.size() * max_pages, 0);
     int next = 0;
     for (size_t b = 0; b < lk.size(); ++b)
-      for (int i = 0; i < (lk[b] + kPageSize - 1) / kPageSize; ++i) table[b * max_pages + i] = perm[next++];
+      for (int i = 0; i < kernels::PagesFor(lk[b]); ++i) table[b * max_pages + i] = perm[next++];
     cache = std::make_unique<DeviceArray>(size_t{2} * num_pages * kPageSize * kWidth);
     FillRandom(*cache, seed + 1);
     d_table = std::make_unique<DeviceArray>(table.size() * 4);

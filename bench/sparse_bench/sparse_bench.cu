@@ -16,6 +16,7 @@
 #include <random>
 
 #include "bench/kernel_bench/bench_util.cuh"
+#include "kernels/common/page.h"
 #include "kernels/indexer/api.h"
 #include "kernels/kv_fp8/api.h"
 #include "kernels/sparse_decode/api.h"
@@ -43,7 +44,7 @@ struct SparseSetup {
 
   SparseSetup(int batch_, int lq_, int lk_, int heads_, int topk_, bool fp8_, uint64_t seed)
       : batch(batch_), lq(lq_), lk(lk_), heads(heads_), topk(topk_), fp8(fp8_) {
-    max_pages = (lk + kPageSize - 1) / kPageSize;
+    max_pages = kernels::PagesFor(lk);
     num_pages = batch * max_pages;
     std::vector<int32_t> perm(num_pages);
     std::iota(perm.begin(), perm.end(), 0);
@@ -136,7 +137,7 @@ void BenchSparse(bool decode, int batch, int lq, int lk, bool fp8, const Ceiling
 
 void BenchIndexer(int batch, int lq, int lk, bool fp8, const Ceilings& ceil, Results& res, int reps) {
   constexpr int kHeads = 64, kDim = 128, kTopK = 2048;
-  const int max_pages = (lk + kPageSize - 1) / kPageSize, num_pages = batch * max_pages;
+  const int max_pages = kernels::PagesFor(lk), num_pages = batch * max_pages;
   std::vector<int32_t> perm(num_pages);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937_64(lk + batch));
