@@ -29,7 +29,8 @@ struct PrefillRunner::Request {
   PrefillJob job;
   PrefillDoneFn done;                            // taken by Finish, under mu_
   std::shared_ptr<PrefillSequence> seq;          // loop thread
-  // Set at Submit; used by the loop thread, and by the KV shipping thread for queued pages.
+  // Set at Submit, under mu_, before the request is queued (null while Submit opens it); used
+  // by the loop thread, and by the KV shipping thread for queued pages.
   std::shared_ptr<kvtransfer::KvSender> sender;
   absl::Time arrival;
   absl::Time first_scheduled = absl::InfinitePast();
@@ -140,36 +141,51 @@ absl::Status PrefillRunner::Submit(PrefillJob job, PrefillDoneFn done) {
                                                      " KV pages; this prefill worker has ",
                                                      engine_->kv_pool().total_pages()));
   }
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_ || draining_) return absl::UnavailableError("prefill worker shutting down");
-    if (requests_.contains(job.request_id)) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("request ", job.request_id, " is already being prefilled here"));
-    }
-  }
-  kvtransfer::KvSenderOptions so;
-  so.no_progress_timeout = options_.kv_no_progress_timeout;
-  so.sender_name = absl::StrCat(options_.name, "/", job.request_id);
-  auto sender = transport_->Open(job.session, layout_, so);
-  if (!sender.ok()) return sender.status();
-
   auto r = std::make_shared<Request>();
-  r->sender = std::move(*sender);
   r->arrival = absl::Now();
   r->seq = std::make_shared<PrefillSequence>();
   r->seq->id = job.request_id;
   r->seq->tokens = job.tokens;
   r->job = std::move(job);
   r->done = std::move(done);
-  absl::MutexLock lock(&mu_);
-  if (!requests_.emplace(r->job.request_id, r).second) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("request ", r->job.request_id, " is already being prefilled here"));
+  const std::string& id = r->job.request_id;
+  // Admission, the one duplicate check: the id is taken here, before the KV session opens (a
+  // second sender for a live request's session would disturb that request's transfer).
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || draining_) return absl::UnavailableError("prefill worker shutting down");
+    if (!requests_.emplace(id, r).second) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("request ", id, " is already being prefilled here"));
+    }
+    pending_tokens_ += n;
   }
-  pending_tokens_ += n;
-  incoming_.push_back(std::move(r));
-  wake_.Signal();
+  // Until it is queued, the request has no sender and the loop does not see it; an Abort or
+  // Stop meanwhile answers it (Finish), and the sender opened below is then let go.
+  kvtransfer::KvSenderOptions so;
+  so.no_progress_timeout = options_.kv_no_progress_timeout;
+  so.sender_name = absl::StrCat(options_.name, "/", id);
+  auto sender = transport_->Open(r->job.session, layout_, so);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = requests_.find(id);
+    if (it != requests_.end() && it->second == r) {  // not answered meanwhile
+      if (!sender.ok()) {
+        requests_.erase(it);
+        pending_tokens_ -= n;
+        r->done = nullptr;  // on error it never runs
+        return sender.status();
+      }
+      r->sender = std::move(*sender);
+      incoming_.push_back(std::move(r));
+      wake_.Signal();
+      return absl::OkStatus();
+    }
+  }
+  // Aborted or stopped while the session opened: `done` ran already (so this is OK).
+  if (sender.ok()) {
+    (*sender)->Abort(absl::CancelledError(absl::StrCat("request ", id, " was aborted")));
+  }
   return absl::OkStatus();
 }
 
@@ -435,7 +451,7 @@ void PrefillRunner::Finish(const std::string& id, absl::StatusOr<PrefillOutcome>
   } else {
     requests_failed_->Increment();
     if (outcome.status().code() != absl::StatusCode::kCancelled) kv_failures_->Increment();
-    r->sender->Abort(outcome.status());
+    if (r->sender != nullptr) r->sender->Abort(outcome.status());  // null: not queued yet
     spdlog::info("prefill {} failed: {}", id, outcome.status().ToString());
   }
   // A direct sender's pages: its transfer ended (done ran) or was just aborted.

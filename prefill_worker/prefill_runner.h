@@ -106,9 +106,10 @@ class PrefillRunner {
   void Stop();
 
   // `job` is valid (see PrefillJob). RESOURCE_EXHAUSTED when the prompt needs more pages than
-  // the pool has; ALREADY_EXISTS for a live id; UNAVAILABLE when shutting down. Then opens the
-  // KV session (FAILED_PRECONDITION on an incompatible hash) and queues the job. On OK, `done`
-  // runs later exactly once; on error it never runs.
+  // the pool has; ALREADY_EXISTS for a live id (checked once, as the id is taken, before the KV
+  // session opens); UNAVAILABLE when shutting down. Then opens the KV session
+  // (FAILED_PRECONDITION on an incompatible hash, which gives the id back) and queues the job.
+  // On OK, `done` runs later exactly once; on error it never runs.
   absl::Status Submit(PrefillJob job, PrefillDoneFn done);
   // NOT_FOUND naming the id if unknown; otherwise the request ends with CANCELLED.
   absl::Status Abort(const std::string& request_id);

@@ -149,6 +149,9 @@ TEST_F(PrefillRunnerTest, BadRequestsGetTheRightCodes) {
   auto other = ref;
   other.compat_hash = "ffffffffffffffff";
   EXPECT_EQ(code(Job("r", Prompt(10, 0), other)).code(), absl::StatusCode::kFailedPrecondition);
+  // A refused session gives the id back: nothing counted, and the id may be submitted again.
+  EXPECT_EQ(runner_->load().running_requests, 0);
+  EXPECT_EQ(runner_->load().pending_prefill_tokens, 0);
   ASSERT_TRUE(code(Job("r", Prompt(10, 0), ref)).ok());
   EXPECT_EQ(code(Job("r", Prompt(10, 0), ref)).code(), absl::StatusCode::kAlreadyExists);
   RunUntilIdle();
