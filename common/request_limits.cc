@@ -1,5 +1,7 @@
 #include "common/request_limits.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 
 namespace mlaserve::common {
@@ -46,6 +48,24 @@ absl::Status ValidateStopString(size_t index, absl::string_view stop) {
     return absl::InvalidArgumentError(absl::StrCat("stop string ", index, " has ", stop.size(),
                                                    " bytes; at most ", kMaxStopStringBytes,
                                                    " are allowed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSamplingValues(const SamplingValues& v) {
+  const auto out_of_range = [](absl::string_view field, auto value, absl::string_view range) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " ", value, " is out of range; it must be ", range));
+  };
+  // Written as !(x in range) so NaN fails too.
+  if (!(v.temperature >= 0.0f) || std::isinf(v.temperature)) {
+    return out_of_range("temperature", v.temperature, ">= 0 (0 = greedy)");
+  }
+  if (!(v.top_p > 0.0f && v.top_p <= 1.0f)) return out_of_range("top_p", v.top_p, "in (0, 1]");
+  if (v.top_k < 0) return out_of_range("top_k", v.top_k, ">= 0 (0 = off)");
+  if (!(v.min_p >= 0.0f && v.min_p <= 1.0f)) return out_of_range("min_p", v.min_p, "in [0, 1]");
+  if (!(v.repetition_penalty > 0.0f) || std::isinf(v.repetition_penalty)) {
+    return out_of_range("repetition_penalty", v.repetition_penalty, "> 0 (1 = off)");
   }
   return absl::OkStatus();
 }

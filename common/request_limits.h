@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include "absl/strings/string_view.h"
 
@@ -29,5 +30,22 @@ absl::Status ValidateRequestId(absl::string_view request_id);
 // Counts of stop conditions (their contents are checked where they are used).
 absl::Status ValidateStopCounts(size_t stop_strings, size_t stop_token_ids);
 absl::Status ValidateStopString(size_t index, absl::string_view stop);
+
+// The sampling knobs of one request, with the defaults and ranges of api.proto's
+// SamplingParams. The router's request and the model's SamplingOptions extend it.
+struct SamplingValues {
+  float temperature = 1.0f;         // >= 0 and finite; 0 = greedy
+  int32_t top_k = 0;                // >= 0; 0 = off
+  float top_p = 1.0f;               // (0, 1]; 1 = off
+  float min_p = 0.0f;               // [0, 1]; 0 = off
+  float repetition_penalty = 1.0f;  // > 0 and finite; 1 = off
+};
+
+// The one sampling check, made once at each process edge: the router's API
+// (router::ValidateAndResolveSampling), the workers' RPCs (worker::ToSamplingOptions) and
+// mlaserve-run's flags. Past an edge the values are trusted: the engine's per-step sampling
+// does not check them again. INVALID_ARGUMENT naming the field, its value and the range
+// ("top_p 1.5 is out of range; it must be in (0, 1]"); NaN fails every range.
+absl::Status ValidateSamplingValues(const SamplingValues& values);
 
 }  // namespace mlaserve::common

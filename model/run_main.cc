@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/request_limits.h"
 #include "common/status.h"
 #include "kernels/mha_prefill/api.h"
 #include "model/tokenizer/detokenizer.h"
@@ -83,7 +84,7 @@ absl::Status Run(const RunOptions& o) {
   if (o.chunk_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--chunk-size is ", o.chunk_size, "; it must be >= 0"));
   }
-  RETURN_IF_ERROR(ValidateSamplingOptions(o.sampling));
+  RETURN_IF_ERROR(common::ValidateSamplingValues(o.sampling));  // this process's edge
 
   std::unique_ptr<Tokenizer> tokenizer;
   const std::string tok_path = (std::filesystem::path(o.model_dir) / "tokenizer.json").string();

@@ -31,7 +31,8 @@ mlaserve_test(model_rope_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/rope_test.cc DEP
 # Host-side sampling options and the batched call into kernels/sampling.
 add_library(model_sampler STATIC ${CMAKE_CURRENT_LIST_DIR}/sampler.cc)
 target_include_directories(model_sampler PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(model_sampler PUBLIC kernels_sampling absl::status absl::statusor absl::strings)
+target_link_libraries(model_sampler PUBLIC kernels_sampling mlaserve_request_limits absl::status
+                      absl::statusor absl::strings)
 mlaserve_warnings(model_sampler)
 
 # Zero padding of weight matrices to the widths the engine stores (model/mla_dims.h).

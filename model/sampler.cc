@@ -1,34 +1,12 @@
 #include "model/sampler.h"
 
-#include <cmath>
+#include <cassert>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/sampling/api.h"
 
 namespace mlaserve::model {
-
-absl::Status ValidateSamplingOptions(const SamplingOptions& o) {
-  if (!std::isfinite(o.temperature) || o.temperature < 0.0f) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("temperature is ", o.temperature, "; it must be a finite value >= 0"));
-  }
-  if (o.top_k < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top_k is ", o.top_k, "; it must be >= 0 (0 or -1 = off)"));
-  }
-  if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat("top_p is ", o.top_p, "; it must be in (0, 1]"));
-  }
-  if (!(o.min_p >= 0.0f && o.min_p <= 1.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat("min_p is ", o.min_p, "; it must be in [0, 1]"));
-  }
-  if (!std::isfinite(o.repetition_penalty) || !(o.repetition_penalty > 0.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat("repetition_penalty is ", o.repetition_penalty,
-                                                   "; it must be a finite value > 0"));
-  }
-  return absl::OkStatus();
-}
 
 uint64_t RandomSeed() {
   std::random_device rd;
@@ -55,10 +33,9 @@ absl::StatusOr<std::vector<int32_t>> Sampler::Sample(std::span<float> logits, in
   bool any_penalty = false;
   for (int r = 0; r < batch; ++r) {
     const SamplingOptions& o = rows[r].options;
-    absl::Status valid = ValidateSamplingOptions(o);
-    if (!valid.ok()) return valid;
+    assert(common::ValidateSamplingValues(o).ok());  // checked at the process edge
     temperature[r] = o.temperature;
-    top_k[r] = o.top_k < 0 ? 0 : o.top_k;
+    top_k[r] = o.top_k;
     top_p[r] = o.top_p;
     min_p[r] = o.min_p;
     seed[r] = o.seed;

@@ -5,6 +5,10 @@
 // repetition penalty) and the index of the token being sampled (`step`). The draw is a pure
 // function of (logits, options, seed, step), so a request resumed elsewhere, or sampled in a
 // different batch, picks the same token.
+//
+// Options are checked once, where a request enters the process (common::ValidateSamplingValues,
+// called by the router, worker::ToSamplingOptions and mlaserve-run); the per-step paths here and
+// in model/step/sampling_step.cc take them as valid (a debug build asserts it).
 #pragma once
 
 #include <cstdint>
@@ -13,20 +17,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/request_limits.h"
 
 namespace mlaserve::model {
 
-struct SamplingOptions {
-  float temperature = 1.0f;         // 0 = greedy
-  int top_k = 0;                    // 0 or -1 = off
-  float top_p = 1.0f;               // (0, 1]; 1 = off
-  float min_p = 0.0f;               // [0, 1]; 0 = off
-  float repetition_penalty = 1.0f;  // > 0; 1 = off
-  uint64_t seed = 0;                // callers without a user seed pass RandomSeed()
+// The knobs (temperature, top_k, top_p, min_p, repetition_penalty) and their ranges are
+// common::SamplingValues'; valid ones only (see above).
+struct SamplingOptions : common::SamplingValues {
+  uint64_t seed = 0;  // callers without a user seed pass RandomSeed()
 };
-
-// INVALID_ARGUMENT naming the field and its value ("top_p is 1.5; it must be in (0, 1]").
-absl::Status ValidateSamplingOptions(const SamplingOptions& options);
 
 // A seed from the system's entropy source, for requests that did not ask for one.
 uint64_t RandomSeed();
@@ -41,7 +40,8 @@ struct SampleRow {
 class Sampler {
  public:
   // logits: [rows.size(), vocab] f32 host memory, modified in place by the repetition
-  // penalty. Returns one id per row.
+  // penalty. Every row's options are valid (common::ValidateSamplingValues). Returns one id per
+  // row.
   absl::StatusOr<std::vector<int32_t>> Sample(std::span<float> logits, int vocab,
                                               std::span<const SampleRow> rows) const;
 };

@@ -7,15 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "common/request_limits.h"
+
 namespace mlaserve::router {
 
-// The defaults here are the documented defaults of api.proto's SamplingParams.
-struct SamplingConfig {
-  float temperature = 1.0f;  // 0 = greedy
-  float top_p = 1.0f;
-  int32_t top_k = 0;  // 0 = off
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
+// The defaults here are the documented defaults of api.proto's SamplingParams (the sampling
+// knobs' own in common::SamplingValues).
+struct SamplingConfig : common::SamplingValues {
   std::optional<uint64_t> seed;            // unset until the router draws one
   std::optional<int32_t> max_new_tokens;   // unset until resolved against the prompt
   std::vector<std::string> stop;

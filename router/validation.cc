@@ -1,7 +1,6 @@
 #include "router/validation.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -82,24 +81,7 @@ absl::Status ValidatePrompt(std::span<const int32_t> prompt_ids, const ModelLimi
 
 absl::Status ValidateAndResolveSampling(SamplingConfig& s, int32_t prompt_tokens,
                                         const ModelLimits& limits) {
-  // Written as !(x in range) so NaN fails too.
-  if (!(s.temperature >= 0.0f) || std::isinf(s.temperature)) {
-    return Invalid(absl::StrCat("temperature ", s.temperature,
-                                " is out of range; it must be >= 0 (0 = greedy)"));
-  }
-  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
-    return Invalid(absl::StrCat("top_p ", s.top_p, " is out of range; it must be in (0, 1]"));
-  }
-  if (s.top_k < 0) {
-    return Invalid(absl::StrCat("top_k ", s.top_k, " is out of range; it must be >= 0 (0 = off)"));
-  }
-  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) {
-    return Invalid(absl::StrCat("min_p ", s.min_p, " is out of range; it must be in [0, 1]"));
-  }
-  if (!(s.repetition_penalty > 0.0f) || std::isinf(s.repetition_penalty)) {
-    return Invalid(absl::StrCat("repetition_penalty ", s.repetition_penalty,
-                                " is out of range; it must be > 0 (1 = off)"));
-  }
+  RETURN_IF_ERROR(common::ValidateSamplingValues(s));
   RETURN_IF_ERROR(common::ValidateStopCounts(s.stop.size(), s.stop_token_ids.size()));
   for (int32_t id : s.stop_token_ids) {
     if (id < 0 || id >= limits.vocab_size) {

@@ -26,10 +26,11 @@ absl::Status ValidatePrompt(std::span<const int32_t> prompt_ids, const ModelLimi
 absl::Status ValidatePromptBytes(size_t text_bytes, std::optional<size_t> max_bytes_per_token,
                                  const ModelLimits& limits);
 
-// Sampling ranges (temperature >= 0, top_p in (0,1], top_k >= 0, min_p in [0,1],
-// repetition_penalty > 0), stop_token_ids inside the vocabulary, stop strings non-empty
-// UTF-8 within the counts and sizes of common/request_limits.h, and max_new_tokens: >= 1, and prompt + max_new_tokens within the context. An unset
-// max_new_tokens is resolved here to min(kDefaultMaxNewTokens, context - prompt).
+// The router's edge: the sampling ranges (common::ValidateSamplingValues), stop_token_ids
+// inside the vocabulary, stop strings non-empty UTF-8 within the counts and sizes of
+// common/request_limits.h, and max_new_tokens: >= 1, and prompt + max_new_tokens within the
+// context. An unset max_new_tokens is resolved here to min(kDefaultMaxNewTokens, context -
+// prompt).
 absl::Status ValidateAndResolveSampling(SamplingConfig& sampling, int32_t prompt_tokens,
                                         const ModelLimits& limits);
 

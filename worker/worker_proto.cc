@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/request_limits.h"
 
 #ifndef MLASERVE_WORKER_VERSION
 #define MLASERVE_WORKER_VERSION "0.1.0"
@@ -18,7 +19,7 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::Sam
   if (p.has_min_p()) o.min_p = p.min_p();
   if (p.has_repetition_penalty()) o.repetition_penalty = p.repetition_penalty();
   o.seed = p.has_seed() ? p.seed() : model::RandomSeed();
-  absl::Status s = model::ValidateSamplingOptions(o);
+  absl::Status s = common::ValidateSamplingValues(o);
   if (!s.ok()) return s;
   return o;
 }

@@ -18,7 +18,8 @@ namespace mlaserve::worker {
 
 // The router forwards SamplingParams with every optional filled. Unset fields take the
 // api.proto defaults here too (seed unset: a fresh random seed); values out of range are
-// INVALID_ARGUMENT naming the field (model::ValidateSamplingOptions).
+// INVALID_ARGUMENT naming the field. The workers' edge for sampling: it calls
+// common::ValidateSamplingValues, and nothing past it checks the values again.
 absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::SamplingParams& p);
 
 // Every id in [0, vocab_size) and 1 <= size <= max_len; INVALID_ARGUMENT naming the first

@@ -1,6 +1,7 @@
 // SamplingStep (sampling_step.h): device draws after the step, host draws otherwise.
 #include "model/step/sampling_step.h"
 
+#include <cassert>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -39,11 +40,11 @@ absl::Status SamplingStep::SampleOnDevice(const float* logits,
   std::vector<uint64_t> seed(n), step(n);
   for (int r = 0; r < n; ++r) {
     const SamplingOptions& o = rows[r]->options;
-    RETURN_IF_ERROR(ValidateSamplingOptions(o));
+    assert(common::ValidateSamplingValues(o).ok());  // checked at the process edge
     temperature[r] = o.temperature;
     top_p[r] = o.top_p;
     min_p[r] = o.min_p;
-    top_k[r] = o.top_k < 0 ? 0 : o.top_k;
+    top_k[r] = o.top_k;
     seed[r] = o.seed;
     step[r] = rows[r]->step;
   }
