@@ -44,23 +44,24 @@ TEST(SamplingValues, EachFieldOutOfRangeIsNamedWithItsValue) {
 TEST(SamplingValues, NanAndInfinityFail) {
   constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  SamplingValues v;
-  v.temperature = kNan;
-  ExpectInvalid(v, "temperature nan");
-  v.temperature = kInf;
-  ExpectInvalid(v, "temperature inf");
-  v = {};
-  v.top_p = kNan;
-  ExpectInvalid(v, "top_p nan");
-  v = {};
-  v.min_p = kNan;
-  ExpectInvalid(v, "min_p nan");
-  v = {};
-  v.repetition_penalty = kInf;
-  ExpectInvalid(v, "repetition_penalty inf");
-  v = {};
-  v.repetition_penalty = kNan;
-  ExpectInvalid(v, "repetition_penalty nan");
+  struct Case {
+    float SamplingValues::*field;
+    float value;
+    std::string needle;
+  };
+  const Case cases[] = {
+      {&SamplingValues::temperature, kNan, "temperature nan"},
+      {&SamplingValues::temperature, kInf, "temperature inf"},
+      {&SamplingValues::top_p, kNan, "top_p nan"},
+      {&SamplingValues::min_p, kNan, "min_p nan"},
+      {&SamplingValues::repetition_penalty, kNan, "repetition_penalty nan"},
+      {&SamplingValues::repetition_penalty, kInf, "repetition_penalty inf"},
+  };
+  for (const Case& c : cases) {
+    SamplingValues v;
+    v.*c.field = c.value;
+    ExpectInvalid(v, c.needle);
+  }
 }
 
 TEST(SamplingValues, TheRangesEndsAreInside) {
