@@ -38,7 +38,7 @@ struct LatentCtaWork {
       w.kv_end = min(w.lk, w.kv_begin + split.chunk_tokens);
     }
     if (p.causal) w.kv_end = min(w.kv_end, w.first_pos + min(w.lq - 1, (w.r0 + rows_per_cta - 1) / H) + 1);
-    w.n_tiles = w.kv_end > w.kv_begin ? (w.kv_end - w.kv_begin + kPageSize - 1) / kPageSize : 0;
+    w.n_tiles = w.kv_end > w.kv_begin ? PagesFor(w.kv_end - w.kv_begin) : 0;
     return w;
   }
 };
