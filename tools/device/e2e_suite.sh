@@ -78,29 +78,9 @@ if [[ $SKIP != *" engine "* && -f $V2L/config.json ]]; then
   cat "$LOGS/engine_bench.txt"
 fi
 
-# --- serving stack helpers
-PIDS=()
-stop_all() {
-  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill -TERM "${PIDS[$i]}" 2>/dev/null; done
-  for pid in "${PIDS[@]}"; do timeout 30 tail --pid="$pid" -f /dev/null 2>/dev/null || kill -KILL "$pid" 2>/dev/null; done
-  PIDS=()
-}
-trap stop_all EXIT
-# start NAME CMD...: runs CMD, waits for its "listening on" line (ADDRESS), 180 s at most.
-start() {
-  local name=$1; shift
-  "$@" >"$LOGS/$name.out" 2>"$LOGS/$name.log" &
-  local pid=$! deadline=$((SECONDS + 180))
-  PIDS+=("$pid")
-  while ! grep -q '^listening on ' "$LOGS/$name.out" 2>/dev/null; do
-    if ! kill -0 "$pid" 2>/dev/null || ((SECONDS > deadline)); then
-      echo "$name did not start; its log:"; tail -n 20 "$LOGS/$name.log"; return 1
-    fi
-    sleep 0.2
-  done
-  ADDRESS=$(sed -n 's/^listening on //p' "$LOGS/$name.out" | head -n1)
-  ADDRESS=${ADDRESS/0.0.0.0/127.0.0.1}
-}
+# --- serving stack helpers: start / stop_all (tools/device/serve_lib.sh)
+START_TIMEOUT_S=180 STOP_TIMEOUT_S=30
+source tools/device/serve_lib.sh
 # stack TAG MODEL WORKER_FLAGS...: prefill + decode (cuda) + router; ROUTER set on success.
 # DECODE_FLAGS / PREFILL_FLAGS (arrays): flags only that worker takes.
 DECODE_FLAGS=()

@@ -94,28 +94,9 @@ if [[ $SKIP != *" tests "* ]]; then
   done
 fi
 
-# --- serving stack helpers (as tools/device/e2e_suite.sh)
-PIDS=()
-stop_all() {
-  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do kill -TERM "${PIDS[$i]}" 2>/dev/null; done
-  for pid in "${PIDS[@]}"; do timeout 20 tail --pid="$pid" -f /dev/null 2>/dev/null || kill -KILL "$pid" 2>/dev/null; done
-  PIDS=()
-}
-trap stop_all EXIT
-start() {
-  local name=$1; shift
-  "$@" >"$LOGS/$name.out" 2>"$LOGS/$name.log" &
-  local pid=$! deadline=$((SECONDS + 150))
-  PIDS+=("$pid")
-  while ! grep -q '^listening on ' "$LOGS/$name.out" 2>/dev/null; do
-    if ! kill -0 "$pid" 2>/dev/null || ((SECONDS > deadline)); then
-      echo "$name did not start; its log:"; tail -n 20 "$LOGS/$name.log"; return 1
-    fi
-    sleep 0.2
-  done
-  ADDRESS=$(sed -n 's/^listening on //p' "$LOGS/$name.out" | head -n1)
-  ADDRESS=${ADDRESS/0.0.0.0/127.0.0.1}
-}
+# --- serving stack helpers: start / stop_all (tools/device/serve_lib.sh)
+START_TIMEOUT_S=150
+source tools/device/serve_lib.sh
 # stack TAG LOCAL_PREFILL_THRESHOLD [MODEL]: prefill + decode (tcp) + router on MODEL (default
 # the V2-Lite-shaped one); ROUTER and ADMIN set. PREFILL_FLAGS: flags for the prefill worker.
 PREFILL_FLAGS=()
