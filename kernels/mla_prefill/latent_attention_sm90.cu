@@ -21,7 +21,10 @@
 // Shared memory: Q 72 KiB + 2 page stages 144 KiB + P 8 KiB, just under the 227 KiB limit.
 #include "kernels/mla_prefill/latent_attention_sm90.h"
 
+#include <array>
+#include <atomic>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "cute/tensor.hpp"
@@ -316,11 +319,21 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 
 bool LatentSm90Available() {
 #if MLASERVE_HAS_SM90A
-  int device = 0, major = 0, minor = 0;
+  // Asked on every latent-attention launch (the dispatcher's kAuto): the device's answer is
+  // looked up once per device and remembered (0 = not asked yet, 1 = no, 2 = yes).
+  static std::array<std::atomic<int8_t>, 64> known{};
+  int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return false;
+  const bool cacheable = device >= 0 && device < static_cast<int>(known.size());
+  if (cacheable) {
+    if (const int8_t k = known[device].load(std::memory_order_relaxed); k != 0) return k == 2;
+  }
+  int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  return major == 9 && minor == 0;
+  const bool sm90 = major == 9 && minor == 0;
+  if (cacheable) known[device].store(sm90 ? 2 : 1, std::memory_order_relaxed);
+  return sm90;
 #else
   return false;  // not built for sm_90a
 #endif
