@@ -4,8 +4,11 @@
 //                 as a fraction of copy bandwidth, and TFLOP/s (2 * h * s_q * sum(s_k) * (576 + 512));
 //                 the wgmma kernel ("mla_decode", the default on Hopper) and the mma.sync one
 //                 ("mla_decode_mmasync") in the same run; same for mla_prefill
-//   mha_prefill : causal TFLOP/s (FlashAttention-3's count: 2 * s^2 * h * (d_qk + d_v) / 2), our
-//                 kernel ("mha_prefill") and the cuDNN provider ("mha_prefill_cudnn", when
+//   mha_prefill : causal TFLOP/s (FlashAttention-3's count: 2 * s^2 * h * (d_qk + d_v) / 2), head
+//                 dims 192/128 and 128/128, in one run: our default kernel ("mha_prefill": the
+//                 wgmma kernel on Hopper), the wgmma kernel with its other consumer schedule
+//                 ("mha_prefill_alt": ping-pong flipped), our mma.sync kernel
+//                 ("mha_prefill_mmasync") and the cuDNN provider ("mha_prefill_cudnn", when
 //                 libcudnn.so.9 loads; its plan is built in the warm-up calls)
 //   kv_pack     : GB/s over its bytes (each input read once, each output written once)
 //   mla_prefill : TFLOP/s as a fraction of the GEMM rate
@@ -15,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -22,6 +26,7 @@
 #include "kernels/common/page.h"
 #include "kernels/kv_pack/api.h"
 #include "kernels/mha_prefill/api.h"
+#include "kernels/mha_prefill/mha_prefill_sm90.h"
 #include "kernels/mla_decode/api.h"
 #include "kernels/mla_prefill/api.h"
 
@@ -105,12 +110,26 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
           gbs / ceil.copy_gbs, "copy BW");
 }
 
-void BenchMhaPrefill(int heads, int seqlen, int total, kernels::MhaPrefillProvider provider,
-                     const Ceilings& ceil, Results& res) {
-  constexpr int kDqk = 192, kDv = 128;
+// Who computes an mha_prefill row: our default kernel, the wgmma kernel with the other
+// consumer schedule, our mma.sync kernel, cuDNN.
+enum class MhaRow { kOurs, kWgmmaAltSchedule, kMmaSync, kCudnn };
+
+const char* MhaRowName(MhaRow row) {
+  switch (row) {
+    case MhaRow::kOurs: return "mha_prefill";
+    case MhaRow::kWgmmaAltSchedule: return "mha_prefill_alt";
+    case MhaRow::kMmaSync: return "mha_prefill_mmasync";
+    case MhaRow::kCudnn: return "mha_prefill_cudnn";
+  }
+  return "?";
+}
+
+void BenchMhaPrefill(int heads, int seqlen, int total, int dqk, MhaRow row, const Ceilings& ceil,
+                     Results& res) {
+  constexpr int kDv = 128;
   const int batch = total / seqlen;
   const int64_t tokens = static_cast<int64_t>(batch) * seqlen;
-  DeviceArray q(tokens * heads * kDqk * 2), k(tokens * heads * kDqk * 2), v(tokens * heads * kDv * 2);
+  DeviceArray q(tokens * heads * dqk * 2), k(tokens * heads * dqk * 2), v(tokens * heads * kDv * 2);
   DeviceArray out(tokens * heads * kDv * 2), lse(tokens * heads * 4), cu((batch + 1) * 4);
   FillRandom(q, 11);
   FillRandom(k, 12);
@@ -120,22 +139,28 @@ void BenchMhaPrefill(int heads, int seqlen, int total, kernels::MhaPrefillProvid
   Upload(cu, cu_host);
   kernels::MhaPrefillParams p;
   p.dtype = DType::kBF16; p.batch = batch; p.num_heads = heads; p.num_kv_heads = heads;
-  p.head_dim_qk = kDqk; p.head_dim_v = kDv;
-  p.q = q.get(); p.q_token_stride = static_cast<int64_t>(heads) * kDqk; p.q_head_stride = kDqk;
-  p.k = k.get(); p.k_token_stride = static_cast<int64_t>(heads) * kDqk; p.k_head_stride = kDqk;
+  p.head_dim_qk = dqk; p.head_dim_v = kDv;
+  p.q = q.get(); p.q_token_stride = static_cast<int64_t>(heads) * dqk; p.q_head_stride = dqk;
+  p.k = k.get(); p.k_token_stride = static_cast<int64_t>(heads) * dqk; p.k_head_stride = dqk;
   p.v = v.get(); p.v_token_stride = static_cast<int64_t>(heads) * kDv; p.v_head_stride = kDv;
   p.out = out.get(); p.out_token_stride = static_cast<int64_t>(heads) * kDv; p.out_head_stride = kDv;
   p.lse = lse.get<float>(); p.cu_seqlens_q = cu.get<int32_t>(); p.cu_seqlens_k = cu.get<int32_t>();
-  p.max_seqlen_q = seqlen; p.max_seqlen_k = seqlen; p.softmax_scale = 1.0f / std::sqrt(float{kDqk});
+  p.max_seqlen_q = seqlen; p.max_seqlen_k = seqlen; p.softmax_scale = 1.0f / std::sqrt(float(dqk));
   p.causal = true;
-  p.provider = provider;
-  const double ms = MedianMs([&] { CheckStatus(kernels::MhaPrefill(p, kCuda), "MhaPrefill"); }, 2, 10);
-  const double flops = 2.0 * batch * static_cast<double>(seqlen) * seqlen * heads * (kDqk + kDv) / 2.0;
+  p.provider = row == MhaRow::kCudnn ? kernels::MhaPrefillProvider::kCudnn : kernels::MhaPrefillProvider::kOurs;
+  p.kernel = row == MhaRow::kMmaSync ? kernels::MhaPrefillKernel::kMmaSync : kernels::MhaPrefillKernel::kAuto;
+  std::function<void()> call = [&] { CheckStatus(kernels::MhaPrefill(p, kCuda), "MhaPrefill"); };
+  if (row == MhaRow::kWgmmaAltSchedule) {
+    if (!kernels::MhaPrefillWgmmaApplies(p)) return;  // not a Hopper GPU with an sm_90a build
+    const bool pingpong = !kernels::mha_sm90::DefaultPingPong(dqk);
+    call = [&, pingpong] { CheckStatus(kernels::mha_sm90::Launch(p, pingpong, nullptr), "mha_sm90::Launch"); };
+  }
+  const double ms = MedianMs(call, 2, 10);
+  const double flops = 2.0 * batch * static_cast<double>(seqlen) * seqlen * heads * (dqk + kDv) / 2.0;
   const double tflops = flops / (ms * 1e-3) / 1e12;
   char shape[128];
-  std::snprintf(shape, sizeof(shape), "causal h=%d seqlen=%d batch=%d d=192/128", heads, seqlen, batch);
-  res.Add(provider == kernels::MhaPrefillProvider::kCudnn ? "mha_prefill_cudnn" : "mha_prefill", shape,
-          ms, tflops, 0.0, tflops / ceil.gemm_tflops, "GEMM");
+  std::snprintf(shape, sizeof(shape), "causal h=%d seqlen=%d batch=%d d=%d/%d", heads, seqlen, batch, dqk, kDv);
+  res.Add(MhaRowName(row), shape, ms, tflops, 0.0, tflops / ceil.gemm_tflops, "GEMM");
 }
 
 void BenchKvPack(int tokens, int heads, const Ceilings& ceil, Results& res) {
@@ -224,14 +249,20 @@ int main(int argc, char** argv) {
   const auto cudnn = mlaserve::kernels::MhaPrefillCudnnVersion();
   std::printf("mha_prefill_cudnn: %s\n",
               cudnn.ok() ? cudnn->c_str() : std::string(cudnn.status().message()).c_str());
-  for (int heads : {128, 16})
-    for (int seqlen : {1024, 2048, 4096, 8192, 16384}) {
-      if ((quick && seqlen != 8192) || !wanted("mha_prefill")) continue;
-      BenchMhaPrefill(heads, seqlen, 16384, mlaserve::kernels::MhaPrefillProvider::kOurs, ceil, res);
-      if (cudnn.ok()) {
-        BenchMhaPrefill(heads, seqlen, 16384, mlaserve::kernels::MhaPrefillProvider::kCudnn, ceil, res);
+  std::printf("mha_prefill (ours) on this device: %s\n",
+              mlaserve::kernels::mha_sm90::Available() ? "the wgmma kernel (d 192/128, 128/128)"
+                                                       : "the mma.sync kernel (no sm_90a kernel here)");
+  // DeepSeek's dims at 1k-16k, 128/128 at 4k-16k; 16k tokens per call.
+  for (int dqk : {192, 128})
+    for (int heads : {128, 16})
+      for (int seqlen : {1024, 2048, 4096, 8192, 16384}) {
+        if ((quick && seqlen != 8192) || !wanted("mha_prefill")) continue;
+        if (dqk == 128 && seqlen < 4096) continue;
+        for (MhaRow row : {MhaRow::kOurs, MhaRow::kWgmmaAltSchedule, MhaRow::kMmaSync, MhaRow::kCudnn}) {
+          if (row == MhaRow::kCudnn && !cudnn.ok()) continue;
+          BenchMhaPrefill(heads, seqlen, 16384, dqk, row, ceil, res);
+        }
       }
-    }
   if (wanted("kv_pack")) BenchKvPack(16384, 128, ceil, res);
   if (wanted("mla_prefill")) {
     for (LatentKernel k : latent_kernels) {

@@ -9,11 +9,14 @@
 // Heads: num_heads query heads share num_heads / num_kv_heads K/V heads (GQA); MLA's
 // decompressed path uses num_kv_heads == num_heads.
 //
-// Providers (CUDA backend): this family's own kernel (mha_prefill_kernel.cuh) or cuDNN's fused
-// SDPA through the cuDNN frontend graph API (mha_prefill_cudnn.cc), chosen per call by
-// MhaPrefillParams::provider. Both compute the function above, LSE included, so prefix chunks
-// merge the same way whichever ran. cuDNN is optional at build time (MLASERVE_CUDNN) and at run
-// time (libcudnn.so.9 is dlopened on first use); where it is absent kAuto uses ours.
+// Providers (CUDA backend): this family's own kernels or cuDNN's fused SDPA through the cuDNN
+// frontend graph API (mha_prefill_cudnn.cc), chosen per call by MhaPrefillParams::provider. Our
+// own are two: the Hopper kernel (mha_prefill_sm90*.cu: TMA, wgmma, warp-specialised, for head
+// dims 192/128 and 128/128) and the mma.sync kernel (mha_prefill_kernel.cuh: any head dim up
+// to 256, any GPU this build targets), chosen by MhaPrefillParams::kernel. All compute the
+// function above, LSE included, so prefix chunks merge the same way whichever ran. cuDNN is
+// optional at build time (MLASERVE_CUDNN) and at run time (libcudnn.so.9 is dlopened on first
+// use); where it is absent kAuto uses ours.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +30,19 @@
 namespace mlaserve::kernels {
 
 // Who computes a CUDA MHA prefill.
-//   kOurs:  this family's kernel.
+//   kOurs:  this family's kernels (MhaPrefillKernel below).
 //   kCudnn: cuDNN SDPA; INVALID_ARGUMENT naming a combination cuDNN cannot run, FAILED_PRECONDITION
 //           when this build or process has no cuDNN (MhaPrefillCudnnVersion says why).
 //   kAuto:  cuDNN where it can run the call (about 2x ours on H100 at 4k-16k, docs/kernels.md),
 //           else ours.
 // The CPU backend runs its reference for kAuto and kOurs and refuses kCudnn.
 enum class MhaPrefillProvider : uint8_t { kAuto, kOurs, kCudnn };
+
+// Which of our CUDA kernels runs when ours is the provider (the CPU backend and cuDNN ignore
+// it). kAuto takes the Hopper wgmma kernel where it applies (MhaPrefillWgmmaApplies), else the
+// mma.sync kernel; the others force one (tests and benchmarks; kWgmma is INVALID_ARGUMENT where
+// it does not apply).
+enum class MhaPrefillKernel : uint8_t { kAuto, kMmaSync, kWgmma };
 
 // "auto" | "ours" | "cudnn".
 const char* MhaPrefillProviderName(MhaPrefillProvider provider);
@@ -59,11 +68,14 @@ struct MhaPrefillParams {
   float* lse = nullptr;                  // [total_q, num_heads] f32, or null
   const int32_t* cu_seqlens_q = nullptr; // [batch + 1], host pointer on CPU, device on CUDA
   const int32_t* cu_seqlens_k = nullptr; // [batch + 1]
+  // Bounds on every sequence's query and key counts (host values: the grid is sized by
+  // max_seqlen_q; the Hopper kernel's and cuDNN's plans by both).
   int max_seqlen_q = 0;
   int max_seqlen_k = 0;
   float softmax_scale = 1.0f;
   bool causal = true;
   MhaPrefillProvider provider = MhaPrefillProvider::kAuto;  // CUDA only; see above
+  MhaPrefillKernel kernel = MhaPrefillKernel::kAuto;        // CUDA, provider ours; see above
 };
 
 // The CUDA kernel's head dims: multiples of kMhaPrefillCudaHeadDimAlign (16-byte rows) up to
@@ -73,6 +85,13 @@ inline constexpr int kMhaPrefillCudaMaxHeadDim = 256;
 // Can-implement on the head dims alone: whether `backend` runs these (callers that control
 // the layout pad to them, or choose another attention form; model/mla_dims.h).
 bool MhaPrefillSupportsHeadDims(Backend backend, int head_dim_qk, int head_dim_v);
+
+// Whether MhaPrefillKernel::kWgmma runs p on this build and device: an sm_90a build on an sm_90
+// GPU, bf16, head dims qk/v 192/128 or 128/128, 16-byte aligned pointers and strides, and
+// max_seqlen_q/k * (batch + 1) < 2^31 (the TMA coordinates); kAuto takes it exactly then.
+bool MhaPrefillWgmmaApplies(const MhaPrefillParams& p);
+// "auto" | "mma.sync" | "wgmma".
+const char* MhaPrefillKernelName(MhaPrefillKernel kernel);
 
 absl::Status MhaPrefill(const MhaPrefillParams& p, const KernelContext& ctx);
 absl::Status MhaPrefillCpu(const MhaPrefillParams& p);

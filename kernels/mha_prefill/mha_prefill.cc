@@ -9,6 +9,9 @@
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/param_check.h"
+#if MLASERVE_KERNEL_HAS_CUDA
+#include "kernels/mha_prefill/mha_prefill_sm90.h"
+#endif
 
 namespace mlaserve::kernels {
 namespace {
@@ -48,6 +51,24 @@ const char* MhaPrefillProviderName(MhaPrefillProvider provider) {
     case MhaPrefillProvider::kCudnn: return "cudnn";
   }
   return "?";
+}
+
+const char* MhaPrefillKernelName(MhaPrefillKernel kernel) {
+  switch (kernel) {
+    case MhaPrefillKernel::kAuto: return "auto";
+    case MhaPrefillKernel::kMmaSync: return "mma.sync";
+    case MhaPrefillKernel::kWgmma: return "wgmma";
+  }
+  return "?";
+}
+
+bool MhaPrefillWgmmaApplies(const MhaPrefillParams& p) {
+#if MLASERVE_KERNEL_HAS_CUDA
+  return mha_sm90::Refusal(p).empty() && mha_sm90::Available();
+#else
+  (void)p;
+  return false;
+#endif
 }
 
 absl::StatusOr<MhaPrefillProvider> ParseMhaPrefillProvider(std::string_view flag) {

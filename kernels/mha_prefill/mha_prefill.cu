@@ -1,11 +1,14 @@
-// mha_prefill, our CUDA kernel (provider kOurs): the can-implement checks the kernel adds to the
-// dispatcher's, and the one place where runtime head dims become a tile configuration
-// (template parameters).
+// mha_prefill, our CUDA kernels (provider kOurs): the can-implement checks they add to the
+// dispatcher's, the choice between the Hopper kernel (mha_prefill_sm90.h) and the mma.sync
+// kernel (MhaPrefillParams::kernel), and the one place where runtime head dims become an
+// mma.sync tile configuration (template parameters).
+#include <string>
 #include <utility>
 
 #include "common/status.h"
 #include "kernels/mha_prefill/mha_prefill_kernel.cuh"
 #include "kernels/mha_prefill/mha_prefill_providers.h"
+#include "kernels/mha_prefill/mha_prefill_sm90.h"
 
 namespace mlaserve::kernels {
 namespace {
@@ -50,6 +53,14 @@ absl::Status MhaPrefillOursCuda(const MhaPrefillParams& p, void* stream) {
   }
   // The grid is sized by max_seqlen_q (a host value): it must bound every sequence's queries.
   if (p.max_seqlen_q == 0) return absl::OkStatus();
+  const bool wgmma = p.kernel != MhaPrefillKernel::kMmaSync && MhaPrefillWgmmaApplies(p);
+  if (p.kernel == MhaPrefillKernel::kWgmma && !wgmma) {
+    const std::string why = mha_sm90::Refusal(p);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mha_prefill: kernel=wgmma does not run this call: ",
+        why.empty() ? "no sm_90a kernel for this build and device" : why));
+  }
+  if (wgmma) return mha_sm90::Launch(p, mha_sm90::DefaultPingPong(p.head_dim_qk), stream);
   auto s = static_cast<cudaStream_t>(stream);
   const auto fits = [&](const Config& c) { return p.head_dim_qk <= c.dqk && p.head_dim_v <= c.dv; };
   if (fits(kConfigs[0])) return mha_cuda::LaunchMhaPrefill<64, 64>(p, s);

@@ -1,7 +1,14 @@
-// mha_prefill CUDA, our kernel (provider kOurs), vs the CPU reference (MhaPrefillCpu on the same
-// bf16-rounded inputs) over ragged batches: causal and not, with and without a key prefix, GQA,
-// padded strides, the DeepSeek dims (192/128) with 16 and 128 heads, small fixture dims, and
-// long sequences (8k). The cuDNN provider's tests are in mha_prefill_cudnn_test.cu.
+// mha_prefill CUDA, our kernels (provider kOurs): the mma.sync kernel and the Hopper wgmma
+// kernel (both of its consumer schedules, with and without ping-pong), each against the CPU
+// reference (MhaPrefillCpu on the same bf16-rounded inputs), outputs poisoned before every run.
+// Fixed cases: causal and not, with and without a key prefix, rows without keys, GQA, padded
+// strides, loose max_seqlen bounds, the DeepSeek dims (192/128) with 16 and 128 heads, 128/128,
+// small fixture dims (mma.sync only), long sequences (8k); then random ragged batches. The cuDNN
+// provider's tests are in mha_prefill_cudnn_test.cu.
+#include <cuda_runtime.h>
+
+#include <iostream>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -9,14 +16,54 @@
 #include "gtest/gtest.h"
 #include "kernels/mha_prefill/api.h"
 #include "kernels/mha_prefill/mha_prefill_cuda_case.h"
+#include "kernels/mha_prefill/mha_prefill_sm90.h"
 #include "kernels/testing/testing.h"
 
 namespace mlaserve::kernels {
 namespace {
 
 using testing::MhaCase;
+using testing::MhaProblem;
 
-// (case index, causal)
+// Runs every kernel of ours that takes the problem, poisoning the outputs before each, and
+// compares each with the reference. The wgmma kernel runs with its default schedule through
+// MhaPrefill and with the other one through its launcher. Says on stdout where wgmma does not
+// apply (other head dims, or not a Hopper GPU with an sm_90a build).
+void RunOurKernels(MhaProblem& problem) {
+  const KernelContext ctx{Backend::kCuda, nullptr};
+  {
+    SCOPED_TRACE("kernel=mma.sync");
+    problem.Poison();
+    const auto st = MhaPrefill(problem.device(MhaPrefillProvider::kOurs, MhaPrefillKernel::kMmaSync), ctx);
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    problem.ExpectMatchesReference();
+  }
+  const MhaPrefillParams wgmma = problem.device(MhaPrefillProvider::kOurs, MhaPrefillKernel::kWgmma);
+  if (!MhaPrefillWgmmaApplies(wgmma)) {
+    const std::string why = mha_sm90::Refusal(wgmma);
+    std::cout << "[ wgmma n/a ] " << (why.empty() ? "no sm_90a kernel for this build and device" : why) << "\n";
+    return;
+  }
+  {
+    SCOPED_TRACE("kernel=wgmma");
+    problem.Poison();
+    const auto st = MhaPrefill(wgmma, ctx);
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    problem.ExpectMatchesReference();
+  }
+  {
+    const bool pingpong = !mha_sm90::DefaultPingPong(wgmma.head_dim_qk);
+    SCOPED_TRACE(pingpong ? "kernel=wgmma, ping-pong" : "kernel=wgmma, no ping-pong");
+    problem.Poison();
+    const auto st = mha_sm90::Launch(wgmma, pingpong, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    problem.ExpectMatchesReference();
+  }
+}
+
 const std::vector<MhaCase>& Cases() {
   static const auto* cases = new std::vector<MhaCase>{
       {16, 16, 192, 128, {1, 17, 128, 129, 300}, 0},
@@ -30,24 +77,84 @@ const std::vector<MhaCase>& Cases() {
       {4, 2, 256, 256, {70, 190}, 0},
       {2, 2, 40, 48, {9, 150}, 20},
       {6, 6, 32, 24, {1, 50, 260}, 30},               // deepseek_v2_odd as stored (model/mla_dims.h)
+      {16, 16, 128, 128, {64, 300, 7, 1000}, 200},
+      {128, 128, 128, 128, {513, 40}, 0},
+      {16, 16, 192, 128, {40, 90, 3, 200}, 50, /*keyless=*/true},  // rows and sequences without keys
+      {16, 16, 128, 128, {120, 1, 66}, 0, /*keyless=*/true},
+      {16, 4, 192, 128, {1, 50, 200}, 40},            // GQA on the DeepSeek dims
+      {16, 2, 128, 128, {129, 255, 256}, 128},        // GQA, tile-edge lengths
+      {1, 1, 192, 128, {128, 256, 1}, 128},           // one head
+      {16, 16, 192, 128, {100, 300}, 60, false, /*bound_slack=*/77},  // loose max_seqlen bounds
   };
   return *cases;
 }
 
+// (case index, causal). One CPU reference per case serves every kernel (it is the slow part).
 class MhaPrefillCudaTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
-TEST_P(MhaPrefillCudaTest, MatchesCpuReference) {
+TEST_P(MhaPrefillCudaTest, OurKernelsMatchCpuReference) {
   const auto [index, causal] = GetParam();
-  testing::RunMhaCase(Cases()[index], causal, testing::FreshSeed(), MhaPrefillProvider::kOurs);
+  const MhaCase& c = Cases()[index];
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " heads=" << c.heads << "/" << c.kv_heads
+                                    << " dqk=" << c.dqk << " dv=" << c.dv << " causal=" << causal);
+  MhaProblem problem(c, causal, seed);
+  RunOurKernels(problem);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, MhaPrefillCudaTest,
-                         ::testing::Combine(::testing::Range(0, 11), ::testing::Bool()));
+                         ::testing::Combine(::testing::Range(0, 19), ::testing::Bool()));
 
-TEST(MhaPrefillCudaValidation, NamesUnsupportedHeadDim) {
+// Random ragged batches on the Hopper kernel's dims: 1..6 sequences of 1..400 queries (a
+// quarter of them 1..16), key prefixes up to 300 or none, sometimes sequences and rows without
+// keys, GQA or not, causal or not, exact or loose bounds.
+class MhaPrefillCudaRagged : public ::testing::TestWithParam<int> {};
+
+TEST_P(MhaPrefillCudaRagged, OurKernelsMatchCpuReference) {
+  const uint64_t seed = testing::FreshSeed();
+  std::mt19937 rng(seed);
+  const auto pick = [&](int lo, int hi) { return lo + static_cast<int>(rng() % (hi - lo + 1)); };
+  constexpr std::pair<int, int> kHeads[] = {{16, 16}, {16, 4}, {8, 8}, {4, 1}};
+  const auto [heads, kv_heads] = kHeads[pick(0, 3)];
+  MhaCase c{heads, kv_heads, pick(0, 1) == 0 ? 192 : 128, 128, {}, 0};
+  c.lq.resize(pick(1, 6));
+  for (int& l : c.lq) l = pick(0, 3) == 0 ? pick(1, 16) : pick(1, 400);
+  c.max_prefix = pick(0, 2) == 0 ? 0 : pick(1, 300);
+  c.keyless = pick(0, 3) == 0;
+  c.bound_slack = pick(0, 2) == 0 ? pick(1, 200) : 0;
+  const bool causal = pick(0, 3) != 0;
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " heads=" << heads << "/" << kv_heads
+                                    << " dqk=" << c.dqk << " batch=" << c.lq.size() << " max_prefix="
+                                    << c.max_prefix << " keyless=" << c.keyless << " slack="
+                                    << c.bound_slack << " causal=" << causal);
+  MhaProblem problem(c, causal, seed);
+  RunOurKernels(problem);
+}
+
+INSTANTIATE_TEST_SUITE_P(Random, MhaPrefillCudaRagged, ::testing::Range(0, 16));
+
+// On a Hopper GPU, an sm_90a build runs the wgmma kernel for the DeepSeek shapes (so the sweep
+// above cannot pass by skipping it).
+TEST(MhaPrefillWgmma, AppliesOnHopperToDeepSeekDims) {
+  int device = 0, major = 0, minor = 0;
+  MLASERVE_CUDA_ASSERT(cudaGetDevice(&device));
+  MLASERVE_CUDA_ASSERT(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  MLASERVE_CUDA_ASSERT(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+#if !MLASERVE_HAS_SM90A
+  GTEST_SKIP() << "not an sm_90a build";
+#endif
+  if (major != 9 || minor != 0) GTEST_SKIP() << "device is sm_" << major << minor << ", not sm_90";
+  for (const MhaCase& c : {MhaCase{16, 16, 192, 128, {300, 20}, 30}, MhaCase{16, 16, 128, 128, {300, 20}, 30}}) {
+    MhaProblem problem(c, /*causal=*/true, 1);
+    const MhaPrefillParams p = problem.device(MhaPrefillProvider::kOurs);
+    EXPECT_TRUE(MhaPrefillWgmmaApplies(p)) << "dqk=" << c.dqk << ": " << mha_sm90::Refusal(p);
+  }
+}
+
+MhaPrefillParams TinyParams(int dqk, int dv) {
   MhaPrefillParams p;
   p.dtype = DType::kBF16; p.batch = 1; p.num_heads = 1; p.num_kv_heads = 1;
-  p.head_dim_qk = 20; p.head_dim_v = 16; p.max_seqlen_q = 1; p.max_seqlen_k = 1;
+  p.head_dim_qk = dqk; p.head_dim_v = dv; p.max_seqlen_q = 1; p.max_seqlen_k = 1;
   static uint16_t dummy[64] __attribute__((aligned(16)));
   static int32_t cu[2] = {0, 1};
   p.q = p.k = p.v = dummy; p.out = dummy;
@@ -55,9 +162,24 @@ TEST(MhaPrefillCudaValidation, NamesUnsupportedHeadDim) {
   p.q_head_stride = p.k_head_stride = p.v_head_stride = p.out_head_stride = 32;
   p.cu_seqlens_q = p.cu_seqlens_k = cu;
   p.provider = MhaPrefillProvider::kOurs;
-  const auto st = MhaPrefill(p, KernelContext{Backend::kCuda, nullptr});
+  return p;
+}
+
+TEST(MhaPrefillCudaValidation, NamesUnsupportedHeadDim) {
+  const auto st = MhaPrefill(TinyParams(20, 16), KernelContext{Backend::kCuda, nullptr});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("head_dim_qk=20"), std::string::npos) << st.message();
+}
+
+// Forcing the wgmma kernel where it does not apply names why; kAuto runs mma.sync instead.
+TEST(MhaPrefillCudaValidation, ForcedWgmmaNamesWhyItDoesNotApply) {
+  MhaPrefillParams p = TinyParams(24, 16);
+  p.kernel = MhaPrefillKernel::kWgmma;
+  const auto st = MhaPrefill(p, KernelContext{Backend::kCuda, nullptr});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("kernel=wgmma"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("24/16"), std::string::npos) << st.message();
+  EXPECT_FALSE(MhaPrefillWgmmaApplies(p));
 }
 
 }  // namespace

@@ -1,0 +1,91 @@
+// When the Hopper mha_prefill kernel takes a call, and the one place where its runtime head
+// dims become a configuration (mha_prefill_sm90_d*.cu).
+#include "kernels/mha_prefill/mha_prefill_sm90.h"
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/mha_prefill/mha_prefill_sm90_kernel.cuh"
+
+namespace mlaserve::kernels::mha_sm90 {
+namespace {
+
+// Coordinates of the TMA views are int32: max_len * (batch + 1) must stay below 2^31.
+constexpr int64_t kMaxTmaCoord = std::numeric_limits<int32_t>::max();
+
+bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+}  // namespace
+
+bool Available() {
+#if MLASERVE_HAS_SM90A
+  // Asked on every launch: the device's answer is remembered (0 = not asked, 1 = no, 2 = yes).
+  static std::array<std::atomic<int8_t>, 64> known{};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  const bool cacheable = device >= 0 && device < static_cast<int>(known.size());
+  if (cacheable) {
+    if (const int8_t k = known[device].load(std::memory_order_relaxed); k != 0) return k == 2;
+  }
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  const bool sm90 = major == 9 && minor == 0;
+  if (cacheable) known[device].store(sm90 ? 2 : 1, std::memory_order_relaxed);
+  return sm90;
+#else
+  return false;  // not built for sm_90a
+#endif
+}
+
+std::string Refusal(const MhaPrefillParams& p) {
+  if (p.dtype != DType::kBF16) return absl::StrCat("dtype ", DTypeName(p.dtype), " (bf16 only)");
+  const bool dims = p.head_dim_v == 128 && (p.head_dim_qk == 192 || p.head_dim_qk == 128);
+  if (!dims) {
+    return absl::StrCat("head dims ", p.head_dim_qk, "/", p.head_dim_v, " (192/128 or 128/128 only)");
+  }
+  for (const auto& [name, ptr] : {std::pair{"q", p.q}, {"k", p.k}, {"v", p.v}, {"out", p.out}}) {
+    if (!Aligned16(ptr)) return absl::StrCat(name, " is not 16-byte aligned");
+  }
+  for (const auto& [name, stride] :
+       {std::pair{"q_token_stride", p.q_token_stride}, {"q_head_stride", p.q_head_stride},
+        {"k_token_stride", p.k_token_stride}, {"k_head_stride", p.k_head_stride},
+        {"v_token_stride", p.v_token_stride}, {"v_head_stride", p.v_head_stride},
+        {"out_token_stride", p.out_token_stride}, {"out_head_stride", p.out_head_stride}}) {
+    if (stride % 8 != 0) return absl::StrCat(name, "=", stride, " is not a multiple of 8");
+  }
+  if (p.max_seqlen_q < 1 || p.max_seqlen_k < 1) {
+    return absl::StrCat("max_seqlen_q=", p.max_seqlen_q, ", max_seqlen_k=", p.max_seqlen_k, " (>= 1)");
+  }
+  for (const auto& [name, len] : {std::pair{"max_seqlen_q", p.max_seqlen_q}, {"max_seqlen_k", p.max_seqlen_k}}) {
+    if (static_cast<int64_t>(len) * (p.batch + 1) > kMaxTmaCoord) {
+      return absl::StrCat(name, "=", len, " x (batch + 1) exceeds the TMA coordinate range");
+    }
+  }
+  // The TMA views start max_len rows before each buffer (mha_prefill_sm90_kernel.cuh).
+  for (const auto& [name, ptr, len, stride] :
+       {std::tuple{"q", p.q, p.max_seqlen_q, p.q_token_stride}, {"k", p.k, p.max_seqlen_k, p.k_token_stride},
+        {"v", p.v, p.max_seqlen_k, p.v_token_stride}}) {
+    if (reinterpret_cast<uintptr_t>(ptr) < static_cast<uintptr_t>(len) * stride * 2) {
+      return absl::StrCat(name, " lies below its TMA view's base");
+    }
+  }
+  return "";
+}
+
+bool DefaultPingPong(int head_dim_qk) { return head_dim_qk <= 128; }
+
+absl::Status Launch(const MhaPrefillParams& p, bool pingpong, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (p.head_dim_qk == 192) return LaunchMhaPrefillSm90<192, 128>(p, pingpong, s);
+  return LaunchMhaPrefillSm90<128, 128>(p, pingpong, s);
+}
+
+}  // namespace mlaserve::kernels::mha_sm90

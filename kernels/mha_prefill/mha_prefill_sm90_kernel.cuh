@@ -1,0 +1,428 @@
+// mha_prefill's Hopper kernel (sm_90a): FlashAttention-3's forward design on TMA, wgmma and
+// warp specialisation, over api.h's ragged batch. Included by the per-head-dim instantiation
+// files (mha_prefill_sm90_d*.cu); mha_prefill_sm90.cu decides when it runs.
+//
+// A CTA owns kBlockM = 128 query rows of one (sequence, head) and walks that sequence's keys
+// in tiles of kBlockN = 128, from the last needed tile down to the first (so the causal
+// diagonal's masked tiles come first and the rest run unmasked):
+//
+//   producer warpgroup : one thread issues TMA loads (Q once; per key tile K, then the previous
+//                        tile's V) into two-stage K and V rings guarded by mbarriers.
+//   consumer wg w=0,1  : query rows 64w..64w+63. For key tile j (intra-warpgroup overlap):
+//                          S(j) = Q K(j)^T           wgmma, A and B from shared memory (SS)
+//                          O    = O * alpha(j-1)      (rescale while S(j) runs)
+//                          O   += P(j-1) V(j-1)       wgmma, P from registers (RS)
+//                          wait for S(j); mask; online softmax (f32, exp2) -> P(j), alpha(j)
+//                          wait for the P V product; P(j) -> bf16 registers
+//                        so the softmax of tile j overlaps the P V product of tile j-1.
+//                        With ping-pong on, two named barriers make the warpgroups take turns
+//                        issuing their products, so one warpgroup's softmax runs while the
+//                        other's products hold the tensor cores.
+//
+// Ragged batch through TMA: rows of q (and k, v) are described as a 4-d tensor
+// (row, column, head, sequence end) whose row and end modes both step by the token stride,
+// based max_len rows before the buffer. Sequence b's tile at row r is then addressed as
+// (max_len - len_b + r, ., head, end_b): rows r >= len_b fall past the row extent and TMA
+// fills them with zeros instead of reading the next sequence or past the buffer (the trick
+// CUTLASS's varlen FMHA uses). Zero K rows are masked anyway; zero V rows meet P = 0.
+//
+// The output is written from the accumulators (bf16 pairs) and lse from the row statistics;
+// a row that sees no key gets 0 and -inf, rows past the sequence are not written.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "cute/tensor.hpp"
+#include "cutlass/arch/barrier.h"
+#include "cutlass/arch/reg_reconfig.h"
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/mha_prefill/api.h"
+
+namespace mlaserve::kernels::mha_sm90 {
+
+using namespace cute;  // NOLINT: CuTe's layout algebra reads best unqualified
+using Bf16 = cute::bfloat16_t;
+
+template <int kDqk_, int kDv_>
+struct Sm90Tile {
+  static constexpr int kDqk = kDqk_, kDv = kDv_;
+  static constexpr int kBlockM = 128;  // query rows per CTA
+  static constexpr int kWgRows = 64;   // per consumer warpgroup (one wgmma M)
+  static constexpr int kBlockN = 128;  // keys per K/V tile
+  static constexpr int kStages = 2;    // of the K ring and of the V ring
+  static constexpr int kConsumers = 256;
+  static constexpr int kThreads = kConsumers + 128;  // + the producer warpgroup
+  // setmaxnreg: the producer gives its registers to the consumers, which hold O (64 f32), S
+  // (64 f32) and P (32 x bf16x2) per thread. 128 * 24 + 256 * 240 <= 64K.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr uint32_t kQBytes = kBlockM * kDqk * sizeof(Bf16);
+  static constexpr uint32_t kKBytes = kBlockN * kDqk * sizeof(Bf16);
+  static constexpr uint32_t kVBytes = kBlockN * kDv * sizeof(Bf16);
+
+  // Q [rows, dqk] and K [keys, dqk]: K-major, 128-byte swizzle (the SS operands of S = Q K^T).
+  using QLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{},
+                                         Shape<Int<kBlockM>, Int<kDqk>>{}));
+  using KLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{},
+                                         Shape<Int<kBlockN>, Int<kDqk>>{}));
+  // V as the (N = value dim, K = key) operand of P V: MN-major (dims contiguous, as in memory),
+  // tiled along the keys first so one TMA box is 64 dims x 128 keys.
+  using VLayout = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Bf16>{},
+                                         Shape<Int<kDv>, Int<kBlockN>>{}, Step<_2, _1>{}));
+  using MmaS = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}));
+  using MmaO = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{}));
+  static_assert(kBlockN == 128 && kDv == 128, "the wgmma atoms above have n = 128");
+  static_assert(kDqk % 64 == 0, "q/k rows are whole 128-byte swizzle atoms");
+};
+
+// The TMA view of q or k: (row, column, head, sequence end); see the note at the top.
+template <int kCols, class SLayout>
+auto MakeRowTma(const void* base, int64_t token_stride, int64_t head_stride, int heads, int max_len,
+                int ends, SLayout slayout) {
+  const auto shifted = reinterpret_cast<const Bf16*>(reinterpret_cast<uintptr_t>(base) -
+                                                     static_cast<uintptr_t>(max_len) * token_stride * sizeof(Bf16));
+  Tensor g = make_tensor(make_gmem_ptr(shifted), make_shape(max_len, Int<kCols>{}, heads, ends),
+                         make_stride(token_stride, Int<1>{}, head_stride, token_stride));
+  return make_tma_copy(SM90_TMA_LOAD{}, g, slayout);
+}
+
+// The TMA view of v, transposed to (column, row, head, sequence end) for the MN-major layout.
+template <int kCols, class SLayout>
+auto MakeColTma(const void* base, int64_t token_stride, int64_t head_stride, int heads, int max_len,
+                int ends, SLayout slayout) {
+  const auto shifted = reinterpret_cast<const Bf16*>(reinterpret_cast<uintptr_t>(base) -
+                                                     static_cast<uintptr_t>(max_len) * token_stride * sizeof(Bf16));
+  Tensor g = make_tensor(make_gmem_ptr(shifted), make_shape(Int<kCols>{}, max_len, heads, ends),
+                         make_stride(Int<1>{}, token_stride, head_stride, token_stride));
+  return make_tma_copy(SM90_TMA_LOAD{}, g, slayout);
+}
+
+template <class Tile>
+using QTma = decltype(MakeRowTma<Tile::kDqk>(nullptr, 0, 0, 1, 1, 1, typename Tile::QLayout{}));
+template <class Tile>
+using KTma = decltype(MakeRowTma<Tile::kDqk>(nullptr, 0, 0, 1, 1, 1, typename Tile::KLayout{}));
+template <class Tile>
+using VTma = decltype(MakeColTma<Tile::kDv>(nullptr, 0, 0, 1, 1, 1, typename Tile::VLayout{}));
+
+template <class Tile>
+struct Sm90Args {
+  MhaPrefillParams p;
+  QTma<Tile> tma_q;
+  KTma<Tile> tma_k;
+  VTma<Tile> tma_v;
+  int q_ends, k_ends;  // extents of the sequence-end modes: max_seqlen * (batch + 1)
+  bool pingpong;       // the consumer warpgroups take turns issuing their products
+};
+
+template <class Tile>
+struct Sm90Smem {
+  cute::array_aligned<Bf16, cosize_v<typename Tile::QLayout>, 1024> q;
+  cute::array_aligned<Bf16, cosize_v<typename Tile::KLayout>, 1024> k[Tile::kStages];
+  cute::array_aligned<Bf16, cosize_v<typename Tile::VLayout>, 1024> v[Tile::kStages];
+  uint64_t q_full;                                       // Q landed (TMA transaction barrier)
+  uint64_t k_full[Tile::kStages], v_full[Tile::kStages];  // a K / V tile landed
+  uint64_t k_empty[Tile::kStages], v_empty[Tile::kStages];  // both consumer warpgroups are done
+};
+
+// Named barriers of the ping-pong (CUTLASS user ids; ids 0..7 are reserved): warpgroup w waits
+// on kTurn + w before issuing its products, and then lets the other one go.
+constexpr uint32_t kTurnBarrier = 0;
+
+using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
+using EmptyBarrier = cutlass::arch::ClusterBarrier;
+
+template <class Tile>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
+    MhaPrefillSm90Kernel(const __grid_constant__ Sm90Args<Tile> args) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kBlockM = Tile::kBlockM, kBlockN = Tile::kBlockN, kWgRows = Tile::kWgRows;
+  constexpr int kDqk = Tile::kDqk, kDv = Tile::kDv;
+  const MhaPrefillParams& p = args.p;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  auto& ss = *reinterpret_cast<Sm90Smem<Tile>*>(smem_raw);
+
+  // Work of this CTA: rows m0.. of sequence b, head h. Causal: the longest rows start first.
+  const int b = blockIdx.z, head = blockIdx.y;
+  const int m_block = p.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : blockIdx.x;
+  const int q_start = p.cu_seqlens_q[b], lq = p.cu_seqlens_q[b + 1] - q_start;
+  const int k_start = p.cu_seqlens_k[b], lk = p.cu_seqlens_k[b + 1] - k_start;
+  const int m0 = m_block * kBlockM;
+  if (m0 >= lq) return;
+  const int kv_head = head / (p.num_heads / p.num_kv_heads);
+  const int causal_shift = lk - lq;  // query i sees keys j <= i + causal_shift
+  const int n_end = p.causal ? min(lk, m0 + kBlockM + causal_shift) : lk;
+  const int n_tiles = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
+
+  if (threadIdx.x == 0) {
+    FullBarrier::init(&ss.q_full, 1);
+    for (int s = 0; s < Tile::kStages; ++s) {
+      FullBarrier::init(&ss.k_full[s], 1);
+      FullBarrier::init(&ss.v_full[s], 1);
+      EmptyBarrier::init(&ss.k_empty[s], 2);  // one arrival per consumer warpgroup
+      EmptyBarrier::init(&ss.v_empty[s], 2);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= Tile::kConsumers) {  // the producer warpgroup
+    cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegs>();
+    if (threadIdx.x != Tile::kConsumers || n_tiles == 0) return;
+    cute::prefetch_tma_descriptor(args.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(args.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(args.tma_v.get_tma_descriptor());
+    const int max_q = p.max_seqlen_q, max_k = p.max_seqlen_k;
+    Tensor mQ = args.tma_q.get_tma_tensor(make_shape(max_q, Int<kDqk>{}, p.num_heads, args.q_ends));
+    Tensor mK = args.tma_k.get_tma_tensor(make_shape(max_k, Int<kDqk>{}, p.num_kv_heads, args.k_ends));
+    Tensor mV = args.tma_v.get_tma_tensor(make_shape(Int<kDv>{}, max_k, p.num_kv_heads, args.k_ends));
+    // This sequence's rows, shifted so that row len is the first one past the extent.
+    Tensor gQ = local_tile(domain_offset(make_coord(max_q - lq, 0), mQ(_, _, head, q_start + lq)),
+                           Shape<Int<kBlockM>, Int<kDqk>>{}, make_coord(m_block, 0));
+    Tensor gK = local_tile(domain_offset(make_coord(max_k - lk, 0), mK(_, _, kv_head, k_start + lk)),
+                           Shape<Int<kBlockN>, Int<kDqk>>{}, make_coord(_, 0));  // (key, d, tile)
+    Tensor gV = local_tile(domain_offset(make_coord(0, max_k - lk), mV(_, _, kv_head, k_start + lk)),
+                           Shape<Int<kDv>, Int<kBlockN>>{}, make_coord(0, _));  // (d, key, tile)
+    auto cta_q = args.tma_q.get_slice(Int<0>{});
+    auto cta_k = args.tma_k.get_slice(Int<0>{});
+    auto cta_v = args.tma_v.get_slice(Int<0>{});
+    constexpr auto kKeep = TMA::CacheHintSm90::EVICT_LAST;  // K/V are re-read by the sequence's other CTAs
+
+    FullBarrier::arrive_and_expect_tx(&ss.q_full, Tile::kQBytes);
+    copy(args.tma_q.with(ss.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), cta_q.partition_S(gQ),
+         cta_q.partition_D(make_tensor(make_smem_ptr(ss.q.data()), typename Tile::QLayout{})));
+    // Load i is key tile n_tiles - 1 - i, into stage i % 2; its stage was freed by load i - 2.
+    auto load_v = [&](int i) {
+      const int stage = i & 1;
+      if (i >= Tile::kStages) EmptyBarrier::wait(&ss.v_empty[stage], ((i >> 1) - 1) & 1);
+      FullBarrier::arrive_and_expect_tx(&ss.v_full[stage], Tile::kVBytes);
+      copy(args.tma_v.with(ss.v_full[stage], 0, kKeep), cta_v.partition_S(gV(_, _, n_tiles - 1 - i)),
+           cta_v.partition_D(make_tensor(make_smem_ptr(ss.v[stage].data()), typename Tile::VLayout{})));
+    };
+    for (int i = 0; i < n_tiles; ++i) {
+      const int stage = i & 1;
+      if (i >= Tile::kStages) EmptyBarrier::wait(&ss.k_empty[stage], ((i >> 1) - 1) & 1);
+      FullBarrier::arrive_and_expect_tx(&ss.k_full[stage], Tile::kKBytes);
+      copy(args.tma_k.with(ss.k_full[stage], 0, kKeep), cta_k.partition_S(gK(_, _, n_tiles - 1 - i)),
+           cta_k.partition_D(make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KLayout{})));
+      // The consumers multiply V(i - 1) after S(i): load it behind K(i).
+      if (i > 0) load_v(i - 1);
+    }
+    load_v(n_tiles - 1);
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<Tile::kConsumerRegs>();
+  const int wg = threadIdx.x / 128, wg_tid = threadIdx.x % 128;
+  typename Tile::MmaS mma_s;
+  typename Tile::MmaO mma_o;
+  auto thr_s = mma_s.get_thread_slice(wg_tid);
+  auto thr_o = mma_o.get_thread_slice(wg_tid);
+  Tensor sQ = local_tile(make_tensor(make_smem_ptr(ss.q.data()), typename Tile::QLayout{}),
+                         Shape<Int<kWgRows>, Int<kDqk>>{}, make_coord(wg, 0));
+  Tensor tSrQ = thr_s.make_fragment_A(thr_s.partition_A(sQ));
+  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kWgRows>, Int<kBlockN>>{});
+  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<kWgRows>, Int<kDv>>{});
+  // P as the A operand of P V. Its flat order is the S accumulators' flat order (both are
+  // (2 columns, 2 row halves, column blocks of 8)), so P(i) = bf16(S(i)).
+  Tensor tOrP = make_tensor<Bf16>(partition_shape_A(mma_o, Shape<Int<kWgRows>, Int<kBlockN>>{}));
+  static_assert(decltype(size(tOrP))::value == decltype(size(tSrS))::value);
+  // (row, column) within the warpgroup's tile of every accumulator element this thread holds.
+  Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<Int<kWgRows>, Int<kBlockN>>{}));
+  Tensor tOcO = thr_o.partition_C(make_identity_tensor(Shape<Int<kWgRows>, Int<kDv>>{}));
+  clear(tOrO);
+
+  // This thread's two rows (accumulator element i is in row half (i / 2) % 2) and the keys
+  // each sees: keys < key_end[half].
+  const int row0 = m0 + wg * kWgRows;
+  int key_end[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + get<0>(tScS(2 * half));
+    key_end[half] = p.causal ? max(0, min(lk, row + causal_shift + 1)) : lk;
+  }
+  // The fewest keys any row of the warpgroup sees: tiles past it need the mask (a uniform test).
+  const int wg_key_end = p.causal ? min(lk, row0 + causal_shift + 1) : lk;
+  const float scale_log2 = p.softmax_scale * cuda::kLog2e;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, alpha[2] = {1.0f, 1.0f};
+
+  auto qk_gemm = [&](int stage) {
+    Tensor sK = make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KLayout{});
+    Tensor tSrK = thr_s.make_fragment_B(thr_s.partition_B(sK));
+    warpgroup_fence_operand(tSrS);
+    warpgroup_arrive();
+    mma_s.accumulate_ = GMMA::ScaleOut::Zero;
+#pragma unroll
+    for (int k = 0; k < size<2>(tSrQ); ++k) {
+      cute::gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k), tSrS);
+      mma_s.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_fence_operand(tSrS);
+  };
+  auto pv_gemm = [&](int stage) {
+    Tensor sV = make_tensor(make_smem_ptr(ss.v[stage].data()), typename Tile::VLayout{});
+    Tensor tOrV = thr_o.make_fragment_B(thr_o.partition_B(sV));
+    warpgroup_fence_operand(tOrP);
+    warpgroup_fence_operand(tOrO);
+    warpgroup_arrive();
+#pragma unroll
+    for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
+    warpgroup_commit_batch();
+    warpgroup_fence_operand(tOrO);
+    warpgroup_fence_operand(tOrP);
+  };
+  auto release = [&](uint64_t* empty) {
+    if (wg_tid == 0) EmptyBarrier::arrive(empty);
+  };
+  // Key tile n: masks keys past the sequence and (causal) past each row's diagonal, where the
+  // tile reaches them; then the online softmax in the log2 domain. Leaves P (f32) in tSrS and
+  // the factor that rescales O from the previous row maxima to the new ones in alpha.
+  auto softmax = [&](int n) {
+    const int key0 = n * kBlockN;
+    if (key0 + kBlockN > wg_key_end) {
+#pragma unroll
+      for (int i = 0; i < size(tSrS); ++i) {
+        if (key0 + get<1>(tScS(i)) >= key_end[(i >> 1) & 1]) tSrS(i) = -INFINITY;
+      }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < size(tSrS); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], tSrS(i));
+    float m_use[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float m_new = fmaxf(m_run[half], cuda::QuadMax(mx[half]) * scale_log2);
+      m_use[half] = m_new == -INFINITY ? 0.0f : m_new;  // a row without keys so far: P = 0
+      alpha[half] = cuda::FastExp2(m_run[half] - m_use[half]);
+      m_run[half] = m_new;
+      l_run[half] *= alpha[half];
+    }
+#pragma unroll
+    for (int i = 0; i < size(tSrS); ++i) {
+      const int half = (i >> 1) & 1;
+      tSrS(i) = cuda::FastExp2(fmaf(tSrS(i), scale_log2, -m_use[half]));
+      l_run[half] += tSrS(i);
+    }
+  };
+  auto convert_p = [&] {
+    Tensor p32 = recast<uint32_t>(tOrP);
+#pragma unroll
+    for (int i = 0; i < size(p32); ++i) p32(i) = cuda::PackBf16(tSrS(2 * i), tSrS(2 * i + 1));
+  };
+  auto rescale_o = [&] {
+#pragma unroll
+    for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= alpha[(i >> 1) & 1];
+  };
+
+  if (n_tiles > 0) {
+    FullBarrier::wait(&ss.q_full, 0);
+    // Tile index i: key tile n_tiles - 1 - i in stage i % 2, that stage's (i / 2)-th use.
+    FullBarrier::wait(&ss.k_full[0], 0);
+    qk_gemm(0);
+    warpgroup_wait<0>();
+    release(&ss.k_empty[0]);
+    softmax(n_tiles - 1);
+    const bool pingpong = args.pingpong;
+#pragma unroll 1
+    for (int i = 1; i < n_tiles; ++i) {
+      const int stage = i & 1, prev = (i - 1) & 1;
+      // P(i - 1), from the softmax that ended the previous iteration, once P V(i - 2) is done.
+      // The wait sits here rather than at the end of the previous iteration because ptxas
+      // would hoist it above that softmax there, and the two would no longer overlap.
+      warpgroup_wait<0>();
+      if (i >= 2) release(&ss.v_empty[(i - 2) & 1]);
+      convert_p();
+      FullBarrier::wait(&ss.k_full[stage], (i >> 1) & 1);
+      // Warpgroup 0 goes first; afterwards each waits until the other has issued.
+      if (pingpong && !(wg == 0 && i == 1)) cutlass::arch::NamedBarrier::sync(Tile::kConsumers, kTurnBarrier + wg);
+      qk_gemm(stage);
+      rescale_o();
+      FullBarrier::wait(&ss.v_full[prev], ((i - 1) >> 1) & 1);
+      pv_gemm(prev);
+      // Warpgroup 1's last turn has nobody left to wake.
+      if (pingpong && !(wg == 1 && i == n_tiles - 1)) {
+        cutlass::arch::NamedBarrier::arrive(Tile::kConsumers, kTurnBarrier + (1 - wg));
+      }
+      warpgroup_wait<1>();  // S(i) done, P V(i - 1) may still run
+      release(&ss.k_empty[stage]);
+      softmax(n_tiles - 1 - i);
+    }
+    const int last = n_tiles - 1;
+    warpgroup_wait<0>();
+    if (last >= 1) release(&ss.v_empty[(last - 1) & 1]);
+    convert_p();
+    rescale_o();
+    FullBarrier::wait(&ss.v_full[last & 1], (last >> 1) & 1);
+    pv_gemm(last & 1);
+    warpgroup_wait<0>();
+    release(&ss.v_empty[last & 1]);
+  }
+
+
+  // Normalise and write the rows that exist; a row that saw no key gets 0 and -inf.
+  float inv[2], lse[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float l = cuda::QuadSum(l_run[half]);
+    inv[half] = l > 0.0f ? 1.0f / l : 0.0f;
+    lse[half] = l > 0.0f ? (m_run[half] + log2f(l)) * cuda::kLn2 : -INFINITY;
+  }
+  auto* out = static_cast<__nv_bfloat16*>(p.out) + static_cast<int64_t>(q_start) * p.out_token_stride +
+              static_cast<int64_t>(head) * p.out_head_stride;
+#pragma unroll
+  for (int i = 0; i < size(tOrO); i += 2) {
+    const int half = (i >> 1) & 1;
+    const int row = row0 + get<0>(tOcO(i));
+    if (row >= lq) continue;
+    *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * p.out_token_stride + get<1>(tOcO(i))) =
+        cuda::PackBf16(tOrO(i) * inv[half], tOrO(i + 1) * inv[half]);
+  }
+  if (p.lse != nullptr && wg_tid % 4 == 0) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + get<0>(tScS(2 * half));
+      if (row < lq) p.lse[static_cast<int64_t>(q_start + row) * p.num_heads + head] = lse[half];
+    }
+  }
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+}
+
+// Launches one configuration (defined in its instantiation file).
+template <int kDqk, int kDv>
+absl::Status LaunchMhaPrefillSm90(const MhaPrefillParams& p, bool pingpong, cudaStream_t stream);
+
+template <int kDqk, int kDv>
+absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, bool pingpong, cudaStream_t stream) {
+  using Tile = Sm90Tile<kDqk, kDv>;
+  // One head: its stride is never stepped; give TMA a valid (non-zero) one.
+  const auto head_stride = [](int heads, int64_t stride, int64_t token_stride) {
+    return heads > 1 ? stride : token_stride;
+  };
+  const int q_ends = p.max_seqlen_q * (p.batch + 1), k_ends = p.max_seqlen_k * (p.batch + 1);
+  const Sm90Args<Tile> args{
+      p,
+      MakeRowTma<kDqk>(p.q, p.q_token_stride, head_stride(p.num_heads, p.q_head_stride, p.q_token_stride),
+                       p.num_heads, p.max_seqlen_q, q_ends, typename Tile::QLayout{}),
+      MakeRowTma<kDqk>(p.k, p.k_token_stride, head_stride(p.num_kv_heads, p.k_head_stride, p.k_token_stride),
+                       p.num_kv_heads, p.max_seqlen_k, k_ends, typename Tile::KLayout{}),
+      MakeColTma<kDv>(p.v, p.v_token_stride, head_stride(p.num_kv_heads, p.v_head_stride, p.v_token_stride),
+                      p.num_kv_heads, p.max_seqlen_k, k_ends, typename Tile::VLayout{}),
+      q_ends,
+      k_ends,
+      pingpong};
+  constexpr int kSmem = sizeof(Sm90Smem<Tile>);
+  static_assert(kSmem <= 227 * 1024, "the sm90 mha_prefill tile exceeds Hopper's shared memory");
+  auto kernel = MhaPrefillSm90Kernel<Tile>;
+  if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      err != cudaSuccess) {
+    return cuda::CudaStatus(err, "mha_prefill sm90: raising the shared-memory limit");
+  }
+  const dim3 grid((p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM, p.num_heads, p.batch);
+  kernel<<<grid, Tile::kThreads, kSmem, stream>>>(args);
+  return cuda::LaunchStatus("MhaPrefillSm90Kernel");
+}
+
+}  // namespace mlaserve::kernels::mha_sm90
