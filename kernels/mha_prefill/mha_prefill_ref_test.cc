@@ -214,6 +214,25 @@ TEST(MhaPrefillProvider, ParsesAndNamesEveryProvider) {
   EXPECT_NE(bad.status().message().find("--mha-provider flash"), std::string::npos) << bad.status();
 }
 
+// MhaPrefillParams::kernel names; the CPU backend has no wgmma kernel and ignores the field.
+TEST(MhaPrefillKernelChoice, NamedAndIgnoredOnCpu) {
+  EXPECT_STREQ(MhaPrefillKernelName(MhaPrefillKernel::kAuto), "auto");
+  EXPECT_STREQ(MhaPrefillKernelName(MhaPrefillKernel::kMmaSync), "mma.sync");
+  EXPECT_STREQ(MhaPrefillKernelName(MhaPrefillKernel::kWgmma), "wgmma");
+  std::vector<float> q(8, 1.0f), out(8);
+  std::vector<int32_t> cu = {0, 1};
+  MhaPrefillParams p;
+  p.batch = 1; p.num_heads = 1; p.num_kv_heads = 1; p.head_dim_qk = 8; p.head_dim_v = 8;
+  p.q = p.k = p.v = q.data(); p.out = out.data();
+  p.q_token_stride = p.k_token_stride = p.v_token_stride = p.out_token_stride = 8;
+  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.out_head_stride = 8;
+  p.cu_seqlens_q = p.cu_seqlens_k = cu.data(); p.max_seqlen_q = p.max_seqlen_k = 1;
+  p.kernel = MhaPrefillKernel::kWgmma;
+  EXPECT_FALSE(MhaPrefillWgmmaApplies(p));  // f32: never the wgmma kernel's dtype
+  EXPECT_TRUE(MhaPrefill(p, KernelContext{}).ok());
+  EXPECT_FLOAT_EQ(out[5], 1.0f);
+}
+
 // The CPU backend runs its reference for auto and ours, and refuses cudnn by name.
 TEST(MhaPrefillProvider, CpuBackendRefusesCudnn) {
   std::vector<float> q(8, 1.0f), out(8);

@@ -288,23 +288,37 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         if (key0 + get<1>(tScS(i)) >= key_end[(i >> 1) & 1]) tSrS(i) = -INFINITY;
       }
     }
-    float mx[2] = {-INFINITY, -INFINITY};
+    // Row maxima and sums in kChains independent chains per row (element i is in chain
+    // (i / 4) % kChains), so the reductions are not one long dependent sequence.
+    constexpr int kChains = 4;
+    float mx[2][kChains];
 #pragma unroll
-    for (int i = 0; i < size(tSrS); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], tSrS(i));
+    for (int c = 0; c < kChains; ++c) mx[0][c] = mx[1][c] = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < size(tSrS); ++i) {
+      float& m = mx[(i >> 1) & 1][(i >> 2) % kChains];
+      m = fmaxf(m, tSrS(i));
+    }
     float m_use[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float m_new = fmaxf(m_run[half], cuda::QuadMax(mx[half]) * scale_log2);
+      const float m_row = fmaxf(fmaxf(mx[half][0], mx[half][1]), fmaxf(mx[half][2], mx[half][3]));
+      const float m_new = fmaxf(m_run[half], cuda::QuadMax(m_row) * scale_log2);
       m_use[half] = m_new == -INFINITY ? 0.0f : m_new;  // a row without keys so far: P = 0
       alpha[half] = cuda::FastExp2(m_run[half] - m_use[half]);
       m_run[half] = m_new;
       l_run[half] *= alpha[half];
     }
+    float sum[2][kChains] = {};
 #pragma unroll
     for (int i = 0; i < size(tSrS); ++i) {
       const int half = (i >> 1) & 1;
       tSrS(i) = cuda::FastExp2(fmaf(tSrS(i), scale_log2, -m_use[half]));
-      l_run[half] += tSrS(i);
+      sum[half][(i >> 2) % kChains] += tSrS(i);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      l_run[half] += (sum[half][0] + sum[half][1]) + (sum[half][2] + sum[half][3]);
     }
   };
   auto convert_p = [&] {
