@@ -1,32 +1,39 @@
 #!/usr/bin/env bash
 # mha_prefill on the GPU machine, in one call (docs/kernels.md, "mha_prefill"): our Hopper wgmma
-# kernel, our mma.sync kernel and the cuDNN provider.
-#   1. smoke: one small case of our kernels (stops here, with memcheck's view, if it fails);
-#   2. the mha_prefill CUDA tests (both our kernels and cuDNN against the CPU reference, the
+# kernel, our mma.sync kernel and the cuDNN provider. In order of what a round is for, each
+# step cut to the time left (BUDGET, default 540 s, under the device call's 600):
+#   1. smoke: small cases of our kernels against the CPU reference (stops the suite, with
+#      memcheck's view of the same, if it fails or hangs);
+#   2. the mha_prefill rows of mlaserve-kernel-bench: wgmma (default and other schedule),
+#      mma.sync and cuDNN in the same run, causal, d 192/128 and 128/128, 1k-16k;
+#   3. PyTorch SDPA on its cuDNN backend, same shapes;
+#   4. all the mha_prefill CUDA tests (our kernels and cuDNN against the CPU reference, the
 #      capture contract);
-#   3. compute-sanitizer memcheck, racecheck and synccheck on small wgmma cases (and memcheck on
-#      a few cuDNN cases);
-#   4. the mha_prefill rows of mlaserve-kernel-bench: wgmma (default and other schedule),
-#      mma.sync and cuDNN in the same run, causal, d 192/128 and 128/128;
-#   5. PyTorch SDPA (cuDNN backend) on the same shapes, and one table: TFLOP/s as FlashAttention
-#      counts them, and ours / cuDNN.
+#   5. compute-sanitizer memcheck, racecheck and synccheck on the small wgmma cases;
+#   6. memcheck on a few cuDNN cases;
+# then one table: TFLOP/s as FlashAttention counts them, and ours / cuDNN.
 # It puts PyTorch's cuDNN on LD_LIBRARY_PATH (the binaries dlopen libcudnn.so.9).
 #   here:   BUILD=build-cuda TARGETS="kernels_mha_prefill_cuda_test mlaserve-kernel-bench" tools/device/bundle.sh \
 #             && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-cudnn.tar.xz
 #   there:  tools/device/cudnn_suite.sh [--quick]     (carry [".devpack-cudnn.tar.xz"])
 # --quick: 8k rows only. SANITIZE=0 skips compute-sanitizer; BASELINE=0 skips PyTorch; TESTS=0
-# skips step 2. Everything lands in $OUT (default /tmp/cudnn_out).
+# skips step 4. Logs land in $WORK (default /tmp/cudnn_out); $OUT, where set (the device
+# machine's return folder), gets them as one cudnn_suite.tgz plus table.txt. Stdout stays short
+# (summaries, failures, the table): the run's reply carries only its end.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
 [[ -d .devbin ]] || tar -xJf .devpack-cudnn.tar.xz
 source tools/device/env.sh
-OUT=${OUT:-/tmp/cudnn_out}
-mkdir -p "$OUT"
+WORK=${WORK:-/tmp/cudnn_out}
+mkdir -p "$WORK"
 QUICK=""
 [[ "${1:-}" == --quick ]] && QUICK=--quick
 TEST=.devbin/kernels_mha_prefill_cuda_test
 status=0
+# Seconds a step may take: at most $1, and what is left of BUDGET (default 540 s, under the
+# device call's 600) since the start.
+budget() { local left=$(( ${BUDGET:-540} - (SECONDS - T0) )); (( left < $1 )) && echo $(( left > 0 ? left : 1 )) || echo $1; }
 
 # PyTorch's cuDNN: nvidia.cudnn may be a namespace package (no __file__); else search the
 # site-packages for libcudnn.so.9.
@@ -44,7 +51,7 @@ export LD_LIBRARY_PATH=${CUDNN_LIB:+$CUDNN_LIB:}$LD_LIBRARY_PATH
   date -u +%Y-%m-%dT%H:%MZ
   echo "libcudnn.so.9 from: ${CUDNN_LIB:-not found}"
   python3 -c 'import torch; print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version())' 2>&1
-} | tee "$OUT/gpu.txt"
+} | tee "$WORK/gpu.txt"
 
 # Small wgmma cases (gtest index = 2 * case + causal): a chunk after a prefix (192/128, causal),
 # rows without keys (192/128), GQA at tile edges (128/128, causal), loose bounds, one random batch.
@@ -53,76 +60,91 @@ SMALL+=':Sweep/MhaPrefillCudaTest.OurKernelsMatchCpuReference/33:Sweep/MhaPrefil
 SMALL+=':Random/MhaPrefillCudaRagged.OurKernelsMatchCpuReference/0'
 
 # 1. Smoke: a hang or a wrong answer here stops the suite (with memcheck's view of the same).
-timeout 120 $TEST --gtest_filter="$SMALL:MhaPrefillWgmma.*" > "$OUT/smoke.txt" 2>&1
+timeout 120 $TEST --gtest_filter="$SMALL:MhaPrefillWgmma.*" > "$WORK/smoke.txt" 2>&1
 rc=$?
-echo "== [$((SECONDS - T0)) s] smoke rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/smoke.txt" | tr '\n' ' ')"
-grep -E "wgmma n/a|SKIPPED|Failure|error|row [0-9]|Value of|Which is|Expected" "$OUT/smoke.txt" | head -40
+echo "== [$((SECONDS - T0)) s] smoke rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$WORK/smoke.txt" | tr '\n' ' ')"
+grep -E "wgmma n/a|SKIPPED|Failure|error|row [0-9]|Value of|Which is|Expected" "$WORK/smoke.txt" | head -40
 if [[ $rc != 0 ]]; then
   timeout 180 compute-sanitizer --tool memcheck $TEST --gtest_filter='Sweep/MhaPrefillCudaTest.OurKernelsMatchCpuReference/3' \
-    > "$OUT/smoke_memcheck.txt" 2>&1
+    > "$WORK/smoke_memcheck.txt" 2>&1
   echo "== [$((SECONDS - T0)) s] memcheck of the smoke case rc=$?"
-  grep -vE "^\[ |^$" "$OUT/smoke_memcheck.txt" | head -60
+  grep -vE "^\[ |^$" "$WORK/smoke_memcheck.txt" | head -60
   echo "cudnn_suite: smoke failed, stopping ($((SECONDS - T0)) s)"
+  [[ -z ${OUT:-} ]] || tar -czf "$OUT/cudnn_suite.tgz" -C "$WORK" .
   exit 1
 fi
 
-# 2. All the mha_prefill CUDA tests.
-if [[ ${TESTS:-1} == 1 ]]; then
-  timeout 420 $TEST --gtest_brief=1 > "$OUT/tests.txt" 2>&1
-  rc=$?
-  [[ $rc == 0 ]] || status=1
-  echo "== [$((SECONDS - T0)) s] kernels_mha_prefill_cuda_test rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$OUT/tests.txt" | tr '\n' ' ')"
-  grep -E "^\[  FAILED|Failure|row [0-9]|Value of|Which is|cuDNN unavailable|error" "$OUT/tests.txt" | head -40
-  echo "wgmma n/a in $(grep -c 'wgmma n/a' "$OUT/tests.txt") runs: $(grep -o 'wgmma n/a.*' "$OUT/tests.txt" | sort | uniq -c | tr '\n' ';')"
-fi
-
-# 3. compute-sanitizer.
-if [[ ${SANITIZE:-1} == 1 ]] && command -v compute-sanitizer > /dev/null; then
-  for tool in memcheck racecheck synccheck; do
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 $TEST --gtest_filter="$SMALL" \
-      > "$OUT/sanitize_$tool.txt" 2>&1
-    rc=$?
-    [[ $rc == 0 ]] || status=1
-    echo "== [$((SECONDS - T0)) s] compute-sanitizer $tool (wgmma + mma.sync cases): rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.txt" | tail -1)"
-    [[ $rc == 0 ]] || grep -vE "^\[ |^$" "$OUT/sanitize_$tool.txt" | head -30
-  done
-  timeout 240 compute-sanitizer --tool memcheck $TEST \
-    --gtest_filter='Sweep/MhaPrefillCudnnTest.CudnnAndAutoMatchCpuReference/3:Sweep/MhaPrefillCudnnTest.CudnnAndAutoMatchCpuReference/14:Sweep/MhaPrefillCudnnTest.CudnnAndAutoMatchCpuReference/15' \
-    > "$OUT/sanitizer.txt" 2>&1
-  echo "== [$((SECONDS - T0)) s] memcheck (cuDNN cases) rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.txt" | tail -1)"
-fi
-
-# 4. The benchmark rows.
-timeout 400 .devbin/mlaserve-kernel-bench $QUICK --only mha_prefill --json "$OUT/kernel_bench.json" \
-  > "$OUT/kernel_bench.txt" 2>&1
+# 2. The benchmark rows (before the long tests: the numbers are what a round is for).
+timeout $(budget 360) .devbin/mlaserve-kernel-bench $QUICK --only mha_prefill --json "$WORK/kernel_bench.json" \
+  > "$WORK/kernel_bench.txt" 2>&1
 echo "== [$((SECONDS - T0)) s] mlaserve-kernel-bench rc=$?"
-cat "$OUT/kernel_bench.txt"
+grep -vE "^mha_prefill" "$WORK/kernel_bench.txt" | head -8
 
-# 5. PyTorch SDPA on its cuDNN backend, same shapes.
-if [[ ${BASELINE:-1} == 1 ]]; then
-  timeout 300 python3 - "$QUICK" > "$OUT/baseline.txt" 2>&1 <<'EOF'
-import json, sys
+# 3. PyTorch SDPA on its cuDNN backend, same shapes (the other backends are timed by
+# tools/bench_attention_baseline.py; here only the one we compare with).
+if [[ ${BASELINE:-1} == 1 ]] && (( $(budget 200) > 40 )); then
+  timeout $(budget 200) python3 - "$QUICK" > "$WORK/baseline.txt" 2>&1 <<'EOF'
+import json, math, sys
 sys.path.insert(0, "tools")
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 import bench_attention_baseline as b
 rows = []
 for dqk in (192, 128):
     for heads in (128, 16):
         for seqlen in (1024, 2048, 4096, 8192, 16384):
-            if sys.argv[1] == "--quick" and seqlen != 8192:
+            if (sys.argv[1] == "--quick" and seqlen != 8192) or (dqk == 128 and seqlen < 4096):
                 continue
-            if dqk == 128 and seqlen < 4096:
-                continue
-            for r in b.sdpa_rows(heads, seqlen, dqk=dqk, dv=128):
-                if r["kernel"] == "sdpa_cudnn":
-                    rows.append(dict(r, dqk=dqk))
+            batch = 16384 // seqlen
+            q = torch.randn(batch, heads, seqlen, dqk, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(batch, heads, seqlen, dqk, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn(batch, heads, seqlen, 128, device="cuda", dtype=torch.bfloat16)
+            run = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(dqk))
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                ms = b.median_ms(run)
+            flops = 2.0 * batch * seqlen * seqlen * heads * (dqk + 128) / 2.0
+            rows.append({"kernel": "sdpa_cudnn", "dqk": dqk, "heads": heads, "seqlen": seqlen, "ms": ms,
+                         "tflops": flops / (ms * 1e-3) / 1e12})
+            del q, k, v
 print(json.dumps({"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(), "rows": rows}))
 EOF
   echo "== [$((SECONDS - T0)) s] PyTorch SDPA (cuDNN) rc=$?"
 fi
 
+# 4. All the mha_prefill CUDA tests.
+if [[ ${TESTS:-1} == 1 ]] && (( $(budget 240) > 60 )); then
+  timeout $(budget 240) $TEST --gtest_brief=1 > "$WORK/tests.txt" 2>&1
+  rc=$?
+  [[ $rc == 0 ]] || status=1
+  echo "== [$((SECONDS - T0)) s] kernels_mha_prefill_cuda_test rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$WORK/tests.txt" | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure|row [0-9]|Value of|Which is|cuDNN unavailable|error" "$WORK/tests.txt" | head -40
+  echo "wgmma n/a in $(grep -c 'wgmma n/a' "$WORK/tests.txt") runs: $(grep -o 'wgmma n/a.*' "$WORK/tests.txt" | sort | uniq -c | tr '\n' ';')"
+fi
+
+# 5. compute-sanitizer on the small wgmma cases (cuDNN's memcheck last, if time is left).
+if [[ ${SANITIZE:-1} == 1 ]] && command -v compute-sanitizer > /dev/null; then
+  for tool in memcheck racecheck synccheck; do
+    (( $(budget 150) > 30 )) || { echo "compute-sanitizer $tool: skipped, out of time"; continue; }
+    timeout $(budget 150) compute-sanitizer --tool $tool --error-exitcode 9 $TEST --gtest_filter="$SMALL" \
+      > "$WORK/sanitize_$tool.txt" 2>&1
+    rc=$?
+    [[ $rc == 0 ]] || status=1
+    echo "== [$((SECONDS - T0)) s] compute-sanitizer $tool (wgmma + mma.sync cases): rc=$rc $(grep -E 'ERROR SUMMARY' "$WORK/sanitize_$tool.txt" | tail -1)"
+    [[ $rc == 0 ]] || grep -vE "^\[ |^$" "$WORK/sanitize_$tool.txt" | head -30
+  done
+fi
+
+# 6. memcheck on a few cuDNN cases, if time is left.
+if [[ ${SANITIZE:-1} == 1 ]] && (( $(budget 120) > 40 )); then
+  timeout $(budget 120) compute-sanitizer --tool memcheck $TEST \
+    --gtest_filter='Sweep/MhaPrefillCudnnTest.CudnnAndAutoMatchCpuReference/3:Sweep/MhaPrefillCudnnTest.CudnnAndAutoMatchCpuReference/14:Sweep/MhaPrefillCudnnTest.CudnnAndAutoMatchCpuReference/15' \
+    > "$WORK/sanitizer.txt" 2>&1
+  echo "== [$((SECONDS - T0)) s] memcheck (cuDNN cases) rc=$? $(grep -E 'ERROR SUMMARY' "$WORK/sanitizer.txt" | tail -1)"
+fi
+
 # One table: per shape, TFLOP/s of each and ours (the default kernel) / our cuDNN provider.
-python3 - "$OUT" <<'EOF' | tee "$OUT/table.txt"
+python3 - "$WORK" <<'EOF' | tee "$WORK/table.txt"
 import json, os, re, sys
 out = sys.argv[1]
 kb = json.load(open(os.path.join(out, "kernel_bench.json")))
@@ -148,5 +170,9 @@ for (d, h, s), v in sorted(table.items(), key=lambda kv: (-kv[0][0], -kv[0][1], 
     print(f"{f'{d}/128 h={h} s={s}':<22}{f(ours, 8)}{f(v.get('mha_prefill_alt'), 10)}"
           f"{f(v.get('mha_prefill_mmasync'), 10)}{f(cud, 8)}{f(v.get('torch'), 8)}{ratio}")
 EOF
+if [[ -n ${OUT:-} ]]; then
+  cp "$WORK/table.txt" "$OUT/" 2>/dev/null
+  tar -czf "$OUT/cudnn_suite.tgz" -C "$WORK" .
+fi
 echo "== [$((SECONDS - T0)) s] done, status $status"
 exit $status
