@@ -6,8 +6,9 @@
 //                 ("mla_decode_mmasync") in the same run; same for mla_prefill
 //   mha_prefill : causal TFLOP/s (FlashAttention-3's count: 2 * s^2 * h * (d_qk + d_v) / 2), head
 //                 dims 192/128 and 128/128, in one run: our default kernel ("mha_prefill": the
-//                 wgmma kernel on Hopper), the wgmma kernel with its other consumer schedule
-//                 ("mha_prefill_alt": ping-pong flipped), our mma.sync kernel
+//                 wgmma kernel on Hopper), the wgmma kernel with its default schedule's
+//                 ping-pong flipped ("mha_prefill_alt") or with one query tile per CTA
+//                 ("mha_prefill_single"), our mma.sync kernel
 //                 ("mha_prefill_mmasync") and the cuDNN provider ("mha_prefill_cudnn", when
 //                 libcudnn.so.9 loads; its plan is built in the warm-up calls)
 //   kv_pack     : GB/s over its bytes (each input read once, each output written once)
@@ -110,14 +111,15 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
           gbs / ceil.copy_gbs, "copy BW");
 }
 
-// Who computes an mha_prefill row: our default kernel, the wgmma kernel with the other
-// consumer schedule, our mma.sync kernel, cuDNN.
-enum class MhaRow { kOurs, kWgmmaAltSchedule, kMmaSync, kCudnn };
+// Who computes an mha_prefill row: our default kernel, the wgmma kernel with its default
+// schedule's ping-pong flipped ("alt") or unpaired ("single"), our mma.sync kernel, cuDNN.
+enum class MhaRow { kOurs, kWgmmaAlt, kWgmmaSingle, kMmaSync, kCudnn };
 
 const char* MhaRowName(MhaRow row) {
   switch (row) {
     case MhaRow::kOurs: return "mha_prefill";
-    case MhaRow::kWgmmaAltSchedule: return "mha_prefill_alt";
+    case MhaRow::kWgmmaAlt: return "mha_prefill_alt";
+    case MhaRow::kWgmmaSingle: return "mha_prefill_single";
     case MhaRow::kMmaSync: return "mha_prefill_mmasync";
     case MhaRow::kCudnn: return "mha_prefill_cudnn";
   }
@@ -150,10 +152,12 @@ void BenchMhaPrefill(int heads, int seqlen, int total, int dqk, MhaRow row, cons
   p.provider = row == MhaRow::kCudnn ? kernels::MhaPrefillProvider::kCudnn : kernels::MhaPrefillProvider::kOurs;
   p.kernel = row == MhaRow::kMmaSync ? kernels::MhaPrefillKernel::kMmaSync : kernels::MhaPrefillKernel::kAuto;
   std::function<void()> call = [&] { CheckStatus(kernels::MhaPrefill(p, kCuda), "MhaPrefill"); };
-  if (row == MhaRow::kWgmmaAltSchedule) {
+  if (row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle) {
     if (!kernels::MhaPrefillWgmmaApplies(p)) return;  // not a Hopper GPU with an sm_90a build
-    const bool pingpong = !kernels::mha_sm90::DefaultPingPong(dqk);
-    call = [&, pingpong] { CheckStatus(kernels::mha_sm90::Launch(p, pingpong, nullptr), "mha_sm90::Launch"); };
+    kernels::mha_sm90::Schedule schedule = kernels::mha_sm90::DefaultSchedule(dqk);
+    if (row == MhaRow::kWgmmaAlt) schedule.pingpong = !schedule.pingpong;
+    if (row == MhaRow::kWgmmaSingle) schedule.paired = !schedule.paired;
+    call = [&, schedule] { CheckStatus(kernels::mha_sm90::Launch(p, schedule, nullptr), "mha_sm90::Launch"); };
   }
   const double ms = MedianMs(call, 2, 10);
   const double flops = 2.0 * batch * static_cast<double>(seqlen) * seqlen * heads * (dqk + kDv) / 2.0;
@@ -258,8 +262,11 @@ int main(int argc, char** argv) {
       for (int seqlen : {1024, 2048, 4096, 8192, 16384}) {
         if ((quick && seqlen != 8192) || !wanted("mha_prefill")) continue;
         if (dqk == 128 && seqlen < 4096) continue;
-        for (MhaRow row : {MhaRow::kOurs, MhaRow::kWgmmaAltSchedule, MhaRow::kMmaSync, MhaRow::kCudnn}) {
+        for (MhaRow row : {MhaRow::kOurs, MhaRow::kWgmmaAlt, MhaRow::kWgmmaSingle, MhaRow::kMmaSync,
+                           MhaRow::kCudnn}) {
           if (row == MhaRow::kCudnn && !cudnn.ok()) continue;
+          // The schedule variants at 4k-16k only.
+          if ((row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle) && seqlen < 4096) continue;
           BenchMhaPrefill(heads, seqlen, 16384, dqk, row, ceil, res);
         }
       }

@@ -60,7 +60,7 @@ absl::Status MhaPrefillOursCuda(const MhaPrefillParams& p, void* stream) {
         "mha_prefill: kernel=wgmma does not run this call: ",
         why.empty() ? "no sm_90a kernel for this build and device" : why));
   }
-  if (wgmma) return mha_sm90::Launch(p, mha_sm90::DefaultPingPong(p.head_dim_qk), stream);
+  if (wgmma) return mha_sm90::Launch(p, mha_sm90::DefaultSchedule(p.head_dim_qk), stream);
   auto s = static_cast<cudaStream_t>(stream);
   const auto fits = [&](const Config& c) { return p.head_dim_qk <= c.dqk && p.head_dim_v <= c.dv; };
   if (fits(kConfigs[0])) return mha_cuda::LaunchMhaPrefill<64, 64>(p, s);

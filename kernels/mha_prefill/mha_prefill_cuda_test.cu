@@ -1,5 +1,5 @@
 // mha_prefill CUDA, our kernels (provider kOurs): the mma.sync kernel and the Hopper wgmma
-// kernel (both of its consumer schedules, with and without ping-pong), each against the CPU
+// kernel (all four of its schedules), each against the CPU
 // reference (MhaPrefillCpu on the same bf16-rounded inputs), outputs poisoned before every run.
 // Fixed cases: causal and not, with and without a key prefix, rows without keys, GQA, padded
 // strides, loose max_seqlen bounds, the DeepSeek dims (192/128) with 16 and 128 heads, 128/128,
@@ -27,7 +27,8 @@ using testing::MhaProblem;
 
 // Runs every kernel of ours that takes the problem, poisoning the outputs before each, and
 // compares each with the reference. The wgmma kernel runs with its default schedule through
-// MhaPrefill and with the other one through its launcher. Says on stdout where wgmma does not
+// MhaPrefill and with the other three (ping-pong or not, paired query tiles or not) through
+// its launcher. Says on stdout where wgmma does not
 // apply (other head dims, or not a Hopper GPU with an sm_90a build).
 void RunOurKernels(MhaProblem& problem) {
   const KernelContext ctx{Backend::kCuda, nullptr};
@@ -47,20 +48,27 @@ void RunOurKernels(MhaProblem& problem) {
   }
   {
     SCOPED_TRACE("kernel=wgmma");
+    std::cout << "[ run ] wgmma " << mha_sm90::ScheduleName(mha_sm90::DefaultSchedule(wgmma.head_dim_qk))
+              << std::endl;
     problem.Poison();
     const auto st = MhaPrefill(wgmma, ctx);
     ASSERT_TRUE(st.ok()) << st;
     MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
     problem.ExpectMatchesReference();
   }
-  {
-    const bool pingpong = !mha_sm90::DefaultPingPong(wgmma.head_dim_qk);
-    SCOPED_TRACE(pingpong ? "kernel=wgmma, ping-pong" : "kernel=wgmma, no ping-pong");
-    problem.Poison();
-    const auto st = mha_sm90::Launch(wgmma, pingpong, nullptr);
-    ASSERT_TRUE(st.ok()) << st;
-    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-    problem.ExpectMatchesReference();
+  const mha_sm90::Schedule usual = mha_sm90::DefaultSchedule(wgmma.head_dim_qk);
+  for (const bool pingpong : {false, true}) {
+    for (const bool paired : {false, true}) {
+      const mha_sm90::Schedule schedule{pingpong, paired};
+      if (pingpong == usual.pingpong && paired == usual.paired) continue;  // ran above
+      SCOPED_TRACE("kernel=wgmma, schedule " + mha_sm90::ScheduleName(schedule));
+      std::cout << "[ run ] wgmma " << mha_sm90::ScheduleName(schedule) << std::endl;  // names a hang
+      problem.Poison();
+      const auto st = mha_sm90::Launch(wgmma, schedule, nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+      problem.ExpectMatchesReference();
+    }
   }
 }
 

@@ -80,12 +80,16 @@ std::string Refusal(const MhaPrefillParams& p) {
   return "";
 }
 
-bool DefaultPingPong(int head_dim_qk) { return head_dim_qk <= 128; }
+Schedule DefaultSchedule(int head_dim_qk) { return Schedule{head_dim_qk <= 128, true}; }
 
-absl::Status Launch(const MhaPrefillParams& p, bool pingpong, void* stream) {
+std::string ScheduleName(Schedule schedule) {
+  return absl::StrCat(schedule.pingpong ? "pingpong" : "no-pingpong", schedule.paired ? "+paired" : "+single");
+}
+
+absl::Status Launch(const MhaPrefillParams& p, Schedule schedule, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (p.head_dim_qk == 192) return LaunchMhaPrefillSm90<192, 128>(p, pingpong, s);
-  return LaunchMhaPrefillSm90<128, 128>(p, pingpong, s);
+  if (p.head_dim_qk == 192) return LaunchMhaPrefillSm90<192, 128>(p, schedule, s);
+  return LaunchMhaPrefillSm90<128, 128>(p, schedule, s);
 }
 
 }  // namespace mlaserve::kernels::mha_sm90

@@ -17,11 +17,19 @@ bool Available();
 // Why the kernel does not take p's shape and layout, or "" when it does (dtype bf16, head dims
 // 192/128 or 128/128, 16-byte aligned pointers and strides, TMA-addressable lengths).
 std::string Refusal(const MhaPrefillParams& p);
-// The consumer warpgroups' schedule per head dims (FlashAttention-3's measured choice): with
-// ping-pong for qk 128, without for qk 192, where the longer S product leaves less to hide.
-bool DefaultPingPong(int head_dim_qk);
-// Launches the kernel on `stream` (a cudaStream_t); the caller has checked Refusal(p) == "".
-// `pingpong` overrides the default schedule (benchmarks time both).
-absl::Status Launch(const MhaPrefillParams& p, bool pingpong, void* stream);
+// How the kernel schedules its work (mha_prefill_sm90_kernel.cuh); both choices compute the
+// same function.
+struct Schedule {
+  bool pingpong = false;  // the consumer warpgroups take turns issuing their products
+  bool paired = true;     // a CTA computes query tiles count-1-x and x of its sequence, not one
+};
+// The schedule MhaPrefill uses for these head dims: ping-pong for qk 128 and not for qk 192
+// (FlashAttention-3's measured choice: the longer S product leaves less to hide), paired.
+Schedule DefaultSchedule(int head_dim_qk);
+// "pingpong+paired", "single", ...: for test and benchmark labels.
+std::string ScheduleName(Schedule schedule);
+// Launches the kernel on `stream` (a cudaStream_t) with `schedule`; the caller has checked
+// Refusal(p) == "". Tests run every schedule; benchmarks time them.
+absl::Status Launch(const MhaPrefillParams& p, Schedule schedule, void* stream);
 
 }  // namespace mlaserve::kernels::mha_sm90

@@ -4,8 +4,8 @@
 namespace mlaserve::kernels::mha_sm90 {
 
 template <>
-absl::Status LaunchMhaPrefillSm90<128, 128>(const MhaPrefillParams& p, bool pingpong, cudaStream_t stream) {
-  return LaunchMhaPrefillSm90Impl<128, 128>(p, pingpong, stream);
+absl::Status LaunchMhaPrefillSm90<128, 128>(const MhaPrefillParams& p, Schedule schedule, cudaStream_t stream) {
+  return LaunchMhaPrefillSm90Impl<128, 128>(p, schedule, stream);
 }
 
 }  // namespace mlaserve::kernels::mha_sm90

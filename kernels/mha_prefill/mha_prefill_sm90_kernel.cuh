@@ -2,12 +2,13 @@
 // warp specialisation, over api.h's ragged batch. Included by the per-head-dim instantiation
 // files (mha_prefill_sm90_d*.cu); mha_prefill_sm90.cu decides when it runs.
 //
-// A CTA owns kBlockM = 128 query rows of one (sequence, head) and walks that sequence's keys
-// in tiles of kBlockN = 128, from the last needed tile down to the first (so the causal
-// diagonal's masked tiles come first and the rest run unmasked):
+// A CTA computes one or two query tiles of kBlockM = 128 rows of one (sequence, head); for each
+// it walks the sequence's keys in tiles of kBlockN = 128, from the last needed tile down to the
+// first (so the causal diagonal's masked tiles come first and the rest run unmasked):
 //
-//   producer warpgroup : one thread issues TMA loads (Q once; per key tile K, then the previous
-//                        tile's V) into two-stage K and V rings guarded by mbarriers.
+//   producer warpgroup : one thread issues TMA loads (per query tile Q, once the consumers are
+//                        done with the previous Q; per key tile K, then the previous tile's V)
+//                        into two-stage K and V rings guarded by mbarriers.
 //   consumer wg w=0,1  : query rows 64w..64w+63. For key tile j (intra-warpgroup overlap):
 //                          S(j) = Q K(j)^T           wgmma, A and B from shared memory (SS)
 //                          O    = O * alpha(j-1)      (rescale while S(j) runs)
@@ -26,6 +27,10 @@
 // fills them with zeros instead of reading the next sequence or past the buffer (the trick
 // CUTLASS's varlen FMHA uses). Zero K rows are masked anyway; zero V rows meet P = 0.
 //
+// Paired query tiles (Schedule::paired): CTA x takes tiles count-1-x and x of its sequence, so
+// the CTAs of a causal sequence carry about the same number of key tiles, and the second tile's
+// Q and first K/V loads run under the first tile's last products and output.
+//
 // The output is written from the accumulators (bf16 pairs) and lse from the row statistics;
 // a row that sees no key gets 0 and -inf, rows past the sequence are not written.
 #pragma once
@@ -41,6 +46,7 @@
 #include "cutlass/arch/reg_reconfig.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/mha_prefill/api.h"
+#include "kernels/mha_prefill/mha_prefill_sm90.h"
 
 namespace mlaserve::kernels::mha_sm90 {
 
@@ -114,7 +120,7 @@ struct Sm90Args {
   KTma<Tile> tma_k;
   VTma<Tile> tma_v;
   int q_ends, k_ends;  // extents of the sequence-end modes: max_seqlen * (batch + 1)
-  bool pingpong;       // the consumer warpgroups take turns issuing their products
+  Schedule schedule;
 };
 
 template <class Tile>
@@ -123,6 +129,7 @@ struct Sm90Smem {
   cute::array_aligned<Bf16, cosize_v<typename Tile::KLayout>, 1024> k[Tile::kStages];
   cute::array_aligned<Bf16, cosize_v<typename Tile::VLayout>, 1024> v[Tile::kStages];
   uint64_t q_full;                                       // Q landed (TMA transaction barrier)
+  uint64_t q_empty;                                      // both consumer warpgroups are done with Q
   uint64_t k_full[Tile::kStages], v_full[Tile::kStages];  // a K / V tile landed
   uint64_t k_empty[Tile::kStages], v_empty[Tile::kStages];  // both consumer warpgroups are done
 };
@@ -134,6 +141,22 @@ constexpr uint32_t kTurnBarrier = 0;
 using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
 using EmptyBarrier = cutlass::arch::ClusterBarrier;
 
+// The query tiles this CTA computes, heaviest first: `first` and then `second` (two scalars,
+// not an array, so that nothing is indexed at run time); returns how many (0-2). Unpaired: one
+// per CTA, the grid's x reversed when causal (most keys first). Paired: tiles count-1-x and x
+// of the sequence.
+template <int kBlockM>
+__device__ __forceinline__ int CtaQueryTiles(int lq, bool causal, bool paired, int& first, int& second) {
+  const int count = (lq + kBlockM - 1) / kBlockM, x = blockIdx.x;
+  second = x;
+  if (!paired) {
+    first = causal ? static_cast<int>(gridDim.x) - 1 - x : x;
+    return first < count ? 1 : 0;
+  }
+  first = count - 1 - x;
+  return first < x ? 0 : (first == x ? 1 : 2);
+}
+
 template <class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     MhaPrefillSm90Kernel(const __grid_constant__ Sm90Args<Tile> args) {
@@ -144,33 +167,39 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<Sm90Smem<Tile>*>(smem_raw);
 
-  // Work of this CTA: rows m0.. of sequence b, head h. Causal: the longest rows start first.
+  // Sequence b, head h; the query tiles of this CTA.
   const int b = blockIdx.z, head = blockIdx.y;
-  const int m_block = p.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : blockIdx.x;
   const int q_start = p.cu_seqlens_q[b], lq = p.cu_seqlens_q[b + 1] - q_start;
   const int k_start = p.cu_seqlens_k[b], lk = p.cu_seqlens_k[b + 1] - k_start;
-  const int m0 = m_block * kBlockM;
-  if (m0 >= lq) return;
+  int first_tile, second_tile;
+  const int n_work = CtaQueryTiles<kBlockM>(lq, p.causal, args.schedule.paired, first_tile, second_tile);
+  if (n_work == 0) return;
   const int kv_head = head / (p.num_heads / p.num_kv_heads);
   const int causal_shift = lk - lq;  // query i sees keys j <= i + causal_shift
-  const int n_end = p.causal ? min(lk, m0 + kBlockM + causal_shift) : lk;
-  const int n_tiles = n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
+  // Key tiles that the query tile at row m0 needs (causal: up to its last row's diagonal).
+  auto key_tiles = [&](int m0) {
+    const int n_end = p.causal ? min(lk, m0 + kBlockM + causal_shift) : lk;
+    return n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
+  };
 
   if (threadIdx.x == 0) {
     FullBarrier::init(&ss.q_full, 1);
+    EmptyBarrier::init(&ss.q_empty, 2);  // one arrival per consumer warpgroup
     for (int s = 0; s < Tile::kStages; ++s) {
       FullBarrier::init(&ss.k_full[s], 1);
       FullBarrier::init(&ss.v_full[s], 1);
-      EmptyBarrier::init(&ss.k_empty[s], 2);  // one arrival per consumer warpgroup
+      EmptyBarrier::init(&ss.k_empty[s], 2);
       EmptyBarrier::init(&ss.v_empty[s], 2);
     }
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
 
+  // K/V loads are counted over the CTA's query tiles: load g is in stage g % 2, that stage's
+  // (g / 2)-th use, and waits for the release of load g - 2.
   if (threadIdx.x >= Tile::kConsumers) {  // the producer warpgroup
     cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegs>();
-    if (threadIdx.x != Tile::kConsumers || n_tiles == 0) return;
+    if (threadIdx.x != Tile::kConsumers) return;
     cute::prefetch_tma_descriptor(args.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(args.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(args.tma_v.get_tma_descriptor());
@@ -180,37 +209,46 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     Tensor mV = args.tma_v.get_tma_tensor(make_shape(Int<kDv>{}, max_k, p.num_kv_heads, args.k_ends));
     // This sequence's rows, shifted so that row len is the first one past the extent.
     Tensor gQ = local_tile(domain_offset(make_coord(max_q - lq, 0), mQ(_, _, head, q_start + lq)),
-                           Shape<Int<kBlockM>, Int<kDqk>>{}, make_coord(m_block, 0));
+                           Shape<Int<kBlockM>, Int<kDqk>>{}, make_coord(_, 0));  // (row, d, tile)
     Tensor gK = local_tile(domain_offset(make_coord(max_k - lk, 0), mK(_, _, kv_head, k_start + lk)),
                            Shape<Int<kBlockN>, Int<kDqk>>{}, make_coord(_, 0));  // (key, d, tile)
     Tensor gV = local_tile(domain_offset(make_coord(0, max_k - lk), mV(_, _, kv_head, k_start + lk)),
                            Shape<Int<kDv>, Int<kBlockN>>{}, make_coord(0, _));  // (d, key, tile)
+    Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Tile::QLayout{});
     auto cta_q = args.tma_q.get_slice(Int<0>{});
     auto cta_k = args.tma_k.get_slice(Int<0>{});
     auto cta_v = args.tma_v.get_slice(Int<0>{});
     constexpr auto kKeep = TMA::CacheHintSm90::EVICT_LAST;  // K/V are re-read by the sequence's other CTAs
-
-    FullBarrier::arrive_and_expect_tx(&ss.q_full, Tile::kQBytes);
-    copy(args.tma_q.with(ss.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), cta_q.partition_S(gQ),
-         cta_q.partition_D(make_tensor(make_smem_ptr(ss.q.data()), typename Tile::QLayout{})));
-    // Load i is key tile n_tiles - 1 - i, into stage i % 2; its stage was freed by load i - 2.
-    auto load_v = [&](int i) {
-      const int stage = i & 1;
-      if (i >= Tile::kStages) EmptyBarrier::wait(&ss.v_empty[stage], ((i >> 1) - 1) & 1);
-      FullBarrier::arrive_and_expect_tx(&ss.v_full[stage], Tile::kVBytes);
-      copy(args.tma_v.with(ss.v_full[stage], 0, kKeep), cta_v.partition_S(gV(_, _, n_tiles - 1 - i)),
-           cta_v.partition_D(make_tensor(make_smem_ptr(ss.v[stage].data()), typename Tile::VLayout{})));
-    };
-    for (int i = 0; i < n_tiles; ++i) {
-      const int stage = i & 1;
-      if (i >= Tile::kStages) EmptyBarrier::wait(&ss.k_empty[stage], ((i >> 1) - 1) & 1);
-      FullBarrier::arrive_and_expect_tx(&ss.k_full[stage], Tile::kKBytes);
-      copy(args.tma_k.with(ss.k_full[stage], 0, kKeep), cta_k.partition_S(gK(_, _, n_tiles - 1 - i)),
-           cta_k.partition_D(make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KLayout{})));
-      // The consumers multiply V(i - 1) after S(i): load it behind K(i).
-      if (i > 0) load_v(i - 1);
+    int loaded = 0, q_loads = 0;
+    for (int w = 0; w < n_work; ++w) {
+      const int m_block = w == 0 ? first_tile : second_tile;
+      const int n_tiles = key_tiles(m_block * kBlockM);
+      if (n_tiles == 0) continue;
+      if (q_loads > 0) EmptyBarrier::wait(&ss.q_empty, (q_loads - 1) & 1);
+      FullBarrier::arrive_and_expect_tx(&ss.q_full, Tile::kQBytes);
+      copy(args.tma_q.with(ss.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), cta_q.partition_S(gQ(_, _, m_block)),
+           cta_q.partition_D(sQ));
+      ++q_loads;
+      // Load i of this query tile is key tile n_tiles - 1 - i.
+      auto load_v = [&](int i) {
+        const int g = loaded + i, stage = g & 1;
+        if (g >= Tile::kStages) EmptyBarrier::wait(&ss.v_empty[stage], ((g >> 1) - 1) & 1);
+        FullBarrier::arrive_and_expect_tx(&ss.v_full[stage], Tile::kVBytes);
+        copy(args.tma_v.with(ss.v_full[stage], 0, kKeep), cta_v.partition_S(gV(_, _, n_tiles - 1 - i)),
+             cta_v.partition_D(make_tensor(make_smem_ptr(ss.v[stage].data()), typename Tile::VLayout{})));
+      };
+      for (int i = 0; i < n_tiles; ++i) {
+        const int g = loaded + i, stage = g & 1;
+        if (g >= Tile::kStages) EmptyBarrier::wait(&ss.k_empty[stage], ((g >> 1) - 1) & 1);
+        FullBarrier::arrive_and_expect_tx(&ss.k_full[stage], Tile::kKBytes);
+        copy(args.tma_k.with(ss.k_full[stage], 0, kKeep), cta_k.partition_S(gK(_, _, n_tiles - 1 - i)),
+             cta_k.partition_D(make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KLayout{})));
+        // The consumers multiply V(i - 1) after S(i): load it behind K(i).
+        if (i > 0) load_v(i - 1);
+      }
+      load_v(n_tiles - 1);
+      loaded += n_tiles;
     }
-    load_v(n_tiles - 1);
     return;
   }
 
@@ -229,24 +267,17 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // (2 columns, 2 row halves, column blocks of 8)), so P(i) = bf16(S(i)).
   Tensor tOrP = make_tensor<Bf16>(partition_shape_A(mma_o, Shape<Int<kWgRows>, Int<kBlockN>>{}));
   static_assert(decltype(size(tOrP))::value == decltype(size(tSrS))::value);
-  // (row, column) within the warpgroup's tile of every accumulator element this thread holds.
+  // (row, column) within the warpgroup's tile of every accumulator element this thread holds;
+  // element i is in row half (i / 2) % 2.
   Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<Int<kWgRows>, Int<kBlockN>>{}));
   Tensor tOcO = thr_o.partition_C(make_identity_tensor(Shape<Int<kWgRows>, Int<kDv>>{}));
-  clear(tOrO);
-
-  // This thread's two rows (accumulator element i is in row half (i / 2) % 2) and the keys
-  // each sees: keys < key_end[half].
-  const int row0 = m0 + wg * kWgRows;
-  int key_end[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = row0 + get<0>(tScS(2 * half));
-    key_end[half] = p.causal ? max(0, min(lk, row + causal_shift + 1)) : lk;
-  }
-  // The fewest keys any row of the warpgroup sees: tiles past it need the mask (a uniform test).
-  const int wg_key_end = p.causal ? min(lk, row0 + causal_shift + 1) : lk;
+  const int my_row[2] = {get<0>(tScS(0)), get<0>(tScS(2))};
   const float scale_log2 = p.softmax_scale * cuda::kLog2e;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, alpha[2] = {1.0f, 1.0f};
+  // Per query tile: the keys each of this thread's rows sees (keys < key_end[half]), the fewest
+  // any row of the warpgroup sees (tiles past it need the mask: a uniform test), and the
+  // running row maxima (log2 domain), sums and last rescale factors.
+  int key_end[2], wg_key_end;
+  float m_run[2], l_run[2], alpha[2];
 
   auto qk_gemm = [&](int stage) {
     Tensor sK = make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KLayout{});
@@ -331,74 +362,94 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= alpha[(i >> 1) & 1];
   };
 
-  if (n_tiles > 0) {
-    FullBarrier::wait(&ss.q_full, 0);
-    // Tile index i: key tile n_tiles - 1 - i in stage i % 2, that stage's (i / 2)-th use.
-    FullBarrier::wait(&ss.k_full[0], 0);
-    qk_gemm(0);
-    warpgroup_wait<0>();
-    release(&ss.k_empty[0]);
-    softmax(n_tiles - 1);
-    const bool pingpong = args.pingpong;
+  const bool pingpong = args.schedule.pingpong;
+  int loaded = 0, q_loads = 0;
 #pragma unroll 1
-    for (int i = 1; i < n_tiles; ++i) {
-      const int stage = i & 1, prev = (i - 1) & 1;
-      // P(i - 1), from the softmax that ended the previous iteration, once P V(i - 2) is done.
-      // The wait sits here rather than at the end of the previous iteration because ptxas
-      // would hoist it above that softmax there, and the two would no longer overlap.
-      warpgroup_wait<0>();
-      if (i >= 2) release(&ss.v_empty[(i - 2) & 1]);
-      convert_p();
-      FullBarrier::wait(&ss.k_full[stage], (i >> 1) & 1);
-      // Warpgroup 0 goes first; afterwards each waits until the other has issued.
-      if (pingpong && !(wg == 0 && i == 1)) cutlass::arch::NamedBarrier::sync(Tile::kConsumers, kTurnBarrier + wg);
-      qk_gemm(stage);
-      rescale_o();
-      FullBarrier::wait(&ss.v_full[prev], ((i - 1) >> 1) & 1);
-      pv_gemm(prev);
-      // Warpgroup 1's last turn has nobody left to wake.
-      if (pingpong && !(wg == 1 && i == n_tiles - 1)) {
-        cutlass::arch::NamedBarrier::arrive(Tile::kConsumers, kTurnBarrier + (1 - wg));
-      }
-      warpgroup_wait<1>();  // S(i) done, P V(i - 1) may still run
-      release(&ss.k_empty[stage]);
-      softmax(n_tiles - 1 - i);
-    }
-    const int last = n_tiles - 1;
-    warpgroup_wait<0>();
-    if (last >= 1) release(&ss.v_empty[(last - 1) & 1]);
-    convert_p();
-    rescale_o();
-    FullBarrier::wait(&ss.v_full[last & 1], (last >> 1) & 1);
-    pv_gemm(last & 1);
-    warpgroup_wait<0>();
-    release(&ss.v_empty[last & 1]);
-  }
-
-
-  // Normalise and write the rows that exist; a row that saw no key gets 0 and -inf.
-  float inv[2], lse[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float l = cuda::QuadSum(l_run[half]);
-    inv[half] = l > 0.0f ? 1.0f / l : 0.0f;
-    lse[half] = l > 0.0f ? (m_run[half] + log2f(l)) * cuda::kLn2 : -INFINITY;
-  }
-  auto* out = static_cast<__nv_bfloat16*>(p.out) + static_cast<int64_t>(q_start) * p.out_token_stride +
-              static_cast<int64_t>(head) * p.out_head_stride;
-#pragma unroll
-  for (int i = 0; i < size(tOrO); i += 2) {
-    const int half = (i >> 1) & 1;
-    const int row = row0 + get<0>(tOcO(i));
-    if (row >= lq) continue;
-    *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * p.out_token_stride + get<1>(tOcO(i))) =
-        cuda::PackBf16(tOrO(i) * inv[half], tOrO(i + 1) * inv[half]);
-  }
-  if (p.lse != nullptr && wg_tid % 4 == 0) {
+  for (int w = 0; w < n_work; ++w) {
+    const int m0 = (w == 0 ? first_tile : second_tile) * kBlockM, n_tiles = key_tiles(m0);
+    const int row0 = m0 + wg * kWgRows;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = row0 + get<0>(tScS(2 * half));
-      if (row < lq) p.lse[static_cast<int64_t>(q_start + row) * p.num_heads + head] = lse[half];
+      const int row = row0 + my_row[half];
+      key_end[half] = p.causal ? max(0, min(lk, row + causal_shift + 1)) : lk;
+      m_run[half] = -INFINITY;
+      l_run[half] = 0.0f;
+    }
+    wg_key_end = p.causal ? min(lk, row0 + causal_shift + 1) : lk;
+    clear(tOrO);
+
+    if (n_tiles > 0) {
+      FullBarrier::wait(&ss.q_full, q_loads & 1);
+      ++q_loads;
+      // Tile i of this query tile: key tile n_tiles - 1 - i, load loaded + i.
+      const auto stage = [&](int i) { return (loaded + i) & 1; };
+      const auto phase = [&](int i) { return ((loaded + i) >> 1) & 1; };
+      FullBarrier::wait(&ss.k_full[stage(0)], phase(0));
+      qk_gemm(stage(0));
+      warpgroup_wait<0>();
+      release(&ss.k_empty[stage(0)]);
+      if (n_tiles == 1) release(&ss.q_empty);  // this warpgroup's last use of Q
+      softmax(n_tiles - 1);
+#pragma unroll 1
+      for (int i = 1; i < n_tiles; ++i) {
+        // P(i - 1), from the softmax that ended the previous iteration, once P V(i - 2) is
+        // done. The wait sits here rather than at the end of the previous iteration because
+        // ptxas would hoist it above that softmax there, and the two would no longer overlap.
+        warpgroup_wait<0>();
+        if (i >= 2) release(&ss.v_empty[stage(i - 2)]);
+        convert_p();
+        FullBarrier::wait(&ss.k_full[stage(i)], phase(i));
+        // Warpgroup 0 goes first; afterwards each waits until the other has issued.
+        if (pingpong && !(wg == 0 && i == 1)) cutlass::arch::NamedBarrier::sync(Tile::kConsumers, kTurnBarrier + wg);
+        qk_gemm(stage(i));
+        rescale_o();
+        FullBarrier::wait(&ss.v_full[stage(i - 1)], phase(i - 1));
+        pv_gemm(stage(i - 1));
+        // Warpgroup 1's last turn has nobody left to wake.
+        if (pingpong && !(wg == 1 && i == n_tiles - 1)) {
+          cutlass::arch::NamedBarrier::arrive(Tile::kConsumers, kTurnBarrier + (1 - wg));
+        }
+        warpgroup_wait<1>();  // S(i) done, P V(i - 1) may still run
+        release(&ss.k_empty[stage(i)]);
+        if (i == n_tiles - 1) release(&ss.q_empty);
+        softmax(n_tiles - 1 - i);
+      }
+      const int last = n_tiles - 1;
+      warpgroup_wait<0>();
+      if (last >= 1) release(&ss.v_empty[stage(last - 1)]);
+      convert_p();
+      rescale_o();
+      FullBarrier::wait(&ss.v_full[stage(last)], phase(last));
+      pv_gemm(stage(last));
+      warpgroup_wait<0>();
+      release(&ss.v_empty[stage(last)]);
+      loaded += n_tiles;
+    }
+
+    // Normalise and write the rows that exist; a row that saw no key gets 0 and -inf.
+    float inv[2], lse[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float l = cuda::QuadSum(l_run[half]);
+      inv[half] = l > 0.0f ? 1.0f / l : 0.0f;
+      lse[half] = l > 0.0f ? (m_run[half] + log2f(l)) * cuda::kLn2 : -INFINITY;
+    }
+    auto* out = static_cast<__nv_bfloat16*>(p.out) + static_cast<int64_t>(q_start) * p.out_token_stride +
+                static_cast<int64_t>(head) * p.out_head_stride;
+#pragma unroll
+    for (int i = 0; i < size(tOrO); i += 2) {
+      const int half = (i >> 1) & 1;
+      const int row = row0 + get<0>(tOcO(i));
+      if (row >= lq) continue;
+      *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * p.out_token_stride + get<1>(tOcO(i))) =
+          cuda::PackBf16(tOrO(i) * inv[half], tOrO(i + 1) * inv[half]);
+    }
+    if (p.lse != nullptr && wg_tid % 4 == 0) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0 + my_row[half];
+        if (row < lq) p.lse[static_cast<int64_t>(q_start + row) * p.num_heads + head] = lse[half];
+      }
     }
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -406,10 +457,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 
 // Launches one configuration (defined in its instantiation file).
 template <int kDqk, int kDv>
-absl::Status LaunchMhaPrefillSm90(const MhaPrefillParams& p, bool pingpong, cudaStream_t stream);
+absl::Status LaunchMhaPrefillSm90(const MhaPrefillParams& p, Schedule schedule, cudaStream_t stream);
 
 template <int kDqk, int kDv>
-absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, bool pingpong, cudaStream_t stream) {
+absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedule, cudaStream_t stream) {
   using Tile = Sm90Tile<kDqk, kDv>;
   // One head: its stride is never stepped; give TMA a valid (non-zero) one.
   const auto head_stride = [](int heads, int64_t stride, int64_t token_stride) {
@@ -426,7 +477,7 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, bool pingpong, 
                       p.num_kv_heads, p.max_seqlen_k, k_ends, typename Tile::VLayout{}),
       q_ends,
       k_ends,
-      pingpong};
+      schedule};
   constexpr int kSmem = sizeof(Sm90Smem<Tile>);
   static_assert(kSmem <= 227 * 1024, "the sm90 mha_prefill tile exceeds Hopper's shared memory");
   auto kernel = MhaPrefillSm90Kernel<Tile>;
@@ -434,7 +485,8 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, bool pingpong, 
       err != cudaSuccess) {
     return cuda::CudaStatus(err, "mha_prefill sm90: raising the shared-memory limit");
   }
-  const dim3 grid((p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM, p.num_heads, p.batch);
+  const int query_tiles = (p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM;
+  const dim3 grid(schedule.paired ? (query_tiles + 1) / 2 : query_tiles, p.num_heads, p.batch);
   kernel<<<grid, Tile::kThreads, kSmem, stream>>>(args);
   return cuda::LaunchStatus("MhaPrefillSm90Kernel");
 }
