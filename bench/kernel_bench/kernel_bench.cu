@@ -13,9 +13,14 @@
 //                 libcudnn.so.9 loads; its plan is built in the warm-up calls)
 //   kv_pack     : GB/s over its bytes (each input read once, each output written once)
 //   mla_prefill : TFLOP/s as a fraction of the GEMM rate
-// Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--only KERNEL]
+// Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--only KERNEL] [--repeat N]
+//                              [--mha-min-seqlen S] [--mha-rows NAME,...]
 //   --only mla_decode|mha_prefill|kv_pack|mla_prefill: just that family (the ceilings are
 //   always measured)
+//   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, each
+//   row's time the median of its passes (default 1)
+//   --mha-min-seqlen S, --mha-rows: only mha_prefill shapes of sequences >= S, only these rows
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -23,6 +28,7 @@
 #include <numeric>
 #include <random>
 
+#include "absl/strings/str_split.h"
 #include "bench/kernel_bench/bench_util.cuh"
 #include "kernels/common/page.h"
 #include "kernels/kv_pack/api.h"
@@ -115,6 +121,9 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
 // schedule's ping-pong flipped ("alt") or unpaired ("single"), our mma.sync kernel, cuDNN.
 enum class MhaRow { kOurs, kWgmmaAlt, kWgmmaSingle, kMmaSync, kCudnn };
 
+constexpr MhaRow kAllMhaRows[] = {MhaRow::kOurs, MhaRow::kWgmmaAlt, MhaRow::kWgmmaSingle, MhaRow::kMmaSync,
+                                  MhaRow::kCudnn};
+
 const char* MhaRowName(MhaRow row) {
   switch (row) {
     case MhaRow::kOurs: return "mha_prefill";
@@ -126,8 +135,11 @@ const char* MhaRowName(MhaRow row) {
   return "?";
 }
 
-void BenchMhaPrefill(int heads, int seqlen, int total, int dqk, MhaRow row, const Ceilings& ceil,
-                     Results& res) {
+// One causal mha_prefill shape (`total` tokens in sequences of `seqlen`, head dims dqk / 128),
+// timed for each of `rows` on the same inputs: `repeat` passes over the rows in turn (so slow
+// drifts of the clock fall on all of them alike), each row's time the median of its passes.
+void BenchMhaPrefill(int heads, int seqlen, int total, int dqk, const std::vector<MhaRow>& rows, int repeat,
+                     const Ceilings& ceil, Results& res) {
   constexpr int kDv = 128;
   const int batch = total / seqlen;
   const int64_t tokens = static_cast<int64_t>(batch) * seqlen;
@@ -149,22 +161,36 @@ void BenchMhaPrefill(int heads, int seqlen, int total, int dqk, MhaRow row, cons
   p.lse = lse.get<float>(); p.cu_seqlens_q = cu.get<int32_t>(); p.cu_seqlens_k = cu.get<int32_t>();
   p.max_seqlen_q = seqlen; p.max_seqlen_k = seqlen; p.softmax_scale = 1.0f / std::sqrt(float(dqk));
   p.causal = true;
-  p.provider = row == MhaRow::kCudnn ? kernels::MhaPrefillProvider::kCudnn : kernels::MhaPrefillProvider::kOurs;
-  p.kernel = row == MhaRow::kMmaSync ? kernels::MhaPrefillKernel::kMmaSync : kernels::MhaPrefillKernel::kAuto;
-  std::function<void()> call = [&] { CheckStatus(kernels::MhaPrefill(p, kCuda), "MhaPrefill"); };
-  if (row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle) {
-    if (!kernels::MhaPrefillWgmmaApplies(p)) return;  // not a Hopper GPU with an sm_90a build
-    kernels::mha_sm90::Schedule schedule = kernels::mha_sm90::DefaultSchedule(dqk);
-    if (row == MhaRow::kWgmmaAlt) schedule.pingpong = !schedule.pingpong;
-    if (row == MhaRow::kWgmmaSingle) schedule.paired = !schedule.paired;
-    call = [&, schedule] { CheckStatus(kernels::mha_sm90::Launch(p, schedule, nullptr), "mha_sm90::Launch"); };
+  // The call of each row; the wgmma schedule variants only where the wgmma kernel runs.
+  std::vector<std::pair<MhaRow, std::function<void()>>> calls;
+  for (MhaRow row : rows) {
+    kernels::MhaPrefillParams rp = p;
+    rp.provider = row == MhaRow::kCudnn ? kernels::MhaPrefillProvider::kCudnn : kernels::MhaPrefillProvider::kOurs;
+    rp.kernel = row == MhaRow::kMmaSync ? kernels::MhaPrefillKernel::kMmaSync : kernels::MhaPrefillKernel::kAuto;
+    if (row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle) {
+      if (!kernels::MhaPrefillWgmmaApplies(rp)) continue;  // not a Hopper GPU with an sm_90a build
+      kernels::mha_sm90::Schedule schedule = kernels::mha_sm90::DefaultSchedule(dqk);
+      if (row == MhaRow::kWgmmaAlt) schedule.pingpong = !schedule.pingpong;
+      if (row == MhaRow::kWgmmaSingle) schedule.paired = !schedule.paired;
+      calls.emplace_back(row, [rp, schedule] {
+        CheckStatus(kernels::mha_sm90::Launch(rp, schedule, nullptr), "mha_sm90::Launch");
+      });
+    } else {
+      calls.emplace_back(row, [rp] { CheckStatus(kernels::MhaPrefill(rp, kCuda), "MhaPrefill"); });
+    }
   }
-  const double ms = MedianMs(call, 2, 10);
+  std::vector<std::vector<double>> ms(calls.size());
+  for (int pass = 0; pass < repeat; ++pass)
+    for (size_t c = 0; c < calls.size(); ++c) ms[c].push_back(MedianMs(calls[c].second, 2, 10));
   const double flops = 2.0 * batch * static_cast<double>(seqlen) * seqlen * heads * (dqk + kDv) / 2.0;
-  const double tflops = flops / (ms * 1e-3) / 1e12;
   char shape[128];
   std::snprintf(shape, sizeof(shape), "causal h=%d seqlen=%d batch=%d d=%d/%d", heads, seqlen, batch, dqk, kDv);
-  res.Add(MhaRowName(row), shape, ms, tflops, 0.0, tflops / ceil.gemm_tflops, "GEMM");
+  for (size_t c = 0; c < calls.size(); ++c) {
+    std::sort(ms[c].begin(), ms[c].end());
+    const double t = ms[c][ms[c].size() / 2];
+    const double tflops = flops / (t * 1e-3) / 1e12;
+    res.Add(MhaRowName(calls[c].first), shape, t, tflops, 0.0, tflops / ceil.gemm_tflops, "GEMM");
+  }
 }
 
 void BenchKvPack(int tokens, int heads, const Ceilings& ceil, Results& res) {
@@ -220,12 +246,31 @@ int main(int argc, char** argv) {
   std::string json_path;
   std::string only;
   bool quick = false;
+  int mha_repeat = 1, mha_min_seqlen = 0;
+  std::vector<MhaRow> mha_rows(std::begin(kAllMhaRows), std::end(kAllMhaRows));
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--quick] [--only KERNEL]\n", argv[0]);
+    else if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) mha_repeat = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--mha-min-seqlen") == 0 && i + 1 < argc) mha_min_seqlen = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--mha-rows") == 0 && i + 1 < argc) {
+      mha_rows.clear();
+      for (const std::string& name : std::vector<std::string>(absl::StrSplit(argv[++i], ','))) {
+        bool known = false;
+        for (MhaRow row : kAllMhaRows) {
+          if (name == MhaRowName(row)) mha_rows.push_back(row), known = true;
+        }
+        if (!known) {
+          std::fprintf(stderr, "--mha-rows: %s is not a row name\n", name.c_str());
+          return 1;
+        }
+      }
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--json FILE] [--quick] [--only KERNEL] [--repeat N] [--mha-min-seqlen S] "
+                   "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_mmasync,mha_prefill_cudnn]\n",
+                   argv[0]);
       return 1;
     }
   }
@@ -262,13 +307,15 @@ int main(int argc, char** argv) {
       for (int seqlen : {1024, 2048, 4096, 8192, 16384}) {
         if ((quick && seqlen != 8192) || !wanted("mha_prefill")) continue;
         if (dqk == 128 && seqlen < 4096) continue;
-        for (MhaRow row : {MhaRow::kOurs, MhaRow::kWgmmaAlt, MhaRow::kWgmmaSingle, MhaRow::kMmaSync,
-                           MhaRow::kCudnn}) {
+        if (seqlen < mha_min_seqlen) continue;
+        std::vector<MhaRow> rows;
+        for (MhaRow row : mha_rows) {
           if (row == MhaRow::kCudnn && !cudnn.ok()) continue;
           // The schedule variants at 4k-16k only.
           if ((row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle) && seqlen < 4096) continue;
-          BenchMhaPrefill(heads, seqlen, 16384, dqk, row, ceil, res);
+          rows.push_back(row);
         }
+        BenchMhaPrefill(heads, seqlen, 16384, dqk, rows, mha_repeat, ceil, res);
       }
   if (wanted("kv_pack")) BenchKvPack(16384, 128, ceil, res);
   if (wanted("mla_prefill")) {

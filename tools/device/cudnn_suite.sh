@@ -17,8 +17,10 @@
 #             && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-cudnn.tar.xz
 #   there:  tools/device/cudnn_suite.sh [--quick]     (carry [".devpack-cudnn.tar.xz"])
 # --quick: 8k rows only. SANITIZE=0 skips compute-sanitizer; BASELINE=0 skips PyTorch; TESTS=0
-# skips step 4. Logs land in $WORK (default /tmp/cudnn_out); $OUT, where set (the device
-# machine's return folder), gets them as one cudnn_suite.tgz plus table.txt. Stdout stays short
+# skips step 4. REPEAT=N times each shape in N passes (bench and PyTorch; median of the passes),
+# MIN_SEQLEN=S skips shorter sequences, BENCH_ARGS adds bench flags (e.g. --mha-rows ...).
+# Logs land in $WORK (default /tmp/cudnn_out); $OUT, where set (the device machine's return
+# folder), gets them as one cudnn_suite.tgz plus table.txt. Stdout stays short
 # (summaries, failures, the table): the run's reply carries only its end.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -84,7 +86,9 @@ if [[ -n $stop ]]; then
 fi
 
 # 2. The benchmark rows (before the long tests: the numbers are what a round is for).
-timeout $(budget 360) .devbin/mlaserve-kernel-bench $QUICK --only mha_prefill --json "$WORK/kernel_bench.json" \
+# shellcheck disable=SC2086
+timeout $(budget 360) .devbin/mlaserve-kernel-bench $QUICK --only mha_prefill --repeat "${REPEAT:-1}" \
+  --mha-min-seqlen "${MIN_SEQLEN:-0}" ${BENCH_ARGS:-} --json "$WORK/kernel_bench.json" \
   > "$WORK/kernel_bench.txt" 2>&1
 echo "== [$((SECONDS - T0)) s] mlaserve-kernel-bench rc=$?"
 grep -vE "^mha_prefill" "$WORK/kernel_bench.txt" | head -8
@@ -92,7 +96,7 @@ grep -vE "^mha_prefill" "$WORK/kernel_bench.txt" | head -8
 # 3. PyTorch SDPA on its cuDNN backend, same shapes (the other backends are timed by
 # tools/bench_attention_baseline.py; here only the one we compare with).
 if [[ ${BASELINE:-1} == 1 ]] && (( $(budget 200) > 40 )); then
-  timeout $(budget 200) python3 - "$QUICK" > "$WORK/baseline.txt" 2>&1 <<'EOF'
+  timeout $(budget 200) python3 - "$QUICK" "${REPEAT:-1}" "${MIN_SEQLEN:-0}" > "$WORK/baseline.txt" 2>&1 <<'EOF'
 import json, math, sys
 sys.path.insert(0, "tools")
 import torch
@@ -105,13 +109,16 @@ for dqk in (192, 128):
         for seqlen in (1024, 2048, 4096, 8192, 16384):
             if (sys.argv[1] == "--quick" and seqlen != 8192) or (dqk == 128 and seqlen < 4096):
                 continue
+            if seqlen < int(sys.argv[3]):
+                continue
             batch = 16384 // seqlen
             q = torch.randn(batch, heads, seqlen, dqk, device="cuda", dtype=torch.bfloat16)
             k = torch.randn(batch, heads, seqlen, dqk, device="cuda", dtype=torch.bfloat16)
             v = torch.randn(batch, heads, seqlen, 128, device="cuda", dtype=torch.bfloat16)
             run = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0 / math.sqrt(dqk))
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                ms = b.median_ms(run)
+                passes = sorted(b.median_ms(run) for _ in range(int(sys.argv[2])))
+            ms = passes[len(passes) // 2]
             flops = 2.0 * batch * seqlen * seqlen * heads * (dqk + 128) / 2.0
             rows.append({"kernel": "sdpa_cudnn", "dqk": dqk, "heads": heads, "seqlen": seqlen, "ms": ms,
                          "tflops": flops / (ms * 1e-3) / 1e12})
