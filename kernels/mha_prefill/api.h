@@ -33,8 +33,9 @@ namespace mlaserve::kernels {
 //   kOurs:  this family's kernels (MhaPrefillKernel below).
 //   kCudnn: cuDNN SDPA; INVALID_ARGUMENT naming a combination cuDNN cannot run, FAILED_PRECONDITION
 //           when this build or process has no cuDNN (MhaPrefillCudnnVersion says why).
-//   kAuto:  cuDNN where it can run the call (about 2x ours on H100 at 4k-16k, docs/kernels.md),
-//           else ours.
+//   kAuto:  cuDNN where it can run the call, else ours. (Chosen when ours was the mma.sync kernel
+//           alone, at ~0.45x of cuDNN; on Hopper the wgmma kernel now matches or beats cuDNN at
+//           4k-16k, docs/kernels.md: the GPU profiles decide per shape, and ask for kOurs.)
 // The CPU backend runs its reference for kAuto and kOurs and refuses kCudnn.
 enum class MhaPrefillProvider : uint8_t { kAuto, kOurs, kCudnn };
 
