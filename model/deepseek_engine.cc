@@ -183,9 +183,19 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
   return total + kMaxAllocationsPerStep * kDeviceAlignment;
 }
 
+absl::Status DeepseekEngine::CheckBatch(std::span<const SequenceChunk> batch) const {
+  RETURN_IF_ERROR(CheckChunkRanks(batch, 1));
+  if (batch.empty() && layout_.attention_dp()) return absl::OkStatus();
+  return planner_.Plan(batch).status();
+}
+
+absl::Status DeepseekEngine::SynchronizeStream() const { return model::Synchronize(ctx_); }
+
 absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceChunk> batch,
                                                       AttentionPath path,
                                                       const LayerDoneFn& on_layer_done) {
+  RETURN_IF_ERROR(CheckChunkRanks(batch, 1));
+  if (batch.empty() && layout_.attention_dp()) return JoinIdleStep();
   ASSIGN_OR_RETURN(BatchPlan plan, planner_.Plan(batch));
   const AttentionForm form = forms_.Resolve(&plan, path, cache_->ReadsNeedSparseForm());
 
@@ -321,6 +331,19 @@ absl::Status DeepseekEngine::LmHead(const BatchPlan& plan, const StepActivations
   }
   // f32 logits whatever the activation dtype.
   return parallel_.LmHead(weights_.lm_head, picked, rows, logits);
+}
+
+absl::StatusOr<ForwardResult> DeepseekEngine::JoinIdleStep() {
+  scratch_.Reset();
+  const BatchPlan none;  // no tokens, no logit rows
+  RETURN_IF_ERROR(parallel_.BeginStep(none));
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    RETURN_IF_ERROR(parallel_.RunFeedForward(layers_[l].feed_forward, 0, nullptr, nullptr));
+  }
+  RETURN_IF_ERROR(parallel_.LmHead(weights_.lm_head, nullptr, 0, nullptr));
+  ForwardResult result;
+  result.path_used = AttentionPath::kMla;
+  return result;
 }
 
 }  // namespace mlaserve::model

@@ -66,10 +66,12 @@ class DeepseekEngine final : public Engine {
                                         AttentionPath path = AttentionPath::kAuto,
                                         const LayerDoneFn& on_layer_done = nullptr) override;
   // The input checks of Forward alone (INVALID_ARGUMENT naming the bad value), run before the
-  // ranks of a ParallelEngine start a step they must all finish.
-  absl::Status CheckBatch(std::span<const SequenceChunk> batch) const {
-    return planner_.Plan(batch).status();
-  }
+  // ranks of a ParallelEngine start a step they must all finish. A DeepseekEngine is one rank:
+  // every chunk's rank is 0. A data-parallel rank takes an empty batch: it joins the step's
+  // collectives for the other ranks' tokens (the MoE and LM head need every rank every step).
+  absl::Status CheckBatch(std::span<const SequenceChunk> batch) const;
+  // Waits for everything queued on the engine's stream (kCuda; nothing on kCpu).
+  absl::Status SynchronizeStream() const;
 
   // CUDA graphs for decode steps (kCuda; on by default; decode_graph_runner.h). Benchmarks
   // turn them off to time eager steps on the same engine.
@@ -121,6 +123,9 @@ class DeepseekEngine final : public Engine {
   absl::Status FeedForwardHalf(int layer, int T, const StepActivations& a);
   // The LM head over plan.logit_rows of a.normed.
   absl::Status LmHead(const BatchPlan& plan, const StepActivations& a, float* logits);
+  // A data-parallel rank with no requests this step: the collectives of every layer's
+  // feed-forward half and of the LM head, over no rows of its own.
+  absl::StatusOr<ForwardResult> JoinIdleStep();
   // After the step: `logits` [rows, vocab] drawn on the device when `device_samples` is not
   // empty, else copied into result->logits (kCuda; on kCpu they are result->logits already).
   absl::Status DeliverRows(const float* logits, std::span<const SampleRow* const> device_samples,

@@ -117,6 +117,10 @@ if(MLASERVE_BUILD_TESTS)
   mlaserve_test(model_engine_parallel_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_parallel_test.cc
                 DEPS model_runtime mlaserve_parallel nlohmann_json::nlohmann_json TIMEOUT 600)
+  # Data-parallel attention as a worker serves it: each rank its own requests and pool.
+  mlaserve_test(model_engine_parallel_data_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_parallel_data_test.cc
+                DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
   mlaserve_test(model_engine_behavior_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_behavior_test.cc
                 DEPS model_runtime model_sampler nlohmann_json::nlohmann_json TIMEOUT 600)
