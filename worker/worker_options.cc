@@ -31,8 +31,9 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
                  "(docs/parallel.md)")
       ->capture_default_str();
   app.add_option("--attention-parallel", o->attention_parallel,
-                 "tensor: attention heads split over the ranks, the latent cache replicated "
-                 "(data: each rank its own requests; engine only, not served yet)")
+                 "tensor: attention heads split over the ranks, the latent cache replicated; "
+                 "data: each rank its own requests and KV pool (--num-kv-pages, "
+                 "--max-running-requests and --max-batch-tokens then hold per rank)")
       ->capture_default_str();
   app.add_option("--moe-parallel", o->moe_parallel,
                  "expert: routed experts split over the ranks; tensor: every expert split")
