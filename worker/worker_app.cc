@@ -124,24 +124,24 @@ std::optional<StartupError> WorkerApp::Build() {
   // Every rank's pool together; under data attention each rank's too (docs/parallel.md).
   auto* pages_total = metrics_.GetGauge("mlaserve_kv_pages_total", "KV pages in the pool.");
   auto* pages_used = metrics_.GetGauge("mlaserve_kv_pages_used", "KV pages in use.");
-  std::vector<std::pair<common::Gauge*, common::Gauge*>> per_rank;
+  std::vector<std::pair<common::Gauge*, common::Gauge*>> rank_gauges;
   for (int r = 0; r < e.data_ranks() && e.data_ranks() > 1; ++r) {
     const common::MetricLabels rank = {{"rank", std::to_string(r)}};
-    per_rank.emplace_back(
+    rank_gauges.emplace_back(
         metrics_.GetGauge("mlaserve_rank_kv_pages_total",
                           "KV pages in each data-parallel rank's pool.", rank),
         metrics_.GetGauge("mlaserve_rank_kv_pages_used",
                           "KV pages in use in each data-parallel rank's pool.", rank));
   }
-  metrics_.AddCollectHook([&e, pages_total, pages_used, per_rank] {
+  metrics_.AddCollectHook([&e, pages_total, pages_used, rank_gauges] {
     int total = 0, used = 0;
     for (int r = 0; r < e.data_ranks(); ++r) {
       const model::KvPool& pool = e.rank_pool(r);
       total += pool.total_pages();
       used += pool.total_pages() - pool.free_pages();
-      if (r < static_cast<int>(per_rank.size())) {
-        per_rank[r].first->Set(pool.total_pages());
-        per_rank[r].second->Set(pool.total_pages() - pool.free_pages());
+      if (r < static_cast<int>(rank_gauges.size())) {
+        rank_gauges[r].first->Set(pool.total_pages());
+        rank_gauges[r].second->Set(pool.total_pages() - pool.free_pages());
       }
     }
     pages_total->Set(total);
