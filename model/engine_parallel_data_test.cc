@@ -10,6 +10,8 @@
 
 #include "gtest/gtest.h"
 #include "model/parallel_engine.h"
+#include "model/parallel_graph_plan.h"
+#include "model/testing/deepseek_engine_test_peer.h"
 #include "model/testing/engine_fixtures.h"
 
 namespace mlaserve::model {
@@ -310,6 +312,78 @@ TEST(DataParallelEngineKv, RefusesChunksForRanksItDoesNotHave) {
   EXPECT_TRUE((*data)->Forward({&c, 1}).ok());
   (*data)->rank_pool(1).Free(*pages);
 }
+
+// Sharded decode as graph steps (parallel_graph_plan.h): one bucket for every rank, or eager.
+TEST(ShardedGraphBucket, OneBucketForEveryRankOrNone) {
+  using S = RankStepShape;
+  EXPECT_EQ(ShardedGraphBucket(std::vector<S>{{3, true}, {3, true}}, 64), 4);  // tensor ranks
+  EXPECT_EQ(ShardedGraphBucket(std::vector<S>{{3, true}, {0, true}}, 64), 4);  // an idle rank
+  EXPECT_EQ(ShardedGraphBucket(std::vector<S>{{5, true}, {2, true}, {1, true}}, 64), 8);
+  EXPECT_EQ(ShardedGraphBucket(std::vector<S>{{5, true}, {2, true}}, 6), 6);  // max_batch_seqs
+  EXPECT_EQ(ShardedGraphBucket(std::vector<S>{{5, true}, {2, false}}, 64), 0)
+      << "a prefill chunk on one rank: every rank eager";
+  EXPECT_EQ(ShardedGraphBucket(std::vector<S>{{0, true}, {0, true}}, 64), 0) << "no work";
+}
+
+// What a graph step does on the GPU, except the capture, on the CPU backend: every rank pads
+// its decode batch to the common bucket (an idle data-parallel rank runs padding rows only)
+// and takes the feed-forward counts as known instead of exchanging them. The logits equal the
+// single-rank engine's; steps with a prompt chunk on any rank run eagerly on every rank.
+class ShardedGraphStepTest
+    : public ::testing::TestWithParam<std::tuple<std::string, AttentionParallel>> {};
+
+TEST_P(ShardedGraphStepTest, PaddedStaticStepsEqualTheSingleRankEngine) {
+  const auto& [fixture, attention] = GetParam();
+  const std::string dir = std::string(kFixtureRoot) + "/" + fixture;
+  testing::Reference ref;
+  ASSERT_TRUE(testing::LoadReference(dir, &ref));
+  auto single = testing::MakeEngine(dir, kPages);
+  ASSERT_NE(single, nullptr);
+  constexpr int n = 2;
+  auto engine = MakeParallel(dir, n, attention, MoeParallel::kExpert);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto* pe = dynamic_cast<ParallelEngine*>(engine->get());
+  ASSERT_NE(pe, nullptr);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(testing::DeepseekEngineTestPeer(pe->rank_engine(r)).PadDecodeStepsOnCpu().ok());
+  }
+  std::vector<Request> requests;
+  if (attention == AttentionParallel::kData) {
+    // Rank 0: three requests (a bucket of 4), rank 1: one that ends first (then idles).
+    for (int i = 0; i < 4; ++i) {
+      Request q;
+      q.prompt = ref.prompts[i % ref.prompts.size()].ids;
+      q.rank = i == 3 ? 1 : 0;
+      q.steps = i == 3 ? 2 : 5;
+      requests.push_back(std::move(q));
+    }
+  } else {
+    for (int i = 0; i < 3; ++i) {
+      Request q;
+      q.prompt = ref.prompts[i + 1].ids;
+      q.steps = 3 + i;
+      requests.push_back(std::move(q));
+    }
+  }
+  ASSERT_TRUE(RunTogether(**engine, requests).ok());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    absl::StatusOr<Generation> want = GenerateAlone(*single, requests[i].prompt, requests[i].steps);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ExpectSame(requests[i].got, *want, fixture + " request " + std::to_string(i));
+  }
+  // The prefill step ran eagerly; every decode step (5) as a graph step on every rank.
+  EXPECT_EQ(pe->graph_steps(), 5);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(pe->rank_engine(r).decode_graph_steps(), 5) << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, ShardedGraphStepTest,
+    ::testing::Values(std::tuple{std::string("deepseek_v3"), AttentionParallel::kData},
+                      std::tuple{std::string("deepseek_v32"), AttentionParallel::kData},
+                      std::tuple{std::string("deepseek_v2"), AttentionParallel::kTensor}),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + AttentionParallelName(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace mlaserve::model

@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<Engine>> ParallelEngine::Create(const EngineOptio
         absl::StrCat("ParallelEngine: --tp-size is ", n, "; a single rank is the plain engine"));
   }
   std::unique_ptr<ParallelEngine> e(new ParallelEngine());
+  e->max_batch_seqs_ = options.max_batch_seqs;
   for (int r = 0; r < n; ++r) e->threads_.push_back(std::make_unique<RankThread>());
   e->comms_.resize(n);
   if (options.backend == kernels::Backend::kCpu) {
@@ -138,11 +139,18 @@ absl::StatusOr<std::vector<ForwardResult>> ParallelEngine::StepRanks(
     const std::vector<std::span<const SequenceChunk>>& batches, AttentionPath path,
     const LayerDoneFn& rank0_done) {
   const int n = ranks();
+  // Graph steps or eager, every rank alike (parallel_graph_plan.h); shapes are host planning.
+  std::vector<RankStepShape> shapes(n);
+  for (int r = 0; r < n; ++r) {
+    ASSIGN_OR_RETURN(shapes[r], ranks_[r]->ShapeOf(batches[r], path, r == 0 && rank0_done));
+  }
+  const int bucket = ShardedGraphBucket(shapes, max_batch_seqs_);
   std::vector<absl::StatusOr<ForwardResult>> results(n, absl::UnknownError("not run"));
   OnRanks([&](int r) {
-    results[r] = ranks_[r]->Forward(batches[r], path, r == 0 ? rank0_done : nullptr);
+    results[r] = ranks_[r]->ForwardRank(batches[r], path, r == 0 ? rank0_done : nullptr, bucket);
     if (!results[r].ok()) comms_[r]->Abort();  // release the ranks waiting for this one
   });
+  if (bucket > 0) ++graph_steps_;
   std::vector<ForwardResult> out;
   for (int r = 0; r < n; ++r) {
     if (results[r].ok()) {

@@ -55,6 +55,15 @@ class ParallelEngine final : public Engine {
                                         AttentionPath path = AttentionPath::kAuto,
                                         const LayerDoneFn& on_layer_done = nullptr) override;
 
+  // Rank r's engine (diagnostics and tests; the ranks step only through Forward).
+  DeepseekEngine& rank_engine(int r) { return *ranks_[r]; }
+  // CUDA graphs for decode steps on every rank (on by default on kCuda; parallel_graph_plan.h).
+  void set_decode_graphs(bool on) {
+    for (auto& r : ranks_) r->set_decode_graphs(on);
+  }
+  // Steps every rank ran as a graph step (padded to one bucket), since Create.
+  int64_t graph_steps() const { return graph_steps_; }
+
   class RankThread;  // parallel_engine.cc
 
  private:
@@ -73,6 +82,8 @@ class ParallelEngine final : public Engine {
   std::vector<std::unique_ptr<parallel::Collective>> comms_;
   std::vector<std::unique_ptr<DeepseekEngine>> ranks_;
   absl::Status broken_;  // sticky: why the group's collectives are unusable
+  int max_batch_seqs_ = 0;
+  int64_t graph_steps_ = 0;
 };
 
 }  // namespace mlaserve::model

@@ -64,6 +64,7 @@ add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/engine.cc
   ${CMAKE_CURRENT_LIST_DIR}/deepseek_engine.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_step.cc
+  ${CMAKE_CURRENT_LIST_DIR}/parallel_graph_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_engine.cc)
 target_link_libraries(model_runtime PUBLIC model_layers model_kv_cache model_weights model_step model_loader model_kv_pool model_rope model_sampler
                       model_padded_matrix model_device_memory mlaserve_kernels mlaserve_parallel
