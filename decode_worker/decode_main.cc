@@ -51,6 +51,12 @@ class DecodeRole final : public worker::Role {
       no.page_io_factory = kvtransfer::nccl::CudaPageIoFactory(o.device);
       no.no_progress_timeout = o.kv_no_progress_timeout;
       no.authorizer = &env.security.authorizer;
+      // Data-parallel attention: each session is received on its rank's GPU, into its pool.
+      for (int r = 0; r < e.data_ranks() && e.data_ranks() > 1; ++r) {
+        no.pool_devices.push_back({&e.rank_pool(r),
+                                   kvtransfer::nccl::NcclCommunicatorFactory(o.device + r),
+                                   kvtransfer::nccl::CudaPageIoFactory(o.device + r)});
+      }
       nccl_service_ = std::make_unique<kvtransfer::nccl::KvNcclServiceImpl>(
           receiver_.get(), &e.kv_pool(), std::move(no));
     }

@@ -156,7 +156,11 @@ int WorkerApp::Run(Role& role) {
   const char* role_name = RoleName(kind_);
   model::Engine& e = *engine_;
 
-  const bool gpu_pool = e.backend() == kernels::Backend::kCuda && o.tp_size == 1;
+  // nccl moves KV between GPU pools: a decode worker's ranks receive on their GPUs (rank pools
+  // under data attention, rank 0's then every replica under tensor attention); a prefill
+  // worker sends from rank 0's (replicated) pool, which a data-parallel one does not have.
+  const bool gpu_pool = e.backend() == kernels::Backend::kCuda &&
+                        !(kind_ == WorkerRoleKind::kPrefill && e.data_ranks() > 1);
 #ifdef MLASERVE_HAVE_NCCL
   const bool nccl_built = true;
 #else
