@@ -28,7 +28,8 @@ class DecodeRole final : public worker::Role {
   std::optional<worker::StartupError> Start(const worker::WorkerEnv& env) override {
     const worker::WorkerOptions& o = env.options;
     model::Engine& e = env.engine;
-    max_running_requests_ = o.max_running_requests;
+    // Under data attention the limit holds per rank (docs/parallel.md).
+    max_running_requests_ = o.max_running_requests * e.data_ranks();
     // The GPU profile gives the local-prefill threshold unless the flag sets one; it is
     // reported to the router, which prefills prompts up to it on this worker (docs/profiles.md).
     local_prefill_threshold_ = o.local_prefill_threshold >= 0
@@ -50,6 +51,12 @@ class DecodeRole final : public worker::Role {
       no.page_io_factory = kvtransfer::nccl::CudaPageIoFactory(o.device);
       no.no_progress_timeout = o.kv_no_progress_timeout;
       no.authorizer = &env.security.authorizer;
+      // Data-parallel attention: each session is received on its rank's GPU, into its pool.
+      for (int r = 0; r < e.data_ranks() && e.data_ranks() > 1; ++r) {
+        no.pool_devices.push_back({&e.rank_pool(r),
+                                   kvtransfer::nccl::NcclCommunicatorFactory(o.device + r),
+                                   kvtransfer::nccl::CudaPageIoFactory(o.device + r)});
+      }
       nccl_service_ = std::make_unique<kvtransfer::nccl::KvNcclServiceImpl>(
           receiver_.get(), &e.kv_pool(), std::move(no));
     }
@@ -90,6 +97,13 @@ class DecodeRole final : public worker::Role {
     load->set_running_requests(l.running);
     load->set_pending_requests(l.pending);
     load->set_max_running_requests(max_running_requests_);
+    for (const DecodeRankLoad& r : l.ranks) {
+      v1::RankLoad* rank = load->add_ranks();
+      rank->set_kv_pages_total(r.kv_pages_total);
+      rank->set_kv_pages_free(r.kv_pages_free);
+      rank->set_running_requests(r.running);
+      rank->set_pending_requests(r.pending);
+    }
   }
 
   void Drain(absl::Duration timeout) override { runner_->Drain(timeout); }

@@ -13,13 +13,20 @@ namespace mlaserve::decode {
 
 using kernels::PagesFor;
 
+namespace {
+DecodeSchedulerOptions WithRanks(DecodeSchedulerOptions o, int ranks) {
+  o.ranks = ranks;
+  return o;
+}
+}  // namespace
+
 DecodeRunner::DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiver,
                            DecodeRunnerOptions options, common::MetricsRegistry* metrics)
     : engine_(engine),
       receiver_(receiver),
       options_(std::move(options)),
       compat_hash_(receiver->layout().CompatHash()),
-      scheduler_(options_.scheduler) {
+      scheduler_(WithRanks(options_.scheduler, engine->data_ranks())) {
   kv_endpoint_ = options_.kv_endpoint;
   common::MetricsRegistry* m = metrics != nullptr ? metrics : &own_metrics_;
   const char* kFinished = "mlaserve_decode_requests_total";
@@ -50,6 +57,17 @@ DecodeRunner::DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiv
   queue_seconds_ = m->GetHistogram("mlaserve_decode_queue_seconds",
                                    "From Reserve to admission into the running batch.",
                                    common::LatencyBucketsSeconds());
+  for (int r = 0; r < engine->data_ranks() && engine->data_ranks() > 1; ++r) {
+    rank_running_.push_back(m->GetGauge("mlaserve_decode_rank_running_requests",
+                                        "Requests in the batch of each data-parallel rank.",
+                                        {{"rank", std::to_string(r)}}));
+  }
+}
+
+void DecodeRunner::UpdateRankGauges() {
+  for (size_t r = 0; r < rank_running_.size(); ++r) {
+    rank_running_[r]->Set(scheduler_.num_running(static_cast<int>(r)));
+  }
 }
 
 DecodeRunner::~DecodeRunner() {
@@ -128,23 +146,29 @@ void DecodeRunner::Intake() {
     if (a.cancel_session && !receiver_->Cancel(a.r->session_id)) continue;
     End(a.r, a.outcome);
   }
-  // Oldest first. A preempted request first gets its pages back (all its tokens are
-  // recomputed); while one waits for them and others run, newer requests wait too, so that
-  // pages freed by finishing requests go to it rather than to more growth.
+  // Oldest first, each rank on its own. A preempted request first gets its pages back (all
+  // its tokens are recomputed); while one waits for them and others run on its rank, newer
+  // requests of that rank wait too, so that pages freed by finishing requests go to it rather
+  // than to more growth.
   const absl::Time now = absl::Now();
-  int room = options_.scheduler.max_running - scheduler_.num_running();
+  std::vector<int> room(scheduler_.ranks());
+  for (int rank = 0; rank < scheduler_.ranks(); ++rank) {
+    room[rank] = options_.scheduler.max_running - scheduler_.num_running(rank);
+  }
   for (auto& r : admit) {
-    if (room <= 0) break;
+    const int rank = r->seq->rank;
+    if (room[rank] <= 0) continue;
     bool resumed;
     {
       absl::MutexLock lock(&mu_);
       resumed = r->preempted;
     }
     if (resumed) {
-      auto pages = engine_->kv_pool().Allocate(PagesFor(static_cast<int>(r->seq->tokens.size())));
+      auto pages = PoolOf(*r->seq).Allocate(PagesFor(static_cast<int>(r->seq->tokens.size())));
       if (!pages.ok()) {
-        if (scheduler_.num_running() > 0) break;
-        continue;  // nothing runs to free pages: let requests that hold theirs go ahead
+        // Nothing runs on its rank to free pages: let requests that hold theirs go ahead.
+        if (scheduler_.num_running(rank) > 0) room[rank] = 0;
+        continue;
       }
       r->seq->pages = std::move(*pages);
     }
@@ -154,7 +178,7 @@ void DecodeRunner::Intake() {
       r->preempted = false;
       r->kv_ready = true;
     }
-    --room;
+    --room[rank];
     if (!resumed) queue_seconds_->Observe(absl::ToDoubleSeconds(now - r->reserved_at));
     scheduler_.Add(r->seq);
     // Remote prefill: the first token came with the KV; stream it (it may already end it).
@@ -163,7 +187,6 @@ void DecodeRunner::Intake() {
 }
 
 void DecodeRunner::Grow() {
-  model::KvPool& pool = engine_->kv_pool();
   while (true) {
     // A decoding sequence writes position num_computed this step.
     DecodeSequence* short_of = nullptr;
@@ -174,14 +197,16 @@ void DecodeRunner::Grow() {
       }
     }
     if (short_of == nullptr) return;
-    if (auto page = pool.Allocate(1); page.ok()) {
+    if (auto page = PoolOf(*short_of).Allocate(1); page.ok()) {
       short_of->pages.push_back((*page)[0]);
       continue;
     }
-    // No free page: the most recently reserved running request gives its pages back (the
-    // last to come, first to yield, as vLLM does); it may be the one that needed a page.
+    // No free page: the most recently reserved running request of the same rank (whose pool
+    // it is) gives its pages back (the last to come, first to yield, as vLLM does); it may be
+    // the one that needed a page.
     std::shared_ptr<Request> victim;
     for (const auto& s : scheduler_.running()) {
+      if (s->rank != short_of->rank) continue;
       auto r = FindBySession(s->id);
       if (r != nullptr && (victim == nullptr || r->reserved_at > victim->reserved_at)) victim = r;
     }
@@ -192,7 +217,7 @@ void DecodeRunner::Grow() {
 
 void DecodeRunner::Preempt(const std::shared_ptr<Request>& r) {
   scheduler_.Remove(r->session_id);
-  engine_->kv_pool().Free(r->seq->pages);
+  PoolOf(*r->seq).Free(r->seq->pages);
   r->seq->pages.clear();
   r->seq->num_computed = 0;
   r->seq->prefill_len = static_cast<int>(r->seq->tokens.size());
@@ -203,13 +228,15 @@ void DecodeRunner::Preempt(const std::shared_ptr<Request>& r) {
     r->preempted = true;
   }
   preemptions_->Increment();
-  spdlog::info("decode request {} preempted after {} tokens: out of KV pages", r->request_id,
-                r->seq->generated());
+  spdlog::info("decode request {} preempted after {} tokens: out of KV pages{}", r->request_id,
+               r->seq->generated(),
+               scheduler_.ranks() > 1 ? absl::StrCat(" on rank ", r->seq->rank) : "");
 }
 
 bool DecodeRunner::Step() {
   Intake();
   Grow();
+  UpdateRankGauges();
   // schedule()
   const std::vector<DecodeChunk> chunks = scheduler_.Schedule();
   if (chunks.empty()) return false;
@@ -234,6 +261,7 @@ bool DecodeRunner::Step() {
     sc.start_pos = c.start;
     sc.pages = c.seq->pages;
     sc.want_logits = c.want_logits;
+    sc.rank = c.seq->rank;
     if (c.want_logits) sc.sample = &samples[next_sample++];
     batch.push_back(sc);
   }
@@ -241,6 +269,7 @@ bool DecodeRunner::Step() {
   auto result = engine_->Forward(batch, model::AttentionPath::kAuto, nullptr);
   // postprocess()
   Postprocess(chunks, result);
+  UpdateRankGauges();
   return true;
 }
 
@@ -314,7 +343,7 @@ void DecodeRunner::End(const std::shared_ptr<Request>& r,
     running = r->running;
   }
   if (running) scheduler_.Remove(r->session_id);
-  engine_->kv_pool().Free(r->seq->pages);  // empty while a receiver session owned them
+  PoolOf(*r->seq).Free(r->seq->pages);  // empty while a receiver session owned them
   r->seq->pages.clear();
   e2e_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - r->reserved_at));
   if (outcome.ok()) {

@@ -18,6 +18,13 @@
 // Pages return to the pool when a request finishes, is aborted, fails, or its lease ends
 // (no stream opened, or no transfer started, by the lease deadline).
 //
+// Data-parallel attention (Engine::data_ranks() > 1, docs/parallel.md): every rank has its own
+// pool and batch. Reserve puts a request on the rank with the most room (free pages less the
+// page each of its running requests keeps to grow; then fewest requests), and it stays there:
+// its KV lands in that rank's pool (the KvSessionRef names the rank), it grows, is preempted by
+// and recomputes on that rank, and its pages go back to that pool. Every step runs each rank's
+// share of the batch; ranks without requests join the step inside the engine.
+//
 // Threads: RPC threads only record intents (reservation, stream, abort) under mu_; the loop
 // thread alone moves requests between states, touches the scheduler and the engine, and frees
 // the pages of admitted requests, so no page is freed under a running Forward. Sink calls are
@@ -82,21 +89,33 @@ struct ReserveSpec {
 
 struct Reservation {
   std::string session_id;
+  int rank = 0;  // the data-parallel rank the request lives on (0 with one pool)
   int reserved_pages = 0;
   kvtransfer::KvSessionRef session;
   absl::Time lease_deadline;
 };
 
-struct DecodeLoad {
-  int running = 0;  // admitted into the batch
-  int pending = 0;  // reserved, not yet admitted
+struct DecodeRankLoad {
+  int running = 0;
+  int pending = 0;
   int kv_pages_free = 0;
   int kv_pages_total = 0;
 };
 
+struct DecodeLoad {
+  int running = 0;  // admitted into the batch
+  int pending = 0;  // reserved, not yet admitted
+  int kv_pages_free = 0;   // every rank's together
+  int kv_pages_total = 0;
+  // Data-parallel attention: each rank's share (empty with one pool). A request's pages are
+  // all on one rank, so the most free pages of one rank bound what a new request can get.
+  std::vector<DecodeRankLoad> ranks;
+};
+
 class DecodeRunner {
  public:
-  // `receiver` must write into engine->kv_pool().
+  // `receiver` must write into engine->kv_pool() (with data ranks, the session's rank pool
+  // is passed to it per session).
   DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiver,
                DecodeRunnerOptions options, common::MetricsRegistry* metrics = nullptr);
   ~DecodeRunner();  // Stop()
@@ -143,7 +162,14 @@ class DecodeRunner {
   void Preempt(const std::shared_ptr<Request>& r);
   void Postprocess(const std::vector<DecodeChunk>& chunks,
                    const absl::StatusOr<model::ForwardResult>& result);
-  void OnKvDone(const std::string& session_id, absl::StatusOr<kvtransfer::KvReceivedKv> kv);
+  // `pool`: where the session's pages are.
+  void OnKvDone(const std::string& session_id, model::KvPool* pool,
+                absl::StatusOr<kvtransfer::KvReceivedKv> kv);
+  model::KvPool& PoolOf(const DecodeSequence& seq) { return engine_->rank_pool(seq.rank); }
+  // The rank a new request of `pages_needed` pages goes to, or RESOURCE_EXHAUSTED naming every
+  // rank's room.
+  absl::StatusOr<int> PickRank(int prompt_len, int pages_needed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateRankGauges();
   // Emits the sampled `token` of `r` and finishes it if a stop rule applies.
   void Emit(const std::shared_ptr<Request>& r, int32_t token);
   // Removes a request from the table, returns its pages (loop thread), tells its sink.
@@ -179,6 +205,7 @@ class DecodeRunner {
   common::Histogram* itl_seconds_;
   common::Histogram* e2e_seconds_;
   common::Histogram* queue_seconds_;
+  std::vector<common::Gauge*> rank_running_;  // data-parallel attention: per rank
 };
 
 }  // namespace mlaserve::decode

@@ -1,9 +1,12 @@
 // DecodeRunner, the RPC threads' half: reservations, streams, aborts and load. These only
 // record intents under mu_ (and hand pages to the KV receiver); the loop thread acts on them
 // (decode_runner.cc).
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "decode_worker/decode_request.h"
 #include "decode_worker/decode_runner.h"
 #include "kernels/common/page.h"
@@ -18,8 +21,46 @@ ReserveBounds DecodeRunner::bounds() const {
                        .max_lease = options_.max_lease};
 }
 
+absl::StatusOr<int> DecodeRunner::PickRank(int prompt_len, int pages_needed) {
+  // Each running request keeps a page free to grow (vLLM keeps a watermark too): a new
+  // reservation that would take them would only make a running request give its pages back at
+  // its next step.
+  const int ranks = engine_->data_ranks();
+  std::vector<int> growing(ranks, 0), requests(ranks, 0);
+  for (const auto& [id, other] : by_session_) {
+    growing[other->seq->rank] += other->running ? 1 : 0;
+    requests[other->seq->rank] += 1;
+  }
+  int best = -1;
+  int best_room = 0;
+  std::vector<int> free(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    free[r] = engine_->rank_pool(r).free_pages();
+    const int room = free[r] - pages_needed - growing[r];
+    if (room < 0) continue;
+    if (best < 0 || room > best_room || (room == best_room && requests[r] < requests[best])) {
+      best = r;
+      best_room = room;
+    }
+  }
+  if (best >= 0) return best;
+  if (ranks == 1) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prompt of ", prompt_len, " tokens needs ", pages_needed, " KV pages; ", free[0],
+        " are free and ", growing[0], " stay free for the ", growing[0],
+        " running requests to grow"));
+  }
+  std::string per_rank;
+  for (int r = 0; r < ranks; ++r) {
+    absl::StrAppend(&per_rank, r == 0 ? "" : "; ", "rank ", r, ": ", free[r], " free, ",
+                    growing[r], " kept for its running requests");
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("prompt of ", prompt_len, " tokens needs ",
+                                                   pages_needed, " KV pages on one data-parallel "
+                                                   "rank; none has them (", per_rank, ")"));
+}
+
 absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
-  model::KvPool& pool = engine_->kv_pool();
   const int prompt_len = static_cast<int>(spec.prompt.size());
 
   // 1. The request against this worker (the request itself is valid: ReserveSpec).
@@ -31,11 +72,14 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   }
   // The whole request must fit the pool one day; now it takes pages for the prompt and the
   // first new token only, and grows a page at a time while it decodes (Grow).
+  // (Every rank's pool has the same size; a request's pages are all on one rank.)
   const int pages_at_most = PagesFor(prompt_len + spec.max_new_tokens);
-  if (pages_at_most > pool.total_pages()) {
+  const int pool_pages = engine_->rank_pool(0).total_pages();
+  if (pages_at_most > pool_pages) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "prompt of ", prompt_len, " tokens + max_new_tokens ", spec.max_new_tokens, " needs ",
-        pages_at_most, " KV pages; this decode worker has ", pool.total_pages()));
+        pages_at_most, " KV pages; this decode worker has ", pool_pages,
+        engine_->data_ranks() > 1 ? " per data-parallel rank" : ""));
   }
   const int pages_needed = PagesFor(prompt_len + 1);
   const int transfer_pages = PagesFor(prompt_len);
@@ -58,10 +102,11 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   seq->stop.eos_token_ids = config.eos_token_ids;
   r->seq = seq;
 
-  // 2. Admission, in one locked section: serving, a new id, and room now. The pages are taken
-  // here too, so two reservations cannot both count the same free pages.
+  // 2. Admission, in one locked section: serving, a new id, and room now on some rank. The
+  // pages are taken here too, so two reservations cannot both count the same free pages.
   std::string kv_endpoint;
   std::vector<int32_t> pages;
+  model::KvPool* pool = nullptr;
   {
     absl::MutexLock lock(&mu_);
     if (kv_endpoint_.empty()) return absl::UnavailableError("decode worker is starting");
@@ -70,18 +115,9 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
       return absl::AlreadyExistsError(
           absl::StrCat("request ", r->request_id, " already has a reservation here"));
     }
-    // Keep a page free per running request (vLLM keeps a watermark too): a new reservation
-    // that would take them would only make a running request give its pages back at its next
-    // step.
-    int growing = 0;
-    for (const auto& [id, other] : by_session_) growing += other->running ? 1 : 0;
-    if (pool.free_pages() - pages_needed < growing) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "prompt of ", prompt_len, " tokens needs ", pages_needed, " KV pages; ",
-          pool.free_pages(), " are free and ", growing, " stay free for the ", growing,
-          " running requests to grow"));
-    }
-    absl::StatusOr<std::vector<int32_t>> allocated = pool.Allocate(pages_needed);
+    ASSIGN_OR_RETURN(seq->rank, PickRank(prompt_len, pages_needed));
+    pool = &engine_->rank_pool(seq->rank);
+    absl::StatusOr<std::vector<int32_t>> allocated = pool->Allocate(pages_needed);
     if (!allocated.ok()) return allocated.status();
     pages = *std::move(allocated);
     kv_endpoint = kv_endpoint_;
@@ -100,20 +136,21 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
     const std::string id = r->session_id;
     absl::Status s = receiver_->CreateSession(
         id, pages, transfer_pages, r->lease_deadline,
-        [this, guard = guard_, id, pool = &pool](absl::StatusOr<kvtransfer::KvReceivedKv> kv) {
+        [this, guard = guard_, id, pool](absl::StatusOr<kvtransfer::KvReceivedKv> kv) {
           bool delivered = false;
           guard->Run([&] {
             delivered = true;
-            OnKvDone(id, std::move(kv));
+            OnKvDone(id, pool, std::move(kv));
           });
           // The runner is gone: the pages have no other owner.
           if (!delivered && kv.ok()) pool->Free(kv->pages);
-        });
+        },
+        pool);
     if (!s.ok()) {  // the receiver did not take the pages (it is shutting down)
       absl::MutexLock lock(&mu_);
       session_of_.erase(r->request_id);
       by_session_.erase(r->session_id);
-      pool.Free(pages);
+      pool->Free(pages);
       return s;
     }
   }
@@ -123,22 +160,24 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   }
   Reservation out;
   out.session_id = r->session_id;
+  out.rank = seq->rank;
   out.reserved_pages = pages_needed;
   out.session.session_id = r->session_id;
   out.session.endpoint = kv_endpoint;
   out.session.transport = options_.kv_transport;
   out.session.num_pages = spec.local_prefill ? 0 : transfer_pages;
   out.session.compat_hash = compat_hash_;
+  out.session.rank = seq->rank;
   out.lease_deadline = r->lease_deadline;
   return out;
 }
 
-void DecodeRunner::OnKvDone(const std::string& session_id,
+void DecodeRunner::OnKvDone(const std::string& session_id, model::KvPool* pool,
                             absl::StatusOr<kvtransfer::KvReceivedKv> kv) {
   absl::MutexLock lock(&mu_);
   auto it = by_session_.find(session_id);
   if (it == by_session_.end() || it->second->ended) {
-    if (kv.ok()) engine_->kv_pool().Free(kv->pages);  // nobody wants them any more
+    if (kv.ok()) pool->Free(kv->pages);  // nobody wants them any more
     return;
   }
   Request& r = *it->second;
@@ -197,12 +236,23 @@ absl::Status DecodeRunner::Abort(const std::string& request_id) {
 
 DecodeLoad DecodeRunner::load() const {
   DecodeLoad l;
+  const int ranks = engine_->data_ranks();
+  std::vector<DecodeRankLoad> per(ranks);
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [id, r] : by_session_) (r->running ? l.running : l.pending) += 1;
+    for (const auto& [id, r] : by_session_) {
+      (r->running ? l.running : l.pending) += 1;
+      (r->running ? per[r->seq->rank].running : per[r->seq->rank].pending) += 1;
+    }
   }
-  l.kv_pages_free = engine_->kv_pool().free_pages();
-  l.kv_pages_total = engine_->kv_pool().total_pages();
+  for (int r = 0; r < ranks; ++r) {
+    const model::KvPool& pool = engine_->rank_pool(r);
+    per[r].kv_pages_free = pool.free_pages();
+    per[r].kv_pages_total = pool.total_pages();
+    l.kv_pages_free += per[r].kv_pages_free;
+    l.kv_pages_total += per[r].kv_pages_total;
+  }
+  if (ranks > 1) l.ranks = std::move(per);
   return l;
 }
 

@@ -35,22 +35,25 @@ std::shared_ptr<DecodeSequence> DecodeScheduler::Remove(const std::string& id) {
   return s;
 }
 
+int DecodeScheduler::num_running(int rank) const {
+  return static_cast<int>(std::count_if(running_.begin(), running_.end(),
+                                        [rank](const auto& s) { return s->rank == rank; }));
+}
+
 std::vector<DecodeChunk> DecodeScheduler::Schedule() const {
   std::vector<DecodeChunk> batch;
-  int budget = options_.max_batch_tokens;
+  std::vector<int> budget(options_.ranks, options_.max_batch_tokens);
   for (const auto& s : running_) {
-    if (budget == 0) break;
-    if (s->prefilling()) continue;
+    if (s->prefilling() || budget[s->rank] == 0) continue;
     batch.push_back(DecodeChunk{s.get(), s->num_computed, 1, true});
-    budget -= 1;
+    budget[s->rank] -= 1;
   }
   for (const auto& s : running_) {
-    if (budget == 0) break;
-    if (!s->prefilling()) continue;
+    if (!s->prefilling() || budget[s->rank] == 0) continue;
     const int remaining = s->prefill_len - s->num_computed;
-    const int len = std::min({remaining, options_.chunk_size, budget});
+    const int len = std::min({remaining, options_.chunk_size, budget[s->rank]});
     batch.push_back(DecodeChunk{s.get(), s->num_computed, len, len == remaining});
-    budget -= len;
+    budget[s->rank] -= len;
   }
   return batch;
 }

@@ -75,5 +75,29 @@ TEST(DecodeSchedulerTest, LastPrefillChunkWantsLogits) {
   EXPECT_TRUE(b[0].want_logits);
 }
 
+// Data-parallel attention: each rank has its own token budget and request limit.
+TEST(DecodeSchedulerTest, EachRankHasItsOwnBudgetAndLimit) {
+  DecodeScheduler s({.max_running = 2, .max_batch_tokens = 8, .chunk_size = 64, .ranks = 2});
+  auto on = [](std::shared_ptr<DecodeSequence> q, int rank) {
+    q->rank = rank;
+    return q;
+  };
+  s.Add(on(Seq("a", 20, 0, 0), 0));  // rank 0: a prefill of 20 tokens, budget 8
+  s.Add(on(Seq("b", 10, 10, 1), 1));  // rank 1: a decode token and a prefill
+  s.Add(on(Seq("c", 30, 0, 0), 1));
+  EXPECT_EQ(s.num_running(0), 1);
+  EXPECT_EQ(s.num_running(1), 2);
+  EXPECT_TRUE(s.has_room(0));
+  EXPECT_FALSE(s.has_room(1));
+  auto b = s.Schedule();
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].seq->id, "b");
+  EXPECT_EQ(b[0].len, 1);
+  EXPECT_EQ(b[1].seq->id, "a");
+  EXPECT_EQ(b[1].len, 8);  // rank 0's whole budget
+  EXPECT_EQ(b[2].seq->id, "c");
+  EXPECT_EQ(b[2].len, 7);  // rank 1's budget less b's token
+}
+
 }  // namespace
 }  // namespace mlaserve::decode

@@ -56,6 +56,9 @@ struct DecodeSequence {
   // Cover the positions computed so far and the one being written this step; a decoding
   // sequence gets one more page when it crosses into it (DecodeRunner::Grow).
   std::vector<int32_t> pages;
+  // The data-parallel attention rank this request lives on, for its whole life: `pages` are
+  // from that rank's pool and its chunks run there. 0 unless the engine has data ranks.
+  int rank = 0;
   bool local_prefill = false;
   model::SamplingOptions sampling;
   StopRules stop;

@@ -47,6 +47,7 @@ mlaserve::v1::KvSessionRef ToProto(const KvSessionRef& r) {
   p.set_transport(r.transport);
   p.set_num_pages(r.num_pages);
   p.set_compat_hash(r.compat_hash);
+  p.set_rank(r.rank);
   return p;
 }
 
@@ -62,12 +63,17 @@ absl::StatusOr<KvSessionRef> FromProto(const mlaserve::v1::KvSessionRef& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("kv_session.num_pages is ", p.num_pages(), "; must be >= 0"));
   }
+  if (p.rank() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_session.rank is ", p.rank(), "; must be >= 0"));
+  }
   KvSessionRef r;
   r.session_id = p.session_id();
   r.endpoint = p.endpoint();
   r.transport = p.transport();
   r.num_pages = p.num_pages();
   r.compat_hash = p.compat_hash();
+  r.rank = p.rank();
   return r;
 }
 

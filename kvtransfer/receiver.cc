@@ -10,6 +10,7 @@ namespace mlaserve::kvtransfer {
 
 struct KvReceiver::Session {
   std::string id;
+  model::KvPool* pool = nullptr;  // where the pages are (a data-parallel rank's pool)
   uint64_t write_order = 0;  // KvPool::WritePagesAsync order key: this session's writes in order
   int transfer_pages = 0;
   absl::Time lease_deadline;
@@ -72,7 +73,7 @@ KvReceiver::~KvReceiver() {
 
 absl::Status KvReceiver::CreateSession(const std::string& session_id, std::vector<int32_t> pages,
                                        int transfer_pages, absl::Time lease_deadline,
-                                       DoneFn on_done) {
+                                       DoneFn on_done, model::KvPool* pool) {
   if (transfer_pages < 0 || static_cast<size_t>(transfer_pages) > pages.size()) {
     return absl::InvalidArgumentError(absl::StrCat("session ", session_id, ": transfer_pages ",
                                                    transfer_pages, " not in [0, ",
@@ -80,6 +81,7 @@ absl::Status KvReceiver::CreateSession(const std::string& session_id, std::vecto
   }
   auto s = std::make_shared<Session>();
   s->id = session_id;
+  s->pool = pool != nullptr ? pool : pool_;
   s->write_order = std::hash<std::string>{}(session_id);
   s->transfer_pages = transfer_pages;
   s->lease_deadline = lease_deadline;
@@ -204,7 +206,7 @@ absl::Status KvReceiver::WritePages(const std::string& session_id, int layer,
   if (s == nullptr) {
     return absl::NotFoundError(absl::StrCat("KV session ", session_id, " is unknown here"));
   }
-  const size_t page_bytes = pool_->layer_page_bytes();
+  const size_t page_bytes = s->pool->layer_page_bytes();
   absl::Status error;
   {
     absl::MutexLock sl(&s->mu);
@@ -239,7 +241,7 @@ absl::Status KvReceiver::WritePages(const std::string& session_id, int layer,
         });
       }
       // Keyed by session: a page re-sent by a later message lands after the earlier copy.
-      error = pool_->WritePagesAsync(layer, ids, payload.data(), &s->writes, s->write_order);
+      error = s->pool->WritePagesAsync(layer, ids, payload.data(), &s->writes, s->write_order);
       if (error.ok() && options_.wait_each_write) {
         error = WaitWrites(session_id, std::move(s->writes));
         s->writes.clear();
@@ -321,7 +323,7 @@ void KvReceiver::ReleasePages(Session& s, std::vector<int32_t> pages) {
       return;
     }
   }
-  pool_->Free(pages);
+  s.pool->Free(pages);
 }
 
 void KvReceiver::Unpin(const std::shared_ptr<Session>& s) {
@@ -332,7 +334,7 @@ void KvReceiver::Unpin(const std::shared_ptr<Session>& s) {
     pages = std::move(s->deferred_free);
     s->deferred_free.clear();
   }
-  if (!pages.empty()) pool_->Free(pages);
+  if (!pages.empty()) s->pool->Free(pages);
 }
 
 absl::StatusOr<KvReceiver::DirectWrite> KvReceiver::AcquireDirect(const std::string& session_id) {
@@ -349,6 +351,7 @@ absl::StatusOr<KvReceiver::DirectWrite> KvReceiver::AcquireDirect(const std::str
           absl::StrCat("KV session ", session_id, ": direct write before open"));
     }
     out.pages.assign(s->pages.begin(), s->pages.begin() + s->transfer_pages);
+    out.pool = s->pool;
     ++s->pins;
   }
   // The pin keeps the session (and thus its deferred pages) alive; dropping it may free them.

@@ -69,9 +69,12 @@ class KvReceiver {
   const KvLayout& layout() const { return layout_; }
 
   // Takes ownership of `pages`; the first `transfer_pages` of them receive the transfer.
-  // ALREADY_EXISTS for a live id, INVALID_ARGUMENT when transfer_pages > pages.size().
+  // `pool`: the pool the pages are from, when not the receiver's own (the request's rank's pool
+  // on a data-parallel decode worker, docs/parallel.md; same layout). ALREADY_EXISTS for a live
+  // id, INVALID_ARGUMENT when transfer_pages > pages.size().
   absl::Status CreateSession(const std::string& session_id, std::vector<int32_t> pages,
-                             int transfer_pages, absl::Time lease_deadline, DoneFn on_done);
+                             int transfer_pages, absl::Time lease_deadline, DoneFn on_done,
+                             model::KvPool* pool = nullptr);
   // Ends the session and frees its pages without calling on_done. False if it had ended.
   bool Cancel(const std::string& session_id);
 
@@ -107,6 +110,7 @@ class KvReceiver {
   // writes stopped (completed, or the communicator was aborted and the copies drained), and
   // before the receiver is destroyed. FAILED_PRECONDITION before Open; NOT_FOUND once ended.
   struct DirectWrite {
+    model::KvPool* pool = nullptr;  // the session's pool (CreateSession)
     std::vector<int32_t> pages;
     std::shared_ptr<void> pin;
   };

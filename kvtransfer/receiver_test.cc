@@ -295,5 +295,48 @@ TEST_F(KvReceiverTest, CancelWhilePinnedDefersTheFree) {
   EXPECT_EQ(pool_->free_pages(), 16);
 }
 
+// A data-parallel decode worker's session lives in its rank's pool: the pages are written
+// there, a failure frees them there, and the receiver's own pool is not touched.
+TEST_F(KvReceiverTest, ASessionInAnotherPoolWritesAndFreesThere) {
+  auto r = MakeReceiver();
+  std::unique_ptr<model::KvPool> rank1 = testing::MakePool(options_);
+  ASSERT_NE(rank1, nullptr);
+  DoneProbe ok, failed;
+  ASSERT_TRUE(r->CreateSession("a", *rank1->Allocate(3), 2, absl::Now() + absl::Seconds(30),
+                               ok.fn(), rank1.get())
+                  .ok());
+  ASSERT_TRUE(r->CreateSession("b", *rank1->Allocate(2), 2, absl::Now() + absl::Seconds(30),
+                               failed.fn(), rank1.get())
+                  .ok());
+  EXPECT_EQ(rank1->free_pages(), 11);
+  EXPECT_EQ(pool_->free_pages(), 16);
+  ASSERT_TRUE(r->Open("a", layout_).ok());
+  std::vector<std::string> sent;
+  for (int layer = 0; layer < 3; ++layer) {
+    for (int i = 0; i < 2; ++i) {
+      sent.push_back(testing::RandomBytes(pool_->layer_page_bytes(), rng_));
+      ASSERT_TRUE(Write(*r, "a", layer, i, sent.back()).ok());
+    }
+  }
+  auto direct = r->AcquireDirect("a");
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_EQ(direct->pool, rank1.get());
+  direct->pin.reset();
+  const int64_t total = 6 * static_cast<int64_t>(pool_->layer_page_bytes());
+  ASSERT_TRUE(r->Complete("a", KvCompletion{7, 3, 2, total}).ok());
+  ASSERT_TRUE(ok.Wait());
+  ASSERT_TRUE(ok.result->ok()) << ok.result->status();
+  for (int layer = 0; layer < 3; ++layer) {
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(testing::ReadLayerPage(*rank1, layer, (**ok.result).pages[i]), sent[layer * 2 + i]);
+    }
+  }
+  EXPECT_TRUE(r->Fail("b", absl::UnavailableError("sender gone")));
+  ASSERT_TRUE(failed.Wait());
+  EXPECT_EQ(rank1->free_pages(), 13);  // b's two pages back in rank 1's pool
+  EXPECT_EQ(pool_->free_pages(), 16);
+  rank1->Free((**ok.result).pages);
+}
+
 }  // namespace
 }  // namespace mlaserve::kvtransfer

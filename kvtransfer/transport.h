@@ -32,6 +32,9 @@ struct KvSessionRef {
   std::string transport;   // "tcp", "fake", ...
   int num_pages = 0;       // pages per layer to ship
   std::string compat_hash; // the receiver's KvLayout::CompatHash()
+  // The receiver's data-parallel attention rank whose pool takes the pages (docs/parallel.md);
+  // 0 when the decode worker has one pool (one GPU, or tensor attention's replicated cache).
+  int rank = 0;
 };
 
 struct KvCompletion {

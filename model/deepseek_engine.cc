@@ -3,6 +3,7 @@
 #include "model/deepseek_engine.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -157,10 +158,10 @@ absl::Status DeepseekEngine::BuildStep(int32_t padding_page) {
   ASSIGN_OR_RETURN(scratch_, StepScratch::Create(ctx_, ops_.dtype, scratch_bytes, lc.limits,
                                                  lc.max_pages_per_seq));
   sampling_ = SamplingStep(ctx_, &scratch_, config_.vocab_size);
-  // Capturing the collectives of a sharded layout is not done yet (docs/parallel.md).
-  decode_graphs_ =
-      DecodeGraphRunner(ctx_, ctx_.backend == kernels::Backend::kCuda && !layout_.sharded(),
-                        options_.max_batch_seqs, lc.max_pages_per_seq, padding_page);
+  // Sharded layouts capture their collectives too; their ParallelEngine decides the graph
+  // steps for every rank at once (parallel_graph_plan.h).
+  decode_graphs_ = DecodeGraphRunner(ctx_, ctx_.backend == kernels::Backend::kCuda,
+                                     options_.max_batch_seqs, lc.max_pages_per_seq, padding_page);
   return absl::OkStatus();
 }
 
@@ -183,9 +184,58 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
   return total + kMaxAllocationsPerStep * kDeviceAlignment;
 }
 
+absl::Status DeepseekEngine::CheckBatch(std::span<const SequenceChunk> batch) const {
+  RETURN_IF_ERROR(CheckChunkRanks(batch, 1));
+  if (batch.empty() && layout_.attention_dp()) return absl::OkStatus();
+  return planner_.Plan(batch).status();
+}
+
+absl::Status DeepseekEngine::SynchronizeStream() const { return model::Synchronize(ctx_); }
+
 absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceChunk> batch,
                                                       AttentionPath path,
                                                       const LayerDoneFn& on_layer_done) {
+  // One GPU decides its graph steps itself; a rank of a sharded layout only when its
+  // ParallelEngine tells every rank alike (ForwardRank).
+  return ForwardRank(batch, path, on_layer_done, layout_.sharded() ? 0 : kOwnBucket);
+}
+
+absl::StatusOr<RankStepShape> DeepseekEngine::ShapeOf(std::span<const SequenceChunk> batch,
+                                                      AttentionPath path,
+                                                      bool layer_callback) const {
+  RETURN_IF_ERROR(CheckChunkRanks(batch, 1));
+  RankStepShape shape;
+  if (batch.empty() && layout_.attention_dp()) {
+    shape.graph_ready = decode_graphs_.available() && !layer_callback;
+    return shape;
+  }
+  ASSIGN_OR_RETURN(BatchPlan plan, planner_.Plan(batch));
+  const AttentionForm form = forms_.Resolve(&plan, path, cache_->ReadsNeedSparseForm());
+  shape.batch = plan.batch;
+  shape.graph_ready =
+      decode_graphs_.Applies(plan, form == AttentionForm::kMlaDecode, layer_callback);
+  return shape;
+}
+
+absl::StatusOr<ForwardResult> DeepseekEngine::ForwardRank(std::span<const SequenceChunk> batch,
+                                                          AttentionPath path,
+                                                          const LayerDoneFn& on_layer_done,
+                                                          int graph_bucket) {
+  RETURN_IF_ERROR(CheckChunkRanks(batch, 1));
+  if (batch.empty() && layout_.attention_dp()) {
+    if (graph_bucket <= 0) return JoinIdleStep();
+    // An idle rank of a graph step: padding rows only, in the decode form (with the fp8
+    // cache, which only the sparse kernels read, the sparse one).
+    BatchPlan idle;
+    idle.cu_seqlens_q = {0};
+    idle.all_single_token = true;
+    idle.max_seqlen_q = 1;
+    idle.sparse = cache_->ReadsNeedSparseForm();
+    ForwardResult result;
+    result.path_used = AttentionPath::kMla;
+    RETURN_IF_ERROR(GraphStep(std::move(idle), AttentionForm::kMlaDecode, {}, graph_bucket, &result));
+    return result;
+  }
   ASSIGN_OR_RETURN(BatchPlan plan, planner_.Plan(batch));
   const AttentionForm form = forms_.Resolve(&plan, path, cache_->ReadsNeedSparseForm());
 
@@ -201,20 +251,16 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
   if (!device_sample) result.logits.resize(result.rows * vocab);
   // Decode batches replay a CUDA graph per (batch bucket, page-table width) when they can;
   // everything else runs eagerly.
-  if (decode_graphs_.Applies(plan, form == AttentionForm::kMlaDecode, on_layer_done != nullptr)) {
-    DecodeGraphRunner::Step step;
-    step.prepare = [&](BatchPlan* padded) -> absl::StatusOr<float*> {
-      scratch_.Reset();
-      RETURN_IF_ERROR(scratch_.UploadPlan(padded));
-      ASSIGN_OR_RETURN(void* logits,
-                       scratch_.Allocate(padded->batch * vocab * sizeof(float), "logits"));
-      return static_cast<float*>(logits);
-    };
-    step.run = [&](const BatchPlan& padded, float* logits) {
-      return RunStep(padded, form, nullptr, logits);
-    };
-    step.finish = [&](const float* logits) { return DeliverRows(logits, device_samples, &result); };
-    RETURN_IF_ERROR(decode_graphs_.Run(std::move(plan), step));
+  const bool graph =
+      graph_bucket != 0 &&
+      decode_graphs_.Applies(plan, form == AttentionForm::kMlaDecode, on_layer_done != nullptr);
+  if (graph_bucket > 0 && !graph) {
+    return absl::InternalError(
+        "a graph step was chosen for every rank, but this rank's batch cannot take one");
+  }
+  if (graph) {
+    RETURN_IF_ERROR(GraphStep(std::move(plan), form, device_samples, std::max(graph_bucket, 0),
+                              &result));
   } else {
     scratch_.Reset();
     RETURN_IF_ERROR(scratch_.UploadPlan(&plan));
@@ -230,11 +276,40 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
   return result;
 }
 
+absl::Status DeepseekEngine::GraphStep(BatchPlan plan, AttentionForm form,
+                                       std::span<const SampleRow* const> device_samples,
+                                       int bucket, ForwardResult* result) {
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  DecodeGraphRunner::Step step;
+  step.prepare = [&](BatchPlan* padded) -> absl::StatusOr<float*> {
+    scratch_.Reset();
+    RETURN_IF_ERROR(scratch_.UploadPlan(padded));
+    ASSIGN_OR_RETURN(void* logits,
+                     scratch_.Allocate(padded->batch * vocab * sizeof(float), "logits"));
+    return static_cast<float*>(logits);
+  };
+  step.run = [&](const BatchPlan& padded, float* logits) {
+    return RunStep(padded, form, nullptr, logits);
+  };
+  step.finish = [&](const float* logits) { return DeliverRows(logits, device_samples, result); };
+  // A sharded graph step's counts are the bucket on every rank (parallel_step.h).
+  parallel_.set_static_tokens(bucket);
+  const absl::Status ran = decode_graphs_.Run(std::move(plan), step, bucket);
+  parallel_.set_static_tokens(0);
+  return ran;
+}
+
 absl::Status DeepseekEngine::DeliverRows(const float* logits,
                                          std::span<const SampleRow* const> device_samples,
                                          ForwardResult* result) {
   if (!device_samples.empty()) return sampling_.SampleOnDevice(logits, device_samples, result);
-  if (ctx_.backend == kernels::Backend::kCpu) return absl::OkStatus();  // logits is result's
+  if (ctx_.backend == kernels::Backend::kCpu) {
+    // An eager step wrote result's logits; a padded (graph) step's real rows come first.
+    if (logits != result->logits.data() && !result->logits.empty()) {
+      std::memcpy(result->logits.data(), logits, result->logits.size() * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
   RETURN_IF_ERROR(CopyBytes(ctx_, result->logits.data(), logits,
                             result->logits.size() * sizeof(float), CopyKind::kDeviceToHost));
   // Also before the next step reuses the pinned staging buffer.
@@ -321,6 +396,19 @@ absl::Status DeepseekEngine::LmHead(const BatchPlan& plan, const StepActivations
   }
   // f32 logits whatever the activation dtype.
   return parallel_.LmHead(weights_.lm_head, picked, rows, logits);
+}
+
+absl::StatusOr<ForwardResult> DeepseekEngine::JoinIdleStep() {
+  scratch_.Reset();
+  const BatchPlan none;  // no tokens, no logit rows
+  RETURN_IF_ERROR(parallel_.BeginStep(none));
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    RETURN_IF_ERROR(parallel_.RunFeedForward(layers_[l].feed_forward, 0, nullptr, nullptr));
+  }
+  RETURN_IF_ERROR(parallel_.LmHead(weights_.lm_head, nullptr, 0, nullptr));
+  ForwardResult result;
+  result.path_used = AttentionPath::kMla;
+  return result;
 }
 
 }  // namespace mlaserve::model

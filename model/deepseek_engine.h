@@ -38,6 +38,7 @@
 #include "model/layers/layer_context.h"
 #include "model/layers/mla_attention.h"
 #include "model/loader/config.h"
+#include "model/parallel_graph_plan.h"
 #include "model/parallel_layout.h"
 #include "model/parallel_step.h"
 #include "model/rope.h"
@@ -66,16 +67,30 @@ class DeepseekEngine final : public Engine {
                                         AttentionPath path = AttentionPath::kAuto,
                                         const LayerDoneFn& on_layer_done = nullptr) override;
   // The input checks of Forward alone (INVALID_ARGUMENT naming the bad value), run before the
-  // ranks of a ParallelEngine start a step they must all finish.
-  absl::Status CheckBatch(std::span<const SequenceChunk> batch) const {
-    return planner_.Plan(batch).status();
-  }
+  // ranks of a ParallelEngine start a step they must all finish. A DeepseekEngine is one rank:
+  // every chunk's rank is 0. A data-parallel rank takes an empty batch: it joins the step's
+  // collectives for the other ranks' tokens (the MoE and LM head need every rank every step).
+  absl::Status CheckBatch(std::span<const SequenceChunk> batch) const;
+  // Waits for everything queued on the engine's stream (kCuda; nothing on kCpu).
+  absl::Status SynchronizeStream() const;
+
+  // A ParallelEngine's step on this rank (parallel_graph_plan.h). ShapeOf: how this rank's
+  // share looks (host planning only). ForwardRank: Forward, as a graph step padded to
+  // `graph_bucket` rows (the same on every rank) when it is > 0, eagerly when 0; kOwnBucket
+  // (one GPU): a graph step at the batch's own bucket where the graph runner takes it.
+  static constexpr int kOwnBucket = -1;
+  absl::StatusOr<RankStepShape> ShapeOf(std::span<const SequenceChunk> batch, AttentionPath path,
+                                        bool layer_callback) const;
+  absl::StatusOr<ForwardResult> ForwardRank(std::span<const SequenceChunk> batch,
+                                            AttentionPath path, const LayerDoneFn& on_layer_done,
+                                            int graph_bucket);
 
   // CUDA graphs for decode steps (kCuda; on by default; decode_graph_runner.h). Benchmarks
   // turn them off to time eager steps on the same engine.
   void set_decode_graphs(bool on) { decode_graphs_.set_enabled(on); }
   int decode_graphs_captured() const { return decode_graphs_.captured(); }
   int64_t decode_graph_replays() const { return decode_graphs_.replays(); }
+  int64_t decode_graph_steps() const { return decode_graphs_.steps(); }  // padded steps run
 
  private:
   // Diagnostics that read a step's intermediate values (deepseek_engine_probe.h); not used in
@@ -121,6 +136,14 @@ class DeepseekEngine final : public Engine {
   absl::Status FeedForwardHalf(int layer, int T, const StepActivations& a);
   // The LM head over plan.logit_rows of a.normed.
   absl::Status LmHead(const BatchPlan& plan, const StepActivations& a, float* logits);
+  // A data-parallel rank with no requests this step: the collectives of every layer's
+  // feed-forward half and of the LM head, over no rows of its own.
+  absl::StatusOr<ForwardResult> JoinIdleStep();
+  // `plan` padded to `bucket` rows (0: its own) through the decode graph runner (replayed or
+  // captured on kCuda, eager on kCpu), its real rows delivered into *result.
+  absl::Status GraphStep(BatchPlan plan, AttentionForm form,
+                         std::span<const SampleRow* const> device_samples, int bucket,
+                         ForwardResult* result);
   // After the step: `logits` [rows, vocab] drawn on the device when `device_samples` is not
   // empty, else copied into result->logits (kCuda; on kCpu they are result->logits already).
   absl::Status DeliverRows(const float* logits, std::span<const SampleRow* const> device_samples,

@@ -144,9 +144,9 @@ class Loader {
     return m;
   }
 
-  // The rank's routed experts: experts [experts.begin, + count) (expert parallel, followed by
-  // one all-zero sink expert, kernels/moe_shard), each with the intermediate slice `inter`
-  // (tensor-parallel experts). Whole shards load the stack as it is.
+  // The rank's routed experts: experts [experts.begin, + count) (expert parallel), each with
+  // the intermediate slice `inter` (tensor-parallel experts). Whole shards load the stack as
+  // it is.
   absl::Status Experts(const ModelConfig& c, const std::string& prefix, Shard experts,
                        Shard inter, MoeWeights* moe) const {
     const int64_t E = c.n_routed_experts;
@@ -163,17 +163,18 @@ class Loader {
     // Expert by expert (no host copy of the whole stack): the published per-expert tensors,
     // or a rank's blocks of the fused ones.
     const int64_t El = experts.count;
-    const int64_t stack = experts.whole() ? El : El + 1;  // + the sink
+    const int64_t stack = El;
     const int64_t Ir = inter.count;
     const int64_t i0 = inter.begin;
     const size_t es = kernels::DTypeSize(dtype_);
     moe->experts_gate_up.dtype = moe->experts_down.dtype = dtype_;
     moe->experts_gate_up.numel = stack * 2 * Ir * H;
     moe->experts_down.numel = stack * H * Ir;
-    const std::vector<uint8_t> zeros(static_cast<size_t>(moe->experts_gate_up.numel) * es, 0);
-    ASSIGN_OR_RETURN(moe->experts_gate_up.buffer, DeviceBuffer::FromHost(backend_, zeros.data(), zeros.size()));
+    // Every byte is written below, expert by expert (no host copy of the whole stack).
+    ASSIGN_OR_RETURN(moe->experts_gate_up.buffer,
+                     DeviceBuffer::Allocate(backend_, static_cast<size_t>(moe->experts_gate_up.numel) * es));
     ASSIGN_OR_RETURN(moe->experts_down.buffer,
-                     DeviceBuffer::FromHost(backend_, zeros.data(), static_cast<size_t>(moe->experts_down.numel) * es));
+                     DeviceBuffer::Allocate(backend_, static_cast<size_t>(moe->experts_down.numel) * es));
     const kernels::KernelContext ctx{backend_, nullptr, 0};
     auto* gu = static_cast<char*>(moe->experts_gate_up.buffer.data());
     auto* dn = static_cast<char*>(moe->experts_down.buffer.data());

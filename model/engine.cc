@@ -46,6 +46,17 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateEngineForBackend(
   return Engine::Create(options);
 }
 
+absl::Status CheckChunkRanks(std::span<const SequenceChunk> batch, int data_ranks) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].rank < 0 || batch[i].rank >= data_ranks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Forward: chunk ", i, " is for data-parallel rank ", batch[i].rank, "; this engine has ",
+          data_ranks == 1 ? "one pool (rank 0)" : absl::StrCat("ranks 0..", data_ranks - 1)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<KvCacheDtype> ParseKvCacheDtype(std::string_view flag) {
   if (flag == "auto") return KvCacheDtype::kAuto;
   if (flag == "bf16") return KvCacheDtype::kNative;

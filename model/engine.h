@@ -73,7 +73,13 @@ struct SequenceChunk {
   // With want_logits: how to sample this row's next token, or null for logits only. Must
   // outlive the Forward call.
   const SampleRow* sample = nullptr;
+  // Data-parallel attention (Engine::data_ranks() > 1): the rank that runs this chunk, whose
+  // pool (Engine::rank_pool) holds `pages`. 0 for every other engine.
+  int rank = 0;
 };
+
+// INVALID_ARGUMENT naming the first chunk whose rank is outside [0, data_ranks).
+absl::Status CheckChunkRanks(std::span<const SequenceChunk> batch, int data_ranks);
 
 // The SampleRow of every want_logits chunk of `batch` in order, or empty if one lacks it (then
 // Forward returns logits only).
@@ -89,6 +95,8 @@ inline std::vector<const SampleRow*> RequestedSamples(std::span<const SequenceCh
 
 // Called after layer `layer`'s KV of every chunk in the batch is in the pool (prefill streams
 // each layer's pages to the decode worker from here). Return non-OK to abort the forward.
+// With data-parallel attention it runs for every layer in order once the whole step is done
+// on every rank (the ranks' layers do not finish together), with nothing left on any stream.
 using LayerDoneFn = std::function<absl::Status(int layer)>;
 
 struct ForwardResult {
@@ -110,6 +118,12 @@ class Engine {
   virtual const ModelConfig& config() const = 0;
   virtual kernels::Backend backend() const = 0;
   virtual KvPool& kv_pool() = 0;
+  // Data-parallel attention (docs/parallel.md): how many ranks run requests of their own over
+  // a KV pool of their own. A request lives on one rank: its chunks name it (SequenceChunk::
+  // rank) and its pages are that rank's. 1 for every other engine, whose one pool kv_pool() is.
+  virtual int data_ranks() const { return 1; }
+  // Rank `rank`'s pool, rank in [0, data_ranks()); rank_pool(0) is kv_pool().
+  virtual KvPool& rank_pool(int rank) { return kv_pool(); }
   // kCuda: the cudaStream_t Forward enqueues on. on_layer_done runs once a layer's work is
   // enqueued, not finished: a consumer on another stream orders itself after an event recorded
   // here (the nccl KV sender does). Null for the CPU backend.

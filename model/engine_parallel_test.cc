@@ -316,13 +316,6 @@ TEST(ParallelEngineTest, ServesLikeTheSingleRankEngineAndImportsKvFromAnotherLay
     EXPECT_TRUE((*e)->Forward({&d, 1}).ok());
     (*e)->kv_pool().Free(*dst_pages);
   }
-  EngineOptions dp;
-  dp.model_dir = f.dir;
-  dp.parallel.size = 2;
-  dp.parallel.attention = AttentionParallel::kData;
-  absl::Status refused = Engine::Create(dp).status();
-  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.message().find("--attention-parallel data is not served"), std::string::npos);
 }
 
 TEST(ParallelLayoutResolve, NamesTheDimensionTheRanksDoNotDivide) {

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/kv_fp8/api.h"
 
 #if defined(MLASERVE_MODEL_HAS_CUDA)
@@ -267,6 +268,19 @@ absl::Status KvPool::WritePagesOnLane(int layer, std::span<const int32_t> pages,
     s = replica->WritePagesOnLane(layer, pages, host_src, fences, lane_key);
   }
   return s;
+}
+
+absl::Status KvPool::SyncReplicas(std::span<const int32_t> pages) {
+  if (replicas_.empty() || pages.empty()) return absl::OkStatus();
+  if (absl::Status s = CheckPages("SyncReplicas", 0, pages, true); !s.ok()) return s;
+  ASSIGN_OR_RETURN(KvHostBuffer staging, AllocateHostBuffer(pages.size() * layer_page_bytes()));
+  for (int layer = 0; layer < options_.num_layers; ++layer) {
+    RETURN_IF_ERROR(ReadPages(layer, pages, staging.data()));
+    for (KvPool* replica : replicas_) {
+      RETURN_IF_ERROR(replica->WritePages(layer, pages, staging.data()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status KvPool::AddReplica(KvPool* replica) {

@@ -156,6 +156,13 @@ class KvPool {
   // the other ranks' pools, same options, registered here before serving starts, receive
   // every WritePage too (a KV import lands on every rank). Page accounting stays here.
   absl::Status AddReplica(KvPool* replica);
+  bool has_replicas() const { return !replicas_.empty(); }
+  // Copies every layer of `pages` from this pool into every replica: for bytes that reached
+  // this pool without WritePages (a device-to-device KV transfer, kvtransfer/nccl, writes the
+  // pages directly), so every tensor-parallel rank holds them too. Through host memory, a
+  // layer at a time (one batched read, then a batched write per replica). No-op without
+  // replicas; the caller must not write the pages meanwhile.
+  absl::Status SyncReplicas(std::span<const int32_t> pages);
 
  private:
   struct CopyLane;  // kv_pool_copy.cc: a copy stream and its device staging buffer

@@ -82,12 +82,8 @@ absl::StatusOr<std::unique_ptr<Engine>> ParallelEngine::Create(const EngineOptio
     return absl::InvalidArgumentError(
         absl::StrCat("ParallelEngine: --tp-size is ", n, "; a single rank is the plain engine"));
   }
-  if (options.parallel.attention == AttentionParallel::kData) {
-    return absl::InvalidArgumentError(
-        "--attention-parallel data is not served by a worker yet: its scheduler plans one batch "
-        "for every rank (docs/parallel.md); use --attention-parallel tensor");
-  }
   std::unique_ptr<ParallelEngine> e(new ParallelEngine());
+  e->max_batch_seqs_ = options.max_batch_seqs;
   for (int r = 0; r < n; ++r) e->threads_.push_back(std::make_unique<RankThread>());
   e->comms_.resize(n);
   if (options.backend == kernels::Backend::kCpu) {
@@ -132,38 +128,35 @@ absl::StatusOr<std::unique_ptr<Engine>> ParallelEngine::Create(const EngineOptio
                           absl::StrCat("rank ", r, " of ", n, ": ", created[r].message()));
     }
   }
-  for (int r = 1; r < n; ++r) {
+  // Tensor attention replicates the latent cache; under data attention each pool is its own.
+  for (int r = 1; r < n && !e->layout().attention_dp(); ++r) {
     RETURN_IF_ERROR(e->ranks_[0]->kv_pool().AddReplica(&e->ranks_[r]->kv_pool()));
   }
   return std::unique_ptr<Engine>(std::move(e));
 }
 
-absl::StatusOr<ForwardResult> ParallelEngine::Forward(std::span<const SequenceChunk> batch,
-                                                      AttentionPath path,
-                                                      const LayerDoneFn& on_layer_done) {
-  if (!broken_.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "this worker's ranks can no longer step together after an earlier failure: ",
-        broken_.message()));
-  }
-  // Input errors are caught here, before any rank enters a collective it would wait in.
-  RETURN_IF_ERROR(ranks_[0]->CheckBatch(batch));
+absl::StatusOr<std::vector<ForwardResult>> ParallelEngine::StepRanks(
+    const std::vector<std::span<const SequenceChunk>>& batches, AttentionPath path,
+    const LayerDoneFn& rank0_done) {
   const int n = ranks();
-  std::vector<absl::StatusOr<ForwardResult>> results(n, absl::UnknownError("not run"));
-  absl::Status callback_error;
-  LayerDoneFn rank0_done;
-  if (on_layer_done) {
-    rank0_done = [&](int layer) -> absl::Status {
-      if (callback_error.ok()) callback_error = on_layer_done(layer);
-      return absl::OkStatus();  // the other ranks are in this step's collectives too
-    };
+  // Graph steps or eager, every rank alike (parallel_graph_plan.h); shapes are host planning.
+  std::vector<RankStepShape> shapes(n);
+  for (int r = 0; r < n; ++r) {
+    ASSIGN_OR_RETURN(shapes[r], ranks_[r]->ShapeOf(batches[r], path, r == 0 && rank0_done));
   }
+  const int bucket = ShardedGraphBucket(shapes, max_batch_seqs_);
+  std::vector<absl::StatusOr<ForwardResult>> results(n, absl::UnknownError("not run"));
   OnRanks([&](int r) {
-    results[r] = ranks_[r]->Forward(batch, path, r == 0 ? rank0_done : nullptr);
+    results[r] = ranks_[r]->ForwardRank(batches[r], path, r == 0 ? rank0_done : nullptr, bucket);
     if (!results[r].ok()) comms_[r]->Abort();  // release the ranks waiting for this one
   });
+  if (bucket > 0) ++graph_steps_;
+  std::vector<ForwardResult> out;
   for (int r = 0; r < n; ++r) {
-    if (results[r].ok()) continue;
+    if (results[r].ok()) {
+      out.push_back(*std::move(results[r]));
+      continue;
+    }
     // The first rank's own error, not the "aborted by rank k" the others then saw.
     absl::Status why = results[r].status();
     for (int q = 0; q < n; ++q) {
@@ -175,8 +168,100 @@ absl::StatusOr<ForwardResult> ParallelEngine::Forward(std::span<const SequenceCh
     broken_ = why;
     return absl::Status(why.code(), absl::StrCat("rank step failed: ", why.message()));
   }
+  return out;
+}
+
+absl::StatusOr<ForwardResult> ParallelEngine::Forward(std::span<const SequenceChunk> batch,
+                                                      AttentionPath path,
+                                                      const LayerDoneFn& on_layer_done) {
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this worker's ranks can no longer step together after an earlier failure: ",
+        broken_.message()));
+  }
+  if (layout().attention_dp()) return ForwardData(batch, path, on_layer_done);
+  // Input errors are caught here, before any rank enters a collective it would wait in.
+  RETURN_IF_ERROR(ranks_[0]->CheckBatch(batch));
+  absl::Status callback_error;
+  LayerDoneFn rank0_done;
+  if (on_layer_done) {
+    rank0_done = [&](int layer) -> absl::Status {
+      if (callback_error.ok()) callback_error = on_layer_done(layer);
+      return absl::OkStatus();  // the other ranks are in this step's collectives too
+    };
+  }
+  ASSIGN_OR_RETURN(std::vector<ForwardResult> results,
+                   StepRanks(std::vector<std::span<const SequenceChunk>>(ranks(), batch), path,
+                             rank0_done));
   if (!callback_error.ok()) return callback_error;
   return std::move(results[0]);
+}
+
+absl::StatusOr<ForwardResult> ParallelEngine::ForwardData(std::span<const SequenceChunk> batch,
+                                                          AttentionPath path,
+                                                          const LayerDoneFn& on_layer_done) {
+  const int n = ranks();
+  if (batch.empty()) return absl::InvalidArgumentError("Forward: the batch has no sequences");
+  RETURN_IF_ERROR(CheckChunkRanks(batch, n));
+  // Each rank's chunks, as that rank's engine sees them (its own pool: rank 0 of one). A batch
+  // is sampled on the ranks only when every row of it is (RequestedSamples).
+  const bool sampled = !RequestedSamples(batch).empty();
+  std::vector<std::vector<SequenceChunk>> own(n);
+  for (const SequenceChunk& c : batch) {
+    SequenceChunk local = c;
+    local.rank = 0;
+    if (!sampled) local.sample = nullptr;
+    own[c.rank].push_back(local);
+  }
+  for (int r = 0; r < n; ++r) {
+    if (absl::Status s = ranks_[r]->CheckBatch(own[r]); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("data-parallel rank ", r, "'s chunks: ",
+                                                 s.message()));
+    }
+  }
+  ASSIGN_OR_RETURN(
+      std::vector<ForwardResult> results,
+      StepRanks(std::vector<std::span<const SequenceChunk>>(own.begin(), own.end()), path, nullptr));
+  if (on_layer_done) {
+    // Every rank's layers are in its pool once its stream is done with the step.
+    std::vector<absl::Status> synced(n);
+    OnRanks([&](int r) { synced[r] = ranks_[r]->SynchronizeStream(); });
+    for (int r = 0; r < n; ++r) {
+      if (!synced[r].ok()) {
+        broken_ = synced[r];
+        return absl::Status(synced[r].code(),
+                            absl::StrCat("rank ", r, " after the step: ", synced[r].message()));
+      }
+    }
+    for (int l = 0; l < config().num_hidden_layers; ++l) RETURN_IF_ERROR(on_layer_done(l));
+  }
+  // The rows in batch order: the k-th row of rank r is its k-th chunk with want_logits. Logits
+  // come back only if every rank kept them (a rank that sampled on its device returns ids).
+  ForwardResult out;
+  bool all_logits = true;
+  for (int r = 0; r < n; ++r) {
+    if (results[r].rows > 0 && results[r].logits.empty()) all_logits = false;
+  }
+  for (int r = 0; r < n; ++r) {
+    if (!own[r].empty()) {
+      out.path_used = results[r].path_used;
+      break;
+    }
+  }
+  const size_t vocab = static_cast<size_t>(config().vocab_size);
+  std::vector<size_t> next_row(n, 0);
+  for (const SequenceChunk& c : batch) {
+    if (!c.want_logits) continue;
+    const ForwardResult& from = results[c.rank];
+    const size_t row = next_row[c.rank]++;
+    if (sampled) out.token_ids.push_back(from.token_ids.at(row));
+    if (all_logits) {
+      out.logits.insert(out.logits.end(), from.logits.begin() + row * vocab,
+                        from.logits.begin() + (row + 1) * vocab);
+    }
+    ++out.rows;
+  }
+  return out;
 }
 
 }  // namespace mlaserve::model

@@ -4,19 +4,26 @@
 // Collective: NCCL on kCuda, the in-process fake on kCpu (so the CPU backend serves a
 // multi-rank layout too, which is how CI runs it).
 //
-// Serving code sees one Engine. Forward runs the batch on every rank at once (tensor-parallel
-// attention: every rank the same batch) and returns rank 0's logits. kv_pool() is rank 0's
-// pool; the latent cache is replicated, so every page written into it (a KV import) is
-// written into every rank's pool as well (KvPool::AddReplica), and reading rank 0's pages (a
-// KV export) reads what every rank holds.
+// Serving code sees one Engine.
+//   Tensor-parallel attention: Forward runs the batch on every rank at once (every rank the
+//   same batch) and returns rank 0's logits. kv_pool() is rank 0's pool; the latent cache is
+//   replicated, so every page written into it (a KV import) is written into every rank's pool
+//   as well (KvPool::AddReplica), and reading rank 0's pages (a KV export) reads what every
+//   rank holds. data_ranks() is 1.
+//   Data-parallel attention: data_ranks() is N and every rank has a pool of its own
+//   (rank_pool(r)). Forward splits the batch by SequenceChunk::rank, each rank runs its own
+//   chunks (a rank without any joins the step's collectives with an empty batch), and the
+//   rows come back in batch order. The scheduler decides which rank a request lives on.
 //
-// on_layer_done runs on rank 0's thread, while the scheduler thread waits in Forward. If it
+// on_layer_done runs on rank 0's thread while the scheduler thread waits in Forward (tensor
+// attention), or on the calling thread for every layer after the step (data attention). If it
 // fails, the other ranks still finish the step (the collectives must match), and Forward
 // returns the callback's error. Any other failure after the batch was checked leaves the
 // collectives unusable: Forward aborts the group and every later Forward fails.
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,14 +37,16 @@ class ParallelEngine final : public Engine {
  public:
   // options.parallel.size ranks (>= 2) with options.parallel's attention and MoE layouts;
   // rank r on device options.device + r (kCuda). options.parallel.rank and .comm are ignored
-  // (the engine makes one communicator per rank). Data-parallel attention is refused here: a
-  // worker's scheduler plans one batch for all ranks (docs/parallel.md).
+  // (the engine makes one communicator per rank). Every rank's pool has
+  // options.num_kv_pages pages.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
   ~ParallelEngine() override;
 
   const ModelConfig& config() const override { return ranks_[0]->config(); }
   kernels::Backend backend() const override { return ranks_[0]->backend(); }
   KvPool& kv_pool() override { return ranks_[0]->kv_pool(); }
+  int data_ranks() const override { return layout().attention_dp() ? ranks() : 1; }
+  KvPool& rank_pool(int rank) override { return ranks_[rank]->kv_pool(); }
   void* device_stream() const override { return ranks_[0]->device_stream(); }
   int ranks() const { return static_cast<int>(ranks_.size()); }
   const ParallelLayout& layout() const { return ranks_[0]->layout(); }
@@ -46,17 +55,35 @@ class ParallelEngine final : public Engine {
                                         AttentionPath path = AttentionPath::kAuto,
                                         const LayerDoneFn& on_layer_done = nullptr) override;
 
+  // Rank r's engine (diagnostics and tests; the ranks step only through Forward).
+  DeepseekEngine& rank_engine(int r) { return *ranks_[r]; }
+  // CUDA graphs for decode steps on every rank (on by default on kCuda; parallel_graph_plan.h).
+  void set_decode_graphs(bool on) {
+    for (auto& r : ranks_) r->set_decode_graphs(on);
+  }
+  // Steps every rank ran as a graph step (padded to one bucket), since Create.
+  int64_t graph_steps() const { return graph_steps_; }
+
   class RankThread;  // parallel_engine.cc
 
  private:
   ParallelEngine() = default;
   // Runs job(r) on every rank's thread and waits for all.
   void OnRanks(const std::function<void(int)>& job);
+  // Runs batches[r] on rank r, every rank at once; the first rank error (not the aborts it
+  // caused) breaks the group.
+  absl::StatusOr<std::vector<ForwardResult>> StepRanks(
+      const std::vector<std::span<const SequenceChunk>>& batches, AttentionPath path,
+      const LayerDoneFn& rank0_done);
+  absl::StatusOr<ForwardResult> ForwardData(std::span<const SequenceChunk> batch,
+                                            AttentionPath path, const LayerDoneFn& on_layer_done);
 
   std::vector<std::unique_ptr<RankThread>> threads_;
   std::vector<std::unique_ptr<parallel::Collective>> comms_;
   std::vector<std::unique_ptr<DeepseekEngine>> ranks_;
   absl::Status broken_;  // sticky: why the group's collectives are unusable
+  int max_batch_seqs_ = 0;
+  int64_t graph_steps_ = 0;
 };
 
 }  // namespace mlaserve::model

@@ -7,9 +7,10 @@
 //       all-reduced.
 //   attention kData: each rank holds every head and runs its own requests (its own cache);
 //       the feed-forward half gathers every rank's tokens and scatters the sums back.
-//   moe kExpert: each rank holds n_routed_experts / size experts (plus a zero sink expert,
-//       kernels/moe_shard); kTensor: each rank holds every expert's moe_intermediate_size /
-//       size slice. Either way a rank's routed-expert output is a partial sum.
+//   moe kExpert: each rank holds n_routed_experts / size experts (kernels/moe_shard marks the
+//       other ranks' assignments, which kernels/moe skips); kTensor: each rank holds every
+//       expert's moe_intermediate_size / size slice. Either way a rank's routed-expert output
+//       is a partial sum.
 //   Dense MLP and shared experts: intermediate_size slices (column-parallel gate/up,
 //       row-parallel down). LM head: vocab rows ceil(vocab / size) per rank, the last rank's
 //       zero-padded, the logits all-gathered. The embedding and the MoE router are replicated.

@@ -41,7 +41,17 @@ absl::Status ParallelStep::BeginStep(const BatchPlan& plan) {
   const int n = layout.size;
   std::vector<int32_t> mine = {plan.total_tokens, static_cast<int32_t>(plan.logit_rows.size())};
   std::vector<int32_t> all(static_cast<size_t>(2 * n));
-  if (kctx.backend == kernels::Backend::kCpu) {
+  if (static_tokens_ > 0) {
+    // A graph step: every rank padded its plan to the same rows, every one a logit row.
+    if (mine[0] != static_tokens_ || mine[1] != static_tokens_) {
+      return absl::InternalError(absl::StrCat("graph step of ", static_tokens_, " rows: this rank has ",
+                                              mine[0], " tokens and ", mine[1], " logit rows"));
+    }
+    for (int r = 0; r < n; ++r) {
+      all[2 * r] = static_tokens_;
+      all[2 * r + 1] = static_tokens_;
+    }
+  } else if (kctx.backend == kernels::Backend::kCpu) {
     RETURN_IF_ERROR(
         comm_->AllGather(mine.data(), all.data(), 2, kernels::DType::kI32, kctx.stream));
   } else {

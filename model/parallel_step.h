@@ -39,6 +39,10 @@ class ParallelStep {
   // Start of a step: with data-parallel attention, every rank's token and logit-row counts, and
   // the gathered feed-forward input (its padding rows zero).
   absl::Status BeginStep(const BatchPlan& plan);
+  // A graph step (parallel_graph_plan.h): every rank's plan is padded to `tokens` rows, all of
+  // them logit rows, so BeginStep takes the counts as known instead of exchanging them (the
+  // exchange syncs with the host, which a CUDA graph cannot contain). 0: exchange them (eager).
+  void set_static_tokens(int tokens) { static_tokens_ = tokens; }
   // out [T, hidden]: o_proj's partial sums, all-reduced under tensor-parallel attention.
   absl::Status ReduceAttentionOutput(int T, void* out);
   // The feed-forward block over this rank's T tokens, with its collectives (all-reduce, or
@@ -57,6 +61,7 @@ class ParallelStep {
   int step_max_tokens_ = 0;
   int step_max_rows_ = 0;
   void* dp_gathered_ = nullptr;  // [size * step_max_tokens_, hidden] for the current step
+  int static_tokens_ = 0;
 };
 
 }  // namespace mlaserve::model

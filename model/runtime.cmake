@@ -64,6 +64,7 @@ add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/engine.cc
   ${CMAKE_CURRENT_LIST_DIR}/deepseek_engine.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_step.cc
+  ${CMAKE_CURRENT_LIST_DIR}/parallel_graph_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_engine.cc)
 target_link_libraries(model_runtime PUBLIC model_layers model_kv_cache model_weights model_step model_loader model_kv_pool model_rope model_sampler
                       model_padded_matrix model_device_memory mlaserve_kernels mlaserve_parallel
@@ -117,6 +118,10 @@ if(MLASERVE_BUILD_TESTS)
   mlaserve_test(model_engine_parallel_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_parallel_test.cc
                 DEPS model_runtime mlaserve_parallel nlohmann_json::nlohmann_json TIMEOUT 600)
+  # Data-parallel attention as a worker serves it: each rank its own requests and pool.
+  mlaserve_test(model_engine_parallel_data_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_parallel_data_test.cc
+                DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
   mlaserve_test(model_engine_behavior_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_behavior_test.cc
                 DEPS model_runtime model_sampler nlohmann_json::nlohmann_json TIMEOUT 600)

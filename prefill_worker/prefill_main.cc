@@ -83,8 +83,21 @@ class PrefillRole final : public worker::Role {
     d.set_kv_transport(nccl_ != nullptr ? "nccl" : "tcp");
     const PrefillLoad l = runner_->load();
     auto* load = d.mutable_load();
-    load->set_kv_pages_total(engine_->kv_pool().total_pages());
-    load->set_kv_pages_free(engine_->kv_pool().free_pages());
+    int total = 0, free = 0;
+    for (int r = 0; r < engine_->data_ranks(); ++r) {
+      const model::KvPool& pool = engine_->rank_pool(r);
+      total += pool.total_pages();
+      free += pool.free_pages();
+      if (engine_->data_ranks() == 1) continue;
+      v1::RankLoad* rank = load->add_ranks();
+      rank->set_kv_pages_total(pool.total_pages());
+      rank->set_kv_pages_free(pool.free_pages());
+      rank->set_running_requests(r < static_cast<int>(l.rank_prefilling.size())
+                                     ? l.rank_prefilling[r]
+                                     : 0);
+    }
+    load->set_kv_pages_total(total);
+    load->set_kv_pages_free(free);
     load->set_running_requests(l.running_requests);
     load->set_pending_requests(l.pending_requests);
     load->set_pending_prefill_tokens(l.pending_prefill_tokens);

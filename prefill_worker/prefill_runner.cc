@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/common/page.h"
 #include "profiles/engine_path.h"
 #include "spdlog/spdlog.h"
@@ -21,6 +22,12 @@ absl::Status KvPeerFailure(const absl::Status& s) {
   }
   return absl::AbortedError(
       absl::StrCat("KV transfer to the decode worker failed: ", s.ToString()));
+}
+
+std::vector<model::KvPool*> RankPools(model::Engine* engine) {
+  std::vector<model::KvPool*> pools;
+  for (int r = 0; r < engine->data_ranks(); ++r) pools.push_back(&engine->rank_pool(r));
+  return pools;
 }
 
 }  // namespace
@@ -48,10 +55,16 @@ PrefillRunner::PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* tra
       transport_(transport),
       layout_(std::move(layout)),
       options_(std::move(options)),
-      scheduler_(options_.scheduler, &engine->kv_pool()),
-      shipper_(&engine->kv_pool(), engine->device_stream(),
-               {.num_slots = options_.kv_ship_slots,
-                .no_progress_timeout = options_.kv_no_progress_timeout}) {
+      scheduler_(options_.scheduler, RankPools(engine)) {
+  // A data-parallel step's layers are handed over after the step, with every rank's stream
+  // idle: its shippers need not order their reads after a stream.
+  const int ranks = engine->data_ranks();
+  for (int r = 0; r < ranks; ++r) {
+    shippers_.push_back(std::make_unique<kvtransfer::KvShipper>(
+        &engine->rank_pool(r), ranks == 1 ? engine->device_stream() : nullptr,
+        kvtransfer::KvShipperOptions{.num_slots = options_.kv_ship_slots,
+                                     .no_progress_timeout = options_.kv_no_progress_timeout}));
+  }
   common::MetricsRegistry* m = metrics != nullptr ? metrics : &own_metrics_;
   requests_ok_ = m->GetCounter("mlaserve_prefill_requests_total",
                                "Prefill requests answered, by outcome.", {{"outcome", "ok"}});
@@ -121,11 +134,13 @@ void PrefillRunner::Stop() {
     scheduler_.Remove(id);
     Finish(id, absl::UnavailableError("prefill worker shutting down"));
   }
-  shipper_.Stop();  // after the answers: its queued completions find them answered
+  for (auto& s : shippers_) s->Stop();  // after the answers: queued completions find them answered
 }
 
 absl::Status PrefillRunner::FlushKv(absl::Duration timeout) {
-  return shipper_.Flush(absl::Now() + timeout);
+  const absl::Time deadline = absl::Now() + timeout;
+  for (auto& s : shippers_) RETURN_IF_ERROR(s->Flush(deadline));
+  return absl::OkStatus();
 }
 
 PrefillBounds PrefillRunner::bounds() const {
@@ -136,10 +151,11 @@ PrefillBounds PrefillRunner::bounds() const {
 absl::Status PrefillRunner::Submit(PrefillJob job, PrefillDoneFn done) {
   const int n = static_cast<int>(job.tokens.size());
   const int pages = job.session.num_pages;  // the prompt's (PrefillJob)
-  if (pages > engine_->kv_pool().total_pages()) {
-    return absl::ResourceExhaustedError(absl::StrCat("prompt of ", n, " tokens needs ", pages,
-                                                     " KV pages; this prefill worker has ",
-                                                     engine_->kv_pool().total_pages()));
+  const int pool_pages = engine_->rank_pool(0).total_pages();  // every rank's alike
+  if (pages > pool_pages) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "prompt of ", n, " tokens needs ", pages, " KV pages; this prefill worker has ",
+        pool_pages, engine_->data_ranks() > 1 ? " per data-parallel rank" : ""));
   }
   auto r = std::make_shared<Request>();
   r->arrival = absl::Now();
@@ -206,6 +222,7 @@ PrefillLoad PrefillRunner::load() const {
   l.running_requests = static_cast<int>(requests_.size());
   l.pending_requests = static_cast<int>(incoming_.size());
   l.pending_prefill_tokens = pending_tokens_;
+  l.rank_prefilling = rank_prefilling_;
   return l;
 }
 
@@ -263,6 +280,7 @@ bool PrefillRunner::Step() {
     sc.start_pos = c.start;
     sc.pages = c.seq->pages;
     sc.want_logits = c.last;
+    sc.rank = c.seq->rank;
     batch.push_back(sc);
     tokens += c.len;
   }
@@ -286,8 +304,10 @@ bool PrefillRunner::Step() {
 }
 
 void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int layer) {
-  std::vector<kvtransfer::KvShipRun> runs;
-  std::vector<std::shared_ptr<Request>> shipping;
+  // Per rank: the runs of its pool and their requests.
+  const size_t ranks = shippers_.size();
+  std::vector<std::vector<kvtransfer::KvShipRun>> runs(ranks);
+  std::vector<std::vector<std::shared_ptr<Request>>> shipping(ranks);
   for (const PrefillChunk& c : chunks) {
     auto r = Find(c.seq->id);
     if (r == nullptr || !r->failure.ok()) continue;
@@ -303,14 +323,17 @@ void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int layer
     // The pages this chunk wrote; the first may have been sent before, partly filled.
     const int first = c.start / kernels::kPageSize;
     const int last = (c.start + c.len - 1) / kernels::kPageSize;
-    runs.push_back({r->sender, first,
-                    std::vector<int32_t>(c.seq->pages.begin() + first,
-                                         c.seq->pages.begin() + last + 1)});
-    shipping.push_back(std::move(r));
+    runs[c.seq->rank].push_back({r->sender, first,
+                                 std::vector<int32_t>(c.seq->pages.begin() + first,
+                                                      c.seq->pages.begin() + last + 1)});
+    shipping[c.seq->rank].push_back(std::move(r));
   }
-  // One read of every chunk's pages of this layer; the shipping thread sends them.
-  if (absl::Status s = shipper_.ShipLayer(layer, std::move(runs)); !s.ok()) {
-    for (auto& r : shipping) r->failure = s;
+  // One read of every chunk's pages of this layer per pool; the shipping threads send them.
+  for (size_t rank = 0; rank < ranks; ++rank) {
+    if (runs[rank].empty()) continue;
+    if (absl::Status s = shippers_[rank]->ShipLayer(layer, std::move(runs[rank])); !s.ok()) {
+      for (auto& r : shipping[rank]) r->failure = s;
+    }
   }
 }
 
@@ -330,8 +353,9 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
   const int vocab = engine_->config().vocab_size;
   // The step's pages may be freed below (finished or failed prompts) and rewritten by the next
   // forward: their reads into host memory must have landed first.
-  const absl::Status copied =
-      shipper_.WaitCopies(absl::Now() + options_.kv_no_progress_timeout);
+  const absl::Time copies_due = absl::Now() + options_.kv_no_progress_timeout;
+  absl::Status copied;
+  for (auto& s : shippers_) copied.Update(s->WaitCopies(copies_due));
   if (!copied.ok()) spdlog::error("KV page copies of this step failed: {}", copied.ToString());
   if (!result.ok()) {
     spdlog::error("prefill forward failed: {}", result.status().ToString());
@@ -400,13 +424,19 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
     if (r->sender->direct()) {
       r->sender->Complete(completion, std::move(on_verdict));
     } else {  // behind the prompt's pages still queued for the shipping thread
-      shipper_.Complete(r->sender, completion, std::move(on_verdict));
+      ShipperOf(*c.seq).Complete(r->sender, completion, std::move(on_verdict));
     }
   }
   // Finished prompts leave the scheduler (their pages are free: the KV has been shipped).
   for (auto& done : scheduler_.Advance(chunks)) {
     absl::MutexLock lock(&mu_);
     pending_tokens_ -= static_cast<int64_t>(done->tokens.size());
+  }
+  if (scheduler_.ranks() > 1) {
+    std::vector<int> prefilling(scheduler_.ranks());
+    for (int r = 0; r < scheduler_.ranks(); ++r) prefilling[r] = scheduler_.num_running(r);
+    absl::MutexLock lock(&mu_);
+    rank_prefilling_ = std::move(prefilling);
   }
 }
 
@@ -455,7 +485,7 @@ void PrefillRunner::Finish(const std::string& id, absl::StatusOr<PrefillOutcome>
     spdlog::info("prefill {} failed: {}", id, outcome.status().ToString());
   }
   // A direct sender's pages: its transfer ended (done ran) or was just aborted.
-  if (!held.empty()) engine_->kv_pool().Free(held);
+  if (!held.empty()) engine_->rank_pool(r->seq->rank).Free(held);
   if (r->done) r->done(std::move(outcome));
 }
 

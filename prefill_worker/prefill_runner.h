@@ -10,6 +10,12 @@
 //                  decode worker acknowledges asynchronously; the request is answered then),
 //                  and fails requests whose transfer broke, without disturbing the batch.
 //
+// Data-parallel attention (docs/parallel.md): each rank prefills the prompts admitted to it
+// (PrefillScheduler picks the rank) in its own pool, and a prompt's pages are shipped from
+// that pool by that rank's shipper. The engine hands a data-parallel step's layers to
+// on_layer_done after the step, so those pages leave once the step is done rather than while
+// later layers compute.
+//
 // Threads: Submit / Abort / load() come from RPC threads; one loop thread runs the steps and
 // alone touches the scheduler and the engine. Completion callbacks (`done`) run on the loop
 // thread or a transport thread, exactly once per request, without the runner's lock held.
@@ -89,6 +95,9 @@ struct PrefillLoad {
   int pending_requests = 0;  // accepted, prompt not fully prefilled
   int running_requests = 0;  // prefilling now or waiting for the decode worker's ack
   int64_t pending_prefill_tokens = 0;
+  // Data-parallel attention: prompts being prefilled on each rank (as of the last step); empty
+  // with one pool.
+  std::vector<int> rank_prefilling;
 };
 
 class PrefillRunner {
@@ -141,13 +150,17 @@ class PrefillRunner {
   void Finish(const std::string& id, absl::StatusOr<PrefillOutcome> outcome);
   std::shared_ptr<Request> Find(const std::string& id) const;
 
+  kvtransfer::KvShipper& ShipperOf(const PrefillSequence& seq) { return *shippers_[seq.rank]; }
+
   model::Engine* const engine_;
   kvtransfer::KvTransport* const transport_;
   const kvtransfer::KvLayout layout_;
   const PrefillRunnerOptions options_;
   PrefillScheduler scheduler_;  // loop thread only
   model::Sampler sampler_;
-  kvtransfer::KvShipper shipper_;  // fed by the loop thread
+  // One per data-parallel rank (one with a single pool), reading that rank's pool; fed by the
+  // loop thread.
+  std::vector<std::unique_ptr<kvtransfer::KvShipper>> shippers_;
 
   mutable absl::Mutex mu_;
   absl::CondVar wake_;
@@ -155,6 +168,7 @@ class PrefillRunner {
   std::vector<std::shared_ptr<Request>> incoming_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> aborts_ ABSL_GUARDED_BY(mu_);
   int64_t pending_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int> rank_prefilling_ ABSL_GUARDED_BY(mu_);  // set by the loop after each step
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   std::thread loop_;

@@ -23,11 +23,17 @@ absl::Status ValidateSchedulerOptions(const PrefillSchedulerOptions& o) {
   return absl::OkStatus();
 }
 
-PrefillScheduler::PrefillScheduler(PrefillSchedulerOptions options, model::KvPool* pool)
-    : options_(options), pool_(pool) {}
+PrefillScheduler::PrefillScheduler(PrefillSchedulerOptions options,
+                                   std::vector<model::KvPool*> pools)
+    : options_(options), pools_(std::move(pools)) {}
 
 PrefillScheduler::~PrefillScheduler() {
-  for (auto& s : running_) pool_->Free(s->pages);
+  for (auto& s : running_) pools_[s->rank]->Free(s->pages);
+}
+
+int PrefillScheduler::num_running(int rank) const {
+  return static_cast<int>(std::count_if(running_.begin(), running_.end(),
+                                        [rank](const auto& s) { return s->rank == rank; }));
 }
 
 
@@ -39,7 +45,7 @@ bool PrefillScheduler::Remove(const std::string& id) {
   for (auto* q : {&running_, &waiting_}) {
     auto it = std::find_if(q->begin(), q->end(), [&](const auto& s) { return s->id == id; });
     if (it != q->end()) {
-      pool_->Free((*it)->pages);
+      pools_[(*it)->rank]->Free((*it)->pages);
       (*it)->pages.clear();
       q->erase(it);
       return true;
@@ -50,23 +56,37 @@ bool PrefillScheduler::Remove(const std::string& id) {
 
 std::vector<PrefillChunk> PrefillScheduler::Schedule() {
   std::vector<PrefillChunk> batch;
-  int budget = options_.max_batch_tokens;
+  const int ranks = this->ranks();
+  std::vector<int> budget(ranks, options_.max_batch_tokens), seqs(ranks, 0);
+  auto has_room = [&](int r) { return budget[r] > 0 && seqs[r] < options_.max_batch_seqs; };
   auto take = [&](const std::shared_ptr<PrefillSequence>& s) {
     const int remaining = static_cast<int>(s->tokens.size()) - s->num_computed;
-    const int len = std::min({remaining, options_.chunk_size, budget});
+    const int len = std::min({remaining, options_.chunk_size, budget[s->rank]});
     batch.push_back(PrefillChunk{s, s->num_computed, len, len == remaining});
-    budget -= len;
+    budget[s->rank] -= len;
+    seqs[s->rank] += 1;
   };
   for (auto& s : running_) {
-    if (budget == 0 || static_cast<int>(batch.size()) == options_.max_batch_seqs) return batch;
-    take(s);
+    if (has_room(s->rank)) take(s);
   }
-  while (!waiting_.empty() && budget > 0 &&
-         static_cast<int>(batch.size()) < options_.max_batch_seqs) {
+  while (!waiting_.empty()) {
     auto& s = waiting_.front();
-    auto pages = pool_->Allocate(kernels::PagesFor(static_cast<int>(s->tokens.size())));
-    if (!pages.ok()) break;  // wait for running prompts to finish and free theirs
+    const int need = kernels::PagesFor(static_cast<int>(s->tokens.size()));
+    int rank = -1;
+    for (int r = 0; r < ranks; ++r) {
+      if (!has_room(r) || pools_[r]->free_pages() < need) continue;
+      if (rank < 0 || pools_[r]->free_pages() > pools_[rank]->free_pages() ||
+          (pools_[r]->free_pages() == pools_[rank]->free_pages() &&
+           num_running(r) < num_running(rank))) {
+        rank = r;
+      }
+    }
+    // None: wait for running prompts to finish and free theirs (or for the next step's budget).
+    if (rank < 0) break;
+    auto pages = pools_[rank]->Allocate(need);
+    if (!pages.ok()) break;
     s->pages = std::move(*pages);
+    s->rank = rank;
     running_.push_back(std::move(s));
     waiting_.pop_front();
     take(running_.back());
@@ -80,7 +100,7 @@ std::vector<std::shared_ptr<PrefillSequence>> PrefillScheduler::Advance(
   std::vector<std::shared_ptr<PrefillSequence>> finished;
   for (auto it = running_.begin(); it != running_.end();) {
     if ((*it)->done()) {
-      pool_->Free((*it)->pages);
+      pools_[(*it)->rank]->Free((*it)->pages);
       (*it)->pages.clear();
       finished.push_back(std::move(*it));
       it = running_.erase(it);

@@ -7,6 +7,11 @@
 // allocating the pages of its whole prompt on admission. When the pool cannot hold the next
 // waiting prompt, admission stops (no overtaking, so a large prompt is not starved).
 //
+// Data-parallel attention (docs/parallel.md): one pool per rank. A prompt is admitted to the
+// rank with the most free pages that can hold it and still has budget (then the one running
+// fewer prompts) and stays there; the token budget and sequence limit hold per rank, each
+// rank's share of the batch being that rank's own batch.
+//
 // Not thread-safe: owned by the prefill loop thread.
 #pragma once
 
@@ -32,6 +37,7 @@ struct PrefillSequence {
   std::string id;
   std::vector<int32_t> tokens;  // the prompt
   std::vector<int32_t> pages;   // all pages of the prompt, allocated on admission
+  int rank = 0;                 // data-parallel rank whose pool holds `pages` (0: one pool)
   int num_computed = 0;         // prompt tokens whose KV is in the pool
   bool done() const { return num_computed == static_cast<int>(tokens.size()); }
 };
@@ -48,7 +54,10 @@ struct PrefillChunk {
 
 class PrefillScheduler {
  public:
-  PrefillScheduler(PrefillSchedulerOptions options, model::KvPool* pool);
+  PrefillScheduler(PrefillSchedulerOptions options, model::KvPool* pool)
+      : PrefillScheduler(options, std::vector<model::KvPool*>{pool}) {}
+  // One pool per data-parallel rank (Engine::rank_pool), same size each.
+  PrefillScheduler(PrefillSchedulerOptions options, std::vector<model::KvPool*> pools);
   ~PrefillScheduler();  // frees the pages of every sequence still held
 
   void Add(std::shared_ptr<PrefillSequence> seq);
@@ -63,12 +72,14 @@ class PrefillScheduler {
 
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
+  int num_running(int rank) const;
+  int ranks() const { return static_cast<int>(pools_.size()); }
   // Prompt tokens not yet prefilled, waiting and running.
   int64_t pending_tokens() const;
 
  private:
   const PrefillSchedulerOptions options_;
-  model::KvPool* const pool_;
+  const std::vector<model::KvPool*> pools_;
   std::deque<std::shared_ptr<PrefillSequence>> waiting_;
   std::deque<std::shared_ptr<PrefillSequence>> running_;
 };

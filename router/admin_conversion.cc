@@ -48,6 +48,12 @@ WorkerLoad LoadFromProto(const v1::WorkerLoad& p) {
   l.pending_requests = p.pending_requests();
   l.pending_prefill_tokens = p.pending_prefill_tokens();
   l.max_running_requests = p.max_running_requests();
+  for (const v1::RankLoad& r : p.ranks()) {
+    l.ranks.push_back(RankLoad{.kv_pages_total = r.kv_pages_total(),
+                               .kv_pages_free = r.kv_pages_free(),
+                               .running_requests = r.running_requests(),
+                               .pending_requests = r.pending_requests()});
+  }
   return l;
 }
 
@@ -59,6 +65,13 @@ v1::WorkerLoad LoadToProto(const WorkerLoad& l) {
   p.set_pending_requests(l.pending_requests);
   p.set_pending_prefill_tokens(l.pending_prefill_tokens);
   p.set_max_running_requests(l.max_running_requests);
+  for (const RankLoad& r : l.ranks) {
+    v1::RankLoad* rank = p.add_ranks();
+    rank->set_kv_pages_total(r.kv_pages_total);
+    rank->set_kv_pages_free(r.kv_pages_free);
+    rank->set_running_requests(r.running_requests);
+    rank->set_pending_requests(r.pending_requests);
+  }
   return p;
 }
 
@@ -124,6 +137,8 @@ absl::StatusOr<WorkerDescriptor> DescriptorFromProto(const v1::WorkerDescriptor&
   d.profile = ProfileFromProto(p.profile());
   d.load = LoadFromProto(p.load());
   d.kv_transport = p.kv_transport();
+  d.gpus = p.gpus();
+  d.parallel_layout = p.parallel_layout();
   return d;
 }
 
@@ -138,6 +153,8 @@ v1::WorkerDescriptor DescriptorToProto(const WorkerDescriptor& d) {
   *p.mutable_profile() = ProfileToProto(d.profile);
   *p.mutable_load() = LoadToProto(d.load);
   p.set_kv_transport(d.kv_transport);
+  p.set_gpus(d.gpus);
+  p.set_parallel_layout(d.parallel_layout);
   return p;
 }
 

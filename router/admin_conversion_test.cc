@@ -31,9 +31,24 @@ TEST(AdminConversion, DescriptorRoundTrips) {
   p.mutable_load()->set_kv_pages_free(900);
   p.mutable_load()->set_pending_prefill_tokens(1234567890123);
   p.set_kv_transport("tcp");
+  p.set_gpus(2);
+  p.set_parallel_layout("tp=2 attention=data moe=expert");
+  for (int free : {400, 500}) {
+    v1::RankLoad* rank = p.mutable_load()->add_ranks();
+    rank->set_kv_pages_total(500);
+    rank->set_kv_pages_free(free);
+    rank->set_running_requests(3);
+    rank->set_pending_requests(1);
+  }
   absl::StatusOr<WorkerDescriptor> d = DescriptorFromProto(p);
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->role, WorkerRole::kDecode);
+  EXPECT_EQ(d->gpus, 2);
+  EXPECT_EQ(d->parallel_layout, "tp=2 attention=data moe=expert");
+  ASSERT_EQ(d->load.ranks.size(), 2u);
+  // A request's pages must fit one rank: the largest rank's free pages, not the sum.
+  EXPECT_EQ(d->load.request_pages_free(), 500);
+  EXPECT_EQ(d->load.request_pages_total(), 500);
   EXPECT_EQ(d->model.vocab_size, 102400);
   EXPECT_EQ(d->profile.local_prefill_threshold, 256);
   EXPECT_EQ(d->load.pending_prefill_tokens, 1234567890123);

@@ -70,14 +70,15 @@ absl::Status DecodePlacement::Rank() {
         [](const auto& a, const auto& b) { return a.estimated_free_pages < b.estimated_free_pages; });
     const auto largest = std::max_element(
         decode.begin(), decode.end(), [](const auto& a, const auto& b) {
-          return a.descriptor.load.kv_pages_total < b.descriptor.load.kv_pages_total;
+          return a.descriptor.load.request_pages_total() < b.descriptor.load.request_pages_total();
         });
     if (largest->descriptor.load.kv_pages_total > 0 &&
-        largest->descriptor.load.kv_pages_total < pages_at_most) {
+        largest->descriptor.load.request_pages_total() < pages_at_most) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "no decode worker can ever hold ", pages_at_most, " KV pages (", prompt,
           " prompt tokens + max_new_tokens ", max_new_tokens_, "); the largest pool is ",
-          largest->descriptor.load.kv_pages_total, " pages on ", largest->id));
+          largest->descriptor.load.request_pages_total(), " pages on ", largest->id,
+          largest->descriptor.load.ranks.empty() ? "" : " (one data-parallel rank's)"));
     }
     no_room_now_ = true;
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -16,7 +16,7 @@ std::vector<std::string> RankDecodeWorkers(std::span<const WorkerSnapshot> decod
       continue;
     }
     if (w.estimated_free_pages < pages_now) continue;
-    if (load.kv_pages_total > 0 && load.kv_pages_total < pages_at_most) continue;
+    if (load.kv_pages_total > 0 && load.request_pages_total() < pages_at_most) continue;
     fit.push_back(&w);
   }
   std::sort(fit.begin(), fit.end(), [](const WorkerSnapshot* a, const WorkerSnapshot* b) {

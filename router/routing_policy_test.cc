@@ -39,6 +39,17 @@ TEST(RoutingPolicy, DecodeNeedsRoomNowAndAPoolThatHoldsTheWholeRequest) {
   EXPECT_THAT(RankDecodeWorkers(ws, 6, 41), ElementsAre());
 }
 
+TEST(RoutingPolicy, ADataParallelWorkerHoldsARequestOnOneRank) {
+  // 2 ranks of 40 pages: 80 in all, but a request's pages must fit one rank's pool.
+  WorkerSnapshot dp = W("decode-1", 30);
+  dp.descriptor.load.kv_pages_total = 80;
+  dp.descriptor.load.ranks = {RankLoad{.kv_pages_total = 40, .kv_pages_free = 30},
+                              RankLoad{.kv_pages_total = 40, .kv_pages_free = 20}};
+  std::vector<WorkerSnapshot> ws = {dp};
+  EXPECT_THAT(RankDecodeWorkers(ws, 2, 40), ElementsAre("decode-1"));
+  EXPECT_THAT(RankDecodeWorkers(ws, 2, 41), ElementsAre());
+}
+
 TEST(RoutingPolicy, DecodeSkipsWorkersAtTheirRequestLimit) {
   WorkerSnapshot busy = W("decode-1", 100);
   busy.descriptor.load.max_running_requests = 2;

@@ -25,8 +25,10 @@ WorkerRegistry::WorkerRegistry(Options options) : options_(std::move(options)) {
 WorkerSnapshot WorkerRegistry::Snapshot(const Entry& e) const {
   WorkerSnapshot s = e.snap;
   const int32_t reserved_since_report = s.router_reserved_pages - e.reserved_pages_at_report;
+  // (A data-parallel worker's pages since the report may be on any rank: taken from the
+  // fullest-free one, the estimate errs low.)
   s.estimated_free_pages =
-      std::max<int32_t>(0, s.descriptor.load.kv_pages_free - reserved_since_report);
+      std::max<int32_t>(0, s.descriptor.load.request_pages_free() - reserved_since_report);
   return s;
 }
 

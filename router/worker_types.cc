@@ -9,6 +9,20 @@
 
 namespace mlaserve::router {
 
+int32_t WorkerLoad::request_pages_total() const {
+  if (ranks.empty()) return kv_pages_total;
+  int32_t most = 0;
+  for (const RankLoad& r : ranks) most = std::max(most, r.kv_pages_total);
+  return most;
+}
+
+int32_t WorkerLoad::request_pages_free() const {
+  if (ranks.empty()) return kv_pages_free;
+  int32_t most = 0;
+  for (const RankLoad& r : ranks) most = std::max(most, r.kv_pages_free);
+  return most;
+}
+
 double PrefillEstimate::FinishMicros(int64_t queued_tokens, int64_t prompt_tokens) const {
   const double q = static_cast<double>(std::max<int64_t>(queued_tokens, 0));
   const double l = static_cast<double>(std::max<int64_t>(prompt_tokens, 0));

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -28,13 +29,28 @@ const char* RoleName(WorkerRole role);  // "prefill" / "decode"
 const char* StateName(WorkerState state);  // "starting", "healthy", ...
 const char* SourceName(WorkerSource source);
 
-struct WorkerLoad {
+// One data-parallel attention rank's share of a worker's load (docs/parallel.md).
+struct RankLoad {
   int32_t kv_pages_total = 0;
+  int32_t kv_pages_free = 0;
+  int32_t running_requests = 0;
+  int32_t pending_requests = 0;
+};
+
+struct WorkerLoad {
+  int32_t kv_pages_total = 0;  // every rank's together
   int32_t kv_pages_free = 0;
   int32_t running_requests = 0;
   int32_t pending_requests = 0;
   int64_t pending_prefill_tokens = 0;
   int32_t max_running_requests = 0;  // 0 = no limit
+  // Data-parallel attention: each rank's own pool and requests; empty for one pool.
+  std::vector<RankLoad> ranks;
+
+  // What one request can get: a request's pages are all on one rank, so with ranks these are
+  // the largest rank pool and the most free pages of one rank.
+  int32_t request_pages_total() const;
+  int32_t request_pages_free() const;
 };
 
 // A prefill worker's relative prefill-time model, from its GPU profile's "prefill_estimate"
@@ -93,6 +109,10 @@ struct WorkerDescriptor {
   WorkerProfile profile;
   WorkerLoad load;
   std::string kv_transport;
+  // GPUs (ranks) and how the model is split over them: "tp=1", "tp=8 attention=data
+  // moe=expert" (docs/parallel.md); 0 / empty from workers that predate the fields.
+  int32_t gpus = 0;
+  std::string parallel_layout;
 };
 
 // What the registry knows about one worker at one moment (a copy; safe to keep).

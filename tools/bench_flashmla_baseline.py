@@ -237,7 +237,7 @@ def compare(ours_path, flashmla_path):
     print(f"{'shape':<32}{'ours TF/s':>10}{'FlashMLA':>10}{'ours GB/s':>11}{'FlashMLA':>10}{'ours/FlashMLA':>15}")
     for r in ours["results"]:
         m = re.search(r"b=(\d+) h=(\d+)(?: s_q=(\d+))? s_k~(\d+)", r["shape"])
-        if r["kernel"] != "mla_decode" or not m:
+        if r["kernel"] != "mla_decode" or not m or "skewed" in r["shape"]:
             continue
         b, h, sq, sk = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1), int(m.group(4))
         if (b, h, sq, sk) not in fm:

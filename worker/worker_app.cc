@@ -2,6 +2,9 @@
 
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -118,11 +121,31 @@ std::optional<StartupError> WorkerApp::Build() {
   profile_ = *std::move(profile);
   profile_json_ = profiles::ProfileToJson(profile_->profile);
 
+  // Every rank's pool together; under data attention each rank's too (docs/parallel.md).
   auto* pages_total = metrics_.GetGauge("mlaserve_kv_pages_total", "KV pages in the pool.");
   auto* pages_used = metrics_.GetGauge("mlaserve_kv_pages_used", "KV pages in use.");
-  metrics_.AddCollectHook([&e, pages_total, pages_used] {
-    pages_total->Set(e.kv_pool().total_pages());
-    pages_used->Set(e.kv_pool().total_pages() - e.kv_pool().free_pages());
+  std::vector<std::pair<common::Gauge*, common::Gauge*>> rank_gauges;
+  for (int r = 0; r < e.data_ranks() && e.data_ranks() > 1; ++r) {
+    const common::MetricLabels rank = {{"rank", std::to_string(r)}};
+    rank_gauges.emplace_back(
+        metrics_.GetGauge("mlaserve_rank_kv_pages_total",
+                          "KV pages in each data-parallel rank's pool.", rank),
+        metrics_.GetGauge("mlaserve_rank_kv_pages_used",
+                          "KV pages in use in each data-parallel rank's pool.", rank));
+  }
+  metrics_.AddCollectHook([&e, pages_total, pages_used, rank_gauges] {
+    int total = 0, used = 0;
+    for (int r = 0; r < e.data_ranks(); ++r) {
+      const model::KvPool& pool = e.rank_pool(r);
+      total += pool.total_pages();
+      used += pool.total_pages() - pool.free_pages();
+      if (r < static_cast<int>(rank_gauges.size())) {
+        rank_gauges[r].first->Set(pool.total_pages());
+        rank_gauges[r].second->Set(pool.total_pages() - pool.free_pages());
+      }
+    }
+    pages_total->Set(total);
+    pages_used->Set(used);
   });
   return std::nullopt;
 }
@@ -133,7 +156,11 @@ int WorkerApp::Run(Role& role) {
   const char* role_name = RoleName(kind_);
   model::Engine& e = *engine_;
 
-  const bool gpu_pool = e.backend() == kernels::Backend::kCuda && o.tp_size == 1;
+  // nccl moves KV between GPU pools: a decode worker's ranks receive on their GPUs (rank pools
+  // under data attention, rank 0's then every replica under tensor attention); a prefill
+  // worker sends from rank 0's (replicated) pool, which a data-parallel one does not have.
+  const bool gpu_pool = e.backend() == kernels::Backend::kCuda &&
+                        !(kind_ == WorkerRoleKind::kPrefill && e.data_ranks() > 1);
 #ifdef MLASERVE_HAVE_NCCL
   const bool nccl_built = true;
 #else
@@ -187,9 +214,13 @@ int WorkerApp::Run(Role& role) {
         describe, [&] { return describe().load(); });
     registration->Start();
   }
-  spdlog::info("{} worker for {} ({} layers, KV {}), {} pages, advertised as {}", role_name,
+  spdlog::info("{} worker for {} ({} layers, KV {}), {} pages{}, advertised as {}", role_name,
                o.model_dir, e.config().num_hidden_layers, layout_->Describe(),
-               e.kv_pool().total_pages(), advertise_.get());
+               e.kv_pool().total_pages(),
+               e.data_ranks() > 1 ? absl::StrCat(" on each of ", e.data_ranks(),
+                                                 " data-parallel ranks")
+                                  : "",
+               advertise_.get());
   server.PrintListening();
   server.WaitForShutdown([&] {
     registration.reset();  // stop heartbeats first: the router stops routing here

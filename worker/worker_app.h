@@ -46,8 +46,8 @@ struct WorkerEnv {
   const profiles::ResolvedProfile& profile;
   common::MetricsRegistry& metrics;
   const common::ClusterSecurity& security;
-  // The KV pool is one GPU's (a CUDA engine on one rank): only then can KV move over nccl
-  // (a multi-GPU worker's latent cache must reach every rank, so it uses tcp; docs/parallel.md).
+  // The KV pools are on GPUs where nccl can move them (a CUDA engine; not a data-parallel
+  // prefill worker, whose prompts are on several GPUs; docs/parallel.md).
   bool gpu_pool = false;
   bool nccl_built = false;  // this binary has the NCCL transport (MLASERVE_HAVE_NCCL)
   // The descriptor GetInfo answers with (the same one registration sends); any thread.

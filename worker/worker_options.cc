@@ -31,8 +31,9 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
                  "(docs/parallel.md)")
       ->capture_default_str();
   app.add_option("--attention-parallel", o->attention_parallel,
-                 "tensor: attention heads split over the ranks, the latent cache replicated "
-                 "(data: each rank its own requests; engine only, not served yet)")
+                 "tensor: attention heads split over the ranks, the latent cache replicated; "
+                 "data: each rank its own requests and KV pool (--num-kv-pages, "
+                 "--max-running-requests and --max-batch-tokens then hold per rank)")
       ->capture_default_str();
   app.add_option("--moe-parallel", o->moe_parallel,
                  "expert: routed experts split over the ranks; tensor: every expert split")
@@ -120,10 +121,12 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
   if (o->moe_parallel != "expert" && o->moe_parallel != "tensor") {
     return bad("--moe-parallel", o->moe_parallel, "it must be expert or tensor");
   }
-  if (o->tp_size > 1 && o->kv_transport == "nccl") {
+  if (role == WorkerRoleKind::kPrefill && o->tp_size > 1 && o->attention_parallel == "data" &&
+      o->kv_transport == "nccl") {
     return bad("--kv-transport", o->kv_transport,
-               "the nccl transport moves one GPU's pool; a worker with --tp-size > 1 uses tcp "
-               "(or auto, which then picks tcp)");
+               "a prefill worker with --attention-parallel data holds its prompts on several "
+               "GPUs, which the nccl sender does not read yet; use tcp (or auto, which then "
+               "picks tcp)");
   }
   if (o->mha_provider != "auto" && o->mha_provider != "ours" && o->mha_provider != "cudnn") {
     return bad("--mha-provider", o->mha_provider, "it must be auto, ours or cudnn");

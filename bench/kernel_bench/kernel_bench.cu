@@ -80,11 +80,17 @@ std::string LatentFamily(const char* family, kernels::LatentKernel kernel) {
   return kernel == kernels::LatentKernel::kMmaSync ? std::string(family) + "_mmasync" : family;
 }
 
+// skewed: one request of 16 x mean_sk, the others mean_sk / 4 +-25% (a long conversation among
+// short ones), else every length mean_sk +-25%.
 void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels::LatentKernel kernel,
-                    const Ceilings& ceil, Results& res) {
+                    kernels::MlaDecodeSchedule schedule, bool skewed, const Ceilings& ceil, Results& res) {
   std::mt19937 rng(batch * 131 + heads * 7 + mean_sk);
   std::vector<int> lk(batch);
   for (auto& l : lk) l = mean_sk * 3 / 4 + static_cast<int>(rng() % (mean_sk / 2 + 1));  // +-25%
+  if (skewed) {
+    for (auto& l : lk) l /= 4;
+    lk[0] = 16 * mean_sk;
+  }
   PagedCache pc(lk, rng());
   const int64_t rows = static_cast<int64_t>(batch) * heads * qpr;
   DeviceArray q(rows * kWidth * 2), out(rows * kRank * 2), lse(rows * 4), cu_q((batch + 1) * 4);
@@ -93,7 +99,7 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
   for (int b = 0; b <= batch; ++b) cu[b] = b * qpr;
   Upload(cu_q, cu);
   const int max_k = *std::max_element(lk.begin(), lk.end());
-  auto plan = kernels::PlanMlaDecode({batch, heads, qpr, kRank, kRope, max_k, sms});
+  auto plan = kernels::PlanMlaDecode({batch, heads, qpr, kRank, kRope, max_k, sms, schedule});
   CheckStatus(plan.status(), "PlanMlaDecode");
   DeviceArray workspace(plan->workspace_bytes);
   kernels::MlaParams p;
@@ -111,10 +117,13 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
   const double flops = 2.0 * heads * qpr * sum_k * (kWidth + kRank);
   const double gbs = bytes / (ms * 1e-3) / 1e9;
   char shape[128];
-  std::snprintf(shape, sizeof(shape), "b=%d h=%d s_q=%d s_k~%d splits=%d", batch, heads, qpr, mean_sk,
-                plan->num_splits);
-  res.Add(LatentFamily("mla_decode", kernel), shape, ms, flops / (ms * 1e-3) / 1e12, gbs,
-          gbs / ceil.copy_gbs, "copy BW");
+  const bool balanced = plan->num_parts > 0 && kernel != kernels::LatentKernel::kMmaSync;
+  std::snprintf(shape, sizeof(shape), "b=%d h=%d s_q=%d s_k~%d%s %s", batch, heads, qpr, mean_sk,
+                skewed ? " skewed" : "", balanced ? "balanced" : ("splits=" + std::to_string(plan->num_splits)).c_str());
+  std::string family = LatentFamily("mla_decode", kernel);
+  if (schedule == kernels::MlaDecodeSchedule::kChunks) family += "_chunks";
+  if (schedule == kernels::MlaDecodeSchedule::kBalanced) family += "_balanced";
+  res.Add(family, shape, ms, flops / (ms * 1e-3) / 1e12, gbs, gbs / ceil.copy_gbs, "copy BW");
 }
 
 // Who computes an mha_prefill row: our default kernel, the wgmma kernel with its default
@@ -285,6 +294,7 @@ int main(int argc, char** argv) {
   Results res;
   // Both latent kernels in the same run: the wgmma one (the default on Hopper) and mma.sync.
   using mlaserve::kernels::LatentKernel;
+  using mlaserve::kernels::MlaDecodeSchedule;
   const std::vector<LatentKernel> latent_kernels = {LatentKernel::kAuto, LatentKernel::kMmaSync};
   for (int heads : {128, 16})
     for (int qpr : {1, 2})
@@ -293,8 +303,21 @@ int main(int argc, char** argv) {
           if ((quick && (sk != 8192 || batch != 128)) || !wanted("mla_decode")) continue;
           if (qpr == 2 && (batch != 128 || sk != 8192)) continue;
           for (LatentKernel k : latent_kernels)
-            BenchMlaDecode(batch, heads, qpr, sk, prop.multiProcessorCount, k, ceil, res);
+            BenchMlaDecode(batch, heads, qpr, sk, prop.multiProcessorCount, k, MlaDecodeSchedule::kAuto,
+                           false, ceil, res);
+          // The wgmma kernel's two ways of cutting the keys, each forced (kAuto picks one).
+          if (!quick) {
+            for (MlaDecodeSchedule sched : {MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced})
+              BenchMlaDecode(batch, heads, qpr, sk, prop.multiProcessorCount, LatentKernel::kAuto, sched,
+                             false, ceil, res);
+          }
         }
+  // Mixed lengths: one long request among short ones, each schedule.
+  for (int heads : {128, 16}) {
+    if (quick || !wanted("mla_decode")) continue;
+    for (MlaDecodeSchedule sched : {MlaDecodeSchedule::kAuto, MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced})
+      BenchMlaDecode(64, heads, 1, 4096, prop.multiProcessorCount, LatentKernel::kAuto, sched, true, ceil, res);
+  }
   const auto cudnn = mlaserve::kernels::MhaPrefillCudnnVersion();
   std::printf("mha_prefill_cudnn: %s\n",
               cudnn.ok() ? cudnn->c_str() : std::string(cudnn.status().message()).c_str());

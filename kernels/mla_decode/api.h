@@ -20,8 +20,16 @@ namespace mlaserve::kernels {
 struct MlaDecodePlan {
   int num_splits = 1;            // KV chunks per (request, head group); 1 = no split
   int chunk_tokens = 0;          // tokens per split (multiple of kPageSize); 0 = whole context
-  size_t workspace_bytes = 0;    // partial outputs + partial LSE
+  // The Hopper (wgmma) kernel's balanced schedule instead of chunks: this many persistent CTAs
+  // per 64 query rows share the batch's pages evenly, whatever the lengths
+  // (kernels/mla_decode/balanced_schedule.h). 0 = chunks only (CPU plan).
+  int num_parts = 0;
+  size_t workspace_bytes = 0;    // partial outputs + partial LSE (+ the schedule): either way
 };
+
+// How PlanMlaDecode cuts the keys: kAuto picks by its cost estimate (the balanced schedule where
+// it beats chunks on the shape's longest context; the mma.sync kernel always runs chunks).
+enum class MlaDecodeSchedule : uint8_t { kAuto, kChunks, kBalanced };
 
 struct MlaDecodeShape {
   int batch = 0;
@@ -31,6 +39,7 @@ struct MlaDecodeShape {
   int rope_dim = 0;
   int max_seqlen_k = 0;
   int num_sms = 0;               // device multiprocessors (0 on CPU)
+  MlaDecodeSchedule schedule = MlaDecodeSchedule::kAuto;
 };
 
 absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& shape);

@@ -6,6 +6,7 @@
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/param_check.h"
+#include "kernels/mla_decode/balanced_schedule.h"
 #include "kernels/mla_prefill/latent_tiling.h"
 #include "kernels/mla_prefill/mla_check.h"
 
@@ -18,6 +19,8 @@ constexpr int kMinPagesPerSplit = 4;
 constexpr int kMaxSplits = 64;
 // Fixed cost of one CTA (Q tile load, prologue, partial-output write), in page-tile units.
 constexpr int kCtaOverheadPages = 1;
+// The balanced schedule's own kernels (schedule, combine), in page-tile units of one CTA.
+constexpr int kBalancedOverheadPages = 4;
 
 }  // namespace
 
@@ -56,13 +59,32 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
       best_pages_per_split = pages_per_split;
     }
   }
+  // The Hopper kernel's balanced schedule (used where that kernel runs, MlaDecodeCuda), where
+  // its estimate beats the chunks': every part about total / parts pages (each request assumed
+  // at the longest context) plus the schedule and combine kernels. Measured on an H100 it wins
+  // for long contexts and loses for short ones, where the chunk plan's waves are already even
+  // (docs/kernels.md); with mixed lengths it is the one that stays even.
+  const int parts = mla_decode_internal::BalancedParts(s.num_sms, rows);
+  const int64_t balanced_cost =
+      std::max<int64_t>((s.batch * static_cast<int64_t>(pages + mla_decode_internal::kPieceCostPages) + parts - 1) / parts,
+                        mla_decode_internal::kMinPartCost) +
+      kBalancedOverheadPages;
+  const bool balanced = s.schedule == MlaDecodeSchedule::kBalanced ||
+                        (s.schedule == MlaDecodeSchedule::kAuto && balanced_cost <= best_cost);
+  if (balanced) {
+    plan.num_parts = parts;
+    plan.workspace_bytes = mla_decode_internal::MakeBalancedLayout(s.batch, s.q_per_request, s.num_heads,
+                                                                   s.kv_lora_rank, parts)
+                               .bytes;
+  }
   if (best_pages_per_split >= pages) return plan;
   const int pages_per_split = best_pages_per_split;
   plan.chunk_tokens = pages_per_split * kPageSize;
   plan.num_splits = (pages + pages_per_split - 1) / pages_per_split;
   // Partial outputs (kv_lora_rank floats) and partial LSEs, per (row, split).
-  plan.workspace_bytes = static_cast<size_t>(s.batch) * rows * plan.num_splits *
-                         (static_cast<size_t>(s.kv_lora_rank) + 1) * sizeof(float);
+  plan.workspace_bytes = std::max(plan.workspace_bytes,
+                                  static_cast<size_t>(s.batch) * rows * plan.num_splits *
+                                      (static_cast<size_t>(s.kv_lora_rank) + 1) * sizeof(float));
   return plan;
 }
 

@@ -2,8 +2,9 @@
 // query tokens per request, 16 and 128 heads, ragged contexts up to 8k in permuted pages, with
 // the plan the GPU's SM count gives (split-KV + combine for small batches) and with no split,
 // each with both latent kernels (mma.sync, and the Hopper wgmma kernel where it applies, i.e.
-// rank 512 on an sm_90 device); cache slots past each context are NaN; and two runs of the
-// split path bitwise equal.
+// rank 512 on an sm_90 device) and, for the wgmma kernel, both ways of cutting the keys (chunks,
+// the balanced schedule); cache slots past each context are NaN; and two runs of the split path
+// bitwise equal.
 #include <algorithm>
 #include <cstring>
 #include <random>
@@ -19,11 +20,16 @@ namespace {
 
 // (batch, heads, q per request, max context, latent rank, use the SM-count plan)
 using DecodeCase = std::tuple<int, int, int, int, int, bool>;
-class MlaDecodeCudaTest : public ::testing::TestWithParam<std::tuple<DecodeCase, LatentKernel>> {};
+class MlaDecodeCudaTest
+    : public ::testing::TestWithParam<std::tuple<DecodeCase, LatentKernel, MlaDecodeSchedule>> {};
 
 TEST_P(MlaDecodeCudaTest, MatchesCpuReference) {
   const auto [batch, heads, qpr, max_ctx, rank, split] = std::get<0>(GetParam());
   const LatentKernel kernel = std::get<1>(GetParam());
+  const MlaDecodeSchedule schedule = std::get<2>(GetParam());
+  if (schedule == MlaDecodeSchedule::kBalanced && (kernel != LatentKernel::kWgmma || !split)) {
+    GTEST_SKIP() << "the balanced schedule is the wgmma kernel's, with the SM-count plan";
+  }
   const int rope = rank == 512 ? 64 : 16;
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
@@ -41,9 +47,11 @@ TEST_P(MlaDecodeCudaTest, MatchesCpuReference) {
   MLASERVE_CUDA_ASSERT(cudaGetDevice(&device));
   MLASERVE_CUDA_ASSERT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int max_k = *std::max_element(c.lk.begin(), c.lk.end());
-  auto plan = PlanMlaDecode({batch, heads, qpr, rank, rope, max_k, split ? sms : 0});
+  auto plan = PlanMlaDecode({batch, heads, qpr, rank, rope, max_k, split ? sms : 0, schedule});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  if (split && batch == 1 && max_k >= 1024) {
+  if (schedule == MlaDecodeSchedule::kBalanced) EXPECT_GT(plan->num_parts, 0);
+  if (schedule == MlaDecodeSchedule::kChunks) EXPECT_EQ(plan->num_parts, 0);
+  if (schedule == MlaDecodeSchedule::kChunks && split && batch == 1 && max_k >= 1024) {
     EXPECT_GT(plan->num_splits, 1);
   }
   testing::DeviceBuffer workspace(plan->workspace_bytes);
@@ -68,7 +76,48 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeCase{7, 4, 1, 700, 32, true}, DecodeCase{3, 16, 2, 2000, 64, true},
                       DecodeCase{2, 32, 1, 2, 512, true},
                       DecodeCase{3, 6, 1, 700, 40, true}),  // a rank that is no power of two
-                       ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma)));
+                       ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma),
+                       ::testing::Values(MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced)));
+
+// The Hopper kernel's balanced schedule with few persistent CTAs (a plan for a 3-, 5- or 7-SM
+// device), so that parts walk several requests and cut others into pieces: one long request,
+// several of a page or less, lengths on page edges. Same reference check as above.
+// (heads, q per request, SMs the plan is made for)
+using BalancedCase = std::tuple<int, int, int>;
+class MlaDecodeBalancedTest : public ::testing::TestWithParam<BalancedCase> {};
+
+TEST_P(MlaDecodeBalancedTest, MatchesCpuReference) {
+  const auto [heads, qpr, sms] = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const std::vector<int> contexts = {6000, 3, 70, 64, 128, 1, 2500, 65, 700, 4100};
+  std::vector<int> lq(contexts.size(), qpr), prefix;
+  for (int ctx : contexts) prefix.push_back(std::max(ctx - qpr, 0));
+  auto c = testing::MakeLatentBatch(lq, prefix, heads, 512, 64, seed);
+  testing::PoisonSlotsPastLength(c);
+  testing::RoundLatentBatch(c);
+  std::vector<float> want, want_lse;
+  MlaParams hp = testing::HostLatentParams(c, want, want_lse);
+  ASSERT_TRUE(MlaDecode(hp, MlaDecodePlan{}, nullptr, KernelContext{}).ok());
+  const int max_k = *std::max_element(c.lk.begin(), c.lk.end());
+  auto plan = PlanMlaDecode(
+      {static_cast<int>(contexts.size()), heads, qpr, 512, 64, max_k, sms, MlaDecodeSchedule::kBalanced});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GT(plan->num_parts, 0);
+  testing::DeviceLatent d(c);
+  if (!LatentWgmmaApplies(d.params)) GTEST_SKIP() << "no sm_90a kernel for this device";
+  testing::DeviceBuffer workspace(plan->workspace_bytes);
+  MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), 0xff, workspace.bytes()));  // NaN partials
+  const auto st = MlaDecode(d.params, *plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
+  ASSERT_TRUE(st.ok()) << st;
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  testing::ExpectLatentMatches(c, d, want, want_lse);
+}
+
+INSTANTIATE_TEST_SUITE_P(FewParts, MlaDecodeBalancedTest,
+                         ::testing::Values(BalancedCase{16, 1, 3}, BalancedCase{16, 2, 5},
+                                           BalancedCase{128, 1, 7}, BalancedCase{128, 2, 5},
+                                           BalancedCase{16, 1, 132}, BalancedCase{128, 1, 132}));
 
 // Determinism of the split-KV path: two runs on the same inputs, with the workspace and the
 // outputs poisoned differently each time, give the same output and LSE bytes. The combine
@@ -77,10 +126,12 @@ INSTANTIATE_TEST_SUITE_P(
 // (batch, heads, q per request, context, latent rank)
 // The kernel is kAuto: the wgmma kernel where it applies.
 using DeterminismCase = std::tuple<int, int, int, int, int>;
-class MlaDecodeDeterminismTest : public ::testing::TestWithParam<DeterminismCase> {};
+class MlaDecodeDeterminismTest
+    : public ::testing::TestWithParam<std::tuple<DeterminismCase, MlaDecodeSchedule>> {};
 
 TEST_P(MlaDecodeDeterminismTest, TwoRunsAreBitwiseEqual) {
-  const auto [batch, heads, qpr, ctx, rank] = GetParam();
+  const auto [batch, heads, qpr, ctx, rank] = std::get<0>(GetParam());
+  const MlaDecodeSchedule schedule = std::get<1>(GetParam());
   const int rope = rank == 512 ? 64 : 16;
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
@@ -92,9 +143,11 @@ TEST_P(MlaDecodeDeterminismTest, TwoRunsAreBitwiseEqual) {
   MLASERVE_CUDA_ASSERT(cudaGetDevice(&device));
   MLASERVE_CUDA_ASSERT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int max_k = *std::max_element(c.lk.begin(), c.lk.end());
-  auto plan = PlanMlaDecode({batch, heads, qpr, rank, rope, max_k, sms});
+  auto plan = PlanMlaDecode({batch, heads, qpr, rank, rope, max_k, sms, schedule});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_GT(plan->num_splits, 1) << "the case should exercise split-KV + combine";
+  if (schedule == MlaDecodeSchedule::kChunks) {
+    EXPECT_GT(plan->num_splits, 1) << "the case should exercise split-KV + combine";
+  }
   testing::DeviceLatent d(c);
   const size_t rows = static_cast<size_t>(c.total_q()) * c.num_heads;
   std::vector<uint16_t> out[2];
@@ -115,10 +168,11 @@ TEST_P(MlaDecodeDeterminismTest, TwoRunsAreBitwiseEqual) {
   EXPECT_EQ(std::memcmp(lse[0].data(), lse[1].data(), rows * sizeof(float)), 0) << "LSEs differ";
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, MlaDecodeDeterminismTest,
-                         ::testing::Values(DeterminismCase{1, 128, 1, 8192, 512},
-                                           DeterminismCase{3, 16, 2, 4000, 512},
-                                           DeterminismCase{1, 4, 1, 700, 64}));  // fixture widths
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MlaDecodeDeterminismTest,
+    ::testing::Combine(::testing::Values(DeterminismCase{1, 128, 1, 8192, 512}, DeterminismCase{3, 16, 2, 4000, 512},
+                                         DeterminismCase{1, 4, 1, 700, 64}),  // fixture widths
+                       ::testing::Values(MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced)));
 
 }  // namespace
 }  // namespace mlaserve::kernels

@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/mla_decode/api.h"
+#include "kernels/mla_decode/balanced_schedule.h"
 #include "kernels/testing/latent_params.h"
 #include "kernels/testing/mla_case.h"
 #include "kernels/testing/testing.h"
@@ -59,21 +60,55 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MlaDecodeTest,
                                             ::testing::Values(1, 2)));
 
 TEST(MlaDecodePlan, SplitsFillTheDevice) {
+  constexpr auto kChunks = MlaDecodeSchedule::kChunks;
   // One request, 16 heads, 8192 keys on 132 SMs: split into page-aligned chunks.
-  auto plan = PlanMlaDecode({1, 16, 1, 512, 64, 8192, 132});
+  auto plan = PlanMlaDecode({1, 16, 1, 512, 64, 8192, 132, kChunks});
   ASSERT_TRUE(plan.ok());
   EXPECT_GT(plan->num_splits, 1);
+  EXPECT_EQ(plan->num_parts, 0);
   EXPECT_EQ(plan->chunk_tokens % kPageSize, 0);
   EXPECT_GE(plan->num_splits * plan->chunk_tokens, 8192);
   EXPECT_LT((plan->num_splits - 1) * plan->chunk_tokens, 8192);
   EXPECT_EQ(plan->workspace_bytes, 16u * plan->num_splits * 513 * sizeof(float));
   // A full batch needs no split.
-  plan = PlanMlaDecode({256, 16, 1, 512, 64, 8192, 132});
+  plan = PlanMlaDecode({256, 16, 1, 512, 64, 8192, 132, kChunks});
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->num_splits, 1);
   EXPECT_EQ(plan->workspace_bytes, 0u);
   EXPECT_EQ(PlanMlaDecode({1, 16, 3, 512, 64, 10, 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MlaDecodePlan, BalancedScheduleIsOneWavePerRowBlock) {
+  // 16 heads x 1 query = one 64-row block: 132 parts; 128 heads x 2 queries = 4 blocks: 33.
+  auto plan = PlanMlaDecode({64, 16, 1, 512, 64, 8192, 132, MlaDecodeSchedule::kBalanced});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_parts, 132);
+  EXPECT_EQ(plan->workspace_bytes, mla_decode_internal::MakeBalancedLayout(64, 1, 16, 512, 132).bytes);
+  plan = PlanMlaDecode({64, 128, 2, 512, 64, 8192, 132, MlaDecodeSchedule::kBalanced});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_parts, 33);
+  // The workspace holds 2 slots per part of every row of a request, and the schedule.
+  const auto layout = mla_decode_internal::MakeBalancedLayout(64, 2, 128, 512, 33);
+  EXPECT_GE(layout.part_lse, 2u * 33 * 256 * 512 * sizeof(float));
+  EXPECT_GE(layout.bytes - layout.segments, (64u + 33) * 4 * sizeof(int32_t));
+  EXPECT_EQ(plan->workspace_bytes, layout.bytes);
+  // The CPU plan has neither.
+  plan = PlanMlaDecode({64, 16, 1, 512, 64, 8192, 0, MlaDecodeSchedule::kBalanced});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_parts, 0);
+  EXPECT_EQ(plan->workspace_bytes, 0u);
+}
+
+TEST(MlaDecodePlan, AutoPicksBalancedForLongContexts) {
+  // Short contexts over a full batch: chunk waves are even already.
+  auto plan = PlanMlaDecode({128, 128, 1, 512, 64, 4096, 132});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_parts, 0);
+  // A long longest context (one long request among short ones looks the same to the plan).
+  plan = PlanMlaDecode({64, 128, 1, 512, 64, 65536, 132});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_parts, 66);
 }
 
 TEST(MlaDecodeValidation, RefusesLongQueries) {

@@ -19,12 +19,30 @@ namespace mlaserve::kernels::mla_cuda {
 
 using mla_internal::LatentRowsPerCta;  // rows per CTA; PlanMlaDecode counts CTAs with it
 
+// A piece of one request's keys in the balanced schedule: pages [page_begin, page_end) of
+// request `request`, written directly (slot < 0: the piece is the whole request) or as partial
+// rows [slot * max_q * num_heads, ...) of part_out / part_lse.
+struct LatentSegment {
+  int32_t request;
+  int32_t page_begin, page_end;
+  int32_t slot;
+};
+
+// How a batch's keys are cut across CTAs. Either chunks: num_splits chunks of chunk_tokens keys
+// for every request (grid: row blocks x splits x requests; both kernels), or, with segments set,
+// the balanced schedule of the Hopper kernel: num_parts persistent CTAs per row block, part i
+// walking segments [part_segments[i], part_segments[i + 1]) (mla_decode builds it on the device
+// from the lengths, MlaDecodeSchedule).
 struct LatentSplit {
   int num_splits = 1;
   int chunk_tokens = 0;       // keys per split (multiple of kPageSize); 0 = whole context
-  float* part_out = nullptr;  // [num_splits, batch * max_q * num_heads, kv_lora_rank]
-  float* part_lse = nullptr;  // [num_splits, batch * max_q * num_heads]
+  float* part_out = nullptr;  // chunks: [num_splits, batch * max_q * num_heads, kv_lora_rank]
+                              // segments: [slots, max_q * num_heads, kv_lora_rank]
+  float* part_lse = nullptr;  // the same rows, one LSE each
   int max_q = 0;              // query tokens per request the partial rows are laid out for
+  const LatentSegment* segments = nullptr;  // device
+  const int32_t* part_segments = nullptr;   // device, [num_parts + 1]
+  int num_parts = 0;
 };
 
 // Validates what the kernel adds to CheckMlaShape (dtype, dims, alignment) and launches.

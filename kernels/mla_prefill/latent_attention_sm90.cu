@@ -1,24 +1,37 @@
-// The Hopper latent-attention kernel (latent_attention_sm90.h): TMA page loads, wgmma from
-// shared memory, a producer warpgroup and two consumer warpgroups. DeepSeek's widths only
-// (kv_lora_rank 512, rope 64); LaunchLatentAttention falls back to the mma.sync kernel
-// (latent_attention_kernel.cuh) for anything else.
+// The Hopper latent-attention kernel (latent_attention_sm90.h): TMA page loads, wgmma, and two
+// warpgroups that take turns ("seesaw") so that one's softmax runs under the other's products.
+// DeepSeek's widths only (kv_lora_rank 512, rope 64); LaunchLatentAttention falls back to the
+// mma.sync kernel (latent_attention_kernel.cuh) for anything else.
 //
 // A CTA owns 64 query rows (row = query token * num_heads + head, as in the mma.sync kernel) of
-// one request and one KV split, and walks the split one cache page (64 keys x 576) at a time:
+// one request and one KV split, and walks the split two cache pages (2 x 64 keys x 576) at a
+// time: page a = 2i in buffer 0, page b = 2i + 1 in buffer 1. Warpgroup 0 owns page a's scores
+// and the left half of O (latent dims 0..255), warpgroup 1 page b's scores and the right half:
 //
-//   producer      : one thread of the third warpgroup waits until a stage is free, then one TMA load of the next page
-//                   (block_table lookup) into it: 9 boxes of 64 x 64, 128-byte swizzle.
-//   warpgroup w   : S_w = Q K^T over keys 32w..32w+31       (wgmma m64n32k16, 36 k-steps)
-//   (w = 0, 1)      row maxima exchanged through shared memory; P_w = exp2(S_w - m) (bf16)
-//                   into the shared P tile; O_w rescaled
-//                   O_w += P V[:, 256w..256w+255]             (wgmma m64n256k16, 4 k-steps)
-//                   then frees the stage.
+//   wg 0: S_a = Q K_a^T (64 x 64 x 576)       |  wg 1: S_b = Q K_b^T
+//   wg 0: softmax of S_a against the running row max m -> m', scale0 = 2^(m - m')
+//         O_L = O_L * scale0 + P_a V_a[:, L]   (P_a from registers)
+//                                            |  wg 1: softmax of S_b against m' -> m'',
+//                                            |        scale1 = 2^(m' - m'')
+//                                            |        O_R = O_R * scale0 * scale1 + P_b V_b[:, R]
+//   wg 0: P_a * scale1 -> shared (for wg 1)  |  wg 1: P_b -> shared (for wg 0)
+//   wg 0: O_L = O_L * scale1 + P_b V_b[:, L] |  wg 1: O_R += P_a V_a[:, R]
+//   wg 0: S_{a+2}                            |  wg 1: S_{b+2}
+//
+// so each warpgroup's score product (36 k-steps of m64n64k16) and softmax overlap the other's
+// value products; only the row max is passed along (through shared memory, named barriers).
+//
+// Loads: a page is 9 column tiles of 64 x 64 (128-byte swizzle), each with its own transaction
+// barrier, so a score product starts on the first tiles of a page while the rest land. There is
+// no producer warp: the warpgroup that last reads a part of a buffer issues its next load, by
+// one thread, as soon as its products on it retire: tiles 0..3 (value half L) of both buffers
+// by warpgroup 0, tiles 4..8 (half R and rope) by warpgroup 1. P_a is staged in buffer 0's rope
+// tile (free once S_a is computed, reloaded only after warpgroup 1's P_a V_a[:, R] retires),
+// P_b in its own 8 KiB. Shared memory: Q 72 KiB + 2 pages 144 KiB + P_b 8 KiB.
 //
 // Q (64 x 576) stays in shared memory for the whole split; a page is read from global memory
 // once per CTA and serves as K (K-major operand) and V (the same bytes as an MN-major operand:
-// both views of the 128-byte-swizzled [64 columns] blocks are the same addresses). The output
-// stays split: warpgroup w owns latent dims 256w.. of all 64 rows (128 f32 per thread).
-// Shared memory: Q 72 KiB + 2 page stages 144 KiB + P 8 KiB, just under the 227 KiB limit.
+// both views of the 128-byte-swizzled [64 columns] blocks are the same addresses).
 #include "kernels/mla_prefill/latent_attention_sm90.h"
 
 #include <array>
@@ -29,67 +42,140 @@
 #include "absl/strings/str_cat.h"
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
-#include "cutlass/arch/reg_reconfig.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/mla_prefill/latent_cta_work.cuh"
 
 namespace mlaserve::kernels::mla_cuda {
+
 namespace {
 
 using namespace cute;  // NOLINT: CuTe's layout algebra reads best unqualified
 using Bf16 = cute::bfloat16_t;
 
 constexpr int kRows = 64;       // query rows per CTA (one wgmma M)
-constexpr int kKeys = 64;       // keys per tile = one page
+constexpr int kKeys = 64;       // keys per page
 constexpr int kRank = 512;      // latent (value) width
 constexpr int kWidth = 576;     // key width: latent | rope
-constexpr int kConsumers = 256; // two warpgroups
-constexpr int kThreads = kConsumers + 128;  // + the producer warpgroup (one thread issues TMA)
-// Register split (setmaxnreg): the producer gives its registers to the consumers, which hold
-// 128 f32 of O plus the S tile per thread. 128 * 40 + 256 * 232 <= 64K.
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-constexpr uint32_t kPageTxBytes = kKeys * kWidth * sizeof(Bf16);
+constexpr int kHalf = kRank / 2;          // value dims per warpgroup
+constexpr int kTileCols = 64;             // columns per load tile (one swizzle atom wide)
+constexpr int kTiles = kWidth / kTileCols;        // 9 load tiles per page
+constexpr int kHalfTiles = kHalf / kTileCols;     // 4 load tiles per value half
+constexpr int kRopeTile = kRank / kTileCols;      // 8: the rope columns
+constexpr int kKStepsPerTile = kTileCols / 16;    // wgmma k-steps per load tile
+constexpr int kThreads = 256;   // two warpgroups
+constexpr uint32_t kTileTxBytes = kKeys * kTileCols * sizeof(Bf16);
+// The running row max starts finite so that a fully masked tile (max -inf) leaves it as is and
+// the rescale factors stay 2^0 = 1 instead of 2^(-inf + inf).
+constexpr float kMaxInit = -1e30f;
 static_assert(kKeys == kPageSize, "a K tile is one cache page");
 
-// [rows, 576] tiles (Q, a page as K, P): K-major, 128-byte swizzle, 64-column blocks.
+// The warpgroups' signals to each other, one mbarrier each (all 128 threads of the sending
+// warpgroup arrive; the other waits), completing once per page pair. mbarriers rather than
+// named barriers: arrive / wait are release / acquire, which compute-sanitizer's racecheck
+// follows (it reports bar.arrive hand-offs as hazards). A warpgroup cannot signal twice before
+// the other waited: every pair of signals is ordered by an opposite one (see the loop).
+enum Signal : int { kScale0Ready, kScale1Ready, kP0Ready, kP1Ready, kSignals };
+
+// [rows, 576] tiles (Q, a page as K): K-major, 128-byte swizzle, 64-column blocks, each block a
+// contiguous [64, 64] TileLayout (tile_to_shape repeats the 8 x 64 atom down the rows first).
 using QkLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, Shape<Int<kRows>, Int<kWidth>>{}));
-using PLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, Shape<Int<kRows>, Int<kKeys>>{}));
+using TileLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, Shape<Int<kRows>, Int<kTileCols>>{}));
 // The first 512 columns of a page as the (N = latent dim, K = key) operand of P V: MN-major,
 // tiled along K first, which lands every element on its address in QkLayout.
 using VLayout = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Bf16>{}, Shape<Int<kRank>, Int<kKeys>>{},
                                        Step<_2, _1>{}));
+// P from registers as the A operand of the RS product: the S accumulator's values in their own
+// order (k-block kb of 16 keys = the accumulator's 8-column groups 2kb and 2kb + 1).
+using PRegLayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kKeys / 16>>, Stride<Stride<_1, _2, _4>, _0, _8>>;
 
-using MmaS = decltype(make_tiled_mma(SM90_64x32x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}));
-using MmaO = decltype(make_tiled_mma(SM90_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::MN>{}));
+using MmaS = decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}));
+using MmaPvLocal = decltype(make_tiled_mma(SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{}));
+using MmaPvRemote = decltype(make_tiled_mma(SM90_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::MN>{}));
 
 struct SharedStorage {
   cute::array_aligned<Bf16, kRows * kWidth, 1024> q;
   cute::array_aligned<Bf16, kKeys * kWidth, 1024> page[2];
-  cute::array_aligned<Bf16, kRows * kKeys, 1024> p;
-  float row_max[2][kRows];  // per warpgroup, this tile
-  float row_sum[2][kRows];  // per warpgroup, at the end
-  uint64_t full[2];         // page landed (TMA transaction barrier)
-  uint64_t empty[2];        // both warpgroups are done with the stage
+  cute::array_aligned<Bf16, kRows * kKeys, 1024> p_b;  // P of page b (warpgroup 1's)
+  float row_max[kRows];    // running max, log2 units (scaled scores)
+  float scale0[kRows];     // this pair's rescale by warpgroup 0's max update
+  float scale1[kRows];     // ... and by warpgroup 1's
+  float row_sum[2][kRows]; // per warpgroup, at the end
+  uint64_t full[2][kTiles];  // load tile landed (TMA transaction barriers)
+  uint64_t signal[kSignals];
 };
 
-// The cache as [64 keys, 576, num_pages] for TMA; one box set = one page.
-auto MakePageTma(const Bf16* cache, int num_pages) {
+__device__ __forceinline__ Bf16* PageTile(SharedStorage& ss, int stage, int tile) {
+  return ss.page[stage].data() + tile * kKeys * kTileCols;
+}
+
+// The cache as [64 keys, 576, num_pages] for TMA; one box = one 64 x 64 load tile.
+auto MakeTileTma(const Bf16* cache, int num_pages) {
   Tensor g = make_tensor(make_gmem_ptr(cache),
                          make_shape(Int<kKeys>{}, Int<kWidth>{}, num_pages),
                          make_stride(Int<kWidth>{}, Int<1>{}, kKeys * kWidth));
-  return make_tma_copy(SM90_TMA_LOAD{}, g, QkLayout{});
+  return make_tma_copy(SM90_TMA_LOAD{}, g, TileLayout{});
 }
-using PageTma = decltype(MakePageTma(nullptr, 1));
+using TileTma = decltype(MakeTileTma(nullptr, 1));
 
 struct Sm90Args {
   MlaParams p;
   LatentSplit split;
-  PageTma tma;
+  TileTma tma;
 };
 
-__device__ __forceinline__ void ConsumerSync(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kConsumers));
+// Load tiles [first, last) of cache page `page` into buffer `stage` (one thread).
+__device__ __forceinline__ void LoadTiles(const TileTma& tma, SharedStorage& ss, int num_pages, int stage,
+                                          int page, int first, int last) {
+  Tensor pages = tma.get_tma_tensor(make_shape(Int<kKeys>{}, Int<kWidth>{}, num_pages));
+  auto thr = tma.get_slice(Int<0>{});
+  for (int t = first; t < last; ++t) {
+    Tensor g = local_tile(pages(_, _, page), Shape<Int<kKeys>, Int<kTileCols>>{}, make_coord(0, t));
+    Tensor s = make_tensor(make_smem_ptr(PageTile(ss, stage, t)), TileLayout{});
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.full[stage][t], kTileTxBytes);
+    copy(tma.with(ss.full[stage][t], 0, TMA::CacheHintSm90::EVICT_FIRST), thr.partition_S(g),
+         thr.partition_D(s));
+  }
 }
+
+// S += Q K^T over load tiles [kFirst, kLast) of a buffer, one commit group per tile, each after
+// its tile landed. kZero: the first tile starts the accumulation.
+template <int kFirst, int kLast, bool kZero, class TQ, class TK, class TS>
+__device__ __forceinline__ void ScoreTiles(MmaS& mma, const TQ& tSrQ, const TK& tSrK, TS& tSrS,
+                                           uint64_t* full, int phase) {
+  mma.accumulate_ = kZero ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+#pragma unroll
+  for (int t = kFirst; t < kLast; ++t) {
+    cutlass::arch::ClusterTransactionBarrier::wait(&full[t], phase);
+    warpgroup_fence_operand(tSrS);
+    warpgroup_arrive();
+#pragma unroll
+    for (int k = 0; k < kKStepsPerTile; ++k) {
+      cute::gemm(mma, tSrQ(_, _, t * kKStepsPerTile + k), tSrK(_, _, t * kKStepsPerTile + k), tSrS);
+      mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_fence_operand(tSrS);
+  }
+}
+
+// A partial last page: keys past kv_end may hold anything (NaN included); zero their value
+// columns so that P = 0 times V stays 0. One warpgroup; the caller fences and publishes.
+__device__ __forceinline__ void ZeroTail(SharedStorage& ss, int stage, int valid_keys, int wg_tid) {
+  Tensor sPage = make_tensor(make_smem_ptr(ss.page[stage].data()), QkLayout{});
+  constexpr int kChunks = kRank / cuda::kBf16PerChunk;
+  for (int i = wg_tid; i < (kKeys - valid_keys) * kChunks; i += 128) {
+    const int r = valid_keys + i / kChunks, col = (i % kChunks) * cuda::kBf16PerChunk;
+    *reinterpret_cast<uint4*>(&sPage(r, col)) = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Where a CTA is in its barriers' phases: how many times each buffer was loaded and how many
+// page pairs (and pairs with a page b) it walked, over the segments it attended so far.
+struct Phases {
+  int loads[2] = {0, 0};
+  int pairs = 0;
+  int pairs_with_b = 0;
+};
 
 __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const __grid_constant__ Sm90Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -97,220 +183,342 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   const LatentSplit& split = args.split;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<SharedStorage*>(smem_raw);
-
-  const LatentCtaWork w = LatentCtaWork::Of(p, split, kRows);
-  if (w.empty()) return;
-  const int b = w.b, split_index = w.split_index, q_start = w.q_start;
-  const int H = p.num_heads, rows_total = w.rows_total, r0 = w.r0, first_pos = w.first_pos;
-  const int kv_begin = w.kv_begin, kv_end = w.kv_end, n_tiles = w.n_tiles;
-
-  if (threadIdx.x == 0) {
+  const int H = p.num_heads;
+  const int tid = threadIdx.x, wg = tid / 128, wg_tid = tid % 128;
+  if (tid == 0) {
     for (int s = 0; s < 2; ++s) {
-      cutlass::arch::ClusterTransactionBarrier::init(&ss.full[s], 1);
-      cutlass::arch::ClusterBarrier::init(&ss.empty[s], 2);
+      for (int t = 0; t < kTiles; ++t) cutlass::arch::ClusterTransactionBarrier::init(&ss.full[s][t], 1);
     }
+    for (int i = 0; i < kSignals; ++i) cutlass::arch::ClusterBarrier::init(&ss.signal[i], 128);
     cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
-
-  if (threadIdx.x >= kConsumers) {  // the producer warpgroup
-    cutlass::arch::warpgroup_reg_dealloc<kProducerRegs>();
-    if (threadIdx.x != kConsumers) return;
     cute::prefetch_tma_descriptor(args.tma.get_tma_descriptor());
-    const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq;
-    Tensor pages = args.tma.get_tma_tensor(make_shape(Int<kKeys>{}, Int<kWidth>{}, p.num_pages));
-    auto tma = args.tma.get_slice(Int<0>{});
-    for (int j = 0; j < n_tiles; ++j) {
-      const int stage = j & 1;
-      if (j >= 2) cutlass::arch::ClusterBarrier::wait(&ss.empty[stage], ((j >> 1) - 1) & 1);
-      const int page = table[(kv_begin + j * kKeys) / kPageSize];
-      Tensor s_page = make_tensor(make_smem_ptr(ss.page[stage].data()), QkLayout{});
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.full[stage], kPageTxBytes);
-      copy(args.tma.with(ss.full[stage]), tma.partition_S(pages(_, _, page)), tma.partition_D(s_page));
-    }
-    return;
   }
 
-  cutlass::arch::warpgroup_reg_alloc<kConsumerRegs>();
-  // Consumers. Q tile: row r -> (token (r0 + r) / H, head (r0 + r) % H); rows past the request
-  // are zero.
-  const int tid = threadIdx.x;
   Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), QkLayout{});
-  {
-    const auto* q = static_cast<const Bf16*>(p.q);
-    constexpr int kChunks = kWidth / cuda::kBf16PerChunk;
-    for (int i = tid; i < kRows * kChunks; i += kConsumers) {
-      const int r = i / kChunks, col = (i % kChunks) * cuda::kBf16PerChunk;
-      const int row = r0 + r;
-      const bool valid = row < rows_total;
-      const Bf16* src = valid ? q + static_cast<int64_t>(q_start + row / H) * p.q_token_stride +
-                                    static_cast<int64_t>(row % H) * p.q_head_stride + col
-                              : q;
-      cuda::CpAsync16(cuda::SmemAddress(&sQ(r, col)), src, valid);
-    }
-    cuda::CpAsyncCommit();
-    cuda::CpAsyncWait<0>();
-    cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> wgmma's async proxy
-    ConsumerSync(1);
-  }
-
-  const int wg = tid / 128, wg_tid = tid % 128;
   MmaS mma_s;
-  MmaO mma_o;
+  MmaPvLocal mma_pl;
+  MmaPvRemote mma_pr;
   auto thr_s = mma_s.get_thread_slice(wg_tid);
-  auto thr_o = mma_o.get_thread_slice(wg_tid);
-  Tensor sP = make_tensor(make_smem_ptr(ss.p.data()), PLayout{});
-  Tensor tSrQ = thr_s.make_fragment_A(thr_s.partition_A(sQ));
-  Tensor tOrP = thr_o.make_fragment_A(thr_o.partition_A(sP));
-  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kRows>, Int<kKeys / 2>>{});
-  Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<kRows>, Int<kRank / 2>>{});
-  // (row, column) of every accumulator element this thread holds.
-  Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kKeys / 2>>{}));
-  Tensor tOcO = thr_o.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kRank / 2>>{}));
-  clear(tOrO);
-
+  auto thr_pl = mma_pl.get_thread_slice(wg_tid);
+  auto thr_pr = mma_pr.get_thread_slice(wg_tid);
+  // This warpgroup's page of each pair lives in buffer `wg`; its value half is `wg` too.
+  Tensor sK = make_tensor(make_smem_ptr(ss.page[wg].data()), QkLayout{});
+  Tensor tSrQ = thr_s.partition_fragment_A(sQ);
+  Tensor tSrK = thr_s.partition_fragment_B(sK);
+  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kRows>, Int<kKeys>>{});
+  Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kKeys>>{}));
+  Tensor tOrO = partition_fragment_C(mma_pl, Shape<Int<kRows>, Int<kHalf>>{});
+  Tensor tOcO = thr_pl.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kHalf>>{}));
+  Tensor tOrP = make_tensor<Bf16>(PRegLayout{});
+  static_assert(decltype(size(tOrP))::value == decltype(size(tSrS))::value);
+  // The value half of each buffer this warpgroup multiplies into its O.
+  auto v_half = [&](int stage) {
+    Tensor sV = make_tensor(make_smem_ptr(ss.page[stage].data()), VLayout{});
+    return local_tile(sV, Shape<Int<kHalf>, Int<kKeys>>{}, make_coord(wg, 0));
+  };
+  Tensor tOrVmine = thr_pl.partition_fragment_B(v_half(wg));
+  Tensor tOrVother = thr_pr.partition_fragment_B(v_half(1 - wg));
+  // P of the other warpgroup's page, in shared memory: P_a in buffer 0's rope tile, P_b in p_b.
+  Tensor sPa = make_tensor(make_smem_ptr(PageTile(ss, 0, kRopeTile)), TileLayout{});
+  Tensor sPb = make_tensor(make_smem_ptr(ss.p_b.data()), TileLayout{});
+  Tensor sPmine = wg == 0 ? sPa : sPb;
+  Tensor tOrPother = thr_pr.partition_fragment_A(wg == 0 ? sPb : sPa);
   // This thread's two rows (wgmma accumulators: row = 16 * warp + lane / 4 + 8 * half).
   const int my_row[2] = {get<0>(tScS(0)), get<0>(tScS(2))};
-  int row_pos[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) row_pos[h] = first_pos + min(r0 + my_row[h], rows_total - 1) / H;
   const float scale_log2 = p.softmax_scale * cuda::kLog2e;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  const bool issuer = wg_tid == 0;
+  // Every thread of the warpgroup arrives (an elected lane per warp after __syncwarp measured
+  // the same on the H100, and racecheck does not follow that hand-off).
+  auto signal = [&](Signal s) { cutlass::arch::ClusterBarrier::arrive(&ss.signal[s]); };
+  auto await = [&](Signal s, int phase) { cutlass::arch::ClusterBarrier::wait(&ss.signal[s], phase); };
+  Phases ph;
 
-  // Tile j, in lockstep for the two warpgroups (they exchange row maxima and P):
-  // S_w = Q K^T -> softmax -> O_w += P V. (The overlapped order, S(j + 1) issued behind
-  // P V(j), measured 7-15% slower on the H100: nvcc serialises the wgmma groups there.)
-  for (int j = 0; j < n_tiles; ++j) {
-    const int stage = j & 1;
-    cutlass::arch::ClusterTransactionBarrier::wait(&ss.full[stage], (j >> 1) & 1);
-    Tensor sK = make_tensor(make_smem_ptr(ss.page[stage].data()), QkLayout{});
-    Tensor sV = make_tensor(make_smem_ptr(ss.page[stage].data()), VLayout{});
-    Tensor tSrK = thr_s.make_fragment_B(
-        thr_s.partition_B(local_tile(sK, Shape<Int<kKeys / 2>, Int<kWidth>>{}, make_coord(wg, 0))));
-    Tensor tOrV = thr_o.make_fragment_B(
-        thr_o.partition_B(local_tile(sV, Shape<Int<kRank / 2>, Int<kKeys>>{}, make_coord(wg, 0))));
-    // S_w = Q K^T over this warpgroup's 32 keys.
-    warpgroup_fence_operand(tSrS);
-    warpgroup_arrive();
-    mma_s.accumulate_ = GMMA::ScaleOut::Zero;
-#pragma unroll
-    for (int k = 0; k < size<2>(tSrQ); ++k) {
-      cute::gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k), tSrS);
-      mma_s.accumulate_ = GMMA::ScaleOut::One;
+  // This CTA's segments: with chunks, the one (row block, KV chunk, request) of its grid
+  // position; with the balanced schedule, part blockIdx.y's segments for row block blockIdx.x.
+  const bool chunks = split.segments == nullptr;
+  const int seg_begin = chunks ? 0 : split.part_segments[blockIdx.y];
+  const int seg_end = chunks ? 1 : split.part_segments[blockIdx.y + 1];
+  __syncthreads();  // barrier init
+  for (int seg_index = seg_begin; seg_index < seg_end; ++seg_index) {
+    // Rows [w.r0, w.r0 + 64) of request w.b over its keys [w.kv_begin, w.kv_end). Writes the
+    // normalised output and LSE (direct) or, for a piece of a request that other segments
+    // share, the f32 partial output and LSE at part_lse / part_out row part_row0 + token * H +
+    // head.
+    LatentCtaWork w;
+    bool direct;
+    int64_t part_row0;
+    if (chunks) {
+      w = LatentCtaWork::Of(p, split, kRows);
+      direct = split.num_splits == 1;
+      const int64_t cap = static_cast<int64_t>(p.batch) * split.max_q * H;
+      part_row0 = static_cast<int64_t>(w.split_index) * cap + static_cast<int64_t>(w.b) * split.max_q * H;
+    } else {
+      const LatentSegment seg = split.segments[seg_index];
+      w = LatentCtaWork::For(p, seg.request, blockIdx.x * kRows, seg.page_begin * kKeys, seg.page_end * kKeys,
+                             kRows);
+      direct = seg.slot < 0;
+      part_row0 = static_cast<int64_t>(seg.slot) * split.max_q * H;
     }
-    warpgroup_commit_batch();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tSrS);
-
-    // A partial last page: keys past kv_end may hold anything (NaN included); zero them so
-    // that P = 0 times V stays 0.
-    const int key0 = kv_begin + j * kKeys;
-    const int valid_keys = min(kKeys, kv_end - key0);
-    if (valid_keys < kKeys) {
+    if (w.empty()) continue;
+    const int b = w.b, q_start = w.q_start, rows_total = w.rows_total, r0 = w.r0;
+    const int kv_begin = w.kv_begin, kv_end = w.kv_end, n_pages = w.n_tiles;
+    const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq;
+    auto page_of = [&](int j) { return table[(kv_begin + j * kKeys) / kPageSize]; };
+    if (tid < kRows) ss.row_max[tid] = kMaxInit;
+    if (tid == 0) {
+      for (int j = 0; j < 2 && j < n_pages; ++j) LoadTiles(args.tma, ss, p.num_pages, j, page_of(j), 0, kTiles);
+    }
+    // Q tile: row r -> (token (r0 + r) / H, head (r0 + r) % H); rows past the request are zero.
+    {
+      const auto* q = static_cast<const Bf16*>(p.q);
       constexpr int kChunks = kWidth / cuda::kBf16PerChunk;
-      for (int i = tid; i < (kKeys - valid_keys) * kChunks; i += kConsumers) {
-        const int r = valid_keys + i / kChunks, col = (i % kChunks) * cuda::kBf16PerChunk;
-        *reinterpret_cast<uint4*>(&sK(r, col)) = make_uint4(0, 0, 0, 0);
+      for (int i = tid; i < kRows * kChunks; i += kThreads) {
+        const int r = i / kChunks, col = (i % kChunks) * cuda::kBf16PerChunk;
+        const int row = r0 + r;
+        const bool valid = row < rows_total;
+        const Bf16* src = valid ? q + static_cast<int64_t>(q_start + row / H) * p.q_token_stride +
+                                      static_cast<int64_t>(row % H) * p.q_head_stride + col
+                                : q;
+        cuda::CpAsync16(cuda::SmemAddress(&sQ(r, col)), src, valid);
+      }
+      cuda::CpAsyncCommit();
+      cuda::CpAsyncWait<0>();
+      cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> wgmma's async proxy
+      __syncthreads();
+    }
+    clear(tOrO);
+    int row_pos[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_pos[h] = w.first_pos + min(r0 + my_row[h], rows_total - 1) / H;
+    float l_run[2] = {0.0f, 0.0f};
+
+    // Masks this warpgroup's S for page j (keys past the split, or past a row's causal limit),
+    // zeroes the page's value tail if it is partial, and returns the rows' scaled maxima.
+    auto mask_and_max = [&](int j, float (&mx)[2]) {
+      const int key0 = kv_begin + j * kKeys;
+      mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < size(tSrS); ++i) {
+        const int h = (i >> 1) & 1;
+        const int key = key0 + get<1>(tScS(i));
+        if (key >= kv_end || (p.causal && key > row_pos[h])) tSrS(i) = -INFINITY;
+        mx[h] = fmaxf(mx[h], tSrS(i));
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) mx[h] = cuda::QuadMax(mx[h]) * scale_log2;
+      const int valid_keys = kv_end - key0;
+      if (valid_keys < kKeys) {
+        ZeroTail(ss, wg, valid_keys, wg_tid);
+        cutlass::arch::fence_view_async_shared();  // zeroed values -> wgmma's async proxy
+      }
+    };
+    // P = 2^(S * scale - m) into tSrS (f32) and tOrP (bf16); returns the rows' sums.
+    auto exponentiate = [&](const float (&m)[2], float (&sum)[2]) {
+      sum[0] = sum[1] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < size(tSrS); ++i) {
+        const int h = (i >> 1) & 1;
+        tSrS(i) = cuda::FastExp2(fmaf(tSrS(i), scale_log2, -m[h]));
+        sum[h] += tSrS(i);
+        tOrP(i) = static_cast<Bf16>(tSrS(i));
+      }
+    };
+    auto scale_o = [&](const float (&f)[2]) {
+#pragma unroll
+      for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= f[(i >> 1) & 1];
+    };
+    // This warpgroup's P into shared memory for the other one, scaled per row by f.
+    auto store_p = [&](const float (&f)[2]) {
+#pragma unroll
+      for (int i = 0; i < size(tSrS); i += 2) {
+        const int h = (i >> 1) & 1;
+        *reinterpret_cast<uint32_t*>(&sPmine(get<0>(tScS(i)), get<1>(tScS(i)))) =
+            cuda::PackBf16(tSrS(i) * f[h], tSrS(i + 1) * f[h]);
+      }
+      cutlass::arch::fence_view_async_shared();  // P -> wgmma's async proxy
+    };
+    auto pv_local = [&]() {
+      warpgroup_fence_operand(tOrP);
+      warpgroup_fence_operand(tOrO);
+      warpgroup_arrive();
+#pragma unroll
+      for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_pl, tOrP(_, _, k), tOrVmine(_, _, k), tOrO);
+      warpgroup_commit_batch();
+      warpgroup_fence_operand(tOrO);
+      warpgroup_fence_operand(tOrP);
+    };
+    auto pv_remote = [&]() {
+      warpgroup_fence_operand(tOrO);
+      warpgroup_arrive();
+#pragma unroll
+      for (int k = 0; k < size<2>(tOrPother); ++k) cute::gemm(mma_pr, tOrPother(_, _, k), tOrVother(_, _, k), tOrO);
+      warpgroup_commit_batch();
+      warpgroup_fence_operand(tOrO);
+    };
+
+    // Scores of the first pair.
+    if (wg < n_pages) {
+      ScoreTiles<0, kTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[wg], ph.loads[wg] & 1);
+      warpgroup_wait<0>();
+    }
+    for (int a = 0; a < n_pages; a += 2) {
+      const int i = a >> 1;
+      const bool has_b = a + 1 < n_pages, next_a = a + 2 < n_pages, next_b = a + 3 < n_pages;
+      const int pair_phase = (ph.pairs + i) & 1, b_phase = (ph.pairs_with_b + i) & 1;
+      const int next_phase = (ph.loads[wg] + i + 1) & 1;  // of this warpgroup's next page
+      float f[2], mx[2], sum[2];
+      if (wg == 0) {
+        // Softmax of S_a against the running max; O_L += P_a V_a[:, L].
+        mask_and_max(a, mx);
+        float m_new[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float m_old = ss.row_max[my_row[h]];
+          m_new[h] = fmaxf(m_old, mx[h]);
+          f[h] = cuda::FastExp2(m_old - m_new[h]);
+        }
+        __syncwarp();  // the quad's reads of row_max before its leader's write
+        if (wg_tid % 4 == 0) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            ss.row_max[my_row[h]] = m_new[h];
+            ss.scale0[my_row[h]] = f[h];
+          }
+        }
+        signal(kScale0Ready);
+        scale_o(f);
+        exponentiate(m_new, sum);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * f[h] + sum[h];
+        pv_local();
+        warpgroup_wait<0>();
+        if (next_a && issuer) LoadTiles(args.tma, ss, p.num_pages, 0, page_of(a + 2), 0, kHalfTiles);
+        // Warpgroup 1's max update rescales P_a (for its half) and O_L.
+        await(kScale1Ready, pair_phase);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) f[h] = ss.scale1[my_row[h]];
+        store_p(f);
+        signal(kP0Ready);
+        if (has_b) {
+          await(kP1Ready, b_phase);
+          scale_o(f);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) l_run[h] *= f[h];
+          pv_remote();
+        }
+        // S_{a+2}: its half-L tiles were loaded above; half R and rope after warpgroup 1's
+        // P_a V_a[:, R] retires.
+        if (next_a) ScoreTiles<0, kHalfTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[0], next_phase);
+        if (next_b) {
+          warpgroup_wait<kHalfTiles>();  // P_b V_b[:, L] retired: buffer 1's half L is free
+          if (issuer) LoadTiles(args.tma, ss, p.num_pages, 1, page_of(a + 3), 0, kHalfTiles);
+        }
+        if (next_a) ScoreTiles<kHalfTiles, kTiles, false>(mma_s, tSrQ, tSrK, tSrS, ss.full[0], next_phase);
+        warpgroup_wait<0>();
+      } else {
+        // Softmax of S_b against warpgroup 0's max; O_R = O_R * scale0 * scale1 + P_b V_b[:, R].
+        await(kScale0Ready, pair_phase);
+        if (has_b) {
+          mask_and_max(a + 1, mx);
+        } else {
+          mx[0] = mx[1] = -INFINITY;
+        }
+        float m_new[2], g[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float m_old = ss.row_max[my_row[h]];
+          m_new[h] = fmaxf(m_old, mx[h]);
+          f[h] = cuda::FastExp2(m_old - m_new[h]);
+          g[h] = f[h] * ss.scale0[my_row[h]];
+        }
+        __syncwarp();
+        if (wg_tid % 4 == 0) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            ss.row_max[my_row[h]] = m_new[h];
+            ss.scale1[my_row[h]] = f[h];
+          }
+        }
+        signal(kScale1Ready);
+        scale_o(g);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) l_run[h] *= g[h];
+        if (has_b) {
+          exponentiate(m_new, sum);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) l_run[h] += sum[h];
+          const float one[2] = {1.0f, 1.0f};
+          store_p(one);
+          pv_local();
+        }
+        await(kP0Ready, pair_phase);
+        pv_remote();
+        if (has_b) signal(kP1Ready);
+        if (next_b) {
+          warpgroup_wait<1>();  // P_b V_b[:, R] retired: buffer 1's half R and rope are free
+          if (issuer) LoadTiles(args.tma, ss, p.num_pages, 1, page_of(a + 3), kHalfTiles, kTiles);
+        }
+        warpgroup_wait<0>();  // P_a V_a[:, R] retired: buffer 0's half R and rope (P_a) are free
+        if (next_a && issuer) LoadTiles(args.tma, ss, p.num_pages, 0, page_of(a + 2), kHalfTiles, kTiles);
+        if (next_b) {
+          // S_{b+2}: its own loads first, then the half-L tiles warpgroup 0 issues.
+          ScoreTiles<kHalfTiles, kTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[1], next_phase);
+          ScoreTiles<0, kHalfTiles, false>(mma_s, tSrQ, tSrK, tSrS, ss.full[1], next_phase);
+          warpgroup_wait<0>();
+        }
       }
     }
+    ph.loads[0] += (n_pages + 1) / 2;
+    ph.loads[1] += n_pages / 2;
+    ph.pairs += (n_pages + 1) / 2;
+    ph.pairs_with_b += n_pages / 2;
 
-    float mx[2] = {-INFINITY, -INFINITY};
+    // Row sums over both warpgroups' pages, then the output (normalised).
 #pragma unroll
-    for (int i = 0; i < size(tSrS); ++i) {
+    for (int h = 0; h < 2; ++h) {
+      const float l = cuda::QuadSum(l_run[h]);
+      if (wg_tid % 4 == 0) ss.row_sum[wg][my_row[h]] = l;
+    }
+    __syncthreads();
+    float inv[2], lse[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float l = ss.row_sum[0][my_row[h]] + ss.row_sum[1][my_row[h]];
+      inv[h] = l > 0.0f ? 1.0f / l : 0.0f;
+      lse[h] = l > 0.0f ? (ss.row_max[my_row[h]] + log2f(l)) * cuda::kLn2 : -INFINITY;
+    }
+#pragma unroll
+    for (int i = 0; i < size(tOrO); i += 2) {
       const int h = (i >> 1) & 1;
-      const int key = key0 + wg * (kKeys / 2) + get<1>(tScS(i));
-      if (key >= kv_end || (p.causal && key > row_pos[h])) tSrS(i) = -INFINITY;
-      mx[h] = fmaxf(mx[h], tSrS(i));
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[h] = cuda::QuadMax(mx[h]);
-      if (wg_tid % 4 == 0) ss.row_max[wg][my_row[h]] = mx[h];
-    }
-    ConsumerSync(2);
-    float alpha[2], m_use[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float m_tile = fmaxf(ss.row_max[0][my_row[h]], ss.row_max[1][my_row[h]]);
-      const float m_new = fmaxf(m_run[h], m_tile * scale_log2);
-      m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
-      alpha[h] = cuda::FastExp2(m_run[h] - m_use[h]);
-      m_run[h] = m_new;
-      l_run[h] *= alpha[h];
-    }
-#pragma unroll
-    for (int i = 0; i < size(tSrS); i += 2) {
-      const int h = (i >> 1) & 1;
-      const float p0 = cuda::FastExp2(fmaf(tSrS(i), scale_log2, -m_use[h]));
-      const float p1 = cuda::FastExp2(fmaf(tSrS(i + 1), scale_log2, -m_use[h]));
-      l_run[h] += p0 + p1;
-      *reinterpret_cast<uint32_t*>(&sP(get<0>(tScS(i)), wg * (kKeys / 2) + get<1>(tScS(i)))) =
-          cuda::PackBf16(p0, p1);
-    }
-#pragma unroll
-    for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= alpha[(i >> 1) & 1];
-    cutlass::arch::fence_view_async_shared();  // P (and zeroed keys) -> wgmma's async proxy
-    ConsumerSync(3);
-
-    // O_w += P V[:, this warpgroup's 256 dims].
-    warpgroup_fence_operand(tOrO);
-    warpgroup_arrive();
-#pragma unroll
-    for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
-    warpgroup_commit_batch();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tOrO);
-    if (wg_tid == 0) cutlass::arch::ClusterBarrier::arrive(&ss.empty[stage]);
-  }
-
-  // Row sums over both warpgroups' keys, then the output (normalised).
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float l = cuda::QuadSum(l_run[h]);
-    if (wg_tid % 4 == 0) ss.row_sum[wg][my_row[h]] = l;
-  }
-  ConsumerSync(4);
-  float inv[2], lse[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float l = ss.row_sum[0][my_row[h]] + ss.row_sum[1][my_row[h]];
-    inv[h] = l > 0.0f ? 1.0f / l : 0.0f;
-    lse[h] = l > 0.0f ? (m_run[h] + log2f(l)) * cuda::kLn2 : -INFINITY;
-  }
-  const bool direct = split.num_splits == 1;
-  const int64_t cap = static_cast<int64_t>(p.batch) * split.max_q * H;
-#pragma unroll
-  for (int i = 0; i < size(tOrO); i += 2) {
-    const int h = (i >> 1) & 1;
-    const int row = r0 + get<0>(tOcO(i));
-    if (row >= rows_total) continue;
-    const int d = wg * (kRank / 2) + get<1>(tOcO(i));
-    const int token = row / H, head = row % H;
-    if (direct) {
-      const int64_t out_row = static_cast<int64_t>(q_start + token) * H + head;
-      auto* orow = static_cast<__nv_bfloat16*>(p.out) + out_row * p.kv_lora_rank;
-      *reinterpret_cast<uint32_t*>(orow + d) = cuda::PackBf16(tOrO(i) * inv[h], tOrO(i + 1) * inv[h]);
-    } else {
-      const int64_t part_row = static_cast<int64_t>(split_index) * cap +
-                               (static_cast<int64_t>(b) * split.max_q + token) * H + head;
-      *reinterpret_cast<float2*>(split.part_out + part_row * p.kv_lora_rank + d) =
-          make_float2(tOrO(i) * inv[h], tOrO(i + 1) * inv[h]);
-    }
-  }
-  // One LSE per row: the thread holding column 0 of warpgroup 0 writes it.
-  if (wg == 0 && wg_tid % 4 == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = r0 + my_row[h];
+      const int row = r0 + get<0>(tOcO(i));
       if (row >= rows_total) continue;
+      const int d = wg * kHalf + get<1>(tOcO(i));
       const int token = row / H, head = row % H;
       if (direct) {
-        if (p.lse != nullptr) p.lse[static_cast<int64_t>(q_start + token) * H + head] = lse[h];
+        const int64_t out_row = static_cast<int64_t>(q_start + token) * H + head;
+        auto* orow = static_cast<__nv_bfloat16*>(p.out) + out_row * p.kv_lora_rank;
+        *reinterpret_cast<uint32_t*>(orow + d) = cuda::PackBf16(tOrO(i) * inv[h], tOrO(i + 1) * inv[h]);
       } else {
-        split.part_lse[static_cast<int64_t>(split_index) * cap +
-                       (static_cast<int64_t>(b) * split.max_q + token) * H + head] = lse[h];
+        const int64_t part_row = part_row0 + static_cast<int64_t>(token) * H + head;
+        *reinterpret_cast<float2*>(split.part_out + part_row * p.kv_lora_rank + d) =
+            make_float2(tOrO(i) * inv[h], tOrO(i + 1) * inv[h]);
       }
     }
+    // One LSE per row: the thread holding column 0 of warpgroup 0 writes it.
+    if (wg == 0 && wg_tid % 4 == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = r0 + my_row[h];
+        if (row >= rows_total) continue;
+        const int token = row / H, head = row % H;
+        if (direct) {
+          if (p.lse != nullptr) p.lse[static_cast<int64_t>(q_start + token) * H + head] = lse[h];
+        } else {
+          split.part_lse[part_row0 + static_cast<int64_t>(token) * H + head] = lse[h];
+        }
+      }
+    }
+    __syncthreads();  // shared memory (Q, row state) is the next segment's
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
@@ -352,7 +560,7 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
         " only; got ", DTypeName(p.dtype), ", ", p.kv_lora_rank, ", ", p.rope_dim));
   }
   if (max_rows_per_request <= 0 || p.batch == 0) return absl::OkStatus();
-  const Sm90Args args{p, split, MakePageTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages)};
+  const Sm90Args args{p, split, MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages)};
   constexpr int kSmem = sizeof(SharedStorage);
   static_assert(kSmem <= 227 * 1024, "the sm90 latent kernel's shared memory exceeds Hopper's limit");
   auto kernel = LatentAttentionSm90Kernel;
@@ -360,8 +568,12 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
       err != cudaSuccess) {
     return cuda::CudaStatus(err, "latent attention sm90: raising the shared-memory limit");
   }
-  const dim3 grid(static_cast<unsigned>((max_rows_per_request + kRows - 1) / kRows),
-                  static_cast<unsigned>(split.num_splits), static_cast<unsigned>(p.batch));
+  const unsigned row_blocks = static_cast<unsigned>((max_rows_per_request + kRows - 1) / kRows);
+  // Row blocks fastest: the CTAs that read the same pages run side by side (the second read of
+  // a page hits L2).
+  const dim3 grid = split.segments != nullptr
+                        ? dim3(row_blocks, static_cast<unsigned>(split.num_parts))
+                        : dim3(row_blocks, static_cast<unsigned>(split.num_splits), static_cast<unsigned>(p.batch));
   kernel<<<grid, kThreads, kSmem, stream>>>(args);
   return cuda::LaunchStatus("LatentAttentionSm90Kernel");
 }

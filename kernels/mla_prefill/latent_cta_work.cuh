@@ -3,6 +3,8 @@
 // [r0, r0 + rows_per_cta) and the keys [kv_begin, kv_end) it attends, in 64-key tiles.
 #pragma once
 
+#include <climits>
+
 #include "kernels/mla_prefill/latent_attention.h"
 
 namespace mlaserve::kernels::mla_cuda {
@@ -19,26 +21,35 @@ struct LatentCtaWork {
   // No rows for this CTA: return before touching shared memory.
   __device__ __forceinline__ bool empty() const { return r0 >= rows_total; }
 
-  __device__ __forceinline__ static LatentCtaWork Of(const MlaParams& p, const LatentSplit& split,
-                                                     int rows_per_cta) {
+  // Rows [r0, r0 + rows_per_cta) of request b over its keys [kv_begin, min(lk, kv_limit)), cut
+  // at the causal limit of the last row.
+  __device__ __forceinline__ static LatentCtaWork For(const MlaParams& p, int b, int r0, int kv_begin,
+                                                      int kv_limit, int rows_per_cta) {
     LatentCtaWork w;
-    w.b = blockIdx.z;
-    w.split_index = blockIdx.y;
-    w.q_start = p.cu_seqlens_q[w.b];
-    w.lq = p.cu_seqlens_q[w.b + 1] - w.q_start;
-    w.lk = p.seqlens_k[w.b];
+    w.b = b;
+    w.q_start = p.cu_seqlens_q[b];
+    w.lq = p.cu_seqlens_q[b + 1] - w.q_start;
+    w.lk = p.seqlens_k[b];
     const int H = p.num_heads;
     w.rows_total = w.lq * H;
-    w.r0 = blockIdx.x * rows_per_cta;
+    w.r0 = r0;
     if (w.empty()) return w;
     w.first_pos = w.lk - w.lq;
-    w.kv_end = w.lk;
-    if (split.chunk_tokens > 0) {
-      w.kv_begin = w.split_index * split.chunk_tokens;
-      w.kv_end = min(w.lk, w.kv_begin + split.chunk_tokens);
-    }
+    w.kv_begin = kv_begin;
+    w.kv_end = min(w.lk, kv_limit);
     if (p.causal) w.kv_end = min(w.kv_end, w.first_pos + min(w.lq - 1, (w.r0 + rows_per_cta - 1) / H) + 1);
     w.n_tiles = w.kv_end > w.kv_begin ? PagesFor(w.kv_end - w.kv_begin) : 0;
+    return w;
+  }
+
+  // The chunked grid: (row block, KV split, request) = blockIdx (x, y, z).
+  __device__ __forceinline__ static LatentCtaWork Of(const MlaParams& p, const LatentSplit& split,
+                                                     int rows_per_cta) {
+    const int split_index = blockIdx.y;
+    const int kv_begin = split.chunk_tokens > 0 ? split_index * split.chunk_tokens : 0;
+    const int kv_limit = split.chunk_tokens > 0 ? kv_begin + split.chunk_tokens : INT_MAX;
+    LatentCtaWork w = For(p, blockIdx.z, blockIdx.x * rows_per_cta, kv_begin, kv_limit, rows_per_cta);
+    w.split_index = split_index;
     return w;
   }
 };

@@ -81,7 +81,10 @@ struct MoeBaselineStages {
 
 // Routed experts: out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]), where
 // expert_e(x) = down_e( silu(gate_e x) * up_e x ). Tokens are grouped by expert (sorted), and
-// each expert runs one GEMM over its tokens, never one GEMM per token.
+// each expert runs one GEMM over its tokens, never one GEMM per token. An assignment whose id
+// is outside [0, num_experts) belongs to no expert of this stack (an expert-parallel rank's
+// view of another rank's expert, kernels/moe_shard's kNotLocal): it gets no row in the
+// permutation, the GEMMs or the combine and adds nothing to out (its weight is not read).
 struct MoeExpertsParams {
   DType dtype = DType::kF32;  // of x, weights and out
   int num_tokens = 0;
@@ -116,7 +119,7 @@ absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream);
 // the stream (it allocates and frees a staging buffer of at most 256 MiB).
 struct MoePrepareParams {
   DType dtype = DType::kBF16;
-  int num_experts = 0;  // experts in the stack (an expert-parallel shard counts its sink)
+  int num_experts = 0;  // experts in the stack (an expert-parallel rank's own)
   int hidden = 0;
   int inter = 0;        // rows per half: moe_intermediate_size, or a rank's slice of it
   void* gate_up = nullptr;  // [num_experts, 2*inter, hidden], kStacked on entry

@@ -43,8 +43,8 @@ constexpr int kBlocksPerSm = 4;            // gather grid target
 constexpr int kCopyUnroll = 4;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// Expert of assignment a, or -1: past `end`, or an id outside [0, E) (the CPU backend refuses
-// those; here they get no row and contribute nothing to the combine).
+// Expert of assignment a, or -1: past `end`, or an id outside [0, E) (another rank's expert,
+// api.h: no row, and nothing in the combine).
 __device__ __forceinline__ int ExpertOf(const int32_t* ids, int a, int end, int num_experts) {
   if (a >= end) return -1;
   const int e = ids[a];

@@ -258,9 +258,9 @@ std::vector<MoeExpertsPath> EveryPath() {
   return paths;
 }
 
-// An id outside [0, E) contributes nothing (the CPU backend refuses it; the GPU cannot report
-// it without a host sync): the output equals, bit for bit, a run where that slot names a valid
-// expert with weight 0 (each row of the products depends only on its own input row, and
+// An id outside [0, E) contributes nothing (another rank's expert, api.h; the CPU backend skips
+// it too): the output equals, bit for bit, a run where that slot names a valid expert with
+// weight 0 (each row of the products depends only on its own input row, and
 // adding 0 * y leaves the f32 sum unchanged).
 TEST(MoeExpertsCudaEdgeTest, OutOfRangeIdsContributeNothing) {
   const uint64_t seed = testing::FreshSeed();

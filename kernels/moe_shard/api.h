@@ -1,13 +1,12 @@
 // moe_shard: an expert-parallel rank's view of the routing (docs/parallel.md). The rank holds
 // experts [expert_begin, expert_begin + local_experts) of the model's routed experts, stored as
-// local experts 0..local_experts-1, plus one all-zero "sink" expert at index local_experts.
-// Every assignment (token t, slot j) of the routing becomes
+// local experts 0..local_experts-1. Every assignment (token t, slot j) of the routing becomes
 //   topk_ids[t, j] in the rank's range:  local_ids = topk_ids - expert_begin, weight kept;
-//   otherwise:                           local_ids = local_experts (the sink), weight 0,
-// so kernels/moe's MoeExperts over the local stack computes this rank's share of every token's
-// sum exactly (the sink's output is 0 * 0), and the shares add up across ranks to the
-// single-rank result. (The sink costs GEMM rows; see docs/parallel.md for the kernel change
-// that removes it.)
+//   otherwise:                           local_ids = kNotLocal (-1), weight 0,
+// and kernels/moe's MoeExperts over the local stack skips the kNotLocal assignments (an id
+// outside [0, num_experts) belongs to no expert there: no row in the permutation, the GEMMs or
+// the combine), so it computes this rank's share of every token's sum over ~T*k/N rows, and
+// the shares add up across ranks to the single-rank result.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +16,9 @@
 
 namespace mlaserve::kernels {
 
+// The local id of an assignment to another rank's expert.
+inline constexpr int32_t kNotLocal = -1;
+
 struct MoeLocalizeParams {
   int64_t num_assignments = 0;        // num_tokens * top_k
   int num_experts = 0;                // routed experts of the model
@@ -24,7 +26,7 @@ struct MoeLocalizeParams {
   int local_experts = 0;
   const int32_t* topk_ids = nullptr;      // [num_assignments]
   const float* topk_weights = nullptr;    // [num_assignments]
-  int32_t* local_ids = nullptr;           // [num_assignments], in [0, local_experts]
+  int32_t* local_ids = nullptr;           // [num_assignments], in [0, local_experts) or kNotLocal
   float* local_weights = nullptr;         // [num_assignments]
 };
 

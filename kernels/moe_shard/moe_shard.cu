@@ -16,7 +16,7 @@ __global__ void __launch_bounds__(kThreads)
        a += static_cast<int64_t>(gridDim.x) * kThreads) {
     const int32_t id = ids[a];
     const bool local = id >= begin && id < begin + local_experts;
-    local_ids[a] = local ? id - begin : local_experts;
+    local_ids[a] = local ? id - begin : kNotLocal;
     local_weights[a] = local ? weights[a] : 0.0f;
   }
 }

@@ -6,7 +6,7 @@
 namespace mlaserve::kernels {
 namespace {
 
-TEST(MoeLocalize, KeepsTheRanksExpertsAndSendsTheRestToTheSink) {
+TEST(MoeLocalize, KeepsTheRanksExpertsAndMarksTheRestNotLocal) {
   // 3 tokens x top-2 over 8 experts; the rank holds experts [4, 6).
   const std::vector<int32_t> ids = {4, 1, 5, 6, 0, 7};
   const std::vector<float> w = {0.5f, 0.25f, 2.0f, 1.0f, 3.0f, 4.0f};
@@ -22,7 +22,7 @@ TEST(MoeLocalize, KeepsTheRanksExpertsAndSendsTheRestToTheSink) {
   p.local_ids = local.data();
   p.local_weights = lw.data();
   ASSERT_TRUE(MoeLocalize(p, KernelContext{}).ok());
-  EXPECT_EQ(local, (std::vector<int32_t>{0, 2, 1, 2, 2, 2}));
+  EXPECT_EQ(local, (std::vector<int32_t>{0, kNotLocal, 1, kNotLocal, kNotLocal, kNotLocal}));
   EXPECT_EQ(lw, (std::vector<float>{0.5f, 0.0f, 2.0f, 0.0f, 0.0f, 0.0f}));
 }
 

@@ -18,6 +18,7 @@ using common::ToGrpcStatus;
 
 struct KvNcclServiceImpl::Job {
   std::string session_id;
+  model::KvPool* pool = nullptr;  // where the session's pages are
   CommId comm_id;
   std::optional<TransferPlan> plan;
   std::vector<int32_t> pages;
@@ -35,8 +36,10 @@ struct KvNcclServiceImpl::Job {
 };
 
 struct KvNcclServiceImpl::Pair {
-  Pair(CommunicatorFactory f, CommIdFactory idf) : link(/*rank=*/1, std::move(f), std::move(idf)) {}
+  Pair(CommunicatorFactory f, CommIdFactory idf, PageIoFactory io)
+      : link(/*rank=*/1, std::move(f), std::move(idf)), io_factory(std::move(io)) {}
   PairLink link;
+  const PageIoFactory io_factory;  // of the GPU the pair's sessions' pages are on
   std::unique_ptr<PageIo> io;  // receive thread only
   int io_generation = -1;
   size_t io_slot_bytes = 0;
@@ -70,12 +73,25 @@ KvNcclServiceImpl::~KvNcclServiceImpl() {
   }
 }
 
-std::shared_ptr<KvNcclServiceImpl::Pair> KvNcclServiceImpl::PairFor(const std::string& pair_id) {
+std::shared_ptr<KvNcclServiceImpl::Pair> KvNcclServiceImpl::PairFor(const std::string& pair_id,
+                                                                     model::KvPool* pool) {
+  // One communicator per (sender, GPU of the pages): a pool of pool_devices keys its own pair.
+  std::string key = pair_id;
+  CommunicatorFactory comm_factory = options_.comm_factory;
+  PageIoFactory io_factory = options_.page_io_factory;
+  for (size_t r = 0; r < options_.pool_devices.size(); ++r) {
+    const KvNcclServiceOptions::PoolDevice& d = options_.pool_devices[r];
+    if (d.pool != pool) continue;
+    key = absl::StrCat(pair_id, "@rank", r);
+    comm_factory = d.comm_factory;
+    io_factory = d.page_io_factory;
+    break;
+  }
   absl::MutexLock l(&mu_);
   if (stopping_) return nullptr;
-  auto& p = pairs_[pair_id];
+  auto& p = pairs_[key];
   if (p == nullptr) {
-    p = std::make_shared<Pair>(options_.comm_factory, options_.id_factory);
+    p = std::make_shared<Pair>(std::move(comm_factory), options_.id_factory, std::move(io_factory));
     Pair* raw = p.get();
     p->thread = std::thread([this, raw] {
       while (true) {
@@ -133,7 +149,7 @@ void KvNcclServiceImpl::RunJob(Pair& p, const std::shared_ptr<Job>& job) {
     if (st.ok() && (p.io == nullptr || p.io_generation != generation ||
                     p.io_slot_bytes < slot_bytes)) {
       p.io.reset();
-      auto io = options_.page_io_factory(pool_, *comm, slot_bytes);
+      auto io = p.io_factory(job->pool, *comm, slot_bytes);
       if (io.ok()) {
         p.io = std::move(*io);
         p.io_generation = generation;
@@ -146,6 +162,11 @@ void KvNcclServiceImpl::RunJob(Pair& p, const std::shared_ptr<Job>& job) {
       auto got = ReceivePlan(*comm, p.io.get(), *job->plan, job->pages,
                              options_.no_progress_timeout);
       if (got.ok()) bytes = *got; else st = got.status();
+    }
+    // Tensor-parallel ranks hold the cache replicated: copy the landed pages to the others.
+    if (st.ok() && job->pool->has_replicas()) {
+      st = p.io->Drain(absl::Now() + options_.no_progress_timeout);
+      if (st.ok()) st = job->pool->SyncReplicas(job->pages);
     }
   }
   if (!st.ok()) {
@@ -264,9 +285,10 @@ grpc::ServerUnaryReactor* KvNcclServiceImpl::Connect(grpc::CallbackServerContext
   if (!direct.ok()) return fail(direct.status());
   job->pages = std::move(direct->pages);
   job->pin = std::move(direct->pin);
+  job->pool = direct->pool != nullptr ? direct->pool : pool_;
   auto plan = TransferPlan::Make({id, receiver_->layout().num_layers,
                                   static_cast<int>(job->pages.size()),
-                                  static_cast<int64_t>(pool_->layer_page_bytes()),
+                                  static_cast<int64_t>(job->pool->layer_page_bytes()),
                                   request->max_message_pages(), request->coalesce_bytes()});
   absl::Status refused;
   if (!plan.ok()) {
@@ -276,9 +298,9 @@ grpc::ServerUnaryReactor* KvNcclServiceImpl::Connect(grpc::CallbackServerContext
         "KV session ", id, ": the sender's transfer plan (digest ",
         absl::Hex(request->plan_digest()), ") differs from the receiver's (digest ",
         absl::Hex(plan->digest()), ", ", job->pages.size(), " pages x ",
-        receiver_->layout().num_layers, " layers of ", pool_->layer_page_bytes(), " bytes)"));
+        receiver_->layout().num_layers, " layers of ", job->pool->layer_page_bytes(), " bytes)"));
   }
-  std::shared_ptr<Pair> pair = refused.ok() ? PairFor(request->pair_id()) : nullptr;
+  std::shared_ptr<Pair> pair = refused.ok() ? PairFor(request->pair_id(), job->pool) : nullptr;
   if (refused.ok() && pair == nullptr) {
     refused = absl::UnavailableError("KV nccl service shutting down");
   }

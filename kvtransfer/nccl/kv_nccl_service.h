@@ -15,6 +15,13 @@
 // back in the pool while a device write into it may still land.
 // Finish(session, completion): answered once the receive ended: the receiver's Complete
 // verdict (byte totals and page coverage checked as for tcp).
+//
+// Multi-GPU decode workers (docs/parallel.md): a session's pages live in its rank's pool on
+// that rank's GPU (data-parallel attention, KvReceiver::CreateSession's pool), so the pair's
+// communicator and page io must be on that GPU: a pool listed in pool_devices gets its own
+// pair per sender (keyed by the sender's pair id and the rank) with that entry's factories.
+// Tensor attention replicates the cache: a receive into a pool with replicas is copied into
+// them (KvPool::SyncReplicas) before the session completes.
 #pragma once
 
 #include <map>
@@ -37,6 +44,14 @@ struct KvNcclServiceOptions {
   CommunicatorFactory comm_factory;
   CommIdFactory id_factory;
   PageIoFactory page_io_factory = HostPageIoFactory();
+  // The GPUs of a data-parallel decode worker's rank pools: sessions in `pool` are received
+  // through communicators and page io of that GPU. Pools not listed use the two factories above.
+  struct PoolDevice {
+    model::KvPool* pool = nullptr;
+    CommunicatorFactory comm_factory;
+    PageIoFactory page_io_factory;
+  };
+  std::vector<PoolDevice> pool_devices;
   absl::Duration connect_timeout = absl::Seconds(30);  // joining a communicator
   absl::Duration no_progress_timeout = absl::Seconds(30);
   // Both RPCs need the cluster credential (null: open, for in-process tests).
@@ -45,7 +60,7 @@ struct KvNcclServiceOptions {
 
 class KvNcclServiceImpl final : public mlaserve::v1::KvNcclService::CallbackService {
  public:
-  // `receiver` and its pool must outlive the service.
+  // `receiver` and its pools must outlive the service. `pool`: the receiver's own.
   KvNcclServiceImpl(KvReceiver* receiver, model::KvPool* pool, KvNcclServiceOptions options);
   ~KvNcclServiceImpl() override;  // fails queued sessions, joins the receive threads
 
@@ -64,7 +79,8 @@ class KvNcclServiceImpl final : public mlaserve::v1::KvNcclService::CallbackServ
   struct Job;
 
  private:
-  std::shared_ptr<Pair> PairFor(const std::string& pair_id);
+  // The pair of sender `pair_id` for sessions in `pool`.
+  std::shared_ptr<Pair> PairFor(const std::string& pair_id, model::KvPool* pool);
   void RunJob(Pair& pair, const std::shared_ptr<Job>& job);
   void Answer(const std::shared_ptr<Job>& job);  // answers a waiting Finish, if both are ready
 

@@ -369,9 +369,10 @@ NcclKvTransport::~NcclKvTransport() {
   }
 }
 
-std::shared_ptr<NcclKvTransport::Pair> NcclKvTransport::PairFor(const std::string& endpoint) {
+std::shared_ptr<NcclKvTransport::Pair> NcclKvTransport::PairFor(const std::string& endpoint,
+                                                                 int decode_rank) {
   absl::MutexLock l(&mu_);
-  auto& p = pairs_[endpoint];
+  auto& p = pairs_[absl::StrCat(endpoint, "#", decode_rank)];
   if (p == nullptr) {
     p = std::make_shared<Pair>(endpoint, options_.comm_factory);
     grpc::ChannelArguments args;
@@ -396,7 +397,7 @@ absl::StatusOr<std::unique_ptr<KvSender>> NcclKvTransport::Open(const KvSessionR
                                        static_cast<int64_t>(pool_->layer_page_bytes()),
                                        options_.max_message_pages, options_.coalesce_bytes}));
   auto s = std::make_shared<Session>(ref, local_layout, options, std::move(plan));
-  std::shared_ptr<Pair> p = PairFor(ref.endpoint);
+  std::shared_ptr<Pair> p = PairFor(ref.endpoint, ref.rank);
   s->pair = p;
   {
     absl::MutexLock l(&p->mu);

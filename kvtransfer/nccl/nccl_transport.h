@@ -2,8 +2,9 @@
 // through the pair engine (pair_transfer.h); the control plane is KvNcclService on the decode
 // worker (kv_nccl_service.h) plus KvService.AbortSession.
 //
-// Per decode endpoint ("pair") the transport keeps one PairLink (rank 0) and one worker
-// thread. Sessions of a pair run on that thread one after another, in the order they were
+// Per decode endpoint and decode rank ("pair": one communicator per GPU pair; a data-parallel
+// decode worker receives each session on its rank's GPU, KvSessionRef::rank) the transport
+// keeps one PairLink (rank 0) and one worker thread. Sessions of a pair run on that thread one after another, in the order they were
 // opened: NCCL point-to-point has no tags, so the decode side posts its receives in the order
 // the Connect calls reached it, and only one session may be on the wire per pair at a time.
 // A session's life on the pair thread:
@@ -81,7 +82,7 @@ class NcclKvTransport final : public KvTransport {
   struct Session;  // nccl_transport.cc
 
  private:
-  std::shared_ptr<Pair> PairFor(const std::string& endpoint);
+  std::shared_ptr<Pair> PairFor(const std::string& endpoint, int decode_rank);
 
   model::KvPool* const pool_;
   const NcclTransportOptions options_;

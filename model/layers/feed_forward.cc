@@ -46,7 +46,7 @@ size_t FeedForward::ScratchBytes(const LayerContext& context) {
     e.num_tokens = static_cast<int>(M);
     e.hidden = c.hidden_size;
     e.inter = layout.expert_inter.count;
-    e.num_experts = layout.expert_parallel() ? layout.experts.count + 1 : c.n_routed_experts;
+    e.num_experts = layout.expert_parallel() ? layout.experts.count : c.n_routed_experts;
     e.top_k = c.num_experts_per_tok;
     const size_t moe = M * c.n_routed_experts * sizeof(float) +
                        2 * M * c.num_experts_per_tok * (sizeof(int32_t) + sizeof(float)) +
@@ -130,9 +130,9 @@ absl::Status FeedForward::Forward(int rows, const void* x, void* out) {
 }
 
 // One GPU (or tensor-parallel experts): the stack as loaded, through kernels/moe. Expert
-// parallel: the rank holds experts [begin, begin + count) plus a zero sink expert;
-// kernels/moe_shard rewrites the routing to local ids (the other ranks' assignments go to the
-// sink with weight 0), so the output is this rank's share of every token's sum.
+// parallel: the rank holds experts [begin, begin + count); kernels/moe_shard rewrites the
+// routing to local ids (the other ranks' assignments become kNotLocal, which kernels/moe
+// skips), so the output is this rank's share of every token's sum, over its own rows only.
 absl::Status FeedForward::RunRoutedExperts(kernels::MoeExpertsParams e) {
   StepScratch& scratch = *ctx_->scratch;
   const ParallelLayout& layout = *ctx_->layout;
@@ -152,7 +152,7 @@ absl::Status FeedForward::RunRoutedExperts(kernels::MoeExpertsParams e) {
     lp.local_ids = static_cast<int32_t*>(ids);
     lp.local_weights = static_cast<float*>(weights);
     RETURN_IF_ERROR(kernels::MoeLocalize(lp, ctx_->ops.kernel));
-    e.num_experts = layout.experts.count + 1;  // + the sink
+    e.num_experts = layout.experts.count;
     e.topk_ids = lp.local_ids;
     e.topk_weights = lp.local_weights;
   }

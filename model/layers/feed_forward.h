@@ -9,7 +9,7 @@
 //
 // On a sharded layout (parallel_layout.h) the block computes this rank's partial sums: its
 // slice of the intermediate sizes, and under expert parallelism its shard of the experts
-// (kernels/moe_shard sends the other ranks' assignments to a zero sink expert). ParallelStep
+// (kernels/moe_shard marks the other ranks' assignments not local; kernels/moe skips them). ParallelStep
 // adds the shares across ranks.
 #pragma once
 

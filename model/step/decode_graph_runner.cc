@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 
 namespace mlaserve::model {
@@ -53,14 +54,23 @@ BatchPlan PadDecodePlan(BatchPlan plan, int bucket, int width, int32_t padding_p
   return plan;
 }
 
+int DecodeBucket(int batch, int max_batch_seqs) {
+  return std::min(NextPowerOfTwo(std::max(1, batch)), max_batch_seqs);
+}
+
 bool DecodeGraphRunner::Applies(const BatchPlan& plan, bool decode_form,
                                 bool layer_callback) const {
-  return available_ && enabled_ && decode_form && !layer_callback && padding_page_ >= 0 &&
+  return available() && decode_form && !layer_callback &&
          static_cast<int>(plan.logit_rows.size()) == plan.batch;
 }
 
-absl::Status DecodeGraphRunner::Run(BatchPlan plan, const Step& step) {
-  const int bucket = std::min(NextPowerOfTwo(plan.batch), max_batch_seqs_);
+absl::Status DecodeGraphRunner::Run(BatchPlan plan, const Step& step, int bucket) {
+  if (bucket == 0) bucket = DecodeBucket(plan.batch, max_batch_seqs_);
+  if (bucket < plan.batch || bucket > max_batch_seqs_) {
+    return absl::InternalError(absl::StrCat("decode graph: bucket ", bucket, " for a batch of ",
+                                            plan.batch, " (max_batch_seqs ", max_batch_seqs_, ")"));
+  }
+  ++steps_;
   const int width =
       std::min(NextPowerOfTwo(std::max(1, plan.max_pages_per_seq)), max_pages_per_seq_);
   plan = PadDecodePlan(std::move(plan), bucket, width, padding_page_);
@@ -77,6 +87,8 @@ absl::Status DecodeGraphRunner::Run(BatchPlan plan, const Step& step) {
   }
   RETURN_IF_ERROR(step.finish(logits));
   if (it != graphs_.end()) return absl::OkStatus();
+  // Nothing to capture on the CPU backend: padded eager steps (tests).
+  if (ctx_.backend != kernels::Backend::kCuda) return absl::OkStatus();
 
   // First step of this key: capture it now (nothing runs) for the next ones.
   ASSIGN_OR_RETURN(float* capture_logits, step.prepare(&plan));

@@ -20,6 +20,15 @@
 // Per (bucket, width, sparse) the first step runs eagerly and is then captured (capture launches
 // nothing); later steps upload the padded plan and replay. A capture that fails (a kernel
 // that cannot be captured) leaves that key eager for good, so graphs are an optimisation only.
+//
+// Sharded layouts (docs/parallel.md) capture a rank's step with its collectives (NCCL calls are
+// capturable). Every rank must then run the same collectives with the same counts, which a
+// graph fixes: the ParallelEngine decides for all ranks at once whether a step is a graph step
+// and at which bucket (parallel_graph_plan.h), and passes that bucket to Run; under data
+// attention each rank pads its own batch (an idle rank: padding rows only) to it, so the
+// feed-forward gather has the same shape on every rank without exchanging counts. A rank whose
+// capture failed replays nothing but runs the same padded step eagerly: the collectives still
+// match. On the CPU backend (tests) Run pads and runs eagerly, never capturing.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +51,8 @@ BatchPlan PadDecodePlan(BatchPlan plan, int bucket, int width, int32_t padding_p
 class DecodeGraphRunner {
  public:
   DecodeGraphRunner() = default;
-  // Graphs are available on kCuda for an unsharded engine with a padding page (capturing the
-  // collectives of a sharded layout is not done yet, docs/parallel.md); elsewhere Applies is
+  // Available: decode steps are padded to buckets (a padding page exists) -- on kCuda, captured
+  // and replayed; on kCpu (a test's choice) run padded and eagerly. Unavailable: Applies is
   // always false.
   DecodeGraphRunner(const kernels::KernelContext& ctx, bool available, int max_batch_seqs,
                     int max_pages_per_seq, int32_t padding_page)
@@ -56,8 +65,10 @@ class DecodeGraphRunner {
   // On by default. Benchmarks turn graphs off to time eager decode steps on the same engine;
   // the route probe runs eagerly.
   void set_enabled(bool on) { enabled_ = on; }
+  bool available() const { return available_ && enabled_ && padding_page_ >= 0; }
   int captured() const { return static_cast<int>(graphs_.size()); }
   int64_t replays() const { return replays_; }
+  int64_t steps() const { return steps_; }  // steps run through Run (replayed, or padded eager)
 
   // Whether this step replays (or captures) a graph: a decode-form batch whose every row
   // wants logits, with no layer callback (graphs cannot call back between layers).
@@ -75,8 +86,10 @@ class DecodeGraphRunner {
     std::function<absl::Status(const float* logits)> finish;
   };
   // Pads `plan` to its (bucket, width), runs it (replay, or eager the first time), calls
-  // finish, then captures the key's graph the first time.
-  absl::Status Run(BatchPlan plan, const Step& step);
+  // finish, then captures the key's graph the first time. `bucket` > 0: that many rows (a
+  // sharded step's bucket, the same on every rank; at least plan.batch, at most
+  // max_batch_seqs); 0: the plan's own (the next power of two).
+  absl::Status Run(BatchPlan plan, const Step& step, int bucket = 0);
 
  private:
   kernels::KernelContext ctx_;
@@ -89,6 +102,10 @@ class DecodeGraphRunner {
   // graph and run eagerly from then on.
   std::map<std::tuple<int, int, bool>, std::optional<CapturedGraph>> graphs_;
   int64_t replays_ = 0;
+  int64_t steps_ = 0;
 };
+
+// The bucket of a decode batch of `batch` rows: the next power of two, at most max_batch_seqs.
+int DecodeBucket(int batch, int max_batch_seqs);
 
 }  // namespace mlaserve::model

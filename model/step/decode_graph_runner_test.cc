@@ -65,10 +65,56 @@ TEST(DecodeGraphRunner, TakesOnlyDecodeStepsThatWantEveryRow) {
   runner.set_enabled(true);
   p.logit_rows = {1};
   EXPECT_FALSE(runner.Applies(p, true, false)) << "a row without logits";
-  const DecodeGraphRunner sharded(cuda, /*available=*/false, 8, 4, 9);
-  EXPECT_FALSE(sharded.Applies(TwoDecodeRows(), true, false));
+  const DecodeGraphRunner unavailable(cuda, /*available=*/false, 8, 4, 9);
+  EXPECT_FALSE(unavailable.Applies(TwoDecodeRows(), true, false));
+  const DecodeGraphRunner no_padding_page(cuda, /*available=*/true, 8, 4, -1);
+  EXPECT_FALSE(no_padding_page.Applies(TwoDecodeRows(), true, false));
   EXPECT_EQ(runner.captured(), 0);
   EXPECT_EQ(runner.replays(), 0);
+}
+
+TEST(DecodeBucket, NextPowerOfTwoUpToTheBatchLimit) {
+  EXPECT_EQ(DecodeBucket(0, 8), 1);
+  EXPECT_EQ(DecodeBucket(1, 8), 1);
+  EXPECT_EQ(DecodeBucket(3, 8), 4);
+  EXPECT_EQ(DecodeBucket(5, 6), 6);
+}
+
+// A sharded step's bucket comes from the ParallelEngine (the same on every rank): the plan is
+// padded to it, an empty plan (an idle data-parallel rank) to padding rows only. On the CPU
+// backend the padded step runs eagerly every time; nothing is captured.
+TEST(DecodeGraphRunner, PadsToTheGivenBucketAndRunsEagerlyOnTheCpu) {
+  DecodeGraphRunner runner(kernels::KernelContext{}, /*available=*/true, /*max_batch_seqs=*/8,
+                           /*max_pages_per_seq=*/4, /*padding_page=*/9);
+  std::vector<int> batches;
+  int finished = 0;
+  DecodeGraphRunner::Step step;
+  std::vector<float> logits(8);
+  step.prepare = [&](BatchPlan*) -> absl::StatusOr<float*> { return logits.data(); };
+  step.run = [&](const BatchPlan& plan, float*) {
+    batches.push_back(plan.batch);
+    EXPECT_EQ(static_cast<int>(plan.logit_rows.size()), plan.batch);
+    return absl::OkStatus();
+  };
+  step.finish = [&](const float*) {
+    ++finished;
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE(runner.Run(TwoDecodeRows(), step, /*bucket=*/8).ok());
+  ASSERT_TRUE(runner.Run(TwoDecodeRows(), step, /*bucket=*/8).ok());
+  BatchPlan idle;
+  idle.cu_seqlens_q = {0};
+  idle.all_single_token = true;
+  ASSERT_TRUE(runner.Run(idle, step, /*bucket=*/4).ok());
+  ASSERT_TRUE(runner.Run(TwoDecodeRows(), step).ok());  // its own bucket
+  EXPECT_EQ(batches, (std::vector<int>{8, 8, 4, 2}));
+  EXPECT_EQ(finished, 4);
+  EXPECT_EQ(runner.steps(), 4);
+  EXPECT_EQ(runner.captured(), 0);
+  EXPECT_EQ(runner.replays(), 0);
+  absl::Status small = runner.Run(TwoDecodeRows(), step, /*bucket=*/1);
+  EXPECT_EQ(small.code(), absl::StatusCode::kInternal) << small;
+  EXPECT_EQ(runner.Run(TwoDecodeRows(), step, /*bucket=*/16).code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 #include "model/deepseek_engine.h"
 
 namespace mlaserve::model::testing {
@@ -27,6 +29,19 @@ class DeepseekEngineTestPeer {
   // planned at Create holds; 0 = that): lower, one-chunk prefills use per-sequence query chunks.
   void set_indexer_rows_per_call(int rows) {
     engine_.layer_ctx_.launch.indexer_rows_per_launch = rows;
+  }
+
+  // The CPU backend runs decode steps as graph steps do, padded to their bucket (an idle
+  // data-parallel rank: padding rows only), with a sharded step's counts taken as known
+  // (parallel_graph_plan.h), eagerly -- everything of a graph step but the capture. Takes a
+  // padding page from the pool, as the CUDA engine does at Create.
+  absl::Status PadDecodeStepsOnCpu() {
+    absl::StatusOr<std::vector<int32_t>> page = engine_.pool_->Allocate(1);
+    if (!page.ok()) return page.status();
+    engine_.decode_graphs_ =
+        DecodeGraphRunner(engine_.ctx_, /*available=*/true, engine_.options_.max_batch_seqs,
+                          engine_.layer_ctx_.max_pages_per_seq, (*page)[0]);
+    return absl::OkStatus();
   }
 
   // At the following eager Forward calls, copies the top-k rows [T, index_topk] the indexer

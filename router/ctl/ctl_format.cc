@@ -82,8 +82,24 @@ std::string Ago(int64_t unix_ms, absl::Time now) {
   return absl::StrFormat("%.1fs ago", std::max(0.0, s));
 }
 
+// "free/total", and each data-parallel rank's in brackets: "9/16 [3/8 6/8]".
 std::string Pages(const v1::WorkerLoad& load) {
-  return absl::StrCat(load.kv_pages_free(), "/", load.kv_pages_total());
+  std::string out = absl::StrCat(load.kv_pages_free(), "/", load.kv_pages_total());
+  for (int r = 0; r < load.ranks_size(); ++r) {
+    absl::StrAppend(&out, r == 0 ? " [" : " ", load.ranks(r).kv_pages_free(), "/",
+                    load.ranks(r).kv_pages_total(), r + 1 == load.ranks_size() ? "]" : "");
+  }
+  return out;
+}
+
+// "2 / 1", and each data-parallel rank's: "2 / 1 [rank 0: 1 / 1, rank 1: 1 / 0]".
+std::string RunningPending(const v1::WorkerLoad& load) {
+  std::string out = absl::StrCat(load.running_requests(), " / ", load.pending_requests());
+  for (int r = 0; r < load.ranks_size(); ++r) {
+    absl::StrAppend(&out, r == 0 ? " [" : ", ", "rank ", r, ": ", load.ranks(r).running_requests(),
+                    " / ", load.ranks(r).pending_requests(), r + 1 == load.ranks_size() ? "]" : "");
+  }
+  return out;
 }
 
 }  // namespace
@@ -115,13 +131,15 @@ std::string WorkerDetail(const v1::WorkerStatus& w, absl::Time now) {
       {"model", absl::StrCat(d.model().model_name(), " (", d.model().model_type(), ")")},
       {"kv compat hash", d.model().kv_compat_hash()},
       {"backend", absl::StrCat(d.backend(), " device ", d.device())},
+      {"gpus", absl::StrCat(d.gpus(), d.parallel_layout().empty() ? "" : " (",
+                            d.parallel_layout(), d.parallel_layout().empty() ? "" : ")")},
       {"version", d.version()},
       {"kv transport", d.kv_transport()},
       {"gpu", d.profile().gpu_name()},
       {"profile", d.profile().source()},
       {"local prefill threshold", absl::StrCat(d.profile().local_prefill_threshold())},
       {"kv pages free/total", Pages(d.load())},
-      {"running / pending", absl::StrCat(d.load().running_requests(), " / ", d.load().pending_requests())},
+      {"running / pending", RunningPending(d.load())},
       {"pending prefill tokens", absl::StrCat(d.load().pending_prefill_tokens())},
       {"router inflight", absl::StrCat(w.router_inflight())},
   };

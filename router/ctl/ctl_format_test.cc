@@ -45,6 +45,29 @@ TEST(CtlFormat, WorkersTableAndJson) {
   EXPECT_THAT(json, HasSubstr("\"kv_pages_free\":90"));
 }
 
+TEST(CtlFormat, WorkerDetailShowsTheLayoutAndEachRanksLoad) {
+  v1::WorkerStatus w;
+  w.set_id("decode-1");
+  w.mutable_info()->set_gpus(2);
+  w.mutable_info()->set_parallel_layout("tp=2 attention=data moe=expert");
+  v1::WorkerLoad* load = w.mutable_info()->mutable_load();
+  load->set_kv_pages_free(9);
+  load->set_kv_pages_total(16);
+  load->set_running_requests(2);
+  load->set_pending_requests(1);
+  for (const auto& [free, running, pending] : {std::tuple{3, 1, 1}, std::tuple{6, 1, 0}}) {
+    v1::RankLoad* r = load->add_ranks();
+    r->set_kv_pages_total(8);
+    r->set_kv_pages_free(free);
+    r->set_running_requests(running);
+    r->set_pending_requests(pending);
+  }
+  const std::string detail = WorkerDetail(w, absl::FromUnixMillis(0));
+  EXPECT_THAT(detail, HasSubstr("2 (tp=2 attention=data moe=expert)"));
+  EXPECT_THAT(detail, HasSubstr("9/16 [3/8 6/8]"));
+  EXPECT_THAT(detail, HasSubstr("2 / 1 [rank 0: 1 / 1, rank 1: 1 / 0]"));
+}
+
 TEST(CtlFormat, LoadsAndProfiles) {
   v1::GetLoadsResponse loads;
   auto* e = loads.add_workers();

@@ -32,9 +32,9 @@ fi
 if [[ ${SANITIZE:-1} == 1 ]]; then
   for tool in memcheck racecheck synccheck; do
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 .devbin/kernels_mla_decode_cuda_test \
-      --gtest_filter='Sweep/MlaDecodeCudaTest.MatchesCpuReference/5:Sweep/MlaDecodeCudaTest.MatchesCpuReference/7:Sweep/MlaDecodeCudaTest.MatchesCpuReference/21' \
+      --gtest_filter='Sweep/MlaDecodeCudaTest.MatchesCpuReference/3:Sweep/MlaDecodeCudaTest.MatchesCpuReference/6:Sweep/MlaDecodeCudaTest.MatchesCpuReference/7:Sweep/MlaDecodeCudaTest.MatchesCpuReference/27:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/0:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/3' \
       > "$OUT/sanitize_$tool.txt" 2>&1
-    echo "compute-sanitizer $tool (mla_decode wgmma cases): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.txt" | tail -1)"
+    echo "compute-sanitizer $tool (mla_decode wgmma cases, balanced schedule): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.txt" | tail -1)"
   done
 fi
 timeout 400 .devbin/mlaserve-kernel-bench --only mla_decode --json "$OUT/decode.json" 2>&1 | tee "$OUT/bench_decode.txt"

@@ -21,7 +21,8 @@
 #   5. mlaserve-kv-tcp-bench: the tcp KV path alone, GPU pools on both sides, the way the
 #      workers shipped pages before (one per message, synchronous copies) vs batched, same run.
 # Environment: SERVE_ARGS (mlaserve-bench load), SERVE_PAGES (KV pages per worker, default
-# 1600), KV_SKIP (space-separated steps to skip: tests fixture model remote local kvbench).
+# 1600), RUNS (comma-separated "tag threshold" serving runs, default "remote 0,local 100000";
+# a tag ending in -mps runs under CUDA MPS, e.g. RUNS="remote 0,remote-mps 0,local-mps 100000"), KV_SKIP (space-separated steps to skip: tests fixture model remote local kvbench).
 # Dry run here on the CPU (checks the script, not the speed):
 #   BIN_DIR=build BACKEND=cpu MODEL=tests/fixtures/models/deepseek_v2 KV_SKIP="tests model" \
 #   SERVE_ARGS="--num-prompts 8 --random-input-len 100 --random-output-len 8 --max-concurrency 4" \
@@ -168,10 +169,30 @@ if [[ $SKIP != *" model "* && ! -f $V2L/config.json ]] && left 300; then
 fi
 
 # --- 3, 4. served: remote prefill (A) vs local prefill (B)
+# RUNS: "tag threshold" pairs, in order; a tag ending in -mps starts the CUDA MPS control
+# daemon first (if it is not running yet), so that the two worker processes share the GPU
+# concurrently instead of time-slicing it. Runs after the daemon started are all under MPS.
 read -r -a load <<< "${SERVE_ARGS:---num-prompts 256 --random-input-len 1024 --random-output-len 128 --random-range-ratio 1 --max-concurrency 64 --seed 1}"
-for run in "remote 0" "local 100000"; do
+MPS_STARTED=0
+start_mps() {
+  ((MPS_STARTED)) && return 0
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mlaserve-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mlaserve-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    MPS_STARTED=1
+    note "CUDA MPS control daemon" "started"
+  else
+    note "CUDA MPS control daemon" "FAILED to start (rc=$?)"
+    return 1
+  fi
+}
+stop_mps() { ((MPS_STARTED)) && echo quit | nvidia-cuda-mps-control; MPS_STARTED=0; }
+trap stop_mps EXIT
+IFS=',' read -r -a runs <<< "${RUNS:-remote 0,local 100000}"
+for run in "${runs[@]}"; do
   read -r tag threshold <<< "$run"
-  [[ $SKIP != *" $tag "* && -f $V2L/config.json ]] || continue
+  [[ $SKIP != *" ${tag%-mps} "* && -f $V2L/config.json ]] || continue
+  if [[ $tag == *-mps ]]; then start_mps || continue; fi
   if ! left 130; then note "serve $tag prefill" "skipped: $((SECONDS - T0)) s of the ${BUDGET} s budget spent"; continue; fi
   if stack "$tag" "$threshold"; then
     start=$SECONDS
@@ -198,7 +219,8 @@ tar -C "$LOGS" -cJf "$OUT/logs.tar.xz" . 2>/dev/null
 echo "== errors in logs"; grep -hiE "error|fail|abort" "$LOGS"/*.log 2>/dev/null | grep -v "^$" | head -20
 echo "== served (issue 12 target: >= 2.5x 1186 = 2965 output tok/s, TTFT p50 <= 0.875 s)"
 printf '%-8s %12s %12s %12s %12s %10s\n' run "output tok/s" "TTFT p50 ms" "TTFT p99 ms" "TPOT p50 ms" failed
-for tag in remote local; do
+for run in "${runs[@]}"; do
+  read -r tag _ <<< "$run"
   f=$OUT/serve_$tag.txt
   [[ -f $f ]] || continue
   get() { sed -n "s/^$1 *//p" "$f" | head -1; }

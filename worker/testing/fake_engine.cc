@@ -41,9 +41,11 @@ std::unique_ptr<FakeEngine> FakeEngine::Create(const FakeEngineOptions& options)
   po.num_layers = options.num_layers;
   po.num_pages = options.num_pages;
   po.latent_dim = kLatentDim;
-  auto pool = model::KvPool::Create(po);
-  if (!pool.ok()) return nullptr;
-  e->pool_ = std::move(*pool);
+  for (int r = 0; r < options.data_ranks; ++r) {
+    auto pool = model::KvPool::Create(po);
+    if (!pool.ok()) return nullptr;
+    e->pools_.push_back(std::move(*pool));
+  }
   return e;
 }
 
@@ -61,6 +63,11 @@ int FakeEngine::forward_calls() const {
 std::vector<std::vector<int>> FakeEngine::batch_shapes() const {
   absl::MutexLock lock(&mu_);
   return shapes_;
+}
+
+std::vector<std::vector<int>> FakeEngine::batch_ranks() const {
+  absl::MutexLock lock(&mu_);
+  return ranks_;
 }
 
 int32_t FakeEngine::NextToken(std::span<const int32_t> sequence, int vocab_size) {
@@ -88,29 +95,38 @@ absl::StatusOr<model::ForwardResult> FakeEngine::Forward(
     absl::MutexLock lock(&mu_);
     hook = before_forward_;
     ++forward_calls_;
-    std::vector<int> shape;
-    for (const auto& c : batch) shape.push_back(static_cast<int>(c.tokens.size()));
+    std::vector<int> shape, ranks;
+    for (const auto& c : batch) {
+      shape.push_back(static_cast<int>(c.tokens.size()));
+      ranks.push_back(c.rank);
+    }
     shapes_.push_back(std::move(shape));
+    ranks_.push_back(std::move(ranks));
   }
   if (hook) hook(batch);
   const int P = kernels::kPageSize;
   for (const auto& c : batch) {
+    if (c.rank < 0 || c.rank >= data_ranks()) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk for rank ", c.rank, " of ",
+                                                     data_ranks()));
+    }
     const int end = c.start_pos + static_cast<int>(c.tokens.size());
     if (static_cast<int>(c.pages.size()) * P < end) {
       return absl::InvalidArgumentError(absl::StrCat("chunk ends at ", end, " but has ",
                                                      c.pages.size(), " pages"));
     }
   }
-  std::vector<float> page(pool_->layer_page_bytes() / sizeof(float));
+  std::vector<float> page(pools_[0]->layer_page_bytes() / sizeof(float));
   for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
     for (const auto& c : batch) {
+      model::KvPool* pool = pools_[c.rank].get();
       for (size_t i = 0; i < c.tokens.size(); ++i) {
         const int pos = c.start_pos + static_cast<int>(i);
         const int32_t pid = c.pages[pos / P];
-        absl::Status s = pool_->ReadPage(layer, pid, page.data());
+        absl::Status s = pool->ReadPage(layer, pid, page.data());
         if (!s.ok()) return s;
         FillEntry(page.data() + (pos % P) * kLatentDim, c.tokens[i], pos, layer);
-        s = pool_->WritePage(layer, pid, page.data());
+        s = pool->WritePage(layer, pid, page.data());
         if (!s.ok()) return s;
       }
     }
@@ -123,12 +139,13 @@ absl::StatusOr<model::ForwardResult> FakeEngine::Forward(
   for (const auto& c : batch) {
     if (!c.want_logits) continue;
     // Read the whole sequence back from the cache, checking every layer's entry.
+    model::KvPool* pool = pools_[c.rank].get();
     const int end = c.start_pos + static_cast<int>(c.tokens.size());
     std::vector<int32_t> seq(end);
     for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
       for (int pos = 0; pos < end; ++pos) {
         if (pos % P == 0) {
-          absl::Status s = pool_->ReadPage(layer, c.pages[pos / P], page.data());
+          absl::Status s = pool->ReadPage(layer, c.pages[pos / P], page.data());
           if (!s.ok()) return s;
         }
         const float* e = page.data() + (pos % P) * kLatentDim;

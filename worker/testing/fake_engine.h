@@ -6,6 +6,10 @@
 // whole prefix back from the pool and checks each entry, so a decode over KV that arrived
 // incomplete or wrong fails (INTERNAL naming layer and position) or yields other tokens than
 // a local run. Greedy decoding thus has one right answer, computable with ExpectedTokens().
+//
+// With data_ranks > 1 it plays a data-parallel-attention engine (docs/parallel.md): one pool
+// per rank, and each chunk's entries are written to and read from its rank's pool, so KV that
+// landed in another rank's pool than the chunk's reads back as corrupt.
 #pragma once
 
 #include <functional>
@@ -25,6 +29,7 @@ struct FakeEngineOptions {
   int vocab_size = 64;
   int max_position_embeddings = 4096;
   std::vector<int32_t> eos_token_ids = {};  // none: tests set stop ids explicitly
+  int data_ranks = 1;  // pools of num_pages pages each
 };
 
 class FakeEngine final : public model::Engine {
@@ -33,7 +38,9 @@ class FakeEngine final : public model::Engine {
 
   const model::ModelConfig& config() const override { return config_; }
   kernels::Backend backend() const override { return kernels::Backend::kCpu; }
-  model::KvPool& kv_pool() override { return *pool_; }
+  model::KvPool& kv_pool() override { return *pools_[0]; }
+  int data_ranks() const override { return static_cast<int>(pools_.size()); }
+  model::KvPool& rank_pool(int rank) override { return *pools_[rank]; }
 
   absl::StatusOr<model::ForwardResult> Forward(std::span<const model::SequenceChunk> batch,
                                                model::AttentionPath path,
@@ -44,6 +51,8 @@ class FakeEngine final : public model::Engine {
   int forward_calls() const;
   // Chunk lengths of every Forward so far, one vector per call.
   std::vector<std::vector<int>> batch_shapes() const;
+  // The chunks' ranks of every Forward so far, one vector per call.
+  std::vector<std::vector<int>> batch_ranks() const;
 
   // The token the fake model predicts after `sequence` (prompt + generated so far).
   static int32_t NextToken(std::span<const int32_t> sequence, int vocab_size);
@@ -54,11 +63,12 @@ class FakeEngine final : public model::Engine {
  private:
   FakeEngine() = default;
   model::ModelConfig config_;
-  std::unique_ptr<model::KvPool> pool_;
+  std::vector<std::unique_ptr<model::KvPool>> pools_;
   mutable absl::Mutex mu_;
   std::function<void(std::span<const model::SequenceChunk>)> before_forward_ ABSL_GUARDED_BY(mu_);
   int forward_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::vector<int>> shapes_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<int>> ranks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mlaserve::testing

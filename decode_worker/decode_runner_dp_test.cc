@@ -1,0 +1,224 @@
+// DecodeRunner over a data-parallel-attention engine (docs/parallel.md): a FakeEngine with one
+// pool per rank, whose chunks read and write their rank's pool only (so KV that landed in
+// another rank's pool than the request's reads back as corrupt). Requests are spread over the
+// ranks and stay there; KV imports land in the owning rank's pool; growth, preemption, aborts
+// and cancels give pages back to that pool.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "decode_worker/decode_runner.h"
+#include "decode_worker/testing/recording_sink.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kvtransfer/fake_transport.h"
+#include "worker/testing/fake_engine.h"
+
+namespace mlaserve::decode {
+namespace {
+
+using ::mlaserve::testing::FakeEngine;
+using ::mlaserve::testing::RecordingSink;
+using ::testing::HasSubstr;
+
+constexpr int kVocab = 64;
+
+std::vector<int32_t> Prompt(int n, int salt) {
+  std::vector<int32_t> p(n);
+  for (int i = 0; i < n; ++i) p[i] = (i * 7 + salt) % kVocab;
+  return p;
+}
+
+class DataParallelDecodeTest : public ::testing::Test {
+ protected:
+  // `ranks` pools of `pages` pages; `max_running` per rank.
+  void Build(int ranks, int pages, int max_running = 4) {
+    pages_ = pages;
+    decode_ = FakeEngine::Create({.num_pages = pages, .data_ranks = ranks});
+    prefill_ = FakeEngine::Create({.num_pages = 64});
+    layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
+    receiver_ = std::make_unique<kvtransfer::KvReceiver>(
+        &decode_->kv_pool(), layout_, kvtransfer::KvReceiverOptions{absl::Seconds(30)});
+    transport_.Register("decode-dp", receiver_.get());
+    DecodeRunnerOptions o;
+    o.scheduler = {.max_running = max_running, .max_batch_tokens = 64, .chunk_size = 32};
+    o.kv_endpoint = "decode-dp";
+    o.kv_transport = "fake";
+    runner_ = std::make_unique<DecodeRunner>(decode_.get(), receiver_.get(), o, &metrics_);
+  }
+
+  ReserveSpec Spec(const std::string& id, std::vector<int32_t> prompt, int max_new, bool local) {
+    ReserveSpec s;
+    s.request_id = id;
+    s.prompt = std::move(prompt);
+    s.sampling.temperature = 0;
+    s.max_new_tokens = max_new;
+    s.local_prefill = local;
+    if (!local) s.prefill_compat_hash = layout_.CompatHash();
+    return s;
+  }
+
+  // Plays the prefill worker (one pool): computes the prompt's KV and ships it.
+  void PrefillAndShip(const Reservation& r, const std::vector<int32_t>& prompt) {
+    auto pages = *prefill_->kv_pool().Allocate(r.session.num_pages);
+    model::SequenceChunk c;
+    c.tokens = prompt;
+    c.pages = pages;
+    ASSERT_TRUE(prefill_->Forward(std::span(&c, 1), model::AttentionPath::kMha, nullptr).ok());
+    auto sender = *transport_.Open(r.session, layout_, {});
+    for (int layer = 0; layer < layout_.num_layers; ++layer) {
+      std::string bytes(prefill_->kv_pool().layer_page_bytes() * pages.size(), '\0');
+      ASSERT_TRUE(prefill_->kv_pool().ReadPages(layer, pages, bytes.data()).ok());
+      ASSERT_TRUE(sender
+                      ->SendPages(layer, 0, static_cast<int>(pages.size()),
+                                  std::span<const uint8_t>(
+                                      reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()))
+                      .ok());
+    }
+    absl::Status verdict = absl::UnknownError("unset");
+    sender->Complete({FakeEngine::NextToken(prompt, kVocab), layout_.num_layers,
+                      r.session.num_pages, sender->bytes_sent()},
+                     [&](absl::Status s) { verdict = s; });
+    ASSERT_TRUE(verdict.ok()) << verdict;
+    prefill_->kv_pool().Free(pages);
+  }
+
+  void RunUntilIdle() {
+    for (int i = 0; i < 5000 && runner_->Step(); ++i) {
+    }
+  }
+  int Free(int rank) { return decode_->rank_pool(rank).free_pages(); }
+
+  int pages_ = 0;
+  common::MetricsRegistry metrics_;
+  std::unique_ptr<FakeEngine> decode_, prefill_;
+  kvtransfer::KvLayout layout_;
+  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
+  kvtransfer::FakeKvTransport transport_;
+  std::unique_ptr<DecodeRunner> runner_;
+};
+
+TEST_F(DataParallelDecodeTest, RequestsSpreadOverRanksAndImportIntoTheirRanksPool) {
+  Build(/*ranks=*/2, /*pages=*/16);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<int> ranks;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(Prompt(70 + 10 * i, i));
+    const bool local = i % 2 == 1;
+    auto r = runner_->Reserve(Spec(absl::StrCat("q", i), prompts.back(), 12, local));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->session.rank, r->rank);  // the KV transfer names the rank's pool
+    ranks.push_back(r->rank);
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(runner_->OpenStream(r->session_id, sinks.back()).ok());
+    if (!local) {
+      const int other = Free(1 - r->rank);
+      PrefillAndShip(*r, prompts.back());
+      EXPECT_EQ(Free(1 - r->rank), other) << "the import touched the other rank's pool";
+    }
+  }
+  // The most room first, then the fewest requests: 0, 1, 0, 1 (each takes 2 pages).
+  EXPECT_EQ(ranks, (std::vector<int>{0, 1, 0, 1}));
+  const DecodeLoad held = runner_->load();
+  ASSERT_EQ(held.ranks.size(), 2u);
+  EXPECT_EQ(held.ranks[0].pending, 2);
+  EXPECT_EQ(held.ranks[1].kv_pages_free, 16 - 2 - 2);
+  EXPECT_EQ(held.kv_pages_total, 32);
+  ASSERT_TRUE(runner_->Step());
+  EXPECT_EQ(runner_->load().ranks[1].running, 2);
+  EXPECT_THAT(metrics_.RenderText(),
+              HasSubstr("mlaserve_decode_rank_running_requests{rank=\"1\"} 2"));
+  RunUntilIdle();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(sinks[i]->finish()) << i << ": " << sinks[i]->error();
+    EXPECT_EQ(sinks[i]->tokens(), FakeEngine::ExpectedTokens(prompts[i], 12, kVocab)) << i;
+  }
+  // One step runs both ranks' chunks (rank 0's decode tokens, rank 1's prompt chunks).
+  EXPECT_EQ(decode_->batch_ranks()[0], (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(Free(0), 16);
+  EXPECT_EQ(Free(1), 16);
+}
+
+TEST_F(DataParallelDecodeTest, AbortsCancelsAndFailuresReturnTheOwningRanksPages) {
+  Build(2, 16);
+  auto a = runner_->Reserve(Spec("a", Prompt(100, 1), 300, true));  // rank 0
+  auto b = runner_->Reserve(Spec("b", Prompt(10, 2), 300, true));   // rank 1
+  auto c = runner_->Reserve(Spec("c", Prompt(200, 3), 10, false));  // rank 1: KV never comes
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->rank, 0);
+  EXPECT_EQ(b->rank, 1);
+  EXPECT_EQ(c->rank, 1);
+  auto sa = std::make_shared<RecordingSink>(), sb = std::make_shared<RecordingSink>(),
+       sc = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner_->OpenStream(a->session_id, sa).ok());
+  ASSERT_TRUE(runner_->OpenStream(b->session_id, sb).ok());
+  ASSERT_TRUE(runner_->OpenStream(c->session_id, sc).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(runner_->Step());
+  EXPECT_LT(Free(0), 16);
+  EXPECT_LT(Free(1), 16);
+  ASSERT_TRUE(runner_->Abort("a").ok());
+  runner_->CancelStream(b->session_id);
+  EXPECT_TRUE(receiver_->Fail(c->session_id, absl::UnavailableError("prefill worker gone")));
+  RunUntilIdle();
+  ASSERT_TRUE(sa->finish());
+  EXPECT_EQ(sa->finish()->reason, FinishReason::kAbort);
+  EXPECT_EQ(sc->error().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Free(0), 16);
+  EXPECT_EQ(Free(1), 16);
+  EXPECT_EQ(runner_->load().running + runner_->load().pending, 0);
+}
+
+TEST_F(DataParallelDecodeTest, GrowthPreemptsOnlyWithinTheRankAndRecomputesTheSameTokens) {
+  // 5 pages a rank. Rank 0: two requests of 60 prompt + 200 new tokens (5 pages each at the
+  // end) cannot both hold their pages: the later one is preempted and recomputed. Rank 1: one
+  // short request that must not be disturbed.
+  Build(2, 5);
+  std::vector<std::vector<int32_t>> prompts = {Prompt(60, 1), Prompt(20, 2), Prompt(60, 3)};
+  const std::vector<int> max_new = {200, 20, 200};
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<int> ranks;
+  for (int i = 0; i < 3; ++i) {
+    auto r = runner_->Reserve(Spec(absl::StrCat("g", i), prompts[i], max_new[i], true));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ranks.push_back(r->rank);
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(runner_->OpenStream(r->session_id, sinks.back()).ok());
+  }
+  EXPECT_EQ(ranks, (std::vector<int>{0, 1, 0}));
+  RunUntilIdle();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(sinks[i]->finish()) << i << ": " << sinks[i]->error();
+    EXPECT_EQ(sinks[i]->tokens(), FakeEngine::ExpectedTokens(prompts[i], max_new[i], kVocab))
+        << i;
+  }
+  const std::string text = metrics_.RenderText();
+  EXPECT_THAT(text, HasSubstr("mlaserve_decode_preemptions_total 1\n"));
+  EXPECT_EQ(Free(0), 5);
+  EXPECT_EQ(Free(1), 5);
+}
+
+TEST_F(DataParallelDecodeTest, ARequestMustFitOneRankAndTheRefusalNamesEveryRank) {
+  Build(2, 8);
+  // The whole worker has 16 pages, but one request's pages are all on one rank.
+  absl::Status s = runner_->Reserve(Spec("big", Prompt(64, 0), 9 * 64 - 64, true)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("needs 9 KV pages; this decode worker has 8 per "
+                                     "data-parallel rank"));
+  ASSERT_TRUE(runner_->Reserve(Spec("x", Prompt(5 * 64, 0), 10, true)).ok());  // 6 on rank 0
+  ASSERT_TRUE(runner_->Reserve(Spec("y", Prompt(5 * 64, 1), 10, true)).ok());  // 6 on rank 1
+  s = runner_->Reserve(Spec("z", Prompt(3 * 64, 2), 10, true)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("needs 4 KV pages on one data-parallel rank; none has them "
+                                     "(rank 0: 2 free, 0 kept for its running requests; rank 1: "
+                                     "2 free, 0 kept for its running requests)"));
+  ASSERT_TRUE(runner_->Abort("x").ok());
+  ASSERT_TRUE(runner_->Abort("y").ok());
+  RunUntilIdle();
+  EXPECT_EQ(Free(0), 8);
+  EXPECT_EQ(Free(1), 8);
+}
+
+}  // namespace
+}  // namespace mlaserve::decode

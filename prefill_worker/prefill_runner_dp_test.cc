@@ -1,0 +1,148 @@
+// PrefillRunner over a data-parallel-attention engine (docs/parallel.md): a FakeEngine with a
+// pool per rank on the prefill side (a chunk reads and writes its rank's pool only), shipping
+// through the fake transport into the pools of a data-parallel decode engine's ranks. Prompts
+// are spread over the prefill ranks, each prompt's pages leave from its rank's pool, and the
+// decode side continues from what it received exactly as a local run would.
+#include <tuple>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/common/page.h"
+#include "kvtransfer/fake_transport.h"
+#include "kvtransfer/receiver.h"
+#include "kvtransfer/testing/probes.h"
+#include "prefill_worker/prefill_runner.h"
+#include "prefill_worker/testing/prefill_jobs.h"
+#include "worker/testing/fake_engine.h"
+
+namespace mlaserve::prefill {
+namespace {
+
+using ::mlaserve::testing::FakeEngine;
+
+using Received = kvtransfer::testing::DoneProbe;
+using testing::Job;
+using testing::Outcome;
+using testing::Prompt;
+
+constexpr int kPages = 16;
+
+class DataParallelPrefillTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    prefill_ = FakeEngine::Create({.num_pages = kPages, .data_ranks = 2});
+    decode_ = FakeEngine::Create({.num_pages = kPages, .data_ranks = 2});
+    layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
+    receiver_ = std::make_unique<kvtransfer::KvReceiver>(&decode_->kv_pool(), layout_);
+    transport_.Register("decode-dp", receiver_.get());
+    PrefillRunnerOptions o;
+    o.scheduler = {.max_batch_tokens = 128, .chunk_size = 64, .max_batch_seqs = 8};
+    runner_ = std::make_unique<PrefillRunner>(prefill_.get(), &transport_, layout_, o);
+  }
+
+  // Reserves the prompt's pages (+1) in decode rank `rank`'s pool, as a data-parallel decode
+  // worker does, and returns the session ref naming that rank.
+  kvtransfer::KvSessionRef Reserve(const std::string& id, int prompt_len, int rank,
+                                   Received* rx) {
+    const int pages = kernels::PagesFor(prompt_len);
+    model::KvPool* pool = &decode_->rank_pool(rank);
+    EXPECT_TRUE(receiver_
+                    ->CreateSession(id, *pool->Allocate(pages + 1), pages,
+                                    absl::Now() + absl::Seconds(30), rx->fn(), pool)
+                    .ok());
+    kvtransfer::KvSessionRef ref{id, "decode-dp", "fake", pages, layout_.CompatHash()};
+    ref.rank = rank;
+    return ref;
+  }
+  void RunUntilIdle() {
+    for (int i = 0; i < 100 && runner_->Step(); ++i) {
+    }
+    ASSERT_TRUE(runner_->FlushKv(absl::Seconds(10)).ok());
+  }
+
+  std::unique_ptr<FakeEngine> prefill_, decode_;
+  kvtransfer::KvLayout layout_;
+  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
+  kvtransfer::FakeKvTransport transport_;
+  std::unique_ptr<PrefillRunner> runner_;
+};
+
+TEST_F(DataParallelPrefillTest, PromptsSpreadOverRanksAndShipFromTheirRanksPool) {
+  const std::vector<std::vector<int32_t>> prompts = {Prompt(150, 1), Prompt(70, 2),
+                                                     Prompt(20, 3)};
+  std::vector<Received> rx(3);
+  std::vector<Outcome> out(3);
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = "p" + std::to_string(i);
+    ASSERT_TRUE(runner_
+                    ->Submit(Job(id, prompts[i],
+                                 Reserve(id, static_cast<int>(prompts[i].size()), 1 - i % 2,
+                                         &rx[i])),
+                             out[i].fn())
+                    .ok());
+  }
+  ASSERT_TRUE(runner_->Step());
+  // p0 (3 pages) to rank 0, p1 (2 pages) to rank 1 (more free), p2 (1 page) to rank 1 (14 free
+  // against rank 0's 13). Each rank's 128-token budget: rank 0 64 of p0, rank 1 64 + 20.
+  EXPECT_EQ(prefill_->batch_ranks()[0], (std::vector<int>{0, 1, 1}));
+  EXPECT_EQ(prefill_->batch_shapes()[0], (std::vector<int>{64, 64, 20}));
+  EXPECT_EQ(prefill_->rank_pool(0).free_pages(), kPages - 3);
+  EXPECT_EQ(prefill_->rank_pool(1).free_pages(), kPages - 2);  // p2 finished: freed
+  EXPECT_EQ(runner_->load().rank_prefilling, (std::vector<int>{1, 1}));
+  RunUntilIdle();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(out[i].result && out[i].result->ok()) << i;
+    EXPECT_EQ((*out[i].result)->first_token, FakeEngine::NextToken(prompts[i], 64));
+    // The decode rank continues from the received KV as a local run would.
+    ASSERT_TRUE(rx[i].result && rx[i].result->ok()) << i;
+    const auto& kv = **rx[i].result;
+    const int32_t first = kv.first_token;
+    model::SequenceChunk c;
+    c.tokens = std::span<const int32_t>(&first, 1);
+    c.start_pos = static_cast<int>(prompts[i].size());
+    c.pages = kv.pages;
+    c.rank = 1 - i % 2;
+    auto fr = decode_->Forward(std::span(&c, 1), model::AttentionPath::kMla, nullptr);
+    ASSERT_TRUE(fr.ok()) << i << ": " << fr.status();
+    std::vector<int32_t> seq = prompts[i];
+    seq.push_back(first);
+    EXPECT_EQ(fr->logits[FakeEngine::NextToken(seq, 64)], 30.0f) << i;
+    decode_->rank_pool(c.rank).Free(kv.pages);
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(prefill_->rank_pool(r).free_pages(), kPages) << r;
+    EXPECT_EQ(decode_->rank_pool(r).free_pages(), kPages) << r;
+  }
+}
+
+TEST_F(DataParallelPrefillTest, AbortAndBadRequestsFreeAndNameTheRanksPool) {
+  Received ra, rb;
+  Outcome oa, ob;
+  ASSERT_TRUE(runner_->Submit(Job("a", Prompt(300, 1), Reserve("a", 300, 0, &ra)), oa.fn()).ok());
+  ASSERT_TRUE(runner_->Submit(Job("b", Prompt(300, 2), Reserve("b", 300, 1, &rb)), ob.fn()).ok());
+  ASSERT_TRUE(runner_->Step());  // a on rank 0, b on rank 1: 5 pages each
+  EXPECT_EQ(prefill_->rank_pool(1).free_pages(), kPages - 5);
+  ASSERT_TRUE(runner_->Abort("b").ok());
+  RunUntilIdle();
+  ASSERT_TRUE(ob.result);
+  EXPECT_EQ(ob.result->status().code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(oa.result && oa.result->ok());
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(prefill_->rank_pool(r).free_pages(), kPages) << r;
+  decode_->rank_pool(0).Free((**ra.result).pages);
+  EXPECT_EQ(decode_->rank_pool(1).free_pages(), kPages);  // b's session freed its pages there
+
+  // A prompt must fit one rank's pool, though the two together would hold it.
+  Outcome big;
+  Received rx;
+  auto ref = Reserve("c", 10, 0, &rx);
+  ref.num_pages = kPages + 1;
+  absl::Status s = runner_->Submit(Job("c", Prompt((kPages + 1) * 64, 0), ref), big.fn());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("this prefill worker has 16 per data-parallel "
+                                                "rank"));
+  receiver_->Cancel("c");
+}
+
+}  // namespace
+}  // namespace mlaserve::prefill

@@ -1,0 +1,51 @@
+// The layout flags of a multi-GPU worker (docs/parallel.md) as ValidateWorkerOptions checks
+// them: the layouts by name, and which workers may move KV over nccl.
+#include "worker/worker_options.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mlaserve::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+WorkerOptions Layout(int tp, const std::string& attention, const std::string& transport) {
+  WorkerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.tp_size = tp;
+  o.attention_parallel = attention;
+  o.kv_transport = transport;
+  return o;
+}
+
+TEST(WorkerOptionsTest, MultiGpuWorkersMoveKvOverNcclExceptADataParallelPrefillWorker) {
+  for (const WorkerRoleKind role : {WorkerRoleKind::kPrefill, WorkerRoleKind::kDecode}) {
+    WorkerOptions tensor = Layout(4, "tensor", "nccl");
+    EXPECT_TRUE(ValidateWorkerOptions(role, &tensor).ok());
+  }
+  WorkerOptions decode = Layout(4, "data", "nccl");
+  EXPECT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kDecode, &decode).ok());
+  WorkerOptions prefill = Layout(4, "data", "nccl");
+  absl::Status s = ValidateWorkerOptions(WorkerRoleKind::kPrefill, &prefill);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("--kv-transport is nccl; a prefill worker with --attention-parallel data"));
+  WorkerOptions auto_transport = Layout(4, "data", "auto");
+  EXPECT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kPrefill, &auto_transport).ok());
+}
+
+TEST(WorkerOptionsTest, LayoutFlagsAreCheckedByName) {
+  WorkerOptions o = Layout(2, "dp", "auto");
+  absl::Status s = ValidateWorkerOptions(WorkerRoleKind::kDecode, &o);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("--attention-parallel is dp; it must be tensor or data"));
+  o = Layout(65, "data", "auto");
+  EXPECT_THAT(std::string(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).message()),
+              HasSubstr("--tp-size is 65; it must be in [1, 64]"));
+}
+
+}  // namespace
+}  // namespace mlaserve::worker
