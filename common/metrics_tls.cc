@@ -36,9 +36,9 @@ absl::StatusOr<MetricsTlsOptions> ResolveMetricsTls(const MetricsTlsFlags& f,
   if (f.cert_file.empty() || f.key_file.empty()) {
     return absl::InvalidArgumentError("--metrics-tls-cert and --metrics-tls-key go together");
   }
-  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{
-                                       "--metrics-tls-cert", f.cert_file},
-                                   {"--metrics-tls-key", f.key_file}}) {
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--metrics-tls-cert", f.cert_file},
+        {"--metrics-tls-key", f.key_file}}) {
     if (auto pem = ReadPemFile(path, flag); !pem.ok()) return pem.status();
   }
   out.cert_file = f.cert_file;

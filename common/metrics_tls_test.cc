@@ -53,8 +53,8 @@ class MetricsTlsTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::unique_ptr<MetricsHttpServer> StartHttps() {
-    auto server = MetricsHttpServer::Start(&registry_, "127.0.0.1", 0,
-                                           {.cert_file = pki_.node_cert, .key_file = pki_.node_key});
+    auto server = MetricsHttpServer::Start(
+        &registry_, "127.0.0.1", 0, {.cert_file = pki_.node_cert, .key_file = pki_.node_key});
     EXPECT_TRUE(server.ok()) << server.status();
     return server.ok() ? *std::move(server) : nullptr;
   }
@@ -110,18 +110,18 @@ TEST_F(MetricsTlsTest, CurlScrapesOverHttpsByAddressAndByClusterName) {
   ASSERT_NE(server, nullptr);
   const std::string port = absl::StrCat(server->port());
   auto [by_address, rc] = RunShell(absl::StrCat("curl -sS --fail --max-time 10 --cacert ", pki_.ca,
-                                           " https://127.0.0.1:", port, "/metrics"));
+                                                " https://127.0.0.1:", port, "/metrics"));
   EXPECT_EQ(rc, 0);
   EXPECT_THAT(by_address, HasSubstr(kCounterLine));
-  auto [by_name, rc_name] = RunShell(absl::StrCat(
-      "curl -sS --fail --max-time 10 --cacert ", pki_.ca, " --resolve ",
-      testing::TestPki::kServerName, ":", port, ":127.0.0.1 https://",
-      testing::TestPki::kServerName, ":", port, "/metrics"));
+  auto [by_name, rc_name] =
+      RunShell(absl::StrCat("curl -sS --fail --max-time 10 --cacert ", pki_.ca, " --resolve ",
+                            testing::TestPki::kServerName, ":", port, ":127.0.0.1 https://",
+                            testing::TestPki::kServerName, ":", port, "/metrics"));
   EXPECT_EQ(rc_name, 0);
   EXPECT_THAT(by_name, HasSubstr(kCounterLine));
-  auto [untrusted, rc_rogue] = RunShell(absl::StrCat("curl -sS --fail --max-time 10 --cacert ",
-                                                pki_.rogue_ca, " https://127.0.0.1:", port,
-                                                "/metrics 2>/dev/null"));
+  auto [untrusted, rc_rogue] =
+      RunShell(absl::StrCat("curl -sS --fail --max-time 10 --cacert ", pki_.rogue_ca,
+                            " https://127.0.0.1:", port, "/metrics 2>/dev/null"));
   EXPECT_NE(rc_rogue, 0);
   EXPECT_THAT(untrusted, Not(HasSubstr(kCounterLine)));
 }
@@ -134,8 +134,8 @@ TEST_F(MetricsTlsTest, PlaintextStaysTheDefault) {
 }
 
 TEST_F(MetricsTlsTest, UnreadableOrMismatchedFilesAreRefusedNamingThem) {
-  auto missing = MetricsHttpServer::Start(&registry_, "127.0.0.1", 0,
-                                          {.cert_file = dir_ + "/nope.pem", .key_file = pki_.node_key});
+  auto missing = MetricsHttpServer::Start(
+      &registry_, "127.0.0.1", 0, {.cert_file = dir_ + "/nope.pem", .key_file = pki_.node_key});
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(missing.status().message(), HasSubstr(dir_ + "/nope.pem: cannot be read"));
@@ -148,7 +148,8 @@ TEST_F(MetricsTlsTest, UnreadableOrMismatchedFilesAreRefusedNamingThem) {
 }
 
 TEST_F(MetricsTlsTest, FlagsResolveToTheProcessCertificateOrTheirOwn) {
-  const TlsOptions cluster{.cert_file = pki_.node_cert, .key_file = pki_.node_key, .ca_file = pki_.ca};
+  const TlsOptions cluster{
+      .cert_file = pki_.node_cert, .key_file = pki_.node_key, .ca_file = pki_.ca};
   const TlsOptions insecure{.insecure = true};
 
   auto plaintext = ResolveMetricsTls({}, cluster);

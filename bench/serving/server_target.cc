@@ -11,7 +11,8 @@ namespace mlaserve::bench {
 
 absl::StatusOr<std::string> ReadApiKey(const BenchOptions& o) {
   if (o.api_key_file.empty()) return std::string();
-  absl::StatusOr<common::TokenSet> keys = common::TokenSet::FromFile(o.api_key_file, "--api-key-file");
+  absl::StatusOr<common::TokenSet> keys =
+      common::TokenSet::FromFile(o.api_key_file, "--api-key-file");
   if (!keys.ok()) return keys.status();
   return keys->first();
 }
@@ -27,7 +28,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> DialGenerationServer(const BenchO
 }
 
 std::string OpenAiTarget::url() const {
-  const std::string host_part = host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
+  const std::string host_part =
+      host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
   return absl::StrCat(https ? "https://" : "http://", host_part, ":", port);
 }
 
@@ -59,7 +61,8 @@ std::unique_ptr<httplib::Client> NewHttpClient(const OpenAiTarget& t) {
     // The certificate is checked against the name the client connects to: with a server name
     // override, connect "to" that name and map it to the real host.
     const std::string name = t.tls.server_name.empty() ? t.host : t.tls.server_name;
-    const std::string name_part = name.find(':') != std::string::npos ? absl::StrCat("[", name, "]") : name;
+    const std::string name_part =
+        name.find(':') != std::string::npos ? absl::StrCat("[", name, "]") : name;
     client = std::make_unique<httplib::Client>(absl::StrCat("https://", name_part, ":", t.port),
                                                t.tls.cert_file, t.tls.key_file);
     if (name != t.host) client->set_hostname_addr_map({{name, t.host}});

@@ -8,10 +8,10 @@
 // lines (docs/BENCHMARKS.md, tools/device/) stay valid; --insecure may be said explicitly.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "bench/serving/bench_options.h"

@@ -25,7 +25,7 @@ struct CertFree {
 using Key = std::unique_ptr<EVP_PKEY, KeyFree>;
 using Cert = std::unique_ptr<X509, CertFree>;
 
-constexpr long kValidFromSeconds = -3600;          // an hour ago: clocks need not agree
+constexpr long kValidFromSeconds = -3600;         // an hour ago: clocks need not agree
 constexpr long kValidForSeconds = 2 * 24 * 3600;  // longer than any test run
 
 absl::Status OpenSslError(const std::string& what) {
@@ -59,8 +59,7 @@ absl::StatusOr<Cert> NewCert(const std::string& subject_cn, EVP_PKEY* key, X509*
   X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC,
                              reinterpret_cast<const unsigned char*>("mlaserve tests"), -1, -1, 0);
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                             reinterpret_cast<const unsigned char*>(subject_cn.c_str()), -1, -1,
-                             0);
+                             reinterpret_cast<const unsigned char*>(subject_cn.c_str()), -1, -1, 0);
   X509* signer = issuer != nullptr ? issuer : cert.get();
   if (X509_set_issuer_name(cert.get(), X509_get_subject_name(signer)) != 1 ||
       X509_set_pubkey(cert.get(), key) != 1) {
@@ -123,8 +122,8 @@ absl::StatusOr<TestPki> WriteTestPki(const std::string& dir) {
        absl::StrCat("DNS:", TestPki::kServerName, ",DNS:localhost,IP:127.0.0.1")},
       {NID_subject_key_identifier, "hash"},
       {NID_authority_key_identifier, "keyid"}};
-  absl::StatusOr<Cert> node = NewCert("mlaserve-node", node_key->get(), ca->get(), ca_key->get(),
-                                      2, node_extensions);
+  absl::StatusOr<Cert> node =
+      NewCert("mlaserve-node", node_key->get(), ca->get(), ca_key->get(), 2, node_extensions);
   if (!node.ok()) return node.status();
 
   absl::StatusOr<Key> rogue_key = NewKey();
@@ -133,10 +132,10 @@ absl::StatusOr<TestPki> WriteTestPki(const std::string& dir) {
       NewCert("rogue CA", rogue_key->get(), nullptr, nullptr, 1, CaExtensions());
   if (!rogue.ok()) return rogue.status();
 
-  for (absl::Status s : {WritePem(pki.ca, ca->get(), nullptr),
-                         WritePem(pki.node_cert, node->get(), nullptr),
-                         WritePem(pki.node_key, nullptr, node_key->get()),
-                         WritePem(pki.rogue_ca, rogue->get(), nullptr)}) {
+  for (absl::Status s :
+       {WritePem(pki.ca, ca->get(), nullptr), WritePem(pki.node_cert, node->get(), nullptr),
+        WritePem(pki.node_key, nullptr, node_key->get()),
+        WritePem(pki.rogue_ca, rogue->get(), nullptr)}) {
     if (!s.ok()) return s;
   }
   return pki;

@@ -4,19 +4,18 @@
 // certificate, a name the certificate does not have, a missing key, and files that cannot be
 // read, each exiting 2 with a message that names what to fix. The same against a real TLS
 // router: tests/bench/cluster_bench_test.cc.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <httplib.h>
 #include <stdlib.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -30,9 +29,9 @@
 namespace mlaserve::bench {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::FakeBehaviour;
 using testing::FakeGenerationServer;
+using ::testing::HasSubstr;
 using TestPki = common::testing::TestPki;
 
 constexpr char kApiKey[] = "bench-api-key-0123456789";
@@ -175,18 +174,26 @@ TEST_F(BenchTlsTest, FilesThatCannotBeReadAreNamedBeforeAnythingIsSent) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {[&](BenchOptions& o) { o.tls.ca_file = missing; }, "--tls-ca " + missing + ": cannot be read"},
-      {[&](BenchOptions& o) { o.tls.ca_file = key_file_; }, "--tls-ca " + key_file_ + ": not a PEM file"},
-      {[&](BenchOptions& o) { o.tls.cert_file = pki_.node_cert; }, "--tls-cert and --tls-key go together"},
+      {[&](BenchOptions& o) { o.tls.ca_file = missing; },
+       "--tls-ca " + missing + ": cannot be read"},
+      {[&](BenchOptions& o) { o.tls.ca_file = key_file_; },
+       "--tls-ca " + key_file_ + ": not a PEM file"},
+      {[&](BenchOptions& o) { o.tls.cert_file = pki_.node_cert; },
+       "--tls-cert and --tls-key go together"},
       {[&](BenchOptions& o) {
          o.tls.cert_file = pki_.node_cert;
          o.tls.key_file = missing;
        },
        "--tls-key " + missing + ": cannot be read"},
-      {[&](BenchOptions& o) { o.api_key_file = missing; }, "--api-key-file " + missing + ": cannot be read"},
-      {[&](BenchOptions& o) { o.tls.ca_file.clear(); }, "TLS needs --tls-ca"},  // a server name alone
+      {[&](BenchOptions& o) { o.api_key_file = missing; },
+       "--api-key-file " + missing + ": cannot be read"},
+      {[&](BenchOptions& o) { o.tls.ca_file.clear(); },
+       "TLS needs --tls-ca"},  // a server name alone
       {[&](BenchOptions& o) { o.tls.insecure = true; }, "choose one"},
-      {[&](BenchOptions& o) { o.backend = Backend::kOpenAi; o.tls.ca_file = missing; },
+      {[&](BenchOptions& o) {
+         o.backend = Backend::kOpenAi;
+         o.tls.ca_file = missing;
+       },
        "--tls-ca " + missing + ": cannot be read"},
   };
   for (const Case& k : cases) {
@@ -214,8 +221,7 @@ TEST_F(BenchTlsTest, WithoutTlsFlagsTheBenchStaysPlaintext) {
 // comes with it.
 class HttpsModels {
  public:
-  explicit HttpsModels(const TestPki& pki)
-      : server_(pki.node_cert.c_str(), pki.node_key.c_str()) {
+  explicit HttpsModels(const TestPki& pki) : server_(pki.node_cert.c_str(), pki.node_key.c_str()) {
     server_.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       {
         absl::MutexLock lock(&mu_);
@@ -256,7 +262,8 @@ TEST_F(BenchTlsTest, HttpsClientChecksTheCaAndTheNameAndSendsTheKey) {
     client->set_connection_timeout(5);
     client->set_read_timeout(5);
     httplib::Result r = client->Get("/v1/models");
-    return std::make_pair(r ? r->status : 0, r ? std::string() : DescribeHttpError(*client, r.error(), *target));
+    return std::make_pair(r ? r->status : 0,
+                          r ? std::string() : DescribeHttpError(*client, r.error(), *target));
   };
 
   auto [status, error] = get(o);
