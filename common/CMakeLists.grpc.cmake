@@ -8,6 +8,7 @@ add_library(mlaserve_common_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/grpc_status.cc
   ${CMAKE_CURRENT_LIST_DIR}/server.cc
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cc
+  ${CMAKE_CURRENT_LIST_DIR}/metrics_tls.cc
   ${CMAKE_CURRENT_LIST_DIR}/call_auth.cc
   ${CMAKE_CURRENT_LIST_DIR}/cluster_security.cc
   ${CMAKE_CURRENT_LIST_DIR}/transport_security.cc)
@@ -17,9 +18,17 @@ target_link_libraries(mlaserve_common_grpc
   PRIVATE PkgConfig::CPP_HTTPLIB CLI11::CLI11)
 mlaserve_warnings(mlaserve_common_grpc)
 
+# A throwaway CA and certificates for TLS tests, made in process (common/testing/test_pki.h).
+find_package(OpenSSL REQUIRED)
+add_library(mlaserve_test_pki STATIC ${CMAKE_CURRENT_LIST_DIR}/testing/test_pki.cc)
+target_link_libraries(mlaserve_test_pki PUBLIC mlaserve_common absl::status absl::statusor
+                      PRIVATE OpenSSL::Crypto)
+mlaserve_warnings(mlaserve_test_pki)
+
 mlaserve_test(mlaserve_common_grpc_test
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/grpc_status_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/metrics_tls_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/server_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/call_auth_test.cc
-  DEPS mlaserve_common_grpc PkgConfig::CPP_HTTPLIB)
+  DEPS mlaserve_common_grpc mlaserve_test_pki PkgConfig::CPP_HTTPLIB)

@@ -9,6 +9,8 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/server.h"
+#include "common/transport_security.h"
 #include "spdlog/spdlog.h"
 
 namespace mlaserve::common {
@@ -179,23 +181,45 @@ std::string MetricsRegistry::RenderText() const {
 }
 
 struct MetricsHttpServer::Impl {
-  httplib::Server server;
+  std::unique_ptr<httplib::Server> server;  // an httplib::SSLServer for HTTPS
   std::thread thread;
 };
 
-MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl, int port)
-    : impl_(std::move(impl)), port_(port) {}
+MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl, int port, bool https,
+                                     std::string url)
+    : impl_(std::move(impl)), port_(port), https_(https), url_(std::move(url)) {}
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const MetricsRegistry* registry, const std::string& host, int port) {
+    const MetricsRegistry* registry, const std::string& host, int port,
+    const MetricsTlsOptions& tls) {
   auto impl = std::make_unique<Impl>();
-  impl->server.Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
+  if (tls.enabled()) {
+    // httplib reports only "invalid" for a bad pair: read both first, so the message names
+    // the file that is wrong.
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{
+                                         "certificate", tls.cert_file},
+                                     {"key", tls.key_file}}) {
+      if (auto pem = ReadPemFile(path, absl::StrCat("metrics TLS ", flag)); !pem.ok()) {
+        return pem.status();
+      }
+    }
+    auto https = std::make_unique<httplib::SSLServer>(tls.cert_file.c_str(), tls.key_file.c_str());
+    if (!https->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat("metrics TLS: certificate ", tls.cert_file,
+                                                     " and key ", tls.key_file,
+                                                     " do not load as a pair"));
+    }
+    impl->server = std::move(https);
+  } else {
+    impl->server = std::make_unique<httplib::Server>();
+  }
+  impl->server->Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
     res.set_content(registry->RenderText(), "text/plain; version=0.0.4; charset=utf-8");
   });
   int bound = port;
   if (port == 0) {
-    bound = impl->server.bind_to_any_port(host);
-  } else if (!impl->server.bind_to_port(host, port)) {
+    bound = impl->server->bind_to_any_port(host);
+  } else if (!impl->server->bind_to_port(host, port)) {
     bound = -1;
   }
   if (bound <= 0) {
@@ -203,18 +227,21 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
         absl::StrCat("metrics endpoint cannot listen on ", host, ":", port));
   }
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
+  impl->thread = std::thread([raw] { raw->server->listen_after_bind(); });
   // stop() is a no-op before the accept loop runs, so wait for it (bounded) to make the
   // destructor's stop() effective.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!raw->server.is_running() && std::chrono::steady_clock::now() < deadline) {
+  while (!raw->server->is_running() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl), bound));
+  std::string url = absl::StrCat(tls.enabled() ? "https://" : "http://",
+                                 FormatHostPort(host, bound), "/metrics");
+  return std::unique_ptr<MetricsHttpServer>(
+      new MetricsHttpServer(std::move(impl), bound, tls.enabled(), std::move(url)));
 }
 
 MetricsHttpServer::~MetricsHttpServer() {
-  impl_->server.stop();
+  impl_->server->stop();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 

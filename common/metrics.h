@@ -100,21 +100,36 @@ class MetricsRegistry {
   std::vector<std::function<void()>> hooks_ ABSL_GUARDED_BY(mu_);
 };
 
+// How /metrics is served: plaintext HTTP unless a certificate is given, then HTTPS with it
+// (main() builds this from --metrics-tls*, common/metrics_tls.h). Client certificates are not
+// asked for: a scraper needs only the CA.
+struct MetricsTlsOptions {
+  std::string cert_file;  // PEM certificate chain; empty = plaintext HTTP
+  std::string key_file;   // PEM private key of cert_file
+  bool enabled() const { return !cert_file.empty(); }
+};
+
 // Serves GET /metrics (the registry's text) on HOST:PORT in a background thread.
 class MetricsHttpServer {
  public:
-  // port 0 picks an ephemeral port. UNAVAILABLE when it cannot bind.
-  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const MetricsRegistry* registry,
-                                                                  const std::string& host,
-                                                                  int port);
+  // port 0 picks an ephemeral port. UNAVAILABLE when it cannot bind; INVALID_ARGUMENT naming
+  // the file when the certificate or key cannot be read or do not match.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
+      const MetricsRegistry* registry, const std::string& host, int port,
+      const MetricsTlsOptions& tls = {});
   ~MetricsHttpServer();  // stops serving and joins the thread
   int port() const { return port_; }
+  bool https() const { return https_; }
+  // "http://HOST:PORT/metrics" or "https://...", for the log.
+  std::string url() const { return url_; }
 
  private:
   struct Impl;
-  explicit MetricsHttpServer(std::unique_ptr<Impl> impl, int port);
+  MetricsHttpServer(std::unique_ptr<Impl> impl, int port, bool https, std::string url);
   std::unique_ptr<Impl> impl_;
   int port_;
+  bool https_;
+  std::string url_;
 };
 
 }  // namespace mlaserve::common

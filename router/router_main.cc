@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 
 #include "common/metrics.h"
+#include "common/metrics_tls.h"
 #include "common/server.h"
 #include "model/loader/config.h"
 #include "router/admin_service.h"
@@ -65,6 +66,8 @@ int Main(int argc, char** argv) {
   app.add_option("--metrics-port", o.metrics_port,
                  "Prometheus /metrics port (0 = ephemeral, -1 = off)")
       ->capture_default_str();
+  common::MetricsTlsFlags metrics_tls_flags;
+  common::AddMetricsTlsFlags(app, &metrics_tls_flags);
   app.add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms,
                  "self-registered workers silent this long are marked unhealthy")
       ->capture_default_str()->check(CLI::Range(int64_t{100}, int64_t{3'600'000}));
@@ -132,6 +135,9 @@ int Main(int argc, char** argv) {
 
   absl::StatusOr<RouterSecurity> security = MakeRouterSecurity(&o);
   if (!security.ok()) return Fail("invalid flags", security.status());
+  absl::StatusOr<common::MetricsTlsOptions> metrics_tls =
+      common::ResolveMetricsTls(metrics_tls_flags, o.cluster.tls);
+  if (!metrics_tls.ok()) return Fail("invalid flags", metrics_tls.status());
   RouterContext router(o, RouterModelFromConfig(*config, model_name), std::move(codec));
   for (const std::string& a : o.prefill_addresses) {
     auto id = router.registry().AddByAddress(WorkerRole::kPrefill, a, WorkerSource::kStatic);
@@ -178,10 +184,11 @@ int Main(int argc, char** argv) {
   std::unique_ptr<common::MetricsHttpServer> metrics;
   if (o.metrics_port >= 0) {
     auto host = common::ParseHostPort(o.listen);
-    auto m = common::MetricsHttpServer::Start(&router.metrics_registry(), host->host, o.metrics_port);
+    auto m = common::MetricsHttpServer::Start(&router.metrics_registry(), host->host,
+                                              o.metrics_port, *metrics_tls);
     if (!m.ok()) return Fail("--metrics-port", m.status());
     metrics = *std::move(m);
-    spdlog::info("metrics on http://{}/metrics", common::FormatHostPort(host->host, metrics->port()));
+    spdlog::info("metrics on {}", metrics->url());
   }
 
   // The OpenAI HTTP API (router/openai): the same Generate path on its own port, with the

@@ -4,7 +4,7 @@ set -euo pipefail
 PKGS=(build-essential cmake ninja-build ccache pkg-config git
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
       libspdlog-dev libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
-      libpcre2-dev libabsl-dev libopenblas-dev libcpp-httplib-dev
+      libpcre2-dev libabsl-dev libopenblas-dev libcpp-httplib-dev libssl-dev
       python3 python3-grpcio python3-protobuf python3-venv curl openssl
       golang-go golang-github-masterminds-sprig-dev yamllint python3-jsonschema)
 missing=()

@@ -201,11 +201,11 @@ int WorkerApp::Run(Role& role) {
   std::unique_ptr<common::MetricsHttpServer> metrics_http;
   if (o.metrics_port >= 0) {
     auto host = common::ParseHostPort(o.listen);  // validated with the flags
-    auto m = common::MetricsHttpServer::Start(&metrics_, host->host, o.metrics_port);
+    auto m = common::MetricsHttpServer::Start(&metrics_, host->host, o.metrics_port,
+                                              o.metrics_tls);
     if (!m.ok()) return Fail("metrics endpoint", m.status());
     metrics_http = std::move(*m);
-    spdlog::info("metrics on http://{}/metrics",
-                 common::FormatHostPort(host->host, metrics_http->port()));
+    spdlog::info("metrics on {}", metrics_http->url());
   }
   std::unique_ptr<RouterRegistration> registration;
   if (!o.router.empty()) {

@@ -64,6 +64,7 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
   app.add_option("--metrics-port", o->metrics_port,
                  "Prometheus /metrics port (0 = ephemeral, -1 = off)")
       ->capture_default_str();
+  common::AddMetricsTlsFlags(app, &o->metrics_tls_flags);
   app.add_option("--log-level", o->log_level, "trace|debug|info|warn|error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
@@ -139,6 +140,10 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
   if (o->metrics_port < -1 || o->metrics_port > 65535) {
     return bad("--metrics-port", o->metrics_port, "it must be -1 (off), 0 or a port");
   }
+  absl::StatusOr<common::MetricsTlsOptions> metrics_tls =
+      common::ResolveMetricsTls(o->metrics_tls_flags, o->security.tls);
+  if (!metrics_tls.ok()) return metrics_tls.status();
+  o->metrics_tls = *std::move(metrics_tls);
   if (o->kv_no_progress_ms < 1) {
     return bad("--kv-no-progress-ms", o->kv_no_progress_ms, "it must be >= 1");
   }

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/cluster_security.h"
+#include "common/metrics_tls.h"
 
 namespace CLI {
 class App;
@@ -57,11 +58,14 @@ struct WorkerOptions {
   int local_prefill_threshold = -1;  // tokens; -1 = from the GPU profile
   // --insecure / --tls-* / --cluster-token-file (common/cluster_security.h).
   common::ClusterSecurityOptions security;
+  // --metrics-tls / --metrics-tls-cert / --metrics-tls-key (common/metrics_tls.h).
+  common::MetricsTlsFlags metrics_tls_flags;
 
   // Derived by Validate().
   absl::Duration kv_no_progress_timeout;
   absl::Duration kv_lease;
   absl::Duration max_kv_lease;
+  common::MetricsTlsOptions metrics_tls;
 };
 
 // Registers the flags of `role` (defaults: listen 0.0.0.0:8100 prefill, 0.0.0.0:8200 decode).

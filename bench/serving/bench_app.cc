@@ -12,7 +12,6 @@
 #include <httplib.h>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -21,6 +20,7 @@
 #include "bench/serving/load_runner.h"
 #include "bench/serving/progress.h"
 #include "bench/serving/report.h"
+#include "bench/serving/server_target.h"
 #include "bench/serving/stats.h"
 #include "bench/serving/stream_tally.h"
 #include "bench/serving/timed_openai_call.h"
@@ -29,17 +29,38 @@
 namespace mlaserve::bench {
 namespace {
 
+// How long the call that asks a channel why it has no connection may take.
+constexpr absl::Duration kWhyNoConnectionTimeout = absl::Seconds(2);
+
 absl::StatusOr<v1::GetModelInfoResponse> FetchModelInfo(v1::Generation::StubInterface* stub,
                                                         const BenchOptions& o) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(o.connect_timeout_s)));
-  context.set_wait_for_ready(true);  // ride out a server that is still starting
   v1::GetModelInfoResponse info;
-  const grpc::Status status = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+  grpc::Status status;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(o.connect_timeout_s)));
+    context.set_wait_for_ready(true);  // ride out a server that is still starting
+    status = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+  }
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    // Waiting for a connection hides why there is none (a refused port, a certificate that
+    // does not verify): one call that does not wait returns the channel's last error.
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kWhyNoConnectionTimeout));
+    const grpc::Status why = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+    if (why.ok()) return info;
+    if (why.error_code() == grpc::StatusCode::UNAVAILABLE) status = why;
+  }
   if (!status.ok()) {
+    const common::TlsOptions tls = ClientTls(o);
+    const std::string transport =
+        tls.insecure ? "plaintext"
+                     : absl::StrCat("TLS, --tls-ca ", tls.ca_file,
+                                    tls.server_name.empty() ? "" : ", --tls-server-name ",
+                                    tls.server_name);
     return absl::UnavailableError(absl::StrCat(
-        "GetModelInfo on ", o.server, " failed within ", o.connect_timeout_s, " s: ",
-        StatusCodeName(status.error_code()), ": ", status.error_message()));
+        "GetModelInfo on ", o.server, " (", transport, ") failed within ", o.connect_timeout_s,
+        " s: ", StatusCodeName(status.error_code()), ": ", status.error_message()));
   }
   return info;
 }
@@ -48,18 +69,20 @@ absl::StatusOr<v1::GetModelInfoResponse> FetchModelInfo(v1::Generation::StubInte
 // dataset needs; the `mlaserve` extension of the card gives the vocabulary.
 absl::StatusOr<v1::GetModelInfoResponse> FetchOpenAiModel(const OpenAiTarget& target,
                                                           const BenchOptions& o) {
-  httplib::Client client(target.host, target.port);
-  client.set_connection_timeout(std::chrono::seconds(static_cast<int64_t>(o.connect_timeout_s)));
-  client.set_read_timeout(std::chrono::seconds(static_cast<int64_t>(o.connect_timeout_s)));
-  httplib::Result r = client.Get("/v1/models");
+  std::unique_ptr<httplib::Client> client = NewHttpClient(target);
+  client->set_connection_timeout(std::chrono::seconds(static_cast<int64_t>(o.connect_timeout_s)));
+  client->set_read_timeout(std::chrono::seconds(static_cast<int64_t>(o.connect_timeout_s)));
+  httplib::Result r = client->Get("/v1/models");
   if (!r || r->status != 200) {
     return absl::UnavailableError(absl::StrCat(
-        "GET /v1/models on ", o.server, " failed: ",
-        r ? absl::StrCat("HTTP ", r->status, " ", r->body) : httplib::to_string(r.error())));
+        "GET /v1/models on ", target.url(), " failed: ",
+        r ? absl::StrCat("HTTP ", r->status, " ", r->body)
+          : DescribeHttpError(*client, r.error(), target)));
   }
   const nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
   if (j.is_discarded() || !j.contains("data") || j["data"].empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("GET /v1/models on ", o.server, " lists no model"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("GET /v1/models on ", target.url(), " lists no model"));
   }
   const nlohmann::json& card = j["data"][0];
   v1::GetModelInfoResponse info;
@@ -127,23 +150,22 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
   };
   if (absl::Status valid = Validate(o); !valid.ok()) return fail(valid);
 
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
+  absl::StatusOr<std::string> api_key = ReadApiKey(o);
+  if (!api_key.ok()) return fail(api_key.status());
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Generation::Stub> stub;
   OpenAiTarget target;
   absl::StatusOr<v1::GetModelInfoResponse> model;
   if (o.backend == Backend::kOpenAi) {
-    const size_t colon = o.server.rfind(':');
-    if (colon == std::string::npos || !absl::SimpleAtoi(o.server.substr(colon + 1), &target.port)) {
-      return fail(absl::InvalidArgumentError(absl::StrCat("--server ", o.server, ": expected HOST:PORT")));
-    }
-    target.host = o.server.substr(0, colon);
-    if (target.host.size() > 1 && target.host.front() == '[') target.host = target.host.substr(1, target.host.size() - 2);
+    absl::StatusOr<OpenAiTarget> t = MakeOpenAiTarget(o, *api_key);
+    if (!t.ok()) return fail(t.status());
+    target = *std::move(t);
     model = FetchOpenAiModel(target, o);
     if (model.ok()) target.model = model->model_name();
   } else {
-    channel = grpc::CreateCustomChannel(o.server, grpc::InsecureChannelCredentials(), args);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> dialed = DialGenerationServer(o, *api_key);
+    if (!dialed.ok()) return fail(dialed.status());
+    channel = *std::move(dialed);
     stub = v1::Generation::NewStub(channel);
     model = FetchModelInfo(stub.get(), o);
   }

@@ -8,12 +8,14 @@
 #include "absl/strings/numbers.h"
 #include "bench/serving/bench_app.h"
 #include "bench/serving/bench_options.h"
+#include "common/transport_security.h"
 
 namespace mlaserve::bench {
 namespace {
 
 int Main(int argc, char** argv) {
-  CLI::App app{"mlaserve-bench: serving benchmark against an mlaserve router (gRPC)"};
+  CLI::App app{"mlaserve-bench: serving benchmark against an mlaserve router (gRPC, or its "
+               "OpenAI HTTP API)"};
   BenchOptions o;
   std::string dataset = "random";
   std::string rate = "inf";
@@ -28,6 +30,12 @@ int Main(int argc, char** argv) {
                  "grpc (mlaserve.v1.Generation) or openai (POST /v1/completions, streamed)")
       ->capture_default_str()
       ->check(CLI::IsMember({"grpc", "openai"}));
+  // mlaservectl's transport flags; with any of them the bench speaks TLS (https with
+  // --backend openai), without them plaintext.
+  common::AddTlsFlags(app, &o.tls);
+  app.add_option("--api-key-file", o.api_key_file,
+                 "file whose first key is sent as \"authorization: Bearer KEY\" (the router's "
+                 "--api-key-file)");
   app.add_option("--dataset", dataset, "random (token ids) or prompts-file (JSONL)")
       ->capture_default_str()
       ->check(CLI::IsMember({"random", "prompts-file"}));

@@ -13,6 +13,14 @@ absl::Status Invalid(const std::string& flag, double value, const std::string& r
 
 }  // namespace
 
+common::TlsOptions ClientTls(const BenchOptions& o) {
+  common::TlsOptions tls = o.tls;
+  const bool any_tls_flag = !tls.ca_file.empty() || !tls.cert_file.empty() ||
+                            !tls.key_file.empty() || !tls.server_name.empty();
+  if (!any_tls_flag) tls.insecure = true;
+  return tls;
+}
+
 const char* DatasetName(DatasetKind kind) {
   return kind == DatasetKind::kRandom ? "random" : "prompts-file";
 }
@@ -52,7 +60,7 @@ absl::Status Validate(const BenchOptions& o) {
   if (o.temperature && !(*o.temperature >= 0)) {
     return Invalid("temperature", *o.temperature, "must be >= 0 (0 = greedy)");
   }
-  return absl::OkStatus();
+  return common::ValidateTlsOptions(ClientTls(o), common::TlsPeer::kClient);
 }
 
 }  // namespace mlaserve::bench

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/transport_security.h"
 
 namespace mlaserve::bench {
 
@@ -19,6 +20,10 @@ enum class Backend { kGrpc, kOpenAi };
 struct BenchOptions {
   std::string server = "localhost:8000";  // gRPC address, or the HTTP API's HOST:PORT
   Backend backend = Backend::kGrpc;
+  // --insecure, --tls-ca, --tls-cert/--tls-key (mutual TLS), --tls-server-name: mlaservectl's
+  // flags (docs/security.md), for both backends (https with openai). ClientTls() resolves them.
+  common::TlsOptions tls;
+  std::string api_key_file;  // the router's --api-key-file: its first key is sent
 
   DatasetKind dataset = DatasetKind::kRandom;
   std::string prompts_file;  // JSONL for kPromptsFile
@@ -44,8 +49,14 @@ struct BenchOptions {
   ProgressMode progress = ProgressMode::kAuto;
 };
 
-// INVALID_ARGUMENT naming the flag and value that is out of range.
+// INVALID_ARGUMENT naming the flag and value that is out of range, or the flag and path of a
+// TLS file that cannot be read.
 absl::Status Validate(const BenchOptions& options);
+
+// The transport `options` ask for: their TLS flags, or plaintext when no TLS flag is given
+// (mlaserve-bench predates them; its plaintext command lines in docs/BENCHMARKS.md and
+// tools/device/ stay valid, and --insecure may be said explicitly).
+common::TlsOptions ClientTls(const BenchOptions& options);
 
 const char* DatasetName(DatasetKind kind);
 

@@ -123,9 +123,10 @@ TimedOpenAiCall::TimedOpenAiCall(const OpenAiTarget& target, const RequestSpec& 
     : spec_(spec),
       request_id_(std::move(request_id)),
       body_(RequestBody(target.model, spec, settings)),
+      target_(target),
       run_start_(run_start),
       on_done_(std::move(on_done)),
-      client_(std::make_unique<httplib::Client>(target.host, target.port)) {
+      client_(NewHttpClient(target)) {
   const auto timeout = absl::ToChronoSeconds(settings.timeout);
   client_->set_read_timeout(timeout);
   client_->set_connection_timeout(std::chrono::seconds(10));
@@ -165,7 +166,9 @@ void TimedOpenAiCall::Run() {
   std::string message;
   if (!sent) {
     code = cancelled ? 1 : 14;
-    message = cancelled ? "cancelled at the time bound" : absl::StrCat("HTTP request failed: ", httplib::to_string(error));
+    message = cancelled ? "cancelled at the time bound"
+                        : absl::StrCat("HTTP request to ", target_.url(), " failed: ",
+                                       DescribeHttpError(*client_, error, target_));
   } else if (res.status != 200) {
     const Json j = Json::parse(reader.unparsed(), nullptr, false);
     const Json err = !j.is_discarded() && j.contains("error") ? j["error"] : Json();

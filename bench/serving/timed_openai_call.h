@@ -17,18 +17,13 @@
 #include <thread>
 
 #include "bench/serving/bench_call.h"
+#include "bench/serving/server_target.h"
 
 namespace httplib {
 class Client;
 }
 
 namespace mlaserve::bench {
-
-struct OpenAiTarget {
-  std::string host;
-  int port = 0;
-  std::string model;  // the served model name (GET /v1/models)
-};
 
 class TimedOpenAiCall final : public BenchCall {
  public:
@@ -50,6 +45,7 @@ class TimedOpenAiCall final : public BenchCall {
   const RequestSpec spec_;
   const std::string request_id_;
   const std::string body_;
+  const OpenAiTarget target_;
   const BenchClock::time_point run_start_;
   DoneCallback on_done_;
   std::unique_ptr<httplib::Client> client_;

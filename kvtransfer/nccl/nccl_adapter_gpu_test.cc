@@ -1,24 +1,24 @@
 // The nccl KvTransport adapter on two GPUs in one process: NcclKvTransport (pool on device 0)
-// -> loopback gRPC KvNcclServiceImpl -> KvReceiver (pool on device 1), real NCCL communicators
-// and CudaPageIo. Bytes received == bytes sent (CRC per layer page); a sender that dies
-// mid-transfer leaves the decode side with every page free within its deadline, and the pair
-// rebuilds for the next session. Label gpu; skipped with fewer than two GPUs.
+// -> loopback gRPC KvNcclServiceImpl -> KvReceiver (pool on device 1; the shared
+// testing::ReceivingEnd), real NCCL communicators and CudaPageIo. Bytes received == bytes sent
+// (CRC per layer page); a sender that dies mid-transfer leaves the decode side with every page
+// free within its deadline, and the pair rebuilds for the next session. Label gpu; skipped
+// with fewer than two GPUs.
 #include <cuda_runtime_api.h>
 
-#include <optional>
 #include <random>
 
 #include "absl/synchronization/notification.h"
-#include "common/server.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/checksum.h"
-#include "kvtransfer/kv_service.h"
 #include "kvtransfer/layout.h"
 #include "kvtransfer/nccl/cuda_page_io.h"
 #include "kvtransfer/nccl/gpu_pair.h"
 #include "kvtransfer/nccl/kv_nccl_service.h"
 #include "kvtransfer/nccl/nccl_communicator.h"
 #include "kvtransfer/nccl/nccl_transport.h"
+#include "kvtransfer/testing/probes.h"
+#include "kvtransfer/testing/receiving_end.h"
 
 namespace mlaserve::kvtransfer::nccl {
 namespace {
@@ -34,16 +34,7 @@ model::KvPoolOptions Options() {
   return o;
 }
 
-struct Probe {
-  absl::Notification done;
-  std::optional<absl::StatusOr<KvReceivedKv>> result;
-  KvReceiver::DoneFn fn() {
-    return [this](absl::StatusOr<KvReceivedKv> r) {
-      result = std::move(r);
-      done.Notify();
-    };
-  }
-};
+using testing::DoneProbe;
 
 class NcclAdapterGpuTest : public ::testing::Test {
  protected:
@@ -59,22 +50,15 @@ class NcclAdapterGpuTest : public ::testing::Test {
     layout_.latent_dim = Options().latent_dim;
     layout_.index_dim = 0;
     layout_.dtype = Options().dtype;
-    receiver_ = std::make_unique<KvReceiver>(dst_.get(), layout_,
-                                             KvReceiverOptions{absl::Seconds(3)});
-    kv_service_ = std::make_unique<KvServiceImpl>(receiver_.get());
+    end_ = std::make_unique<testing::ReceivingEnd>(dst_.get(), layout_, absl::Seconds(3));
     KvNcclServiceOptions no;
     no.comm_factory = NcclCommunicatorFactory(1, absl::Seconds(3));
     no.id_factory = NewNcclCommId;
     no.page_io_factory = CudaPageIoFactory(1);
     no.no_progress_timeout = absl::Seconds(3);
     no.connect_timeout = absl::Seconds(20);
-    nccl_service_ = std::make_unique<KvNcclServiceImpl>(receiver_.get(), dst_.get(), no);
-    common::ServerOptions so;
-    so.listen = "127.0.0.1:0";
-    server_ = std::make_unique<common::ServerRunner>(so);
-    server_->AddService(kv_service_.get());
-    server_->AddService(nccl_service_.get());
-    ASSERT_TRUE(server_->Start().ok());
+    nccl_service_ = std::make_unique<KvNcclServiceImpl>(&end_->receiver(), dst_.get(), no);
+    ASSERT_TRUE(end_->Start({nccl_service_.get()}).ok());
     NcclTransportOptions to;
     to.pair_id = "gpu0";
     to.comm_factory = NcclCommunicatorFactory(0, absl::Seconds(3));
@@ -85,12 +69,9 @@ class NcclAdapterGpuTest : public ::testing::Test {
   }
   void TearDown() override {
     transport_.reset();
-    if (server_ != nullptr) {
-      server_->RequestShutdown();
-      server_->WaitForShutdown();
-    }
+    if (end_ != nullptr) end_->Stop();  // the server goes before the services it serves
     nccl_service_.reset();
-    receiver_.reset();
+    end_.reset();
   }
   // The packing of small layers into one message (the transport's default).
   virtual int64_t coalesce_bytes() const { return PlanParams::kDefaultCoalesceBytes; }
@@ -128,11 +109,9 @@ class NcclAdapterGpuTest : public ::testing::Test {
     const std::vector<int32_t> src = gpu_testing::ShuffledPages(*src_, n, shuffle);
     const std::vector<int32_t> dst = gpu_testing::ShuffledPages(*dst_, n, shuffle);
     const auto want = Fill(src);
-    Probe probe;
-    EXPECT_TRUE(receiver_->CreateSession(id, dst, n, absl::Now() + absl::Seconds(30),
-                                         probe.fn()).ok());
-    auto sender = transport_->Open({id, server_->bound_address(), "nccl", n,
-                                    layout_.CompatHash()}, layout_, SenderOptions());
+    DoneProbe probe;
+    EXPECT_TRUE(end_->Expect(id, dst, n, probe).ok());
+    auto sender = transport_->Open(end_->Ref(id, n, "nccl"), layout_, SenderOptions());
     if (!sender.ok()) return sender.status();
     for (int l = 0; l < layout_.num_layers; ++l) {
       if (auto s = (*sender)->SendLayer(l, src); !s.ok()) return s;
@@ -159,10 +138,8 @@ class NcclAdapterGpuTest : public ::testing::Test {
 
   std::unique_ptr<model::KvPool> src_, dst_;
   KvLayout layout_;
-  std::unique_ptr<KvReceiver> receiver_;
-  std::unique_ptr<KvServiceImpl> kv_service_;
+  std::unique_ptr<testing::ReceivingEnd> end_;  // outlives nccl_service_, which uses its receiver
   std::unique_ptr<KvNcclServiceImpl> nccl_service_;
-  std::unique_ptr<common::ServerRunner> server_;
   std::unique_ptr<NcclKvTransport> transport_;
   std::mt19937 rng_{std::random_device{}()};
 };
@@ -190,12 +167,10 @@ TEST_F(NcclAdapterLayerMessagesGpuTest, SenderGoneMidTransferFreesDecodePagesThe
   std::mt19937 shuffle(rng_());
   const std::vector<int32_t> src = gpu_testing::ShuffledPages(*src_, 16, shuffle);
   Fill(src);
-  Probe probe;
-  ASSERT_TRUE(receiver_->CreateSession("gone", *dst_->Allocate(16), 16,
-                                       absl::Now() + absl::Seconds(30), probe.fn()).ok());
+  DoneProbe probe;
+  ASSERT_TRUE(end_->Expect("gone", *dst_->Allocate(16), 16, probe).ok());
   {
-    auto sender = transport_->Open({"gone", server_->bound_address(), "nccl", 16,
-                                    layout_.CompatHash()}, layout_, SenderOptions());
+    auto sender = transport_->Open(end_->Ref("gone", 16, "nccl"), layout_, SenderOptions());
     ASSERT_TRUE(sender.ok());
     ASSERT_TRUE((*sender)->SendLayer(0, src).ok());
     ASSERT_TRUE((*sender)->SendLayer(1, src).ok());

@@ -16,6 +16,14 @@
 #include "nlohmann/json.hpp"
 
 #ifdef MLASERVE_BENCH_CLUSTER
+#include <httplib.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <gmock/gmock.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/testing/test_pki.h"
 #include "tests/integration/cluster.h"
 #endif
 
@@ -107,6 +115,164 @@ TEST_F(ClusterBenchTest, RunCutByTheTimeBoundLeavesNoPagesBehind) {
             48);
   absl::Status freed = cluster_->WaitAllPagesFree(absl::Seconds(15));
   EXPECT_TRUE(freed.ok()) << freed << "\ndecode log:\n" << cluster_->decode().LogTail();
+}
+
+// The same cluster with mutual TLS between its processes (the test PKI's node certificate on
+// every one), API keys on the router's public APIs, its OpenAI HTTP API on (https) and its
+// metrics on HTTPS (--metrics-tls): mlaserve-bench must run over TLS on both backends, and
+// fail at once, naming the CA, when told to trust one that did not sign the router.
+class TlsClusterBenchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(std::string(kModel) + "/model.safetensors")) {
+      GTEST_SKIP() << kModel << " is missing (run tools/make_fixtures.py)";
+    }
+    std::string templ = ::testing::TempDir() + "/bench-tls-cluster-XXXXXX";
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+    auto pki = common::testing::WriteTestPki(dir_);
+    ASSERT_TRUE(pki.ok()) << pki.status();
+    pki_ = *pki;
+    key_file_ = dir_ + "/api.key";
+    std::ofstream(key_file_) << kApiKey << "\n";
+
+    mlaserve::testing::ClusterOptions o;
+    o.model_dir = kModel;
+    o.security_flags = {"--tls-cert", pki_.node_cert, "--tls-key", pki_.node_key,
+                        "--tls-ca", pki_.ca, "--tls-server-name",
+                        common::testing::TestPki::kServerName, "--metrics-tls"};
+    o.client_tls = {.insecure = false, .cert_file = pki_.node_cert, .key_file = pki_.node_key,
+                    .ca_file = pki_.ca, .server_name = common::testing::TestPki::kServerName};
+    o.admin_token = "admin-token-0123456789abcdef";
+    o.extra_router_flags = {"--api-key-file", key_file_, "--http-port", "0", "--metrics-port", "0"};
+    auto cluster = mlaserve::testing::Cluster::Start(o);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    auto http = cluster_->router().WaitForLine("http listening on ", absl::Seconds(10));
+    ASSERT_TRUE(http.ok()) << http.status();
+    http_address_ = *http;
+  }
+  void TearDown() override {
+    cluster_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  BenchOptions Options(const std::string& server, const std::string& name) const {
+    BenchOptions b;
+    b.server = server;
+    b.num_prompts = 6;
+    b.random_input_len = 48;
+    b.random_output_len = 8;
+    b.max_concurrency = 3;
+    b.warmup_requests = 1;
+    b.request_timeout_s = 120;
+    b.progress = ProgressMode::kOff;
+    b.tls.ca_file = pki_.ca;
+    b.tls.server_name = common::testing::TestPki::kServerName;
+    b.api_key_file = key_file_;
+    b.output_json = dir_ + "/" + name + ".json";
+    return b;
+  }
+
+  // The router's /metrics URL, from its log ("metrics on https://HOST:PORT/metrics").
+  std::string MetricsUrl() const {
+    std::ifstream log(cluster_->router().log_path());
+    const std::string marker = "metrics on ";
+    for (std::string line; std::getline(log, line);) {
+      const size_t at = line.find(marker);
+      if (at != std::string::npos) return line.substr(at + marker.size());
+    }
+    return "";
+  }
+
+  static constexpr char kApiKey[] = "bench-api-key-0123456789";
+  std::string dir_;
+  common::testing::TestPki pki_;
+  std::string key_file_;
+  std::unique_ptr<mlaserve::testing::Cluster> cluster_;
+  std::string http_address_;
+};
+
+// Output of `command` (stderr included) and its exit code.
+std::pair<std::string, int> RunCommand(const std::string& command) {
+  std::FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {"", -1};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  const int status = pclose(pipe);
+  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+std::string BenchCommand(const BenchOptions& b, const std::string& backend,
+                         int connect_timeout_s = 10) {
+  return absl::StrCat(MLASERVE_BENCH_BIN, " --backend ", backend, " --server ", b.server,
+                      " --tls-ca ", b.tls.ca_file, " --tls-server-name ", b.tls.server_name,
+                      " --api-key-file ", b.api_key_file, " --num-prompts ", b.num_prompts,
+                      " --random-input-len ", b.random_input_len, " --random-output-len ",
+                      b.random_output_len, " --max-concurrency ", b.max_concurrency,
+                      " --connect-timeout-s ", connect_timeout_s,
+                      " --progress off --output-json ", b.output_json);
+}
+
+TEST_F(TlsClusterBenchTest, BothBackendsRunOverTlsWithTheApiKey) {
+  // gRPC, through the binary: the flags as a user types them.
+  const BenchOptions grpc = Options(cluster_->router_address(), "grpc");
+  auto [grpc_output, grpc_code] = RunCommand(BenchCommand(grpc, "grpc"));
+  ASSERT_EQ(grpc_code, kExitOk) << grpc_output << "\nrouter log:\n" << cluster_->router().LogTail();
+  nlohmann::json g = ReadJson(grpc.output_json);
+  EXPECT_EQ(g["completed"], 6);
+  EXPECT_EQ(g["failed"], 0);
+  EXPECT_EQ(g["total_output_tokens"], 6 * 8);
+
+  // The OpenAI HTTP API over https, in process.
+  BenchOptions http = Options(http_address_, "openai");
+  http.backend = Backend::kOpenAi;
+  ASSERT_EQ(RunBenchmark(http, stdout, stderr), kExitOk)
+      << "router log:\n" << cluster_->router().LogTail();
+  nlohmann::json h = ReadJson(http.output_json);
+  EXPECT_EQ(h["completed"], 6);
+  EXPECT_EQ(h["failed"], 0);
+  EXPECT_EQ(h["total_output_tokens"], 6 * 8);
+
+  // The router counted both runs (and their warmups); its metrics come over HTTPS to a client
+  // that trusts the cluster CA.
+  const std::string url = MetricsUrl();
+  ASSERT_EQ(url.rfind("https://127.0.0.1:", 0), 0u) << "metrics line: '" << url << "'";
+  const std::string port = url.substr(std::string("https://127.0.0.1:").size(),
+                                      url.size() - std::string("https://127.0.0.1:").size() -
+                                          std::string("/metrics").size());
+  httplib::SSLClient scraper("127.0.0.1", std::stoi(port));
+  scraper.set_ca_cert_path(pki_.ca.c_str());
+  scraper.enable_server_certificate_verification(true);
+  scraper.set_connection_timeout(5);
+  scraper.set_read_timeout(5);
+  httplib::Result metrics = scraper.Get("/metrics");
+  ASSERT_TRUE(metrics) << httplib::to_string(metrics.error());
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_THAT(metrics->body, ::testing::HasSubstr("mlaserve_router_requests_total 14\n"));
+  absl::Status freed = cluster_->WaitAllPagesFree(absl::Seconds(15));
+  EXPECT_TRUE(freed.ok()) << freed;
+}
+
+TEST_F(TlsClusterBenchTest, ACaThatDidNotSignTheRouterExitsTwoNamingIt) {
+  BenchOptions grpc = Options(cluster_->router_address(), "rogue-grpc");
+  grpc.tls.ca_file = pki_.rogue_ca;
+  // gRPC keeps retrying a failed handshake until the connect timeout; then says why.
+  auto [grpc_output, grpc_code] = RunCommand(BenchCommand(grpc, "grpc", /*connect_timeout_s=*/1));
+  EXPECT_EQ(grpc_code, kExitCannotRun) << grpc_output;
+  EXPECT_THAT(grpc_output, ::testing::HasSubstr("--tls-ca " + pki_.rogue_ca));
+  EXPECT_THAT(grpc_output, ::testing::HasSubstr("certificate verify failed"));
+
+  BenchOptions http = Options(http_address_, "rogue-openai");
+  http.tls.ca_file = pki_.rogue_ca;
+  auto [http_output, http_code] = RunCommand(BenchCommand(http, "openai", 1));
+  EXPECT_EQ(http_code, kExitCannotRun) << http_output;
+  EXPECT_THAT(http_output, ::testing::HasSubstr("GET /v1/models on https://"));
+  EXPECT_THAT(http_output, ::testing::HasSubstr("unable to get local issuer certificate"));
+  EXPECT_THAT(http_output, ::testing::HasSubstr("--tls-ca " + pki_.rogue_ca));
+  EXPECT_FALSE(std::filesystem::exists(grpc.output_json));  // nothing was run
 }
 
 #else

@@ -22,7 +22,10 @@ FakeGenerationServer::FakeGenerationServer(FakeBehaviour behaviour)
     : behaviour_(std::move(behaviour)) {
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort("127.0.0.1:0",
+                           behaviour_.credentials != nullptr ? behaviour_.credentials
+                                                             : grpc::InsecureServerCredentials(),
+                           &port);
   builder.RegisterService(this);
   server_ = builder.BuildAndStart();
   address_ = absl::StrCat("127.0.0.1:", port);
@@ -35,6 +38,7 @@ FakeGenerationServer::~FakeGenerationServer() {
 grpc::Status FakeGenerationServer::Generate(grpc::ServerContext* context,
                                             const v1::GenerateRequest* request,
                                             grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  if (grpc::Status key = CheckApiKey(*context); !key.ok()) return key;
   SeenRequest seen;
   seen.request_id = request->request_id();
   seen.prompt_tokens = request->has_token_ids() ? request->token_ids().ids_size()
@@ -114,9 +118,21 @@ grpc::Status FakeGenerationServer::Abort(grpc::ServerContext*, const v1::AbortRe
                       absl::StrCat("no running request ", request->request_id()));
 }
 
-grpc::Status FakeGenerationServer::GetModelInfo(grpc::ServerContext*,
+grpc::Status FakeGenerationServer::CheckApiKey(const grpc::ServerContext& context) const {
+  if (behaviour_.api_key.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  const auto it = metadata.find("authorization");
+  if (it != metadata.end() &&
+      std::string(it->second.data(), it->second.size()) == "Bearer " + behaviour_.api_key) {
+    return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "a valid API key is required");
+}
+
+grpc::Status FakeGenerationServer::GetModelInfo(grpc::ServerContext* context,
                                                 const v1::GetModelInfoRequest*,
                                                 v1::GetModelInfoResponse* response) {
+  if (grpc::Status key = CheckApiKey(*context); !key.ok()) return key;
   response->set_model_name("fake-model");
   response->set_model_type("deepseek_v2");
   response->set_vocab_size(behaviour_.vocab_size);

@@ -35,6 +35,12 @@ struct FakeBehaviour {
   std::function<grpc::Status(const v1::GenerateRequest&)> fail_if;
   // After this many tokens, send an `error` message and end with UNAVAILABLE (0 = never).
   int fail_after_tokens = 0;
+  // The listener's credentials (nullptr: plaintext), e.g. TLS from
+  // common::MakeServerCredentials.
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  // Not empty: every call must carry "authorization: Bearer <api_key>" (UNAUTHENTICATED
+  // otherwise), as a router started with --api-key-file wants.
+  std::string api_key;
 };
 
 struct SeenRequest {
@@ -62,13 +68,15 @@ class FakeGenerationServer final : public v1::Generation::Service {
                              const v1::GetServerInfoRequest* request,
                              v1::GetServerInfoResponse* response) override;
 
-  std::vector<SeenRequest> seen() const;
+  std::vector<SeenRequest> seen() const;  // calls that passed the API key check
   int peak_concurrency() const;
   int active() const;
   int cancelled() const;           // calls that saw the client cancel
   int64_t tokens_streamed() const;  // over all calls
 
  private:
+  grpc::Status CheckApiKey(const grpc::ServerContext& context) const;
+
   FakeBehaviour behaviour_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;

@@ -391,6 +391,26 @@ class SecurityTest(unittest.TestCase):
         self.assertEqual(flags["--admin-listen"], "0.0.0.0:8001")
         self.assertEqual(k8s_checks.check_objects(objs), [])
 
+    def test_metrics_tls_serves_https_and_the_service_monitor_trusts_the_cluster_ca(self):
+        plain = render(extra_values={"metrics": {"serviceMonitor": {"enabled": True}}})
+        for role in ("router",) + WORKERS:
+            self.assertNotIn("--metrics-tls", container(find(plain, "Deployment", role))["args"])
+        self.assertNotIn("scheme", by_kind(plain, "ServiceMonitor")[0]["spec"]["endpoints"][0])
+        objs = render(extra_values={"metrics": {"tls": True, "serviceMonitor": {"enabled": True}}})
+        for role in ("router",) + WORKERS:
+            self.assertIn("--metrics-tls", container(find(objs, "Deployment", role))["args"])
+        endpoint = by_kind(objs, "ServiceMonitor")[0]["spec"]["endpoints"][0]
+        self.assertEqual(endpoint["scheme"], "https")
+        self.assertEqual(endpoint["tlsConfig"]["ca"]["secret"],
+                         {"name": "mlaserve-tls", "key": "ca.crt"})
+        self.assertEqual(endpoint["tlsConfig"]["serverName"], "mlaserve.cluster")
+        self.assertEqual(k8s_checks.check_objects(objs), [])
+        with self.assertRaises(RenderError) as e:
+            render(security=False, extra_values={"security": {"insecure": True,
+                                                              "adminTokenSecret": "admin"},
+                                                 "metrics": {"tls": True}})
+        self.assertIn("metrics.tls", str(e.exception))
+
     def test_admin_port_is_not_on_the_public_service(self):
         objs = render()
         public = find(objs, "Service", "router")

@@ -35,7 +35,8 @@ def every_optional_setting():
 
 def invocations():
     """{binary: set of argument tuples} over every container the chart can render."""
-    renders = [render(), render([EXAMPLE_2P4D]), render(extra_values=every_optional_setting())]
+    renders = [render(), render([EXAMPLE_2P4D]), render(extra_values=every_optional_setting()),
+               render(extra_values={"metrics": {"tls": True}})]
     out = {}
     for objects in renders:
         for o in objects:

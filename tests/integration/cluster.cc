@@ -27,11 +27,12 @@ constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 absl::StatusOr<std::unique_ptr<ServerProcess>> Cluster::StartDecode(const std::string& model_dir,
                                                                     const std::string& name,
                                                                     bool register_with_router) {
-  std::vector<std::string> argv = {DecodeBinary(), "--insecure", "--listen", "127.0.0.1:0",
+  std::vector<std::string> argv = {DecodeBinary(), "--listen", "127.0.0.1:0",
                                    "--model", model_dir, "--backend", "cpu", "--num-kv-pages",
                                    absl::StrCat(options_.num_kv_pages), "--local-prefill-threshold",
                                    absl::StrCat(options_.local_prefill_threshold),
                                    "--metrics-port", "-1"};
+  argv.insert(argv.end(), options_.security_flags.begin(), options_.security_flags.end());
   for (const auto& f : options_.extra_decode_flags) argv.push_back(f);
   if (register_with_router) {
     argv.push_back("--router");
@@ -44,11 +45,12 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
   std::unique_ptr<Cluster> c(new Cluster);
   c->options_ = o;
   c->dir_ = MakeTempDir("mlaserve-cluster-");
-  std::vector<std::string> router_argv = {RouterBinary(), "--insecure", "--listen", "127.0.0.1:0",
+  std::vector<std::string> router_argv = {RouterBinary(), "--listen", "127.0.0.1:0",
                                           "--admin-listen", "127.0.0.1:0", "--model",
                                           o.model_dir, "--metrics-port", "-1",
                                           "--poll-interval-ms", "100",
                                           "--heartbeat-timeout-ms", "2000"};
+  router_argv.insert(router_argv.end(), o.security_flags.begin(), o.security_flags.end());
   // Extra flags replace defaults of the same name (the router refuses a repeated flag).
   for (size_t i = 0; i + 1 < o.extra_router_flags.size(); i += 2) {
     auto it = std::find(router_argv.begin(), router_argv.end(), o.extra_router_flags[i]);
@@ -74,10 +76,10 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
   };
   auto start_worker = [&](const std::string& bin, const std::string& name,
                           bool decode) -> absl::StatusOr<std::unique_ptr<ServerProcess>> {
-    std::vector<std::string> argv = {bin, "--insecure", "--listen", "127.0.0.1:0", "--model",
-                                     o.model_dir,
+    std::vector<std::string> argv = {bin, "--listen", "127.0.0.1:0", "--model", o.model_dir,
                                      "--backend", "cpu", "--num-kv-pages",
                                      absl::StrCat(o.num_kv_pages), "--metrics-port", "-1"};
+    argv.insert(argv.end(), o.security_flags.begin(), o.security_flags.end());
     if (decode) {
       argv.push_back("--local-prefill-threshold");
       argv.push_back(absl::StrCat(o.local_prefill_threshold));
@@ -109,17 +111,17 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
     for (auto& d : c->decode_) router_argv.insert(router_argv.end(), {"--decode", d->address()});
     if (absl::Status st = start_router(); !st.ok()) return st;
   }
+  auto public_dialer = common::ClusterDialer::Create(o.client_tls, "");
+  if (!public_dialer.ok()) return public_dialer.status();
+  auto channel = (*public_dialer)->Dial(c->router_->address(), {});
   if (absl::Status st = WaitForServing(c->router_->address(), "mlaserve.v1.Generation",
-                                       absl::Seconds(30));
+                                       absl::Seconds(30), channel);
       !st.ok()) {
     return absl::Status(st.code(), absl::StrCat(st.message(), "\nrouter log:\n",
                                                 c->router_->LogTail()));
   }
-  auto channel = grpc::CreateChannel(c->router_->address(), grpc::InsecureChannelCredentials());
   c->generation_ = v1::Generation::NewStub(channel);
-  common::TlsOptions plaintext;
-  plaintext.insecure = true;
-  auto dialer = common::ClusterDialer::Create(plaintext, o.admin_token);
+  auto dialer = common::ClusterDialer::Create(o.client_tls, o.admin_token);
   if (!dialer.ok()) return dialer.status();
   c->admin_ = v1::Admin::NewStub((*dialer)->Dial(c->admin_address_, {}));
   return c;

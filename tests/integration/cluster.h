@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/transport_security.h"
 #include "mlaserve/v1/admin.grpc.pb.h"
 #include "mlaserve/v1/api.grpc.pb.h"
 #include "tests/integration/process_harness.h"
@@ -33,6 +34,17 @@ struct ClusterOptions {
   std::string admin_token;
   std::vector<std::string> extra_prefill_flags;
   std::vector<std::string> extra_router_flags;  // "--flag", "value" pairs
+  // Every process's transport flags: plaintext, or e.g. the --tls-* flags of a
+  // common::testing::TestPki; the harness's own channels then use `client_tls` (and the
+  // admin token, which a TLS router requires for admin()).
+  std::vector<std::string> security_flags = {"--insecure"};
+  common::TlsOptions client_tls = PlaintextTls();
+
+  static common::TlsOptions PlaintextTls() {
+    common::TlsOptions plaintext;
+    plaintext.insecure = true;
+    return plaintext;
+  }
 };
 
 class Cluster {

@@ -158,9 +158,9 @@ std::string ServerProcess::LogTail(size_t bytes) const {
 }
 
 absl::Status WaitForServing(const std::string& address, const std::string& service,
-                            absl::Duration timeout) {
+                            absl::Duration timeout, std::shared_ptr<grpc::Channel> channel) {
   const absl::Time deadline = absl::Now() + timeout;
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  if (channel == nullptr) channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   std::string last = "no answer";
   while (absl::Now() < deadline) {

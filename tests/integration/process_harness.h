@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -56,9 +58,11 @@ class ServerProcess {
   bool stdout_closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// grpc.health.v1 Check of `service` at `address` until SERVING or the deadline.
+// grpc.health.v1 Check of `service` at `address` until SERVING or the deadline, over
+// `channel` (a TLS one for a TLS server; nullptr: plaintext to `address`).
 absl::Status WaitForServing(const std::string& address, const std::string& service,
-                            absl::Duration timeout);
+                            absl::Duration timeout,
+                            std::shared_ptr<grpc::Channel> channel = nullptr);
 
 // A fresh directory under $TEST_TMPDIR or /tmp.
 std::string MakeTempDir(const std::string& prefix);

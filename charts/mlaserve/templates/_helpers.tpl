@@ -85,8 +85,8 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/*
 Transport security of every component (docs/security.md): TLS files from the cluster Secret
-mounted at /etc/mlaserve/tls, or --insecure; the cluster token from its Secret. Fails when no
-choice was made.
+mounted at /etc/mlaserve/tls (and, with metrics.tls, /metrics over HTTPS with them), or
+--insecure; the cluster token from its Secret. Fails when no choice was made.
 */}}
 {{- define "mlaserve.tlsEnabled" -}}
 {{- $sec := .Values.security }}
@@ -112,7 +112,13 @@ choice was made.
 - /etc/mlaserve/tls/ca.crt
 - --tls-server-name
 - {{ .Values.security.tls.serverName | quote }}
+{{- if .Values.metrics.tls }}
+- --metrics-tls
+{{- end }}
 {{- else }}
+{{- if .Values.metrics.tls }}
+{{- fail "metrics.tls serves /metrics with the cluster certificate of security.tls.secretName, which security.insecure does not have" }}
+{{- end }}
 - --insecure
 {{- end }}
 {{- if .Values.security.clusterTokenSecret }}
