@@ -11,6 +11,7 @@
 #include "model/loader/config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -200,23 +201,8 @@ class Parser {
   }
 
   absl::Status ParseTokens() {
-    const Json* eos = r_.Take("eos_token_id");
-    if (eos != nullptr && !eos->is_null()) {
-      auto add = [&](const Json& v) -> absl::Status {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("config.json: eos_token_id must be a token id or a list of them, got ",
-                           ShortDump(*eos)));
-        }
-        c_.eos_token_ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
-        return absl::OkStatus();
-      };
-      if (eos->is_array()) {
-        for (const Json& v : *eos) RETURN_IF_ERROR(add(v));
-      } else {
-        RETURN_IF_ERROR(add(*eos));
-      }
-    }
+    RETURN_IF_ERROR(config_internal::ParseEosTokenIds(r_.Take("eos_token_id"), "config.json",
+                                                      &c_.eos_token_ids));
     if (r_.Contains("bos_token_id") && !r_.IsNull("bos_token_id")) {
       int bos = 0;
       RETURN_IF_ERROR(r_.Int("bos_token_id", &bos, 0));
@@ -285,7 +271,68 @@ class Parser {
   ModelConfig c_;
 };
 
+// The file's text; NOT_FOUND when it cannot be opened.
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
+  return buffer.str();
+}
+
+// HF's generate() stops at generation_config.json's eos_token_id when the checkpoint has that
+// file (GenerationConfig.from_pretrained), and falls back to config.json's only without it.
+absl::Status ApplyGenerationConfig(const std::string& model_dir, ModelConfig& c) {
+  const std::string path = model_dir + "/generation_config.json";
+  if (!std::filesystem::exists(path)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::string text, ReadText(path));
+  Json root;
+  try {
+    root = Json::parse(text);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not valid JSON: ", e.what()));
+  }
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " must hold a JSON object, got ", ShortDump(root)));
+  }
+  auto it = root.find("eos_token_id");
+  if (it == root.end() || it->is_null()) return absl::OkStatus();
+  std::vector<int32_t> eos;
+  RETURN_IF_ERROR(config_internal::ParseEosTokenIds(&*it, "generation_config.json", &eos));
+  if (eos != c.eos_token_ids) {
+    config_internal::AddWarning(
+        c, absl::StrCat("generation_config.json's eos_token_id ", ShortDump(*it),
+                        " replaces config.json's, as in HF's generate()"));
+  }
+  c.eos_token_ids = std::move(eos);
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+namespace config_internal {
+
+absl::Status ParseEosTokenIds(const Json* eos, const char* file, std::vector<int32_t>* out) {
+  out->clear();
+  if (eos == nullptr || eos->is_null()) return absl::OkStatus();
+  auto add = [&](const Json& v) -> absl::Status {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ": eos_token_id must be a token id or a list of them, got ", ShortDump(*eos)));
+    }
+    out->push_back(static_cast<int32_t>(v.get<int64_t>()));
+    return absl::OkStatus();
+  };
+  if (eos->is_array()) {
+    for (const Json& v : *eos) RETURN_IF_ERROR(add(v));
+    return absl::OkStatus();
+  }
+  return add(*eos);
+}
+
+}  // namespace config_internal
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   Json root;
@@ -303,16 +350,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
-  absl::StatusOr<ModelConfig> config = ParseModelConfig(buffer.str());
+  ASSIGN_OR_RETURN(const std::string text, ReadText(path));
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(text);
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(path, ": ", config.status().message()));
   }
+  RETURN_IF_ERROR(ApplyGenerationConfig(model_dir, *config));
   return config;
 }
 

@@ -92,7 +92,7 @@ struct ModelConfig {
   int index_head_dim = 0;
   int index_topk = 0;
 
-  std::vector<int32_t> eos_token_ids;
+  std::vector<int32_t> eos_token_ids;  // generation_config.json's when it sets them
   std::optional<int32_t> bos_token_id;
 
   // Weight quantization: "fp8" with weight_block_size [128,128] when quantization_config says so.
@@ -110,6 +110,8 @@ struct ModelConfig {
 };
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text);
+// config.json of `model_dir`; eos_token_ids come from generation_config.json instead when that
+// file sets eos_token_id (what HF's generate() stops at).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 }  // namespace mlaserve::model

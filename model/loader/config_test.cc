@@ -565,6 +565,24 @@ TEST(ModelConfigTest, LoadModelConfigReadsDirectory) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->hidden_size, 2048);
 
+  EXPECT_THAT(c->eos_token_ids, ElementsAre(100001));
+
+  // generation_config.json's eos_token_id is what HF's generate() stops at.
+  std::ofstream(dir / "generation_config.json") << R"({"bos_token_id": 100000,
+      "eos_token_id": [100001, 100002], "do_sample": true, "temperature": 0.3})";
+  c = LoadModelConfig(dir.string());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->eos_token_ids, ElementsAre(100001, 100002));
+  ASSERT_EQ(c->warnings.size(), 1u);
+  EXPECT_THAT(c->warnings[0], HasSubstr("generation_config.json"));
+  std::ofstream(dir / "generation_config.json") << R"({"do_sample": true})";
+  c = LoadModelConfig(dir.string());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->eos_token_ids, ElementsAre(100001));
+  std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": "eos"})";
+  ExpectInvalid(LoadModelConfig(dir.string()).status(), "generation_config.json", "\"eos\"");
+  std::filesystem::remove(dir / "generation_config.json");
+
   std::ofstream(dir / "config.json") << "{\"model_type\": \"deepseek_v3\"}";
   c = LoadModelConfig(dir.string());
   ExpectInvalid(c.status(), (dir / "config.json").string(), "'vocab_size'");
