@@ -48,6 +48,7 @@ class Parser {
 
   absl::StatusOr<ModelConfig> Run() {
     RETURN_IF_ERROR(ParseModelType());
+    RETURN_IF_ERROR(RefuseNulls());
     RETURN_IF_ERROR(ParseDims());
     RETURN_IF_ERROR(config_internal::ParseRope(r_, c_));
     RETURN_IF_ERROR(config_internal::ParseMlpLayers(r_, c_));
@@ -84,6 +85,22 @@ class Parser {
       return absl::InvalidArgumentError(
           absl::StrCat("config.json: model_type '", c_.model_type_name,
                        "' is not supported; expected deepseek_v2, deepseek_v3 or deepseek_v32"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Fields HF types as non-optional (its strict config rejects null) or cannot run with null
+  // (first_k_dense_replace). The optional readers would take null as "use the default", which
+  // would serve a model HF refuses; refuse it here instead.
+  absl::Status RefuseNulls() {
+    for (const char* key : {"n_shared_experts", "routed_scaling_factor", "max_position_embeddings",
+                            "rms_norm_eps", "tie_word_embeddings", "attention_bias", "mlp_bias",
+                            "hidden_act", "first_k_dense_replace", "moe_intermediate_size"}) {
+      if (r_.IsNull(key)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config.json: field '", key, "' is null; HF's ", c_.model_type_name,
+                         " config needs a value (leave the field out for its default)"));
+      }
     }
     return absl::OkStatus();
   }

@@ -535,6 +535,10 @@ TEST(ModelConfigTest, ErrorsNameFieldAndValue) {
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["num_local_experts"] = 128; }),
                 "'n_routed_experts' is 256", "'num_local_experts' is 128");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["scoring_func"] = "relu"; }), "'relu'");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["n_shared_experts"] = nullptr; }),
+                "'n_shared_experts' is null");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["first_k_dense_replace"] = nullptr; }),
+                "'first_k_dense_replace' is null");
   ExpectInvalid(ParseModelConfig("{\"model_type\": ").status(), "not valid JSON");
   ExpectInvalid(ParseModelConfig("[1, 2]").status(), "JSON object");
 }
