@@ -353,7 +353,10 @@ absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, Weight
   ASSIGN_OR_RETURN(w.final_norm, ld.Tensor("model.norm.weight", {H}));
   w.lm_head.out = static_cast<int>(V);
   w.lm_head.in = static_cast<int>(H);
-  if (c.tie_word_embeddings) {  // HF ties lm_head to the embedding, ignoring a stored copy
+  // HF 5.17 ties lm_head to the embedding only when the checkpoint has no lm_head.weight of
+  // its own (or an equal one): a stored, different lm_head.weight is loaded and used untied.
+  const bool tied = c.tie_word_embeddings && !store.Has("lm_head.weight");
+  if (tied) {
     w.lm_head.weight.view = w.embed.data();
     w.lm_head.weight.dtype = w.embed.dtype;
     w.lm_head.weight.numel = w.embed.numel;
@@ -363,7 +366,7 @@ absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, Weight
   if (!pl.vocab.whole()) {
     // Vocab parallel: this rank's rows, zero-padded to vocab_rows (the last rank's shard is
     // short when size does not divide the vocabulary). Tied heads read the embedding's rows.
-    const std::string name = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    const std::string name = tied ? "model.embed_tokens.weight" : "lm_head.weight";
     ASSIGN_OR_RETURN(std::vector<uint8_t> rows,
                      ld.Bytes(name, {V, H}, ld.dtype(), TensorSlice::Rows(pl.vocab.begin, pl.vocab.count)));
     rows.resize(static_cast<size_t>(pl.vocab_rows) * H * kernels::DTypeSize(ld.dtype()), 0);
