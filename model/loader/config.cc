@@ -176,9 +176,12 @@ class Parser {
                         " MLPs have no biases"));
     }
     RETURN_IF_ERROR(r_.String("hidden_act", &c_.hidden_act));
+    // HF's ACT2FN maps "swish" to nn.SiLU too. The kernels fuse SiLU-and-mul, so the other
+    // activations HF offers (gelu, relu, ...) are refused.
+    if (c_.hidden_act == "swish") c_.hidden_act = "silu";
     if (c_.hidden_act != "silu") {
       return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_act '", c_.hidden_act,
-                                                     "' is not supported; expected silu"));
+                                                     "' is not supported; expected silu (or swish)"));
     }
     int mtp = 0;
     RETURN_IF_ERROR(r_.AliasedInt("num_nextn_predict_layers", "num_mtp_layers", &mtp, 0));

@@ -532,6 +532,7 @@ TEST(ModelConfigTest, ErrorsNameFieldAndValue) {
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["qk_head_dim"] = 128; }), "qk_head_dim is 128",
                 "192");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["hidden_act"] = "gelu"; }), "'gelu'");
+  EXPECT_TRUE(ParseEdited(kV3, [](Json& j) { j["hidden_act"] = "swish"; }).ok());  // nn.SiLU
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["num_local_experts"] = 128; }),
                 "'n_routed_experts' is 256", "'num_local_experts' is 128");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["scoring_func"] = "relu"; }), "'relu'");
