@@ -128,8 +128,11 @@ class Loader {
   }
 
   // gate_proj and up_proj of `prefix` stacked into one [2I, hidden] matrix (I: this rank's
-  // slice of the intermediate size; down_proj's matching columns).
-  absl::StatusOr<GatedMlpWeights> GatedMlp(const std::string& prefix, int hidden, Shard inter) const {
+  // slice of the intermediate size; down_proj's matching columns). With `bias` (V2's mlp_bias)
+  // the gate and up biases are stacked alike, and down_proj's bias, added once to the
+  // all-reduced sums of a row-parallel down_proj, stays with rank 0 (`rank0`).
+  absl::StatusOr<GatedMlpWeights> GatedMlp(const std::string& prefix, int hidden, Shard inter,
+                                           bool bias, bool rank0) const {
     GatedMlpWeights m;
     const int I = inter.total;
     m.inter = inter.count;
@@ -140,7 +143,14 @@ class Loader {
     m.gate_up.out = 2 * m.inter;
     m.gate_up.in = hidden;
     ASSIGN_OR_RETURN(m.gate_up.weight, Upload(gate, dtype_, int64_t{2} * m.inter * hidden));
-    ASSIGN_OR_RETURN(m.down, LinearCols(prefix + ".down_proj", hidden, I, false, inter, 1, false));
+    if (bias) {
+      ASSIGN_OR_RETURN(std::vector<uint8_t> gate_b, Bytes(prefix + ".gate_proj.bias", {I}, dtype_, rows));
+      ASSIGN_OR_RETURN(std::vector<uint8_t> up_b, Bytes(prefix + ".up_proj.bias", {I}, dtype_, rows));
+      gate_b.insert(gate_b.end(), up_b.begin(), up_b.end());
+      ASSIGN_OR_RETURN(m.gate_up.bias, Upload(gate_b, dtype_, int64_t{2} * m.inter));
+    }
+    ASSIGN_OR_RETURN(m.down, LinearCols(prefix + ".down_proj", hidden, I, bias, inter, 1,
+                                        inter.whole() || rank0));
     return m;
   }
 
@@ -292,7 +302,7 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
   lw.is_moe = c.layer_is_moe[l];
   const std::string mp = p + ".mlp";
   if (!lw.is_moe) {
-    ASSIGN_OR_RETURN(lw.mlp, ld.GatedMlp(mp, H, pl.mlp_inter));
+    ASSIGN_OR_RETURN(lw.mlp, ld.GatedMlp(mp, H, pl.mlp_inter, c.mlp_bias, pl.rank == 0));
     return lw;
   }
   MoeWeights& moe = lw.moe;
@@ -304,7 +314,8 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
   }
   RETURN_IF_ERROR(ld.Experts(c, mp, pl.experts, pl.expert_inter, &moe));
   if (c.n_shared_experts > 0) {
-    ASSIGN_OR_RETURN(moe.shared, ld.GatedMlp(mp + ".shared_experts", H, pl.shared_inter));
+    ASSIGN_OR_RETURN(moe.shared, ld.GatedMlp(mp + ".shared_experts", H, pl.shared_inter,
+                                                c.mlp_bias, pl.rank == 0));
   }
   return lw;
 }
@@ -342,7 +353,10 @@ absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, Weight
   ASSIGN_OR_RETURN(w.final_norm, ld.Tensor("model.norm.weight", {H}));
   w.lm_head.out = static_cast<int>(V);
   w.lm_head.in = static_cast<int>(H);
-  if (c.tie_word_embeddings) {  // HF ties lm_head to the embedding, ignoring a stored copy
+  // HF 5.17 ties lm_head to the embedding only when the checkpoint has no lm_head.weight of
+  // its own (or an equal one): a stored, different lm_head.weight is loaded and used untied.
+  const bool tied = c.tie_word_embeddings && !store.Has("lm_head.weight");
+  if (tied) {
     w.lm_head.weight.view = w.embed.data();
     w.lm_head.weight.dtype = w.embed.dtype;
     w.lm_head.weight.numel = w.embed.numel;
@@ -352,7 +366,7 @@ absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, Weight
   if (!pl.vocab.whole()) {
     // Vocab parallel: this rank's rows, zero-padded to vocab_rows (the last rank's shard is
     // short when size does not divide the vocabulary). Tied heads read the embedding's rows.
-    const std::string name = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    const std::string name = tied ? "model.embed_tokens.weight" : "lm_head.weight";
     ASSIGN_OR_RETURN(std::vector<uint8_t> rows,
                      ld.Bytes(name, {V, H}, ld.dtype(), TensorSlice::Rows(pl.vocab.begin, pl.vocab.count)));
     rows.resize(static_cast<size_t>(pl.vocab_rows) * H * kernels::DTypeSize(ld.dtype()), 0);

@@ -1,5 +1,9 @@
 // Engine behaviour beyond the reference logits: ragged batches equal sequential runs, input
 // validation, the per-layer callback, the fp8 checkpoint, backend refusal and seeded sampling.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -7,6 +11,8 @@
 #include "gtest/gtest.h"
 #include "model/device_memory.h"
 #include "model/engine.h"
+#include "model/loader/safetensors.h"
+#include "model/loader/safetensors_test_util.h"
 #include "model/testing/engine_fixtures.h"
 #include "model/mla_dims.h"
 #include "model/sampler.h"
@@ -294,6 +300,64 @@ TEST(EngineTest, OddHeadDimsAreStoredPaddedToMultiplesOf8) {
   ASSERT_NE(v3, nullptr);
   EXPECT_EQ(StoredMlaDims(v3->config()), ModelMlaDims(v3->config()));
   EXPECT_EQ(v3->kv_pool().options().latent_dim, v3->config().latent_dim());
+}
+
+// tie_word_embeddings as transformers 5.17 loads it: the LM head is the embedding when the
+// checkpoint stores no lm_head.weight (deepseek_v3_knobs), but a stored lm_head.weight that
+// differs is used untied. Here a copy of the fixture gets lm_head.weight = 2 x embedding (f32,
+// exact), so every logit doubles.
+TEST(EngineTest, TiedHeadUsesAStoredLmHeadAsHfDoes) {
+  const std::string src = FixtureDir("deepseek_v3_knobs");
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("mlaserve_tied_head_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(src + "/config.json", dir / "config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto file = SafetensorsFile::Open(src + "/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<testing::TestTensor> tensors;
+  bool had_lm_head = false;
+  for (const std::string& name : (*file)->TensorNames()) {
+    auto t = (*file)->Get(name);
+    ASSERT_TRUE(t.ok()) << t.status();
+    had_lm_head = had_lm_head || name == "lm_head.weight";
+    tensors.push_back({name, t->dtype == kernels::DType::kF32 ? "F32" : "BF16", t->shape,
+                       std::vector<uint8_t>(t->data, t->data + t->bytes)});
+    if (name != "model.embed_tokens.weight") continue;
+    ASSERT_EQ(t->dtype, kernels::DType::kBF16);
+    std::vector<float> doubled(t->numel());
+    for (int64_t i = 0; i < t->numel(); ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, t->data + 2 * i, 2);
+      const uint32_t f32_bits = uint32_t{bits} << 16;
+      std::memcpy(&doubled[i], &f32_bits, 4);
+      doubled[i] *= 2.0f;
+    }
+    tensors.push_back({"lm_head.weight", "F32", t->shape, testing::AsBytes(doubled)});
+  }
+  ASSERT_FALSE(had_lm_head) << "deepseek_v3_knobs should store no lm_head.weight";
+  testing::WriteFile(dir / "model.safetensors",
+                     testing::SerializeSafetensors(tensors, {{"format", "pt"}}));
+
+  const std::vector<int32_t> ids = {5, 77, 300, 12, 9, 401, 250};
+  auto last_logits = [&](const std::string& model_dir) -> std::vector<float> {
+    auto engine = MakeEngine(model_dir);
+    if (engine == nullptr) return {};
+    EXPECT_TRUE(engine->config().tie_word_embeddings);
+    SeqPages pages(engine->kv_pool(), ids.size());
+    SequenceChunk c{ids, 0, pages.pages(), true};
+    auto r = engine->Forward({&c, 1});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->logits : std::vector<float>{};
+  };
+  const std::vector<float> tied = last_logits(src);
+  const std::vector<float> untied = last_logits(dir.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(tied.size(), 512u);
+  ASSERT_EQ(untied.size(), tied.size());
+  for (size_t i = 0; i < tied.size(); ++i) {
+    ASSERT_NEAR(untied[i], 2.0f * tied[i], 1e-5f * (1.0f + std::abs(tied[i]))) << "logit " << i;
+  }
 }
 
 }  // namespace

@@ -221,7 +221,10 @@ TEST_P(EngineCudaTest, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, EngineCudaTest,
     ::testing::Combine(::testing::Values("deepseek_v2", "deepseek_v2_glg", "deepseek_v2_odd", "deepseek_v3",
-                                         "deepseek_v3_top3", "deepseek_v32"),
+                                         "deepseek_v3_top3", "deepseek_v32",
+                                         // the knob fixtures (docs/fixtures.md)
+                                         "deepseek_v2_knobs", "deepseek_v3_knobs", "deepseek_v32_knobs",
+                                         "deepseek_v3_dense"),
                        ::testing::Values(PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kOurs},
                                          PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kCudnn},
                                          PrefillForm{AttentionPath::kMla, kernels::MhaPrefillProvider::kOurs})));

@@ -216,6 +216,12 @@ std::vector<LayoutCase> Cases() {
     cases.emplace_back("deepseek_v2_odd", 2, AttentionParallel::kData, m);
     cases.emplace_back("deepseek_v2_odd", 4, AttentionParallel::kData, m);
   }
+  // Knob fixtures: attention and MLP biases (row-parallel o_proj / down_proj add theirs on
+  // rank 0 only), a tied LM head split by vocabulary, no shared expert, 6 heads and 6 experts.
+  cases.emplace_back("deepseek_v2_knobs", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
+  cases.emplace_back("deepseek_v2_knobs", 4, AttentionParallel::kData, MoeParallel::kTensor);
+  cases.emplace_back("deepseek_v3_knobs", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
+  cases.emplace_back("deepseek_v3_knobs", 2, AttentionParallel::kData, MoeParallel::kTensor);
   return cases;
 }
 

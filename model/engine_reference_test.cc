@@ -153,7 +153,10 @@ TEST_P(EngineReferenceTest, GreedyDecodeMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineReferenceTest,
                          ::testing::Values("deepseek_v2", "deepseek_v2_glg", "deepseek_v2_odd",
-                                           "deepseek_v3", "deepseek_v3_top3", "deepseek_v32"),
+                                           "deepseek_v3", "deepseek_v3_top3", "deepseek_v32",
+                                           // the knob fixtures (docs/fixtures.md)
+                                           "deepseek_v2_knobs", "deepseek_v3_knobs",
+                                           "deepseek_v32_knobs", "deepseek_v3_dense"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -26,6 +26,42 @@ float PosFreq(double theta, int i, int dim) {
   return static_cast<float>(std::pow(theta, static_cast<double>(exponent)));
 }
 
+// _compute_llama3_parameters, step by step in float32 as torch runs it: low frequencies
+// (wavelength above original / low_freq_factor) divided by factor, high ones kept, the band in
+// between blended by a smooth factor.
+absl::StatusOr<RopeFrequencies> Llama3Frequencies(const RopeConfig& rope, int dim,
+                                                  int max_position_embeddings) {
+  const int old_context = rope.original_max_position_embeddings > 0
+                              ? rope.original_max_position_embeddings
+                              : max_position_embeddings;
+  if (!(rope.low_freq_factor > 0.0) || !(rope.high_freq_factor > rope.low_freq_factor)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "llama3 low_freq_factor ", rope.low_freq_factor, " and high_freq_factor ",
+        rope.high_freq_factor, " must satisfy 0 < low < high"));
+  }
+  const float factor = static_cast<float>(rope.factor);
+  const float low_freq = static_cast<float>(rope.low_freq_factor);
+  const float old_f = static_cast<float>(old_context);
+  const float low_wavelen = static_cast<float>(old_context / rope.low_freq_factor);
+  const float high_wavelen = static_cast<float>(old_context / rope.high_freq_factor);
+  const float band = static_cast<float>(rope.high_freq_factor - rope.low_freq_factor);
+  const float two_pi = static_cast<float>(2.0 * M_PI);
+  RopeFrequencies out;
+  out.inv_freq.resize(dim / 2);
+  for (int i = 0; i < dim / 2; ++i) {
+    const float inv_freq = 1.0f / PosFreq(rope.theta, i, dim);
+    const float wavelen = two_pi / inv_freq;
+    float llama = wavelen > low_wavelen ? inv_freq / factor : inv_freq;
+    const float smooth = (old_f / wavelen - low_freq) / band;
+    const float smoothed = (1.0f - smooth) * llama / factor + smooth * llama;
+    const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+    if (medium) llama = smoothed;
+    out.inv_freq[i] = llama;
+  }
+  out.attention_factor = 1.0f;
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeConfig& rope, int dim,
@@ -45,10 +81,37 @@ absl::StatusOr<RopeFrequencies> ComputeRopeFrequencies(const RopeConfig& rope, i
     out.attention_factor = 1.0f;
     return out;
   }
-  if (rope.type != "yarn") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rope type \"", rope.type, "\" is not supported (default or yarn)"));
+  if (rope.type != "yarn" && rope.type != "linear" && rope.type != "dynamic" &&
+      rope.type != "llama3") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rope type \"", rope.type, "\" is not supported (default, linear, dynamic, yarn, llama3)"));
   }
+  if (!(rope.factor > 0.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(rope.type, " factor is ", rope.factor, "; it must be > 0"));
+  }
+  if (rope.type == "linear") {
+    // _compute_linear_scaling_rope_parameters: the default frequencies divided by factor.
+    const float factor_f = static_cast<float>(rope.factor);
+    for (int i = 0; i < half; ++i) out.inv_freq[i] = (1.0f / PosFreq(rope.theta, i, dim)) / factor_f;
+    return out;
+  }
+  if (rope.type == "dynamic") {
+    // _compute_dynamic_ntk_parameters at seq_len = max_position_embeddings (HF's initial table;
+    // it recomputes only for sequences longer than that, which the engine refuses):
+    // theta * ((factor * L / L) - (factor - 1)) ^ (dim / (dim - 2)), in Python doubles.
+    if (dim <= 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dynamic RoPE needs a rotary dimension above 2, got ", dim));
+    }
+    const double len = static_cast<double>(max_position_embeddings);
+    const double base =
+        rope.theta * std::pow(rope.factor * len / len - (rope.factor - 1.0),
+                              static_cast<double>(dim) / static_cast<double>(dim - 2));
+    for (int i = 0; i < half; ++i) out.inv_freq[i] = 1.0f / PosFreq(base, i, dim);
+    return out;
+  }
+  if (rope.type == "llama3") return Llama3Frequencies(rope, dim, max_position_embeddings);
   const double factor = rope.factor;
   if (!(factor > 0.0)) {
     return absl::InvalidArgumentError(absl::StrCat("yarn factor is ", factor, "; it must be > 0"));

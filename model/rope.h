@@ -2,7 +2,9 @@
 //
 // Matches Hugging Face transformers' rotary embeddings for DeepSeek configs: the rotary
 // dimension is qk_rope_head_dim (HF sets config.head_dim to it); "default" uses
-// inv_freq[i] = theta^(-2i/dim); "yarn" follows modeling_rope_utils._compute_yarn_parameters
+// inv_freq[i] = theta^(-2i/dim); "linear" divides those by factor; "dynamic" is HF's dynamic NTK
+// table at seq_len = max_position_embeddings (it only grows past that length, which the engine
+// refuses); "llama3" follows _compute_llama3_parameters; "yarn" follows modeling_rope_utils._compute_yarn_parameters
 // (NTK-by-parts blend of interpolated and extrapolated frequencies, attention_factor inferred
 // from factor / mscale / mscale_all_dim unless given). The attention factor is multiplied into
 // cos and sin, as HF does. Arithmetic mirrors HF's float32 steps so the table agrees with it to

@@ -58,6 +58,52 @@ TEST(RopeTest, YarnMscaleRatio) {
                            9.667434824223164e-06});
 }
 
+RopeConfig Scaled(const char* type, double factor, double theta) {
+  RopeConfig r;
+  r.type = type;
+  r.factor = factor;
+  r.theta = theta;
+  return r;
+}
+
+// Expected values from transformers 5.17's DeepseekV3RotaryEmbedding (qk_rope_head_dim 16,
+// max_position_embeddings 1000).
+TEST(RopeTest, LinearDividesDefaultFrequencies) {
+  auto f = ComputeRopeFrequencies(Scaled("linear", 2.5, 50000.0), 16, 1000);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->attention_factor, 1.0f);
+  ExpectNear(f->inv_freq, {0.4000000059604645, 0.103440061211586, 0.026749614626169205,
+                           0.006917453370988369, 0.0017888543661683798, 0.0004625979927368462,
+                           0.00011962790449615568, 3.093579289270565e-05});
+}
+
+// Dynamic NTK only rescales past max_position_embeddings, so the table is the default one.
+TEST(RopeTest, DynamicIsDefaultWithinMaxPositions) {
+  auto f = ComputeRopeFrequencies(Scaled("dynamic", 3.0, 10000.0), 16, 1000);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->attention_factor, 1.0f);
+  ExpectNear(f->inv_freq, {1.0, 0.3162277638912201, 0.10000000149011612, 0.03162277862429619,
+                           0.009999999776482582, 0.003162277862429619, 0.0010000000474974513,
+                           0.0003162277862429619});
+  EXPECT_FALSE(ComputeRopeFrequencies(Scaled("dynamic", 3.0, 10000.0), 2, 1000).ok());
+}
+
+TEST(RopeTest, Llama3BlendsByWavelength) {
+  RopeConfig r = Scaled("llama3", 8.0, 10000.0);
+  r.low_freq_factor = 1.0;
+  r.high_freq_factor = 4.0;
+  r.original_max_position_embeddings = 64;
+  auto f = ComputeRopeFrequencies(r, 16, 1000);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->attention_factor, 1.0f);
+  ExpectNear(f->inv_freq, {1.0, 0.24438458681106567, 0.013042256236076355, 0.0039528473280370235,
+                           0.0012499999720603228, 0.00039528473280370235, 0.0001250000059371814,
+                           3.9528473280370235e-05});
+  r.high_freq_factor = 0.5;
+  EXPECT_EQ(ComputeRopeFrequencies(r, 16, 1000).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(RopeTest, DefaultTableLayoutAndFactor) {
   RopeConfig r;
   r.theta = 10000.0;

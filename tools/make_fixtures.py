@@ -41,136 +41,11 @@ NEW_TOKENS = 16
 DECODE_LOGIT_STEPS = 4  # full logits kept for this many cached decode steps
 SEED_TRIES = 24
 GOOD_REL_MARGIN = 0.005  # stop re-drawing once every greedy step clears this
+DECODE_GAP_OK = 1e-3  # screen_decode: cached decode within this of the full forward
 FP8_MAX = 448.0
 FP8_BLOCK = 128
 
-YARN_V2 = {"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64,
-           "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1}
-
-# Each fixture: transformers classes, its config (as keyword arguments for the config
-# class, i.e. what config.json holds), and whether config.json is rewritten in the
-# published style (rope_theta + rope_scaling) instead of transformers' own style.
-FIXTURES = {
-    # DeepSeek-V2(-Lite) style: no q LoRA, softmax router, greedy top-k, YaRN with
-    # mscale == mscale_all_dim (attention factor 1, softmax scale * mscale^2).
-    "deepseek_v2": dict(
-        model_cls="DeepseekV2ForCausalLM", config_cls="DeepseekV2Config", published=True,
-        seed=1000,
-        config=dict(
-            vocab_size=512, hidden_size=128, intermediate_size=192, moe_intermediate_size=48,
-            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
-            kv_lora_rank=64, q_lora_rank=None, qk_rope_head_dim=16, qk_nope_head_dim=32,
-            v_head_dim=24, n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=2,
-            first_k_dense_replace=1, moe_layer_freq=1, topk_method="greedy",
-            scoring_func="softmax", n_group=1, topk_group=1, norm_topk_prob=False,
-            routed_scaling_factor=1.0, max_position_embeddings=512, rope_theta=10000.0,
-            rope_scaling=YARN_V2, rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1,
-            tie_word_embeddings=False, attention_bias=False, hidden_act="silu")),
-    # DeepSeek-V2 (full) style routing: group_limited_greedy, q LoRA, plain RoPE.
-    "deepseek_v2_glg": dict(
-        model_cls="DeepseekV2ForCausalLM", config_cls="DeepseekV2Config", published=False,
-        seed=2000,
-        config=dict(
-            vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
-            num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-            kv_lora_rank=32, q_lora_rank=48, qk_rope_head_dim=16, qk_nope_head_dim=32,
-            v_head_dim=16, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=3,
-            first_k_dense_replace=1, topk_method="group_limited_greedy", n_group=4,
-            topk_group=2, norm_topk_prob=False, routed_scaling_factor=2.0,
-            max_position_embeddings=512,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
-    # DeepSeek-V3 style: q LoRA, noaux_tc sigmoid routing with groups and a non-zero
-    # e_score_correction_bias, YaRN with mscale != mscale_all_dim (so both the cos/sin
-    # attention factor and the softmax scale change), interleaved RoPE.
-    "deepseek_v3": dict(
-        model_cls="DeepseekV3ForCausalLM", config_cls="DeepseekV3Config", published=False,
-        seed=3000,
-        config=dict(
-            vocab_size=512, hidden_size=128, intermediate_size=160, moe_intermediate_size=48,
-            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
-            kv_lora_rank=64, q_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32,
-            v_head_dim=24, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
-            n_group=4, topk_group=2, first_k_dense_replace=1, norm_topk_prob=True,
-            routed_scaling_factor=2.5, topk_method="noaux_tc", scoring_func="sigmoid",
-            max_position_embeddings=512, rope_interleave=True, num_nextn_predict_layers=0,
-            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
-                             "original_max_position_embeddings": 64, "mscale": 1.0,
-                             "mscale_all_dim": 0.8, "beta_fast": 32, "beta_slow": 1},
-            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
-    # Head dims no CUDA kernel takes as they are (issue 14): v_head_dim 20, qk_nope 22,
-    # rope 6, kv_lora_rank 36, 6 heads, no q LoRA. (HF's V2 RoPE views q_pe as complex
-    # pairs, so it refuses an odd qk_nope_head_dim.) The engine pads each to a multiple of 8
-    # (model/mla_dims.h); HF runs them as they are.
-    "deepseek_v2_odd": dict(
-        model_cls="DeepseekV2ForCausalLM", config_cls="DeepseekV2Config", published=False,
-        seed=6000,
-        config=dict(
-            vocab_size=512, hidden_size=96, intermediate_size=128, moe_intermediate_size=32,
-            num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=6,
-            kv_lora_rank=36, q_lora_rank=None, qk_rope_head_dim=6, qk_nope_head_dim=22,
-            v_head_dim=20, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
-            first_k_dense_replace=1, topk_method="greedy", n_group=1, topk_group=1,
-            norm_topk_prob=False, routed_scaling_factor=1.0, max_position_embeddings=512,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
-    # The CUDA-only divergence of issue 14: group-limited noaux_tc routing with top-3 of 8
-    # experts (4 groups of 2, 2 groups kept, so 3 of the 4 kept experts), a random
-    # e_score_correction_bias, YaRN factor 4 over 64 positions (the long prompts run past
-    # the original context), q_lora_rank 40, interleaved RoPE, 3 layers; a 260-token prompt
-    # as in the issue.
-    "deepseek_v3_top3": dict(
-        model_cls="DeepseekV3ForCausalLM", config_cls="DeepseekV3Config", published=False,
-        seed=7000, prompt_lengths=(1, 7, 64, 200, 260), routing_dump=True,
-        config=dict(
-            vocab_size=512, hidden_size=128, intermediate_size=160, moe_intermediate_size=48,
-            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
-            kv_lora_rank=64, q_lora_rank=40, qk_rope_head_dim=16, qk_nope_head_dim=32,
-            v_head_dim=24, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=3,
-            n_group=4, topk_group=2, first_k_dense_replace=1, norm_topk_prob=True,
-            routed_scaling_factor=2.5, topk_method="noaux_tc", scoring_func="sigmoid",
-            max_position_embeddings=512, rope_interleave=True, num_nextn_predict_layers=0,
-            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
-                             "original_max_position_embeddings": 64, "mscale": 1.0,
-                             "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1},
-            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
-    # fp8 twin (own folder to keep each fixture small): a 2-layer V3 whose linear
-    # weights are stored as e4m3 with 128x128 block scales in model-fp8/, and exactly
-    # dequantized (fp32) in model-fp8-dequant/. Dims 160/192/80/96/48 give partial blocks.
-    "deepseek_v3_fp8": dict(
-        model_cls="DeepseekV3ForCausalLM", config_cls="DeepseekV3Config", published=False,
-        seed=5000, fp8_only=True,
-        config=dict(
-            vocab_size=512, hidden_size=128, intermediate_size=160, moe_intermediate_size=48,
-            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-            kv_lora_rank=64, q_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32,
-            v_head_dim=24, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
-            n_group=2, topk_group=1, first_k_dense_replace=1, norm_topk_prob=True,
-            routed_scaling_factor=2.5, topk_method="noaux_tc", scoring_func="sigmoid",
-            max_position_embeddings=512, rope_interleave=True, num_nextn_predict_layers=0,
-            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
-                             "original_max_position_embeddings": 64, "mscale": 1.0,
-                             "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1},
-            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
-    # DeepSeek-V3.2 style: V3 plus the DSA lightning indexer with index_topk (32)
-    # below the longer prompts, so attention really is sparse there.
-    "deepseek_v32": dict(
-        model_cls="DeepseekV32ForCausalLM", config_cls="DeepseekV32Config", published=True,
-        seed=4000, indexer_dump=True,
-        config=dict(
-            vocab_size=512, hidden_size=128, intermediate_size=160, moe_intermediate_size=48,
-            num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
-            kv_lora_rank=64, q_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32,
-            v_head_dim=24, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
-            n_group=2, topk_group=1, first_k_dense_replace=1, norm_topk_prob=True,
-            routed_scaling_factor=2.5, topk_method="noaux_tc", scoring_func="sigmoid",
-            index_topk=32, index_n_heads=8, index_head_dim=32, max_position_embeddings=512,
-            num_nextn_predict_layers=0, rope_theta=10000.0,
-            rope_scaling={"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64,
-                          "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32,
-                          "beta_slow": 1},
-            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
-}
+from fixture_specs import FIXTURES  # noqa: E402
 
 
 def pick_device():
@@ -201,6 +76,8 @@ def randomise(model, seed):
                 v = 1.0 + 0.2 * randn(shape)
             elif name.endswith("k_norm.bias"):
                 v = 0.1 * randn(shape)
+            elif name.endswith(".bias"):  # attention_bias / mlp_bias: large enough to matter
+                v = 0.5 * randn(shape)
             elif "embed_tokens" in name:
                 v = randn(shape)
             elif name == "lm_head.weight":
@@ -252,20 +129,35 @@ def build_and_save(name, spec, seed, out_dir):
     if spec.get("published"):
         to_published_config(out_dir, spec)
     check_published_names(out_dir, config)
+    if spec.get("mtp_layers"):
+        add_mtp_layers(out_dir, config, spec["mtp_layers"], seed + 500)
     return model
+
+
+def moe_layers(config):
+    """Indices of the MoE layers, as HF builds them."""
+    types = getattr(config, "mlp_layer_types", None)
+    if config.model_type == "deepseek_v32" and types is not None:
+        return [i for i, t in enumerate(types) if t == "sparse"]
+    return [i for i in range(config.num_hidden_layers) if i >= config.first_k_dense_replace]
 
 
 def check_published_names(model_dir, config):
     with safe_open(os.path.join(model_dir, "model.safetensors"), "pt") as f:
         keys = set(f.keys())
         dtypes = {k: f.get_slice(k).get_dtype() for k in keys}
-    moe_layer = config.num_hidden_layers - 1
-    required = [f"model.layers.{moe_layer}.mlp.experts.0.gate_proj.weight",
-                f"model.layers.{moe_layer}.mlp.experts.0.up_proj.weight",
-                f"model.layers.{moe_layer}.mlp.experts.0.down_proj.weight",
-                f"model.layers.{moe_layer}.mlp.gate.weight",
-                "model.layers.0.mlp.gate_proj.weight", "lm_head.weight",
-                "model.embed_tokens.weight", "model.norm.weight"]
+    moe = moe_layers(config)
+    dense = [i for i in range(config.num_hidden_layers) if i not in moe]
+    required = ["model.embed_tokens.weight", "model.norm.weight"]
+    if not config.tie_word_embeddings:
+        required.append("lm_head.weight")
+    if moe:
+        required += [f"model.layers.{moe[-1]}.mlp.experts.0.gate_proj.weight",
+                     f"model.layers.{moe[-1]}.mlp.experts.0.up_proj.weight",
+                     f"model.layers.{moe[-1]}.mlp.experts.0.down_proj.weight",
+                     f"model.layers.{moe[-1]}.mlp.gate.weight"]
+    if dense:
+        required.append(f"model.layers.{dense[0]}.mlp.gate_proj.weight")
     missing = [k for k in required if k not in keys]
     fused = [k for k in keys if "gate_up_proj" in k or k.endswith("experts.down_proj")]
     if missing or fused:
@@ -275,19 +167,67 @@ def check_published_names(model_dir, config):
         raise RuntimeError(f"{model_dir}: tensors not stored as bf16: {bad[:5]}")
 
 
+def add_mtp_layers(model_dir, config, count, seed):
+    """Appends `count` multi-token-prediction layers in DeepSeek-V3's published naming
+    (model.layers.<num_hidden_layers + i>.{embed_tokens, enorm, hnorm, eh_proj,
+    shared_head.{norm, head}} plus a full decoder layer) with random bf16 weights. HF does not
+    build them and reports them as unexpected; a loader must ignore them."""
+    path = os.path.join(model_dir, "model.safetensors")
+    with safe_open(path, "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    gen = torch.Generator().manual_seed(seed)
+    n, h = config.num_hidden_layers, config.hidden_size
+    template = f"model.layers.{n - 1}."
+    for i in range(count):
+        prefix = f"model.layers.{n + i}."
+        extra = {f"{prefix}{k[len(template):]}": t for k, t in tensors.items()
+                 if k.startswith(template)}
+        extra.update({f"{prefix}embed_tokens.weight": tensors["model.embed_tokens.weight"],
+                      f"{prefix}enorm.weight": torch.ones(h), f"{prefix}hnorm.weight": torch.ones(h),
+                      f"{prefix}eh_proj.weight": torch.empty(h, 2 * h),
+                      f"{prefix}shared_head.norm.weight": torch.ones(h),
+                      f"{prefix}shared_head.head.weight": torch.empty(config.vocab_size, h)})
+        for k, t in sorted(extra.items()):
+            r = torch.randn(tuple(t.shape), generator=gen, dtype=torch.float32)
+            tensors[k] = r.to(torch.float32 if k.endswith("e_score_correction_bias")
+                              else torch.bfloat16)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def mtp_prefixes(spec):
+    n = spec["config"]["num_hidden_layers"]
+    return tuple(f"model.layers.{n + i}." for i in range(spec.get("mtp_layers", 0)))
+
+
 def load_reference(model_dir, spec, device):
     model_cls = getattr(transformers, spec["model_cls"])
     model, info = model_cls.from_pretrained(
         model_dir, dtype=torch.float32, attn_implementation="eager",
         experts_implementation="eager", output_loading_info=True)
+    # MTP layers (mtp_layers) are in the checkpoint but not in HF's model.
+    mtp = mtp_prefixes(spec)
+    if mtp:
+        info["unexpected_keys"] = [k for k in info.get("unexpected_keys", [])
+                                   if not k.startswith(mtp)]
     problems = {k: v for k, v in info.items() if v}
     if problems:
         raise RuntimeError(f"{model_dir}: loading reported {problems}")
     return model.to(device).eval()
 
 
+CONFIG_KNOBS = ("rope_parameters", "rope_interleave", "attention_bias", "mlp_bias",
+                "tie_word_embeddings", "rms_norm_eps", "first_k_dense_replace", "mlp_layer_types",
+                "n_shared_experts", "norm_topk_prob", "n_group", "topk_group", "q_lora_rank")
+
+
 def check_roundtrip(saved_model, loaded):
-    """from_pretrained of the saved dir must give exactly the bf16 weights."""
+    """from_pretrained of the saved dir must give exactly the bf16 weights, and the config
+    (published-style rewrite included) must read back to the same knobs."""
+    for knob in CONFIG_KNOBS:
+        want = getattr(saved_model.config, knob, None)
+        got = getattr(loaded.config, knob, None)
+        if want != got:
+            raise RuntimeError(f"config knob {knob} reads back as {got!r}, built as {want!r}")
     want = {k: v.float() for k, v in saved_model.state_dict().items()}
     got = {k: v.detach().cpu() for k, v in loaded.state_dict().items()}
     if set(want) != set(got):
@@ -295,6 +235,27 @@ def check_roundtrip(saved_model, loaded):
     for k in want:
         if not torch.equal(want[k], got[k]):
             raise RuntimeError(f"{k} changed through save/load")
+
+
+@torch.no_grad()
+def decode_gap(model, prompts, device):
+    """Largest |cached greedy decode logits - full-forward logits| over the prompts."""
+    worst = 0.0
+    for ids in prompts:
+        out = model(torch.tensor([ids], device=device), use_cache=True)
+        cache, rows, tokens = out.past_key_values, [out.logits[0, -1].float()], []
+        for step in range(NEW_TOKENS):
+            tokens.append(int(rows[-1].argmax()))
+            if step == NEW_TOKENS - 1:
+                break
+            o = model(torch.tensor([[tokens[-1]]], device=device), past_key_values=cache,
+                      use_cache=True)
+            cache = o.past_key_values
+            rows.append(o.logits[0, -1].float())
+        full = model(torch.tensor([ids + tokens[:-1]], device=device), use_cache=False)
+        full_rows = full.logits[0, len(ids) - 1:].float()
+        worst = max(worst, float((torch.stack(rows) - full_rows).abs().max()))
+    return worst
 
 
 def make_prompts(vocab, seed, lengths=PROMPT_LENGTHS):
@@ -319,10 +280,17 @@ def generate_fixture(name, spec, out_root, device, seed_tries):
         model = load_reference(out_dir, spec, device)
         check_roundtrip(saved, model)
         margin = ref.greedy_screen(model, prompts, device, NEW_TOKENS)
-        print(f"[{name}] seed {seed}: min greedy rel margin {margin:.4g}", flush=True)
-        if best is None or margin > best[0]:
-            best = (margin, seed)
-        if margin >= GOOD_REL_MARGIN:
+        # screen_decode: also require HF's cached decode to agree with its own full forward
+        # (V3.2: an indexer near-tie at the top-k cut makes the two pick different keys, and
+        # expected.json's decode logits would then hold one arbitrary side of the tie).
+        gap = decode_gap(model, prompts, device) if spec.get("screen_decode") else 0.0
+        consistent = gap <= DECODE_GAP_OK
+        print(f"[{name}] seed {seed}: min greedy rel margin {margin:.4g}"
+              + (f", cached decode vs full {gap:.3g}" if spec.get("screen_decode") else ""),
+              flush=True)
+        if best is None or (consistent, margin) > best[0]:
+            best = ((consistent, margin), seed)
+        if consistent and margin >= GOOD_REL_MARGIN:
             break
     seed = best[1]
     if seed != spec["seed"] + attempt:  # the last attempt is not the best: rebuild it

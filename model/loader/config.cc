@@ -11,6 +11,7 @@
 #include "model/loader/config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -41,20 +42,15 @@ const std::set<std::string_view>& IgnoredFields() {
   return kFields;
 }
 
-// yarn_get_mscale of the modeling files.
-double YarnMscale(double scale, double mscale) {
-  if (scale <= 1.0) return 1.0;
-  return 0.1 * mscale * std::log(scale) + 1.0;
-}
-
 class Parser {
  public:
   explicit Parser(const Json& root) : r_(root, "") {}
 
   absl::StatusOr<ModelConfig> Run() {
     RETURN_IF_ERROR(ParseModelType());
+    RETURN_IF_ERROR(RefuseNulls());
     RETURN_IF_ERROR(ParseDims());
-    RETURN_IF_ERROR(ParseRope());
+    RETURN_IF_ERROR(config_internal::ParseRope(r_, c_));
     RETURN_IF_ERROR(config_internal::ParseMlpLayers(r_, c_));
     RETURN_IF_ERROR(config_internal::ParseMoeRouting(r_, c_));
     RETURN_IF_ERROR(ParseIndexer());
@@ -89,6 +85,22 @@ class Parser {
       return absl::InvalidArgumentError(
           absl::StrCat("config.json: model_type '", c_.model_type_name,
                        "' is not supported; expected deepseek_v2, deepseek_v3 or deepseek_v32"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Fields HF types as non-optional (its strict config rejects null) or cannot run with null
+  // (first_k_dense_replace). The optional readers would take null as "use the default", which
+  // would serve a model HF refuses; refuse it here instead.
+  absl::Status RefuseNulls() {
+    for (const char* key : {"n_shared_experts", "routed_scaling_factor", "max_position_embeddings",
+                            "rms_norm_eps", "tie_word_embeddings", "attention_bias", "mlp_bias",
+                            "hidden_act", "first_k_dense_replace", "moe_intermediate_size"}) {
+      if (r_.IsNull(key)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config.json: field '", key, "' is null; HF's ", c_.model_type_name,
+                         " config needs a value (leave the field out for its default)"));
+      }
     }
     return absl::OkStatus();
   }
@@ -147,146 +159,33 @@ class Parser {
     c_.max_position_embeddings = v2() ? 2048 : (v32() ? 163840 : 4096);
     RETURN_IF_ERROR(r_.Int("max_position_embeddings", &c_.max_position_embeddings, 1));
     RETURN_IF_ERROR(r_.Double("rms_norm_eps", &c_.rms_norm_eps));
-    if (!(c_.rms_norm_eps > 0.0)) {
+    if (!(c_.rms_norm_eps >= 0.0)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("config.json: rms_norm_eps must be positive, got ", c_.rms_norm_eps));
+          absl::StrCat("config.json: rms_norm_eps must be >= 0, got ", c_.rms_norm_eps));
     }
     RETURN_IF_ERROR(r_.Bool("tie_word_embeddings", &c_.tie_word_embeddings));
     RETURN_IF_ERROR(r_.Bool("attention_bias", &c_.attention_bias));
+    // Only HF's V2 MLP reads mlp_bias (dense MLP and shared experts; routed experts have no
+    // bias); the V3 and V3.2 MLPs are built without biases whatever it says.
     bool mlp_bias = false;
     RETURN_IF_ERROR(r_.Bool("mlp_bias", &mlp_bias));
-    if (mlp_bias) {
-      return absl::InvalidArgumentError(
-          "config.json: mlp_bias true is not supported (no DeepSeek checkpoint has MLP biases)");
+    if (v2()) {
+      c_.mlp_bias = mlp_bias;
+    } else if (mlp_bias) {
+      Warn(absl::StrCat("mlp_bias true is ignored: HF's ", c_.model_type_name,
+                        " MLPs have no biases"));
     }
     RETURN_IF_ERROR(r_.String("hidden_act", &c_.hidden_act));
+    // HF's ACT2FN maps "swish" to nn.SiLU too. The kernels fuse SiLU-and-mul, so the other
+    // activations HF offers (gelu, relu, ...) are refused.
+    if (c_.hidden_act == "swish") c_.hidden_act = "silu";
     if (c_.hidden_act != "silu") {
       return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_act '", c_.hidden_act,
-                                                     "' is not supported; expected silu"));
+                                                     "' is not supported; expected silu (or swish)"));
     }
     int mtp = 0;
     RETURN_IF_ERROR(r_.AliasedInt("num_nextn_predict_layers", "num_mtp_layers", &mtp, 0));
     c_.num_nextn_predict_layers = mtp;
-    return absl::OkStatus();
-  }
-
-  // Legacy (rope_theta + rope_scaling {type: yarn, ...}) and transformers-5 (rope_parameters
-  // {rope_type, rope_theta, ...}) spellings end in the same RopeConfig.
-  absl::Status ParseRope() {
-    RopeConfig& rope = c_.rope;
-    RETURN_IF_ERROR(r_.Double("rope_theta", &rope.theta));
-    const bool has_legacy = r_.Contains("rope_scaling") && !r_.IsNull("rope_scaling");
-    const bool has_params = r_.Contains("rope_parameters") && !r_.IsNull("rope_parameters");
-    if (has_legacy && has_params) {
-      return absl::InvalidArgumentError(
-          "config.json: both rope_scaling and rope_parameters are set; write only one");
-    }
-    const char* scope = has_legacy ? "rope_scaling" : "rope_parameters";
-    // Take both: a null rope_scaling or rope_parameters just means default RoPE.
-    const Json* legacy_json = r_.Take("rope_scaling");
-    const Json* params_json = r_.Take("rope_parameters");
-    const Json* dict_json = has_legacy ? legacy_json : params_json;
-    if (has_legacy || has_params) {
-      if (!dict_json->is_object()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "config.json: ", scope, " must be an object, got ", ShortDump(*dict_json)));
-      }
-      FieldReader d(*dict_json, scope);
-      std::string rope_type, legacy_type;
-      RETURN_IF_ERROR(d.String("rope_type", &rope_type));
-      RETURN_IF_ERROR(d.String("type", &legacy_type));
-      if (!rope_type.empty() && !legacy_type.empty() && rope_type != legacy_type) {
-        return absl::InvalidArgumentError(absl::StrCat("config.json: ", scope, ".rope_type '",
-                                                       rope_type, "' contradicts ", scope,
-                                                       ".type '", legacy_type, "'"));
-      }
-      rope.type = !rope_type.empty() ? rope_type : (!legacy_type.empty() ? legacy_type : "default");
-      RETURN_IF_ERROR(d.Double("rope_theta", &rope.theta));  // the dict wins, as in HF
-      double partial = 1.0;
-      RETURN_IF_ERROR(d.Double("partial_rotary_factor", &partial));
-      if (partial != 1.0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "config.json: ", scope, ".partial_rotary_factor ", partial, " is not supported"));
-      }
-      if (rope.type == "yarn") {
-        RETURN_IF_ERROR(ParseYarn(d));
-      } else if (rope.type != "default") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("config.json: ", scope, " type '", rope.type,
-                         "' is not supported; expected yarn or default"));
-      }
-      if (const std::vector<std::string> unused = d.Unused(); !unused.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("config.json: unknown field '", scope, ".",
-                                                       unused[0], "' for rope type ", rope.type));
-      }
-    }
-    if (!(rope.theta > 0.0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: rope_theta must be positive, got ", rope.theta));
-    }
-    // HF's yarn_apply_mscale: any non-default rope type with a non-zero mscale_all_dim scales the
-    // softmax by mscale(factor, mscale_all_dim)^2.
-    c_.softmax_scale = 1.0 / std::sqrt(static_cast<double>(c_.qk_head_dim()));
-    if (rope.type != "default" && rope.mscale_all_dim != 0.0) {
-      const double m = YarnMscale(rope.factor, rope.mscale_all_dim);
-      c_.softmax_scale *= m * m;
-    }
-    // rope_interleave is a V3 field; HF's V2 and V3.2 attention always interleave.
-    if (c_.model_type == ModelType::kDeepseekV3) {
-      RETURN_IF_ERROR(r_.Bool("rope_interleave", &c_.rope_interleave));
-    } else {
-      bool interleave = true;
-      RETURN_IF_ERROR(r_.Bool("rope_interleave", &interleave));
-      if (!interleave) {
-        Warn(absl::StrCat("rope_interleave false is ignored: HF's ", c_.model_type_name,
-                          " attention always uses interleaved RoPE"));
-      }
-      c_.rope_interleave = true;
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status ParseYarn(FieldReader& d) {
-    RopeConfig& rope = c_.rope;
-    if (!d.Contains("factor") || d.IsNull("factor")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: ", d.scope(), ".factor is required for YaRN"));
-    }
-    RETURN_IF_ERROR(d.Double("factor", &rope.factor));
-    if (!(rope.factor > 0.0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: ", d.scope(), ".factor must be positive, got ", rope.factor));
-    }
-    rope.original_max_position_embeddings = c_.max_position_embeddings;  // HF's standardisation
-    RETURN_IF_ERROR(
-        d.Int("original_max_position_embeddings", &rope.original_max_position_embeddings, 1));
-    // HF reads `get("beta_fast") or 32`: zero and null mean the default.
-    RETURN_IF_ERROR(d.Double("beta_fast", &rope.beta_fast));
-    RETURN_IF_ERROR(d.Double("beta_slow", &rope.beta_slow));
-    if (rope.beta_fast == 0.0) rope.beta_fast = 32.0;
-    if (rope.beta_slow == 0.0) rope.beta_slow = 1.0;
-    const bool has_mscale = d.Contains("mscale") && !d.IsNull("mscale");
-    RETURN_IF_ERROR(d.Double("mscale", &rope.mscale));
-    RETURN_IF_ERROR(d.Double("mscale_all_dim", &rope.mscale_all_dim));
-    RETURN_IF_ERROR(d.Bool("truncate", &rope.truncate));
-    if (d.Contains("attention_factor") && !d.IsNull("attention_factor")) {
-      double af = 0.0;
-      RETURN_IF_ERROR(d.Double("attention_factor", &af));
-      if (!(af > 0.0)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "config.json: ", d.scope(), ".attention_factor must be positive, got ", af));
-      }
-      rope.attention_factor = af;
-      rope.attention_scaling = af;
-    } else {
-      d.Take("attention_factor");
-      if (has_mscale && rope.mscale != 0.0 && rope.mscale_all_dim != 0.0) {
-        rope.attention_scaling =
-            YarnMscale(rope.factor, rope.mscale) / YarnMscale(rope.factor, rope.mscale_all_dim);
-      } else {
-        rope.attention_scaling = YarnMscale(rope.factor, 1.0);
-      }
-    }
     return absl::OkStatus();
   }
 
@@ -322,23 +221,8 @@ class Parser {
   }
 
   absl::Status ParseTokens() {
-    const Json* eos = r_.Take("eos_token_id");
-    if (eos != nullptr && !eos->is_null()) {
-      auto add = [&](const Json& v) -> absl::Status {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("config.json: eos_token_id must be a token id or a list of them, got ",
-                           ShortDump(*eos)));
-        }
-        c_.eos_token_ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
-        return absl::OkStatus();
-      };
-      if (eos->is_array()) {
-        for (const Json& v : *eos) RETURN_IF_ERROR(add(v));
-      } else {
-        RETURN_IF_ERROR(add(*eos));
-      }
-    }
+    RETURN_IF_ERROR(config_internal::ParseEosTokenIds(r_.Take("eos_token_id"), "config.json",
+                                                      &c_.eos_token_ids));
     if (r_.Contains("bos_token_id") && !r_.IsNull("bos_token_id")) {
       int bos = 0;
       RETURN_IF_ERROR(r_.Int("bos_token_id", &bos, 0));
@@ -407,7 +291,68 @@ class Parser {
   ModelConfig c_;
 };
 
+// The file's text; NOT_FOUND when it cannot be opened.
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
+  return buffer.str();
+}
+
+// HF's generate() stops at generation_config.json's eos_token_id when the checkpoint has that
+// file (GenerationConfig.from_pretrained), and falls back to config.json's only without it.
+absl::Status ApplyGenerationConfig(const std::string& model_dir, ModelConfig& c) {
+  const std::string path = model_dir + "/generation_config.json";
+  if (!std::filesystem::exists(path)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::string text, ReadText(path));
+  Json root;
+  try {
+    root = Json::parse(text);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not valid JSON: ", e.what()));
+  }
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " must hold a JSON object, got ", ShortDump(root)));
+  }
+  auto it = root.find("eos_token_id");
+  if (it == root.end() || it->is_null()) return absl::OkStatus();
+  std::vector<int32_t> eos;
+  RETURN_IF_ERROR(config_internal::ParseEosTokenIds(&*it, "generation_config.json", &eos));
+  if (eos != c.eos_token_ids) {
+    config_internal::AddWarning(
+        c, absl::StrCat("generation_config.json's eos_token_id ", ShortDump(*it),
+                        " replaces config.json's, as in HF's generate()"));
+  }
+  c.eos_token_ids = std::move(eos);
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+namespace config_internal {
+
+absl::Status ParseEosTokenIds(const Json* eos, const char* file, std::vector<int32_t>* out) {
+  out->clear();
+  if (eos == nullptr || eos->is_null()) return absl::OkStatus();
+  auto add = [&](const Json& v) -> absl::Status {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ": eos_token_id must be a token id or a list of them, got ", ShortDump(*eos)));
+    }
+    out->push_back(static_cast<int32_t>(v.get<int64_t>()));
+    return absl::OkStatus();
+  };
+  if (eos->is_array()) {
+    for (const Json& v : *eos) RETURN_IF_ERROR(add(v));
+    return absl::OkStatus();
+  }
+  return add(*eos);
+}
+
+}  // namespace config_internal
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
   Json root;
@@ -425,16 +370,13 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text) {
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
-  absl::StatusOr<ModelConfig> config = ParseModelConfig(buffer.str());
+  ASSIGN_OR_RETURN(const std::string text, ReadText(path));
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(text);
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(path, ": ", config.status().message()));
   }
+  RETURN_IF_ERROR(ApplyGenerationConfig(model_dir, *config));
   return config;
 }
 

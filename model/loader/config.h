@@ -20,16 +20,21 @@ enum class RoutingScoring : uint8_t { kSoftmax, kSigmoid };
 enum class RoutingMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc };
 
 struct RopeConfig {
-  std::string type = "default";  // "default" or "yarn"
+  std::string type = "default";  // "default", "linear", "dynamic", "yarn" or "llama3"
   double theta = 10000.0;
-  // YaRN (rope_scaling / rope_parameters with type "yarn")
+  // Every type but default: the scaling factor (linear divides the frequencies by it; dynamic
+  // NTK rescales theta by it only past max_position_embeddings, which the engine refuses, so
+  // its frequencies are the default ones). mscale_all_dim scales the softmax for all of them.
   double factor = 1.0;
+  // YaRN and llama3 (rope_scaling / rope_parameters)
   int original_max_position_embeddings = 0;
   double beta_fast = 32.0;
   double beta_slow = 1.0;
   double mscale = 1.0;
   double mscale_all_dim = 0.0;
   bool truncate = true;
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
   std::optional<double> attention_factor;  // explicit override, when the config gives one
   // The multiplier HF applies to cos/sin (its `attention_scaling`): 1 for default RoPE; for YaRN
   // attention_factor when given, else mscale(factor, mscale) / mscale(factor, mscale_all_dim)
@@ -50,7 +55,8 @@ struct ModelConfig {
   int max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;
+  bool attention_bias = false;  // q_a_proj, kv_a_proj_with_mqa and o_proj carry biases
+  bool mlp_bias = false;        // V2 only: the dense MLP and shared experts carry biases
   std::string hidden_act = "silu";
 
   // MLA
@@ -86,7 +92,7 @@ struct ModelConfig {
   int index_head_dim = 0;
   int index_topk = 0;
 
-  std::vector<int32_t> eos_token_ids;
+  std::vector<int32_t> eos_token_ids;  // generation_config.json's when it sets them
   std::optional<int32_t> bos_token_id;
 
   // Weight quantization: "fp8" with weight_block_size [128,128] when quantization_config says so.
@@ -104,6 +110,8 @@ struct ModelConfig {
 };
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text);
+// config.json of `model_dir`; eos_token_ids come from generation_config.json instead when that
+// file sets eos_token_id (what HF's generate() stops at).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 }  // namespace mlaserve::model

@@ -170,6 +170,15 @@ inline void AddWarning(ModelConfig& config, std::string message) {
   config.warnings.push_back(std::move(message));
 }
 
+// eos_token_id of config.json or generation_config.json (`file`, for messages): an id or a list
+// of ids; null or absent gives none.
+absl::Status ParseEosTokenIds(const Json* eos, const char* file, std::vector<int32_t>* out);
+
+// config_rope.cc: rope_theta, rope_scaling / rope_parameters, partial_rotary_factor,
+// rope_interleave; sets RopeConfig and softmax_scale. Expects model_type and the head dims
+// (qk_rope_head_dim, qk_head_dim) and max_position_embeddings already parsed.
+absl::Status ParseRope(FieldReader& r, ModelConfig& c);
+
 // config_moe.cc. Both expect model_type and num_hidden_layers already parsed.
 // layer_is_moe from first_k_dense_replace / mlp_layer_types.
 absl::Status ParseMlpLayers(FieldReader& r, ModelConfig& c);
