@@ -218,12 +218,40 @@ class Loader {
   }
 
   kernels::DType dtype() const { return dtype_; }
+  kernels::Backend backend() const { return backend_; }
 
  private:
   WeightStore& store_;
   kernels::Backend backend_;
   kernels::DType dtype_;
 };
+
+// Stacks `first` over `second` (both [out_i, in], no bias) into one [out_1 + out_2, in] matrix
+// that both then view: `stacked` owns it.
+absl::Status StackRows(kernels::Backend backend, LinearWeight* first, LinearWeight* second,
+                       LinearWeight* stacked) {
+  if (first->in != second->in || first->weight.dtype != second->weight.dtype) {
+    return absl::InternalError(absl::StrCat("stacking weights of ", first->in, " and ",
+                                            second->in, " input columns"));
+  }
+  const kernels::DType dtype = first->weight.dtype;
+  const size_t es = kernels::DTypeSize(dtype);
+  const size_t bytes1 = static_cast<size_t>(first->weight.numel) * es;
+  const size_t bytes2 = static_cast<size_t>(second->weight.numel) * es;
+  stacked->out = first->out + second->out;
+  stacked->in = first->in;
+  stacked->weight.dtype = dtype;
+  stacked->weight.numel = first->weight.numel + second->weight.numel;
+  ASSIGN_OR_RETURN(stacked->weight.buffer, DeviceBuffer::Allocate(backend, bytes1 + bytes2));
+  const kernels::KernelContext ctx{backend, nullptr, 0};
+  auto* at = static_cast<char*>(stacked->weight.buffer.data());
+  RETURN_IF_ERROR(CopyBytes(ctx, at, first->weight.data(), bytes1, CopyKind::kDeviceToDevice));
+  RETURN_IF_ERROR(CopyBytes(ctx, at + bytes1, second->weight.data(), bytes2, CopyKind::kDeviceToDevice));
+  RETURN_IF_ERROR(Synchronize(ctx));  // before the sources are freed
+  first->weight = WeightTensor{DeviceBuffer(), at, dtype, first->weight.numel};
+  second->weight = WeightTensor{DeviceBuffer(), at + bytes1, dtype, second->weight.numel};
+  return absl::OkStatus();
+}
 
 absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayout& pl,
                                        const Loader& ld, int l) {
@@ -271,6 +299,12 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
   ASSIGN_OR_RETURN(m.kv_b_proj, ld.PaddedLinear(a + ".kv_b_proj", heads * (dn + dv),
                                                 c.kv_lora_rank, head_rows(dn + dv), kv_b_rows,
                                                 rank_cols, false));
+  // q_proj / q_a_proj and kv_a_proj_with_mqa both read the normed hidden state: stacked, one
+  // GEMM computes both (attention_bias checkpoints keep two).
+  LinearWeight& q_first = c.q_lora_rank.has_value() ? m.q_a_proj : m.q_proj;
+  if (q_first.bias.empty() && m.kv_a_proj.bias.empty()) {
+    RETURN_IF_ERROR(StackRows(ld.backend(), &q_first, &m.kv_a_proj, &m.q_kv_a));
+  }
   // Row parallel: under tensor-parallel attention the partial sums are all-reduced, so rank 0
   // alone adds the bias (every rank does when it holds every head: data-parallel attention).
   ASSIGN_OR_RETURN(m.o_proj, ld.PaddedLinear(a + ".o_proj", H, heads * dv, head_cols(dv),
