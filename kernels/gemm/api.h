@@ -22,7 +22,8 @@ inline constexpr int kGemmSmallMMaxRows = 16;
 
 // Which CUDA implementation runs a GEMM (ignored on the CPU).
 enum class GemmPath : uint8_t {
-  kAuto,      // the small-M kernel where it applies (GemmRunsSmallM), else cuBLASLt
+  kAuto,      // the small-M kernel where it applies (GemmRunsSmallM), else cuBLASLt;
+              // MLASERVE_GEMM_SMALL_M=0 in the environment: cuBLASLt (timing comparisons)
   kCublasLt,  // cuBLASLt only (benchmarks' baseline)
   kSmallM,    // the small-M kernel; INVALID_ARGUMENT where it does not apply
 };

@@ -16,6 +16,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -198,6 +199,22 @@ absl::Status CublasLtGemm(const GemmParams& p, void* stream) {
   return absl::OkStatus();
 }
 
+// MLASERVE_GEMM_SMALL_M=0 keeps kAuto on cuBLASLt (for timing comparisons; kSmallM still runs).
+bool SmallMAutoDisabled() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("MLASERVE_GEMM_SMALL_M");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  return disabled;
+}
+
+// Why `p` does not run on the small-M kernel, or null.
+const char* SmallMRefusalFor(const GemmParams& p) {
+  if (p.path == GemmPath::kCublasLt) return "path=kCublasLt was asked";
+  if (p.path == GemmPath::kAuto && SmallMAutoDisabled()) return "MLASERVE_GEMM_SMALL_M=0";
+  return gemm_cuda::SmallMRefusal(p);
+}
+
 // The product's columns [c2_begin, n) as their own GEMM writing c2.
 GemmParams SecondOutput(const GemmParams& p) {
   const size_t ab = DTypeSize(p.dtype);
@@ -220,8 +237,7 @@ absl::Status GemmCuda(const GemmParams& p, void* stream) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gemm: the CUDA backend supports dtype=bf16 or f32, got ", DTypeName(p.dtype)));
   }
-  const char* refusal = p.path == GemmPath::kCublasLt ? "path=kCublasLt was asked"
-                                                      : gemm_cuda::SmallMRefusal(p);
+  const char* refusal = SmallMRefusalFor(p);
   if (refusal == nullptr) return gemm_cuda::LaunchSmallM(p, static_cast<cudaStream_t>(stream));
   if (p.path == GemmPath::kSmallM || p.epilogue != GemmEpilogue::kNone) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -240,8 +256,7 @@ absl::Status GemmCuda(const GemmParams& p, void* stream) {
 }
 
 bool GemmRunsSmallM(const GemmParams& p, Backend backend) {
-  return backend == Backend::kCuda && p.path != GemmPath::kCublasLt &&
-         gemm_cuda::SmallMRefusal(p) == nullptr;
+  return backend == Backend::kCuda && SmallMRefusalFor(p) == nullptr;
 }
 
 }  // namespace mlaserve::kernels

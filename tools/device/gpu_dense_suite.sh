@@ -10,7 +10,8 @@
 #   3. mlaserve-dense-bench --decode-only: the small-M GEMM vs cuBLASLt on V2-Lite / V3
 #      projections at 1, 2, 4, 8, 16 tokens (% of copy bandwidth, same run), RMSNorm at decode rows;
 #   4. the random V2-Lite-shaped checkpoint (tools/make_random_model.py), mlaserve-engine-bench
-#      decode at batch 1 / 32 / 128 with graphs, then batch 1 again with MLASERVE_PDL=0;
+#      decode at batch 1 / 32 / 128 with graphs, then batch 1 again with MLASERVE_PDL=0 and with
+#      MLASERVE_GEMM_SMALL_M=0 (cuBLASLt for every GEMM, no fused SiLU);
 #   5. model_engine_cuda_test: the CUDA engine vs the HF fixtures (decode graphs vs eager too).
 #   here:            tools/device/gpu_dense_suite.sh --bundle   (build + bundle into
 #                    .devbin-dense/ and .devlibs-dense/, git-ignored, packed into
@@ -18,7 +19,8 @@
 #                    fit the 64 MiB carry): carry [".devpack-dense.tar.xz"])
 #   on the GPU box:  tools/device/gpu_dense_suite.sh [--no-bench] [--no-engine] [--no-sanitize]
 # Results under $OUT: gpu.txt, dense_tests.log, memcheck.txt, racecheck.txt, dense_bench.txt,
-# engine_bench.txt, engine_bench_nopdl.txt, engine_cuda_test.txt, summary.txt (printed last).
+# engine_bench.txt, engine_bench_nopdl.txt, engine_bench_nosmallm.txt, engine_cuda_test.txt,
+# summary.txt (printed last).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 TESTS=${DENSE_TESTS:-"kernels_gemm_cuda_test kernels_pdl_graph_cuda_test kernels_embedding_cuda_test
@@ -129,9 +131,13 @@ if [[ $ENGINE == 1 ]]; then
   step "engine bench (PDL)" 200 "$OUT/engine_bench.txt" "$B/mlaserve-engine-bench" --model "$MODEL" \
     --prefill-lens 1024 --runs 2 --decode-batches 1,32,128 --decode-context 1024 \
     --eager-steps 4 --sampled-steps 8 --output-json "$OUT/engine_bench.json"
-  MLASERVE_PDL=0 step "engine bench (MLASERVE_PDL=0)" 120 "$OUT/engine_bench_nopdl.txt" \
-    "$B/mlaserve-engine-bench" --model "$MODEL" --prefill-lens 1024 --runs 1 --decode-batches 1 \
-    --decode-context 1024 --eager-steps 0 --sampled-steps 0
+  # Attribution at batch 1: without PDL, then without the small-M GEMM (and its fusions).
+  b1=(--model "$MODEL" --prefill-lens 1024 --runs 1 --decode-batches 1 --decode-context 1024
+      --eager-steps 0 --sampled-steps 0)
+  MLASERVE_PDL=0 step "engine bench b1 (MLASERVE_PDL=0)" 90 "$OUT/engine_bench_nopdl.txt" \
+    "$B/mlaserve-engine-bench" "${b1[@]}"
+  MLASERVE_GEMM_SMALL_M=0 step "engine bench b1 (MLASERVE_GEMM_SMALL_M=0)" 90 \
+    "$OUT/engine_bench_nosmallm.txt" "$B/mlaserve-engine-bench" "${b1[@]}"
 fi
 step "$ENGINE_TEST" 240 "$OUT/engine_cuda_test.txt" "$B/$ENGINE_TEST" --gtest_brief=1
 
@@ -142,7 +148,8 @@ step "$ENGINE_TEST" 240 "$OUT/engine_cuda_test.txt" "$B/$ENGINE_TEST" --gtest_br
   echo "== sanitizers"; grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/memcheck.txt" "$OUT/racecheck.txt" 2>/dev/null
   echo "== dense bench (decode)"; cat "$OUT/dense_bench.txt" 2>/dev/null
   echo "== engine bench"; cat "$OUT/engine_bench.txt" 2>/dev/null | grep -vE "^\s*$" | tail -25
-  echo "== engine bench, MLASERVE_PDL=0"; grep -iE "decode|batch" "$OUT/engine_bench_nopdl.txt" 2>/dev/null | tail -8
+  echo "== engine bench b1, MLASERVE_PDL=0"; grep -iE "decode|batch|\|" "$OUT/engine_bench_nopdl.txt" 2>/dev/null | tail -8
+  echo "== engine bench b1, MLASERVE_GEMM_SMALL_M=0"; grep -iE "decode|batch|\|" "$OUT/engine_bench_nosmallm.txt" 2>/dev/null | tail -8
   echo "== engine cuda test"; grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED" "$OUT/engine_cuda_test.txt" | tail -4
   cat "$OUT/gpu.txt"
   printf '%s\n' "${summary[@]}"
