@@ -32,12 +32,10 @@ constexpr int kChunkK = 32;            // K values of one warp step: 4 lanes x 8
 constexpr int kRowsPerTile = 16;       // weight rows of one m16 fragment
 constexpr int kTokensPerTile = 8;      // tokens of one n8 fragment
 constexpr int kChunksInFlight = 4;     // 16-byte weight loads per row pair in flight per lane
-// K split: at most a portable cluster of CTAs per tile, each keeping at least
-// kMinChunksPerWarp chunks per warp; split until the grid has kTargetWarpsPerSm warps per SM
-// (each warp keeps ~4 KiB of weight loads in flight).
+// K split: at most a portable cluster of CTAs per tile, each warp keeping at least
+// kMinChunksPerWarp chunks (ChooseSplits).
 constexpr int kMaxSplits = 8;
 constexpr int kMinChunksPerWarp = 2;
-constexpr int kTargetWarpsPerSm = 16;
 
 // Normalised on the host: element pointers and strides, no second output = c2_begin n.
 struct SmallMArgs {
@@ -289,25 +287,57 @@ DeviceFacts FactsOfCurrentDevice() {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % cuda::kChunkBytes == 0; }
 
+// CTAs of one instantiation an SM holds at once (cached: one GPU model per process).
 template <int kTiles, typename OutT, bool kSiluMul>
-absl::Status Launch(const SmallMArgs& args, dim3 grid, cudaStream_t stream) {
+int CtasPerSm() {
+  static const int ctas = [] {
+    int v = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &v, SmallMGemmKernel<kTiles, OutT, kSiluMul>, kThreads, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+    }
+    return std::max(v, 1);
+  }();
+  return ctas;
+}
+
+// CTAs per tile along K: the largest power of two (<= kMaxSplits) that keeps the grid within
+// one wave of resident CTAs and every warp at kMinChunksPerWarp chunks or more. Within one wave
+// every CTA issues its loads at once (a warp's chunks are at most a few pipelined groups), so
+// the whole weight is in flight; a second partial wave would add a load latency.
+int ChooseSplits(int64_t ctas, int chunks, int64_t resident) {
+  int splits = 1;
+  while (splits < kMaxSplits && ctas * splits * 2 <= resident &&
+         chunks >= 2 * splits * kWarps * kMinChunksPerWarp) {
+    splits *= 2;
+  }
+  return splits;
+}
+
+// The grid is (tiles, K splits, batch); a cluster is one tile's K splits.
+template <int kTiles, typename OutT, bool kSiluMul>
+absl::Status Launch(SmallMArgs args, int64_t tiles, int batch, int sms, cudaStream_t stream) {
+  const int64_t resident = static_cast<int64_t>(sms) * CtasPerSm<kTiles, OutT, kSiluMul>();
+  const int splits = ChooseSplits(tiles * batch, args.chunks, resident);
+  args.chunks_per_cta = (args.chunks + splits - 1) / splits;
   cuda::LaunchShape shape;
-  shape.grid = grid;
+  shape.grid = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits),
+                    static_cast<unsigned>(batch));
   shape.block = dim3(kThreads);
   shape.stream = stream;
-  shape.cluster = dim3(1, grid.y, 1);
+  shape.cluster = dim3(1, static_cast<unsigned>(splits), 1);
   return cuda::LaunchPdl("gemm small-m", shape, SmallMGemmKernel<kTiles, OutT, kSiluMul>, args);
 }
 
 template <int kTiles>
-absl::Status LaunchTiles(const SmallMArgs& args, bool f32_out, bool silu, dim3 grid,
-                         cudaStream_t stream) {
+absl::Status LaunchTiles(const SmallMArgs& args, bool f32_out, bool silu, int64_t tiles, int batch,
+                         int sms, cudaStream_t stream) {
   if (f32_out) {
-    return silu ? Launch<kTiles, float, true>(args, grid, stream)
-                : Launch<kTiles, float, false>(args, grid, stream);
+    return silu ? Launch<kTiles, float, true>(args, tiles, batch, sms, stream)
+                : Launch<kTiles, float, false>(args, tiles, batch, sms, stream);
   }
-  return silu ? Launch<kTiles, __nv_bfloat16, true>(args, grid, stream)
-              : Launch<kTiles, __nv_bfloat16, false>(args, grid, stream);
+  return silu ? Launch<kTiles, __nv_bfloat16, true>(args, tiles, batch, sms, stream)
+              : Launch<kTiles, __nv_bfloat16, false>(args, tiles, batch, sms, stream);
 }
 
 }  // namespace
@@ -339,13 +369,6 @@ absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream) {
   const int per_cta = kRowsPerTile * tiles8 / (silu ? 2 : 1);
   const int64_t tiles = (outputs + per_cta - 1) / per_cta;
   const int chunks = (p.k + kChunkK - 1) / kChunkK;
-  const int64_t ctas = tiles * p.batch;
-  const int64_t target_warps = static_cast<int64_t>(kTargetWarpsPerSm) * facts.sms;
-  int splits = 1;
-  while (splits < kMaxSplits && ctas * splits * kWarps < target_warps &&
-         chunks >= 2 * splits * kWarps * kMinChunksPerWarp) {
-    splits *= 2;
-  }
   if (tiles > 0x7fffffff) {
     return absl::InvalidArgumentError(absl::StrCat("gemm small-m: n=", p.n, " needs ", tiles,
                                                    " row tiles, more than a grid holds"));
@@ -370,11 +393,8 @@ absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream) {
   args.n = p.n;
   args.k = p.k;
   args.chunks = chunks;
-  args.chunks_per_cta = (chunks + splits - 1) / splits;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits),
-                  static_cast<unsigned>(p.batch));
-  return tiles8 == 1 ? LaunchTiles<1>(args, p.c_f32, silu, grid, stream)
-                     : LaunchTiles<2>(args, p.c_f32, silu, grid, stream);
+  return tiles8 == 1 ? LaunchTiles<1>(args, p.c_f32, silu, tiles, p.batch, facts.sms, stream)
+                     : LaunchTiles<2>(args, p.c_f32, silu, tiles, p.batch, facts.sms, stream);
 }
 
 }  // namespace mlaserve::kernels::gemm_cuda

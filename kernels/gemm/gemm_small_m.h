@@ -8,9 +8,10 @@
 // lane's 8 contiguous K values feed two k16 products: K is permuted inside each 32-wide chunk,
 // identically for the weight and the token fragments, so each product still sums matching
 // pairs. A CTA (4 warps) owns 16 weight rows (32 above 8 tokens) and a slice of K; up to 8 CTAs
-// of a thread-block cluster split K further so that even narrow weights keep every SM
-// streaming, and reduce their partial sums through distributed shared memory in a fixed order
-// (bitwise deterministic, one launch, no workspace). The epilogue applies alpha, beta * C,
+// of a thread-block cluster split K further (as many as keep the grid within one wave of
+// resident CTAs) so that even narrow weights keep every SM streaming, and reduce their partial
+// sums through distributed shared memory in a fixed order (bitwise deterministic, one launch,
+// no workspace). The epilogue applies alpha, beta * C,
 // bias, the second output (api.h, c2) and the SiLU-and-mul epilogue.
 //
 // Launched with programmatic dependent launch (kernels/common/pdl.cuh). Needs sm_90 (clusters).
