@@ -42,6 +42,13 @@ struct RopeParams {
   int64_t k_token_stride = 0;
   int64_t k_head_stride = 0;
   int k_offset = 0;
+  // Optional, with k (one head): RMSNorm (eps k_norm_eps, weight k_norm_weight [k_norm_dim],
+  // kernels/norm's formula) of each k row's first k_norm_dim values, in place, in the same
+  // launch: MLA's cache entry is [kv_a_layernorm(latent) | rope(k_pe)], both halves of one row.
+  // k_norm_dim <= k_offset (the normed values precede the rotated ones). null: no norm.
+  const void* k_norm_weight = nullptr;
+  int k_norm_dim = 0;
+  float k_norm_eps = 1e-6f;
   // Optional: x's rotated values are written here instead of back into x (x is then only
   // read), element (t, h, out_offset + j) at out[t*out_token_stride + h*out_head_stride +
   // out_offset + j] (MLA's absorbed query, whose rope part follows its latent part: the copy

@@ -41,6 +41,15 @@ absl::Status Rope(const RopeParams& p, const KernelContext& ctx) {
   RETURN_IF_ERROR(RequireNonNull("cos_sin", p.cos_sin));
   RETURN_IF_ERROR(CheckStrides("", p.num_tokens, p.num_heads, p.token_stride, p.head_stride,
                                p.offset, p.rot_dim));
+  if (p.k_norm_weight != nullptr) {
+    if (p.k == nullptr || p.k_heads != 1 || p.k_norm_dim <= 0 || p.k_norm_dim > p.k_offset ||
+        !(p.k_norm_eps >= 0.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rope: the fused norm of k takes one k head, 0 < k_norm_dim <= k_offset and eps >= 0 (got "
+          "k_heads=", p.k_heads, ", k_norm_dim=", p.k_norm_dim, ", k_offset=", p.k_offset,
+          ", k_norm_eps=", p.k_norm_eps, ")"));
+    }
+  }
   if (p.k != nullptr) {
     RETURN_IF_ERROR(RequirePositive("k_heads", p.k_heads));
     RETURN_IF_ERROR(CheckStrides("k_", p.num_tokens, p.k_heads, p.k_token_stride,

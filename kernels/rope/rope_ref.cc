@@ -2,6 +2,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/common/param_check.h"
+#include "kernels/common/rms_norm_row.h"
 #include "kernels/rope/api.h"
 
 namespace mlaserve::kernels {
@@ -38,6 +39,10 @@ absl::Status RopeCpu(const RopeParams& p) {
       float* dst = out != nullptr ? out + t * p.out_token_stride + h * p.out_head_stride + p.out_offset
                                   : x + t * p.token_stride + h * p.head_stride + p.offset;
       rotate(cos, src, dst);
+    }
+    if (p.k_norm_weight != nullptr) {
+      float* row = k + t * p.k_token_stride;
+      RmsNormRowCpu(row, static_cast<const float*>(p.k_norm_weight), p.k_norm_dim, p.k_norm_eps, row);
     }
     for (int h = 0; k != nullptr && h < p.k_heads; ++h) {
       float* v = k + t * p.k_token_stride + h * p.k_head_stride + p.k_offset;

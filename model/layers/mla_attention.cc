@@ -18,12 +18,13 @@ namespace {
 // HF builds q_a_layernorm / kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps.
 constexpr float kLatentNormEps = 1e-6f;
 
-// RoPE on q's rope parts and the shared key's, in one launch: q [T, H, nope | rope] is rotated
-// in place, or into q_out's rope parts ([T, H, latent | rope], the absorbed query) when given;
-// kv [T, latent | k_pe] in place.
-absl::Status RopeQk(const ops::OpContext& ctx, const RopeTable& rope, const float* cos_sin,
-                    const BatchPlan& plan, const MlaDims& d, int heads, bool interleaved, void* q,
-                    void* q_out, void* kv) {
+// One launch for the rest of the cache entry and the query: kv [T, latent | k_pe] gets
+// kv_a_layernorm on its first kv_lora_rank values (`norm`, eps kLatentNormEps) and RoPE on k_pe,
+// in place; q [T, H, nope | rope] gets RoPE on its rope parts, in place or into q_out's rope
+// parts ([T, H, latent | rope], the absorbed query) when given.
+absl::Status NormRopeQk(const ops::OpContext& ctx, const RopeTable& rope, const float* cos_sin,
+                        const BatchPlan& plan, const MlaDims& d, int heads, bool interleaved,
+                        const WeightTensor& norm, int norm_dim, void* q, void* q_out, void* kv) {
   kernels::RopeParams p;
   p.dtype = ctx.dtype;
   p.num_tokens = plan.total_tokens;
@@ -42,6 +43,9 @@ absl::Status RopeQk(const ops::OpContext& ctx, const RopeTable& rope, const floa
   p.k_token_stride = d.latent();
   p.k_head_stride = d.latent();
   p.k_offset = d.rank;
+  p.k_norm_weight = norm.data();
+  p.k_norm_dim = norm_dim;
+  p.k_norm_eps = kLatentNormEps;
   if (q_out != nullptr) {
     p.out = q_out;
     p.out_token_stride = static_cast<int64_t>(heads) * d.latent();
@@ -143,18 +147,19 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
   }
 
   // The norm reads the model's kv_lora_rank values (the padding after them is zero) and RoPE the
-  // model's rope dim (rope->rot_dim) from the start of the stored rope part. The latent forms
-  // take q's rotated rope part straight into the absorbed query q_abs ([T, H, latent | rope]),
-  // whose latent part AttendLatent fills -- unless the stored rope part is padded past the
-  // rotated values (odd head dims), whose zeros AttendLatent then copies with it.
-  RETURN_IF_ERROR(ops::RmsNorm(oc, kv, T, c.kv_lora_rank, E, w.kv_a_norm, kLatentNormEps, kv, E));
+  // model's rope dim (rope->rot_dim) from the start of the stored rope part, one launch for both
+  // and q's rope. The latent forms take q's rotated rope part straight into the absorbed query
+  // q_abs ([T, H, latent | rope]), whose latent part AttendLatent fills -- unless the stored
+  // rope part is padded past the rotated values (odd head dims), whose zeros AttendLatent then
+  // copies with it.
   void* q_abs = nullptr;
   if (form != AttentionForm::kMha) {
     ASSIGN_OR_RETURN(q_abs, scratch.Activations(static_cast<int64_t>(T) * H * E, "absorbed q"));
   }
   const bool rope_into_q_abs = q_abs != nullptr && ctx_->dims.rope == ctx_->rope->rot_dim;
-  RETURN_IF_ERROR(RopeQk(oc, *ctx_->rope, ctx_->cos_sin, plan, ctx_->dims, H, c.rope_interleave,
-                         q, rope_into_q_abs ? q_abs : nullptr, kv));
+  RETURN_IF_ERROR(NormRopeQk(oc, *ctx_->rope, ctx_->cos_sin, plan, ctx_->dims, H,
+                             c.rope_interleave, w.kv_a_norm, c.kv_lora_rank, q,
+                             rope_into_q_abs ? q_abs : nullptr, kv));
 
   RETURN_IF_ERROR(ctx_->cache->WriteLatent(layer_, plan, kv));
 

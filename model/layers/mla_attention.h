@@ -4,8 +4,8 @@
 // Per new token: q = q_proj(x), or q_b_proj(q_a_layernorm(q_a_proj(x))) with a q LoRA (q_proj
 // or q_a_proj computed with kv_a_proj_with_mqa in one GEMM over their stacked weights); the
 // cache entry kv_a_layernorm(latent) | rope(k_pe) goes into the layer's cache (its format:
-// kv_cache/latent_kv_cache.h); RoPE on q's rope part (one launch with k_pe's, writing straight
-// into the absorbed query in the latent forms). The q_a / kv_a layernorms use eps 1e-6
+// kv_cache/latent_kv_cache.h); RoPE on q's rope part (one launch with k_pe's rotation and the
+// latent's norm, writing straight into the absorbed query in the latent forms). The q_a / kv_a layernorms use eps 1e-6
 // (HF's RMSNorm default), not rms_norm_eps. Then one of the forms (attention_forms.h):
 //   MHA:  decompress latents through kv_b_proj; the chunk attends its own keys causally and its
 //         cached prefix in bounded prefix pieces, merged by LSE (mla_attention_mha.cc).

@@ -108,7 +108,7 @@ if [[ $SANITIZE == 1 ]]; then
   step "memcheck norm" 90 "$OUT/memcheck.txt" compute-sanitizer --tool memcheck --error-exitcode 3 \
     "$B/kernels_norm_cuda_test" --gtest_brief=1 --gtest_filter="$norm_filter:Shapes/LayerNormCudaTest.*/0"
   step "memcheck rope" 60 "$OUT/memcheck.txt" compute-sanitizer --tool memcheck --error-exitcode 3 \
-    "$B/kernels_rope_cuda_test" --gtest_brief=1 --gtest_filter='RopeCudaQk.*:Shapes/RopeCudaTest.*/1'
+    "$B/kernels_rope_cuda_test" --gtest_brief=1 --gtest_filter='Norm/RopeCudaQk.*:Shapes/RopeCudaTest.*/1'
   : > "$OUT/racecheck.txt"
   step "racecheck gemm small-m" 150 "$OUT/racecheck.txt" compute-sanitizer --tool racecheck --error-exitcode 3 \
     "$B/kernels_gemm_cuda_test" --gtest_brief=1 \
