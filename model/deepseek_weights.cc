@@ -253,6 +253,33 @@ absl::Status StackRows(kernels::Backend backend, LinearWeight* first, LinearWeig
   return absl::OkStatus();
 }
 
+// W_UK of every head of kv_b_proj ([heads * (nope + v), rank], stored widths) transposed to
+// [heads, rank, nope], for the CUDA absorbed form (MlaWeights::w_uk_t). Load time only: a copy
+// through the host.
+absl::StatusOr<WeightTensor> TransposedUk(kernels::Backend backend, const LinearWeight& kv_b,
+                                          int heads, const MlaDims& d) {
+  const int64_t rank = d.rank, nope = d.nope, head_rows = d.nope + d.v;
+  std::vector<uint16_t> kv(static_cast<size_t>(kv_b.weight.numel));
+  if (kv_b.weight.dtype != kernels::DType::kBF16 || kv_b.in != rank ||
+      kv_b.out != heads * head_rows) {
+    return absl::InternalError(absl::StrCat("kv_b_proj is [", kv_b.out, ", ", kv_b.in,
+                                            "], expected bf16 [", heads * head_rows, ", ", rank, "]"));
+  }
+  const kernels::KernelContext ctx{backend, nullptr, 0};
+  RETURN_IF_ERROR(CopyBytes(ctx, kv.data(), kv_b.weight.data(), kv.size() * 2, CopyKind::kDeviceToHost));
+  RETURN_IF_ERROR(Synchronize(ctx));
+  std::vector<uint16_t> t(static_cast<size_t>(heads) * rank * nope);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < nope; ++i)
+      for (int64_t l = 0; l < rank; ++l)
+        t[(h * rank + l) * nope + i] = kv[(h * head_rows + i) * rank + l];
+  WeightTensor w;
+  w.dtype = kernels::DType::kBF16;
+  w.numel = static_cast<int64_t>(t.size());
+  ASSIGN_OR_RETURN(w.buffer, DeviceBuffer::FromHost(backend, t.data(), t.size() * 2));
+  return w;
+}
+
 absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayout& pl,
                                        const Loader& ld, int l) {
   LayerWeights lw;
@@ -299,6 +326,9 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
   ASSIGN_OR_RETURN(m.kv_b_proj, ld.PaddedLinear(a + ".kv_b_proj", heads * (dn + dv),
                                                 c.kv_lora_rank, head_rows(dn + dv), kv_b_rows,
                                                 rank_cols, false));
+  if (ld.backend() == kernels::Backend::kCuda) {
+    ASSIGN_OR_RETURN(m.w_uk_t, TransposedUk(ld.backend(), m.kv_b_proj, hs.count, d));
+  }
   // q_proj / q_a_proj and kv_a_proj_with_mqa both read the normed hidden state: stacked, one
   // GEMM computes both (attention_bias checkpoints keep two).
   LinearWeight& q_first = c.q_lora_rank.has_value() ? m.q_a_proj : m.q_proj;

@@ -73,6 +73,10 @@ struct MlaWeights {
   WeightTensor kv_a_norm;     // [kv_lora]
   LinearWeight kv_b_proj;     // [H*(nope+v), kv_lora]
   LinearWeight o_proj;        // [hidden, H*v] (+bias)
+  // CUDA only: W_UK transposed per head, [H, kv_lora, nope] (the absorbed form's q_nope . W_UK
+  // as an [n, k] weight, which the small-M GEMM streams; kv_b_proj's own [k, n] view goes
+  // through cuBLASLt). Empty on the CPU.
+  WeightTensor w_uk_t;
   // q_proj (q_a_proj with a q LoRA) stacked over kv_a_proj: [q_out + kv_lora + rope, hidden],
   // the buffer both of them view. Empty when either has a bias (attention_bias): they then own
   // their buffers and run as two GEMMs.

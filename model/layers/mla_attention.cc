@@ -206,19 +206,28 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
   const int L = ctx_->dims.rank;
   const int E = ctx_->dims.latent();
 
-  // q_abs [T, H, L | rope]: q_nope[h] . W_UK[h] per head, and the roped part unless it is in.
+  // q_abs [T, H, L | rope]: q_nope[h] . W_UK[h] per head (through the transposed copy where
+  // the loader made one: an [n, k] weight for the small-M GEMM), and the roped part unless it
+  // is in.
   kernels::GemmParams uk;
   uk.m = T;
   uk.n = L;
   uk.k = dn;
   uk.a = q;
   uk.lda = static_cast<int64_t>(H) * qk;
-  uk.b = views.w_uk;
-  uk.ldb = views.row_stride;
-  uk.b_transposed = false;
   uk.c = q_abs;
   uk.ldc = static_cast<int64_t>(H) * E;
-  RETURN_IF_ERROR(PerHeadGemm(oc, uk, H, qk, views.head_stride, E));
+  if (!w_->w_uk_t.empty()) {
+    uk.b = w_->w_uk_t.data();
+    uk.ldb = dn;
+    uk.b_transposed = true;
+    RETURN_IF_ERROR(PerHeadGemm(oc, uk, H, qk, static_cast<int64_t>(L) * dn, E));
+  } else {
+    uk.b = views.w_uk;
+    uk.ldb = views.row_stride;
+    uk.b_transposed = false;
+    RETURN_IF_ERROR(PerHeadGemm(oc, uk, H, qk, views.head_stride, E));
+  }
   if (!q_abs_roped) {
     RETURN_IF_ERROR(
         ops::Copy2D(oc, oc.at(q_abs, L), E, oc.at(q, dn), qk, dr, static_cast<int64_t>(T) * H));
