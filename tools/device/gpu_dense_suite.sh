@@ -2,8 +2,8 @@
 # The dense / decode-step GPU suite (owner: gemv; issue 12, decode at batch 1-16), in ONE call
 # (< 10 minutes on an H100):
 #   1. the dense kernel tests vs the CPU reference (gemm incl. the small-M kernel, the PDL-in-a-
-#      graph chain, norm, rope, activation, embedding, kv_cache, sampling, moe) and the
-#      device-memory test;
+#      graph chain, norm, rope, activation, embedding, kv_cache, sampling) and the device-memory
+#      test;
 #   2. compute-sanitizer memcheck on small cases of the small-M kernel (every epilogue, clusters
 #      of 1..8 CTAs, batches), the PDL graph chain, RMSNorm / rope; racecheck on the small-M
 #      kernel's shared-memory reductions and RMSNorm;
@@ -23,9 +23,10 @@
 # summary.txt (printed last).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+# (The MoE experts have their own suite, tools/device/moe_suite.sh; DENSE_TESTS overrides.)
 TESTS=${DENSE_TESTS:-"kernels_gemm_cuda_test kernels_pdl_graph_cuda_test kernels_embedding_cuda_test
 kernels_norm_cuda_test kernels_rope_cuda_test kernels_activation_cuda_test kernels_kv_cache_cuda_test
-kernels_moe_cuda_test kernels_sampling_cuda_test model_device_memory_test"}
+kernels_sampling_cuda_test model_device_memory_test"}
 ENGINE_TEST=model_engine_cuda_test
 if [[ ${1:-} == --bundle ]]; then
   set -e
