@@ -129,9 +129,13 @@ void BenchProjection(const Projection& pr, const std::vector<int>& tokens, doubl
     std::snprintf(shape, sizeof shape, "%s %s n=%d k=%d%s m=%d", pr.model, pr.name, pr.n, pr.k,
                   pr.batch > 1 ? (" x" + std::to_string(pr.batch)).c_str() : "", m);
     const auto gbs = [&](double t) { return t > 0 ? weight_bytes / (t * 1e-3) / 1e9 : 0.0; };
-    std::printf("%-52s cublasLt %8.4f ms %6.0f GB/s %5.1f%% | small-m %8.4f ms %6.0f GB/s %5.1f%% | %5.2fx\n",
+    mk::GemmParams auto_p = p;
+    auto_p.b = weights[0]->get();
+    const bool auto_small = mk::GemmRunsSmallM(auto_p, mk::Backend::kCuda);
+    std::printf("%-52s cublasLt %8.4f ms %6.0f GB/s %5.1f%% | small-m %8.4f ms %6.0f GB/s %5.1f%% | %5.2fx | kAuto: %s\n",
                 shape, ms[0], gbs(ms[0]), 100 * gbs(ms[0]) / copy_gbs, ms[1], gbs(ms[1]),
-                100 * gbs(ms[1]) / copy_gbs, ms[0] > 0 && ms[1] > 0 ? ms[0] / ms[1] : 0.0);
+                100 * gbs(ms[1]) / copy_gbs, ms[0] > 0 && ms[1] > 0 ? ms[0] / ms[1] : 0.0,
+                auto_small ? "small-m" : "cublasLt");
     std::fflush(stdout);
   }
   for (DeviceArray* w : weights) delete w;
@@ -183,6 +187,7 @@ void RunSmallMBench(const std::vector<int>& tokens) {
       {"V2-Lite", "q_proj|kv_a stacked", 3648, 2048, 1, false, E::kNone, 3072},
       {"V2-Lite", "kv_b_proj", 4096, 512, 1, false, E::kNone, 0},
       {"V2-Lite", "W_UV per head", 128, 512, 16, false, E::kNone, 0},
+      {"V2-Lite", "W_UK^T per head", 512, 128, 16, false, E::kNone, 0},
       {"V2-Lite", "o_proj", 2048, 2048, 1, false, E::kNone, 0},
       {"V2-Lite", "router (f32)", 64, 2048, 1, true, E::kNone, 0},
       {"V2-Lite", "shared gate_up", 5632, 2048, 1, false, E::kNone, 0},
@@ -197,6 +202,7 @@ void RunSmallMBench(const std::vector<int>& tokens) {
       {"V3", "q_b_proj", 24576, 1536, 1, false, E::kNone, 0},
       {"V3", "kv_b_proj", 32768, 512, 1, false, E::kNone, 0},
       {"V3", "W_UV per head", 128, 512, 128, false, E::kNone, 0},
+      {"V3", "W_UK^T per head", 512, 128, 128, false, E::kNone, 0},
       {"V3", "o_proj", 7168, 16384, 1, false, E::kNone, 0},
       {"V3", "router (f32)", 256, 7168, 1, true, E::kNone, 0},
       {"V3", "shared gate_up", 4096, 7168, 1, false, E::kNone, 0},

@@ -22,8 +22,9 @@ inline constexpr int kGemmSmallMMaxRows = 16;
 
 // Which CUDA implementation runs a GEMM (ignored on the CPU).
 enum class GemmPath : uint8_t {
-  kAuto,      // the small-M kernel where it applies (GemmRunsSmallM), else cuBLASLt;
-              // MLASERVE_GEMM_SMALL_M=0 in the environment: cuBLASLt (timing comparisons)
+  kAuto,      // the small-M kernel where it applies and measured faster (GemmRunsSmallM:
+              // gemm_small_m.h), else cuBLASLt; MLASERVE_GEMM_SMALL_M=0 in the environment:
+              // cuBLASLt (timing comparisons)
   kCublasLt,  // cuBLASLt only (benchmarks' baseline)
   kSmallM,    // the small-M kernel; INVALID_ARGUMENT where it does not apply
 };
@@ -73,10 +74,11 @@ absl::Status Gemm(const GemmParams& p, const KernelContext& ctx);
 absl::Status GemmCpu(const GemmParams& p);
 absl::Status GemmCuda(const GemmParams& p, void* stream);
 
-// Whether Gemm(p) on `backend` runs on the CUDA small-M kernel (bf16, 1 <= m <=
-// kGemmSmallMMaxRows, b_transposed, k, lda, ldb (and batch strides) multiples of 8, a and b
-// 16-byte aligned, a Hopper-class GPU; path not kCublasLt). False on the CPU and in builds
-// without CUDA. Callers use it to pick a fused form (kSiluMul) that only this kernel runs.
+// Whether Gemm(p) on `backend` runs on the CUDA small-M kernel: it takes the shape (bf16,
+// 1 <= m <= kGemmSmallMMaxRows, b_transposed, k, lda, ldb (and batch strides) multiples of 8,
+// a and b 16-byte aligned, a Hopper-class GPU) and, for kAuto, it measured faster than
+// cuBLASLt there (at most 8 tokens; gemm_small_m.h). False on the CPU and in builds without
+// CUDA. Callers use it to pick a fused form (kSiluMul) that only this kernel runs.
 bool GemmRunsSmallM(const GemmParams& p, Backend backend);
 
 }  // namespace mlaserve::kernels

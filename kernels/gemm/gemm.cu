@@ -212,7 +212,11 @@ bool SmallMAutoDisabled() {
 const char* SmallMRefusalFor(const GemmParams& p) {
   if (p.path == GemmPath::kCublasLt) return "path=kCublasLt was asked";
   if (p.path == GemmPath::kAuto && SmallMAutoDisabled()) return "MLASERVE_GEMM_SMALL_M=0";
-  return gemm_cuda::SmallMRefusal(p);
+  if (const char* refusal = gemm_cuda::SmallMRefusal(p); refusal != nullptr) return refusal;
+  if (p.path == GemmPath::kAuto && !gemm_cuda::SmallMFasterThanCublasLt(p)) {
+    return "kAuto: cuBLASLt measured faster for this shape (gemm_small_m.h)";
+  }
+  return nullptr;
 }
 
 // The product's columns [c2_begin, n) as their own GEMM writing c2.

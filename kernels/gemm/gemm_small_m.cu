@@ -14,6 +14,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/cuda_util.cuh"
@@ -36,6 +39,9 @@ constexpr int kChunksInFlight = 4;     // 16-byte weight loads per row pair in f
 // kMinChunksPerWarp chunks (ChooseSplits).
 constexpr int kMaxSplits = 8;
 constexpr int kMinChunksPerWarp = 2;
+// kAuto's cut (SmallMFasterThanCublasLt): outputs (n x batch) up to this are latency-bound
+// launches where the small-M kernel's shorter prologue wins (routers, kv_a_proj).
+constexpr int64_t kNarrowOutputs = 1024;
 
 // Normalised on the host: element pointers and strides, no second output = c2_begin n.
 struct SmallMArgs {
@@ -287,57 +293,86 @@ DeviceFacts FactsOfCurrentDevice() {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % cuda::kChunkBytes == 0; }
 
-// CTAs of one instantiation an SM holds at once (cached: one GPU model per process).
-template <int kTiles, typename OutT, bool kSiluMul>
-int CtasPerSm() {
-  static const int ctas = [] {
-    int v = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &v, SmallMGemmKernel<kTiles, OutT, kSiluMul>, kThreads, 0) != cudaSuccess) {
-      (void)cudaGetLastError();
+using KernelFn = void (*)(SmallMArgs);
+
+KernelFn KernelFor(int tiles8, bool f32_out, bool silu) {
+  if (tiles8 == 1) {
+    if (f32_out) return silu ? SmallMGemmKernel<1, float, true> : SmallMGemmKernel<1, float, false>;
+    return silu ? SmallMGemmKernel<1, __nv_bfloat16, true> : SmallMGemmKernel<1, __nv_bfloat16, false>;
+  }
+  if (f32_out) return silu ? SmallMGemmKernel<2, float, true> : SmallMGemmKernel<2, float, false>;
+  return silu ? SmallMGemmKernel<2, __nv_bfloat16, true> : SmallMGemmKernel<2, __nv_bfloat16, false>;
+}
+
+// CTAs of `kernel` the GPU holds at once when a tile's K is split over `splits` CTAs of a
+// cluster: for clusters, what cudaOccupancyMaxActiveClusters allows (a cluster must fit in one
+// GPC, so this can be less than the SMs times CTAs per SM). Cached per (kernel, splits): one
+// GPU model per process. On a failed query, one CTA per SM (a small grid, never an oversized one).
+int64_t ResidentCtas(KernelFn kernel, int splits, int sms) {
+  static std::mutex mu;
+  static std::map<std::pair<KernelFn, int>, int64_t> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({kernel, splits});
+  if (it != cache.end()) return it->second;
+  int64_t resident = sms;
+  int n = 0;
+  if (splits == 1) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0) == cudaSuccess && n > 0) {
+      resident = static_cast<int64_t>(n) * sms;
     }
-    return std::max(v, 1);
-  }();
-  return ctas;
-}
-
-// CTAs per tile along K: the largest power of two (<= kMaxSplits) that keeps the grid within
-// one wave of resident CTAs and every warp at kMinChunksPerWarp chunks or more. Within one wave
-// every CTA issues its loads at once (a warp's chunks are at most a few pipelined groups), so
-// the whole weight is in flight; a second partial wave would add a load latency.
-int ChooseSplits(int64_t ctas, int chunks, int64_t resident) {
-  int splits = 1;
-  while (splits < kMaxSplits && ctas * splits * 2 <= resident &&
-         chunks >= 2 * splits * kWarps * kMinChunksPerWarp) {
-    splits *= 2;
+  } else {
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = static_cast<unsigned>(splits);
+    attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(1, static_cast<unsigned>(splits), 1);
+    config.blockDim = dim3(kThreads);
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) == cudaSuccess && n > 0) {
+      resident = static_cast<int64_t>(n) * splits;
+    }
   }
-  return splits;
+  (void)cudaGetLastError();  // a failed query is answered by the fallback, not kept as an error
+  cache[{kernel, splits}] = resident;
+  return resident;
 }
 
-// The grid is (tiles, K splits, batch); a cluster is one tile's K splits.
-template <int kTiles, typename OutT, bool kSiluMul>
-absl::Status Launch(SmallMArgs args, int64_t tiles, int batch, int sms, cudaStream_t stream) {
-  const int64_t resident = static_cast<int64_t>(sms) * CtasPerSm<kTiles, OutT, kSiluMul>();
-  const int splits = ChooseSplits(tiles * batch, args.chunks, resident);
-  args.chunks_per_cta = (args.chunks + splits - 1) / splits;
-  cuda::LaunchShape shape;
-  shape.grid = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(splits),
-                    static_cast<unsigned>(batch));
-  shape.block = dim3(kThreads);
-  shape.stream = stream;
-  shape.cluster = dim3(1, static_cast<unsigned>(splits), 1);
-  return cuda::LaunchPdl("gemm small-m", shape, SmallMGemmKernel<kTiles, OutT, kSiluMul>, args);
-}
+// How `p` runs on the small-M kernel: which instantiation, the row tiles and the K split.
+struct SmallMPlan {
+  KernelFn kernel = nullptr;
+  int64_t tiles = 0;   // CTAs per batch entry along n
+  int chunks = 0;      // 32-wide K chunks
+  int splits = 1;      // CTAs of a cluster along K
+  int64_t resident = 0;  // CTAs one wave holds at that split
+};
 
-template <int kTiles>
-absl::Status LaunchTiles(const SmallMArgs& args, bool f32_out, bool silu, int64_t tiles, int batch,
-                         int sms, cudaStream_t stream) {
-  if (f32_out) {
-    return silu ? Launch<kTiles, float, true>(args, tiles, batch, sms, stream)
-                : Launch<kTiles, float, false>(args, tiles, batch, sms, stream);
+// The K split is the largest power of two (<= kMaxSplits) that keeps the grid within one wave
+// of resident CTAs and every warp at kMinChunksPerWarp chunks or more: within one wave every
+// CTA issues its loads at once (a warp's chunks are at most a few pipelined groups), so the
+// whole weight is in flight; a second partial wave would add a load latency.
+SmallMPlan PlanSmallM(const GemmParams& p, int sms) {
+  const bool silu = p.epilogue == GemmEpilogue::kSiluMul;
+  const int tiles8 = p.m > kTokensPerTile ? 2 : 1;
+  // Outputs per CTA: its weight rows, or half as many features with the SiLU epilogue.
+  const int outputs = silu ? p.n / 2 : p.n;
+  const int per_cta = kRowsPerTile * tiles8 / (silu ? 2 : 1);
+  SmallMPlan plan;
+  plan.kernel = KernelFor(tiles8, p.c_f32, silu);
+  plan.tiles = (outputs + per_cta - 1) / per_cta;
+  plan.chunks = (p.k + kChunkK - 1) / kChunkK;
+  const int64_t ctas = plan.tiles * p.batch;
+  plan.resident = ResidentCtas(plan.kernel, 1, sms);
+  for (int s = 2; s <= kMaxSplits; s *= 2) {
+    if (plan.chunks < s * kWarps * kMinChunksPerWarp) break;
+    const int64_t resident = ResidentCtas(plan.kernel, s, sms);
+    if (ctas * s > resident) break;
+    plan.splits = s;
+    plan.resident = resident;
   }
-  return silu ? Launch<kTiles, __nv_bfloat16, true>(args, tiles, batch, sms, stream)
-              : Launch<kTiles, __nv_bfloat16, false>(args, tiles, batch, sms, stream);
+  return plan;
 }
 
 }  // namespace
@@ -360,17 +395,18 @@ const char* SmallMRefusal(const GemmParams& p) {
   return nullptr;
 }
 
+bool SmallMFasterThanCublasLt(const GemmParams& p) {
+  if (p.m > kGemmSmallMAutoMaxRows) return false;
+  if (p.c2 != nullptr || p.epilogue != GemmEpilogue::kNone) return true;
+  if (static_cast<int64_t>(p.n) * p.batch <= kNarrowOutputs) return true;
+  const SmallMPlan plan = PlanSmallM(p, FactsOfCurrentDevice().sms);
+  return plan.splits == 1 && plan.tiles * p.batch * 4 >= plan.resident * 3;
+}
+
 absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream) {
-  const DeviceFacts facts = FactsOfCurrentDevice();
-  const bool silu = p.epilogue == GemmEpilogue::kSiluMul;
-  const int tiles8 = p.m > kTokensPerTile ? 2 : 1;
-  // Outputs per CTA: its weight rows, or half as many features with the SiLU epilogue.
-  const int outputs = silu ? p.n / 2 : p.n;
-  const int per_cta = kRowsPerTile * tiles8 / (silu ? 2 : 1);
-  const int64_t tiles = (outputs + per_cta - 1) / per_cta;
-  const int chunks = (p.k + kChunkK - 1) / kChunkK;
-  if (tiles > 0x7fffffff) {
-    return absl::InvalidArgumentError(absl::StrCat("gemm small-m: n=", p.n, " needs ", tiles,
+  const SmallMPlan plan = PlanSmallM(p, FactsOfCurrentDevice().sms);
+  if (plan.tiles > 0x7fffffff) {
+    return absl::InvalidArgumentError(absl::StrCat("gemm small-m: n=", p.n, " needs ", plan.tiles,
                                                    " row tiles, more than a grid holds"));
   }
   SmallMArgs args{};
@@ -392,9 +428,15 @@ absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream) {
   args.m = p.m;
   args.n = p.n;
   args.k = p.k;
-  args.chunks = chunks;
-  return tiles8 == 1 ? LaunchTiles<1>(args, p.c_f32, silu, tiles, p.batch, facts.sms, stream)
-                     : LaunchTiles<2>(args, p.c_f32, silu, tiles, p.batch, facts.sms, stream);
+  args.chunks = plan.chunks;
+  args.chunks_per_cta = (plan.chunks + plan.splits - 1) / plan.splits;
+  cuda::LaunchShape shape;
+  shape.grid = dim3(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.splits),
+                    static_cast<unsigned>(p.batch));
+  shape.block = dim3(kThreads);
+  shape.stream = stream;
+  shape.cluster = dim3(1, static_cast<unsigned>(plan.splits), 1);
+  return cuda::LaunchPdl("gemm small-m", shape, plan.kernel, args);
 }
 
 }  // namespace mlaserve::kernels::gemm_cuda

@@ -24,9 +24,26 @@
 
 namespace mlaserve::kernels::gemm_cuda {
 
+// The most tokens GemmPath::kAuto sends to the small-M kernel (kSmallM takes up to
+// kGemmSmallMMaxRows): on an H100 (mlaserve-dense-bench, 2026-11-25) 9-16 tokens ran 10-50%
+// slower than 1-8 on most projections and lost to cuBLASLt on all but the LM heads.
+inline constexpr int kGemmSmallMAutoMaxRows = 8;
+
 // Why the small-M kernel cannot take `p` on the current device, or null when it can (the
 // path field is not looked at).
 const char* SmallMRefusal(const GemmParams& p);
+
+// kAuto's choice among shapes the kernel takes (SmallMRefusal null), from the same H100 run
+// (small-M vs cuBLASLt per projection at 1-8 tokens): the small-M kernel for
+//   - the fused forms (a second output: V2-Lite's q_proj | kv_a 1.35-1.42x, V3's q_a | kv_a
+//     1.12x against cuBLASLt's two calls; the SiLU epilogue, which cuBLASLt has no form of),
+//   - narrow outputs (n x batch <= 1024: routers 1.25-1.48x, kv_a_proj 1.03-1.25x),
+//   - weights it streams without a K split over at least 3/4 of a wave of CTAs (LM heads
+//     1.06-1.09x, V2-Lite's dense gate_up 1.08-1.10x, V3's q_b / kv_b / o_proj / dense down
+//     1.02-1.07x);
+// cuBLASLt for the rest: mid-sized weights that need a K split (V2-Lite's o_proj 0.75x,
+// shared down 0.77x, W_UV 0.85x, kv_b 0.80x) or fill less than a wave (shared gate_up 0.91x).
+bool SmallMFasterThanCublasLt(const GemmParams& p);
 
 // Runs `p` on the small-M kernel; SmallMRefusal(p) must be null.
 absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream);

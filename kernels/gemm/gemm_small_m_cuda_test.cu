@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/gemm/api.h"
+#include "kernels/gemm/gemm_small_m.h"
 #include "kernels/testing/cuda_testing.h"
 #include "kernels/testing/testing.h"
 
@@ -179,7 +180,8 @@ TEST_P(GemmSecondOutputTest, SplitsColumns) {
   GemmParams g = p;
   g.dtype = DType::kBF16; g.a = d_a.get(); g.b = d_b.get(); g.bias = d_bias.get();
   g.c = d_c1.get(); g.ldc = n1; g.c2 = d_c2.get(); g.c2_begin = n1; g.ldc2 = n2;
-  EXPECT_EQ(GemmRunsSmallM(g, Backend::kCuda), m <= kGemmSmallMMaxRows);
+  // kAuto takes the fused form on the small-M kernel up to kGemmSmallMAutoMaxRows tokens.
+  EXPECT_EQ(GemmRunsSmallM(g, Backend::kCuda), m <= gemm_cuda::kGemmSmallMAutoMaxRows);
   const absl::Status st = Gemm(g, KernelContext{Backend::kCuda, nullptr});
   ASSERT_TRUE(st.ok()) << st.message();
   MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
@@ -220,6 +222,7 @@ TEST_P(GemmSiluMulTest, MatchesCpu) {
   auto d_c = testing::PoisonedBf16(want.size());
   GemmParams g = p;
   g.dtype = DType::kBF16; g.a = d_a.get(); g.b = d_b.get(); g.c = d_c.get();
+  g.path = GemmPath::kSmallM;
   ASSERT_TRUE(GemmRunsSmallM(g, Backend::kCuda));
   ASSERT_TRUE(Gemm(g, KernelContext{Backend::kCuda, nullptr}).ok());
   MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
@@ -273,7 +276,9 @@ TEST(GemmSmallMDeterminism, RunsAreBitwiseEqual) {
 }
 
 // What the dispatcher does with shapes the kernel does not take: kAuto falls back to
-// cuBLASLt, kSmallM and the SiLU epilogue (which has no fallback) are refused by name.
+// cuBLASLt, kSmallM and the SiLU epilogue (which has no fallback) are refused by name; and
+// kAuto's measured cut (gemm_small_m.h): V2-Lite's o_proj stays on cuBLASLt, its router and LM
+// head run on the small-M kernel.
 TEST(GemmSmallMPaths, FallBackOrRefuse) {
   std::vector<uint16_t> host(64 * 64, 0x3f80);  // 1.0
   auto buf = testing::ToDevice(host);
@@ -307,6 +312,17 @@ TEST(GemmSmallMPaths, FallBackOrRefuse) {
   g.ldb = 64;
   EXPECT_FALSE(GemmRunsSmallM(g, Backend::kCuda));
   MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  if (!SmallMRuns()) return;
+  g.path = GemmPath::kAuto;
+  g.k = 2048; g.lda = 2048; g.ldb = 2048; g.c_f32 = false;
+  g.n = 2048;  // o_proj
+  EXPECT_FALSE(GemmRunsSmallM(g, Backend::kCuda));
+  g.n = 64;  // router
+  EXPECT_TRUE(GemmRunsSmallM(g, Backend::kCuda));
+  g.n = 102400;  // LM head
+  EXPECT_TRUE(GemmRunsSmallM(g, Backend::kCuda));
+  g.m = 9;  // more tokens than kAuto sends
+  EXPECT_FALSE(GemmRunsSmallM(g, Backend::kCuda));
 }
 
 }  // namespace

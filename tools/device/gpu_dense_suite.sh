@@ -10,8 +10,8 @@
 #   3. mlaserve-dense-bench --decode-only: the small-M GEMM vs cuBLASLt on V2-Lite / V3
 #      projections at 1, 2, 4, 8, 16 tokens (% of copy bandwidth, same run), RMSNorm at decode rows;
 #   4. the random V2-Lite-shaped checkpoint (tools/make_random_model.py), mlaserve-engine-bench
-#      decode at batch 1 / 32 / 128 with graphs, then batch 1 again with MLASERVE_PDL=0 and with
-#      MLASERVE_GEMM_SMALL_M=0 (cuBLASLt for every GEMM, no fused SiLU);
+#      decode at batch 1 / 32 / 128 with graphs, then batch 1 again with MLASERVE_PDL=0 and
+#      MLASERVE_GEMM_SMALL_M=0 (cuBLASLt for every GEMM, no fused SiLU: the baseline);
 #   5. model_engine_cuda_test: the CUDA engine vs the HF fixtures (decode graphs vs eager too).
 #   here:            tools/device/gpu_dense_suite.sh --bundle   (build + bundle into
 #                    .devbin-dense/ and .devlibs-dense/, git-ignored, packed into
@@ -19,8 +19,9 @@
 #                    fit the 64 MiB carry): carry [".devpack-dense.tar.xz"])
 #   on the GPU box:  tools/device/gpu_dense_suite.sh [--no-bench] [--no-engine] [--no-sanitize]
 # Results under $OUT: gpu.txt, dense_tests.log, memcheck.txt, racecheck.txt, dense_bench.txt,
-# engine_bench.txt, engine_bench_nopdl.txt, engine_bench_nosmallm.txt, engine_cuda_test.txt,
-# summary.txt (printed last).
+# engine_bench.txt, engine_bench_baseline.txt, engine_cuda_test.txt, summary.txt (printed
+# last). DENSE_TESTS picks the test binaries, DENSE_BENCH_ARGS adds bench arguments
+# (--tokens 1,8); --no-sanitize, --no-bench, --no-engine skip parts.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # (The MoE experts have their own suite, tools/device/moe_suite.sh; DENSE_TESTS overrides.)
@@ -120,7 +121,8 @@ fi
 
 # 3. The decode GEMMs vs cuBLASLt.
 if [[ $BENCH == 1 ]]; then
-  step mlaserve-dense-bench 150 "$OUT/dense_bench.txt" "$B/mlaserve-dense-bench" --decode-only
+  # shellcheck disable=SC2086
+  step mlaserve-dense-bench 150 "$OUT/dense_bench.txt" "$B/mlaserve-dense-bench" --decode-only ${DENSE_BENCH_ARGS:-}
 fi
 
 # 4. The engine's decode step (and 5. the engine vs the HF fixtures).
@@ -129,16 +131,16 @@ if [[ $ENGINE == 1 ]]; then
   if [[ ! -f $MODEL/config.json ]]; then
     step make_random_model 240 "$OUT/make_model.log" python3 tools/make_random_model.py --out "$MODEL"
   fi
-  step "engine bench (PDL)" 200 "$OUT/engine_bench.txt" "$B/mlaserve-engine-bench" --model "$MODEL" \
-    --prefill-lens 1024 --runs 2 --decode-batches 1,32,128 --decode-context 1024 \
+  # (CLI11 takes a list option as separate values: --decode-batches 1 32 128.)
+  step "engine bench" 180 "$OUT/engine_bench.txt" "$B/mlaserve-engine-bench" --model "$MODEL" \
+    --prefill-lens 1024 --runs 2 --decode-batches 1 32 128 --decode-context 1024 \
     --eager-steps 4 --sampled-steps 8 --output-json "$OUT/engine_bench.json"
-  # Attribution at batch 1: without PDL, then without the small-M GEMM (and its fusions).
-  b1=(--model "$MODEL" --prefill-lens 1024 --runs 1 --decode-batches 1 --decode-context 1024
-      --eager-steps 0 --sampled-steps 0)
-  MLASERVE_PDL=0 step "engine bench b1 (MLASERVE_PDL=0)" 90 "$OUT/engine_bench_nopdl.txt" \
-    "$B/mlaserve-engine-bench" "${b1[@]}"
-  MLASERVE_GEMM_SMALL_M=0 step "engine bench b1 (MLASERVE_GEMM_SMALL_M=0)" 90 \
-    "$OUT/engine_bench_nosmallm.txt" "$B/mlaserve-engine-bench" "${b1[@]}"
+  # The same step at batch 1 without this issue's launch changes (no PDL, cuBLASLt for every
+  # GEMM: the fusions that need the small-M kernel fall back too), in one more process.
+  MLASERVE_PDL=0 MLASERVE_GEMM_SMALL_M=0 step "engine bench b1, PDL off + cuBLASLt" 100 \
+    "$OUT/engine_bench_baseline.txt" "$B/mlaserve-engine-bench" --model "$MODEL" \
+    --prefill-lens 1024 --runs 1 --decode-batches 1 --decode-context 1024 --eager-steps 0 \
+    --sampled-steps 0
 fi
 step "$ENGINE_TEST" 240 "$OUT/engine_cuda_test.txt" "$B/$ENGINE_TEST" --gtest_brief=1
 
@@ -149,8 +151,8 @@ step "$ENGINE_TEST" 240 "$OUT/engine_cuda_test.txt" "$B/$ENGINE_TEST" --gtest_br
   echo "== sanitizers"; grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$OUT/memcheck.txt" "$OUT/racecheck.txt" 2>/dev/null
   echo "== dense bench (decode)"; cat "$OUT/dense_bench.txt" 2>/dev/null
   echo "== engine bench"; cat "$OUT/engine_bench.txt" 2>/dev/null | grep -vE "^\s*$" | tail -25
-  echo "== engine bench b1, MLASERVE_PDL=0"; grep -iE "decode|batch|\|" "$OUT/engine_bench_nopdl.txt" 2>/dev/null | tail -8
-  echo "== engine bench b1, MLASERVE_GEMM_SMALL_M=0"; grep -iE "decode|batch|\|" "$OUT/engine_bench_nosmallm.txt" 2>/dev/null | tail -8
+  echo "== engine bench b1, MLASERVE_PDL=0 MLASERVE_GEMM_SMALL_M=0"
+  grep -E "decode" "$OUT/engine_bench_baseline.txt" 2>/dev/null | tail -4
   echo "== engine cuda test"; grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED" "$OUT/engine_cuda_test.txt" | tail -4
   cat "$OUT/gpu.txt"
   printf '%s\n' "${summary[@]}"
