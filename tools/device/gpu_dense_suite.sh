@@ -134,7 +134,7 @@ if [[ $ENGINE == 1 ]]; then
   # (CLI11 takes a list option as separate values: --decode-batches 1 32 128.)
   step "engine bench" 180 "$OUT/engine_bench.txt" "$B/mlaserve-engine-bench" --model "$MODEL" \
     --prefill-lens 1024 --runs 2 --decode-batches 1 32 128 --decode-context 1024 \
-    --eager-steps 4 --sampled-steps 8 --output-json "$OUT/engine_bench.json"
+    --eager-steps 4 --sampled-steps 8
   # The same step at batch 1 without this launch changes (no PDL, cuBLASLt for every
   # GEMM: the fusions that need the small-M kernel fall back too), in one more process.
   MLASERVE_PDL=0 MLASERVE_GEMM_SMALL_M=0 step "engine bench b1, PDL off + cuBLASLt" 100 \
