@@ -19,6 +19,7 @@
 #include "bench/dense_kernels/small_m_bench.h"
 #include "bench/kernel_bench/bench_util.cuh"
 #include "kernels/gemm/api.h"
+#include "kernels/gemm/gemm_small_m.h"
 #include "kernels/norm/api.h"
 
 namespace mlaserve::bench {
@@ -132,10 +133,12 @@ void BenchProjection(const Projection& pr, const std::vector<int>& tokens, doubl
     mk::GemmParams auto_p = p;
     auto_p.b = weights[0]->get();
     const bool auto_small = mk::GemmRunsSmallM(auto_p, mk::Backend::kCuda);
-    std::printf("%-52s cublasLt %8.4f ms %6.0f GB/s %5.1f%% | small-m %8.4f ms %6.0f GB/s %5.1f%% | %5.2fx | kAuto: %s\n",
+    const mk::gemm_cuda::SmallMShape plan = mk::gemm_cuda::SmallMLaunchShape(auto_p);
+    std::printf("%-52s cublasLt %8.4f ms %6.0f GB/s %5.1f%% | small-m %8.4f ms %6.0f GB/s %5.1f%% | %5.2fx | kAuto: %-8s | split %d, %lld CTAs, %lld resident\n",
                 shape, ms[0], gbs(ms[0]), 100 * gbs(ms[0]) / copy_gbs, ms[1], gbs(ms[1]),
                 100 * gbs(ms[1]) / copy_gbs, ms[0] > 0 && ms[1] > 0 ? ms[0] / ms[1] : 0.0,
-                auto_small ? "small-m" : "cublasLt");
+                auto_small ? "small-m" : "cublasLt", plan.splits, static_cast<long long>(plan.ctas),
+                static_cast<long long>(plan.resident));
     std::fflush(stdout);
   }
   for (DeviceArray* w : weights) delete w;

@@ -395,6 +395,11 @@ const char* SmallMRefusal(const GemmParams& p) {
   return nullptr;
 }
 
+SmallMShape SmallMLaunchShape(const GemmParams& p) {
+  const SmallMPlan plan = PlanSmallM(p, FactsOfCurrentDevice().sms);
+  return SmallMShape{plan.splits, plan.tiles * p.batch * plan.splits, plan.resident};
+}
+
 bool SmallMFasterThanCublasLt(const GemmParams& p) {
   if (p.m > kGemmSmallMAutoMaxRows) return false;
   if (p.c2 != nullptr || p.epilogue != GemmEpilogue::kNone) return true;

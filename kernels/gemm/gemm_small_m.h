@@ -45,6 +45,15 @@ const char* SmallMRefusal(const GemmParams& p);
 // shared down 0.77x, W_UV 0.85x, kv_b 0.80x) or fill less than a wave (shared gate_up 0.91x).
 bool SmallMFasterThanCublasLt(const GemmParams& p);
 
+// The launch plan of `p` (for benchmarks' diagnostics): CTAs per tile along K (the cluster
+// size) and the CTAs one wave holds at that split. SmallMRefusal(p) must be null.
+struct SmallMShape {
+  int splits = 1;
+  int64_t ctas = 0;      // tiles x batch x splits
+  int64_t resident = 0;  // CTAs the GPU holds at once at this split
+};
+SmallMShape SmallMLaunchShape(const GemmParams& p);
+
 // Runs `p` on the small-M kernel; SmallMRefusal(p) must be null.
 absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream);
 
