@@ -1,7 +1,11 @@
-# mlaserve-dense-bench (owner: cuda-dense): CUDA timings of the dense kernel families (gemm,
-# moe routing and experts, norm, activation, rope, sampling) with their roofline fractions.
+# mlaserve-dense-bench (owner: gemv): CUDA timings of the dense kernel families (gemm,
+# moe routing and experts, norm, activation, rope, sampling) with their roofline fractions, and
+# the decode section (small-M GEMM vs cuBLASLt at 1-16 tokens, % of copy bandwidth).
 if(MLASERVE_WITH_CUDA)
-  add_executable(mlaserve-dense-bench ${CMAKE_CURRENT_SOURCE_DIR}/dense_kernels/dense_bench.cu)
+  add_executable(mlaserve-dense-bench ${CMAKE_CURRENT_SOURCE_DIR}/dense_kernels/dense_bench.cu
+                 ${CMAKE_CURRENT_SOURCE_DIR}/dense_kernels/small_m_bench.cu)
+  target_include_directories(mlaserve-dense-bench PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(mlaserve-dense-bench PRIVATE kernels_gemm kernels_moe kernels_norm
-                        kernels_activation kernels_rope kernels_sampling CUDA::cudart_static)
+                        kernels_activation kernels_rope kernels_sampling CUDA::cublas
+                        nlohmann_json::nlohmann_json CUDA::cudart_static)
 endif()

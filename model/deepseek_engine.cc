@@ -389,10 +389,15 @@ absl::Status DeepseekEngine::LmHead(const BatchPlan& plan, const StepActivations
   if (rows == 0 && !layout_.attention_dp()) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* picked,
                    scratch_.Activations(static_cast<int64_t>(rows) * hidden, "logit rows"));
-  for (int r = 0; r < rows; ++r) {
+  // One copy per run of consecutive rows: a decode batch's rows are all consecutive, so it
+  // copies once instead of once per sequence.
+  for (int r = 0; r < rows;) {
+    int run = 1;
+    while (r + run < rows && plan.logit_rows[r + run] == plan.logit_rows[r] + run) ++run;
     RETURN_IF_ERROR(ops::Copy2D(
         ops_, ops_.at(picked, static_cast<int64_t>(r) * hidden), hidden,
-        ops_.at(a.normed, static_cast<int64_t>(plan.logit_rows[r]) * hidden), hidden, hidden, 1));
+        ops_.at(a.normed, static_cast<int64_t>(plan.logit_rows[r]) * hidden), hidden, hidden, run));
+    r += run;
   }
   // f32 logits whatever the activation dtype.
   return parallel_.LmHead(weights_.lm_head, picked, rows, logits);

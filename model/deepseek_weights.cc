@@ -229,12 +229,67 @@ class Loader {
   }
 
   kernels::DType dtype() const { return dtype_; }
+  kernels::Backend backend() const { return backend_; }
 
  private:
   WeightStore& store_;
   kernels::Backend backend_;
   kernels::DType dtype_;
 };
+
+// Stacks `first` over `second` (both [out_i, in], no bias) into one [out_1 + out_2, in] matrix
+// that both then view: `stacked` owns it.
+absl::Status StackRows(kernels::Backend backend, LinearWeight* first, LinearWeight* second,
+                       LinearWeight* stacked) {
+  if (first->in != second->in || first->weight.dtype != second->weight.dtype) {
+    return absl::InternalError(absl::StrCat("stacking weights of ", first->in, " and ",
+                                            second->in, " input columns"));
+  }
+  const kernels::DType dtype = first->weight.dtype;
+  const size_t es = kernels::DTypeSize(dtype);
+  const size_t bytes1 = static_cast<size_t>(first->weight.numel) * es;
+  const size_t bytes2 = static_cast<size_t>(second->weight.numel) * es;
+  stacked->out = first->out + second->out;
+  stacked->in = first->in;
+  stacked->weight.dtype = dtype;
+  stacked->weight.numel = first->weight.numel + second->weight.numel;
+  ASSIGN_OR_RETURN(stacked->weight.buffer, DeviceBuffer::Allocate(backend, bytes1 + bytes2));
+  const kernels::KernelContext ctx{backend, nullptr, 0};
+  auto* at = static_cast<char*>(stacked->weight.buffer.data());
+  RETURN_IF_ERROR(CopyBytes(ctx, at, first->weight.data(), bytes1, CopyKind::kDeviceToDevice));
+  RETURN_IF_ERROR(CopyBytes(ctx, at + bytes1, second->weight.data(), bytes2, CopyKind::kDeviceToDevice));
+  RETURN_IF_ERROR(Synchronize(ctx));  // before the sources are freed
+  first->weight = WeightTensor{DeviceBuffer(), at, dtype, first->weight.numel};
+  second->weight = WeightTensor{DeviceBuffer(), at + bytes1, dtype, second->weight.numel};
+  return absl::OkStatus();
+}
+
+// W_UK of every head of kv_b_proj ([heads * (nope + v), rank], stored widths) transposed to
+// [heads, rank, nope], for the CUDA absorbed form (MlaWeights::w_uk_t). Load time only: a copy
+// through the host.
+absl::StatusOr<WeightTensor> TransposedUk(kernels::Backend backend, const LinearWeight& kv_b,
+                                          int heads, const MlaDims& d) {
+  const int64_t rank = d.rank, nope = d.nope, head_rows = d.nope + d.v;
+  std::vector<uint16_t> kv(static_cast<size_t>(kv_b.weight.numel));
+  if (kv_b.weight.dtype != kernels::DType::kBF16 || kv_b.in != rank ||
+      kv_b.out != heads * head_rows) {
+    return absl::InternalError(absl::StrCat("kv_b_proj is [", kv_b.out, ", ", kv_b.in,
+                                            "], expected bf16 [", heads * head_rows, ", ", rank, "]"));
+  }
+  const kernels::KernelContext ctx{backend, nullptr, 0};
+  RETURN_IF_ERROR(CopyBytes(ctx, kv.data(), kv_b.weight.data(), kv.size() * 2, CopyKind::kDeviceToHost));
+  RETURN_IF_ERROR(Synchronize(ctx));
+  std::vector<uint16_t> t(static_cast<size_t>(heads) * rank * nope);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < nope; ++i)
+      for (int64_t l = 0; l < rank; ++l)
+        t[(h * rank + l) * nope + i] = kv[(h * head_rows + i) * rank + l];
+  WeightTensor w;
+  w.dtype = kernels::DType::kBF16;
+  w.numel = static_cast<int64_t>(t.size());
+  ASSIGN_OR_RETURN(w.buffer, DeviceBuffer::FromHost(backend, t.data(), t.size() * 2));
+  return w;
+}
 
 absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayout& pl,
                                        const Loader& ld, int l) {
@@ -282,6 +337,15 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
   ASSIGN_OR_RETURN(m.kv_b_proj, ld.PaddedLinear(a + ".kv_b_proj", heads * (dn + dv),
                                                 c.kv_lora_rank, head_rows(dn + dv), kv_b_rows,
                                                 rank_cols, false));
+  if (ld.backend() == kernels::Backend::kCuda) {
+    ASSIGN_OR_RETURN(m.w_uk_t, TransposedUk(ld.backend(), m.kv_b_proj, hs.count, d));
+  }
+  // q_proj / q_a_proj and kv_a_proj_with_mqa both read the normed hidden state: stacked, one
+  // GEMM computes both (attention_bias checkpoints keep two).
+  LinearWeight& q_first = c.q_lora_rank.has_value() ? m.q_a_proj : m.q_proj;
+  if (q_first.bias.empty() && m.kv_a_proj.bias.empty()) {
+    RETURN_IF_ERROR(StackRows(ld.backend(), &q_first, &m.kv_a_proj, &m.q_kv_a));
+  }
   // Row parallel: under tensor-parallel attention the partial sums are all-reduced, so rank 0
   // alone adds the bias (every rank does when it holds every head: data-parallel attention).
   ASSIGN_OR_RETURN(m.o_proj, ld.PaddedLinear(a + ".o_proj", H, heads * dv, head_cols(dv),

@@ -8,8 +8,11 @@
 //     per-expert names (mlp.experts.<e>.{gate,up,down}_proj.weight) or taken as they are from
 //     transformers-5-style fused names (mlp.experts.gate_up_proj / mlp.experts.down_proj);
 //   - MLA: kv_b_proj stays one [H*(nope+v), kv_lora] matrix; the absorbed path reads W_UK and
-//     W_UV as strided per-head views of it (KvBViews), never copies. Every MLA width below is
-//     the stored one (model/mla_dims.h: rounded up to a multiple of 8, zero-padded).
+//     W_UV as strided per-head views of it (KvBViews), never copies. The two projections of the
+//     normed hidden state, q_proj (or q_a_proj) and kv_a_proj_with_mqa, are stored stacked in
+//     one [q_out + kv_a_out, hidden] matrix (MlaWeights::q_kv_a) of which both are views, so
+//     one GEMM can compute both (GemmParams::c2). Every MLA width below is the stored one
+//     (model/mla_dims.h: rounded up to a multiple of 8, zero-padded).
 #pragma once
 
 #include <cstdint>
@@ -70,7 +73,17 @@ struct MlaWeights {
   WeightTensor kv_a_norm;     // [kv_lora]
   LinearWeight kv_b_proj;     // [H*(nope+v), kv_lora]
   LinearWeight o_proj;        // [hidden, H*v] (+bias)
+  // CUDA only: W_UK transposed per head, [H, kv_lora, nope] (the absorbed form's q_nope . W_UK
+  // as an [n, k] weight, which the small-M GEMM streams; kv_b_proj's own [k, n] view goes
+  // through cuBLASLt). Empty on the CPU.
+  WeightTensor w_uk_t;
+  // q_proj (q_a_proj with a q LoRA) stacked over kv_a_proj: [q_out + kv_lora + rope, hidden],
+  // the buffer both of them view. Empty when either has a bias (attention_bias): they then own
+  // their buffers and run as two GEMMs.
+  LinearWeight q_kv_a;
 
+  // The projection stacked first in q_kv_a: q_a_proj with a q LoRA, else q_proj.
+  const LinearWeight& q_first() const { return q_a_proj.empty() ? q_proj : q_a_proj; }
   KvBViews kv_b_views(const ModelConfig& c) const;
 };
 

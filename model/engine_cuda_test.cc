@@ -25,6 +25,7 @@
 #include "model/engine.h"
 #include "model/testing/engine_fixtures.h"
 #include "model/testing/deepseek_engine_test_peer.h"
+#include "model/testing/routing_margins.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {
@@ -41,6 +42,13 @@ constexpr double kBf16Tolerance = 4e-2;
 // Routing margins below this are ties at bf16 precision; such prompts get kTieTolerance.
 constexpr double kRouterTie = 1e-4;
 constexpr double kTieTolerance = 0.15;
+// Decode steps: the fixtures record no routing margins for them, so the f32 CPU engine's are
+// used (testing::CpuRoutingMargins). HF bf16 flips HF f32's choices at group margins 4e-5 ..
+// 9e-3 (tools/device/routing_probe.py on deepseek_v3_top3; model_engine_routing_cuda_test
+// allows flips below 2e-2): a step whose decoded token routes with a margin below this is a
+// near-tie, reported and not compared (a flipped expert of a 3-layer random model moves its
+// logits by up to ~1), and the steps after it get kTieTolerance.
+constexpr double kDecodeRoutingTie = 1e-2;
 // A greedy token must match when the reference's top-2 gap exceeds this fraction of max|logit|.
 constexpr double kClearMargin = 0.1;
 // DSA rows with more keys than index_topk attend only the indexer's top-k, a discrete choice:
@@ -189,6 +197,17 @@ TEST_P(EngineCudaTest, MatchesReference) {
       ++checked_tokens;
     };
     if (p.logits_positions.back() == n - 1) check_token(got.rbegin()->second, p.logits.back(), 0);
+    // Routing margins of the decoded tokens, teacher forced on the CPU engine (positions n..).
+    std::vector<int32_t> forced = p.ids;
+    forced.insert(forced.end(), p.greedy_tokens.begin(),
+                  p.greedy_tokens.begin() + std::min(p.greedy_tokens.size(), p.decode_logits.size()));
+    std::vector<double> margins;
+    if (cfg.n_routed_experts > 0) {
+      auto m = testing::CpuRoutingMargins(dir, forced);
+      ASSERT_TRUE(m.ok()) << m.status();
+      margins = *std::move(m);
+    }
+    double decode_tol = tol;
     for (size_t s = 0; s < p.decode_logits.size(); ++s) {
       SequenceChunk c;
       c.tokens = std::span<const int32_t>(&p.greedy_tokens[s], 1);
@@ -197,9 +216,17 @@ TEST_P(EngineCudaTest, MatchesReference) {
       auto r = engine->Forward({&c, 1}, AttentionPath::kMla);
       ASSERT_TRUE(r.ok()) << r.status();
       const double err = RelError(r->logits, p.decode_logits[s]);
+      const size_t pos = static_cast<size_t>(n) + s;
+      if (pos < margins.size() && margins[pos] < kDecodeRoutingTie) {
+        std::cout << name << " " << p.name << " decode step " << s << ": routing near-tie at position "
+                  << pos << " (CPU f32 margin " << margins[pos] << "), rel err " << err
+                  << " not compared\n";
+        decode_tol = std::max(decode_tol, kTieTolerance);
+        continue;
+      }
       worst = std::max(worst, err);
       SCOPED_TRACE(::testing::Message() << "decode step " << s);
-      check_logits(err, tol, n + static_cast<int>(s) + 1);
+      check_logits(err, decode_tol, n + static_cast<int>(s) + 1);
       check_token(r->logits, p.decode_logits[s], s + 1);
     }
     std::cout << name << " " << (path == AttentionPath::kMla ? "mla" : cudnn ? "mha/cudnn" : "mha") << " " << p.name

@@ -9,15 +9,12 @@
 
 namespace mlaserve::model::ops {
 
-absl::Status Linear(const OpContext& ctx, const void* x, int rows, int64_t x_stride,
-                    const LinearWeight& w, void* y, int64_t y_stride, float beta, bool y_f32) {
-  if (rows == 0) return absl::OkStatus();
-  const bool f32_out = y_f32 && ctx.dtype != kernels::DType::kF32;
-  if (f32_out && !w.bias.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Linear: an f32 output with ", kernels::DTypeName(ctx.dtype),
-        " activations takes no bias (weight [", w.out, ", ", w.in, "] has one)"));
-  }
+namespace {
+
+// y[r, :] = x[r, :] W^T + b as GEMM parameters.
+kernels::GemmParams LinearGemm(const OpContext& ctx, const void* x, int rows, int64_t x_stride,
+                               const LinearWeight& w, void* y, int64_t y_stride, float beta,
+                               bool f32_out) {
   kernels::GemmParams p;
   p.dtype = ctx.dtype;
   p.m = rows;
@@ -33,6 +30,32 @@ absl::Status Linear(const OpContext& ctx, const void* x, int rows, int64_t x_str
   p.bias = w.bias.empty() ? nullptr : w.bias.data();
   p.beta = beta;
   p.c_f32 = f32_out;
+  return p;
+}
+
+}  // namespace
+
+absl::Status Linear(const OpContext& ctx, const void* x, int rows, int64_t x_stride,
+                    const LinearWeight& w, void* y, int64_t y_stride, float beta, bool y_f32) {
+  if (rows == 0) return absl::OkStatus();
+  const bool f32_out = y_f32 && ctx.dtype != kernels::DType::kF32;
+  if (f32_out && !w.bias.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Linear: an f32 output with ", kernels::DTypeName(ctx.dtype),
+        " activations takes no bias (weight [", w.out, ", ", w.in, "] has one)"));
+  }
+  return kernels::Gemm(LinearGemm(ctx, x, rows, x_stride, w, y, y_stride, beta, f32_out),
+                       ctx.kernel);
+}
+
+absl::Status LinearPair(const OpContext& ctx, const void* x, int rows, int64_t x_stride,
+                        const LinearWeight& stacked, int first_out, void* y1, int64_t y1_stride,
+                        void* y2, int64_t y2_stride) {
+  if (rows == 0) return absl::OkStatus();
+  kernels::GemmParams p = LinearGemm(ctx, x, rows, x_stride, stacked, y1, y1_stride, 0.0f, false);
+  p.c2 = y2;
+  p.c2_begin = first_out;
+  p.ldc2 = y2_stride;
   return kernels::Gemm(p, ctx.kernel);
 }
 
@@ -64,8 +87,15 @@ absl::Status GatedMlp(const OpContext& ctx, const void* x, int rows, int hidden,
                       const GatedMlpWeights& w, void* act, void* out, float beta) {
   if (rows == 0) return absl::OkStatus();
   const int inter = w.inter;
-  RETURN_IF_ERROR(Linear(ctx, x, rows, hidden, w.gate_up, act, 2 * inter));
   void* hidden_act = ctx.at(act, static_cast<int64_t>(rows) * 2 * inter);
+  kernels::GemmParams fused =
+      LinearGemm(ctx, x, rows, hidden, w.gate_up, hidden_act, inter, 0.0f, false);
+  fused.epilogue = kernels::GemmEpilogue::kSiluMul;
+  if (w.gate_up.bias.empty() && kernels::GemmRunsSmallM(fused, ctx.kernel.backend)) {
+    RETURN_IF_ERROR(kernels::Gemm(fused, ctx.kernel));
+    return Linear(ctx, hidden_act, rows, inter, w.down, out, hidden, beta);
+  }
+  RETURN_IF_ERROR(Linear(ctx, x, rows, hidden, w.gate_up, act, 2 * inter));
   kernels::SiluAndMulParams sp;
   sp.dtype = ctx.dtype;
   sp.rows = rows;

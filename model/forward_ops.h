@@ -36,6 +36,13 @@ absl::Status Linear(const OpContext& ctx, const void* x, int rows, int64_t x_str
                     const LinearWeight& w, void* y, int64_t y_stride, float beta = 0.0f,
                     bool y_f32 = false);
 
+// Two projections of x as one GEMM over their weights stacked row-wise (`stacked`, [first_out +
+// second_out, in]): y1 = x first^T (first_out columns), y2 = x second^T (the rest). Stacked
+// weights carry no bias.
+absl::Status LinearPair(const OpContext& ctx, const void* x, int rows, int64_t x_stride,
+                        const LinearWeight& stacked, int first_out, void* y1, int64_t y1_stride,
+                        void* y2, int64_t y2_stride);
+
 // y = RmsNorm(x) * weight; with residual: residual += x, y = RmsNorm(residual) * weight.
 absl::Status RmsNorm(const OpContext& ctx, const void* x, int rows, int dim, int64_t x_stride,
                      const WeightTensor& weight, float eps, void* y, int64_t y_stride,
@@ -47,7 +54,9 @@ absl::Status Copy2D(const OpContext& ctx, void* dst, int64_t dst_stride, const v
                     int64_t src_stride, int width, int64_t rows);
 
 // out = down(silu(x gate^T) * (x up^T)) (+ beta * out), with `act` scratch of
-// rows * 3I activation elements (gate|up, then the activated rows).
+// rows * 3I activation elements (gate|up, then the activated rows). Where the backend's GEMM
+// runs the SiLU-and-mul epilogue in the gate/up product (CUDA, few rows), that is one launch
+// writing the activated rows directly.
 absl::Status GatedMlp(const OpContext& ctx, const void* x, int rows, int hidden,
                       const GatedMlpWeights& w, void* act, void* out, float beta = 0.0f);
 

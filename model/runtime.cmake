@@ -103,6 +103,10 @@ if(MLASERVE_BUILD_TESTS)
   mlaserve_test(model_engine_routing_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_routing_test.cc
                 DEPS model_engine_probe nlohmann_json::nlohmann_json TIMEOUT 600)
+  # The CPU engine's routing margins (model/testing/routing_margins.h) vs HF's recorded ones.
+  mlaserve_test(model_routing_margins_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/testing/routing_margins_test.cc
+                DEPS model_engine_probe nlohmann_json::nlohmann_json TIMEOUT 300)
   if(MLASERVE_WITH_CUDA)
     mlaserve_test(model_engine_routing_cuda_test
                   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_routing_test.cc

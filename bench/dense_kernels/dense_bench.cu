@@ -1,6 +1,8 @@
 // mlaserve-dense-bench: median times (CUDA events, after warm-up) of the dense kernels on
 // shapes of DeepSeek-V3 / V2-Lite, with achieved TFLOP/s or GB/s. Inputs are random (a hash
-// fill on the device), never zeros. Prints one line per case.
+// fill on the device), never zeros. Prints one line per case, then the decode section
+// (small_m_bench.cu: the small-M GEMM vs cuBLASLt at 1-16 tokens, RMSNorm at decode rows).
+// Usage: mlaserve-dense-bench [--decode-only] [--tokens 1,2,4,8,16]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -8,8 +10,11 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
+#include "bench/dense_kernels/small_m_bench.h"
 #include "kernels/activation/api.h"
 #include "kernels/gemm/api.h"
 #include "kernels/moe/api.h"
@@ -208,10 +213,29 @@ void BenchSampling(int B, int V) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  bool decode_only = false;
+  std::vector<int> tokens = {1, 2, 4, 8, 16};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--decode-only") {
+      decode_only = true;
+    } else if (arg == "--tokens" && i + 1 < argc) {
+      tokens.clear();
+      std::stringstream list(argv[++i]);
+      for (std::string t; std::getline(list, t, ',');) tokens.push_back(std::stoi(t));
+    } else {
+      std::fprintf(stderr, "usage: mlaserve-dense-bench [--decode-only] [--tokens 1,2,4,8,16]\n");
+      return 2;
+    }
+  }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  if (decode_only) {
+    mlaserve::bench::RunSmallMBench(tokens);
+    return 0;
+  }
   BenchGemm(4096, 7168, 7168);
   BenchGemm(4096, 2048, 7168);
   BenchGemm(64, 7168, 2048);
@@ -225,5 +249,6 @@ int main() {
   BenchRope(4096, 128);
   BenchSampling(64, 129280);
   BenchSampling(1, 129280);
+  mlaserve::bench::RunSmallMBench(tokens);
   return 0;
 }

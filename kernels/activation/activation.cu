@@ -1,12 +1,14 @@
 // activation CUDA backend: out = silu(gate) * up in f32, one element per thread in a
 // grid-stride loop (the op moves 3 values per output; it is memory-bound and the loads of a
 // warp are coalesced). `out` may alias the gate half of `x` (same element, same thread).
+// Launched with PDL (kernels/common/pdl.cuh).
 #include <cuda_bf16.h>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/activation/api.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
+#include "kernels/common/pdl.cuh"
 
 namespace mlaserve::kernels {
 namespace {
@@ -18,6 +20,7 @@ __global__ void __launch_bounds__(kThreads) SiluAndMulKernel(const __grid_consta
   const auto* x = static_cast<const T*>(p.x);
   auto* out = static_cast<T*>(p.out);
   const int64_t total = static_cast<int64_t>(p.rows) * p.dim;
+  cuda::PdlEnter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
     const int64_t r = i / p.dim;
@@ -32,17 +35,16 @@ __global__ void __launch_bounds__(kThreads) SiluAndMulKernel(const __grid_consta
 }  // namespace
 
 absl::Status SiluAndMulCuda(const SiluAndMulParams& p, void* stream) {
-  const unsigned grid = cuda::GridFor(static_cast<int64_t>(p.rows) * p.dim, kThreads);
-  auto s = static_cast<cudaStream_t>(stream);
+  cuda::LaunchShape shape;
+  shape.grid = dim3(cuda::GridFor(static_cast<int64_t>(p.rows) * p.dim, kThreads));
+  shape.block = dim3(kThreads);
+  shape.stream = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBF16) {
-    SiluAndMulKernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(p);
-  } else if (p.dtype == DType::kF32) {
-    SiluAndMulKernel<float><<<grid, kThreads, 0, s>>>(p);
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "activation: the CUDA backend supports dtype=bf16 or f32, got ", DTypeName(p.dtype)));
+    return cuda::LaunchPdl("silu_and_mul", shape, SiluAndMulKernel<__nv_bfloat16>, p);
   }
-  return cuda::LaunchStatus("silu_and_mul");
+  if (p.dtype == DType::kF32) return cuda::LaunchPdl("silu_and_mul", shape, SiluAndMulKernel<float>, p);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "activation: the CUDA backend supports dtype=bf16 or f32, got ", DTypeName(p.dtype)));
 }
 
 }  // namespace mlaserve::kernels

@@ -1,5 +1,6 @@
-// gemm CUDA backend: cuBLASLt, bf16 (or f32) operands, f32 accumulation, bias as an epilogue,
-// strided batches through the layouts' batch attributes.
+// gemm CUDA backend: the small-M kernel where it applies (gemm_small_m.h), else cuBLASLt, bf16
+// (or f32) operands, f32 accumulation, bias as an epilogue, strided batches through the layouts'
+// batch attributes; a second output (c2) as two cuBLASLt calls over B's two row blocks.
 //
 // Row-major to cuBLASLt (column-major): a row-major [r, c] matrix with row stride ld is a
 // column-major [c, r] matrix with leading dimension ld. So C = A * op(B) in row-major is
@@ -15,6 +16,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -24,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/gemm/api.h"
+#include "kernels/gemm/gemm_small_m.h"
 
 namespace mlaserve::kernels {
 namespace {
@@ -169,13 +172,7 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const GemmParams& p, cublasLtHand
   return plan;
 }
 
-}  // namespace
-
-absl::Status GemmCuda(const GemmParams& p, void* stream) {
-  if (p.dtype != DType::kBF16 && p.dtype != DType::kF32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gemm: the CUDA backend supports dtype=bf16 or f32, got ", DTypeName(p.dtype)));
-  }
+absl::Status CublasLtGemm(const GemmParams& p, void* stream) {
   const int align[4] = {AlignmentOf(p.b), AlignmentOf(p.a), AlignmentOf(p.c), AlignmentOf(p.c)};
   const PlanKey key{static_cast<int>(p.dtype), p.c_f32 && p.dtype != DType::kF32, p.m, p.n, p.k,
                     p.batch, p.lda, p.ldb, p.ldc, p.batch > 1 ? p.stride_a : 0,
@@ -200,6 +197,70 @@ absl::Status GemmCuda(const GemmParams& p, void* stream) {
                          p.c, plan->c, p.c, plan->c, &plan->algo, st->workspace, kWorkspaceBytes,
                          static_cast<cudaStream_t>(stream)));
   return absl::OkStatus();
+}
+
+// MLASERVE_GEMM_SMALL_M=0 keeps kAuto on cuBLASLt (for timing comparisons; kSmallM still runs).
+bool SmallMAutoDisabled() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("MLASERVE_GEMM_SMALL_M");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  return disabled;
+}
+
+// Why `p` does not run on the small-M kernel, or null.
+const char* SmallMRefusalFor(const GemmParams& p) {
+  if (p.path == GemmPath::kCublasLt) return "path=kCublasLt was asked";
+  if (p.path == GemmPath::kAuto && SmallMAutoDisabled()) return "MLASERVE_GEMM_SMALL_M=0";
+  if (const char* refusal = gemm_cuda::SmallMRefusal(p); refusal != nullptr) return refusal;
+  if (p.path == GemmPath::kAuto && !gemm_cuda::SmallMFasterThanCublasLt(p)) {
+    return "kAuto: cuBLASLt measured faster for this shape (gemm_small_m.h)";
+  }
+  return nullptr;
+}
+
+// The product's columns [c2_begin, n) as their own GEMM writing c2.
+GemmParams SecondOutput(const GemmParams& p) {
+  const size_t ab = DTypeSize(p.dtype);
+  const size_t out = p.c_f32 || p.dtype == DType::kF32 ? 4 : 2;
+  GemmParams q = p;
+  q.n = p.n - p.c2_begin;
+  q.b = static_cast<const char*>(p.b) +
+        (p.b_transposed ? p.c2_begin * p.ldb : p.c2_begin) * static_cast<int64_t>(ab);
+  q.c = p.c2;
+  q.ldc = p.ldc2;
+  if (p.bias != nullptr) q.bias = static_cast<const char*>(p.bias) + p.c2_begin * out;
+  q.c2 = nullptr;
+  return q;
+}
+
+}  // namespace
+
+absl::Status GemmCuda(const GemmParams& p, void* stream) {
+  if (p.dtype != DType::kBF16 && p.dtype != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gemm: the CUDA backend supports dtype=bf16 or f32, got ", DTypeName(p.dtype)));
+  }
+  const char* refusal = SmallMRefusalFor(p);
+  if (refusal == nullptr) return gemm_cuda::LaunchSmallM(p, static_cast<cudaStream_t>(stream));
+  if (p.path == GemmPath::kSmallM || p.epilogue != GemmEpilogue::kNone) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gemm: ", p.epilogue != GemmEpilogue::kNone ? "the SiLU-and-mul epilogue" : "path=kSmallM",
+        " needs the small-M kernel, which does not take m=", p.m, " n=", p.n, " k=", p.k,
+        " lda=", p.lda, " ldb=", p.ldb, " batch=", p.batch, ": ", refusal));
+  }
+  if (p.c2 != nullptr) {
+    GemmParams first = p;
+    first.n = p.c2_begin;
+    first.c2 = nullptr;
+    RETURN_IF_ERROR(CublasLtGemm(first, stream));
+    return CublasLtGemm(SecondOutput(p), stream);
+  }
+  return CublasLtGemm(p, stream);
+}
+
+bool GemmRunsSmallM(const GemmParams& p, Backend backend) {
+  return backend == Backend::kCuda && SmallMRefusalFor(p) == nullptr;
 }
 
 }  // namespace mlaserve::kernels

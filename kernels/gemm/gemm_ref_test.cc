@@ -108,5 +108,88 @@ TEST(GemmValidation, NamesBadValues) {
 #endif
 }
 
+// A second output is exactly the two GEMMs over B's row blocks (the same sgemm calls).
+TEST(GemmSecondOutput, EqualsTwoGemms) {
+  const int m = 5, n1 = 12, n2 = 7, k = 9;
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  for (const bool bt : {true, false}) {
+    const int n = n1 + n2;
+    auto a = RandomVector(m * k, seed);
+    auto b = RandomVector(n * k, seed + 1);
+    auto bias = RandomVector(n, seed + 2);
+    std::vector<float> c1(m * n1), c2(m * n2), want1(m * n1), want2(m * n2);
+    GemmParams p;
+    p.m = m; p.n = n; p.k = k; p.a = a.data(); p.lda = k; p.b = b.data();
+    p.ldb = bt ? k : n; p.b_transposed = bt; p.bias = bias.data();
+    p.c = c1.data(); p.ldc = n1; p.c2 = c2.data(); p.c2_begin = n1; p.ldc2 = n2;
+    ASSERT_TRUE(Gemm(p, KernelContext{}).ok());
+    GemmParams first = p;
+    first.n = n1; first.c = want1.data(); first.c2 = nullptr;
+    ASSERT_TRUE(Gemm(first, KernelContext{}).ok());
+    GemmParams second = first;
+    second.n = n2; second.c = want2.data(); second.ldc = n2; second.bias = bias.data() + n1;
+    second.b = b.data() + (bt ? n1 * k : n1);
+    ASSERT_TRUE(Gemm(second, KernelContext{}).ok());
+    EXPECT_EQ(c1, want1);
+    EXPECT_EQ(c2, want2);
+  }
+}
+
+// SiLU-and-mul over the stacked gate|up rows, against the naive formula in double.
+TEST(GemmSiluMul, MatchesNaive) {
+  const int inter = 6, n = 2 * inter, k = 11;
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  for (const int m : {1, 70}) {  // 70 rows: two of the reference's row blocks
+    auto a = RandomVector(m * k, seed);
+    auto b = RandomVector(n * k, seed + 1);
+    const int64_t ldc = inter + 2;
+    std::vector<float> c(m * ldc, 7.0f);
+    GemmParams p;
+    p.m = m; p.n = n; p.k = k; p.a = a.data(); p.lda = k; p.b = b.data(); p.ldb = k;
+    p.c = c.data(); p.ldc = ldc; p.alpha = 0.5f; p.epilogue = GemmEpilogue::kSiluMul;
+    ASSERT_TRUE(Gemm(p, KernelContext{}).ok());
+    for (int r = 0; r < m; ++r) {
+      for (int j = 0; j < ldc; ++j) {
+        if (j >= inter) {
+          ASSERT_EQ(c[r * ldc + j], 7.0f) << "padding written";
+          continue;
+        }
+        double g = 0, u = 0;
+        for (int x = 0; x < k; ++x) {
+          g += static_cast<double>(a[r * k + x]) * b[j * k + x];
+          u += static_cast<double>(a[r * k + x]) * b[(inter + j) * k + x];
+        }
+        g *= 0.5;
+        u *= 0.5;
+        const double want = g / (1.0 + std::exp(-g)) * u;
+        ASSERT_NEAR(c[r * ldc + j], want, 1e-5 * (1.0 + std::abs(want))) << r << ", " << j;
+      }
+    }
+  }
+}
+
+TEST(GemmValidation, NamesBadForms) {
+  std::vector<float> buf(256);
+  GemmParams p;
+  p.m = 2; p.n = 8; p.k = 4; p.a = buf.data(); p.b = buf.data(); p.c = buf.data();
+  p.lda = 4; p.ldb = 4; p.ldc = 8;
+  p.c2 = buf.data(); p.c2_begin = 8; p.ldc2 = 4;
+  auto st = Gemm(p, KernelContext{});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("c2_begin=8"), std::string::npos) << st.message();
+  p.c2_begin = 5; p.ldc2 = 2;
+  st = Gemm(p, KernelContext{});
+  EXPECT_NE(st.message().find("ldc2=2"), std::string::npos) << st.message();
+  p.c2 = nullptr; p.epilogue = GemmEpilogue::kSiluMul; p.beta = 1.0f;
+  st = Gemm(p, KernelContext{});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("SiLU"), std::string::npos) << st.message();
+  p.beta = 0.0f;
+  EXPECT_TRUE(Gemm(p, KernelContext{}).ok());  // ldc = 8 >= n / 2
+  EXPECT_FALSE(GemmRunsSmallM(p, Backend::kCpu));
+}
+
 }  // namespace
 }  // namespace mlaserve::kernels

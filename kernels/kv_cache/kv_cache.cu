@@ -1,6 +1,6 @@
 // kv_cache CUDA backend (bf16): CacheWrite scatters rows into their slots, CacheGather copies
 // a range of each sequence's positions out of its pages. Threads move 16-byte vectors when the
-// widths and buffers allow it, else single elements.
+// widths and buffers allow it, else single elements. Launched with PDL (kernels/common/pdl.cuh).
 //
 // Index arrays live on the device, so they cannot be validated on the host: a slot at or past
 // the cache's end (or a negative slot) is skipped by CacheWrite, and CacheGather skips pages
@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/kv_cache/api.h"
 
 namespace mlaserve::kernels {
@@ -26,6 +27,7 @@ __global__ void __launch_bounds__(kThreads) CacheWriteKernel(const __grid_consta
   const int64_t num_slots = static_cast<int64_t>(p.num_pages) * kPageSize;
   const auto* src = static_cast<const Vec*>(p.src);
   auto* cache = static_cast<Vec*>(p.cache);
+  cuda::PdlEnter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
     const int64_t t = i / chunks;
@@ -41,6 +43,7 @@ __global__ void __launch_bounds__(kThreads) CacheGatherKernel(const __grid_const
   using Vec = std::conditional_t<kVec == 8, uint4, __nv_bfloat16>;
   const int b = blockIdx.y;
   const int chunks = p.entry_dim / kVec;
+  cuda::PdlEnter();  // len, start and cu_dst are device arrays a previous kernel may write
   const int len = p.len[b], start = p.start[b];
   const int64_t dst_row0 = p.cu_dst[b];
   const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq;
@@ -76,26 +79,18 @@ absl::Status CacheWriteCuda(const CacheWriteParams& p, void* stream) {
   const bool vec = p.entry_dim % 8 == 0 && p.src_stride % 8 == 0 && Aligned(p.src) && Aligned(p.cache);
   const int64_t items = static_cast<int64_t>(p.num_tokens) * (vec ? p.entry_dim / 8 : p.entry_dim);
   const unsigned blocks = static_cast<unsigned>(std::min(kMaxBlocks, (items + kThreads - 1) / kThreads));
-  auto s = static_cast<cudaStream_t>(stream);
-  if (vec) {
-    CacheWriteKernel<8><<<blocks, kThreads, 0, s>>>(p);
-  } else {
-    CacheWriteKernel<1><<<blocks, kThreads, 0, s>>>(p);
-  }
-  return cuda::LaunchStatus("CacheWriteKernel");
+  const cuda::LaunchShape shape{dim3(blocks), dim3(kThreads), 0, static_cast<cudaStream_t>(stream)};
+  return vec ? cuda::LaunchPdl("CacheWriteKernel", shape, CacheWriteKernel<8>, p)
+             : cuda::LaunchPdl("CacheWriteKernel", shape, CacheWriteKernel<1>, p);
 }
 
 absl::Status CacheGatherCuda(const CacheGatherParams& p, void* stream) {
   if (auto st = RequireBf16("cache_gather", p.dtype); !st.ok()) return st;
   const bool vec = p.entry_dim % 8 == 0 && Aligned(p.cache) && Aligned(p.dst);
   const dim3 grid(kGatherBlocksPerSeq, static_cast<unsigned>(p.batch));
-  auto s = static_cast<cudaStream_t>(stream);
-  if (vec) {
-    CacheGatherKernel<8><<<grid, kThreads, 0, s>>>(p);
-  } else {
-    CacheGatherKernel<1><<<grid, kThreads, 0, s>>>(p);
-  }
-  return cuda::LaunchStatus("CacheGatherKernel");
+  const cuda::LaunchShape shape{grid, dim3(kThreads), 0, static_cast<cudaStream_t>(stream)};
+  return vec ? cuda::LaunchPdl("CacheGatherKernel", shape, CacheGatherKernel<8>, p)
+             : cuda::LaunchPdl("CacheGatherKernel", shape, CacheGatherKernel<1>, p);
 }
 
 }  // namespace mlaserve::kernels

@@ -4,6 +4,7 @@
 
 #include "common/status.h"
 #include "kernels/common/param_check.h"
+#include "kernels/common/rms_norm_row.h"
 #include "kernels/norm/api.h"
 
 namespace mlaserve::kernels {
@@ -25,10 +26,7 @@ absl::Status RmsNormCpu(const RmsNormParams& p) {
       for (int j = 0; j < p.dim; ++j) rr[j] += xr[j];
       src = rr;
     }
-    double sum_sq = 0;
-    for (int j = 0; j < p.dim; ++j) sum_sq += static_cast<double>(src[j]) * src[j];
-    const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / p.dim + p.eps));
-    for (int j = 0; j < p.dim; ++j) yr[j] = w[j] * (src[j] * inv);
+    RmsNormRowCpu(src, w, p.dim, p.eps, yr);
   }
   return absl::OkStatus();
 }

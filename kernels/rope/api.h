@@ -33,6 +33,30 @@ struct RopeParams {
   const float* cos_sin = nullptr;      // [max_position, rot_dim] f32 (see above)
   int max_position = 0;
   bool interleaved = true;
+  // Optional: a second tensor rotated in place in the same launch, at the same positions with
+  // the same table and layout (MLA's shared key k_pe beside the query heads: one launch for
+  // both). Element (t, h, k_offset + j) of its k_heads heads at
+  // k[t*k_token_stride + h*k_head_stride + k_offset + j]. null: none.
+  void* k = nullptr;
+  int k_heads = 0;
+  int64_t k_token_stride = 0;
+  int64_t k_head_stride = 0;
+  int k_offset = 0;
+  // Optional, with k (one head): RMSNorm (eps k_norm_eps, weight k_norm_weight [k_norm_dim],
+  // kernels/norm's formula) of each k row's first k_norm_dim values, in place, in the same
+  // launch: MLA's cache entry is [kv_a_layernorm(latent) | rope(k_pe)], both halves of one row.
+  // k_norm_dim <= k_offset (the normed values precede the rotated ones). null: no norm.
+  const void* k_norm_weight = nullptr;
+  int k_norm_dim = 0;
+  float k_norm_eps = 1e-6f;
+  // Optional: x's rotated values are written here instead of back into x (x is then only
+  // read), element (t, h, out_offset + j) at out[t*out_token_stride + h*out_head_stride +
+  // out_offset + j] (MLA's absorbed query, whose rope part follows its latent part: the copy
+  // into it and the rotation become one pass). null: in place. Must not overlap x or k.
+  void* out = nullptr;
+  int64_t out_token_stride = 0;
+  int64_t out_head_stride = 0;
+  int out_offset = 0;
 };
 
 absl::Status Rope(const RopeParams& p, const KernelContext& ctx);

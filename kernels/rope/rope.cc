@@ -1,11 +1,31 @@
 // rope dispatcher: can-implement check, then the backend.
 #include "kernels/rope/api.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/param_check.h"
 
 namespace mlaserve::kernels {
+namespace {
+
+// The rotated slices of a [tokens, heads, ...] tensor fit its strides.
+absl::Status CheckStrides(const char* what, int tokens, int heads, int64_t token_stride,
+                          int64_t head_stride, int offset, int rot_dim) {
+  RETURN_IF_ERROR(RequireNonNegative(absl::StrCat(what, "offset").c_str(), offset));
+  if (heads > 1) {
+    RETURN_IF_ERROR(RequireAtLeast(absl::StrCat(what, "head_stride").c_str(), head_stride,
+                                   "offset+rot_dim", offset + rot_dim));
+  }
+  if (tokens > 1) {
+    RETURN_IF_ERROR(RequireAtLeast(absl::StrCat(what, "token_stride").c_str(), token_stride,
+                                   "(heads-1)*head_stride+offset+rot_dim",
+                                   (heads - 1) * head_stride + offset + rot_dim));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status Rope(const RopeParams& p, const KernelContext& ctx) {
   RETURN_IF_ERROR(RequireNonNegative("num_tokens", p.num_tokens));
@@ -14,20 +34,30 @@ absl::Status Rope(const RopeParams& p, const KernelContext& ctx) {
   if (p.rot_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("rope: rot_dim=", p.rot_dim, " must be even"));
   }
-  RETURN_IF_ERROR(RequireNonNegative("offset", p.offset));
   RETURN_IF_ERROR(RequirePositive("max_position", p.max_position));
   if (p.num_tokens == 0) return absl::OkStatus();
   RETURN_IF_ERROR(RequireNonNull("x", p.x));
   RETURN_IF_ERROR(RequireNonNull("positions", p.positions));
   RETURN_IF_ERROR(RequireNonNull("cos_sin", p.cos_sin));
-  if (p.num_heads > 1) {
-    RETURN_IF_ERROR(RequireAtLeast("head_stride", p.head_stride, "offset+rot_dim",
-                                   p.offset + p.rot_dim));
+  RETURN_IF_ERROR(CheckStrides("", p.num_tokens, p.num_heads, p.token_stride, p.head_stride,
+                               p.offset, p.rot_dim));
+  if (p.k_norm_weight != nullptr) {
+    if (p.k == nullptr || p.k_heads != 1 || p.k_norm_dim <= 0 || p.k_norm_dim > p.k_offset ||
+        !(p.k_norm_eps >= 0.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rope: the fused norm of k takes one k head, 0 < k_norm_dim <= k_offset and eps >= 0 (got "
+          "k_heads=", p.k_heads, ", k_norm_dim=", p.k_norm_dim, ", k_offset=", p.k_offset,
+          ", k_norm_eps=", p.k_norm_eps, ")"));
+    }
   }
-  if (p.num_tokens > 1) {
-    RETURN_IF_ERROR(RequireAtLeast("token_stride", p.token_stride,
-                                   "(num_heads-1)*head_stride+offset+rot_dim",
-                                   (p.num_heads - 1) * p.head_stride + p.offset + p.rot_dim));
+  if (p.k != nullptr) {
+    RETURN_IF_ERROR(RequirePositive("k_heads", p.k_heads));
+    RETURN_IF_ERROR(CheckStrides("k_", p.num_tokens, p.k_heads, p.k_token_stride,
+                                 p.k_head_stride, p.k_offset, p.rot_dim));
+  }
+  if (p.out != nullptr) {
+    RETURN_IF_ERROR(CheckStrides("out_", p.num_tokens, p.num_heads, p.out_token_stride,
+                                 p.out_head_stride, p.out_offset, p.rot_dim));
   }
   MLASERVE_DISPATCH("rope", ctx, RopeCpu(p), RopeCuda(p, ctx.stream));
 }

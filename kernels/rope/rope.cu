@@ -1,11 +1,16 @@
-// rope CUDA backend: one thread per rotated pair (token, head, i), f32 math on the f32
-// cos/sin table, in place. A position outside [0, max_position) cannot be reported without a
-// host sync: that token is left unrotated (callers validate; the CPU backend refuses it).
+// rope CUDA backend: one thread per rotated pair (token, head, i) over x's heads and then k's
+// (one launch for MLA's q and k_pe), f32 math on the f32 cos/sin table, in place or into `out`;
+// with the fused latent norm (k_norm_weight) one block per token: RMSNorm of its k row's first
+// k_norm_dim values (kernels/norm's bf16 rounding), then its pairs. Launched with PDL
+// (kernels/common/pdl.cuh). A position outside [0, max_position) cannot be
+// reported without a host sync: that token is left unrotated (with `out`: its slice there is
+// not written); callers validate, and the CPU backend refuses it.
 #include <cuda_bf16.h>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/rope/api.h"
 
 namespace mlaserve::kernels {
@@ -13,48 +18,98 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Rotates pair i of head h of token t (x's heads, then k's).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) RopeKernel(const __grid_constant__ RopeParams p) {
+__device__ __forceinline__ void RotatePair(const RopeParams& p, int64_t t, int h, int i) {
   const int half = p.rot_dim / 2;
-  const int64_t total = static_cast<int64_t>(p.num_tokens) * p.num_heads * half;
+  const int pos = p.positions[t];
+  if (pos < 0 || pos >= p.max_position) return;
   // Pair i is (x[2i], x[2i+1]) when interleaved, (x[i], x[i+half]) otherwise.
   const int first_step = p.interleaved ? 2 : 1;
   const int second_offset = p.interleaved ? 1 : half;
-  auto* x = static_cast<T*>(p.x);
+  const float* cs = p.cos_sin + static_cast<int64_t>(pos) * p.rot_dim;
+  const float c = cs[i], s = cs[half + i];
+  const T* src;
+  T* dst;
+  if (h < p.num_heads) {
+    src = static_cast<const T*>(p.x) + t * p.token_stride + h * p.head_stride + p.offset;
+    dst = p.out != nullptr ? static_cast<T*>(p.out) + t * p.out_token_stride +
+                                 h * p.out_head_stride + p.out_offset
+                           : static_cast<T*>(p.x) + t * p.token_stride + h * p.head_stride +
+                                 p.offset;
+  } else {
+    dst = static_cast<T*>(p.k) + t * p.k_token_stride + (h - p.num_heads) * p.k_head_stride +
+          p.k_offset;
+    src = dst;
+  }
+  const int a = i * first_step, b = a + second_offset;
+  const float x0 = cuda::ToF32(src[a]), x1 = cuda::ToF32(src[b]);
+  dst[a] = cuda::FromF32<T>(x0 * c - x1 * s);
+  dst[b] = cuda::FromF32<T>(x1 * c + x0 * s);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) RopeKernel(const __grid_constant__ RopeParams p) {
+  const int half = p.rot_dim / 2;
+  const int heads = p.num_heads + (p.k != nullptr ? p.k_heads : 0);
+  const int64_t total = static_cast<int64_t>(p.num_tokens) * heads * half;
+  cuda::PdlEnter();
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int i = static_cast<int>(idx % half);
     const int64_t th = idx / half;
-    const int h = static_cast<int>(th % p.num_heads);
-    const int64_t t = th / p.num_heads;
-    const int pos = p.positions[t];
-    if (pos < 0 || pos >= p.max_position) continue;
-    const float* cs = p.cos_sin + static_cast<int64_t>(pos) * p.rot_dim;
-    const float c = cs[i], s = cs[half + i];
-    T* v = x + t * p.token_stride + h * p.head_stride + p.offset;
-    T& a = v[i * first_step];
-    T& b = v[i * first_step + second_offset];
-    const float x0 = cuda::ToF32(a), x1 = cuda::ToF32(b);
-    a = cuda::FromF32<T>(x0 * c - x1 * s);
-    b = cuda::FromF32<T>(x1 * c + x0 * s);
+    RotatePair<T>(p, th / heads, static_cast<int>(th % heads), static_cast<int>(idx % half));
   }
+}
+
+// One block per token: the k row's latent norm, then every pair of the token.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) RopeNormKernel(const __grid_constant__ RopeParams p) {
+  __shared__ float scratch[32];
+  const int64_t t = blockIdx.x;
+  const int half = p.rot_dim / 2;
+  const int heads = p.num_heads + p.k_heads;
+  T* row = static_cast<T*>(p.k) + t * p.k_token_stride;
+  const T* w = static_cast<const T*>(p.k_norm_weight);
+  cuda::PdlEnter();
+  float ss = 0.0f;
+  for (int j = threadIdx.x; j < p.k_norm_dim; j += kThreads) {
+    const float v = cuda::ToF32(row[j]);
+    ss += v * v;
+  }
+  ss = cuda::BlockSum(ss, scratch);
+  const float inv = rsqrtf(ss / p.k_norm_dim + p.k_norm_eps);
+  for (int j = threadIdx.x; j < p.k_norm_dim; j += kThreads) {
+    // As RmsNormKernel: normalise in f32, round, then scale.
+    const float n = cuda::ToF32(cuda::FromF32<T>(cuda::ToF32(row[j]) * inv));
+    row[j] = cuda::FromF32<T>(cuda::ToF32(w[j]) * n);
+  }
+  for (int idx = threadIdx.x; idx < heads * half; idx += kThreads) {
+    RotatePair<T>(p, t, idx / half, idx % half);
+  }
+}
+
+template <typename T>
+absl::Status LaunchRope(const RopeParams& p, cudaStream_t s) {
+  cuda::LaunchShape shape;
+  shape.block = dim3(kThreads);
+  shape.stream = s;
+  if (p.k_norm_weight != nullptr) {
+    shape.grid = dim3(static_cast<unsigned>(p.num_tokens));
+    return cuda::LaunchPdl("rope+norm", shape, RopeNormKernel<T>, p);
+  }
+  const int heads = p.num_heads + (p.k != nullptr ? p.k_heads : 0);
+  shape.grid = dim3(cuda::GridFor(static_cast<int64_t>(p.num_tokens) * heads * (p.rot_dim / 2), kThreads));
+  return cuda::LaunchPdl("rope", shape, RopeKernel<T>, p);
 }
 
 }  // namespace
 
 absl::Status RopeCuda(const RopeParams& p, void* stream) {
-  const unsigned grid =
-      cuda::GridFor(static_cast<int64_t>(p.num_tokens) * p.num_heads * (p.rot_dim / 2), kThreads);
   auto s = static_cast<cudaStream_t>(stream);
-  if (p.dtype == DType::kBF16) {
-    RopeKernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(p);
-  } else if (p.dtype == DType::kF32) {
-    RopeKernel<float><<<grid, kThreads, 0, s>>>(p);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rope: the CUDA backend supports dtype=bf16 or f32, got ", DTypeName(p.dtype)));
-  }
-  return cuda::LaunchStatus("rope");
+  if (p.dtype == DType::kBF16) return LaunchRope<__nv_bfloat16>(p, s);
+  if (p.dtype == DType::kF32) return LaunchRope<float>(p, s);
+  return absl::InvalidArgumentError(
+      absl::StrCat("rope: the CUDA backend supports dtype=bf16 or f32, got ", DTypeName(p.dtype)));
 }
 
 }  // namespace mlaserve::kernels

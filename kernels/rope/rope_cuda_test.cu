@@ -59,5 +59,64 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeCudaTest,
                          ::testing::Combine(::testing::Values(1, 300), ::testing::Values(1, 16),
                                             ::testing::Values(64, 32), ::testing::Bool(), ::testing::Bool()));
 
+// MLA's decode prologue in one launch: q's rope parts rotated into the absorbed query, the
+// latent normed and the shared key k_pe rotated in place in the cache entry (with and without
+// the fused norm).
+class RopeCudaQk : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RopeCudaQk, MatchesCpu) {
+  const bool fused_norm = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const int tokens = 5, heads = 16, rot = 64, nope = 128, latent = 512, max_pos = 1024;
+  const int qk = nope + rot, entry = latent + rot, absorbed = latent + rot;
+  auto q = testing::RandomVector(static_cast<size_t>(tokens) * heads * qk, seed);
+  auto kv = testing::RandomVector(static_cast<size_t>(tokens) * entry, seed + 1);
+  auto cos_sin = testing::RandomVector(static_cast<size_t>(max_pos) * rot, seed + 2);
+  testing::RoundToBf16(q); testing::RoundToBf16(kv);
+  std::vector<int32_t> pos = {0, 7, 1023, 500, 64};
+  auto norm_w = testing::RandomVector(latent, seed + 3, 0.5f, 1.5f);
+  testing::RoundToBf16(norm_w);
+  std::vector<float> q_abs(static_cast<size_t>(tokens) * heads * absorbed, 0.0f), kv_want = kv;
+  RopeParams p;
+  p.num_tokens = tokens; p.num_heads = heads; p.rot_dim = rot; p.x = q.data();
+  p.token_stride = static_cast<int64_t>(heads) * qk; p.head_stride = qk; p.offset = nope;
+  p.positions = pos.data(); p.cos_sin = cos_sin.data(); p.max_position = max_pos;
+  p.k = kv_want.data(); p.k_heads = 1; p.k_token_stride = entry; p.k_head_stride = entry;
+  p.k_offset = latent;
+  p.out = q_abs.data(); p.out_token_stride = static_cast<int64_t>(heads) * absorbed;
+  p.out_head_stride = absorbed; p.out_offset = latent;
+  if (fused_norm) {
+    p.k_norm_weight = norm_w.data(); p.k_norm_dim = latent - 8; p.k_norm_eps = 1e-6f;
+  }
+  ASSERT_TRUE(Rope(p, KernelContext{}).ok());
+  auto d_norm_w = testing::ToDeviceBf16(norm_w);
+  auto d_q = testing::ToDeviceBf16(q), d_kv = testing::ToDeviceBf16(kv);
+  auto d_abs = testing::PoisonedBf16(q_abs.size());
+  auto d_pos = testing::ToDevice(pos);
+  auto d_cs = testing::ToDevice(cos_sin);
+  RopeParams g = p;
+  g.dtype = DType::kBF16; g.x = d_q.get(); g.k = d_kv.get(); g.out = d_abs.get();
+  g.positions = d_pos.as<int32_t>(); g.cos_sin = d_cs.as<float>();
+  if (fused_norm) g.k_norm_weight = d_norm_w.get();
+  ASSERT_TRUE(Rope(g, KernelContext{Backend::kCuda, nullptr}).ok());
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  const auto got_abs = testing::ToHostBf16(d_abs, q_abs.size());
+  std::vector<float> got, want;
+  for (size_t i = 0; i < q_abs.size(); ++i) {
+    if (static_cast<int>(i % absorbed) < latent) {
+      ASSERT_TRUE(std::isnan(got_abs[i])) << "written outside the rope slice at " << i;
+      continue;
+    }
+    got.push_back(got_abs[i]);
+    want.push_back(q_abs[i]);
+  }
+  EXPECT_LE(testing::RelativeError(got, want), 1e-2);
+  EXPECT_EQ(testing::ToHostBf16(d_q, q.size()), q) << "q is only read";
+  EXPECT_LE(testing::RelativeError(testing::ToHostBf16(d_kv, kv.size()), kv_want), 1e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Norm, RopeCudaQk, ::testing::Bool());
+
 }  // namespace
 }  // namespace mlaserve::kernels

@@ -2,6 +2,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/common/param_check.h"
+#include "kernels/common/rms_norm_row.h"
 #include "kernels/rope/api.h"
 
 namespace mlaserve::kernels {
@@ -15,23 +16,37 @@ absl::Status RopeCpu(const RopeParams& p) {
                                                      p.max_position, ")"));
     }
   }
-  auto* x = static_cast<float*>(p.x);
   const int half = p.rot_dim / 2;
   // Pair i is (x[2i], x[2i+1]) when interleaved, (x[i], x[i+half]) otherwise.
   const int first_step = p.interleaved ? 2 : 1;
   const int second_offset = p.interleaved ? 1 : half;
+  // Rotates the slice at src into dst (the same place, or another tensor's).
+  auto rotate = [&](const float* cos, const float* src, float* dst) {
+    const float* sin = cos + half;
+    for (int i = 0; i < half; ++i) {
+      const float x0 = src[i * first_step], x1 = src[i * first_step + second_offset];
+      dst[i * first_step] = x0 * cos[i] - x1 * sin[i];
+      dst[i * first_step + second_offset] = x1 * cos[i] + x0 * sin[i];
+    }
+  };
+  auto* x = static_cast<float*>(p.x);
+  auto* out = static_cast<float*>(p.out);
+  auto* k = static_cast<float*>(p.k);
   for (int t = 0; t < p.num_tokens; ++t) {
     const float* cos = p.cos_sin + static_cast<int64_t>(p.positions[t]) * p.rot_dim;
-    const float* sin = cos + half;
     for (int h = 0; h < p.num_heads; ++h) {
-      float* v = x + t * p.token_stride + h * p.head_stride + p.offset;
-      for (int i = 0; i < half; ++i) {
-        float& a = v[i * first_step];
-        float& b = v[i * first_step + second_offset];
-        const float x0 = a, x1 = b;
-        a = x0 * cos[i] - x1 * sin[i];
-        b = x1 * cos[i] + x0 * sin[i];
-      }
+      const float* src = x + t * p.token_stride + h * p.head_stride + p.offset;
+      float* dst = out != nullptr ? out + t * p.out_token_stride + h * p.out_head_stride + p.out_offset
+                                  : x + t * p.token_stride + h * p.head_stride + p.offset;
+      rotate(cos, src, dst);
+    }
+    if (p.k_norm_weight != nullptr) {
+      float* row = k + t * p.k_token_stride;
+      RmsNormRowCpu(row, static_cast<const float*>(p.k_norm_weight), p.k_norm_dim, p.k_norm_eps, row);
+    }
+    for (int h = 0; k != nullptr && h < p.k_heads; ++h) {
+      float* v = k + t * p.k_token_stride + h * p.k_head_stride + p.k_offset;
+      rotate(cos, v, v);
     }
   }
   return absl::OkStatus();

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/rms_norm_row.h"
 #include "kernels/rope/api.h"
 #include "kernels/testing/testing.h"
 
@@ -82,6 +83,87 @@ TEST(RopeValidation, NamesBadValues) {
   st = Rope(p, KernelContext{});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("positions[0]=70"), std::string::npos) << st.message();
+}
+
+// q and k in one call, q written into another tensor: exactly the two in-place calls and a
+// copy of the rotated slices.
+TEST(RopeQk, OneCallEqualsTwoCallsAndACopy) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const int tokens = 3, heads = 4, rot = 8, nope = 6, max_position = 16;
+  const int qk = nope + rot, latent = 10, entry = latent + rot, absorbed = 12 + rot;
+  std::vector<float> cos_sin = RandomVector(static_cast<size_t>(max_position) * rot, seed);
+  std::vector<int32_t> positions = {3, 0, 15};
+  for (const bool interleaved : {true, false}) {
+    const auto q = RandomVector(tokens * heads * qk, seed + 1);
+    const auto kv = RandomVector(tokens * entry, seed + 2);
+    std::vector<float> q_abs(tokens * heads * absorbed, 9.0f), kv_got = kv, q_got = q;
+    RopeParams p;
+    p.num_tokens = tokens; p.num_heads = heads; p.rot_dim = rot; p.x = q_got.data();
+    p.token_stride = heads * qk; p.head_stride = qk; p.offset = nope;
+    p.positions = positions.data(); p.cos_sin = cos_sin.data(); p.max_position = max_position;
+    p.interleaved = interleaved;
+    p.k = kv_got.data(); p.k_heads = 1; p.k_token_stride = entry; p.k_head_stride = entry;
+    p.k_offset = latent;
+    p.out = q_abs.data(); p.out_token_stride = heads * absorbed; p.out_head_stride = absorbed;
+    p.out_offset = 12;
+    ASSERT_TRUE(Rope(p, KernelContext{}).ok());
+    EXPECT_EQ(q_got, q) << "x is only read when out is set";
+    std::vector<float> q_want = q, kv_want = kv;
+    RopeParams one = p;
+    one.k = nullptr; one.out = nullptr; one.x = q_want.data();
+    ASSERT_TRUE(Rope(one, KernelContext{}).ok());
+    RopeParams other = p;
+    other.k = nullptr; other.out = nullptr; other.x = kv_want.data(); other.num_heads = 1;
+    other.token_stride = entry; other.head_stride = entry; other.offset = latent;
+    ASSERT_TRUE(Rope(other, KernelContext{}).ok());
+    EXPECT_EQ(kv_got, kv_want);
+    for (int t = 0; t < tokens; ++t)
+      for (int h = 0; h < heads; ++h)
+        for (int j = 0; j < absorbed; ++j) {
+          const float got = q_abs[(t * heads + h) * absorbed + j];
+          if (j < 12) {
+            ASSERT_EQ(got, 9.0f) << "outside the rotated slice";
+          } else {
+            ASSERT_EQ(got, q_want[(t * heads + h) * qk + nope + j - 12]);
+          }
+        }
+  }
+}
+
+// The fused latent norm: each k row's first k_norm_dim values normed (kernels/norm's row
+// formula), then the rotation: the same bits as the norm followed by the plain call.
+TEST(RopeQk, FusedNormEqualsNormThenRope) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const int tokens = 3, heads = 2, rot = 8, nope = 4, max_position = 16;
+  const int qk = nope + rot, latent = 10, norm_dim = 9, entry = latent + rot;
+  std::vector<float> cos_sin = RandomVector(static_cast<size_t>(max_position) * rot, seed);
+  std::vector<int32_t> positions = {1, 9, 4};
+  const auto q = RandomVector(tokens * heads * qk, seed + 1);
+  const auto kv = RandomVector(tokens * entry, seed + 2);
+  const auto w = RandomVector(norm_dim, seed + 3, 0.5f, 1.5f);
+  std::vector<float> q_got = q, kv_got = kv, q_want = q, kv_want = kv;
+  RopeParams p;
+  p.num_tokens = tokens; p.num_heads = heads; p.rot_dim = rot; p.x = q_got.data();
+  p.token_stride = heads * qk; p.head_stride = qk; p.offset = nope;
+  p.positions = positions.data(); p.cos_sin = cos_sin.data(); p.max_position = max_position;
+  p.k = kv_got.data(); p.k_heads = 1; p.k_token_stride = entry; p.k_head_stride = entry;
+  p.k_offset = latent; p.k_norm_weight = w.data(); p.k_norm_dim = norm_dim; p.k_norm_eps = 1e-6f;
+  ASSERT_TRUE(Rope(p, KernelContext{}).ok());
+  for (int t = 0; t < tokens; ++t) {
+    RmsNormRowCpu(kv_want.data() + t * entry, w.data(), norm_dim, 1e-6f, kv_want.data() + t * entry);
+  }
+  RopeParams plain = p;
+  plain.x = q_want.data(); plain.k = kv_want.data(); plain.k_norm_weight = nullptr;
+  ASSERT_TRUE(Rope(plain, KernelContext{}).ok());
+  EXPECT_EQ(q_got, q_want);
+  EXPECT_EQ(kv_got, kv_want);
+  for (int t = 0; t < tokens; ++t) EXPECT_EQ(kv_got[t * entry + norm_dim], kv[t * entry + norm_dim]);
+  p.k_norm_dim = latent + 1;  // would overlap the rotated values
+  const absl::Status st = Rope(p, KernelContext{});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("k_norm_dim=11"), std::string::npos) << st.message();
 }
 
 }  // namespace

@@ -12,7 +12,8 @@
 //      the inverse-CDF pick for u = SamplingUniform(seed, step) * (kept mass). Sums run in a
 //      different order than the CPU's serial ones (double rounding, ~1e-16 relative), so a
 //      token differs only if u lands within that distance of a bucket edge.
-// Row parameters are not validated here (that would need a host sync): the CPU backend
+// Our kernels are launched with PDL (kernels/common/pdl.cuh); cub's sorts keep plain stream
+// order. Row parameters are not validated here (that would need a host sync): the CPU backend
 // refuses bad ones, callers validate them once per request.
 #include <cuda_runtime.h>
 
@@ -26,6 +27,7 @@
 #include "common/status.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/sampling/api.h"
 
 namespace mlaserve::kernels {
@@ -94,6 +96,7 @@ __global__ void PrepareKernel(const float* logits, const float* temperature, int
                               float* keys, int32_t* ids, int32_t* seg_begin, int32_t* seg_end,
                               bool fill_all) {
   const int b = blockIdx.y;
+  cuda::PdlEnter();
   const bool greedy = temperature[b] == 0.0f;
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     seg_begin[b] = b * vocab;
@@ -133,6 +136,7 @@ __global__ void __launch_bounds__(kSelectThreads)
   const int b = blockIdx.x, V = p.vocab, tid = threadIdx.x;
   const int64_t base = static_cast<int64_t>(b) * V;
   const float* logits = p.logits + base;
+  cuda::PdlEnter();
   if (p.temperature[b] == 0.0f) {  // greedy: argmax, lowest id on ties
     float best = -INFINITY;
     int best_i = INT_MAX;
@@ -221,6 +225,7 @@ __global__ void __launch_bounds__(kSelectThreads)
 __global__ void RepetitionPenaltyKernel(const __grid_constant__ RepetitionPenaltyParams p) {
   extern __shared__ uint32_t seen[];
   const int b = blockIdx.x;
+  cuda::PdlEnter();
   const float penalty = p.penalty[b];
   if (penalty == 1.0f) return;
   const int words = (p.vocab + 31) / 32;
@@ -257,9 +262,9 @@ absl::Status SampleCuda(const SamplingParams& p, void* stream) {
   Layout l = Carve(p.workspace, p.batch, p.vocab);
   const dim3 prep_grid(std::min((p.vocab + 255) / 256, 64), p.batch);
   const bool by_row = p.batch <= kRowSortMaxBatch;
-  PrepareKernel<<<prep_grid, 256, 0, s>>>(p.logits, p.temperature, p.batch, p.vocab, l.keys[0],
-                                          l.ids[0], l.seg_begin, l.seg_end, by_row);
-  RETURN_IF_ERROR(cuda::LaunchStatus("sampling prepare"));
+  RETURN_IF_ERROR(cuda::LaunchPdl("sampling prepare", cuda::LaunchShape{prep_grid, dim3(256), 0, s},
+                                   PrepareKernel, p.logits, p.temperature, p.batch, p.vocab,
+                                   l.keys[0], l.ids[0], l.seg_begin, l.seg_end, by_row));
   const float* sorted_keys = nullptr;
   const int32_t* sorted_ids = nullptr;
   if (by_row) {
@@ -293,8 +298,9 @@ absl::Status SampleCuda(const SamplingParams& p, void* stream) {
     sorted_keys = keys.Current();
     sorted_ids = vals.Current();
   }
-  SelectKernel<<<p.batch, kSelectThreads, 0, s>>>(p, sorted_keys, sorted_ids);
-  return cuda::LaunchStatus("sampling select");
+  return cuda::LaunchPdl("sampling select",
+                         cuda::LaunchShape{dim3(p.batch), dim3(kSelectThreads), 0, s}, SelectKernel,
+                         p, sorted_keys, sorted_ids);
 }
 
 absl::Status ApplyRepetitionPenaltyCuda(const RepetitionPenaltyParams& p, void* stream) {
@@ -310,8 +316,10 @@ absl::Status ApplyRepetitionPenaltyCuda(const RepetitionPenaltyParams& p, void* 
                                                           static_cast<int>(smem)),
                                      "repetition_penalty: cudaFuncSetAttribute"));
   }
-  RepetitionPenaltyKernel<<<p.batch, 256, smem, static_cast<cudaStream_t>(stream)>>>(p);
-  return cuda::LaunchStatus("repetition_penalty");
+  return cuda::LaunchPdl(
+      "repetition_penalty",
+      cuda::LaunchShape{dim3(p.batch), dim3(256), smem, static_cast<cudaStream_t>(stream)},
+      RepetitionPenaltyKernel, p);
 }
 
 }  // namespace mlaserve::kernels

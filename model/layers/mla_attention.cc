@@ -18,22 +18,40 @@ namespace {
 // HF builds q_a_layernorm / kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps.
 constexpr float kLatentNormEps = 1e-6f;
 
-absl::Status ApplyRope(const ops::OpContext& ctx, const RopeTable& rope, const float* cos_sin,
-                       const BatchPlan& plan, void* x, int num_heads, int64_t token_stride,
-                       int64_t head_stride, int offset, bool interleaved) {
+// One launch for the rest of the cache entry and the query: kv [T, latent | k_pe] gets
+// kv_a_layernorm on its first kv_lora_rank values (`norm`, eps kLatentNormEps) and RoPE on k_pe,
+// in place; q [T, H, nope | rope] gets RoPE on its rope parts, in place or into q_out's rope
+// parts ([T, H, latent | rope], the absorbed query) when given.
+absl::Status NormRopeQk(const ops::OpContext& ctx, const RopeTable& rope, const float* cos_sin,
+                        const BatchPlan& plan, const MlaDims& d, int heads, bool interleaved,
+                        const WeightTensor& norm, int norm_dim, void* q, void* q_out, void* kv) {
   kernels::RopeParams p;
   p.dtype = ctx.dtype;
   p.num_tokens = plan.total_tokens;
-  p.num_heads = num_heads;
+  p.num_heads = heads;
   p.rot_dim = rope.rot_dim;
-  p.x = x;
-  p.token_stride = token_stride;
-  p.head_stride = head_stride;
-  p.offset = offset;
+  p.x = q;
+  p.token_stride = static_cast<int64_t>(heads) * d.qk();
+  p.head_stride = d.qk();
+  p.offset = d.nope;
   p.positions = plan.dev.positions;
   p.cos_sin = cos_sin;
   p.max_position = rope.max_position;
   p.interleaved = interleaved;
+  p.k = kv;
+  p.k_heads = 1;
+  p.k_token_stride = d.latent();
+  p.k_head_stride = d.latent();
+  p.k_offset = d.rank;
+  p.k_norm_weight = norm.data();
+  p.k_norm_dim = norm_dim;
+  p.k_norm_eps = kLatentNormEps;
+  if (q_out != nullptr) {
+    p.out = q_out;
+    p.out_token_stride = static_cast<int64_t>(heads) * d.latent();
+    p.out_head_stride = d.latent();
+    p.out_offset = d.rank;
+  }
   return kernels::Rope(p, ctx.kernel);
 }
 
@@ -102,29 +120,46 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
   const int E = ctx_->dims.latent();
   const int hidden = c.hidden_size;
 
-  // q: [T, H, nope | rope].
+  // q: [T, H, nope | rope]; kv: [T, latent | k_pe] -- exactly the cache entry once normed and
+  // roped. q_proj (q_a_proj) and kv_a_proj_with_mqa both read x: one GEMM over their stacked
+  // weights where the loader stacked them.
   ASSIGN_OR_RETURN(void* q, scratch.Activations(static_cast<int64_t>(T) * H * qk, "q"));
+  ASSIGN_OR_RETURN(void* kv, scratch.Activations(static_cast<int64_t>(T) * E, "latent kv"));
   void* q_resid = nullptr;
+  void* q_first = q;  // what the first projection writes
+  int q_first_dim = H * qk;
   if (c.q_lora_rank.has_value()) {
-    const int ql = *c.q_lora_rank;
-    ASSIGN_OR_RETURN(q_resid, scratch.Activations(static_cast<int64_t>(T) * ql, "q_resid"));
-    RETURN_IF_ERROR(ops::Linear(oc, x, T, hidden, w.q_a_proj, q_resid, ql));
+    q_first_dim = *c.q_lora_rank;
+    ASSIGN_OR_RETURN(q_resid, scratch.Activations(static_cast<int64_t>(T) * q_first_dim, "q_resid"));
+    q_first = q_resid;
+  }
+  if (!w.q_kv_a.empty()) {
+    RETURN_IF_ERROR(ops::LinearPair(oc, x, T, hidden, w.q_kv_a, q_first_dim, q_first, q_first_dim,
+                                    kv, E));
+  } else {
+    RETURN_IF_ERROR(ops::Linear(oc, x, T, hidden, w.q_first(), q_first, q_first_dim));
+    RETURN_IF_ERROR(ops::Linear(oc, x, T, hidden, w.kv_a_proj, kv, E));
+  }
+  if (c.q_lora_rank.has_value()) {
+    const int ql = q_first_dim;
     RETURN_IF_ERROR(ops::RmsNorm(oc, q_resid, T, ql, ql, w.q_a_norm, kLatentNormEps, q_resid, ql));
     RETURN_IF_ERROR(ops::Linear(oc, q_resid, T, ql, w.q_b_proj, q, H * qk));
-  } else {
-    RETURN_IF_ERROR(ops::Linear(oc, x, T, hidden, w.q_proj, q, H * qk));
   }
 
-  // kv: [T, latent | k_pe] -- exactly the cache entry once normed and roped. The norm reads
-  // the model's kv_lora_rank values (the padding after them is zero) and RoPE the model's
-  // rope dim (rope->rot_dim) from the start of the stored rope part.
-  ASSIGN_OR_RETURN(void* kv, scratch.Activations(static_cast<int64_t>(T) * E, "latent kv"));
-  RETURN_IF_ERROR(ops::Linear(oc, x, T, hidden, w.kv_a_proj, kv, E));
-  RETURN_IF_ERROR(ops::RmsNorm(oc, kv, T, c.kv_lora_rank, E, w.kv_a_norm, kLatentNormEps, kv, E));
-  RETURN_IF_ERROR(ApplyRope(oc, *ctx_->rope, ctx_->cos_sin, plan, kv, 1, E, E, ctx_->dims.rank,
-                            c.rope_interleave));
-  RETURN_IF_ERROR(ApplyRope(oc, *ctx_->rope, ctx_->cos_sin, plan, q, H,
-                            static_cast<int64_t>(H) * qk, qk, ctx_->dims.nope, c.rope_interleave));
+  // The norm reads the model's kv_lora_rank values (the padding after them is zero) and RoPE the
+  // model's rope dim (rope->rot_dim) from the start of the stored rope part, one launch for both
+  // and q's rope. The latent forms take q's rotated rope part straight into the absorbed query
+  // q_abs ([T, H, latent | rope]), whose latent part AttendLatent fills -- unless the stored
+  // rope part is padded past the rotated values (odd head dims), whose zeros AttendLatent then
+  // copies with it.
+  void* q_abs = nullptr;
+  if (form != AttentionForm::kMha) {
+    ASSIGN_OR_RETURN(q_abs, scratch.Activations(static_cast<int64_t>(T) * H * E, "absorbed q"));
+  }
+  const bool rope_into_q_abs = q_abs != nullptr && ctx_->dims.rope == ctx_->rope->rot_dim;
+  RETURN_IF_ERROR(NormRopeQk(oc, *ctx_->rope, ctx_->cos_sin, plan, ctx_->dims, H,
+                             c.rope_interleave, w.kv_a_norm, c.kv_lora_rank, q,
+                             rope_into_q_abs ? q_abs : nullptr, kv));
 
   RETURN_IF_ERROR(ctx_->cache->WriteLatent(layer_, plan, kv));
 
@@ -146,13 +181,16 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
     RETURN_IF_ERROR(ctx_->cache->RoundTripLatent(layer_, plan, kv));
     RETURN_IF_ERROR(AttendMha(plan, q, kv, attn));
   } else {
-    RETURN_IF_ERROR(AttendLatent(plan, form, q, plan.sparse ? topk : nullptr, attn));
+    RETURN_IF_ERROR(
+        AttendLatent(plan, form, q, q_abs, rope_into_q_abs, plan.sparse ? topk : nullptr, attn));
   }
   return ops::Linear(oc, attn, T, H * ctx_->dims.v, w.o_proj, out, hidden);
 }
 
-// MLA (absorbed) form. q: [T, H, qk] roped; attn: [T, H, v].
+// MLA (absorbed) form. q: [T, H, qk] roped in place, or only its nope part read when q_abs's
+// rope part is already roped (q_abs_roped); q_abs: [T, H, latent | rope]; attn: [T, H, v].
 absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm form, const void* q,
+                                        void* q_abs, bool q_abs_roped,
                                         const int32_t* topk_indices, void* attn) {
   StepScratch& scratch = *ctx_->scratch;
   const ModelConfig& c = *ctx_->config;
@@ -168,22 +206,32 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
   const int L = ctx_->dims.rank;
   const int E = ctx_->dims.latent();
 
-  // q_abs [T, H, L | rope]: q_nope[h] . W_UK[h] per head, then the roped part copied in.
-  ASSIGN_OR_RETURN(void* q_abs, scratch.Activations(static_cast<int64_t>(T) * H * E, "absorbed q"));
+  // q_abs [T, H, L | rope]: q_nope[h] . W_UK[h] per head (through the transposed copy where
+  // the loader made one: an [n, k] weight for the small-M GEMM), and the roped part unless it
+  // is in.
   kernels::GemmParams uk;
   uk.m = T;
   uk.n = L;
   uk.k = dn;
   uk.a = q;
   uk.lda = static_cast<int64_t>(H) * qk;
-  uk.b = views.w_uk;
-  uk.ldb = views.row_stride;
-  uk.b_transposed = false;
   uk.c = q_abs;
   uk.ldc = static_cast<int64_t>(H) * E;
-  RETURN_IF_ERROR(PerHeadGemm(oc, uk, H, qk, views.head_stride, E));
-  RETURN_IF_ERROR(
-      ops::Copy2D(oc, oc.at(q_abs, L), E, oc.at(q, dn), qk, dr, static_cast<int64_t>(T) * H));
+  if (!w_->w_uk_t.empty()) {
+    uk.b = w_->w_uk_t.data();
+    uk.ldb = dn;
+    uk.b_transposed = true;
+    RETURN_IF_ERROR(PerHeadGemm(oc, uk, H, qk, static_cast<int64_t>(L) * dn, E));
+  } else {
+    uk.b = views.w_uk;
+    uk.ldb = views.row_stride;
+    uk.b_transposed = false;
+    RETURN_IF_ERROR(PerHeadGemm(oc, uk, H, qk, views.head_stride, E));
+  }
+  if (!q_abs_roped) {
+    RETURN_IF_ERROR(
+        ops::Copy2D(oc, oc.at(q_abs, L), E, oc.at(q, dn), qk, dr, static_cast<int64_t>(T) * H));
+  }
 
   ASSIGN_OR_RETURN(void* out_lat,
                    scratch.Activations(static_cast<int64_t>(T) * H * L, "latent attention output"));

@@ -1,9 +1,11 @@
 // MlaAttention: the multi-head latent attention of one decoder layer (Hugging Face
 // DeepseekV*Attention), over the paged latent cache.
 //
-// Per new token: q = q_proj(x), or q_b_proj(q_a_layernorm(q_a_proj(x))) with a q LoRA; the
+// Per new token: q = q_proj(x), or q_b_proj(q_a_layernorm(q_a_proj(x))) with a q LoRA (q_proj
+// or q_a_proj computed with kv_a_proj_with_mqa in one GEMM over their stacked weights); the
 // cache entry kv_a_layernorm(latent) | rope(k_pe) goes into the layer's cache (its format:
-// kv_cache/latent_kv_cache.h); RoPE on q's rope part. The q_a / kv_a layernorms use eps 1e-6
+// kv_cache/latent_kv_cache.h); RoPE on q's rope part (one launch with k_pe's rotation and the
+// latent's norm, writing straight into the absorbed query in the latent forms). The q_a / kv_a layernorms use eps 1e-6
 // (HF's RMSNorm default), not rms_norm_eps. Then one of the forms (attention_forms.h):
 //   MHA:  decompress latents through kv_b_proj; the chunk attends its own keys causally and its
 //         cached prefix in bounded prefix pieces, merged by LSE (mla_attention_mha.cc).
@@ -46,9 +48,11 @@ class MlaAttention {
  private:
   // q: [T, H, qk] roped; kv: the new tokens' cache entries [T, latent]; attn: [T, H, v].
   absl::Status AttendMha(const BatchPlan& plan, const void* q, const void* kv, void* attn);
-  // topk: the indexer's [T, index_topk] for a sparse batch, else null.
-  absl::Status AttendLatent(const BatchPlan& plan, AttentionForm form, const void* q,
-                            const int32_t* topk, void* attn);
+  // q_abs: the absorbed query [T, H, latent | rope], its rope part roped in by Forward when
+  // q_abs_roped (else copied from q here); topk: the indexer's [T, index_topk] for a sparse
+  // batch, else null.
+  absl::Status AttendLatent(const BatchPlan& plan, AttentionForm form, const void* q, void* q_abs,
+                            bool q_abs_roped, const int32_t* topk, void* attn);
 
   const LayerContext* ctx_;
   int layer_;

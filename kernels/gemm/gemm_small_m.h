@@ -1,0 +1,60 @@
+// The CUDA small-M GEMM (gemm_small_m.cu): C = A B^T for m <= kGemmSmallMMaxRows tokens A
+// [m, k] against an nn.Linear weight B [n, k], the decode-step shape of every projection.
+//
+// Such a product is the time to read B once, so the kernel is built to stream B at copy
+// bandwidth: every weight byte is loaded once, 16 bytes per lane, straight into the registers
+// of an m16n8k16 tensor-core product (weight rows on the M side, tokens on the N side, as the
+// MoE stream kernel does; kernels/moe/moe_stream.cu), with no shared-memory round trip. The
+// lane's 8 contiguous K values feed two k16 products: K is permuted inside each 32-wide chunk,
+// identically for the weight and the token fragments, so each product still sums matching
+// pairs. A CTA (4 warps) owns 16 weight rows (32 above 8 tokens) and a slice of K; up to 8 CTAs
+// of a thread-block cluster split K further (as many as keep the grid within one wave of
+// resident CTAs) so that even narrow weights keep every SM streaming, and reduce their partial
+// sums through distributed shared memory in a fixed order (bitwise deterministic, one launch,
+// no workspace). The epilogue applies alpha, beta * C,
+// bias, the second output (api.h, c2) and the SiLU-and-mul epilogue.
+//
+// Launched with programmatic dependent launch (kernels/common/pdl.cuh). Needs sm_90 (clusters).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "absl/status/status.h"
+#include "kernels/gemm/api.h"
+
+namespace mlaserve::kernels::gemm_cuda {
+
+// The most tokens GemmPath::kAuto sends to the small-M kernel (kSmallM takes up to
+// kGemmSmallMMaxRows): on an H100 (mlaserve-dense-bench, 2026-11-25) 9-16 tokens ran 10-50%
+// slower than 1-8 on most projections and lost to cuBLASLt on all but the LM heads.
+inline constexpr int kGemmSmallMAutoMaxRows = 8;
+
+// Why the small-M kernel cannot take `p` on the current device, or null when it can (the
+// path field is not looked at).
+const char* SmallMRefusal(const GemmParams& p);
+
+// kAuto's choice among shapes the kernel takes (SmallMRefusal null), from the same H100 run
+// (small-M vs cuBLASLt per projection at 1-8 tokens): the small-M kernel for
+//   - the fused forms (a second output: V2-Lite's q_proj | kv_a 1.35-1.42x, V3's q_a | kv_a
+//     1.12x against cuBLASLt's two calls; the SiLU epilogue, which cuBLASLt has no form of),
+//   - narrow outputs (n x batch <= 1024: routers 1.25-1.48x, kv_a_proj 1.03-1.25x),
+//   - weights it streams without a K split over at least 3/4 of a wave of CTAs (LM heads
+//     1.06-1.09x, V2-Lite's dense gate_up 1.08-1.10x, V3's q_b / kv_b / o_proj / dense down
+//     1.02-1.07x);
+// cuBLASLt for the rest: mid-sized weights that need a K split (V2-Lite's o_proj 0.75x,
+// shared down 0.77x, W_UV 0.85x, kv_b 0.80x) or fill less than a wave (shared gate_up 0.91x).
+bool SmallMFasterThanCublasLt(const GemmParams& p);
+
+// The launch plan of `p` (for benchmarks' diagnostics): CTAs per tile along K (the cluster
+// size) and the CTAs one wave holds at that split. SmallMRefusal(p) must be null.
+struct SmallMShape {
+  int splits = 1;
+  int64_t ctas = 0;      // tiles x batch x splits
+  int64_t resident = 0;  // CTAs the GPU holds at once at this split
+};
+SmallMShape SmallMLaunchShape(const GemmParams& p);
+
+// Runs `p` on the small-M kernel; SmallMRefusal(p) must be null.
+absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream);
+
+}  // namespace mlaserve::kernels::gemm_cuda
