@@ -32,6 +32,10 @@ for bin in .devbin/*; do ldd "$bin" 2>/dev/null | awk '/=> \//{print $3}'; done 
   if [[ ! $base =~ $skip ]]; then cp -L "$lib" .devlibs/; fi
 done
 # libstdc++ of Debian 12 (GCC 12) is older than Ubuntu 24.04's: the system one there works.
-grep -qx '/.devbin/' .git/info/exclude 2>/dev/null || echo '/.devbin/' >> .git/info/exclude
+# Keep the bundle out of git (the common dir: in a worktree .git is a file).
+exclude="$(git rev-parse --git-common-dir)/info/exclude"
+for d in /.devbin/ /.devlibs/ '/.devpack-*.tar.xz'; do
+  grep -qxF "$d" "$exclude" 2>/dev/null || echo "$d" >> "$exclude"
+done
 du -sh .devbin .devlibs | cat
 echo "carry: [\".devbin\", \".devlibs\"]"
