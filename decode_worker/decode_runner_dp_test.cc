@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "decode_worker/decode_runner.h"
+#include "decode_worker/testing/decode_runner_harness.h"
 #include "decode_worker/testing/recording_sink.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -30,73 +31,21 @@ std::vector<int32_t> Prompt(int n, int salt) {
   return p;
 }
 
-class DataParallelDecodeTest : public ::testing::Test {
+class DataParallelDecodeTest : public testing::DecodeRunnerHarness {
  protected:
   // `ranks` pools of `pages` pages; `max_running` per rank.
   void Build(int ranks, int pages, int max_running = 4) {
     pages_ = pages;
-    decode_ = FakeEngine::Create({.num_pages = pages, .data_ranks = ranks});
-    prefill_ = FakeEngine::Create({.num_pages = 64});
-    layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
-    receiver_ = std::make_unique<kvtransfer::KvReceiver>(
-        &decode_->kv_pool(), layout_, kvtransfer::KvReceiverOptions{absl::Seconds(30)});
-    transport_.Register("decode-dp", receiver_.get());
     DecodeRunnerOptions o;
     o.scheduler = {.max_running = max_running, .max_batch_tokens = 64, .chunk_size = 32};
-    o.kv_endpoint = "decode-dp";
-    o.kv_transport = "fake";
-    runner_ = std::make_unique<DecodeRunner>(decode_.get(), receiver_.get(), o, &metrics_);
+    DecodeRunnerHarness::Build({.num_pages = pages, .data_ranks = ranks}, o, 64);
   }
-
-  ReserveSpec Spec(const std::string& id, std::vector<int32_t> prompt, int max_new, bool local) {
-    ReserveSpec s;
-    s.request_id = id;
-    s.prompt = std::move(prompt);
-    s.sampling.temperature = 0;
-    s.max_new_tokens = max_new;
-    s.local_prefill = local;
-    if (!local) s.prefill_compat_hash = layout_.CompatHash();
-    return s;
-  }
-
-  // Plays the prefill worker (one pool): computes the prompt's KV and ships it.
   void PrefillAndShip(const Reservation& r, const std::vector<int32_t>& prompt) {
-    auto pages = *prefill_->kv_pool().Allocate(r.session.num_pages);
-    model::SequenceChunk c;
-    c.tokens = prompt;
-    c.pages = pages;
-    ASSERT_TRUE(prefill_->Forward(std::span(&c, 1), model::AttentionPath::kMha, nullptr).ok());
-    auto sender = *transport_.Open(r.session, layout_, {});
-    for (int layer = 0; layer < layout_.num_layers; ++layer) {
-      std::string bytes(prefill_->kv_pool().layer_page_bytes() * pages.size(), '\0');
-      ASSERT_TRUE(prefill_->kv_pool().ReadPages(layer, pages, bytes.data()).ok());
-      ASSERT_TRUE(sender
-                      ->SendPages(layer, 0, static_cast<int>(pages.size()),
-                                  std::span<const uint8_t>(
-                                      reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()))
-                      .ok());
-    }
-    absl::Status verdict = absl::UnknownError("unset");
-    sender->Complete({FakeEngine::NextToken(prompt, kVocab), layout_.num_layers,
-                      r.session.num_pages, sender->bytes_sent()},
-                     [&](absl::Status s) { verdict = s; });
-    ASSERT_TRUE(verdict.ok()) << verdict;
-    prefill_->kv_pool().Free(pages);
-  }
-
-  void RunUntilIdle() {
-    for (int i = 0; i < 5000 && runner_->Step(); ++i) {
-    }
+    DecodeRunnerHarness::PrefillAndShip(r, prompt, kVocab);
   }
   int Free(int rank) { return decode_->rank_pool(rank).free_pages(); }
 
   int pages_ = 0;
-  common::MetricsRegistry metrics_;
-  std::unique_ptr<FakeEngine> decode_, prefill_;
-  kvtransfer::KvLayout layout_;
-  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
-  kvtransfer::FakeKvTransport transport_;
-  std::unique_ptr<DecodeRunner> runner_;
 };
 
 TEST_F(DataParallelDecodeTest, RequestsSpreadOverRanksAndImportIntoTheirRanksPool) {

@@ -7,8 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 
-#include "worker/testing/fake_engine.h"
+#include "decode_worker/testing/decode_runner_harness.h"
 #include "decode_worker/testing/recording_sink.h"
+#include "worker/testing/fake_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/fake_transport.h"
@@ -29,66 +30,17 @@ std::vector<int32_t> Prompt(int n, int salt) {
   return p;
 }
 
-class DecodeRunnerTest : public ::testing::Test {
+class DecodeRunnerTest : public testing::DecodeRunnerHarness {
  protected:
   void SetUp() override {
-    decode_ = FakeEngine::Create({.num_pages = kPages});
-    prefill_ = FakeEngine::Create({.num_pages = kPages});
-    layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
-    receiver_ = std::make_unique<kvtransfer::KvReceiver>(
-        &decode_->kv_pool(), layout_, kvtransfer::KvReceiverOptions{absl::Seconds(30)});
-    transport_.Register("decode-0", receiver_.get());
     DecodeRunnerOptions o;
     o.scheduler = {.max_running = 4, .max_batch_tokens = 64, .chunk_size = 32};
-    o.kv_endpoint = "decode-0";
-    o.kv_transport = "fake";
-    runner_ = std::make_unique<DecodeRunner>(decode_.get(), receiver_.get(), o);
+    Build({.num_pages = kPages}, o, kPages);
   }
-
-  ReserveSpec Spec(const std::string& id, std::vector<int32_t> prompt, int max_new, bool local) {
-    ReserveSpec s;
-    s.request_id = id;
-    s.prompt = std::move(prompt);
-    s.sampling.temperature = 0;
-    s.max_new_tokens = max_new;
-    s.local_prefill = local;
-    if (!local) s.prefill_compat_hash = layout_.CompatHash();
-    return s;
-  }
-
-  // Plays the prefill worker: computes the prompt's KV on the prefill engine and ships it.
   void PrefillAndShip(const Reservation& r, const std::vector<int32_t>& prompt) {
-    auto pages = *prefill_->kv_pool().Allocate(r.session.num_pages);
-    model::SequenceChunk c;
-    c.tokens = prompt;
-    c.pages = pages;
-    ASSERT_TRUE(prefill_->Forward(std::span(&c, 1), model::AttentionPath::kMha, nullptr).ok());
-    auto sender = *transport_.Open(r.session, layout_, {});
-    for (int layer = 0; layer < layout_.num_layers; ++layer) {
-      for (int i = 0; i < r.session.num_pages; ++i) {
-        std::string bytes(prefill_->kv_pool().layer_page_bytes(), '\0');
-        ASSERT_TRUE(prefill_->kv_pool().ReadPage(layer, pages[i], bytes.data()).ok());
-        ASSERT_TRUE(sender->SendPage(layer, i, std::move(bytes)).ok());
-      }
-    }
-    absl::Status verdict = absl::UnknownError("unset");
-    sender->Complete({FakeEngine::NextToken(prompt, kVocab), layout_.num_layers,
-                      r.session.num_pages, sender->bytes_sent()},
-                     [&](absl::Status s) { verdict = s; });
-    ASSERT_TRUE(verdict.ok()) << verdict;
-    prefill_->kv_pool().Free(pages);
+    DecodeRunnerHarness::PrefillAndShip(r, prompt, kVocab);
   }
-
-  void RunUntilIdle() {
-    for (int i = 0; i < 1000 && runner_->Step(); ++i) {
-    }
-  }
-
-  std::unique_ptr<FakeEngine> decode_, prefill_;
-  kvtransfer::KvLayout layout_;
-  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
-  kvtransfer::FakeKvTransport transport_;
-  std::unique_ptr<DecodeRunner> runner_;
+  void RunUntilIdle() { DecodeRunnerHarness::RunUntilIdle(1000); }
 };
 
 TEST_F(DecodeRunnerTest, RemotePrefillStreamsTheGreedyContinuationAndFreesEveryPage) {
