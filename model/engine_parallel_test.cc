@@ -6,6 +6,7 @@
 // rows are padded); deepseek_v2_odd's padded head dims compose with every 2- and 4-rank
 // layout its 6 heads allow. The logits must equal the single-rank engine's within 1e-5
 // relative error (only the order of the sums differs) and the greedy tokens must be equal.
+#include <algorithm>
 #include <functional>
 #include <thread>
 #include <tuple>
@@ -75,7 +76,8 @@ struct Ranks {
 };
 
 absl::StatusOr<Ranks> MakeRanks(const std::string& dir, int n, AttentionParallel attention,
-                                MoeParallel moe, MoeDispatch dispatch = MoeDispatch::kGather) {
+                                MoeParallel moe, MoeDispatch dispatch = MoeDispatch::kGather,
+                                int max_batch_tokens = 1024) {
   Ranks ranks;
   absl::StatusOr<std::vector<std::unique_ptr<parallel::Collective>>> comms =
       parallel::FakeCollectiveGroup::Create(n);
@@ -85,7 +87,7 @@ absl::StatusOr<Ranks> MakeRanks(const std::string& dir, int n, AttentionParallel
     EngineOptions o;
     o.model_dir = dir;
     o.num_kv_pages = kPages;
-    o.max_batch_tokens = 1024;
+    o.max_batch_tokens = max_batch_tokens;
     o.max_batch_seqs = 8;
     o.parallel = ParallelOptions{n, r, attention, moe, ranks.comms[r].get(), dispatch};
     absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create(o);
@@ -275,11 +277,42 @@ TEST(AllToAllDispatch, OneTokenOnFourRanks) {
       return absl::OkStatus();
     });
     for (int r = 0; r < 4; ++r) {
-      const std::string what =
-          std::string("one token, attention ") + AttentionParallelName(a) + " rank " +
-          std::to_string(r);
+      const std::string what = std::string("one token, attention ") + AttentionParallelName(a) +
+                               " rank " + std::to_string(r);
       ASSERT_TRUE(st[r].ok()) << what << ": " << st[r];
       if (a == AttentionParallel::kData && r != 0) continue;
+      ExpectSameGeneration(got[r], *want, what);
+    }
+  }
+}
+
+// All-to-all with a full batch: max_batch_tokens is the prompt's length and every rank prefills
+// it in one shot (data attention: 4 x the longest prompt exchanged at once), then decodes. It
+// checks that such a step fits the step scratch the engine plans; it does not show the
+// all-to-all's own estimate is tight (the rest of the plan leaves slack at this size).
+TEST(AllToAllDispatch, FullBatchFitsTheScratch) {
+  Fixture f = LoadFixture("deepseek_v3");
+  ASSERT_NE(f.single, nullptr);
+  const testing::ReferencePrompt& longest =
+      *std::max_element(f.ref.prompts.begin(), f.ref.prompts.end(),
+                        [](const auto& a, const auto& b) { return a.ids.size() < b.ids.size(); });
+  const int tokens = static_cast<int>(longest.ids.size());
+  absl::StatusOr<Generation> want = Generate(*f.single, longest.ids, 0);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const AttentionParallel a : {AttentionParallel::kTensor, AttentionParallel::kData}) {
+    auto ranks = MakeRanks(f.dir, 4, a, MoeParallel::kExpert, MoeDispatch::kAllToAll, tokens);
+    ASSERT_TRUE(ranks.ok()) << ranks.status();
+    std::vector<Generation> got(4);
+    auto st = OnRanks(*ranks, [&](int r) -> absl::Status {
+      absl::StatusOr<Generation> g = Generate(*ranks->engines[r], longest.ids, 0);
+      if (!g.ok()) return g.status();
+      got[r] = *std::move(g);
+      return absl::OkStatus();
+    });
+    for (int r = 0; r < 4; ++r) {
+      const std::string what = std::string(AttentionParallelName(a)) + " attention, " +
+                               std::to_string(tokens) + " tokens, rank " + std::to_string(r);
+      ASSERT_TRUE(st[r].ok()) << what << ": " << st[r];
       ExpectSameGeneration(got[r], *want, what);
     }
   }
