@@ -10,6 +10,7 @@
 #include <functional>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -327,8 +328,11 @@ TEST(ParallelWeights, Fp8CheckpointShardByShard) {
   const std::vector<int32_t> ids = {5, 77, 300, 12, 9, 401, 250, 3, 64, 128, 17};
   absl::StatusOr<Generation> want = Generate(*single, ids, 4);
   ASSERT_TRUE(want.ok()) << want.status();
-  for (const MoeParallel m : {MoeParallel::kExpert, MoeParallel::kTensor}) {
-    absl::StatusOr<Ranks> ranks = MakeRanks(dir, 2, AttentionParallel::kTensor, m);
+  // (moe, dispatch): all-to-all loads the shared experts whole from the fp8 blocks.
+  for (const auto& [m, d] : {std::pair{MoeParallel::kExpert, MoeDispatch::kGather},
+                             std::pair{MoeParallel::kTensor, MoeDispatch::kGather},
+                             std::pair{MoeParallel::kExpert, MoeDispatch::kAllToAll}}) {
+    absl::StatusOr<Ranks> ranks = MakeRanks(dir, 2, AttentionParallel::kTensor, m, d);
     ASSERT_TRUE(ranks.ok()) << ranks.status();
     std::vector<Generation> got(2);
     auto st = OnRanks(*ranks, [&](int r) -> absl::Status {
@@ -339,7 +343,8 @@ TEST(ParallelWeights, Fp8CheckpointShardByShard) {
     });
     for (int r = 0; r < 2; ++r) {
       ASSERT_TRUE(st[r].ok()) << st[r];
-      ExpectSameGeneration(got[r], *want, std::string("fp8 moe ") + MoeParallelName(m));
+      ExpectSameGeneration(got[r], *want,
+                           std::string("fp8 moe ") + MoeParallelName(m) + " " + MoeDispatchName(d));
     }
   }
 }
