@@ -4,6 +4,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/admin_conversion.h"
+#include "router/testing/poll_until_routable.h"
 #include "router/testing/byte_codec.h"
 #include "router/testing/fake_workers.h"
 #include "router/worker_poller.h"
@@ -178,7 +179,7 @@ TEST(AdminService, AddedWorkersArePolledAndBadRequestsRefused) {
   EXPECT_EQ(added.source(), v1::WORKER_SOURCE_ADMIN);
   EXPECT_EQ(h.Call(&v1::Admin::Stub::AddWorker, add, &added).error_code(),
             grpc::StatusCode::ALREADY_EXISTS);
-  WorkerPoller(&h.router(), nullptr).PollOnce();
+  EXPECT_TRUE(testing::PollUntilRoutable(&h.router(), /*want_prefill=*/false));
   EXPECT_EQ(h.router().registry().Get("decode-1")->state, WorkerState::kHealthy);
 
   add.set_role(v1::WORKER_ROLE_UNSPECIFIED);

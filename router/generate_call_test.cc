@@ -11,6 +11,7 @@
 #include "router/admin_conversion.h"
 #include "router/admin_service.h"
 #include "router/generation_service.h"
+#include "router/testing/poll_until_routable.h"
 #include "router/testing/byte_codec.h"
 #include "router/testing/fake_workers.h"
 #include "router/worker_poller.h"
@@ -61,7 +62,7 @@ class RouterHarness {
     EXPECT_TRUE(router_->registry()
                     .AddByAddress(WorkerRole::kDecode, decode_server_.address, WorkerSource::kStatic)
                     .ok());
-    WorkerPoller(router_.get(), nullptr).PollOnce();
+    EXPECT_TRUE(testing::PollUntilRoutable(router_.get(), with_prefill, kWait));
     generation_ = std::make_unique<GenerationService>(router_.get());
     admin_ = std::make_unique<AdminService>(router_.get(), nullptr);
     router_server_ = TestServer::Start({generation_.get(), admin_.get()});

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "common/call_auth.h"
 #include "router/admin_conversion.h"
+#include "router/testing/poll_until_routable.h"
 #include "router/testing/byte_codec.h"
 #include "router/testing/fake_workers.h"
 #include "router/worker_poller.h"
@@ -56,7 +57,7 @@ class HttpApiTest : public ::testing::Test {
     auto router = std::make_unique<RouterContext>(o, m, std::make_unique<ByteCodec>());
     EXPECT_TRUE(router->registry().AddByAddress(WorkerRole::kPrefill, prefill_server_.address, WorkerSource::kStatic).ok());
     EXPECT_TRUE(router->registry().AddByAddress(WorkerRole::kDecode, decode_server_.address, WorkerSource::kStatic).ok());
-    WorkerPoller(router.get(), nullptr).PollOnce();
+    EXPECT_TRUE(router::testing::PollUntilRoutable(router.get(), /*want_prefill=*/true));
     return router;
   }
 
