@@ -453,8 +453,10 @@ absl::StatusOr<std::unique_ptr<KvSender>> NcclKvTransport::Open(const KvSessionR
                                                                 const KvLayout& local_layout,
                                                                 const KvSenderOptions& options) {
   RETURN_IF_ERROR(ValidateSessionRef(ref, local_layout));
-  if (options_.comm_factory == nullptr) {
-    return absl::FailedPreconditionError("nccl KV transport built without a communicator");
+  for (const NcclTransportOptions::RankPool& source : sources_) {
+    if (source.comm_factory == nullptr) {
+      return absl::FailedPreconditionError("nccl KV transport built without a communicator");
+    }
   }
   // Every rank's pool has the same layout (one engine).
   ASSIGN_OR_RETURN(TransferPlan plan,
