@@ -42,7 +42,8 @@ struct Request {
 
 absl::StatusOr<std::unique_ptr<Engine>> MakeParallel(const std::string& dir, int n,
                                                      AttentionParallel attention,
-                                                     MoeParallel moe) {
+                                                     MoeParallel moe,
+                                                     MoeDispatch dispatch = MoeDispatch::kGather) {
   EngineOptions o;
   o.model_dir = dir;
   o.num_kv_pages = kPages;
@@ -51,6 +52,7 @@ absl::StatusOr<std::unique_ptr<Engine>> MakeParallel(const std::string& dir, int
   o.parallel.size = n;
   o.parallel.attention = attention;
   o.parallel.moe = moe;
+  o.parallel.dispatch = dispatch;
   return Engine::Create(o);
 }
 
@@ -130,18 +132,18 @@ void ExpectSame(const Generation& got, const Generation& want, const std::string
   EXPECT_EQ(got.tokens, want.tokens) << what;
 }
 
-using DataCase = std::tuple<std::string, int, MoeParallel>;
+using DataCase = std::tuple<std::string, int, MoeParallel, MoeDispatch>;
 
 class DataParallelEngineTest : public ::testing::TestWithParam<DataCase> {};
 
 TEST_P(DataParallelEngineTest, EachRankServesItsOwnRequestsAndIdleRanksJoin) {
-  const auto& [fixture, n, moe] = GetParam();
+  const auto& [fixture, n, moe, dispatch] = GetParam();
   const std::string dir = std::string(kFixtureRoot) + "/" + fixture;
   testing::Reference ref;
   ASSERT_TRUE(testing::LoadReference(dir, &ref));
   auto single = testing::MakeEngine(dir, kPages);
   ASSERT_NE(single, nullptr);
-  auto engine = MakeParallel(dir, n, AttentionParallel::kData, moe);
+  auto engine = MakeParallel(dir, n, AttentionParallel::kData, moe, dispatch);
   ASSERT_TRUE(engine.ok()) << engine.status();
   ASSERT_EQ((*engine)->data_ranks(), n);
   // n + 1 requests: rank 0 runs two, the last rank ends first (then idles), rank 1 decodes
@@ -169,14 +171,17 @@ TEST_P(DataParallelEngineTest, EachRankServesItsOwnRequestsAndIdleRanksJoin) {
 
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, DataParallelEngineTest,
-    ::testing::Values(DataCase{"deepseek_v2", 2, MoeParallel::kExpert},
-                      DataCase{"deepseek_v3", 2, MoeParallel::kTensor},
-                      DataCase{"deepseek_v3", 4, MoeParallel::kExpert},
-                      DataCase{"deepseek_v32", 2, MoeParallel::kExpert},
-                      DataCase{"deepseek_v32", 4, MoeParallel::kTensor}),
+    ::testing::Values(DataCase{"deepseek_v2", 2, MoeParallel::kExpert, MoeDispatch::kGather},
+                      DataCase{"deepseek_v3", 2, MoeParallel::kTensor, MoeDispatch::kGather},
+                      DataCase{"deepseek_v3", 4, MoeParallel::kExpert, MoeDispatch::kGather},
+                      DataCase{"deepseek_v32", 2, MoeParallel::kExpert, MoeDispatch::kGather},
+                      DataCase{"deepseek_v32", 4, MoeParallel::kTensor, MoeDispatch::kGather},
+                      DataCase{"deepseek_v3", 4, MoeParallel::kExpert, MoeDispatch::kAllToAll},
+                      DataCase{"deepseek_v32", 2, MoeParallel::kExpert, MoeDispatch::kAllToAll}),
     [](const auto& info) {
       return std::get<0>(info.param) + "_tp" + std::to_string(std::get<1>(info.param)) + "_moe_" +
-             MoeParallelName(std::get<2>(info.param));
+             MoeParallelName(std::get<2>(info.param)) +
+             (std::get<3>(info.param) == MoeDispatch::kAllToAll ? "_a2a" : "");
     });
 
 // Copies every layer of `from`'s pages `src` into `to`'s pages `dst` (a KV transfer).
@@ -329,18 +334,21 @@ TEST(ShardedGraphBucket, OneBucketForEveryRankOrNone) {
 // its decode batch to the common bucket (an idle data-parallel rank runs padding rows only)
 // and takes the feed-forward counts as known instead of exchanging them. The logits equal the
 // single-rank engine's; steps with a prompt chunk on any rank run eagerly on every rank.
+// With --moe-dispatch all-to-all the eager prompt step runs the all-to-all and the graph steps
+// the gather dispatch (the all-to-all needs host counts), with the shared experts, whole on
+// every rank, added once per row.
 class ShardedGraphStepTest
-    : public ::testing::TestWithParam<std::tuple<std::string, AttentionParallel>> {};
+    : public ::testing::TestWithParam<std::tuple<std::string, AttentionParallel, MoeDispatch>> {};
 
 TEST_P(ShardedGraphStepTest, PaddedStaticStepsEqualTheSingleRankEngine) {
-  const auto& [fixture, attention] = GetParam();
+  const auto& [fixture, attention, dispatch] = GetParam();
   const std::string dir = std::string(kFixtureRoot) + "/" + fixture;
   testing::Reference ref;
   ASSERT_TRUE(testing::LoadReference(dir, &ref));
   auto single = testing::MakeEngine(dir, kPages);
   ASSERT_NE(single, nullptr);
   constexpr int n = 2;
-  auto engine = MakeParallel(dir, n, attention, MoeParallel::kExpert);
+  auto engine = MakeParallel(dir, n, attention, MoeParallel::kExpert, dispatch);
   ASSERT_TRUE(engine.ok()) << engine.status();
   auto* pe = dynamic_cast<ParallelEngine*>(engine->get());
   ASSERT_NE(pe, nullptr);
@@ -378,11 +386,16 @@ TEST_P(ShardedGraphStepTest, PaddedStaticStepsEqualTheSingleRankEngine) {
 
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, ShardedGraphStepTest,
-    ::testing::Values(std::tuple{std::string("deepseek_v3"), AttentionParallel::kData},
-                      std::tuple{std::string("deepseek_v32"), AttentionParallel::kData},
-                      std::tuple{std::string("deepseek_v2"), AttentionParallel::kTensor}),
+    ::testing::Values(
+        std::tuple{std::string("deepseek_v3"), AttentionParallel::kData, MoeDispatch::kGather},
+        std::tuple{std::string("deepseek_v32"), AttentionParallel::kData, MoeDispatch::kGather},
+        std::tuple{std::string("deepseek_v2"), AttentionParallel::kTensor, MoeDispatch::kGather},
+        std::tuple{std::string("deepseek_v3"), AttentionParallel::kData, MoeDispatch::kAllToAll},
+        std::tuple{std::string("deepseek_v2"), AttentionParallel::kTensor,
+                   MoeDispatch::kAllToAll}),
     [](const auto& info) {
-      return std::get<0>(info.param) + "_" + AttentionParallelName(std::get<1>(info.param));
+      return std::get<0>(info.param) + "_" + AttentionParallelName(std::get<1>(info.param)) +
+             (std::get<2>(info.param) == MoeDispatch::kAllToAll ? "_a2a" : "");
     });
 
 }  // namespace

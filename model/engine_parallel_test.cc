@@ -6,9 +6,11 @@
 // rows are padded); deepseek_v2_odd's padded head dims compose with every 2- and 4-rank
 // layout its 6 heads allow. The logits must equal the single-rank engine's within 1e-5
 // relative error (only the order of the sums differs) and the greedy tokens must be equal.
+#include <algorithm>
 #include <functional>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -75,7 +77,8 @@ struct Ranks {
 };
 
 absl::StatusOr<Ranks> MakeRanks(const std::string& dir, int n, AttentionParallel attention,
-                                MoeParallel moe) {
+                                MoeParallel moe, MoeDispatch dispatch = MoeDispatch::kGather,
+                                int max_batch_tokens = 1024) {
   Ranks ranks;
   absl::StatusOr<std::vector<std::unique_ptr<parallel::Collective>>> comms =
       parallel::FakeCollectiveGroup::Create(n);
@@ -85,9 +88,9 @@ absl::StatusOr<Ranks> MakeRanks(const std::string& dir, int n, AttentionParallel
     EngineOptions o;
     o.model_dir = dir;
     o.num_kv_pages = kPages;
-    o.max_batch_tokens = 1024;
+    o.max_batch_tokens = max_batch_tokens;
     o.max_batch_seqs = 8;
-    o.parallel = ParallelOptions{n, r, attention, moe, ranks.comms[r].get()};
+    o.parallel = ParallelOptions{n, r, attention, moe, ranks.comms[r].get(), dispatch};
     absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create(o);
     if (!e.ok()) return e.status();
     ranks.engines.push_back(std::move(*e));
@@ -133,21 +136,21 @@ Fixture LoadFixture(const std::string& name) {
 }
 
 // (fixture, ranks, attention, moe)
-using LayoutCase = std::tuple<std::string, int, AttentionParallel, MoeParallel>;
+using LayoutCase = std::tuple<std::string, int, AttentionParallel, MoeParallel, MoeDispatch>;
 
 std::string CaseName(const ::testing::TestParamInfo<LayoutCase>& info) {
-  const auto& [fixture, n, attention, moe] = info.param;
+  const auto& [fixture, n, attention, moe, dispatch] = info.param;
   return fixture + "_tp" + std::to_string(n) + "_attn_" + AttentionParallelName(attention) +
-         "_moe_" + MoeParallelName(moe);
+         "_moe_" + MoeParallelName(moe) + (dispatch == MoeDispatch::kAllToAll ? "_a2a" : "");
 }
 
 class ParallelLayoutTest : public ::testing::TestWithParam<LayoutCase> {};
 
 TEST_P(ParallelLayoutTest, EqualsTheSingleRankEngine) {
-  const auto& [fixture, n, attention, moe] = GetParam();
+  const auto& [fixture, n, attention, moe, dispatch] = GetParam();
   Fixture f = LoadFixture(fixture);
   ASSERT_NE(f.single, nullptr);
-  absl::StatusOr<Ranks> ranks = MakeRanks(f.dir, n, attention, moe);
+  absl::StatusOr<Ranks> ranks = MakeRanks(f.dir, n, attention, moe, dispatch);
   ASSERT_TRUE(ranks.ok()) << ranks.status();
   const std::vector<testing::ReferencePrompt>& prompts = f.ref.prompts;
   ASSERT_GE(prompts.size(), 4u);
@@ -196,36 +199,125 @@ TEST_P(ParallelLayoutTest, EqualsTheSingleRankEngine) {
 
 std::vector<LayoutCase> Cases() {
   std::vector<LayoutCase> cases;
+  const auto add = [&cases](const char* fixture, int n, AttentionParallel a, MoeParallel m) {
+    cases.emplace_back(fixture, n, a, m, MoeDispatch::kGather);
+  };
   for (const char* fixture : {"deepseek_v2", "deepseek_v3", "deepseek_v32"}) {
     for (const int n : {2, 4}) {
       for (const AttentionParallel a : {AttentionParallel::kTensor, AttentionParallel::kData}) {
         for (const MoeParallel m : {MoeParallel::kExpert, MoeParallel::kTensor}) {
-          cases.emplace_back(fixture, n, a, m);
+          add(fixture, n, a, m);
         }
       }
     }
   }
   // V2 with group-limited routing has 2 heads: tensor attention on 2 ranks, data on 4.
-  cases.emplace_back("deepseek_v2_glg", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
-  cases.emplace_back("deepseek_v2_glg", 4, AttentionParallel::kData, MoeParallel::kTensor);
+  add("deepseek_v2_glg", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
+  add("deepseek_v2_glg", 4, AttentionParallel::kData, MoeParallel::kTensor);
   // V2 with odd head dims (nope 22, rope 6, v 20, kv_lora_rank 36, stored padded to 24/8/24/40,
   // model/mla_dims.h) has 6 heads: each rank pads its own heads' slices, which must equal the
   // padded single-rank engine. Tensor attention on 2 ranks (3 heads each), data on 2 and 4.
   for (const MoeParallel m : {MoeParallel::kExpert, MoeParallel::kTensor}) {
-    cases.emplace_back("deepseek_v2_odd", 2, AttentionParallel::kTensor, m);
-    cases.emplace_back("deepseek_v2_odd", 2, AttentionParallel::kData, m);
-    cases.emplace_back("deepseek_v2_odd", 4, AttentionParallel::kData, m);
+    add("deepseek_v2_odd", 2, AttentionParallel::kTensor, m);
+    add("deepseek_v2_odd", 2, AttentionParallel::kData, m);
+    add("deepseek_v2_odd", 4, AttentionParallel::kData, m);
   }
   // Knob fixtures: attention and MLP biases (row-parallel o_proj / down_proj add theirs on
   // rank 0 only), a tied LM head split by vocabulary, no shared expert, 6 heads and 6 experts.
-  cases.emplace_back("deepseek_v2_knobs", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
-  cases.emplace_back("deepseek_v2_knobs", 4, AttentionParallel::kData, MoeParallel::kTensor);
-  cases.emplace_back("deepseek_v3_knobs", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
-  cases.emplace_back("deepseek_v3_knobs", 2, AttentionParallel::kData, MoeParallel::kTensor);
+  add("deepseek_v2_knobs", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
+  add("deepseek_v2_knobs", 4, AttentionParallel::kData, MoeParallel::kTensor);
+  add("deepseek_v3_knobs", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
+  add("deepseek_v3_knobs", 2, AttentionParallel::kData, MoeParallel::kTensor);
+  // All-to-all dispatch (expert MoE only): every fixture, 2 and 4 ranks, both attentions; the
+  // knob fixtures (biases, no shared expert, 6 experts over 2 ranks) and group-limited V2.
+  const auto a2a = [&cases](const char* fixture, int n, AttentionParallel a) {
+    cases.emplace_back(fixture, n, a, MoeParallel::kExpert, MoeDispatch::kAllToAll);
+  };
+  for (const char* fixture : {"deepseek_v2", "deepseek_v3", "deepseek_v32"}) {
+    for (const int n : {2, 4}) {
+      for (const AttentionParallel a : {AttentionParallel::kTensor, AttentionParallel::kData}) {
+        a2a(fixture, n, a);
+      }
+    }
+  }
+  a2a("deepseek_v2_glg", 2, AttentionParallel::kTensor);
+  a2a("deepseek_v2_knobs", 2, AttentionParallel::kData);
+  a2a("deepseek_v3_knobs", 2, AttentionParallel::kTensor);
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ParallelLayoutTest, ::testing::ValuesIn(Cases()), CaseName);
+
+// All-to-all dispatch with a batch of one token on 4 ranks: under tensor attention rank 0 owns
+// the only row (ranks 1-3 route none), and under data attention rank 0 has a one-token prompt
+// while the others are idle (they join every exchange with no rows). With top-2 routing the
+// token reaches at most 2 of the 4 ranks in every MoE layer, so some rank receives no rows.
+TEST(AllToAllDispatch, OneTokenOnFourRanks) {
+  Fixture f = LoadFixture("deepseek_v3");
+  ASSERT_NE(f.single, nullptr);
+  ASSERT_LT(f.single->config().num_experts_per_tok, 4);
+  const std::vector<int32_t> ids = {42};
+  absl::StatusOr<Generation> want = Generate(*f.single, ids, 0);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const AttentionParallel a : {AttentionParallel::kTensor, AttentionParallel::kData}) {
+    auto ranks = MakeRanks(f.dir, 4, a, MoeParallel::kExpert, MoeDispatch::kAllToAll);
+    ASSERT_TRUE(ranks.ok()) << ranks.status();
+    std::vector<Generation> got(4);
+    auto st = OnRanks(*ranks, [&](int r) -> absl::Status {
+      if (a == AttentionParallel::kData && r != 0) {
+        // Idle: join the kDecodeSteps + 1 steps rank 0 runs.
+        for (int s = 0; s <= kDecodeSteps; ++s) {
+          absl::StatusOr<ForwardResult> idle = ranks->engines[r]->Forward({});
+          if (!idle.ok()) return idle.status();
+        }
+        return absl::OkStatus();
+      }
+      absl::StatusOr<Generation> g = Generate(*ranks->engines[r], ids, 0);
+      if (!g.ok()) return g.status();
+      got[r] = *std::move(g);
+      return absl::OkStatus();
+    });
+    for (int r = 0; r < 4; ++r) {
+      const std::string what = std::string("one token, attention ") + AttentionParallelName(a) +
+                               " rank " + std::to_string(r);
+      ASSERT_TRUE(st[r].ok()) << what << ": " << st[r];
+      if (a == AttentionParallel::kData && r != 0) continue;
+      ExpectSameGeneration(got[r], *want, what);
+    }
+  }
+}
+
+// All-to-all with a full batch: max_batch_tokens is the prompt's length and every rank prefills
+// it in one shot (data attention: 4 x the longest prompt exchanged at once), then decodes. It
+// checks that such a step fits the step scratch the engine plans; it does not show the
+// all-to-all's own estimate is tight (the rest of the plan leaves slack at this size).
+TEST(AllToAllDispatch, FullBatchFitsTheScratch) {
+  Fixture f = LoadFixture("deepseek_v3");
+  ASSERT_NE(f.single, nullptr);
+  const testing::ReferencePrompt& longest =
+      *std::max_element(f.ref.prompts.begin(), f.ref.prompts.end(),
+                        [](const auto& a, const auto& b) { return a.ids.size() < b.ids.size(); });
+  const int tokens = static_cast<int>(longest.ids.size());
+  absl::StatusOr<Generation> want = Generate(*f.single, longest.ids, 0);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const AttentionParallel a : {AttentionParallel::kTensor, AttentionParallel::kData}) {
+    auto ranks = MakeRanks(f.dir, 4, a, MoeParallel::kExpert, MoeDispatch::kAllToAll, tokens);
+    ASSERT_TRUE(ranks.ok()) << ranks.status();
+    std::vector<Generation> got(4);
+    auto st = OnRanks(*ranks, [&](int r) -> absl::Status {
+      absl::StatusOr<Generation> g = Generate(*ranks->engines[r], longest.ids, 0);
+      if (!g.ok()) return g.status();
+      got[r] = *std::move(g);
+      return absl::OkStatus();
+    });
+    for (int r = 0; r < 4; ++r) {
+      const std::string what = std::string(AttentionParallelName(a)) + " attention, " +
+                               std::to_string(tokens) + " tokens, rank " + std::to_string(r);
+      ASSERT_TRUE(st[r].ok()) << what << ": " << st[r];
+      ExpectSameGeneration(got[r], *want, what);
+    }
+  }
+}
 
 // fp8 block-scaled weights loaded shard by shard equal the single-rank engine on the same
 // checkpoint.
@@ -236,8 +328,11 @@ TEST(ParallelWeights, Fp8CheckpointShardByShard) {
   const std::vector<int32_t> ids = {5, 77, 300, 12, 9, 401, 250, 3, 64, 128, 17};
   absl::StatusOr<Generation> want = Generate(*single, ids, 4);
   ASSERT_TRUE(want.ok()) << want.status();
-  for (const MoeParallel m : {MoeParallel::kExpert, MoeParallel::kTensor}) {
-    absl::StatusOr<Ranks> ranks = MakeRanks(dir, 2, AttentionParallel::kTensor, m);
+  // (moe, dispatch): all-to-all loads the shared experts whole from the fp8 blocks.
+  for (const auto& [m, d] : {std::pair{MoeParallel::kExpert, MoeDispatch::kGather},
+                             std::pair{MoeParallel::kTensor, MoeDispatch::kGather},
+                             std::pair{MoeParallel::kExpert, MoeDispatch::kAllToAll}}) {
+    absl::StatusOr<Ranks> ranks = MakeRanks(dir, 2, AttentionParallel::kTensor, m, d);
     ASSERT_TRUE(ranks.ok()) << ranks.status();
     std::vector<Generation> got(2);
     auto st = OnRanks(*ranks, [&](int r) -> absl::Status {
@@ -248,7 +343,8 @@ TEST(ParallelWeights, Fp8CheckpointShardByShard) {
     });
     for (int r = 0; r < 2; ++r) {
       ASSERT_TRUE(st[r].ok()) << st[r];
-      ExpectSameGeneration(got[r], *want, std::string("fp8 moe ") + MoeParallelName(m));
+      ExpectSameGeneration(got[r], *want,
+                           std::string("fp8 moe ") + MoeParallelName(m) + " " + MoeDispatchName(d));
     }
   }
 }
@@ -366,6 +462,23 @@ TEST(ParallelLayoutResolve, ShardsOfFourRanks) {
   EXPECT_EQ(l->Describe(), "tp=4 attention=tensor moe=expert");
   EXPECT_EQ(ParseAttentionParallel("dp").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseMoeParallel("tensor").value(), MoeParallel::kTensor);
+
+  // All-to-all: the experts sharded as before, the shared experts whole; named in the layout.
+  ParallelOptions a2a{4, 3, AttentionParallel::kData, MoeParallel::kExpert, (*comms)[3].get(),
+                      MoeDispatch::kAllToAll};
+  l = ResolveParallelLayout(*config, a2a);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->experts.begin, 6);
+  EXPECT_TRUE(l->shared_inter.whole());
+  EXPECT_EQ(l->Describe(), "tp=4 attention=data moe=expert dispatch=all-to-all");
+  a2a.moe = MoeParallel::kTensor;
+  const absl::Status s = ResolveParallelLayout(*config, a2a).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("needs --moe-parallel expert"), std::string::npos) << s;
+  EXPECT_EQ(ParseMoeDispatch("all-to-all").value(), MoeDispatch::kAllToAll);
+  const absl::Status bad = ParseMoeDispatch("alltoall").status();
+  EXPECT_NE(bad.message().find("--moe-dispatch alltoall is not one of gather, all-to-all"),
+            std::string::npos) << bad;
 }
 
 }  // namespace

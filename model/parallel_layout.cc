@@ -35,6 +35,17 @@ absl::StatusOr<MoeParallel> ParseMoeParallel(std::string_view flag) {
       absl::StrCat("--moe-parallel ", std::string(flag), " is not one of expert, tensor"));
 }
 
+absl::StatusOr<MoeDispatch> ParseMoeDispatch(std::string_view flag) {
+  if (flag == "gather") return MoeDispatch::kGather;
+  if (flag == "all-to-all") return MoeDispatch::kAllToAll;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--moe-dispatch ", std::string(flag), " is not one of gather, all-to-all"));
+}
+
+const char* MoeDispatchName(MoeDispatch d) {
+  return d == MoeDispatch::kGather ? "gather" : "all-to-all";
+}
+
 const char* AttentionParallelName(AttentionParallel a) {
   return a == AttentionParallel::kTensor ? "tensor" : "data";
 }
@@ -45,7 +56,8 @@ const char* MoeParallelName(MoeParallel m) {
 std::string ParallelLayout::Describe() const {
   if (size == 1) return "tp=1";
   return absl::StrCat("tp=", size, " attention=", AttentionParallelName(attention),
-                      " moe=", MoeParallelName(moe));
+                      " moe=", MoeParallelName(moe),
+                      all_to_all() ? " dispatch=all-to-all" : "");
 }
 
 absl::StatusOr<ParallelLayout> ResolveParallelLayout(const ModelConfig& c,
@@ -63,8 +75,14 @@ absl::StatusOr<ParallelLayout> ResolveParallelLayout(const ModelConfig& c,
         "the communicator is rank ", o.comm->rank(), " of ", o.comm->size(), "; the layout asks for rank ",
         o.rank, " of ", o.size));
   }
+  if (o.dispatch == MoeDispatch::kAllToAll && o.moe != MoeParallel::kExpert) {
+    return absl::InvalidArgumentError(
+        "--moe-dispatch all-to-all sends tokens to the ranks of their experts, which needs "
+        "--moe-parallel expert (not tensor)");
+  }
   ParallelLayout l;
   l.size = o.size;
+  l.dispatch = o.dispatch;
   l.rank = o.rank;
   l.attention = o.attention;
   l.moe = o.moe;
@@ -99,7 +117,10 @@ absl::StatusOr<ParallelLayout> ResolveParallelLayout(const ModelConfig& c,
     l.mlp_inter = *s;
   }
   if (c.n_routed_experts > 0) {
-    if (shared_total > 0) {
+    // All-to-all: each rank runs the shared experts whole on its own rows (no partial sums
+    // to reduce); gather: intermediate slices, reduced with the routed partial sums.
+    if (shared_total > 0 && !(o.moe == MoeParallel::kExpert &&
+                              o.dispatch == MoeDispatch::kAllToAll)) {
       absl::StatusOr<Shard> s = Even(shared_total, n, r,
                                      "moe_intermediate_size * n_shared_experts",
                                      "the shared experts are tensor parallel");

@@ -11,6 +11,11 @@
 //       other ranks' assignments, which kernels/moe skips); kTensor: each rank holds every
 //       expert's moe_intermediate_size / size slice. Either way a rank's routed-expert output
 //       is a partial sum.
+//   moe dispatch (expert MoE only) kGather: the rows every rank has (gathered under data
+//       attention) go through every rank's experts and the partial sums are reduced; kAllToAll:
+//       each rank routes its own rows and sends each row only to the ranks of its experts, which
+//       send the weighted partial sums back (model/layers/feed_forward_a2a.cc). Under kAllToAll
+//       the shared experts are replicated (each rank runs them whole on its own rows).
 //   Dense MLP and shared experts: intermediate_size slices (column-parallel gate/up,
 //       row-parallel down). LM head: vocab rows ceil(vocab / size) per rank, the last rank's
 //       zero-padded, the logits all-gathered. The embedding and the MoE router are replicated.
@@ -30,10 +35,14 @@ namespace mlaserve::model {
 
 enum class AttentionParallel : uint8_t { kTensor, kData };
 enum class MoeParallel : uint8_t { kExpert, kTensor };
+enum class MoeDispatch : uint8_t { kGather, kAllToAll };
 
 // "tensor" | "data" / "expert" | "tensor"; INVALID_ARGUMENT naming anything else.
 absl::StatusOr<AttentionParallel> ParseAttentionParallel(std::string_view flag);
 absl::StatusOr<MoeParallel> ParseMoeParallel(std::string_view flag);
+// "gather" | "all-to-all".
+absl::StatusOr<MoeDispatch> ParseMoeDispatch(std::string_view flag);
+const char* MoeDispatchName(MoeDispatch d);
 const char* AttentionParallelName(AttentionParallel a);
 const char* MoeParallelName(MoeParallel m);
 
@@ -46,6 +55,8 @@ struct ParallelOptions {
   MoeParallel moe = MoeParallel::kExpert;
   // This rank's communicator (not owned; outlives the engine). Required when size > 1.
   parallel::Collective* comm = nullptr;
+  // --moe-dispatch; kAllToAll needs moe kExpert.
+  MoeDispatch dispatch = MoeDispatch::kGather;
 };
 
 // [begin, begin + count) of a dimension of `total`.
@@ -61,6 +72,7 @@ struct ParallelLayout {
   int rank = 0;
   AttentionParallel attention = AttentionParallel::kTensor;
   MoeParallel moe = MoeParallel::kExpert;
+  MoeDispatch dispatch = MoeDispatch::kGather;
   Shard heads;          // of num_attention_heads
   Shard mlp_inter;      // of intermediate_size (dense layers)
   Shard shared_inter;   // of moe_intermediate_size * n_shared_experts
@@ -73,7 +85,9 @@ struct ParallelLayout {
   bool attention_tp() const { return size > 1 && attention == AttentionParallel::kTensor; }
   bool attention_dp() const { return size > 1 && attention == AttentionParallel::kData; }
   bool expert_parallel() const { return size > 1 && moe == MoeParallel::kExpert; }
-  // "tp=2 attention=tensor moe=expert"; "tp=1" for the single-GPU engine.
+  bool all_to_all() const { return expert_parallel() && dispatch == MoeDispatch::kAllToAll; }
+  // "tp=2 attention=tensor moe=expert" (+ " dispatch=all-to-all"); "tp=1" for the single-GPU
+  // engine.
   std::string Describe() const;
 };
 

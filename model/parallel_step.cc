@@ -25,6 +25,14 @@ size_t ParallelStep::ScratchBytes(const LayerContext& context) {
   if (layout.attention_dp()) {
     total += (2 * n + 1) * T * c.hidden_size * es + n * rows * c.hidden_size * es;
   }
+  // All-to-all dispatch: the exchange buffers over this rank's rows (every rank's at most),
+  // and under tensor attention the gathered slices.
+  if (layout.all_to_all()) {
+    const int mine = layout.attention_dp() ? static_cast<int>(T)
+                                           : static_cast<int>((T + n - 1) / n);
+    total += FeedForward::AllToAllScratchBytes(context, mine);
+    if (layout.attention_tp()) total += n * static_cast<size_t>(mine) * c.hidden_size * es;
+  }
   const size_t head_rows = rows * ranks;
   total += (n + 1) * head_rows * static_cast<size_t>(layout.vocab_rows) * sizeof(float) +
            2 * n * sizeof(int32_t);
@@ -112,10 +120,15 @@ absl::Status ParallelStep::RunFeedForward(FeedForward& block, int T, const void*
   const ops::OpContext& oc = ctx_->ops;
   const kernels::KernelContext& kctx = oc.kernel;
   if (!layout.sharded()) return block.Forward(T, y, out);
+  if (UsesAllToAll(block)) return RunAllToAll(block, T, y, out);
+  // An all-to-all layout's MoE block in a graph step: its shared experts are whole on every
+  // rank, so they are added once per row after the reduction, not summed over the ranks.
+  const bool shared_apart = layout.all_to_all() && block.is_moe();
   const int64_t hidden = c.hidden_size;
   if (layout.attention_tp()) {
-    RETURN_IF_ERROR(block.Forward(T, y, out));
-    return comm_->AllReduceSum(out, out, T * hidden, oc.dtype, kctx.stream);
+    RETURN_IF_ERROR(block.Forward(T, y, out, !shared_apart));
+    RETURN_IF_ERROR(comm_->AllReduceSum(out, out, T * hidden, oc.dtype, kctx.stream));
+    return shared_apart ? block.AddSharedExperts(T, y, out) : absl::OkStatus();
   }
   ScratchScope scope(scratch.arena());
   const int n = layout.size;
@@ -124,10 +137,36 @@ absl::Status ParallelStep::RunFeedForward(FeedForward& block, int T, const void*
   RETURN_IF_ERROR(ops::Copy2D(oc, mine, hidden, y, hidden, static_cast<int>(hidden), T));
   RETURN_IF_ERROR(comm_->AllGather(mine, dp_gathered_, slot, oc.dtype, kctx.stream));
   ASSIGN_OR_RETURN(void* partial, scratch.Activations(n * slot, "dp mlp partial sums"));
-  RETURN_IF_ERROR(block.Forward(n * step_max_tokens_, dp_gathered_, partial));
+  RETURN_IF_ERROR(block.Forward(n * step_max_tokens_, dp_gathered_, partial, !shared_apart));
   ASSIGN_OR_RETURN(void* sums, scratch.Activations(slot, "dp mlp sums"));
   RETURN_IF_ERROR(comm_->ReduceScatterSum(partial, sums, slot, oc.dtype, kctx.stream));
-  return ops::Copy2D(oc, out, hidden, sums, hidden, static_cast<int>(hidden), T);
+  RETURN_IF_ERROR(ops::Copy2D(oc, out, hidden, sums, hidden, static_cast<int>(hidden), T));
+  return shared_apart ? block.AddSharedExperts(T, y, out) : absl::OkStatus();
+}
+
+bool ParallelStep::UsesAllToAll(const FeedForward& block) const {
+  return ctx_->layout->all_to_all() && block.is_moe() && static_tokens_ == 0;
+}
+
+absl::Status ParallelStep::RunAllToAll(FeedForward& block, int T, const void* y, void* out) {
+  const ParallelLayout& layout = *ctx_->layout;
+  if (layout.attention_dp()) return block.ForwardAllToAll(T, y, out, *comm_);
+  // Tensor attention: every rank has the T rows; rank r takes rows [r * s, (r + 1) * s) of
+  // s = ceil(T / size) (fewer, or none, at the end) and the outputs are all-gathered.
+  StepScratch& scratch = *ctx_->scratch;
+  ScratchScope scope(scratch.arena());
+  const ops::OpContext& oc = ctx_->ops;
+  const int64_t hidden = ctx_->config->hidden_size;
+  const int n = layout.size;
+  const int s = (T + n - 1) / n;
+  const int begin = std::min(T, layout.rank * s);
+  const int mine = std::min(T, begin + s) - begin;
+  if (s == 0) return block.ForwardAllToAll(0, y, out, *comm_);
+  ASSIGN_OR_RETURN(void* slices, scratch.Activations(n * s * hidden, "a2a gathered slices"));
+  void* my_slice = oc.at(slices, layout.rank * s * hidden);
+  RETURN_IF_ERROR(block.ForwardAllToAll(mine, oc.at(y, begin * hidden), my_slice, *comm_));
+  RETURN_IF_ERROR(comm_->AllGather(my_slice, slices, s * hidden, oc.dtype, oc.kernel.stream));
+  return ops::Copy2D(oc, out, hidden, slices, hidden, static_cast<int>(hidden), T);
 }
 
 absl::Status ParallelStep::LmHead(const LinearWeight& lm_head, const void* picked, int rows,

@@ -7,6 +7,11 @@
 // Data-parallel attention: rank r has its own T_r tokens. The feed-forward input of every rank
 // is all-gathered into [size, T_max, hidden] (padded rows zero), every rank computes its partial
 // sums for all of them, and a reduce-scatter hands each rank the sums of its own rows.
+// Expert parallel with --moe-dispatch all-to-all: an MoE block runs on each rank's own rows
+// (data attention: its tokens; tensor attention: its 1/size slice of the shared rows, the
+// complete outputs then all-gathered) and exchanges them with the ranks of their experts
+// (FeedForward::ForwardAllToAll). A graph step (set_static_tokens) uses the gather dispatch
+// instead: the all-to-all needs its counts on the host.
 // The LM head is vocab parallel under both: logits [rows, vocab_rows] per rank, all-gathered,
 // and each rank's rows copied out of every shard.
 //
@@ -48,10 +53,13 @@ class ParallelStep {
   // The feed-forward block over this rank's T tokens, with its collectives (all-reduce, or
   // all-gather of every rank's tokens and reduce-scatter of the sums).
   absl::Status RunFeedForward(FeedForward& block, int T, const void* y, void* out);
+  // Whether RunFeedForward sends `block` through the all-to-all dispatch in this step.
+  bool UsesAllToAll(const FeedForward& block) const;
   // logits [rows, vocab] f32 of `picked` [rows, hidden]: the vocab-parallel LM head.
   absl::Status LmHead(const LinearWeight& lm_head, const void* picked, int rows, float* logits);
 
  private:
+  absl::Status RunAllToAll(FeedForward& block, int T, const void* y, void* out);
   const LayerContext* ctx_ = nullptr;
   parallel::Collective* comm_ = nullptr;
   // Data-parallel attention: every rank's tokens and logit rows in the current step, and the

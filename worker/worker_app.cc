@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(WorkerRoleKind kind,
   eo.parallel.size = o.tp_size;
   ASSIGN_OR_RETURN(eo.parallel.attention, model::ParseAttentionParallel(o.attention_parallel));
   ASSIGN_OR_RETURN(eo.parallel.moe, model::ParseMoeParallel(o.moe_parallel));
+  ASSIGN_OR_RETURN(eo.parallel.dispatch, model::ParseMoeDispatch(o.moe_dispatch));
   return model::CreateEngineForBackend(eo, o.backend, [](const absl::Status& why) {
     spdlog::warn("CUDA engine unavailable ({}); using the CPU backend", why.ToString());
   });
@@ -60,7 +61,10 @@ v1::WorkerDescriptor DescribeWorker(WorkerRoleKind kind, const WorkerOptions& o,
   f.gpus = o.tp_size;
   f.parallel_layout = o.tp_size == 1 ? "tp=1"
                                      : absl::StrCat("tp=", o.tp_size, " attention=",
-                                                    o.attention_parallel, " moe=", o.moe_parallel);
+                                                    o.attention_parallel, " moe=", o.moe_parallel,
+                                                    o.moe_dispatch == "all-to-all"
+                                                        ? " dispatch=all-to-all"
+                                                        : "");
   f.chunk_size = o.chunk_size;
   v1::WorkerDescriptor d = MakeWorkerDescriptor(f);
   d.mutable_profile()->set_gpu_name(profile.profile.device.name);

@@ -38,6 +38,11 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
   app.add_option("--moe-parallel", o->moe_parallel,
                  "expert: routed experts split over the ranks; tensor: every expert split")
       ->capture_default_str();
+  app.add_option("--moe-dispatch", o->moe_dispatch,
+                 "with --moe-parallel expert: gather (every rank's tokens through every rank's "
+                 "experts, partial sums reduced) or all-to-all (each token sent only to the "
+                 "ranks of its experts; CUDA-graph decode steps still use gather)")
+      ->capture_default_str();
   app.add_option("--kv-cache-dtype", o->kv_cache_dtype,
                  "auto|bf16|fp8: KV cache storage (auto = fp8 for deepseek_v32 on CUDA, else the "
                  "native dtype; fp8 = DeepSeek's 656-byte layout, deepseek_v32 only)")
@@ -121,6 +126,14 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
   }
   if (o->moe_parallel != "expert" && o->moe_parallel != "tensor") {
     return bad("--moe-parallel", o->moe_parallel, "it must be expert or tensor");
+  }
+  if (o->moe_dispatch != "gather" && o->moe_dispatch != "all-to-all") {
+    return bad("--moe-dispatch", o->moe_dispatch, "it must be gather or all-to-all");
+  }
+  if (o->moe_dispatch == "all-to-all" && o->moe_parallel != "expert") {
+    return bad("--moe-dispatch", o->moe_dispatch,
+               "it sends tokens to the ranks of their experts, which needs --moe-parallel "
+               "expert");
   }
   if (o->mha_provider != "auto" && o->mha_provider != "ours" && o->mha_provider != "cudnn") {
     return bad("--mha-provider", o->mha_provider, "it must be auto, ours or cudnn");

@@ -33,10 +33,12 @@ struct WorkerOptions {
   std::string mha_provider = "auto";
   int device = 0;
   // Multi-GPU workers (docs/parallel.md): ranks on devices [device, device + tp_size), the
-  // attention layout (tensor|data) and the MoE layout (expert|tensor).
+  // attention layout (tensor|data), the MoE layout (expert|tensor) and, for expert MoE, how
+  // tokens reach the experts (gather|all-to-all).
   int tp_size = 1;
   std::string attention_parallel = "tensor";
   std::string moe_parallel = "expert";
+  std::string moe_dispatch = "gather";
   int num_kv_pages = 1024;
   int max_batch_tokens = 8192;
   int chunk_size = 2048;

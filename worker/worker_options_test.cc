@@ -41,6 +41,16 @@ TEST(WorkerOptionsTest, LayoutFlagsAreCheckedByName) {
   o = Layout(65, "data", "auto");
   EXPECT_THAT(std::string(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).message()),
               HasSubstr("--tp-size is 65; it must be in [1, 64]"));
+  o = Layout(2, "data", "auto");
+  o.moe_dispatch = "alltoall";
+  EXPECT_THAT(std::string(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).message()),
+              HasSubstr("--moe-dispatch is alltoall; it must be gather or all-to-all"));
+  o.moe_dispatch = "all-to-all";
+  EXPECT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).ok());
+  o.moe_parallel = "tensor";
+  EXPECT_THAT(std::string(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).message()),
+              HasSubstr("--moe-dispatch is all-to-all; it sends tokens to the ranks of their "
+                        "experts, which needs --moe-parallel expert"));
 }
 
 }  // namespace

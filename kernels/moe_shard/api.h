@@ -34,4 +34,36 @@ absl::Status MoeLocalize(const MoeLocalizeParams& p, const KernelContext& ctx);
 absl::Status MoeLocalizeCpu(const MoeLocalizeParams& p);
 absl::Status MoeLocalizeCuda(const MoeLocalizeParams& p, void* stream);
 
+// All-to-all dispatch (model/layers/feed_forward_a2a.cc): the rows a rank sends, and the sum of
+// the partial rows that come back. Indices are built on the host from the routing and uploaded.
+//   MoeGatherRows:  out[i, :] = x[rows[i], :] for i < num_rows.
+//   MoeCombineRows: out[t, :] = sum over j < num_sources, in order j = 0, 1, ..., of
+//                   parts[slots[t, j], :] (slots[t, j] < 0: nothing), in f32, then rounded
+//                   once to dtype: a fixed order, so a run is deterministic.
+// dtype f32 on both backends, bf16 on CUDA; INVALID_ARGUMENT naming anything else.
+struct MoeGatherRowsParams {
+  DType dtype = DType::kF32;
+  int64_t num_rows = 0;
+  int hidden = 0;
+  const void* x = nullptr;        // [*, hidden]
+  const int32_t* rows = nullptr;  // [num_rows], rows of x
+  void* out = nullptr;            // [num_rows, hidden]
+};
+struct MoeCombineRowsParams {
+  DType dtype = DType::kF32;
+  int num_tokens = 0;
+  int num_sources = 0;
+  int hidden = 0;
+  const void* parts = nullptr;     // [*, hidden]
+  const int32_t* slots = nullptr;  // [num_tokens, num_sources], rows of parts or -1
+  void* out = nullptr;             // [num_tokens, hidden], overwritten
+};
+
+absl::Status MoeGatherRows(const MoeGatherRowsParams& p, const KernelContext& ctx);
+absl::Status MoeGatherRowsCpu(const MoeGatherRowsParams& p);
+absl::Status MoeGatherRowsCuda(const MoeGatherRowsParams& p, void* stream);
+absl::Status MoeCombineRows(const MoeCombineRowsParams& p, const KernelContext& ctx);
+absl::Status MoeCombineRowsCpu(const MoeCombineRowsParams& p);
+absl::Status MoeCombineRowsCuda(const MoeCombineRowsParams& p, void* stream);
+
 }  // namespace mlaserve::kernels

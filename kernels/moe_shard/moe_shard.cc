@@ -27,4 +27,43 @@ absl::Status MoeLocalize(const MoeLocalizeParams& p, const KernelContext& ctx) {
   MLASERVE_DISPATCH("moe_shard", ctx, MoeLocalizeCpu(p), MoeLocalizeCuda(p, ctx.stream));
 }
 
+namespace {
+
+absl::Status CheckRowsDType(const char* what, DType dtype, const KernelContext& ctx) {
+  if (dtype == DType::kF32 || (dtype == DType::kBF16 && ctx.backend == Backend::kCuda)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(what, ": dtype ", DTypeName(dtype),
+                                                 " is not f32 (or bf16 on CUDA)"));
+}
+
+}  // namespace
+
+absl::Status MoeGatherRows(const MoeGatherRowsParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(CheckRowsDType("moe_gather_rows", p.dtype, ctx));
+  RETURN_IF_ERROR(RequirePositive("hidden", p.hidden));
+  if (p.num_rows < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("moe_gather_rows: num_rows is ", p.num_rows));
+  }
+  if (p.num_rows == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("x", p.x));
+  RETURN_IF_ERROR(RequireNonNull("rows", p.rows));
+  RETURN_IF_ERROR(RequireNonNull("out", p.out));
+  MLASERVE_DISPATCH("moe_shard", ctx, MoeGatherRowsCpu(p), MoeGatherRowsCuda(p, ctx.stream));
+}
+
+absl::Status MoeCombineRows(const MoeCombineRowsParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(CheckRowsDType("moe_combine_rows", p.dtype, ctx));
+  RETURN_IF_ERROR(RequirePositive("hidden", p.hidden));
+  RETURN_IF_ERROR(RequirePositive("num_sources", p.num_sources));
+  if (p.num_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("moe_combine_rows: num_tokens is ", p.num_tokens));
+  }
+  if (p.num_tokens == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("slots", p.slots));
+  RETURN_IF_ERROR(RequireNonNull("out", p.out));
+  MLASERVE_DISPATCH("moe_shard", ctx, MoeCombineRowsCpu(p), MoeCombineRowsCuda(p, ctx.stream));
+}
+
 }  // namespace mlaserve::kernels

@@ -81,7 +81,7 @@ absl::Status FeedForward::Route(int rows, const void* x, float* logits, int32_t*
   return kernels::MoeRouting(r, ctx_->ops.kernel);
 }
 
-absl::Status FeedForward::Forward(int rows, const void* x, void* out) {
+absl::Status FeedForward::Forward(int rows, const void* x, void* out, bool shared) {
   StepScratch& scratch = *ctx_->scratch;
   ScratchScope scope(scratch.arena());
   const ModelConfig& c = *ctx_->config;
@@ -121,12 +121,19 @@ absl::Status FeedForward::Forward(int rows, const void* x, void* out) {
   e.down = m.experts_down.data();
   e.out = out;
   RETURN_IF_ERROR(RunRoutedExperts(e));
+  return shared ? AddSharedExperts(T, x, out) : absl::OkStatus();
+}
 
-  if (m.shared.inter == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(void* act, scratch.Activations(static_cast<int64_t>(T) * 3 * m.shared.inter,
+absl::Status FeedForward::AddSharedExperts(int rows, const void* x, void* out) {
+  const MoeWeights& m = w_->moe;
+  if (!w_->is_moe || m.shared.inter == 0 || rows == 0) return absl::OkStatus();
+  StepScratch& scratch = *ctx_->scratch;
+  ScratchScope scope(scratch.arena());
+  ASSIGN_OR_RETURN(void* act, scratch.Activations(static_cast<int64_t>(rows) * 3 * m.shared.inter,
                                                   "shared experts act"));
   // HF: experts(x) + shared_experts(x); the shared output accumulates into `out`.
-  return ops::GatedMlp(oc, x, T, hidden, m.shared, act, out, /*beta=*/1.0f);
+  return ops::GatedMlp(ctx_->ops, x, rows, ctx_->config->hidden_size, m.shared, act, out,
+                       /*beta=*/1.0f);
 }
 
 // One GPU (or tensor-parallel experts): the stack as loaded, through kernels/moe. Expert

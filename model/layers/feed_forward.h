@@ -10,7 +10,9 @@
 // On a sharded layout (parallel_layout.h) the block computes this rank's partial sums: its
 // slice of the intermediate sizes, and under expert parallelism its shard of the experts
 // (kernels/moe_shard marks the other ranks' assignments not local; kernels/moe skips them). ParallelStep
-// adds the shares across ranks.
+// adds the shares across ranks. With --moe-dispatch all-to-all (parallel_layout.h) an MoE block
+// instead routes this rank's own rows and exchanges them with the ranks of their experts
+// (ForwardAllToAll, feed_forward_a2a.cc); its shared experts are then whole on every rank.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +22,7 @@
 #include "kernels/moe/api.h"
 #include "model/deepseek_weights.h"
 #include "model/layers/layer_context.h"
+#include "parallel/collective.h"
 
 namespace mlaserve::model {
 
@@ -34,8 +37,19 @@ class FeedForward {
   static size_t ScratchBytes(const LayerContext& context);
 
   bool is_moe() const { return w_->is_moe; }
-  // x: normed hidden [rows, hidden]; out: [rows, hidden].
-  absl::Status Forward(int rows, const void* x, void* out);
+  // x: normed hidden [rows, hidden]; out: [rows, hidden]. Without `shared`, an MoE block leaves
+  // out the shared experts (AddSharedExperts adds them: whole shared experts, which the
+  // all-to-all layout holds, must be added once per row, not once per rank).
+  absl::Status Forward(int rows, const void* x, void* out, bool shared = true);
+  // out += the shared experts of x (MoE blocks with shared experts; else nothing).
+  absl::Status AddSharedExperts(int rows, const void* x, void* out);
+  // Expert parallel, all-to-all dispatch: the complete MoE output (routed + shared) of this
+  // rank's `rows` rows. Every rank of `comm` calls it in the same layer (rows may be 0): the
+  // rows go to the ranks of their experts and the weighted partial sums come back, added in
+  // rank order. Syncs with the host (the counts of the second exchange): never in a graph.
+  absl::Status ForwardAllToAll(int rows, const void* x, void* out, parallel::Collective& comm);
+  // Step scratch of ForwardAllToAll at most, for at most `rows` rows on every rank.
+  static size_t AllToAllScratchBytes(const LayerContext& context, int rows);
   // MoE layers: the router's f32 logits [rows, n_routed_experts] of x, and the experts the
   // routing kernel chose from them, ids / weights [rows, num_experts_per_tok] (global ids).
   // Buffers of the backend.

@@ -97,8 +97,13 @@ absl::StatusOr<size_t> MlaAttention::ScratchBytes(const LayerContext& context) {
     shape.rope_dim = d.rope;
     shape.max_seqlen_k = context.max_pages_per_seq * kernels::kPageSize;
     shape.num_sms = context.num_sms;
-    ASSIGN_OR_RETURN(kernels::MlaDecodePlan plan, kernels::PlanMlaDecode(shape));
-    decode_ws = std::max(decode_ws, plan.workspace_bytes);
+    // A step plans for its own (shorter) context and may pick the other way of cutting the
+    // keys than this longest-context plan would: size for both.
+    for (const auto schedule : {kernels::MlaDecodeSchedule::kChunks, kernels::MlaDecodeSchedule::kBalanced}) {
+      shape.schedule = schedule;
+      ASSIGN_OR_RETURN(kernels::MlaDecodePlan plan, kernels::PlanMlaDecode(shape));
+      decode_ws = std::max(decode_ws, plan.workspace_bytes);
+    }
     return absl::OkStatus();
   };
   for (size_t b = 1; b <= B; b = b < 8 ? b + 1 : b * 2)

@@ -1,0 +1,266 @@
+// FeedForward::ForwardAllToAll (feed_forward.h): the MoE block of an expert-parallel rank with
+// all-to-all dispatch and combine (docs/parallel.md).
+//
+//   1. route this rank's rows (global expert ids, on the backend), copy the ids to the host;
+//   2. plan on the host: row t goes to rank p once if any of its k experts is in p's range,
+//      with its k ids local to p (kNotLocal for the others) and their weights; the rows for
+//      p are contiguous, in token order, ranks in order;
+//   3. exchange the per-rank row counts (one int32 each way), then the rows, ids and weights
+//      (AllToAllV): this rank receives every row that needs one of its experts;
+//   4. run the local experts over the received rows (kernels/moe skips kNotLocal);
+//   5. send the weighted partial sums back (AllToAllV with the counts reversed) and add each
+//      token's returned rows in rank order (kernels/moe_shard's MoeCombineRows: a fixed order,
+//      so a run is deterministic); then the shared experts, whole, on the same rows.
+//
+// Step 3 needs the counts on the host before the row exchange is posted, so this path syncs
+// with the host every MoE layer and cannot be captured in a CUDA graph; a graph step uses the
+// gather dispatch (ParallelStep).
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/moe/api.h"
+#include "kernels/moe_shard/api.h"
+#include "model/device_memory.h"
+#include "model/layers/feed_forward.h"
+
+namespace mlaserve::model {
+namespace {
+
+// What this rank sends, planned from its routing (step 2).
+struct DispatchPlan {
+  std::vector<int64_t> send_rows;  // per destination rank
+  std::vector<int32_t> gather;     // [S]: the row of x for each sent row
+  std::vector<int32_t> ids;        // [S, k]: expert ids local to the destination
+  std::vector<float> weights;      // [S, k]: 0 where the id is kNotLocal
+  std::vector<int32_t> slots;      // [rows, ranks]: the sent row of (t, p), or -1
+};
+
+DispatchPlan PlanDispatch(int rows, int k, int ranks, int experts_per_rank,
+                          const std::vector<int32_t>& ids, const std::vector<float>& weights) {
+  DispatchPlan d;
+  d.send_rows.assign(ranks, 0);
+  d.slots.assign(static_cast<size_t>(rows) * ranks, -1);
+  for (int p = 0; p < ranks; ++p) {
+    const int begin = p * experts_per_rank;
+    for (int t = 0; t < rows; ++t) {
+      bool any = false;
+      for (int j = 0; j < k; ++j) {
+        const int32_t id = ids[static_cast<size_t>(t) * k + j];
+        any = any || (id >= begin && id < begin + experts_per_rank);
+      }
+      if (!any) continue;
+      d.slots[static_cast<size_t>(t) * ranks + p] = static_cast<int32_t>(d.gather.size());
+      d.gather.push_back(t);
+      for (int j = 0; j < k; ++j) {
+        const int32_t id = ids[static_cast<size_t>(t) * k + j];
+        const bool local = id >= begin && id < begin + experts_per_rank;
+        d.ids.push_back(local ? id - begin : kernels::kNotLocal);
+        d.weights.push_back(local ? weights[static_cast<size_t>(t) * k + j] : 0.0f);
+      }
+      ++d.send_rows[p];
+    }
+  }
+  return d;
+}
+
+std::vector<int64_t> Offsets(const std::vector<int64_t>& counts, int64_t scale) {
+  std::vector<int64_t> offsets(counts.size(), 0);
+  for (size_t p = 1; p < counts.size(); ++p) offsets[p] = offsets[p - 1] + counts[p - 1] * scale;
+  return offsets;
+}
+
+std::vector<int64_t> Scaled(const std::vector<int64_t>& counts, int64_t scale) {
+  std::vector<int64_t> out(counts);
+  for (int64_t& c : out) c *= scale;
+  return out;
+}
+
+template <typename T>
+absl::StatusOr<T*> Upload(StepScratch& scratch, const kernels::KernelContext& kctx,
+                          const std::vector<T>& host, const char* what) {
+  ASSIGN_OR_RETURN(void* dev, scratch.Allocate(std::max<size_t>(1, host.size()) * sizeof(T), what));
+  if (!host.empty()) {
+    RETURN_IF_ERROR(
+        CopyBytes(kctx, dev, host.data(), host.size() * sizeof(T), CopyKind::kHostToDevice));
+  }
+  return static_cast<T*>(dev);
+}
+
+// Every rank's row count for this rank (step 3's first exchange), through backend memory.
+absl::StatusOr<std::vector<int64_t>> ExchangeCounts(parallel::Collective& comm,
+                                                    StepScratch& scratch,
+                                                    const kernels::KernelContext& kctx,
+                                                    const std::vector<int64_t>& send_rows) {
+  const int n = comm.size();
+  std::vector<int32_t> mine(send_rows.begin(), send_rows.end());
+  ASSIGN_OR_RETURN(int32_t * send, Upload(scratch, kctx, mine, "a2a send counts"));
+  ASSIGN_OR_RETURN(void* recv_raw, scratch.Allocate(n * sizeof(int32_t), "a2a recv counts"));
+  const std::vector<int64_t> ones(n, 1);
+  std::vector<int64_t> at(n);
+  for (int p = 0; p < n; ++p) at[p] = p;
+  RETURN_IF_ERROR(
+      comm.AllToAllV(send, ones, at, recv_raw, ones, at, kernels::DType::kI32, kctx.stream));
+  std::vector<int32_t> theirs(n);
+  RETURN_IF_ERROR(
+      CopyBytes(kctx, theirs.data(), recv_raw, n * sizeof(int32_t), CopyKind::kDeviceToHost));
+  RETURN_IF_ERROR(Synchronize(kctx));
+  return std::vector<int64_t>(theirs.begin(), theirs.end());
+}
+
+}  // namespace
+
+size_t FeedForward::AllToAllScratchBytes(const LayerContext& context, int rows) {
+  const ParallelLayout& layout = *context.layout;
+  if (!layout.all_to_all()) return 0;
+  const ModelConfig& c = *context.config;
+  const size_t n = layout.size;
+  const size_t k = c.num_experts_per_tok;
+  const size_t es = context.ops.elem();
+  const size_t hidden = c.hidden_size;
+  const size_t sent = static_cast<size_t>(rows) * std::min(n, k);  // rows this rank sends
+  const size_t received = static_cast<size_t>(rows) * n;           // rows it can receive
+  kernels::MoeExpertsParams e;
+  e.dtype = context.ops.dtype;
+  e.num_tokens = static_cast<int>(received);
+  e.hidden = c.hidden_size;
+  e.inter = layout.expert_inter.count;
+  e.num_experts = layout.experts.count;
+  e.top_k = c.num_experts_per_tok;
+  const size_t routing =
+      rows * c.n_routed_experts * sizeof(float) + rows * k * (sizeof(int32_t) + sizeof(float));
+  const size_t meta =
+      (sent + received) * (k * (sizeof(int32_t) + sizeof(float)) + sizeof(int32_t)) +
+      rows * n * sizeof(int32_t) + 4 * n * sizeof(int32_t);
+  const size_t moved = 2 * (sent + received) * hidden * es;  // rows out and in, sums back and in
+  const size_t shared = static_cast<size_t>(rows) * 3 * layout.shared_inter.count * es;
+  // Alignment slack of the arena's allocations (a few dozen of them).
+  return routing + meta + moved + kernels::MoeExpertsWorkspaceBytes(e) + shared + 64 * 256;
+}
+
+absl::Status FeedForward::ForwardAllToAll(int rows, const void* x, void* out,
+                                          parallel::Collective& comm) {
+  StepScratch& scratch = *ctx_->scratch;
+  ScratchScope scope(scratch.arena());
+  const ModelConfig& c = *ctx_->config;
+  const ParallelLayout& layout = *ctx_->layout;
+  const ops::OpContext& oc = ctx_->ops;
+  const kernels::KernelContext& kctx = oc.kernel;
+  if (!w_->is_moe || !layout.all_to_all()) {
+    return absl::InternalError("ForwardAllToAll: not an MoE block of an all-to-all layout");
+  }
+  const int n = layout.size;
+  const int k = c.num_experts_per_tok;
+  const int hidden = c.hidden_size;
+  const int64_t rk = static_cast<int64_t>(rows) * k;
+
+  // 1. Route this rank's rows.
+  std::vector<int32_t> ids(rk);
+  std::vector<float> weights(rk);
+  if (rows > 0) {
+    ASSIGN_OR_RETURN(void* logits, scratch.Allocate(static_cast<size_t>(rows) * c.n_routed_experts *
+                                                        sizeof(float),
+                                                    "router logits"));
+    ASSIGN_OR_RETURN(void* dev_ids, scratch.Allocate(rk * sizeof(int32_t), "topk ids"));
+    ASSIGN_OR_RETURN(void* dev_w, scratch.Allocate(rk * sizeof(float), "topk weights"));
+    RETURN_IF_ERROR(Route(rows, x, static_cast<float*>(logits), static_cast<int32_t*>(dev_ids),
+                          static_cast<float*>(dev_w)));
+    RETURN_IF_ERROR(
+        CopyBytes(kctx, ids.data(), dev_ids, rk * sizeof(int32_t), CopyKind::kDeviceToHost));
+    RETURN_IF_ERROR(
+        CopyBytes(kctx, weights.data(), dev_w, rk * sizeof(float), CopyKind::kDeviceToHost));
+    RETURN_IF_ERROR(Synchronize(kctx));
+  }
+
+  // 2. Plan; 3. exchange counts, then rows, ids and weights.
+  const DispatchPlan plan = PlanDispatch(rows, k, n, layout.experts.count, ids, weights);
+  ASSIGN_OR_RETURN(const std::vector<int64_t> recv_rows,
+                   ExchangeCounts(comm, scratch, kctx, plan.send_rows));
+  int64_t sent = 0, received = 0;
+  for (int p = 0; p < n; ++p) {
+    sent += plan.send_rows[p];
+    received += recv_rows[p];
+  }
+  if (received > static_cast<int64_t>(n) * ctx_->limits.max_batch_tokens) {
+    return absl::InternalError(absl::StrCat("all-to-all dispatch: ", received,
+                                            " rows received; the scratch holds ",
+                                            n * ctx_->limits.max_batch_tokens));
+  }
+  ASSIGN_OR_RETURN(int32_t * gather, Upload(scratch, kctx, plan.gather, "a2a gather rows"));
+  ASSIGN_OR_RETURN(int32_t * send_ids, Upload(scratch, kctx, plan.ids, "a2a send ids"));
+  ASSIGN_OR_RETURN(float* send_w, Upload(scratch, kctx, plan.weights, "a2a send weights"));
+  ASSIGN_OR_RETURN(int32_t * slots, Upload(scratch, kctx, plan.slots, "a2a combine slots"));
+  ASSIGN_OR_RETURN(void* send_x,
+                   scratch.Activations(std::max<int64_t>(1, sent) * hidden, "a2a send rows"));
+  ASSIGN_OR_RETURN(void* recv_x, scratch.Activations(std::max<int64_t>(1, received) * hidden,
+                                                     "a2a received rows"));
+  ASSIGN_OR_RETURN(
+      void* recv_ids,
+      scratch.Allocate(std::max<int64_t>(1, received) * k * sizeof(int32_t), "a2a received ids"));
+  ASSIGN_OR_RETURN(
+      void* recv_w,
+      scratch.Allocate(std::max<int64_t>(1, received) * k * sizeof(float), "a2a received weights"));
+  kernels::MoeGatherRowsParams g;
+  g.dtype = oc.dtype;
+  g.num_rows = sent;
+  g.hidden = hidden;
+  g.x = x;
+  g.rows = gather;
+  g.out = send_x;
+  RETURN_IF_ERROR(kernels::MoeGatherRows(g, kctx));
+  const std::vector<int64_t>& rows_out = plan.send_rows;
+  RETURN_IF_ERROR(comm.AllToAllV(send_x, Scaled(rows_out, hidden), Offsets(rows_out, hidden),
+                                 recv_x, Scaled(recv_rows, hidden), Offsets(recv_rows, hidden),
+                                 oc.dtype, kctx.stream));
+  RETURN_IF_ERROR(comm.AllToAllV(send_ids, Scaled(rows_out, k), Offsets(rows_out, k), recv_ids,
+                                 Scaled(recv_rows, k), Offsets(recv_rows, k), kernels::DType::kI32,
+                                 kctx.stream));
+  RETURN_IF_ERROR(comm.AllToAllV(send_w, Scaled(rows_out, k), Offsets(rows_out, k), recv_w,
+                                 Scaled(recv_rows, k), Offsets(recv_rows, k), kernels::DType::kF32,
+                                 kctx.stream));
+
+  // 4. This rank's experts over the rows it received.
+  ASSIGN_OR_RETURN(void* partial, scratch.Activations(std::max<int64_t>(1, received) * hidden,
+                                                      "a2a partial sums"));
+  if (received > 0) {
+    const MoeWeights& m = w_->moe;
+    kernels::MoeExpertsParams e;
+    e.dtype = oc.dtype;
+    e.num_tokens = static_cast<int>(received);
+    e.hidden = hidden;
+    e.inter = layout.expert_inter.count;
+    e.num_experts = layout.experts.count;
+    e.top_k = k;
+    e.x = recv_x;
+    e.topk_ids = static_cast<const int32_t*>(recv_ids);
+    e.topk_weights = static_cast<const float*>(recv_w);
+    e.gate_up = m.experts_gate_up.data();
+    e.gate_up_layout = m.experts_gate_up_layout;
+    e.down = m.experts_down.data();
+    e.out = partial;
+    e.workspace_bytes = kernels::MoeExpertsWorkspaceBytes(e);
+    ASSIGN_OR_RETURN(e.workspace, scratch.Allocate(e.workspace_bytes, "moe experts workspace"));
+    RETURN_IF_ERROR(kernels::MoeExperts(e, kctx));
+  }
+
+  // 5. The partial sums back to their tokens' ranks, added in rank order.
+  ASSIGN_OR_RETURN(void* back,
+                   scratch.Activations(std::max<int64_t>(1, sent) * hidden, "a2a returned sums"));
+  RETURN_IF_ERROR(comm.AllToAllV(partial, Scaled(recv_rows, hidden), Offsets(recv_rows, hidden),
+                                 back, Scaled(rows_out, hidden), Offsets(rows_out, hidden),
+                                 oc.dtype, kctx.stream));
+  if (rows == 0) return absl::OkStatus();
+  kernels::MoeCombineRowsParams cb;
+  cb.dtype = oc.dtype;
+  cb.num_tokens = rows;
+  cb.num_sources = n;
+  cb.hidden = hidden;
+  cb.parts = back;
+  cb.slots = slots;
+  cb.out = out;
+  RETURN_IF_ERROR(kernels::MoeCombineRows(cb, kctx));
+  return AddSharedExperts(rows, x, out);
+}
+
+}  // namespace mlaserve::model
