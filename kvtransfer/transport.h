@@ -95,6 +95,14 @@ class KvSender {
     (void)local_pages;
     return absl::UnimplementedError("this KV transport takes pages through SendPage");
   }
+  // Direct senders of a data-parallel prefill worker (docs/parallel.md): the rank whose pool
+  // SendLayer's page ids address, known once the scheduler placed the prompt. Call it before
+  // the first SendLayer; 0 (the only pool of other workers) unless called. Host-payload
+  // senders take bytes, not page ids, and ignore it.
+  virtual absl::Status SetSourceRank(int rank) {
+    (void)rank;
+    return absl::OkStatus();
+  }
 };
 
 class KvTransport {

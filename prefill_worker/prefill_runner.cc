@@ -274,6 +274,11 @@ bool PrefillRunner::Step() {
     if (auto r = Find(c.seq->id); r != nullptr && r->first_scheduled == absl::InfinitePast()) {
       r->first_scheduled = now;
       queue_seconds_->Observe(absl::ToDoubleSeconds(now - r->arrival));
+      // The scheduler placed the prompt on its rank just now (it stays there): a direct sender
+      // reads that rank's pool, on that rank's GPU.
+      if (absl::Status s = r->sender->SetSourceRank(c.seq->rank); !s.ok()) {
+        r->failure = KvPeerFailure(s);
+      }
     }
     model::SequenceChunk sc;
     sc.tokens = std::span<const int32_t>(c.seq->tokens).subspan(c.start, c.len);

@@ -12,9 +12,10 @@
 //
 // Data-parallel attention (docs/parallel.md): each rank prefills the prompts admitted to it
 // (PrefillScheduler picks the rank) in its own pool, and a prompt's pages are shipped from
-// that pool by that rank's shipper. The engine hands a data-parallel step's layers to
-// on_layer_done after the step, so those pages leave once the step is done rather than while
-// later layers compute.
+// that pool by that rank's shipper, or, over nccl, by the sender bound to that rank
+// (KvSender::SetSourceRank, at the prompt's first step). The engine hands a data-parallel
+// step's layers to on_layer_done after the step, so those pages leave once the step is done
+// rather than while later layers compute.
 //
 // Threads: Submit / Abort / load() come from RPC threads; one loop thread runs the steps and
 // alone touches the scheduler and the engine. Completion callbacks (`done`) run on the loop

@@ -162,9 +162,9 @@ int WorkerApp::Run(Role& role) {
 
   // nccl moves KV between GPU pools: a decode worker's ranks receive on their GPUs (rank pools
   // under data attention, rank 0's then every replica under tensor attention); a prefill
-  // worker sends from rank 0's (replicated) pool, which a data-parallel one does not have.
-  const bool gpu_pool = e.backend() == kernels::Backend::kCuda &&
-                        !(kind_ == WorkerRoleKind::kPrefill && e.data_ranks() > 1);
+  // worker sends from rank 0's (replicated) pool under tensor attention, from each prompt's
+  // rank's pool on that rank's GPU under data attention.
+  const bool gpu_pool = e.backend() == kernels::Backend::kCuda;
 #ifdef MLASERVE_HAVE_NCCL
   const bool nccl_built = true;
 #else

@@ -135,13 +135,6 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
                "it sends tokens to the ranks of their experts, which needs --moe-parallel "
                "expert");
   }
-  if (role == WorkerRoleKind::kPrefill && o->tp_size > 1 && o->attention_parallel == "data" &&
-      o->kv_transport == "nccl") {
-    return bad("--kv-transport", o->kv_transport,
-               "a prefill worker with --attention-parallel data holds its prompts on several "
-               "GPUs, which the nccl sender does not read yet; use tcp (or auto, which then "
-               "picks tcp)");
-  }
   if (o->mha_provider != "auto" && o->mha_provider != "ours" && o->mha_provider != "cudnn") {
     return bad("--mha-provider", o->mha_provider, "it must be auto, ours or cudnn");
   }

@@ -21,20 +21,16 @@ WorkerOptions Layout(int tp, const std::string& attention, const std::string& tr
   return o;
 }
 
-TEST(WorkerOptionsTest, MultiGpuWorkersMoveKvOverNcclExceptADataParallelPrefillWorker) {
+TEST(WorkerOptionsTest, MultiGpuWorkersOfEveryLayoutMoveKvOverNccl) {
+  // A data-parallel prefill worker sends each prompt from its rank's GPU (docs/parallel.md).
   for (const WorkerRoleKind role : {WorkerRoleKind::kPrefill, WorkerRoleKind::kDecode}) {
-    WorkerOptions tensor = Layout(4, "tensor", "nccl");
-    EXPECT_TRUE(ValidateWorkerOptions(role, &tensor).ok());
+    for (const std::string attention : {"tensor", "data"}) {
+      for (const std::string transport : {"nccl", "auto", "tcp"}) {
+        WorkerOptions o = Layout(4, attention, transport);
+        EXPECT_TRUE(ValidateWorkerOptions(role, &o).ok()) << attention << " " << transport;
+      }
+    }
   }
-  WorkerOptions decode = Layout(4, "data", "nccl");
-  EXPECT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kDecode, &decode).ok());
-  WorkerOptions prefill = Layout(4, "data", "nccl");
-  absl::Status s = ValidateWorkerOptions(WorkerRoleKind::kPrefill, &prefill);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()),
-              HasSubstr("--kv-transport is nccl; a prefill worker with --attention-parallel data"));
-  WorkerOptions auto_transport = Layout(4, "data", "auto");
-  EXPECT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kPrefill, &auto_transport).ok());
 }
 
 TEST(WorkerOptionsTest, LayoutFlagsAreCheckedByName) {

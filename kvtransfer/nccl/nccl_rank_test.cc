@@ -153,5 +153,88 @@ TEST_F(NcclRankTest, TensorParallelSessionsReachEveryReplicaBeforeTheyComplete) 
   pools_.dst->Free((*probe.result)->pages);
 }
 
+// A data-parallel prefill worker: the sender has a pool per rank (rank_pools); a session is
+// read from the pool of the rank it is bound to, on that rank's pair.
+TEST_F(NcclRankTest, RankPoolSenderReadsTheBoundRanksPoolOnItsOwnPair) {
+  Start(/*replicated=*/false);
+  std::unique_ptr<model::KvPool> src1 = testing::MakePool(pools_.options);
+  int comms_of_source[2] = {0, 0};
+  NcclTransportOptions to;
+  to.pair_id = "prefill-dp";
+  to.connect_timeout = absl::Seconds(5);
+  for (int r = 0; r < 2; ++r) {
+    CommunicatorFactory counting = [this, r, &comms_of_source](const CommId& id, int rank,
+                                                               absl::Time deadline) {
+      ++comms_of_source[r];
+      return hub_.factory()(id, rank, deadline);
+    };
+    to.rank_pools.push_back(
+        {r == 0 ? pools_.src.get() : src1.get(), counting, HostPageIoFactory(), nullptr});
+  }
+  transport_ = std::make_unique<NcclKvTransport>(pools_.src.get(), to);
+
+  // Prefill rank 1's pages (rank 0's pool holds other bytes at the same ids) to decode rank 1.
+  const std::vector<int32_t> dst = *rank1_->Allocate(kPages);
+  DoneProbe probe;
+  ASSERT_TRUE(end_->receiver()
+                  .CreateSession("from-rank-1", dst, kPages, absl::Now() + absl::Seconds(30),
+                                 probe.fn(), rank1_.get())
+                  .ok());
+  const std::vector<int32_t> src = *src1->Allocate(kPages);
+  ASSERT_EQ(src, *pools_.src->Allocate(kPages));
+  pools_.FillSource(src);  // rank 0's pool: not what must arrive
+  std::vector<std::string> sent;
+  for (int layer = 0; layer < pools_.options.num_layers; ++layer) {
+    for (int32_t p : src) {
+      sent.push_back(testing::RandomBytes(src1->layer_page_bytes(), pools_.rng));
+      ASSERT_TRUE(src1->WritePage(layer, p, sent.back().data()).ok());
+    }
+  }
+  KvSessionRef ref = end_->Ref("from-rank-1", kPages, "nccl");
+  ref.rank = 1;
+  auto sender = transport_->Open(ref, pools_.layout, KvSenderOptions{});
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  EXPECT_EQ((*sender)->SetSourceRank(2).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*sender)->SetSourceRank(1).ok());
+  ASSERT_TRUE((*sender)->SetSourceRank(1).ok());  // the same rank again
+  EXPECT_EQ((*sender)->SetSourceRank(0).code(), absl::StatusCode::kFailedPrecondition);
+  for (int layer = 0; layer < pools_.options.num_layers; ++layer) {
+    ASSERT_TRUE((*sender)->SendLayer(layer, src).ok());
+  }
+  Verdict v;
+  (*sender)->Complete(KvCompletion{9, pools_.options.num_layers, kPages, 0}, v.fn());
+  ASSERT_TRUE(v.Wait());
+  ASSERT_TRUE(v.status.ok()) << v.status;
+  ASSERT_TRUE(probe.Wait());
+  ASSERT_TRUE(probe.result->ok()) << probe.result->status();
+  ExpectIn(*rank1_, dst, sent);
+  EXPECT_EQ(comms_of_source[0], 0);
+  EXPECT_EQ(comms_of_source[1], 1);
+  // Each prefill rank is a sender of its own on the decode side: rank 1's communicator.
+  EXPECT_EQ(comms_on_rank_[1], 1);
+
+  // Aborted before it was placed: the decode worker is told (its pages free at once), and no
+  // communicator is made for it.
+  const int free1 = rank1_->free_pages();
+  DoneProbe aborted;
+  ASSERT_TRUE(end_->receiver()
+                  .CreateSession("never-placed", *rank1_->Allocate(kPages), kPages,
+                                 absl::Now() + absl::Seconds(30), aborted.fn(), rank1_.get())
+                  .ok());
+  ref = end_->Ref("never-placed", kPages, "nccl");
+  ref.rank = 1;
+  auto unplaced = transport_->Open(ref, pools_.layout, KvSenderOptions{});
+  ASSERT_TRUE(unplaced.ok());
+  (*unplaced)->Abort(absl::CancelledError("request cancelled"));
+  ASSERT_TRUE(aborted.Wait());
+  EXPECT_FALSE(aborted.result->ok());
+  EXPECT_EQ(rank1_->free_pages(), free1);
+  EXPECT_EQ(comms_of_source[0] + comms_of_source[1], 1);
+  unplaced->reset();
+  sender->reset();
+  transport_.reset();  // before src1
+  rank1_->Free((*probe.result)->pages);
+}
+
 }  // namespace
 }  // namespace mlaserve::kvtransfer::nccl

@@ -36,10 +36,13 @@ struct NcclKvTransport::Session {
   const KvSenderOptions options;
   const TransferPlan plan;
   std::atomic<int64_t> bytes{0};
-  // The pair whose thread drives this session; told when the session becomes startable.
-  std::weak_ptr<NcclKvTransport::Pair> pair;
 
   absl::Mutex mu;
+  // The prefill rank whose pool the page ids address; -1 until bound (NcclKvTransport::Bind).
+  int source_rank ABSL_GUARDED_BY(mu) = -1;
+  // The pair whose thread drives this session (set once bound); told when the session becomes
+  // startable.
+  std::weak_ptr<NcclKvTransport::Pair> pair ABSL_GUARDED_BY(mu);
   std::vector<int32_t> pages ABSL_GUARDED_BY(mu);
   int layers_ready ABSL_GUARDED_BY(mu) = 0;
   std::vector<std::shared_ptr<void>> fences ABSL_GUARDED_BY(mu);  // per ready layer, or null
@@ -52,9 +55,16 @@ struct NcclKvTransport::Session {
 };
 
 struct NcclKvTransport::Pair {
-  Pair(std::string ep, CommunicatorFactory factory)
-      : endpoint(std::move(ep)), link(/*rank=*/0, std::move(factory)) {}
+  Pair(std::string ep, std::string id, const NcclTransportOptions::RankPool& source)
+      : endpoint(std::move(ep)),
+        pair_id(std::move(id)),
+        pool(source.pool),
+        page_io_factory(source.page_io_factory),
+        link(/*rank=*/0, source.comm_factory) {}
   const std::string endpoint;
+  const std::string pair_id;  // sent in Connect: the decode side keys its pairs by it
+  model::KvPool* const pool;  // the prefill rank's pool the sessions read
+  const PageIoFactory page_io_factory;
   std::unique_ptr<v1::KvNcclService::Stub> nccl;
   std::unique_ptr<v1::KvService::Stub> kv;
   PairLink link;
@@ -74,9 +84,15 @@ namespace {
 using SessionPtr = std::shared_ptr<NcclKvTransport::Session>;
 
 // Wakes the pair thread (it re-checks which queued session can start whenever pair->mu is
-// released). Called without s.mu held: the lock order is pair->mu, then a session's mu.
-void NotifyPair(const NcclKvTransport::Session& s) {
-  if (std::shared_ptr<NcclKvTransport::Pair> p = s.pair.lock()) absl::MutexLock l(&p->mu);
+// released). Called without s.mu held: the lock order is pair->mu, then a session's mu. A
+// session not bound yet is on no pair: binding queues it, which wakes the thread.
+void NotifyPair(NcclKvTransport::Session& s) {
+  std::shared_ptr<NcclKvTransport::Pair> p;
+  {
+    absl::MutexLock l(&s.mu);
+    p = s.pair.lock();
+  }
+  if (p != nullptr) absl::MutexLock l(&p->mu);
 }
 
 // A session the pair thread can drive without waiting: its first layer is there, or it
@@ -86,10 +102,12 @@ bool Startable(NcclKvTransport::Session& s) {
   return s.layers_ready > 0 || s.complete_requested || !s.abort_reason.ok();
 }
 
-class NcclSender final : public KvSender {
+}  // namespace
+
+class NcclKvTransport::Sender final : public KvSender {
  public:
-  NcclSender(SessionPtr s, LayerFenceFactory fence) : s_(std::move(s)), fence_(std::move(fence)) {}
-  ~NcclSender() override {
+  Sender(SessionPtr s, NcclKvTransport* transport) : s_(std::move(s)), transport_(transport) {}
+  ~Sender() override {
     bool completing;
     {
       absl::MutexLock l(&s_->mu);
@@ -105,13 +123,30 @@ class NcclSender final : public KvSender {
         "the nccl KV transport moves pages device to device; use SendLayer");
   }
 
+  absl::Status SetSourceRank(int rank) override {
+    {
+      absl::MutexLock l(&s_->mu);
+      if (!s_->status.ok()) return s_->status;
+      if (!s_->abort_reason.ok()) return s_->abort_reason;
+    }
+    const int ranks = static_cast<int>(transport_->sources_.size());
+    if (rank < 0 || rank >= ranks) {
+      return absl::InvalidArgumentError(absl::StrCat("nccl sender of session ",
+                                                     s_->ref.session_id, ": source rank ", rank,
+                                                     " is outside [0, ", ranks, ")"));
+    }
+    return transport_->Bind(s_, rank);
+  }
+
   absl::Status SendLayer(int layer, std::span<const int32_t> local_pages) override {
+    BindDefault();
     absl::Status st = RecordLayer(layer, local_pages);
     if (st.ok() && layer == 0) NotifyPair(*s_);
     return st;
   }
 
   void Complete(const KvCompletion& completion, std::function<void(absl::Status)> done) override {
+    BindDefault();
     CompleteLocked(completion, std::move(done));
     NotifyPair(*s_);
   }
@@ -123,6 +158,9 @@ class NcclSender final : public KvSender {
         s_->abort_reason = reason.ok() ? absl::CancelledError("KV send aborted") : reason;
       }
     }
+    // An aborted session still goes through a pair thread, which tells the decode worker
+    // (AbortSession) and answers a pending Complete; it never connects a communicator.
+    BindDefault();
     NotifyPair(*s_);
   }
 
@@ -143,8 +181,10 @@ class NcclSender final : public KvSender {
           " out of order (expected ", s_->layers_ready, ")"));
     }
     std::shared_ptr<void> fence;
-    if (fence_ != nullptr) {
-      absl::StatusOr<std::shared_ptr<void>> f = fence_();
+    const LayerFenceFactory& fence_factory =
+        transport_->sources_[std::max(s_->source_rank, 0)].layer_fence;
+    if (fence_factory != nullptr) {
+      absl::StatusOr<std::shared_ptr<void>> f = fence_factory();
       if (!f.ok()) return s_->abort_reason = f.status();
       fence = std::move(*f);
     }
@@ -173,9 +213,20 @@ class NcclSender final : public KvSender {
     done(verdict);
   }
 
+  // A session nobody placed is sent from rank 0's pool (the only one of most workers).
+  void BindDefault() {
+    {
+      absl::MutexLock l(&s_->mu);
+      if (s_->source_rank >= 0) return;
+    }
+    (void)transport_->Bind(s_, 0);  // a failure ends the session, which its calls report
+  }
+
   SessionPtr s_;
-  const LayerFenceFactory fence_;
+  NcclKvTransport* const transport_;
 };
+
+namespace {
 
 // Waits until layer `layer` is ready, or Complete / Abort came. Returns the abort reason, OK
 // with *ready false when Complete came first, or OK with *ready true.
@@ -191,7 +242,7 @@ absl::Status AwaitLayer(NcclKvTransport::Session& s, int layer, bool* ready) {
 }
 
 // One session on the pair thread; returns its verdict.
-absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s, model::KvPool* pool,
+absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s,
                    const NcclTransportOptions& o) {
   const std::string& id = s.ref.session_id;
   bool ready = false;
@@ -205,7 +256,7 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s, model:
   req.set_session_id(id);
   *req.mutable_layout() = ToProto(s.layout);
   req.set_sender(s.options.sender_name);
-  req.set_pair_id(o.pair_id);
+  req.set_pair_id(p.pair_id);
   req.set_max_message_pages(o.max_message_pages);
   req.set_coalesce_bytes(o.coalesce_bytes);
   req.set_plan_digest(s.plan.digest());
@@ -232,7 +283,7 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s, model:
   const int generation = p.link.communicators_built();
   if (p.io == nullptr || p.io_generation != generation || p.io_slot_bytes < slot_bytes) {
     p.io.reset();
-    ASSIGN_OR_RETURN(p.io, o.page_io_factory(pool, comm, slot_bytes));
+    ASSIGN_OR_RETURN(p.io, p.page_io_factory(p.pool, comm, slot_bytes));
     p.io_generation = generation;
     p.io_slot_bytes = slot_bytes;
   }
@@ -289,7 +340,7 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s, model:
   return absl::OkStatus();
 }
 
-void PairLoop(NcclKvTransport::Pair* p, model::KvPool* pool, const NcclTransportOptions* o) {
+void PairLoop(NcclKvTransport::Pair* p, const NcclTransportOptions* o) {
   while (true) {
     // The oldest session that can start: one whose prefill has not produced its first layer
     // yet does not hold back a later one that is ready (the receiver follows: a session's
@@ -314,7 +365,7 @@ void PairLoop(NcclKvTransport::Pair* p, model::KvPool* pool, const NcclTransport
         }
       }
     }
-    absl::Status verdict = Drive(*p, *s, pool, *o);
+    absl::Status verdict = Drive(*p, *s, *o);
     if (!verdict.ok()) {
       spdlog::warn("nccl KV session {} to {} failed: {}", s->ref.session_id, p->endpoint,
                    verdict.ToString());
@@ -346,12 +397,18 @@ void PairLoop(NcclKvTransport::Pair* p, model::KvPool* pool, const NcclTransport
 }  // namespace
 
 NcclKvTransport::NcclKvTransport(model::KvPool* pool, NcclTransportOptions options)
-    : pool_(pool), options_(std::move(options)) {}
+    : sources_(options.rank_pools), options_(std::move(options)) {
+  if (sources_.empty()) {
+    sources_.push_back({pool, options_.comm_factory, options_.page_io_factory,
+                        options_.layer_fence});
+  }
+}
 
 NcclKvTransport::~NcclKvTransport() {
   std::map<std::string, std::shared_ptr<Pair>> pairs;
   {
     absl::MutexLock l(&mu_);
+    stopping_ = true;
     pairs.swap(pairs_);
   }
   for (auto& [ep, p] : pairs) {
@@ -370,17 +427,24 @@ NcclKvTransport::~NcclKvTransport() {
 }
 
 std::shared_ptr<NcclKvTransport::Pair> NcclKvTransport::PairFor(const std::string& endpoint,
-                                                                 int decode_rank) {
+                                                                 int decode_rank,
+                                                                 int source_rank) {
   absl::MutexLock l(&mu_);
-  auto& p = pairs_[absl::StrCat(endpoint, "#", decode_rank)];
+  if (stopping_) return nullptr;
+  auto& p = pairs_[absl::StrCat(endpoint, "#", decode_rank, "<", source_rank)];
   if (p == nullptr) {
-    p = std::make_shared<Pair>(endpoint, options_.comm_factory);
+    // The decode side keys its pairs (communicators) by the pair id and its own rank: each
+    // prefill rank of a data-parallel worker is a sender of its own there.
+    std::string pair_id = options_.rank_pools.empty()
+                              ? options_.pair_id
+                              : absl::StrCat(options_.pair_id, "/rank", source_rank);
+    p = std::make_shared<Pair>(endpoint, std::move(pair_id), sources_[source_rank]);
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     auto channel = options_.dialer->Dial(endpoint, args);
     p->nccl = v1::KvNcclService::NewStub(channel);
     p->kv = v1::KvService::NewStub(channel);
-    p->thread = std::thread(PairLoop, p.get(), pool_, &options_);
+    p->thread = std::thread(PairLoop, p.get(), &options_);
   }
   return p;
 }
@@ -389,22 +453,57 @@ absl::StatusOr<std::unique_ptr<KvSender>> NcclKvTransport::Open(const KvSessionR
                                                                 const KvLayout& local_layout,
                                                                 const KvSenderOptions& options) {
   RETURN_IF_ERROR(ValidateSessionRef(ref, local_layout));
-  if (options_.comm_factory == nullptr) {
-    return absl::FailedPreconditionError("nccl KV transport built without a communicator");
+  for (const NcclTransportOptions::RankPool& source : sources_) {
+    if (source.comm_factory == nullptr) {
+      return absl::FailedPreconditionError("nccl KV transport built without a communicator");
+    }
   }
+  // Every rank's pool has the same layout (one engine).
   ASSIGN_OR_RETURN(TransferPlan plan,
                    TransferPlan::Make({ref.session_id, local_layout.num_layers, ref.num_pages,
-                                       static_cast<int64_t>(pool_->layer_page_bytes()),
+                                       static_cast<int64_t>(sources_[0].pool->layer_page_bytes()),
                                        options_.max_message_pages, options_.coalesce_bytes}));
   auto s = std::make_shared<Session>(ref, local_layout, options, std::move(plan));
-  std::shared_ptr<Pair> p = PairFor(ref.endpoint, ref.rank);
-  s->pair = p;
+  // One pool: the session is queued now, in open order. Several: once its prompt is placed
+  // on a rank (SetSourceRank), which the prefill scheduler does after the session opened.
+  if (sources_.size() == 1) RETURN_IF_ERROR(Bind(s, 0));
+  return std::unique_ptr<KvSender>(new Sender(std::move(s), this));
+}
+
+absl::Status NcclKvTransport::Bind(const std::shared_ptr<Session>& s, int source_rank) {
+  {
+    absl::MutexLock l(&s->mu);
+    if (s->source_rank == source_rank) return absl::OkStatus();
+    if (s->source_rank >= 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "nccl session ", s->ref.session_id, " is sent from prefill rank ", s->source_rank,
+          "; it cannot move to rank ", source_rank));
+    }
+    s->source_rank = source_rank;
+  }
+  // A session no pair thread will drive has ended: its sender's calls (Complete's done
+  // included) answer with this at once.
+  auto refuse = [&s]() {
+    absl::Status why = absl::UnavailableError("nccl KV transport shutting down");
+    absl::MutexLock l(&s->mu);
+    s->status = why;
+    s->ended = true;
+    return why;
+  };
+  std::shared_ptr<Pair> p = PairFor(s->ref.endpoint, s->ref.rank, source_rank);
+  if (p == nullptr) return refuse();
+  {
+    absl::MutexLock l(&s->mu);
+    s->pair = p;
+  }
   {
     absl::MutexLock l(&p->mu);
-    if (p->stopping) return absl::UnavailableError("nccl KV transport shutting down");
-    p->queue.push_back(s);
+    if (!p->stopping) {
+      p->queue.push_back(s);
+      return absl::OkStatus();
+    }
   }
-  return std::unique_ptr<KvSender>(new NcclSender(std::move(s), options_.layer_fence));
+  return refuse();
 }
 
 int NcclKvTransport::communicators_built() const {

@@ -2,11 +2,14 @@
 // through the pair engine (pair_transfer.h); the control plane is KvNcclService on the decode
 // worker (kv_nccl_service.h) plus KvService.AbortSession.
 //
-// Per decode endpoint and decode rank ("pair": one communicator per GPU pair; a data-parallel
-// decode worker receives each session on its rank's GPU, KvSessionRef::rank) the transport
-// keeps one PairLink (rank 0) and one worker thread. Sessions of a pair run on that thread one after another, in the order they were
-// opened: NCCL point-to-point has no tags, so the decode side posts its receives in the order
-// the Connect calls reached it, and only one session may be on the wire per pair at a time.
+// Per decode endpoint, decode rank and prefill rank ("pair": one communicator per GPU pair; a
+// data-parallel decode worker receives each session on its rank's GPU, KvSessionRef::rank; a
+// data-parallel prefill worker sends it from its prompt's rank's GPU, KvSender::SetSourceRank)
+// the transport keeps one PairLink (rank 0) and one worker thread. Sessions of a pair run on
+// that thread one after another, in the order they were queued (opened; with rank pools,
+// placed on a rank): NCCL point-to-point has no tags, so the decode side posts its receives in
+// the order the Connect calls reached it, and only one session may be on the wire per pair at
+// a time.
 // A session's life on the pair thread:
 //   wait for its first layer (or Complete/Abort) -> Connect (layout, plan digest, pair id;
 //   answer: communicator id) -> join/reuse the communicator -> PlanSender::Begin ->
@@ -25,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -58,6 +62,19 @@ struct NcclTransportOptions {
   CommunicatorFactory comm_factory;
   PageIoFactory page_io_factory = HostPageIoFactory();
   LayerFenceFactory layer_fence;  // null: the pages are complete when SendLayer is called
+  // A data-parallel prefill worker (docs/parallel.md): each rank's prompts are in its own pool
+  // on its own GPU. A session is sent from the pool of the rank its sender names
+  // (KvSender::SetSourceRank) through a communicator and page io of that rank's GPU, one pair
+  // (communicator, thread) per (decode endpoint, decode rank, prefill rank), made when its
+  // first session is bound. Empty: every session is sent from the constructor's pool with the
+  // factories above (one GPU; tensor attention's replicated cache).
+  struct RankPool {
+    model::KvPool* pool = nullptr;
+    CommunicatorFactory comm_factory;
+    PageIoFactory page_io_factory = HostPageIoFactory();
+    LayerFenceFactory layer_fence;  // as above, on this rank's stream
+  };
+  std::vector<RankPool> rank_pools;
   // Bound on Connect and on joining a communicator (both ranks must join).
   absl::Duration connect_timeout = absl::Seconds(30);
   // TLS and the cluster token for the control channels to decode workers.
@@ -66,7 +83,8 @@ struct NcclTransportOptions {
 
 class NcclKvTransport final : public KvTransport {
  public:
-  // `pool`: the sender's KV pool, which SendLayer's page ids address.
+  // `pool`: the sender's KV pool, which SendLayer's page ids address (rank 0's with
+  // options.rank_pools). Senders must not outlive the transport.
   NcclKvTransport(model::KvPool* pool, NcclTransportOptions options);
   ~NcclKvTransport() override;  // aborts sessions still running and joins the pair threads
 
@@ -80,14 +98,21 @@ class NcclKvTransport final : public KvTransport {
 
   struct Pair;     // nccl_transport.cc
   struct Session;  // nccl_transport.cc
+  class Sender;    // nccl_transport.cc
 
  private:
-  std::shared_ptr<Pair> PairFor(const std::string& endpoint, int decode_rank);
+  // Null once the transport is shutting down.
+  std::shared_ptr<Pair> PairFor(const std::string& endpoint, int decode_rank, int source_rank);
+  // Fixes the prefill rank `s` is sent from and queues it on its pair (once; the same rank
+  // again is OK, another one FAILED_PRECONDITION).
+  absl::Status Bind(const std::shared_ptr<Session>& s, int source_rank);
 
-  model::KvPool* const pool_;
+  // One per prefill rank: options_.rank_pools, or the constructor's pool and factories.
+  std::vector<NcclTransportOptions::RankPool> sources_;
   const NcclTransportOptions options_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Pair>> pairs_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace mlaserve::kvtransfer::nccl

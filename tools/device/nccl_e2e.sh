@@ -7,6 +7,9 @@
 #   on the GPU box:  tools/device/nccl_e2e.sh   (nvidia-h200-x2; results under $OUT)
 #   dry run here:    BIN=build BACKEND=cpu TRANSPORT=tcp tools/device/nccl_e2e.sh
 #                    (the same checks on the CPU backend over tcp: tests the script itself)
+#   multi-GPU workers: PREFILL_GPUS=0,1 DECODE_GPUS=2,3 (CUDA_VISIBLE_DEVICES of each worker)
+#                    and PREFILL_LAYOUT / DECODE_LAYOUT (their layout flags, e.g.
+#                    "--tp-size 2 --attention-parallel data"), on nvidia-h200-x4.
 # Per model in $MODELS (fixture dirs; "v2lite" = a random DeepSeek-V2-Lite-shaped checkpoint
 # written by tools/make_random_model.py, needs torch on the GPU box):
 #   1. served greedy tokens == `mlaserve-run`'s (single process, GPU 0), both with the same
@@ -120,13 +123,14 @@ WF() {  # worker flags for model $M
     --metrics-port 0 --kv-no-progress-ms 5000
 }
 start_prefill() {
-  # shellcheck disable=SC2046
-  CUDA_VISIBLE_DEVICES=0 start prefill "$B/mlaserve-prefill" $(WF) --attention-path "$ATTN" \
-    "${PREFILL_EXTRA[@]}" "$@" && PA=$ADDRESS
+  # shellcheck disable=SC2046,SC2086
+  CUDA_VISIBLE_DEVICES=${PREFILL_GPUS:-0} start prefill "$B/mlaserve-prefill" $(WF) --attention-path "$ATTN" \
+    ${PREFILL_LAYOUT:-} "${PREFILL_EXTRA[@]}" "$@" && PA=$ADDRESS
 }
 start_decode() {
-  # shellcheck disable=SC2046
-  CUDA_VISIBLE_DEVICES=1 start decode "$B/mlaserve-decode" $(WF) --local-prefill-threshold 0 "$@" && DA=$ADDRESS
+  # shellcheck disable=SC2046,SC2086
+  CUDA_VISIBLE_DEVICES=${DECODE_GPUS:-1} start decode "$B/mlaserve-decode" $(WF) --local-prefill-threshold 0 \
+    ${DECODE_LAYOUT:-} "$@" && DA=$ADDRESS
 }
 start_router() {
   start router "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
