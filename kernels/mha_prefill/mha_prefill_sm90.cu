@@ -4,14 +4,13 @@
 
 #include <cuda_runtime.h>
 
-#include <array>
-#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/device_arch.h"
 #include "kernels/mha_prefill/mha_prefill_sm90_kernel.cuh"
 
 namespace mlaserve::kernels::mha_sm90 {
@@ -26,20 +25,7 @@ bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 bool Available() {
 #if MLASERVE_HAS_SM90A
-  // Asked on every launch: the device's answer is remembered (0 = not asked, 1 = no, 2 = yes).
-  static std::array<std::atomic<int8_t>, 64> known{};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  const bool cacheable = device >= 0 && device < static_cast<int>(known.size());
-  if (cacheable) {
-    if (const int8_t k = known[device].load(std::memory_order_relaxed); k != 0) return k == 2;
-  }
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  const bool sm90 = major == 9 && minor == 0;
-  if (cacheable) known[device].store(sm90 ? 2 : 1, std::memory_order_relaxed);
-  return sm90;
+  return cuda::CurrentDeviceIsSm90();
 #else
   return false;  // not built for sm_90a
 #endif

@@ -34,8 +34,6 @@
 // both views of the 128-byte-swizzled [64 columns] blocks are the same addresses).
 #include "kernels/mla_prefill/latent_attention_sm90.h"
 
-#include <array>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -43,6 +41,7 @@
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/device_arch.h"
 #include "kernels/mla_prefill/latent_cta_work.cuh"
 
 namespace mlaserve::kernels::mla_cuda {
@@ -527,21 +526,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 
 bool LatentSm90Available() {
 #if MLASERVE_HAS_SM90A
-  // Asked on every latent-attention launch (the dispatcher's kAuto): the device's answer is
-  // looked up once per device and remembered (0 = not asked yet, 1 = no, 2 = yes).
-  static std::array<std::atomic<int8_t>, 64> known{};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  const bool cacheable = device >= 0 && device < static_cast<int>(known.size());
-  if (cacheable) {
-    if (const int8_t k = known[device].load(std::memory_order_relaxed); k != 0) return k == 2;
-  }
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  const bool sm90 = major == 9 && minor == 0;
-  if (cacheable) known[device].store(sm90 ? 2 : 1, std::memory_order_relaxed);
-  return sm90;
+  return cuda::CurrentDeviceIsSm90();
 #else
   return false;  // not built for sm_90a
 #endif
