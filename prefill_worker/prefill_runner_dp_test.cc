@@ -14,6 +14,7 @@
 #include "kvtransfer/testing/probes.h"
 #include "prefill_worker/prefill_runner.h"
 #include "prefill_worker/testing/prefill_jobs.h"
+#include "prefill_worker/testing/prefill_runner_harness.h"
 #include "worker/testing/fake_engine.h"
 
 namespace mlaserve::prefill {
@@ -28,17 +29,10 @@ using testing::Prompt;
 
 constexpr int kPages = 16;
 
-class DataParallelPrefillTest : public ::testing::Test {
+class DataParallelPrefillTest : public testing::PrefillRunnerHarness {
  protected:
   void SetUp() override {
-    prefill_ = FakeEngine::Create({.num_pages = kPages, .data_ranks = 2});
-    decode_ = FakeEngine::Create({.num_pages = kPages, .data_ranks = 2});
-    layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
-    receiver_ = std::make_unique<kvtransfer::KvReceiver>(&decode_->kv_pool(), layout_);
-    transport_.Register("decode-dp", receiver_.get());
-    PrefillRunnerOptions o;
-    o.scheduler = {.max_batch_tokens = 128, .chunk_size = 64, .max_batch_seqs = 8};
-    runner_ = std::make_unique<PrefillRunner>(prefill_.get(), &transport_, layout_, o);
+    Build({.num_pages = kPages, .data_ranks = 2}, {.num_pages = kPages, .data_ranks = 2});
   }
 
   // Reserves the prompt's pages (+1) in decode rank `rank`'s pool, as a data-parallel decode
@@ -51,21 +45,10 @@ class DataParallelPrefillTest : public ::testing::Test {
                     ->CreateSession(id, *pool->Allocate(pages + 1), pages,
                                     absl::Now() + absl::Seconds(30), rx->fn(), pool)
                     .ok());
-    kvtransfer::KvSessionRef ref{id, "decode-dp", "fake", pages, layout_.CompatHash()};
+    kvtransfer::KvSessionRef ref{id, kDecodeEndpoint, "fake", pages, layout_.CompatHash()};
     ref.rank = rank;
     return ref;
   }
-  void RunUntilIdle() {
-    for (int i = 0; i < 100 && runner_->Step(); ++i) {
-    }
-    ASSERT_TRUE(runner_->FlushKv(absl::Seconds(10)).ok());
-  }
-
-  std::unique_ptr<FakeEngine> prefill_, decode_;
-  kvtransfer::KvLayout layout_;
-  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
-  kvtransfer::FakeKvTransport transport_;
-  std::unique_ptr<PrefillRunner> runner_;
 };
 
 TEST_F(DataParallelPrefillTest, PromptsSpreadOverRanksAndShipFromTheirRanksPool) {

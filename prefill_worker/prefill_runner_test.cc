@@ -14,6 +14,7 @@
 #include "kvtransfer/receiver.h"
 #include "kvtransfer/testing/probes.h"
 #include "prefill_worker/testing/prefill_jobs.h"
+#include "prefill_worker/testing/prefill_runner_harness.h"
 
 namespace mlaserve::prefill {
 namespace {
@@ -26,18 +27,9 @@ using testing::Job;
 using testing::Outcome;
 using testing::Prompt;
 
-class PrefillRunnerTest : public ::testing::Test {
+class PrefillRunnerTest : public testing::PrefillRunnerHarness {
  protected:
-  void SetUp() override {
-    prefill_ = FakeEngine::Create({.num_pages = 32});
-    decode_ = FakeEngine::Create({.num_pages = 32});
-    layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
-    receiver_ = std::make_unique<kvtransfer::KvReceiver>(&decode_->kv_pool(), layout_);
-    transport_.Register("decode-0", receiver_.get());
-    PrefillRunnerOptions o;
-    o.scheduler = {.max_batch_tokens = 128, .chunk_size = 64, .max_batch_seqs = 8};
-    runner_ = std::make_unique<PrefillRunner>(prefill_.get(), &transport_, layout_, o);
-  }
+  void SetUp() override { Build({.num_pages = 32}, {.num_pages = 32}); }
 
   // Reserves pages on the decode side (prompt pages + `extra`) and returns the session ref.
   kvtransfer::KvSessionRef Reserve(const std::string& id, int prompt_len, Received* rx,
@@ -47,20 +39,8 @@ class PrefillRunnerTest : public ::testing::Test {
                     ->CreateSession(id, *decode_->kv_pool().Allocate(pages + extra), pages,
                                     absl::Now() + absl::Seconds(30), rx->fn())
                     .ok());
-    return {id, "decode-0", "fake", pages, layout_.CompatHash()};
+    return {id, kDecodeEndpoint, "fake", pages, layout_.CompatHash()};
   }
-  void RunUntilIdle() {
-    for (int i = 0; i < 100 && runner_->Step(); ++i) {
-    }
-    // The pages and completions leave from the KV shipping thread.
-    ASSERT_TRUE(runner_->FlushKv(absl::Seconds(10)).ok());
-  }
-
-  std::unique_ptr<FakeEngine> prefill_, decode_;
-  kvtransfer::KvLayout layout_;
-  std::unique_ptr<kvtransfer::KvReceiver> receiver_;
-  kvtransfer::FakeKvTransport transport_;
-  std::unique_ptr<PrefillRunner> runner_;
 };
 
 TEST_F(PrefillRunnerTest, ChunkedPrefillShipsKvTheDecodeSideCanContinueFrom) {
