@@ -1,6 +1,6 @@
-// Which GPU the calling thread's current CUDA device is, for dispatchers that take a Hopper
-// kernel where one applies (latent attention, mha_prefill). They ask on every launch, so the
-// answer is looked up once per device and remembered. CUDA translation units only.
+// Facts about the calling thread's current CUDA device that launchers ask on every launch (is it
+// a Hopper GPU, how many multiprocessors): looked up once per device and remembered. CUDA
+// translation units only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,6 +26,21 @@ inline bool CurrentDeviceIsSm90() {
   const bool sm90 = major == 9 && minor == 0;
   if (cacheable) known[device].store(sm90 ? 2 : 1, std::memory_order_relaxed);
   return sm90;
+}
+
+// Multiprocessors of the current device (1 if it cannot be asked).
+inline int CurrentDeviceSmCount() {
+  static std::array<std::atomic<int>, 64> known{};  // 0 = not asked yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 1;
+  const bool cacheable = device >= 0 && device < static_cast<int>(known.size());
+  if (cacheable) {
+    if (const int k = known[device].load(std::memory_order_relaxed); k > 0) return k;
+  }
+  int sms = 1;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) sms = 1;
+  if (cacheable) known[device].store(sms, std::memory_order_relaxed);
+  return sms;
 }
 
 }  // namespace mlaserve::kernels::cuda

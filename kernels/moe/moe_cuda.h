@@ -134,7 +134,6 @@ absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s);
 // Baseline: one block sorts (SortKernel), then a separate kernel gathers the rows.
 absl::Status LaunchBaselineSort(const PermuteArgs& a, cudaStream_t s);
 absl::Status LaunchBaselineGather(const PermuteArgs& a, cudaStream_t s);
-int DeviceSmCount();  // multiprocessors of the current device (cached per device)
 
 // --- Row passes (moe_rows.cu).
 // In place over rows [0, offsets[E]) of h (row stride 2*inter), gate_up output in `layout`:

@@ -26,6 +26,7 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "kernels/common/device_arch.h"
 #include "kernels/moe/moe_cuda.h"
 
 namespace mlaserve::kernels::moe_cuda {
@@ -182,7 +183,6 @@ struct Sm90GroupedGemm {
   }
 };
 
-int Sm90SmCount();  // multiprocessors of the current device (cached per device)
 
 // Defines the entry points of variant N (moe_cuda.h) for tile configuration Config.
 #define MLASERVE_MOE_SM90_VARIANT(N, Config)                                                    \
@@ -233,7 +233,7 @@ absl::Status LaunchSm90Grouped(const Sm90GroupedArgs& in, cudaStream_t s) {
     return absl::InternalError(absl::StrCat("moe_experts sm90 setup launch failed: ", cudaGetErrorString(e)));
   }
   typename Cfg::Gemm gemm;
-  const auto args = Cfg::MakeArguments(groups, in.num_experts, Sm90SmCount());
+  const auto args = Cfg::MakeArguments(groups, in.num_experts, cuda::CurrentDeviceSmCount());
   if (const auto st = gemm.can_implement(args); st != cutlass::Status::kSuccess) {
     return absl::InvalidArgumentError(absl::StrCat("moe_experts sm90 grouped GEMM cannot run N=", in.n,
                                                    " K=", in.k, ": ", cutlassGetStatusString(st)));
@@ -254,7 +254,7 @@ template <typename Config, bool kSiluMul = false>
 size_t Sm90GemmWorkspaceBytes(int num_experts) {
   using Cfg = Sm90GroupedGemm<Config, kSiluMul>;
   typename Cfg::Groups none{};
-  return Cfg::Gemm::get_workspace_size(Cfg::MakeArguments(none, num_experts, Sm90SmCount()));
+  return Cfg::Gemm::get_workspace_size(Cfg::MakeArguments(none, num_experts, cuda::CurrentDeviceSmCount()));
 }
 
 }  // namespace mlaserve::kernels::moe_cuda

@@ -27,6 +27,7 @@
 #include "common/status.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
+#include "kernels/common/device_arch.h"
 #include "kernels/moe/moe_cuda.h"
 
 namespace mlaserve::kernels::moe_cuda {
@@ -374,17 +375,6 @@ int Chunks(int num_assign) { return (num_assign + kChunk - 1) / kChunk; }
 
 }  // namespace
 
-int DeviceSmCount() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 1;
-  constexpr int kMaxDevices = 64;
-  static int cached[kMaxDevices] = {};
-  if (device >= 0 && device < kMaxDevices && cached[device] > 0) return cached[device];
-  int sms = 1;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (device >= 0 && device < kMaxDevices) cached[device] = sms;
-  return sms;
-}
 
 size_t PermuteScratchBytes(int num_assign, int num_experts) {
   return static_cast<size_t>(Chunks(num_assign)) * num_experts * sizeof(int32_t);
@@ -402,7 +392,7 @@ absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s) {
   if (gather) {
     // Enough (chunk, slice) blocks to keep every SM copying; slices of >= 64 bytes.
     const int row_chunks = a.hidden / cuda::kBf16PerChunk;
-    const int want = (kBlocksPerSm * DeviceSmCount() + chunks - 1) / chunks;
+    const int want = (kBlocksPerSm * cuda::CurrentDeviceSmCount() + chunks - 1) / chunks;
     const int most = std::max(1, row_chunks / kSliceChunkMultiple);
     slices = std::clamp(want, 1, most);
     slice_chunks = (row_chunks + slices - 1) / slices;
