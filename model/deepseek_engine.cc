@@ -158,6 +158,7 @@ absl::Status DeepseekEngine::BuildStep(int32_t padding_page) {
   ASSIGN_OR_RETURN(scratch_, StepScratch::Create(ctx_, ops_.dtype, scratch_bytes, lc.limits,
                                                  lc.max_pages_per_seq));
   sampling_ = SamplingStep(ctx_, &scratch_, config_.vocab_size);
+  ASSIGN_OR_RETURN(logits_download_, StagedDownload::Create(ctx_.backend));
   // Sharded layouts capture their collectives too; their ParallelEngine decides the graph
   // steps for every rank at once (parallel_graph_plan.h).
   decode_graphs_ = DecodeGraphRunner(ctx_, ctx_.backend == kernels::Backend::kCuda,
@@ -195,9 +196,16 @@ absl::Status DeepseekEngine::SynchronizeStream() const { return model::Synchroni
 absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceChunk> batch,
                                                       AttentionPath path,
                                                       const LayerDoneFn& on_layer_done) {
+  ForwardResult result;
+  RETURN_IF_ERROR(ForwardInto(batch, path, on_layer_done, &result));
+  return result;
+}
+
+absl::Status DeepseekEngine::ForwardInto(std::span<const SequenceChunk> batch, AttentionPath path,
+                                         const LayerDoneFn& on_layer_done, ForwardResult* result) {
   // One GPU decides its graph steps itself; a rank of a sharded layout only when its
   // ParallelEngine tells every rank alike (ForwardRank).
-  return ForwardRank(batch, path, on_layer_done, layout_.sharded() ? 0 : kOwnBucket);
+  return ForwardRankInto(batch, path, on_layer_done, layout_.sharded() ? 0 : kOwnBucket, result);
 }
 
 absl::StatusOr<RankStepShape> DeepseekEngine::ShapeOf(std::span<const SequenceChunk> batch,
@@ -221,9 +229,26 @@ absl::StatusOr<ForwardResult> DeepseekEngine::ForwardRank(std::span<const Sequen
                                                           AttentionPath path,
                                                           const LayerDoneFn& on_layer_done,
                                                           int graph_bucket) {
+  ForwardResult result;
+  RETURN_IF_ERROR(ForwardRankInto(batch, path, on_layer_done, graph_bucket, &result));
+  return result;
+}
+
+absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batch,
+                                             AttentionPath path, const LayerDoneFn& on_layer_done,
+                                             int graph_bucket, ForwardResult* out) {
   RETURN_IF_ERROR(CheckChunkRanks(batch, 1));
+  // Reused storage (ForwardInto): cleared, not freed.
+  ForwardResult& result = *out;
+  result.token_ids.clear();
+  result.rows = 0;
+  result.path_used = AttentionPath::kMla;
   if (batch.empty() && layout_.attention_dp()) {
-    if (graph_bucket <= 0) return JoinIdleStep();
+    result.logits.clear();
+    if (graph_bucket <= 0) {
+      ASSIGN_OR_RETURN(result, JoinIdleStep());
+      return absl::OkStatus();
+    }
     // An idle rank of a graph step: padding rows only, in the decode form (with the fp8
     // cache, which only the sparse kernels read, the sparse one).
     BatchPlan idle;
@@ -231,15 +256,11 @@ absl::StatusOr<ForwardResult> DeepseekEngine::ForwardRank(std::span<const Sequen
     idle.all_single_token = true;
     idle.max_seqlen_q = 1;
     idle.sparse = cache_->ReadsNeedSparseForm();
-    ForwardResult result;
-    result.path_used = AttentionPath::kMla;
-    RETURN_IF_ERROR(GraphStep(std::move(idle), AttentionForm::kMlaDecode, {}, graph_bucket, &result));
-    return result;
+    return GraphStep(std::move(idle), AttentionForm::kMlaDecode, {}, graph_bucket, &result);
   }
   ASSIGN_OR_RETURN(BatchPlan plan, planner_.Plan(batch));
   const AttentionForm form = forms_.Resolve(&plan, path, cache_->ReadsNeedSparseForm());
 
-  ForwardResult result;
   result.path_used = form == AttentionForm::kMha ? AttentionPath::kMha : AttentionPath::kMla;
   result.rows = static_cast<int>(plan.logit_rows.size());
   const std::vector<const SampleRow*> samples = RequestedSamples(batch);
@@ -248,7 +269,12 @@ absl::StatusOr<ForwardResult> DeepseekEngine::ForwardRank(std::span<const Sequen
       device_sample ? std::span<const SampleRow* const>(samples)
                     : std::span<const SampleRow* const>();
   const size_t vocab = static_cast<size_t>(config_.vocab_size);
-  if (!device_sample) result.logits.resize(result.rows * vocab);
+  // A reused vector of this size keeps its storage (no allocation, no zero fill).
+  if (device_sample) {
+    result.logits.clear();
+  } else {
+    result.logits.resize(result.rows * vocab);
+  }
   // Decode batches replay a CUDA graph per (batch bucket, page-table width) when they can;
   // everything else runs eagerly.
   const bool graph =
@@ -273,7 +299,7 @@ absl::StatusOr<ForwardResult> DeepseekEngine::ForwardRank(std::span<const Sequen
     RETURN_IF_ERROR(DeliverRows(logits, device_samples, &result));
   }
   if (!samples.empty() && !device_sample) RETURN_IF_ERROR(sampling_.SampleOnHost(samples, &result));
-  return result;
+  return absl::OkStatus();
 }
 
 absl::Status DeepseekEngine::GraphStep(BatchPlan plan, AttentionForm form,
@@ -310,10 +336,10 @@ absl::Status DeepseekEngine::DeliverRows(const float* logits,
     }
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(CopyBytes(ctx_, result->logits.data(), logits,
-                            result->logits.size() * sizeof(float), CopyKind::kDeviceToHost));
-  // Also before the next step reuses the pinned staging buffer.
-  return Synchronize(ctx_);
+  // Returns once the rows are on the host, so the next step may reuse the plan's pinned
+  // staging buffer too.
+  return logits_download_.Run(ctx_, result->logits.data(), logits,
+                              result->logits.size() * sizeof(float));
 }
 
 absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,

@@ -66,6 +66,8 @@ class DeepseekEngine final : public Engine {
   absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
                                         AttentionPath path = AttentionPath::kAuto,
                                         const LayerDoneFn& on_layer_done = nullptr) override;
+  absl::Status ForwardInto(std::span<const SequenceChunk> batch, AttentionPath path,
+                           const LayerDoneFn& on_layer_done, ForwardResult* result) override;
   // The input checks of Forward alone (INVALID_ARGUMENT naming the bad value), run before the
   // ranks of a ParallelEngine start a step they must all finish. A DeepseekEngine is one rank:
   // every chunk's rank is 0. A data-parallel rank takes an empty batch: it joins the step's
@@ -84,6 +86,9 @@ class DeepseekEngine final : public Engine {
   absl::StatusOr<ForwardResult> ForwardRank(std::span<const SequenceChunk> batch,
                                             AttentionPath path, const LayerDoneFn& on_layer_done,
                                             int graph_bucket);
+  absl::Status ForwardRankInto(std::span<const SequenceChunk> batch, AttentionPath path,
+                               const LayerDoneFn& on_layer_done, int graph_bucket,
+                               ForwardResult* result);
 
   // CUDA graphs for decode steps (kCuda; on by default; decode_graph_runner.h). Benchmarks
   // turn them off to time eager steps on the same engine.
@@ -145,7 +150,8 @@ class DeepseekEngine final : public Engine {
                          std::span<const SampleRow* const> device_samples, int bucket,
                          ForwardResult* result);
   // After the step: `logits` [rows, vocab] drawn on the device when `device_samples` is not
-  // empty, else copied into result->logits (kCuda; on kCpu they are result->logits already).
+  // empty, else copied into result->logits (kCuda, through logits_download_'s pinned slots;
+  // on kCpu an eager step's logits are result->logits already).
   absl::Status DeliverRows(const float* logits, std::span<const SampleRow* const> device_samples,
                            ForwardResult* result);
 
@@ -169,6 +175,7 @@ class DeepseekEngine final : public Engine {
   BatchPlanner planner_;
   StepScratch scratch_;
   SamplingStep sampling_;
+  StagedDownload logits_download_;  // kCuda: the logits rows on their way to the host
   DecodeGraphRunner decode_graphs_;
 };
 

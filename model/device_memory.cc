@@ -1,9 +1,11 @@
 #include "model/device_memory.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 #if defined(MLASERVE_MODEL_HAS_CUDA)
 #include <cuda_runtime.h>
@@ -139,6 +141,85 @@ void PinnedBuffer::Release() {
 #endif
   std::free(ptr_);
   ptr_ = nullptr;
+}
+
+absl::StatusOr<StagedDownload> StagedDownload::Create(kernels::Backend backend,
+                                                     size_t slot_bytes) {
+  StagedDownload d;
+  if (backend == kernels::Backend::kCpu) return d;
+  if (slot_bytes == 0) return absl::InvalidArgumentError("StagedDownload: slot_bytes is 0");
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  absl::StatusOr<PinnedBuffer> slots = PinnedBuffer::Allocate(backend, 2 * slot_bytes);
+  if (!slots.ok()) return slots.status();
+  d.slots_ = std::move(slots).value();
+  d.slot_bytes_ = slot_bytes;
+  for (void*& e : d.done_) {
+    cudaEvent_t ev = nullptr;
+    absl::Status s = CudaError(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                               "StagedDownload: cudaEventCreateWithFlags");
+    if (!s.ok()) return s;  // d releases what it holds
+    e = ev;
+  }
+  return d;
+#else
+  return NoCuda("StagedDownload");
+#endif
+}
+
+StagedDownload& StagedDownload::operator=(StagedDownload&& o) noexcept {
+  if (this != &o) {
+    Release();
+    slots_ = std::move(o.slots_);
+    slot_bytes_ = std::exchange(o.slot_bytes_, 0);
+    for (int i = 0; i < 2; ++i) done_[i] = std::exchange(o.done_[i], nullptr);
+  }
+  return *this;
+}
+
+void StagedDownload::Release() {
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  for (void*& e : done_) {
+    if (e != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+    e = nullptr;
+  }
+#endif
+}
+
+absl::Status StagedDownload::Run(const kernels::KernelContext& ctx, void* dst, const void* src,
+                                 size_t bytes) {
+  if (bytes == 0) return absl::OkStatus();
+  if (ctx.backend == kernels::Backend::kCpu) {
+    std::memmove(dst, src, bytes);
+    return absl::OkStatus();
+  }
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  if (slot_bytes_ == 0) return absl::FailedPreconditionError("StagedDownload: not created for kCuda");
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  const size_t chunks = (bytes + slot_bytes_ - 1) / slot_bytes_;
+  auto slot = [&](size_t i) { return static_cast<char*>(slots_.data()) + (i % 2) * slot_bytes_; };
+  auto length = [&](size_t i) { return std::min(slot_bytes_, bytes - i * slot_bytes_); };
+  // Chunk i lands in slot i % 2; chunk i + 1 is queued before chunk i is copied out, into the
+  // slot chunk i - 1 left (already copied out), so the DMA and the host copy overlap.
+  auto queue = [&](size_t i) -> absl::Status {
+    RETURN_IF_ERROR(CudaError(cudaMemcpyAsync(slot(i), static_cast<const char*>(src) + i * slot_bytes_,
+                                              length(i), cudaMemcpyDeviceToHost, stream),
+                              "StagedDownload: cudaMemcpyAsync"));
+    return CudaError(cudaEventRecord(static_cast<cudaEvent_t>(done_[i % 2]), stream),
+                     "StagedDownload: cudaEventRecord");
+  };
+  RETURN_IF_ERROR(queue(0));
+  for (size_t i = 0; i < chunks; ++i) {
+    if (i + 1 < chunks) RETURN_IF_ERROR(queue(i + 1));
+    RETURN_IF_ERROR(CudaError(cudaEventSynchronize(static_cast<cudaEvent_t>(done_[i % 2])),
+                              "StagedDownload: cudaEventSynchronize"));
+    std::memcpy(static_cast<char*>(dst) + i * slot_bytes_, slot(i), length(i));
+  }
+  return absl::OkStatus();
+#else
+  (void)src;
+  (void)dst;
+  return NoCuda("StagedDownload");
+#endif
 }
 
 absl::StatusOr<ScratchArena> ScratchArena::Create(kernels::Backend backend, size_t bytes) {

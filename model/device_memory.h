@@ -8,6 +8,9 @@
 //   DeviceBuffer   owning bytes in a backend (host heap on kCpu, cudaMalloc on kCuda)
 //   PinnedBuffer   page-locked host bytes (plain host memory on kCpu) for per-step uploads of
 //                  token ids / positions / page tables and the download of logits
+//   StagedDownload device bytes into pageable host memory through two pinned slots (the
+//                  logits rows a step returns; a copy into pageable memory would go through
+//                  the driver's own staging at a fraction of the DMA rate)
 //   ScratchArena   a bump allocator over one DeviceBuffer; the engine sizes it from its limits
 //                  (max_batch_tokens, max_batch_seqs) at Create, Reset()s it at each step, and
 //                  every activation of the step is carved from it. Running out is a planning
@@ -88,6 +91,38 @@ class PinnedBuffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
   bool pinned_ = false;
+};
+
+// Downloads device bytes into pageable host memory (a std::vector the caller keeps) through a
+// pinned staging buffer of two slots: the DMA into one slot overlaps the host copy out of the
+// other, so a download runs at about the slower of the two rates, with no per-call allocation
+// and at most 2 x slot_bytes of page-locked memory whatever the size. (cudaMemcpy into
+// pageable memory stages through the driver's smaller buffers and blocks; the logits of a
+// batch-128 decode step are 52 MB.) kCpu: a plain memcpy.
+class StagedDownload {
+ public:
+  StagedDownload() = default;
+  static constexpr size_t kDefaultSlotBytes = 8u << 20;
+  static absl::StatusOr<StagedDownload> Create(kernels::Backend backend,
+                                               size_t slot_bytes = kDefaultSlotBytes);
+  StagedDownload(StagedDownload&& o) noexcept { *this = std::move(o); }
+  StagedDownload& operator=(StagedDownload&& o) noexcept;
+  StagedDownload(const StagedDownload&) = delete;
+  StagedDownload& operator=(const StagedDownload&) = delete;
+  ~StagedDownload() { Release(); }
+
+  // dst (host) <- `bytes` at src (device memory of ctx's backend), ordered after the work
+  // already queued on ctx's stream; returns once dst holds them (the stream has then run up to
+  // the last chunk's copy).
+  absl::Status Run(const kernels::KernelContext& ctx, void* dst, const void* src, size_t bytes);
+  size_t slot_bytes() const { return slot_bytes_; }
+
+ private:
+  void Release();
+
+  PinnedBuffer slots_;  // 2 x slot_bytes_ (kCuda)
+  size_t slot_bytes_ = 0;
+  void* done_[2] = {nullptr, nullptr};  // cudaEvent_t: slot i's DMA has landed
 };
 
 class ScratchArena {

@@ -62,5 +62,37 @@ TEST(DeviceMemoryTest, CudaRoundTrip) {
   RoundTrip(Backend::kCuda);
 }
 
+// Sizes around the slot boundaries, slots of 1 KiB so that one download takes many chunks
+// (both slots reused several times); every byte must arrive, nothing past `bytes` is written.
+void StagedDownloads(Backend backend) {
+  KernelContext ctx{backend, nullptr};
+  constexpr size_t kSlot = 1024;
+  auto download = StagedDownload::Create(backend, kSlot);
+  ASSERT_TRUE(download.ok()) << download.status();
+  std::vector<uint8_t> host(7 * kSlot + 333);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i * 7 + i / 251);
+  auto dev = DeviceBuffer::FromHost(backend, std::span<const uint8_t>(host));
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  for (const size_t bytes : {size_t{0}, size_t{1}, kSlot - 4, kSlot, kSlot + 4, 2 * kSlot,
+                             5 * kSlot + 17, host.size()}) {
+    std::vector<uint8_t> got(host.size() + 16, 0xAB);
+    ASSERT_TRUE(download->Run(ctx, got.data(), dev->data(), bytes).ok()) << bytes;
+    for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(got[i], host[i]) << "byte " << i << " of " << bytes;
+    for (size_t i = bytes; i < got.size(); ++i) ASSERT_EQ(got[i], 0xAB) << "past the end: " << i;
+  }
+  StagedDownload moved = std::move(*download);  // the events and slots move with it
+  std::vector<uint8_t> got(host.size());
+  ASSERT_TRUE(moved.Run(ctx, got.data(), dev->data(), got.size()).ok());
+  EXPECT_EQ(got, host);
+}
+
+TEST(StagedDownloadTest, Cpu) { StagedDownloads(Backend::kCpu); }
+
+TEST(StagedDownloadTest, Cuda) {
+  auto probe = DeviceBuffer::Allocate(Backend::kCuda, 16);
+  if (!probe.ok()) GTEST_SKIP() << "no usable CUDA device: " << probe.status();
+  StagedDownloads(Backend::kCuda);
+}
+
 }  // namespace
 }  // namespace mlaserve::model

@@ -284,6 +284,49 @@ TEST(EngineTest, ForwardSamplesRowsThatAskForIt) {
   EXPECT_EQ(mixed->logits.size(), plain->logits.size());
 }
 
+// ForwardInto writes the same result as Forward into the caller's ForwardResult and keeps its
+// storage: a step loop allocates no logits after the first step (same or fewer rows).
+TEST(EngineTest, ForwardIntoReusesTheResultStorage) {
+  auto engine = MakeEngine(FixtureDir("deepseek_v3"));
+  ASSERT_NE(engine, nullptr);
+  Reference ref;
+  ASSERT_TRUE(testing::LoadReference(FixtureDir("deepseek_v3"), &ref));
+  const std::vector<int32_t>& a = ref.prompts[1].ids;
+  const std::vector<int32_t>& b = ref.prompts[2].ids;
+  SeqPages pa(engine->kv_pool(), a.size()), pb(engine->kv_pool(), b.size());
+  std::vector<SequenceChunk> chunks = {{a, 0, pa.pages(), true}, {b, 0, pb.pages(), true}};
+  auto plain = engine->Forward(chunks);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+
+  ForwardResult into;
+  into.token_ids = {1, 2, 3};  // stale contents are overwritten
+  ASSERT_TRUE(engine->ForwardInto(chunks, AttentionPath::kAuto, nullptr, &into).ok());
+  EXPECT_EQ(into.logits, plain->logits);
+  EXPECT_TRUE(into.token_ids.empty());
+  EXPECT_EQ(into.rows, 2);
+  const float* storage = into.logits.data();
+  // The same chunks again (their KV rewritten with the same values), then one row only.
+  ASSERT_TRUE(engine->ForwardInto(chunks, AttentionPath::kAuto, nullptr, &into).ok());
+  EXPECT_EQ(into.logits, plain->logits);
+  EXPECT_EQ(into.logits.data(), storage);
+  auto one = engine->Forward({&chunks[0], 1});
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(engine->ForwardInto({&chunks[0], 1}, AttentionPath::kAuto, nullptr, &into).ok());
+  EXPECT_EQ(into.logits.size(), static_cast<size_t>(engine->config().vocab_size));
+  EXPECT_EQ(into.logits, one->logits);
+  EXPECT_EQ(into.logits.data(), storage);
+  // Sampled rows: ids as Forward draws them.
+  SampleRow greedy;
+  greedy.options.temperature = 0.0f;
+  chunks[0].sample = &greedy;
+  chunks[1].sample = &greedy;
+  auto sampled = engine->Forward(chunks);
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  ASSERT_TRUE(engine->ForwardInto(chunks, AttentionPath::kAuto, nullptr, &into).ok());
+  EXPECT_EQ(into.token_ids, sampled->token_ids);
+  EXPECT_EQ(into.token_ids.size(), 2u);
+}
+
 // Head dims HF accepts but no CUDA attention kernel takes as they are (deepseek_v2_odd: nope 22,
 // rope 6, v 20, kv_lora_rank 36) are stored rounded up to multiples of 8 on every backend, so
 // the cache layout is the same for CPU and CUDA workers; the reference test holds the padded

@@ -10,8 +10,9 @@
 //            eagerly too (--eager-steps) to show what the graphs save, and with graphs plus
 //            sampling inside Forward (--sampled-steps; temperature 1, top-p 0.9, seeded: the
 //            decode worker's path, where B ids come back instead of B x vocab logits).
-// Times are host wall time of Forward, so they include the plan upload and the logits copy
-// back (one f32 row of the vocabulary per sequence), as in serving. Decode feeds random ids
+// Times are host wall time of Forward (ForwardInto on one reused result, as a serving loop
+// steps), so they include the plan upload and the logits copy back (one f32 row of the
+// vocabulary per sequence), as in serving. Decode feeds random ids
 // instead of sampled ones, so host sampling is not timed.
 // Memory: device memory in use (cudaMemGetInfo) before Create, after Create and at the end.
 // NVTX ranges "prefill", "decode_graph" and "decode_eager" mark the timed Forwards, so a
@@ -120,6 +121,9 @@ class Bench {
       rows[b].options.top_p = 0.9f;
       rows[b].options.seed = 1000 + b;
     }
+    // One result reused over the steps, as a serving loop keeps it (Engine::ForwardInto): the
+    // logits rows land in storage sized once, not in a fresh allocation per step.
+    mlaserve::model::ForwardResult result;
     auto step = [&](std::vector<double>* out, const char* range, bool sample = false) {
       std::vector<int32_t> next = RandomIds(batch);
       std::vector<SequenceChunk> chunks(batch);
@@ -132,10 +136,10 @@ class Bench {
       }
       if (out) nvtxRangePushA(range);
       const auto start = Clock::now();
-      auto r = e_.Forward(chunks);
+      const absl::Status r = e_.ForwardInto(chunks, AttentionPath::kAuto, nullptr, &result);
       const double ms = Ms(Clock::now() - start);
       if (out) nvtxRangePop();
-      if (!r.ok()) Die("decode", r.status());
+      if (!r.ok()) Die("decode", r);
       if (out) out->push_back(ms);
     };
     e_.set_decode_graphs(true);
