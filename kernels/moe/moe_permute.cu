@@ -28,6 +28,7 @@
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
 #include "kernels/common/device_arch.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
 
 namespace mlaserve::kernels::moe_cuda {
@@ -124,6 +125,7 @@ __device__ void ExpertOffsets(int32_t* rows, int32_t* tiles, int32_t* used, int3
 __global__ void __launch_bounds__(kThreads)
     CountChunkKernel(const int32_t* ids, int num_assign, int num_experts, int32_t* chunk_counts) {
   extern __shared__ int32_t count[];  // [E]
+  cuda::PdlEnter();  // the stage kernels launch with PDL (kernels/common/pdl.cuh)
   for (int e = threadIdx.x; e < num_experts; e += kThreads) count[e] = 0;
   __syncthreads();
   const int begin = blockIdx.x * kChunk, end = min(num_assign, begin + kChunk);
@@ -148,6 +150,7 @@ __global__ void __launch_bounds__(kScanThreads)
   int32_t* tiles = rows + num_experts;     // [E]
   int32_t* used = tiles + num_experts;     // [E]
   int32_t* scratch = used + num_experts;   // [kScanScratch]
+  cuda::PdlEnter();
   for (int e = threadIdx.x; e < num_experts; e += kScanThreads) {
     int32_t total = 0;
 #pragma unroll 8
@@ -190,6 +193,7 @@ __global__ void __launch_bounds__(kThreads)
   const int warp_begin = begin + warp * kPerWarp, warp_end = min(end, warp_begin + kPerWarp);
   const bool writer = blockIdx.y == 0;
   int32_t* mine = warp_base + warp * E;
+  cuda::PdlEnter();
 
   for (int i = threadIdx.x; i < kWarps * E; i += kThreads) warp_base[i] = 0;
   __syncthreads();
@@ -281,12 +285,21 @@ absl::Status AllowSmem(Kernel kernel, size_t bytes, const char* what) {
                           what);
 }
 
+cuda::LaunchShape Shape(dim3 grid, int threads, size_t smem, cudaStream_t s) {
+  cuda::LaunchShape shape;
+  shape.grid = grid;
+  shape.block = dim3(threads);
+  shape.smem_bytes = smem;
+  shape.stream = s;
+  return shape;
+}
+
 template <bool kSingle, bool kGather>
 absl::Status LaunchScatter(const PermuteArgs& a, int chunks, int slices, int slice_chunks, cudaStream_t s) {
   const size_t smem = ScatterSmemInts(a.num_experts, kSingle, kGather) * sizeof(int32_t);
   RETURN_IF_ERROR(AllowSmem(ScatterKernel<kSingle, kGather>, smem, "moe_experts permute: raising the shared-memory limit"));
-  ScatterKernel<kSingle, kGather><<<dim3(chunks, slices), kThreads, smem, s>>>(a, slice_chunks);
-  return cuda::LaunchStatus("moe_experts permute scatter");
+  return cuda::LaunchPdl("moe_experts permute scatter", Shape(dim3(chunks, slices), kThreads, smem, s),
+                         ScatterKernel<kSingle, kGather>, a, slice_chunks);
 }
 
 // --- Baseline (2026-11-24): one block sorts all assignments, then the rows are gathered.
@@ -404,12 +417,12 @@ absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s) {
                   : LaunchScatter<true, false>(a, 1, 1, 0, s);
   }
   const size_t count_smem = a.num_experts * sizeof(int32_t);
-  CountChunkKernel<<<chunks, kThreads, count_smem, s>>>(a.topk_ids, a.num_assign, a.num_experts, a.chunk_counts);
-  RETURN_IF_ERROR(cuda::LaunchStatus("moe_experts permute count"));
+  RETURN_IF_ERROR(cuda::LaunchPdl("moe_experts permute count", Shape(dim3(chunks), kThreads, count_smem, s),
+                                  CountChunkKernel, a.topk_ids, a.num_assign, a.num_experts, a.chunk_counts));
   const size_t scan_smem = (3 * a.num_experts + kScanScratch) * sizeof(int32_t);
-  ScanChunksKernel<<<1, kScanThreads, scan_smem, s>>>(a.chunk_counts, chunks, a.num_experts, a.offsets,
-                                                      a.tile_offsets, a.active);
-  RETURN_IF_ERROR(cuda::LaunchStatus("moe_experts permute scan"));
+  RETURN_IF_ERROR(cuda::LaunchPdl("moe_experts permute scan", Shape(dim3(1), kScanThreads, scan_smem, s),
+                                  ScanChunksKernel, a.chunk_counts, chunks, a.num_experts, a.offsets,
+                                  a.tile_offsets, a.active));
   return gather ? LaunchScatter<false, true>(a, chunks, slices, slice_chunks, s)
                 : LaunchScatter<false, false>(a, chunks, 1, 0, s);
 }

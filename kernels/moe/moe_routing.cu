@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/moe/api.h"
 
 namespace mlaserve::kernels {
@@ -45,6 +46,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   __shared__ bool s_taken[kWarpsPerBlock][kMaxExperts];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t = blockIdx.x * kWarpsPerBlock + warp;
+  cuda::PdlEnter();  // launched with PDL (kernels/common/pdl.cuh): nothing global above
   if (t >= p.num_tokens) return;
   const int E = p.num_experts;
   float* scores = s_scores[warp];
@@ -146,9 +148,11 @@ absl::Status MoeRoutingCuda(const MoeRoutingParams& p, void* stream) {
     return absl::InvalidArgumentError(absl::StrCat("moe_routing: the CUDA kernel supports top_k <= 32 and n_group <= 32, got top_k=",
                                                    p.top_k, " n_group=", p.n_group));
   }
-  const unsigned blocks = (p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  MoeRoutingKernel<<<blocks, kWarpsPerBlock * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  return cuda::LaunchStatus("moe_routing");
+  cuda::LaunchShape shape;
+  shape.grid = dim3((p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  shape.block = dim3(kWarpsPerBlock * cuda::kWarpSize);
+  shape.stream = static_cast<cudaStream_t>(stream);
+  return cuda::LaunchPdl("moe_routing", shape, MoeRoutingKernel, p);
 }
 
 }  // namespace mlaserve::kernels

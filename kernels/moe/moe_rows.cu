@@ -5,6 +5,7 @@
 
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_silu.cuh"
 
@@ -32,6 +33,7 @@ __device__ __forceinline__ uint4 SiluMul8(uint4 g, uint4 u) {
 // Stacked rows [gate | up] (row stride 2*inter): gate <- silu(gate) * up in place, eight
 // columns per thread.
 __global__ void SiluMulStackedKernel(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter) {
+  cuda::PdlEnter();  // the row passes launch with PDL (kernels/common/pdl.cuh)
   const int chunks = inter / cuda::kBf16PerChunk;
   const int64_t total = static_cast<int64_t>(offsets[num_experts]) * chunks;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -48,6 +50,7 @@ __global__ void SiluMulStackedKernel(__nv_bfloat16* h, const int32_t* offsets, i
 // [256s, 256s+256), which only this step (before the __syncwarp) or earlier steps read.
 __global__ void __launch_bounds__(kEltThreads)
     SiluMulInterleavedKernel(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter) {
+  cuda::PdlEnter();
   const int rows = offsets[num_experts];
   const int chunks = inter / cuda::kBf16PerChunk;
   const int lane = threadIdx.x % cuda::kWarpSize;
@@ -70,6 +73,7 @@ __global__ void __launch_bounds__(kEltThreads)
 // 16-byte chunk of an output row, kCombineBatch expert rows loaded before they are summed, f32
 // sums in j order (the baseline's order: the same bytes), one rounding.
 __global__ void __launch_bounds__(kEltThreads) CombineKernel(const __grid_constant__ CombineArgs a) {
+  cuda::PdlEnter();
   const int chunks = a.hidden / cuda::kBf16PerChunk;
   const int64_t total = static_cast<int64_t>(a.num_tokens) * chunks;
   const auto* ys = reinterpret_cast<const uint4*>(a.ys);
@@ -140,19 +144,27 @@ __global__ void BaselineCombineKernel(const __grid_constant__ CombineArgs a) {
 absl::Status LaunchSiluMul(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter,
                            int max_rows, bool interleaved, cudaStream_t s) {
   if (max_rows <= 0) return absl::OkStatus();
+  cuda::LaunchShape shape;
+  shape.block = dim3(kEltThreads);
+  shape.stream = s;
   if (interleaved) {
-    SiluMulInterleavedKernel<<<cuda::GridFor(max_rows, kRowWarps), kEltThreads, 0, s>>>(h, offsets, num_experts, inter);
-  } else {
-    const int64_t items = static_cast<int64_t>(max_rows) * (inter / cuda::kBf16PerChunk);
-    SiluMulStackedKernel<<<cuda::GridFor(items, kEltThreads), kEltThreads, 0, s>>>(h, offsets, num_experts, inter);
+    shape.grid = dim3(cuda::GridFor(max_rows, kRowWarps));
+    return cuda::LaunchPdl("moe_experts silu_and_mul", shape, SiluMulInterleavedKernel, h, offsets,
+                           num_experts, inter);
   }
-  return cuda::LaunchStatus("moe_experts silu_and_mul");
+  const int64_t items = static_cast<int64_t>(max_rows) * (inter / cuda::kBf16PerChunk);
+  shape.grid = dim3(cuda::GridFor(items, kEltThreads));
+  return cuda::LaunchPdl("moe_experts silu_and_mul", shape, SiluMulStackedKernel, h, offsets,
+                         num_experts, inter);
 }
 
 absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s) {
   const int64_t items = static_cast<int64_t>(a.num_tokens) * (a.hidden / cuda::kBf16PerChunk);
-  CombineKernel<<<cuda::GridFor(items, kEltThreads), kEltThreads, 0, s>>>(a);
-  return cuda::LaunchStatus("moe_experts combine");
+  cuda::LaunchShape shape;
+  shape.grid = dim3(cuda::GridFor(items, kEltThreads));
+  shape.block = dim3(kEltThreads);
+  shape.stream = s;
+  return cuda::LaunchPdl("moe_experts combine", shape, CombineKernel, a);
 }
 
 absl::Status LaunchBaselineCombine(const CombineArgs& a, cudaStream_t s) {

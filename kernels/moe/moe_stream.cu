@@ -18,6 +18,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_silu.cuh"
 
@@ -55,6 +56,7 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
     StreamExpertsKernel(const __grid_constant__ StreamArgs g) {
   using S = StreamShape<kGateUp>;
   const int slot = blockIdx.y;
+  cuda::PdlEnter();  // launched with PDL (kernels/common/pdl.cuh)
   if (slot >= g.active[g.num_experts]) return;
   const int e = g.active[slot];
   const int row_begin = g.offsets[e], row_end = g.offsets[e + 1];
@@ -178,9 +180,13 @@ absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
       !st.ok()) {
     return st;
   }
-  const dim3 grid((out_dim + S::kFeatures - 1) / S::kFeatures, a.max_active);
-  StreamExpertsKernel<kGateUp><<<grid, S::kThreads, S::kSmemBytes, s>>>(a);
-  return cuda::LaunchStatus(kGateUp ? "moe_experts stream gate_up" : "moe_experts stream down");
+  cuda::LaunchShape shape;
+  shape.grid = dim3((out_dim + S::kFeatures - 1) / S::kFeatures, a.max_active);
+  shape.block = dim3(S::kThreads);
+  shape.smem_bytes = S::kSmemBytes;
+  shape.stream = s;
+  return cuda::LaunchPdl(kGateUp ? "moe_experts stream gate_up" : "moe_experts stream down", shape,
+                         StreamExpertsKernel<kGateUp>, a);
 }
 
 }  // namespace
