@@ -399,10 +399,23 @@ absl::Status DeepseekEngine::AttentionHalf(int layer, const BatchPlan& plan, Att
 absl::Status DeepseekEngine::FeedForwardHalf(int layer, int T, const StepActivations& a) {
   const ModelConfig& c = config_;
   const int hidden = c.hidden_size;
-  RETURN_IF_ERROR(parallel_.RunFeedForward(layers_[layer].feed_forward, T, a.normed, a.block_out));
-  // residual += mlp; normed = next layer's input norm (or the final norm) of residual
   const WeightTensor& next_norm =
       layer + 1 < c.num_hidden_layers ? weights_.layers[layer + 1].input_norm : weights_.final_norm;
+  FeedForward& block = layers_[layer].feed_forward;
+  if (!layout_.sharded() && block.is_moe()) {
+    // One GPU: the MoE block may end in the residual add and the next norm itself (CUDA
+    // decode steps: its combine kernel does both).
+    kernels::MoeResidualNorm norm;
+    norm.residual = a.residual;
+    norm.weight = next_norm.data();
+    norm.y = a.normed;
+    norm.eps = static_cast<float>(c.rms_norm_eps);
+    ASSIGN_OR_RETURN(const bool folded, block.ForwardFolded(T, a.normed, a.block_out, norm));
+    if (folded) return absl::OkStatus();
+  } else {
+    RETURN_IF_ERROR(parallel_.RunFeedForward(block, T, a.normed, a.block_out));
+  }
+  // residual += mlp; normed = next layer's input norm (or the final norm) of residual
   return ops::RmsNorm(ops_, a.block_out, T, hidden, hidden, next_norm,
                       static_cast<float>(c.rms_norm_eps), a.normed, hidden, a.residual);
 }

@@ -79,6 +79,27 @@ struct MoeBaselineStages {
   bool combine = false;  // combine with 8-byte loads (now 16-byte)
 };
 
+// Shared experts folded into the routed experts' call (decode steps on CUDA, where
+// MoeExpertsFoldsSharedAndNorm says so): every token's shared MLP, down(silu(gate x) * up x),
+// joins the routed rows in the combine with weight 1 (one f32 sum, one rounding), instead of
+// running as its own gated MLP (two launches) that accumulates into out. inter 0: none.
+struct MoeSharedExperts {
+  const void* gate_up = nullptr;  // [2*inter, hidden]: the inter gate rows, then the up rows
+  const void* down = nullptr;     // [hidden, inter]
+  int inter = 0;                  // the shared MLP's width (n_shared_experts x moe_inter)
+};
+
+// Optional epilogue of the combine (where MoeExpertsFoldsSharedAndNorm says so): the MoE output
+// goes into the residual stream, normalised for the next block, instead of into out --
+// kernels/norm's fused RmsNorm with x = the MoE output (the same bits as the combine followed
+// by RmsNorm): residual += out (rounded to dtype); y = weight * rmsnorm(residual).
+struct MoeResidualNorm {
+  void* residual = nullptr;      // [num_tokens, hidden], read and written; null: no epilogue
+  const void* weight = nullptr;  // [hidden]
+  void* y = nullptr;             // [num_tokens, hidden]
+  float eps = 1e-6f;
+};
+
 // Routed experts: out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]), where
 // expert_e(x) = down_e( silu(gate_e x) * up_e x ). Tokens are grouped by expert (sorted), and
 // each expert runs one GEMM over its tokens, never one GEMM per token. An assignment whose id
@@ -104,9 +125,22 @@ struct MoeExpertsParams {
   int sm90_variant = -1;  // kSm90 tile configuration (moe_cuda.h); -1 = chosen by shape
   MoeGateUpLayout gate_up_layout = MoeGateUpLayout::kStacked;
   MoeBaselineStages baseline;  // CUDA only; benchmarks and tests
+  // Optional: the routing that writes topk_ids / topk_weights, run by this call first (on CUDA,
+  // for decode-sized batches, in one kernel with the permutation). Its topk_ids / topk_weights
+  // must be this call's, its num_tokens / num_experts / top_k this call's (global expert ids:
+  // not with kernels/moe_shard's local ids).
+  const MoeRoutingParams* routing = nullptr;
+  MoeSharedExperts shared;  // CUDA, where MoeExpertsFoldsSharedAndNorm(p): else inter must be 0
+  MoeResidualNorm norm;     // CUDA, where MoeExpertsFoldsSharedAndNorm(p): else residual null
 };
 
 size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p);
+// Whether MoeExperts(p) on `backend` takes p.shared and p.norm (set p.shared.inter, and the
+// rest of p's shape, before asking): the CUDA stream path (decode steps) when the shared MLP
+// splits into at most top_k slices of `inter` features and hidden <= 32768. False on the CPU,
+// which keeps the separate gated MLP and RmsNorm.
+bool MoeExpertsFoldsSharedAndNorm(const MoeExpertsParams& p, Backend backend);
+bool MoeExpertsCudaFoldsSharedAndNorm(const MoeExpertsParams& p);  // CUDA builds only
 absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx);
 absl::Status MoeExpertsCpu(const MoeExpertsParams& p);
 absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream);

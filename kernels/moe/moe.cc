@@ -19,7 +19,10 @@ size_t AlignUp(size_t bytes) {
 
 }  // namespace
 
-absl::Status MoeRouting(const MoeRoutingParams& p, const KernelContext& ctx) {
+namespace {
+
+// MoeRouting's can-implement checks (also of MoeExpertsParams::routing).
+absl::Status CheckRouting(const MoeRoutingParams& p) {
   RETURN_IF_ERROR(RequireNonNegative("num_tokens", p.num_tokens));
   RETURN_IF_ERROR(RequirePositive("num_experts", p.num_experts));
   RETURN_IF_ERROR(RequirePositive("top_k", p.top_k));
@@ -49,7 +52,41 @@ absl::Status MoeRouting(const MoeRoutingParams& p, const KernelContext& ctx) {
   RETURN_IF_ERROR(RequireNonNull("logits", p.logits));
   RETURN_IF_ERROR(RequireNonNull("topk_ids", p.topk_ids));
   RETURN_IF_ERROR(RequireNonNull("topk_weights", p.topk_weights));
+  return absl::OkStatus();
+}
+
+// The routing inside an experts call (MoeExpertsParams::routing) routes exactly that call's
+// assignments.
+absl::Status CheckRoutingOfExperts(const MoeExpertsParams& p) {
+  const MoeRoutingParams& r = *p.routing;
+  RETURN_IF_ERROR(CheckRouting(r));
+  if (r.num_tokens != p.num_tokens || r.num_experts != p.num_experts || r.top_k != p.top_k ||
+      r.topk_ids != p.topk_ids || r.topk_weights != p.topk_weights) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "moe_experts: routing (num_tokens=", r.num_tokens, " num_experts=", r.num_experts,
+        " top_k=", r.top_k, ") must route this call's assignments (num_tokens=", p.num_tokens,
+        " num_experts=", p.num_experts, " top_k=", p.top_k,
+        ") into its topk_ids and topk_weights"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status MoeRouting(const MoeRoutingParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(CheckRouting(p));
+  if (p.num_tokens == 0) return absl::OkStatus();
   MLASERVE_DISPATCH("moe", ctx, MoeRoutingCpu(p), MoeRoutingCuda(p, ctx.stream));
+}
+
+bool MoeExpertsFoldsSharedAndNorm(const MoeExpertsParams& p, Backend backend) {
+#if defined(MLASERVE_KERNEL_HAS_CUDA)
+  return backend == Backend::kCuda && MoeExpertsCudaFoldsSharedAndNorm(p);
+#else
+  (void)p;
+  (void)backend;
+  return false;
+#endif
 }
 
 // Layout (each part 256-byte aligned), for num_tokens * top_k expert assignments A:
@@ -106,6 +143,23 @@ absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx) {
                                                    p.workspace_bytes, " is less than the ", need,
                                                    " bytes MoeExpertsWorkspaceBytes asks for"));
   }
+  if (p.routing != nullptr) RETURN_IF_ERROR(CheckRoutingOfExperts(p));
+  if ((p.shared.inter != 0 || p.norm.residual != nullptr) &&
+      !MoeExpertsFoldsSharedAndNorm(p, ctx.backend)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "moe_experts: shared.inter=", p.shared.inter, (p.norm.residual != nullptr ? " and a norm epilogue" : ""),
+        " asked where they are not folded (", BackendName(ctx.backend), ", num_tokens=", p.num_tokens,
+        ", inter=", p.inter, ", top_k=", p.top_k, "): MoeExpertsFoldsSharedAndNorm is false"));
+  }
+  if (p.shared.inter != 0) {
+    RETURN_IF_ERROR(RequireNonNull("shared.gate_up", p.shared.gate_up));
+    RETURN_IF_ERROR(RequireNonNull("shared.down", p.shared.down));
+  }
+  if (p.norm.residual != nullptr) {
+    RETURN_IF_ERROR(RequireNonNull("norm.weight", p.norm.weight));
+    RETURN_IF_ERROR(RequireNonNull("norm.y", p.norm.y));
+  }
+  if (ctx.backend == Backend::kCpu && p.routing != nullptr) RETURN_IF_ERROR(MoeRoutingCpu(*p.routing));
   MLASERVE_DISPATCH("moe", ctx, MoeExpertsCpu(p), MoeExpertsCuda(p, ctx.stream));
 }
 

@@ -64,6 +64,14 @@ struct StreamArgs {
   __nv_bfloat16* act;           // [A, inter]   silu(gate) * up, rows in sorted order
   __nv_bfloat16* ys;            // [A, hidden]  down output, rows in sorted order
   bool gate_up_interleaved;     // gate_up rows in MoeGateUpLayout::kInterleaved8
+  // Shared experts (MoeSharedExperts) as shared_slots pseudo-experts of `inter` features after
+  // the max_active routed slots: slice j is features [j*inter, (j+1)*inter) of the shared MLP
+  // (its down product splits the same way along K), over every token; its rows are
+  // [num_assign + j*num_tokens, + num_tokens) of act and ys, in token order.
+  const __nv_bfloat16* shared_gate_up;  // [2*shared_slots*inter, hidden], stacked
+  const __nv_bfloat16* shared_down;     // [hidden, shared_slots*inter]
+  int shared_slots;                     // 0: none
+  int num_tokens, num_assign;
 };
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s);
 absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
@@ -127,7 +135,14 @@ struct PermuteArgs {
   int32_t* position;
   int32_t* active;
   int32_t* chunk_counts;        // PermuteScratchBytes(A, E): per-chunk expert counts
+  // Optional: the routing that writes topk_ids (and the weights), run first; for decode steps
+  // (PermuteFusesRouting) in the same kernel as the permutation.
+  const MoeRoutingParams* routing = nullptr;
 };
+// Tokens up to which LaunchPermute routes and permutes in one block (a warp routes a token at
+// a time: beyond a few tokens per warp the separate, parallel routing kernel is faster).
+inline constexpr int kFusedRoutingMaxTokens = 16;
+bool PermuteFusesRouting(const PermuteArgs& a);
 inline constexpr int kMaxExperts = 1024;
 size_t PermuteScratchBytes(int num_assign, int num_experts);
 absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s);
@@ -141,14 +156,25 @@ absl::Status LaunchBaselineGather(const PermuteArgs& a, cudaStream_t s);
 // the grid on the host.
 absl::Status LaunchSiluMul(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter,
                            int max_rows, bool interleaved, cudaStream_t s);
-// out[t] = sum_j w[t, j] * ys[position[t*top_k + j]] (f32 in j order, one rounding).
+// out[t] = sum_j w[t, j] * ys[position[t*top_k + j]] (f32 in j order, one rounding), plus
+// the shared slices' rows ys[shared_base + s*num_tokens + t] (weight 1, after the routed ones);
+// with residual set, the MoeResidualNorm epilogue instead of writing out.
 struct CombineArgs {
   const __nv_bfloat16* ys;      // [A, hidden]
   const int32_t* position;      // [A]
   const float* topk_weights;    // [A]
   __nv_bfloat16* out;           // [num_tokens, hidden]
   int num_tokens, top_k, hidden;
+  int shared_slots = 0;
+  int shared_base = 0;          // A
+  __nv_bfloat16* residual = nullptr;     // [num_tokens, hidden] or null
+  const __nv_bfloat16* norm_weight = nullptr;
+  __nv_bfloat16* norm_y = nullptr;
+  float norm_eps = 0.0f;
 };
+// The most hidden values the combine's norm epilogue takes (one block per token, as
+// kernels/norm's one-pass RMSNorm: at most 4 16-byte vectors a thread, 1024 threads).
+inline constexpr int kCombineNormMaxHidden = 32768;
 absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s);
 absl::Status LaunchBaselineCombine(const CombineArgs& a, cudaStream_t s);
 
@@ -172,6 +198,22 @@ struct ExpertsPlan {
   bool fused_silu;
 };
 ExpertsPlan PlanExperts(const MoeExpertsParams& p);
+
+// The kStream path, whole (moe_stream.cu): the routing (p.routing) and the permutation, gate_up
+// and down of the routed experts and of the shared slices (p.shared), the combine (with the
+// p.norm epilogue). The workspace pieces are moe_experts.cu's carving.
+struct StreamWorkspace {
+  int32_t* sorted;
+  int32_t* offsets;
+  int32_t* tile_offsets;
+  int32_t* position;
+  int32_t* active;
+  int32_t* chunk_counts;
+  __nv_bfloat16* act;  // [A + shared rows, inter]: the gate_up part (room for 2A rows)
+  __nv_bfloat16* ys;   // [A + shared rows, hidden]: the down part (room for 2A bf16 rows)
+};
+absl::Status RunStreamExperts(const MoeExpertsParams& p, const StreamWorkspace& w, cudaStream_t s,
+                              ExpertsStageObserver* observer);
 absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageObserver* observer);
 
 }  // namespace mlaserve::kernels::moe_cuda

@@ -178,6 +178,16 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
   const int H = p.hidden, I = p.inter, E = p.num_experts;
   const bool interleaved = p.gate_up_layout == MoeGateUpLayout::kInterleaved8;
   const ExpertsWorkspace w = CarveWorkspace(p);
+  // The decode path, whole (moe_stream.cu: routing + permutation, products, combine).
+  if (plan.path == MoeExpertsPath::kStream) {
+    return RunStreamExperts(p, {w.sorted, w.offsets, w.tile_offsets, w.position, w.active,
+                                w.chunk_counts, w.hs, w.ys}, s, observer);
+  }
+  if (p.shared.inter != 0 || p.norm.residual != nullptr) {
+    return absl::InvalidArgumentError(
+        "moe_experts: shared experts and the norm epilogue are folded on the stream path only "
+        "(MoeExpertsFoldsSharedAndNorm)");
+  }
   const auto* x = static_cast<const __nv_bfloat16*>(p.x);
   const auto* gate_up = static_cast<const __nv_bfloat16*>(p.gate_up);
   const auto* down = static_cast<const __nv_bfloat16*>(p.down);
@@ -185,8 +195,9 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
   // 1. Permutation; x rows gathered into expert order for the TMA-fed grouped GEMM only (the
   // other paths gather inside their loads).
   const bool gather = plan.path == MoeExpertsPath::kSm90;
-  const PermuteArgs pa{p.topk_ids, num_assign, E, p.top_k, x, H, gather ? w.xg : nullptr,
-                       w.sorted, w.offsets, w.tile_offsets, w.position, w.active, w.chunk_counts};
+  PermuteArgs pa{p.topk_ids, num_assign, E, p.top_k, x, H, gather ? w.xg : nullptr,
+                 w.sorted, w.offsets, w.tile_offsets, w.position, w.active, w.chunk_counts};
+  pa.routing = p.routing;  // routed first, when asked
   if (p.baseline.permute) {
     RETURN_IF_ERROR(LaunchBaselineSort(pa, s));
     done(ExpertsStage::kPermute);
@@ -201,21 +212,8 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
 
   // 2-3. The products.
   switch (plan.path) {
-    case MoeExpertsPath::kStream: {
-      StreamArgs a{};
-      a.x = x; a.sorted = w.sorted; a.offsets = w.offsets; a.active = w.active;
-      a.top_k = p.top_k; a.hidden = H; a.inter = I; a.num_experts = E;
-      a.max_active = std::min(E, num_assign);
-      a.gate_up = gate_up; a.down = down;
-      a.act = w.hs;  // [A, inter], compact
-      a.ys = w.ys;
-      a.gate_up_interleaved = interleaved;
-      RETURN_IF_ERROR(LaunchStreamGateUp(a, s));
-      done(ExpertsStage::kGateUp);
-      RETURN_IF_ERROR(LaunchStreamDown(a, s));
-      done(ExpertsStage::kDown);
-      break;
-    }
+    case MoeExpertsPath::kStream:  // RunStreamExperts, above
+      return absl::InternalError("moe_experts: the stream path runs in RunStreamExperts");
     case MoeExpertsPath::kSm90: {
       // Fused: hs holds [A, inter] activations; unfused: [A, 2*inter] products, SiLU * up
       // compacted into each row's first inter columns.

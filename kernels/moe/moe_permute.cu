@@ -30,6 +30,7 @@
 #include "kernels/common/device_arch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_routing.cuh"
 
 namespace mlaserve::kernels::moe_cuda {
 namespace {
@@ -171,18 +172,17 @@ __global__ void __launch_bounds__(kScanThreads)
 }
 
 // Shared memory of ScatterKernel, in ints.
-int ScatterSmemInts(int num_experts, bool single, bool gather) {
+__host__ __device__ int ScatterSmemInts(int num_experts, bool single, bool gather) {
   return kWarps * num_experts + (gather ? kChunk : 0) + kScanScratch + (single ? 3 * num_experts : 0);
 }
 
 // One chunk of assignments (blockIdx.x) and one column slice of the x rows (blockIdx.y,
 // `slice_chunks` 16-byte chunks wide). kSingle: the only chunk, counting and scanning itself.
-// The slice-0 block writes sorted/position (and, kSingle, the offsets).
+// The slice-0 block writes sorted/position (and, kSingle, the offsets). `smem`:
+// ScatterSmemInts ints of shared memory. Runs after PdlEnter.
 template <bool kSingle, bool kGather>
-__global__ void __launch_bounds__(kThreads)
-    ScatterKernel(const __grid_constant__ PermuteArgs a, int slice_chunks) {
+__device__ void ScatterChunk(const PermuteArgs& a, int slice_chunks, int32_t* smem) {
   const int E = a.num_experts;
-  extern __shared__ int32_t smem[];
   int32_t* warp_base = smem;                                  // [kWarps][E]
   int32_t* row_of = warp_base + kWarps * E;                   // [kChunk] (kGather)
   int32_t* scratch = row_of + (kGather ? kChunk : 0);         // [kScanScratch]
@@ -193,7 +193,6 @@ __global__ void __launch_bounds__(kThreads)
   const int warp_begin = begin + warp * kPerWarp, warp_end = min(end, warp_begin + kPerWarp);
   const bool writer = blockIdx.y == 0;
   int32_t* mine = warp_base + warp * E;
-  cuda::PdlEnter();
 
   for (int i = threadIdx.x; i < kWarps * E; i += kThreads) warp_base[i] = 0;
   __syncthreads();
@@ -274,6 +273,39 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+}
+
+template <bool kSingle, bool kGather>
+__global__ void __launch_bounds__(kThreads)
+    ScatterKernel(const __grid_constant__ PermuteArgs a, int slice_chunks) {
+  extern __shared__ int32_t smem[];
+  cuda::PdlEnter();  // the stage kernels launch with PDL (kernels/common/pdl.cuh)
+  ScatterChunk<kSingle, kGather>(a, slice_chunks, smem);
+}
+
+// Shared memory of RoutePermuteKernel beyond the scatter's, in ints: each warp's routing
+// scratch (moe_routing.cuh), scores and choice [E] f32 then taken [E].
+int RouteScratchInts(int num_experts) {
+  return kWarps * 2 * num_experts + (kWarps * num_experts + 3) / 4;
+}
+
+// Decode steps: the routing of every token (a warp per token, moe_routing.cuh) and the
+// single-chunk permutation of its assignments in one block, one launch instead of two. The
+// topk ids the routing writes are read back by the same block after a barrier.
+__global__ void __launch_bounds__(kThreads)
+    RoutePermuteKernel(const __grid_constant__ MoeRoutingParams r, const __grid_constant__ PermuteArgs a) {
+  extern __shared__ int32_t smem[];
+  const int E = a.num_experts;
+  int32_t* route = smem + ScatterSmemInts(E, true, false);
+  const int warp = threadIdx.x / cuda::kWarpSize;
+  float* scores = reinterpret_cast<float*>(route) + warp * 2 * E;
+  bool* taken = reinterpret_cast<bool*>(route + kWarps * 2 * E) + warp * E;
+  cuda::PdlEnter();
+  for (int t = warp; t < r.num_tokens; t += kWarps) {
+    moe_cuda::RouteToken(r, t, {scores, scores + E, taken});
+  }
+  __syncthreads();  // the block's topk_ids writes are visible to all its threads after it
+  ScatterChunk<true, false>(a, 0, smem);
 }
 
 template <typename Kernel>
@@ -389,6 +421,11 @@ int Chunks(int num_assign) { return (num_assign + kChunk - 1) / kChunk; }
 }  // namespace
 
 
+bool PermuteFusesRouting(const PermuteArgs& a) {
+  return a.routing != nullptr && a.xg == nullptr && Chunks(a.num_assign) == 1 &&
+         a.routing->num_tokens <= kFusedRoutingMaxTokens && a.num_experts <= kRoutingMaxExperts;
+}
+
 size_t PermuteScratchBytes(int num_assign, int num_experts) {
   return static_cast<size_t>(Chunks(num_assign)) * num_experts * sizeof(int32_t);
 }
@@ -401,6 +438,17 @@ absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s) {
   if (a.num_assign <= 0) return absl::OkStatus();
   const int chunks = Chunks(a.num_assign);
   const bool gather = a.xg != nullptr;
+  if (a.routing != nullptr) {
+    RETURN_IF_ERROR(CheckCudaRouting(*a.routing));
+    if (PermuteFusesRouting(a)) {
+      const size_t smem =
+          (ScatterSmemInts(a.num_experts, true, false) + RouteScratchInts(a.num_experts)) * sizeof(int32_t);
+      RETURN_IF_ERROR(AllowSmem(RoutePermuteKernel, smem, "moe_experts route+permute: raising the shared-memory limit"));
+      return cuda::LaunchPdl("moe_experts route+permute", Shape(dim3(1), kThreads, smem, s),
+                             RoutePermuteKernel, *a.routing, a);
+    }
+    RETURN_IF_ERROR(MoeRoutingCuda(*a.routing, s));
+  }
   int slices = 1, slice_chunks = 0;
   if (gather) {
     // Enough (chunk, slice) blocks to keep every SM copying; slices of >= 64 bytes.
@@ -432,6 +480,7 @@ absl::Status LaunchBaselineSort(const PermuteArgs& a, cudaStream_t s) {
     return absl::InvalidArgumentError(absl::StrCat("moe_experts: num_experts=", a.num_experts,
                                                    " exceeds the CUDA backend's ", kMaxExperts));
   }
+  if (a.routing != nullptr) RETURN_IF_ERROR(MoeRoutingCuda(*a.routing, s));
   // Per-(warp, expert) counts plus per-expert bases: up to 132 KiB at kMaxExperts experts.
   const size_t smem = static_cast<size_t>(kSortWarps + 1) * a.num_experts * sizeof(int32_t);
   RETURN_IF_ERROR(AllowSmem(SortKernel, smem, "moe_experts sort: raising the shared-memory limit"));

@@ -1,153 +1,52 @@
-// moe routing CUDA backend: one kernel, one warp per token. The token's scores live in shared
-// memory (num_experts <= kMaxExperts); group scores take one lane per group (n_group <= 32);
-// the top-k (of groups, then of experts) is k rounds of a warp argmax whose ties go to the
-// lower index, matching the CPU backend's order (descending choice, ties by lower index).
-// Scores are f32 (expf), the CPU's are rounded from double: ids agree except at near-ties.
+// moe routing CUDA backend: one kernel, one warp per token (moe_routing.cuh routes a token).
 #include <cuda_runtime.h>
 
-#include <cmath>
-
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/api.h"
+#include "kernels/moe/moe_routing.cuh"
 
 namespace mlaserve::kernels {
 namespace {
 
-constexpr int kMaxExperts = 512;
 constexpr int kWarpsPerBlock = 4;
-constexpr unsigned kFull = 0xffffffffu;
 
-// Warp-wide best (value, index) over the candidates each lane proposes; index < 0 = none.
-// Better = larger value, or equal value and lower index.
-__device__ __forceinline__ void WarpArgmax(float& v, int& i) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(kFull, v, o);
-    const int oi = __shfl_xor_sync(kFull, i, o);
-    if (oi >= 0 && (i < 0 || ov > v || (ov == v && oi < i))) {
-      v = ov;
-      i = oi;
-    }
-  }
-}
-
-__device__ __forceinline__ void Propose(float cv, int ci, float& v, int& i) {
-  if (i < 0 || cv > v || (cv == v && ci < i)) {
-    v = cv;
-    i = ci;
-  }
-}
-
+// One warp per token.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     MoeRoutingKernel(const __grid_constant__ MoeRoutingParams p) {
-  __shared__ float s_scores[kWarpsPerBlock][kMaxExperts];
-  __shared__ float s_choice[kWarpsPerBlock][kMaxExperts];
-  __shared__ bool s_taken[kWarpsPerBlock][kMaxExperts];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  using moe_cuda::kRoutingMaxExperts;
+  __shared__ float s_scores[kWarpsPerBlock][kRoutingMaxExperts];
+  __shared__ float s_choice[kWarpsPerBlock][kRoutingMaxExperts];
+  __shared__ bool s_taken[kWarpsPerBlock][kRoutingMaxExperts];
+  const int warp = threadIdx.x / 32;
   const int t = blockIdx.x * kWarpsPerBlock + warp;
   cuda::PdlEnter();  // launched with PDL (kernels/common/pdl.cuh): nothing global above
   if (t >= p.num_tokens) return;
-  const int E = p.num_experts;
-  float* scores = s_scores[warp];
-  float* choice = s_choice[warp];
-  bool* taken = s_taken[warp];
-  const float* logits = p.logits + static_cast<int64_t>(t) * E;
-
-  if (p.scoring == MoeScoring::kSoftmax) {
-    float m = -INFINITY;
-    for (int e = lane; e < E; e += 32) m = fmaxf(m, logits[e]);
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFull, m, o));
-    float sum = 0.0f;
-    for (int e = lane; e < E; e += 32) {
-      const float x = expf(logits[e] - m);
-      scores[e] = x;
-      sum += x;
-    }
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kFull, sum, o);
-    for (int e = lane; e < E; e += 32) scores[e] /= sum;
-  } else {
-    for (int e = lane; e < E; e += 32) scores[e] = 1.0f / (1.0f + expf(-logits[e]));
-  }
-  const bool noaux = p.method == MoeTopkMethod::kNoauxTc;
-  for (int e = lane; e < E; e += 32) {
-    choice[e] = scores[e] + ((noaux && p.correction_bias != nullptr) ? p.correction_bias[e] : 0.0f);
-    taken[e] = false;
-  }
-  __syncwarp();
-
-  if (p.method != MoeTopkMethod::kGreedy) {
-    const int group_size = E / p.n_group;
-    float gscore = 0.0f;
-    if (lane < p.n_group) {
-      const float* c = choice + lane * group_size;
-      if (!noaux) {
-        gscore = c[0];
-        for (int j = 1; j < group_size; ++j) gscore = fmaxf(gscore, c[j]);
-      } else {  // sum of the two best (their values; which of tied ones is irrelevant)
-        float b0 = -INFINITY, b1 = -INFINITY;
-        for (int j = 0; j < group_size; ++j) {
-          const float v = c[j];
-          if (v > b0) { b1 = b0; b0 = v; } else if (v > b1) { b1 = v; }
-        }
-        gscore = b0 + b1;
-      }
-    }
-    unsigned kept = 0;  // bit g: group g kept
-    bool group_taken = false;
-    for (int r = 0; r < p.topk_group; ++r) {
-      float v = 0.0f;
-      int i = -1;
-      if (lane < p.n_group && !group_taken) { v = gscore; i = lane; }
-      WarpArgmax(v, i);
-      kept |= 1u << i;
-      if (lane == i) group_taken = true;
-    }
-    const float masked = noaux ? -INFINITY : 0.0f;
-    for (int e = lane; e < E; e += 32) {
-      if (((kept >> (e / group_size)) & 1u) == 0) choice[e] = masked;
-    }
-    __syncwarp();
-  }
-
-  // top_k rounds; lane j keeps the j-th pick (top_k <= 32 is checked on the host).
-  int my_id = 0;
-  float my_w = 0.0f;
-  for (int r = 0; r < p.top_k; ++r) {
-    float v = 0.0f;
-    int i = -1;
-    for (int e = lane; e < E; e += 32) {
-      if (!taken[e]) Propose(choice[e], e, v, i);
-    }
-    WarpArgmax(v, i);
-    if (lane == 0) taken[i] = true;
-    __syncwarp();
-    if (lane == r) {
-      my_id = i;
-      my_w = noaux ? scores[i] : v;
-    }
-  }
-  float sum = lane < p.top_k ? my_w : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kFull, sum, o);
-  if (lane < p.top_k) {
-    float w = my_w;
-    if (p.norm_topk_prob) w /= (sum + 1e-20f);
-    p.topk_ids[static_cast<int64_t>(t) * p.top_k + lane] = my_id;
-    p.topk_weights[static_cast<int64_t>(t) * p.top_k + lane] = w * p.routed_scaling_factor;
-  }
+  moe_cuda::RouteToken(p, t, {s_scores[warp], s_choice[warp], s_taken[warp]});
 }
 
 }  // namespace
 
-absl::Status MoeRoutingCuda(const MoeRoutingParams& p, void* stream) {
-  if (p.num_experts > kMaxExperts) {
+namespace moe_cuda {
+
+absl::Status CheckCudaRouting(const MoeRoutingParams& p) {
+  if (p.num_experts > kRoutingMaxExperts) {
     return absl::InvalidArgumentError(absl::StrCat("moe_routing: num_experts=", p.num_experts,
-                                                   " exceeds the CUDA kernel's ", kMaxExperts));
+                                                   " exceeds the CUDA kernel's ", kRoutingMaxExperts));
   }
   if (p.top_k > 32 || p.n_group > 32) {
     return absl::InvalidArgumentError(absl::StrCat("moe_routing: the CUDA kernel supports top_k <= 32 and n_group <= 32, got top_k=",
                                                    p.top_k, " n_group=", p.n_group));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace moe_cuda
+
+absl::Status MoeRoutingCuda(const MoeRoutingParams& p, void* stream) {
+  RETURN_IF_ERROR(moe_cuda::CheckCudaRouting(p));
   cuda::LaunchShape shape;
   shape.grid = dim3((p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
   shape.block = dim3(kWarpsPerBlock * cuda::kWarpSize);

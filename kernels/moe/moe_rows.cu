@@ -3,6 +3,10 @@
 // sized by the shape.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
 #include "kernels/common/pdl.cuh"
@@ -15,6 +19,10 @@ namespace {
 constexpr int kEltThreads = 256;
 constexpr int kRowWarps = kEltThreads / cuda::kWarpSize;
 constexpr int kCombineBatch = 4;  // expert rows in flight per thread in the combine
+// The norm epilogue's block, as kernels/norm's RmsNormVecKernel: at most 1024 threads of at most
+// 4 16-byte vectors (kCombineNormMaxHidden).
+constexpr int kNormMaxThreads = 1024;
+constexpr int kNormMaxVecsPerThread = 4;
 
 // silu(g) * u of 8 bf16 pairs.
 __device__ __forceinline__ uint4 SiluMul8(uint4 g, uint4 u) {
@@ -69,50 +77,122 @@ __global__ void __launch_bounds__(kEltThreads)
   }
 }
 
-// out[t, 8c..8c+8) = sum_j w[t, j] * ys[position[t*top_k + j], 8c..8c+8): one thread per
-// 16-byte chunk of an output row, kCombineBatch expert rows loaded before they are summed, f32
-// sums in j order (the baseline's order: the same bytes), one rounding.
+// sum[0..8) = sum_j w[t, j] * ys[position[t*top_k + j], 8c..8c+8) in j order, then the
+// shared slices' rows (weight 1) in slice order: kCombineBatch expert rows loaded before they
+// are summed, f32 (the baseline's order without shared rows: the same bytes).
+__device__ __forceinline__ void CombineChunk(const CombineArgs& a, int64_t t, int c,
+                                             float (&sum)[cuda::kBf16PerChunk]) {
+  const int chunks = a.hidden / cuda::kBf16PerChunk;
+  const auto* ys = reinterpret_cast<const uint4*>(a.ys);
+  const int32_t* position = a.position + t * a.top_k;
+  const float* weight = a.topk_weights + t * a.top_k;
+#pragma unroll
+  for (int k = 0; k < cuda::kBf16PerChunk; ++k) sum[k] = 0.0f;
+  const int terms = a.top_k + a.shared_slots;
+  for (int q0 = 0; q0 < terms; q0 += kCombineBatch) {
+    uint4 row[kCombineBatch];
+    float w[kCombineBatch];
+    bool ok[kCombineBatch];
+#pragma unroll
+    for (int b = 0; b < kCombineBatch; ++b) {
+      const int q = q0 + b;
+      int64_t pos = -1;
+      if (q < a.top_k) {
+        pos = position[q];
+      } else if (q < terms) {
+        pos = a.shared_base + static_cast<int64_t>(q - a.top_k) * a.num_tokens + t;
+      }
+      ok[b] = pos >= 0;
+      w[b] = !ok[b] ? 0.0f : q < a.top_k ? weight[q] : 1.0f;
+      row[b] = ok[b] ? ys[pos * chunks + c] : uint4{};
+    }
+#pragma unroll
+    for (int b = 0; b < kCombineBatch; ++b) {
+      if (!ok[b]) continue;
+      const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&row[b]);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float2 v = __bfloat1622float2(v2[k]);
+        sum[2 * k] += w[b] * v.x;
+        sum[2 * k + 1] += w[b] * v.y;
+      }
+    }
+  }
+}
+
+// out[t, 8c..8c+8) = the combine of token t's rows (CombineChunk), one rounding: one thread per
+// 16-byte chunk of an output row.
 __global__ void __launch_bounds__(kEltThreads) CombineKernel(const __grid_constant__ CombineArgs a) {
   cuda::PdlEnter();
   const int chunks = a.hidden / cuda::kBf16PerChunk;
   const int64_t total = static_cast<int64_t>(a.num_tokens) * chunks;
-  const auto* ys = reinterpret_cast<const uint4*>(a.ys);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / chunks;
     const int c = static_cast<int>(i - t * chunks);
-    const int32_t* position = a.position + t * a.top_k;
-    const float* weight = a.topk_weights + t * a.top_k;
-    float sum[cuda::kBf16PerChunk] = {};
-    for (int q0 = 0; q0 < a.top_k; q0 += kCombineBatch) {
-      uint4 row[kCombineBatch];
-      float w[kCombineBatch];
-      bool ok[kCombineBatch];
-#pragma unroll
-      for (int b = 0; b < kCombineBatch; ++b) {
-        const int q = q0 + b;
-        const int pos = q < a.top_k ? position[q] : -1;
-        ok[b] = pos >= 0;
-        w[b] = ok[b] ? weight[q] : 0.0f;
-        row[b] = ok[b] ? ys[static_cast<int64_t>(pos) * chunks + c] : uint4{};
-      }
-#pragma unroll
-      for (int b = 0; b < kCombineBatch; ++b) {
-        if (!ok[b]) continue;
-        const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&row[b]);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float2 v = __bfloat1622float2(v2[k]);
-          sum[2 * k] += w[b] * v.x;
-          sum[2 * k + 1] += w[b] * v.y;
-        }
-      }
-    }
+    float sum[cuda::kBf16PerChunk];
+    CombineChunk(a, t, c, sum);
     uint4 out;
     auto* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
     for (int k = 0; k < 4; ++k) o2[k] = __floats2bfloat162_rn(sum[2 * k], sum[2 * k + 1]);
     reinterpret_cast<uint4*>(a.out)[i] = out;
+  }
+}
+
+// The combine with the MoeResidualNorm epilogue, one block per token, shaped as kernels/norm's
+// one-pass RMSNorm (norm.cu, RmsNormVecKernel: the same threads per row, the same vectors per
+// thread, the same block sum), so its bits equal the combine followed by that RmsNorm: the MoE
+// output rounded to bf16, residual += it (rounded), y = bf16(w * bf16(residual * inv_rms)).
+__global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __grid_constant__ CombineArgs a) {
+  __shared__ float scratch[cuda::kWarpSize];
+  const int64_t t = blockIdx.x;
+  const int vecs = a.hidden / cuda::kBf16PerChunk;
+  auto* res = reinterpret_cast<uint4*>(a.residual + t * a.hidden);
+  const auto* w = reinterpret_cast<const uint4*>(a.norm_weight);
+  auto* y = reinterpret_cast<uint4*>(a.norm_y + t * a.hidden);
+  cuda::PdlEnter();
+  uint4 val[kNormMaxVecsPerThread];
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kNormMaxVecsPerThread; ++i) {
+    const int at = threadIdx.x + i * blockDim.x;
+    if (at >= vecs) break;
+    float sum[cuda::kBf16PerChunk];
+    CombineChunk(a, t, at, sum);
+    const uint4 old = res[at];
+    const auto* o2 = reinterpret_cast<const __nv_bfloat162*>(&old);
+    auto* v2 = reinterpret_cast<__nv_bfloat162*>(&val[i]);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const __nv_bfloat162 moe = __floats2bfloat162_rn(sum[2 * k], sum[2 * k + 1]);  // the combine's output
+      const float2 m = __bfloat1622float2(moe), r = __bfloat1622float2(o2[k]);
+      v2[k] = __floats2bfloat162_rn(r.x + m.x, r.y + m.y);  // residual += x, rounded as HF's add
+      const float2 f = __bfloat1622float2(v2[k]);
+      ss += f.x * f.x;
+      ss += f.y * f.y;
+    }
+    res[at] = val[i];
+  }
+  ss = cuda::BlockSum(ss, scratch);
+  const float inv = rsqrtf(ss / a.hidden + a.norm_eps);
+#pragma unroll
+  for (int i = 0; i < kNormMaxVecsPerThread; ++i) {
+    const int at = threadIdx.x + i * blockDim.x;
+    if (at >= vecs) break;
+    const uint4 wv = w[at];
+    const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
+    const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&val[i]);
+    uint4 out;
+    auto* y2 = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 v = __bfloat1622float2(v2[k]), wf = __bfloat1622float2(w2[k]);
+      // HF: weight * (x * rsqrt(...)).to(dtype): normalise in f32, round, then scale.
+      const float2 n = __bfloat1622float2(__floats2bfloat162_rn(v.x * inv, v.y * inv));
+      y2[k] = __floats2bfloat162_rn(wf.x * n.x, wf.y * n.y);
+    }
+    y[at] = out;
   }
 }
 
@@ -159,6 +239,20 @@ absl::Status LaunchSiluMul(__nv_bfloat16* h, const int32_t* offsets, int num_exp
 }
 
 absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s) {
+  if (a.num_tokens == 0) return absl::OkStatus();
+  if (a.residual != nullptr) {
+    if (a.hidden % cuda::kBf16PerChunk != 0 || a.hidden > kCombineNormMaxHidden) {
+      return absl::InvalidArgumentError(absl::StrCat("moe_experts combine: the norm epilogue takes hidden % 8 == 0 and <= ",
+                                                     kCombineNormMaxHidden, ", got hidden=", a.hidden));
+    }
+    // Threads as norm.cu's VecThreads: the row's vectors rounded up to whole warps.
+    const int vecs = a.hidden / cuda::kBf16PerChunk;
+    cuda::LaunchShape shape;
+    shape.grid = dim3(static_cast<unsigned>(a.num_tokens));
+    shape.block = dim3(std::min((vecs + cuda::kWarpSize - 1) / cuda::kWarpSize * cuda::kWarpSize, kNormMaxThreads));
+    shape.stream = s;
+    return cuda::LaunchPdl("moe_experts combine + residual + rmsnorm", shape, CombineNormKernel, a);
+  }
   const int64_t items = static_cast<int64_t>(a.num_tokens) * (a.hidden / cuda::kBf16PerChunk);
   cuda::LaunchShape shape;
   shape.grid = dim3(cuda::GridFor(items, kEltThreads));
@@ -168,6 +262,9 @@ absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s) {
 }
 
 absl::Status LaunchBaselineCombine(const CombineArgs& a, cudaStream_t s) {
+  if (a.shared_slots > 0 || a.residual != nullptr) {
+    return absl::InvalidArgumentError("moe_experts: the baseline combine takes no shared rows or norm epilogue");
+  }
   const int64_t items = static_cast<int64_t>(a.num_tokens) * (a.hidden / 4);
   BaselineCombineKernel<<<cuda::GridFor(items, kEltThreads), kEltThreads, 0, s>>>(a);
   return cuda::LaunchStatus("moe_experts combine (baseline)");

@@ -17,6 +17,11 @@
 // L2); the dispatcher sends larger batches to the grouped GEMMs instead.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
@@ -57,9 +62,30 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
   using S = StreamShape<kGateUp>;
   const int slot = blockIdx.y;
   cuda::PdlEnter();  // launched with PDL (kernels/common/pdl.cuh)
-  if (slot >= g.active[g.num_experts]) return;
-  const int e = g.active[slot];
-  const int row_begin = g.offsets[e], row_end = g.offsets[e + 1];
+  // A routed expert's slot, or (past max_active) a slice of the shared experts: its weights,
+  // its rows, the row stride of its weight (down: the shared MLP's rows are wider) and how far
+  // its up rows are from its gate rows (gate_up, stacked).
+  const bool shared = slot >= g.max_active;
+  const int64_t I = g.inter, H = g.hidden;
+  int row_begin, row_end;
+  const __nv_bfloat16* w_e;
+  int64_t ldw = kGateUp ? H : I, up_rows = I;
+  if (!shared) {
+    if (slot >= g.active[g.num_experts]) return;
+    const int64_t e = g.active[slot];
+    row_begin = g.offsets[e];
+    row_end = g.offsets[e + 1];
+    w_e = kGateUp ? g.gate_up + e * 2 * I * H : g.down + e * H * I;
+  } else {
+    const int j = slot - g.max_active;
+    row_begin = g.num_assign + j * g.num_tokens;
+    row_end = row_begin + g.num_tokens;
+    const int64_t width = static_cast<int64_t>(g.shared_slots) * I;  // the shared MLP's inter
+    w_e = kGateUp ? g.shared_gate_up + j * I * H : g.shared_down + j * I;
+    if (!kGateUp) ldw = width;
+    up_rows = width;
+  }
+  const bool interleaved = kGateUp && g.gate_up_interleaved && !shared;
   const int f0 = blockIdx.x * S::kFeatures;
   const int out_dim = kGateUp ? g.inter : g.hidden;  // features this product writes
   const int K = kGateUp ? g.hidden : g.inter;
@@ -69,7 +95,6 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
   const uint32_t smem_base = cuda::SmemAddress(smem);
 
   // Weight rows this thread copies, fixed for the whole block.
-  const __nv_bfloat16* w_e = (kGateUp ? g.gate_up : g.down) + static_cast<int64_t>(e) * (kGateUp ? 2 : 1) * g.inter * g.hidden;
   const __nv_bfloat16* w_src[S::kWLoads];
   bool w_ok[S::kWLoads];
 #pragma unroll
@@ -81,13 +106,13 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
     // The gate row of `feature` and its up row: inter rows apart (stacked), or in the 16-row
     // block of its 8 features, 8 apart (interleaved).
     int64_t src_row = feature;
-    if (kGateUp && g.gate_up_interleaved) {
+    if (interleaved) {
       src_row = (feature / 8) * 16 + feature % 8 + (row >= S::kFeatures ? 8 : 0);
     } else if (kGateUp && row >= S::kFeatures) {
-      src_row = g.inter + feature;
+      src_row = up_rows + feature;
     }
     if (!w_ok[q]) src_row = 0;
-    w_src[q] = w_e + src_row * K + chunk * cuda::kBf16PerChunk;
+    w_src[q] = w_e + src_row * ldw + chunk * cuda::kBf16PerChunk;
   }
   const int k_tiles = (K + kBK - 1) / kBK;
 
@@ -98,8 +123,9 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
     const bool x_ok = xc < kTok * kChunksPerRow && r0 + x_row < row_end;
     const __nv_bfloat16* x_src = nullptr;
     if (x_ok) {
-      x_src = kGateUp ? g.x + static_cast<int64_t>(g.sorted[r0 + x_row] / g.top_k) * g.hidden
-                      : g.act + static_cast<int64_t>(r0 + x_row) * g.inter;
+      // gate_up: the row's token (a shared slice's rows are the tokens in order).
+      const int64_t token = shared ? r0 + x_row - row_begin : g.sorted[r0 + x_row] / g.top_k;
+      x_src = kGateUp ? g.x + token * g.hidden : g.act + static_cast<int64_t>(r0 + x_row) * g.inter;
       x_src += x_chunk * cuda::kBf16PerChunk;
     }
     auto load_stage = [&](int stage, int kt) {
@@ -181,7 +207,7 @@ absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
     return st;
   }
   cuda::LaunchShape shape;
-  shape.grid = dim3((out_dim + S::kFeatures - 1) / S::kFeatures, a.max_active);
+  shape.grid = dim3((out_dim + S::kFeatures - 1) / S::kFeatures, a.max_active + a.shared_slots);
   shape.block = dim3(S::kThreads);
   shape.smem_bytes = S::kSmemBytes;
   shape.stream = s;
@@ -192,11 +218,105 @@ absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
 }  // namespace
 
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s) {
-  return a.max_active == 0 ? absl::OkStatus() : LaunchStream<true>(a, s);
+  return a.max_active + a.shared_slots == 0 ? absl::OkStatus() : LaunchStream<true>(a, s);
 }
 
 absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s) {
-  return a.max_active == 0 ? absl::OkStatus() : LaunchStream<false>(a, s);
+  return a.max_active + a.shared_slots == 0 ? absl::OkStatus() : LaunchStream<false>(a, s);
+}
+
+namespace {
+
+// Shared slices of `p` (MoeSharedExperts over `inter`-wide pseudo-experts), or -1 when the
+// shared MLP does not split so (or would need more rows than the workspace holds: 2A).
+int SharedSlots(const MoeExpertsParams& p) {
+  if (p.shared.inter == 0) return 0;
+  if (p.shared.inter % p.inter != 0) return -1;
+  const int slots = p.shared.inter / p.inter;
+  return slots <= p.top_k ? slots : -1;
+}
+
+}  // namespace
+
+absl::Status RunStreamExperts(const MoeExpertsParams& p, const StreamWorkspace& w, cudaStream_t s,
+                              ExpertsStageObserver* observer) {
+  auto done = [&](ExpertsStage stage) {
+    if (observer != nullptr) observer->AfterStage(stage, s);
+  };
+  const int slots = SharedSlots(p);
+  if (slots < 0 || p.norm.residual != nullptr) {
+    if (!MoeExpertsCudaFoldsSharedAndNorm(p)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "moe_experts: shared.inter=", p.shared.inter, " / the norm epilogue are not taken at inter=",
+          p.inter, " top_k=", p.top_k, " hidden=", p.hidden, " (MoeExpertsFoldsSharedAndNorm)"));
+    }
+  }
+  const int num_assign = p.num_tokens * p.top_k;
+  const int E = p.num_experts;
+  const auto* x = static_cast<const __nv_bfloat16*>(p.x);
+
+  // 1. The routing (when asked) and the permutation, one kernel for decode steps.
+  PermuteArgs pa{p.topk_ids, num_assign, E, p.top_k, x, p.hidden, nullptr, w.sorted, w.offsets,
+                 w.tile_offsets, w.position, w.active, w.chunk_counts};
+  pa.routing = p.routing;
+  RETURN_IF_ERROR(p.baseline.permute ? LaunchBaselineSort(pa, s) : LaunchPermute(pa, s));
+  done(ExpertsStage::kPermute);
+
+  // 2-3. The products: each touched expert's weights (and the shared slices') read once.
+  StreamArgs a{};
+  a.x = x;
+  a.sorted = w.sorted;
+  a.offsets = w.offsets;
+  a.active = w.active;
+  a.top_k = p.top_k;
+  a.hidden = p.hidden;
+  a.inter = p.inter;
+  a.num_experts = E;
+  a.max_active = std::min(E, num_assign);
+  a.gate_up = static_cast<const __nv_bfloat16*>(p.gate_up);
+  a.down = static_cast<const __nv_bfloat16*>(p.down);
+  a.act = w.act;  // [A + shared rows, inter], compact
+  a.ys = w.ys;
+  a.gate_up_interleaved = p.gate_up_layout == MoeGateUpLayout::kInterleaved8;
+  a.shared_gate_up = static_cast<const __nv_bfloat16*>(p.shared.gate_up);
+  a.shared_down = static_cast<const __nv_bfloat16*>(p.shared.down);
+  a.shared_slots = slots;
+  a.num_tokens = p.num_tokens;
+  a.num_assign = num_assign;
+  RETURN_IF_ERROR(LaunchStreamGateUp(a, s));
+  done(ExpertsStage::kGateUp);
+  RETURN_IF_ERROR(LaunchStreamDown(a, s));
+  done(ExpertsStage::kDown);
+
+  // 4. Combine in token order (shared rows after the routed ones), or into the residual + norm.
+  CombineArgs ca{w.ys, w.position, p.topk_weights, static_cast<__nv_bfloat16*>(p.out),
+                 p.num_tokens, p.top_k, p.hidden};
+  ca.shared_slots = slots;
+  ca.shared_base = num_assign;
+  ca.residual = static_cast<__nv_bfloat16*>(p.norm.residual);
+  ca.norm_weight = static_cast<const __nv_bfloat16*>(p.norm.weight);
+  ca.norm_y = static_cast<__nv_bfloat16*>(p.norm.y);
+  ca.norm_eps = p.norm.eps;
+  RETURN_IF_ERROR(p.baseline.combine ? LaunchBaselineCombine(ca, s) : LaunchCombine(ca, s));
+  done(ExpertsStage::kCombine);
+  return absl::OkStatus();
 }
 
 }  // namespace mlaserve::kernels::moe_cuda
+
+namespace mlaserve::kernels {
+
+bool MoeExpertsCudaFoldsSharedAndNorm(const MoeExpertsParams& p) {
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  if (p.norm.residual != nullptr &&
+      !(aligned(p.norm.residual) && aligned(p.norm.weight) && aligned(p.norm.y))) {
+    return false;
+  }
+  if (p.shared.inter != 0 && !(aligned(p.shared.gate_up) && aligned(p.shared.down))) return false;
+  return p.dtype == DType::kBF16 && p.num_tokens > 0 && p.top_k > 0 && p.inter > 0 &&
+         p.inter % 8 == 0 && p.hidden % 8 == 0 && p.hidden <= moe_cuda::kCombineNormMaxHidden &&
+         moe_cuda::PlanExperts(p).path == MoeExpertsPath::kStream && !p.baseline.combine &&
+         moe_cuda::SharedSlots(p) >= 0;
+}
+
+}  // namespace mlaserve::kernels

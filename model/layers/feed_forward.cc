@@ -59,10 +59,20 @@ size_t FeedForward::ScratchBytes(const LayerContext& context) {
 
 absl::Status FeedForward::Route(int rows, const void* x, float* logits, int32_t* ids,
                                 float* weights) const {
+  RETURN_IF_ERROR(RouterLogits(rows, x, logits));
+  return kernels::MoeRouting(RoutingParams(rows, logits, ids, weights), ctx_->ops.kernel);
+}
+
+absl::Status FeedForward::RouterLogits(int rows, const void* x, float* logits) const {
+  const ModelConfig& c = *ctx_->config;
+  return ops::Linear(ctx_->ops, x, rows, c.hidden_size, w_->moe.router, logits,
+                     c.n_routed_experts, 0.0f, /*y_f32=*/true);
+}
+
+kernels::MoeRoutingParams FeedForward::RoutingParams(int rows, const float* logits, int32_t* ids,
+                                                     float* weights) const {
   const ModelConfig& c = *ctx_->config;
   const MoeWeights& m = w_->moe;
-  RETURN_IF_ERROR(ops::Linear(ctx_->ops, x, rows, c.hidden_size, m.router, logits,
-                              c.n_routed_experts, 0.0f, /*y_f32=*/true));
   kernels::MoeRoutingParams r;
   r.num_tokens = rows;
   r.num_experts = c.n_routed_experts;
@@ -78,10 +88,20 @@ absl::Status FeedForward::Route(int rows, const void* x, float* logits, int32_t*
       m.correction_bias.empty() ? nullptr : static_cast<const float*>(m.correction_bias.data());
   r.topk_ids = ids;
   r.topk_weights = weights;
-  return kernels::MoeRouting(r, ctx_->ops.kernel);
+  return r;
 }
 
 absl::Status FeedForward::Forward(int rows, const void* x, void* out, bool shared) {
+  return RunBlock(rows, x, out, shared, nullptr).status();
+}
+
+absl::StatusOr<bool> FeedForward::ForwardFolded(int rows, const void* x, void* out,
+                                                const kernels::MoeResidualNorm& norm) {
+  return RunBlock(rows, x, out, true, &norm);
+}
+
+absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out, bool shared,
+                                           const kernels::MoeResidualNorm* norm) {
   StepScratch& scratch = *ctx_->scratch;
   ScratchScope scope(scratch.arena());
   const ModelConfig& c = *ctx_->config;
@@ -91,7 +111,8 @@ absl::Status FeedForward::Forward(int rows, const void* x, void* out, bool share
   if (!w_->is_moe) {
     ASSIGN_OR_RETURN(void* act,
                      scratch.Activations(static_cast<int64_t>(T) * 3 * w_->mlp.inter, "mlp act"));
-    return ops::GatedMlp(oc, x, T, hidden, w_->mlp, act, out);
+    RETURN_IF_ERROR(ops::GatedMlp(oc, x, T, hidden, w_->mlp, act, out));
+    return false;
   }
 
   const MoeWeights& m = w_->moe;
@@ -103,8 +124,13 @@ absl::Status FeedForward::Forward(int rows, const void* x, void* out, bool share
                    scratch.Allocate(static_cast<size_t>(T) * k * sizeof(int32_t), "topk ids"));
   ASSIGN_OR_RETURN(void* weights,
                    scratch.Allocate(static_cast<size_t>(T) * k * sizeof(float), "topk weights"));
-  RETURN_IF_ERROR(Route(T, x, static_cast<float*>(logits), static_cast<int32_t*>(ids),
-                        static_cast<float*>(weights)));
+  // The router's logits here; the routing itself runs inside the experts call (on CUDA, for
+  // decode steps, in one kernel with the permutation), except under expert parallelism, whose
+  // shard rewrites the routed ids before the experts see them (RunRoutedExperts).
+  RETURN_IF_ERROR(RouterLogits(T, x, static_cast<float*>(logits)));
+  const kernels::MoeRoutingParams routing =
+      RoutingParams(T, static_cast<const float*>(logits), static_cast<int32_t*>(ids),
+                    static_cast<float*>(weights));
 
   kernels::MoeExpertsParams e;
   e.dtype = oc.dtype;
@@ -120,8 +146,29 @@ absl::Status FeedForward::Forward(int rows, const void* x, void* out, bool share
   e.gate_up_layout = m.experts_gate_up_layout;
   e.down = m.experts_down.data();
   e.out = out;
+  e.routing = &routing;
+  // Decode steps on one GPU: the shared experts as slices of the routed experts' stream
+  // kernels, and the residual add + next norm in their combine (kernels/moe/api.h), instead of
+  // a gated MLP (two launches) and an RmsNorm after the block.
+  const bool whole = !ctx_->layout->sharded();
+  const bool fold_shared = shared && whole && m.shared.inter > 0 && m.shared.gate_up.bias.empty() &&
+                           m.shared.down.bias.empty();
+  if (norm != nullptr && whole && (fold_shared || m.shared.inter == 0)) {
+    kernels::MoeExpertsParams folded = e;
+    if (fold_shared) {
+      folded.shared.gate_up = m.shared.gate_up.weight.data();
+      folded.shared.down = m.shared.down.weight.data();
+      folded.shared.inter = m.shared.inter;
+    }
+    folded.norm = *norm;
+    if (kernels::MoeExpertsFoldsSharedAndNorm(folded, oc.kernel.backend)) {
+      RETURN_IF_ERROR(RunRoutedExperts(folded));
+      return true;
+    }
+  }
   RETURN_IF_ERROR(RunRoutedExperts(e));
-  return shared ? AddSharedExperts(T, x, out) : absl::OkStatus();
+  if (shared) RETURN_IF_ERROR(AddSharedExperts(T, x, out));
+  return false;
 }
 
 absl::Status FeedForward::AddSharedExperts(int rows, const void* x, void* out) {
@@ -144,6 +191,9 @@ absl::Status FeedForward::RunRoutedExperts(kernels::MoeExpertsParams e) {
   StepScratch& scratch = *ctx_->scratch;
   const ParallelLayout& layout = *ctx_->layout;
   if (layout.expert_parallel()) {
+    // Routed first, on global ids; the shard then rewrites them to this rank's.
+    if (e.routing != nullptr) RETURN_IF_ERROR(kernels::MoeRouting(*e.routing, ctx_->ops.kernel));
+    e.routing = nullptr;
     const int64_t n = static_cast<int64_t>(e.num_tokens) * e.top_k;
     ASSIGN_OR_RETURN(
         void* ids, scratch.Allocate(static_cast<size_t>(n) * sizeof(int32_t), "local expert ids"));

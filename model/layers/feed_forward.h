@@ -41,6 +41,13 @@ class FeedForward {
   // out the shared experts (AddSharedExperts adds them: whole shared experts, which the
   // all-to-all layout holds, must be added once per row, not once per rank).
   absl::Status Forward(int rows, const void* x, void* out, bool shared = true);
+  // One GPU (an unsharded layout): Forward with the shared experts, and, where the backend folds
+  // them into the routed experts' kernels (kernels::MoeExpertsFoldsSharedAndNorm: CUDA decode
+  // steps), also the residual add and the next block's RMSNorm of `norm` into their combine.
+  // Returns true when it did (then `norm` is done and `out` unused), false when it ran Forward
+  // (the caller then adds out to the residual and normalises).
+  absl::StatusOr<bool> ForwardFolded(int rows, const void* x, void* out,
+                                     const kernels::MoeResidualNorm& norm);
   // out += the shared experts of x (MoE blocks with shared experts; else nothing).
   absl::Status AddSharedExperts(int rows, const void* x, void* out);
   // Expert parallel, all-to-all dispatch: the complete MoE output (routed + shared) of this
@@ -56,6 +63,13 @@ class FeedForward {
   absl::Status Route(int rows, const void* x, float* logits, int32_t* ids, float* weights) const;
 
  private:
+  // Forward / ForwardFolded (norm null: never folded); true when the norm was folded.
+  absl::StatusOr<bool> RunBlock(int rows, const void* x, void* out, bool shared,
+                                const kernels::MoeResidualNorm* norm);
+  // The router's f32 logits of x, and the routing parameters over them (Route's two parts).
+  absl::Status RouterLogits(int rows, const void* x, float* logits) const;
+  kernels::MoeRoutingParams RoutingParams(int rows, const float* logits, int32_t* ids,
+                                          float* weights) const;
   // The routed experts of `e` (global expert ids, this rank's intermediate slice), through this
   // rank's shard of the experts.
   absl::Status RunRoutedExperts(kernels::MoeExpertsParams e);
