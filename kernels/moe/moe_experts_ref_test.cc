@@ -162,5 +162,54 @@ TEST(MoeExpertsValidation, CpuRefusesInterleavedWeights) {
   EXPECT_TRUE(MoeExperts(p, KernelContext{}).ok());
 }
 
+// MoeExpertsParams::routing: the call routes first (the same ids, weights and output as
+// MoeRouting then MoeExperts); on the CPU shared experts and the norm epilogue are never folded
+// (MoeExpertsFoldsSharedAndNorm is false) and are refused when asked for.
+TEST(MoeExpertsRoutingInside, CpuRoutesFirstAndFoldsNothing) {
+  const int T = 5, H = 16, I = 8, E = 8, k = 2;
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  auto x = testing::RandomVector(T * H, seed);
+  auto gate_up = testing::RandomVector(E * 2 * I * H, seed + 1);
+  auto down = testing::RandomVector(E * H * I, seed + 2);
+  auto logits = testing::RandomVector(T * E, seed + 3, -3.0f, 3.0f);
+  MoeRoutingParams r;
+  r.num_tokens = T; r.num_experts = E; r.top_k = k; r.logits = logits.data();
+  std::vector<int32_t> ids_first(T * k), ids_inside(T * k, -1);
+  std::vector<float> w_first(T * k), w_inside(T * k, -1.0f);
+  MoeRoutingParams first = r;
+  first.topk_ids = ids_first.data();
+  first.topk_weights = w_first.data();
+  ASSERT_TRUE(MoeRouting(first, KernelContext{}).ok());
+  MoeExpertsParams p;
+  p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = k;
+  std::vector<uint8_t> ws(MoeExpertsWorkspaceBytes(p));
+  std::vector<float> out_first(T * H), out_inside(T * H, -1.0f);
+  p.x = x.data(); p.gate_up = gate_up.data(); p.down = down.data();
+  p.workspace = ws.data(); p.workspace_bytes = ws.size();
+  p.topk_ids = ids_first.data(); p.topk_weights = w_first.data(); p.out = out_first.data();
+  ASSERT_TRUE(MoeExperts(p, KernelContext{}).ok());
+  MoeRoutingParams inside = r;
+  inside.topk_ids = ids_inside.data();
+  inside.topk_weights = w_inside.data();
+  p.routing = &inside;
+  p.topk_ids = ids_inside.data(); p.topk_weights = w_inside.data(); p.out = out_inside.data();
+  ASSERT_TRUE(MoeExperts(p, KernelContext{}).ok());
+  EXPECT_EQ(ids_inside, ids_first);
+  EXPECT_EQ(w_inside, w_first);
+  EXPECT_EQ(out_inside, out_first);
+
+  std::vector<float> shared_w(2 * I * H);
+  p.shared = {shared_w.data(), shared_w.data(), I};
+  EXPECT_FALSE(MoeExpertsFoldsSharedAndNorm(p, Backend::kCpu));
+  const absl::Status st = MoeExperts(p, KernelContext{});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("MoeExpertsFoldsSharedAndNorm"), std::string::npos) << st;
+  p.shared = {};
+  inside.top_k = 1;  // not this call's top_k
+  const absl::Status mismatch = MoeExperts(p, KernelContext{});
+  EXPECT_EQ(mismatch.code(), absl::StatusCode::kInvalidArgument) << mismatch;
+}
+
 }  // namespace
 }  // namespace mlaserve::kernels
