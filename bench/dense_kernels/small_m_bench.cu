@@ -126,6 +126,21 @@ void BenchProjection(const Projection& pr, const std::vector<int>& tokens, doubl
       });
       if (!ok) ms[path] = -1;
     }
+    // The small-M kernel's launch choices (gemm_small_m.h, SmallMOptions): without the weight
+    // prefetch, and with the K split capped at 1, 2 and 4 CTAs.
+    const mk::gemm_cuda::SmallMOptions variants[] = {{8, false}, {1, true}, {2, true}, {4, true}};
+    double var_ms[4] = {-1, -1, -1, -1};
+    for (int v = 0; v < 4; ++v) {
+      mk::GemmParams q = p;
+      q.b = weights[0]->get();
+      if (mk::gemm_cuda::SmallMRefusal(q) != nullptr) continue;
+      bool ok = true;
+      var_ms[v] = GraphMsPerCall(stream, [&](int i) {
+        q.b = weights[i % copies]->get();
+        ok &= mk::gemm_cuda::LaunchSmallM(q, stream, variants[v]).ok();
+      });
+      if (!ok) var_ms[v] = -1;
+    }
     char shape[96];
     std::snprintf(shape, sizeof shape, "%s %s n=%d k=%d%s m=%d", pr.model, pr.name, pr.n, pr.k,
                   pr.batch > 1 ? (" x" + std::to_string(pr.batch)).c_str() : "", m);
@@ -134,11 +149,13 @@ void BenchProjection(const Projection& pr, const std::vector<int>& tokens, doubl
     auto_p.b = weights[0]->get();
     const bool auto_small = mk::GemmRunsSmallM(auto_p, mk::Backend::kCuda);
     const mk::gemm_cuda::SmallMShape plan = mk::gemm_cuda::SmallMLaunchShape(auto_p);
-    std::printf("%-52s cublasLt %8.4f ms %6.0f GB/s %5.1f%% | small-m %8.4f ms %6.0f GB/s %5.1f%% | %5.2fx | kAuto: %-8s | split %d, %lld CTAs, %lld resident\n",
+    std::printf("%-52s cublasLt %8.4f ms %6.0f GB/s %5.1f%% | small-m %8.4f ms %6.0f GB/s %5.1f%% | %5.2fx | kAuto: %-8s | split %d, %lld CTAs, %lld resident, prefetch %d chunks"
+                " | no prefetch %.4f, split<=1 %.4f, <=2 %.4f, <=4 %.4f ms\n",
                 shape, ms[0], gbs(ms[0]), 100 * gbs(ms[0]) / copy_gbs, ms[1], gbs(ms[1]),
                 100 * gbs(ms[1]) / copy_gbs, ms[0] > 0 && ms[1] > 0 ? ms[0] / ms[1] : 0.0,
                 auto_small ? "small-m" : "cublasLt", plan.splits, static_cast<long long>(plan.ctas),
-                static_cast<long long>(plan.resident));
+                static_cast<long long>(plan.resident), plan.prefetch_chunks, var_ms[0], var_ms[1],
+                var_ms[2], var_ms[3]);
     std::fflush(stdout);
   }
   for (DeviceArray* w : weights) delete w;

@@ -16,6 +16,13 @@
 //      rule 1, and a kernel that does not use PDL waits for it as before).
 // Rule 1 must hold even for a kernel that reads nothing of its predecessor: the kernel after it
 // waits only for it, so if it completed before its own predecessor, the ordering would break.
+//   3. The exception to rule 1: memory that no kernel writes while the stream runs -- weights,
+//      loaded before any step -- may be read or prefetched (PrefetchL2) before the wait. That
+//      is how a GEMM streams its weight while the previous kernel still runs
+//      (kernels/gemm/gemm_small_m.cu). Likewise memory whose last writer is at least two
+//      kernels back, when the kernel in between waits before it releases its dependents
+//      (PdlEnter): that writer has completed before this kernel could launch. Read such memory
+//      with ld.global.cg (__ldcg: from L2, where completed kernels' writes are), not through L1.
 // Kernels not launched through LaunchPdl (cuBLAS, the attention kernels) keep plain stream
 // order; the waits are no-ops where no programmatic dependency exists.
 //
@@ -27,6 +34,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -49,6 +57,15 @@ __device__ __forceinline__ void PdlWaitForPrerequisites() {
 __device__ __forceinline__ void PdlReleaseDependents() {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Device: asks L2 to fetch `bytes` of global memory at `p` without waiting for it (sm_90's bulk
+// prefetch; a no-op elsewhere). `p` 16-byte aligned, `bytes` a multiple of 16. For weights a
+// kernel is about to stream, issued before the wait (rule 3).
+__device__ __forceinline__ void PrefetchL2(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 #endif
 }
 

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -42,6 +44,9 @@ constexpr int kMinChunksPerWarp = 2;
 // kAuto's cut (SmallMFasterThanCublasLt): outputs (n x batch) up to this are latency-bound
 // launches where the small-M kernel's shorter prologue wins (routers, kv_a_proj).
 constexpr int64_t kNarrowOutputs = 1024;
+// Weight bytes one launch prefetches into L2 at most before its PDL wait: a share of the H100's
+// 50 MB L2 (H200: the same) that leaves room for the previous kernel's working set.
+constexpr int64_t kPrefetchBudgetBytes = int64_t{24} << 20;
 
 // Normalised on the host: element pointers and strides, no second output = c2_begin n.
 struct SmallMArgs {
@@ -58,6 +63,7 @@ struct SmallMArgs {
   float alpha, beta;
   int m, n, k;
   int chunks, chunks_per_cta;
+  int prefetch_chunks;  // of each CTA's chunks, from its first: prefetched into L2 before the wait
 };
 
 // Weights are read once: bypass L1, and ask L2 for the whole 256-byte segment (the CTA's other
@@ -127,7 +133,31 @@ __global__ void __launch_bounds__(kThreads) SmallMGemmKernel(const __grid_consta
     x_row[t] = a + (x_ok[t] ? token : 0) * p.lda + q * cuda::kBf16PerChunk;
   }
 
-  cuda::PdlEnter();  // nothing global is touched above
+  // The CTA's weight slice is the kernel's input that nothing in the step writes: ask L2 for
+  // (the first prefetch_chunks chunks of) it now, so that with PDL it streams in while the
+  // previous kernel finishes (kernels/common/pdl.cuh, rule 3). One bulk prefetch per weight row.
+  if (p.prefetch_chunks > 0) {
+    const int c0 = blockIdx.y * p.chunks_per_cta;
+    const int64_t k0 = static_cast<int64_t>(c0) * kChunkK;
+    const int64_t k1 = min(static_cast<int64_t>(p.k),
+                           static_cast<int64_t>(min(c0 + p.prefetch_chunks, p.chunks)) * kChunkK);
+    for (int r = threadIdx.x; r < kRows && k1 > k0; r += kThreads) {
+      int64_t row;
+      bool ok;
+      if constexpr (kSiluMul) {  // tile j: its 8 features' gate rows, then their up rows
+        const int j = r / kRowsPerTile, i = r % kRowsPerTile;
+        const int feature = (blockIdx.x * kTiles + j) * (kRowsPerTile / 2) + i % (kRowsPerTile / 2);
+        ok = feature < p.n / 2;
+        row = i < kRowsPerTile / 2 ? feature : p.n / 2 + feature;
+      } else {
+        row = static_cast<int64_t>(blockIdx.x) * kRows + r;
+        ok = row < p.n;
+      }
+      if (ok) cuda::PrefetchL2(b + row * p.ldb + k0, static_cast<uint32_t>((k1 - k0) * 2));
+    }
+  }
+
+  cuda::PdlEnter();  // nothing global but the weights is touched above
 
   // Software-pipelined: the loads of the next group of kUnroll chunks are issued before the
   // products of the current one, so a lane keeps a whole group of 16-byte weight loads in flight
@@ -340,6 +370,15 @@ int64_t ResidentCtas(KernelFn kernel, int splits, int sms) {
   return resident;
 }
 
+// MLASERVE_WEIGHT_PREFETCH=0 turns the weight prefetch off (timing comparisons).
+bool PrefetchDisabled() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("MLASERVE_WEIGHT_PREFETCH");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  return disabled;
+}
+
 // How `p` runs on the small-M kernel: which instantiation, the row tiles and the K split.
 struct SmallMPlan {
   KernelFn kernel = nullptr;
@@ -347,13 +386,14 @@ struct SmallMPlan {
   int chunks = 0;      // 32-wide K chunks
   int splits = 1;      // CTAs of a cluster along K
   int64_t resident = 0;  // CTAs one wave holds at that split
+  int prefetch_chunks = 0;  // per CTA (SmallMArgs)
 };
 
 // The K split is the largest power of two (<= kMaxSplits) that keeps the grid within one wave
 // of resident CTAs and every warp at kMinChunksPerWarp chunks or more: within one wave every
 // CTA issues its loads at once (a warp's chunks are at most a few pipelined groups), so the
 // whole weight is in flight; a second partial wave would add a load latency.
-SmallMPlan PlanSmallM(const GemmParams& p, int sms) {
+SmallMPlan PlanSmallM(const GemmParams& p, int sms, const SmallMOptions& o) {
   const bool silu = p.epilogue == GemmEpilogue::kSiluMul;
   const int tiles8 = p.m > kTokensPerTile ? 2 : 1;
   // Outputs per CTA: its weight rows, or half as many features with the SiLU epilogue.
@@ -365,12 +405,20 @@ SmallMPlan PlanSmallM(const GemmParams& p, int sms) {
   plan.chunks = (p.k + kChunkK - 1) / kChunkK;
   const int64_t ctas = plan.tiles * p.batch;
   plan.resident = ResidentCtas(plan.kernel, 1, sms);
-  for (int s = 2; s <= kMaxSplits; s *= 2) {
+  for (int s = 2; s <= std::min(kMaxSplits, o.max_splits); s *= 2) {
     if (plan.chunks < s * kWarps * kMinChunksPerWarp) break;
     const int64_t resident = ResidentCtas(plan.kernel, s, sms);
     if (ctas * s > resident) break;
     plan.splits = s;
     plan.resident = resident;
+  }
+  // Prefetch what L2 keeps for the first wave: all of a weight up to kPrefetchBudgetBytes, the
+  // first chunks of each CTA's slice beyond (the LM head: ~11 of 64 chunks on an H100).
+  if (o.prefetch && !PrefetchDisabled()) {
+    const int per_cta = (plan.chunks + plan.splits - 1) / plan.splits;
+    const int64_t wave = std::min(ctas * plan.splits, std::max<int64_t>(plan.resident, 1));
+    const int64_t chunk_bytes = wave * kRowsPerTile * tiles8 * kChunkK * 2;
+    plan.prefetch_chunks = static_cast<int>(std::min<int64_t>(per_cta, kPrefetchBudgetBytes / chunk_bytes));
   }
   return plan;
 }
@@ -395,21 +443,22 @@ const char* SmallMRefusal(const GemmParams& p) {
   return nullptr;
 }
 
-SmallMShape SmallMLaunchShape(const GemmParams& p) {
-  const SmallMPlan plan = PlanSmallM(p, FactsOfCurrentDevice().sms);
-  return SmallMShape{plan.splits, plan.tiles * p.batch * plan.splits, plan.resident};
+SmallMShape SmallMLaunchShape(const GemmParams& p, const SmallMOptions& o) {
+  const SmallMPlan plan = PlanSmallM(p, FactsOfCurrentDevice().sms, o);
+  return SmallMShape{plan.splits, plan.tiles * p.batch * plan.splits, plan.resident,
+                     plan.prefetch_chunks};
 }
 
 bool SmallMFasterThanCublasLt(const GemmParams& p) {
   if (p.m > kGemmSmallMAutoMaxRows) return false;
   if (p.c2 != nullptr || p.epilogue != GemmEpilogue::kNone) return true;
   if (static_cast<int64_t>(p.n) * p.batch <= kNarrowOutputs) return true;
-  const SmallMPlan plan = PlanSmallM(p, FactsOfCurrentDevice().sms);
+  const SmallMPlan plan = PlanSmallM(p, FactsOfCurrentDevice().sms, SmallMOptions{});
   return plan.splits == 1 && plan.tiles * p.batch * 4 >= plan.resident * 3;
 }
 
-absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream) {
-  const SmallMPlan plan = PlanSmallM(p, FactsOfCurrentDevice().sms);
+absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream, const SmallMOptions& o) {
+  const SmallMPlan plan = PlanSmallM(p, FactsOfCurrentDevice().sms, o);
   if (plan.tiles > 0x7fffffff) {
     return absl::InvalidArgumentError(absl::StrCat("gemm small-m: n=", p.n, " needs ", plan.tiles,
                                                    " row tiles, more than a grid holds"));
@@ -435,6 +484,7 @@ absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream) {
   args.k = p.k;
   args.chunks = plan.chunks;
   args.chunks_per_cta = (plan.chunks + plan.splits - 1) / plan.splits;
+  args.prefetch_chunks = plan.prefetch_chunks;
   cuda::LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.splits),
                     static_cast<unsigned>(p.batch));

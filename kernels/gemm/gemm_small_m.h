@@ -45,16 +45,26 @@ const char* SmallMRefusal(const GemmParams& p);
 // shared down 0.77x, W_UV 0.85x, kv_b 0.80x) or fill less than a wave (shared gate_up 0.91x).
 bool SmallMFasterThanCublasLt(const GemmParams& p);
 
+// Launch choices that GemmCuda leaves at their defaults and benchmarks vary.
+struct SmallMOptions {
+  int max_splits = 8;    // cap on the K split (the plan takes the largest power of two that fits)
+  // L2-prefetch each CTA's weight slice before the PDL wait (kernels/common/pdl.cuh, rule 3),
+  // up to a budget of L2; MLASERVE_WEIGHT_PREFETCH=0 in the environment turns it off.
+  bool prefetch = true;
+};
+
 // The launch plan of `p` (for benchmarks' diagnostics): CTAs per tile along K (the cluster
-// size) and the CTAs one wave holds at that split. SmallMRefusal(p) must be null.
+// size), the CTAs one wave holds at that split, the K chunks each CTA prefetches. SmallMRefusal(p)
+// must be null.
 struct SmallMShape {
   int splits = 1;
   int64_t ctas = 0;      // tiles x batch x splits
   int64_t resident = 0;  // CTAs the GPU holds at once at this split
+  int prefetch_chunks = 0;
 };
-SmallMShape SmallMLaunchShape(const GemmParams& p);
+SmallMShape SmallMLaunchShape(const GemmParams& p, const SmallMOptions& o = {});
 
 // Runs `p` on the small-M kernel; SmallMRefusal(p) must be null.
-absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream);
+absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream, const SmallMOptions& o = {});
 
 }  // namespace mlaserve::kernels::gemm_cuda

@@ -275,6 +275,53 @@ TEST(GemmSmallMDeterminism, RunsAreBitwiseEqual) {
   EXPECT_TRUE(got[0] == got[2]);
 }
 
+// The launch choices (SmallMOptions): the weight prefetch before the PDL wait changes no bit
+// (it only warms L2); capping the K split changes the summation order only (bf16 bound against
+// the default plan). Shapes: o_proj (cluster split), the SiLU epilogue, a strided batch (W_UV),
+// and a weight past the prefetch budget (only the first chunks of each CTA are prefetched).
+TEST(GemmSmallMOptions, PrefetchChangesNoBitAndSplitCapsAgree) {
+  if (!SmallMRuns()) GTEST_SKIP() << "the small-M kernel needs sm_90";
+  struct Shape { int m, n, k, batch; GemmEpilogue epilogue; };
+  const Shape shapes[] = {{1, 2048, 2048, 1, GemmEpilogue::kNone},
+                          {5, 5632, 2048, 1, GemmEpilogue::kSiluMul},
+                          {3, 128, 512, 16, GemmEpilogue::kNone},
+                          {2, 12288, 2048, 1, GemmEpilogue::kNone}};
+  for (const Shape& sh : shapes) {
+    const uint64_t seed = testing::FreshSeed();
+    SCOPED_TRACE(::testing::Message() << "seed=" << seed << " m=" << sh.m << " n=" << sh.n
+                                      << " k=" << sh.k << " batch=" << sh.batch);
+    const bool silu = sh.epilogue == GemmEpilogue::kSiluMul;
+    const int cols = silu ? sh.n / 2 : sh.n;
+    const size_t out_n = static_cast<size_t>(sh.batch) * sh.m * cols;
+    auto d_a = testing::ToDeviceBf16(testing::RandomVector(static_cast<size_t>(sh.batch) * sh.m * sh.k, seed));
+    auto d_b = testing::ToDeviceBf16(
+        testing::RandomVector(static_cast<size_t>(sh.batch) * sh.n * sh.k, seed + 1, -0.05f, 0.05f));
+    GemmParams g;
+    g.dtype = DType::kBF16; g.m = sh.m; g.n = sh.n; g.k = sh.k; g.batch = sh.batch;
+    g.a = d_a.get(); g.lda = sh.k; g.stride_a = static_cast<int64_t>(sh.m) * sh.k;
+    g.b = d_b.get(); g.ldb = sh.k; g.stride_b = static_cast<int64_t>(sh.n) * sh.k;
+    g.ldc = cols; g.stride_c = static_cast<int64_t>(sh.m) * cols; g.epilogue = sh.epilogue;
+    ASSERT_EQ(gemm_cuda::SmallMRefusal(g), nullptr);
+    EXPECT_GT(gemm_cuda::SmallMLaunchShape(g).prefetch_chunks, 0);
+    EXPECT_EQ(gemm_cuda::SmallMLaunchShape(g, {8, false}).prefetch_chunks, 0);
+    auto run = [&](const gemm_cuda::SmallMOptions& o) {
+      auto d_c = testing::PoisonedBf16(out_n);
+      GemmParams q = g;
+      q.c = d_c.get();
+      EXPECT_TRUE(gemm_cuda::LaunchSmallM(q, nullptr, o).ok());
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      return testing::ToHost<uint16_t>(d_c, out_n);
+    };
+    const std::vector<uint16_t> base = run({});
+    EXPECT_EQ(testing::CountNan(testing::FromBf16(base)), 0u);
+    EXPECT_TRUE(run({8, false}) == base) << "the prefetch changed the result";
+    for (const int cap : {1, 2, 4}) {
+      EXPECT_LE(testing::RelativeError(testing::FromBf16(run({cap, true})), testing::FromBf16(base)),
+                kBf16Bound) << "max_splits " << cap;
+    }
+  }
+}
+
 // What the dispatcher does with shapes the kernel does not take: kAuto falls back to
 // cuBLASLt, kSmallM and the SiLU epilogue (which has no fallback) are refused by name; and
 // kAuto's measured cut (gemm_small_m.h): V2-Lite's o_proj stays on cuBLASLt, its router and LM
