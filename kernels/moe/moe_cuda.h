@@ -139,6 +139,10 @@ struct PermuteArgs {
   // (PermuteFusesRouting) in the same kernel as the permutation.
   const MoeRoutingParams* routing = nullptr;
 };
+// MLASERVE_MOE_FOLD=0 in the environment: no routing fused into the permutation and no shared
+// experts or norm epilogue folded (MoeExpertsFoldsSharedAndNorm false): the separate kernels,
+// for timing comparisons. Read once.
+bool DecodeFoldsDisabled();
 // Tokens up to which LaunchPermute routes and permutes in one block (a warp routes a token at
 // a time: beyond a few tokens per warp the separate, parallel routing kernel is faster).
 inline constexpr int kFusedRoutingMaxTokens = 16;

@@ -422,7 +422,7 @@ int Chunks(int num_assign) { return (num_assign + kChunk - 1) / kChunk; }
 
 
 bool PermuteFusesRouting(const PermuteArgs& a) {
-  return a.routing != nullptr && a.xg == nullptr && Chunks(a.num_assign) == 1 &&
+  return a.routing != nullptr && !DecodeFoldsDisabled() && a.xg == nullptr && Chunks(a.num_assign) == 1 &&
          a.routing->num_tokens <= kFusedRoutingMaxTokens && a.num_experts <= kRoutingMaxExperts;
 }
 

@@ -15,9 +15,17 @@
 // down: a block reads 64 rows of W_down and writes bf16 rows for the combine.
 // An expert with more than kTok tokens is processed in passes of kTok (weights re-read from
 // L2); the dispatcher sends larger batches to the grouped GEMMs instead.
+// Shared experts (MoeSharedExperts) ride along as slices of `inter` features past the routed
+// slots of the grid, over every token, so a decode step's MoE block streams all its weights in
+// two launches. Both kernels launch with PDL; the weights of their first stages go in flight
+// before the wait where the expert is known without the kernel just before (shared slices;
+// the down product's routed experts, listed by the permutation two kernels back).
+// RunStreamExperts strings the whole path: routing + permutation, gate_up, down, combine.
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -61,60 +69,99 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
     StreamExpertsKernel(const __grid_constant__ StreamArgs g) {
   using S = StreamShape<kGateUp>;
   const int slot = blockIdx.y;
-  cuda::PdlEnter();  // launched with PDL (kernels/common/pdl.cuh)
   // A routed expert's slot, or (past max_active) a slice of the shared experts: its weights,
-  // its rows, the row stride of its weight (down: the shared MLP's rows are wider) and how far
-  // its up rows are from its gate rows (gate_up, stacked).
+  // the row stride of its weight (down: the shared MLP's rows are wider), how far its up rows
+  // are from its gate rows (gate_up, stacked), and its rows of act / ys.
   const bool shared = slot >= g.max_active;
   const int64_t I = g.inter, H = g.hidden;
+  const int f0 = blockIdx.x * S::kFeatures;
+  const int out_dim = kGateUp ? g.inter : g.hidden;  // features this product writes
+  const int K = kGateUp ? g.hidden : g.inter;
+  const int k_tiles = (K + kBK - 1) / kBK;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t smem_base = cuda::SmemAddress(smem);
+
+  // Weight rows this thread copies, fixed for the whole block, once the expert is known.
+  const __nv_bfloat16* w_src[S::kWLoads];
+  bool w_ok[S::kWLoads];
+  auto point_weights = [&](int64_t e) {  // e: a routed expert; -1 - j: shared slice j
+    const __nv_bfloat16* w_e;
+    int64_t ldw = kGateUp ? H : I, up_rows = I;
+    if (e >= 0) {
+      w_e = kGateUp ? g.gate_up + e * 2 * I * H : g.down + e * H * I;
+    } else {
+      const int64_t j = -1 - e;
+      const int64_t width = static_cast<int64_t>(g.shared_slots) * I;  // the shared MLP's inter
+      w_e = kGateUp ? g.shared_gate_up + j * I * H : g.shared_down + j * I;
+      if (!kGateUp) ldw = width;
+      up_rows = width;
+    }
+    const bool interleaved = kGateUp && g.gate_up_interleaved && e >= 0;
+#pragma unroll
+    for (int q = 0; q < S::kWLoads; ++q) {
+      const int c = tid + q * S::kThreads;
+      const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+      const int feature = f0 + row % S::kFeatures;
+      w_ok[q] = feature < out_dim;
+      // The gate row of `feature` and its up row: up_rows apart (stacked), or in the 16-row
+      // block of its 8 features, 8 apart (interleaved).
+      int64_t src_row = feature;
+      if (interleaved) {
+        src_row = (feature / 8) * 16 + feature % 8 + (row >= S::kFeatures ? 8 : 0);
+      } else if (kGateUp && row >= S::kFeatures) {
+        src_row = up_rows + feature;
+      }
+      if (!w_ok[q]) src_row = 0;
+      w_src[q] = w_e + src_row * ldw + chunk * cuda::kBf16PerChunk;
+    }
+  };
+  auto load_weights = [&](int stage, int kt) {
+    const uint32_t w_base = smem_base + stage * S::kStageBytes;
+#pragma unroll
+    for (int q = 0; q < S::kWLoads; ++q) {
+      const int c = tid + q * S::kThreads;
+      const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+      const bool in_k = kt * kBK + chunk * cuda::kBf16PerChunk < K;  // K % 8 == 0
+      CpAsync16(w_base + SwizzledOffset(row, chunk, kChunksPerRow), w_src[q] + kt * kBK, w_ok[q] && in_k);
+    }
+  };
+  auto load_prologue_weights = [&] {
+#pragma unroll
+    for (int s = 0; s < S::kStages - 1; ++s) {
+      if (s < k_tiles) load_weights(s, s);
+    }
+  };
+
+  // Before the PDL wait (kernels/common/pdl.cuh, rule 3), the weights of the first stages go in
+  // flight where the expert is known without the previous kernel: a shared slice always; a
+  // routed expert in the down product, whose list the permutation wrote before gate_up (which
+  // waits before it lets this kernel in) -- read from L2. Not in gate_up: the permutation is the
+  // kernel just before. No commit yet: these join the first stage's group.
+  bool weights_in_flight = false;
+  if (shared) {
+    point_weights(-1 - (slot - g.max_active));
+    load_prologue_weights();
+    weights_in_flight = true;
+  } else if (!kGateUp) {
+    if (slot < __ldcg(&g.active[g.num_experts])) {
+      point_weights(__ldcg(&g.active[slot]));
+      load_prologue_weights();
+      weights_in_flight = true;
+    }
+  }
+  cuda::PdlEnter();  // launched with PDL: act, sorted, offsets and the outputs only after this
   int row_begin, row_end;
-  const __nv_bfloat16* w_e;
-  int64_t ldw = kGateUp ? H : I, up_rows = I;
   if (!shared) {
     if (slot >= g.active[g.num_experts]) return;
     const int64_t e = g.active[slot];
     row_begin = g.offsets[e];
     row_end = g.offsets[e + 1];
-    w_e = kGateUp ? g.gate_up + e * 2 * I * H : g.down + e * H * I;
+    if (!weights_in_flight) point_weights(e);
   } else {
-    const int j = slot - g.max_active;
-    row_begin = g.num_assign + j * g.num_tokens;
+    row_begin = g.num_assign + (slot - g.max_active) * g.num_tokens;
     row_end = row_begin + g.num_tokens;
-    const int64_t width = static_cast<int64_t>(g.shared_slots) * I;  // the shared MLP's inter
-    w_e = kGateUp ? g.shared_gate_up + j * I * H : g.shared_down + j * I;
-    if (!kGateUp) ldw = width;
-    up_rows = width;
   }
-  const bool interleaved = kGateUp && g.gate_up_interleaved && !shared;
-  const int f0 = blockIdx.x * S::kFeatures;
-  const int out_dim = kGateUp ? g.inter : g.hidden;  // features this product writes
-  const int K = kGateUp ? g.hidden : g.inter;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-
-  extern __shared__ __align__(128) unsigned char smem[];
-  const uint32_t smem_base = cuda::SmemAddress(smem);
-
-  // Weight rows this thread copies, fixed for the whole block.
-  const __nv_bfloat16* w_src[S::kWLoads];
-  bool w_ok[S::kWLoads];
-#pragma unroll
-  for (int q = 0; q < S::kWLoads; ++q) {
-    const int c = tid + q * S::kThreads;
-    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    const int feature = f0 + row % S::kFeatures;
-    w_ok[q] = feature < out_dim;
-    // The gate row of `feature` and its up row: inter rows apart (stacked), or in the 16-row
-    // block of its 8 features, 8 apart (interleaved).
-    int64_t src_row = feature;
-    if (interleaved) {
-      src_row = (feature / 8) * 16 + feature % 8 + (row >= S::kFeatures ? 8 : 0);
-    } else if (kGateUp && row >= S::kFeatures) {
-      src_row = up_rows + feature;
-    }
-    if (!w_ok[q]) src_row = 0;
-    w_src[q] = w_e + src_row * ldw + chunk * cuda::kBf16PerChunk;
-  }
-  const int k_tiles = (K + kBK - 1) / kBK;
 
   for (int r0 = row_begin; r0 < row_end; r0 += kTok) {
     // The token row this thread copies in this pass (threads past kTok * 8 chunks copy none).
@@ -128,16 +175,8 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
       x_src = kGateUp ? g.x + token * g.hidden : g.act + static_cast<int64_t>(r0 + x_row) * g.inter;
       x_src += x_chunk * cuda::kBf16PerChunk;
     }
-    auto load_stage = [&](int stage, int kt) {
-      const uint32_t w_base = smem_base + stage * S::kStageBytes;
-      const uint32_t x_base = w_base + S::kWTileBytes;
-#pragma unroll
-      for (int q = 0; q < S::kWLoads; ++q) {
-        const int c = tid + q * S::kThreads;
-        const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-        const bool in_k = kt * kBK + chunk * cuda::kBf16PerChunk < K;  // K % 8 == 0
-        CpAsync16(w_base + SwizzledOffset(row, chunk, kChunksPerRow), w_src[q] + kt * kBK, w_ok[q] && in_k);
-      }
+    auto load_x = [&](int stage, int kt) {
+      const uint32_t x_base = smem_base + stage * S::kStageBytes + S::kWTileBytes;
       if (xc < kTok * kChunksPerRow) {
         const bool in_k = kt * kBK + x_chunk * cuda::kBf16PerChunk < K;
         CpAsync16(x_base + SwizzledOffset(x_row, x_chunk, kChunksPerRow),
@@ -146,16 +185,24 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
     };
 
     float acc[2][2][4] = {};  // [gate, up (gate_up only)][token n8 tile][fragment]
+    // Prologue: the first kStages - 1 stages' weights (unless already in flight), then their
+    // token tiles one group each: group 0 = all prologue weights + tile 0, group s = tile s, so
+    // the main loop's wait for group kt still finds stage kt's weights and tokens landed.
+    if (!weights_in_flight) load_prologue_weights();
+    weights_in_flight = false;  // a later pass (more than kTok rows) reloads them
 #pragma unroll
     for (int s = 0; s < S::kStages - 1; ++s) {
-      if (s < k_tiles) load_stage(s, s);
+      if (s < k_tiles) load_x(s, s);
       cuda::CpAsyncCommit();
     }
     for (int kt = 0; kt < k_tiles; ++kt) {
       cuda::CpAsyncWait<S::kStages - 2>();
       __syncthreads();
       const int next = kt + S::kStages - 1;
-      if (next < k_tiles) load_stage(next % S::kStages, next);
+      if (next < k_tiles) {
+        load_weights(next % S::kStages, next);
+        load_x(next % S::kStages, next);
+      }
       cuda::CpAsyncCommit();
       const uint32_t w_base = smem_base + (kt % S::kStages) * S::kStageBytes;
       const uint32_t x_base = w_base + S::kWTileBytes;
@@ -238,19 +285,25 @@ int SharedSlots(const MoeExpertsParams& p) {
 
 }  // namespace
 
+bool DecodeFoldsDisabled() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("MLASERVE_MOE_FOLD");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  return disabled;
+}
+
 absl::Status RunStreamExperts(const MoeExpertsParams& p, const StreamWorkspace& w, cudaStream_t s,
                               ExpertsStageObserver* observer) {
   auto done = [&](ExpertsStage stage) {
     if (observer != nullptr) observer->AfterStage(stage, s);
   };
-  const int slots = SharedSlots(p);
-  if (slots < 0 || p.norm.residual != nullptr) {
-    if (!MoeExpertsCudaFoldsSharedAndNorm(p)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "moe_experts: shared.inter=", p.shared.inter, " / the norm epilogue are not taken at inter=",
-          p.inter, " top_k=", p.top_k, " hidden=", p.hidden, " (MoeExpertsFoldsSharedAndNorm)"));
-    }
+  if ((p.shared.inter != 0 || p.norm.residual != nullptr) && !MoeExpertsCudaFoldsSharedAndNorm(p)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "moe_experts: shared.inter=", p.shared.inter, " / the norm epilogue are not taken at inter=",
+        p.inter, " top_k=", p.top_k, " hidden=", p.hidden, " (MoeExpertsFoldsSharedAndNorm)"));
   }
+  const int slots = SharedSlots(p);
   const int num_assign = p.num_tokens * p.top_k;
   const int E = p.num_experts;
   const auto* x = static_cast<const __nv_bfloat16*>(p.x);
@@ -313,6 +366,7 @@ bool MoeExpertsCudaFoldsSharedAndNorm(const MoeExpertsParams& p) {
     return false;
   }
   if (p.shared.inter != 0 && !(aligned(p.shared.gate_up) && aligned(p.shared.down))) return false;
+  if (moe_cuda::DecodeFoldsDisabled()) return false;
   return p.dtype == DType::kBF16 && p.num_tokens > 0 && p.top_k > 0 && p.inter > 0 &&
          p.inter % 8 == 0 && p.hidden % 8 == 0 && p.hidden <= moe_cuda::kCombineNormMaxHidden &&
          moe_cuda::PlanExperts(p).path == MoeExpertsPath::kStream && !p.baseline.combine &&
