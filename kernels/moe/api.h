@@ -84,9 +84,10 @@ struct MoeBaselineStages {
 // joins the routed rows in the combine with weight 1 (one f32 sum, one rounding), instead of
 // running as its own gated MLP (two launches) that accumulates into out. inter 0: none.
 struct MoeSharedExperts {
-  const void* gate_up = nullptr;  // [2*inter, hidden]: the inter gate rows, then the up rows
+  const void* gate_up = nullptr;  // [2*inter, hidden], rows as gate_up_layout says
   const void* down = nullptr;     // [hidden, inter]
   int inter = 0;                  // the shared MLP's width (n_shared_experts x moe_inter)
+  MoeGateUpLayout gate_up_layout = MoeGateUpLayout::kStacked;
 };
 
 // Optional epilogue of the combine (where MoeExpertsFoldsSharedAndNorm says so): the MoE output

@@ -68,7 +68,8 @@ struct StreamArgs {
   // the max_active routed slots: slice j is features [j*inter, (j+1)*inter) of the shared MLP
   // (its down product splits the same way along K), over every token; its rows are
   // [num_assign + j*num_tokens, + num_tokens) of act and ys, in token order.
-  const __nv_bfloat16* shared_gate_up;  // [2*shared_slots*inter, hidden], stacked
+  const __nv_bfloat16* shared_gate_up;  // [2*shared_slots*inter, hidden]
+  bool shared_gate_up_interleaved;      // kInterleaved8 (else stacked)
   const __nv_bfloat16* shared_down;     // [hidden, shared_slots*inter]
   int shared_slots;                     // 0: none
   int num_tokens, num_assign;

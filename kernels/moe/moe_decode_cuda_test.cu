@@ -221,6 +221,24 @@ TEST_P(MoeDecodeFoldTest, SharedExpertsAndNormEpilogueMatchTheUnfusedForms) {
   EXPECT_LE(testing::RelativeError(got, want), 1e-2);
   EXPECT_LE(testing::MaxScaledError(got, want), 5e-2);
 
+  // The shared gate_up interleaved (MoePrepareExpertWeights as one expert: how the loader
+  // prepares it on Hopper): the same bits, only the weight rows move.
+  {
+    auto d_sgu_il = testing::ToDeviceBf16(b.shared_gate_up);
+    if (S > 0) {
+      MoePrepareParams prep;
+      prep.num_experts = 1; prep.hidden = H; prep.inter = S; prep.gate_up = d_sgu_il.get();
+      prep.layout = MoeGateUpLayout::kInterleaved8;
+      ASSERT_TRUE(MoePrepareExpertWeights(prep, kCuda).ok());
+    }
+    MoeExpertsParams il = p;
+    il.shared.gate_up = S > 0 ? d_sgu_il.get() : nullptr;
+    il.shared.gate_up_layout = MoeGateUpLayout::kInterleaved8;
+    Outputs interleaved;
+    ASSERT_NO_FATAL_FAILURE(RunExperts(b, il, nullptr, false, &interleaved));
+    EXPECT_TRUE(interleaved.out == shared.out) << "interleaved shared gate_up differs from stacked";
+  }
+
   ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, true, &normed));
   EXPECT_TRUE(std::all_of(normed.out.begin(), normed.out.end(), [](uint16_t v) { return v == 0x7fc0; }))
       << "the norm epilogue must leave out untouched";

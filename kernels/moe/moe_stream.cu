@@ -88,16 +88,21 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
   auto point_weights = [&](int64_t e) {  // e: a routed expert; -1 - j: shared slice j
     const __nv_bfloat16* w_e;
     int64_t ldw = kGateUp ? H : I, up_rows = I;
+    bool interleaved = kGateUp && g.gate_up_interleaved;
     if (e >= 0) {
       w_e = kGateUp ? g.gate_up + e * 2 * I * H : g.down + e * H * I;
     } else {
+      // Slice j: features [j*I, (j+1)*I) of the shared MLP. Stacked, its gate rows start at
+      // row j*I and its up rows `width` further; interleaved (blocks of 8 features, I % 8 ==
+      // 0), its 2*I rows are contiguous from row 2*j*I, in the routed experts' layout.
       const int64_t j = -1 - e;
       const int64_t width = static_cast<int64_t>(g.shared_slots) * I;  // the shared MLP's inter
-      w_e = kGateUp ? g.shared_gate_up + j * I * H : g.shared_down + j * I;
+      interleaved = kGateUp && g.shared_gate_up_interleaved;
+      w_e = !kGateUp ? g.shared_down + j * I
+                     : g.shared_gate_up + j * (interleaved ? 2 : 1) * I * H;
       if (!kGateUp) ldw = width;
       up_rows = width;
     }
-    const bool interleaved = kGateUp && g.gate_up_interleaved && e >= 0;
 #pragma unroll
     for (int q = 0; q < S::kWLoads; ++q) {
       const int c = tid + q * S::kThreads;
@@ -332,6 +337,7 @@ absl::Status RunStreamExperts(const MoeExpertsParams& p, const StreamWorkspace& 
   a.ys = w.ys;
   a.gate_up_interleaved = p.gate_up_layout == MoeGateUpLayout::kInterleaved8;
   a.shared_gate_up = static_cast<const __nv_bfloat16*>(p.shared.gate_up);
+  a.shared_gate_up_interleaved = p.shared.gate_up_layout == MoeGateUpLayout::kInterleaved8;
   a.shared_down = static_cast<const __nv_bfloat16*>(p.shared.down);
   a.shared_slots = slots;
   a.num_tokens = p.num_tokens;

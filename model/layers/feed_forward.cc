@@ -159,6 +159,7 @@ absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out, b
       folded.shared.gate_up = m.shared.gate_up.weight.data();
       folded.shared.down = m.shared.down.weight.data();
       folded.shared.inter = m.shared.inter;
+      folded.shared.gate_up_layout = m.shared.gate_up_layout;
     }
     folded.norm = *norm;
     if (kernels::MoeExpertsFoldsSharedAndNorm(folded, oc.kernel.backend)) {
