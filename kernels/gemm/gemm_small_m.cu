@@ -40,13 +40,25 @@ constexpr int kChunksInFlight = 4;     // 16-byte weight loads per row pair in f
 // K split: at most a portable cluster of CTAs per tile, each warp keeping at least
 // kMinChunksPerWarp chunks (ChooseSplits).
 constexpr int kMaxSplits = 8;
-constexpr int kMinChunksPerWarp = 2;
+// At 2 chunks a warp the split CTAs are mostly launch and cluster reduction: on an H100
+// (2026-11-25, dense bench) V2-Lite's W_UV per head ran 2.5 us unsplit vs 3.7 us split in two,
+// kv_b 3.2 vs 4.4, kv_a_proj 3.8 us at 4 chunks a warp vs 4.1 at 2.
+constexpr int kMinChunksPerWarp = 4;
 // kAuto's cut (SmallMFasterThanCublasLt): outputs (n x batch) up to this are latency-bound
 // launches where the small-M kernel's shorter prologue wins (routers, kv_a_proj).
 constexpr int64_t kNarrowOutputs = 1024;
 // Weight bytes one launch prefetches into L2 at most before its PDL wait: a share of the H100's
 // 50 MB L2 (H200: the same) that leaves room for the previous kernel's working set.
 constexpr int64_t kPrefetchBudgetBytes = int64_t{24} << 20;
+// Only weights up to this size are prefetched at all. Measured on an H100 (2026-11-25, graphs of
+// back-to-back calls): 0.3-0.5 us faster on 2-4 MB weights (kv_a_proj, W_UV, W_UK^T, kv_b), but
+// 0.5-2 us slower on 8-25 MB ones (o_proj, shared gate_up, q_b: the prefetch and the loads
+// that follow it both go to DRAM) and 10 us on the LM head; the V2-Lite decode step at batch 1
+// took 3.74 ms with every weight prefetched, 3.66 ms with none.
+constexpr int64_t kPrefetchMaxWeightBytes = int64_t{4} << 20;
+// kAuto: a grid of several waves whose CTAs own few K chunks pays a CTA launch per few loads
+// (V3's W_UK^T per head, 4096 CTAs of 4 chunks: 18.6 us vs cuBLASLt's 7.8).
+constexpr int kAutoMinChunksPerCtaMultiWave = 16;
 
 // Normalised on the host: element pointers and strides, no second output = c2_begin n.
 struct SmallMArgs {
@@ -412,9 +424,10 @@ SmallMPlan PlanSmallM(const GemmParams& p, int sms, const SmallMOptions& o) {
     plan.splits = s;
     plan.resident = resident;
   }
-  // Prefetch what L2 keeps for the first wave: all of a weight up to kPrefetchBudgetBytes, the
-  // first chunks of each CTA's slice beyond (the LM head: ~11 of 64 chunks on an H100).
-  if (o.prefetch && !PrefetchDisabled()) {
+  // Prefetch the CTAs' slices of small weights (kPrefetchMaxWeightBytes), within what L2 keeps
+  // for the first wave (kPrefetchBudgetBytes; only the first chunks of each slice beyond).
+  const int64_t weight_bytes = int64_t{2} * p.n * p.k * p.batch;
+  if (o.prefetch && !PrefetchDisabled() && weight_bytes <= o.prefetch_max_weight_bytes) {
     const int per_cta = (plan.chunks + plan.splits - 1) / plan.splits;
     const int64_t wave = std::min(ctas * plan.splits, std::max<int64_t>(plan.resident, 1));
     const int64_t chunk_bytes = wave * kRowsPerTile * tiles8 * kChunkK * 2;
@@ -454,7 +467,9 @@ bool SmallMFasterThanCublasLt(const GemmParams& p) {
   if (p.c2 != nullptr || p.epilogue != GemmEpilogue::kNone) return true;
   if (static_cast<int64_t>(p.n) * p.batch <= kNarrowOutputs) return true;
   const SmallMPlan plan = PlanSmallM(p, FactsOfCurrentDevice().sms, SmallMOptions{});
-  return plan.splits == 1 && plan.tiles * p.batch * 4 >= plan.resident * 3;
+  const int64_t ctas = plan.tiles * p.batch * plan.splits;
+  const int chunks_per_cta = (plan.chunks + plan.splits - 1) / plan.splits;
+  return ctas <= plan.resident || chunks_per_cta >= kAutoMinChunksPerCtaMultiWave;
 }
 
 absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream, const SmallMOptions& o) {

@@ -33,24 +33,25 @@ inline constexpr int kGemmSmallMAutoMaxRows = 8;
 // path field is not looked at).
 const char* SmallMRefusal(const GemmParams& p);
 
-// kAuto's choice among shapes the kernel takes (SmallMRefusal null), from the same H100 run
-// (small-M vs cuBLASLt per projection at 1-8 tokens): the small-M kernel for
-//   - the fused forms (a second output: V2-Lite's q_proj | kv_a 1.35-1.42x, V3's q_a | kv_a
-//     1.12x against cuBLASLt's two calls; the SiLU epilogue, which cuBLASLt has no form of),
-//   - narrow outputs (n x batch <= 1024: routers 1.25-1.48x, kv_a_proj 1.03-1.25x),
-//   - weights it streams without a K split over at least 3/4 of a wave of CTAs (LM heads
-//     1.06-1.09x, V2-Lite's dense gate_up 1.08-1.10x, V3's q_b / kv_b / o_proj / dense down
-//     1.02-1.07x);
-// cuBLASLt for the rest: mid-sized weights that need a K split (V2-Lite's o_proj 0.75x,
-// shared down 0.77x, W_UV 0.85x, kv_b 0.80x) or fill less than a wave (shared gate_up 0.91x).
+// kAuto's choice among shapes the kernel takes (SmallMRefusal null), from the H100 runs of
+// mlaserve-dense-bench (2026-11-25, second session: at least 4 K chunks a warp, the weight
+// prefetch only below 4 MiB): the small-M kernel at up to 8 tokens, except for grids of several
+// waves whose CTAs own fewer than 16 K chunks (V3's W_UK^T per head: 0.42x). In isolation it
+// wins on the fused forms (q_proj | kv_a 1.50x: cuBLASLt needs two calls; the SiLU epilogue),
+// narrow outputs (routers 1.4-1.5x, kv_a_proj 1.4x), W_UV / W_UK^T per head (1.2-1.4x), LM heads,
+// V3's q_b / o_proj / dense products; it ties V2-Lite's o_proj (6.2 vs 6.1 us) and loses a
+// little on its dense down (0.92x, once a step) -- in a decode step it launches with PDL, which
+// cuBLASLt does not, so the kernels around it overlap it.
 bool SmallMFasterThanCublasLt(const GemmParams& p);
 
 // Launch choices that GemmCuda leaves at their defaults and benchmarks vary.
 struct SmallMOptions {
   int max_splits = 8;    // cap on the K split (the plan takes the largest power of two that fits)
   // L2-prefetch each CTA's weight slice before the PDL wait (kernels/common/pdl.cuh, rule 3),
-  // up to a budget of L2; MLASERVE_WEIGHT_PREFETCH=0 in the environment turns it off.
+  // for weights of at most prefetch_max_weight_bytes (4 MiB: where it measured faster, the .cu
+  // says), up to a budget of L2; MLASERVE_WEIGHT_PREFETCH=0 in the environment turns it off.
   bool prefetch = true;
+  int64_t prefetch_max_weight_bytes = int64_t{4} << 20;
 };
 
 // The launch plan of `p` (for benchmarks' diagnostics): CTAs per tile along K (the cluster

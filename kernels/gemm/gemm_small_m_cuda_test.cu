@@ -302,7 +302,8 @@ TEST(GemmSmallMOptions, PrefetchChangesNoBitAndSplitCapsAgree) {
     g.b = d_b.get(); g.ldb = sh.k; g.stride_b = static_cast<int64_t>(sh.n) * sh.k;
     g.ldc = cols; g.stride_c = static_cast<int64_t>(sh.m) * cols; g.epilogue = sh.epilogue;
     ASSERT_EQ(gemm_cuda::SmallMRefusal(g), nullptr);
-    EXPECT_GT(gemm_cuda::SmallMLaunchShape(g).prefetch_chunks, 0);
+    const gemm_cuda::SmallMOptions all{8, true, int64_t{1} << 40};  // prefetch whatever the size
+    EXPECT_GT(gemm_cuda::SmallMLaunchShape(g, all).prefetch_chunks, 0);
     EXPECT_EQ(gemm_cuda::SmallMLaunchShape(g, {8, false}).prefetch_chunks, 0);
     auto run = [&](const gemm_cuda::SmallMOptions& o) {
       auto d_c = testing::PoisonedBf16(out_n);
@@ -312,9 +313,10 @@ TEST(GemmSmallMOptions, PrefetchChangesNoBitAndSplitCapsAgree) {
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       return testing::ToHost<uint16_t>(d_c, out_n);
     };
-    const std::vector<uint16_t> base = run({});
+    const std::vector<uint16_t> base = run(all);
     EXPECT_EQ(testing::CountNan(testing::FromBf16(base)), 0u);
     EXPECT_TRUE(run({8, false}) == base) << "the prefetch changed the result";
+    EXPECT_TRUE(run({}) == base) << "the default prefetch changed the result";
     for (const int cap : {1, 2, 4}) {
       EXPECT_LE(testing::RelativeError(testing::FromBf16(run({cap, true})), testing::FromBf16(base)),
                 kBf16Bound) << "max_splits " << cap;
@@ -324,8 +326,8 @@ TEST(GemmSmallMOptions, PrefetchChangesNoBitAndSplitCapsAgree) {
 
 // What the dispatcher does with shapes the kernel does not take: kAuto falls back to
 // cuBLASLt, kSmallM and the SiLU epilogue (which has no fallback) are refused by name; and
-// kAuto's measured cut (gemm_small_m.h): V2-Lite's o_proj stays on cuBLASLt, its router and LM
-// head run on the small-M kernel.
+// kAuto's measured cut (gemm_small_m.h): V2-Lite's o_proj, router, W_UV per head and LM head run
+// on the small-M kernel, V3's W_UK^T per head (many waves of 4-chunk CTAs) on cuBLASLt.
 TEST(GemmSmallMPaths, FallBackOrRefuse) {
   std::vector<uint16_t> host(64 * 64, 0x3f80);  // 1.0
   auto buf = testing::ToDevice(host);
@@ -363,11 +365,18 @@ TEST(GemmSmallMPaths, FallBackOrRefuse) {
   g.path = GemmPath::kAuto;
   g.k = 2048; g.lda = 2048; g.ldb = 2048; g.c_f32 = false;
   g.n = 2048;  // o_proj
-  EXPECT_FALSE(GemmRunsSmallM(g, Backend::kCuda));
+  EXPECT_TRUE(GemmRunsSmallM(g, Backend::kCuda));
   g.n = 64;  // router
   EXPECT_TRUE(GemmRunsSmallM(g, Backend::kCuda));
   g.n = 102400;  // LM head
   EXPECT_TRUE(GemmRunsSmallM(g, Backend::kCuda));
+  GemmParams heads = g;  // per-head strided batches
+  heads.n = 128; heads.k = 512; heads.lda = heads.ldb = 512; heads.batch = 16;
+  heads.stride_a = 512; heads.stride_b = int64_t{128} * 512; heads.stride_c = 128;
+  EXPECT_TRUE(GemmRunsSmallM(heads, Backend::kCuda));  // V2-Lite W_UV
+  heads.n = 512; heads.k = 128; heads.lda = heads.ldb = 128; heads.batch = 128;
+  heads.stride_a = 128; heads.stride_b = int64_t{512} * 128; heads.stride_c = 512;
+  EXPECT_FALSE(GemmRunsSmallM(heads, Backend::kCuda));  // V3 W_UK^T
   g.m = 9;  // more tokens than kAuto sends
   EXPECT_FALSE(GemmRunsSmallM(g, Backend::kCuda));
 }

@@ -372,6 +372,7 @@ bool MoeExpertsCudaFoldsSharedAndNorm(const MoeExpertsParams& p) {
     return false;
   }
   if (p.shared.inter != 0 && !(aligned(p.shared.gate_up) && aligned(p.shared.down))) return false;
+  if (p.shared.inter != 0 && p.num_tokens > kMoeFoldSharedMaxTokens) return false;
   if (moe_cuda::DecodeFoldsDisabled()) return false;
   return p.dtype == DType::kBF16 && p.num_tokens > 0 && p.top_k > 0 && p.inter > 0 &&
          p.inter % 8 == 0 && p.hidden % 8 == 0 && p.hidden <= moe_cuda::kCombineNormMaxHidden &&
