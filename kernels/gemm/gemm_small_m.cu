@@ -50,12 +50,12 @@ constexpr int64_t kNarrowOutputs = 1024;
 // Weight bytes one launch prefetches into L2 at most before its PDL wait: a share of the H100's
 // 50 MB L2 (H200: the same) that leaves room for the previous kernel's working set.
 constexpr int64_t kPrefetchBudgetBytes = int64_t{24} << 20;
-// Only weights up to this size are prefetched at all. Measured on an H100 (2026-11-25, graphs of
-// back-to-back calls): 0.3-0.5 us faster on 2-4 MB weights (kv_a_proj, W_UV, W_UK^T, kv_b), but
-// 0.5-2 us slower on 8-25 MB ones (o_proj, shared gate_up, q_b: the prefetch and the loads
-// that follow it both go to DRAM) and 10 us on the LM head; the V2-Lite decode step at batch 1
-// took 3.74 ms with every weight prefetched, 3.66 ms with none.
-constexpr int64_t kPrefetchMaxWeightBytes = int64_t{4} << 20;
+// Only weights up to SmallMOptions::prefetch_max_weight_bytes (4 MiB) are prefetched at all.
+// Measured on an H100 (2026-11-25, graphs of back-to-back calls): 0.3-0.5 us faster on 2-4 MB
+// weights (kv_a_proj, W_UV, W_UK^T, kv_b), but 0.5-2 us slower on 8-25 MB ones (o_proj, shared
+// gate_up, q_b: the prefetch and the loads that follow it both go to DRAM) and 10 us on the LM
+// head; the V2-Lite decode step at batch 1 took 3.74 ms with every weight prefetched, 3.66 ms
+// with none.
 // kAuto: a grid of several waves whose CTAs own few K chunks pays a CTA launch per few loads
 // (V3's W_UK^T per head, 4096 CTAs of 4 chunks: 18.6 us vs cuBLASLt's 7.8).
 constexpr int kAutoMinChunksPerCtaMultiWave = 16;
@@ -76,6 +76,7 @@ struct SmallMArgs {
   int m, n, k;
   int chunks, chunks_per_cta;
   int prefetch_chunks;  // of each CTA's chunks, from its first: prefetched into L2 before the wait
+  bool weights_early;   // each warp's first two groups of weight loads issued before the wait
 };
 
 // Weights are read once: bypass L1, and ask L2 for the whole 256-byte segment (the CTA's other
@@ -169,8 +170,6 @@ __global__ void __launch_bounds__(kThreads) SmallMGemmKernel(const __grid_consta
     }
   }
 
-  cuda::PdlEnter();  // nothing global but the weights is touched above
-
   // Software-pipelined: the loads of the next group of kUnroll chunks are issued before the
   // products of the current one, so a lane keeps a whole group of 16-byte weight loads in flight
   // while it multiplies (without the second buffer the compiler interleaves each load with its
@@ -181,12 +180,15 @@ __global__ void __launch_bounds__(kThreads) SmallMGemmKernel(const __grid_consta
   constexpr int kStep = kWarps * kUnroll;  // chunks between a warp's groups
   uint4 w[2][kUnroll][kTiles][2];
   uint4 x[2][kUnroll][kTiles];
-  auto load_group = [&](int buf, int c0) {
+  auto in_range = [&](int c) {
+    return c < c_end && static_cast<int64_t>(c) * kChunkK + q * cuda::kBf16PerChunk < p.k;  // k % 8 == 0
+  };
+  auto load_weights = [&](int buf, int c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarps;
       const int64_t k0 = static_cast<int64_t>(c) * kChunkK;
-      const bool in = c < c_end && k0 + q * cuda::kBf16PerChunk < p.k;  // k % 8 == 0
+      const bool in = in_range(c);
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
@@ -195,12 +197,32 @@ __global__ void __launch_bounds__(kThreads) SmallMGemmKernel(const __grid_consta
               in && w_ok[j][h] ? LoadWeight(w_row[j][h] + k0) : make_uint4(0, 0, 0, 0);
         }
       }
+    }
+  };
+  auto load_tokens = [&](int buf, int c0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * kWarps;
+      const int64_t k0 = static_cast<int64_t>(c) * kChunkK;
+      const bool in = in_range(c);
 #pragma unroll
       for (int t = 0; t < kTiles; ++t) {
         x[buf][u][t] = in && x_ok[t] ? LoadToken(x_row[t] + k0) : make_uint4(0, 0, 0, 0);
       }
     }
   };
+  // The warp's first two groups of weights go in flight before the wait (rule 3 again: into
+  // registers, where nothing can evict them), so the first DRAM round trip overlaps the
+  // previous kernel's tail; the tokens, which that kernel may be writing, only after it.
+  const int first = c_begin + warp;
+  const bool early = p.weights_early && first < c_end;
+  if (early) {
+    load_weights(0, first);
+    if (first + kStep < c_end) load_weights(1, first + kStep);
+  }
+
+  cuda::PdlEnter();  // nothing global but the weights is touched above
+
   auto multiply_group = [&](int buf) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -221,13 +243,21 @@ __global__ void __launch_bounds__(kThreads) SmallMGemmKernel(const __grid_consta
       }
     }
   };
-  const int first = c_begin + warp;
-  if (first < c_end) load_group(0, first);
+  if (first < c_end) {
+    if (!early) load_weights(0, first);
+    load_tokens(0, first);
+  }
   for (int c0 = first; c0 < c_end; c0 += 2 * kStep) {
-    if (c0 + kStep < c_end) load_group(1, c0 + kStep);
+    if (c0 + kStep < c_end) {
+      if (!(early && c0 == first)) load_weights(1, c0 + kStep);
+      load_tokens(1, c0 + kStep);
+    }
     multiply_group(0);
     if (c0 + kStep >= c_end) break;
-    if (c0 + 2 * kStep < c_end) load_group(0, c0 + 2 * kStep);
+    if (c0 + 2 * kStep < c_end) {
+      load_weights(0, c0 + 2 * kStep);
+      load_tokens(0, c0 + 2 * kStep);
+    }
     multiply_group(1);
   }
 
@@ -382,7 +412,8 @@ int64_t ResidentCtas(KernelFn kernel, int splits, int sms) {
   return resident;
 }
 
-// MLASERVE_WEIGHT_PREFETCH=0 turns the weight prefetch off (timing comparisons).
+// MLASERVE_WEIGHT_PREFETCH=0 turns the weight prefetch and the early weight loads off (timing
+// comparisons).
 bool PrefetchDisabled() {
   static const bool disabled = [] {
     const char* v = std::getenv("MLASERVE_WEIGHT_PREFETCH");
@@ -399,6 +430,7 @@ struct SmallMPlan {
   int splits = 1;      // CTAs of a cluster along K
   int64_t resident = 0;  // CTAs one wave holds at that split
   int prefetch_chunks = 0;  // per CTA (SmallMArgs)
+  bool weights_early = false;
 };
 
 // The K split is the largest power of two (<= kMaxSplits) that keeps the grid within one wave
@@ -426,6 +458,7 @@ SmallMPlan PlanSmallM(const GemmParams& p, int sms, const SmallMOptions& o) {
   }
   // Prefetch the CTAs' slices of small weights (kPrefetchMaxWeightBytes), within what L2 keeps
   // for the first wave (kPrefetchBudgetBytes; only the first chunks of each slice beyond).
+  plan.weights_early = o.weights_before_wait && !PrefetchDisabled();
   const int64_t weight_bytes = int64_t{2} * p.n * p.k * p.batch;
   if (o.prefetch && !PrefetchDisabled() && weight_bytes <= o.prefetch_max_weight_bytes) {
     const int per_cta = (plan.chunks + plan.splits - 1) / plan.splits;
@@ -500,6 +533,7 @@ absl::Status LaunchSmallM(const GemmParams& p, cudaStream_t stream, const SmallM
   args.chunks = plan.chunks;
   args.chunks_per_cta = (plan.chunks + plan.splits - 1) / plan.splits;
   args.prefetch_chunks = plan.prefetch_chunks;
+  args.weights_early = plan.weights_early;
   cuda::LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>(plan.tiles), static_cast<unsigned>(plan.splits),
                     static_cast<unsigned>(p.batch));

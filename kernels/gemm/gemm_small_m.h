@@ -52,6 +52,9 @@ struct SmallMOptions {
   // says), up to a budget of L2; MLASERVE_WEIGHT_PREFETCH=0 in the environment turns it off.
   bool prefetch = true;
   int64_t prefetch_max_weight_bytes = int64_t{4} << 20;
+  // Issue each warp's first two groups of weight loads (into registers) before the PDL wait;
+  // MLASERVE_WEIGHT_PREFETCH=0 turns this off too.
+  bool weights_before_wait = true;
 };
 
 // The launch plan of `p` (for benchmarks' diagnostics): CTAs per tile along K (the cluster
