@@ -275,8 +275,8 @@ TEST(GemmSmallMDeterminism, RunsAreBitwiseEqual) {
   EXPECT_TRUE(got[0] == got[2]);
 }
 
-// The launch choices (SmallMOptions): the weight prefetch before the PDL wait changes no bit
-// (it only warms L2); capping the K split changes the summation order only (bf16 bound against
+// The launch choices (SmallMOptions): the weight prefetch and the early weight loads before the
+// PDL wait change no bit (they only move loads earlier); capping the K split changes the summation order only (bf16 bound against
 // the default plan). Shapes: o_proj (cluster split), the SiLU epilogue, a strided batch (W_UV),
 // and a weight past the prefetch budget (only the first chunks of each CTA are prefetched).
 TEST(GemmSmallMOptions, PrefetchChangesNoBitAndSplitCapsAgree) {
@@ -316,6 +316,7 @@ TEST(GemmSmallMOptions, PrefetchChangesNoBitAndSplitCapsAgree) {
     const std::vector<uint16_t> base = run(all);
     EXPECT_EQ(testing::CountNan(testing::FromBf16(base)), 0u);
     EXPECT_TRUE(run({8, false}) == base) << "the prefetch changed the result";
+    EXPECT_TRUE(run({8, false, 0, false}) == base) << "the early weight loads changed the result";
     EXPECT_TRUE(run({}) == base) << "the default prefetch changed the result";
     for (const int cap : {1, 2, 4}) {
       EXPECT_LE(testing::RelativeError(testing::FromBf16(run({cap, true})), testing::FromBf16(base)),
