@@ -10,8 +10,9 @@
 #             eager (with the folded MoE, ForwardInto's storage reuse)
 #   bench     mlaserve-engine-bench on the random V2-Lite-shaped checkpoint: prefill 1024,
 #             decode batch 1 / 32 / 128 (graphs, eager, sampled), context 1024
-#   variants  decode batch 1 again with one lever off each: MLASERVE_WEIGHT_PREFETCH=0,
-#             MLASERVE_MOE_FOLD=0, MLASERVE_PDL=0
+#   variants  decode batch 1 again (a quick setup: prefill 16, 24 steps), all levers on, then one
+#             off each: MLASERVE_WEIGHT_PREFETCH=0 (no weight loads before the PDL wait),
+#             MLASERVE_MOE_FOLD=0, MLASERVE_GEMM_SMALL_M=0 (and MLASERVE_PDL=0 with VARIANT_PDL=1)
 #   dense     mlaserve-dense-bench --decode-only --tokens 1: small-M vs cuBLASLt per projection,
 #             with the variants (no prefetch, split <= 1/2/4)
 #   profile   tools/device/kernel_profile.sh PHASES=decode1 (ncu per-kernel table of one step)
@@ -99,9 +100,11 @@ fi
 want bench && bench "all levers on" -- --prefill-lens 1024 --decode-batches 1 32 128
 if want variants; then
   quick=(--prefill-lens 16 --runs 1 --decode-batches 1 --decode-steps 24 --eager-steps 0 --sampled-steps 0)
-  bench "no weight prefetch" MLASERVE_WEIGHT_PREFETCH=0 -- "${quick[@]}"
+  bench "all levers on (quick)" -- "${quick[@]}"
+  bench "no weights before the PDL wait" MLASERVE_WEIGHT_PREFETCH=0 -- "${quick[@]}"
   bench "no MoE folds" MLASERVE_MOE_FOLD=0 -- "${quick[@]}"
-  bench "no PDL" MLASERVE_PDL=0 -- "${quick[@]}"
+  bench "cuBLASLt for every GEMM" MLASERVE_GEMM_SMALL_M=0 -- "${quick[@]}"
+  [[ ${VARIANT_PDL:-0} == 1 ]] && bench "no PDL" MLASERVE_PDL=0 -- "${quick[@]}"
 fi
 
 if want dense; then
