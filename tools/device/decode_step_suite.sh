@@ -29,7 +29,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
-[[ -d .devbin ]] || tar -xJf .devpack-decode1.tar.xz
+# This pack's binaries, not whatever an earlier call left in .devbin.
+if [[ -f .devpack-decode1.tar.xz ]]; then rm -rf .devbin .devlibs && tar -xJf .devpack-decode1.tar.xz; fi
 source tools/device/env.sh
 OUT=${OUT:-/tmp/decode_step_out}
 STEPS=${STEPS:-"tests sanitize engine bench variants dense profile"}
