@@ -5,9 +5,14 @@
 // request's logits must equal the single-rank engine's within 1e-5 relative error and its
 // greedy tokens must be equal. KV moves between a rank's pool and other layouts (single rank,
 // tensor-parallel ranks) page by page, as a KV import / export does.
+#include <algorithm>
+#include <map>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "model/parallel_engine.h"
 #include "model/parallel_graph_plan.h"
@@ -316,6 +321,92 @@ TEST(DataParallelEngineKv, RefusesChunksForRanksItDoesNotHave) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_TRUE((*data)->Forward({&c, 1}).ok());
   (*data)->rank_pool(1).Free(*pages);
+}
+
+// ForwardStreamingRanks: each rank with chunks hands its layers over on its own thread (not
+// the caller's, not another rank's), every layer in order, right after writing it (its pool
+// holds that layer and not yet the next); an idle rank hands nothing over. The logits are
+// Forward's. A failing callback of one rank fails that call only, after the step.
+TEST(DataParallelEngineKv, StreamingRanksHandsEachRanksLayersOverOnItsThread) {
+  const std::string dir = std::string(kFixtureRoot) + "/deepseek_v3";
+  testing::Reference ref;
+  ASSERT_TRUE(testing::LoadReference(dir, &ref));
+  auto single = testing::MakeEngine(dir, kPages);
+  ASSERT_NE(single, nullptr);
+  const int layers = single->config().num_hidden_layers;
+  for (const int n : {2, 4}) {
+    auto data = MakeParallel(dir, n, AttentionParallel::kData, MoeParallel::kExpert);
+    ASSERT_TRUE(data.ok()) << data.status();
+    // Rank 0 and the last rank prefill a prompt each; the ranks between idle.
+    const std::vector<int> busy = {0, n - 1};
+    std::vector<std::vector<int32_t>> pages;
+    std::vector<SequenceChunk> batch;
+    for (size_t i = 0; i < busy.size(); ++i) {
+      const std::vector<int32_t>& ids = ref.prompts[i + 1].ids;
+      auto p = (*data)->rank_pool(busy[i]).Allocate(PagesFor(static_cast<int>(ids.size())));
+      ASSERT_TRUE(p.ok());
+      pages.push_back(*p);
+    }
+    for (size_t i = 0; i < busy.size(); ++i) {
+      SequenceChunk c;
+      c.tokens = ref.prompts[i + 1].ids;
+      c.pages = pages[i];
+      c.rank = busy[i];
+      batch.push_back(c);
+    }
+    // Whether rank r's prompt's first page holds non-zero bytes in `layer` (pools start zeroed).
+    auto written = [&](int r, int layer) {
+      const int i = r == 0 ? 0 : 1;
+      std::vector<uint8_t> page((*data)->rank_pool(r).layer_page_bytes());
+      EXPECT_TRUE((*data)->rank_pool(r).ReadPage(layer, pages[i][0], page.data()).ok());
+      return std::any_of(page.begin(), page.end(), [](uint8_t b) { return b != 0; });
+    };
+    absl::Mutex mu;
+    std::map<int, std::vector<int>> seen;                 // rank -> layers handed over
+    std::map<int, std::set<std::thread::id>> threads;     // rank -> the threads that did
+    int not_right_after = 0;
+    const std::thread::id caller = std::this_thread::get_id();
+    absl::StatusOr<ForwardResult> got = (*data)->ForwardStreamingRanks(
+        batch, AttentionPath::kAuto, [&](int rank, int layer) -> absl::Status {
+          const bool right_after =
+              written(rank, layer) && (layer + 1 == layers || !written(rank, layer + 1));
+          absl::MutexLock l(&mu);
+          seen[rank].push_back(layer);
+          threads[rank].insert(std::this_thread::get_id());
+          if (!right_after) ++not_right_after;
+          return absl::OkStatus();
+        });
+    ASSERT_TRUE(got.ok()) << got.status();
+    std::vector<int> all(layers);
+    for (int l = 0; l < layers; ++l) all[l] = l;
+    ASSERT_EQ(seen.size(), 2u) << n << " ranks: only the busy ranks hand layers over";
+    EXPECT_EQ(seen[0], all);
+    EXPECT_EQ(seen[n - 1], all);
+    EXPECT_EQ(not_right_after, 0);
+    ASSERT_EQ(threads[0].size(), 1u);
+    ASSERT_EQ(threads[n - 1].size(), 1u);
+    EXPECT_NE(*threads[0].begin(), caller);
+    EXPECT_NE(*threads[0].begin(), *threads[n - 1].begin());
+    // The same logits as the single-rank engine (each prompt alone).
+    ASSERT_EQ(got->rows, 2);
+    const size_t vocab = single->config().vocab_size;
+    for (int i = 0; i < 2; ++i) {
+      absl::StatusOr<Generation> want = GenerateAlone(*single, ref.prompts[i + 1].ids, 0);
+      ASSERT_TRUE(want.ok());
+      EXPECT_LT(RelError(got->logits.data() + i * vocab, want->logits[0]), kTolerance) << i;
+    }
+    // Rank n-1's callback fails at layer 1: this call fails, the next one runs.
+    absl::Status s = (*data)->ForwardStreamingRanks(batch, AttentionPath::kAuto,
+                                                    [&](int rank, int layer) {
+                                                      return rank == n - 1 && layer == 1
+                                                                 ? absl::UnavailableError("gone")
+                                                                 : absl::OkStatus();
+                                                    })
+                         .status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_TRUE((*data)->ForwardStreamingRanks(batch, AttentionPath::kAuto, nullptr).ok());
+    for (size_t i = 0; i < busy.size(); ++i) (*data)->rank_pool(busy[i]).Free(pages[i]);
+  }
 }
 
 // Sharded decode as graph steps (parallel_graph_plan.h): one bucket for every rank, or eager.
