@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -425,20 +426,20 @@ TEST(ShardedGraphBucket, OneBucketForEveryRankOrNone) {
 // its decode batch to the common bucket (an idle data-parallel rank runs padding rows only)
 // and takes the feed-forward counts as known instead of exchanging them. The logits equal the
 // single-rank engine's; steps with a prompt chunk on any rank run eagerly on every rank.
-// With --moe-dispatch all-to-all the eager prompt step runs the all-to-all and the graph steps
-// the gather dispatch (the all-to-all needs host counts), with the shared experts, whole on
-// every rank, added once per row.
+// With --moe-dispatch all-to-all the graph steps exchange fixed-capacity blocks (no count
+// reaches the host) and the eager prompt step, above max_batch_seqs rows a rank, the counted
+// rows.
 class ShardedGraphStepTest
-    : public ::testing::TestWithParam<std::tuple<std::string, AttentionParallel, MoeDispatch>> {};
+    : public ::testing::TestWithParam<
+          std::tuple<std::string, AttentionParallel, MoeDispatch, int>> {};
 
 TEST_P(ShardedGraphStepTest, PaddedStaticStepsEqualTheSingleRankEngine) {
-  const auto& [fixture, attention, dispatch] = GetParam();
+  const auto& [fixture, attention, dispatch, n] = GetParam();
   const std::string dir = std::string(kFixtureRoot) + "/" + fixture;
   testing::Reference ref;
   ASSERT_TRUE(testing::LoadReference(dir, &ref));
   auto single = testing::MakeEngine(dir, kPages);
   ASSERT_NE(single, nullptr);
-  constexpr int n = 2;
   auto engine = MakeParallel(dir, n, attention, MoeParallel::kExpert, dispatch);
   ASSERT_TRUE(engine.ok()) << engine.status();
   auto* pe = dynamic_cast<ParallelEngine*>(engine->get());
@@ -473,20 +474,51 @@ TEST_P(ShardedGraphStepTest, PaddedStaticStepsEqualTheSingleRankEngine) {
   // The prefill step ran eagerly; every decode step (5) as a graph step on every rank.
   EXPECT_EQ(pe->graph_steps(), 5);
   for (int r = 0; r < n; ++r) EXPECT_EQ(pe->rank_engine(r).decode_graph_steps(), 5) << r;
+  if (dispatch != MoeDispatch::kAllToAll) return;
+  // Every MoE layer of the graph steps exchanged fixed-capacity blocks; the prompt step's
+  // (its largest share per rank above max_batch_seqs, 8) the counted rows.
+  int moe_layers = 0;
+  for (bool moe : single->config().layer_is_moe) moe_layers += moe ? 1 : 0;
+  int largest = 0, total = 0;
+  for (const Request& q : requests) {
+    total += static_cast<int>(q.prompt.size());
+    int on_rank = 0;
+    for (const Request& o : requests) on_rank += o.rank == q.rank ? static_cast<int>(o.prompt.size()) : 0;
+    largest = std::max(largest, on_rank);
+  }
+  if (attention == AttentionParallel::kTensor) largest = (total + n - 1) / n;
+  ASSERT_GT(largest, 8);
+  for (int r = 0; r < n; ++r) {
+    const ParallelStep::AllToAllLayers& a2a =
+        testing::DeepseekEngineTestPeer(pe->rank_engine(r)).all_to_all_layers();
+    EXPECT_EQ(a2a.fixed, 5 * moe_layers) << "rank " << r;
+    EXPECT_EQ(a2a.counted, moe_layers) << "rank " << r;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, ShardedGraphStepTest,
-    ::testing::Values(
-        std::tuple{std::string("deepseek_v3"), AttentionParallel::kData, MoeDispatch::kGather},
-        std::tuple{std::string("deepseek_v32"), AttentionParallel::kData, MoeDispatch::kGather},
-        std::tuple{std::string("deepseek_v2"), AttentionParallel::kTensor, MoeDispatch::kGather},
-        std::tuple{std::string("deepseek_v3"), AttentionParallel::kData, MoeDispatch::kAllToAll},
-        std::tuple{std::string("deepseek_v2"), AttentionParallel::kTensor,
-                   MoeDispatch::kAllToAll}),
+    ::testing::ValuesIn([] {
+      using Case = std::tuple<std::string, AttentionParallel, MoeDispatch, int>;
+      std::vector<Case> cases = {
+          Case{"deepseek_v3", AttentionParallel::kData, MoeDispatch::kGather, 2},
+          Case{"deepseek_v32", AttentionParallel::kData, MoeDispatch::kGather, 2},
+          Case{"deepseek_v2", AttentionParallel::kTensor, MoeDispatch::kGather, 2}};
+      // The fixed-capacity all-to-all in graph steps: every fixture, 2 and 4 ranks, both
+      // attentions (4 data ranks: two of them idle, padding rows only).
+      for (const char* fixture : {"deepseek_v2", "deepseek_v3", "deepseek_v32"}) {
+        for (const int n : {2, 4}) {
+          for (const AttentionParallel a : {AttentionParallel::kTensor, AttentionParallel::kData}) {
+            cases.emplace_back(fixture, a, MoeDispatch::kAllToAll, n);
+          }
+        }
+      }
+      return cases;
+    }()),
     [](const auto& info) {
       return std::get<0>(info.param) + "_" + AttentionParallelName(std::get<1>(info.param)) +
-             (std::get<2>(info.param) == MoeDispatch::kAllToAll ? "_a2a" : "");
+             (std::get<2>(info.param) == MoeDispatch::kAllToAll ? "_a2a" : "") + "_tp" +
+             std::to_string(std::get<3>(info.param));
     });
 
 }  // namespace
