@@ -146,12 +146,12 @@ class Engine {
   // Forward that hands every data-parallel rank's layers over as that rank writes them, not
   // after the step: on_rank_layer_done(r, l) runs once rank r's layer l is enqueued, in layer
   // order for each rank, for every rank with chunks in `batch`. A multi-rank engine calls it
-  // on rank r's own thread while the other ranks compute, so calls for different ranks may run
-  // at once (the caller waits in this call meanwhile). A failing callback fails this call
-  // only, after every rank finished the step (their collectives must match). One-pool engines
-  // (and this default): Forward with on_layer_done(l) = on_rank_layer_done(0, l) for a
-  // one-pool engine, or every rank's (r, l) in rank order after layer l for an engine that
-  // does not stream.
+  // on rank r's own thread while the other ranks compute, so calls for different ranks may
+  // run at once (the caller waits in this call meanwhile). A failing callback fails this call
+  // only, after every rank finished the step (their collectives must match).
+  // This default is Forward whose layer callback calls (r, l) for each rank with chunks in
+  // rank order: for a one-pool engine (rank 0 only) that streams; an engine with several pools
+  // that does not override it hands the layers over only as Forward's callback runs.
   // (Inline: serving code and test fakes use the interface without the model runtime.)
   virtual absl::StatusOr<ForwardResult> ForwardStreamingRanks(
       std::span<const SequenceChunk> batch, AttentionPath path,
