@@ -39,6 +39,19 @@ if [[ ${1:-} == --bundle ]]; then
   set -e
   # shellcheck disable=SC2086
   BUILD=${BUILD:-build-cuda} TARGETS="$(echo $TARGETS)" tools/device/bundle.sh
+  # Smoke test on the CPU fallback before the pack spends device time (a binary linked from
+  # objects of two versions of a header crashed at start on the GPU machine once).
+  smoke=$(mktemp -d)
+  LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-} .devbin/mlaserve-run \
+    --model tests/fixtures/models/deepseek_v3 --backend auto --prompt-ids 5,6,7 \
+    --max-new-tokens 2 --temperature 0 --print-ids > "$smoke/run.out" 2> "$smoke/run.err" \
+    || { echo "smoke: mlaserve-run failed:"; tail -n 5 "$smoke/run.err"; exit 1; }
+  for w in prefill decode; do
+    LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-} .devbin/mlaserve-$w --help > "$smoke/$w.out" 2>&1 \
+      || { echo "smoke: mlaserve-$w --help failed:"; tail -n 5 "$smoke/$w.out"; exit 1; }
+  done
+  rm -rf "$smoke"
+  echo "smoke: mlaserve-run generates on the CPU fallback; the workers start"
   tar -cf - .devbin .devlibs | xz -T2 -6 > .devpack-par.tar.xz
   du -sh .devpack-par.tar.xz | cat
   echo 'carry: [".devpack-par.tar.xz"]'
