@@ -70,8 +70,8 @@ absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
 
 // --- kSm90 (moe_gemm_sm90_v<N>.cu): d[rows of e] = a[rows of e] * w_e^T for every expert
 // (bf16 d), the per-expert problem shapes and pointers built on the device from `offsets`.
-// Variants are tile configurations (moe_gemm_sm90.cuh); kAuto picks per shape.
-inline constexpr int kSm90Variants = 4;
+// Variants are tile configurations (moe_gemm_sm90.cuh); kAuto picks per shape and product.
+inline constexpr int kSm90Variants = 7;
 struct Sm90GroupedArgs {
   const __nv_bfloat16* a;       // [A, K] row stride lda, rows in sorted order
   int64_t lda;
@@ -79,14 +79,15 @@ struct Sm90GroupedArgs {
   void* d;                      // [A, N] bf16, row stride ldd
   int64_t ldd;
   int n, k, num_experts;
-  const int32_t* offsets;       // [E + 1]
+  const int32_t* offsets;       // [E + 1]; null: one group of `rows` rows (a dense product)
   void* args_block;             // Sm90ArgsBlockBytes(E) bytes: per-expert shapes, pointers, strides
   void* workspace;              // Sm90WorkspaceBytes() bytes for CUTLASS
+  int rows = 0;                 // with offsets null
 };
 // The same product with SiLU * up in the epilogue, for gate_up weights in kInterleaved8: d is
 // [A, N/2] (row stride ldd), d[r, f] = silu(gate_f) * up_f, gate and up rounded to bf16 first
 // (as the separate pass reads them), so the output equals the unfused product + SiLU pass.
-// Compiled for the tile configurations kAuto picks (Sm90HasFusedSiluMul).
+// Compiled for the tile configurations Sm90HasFusedSiluMul names.
 bool Sm90HasFusedSiluMul(int variant);
 absl::Status LaunchSm90GroupedSiluMul(int variant, const Sm90GroupedArgs& g, cudaStream_t s);
 size_t Sm90ArgsBlockBytes(int num_experts);  // the largest over the variants
@@ -97,17 +98,24 @@ absl::Status LaunchSm90Grouped(int variant, const Sm90GroupedArgs& g, cudaStream
   absl::Status LaunchSm90GroupedV##N(const Sm90GroupedArgs& g, cudaStream_t s); \
   size_t Sm90WorkspaceBytesV##N(int num_experts);                               \
   size_t Sm90ArgsBlockBytesV##N(int num_experts);
+#define MLASERVE_MOE_SM90_SILU_DECLARE(N)                                                \
+  absl::Status LaunchSm90GroupedSiluMulV##N(const Sm90GroupedArgs& g, cudaStream_t s); \
+  size_t Sm90WorkspaceBytesSiluMulV##N(int num_experts);                               \
+  size_t Sm90ArgsBlockBytesSiluMulV##N(int num_experts);
 MLASERVE_MOE_SM90_DECLARE(0)
 MLASERVE_MOE_SM90_DECLARE(1)
 MLASERVE_MOE_SM90_DECLARE(2)
 MLASERVE_MOE_SM90_DECLARE(3)
-absl::Status LaunchSm90GroupedSiluMulV1(const Sm90GroupedArgs& g, cudaStream_t s);
-absl::Status LaunchSm90GroupedSiluMulV3(const Sm90GroupedArgs& g, cudaStream_t s);
-size_t Sm90WorkspaceBytesSiluMulV1(int num_experts);
-size_t Sm90WorkspaceBytesSiluMulV3(int num_experts);
-size_t Sm90ArgsBlockBytesSiluMulV1(int num_experts);
-size_t Sm90ArgsBlockBytesSiluMulV3(int num_experts);
+MLASERVE_MOE_SM90_DECLARE(4)
+MLASERVE_MOE_SM90_DECLARE(5)
+MLASERVE_MOE_SM90_DECLARE(6)
+MLASERVE_MOE_SM90_SILU_DECLARE(1)
+MLASERVE_MOE_SM90_SILU_DECLARE(3)
+MLASERVE_MOE_SM90_SILU_DECLARE(4)
+MLASERVE_MOE_SM90_SILU_DECLARE(5)
+MLASERVE_MOE_SM90_SILU_DECLARE(6)
 #undef MLASERVE_MOE_SM90_DECLARE
+#undef MLASERVE_MOE_SM90_SILU_DECLARE
 
 // --- Stage 1, the permutation (moe_permute.cu). Writes the expert row offsets [E + 1], the
 // row-tile offsets of the tiled path [E + 1], the experts with rows (active, count at
@@ -165,10 +173,11 @@ class ExpertsStageObserver {
   virtual void AfterStage(ExpertsStage stage, cudaStream_t s) = 0;
 };
 // What a call with these params runs: the path (kAuto resolved), the kSm90 tile configuration
-// and whether SiLU * up runs in the gate_up GEMM's epilogue.
+// of each product and whether SiLU * up runs in the gate_up GEMM's epilogue.
 struct ExpertsPlan {
   MoeExpertsPath path;
-  int sm90_variant;    // -1 off kSm90
+  int gate_up_variant;  // -1 off kSm90
+  int down_variant;     // -1 off kSm90
   bool fused_silu;
 };
 ExpertsPlan PlanExperts(const MoeExpertsParams& p);

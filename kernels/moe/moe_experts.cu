@@ -43,15 +43,18 @@ MoeExpertsPath ChoosePath(const MoeExpertsParams& p) {
   return moe_cuda::Sm90Available() ? MoeExpertsPath::kSm90 : MoeExpertsPath::kTiled;
 }
 
-// Tile configuration of the kSm90 products (moe_gemm_sm90.cuh), from the same sweep: the
+// Tile configurations of the kSm90 products (moe_gemm_sm90.cuh), from the same sweep: the
 // 128 x 256 cooperative tile once experts have hundreds of rows (V2-Lite prefill 4096: 1.09 ms
 // vs 1.32 for 128 x 128), ping-pong 64 x 256 below (V3 prefill 4096 at 128 rows per expert:
 // 9.57 ms vs 10.1).
-int ChooseSm90Variant(const MoeExpertsParams& p) {
+struct Sm90Choice {
+  int gate_up, down;
+};
+Sm90Choice ChooseSm90Variants(const MoeExpertsParams& p) {
   constexpr double kLargeTileRows = 256;
-  return MeanRowsPerExpert(p) >= kLargeTileRows ? 1 : 3;
+  const int v = MeanRowsPerExpert(p) >= kLargeTileRows ? 1 : 3;
+  return {v, v};
 }
-
 // The workspace, carved in MoeExpertsWorkspaceBytes' order (moe.cc) plus the CUDA parts.
 struct ExpertsWorkspace {
   int32_t* sorted;
@@ -111,36 +114,69 @@ absl::Status CheckCudaParams(const MoeExpertsParams& p) {
 
 namespace moe_cuda {
 
-absl::Status LaunchSm90Grouped(int variant, const Sm90GroupedArgs& g, cudaStream_t s) {
-  switch (variant) {
-    case 0: return LaunchSm90GroupedV0(g, s);
-    case 1: return LaunchSm90GroupedV1(g, s);
-    case 2: return LaunchSm90GroupedV2(g, s);
-    case 3: return LaunchSm90GroupedV3(g, s);
-  }
+namespace {
+
+struct Sm90Entry {
+  absl::Status (*launch)(const Sm90GroupedArgs&, cudaStream_t);
+  size_t (*workspace_bytes)(int);
+  size_t (*args_block_bytes)(int);
+};
+#define MLASERVE_SM90_ENTRY(N) {LaunchSm90GroupedV##N, Sm90WorkspaceBytesV##N, Sm90ArgsBlockBytesV##N}
+#define MLASERVE_SM90_SILU_ENTRY(N) \
+  {LaunchSm90GroupedSiluMulV##N, Sm90WorkspaceBytesSiluMulV##N, Sm90ArgsBlockBytesSiluMulV##N}
+constexpr Sm90Entry kSm90[kSm90Variants] = {
+    MLASERVE_SM90_ENTRY(0), MLASERVE_SM90_ENTRY(1), MLASERVE_SM90_ENTRY(2), MLASERVE_SM90_ENTRY(3),
+    MLASERVE_SM90_ENTRY(4), MLASERVE_SM90_ENTRY(5), MLASERVE_SM90_ENTRY(6)};
+// Fused SiLU epilogues: variant 0 and 2 (128 x 128 cooperative, 128 x 256 in clusters along M)
+// measured slower than the others unfused, so they have none.
+constexpr Sm90Entry kSm90SiluMul[kSm90Variants] = {
+    {}, MLASERVE_SM90_SILU_ENTRY(1), {}, MLASERVE_SM90_SILU_ENTRY(3),
+    MLASERVE_SM90_SILU_ENTRY(4), MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6)};
+#undef MLASERVE_SM90_ENTRY
+#undef MLASERVE_SM90_SILU_ENTRY
+
+absl::Status BadVariant(int variant) {
   return absl::InvalidArgumentError(absl::StrCat("moe_experts: sm90_variant=", variant,
                                                  " is outside [0, ", kSm90Variants, ")"));
 }
 
-bool Sm90HasFusedSiluMul(int variant) { return variant == 1 || variant == 3; }
+}  // namespace
+
+absl::Status LaunchSm90Grouped(int variant, const Sm90GroupedArgs& g, cudaStream_t s) {
+  if (variant < 0 || variant >= kSm90Variants) return BadVariant(variant);
+  return kSm90[variant].launch(g, s);
+}
+
+bool Sm90HasFusedSiluMul(int variant) {
+  return variant >= 0 && variant < kSm90Variants && kSm90SiluMul[variant].launch != nullptr;
+}
 
 absl::Status LaunchSm90GroupedSiluMul(int variant, const Sm90GroupedArgs& g, cudaStream_t s) {
-  switch (variant) {
-    case 1: return LaunchSm90GroupedSiluMulV1(g, s);
-    case 3: return LaunchSm90GroupedSiluMulV3(g, s);
+  if (!Sm90HasFusedSiluMul(variant)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("moe_experts: sm90_variant=", variant, " has no fused SiLU epilogue"));
   }
-  return absl::InvalidArgumentError(absl::StrCat("moe_experts: sm90_variant=", variant,
-                                                 " has no fused SiLU epilogue (variants 1 and 3 do)"));
+  return kSm90SiluMul[variant].launch(g, s);
 }
 
 size_t Sm90ArgsBlockBytes(int e) {
-  return std::max({Sm90ArgsBlockBytesV0(e), Sm90ArgsBlockBytesV1(e), Sm90ArgsBlockBytesV2(e),
-                   Sm90ArgsBlockBytesV3(e), Sm90ArgsBlockBytesSiluMulV1(e), Sm90ArgsBlockBytesSiluMulV3(e)});
+  size_t bytes = 0;
+  for (const Sm90Entry* table : {kSm90, kSm90SiluMul}) {
+    for (int v = 0; v < kSm90Variants; ++v) {
+      if (table[v].launch != nullptr) bytes = std::max(bytes, table[v].args_block_bytes(e));
+    }
+  }
+  return bytes;
 }
 
 size_t Sm90WorkspaceBytes(int e) {
-  return std::max({Sm90WorkspaceBytesV0(e), Sm90WorkspaceBytesV1(e), Sm90WorkspaceBytesV2(e),
-                   Sm90WorkspaceBytesV3(e), Sm90WorkspaceBytesSiluMulV1(e), Sm90WorkspaceBytesSiluMulV3(e)});
+  size_t bytes = 0;
+  for (const Sm90Entry* table : {kSm90, kSm90SiluMul}) {
+    for (int v = 0; v < kSm90Variants; ++v) {
+      if (table[v].launch != nullptr) bytes = std::max(bytes, table[v].workspace_bytes(e));
+    }
+  }
+  return bytes;
 }
 
 const char* ExpertsStageName(ExpertsStage stage) {
@@ -156,11 +192,13 @@ const char* ExpertsStageName(ExpertsStage stage) {
 }
 
 ExpertsPlan PlanExperts(const MoeExpertsParams& p) {
-  ExpertsPlan plan{ChoosePath(p), -1, false};
+  ExpertsPlan plan{ChoosePath(p), -1, -1, false};
   if (plan.path == MoeExpertsPath::kSm90) {
-    plan.sm90_variant = p.sm90_variant >= 0 ? p.sm90_variant : ChooseSm90Variant(p);
+    const Sm90Choice auto_choice = ChooseSm90Variants(p);
+    plan.gate_up_variant = p.sm90_variant >= 0 ? p.sm90_variant : auto_choice.gate_up;
+    plan.down_variant = p.sm90_variant >= 0 ? p.sm90_variant : auto_choice.down;
     plan.fused_silu = p.gate_up_layout == MoeGateUpLayout::kInterleaved8 && !p.baseline.silu &&
-                      Sm90HasFusedSiluMul(plan.sm90_variant);
+                      Sm90HasFusedSiluMul(plan.gate_up_variant);
   }
   return plan;
 }
@@ -222,16 +260,16 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
       const int64_t act_ld = plan.fused_silu ? I : 2 * I;
       const Sm90GroupedArgs up{w.xg, H, gate_up, w.hs, act_ld, 2 * I, H, E, w.offsets, w.sm90_args, w.sm90_ws};
       if (plan.fused_silu) {
-        RETURN_IF_ERROR(LaunchSm90GroupedSiluMul(plan.sm90_variant, up, s));
+        RETURN_IF_ERROR(LaunchSm90GroupedSiluMul(plan.gate_up_variant, up, s));
         done(ExpertsStage::kGateUp);
       } else {
-        RETURN_IF_ERROR(LaunchSm90Grouped(plan.sm90_variant, up, s));
+        RETURN_IF_ERROR(LaunchSm90Grouped(plan.gate_up_variant, up, s));
         done(ExpertsStage::kGateUp);
         RETURN_IF_ERROR(LaunchSiluMul(w.hs, w.offsets, E, I, num_assign, interleaved, s));
         done(ExpertsStage::kSiluMul);
       }
       const Sm90GroupedArgs dn{w.hs, act_ld, down, w.ys, H, H, I, E, w.offsets, w.sm90_args, w.sm90_ws};
-      RETURN_IF_ERROR(LaunchSm90Grouped(plan.sm90_variant, dn, s));
+      RETURN_IF_ERROR(LaunchSm90Grouped(plan.down_variant, dn, s));
       done(ExpertsStage::kDown);
       break;
     }

@@ -56,6 +56,29 @@ struct Sm90Pingpong64x256 {
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
+// Each consumer warp group owns a whole 128 x 128 tile (two m64n128 products per k step), so
+// one group's epilogue runs under the other's products, at the 128-row granularity of v1.
+struct Sm90Pingpong128x128 {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
+// Clusters of 2 along N: the two CTAs load the same A (token) tile once, multicast, and
+// neighbouring weight tiles (N = 2048 and 2 * 1408 are even numbers of 128- and 256-column
+// tiles, except 2 * 1408 / 256 = 11, where the cluster rounds up to 12).
+struct Sm90Coop128x256ClusterN2 {
+  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+struct Sm90Pingpong128x128ClusterN2 {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
 
 // The fused SiLU * up epilogue (moe_gemm_sm90_silu.cuh, included by the TUs that instantiate
 // it): declared here so that Sm90GroupedGemm can name it.
@@ -198,12 +221,12 @@ template <typename Cfg>
 __global__ void SetupGroupsKernel(typename Cfg::Groups g, const cutlass::bfloat16_t* a,
                                   int64_t lda, const cutlass::bfloat16_t* w, void* d, int64_t ldd,
                                   int n, int k, int num_experts, const int32_t* offsets,
-                                  typename Cfg::StrideA sa, typename Cfg::StrideB sb,
-                                  typename Cfg::StrideD sd) {
+                                  int dense_rows, typename Cfg::StrideA sa,
+                                  typename Cfg::StrideB sb, typename Cfg::StrideD sd) {
   using ElementD = typename Cfg::ElementD;
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < num_experts; e += gridDim.x * blockDim.x) {
-    const int row0 = offsets[e];
-    const int rows = offsets[e + 1] - row0;
+    const int row0 = offsets != nullptr ? offsets[e] : 0;
+    const int rows = offsets != nullptr ? offsets[e + 1] - row0 : dense_rows;
     g.shapes[e] = typename Cfg::Shape3(rows, n, k);
     g.a[e] = a + static_cast<int64_t>(row0) * lda;
     g.b[e] = w + static_cast<int64_t>(e) * n * k;
@@ -228,7 +251,7 @@ absl::Status LaunchSm90Grouped(const Sm90GroupedArgs& in, cudaStream_t s) {
   SetupGroupsKernel<Cfg><<<(in.num_experts + kThreads - 1) / kThreads, kThreads, 0, s>>>(
       groups, reinterpret_cast<const cutlass::bfloat16_t*>(in.a), in.lda,
       reinterpret_cast<const cutlass::bfloat16_t*>(in.w), in.d, in.ldd, in.n, in.k, in.num_experts,
-      in.offsets, sa, sb, sd);
+      in.offsets, in.rows, sa, sb, sd);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("moe_experts sm90 setup launch failed: ", cudaGetErrorString(e)));
   }

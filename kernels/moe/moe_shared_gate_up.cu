@@ -1,0 +1,69 @@
+// MoeSharedGateUp on CUDA (api.h): the shared experts' gate_up product with SiLU * up fused,
+// as the routed experts' Hopper grouped GEMM over a single group of `rows` rows (the group's
+// shape is built on the device like the routed ones, from Sm90GroupedArgs::rows instead of
+// expert offsets, so the launch is graph-capturable and needs no host copy).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/moe/api.h"
+#include "kernels/moe/moe_cuda.h"
+
+namespace mlaserve::kernels {
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The tile configuration by rows, until mlaserve-moe-bench's shared-experts sweep says
+// otherwise: 128 x 256 cooperative tiles (the routed gate_up's choice at hundreds of rows per
+// expert).
+int ChooseVariant(const MoeSharedGateUpParams& p) {
+  (void)p;
+  return 1;
+}
+
+}  // namespace
+
+bool MoeSharedGateUpRunsCuda(const MoeSharedGateUpParams& p) {
+  constexpr int kRowChunk = 8;  // 16-byte rows of bf16
+  return p.dtype == DType::kBF16 && p.rows >= kMoeSharedGateUpMinRows && p.hidden > 0 && p.inter > 0 &&
+         p.hidden % kRowChunk == 0 && p.inter % kRowChunk == 0 && Aligned16(p.x) && Aligned16(p.gate_up) &&
+         Aligned16(p.act) && moe_cuda::Sm90Available();
+}
+
+// The argument block and CUTLASS's workspace (TMA descriptors: 64-byte aligned), from a
+// workspace of any alignment.
+size_t MoeSharedGateUpWorkspaceBytesCuda() {
+  return kAlign + AlignUp(moe_cuda::Sm90ArgsBlockBytes(1)) + AlignUp(moe_cuda::Sm90WorkspaceBytes(1));
+}
+
+absl::Status MoeSharedGateUpCuda(const MoeSharedGateUpParams& p, void* stream) {
+  const int variant = p.sm90_variant >= 0 ? p.sm90_variant : ChooseVariant(p);
+  if (!moe_cuda::Sm90HasFusedSiluMul(variant)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("moe_shared_gate_up: sm90_variant=", variant, " has no fused SiLU epilogue"));
+  }
+  char* ws = reinterpret_cast<char*>(AlignUp(reinterpret_cast<uintptr_t>(p.workspace)));
+  moe_cuda::Sm90GroupedArgs g{};
+  g.a = static_cast<const __nv_bfloat16*>(p.x);
+  g.lda = p.hidden;
+  g.w = static_cast<const __nv_bfloat16*>(p.gate_up);
+  g.d = p.act;
+  g.ldd = p.inter;
+  g.n = 2 * p.inter;
+  g.k = p.hidden;
+  g.num_experts = 1;
+  g.offsets = nullptr;
+  g.rows = p.rows;
+  g.args_block = ws;
+  g.workspace = ws + AlignUp(moe_cuda::Sm90ArgsBlockBytes(1));
+  return moe_cuda::LaunchSm90GroupedSiluMul(variant, g, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace mlaserve::kernels
