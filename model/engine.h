@@ -34,9 +34,10 @@ namespace mlaserve::model {
 // for DSA models). kAuto asks the AttentionPathPolicy (profiles/) per batch; without one it
 // uses MHA when there is no cached prefix and MLA otherwise. kMhaOurs is kMha with this
 // project's own mha_prefill kernel for the call (the GPU profile found it faster than cuDNN
-// in the batch's cell); kMha uses EngineOptions::mha_provider. A --mha-provider other than
-// auto wins over both.
-enum class AttentionPath : uint8_t { kAuto, kMha, kMla, kMhaOurs };
+// in the batch's cell), kMhaCudnn kMha with cuDNN where it can run the call and ours where it
+// cannot (the cell found cuDNN faster); kMha uses EngineOptions::mha_provider. A
+// --mha-provider other than auto wins over both.
+enum class AttentionPath : uint8_t { kAuto, kMha, kMla, kMhaOurs, kMhaCudnn };
 
 // The KV cache's storage (the --kv-cache-dtype flag). kNative: the engine's activation dtype
 // (bf16 on kCuda, f32 on kCpu). kFp8: DeepSeek's fp8 layouts (KvCacheFormat::kFp8Ds; DSA

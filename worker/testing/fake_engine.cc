@@ -171,7 +171,8 @@ absl::StatusOr<model::ForwardResult> FakeEngine::Forward(
     result.logits.insert(result.logits.end(), row.begin(), row.end());
     ++result.rows;
   }
-  result.path_used = path == model::AttentionPath::kMha || path == model::AttentionPath::kMhaOurs
+  result.path_used = path == model::AttentionPath::kMha || path == model::AttentionPath::kMhaOurs ||
+                             path == model::AttentionPath::kMhaCudnn
                          ? model::AttentionPath::kMha
                          : model::AttentionPath::kMla;
   // Rows that carry their sampling are drawn here, as a real engine does.
