@@ -131,7 +131,7 @@ absl::StatusOr<MoeGateUpLayout> MoePrepareExpertWeightsCuda(const MoePreparePara
 
 // The shared experts' gate_up product with SiLU * up fused (the first half of their dense
 // gated MLP), for many rows on the CUDA backend: the Hopper grouped GEMM of the routed experts
-// run as one group, with the fused epilogue (moe_gemm_sm90_silu.cuh), so the [rows, 2*inter]
+// run as one group, with the fused epilogue (moe_gemm_sm90_direct.cuh), so the [rows, 2*inter]
 // product is never written and no SiLU pass reads it back. act[r, f] = silu(g) * u with g, u
 // the products of x[r] with gate row f and up row f, each rounded to bf16 first: the bits of
 // the GEMM + kernels/activation SiluAndMul pair. The weight is in kInterleaved8

@@ -70,8 +70,14 @@ absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
 
 // --- kSm90 (moe_gemm_sm90_v<N>.cu): d[rows of e] = a[rows of e] * w_e^T for every expert
 // (bf16 d), the per-expert problem shapes and pointers built on the device from `offsets`.
-// Variants are tile configurations (moe_gemm_sm90.cuh); kAuto picks per shape and product.
-inline constexpr int kSm90Variants = 7;
+// Variants are tile configurations with a way of storing (moe_gemm_sm90.cuh): 0-6 the
+// configurations Sm90Coop128x128, Sm90Coop128x256, Sm90Coop128x256Cluster2, Sm90Pingpong64x256,
+// Sm90Pingpong128x128, Sm90Coop128x256ClusterN2, Sm90Pingpong128x128ClusterN2 with CUTLASS's TMA
+// epilogue; 7-11 configurations 1, 3, 4, 5, 6 storing from registers (Sm90Store::kDirect). A
+// fused SiLU epilogue (always a direct store) exists for configurations 1, 3, 4, 5, 6, under
+// both of their variant numbers. kAuto picks per shape and product.
+inline constexpr int kSm90Variants = 12;
+inline constexpr int kSm90FirstDirectVariant = 7;
 struct Sm90GroupedArgs {
   const __nv_bfloat16* a;       // [A, K] row stride lda, rows in sorted order
   int64_t lda;
@@ -89,6 +95,9 @@ struct Sm90GroupedArgs {
 // (as the separate pass reads them), so the output equals the unfused product + SiLU pass.
 // Compiled for the tile configurations Sm90HasFusedSiluMul names.
 bool Sm90HasFusedSiluMul(int variant);
+// "coop128x256", "pp64x256/reg", ...: the tile shape, c2m / c2n for clusters of 2 along M / N,
+// /reg for the direct store (benchmarks' tables).
+const char* Sm90VariantName(int variant);
 absl::Status LaunchSm90GroupedSiluMul(int variant, const Sm90GroupedArgs& g, cudaStream_t s);
 size_t Sm90ArgsBlockBytes(int num_experts);  // the largest over the variants
 size_t Sm90WorkspaceBytes(int num_experts);  // the largest over the variants
@@ -101,7 +110,10 @@ absl::Status LaunchSm90Grouped(int variant, const Sm90GroupedArgs& g, cudaStream
 #define MLASERVE_MOE_SM90_SILU_DECLARE(N)                                                \
   absl::Status LaunchSm90GroupedSiluMulV##N(const Sm90GroupedArgs& g, cudaStream_t s); \
   size_t Sm90WorkspaceBytesSiluMulV##N(int num_experts);                               \
-  size_t Sm90ArgsBlockBytesSiluMulV##N(int num_experts);
+  size_t Sm90ArgsBlockBytesSiluMulV##N(int num_experts);                               \
+  absl::Status LaunchSm90GroupedDirectV##N(const Sm90GroupedArgs& g, cudaStream_t s);  \
+  size_t Sm90WorkspaceBytesDirectV##N(int num_experts);                                \
+  size_t Sm90ArgsBlockBytesDirectV##N(int num_experts);
 MLASERVE_MOE_SM90_DECLARE(0)
 MLASERVE_MOE_SM90_DECLARE(1)
 MLASERVE_MOE_SM90_DECLARE(2)

@@ -122,18 +122,31 @@ struct Sm90Entry {
   size_t (*args_block_bytes)(int);
 };
 #define MLASERVE_SM90_ENTRY(N) {LaunchSm90GroupedV##N, Sm90WorkspaceBytesV##N, Sm90ArgsBlockBytesV##N}
+#define MLASERVE_SM90_DIRECT_ENTRY(N) \
+  {LaunchSm90GroupedDirectV##N, Sm90WorkspaceBytesDirectV##N, Sm90ArgsBlockBytesDirectV##N}
 #define MLASERVE_SM90_SILU_ENTRY(N) \
   {LaunchSm90GroupedSiluMulV##N, Sm90WorkspaceBytesSiluMulV##N, Sm90ArgsBlockBytesSiluMulV##N}
+// moe_cuda.h's numbering: 0-6 TMA-store configurations, 7-11 direct-store ones.
 constexpr Sm90Entry kSm90[kSm90Variants] = {
     MLASERVE_SM90_ENTRY(0), MLASERVE_SM90_ENTRY(1), MLASERVE_SM90_ENTRY(2), MLASERVE_SM90_ENTRY(3),
-    MLASERVE_SM90_ENTRY(4), MLASERVE_SM90_ENTRY(5), MLASERVE_SM90_ENTRY(6)};
-// Fused SiLU epilogues: variant 0 and 2 (128 x 128 cooperative, 128 x 256 in clusters along M)
-// measured slower than the others unfused, so they have none.
+    MLASERVE_SM90_ENTRY(4), MLASERVE_SM90_ENTRY(5), MLASERVE_SM90_ENTRY(6),
+    MLASERVE_SM90_DIRECT_ENTRY(1), MLASERVE_SM90_DIRECT_ENTRY(3), MLASERVE_SM90_DIRECT_ENTRY(4),
+    MLASERVE_SM90_DIRECT_ENTRY(5), MLASERVE_SM90_DIRECT_ENTRY(6)};
+// Fused SiLU epilogues: configurations 0 and 2 (128 x 128 cooperative, 128 x 256 in clusters
+// along M) measured slower than the others unfused, so they have none.
 constexpr Sm90Entry kSm90SiluMul[kSm90Variants] = {
     {}, MLASERVE_SM90_SILU_ENTRY(1), {}, MLASERVE_SM90_SILU_ENTRY(3),
-    MLASERVE_SM90_SILU_ENTRY(4), MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6)};
+    MLASERVE_SM90_SILU_ENTRY(4), MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6),
+    MLASERVE_SM90_SILU_ENTRY(1), MLASERVE_SM90_SILU_ENTRY(3), MLASERVE_SM90_SILU_ENTRY(4),
+    MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6)};
 #undef MLASERVE_SM90_ENTRY
+#undef MLASERVE_SM90_DIRECT_ENTRY
 #undef MLASERVE_SM90_SILU_ENTRY
+
+constexpr const char* kSm90Names[kSm90Variants] = {
+    "coop128x128",     "coop128x256",     "coop128x256c2m",     "pp64x256",
+    "pp128x128",       "coop128x256c2n",  "pp128x128c2n",       "coop128x256/reg",
+    "pp64x256/reg",    "pp128x128/reg",   "coop128x256c2n/reg", "pp128x128c2n/reg"};
 
 absl::Status BadVariant(int variant) {
   return absl::InvalidArgumentError(absl::StrCat("moe_experts: sm90_variant=", variant,
@@ -145,6 +158,10 @@ absl::Status BadVariant(int variant) {
 absl::Status LaunchSm90Grouped(int variant, const Sm90GroupedArgs& g, cudaStream_t s) {
   if (variant < 0 || variant >= kSm90Variants) return BadVariant(variant);
   return kSm90[variant].launch(g, s);
+}
+
+const char* Sm90VariantName(int variant) {
+  return variant >= 0 && variant < kSm90Variants ? kSm90Names[variant] : "?";
 }
 
 bool Sm90HasFusedSiluMul(int variant) {

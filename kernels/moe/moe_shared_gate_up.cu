@@ -20,12 +20,13 @@ size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The tile configuration by rows, until mlaserve-moe-bench's shared-experts sweep says
-// otherwise: 128 x 256 cooperative tiles (the routed gate_up's choice at hundreds of rows per
-// expert).
+// The tile configuration by rows, from mlaserve-moe-bench's shared-experts sweep (H100,
+// 2026-11-25, docs/BENCHMARKS.md): 128 x 256 cooperative tiles at 2048 rows (V2-Lite 0.083 ms,
+// V3 0.167; ping-pong 64 x 256 0.083 / 0.173), ping-pong 64 x 256 from 4096 (V2-Lite 0.144 ms
+// vs 0.157, V3 0.359 vs 0.362; 4096 x 5632 in 128 x 256 tiles fills a third of its last wave).
 int ChooseVariant(const MoeSharedGateUpParams& p) {
-  (void)p;
-  return 1;
+  constexpr int kPingpongRows = 3072;
+  return p.rows >= kPingpongRows ? 3 : 1;
 }
 
 }  // namespace

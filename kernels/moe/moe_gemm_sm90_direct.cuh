@@ -1,26 +1,28 @@
-// The kSm90 gate_up product with SiLU * up in its epilogue (moe_cuda.h,
-// LaunchSm90GroupedSiluMul), for gate_up weights in MoeGateUpLayout::kInterleaved8.
+// The kSm90 grouped GEMMs' register-to-global epilogues (Sm90Store kDirect and kSiluMul,
+// moe_gemm_sm90.cuh): D = A * B in bf16, or, for gate_up weights in
+// MoeGateUpLayout::kInterleaved8, silu(gate) * up (moe_cuda.h, LaunchSm90GroupedSiluMul).
 //
-// With interleaved weights, output columns [16j, 16j+8) of the product are the gate of
-// features [8j, 8j+8) and columns [16j+8, 16j+16) their up. wgmma leaves each thread the
-// accumulators of 2 adjacent columns in every group of 8 columns (PTX ISA, "wgmma register
-// fragment D": thread t of a warp holds columns 2*(t%4) + {0, 1} of each 8-column group, rows
-// t/4 and t/4 + 8 of its warp's 16), so a thread holding gate columns (n, n+1) of group 2p
-// also holds the up columns (n+8, n+9) of group 2p+1: the pairing is free. Each thread rounds
-// gate and up to bf16 (the unfused path's D is bf16, and the SiLU pass reads it), computes
-// silu(gate) * up in f32 (SiluMulFast: SiluMul's bits, branch-free; moe_silu_exact.cuh) and
-// packs the two features of each block into 4 bytes. The four threads of a quad then hold
-// 4 x 4 such words of 4 consecutive feature blocks; one 4 x 4 transpose through three quad
-// shuffles gives each thread one whole block (8 features, 16 bytes), so a row is written with
-// 16-byte stores, 64 contiguous bytes per quad. The result is bit-identical to the unfused
-// product followed by the SiLU pass; the [A, 2*inter] buffer, its write and the pass's read go.
+// wgmma leaves each thread the accumulators of 2 adjacent columns in every group of 8 columns
+// (PTX ISA, "wgmma register fragment D": thread t of a warp holds columns 2*(t%4) + {0, 1} of
+// each 8-column group, rows t/4 and t/4 + 8 of its warp's 16). kDirect rounds each pair to
+// bf16 (4 bytes). kSiluMul: with interleaved weights, output columns [16j, 16j+8) of the
+// product are the gate of features [8j, 8j+8) and columns [16j+8, 16j+16) their up, so a
+// thread holding gate columns (n, n+1) of group 2p also holds the up columns (n+8, n+9) of
+// group 2p+1: the pairing is free. Each thread rounds gate and up to bf16 (the unfused path's
+// D is bf16, and the SiLU pass reads it), computes silu(gate) * up in f32 (SiluMulFast:
+// SiluMul's bits, branch-free; moe_silu_exact.cuh) and packs the two features into 4 bytes.
+// Either way the four threads of a quad then hold 4 x 4 words of 4 consecutive 8-column units
+// (groups, or feature blocks); one 4 x 4 transpose through four quad shuffles gives each
+// thread one whole unit (16 bytes), so rows are written with 16-byte stores, 64 contiguous
+// bytes per quad. The fused result is bit-identical to the unfused product followed by the
+// SiLU pass; the [A, 2*inter] buffer, its write and the pass's read go.
 //
 // The epilogue is a plain register-to-global CUTLASS "collective epilogue" (the shape of
 // cutlass::epilogue::collective::DefaultEpilogueArray, wrapped in
-// Sm90TmaWarpSpecializedAdapter, schedule PtrArrayNoSmemWarpSpecialized): no TMA store and no
-// shared memory, so the mainloop keeps all of it for stages. Rows past the expert's count and
-// columns past N are not stored (N = 2*inter is a multiple of 16, so gate and up columns of a
-// feature are in range together).
+// Sm90TmaWarpSpecializedAdapter, schedule PtrArrayNoSmemWarpSpecialized): no TMA store, no
+// shared memory (the mainloop keeps all of it for stages) and no per-expert descriptor to
+// rewrite between tiles. Rows past the expert's count and columns past N are not stored (N is
+// a multiple of 8, of 16 for kSiluMul, so a unit is in range or out whole).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,10 +38,8 @@
 
 namespace mlaserve::kernels::moe_cuda {
 
-inline constexpr int kGateUpBlock = 8;  // kInterleaved8: columns of gate, then of up, per block
-
-template <class StrideD_>
-class SiluMulEpilogueArray {
+template <class StrideD_, bool kSiluMul>
+class DirectEpilogueArray {
  public:
   using EpilogueSchedule = cutlass::epilogue::PtrArrayNoSmemWarpSpecialized;
   using DispatchPolicy = EpilogueSchedule;
@@ -85,7 +85,7 @@ class SiluMulEpilogueArray {
     return args.ptr_D != nullptr && args.dD != nullptr;
   }
 
-  CUTLASS_HOST_DEVICE explicit SiluMulEpilogueArray(Params const& params) : params_(params) {}
+  CUTLASS_HOST_DEVICE explicit DirectEpilogueArray(Params const& params) : params_(params) {}
 
   CUTLASS_DEVICE bool is_source_needed() { return false; }
 
@@ -103,8 +103,11 @@ class SiluMulEpilogueArray {
     static_assert(size<0>(ValueShape{}) == 2 && size<1>(ValueShape{}) == 2,
                   "expected wgmma's (2, 2, N/8) accumulator values");
     constexpr int kColumnGroups = size<2>(ValueShape{});
-    constexpr int kBlocks = kColumnGroups / 2;  // feature blocks (gate group + up group)
-    static_assert(kBlocks % kQuad == 0, "a quad transposes 4 feature blocks at a time");
+    // 8-column units a thread stores: groups, or (kSiluMul) feature blocks of a gate group and
+    // its up group.
+    constexpr int kUnits = kSiluMul ? kColumnGroups / 2 : kColumnGroups;
+    constexpr int kUnitColumns = kSiluMul ? 16 : 8;  // product columns per unit
+    static_assert(kUnits % kQuad == 0, "a quad transposes 4 units at a time");
 
     const int M = get<0>(problem_shape_mnkl);
     const int N = get<1>(problem_shape_mnkl);
@@ -118,7 +121,7 @@ class SiluMulEpilogueArray {
     const int64_t ldd = get<0>(params_.dD[l_coord]);
     const int lane = thread_idx % kQuad;  // the thread's place in its quad (column pair)
 
-    // Stores every (row, feature block) of the fragment that is in range, with SiluMulFast or
+    // Stores every (row, unit) of the fragment that is in range; kSiluMul with SiluMulFast, or
     // (kExact) SiluMul. Returns whether SiluMulFast covered every gate it saw, in range or not
     // (a row past the expert's count is another expert's, or zeros). Every lane of the warp
     // runs it: the transpose shuffles.
@@ -136,42 +139,47 @@ class SiluMulEpilogueArray {
             const int m = get<0>(first);
             const int n_base = get<1>(first) - 2 * lane;
             CUTLASS_PRAGMA_UNROLL
-            for (int b0 = 0; b0 < kBlocks; b0 += kQuad) {
-              uint32_t word[kQuad];  // word[i]: this lane's 2 features of block b0 + i
+            for (int u0 = 0; u0 < kUnits; u0 += kQuad) {
+              uint32_t word[kQuad];  // word[i]: this lane's 2 columns of unit u0 + i
               CUTLASS_PRAGMA_UNROLL
               for (int i = 0; i < kQuad; ++i) {
-                const int group = 2 * (b0 + i);
-                const __nv_bfloat162 gate = __floats2bfloat162_rn(
+                const int group = kSiluMul ? 2 * (u0 + i) : u0 + i;
+                const __nv_bfloat162 v = __floats2bfloat162_rn(
                     accumulators(make_coord(make_coord(0, half, group), mi, ni)),
                     accumulators(make_coord(make_coord(1, half, group), mi, ni)));
-                const __nv_bfloat162 up = __floats2bfloat162_rn(
-                    accumulators(make_coord(make_coord(0, half, group + 1), mi, ni)),
-                    accumulators(make_coord(make_coord(1, half, group + 1), mi, ni)));
-                const float2 g = __bfloat1622float2(gate), u = __bfloat1622float2(up);
-                float2 act;
-                if constexpr (kExact) {
-                  act = make_float2(SiluMul(g.x, u.x), SiluMul(g.y, u.y));
-                } else {
-                  act = make_float2(SiluMulFast(g.x, u.x), SiluMulFast(g.y, u.y));
-                  min_gate = fminf(min_gate, fminf(g.x, g.y));
-                  max_gate = fmaxf(max_gate, fmaxf(g.x, g.y));
+                __nv_bfloat162 packed = v;
+                if constexpr (kSiluMul) {
+                  const __nv_bfloat162 up = __floats2bfloat162_rn(
+                      accumulators(make_coord(make_coord(0, half, group + 1), mi, ni)),
+                      accumulators(make_coord(make_coord(1, half, group + 1), mi, ni)));
+                  const float2 g = __bfloat1622float2(v), u = __bfloat1622float2(up);
+                  float2 act;
+                  if constexpr (kExact) {
+                    act = make_float2(SiluMul(g.x, u.x), SiluMul(g.y, u.y));
+                  } else {
+                    act = make_float2(SiluMulFast(g.x, u.x), SiluMulFast(g.y, u.y));
+                    min_gate = fminf(min_gate, fminf(g.x, g.y));
+                    max_gate = fmaxf(max_gate, fmaxf(g.x, g.y));
+                  }
+                  packed = __floats2bfloat162_rn(act.x, act.y);
                 }
-                const __nv_bfloat162 packed = __floats2bfloat162_rn(act.x, act.y);
                 word[i] = *reinterpret_cast<const uint32_t*>(&packed);
               }
-              const uint4 block = QuadTranspose(word, lane);  // block b0 + lane, all 8 features
-              const int block_col = n_base + 16 * (b0 + lane);  // its first gate column
-              if (m < M && block_col < N) {
-                // block_col is a multiple of 16: the block's first feature is block_col / 2.
-                StoreGlobal16(out + m * ldd + block_col / 2, block);
+              const uint4 unit = QuadTranspose(word, lane);  // unit u0 + lane, all 8 columns
+              const int unit_col = n_base + kUnitColumns * (u0 + lane);  // its first product column
+              if (m < M && unit_col < N) {
+                // unit_col is a multiple of kUnitColumns: the unit's first output column.
+                StoreGlobal16(out + m * ldd + unit_col / (kUnitColumns / 8), unit);
               }
             }
           }
         }
       }
-      return SiluFastCovers(min_gate, max_gate);
+      return !kSiluMul || SiluFastCovers(min_gate, max_gate);
     };
-    if (!__all_sync(0xffffffffu, store(cute::false_type{}))) store(cute::true_type{});
+    if (!__all_sync(0xffffffffu, store(cute::false_type{}))) {
+      if constexpr (kSiluMul) store(cute::true_type{});
+    }
   }
 
  private:
@@ -210,16 +218,26 @@ class SiluMulEpilogueArray {
   Params params_;
 };
 
-// Defines LaunchSm90GroupedSiluMulV<N> and its sizes for tile configuration Config.
-#define MLASERVE_MOE_SM90_SILU_VARIANT(N, Config)                                              \
+// Defines the direct-store entry points of tile configuration Config: LaunchSm90GroupedSiluMulV<N>
+// (kSiluMul) and LaunchSm90GroupedDirectV<N> (kDirect), with their sizes.
+#define MLASERVE_MOE_SM90_DIRECT_VARIANTS(N, Config)                                           \
   absl::Status LaunchSm90GroupedSiluMulV##N(const Sm90GroupedArgs& g, cudaStream_t s) {       \
-    return LaunchSm90Grouped<Config, true>(g, s);                                              \
+    return LaunchSm90Grouped<Config, Sm90Store::kSiluMul>(g, s);                               \
   }                                                                                            \
   size_t Sm90WorkspaceBytesSiluMulV##N(int num_experts) {                                      \
-    return Sm90GemmWorkspaceBytes<Config, true>(num_experts);                                  \
+    return Sm90GemmWorkspaceBytes<Config, Sm90Store::kSiluMul>(num_experts);                   \
   }                                                                                            \
   size_t Sm90ArgsBlockBytesSiluMulV##N(int num_experts) {                                      \
-    return Sm90GroupedGemm<Config, true>::ArgsBlockBytes(num_experts);                         \
+    return Sm90GroupedGemm<Config, Sm90Store::kSiluMul>::ArgsBlockBytes(num_experts);          \
+  }                                                                                            \
+  absl::Status LaunchSm90GroupedDirectV##N(const Sm90GroupedArgs& g, cudaStream_t s) {        \
+    return LaunchSm90Grouped<Config, Sm90Store::kDirect>(g, s);                                \
+  }                                                                                            \
+  size_t Sm90WorkspaceBytesDirectV##N(int num_experts) {                                       \
+    return Sm90GemmWorkspaceBytes<Config, Sm90Store::kDirect>(num_experts);                    \
+  }                                                                                            \
+  size_t Sm90ArgsBlockBytesDirectV##N(int num_experts) {                                       \
+    return Sm90GroupedGemm<Config, Sm90Store::kDirect>::ArgsBlockBytes(num_experts);           \
   }
 
 }  // namespace mlaserve::kernels::moe_cuda
