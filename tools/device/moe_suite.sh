@@ -7,7 +7,9 @@
 # shared experts' gate_up), with ENGINE=1 the engine (model_engine_cuda_test on the HF
 # fixtures, mlaserve-engine-bench on the random V2-Lite checkpoint, and the same bench from
 # main when .devbin/mlaserve-engine-bench-main exists), then compute-sanitizer memcheck on
-# small cases of the new kernels (SANITIZE=1) and racecheck on the permutation (RACECHECK=1).
+# small cases of the new kernels (SANITIZE=1) and racecheck on the permutation and a small
+# case of every path (RACECHECK=1). ENGINE_VARIANTS="12 12,1" adds engine benches with kAuto's
+# kSm90 variants forced (MLASERVE_MOE_SM90_VARIANTS, moe_experts.cu).
 #   here:   SKIP_BUILD=1 BUILD=build-cuda TARGETS="kernels_moe_cuda_test mlaserve-moe-bench [mlaserve-engine-bench
 #             model_engine_cuda_test]" tools/device/bundle.sh && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-moegemm.tar.xz
 #   there:  ENGINE=1 tools/device/moe_suite.sh [--no-sanitize] [bench args: --quick, --shape v3, --tokens 16,4096]
@@ -57,6 +59,11 @@ if [[ $ENGINE == 1 ]]; then
     step model 90 "$OUT/engine.txt" python3 tools/make_random_model.py --out "$MODEL"
   fi
   step engine_new 100 "$OUT/engine.txt" .devbin/mlaserve-engine-bench "${ENGINE_ARGS[@]}"
+  # ENGINE_VARIANTS="12 12,1": the same bench with kAuto's kSm90 variants forced (gate_up[,down]).
+  for v in ${ENGINE_VARIANTS:-}; do
+    step "engine_v$v" 100 "$OUT/engine.txt" env MLASERVE_MOE_SM90_VARIANTS="$v" .devbin/mlaserve-engine-bench \
+      "${ENGINE_ARGS[@]}"
+  done
   if [[ -x .devbin/mlaserve-engine-bench-main ]]; then
     step engine_main 100 "$OUT/engine.txt" .devbin/mlaserve-engine-bench-main "${ENGINE_ARGS[@]}"
   fi
@@ -76,9 +83,11 @@ if [[ $SANITIZE == 1 ]]; then
     .devbin/kernels_moe_cuda_test --gtest_brief=1 --gtest_filter="$memcheck_filter"
 fi
 if [[ $RACECHECK == 1 ]]; then
-  step racecheck 40 "$OUT/memcheck.txt" compute-sanitizer --tool racecheck --error-exitcode 3 \
+  # The permutation's shared-memory ranking, and every path on 7 tokens (our kSm90 kernel's
+  # shared-memory pipeline among them).
+  step racecheck 90 "$OUT/memcheck.txt" compute-sanitizer --tool racecheck --error-exitcode 3 \
     .devbin/kernels_moe_cuda_test --gtest_brief=1 \
-    --gtest_filter='Shapes/MoePermuteCudaTest.*/0:Shapes/MoePermuteCudaTest.*/4:Shapes/MoePermuteCudaTest.*/9'
+    --gtest_filter='Shapes/MoePermuteCudaTest.*/0:Shapes/MoePermuteCudaTest.*/4:Shapes/MoeExpertsCudaTest.*/1'
 fi
 
 {
