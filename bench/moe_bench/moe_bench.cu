@@ -21,6 +21,7 @@
 //      bandwidth, whichever is larger, over its time).
 // With --shape shared (or all), the shared experts' gate_up at prefill sizes (shared_bench.cu).
 // Usage: mlaserve-moe-bench [--quick] [--shape v2lite|v3|shared|all] [--tokens 16,4096,...]
+//                           [--skip-variants 12,...]  (kSm90 variants the sweeps leave out)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -285,6 +286,12 @@ float DenseMs(const mk::GemmParams& g, cudaStream_t stream) {
   return ms;
 }
 
+std::vector<int> g_skip_variants;  // --skip-variants: kSm90 variants the sweep leaves out
+
+bool Skipped(int variant) {
+  return std::find(g_skip_variants.begin(), g_skip_variants.end(), variant) != g_skip_variants.end();
+}
+
 void BenchTokens(const Shape& s, int T, const ShapeBuffers& b, double copy_gbs, cudaStream_t stream) {
   const int H = s.H, I = s.I, E = s.E, k = s.k, A = T * k;
   std::mt19937 rng(1234 + T);
@@ -374,7 +381,7 @@ void BenchTokens(const Shape& s, int T, const ShapeBuffers& b, double copy_gbs, 
       for (int fused = 1; fused >= 0; --fused) {
         // (Variants 7-11 share the fused epilogue of their configuration, measured under 1-6.)
         const bool twin = v >= mk::moe_cuda::kSm90FirstDirectVariant && v != mk::moe_cuda::kSm90GatherVariant;
-        if (fused && (!mk::moe_cuda::Sm90HasFusedSiluMul(v) || twin)) continue;
+        if (Skipped(v) || (fused && (!mk::moe_cuda::Sm90HasFusedSiluMul(v) || twin))) continue;
         p.path = mk::MoeExpertsPath::kSm90;
         p.sm90_variant = v;
         mk::MoeExpertsParams q = Configure(p, b, false);
@@ -503,8 +510,10 @@ int main(int argc, char** argv) {
     if (arg == "--quick") quick = true;
     else if (arg == "--shape" && i + 1 < argc) shape = argv[++i];
     else if (arg == "--tokens" && i + 1 < argc) tokens = ParseTokens(argv[++i]);
+    else if (arg == "--skip-variants" && i + 1 < argc) g_skip_variants = ParseTokens(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--shape v2lite|v3|shared|all] [--tokens 16,4096,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--shape v2lite|v3|shared|all] [--tokens 16,4096,...] "
+                   "[--skip-variants 12,...]\n", argv[0]);
       return 2;
     }
   }
@@ -526,7 +535,7 @@ int main(int argc, char** argv) {
     std::vector<int> rows;
     for (int t : tokens) if (t >= mk::kMoeSharedGateUpMinRows) rows.push_back(t);
     if (rows.empty()) rows = {1024, 2048, 4096, 8192};
-    bench::BenchSharedExperts(rows);
+    bench::BenchSharedExperts(rows, g_skip_variants);
   }
   return 0;
 }

@@ -63,6 +63,9 @@ class Buffer {
 };
 
 constexpr int kWarm = 3;
+
+std::vector<int> g_skip;  // variants the sweep leaves out
+bool Skip(int v) { return std::find(g_skip.begin(), g_skip.end(), v) != g_skip.end(); }
 constexpr int kReps = 25;
 
 // Median graph-replay time of `launch` (queued on `s`), or -1 when it fails or cannot be captured.
@@ -149,7 +152,7 @@ void BenchShape(const char* model, int hidden, int inter, const std::vector<int>
     for (int v = -1; v < mk::moe_cuda::kSm90Variants; ++v) {
       // (Variants 7-11 run the fused epilogue of their configuration, measured under 1-6.)
       const bool twin = v >= mk::moe_cuda::kSm90FirstDirectVariant && v != mk::moe_cuda::kSm90GatherVariant;
-      if (v >= 0 && (!mk::moe_cuda::Sm90HasFusedSiluMul(v) || twin)) continue;
+      if (v >= 0 && (Skip(v) || !mk::moe_cuda::Sm90HasFusedSiluMul(v) || twin)) continue;
       p.sm90_variant = v;
       const float ms = GraphReplayMs([&](cudaStream_t st) { return mk::MoeSharedGateUp(p, on(st)).ok(); }, s);
       if (ms < 0) {
@@ -164,7 +167,8 @@ void BenchShape(const char* model, int hidden, int inter, const std::vector<int>
 
 }  // namespace
 
-void BenchSharedExperts(const std::vector<int>& rows) {
+void BenchSharedExperts(const std::vector<int>& rows, const std::vector<int>& skip_variants) {
+  g_skip = skip_variants;
   cudaStream_t s;
   SHARED_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   BenchShape("V2-Lite", 2048, 2 * 1408, rows, s);

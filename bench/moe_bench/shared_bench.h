@@ -6,7 +6,8 @@
 
 namespace mlaserve::bench {
 
-// V2-Lite's and V3's shared experts at each of `rows` (prefill token counts).
-void BenchSharedExperts(const std::vector<int>& rows);
+// V2-Lite's and V3's shared experts at each of `rows` (prefill token counts), every kSm90
+// variant with a fused epilogue except `skip_variants`.
+void BenchSharedExperts(const std::vector<int>& rows, const std::vector<int>& skip_variants);
 
 }  // namespace mlaserve::bench
