@@ -20,13 +20,15 @@ size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The tile configuration by rows, from mlaserve-moe-bench's shared-experts sweep (H100,
-// 2026-11-25, docs/BENCHMARKS.md): 128 x 256 cooperative tiles at 2048 rows (V2-Lite 0.083 ms,
-// V3 0.167; ping-pong 64 x 256 0.083 / 0.173), ping-pong 64 x 256 from 4096 (V2-Lite 0.144 ms
-// vs 0.157, V3 0.359 vs 0.362; 4096 x 5632 in 128 x 256 tiles fills a third of its last wave).
+// The tile configuration, from mlaserve-moe-bench's shared-experts sweep (H100, 2026-11-25,
+// docs/BENCHMARKS.md "MoE experts"): ping-pong 64 x 256 for many rows of a short K, where the
+// cooperative tile's exposed epilogue is a large part of each tile (V2-Lite, K = 2048: 4096 rows
+// 0.141 ms vs 0.154 for 128 x 256, 8192 rows 0.282 vs 0.310); 128 x 256 cooperative otherwise
+// (V2-Lite 2048 rows 0.083 / 0.081; V3, K = 7168: 4096 rows 0.349 vs 0.369, 8192 0.696 vs 0.821).
 int ChooseVariant(const MoeSharedGateUpParams& p) {
   constexpr int kPingpongRows = 3072;
-  return p.rows >= kPingpongRows ? 3 : 1;
+  constexpr int kPingpongMaxK = 4096;
+  return p.rows >= kPingpongRows && p.hidden <= kPingpongMaxK ? 3 : 1;
 }
 
 }  // namespace
