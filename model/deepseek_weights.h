@@ -96,11 +96,14 @@ struct IndexerWeights {
   LinearWeight weights_proj;    // [n_heads, hidden]
 };
 
-// gate|up stacked: [2I, hidden]; down: [hidden, I].
+// gate|up stacked: [2I, hidden]; down: [hidden, I]. The shared experts' gate_up may be
+// interleaved instead (gate_up_layout, as the routed stack: MoePrepareExpertWeights at load)
+// for the Hopper GEMM's fused SiLU epilogue (FeedForward::AddSharedExperts).
 struct GatedMlpWeights {
   LinearWeight gate_up;
   LinearWeight down;
   int inter = 0;
+  kernels::MoeGateUpLayout gate_up_layout = kernels::MoeGateUpLayout::kStacked;
 };
 
 struct MoeWeights {

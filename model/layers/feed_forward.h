@@ -66,6 +66,9 @@ class FeedForward {
   // The routed experts of `e` (global expert ids, this rank's intermediate slice), through this
   // rank's shard of the experts.
   absl::Status RunRoutedExperts(kernels::MoeExpertsParams e);
+  // The shared experts' activated rows from their interleaved gate_up (AddSharedExperts), in
+  // the last third of `act`; returns where.
+  absl::StatusOr<void*> InterleavedSharedGateUp(int rows, const void* x, void* act);
 
   const LayerContext* ctx_;
   const LayerWeights* w_;
