@@ -37,7 +37,8 @@ inline void CheckStatus(const absl::Status& st, const char* what) {
 }
 
 // Deterministic hash -> uniform [-scale, scale) bf16, so inputs are random but need no host copy.
-__global__ void FillRandomBf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale = 1.0f) {
+// static: one copy per translation unit (the bench has several).
+static __global__ void FillRandomBf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale = 1.0f) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     uint64_t x = (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed;

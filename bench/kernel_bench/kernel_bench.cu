@@ -13,10 +13,12 @@
 //                 libcudnn.so.9 loads; its plan is built in the warm-up calls)
 //   kv_pack     : GB/s over its bytes (each input read once, each output written once)
 //   mla_prefill : TFLOP/s as a fraction of the GEMM rate
+//   mla_decode_small : mla_decode at batch 1-8 (latent_small_bench.cu): microseconds per call in
+//                 CUDA graphs, by way of cutting the keys, and the fraction of copy bandwidth
 // Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--only KERNEL] [--repeat N]
 //                              [--mha-min-seqlen S] [--mha-rows NAME,...]
-//   --only mla_decode|mha_prefill|kv_pack|mla_prefill: just that family (the ceilings are
-//   always measured)
+//   --only mla_decode|mla_decode_small|mha_prefill|kv_pack|mla_prefill: just that family (the
+//   ceilings are always measured)
 //   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, each
 //   row's time the median of its passes (default 1)
 //   --mha-min-seqlen S, --mha-rows: only mha_prefill shapes of sequences >= S, only these rows
@@ -38,6 +40,9 @@
 #include "kernels/mla_prefill/api.h"
 
 namespace mlaserve::bench {
+
+void BenchMlaDecodeSmall(int sms, bool quick, const Ceilings& ceil, Results& res);  // latent_small_bench.cu
+
 namespace {
 
 using kernels::Backend;
@@ -312,6 +317,7 @@ int main(int argc, char** argv) {
                              false, ceil, res);
           }
         }
+  if (wanted("mla_decode_small")) BenchMlaDecodeSmall(prop.multiProcessorCount, quick, ceil, res);
   // Mixed lengths: one long request among short ones, each schedule.
   for (int heads : {128, 16}) {
     if (quick || !wanted("mla_decode")) continue;

@@ -2,6 +2,7 @@
 #include "kernels/mla_decode/api.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
@@ -13,12 +14,15 @@
 namespace mlaserve::kernels {
 namespace {
 
-// A split shorter than this many pages costs more in the combine than it gains.
-constexpr int kMinPagesPerSplit = 4;
-// More splits than this only grow the combine's reads.
+// More splits than this only grow the combine's reads (and the workspace).
 constexpr int kMaxSplits = 64;
-// Fixed cost of one CTA (Q tile load, prologue, partial-output write), in page-tile units.
-constexpr int kCtaOverheadPages = 1;
+// Fixed cost of one CTA (Q tile load, prologue, the first pages' latency, the partial-output
+// write), in page-tile units.
+constexpr double kCtaOverheadPages = 2;
+// A CTA's pages cost at least a pair's: its two warpgroups compute two pages' scores at once.
+constexpr int kMinCtaPages = 2;
+// The combine kernel beyond its reads (launched with PDL, so mostly hidden), in page-tile units.
+constexpr double kCombineOverheadPages = 1;
 // The balanced schedule's own kernels (schedule, combine), in page-tile units of one CTA.
 constexpr int kBalancedOverheadPages = 4;
 
@@ -39,21 +43,27 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   // CPU (num_sms = 0): one pass over the whole context, no workspace.
   if (s.num_sms == 0 || s.batch == 0 || s.max_seqlen_k == 0) return plan;
   // CTAs per split, as the CUDA kernel tiles rows (mla_prefill/latent_tiling.h). Pick the split
-  // count with the least estimated time: waves of CTAs times the pages each CTA streams (plus
-  // a fixed cost), so that small batches with long contexts fill the GPU without leaving a
-  // nearly empty last wave. Ties go to fewer splits (less combine work).
+  // count with the least estimated time: waves of CTAs times what each CTA costs (its pages, at
+  // least a pair, plus a fixed cost), plus the combine's reads of the partial outputs, so that
+  // small batches spread over many SMs in short splits (a batch-1 decode step is latency-bound)
+  // without a nearly empty last wave. Ties go to fewer splits (less combine work).
   const int64_t rows = static_cast<int64_t>(s.num_heads) * s.q_per_request;
   const int64_t rows_per_cta = mla_internal::LatentRowsPerCta(rows);
   const int64_t units = static_cast<int64_t>(s.batch) * ((rows + rows_per_cta - 1) / rows_per_cta);
   const int pages = PagesFor(s.max_seqlen_k);
-  const int max_splits = std::clamp(pages / kMinPagesPerSplit, 1, kMaxSplits);
+  // One split's partial rows (f32, written and read once) in page-tile units.
+  const double partial_pages = static_cast<double>(std::min(rows, rows_per_cta)) * s.kv_lora_rank * 8 /
+                               (static_cast<double>(kPageSize) * (s.kv_lora_rank + s.rope_dim) * 2);
+  const int max_splits = std::clamp(pages, 1, kMaxSplits);
   int best_pages_per_split = pages;
-  int64_t best_cost = -1;
+  double best_cost = -1;
   for (int want = 1; want <= max_splits; ++want) {
     const int pages_per_split = (pages + want - 1) / want;
     const int splits = (pages + pages_per_split - 1) / pages_per_split;
-    const int64_t waves = (units * splits + s.num_sms - 1) / s.num_sms;
-    const int64_t cost = waves * (pages_per_split + kCtaOverheadPages);
+    const int64_t ctas = units * splits;
+    const int64_t waves = (ctas + s.num_sms - 1) / s.num_sms;
+    double cost = static_cast<double>(waves) * (std::max(pages_per_split, kMinCtaPages) + kCtaOverheadPages);
+    if (splits > 1) cost += kCombineOverheadPages + std::ceil(static_cast<double>(ctas) * partial_pages / s.num_sms);
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best_pages_per_split = pages_per_split;
@@ -65,12 +75,12 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   // for long contexts and loses for short ones, where the chunk plan's waves are already even
   // (docs/kernels.md); with mixed lengths it is the one that stays even.
   const int parts = mla_decode_internal::BalancedParts(s.num_sms, rows);
-  const int64_t balanced_cost =
+  const double balanced_cost =
       std::max<int64_t>((s.batch * static_cast<int64_t>(pages + mla_decode_internal::kPieceCostPages) + parts - 1) / parts,
                         mla_decode_internal::kMinPartCost) +
       kBalancedOverheadPages;
   const bool balanced = s.schedule == MlaDecodeSchedule::kBalanced ||
-                        (s.schedule == MlaDecodeSchedule::kAuto && balanced_cost <= best_cost);
+                        (s.schedule == MlaDecodeSchedule::kAuto && balanced_cost < best_cost);
   if (balanced) {
     plan.num_parts = parts;
     plan.workspace_bytes = mla_decode_internal::MakeBalancedLayout(s.batch, s.q_per_request, s.num_heads,

@@ -79,6 +79,22 @@ TEST(MlaDecodePlan, SplitsFillTheDevice) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(MlaDecodePlan, SmallBatchesSplitIntoShortChunks) {
+  // Batch 1, 16 heads, 1024 keys (16 pages) on 132 SMs: a decode step at batch 1 is latency
+  // bound, so the plan spreads the pages over many CTAs, a pair of pages each (both warpgroups
+  // of the Hopper kernel busy), rather than a few CTAs of 4 pages.
+  auto plan = PlanMlaDecode({1, 16, 1, 512, 64, 1024, 132, MlaDecodeSchedule::kChunks});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->chunk_tokens, 2 * kPageSize);
+  EXPECT_EQ(plan->num_splits, 8);
+  // 4 requests of 128 heads (2 row blocks each), 4096 keys: still within one wave.
+  plan = PlanMlaDecode({4, 128, 1, 512, 64, 4096, 132, MlaDecodeSchedule::kChunks});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_GT(plan->num_splits, 4);
+  EXPECT_LE(4 * 2 * plan->num_splits, 132);
+  EXPECT_LE(plan->num_splits, 64);
+}
+
 TEST(MlaDecodePlan, BalancedScheduleIsOneWavePerRowBlock) {
   // 16 heads x 1 query = one 64-row block: 132 parts; 128 heads x 2 queries = 4 blocks: 33.
   auto plan = PlanMlaDecode({64, 16, 1, 512, 64, 8192, 132, MlaDecodeSchedule::kBalanced});

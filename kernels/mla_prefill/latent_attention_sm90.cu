@@ -42,6 +42,7 @@
 #include "cutlass/arch/barrier.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/device_arch.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/mla_prefill/latent_cta_work.cuh"
 
 namespace mlaserve::kernels::mla_cuda {
@@ -101,6 +102,10 @@ struct SharedStorage {
   float row_sum[2][kRows]; // per warpgroup, at the end
   uint64_t full[2][kTiles];  // load tile landed (TMA transaction barriers)
   uint64_t signal[kSignals];
+  // Balanced schedule: the records of this CTA's segments, fetched one ahead (record k of the
+  // CTA's run in seg[k & 1]), each with its own bulk-copy barrier.
+  LatentSegment seg[2];
+  uint64_t seg_full[2];
 };
 
 __device__ __forceinline__ Bf16* PageTile(SharedStorage& ss, int stage, int tile) {
@@ -168,6 +173,28 @@ __device__ __forceinline__ void ZeroTail(SharedStorage& ss, int stage, int valid
   }
 }
 
+// Q rows [first, last) of a 64-row tile: row r -> (token (r0 + r) / H, head (r0 + r) % H) of the
+// request whose query rows start at q_start; rows past rows_total are zero. cp.async by the
+// `count` threads numbered `index`, one commit group; the caller waits (CpAsyncWait) and fences
+// before the score products read it.
+template <class TQ>
+__device__ __forceinline__ void LoadQRows(const MlaParams& p, TQ& sQ, int q_start, int rows_total, int r0,
+                                          int first, int last, int index, int count) {
+  const auto* q = static_cast<const Bf16*>(p.q);
+  const int H = p.num_heads;
+  constexpr int kChunks = kWidth / cuda::kBf16PerChunk;
+  for (int i = index; i < (last - first) * kChunks; i += count) {
+    const int r = first + i / kChunks, col = (i % kChunks) * cuda::kBf16PerChunk;
+    const int row = r0 + r;
+    const bool valid = row < rows_total;
+    const Bf16* src = valid ? q + static_cast<int64_t>(q_start + row / H) * p.q_token_stride +
+                                  static_cast<int64_t>(row % H) * p.q_head_stride + col
+                            : q;
+    cuda::CpAsync16(cuda::SmemAddress(&sQ(r, col)), src, valid);
+  }
+  cuda::CpAsyncCommit();
+}
+
 // Where a CTA is in its barriers' phases: how many times each buffer was loaded and how many
 // page pairs (and pairs with a page b) it walked, over the segments it attended so far.
 struct Phases {
@@ -189,9 +216,16 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       for (int t = 0; t < kTiles; ++t) cutlass::arch::ClusterTransactionBarrier::init(&ss.full[s][t], 1);
     }
     for (int i = 0; i < kSignals; ++i) cutlass::arch::ClusterBarrier::init(&ss.signal[i], 128);
+    for (int i = 0; i < 2; ++i) cutlass::arch::ClusterTransactionBarrier::init(&ss.seg_full[i], 1);
     cutlass::arch::fence_barrier_init();
     cute::prefetch_tma_descriptor(args.tma.get_tma_descriptor());
   }
+  // Programmatic dependent launch (kernels/common/pdl.cuh): the setup above overlaps the previous
+  // kernel's tail; global memory only after it completed. Letting the next kernel in right after
+  // the wait lets mla_decode's combine be scheduled on the SMs this grid leaves free (and that
+  // kernel may read, before its own wait, what the kernels before this one wrote).
+  cuda::PdlWaitForPrerequisites();
+  cuda::PdlReleaseDependents();
 
   Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), QkLayout{});
   MmaS mma_s;
@@ -233,12 +267,31 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   Phases ph;
 
   // This CTA's segments: with chunks, the one (row block, KV chunk, request) of its grid
-  // position; with the balanced schedule, part blockIdx.y's segments for row block blockIdx.x.
+  // position; with the balanced schedule, part blockIdx.y's segments for row block blockIdx.x,
+  // whose records come by bulk copy one segment ahead.
   const bool chunks = split.segments == nullptr;
   const int seg_begin = chunks ? 0 : split.part_segments[blockIdx.y];
-  const int seg_end = chunks ? 1 : split.part_segments[blockIdx.y + 1];
+  const int n_segs = chunks ? 1 : split.part_segments[blockIdx.y + 1] - seg_begin;
+  const bool prefetch_next = !chunks && split.prefetch_next;
+  auto fetch_record = [&](int k) {  // one thread
+    uint64_t* bar = &ss.seg_full[k & 1];
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, sizeof(LatentSegment));
+    SM90_BULK_COPY_G2S::copy(split.segments + seg_begin + k, bar, &ss.seg[k & 1], sizeof(LatentSegment));
+  };
+  auto record = [&](int k) -> const LatentSegment& {
+    cutlass::arch::ClusterTransactionBarrier::wait(&ss.seg_full[k & 1], (k >> 1) & 1);
+    return ss.seg[k & 1];
+  };
+  auto record_work = [&](const LatentSegment& seg) {
+    return LatentCtaWork::Make(p, seg.request, seg.q_start, seg.q_len, seg.k_len, blockIdx.x * kRows,
+                               seg.page_begin * kKeys, seg.page_end * kKeys, kRows);
+  };
   __syncthreads();  // barrier init
-  for (int seg_index = seg_begin; seg_index < seg_end; ++seg_index) {
+  if (!chunks && tid == 0 && n_segs > 0) fetch_record(0);
+  // The current segment's first two pages and its Q were issued during the previous segment's
+  // last page pair (balanced schedule; see the loop).
+  bool issued = false;
+  for (int k = 0; k < n_segs; ++k) {
     // Rows [w.r0, w.r0 + 64) of request w.b over its keys [w.kv_begin, w.kv_end). Writes the
     // normalised output and LSE (direct) or, for a piece of a request that other segments
     // share, the f32 partial output and LSE at part_lse / part_out row part_row0 + token * H +
@@ -246,45 +299,45 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     LatentCtaWork w;
     bool direct;
     int64_t part_row0;
+    int first_page[2];
     if (chunks) {
       w = LatentCtaWork::Of(p, split, kRows);
+      if (w.unread) w.r0 = w.rows_total;  // past the request's keys: nothing to write
       direct = split.num_splits == 1;
       const int64_t cap = static_cast<int64_t>(p.batch) * split.max_q * H;
       part_row0 = static_cast<int64_t>(w.split_index) * cap + static_cast<int64_t>(w.b) * split.max_q * H;
     } else {
-      const LatentSegment seg = split.segments[seg_index];
-      w = LatentCtaWork::For(p, seg.request, blockIdx.x * kRows, seg.page_begin * kKeys, seg.page_end * kKeys,
-                             kRows);
+      const LatentSegment& seg = record(k);
+      w = record_work(seg);
       direct = seg.slot < 0;
       part_row0 = static_cast<int64_t>(seg.slot) * split.max_q * H;
+      first_page[0] = seg.first_pages[0];
+      first_page[1] = seg.first_pages[1];
+      // Record k + 1 replaces record k - 1, which every thread has read: each segment ends
+      // with __syncthreads (an empty one too, below).
+      if (tid == 0 && k + 1 < n_segs) fetch_record(k + 1);
     }
-    if (w.empty()) continue;
+    if (w.empty()) {
+      __syncthreads();
+      continue;
+    }
     const int b = w.b, q_start = w.q_start, rows_total = w.rows_total, r0 = w.r0;
     const int kv_begin = w.kv_begin, kv_end = w.kv_end, n_pages = w.n_tiles;
-    const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq;
-    auto page_of = [&](int j) { return table[(kv_begin + j * kKeys) / kPageSize]; };
+    const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq + kv_begin / kPageSize;
+    if (chunks && tid == 0) {
+      first_page[0] = n_pages > 0 ? table[0] : -1;
+      first_page[1] = n_pages > 1 ? table[1] : -1;
+    }
     if (tid < kRows) ss.row_max[tid] = kMaxInit;
-    if (tid == 0) {
-      for (int j = 0; j < 2 && j < n_pages; ++j) LoadTiles(args.tma, ss, p.num_pages, j, page_of(j), 0, kTiles);
-    }
-    // Q tile: row r -> (token (r0 + r) / H, head (r0 + r) % H); rows past the request are zero.
-    {
-      const auto* q = static_cast<const Bf16*>(p.q);
-      constexpr int kChunks = kWidth / cuda::kBf16PerChunk;
-      for (int i = tid; i < kRows * kChunks; i += kThreads) {
-        const int r = i / kChunks, col = (i % kChunks) * cuda::kBf16PerChunk;
-        const int row = r0 + r;
-        const bool valid = row < rows_total;
-        const Bf16* src = valid ? q + static_cast<int64_t>(q_start + row / H) * p.q_token_stride +
-                                      static_cast<int64_t>(row % H) * p.q_head_stride + col
-                                : q;
-        cuda::CpAsync16(cuda::SmemAddress(&sQ(r, col)), src, valid);
+    if (!issued) {
+      if (tid == 0) {
+        for (int j = 0; j < 2 && j < n_pages; ++j) LoadTiles(args.tma, ss, p.num_pages, j, first_page[j], 0, kTiles);
       }
-      cuda::CpAsyncCommit();
-      cuda::CpAsyncWait<0>();
-      cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> wgmma's async proxy
-      __syncthreads();
+      LoadQRows(p, sQ, q_start, rows_total, r0, 0, kRows, tid, kThreads);
     }
+    cuda::CpAsyncWait<0>();
+    cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> wgmma's async proxy
+    __syncthreads();
     clear(tOrO);
     int row_pos[2];
 #pragma unroll
@@ -354,17 +407,33 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       warpgroup_commit_batch();
       warpgroup_fence_operand(tOrO);
     };
+    // The next segment's first pages (0, 1 or 2) to load during this one's last pair, and its
+    // Q rows [first, last) by this warpgroup: its S products are done and so are the other's
+    // (the caller has awaited the other's signal that follows them).
+    auto next_pages = [&]() {
+      if (!prefetch_next || k + 1 >= n_segs) return 0;
+      const LatentCtaWork nw = record_work(record(k + 1));
+      return nw.empty() ? 0 : min(nw.n_tiles, 2);
+    };
+    auto prefetch_q = [&]() {
+      const LatentSegment& seg = ss.seg[(k + 1) & 1];
+      LoadQRows(p, sQ, seg.q_start, seg.q_len * H, r0, wg * (kRows / 2), (wg + 1) * (kRows / 2), wg_tid, 128);
+    };
+    auto next_first_page = [&](int j) { return ss.seg[(k + 1) & 1].first_pages[j]; };
 
     // Scores of the first pair.
     if (wg < n_pages) {
       ScoreTiles<0, kTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[wg], ph.loads[wg] & 1);
       warpgroup_wait<0>();
     }
+    int prefetched = 0;  // pages of the next segment issued in this one
     for (int a = 0; a < n_pages; a += 2) {
       const int i = a >> 1;
       const bool has_b = a + 1 < n_pages, next_a = a + 2 < n_pages, next_b = a + 3 < n_pages;
       const int pair_phase = (ph.pairs + i) & 1, b_phase = (ph.pairs_with_b + i) & 1;
       const int next_phase = (ph.loads[wg] + i + 1) & 1;  // of this warpgroup's next page
+      // The last pair: the next segment's loads go where this one's would.
+      const int pf = next_a ? 0 : next_pages();
       float f[2], mx[2], sum[2];
       if (wg == 0) {
         // Softmax of S_a against the running max; O_L += P_a V_a[:, L].
@@ -390,10 +459,16 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 #pragma unroll
         for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * f[h] + sum[h];
         pv_local();
+        // The cache pages of the next loads are read before the waits that cover their latency.
+        const int page_a2 = next_a && issuer ? table[a + 2] : 0;
         warpgroup_wait<0>();
-        if (next_a && issuer) LoadTiles(args.tma, ss, p.num_pages, 0, page_of(a + 2), 0, kHalfTiles);
+        if (issuer) {
+          if (next_a) LoadTiles(args.tma, ss, p.num_pages, 0, page_a2, 0, kHalfTiles);
+          else if (pf > 0) LoadTiles(args.tma, ss, p.num_pages, 0, next_first_page(0), 0, kHalfTiles);
+        }
         // Warpgroup 1's max update rescales P_a (for its half) and O_L.
         await(kScale1Ready, pair_phase);
+        if (pf > 0) prefetch_q();
 #pragma unroll
         for (int h = 0; h < 2; ++h) f[h] = ss.scale1[my_row[h]];
         store_p(f);
@@ -409,14 +484,18 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         // P_a V_a[:, R] retires.
         if (next_a) ScoreTiles<0, kHalfTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[0], next_phase);
         if (next_b) {
+          const int page_b3 = issuer ? table[a + 3] : 0;
           warpgroup_wait<kHalfTiles>();  // P_b V_b[:, L] retired: buffer 1's half L is free
-          if (issuer) LoadTiles(args.tma, ss, p.num_pages, 1, page_of(a + 3), 0, kHalfTiles);
+          if (issuer) LoadTiles(args.tma, ss, p.num_pages, 1, page_b3, 0, kHalfTiles);
         }
         if (next_a) ScoreTiles<kHalfTiles, kTiles, false>(mma_s, tSrQ, tSrK, tSrS, ss.full[0], next_phase);
         warpgroup_wait<0>();
+        // Last pair: P_b V_b[:, L] retired (or there was no page b): buffer 1's half L is free.
+        if (pf > 1 && issuer) LoadTiles(args.tma, ss, p.num_pages, 1, next_first_page(1), 0, kHalfTiles);
       } else {
         // Softmax of S_b against warpgroup 0's max; O_R = O_R * scale0 * scale1 + P_b V_b[:, R].
         await(kScale0Ready, pair_phase);
+        if (pf > 0) prefetch_q();
         if (has_b) {
           mask_and_max(a + 1, mx);
         } else {
@@ -453,12 +532,19 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         await(kP0Ready, pair_phase);
         pv_remote();
         if (has_b) signal(kP1Ready);
-        if (next_b) {
+        const int page_a2 = next_a && issuer ? table[a + 2] : 0;
+        const int page_b3 = next_b && issuer ? table[a + 3] : 0;
+        if (next_b || pf > 1) {
           warpgroup_wait<1>();  // P_b V_b[:, R] retired: buffer 1's half R and rope are free
-          if (issuer) LoadTiles(args.tma, ss, p.num_pages, 1, page_of(a + 3), kHalfTiles, kTiles);
+          if (issuer) {
+            LoadTiles(args.tma, ss, p.num_pages, 1, next_b ? page_b3 : next_first_page(1), kHalfTiles, kTiles);
+          }
         }
         warpgroup_wait<0>();  // P_a V_a[:, R] retired: buffer 0's half R and rope (P_a) are free
-        if (next_a && issuer) LoadTiles(args.tma, ss, p.num_pages, 0, page_of(a + 2), kHalfTiles, kTiles);
+        if (issuer) {
+          if (next_a) LoadTiles(args.tma, ss, p.num_pages, 0, page_a2, kHalfTiles, kTiles);
+          else if (pf > 0) LoadTiles(args.tma, ss, p.num_pages, 0, next_first_page(0), kHalfTiles, kTiles);
+        }
         if (next_b) {
           // S_{b+2}: its own loads first, then the half-L tiles warpgroup 0 issues.
           ScoreTiles<kHalfTiles, kTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[1], next_phase);
@@ -466,11 +552,13 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           warpgroup_wait<0>();
         }
       }
+      prefetched = pf;
     }
     ph.loads[0] += (n_pages + 1) / 2;
     ph.loads[1] += n_pages / 2;
     ph.pairs += (n_pages + 1) / 2;
     ph.pairs_with_b += n_pages / 2;
+    issued = prefetched > 0;
 
     // Row sums over both warpgroups' pages, then the output (normalised).
 #pragma unroll
@@ -517,7 +605,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         }
       }
     }
-    __syncthreads();  // shared memory (Q, row state) is the next segment's
+    __syncthreads();  // shared memory (row state, the segment record) is the next segment's
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
@@ -559,8 +647,12 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
   const dim3 grid = split.segments != nullptr
                         ? dim3(row_blocks, static_cast<unsigned>(split.num_parts))
                         : dim3(row_blocks, static_cast<unsigned>(split.num_splits), static_cast<unsigned>(p.batch));
-  kernel<<<grid, kThreads, kSmem, stream>>>(args);
-  return cuda::LaunchStatus("LatentAttentionSm90Kernel");
+  cuda::LaunchShape shape;
+  shape.grid = grid;
+  shape.block = dim3(kThreads);
+  shape.smem_bytes = kSmem;
+  shape.stream = stream;
+  return cuda::LaunchPdl("LatentAttentionSm90Kernel", shape, kernel, args);
 }
 
 }  // namespace mlaserve::kernels::mla_cuda

@@ -7,7 +7,9 @@
 #   here:   SKIP_BUILD=1 BUILD=build-cuda TARGETS="kernels_mla_decode_cuda_test kernels_mla_prefill_cuda_test mlaserve-kernel-bench" \
 #             tools/device/bundle.sh && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-latent.tar.xz
 #   there:  tools/device/latent_suite.sh     (carry [".devpack-latent.tar.xz"])
-# SANITIZE=0 skips compute-sanitizer; BASELINE=0 skips PyTorch; TESTS=0 skips the tests.
+# SANITIZE=0 skips compute-sanitizer; BASELINE=0 skips PyTorch; TESTS=0 skips the tests;
+# SMALL=0 skips the small-batch table (mla_decode_small, with and without PDL); FULL=0 skips the
+# batch 64/128 mla_decode rows and mla_prefill.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
@@ -28,17 +30,35 @@ if [[ ${TESTS:-1} == 1 ]]; then
     grep -E 'FAILED|Failure|error' "$OUT/$t.txt" | head -20
     [[ $rc == 0 ]] || status=1
   done
+  # The balanced schedule's cases again with the next segment's loads issued at its start.
+  # (Sweep cases 4c + 3: case c, the wgmma kernel, the balanced schedule.)
+  filter='FewParts/*:Cases/*'
+  for c in $(seq 0 13); do filter="$filter:Sweep/MlaDecodeCudaTest.MatchesCpuReference/$((4 * c + 3))"; done
+  MLASERVE_MLA_PREFETCH=0 timeout 120 .devbin/kernels_mla_decode_cuda_test --gtest_brief=1 \
+    --gtest_filter="$filter" > "$OUT/kernels_nopf.txt" 2>&1
+  rc=$?
+  echo "kernels_mla_decode_cuda_test, balanced cases, MLASERVE_MLA_PREFETCH=0: rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/kernels_nopf.txt" | tr '\n' ' ')"
+  [[ $rc == 0 ]] || status=1
 fi
 if [[ ${SANITIZE:-1} == 1 ]]; then
   for tool in memcheck racecheck synccheck; do
     timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 .devbin/kernels_mla_decode_cuda_test \
-      --gtest_filter='Sweep/MlaDecodeCudaTest.MatchesCpuReference/3:Sweep/MlaDecodeCudaTest.MatchesCpuReference/6:Sweep/MlaDecodeCudaTest.MatchesCpuReference/7:Sweep/MlaDecodeCudaTest.MatchesCpuReference/27:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/0:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/3' \
+      --gtest_filter='Sweep/MlaDecodeCudaTest.MatchesCpuReference/3:Sweep/MlaDecodeCudaTest.MatchesCpuReference/6:Sweep/MlaDecodeCudaTest.MatchesCpuReference/7:Sweep/MlaDecodeCudaTest.MatchesCpuReference/27:Sweep/MlaDecodeCudaTest.MatchesCpuReference/50:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/0:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/3:ShortSplits/MlaDecodeChunkTest.MatchesCpuReference/1:ShortSplits/MlaDecodeChunkTest.MatchesCpuReference/9' \
       > "$OUT/sanitize_$tool.txt" 2>&1
-    echo "compute-sanitizer $tool (mla_decode wgmma cases, balanced schedule): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.txt" | tail -1)"
+    echo "compute-sanitizer $tool (mla_decode wgmma cases: chunks, short splits, balanced schedule): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.txt" | tail -1)"
   done
 fi
-timeout 400 .devbin/mlaserve-kernel-bench --only mla_decode --json "$OUT/decode.json" 2>&1 | tee "$OUT/bench_decode.txt"
-timeout 200 .devbin/mlaserve-kernel-bench --only mla_prefill --json "$OUT/prefill.json" 2>&1 | tee "$OUT/bench_prefill.txt"
+if [[ ${SMALL:-1} == 1 ]]; then
+  timeout 200 .devbin/mlaserve-kernel-bench --only mla_decode_small --json "$OUT/small.json" > "$OUT/bench_small.txt" 2>&1
+  echo "mla_decode_small (PDL on): rc=$?"; sed -n '/us per call by variant/,$p' "$OUT/bench_small.txt"
+  MLASERVE_PDL=0 timeout 200 .devbin/mlaserve-kernel-bench --only mla_decode_small --json "$OUT/small_nopdl.json" \
+    > "$OUT/bench_small_nopdl.txt" 2>&1
+  echo "mla_decode_small (MLASERVE_PDL=0): rc=$?"; sed -n '/us per call by variant/,$p' "$OUT/bench_small_nopdl.txt"
+fi
+if [[ ${FULL:-1} == 1 ]]; then
+  timeout 400 .devbin/mlaserve-kernel-bench --only mla_decode --json "$OUT/decode.json" 2>&1 | tee "$OUT/bench_decode.txt"
+  timeout 200 .devbin/mlaserve-kernel-bench --only mla_prefill --json "$OUT/prefill.json" 2>&1 | tee "$OUT/bench_prefill.txt"
+fi
 if [[ ${BASELINE:-1} == 1 ]]; then
   timeout 200 python3 tools/bench_attention_baseline.py --only mla_decode --json "$OUT/baseline.json" 2>&1 | tail -20
 fi
