@@ -36,6 +36,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "cute/tensor.hpp"
@@ -273,6 +274,10 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   const int seg_begin = chunks ? 0 : split.part_segments[blockIdx.y];
   const int n_segs = chunks ? 1 : split.part_segments[blockIdx.y + 1] - seg_begin;
   const bool prefetch_next = !chunks && split.prefetch_next;
+  // Variant bit 0: P_b is signalled when stored rather than after this warpgroup's P_a V_a[:, R]
+  // is issued. Either order keeps each signal awaited before it is given again: warpgroup 0
+  // signals the next pair's scale0 only after it awaited this pair's P_b.
+  const bool early_p1 = (split.variant & 1) != 0;
   auto fetch_record = [&](int k) {  // one thread
     uint64_t* bar = &ss.seg_full[k & 1];
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, sizeof(LatentSegment));
@@ -527,11 +532,12 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           for (int h = 0; h < 2; ++h) l_run[h] += sum[h];
           const float one[2] = {1.0f, 1.0f};
           store_p(one);
+          if (early_p1) signal(kP1Ready);
           pv_local();
         }
         await(kP0Ready, pair_phase);
         pv_remote();
-        if (has_b) signal(kP1Ready);
+        if (has_b && !early_p1) signal(kP1Ready);
         const int page_a2 = next_a && issuer ? table[a + 2] : 0;
         const int page_b3 = next_b && issuer ? table[a + 3] : 0;
         if (next_b || pf > 1) {
@@ -633,7 +639,8 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
         " only; got ", DTypeName(p.dtype), ", ", p.kv_lora_rank, ", ", p.rope_dim));
   }
   if (max_rows_per_request <= 0 || p.batch == 0) return absl::OkStatus();
-  const Sm90Args args{p, split, MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages)};
+  Sm90Args args{p, split, MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages)};
+  if (const char* v = std::getenv("MLASERVE_MLA_VARIANT"); v != nullptr) args.split.variant = std::atoi(v);
   constexpr int kSmem = sizeof(SharedStorage);
   static_assert(kSmem <= 227 * 1024, "the sm90 latent kernel's shared memory exceeds Hopper's limit");
   auto kernel = LatentAttentionSm90Kernel;

@@ -6,14 +6,16 @@
 # the same run) and the PyTorch eager baseline on the same shapes.
 #   here:   SKIP_BUILD=1 BUILD=build-cuda TARGETS="kernels_mla_decode_cuda_test kernels_mla_prefill_cuda_test mlaserve-kernel-bench" \
 #             tools/device/bundle.sh && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-latent.tar.xz
-#   there:  tools/device/latent_suite.sh     (carry [".devpack-latent.tar.xz"])
+#   there:  tools/device/latent_suite.sh     (carry [".devpack-latent.tar.xz"]; PACK=<name> for another)
 # SANITIZE=0 skips compute-sanitizer; BASELINE=0 skips PyTorch; TESTS=0 skips the tests;
+# VARIANTS="1 ..." also times the Hopper kernel's variants (MLASERVE_MLA_VARIANT, LatentSplit::variant)
+# on the --quick mla_decode rows and mla_prefill, after checking the wgmma cases with each.
 # SMALL=0 skips the small-batch table (mla_decode_small, with and without PDL); FULL=0 skips the
 # batch 64/128 mla_decode rows and mla_prefill.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
-[[ -d .devbin ]] || tar -xJf .devpack-latent.tar.xz
+[[ -d .devbin ]] || tar -xJf "${PACK:-.devpack-latent.tar.xz}"
 source tools/device/env.sh
 OUT=${OUT:-/tmp/latent_out}
 mkdir -p "$OUT"
@@ -55,6 +57,17 @@ if [[ ${SMALL:-1} == 1 ]]; then
     > "$OUT/bench_small_nopdl.txt" 2>&1
   echo "mla_decode_small (MLASERVE_PDL=0): rc=$?"; sed -n '/us per call by variant/,$p' "$OUT/bench_small_nopdl.txt"
 fi
+for v in ${VARIANTS:-}; do
+  MLASERVE_MLA_VARIANT=$v timeout 120 .devbin/kernels_mla_decode_cuda_test --gtest_brief=1 \
+    --gtest_filter='FewParts/*:ShortSplits/*:Cases/*' > "$OUT/kernels_variant.txt" 2>&1
+  rc=$?
+  echo "variant $v: kernels_mla_decode_cuda_test (balanced, short splits, determinism): rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/kernels_variant.txt" | tr '\n' ' ')"
+  [[ $rc == 0 ]] || status=1
+  MLASERVE_MLA_VARIANT=$v timeout 150 .devbin/mlaserve-kernel-bench --only mla_decode --quick 2>&1 | grep -v mmasync \
+    | tee "$OUT/bench_variant$v.txt"
+  MLASERVE_MLA_VARIANT=$v timeout 100 .devbin/mlaserve-kernel-bench --only mla_prefill 2>&1 | grep -v mmasync \
+    | tail -2 | tee -a "$OUT/bench_variant$v.txt"
+done
 if [[ ${FULL:-1} == 1 ]]; then
   timeout 400 .devbin/mlaserve-kernel-bench --only mla_decode --json "$OUT/decode.json" 2>&1 | tee "$OUT/bench_decode.txt"
   timeout 200 .devbin/mlaserve-kernel-bench --only mla_prefill --json "$OUT/prefill.json" 2>&1 | tee "$OUT/bench_prefill.txt"
