@@ -7,7 +7,7 @@
 #   here:   SKIP_BUILD=1 BUILD=build-cuda TARGETS="kernels_mla_decode_cuda_test kernels_mla_prefill_cuda_test mlaserve-kernel-bench" \
 #             tools/device/bundle.sh && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-latent.tar.xz
 #   there:  tools/device/latent_suite.sh     (carry [".devpack-latent.tar.xz"]; PACK=<name> for another)
-# SANITIZE=0 skips compute-sanitizer; BASELINE=0 skips PyTorch; TESTS=0 skips the tests;
+# SANITIZE=0 skips compute-sanitizer (SANITIZE_FILTER: its cases, SANITIZE_TIMEOUT: s per tool); BASELINE=0 skips PyTorch; TESTS=0 skips the tests;
 # VARIANTS="1 ..." also times the Hopper kernel's variants (MLASERVE_MLA_VARIANT, LatentSplit::variant)
 # on the --quick mla_decode rows and mla_prefill, after checking the wgmma cases with each.
 # SMALL=0 skips the small-batch table (mla_decode_small, with and without PDL); FULL=0 skips the
@@ -44,8 +44,8 @@ if [[ ${TESTS:-1} == 1 ]]; then
 fi
 if [[ ${SANITIZE:-1} == 1 ]]; then
   for tool in memcheck racecheck synccheck; do
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 .devbin/kernels_mla_decode_cuda_test \
-      --gtest_filter='Sweep/MlaDecodeCudaTest.MatchesCpuReference/3:Sweep/MlaDecodeCudaTest.MatchesCpuReference/6:Sweep/MlaDecodeCudaTest.MatchesCpuReference/7:Sweep/MlaDecodeCudaTest.MatchesCpuReference/27:Sweep/MlaDecodeCudaTest.MatchesCpuReference/50:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/0:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/3:ShortSplits/MlaDecodeChunkTest.MatchesCpuReference/1:ShortSplits/MlaDecodeChunkTest.MatchesCpuReference/9' \
+    timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 .devbin/kernels_mla_decode_cuda_test \
+      --gtest_filter="${SANITIZE_FILTER:-Sweep/MlaDecodeCudaTest.MatchesCpuReference/3:Sweep/MlaDecodeCudaTest.MatchesCpuReference/6:Sweep/MlaDecodeCudaTest.MatchesCpuReference/7:Sweep/MlaDecodeCudaTest.MatchesCpuReference/27:Sweep/MlaDecodeCudaTest.MatchesCpuReference/50:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/0:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/3:ShortSplits/MlaDecodeChunkTest.MatchesCpuReference/1:ShortSplits/MlaDecodeChunkTest.MatchesCpuReference/9}" \
       > "$OUT/sanitize_$tool.txt" 2>&1
     echo "compute-sanitizer $tool (mla_decode wgmma cases: chunks, short splits, balanced schedule): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.txt" | tail -1)"
   done
