@@ -15,10 +15,11 @@
 //   mla_prefill : TFLOP/s as a fraction of the GEMM rate
 //   mla_decode_small : mla_decode at batch 1-8 (latent_small_bench.cu): microseconds per call in
 //                 CUDA graphs, by way of cutting the keys, and the fraction of copy bandwidth
-// Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--only KERNEL] [--repeat N]
+// Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--no-mmasync] [--only KERNEL] [--repeat N]
 //                              [--mha-min-seqlen S] [--mha-rows NAME,...]
 //   --only mla_decode|mla_decode_small|mha_prefill|kv_pack|mla_prefill: just that family (the
 //   ceilings are always measured)
+//   --no-mmasync: no mla_decode / mla_prefill rows of the mma.sync latent kernel
 //   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, each
 //   row's time the median of its passes (default 1)
 //   --mha-min-seqlen S, --mha-rows: only mha_prefill shapes of sequences >= S, only these rows
@@ -261,10 +262,12 @@ int main(int argc, char** argv) {
   std::string only;
   bool quick = false;
   int mha_repeat = 1, mha_min_seqlen = 0;
+  bool latent_mmasync = true;
   std::vector<MhaRow> mha_rows(std::begin(kAllMhaRows), std::end(kAllMhaRows));
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--no-mmasync") == 0) latent_mmasync = false;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) mha_repeat = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--mha-min-seqlen") == 0 && i + 1 < argc) mha_min_seqlen = std::atoi(argv[++i]);
@@ -282,7 +285,7 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--json FILE] [--quick] [--only KERNEL] [--repeat N] [--mha-min-seqlen S] "
+                   "usage: %s [--json FILE] [--quick] [--no-mmasync] [--only KERNEL] [--repeat N] [--mha-min-seqlen S] "
                    "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_mmasync,mha_prefill_cudnn]\n",
                    argv[0]);
       return 1;
@@ -300,7 +303,8 @@ int main(int argc, char** argv) {
   // Both latent kernels in the same run: the wgmma one (the default on Hopper) and mma.sync.
   using mlaserve::kernels::LatentKernel;
   using mlaserve::kernels::MlaDecodeSchedule;
-  const std::vector<LatentKernel> latent_kernels = {LatentKernel::kAuto, LatentKernel::kMmaSync};
+  std::vector<LatentKernel> latent_kernels = {LatentKernel::kAuto};
+  if (latent_mmasync) latent_kernels.push_back(LatentKernel::kMmaSync);
   for (int heads : {128, 16})
     for (int qpr : {1, 2})
       for (int batch : {64, 128})

@@ -90,6 +90,8 @@ using VLayout = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Bf16>{}, Shape
 using PRegLayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kKeys / 16>>, Stride<Stride<_1, _2, _4>, _0, _8>>;
 
 using MmaS = decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}));
+// P (bf16, in the S accumulator's register order) into its shared tile by stmatrix.
+using StoreP = decltype(make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Bf16>{}, MmaS{}));
 using MmaPvLocal = decltype(make_tiled_mma(SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{}));
 using MmaPvRemote = decltype(make_tiled_mma(SM90_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::MN>{}));
 
@@ -257,6 +259,9 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   Tensor sPb = make_tensor(make_smem_ptr(ss.p_b.data()), TileLayout{});
   Tensor sPmine = wg == 0 ? sPa : sPb;
   Tensor tOrPother = thr_pr.partition_fragment_A(wg == 0 ? sPb : sPa);
+  StoreP store_p_copy;
+  auto thr_store_p = store_p_copy.get_slice(wg_tid);
+  Tensor tPsP = thr_store_p.partition_D(sPmine);
   // This thread's two rows (wgmma accumulators: row = 16 * warp + lane / 4 + 8 * half).
   const int my_row[2] = {get<0>(tScS(0)), get<0>(tScS(2))};
   const float scale_log2 = p.softmax_scale * cuda::kLog2e;
@@ -278,6 +283,9 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   // is issued. Either order keeps each signal awaited before it is given again: warpgroup 0
   // signals the next pair's scale0 only after it awaited this pair's P_b.
   const bool early_p1 = (split.variant & 1) != 0;
+  // Variant bit 1: P goes to shared memory by stmatrix (4 instructions) rather than 16 32-bit
+  // stores at swizzled addresses.
+  const bool stsm_p = (split.variant & 2) != 0;
   auto fetch_record = [&](int k) {  // one thread
     uint64_t* bar = &ss.seg_full[k & 1];
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, sizeof(LatentSegment));
@@ -348,19 +356,25 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_pos[h] = w.first_pos + min(r0 + my_row[h], rows_total - 1) / H;
     float l_run[2] = {0.0f, 0.0f};
+    // Keys below this are within the split and every row's causal limit (the first row's is the
+    // least): pages wholly below it need no mask.
+    const int unmasked_end = p.causal ? min(kv_end, w.first_pos + r0 / H + 1) : kv_end;
 
     // Masks this warpgroup's S for page j (keys past the split, or past a row's causal limit),
     // zeroes the page's value tail if it is partial, and returns the rows' scaled maxima.
     auto mask_and_max = [&](int j, float (&mx)[2]) {
       const int key0 = kv_begin + j * kKeys;
       mx[0] = mx[1] = -INFINITY;
+      if (key0 + kKeys > unmasked_end) {
 #pragma unroll
-      for (int i = 0; i < size(tSrS); ++i) {
-        const int h = (i >> 1) & 1;
-        const int key = key0 + get<1>(tScS(i));
-        if (key >= kv_end || (p.causal && key > row_pos[h])) tSrS(i) = -INFINITY;
-        mx[h] = fmaxf(mx[h], tSrS(i));
+        for (int i = 0; i < size(tSrS); ++i) {
+          const int h = (i >> 1) & 1;
+          const int key = key0 + get<1>(tScS(i));
+          if (key >= kv_end || (p.causal && key > row_pos[h])) tSrS(i) = -INFINITY;
+        }
       }
+#pragma unroll
+      for (int i = 0; i < size(tSrS); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], tSrS(i));
 #pragma unroll
       for (int h = 0; h < 2; ++h) mx[h] = cuda::QuadMax(mx[h]) * scale_log2;
       const int valid_keys = kv_end - key0;
@@ -384,13 +398,25 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 #pragma unroll
       for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= f[(i >> 1) & 1];
     };
-    // This warpgroup's P into shared memory for the other one, scaled per row by f.
-    auto store_p = [&](const float (&f)[2]) {
+    // This warpgroup's P into shared memory for the other one, scaled per row by f (unscaled:
+    // tOrP as it is).
+    auto store_p = [&](const float (&f)[2], bool unscaled) {
+      if (stsm_p) {
+        if (unscaled) {
+          copy(store_p_copy, thr_store_p.retile_S(tOrP), tPsP);
+        } else {
+          Tensor scaled = make_tensor<Bf16>(PRegLayout{});
 #pragma unroll
-      for (int i = 0; i < size(tSrS); i += 2) {
-        const int h = (i >> 1) & 1;
-        *reinterpret_cast<uint32_t*>(&sPmine(get<0>(tScS(i)), get<1>(tScS(i)))) =
-            cuda::PackBf16(tSrS(i) * f[h], tSrS(i + 1) * f[h]);
+          for (int i = 0; i < size(tSrS); ++i) scaled(i) = static_cast<Bf16>(tSrS(i) * f[(i >> 1) & 1]);
+          copy(store_p_copy, thr_store_p.retile_S(scaled), tPsP);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < size(tSrS); i += 2) {
+          const int h = (i >> 1) & 1;
+          *reinterpret_cast<uint32_t*>(&sPmine(get<0>(tScS(i)), get<1>(tScS(i)))) =
+              cuda::PackBf16(tSrS(i) * f[h], tSrS(i + 1) * f[h]);
+        }
       }
       cutlass::arch::fence_view_async_shared();  // P -> wgmma's async proxy
     };
@@ -476,7 +502,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         if (pf > 0) prefetch_q();
 #pragma unroll
         for (int h = 0; h < 2; ++h) f[h] = ss.scale1[my_row[h]];
-        store_p(f);
+        store_p(f, false);
         signal(kP0Ready);
         if (has_b) {
           await(kP1Ready, b_phase);
@@ -531,7 +557,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 #pragma unroll
           for (int h = 0; h < 2; ++h) l_run[h] += sum[h];
           const float one[2] = {1.0f, 1.0f};
-          store_p(one);
+          store_p(one, true);
           if (early_p1) signal(kP1Ready);
           pv_local();
         }

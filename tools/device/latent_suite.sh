@@ -11,7 +11,7 @@
 # VARIANTS="1 ..." also times the Hopper kernel's variants (MLASERVE_MLA_VARIANT, LatentSplit::variant)
 # on the --quick mla_decode rows and mla_prefill, after checking the wgmma cases with each.
 # SMALL=0 skips the small-batch table (mla_decode_small, with and without PDL); FULL=0 skips the
-# batch 64/128 mla_decode rows and mla_prefill.
+# batch 64/128 mla_decode rows and mla_prefill (FULL_ARGS: more bench flags, e.g. --no-mmasync).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
@@ -59,18 +59,19 @@ if [[ ${SMALL:-1} == 1 ]]; then
 fi
 for v in ${VARIANTS:-}; do
   MLASERVE_MLA_VARIANT=$v timeout 120 .devbin/kernels_mla_decode_cuda_test --gtest_brief=1 \
-    --gtest_filter='FewParts/*:ShortSplits/*:Cases/*' > "$OUT/kernels_variant.txt" 2>&1
+    --gtest_filter='FewParts/*:ShortSplits/*1:ShortSplits/*9:Cases/*' > "$OUT/kernels_variant.txt" 2>&1
   rc=$?
+  echo "== variant $v" >> "$OUT/bench_variants.txt"
   echo "variant $v: kernels_mla_decode_cuda_test (balanced, short splits, determinism): rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/kernels_variant.txt" | tr '\n' ' ')"
   [[ $rc == 0 ]] || status=1
-  MLASERVE_MLA_VARIANT=$v timeout 150 .devbin/mlaserve-kernel-bench --only mla_decode --quick 2>&1 | grep -v mmasync \
-    | tee "$OUT/bench_variant$v.txt"
-  MLASERVE_MLA_VARIANT=$v timeout 100 .devbin/mlaserve-kernel-bench --only mla_prefill 2>&1 | grep -v mmasync \
-    | tail -2 | tee -a "$OUT/bench_variant$v.txt"
+  MLASERVE_MLA_VARIANT=$v timeout 150 .devbin/mlaserve-kernel-bench --only mla_decode --quick --no-mmasync 2>&1 \
+    | tee -a "$OUT/bench_variants.txt"
+  MLASERVE_MLA_VARIANT=$v timeout 100 .devbin/mlaserve-kernel-bench --only mla_prefill --no-mmasync 2>&1 \
+    | tail -2 | tee -a "$OUT/bench_variants.txt"
 done
 if [[ ${FULL:-1} == 1 ]]; then
-  timeout 400 .devbin/mlaserve-kernel-bench --only mla_decode --json "$OUT/decode.json" 2>&1 | tee "$OUT/bench_decode.txt"
-  timeout 200 .devbin/mlaserve-kernel-bench --only mla_prefill --json "$OUT/prefill.json" 2>&1 | tee "$OUT/bench_prefill.txt"
+  timeout 400 .devbin/mlaserve-kernel-bench --only mla_decode ${FULL_ARGS:-} --json "$OUT/decode.json" 2>&1 | tee "$OUT/bench_decode.txt"
+  timeout 200 .devbin/mlaserve-kernel-bench --only mla_prefill ${FULL_ARGS:-} --json "$OUT/prefill.json" 2>&1 | tee "$OUT/bench_prefill.txt"
 fi
 if [[ ${BASELINE:-1} == 1 ]]; then
   timeout 200 python3 tools/bench_attention_baseline.py --only mla_decode --json "$OUT/baseline.json" 2>&1 | tail -20
