@@ -105,7 +105,8 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
   for (int b = 0; b <= batch; ++b) cu[b] = b * qpr;
   Upload(cu_q, cu);
   const int max_k = *std::max_element(lk.begin(), lk.end());
-  auto plan = kernels::PlanMlaDecode({batch, heads, qpr, kRank, kRope, max_k, sms, schedule});
+  const int64_t total_k = std::accumulate(lk.begin(), lk.end(), int64_t{0});
+  auto plan = kernels::PlanMlaDecode({batch, heads, qpr, kRank, kRope, max_k, sms, schedule, total_k});
   CheckStatus(plan.status(), "PlanMlaDecode");
   DeviceArray workspace(plan->workspace_bytes);
   kernels::MlaParams p;

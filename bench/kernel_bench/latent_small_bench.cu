@@ -102,7 +102,8 @@ void BenchShape(int batch, int heads, int ctx, int sms, const Ceilings& ceil, Re
 
   std::vector<Variant> variants;
   auto plan_for = [&](int k, kernels::MlaDecodeSchedule schedule) {
-    auto plan = kernels::PlanMlaDecode({batch, heads, 1, kRank, kRope, k, sms, schedule});
+    const int64_t total_k = std::accumulate(lk.begin(), lk.end(), int64_t{0});
+    auto plan = kernels::PlanMlaDecode({batch, heads, 1, kRank, kRope, k, sms, schedule, total_k});
     CheckStatus(plan.status(), "PlanMlaDecode");
     return *plan;
   };

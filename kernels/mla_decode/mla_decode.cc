@@ -38,6 +38,7 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   RETURN_IF_ERROR(RequirePositive("kv_lora_rank", s.kv_lora_rank));
   RETURN_IF_ERROR(RequireNonNegative("rope_dim", s.rope_dim));
   RETURN_IF_ERROR(RequireNonNegative("max_seqlen_k", s.max_seqlen_k));
+  RETURN_IF_ERROR(RequireNonNegative("total_seqlen_k", s.total_seqlen_k));
   RETURN_IF_ERROR(RequireNonNegative("num_sms", s.num_sms));
   MlaDecodePlan plan;
   // CPU (num_sms = 0): one pass over the whole context, no workspace.
@@ -70,13 +71,16 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
     }
   }
   // The Hopper kernel's balanced schedule (used where that kernel runs, MlaDecodeCuda), where
-  // its estimate beats the chunks': every part about total / parts pages (each request assumed
-  // at the longest context) plus the schedule and combine kernels. Measured on an H100 it wins
+  // its estimate beats the chunks': every part about total / parts pages (each request at the
+  // longest context unless the caller gave the total) plus the schedule and combine kernels. Measured on an H100 it wins
   // for long contexts and loses for short ones, where the chunk plan's waves are already even
   // (docs/kernels.md); with mixed lengths it is the one that stays even.
   const int parts = mla_decode_internal::BalancedParts(s.num_sms, rows);
+  const int64_t total_pages = s.total_seqlen_k > 0
+                                  ? (s.total_seqlen_k + s.batch * static_cast<int64_t>(kPageSize - 1)) / kPageSize
+                                  : s.batch * static_cast<int64_t>(pages);
   const double balanced_cost =
-      std::max<int64_t>((s.batch * static_cast<int64_t>(pages + mla_decode_internal::kPieceCostPages) + parts - 1) / parts,
+      std::max<int64_t>((total_pages + s.batch * int64_t{mla_decode_internal::kPieceCostPages} + parts - 1) / parts,
                         mla_decode_internal::kMinPartCost) +
       kBalancedOverheadPages;
   const bool balanced = s.schedule == MlaDecodeSchedule::kBalanced ||

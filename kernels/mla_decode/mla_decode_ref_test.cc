@@ -127,6 +127,22 @@ TEST(MlaDecodePlan, AutoPicksBalancedForLongContexts) {
   EXPECT_EQ(plan->num_parts, 66);
 }
 
+TEST(MlaDecodePlan, AutoWeighsTheBalancedScheduleByTheTotalKeys) {
+  // 128 requests of 16 heads, the longest 5120 keys: taken all at the longest, chunks (one wave)
+  // cost as much as the balanced schedule; with the total the caller knows (mean 4096), the
+  // balanced schedule's parts are a fifth shorter than the longest request.
+  MlaDecodeShape shape{128, 16, 1, 512, 64, 5120, 132};
+  auto plan = PlanMlaDecode(shape);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_parts, 0);
+  shape.total_seqlen_k = int64_t{128} * 4096;
+  plan = PlanMlaDecode(shape);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_parts, 132);
+  shape.total_seqlen_k = -1;
+  EXPECT_EQ(PlanMlaDecode(shape).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(MlaDecodeValidation, RefusesLongQueries) {
   std::vector<int> lq = {3}, prefix = {5};
   auto c = testing::MakeLatentBatch(lq, prefix, 1, 8, 4, 1);
