@@ -20,6 +20,8 @@
 //   --only mla_decode|mla_decode_small|mha_prefill|kv_pack|mla_prefill: just that family (the
 //   ceilings are always measured)
 //   --no-mmasync: no mla_decode / mla_prefill rows of the mma.sync latent kernel
+//   --small-shapes "b,h,s_k;...", --small-variants "auto,pages=4,...": only these mla_decode_small
+//   shapes / ways of cutting the keys (latent_small_bench.cu)
 //   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, each
 //   row's time the median of its passes (default 1)
 //   --mha-min-seqlen S, --mha-rows: only mha_prefill shapes of sequences >= S, only these rows
@@ -42,7 +44,8 @@
 
 namespace mlaserve::bench {
 
-void BenchMlaDecodeSmall(int sms, bool quick, const Ceilings& ceil, Results& res);  // latent_small_bench.cu
+void BenchMlaDecodeSmall(int sms, bool quick, const std::string& shapes, const std::string& variants,
+                         const Ceilings& ceil, Results& res);  // latent_small_bench.cu
 
 namespace {
 
@@ -264,11 +267,14 @@ int main(int argc, char** argv) {
   bool quick = false;
   int mha_repeat = 1, mha_min_seqlen = 0;
   bool latent_mmasync = true;
+  std::string small_shapes, small_variants;
   std::vector<MhaRow> mha_rows(std::begin(kAllMhaRows), std::end(kAllMhaRows));
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--no-mmasync") == 0) latent_mmasync = false;
+    else if (std::strcmp(argv[i], "--small-shapes") == 0 && i + 1 < argc) small_shapes = argv[++i];
+    else if (std::strcmp(argv[i], "--small-variants") == 0 && i + 1 < argc) small_variants = argv[++i];
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) mha_repeat = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--mha-min-seqlen") == 0 && i + 1 < argc) mha_min_seqlen = std::atoi(argv[++i]);
@@ -286,7 +292,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--json FILE] [--quick] [--no-mmasync] [--only KERNEL] [--repeat N] [--mha-min-seqlen S] "
+                   "usage: %s [--json FILE] [--quick] [--no-mmasync] [--small-shapes S] [--small-variants V] [--only KERNEL] "
+                   "[--repeat N] [--mha-min-seqlen S] "
                    "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_mmasync,mha_prefill_cudnn]\n",
                    argv[0]);
       return 1;
@@ -322,7 +329,9 @@ int main(int argc, char** argv) {
                              false, ceil, res);
           }
         }
-  if (wanted("mla_decode_small")) BenchMlaDecodeSmall(prop.multiProcessorCount, quick, ceil, res);
+  if (wanted("mla_decode_small")) {
+    BenchMlaDecodeSmall(prop.multiProcessorCount, quick, small_shapes, small_variants, ceil, res);
+  }
   // Mixed lengths: one long request among short ones, each schedule.
   for (int heads : {128, 16}) {
     if (quick || !wanted("mla_decode")) continue;

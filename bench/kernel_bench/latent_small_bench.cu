@@ -14,6 +14,7 @@
 // MLASERVE_PDL=0 in the environment times the same without programmatic dependent launch.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <numeric>
 #include <random>
@@ -26,6 +27,9 @@
 #include "kernels/mla_decode/api.h"
 
 namespace mlaserve::bench {
+
+void RunLaunchProbes(int sms);  // launch_probe.cu
+
 namespace {
 
 using kernels::kPageSize;
@@ -66,8 +70,8 @@ struct Variant {
   bool prefetch = true;
 };
 
-void BenchShape(int batch, int heads, int ctx, int sms, const Ceilings& ceil, Results& res,
-                std::vector<std::string>& table) {
+void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::string>& only_variants,
+                const Ceilings& ceil, Results& res, std::vector<std::string>& table) {
   std::mt19937 rng(batch * 977 + heads * 13 + ctx);
   std::vector<int> lk(batch, ctx);
   if (batch > 1) {
@@ -126,6 +130,9 @@ void BenchShape(int batch, int heads, int ctx, int sms, const Ceilings& ceil, Re
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (const Variant& v : variants) {
+    if (!only_variants.empty() && std::find(only_variants.begin(), only_variants.end(), v.name) == only_variants.end()) {
+      continue;
+    }
     setenv("MLASERVE_MLA_PREFETCH", v.prefetch ? "1" : "0", 1);
     DeviceArray workspace(v.plan.workspace_bytes);
     kernels::MlaParams p;
@@ -185,17 +192,40 @@ void BenchShape(int batch, int heads, int ctx, int sms, const Ceilings& ceil, Re
 }  // namespace
 
 // Every small-batch shape (b 1, 2, 4, 8; h 16, 128; s_k 512 .. 8k), then the table of
-// microseconds per call by variant.
-void BenchMlaDecodeSmall(int sms, bool quick, const Ceilings& ceil, Results& res) {
+// microseconds per call by variant. shapes ("b,h,s_k;..."), variants ("auto,pages=4,..."): only
+// these (empty: all; a shape list also skips the launch probes), e.g. for a profiler run.
+void BenchMlaDecodeSmall(int sms, bool quick, const std::string& shapes, const std::string& variants,
+                         const Ceilings& ceil, Results& res) {
   std::printf("mla_decode_small: CUDA graphs of %d calls, each over its own pages; PDL %s\n", kCalls,
               kernels::cuda::PdlEnabled() ? "on" : "off (MLASERVE_PDL=0)");
+  std::vector<std::string> only_variants;
+  for (size_t at = 0; at < variants.size();) {
+    const size_t end = std::min(variants.find(',', at), variants.size());
+    only_variants.push_back(variants.substr(at, end - at));
+    at = end + 1;
+  }
   std::vector<std::string> table;
-  for (int heads : {16, 128})
-    for (int batch : {1, 2, 4, 8})
-      for (int ctx : {512, 1024, 2048, 4096, 8192}) {
-        if (quick && (batch == 2 || ctx == 512 || ctx == 2048)) continue;
-        BenchShape(batch, heads, ctx, sms, ceil, res, table);
+  if (!shapes.empty()) {
+    for (size_t at = 0; at < shapes.size();) {
+      const size_t end = std::min(shapes.find(';', at), shapes.size());
+      int b = 0, h = 0, ctx = 0;
+      if (std::sscanf(shapes.substr(at, end - at).c_str(), "%d,%d,%d", &b, &h, &ctx) != 3 || b <= 0 || h <= 0 ||
+          ctx <= 0) {
+        std::fprintf(stderr, "--small-shapes: '%s' is not b,h,s_k\n", shapes.substr(at, end - at).c_str());
+        std::exit(1);
       }
+      BenchShape(b, h, ctx, sms, only_variants, ceil, res, table);
+      at = end + 1;
+    }
+  } else {
+    RunLaunchProbes(sms);
+    for (int heads : {16, 128})
+      for (int batch : {1, 2, 4, 8})
+        for (int ctx : {512, 1024, 2048, 4096, 8192}) {
+          if (quick && (batch == 2 || ctx == 512 || ctx == 2048)) continue;
+          BenchShape(batch, heads, ctx, sms, only_variants, ceil, res, table);
+        }
+  }
   std::printf("mla_decode_small, us per call by variant:\n");
   for (const auto& line : table) std::printf("  %s\n", line.c_str());
 }

@@ -2,7 +2,6 @@
 #include "kernels/mla_decode/api.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
@@ -16,15 +15,19 @@ namespace {
 
 // More splits than this only grow the combine's reads (and the workspace).
 constexpr int kMaxSplits = 64;
-// Fixed cost of one CTA (Q tile load, prologue, the first pages' latency, the partial-output
-// write), in page-tile units.
+// The plan's cost model, in units of one CTA's time per cache page (~1.75 us on an H100 at batch
+// 1-8), fitted to the mla_decode_small table of 2026-11-25 (docs/BENCHMARKS.md): of the chunk
+// plans measured there for b 1-8, h 16 / 128, s_k 512-8k, it picks one within 6% of the fastest.
+// Fixed cost of one CTA (Q tile load, prologue, the first pages' latency, the output write).
 constexpr double kCtaOverheadPages = 2;
-// A CTA's pages cost at least a pair's: its two warpgroups compute two pages' scores at once.
-constexpr int kMinCtaPages = 2;
-// The combine kernel beyond its reads (launched with PDL, so mostly hidden), in page-tile units.
+// A CTA's pages cost by pairs: its two warpgroups compute two pages' scores at once.
+inline int PairedPages(int pages) { return (pages + 1) / 2 * 2; }
+// The combine kernel: a fixed part, and per split the latency of its loop over the pieces.
 constexpr double kCombineOverheadPages = 1;
-// The balanced schedule's own kernels (schedule, combine), in page-tile units of one CTA.
-constexpr int kBalancedOverheadPages = 4;
+constexpr double kCombinePagesPerSplit = 0.15;
+// The balanced schedule's own kernels (schedule, combine) and its segment starts; measured slower
+// than the best chunk plan at every batch of 1-8 and at uniform lengths of batch 64.
+constexpr int kBalancedOverheadPages = 14;
 
 }  // namespace
 
@@ -63,8 +66,11 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
     const int splits = (pages + pages_per_split - 1) / pages_per_split;
     const int64_t ctas = units * splits;
     const int64_t waves = (ctas + s.num_sms - 1) / s.num_sms;
-    double cost = static_cast<double>(waves) * (std::max(pages_per_split, kMinCtaPages) + kCtaOverheadPages);
-    if (splits > 1) cost += kCombineOverheadPages + std::ceil(static_cast<double>(ctas) * partial_pages / s.num_sms);
+    double cost = static_cast<double>(waves) * (PairedPages(pages_per_split) + kCtaOverheadPages);
+    if (splits > 1) {
+      cost += kCombineOverheadPages + kCombinePagesPerSplit * splits +
+              static_cast<double>(ctas) * partial_pages / s.num_sms;
+    }
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best_pages_per_split = pages_per_split;

@@ -139,7 +139,20 @@ __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid
   if (a.lse != nullptr && threadIdx.x == 0) a.lse[out_row] = total > 0.0f ? m + logf(total) : -INFINITY;
 }
 
+// The schedule and combine kernels run next to the attention kernel, which takes all of an SM's
+// shared memory: asking for the same carveout spares an SM the L1 / shared reconfiguration
+// between them (a hint; the driver may still choose).
+absl::Status PreferSharedCarveout(const void* kernel, const char* name) {
+  if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      cudaSharedmemCarveoutMaxShared);
+      err != cudaSuccess) {
+    return cuda::CudaStatus(err, name);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, cudaStream_t s) {
+  RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(MlaCombineKernel), "MlaCombineKernel carveout"));
   cuda::LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>(max_rows), static_cast<unsigned>(args.batch));
   shape.block = dim3(kCombineThreads);
@@ -309,6 +322,7 @@ absl::Status MlaDecodeBalanced(const MlaParams& p, const MlaDecodePlan& plan, vo
                      reinterpret_cast<int32_t*>(base + layout.part_segments),
                      reinterpret_cast<int32_t*>(base + layout.pieces),
                      reinterpret_cast<int32_t*>(base + layout.slot_base)};
+  RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(MlaScheduleKernel), "MlaScheduleKernel carveout"));
   cuda::LaunchShape shape;
   shape.grid = dim3(1);
   shape.block = dim3(kScheduleThreads);

@@ -55,10 +55,6 @@ struct LatentSplit {
   // Balanced schedule: a CTA issues the next segment's first loads (pages, Q) during the current
   // one's last page pair. false: at the next segment's start (for timing comparisons).
   bool prefetch_next = true;
-  // Kernel variants under measurement (Hopper kernel; 0 = the default), from MLASERVE_MLA_VARIANT
-  // (latent_attention_sm90.cu): bit 0 = warpgroup 1 signals its P_b as soon as it is stored;
-  // bit 1 = P stored by stmatrix.
-  int variant = 0;
 };
 
 // Validates what the kernel adds to CheckMlaShape (dtype, dims, alignment) and launches.

@@ -90,8 +90,6 @@ using VLayout = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Bf16>{}, Shape
 using PRegLayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kKeys / 16>>, Stride<Stride<_1, _2, _4>, _0, _8>>;
 
 using MmaS = decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}));
-// P (bf16, in the S accumulator's register order) into its shared tile by stmatrix.
-using StoreP = decltype(make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Bf16>{}, MmaS{}));
 using MmaPvLocal = decltype(make_tiled_mma(SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{}));
 using MmaPvRemote = decltype(make_tiled_mma(SM90_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::MN>{}));
 
@@ -135,6 +133,7 @@ __device__ __forceinline__ void LoadTiles(const TileTma& tma, SharedStorage& ss,
                                           int page, int first, int last) {
   Tensor pages = tma.get_tma_tensor(make_shape(Int<kKeys>{}, Int<kWidth>{}, num_pages));
   auto thr = tma.get_slice(Int<0>{});
+#pragma unroll 1
   for (int t = first; t < last; ++t) {
     Tensor g = local_tile(pages(_, _, page), Shape<Int<kKeys>, Int<kTileCols>>{}, make_coord(0, t));
     Tensor s = make_tensor(make_smem_ptr(PageTile(ss, stage, t)), TileLayout{});
@@ -186,6 +185,7 @@ __device__ __forceinline__ void LoadQRows(const MlaParams& p, TQ& sQ, int q_star
   const auto* q = static_cast<const Bf16*>(p.q);
   const int H = p.num_heads;
   constexpr int kChunks = kWidth / cuda::kBf16PerChunk;
+#pragma unroll 1
   for (int i = index; i < (last - first) * kChunks; i += count) {
     const int r = first + i / kChunks, col = (i % kChunks) * cuda::kBf16PerChunk;
     const int row = r0 + r;
@@ -206,6 +206,11 @@ struct Phases {
   int pairs_with_b = 0;
 };
 
+// kSegments: the balanced schedule (a CTA walks its part's segments, the next one's loads issued
+// during the current one); else chunks (one segment per CTA, from its grid position). Two
+// instantiations so that the chunk kernel (mla_prefill, most of mla_decode) carries none of the
+// segment code: the kernel is at the register limit, and code size matters at small batch.
+template <bool kSegments>
 __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const __grid_constant__ Sm90Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const MlaParams& p = args.p;
@@ -259,9 +264,6 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   Tensor sPb = make_tensor(make_smem_ptr(ss.p_b.data()), TileLayout{});
   Tensor sPmine = wg == 0 ? sPa : sPb;
   Tensor tOrPother = thr_pr.partition_fragment_A(wg == 0 ? sPb : sPa);
-  StoreP store_p_copy;
-  auto thr_store_p = store_p_copy.get_slice(wg_tid);
-  Tensor tPsP = thr_store_p.partition_D(sPmine);
   // This thread's two rows (wgmma accumulators: row = 16 * warp + lane / 4 + 8 * half).
   const int my_row[2] = {get<0>(tScS(0)), get<0>(tScS(2))};
   const float scale_log2 = p.softmax_scale * cuda::kLog2e;
@@ -275,17 +277,10 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   // This CTA's segments: with chunks, the one (row block, KV chunk, request) of its grid
   // position; with the balanced schedule, part blockIdx.y's segments for row block blockIdx.x,
   // whose records come by bulk copy one segment ahead.
-  const bool chunks = split.segments == nullptr;
+  constexpr bool chunks = !kSegments;
   const int seg_begin = chunks ? 0 : split.part_segments[blockIdx.y];
   const int n_segs = chunks ? 1 : split.part_segments[blockIdx.y + 1] - seg_begin;
   const bool prefetch_next = !chunks && split.prefetch_next;
-  // Variant bit 0: P_b is signalled when stored rather than after this warpgroup's P_a V_a[:, R]
-  // is issued. Either order keeps each signal awaited before it is given again: warpgroup 0
-  // signals the next pair's scale0 only after it awaited this pair's P_b.
-  const bool early_p1 = (split.variant & 1) != 0;
-  // Variant bit 1: P goes to shared memory by stmatrix (4 instructions) rather than 16 32-bit
-  // stores at swizzled addresses.
-  const bool stsm_p = (split.variant & 2) != 0;
   auto fetch_record = [&](int k) {  // one thread
     uint64_t* bar = &ss.seg_full[k & 1];
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, sizeof(LatentSegment));
@@ -313,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     bool direct;
     int64_t part_row0;
     int first_page[2];
-    if (chunks) {
+    if constexpr (chunks) {
       w = LatentCtaWork::Of(p, split, kRows);
       if (w.unread) w.r0 = w.rows_total;  // past the request's keys: nothing to write
       direct = split.num_splits == 1;
@@ -398,25 +393,14 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 #pragma unroll
       for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= f[(i >> 1) & 1];
     };
-    // This warpgroup's P into shared memory for the other one, scaled per row by f (unscaled:
-    // tOrP as it is).
-    auto store_p = [&](const float (&f)[2], bool unscaled) {
-      if (stsm_p) {
-        if (unscaled) {
-          copy(store_p_copy, thr_store_p.retile_S(tOrP), tPsP);
-        } else {
-          Tensor scaled = make_tensor<Bf16>(PRegLayout{});
+    // This warpgroup's P into shared memory for the other one, scaled per row by f. (stmatrix
+    // measured slower here on the H100, 2026-11-25.)
+    auto store_p = [&](const float (&f)[2]) {
 #pragma unroll
-          for (int i = 0; i < size(tSrS); ++i) scaled(i) = static_cast<Bf16>(tSrS(i) * f[(i >> 1) & 1]);
-          copy(store_p_copy, thr_store_p.retile_S(scaled), tPsP);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < size(tSrS); i += 2) {
-          const int h = (i >> 1) & 1;
-          *reinterpret_cast<uint32_t*>(&sPmine(get<0>(tScS(i)), get<1>(tScS(i)))) =
-              cuda::PackBf16(tSrS(i) * f[h], tSrS(i + 1) * f[h]);
-        }
+      for (int i = 0; i < size(tSrS); i += 2) {
+        const int h = (i >> 1) & 1;
+        *reinterpret_cast<uint32_t*>(&sPmine(get<0>(tScS(i)), get<1>(tScS(i)))) =
+            cuda::PackBf16(tSrS(i) * f[h], tSrS(i + 1) * f[h]);
       }
       cutlass::arch::fence_view_async_shared();  // P -> wgmma's async proxy
     };
@@ -442,7 +426,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     // Q rows [first, last) by this warpgroup: its S products are done and so are the other's
     // (the caller has awaited the other's signal that follows them).
     auto next_pages = [&]() {
-      if (!prefetch_next || k + 1 >= n_segs) return 0;
+      if (chunks || !prefetch_next || k + 1 >= n_segs) return 0;
       const LatentCtaWork nw = record_work(record(k + 1));
       return nw.empty() ? 0 : min(nw.n_tiles, 2);
     };
@@ -452,12 +436,12 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     };
     auto next_first_page = [&](int j) { return ss.seg[(k + 1) & 1].first_pages[j]; };
 
+    int prefetched = 0;  // pages of the next segment issued in this one (by the last pair)
     // Scores of the first pair.
     if (wg < n_pages) {
       ScoreTiles<0, kTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[wg], ph.loads[wg] & 1);
       warpgroup_wait<0>();
     }
-    int prefetched = 0;  // pages of the next segment issued in this one
     for (int a = 0; a < n_pages; a += 2) {
       const int i = a >> 1;
       const bool has_b = a + 1 < n_pages, next_a = a + 2 < n_pages, next_b = a + 3 < n_pages;
@@ -502,7 +486,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         if (pf > 0) prefetch_q();
 #pragma unroll
         for (int h = 0; h < 2; ++h) f[h] = ss.scale1[my_row[h]];
-        store_p(f, false);
+        store_p(f);
         signal(kP0Ready);
         if (has_b) {
           await(kP1Ready, b_phase);
@@ -557,13 +541,12 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 #pragma unroll
           for (int h = 0; h < 2; ++h) l_run[h] += sum[h];
           const float one[2] = {1.0f, 1.0f};
-          store_p(one, true);
-          if (early_p1) signal(kP1Ready);
+          store_p(one);
           pv_local();
         }
         await(kP0Ready, pair_phase);
         pv_remote();
-        if (has_b && !early_p1) signal(kP1Ready);
+        if (has_b) signal(kP1Ready);
         const int page_a2 = next_a && issuer ? table[a + 2] : 0;
         const int page_b3 = next_b && issuer ? table[a + 3] : 0;
         if (next_b || pf > 1) {
@@ -606,21 +589,29 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       inv[h] = l > 0.0f ? 1.0f / l : 0.0f;
       lse[h] = l > 0.0f ? (ss.row_max[my_row[h]] + log2f(l)) * cuda::kLn2 : -INFINITY;
     }
+    // This thread's part of O: for each of its two rows, column pairs c0 + 8 j (the wgmma
+    // accumulator's order: element 4 j + 2 h + v is row my_row[h], column c0 + 8 j + v).
+    const int c0 = wg * kHalf + get<1>(tOcO(0));
 #pragma unroll
-    for (int i = 0; i < size(tOrO); i += 2) {
-      const int h = (i >> 1) & 1;
-      const int row = r0 + get<0>(tOcO(i));
+    for (int h = 0; h < 2; ++h) {
+      const int row = r0 + my_row[h];
       if (row >= rows_total) continue;
-      const int d = wg * kHalf + get<1>(tOcO(i));
       const int token = row / H, head = row % H;
       if (direct) {
-        const int64_t out_row = static_cast<int64_t>(q_start + token) * H + head;
-        auto* orow = static_cast<__nv_bfloat16*>(p.out) + out_row * p.kv_lora_rank;
-        *reinterpret_cast<uint32_t*>(orow + d) = cuda::PackBf16(tOrO(i) * inv[h], tOrO(i + 1) * inv[h]);
+        auto* dst = static_cast<__nv_bfloat16*>(p.out) +
+                    (static_cast<int64_t>(q_start + token) * H + head) * p.kv_lora_rank + c0;
+#pragma unroll
+        for (int j = 0; j < kHalf / 8; ++j) {
+          *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+              cuda::PackBf16(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
+        }
       } else {
-        const int64_t part_row = part_row0 + static_cast<int64_t>(token) * H + head;
-        *reinterpret_cast<float2*>(split.part_out + part_row * p.kv_lora_rank + d) =
-            make_float2(tOrO(i) * inv[h], tOrO(i + 1) * inv[h]);
+        float* dst = split.part_out + (part_row0 + static_cast<int64_t>(token) * H + head) * p.kv_lora_rank + c0;
+#pragma unroll
+        for (int j = 0; j < kHalf / 8; ++j) {
+          *reinterpret_cast<float2*>(dst + 8 * j) =
+              make_float2(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
+        }
       }
     }
     // One LSE per row: the thread holding column 0 of warpgroup 0 writes it.
@@ -666,10 +657,9 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
   }
   if (max_rows_per_request <= 0 || p.batch == 0) return absl::OkStatus();
   Sm90Args args{p, split, MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages)};
-  if (const char* v = std::getenv("MLASERVE_MLA_VARIANT"); v != nullptr) args.split.variant = std::atoi(v);
   constexpr int kSmem = sizeof(SharedStorage);
   static_assert(kSmem <= 227 * 1024, "the sm90 latent kernel's shared memory exceeds Hopper's limit");
-  auto kernel = LatentAttentionSm90Kernel;
+  auto kernel = split.segments != nullptr ? LatentAttentionSm90Kernel<true> : LatentAttentionSm90Kernel<false>;
   if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       err != cudaSuccess) {
     return cuda::CudaStatus(err, "latent attention sm90: raising the shared-memory limit");
