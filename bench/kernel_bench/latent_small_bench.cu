@@ -2,7 +2,7 @@
 // fraction of copy bandwidth, for each way of cutting the keys, timed as the engine runs it: a
 // CUDA graph of kCalls calls (so host launch cost is not in the time), each call over its own
 // copy of the cache pages (so the pages come from memory, not from L2, as in a decode step whose
-// layers each read their own cache).
+// layers each read their own cache; up to 2 GB of copies).
 //   auto          PlanMlaDecode's pick (kAuto)
 //   auto_pow2     the same, planned as a decode graph plans: for the context rounded up to a
 //                 power of two pages (its later chunks are empty)
@@ -81,14 +81,17 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
   const int max_pages = kernels::PagesFor(max_k);
   int pages_per_copy = 0;
   for (int l : lk) pages_per_copy += kernels::PagesFor(l);
-  const int num_pages = pages_per_copy * kCalls;
-  // One pool; call c reads its own pages (a random permutation of the pool, kCalls tables).
+  // Copies of the pages: one per call, at most 2 GB of them (larger shapes do not fit in L2 anyway).
+  const double copy_bytes = 2.0 * pages_per_copy * kPageSize * kWidth;
+  const int copies = std::clamp(static_cast<int>(2e9 / copy_bytes), 1, kCalls);
+  const int num_pages = pages_per_copy * copies;
+  // One pool; call c reads copy c % copies (a random permutation of the pool, one table per copy).
   std::vector<int32_t> perm(num_pages);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
-  std::vector<int32_t> tables(static_cast<size_t>(kCalls) * batch * max_pages, 0);
+  std::vector<int32_t> tables(static_cast<size_t>(copies) * batch * max_pages, 0);
   int next = 0;
-  for (int c = 0; c < kCalls; ++c)
+  for (int c = 0; c < copies; ++c)
     for (int b = 0; b < batch; ++b)
       for (int i = 0; i < kernels::PagesFor(lk[b]); ++i)
         tables[(static_cast<size_t>(c) * batch + b) * max_pages + i] = perm[next++];
@@ -144,7 +147,7 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
     p.softmax_scale = 1.0f / std::sqrt(192.0f);
     const kernels::KernelContext ctx_cuda{kernels::Backend::kCuda, stream, 0};
     auto call = [&](int c) {
-      p.block_table = d_tables.get<int32_t>() + static_cast<size_t>(c) * batch * max_pages;
+      p.block_table = d_tables.get<int32_t>() + static_cast<size_t>(c % copies) * batch * max_pages;
       CheckStatus(kernels::MlaDecode(p, v.plan, workspace.get(), ctx_cuda), "MlaDecode");
     };
     for (int c = 0; c < kCalls; ++c) call(c);  // warm-up (kernel attributes, TMA descriptors)

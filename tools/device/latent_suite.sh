@@ -10,7 +10,8 @@
 # SANITIZE=0 skips compute-sanitizer (SANITIZE_FILTER: its cases, SANITIZE_TIMEOUT: s per tool); BASELINE=0 skips PyTorch; TESTS=0 skips the tests;
 # VARIANTS="1 ..." also times the Hopper kernel's variants (MLASERVE_MLA_VARIANT, LatentSplit::variant)
 # on the --quick mla_decode rows and mla_prefill, after checking the wgmma cases with each.
-# SMALL=0 skips the small-batch table (mla_decode_small, with and without PDL); FULL=0 skips the
+# SMALL=0 skips the small-batch table (mla_decode_small; SMALL_NOPDL=1: again with MLASERVE_PDL=0);
+# NCU=1 adds ncu kernel times and warp stalls on a few of its shapes; FULL=0 skips the
 # batch 64/128 mla_decode rows and mla_prefill (FULL_ARGS: more bench flags, e.g. --no-mmasync).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,9 +54,33 @@ fi
 if [[ ${SMALL:-1} == 1 ]]; then
   timeout 200 .devbin/mlaserve-kernel-bench --only mla_decode_small --json "$OUT/small.json" > "$OUT/bench_small.txt" 2>&1
   echo "mla_decode_small (PDL on): rc=$?"; sed -n '/us per call by variant/,$p' "$OUT/bench_small.txt"
-  MLASERVE_PDL=0 timeout 200 .devbin/mlaserve-kernel-bench --only mla_decode_small --json "$OUT/small_nopdl.json" \
-    > "$OUT/bench_small_nopdl.txt" 2>&1
-  echo "mla_decode_small (MLASERVE_PDL=0): rc=$?"; sed -n '/us per call by variant/,$p' "$OUT/bench_small_nopdl.txt"
+  if [[ ${SMALL_NOPDL:-0} == 1 ]]; then
+    MLASERVE_PDL=0 timeout 200 .devbin/mlaserve-kernel-bench --only mla_decode_small --json "$OUT/small_nopdl.json" \
+      > "$OUT/bench_small_nopdl.txt" 2>&1
+    echo "mla_decode_small (MLASERVE_PDL=0): rc=$?"; sed -n '/us per call by variant/,$p' "$OUT/bench_small_nopdl.txt"
+  fi
+fi
+if [[ ${NCU:-0} == 1 ]]; then
+  # Kernel by kernel (ncu serializes them; caches and clocks as they are): the attention kernel's
+  # time and warp stalls at batch 1 and at batch 128 / 128 heads, the 64- vs 128-CTA step of the
+  # small table, and the balanced schedule's three kernels at batch 128 / 16 heads.
+  ncu_run() {  # name, shape, variant, skip, count, ncu args...
+    local name=$1 shape=$2 variant=$3 skip=$4 count=$5; shift 5
+    timeout 150 ncu --clock-control none --cache-control none -k 'regex:Latent|Combine|Schedule' \
+      --launch-skip "$skip" --launch-count "$count" "$@" .devbin/mlaserve-kernel-bench --only mla_decode_small \
+      --small-shapes "$shape" --small-variants "$variant" > "$OUT/ncu_$name.txt" 2>&1
+    echo "ncu $name ($shape $variant): rc=$?"
+    grep -E "Kernel|Duration|gpu__time|No Instruction|Warp Cycles Per Issued|Throughput|No Eligible|Issued Warp|==ERR|==WARN" \
+      "$OUT/ncu_$name.txt" | cut -c1-150 | head -40
+  }
+  TIME=(--metrics gpu__time_duration.sum)
+  STALLS=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats)
+  ncu_run b1 "1,16,1024" pages=2 8 2 "${STALLS[@]}"
+  ncu_run b4_136ctas "4,128,4096" pages=4 8 2 "${TIME[@]}"
+  ncu_run b4_72ctas "4,128,4096" pages=8 8 2 "${TIME[@]}"
+  ncu_run b128h16_balanced "128,16,4096" balanced 3 3 "${TIME[@]}"
+  ncu_run b128h16_chunks "128,16,4096" legacy 1 1 "${TIME[@]}"
+  ncu_run b128h128 "128,128,8192" legacy 1 1 "${STALLS[@]}"
 fi
 for v in ${VARIANTS:-}; do
   MLASERVE_MLA_VARIANT=$v timeout 120 .devbin/kernels_mla_decode_cuda_test --gtest_brief=1 \
@@ -76,6 +101,6 @@ fi
 if [[ ${BASELINE:-1} == 1 ]]; then
   timeout 200 python3 tools/bench_attention_baseline.py --only mla_decode --json "$OUT/baseline.json" 2>&1 | tail -20
 fi
-tar -czf "$OUT/latent_results.tgz" -C "$OUT" $(cd "$OUT" && ls *.txt *.json 2>/dev/null) && rm -f "$OUT"/*.json "$OUT"/sanitize_*.txt "$OUT"/kernels_*.txt
+tar -czf "$OUT/latent_results.tgz" -C "$OUT" $(cd "$OUT" && ls *.txt *.json 2>/dev/null) && rm -f "$OUT"/*.json "$OUT"/sanitize_*.txt "$OUT"/kernels_*.txt "$OUT"/ncu_*.txt
 echo "latent_suite: $((SECONDS - T0)) s, status $status"
 exit $status
