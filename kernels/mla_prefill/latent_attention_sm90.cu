@@ -210,7 +210,10 @@ struct Phases {
 // during the current one); else chunks (one segment per CTA, from its grid position). Two
 // instantiations so that the chunk kernel (mla_prefill, most of mla_decode) carries none of the
 // segment code: the kernel is at the register limit, and code size matters at small batch.
-template <bool kSegments>
+// kEarlyP0: warpgroup 0 hands P_a to warpgroup 1 while its own P_a V_a[:, L] runs, and waits for
+// that product only before the next loads into its buffer (else it waits first, as FlashMLA's
+// kernel does); under measurement (MLASERVE_MLA_EARLY_P0=1).
+template <bool kSegments, bool kEarlyP0>
 __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const __grid_constant__ Sm90Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const MlaParams& p = args.p;
@@ -449,6 +452,10 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       const int next_phase = (ph.loads[wg] + i + 1) & 1;  // of this warpgroup's next page
       // The last pair: the next segment's loads go where this one's would.
       const int pf = next_a ? 0 : next_pages();
+      // The cache pages of the next pair's loads, read now so that the issuing thread (and with
+      // it its warpgroup's next wgmma) does not wait for them where it issues the loads.
+      const int page_a2 = next_a && issuer ? table[a + 2] : 0;
+      const int page_b3 = next_b && issuer ? table[a + 3] : 0;
       float f[2], mx[2], sum[2];
       if (wg == 0) {
         // Softmax of S_a against the running max; O_L += P_a V_a[:, L].
@@ -474,20 +481,28 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 #pragma unroll
         for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * f[h] + sum[h];
         pv_local();
-        // The cache pages of the next loads are read before the waits that cover their latency.
-        const int page_a2 = next_a && issuer ? table[a + 2] : 0;
-        warpgroup_wait<0>();
-        if (issuer) {
-          if (next_a) LoadTiles(args.tma, ss, p.num_pages, 0, page_a2, 0, kHalfTiles);
-          else if (pf > 0) LoadTiles(args.tma, ss, p.num_pages, 0, next_first_page(0), 0, kHalfTiles);
+        // Buffer 0's half L is free once P_a V_a[:, L] retires: the next page's tiles go there.
+        auto load_half_l = [&]() {
+          if (issuer) {
+            if (next_a) LoadTiles(args.tma, ss, p.num_pages, 0, page_a2, 0, kHalfTiles);
+            else if (pf > 0) LoadTiles(args.tma, ss, p.num_pages, 0, next_first_page(0), 0, kHalfTiles);
+          }
+        };
+        if constexpr (!kEarlyP0) {
+          warpgroup_wait<0>();
+          load_half_l();
         }
         // Warpgroup 1's max update rescales P_a (for its half) and O_L.
         await(kScale1Ready, pair_phase);
         if (pf > 0) prefetch_q();
 #pragma unroll
         for (int h = 0; h < 2; ++h) f[h] = ss.scale1[my_row[h]];
-        store_p(f);
+        store_p(f);  // from the f32 scores: the registers P_a V_a[:, L] reads are untouched
         signal(kP0Ready);
+        if constexpr (kEarlyP0) {
+          warpgroup_wait<0>();
+          load_half_l();
+        }
         if (has_b) {
           await(kP1Ready, b_phase);
           scale_o(f);
@@ -499,7 +514,6 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         // P_a V_a[:, R] retires.
         if (next_a) ScoreTiles<0, kHalfTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[0], next_phase);
         if (next_b) {
-          const int page_b3 = issuer ? table[a + 3] : 0;
           warpgroup_wait<kHalfTiles>();  // P_b V_b[:, L] retired: buffer 1's half L is free
           if (issuer) LoadTiles(args.tma, ss, p.num_pages, 1, page_b3, 0, kHalfTiles);
         }
@@ -547,8 +561,6 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         await(kP0Ready, pair_phase);
         pv_remote();
         if (has_b) signal(kP1Ready);
-        const int page_a2 = next_a && issuer ? table[a + 2] : 0;
-        const int page_b3 = next_b && issuer ? table[a + 3] : 0;
         if (next_b || pf > 1) {
           warpgroup_wait<1>();  // P_b V_b[:, R] retired: buffer 1's half R and rope are free
           if (issuer) {
@@ -659,7 +671,11 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
   Sm90Args args{p, split, MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages)};
   constexpr int kSmem = sizeof(SharedStorage);
   static_assert(kSmem <= 227 * 1024, "the sm90 latent kernel's shared memory exceeds Hopper's limit");
-  auto kernel = split.segments != nullptr ? LatentAttentionSm90Kernel<true> : LatentAttentionSm90Kernel<false>;
+  const char* early = std::getenv("MLASERVE_MLA_EARLY_P0");
+  const bool early_p0 = early != nullptr && early[0] == '1';
+  auto kernel = split.segments != nullptr
+                    ? (early_p0 ? LatentAttentionSm90Kernel<true, true> : LatentAttentionSm90Kernel<true, false>)
+                    : (early_p0 ? LatentAttentionSm90Kernel<false, true> : LatentAttentionSm90Kernel<false, false>);
   if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       err != cudaSuccess) {
     return cuda::CudaStatus(err, "latent attention sm90: raising the shared-memory limit");

@@ -8,8 +8,9 @@
 #             tools/device/bundle.sh && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-latent.tar.xz
 #   there:  tools/device/latent_suite.sh     (carry [".devpack-latent.tar.xz"]; PACK=<name> for another)
 # SANITIZE=0 skips compute-sanitizer (SANITIZE_FILTER: its cases, SANITIZE_TIMEOUT: s per tool); BASELINE=0 skips PyTorch; TESTS=0 skips the tests;
-# VARIANTS="1 ..." also times the Hopper kernel's variants (MLASERVE_MLA_VARIANT, LatentSplit::variant)
-# on the --quick mla_decode rows and mla_prefill, after checking the wgmma cases with each.
+# VARIANTS="NAME=VALUE ..." also times the Hopper kernel with each of these settings in the
+# environment (e.g. MLASERVE_MLA_EARLY_P0=1) on the --quick mla_decode rows and mla_prefill,
+# after a subset of the tests with it.
 # SMALL=0 skips the small-batch table (mla_decode_small; SMALL_NOPDL=1: again with MLASERVE_PDL=0);
 # NCU=1 adds ncu kernel times and warp stalls on a few of its shapes; FULL=0 skips the
 # batch 64/128 mla_decode rows and mla_prefill (FULL_ARGS: more bench flags, e.g. --no-mmasync).
@@ -83,15 +84,15 @@ if [[ ${NCU:-0} == 1 ]]; then
   ncu_run b128h128 "128,128,8192" legacy 1 1 "${STALLS[@]}"
 fi
 for v in ${VARIANTS:-}; do
-  MLASERVE_MLA_VARIANT=$v timeout 120 .devbin/kernels_mla_decode_cuda_test --gtest_brief=1 \
-    --gtest_filter='FewParts/*:ShortSplits/*1:ShortSplits/*9:Cases/*' > "$OUT/kernels_variant.txt" 2>&1
-  rc=$?
   echo "== variant $v" >> "$OUT/bench_variants.txt"
-  echo "variant $v: kernels_mla_decode_cuda_test (balanced, short splits, determinism): rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/kernels_variant.txt" | tr '\n' ' ')"
+  env "$v" timeout 120 .devbin/kernels_mla_decode_cuda_test --gtest_brief=1 \
+    --gtest_filter='FewParts/*:ShortSplits/*1:ShortSplits/*9:Cases/*:Sweep/*/6:Sweep/*/7:Sweep/*/50' > "$OUT/kernels_variant.txt" 2>&1
+  rc=$?
+  echo "variant $v: kernels_mla_decode_cuda_test (subset): rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/kernels_variant.txt" | tr '\n' ' ')"
   [[ $rc == 0 ]] || status=1
-  MLASERVE_MLA_VARIANT=$v timeout 150 .devbin/mlaserve-kernel-bench --only mla_decode --quick --no-mmasync 2>&1 \
+  env "$v" timeout 150 .devbin/mlaserve-kernel-bench --only mla_decode --quick --no-mmasync 2>&1 \
     | tee -a "$OUT/bench_variants.txt"
-  MLASERVE_MLA_VARIANT=$v timeout 100 .devbin/mlaserve-kernel-bench --only mla_prefill --no-mmasync 2>&1 \
+  env "$v" timeout 100 .devbin/mlaserve-kernel-bench --only mla_prefill --no-mmasync 2>&1 \
     | tail -2 | tee -a "$OUT/bench_variants.txt"
 done
 if [[ ${FULL:-1} == 1 ]]; then
