@@ -2,6 +2,7 @@
 #include "kernels/mla_decode/api.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
@@ -28,6 +29,9 @@ constexpr double kCombinePagesPerSplit = 0.15;
 // The balanced schedule's own kernels (schedule, combine) and its segment starts; measured slower
 // than the best chunk plan at every batch of 1-8 and at uniform lengths of batch 64.
 constexpr int kBalancedOverheadPages = 14;
+// With several 64-row blocks per request (128 heads) a balanced part's page measured ~25% dearer
+// than a chunk CTA's (b 64/128, 4k-8k, H100, 2026-11-25).
+constexpr double kBalancedRowBlocksFactor = 1.25;
 
 }  // namespace
 
@@ -47,14 +51,21 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   // CPU (num_sms = 0): one pass over the whole context, no workspace.
   if (s.num_sms == 0 || s.batch == 0 || s.max_seqlen_k == 0) return plan;
   // CTAs per split, as the CUDA kernel tiles rows (mla_prefill/latent_tiling.h). Pick the split
-  // count with the least estimated time: waves of CTAs times what each CTA costs (its pages, at
-  // least a pair, plus a fixed cost), plus the combine's reads of the partial outputs, so that
-  // small batches spread over many SMs in short splits (a batch-1 decode step is latency-bound)
-  // without a nearly empty last wave. Ties go to fewer splits (less combine work).
+  // count with the least estimated time: waves of CTAs times what each CTA costs (its pages, by
+  // pairs, plus a fixed cost), plus the combine, so that small batches spread over many SMs in
+  // short splits (a batch-1 decode step is latency-bound) without a nearly empty last wave. Ties
+  // go to fewer splits (less combine work).
   const int64_t rows = static_cast<int64_t>(s.num_heads) * s.q_per_request;
   const int64_t rows_per_cta = mla_internal::LatentRowsPerCta(rows);
-  const int64_t units = static_cast<int64_t>(s.batch) * ((rows + rows_per_cta - 1) / rows_per_cta);
-  const int pages = PagesFor(s.max_seqlen_k);
+  const int64_t row_blocks = (rows + rows_per_cta - 1) / rows_per_cta;
+  const int64_t units = static_cast<int64_t>(s.batch) * row_blocks;
+  const int pages = PagesFor(s.max_seqlen_k);  // the plan covers this many (a decode graph: its width)
+  // The timing uses the total where the caller gives it: a request's pages about the mean (up to
+  // +25%), the longest at least half of max_seqlen_k (a decode graph plans for its width, at most
+  // twice the longest context it runs; one long request among short ones still looks long).
+  const double mean_pages = s.total_seqlen_k > 0 ? static_cast<double>(s.total_seqlen_k) / s.batch / kPageSize : pages;
+  const int est_pages =
+      s.total_seqlen_k > 0 ? std::clamp(static_cast<int>(std::ceil(1.25 * mean_pages)), (pages + 1) / 2, pages) : pages;
   // One split's partial rows (f32, written and read once) in page-tile units.
   const double partial_pages = static_cast<double>(std::min(rows, rows_per_cta)) * s.kv_lora_rank * 8 /
                                (static_cast<double>(kPageSize) * (s.kv_lora_rank + s.rope_dim) * 2);
@@ -63,10 +74,15 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   double best_cost = -1;
   for (int want = 1; want <= max_splits; ++want) {
     const int pages_per_split = (pages + want - 1) / want;
-    const int splits = (pages + pages_per_split - 1) / pages_per_split;
+    // The chunks that hold keys (the rest return at once) and the CTAs that walk them.
+    const int splits = (std::min(est_pages, pages) + pages_per_split - 1) / pages_per_split;
     const int64_t ctas = units * splits;
     const int64_t waves = (ctas + s.num_sms - 1) / s.num_sms;
-    double cost = static_cast<double>(waves) * (PairedPages(pages_per_split) + kCtaOverheadPages);
+    // One wave lasts as long as its longest CTA; over several, short CTAs make room for the next
+    // wave's, so a CTA costs about the mean.
+    const double cta_pages = waves == 1 ? std::min(pages_per_split, est_pages)
+                                        : std::min<double>(pages_per_split, std::ceil(mean_pages));
+    double cost = static_cast<double>(waves) * (PairedPages(static_cast<int>(cta_pages)) + kCtaOverheadPages);
     if (splits > 1) {
       cost += kCombineOverheadPages + kCombinePagesPerSplit * splits +
               static_cast<double>(ctas) * partial_pages / s.num_sms;
@@ -78,17 +94,18 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   }
   // The Hopper kernel's balanced schedule (used where that kernel runs, MlaDecodeCuda), where
   // its estimate beats the chunks': every part about total / parts pages (each request at the
-  // longest context unless the caller gave the total) plus the schedule and combine kernels. Measured on an H100 it wins
-  // for long contexts and loses for short ones, where the chunk plan's waves are already even
-  // (docs/kernels.md); with mixed lengths it is the one that stays even.
+  // longest context unless the caller gave the total) plus its own kernels. Measured on an H100
+  // (docs/BENCHMARKS.md) it wins with mixed lengths and long contexts at 16 heads, and loses at
+  // batch 1-8 and with more than one 64-row block per request at uniform lengths.
   const int parts = mla_decode_internal::BalancedParts(s.num_sms, rows);
   const int64_t total_pages = s.total_seqlen_k > 0
                                   ? (s.total_seqlen_k + s.batch * static_cast<int64_t>(kPageSize - 1)) / kPageSize
                                   : s.batch * static_cast<int64_t>(pages);
+  const double part_pages = std::max<int64_t>(
+      (total_pages + s.batch * int64_t{mla_decode_internal::kPieceCostPages} + parts - 1) / parts,
+      mla_decode_internal::kMinPartCost);
   const double balanced_cost =
-      std::max<int64_t>((total_pages + s.batch * int64_t{mla_decode_internal::kPieceCostPages} + parts - 1) / parts,
-                        mla_decode_internal::kMinPartCost) +
-      kBalancedOverheadPages;
+      part_pages * (row_blocks > 1 ? kBalancedRowBlocksFactor : 1.0) + kBalancedOverheadPages;
   const bool balanced = s.schedule == MlaDecodeSchedule::kBalanced ||
                         (s.schedule == MlaDecodeSchedule::kAuto && balanced_cost < best_cost);
   if (balanced) {

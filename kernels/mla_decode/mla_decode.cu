@@ -49,21 +49,17 @@ struct CombineArgs {
   int64_t slot_rows = 0;
 };
 
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // out = sum_s w_s part_s with w_s = exp(lse_s - max) / sum_s' exp(lse_s' - max) over the row's
 // pieces (an empty piece has lse = -inf and weight 0, and its partial is not added: it may hold
 // anything). With chunks, only the chunks that hold keys of the request (LatentChunksWithKeys):
 // a decode graph plans for a longer context than it runs, and the attention kernel skips the rest.
+// Each warp reads its pieces' LSEs and partials in the same pass and keeps a running max, sum and
+// weighted output (online softmax), so the call waits on memory once per two pieces of a warp
+// rather than first for every LSE; the warps' results are merged in shared memory, in warp
+// order (the same bits every run).
 __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid_constant__ CombineArgs a) {
   __shared__ float4 partial[kCombineWarps][kCombineMaxRank / 4];
+  __shared__ float warp_max[kCombineWarps], warp_sum[kCombineWarps];
   const int b = blockIdx.y;
   const int i = blockIdx.x / a.num_heads, h = blockIdx.x % a.num_heads;
   // The lengths are the step's inputs, written before the attention kernel ran; that kernel lets
@@ -89,14 +85,7 @@ __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid
     stride = static_cast<int64_t>(a.batch) * a.max_q * a.num_heads;
   }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float m = -INFINITY;
-  for (int s = lane; s < n; s += 32) m = fmaxf(m, a.part_lse[first + s * stride]);
-  m = WarpMax(m);
-  float total = 0.0f;
-  if (m != -INFINITY)
-    for (int s = lane; s < n; s += 32) total += expf(a.part_lse[first + s * stride] - m);
-  total = WarpSum(total);
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  float m = -INFINITY, l = 0.0f;
   float4 acc[kCombineVecsPerLane];
 #pragma unroll
   for (int j = 0; j < kCombineVecsPerLane; ++j) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -104,39 +93,58 @@ __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid
   for (int s = warp; s < n; s += kCombineWarps) {
     const int64_t row = first + s * stride;
     const float ls = a.part_lse[row];
-    const float w = ls == -INFINITY ? 0.0f : expf(ls - m) * inv;
     const auto* src = reinterpret_cast<const float4*>(a.part_out + row * a.rank);
+    float4 x[kCombineVecsPerLane];
 #pragma unroll
     for (int j = 0; j < kCombineVecsPerLane; ++j) {
-      const int v = lane + 32 * j;
-      if (4 * v >= a.rank) break;
-      const float4 x = src[v];
-      if (w != 0.0f) {
-        acc[j].x += w * x.x;
-        acc[j].y += w * x.y;
-        acc[j].z += w * x.z;
-        acc[j].w += w * x.w;
-      }
+      x[j] = 4 * (lane + 32 * j) < a.rank ? src[lane + 32 * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if (ls == -INFINITY) continue;  // empty piece (the whole warp: one row)
+    const float m_new = fmaxf(m, ls);
+    const float keep = expf(m - m_new), w = expf(ls - m_new);
+    l = l * keep + w;
+    m = m_new;
+#pragma unroll
+    for (int j = 0; j < kCombineVecsPerLane; ++j) {
+      acc[j].x = acc[j].x * keep + w * x[j].x;
+      acc[j].y = acc[j].y * keep + w * x[j].y;
+      acc[j].z = acc[j].z * keep + w * x[j].z;
+      acc[j].w = acc[j].w * keep + w * x[j].w;
     }
   }
 #pragma unroll
   for (int j = 0; j < kCombineVecsPerLane; ++j) partial[warp][lane + 32 * j] = acc[j];
+  if (lane == 0) {
+    warp_max[warp] = m;
+    warp_sum[warp] = l;
+  }
   __syncthreads();
+  float m_all = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) m_all = fmaxf(m_all, warp_max[w]);
+  float scale[kCombineWarps], total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) {
+    scale[w] = warp_max[w] == -INFINITY ? 0.0f : expf(warp_max[w] - m_all);
+    total += scale[w] * warp_sum[w];
+  }
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
   const int64_t out_row = static_cast<int64_t>(q_start + i) * a.num_heads + h;
   const int v = threadIdx.x;  // float4 column: latent dims 4v .. 4v + 3
   if (4 * v < a.rank) {
-    float4 sum = partial[0][v];
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int w = 1; w < kCombineWarps; ++w) {
-      sum.x += partial[w][v].x;
-      sum.y += partial[w][v].y;
-      sum.z += partial[w][v].z;
-      sum.w += partial[w][v].w;
+    for (int w = 0; w < kCombineWarps; ++w) {
+      const float c = scale[w] * inv;
+      sum.x += c * partial[w][v].x;
+      sum.y += c * partial[w][v].y;
+      sum.z += c * partial[w][v].z;
+      sum.w += c * partial[w][v].w;
     }
     const uint2 packed = make_uint2(cuda::PackBf16(sum.x, sum.y), cuda::PackBf16(sum.z, sum.w));
     *reinterpret_cast<uint2*>(a.out + out_row * a.rank + 4 * v) = packed;
   }
-  if (a.lse != nullptr && threadIdx.x == 0) a.lse[out_row] = total > 0.0f ? m + logf(total) : -INFINITY;
+  if (a.lse != nullptr && threadIdx.x == 0) a.lse[out_row] = total > 0.0f ? m_all + logf(total) : -INFINITY;
 }
 
 // The schedule and combine kernels run next to the attention kernel, which takes all of an SM's

@@ -116,15 +116,20 @@ TEST(MlaDecodePlan, BalancedScheduleIsOneWavePerRowBlock) {
   EXPECT_EQ(plan->workspace_bytes, 0u);
 }
 
-TEST(MlaDecodePlan, AutoPicksBalancedForLongContexts) {
+TEST(MlaDecodePlan, AutoPicksBalancedForSkewedBatches) {
   // Short contexts over a full batch: chunk waves are even already.
   auto plan = PlanMlaDecode({128, 128, 1, 512, 64, 4096, 132});
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->num_parts, 0);
-  // A long longest context (one long request among short ones looks the same to the plan).
-  plan = PlanMlaDecode({64, 128, 1, 512, 64, 65536, 132});
+  // One long request among short ones (the total says so): the balanced schedule.
+  plan = PlanMlaDecode({64, 128, 1, 512, 64, 65536, 132, MlaDecodeSchedule::kAuto, 65536 + 63 * 1024});
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->num_parts, 66);
+  // Without the total the plan takes every request at the longest context: uniform lengths, where
+  // chunks measured faster at 128 heads.
+  plan = PlanMlaDecode({64, 128, 1, 512, 64, 65536, 132});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_parts, 0);
 }
 
 TEST(MlaDecodePlan, AutoWeighsTheBalancedScheduleByTheTotalKeys) {

@@ -36,7 +36,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "cute/tensor.hpp"
@@ -175,25 +174,28 @@ __device__ __forceinline__ void ZeroTail(SharedStorage& ss, int stage, int valid
   }
 }
 
-// Q rows [first, last) of a 64-row tile: row r -> (token (r0 + r) / H, head (r0 + r) % H) of the
-// request whose query rows start at q_start; rows past rows_total are zero. cp.async by the
-// `count` threads numbered `index`, one commit group; the caller waits (CpAsyncWait) and fences
-// before the score products read it.
+// Q rows [first, first + count / 4) of a 64-row tile: row r -> (token (r0 + r) / H, head
+// (r0 + r) % H) of the request whose query rows start at q_start; rows past rows_total are zero.
+// cp.async by the `count` threads numbered `index`, 4 per row (each row's head and token found
+// once), one commit group; the caller waits (CpAsyncWait) and fences before the score products
+// read it.
+constexpr int kQThreadsPerRow = 4;
 template <class TQ>
 __device__ __forceinline__ void LoadQRows(const MlaParams& p, TQ& sQ, int q_start, int rows_total, int r0,
-                                          int first, int last, int index, int count) {
-  const auto* q = static_cast<const Bf16*>(p.q);
-  const int H = p.num_heads;
+                                          int first, int index) {
   constexpr int kChunks = kWidth / cuda::kBf16PerChunk;
-#pragma unroll 1
-  for (int i = index; i < (last - first) * kChunks; i += count) {
-    const int r = first + i / kChunks, col = (i % kChunks) * cuda::kBf16PerChunk;
-    const int row = r0 + r;
-    const bool valid = row < rows_total;
-    const Bf16* src = valid ? q + static_cast<int64_t>(q_start + row / H) * p.q_token_stride +
-                                  static_cast<int64_t>(row % H) * p.q_head_stride + col
-                            : q;
-    cuda::CpAsync16(cuda::SmemAddress(&sQ(r, col)), src, valid);
+  const auto* q = static_cast<const Bf16*>(p.q);
+  const int r = first + index / kQThreadsPerRow;
+  const int row = r0 + r;
+  const bool valid = row < rows_total;
+  const int H = p.num_heads;
+  const Bf16* src = valid ? q + static_cast<int64_t>(q_start + row / H) * p.q_token_stride +
+                                static_cast<int64_t>(row % H) * p.q_head_stride
+                          : q;
+#pragma unroll 2
+  for (int c = index % kQThreadsPerRow; c < kChunks; c += kQThreadsPerRow) {
+    const int col = c * cuda::kBf16PerChunk;
+    cuda::CpAsync16(cuda::SmemAddress(&sQ(r, col)), valid ? src + col : src, valid);
   }
   cuda::CpAsyncCommit();
 }
@@ -210,10 +212,7 @@ struct Phases {
 // during the current one); else chunks (one segment per CTA, from its grid position). Two
 // instantiations so that the chunk kernel (mla_prefill, most of mla_decode) carries none of the
 // segment code: the kernel is at the register limit, and code size matters at small batch.
-// kEarlyP0: warpgroup 0 hands P_a to warpgroup 1 while its own P_a V_a[:, L] runs, and waits for
-// that product only before the next loads into its buffer (else it waits first, as FlashMLA's
-// kernel does); under measurement (MLASERVE_MLA_EARLY_P0=1).
-template <bool kSegments, bool kEarlyP0>
+template <bool kSegments>
 __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const __grid_constant__ Sm90Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const MlaParams& p = args.p;
@@ -312,6 +311,14 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     int64_t part_row0;
     int first_page[2];
     if constexpr (chunks) {
+      // The first two pages' cache ids do not depend on the request's lengths: read them
+      // alongside (not after) those, within the block table's row.
+      if (tid == 0) {
+        const int page0 = split.chunk_tokens > 0 ? static_cast<int>(blockIdx.y) * (split.chunk_tokens / kPageSize) : 0;
+        const int32_t* row = p.block_table + static_cast<int64_t>(blockIdx.z) * p.max_pages_per_seq;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) first_page[j] = page0 + j < p.max_pages_per_seq ? row[page0 + j] : -1;
+      }
       w = LatentCtaWork::Of(p, split, kRows);
       if (w.unread) w.r0 = w.rows_total;  // past the request's keys: nothing to write
       direct = split.num_splits == 1;
@@ -335,16 +342,13 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     const int b = w.b, q_start = w.q_start, rows_total = w.rows_total, r0 = w.r0;
     const int kv_begin = w.kv_begin, kv_end = w.kv_end, n_pages = w.n_tiles;
     const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq + kv_begin / kPageSize;
-    if (chunks && tid == 0) {
-      first_page[0] = n_pages > 0 ? table[0] : -1;
-      first_page[1] = n_pages > 1 ? table[1] : -1;
-    }
     if (tid < kRows) ss.row_max[tid] = kMaxInit;
     if (!issued) {
       if (tid == 0) {
         for (int j = 0; j < 2 && j < n_pages; ++j) LoadTiles(args.tma, ss, p.num_pages, j, first_page[j], 0, kTiles);
       }
-      LoadQRows(p, sQ, q_start, rows_total, r0, 0, kRows, tid, kThreads);
+      static_assert(kThreads == kRows * kQThreadsPerRow);
+      LoadQRows(p, sQ, q_start, rows_total, r0, 0, tid);
     }
     cuda::CpAsyncWait<0>();
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> wgmma's async proxy
@@ -435,7 +439,8 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     };
     auto prefetch_q = [&]() {
       const LatentSegment& seg = ss.seg[(k + 1) & 1];
-      LoadQRows(p, sQ, seg.q_start, seg.q_len * H, r0, wg * (kRows / 2), (wg + 1) * (kRows / 2), wg_tid, 128);
+      static_assert(128 == kRows / 2 * kQThreadsPerRow);
+      LoadQRows(p, sQ, seg.q_start, seg.q_len * H, r0, wg * (kRows / 2), wg_tid);
     };
     auto next_first_page = [&](int j) { return ss.seg[(k + 1) & 1].first_pages[j]; };
 
@@ -481,28 +486,18 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 #pragma unroll
         for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * f[h] + sum[h];
         pv_local();
-        // Buffer 0's half L is free once P_a V_a[:, L] retires: the next page's tiles go there.
-        auto load_half_l = [&]() {
-          if (issuer) {
-            if (next_a) LoadTiles(args.tma, ss, p.num_pages, 0, page_a2, 0, kHalfTiles);
-            else if (pf > 0) LoadTiles(args.tma, ss, p.num_pages, 0, next_first_page(0), 0, kHalfTiles);
-          }
-        };
-        if constexpr (!kEarlyP0) {
-          warpgroup_wait<0>();
-          load_half_l();
+        warpgroup_wait<0>();  // P_a V_a[:, L] retired: buffer 0's half L is free
+        if (issuer) {
+          if (next_a) LoadTiles(args.tma, ss, p.num_pages, 0, page_a2, 0, kHalfTiles);
+          else if (pf > 0) LoadTiles(args.tma, ss, p.num_pages, 0, next_first_page(0), 0, kHalfTiles);
         }
         // Warpgroup 1's max update rescales P_a (for its half) and O_L.
         await(kScale1Ready, pair_phase);
         if (pf > 0) prefetch_q();
 #pragma unroll
         for (int h = 0; h < 2; ++h) f[h] = ss.scale1[my_row[h]];
-        store_p(f);  // from the f32 scores: the registers P_a V_a[:, L] reads are untouched
+        store_p(f);
         signal(kP0Ready);
-        if constexpr (kEarlyP0) {
-          warpgroup_wait<0>();
-          load_half_l();
-        }
         if (has_b) {
           await(kP1Ready, b_phase);
           scale_o(f);
@@ -671,11 +666,7 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
   Sm90Args args{p, split, MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages)};
   constexpr int kSmem = sizeof(SharedStorage);
   static_assert(kSmem <= 227 * 1024, "the sm90 latent kernel's shared memory exceeds Hopper's limit");
-  const char* early = std::getenv("MLASERVE_MLA_EARLY_P0");
-  const bool early_p0 = early != nullptr && early[0] == '1';
-  auto kernel = split.segments != nullptr
-                    ? (early_p0 ? LatentAttentionSm90Kernel<true, true> : LatentAttentionSm90Kernel<true, false>)
-                    : (early_p0 ? LatentAttentionSm90Kernel<false, true> : LatentAttentionSm90Kernel<false, false>);
+  auto kernel = split.segments != nullptr ? LatentAttentionSm90Kernel<true> : LatentAttentionSm90Kernel<false>;
   if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       err != cudaSuccess) {
     return cuda::CudaStatus(err, "latent attention sm90: raising the shared-memory limit");
