@@ -17,15 +17,18 @@ namespace {
 // More splits than this only grow the combine's reads (and the workspace).
 constexpr int kMaxSplits = 64;
 // The plan's cost model, in units of one CTA's time per cache page (~1.75 us on an H100 at batch
-// 1-8), fitted to the mla_decode_small table of 2026-11-25 (docs/BENCHMARKS.md): of the chunk
-// plans measured there for b 1-8, h 16 / 128, s_k 512-8k, it picks one within 6% of the fastest.
+// 1-8), fitted to the mla_decode_small table (docs/BENCHMARKS.md, 2026-11-25, last run): of the
+// chunk plans measured there for b 1-8, h 16 / 128, s_k 512-8k, it picks one 3% slower than the
+// fastest on average, 12% at worst.
 // Fixed cost of one CTA (Q tile load, prologue, the first pages' latency, the output write).
 constexpr double kCtaOverheadPages = 2;
 // A CTA's pages cost by pairs: its two warpgroups compute two pages' scores at once.
 inline int PairedPages(int pages) { return (pages + 1) / 2 * 2; }
-// The combine kernel: a fixed part, and per split the latency of its loop over the pieces.
-constexpr double kCombineOverheadPages = 1;
-constexpr double kCombinePagesPerSplit = 0.15;
+// The combine kernel (launched with PDL: its fixed part is hidden): per split the latency of
+// its loop over the pieces, and the partials' bytes (written by the attention kernel, read by
+// the combine) over the SMs.
+constexpr double kCombinePagesPerSplit = 0.05;
+constexpr double kCombinePartialWeight = 2;
 // The balanced schedule's own kernels (schedule, combine) and its segment starts; measured slower
 // than the best chunk plan at every batch of 1-8 and at uniform lengths of batch 64.
 constexpr int kBalancedOverheadPages = 14;
@@ -84,8 +87,7 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
                                         : std::min<double>(pages_per_split, std::ceil(mean_pages));
     double cost = static_cast<double>(waves) * (PairedPages(static_cast<int>(cta_pages)) + kCtaOverheadPages);
     if (splits > 1) {
-      cost += kCombineOverheadPages + kCombinePagesPerSplit * splits +
-              static_cast<double>(ctas) * partial_pages / s.num_sms;
+      cost += kCombinePagesPerSplit * splits + kCombinePartialWeight * static_cast<double>(ctas) * partial_pages / s.num_sms;
     }
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
