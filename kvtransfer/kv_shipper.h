@@ -2,7 +2,8 @@
 // drives it: a step's KV pages leave layer by layer without the forward waiting on a page copy
 // or on the network.
 //
-//   ShipLayer(layer, runs)  (loop thread, from Engine::Forward's on_layer_done)
+//   ShipLayer(layer, runs)  (from the engine's layer callback: the prefill loop thread, or
+//                            the pool's rank thread of a data-parallel engine)
 //       one KvPool::ReadPagesAsync of every run's pages of that layer into a page-locked
 //       staging slot, ordered after the engine's stream; the slot is queued, the call returns.
 //   shipping threads
@@ -22,9 +23,11 @@
 // requests rather than the whole worker. A sender's failures are sticky (KvSender::status()),
 // which is how the loop thread learns that a run it queued could not be sent.
 //
-// Threads: ShipLayer / Complete / WaitCopies from one thread (the loop); the shipping threads
-// are the only callers of the senders' SendPages and Complete for the runs queued here. Stop()
-// (or the destructor) drains nothing: it answers queued completions with UNAVAILABLE.
+// Threads: ShipLayer / Complete / WaitCopies from one thread at a time (the loop thread, or
+// during a step the engine's thread of this pool's rank while the loop waits); the shipping
+// threads are the only callers of the senders' SendPages and Complete for the runs queued
+// here. Stop() (or the destructor) drains nothing: it answers queued completions with
+// UNAVAILABLE.
 #pragma once
 
 #include <cstdint>
@@ -60,8 +63,8 @@ struct KvShipperOptions {
 
 class KvShipper {
  public:
-  // `pool`: where the pages are read (must outlive the shipper). `device_stream`: the engine's
-  // cudaStream_t (Engine::device_stream()), or null.
+  // `pool`: where the pages are read (must outlive the shipper). `device_stream`: the stream
+  // that writes the pool's pages (Engine::rank_stream of the pool's rank), or null.
   KvShipper(model::KvPool* pool, void* device_stream, KvShipperOptions options = {});
   ~KvShipper();  // Stop()
 

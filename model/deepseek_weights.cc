@@ -228,6 +228,22 @@ class Loader {
     return absl::OkStatus();
   }
 
+  // The shared experts' gate_up, as one expert, in the layout PrepareExperts gives the routed
+  // stack (interleaved on Hopper: AddSharedExperts then fuses SiLU * up into its GEMM). Biased
+  // gate_up rows stay stacked (the bias would need the same permutation).
+  absl::Status PrepareShared(int64_t hidden, GatedMlpWeights* shared) const {
+    if (!shared->gate_up.bias.empty() || shared->inter == 0) return absl::OkStatus();
+    kernels::MoePrepareParams prep;
+    prep.dtype = dtype_;
+    prep.num_experts = 1;
+    prep.hidden = static_cast<int>(hidden);
+    prep.inter = shared->inter;
+    prep.gate_up = shared->gate_up.weight.buffer.data();
+    ASSIGN_OR_RETURN(shared->gate_up_layout,
+                     kernels::MoePrepareExpertWeights(prep, kernels::KernelContext{backend_, nullptr, 0}));
+    return absl::OkStatus();
+  }
+
   kernels::DType dtype() const { return dtype_; }
   kernels::Backend backend() const { return backend_; }
 
@@ -380,6 +396,7 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
   if (c.n_shared_experts > 0) {
     ASSIGN_OR_RETURN(moe.shared, ld.GatedMlp(mp + ".shared_experts", H, pl.shared_inter,
                                                 c.mlp_bias, pl.rank == 0));
+    RETURN_IF_ERROR(ld.PrepareShared(H, &moe.shared));
   }
   return lw;
 }

@@ -35,9 +35,10 @@ namespace mlaserve::model {
 // for DSA models). kAuto asks the AttentionPathPolicy (profiles/) per batch; without one it
 // uses MHA when there is no cached prefix and MLA otherwise. kMhaOurs is kMha with this
 // project's own mha_prefill kernel for the call (the GPU profile found it faster than cuDNN
-// in the batch's cell); kMha uses EngineOptions::mha_provider. A --mha-provider other than
-// auto wins over both.
-enum class AttentionPath : uint8_t { kAuto, kMha, kMla, kMhaOurs };
+// in the batch's cell), kMhaCudnn kMha with cuDNN where it can run the call and ours where it
+// cannot (the cell found cuDNN faster); kMha uses EngineOptions::mha_provider. A
+// --mha-provider other than auto wins over both.
+enum class AttentionPath : uint8_t { kAuto, kMha, kMla, kMhaOurs, kMhaCudnn };
 
 // The KV cache's storage (the --kv-cache-dtype flag). kNative: the engine's activation dtype
 // (bf16 on kCuda, f32 on kCpu). kFp8: DeepSeek's fp8 layouts (KvCacheFormat::kFp8Ds; DSA
@@ -97,8 +98,13 @@ inline std::vector<const SampleRow*> RequestedSamples(std::span<const SequenceCh
 // Called after layer `layer`'s KV of every chunk in the batch is in the pool (prefill streams
 // each layer's pages to the decode worker from here). Return non-OK to abort the forward.
 // With data-parallel attention it runs for every layer in order once the whole step is done
-// on every rank (the ranks' layers do not finish together), with nothing left on any stream.
+// on every rank (the ranks' layers do not finish together), with nothing left on any stream;
+// Engine::ForwardStreamingRanks streams such a step rank by rank instead.
 using LayerDoneFn = std::function<absl::Status(int layer)>;
+// Data-parallel attention, Engine::ForwardStreamingRanks: rank `rank` has written layer
+// `layer`'s KV of its own chunks (into rank_pool(rank); on kCuda enqueued on
+// rank_stream(rank)).
+using RankLayerDoneFn = std::function<absl::Status(int rank, int layer)>;
 
 struct ForwardResult {
   // Row r holds the logits (f32, vocab wide) of the r-th chunk with want_logits, in batch order.
@@ -129,6 +135,12 @@ class Engine {
   // enqueued, not finished: a consumer on another stream orders itself after an event recorded
   // here (the nccl KV sender does). Null for the CPU backend.
   virtual void* device_stream() const { return nullptr; }
+  // kCuda: the stream rank `rank`'s chunks run on (rank in [0, data_ranks())); rank 0's is
+  // device_stream(). Null for the CPU backend.
+  virtual void* rank_stream(int rank) const {
+    (void)rank;
+    return device_stream();
+  }
 
   virtual absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
                                                 AttentionPath path = AttentionPath::kAuto,
@@ -144,6 +156,32 @@ class Engine {
     if (!r.ok()) return r.status();
     *result = std::move(r).value();
     return absl::OkStatus();
+  }
+  // Forward that hands every data-parallel rank's layers over as that rank writes them, not
+  // after the step: on_rank_layer_done(r, l) runs once rank r's layer l is enqueued, in layer
+  // order for each rank, for every rank with chunks in `batch`. A multi-rank engine calls it
+  // on rank r's own thread while the other ranks compute, so calls for different ranks may
+  // run at once (the caller waits in this call meanwhile). A failing callback fails this call
+  // only, after every rank finished the step (their collectives must match).
+  // This default is Forward whose layer callback calls (r, l) for each rank with chunks in
+  // rank order: for a one-pool engine (rank 0 only) that streams; an engine with several pools
+  // that does not override it hands the layers over only as Forward's callback runs.
+  // (Inline: serving code and test fakes use the interface without the model runtime.)
+  virtual absl::StatusOr<ForwardResult> ForwardStreamingRanks(
+      std::span<const SequenceChunk> batch, AttentionPath path,
+      const RankLayerDoneFn& on_rank_layer_done) {
+    if (!on_rank_layer_done) return Forward(batch, path);
+    std::vector<bool> has_chunks(data_ranks(), false);
+    for (const SequenceChunk& c : batch) {
+      if (c.rank >= 0 && c.rank < data_ranks()) has_chunks[c.rank] = true;
+    }
+    return Forward(batch, path, [&](int layer) -> absl::Status {
+      for (int r = 0; r < data_ranks(); ++r) {
+        if (!has_chunks[r]) continue;
+        if (absl::Status s = on_rank_layer_done(r, layer); !s.ok()) return s;
+      }
+      return absl::OkStatus();
+    });
   }
 };
 

@@ -136,7 +136,7 @@ TEST(EngineTest, LayerCallbackRunsPerLayerAndCanAbort) {
   EXPECT_EQ(aborted.status().code(), absl::StatusCode::kCancelled);
 }
 
-// kMhaOurs is the MHA form with mha_prefill's own kernel (on the CPU every provider is the
+// kMhaOurs / kMhaCudnn are the MHA form on a named provider (on the CPU every provider is the
 // reference): the same logits as kMha, reported as kMha.
 TEST(EngineTest, MhaOnOursIsTheMhaForm) {
   auto engine = MakeEngine(FixtureDir("deepseek_v2"), 8);
@@ -147,9 +147,12 @@ TEST(EngineTest, MhaOnOursIsTheMhaForm) {
   SequenceChunk c{ids, 0, *pages, true};
   auto mha = engine->Forward({&c, 1}, AttentionPath::kMha);
   auto ours = engine->Forward({&c, 1}, AttentionPath::kMhaOurs);
-  ASSERT_TRUE(mha.ok() && ours.ok());
+  auto cudnn = engine->Forward({&c, 1}, AttentionPath::kMhaCudnn);
+  ASSERT_TRUE(mha.ok() && ours.ok() && cudnn.ok());
   EXPECT_EQ(ours->path_used, AttentionPath::kMha);
   EXPECT_EQ(ours->logits, mha->logits);
+  EXPECT_EQ(cudnn->path_used, AttentionPath::kMha);
+  EXPECT_EQ(cudnn->logits, mha->logits);
 }
 
 // A build without CUDA refuses the CUDA backend clearly (the CUDA engine itself is covered by

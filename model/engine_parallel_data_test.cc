@@ -5,9 +5,15 @@
 // request's logits must equal the single-rank engine's within 1e-5 relative error and its
 // greedy tokens must be equal. KV moves between a rank's pool and other layouts (single rank,
 // tensor-parallel ranks) page by page, as a KV import / export does.
+#include <algorithm>
+#include <map>
+#include <set>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "model/parallel_engine.h"
 #include "model/parallel_graph_plan.h"
@@ -318,6 +324,92 @@ TEST(DataParallelEngineKv, RefusesChunksForRanksItDoesNotHave) {
   (*data)->rank_pool(1).Free(*pages);
 }
 
+// ForwardStreamingRanks: each rank with chunks hands its layers over on its own thread (not
+// the caller's, not another rank's), every layer in order, right after writing it (its pool
+// holds that layer and not yet the next); an idle rank hands nothing over. The logits are
+// Forward's. A failing callback of one rank fails that call only, after the step.
+TEST(DataParallelEngineKv, StreamingRanksHandsEachRanksLayersOverOnItsThread) {
+  const std::string dir = std::string(kFixtureRoot) + "/deepseek_v3";
+  testing::Reference ref;
+  ASSERT_TRUE(testing::LoadReference(dir, &ref));
+  auto single = testing::MakeEngine(dir, kPages);
+  ASSERT_NE(single, nullptr);
+  const int layers = single->config().num_hidden_layers;
+  for (const int n : {2, 4}) {
+    auto data = MakeParallel(dir, n, AttentionParallel::kData, MoeParallel::kExpert);
+    ASSERT_TRUE(data.ok()) << data.status();
+    // Rank 0 and the last rank prefill a prompt each; the ranks between idle.
+    const std::vector<int> busy = {0, n - 1};
+    std::vector<std::vector<int32_t>> pages;
+    std::vector<SequenceChunk> batch;
+    for (size_t i = 0; i < busy.size(); ++i) {
+      const std::vector<int32_t>& ids = ref.prompts[i + 1].ids;
+      auto p = (*data)->rank_pool(busy[i]).Allocate(PagesFor(static_cast<int>(ids.size())));
+      ASSERT_TRUE(p.ok());
+      pages.push_back(*p);
+    }
+    for (size_t i = 0; i < busy.size(); ++i) {
+      SequenceChunk c;
+      c.tokens = ref.prompts[i + 1].ids;
+      c.pages = pages[i];
+      c.rank = busy[i];
+      batch.push_back(c);
+    }
+    // Whether rank r's prompt's first page holds non-zero bytes in `layer` (pools start zeroed).
+    auto written = [&](int r, int layer) {
+      const int i = r == 0 ? 0 : 1;
+      std::vector<uint8_t> page((*data)->rank_pool(r).layer_page_bytes());
+      EXPECT_TRUE((*data)->rank_pool(r).ReadPage(layer, pages[i][0], page.data()).ok());
+      return std::any_of(page.begin(), page.end(), [](uint8_t b) { return b != 0; });
+    };
+    absl::Mutex mu;
+    std::map<int, std::vector<int>> seen;                 // rank -> layers handed over
+    std::map<int, std::set<std::thread::id>> threads;     // rank -> the threads that did
+    int not_right_after = 0;
+    const std::thread::id caller = std::this_thread::get_id();
+    absl::StatusOr<ForwardResult> got = (*data)->ForwardStreamingRanks(
+        batch, AttentionPath::kAuto, [&](int rank, int layer) -> absl::Status {
+          const bool right_after =
+              written(rank, layer) && (layer + 1 == layers || !written(rank, layer + 1));
+          absl::MutexLock l(&mu);
+          seen[rank].push_back(layer);
+          threads[rank].insert(std::this_thread::get_id());
+          if (!right_after) ++not_right_after;
+          return absl::OkStatus();
+        });
+    ASSERT_TRUE(got.ok()) << got.status();
+    std::vector<int> all(layers);
+    for (int l = 0; l < layers; ++l) all[l] = l;
+    ASSERT_EQ(seen.size(), 2u) << n << " ranks: only the busy ranks hand layers over";
+    EXPECT_EQ(seen[0], all);
+    EXPECT_EQ(seen[n - 1], all);
+    EXPECT_EQ(not_right_after, 0);
+    ASSERT_EQ(threads[0].size(), 1u);
+    ASSERT_EQ(threads[n - 1].size(), 1u);
+    EXPECT_NE(*threads[0].begin(), caller);
+    EXPECT_NE(*threads[0].begin(), *threads[n - 1].begin());
+    // The same logits as the single-rank engine (each prompt alone).
+    ASSERT_EQ(got->rows, 2);
+    const size_t vocab = single->config().vocab_size;
+    for (int i = 0; i < 2; ++i) {
+      absl::StatusOr<Generation> want = GenerateAlone(*single, ref.prompts[i + 1].ids, 0);
+      ASSERT_TRUE(want.ok());
+      EXPECT_LT(RelError(got->logits.data() + i * vocab, want->logits[0]), kTolerance) << i;
+    }
+    // Rank n-1's callback fails at layer 1: this call fails, the next one runs.
+    absl::Status s = (*data)->ForwardStreamingRanks(batch, AttentionPath::kAuto,
+                                                    [&](int rank, int layer) {
+                                                      return rank == n - 1 && layer == 1
+                                                                 ? absl::UnavailableError("gone")
+                                                                 : absl::OkStatus();
+                                                    })
+                         .status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_TRUE((*data)->ForwardStreamingRanks(batch, AttentionPath::kAuto, nullptr).ok());
+    for (size_t i = 0; i < busy.size(); ++i) (*data)->rank_pool(busy[i]).Free(pages[i]);
+  }
+}
+
 // Sharded decode as graph steps (parallel_graph_plan.h): one bucket for every rank, or eager.
 TEST(ShardedGraphBucket, OneBucketForEveryRankOrNone) {
   using S = RankStepShape;
@@ -334,20 +426,20 @@ TEST(ShardedGraphBucket, OneBucketForEveryRankOrNone) {
 // its decode batch to the common bucket (an idle data-parallel rank runs padding rows only)
 // and takes the feed-forward counts as known instead of exchanging them. The logits equal the
 // single-rank engine's; steps with a prompt chunk on any rank run eagerly on every rank.
-// With --moe-dispatch all-to-all the eager prompt step runs the all-to-all and the graph steps
-// the gather dispatch (the all-to-all needs host counts), with the shared experts, whole on
-// every rank, added once per row.
+// With --moe-dispatch all-to-all the graph steps exchange fixed-capacity blocks (no count
+// reaches the host) and the eager prompt step, above max_batch_seqs rows a rank, the counted
+// rows.
 class ShardedGraphStepTest
-    : public ::testing::TestWithParam<std::tuple<std::string, AttentionParallel, MoeDispatch>> {};
+    : public ::testing::TestWithParam<
+          std::tuple<std::string, AttentionParallel, MoeDispatch, int>> {};
 
 TEST_P(ShardedGraphStepTest, PaddedStaticStepsEqualTheSingleRankEngine) {
-  const auto& [fixture, attention, dispatch] = GetParam();
+  const auto& [fixture, attention, dispatch, n] = GetParam();
   const std::string dir = std::string(kFixtureRoot) + "/" + fixture;
   testing::Reference ref;
   ASSERT_TRUE(testing::LoadReference(dir, &ref));
   auto single = testing::MakeEngine(dir, kPages);
   ASSERT_NE(single, nullptr);
-  constexpr int n = 2;
   auto engine = MakeParallel(dir, n, attention, MoeParallel::kExpert, dispatch);
   ASSERT_TRUE(engine.ok()) << engine.status();
   auto* pe = dynamic_cast<ParallelEngine*>(engine->get());
@@ -382,20 +474,51 @@ TEST_P(ShardedGraphStepTest, PaddedStaticStepsEqualTheSingleRankEngine) {
   // The prefill step ran eagerly; every decode step (5) as a graph step on every rank.
   EXPECT_EQ(pe->graph_steps(), 5);
   for (int r = 0; r < n; ++r) EXPECT_EQ(pe->rank_engine(r).decode_graph_steps(), 5) << r;
+  if (dispatch != MoeDispatch::kAllToAll) return;
+  // Every MoE layer of the graph steps exchanged fixed-capacity blocks; the prompt step's
+  // (its largest share per rank above max_batch_seqs, 8) the counted rows.
+  int moe_layers = 0;
+  for (bool moe : single->config().layer_is_moe) moe_layers += moe ? 1 : 0;
+  int largest = 0, total = 0;
+  for (const Request& q : requests) {
+    total += static_cast<int>(q.prompt.size());
+    int on_rank = 0;
+    for (const Request& o : requests) on_rank += o.rank == q.rank ? static_cast<int>(o.prompt.size()) : 0;
+    largest = std::max(largest, on_rank);
+  }
+  if (attention == AttentionParallel::kTensor) largest = (total + n - 1) / n;
+  ASSERT_GT(largest, 8);
+  for (int r = 0; r < n; ++r) {
+    const ParallelStep::AllToAllLayers& a2a =
+        testing::DeepseekEngineTestPeer(pe->rank_engine(r)).all_to_all_layers();
+    EXPECT_EQ(a2a.fixed, 5 * moe_layers) << "rank " << r;
+    EXPECT_EQ(a2a.counted, moe_layers) << "rank " << r;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, ShardedGraphStepTest,
-    ::testing::Values(
-        std::tuple{std::string("deepseek_v3"), AttentionParallel::kData, MoeDispatch::kGather},
-        std::tuple{std::string("deepseek_v32"), AttentionParallel::kData, MoeDispatch::kGather},
-        std::tuple{std::string("deepseek_v2"), AttentionParallel::kTensor, MoeDispatch::kGather},
-        std::tuple{std::string("deepseek_v3"), AttentionParallel::kData, MoeDispatch::kAllToAll},
-        std::tuple{std::string("deepseek_v2"), AttentionParallel::kTensor,
-                   MoeDispatch::kAllToAll}),
+    ::testing::ValuesIn([] {
+      using Case = std::tuple<std::string, AttentionParallel, MoeDispatch, int>;
+      std::vector<Case> cases = {
+          Case{"deepseek_v3", AttentionParallel::kData, MoeDispatch::kGather, 2},
+          Case{"deepseek_v32", AttentionParallel::kData, MoeDispatch::kGather, 2},
+          Case{"deepseek_v2", AttentionParallel::kTensor, MoeDispatch::kGather, 2}};
+      // The fixed-capacity all-to-all in graph steps: every fixture, 2 and 4 ranks, both
+      // attentions (4 data ranks: two of them idle, padding rows only).
+      for (const char* fixture : {"deepseek_v2", "deepseek_v3", "deepseek_v32"}) {
+        for (const int n : {2, 4}) {
+          for (const AttentionParallel a : {AttentionParallel::kTensor, AttentionParallel::kData}) {
+            cases.emplace_back(fixture, a, MoeDispatch::kAllToAll, n);
+          }
+        }
+      }
+      return cases;
+    }()),
     [](const auto& info) {
       return std::get<0>(info.param) + "_" + AttentionParallelName(std::get<1>(info.param)) +
-             (std::get<2>(info.param) == MoeDispatch::kAllToAll ? "_a2a" : "");
+             (std::get<2>(info.param) == MoeDispatch::kAllToAll ? "_a2a" : "") + "_tp" +
+             std::to_string(std::get<3>(info.param));
     });
 
 }  // namespace

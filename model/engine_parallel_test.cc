@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "model/deepseek_engine.h"
+#include "model/testing/deepseek_engine_test_peer.h"
 #include "model/testing/engine_fixtures.h"
 #include "model/parallel_engine.h"
 #include "model/parallel_layout.h"
@@ -78,7 +80,7 @@ struct Ranks {
 
 absl::StatusOr<Ranks> MakeRanks(const std::string& dir, int n, AttentionParallel attention,
                                 MoeParallel moe, MoeDispatch dispatch = MoeDispatch::kGather,
-                                int max_batch_tokens = 1024) {
+                                int max_batch_tokens = 1024, int max_batch_seqs = 8) {
   Ranks ranks;
   absl::StatusOr<std::vector<std::unique_ptr<parallel::Collective>>> comms =
       parallel::FakeCollectiveGroup::Create(n);
@@ -89,7 +91,7 @@ absl::StatusOr<Ranks> MakeRanks(const std::string& dir, int n, AttentionParallel
     o.model_dir = dir;
     o.num_kv_pages = kPages;
     o.max_batch_tokens = max_batch_tokens;
-    o.max_batch_seqs = 8;
+    o.max_batch_seqs = max_batch_seqs;
     o.parallel = ParallelOptions{n, r, attention, moe, ranks.comms[r].get(), dispatch};
     absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create(o);
     if (!e.ok()) return e.status();
@@ -135,23 +137,50 @@ Fixture LoadFixture(const std::string& name) {
   return f;
 }
 
-// (fixture, ranks, attention, moe)
-using LayoutCase = std::tuple<std::string, int, AttentionParallel, MoeParallel, MoeDispatch>;
+// (fixture, ranks, attention, moe, dispatch, every all-to-all step at fixed capacity)
+using LayoutCase =
+    std::tuple<std::string, int, AttentionParallel, MoeParallel, MoeDispatch, bool>;
 
 std::string CaseName(const ::testing::TestParamInfo<LayoutCase>& info) {
-  const auto& [fixture, n, attention, moe, dispatch] = info.param;
+  const auto& [fixture, n, attention, moe, dispatch, all_fixed] = info.param;
   return fixture + "_tp" + std::to_string(n) + "_attn_" + AttentionParallelName(attention) +
-         "_moe_" + MoeParallelName(moe) + (dispatch == MoeDispatch::kAllToAll ? "_a2a" : "");
+         "_moe_" + MoeParallelName(moe) + (dispatch == MoeDispatch::kAllToAll ? "_a2a" : "") +
+         (all_fixed ? "_fixed" : "");
+}
+
+// The MoE layers each rank ran through the fixed-capacity and the counted exchange.
+ParallelStep::AllToAllLayers AllToAllLayersOf(Engine& rank) {
+  auto* e = dynamic_cast<DeepseekEngine*>(&rank);
+  return e == nullptr ? ParallelStep::AllToAllLayers{}
+                      : testing::DeepseekEngineTestPeer(*e).all_to_all_layers();
 }
 
 class ParallelLayoutTest : public ::testing::TestWithParam<LayoutCase> {};
 
 TEST_P(ParallelLayoutTest, EqualsTheSingleRankEngine) {
-  const auto& [fixture, n, attention, moe, dispatch] = GetParam();
+  const auto& [fixture, n, attention, moe, dispatch, all_fixed] = GetParam();
   Fixture f = LoadFixture(fixture);
   ASSERT_NE(f.single, nullptr);
-  absl::StatusOr<Ranks> ranks = MakeRanks(f.dir, n, attention, moe, dispatch);
+  // all_fixed: max_batch_seqs as large as max_batch_tokens, so every step's blocks are
+  // decode-sized (ParallelStep::FixedCapacity), prompts of 300 tokens included.
+  absl::StatusOr<Ranks> ranks =
+      MakeRanks(f.dir, n, attention, moe, dispatch, 1024, all_fixed ? 1024 : 8);
   ASSERT_TRUE(ranks.ok()) << ranks.status();
+  // Decode steps (one row a rank) always exchange fixed-capacity blocks; with all_fixed every
+  // step does; else a prompt step whose largest share is above max_batch_seqs (8) rows a rank
+  // exchanges counted rows.
+  const auto expect_exchanges = [&](int largest_share) {
+    if (dispatch != MoeDispatch::kAllToAll) return;
+    for (int r = 0; r < n; ++r) {
+      const ParallelStep::AllToAllLayers a2a = AllToAllLayersOf(*ranks->engines[r]);
+      EXPECT_GT(a2a.fixed, 0) << "rank " << r;
+      if (all_fixed || largest_share <= 8) {
+        EXPECT_EQ(a2a.counted, 0) << "rank " << r;
+      } else {
+        EXPECT_GT(a2a.counted, 0) << "rank " << r;
+      }
+    }
+  };
   const std::vector<testing::ReferencePrompt>& prompts = f.ref.prompts;
   ASSERT_GE(prompts.size(), 4u);
 
@@ -176,6 +205,8 @@ TEST_P(ParallelLayoutTest, EqualsTheSingleRankEngine) {
         }
       }
     }
+    expect_exchanges(static_cast<int>(std::max(prompts[1].ids.size(), prompts[3].ids.size()) +
+                                      n - 1) / n);
     return;
   }
   // Data-parallel attention: rank r runs prompt r % P (lengths 1 .. 300), one-shot.
@@ -195,12 +226,15 @@ TEST_P(ParallelLayoutTest, EqualsTheSingleRankEngine) {
     ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r];
     ExpectSameGeneration(got[r], want[r], prompts[r % prompts.size()].name + " on rank " + std::to_string(r));
   }
+  size_t largest = 0;
+  for (int r = 0; r < n; ++r) largest = std::max(largest, prompts[r % prompts.size()].ids.size());
+  expect_exchanges(static_cast<int>(largest));
 }
 
 std::vector<LayoutCase> Cases() {
   std::vector<LayoutCase> cases;
   const auto add = [&cases](const char* fixture, int n, AttentionParallel a, MoeParallel m) {
-    cases.emplace_back(fixture, n, a, m, MoeDispatch::kGather);
+    cases.emplace_back(fixture, n, a, m, MoeDispatch::kGather, false);
   };
   for (const char* fixture : {"deepseek_v2", "deepseek_v3", "deepseek_v32"}) {
     for (const int n : {2, 4}) {
@@ -230,13 +264,16 @@ std::vector<LayoutCase> Cases() {
   add("deepseek_v3_knobs", 2, AttentionParallel::kData, MoeParallel::kTensor);
   // All-to-all dispatch (expert MoE only): every fixture, 2 and 4 ranks, both attentions; the
   // knob fixtures (biases, no shared expert, 6 experts over 2 ranks) and group-limited V2.
-  const auto a2a = [&cases](const char* fixture, int n, AttentionParallel a) {
-    cases.emplace_back(fixture, n, a, MoeParallel::kExpert, MoeDispatch::kAllToAll);
+  // Each of them also with every step at fixed capacity (prompt steps included).
+  const auto a2a = [&cases](const char* fixture, int n, AttentionParallel a,
+                            bool all_fixed = false) {
+    cases.emplace_back(fixture, n, a, MoeParallel::kExpert, MoeDispatch::kAllToAll, all_fixed);
   };
   for (const char* fixture : {"deepseek_v2", "deepseek_v3", "deepseek_v32"}) {
     for (const int n : {2, 4}) {
       for (const AttentionParallel a : {AttentionParallel::kTensor, AttentionParallel::kData}) {
         a2a(fixture, n, a);
+        a2a(fixture, n, a, /*all_fixed=*/true);
       }
     }
   }

@@ -137,17 +137,18 @@ absl::StatusOr<std::unique_ptr<Engine>> ParallelEngine::Create(const EngineOptio
 
 absl::StatusOr<std::vector<ForwardResult>> ParallelEngine::StepRanks(
     const std::vector<std::span<const SequenceChunk>>& batches, AttentionPath path,
-    const LayerDoneFn& rank0_done) {
+    const std::vector<LayerDoneFn>& layer_done) {
   const int n = ranks();
   // Graph steps or eager, every rank alike (parallel_graph_plan.h); shapes are host planning.
   std::vector<RankStepShape> shapes(n);
   for (int r = 0; r < n; ++r) {
-    ASSIGN_OR_RETURN(shapes[r], ranks_[r]->ShapeOf(batches[r], path, r == 0 && rank0_done));
+    ASSIGN_OR_RETURN(shapes[r],
+                     ranks_[r]->ShapeOf(batches[r], path, layer_done[r] != nullptr));
   }
   const int bucket = ShardedGraphBucket(shapes, max_batch_seqs_);
   std::vector<absl::StatusOr<ForwardResult>> results(n, absl::UnknownError("not run"));
   OnRanks([&](int r) {
-    results[r] = ranks_[r]->ForwardRank(batches[r], path, r == 0 ? rank0_done : nullptr, bucket);
+    results[r] = ranks_[r]->ForwardRank(batches[r], path, layer_done[r], bucket);
     if (!results[r].ok()) comms_[r]->Abort();  // release the ranks waiting for this one
   });
   if (bucket > 0) ++graph_steps_;
@@ -171,35 +172,48 @@ absl::StatusOr<std::vector<ForwardResult>> ParallelEngine::StepRanks(
   return out;
 }
 
+absl::Status ParallelEngine::CheckUsable() const {
+  if (broken_.ok()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this worker's ranks can no longer step together after an earlier failure: ",
+      broken_.message()));
+}
+
 absl::StatusOr<ForwardResult> ParallelEngine::Forward(std::span<const SequenceChunk> batch,
                                                       AttentionPath path,
                                                       const LayerDoneFn& on_layer_done) {
-  if (!broken_.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "this worker's ranks can no longer step together after an earlier failure: ",
-        broken_.message()));
-  }
-  if (layout().attention_dp()) return ForwardData(batch, path, on_layer_done);
+  RETURN_IF_ERROR(CheckUsable());
+  if (layout().attention_dp()) return ForwardData(batch, path, on_layer_done, nullptr);
   // Input errors are caught here, before any rank enters a collective it would wait in.
   RETURN_IF_ERROR(ranks_[0]->CheckBatch(batch));
   absl::Status callback_error;
-  LayerDoneFn rank0_done;
+  std::vector<LayerDoneFn> layer_done(ranks());
   if (on_layer_done) {
-    rank0_done = [&](int layer) -> absl::Status {
+    layer_done[0] = [&](int layer) -> absl::Status {
       if (callback_error.ok()) callback_error = on_layer_done(layer);
       return absl::OkStatus();  // the other ranks are in this step's collectives too
     };
   }
   ASSIGN_OR_RETURN(std::vector<ForwardResult> results,
                    StepRanks(std::vector<std::span<const SequenceChunk>>(ranks(), batch), path,
-                             rank0_done));
+                             layer_done));
   if (!callback_error.ok()) return callback_error;
   return std::move(results[0]);
 }
 
+absl::StatusOr<ForwardResult> ParallelEngine::ForwardStreamingRanks(
+    std::span<const SequenceChunk> batch, AttentionPath path,
+    const RankLayerDoneFn& on_rank_layer_done) {
+  // Tensor attention: one pool (rank 0's, which every rank replicates), streamed by rank 0.
+  if (!layout().attention_dp()) return Engine::ForwardStreamingRanks(batch, path, on_rank_layer_done);
+  RETURN_IF_ERROR(CheckUsable());
+  return ForwardData(batch, path, nullptr, on_rank_layer_done);
+}
+
 absl::StatusOr<ForwardResult> ParallelEngine::ForwardData(std::span<const SequenceChunk> batch,
                                                           AttentionPath path,
-                                                          const LayerDoneFn& on_layer_done) {
+                                                          const LayerDoneFn& after_step,
+                                                          const RankLayerDoneFn& per_rank) {
   const int n = ranks();
   if (batch.empty()) return absl::InvalidArgumentError("Forward: the batch has no sequences");
   RETURN_IF_ERROR(CheckChunkRanks(batch, n));
@@ -219,10 +233,23 @@ absl::StatusOr<ForwardResult> ParallelEngine::ForwardData(std::span<const Sequen
                                                  s.message()));
     }
   }
+  // Each rank's callback runs on its thread, between its layer's attention and the
+  // feed-forward collectives; an error is kept and reported after the step.
+  std::vector<absl::Status> callback_errors(n);
+  std::vector<LayerDoneFn> layer_done(n);
+  for (int r = 0; per_rank && r < n; ++r) {
+    if (own[r].empty()) continue;  // an idle rank writes no KV
+    layer_done[r] = [&per_rank, &callback_errors, r](int layer) -> absl::Status {
+      if (callback_errors[r].ok()) callback_errors[r] = per_rank(r, layer);
+      return absl::OkStatus();
+    };
+  }
   ASSIGN_OR_RETURN(
       std::vector<ForwardResult> results,
-      StepRanks(std::vector<std::span<const SequenceChunk>>(own.begin(), own.end()), path, nullptr));
-  if (on_layer_done) {
+      StepRanks(std::vector<std::span<const SequenceChunk>>(own.begin(), own.end()), path,
+                layer_done));
+  for (const absl::Status& s : callback_errors) RETURN_IF_ERROR(s);
+  if (after_step) {
     // Every rank's layers are in its pool once its stream is done with the step.
     std::vector<absl::Status> synced(n);
     OnRanks([&](int r) { synced[r] = ranks_[r]->SynchronizeStream(); });
@@ -233,7 +260,7 @@ absl::StatusOr<ForwardResult> ParallelEngine::ForwardData(std::span<const Sequen
                             absl::StrCat("rank ", r, " after the step: ", synced[r].message()));
       }
     }
-    for (int l = 0; l < config().num_hidden_layers; ++l) RETURN_IF_ERROR(on_layer_done(l));
+    for (int l = 0; l < config().num_hidden_layers; ++l) RETURN_IF_ERROR(after_step(l));
   }
   // The rows in batch order: the k-th row of rank r is its k-th chunk with want_logits. Logits
   // come back only if every rank kept them (a rank that sampled on its device returns ids).

@@ -16,10 +16,14 @@
 //   rows come back in batch order. The scheduler decides which rank a request lives on.
 //
 // on_layer_done runs on rank 0's thread while the scheduler thread waits in Forward (tensor
-// attention), or on the calling thread for every layer after the step (data attention). If it
-// fails, the other ranks still finish the step (the collectives must match), and Forward
-// returns the callback's error. Any other failure after the batch was checked leaves the
-// collectives unusable: Forward aborts the group and every later Forward fails.
+// attention), or on the calling thread for every layer after the step (data attention).
+// ForwardStreamingRanks (data attention) instead runs on_rank_layer_done(r, l) on rank r's
+// thread as soon as rank r enqueued layer l, so each rank's pages can leave while its later
+// layers compute; callbacks of different ranks run at once. If a callback fails, the other
+// ranks still finish the step (the collectives must match), and the call returns the
+// callback's error (the first rank's, in rank order). Any other failure after the batch was
+// checked leaves the collectives unusable: Forward aborts the group and every later Forward
+// fails.
 #pragma once
 
 #include <memory>
@@ -48,12 +52,16 @@ class ParallelEngine final : public Engine {
   int data_ranks() const override { return layout().attention_dp() ? ranks() : 1; }
   KvPool& rank_pool(int rank) override { return ranks_[rank]->kv_pool(); }
   void* device_stream() const override { return ranks_[0]->device_stream(); }
+  void* rank_stream(int rank) const override { return ranks_[rank]->device_stream(); }
   int ranks() const { return static_cast<int>(ranks_.size()); }
   const ParallelLayout& layout() const { return ranks_[0]->layout(); }
 
   absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
                                         AttentionPath path = AttentionPath::kAuto,
                                         const LayerDoneFn& on_layer_done = nullptr) override;
+  absl::StatusOr<ForwardResult> ForwardStreamingRanks(
+      std::span<const SequenceChunk> batch, AttentionPath path,
+      const RankLayerDoneFn& on_rank_layer_done) override;
 
   // Rank r's engine (diagnostics and tests; the ranks step only through Forward).
   DeepseekEngine& rank_engine(int r) { return *ranks_[r]; }
@@ -68,15 +76,20 @@ class ParallelEngine final : public Engine {
 
  private:
   ParallelEngine() = default;
+  // FAILED_PRECONDITION naming broken_ once the group's collectives are unusable.
+  absl::Status CheckUsable() const;
   // Runs job(r) on every rank's thread and waits for all.
   void OnRanks(const std::function<void(int)>& job);
-  // Runs batches[r] on rank r, every rank at once; the first rank error (not the aborts it
-  // caused) breaks the group.
+  // Runs batches[r] on rank r with layer callback layer_done[r] (may be null), every rank at
+  // once; the first rank error (not the aborts it caused) breaks the group.
   absl::StatusOr<std::vector<ForwardResult>> StepRanks(
       const std::vector<std::span<const SequenceChunk>>& batches, AttentionPath path,
-      const LayerDoneFn& rank0_done);
+      const std::vector<LayerDoneFn>& layer_done);
+  // Data attention: `after_step` sees every layer once the step is done on every rank;
+  // `per_rank` sees each rank's layers on that rank's thread (at most one of them is set).
   absl::StatusOr<ForwardResult> ForwardData(std::span<const SequenceChunk> batch,
-                                            AttentionPath path, const LayerDoneFn& on_layer_done);
+                                            AttentionPath path, const LayerDoneFn& after_step,
+                                            const RankLayerDoneFn& per_rank);
 
   std::vector<std::unique_ptr<RankThread>> threads_;
   std::vector<std::unique_ptr<parallel::Collective>> comms_;

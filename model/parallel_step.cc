@@ -26,11 +26,14 @@ size_t ParallelStep::ScratchBytes(const LayerContext& context) {
     total += (2 * n + 1) * T * c.hidden_size * es + n * rows * c.hidden_size * es;
   }
   // All-to-all dispatch: the exchange buffers over this rank's rows (every rank's at most),
-  // and under tensor attention the gathered slices.
+  // counted or at fixed capacity (at most max_batch_seqs rows a block: FixedCapacity), and
+  // under tensor attention the gathered slices.
   if (layout.all_to_all()) {
     const int mine = layout.attention_dp() ? static_cast<int>(T)
                                            : static_cast<int>((T + n - 1) / n);
-    total += FeedForward::AllToAllScratchBytes(context, mine);
+    const int capacity = std::min(mine, context.limits.max_batch_seqs);
+    total += std::max(FeedForward::AllToAllScratchBytes(context, mine),
+                      FeedForward::AllToAllFixedScratchBytes(context, capacity));
     if (layout.attention_tp()) total += n * static_cast<size_t>(mine) * c.hidden_size * es;
   }
   const size_t head_rows = rows * ranks;
@@ -120,15 +123,11 @@ absl::Status ParallelStep::RunFeedForward(FeedForward& block, int T, const void*
   const ops::OpContext& oc = ctx_->ops;
   const kernels::KernelContext& kctx = oc.kernel;
   if (!layout.sharded()) return block.Forward(T, y, out);
-  if (UsesAllToAll(block)) return RunAllToAll(block, T, y, out);
-  // An all-to-all layout's MoE block in a graph step: its shared experts are whole on every
-  // rank, so they are added once per row after the reduction, not summed over the ranks.
-  const bool shared_apart = layout.all_to_all() && block.is_moe();
+  if (layout.all_to_all() && block.is_moe()) return RunAllToAll(block, T, y, out);
   const int64_t hidden = c.hidden_size;
   if (layout.attention_tp()) {
-    RETURN_IF_ERROR(block.Forward(T, y, out, !shared_apart));
-    RETURN_IF_ERROR(comm_->AllReduceSum(out, out, T * hidden, oc.dtype, kctx.stream));
-    return shared_apart ? block.AddSharedExperts(T, y, out) : absl::OkStatus();
+    RETURN_IF_ERROR(block.Forward(T, y, out));
+    return comm_->AllReduceSum(out, out, T * hidden, oc.dtype, kctx.stream);
   }
   ScratchScope scope(scratch.arena());
   const int n = layout.size;
@@ -137,20 +136,30 @@ absl::Status ParallelStep::RunFeedForward(FeedForward& block, int T, const void*
   RETURN_IF_ERROR(ops::Copy2D(oc, mine, hidden, y, hidden, static_cast<int>(hidden), T));
   RETURN_IF_ERROR(comm_->AllGather(mine, dp_gathered_, slot, oc.dtype, kctx.stream));
   ASSIGN_OR_RETURN(void* partial, scratch.Activations(n * slot, "dp mlp partial sums"));
-  RETURN_IF_ERROR(block.Forward(n * step_max_tokens_, dp_gathered_, partial, !shared_apart));
+  RETURN_IF_ERROR(block.Forward(n * step_max_tokens_, dp_gathered_, partial));
   ASSIGN_OR_RETURN(void* sums, scratch.Activations(slot, "dp mlp sums"));
   RETURN_IF_ERROR(comm_->ReduceScatterSum(partial, sums, slot, oc.dtype, kctx.stream));
-  RETURN_IF_ERROR(ops::Copy2D(oc, out, hidden, sums, hidden, static_cast<int>(hidden), T));
-  return shared_apart ? block.AddSharedExperts(T, y, out) : absl::OkStatus();
+  return ops::Copy2D(oc, out, hidden, sums, hidden, static_cast<int>(hidden), T);
 }
 
-bool ParallelStep::UsesAllToAll(const FeedForward& block) const {
-  return ctx_->layout->all_to_all() && block.is_moe() && static_tokens_ == 0;
+bool ParallelStep::FixedCapacity(int capacity) const {
+  return capacity > 0 && (static_tokens_ > 0 || capacity <= ctx_->limits.max_batch_seqs);
+}
+
+absl::Status ParallelStep::DispatchAllToAll(FeedForward& block, int rows, int capacity,
+                                            const void* x, void* out) {
+  if (FixedCapacity(capacity)) {
+    ++a2a_layers_.fixed;
+    return block.ForwardAllToAllFixed(rows, capacity, x, out, *comm_);
+  }
+  ++a2a_layers_.counted;
+  return block.ForwardAllToAll(rows, x, out, *comm_);
 }
 
 absl::Status ParallelStep::RunAllToAll(FeedForward& block, int T, const void* y, void* out) {
   const ParallelLayout& layout = *ctx_->layout;
-  if (layout.attention_dp()) return block.ForwardAllToAll(T, y, out, *comm_);
+  // Data attention: this rank's T rows; every rank's blocks hold the step's largest share.
+  if (layout.attention_dp()) return DispatchAllToAll(block, T, step_max_tokens_, y, out);
   // Tensor attention: every rank has the T rows; rank r takes rows [r * s, (r + 1) * s) of
   // s = ceil(T / size) (fewer, or none, at the end) and the outputs are all-gathered.
   StepScratch& scratch = *ctx_->scratch;
@@ -161,10 +170,10 @@ absl::Status ParallelStep::RunAllToAll(FeedForward& block, int T, const void* y,
   const int s = (T + n - 1) / n;
   const int begin = std::min(T, layout.rank * s);
   const int mine = std::min(T, begin + s) - begin;
-  if (s == 0) return block.ForwardAllToAll(0, y, out, *comm_);
+  if (s == 0) return DispatchAllToAll(block, 0, 0, y, out);
   ASSIGN_OR_RETURN(void* slices, scratch.Activations(n * s * hidden, "a2a gathered slices"));
   void* my_slice = oc.at(slices, layout.rank * s * hidden);
-  RETURN_IF_ERROR(block.ForwardAllToAll(mine, oc.at(y, begin * hidden), my_slice, *comm_));
+  RETURN_IF_ERROR(DispatchAllToAll(block, mine, s, oc.at(y, begin * hidden), my_slice));
   RETURN_IF_ERROR(comm_->AllGather(my_slice, slices, s * hidden, oc.dtype, oc.kernel.stream));
   return ops::Copy2D(oc, out, hidden, slices, hidden, static_cast<int>(hidden), T);
 }

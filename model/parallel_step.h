@@ -9,9 +9,11 @@
 // sums for all of them, and a reduce-scatter hands each rank the sums of its own rows.
 // Expert parallel with --moe-dispatch all-to-all: an MoE block runs on each rank's own rows
 // (data attention: its tokens; tensor attention: its 1/size slice of the shared rows, the
-// complete outputs then all-gathered) and exchanges them with the ranks of their experts
-// (FeedForward::ForwardAllToAll). A graph step (set_static_tokens) uses the gather dispatch
-// instead: the all-to-all needs its counts on the host.
+// complete outputs then all-gathered) and exchanges them with the ranks of their experts.
+// Decode-sized steps (at most max_batch_seqs rows a rank) and every graph step
+// (set_static_tokens) exchange fixed-capacity blocks, which need no count on the host
+// (FeedForward::ForwardAllToAllFixed); larger eager steps (prefill) exchange exactly the
+// routed rows, their counts through the host (FeedForward::ForwardAllToAll).
 // The LM head is vocab parallel under both: logits [rows, vocab_rows] per rank, all-gathered,
 // and each rank's rows copied out of every shard.
 //
@@ -53,13 +55,25 @@ class ParallelStep {
   // The feed-forward block over this rank's T tokens, with its collectives (all-reduce, or
   // all-gather of every rank's tokens and reduce-scatter of the sums).
   absl::Status RunFeedForward(FeedForward& block, int T, const void* y, void* out);
-  // Whether RunFeedForward sends `block` through the all-to-all dispatch in this step.
-  bool UsesAllToAll(const FeedForward& block) const;
+  // MoE layers run through each all-to-all exchange since the engine was made (tests).
+  struct AllToAllLayers {
+    int64_t fixed = 0;    // fixed-capacity blocks
+    int64_t counted = 0;  // exact rows, counts through the host
+  };
+  const AllToAllLayers& all_to_all_layers() const { return a2a_layers_; }
   // logits [rows, vocab] f32 of `picked` [rows, hidden]: the vocab-parallel LM head.
   absl::Status LmHead(const LinearWeight& lm_head, const void* picked, int rows, float* logits);
 
  private:
   absl::Status RunAllToAll(FeedForward& block, int T, const void* y, void* out);
+  // Whether blocks of `capacity` rows (the largest share of any rank, the same on every rank)
+  // go through the fixed-capacity exchange: always in a graph step, else when they are
+  // decode-sized (at most max_batch_seqs rows), where the counted exchange's host sync per
+  // layer would cost more than the padding.
+  bool FixedCapacity(int capacity) const;
+  // `rows` of this rank through the exchange FixedCapacity(capacity) picks.
+  absl::Status DispatchAllToAll(FeedForward& block, int rows, int capacity, const void* x,
+                                void* out);
   const LayerContext* ctx_ = nullptr;
   parallel::Collective* comm_ = nullptr;
   // Data-parallel attention: every rank's tokens and logit rows in the current step, and the
@@ -70,6 +84,7 @@ class ParallelStep {
   int step_max_rows_ = 0;
   void* dp_gathered_ = nullptr;  // [size * step_max_tokens_, hidden] for the current step
   int static_tokens_ = 0;
+  AllToAllLayers a2a_layers_;
 };
 
 }  // namespace mlaserve::model

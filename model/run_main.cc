@@ -218,9 +218,10 @@ int main(int argc, char** argv) {
                  "native dtype; fp8 = DeepSeek's 656-byte layout, deepseek_v32 only)")
       ->check(CLI::IsMember({"auto", "bf16", "fp8"}))->capture_default_str();
   app.add_option("--mha-provider", o.mha_provider,
-                 "auto|ours|cudnn: who computes MHA-prefill attention on CUDA (auto = cuDNN where "
-                 "it loads and supports the shape, else our kernel)")
-      ->check(CLI::IsMember({"auto", "ours", "cudnn"}))->capture_default_str();
+                 "auto|ours|cudnn|prefer-cudnn: who computes MHA-prefill attention on CUDA (auto = "
+                 "our Hopper kernel from 2048 keys where it applies, else as prefer-cudnn: cuDNN "
+                 "where it loads and supports the shape, else our kernel)")
+      ->check(CLI::IsMember({"auto", "ours", "cudnn", "prefer-cudnn"}))->capture_default_str();
   app.add_option("--num-kv-pages", o.num_kv_pages, "KV pool size (default: what the request needs)");
   app.add_option("--dump-logits", o.dump_logits, "write last prompt logits and generated ids (JSON)");
   app.add_flag("--print-ids", o.print_ids, "print generated ids instead of text");

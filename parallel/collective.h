@@ -49,6 +49,12 @@ class Collective {
                                  std::span<const int64_t> recv_counts,
                                  std::span<const int64_t> recv_offsets, kernels::DType dtype,
                                  void* stream) = 0;
+  // Equal blocks: rank r sends send[p * count, (p + 1) * count) to rank p and receives rank
+  // p's block r at recv + p * count. The sizes are fixed by `count` alone, so on NCCL the
+  // exchange can be captured in a CUDA graph (the fixed-capacity MoE dispatch,
+  // model/layers/feed_forward_a2a.cc). AllToAllV with equal counts and offsets.
+  absl::Status AllToAll(const void* send, void* recv, int64_t count, kernels::DType dtype,
+                        void* stream);
   // Returns when every rank has reached it (and, for NCCL, the stream's work before it is done).
   virtual absl::Status Barrier(void* stream) = 0;
 

@@ -119,6 +119,28 @@ TEST_P(FakeCollectiveTest, AllToAllVMovesRaggedBlocks) {
   }
 }
 
+TEST_P(FakeCollectiveTest, AllToAllSwapsEqualBlocks) {
+  const int n = GetParam();
+  constexpr int kCount = 3;
+  std::vector<std::vector<int32_t>> got(n);
+  auto st = OnRanks(n, [&](int r, Collective& c) -> absl::Status {
+    std::vector<int32_t> send(static_cast<size_t>(n) * kCount);
+    for (int p = 0; p < n; ++p) {
+      for (int i = 0; i < kCount; ++i) send[p * kCount + i] = 100 * r + 10 * p + i;  // r -> p
+    }
+    got[r].assign(send.size(), -1);
+    return c.AllToAll(send.data(), got[r].data(), kCount, DType::kI32, nullptr);
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(st[r].ok()) << st[r];
+    for (int p = 0; p < n; ++p) {
+      for (int i = 0; i < kCount; ++i) {
+        EXPECT_EQ(got[r][p * kCount + i], 100 * p + 10 * r + i) << "rank " << r << " from " << p;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, FakeCollectiveTest, ::testing::Values(1, 2, 4));
 
 TEST(FakeCollective, MismatchedCallsFailEveryRankNamingBoth) {

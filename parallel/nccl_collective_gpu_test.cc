@@ -1,5 +1,6 @@
 // NcclCollective on every GPU of the machine (at least 2), one thread per GPU, against the
 // values the fake collective's tests check: sums, gathers, scatters and ragged all-to-all.
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -88,6 +89,68 @@ TEST(NcclCollectiveGpu, EveryOperationOnEveryGpu) {
         }
       }
       for (void* p : std::initializer_list<void*>{v, part, all, back, dsend, drecv}) cudaFree(p);
+      cudaStreamDestroy(s);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(failures[r].empty()) << "rank " << r << ": " << failures[r];
+}
+
+// The fixed-size AllToAll captured in a CUDA graph on every rank (what a graph-captured decode
+// step of the fixed-capacity MoE dispatch holds), then replayed twice over new send values:
+// each replay moves the blocks of that moment.
+TEST(NcclCollectiveGpu, AllToAllReplaysFromACudaGraph) {
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  if (n < 2) GTEST_SKIP() << "needs 2 GPUs, found " << n;
+  auto id = NewNcclUniqueId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  constexpr int kCount = 1000;
+  std::vector<std::string> failures(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      auto fail = [&](const std::string& what) { failures[r] += what + "; "; };
+      auto c = CreateNcclCollective(*id, r, n, r, absl::Now() + absl::Seconds(60));
+      if (!c.ok()) return fail(c.status().ToString());
+      cudaStream_t s;
+      cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+      auto values = [&](int round) {
+        std::vector<int32_t> v(static_cast<size_t>(n) * kCount);
+        for (int p = 0; p < n; ++p) {
+          for (int i = 0; i < kCount; ++i) v[p * kCount + i] = round * 1000000 + 1000 * r + 10 * p + i % 10;
+        }
+        return v;
+      };
+      int32_t* send = Device(values(0));
+      int32_t* recv = Device(std::vector<int32_t>(static_cast<size_t>(n) * kCount, -1));
+      // Warm-up outside the capture (NCCL connects its peers on first use).
+      if (auto st = (*c)->AllToAll(send, recv, kCount, kernels::DType::kI32, s); !st.ok()) return fail(st.ToString());
+      cudaStreamSynchronize(s);
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return fail("begin capture");
+      const absl::Status in_graph = (*c)->AllToAll(send, recv, kCount, kernels::DType::kI32, s);
+      if (cudaStreamEndCapture(s, &graph) != cudaSuccess || !in_graph.ok()) return fail("capture: " + in_graph.ToString());
+      if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return fail("instantiate");
+      for (int round = 1; round <= 2; ++round) {
+        const std::vector<int32_t> v = values(round);
+        cudaMemcpy(send, v.data(), v.size() * sizeof(int32_t), cudaMemcpyHostToDevice);
+        if (cudaGraphLaunch(exec, s) != cudaSuccess) return fail("launch");
+        if (cudaStreamSynchronize(s) != cudaSuccess) return fail("replay");
+        const std::vector<int32_t> got = Host(recv, static_cast<size_t>(n) * kCount);
+        for (int p = 0; p < n; ++p) {
+          for (int i = 0; i < kCount; ++i) {
+            if (got[p * kCount + i] != round * 1000000 + 1000 * p + 10 * r + i % 10) {
+              return fail("round " + std::to_string(round) + ": block from rank " + std::to_string(p));
+            }
+          }
+        }
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaFree(send);
+      cudaFree(recv);
       cudaStreamDestroy(s);
     });
   }

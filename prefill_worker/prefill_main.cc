@@ -65,12 +65,13 @@ class PrefillRole final : public worker::Role {
       to.page_io_factory = kvtransfer::nccl::CudaPageIoFactory(o.device);
       to.layer_fence = kvtransfer::nccl::CudaLayerFence(o.device, e.device_stream());
       // Data-parallel attention: each prompt is sent from its rank's pool on that rank's GPU
-      // (--device + r). The engine hands a data-parallel step's layers over once every rank's
-      // stream is idle, so those layers need no fence.
+      // (--device + r). The engine hands each rank's layers over as that rank enqueues them,
+      // so a layer's first gather waits for an event on that rank's stream.
       for (int r = 0; e.data_ranks() > 1 && r < e.data_ranks(); ++r) {
         to.rank_pools.push_back({&e.rank_pool(r),
                                  kvtransfer::nccl::NcclCommunicatorFactory(o.device + r),
-                                 kvtransfer::nccl::CudaPageIoFactory(o.device + r), nullptr});
+                                 kvtransfer::nccl::CudaPageIoFactory(o.device + r),
+                                 kvtransfer::nccl::CudaLayerFence(o.device + r, e.rank_stream(r))});
       }
       to.dialer = env.security.dialer;
       nccl_ = std::make_unique<kvtransfer::nccl::NcclKvTransport>(&e.kv_pool(), std::move(to));

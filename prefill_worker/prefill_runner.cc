@@ -42,7 +42,9 @@ struct PrefillRunner::Request {
   absl::Time arrival;
   absl::Time first_scheduled = absl::InfinitePast();
   absl::Time forward_done;
-  absl::Status failure;  // loop thread: the transfer broke mid-prompt
+  // The transfer broke mid-prompt: loop thread, or during a step the engine's thread of the
+  // prompt's rank (ShipLayer).
+  absl::Status failure;
   // A direct sender reads the prompt's pages until its transfer ended: they leave the
   // scheduler with the last chunk and are freed by Finish (under mu_).
   std::vector<int32_t> held_pages;
@@ -56,12 +58,12 @@ PrefillRunner::PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* tra
       layout_(std::move(layout)),
       options_(std::move(options)),
       scheduler_(options_.scheduler, RankPools(engine)) {
-  // A data-parallel step's layers are handed over after the step, with every rank's stream
-  // idle: its shippers need not order their reads after a stream.
+  // Rank r's layers are handed over from rank r's thread as soon as they are enqueued on its
+  // stream: its shipper's reads wait for that stream.
   const int ranks = engine->data_ranks();
   for (int r = 0; r < ranks; ++r) {
     shippers_.push_back(std::make_unique<kvtransfer::KvShipper>(
-        &engine->rank_pool(r), ranks == 1 ? engine->device_stream() : nullptr,
+        &engine->rank_pool(r), engine->rank_stream(r),
         kvtransfer::KvShipperOptions{.num_slots = options_.kv_ship_slots,
                                      .no_progress_timeout = options_.kv_no_progress_timeout}));
   }
@@ -298,9 +300,10 @@ bool PrefillRunner::Step() {
     path = profiles::ToEnginePath(choice);
     attention_paths_[static_cast<int>(choice.path)]->Increment();
   }
-  // run(): each finished layer's pages leave for the decode workers while later layers compute.
-  auto result = engine_->Forward(batch, path, [&](int layer) {
-    ShipLayer(chunks, layer);
+  // run(): each finished layer's pages leave for the decode workers while later layers compute
+  // (under data attention each rank's, from its own thread, as that rank finishes the layer).
+  auto result = engine_->ForwardStreamingRanks(batch, path, [&](int rank, int layer) {
+    ShipLayer(chunks, rank, layer);
     return absl::OkStatus();
   });
   // postprocess()
@@ -308,12 +311,14 @@ bool PrefillRunner::Step() {
   return true;
 }
 
-void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int layer) {
-  // Per rank: the runs of its pool and their requests.
-  const size_t ranks = shippers_.size();
-  std::vector<std::vector<kvtransfer::KvShipRun>> runs(ranks);
-  std::vector<std::vector<std::shared_ptr<Request>>> shipping(ranks);
+void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int rank, int layer) {
+  // The runs of this rank's pool and their requests. Another rank's thread may be in here at
+  // the same time for its own chunks: a request (its failure, its sender) and a shipper belong
+  // to one rank.
+  std::vector<kvtransfer::KvShipRun> runs;
+  std::vector<std::shared_ptr<Request>> shipping;
   for (const PrefillChunk& c : chunks) {
+    if (c.seq->rank != rank) continue;
     auto r = Find(c.seq->id);
     if (r == nullptr || !r->failure.ok()) continue;
     if (r->sender->direct()) {
@@ -328,17 +333,16 @@ void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int layer
     // The pages this chunk wrote; the first may have been sent before, partly filled.
     const int first = c.start / kernels::kPageSize;
     const int last = (c.start + c.len - 1) / kernels::kPageSize;
-    runs[c.seq->rank].push_back({r->sender, first,
-                                 std::vector<int32_t>(c.seq->pages.begin() + first,
-                                                      c.seq->pages.begin() + last + 1)});
-    shipping[c.seq->rank].push_back(std::move(r));
+    runs.push_back({r->sender, first,
+                    std::vector<int32_t>(c.seq->pages.begin() + first,
+                                         c.seq->pages.begin() + last + 1)});
+    shipping.push_back(std::move(r));
   }
-  // One read of every chunk's pages of this layer per pool; the shipping threads send them.
-  for (size_t rank = 0; rank < ranks; ++rank) {
-    if (runs[rank].empty()) continue;
-    if (absl::Status s = shippers_[rank]->ShipLayer(layer, std::move(runs[rank])); !s.ok()) {
-      for (auto& r : shipping[rank]) r->failure = s;
-    }
+  // One read of every chunk's pages of this layer from the rank's pool; the shipping threads
+  // send them.
+  if (runs.empty()) return;
+  if (absl::Status s = shippers_[rank]->ShipLayer(layer, std::move(runs)); !s.ok()) {
+    for (auto& r : shipping) r->failure = s;
   }
 }
 

@@ -2,10 +2,11 @@
 //
 //   step() = schedule() -> run() -> postprocess()
 //   schedule():    PrefillScheduler picks this step's prompt chunks (token budget, chunk size).
-//   run():         one Engine::Forward over the chunks; on_layer_done ships, for every chunk,
-//                  the pages that layer just wrote, through the request's KvSender (host
-//                  payload senders through the KvShipper: one asynchronous read of the layer's
-//                  pages, sent by the shipping thread while later layers compute).
+//   run():         one Engine::ForwardStreamingRanks over the chunks; its layer callback
+//                  ships, for every chunk, the pages that layer just wrote, through the
+//                  request's KvSender (host payload senders through the KvShipper: one
+//                  asynchronous read of the layer's pages, sent by the shipping thread while
+//                  later layers compute).
 //   postprocess(): samples each completed prompt's first token, completes its transfer (the
 //                  decode worker acknowledges asynchronously; the request is answered then),
 //                  and fails requests whose transfer broke, without disturbing the batch.
@@ -13,12 +14,13 @@
 // Data-parallel attention (docs/parallel.md): each rank prefills the prompts admitted to it
 // (PrefillScheduler picks the rank) in its own pool, and a prompt's pages are shipped from
 // that pool by that rank's shipper, or, over nccl, by the sender bound to that rank
-// (KvSender::SetSourceRank, at the prompt's first step). The engine hands a data-parallel
-// step's layers to on_layer_done after the step, so those pages leave once the step is done
-// rather than while later layers compute.
+// (KvSender::SetSourceRank, at the prompt's first step). The engine hands each rank's layers
+// over on that rank's thread as the rank writes them (ForwardStreamingRanks), so each rank's
+// pages leave while its later layers compute, as on one GPU.
 //
 // Threads: Submit / Abort / load() come from RPC threads; one loop thread runs the steps and
-// alone touches the scheduler and the engine. Completion callbacks (`done`) run on the loop
+// alone touches the scheduler and the engine. During a step the engine's rank threads run
+// ShipLayer for their own rank's chunks while the loop thread waits in the engine. Completion callbacks (`done`) run on the loop
 // thread or a transport thread, exactly once per request, without the runner's lock held.
 #pragma once
 
@@ -140,8 +142,9 @@ class PrefillRunner {
   void Loop();
   // Moves new requests into the scheduler and handles aborts (loop thread).
   void Intake();
-  // Ships layer `layer` of every chunk's pages (called from on_layer_done).
-  void ShipLayer(const std::vector<PrefillChunk>& chunks, int layer);
+  // Ships layer `layer` of the pages of every chunk of data-parallel rank `rank` (0 with one
+  // pool), from the engine's layer callback on that rank's thread.
+  void ShipLayer(const std::vector<PrefillChunk>& chunks, int rank, int layer);
   void Postprocess(const std::vector<PrefillChunk>& chunks,
                    const absl::StatusOr<model::ForwardResult>& result);
   // The decode worker's answer to a completed transfer (transport thread).
@@ -160,7 +163,7 @@ class PrefillRunner {
   PrefillScheduler scheduler_;  // loop thread only
   model::Sampler sampler_;
   // One per data-parallel rank (one with a single pool), reading that rank's pool; fed by the
-  // loop thread.
+  // loop thread, or during a step by that rank's thread (never both at once).
   std::vector<std::unique_ptr<kvtransfer::KvShipper>> shippers_;
 
   mutable absl::Mutex mu_;

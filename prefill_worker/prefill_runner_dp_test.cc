@@ -2,8 +2,11 @@
 // pool per rank on the prefill side (a chunk reads and writes its rank's pool only), shipping
 // through the fake transport into the pools of a data-parallel decode engine's ranks. Prompts
 // are spread over the prefill ranks, each prompt's pages leave from its rank's pool, and the
-// decode side continues from what it received exactly as a local run would.
+// decode side continues from what it received exactly as a local run would. Each rank's
+// layers leave from that rank's thread as the rank writes them (ForwardStreamingRanks), while
+// its later layers are still to be computed.
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -13,6 +16,7 @@
 #include "kvtransfer/receiver.h"
 #include "kvtransfer/testing/probes.h"
 #include "prefill_worker/prefill_runner.h"
+#include "prefill_worker/testing/layer_recording_transport.h"
 #include "prefill_worker/testing/prefill_jobs.h"
 #include "prefill_worker/testing/prefill_runner_harness.h"
 #include "worker/testing/fake_engine.h"
@@ -125,6 +129,124 @@ TEST_F(DataParallelPrefillTest, AbortAndBadRequestsFreeAndNameTheRanksPool) {
   EXPECT_THAT(s.message(), ::testing::HasSubstr("this prefill worker has 16 per data-parallel "
                                                 "rank"));
   receiver_->Cancel("c");
+}
+
+// Each rank's layers leave while the rank's later layers are still to be computed: the fake
+// engine holds rank r after its layer l until that layer's pages of r's prompt were sent (an
+// engine that handed layers over after the step would never get there). One prompt per rank,
+// each to the other decode rank.
+TEST_F(DataParallelPrefillTest, EachRanksLayersLeaveWhileItsLaterLayersCompute) {
+  testing::LayerRecordingTransport recording(&transport_);
+  PrefillRunnerOptions o;
+  o.scheduler = {.max_batch_tokens = 128, .chunk_size = 64, .max_batch_seqs = 8};
+  runner_ = std::make_unique<PrefillRunner>(prefill_.get(), &recording, layout_, o);
+  absl::Mutex mu;
+  std::vector<std::tuple<int, int, std::string>> left;  // (rank, layer, session) in time
+  std::vector<std::pair<int, int>> late;                // (rank, layer) whose pages did not leave
+  prefill_->set_after_rank_layer([&](int rank, int layer) {
+    for (const std::string& id : recording.SessionsOfRank(rank)) {
+      const bool sent = recording.AwaitLayerSent(id, layer, absl::Seconds(10));
+      absl::MutexLock l(&mu);
+      if (sent) {
+        left.emplace_back(rank, layer, id);
+      } else {
+        late.emplace_back(rank, layer);
+      }
+    }
+  });
+  const auto a = Prompt(40, 1), b = Prompt(50, 2);
+  Received ra, rb;
+  Outcome oa, ob;
+  ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 40, 1, &ra)), oa.fn()).ok());
+  ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 50, 0, &rb)), ob.fn()).ok());
+  RunUntilIdle();
+  EXPECT_EQ(prefill_->batch_ranks()[0], (std::vector<int>{0, 1}));
+  EXPECT_TRUE(late.empty()) << late.size() << " layers left only after the step";
+  const int layers = prefill_->config().num_hidden_layers;
+  for (const auto& [id, rank] : {std::pair<std::string, int>{"a", 0}, {"b", 1}}) {
+    std::vector<int> seen;
+    for (const auto& [r, l, s] : left) {
+      if (s == id) {
+        EXPECT_EQ(r, rank) << id;
+        seen.push_back(l);
+      }
+    }
+    std::vector<int> all(layers);
+    for (int l = 0; l < layers; ++l) all[l] = l;
+    EXPECT_EQ(seen, all) << id << ": every layer, in order, while its rank computed";
+  }
+  ASSERT_TRUE(oa.Wait() && ob.Wait());
+  ASSERT_TRUE(oa.result->ok()) << oa.result->status();
+  ASSERT_TRUE(ob.result->ok()) << ob.result->status();
+  EXPECT_EQ((*oa.result)->first_token, FakeEngine::NextToken(a, 64));
+  EXPECT_EQ((*ob.result)->first_token, FakeEngine::NextToken(b, 64));
+  // Each decode rank holds its prompt's KV as a local run would have written it.
+  for (auto [prompt, rx, rank] : {std::tuple{&a, &ra, 1}, std::tuple{&b, &rb, 0}}) {
+    ASSERT_TRUE(rx->Wait() && rx->result->ok());
+    const auto& kv = **rx->result;
+    model::SequenceChunk c;
+    const int32_t first = kv.first_token;
+    c.tokens = std::span<const int32_t>(&first, 1);
+    c.start_pos = static_cast<int>(prompt->size());
+    c.pages = kv.pages;
+    c.rank = rank;
+    auto fr = decode_->Forward(std::span(&c, 1), model::AttentionPath::kMla, nullptr);
+    ASSERT_TRUE(fr.ok()) << fr.status();
+    decode_->rank_pool(rank).Free(kv.pages);
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(prefill_->rank_pool(r).free_pages(), kPages) << r;
+    EXPECT_EQ(decode_->rank_pool(r).free_pages(), kPages) << r;
+  }
+}
+
+// The decode side fails one rank's session while that rank is mid-step (after its layer 1 left):
+// that prompt fails, its pages come back on both sides, and the other rank's prompt, in the
+// same step, arrives whole; rank 1 then serves the next prompt.
+TEST_F(DataParallelPrefillTest, AFailureMidTransferFreesThatRanksPagesOthersGoOn) {
+  testing::LayerRecordingTransport recording(&transport_);
+  PrefillRunnerOptions o;
+  o.scheduler = {.max_batch_tokens = 128, .chunk_size = 64, .max_batch_seqs = 8};
+  runner_ = std::make_unique<PrefillRunner>(prefill_.get(), &recording, layout_, o);
+  prefill_->set_after_rank_layer([&](int rank, int layer) {
+    if (rank != 1 || layer != 1) return;
+    for (const std::string& id : recording.SessionsOfRank(1)) {
+      if (recording.AwaitLayerSent(id, 1, absl::Seconds(10))) {
+        receiver_->Fail(id, absl::UnavailableError("decode worker went away"));
+      }
+    }
+  });
+  const auto a = Prompt(40, 1), b = Prompt(50, 2);
+  Received ra, rb;
+  Outcome oa, ob;
+  ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 40, 0, &ra)), oa.fn()).ok());
+  ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 50, 1, &rb)), ob.fn()).ok());
+  RunUntilIdle();
+  EXPECT_EQ(prefill_->batch_ranks()[0], (std::vector<int>{0, 1}));
+  ASSERT_TRUE(ob.Wait());
+  EXPECT_FALSE(ob.result->ok());
+  ASSERT_TRUE(rb.Wait());
+  EXPECT_FALSE(rb.result->ok());
+  ASSERT_TRUE(oa.Wait());
+  ASSERT_TRUE(oa.result->ok()) << oa.result->status();
+  ASSERT_TRUE(ra.Wait() && ra.result->ok());
+  decode_->rank_pool(0).Free((**ra.result).pages);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(prefill_->rank_pool(r).free_pages(), kPages) << r;
+    EXPECT_EQ(decode_->rank_pool(r).free_pages(), kPages) << r;
+  }
+  // Rank 1 goes on serving.
+  prefill_->set_after_rank_layer(nullptr);
+  const auto c = Prompt(30, 3);
+  Received rc;
+  Outcome oc;
+  ASSERT_TRUE(runner_->Submit(Job("c", c, Reserve("c", 30, 1, &rc)), oc.fn()).ok());
+  RunUntilIdle();
+  ASSERT_TRUE(oc.Wait());
+  ASSERT_TRUE(oc.result->ok()) << oc.result->status();
+  EXPECT_EQ((*oc.result)->first_token, FakeEngine::NextToken(c, 64));
+  ASSERT_TRUE(rc.Wait() && rc.result->ok());
+  decode_->rank_pool(1).Free((**rc.result).pages);
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // (each received through its own "GPU"'s factories). Each prompt's pages must leave from its
 // prefill rank's pool through a communicator of that rank, land intact in its decode rank's
 // pool (the decode engine then continues as a local run would), and every failure frees the
-// pages of the right rank on both sides.
+// pages of the right rank on both sides. Each rank's layers go on the wire while that rank's
+// later layers are still to be computed.
 #include <map>
 #include <memory>
 #include <set>
@@ -21,6 +22,7 @@
 #include "kvtransfer/nccl/nccl_transport.h"
 #include "kvtransfer/testing/receiving_end.h"
 #include "prefill_worker/prefill_runner.h"
+#include "prefill_worker/testing/layer_recording_transport.h"
 #include "prefill_worker/testing/prefill_jobs.h"
 #include "worker/testing/fake_engine.h"
 
@@ -89,13 +91,15 @@ class DataParallelPrefillNcclTest : public ::testing::TestWithParam<Layouts> {
       to.rank_pools.push_back({&prefill_->rank_pool(r), comm, io, nullptr});
     }
     transport_ = std::make_unique<nccl::NcclKvTransport>(&prefill_->kv_pool(), to);
+    recording_ = std::make_unique<testing::LayerRecordingTransport>(transport_.get());
     PrefillRunnerOptions o;
     o.scheduler = {.max_batch_tokens = 128, .chunk_size = 64, .max_batch_seqs = 8};
     o.kv_no_progress_timeout = absl::Seconds(10);
-    runner_ = std::make_unique<PrefillRunner>(prefill_.get(), transport_.get(), layout_, o);
+    runner_ = std::make_unique<PrefillRunner>(prefill_.get(), recording_.get(), layout_, o);
   }
   void TearDown() override {
     runner_.reset();
+    recording_.reset();
     transport_.reset();
     if (end_ != nullptr) end_->Stop();
     nccl_service_.reset();
@@ -153,6 +157,7 @@ class DataParallelPrefillNcclTest : public ::testing::TestWithParam<Layouts> {
   std::unique_ptr<kvtransfer::testing::ReceivingEnd> end_;
   std::unique_ptr<nccl::KvNcclServiceImpl> nccl_service_;
   std::unique_ptr<nccl::NcclKvTransport> transport_;
+  std::unique_ptr<testing::LayerRecordingTransport> recording_;  // over transport_
   std::unique_ptr<PrefillRunner> runner_;
   absl::Mutex mu_;
   std::map<int, int> comms_of_rank_ ABSL_GUARDED_BY(mu_);
@@ -271,6 +276,61 @@ TEST_P(DataParallelPrefillNcclTest, LinkFailureMidShipFreesTheRanksPagesOnBothSi
   absl::MutexLock lock(&mu_);
   EXPECT_EQ(comms_of_rank_[0], 1) << "a left from rank 0's GPU";
   EXPECT_EQ(comms_of_rank_[1], 1) << "b left from rank 1's GPU";
+}
+
+// Each prefill rank's layers go on the wire while that rank's later layers are still to be
+// computed: the fake engine holds rank r after its layer l until the bytes of layers 0..l of
+// r's prompt left through r's communicator (one layer a message). One prompt per prefill rank,
+// so each is the only session of its pair.
+TEST_P(DataParallelPrefillNcclTest, EachRanksLayersGoOnTheWireWhileItsLaterLayersCompute) {
+  const Layouts l = GetParam();
+  TearDown();
+  nccl::NcclTransportOptions to;
+  to.coalesce_bytes = 0;
+  Start(l, to);
+  const int64_t layer_bytes = prefill_->kv_pool().layer_page_bytes();  // one page a prompt
+  absl::Mutex mu;
+  std::map<int, std::vector<int>> left;  // prefill rank -> layers on the wire in time, in step
+  int late = 0;
+  prefill_->set_after_rank_layer([&](int rank, int layer) {
+    for (const std::string& id : recording_->SessionsOfRank(rank)) {
+      const bool sent = recording_->AwaitBytesSent(id, (layer + 1) * layer_bytes,
+                                                   absl::Seconds(10));
+      absl::MutexLock lock(&mu);
+      if (sent) {
+        left[rank].push_back(layer);
+      } else {
+        ++late;
+      }
+    }
+  });
+  const int n = l.prefill_ranks;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<Received> rx(n);
+  std::vector<Outcome> out(n);
+  for (int i = 0; i < n; ++i) {
+    prompts.push_back(Prompt(30 + i, i));
+    const std::string id = "p" + std::to_string(i);
+    ASSERT_TRUE(runner_->Submit(Job(id, prompts[i], Reserve(id, 30 + i, i % l.decode_ranks, &rx[i])),
+                                out[i].fn())
+                    .ok());
+  }
+  RunUntilIdle();
+  std::vector<int> one_each(n);
+  for (int r = 0; r < n; ++r) one_each[r] = r;
+  EXPECT_EQ(prefill_->batch_ranks()[0], one_each);
+  EXPECT_EQ(late, 0) << "layers that left only after their rank's step";
+  const int layers = prefill_->config().num_hidden_layers;
+  std::vector<int> all(layers);
+  for (int i = 0; i < layers; ++i) all[i] = i;
+  for (int r = 0; r < n; ++r) EXPECT_EQ(left[r], all) << "prefill rank " << r;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(out[i].Wait()) << i;
+    ASSERT_TRUE(out[i].result->ok()) << i << ": " << out[i].result->status();
+    EXPECT_EQ((*out[i].result)->first_token, FakeEngine::NextToken(prompts[i], 64));
+    ExpectDecodeContinues(prompts[i], rx[i], i % l.decode_ranks);
+  }
+  ExpectEveryPoolFree();
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DataParallelPrefillNcclTest,

@@ -129,7 +129,7 @@ class AttentionPathPolicy {
   const bool cudnn_cells_on_ours_;
   int sparse_cap_ = 0;
   std::array<std::atomic<uint64_t>, kNumPrefillPaths> path_counts_{};
-  std::array<std::atomic<uint64_t>, 3> mha_provider_counts_{};  // by MhaPrefillProvider
+  std::array<std::atomic<uint64_t>, kernels::kMhaPrefillProviderCount> mha_provider_counts_{};
   std::array<std::atomic<uint64_t>, kNumChoiceReasons> reason_counts_{};
 };
 

@@ -1,6 +1,6 @@
-// The policy's choice as the engine takes it (model/engine.h knows kMha, kMhaOurs and kMla; the
-// engine runs sparse-fwd itself for every multi-token sparse DSA batch, so kSparseFwd maps to
-// kMla).
+// The policy's choice as the engine takes it (model/engine.h knows kMha, kMhaOurs, kMhaCudnn and
+// kMla; the engine runs sparse-fwd itself for every multi-token sparse DSA batch, so kSparseFwd
+// maps to kMla).
 #pragma once
 
 #include "kernels/mha_prefill/api.h"
@@ -14,23 +14,29 @@ inline model::AttentionPath ToEnginePath(PrefillPath p) {
 }
 
 // The MHA provider to run a kMha choice on: ours where the profile found ours faster in the
-// batch's cell; kAuto everywhere else, i.e. cuDNN where it can run the call and ours where it
-// cannot (the engine's default). So a cell tuned on cuDNN never turns into an error on a call
-// cuDNN refuses or a process without it; the policy has already said kOurs for cuDNN cells
-// where cuDNN cannot load (one warning at its Create).
+// batch's cell; kPreferCudnn where it found cuDNN faster (cuDNN where it can run the call, ours
+// where it cannot: a cell tuned on cuDNN never turns into an error on a call cuDNN refuses or a
+// process without it; the policy has already said kOurs for cuDNN cells where cuDNN cannot
+// load, one warning at its Create); kAuto (the engine's default) where the cell names none.
 inline kernels::MhaPrefillProvider ToEngineMhaProvider(const PathChoice& c) {
-  return c.path == PrefillPath::kMha && c.mha_provider == kernels::MhaPrefillProvider::kOurs
-             ? kernels::MhaPrefillProvider::kOurs
-             : kernels::MhaPrefillProvider::kAuto;
+  if (c.path != PrefillPath::kMha) return kernels::MhaPrefillProvider::kAuto;
+  switch (c.mha_provider) {
+    case kernels::MhaPrefillProvider::kOurs: return kernels::MhaPrefillProvider::kOurs;
+    case kernels::MhaPrefillProvider::kCudnn:
+    case kernels::MhaPrefillProvider::kPreferCudnn: return kernels::MhaPrefillProvider::kPreferCudnn;
+    case kernels::MhaPrefillProvider::kAuto: break;
+  }
+  return kernels::MhaPrefillProvider::kAuto;
 }
 
-// The path and MHA provider of a choice in one engine path: kMhaOurs where the cell found our
-// kernel faster, else as ToEnginePath(c.path) (kMha then runs on the engine's default, cuDNN
-// where it can run the call).
+// The path and MHA provider of a choice in one engine path: kMhaOurs / kMhaCudnn where the
+// cell names a provider, else as ToEnginePath(c.path) (kMha then runs on the engine's default).
 inline model::AttentionPath ToEnginePath(const PathChoice& c) {
-  return ToEngineMhaProvider(c) == kernels::MhaPrefillProvider::kOurs
-             ? model::AttentionPath::kMhaOurs
-             : ToEnginePath(c.path);
+  switch (ToEngineMhaProvider(c)) {
+    case kernels::MhaPrefillProvider::kOurs: return model::AttentionPath::kMhaOurs;
+    case kernels::MhaPrefillProvider::kPreferCudnn: return model::AttentionPath::kMhaCudnn;
+    default: return ToEnginePath(c.path);
+  }
 }
 
 }  // namespace mlaserve::profiles

@@ -301,7 +301,7 @@ TEST(MhaProviderEngine, OursWhereTheCellSaysOursElseTheEnginesDefault) {
   c.mha_provider = kOurs;
   EXPECT_EQ(ToEngineMhaProvider(c), kOurs);
   c.mha_provider = kCudnn;
-  EXPECT_EQ(ToEngineMhaProvider(c), kAuto);
+  EXPECT_EQ(ToEngineMhaProvider(c), MhaPrefillProvider::kPreferCudnn);
   c.mha_provider = kAuto;
   EXPECT_EQ(ToEngineMhaProvider(c), kAuto);
   c.path = PrefillPath::kMla;
@@ -319,7 +319,7 @@ TEST(MhaProviderEngine, EnginePathOfAChoice) {
   c.mha_provider = kOurs;
   EXPECT_EQ(ToEnginePath(c), model::AttentionPath::kMhaOurs);
   c.mha_provider = kCudnn;
-  EXPECT_EQ(ToEnginePath(c), model::AttentionPath::kMha);
+  EXPECT_EQ(ToEnginePath(c), model::AttentionPath::kMhaCudnn);
   c.mha_provider = kAuto;
   EXPECT_EQ(ToEnginePath(c), model::AttentionPath::kMha);
   c.path = PrefillPath::kMla;

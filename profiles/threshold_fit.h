@@ -64,8 +64,10 @@ struct BatchTimes {
   std::optional<double> mha_cudnn_us;  // absent where cuDNN was not timed
   double mla_us = 0.0;
 
-  // The MHA form's time on `p`: kOurs ours; kCudnn cuDNN's, or ours where cuDNN was not timed
-  // (the engine runs ours then); kAuto as the engine's default resolves it, cuDNN where timed.
+  // The MHA form's time on `p`: kOurs ours; kCudnn and kPreferCudnn cuDNN's, or ours where
+  // cuDNN was not timed (the engine runs ours then). kAuto is priced as kPreferCudnn: the
+  // samples do not carry what the engine's kAuto rule looks at (the longest key sequence), and
+  // the baselines that pass it (always MLA, the fixed rule) price their MHA batches on cuDNN.
   double MhaUs(MhaPrefillProvider p) const;
   // The least of all timings: what no choice of path and provider beats.
   double BestUs() const;

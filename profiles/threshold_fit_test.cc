@@ -146,7 +146,8 @@ TEST(BatchTimes, ProviderTimesAsTheEngineRunsThem) {
   const BatchTimes both{0, 10.0, 4.0, 7.0};
   EXPECT_EQ(both.MhaUs(MhaPrefillProvider::kOurs), 10.0);
   EXPECT_EQ(both.MhaUs(MhaPrefillProvider::kCudnn), 4.0);
-  EXPECT_EQ(both.MhaUs(MhaPrefillProvider::kAuto), 4.0);  // the engine default: cuDNN
+  EXPECT_EQ(both.MhaUs(MhaPrefillProvider::kAuto), 4.0);  // priced as kPreferCudnn
+  EXPECT_EQ(both.MhaUs(MhaPrefillProvider::kPreferCudnn), 4.0);
   EXPECT_EQ(both.BestUs(), 4.0);
   const BatchTimes ours_only{0, 10.0, std::nullopt, 7.0};
   EXPECT_EQ(ours_only.MhaUs(MhaPrefillProvider::kCudnn), 10.0);  // runs on ours

@@ -48,8 +48,9 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
                  "native dtype; fp8 = DeepSeek's 656-byte layout, deepseek_v32 only)")
       ->capture_default_str();
   app.add_option("--mha-provider", o->mha_provider,
-                 "auto|ours|cudnn: who computes MHA-prefill attention on CUDA (auto = cuDNN where "
-                 "libcudnn.so.9 loads and supports the shape, else our kernel)")
+                 "auto|ours|cudnn|prefer-cudnn: who computes MHA-prefill attention on CUDA (auto = "
+                 "our Hopper kernel from 2048 keys where it applies, else as prefer-cudnn: cuDNN "
+                 "where libcudnn.so.9 loads and supports the shape, else our kernel)")
       ->capture_default_str();
   app.add_option("--num-kv-pages", o->num_kv_pages, "KV pool size in pages of 64 tokens")
       ->capture_default_str();
@@ -135,8 +136,9 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
                "it sends tokens to the ranks of their experts, which needs --moe-parallel "
                "expert");
   }
-  if (o->mha_provider != "auto" && o->mha_provider != "ours" && o->mha_provider != "cudnn") {
-    return bad("--mha-provider", o->mha_provider, "it must be auto, ours or cudnn");
+  if (o->mha_provider != "auto" && o->mha_provider != "ours" && o->mha_provider != "cudnn" &&
+      o->mha_provider != "prefer-cudnn") {
+    return bad("--mha-provider", o->mha_provider, "it must be auto, ours, cudnn or prefer-cudnn");
   }
   if (o->num_kv_pages < 1) return bad("--num-kv-pages", o->num_kv_pages, "it must be >= 1");
   if (o->max_batch_tokens < 1) {

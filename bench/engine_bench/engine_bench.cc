@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
   std::string mha_provider = "auto";
   CLI::App app{"mlaserve-engine-bench: prefill and decode speed of the engine on one GPU"};
   app.add_option("--model", model, "model directory")->required();
-  app.add_option("--mha-provider", mha_provider, "auto|ours|cudnn: MHA-prefill attention")
+  app.add_option("--mha-provider", mha_provider, "auto|ours|cudnn|prefer-cudnn: MHA-prefill attention")
       ->check(CLI::IsMember({"auto", "ours", "cudnn"}))->capture_default_str();
   app.add_option("--prefill-lens", prefill_lens, "prompt lengths timed")->capture_default_str();
   app.add_option("--decode-batches", batches, "decode batch sizes")->capture_default_str();

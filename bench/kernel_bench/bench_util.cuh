@@ -37,7 +37,8 @@ inline void CheckStatus(const absl::Status& st, const char* what) {
 }
 
 // Deterministic hash -> uniform [-scale, scale) bf16, so inputs are random but need no host copy.
-__global__ void FillRandomBf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale = 1.0f) {
+// static: one copy per translation unit (the bench has several).
+static __global__ void FillRandomBf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale = 1.0f) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     uint64_t x = (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed;
@@ -74,9 +75,20 @@ void Upload(const DeviceArray& a, const std::vector<T>& host) {
   BENCH_CHECK(cudaMemcpy(a.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
 }
 
+// Spins for about `cycles` clock cycles: queued before a start event, it keeps the host's work
+// of the timed call (argument checks, descriptor encoding, launches) out of the interval, as
+// tools/bench_flashmla_baseline.py does with torch.cuda._sleep.
+static __global__ void SpinKernel(int64_t cycles) {
+  const int64_t start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
 // Median milliseconds of `reps` timed calls of fn() (events around each) after `warmup` calls.
+// spin_first: a SpinKernel of 1M cycles (~0.5 ms) before each start event (for calls that take
+// less time on the GPU than their launches take on the host).
 template <typename Fn>
-double MedianMs(Fn&& fn, int warmup = 3, int reps = 20) {
+double MedianMs(Fn&& fn, int warmup = 3, int reps = 20, bool spin_first = false) {
   cudaEvent_t start, stop;
   BENCH_CHECK(cudaEventCreate(&start));
   BENCH_CHECK(cudaEventCreate(&stop));
@@ -84,6 +96,7 @@ double MedianMs(Fn&& fn, int warmup = 3, int reps = 20) {
   BENCH_CHECK(cudaDeviceSynchronize());
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
+    if (spin_first) SpinKernel<<<1, 1>>>(1000000);
     BENCH_CHECK(cudaEventRecord(start));
     fn();
     BENCH_CHECK(cudaEventRecord(stop));

@@ -13,10 +13,15 @@
 //                 libcudnn.so.9 loads; its plan is built in the warm-up calls)
 //   kv_pack     : GB/s over its bytes (each input read once, each output written once)
 //   mla_prefill : TFLOP/s as a fraction of the GEMM rate
-// Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--only KERNEL] [--repeat N]
+//   mla_decode_small : mla_decode at batch 1-8 (latent_small_bench.cu): microseconds per call in
+//                 CUDA graphs, by way of cutting the keys, and the fraction of copy bandwidth
+// Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--no-mmasync] [--only KERNEL] [--repeat N]
 //                              [--mha-min-seqlen S] [--mha-rows NAME,...]
-//   --only mla_decode|mha_prefill|kv_pack|mla_prefill: just that family (the ceilings are
-//   always measured)
+//   --only mla_decode|mla_decode_small|mha_prefill|kv_pack|mla_prefill: just that family (the
+//   ceilings are always measured)
+//   --no-mmasync: no mla_decode / mla_prefill rows of the mma.sync latent kernel
+//   --small-shapes "b,h,s_k;...", --small-variants "auto,pages=4,...": only these mla_decode_small
+//   shapes / ways of cutting the keys (latent_small_bench.cu)
 //   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, each
 //   row's time the median of its passes (default 1)
 //   --mha-min-seqlen S, --mha-rows: only mha_prefill shapes of sequences >= S, only these rows
@@ -38,6 +43,10 @@
 #include "kernels/mla_prefill/api.h"
 
 namespace mlaserve::bench {
+
+void BenchMlaDecodeSmall(int sms, bool quick, const std::string& shapes, const std::string& variants,
+                         const Ceilings& ceil, Results& res);  // latent_small_bench.cu
+
 namespace {
 
 using kernels::Backend;
@@ -99,7 +108,8 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
   for (int b = 0; b <= batch; ++b) cu[b] = b * qpr;
   Upload(cu_q, cu);
   const int max_k = *std::max_element(lk.begin(), lk.end());
-  auto plan = kernels::PlanMlaDecode({batch, heads, qpr, kRank, kRope, max_k, sms, schedule});
+  const int64_t total_k = std::accumulate(lk.begin(), lk.end(), int64_t{0});
+  auto plan = kernels::PlanMlaDecode({batch, heads, qpr, kRank, kRope, max_k, sms, schedule, total_k});
   CheckStatus(plan.status(), "PlanMlaDecode");
   DeviceArray workspace(plan->workspace_bytes);
   kernels::MlaParams p;
@@ -110,7 +120,9 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
   p.seqlens_k = pc.d_seqlens->get<int32_t>(); p.max_seqlen_q = qpr; p.max_seqlen_k = max_k;
   p.out = out.get(); p.lse = lse.get<float>(); p.softmax_scale = 1.0f / std::sqrt(192.0f);
   p.kernel = kernel;
-  const double ms = MedianMs([&] { CheckStatus(kernels::MlaDecode(p, *plan, workspace.get(), kCuda), "MlaDecode"); });
+  // Spin first: at batch 1-4 the call's host work (plan checks, TMA descriptor) outlasts its GPU work.
+  const double ms =
+      MedianMs([&] { CheckStatus(kernels::MlaDecode(p, *plan, workspace.get(), kCuda), "MlaDecode"); }, 3, 20, true);
   const double sum_k = std::accumulate(lk.begin(), lk.end(), 0.0);
   const double bytes = sum_k * kWidth * 2 + rows * kWidth * 2.0 + rows * kRank * 2.0;
   // FlashMLA's count: every query row against the whole context (s_q = 2 included).
@@ -256,10 +268,15 @@ int main(int argc, char** argv) {
   std::string only;
   bool quick = false;
   int mha_repeat = 1, mha_min_seqlen = 0;
+  bool latent_mmasync = true;
+  std::string small_shapes, small_variants;
   std::vector<MhaRow> mha_rows(std::begin(kAllMhaRows), std::end(kAllMhaRows));
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    else if (std::strcmp(argv[i], "--no-mmasync") == 0) latent_mmasync = false;
+    else if (std::strcmp(argv[i], "--small-shapes") == 0 && i + 1 < argc) small_shapes = argv[++i];
+    else if (std::strcmp(argv[i], "--small-variants") == 0 && i + 1 < argc) small_variants = argv[++i];
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) mha_repeat = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--mha-min-seqlen") == 0 && i + 1 < argc) mha_min_seqlen = std::atoi(argv[++i]);
@@ -277,7 +294,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--json FILE] [--quick] [--only KERNEL] [--repeat N] [--mha-min-seqlen S] "
+                   "usage: %s [--json FILE] [--quick] [--no-mmasync] [--small-shapes S] [--small-variants V] [--only KERNEL] "
+                   "[--repeat N] [--mha-min-seqlen S] "
                    "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_mmasync,mha_prefill_cudnn]\n",
                    argv[0]);
       return 1;
@@ -295,7 +313,8 @@ int main(int argc, char** argv) {
   // Both latent kernels in the same run: the wgmma one (the default on Hopper) and mma.sync.
   using mlaserve::kernels::LatentKernel;
   using mlaserve::kernels::MlaDecodeSchedule;
-  const std::vector<LatentKernel> latent_kernels = {LatentKernel::kAuto, LatentKernel::kMmaSync};
+  std::vector<LatentKernel> latent_kernels = {LatentKernel::kAuto};
+  if (latent_mmasync) latent_kernels.push_back(LatentKernel::kMmaSync);
   for (int heads : {128, 16})
     for (int qpr : {1, 2})
       for (int batch : {64, 128})
@@ -312,6 +331,18 @@ int main(int argc, char** argv) {
                              false, ceil, res);
           }
         }
+  if (wanted("mla_decode_small")) {
+    BenchMlaDecodeSmall(prop.multiProcessorCount, quick, small_shapes, small_variants, ceil, res);
+  }
+  // Small batches (the engine's decode steps at batch 1-4), as FlashMLA is timed on them
+  // (tools/device/flashmla_baseline.sh --batch 1 4): the kAuto plan and each schedule.
+  for (int heads : {128, 16})
+    for (int batch : {1, 4})
+      for (int sk : {1024, 4096}) {
+        if ((quick && sk != 4096) || !wanted("mla_decode")) continue;
+        for (MlaDecodeSchedule sched : {MlaDecodeSchedule::kAuto, MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced})
+          BenchMlaDecode(batch, heads, 1, sk, prop.multiProcessorCount, LatentKernel::kAuto, sched, false, ceil, res);
+      }
   // Mixed lengths: one long request among short ones, each schedule.
   for (int heads : {128, 16}) {
     if (quick || !wanted("mla_decode")) continue;

@@ -19,7 +19,9 @@
 //      host's launch latency never shows on the GPU timeline): median of 15 per stage, with
 //      each stage's roofline fraction (its compute floor at cuBLAS's rate or its bytes at copy
 //      bandwidth, whichever is larger, over its time).
-// Usage: mlaserve-moe-bench [--quick] [--shape v2lite|v3] [--tokens 16,4096,...]
+// With --shape shared (or all), the shared experts' gate_up at prefill sizes (shared_bench.cu).
+// Usage: mlaserve-moe-bench [--quick] [--shape v2lite|v3|shared|all] [--tokens 16,4096,...]
+//                           [--skip-variants 12,...]  (kSm90 variants the sweeps leave out)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -34,6 +36,7 @@
 #include <vector>
 
 #include "bench/kernel_bench/bench_util.cuh"
+#include "bench/moe_bench/shared_bench.h"
 #include "kernels/gemm/api.h"
 #include "kernels/moe/api.h"
 #include "kernels/moe/moe_cuda.h"
@@ -188,8 +191,11 @@ const char* PathName(mk::MoeExpertsPath p) {
 std::string PlanName(const mk::MoeExpertsParams& p) {
   const auto plan = mk::moe_cuda::PlanExperts(p);
   std::string name = PathName(plan.path);
-  if (plan.sm90_variant >= 0) name += "/v" + std::to_string(plan.sm90_variant);
-  if (plan.fused_silu) name += "+silu";
+  if (plan.gate_up_variant >= 0) {
+    name += "/v" + std::to_string(plan.gate_up_variant);
+    if (plan.fused_silu) name += "+silu";
+    if (plan.down_variant != plan.gate_up_variant) name += ",v" + std::to_string(plan.down_variant);
+  }
   return name;
 }
 
@@ -280,6 +286,12 @@ float DenseMs(const mk::GemmParams& g, cudaStream_t stream) {
   return ms;
 }
 
+std::vector<int> g_skip_variants;  // --skip-variants: kSm90 variants the sweep leaves out
+
+bool Skipped(int variant) {
+  return std::find(g_skip_variants.begin(), g_skip_variants.end(), variant) != g_skip_variants.end();
+}
+
 void BenchTokens(const Shape& s, int T, const ShapeBuffers& b, double copy_gbs, cudaStream_t stream) {
   const int H = s.H, I = s.I, E = s.E, k = s.k, A = T * k;
   std::mt19937 rng(1234 + T);
@@ -317,40 +329,90 @@ void BenchTokens(const Shape& s, int T, const ShapeBuffers& b, double copy_gbs, 
   p.workspace_bytes = mk::MoeExpertsWorkspaceBytes(p);
   CHECK_CUDA(cudaMalloc(&p.workspace, p.workspace_bytes));
 
-  // 1. End to end, old and new, every path.
-  struct Config { mk::MoeExpertsPath path; int variant; };
-  std::vector<Config> configs = {{mk::MoeExpertsPath::kAuto, -1}};
-  if (T <= 512) configs.push_back({mk::MoeExpertsPath::kStream, -1});
-  for (int v = 0; v < mk::moe_cuda::kSm90Variants; ++v) configs.push_back({mk::MoeExpertsPath::kSm90, v});
-  configs.push_back({mk::MoeExpertsPath::kTiled, -1});
+  // 1. End to end, old and new, on what kAuto picks; new on the other paths.
   std::string best_name;
   float best_ms = 1e30f, auto_ms = -1;
-  for (const Config& cfg : configs) {
-    p.path = cfg.path;
-    p.sm90_variant = cfg.variant;
-    float ms[2];
-    std::string names[2];
-    for (int old_stages = 1; old_stages >= 0; --old_stages) {
-      const auto q = Configure(p, b, old_stages == 1);
-      std::string err;
-      ms[old_stages] = GraphMs(q, ids, stream, &err);
-      names[old_stages] = PlanName(q);
-      if (ms[old_stages] < 0) std::printf("  %-8s %-16s %s failed: %s\n", PathName(cfg.path), names[old_stages].c_str(),
-                                         old_stages ? "old" : "new", err.c_str());
-    }
-    if (ms[0] < 0 || ms[1] < 0) continue;
-    const double tflops = flops / ms[0] / 1e9;
+  auto report = [&](const char* path, const std::string& name, float old_ms, float new_ms) {
+    const double tflops = flops / new_ms / 1e9;
     const double floor_ms = std::max(flops / (dense_tflops * 1e9), weight_bytes / (copy_gbs * 1e6));
-    std::printf("  %-6s %-14s old %8.3f ms  new %8.3f ms (%+6.1f%%)  new: %6.1f TFLOP/s = %5.1f%% of cuBLAS, "
-                "%5.0f GB/s weights = %5.1f%% of copy, roofline %5.1f%%\n",
-                PathName(cfg.path), names[0].c_str(), ms[1], ms[0], 100.0 * (ms[0] - ms[1]) / ms[1], tflops,
-                100.0 * tflops / dense_tflops, weight_bytes / ms[0] / 1e6, 100.0 * weight_bytes / ms[0] / 1e6 / copy_gbs,
-                100.0 * floor_ms / ms[0]);
-    if (cfg.path == mk::MoeExpertsPath::kAuto) {
-      auto_ms = ms[0];
-    } else if (ms[0] < best_ms) {
-      best_ms = ms[0];
-      best_name = names[0];
+    char old_cell[48] = "";
+    if (old_ms > 0) {
+      std::snprintf(old_cell, sizeof old_cell, "old %8.3f ms  ", old_ms);
+    }
+    char change[24] = "";
+    if (old_ms > 0) std::snprintf(change, sizeof change, " (%+6.1f%%)", 100.0 * (new_ms - old_ms) / old_ms);
+    std::printf("  %-6s %-16s %snew %8.3f ms%s  %6.1f TFLOP/s = %5.1f%% of cuBLAS, %5.0f GB/s weights = %5.1f%% of "
+                "copy, roofline %5.1f%%\n",
+                path, name.c_str(), old_cell, new_ms, change, tflops, 100.0 * tflops / dense_tflops,
+                weight_bytes / new_ms / 1e6, 100.0 * weight_bytes / new_ms / 1e6 / copy_gbs, 100.0 * floor_ms / new_ms);
+  };
+  auto consider = [&](const std::string& name, float ms) {
+    if (ms > 0 && ms < best_ms) { best_ms = ms; best_name = name; }
+  };
+  {
+    p.path = mk::MoeExpertsPath::kAuto;
+    p.sm90_variant = -1;
+    float ms[2];
+    std::string err[2];
+    for (int o = 0; o < 2; ++o) ms[o] = GraphMs(Configure(p, b, o == 1), ids, stream, &err[o]);
+    if (ms[0] < 0 || ms[1] < 0) std::printf("  auto failed: %s %s\n", err[0].c_str(), err[1].c_str());
+    else report("auto", PlanName(Configure(p, b, false)), ms[1], ms[0]);
+    auto_ms = ms[0];
+  }
+  for (const mk::MoeExpertsPath path : {mk::MoeExpertsPath::kStream, mk::MoeExpertsPath::kTiled}) {
+    if (path == mk::MoeExpertsPath::kStream && T > 512) continue;
+    p.path = path;
+    std::string err;
+    const float ms = GraphMs(Configure(p, b, false), ids, stream, &err);
+    if (ms < 0) { std::printf("  %s failed: %s\n", PathName(path), err.c_str()); continue; }
+    report(PathName(path), PathName(path), -1, ms);
+    consider(PathName(path), ms);
+  }
+
+  // Every kSm90 tile configuration, gate_up with SiLU fused (where compiled) and unfused (the
+  // SiLU pass), end to end and per product: which configuration wins each product.
+  if (T >= 256) {
+    std::printf("  sm90 configurations: end to end (graph) and per product (staged), gate_up and down rates vs cuBLAS\n");
+    std::printf("    %-21s %-7s %9s %9s %8s %9s %7s %7s\n", "variant", "gate_up", "e2e ms", "gate_up", "silu", "down",
+                "up/cuBL", "dn/cuBL");
+    float best_up = 1e30f, best_down = 1e30f, fixed = 0;
+    std::string best_up_name, best_down_name;
+    for (int v = 0; v < mk::moe_cuda::kSm90Variants; ++v) {
+      for (int fused = 1; fused >= 0; --fused) {
+        // (Variants 7-11 share the fused epilogue of their configuration, measured under 1-6.)
+        const bool twin = v >= mk::moe_cuda::kSm90FirstDirectVariant && v != mk::moe_cuda::kSm90GatherVariant;
+        if (Skipped(v) || (fused && (!mk::moe_cuda::Sm90HasFusedSiluMul(v) || twin))) continue;
+        p.path = mk::MoeExpertsPath::kSm90;
+        p.sm90_variant = v;
+        mk::MoeExpertsParams q = Configure(p, b, false);
+        q.baseline.silu = !fused;
+        std::string err;
+        const float e2e = GraphMs(q, ids, stream, &err);
+        if (e2e < 0) { std::printf("    v%d %s failed: %s\n", v, fused ? "fused" : "unfused", err.c_str()); continue; }
+        const std::string name = PlanName(q);
+        consider(name, e2e);
+        float up = 0, silu = 0, down = 0, other = 0;
+        for (const auto& [stage, ms] : StageMs(q, ids, stream)) {
+          if (stage == ExpertsStage::kGateUp) up = ms;
+          else if (stage == ExpertsStage::kSiluMul) silu = ms;
+          else if (stage == ExpertsStage::kDown) down = ms;
+          else other += ms;
+        }
+        fixed = other;
+        const double up_pct = 100.0 * (f1 / (up * 1e9)) / c.gate_up_tflops;
+        const double dn_pct = 100.0 * (f2 / (down * 1e9)) / c.down_tflops;
+        std::printf("    v%-2d %-18s %-7s %9.3f %9.4f %8.4f %9.4f %6.1f%% %6.1f%%\n", v,
+                    mk::moe_cuda::Sm90VariantName(v), fused ? "fused" : "unfused", e2e, up, silu, down, up_pct, dn_pct);
+        if (up + silu < best_up) { best_up = up + silu; best_up_name = "v" + std::to_string(v) + (fused ? "+silu" : ""); }
+        if (down < best_down) { best_down = down; best_down_name = "v" + std::to_string(v); }
+      }
+    }
+    if (best_up < 1e30f && best_down < 1e30f) {
+      const double gemm_tflops = flops / ((best_up + best_down) * 1e9);
+      std::printf("  best per product: gate_up %s %.4f ms, down %s %.4f ms; with permute + combine %.3f ms; the two "
+                  "GEMMs at %.1f TFLOP/s = %.1f%% of cuBLAS\n",
+                  best_up_name.c_str(), best_up, best_down_name.c_str(), best_down, fixed + best_up + best_down,
+                  gemm_tflops, 100.0 * gemm_tflops / dense_tflops);
     }
   }
   p.path = mk::MoeExpertsPath::kAuto;
@@ -448,8 +510,10 @@ int main(int argc, char** argv) {
     if (arg == "--quick") quick = true;
     else if (arg == "--shape" && i + 1 < argc) shape = argv[++i];
     else if (arg == "--tokens" && i + 1 < argc) tokens = ParseTokens(argv[++i]);
+    else if (arg == "--skip-variants" && i + 1 < argc) g_skip_variants = ParseTokens(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--shape v2lite|v3] [--tokens 16,4096,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--shape v2lite|v3|shared|all] [--tokens 16,4096,...] "
+                   "[--skip-variants 12,...]\n", argv[0]);
       return 2;
     }
   }
@@ -462,10 +526,16 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs; copy bandwidth %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount, copy);
   std::printf("old = 2026-11-24 stages (one-block sort, gather pass, SiLU pass, 8-byte combine; stacked gate_up)\n"
               "new = multi-block permutation with the gather fused, SiLU*up in the sm90 gate_up epilogue\n"
-              "      (interleaved gate_up; variants 1 and 3), 16-byte combine\n"
+              "      (interleaved gate_up; the variants with a fused epilogue), 16-byte combine\n"
               "end-to-end rows: path, what runs (new), graph-replay medians, new's rate vs cuBLAS dense on the same\n"
               "rows, bandwidth over the touched experts' weights, roofline = max(compute, weight-read) floor / time\n");
   if (shape == "all" || shape == "v2lite") BenchShape({"V2-Lite", 2048, 1408, 64, 6}, tokens, copy);
   if (shape == "all" || shape == "v3") BenchShape({"V3", 7168, 2048, 256, 8}, tokens, copy);
+  if (shape == "all" || shape == "shared") {
+    std::vector<int> rows;
+    for (int t : tokens) if (t >= mk::kMoeSharedGateUpMinRows) rows.push_back(t);
+    if (rows.empty()) rows = {1024, 2048, 4096, 8192};
+    bench::BenchSharedExperts(rows, g_skip_variants);
+  }
   return 0;
 }

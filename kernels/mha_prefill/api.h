@@ -33,11 +33,17 @@ namespace mlaserve::kernels {
 //   kOurs:  this family's kernels (MhaPrefillKernel below).
 //   kCudnn: cuDNN SDPA; INVALID_ARGUMENT naming a combination cuDNN cannot run, FAILED_PRECONDITION
 //           when this build or process has no cuDNN (MhaPrefillCudnnVersion says why).
-//   kAuto:  cuDNN where it can run the call, else ours. (Chosen when ours was the mma.sync kernel
-//           alone, at ~0.45x of cuDNN; on Hopper the wgmma kernel now matches or beats cuDNN at
-//           4k-16k, docs/kernels.md: the GPU profiles decide per shape, and ask for kOurs.)
+//   kAuto:  ours where our Hopper kernel applies (MhaPrefillWgmmaApplies) to a long enough
+//           call (MhaPrefillAutoPrefersOurs), else as kPreferCudnn.
+//   kPreferCudnn: cuDNN where it can run the call, else ours (a GPU profile's cells where cuDNN
+//           measured faster: such a cell never turns into an error on a call cuDNN refuses).
+//           Measured on an H100 (docs/BENCHMARKS.md): the wgmma kernel is 1.09-1.35x cuDNN at
+//           4k-16k tokens for 192/128 and 0.95-1.12x for 128/128, while cuDNN leads at 1k. The
+//           tuned GPU profiles decide per shape bucket where a worker has one (they ask for
+//           kOurs or kCudnn); kAuto is the choice without a profile.
 // The CPU backend runs its reference for kAuto and kOurs and refuses kCudnn.
-enum class MhaPrefillProvider : uint8_t { kAuto, kOurs, kCudnn };
+enum class MhaPrefillProvider : uint8_t { kAuto, kOurs, kCudnn, kPreferCudnn };
+inline constexpr int kMhaPrefillProviderCount = 4;  // arrays indexed by MhaPrefillProvider
 
 // Which of our CUDA kernels runs when ours is the provider (the CPU backend and cuDNN ignore
 // it). kAuto takes the Hopper wgmma kernel where it applies (MhaPrefillWgmmaApplies), else the
@@ -45,9 +51,10 @@ enum class MhaPrefillProvider : uint8_t { kAuto, kOurs, kCudnn };
 // it does not apply).
 enum class MhaPrefillKernel : uint8_t { kAuto, kMmaSync, kWgmma };
 
-// "auto" | "ours" | "cudnn".
+// "auto" | "ours" | "cudnn" | "prefer-cudnn".
 const char* MhaPrefillProviderName(MhaPrefillProvider provider);
-// The --mha-provider flag: "auto", "ours" or "cudnn"; INVALID_ARGUMENT naming anything else.
+// The --mha-provider flag: "auto", "ours", "cudnn" or "prefer-cudnn"; INVALID_ARGUMENT naming
+// anything else.
 absl::StatusOr<MhaPrefillProvider> ParseMhaPrefillProvider(std::string_view flag);
 
 struct MhaPrefillParams {
@@ -91,6 +98,10 @@ bool MhaPrefillSupportsHeadDims(Backend backend, int head_dim_qk, int head_dim_v
 // GPU, bf16, head dims qk/v 192/128 or 128/128, 16-byte aligned pointers and strides, and
 // max_seqlen_q/k * (batch + 1) < 2^31 (the TMA coordinates); kAuto takes it exactly then.
 bool MhaPrefillWgmmaApplies(const MhaPrefillParams& p);
+// kAuto's choice of ours over cuDNN: the wgmma kernel applies and the longest key sequence has
+// at least kMhaPrefillAutoOursMinSeqlenK keys (below, cuDNN's shorter plans led on an H100).
+inline constexpr int kMhaPrefillAutoOursMinSeqlenK = 2048;
+bool MhaPrefillAutoPrefersOurs(const MhaPrefillParams& p);
 // "auto" | "mma.sync" | "wgmma".
 const char* MhaPrefillKernelName(MhaPrefillKernel kernel);
 

@@ -48,6 +48,7 @@ const char* MhaPrefillProviderName(MhaPrefillProvider provider) {
   switch (provider) {
     case MhaPrefillProvider::kAuto: return "auto";
     case MhaPrefillProvider::kOurs: return "ours";
+    case MhaPrefillProvider::kPreferCudnn: return "prefer-cudnn";
     case MhaPrefillProvider::kCudnn: return "cudnn";
   }
   return "?";
@@ -71,12 +72,17 @@ bool MhaPrefillWgmmaApplies(const MhaPrefillParams& p) {
 #endif
 }
 
+bool MhaPrefillAutoPrefersOurs(const MhaPrefillParams& p) {
+  return p.max_seqlen_k >= kMhaPrefillAutoOursMinSeqlenK && MhaPrefillWgmmaApplies(p);
+}
+
 absl::StatusOr<MhaPrefillProvider> ParseMhaPrefillProvider(std::string_view flag) {
-  for (auto p : {MhaPrefillProvider::kAuto, MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn}) {
+  for (auto p : {MhaPrefillProvider::kAuto, MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn,
+                 MhaPrefillProvider::kPreferCudnn}) {
     if (flag == MhaPrefillProviderName(p)) return p;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--mha-provider ", std::string(flag), " is not one of auto, ours, cudnn"));
+  return absl::InvalidArgumentError(absl::StrCat("--mha-provider ", std::string(flag),
+                                                 " is not one of auto, ours, cudnn, prefer-cudnn"));
 }
 
 absl::Status CheckMhaPrefillProvider(MhaPrefillProvider provider, Backend backend) {
@@ -97,11 +103,15 @@ std::string DescribeMhaPrefillProvider(MhaPrefillProvider provider, Backend back
   if (provider == MhaPrefillProvider::kOurs) return head + "ours";
   const auto version = MhaPrefillCudnnVersion();
   if (!version.ok()) {
-    return absl::StrCat(head, provider == MhaPrefillProvider::kAuto ? "ours" : "none",
+    return absl::StrCat(head, provider == MhaPrefillProvider::kCudnn ? "none" : "ours",
                         " (cuDNN unavailable: ", version.status().message(), ")");
   }
-  return absl::StrCat(head, *version,
-                      provider == MhaPrefillProvider::kAuto ? " where it supports the shape, else ours" : "");
+  if (provider == MhaPrefillProvider::kCudnn) return head + *version;
+  if (provider == MhaPrefillProvider::kPreferCudnn) {
+    return absl::StrCat(head, *version, " where it supports the shape, else ours");
+  }
+  return absl::StrCat(head, "ours (Hopper kernel) from ", kMhaPrefillAutoOursMinSeqlenK, " keys where it applies, else ",
+                      *version, " where it supports the shape, else ours");
 }
 
 #if !defined(MLASERVE_KERNEL_HAS_CUDA) || !defined(MLASERVE_HAS_CUDNN)

@@ -1,7 +1,8 @@
-// MhaPrefillCuda: the provider a call asks for (api.h). kAuto runs cuDNN where it can run the
-// call and ours otherwise: when cuDNN is absent, cannot run the combination, was not planned
-// before a CUDA-graph capture or has no memory for its arena (nothing was enqueued in each
-// case). A failure while cuDNN enqueues (INTERNAL) is returned as it is.
+// MhaPrefillCuda: the provider a call asks for (api.h). kAuto runs our Hopper kernel on long
+// calls it applies to (MhaPrefillAutoPrefersOurs); kPreferCudnn (and kAuto on the others) runs
+// cuDNN where it can run the call and ours otherwise: when cuDNN is absent, cannot run the combination, was not planned before a
+// CUDA-graph capture or has no memory for its arena (nothing was enqueued in each case). A
+// failure while cuDNN enqueues (INTERNAL) is returned as it is.
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/mha_prefill/api.h"
@@ -24,7 +25,11 @@ absl::Status MhaPrefillCuda(const MhaPrefillParams& p, void* stream) {
       }
       return s;
     }
-    case MhaPrefillProvider::kAuto: {
+    case MhaPrefillProvider::kAuto:
+    case MhaPrefillProvider::kPreferCudnn: {
+      if (p.provider == MhaPrefillProvider::kAuto && MhaPrefillAutoPrefersOurs(p)) {
+        return MhaPrefillOursCuda(p, stream);
+      }
       absl::Status s = MhaPrefillCudnn(p, stream);
       if (s.ok() || absl::IsInternal(s)) return s;
       return MhaPrefillOursCuda(p, stream);

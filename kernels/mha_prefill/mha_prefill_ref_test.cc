@@ -204,7 +204,8 @@ TEST(MhaPrefillSpeed, TinyModelPrefillIsFast) {
 }
 
 TEST(MhaPrefillProvider, ParsesAndNamesEveryProvider) {
-  for (auto provider : {MhaPrefillProvider::kAuto, MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn}) {
+  for (auto provider : {MhaPrefillProvider::kAuto, MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn,
+                        MhaPrefillProvider::kPreferCudnn}) {
     const auto parsed = ParseMhaPrefillProvider(MhaPrefillProviderName(provider));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, provider);
@@ -259,6 +260,21 @@ TEST(MhaPrefillProvider, CpuBackendRefusesCudnn) {
   EXPECT_TRUE(CheckMhaPrefillProvider(MhaPrefillProvider::kAuto, Backend::kCpu).ok());
   EXPECT_EQ(DescribeMhaPrefillProvider(MhaPrefillProvider::kAuto, Backend::kCpu),
             "mha prefill provider auto: the CPU reference");
+}
+
+// kAuto prefers our kernel only where the Hopper kernel applies, which never holds for the CPU
+// backend's f32 calls, however long.
+TEST(MhaPrefillProvider, AutoPrefersOursOnlyWhereTheHopperKernelApplies) {
+  MhaPrefillParams p;
+  p.dtype = DType::kF32;
+  p.batch = 1;
+  p.num_heads = p.num_kv_heads = 16;
+  p.head_dim_qk = 192;
+  p.head_dim_v = 128;
+  p.max_seqlen_q = p.max_seqlen_k = 2 * kMhaPrefillAutoOursMinSeqlenK;
+  EXPECT_FALSE(MhaPrefillAutoPrefersOurs(p));
+  p.max_seqlen_k = kMhaPrefillAutoOursMinSeqlenK - 1;
+  EXPECT_FALSE(MhaPrefillAutoPrefersOurs(p));
 }
 
 // Without a loadable cuDNN the version says why (UNAVAILABLE), and kCudnn is refused on CUDA

@@ -40,6 +40,10 @@ struct MlaDecodeShape {
   int max_seqlen_k = 0;
   int num_sms = 0;               // device multiprocessors (0 on CPU)
   MlaDecodeSchedule schedule = MlaDecodeSchedule::kAuto;
+  // The sum of the requests' key counts where the caller knows it (0: every request taken at
+  // max_seqlen_k). Only the choice of the balanced schedule uses it: chunks take as long as the
+  // longest request, the balanced schedule as long as the mean.
+  int64_t total_seqlen_k = 0;
 };
 
 absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& shape);

@@ -9,7 +9,7 @@
 // Workspace (one allocation, sized by PlanMlaDecode; regions 256-byte aligned):
 //   part_out  f32 [slots, max_q * num_heads, kv_lora_rank]   slots = 2 * num_parts
 //   part_lse  f32 [slots, max_q * num_heads]
-//   segments  LatentSegment [batch + num_parts]
+//   segments  LatentSegment [batch + num_parts]   (kSegmentRecordBytes each)
 //   part_segments int32 [num_parts + 1]
 //   pieces, slot_base  int32 [batch] each (pieces of a request; its first slot when > 1)
 // A cut inside a request adds one piece; there are at most num_parts - 1 cuts, so the pieces of
@@ -27,6 +27,8 @@ inline constexpr int kPieceCostPages = 2;
 inline constexpr int kMinPartCost = kPieceCostPages + 2;
 // Most parts per row block (the schedule kernel keeps one int per part in shared memory).
 inline constexpr int kMaxParts = 1024;
+// sizeof(mla_cuda::LatentSegment) (kernels/mla_prefill/latent_attention.h; asserted there).
+inline constexpr size_t kSegmentRecordBytes = 48;
 
 struct BalancedLayout {
   size_t part_out = 0, part_lse = 0, segments = 0, part_segments = 0, pieces = 0, slot_base = 0;
@@ -45,7 +47,7 @@ inline BalancedLayout MakeBalancedLayout(int batch, int max_q, int num_heads, in
   l.part_lse = at;
   at = align(at + slots * l.slot_rows * sizeof(float));
   l.segments = at;
-  at = align(at + (static_cast<size_t>(batch) + num_parts) * 4 * sizeof(int32_t));
+  at = align(at + (static_cast<size_t>(batch) + num_parts) * kSegmentRecordBytes);
   l.part_segments = at;
   at = align(at + (static_cast<size_t>(num_parts) + 1) * sizeof(int32_t));
   l.pieces = at;

@@ -2,6 +2,7 @@
 #include "kernels/mla_decode/api.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
@@ -13,14 +14,27 @@
 namespace mlaserve::kernels {
 namespace {
 
-// A split shorter than this many pages costs more in the combine than it gains.
-constexpr int kMinPagesPerSplit = 4;
-// More splits than this only grow the combine's reads.
+// More splits than this only grow the combine's reads (and the workspace).
 constexpr int kMaxSplits = 64;
-// Fixed cost of one CTA (Q tile load, prologue, partial-output write), in page-tile units.
-constexpr int kCtaOverheadPages = 1;
-// The balanced schedule's own kernels (schedule, combine), in page-tile units of one CTA.
-constexpr int kBalancedOverheadPages = 4;
+// The plan's cost model, in units of one CTA's time per cache page (~1.75 us on an H100 at batch
+// 1-8), fitted to the mla_decode_small table (docs/BENCHMARKS.md, 2026-11-25, last run): of the
+// chunk plans measured there for b 1-8, h 16 / 128, s_k 512-8k, it picks one 3% slower than the
+// fastest on average, 12% at worst.
+// Fixed cost of one CTA (Q tile load, prologue, the first pages' latency, the output write).
+constexpr double kCtaOverheadPages = 2;
+// A CTA's pages cost by pairs: its two warpgroups compute two pages' scores at once.
+inline int PairedPages(int pages) { return (pages + 1) / 2 * 2; }
+// The combine kernel (launched with PDL: its fixed part is hidden): per split the latency of
+// its loop over the pieces, and the partials' bytes (written by the attention kernel, read by
+// the combine) over the SMs.
+constexpr double kCombinePagesPerSplit = 0.05;
+constexpr double kCombinePartialWeight = 2;
+// The balanced schedule's own kernels (schedule, combine) and its segment starts; measured slower
+// than the best chunk plan at every batch of 1-8 and at uniform lengths of batch 64.
+constexpr int kBalancedOverheadPages = 14;
+// With several 64-row blocks per request (128 heads) a balanced part's page measured ~25% dearer
+// than a chunk CTA's (b 64/128, 4k-8k, H100, 2026-11-25).
+constexpr double kBalancedRowBlocksFactor = 1.25;
 
 }  // namespace
 
@@ -34,43 +48,68 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   RETURN_IF_ERROR(RequirePositive("kv_lora_rank", s.kv_lora_rank));
   RETURN_IF_ERROR(RequireNonNegative("rope_dim", s.rope_dim));
   RETURN_IF_ERROR(RequireNonNegative("max_seqlen_k", s.max_seqlen_k));
+  RETURN_IF_ERROR(RequireNonNegative("total_seqlen_k", s.total_seqlen_k));
   RETURN_IF_ERROR(RequireNonNegative("num_sms", s.num_sms));
   MlaDecodePlan plan;
   // CPU (num_sms = 0): one pass over the whole context, no workspace.
   if (s.num_sms == 0 || s.batch == 0 || s.max_seqlen_k == 0) return plan;
   // CTAs per split, as the CUDA kernel tiles rows (mla_prefill/latent_tiling.h). Pick the split
-  // count with the least estimated time: waves of CTAs times the pages each CTA streams (plus
-  // a fixed cost), so that small batches with long contexts fill the GPU without leaving a
-  // nearly empty last wave. Ties go to fewer splits (less combine work).
+  // count with the least estimated time: waves of CTAs times what each CTA costs (its pages, by
+  // pairs, plus a fixed cost), plus the combine, so that small batches spread over many SMs in
+  // short splits (a batch-1 decode step is latency-bound) without a nearly empty last wave. Ties
+  // go to fewer splits (less combine work).
   const int64_t rows = static_cast<int64_t>(s.num_heads) * s.q_per_request;
   const int64_t rows_per_cta = mla_internal::LatentRowsPerCta(rows);
-  const int64_t units = static_cast<int64_t>(s.batch) * ((rows + rows_per_cta - 1) / rows_per_cta);
-  const int pages = PagesFor(s.max_seqlen_k);
-  const int max_splits = std::clamp(pages / kMinPagesPerSplit, 1, kMaxSplits);
+  const int64_t row_blocks = (rows + rows_per_cta - 1) / rows_per_cta;
+  const int64_t units = static_cast<int64_t>(s.batch) * row_blocks;
+  const int pages = PagesFor(s.max_seqlen_k);  // the plan covers this many (a decode graph: its width)
+  // The timing uses the total where the caller gives it: a request's pages about the mean (up to
+  // +25%), the longest at least half of max_seqlen_k (a decode graph plans for its width, at most
+  // twice the longest context it runs; one long request among short ones still looks long).
+  const double mean_pages = s.total_seqlen_k > 0 ? static_cast<double>(s.total_seqlen_k) / s.batch / kPageSize : pages;
+  const int est_pages =
+      s.total_seqlen_k > 0 ? std::clamp(static_cast<int>(std::ceil(1.25 * mean_pages)), (pages + 1) / 2, pages) : pages;
+  // One split's partial rows (f32, written and read once) in page-tile units.
+  const double partial_pages = static_cast<double>(std::min(rows, rows_per_cta)) * s.kv_lora_rank * 8 /
+                               (static_cast<double>(kPageSize) * (s.kv_lora_rank + s.rope_dim) * 2);
+  const int max_splits = std::clamp(pages, 1, kMaxSplits);
   int best_pages_per_split = pages;
-  int64_t best_cost = -1;
+  double best_cost = -1;
   for (int want = 1; want <= max_splits; ++want) {
     const int pages_per_split = (pages + want - 1) / want;
-    const int splits = (pages + pages_per_split - 1) / pages_per_split;
-    const int64_t waves = (units * splits + s.num_sms - 1) / s.num_sms;
-    const int64_t cost = waves * (pages_per_split + kCtaOverheadPages);
+    // The chunks that hold keys (the rest return at once) and the CTAs that walk them.
+    const int splits = (std::min(est_pages, pages) + pages_per_split - 1) / pages_per_split;
+    const int64_t ctas = units * splits;
+    const int64_t waves = (ctas + s.num_sms - 1) / s.num_sms;
+    // One wave lasts as long as its longest CTA; over several, short CTAs make room for the next
+    // wave's, so a CTA costs about the mean.
+    const double cta_pages = waves == 1 ? std::min(pages_per_split, est_pages)
+                                        : std::min<double>(pages_per_split, std::ceil(mean_pages));
+    double cost = static_cast<double>(waves) * (PairedPages(static_cast<int>(cta_pages)) + kCtaOverheadPages);
+    if (splits > 1) {
+      cost += kCombinePagesPerSplit * splits + kCombinePartialWeight * static_cast<double>(ctas) * partial_pages / s.num_sms;
+    }
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best_pages_per_split = pages_per_split;
     }
   }
   // The Hopper kernel's balanced schedule (used where that kernel runs, MlaDecodeCuda), where
-  // its estimate beats the chunks': every part about total / parts pages (each request assumed
-  // at the longest context) plus the schedule and combine kernels. Measured on an H100 it wins
-  // for long contexts and loses for short ones, where the chunk plan's waves are already even
-  // (docs/kernels.md); with mixed lengths it is the one that stays even.
+  // its estimate beats the chunks': every part about total / parts pages (each request at the
+  // longest context unless the caller gave the total) plus its own kernels. Measured on an H100
+  // (docs/BENCHMARKS.md) it wins with mixed lengths and long contexts at 16 heads, and loses at
+  // batch 1-8 and with more than one 64-row block per request at uniform lengths.
   const int parts = mla_decode_internal::BalancedParts(s.num_sms, rows);
-  const int64_t balanced_cost =
-      std::max<int64_t>((s.batch * static_cast<int64_t>(pages + mla_decode_internal::kPieceCostPages) + parts - 1) / parts,
-                        mla_decode_internal::kMinPartCost) +
-      kBalancedOverheadPages;
+  const int64_t total_pages = s.total_seqlen_k > 0
+                                  ? (s.total_seqlen_k + s.batch * static_cast<int64_t>(kPageSize - 1)) / kPageSize
+                                  : s.batch * static_cast<int64_t>(pages);
+  const double part_pages = std::max<int64_t>(
+      (total_pages + s.batch * int64_t{mla_decode_internal::kPieceCostPages} + parts - 1) / parts,
+      mla_decode_internal::kMinPartCost);
+  const double balanced_cost =
+      part_pages * (row_blocks > 1 ? kBalancedRowBlocksFactor : 1.0) + kBalancedOverheadPages;
   const bool balanced = s.schedule == MlaDecodeSchedule::kBalanced ||
-                        (s.schedule == MlaDecodeSchedule::kAuto && balanced_cost <= best_cost);
+                        (s.schedule == MlaDecodeSchedule::kAuto && balanced_cost < best_cost);
   if (balanced) {
     plan.num_parts = parts;
     plan.workspace_bytes = mla_decode_internal::MakeBalancedLayout(s.batch, s.q_per_request, s.num_heads,

@@ -9,12 +9,16 @@
 // then part_lse [num_splits, batch * max_q * num_heads]; row (b, i, h) = (b * max_q + i) * heads
 // + h, where max_q = p.max_seqlen_q (1 or 2).
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <cuda/functional>
 
 #include "common/status.h"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/mla_decode/api.h"
 #include "kernels/common/param_check.h"
 #include "kernels/mla_decode/balanced_schedule.h"
@@ -23,12 +27,17 @@
 namespace mlaserve::kernels {
 namespace {
 
-constexpr int kCombineThreads = 128;
-constexpr int kCombineVec = 4;  // f32 per thread per step
+// The combine: one CTA per (query row, request); its warps take the row's pieces in turn, each
+// lane 4 float4 columns of the 512 latent dims, and add their sums in shared memory.
+constexpr int kCombineWarps = 4;
+constexpr int kCombineThreads = 32 * kCombineWarps;
+constexpr int kCombineMaxRank = 512;
+constexpr int kCombineVecsPerLane = kCombineMaxRank / 4 / 32;
 
 struct CombineArgs {
-  int num_splits, max_q, num_heads, rank, batch;
+  int num_splits, chunk_tokens, max_q, num_heads, rank, batch;
   const int32_t* cu_seqlens_q;
+  const int32_t* seqlens_k;
   const float* part_out;
   const float* part_lse;
   __nv_bfloat16* out;
@@ -40,50 +49,130 @@ struct CombineArgs {
   int64_t slot_rows = 0;
 };
 
-// One CTA per (request, query token, head) row: weights exp(lse_s - max) over the pieces
-// (an empty piece has lse = -inf and weight 0), out = sum_s w_s part_s / sum_s w_s.
+// out = sum_s w_s part_s with w_s = exp(lse_s - max) / sum_s' exp(lse_s' - max) over the row's
+// pieces (an empty piece has lse = -inf and weight 0, and its partial is not added: it may hold
+// anything). With chunks, only the chunks that hold keys of the request (LatentChunksWithKeys):
+// a decode graph plans for a longer context than it runs, and the attention kernel skips the rest.
+// Each warp reads its pieces' LSEs and partials in the same pass and keeps a running max, sum and
+// weighted output (online softmax), so the call waits on memory once per two pieces of a warp
+// rather than first for every LSE; the warps' results are merged in shared memory, in warp
+// order (the same bits every run).
 __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid_constant__ CombineArgs a) {
+  __shared__ float4 partial[kCombineWarps][kCombineMaxRank / 4];
+  __shared__ float warp_max[kCombineWarps], warp_sum[kCombineWarps];
   const int b = blockIdx.y;
   const int i = blockIdx.x / a.num_heads, h = blockIdx.x % a.num_heads;
+  // The lengths are the step's inputs, written before the attention kernel ran; that kernel lets
+  // this one in only after its own PDL wait (latent_attention_sm90.cu), so they are readable
+  // before this grid's wait. The partials and the balanced schedule's pieces are read after it.
   const int q_start = a.cu_seqlens_q[b];
-  if (i >= a.cu_seqlens_q[b + 1] - q_start) return;
-  // Row of piece s: first + s * stride.
-  int n = a.num_splits;
-  int64_t first = (static_cast<int64_t>(b) * a.max_q + i) * a.num_heads + h;
-  int64_t stride = static_cast<int64_t>(a.batch) * a.max_q * a.num_heads;
+  const int lq = a.cu_seqlens_q[b + 1] - q_start;
+  const int lk = a.pieces == nullptr ? a.seqlens_k[b] : 0;
+  cuda::PdlWaitForPrerequisites();
+  cuda::PdlReleaseDependents();
+  if (i >= lq) return;
+  // Piece s of this row: partial row first + s * stride.
+  int n;
+  int64_t first, stride;
   if (a.pieces != nullptr) {
     n = a.pieces[b];
     if (n <= 1) return;  // written directly by the attention kernel
     stride = a.slot_rows;
     first = a.slot_base[b] * stride + static_cast<int64_t>(i) * a.num_heads + h;
+  } else {
+    n = mla_internal::LatentChunksWithKeys(lk, a.chunk_tokens, a.num_splits);
+    first = (static_cast<int64_t>(b) * a.max_q + i) * a.num_heads + h;
+    stride = static_cast<int64_t>(a.batch) * a.max_q * a.num_heads;
   }
-  float m = -INFINITY;
-  for (int s = 0; s < n; ++s) m = fmaxf(m, a.part_lse[first + s * stride]);
-  float total = 0.0f;
-  if (m != -INFINITY)
-    for (int s = 0; s < n; ++s) total += expf(a.part_lse[first + s * stride] - m);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float m = -INFINITY, l = 0.0f;
+  float4 acc[kCombineVecsPerLane];
+#pragma unroll
+  for (int j = 0; j < kCombineVecsPerLane; ++j) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 2
+  for (int s = warp; s < n; s += kCombineWarps) {
+    const int64_t row = first + s * stride;
+    const float ls = a.part_lse[row];
+    const auto* src = reinterpret_cast<const float4*>(a.part_out + row * a.rank);
+    float4 x[kCombineVecsPerLane];
+#pragma unroll
+    for (int j = 0; j < kCombineVecsPerLane; ++j) {
+      x[j] = 4 * (lane + 32 * j) < a.rank ? src[lane + 32 * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if (ls == -INFINITY) continue;  // empty piece (the whole warp: one row)
+    const float m_new = fmaxf(m, ls);
+    const float keep = expf(m - m_new), w = expf(ls - m_new);
+    l = l * keep + w;
+    m = m_new;
+#pragma unroll
+    for (int j = 0; j < kCombineVecsPerLane; ++j) {
+      acc[j].x = acc[j].x * keep + w * x[j].x;
+      acc[j].y = acc[j].y * keep + w * x[j].y;
+      acc[j].z = acc[j].z * keep + w * x[j].z;
+      acc[j].w = acc[j].w * keep + w * x[j].w;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kCombineVecsPerLane; ++j) partial[warp][lane + 32 * j] = acc[j];
+  if (lane == 0) {
+    warp_max[warp] = m;
+    warp_sum[warp] = l;
+  }
+  __syncthreads();
+  float m_all = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) m_all = fmaxf(m_all, warp_max[w]);
+  float scale[kCombineWarps], total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) {
+    scale[w] = warp_max[w] == -INFINITY ? 0.0f : expf(warp_max[w] - m_all);
+    total += scale[w] * warp_sum[w];
+  }
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
   const int64_t out_row = static_cast<int64_t>(q_start + i) * a.num_heads + h;
-  for (int d = threadIdx.x * kCombineVec; d < a.rank; d += kCombineThreads * kCombineVec) {
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int s = 0; s < n; ++s) {
-      const float ls = a.part_lse[first + s * stride];
-      if (ls == -INFINITY) continue;
-      const float w = expf(ls - m) * inv;
-      const float4 v = *reinterpret_cast<const float4*>(a.part_out + (first + s * stride) * a.rank + d);
-      acc.x += w * v.x;
-      acc.y += w * v.y;
-      acc.z += w * v.z;
-      acc.w += w * v.w;
+  const int v = threadIdx.x;  // float4 column: latent dims 4v .. 4v + 3
+  if (4 * v < a.rank) {
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kCombineWarps; ++w) {
+      const float c = scale[w] * inv;
+      sum.x += c * partial[w][v].x;
+      sum.y += c * partial[w][v].y;
+      sum.z += c * partial[w][v].z;
+      sum.w += c * partial[w][v].w;
     }
-    const uint2 packed = make_uint2(cuda::PackBf16(acc.x, acc.y), cuda::PackBf16(acc.z, acc.w));
-    *reinterpret_cast<uint2*>(a.out + out_row * a.rank + d) = packed;
+    const uint2 packed = make_uint2(cuda::PackBf16(sum.x, sum.y), cuda::PackBf16(sum.z, sum.w));
+    *reinterpret_cast<uint2*>(a.out + out_row * a.rank + 4 * v) = packed;
   }
-  if (a.lse != nullptr && threadIdx.x == 0) a.lse[out_row] = total > 0.0f ? m + logf(total) : -INFINITY;
+  if (a.lse != nullptr && threadIdx.x == 0) a.lse[out_row] = total > 0.0f ? m_all + logf(total) : -INFINITY;
+}
+
+// The schedule and combine kernels run next to the attention kernel, which takes all of an SM's
+// shared memory: asking for the same carveout spares an SM the L1 / shared reconfiguration
+// between them (a hint; the driver may still choose).
+absl::Status PreferSharedCarveout(const void* kernel, const char* name) {
+  if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      cudaSharedmemCarveoutMaxShared);
+      err != cudaSuccess) {
+    return cuda::CudaStatus(err, name);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, cudaStream_t s) {
+  RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(MlaCombineKernel), "MlaCombineKernel carveout"));
+  cuda::LaunchShape shape;
+  shape.grid = dim3(static_cast<unsigned>(max_rows), static_cast<unsigned>(args.batch));
+  shape.block = dim3(kCombineThreads);
+  shape.stream = s;
+  return cuda::LaunchPdl("MlaCombineKernel", shape, MlaCombineKernel, args);
 }
 
 struct ScheduleArgs {
   const int32_t* seqlens_k;
+  const int32_t* cu_seqlens_q;
+  const int32_t* block_table;
+  int max_pages_per_seq;
   int batch, num_parts;
   mla_cuda::LatentSegment* segments;
   int32_t* part_segments;
@@ -98,18 +187,25 @@ struct ScheduleArgs {
 // at most T plus one piece's fixed cost. Requests are walked kScheduleThreads at a time, each
 // thread one request; segment and slot numbers come from block-wide prefix sums.
 constexpr int kScheduleThreads = 512;
+static_assert(sizeof(mla_cuda::LatentSegment) == mla_decode_internal::kSegmentRecordBytes);
+constexpr int kPartsPerThread = mla_decode_internal::kMaxParts / kScheduleThreads;
+static_assert(kPartsPerThread * kScheduleThreads == mla_decode_internal::kMaxParts);
 
 __global__ void __launch_bounds__(kScheduleThreads) MlaScheduleKernel(const __grid_constant__ ScheduleArgs a) {
   using mla_decode_internal::kMinPartCost;
   using mla_decode_internal::kPieceCostPages;
   using Scan = cub::BlockScan<int64_t, kScheduleThreads>;
+  using PartScan = cub::BlockScan<int32_t, kScheduleThreads>;
   using Reduce = cub::BlockReduce<int64_t, kScheduleThreads>;
   __shared__ union {
     typename Scan::TempStorage scan;
+    typename PartScan::TempStorage part_scan;
     typename Reduce::TempStorage reduce;
   } temp;
   __shared__ int64_t total_shared;
   __shared__ int32_t part_first[mla_decode_internal::kMaxParts];
+  cuda::PdlWaitForPrerequisites();  // the lengths may come from the kernel before
+  cuda::PdlReleaseDependents();
   const int G = a.num_parts;
   int64_t mine = 0;
   for (int b = threadIdx.x; b < a.batch; b += kScheduleThreads) mine += PagesFor(a.seqlens_k[b]) + kPieceCostPages;
@@ -132,7 +228,8 @@ __global__ void __launch_bounds__(kScheduleThreads) MlaScheduleKernel(const __gr
   for (int chunk = 0; chunk < a.batch; chunk += kScheduleThreads) {
     const int b = chunk + threadIdx.x;
     const bool valid = b < a.batch;
-    const int n = valid ? PagesFor(a.seqlens_k[b]) : 0;
+    const int k_len = valid ? a.seqlens_k[b] : 0;
+    const int n = PagesFor(k_len);
     int64_t c = 0, chunk_cost = 0;
     __syncthreads();
     Scan(temp.scan).ExclusiveSum(valid ? int64_t{n} + kPieceCostPages : 0, c, chunk_cost);
@@ -153,13 +250,26 @@ __global__ void __launch_bounds__(kScheduleThreads) MlaScheduleKernel(const __gr
     seg += seg_carry;
     slot += slot_carry;
     if (valid) {
+      const int q_start = a.cu_seqlens_q[b];
+      const int q_len = a.cu_seqlens_q[b + 1] - q_start;
+      const int32_t* table = a.block_table + static_cast<int64_t>(b) * a.max_pages_per_seq;
       int i = 0;
       for (int q = first_part(c), q1 = last_part(c, n); q <= q1; ++q) {
         int lo, hi;
         range(c, n, q, lo, hi);
         if (!(hi > lo || (n == 0 && i == 0))) continue;
         const int index = static_cast<int>(seg) + i;
-        a.segments[index] = {b, lo, hi, k > 1 ? static_cast<int32_t>(slot) + i : -1};
+        mla_cuda::LatentSegment rec{};
+        rec.request = b;
+        rec.page_begin = lo;
+        rec.page_end = hi;
+        rec.slot = k > 1 ? static_cast<int32_t>(slot) + i : -1;
+        rec.q_start = q_start;
+        rec.q_len = q_len;
+        rec.k_len = k_len;
+        rec.first_pages[0] = lo < hi ? table[lo] : -1;
+        rec.first_pages[1] = lo + 1 < hi ? table[lo + 1] : -1;
+        a.segments[index] = rec;
         atomicMin(&part_first[q], index);
         ++i;
       }
@@ -171,15 +281,29 @@ __global__ void __launch_bounds__(kScheduleThreads) MlaScheduleKernel(const __gr
     slot_carry += chunk_slots;
   }
   __syncthreads();
-  // part_segments[q] = the first segment of parts q.. (an empty part: the next one's first).
-  if (threadIdx.x == 0) {
-    int32_t next = static_cast<int32_t>(seg_carry);
-    a.part_segments[G] = next;
-    for (int q = G - 1; q >= 0; --q) {
-      next = min(next, part_first[q]);
-      a.part_segments[q] = next;
-    }
+  // part_segments[q] = the first segment of parts q.. (an empty part: the next one's first): a
+  // minimum scan over the parts in reverse order, kPartsPerThread each.
+  const int32_t total_segs = static_cast<int32_t>(seg_carry);
+  int32_t firsts[kPartsPerThread];
+#pragma unroll
+  for (int j = 0; j < kPartsPerThread; ++j) {
+    const int r = threadIdx.x * kPartsPerThread + j;
+    firsts[j] = r < G ? min(part_first[G - 1 - r], total_segs) : total_segs;
   }
+  PartScan(temp.part_scan).InclusiveScan(firsts, firsts, ::cuda::minimum<>{});
+#pragma unroll
+  for (int j = 0; j < kPartsPerThread; ++j) {
+    const int r = threadIdx.x * kPartsPerThread + j;
+    if (r < G) a.part_segments[G - 1 - r] = firsts[j];
+  }
+  if (threadIdx.x == 0) a.part_segments[G] = total_segs;
+}
+
+// Whether the balanced schedule's CTAs issue the next segment's loads during the current one
+// (LatentSplit::prefetch_next); MLASERVE_MLA_PREFETCH=0 turns it off, for timing comparisons.
+bool PrefetchNextSegment() {
+  const char* v = std::getenv("MLASERVE_MLA_PREFETCH");
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 // The Hopper kernel over the balanced schedule: schedule, attention, combine of split requests.
@@ -196,15 +320,22 @@ absl::Status MlaDecodeBalanced(const MlaParams& p, const MlaDecodePlan& plan, vo
   RETURN_IF_ERROR(RequireNonNull("workspace", workspace));
   RETURN_IF_ERROR(cuda::RequireVectorAligned("mla_decode", "workspace", workspace));
   auto* base = static_cast<uint8_t*>(workspace);
-  const ScheduleArgs sched{p.seqlens_k,
-                           p.batch,
-                           plan.num_parts,
-                           reinterpret_cast<mla_cuda::LatentSegment*>(base + layout.segments),
-                           reinterpret_cast<int32_t*>(base + layout.part_segments),
-                           reinterpret_cast<int32_t*>(base + layout.pieces),
-                           reinterpret_cast<int32_t*>(base + layout.slot_base)};
-  MlaScheduleKernel<<<1, kScheduleThreads, 0, s>>>(sched);
-  RETURN_IF_ERROR(cuda::LaunchStatus("MlaScheduleKernel"));
+  ScheduleArgs sched{p.seqlens_k,
+                     p.cu_seqlens_q,
+                     p.block_table,
+                     p.max_pages_per_seq,
+                     p.batch,
+                     plan.num_parts,
+                     reinterpret_cast<mla_cuda::LatentSegment*>(base + layout.segments),
+                     reinterpret_cast<int32_t*>(base + layout.part_segments),
+                     reinterpret_cast<int32_t*>(base + layout.pieces),
+                     reinterpret_cast<int32_t*>(base + layout.slot_base)};
+  RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(MlaScheduleKernel), "MlaScheduleKernel carveout"));
+  cuda::LaunchShape shape;
+  shape.grid = dim3(1);
+  shape.block = dim3(kScheduleThreads);
+  shape.stream = s;
+  RETURN_IF_ERROR(cuda::LaunchPdl("MlaScheduleKernel", shape, MlaScheduleKernel, sched));
   mla_cuda::LatentSplit split;
   split.part_out = reinterpret_cast<float*>(base + layout.part_out);
   split.part_lse = reinterpret_cast<float*>(base + layout.part_lse);
@@ -212,15 +343,14 @@ absl::Status MlaDecodeBalanced(const MlaParams& p, const MlaDecodePlan& plan, vo
   split.segments = sched.segments;
   split.part_segments = sched.part_segments;
   split.num_parts = plan.num_parts;
+  split.prefetch_next = PrefetchNextSegment();
   RETURN_IF_ERROR(mla_cuda::LaunchLatentAttention(p, split, max_rows, s));
-  CombineArgs args{1, p.max_seqlen_q, p.num_heads, p.kv_lora_rank, p.batch, p.cu_seqlens_q,
+  CombineArgs args{1, 0, p.max_seqlen_q, p.num_heads, p.kv_lora_rank, p.batch, p.cu_seqlens_q, p.seqlens_k,
                    split.part_out, split.part_lse, static_cast<__nv_bfloat16*>(p.out), p.lse};
   args.pieces = sched.pieces;
   args.slot_base = sched.slot_base;
   args.slot_rows = layout.slot_rows;
-  const dim3 grid(static_cast<unsigned>(max_rows), static_cast<unsigned>(p.batch));
-  MlaCombineKernel<<<grid, kCombineThreads, 0, s>>>(args);
-  return cuda::LaunchStatus("MlaCombineKernel");
+  return LaunchCombine(args, max_rows, s);
 }
 
 }  // namespace
@@ -254,12 +384,10 @@ absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* 
   split.part_lse = split.part_out + static_cast<size_t>(plan.num_splits) * cap * p.kv_lora_rank;
   split.max_q = p.max_seqlen_q;
   RETURN_IF_ERROR(mla_cuda::LaunchLatentAttention(p, split, max_rows, s));
-  const CombineArgs args{plan.num_splits, p.max_seqlen_q, p.num_heads, p.kv_lora_rank, p.batch,
-                         p.cu_seqlens_q, split.part_out, split.part_lse,
+  const CombineArgs args{plan.num_splits, plan.chunk_tokens, p.max_seqlen_q, p.num_heads, p.kv_lora_rank,
+                         p.batch, p.cu_seqlens_q, p.seqlens_k, split.part_out, split.part_lse,
                          static_cast<__nv_bfloat16*>(p.out), p.lse};
-  const dim3 grid(static_cast<unsigned>(max_rows), static_cast<unsigned>(p.batch));
-  MlaCombineKernel<<<grid, kCombineThreads, 0, s>>>(args);
-  return cuda::LaunchStatus("MlaCombineKernel");
+  return LaunchCombine(args, max_rows, s);
 }
 
 }  // namespace mlaserve::kernels

@@ -75,9 +75,60 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeCase{64, 128, 1, 600, 512, true}, DecodeCase{64, 128, 2, 300, 512, false},
                       DecodeCase{7, 4, 1, 700, 32, true}, DecodeCase{3, 16, 2, 2000, 64, true},
                       DecodeCase{2, 32, 1, 2, 512, true},
-                      DecodeCase{3, 6, 1, 700, 40, true}),  // a rank that is no power of two
+                      DecodeCase{3, 6, 1, 700, 40, true},  // a rank that is no power of two
+                      DecodeCase{1, 16, 1, 1100, 512, true}, DecodeCase{4, 128, 1, 3000, 512, true}),
                        ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma),
                        ::testing::Values(MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced)));
+
+// Chunk plans built by hand: splits of 1-3 pages (the small-batch plans, many short splits) and
+// plans for a longer context than the batch holds, as a decode graph plans for its width (the
+// later chunks hold no keys: the wgmma kernel's CTAs for them return at once and the combine does
+// not read them). The workspace is poisoned with NaN, so a partial the combine should not read
+// would show. Both kernels. (batch, heads, q per request, max context, pages per split, plan
+// context as a multiple of the longest)
+using ChunkCase = std::tuple<int, int, int, int, int, int>;
+class MlaDecodeChunkTest : public ::testing::TestWithParam<std::tuple<ChunkCase, LatentKernel>> {};
+
+TEST_P(MlaDecodeChunkTest, MatchesCpuReference) {
+  const auto [batch, heads, qpr, max_ctx, pages_per_split, plan_factor] = std::get<0>(GetParam());
+  const LatentKernel kernel = std::get<1>(GetParam());
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::mt19937 rng(seed);
+  std::vector<int> lq(batch, qpr), prefix(batch);
+  for (auto& x : prefix) x = static_cast<int>(rng() % (max_ctx - qpr + 1));
+  prefix[0] = max_ctx - qpr;
+  auto c = testing::MakeLatentBatch(lq, prefix, heads, 512, 64, seed);
+  testing::PoisonSlotsPastLength(c);
+  testing::RoundLatentBatch(c);
+  std::vector<float> want, want_lse;
+  MlaParams hp = testing::HostLatentParams(c, want, want_lse);
+  ASSERT_TRUE(MlaDecode(hp, MlaDecodePlan{}, nullptr, KernelContext{}).ok());
+  testing::DeviceLatent d(c);
+  if (kernel == LatentKernel::kWgmma && !LatentWgmmaApplies(d.params)) {
+    GTEST_SKIP() << "no sm_90a kernel for this device";
+  }
+  d.params.kernel = kernel;
+  const int pages = PagesFor(max_ctx) * plan_factor;
+  MlaDecodePlan plan;
+  plan.num_splits = (pages + pages_per_split - 1) / pages_per_split;
+  plan.chunk_tokens = pages_per_split * kPageSize;
+  plan.workspace_bytes = static_cast<size_t>(batch) * heads * qpr * plan.num_splits * 513 * sizeof(float);
+  testing::DeviceBuffer workspace(plan.workspace_bytes);
+  MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), 0xff, workspace.bytes()));  // NaN partials
+  const auto st = MlaDecode(d.params, plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
+  ASSERT_TRUE(st.ok()) << st;
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  testing::ExpectLatentMatches(c, d, want, want_lse);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ShortSplits, MlaDecodeChunkTest,
+    ::testing::Combine(::testing::Values(ChunkCase{1, 16, 1, 1025, 1, 2}, ChunkCase{1, 16, 1, 1024, 2, 1},
+                                         ChunkCase{1, 128, 1, 700, 1, 1}, ChunkCase{4, 16, 1, 2000, 2, 2},
+                                         ChunkCase{3, 128, 2, 1500, 3, 2}, ChunkCase{2, 16, 2, 129, 1, 4},
+                                         ChunkCase{8, 128, 1, 64, 1, 2}),
+                       ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma)));
 
 // The Hopper kernel's balanced schedule with few persistent CTAs (a plan for a 3-, 5- or 7-SM
 // device), so that parts walk several requests and cut others into pieces: one long request,

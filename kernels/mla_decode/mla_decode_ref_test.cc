@@ -79,6 +79,22 @@ TEST(MlaDecodePlan, SplitsFillTheDevice) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(MlaDecodePlan, SmallBatchesSplitIntoShortChunks) {
+  // Batch 1, 16 heads, 1024 keys (16 pages) on 132 SMs: a decode step at batch 1 is latency
+  // bound, so the plan spreads the pages over many CTAs, a pair of pages each (both warpgroups
+  // of the Hopper kernel busy), rather than a few CTAs of 4 pages.
+  auto plan = PlanMlaDecode({1, 16, 1, 512, 64, 1024, 132, MlaDecodeSchedule::kChunks});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->chunk_tokens, 2 * kPageSize);
+  EXPECT_EQ(plan->num_splits, 8);
+  // 4 requests of 128 heads (2 row blocks each), 4096 keys: still within one wave.
+  plan = PlanMlaDecode({4, 128, 1, 512, 64, 4096, 132, MlaDecodeSchedule::kChunks});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_GT(plan->num_splits, 4);
+  EXPECT_LE(4 * 2 * plan->num_splits, 132);
+  EXPECT_LE(plan->num_splits, 64);
+}
+
 TEST(MlaDecodePlan, BalancedScheduleIsOneWavePerRowBlock) {
   // 16 heads x 1 query = one 64-row block: 132 parts; 128 heads x 2 queries = 4 blocks: 33.
   auto plan = PlanMlaDecode({64, 16, 1, 512, 64, 8192, 132, MlaDecodeSchedule::kBalanced});
@@ -100,15 +116,36 @@ TEST(MlaDecodePlan, BalancedScheduleIsOneWavePerRowBlock) {
   EXPECT_EQ(plan->workspace_bytes, 0u);
 }
 
-TEST(MlaDecodePlan, AutoPicksBalancedForLongContexts) {
+TEST(MlaDecodePlan, AutoPicksBalancedForSkewedBatches) {
   // Short contexts over a full batch: chunk waves are even already.
   auto plan = PlanMlaDecode({128, 128, 1, 512, 64, 4096, 132});
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->num_parts, 0);
-  // A long longest context (one long request among short ones looks the same to the plan).
-  plan = PlanMlaDecode({64, 128, 1, 512, 64, 65536, 132});
+  // One long request among short ones (the total says so): the balanced schedule.
+  plan = PlanMlaDecode({64, 128, 1, 512, 64, 65536, 132, MlaDecodeSchedule::kAuto, 65536 + 63 * 1024});
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->num_parts, 66);
+  // Without the total the plan takes every request at the longest context: uniform lengths, where
+  // chunks measured faster at 128 heads.
+  plan = PlanMlaDecode({64, 128, 1, 512, 64, 65536, 132});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_parts, 0);
+}
+
+TEST(MlaDecodePlan, AutoWeighsTheBalancedScheduleByTheTotalKeys) {
+  // 128 requests of 16 heads, the longest 5120 keys: taken all at the longest, chunks (one wave)
+  // cost as much as the balanced schedule; with the total the caller knows (mean 4096), the
+  // balanced schedule's parts are a fifth shorter than the longest request.
+  MlaDecodeShape shape{128, 16, 1, 512, 64, 5120, 132};
+  auto plan = PlanMlaDecode(shape);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_parts, 0);
+  shape.total_seqlen_k = int64_t{128} * 4096;
+  plan = PlanMlaDecode(shape);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_parts, 132);
+  shape.total_seqlen_k = -1;
+  EXPECT_EQ(PlanMlaDecode(shape).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(MlaDecodeValidation, RefusesLongQueries) {

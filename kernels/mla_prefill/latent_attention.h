@@ -21,12 +21,21 @@ using mla_internal::LatentRowsPerCta;  // rows per CTA; PlanMlaDecode counts CTA
 
 // A piece of one request's keys in the balanced schedule: pages [page_begin, page_end) of
 // request `request`, written directly (slot < 0: the piece is the whole request) or as partial
-// rows [slot * max_q * num_heads, ...) of part_out / part_lse.
+// rows [slot * max_q * num_heads, ...) of part_out / part_lse. The schedule kernel also copies
+// what the attention kernel needs to start the piece without a dependent global read: the
+// request's query rows and key count, and the cache pages of its first two pages (-1 past
+// page_end), so that a CTA can issue the next piece's loads while it finishes the current one.
+// 48 bytes (16-byte multiple: one bulk copy into shared memory).
 struct LatentSegment {
   int32_t request;
   int32_t page_begin, page_end;
   int32_t slot;
+  int32_t q_start, q_len;   // the request's query rows [q_start, q_start + q_len)
+  int32_t k_len;            // its keys (seqlens_k)
+  int32_t first_pages[2];   // block_table[request][page_begin + i], or -1 past page_end
+  int32_t reserved[3];
 };
+static_assert(sizeof(LatentSegment) % 16 == 0, "one bulk copy per segment record");
 
 // How a batch's keys are cut across CTAs. Either chunks: num_splits chunks of chunk_tokens keys
 // for every request (grid: row blocks x splits x requests; both kernels), or, with segments set,
@@ -43,6 +52,9 @@ struct LatentSplit {
   const LatentSegment* segments = nullptr;  // device
   const int32_t* part_segments = nullptr;   // device, [num_parts + 1]
   int num_parts = 0;
+  // Balanced schedule: a CTA issues the next segment's first loads (pages, Q) during the current
+  // one's last page pair. false: at the next segment's start (for timing comparisons).
+  bool prefetch_next = true;
 };
 
 // Validates what the kernel adds to CheckMlaShape (dtype, dims, alignment) and launches.

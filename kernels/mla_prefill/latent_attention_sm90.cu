@@ -19,7 +19,8 @@
 //   wg 0: S_{a+2}                            |  wg 1: S_{b+2}
 //
 // so each warpgroup's score product (36 k-steps of m64n64k16) and softmax overlap the other's
-// value products; only the row max is passed along (through shared memory, named barriers).
+// value products; only the row max, the rescale factors and P pass between them (shared memory,
+// mbarrier hand-offs).
 //
 // Loads: a page is 9 column tiles of 64 x 64 (128-byte swizzle), each with its own transaction
 // barrier, so a score product starts on the first tiles of a page while the rest land. There is
@@ -32,6 +33,12 @@
 // Q (64 x 576) stays in shared memory for the whole split; a page is read from global memory
 // once per CTA and serves as K (K-major operand) and V (the same bytes as an MN-major operand:
 // both views of the 128-byte-swizzled [64 columns] blocks are the same addresses).
+//
+// With the balanced schedule a CTA walks several segments (pieces of requests); their records
+// come by bulk copy one ahead, and during a segment's last page pair the loads of the next one's
+// first two pages and Q rows go into what that pair has finished with, so the next segment
+// starts on loaded data. At batch 1-8 a CTA runs its code about once, so the kernel is kept small
+// (no per-element work in the epilogue, loops for loads; docs/kernels.md).
 #include "kernels/mla_prefill/latent_attention_sm90.h"
 
 #include <cmath>
@@ -42,140 +49,22 @@
 #include "cutlass/arch/barrier.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/device_arch.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/mla_prefill/latent_cta_work.cuh"
+#include "kernels/mla_prefill/latent_sm90_parts.cuh"
 
 namespace mlaserve::kernels::mla_cuda {
 
 namespace {
 
 using namespace cute;  // NOLINT: CuTe's layout algebra reads best unqualified
-using Bf16 = cute::bfloat16_t;
+using namespace sm90;  // NOLINT: the kernel's own pieces (latent_sm90_parts.cuh)
 
-constexpr int kRows = 64;       // query rows per CTA (one wgmma M)
-constexpr int kKeys = 64;       // keys per page
-constexpr int kRank = 512;      // latent (value) width
-constexpr int kWidth = 576;     // key width: latent | rope
-constexpr int kHalf = kRank / 2;          // value dims per warpgroup
-constexpr int kTileCols = 64;             // columns per load tile (one swizzle atom wide)
-constexpr int kTiles = kWidth / kTileCols;        // 9 load tiles per page
-constexpr int kHalfTiles = kHalf / kTileCols;     // 4 load tiles per value half
-constexpr int kRopeTile = kRank / kTileCols;      // 8: the rope columns
-constexpr int kKStepsPerTile = kTileCols / 16;    // wgmma k-steps per load tile
-constexpr int kThreads = 256;   // two warpgroups
-constexpr uint32_t kTileTxBytes = kKeys * kTileCols * sizeof(Bf16);
-// The running row max starts finite so that a fully masked tile (max -inf) leaves it as is and
-// the rescale factors stay 2^0 = 1 instead of 2^(-inf + inf).
-constexpr float kMaxInit = -1e30f;
-static_assert(kKeys == kPageSize, "a K tile is one cache page");
-
-// The warpgroups' signals to each other, one mbarrier each (all 128 threads of the sending
-// warpgroup arrive; the other waits), completing once per page pair. mbarriers rather than
-// named barriers: arrive / wait are release / acquire, which compute-sanitizer's racecheck
-// follows (it reports bar.arrive hand-offs as hazards). A warpgroup cannot signal twice before
-// the other waited: every pair of signals is ordered by an opposite one (see the loop).
-enum Signal : int { kScale0Ready, kScale1Ready, kP0Ready, kP1Ready, kSignals };
-
-// [rows, 576] tiles (Q, a page as K): K-major, 128-byte swizzle, 64-column blocks, each block a
-// contiguous [64, 64] TileLayout (tile_to_shape repeats the 8 x 64 atom down the rows first).
-using QkLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, Shape<Int<kRows>, Int<kWidth>>{}));
-using TileLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, Shape<Int<kRows>, Int<kTileCols>>{}));
-// The first 512 columns of a page as the (N = latent dim, K = key) operand of P V: MN-major,
-// tiled along K first, which lands every element on its address in QkLayout.
-using VLayout = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Bf16>{}, Shape<Int<kRank>, Int<kKeys>>{},
-                                       Step<_2, _1>{}));
-// P from registers as the A operand of the RS product: the S accumulator's values in their own
-// order (k-block kb of 16 keys = the accumulator's 8-column groups 2kb and 2kb + 1).
-using PRegLayout = Layout<Shape<Shape<_2, _2, _2>, _1, Int<kKeys / 16>>, Stride<Stride<_1, _2, _4>, _0, _8>>;
-
-using MmaS = decltype(make_tiled_mma(SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}));
-using MmaPvLocal = decltype(make_tiled_mma(SM90_64x256x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{}));
-using MmaPvRemote = decltype(make_tiled_mma(SM90_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::MN>{}));
-
-struct SharedStorage {
-  cute::array_aligned<Bf16, kRows * kWidth, 1024> q;
-  cute::array_aligned<Bf16, kKeys * kWidth, 1024> page[2];
-  cute::array_aligned<Bf16, kRows * kKeys, 1024> p_b;  // P of page b (warpgroup 1's)
-  float row_max[kRows];    // running max, log2 units (scaled scores)
-  float scale0[kRows];     // this pair's rescale by warpgroup 0's max update
-  float scale1[kRows];     // ... and by warpgroup 1's
-  float row_sum[2][kRows]; // per warpgroup, at the end
-  uint64_t full[2][kTiles];  // load tile landed (TMA transaction barriers)
-  uint64_t signal[kSignals];
-};
-
-__device__ __forceinline__ Bf16* PageTile(SharedStorage& ss, int stage, int tile) {
-  return ss.page[stage].data() + tile * kKeys * kTileCols;
-}
-
-// The cache as [64 keys, 576, num_pages] for TMA; one box = one 64 x 64 load tile.
-auto MakeTileTma(const Bf16* cache, int num_pages) {
-  Tensor g = make_tensor(make_gmem_ptr(cache),
-                         make_shape(Int<kKeys>{}, Int<kWidth>{}, num_pages),
-                         make_stride(Int<kWidth>{}, Int<1>{}, kKeys * kWidth));
-  return make_tma_copy(SM90_TMA_LOAD{}, g, TileLayout{});
-}
-using TileTma = decltype(MakeTileTma(nullptr, 1));
-
-struct Sm90Args {
-  MlaParams p;
-  LatentSplit split;
-  TileTma tma;
-};
-
-// Load tiles [first, last) of cache page `page` into buffer `stage` (one thread).
-__device__ __forceinline__ void LoadTiles(const TileTma& tma, SharedStorage& ss, int num_pages, int stage,
-                                          int page, int first, int last) {
-  Tensor pages = tma.get_tma_tensor(make_shape(Int<kKeys>{}, Int<kWidth>{}, num_pages));
-  auto thr = tma.get_slice(Int<0>{});
-  for (int t = first; t < last; ++t) {
-    Tensor g = local_tile(pages(_, _, page), Shape<Int<kKeys>, Int<kTileCols>>{}, make_coord(0, t));
-    Tensor s = make_tensor(make_smem_ptr(PageTile(ss, stage, t)), TileLayout{});
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.full[stage][t], kTileTxBytes);
-    copy(tma.with(ss.full[stage][t], 0, TMA::CacheHintSm90::EVICT_FIRST), thr.partition_S(g),
-         thr.partition_D(s));
-  }
-}
-
-// S += Q K^T over load tiles [kFirst, kLast) of a buffer, one commit group per tile, each after
-// its tile landed. kZero: the first tile starts the accumulation.
-template <int kFirst, int kLast, bool kZero, class TQ, class TK, class TS>
-__device__ __forceinline__ void ScoreTiles(MmaS& mma, const TQ& tSrQ, const TK& tSrK, TS& tSrS,
-                                           uint64_t* full, int phase) {
-  mma.accumulate_ = kZero ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-#pragma unroll
-  for (int t = kFirst; t < kLast; ++t) {
-    cutlass::arch::ClusterTransactionBarrier::wait(&full[t], phase);
-    warpgroup_fence_operand(tSrS);
-    warpgroup_arrive();
-#pragma unroll
-    for (int k = 0; k < kKStepsPerTile; ++k) {
-      cute::gemm(mma, tSrQ(_, _, t * kKStepsPerTile + k), tSrK(_, _, t * kKStepsPerTile + k), tSrS);
-      mma.accumulate_ = GMMA::ScaleOut::One;
-    }
-    warpgroup_commit_batch();
-    warpgroup_fence_operand(tSrS);
-  }
-}
-
-// A partial last page: keys past kv_end may hold anything (NaN included); zero their value
-// columns so that P = 0 times V stays 0. One warpgroup; the caller fences and publishes.
-__device__ __forceinline__ void ZeroTail(SharedStorage& ss, int stage, int valid_keys, int wg_tid) {
-  Tensor sPage = make_tensor(make_smem_ptr(ss.page[stage].data()), QkLayout{});
-  constexpr int kChunks = kRank / cuda::kBf16PerChunk;
-  for (int i = wg_tid; i < (kKeys - valid_keys) * kChunks; i += 128) {
-    const int r = valid_keys + i / kChunks, col = (i % kChunks) * cuda::kBf16PerChunk;
-    *reinterpret_cast<uint4*>(&sPage(r, col)) = make_uint4(0, 0, 0, 0);
-  }
-}
-
-// Where a CTA is in its barriers' phases: how many times each buffer was loaded and how many
-// page pairs (and pairs with a page b) it walked, over the segments it attended so far.
-struct Phases {
-  int loads[2] = {0, 0};
-  int pairs = 0;
-  int pairs_with_b = 0;
-};
-
+// kSegments: the balanced schedule (a CTA walks its part's segments, the next one's loads issued
+// during the current one); else chunks (one segment per CTA, from its grid position). Two
+// instantiations so that the chunk kernel (mla_prefill, most of mla_decode) carries none of the
+// segment code: the kernel is at the register limit, and code size matters at small batch.
+template <bool kSegments>
 __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const __grid_constant__ Sm90Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const MlaParams& p = args.p;
@@ -189,9 +78,16 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       for (int t = 0; t < kTiles; ++t) cutlass::arch::ClusterTransactionBarrier::init(&ss.full[s][t], 1);
     }
     for (int i = 0; i < kSignals; ++i) cutlass::arch::ClusterBarrier::init(&ss.signal[i], 128);
+    for (int i = 0; i < 2; ++i) cutlass::arch::ClusterTransactionBarrier::init(&ss.seg_full[i], 1);
     cutlass::arch::fence_barrier_init();
     cute::prefetch_tma_descriptor(args.tma.get_tma_descriptor());
   }
+  // Programmatic dependent launch (kernels/common/pdl.cuh): the setup above overlaps the previous
+  // kernel's tail; global memory only after it completed. Letting the next kernel in right after
+  // the wait lets mla_decode's combine be scheduled on the SMs this grid leaves free (and that
+  // kernel may read, before its own wait, what the kernels before this one wrote).
+  cuda::PdlWaitForPrerequisites();
+  cuda::PdlReleaseDependents();
 
   Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), QkLayout{});
   MmaS mma_s;
@@ -233,12 +129,31 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   Phases ph;
 
   // This CTA's segments: with chunks, the one (row block, KV chunk, request) of its grid
-  // position; with the balanced schedule, part blockIdx.y's segments for row block blockIdx.x.
-  const bool chunks = split.segments == nullptr;
+  // position; with the balanced schedule, part blockIdx.y's segments for row block blockIdx.x,
+  // whose records come by bulk copy one segment ahead.
+  constexpr bool chunks = !kSegments;
   const int seg_begin = chunks ? 0 : split.part_segments[blockIdx.y];
-  const int seg_end = chunks ? 1 : split.part_segments[blockIdx.y + 1];
+  const int n_segs = chunks ? 1 : split.part_segments[blockIdx.y + 1] - seg_begin;
+  const bool prefetch_next = !chunks && split.prefetch_next;
+  auto fetch_record = [&](int k) {  // one thread
+    uint64_t* bar = &ss.seg_full[k & 1];
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, sizeof(LatentSegment));
+    SM90_BULK_COPY_G2S::copy(split.segments + seg_begin + k, bar, &ss.seg[k & 1], sizeof(LatentSegment));
+  };
+  auto record = [&](int k) -> const LatentSegment& {
+    cutlass::arch::ClusterTransactionBarrier::wait(&ss.seg_full[k & 1], (k >> 1) & 1);
+    return ss.seg[k & 1];
+  };
+  auto record_work = [&](const LatentSegment& seg) {
+    return LatentCtaWork::Make(p, seg.request, seg.q_start, seg.q_len, seg.k_len, blockIdx.x * kRows,
+                               seg.page_begin * kKeys, seg.page_end * kKeys, kRows);
+  };
   __syncthreads();  // barrier init
-  for (int seg_index = seg_begin; seg_index < seg_end; ++seg_index) {
+  if (!chunks && tid == 0 && n_segs > 0) fetch_record(0);
+  // The current segment's first two pages and its Q were issued during the previous segment's
+  // last page pair (balanced schedule; see the loop).
+  bool issued = false;
+  for (int k = 0; k < n_segs; ++k) {
     // Rows [w.r0, w.r0 + 64) of request w.b over its keys [w.kv_begin, w.kv_end). Writes the
     // normalised output and LSE (direct) or, for a piece of a request that other segments
     // share, the f32 partial output and LSE at part_lse / part_out row part_row0 + token * H +
@@ -246,63 +161,74 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     LatentCtaWork w;
     bool direct;
     int64_t part_row0;
-    if (chunks) {
+    int first_page[2];
+    if constexpr (chunks) {
+      // The first two pages' cache ids do not depend on the request's lengths: read them
+      // alongside (not after) those, within the block table's row.
+      if (tid == 0) {
+        const int page0 = split.chunk_tokens > 0 ? static_cast<int>(blockIdx.y) * (split.chunk_tokens / kPageSize) : 0;
+        const int32_t* row = p.block_table + static_cast<int64_t>(blockIdx.z) * p.max_pages_per_seq;
+#pragma unroll
+        for (int j = 0; j < 2; ++j) first_page[j] = page0 + j < p.max_pages_per_seq ? row[page0 + j] : -1;
+      }
       w = LatentCtaWork::Of(p, split, kRows);
+      if (w.unread) w.r0 = w.rows_total;  // past the request's keys: nothing to write
       direct = split.num_splits == 1;
       const int64_t cap = static_cast<int64_t>(p.batch) * split.max_q * H;
       part_row0 = static_cast<int64_t>(w.split_index) * cap + static_cast<int64_t>(w.b) * split.max_q * H;
     } else {
-      const LatentSegment seg = split.segments[seg_index];
-      w = LatentCtaWork::For(p, seg.request, blockIdx.x * kRows, seg.page_begin * kKeys, seg.page_end * kKeys,
-                             kRows);
+      const LatentSegment& seg = record(k);
+      w = record_work(seg);
       direct = seg.slot < 0;
       part_row0 = static_cast<int64_t>(seg.slot) * split.max_q * H;
+      first_page[0] = seg.first_pages[0];
+      first_page[1] = seg.first_pages[1];
+      // Record k + 1 replaces record k - 1, which every thread has read: each segment ends
+      // with __syncthreads (an empty one too, below).
+      if (tid == 0 && k + 1 < n_segs) fetch_record(k + 1);
     }
-    if (w.empty()) continue;
+    if (w.empty()) {
+      __syncthreads();
+      continue;
+    }
     const int b = w.b, q_start = w.q_start, rows_total = w.rows_total, r0 = w.r0;
     const int kv_begin = w.kv_begin, kv_end = w.kv_end, n_pages = w.n_tiles;
-    const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq;
-    auto page_of = [&](int j) { return table[(kv_begin + j * kKeys) / kPageSize]; };
+    const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq + kv_begin / kPageSize;
     if (tid < kRows) ss.row_max[tid] = kMaxInit;
-    if (tid == 0) {
-      for (int j = 0; j < 2 && j < n_pages; ++j) LoadTiles(args.tma, ss, p.num_pages, j, page_of(j), 0, kTiles);
-    }
-    // Q tile: row r -> (token (r0 + r) / H, head (r0 + r) % H); rows past the request are zero.
-    {
-      const auto* q = static_cast<const Bf16*>(p.q);
-      constexpr int kChunks = kWidth / cuda::kBf16PerChunk;
-      for (int i = tid; i < kRows * kChunks; i += kThreads) {
-        const int r = i / kChunks, col = (i % kChunks) * cuda::kBf16PerChunk;
-        const int row = r0 + r;
-        const bool valid = row < rows_total;
-        const Bf16* src = valid ? q + static_cast<int64_t>(q_start + row / H) * p.q_token_stride +
-                                      static_cast<int64_t>(row % H) * p.q_head_stride + col
-                                : q;
-        cuda::CpAsync16(cuda::SmemAddress(&sQ(r, col)), src, valid);
+    if (!issued) {
+      if (tid == 0) {
+        for (int j = 0; j < 2 && j < n_pages; ++j) LoadTiles(args.tma, ss, p.num_pages, j, first_page[j], 0, kTiles);
       }
-      cuda::CpAsyncCommit();
-      cuda::CpAsyncWait<0>();
-      cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> wgmma's async proxy
-      __syncthreads();
+      static_assert(kThreads == kRows * kQThreadsPerRow);
+      LoadQRows(p, sQ, q_start, rows_total, r0, 0, tid);
     }
+    cuda::CpAsyncWait<0>();
+    cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> wgmma's async proxy
+    __syncthreads();
     clear(tOrO);
     int row_pos[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) row_pos[h] = w.first_pos + min(r0 + my_row[h], rows_total - 1) / H;
     float l_run[2] = {0.0f, 0.0f};
+    // Keys below this are within the split and every row's causal limit (the first row's is the
+    // least): pages wholly below it need no mask.
+    const int unmasked_end = p.causal ? min(kv_end, w.first_pos + r0 / H + 1) : kv_end;
 
     // Masks this warpgroup's S for page j (keys past the split, or past a row's causal limit),
     // zeroes the page's value tail if it is partial, and returns the rows' scaled maxima.
     auto mask_and_max = [&](int j, float (&mx)[2]) {
       const int key0 = kv_begin + j * kKeys;
       mx[0] = mx[1] = -INFINITY;
+      if (key0 + kKeys > unmasked_end) {
 #pragma unroll
-      for (int i = 0; i < size(tSrS); ++i) {
-        const int h = (i >> 1) & 1;
-        const int key = key0 + get<1>(tScS(i));
-        if (key >= kv_end || (p.causal && key > row_pos[h])) tSrS(i) = -INFINITY;
-        mx[h] = fmaxf(mx[h], tSrS(i));
+        for (int i = 0; i < size(tSrS); ++i) {
+          const int h = (i >> 1) & 1;
+          const int key = key0 + get<1>(tScS(i));
+          if (key >= kv_end || (p.causal && key > row_pos[h])) tSrS(i) = -INFINITY;
+        }
       }
+#pragma unroll
+      for (int i = 0; i < size(tSrS); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], tSrS(i));
 #pragma unroll
       for (int h = 0; h < 2; ++h) mx[h] = cuda::QuadMax(mx[h]) * scale_log2;
       const int valid_keys = kv_end - key0;
@@ -326,7 +252,8 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 #pragma unroll
       for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= f[(i >> 1) & 1];
     };
-    // This warpgroup's P into shared memory for the other one, scaled per row by f.
+    // This warpgroup's P into shared memory for the other one, scaled per row by f. (stmatrix
+    // measured slower here on the H100, 2026-11-25.)
     auto store_p = [&](const float (&f)[2]) {
 #pragma unroll
       for (int i = 0; i < size(tSrS); i += 2) {
@@ -354,7 +281,22 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       warpgroup_commit_batch();
       warpgroup_fence_operand(tOrO);
     };
+    // The next segment's first pages (0, 1 or 2) to load during this one's last pair, and its
+    // Q rows [first, last) by this warpgroup: its S products are done and so are the other's
+    // (the caller has awaited the other's signal that follows them).
+    auto next_pages = [&]() {
+      if (chunks || !prefetch_next || k + 1 >= n_segs) return 0;
+      const LatentCtaWork nw = record_work(record(k + 1));
+      return nw.empty() ? 0 : min(nw.n_tiles, 2);
+    };
+    auto prefetch_q = [&]() {
+      const LatentSegment& seg = ss.seg[(k + 1) & 1];
+      static_assert(128 == kRows / 2 * kQThreadsPerRow);
+      LoadQRows(p, sQ, seg.q_start, seg.q_len * H, r0, wg * (kRows / 2), wg_tid);
+    };
+    auto next_first_page = [&](int j) { return ss.seg[(k + 1) & 1].first_pages[j]; };
 
+    int prefetched = 0;  // pages of the next segment issued in this one (by the last pair)
     // Scores of the first pair.
     if (wg < n_pages) {
       ScoreTiles<0, kTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[wg], ph.loads[wg] & 1);
@@ -365,6 +307,12 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       const bool has_b = a + 1 < n_pages, next_a = a + 2 < n_pages, next_b = a + 3 < n_pages;
       const int pair_phase = (ph.pairs + i) & 1, b_phase = (ph.pairs_with_b + i) & 1;
       const int next_phase = (ph.loads[wg] + i + 1) & 1;  // of this warpgroup's next page
+      // The last pair: the next segment's loads go where this one's would.
+      const int pf = next_a ? 0 : next_pages();
+      // The cache pages of the next pair's loads, read now so that the issuing thread (and with
+      // it its warpgroup's next wgmma) does not wait for them where it issues the loads.
+      const int page_a2 = next_a && issuer ? table[a + 2] : 0;
+      const int page_b3 = next_b && issuer ? table[a + 3] : 0;
       float f[2], mx[2], sum[2];
       if (wg == 0) {
         // Softmax of S_a against the running max; O_L += P_a V_a[:, L].
@@ -390,10 +338,14 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 #pragma unroll
         for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * f[h] + sum[h];
         pv_local();
-        warpgroup_wait<0>();
-        if (next_a && issuer) LoadTiles(args.tma, ss, p.num_pages, 0, page_of(a + 2), 0, kHalfTiles);
+        warpgroup_wait<0>();  // P_a V_a[:, L] retired: buffer 0's half L is free
+        if (issuer) {
+          if (next_a) LoadTiles(args.tma, ss, p.num_pages, 0, page_a2, 0, kHalfTiles);
+          else if (pf > 0) LoadTiles(args.tma, ss, p.num_pages, 0, next_first_page(0), 0, kHalfTiles);
+        }
         // Warpgroup 1's max update rescales P_a (for its half) and O_L.
         await(kScale1Ready, pair_phase);
+        if (pf > 0) prefetch_q();
 #pragma unroll
         for (int h = 0; h < 2; ++h) f[h] = ss.scale1[my_row[h]];
         store_p(f);
@@ -410,13 +362,16 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         if (next_a) ScoreTiles<0, kHalfTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[0], next_phase);
         if (next_b) {
           warpgroup_wait<kHalfTiles>();  // P_b V_b[:, L] retired: buffer 1's half L is free
-          if (issuer) LoadTiles(args.tma, ss, p.num_pages, 1, page_of(a + 3), 0, kHalfTiles);
+          if (issuer) LoadTiles(args.tma, ss, p.num_pages, 1, page_b3, 0, kHalfTiles);
         }
         if (next_a) ScoreTiles<kHalfTiles, kTiles, false>(mma_s, tSrQ, tSrK, tSrS, ss.full[0], next_phase);
         warpgroup_wait<0>();
+        // Last pair: P_b V_b[:, L] retired (or there was no page b): buffer 1's half L is free.
+        if (pf > 1 && issuer) LoadTiles(args.tma, ss, p.num_pages, 1, next_first_page(1), 0, kHalfTiles);
       } else {
         // Softmax of S_b against warpgroup 0's max; O_R = O_R * scale0 * scale1 + P_b V_b[:, R].
         await(kScale0Ready, pair_phase);
+        if (pf > 0) prefetch_q();
         if (has_b) {
           mask_and_max(a + 1, mx);
         } else {
@@ -453,12 +408,17 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         await(kP0Ready, pair_phase);
         pv_remote();
         if (has_b) signal(kP1Ready);
-        if (next_b) {
+        if (next_b || pf > 1) {
           warpgroup_wait<1>();  // P_b V_b[:, R] retired: buffer 1's half R and rope are free
-          if (issuer) LoadTiles(args.tma, ss, p.num_pages, 1, page_of(a + 3), kHalfTiles, kTiles);
+          if (issuer) {
+            LoadTiles(args.tma, ss, p.num_pages, 1, next_b ? page_b3 : next_first_page(1), kHalfTiles, kTiles);
+          }
         }
         warpgroup_wait<0>();  // P_a V_a[:, R] retired: buffer 0's half R and rope (P_a) are free
-        if (next_a && issuer) LoadTiles(args.tma, ss, p.num_pages, 0, page_of(a + 2), kHalfTiles, kTiles);
+        if (issuer) {
+          if (next_a) LoadTiles(args.tma, ss, p.num_pages, 0, page_a2, kHalfTiles, kTiles);
+          else if (pf > 0) LoadTiles(args.tma, ss, p.num_pages, 0, next_first_page(0), kHalfTiles, kTiles);
+        }
         if (next_b) {
           // S_{b+2}: its own loads first, then the half-L tiles warpgroup 0 issues.
           ScoreTiles<kHalfTiles, kTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[1], next_phase);
@@ -466,11 +426,13 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           warpgroup_wait<0>();
         }
       }
+      prefetched = pf;
     }
     ph.loads[0] += (n_pages + 1) / 2;
     ph.loads[1] += n_pages / 2;
     ph.pairs += (n_pages + 1) / 2;
     ph.pairs_with_b += n_pages / 2;
+    issued = prefetched > 0;
 
     // Row sums over both warpgroups' pages, then the output (normalised).
 #pragma unroll
@@ -486,21 +448,29 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       inv[h] = l > 0.0f ? 1.0f / l : 0.0f;
       lse[h] = l > 0.0f ? (ss.row_max[my_row[h]] + log2f(l)) * cuda::kLn2 : -INFINITY;
     }
+    // This thread's part of O: for each of its two rows, column pairs c0 + 8 j (the wgmma
+    // accumulator's order: element 4 j + 2 h + v is row my_row[h], column c0 + 8 j + v).
+    const int c0 = wg * kHalf + get<1>(tOcO(0));
 #pragma unroll
-    for (int i = 0; i < size(tOrO); i += 2) {
-      const int h = (i >> 1) & 1;
-      const int row = r0 + get<0>(tOcO(i));
+    for (int h = 0; h < 2; ++h) {
+      const int row = r0 + my_row[h];
       if (row >= rows_total) continue;
-      const int d = wg * kHalf + get<1>(tOcO(i));
       const int token = row / H, head = row % H;
       if (direct) {
-        const int64_t out_row = static_cast<int64_t>(q_start + token) * H + head;
-        auto* orow = static_cast<__nv_bfloat16*>(p.out) + out_row * p.kv_lora_rank;
-        *reinterpret_cast<uint32_t*>(orow + d) = cuda::PackBf16(tOrO(i) * inv[h], tOrO(i + 1) * inv[h]);
+        auto* dst = static_cast<__nv_bfloat16*>(p.out) +
+                    (static_cast<int64_t>(q_start + token) * H + head) * p.kv_lora_rank + c0;
+#pragma unroll
+        for (int j = 0; j < kHalf / 8; ++j) {
+          *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+              cuda::PackBf16(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
+        }
       } else {
-        const int64_t part_row = part_row0 + static_cast<int64_t>(token) * H + head;
-        *reinterpret_cast<float2*>(split.part_out + part_row * p.kv_lora_rank + d) =
-            make_float2(tOrO(i) * inv[h], tOrO(i + 1) * inv[h]);
+        float* dst = split.part_out + (part_row0 + static_cast<int64_t>(token) * H + head) * p.kv_lora_rank + c0;
+#pragma unroll
+        for (int j = 0; j < kHalf / 8; ++j) {
+          *reinterpret_cast<float2*>(dst + 8 * j) =
+              make_float2(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
+        }
       }
     }
     // One LSE per row: the thread holding column 0 of warpgroup 0 writes it.
@@ -517,7 +487,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         }
       }
     }
-    __syncthreads();  // shared memory (Q, row state) is the next segment's
+    __syncthreads();  // shared memory (row state, the segment record) is the next segment's
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
@@ -545,10 +515,10 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
         " only; got ", DTypeName(p.dtype), ", ", p.kv_lora_rank, ", ", p.rope_dim));
   }
   if (max_rows_per_request <= 0 || p.batch == 0) return absl::OkStatus();
-  const Sm90Args args{p, split, MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages)};
+  Sm90Args args{p, split, MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages)};
   constexpr int kSmem = sizeof(SharedStorage);
   static_assert(kSmem <= 227 * 1024, "the sm90 latent kernel's shared memory exceeds Hopper's limit");
-  auto kernel = LatentAttentionSm90Kernel;
+  auto kernel = split.segments != nullptr ? LatentAttentionSm90Kernel<true> : LatentAttentionSm90Kernel<false>;
   if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       err != cudaSuccess) {
     return cuda::CudaStatus(err, "latent attention sm90: raising the shared-memory limit");
@@ -559,8 +529,12 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
   const dim3 grid = split.segments != nullptr
                         ? dim3(row_blocks, static_cast<unsigned>(split.num_parts))
                         : dim3(row_blocks, static_cast<unsigned>(split.num_splits), static_cast<unsigned>(p.batch));
-  kernel<<<grid, kThreads, kSmem, stream>>>(args);
-  return cuda::LaunchStatus("LatentAttentionSm90Kernel");
+  cuda::LaunchShape shape;
+  shape.grid = grid;
+  shape.block = dim3(kThreads);
+  shape.smem_bytes = kSmem;
+  shape.stream = stream;
+  return cuda::LaunchPdl("LatentAttentionSm90Kernel", shape, kernel, args);
 }
 
 }  // namespace mlaserve::kernels::mla_cuda

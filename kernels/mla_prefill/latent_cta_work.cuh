@@ -17,6 +17,7 @@ struct LatentCtaWork {
   int first_pos = 0;                // position of query token 0
   int kv_begin = 0, kv_end = 0;     // keys of this split, cut at the causal limit of the last row
   int n_tiles = 0;                  // 64-key tiles in [kv_begin, kv_end)
+  bool unread = false;              // a chunk past the request's keys: the combine skips it
 
   // No rows for this CTA: return before touching shared memory.
   __device__ __forceinline__ bool empty() const { return r0 >= rows_total; }
@@ -25,11 +26,19 @@ struct LatentCtaWork {
   // at the causal limit of the last row.
   __device__ __forceinline__ static LatentCtaWork For(const MlaParams& p, int b, int r0, int kv_begin,
                                                       int kv_limit, int rows_per_cta) {
+    const int q_start = p.cu_seqlens_q[b];
+    return Make(p, b, q_start, p.cu_seqlens_q[b + 1] - q_start, p.seqlens_k[b], r0, kv_begin, kv_limit,
+                rows_per_cta);
+  }
+
+  // The same from the request's query rows [q_start, q_start + lq) and key count lk, known.
+  __device__ __forceinline__ static LatentCtaWork Make(const MlaParams& p, int b, int q_start, int lq, int lk,
+                                                       int r0, int kv_begin, int kv_limit, int rows_per_cta) {
     LatentCtaWork w;
     w.b = b;
-    w.q_start = p.cu_seqlens_q[b];
-    w.lq = p.cu_seqlens_q[b + 1] - w.q_start;
-    w.lk = p.seqlens_k[b];
+    w.q_start = q_start;
+    w.lq = lq;
+    w.lk = lk;
     const int H = p.num_heads;
     w.rows_total = w.lq * H;
     w.r0 = r0;
@@ -50,6 +59,7 @@ struct LatentCtaWork {
     const int kv_limit = split.chunk_tokens > 0 ? kv_begin + split.chunk_tokens : INT_MAX;
     LatentCtaWork w = For(p, blockIdx.z, blockIdx.x * rows_per_cta, kv_begin, kv_limit, rows_per_cta);
     w.split_index = split_index;
+    w.unread = split_index >= mla_internal::LatentChunksWithKeys(w.lk, split.chunk_tokens, split.num_splits);
     return w;
   }
 };

@@ -168,6 +168,36 @@ absl::StatusOr<MoeGateUpLayout> MoePrepareExpertWeights(const MoePrepareParams& 
                                                         const KernelContext& ctx);
 absl::StatusOr<MoeGateUpLayout> MoePrepareExpertWeightsCuda(const MoePrepareParams& p, void* stream);
 
+// The shared experts' gate_up product with SiLU * up fused (the first half of their dense
+// gated MLP), for many rows on the CUDA backend: the Hopper grouped GEMM of the routed experts
+// run as one group, with the fused epilogue (moe_gemm_sm90_direct.cuh), so the [rows, 2*inter]
+// product is never written and no SiLU pass reads it back. act[r, f] = silu(g) * u with g, u
+// the products of x[r] with gate row f and up row f, each rounded to bf16 first: the bits of
+// the GEMM + kernels/activation SiluAndMul pair. The weight is in kInterleaved8
+// (MoePrepareExpertWeights with num_experts = 1). MoeSharedGateUpRuns says whether this device
+// and shape take it (bf16, sm_90, rows >= kMoeSharedGateUpMinRows: below, the grid holds too
+// few tiles to keep the GPU busy; hidden, inter multiples of 8; 16-byte aligned pointers);
+// callers use the GEMM and SiluAndMul otherwise.
+inline constexpr int kMoeSharedGateUpMinRows = 1024;
+struct MoeSharedGateUpParams {
+  DType dtype = DType::kBF16;
+  int rows = 0;
+  int hidden = 0;
+  int inter = 0;                  // the shared experts' intermediate size (or a rank's slice)
+  const void* x = nullptr;        // [rows, hidden], row stride hidden
+  const void* gate_up = nullptr;  // [2*inter, hidden], MoeGateUpLayout::kInterleaved8
+  void* act = nullptr;            // [rows, inter], row stride inter
+  void* workspace = nullptr;      // MoeSharedGateUpWorkspaceBytes() bytes
+  size_t workspace_bytes = 0;
+  int sm90_variant = -1;          // tile configuration (moe_cuda.h); -1 = chosen by shape
+};
+bool MoeSharedGateUpRuns(const MoeSharedGateUpParams& p, Backend backend);
+size_t MoeSharedGateUpWorkspaceBytes();  // 0 in builds without CUDA
+absl::Status MoeSharedGateUp(const MoeSharedGateUpParams& p, const KernelContext& ctx);
+bool MoeSharedGateUpRunsCuda(const MoeSharedGateUpParams& p);
+size_t MoeSharedGateUpWorkspaceBytesCuda();
+absl::Status MoeSharedGateUpCuda(const MoeSharedGateUpParams& p, void* stream);
+
 // Workspace the CUDA backend needs beyond the CPU layout (its active-expert list, the grouped
 // GEMM's device-built arguments, the permutation's per-chunk expert counts); defined only in
 // CUDA builds.

@@ -188,4 +188,42 @@ absl::StatusOr<MoeGateUpLayout> MoePrepareExpertWeights(const MoePrepareParams& 
 #endif
 }
 
+bool MoeSharedGateUpRuns(const MoeSharedGateUpParams& p, Backend backend) {
+#if defined(MLASERVE_KERNEL_HAS_CUDA)
+  return backend == Backend::kCuda && MoeSharedGateUpRunsCuda(p);
+#else
+  (void)p;
+  (void)backend;
+  return false;
+#endif
+}
+
+size_t MoeSharedGateUpWorkspaceBytes() {
+#if defined(MLASERVE_KERNEL_HAS_CUDA)
+  return MoeSharedGateUpWorkspaceBytesCuda();
+#else
+  return 0;
+#endif
+}
+
+absl::Status MoeSharedGateUp(const MoeSharedGateUpParams& p, const KernelContext& ctx) {
+  if (!MoeSharedGateUpRuns(p, ctx.backend)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "moe_shared_gate_up: this backend, device or shape does not take the fused product (rows=", p.rows,
+        " hidden=", p.hidden, " inter=", p.inter, ", dtype=", DTypeName(p.dtype),
+        "); MoeSharedGateUpRuns says where it does"));
+  }
+  RETURN_IF_ERROR(RequireNonNull("workspace", p.workspace));
+  if (p.workspace_bytes < MoeSharedGateUpWorkspaceBytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("moe_shared_gate_up: workspace_bytes=", p.workspace_bytes,
+                                                   " is less than the ", MoeSharedGateUpWorkspaceBytes(),
+                                                   " bytes MoeSharedGateUpWorkspaceBytes asks for"));
+  }
+#if defined(MLASERVE_KERNEL_HAS_CUDA)
+  return MoeSharedGateUpCuda(p, ctx.stream);
+#else
+  return NoCudaError("moe");
+#endif
+}
+
 }  // namespace mlaserve::kernels

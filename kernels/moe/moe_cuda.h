@@ -79,8 +79,17 @@ absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
 
 // --- kSm90 (moe_gemm_sm90_v<N>.cu): d[rows of e] = a[rows of e] * w_e^T for every expert
 // (bf16 d), the per-expert problem shapes and pointers built on the device from `offsets`.
-// Variants are tile configurations (moe_gemm_sm90.cuh); kAuto picks per shape.
-inline constexpr int kSm90Variants = 4;
+// Variants are tile configurations with a way of storing (moe_gemm_sm90.cuh): 0-6 the
+// configurations Sm90Coop128x128, Sm90Coop128x256, Sm90Coop128x256Cluster2, Sm90Pingpong64x256,
+// Sm90Pingpong128x128, Sm90Coop128x256ClusterN2, Sm90Pingpong128x128ClusterN2 with CUTLASS's TMA
+// epilogue; 7-11 configurations 1, 3, 4, 5, 6 storing from registers (Sm90Store::kDirect). A
+// fused SiLU epilogue (always a direct store) exists for configurations 1, 3, 4, 5, 6, under
+// both of their variant numbers. 12 is our kernel (moe_gemm_sm90_gather.cuh): 128 x 256 tiles,
+// no per-expert descriptors, A rows optionally gathered from x in its loads (`sorted`), direct
+// stores, fused SiLU. kAuto picks per shape and product.
+inline constexpr int kSm90Variants = 13;
+inline constexpr int kSm90FirstDirectVariant = 7;
+inline constexpr int kSm90GatherVariant = 12;
 struct Sm90GroupedArgs {
   const __nv_bfloat16* a;       // [A, K] row stride lda, rows in sorted order
   int64_t lda;
@@ -88,15 +97,25 @@ struct Sm90GroupedArgs {
   void* d;                      // [A, N] bf16, row stride ldd
   int64_t ldd;
   int n, k, num_experts;
-  const int32_t* offsets;       // [E + 1]
+  const int32_t* offsets;       // [E + 1]; null: one group of `rows` rows (a dense product)
   void* args_block;             // Sm90ArgsBlockBytes(E) bytes: per-expert shapes, pointers, strides
   void* workspace;              // Sm90WorkspaceBytes() bytes for CUTLASS
+  int rows = 0;                 // with offsets null
+  // Variant 12 only: A's rows gathered, row r of the sorted order being a[sorted[r] / top_k]
+  // (a = x, no permuted copy); null: a's rows are in sorted order.
+  const int32_t* sorted = nullptr;
+  int top_k = 1;
 };
 // The same product with SiLU * up in the epilogue, for gate_up weights in kInterleaved8: d is
 // [A, N/2] (row stride ldd), d[r, f] = silu(gate_f) * up_f, gate and up rounded to bf16 first
 // (as the separate pass reads them), so the output equals the unfused product + SiLU pass.
-// Compiled for the tile configurations kAuto picks (Sm90HasFusedSiluMul).
+// Compiled for the tile configurations Sm90HasFusedSiluMul names.
+absl::Status LaunchSm90GroupedGatherV12(const Sm90GroupedArgs& g, cudaStream_t s);
+absl::Status LaunchSm90GroupedGatherSiluMulV12(const Sm90GroupedArgs& g, cudaStream_t s);
 bool Sm90HasFusedSiluMul(int variant);
+// "coop128x256", "pp64x256/reg", ...: the tile shape, c2m / c2n for clusters of 2 along M / N,
+// /reg for the direct store (benchmarks' tables).
+const char* Sm90VariantName(int variant);
 absl::Status LaunchSm90GroupedSiluMul(int variant, const Sm90GroupedArgs& g, cudaStream_t s);
 size_t Sm90ArgsBlockBytes(int num_experts);  // the largest over the variants
 size_t Sm90WorkspaceBytes(int num_experts);  // the largest over the variants
@@ -106,17 +125,27 @@ absl::Status LaunchSm90Grouped(int variant, const Sm90GroupedArgs& g, cudaStream
   absl::Status LaunchSm90GroupedV##N(const Sm90GroupedArgs& g, cudaStream_t s); \
   size_t Sm90WorkspaceBytesV##N(int num_experts);                               \
   size_t Sm90ArgsBlockBytesV##N(int num_experts);
+#define MLASERVE_MOE_SM90_SILU_DECLARE(N)                                                \
+  absl::Status LaunchSm90GroupedSiluMulV##N(const Sm90GroupedArgs& g, cudaStream_t s); \
+  size_t Sm90WorkspaceBytesSiluMulV##N(int num_experts);                               \
+  size_t Sm90ArgsBlockBytesSiluMulV##N(int num_experts);                               \
+  absl::Status LaunchSm90GroupedDirectV##N(const Sm90GroupedArgs& g, cudaStream_t s);  \
+  size_t Sm90WorkspaceBytesDirectV##N(int num_experts);                                \
+  size_t Sm90ArgsBlockBytesDirectV##N(int num_experts);
 MLASERVE_MOE_SM90_DECLARE(0)
 MLASERVE_MOE_SM90_DECLARE(1)
 MLASERVE_MOE_SM90_DECLARE(2)
 MLASERVE_MOE_SM90_DECLARE(3)
-absl::Status LaunchSm90GroupedSiluMulV1(const Sm90GroupedArgs& g, cudaStream_t s);
-absl::Status LaunchSm90GroupedSiluMulV3(const Sm90GroupedArgs& g, cudaStream_t s);
-size_t Sm90WorkspaceBytesSiluMulV1(int num_experts);
-size_t Sm90WorkspaceBytesSiluMulV3(int num_experts);
-size_t Sm90ArgsBlockBytesSiluMulV1(int num_experts);
-size_t Sm90ArgsBlockBytesSiluMulV3(int num_experts);
+MLASERVE_MOE_SM90_DECLARE(4)
+MLASERVE_MOE_SM90_DECLARE(5)
+MLASERVE_MOE_SM90_DECLARE(6)
+MLASERVE_MOE_SM90_SILU_DECLARE(1)
+MLASERVE_MOE_SM90_SILU_DECLARE(3)
+MLASERVE_MOE_SM90_SILU_DECLARE(4)
+MLASERVE_MOE_SM90_SILU_DECLARE(5)
+MLASERVE_MOE_SM90_SILU_DECLARE(6)
 #undef MLASERVE_MOE_SM90_DECLARE
+#undef MLASERVE_MOE_SM90_SILU_DECLARE
 
 // --- Stage 1, the permutation (moe_permute.cu). Writes the expert row offsets [E + 1], the
 // row-tile offsets of the tiled path [E + 1], the experts with rows (active, count at
@@ -196,10 +225,11 @@ class ExpertsStageObserver {
   virtual void AfterStage(ExpertsStage stage, cudaStream_t s) = 0;
 };
 // What a call with these params runs: the path (kAuto resolved), the kSm90 tile configuration
-// and whether SiLU * up runs in the gate_up GEMM's epilogue.
+// of each product and whether SiLU * up runs in the gate_up GEMM's epilogue.
 struct ExpertsPlan {
   MoeExpertsPath path;
-  int sm90_variant;    // -1 off kSm90
+  int gate_up_variant;  // -1 off kSm90
+  int down_variant;     // -1 off kSm90
   bool fused_silu;
 };
 ExpertsPlan PlanExperts(const MoeExpertsParams& p);

@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -43,13 +45,37 @@ MoeExpertsPath ChoosePath(const MoeExpertsParams& p) {
   return moe_cuda::Sm90Available() ? MoeExpertsPath::kSm90 : MoeExpertsPath::kTiled;
 }
 
-// Tile configuration of the kSm90 products (moe_gemm_sm90.cuh), from the same sweep: the
-// 128 x 256 cooperative tile once experts have hundreds of rows (V2-Lite prefill 4096: 1.09 ms
-// vs 1.32 for 128 x 128), ping-pong 64 x 256 below (V3 prefill 4096 at 128 rows per expert:
-// 9.57 ms vs 10.1).
-int ChooseSm90Variant(const MoeExpertsParams& p) {
+// Tile configurations of the kSm90 products (moe_gemm_sm90.cuh), from mlaserve-moe-bench on
+// an H100 (docs/BENCHMARKS.md, "MoE experts", 2026-11-25): the 128 x 256 cooperative tile once
+// experts have hundreds of rows (V2-Lite 4096 tokens: gate_up + SiLU 0.517 ms, down 0.280),
+// ping-pong 64 x 256 below (V2-Lite 2048: 0.340 + 0.184 ms; V3 2048 and 4096, 64 and 128 rows
+// per expert).
+struct Sm90Choice {
+  int gate_up, down;
+};
+
+// MLASERVE_MOE_SM90_VARIANTS="G[,D]" in the environment forces kAuto's kSm90 variants for the
+// gate_up (G) and down (D, default G) products: engine-level timing of a configuration
+// without rebuilding. Read once; anything unparsable or out of range is ignored.
+Sm90Choice ForcedSm90Variants() {
+  static const Sm90Choice forced = [] {
+    Sm90Choice c{-1, -1};
+    const char* v = std::getenv("MLASERVE_MOE_SM90_VARIANTS");
+    if (v == nullptr) return c;
+    int g = -1, d = -1;
+    const int n = std::sscanf(v, "%d,%d", &g, &d);
+    if (n >= 1 && g >= 0 && g < moe_cuda::kSm90Variants) c.gate_up = g;
+    c.down = n == 2 && d >= 0 && d < moe_cuda::kSm90Variants ? d : c.gate_up;
+    return c;
+  }();
+  return forced;
+}
+
+Sm90Choice ChooseSm90Variants(const MoeExpertsParams& p) {
+  if (const Sm90Choice forced = ForcedSm90Variants(); forced.gate_up >= 0) return forced;
   constexpr double kLargeTileRows = 256;
-  return MeanRowsPerExpert(p) >= kLargeTileRows ? 1 : 3;
+  const int v = MeanRowsPerExpert(p) >= kLargeTileRows ? 1 : 3;
+  return {v, v};
 }
 
 // The workspace, carved in MoeExpertsWorkspaceBytes' order (moe.cc) plus the CUDA parts.
@@ -111,36 +137,91 @@ absl::Status CheckCudaParams(const MoeExpertsParams& p) {
 
 namespace moe_cuda {
 
-absl::Status LaunchSm90Grouped(int variant, const Sm90GroupedArgs& g, cudaStream_t s) {
-  switch (variant) {
-    case 0: return LaunchSm90GroupedV0(g, s);
-    case 1: return LaunchSm90GroupedV1(g, s);
-    case 2: return LaunchSm90GroupedV2(g, s);
-    case 3: return LaunchSm90GroupedV3(g, s);
-  }
+namespace {
+
+size_t NoBytes(int) { return 0; }  // variant 12 needs no argument block or workspace
+
+struct Sm90Entry {
+  absl::Status (*launch)(const Sm90GroupedArgs&, cudaStream_t);
+  size_t (*workspace_bytes)(int);
+  size_t (*args_block_bytes)(int);
+};
+#define MLASERVE_SM90_ENTRY(N) {LaunchSm90GroupedV##N, Sm90WorkspaceBytesV##N, Sm90ArgsBlockBytesV##N}
+#define MLASERVE_SM90_DIRECT_ENTRY(N) \
+  {LaunchSm90GroupedDirectV##N, Sm90WorkspaceBytesDirectV##N, Sm90ArgsBlockBytesDirectV##N}
+#define MLASERVE_SM90_SILU_ENTRY(N) \
+  {LaunchSm90GroupedSiluMulV##N, Sm90WorkspaceBytesSiluMulV##N, Sm90ArgsBlockBytesSiluMulV##N}
+// moe_cuda.h's numbering: 0-6 TMA-store configurations, 7-11 direct-store ones.
+constexpr Sm90Entry kSm90[kSm90Variants] = {
+    MLASERVE_SM90_ENTRY(0), MLASERVE_SM90_ENTRY(1), MLASERVE_SM90_ENTRY(2), MLASERVE_SM90_ENTRY(3),
+    MLASERVE_SM90_ENTRY(4), MLASERVE_SM90_ENTRY(5), MLASERVE_SM90_ENTRY(6),
+    MLASERVE_SM90_DIRECT_ENTRY(1), MLASERVE_SM90_DIRECT_ENTRY(3), MLASERVE_SM90_DIRECT_ENTRY(4),
+    MLASERVE_SM90_DIRECT_ENTRY(5), MLASERVE_SM90_DIRECT_ENTRY(6),
+    {LaunchSm90GroupedGatherV12, NoBytes, NoBytes}};
+// Fused SiLU epilogues: configurations 0 and 2 (128 x 128 cooperative, 128 x 256 in clusters
+// along M) measured slower than the others unfused, so they have none.
+constexpr Sm90Entry kSm90SiluMul[kSm90Variants] = {
+    {}, MLASERVE_SM90_SILU_ENTRY(1), {}, MLASERVE_SM90_SILU_ENTRY(3),
+    MLASERVE_SM90_SILU_ENTRY(4), MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6),
+    MLASERVE_SM90_SILU_ENTRY(1), MLASERVE_SM90_SILU_ENTRY(3), MLASERVE_SM90_SILU_ENTRY(4),
+    MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6),
+    {LaunchSm90GroupedGatherSiluMulV12, NoBytes, NoBytes}};
+#undef MLASERVE_SM90_ENTRY
+#undef MLASERVE_SM90_DIRECT_ENTRY
+#undef MLASERVE_SM90_SILU_ENTRY
+
+constexpr const char* kSm90Names[kSm90Variants] = {
+    "coop128x128",     "coop128x256",     "coop128x256c2m",     "pp64x256",
+    "pp128x128",       "coop128x256c2n",  "pp128x128c2n",       "coop128x256/reg",
+    "pp64x256/reg",    "pp128x128/reg",   "coop128x256c2n/reg", "pp128x128c2n/reg",
+    "ours128x256"};
+
+absl::Status BadVariant(int variant) {
   return absl::InvalidArgumentError(absl::StrCat("moe_experts: sm90_variant=", variant,
                                                  " is outside [0, ", kSm90Variants, ")"));
 }
 
-bool Sm90HasFusedSiluMul(int variant) { return variant == 1 || variant == 3; }
+}  // namespace
+
+absl::Status LaunchSm90Grouped(int variant, const Sm90GroupedArgs& g, cudaStream_t s) {
+  if (variant < 0 || variant >= kSm90Variants) return BadVariant(variant);
+  return kSm90[variant].launch(g, s);
+}
+
+const char* Sm90VariantName(int variant) {
+  return variant >= 0 && variant < kSm90Variants ? kSm90Names[variant] : "?";
+}
+
+bool Sm90HasFusedSiluMul(int variant) {
+  return variant >= 0 && variant < kSm90Variants && kSm90SiluMul[variant].launch != nullptr;
+}
 
 absl::Status LaunchSm90GroupedSiluMul(int variant, const Sm90GroupedArgs& g, cudaStream_t s) {
-  switch (variant) {
-    case 1: return LaunchSm90GroupedSiluMulV1(g, s);
-    case 3: return LaunchSm90GroupedSiluMulV3(g, s);
+  if (!Sm90HasFusedSiluMul(variant)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("moe_experts: sm90_variant=", variant, " has no fused SiLU epilogue"));
   }
-  return absl::InvalidArgumentError(absl::StrCat("moe_experts: sm90_variant=", variant,
-                                                 " has no fused SiLU epilogue (variants 1 and 3 do)"));
+  return kSm90SiluMul[variant].launch(g, s);
 }
 
 size_t Sm90ArgsBlockBytes(int e) {
-  return std::max({Sm90ArgsBlockBytesV0(e), Sm90ArgsBlockBytesV1(e), Sm90ArgsBlockBytesV2(e),
-                   Sm90ArgsBlockBytesV3(e), Sm90ArgsBlockBytesSiluMulV1(e), Sm90ArgsBlockBytesSiluMulV3(e)});
+  size_t bytes = 0;
+  for (const Sm90Entry* table : {kSm90, kSm90SiluMul}) {
+    for (int v = 0; v < kSm90Variants; ++v) {
+      if (table[v].launch != nullptr) bytes = std::max(bytes, table[v].args_block_bytes(e));
+    }
+  }
+  return bytes;
 }
 
 size_t Sm90WorkspaceBytes(int e) {
-  return std::max({Sm90WorkspaceBytesV0(e), Sm90WorkspaceBytesV1(e), Sm90WorkspaceBytesV2(e),
-                   Sm90WorkspaceBytesV3(e), Sm90WorkspaceBytesSiluMulV1(e), Sm90WorkspaceBytesSiluMulV3(e)});
+  size_t bytes = 0;
+  for (const Sm90Entry* table : {kSm90, kSm90SiluMul}) {
+    for (int v = 0; v < kSm90Variants; ++v) {
+      if (table[v].launch != nullptr) bytes = std::max(bytes, table[v].workspace_bytes(e));
+    }
+  }
+  return bytes;
 }
 
 const char* ExpertsStageName(ExpertsStage stage) {
@@ -156,11 +237,13 @@ const char* ExpertsStageName(ExpertsStage stage) {
 }
 
 ExpertsPlan PlanExperts(const MoeExpertsParams& p) {
-  ExpertsPlan plan{ChoosePath(p), -1, false};
+  ExpertsPlan plan{ChoosePath(p), -1, -1, false};
   if (plan.path == MoeExpertsPath::kSm90) {
-    plan.sm90_variant = p.sm90_variant >= 0 ? p.sm90_variant : ChooseSm90Variant(p);
+    const Sm90Choice auto_choice = ChooseSm90Variants(p);
+    plan.gate_up_variant = p.sm90_variant >= 0 ? p.sm90_variant : auto_choice.gate_up;
+    plan.down_variant = p.sm90_variant >= 0 ? p.sm90_variant : auto_choice.down;
     plan.fused_silu = p.gate_up_layout == MoeGateUpLayout::kInterleaved8 && !p.baseline.silu &&
-                      Sm90HasFusedSiluMul(plan.sm90_variant);
+                      Sm90HasFusedSiluMul(plan.gate_up_variant);
   }
   return plan;
 }
@@ -192,9 +275,10 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
   const auto* gate_up = static_cast<const __nv_bfloat16*>(p.gate_up);
   const auto* down = static_cast<const __nv_bfloat16*>(p.down);
 
-  // 1. Permutation; x rows gathered into expert order for the TMA-fed grouped GEMM only (the
-  // other paths gather inside their loads).
-  const bool gather = plan.path == MoeExpertsPath::kSm90;
+  // 1. Permutation; x rows gathered into expert order for CUTLASS's TMA-fed grouped GEMMs
+  // only (the other paths, our kSm90 kernel included, gather inside their loads).
+  const bool gemm_gathers = plan.gate_up_variant == kSm90GatherVariant;
+  const bool gather = plan.path == MoeExpertsPath::kSm90 && !gemm_gathers;
   PermuteArgs pa{p.topk_ids, num_assign, E, p.top_k, x, H, gather ? w.xg : nullptr,
                  w.sorted, w.offsets, w.tile_offsets, w.position, w.active, w.chunk_counts};
   pa.routing = p.routing;  // routed first, when asked
@@ -218,18 +302,23 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
       // Fused: hs holds [A, inter] activations; unfused: [A, 2*inter] products, SiLU * up
       // compacted into each row's first inter columns.
       const int64_t act_ld = plan.fused_silu ? I : 2 * I;
-      const Sm90GroupedArgs up{w.xg, H, gate_up, w.hs, act_ld, 2 * I, H, E, w.offsets, w.sm90_args, w.sm90_ws};
+      Sm90GroupedArgs up{gemm_gathers ? x : w.xg, H, gate_up, w.hs, act_ld, 2 * I, H, E, w.offsets,
+                         w.sm90_args, w.sm90_ws};
+      if (gemm_gathers) {
+        up.sorted = w.sorted;
+        up.top_k = p.top_k;
+      }
       if (plan.fused_silu) {
-        RETURN_IF_ERROR(LaunchSm90GroupedSiluMul(plan.sm90_variant, up, s));
+        RETURN_IF_ERROR(LaunchSm90GroupedSiluMul(plan.gate_up_variant, up, s));
         done(ExpertsStage::kGateUp);
       } else {
-        RETURN_IF_ERROR(LaunchSm90Grouped(plan.sm90_variant, up, s));
+        RETURN_IF_ERROR(LaunchSm90Grouped(plan.gate_up_variant, up, s));
         done(ExpertsStage::kGateUp);
         RETURN_IF_ERROR(LaunchSiluMul(w.hs, w.offsets, E, I, num_assign, interleaved, s));
         done(ExpertsStage::kSiluMul);
       }
       const Sm90GroupedArgs dn{w.hs, act_ld, down, w.ys, H, H, I, E, w.offsets, w.sm90_args, w.sm90_ws};
-      RETURN_IF_ERROR(LaunchSm90Grouped(plan.sm90_variant, dn, s));
+      RETURN_IF_ERROR(LaunchSm90Grouped(plan.down_variant, dn, s));
       done(ExpertsStage::kDown);
       break;
     }

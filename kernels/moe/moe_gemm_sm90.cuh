@@ -56,16 +56,61 @@ struct Sm90Pingpong64x256 {
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
+// Each consumer warp group owns a whole 128 x 128 tile (two m64n128 products per k step), so
+// one group's epilogue runs under the other's products, at the 128-row granularity of v1.
+struct Sm90Pingpong128x128 {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
+// Clusters of 2 along N: the two CTAs load the same A (token) tile once, multicast, and
+// neighbouring weight tiles (N = 2048 and 2 * 1408 are even numbers of 128- and 256-column
+// tiles, except 2 * 1408 / 256 = 11, where the cluster rounds up to 12).
+struct Sm90Coop128x256ClusterN2 {
+  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+struct Sm90Pingpong128x128ClusterN2 {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
 
-// The fused SiLU * up epilogue (moe_gemm_sm90_silu.cuh, included by the TUs that instantiate
-// it): declared here so that Sm90GroupedGemm can name it.
-template <class StrideD>
-class SiluMulEpilogueArray;
+// How a grouped GEMM stores its tiles:
+//   kTma      CUTLASS's TMA epilogue (registers -> shared memory -> TMA store): D = A * B, bf16;
+//             in grouped mode it rewrites D's TMA descriptor whenever a CTA's next tile is
+//             another expert's, on the consumer warps' path;
+//   kDirect   DirectEpilogueArray (moe_gemm_sm90_direct.cuh): D = A * B from registers with
+//             16-byte stores, no shared memory, no descriptor;
+//   kSiluMul  the same with silu(gate) * up of interleaved gate/up columns (N/2 columns).
+enum class Sm90Store { kTma, kDirect, kSiluMul };
 
-// The epilogue of a grouped GEMM: CUTLASS's TMA epilogue storing D = A * B in bf16, or
-// (kSiluMul) SiluMulEpilogueArray storing silu(gate) * up, with its arguments.
-template <typename Config, typename ElementD, typename LayoutD, int kAlignD, bool kSiluMul>
+// The register-to-global epilogue (moe_gemm_sm90_direct.cuh, included by the TUs that
+// instantiate it): declared here so that Sm90GroupedGemm can name it.
+template <class StrideD, bool kSiluMul>
+class DirectEpilogueArray;
+
+// The epilogue of a grouped GEMM for Sm90Store kStore, with its arguments: the direct
+// epilogues, and (specialized below) CUTLASS's TMA one.
+template <typename Config, typename ElementD, typename LayoutD, int kAlignD, Sm90Store kStore>
 struct Sm90EpilogueOf {
+  using Op = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
+      DirectEpilogueArray<cutlass::detail::TagToStrideC_t<LayoutD*>, kStore == Sm90Store::kSiluMul>>;
+  template <typename Arguments, typename StrideD>
+  static Arguments MakeArguments(ElementD** d, StrideD* stride_d) {
+    Arguments args{};
+    args.ptr_D = d;
+    args.dD = stride_d;
+    return args;
+  }
+};
+
+template <typename Config, typename ElementD, typename LayoutD, int kAlignD>
+struct Sm90EpilogueOf<Config, ElementD, LayoutD, kAlignD, Sm90Store::kTma> {
   using Op = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Config::TileShape,
       typename Config::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
@@ -91,23 +136,10 @@ struct Sm90EpilogueOf {
     return args;
   }
 };
-template <typename Config, typename ElementD, typename LayoutD, int kAlignD>
-struct Sm90EpilogueOf<Config, ElementD, LayoutD, kAlignD, true> {
-  using Op = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
-      SiluMulEpilogueArray<cutlass::detail::TagToStrideC_t<LayoutD*>>>;
-  template <typename Arguments, typename StrideD>
-  static Arguments MakeArguments(ElementD** d, StrideD* stride_d) {
-    Arguments args{};
-    args.ptr_D = d;
-    args.dD = stride_d;
-    return args;
-  }
-};
-
 // One grouped-GEMM configuration: bf16 A (row-major rows of one expert) times bf16 W_e^T
 // (W_e row-major [N, K], i.e. a column-major K x N operand), f32 accumulation, bf16 D (or,
-// kSiluMul, silu(gate) * up of interleaved gate/up columns: moe_gemm_sm90_silu.cuh).
-template <typename Config, bool kSiluMul = false>
+// kSiluMul, silu(gate) * up of interleaved gate/up columns: moe_gemm_sm90_direct.cuh).
+template <typename Config, Sm90Store kStore = Sm90Store::kTma>
 struct Sm90GroupedGemm {
   using ElementD = cutlass::bfloat16_t;
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
@@ -124,7 +156,7 @@ struct Sm90GroupedGemm {
   using KernelSchedule = typename Config::KernelSchedule;
   using EpilogueSchedule = typename Config::EpilogueSchedule;
 
-  using EpilogueOf = Sm90EpilogueOf<Config, ElementD, LayoutD, kAlignD, kSiluMul>;
+  using EpilogueOf = Sm90EpilogueOf<Config, ElementD, LayoutD, kAlignD, kStore>;
   using Epilogue = typename EpilogueOf::Op;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignA, ElementB,
@@ -198,12 +230,12 @@ template <typename Cfg>
 __global__ void SetupGroupsKernel(typename Cfg::Groups g, const cutlass::bfloat16_t* a,
                                   int64_t lda, const cutlass::bfloat16_t* w, void* d, int64_t ldd,
                                   int n, int k, int num_experts, const int32_t* offsets,
-                                  typename Cfg::StrideA sa, typename Cfg::StrideB sb,
-                                  typename Cfg::StrideD sd) {
+                                  int dense_rows, typename Cfg::StrideA sa,
+                                  typename Cfg::StrideB sb, typename Cfg::StrideD sd) {
   using ElementD = typename Cfg::ElementD;
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < num_experts; e += gridDim.x * blockDim.x) {
-    const int row0 = offsets[e];
-    const int rows = offsets[e + 1] - row0;
+    const int row0 = offsets != nullptr ? offsets[e] : 0;
+    const int rows = offsets != nullptr ? offsets[e + 1] - row0 : dense_rows;
     g.shapes[e] = typename Cfg::Shape3(rows, n, k);
     g.a[e] = a + static_cast<int64_t>(row0) * lda;
     g.b[e] = w + static_cast<int64_t>(e) * n * k;
@@ -214,9 +246,9 @@ __global__ void SetupGroupsKernel(typename Cfg::Groups g, const cutlass::bfloat1
   }
 }
 
-template <typename Config, bool kSiluMul = false>
+template <typename Config, Sm90Store kStore = Sm90Store::kTma>
 absl::Status LaunchSm90Grouped(const Sm90GroupedArgs& in, cudaStream_t s) {
-  using Cfg = Sm90GroupedGemm<Config, kSiluMul>;
+  using Cfg = Sm90GroupedGemm<Config, kStore>;
   const auto groups = Cfg::Carve(in.args_block, in.num_experts);
   typename Cfg::StrideA sa{};
   typename Cfg::StrideB sb{};
@@ -228,7 +260,7 @@ absl::Status LaunchSm90Grouped(const Sm90GroupedArgs& in, cudaStream_t s) {
   SetupGroupsKernel<Cfg><<<(in.num_experts + kThreads - 1) / kThreads, kThreads, 0, s>>>(
       groups, reinterpret_cast<const cutlass::bfloat16_t*>(in.a), in.lda,
       reinterpret_cast<const cutlass::bfloat16_t*>(in.w), in.d, in.ldd, in.n, in.k, in.num_experts,
-      in.offsets, sa, sb, sd);
+      in.offsets, in.rows, sa, sb, sd);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("moe_experts sm90 setup launch failed: ", cudaGetErrorString(e)));
   }
@@ -250,9 +282,9 @@ absl::Status LaunchSm90Grouped(const Sm90GroupedArgs& in, cudaStream_t s) {
   return absl::OkStatus();
 }
 
-template <typename Config, bool kSiluMul = false>
+template <typename Config, Sm90Store kStore = Sm90Store::kTma>
 size_t Sm90GemmWorkspaceBytes(int num_experts) {
-  using Cfg = Sm90GroupedGemm<Config, kSiluMul>;
+  using Cfg = Sm90GroupedGemm<Config, kStore>;
   typename Cfg::Groups none{};
   return Cfg::Gemm::get_workspace_size(Cfg::MakeArguments(none, num_experts, cuda::CurrentDeviceSmCount()));
 }

@@ -1,6 +1,6 @@
 // MoePrepareExpertWeights on CUDA (api.h): the one-time rewrite of the routed experts' gate_up
 // stack from the checkpoint's stacked rows into MoeGateUpLayout::kInterleaved8, where the
-// fused gate_up GEMM epilogue (moe_gemm_sm90_silu.cuh) runs, i.e. on Hopper.
+// fused gate_up GEMM epilogue (moe_gemm_sm90_direct.cuh) runs, i.e. on Hopper.
 //
 // The rows of one expert are permuted among themselves, so the experts are staged through a
 // scratch copy (at most kStagingBytes, a batch of whole experts at a time) and written back

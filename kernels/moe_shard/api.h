@@ -66,4 +66,52 @@ absl::Status MoeCombineRows(const MoeCombineRowsParams& p, const KernelContext& 
 absl::Status MoeCombineRowsCpu(const MoeCombineRowsParams& p);
 absl::Status MoeCombineRowsCuda(const MoeCombineRowsParams& p, void* stream);
 
+// Fixed-capacity all-to-all dispatch (model/layers/feed_forward_a2a.cc, docs/parallel.md): the
+// exchange a CUDA graph can hold. Every rank sends every rank (itself included) a block of
+// exactly `capacity` rows whatever the routing, so the exchange's sizes are fixed and no count
+// crosses to the host; a row's place in its block and the block's fill are worked out here, on
+// the device. The counts travel in-band: a padding row carries kNotLocal ids (and zero
+// weights and values), which the destination's experts skip, so it needs no count.
+//   MoeDispatchFixed: token t goes to rank p once if any of its k experts is one of p's
+//     ([p * experts_per_rank, (p + 1) * experts_per_rank)): row i of block p is the i-th such
+//     token in token order, with its k ids local to p (kNotLocal for the others) and their
+//     weights (0 for kNotLocal); rows past the block's fill are padding. A token reaches a rank
+//     at most once, so capacity >= num_tokens always holds every token.
+//   MoeUnpackMeta: a received meta block back into the [rows, k] ids and weights MoeExperts
+//     takes (ids and weights travel in one int32 exchange: one collective instead of two).
+// send_rows dtype f32 on both backends, bf16 on CUDA.
+struct MoeDispatchFixedParams {
+  DType dtype = DType::kF32;
+  int num_tokens = 0;        // this rank's rows; 0 sends padding only
+  int hidden = 0;
+  int top_k = 0;
+  int num_ranks = 0;
+  int experts_per_rank = 0;  // rank p holds global experts [p * experts_per_rank, ...)
+  int capacity = 0;          // rows per destination block, >= num_tokens
+  const void* x = nullptr;              // [num_tokens, hidden]
+  const int32_t* topk_ids = nullptr;    // [num_tokens, top_k], global expert ids
+  const float* topk_weights = nullptr;  // [num_tokens, top_k]
+  void* send_rows = nullptr;  // [num_ranks * capacity, hidden]; padding rows zero
+  // [num_ranks * capacity, 2 * top_k]: a row's k local ids, then its k weights' f32 bits.
+  int32_t* send_meta = nullptr;
+  // [num_tokens, num_ranks]: the row p * capacity + i that (t, p) went to, or -1 (the rows
+  // rank p's partial sums come back in: MoeCombineRows' slots).
+  int32_t* slots = nullptr;
+  int32_t* row_tokens = nullptr;  // [num_ranks * capacity]: each send row's token, or -1
+};
+struct MoeUnpackMetaParams {
+  int64_t num_rows = 0;
+  int top_k = 0;
+  const int32_t* meta = nullptr;  // [num_rows, 2 * top_k] as MoeDispatchFixed writes it
+  int32_t* ids = nullptr;         // [num_rows, top_k]
+  float* weights = nullptr;       // [num_rows, top_k]
+};
+
+absl::Status MoeDispatchFixed(const MoeDispatchFixedParams& p, const KernelContext& ctx);
+absl::Status MoeDispatchFixedCpu(const MoeDispatchFixedParams& p);
+absl::Status MoeDispatchFixedCuda(const MoeDispatchFixedParams& p, void* stream);
+absl::Status MoeUnpackMeta(const MoeUnpackMetaParams& p, const KernelContext& ctx);
+absl::Status MoeUnpackMetaCpu(const MoeUnpackMetaParams& p);
+absl::Status MoeUnpackMetaCuda(const MoeUnpackMetaParams& p, void* stream);
+
 }  // namespace mlaserve::kernels

@@ -66,4 +66,40 @@ absl::Status MoeCombineRows(const MoeCombineRowsParams& p, const KernelContext& 
   MLASERVE_DISPATCH("moe_shard", ctx, MoeCombineRowsCpu(p), MoeCombineRowsCuda(p, ctx.stream));
 }
 
+absl::Status MoeDispatchFixed(const MoeDispatchFixedParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(CheckRowsDType("moe_dispatch_fixed", p.dtype, ctx));
+  RETURN_IF_ERROR(RequirePositive("hidden", p.hidden));
+  RETURN_IF_ERROR(RequirePositive("top_k", p.top_k));
+  RETURN_IF_ERROR(RequirePositive("num_ranks", p.num_ranks));
+  RETURN_IF_ERROR(RequirePositive("experts_per_rank", p.experts_per_rank));
+  RETURN_IF_ERROR(RequirePositive("capacity", p.capacity));
+  if (p.num_tokens < 0 || p.num_tokens > p.capacity) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "moe_dispatch_fixed: ", p.num_tokens, " tokens do not fit blocks of ", p.capacity,
+        " rows (a token reaches a rank at most once, so capacity >= tokens)"));
+  }
+  RETURN_IF_ERROR(RequireNonNull("send_rows", p.send_rows));
+  RETURN_IF_ERROR(RequireNonNull("send_meta", p.send_meta));
+  RETURN_IF_ERROR(RequireNonNull("row_tokens", p.row_tokens));
+  if (p.num_tokens > 0) {
+    RETURN_IF_ERROR(RequireNonNull("x", p.x));
+    RETURN_IF_ERROR(RequireNonNull("topk_ids", p.topk_ids));
+    RETURN_IF_ERROR(RequireNonNull("topk_weights", p.topk_weights));
+    RETURN_IF_ERROR(RequireNonNull("slots", p.slots));
+  }
+  MLASERVE_DISPATCH("moe_shard", ctx, MoeDispatchFixedCpu(p), MoeDispatchFixedCuda(p, ctx.stream));
+}
+
+absl::Status MoeUnpackMeta(const MoeUnpackMetaParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequirePositive("top_k", p.top_k));
+  if (p.num_rows < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("moe_unpack_meta: num_rows is ", p.num_rows));
+  }
+  if (p.num_rows == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("meta", p.meta));
+  RETURN_IF_ERROR(RequireNonNull("ids", p.ids));
+  RETURN_IF_ERROR(RequireNonNull("weights", p.weights));
+  MLASERVE_DISPATCH("moe_shard", ctx, MoeUnpackMetaCpu(p), MoeUnpackMetaCuda(p, ctx.stream));
+}
+
 }  // namespace mlaserve::kernels

@@ -39,8 +39,10 @@ AttentionForm AttentionForms::Resolve(BatchPlan* plan, AttentionPath path,
   // Path policy: kAuto -> MHA without a cached prefix, else MLA. Sparse DSA batches run in
   // MLA form (the indexer's selection is expressed over cache positions).
   AttentionPath resolved = path;
-  if (resolved == AttentionPath::kMhaOurs) {  // the MHA form on our own kernel for this call
-    plan->mha_on_ours = true;
+  if (resolved == AttentionPath::kMhaOurs || resolved == AttentionPath::kMhaCudnn) {
+    // The MHA form on the provider the profile's cell names, for this call.
+    plan->mha_provider = resolved == AttentionPath::kMhaOurs ? kernels::MhaPrefillProvider::kOurs
+                                                             : kernels::MhaPrefillProvider::kPreferCudnn;
     resolved = AttentionPath::kMha;
   }
   if (resolved == AttentionPath::kAuto) {

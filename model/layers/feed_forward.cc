@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "common/status.h"
+#include "kernels/activation/api.h"
+#include "kernels/gemm/api.h"
 #include "kernels/moe/api.h"
 #include "kernels/moe_shard/api.h"
 #include "model/forward_ops.h"
@@ -51,7 +53,8 @@ size_t FeedForward::ScratchBytes(const LayerContext& context) {
     const size_t moe = M * c.n_routed_experts * sizeof(float) +
                        2 * M * c.num_experts_per_tok * (sizeof(int32_t) + sizeof(float)) +
                        kernels::MoeExpertsWorkspaceBytes(e) +
-                       M * 3 * static_cast<size_t>(layout.shared_inter.count) * es;
+                       M * 3 * static_cast<size_t>(layout.shared_inter.count) * es +
+                       kernels::MoeSharedGateUpWorkspaceBytes();
     bytes = std::max(bytes, moe);
   }
   return bytes;
@@ -177,11 +180,81 @@ absl::Status FeedForward::AddSharedExperts(int rows, const void* x, void* out) {
   if (!w_->is_moe || m.shared.inter == 0 || rows == 0) return absl::OkStatus();
   StepScratch& scratch = *ctx_->scratch;
   ScratchScope scope(scratch.arena());
+  const int hidden = ctx_->config->hidden_size;
   ASSIGN_OR_RETURN(void* act, scratch.Activations(static_cast<int64_t>(rows) * 3 * m.shared.inter,
                                                   "shared experts act"));
   // HF: experts(x) + shared_experts(x); the shared output accumulates into `out`.
-  return ops::GatedMlp(ctx_->ops, x, rows, ctx_->config->hidden_size, m.shared, act, out,
-                       /*beta=*/1.0f);
+  if (m.shared.gate_up_layout == kernels::MoeGateUpLayout::kStacked) {
+    return ops::GatedMlp(ctx_->ops, x, rows, hidden, m.shared, act, out, /*beta=*/1.0f);
+  }
+  ASSIGN_OR_RETURN(void* activated, InterleavedSharedGateUp(rows, x, act));
+  return ops::Linear(ctx_->ops, activated, rows, m.shared.inter, m.shared.down, out, hidden,
+                     /*beta=*/1.0f);
+}
+
+// silu(x gate^T) * (x up^T) of the shared experts' interleaved gate_up (kInterleaved8: rows
+// [16j, 16j+8) gate features [8j, 8j+8), rows [16j+8, 16j+16) their up), in `act` (rows * 3I
+// elements; the activated [rows, I] rows are its last third). Every path gives the bits of the
+// stacked GEMM + SiluAndMul (products rounded to bf16 first).
+absl::StatusOr<void*> FeedForward::InterleavedSharedGateUp(int rows, const void* x, void* act) {
+  constexpr int kBlock = 8;  // features per interleaved block
+  const GatedMlpWeights& w = w_->moe.shared;
+  const ops::OpContext& oc = ctx_->ops;
+  const int hidden = ctx_->config->hidden_size;
+  const int inter = w.inter;
+  void* activated = oc.at(act, static_cast<int64_t>(rows) * 2 * inter);
+  // Many rows: the Hopper grouped GEMM as one group, SiLU * up in its epilogue.
+  kernels::MoeSharedGateUpParams fused;
+  fused.dtype = oc.dtype;
+  fused.rows = rows;
+  fused.hidden = hidden;
+  fused.inter = inter;
+  fused.x = x;
+  fused.gate_up = w.gate_up.weight.data();
+  fused.act = activated;
+  if (kernels::MoeSharedGateUpRuns(fused, oc.kernel.backend)) {
+    fused.workspace_bytes = kernels::MoeSharedGateUpWorkspaceBytes();
+    ASSIGN_OR_RETURN(fused.workspace,
+                     ctx_->scratch->Allocate(fused.workspace_bytes, "shared gate_up workspace"));
+    RETURN_IF_ERROR(kernels::MoeSharedGateUp(fused, oc.kernel));
+    return activated;
+  }
+  // Few rows: the small-M GEMM's SiLU epilogue with one batch entry per block, whose 16
+  // weight rows are the block's gate rows then its up rows (a stacked [16, hidden] weight).
+  kernels::GemmParams g;
+  g.dtype = oc.dtype;
+  g.m = rows;
+  g.n = 2 * kBlock;
+  g.k = hidden;
+  g.batch = inter / kBlock;
+  g.a = x;
+  g.lda = hidden;
+  g.stride_a = 0;
+  g.b = w.gate_up.weight.data();
+  g.ldb = hidden;
+  g.stride_b = int64_t{2} * kBlock * hidden;
+  g.c = activated;
+  g.ldc = inter;
+  g.stride_c = kBlock;
+  g.epilogue = kernels::GemmEpilogue::kSiluMul;
+  if (kernels::GemmRunsSmallM(g, oc.kernel.backend)) {
+    RETURN_IF_ERROR(kernels::Gemm(g, oc.kernel));
+    return activated;
+  }
+  // Otherwise the product in its interleaved column order, then SiluAndMul over its
+  // [gate 8 | up 8] pieces taken as rows of 16 (rows * inter / 8 of them; the outputs land in
+  // feature order).
+  RETURN_IF_ERROR(ops::Linear(oc, x, rows, hidden, w.gate_up, act, 2 * inter));
+  kernels::SiluAndMulParams sp;
+  sp.dtype = oc.dtype;
+  sp.rows = rows * (inter / kBlock);
+  sp.dim = kBlock;
+  sp.x = act;
+  sp.x_stride = 2 * kBlock;
+  sp.out = activated;
+  sp.out_stride = kBlock;
+  RETURN_IF_ERROR(kernels::SiluAndMul(sp, oc.kernel));
+  return activated;
 }
 
 // One GPU (or tensor-parallel experts): the stack as loaded, through kernels/moe. Expert

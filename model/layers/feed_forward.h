@@ -57,6 +57,13 @@ class FeedForward {
   absl::Status ForwardAllToAll(int rows, const void* x, void* out, parallel::Collective& comm);
   // Step scratch of ForwardAllToAll at most, for at most `rows` rows on every rank.
   static size_t AllToAllScratchBytes(const LayerContext& context, int rows);
+  // ForwardAllToAll with fixed-capacity exchanges: every rank sends every rank a block of
+  // `capacity` rows (capacity >= rows on every rank: the same value on all of them), padded,
+  // so no count reaches the host and a CUDA graph can hold it. The same result.
+  absl::Status ForwardAllToAllFixed(int rows, int capacity, const void* x, void* out,
+                                    parallel::Collective& comm);
+  // Step scratch of ForwardAllToAllFixed at most, at `capacity` rows per block.
+  static size_t AllToAllFixedScratchBytes(const LayerContext& context, int capacity);
   // MoE layers: the router's f32 logits [rows, n_routed_experts] of x, and the experts the
   // routing kernel chose from them, ids / weights [rows, num_experts_per_tok] (global ids).
   // Buffers of the backend.
@@ -73,6 +80,9 @@ class FeedForward {
   // The routed experts of `e` (global expert ids, this rank's intermediate slice), through this
   // rank's shard of the experts.
   absl::Status RunRoutedExperts(kernels::MoeExpertsParams e);
+  // The shared experts' activated rows from their interleaved gate_up (AddSharedExperts), in
+  // the last third of `act`; returns where.
+  absl::StatusOr<void*> InterleavedSharedGateUp(int rows, const void* x, void* act);
 
   const LayerContext* ctx_;
   const LayerWeights* w_;

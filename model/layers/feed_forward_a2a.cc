@@ -13,8 +13,15 @@
 //      so a run is deterministic); then the shared experts, whole, on the same rows.
 //
 // Step 3 needs the counts on the host before the row exchange is posted, so this path syncs
-// with the host every MoE layer and cannot be captured in a CUDA graph; a graph step uses the
-// gather dispatch (ParallelStep).
+// with the host every MoE layer and cannot be captured in a CUDA graph.
+//
+// ForwardAllToAllFixed is the same exchange at fixed capacity, which a graph can hold: steps 1
+// and 2 run on the device (kernels/moe_shard's MoeDispatchFixed packs a block of `capacity`
+// rows for every rank, padding rows marked by kNotLocal ids), and every exchange moves whole
+// blocks (Collective::AllToAll), so no count crosses to the host. The destination runs its
+// experts over every row of every block (padding rows have no local expert: kernels/moe skips
+// them), and the combine reads the real rows only. ParallelStep picks it for graph steps and
+// decode-sized eager steps.
 #include <algorithm>
 #include <vector>
 
@@ -107,6 +114,30 @@ absl::StatusOr<std::vector<int64_t>> ExchangeCounts(parallel::Collective& comm,
       CopyBytes(kctx, theirs.data(), recv_raw, n * sizeof(int32_t), CopyKind::kDeviceToHost));
   RETURN_IF_ERROR(Synchronize(kctx));
   return std::vector<int64_t>(theirs.begin(), theirs.end());
+}
+
+// Step 4: this rank's experts over `rows` received rows (`ids` local to the rank, kNotLocal
+// skipped) into `out` [rows, hidden].
+absl::Status RunLocalExperts(const LayerContext& ctx, const MoeWeights& m, int64_t rows,
+                             const void* x, const int32_t* ids, const float* weights, void* out) {
+  const ops::OpContext& oc = ctx.ops;
+  kernels::MoeExpertsParams e;
+  e.dtype = oc.dtype;
+  e.num_tokens = static_cast<int>(rows);
+  e.hidden = ctx.config->hidden_size;
+  e.inter = ctx.layout->expert_inter.count;
+  e.num_experts = ctx.layout->experts.count;
+  e.top_k = ctx.config->num_experts_per_tok;
+  e.x = x;
+  e.topk_ids = ids;
+  e.topk_weights = weights;
+  e.gate_up = m.experts_gate_up.data();
+  e.gate_up_layout = m.experts_gate_up_layout;
+  e.down = m.experts_down.data();
+  e.out = out;
+  e.workspace_bytes = kernels::MoeExpertsWorkspaceBytes(e);
+  ASSIGN_OR_RETURN(e.workspace, ctx.scratch->Allocate(e.workspace_bytes, "moe experts workspace"));
+  return kernels::MoeExperts(e, oc.kernel);
 }
 
 }  // namespace
@@ -224,24 +255,9 @@ absl::Status FeedForward::ForwardAllToAll(int rows, const void* x, void* out,
   ASSIGN_OR_RETURN(void* partial, scratch.Activations(std::max<int64_t>(1, received) * hidden,
                                                       "a2a partial sums"));
   if (received > 0) {
-    const MoeWeights& m = w_->moe;
-    kernels::MoeExpertsParams e;
-    e.dtype = oc.dtype;
-    e.num_tokens = static_cast<int>(received);
-    e.hidden = hidden;
-    e.inter = layout.expert_inter.count;
-    e.num_experts = layout.experts.count;
-    e.top_k = k;
-    e.x = recv_x;
-    e.topk_ids = static_cast<const int32_t*>(recv_ids);
-    e.topk_weights = static_cast<const float*>(recv_w);
-    e.gate_up = m.experts_gate_up.data();
-    e.gate_up_layout = m.experts_gate_up_layout;
-    e.down = m.experts_down.data();
-    e.out = partial;
-    e.workspace_bytes = kernels::MoeExpertsWorkspaceBytes(e);
-    ASSIGN_OR_RETURN(e.workspace, scratch.Allocate(e.workspace_bytes, "moe experts workspace"));
-    RETURN_IF_ERROR(kernels::MoeExperts(e, kctx));
+    RETURN_IF_ERROR(RunLocalExperts(*ctx_, w_->moe, received, recv_x,
+                                    static_cast<const int32_t*>(recv_ids),
+                                    static_cast<const float*>(recv_w), partial));
   }
 
   // 5. The partial sums back to their tokens' ranks, added in rank order.
@@ -258,6 +274,128 @@ absl::Status FeedForward::ForwardAllToAll(int rows, const void* x, void* out,
   cb.hidden = hidden;
   cb.parts = back;
   cb.slots = slots;
+  cb.out = out;
+  RETURN_IF_ERROR(kernels::MoeCombineRows(cb, kctx));
+  return AddSharedExperts(rows, x, out);
+}
+
+
+size_t FeedForward::AllToAllFixedScratchBytes(const LayerContext& context, int capacity) {
+  const ParallelLayout& layout = *context.layout;
+  if (!layout.all_to_all()) return 0;
+  const ModelConfig& c = *context.config;
+  const size_t k = c.num_experts_per_tok;
+  const size_t es = context.ops.elem();
+  const size_t rows = capacity;  // this rank's rows at most
+  const size_t block = static_cast<size_t>(layout.size) * capacity;  // rows of every exchange
+  kernels::MoeExpertsParams e;
+  e.dtype = context.ops.dtype;
+  e.num_tokens = static_cast<int>(block);
+  e.hidden = c.hidden_size;
+  e.inter = layout.expert_inter.count;
+  e.num_experts = layout.experts.count;
+  e.top_k = c.num_experts_per_tok;
+  const size_t routing =
+      rows * c.n_routed_experts * sizeof(float) + rows * k * (sizeof(int32_t) + sizeof(float));
+  // Meta sent and received, unpacked ids and weights, the combine slots, the row tokens.
+  const size_t meta = 2 * block * 2 * k * sizeof(int32_t) + block * k * 2 * sizeof(int32_t) +
+                      rows * layout.size * sizeof(int32_t) + block * sizeof(int32_t);
+  const size_t moved = 4 * block * c.hidden_size * es;  // rows out and in, sums back and in
+  const size_t shared = rows * 3 * layout.shared_inter.count * es;
+  return routing + meta + moved + kernels::MoeExpertsWorkspaceBytes(e) + shared + 64 * 256;
+}
+
+absl::Status FeedForward::ForwardAllToAllFixed(int rows, int capacity, const void* x, void* out,
+                                               parallel::Collective& comm) {
+  StepScratch& scratch = *ctx_->scratch;
+  ScratchScope scope(scratch.arena());
+  const ModelConfig& c = *ctx_->config;
+  const ParallelLayout& layout = *ctx_->layout;
+  const ops::OpContext& oc = ctx_->ops;
+  const kernels::KernelContext& kctx = oc.kernel;
+  if (!w_->is_moe || !layout.all_to_all()) {
+    return absl::InternalError("ForwardAllToAllFixed: not an MoE block of an all-to-all layout");
+  }
+  if (rows > capacity) {
+    return absl::InternalError(absl::StrCat("fixed-capacity all-to-all: ", rows,
+                                            " rows on this rank; the blocks hold ", capacity));
+  }
+  const int n = layout.size;
+  const int k = c.num_experts_per_tok;
+  const int hidden = c.hidden_size;
+  const int64_t block = static_cast<int64_t>(n) * capacity;
+  const int64_t rk = std::max<int64_t>(1, static_cast<int64_t>(rows) * k);
+
+  // 1. Route this rank's rows; nothing comes back to the host.
+  ASSIGN_OR_RETURN(void* ids, scratch.Allocate(rk * sizeof(int32_t), "topk ids"));
+  ASSIGN_OR_RETURN(void* weights, scratch.Allocate(rk * sizeof(float), "topk weights"));
+  if (rows > 0) {
+    ASSIGN_OR_RETURN(void* logits, scratch.Allocate(static_cast<size_t>(rows) * c.n_routed_experts *
+                                                        sizeof(float),
+                                                    "router logits"));
+    RETURN_IF_ERROR(Route(rows, x, static_cast<float*>(logits), static_cast<int32_t*>(ids),
+                          static_cast<float*>(weights)));
+  }
+
+  // 2. Every destination's block, planned and packed on the device.
+  ASSIGN_OR_RETURN(void* send_x, scratch.Activations(block * hidden, "a2a send blocks"));
+  ASSIGN_OR_RETURN(void* send_meta,
+                   scratch.Allocate(block * 2 * k * sizeof(int32_t), "a2a send meta"));
+  ASSIGN_OR_RETURN(void* slots, scratch.Allocate(std::max<int64_t>(1, int64_t{rows} * n) *
+                                                     sizeof(int32_t),
+                                                 "a2a combine slots"));
+  ASSIGN_OR_RETURN(void* row_tokens, scratch.Allocate(block * sizeof(int32_t), "a2a row tokens"));
+  kernels::MoeDispatchFixedParams d;
+  d.dtype = oc.dtype;
+  d.num_tokens = rows;
+  d.hidden = hidden;
+  d.top_k = k;
+  d.num_ranks = n;
+  d.experts_per_rank = layout.experts.count;
+  d.capacity = capacity;
+  d.x = x;
+  d.topk_ids = static_cast<const int32_t*>(ids);
+  d.topk_weights = static_cast<const float*>(weights);
+  d.send_rows = send_x;
+  d.send_meta = static_cast<int32_t*>(send_meta);
+  d.slots = static_cast<int32_t*>(slots);
+  d.row_tokens = static_cast<int32_t*>(row_tokens);
+  RETURN_IF_ERROR(kernels::MoeDispatchFixed(d, kctx));
+
+  // 3. Whole blocks both ways: the rows, then their ids and weights in one int32 exchange.
+  ASSIGN_OR_RETURN(void* recv_x, scratch.Activations(block * hidden, "a2a received blocks"));
+  ASSIGN_OR_RETURN(void* recv_meta,
+                   scratch.Allocate(block * 2 * k * sizeof(int32_t), "a2a received meta"));
+  RETURN_IF_ERROR(comm.AllToAll(send_x, recv_x, int64_t{capacity} * hidden, oc.dtype, kctx.stream));
+  RETURN_IF_ERROR(comm.AllToAll(send_meta, recv_meta, int64_t{capacity} * 2 * k,
+                                kernels::DType::kI32, kctx.stream));
+  ASSIGN_OR_RETURN(void* recv_ids, scratch.Allocate(block * k * sizeof(int32_t), "a2a received ids"));
+  ASSIGN_OR_RETURN(void* recv_w, scratch.Allocate(block * k * sizeof(float), "a2a received weights"));
+  kernels::MoeUnpackMetaParams u;
+  u.num_rows = block;
+  u.top_k = k;
+  u.meta = static_cast<const int32_t*>(recv_meta);
+  u.ids = static_cast<int32_t*>(recv_ids);
+  u.weights = static_cast<float*>(recv_w);
+  RETURN_IF_ERROR(kernels::MoeUnpackMeta(u, kctx));
+
+  // 4. This rank's experts over every received row (padding rows come out zero).
+  ASSIGN_OR_RETURN(void* partial, scratch.Activations(block * hidden, "a2a partial sums"));
+  RETURN_IF_ERROR(RunLocalExperts(*ctx_, w_->moe, block, recv_x,
+                                  static_cast<const int32_t*>(recv_ids),
+                                  static_cast<const float*>(recv_w), partial));
+
+  // 5. The blocks of partial sums back to their sources; each token's rows added in rank order.
+  ASSIGN_OR_RETURN(void* back, scratch.Activations(block * hidden, "a2a returned blocks"));
+  RETURN_IF_ERROR(comm.AllToAll(partial, back, int64_t{capacity} * hidden, oc.dtype, kctx.stream));
+  if (rows == 0) return absl::OkStatus();
+  kernels::MoeCombineRowsParams cb;
+  cb.dtype = oc.dtype;
+  cb.num_tokens = rows;
+  cb.num_sources = n;
+  cb.hidden = hidden;
+  cb.parts = back;
+  cb.slots = static_cast<const int32_t*>(slots);
   cb.out = out;
   RETURN_IF_ERROR(kernels::MoeCombineRows(cb, kctx));
   return AddSharedExperts(rows, x, out);

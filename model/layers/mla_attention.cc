@@ -293,6 +293,7 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
       shape.rope_dim = dr;
       shape.max_seqlen_k = plan.max_seqlen_k;
       shape.num_sms = ctx_->num_sms;
+      for (const int32_t k : plan.seqlens_k) shape.total_seqlen_k += k;
       ASSIGN_OR_RETURN(kernels::MlaDecodePlan decode_plan, kernels::PlanMlaDecode(shape));
       void* workspace = nullptr;
       if (decode_plan.workspace_bytes > 0) {

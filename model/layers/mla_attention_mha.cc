@@ -84,11 +84,10 @@ absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const
     p.max_seqlen_k = max_k;
     p.softmax_scale = static_cast<float>(c.softmax_scale);
     p.causal = causal;
-    // kMhaOurs (the GPU profile found our kernel faster in this batch's cell) applies only
-    // where the engine's provider is auto; an explicit --mha-provider wins.
-    p.provider = plan.mha_on_ours && ctx_->mha_provider == kernels::MhaPrefillProvider::kAuto
-                     ? kernels::MhaPrefillProvider::kOurs
-                     : ctx_->mha_provider;
+    // The provider of the GPU profile's cell (kMhaOurs / kMhaCudnn) applies only where the
+    // engine's provider is auto; an explicit --mha-provider wins.
+    p.provider = ctx_->mha_provider == kernels::MhaPrefillProvider::kAuto ? plan.mha_provider
+                                                                          : ctx_->mha_provider;
     return kernels::MhaPrefill(p, kctx);
   };
 

@@ -31,7 +31,9 @@ struct BatchPlan {
   // DSA: attention runs sparse over the indexer's top-k. The planner sets it when some
   // sequence is longer than index_topk; the attention-form choice may set it too (fp8 cache).
   bool sparse = false;
-  bool mha_on_ours = false;  // Forward was asked for kMhaOurs (AttentionForms::Resolve)
+  // The MHA provider Forward was asked for by kMhaOurs / kMhaCudnn (AttentionForms::Resolve);
+  // kAuto: none, the engine's own.
+  kernels::MhaPrefillProvider mha_provider = kernels::MhaPrefillProvider::kAuto;
   std::vector<int32_t> logit_rows;  // token rows (in [0, T)) whose logits are returned
 
   // The arrays above as the kernels read them: the host vectors on kCpu, a device copy

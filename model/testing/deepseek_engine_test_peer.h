@@ -44,6 +44,12 @@ class DeepseekEngineTestPeer {
     return absl::OkStatus();
   }
 
+  // --moe-dispatch all-to-all: the MoE layers this rank ran through each exchange (fixed
+  // capacity or counted) since Create.
+  const ParallelStep::AllToAllLayers& all_to_all_layers() const {
+    return engine_.parallel_.all_to_all_layers();
+  }
+
   // At the following eager Forward calls, copies the top-k rows [T, index_topk] the indexer
   // picked in `layer` (sparse batches only) into *out. Null turns the probe off.
   void set_indexer_probe(int layer, std::vector<int32_t>* out) {

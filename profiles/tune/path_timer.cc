@@ -81,10 +81,10 @@ class CudaPathTimer final : public PathTimer {
     ASSIGN_OR_RETURN(t.mha_ours_us, MedianUs([&] { return RunMha(kernels::MhaPrefillProvider::kOurs); },
                                              l_.warmup, l_.reps));
     if (time_cudnn_) {
-      // As the engine runs a cell tuned on cuDNN (kAuto: cuDNN where it can run the call). At
-      // least one untimed run: a new shape's first cuDNN call builds its plan.
+      // As the engine runs a cell tuned on cuDNN (kPreferCudnn: cuDNN where it can run the
+      // call). At least one untimed run: a new shape's first cuDNN call builds its plan.
       ASSIGN_OR_RETURN(t.mha_cudnn_us,
-                       MedianUs([&] { return RunMha(kernels::MhaPrefillProvider::kAuto); },
+                       MedianUs([&] { return RunMha(kernels::MhaPrefillProvider::kPreferCudnn); },
                                 std::max(l_.warmup, 1), l_.reps));
     }
     ASSIGN_OR_RETURN(t.mla_us, MedianUs([&] { return RunMla(); }, l_.warmup, l_.reps));

@@ -161,7 +161,7 @@ TEST(TuneProfile, PolicyOverTheTunedProfileRunsEachCellOnItsProvider) {
   ASSERT_TRUE(policy.ok()) << policy.status();
   const PathChoice low_prefix = (*policy)->Choose(std::vector<SequenceShape>{{10, 80}});
   EXPECT_EQ(low_prefix.mha_provider, MhaPrefillProvider::kCudnn);
-  EXPECT_EQ(ToEngineMhaProvider(low_prefix), MhaPrefillProvider::kAuto);  // cuDNN where it runs
+  EXPECT_EQ(ToEngineMhaProvider(low_prefix), MhaPrefillProvider::kPreferCudnn);  // cuDNN where it runs
   const PathChoice high_prefix = (*policy)->Choose(std::vector<SequenceShape>{{150, 80}});
   EXPECT_EQ(high_prefix.mha_provider, MhaPrefillProvider::kOurs);
   EXPECT_EQ(ToEngineMhaProvider(high_prefix), MhaPrefillProvider::kOurs);

@@ -93,6 +93,7 @@ class SchemaTest(unittest.TestCase):
     def test_gpus_per_worker_bounded_and_layouts_named(self):
         self.assertRejected({"prefill": {"gpus": 65}}, "65 is greater than the maximum of 64")
         self.assertRejected({"decode": {"moeParallel": "pipeline"}}, "'pipeline' is not one of")
+        self.assertRejected({"decode": {"moeDispatch": "alltoall"}}, "'alltoall' is not one of")
         self.assertEqual(self.errors(deep_merge(defaults(), {"decode": {"gpus": 8}})), [])
 
     def test_pdb_takes_one_bound(self):
@@ -162,7 +163,13 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(flags["--tp-size"], "8")
         self.assertEqual(flags["--attention-parallel"], "tensor")
         self.assertEqual(flags["--moe-parallel"], "tensor")
+        self.assertNotIn("--moe-dispatch", flags)  # gather: the worker's default
         self.assertNotIn("--tp-size", flag_values(container(find(objs, "Deployment", "prefill"))["args"]))
+        objs = render(extra_values={"prefill": {"gpus": 4, "attentionParallel": "data",
+                                                "moeDispatch": "all-to-all"}})
+        flags = flag_values(container(find(objs, "Deployment", "prefill"))["args"])
+        self.assertEqual(flags["--attention-parallel"], "data")
+        self.assertEqual(flags["--moe-dispatch"], "all-to-all")
 
     def test_probes_check_health_on_the_serving_port(self):
         for label, objs, _, _ in self.each():

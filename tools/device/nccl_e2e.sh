@@ -9,7 +9,10 @@
 #                    (the same checks on the CPU backend over tcp: tests the script itself)
 #   multi-GPU workers: PREFILL_GPUS=0,1 DECODE_GPUS=2,3 (CUDA_VISIBLE_DEVICES of each worker)
 #                    and PREFILL_LAYOUT / DECODE_LAYOUT (their layout flags, e.g.
-#                    "--tp-size 2 --attention-parallel data"), on nvidia-h200-x4.
+#                    "--tp-size 2 --attention-parallel data"), on nvidia-h200-x4: a
+#                    data-parallel prefill worker then streams each rank's KV layer by layer
+#                    from that rank's GPU to the decode rank's GPU (tools/device/parallel_suite.sh
+#                    runs that case).
 # Per model in $MODELS (fixture dirs; "v2lite" = a random DeepSeek-V2-Lite-shaped checkpoint
 # written by tools/make_random_model.py, needs torch on the GPU box):
 #   1. served greedy tokens == `mlaserve-run`'s (single process, GPU 0), both with the same
@@ -68,6 +71,7 @@ mkdir -p "$OUT"
 summary=()
 note() { summary+=("$(printf '%-58s %s' "$1" "$2")"); echo "== [$((SECONDS - T0)) s] $1: $2"; }
 { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; nvidia-smi topo -m; } > "$OUT/gpu.txt" 2>&1 || echo "no GPU ($BACKEND backend)" > "$OUT/gpu.txt"
+note "workers" "prefill ${PREFILL_LAYOUT:-(one GPU)} on GPUs ${PREFILL_GPUS:-0}; decode ${DECODE_LAYOUT:-(one GPU)} on GPUs ${DECODE_GPUS:-1}; KV over $TRANSPORT"
 
 declare -A PID
 STARTS=0

@@ -1,5 +1,6 @@
 #include "worker/testing/fake_engine.h"
 
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -49,6 +50,11 @@ std::unique_ptr<FakeEngine> FakeEngine::Create(const FakeEngineOptions& options)
   return e;
 }
 
+void FakeEngine::set_after_rank_layer(std::function<void(int rank, int layer)> hook) {
+  absl::MutexLock lock(&mu_);
+  after_rank_layer_ = std::move(hook);
+}
+
 void FakeEngine::set_before_forward(
     std::function<void(std::span<const model::SequenceChunk>)> hook) {
   absl::MutexLock lock(&mu_);
@@ -87,9 +93,7 @@ std::vector<int32_t> FakeEngine::ExpectedTokens(std::span<const int32_t> prompt,
   return out;
 }
 
-absl::StatusOr<model::ForwardResult> FakeEngine::Forward(
-    std::span<const model::SequenceChunk> batch, model::AttentionPath path,
-    const model::LayerDoneFn& on_layer_done) {
+absl::Status FakeEngine::BeginForward(std::span<const model::SequenceChunk> batch) {
   std::function<void(std::span<const model::SequenceChunk>)> hook;
   {
     absl::MutexLock lock(&mu_);
@@ -104,37 +108,99 @@ absl::StatusOr<model::ForwardResult> FakeEngine::Forward(
     ranks_.push_back(std::move(ranks));
   }
   if (hook) hook(batch);
-  const int P = kernels::kPageSize;
   for (const auto& c : batch) {
     if (c.rank < 0 || c.rank >= data_ranks()) {
       return absl::InvalidArgumentError(absl::StrCat("chunk for rank ", c.rank, " of ",
                                                      data_ranks()));
     }
     const int end = c.start_pos + static_cast<int>(c.tokens.size());
-    if (static_cast<int>(c.pages.size()) * P < end) {
+    if (static_cast<int>(c.pages.size()) * kernels::kPageSize < end) {
       return absl::InvalidArgumentError(absl::StrCat("chunk ends at ", end, " but has ",
                                                      c.pages.size(), " pages"));
     }
   }
-  std::vector<float> page(pools_[0]->layer_page_bytes() / sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status FakeEngine::WriteLayer(const model::SequenceChunk& c, int layer) {
+  const int P = kernels::kPageSize;
+  model::KvPool* pool = pools_[c.rank].get();
+  std::vector<float> page(pool->layer_page_bytes() / sizeof(float));
+  for (size_t i = 0; i < c.tokens.size(); ++i) {
+    const int pos = c.start_pos + static_cast<int>(i);
+    const int32_t pid = c.pages[pos / P];
+    absl::Status s = pool->ReadPage(layer, pid, page.data());
+    if (!s.ok()) return s;
+    FillEntry(page.data() + (pos % P) * kLatentDim, c.tokens[i], pos, layer);
+    s = pool->WritePage(layer, pid, page.data());
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<model::ForwardResult> FakeEngine::Forward(
+    std::span<const model::SequenceChunk> batch, model::AttentionPath path,
+    const model::LayerDoneFn& on_layer_done) {
+  if (absl::Status s = BeginForward(batch); !s.ok()) return s;
   for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
     for (const auto& c : batch) {
-      model::KvPool* pool = pools_[c.rank].get();
-      for (size_t i = 0; i < c.tokens.size(); ++i) {
-        const int pos = c.start_pos + static_cast<int>(i);
-        const int32_t pid = c.pages[pos / P];
-        absl::Status s = pool->ReadPage(layer, pid, page.data());
-        if (!s.ok()) return s;
-        FillEntry(page.data() + (pos % P) * kLatentDim, c.tokens[i], pos, layer);
-        s = pool->WritePage(layer, pid, page.data());
-        if (!s.ok()) return s;
-      }
+      if (absl::Status s = WriteLayer(c, layer); !s.ok()) return s;
     }
     if (on_layer_done) {
       absl::Status s = on_layer_done(layer);
       if (!s.ok()) return s;
     }
   }
+  return FinishForward(batch, path);
+}
+
+absl::StatusOr<model::ForwardResult> FakeEngine::ForwardStreamingRanks(
+    std::span<const model::SequenceChunk> batch, model::AttentionPath path,
+    const model::RankLayerDoneFn& on_rank_layer_done) {
+  if (data_ranks() == 1 || !on_rank_layer_done) {
+    return Engine::ForwardStreamingRanks(batch, path, on_rank_layer_done);
+  }
+  if (absl::Status s = BeginForward(batch); !s.ok()) return s;
+  std::function<void(int, int)> after;
+  {
+    absl::MutexLock lock(&mu_);
+    after = after_rank_layer_;
+  }
+  // As a data-parallel engine's ranks do: each rank on a thread of its own writes its chunks
+  // layer by layer and hands each layer over at once; a failing callback fails the call after
+  // every rank finished.
+  const int n = data_ranks();
+  std::vector<absl::Status> status(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    bool any = false;
+    for (const auto& c : batch) any = any || c.rank == r;
+    if (!any) continue;
+    threads.emplace_back([&, r] {
+      for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
+        for (const auto& c : batch) {
+          if (c.rank != r) continue;
+          if (absl::Status s = WriteLayer(c, layer); !s.ok()) {
+            status[r] = s;
+            return;
+          }
+        }
+        if (status[r].ok()) status[r] = on_rank_layer_done(r, layer);
+        if (after) after(r, layer);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  return FinishForward(batch, path);
+}
+
+absl::StatusOr<model::ForwardResult> FakeEngine::FinishForward(
+    std::span<const model::SequenceChunk> batch, model::AttentionPath path) {
+  const int P = kernels::kPageSize;
+  std::vector<float> page(pools_[0]->layer_page_bytes() / sizeof(float));
   model::ForwardResult result;
   for (const auto& c : batch) {
     if (!c.want_logits) continue;
@@ -171,7 +237,8 @@ absl::StatusOr<model::ForwardResult> FakeEngine::Forward(
     result.logits.insert(result.logits.end(), row.begin(), row.end());
     ++result.rows;
   }
-  result.path_used = path == model::AttentionPath::kMha || path == model::AttentionPath::kMhaOurs
+  result.path_used = path == model::AttentionPath::kMha || path == model::AttentionPath::kMhaOurs ||
+                             path == model::AttentionPath::kMhaCudnn
                          ? model::AttentionPath::kMha
                          : model::AttentionPath::kMla;
   // Rows that carry their sampling are drawn here, as a real engine does.

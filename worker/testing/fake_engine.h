@@ -9,7 +9,9 @@
 //
 // With data_ranks > 1 it plays a data-parallel-attention engine (docs/parallel.md): one pool
 // per rank, and each chunk's entries are written to and read from its rank's pool, so KV that
-// landed in another rank's pool than the chunk's reads back as corrupt.
+// landed in another rank's pool than the chunk's reads back as corrupt. ForwardStreamingRanks
+// then runs each rank's chunks on a thread of its own, handing each rank's layers over as
+// it writes them, as a data-parallel ParallelEngine does.
 #pragma once
 
 #include <functional>
@@ -45,9 +47,16 @@ class FakeEngine final : public model::Engine {
   absl::StatusOr<model::ForwardResult> Forward(std::span<const model::SequenceChunk> batch,
                                                model::AttentionPath path,
                                                const model::LayerDoneFn& on_layer_done) override;
+  absl::StatusOr<model::ForwardResult> ForwardStreamingRanks(
+      std::span<const model::SequenceChunk> batch, model::AttentionPath path,
+      const model::RankLayerDoneFn& on_rank_layer_done) override;
 
   // Runs before every Forward (tests block here to hold a step, or count batches).
   void set_before_forward(std::function<void(std::span<const model::SequenceChunk>)> hook);
+  // Data ranks > 1, ForwardStreamingRanks: runs on rank `rank`'s thread after each
+  // on_rank_layer_done(rank, layer) returned, before the rank writes its next layer (tests
+  // hold a rank there to see what left while it computes).
+  void set_after_rank_layer(std::function<void(int rank, int layer)> hook);
   int forward_calls() const;
   // Chunk lengths of every Forward so far, one vector per call.
   std::vector<std::vector<int>> batch_shapes() const;
@@ -62,10 +71,18 @@ class FakeEngine final : public model::Engine {
 
  private:
   FakeEngine() = default;
+  // Forward's parts: records the batch, runs the hook and checks the chunks; writes one
+  // layer's entries of a chunk; reads every want_logits chunk back into its logits row.
+  absl::Status BeginForward(std::span<const model::SequenceChunk> batch);
+  absl::Status WriteLayer(const model::SequenceChunk& c, int layer);
+  absl::StatusOr<model::ForwardResult> FinishForward(std::span<const model::SequenceChunk> batch,
+                                                     model::AttentionPath path);
+
   model::ModelConfig config_;
   std::vector<std::unique_ptr<model::KvPool>> pools_;
   mutable absl::Mutex mu_;
   std::function<void(std::span<const model::SequenceChunk>)> before_forward_ ABSL_GUARDED_BY(mu_);
+  std::function<void(int, int)> after_rank_layer_ ABSL_GUARDED_BY(mu_);
   int forward_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::vector<int>> shapes_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<int>> ranks_ ABSL_GUARDED_BY(mu_);

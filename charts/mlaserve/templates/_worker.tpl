@@ -110,6 +110,10 @@ spec:
             - {{ $w.attentionParallel | default "tensor" | quote }}
             - --moe-parallel
             - {{ $w.moeParallel | default "expert" | quote }}
+            {{- if eq ($w.moeDispatch | default "gather") "all-to-all" }}
+            - --moe-dispatch
+            - all-to-all
+            {{- end }}
             {{- end }}
             {{- if $root.Values.profiles.enabled }}
             - --profiles-dir

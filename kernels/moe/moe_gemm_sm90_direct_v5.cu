@@ -1,0 +1,10 @@
+// kSm90 tile configuration 5 with the direct-store epilogues (moe_gemm_sm90_direct.cuh):
+// SiLU * up fused into the gate_up product, and the plain product stored from registers.
+// cooperative 128 x 256 x 64 tiles, clusters of 2 along N (A tiles multicast).
+#include "kernels/moe/moe_gemm_sm90_direct.cuh"
+
+namespace mlaserve::kernels::moe_cuda {
+
+MLASERVE_MOE_SM90_DIRECT_VARIANTS(5, Sm90Coop128x256ClusterN2)
+
+}  // namespace mlaserve::kernels::moe_cuda

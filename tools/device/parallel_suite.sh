@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Issue 19's multi-GPU runs of the parallel work (issue 17) in one call on nvidia-h200-x2 or
+# nvidia-h200-x4: every GPU test of the sharded engine and its collectives, then the served
+# stack with multi-GPU workers. Each part is bounded by a timeout and by what is left of
+# BUDGET (default 540 s: one run call of at most 10 minutes); results are packed after each
+# part, so a call cut short still brings back what finished.
+#   here:   tools/device/parallel_suite.sh --bundle    (SKIP_BUILD=1 to pack what BUILD, default
+#           build-cuda, holds; writes .devpack-par.tar.xz, git-ignored)
+#   there:  tools/device/parallel_suite.sh             (carry [".devpack-par.tar.xz"])
+#   dry run here (CPU backend, tcp; checks the script and the e2e part): DRY=1 BIN=build
+#           tools/device/parallel_suite.sh
+# Parts (PARTS, default "tests e2edp e2e1"):
+#   tests  parallel_nccl_gpu_test: every collective on every GPU, and Collective::AllToAll
+#            captured in a CUDA graph and replayed (what a graph decode step of the
+#            fixed-capacity all-to-all holds);
+#          kernels_moe_shard_cuda_test: the fixed-capacity dispatch plan / pack / unpack equal
+#            the CPU exactly (with compute-sanitizer memcheck on those cases);
+#          model_engine_parallel_cuda_test: tensor and data attention x gather and all-to-all on
+#            V2 / V3 / V3.2, 2 ranks (and 4 with 4 GPUs) against the single-GPU engine, decode
+#            steps as CUDA graphs with the fixed-capacity all-to-all, graph == eager, and a
+#            data-parallel step streamed rank by rank;
+#          kvtransfer_nccl_cuda_test: the nccl KV transport GPU 0 -> GPU 1.
+#   e2edp  tools/device/nccl_e2e.sh with data-parallel workers: prefill --tp-size 2
+#          --attention-parallel data (layer-wise KV per rank), decode --tp-size 2
+#          --attention-parallel data --moe-dispatch all-to-all. With 4 GPUs: prefill on GPUs 0,1,
+#          decode on 2,3, KV over nccl rank to rank; with 2 GPUs both workers share GPUs 0,1 and
+#          the KV goes over tcp (NCCL cannot join two ranks on one GPU). Served tokens ==
+#          mlaserve-run, bytes by transport, kill either worker mid-transfer (pages back, the
+#          other serves on), TTFT with --kv-layerwise true / false.
+#   e2e1   tools/device/nccl_e2e.sh with one GPU per worker (GPU 0 -> GPU 1, nccl) on the
+#          deepseek_v2 fixture: the run issue 19 asks of the nccl transport itself.
+# Results: $OUT/summary.txt and $OUT/par_results.tgz (logs of every part).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+TARGETS="parallel_nccl_gpu_test kernels_moe_shard_cuda_test model_engine_parallel_cuda_test
+  kvtransfer_nccl_cuda_test mlaserve-router mlaserve-prefill mlaserve-decode mlaservectl
+  mlaserve-run mlaserve-bench"
+if [[ ${1:-} == --bundle ]]; then
+  set -e
+  # shellcheck disable=SC2086
+  BUILD=${BUILD:-build-cuda} TARGETS="$(echo $TARGETS)" tools/device/bundle.sh
+  # Smoke test on the CPU fallback before the pack spends device time (a binary linked from
+  # objects of two versions of a header crashed at start on the GPU machine once).
+  smoke=$(mktemp -d)
+  LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-} .devbin/mlaserve-run \
+    --model tests/fixtures/models/deepseek_v3 --backend auto --prompt-ids 5,6,7 \
+    --max-new-tokens 2 --temperature 0 --print-ids > "$smoke/run.out" 2> "$smoke/run.err" \
+    || { echo "smoke: mlaserve-run failed:"; tail -n 5 "$smoke/run.err"; exit 1; }
+  for w in prefill decode; do
+    LD_LIBRARY_PATH=$PWD/.devlibs:${LD_LIBRARY_PATH:-} .devbin/mlaserve-$w --help > "$smoke/$w.out" 2>&1 \
+      || { echo "smoke: mlaserve-$w --help failed:"; tail -n 5 "$smoke/$w.out"; exit 1; }
+  done
+  rm -rf "$smoke"
+  echo "smoke: mlaserve-run generates on the CPU fallback; the workers start"
+  tar -cf - .devbin .devlibs | xz -T2 -6 > .devpack-par.tar.xz
+  du -sh .devpack-par.tar.xz | cat
+  echo 'carry: [".devpack-par.tar.xz"]'
+  exit 0
+fi
+
+T0=$SECONDS
+BUDGET=${BUDGET:-540}
+PARTS=" ${PARTS:-tests e2edp e2e1} "
+FINAL=${OUT:-/tmp/par_out}
+W=$(mktemp -d -t par-suite-XXXXXX)
+mkdir -p "$FINAL"
+say() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$W/summary.txt"; }
+pack() { cp "$W/summary.txt" "$FINAL/summary.txt"; tar -C "$W" -czf "$FINAL/par_results.tgz" . 2>/dev/null; }
+left() { echo $((BUDGET - (SECONDS - T0))); }
+# bounded SECONDS CMD...: runs CMD under the smaller of SECONDS and the budget left (skips it
+# when less than 20 s are left).
+bounded() {
+  local want=$1; shift
+  local l; l=$(left)
+  if ((l < 20)); then say "skipped (budget): $*"; return 124; fi
+  timeout $((want < l ? want : l)) "$@"
+}
+passed() { grep -E '^\[  (PASSED|FAILED) |^\[  SKIPPED \]' "$1" | tr '\n' ' '; }
+
+if [[ -n ${DRY:-} ]]; then
+  BIN=${BIN:-build}
+  BACKEND=cpu
+  GPUS=4  # the 4-GPU layout of e2edp, over tcp on the CPU
+  say "dry run: CPU backend, binaries from $BIN"
+else
+  [[ -d .devbin ]] || tar -xJf .devpack-par.tar.xz
+  source tools/device/env.sh
+  BIN=$PWD/.devbin
+  BACKEND=cuda
+  GPUS=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
+  { date -u +%FT%TZ; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    nvidia-smi topo -m; } > "$W/gpu.txt" 2>&1
+  say "$GPUS GPUs: $(sed -n 2p "$W/gpu.txt")"
+fi
+
+if [[ $PARTS == *" tests "* && -z ${DRY:-} ]]; then
+  mkdir -p "$W/tests"
+  for t in parallel_nccl_gpu_test kernels_moe_shard_cuda_test kvtransfer_nccl_cuda_test; do
+    bounded 60 "$BIN/$t" > "$W/tests/$t.log" 2>&1
+    say "$t rc=$? $(passed "$W/tests/$t.log")"
+  done
+  if command -v compute-sanitizer > /dev/null; then
+    bounded 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/kernels_moe_shard_cuda_test" \
+      --gtest_filter='MoeDispatchFixedCuda.*' > "$W/tests/moe_shard_memcheck.log" 2>&1
+    say "compute-sanitizer memcheck (MoeDispatchFixedCuda) rc=$? $(grep -E 'ERROR SUMMARY' "$W/tests/moe_shard_memcheck.log")"
+  fi
+  bounded 240 "$BIN/model_engine_parallel_cuda_test" > "$W/tests/engine_parallel.log" 2>&1
+  say "model_engine_parallel_cuda_test rc=$? $(passed "$W/tests/engine_parallel.log")"
+  grep -E '^\[  FAILED  \]|Failure' "$W/tests/engine_parallel.log" | head -20 | tee -a "$W/summary.txt"
+  pack
+fi
+
+FIXTURES=tests/fixtures/models
+if [[ $PARTS == *" e2edp "* ]]; then
+  mkdir -p "$W/e2edp"
+  dp="--tp-size 2 --attention-parallel data"
+  if ((GPUS >= 4)); then
+    pg=0,1; dg=2,3; transport=nccl
+  else
+    pg=0,1; dg=0,1; transport=tcp
+  fi
+  [[ -n ${DRY:-} ]] && transport=tcp
+  say "e2edp: prefill '$dp' on GPUs $pg, decode '$dp --moe-dispatch all-to-all' on GPUs $dg, KV over $transport"
+  BIN=$BIN BACKEND=$BACKEND TRANSPORT=$transport OUT=$W/e2edp MODELS="$FIXTURES/deepseek_v3" \
+    PREFILL_GPUS=$pg DECODE_GPUS=$dg PREFILL_LAYOUT="$dp" \
+    DECODE_LAYOUT="$dp --moe-dispatch all-to-all" \
+    bounded 200 tools/device/nccl_e2e.sh > "$W/e2edp/e2e.txt" 2>&1
+  say "nccl_e2e (data-parallel workers) rc=$?"
+  sed -n '/^== summary/,$p' "$W/e2edp/e2e.txt" | tee -a "$W/summary.txt"
+  pack
+fi
+
+if [[ $PARTS == *" e2e1 "* && -z ${DRY:-} ]]; then
+  mkdir -p "$W/e2e1"
+  BIN=$BIN OUT=$W/e2e1 MODELS="$FIXTURES/deepseek_v2" bounded 150 tools/device/nccl_e2e.sh \
+    > "$W/e2e1/e2e.txt" 2>&1
+  say "nccl_e2e (one GPU per worker) rc=$?"
+  sed -n '/^== summary/,$p' "$W/e2e1/e2e.txt" | tee -a "$W/summary.txt"
+  pack
+fi
+say "done"
+pack
