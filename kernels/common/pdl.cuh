@@ -23,7 +23,7 @@
 //      kernels back, when the kernel in between waits before it releases its dependents
 //      (PdlEnter): that writer has completed before this kernel could launch. Read such memory
 //      with ld.global.cg (__ldcg: from L2, where completed kernels' writes are), not through L1.
-// Kernels not launched through LaunchPdl (cuBLAS, the attention kernels) keep plain stream
+// Kernels not launched through LaunchPdl (cuBLAS, cuDNN, mha_prefill) keep plain stream
 // order; the waits are no-ops where no programmatic dependency exists.
 //
 // Works under stream capture: the dependency becomes a programmatic edge of the CUDA graph

@@ -94,16 +94,16 @@ kernels::MoeRoutingParams FeedForward::RoutingParams(int rows, const float* logi
   return r;
 }
 
-absl::Status FeedForward::Forward(int rows, const void* x, void* out, bool shared) {
-  return RunBlock(rows, x, out, shared, nullptr).status();
+absl::Status FeedForward::Forward(int rows, const void* x, void* out) {
+  return RunBlock(rows, x, out, nullptr).status();
 }
 
 absl::StatusOr<bool> FeedForward::ForwardFolded(int rows, const void* x, void* out,
                                                 const kernels::MoeResidualNorm& norm) {
-  return RunBlock(rows, x, out, true, &norm);
+  return RunBlock(rows, x, out, &norm);
 }
 
-absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out, bool shared,
+absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out,
                                            const kernels::MoeResidualNorm* norm) {
   StepScratch& scratch = *ctx_->scratch;
   ScratchScope scope(scratch.arena());
@@ -154,7 +154,7 @@ absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out, b
   // kernels, and the residual add + next norm in their combine (kernels/moe/api.h), instead of
   // a gated MLP (two launches) and an RmsNorm after the block.
   const bool whole = !ctx_->layout->sharded();
-  const bool fold_shared = shared && whole && m.shared.inter > 0 && m.shared.gate_up.bias.empty() &&
+  const bool fold_shared = whole && m.shared.inter > 0 && m.shared.gate_up.bias.empty() &&
                            m.shared.down.bias.empty();
   if (norm != nullptr && whole && (fold_shared || m.shared.inter == 0)) {
     kernels::MoeExpertsParams folded = e;
@@ -171,7 +171,7 @@ absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out, b
     }
   }
   RETURN_IF_ERROR(RunRoutedExperts(e));
-  if (shared) RETURN_IF_ERROR(AddSharedExperts(T, x, out));
+  RETURN_IF_ERROR(AddSharedExperts(T, x, out));
   return false;
 }
 

@@ -37,10 +37,8 @@ class FeedForward {
   static size_t ScratchBytes(const LayerContext& context);
 
   bool is_moe() const { return w_->is_moe; }
-  // x: normed hidden [rows, hidden]; out: [rows, hidden]. Without `shared`, an MoE block leaves
-  // out the shared experts (AddSharedExperts adds them: whole shared experts, which the
-  // all-to-all layout holds, must be added once per row, not once per rank).
-  absl::Status Forward(int rows, const void* x, void* out, bool shared = true);
+  // x: normed hidden [rows, hidden]; out: [rows, hidden] (an MoE block with its shared experts).
+  absl::Status Forward(int rows, const void* x, void* out);
   // One GPU (an unsharded layout): Forward with the shared experts, and, where the backend folds
   // them into the routed experts' kernels (kernels::MoeExpertsFoldsSharedAndNorm: CUDA decode
   // steps), also the residual add and the next block's RMSNorm of `norm` into their combine.
@@ -71,7 +69,7 @@ class FeedForward {
 
  private:
   // Forward / ForwardFolded (norm null: never folded); true when the norm was folded.
-  absl::StatusOr<bool> RunBlock(int rows, const void* x, void* out, bool shared,
+  absl::StatusOr<bool> RunBlock(int rows, const void* x, void* out,
                                 const kernels::MoeResidualNorm* norm);
   // The router's f32 logits of x, and the routing parameters over them (Route's two parts).
   absl::Status RouterLogits(int rows, const void* x, float* logits) const;
