@@ -140,6 +140,27 @@ absl::Status RunLocalExperts(const LayerContext& ctx, const MoeWeights& m, int64
   return kernels::MoeExperts(e, oc.kernel);
 }
 
+// The scratch both all-to-all forms need besides their exchange buffers: this rank's routing
+// of `rows` tokens, the local experts' workspace for `expert_rows` received rows, the whole
+// shared experts' activations of `rows`, and the arena's alignment slack (a few dozen
+// allocations).
+size_t AllToAllCommonScratchBytes(const LayerContext& context, size_t rows, size_t expert_rows) {
+  const ParallelLayout& layout = *context.layout;
+  const ModelConfig& c = *context.config;
+  const size_t k = c.num_experts_per_tok;
+  kernels::MoeExpertsParams e;
+  e.dtype = context.ops.dtype;
+  e.num_tokens = static_cast<int>(expert_rows);
+  e.hidden = c.hidden_size;
+  e.inter = layout.expert_inter.count;
+  e.num_experts = layout.experts.count;
+  e.top_k = c.num_experts_per_tok;
+  const size_t routing =
+      rows * c.n_routed_experts * sizeof(float) + rows * k * (sizeof(int32_t) + sizeof(float));
+  const size_t shared = rows * 3 * layout.shared_inter.count * context.ops.elem();
+  return routing + kernels::MoeExpertsWorkspaceBytes(e) + shared + 64 * 256;
+}
+
 }  // namespace
 
 size_t FeedForward::AllToAllScratchBytes(const LayerContext& context, int rows) {
@@ -152,22 +173,11 @@ size_t FeedForward::AllToAllScratchBytes(const LayerContext& context, int rows) 
   const size_t hidden = c.hidden_size;
   const size_t sent = static_cast<size_t>(rows) * std::min(n, k);  // rows this rank sends
   const size_t received = static_cast<size_t>(rows) * n;           // rows it can receive
-  kernels::MoeExpertsParams e;
-  e.dtype = context.ops.dtype;
-  e.num_tokens = static_cast<int>(received);
-  e.hidden = c.hidden_size;
-  e.inter = layout.expert_inter.count;
-  e.num_experts = layout.experts.count;
-  e.top_k = c.num_experts_per_tok;
-  const size_t routing =
-      rows * c.n_routed_experts * sizeof(float) + rows * k * (sizeof(int32_t) + sizeof(float));
   const size_t meta =
       (sent + received) * (k * (sizeof(int32_t) + sizeof(float)) + sizeof(int32_t)) +
       rows * n * sizeof(int32_t) + 4 * n * sizeof(int32_t);
   const size_t moved = 2 * (sent + received) * hidden * es;  // rows out and in, sums back and in
-  const size_t shared = static_cast<size_t>(rows) * 3 * layout.shared_inter.count * es;
-  // Alignment slack of the arena's allocations (a few dozen of them).
-  return routing + meta + moved + kernels::MoeExpertsWorkspaceBytes(e) + shared + 64 * 256;
+  return AllToAllCommonScratchBytes(context, rows, received) + meta + moved;
 }
 
 absl::Status FeedForward::ForwardAllToAll(int rows, const void* x, void* out,
@@ -288,21 +298,11 @@ size_t FeedForward::AllToAllFixedScratchBytes(const LayerContext& context, int c
   const size_t es = context.ops.elem();
   const size_t rows = capacity;  // this rank's rows at most
   const size_t block = static_cast<size_t>(layout.size) * capacity;  // rows of every exchange
-  kernels::MoeExpertsParams e;
-  e.dtype = context.ops.dtype;
-  e.num_tokens = static_cast<int>(block);
-  e.hidden = c.hidden_size;
-  e.inter = layout.expert_inter.count;
-  e.num_experts = layout.experts.count;
-  e.top_k = c.num_experts_per_tok;
-  const size_t routing =
-      rows * c.n_routed_experts * sizeof(float) + rows * k * (sizeof(int32_t) + sizeof(float));
   // Meta sent and received, unpacked ids and weights, the combine slots, the row tokens.
   const size_t meta = 2 * block * 2 * k * sizeof(int32_t) + block * k * 2 * sizeof(int32_t) +
                       rows * layout.size * sizeof(int32_t) + block * sizeof(int32_t);
   const size_t moved = 4 * block * c.hidden_size * es;  // rows out and in, sums back and in
-  const size_t shared = rows * 3 * layout.shared_inter.count * es;
-  return routing + meta + moved + kernels::MoeExpertsWorkspaceBytes(e) + shared + 64 * 256;
+  return AllToAllCommonScratchBytes(context, rows, block) + meta + moved;
 }
 
 absl::Status FeedForward::ForwardAllToAllFixed(int rows, int capacity, const void* x, void* out,
