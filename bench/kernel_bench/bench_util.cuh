@@ -111,6 +111,40 @@ double MedianMs(Fn&& fn, int warmup = 3, int reps = 20, bool spin_first = false)
   return ms[ms.size() / 2];
 }
 
+// Microseconds per call of call(c), c = 0..calls-1, captured together in one CUDA graph on
+// `stream` (after one eager pass: kernel attributes, TMA descriptors): the median over
+// `timed` replays after `skipped` untimed ones.
+template <typename Fn>
+double GraphMicrosPerCall(cudaStream_t stream, int calls, Fn&& call, int skipped = 3, int timed = 10) {
+  for (int c = 0; c < calls; ++c) call(c);
+  BENCH_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int c = 0; c < calls; ++c) call(c);
+  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
+  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  std::vector<double> us;
+  for (int r = 0; r < skipped + timed; ++r) {
+    BENCH_CHECK(cudaEventRecord(start, stream));
+    BENCH_CHECK(cudaGraphLaunch(exec, stream));
+    BENCH_CHECK(cudaEventRecord(stop, stream));
+    BENCH_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (r >= skipped) us.push_back(1e3 * ms / calls);
+  }
+  BENCH_CHECK(cudaEventDestroy(start));
+  BENCH_CHECK(cudaEventDestroy(stop));
+  BENCH_CHECK(cudaGraphExecDestroy(exec));
+  BENCH_CHECK(cudaGraphDestroy(graph));
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
 // Device-to-device copy of 1 GiB, counting bytes read + written (GB/s).
 inline double MeasureCopyGBs() {
   const size_t bytes = size_t{1} << 30;

@@ -150,33 +150,7 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
       p.block_table = d_tables.get<int32_t>() + static_cast<size_t>(c % copies) * batch * max_pages;
       CheckStatus(kernels::MlaDecode(p, v.plan, workspace.get(), ctx_cuda), "MlaDecode");
     };
-    for (int c = 0; c < kCalls; ++c) call(c);  // warm-up (kernel attributes, TMA descriptors)
-    BENCH_CHECK(cudaStreamSynchronize(stream));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int c = 0; c < kCalls; ++c) call(c);
-    BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
-    BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t start, stop;
-    BENCH_CHECK(cudaEventCreate(&start));
-    BENCH_CHECK(cudaEventCreate(&stop));
-    std::vector<double> us;
-    for (int r = 0; r < 13; ++r) {
-      BENCH_CHECK(cudaEventRecord(start, stream));
-      BENCH_CHECK(cudaGraphLaunch(exec, stream));
-      BENCH_CHECK(cudaEventRecord(stop, stream));
-      BENCH_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      if (r >= 3) us.push_back(1e3 * ms / kCalls);
-    }
-    std::sort(us.begin(), us.end());
-    const double t = us[us.size() / 2];
-    BENCH_CHECK(cudaEventDestroy(start));
-    BENCH_CHECK(cudaEventDestroy(stop));
-    BENCH_CHECK(cudaGraphExecDestroy(exec));
-    BENCH_CHECK(cudaGraphDestroy(graph));
+    const double t = GraphMicrosPerCall(stream, kCalls, call);
     const double gbs = bytes / (t * 1e-6) / 1e9;
     std::string desc = v.plan.num_parts > 0 ? "parts=" + std::to_string(v.plan.num_parts)
                                             : std::to_string(v.plan.num_splits) + "x" +

@@ -39,33 +39,7 @@ __global__ void EmptyKernel() {}
 // Microseconds per launch of `launch` in a CUDA graph of kProbeCalls launches (median of 10).
 template <typename Fn>
 double GraphMicros(cudaStream_t stream, Fn&& launch) {
-  for (int c = 0; c < kProbeCalls; ++c) launch();
-  BENCH_CHECK(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  BENCH_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int c = 0; c < kProbeCalls; ++c) launch();
-  BENCH_CHECK(cudaStreamEndCapture(stream, &graph));
-  BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  std::vector<double> us;
-  for (int r = 0; r < 12; ++r) {
-    BENCH_CHECK(cudaEventRecord(start, stream));
-    BENCH_CHECK(cudaGraphLaunch(exec, stream));
-    BENCH_CHECK(cudaEventRecord(stop, stream));
-    BENCH_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (r >= 2) us.push_back(1e3 * ms / kProbeCalls);
-  }
-  std::sort(us.begin(), us.end());
-  BENCH_CHECK(cudaEventDestroy(start));
-  BENCH_CHECK(cudaEventDestroy(stop));
-  BENCH_CHECK(cudaGraphExecDestroy(exec));
-  BENCH_CHECK(cudaGraphDestroy(graph));
-  return us[us.size() / 2];
+  return GraphMicrosPerCall(stream, kProbeCalls, [&](int) { launch(); }, /*skipped=*/2);
 }
 
 }  // namespace
