@@ -41,6 +41,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/common/env_switch.h"
 
 namespace mlaserve::kernels::cuda {
 
@@ -78,10 +79,7 @@ __device__ __forceinline__ void PdlEnter() {
 // Host: whether launches on the current device carry the PDL attribute (compute capability
 // 9.0 or newer, and MLASERVE_PDL is not "0"). Cached per device.
 inline bool PdlEnabled() {
-  static const bool disabled = [] {
-    const char* v = std::getenv("MLASERVE_PDL");
-    return v != nullptr && std::strcmp(v, "0") == 0;
-  }();
+  static const bool disabled = EnvSwitchedOff("MLASERVE_PDL");
   if (disabled) return false;
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cache[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no

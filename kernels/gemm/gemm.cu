@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/gemm/api.h"
 #include "kernels/gemm/gemm_small_m.h"
 
@@ -201,10 +202,7 @@ absl::Status CublasLtGemm(const GemmParams& p, void* stream) {
 
 // MLASERVE_GEMM_SMALL_M=0 keeps kAuto on cuBLASLt (for timing comparisons; kSmallM still runs).
 bool SmallMAutoDisabled() {
-  static const bool disabled = [] {
-    const char* v = std::getenv("MLASERVE_GEMM_SMALL_M");
-    return v != nullptr && std::strcmp(v, "0") == 0;
-  }();
+  static const bool disabled = EnvSwitchedOff("MLASERVE_GEMM_SMALL_M");
   return disabled;
 }
 

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/gemm/gemm_small_m.h"
 
@@ -415,10 +416,7 @@ int64_t ResidentCtas(KernelFn kernel, int splits, int sms) {
 // MLASERVE_WEIGHT_PREFETCH=0 turns the weight prefetch and the early weight loads off (timing
 // comparisons).
 bool PrefetchDisabled() {
-  static const bool disabled = [] {
-    const char* v = std::getenv("MLASERVE_WEIGHT_PREFETCH");
-    return v != nullptr && std::strcmp(v, "0") == 0;
-  }();
+  static const bool disabled = EnvSwitchedOff("MLASERVE_WEIGHT_PREFETCH");
   return disabled;
 }
 

@@ -18,6 +18,7 @@
 
 #include "common/status.h"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/mla_decode/api.h"
 #include "kernels/common/param_check.h"
@@ -302,8 +303,7 @@ __global__ void __launch_bounds__(kScheduleThreads) MlaScheduleKernel(const __gr
 // Whether the balanced schedule's CTAs issue the next segment's loads during the current one
 // (LatentSplit::prefetch_next); MLASERVE_MLA_PREFETCH=0 turns it off, for timing comparisons.
 bool PrefetchNextSegment() {
-  const char* v = std::getenv("MLASERVE_MLA_PREFETCH");
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  return !EnvSwitchedOff("MLASERVE_MLA_PREFETCH");  // read per call: the benches flip it
 }
 
 // The Hopper kernel over the balanced schedule: schedule, attention, combine of split requests.

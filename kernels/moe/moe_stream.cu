@@ -31,6 +31,7 @@
 #include "common/status.h"
 
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_silu.cuh"
@@ -291,10 +292,7 @@ int SharedSlots(const MoeExpertsParams& p) {
 }  // namespace
 
 bool DecodeFoldsDisabled() {
-  static const bool disabled = [] {
-    const char* v = std::getenv("MLASERVE_MOE_FOLD");
-    return v != nullptr && std::strcmp(v, "0") == 0;
-  }();
+  static const bool disabled = EnvSwitchedOff("MLASERVE_MOE_FOLD");
   return disabled;
 }
 
