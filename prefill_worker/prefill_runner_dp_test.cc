@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/common/page.h"
@@ -157,6 +158,12 @@ TEST_F(DataParallelPrefillTest, EachRanksLayersLeaveWhileItsLaterLayersCompute) 
   const auto a = Prompt(40, 1), b = Prompt(50, 2);
   Received ra, rb;
   Outcome oa, ob;
+  // The runner holds `recording` and the hook this body's locals: both go before they do (a
+  // sender the runner drops late would otherwise touch a destroyed `recording`).
+  absl::Cleanup release = [&] {
+    runner_.reset();
+    prefill_->set_after_rank_layer(nullptr);
+  };
   ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 40, 1, &ra)), oa.fn()).ok());
   ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 50, 0, &rb)), ob.fn()).ok());
   RunUntilIdle();
@@ -219,6 +226,12 @@ TEST_F(DataParallelPrefillTest, AFailureMidTransferFreesThatRanksPagesOthersGoOn
   const auto a = Prompt(40, 1), b = Prompt(50, 2);
   Received ra, rb;
   Outcome oa, ob;
+  // The runner holds `recording` and the hook this body's locals: both go before they do (a
+  // sender the runner drops late would otherwise touch a destroyed `recording`).
+  absl::Cleanup release = [&] {
+    runner_.reset();
+    prefill_->set_after_rank_layer(nullptr);
+  };
   ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 40, 0, &ra)), oa.fn()).ok());
   ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 50, 1, &rb)), ob.fn()).ok());
   RunUntilIdle();
