@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -129,20 +130,33 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
 
 absl::Status Cluster::WaitAllPagesFree(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
+  // A worker's load is the one the router last heard, which may predate the caller's last
+  // request (a snapshot from before the request's pages were taken shows them all free). So
+  // only a report from a later poll round than the first one that ended after this call
+  // began counts: rounds are sequential, so that report was asked for after the call began.
+  const int64_t start_ms = absl::ToUnixMillis(absl::Now());
+  absl::flat_hash_map<std::string, int64_t> first_round_ms;  // per worker id
   std::string last;
   while (absl::Now() < deadline) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-    v1::GetLoadsResponse loads;
-    grpc::Status s = admin_->GetLoads(&context, v1::GetLoadsRequest(), &loads);
+    v1::ListWorkersRequest request;
+    request.set_role(v1::WORKER_ROLE_DECODE);
+    v1::ListWorkersResponse workers;
+    grpc::Status s = admin_->ListWorkers(&context, request, &workers);
     bool all_free = s.ok();
     last.clear();
-    for (const auto& w : loads.workers()) {
-      if (w.role() != v1::WORKER_ROLE_DECODE) continue;
-      absl::StrAppend(&last, w.id(), " ", w.load().kv_pages_free(), "/", w.load().kv_pages_total(),
+    for (const v1::WorkerStatus& w : workers.workers()) {
+      const v1::WorkerLoad& load = w.info().load();
+      absl::StrAppend(&last, w.id(), " ", load.kv_pages_free(), "/", load.kv_pages_total(),
                       " free, ", w.router_inflight(), " in flight; ");
-      all_free = all_free && w.load().kv_pages_total() > 0 &&
-                 w.load().kv_pages_free() == w.load().kv_pages_total() && w.router_inflight() == 0;
+      bool fresh = false;
+      if (w.last_seen_unix_ms() > start_ms) {
+        auto [it, first] = first_round_ms.try_emplace(w.id(), w.last_seen_unix_ms());
+        fresh = !first && w.last_seen_unix_ms() > it->second;
+      }
+      all_free = all_free && fresh && load.kv_pages_total() > 0 &&
+                 load.kv_pages_free() == load.kv_pages_total() && w.router_inflight() == 0;
     }
     if (all_free) return absl::OkStatus();
     // Loads refresh on the router's poll period (100 ms here).

@@ -66,8 +66,9 @@ class Cluster {
                                                              const std::string& name,
                                                              bool register_with_router);
 
-  // Waits until every decode worker reports all its KV pages free (through GetLoads, which
-  // the router refreshes every poll period).
+  // Waits until every decode worker reports all its KV pages free and the router has no
+  // request on it, in a report the router asked for after this call began (ListWorkers; the
+  // router refreshes loads every poll period).
   absl::Status WaitAllPagesFree(absl::Duration timeout);
 
  private:
