@@ -49,6 +49,14 @@ struct RopeParams {
   const void* k_norm_weight = nullptr;
   int k_norm_dim = 0;
   float k_norm_eps = 1e-6f;
+  // Optional, with the fused norm: each finished k row's first cache_entry_dim values are also
+  // stored at cache[slot_mapping[t] * cache_entry_dim] (MLA's cache write in the same launch;
+  // kernels/kv_cache's CacheWrite, whose rule it keeps: a slot < 0 or >= cache_slots is not
+  // written). cache_entry_dim <= k_token_stride. null: no store.
+  void* cache = nullptr;
+  const int64_t* slot_mapping = nullptr;  // [num_tokens]
+  int64_t cache_slots = 0;                // num_pages * kPageSize
+  int cache_entry_dim = 0;
   // Optional: x's rotated values are written here instead of back into x (x is then only
   // read), element (t, h, out_offset + j) at out[t*out_token_stride + h*out_head_stride +
   // out_offset + j] (MLA's absorbed query, whose rope part follows its latent part: the copy

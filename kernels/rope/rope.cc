@@ -50,6 +50,17 @@ absl::Status Rope(const RopeParams& p, const KernelContext& ctx) {
           ", k_norm_eps=", p.k_norm_eps, ")"));
     }
   }
+  if (p.cache != nullptr) {
+    if (p.k_norm_weight == nullptr || p.slot_mapping == nullptr || p.cache_entry_dim <= 0 ||
+        p.cache_entry_dim > p.k_token_stride || p.cache_slots < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rope: the fused cache store takes the fused norm, a slot_mapping, 0 < cache_entry_dim "
+          "<= k_token_stride and cache_slots >= 0 (got k_norm_weight ",
+          p.k_norm_weight == nullptr ? "null" : "set", ", slot_mapping ",
+          p.slot_mapping == nullptr ? "null" : "set", ", cache_entry_dim=", p.cache_entry_dim,
+          ", k_token_stride=", p.k_token_stride, ", cache_slots=", p.cache_slots, ")"));
+    }
+  }
   if (p.k != nullptr) {
     RETURN_IF_ERROR(RequirePositive("k_heads", p.k_heads));
     RETURN_IF_ERROR(CheckStrides("k_", p.num_tokens, p.k_heads, p.k_token_stride,

@@ -1,7 +1,8 @@
 // rope CUDA backend: one thread per rotated pair (token, head, i) over x's heads and then k's
 // (one launch for MLA's q and k_pe), f32 math on the f32 cos/sin table, in place or into `out`;
 // with the fused latent norm (k_norm_weight) one block per token: RMSNorm of its k row's first
-// k_norm_dim values (kernels/norm's bf16 rounding), then its pairs. Launched with PDL
+// k_norm_dim values (kernels/norm's bf16 rounding), then its pairs, then (with `cache`) the
+// finished row into its cache slot. Launched with PDL
 // (kernels/common/pdl.cuh). A position outside [0, max_position) cannot be
 // reported without a host sync: that token is left unrotated (with `out`: its slice there is
 // not written); callers validate, and the CPU backend refuses it.
@@ -85,6 +86,21 @@ __global__ void __launch_bounds__(kThreads) RopeNormKernel(const __grid_constant
   }
   for (int idx = threadIdx.x; idx < heads * half; idx += kThreads) {
     RotatePair<T>(p, t, idx / half, idx % half);
+  }
+  if (p.cache == nullptr) return;
+  const int64_t slot = p.slot_mapping[t];
+  if (slot < 0 || slot >= p.cache_slots) return;  // the same for the whole block
+  __syncthreads();  // the row's normed and rotated values, written by every thread above
+  T* dst = static_cast<T*>(p.cache) + slot * p.cache_entry_dim;
+  const bool vec = p.cache_entry_dim * sizeof(T) % sizeof(uint4) == 0 &&
+                   (reinterpret_cast<uintptr_t>(row) | reinterpret_cast<uintptr_t>(dst)) % sizeof(uint4) == 0;
+  if (vec) {
+    const int n = static_cast<int>(p.cache_entry_dim * sizeof(T) / sizeof(uint4));
+    for (int j = threadIdx.x; j < n; j += kThreads) {
+      reinterpret_cast<uint4*>(dst)[j] = reinterpret_cast<const uint4*>(row)[j];
+    }
+  } else {
+    for (int j = threadIdx.x; j < p.cache_entry_dim; j += kThreads) dst[j] = row[j];
   }
 }
 

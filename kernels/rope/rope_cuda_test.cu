@@ -60,12 +60,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeCudaTest,
                                             ::testing::Values(64, 32), ::testing::Bool(), ::testing::Bool()));
 
 // MLA's decode prologue in one launch: q's rope parts rotated into the absorbed query, the
-// latent normed and the shared key k_pe rotated in place in the cache entry (with and without
-// the fused norm).
-class RopeCudaQk : public ::testing::TestWithParam<bool> {};
+// latent normed and the shared key k_pe rotated in place in the cache entry (without the fused
+// norm, with it, and with it and the store of the finished rows into their cache slots).
+enum class Fused { kNone, kNorm, kNormAndCache };
+class RopeCudaQk : public ::testing::TestWithParam<Fused> {};
 
 TEST_P(RopeCudaQk, MatchesCpu) {
-  const bool fused_norm = GetParam();
+  const bool fused_norm = GetParam() != Fused::kNone;
+  const bool fused_cache = GetParam() == Fused::kNormAndCache;
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   const int tokens = 5, heads = 16, rot = 64, nope = 128, latent = 512, max_pos = 1024;
@@ -89,6 +91,14 @@ TEST_P(RopeCudaQk, MatchesCpu) {
   if (fused_norm) {
     p.k_norm_weight = norm_w.data(); p.k_norm_dim = latent - 8; p.k_norm_eps = 1e-6f;
   }
+  // Slots: two pages' worth, tokens scattered over them, one skipped (-1), one past the end.
+  const int cache_slots = 128;
+  std::vector<int64_t> slot_mapping = {77, -1, 3, cache_slots, 64};
+  std::vector<float> cache(static_cast<size_t>(cache_slots) * entry, 0.0f);
+  if (fused_cache) {
+    p.cache = cache.data(); p.slot_mapping = slot_mapping.data(); p.cache_slots = cache_slots;
+    p.cache_entry_dim = entry;
+  }
   ASSERT_TRUE(Rope(p, KernelContext{}).ok());
   auto d_norm_w = testing::ToDeviceBf16(norm_w);
   auto d_q = testing::ToDeviceBf16(q), d_kv = testing::ToDeviceBf16(kv);
@@ -99,6 +109,11 @@ TEST_P(RopeCudaQk, MatchesCpu) {
   g.dtype = DType::kBF16; g.x = d_q.get(); g.k = d_kv.get(); g.out = d_abs.get();
   g.positions = d_pos.as<int32_t>(); g.cos_sin = d_cs.as<float>();
   if (fused_norm) g.k_norm_weight = d_norm_w.get();
+  auto d_slots = testing::ToDevice(slot_mapping);
+  auto d_cache = testing::PoisonedBf16(cache.size());
+  if (fused_cache) {
+    g.cache = d_cache.get(); g.slot_mapping = d_slots.as<int64_t>();
+  }
   ASSERT_TRUE(Rope(g, KernelContext{Backend::kCuda, nullptr}).ok());
   MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
   const auto got_abs = testing::ToHostBf16(d_abs, q_abs.size());
@@ -113,10 +128,29 @@ TEST_P(RopeCudaQk, MatchesCpu) {
   }
   EXPECT_LE(testing::RelativeError(got, want), 1e-2);
   EXPECT_EQ(testing::ToHostBf16(d_q, q.size()), q) << "q is only read";
-  EXPECT_LE(testing::RelativeError(testing::ToHostBf16(d_kv, kv.size()), kv_want), 1e-2);
+  const auto got_kv = testing::ToHostBf16(d_kv, kv.size());
+  EXPECT_LE(testing::RelativeError(got_kv, kv_want), 1e-2);
+  if (fused_cache) {
+    // Written slots hold the kernel's own finished rows, bit for bit; the others stay poisoned.
+    const auto got_cache = testing::ToHostBf16(d_cache, cache.size());
+    std::vector<bool> written(cache_slots, false);
+    for (int t = 0; t < tokens; ++t) {
+      const int64_t slot = slot_mapping[t];
+      if (slot < 0 || slot >= cache_slots) continue;
+      written[slot] = true;
+      for (int j = 0; j < entry; ++j) {
+        ASSERT_EQ(got_cache[slot * entry + j], got_kv[t * entry + j]) << "token " << t << " value " << j;
+      }
+    }
+    for (int s = 0; s < cache_slots; ++s) {
+      if (written[s]) continue;
+      for (int j = 0; j < entry; ++j) ASSERT_TRUE(std::isnan(got_cache[s * entry + j])) << "slot " << s;
+    }
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Norm, RopeCudaQk, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(Fusions, RopeCudaQk,
+                         ::testing::Values(Fused::kNone, Fused::kNorm, Fused::kNormAndCache));
 
 }  // namespace
 }  // namespace mlaserve::kernels

@@ -1,4 +1,6 @@
 // rope CPU backend: rotates pairs in place with the precomputed cos/sin table.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/common/param_check.h"
@@ -47,6 +49,11 @@ absl::Status RopeCpu(const RopeParams& p) {
     for (int h = 0; k != nullptr && h < p.k_heads; ++h) {
       float* v = k + t * p.k_token_stride + h * p.k_head_stride + p.k_offset;
       rotate(cos, v, v);
+    }
+    const int64_t slot = p.cache != nullptr ? p.slot_mapping[t] : -1;
+    if (slot >= 0 && slot < p.cache_slots) {
+      const float* row = k + t * p.k_token_stride;
+      std::copy(row, row + p.cache_entry_dim, static_cast<float*>(p.cache) + slot * p.cache_entry_dim);
     }
   }
   return absl::OkStatus();

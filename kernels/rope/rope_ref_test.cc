@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -164,6 +165,46 @@ TEST(RopeQk, FusedNormEqualsNormThenRope) {
   const absl::Status st = Rope(p, KernelContext{});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("k_norm_dim=11"), std::string::npos) << st.message();
+}
+
+// The fused cache store: each finished k row lands in its slot as CacheWrite would put it;
+// slots -1 and past the cache's end are skipped, and the rest of the cache is untouched.
+TEST(RopeQk, FusedCacheStoreEqualsCacheWrite) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const int tokens = 4, heads = 2, rot = 8, nope = 4, max_position = 16;
+  const int qk = nope + rot, latent = 10, entry = latent + rot, slots = 6;
+  std::vector<float> cos_sin = RandomVector(static_cast<size_t>(max_position) * rot, seed);
+  std::vector<int32_t> positions = {1, 9, 4, 2};
+  std::vector<int64_t> slot_mapping = {3, -1, 0, slots};
+  const auto q = RandomVector(tokens * heads * qk, seed + 1);
+  const auto kv = RandomVector(tokens * entry, seed + 2);
+  const auto w = RandomVector(latent, seed + 3, 0.5f, 1.5f);
+  const std::vector<float> poison(static_cast<size_t>(slots) * entry, -7.0f);
+  std::vector<float> q_got = q, kv_got = kv, cache = poison;
+  RopeParams p;
+  p.num_tokens = tokens; p.num_heads = heads; p.rot_dim = rot; p.x = q_got.data();
+  p.token_stride = heads * qk; p.head_stride = qk; p.offset = nope;
+  p.positions = positions.data(); p.cos_sin = cos_sin.data(); p.max_position = max_position;
+  p.k = kv_got.data(); p.k_heads = 1; p.k_token_stride = entry; p.k_head_stride = entry;
+  p.k_offset = latent; p.k_norm_weight = w.data(); p.k_norm_dim = latent; p.k_norm_eps = 1e-6f;
+  p.cache = cache.data(); p.slot_mapping = slot_mapping.data(); p.cache_slots = slots;
+  p.cache_entry_dim = entry;
+  ASSERT_TRUE(Rope(p, KernelContext{}).ok());
+  std::vector<float> want = poison;
+  for (int t = 0; t < tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (slot < 0 || slot >= slots) continue;
+    std::copy_n(kv_got.begin() + t * entry, entry, want.begin() + slot * entry);
+  }
+  EXPECT_EQ(cache, want);
+  p.cache_entry_dim = entry + 1;  // wider than a k row
+  const absl::Status st = Rope(p, KernelContext{});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("cache_entry_dim=19"), std::string::npos) << st.message();
+  p.cache_entry_dim = entry;
+  p.k_norm_weight = nullptr;  // the store rides on the per-token norm launch
+  EXPECT_EQ(Rope(p, KernelContext{}).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ class NativeLatentKvCache final : public LatentKvCache {
                                                 x.pool->latent(layer), num_pages()),
                                x.ops.kernel);
   }
+  void* LatentRowsInPlace(int layer) override { return context_.pool->latent(layer); }
   absl::Status WriteIndexKeys(int layer, const BatchPlan& plan, const void* k) override {
     const LatentKvCacheContext& x = context_;
     return kernels::CacheWrite(NativeCacheWrite(x.ops.dtype, plan, k, x.index_key_dim,

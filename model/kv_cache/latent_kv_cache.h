@@ -65,6 +65,11 @@ class LatentKvCache {
   // The new tokens' latent rows kv [T, latent] / indexer keys k [T, index_key_dim] into the
   // layer's pages at plan.dev.slots (slot -1 writes nothing).
   virtual absl::Status WriteLatent(int layer, const BatchPlan& plan, const void* kv) = 0;
+  // Where WriteLatent puts the rows when the format stores them as they are (kNative): the
+  // layer's cache, so the kernel that finishes the rows stores them itself in the same launch
+  // (rope's fused cache store, MlaAttention) instead of WriteLatent. Null for a format that
+  // converts them (fp8): call WriteLatent.
+  virtual void* LatentRowsInPlace(int layer) { return nullptr; }
   virtual absl::Status WriteIndexKeys(int layer, const BatchPlan& plan, const void* k) = 0;
   // Replaces kv [T, latent] by what the cache now holds for those tokens, so the MHA form
   // attends its own keys as later chunks will see them. No-op for the native cache.

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/status.h"
+#include "kernels/common/page.h"
 #include "kernels/gemm/api.h"
 #include "kernels/mla_decode/api.h"
 #include "kernels/mla_prefill/api.h"
@@ -24,7 +25,8 @@ constexpr float kLatentNormEps = 1e-6f;
 // parts ([T, H, latent | rope], the absorbed query) when given.
 absl::Status NormRopeQk(const ops::OpContext& ctx, const RopeTable& rope, const float* cos_sin,
                         const BatchPlan& plan, const MlaDims& d, int heads, bool interleaved,
-                        const WeightTensor& norm, int norm_dim, void* q, void* q_out, void* kv) {
+                        const WeightTensor& norm, int norm_dim, void* q, void* q_out, void* kv,
+                        void* cache, int64_t cache_slots) {
   kernels::RopeParams p;
   p.dtype = ctx.dtype;
   p.num_tokens = plan.total_tokens;
@@ -46,6 +48,12 @@ absl::Status NormRopeQk(const ops::OpContext& ctx, const RopeTable& rope, const 
   p.k_norm_weight = norm.data();
   p.k_norm_dim = norm_dim;
   p.k_norm_eps = kLatentNormEps;
+  if (cache != nullptr) {  // the finished kv rows into their slots too (LatentRowsInPlace)
+    p.cache = cache;
+    p.slot_mapping = plan.dev.slots;
+    p.cache_slots = cache_slots;
+    p.cache_entry_dim = d.latent();
+  }
   if (q_out != nullptr) {
     p.out = q_out;
     p.out_token_stride = static_cast<int64_t>(heads) * d.latent();
@@ -162,11 +170,14 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
     ASSIGN_OR_RETURN(q_abs, scratch.Activations(static_cast<int64_t>(T) * H * E, "absorbed q"));
   }
   const bool rope_into_q_abs = q_abs != nullptr && ctx_->dims.rope == ctx_->rope->rot_dim;
+  // The native cache takes the finished rows from that launch too; another format writes them
+  // after it.
+  void* rows_in_place = ctx_->cache->LatentRowsInPlace(layer_);
   RETURN_IF_ERROR(NormRopeQk(oc, *ctx_->rope, ctx_->cos_sin, plan, ctx_->dims, H,
                              c.rope_interleave, w.kv_a_norm, c.kv_lora_rank, q,
-                             rope_into_q_abs ? q_abs : nullptr, kv));
-
-  RETURN_IF_ERROR(ctx_->cache->WriteLatent(layer_, plan, kv));
+                             rope_into_q_abs ? q_abs : nullptr, kv, rows_in_place,
+                             static_cast<int64_t>(ctx_->cache->num_pages()) * kernels::kPageSize));
+  if (rows_in_place == nullptr) RETURN_IF_ERROR(ctx_->cache->WriteLatent(layer_, plan, kv));
 
   int32_t* topk = nullptr;
   if (indexer_ != nullptr) {
