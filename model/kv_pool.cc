@@ -273,6 +273,8 @@ absl::Status KvPool::WritePagesOnLane(int layer, std::span<const int32_t> pages,
 absl::Status KvPool::SyncReplicas(std::span<const int32_t> pages) {
   if (replicas_.empty() || pages.empty()) return absl::OkStatus();
   if (absl::Status s = CheckPages("SyncReplicas", 0, pages, true); !s.ok()) return s;
+  if (options_.backend == kernels::Backend::kCuda) return CopyToReplicasOnDevice(pages);
+  // CPU backend: the pools are host memory; one batched read, then a write per replica.
   ASSIGN_OR_RETURN(KvHostBuffer staging, AllocateHostBuffer(pages.size() * layer_page_bytes()));
   for (int layer = 0; layer < options_.num_layers; ++layer) {
     RETURN_IF_ERROR(ReadPages(layer, pages, staging.data()));
@@ -292,6 +294,11 @@ absl::Status KvPool::AddReplica(KvPool* replica) {
         ", ", o.num_pages, ", ", replica->layer_page_bytes(), " vs ", options_.num_layers, ", ",
         options_.num_pages, ", ", layer_page_bytes(), ")"));
   }
+  if (replica->options().backend != options_.backend) {
+    return absl::InvalidArgumentError(
+        "KvPool::AddReplica: a replica needs the same backend (CPU and CUDA pools do not mix)");
+  }
+  if (options_.backend == kernels::Backend::kCuda) RETURN_IF_ERROR(EnablePeerCopies(*replica));
   replicas_.push_back(replica);
   return absl::OkStatus();
 }

@@ -159,9 +159,12 @@ class KvPool {
   bool has_replicas() const { return !replicas_.empty(); }
   // Copies every layer of `pages` from this pool into every replica: for bytes that reached
   // this pool without WritePages (a device-to-device KV transfer, kvtransfer/nccl, writes the
-  // pages directly), so every tensor-parallel rank holds them too. Through host memory, a
-  // layer at a time (one batched read, then a batched write per replica). No-op without
-  // replicas; the caller must not write the pages meanwhile.
+  // pages directly), so every tensor-parallel rank holds them too. CUDA: device to device
+  // (cudaMemcpyPeerAsync; peer access enabled at AddReplica where the GPUs allow it), one copy
+  // per run of consecutive page ids per layer and plane, on one of this pool's copy lanes,
+  // returning once every copy landed. CPU: through host memory, a layer at a time. No-op
+  // without replicas; the caller must not write the pages meanwhile, and on CUDA their
+  // earlier writes must be complete.
   absl::Status SyncReplicas(std::span<const int32_t> pages);
 
  private:
@@ -176,6 +179,9 @@ class KvPool {
                                 std::vector<KvCopyFence>* fences, int64_t lane_key);
   absl::Status CopyPages(int layer, std::span<const int32_t> pages, void* host, bool to_host,
                          void* after_stream, KvCopyFence* fence, int64_t lane_key) const;
+  // kv_pool_copy.cc: SyncReplicas on CUDA, and AddReplica's peer access for it.
+  absl::Status CopyToReplicasOnDevice(std::span<const int32_t> pages);
+  absl::Status EnablePeerCopies(const KvPool& replica);
   absl::StatusOr<CopyLane*> AcquireLane(size_t staging_bytes, size_t host_bytes,
                                         int64_t lane_key) const;
   void ReleaseLane(CopyLane* lane) const;
