@@ -285,6 +285,14 @@ absl::Status KvPool::SyncReplicas(std::span<const int32_t> pages) {
   return absl::OkStatus();
 }
 
+std::vector<int> KvPool::replica_ranks() const {
+  std::vector<int> ranks;
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    ranks.push_back(replicas_[i]->rank() >= 0 ? replicas_[i]->rank() : static_cast<int>(i) + 1);
+  }
+  return ranks;
+}
+
 absl::Status KvPool::AddReplica(KvPool* replica) {
   const KvPoolOptions& o = replica->options();
   if (replica == this || o.num_layers != options_.num_layers || o.num_pages != options_.num_pages ||

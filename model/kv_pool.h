@@ -157,6 +157,14 @@ class KvPool {
   // every WritePage too (a KV import lands on every rank). Page accounting stays here.
   absl::Status AddReplica(KvPool* replica);
   bool has_replicas() const { return !replicas_.empty(); }
+  // The rank this pool belongs to in a multi-rank engine (ParallelEngine labels every rank's
+  // pool before serving starts); -1 for a pool outside one. KV transports report it as the
+  // destination (or source) of a session (kvtransfer/rank_route.h).
+  void set_rank(int rank) { rank_ = rank; }
+  int rank() const { return rank_; }
+  // The replicas' ranks, in AddReplica order (an unlabelled replica counts as its position + 1:
+  // ParallelEngine adds ranks 1..N-1 in order).
+  std::vector<int> replica_ranks() const;
   // Copies every layer of `pages` from this pool into every replica: for bytes that reached
   // this pool without WritePages (a device-to-device KV transfer, kvtransfer/nccl, writes the
   // pages directly), so every tensor-parallel rank holds them too. CUDA: device to device
@@ -192,6 +200,7 @@ class KvPool {
   std::vector<void*> latent_;
   std::vector<void*> index_;
   std::vector<KvPool*> replicas_;  // set before use, then read-only
+  int rank_ = -1;                  // set before use, then read-only
   mutable absl::Mutex lanes_mu_;
   mutable absl::CondVar lane_free_;
   mutable std::vector<CopyLane*> lanes_ ABSL_GUARDED_BY(lanes_mu_);  // created on first use
