@@ -271,6 +271,36 @@ TEST_P(KvPoolBatchTest, SyncReplicasCopiesThePagesIntoEveryReplica) {
   EXPECT_TRUE(pool_->SyncReplicas({}).ok());
 }
 
+#if defined(MLASERVE_KV_POOL_TEST_CUDA)
+// A tensor-parallel decode worker's replicas live on the other GPUs: SyncReplicas copies peer
+// to peer (peer access enabled by AddReplica where the GPUs allow it). Needs 2 GPUs.
+TEST_P(KvPoolBatchTest, SyncReplicasReachesAReplicaOnAnotherGpu) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) {
+    GTEST_SKIP() << "needs 2 GPUs, found " << gpus;
+  }
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  auto replica = KvPool::Create(options_);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_TRUE(replica.ok()) << replica.status();
+  ASSERT_TRUE(pool_->AddReplica(replica->get()).ok());
+  const std::vector<int32_t> pages = PermutedIds(kernels::kMaxPageCopyPages + 7);
+  ASSERT_TRUE(pool_->SyncReplicas(pages).ok());
+  const size_t lb = pool_->latent_page_bytes(), ib = pool_->index_page_bytes();
+  for (int l = 0; l < options_.num_layers; ++l) {
+    for (int32_t p : pages) {
+      Bytes got(lb + ib);
+      RawCopy(got.data(), static_cast<uint8_t*>((*replica)->latent(l)) + lb * p, lb, false);
+      if (ib > 0) {
+        RawCopy(got.data() + lb, static_cast<uint8_t*>((*replica)->index_keys(l)) + ib * p, ib,
+                false);
+      }
+      ASSERT_EQ(got, ExpectedPage(l, p)) << "layer " << l << " page " << p;
+    }
+  }
+}
+#endif
+
 // The receiver's path: the source may be reused as soon as the call returned; the pages hold
 // the bytes once the fences (one per pool: this one and its replica) completed.
 TEST_P(KvPoolBatchTest, WritePagesAsyncConsumesTheSourceAtOnce) {
