@@ -6,9 +6,9 @@
 // checks as for tcp), derives the TransferPlan from the session (layers, transfer pages, layer
 // page bytes, the sender's max_message_pages, the source rank and the decode rank the sender
 // addressed, which must be the session's pool's), refuses a different digest
-// (FAILED_PRECONDITION), answers the route (KvNcclConnectResponse.rank_route: source rank ->
-// decode rank and its replicas, also in the Finish result), answers the pair's current communicator id, and queues the session on
-// the pair's receive thread. Sessions of a pair are received one after another in Connect
+// (FAILED_PRECONDITION), answers the pair's current communicator id with the route
+// (KvNcclConnectResponse.rank_route: source rank -> decode rank and its replicas, also in the
+// Finish result), and queues the session on the pair's receive thread. Sessions of a pair are received one after another in Connect
 // order, the order the sender puts them on the wire.
 // The receive thread joins/reuses the communicator (rank 1), runs ReceivePlan into the
 // session's pinned pages, then marks all layers landed; on any failure it invalidates the
