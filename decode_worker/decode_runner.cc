@@ -242,19 +242,14 @@ bool DecodeRunner::Step() {
   if (chunks.empty()) return false;
   // Each row's sampling travels with its chunk, so the engine draws the next tokens where the
   // logits are (on the GPU for kCuda) and returns ids instead of vocab-wide logits.
-  std::vector<model::SampleRow> samples;
+  std::vector<model::SampleRow>& samples = step_.samples;
+  std::vector<model::SequenceChunk>& batch = step_.batch;
+  samples.clear();
+  batch.clear();
+  // At most one row per chunk: with this capacity, `samples` never moves while `batch` points
+  // into it.
   samples.reserve(chunks.size());
-  for (const DecodeChunk& c : chunks) {
-    if (!c.want_logits) continue;
-    model::SampleRow row;
-    row.options = c.seq->sampling;
-    row.step = static_cast<uint64_t>(c.seq->generated());  // same numbering as the prefill side
-    row.history = c.seq->tokens;
-    samples.push_back(row);
-  }
-  std::vector<model::SequenceChunk> batch;
   batch.reserve(chunks.size());
-  size_t next_sample = 0;
   for (const DecodeChunk& c : chunks) {
     model::SequenceChunk sc;
     sc.tokens = std::span<const int32_t>(c.seq->tokens).subspan(c.start, c.len);
@@ -262,23 +257,33 @@ bool DecodeRunner::Step() {
     sc.pages = c.seq->pages;
     sc.want_logits = c.want_logits;
     sc.rank = c.seq->rank;
-    if (c.want_logits) sc.sample = &samples[next_sample++];
+    if (c.want_logits) {
+      model::SampleRow& row = samples.emplace_back();
+      row.options = c.seq->sampling;
+      row.step = static_cast<uint64_t>(c.seq->generated());  // same numbering as the prefill side
+      row.history = c.seq->tokens;
+      sc.sample = &row;
+    }
     batch.push_back(sc);
   }
-  // run()
-  auto result = engine_->Forward(batch, model::AttentionPath::kAuto, nullptr);
+  // run(): into the result kept from the last step.
+  const absl::Status ran =
+      engine_->ForwardInto(batch, model::AttentionPath::kAuto, nullptr, &step_.result);
+  // The spans into the sequences end with the step: postprocess() grows and ends sequences.
+  batch.clear();
+  samples.clear();
   // postprocess()
-  Postprocess(chunks, result);
+  Postprocess(chunks, ran, step_.result);
   UpdateRankGauges();
   return true;
 }
 
-void DecodeRunner::Postprocess(const std::vector<DecodeChunk>& chunks,
-                               const absl::StatusOr<model::ForwardResult>& result) {
-  if (!result.ok()) {
-    spdlog::error("decode forward failed: {}", result.status().ToString());
+void DecodeRunner::Postprocess(const std::vector<DecodeChunk>& chunks, const absl::Status& ran,
+                               const model::ForwardResult& result) {
+  if (!ran.ok()) {
+    spdlog::error("decode forward failed: {}", ran.ToString());
     for (const DecodeChunk& c : chunks) {
-      if (auto r = FindBySession(c.seq->id)) End(r, result.status());
+      if (auto r = FindBySession(c.seq->id)) End(r, ran);
     }
     return;
   }
@@ -289,20 +294,21 @@ void DecodeRunner::Postprocess(const std::vector<DecodeChunk>& chunks,
   }
   if (row_seqs.empty()) return;
   // Every row carried its SampleRow, so the engine sampled them all.
-  absl::StatusOr<std::vector<int32_t>> ids = result->token_ids;
-  if (result->token_ids.size() != row_seqs.size()) {
-    ids = absl::InternalError(absl::StrCat("decode step: the engine returned ", result->token_ids.size(),
-                                           " sampled ids for ", row_seqs.size(), " rows"));
+  absl::Status ids_ok;
+  if (result.token_ids.size() != row_seqs.size()) {
+    ids_ok = absl::InternalError(absl::StrCat("decode step: the engine returned ",
+                                              result.token_ids.size(), " sampled ids for ",
+                                              row_seqs.size(), " rows"));
   }
   for (size_t i = 0; i < row_seqs.size(); ++i) {
     auto r = FindBySession(row_seqs[i]->id);
     if (r == nullptr) continue;
-    if (!ids.ok()) {
-      End(r, ids.status());
+    if (!ids_ok.ok()) {
+      End(r, ids_ok);
       continue;
     }
-    r->seq->tokens.push_back((*ids)[i]);
-    Emit(r, (*ids)[i]);
+    r->seq->tokens.push_back(result.token_ids[i]);
+    Emit(r, result.token_ids[i]);
   }
 }
 

@@ -160,8 +160,9 @@ class DecodeRunner {
   // Takes `r` out of the batch and frees its pages; Intake re-admits it (recomputing its
   // tokens) once pages are free.
   void Preempt(const std::shared_ptr<Request>& r);
-  void Postprocess(const std::vector<DecodeChunk>& chunks,
-                   const absl::StatusOr<model::ForwardResult>& result);
+  // `ran`: how the step's forward went; `result` (step_.result) is read only when it is OK.
+  void Postprocess(const std::vector<DecodeChunk>& chunks, const absl::Status& ran,
+                   const model::ForwardResult& result);
   // `pool`: where the session's pages are.
   void OnKvDone(const std::string& session_id, model::KvPool* pool,
                 absl::StatusOr<kvtransfer::KvReceivedKv> kv);
@@ -181,6 +182,19 @@ class DecodeRunner {
   const DecodeRunnerOptions options_;
   const std::string compat_hash_;
   DecodeScheduler scheduler_;  // loop thread only
+  // The decode step's inputs and result, kept across steps (loop thread only) so that a step
+  // allocates nothing on the host once earlier steps sized them: the engine writes each step
+  // into the same ForwardResult (Engine::ForwardInto; the CUDA engine keeps its logits rows
+  // and ids there). Every step overwrites all three whole; `batch` and `samples` point into
+  // the running sequences and are cleared when the step ends, so nothing here outlives the
+  // sequences it names. `result` holds the last step's rows until the next step (unread after
+  // a failed step).
+  struct StepBuffers {
+    std::vector<model::SampleRow> samples;
+    std::vector<model::SequenceChunk> batch;
+    model::ForwardResult result;
+  };
+  StepBuffers step_;
 
   mutable absl::Mutex mu_;
   absl::CondVar wake_;

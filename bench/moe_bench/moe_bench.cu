@@ -19,8 +19,10 @@
 //      host's launch latency never shows on the GPU timeline): median of 15 per stage, with
 //      each stage's roofline fraction (its compute floor at cuBLAS's rate or its bytes at copy
 //      bandwidth, whichever is larger, over its time).
-// With --shape shared (or all), the shared experts' gate_up at prefill sizes (shared_bench.cu).
-// Usage: mlaserve-moe-bench [--quick] [--shape v2lite|v3|shared|all] [--tokens 16,4096,...]
+// With --shape shared (or all), the shared experts' gate_up at prefill sizes (shared_bench.cu);
+// with --shape shared-mid (or all), V2-Lite's shared experts at 16-512 rows, or the --tokens
+// below kMoeSharedGateUpMinRows (shared_mid_bench.cu).
+// Usage: mlaserve-moe-bench [--quick] [--shape v2lite|v3|shared|shared-mid|all] [--tokens 16,4096,...]
 //                           [--skip-variants 12,...]  (kSm90 variants the sweeps leave out)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -512,11 +514,12 @@ int main(int argc, char** argv) {
     else if (arg == "--tokens" && i + 1 < argc) tokens = ParseTokens(argv[++i]);
     else if (arg == "--skip-variants" && i + 1 < argc) g_skip_variants = ParseTokens(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--shape v2lite|v3|shared|all] [--tokens 16,4096,...] "
+      std::fprintf(stderr, "usage: %s [--quick] [--shape v2lite|v3|shared|shared-mid|all] [--tokens 16,4096,...] "
                    "[--skip-variants 12,...]\n", argv[0]);
       return 2;
     }
   }
+  const bool tokens_given = !tokens.empty();
   if (tokens.empty()) {
     tokens = quick ? std::vector<int>{16, 4096} : std::vector<int>{1, 16, 64, 256, 1024, 2048, 4096, 8192};
   }
@@ -536,6 +539,12 @@ int main(int argc, char** argv) {
     for (int t : tokens) if (t >= mk::kMoeSharedGateUpMinRows) rows.push_back(t);
     if (rows.empty()) rows = {1024, 2048, 4096, 8192};
     bench::BenchSharedExperts(rows, g_skip_variants);
+  }
+  if (shape == "all" || shape == "shared-mid") {
+    std::vector<int> rows;
+    for (int t : tokens) if (tokens_given && t > 0 && t < mk::kMoeSharedGateUpMinRows) rows.push_back(t);
+    if (rows.empty()) rows = {16, 32, 64, 128, 256, 512};
+    bench::BenchSharedExpertsMidRows(rows, copy);
   }
   return 0;
 }

@@ -19,7 +19,7 @@
 //   3. The exception to rule 1: memory that no kernel writes while the stream runs -- weights,
 //      loaded before any step -- may be read or prefetched (PrefetchL2) before the wait. That
 //      is how a GEMM streams its weight while the previous kernel still runs
-//      (kernels/gemm/gemm_small_m.cu). Likewise memory whose last writer is at least two
+//      (kernels/gemm/gemm_small_m_kernel.cu). Likewise memory whose last writer is at least two
 //      kernels back, when the kernel in between waits before it releases its dependents
 //      (PdlEnter): that writer has completed before this kernel could launch. Read such memory
 //      with ld.global.cg (__ldcg: from L2, where completed kernels' writes are), not through L1.

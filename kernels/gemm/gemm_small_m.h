@@ -1,5 +1,6 @@
-// The CUDA small-M GEMM (gemm_small_m.cu): C = A B^T for m <= kGemmSmallMMaxRows tokens A
-// [m, k] against an nn.Linear weight B [n, k], the decode-step shape of every projection.
+// The CUDA small-M GEMM (gemm_small_m.cu plans and launches it; the kernel is in
+// gemm_small_m_kernel.cu): C = A B^T for m <= kGemmSmallMMaxRows tokens A [m, k] against an
+// nn.Linear weight B [n, k], the decode-step shape of every projection.
 //
 // Such a product is the time to read B once, so the kernel is built to stream B at copy
 // bandwidth: every weight byte is loaded once, 16 bytes per lane, straight into the registers

@@ -9,7 +9,12 @@
 #             && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-final.tar.xz
 #   there:  tools/device/merged_check.sh      (carry [".devpack-final.tar.xz"])
 # TESTS: the quick test binaries to run whole (default below); MHA_SMOKE=0 skips the
-# mha_prefill smoke cases; BENCH=0 skips the engine bench.
+# mha_prefill smoke cases; BENCH=0 skips the engine bench. Optional steps, each with its own
+# results folder under $OUT: SANITIZE=1 runs latent_suite.sh's compute-sanitizer step alone
+# (mla_decode's wgmma cases under memcheck, racecheck and synccheck); MOE_BENCH="<args>" runs
+# mlaserve-moe-bench with them; SERVED=1 runs served_kv_suite.sh's local-prefill serving run
+# under MPS (the issue-12 command; add mlaserve-router, -prefill, -decode, mlaservectl,
+# mlaserve-run, mlaserve-bench to TARGETS).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
@@ -50,8 +55,24 @@ passed() { grep -E '^\[  (PASSED|FAILED) ' "$1" | tr '\n' ' '; }
       --decode-batches 1 --decode-steps 8 --eager-steps 0 --sampled-steps 0 > "$OUT/engine_bench_ours.txt" 2>&1
     note "engine bench (prefill 4096, MHA ours)" "rc=$?"
   fi
+  if [[ ${SANITIZE:-0} == 1 ]]; then
+    OUT=$OUT/latent TESTS=0 SMALL=0 FULL=0 BASELINE=0 tools/device/latent_suite.sh > "$OUT/sanitize.txt" 2>&1
+    note "compute-sanitizer (latent_suite.sh)" "rc=$? $(grep -c 'rc=0' "$OUT/sanitize.txt")/3 tools rc=0"
+    grep -E "compute-sanitizer" "$OUT/sanitize.txt"
+  fi
+  if [[ -n ${MOE_BENCH:-} ]]; then
+    timeout 120 .devbin/mlaserve-moe-bench $MOE_BENCH > "$OUT/moe_bench.txt" 2>&1
+    note "mlaserve-moe-bench $MOE_BENCH" "rc=$?"
+  fi
+  if [[ ${SERVED:-0} == 1 ]]; then
+    OUT=$OUT/served BIN_DIR=.devbin RUNS="local-mps 100000" KV_SKIP="tests fixture kvbench" \
+      tools/device/served_kv_suite.sh > "$OUT/served.txt" 2>&1
+    note "served_kv_suite.sh (local-mps)" "rc=$?"
+  fi
 } 2>&1
 echo "== engine bench"
 grep -E "^\|" "$OUT/engine_bench.txt" "$OUT/engine_bench_ours.txt" 2>/dev/null | sed 's/^[^:]*engine_bench_ours.txt:/ours: /; s/^[^:]*engine_bench.txt://'
+[[ -f $OUT/moe_bench.txt ]] && { echo "== mlaserve-moe-bench $MOE_BENCH"; cat "$OUT/moe_bench.txt"; }
+[[ -f $OUT/served.txt ]] && { echo "== served"; sed -n '/^== served/,$p' "$OUT/served.txt"; }
 echo "== summary ($((SECONDS - T0)) s)"
 printf '%s\n' "${summary[@]}"
