@@ -7,13 +7,20 @@ namespace mlaserve::kvtransfer {
 
 class FakeKvSender final : public KvSender {
  public:
-  FakeKvSender(FakeKvTransport* transport, KvReceiver* receiver, std::string session_id)
-      : transport_(transport), receiver_(receiver), session_id_(std::move(session_id)) {}
+  FakeKvSender(FakeKvTransport* transport, KvReceiver* receiver, std::string session_id,
+               int dest_rank)
+      : transport_(transport),
+        receiver_(receiver),
+        session_id_(std::move(session_id)),
+        dest_rank_(dest_rank) {}
   ~FakeKvSender() override {
     if (!completed_) Abort(absl::CancelledError("KV sender destroyed before completion"));
   }
 
-  absl::Status Open(const KvLayout& layout) { return Fail(receiver_->Open(session_id_, layout)); }
+  // The addressed rank and the source rank reach the receiver as over tcp (rank_route.h).
+  absl::Status Open(const KvLayout& layout) {
+    return Fail(receiver_->Open(session_id_, layout, nullptr, dest_rank_));
+  }
 
   absl::Status SendPage(int layer, int page_index, std::string payload) override {
     if (!status_.ok() || stalled_) return status_;
@@ -54,9 +61,20 @@ class FakeKvSender final : public KvSender {
       if (!status_.ok()) done(status_);
       return;
     }
-    auto stats = receiver_->Complete(session_id_, completion);
+    KvCompletion c = completion;
+    c.source_rank = source_rank_;
+    auto stats = receiver_->Complete(session_id_, c);
+    if (stats.ok()) rank_route_ = stats->route.Describe();
     done(Fail(stats.status()));
   }
+  absl::Status SetSourceRank(int rank) override {
+    if (rank < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("KV source rank ", rank, " is negative"));
+    }
+    source_rank_ = rank;
+    return absl::OkStatus();
+  }
+  std::string rank_route() const override { return rank_route_; }
 
   void Abort(const absl::Status& reason) override {
     if (status_.ok()) status_ = reason;
@@ -73,6 +91,9 @@ class FakeKvSender final : public KvSender {
   FakeKvTransport* const transport_;
   KvReceiver* const receiver_;
   const std::string session_id_;
+  const int dest_rank_;
+  int source_rank_ = 0;
+  std::string rank_route_;
   absl::Status status_;
   bool stalled_ = false;
   bool completed_ = false;
@@ -107,7 +128,7 @@ absl::StatusOr<std::unique_ptr<KvSender>> FakeKvTransport::Open(const KvSessionR
     }
     receiver = it->second;
   }
-  auto sender = std::make_unique<FakeKvSender>(this, receiver, ref.session_id);
+  auto sender = std::make_unique<FakeKvSender>(this, receiver, ref.session_id, ref.rank);
   (void)sender->Open(local_layout);  // a refusal shows in sender->status()
   return sender;
 }

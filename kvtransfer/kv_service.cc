@@ -50,7 +50,8 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
         st = layout.ok() ? receiver_->Open(msg_.open().session_id(), *layout,
                                            [finish = finish_](const absl::Status& why) {
                                              finish->Finish(ToGrpcStatus(why));
-                                           })
+                                           },
+                                           msg_.open().dest_rank())
                          : layout.status();
         break;
       }
@@ -86,11 +87,13 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
           break;
         }
         const auto& c = msg_.complete();
-        KvCompletion completion{c.first_token(), c.num_layers(), c.num_pages(), c.total_bytes()};
+        KvCompletion completion{c.first_token(), c.num_layers(), c.num_pages(), c.total_bytes(),
+                                c.source_rank()};
         auto stats = receiver_->Complete(msg_session(), completion);
         if (stats.ok()) {
           result_->set_bytes_received(stats->bytes_received);
           result_->set_pages_written(stats->pages_written);
+          result_->set_rank_route(stats->route.Describe());
           finish_->Finish(grpc::Status::OK);
           return;
         }

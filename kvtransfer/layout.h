@@ -40,6 +40,10 @@ struct KvLayout {
   int index_dim = 0;
   kernels::DType dtype = kernels::DType::kF32;  // kFP8E4M3: DeepSeek's fp8 layout
   int page_size = kernels::kPageSize;
+  // Workers leave it 1: no parallel layout changes the cache's bytes (tensor attention
+  // replicates the rank-independent latent cache, data attention keeps whole requests per
+  // rank; docs/parallel.md), so workers of different layouts exchange pages. Kept in the hash
+  // for a layout that would change them.
   int tp_size = 1;
   int kv_protocol = kKvProtocolVersion;
 

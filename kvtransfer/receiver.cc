@@ -21,6 +21,7 @@ struct KvReceiver::Session {
   DoneFn on_done ABSL_GUARDED_BY(mu);
   std::function<void(const absl::Status&)> on_failure ABSL_GUARDED_BY(mu);
   bool opened ABSL_GUARDED_BY(mu) = false;
+  int addressed_rank ABSL_GUARDED_BY(mu) = 0;  // the decode rank the sender named at Open
   bool ended ABSL_GUARDED_BY(mu) = false;
   absl::Time last_progress ABSL_GUARDED_BY(mu);
   std::vector<uint8_t> received ABSL_GUARDED_BY(mu);  // [layer * transfer_pages + page_index]
@@ -35,6 +36,16 @@ struct KvReceiver::Session {
 namespace {
 // Completed writes are dropped once this many are pending, so a long session's list stays short.
 constexpr size_t kPruneWritesAt = 64;
+
+// Where a session's pages land: the pool's rank label when it has one (a multi-rank engine),
+// else the rank the sender named; plus the pool's replicas (tensor attention).
+RankRoute MakeRoute(const model::KvPool& pool, int addressed_rank, int source_rank) {
+  RankRoute route;
+  route.source_rank = source_rank;
+  route.dest_rank = pool.rank() >= 0 ? pool.rank() : addressed_rank;
+  route.replica_ranks = pool.replica_ranks();
+  return route;
+}
 }  // namespace
 
 absl::Status KvReceiver::WaitWrites(const std::string& session_id,
@@ -169,7 +180,8 @@ bool KvReceiver::Cancel(const std::string& session_id) {
 }
 
 absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sender_layout,
-                              std::function<void(const absl::Status&)> on_failure) {
+                              std::function<void(const absl::Status&)> on_failure,
+                              int addressed_rank) {
   std::shared_ptr<Session> s = Find(session_id);
   if (s == nullptr) {
     return absl::NotFoundError(absl::StrCat("KV session ", session_id,
@@ -177,6 +189,11 @@ absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sen
                                             "lease ended)"));
   }
   absl::Status compatible = CheckCompatible(layout_, sender_layout);
+  if (compatible.ok() && s->pool->rank() >= 0 && addressed_rank != s->pool->rank()) {
+    compatible = absl::FailedPreconditionError(absl::StrCat(
+        "KV session ", session_id, ": the sender addressed decode rank ", addressed_rank,
+        "; the session's pages are in rank ", s->pool->rank(), "'s pool"));
+  }
   if (!compatible.ok()) {
     End(s, compatible);
     return compatible;
@@ -190,6 +207,7 @@ absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sen
       return absl::AlreadyExistsError(absl::StrCat("KV session ", session_id, " is already open"));
     }
     s->opened = true;
+    s->addressed_rank = addressed_rank;
     s->last_progress = absl::Now();
     s->on_failure = std::move(on_failure);
   }
@@ -299,13 +317,32 @@ absl::StatusOr<KvPushStats> KvReceiver::Complete(const std::string& session_id,
     }
     kv.first_token = completion.first_token;
     kv.bytes = s->bytes;
+    kv.route = MakeRoute(*s->pool, s->addressed_rank, completion.source_rank);
+    stats.route = kv.route;
   }
   if (!error.ok()) {
     End(s, error);
     return error;
   }
+  spdlog::debug("KV session {}: {} layers x {} pages, {}", session_id, completion.num_layers,
+                completion.num_pages, stats.route.Describe());
   End(s, std::move(kv));
   return stats;
+}
+
+absl::StatusOr<RankRoute> KvReceiver::Route(const std::string& session_id,
+                                            int source_rank) const {
+  std::shared_ptr<Session> s = Find(session_id);
+  if (s == nullptr) {
+    return absl::NotFoundError(absl::StrCat("KV session ", session_id, " is unknown here"));
+  }
+  absl::MutexLock sl(&s->mu);
+  if (s->ended) return absl::NotFoundError(absl::StrCat("KV session ", session_id, " has ended"));
+  if (!s->opened) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV session ", session_id, ": route asked before open"));
+  }
+  return MakeRoute(*s->pool, s->addressed_rank, source_rank);
 }
 
 bool KvReceiver::Fail(const std::string& session_id, const absl::Status& reason) {

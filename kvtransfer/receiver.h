@@ -36,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kvtransfer/layout.h"
+#include "kvtransfer/rank_route.h"
 #include "kvtransfer/transport.h"
 #include "model/kv_pool.h"
 
@@ -52,11 +53,13 @@ struct KvReceivedKv {
   std::vector<int32_t> pages;  // every page of the session, now owned by the callee
   int32_t first_token = 0;
   int64_t bytes = 0;
+  RankRoute route;  // the prefill rank the pages came from, the decode ranks that hold them
 };
 
 struct KvPushStats {
   int64_t bytes_received = 0;
   int32_t pages_written = 0;
+  RankRoute route;
 };
 
 class KvReceiver {
@@ -83,8 +86,15 @@ class KvReceiver {
   // `on_failure` (optional) is how the transport hears that the session failed for a reason
   // it did not see itself (lease, no progress, owner shut down): it runs once, when the session
   // fails after a successful Open, so the transport can end its stream and tell the sender.
+  // `addressed_rank`: the decode rank the sender addresses (its KvSessionRef::rank); when the
+  // session's pool carries a rank label (KvPool::rank, a multi-rank engine's) they must agree
+  // (FAILED_PRECONDITION naming both otherwise), else it is the route's destination.
   absl::Status Open(const std::string& session_id, const KvLayout& sender_layout,
-                    std::function<void(const absl::Status&)> on_failure = nullptr);
+                    std::function<void(const absl::Status&)> on_failure = nullptr,
+                    int addressed_rank = 0);
+  // The session's route if its pages came from prefill rank `source_rank` (after Open):
+  // the decode rank whose pool takes them and that pool's replicas. NOT_FOUND once ended.
+  absl::StatusOr<RankRoute> Route(const std::string& session_id, int source_rank) const;
   // `num_pages` consecutive pages [first_page_index, first_page_index + num_pages) of `layer`,
   // back to back in `payload`, with the CRC-32 of all of it: checked, then written into the
   // pool in one batch without waiting for the device (KvPool::WritePagesAsync; `payload` may

@@ -175,6 +175,10 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
     absl::MutexLock lock(&mu_);
     return finished_;
   }
+  std::string rank_route() const {
+    absl::MutexLock lock(&mu_);
+    return rank_route_;
+  }
   absl::Duration no_progress_timeout() const { return options_.no_progress_timeout; }
   size_t max_message_bytes() const { return options_.max_message_bytes; }
 
@@ -220,6 +224,7 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
         failure_ = absl::InternalError("KV receiver answered before completion");
       }
       verdict = failure_;
+      if (verdict.ok()) rank_route_ = result_.rank_route();  // the receiver's record
       done = std::move(done_);
       cv_.SignalAll();
     }
@@ -308,6 +313,7 @@ class PushStream final : public grpc::ClientWriteReactor<v1::KvPushMessage>,
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   absl::Time last_progress_ ABSL_GUARDED_BY(mu_);
   std::function<void(absl::Status)> done_ ABSL_GUARDED_BY(mu_);
+  std::string rank_route_ ABSL_GUARDED_BY(mu_);  // KvPushResult.rank_route of a success
 };
 
 namespace {
@@ -367,16 +373,27 @@ class TcpKvSender final : public KvSender {
     complete->set_num_layers(c.num_layers);
     complete->set_num_pages(c.num_pages);
     complete->set_total_bytes(c.total_bytes);
+    complete->set_source_rank(source_rank_);
     (void)stream_->Enqueue(std::move(msg), 0, /*is_complete=*/true, std::move(done));
   }
 
   void Abort(const absl::Status& reason) override { stream_->Abort(reason); }
   absl::Status status() const override { return stream_->status(); }
   int64_t bytes_sent() const override { return stream_->sent_bytes(); }
+  // The host-payload sender takes bytes, not page ids: the rank only names the route's source.
+  absl::Status SetSourceRank(int rank) override {
+    if (rank < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("KV source rank ", rank, " is negative"));
+    }
+    source_rank_ = rank;
+    return absl::OkStatus();
+  }
+  std::string rank_route() const override { return stream_->rank_route(); }
 
  private:
   std::shared_ptr<PushStream> stream_;
   bool completed_ = false;
+  int source_rank_ = 0;
 };
 
 }  // namespace
@@ -436,6 +453,7 @@ absl::StatusOr<std::unique_ptr<KvSender>> TcpKvTransport::Open(const KvSessionRe
   open.mutable_open()->set_session_id(ref.session_id);
   *open.mutable_open()->mutable_layout() = ToProto(local_layout);
   open.mutable_open()->set_sender(options.sender_name);
+  open.mutable_open()->set_dest_rank(ref.rank);
   stream->Start(stub.get(), std::move(open));
   {
     absl::MutexLock lock(&mu_);

@@ -42,6 +42,9 @@ struct KvCompletion {
   int num_layers = 0;
   int num_pages = 0;
   int64_t total_bytes = 0;
+  // The prefill rank whose pool the pages were read from (KvSender::SetSourceRank; 0 unless
+  // set). Filled in by the transport, like a direct sender's total_bytes.
+  int source_rank = 0;
 };
 
 struct KvSenderOptions {
@@ -81,6 +84,11 @@ class KvSender {
 
   virtual absl::Status status() const = 0;
   virtual int64_t bytes_sent() const = 0;
+  // The receiver's record of where the pages went, rank to rank (RankRoute::Describe(), e.g.
+  // "prefill rank 1 -> decode rank 0 (replicated to ranks 1, 2, 3)"), once the receiver
+  // reported it (tcp: with Complete's verdict; nccl: at Connect); empty before, or from a
+  // transport that does not report it.
+  virtual std::string rank_route() const { return {}; }
 
   // Device-to-device transports (nccl) read the pages from the sender's own KV pool instead of
   // taking host payloads: direct() is true and SendLayer replaces SendPage. The sender's pages
@@ -95,10 +103,11 @@ class KvSender {
     (void)local_pages;
     return absl::UnimplementedError("this KV transport takes pages through SendPage");
   }
-  // Direct senders of a data-parallel prefill worker (docs/parallel.md): the rank whose pool
-  // SendLayer's page ids address, known once the scheduler placed the prompt. Call it before
-  // the first SendLayer; 0 (the only pool of other workers) unless called. Host-payload
-  // senders take bytes, not page ids, and ignore it.
+  // The prefill rank whose pool the pages come from (docs/parallel.md), known once the
+  // scheduler placed the prompt: a data-parallel prompt's rank, else 0. Call it before the
+  // first SendLayer / Complete; 0 (the only pool of other workers) unless called. Direct
+  // senders read that rank's pool; every transport reports it to the receiver as the route's
+  // source (kvtransfer/rank_route.h).
   virtual absl::Status SetSourceRank(int rank) {
     (void)rank;
     return absl::OkStatus();

@@ -273,6 +273,8 @@ absl::Status KvPool::WritePagesOnLane(int layer, std::span<const int32_t> pages,
 absl::Status KvPool::SyncReplicas(std::span<const int32_t> pages) {
   if (replicas_.empty() || pages.empty()) return absl::OkStatus();
   if (absl::Status s = CheckPages("SyncReplicas", 0, pages, true); !s.ok()) return s;
+  if (options_.backend == kernels::Backend::kCuda) return CopyToReplicasOnDevice(pages);
+  // CPU backend: the pools are host memory; one batched read, then a write per replica.
   ASSIGN_OR_RETURN(KvHostBuffer staging, AllocateHostBuffer(pages.size() * layer_page_bytes()));
   for (int layer = 0; layer < options_.num_layers; ++layer) {
     RETURN_IF_ERROR(ReadPages(layer, pages, staging.data()));
@@ -281,6 +283,14 @@ absl::Status KvPool::SyncReplicas(std::span<const int32_t> pages) {
     }
   }
   return absl::OkStatus();
+}
+
+std::vector<int> KvPool::replica_ranks() const {
+  std::vector<int> ranks;
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    ranks.push_back(replicas_[i]->rank() >= 0 ? replicas_[i]->rank() : static_cast<int>(i) + 1);
+  }
+  return ranks;
 }
 
 absl::Status KvPool::AddReplica(KvPool* replica) {
@@ -292,6 +302,11 @@ absl::Status KvPool::AddReplica(KvPool* replica) {
         ", ", o.num_pages, ", ", replica->layer_page_bytes(), " vs ", options_.num_layers, ", ",
         options_.num_pages, ", ", layer_page_bytes(), ")"));
   }
+  if (replica->options().backend != options_.backend) {
+    return absl::InvalidArgumentError(
+        "KvPool::AddReplica: a replica needs the same backend (CPU and CUDA pools do not mix)");
+  }
+  if (options_.backend == kernels::Backend::kCuda) RETURN_IF_ERROR(EnablePeerCopies(*replica));
   replicas_.push_back(replica);
   return absl::OkStatus();
 }

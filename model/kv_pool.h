@@ -157,11 +157,22 @@ class KvPool {
   // every WritePage too (a KV import lands on every rank). Page accounting stays here.
   absl::Status AddReplica(KvPool* replica);
   bool has_replicas() const { return !replicas_.empty(); }
+  // The rank this pool belongs to in a multi-rank engine (ParallelEngine labels every rank's
+  // pool before serving starts); -1 for a pool outside one. KV transports report it as the
+  // destination (or source) of a session (kvtransfer/rank_route.h).
+  void set_rank(int rank) { rank_ = rank; }
+  int rank() const { return rank_; }
+  // The replicas' ranks, in AddReplica order (an unlabelled replica counts as its position + 1:
+  // ParallelEngine adds ranks 1..N-1 in order).
+  std::vector<int> replica_ranks() const;
   // Copies every layer of `pages` from this pool into every replica: for bytes that reached
   // this pool without WritePages (a device-to-device KV transfer, kvtransfer/nccl, writes the
-  // pages directly), so every tensor-parallel rank holds them too. Through host memory, a
-  // layer at a time (one batched read, then a batched write per replica). No-op without
-  // replicas; the caller must not write the pages meanwhile.
+  // pages directly), so every tensor-parallel rank holds them too. CUDA: device to device
+  // (cudaMemcpyPeerAsync; peer access enabled at AddReplica where the GPUs allow it), one copy
+  // per run of consecutive page ids per layer and plane, on one of this pool's copy lanes,
+  // returning once every copy landed. CPU: through host memory, a layer at a time. No-op
+  // without replicas; the caller must not write the pages meanwhile, and on CUDA their
+  // earlier writes must be complete.
   absl::Status SyncReplicas(std::span<const int32_t> pages);
 
  private:
@@ -176,6 +187,9 @@ class KvPool {
                                 std::vector<KvCopyFence>* fences, int64_t lane_key);
   absl::Status CopyPages(int layer, std::span<const int32_t> pages, void* host, bool to_host,
                          void* after_stream, KvCopyFence* fence, int64_t lane_key) const;
+  // kv_pool_copy.cc: SyncReplicas on CUDA, and AddReplica's peer access for it.
+  absl::Status CopyToReplicasOnDevice(std::span<const int32_t> pages);
+  absl::Status EnablePeerCopies(const KvPool& replica);
   absl::StatusOr<CopyLane*> AcquireLane(size_t staging_bytes, size_t host_bytes,
                                         int64_t lane_key) const;
   void ReleaseLane(CopyLane* lane) const;
@@ -186,6 +200,7 @@ class KvPool {
   std::vector<void*> latent_;
   std::vector<void*> index_;
   std::vector<KvPool*> replicas_;  // set before use, then read-only
+  int rank_ = -1;                  // set before use, then read-only
   mutable absl::Mutex lanes_mu_;
   mutable absl::CondVar lane_free_;
   mutable std::vector<CopyLane*> lanes_ ABSL_GUARDED_BY(lanes_mu_);  // created on first use

@@ -215,6 +215,92 @@ TEST_P(KvPoolBatchTest, WritePagesReachesReplicas) {
   EXPECT_EQ(b, src);
 }
 
+// A device-to-device KV import lands in rank 0's pool only; SyncReplicas copies exactly those
+// pages (runs of consecutive ids and lone ones, unsorted) into every replica, every layer and
+// plane, and leaves the replicas' other pages alone (CUDA: peer copies, one per run).
+TEST_P(KvPoolBatchTest, SyncReplicasCopiesThePagesIntoEveryReplica) {
+  std::vector<std::unique_ptr<KvPool>> replicas;
+  std::vector<std::vector<Bytes>> before;  // [replica][layer]: raw latent + index planes
+  const size_t lb = pool_->latent_page_bytes(), ib = pool_->index_page_bytes();
+  for (int r = 0; r < 2; ++r) {
+    auto replica = KvPool::Create(options_);
+    ASSERT_TRUE(replica.ok()) << replica.status();
+    before.emplace_back();
+    for (int l = 0; l < options_.num_layers; ++l) {
+      Bytes latent = RandomBytes(lb * options_.num_pages, rng_);
+      Bytes index = RandomBytes(ib * options_.num_pages, rng_);
+      RawCopy((*replica)->latent(l), latent.data(), latent.size(), true);
+      if (ib > 0) RawCopy((*replica)->index_keys(l), index.data(), index.size(), true);
+      latent.insert(latent.end(), index.begin(), index.end());
+      before.back().push_back(std::move(latent));
+    }
+    ASSERT_TRUE(pool_->AddReplica(replica->get()).ok());
+    replicas.push_back(*std::move(replica));
+  }
+  const std::vector<int32_t> pages = {31, 5, 6, 7, 8, 100, 30, 319, 0, 9, 200, 201};
+  ASSERT_TRUE(pool_->SyncReplicas(pages).ok());
+  for (size_t r = 0; r < replicas.size(); ++r) {
+    for (int l = 0; l < options_.num_layers; ++l) {
+      for (int32_t p = 0; p < options_.num_pages; ++p) {
+        Bytes got(lb + ib);
+        RawCopy(got.data(), static_cast<uint8_t*>(replicas[r]->latent(l)) + lb * p, lb, false);
+        if (ib > 0) {
+          RawCopy(got.data() + lb, static_cast<uint8_t*>(replicas[r]->index_keys(l)) + ib * p,
+                  ib, false);
+        }
+        const bool synced = std::find(pages.begin(), pages.end(), p) != pages.end();
+        Bytes want;
+        if (synced) {
+          want = ExpectedPage(l, p);
+        } else {
+          const Bytes& b = before[r][l];
+          const size_t plane = lb * options_.num_pages;
+          want.assign(b.begin() + lb * p, b.begin() + lb * (p + 1));
+          want.insert(want.end(), b.begin() + plane + ib * p, b.begin() + plane + ib * (p + 1));
+        }
+        ASSERT_EQ(got, want) << "replica " << r << " layer " << l << " page " << p
+                             << (synced ? " (synced)" : " (not synced)");
+      }
+    }
+  }
+  // Bad ids are refused before anything moves; an empty list moves nothing.
+  absl::Status s = pool_->SyncReplicas(std::vector<int32_t>{1, 320});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  s = pool_->SyncReplicas(std::vector<int32_t>{4, 4});
+  EXPECT_NE(s.message().find("page 4 is listed twice"), std::string::npos) << s;
+  EXPECT_TRUE(pool_->SyncReplicas({}).ok());
+}
+
+#if defined(MLASERVE_KV_POOL_TEST_CUDA)
+// A tensor-parallel decode worker's replicas live on the other GPUs: SyncReplicas copies peer
+// to peer (peer access enabled by AddReplica where the GPUs allow it). Needs 2 GPUs.
+TEST_P(KvPoolBatchTest, SyncReplicasReachesAReplicaOnAnotherGpu) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) {
+    GTEST_SKIP() << "needs 2 GPUs, found " << gpus;
+  }
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  auto replica = KvPool::Create(options_);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_TRUE(replica.ok()) << replica.status();
+  ASSERT_TRUE(pool_->AddReplica(replica->get()).ok());
+  const std::vector<int32_t> pages = PermutedIds(kernels::kMaxPageCopyPages + 7);
+  ASSERT_TRUE(pool_->SyncReplicas(pages).ok());
+  const size_t lb = pool_->latent_page_bytes(), ib = pool_->index_page_bytes();
+  for (int l = 0; l < options_.num_layers; ++l) {
+    for (int32_t p : pages) {
+      Bytes got(lb + ib);
+      RawCopy(got.data(), static_cast<uint8_t*>((*replica)->latent(l)) + lb * p, lb, false);
+      if (ib > 0) {
+        RawCopy(got.data() + lb, static_cast<uint8_t*>((*replica)->index_keys(l)) + ib * p, ib,
+                false);
+      }
+      ASSERT_EQ(got, ExpectedPage(l, p)) << "layer " << l << " page " << p;
+    }
+  }
+}
+#endif
+
 // The receiver's path: the source may be reused as soon as the call returned; the pages hold
 // the bytes once the fences (one per pool: this one and its replica) completed.
 TEST_P(KvPoolBatchTest, WritePagesAsyncConsumesTheSourceAtOnce) {

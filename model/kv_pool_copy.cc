@@ -10,14 +10,22 @@
 // earlier copy still reads (the host buffer, which the CPU writes, waits for an event), so an
 // asynchronous copy hands its lane back at once and only its fence outlives the call.
 // CPU: the same gather / scatter, on host memory, done on return.
+//
+// Replica sync (SyncReplicas on CUDA): a tensor-parallel rank's replica has the same layout,
+// so a run of consecutive pages is one contiguous range in both pools and moves with one
+// cudaMemcpyPeerAsync per layer and plane, GPU to GPU (NVLink / PCIe P2P where peer access
+// is on; the driver stages it otherwise), never through a host buffer of ours.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <utility>
+#include <vector>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/kv_pack/api.h"
 #include "model/kv_pool.h"
 
@@ -53,6 +61,21 @@ absl::Status WaitEvent(cudaEvent_t event, absl::Time deadline, const char* what)
     }
     absl::SleepFor(kFencePoll);
   }
+}
+
+// Runs [first, first + count) of consecutive pool pages covering `pages` (distinct ids).
+std::vector<std::pair<int32_t, int32_t>> PageRuns(std::span<const int32_t> pages) {
+  std::vector<int32_t> sorted(pages.begin(), pages.end());
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::pair<int32_t, int32_t>> runs;
+  for (int32_t p : sorted) {
+    if (!runs.empty() && runs.back().first + runs.back().second == p) {
+      ++runs.back().second;
+    } else {
+      runs.emplace_back(p, 1);
+    }
+  }
+  return runs;
 }
 
 // Makes the pool's device current for a scope (RPC threads start on device 0).
@@ -375,6 +398,66 @@ absl::Status KvPool::CopyPages(int layer, std::span<const int32_t> pages, void* 
   (void)after_stream;
   (void)fence;
   (void)lane_key;
+  return absl::FailedPreconditionError("KvPool: no CUDA support in this build");
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+absl::Status KvPool::EnablePeerCopies(const KvPool& replica) {
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  if (replica.device_ == device_) return absl::OkStatus();  // ranks sharing a GPU (tests)
+  int can = 0;
+  RETURN_IF_ERROR(CudaError(cudaDeviceCanAccessPeer(&can, device_, replica.device_),
+                            "cudaDeviceCanAccessPeer"));
+  if (can == 0) return absl::OkStatus();  // cudaMemcpyPeerAsync stages through the host itself
+  ScopedDevice on(device_);
+  const cudaError_t err = cudaDeviceEnablePeerAccess(replica.device_, 0);
+  if (err == cudaErrorPeerAccessAlreadyEnabled) {  // another pool (or NCCL) did it already
+    cudaGetLastError();
+    return absl::OkStatus();
+  }
+  return CudaError(err, "cudaDeviceEnablePeerAccess");
+#else
+  (void)replica;
+  return absl::FailedPreconditionError("KvPool: no CUDA support in this build");
+#endif
+}
+
+absl::Status KvPool::CopyToReplicasOnDevice(std::span<const int32_t> pages) {
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  const std::vector<std::pair<int32_t, int32_t>> runs = PageRuns(pages);
+  ScopedDevice on(device_);
+  ASSIGN_OR_RETURN(CopyLane * lane, AcquireLane(0, 0, /*lane_key=*/-1));
+  absl::Cleanup release = [&] { ReleaseLane(lane); };
+  auto stream = static_cast<cudaStream_t>(lane->stream);
+  const size_t plane_bytes[2] = {latent_page_bytes(), index_page_bytes()};
+  for (KvPool* replica : replicas_) {
+    for (int layer = 0; layer < options_.num_layers; ++layer) {
+      for (int plane = 0; plane < 2; ++plane) {
+        if (plane_bytes[plane] == 0) continue;
+        const auto* src = static_cast<const uint8_t*>(plane == 0 ? latent_[layer] : index_[layer]);
+        auto* dst = static_cast<uint8_t*>(plane == 0 ? replica->latent_[layer]
+                                                     : replica->index_[layer]);
+        for (const auto& [first, count] : runs) {
+          const size_t offset = static_cast<size_t>(first) * plane_bytes[plane];
+          RETURN_IF_ERROR(CudaError(
+              cudaMemcpyPeerAsync(dst + offset, replica->device_, src + offset, device_,
+                                  static_cast<size_t>(count) * plane_bytes[plane], stream),
+              "cudaMemcpyPeerAsync to a replica"));
+        }
+      }
+    }
+  }
+  KvCopyFence done;
+  cudaEvent_t event = nullptr;
+  RETURN_IF_ERROR(CudaError(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                            "cudaEventCreate"));
+  done.event_ = event;
+  done.device_ = device_;
+  RETURN_IF_ERROR(CudaError(cudaEventRecord(event, stream), "cudaEventRecord"));
+  return done.Wait(absl::Now() + kCopyDeadline);
+#else
+  (void)pages;
   return absl::FailedPreconditionError("KvPool: no CUDA support in this build");
 #endif
 }

@@ -128,6 +128,8 @@ absl::StatusOr<std::unique_ptr<Engine>> ParallelEngine::Create(const EngineOptio
                           absl::StrCat("rank ", r, " of ", n, ": ", created[r].message()));
     }
   }
+  // KV transports name a session's ranks by these labels (kvtransfer/rank_route.h).
+  for (int r = 0; r < n; ++r) e->ranks_[r]->kv_pool().set_rank(r);
   // Tensor attention replicates the latent cache; under data attention each pool is its own.
   for (int r = 1; r < n && !e->layout().attention_dp(); ++r) {
     RETURN_IF_ERROR(e->ranks_[0]->kv_pool().AddReplica(&e->ranks_[r]->kv_pool()));

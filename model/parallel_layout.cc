@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace mlaserve::model {
 namespace {
@@ -51,6 +52,26 @@ const char* AttentionParallelName(AttentionParallel a) {
 }
 const char* MoeParallelName(MoeParallel m) {
   return m == MoeParallel::kExpert ? "expert" : "tensor";
+}
+
+absl::StatusOr<ParallelOptions> ParseParallelFlags(int tp_size, std::string_view attention,
+                                                   std::string_view moe,
+                                                   std::string_view dispatch) {
+  if (tp_size < 1 || tp_size > kMaxParallelSize) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp-size is ", tp_size,
+                                                   "; it must be in [1, ", kMaxParallelSize, "]"));
+  }
+  ParallelOptions o;
+  o.size = tp_size;
+  ASSIGN_OR_RETURN(o.attention, ParseAttentionParallel(attention));
+  ASSIGN_OR_RETURN(o.moe, ParseMoeParallel(moe));
+  ASSIGN_OR_RETURN(o.dispatch, ParseMoeDispatch(dispatch));
+  if (o.dispatch == MoeDispatch::kAllToAll && o.moe != MoeParallel::kExpert) {
+    return absl::InvalidArgumentError(
+        "--moe-dispatch is all-to-all; it sends tokens to the ranks of their experts, which "
+        "needs --moe-parallel expert");
+  }
+  return o;
 }
 
 std::string ParallelLayout::Describe() const {

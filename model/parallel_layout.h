@@ -59,6 +59,14 @@ struct ParallelOptions {
   MoeDispatch dispatch = MoeDispatch::kGather;
 };
 
+// The layout flags as a binary takes them (--tp-size, --attention-parallel, --moe-parallel,
+// --moe-dispatch): size in [1, kMaxParallelSize], the names above, all-to-all only with expert
+// MoE. INVALID_ARGUMENT naming the flag and its value. rank and comm are left to the caller.
+inline constexpr int kMaxParallelSize = 64;
+absl::StatusOr<ParallelOptions> ParseParallelFlags(int tp_size, std::string_view attention,
+                                                   std::string_view moe,
+                                                   std::string_view dispatch);
+
 // [begin, begin + count) of a dimension of `total`.
 struct Shard {
   int begin = 0;

@@ -7,6 +7,9 @@
 // token over the paged cache; sampling is greedy unless --temperature > 0. Prints the generated
 // text (or ids with --print-ids, or when the checkpoint has no tokenizer.json) to stdout.
 // --dump-logits writes {"last_prompt_logits": [...], "generated_ids": [...]}.
+// --tp-size N shards the model over N ranks as a worker does (docs/parallel.md; GPUs 0..N-1 on
+// CUDA, threads and an in-process collective on the CPU), with --attention-parallel,
+// --moe-parallel and --moe-dispatch; under data attention the one request runs on rank 0.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -27,6 +30,7 @@
 #include "kernels/mha_prefill/api.h"
 #include "model/tokenizer/detokenizer.h"
 #include "model/engine.h"
+#include "model/parallel_layout.h"
 #include "model/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -48,6 +52,10 @@ struct RunOptions {
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: auto, bf16 or fp8
   std::string mha_provider = "auto";    // --mha-provider: auto, ours or cudnn
   int num_kv_pages = 0;  // 0: just enough for the request
+  int tp_size = 1;
+  std::string attention_parallel = "tensor";
+  std::string moe_parallel = "expert";
+  std::string moe_dispatch = "gather";
   std::string dump_logits;
   bool print_ids = false;
 };
@@ -85,6 +93,9 @@ absl::Status Run(const RunOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--chunk-size is ", o.chunk_size, "; it must be >= 0"));
   }
   RETURN_IF_ERROR(common::ValidateSamplingValues(o.sampling));  // this process's edge
+  ASSIGN_OR_RETURN(const ParallelOptions parallel,
+                   ParseParallelFlags(o.tp_size, o.attention_parallel, o.moe_parallel,
+                                      o.moe_dispatch));
 
   std::unique_ptr<Tokenizer> tokenizer;
   const std::string tok_path = (std::filesystem::path(o.model_dir) / "tokenizer.json").string();
@@ -112,6 +123,7 @@ absl::Status Run(const RunOptions& o) {
   eo.max_batch_tokens = std::max<int>(o.chunk_size > 0 ? o.chunk_size : prompt.size(), 1);
   eo.max_batch_seqs = 1;
   eo.attention = o.attention;
+  eo.parallel = parallel;
   ASSIGN_OR_RETURN(eo.kv_cache_dtype, ParseKvCacheDtype(o.kv_cache_dtype));
   ASSIGN_OR_RETURN(eo.mha_provider, kernels::ParseMhaPrefillProvider(o.mha_provider));
   absl::StatusOr<std::unique_ptr<Engine>> created =
@@ -222,6 +234,19 @@ int main(int argc, char** argv) {
                  "our Hopper kernel from 2048 keys where it applies, else as prefer-cudnn: cuDNN "
                  "where it loads and supports the shape, else our kernel)")
       ->check(CLI::IsMember({"auto", "ours", "cudnn", "prefer-cudnn"}))->capture_default_str();
+  app.add_option("--tp-size", o.tp_size,
+                 "ranks to shard the model over, as a worker's --tp-size (docs/parallel.md)")
+      ->capture_default_str();
+  app.add_option("--attention-parallel", o.attention_parallel,
+                 "tensor (heads split over the ranks) or data (each rank its own requests; "
+                 "this one request runs on rank 0)")
+      ->capture_default_str();
+  app.add_option("--moe-parallel", o.moe_parallel,
+                 "expert (routed experts split over the ranks) or tensor (every expert split)")
+      ->capture_default_str();
+  app.add_option("--moe-dispatch", o.moe_dispatch,
+                 "with --moe-parallel expert: gather or all-to-all")
+      ->capture_default_str();
   app.add_option("--num-kv-pages", o.num_kv_pages, "KV pool size (default: what the request needs)");
   app.add_option("--dump-logits", o.dump_logits, "write last prompt logits and generated ids (JSON)");
   app.add_flag("--print-ids", o.print_ids, "print generated ids instead of text");

@@ -242,6 +242,7 @@ void KvNcclServiceImpl::Answer(const std::shared_ptr<Job>& job) {
   }
   response->set_bytes_received(stats->bytes_received);
   response->set_pages_written(stats->pages_written);
+  response->set_rank_route(stats->route.Describe());
   reactor->Finish(grpc::Status::OK);
 }
 
@@ -277,7 +278,8 @@ grpc::ServerUnaryReactor* KvNcclServiceImpl::Connect(grpc::CallbackServerContext
                                            if (j->outcome.ok()) j->outcome = why;
                                          }
                                          Answer(j);
-                                       });
+                                       },
+                                       request->dest_rank());
       !s.ok()) {
     return fail(s);
   }
@@ -286,19 +288,25 @@ grpc::ServerUnaryReactor* KvNcclServiceImpl::Connect(grpc::CallbackServerContext
   job->pages = std::move(direct->pages);
   job->pin = std::move(direct->pin);
   job->pool = direct->pool != nullptr ? direct->pool : pool_;
-  auto plan = TransferPlan::Make({id, receiver_->layout().num_layers,
-                                  static_cast<int>(job->pages.size()),
-                                  static_cast<int64_t>(job->pool->layer_page_bytes()),
-                                  request->max_message_pages(), request->coalesce_bytes()});
+  // The ranks: the sender's source and the rank it addressed, which Open checked against
+  // the session's pool (a receiver of another rank refuses before any byte moves).
+  PlanParams params{id, receiver_->layout().num_layers, static_cast<int>(job->pages.size()),
+                    static_cast<int64_t>(job->pool->layer_page_bytes()),
+                    request->max_message_pages(), request->coalesce_bytes()};
+  params.source_rank = request->source_rank();
+  params.dest_rank = request->dest_rank();
+  auto plan = TransferPlan::Make(params);
+  absl::StatusOr<RankRoute> route = receiver_->Route(id, request->source_rank());
   absl::Status refused;
   if (!plan.ok()) {
     refused = plan.status();
+  } else if (!route.ok()) {
+    refused = route.status();
   } else if (plan->digest() != request->plan_digest()) {
     refused = absl::FailedPreconditionError(absl::StrCat(
         "KV session ", id, ": the sender's transfer plan (digest ",
-        absl::Hex(request->plan_digest()), ") differs from the receiver's (digest ",
-        absl::Hex(plan->digest()), ", ", job->pages.size(), " pages x ",
-        receiver_->layout().num_layers, " layers of ", job->pool->layer_page_bytes(), " bytes)"));
+        absl::Hex(request->plan_digest()), ") differs from the receiver's (",
+        plan->Describe(), ")"));
   }
   std::shared_ptr<Pair> pair = refused.ok() ? PairFor(request->pair_id(), job->pool) : nullptr;
   if (refused.ok() && pair == nullptr) {
@@ -309,6 +317,8 @@ grpc::ServerUnaryReactor* KvNcclServiceImpl::Connect(grpc::CallbackServerContext
     receiver_->Fail(id, refused);
     return fail(refused);
   }
+  spdlog::debug("nccl KV {}; {}", plan->Describe(), route->Describe());
+  response->set_rank_route(route->Describe());
   job->plan = std::move(*plan);
   job->connect = reactor;
   job->connect_response = response;
@@ -349,7 +359,7 @@ grpc::ServerUnaryReactor* KvNcclServiceImpl::Finish(grpc::CallbackServerContext*
     }
     const auto& c = request->complete();
     job->completion = KvCompletion{c.first_token(), c.num_layers(), c.num_pages(),
-                                   c.total_bytes()};
+                                   c.total_bytes(), job->plan->params().source_rank};
     job->finish = reactor;
     job->response = response;
   }

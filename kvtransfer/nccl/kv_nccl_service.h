@@ -4,9 +4,11 @@
 //
 // Connect(session, sender layout, pair id, plan digest): opens the receiver session (layout
 // checks as for tcp), derives the TransferPlan from the session (layers, transfer pages, layer
-// page bytes, the sender's max_message_pages), refuses a different digest
-// (FAILED_PRECONDITION), answers the pair's current communicator id, and queues the session on
-// the pair's receive thread. Sessions of a pair are received one after another in Connect
+// page bytes, the sender's max_message_pages, the source rank and the decode rank the sender
+// addressed, which must be the session's pool's), refuses a different digest
+// (FAILED_PRECONDITION), answers the pair's current communicator id with the route
+// (KvNcclConnectResponse.rank_route: source rank -> decode rank and its replicas, also in the
+// Finish result), and queues the session on the pair's receive thread. Sessions of a pair are received one after another in Connect
 // order, the order the sender puts them on the wire.
 // The receive thread joins/reuses the communicator (rank 1), runs ReceivePlan into the
 // session's pinned pages, then marks all layers landed; on any failure it invalidates the
@@ -21,7 +23,7 @@
 // communicator and page io must be on that GPU: a pool listed in pool_devices gets its own
 // pair per sender (keyed by the sender's pair id and the rank) with that entry's factories.
 // Tensor attention replicates the cache: a receive into a pool with replicas is copied into
-// them (KvPool::SyncReplicas) before the session completes.
+// them (KvPool::SyncReplicas, device to device) before the session completes.
 #pragma once
 
 #include <map>

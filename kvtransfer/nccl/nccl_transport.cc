@@ -29,12 +29,14 @@ PageIoFactory HostPageIoFactory() {
 }
 
 struct NcclKvTransport::Session {
-  Session(const KvSessionRef& r, const KvLayout& l, const KvSenderOptions& o, TransferPlan p)
-      : ref(r), layout(l), options(o), plan(std::move(p)) {}
+  Session(const KvSessionRef& r, const KvLayout& l, const KvSenderOptions& o, PlanParams p)
+      : ref(r), layout(l), options(o), plan_params(std::move(p)) {}
   const KvSessionRef ref;
   const KvLayout layout;
   const KvSenderOptions options;
-  const TransferPlan plan;
+  // The plan's parameters but the source rank, which the pair thread adds once the session is
+  // bound (TransferPlan::Make checked them at Open).
+  const PlanParams plan_params;
   std::atomic<int64_t> bytes{0};
 
   absl::Mutex mu;
@@ -52,6 +54,7 @@ struct NcclKvTransport::Session {
   absl::Status abort_reason ABSL_GUARDED_BY(mu);  // non-OK once aborted
   absl::Status status ABSL_GUARDED_BY(mu);        // sticky failure / final verdict
   bool ended ABSL_GUARDED_BY(mu) = false;         // the pair thread is done with it
+  std::string rank_route ABSL_GUARDED_BY(mu);     // the receiver's, from Connect
 };
 
 struct NcclKvTransport::Pair {
@@ -169,6 +172,10 @@ class NcclKvTransport::Sender final : public KvSender {
     return !s_->status.ok() ? s_->status : s_->abort_reason;
   }
   int64_t bytes_sent() const override { return s_->bytes.load(); }
+  std::string rank_route() const override {
+    absl::MutexLock l(&s_->mu);
+    return s_->rank_route;
+  }
 
  private:
   absl::Status RecordLayer(int layer, std::span<const int32_t> local_pages) {
@@ -248,10 +255,13 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s,
   bool ready = false;
   RETURN_IF_ERROR(AwaitLayer(s, 0, &ready));
   std::vector<int32_t> pages;
+  PlanParams params = s.plan_params;
   {
     absl::MutexLock l(&s.mu);
     pages = s.pages;
+    params.source_rank = std::max(s.source_rank, 0);
   }
+  ASSIGN_OR_RETURN(const TransferPlan plan, TransferPlan::Make(params));
   v1::KvNcclConnectRequest req;
   req.set_session_id(id);
   *req.mutable_layout() = ToProto(s.layout);
@@ -259,8 +269,10 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s,
   req.set_pair_id(p.pair_id);
   req.set_max_message_pages(o.max_message_pages);
   req.set_coalesce_bytes(o.coalesce_bytes);
-  req.set_plan_digest(s.plan.digest());
+  req.set_plan_digest(plan.digest());
   req.set_host(o.host);
+  req.set_source_rank(params.source_rank);
+  req.set_dest_rank(params.dest_rank);
   v1::KvNcclConnectResponse resp;
   {
     grpc::ClientContext ctx;
@@ -272,14 +284,19 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s,
                                                   p.endpoint, ": ", st.message()));
     }
   }
-  if (resp.plan_digest() != s.plan.digest()) {
+  if (resp.plan_digest() != plan.digest()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "nccl session ", id, ": the receiver's plan digest ", absl::Hex(resp.plan_digest()),
-        " differs from ours ", absl::Hex(s.plan.digest())));
+        " differs from ours (", plan.Describe(), ")"));
   }
+  {
+    absl::MutexLock l(&s.mu);
+    s.rank_route = resp.rank_route();
+  }
+  spdlog::debug("nccl KV {} to {}; receiver: {}", plan.Describe(), p.endpoint, resp.rank_route());
   ASSIGN_OR_RETURN(Communicator * comm,
                    p.link.Get(resp.comm_id(), absl::Now() + o.connect_timeout));
-  const size_t slot_bytes = static_cast<size_t>(s.plan.max_step_bytes());
+  const size_t slot_bytes = static_cast<size_t>(plan.max_step_bytes());
   const int generation = p.link.communicators_built();
   if (p.io == nullptr || p.io_generation != generation || p.io_slot_bytes < slot_bytes) {
     p.io.reset();
@@ -288,9 +305,9 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s,
     p.io_slot_bytes = slot_bytes;
   }
   const absl::Duration no_progress = s.options.no_progress_timeout;
-  PlanSender ps(comm, p.io.get(), &s.plan, std::move(pages), no_progress);
+  PlanSender ps(comm, p.io.get(), &plan, std::move(pages), no_progress);
   RETURN_IF_ERROR(ps.Begin());
-  for (int layer = 0; layer < s.plan.params().num_layers; ++layer) {
+  for (int layer = 0; layer < plan.params().num_layers; ++layer) {
     if (absl::Status a = AwaitLayer(s, layer, &ready); !a.ok()) {
       ps.Abort(a);
       return a;
@@ -326,6 +343,7 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s,
   c->set_num_layers(completion.num_layers);
   c->set_num_pages(completion.num_pages);
   c->set_total_bytes(bytes);
+  c->set_source_rank(params.source_rank);
   v1::KvPushResult result;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + no_progress));
@@ -458,12 +476,14 @@ absl::StatusOr<std::unique_ptr<KvSender>> NcclKvTransport::Open(const KvSessionR
       return absl::FailedPreconditionError("nccl KV transport built without a communicator");
     }
   }
-  // Every rank's pool has the same layout (one engine).
-  ASSIGN_OR_RETURN(TransferPlan plan,
-                   TransferPlan::Make({ref.session_id, local_layout.num_layers, ref.num_pages,
-                                       static_cast<int64_t>(sources_[0].pool->layer_page_bytes()),
-                                       options_.max_message_pages, options_.coalesce_bytes}));
-  auto s = std::make_shared<Session>(ref, local_layout, options, std::move(plan));
+  // Every rank's pool has the same layout (one engine). The source rank joins the plan once
+  // the session is bound to one; the parameters are checked now.
+  PlanParams params{ref.session_id, local_layout.num_layers, ref.num_pages,
+                    static_cast<int64_t>(sources_[0].pool->layer_page_bytes()),
+                    options_.max_message_pages, options_.coalesce_bytes};
+  params.dest_rank = ref.rank;
+  RETURN_IF_ERROR(TransferPlan::Make(params).status());
+  auto s = std::make_shared<Session>(ref, local_layout, options, std::move(params));
   // One pool: the session is queued now, in open order. Several: once its prompt is placed
   // on a rank (SetSourceRank), which the prefill scheduler does after the session opened.
   if (sources_.size() == 1) RETURN_IF_ERROR(Bind(s, 0));

@@ -32,6 +32,11 @@ absl::StatusOr<TransferPlan> TransferPlan::Make(const PlanParams& params) {
   if (params.session_id.empty()) {
     return absl::InvalidArgumentError("nccl transfer plan: empty session id");
   }
+  if (params.source_rank < 0 || params.dest_rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("nccl transfer plan: source rank ",
+                                                   params.source_rank, ", dest rank ",
+                                                   params.dest_rank, "; ranks are >= 0"));
+  }
   if (params.coalesce_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat("nccl transfer plan: coalesce_bytes is ",
                                                    params.coalesce_bytes,
@@ -87,8 +92,18 @@ absl::StatusOr<TransferPlan> TransferPlan::Make(const PlanParams& params) {
   MixInt(h, params.layer_page_bytes);
   MixInt(h, params.max_message_pages);
   MixInt(h, params.coalesce_bytes);
+  MixInt(h, params.source_rank);
+  MixInt(h, params.dest_rank);
   plan.digest_ = h;
   return plan;
+}
+
+std::string TransferPlan::Describe() const {
+  return absl::StrCat("session ", params_.session_id, ": prefill rank ", params_.source_rank,
+                      " -> decode rank ", params_.dest_rank, ", ", params_.num_layers,
+                      " layers x ", params_.num_pages, " pages of ", params_.layer_page_bytes,
+                      " B in ", steps_.size(), " message(s), ", total_bytes_, " B, digest ",
+                      absl::Hex(digest_, absl::kZeroPad16));
 }
 
 }  // namespace mlaserve::kvtransfer::nccl

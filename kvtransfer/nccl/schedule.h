@@ -4,6 +4,12 @@
 // through the control plane (session id, layer count, pages per layer, layer page bytes) and
 // compare its digest before the first payload byte moves.
 //
+// The plan also names the ranks (docs/parallel.md, "Prefill and decode in different layouts"):
+// the prefill rank whose pool the pages leave (source_rank) and the decode rank whose pool
+// receives them (dest_rank, the KvSessionRef's). Both are in the digest, so a receiver that
+// would write another rank's pool than the sender addressed refuses before a byte moves, and
+// Describe() reports the mapping (the receiver adds its replicas: RankRoute).
+//
 // The plan is layer-major (layer 0 first, so a layer can ship as soon as prefill wrote it) and
 // within a layer follows the request's page list order. A layer of more than
 // max_message_pages pages is cut into several messages (bounded staging memory); small layers
@@ -48,6 +54,8 @@ struct PlanParams {
   // Whole layers smaller than this share a message up to this size; 0 = one layer a message.
   int64_t coalesce_bytes = kDefaultCoalesceBytes;
   static constexpr int64_t kDefaultCoalesceBytes = int64_t{16} << 20;
+  int source_rank = 0;  // the prefill rank whose pool the pages are read from
+  int dest_rank = 0;    // the decode rank whose pool receives them
 };
 
 class TransferPlan {
@@ -65,8 +73,12 @@ class TransferPlan {
   int64_t total_bytes() const { return total_bytes_; }
   // The largest message, header included: a staging slot's size.
   int64_t max_step_bytes() const { return max_step_bytes_; }
-  // 64-bit digest over every parameter; equal digests mean identical step lists.
+  // 64-bit digest over every parameter (the ranks included); equal digests mean identical
+  // step lists between the same two ranks.
   uint64_t digest() const { return digest_; }
+  // "session r#1: prefill rank 1 -> decode rank 0, 3 layers x 2 pages of 1152 B in 1
+  // message(s), 6912 B, digest 0123456789abcdef".
+  std::string Describe() const;
 
  private:
   PlanParams params_;

@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mlaserve/v1/worker.grpc.pb.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/cluster.h"
 
 namespace mlaserve::testing {
@@ -43,6 +44,17 @@ std::string Fixture(const std::string& name) { return "tests/fixtures/models/" +
 std::vector<std::string> Layout(int ranks, const std::string& attention, const std::string& moe) {
   return {"--tp-size", std::to_string(ranks), "--attention-parallel", attention,
           "--moe-parallel", moe};
+}
+
+// A worker's descriptor (GetInfo): its GPUs, layout, profile and load.
+template <typename Service>
+v1::WorkerDescriptor Info(const std::string& address) {
+  auto stub = Service::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext c;
+  c.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  v1::WorkerDescriptor info;
+  EXPECT_TRUE(stub->GetInfo(&c, v1::GetWorkerInfoRequest(), &info).ok());
+  return info;
 }
 
 // The decode worker's own view of its load (GetInfo), every rank's included.
@@ -135,6 +147,19 @@ TEST_F(DataParallelClusterTest, RequestsSpreadOverRanksAndAbortsAndCancelsFreeEv
   o.extra_decode_flags = Layout(2, "data", "expert");
   auto cluster = Cluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // Each worker reports its GPUs and layout, and its GPU profile is the one of the attention
+  // shape one rank runs: 2 of the fixture's 4 heads under tensor attention, 4 under data.
+  const v1::WorkerDescriptor prefill_info =
+      Info<v1::PrefillWorker>((*cluster)->prefill().address());
+  const v1::WorkerDescriptor decode_info = Info<v1::DecodeWorker>((*cluster)->decode().address());
+  EXPECT_EQ(prefill_info.gpus(), 2);
+  EXPECT_EQ(prefill_info.parallel_layout(), "tp=2 attention=tensor moe=expert");
+  EXPECT_EQ(decode_info.gpus(), 2);
+  EXPECT_EQ(decode_info.parallel_layout(), "tp=2 attention=data moe=expert");
+  EXPECT_EQ(nlohmann::json::parse(prefill_info.profile().profile_json())["shape"]["heads"], 2);
+  EXPECT_EQ(nlohmann::json::parse(decode_info.profile().profile_json())["shape"]["heads"], 4);
+  EXPECT_EQ(prefill_info.model().kv_compat_hash(), decode_info.model().kv_compat_hash())
+      << "the layouts do not change the KV layout";
   auto decode = v1::DecodeWorker::NewStub(
       grpc::CreateChannel((*cluster)->decode().address(), grpc::InsecureChannelCredentials()));
   // Held reservations (no stream yet): they stay until aborted.

@@ -19,7 +19,9 @@
 #            V2 / V3 / V3.2, 2 ranks (and 4 with 4 GPUs) against the single-GPU engine, decode
 #            steps as CUDA graphs with the fixed-capacity all-to-all, graph == eager, and a
 #            data-parallel step streamed rank by rank;
-#          kvtransfer_nccl_cuda_test: the nccl KV transport GPU 0 -> GPU 1.
+#          kvtransfer_nccl_cuda_test: the nccl KV transport GPU 0 -> GPU 1;
+#          model_kv_pool_cuda_test (SyncReplicas*): a tensor-parallel decode worker's replica
+#            sync, peer to peer GPU 0 -> GPU 1 (and within GPU 0).
 #   e2edp  tools/device/nccl_e2e.sh with data-parallel workers: prefill --tp-size 2
 #          --attention-parallel data (layer-wise KV per rank), decode --tp-size 2
 #          --attention-parallel data --moe-dispatch all-to-all. With 4 GPUs: prefill on GPUs 0,1,
@@ -33,7 +35,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 TARGETS="parallel_nccl_gpu_test kernels_moe_shard_cuda_test model_engine_parallel_cuda_test
-  kvtransfer_nccl_cuda_test mlaserve-router mlaserve-prefill mlaserve-decode mlaservectl
+  kvtransfer_nccl_cuda_test model_kv_pool_cuda_test mlaserve-router mlaserve-prefill mlaserve-decode mlaservectl
   mlaserve-run mlaserve-bench"
 if [[ ${1:-} == --bundle ]]; then
   set -e
@@ -99,6 +101,9 @@ if [[ $PARTS == *" tests "* && -z ${DRY:-} ]]; then
     bounded 60 "$BIN/$t" > "$W/tests/$t.log" 2>&1
     say "$t rc=$? $(passed "$W/tests/$t.log")"
   done
+  bounded 60 "$BIN/model_kv_pool_cuda_test" --gtest_filter='*SyncReplicas*' \
+    > "$W/tests/kv_pool_sync.log" 2>&1
+  say "model_kv_pool_cuda_test (SyncReplicas) rc=$? $(passed "$W/tests/kv_pool_sync.log")"
   if command -v compute-sanitizer > /dev/null; then
     bounded 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/kernels_moe_shard_cuda_test" \
       --gtest_filter='MoeDispatchFixedCuda.*' > "$W/tests/moe_shard_memcheck.log" 2>&1
