@@ -129,6 +129,26 @@ TEST(ModelConfigTest, Transformers517SavedV2) {
   EXPECT_THAT(c.layer_is_moe, ElementsAre(false, true));
 }
 
+// A config written by transformers 4.x with all of PretrainedConfig's attributes (what
+// transformers 5.17 still loads) parses like the same config saved without them.
+TEST(ModelConfigTest, Transformers4FullDumpParses) {
+  const ModelConfig c = ParseOk(kTinyV3Transformers451Full);
+  EXPECT_EQ(c.model_type, ModelType::kDeepseekV3);
+  EXPECT_EQ(c.q_lora_rank, 32);
+  EXPECT_EQ(c.n_group, 2);
+  EXPECT_EQ(c.topk_group, 1);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
+  EXPECT_EQ(c.rope.type, "default");
+  EXPECT_THAT(c.layer_is_moe, ElementsAre(false, true));
+  EXPECT_THAT(c.eos_token_ids, ElementsAre(1));
+  EXPECT_TRUE(c.warnings.empty());
+  // Non-empty pruned_heads is refused (no DeepSeek class can prune heads).
+  ExpectInvalid(ParseEdited(kTinyV3Transformers451Full,
+                            [](Json& j) { j["pruned_heads"] = Json{{"0", Json::array({1})}}; }),
+                "pruned_heads is {\"0\":[1]}");
+}
+
 TEST(ModelConfigTest, FieldsHfIgnoresBecomeWarnings) {
   Json j = Json::parse(kV2Lite);
   j["norm_topk_prob"] = true;
