@@ -49,7 +49,18 @@ struct ApiRequest {
   bool add_generation_prompt = true;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   v1::SamplingParams sampling;
+  // The name this request gave the output bound ("max_tokens" or "max_completion_tokens"),
+  // for the errors that concern it.
+  std::string max_tokens_param = "max_tokens";
 };
+
+// OpenAI's max_tokens default for /v1/completions (its documented default).
+inline constexpr int32_t kCompletionsDefaultMaxTokens = 16;
+
+// ErrorFromStatus for a status the router's Generate path gave `request`, with `param` naming
+// the request parameter it concerns and the router's own field names (max_new_tokens) replaced
+// by the ones the request used.
+ApiError ErrorForRequest(const absl::Status& status, const ApiRequest& request);
 
 // Parses a request body for `endpoint`; an ApiError (400) naming the parameter otherwise.
 // `served_model` is the only model name accepted (404 model_not_found otherwise, as OpenAI).

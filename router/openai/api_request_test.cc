@@ -107,6 +107,65 @@ TEST(ApiRequestTest, BadRequestsAreOpenAiShaped400s) {
   EXPECT_EQ(e.param, "tools");
 }
 
+// OpenAI's default bound: 16 tokens for completions; chat leaves it to HttpApi (the context).
+TEST(ApiRequestTest, MaxTokensDefaults) {
+  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x"})").sampling.max_new_tokens(),
+            kCompletionsDefaultMaxTokens);
+  EXPECT_FALSE(Ok(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}]})")
+                   .sampling.has_max_new_tokens());
+  ApiRequest r = Ok(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+                                         "max_tokens": 3, "max_completion_tokens": 5})");
+  EXPECT_EQ(r.sampling.max_new_tokens(), 5);  // max_completion_tokens replaces the deprecated one
+  EXPECT_EQ(r.max_tokens_param, "max_completion_tokens");
+}
+
+// Chat parameters a client may send that change nothing when off are accepted; on, they are
+// refused naming the parameter.
+TEST(ApiRequestTest, ChatParametersThatAreOff) {
+  Ok(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "store": false,
+                          "metadata": {"k": "v"}, "service_tier": "auto", "functions": [],
+                          "function_call": "none", "parallel_tool_calls": false, "tools": [],
+                          "tool_choice": "none", "response_format": {"type": "text"}})");
+  const std::string chat = R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], )";
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("store": true})").param, "store");
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("metadata": {"k": 1}})").param, "metadata");
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("service_tier": "flex"})").param, "service_tier");
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("functions": [{"name": "f"}]})").param, "functions");
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("function_call": "auto"})").param, "function_call");
+  // Chat-only parameters on the completions endpoint are unknown there, as in OpenAI's API.
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "store": false})").param, "store");
+}
+
+// The router's validation messages name its own fields; the HTTP error names the request's.
+TEST(ApiRequestTest, RouterErrorsNameTheRequestParameter) {
+  ApiRequest completion = Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x"})");
+  ApiError e = ErrorForRequest(
+      absl::InvalidArgumentError("max_new_tokens 0 is out of range; it must be >= 1"), completion);
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "max_tokens");
+  EXPECT_EQ(e.message, "max_tokens 0 is out of range; it must be >= 1");
+  ApiRequest chat = Ok(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+                                            "max_completion_tokens": 9000})");
+  e = ErrorForRequest(absl::InvalidArgumentError("prompt has 9 tokens and max_new_tokens is 9000; "
+                                                 "together they exceed the model's context"),
+                      chat);
+  EXPECT_EQ(e.param, "max_completion_tokens");
+  EXPECT_EQ(e.message, "prompt has 9 tokens and max_completion_tokens is 9000; together they exceed the "
+                       "model's context");
+  EXPECT_EQ(ErrorForRequest(absl::InvalidArgumentError("prompt is empty"), completion).param, "prompt");
+  EXPECT_EQ(ErrorForRequest(absl::InvalidArgumentError("prompt has 2000 tokens"), chat).param, "messages");
+  EXPECT_EQ(ErrorForRequest(absl::InvalidArgumentError("stop string 0 is empty"), chat).param, "stop");
+  EXPECT_EQ(ErrorForRequest(absl::InvalidArgumentError("stop_token_ids entry 9 is outside"), chat).param,
+            "stop_token_ids");
+  for (const char* field : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"}) {
+    e = ErrorForRequest(absl::InvalidArgumentError(std::string(field) + " -1 is out of range"), chat);
+    EXPECT_EQ(e.param, field);
+  }
+  e = ErrorForRequest(absl::UnavailableError("no healthy decode worker"), chat);
+  EXPECT_EQ(e.http_status, 503);
+  EXPECT_FALSE(e.param.has_value());
+}
+
 TEST(ApiRequestTest, UnknownModelIsNotFound) {
   ApiError e = Err(Endpoint::kCompletions, R"({"model": "gpt-4", "prompt": "x"})");
   EXPECT_EQ(e.http_status, 404);

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/call_auth.h"
+#include "kernels/common/page.h"
 #include "router/openai/api_request.h"
 #include "router/openai/connection_probe.h"
 #include "router/openai/generate_exchange.h"
@@ -176,14 +177,36 @@ struct HttpApi::Impl {
     if (absl::Status st = ValidatePromptBytes(prompt->size(), router->codec().MaxBytesPerToken(),
                                               router->model().limits);
         !st.ok()) {
-      return ErrorFromStatus(st);
+      return ErrorForRequest(st, r);
     }
     absl::StatusOr<RouterContext::TokenizingClaim> claim = router->ClaimTokenizing(prompt->size());
     if (!claim.ok()) return ErrorFromStatus(claim.status());
     absl::StatusOr<std::vector<int32_t>> ids = router->codec().EncodeVerbatim(*prompt);
     if (!ids.ok()) return ErrorFromStatus(ids.status());
     g.mutable_token_ids()->mutable_ids()->Assign(ids->begin(), ids->end());
+    if (!g.sampling().has_max_new_tokens()) {
+      if (std::optional<int32_t> room = ChatRoom(static_cast<int32_t>(ids->size()))) {
+        g.mutable_sampling()->set_max_new_tokens(*room);
+      }
+    }
     return g;
+  }
+
+  // OpenAI bounds a chat answer without max_tokens only by the context: what it leaves after
+  // the prompt, and no more than the largest decode pool can hold with the prompt (else no
+  // worker could ever take the request). nullopt when nothing is left (the router's
+  // validation then says the prompt is too long).
+  std::optional<int32_t> ChatRoom(int32_t prompt_tokens) const {
+    int64_t room = static_cast<int64_t>(router->model().limits.max_context) - prompt_tokens;
+    int64_t largest_pool_tokens = 0;
+    for (const WorkerSnapshot& w : router->registry().Routable(WorkerRole::kDecode)) {
+      largest_pool_tokens = std::max<int64_t>(
+          largest_pool_tokens,
+          static_cast<int64_t>(w.descriptor.load.request_pages_total()) * kernels::kPageSize);
+    }
+    if (largest_pool_tokens > 0) room = std::min(room, largest_pool_tokens - prompt_tokens);
+    if (room < 1) return std::nullopt;
+    return static_cast<int32_t>(room);
   }
 
   void Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
@@ -200,7 +223,7 @@ struct HttpApi::Impl {
     if (exchange->ended_early()) {
       // Refused before any output (validation, no worker): the status code can say so.
       std::optional<GenerateExchange::Event> end = exchange->Next(absl::InfiniteDuration());
-      return SendError(res, ErrorFromStatus(end->end));
+      return SendError(res, ErrorForRequest(end->end, r));
     }
     const std::string id =
         absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", request.request_id());

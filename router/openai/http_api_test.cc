@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "common/call_auth.h"
 #include "router/admin_conversion.h"
+#include "router/openai/api_request.h"
 #include "router/testing/poll_until_routable.h"
 #include "router/testing/byte_codec.h"
 #include "router/testing/fake_workers.h"
@@ -220,6 +221,26 @@ TEST_F(HttpApiTest, StreamedChatSplitsReasoning) {
   EXPECT_EQ(events.back(), "[DONE]");
 }
 
+// Without max_tokens, a chat answer may run to the end of the context (OpenAI's chat has no
+// default bound), a completion stops at OpenAI's default of 16 tokens.
+TEST_F(HttpApiTest, DefaultMaxTokensAsOpenAiDocuments) {
+  decode_.set_reply("Hi!");
+  httplib::Result r = Post("/v1/chat/completions",
+                           R"({"model": "demo", "messages": [{"role": "user", "content": "Hello"}]})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::vector<v1::ReserveRequest> reserves = decode_.reserves();
+  ASSERT_FALSE(reserves.empty());
+  const int prompt = reserves.back().prompt_token_ids_size();
+  EXPECT_EQ(prompt, 1 + static_cast<int>(std::string("<user>Hello<assistant>").size()));
+  EXPECT_EQ(reserves.back().sampling().max_new_tokens(), 512 - prompt);
+  r = Post("/v1/completions", R"({"model": "demo", "prompt": "x"})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  reserves = decode_.reserves();
+  EXPECT_EQ(reserves.back().sampling().max_new_tokens(), kCompletionsDefaultMaxTokens);
+}
+
 TEST_F(HttpApiTest, ErrorsAreOpenAiShaped) {
   httplib::Result r = Post("/v1/completions", "{oops");
   ASSERT_TRUE(r);
@@ -232,13 +253,21 @@ TEST_F(HttpApiTest, ErrorsAreOpenAiShaped) {
   r = Post("/v1/completions", R"({"model": "demo", "prompt": "x", "max_tokens": 0})");
   EXPECT_EQ(r->status, 400);
   EXPECT_THAT(Json::parse(r->body)["error"]["message"].get<std::string>(),
-              HasSubstr("max_new_tokens 0 is out of range"));
+              HasSubstr("max_tokens 0 is out of range"));
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "max_tokens");
   r = Post("/v1/completions", R"({"model": "demo", "prompt": "x", "temperature": -1})");
   EXPECT_EQ(r->status, 400);
   EXPECT_THAT(r->body, HasSubstr("temperature -1 is out of range"));
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "temperature");
   r = Post("/v1/completions", R"({"model": "demo", "prompt": [299999]})");
   EXPECT_EQ(r->status, 400);
   EXPECT_THAT(r->body, HasSubstr("outside the vocabulary"));
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "prompt");
+  r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+                                       "max_completion_tokens": 600})");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "max_completion_tokens");
+  EXPECT_THAT(r->body, HasSubstr("max_completion_tokens 600 exceeds the model's context of 512"));
   r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 3})");
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(Json::parse(r->body)["error"]["param"], "n");
