@@ -160,6 +160,8 @@ def run_checks(client, base, router_log):
     except openai.BadRequestError as e:
         check("temperature -1 is out of range" in e.message, f"router validation message: {e.message}")
 
+    run_demanding_client_checks(client, text)
+
     aborted = metric(router_log, "mlaserve_router_requests_aborted_total")
     stream = client.completions.create(model="demo", prompt="count from 1:", max_tokens=1000,
                                        stream=True, extra_body={"ignore_eos": True})
@@ -175,6 +177,84 @@ def run_checks(client, base, router_log):
           "closing the stream aborted the request")
     running = metric(router_log, "mlaserve_router_requests_running")
     check(running == 0, "no request left running")
+
+
+def expect_bad_request(call, param, what):
+    try:
+        call()
+        check(False, f"{what} refused")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and e.body["param"] == param and e.body["type"] == "invalid_request_error",
+              f"{what}: BadRequestError naming {param} ({e.body['message']})")
+
+
+def run_demanding_client_checks(client, counted):
+    """What a demanding `openai` user sends: each works as OpenAI documents or is a 400 naming
+    the parameter (docs/compatibility.md)."""
+    user = [{"role": "user", "content": "count from 17:"}]
+    # stop: a string or a list; the text before the first stop, finish_reason stop.
+    for stop in ("19", ["zzz", "19"]):
+        c = client.completions.create(model="demo", prompt="count from 17:", max_tokens=12, temperature=0,
+                                      stop=stop)
+        check(c.choices[0].text == counted[:counted.index("19")] and c.choices[0].finish_reason == "stop",
+              f"stop={stop!r} cuts before it: {c.choices[0].text!r}")
+    # max_completion_tokens (chat's current name) bounds the answer like max_tokens.
+    chat = client.chat.completions.create(model="demo", max_completion_tokens=5, temperature=0, messages=user)
+    check(chat.usage.completion_tokens == 5 and chat.choices[0].finish_reason == "length",
+          "max_completion_tokens bounds the chat answer")
+    # No max_tokens on chat: no 128-token cut; the demo model ends its count with EOS.
+    chat = client.chat.completions.create(model="demo", temperature=0, messages=user)
+    check(chat.choices[0].finish_reason == "stop", f"chat without max_tokens ends by itself ({chat.usage})")
+    # No max_tokens on completions: OpenAI's default of 16 (or less when EOS comes first).
+    c = client.completions.create(model="demo", prompt="count from 1:", temperature=0, extra_body={"ignore_eos": True})
+    check(c.usage.completion_tokens == 16, f"completions default max_tokens 16 ({c.usage})")
+    # seed: the same seed samples the same text.
+    a, b = (client.completions.create(model="demo", prompt="reverse: a b c ->", max_tokens=10, temperature=1.0,
+                                      seed=1234).choices[0].text for _ in range(2))
+    check(a == b, "seed makes sampling reproducible")
+    # Parameters that are off are accepted: user, n=1, zero penalties, text response_format,
+    # store false, metadata, service_tier auto, logprobs false.
+    chat = client.chat.completions.create(model="demo", max_tokens=4, temperature=0, messages=user, n=1, user="u-1",
+                                          presence_penalty=0, frequency_penalty=0, logprobs=False,
+                                          response_format={"type": "text"}, store=False,
+                                          metadata={"team": "a"}, service_tier="auto")
+    check(chat.choices[0].message.content is not None, "off parameters accepted")
+    # Streamed chat with include_usage: the last chunk has usage and no choices.
+    chunks = list(client.chat.completions.create(model="demo", max_tokens=4, temperature=0, messages=user,
+                                                 stream=True, stream_options={"include_usage": True}))
+    check(chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 4
+          and all(ch.usage is None for ch in chunks[:-1]), "streamed chat usage in the last chunk only")
+    # What the engine cannot do is a 400 naming the parameter.
+    expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", max_tokens=0), "max_tokens",
+                       "max_tokens 0")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
+                                                              max_completion_tokens=100000),
+                       "max_completion_tokens", "max_completion_tokens past the context")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, logprobs=True,
+                                                              top_logprobs=2), "logprobs", "logprobs")
+    expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", logprobs=2), "logprobs",
+                       "completions logprobs")
+    expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", echo=True), "echo", "echo")
+    expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", suffix="y"), "suffix", "suffix")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, presence_penalty=0.5),
+                       "presence_penalty", "presence_penalty")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
+                                                              response_format={"type": "json_object"}),
+                       "response_format", "response_format json_object")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, stop=[""]), "stop",
+                       "empty stop string")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, top_p=1.5), "top_p",
+                       "top_p 1.5")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
+                                                              reasoning_effort="low"),
+                       "reasoning_effort", "a parameter this server does not have")
+    model = client.models.retrieve("demo")
+    check(model.id == "demo" and model.object == "model", "models.retrieve")
+    try:
+        client.models.retrieve("gpt-4")
+        check(False, "unknown model retrieve refused")
+    except openai.NotFoundError:
+        check(True, "models.retrieve of an unknown model: NotFoundError")
 
 
 def run_curl_examples(base):
