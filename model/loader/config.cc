@@ -253,10 +253,22 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // An absent eos_token_id / bos_token_id is HF's class default (DeepseekV2Config: bos 1,
+  // eos 2; V3 and V3.2: bos 0, eos 1), which generate() stops at; only null means none.
   absl::Status ParseTokens() {
-    RETURN_IF_ERROR(config_internal::ParseEosTokenIds(r_.Take("eos_token_id"), "config.json",
-                                                      &c_.eos_token_ids));
-    if (r_.Contains("bos_token_id") && !r_.IsNull("bos_token_id")) {
+    const int default_bos = v2() ? 1 : 0;
+    const int default_eos = v2() ? 2 : 1;
+    if (!r_.Contains("eos_token_id")) {
+      c_.eos_token_ids = {default_eos};
+      Warn(absl::StrCat("eos_token_id is absent: HF's ", c_.model_type_name, " default ",
+                        default_eos, " is used"));
+    } else {
+      RETURN_IF_ERROR(config_internal::ParseEosTokenIds(r_.Take("eos_token_id"), "config.json",
+                                                        &c_.eos_token_ids));
+    }
+    if (!r_.Contains("bos_token_id")) {
+      c_.bos_token_id = default_bos;
+    } else if (!r_.IsNull("bos_token_id")) {
       int bos = 0;
       RETURN_IF_ERROR(r_.Int("bos_token_id", &bos, 0));
       c_.bos_token_id = bos;

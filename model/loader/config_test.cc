@@ -149,6 +149,28 @@ TEST(ModelConfigTest, Transformers4FullDumpParses) {
                 "pruned_heads is {\"0\":[1]}");
 }
 
+// Absent token ids are HF's class defaults (generate() stops at that EOS); null is none.
+TEST(ModelConfigTest, AbsentTokenIdsTakeHfClassDefaults) {
+  Json v2 = Json::parse(kV2Lite);
+  v2.erase("eos_token_id");
+  v2.erase("bos_token_id");
+  ModelConfig c = ParseOk(v2.dump());
+  EXPECT_THAT(c.eos_token_ids, ElementsAre(2));
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_THAT(c.warnings, ElementsAre(HasSubstr("eos_token_id is absent: HF's deepseek_v2 default 2")));
+  Json v3 = Json::parse(kV3);
+  v3.erase("eos_token_id");
+  v3.erase("bos_token_id");
+  c = ParseOk(v3.dump());
+  EXPECT_THAT(c.eos_token_ids, ElementsAre(1));
+  EXPECT_EQ(c.bos_token_id, 0);
+  v3["eos_token_id"] = nullptr;
+  v3["bos_token_id"] = nullptr;
+  c = ParseOk(v3.dump());
+  EXPECT_TRUE(c.eos_token_ids.empty());
+  EXPECT_FALSE(c.bos_token_id.has_value());
+}
+
 TEST(ModelConfigTest, FieldsHfIgnoresBecomeWarnings) {
   Json j = Json::parse(kV2Lite);
   j["norm_topk_prob"] = true;
