@@ -226,6 +226,12 @@ TEST(ModelConfigTest, V2GroupLimitedGreedy) {
 }
 
 TEST(ModelConfigTest, ErrorsNameFieldAndValue) {
+  ExpectInvalid(ParseEdited(kV2Lite,
+                            [](Json& j) {
+                              j["mlp_bias"] = true;
+                              j["n_shared_experts"] = 0;
+                            }),
+                "n_shared_experts 0 with mlp_bias true");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["frobnicate"] = 3; }), "'frobnicate'");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["rope_scaling"]["warp"] = 1; }),
                 "rope_scaling.warp");
