@@ -118,9 +118,6 @@ const std::set<std::string>& ChatKeys() {
 
 // Parameters OpenAI has whose only value this engine honours is "off".
 void RequireOff(Reader& r, Endpoint endpoint) {
-  if (const Json* v = r.Get("n"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
-    r.Fail(Invalid(absl::StrCat("'n' is ", v->dump(), "; only n = 1 is supported"), "n"));
-  }
   if (const Json* v = r.Get("logprobs"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
     r.Fail(Invalid("'logprobs' is not supported yet: the engine does not return log probabilities",
                    "logprobs"));
@@ -406,6 +403,7 @@ std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std:
     }
   }
   r.String("user");
+  if (std::optional<int32_t> n = r.Int32("n", 1, kMaxChoices)) out.n = *n;
   RequireOff(r, endpoint);
   ReadSampling(r, endpoint, &out.sampling, out.max_tokens_param);
   if (endpoint == Endpoint::kChat) {

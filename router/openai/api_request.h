@@ -38,6 +38,7 @@ struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
   bool stream = false;
+  int n = 1;  // choices: one Generate call each
   bool include_usage = false;           // stream_options.include_usage
   bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats (vLLM's)
   // Completions: the prompt as text, or as token ids.
@@ -53,6 +54,9 @@ struct ApiRequest {
   // for the errors that concern it.
   std::string max_tokens_param = "max_tokens";
 };
+
+// The most choices (`n`) one request may ask for.
+inline constexpr int kMaxChoices = 16;
 
 // OpenAI's max_tokens default for /v1/completions (its documented default).
 inline constexpr int32_t kCompletionsDefaultMaxTokens = 16;

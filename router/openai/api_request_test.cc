@@ -77,9 +77,12 @@ TEST(ApiRequestTest, BadRequestsAreOpenAiShaped400s) {
   EXPECT_EQ(e.http_status, 400);
   EXPECT_EQ(e.type, "invalid_request_error");
   EXPECT_THAT(e.message, HasSubstr("not valid JSON"));
-  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 2})");
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 17})");
   EXPECT_EQ(e.param, "n");
-  EXPECT_THAT(e.message, HasSubstr("only n = 1"));
+  EXPECT_THAT(e.message, HasSubstr("'n' is 17; it must be in [1, 16]"));
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "n": 0})").param, "n");
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "n": 2.0})").param, "n");
+  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "n": 3})").n, 3);
   e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "logprobs": true})");
   EXPECT_EQ(e.param, "logprobs");
   EXPECT_THAT(e.message, HasSubstr("not supported yet"));

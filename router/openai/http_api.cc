@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -35,11 +36,24 @@ void SendError(httplib::Response& res, const ApiError& error) {
 
 int64_t UnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
 
-// What one streamed response's content provider keeps between its calls.
-struct StreamState {
-  std::unique_ptr<GenerateExchange> exchange;
-  std::unique_ptr<ResponseBuilder> builder;
+// One request's choices (n of them): a Generate call and a response builder each. A streamed
+// response's content provider keeps it between its calls. The waker is declared first so it
+// outlives the exchanges, whose calls bump it until they end.
+struct ChoiceSet {
+  std::shared_ptr<ExchangeWaker> waker = std::make_shared<ExchangeWaker>();
+  std::vector<std::unique_ptr<GenerateExchange>> exchanges;
+  std::vector<std::unique_ptr<ResponseBuilder>> builders;
+  std::vector<bool> ended;
   bool started = false;
+
+  void CancelAll() {
+    for (auto& e : exchanges) e->Cancel();
+  }
+  std::vector<const ResponseBuilder*> Builders() const {
+    std::vector<const ResponseBuilder*> out;
+    for (const auto& b : builders) out.push_back(b.get());
+    return out;
+  }
 };
 
 }  // namespace
@@ -219,66 +233,106 @@ struct HttpApi::Impl {
     if (auto* e = std::get_if<ApiError>(&g)) return SendError(res, *e);
     const v1::GenerateRequest& request = std::get<v1::GenerateRequest>(g);
 
-    auto exchange = std::make_unique<GenerateExchange>(router, request);
-    if (exchange->ended_early()) {
-      // Refused before any output (validation, no worker): the status code can say so.
-      std::optional<GenerateExchange::Event> end = exchange->Next(absl::InfiniteDuration());
-      return SendError(res, ErrorForRequest(end->end, r));
-    }
+    auto choices = std::make_shared<ChoiceSet>();
     const std::string id =
         absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", request.request_id());
-    auto builder = std::make_unique<ResponseBuilder>(r, id, UnixSeconds(), opens_reasoning);
-    if (!r.stream) return WaitForBody(req, res, *exchange, *builder);
+    const int64_t created = UnixSeconds();
+    for (int i = 0; i < r.n; ++i) {
+      v1::GenerateRequest choice = request;
+      if (i > 0) {
+        choice.set_request_id(router->NewRequestId());
+        // Each choice samples on its own; with a seed, choice i uses seed + i.
+        if (request.sampling().has_seed()) {
+          choice.mutable_sampling()->set_seed(request.sampling().seed() + static_cast<uint64_t>(i));
+        }
+      }
+      auto exchange = std::make_unique<GenerateExchange>(router, choice, choices->waker);
+      if (exchange->ended_early()) {
+        // Refused before any output (validation, no worker): the status code can say so. The
+        // choices already started are cancelled when `choices` goes.
+        std::optional<GenerateExchange::Event> end = exchange->Next(absl::InfiniteDuration());
+        return SendError(res, ErrorForRequest(end->end, r));
+      }
+      choices->exchanges.push_back(std::move(exchange));
+      choices->builders.push_back(
+          std::make_unique<ResponseBuilder>(r, id, created, opens_reasoning, i));
+    }
+    choices->ended.assign(choices->exchanges.size(), false);
+    if (!r.stream) return WaitForBody(req, res, *choices);
 
-    auto state = std::make_shared<StreamState>();
-    state->exchange = std::move(exchange);
-    state->builder = std::move(builder);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
-        "text/event-stream", [this, state](size_t, httplib::DataSink& sink) {
-          return StreamSome(*state, sink);
+        "text/event-stream", [this, choices](size_t, httplib::DataSink& sink) {
+          return StreamSome(*choices, sink);
         });
   }
 
-  void WaitForBody(const httplib::Request& req, httplib::Response& res, GenerateExchange& exchange,
-                   ResponseBuilder& builder) {
+  void WaitForBody(const httplib::Request& req, httplib::Response& res, ChoiceSet& choices) {
     ConnectionProbe probe(req);
-    while (true) {
-      std::optional<GenerateExchange::Event> e = exchange.Next(options.liveness_interval);
-      if (!e.has_value()) {
-        if (stopping.load() || probe.ClientGone()) exchange.Cancel();
-        continue;
+    for (size_t i = 0; i < choices.exchanges.size(); ++i) {
+      GenerateExchange& exchange = *choices.exchanges[i];
+      ResponseBuilder& builder = *choices.builders[i];
+      while (true) {
+        std::optional<GenerateExchange::Event> e = exchange.Next(options.liveness_interval);
+        if (!e.has_value()) {
+          if (stopping.load() || probe.ClientGone()) choices.CancelAll();
+          continue;
+        }
+        if (e->message.has_value()) {
+          builder.OnMessage(*e->message);
+          continue;
+        }
+        if (e->end.ok() && builder.complete()) break;
+        // The other choices are cancelled when `choices` goes.
+        return SendError(res, ErrorFromStatus(e->end.ok() ? absl::InternalError("the request ended without a result")
+                                                          : e->end));
       }
-      if (e->message.has_value()) {
-        builder.OnMessage(*e->message);
-        continue;
-      }
-      if (e->end.ok() && builder.complete()) return SendJson(res, 200, builder.Body());
-      return SendError(res, ErrorFromStatus(e->end.ok() ? absl::InternalError("the request ended without a result")
-                                                        : e->end));
     }
+    if (choices.builders.size() == 1) return SendJson(res, 200, choices.builders[0]->Body());
+    SendJson(res, 200, ResponseBuilder::MergeChoices(choices.Builders()));
   }
 
-  // One step of a streamed response: writes what arrived (or waits up to the liveness
-  // interval). Returning false drops the connection.
-  bool StreamSome(StreamState& state, httplib::DataSink& sink) {
+  // One step of a streamed response: writes what arrived from any choice (or waits up to the
+  // liveness interval). Returning false drops the connection.
+  bool StreamSome(ChoiceSet& choices, httplib::DataSink& sink) {
     std::string events;
-    if (!state.started) {
-      state.started = true;
-      events = state.builder->StartEvents();
+    if (!choices.started) {
+      choices.started = true;
+      for (auto& b : choices.builders) events += b->StartEvents();
     }
-    std::optional<GenerateExchange::Event> e = state.exchange->Next(options.liveness_interval);
-    bool end = false;
-    if (!e.has_value()) {
-      if (stopping.load() || !sink.is_writable()) state.exchange->Cancel();
-    } else if (e->message.has_value()) {
-      events += state.builder->OnMessage(*e->message);
-    } else {
-      end = true;
-      if (!e->end.ok()) events += ResponseBuilder::ErrorEvents(ErrorFromStatus(e->end));
+    const uint64_t seen = choices.waker->version();
+    bool any = false;
+    bool failed = false;
+    for (size_t i = 0; i < choices.exchanges.size() && !failed; ++i) {
+      while (!choices.ended[i]) {
+        std::optional<GenerateExchange::Event> e = choices.exchanges[i]->Next(absl::ZeroDuration());
+        if (!e.has_value()) break;
+        any = true;
+        if (e->message.has_value()) {
+          events += choices.builders[i]->OnMessage(*e->message);
+          continue;
+        }
+        choices.ended[i] = true;
+        if (!e->end.ok()) {
+          events += ResponseBuilder::ErrorEvents(ErrorFromStatus(e->end));
+          failed = true;
+          choices.CancelAll();
+        }
+      }
+    }
+    const bool all_ended =
+        std::all_of(choices.ended.begin(), choices.ended.end(), [](bool e) { return e; });
+    const bool end = failed || all_ended;
+    if (!end && !any) {
+      choices.waker->WaitPast(seen, options.liveness_interval);
+      if (stopping.load() || !sink.is_writable()) choices.CancelAll();
+    }
+    // One choice's builder ends its own stream; n of them end here, usage summed.
+    if (all_ended && !failed && choices.builders.size() > 1) {
+      events += ResponseBuilder::EndOfChoices(choices.Builders());
     }
     if (!events.empty() && !sink.write(events.data(), events.size())) {
-      state.exchange->Cancel();  // the client is gone; the exchange drains when dropped
+      choices.CancelAll();  // the client is gone; the exchanges drain when dropped
       return false;
     }
     if (end) sink.done();

@@ -8,6 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <map>
+#include <set>
+
 #include <httplib.h>
 
 #include "gmock/gmock.h"
@@ -241,6 +244,64 @@ TEST_F(HttpApiTest, DefaultMaxTokensAsOpenAiDocuments) {
   EXPECT_EQ(reserves.back().sampling().max_new_tokens(), kCompletionsDefaultMaxTokens);
 }
 
+// n choices: n Generate calls (seed + i each), the choices indexed 0..n-1, usage counting
+// the prompt once and every choice's completion tokens (OpenAI's), streamed interleaved with
+// one [DONE] after the summed usage.
+TEST_F(HttpApiTest, SeveralChoices) {
+  decode_.set_reply("abc");
+  const size_t reserves_before = decode_.reserves().size();
+  httplib::Result r = Post("/v1/completions", R"({"model": "demo", "prompt": "xy", "n": 3, "seed": 7})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["text"], "abc");
+    EXPECT_EQ(j["choices"][i]["finish_reason"], "stop");
+  }
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);          // BOS + 2 bytes, once
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3 * 4);  // "abc" and EOS, three times
+  EXPECT_EQ(j["usage"]["total_tokens"], 15);
+  std::vector<v1::ReserveRequest> reserves = decode_.reserves();
+  ASSERT_EQ(reserves.size(), reserves_before + 3);
+  std::set<uint64_t> seeds;
+  std::set<std::string> ids;
+  for (size_t i = reserves_before; i < reserves.size(); ++i) {
+    seeds.insert(reserves[i].sampling().seed());
+    ids.insert(reserves[i].request_id());
+  }
+  EXPECT_EQ(seeds, (std::set<uint64_t>{7, 8, 9}));
+  EXPECT_EQ(ids.size(), 3u);
+
+  r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 2,
+                                       "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::vector<Json> events = Events(r->body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  int dones = 0;
+  std::map<int, std::string> text;
+  std::map<int, std::string> finish;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    ASSERT_EQ(events[i]["choices"].size(), 1u) << events[i];
+    const Json& c = events[i]["choices"][0];
+    const int index = c["index"].get<int>();
+    if (c["delta"].contains("content")) text[index] += c["delta"]["content"].get<std::string>();
+    if (!c["finish_reason"].is_null()) finish[index] = c["finish_reason"].get<std::string>();
+    EXPECT_TRUE(events[i]["usage"].is_null());
+  }
+  for (const Json& e : events) dones += e == "[DONE]";
+  EXPECT_EQ(dones, 1);
+  EXPECT_EQ(text, (std::map<int, std::string>{{0, "abc"}, {1, "abc"}}));
+  EXPECT_EQ(finish, (std::map<int, std::string>{{0, "stop"}, {1, "stop"}}));
+  const Json& usage = events[events.size() - 2];
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(usage["usage"]["total_tokens"], usage["usage"]["prompt_tokens"].get<int>() + 8);
+}
+
 TEST_F(HttpApiTest, ErrorsAreOpenAiShaped) {
   httplib::Result r = Post("/v1/completions", "{oops");
   ASSERT_TRUE(r);
@@ -268,7 +329,7 @@ TEST_F(HttpApiTest, ErrorsAreOpenAiShaped) {
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(Json::parse(r->body)["error"]["param"], "max_completion_tokens");
   EXPECT_THAT(r->body, HasSubstr("max_completion_tokens 600 exceeds the model's context of 512"));
-  r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 3})");
+  r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 17})");
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(Json::parse(r->body)["error"]["param"], "n");
   r = Post("/v1/nothing", "{}");

@@ -20,9 +20,11 @@ std::string FinishReasonName(v1::FinishReason reason) {
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(const ApiRequest& request, std::string id, int64_t created,
-                                 bool prompt_opens_reasoning)
+                                 bool prompt_opens_reasoning, int choice_index)
     : endpoint_(request.endpoint),
       stream_(request.stream),
+      choice_index_(choice_index),
+      single_choice_(request.n == 1),
       include_usage_(request.include_usage),
       continuous_usage_(request.continuous_usage_stats),
       model_(request.model),
@@ -43,7 +45,7 @@ Json ResponseBuilder::Usage() const {
 std::string ResponseBuilder::StartEvents() {
   if (endpoint_ != Endpoint::kChat) return "";
   Json chunk = Envelope("chat.completion.chunk");
-  chunk["choices"] = Json::array({Json{{"index", 0},
+  chunk["choices"] = Json::array({Json{{"index", choice_index_},
                                        {"delta", Json{{"role", "assistant"}, {"content", ""}}},
                                        {"logprobs", nullptr},
                                        {"finish_reason", nullptr}}});
@@ -68,7 +70,7 @@ void ResponseBuilder::AddText(const std::string& text, std::string* text_delta,
 std::string ResponseBuilder::ChunkEvent(const std::string& text, const std::string& reasoning,
                                         const std::optional<std::string>& finish_reason,
                                         bool with_usage_now) {
-  Json choice = Json{{"index", 0}};
+  Json choice = Json{{"index", choice_index_}};
   if (endpoint_ == Endpoint::kChat) {
     Json delta = Json::object();
     if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
@@ -111,6 +113,7 @@ std::string ResponseBuilder::OnMessage(const v1::GenerateResponse& message) {
     finish_reason_ = FinishReasonName(c.finish_reason());
     if (stream_) {
       events += ChunkEvent(text, reasoning, finish_reason_, continuous_usage_);
+      if (!single_choice_) return events;  // EndOfChoices() ends the stream
       if (include_usage_) {
         Json last = Envelope(endpoint_ == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
         last["choices"] = Json::array();
@@ -129,7 +132,7 @@ std::string ResponseBuilder::ErrorEvents(const ApiError& error) {
 
 Json ResponseBuilder::Body() const {
   Json body = Envelope(endpoint_ == Endpoint::kChat ? "chat.completion" : "text_completion");
-  Json choice = Json{{"index", 0}};
+  Json choice = Json{{"index", choice_index_}};
   if (endpoint_ == Endpoint::kChat) {
     Json message = Json{{"role", "assistant"}};
     // A reasoning response whose reasoning never ended has no content yet (DeepSeek's API).
@@ -144,6 +147,46 @@ Json ResponseBuilder::Body() const {
   choice["finish_reason"] = finish_reason_ ? Json(*finish_reason_) : Json(nullptr);
   body["choices"] = Json::array({std::move(choice)});
   body["usage"] = Usage();
+  return body;
+}
+
+}  // namespace mlaserve::router::openai
+
+namespace mlaserve::router::openai {
+namespace {
+
+// OpenAI's usage of n choices: the prompt counted once, every choice's completion tokens.
+nlohmann::ordered_json SummedUsage(const std::vector<const ResponseBuilder*>& choices,
+                                   int32_t prompt_tokens) {
+  int64_t completion = 0;
+  for (const ResponseBuilder* c : choices) completion += c->completion_tokens();
+  return nlohmann::ordered_json{{"prompt_tokens", prompt_tokens},
+                                {"completion_tokens", completion},
+                                {"total_tokens", prompt_tokens + completion}};
+}
+
+}  // namespace
+
+std::string ResponseBuilder::EndOfChoices(const std::vector<const ResponseBuilder*>& choices) {
+  const ResponseBuilder& first = *choices.front();
+  std::string events;
+  if (first.include_usage_) {
+    Json last = first.Envelope(first.endpoint_ == Endpoint::kChat ? "chat.completion.chunk"
+                                                                   : "text_completion");
+    last["choices"] = Json::array();
+    last["usage"] = SummedUsage(choices, first.prompt_tokens_);
+    events += Event(last);
+  }
+  return events + "data: [DONE]\n\n";
+}
+
+nlohmann::ordered_json ResponseBuilder::MergeChoices(
+    const std::vector<const ResponseBuilder*>& choices) {
+  Json body = choices.front()->Body();
+  for (size_t i = 1; i < choices.size(); ++i) {
+    body["choices"].push_back(choices[i]->Body()["choices"][0]);
+  }
+  body["usage"] = SummedUsage(choices, choices.front()->prompt_tokens_);
   return body;
 }
 

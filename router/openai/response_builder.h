@@ -8,11 +8,16 @@
 // finish_reason "stop" / "length" ("abort" for a request aborted through the admin or
 // Abort API), and with stream_options.include_usage a last chunk with empty choices and the
 // usage. Chat responses of reasoning models carry `reasoning_content` (reasoning_splitter.h).
+//
+// A request with n > 1 has one builder per choice (`choice_index`), each fed by its own
+// Generate call: chunks carry their choice's index, and the caller ends the stream with
+// EndOfChoices() (the summed usage, then [DONE]) and merges the bodies with MergeChoices().
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mlaserve/v1/api.pb.h"
 #include "nlohmann/json.hpp"
@@ -26,7 +31,7 @@ class ResponseBuilder {
   // `id`: the response id ("cmpl-..." / "chatcmpl-..."); `created`: unix seconds.
   // `reasoning`: the chat prompt opened a <think> (or output that starts with one is split).
   ResponseBuilder(const ApiRequest& request, std::string id, int64_t created,
-                  bool prompt_opens_reasoning);
+                  bool prompt_opens_reasoning, int choice_index = 0);
 
   // Streaming: the events that start the stream (the chat role delta).
   std::string StartEvents();
@@ -37,8 +42,15 @@ class ResponseBuilder {
   static std::string ErrorEvents(const ApiError& error);
 
   bool complete() const { return finish_reason_.has_value(); }
+  int32_t completion_tokens() const { return completion_tokens_; }
   // Non-streaming: the response body, once complete().
   nlohmann::ordered_json Body() const;
+
+  // n > 1, streaming: after every choice completed, the usage chunk (with include_usage;
+  // prompt tokens once, completion tokens summed, as OpenAI counts them) and [DONE].
+  static std::string EndOfChoices(const std::vector<const ResponseBuilder*>& choices);
+  // n > 1: one body with every choice's, usage summed as above.
+  static nlohmann::ordered_json MergeChoices(const std::vector<const ResponseBuilder*>& choices);
 
  private:
   nlohmann::ordered_json Envelope(const char* object) const;
@@ -50,6 +62,8 @@ class ResponseBuilder {
 
   const Endpoint endpoint_;
   const bool stream_;
+  const int choice_index_;
+  const bool single_choice_;  // n == 1: this builder ends the stream itself
   const bool include_usage_;
   const bool continuous_usage_;
   const std::string model_;

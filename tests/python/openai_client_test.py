@@ -149,11 +149,23 @@ def run_checks(client, base, router_log):
         check(False, "unknown model refused")
     except openai.NotFoundError as e:
         check(e.status_code == 404 and e.body["code"] == "model_not_found", "unknown model: NotFoundError 404")
+    many = client.chat.completions.create(model="demo", n=3, max_tokens=12, temperature=0,
+                                          messages=[{"role": "user", "content": "count from 17:"}])
+    check([ch.index for ch in many.choices] == [0, 1, 2] and all(ch.message.content == text for ch in many.choices),
+          "n=3: three greedy choices, indexed")
+    check(many.usage.prompt_tokens == chat.usage.prompt_tokens and many.usage.completion_tokens == 3 * 12,
+          f"n=3 usage: prompt once, completions summed ({many.usage})")
+    streamed = {}
+    for chunk in client.completions.create(model="demo", prompt="count from 17:", max_tokens=12, temperature=0,
+                                           n=2, stream=True):
+        for ch in chunk.choices:
+            streamed[ch.index] = streamed.get(ch.index, "") + ch.text
+    check(streamed == {0: text, 1: text}, "n=2 streamed: each choice's text under its index")
     try:
-        client.chat.completions.create(model="demo", n=2, messages=[{"role": "user", "content": "x"}])
-        check(False, "n=2 refused")
+        client.chat.completions.create(model="demo", n=17, messages=[{"role": "user", "content": "x"}])
+        check(False, "n=17 refused")
     except openai.BadRequestError as e:
-        check(e.body["param"] == "n", "n=2: BadRequestError naming n")
+        check(e.body["param"] == "n", "n=17: BadRequestError naming n")
     try:
         client.completions.create(model="demo", prompt="x", temperature=-1)
         check(False, "temperature -1 refused")
