@@ -187,6 +187,10 @@ def run_checks(client, base, router_log):
         time.sleep(0.05)  # polling a metric against a deadline
     check(metric(router_log, "mlaserve_router_requests_aborted_total") == aborted + 1,
           "closing the stream aborted the request")
+    # The abort counter and the running gauge are two updates: wait for the gauge too.
+    deadline = time.monotonic() + 30
+    while metric(router_log, "mlaserve_router_requests_running") != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling a metric against a deadline
     running = metric(router_log, "mlaserve_router_requests_running")
     check(running == 0, "no request left running")
 
