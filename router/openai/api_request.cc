@@ -240,31 +240,43 @@ void ReadSampling(Reader& r, Endpoint endpoint, v1::SamplingParams* s,
   }
 }
 
+// OpenAI's prompt forms: a string, an array of token ids, an array of strings, or an array of
+// token-id arrays (the last two: one prompt each).
 void ReadPrompt(Reader& r, ApiRequest* out) {
   const Json* p = r.Get("prompt");
   if (p == nullptr) return r.Fail(Invalid("'prompt' is required", "prompt"));
-  const auto token_ids = [&](const Json& array) {
+  const auto token_ids = [&](const Json& array) -> bool {
+    ApiRequest::Prompt prompt;
     for (const Json& id : array) {
       if (!id.is_number_integer() || id.get<int64_t>() < std::numeric_limits<int32_t>::min() ||
           id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-        return r.WrongType("prompt", "a string, or an array of token ids", id);
+        r.WrongType("prompt", "a string, an array of token ids, or an array of either", id);
+        return false;
       }
-      out->prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+      prompt.ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
     }
+    out->prompts.push_back(std::move(prompt));
+    return true;
   };
   if (p->is_string()) {
-    out->prompt_text = p->get<std::string>();
-  } else if (p->is_array() && !p->empty() && p->front().is_number_integer()) {
+    out->prompts.push_back({p->get<std::string>(), {}});
+    return;
+  }
+  if (!p->is_array() || p->empty()) {
+    return r.WrongType("prompt", "a string, an array of token ids, or an array of either", *p);
+  }
+  if (p->front().is_number_integer()) {
     token_ids(*p);
-  } else if (p->is_array() && p->size() == 1 && p->front().is_string()) {
-    out->prompt_text = p->front().get<std::string>();
-  } else if (p->is_array() && p->size() == 1 && p->front().is_array()) {
-    token_ids(p->front());
-  } else if (p->is_array() && p->size() > 1) {
-    r.Fail(Invalid(absl::StrCat("'prompt' holds ", p->size(), " prompts; one prompt per request is "
-                                "supported"), "prompt"));
-  } else {
-    r.WrongType("prompt", "a string, or an array of token ids", *p);
+    return;
+  }
+  for (const Json& item : *p) {
+    if (item.is_string()) {
+      out->prompts.push_back({item.get<std::string>(), {}});
+    } else if (item.is_array() && !item.empty()) {
+      if (!token_ids(item)) return;
+    } else {
+      return r.WrongType("prompt", "a string, an array of token ids, or an array of either", item);
+    }
   }
 }
 
@@ -412,6 +424,13 @@ std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std:
     ReadPrompt(r, &out);
   }
   if (r.failed()) return *r.error();
+  const int64_t calls = static_cast<int64_t>(out.prompts.size()) * out.n;
+  if (calls > kMaxCallsPerRequest) {
+    return Invalid(absl::StrCat("'prompt' holds ", out.prompts.size(), " prompts and n is ", out.n,
+                                ": ", calls, " completions; at most ", kMaxCallsPerRequest,
+                                " per request"),
+                   "prompt");
+  }
   return out;
 }
 

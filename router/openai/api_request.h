@@ -41,9 +41,13 @@ struct ApiRequest {
   int n = 1;  // choices: one Generate call each
   bool include_usage = false;           // stream_options.include_usage
   bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats (vLLM's)
-  // Completions: the prompt as text, or as token ids.
-  std::optional<std::string> prompt_text;
-  std::vector<int32_t> prompt_ids;
+  // Completions: the prompts (OpenAI's `prompt` may hold several), each as text or as token
+  // ids. Each gets n choices.
+  struct Prompt {
+    std::optional<std::string> text;
+    std::vector<int32_t> ids;
+  };
+  std::vector<Prompt> prompts;
   // Chat: the messages as the chat template sees them (text content parts joined), and the
   // template's other inputs.
   nlohmann::ordered_json messages;
@@ -55,8 +59,10 @@ struct ApiRequest {
   std::string max_tokens_param = "max_tokens";
 };
 
-// The most choices (`n`) one request may ask for.
+// The most choices (`n`) one request may ask for, and the most Generate calls (prompts x n)
+// one completions request may start.
 inline constexpr int kMaxChoices = 16;
+inline constexpr int kMaxCallsPerRequest = 64;
 
 // OpenAI's max_tokens default for /v1/completions (its documented default).
 inline constexpr int32_t kCompletionsDefaultMaxTokens = 16;

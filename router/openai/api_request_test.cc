@@ -26,7 +26,8 @@ TEST(ApiRequestTest, CompletionWithSampling) {
                         "top_p": 0.5, "seed": 3, "stop": ["\n", "x"], "stream": true,
                         "stream_options": {"include_usage": true}, "n": 1, "logprobs": null,
                         "ignore_eos": true, "top_k": 4, "stop_token_ids": [1, 2], "user": "u"})");
-  EXPECT_EQ(*r.prompt_text, "count");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(*r.prompts[0].text, "count");
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_FALSE(r.continuous_usage_stats);
@@ -43,16 +44,34 @@ TEST(ApiRequestTest, CompletionWithSampling) {
 }
 
 TEST(ApiRequestTest, PromptForms) {
-  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": [5, 6]})").prompt_ids,
-            (std::vector<int32_t>{5, 6}));
-  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": [[5]]})").prompt_ids,
-            (std::vector<int32_t>{5}));
-  EXPECT_EQ(*Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": ["a"]})").prompt_text, "a");
-  EXPECT_THAT(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": ["a", "b"]})").message,
-              HasSubstr("holds 2 prompts"));
+  auto prompts = [](const std::string& prompt) {
+    return Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": )" + prompt + "}").prompts;
+  };
+  std::vector<ApiRequest::Prompt> p = prompts("[5, 6]");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_FALSE(p[0].text.has_value());
+  p = prompts("[[5]]");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].ids, (std::vector<int32_t>{5}));
+  p = prompts(R"(["a"])");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(*p[0].text, "a");
+  // Several prompts, as OpenAI takes them: strings or token-id arrays, even mixed.
+  p = prompts(R"(["a", "b", [7, 8]])");
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(*p[1].text, "b");
+  EXPECT_EQ(p[2].ids, (std::vector<int32_t>{7, 8}));
   EXPECT_THAT(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": {"x": 1}})").message,
-              HasSubstr("'prompt' must be a string, or an array of token ids, got an object"));
+              HasSubstr("'prompt' must be a string, an array of token ids, or an array of either, got an object"));
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": ["a", [[1]]]})").param, "prompt");
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": [5, "a"]})").param, "prompt");
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": []})").param, "prompt");
   EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo"})").param, "prompt");
+  // prompts x n is bounded.
+  std::string many = R"({"model": "demo", "n": 16, "prompt": ["a", "b", "c", "d", "e"]})";
+  EXPECT_THAT(Err(Endpoint::kCompletions, many).message,
+              HasSubstr("'prompt' holds 5 prompts and n is 16: 80 completions; at most 64"));
 }
 
 TEST(ApiRequestTest, ChatMessagesAndTemplateInputs) {

@@ -153,20 +153,27 @@ struct HttpApi::Impl {
   }
 
   // The Generate request for an API request, or the error to answer with.
-  std::variant<v1::GenerateRequest, ApiError> ToGenerateRequest(const ApiRequest& r,
-                                                                bool* opens_reasoning) {
+  // The Generate request of each prompt (completions may have several; chat has one), or the
+  // error to answer with.
+  std::variant<std::vector<v1::GenerateRequest>, ApiError> ToGenerateRequests(
+      const ApiRequest& r, bool* opens_reasoning) {
     v1::GenerateRequest g;
     g.set_request_id(router->NewRequestId());
     *g.mutable_sampling() = r.sampling;
     g.mutable_output()->set_include_token_ids(false);
     g.mutable_output()->set_include_text(true);
     if (r.endpoint == Endpoint::kCompletions) {
-      if (r.prompt_text.has_value()) {
-        g.set_text(*r.prompt_text);
-      } else {
-        g.mutable_token_ids()->mutable_ids()->Assign(r.prompt_ids.begin(), r.prompt_ids.end());
+      std::vector<v1::GenerateRequest> out;
+      for (const ApiRequest::Prompt& prompt : r.prompts) {
+        v1::GenerateRequest& one = out.emplace_back(g);
+        if (out.size() > 1) one.set_request_id(router->NewRequestId());
+        if (prompt.text.has_value()) {
+          one.set_text(*prompt.text);
+        } else {
+          one.mutable_token_ids()->mutable_ids()->Assign(prompt.ids.begin(), prompt.ids.end());
+        }
       }
-      return g;
+      return out;
     }
     if (!chat_template.ok()) {
       return ApiError{400, absl::StrCat("this model has no usable chat template (",
@@ -203,7 +210,7 @@ struct HttpApi::Impl {
         g.mutable_sampling()->set_max_new_tokens(*room);
       }
     }
-    return g;
+    return std::vector<v1::GenerateRequest>{std::move(g)};
   }
 
   // OpenAI bounds a chat answer without max_tokens only by the context: what it leaves after
@@ -229,21 +236,24 @@ struct HttpApi::Impl {
     if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
     const ApiRequest& r = std::get<ApiRequest>(parsed);
     bool opens_reasoning = false;
-    std::variant<v1::GenerateRequest, ApiError> g = ToGenerateRequest(r, &opens_reasoning);
+    std::variant<std::vector<v1::GenerateRequest>, ApiError> g = ToGenerateRequests(r, &opens_reasoning);
     if (auto* e = std::get_if<ApiError>(&g)) return SendError(res, *e);
-    const v1::GenerateRequest& request = std::get<v1::GenerateRequest>(g);
+    const std::vector<v1::GenerateRequest>& prompts = std::get<std::vector<v1::GenerateRequest>>(g);
 
+    // Prompt p's choice j is choice p * n + j, each its own Generate call.
     auto choices = std::make_shared<ChoiceSet>();
-    const std::string id =
-        absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", request.request_id());
+    const std::string id = absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-",
+                                        prompts.front().request_id());
     const int64_t created = UnixSeconds();
-    for (int i = 0; i < r.n; ++i) {
-      v1::GenerateRequest choice = request;
-      if (i > 0) {
+    const int count = static_cast<int>(prompts.size()) * r.n;
+    for (int i = 0; i < count; ++i) {
+      const v1::GenerateRequest& prompt = prompts[i / r.n];
+      v1::GenerateRequest choice = prompt;
+      if (i % r.n > 0) {
         choice.set_request_id(router->NewRequestId());
-        // Each choice samples on its own; with a seed, choice i uses seed + i.
-        if (request.sampling().has_seed()) {
-          choice.mutable_sampling()->set_seed(request.sampling().seed() + static_cast<uint64_t>(i));
+        // Each choice samples on its own; with a seed, choice j of a prompt uses seed + j.
+        if (prompt.sampling().has_seed()) {
+          choice.mutable_sampling()->set_seed(prompt.sampling().seed() + static_cast<uint64_t>(i % r.n));
         }
       }
       auto exchange = std::make_unique<GenerateExchange>(router, choice, choices->waker);
@@ -254,8 +264,8 @@ struct HttpApi::Impl {
         return SendError(res, ErrorForRequest(end->end, r));
       }
       choices->exchanges.push_back(std::move(exchange));
-      choices->builders.push_back(
-          std::make_unique<ResponseBuilder>(r, id, created, opens_reasoning, i));
+      choices->builders.push_back(std::make_unique<ResponseBuilder>(
+          r, id, created, opens_reasoning, i, count, /*counts_prompt=*/i % r.n == 0));
     }
     choices->ended.assign(choices->exchanges.size(), false);
     if (!r.stream) return WaitForBody(req, res, *choices);

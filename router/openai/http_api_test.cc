@@ -302,6 +302,28 @@ TEST_F(HttpApiTest, SeveralChoices) {
   EXPECT_EQ(usage["usage"]["total_tokens"], usage["usage"]["prompt_tokens"].get<int>() + 8);
 }
 
+// Several prompts, each with n choices: choice p * n + j; usage counts each prompt once.
+TEST_F(HttpApiTest, SeveralPromptsWithSeveralChoices) {
+  decode_.set_reply("ok");
+  httplib::Result r = Post("/v1/completions",
+                           R"({"model": "demo", "prompt": ["a", [5, 6, 7]], "n": 2, "max_tokens": 4})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  ASSERT_EQ(j["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["text"], "ok");
+  }
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 2 + 3);  // BOS + "a", and the three ids
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4 * 3);  // "ok" and EOS, four times
+  // A prompt the router refuses fails the request, naming the prompt.
+  r = Post("/v1/completions", R"({"model": "demo", "prompt": ["a", [299999]]})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "prompt");
+}
+
 TEST_F(HttpApiTest, ErrorsAreOpenAiShaped) {
   httplib::Result r = Post("/v1/completions", "{oops");
   ASSERT_TRUE(r);

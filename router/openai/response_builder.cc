@@ -20,11 +20,13 @@ std::string FinishReasonName(v1::FinishReason reason) {
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(const ApiRequest& request, std::string id, int64_t created,
-                                 bool prompt_opens_reasoning, int choice_index)
+                                 bool prompt_opens_reasoning, int choice_index, int choice_count,
+                                 bool counts_prompt)
     : endpoint_(request.endpoint),
       stream_(request.stream),
       choice_index_(choice_index),
-      single_choice_(request.n == 1),
+      single_choice_(choice_count == 1),
+      counts_prompt_(counts_prompt),
       include_usage_(request.include_usage),
       continuous_usage_(request.continuous_usage_stats),
       model_(request.model),
@@ -150,22 +152,19 @@ Json ResponseBuilder::Body() const {
   return body;
 }
 
-}  // namespace mlaserve::router::openai
-
-namespace mlaserve::router::openai {
-namespace {
-
-// OpenAI's usage of n choices: the prompt counted once, every choice's completion tokens.
-nlohmann::ordered_json SummedUsage(const std::vector<const ResponseBuilder*>& choices,
-                                   int32_t prompt_tokens) {
+// OpenAI's usage of several choices: each prompt counted once, every choice's completion.
+nlohmann::ordered_json ResponseBuilder::SummedUsage(
+    const std::vector<const ResponseBuilder*>& choices) {
+  int64_t prompt = 0;
   int64_t completion = 0;
-  for (const ResponseBuilder* c : choices) completion += c->completion_tokens();
-  return nlohmann::ordered_json{{"prompt_tokens", prompt_tokens},
+  for (const ResponseBuilder* c : choices) {
+    if (c->counts_prompt_) prompt += c->prompt_tokens_;
+    completion += c->completion_tokens_;
+  }
+  return nlohmann::ordered_json{{"prompt_tokens", prompt},
                                 {"completion_tokens", completion},
-                                {"total_tokens", prompt_tokens + completion}};
+                                {"total_tokens", prompt + completion}};
 }
-
-}  // namespace
 
 std::string ResponseBuilder::EndOfChoices(const std::vector<const ResponseBuilder*>& choices) {
   const ResponseBuilder& first = *choices.front();
@@ -174,7 +173,7 @@ std::string ResponseBuilder::EndOfChoices(const std::vector<const ResponseBuilde
     Json last = first.Envelope(first.endpoint_ == Endpoint::kChat ? "chat.completion.chunk"
                                                                    : "text_completion");
     last["choices"] = Json::array();
-    last["usage"] = SummedUsage(choices, first.prompt_tokens_);
+    last["usage"] = SummedUsage(choices);
     events += Event(last);
   }
   return events + "data: [DONE]\n\n";
@@ -186,7 +185,7 @@ nlohmann::ordered_json ResponseBuilder::MergeChoices(
   for (size_t i = 1; i < choices.size(); ++i) {
     body["choices"].push_back(choices[i]->Body()["choices"][0]);
   }
-  body["usage"] = SummedUsage(choices, choices.front()->prompt_tokens_);
+  body["usage"] = SummedUsage(choices);
   return body;
 }
 

@@ -9,9 +9,10 @@
 // Abort API), and with stream_options.include_usage a last chunk with empty choices and the
 // usage. Chat responses of reasoning models carry `reasoning_content` (reasoning_splitter.h).
 //
-// A request with n > 1 has one builder per choice (`choice_index`), each fed by its own
-// Generate call: chunks carry their choice's index, and the caller ends the stream with
-// EndOfChoices() (the summed usage, then [DONE]) and merges the bodies with MergeChoices().
+// A request with several choices (n > 1, or several completions prompts: prompt p's choice j
+// is index p * n + j) has one builder per choice, each fed by its own Generate call: chunks
+// carry their choice's index, and the caller ends the stream with EndOfChoices() (the summed
+// usage, then [DONE]) and merges the bodies with MergeChoices().
 #pragma once
 
 #include <cstdint>
@@ -30,8 +31,11 @@ class ResponseBuilder {
  public:
   // `id`: the response id ("cmpl-..." / "chatcmpl-..."); `created`: unix seconds.
   // `reasoning`: the chat prompt opened a <think> (or output that starts with one is split).
+  // `choice_count`: the request's choices in all; `counts_prompt`: this choice's prompt
+  // tokens count in the summed usage (the first choice of each prompt).
   ResponseBuilder(const ApiRequest& request, std::string id, int64_t created,
-                  bool prompt_opens_reasoning, int choice_index = 0);
+                  bool prompt_opens_reasoning, int choice_index = 0, int choice_count = 1,
+                  bool counts_prompt = true);
 
   // Streaming: the events that start the stream (the chat role delta).
   std::string StartEvents();
@@ -46,13 +50,15 @@ class ResponseBuilder {
   // Non-streaming: the response body, once complete().
   nlohmann::ordered_json Body() const;
 
-  // n > 1, streaming: after every choice completed, the usage chunk (with include_usage;
-  // prompt tokens once, completion tokens summed, as OpenAI counts them) and [DONE].
+  // Several choices, streaming: after every choice completed, the usage chunk (with
+  // include_usage; each prompt's tokens once, completion tokens summed, as OpenAI counts them)
+  // and [DONE].
   static std::string EndOfChoices(const std::vector<const ResponseBuilder*>& choices);
-  // n > 1: one body with every choice's, usage summed as above.
+  // Several choices: one body with every choice's, usage summed as above.
   static nlohmann::ordered_json MergeChoices(const std::vector<const ResponseBuilder*>& choices);
 
  private:
+  static nlohmann::ordered_json SummedUsage(const std::vector<const ResponseBuilder*>& choices);
   nlohmann::ordered_json Envelope(const char* object) const;
   nlohmann::ordered_json Usage() const;
   // One streamed chunk's `choices[0]` (text or delta) and optional finish reason.
@@ -63,7 +69,8 @@ class ResponseBuilder {
   const Endpoint endpoint_;
   const bool stream_;
   const int choice_index_;
-  const bool single_choice_;  // n == 1: this builder ends the stream itself
+  const bool single_choice_;  // the request's only choice: this builder ends the stream
+  const bool counts_prompt_;
   const bool include_usage_;
   const bool continuous_usage_;
   const std::string model_;

@@ -161,6 +161,10 @@ def run_checks(client, base, router_log):
         for ch in chunk.choices:
             streamed[ch.index] = streamed.get(ch.index, "") + ch.text
     check(streamed == {0: text, 1: text}, "n=2 streamed: each choice's text under its index")
+    batch = client.completions.create(model="demo", prompt=["count from 17:", "count from 17:"], max_tokens=12,
+                                      temperature=0)
+    check([ch.index for ch in batch.choices] == [0, 1] and all(ch.text == text for ch in batch.choices)
+          and batch.usage.prompt_tokens == 2 * c.usage.prompt_tokens, f"two prompts in one request ({batch.usage})")
     try:
         client.chat.completions.create(model="demo", n=17, messages=[{"role": "user", "content": "x"}])
         check(False, "n=17 refused")
