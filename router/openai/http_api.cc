@@ -36,7 +36,7 @@ void SendError(httplib::Response& res, const ApiError& error) {
 
 int64_t UnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
 
-// One request's choices (n of them): a Generate call and a response builder each. A streamed
+// One request's choices (n per prompt): a Generate call and a response builder each. A streamed
 // response's content provider keeps it between its calls. The waker is declared first so it
 // outlives the exchanges, whose calls bump it until they end.
 struct ChoiceSet {
@@ -152,7 +152,6 @@ struct HttpApi::Impl {
                                                      "decode, ", prefill ? "" : "no ", "prefill")}});
   }
 
-  // The Generate request for an API request, or the error to answer with.
   // The Generate request of each prompt (completions may have several; chat has one), or the
   // error to answer with.
   std::variant<std::vector<v1::GenerateRequest>, ApiError> ToGenerateRequests(
