@@ -136,9 +136,6 @@ void RequireOff(Reader& r, Endpoint endpoint) {
     r.Fail(Invalid("'logit_bias' is not supported", "logit_bias"));
   }
   if (endpoint == Endpoint::kCompletions) {
-    if (std::optional<bool> echo = r.Bool("echo"); echo && *echo) {
-      r.Fail(Invalid("'echo' is not supported", "echo"));
-    }
     if (r.Get("suffix") != nullptr) r.Fail(Invalid("'suffix' is not supported", "suffix"));
     if (const Json* v = r.Get("best_of"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
       r.Fail(Invalid("'best_of' must be 1", "best_of"));
@@ -416,6 +413,7 @@ std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std:
   }
   r.String("user");
   if (std::optional<int32_t> n = r.Int32("n", 1, kMaxChoices)) out.n = *n;
+  if (endpoint == Endpoint::kCompletions) out.echo = r.Bool("echo").value_or(false);
   RequireOff(r, endpoint);
   ReadSampling(r, endpoint, &out.sampling, out.max_tokens_param);
   if (endpoint == Endpoint::kChat) {

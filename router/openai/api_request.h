@@ -48,6 +48,7 @@ struct ApiRequest {
     std::vector<int32_t> ids;
   };
   std::vector<Prompt> prompts;
+  bool echo = false;  // completions: each choice's text starts with its prompt
   // Chat: the messages as the chat template sees them (text content parts joined), and the
   // template's other inputs.
   nlohmann::ordered_json messages;

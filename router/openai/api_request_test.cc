@@ -188,6 +188,15 @@ TEST(ApiRequestTest, RouterErrorsNameTheRequestParameter) {
   EXPECT_FALSE(e.param.has_value());
 }
 
+TEST(ApiRequestTest, EchoIsACompletionsParameter) {
+  EXPECT_TRUE(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "echo": true})").echo);
+  EXPECT_FALSE(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "echo": false})").echo);
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "echo": 1})").param, "echo");
+  EXPECT_EQ(Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "echo": true})")
+                .message,
+            "unrecognized request argument supplied: echo");
+}
+
 TEST(ApiRequestTest, UnknownModelIsNotFound) {
   ApiError e = Err(Endpoint::kCompletions, R"({"model": "gpt-4", "prompt": "x"})");
   EXPECT_EQ(e.http_status, 404);

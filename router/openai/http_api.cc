@@ -212,6 +212,17 @@ struct HttpApi::Impl {
     return std::vector<v1::GenerateRequest>{std::move(g)};
   }
 
+  // The text `echo` repeats: a text prompt as written, token ids as the tokenizer decodes them
+  // (special tokens as the request's skip_special_tokens says, as for the output).
+  std::string PromptText(const ApiRequest::Prompt& prompt, const v1::SamplingParams& sampling) const {
+    if (prompt.text.has_value()) return *prompt.text;
+    std::unique_ptr<StreamingDetokenizer> detokenizer = router->codec().NewDetokenizer(
+        {}, sampling.has_skip_special_tokens() ? sampling.skip_special_tokens() : true);
+    std::string text;
+    for (int32_t id : prompt.ids) text += detokenizer->Push(id);
+    return text + detokenizer->Finish();
+  }
+
   // OpenAI bounds a chat answer without max_tokens only by the context: what it leaves after
   // the prompt, and no more than the largest decode pool can hold with the prompt (else no
   // worker could ever take the request). nullopt when nothing is left (the router's
@@ -265,6 +276,7 @@ struct HttpApi::Impl {
       choices->exchanges.push_back(std::move(exchange));
       choices->builders.push_back(std::make_unique<ResponseBuilder>(
           r, id, created, opens_reasoning, i, count, /*counts_prompt=*/i % r.n == 0));
+      if (r.echo) choices->builders.back()->set_echo(PromptText(r.prompts[i / r.n], r.sampling));
     }
     choices->ended.assign(choices->exchanges.size(), false);
     if (!r.stream) return WaitForBody(req, res, *choices);

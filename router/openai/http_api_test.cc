@@ -324,6 +324,28 @@ TEST_F(HttpApiTest, SeveralPromptsWithSeveralChoices) {
   EXPECT_EQ(Json::parse(r->body)["error"]["param"], "prompt");
 }
 
+// echo: each choice's text starts with its prompt (token ids decoded), streamed first.
+TEST_F(HttpApiTest, EchoStartsTheTextWithThePrompt) {
+  decode_.set_reply("!!");
+  httplib::Result r = Post("/v1/completions",
+                           R"({"model": "demo", "prompt": ["Hi", [79, 75]], "echo": true, "max_tokens": 2})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["text"], "Hi!!");
+  EXPECT_EQ(j["choices"][1]["text"], "OK!!");  // ids 79, 75 are the bytes "OK"
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);  // the echo is no completion token
+  r = Post("/v1/completions", R"({"model": "demo", "prompt": "Hi", "echo": true, "max_tokens": 2, "stream": true})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::vector<Json> events = Events(r->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[0]["choices"][0]["text"], "Hi");
+  std::string text;
+  for (size_t i = 0; i + 1 < events.size(); ++i) text += events[i]["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text, "Hi!!");
+}
+
 TEST_F(HttpApiTest, ErrorsAreOpenAiShaped) {
   httplib::Result r = Post("/v1/completions", "{oops");
   ASSERT_TRUE(r);

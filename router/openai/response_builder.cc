@@ -45,7 +45,9 @@ Json ResponseBuilder::Usage() const {
 }
 
 std::string ResponseBuilder::StartEvents() {
-  if (endpoint_ != Endpoint::kChat) return "";
+  if (endpoint_ != Endpoint::kChat) {
+    return echo_.empty() ? "" : ChunkEvent(echo_, "", std::nullopt, /*with_usage_now=*/false);
+  }
   Json chunk = Envelope("chat.completion.chunk");
   chunk["choices"] = Json::array({Json{{"index", choice_index_},
                                        {"delta", Json{{"role", "assistant"}, {"content", ""}}},
@@ -143,7 +145,7 @@ Json ResponseBuilder::Body() const {
     if (splitter_.in_reasoning_mode()) message["reasoning_content"] = reasoning_;
     choice["message"] = std::move(message);
   } else {
-    choice["text"] = text_;
+    choice["text"] = echo_ + text_;
   }
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = finish_reason_ ? Json(*finish_reason_) : Json(nullptr);

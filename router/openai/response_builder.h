@@ -37,7 +37,11 @@ class ResponseBuilder {
                   bool prompt_opens_reasoning, int choice_index = 0, int choice_count = 1,
                   bool counts_prompt = true);
 
-  // Streaming: the events that start the stream (the chat role delta).
+  // Completions with echo: the text the choice starts with (its prompt), before the
+  // generated text; streamed in the first chunk.
+  void set_echo(std::string prompt_text) { echo_ = std::move(prompt_text); }
+
+  // Streaming: the events that start the stream (the chat role delta; the echoed prompt).
   std::string StartEvents();
   // Streaming: the events one Generate message adds (possibly none). Non-streaming
   // requests call it too, to accumulate.
@@ -77,6 +81,7 @@ class ResponseBuilder {
   const std::string id_;
   const int64_t created_;
   ReasoningSplitter splitter_;
+  std::string echo_;       // completions: the echoed prompt
   std::string text_;       // content (all of it, for the non-streaming body)
   std::string reasoning_;  // reasoning_content
   int32_t prompt_tokens_ = 0;

@@ -254,7 +254,9 @@ def run_demanding_client_checks(client, counted):
                                                               top_logprobs=2), "logprobs", "logprobs")
     expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", logprobs=2), "logprobs",
                        "completions logprobs")
-    expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", echo=True), "echo", "echo")
+    echoed = client.completions.create(model="demo", prompt="count from 17:", max_tokens=12, temperature=0, echo=True)
+    check(echoed.choices[0].text == "count from 17:" + counted and echoed.usage.completion_tokens == 12,
+          f"echo: the prompt, then the completion ({echoed.choices[0].text!r})")
     expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", suffix="y"), "suffix", "suffix")
     expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, presence_penalty=0.5),
                        "presence_penalty", "presence_penalty")
