@@ -251,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          "deepseek_v3_top3", "deepseek_v32",
                                          // the knob fixtures (docs/fixtures.md)
                                          "deepseek_v2_knobs", "deepseek_v3_knobs", "deepseek_v32_knobs",
-                                         "deepseek_v3_dense"),
+                                         "deepseek_v3_dense", "deepseek_v3_yarn_knobs"),
                        ::testing::Values(PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kOurs},
                                          PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kCudnn},
                                          PrefillForm{AttentionPath::kMla, kernels::MhaPrefillProvider::kOurs})));

@@ -156,7 +156,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineReferenceTest,
                                            "deepseek_v3", "deepseek_v3_top3", "deepseek_v32",
                                            // the knob fixtures (docs/fixtures.md)
                                            "deepseek_v2_knobs", "deepseek_v3_knobs",
-                                           "deepseek_v32_knobs", "deepseek_v3_dense"),
+                                           "deepseek_v32_knobs", "deepseek_v3_dense",
+                                           "deepseek_v3_yarn_knobs"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

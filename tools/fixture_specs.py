@@ -211,5 +211,26 @@ FIXTURES = {
                              "mscale_all_dim": 1.0},
             rms_norm_eps=1e-6, bos_token_id=None, eos_token_id=[1, 2],
             tie_word_embeddings=False)),
-
+    # V3 with the YaRN knobs no fixture above moves, on half-split RoPE (rope_interleave
+    # false): truncate false (the correction range [0.81, 2.62] of rope dim 16 over 256
+    # original positions stays fractional), beta_fast 16 / beta_slow 2, an
+    # explicit attention_factor 1.25 (cos/sin factor) with mscale_all_dim 0.9 (softmax scale);
+    # every expert chosen (num_experts_per_tok = n_routed_experts = 4, both groups kept) with
+    # norm_topk_prob and routed_scaling_factor 1.7; vocab 500 and hidden 72 (multiples of
+    # neither 64 nor 128), 3 heads, 2 shared experts, bos 2 / eos 3.
+    "deepseek_v3_yarn_knobs": dict(
+        model_cls="DeepseekV3ForCausalLM", config_cls="DeepseekV3Config", published=False,
+        seed=12000,
+        config=dict(
+            vocab_size=500, hidden_size=72, intermediate_size=112, moe_intermediate_size=24,
+            num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=3,
+            kv_lora_rank=40, q_lora_rank=24, qk_rope_head_dim=16, qk_nope_head_dim=16,
+            v_head_dim=24, n_routed_experts=4, n_shared_experts=2, num_experts_per_tok=4,
+            n_group=2, topk_group=2, first_k_dense_replace=1, norm_topk_prob=True,
+            routed_scaling_factor=1.7, max_position_embeddings=1024, rope_interleave=False,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 256, "truncate": False,
+                             "beta_fast": 16, "beta_slow": 2, "attention_factor": 1.25,
+                             "mscale_all_dim": 0.9},
+            rms_norm_eps=1e-6, bos_token_id=2, eos_token_id=3, tie_word_embeddings=False)),
 }

@@ -37,7 +37,26 @@ const std::set<std::string_view>& IgnoredFields() {
       "pad_token_id", "ep_size", "head_dim", "layer_types", "_name_or_path",
       "output_hidden_states", "output_attentions", "return_dict", "chunk_size_feed_forward",
       "is_encoder_decoder", "id2label", "label2id", "problem_type", "num_labels",
-      "tokenizer_class"};
+      "tokenizer_class",
+      // transformers 4.x wrote PretrainedConfig's own attributes into config.json whenever a
+      // config was saved with use_diff=False or dumped from to_dict(), and 4.48-4.51 leaked
+      // _attn_implementation_autoset into saved models' configs. transformers 5.17 still loads
+      // such files; none of these touch the DeepSeek forward pass. (pruned_heads is read by
+      // Parser::RefusePrunedHeads.)
+      "_attn_implementation_autoset", "_attn_implementation", "attn_implementation",
+      "torchscript", "use_bfloat16", "tf_legacy_loss", "is_decoder", "add_cross_attention",
+      "cross_attention_hidden_size", "tie_encoder_decoder", "finetuning_task", "prefix",
+      "sep_token_id", "decoder_start_token_id", "task_specific_params", "output_scores",
+      "return_dict_in_generate",
+      // generate() defaults of transformers 4.x configs (HF moves them to the generation
+      // config). The server samples as each request says, as it does with
+      // generation_config.json's sampling fields.
+      "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+      "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+      "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+      "num_return_sequences", "forced_bos_token_id", "forced_eos_token_id",
+      "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+      "begin_suppress_tokens"};
   // clang-format on
   return kFields;
 }
@@ -56,6 +75,7 @@ class Parser {
     RETURN_IF_ERROR(ParseIndexer());
     RETURN_IF_ERROR(ParseTokens());
     RETURN_IF_ERROR(ParseQuantization());
+    RETURN_IF_ERROR(RefusePrunedHeads());
     for (const std::string& key : r_.Unused()) {
       if (IgnoredFields().count(key) == 0) {
         return absl::InvalidArgumentError(
@@ -103,6 +123,19 @@ class Parser {
       }
     }
     return absl::OkStatus();
+  }
+
+  // transformers 4.x prunes the listed heads at load through the model's _prune_heads, which
+  // no DeepSeek class implements: an empty map is the only value a loadable config holds.
+  absl::Status RefusePrunedHeads() {
+    const Json* heads = r_.Take("pruned_heads");
+    if (heads == nullptr || heads->is_null() || (heads->is_object() && heads->empty())) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: pruned_heads is ", ShortDump(*heads),
+                     "; pruned attention heads are not supported (HF's DeepSeek models cannot "
+                     "prune heads either)"));
   }
 
   absl::Status ParseDims() {
@@ -220,10 +253,22 @@ class Parser {
     return absl::OkStatus();
   }
 
+  // An absent eos_token_id / bos_token_id is HF's class default (DeepseekV2Config: bos 1,
+  // eos 2; V3 and V3.2: bos 0, eos 1), which generate() stops at; only null means none.
   absl::Status ParseTokens() {
-    RETURN_IF_ERROR(config_internal::ParseEosTokenIds(r_.Take("eos_token_id"), "config.json",
-                                                      &c_.eos_token_ids));
-    if (r_.Contains("bos_token_id") && !r_.IsNull("bos_token_id")) {
+    const int default_bos = v2() ? 1 : 0;
+    const int default_eos = v2() ? 2 : 1;
+    if (!r_.Contains("eos_token_id")) {
+      c_.eos_token_ids = {default_eos};
+      Warn(absl::StrCat("eos_token_id is absent: HF's ", c_.model_type_name, " default ",
+                        default_eos, " is used"));
+    } else {
+      RETURN_IF_ERROR(config_internal::ParseEosTokenIds(r_.Take("eos_token_id"), "config.json",
+                                                        &c_.eos_token_ids));
+    }
+    if (!r_.Contains("bos_token_id")) {
+      c_.bos_token_id = default_bos;
+    } else if (!r_.IsNull("bos_token_id")) {
       int bos = 0;
       RETURN_IF_ERROR(r_.Int("bos_token_id", &bos, 0));
       c_.bos_token_id = bos;

@@ -69,6 +69,13 @@ absl::Status ParseMoeRouting(FieldReader& r, ModelConfig& c) {
   RETURN_IF_ERROR(r.Int("moe_intermediate_size", &c.moe_intermediate_size, 1, any_moe));
   c.n_shared_experts = is_v2 ? 2 : 1;
   RETURN_IF_ERROR(r.Int("n_shared_experts", &c.n_shared_experts, 0));
+  // HF's V2 still builds the shared-expert MLP at width 0 then: with mlp_bias its down_proj
+  // bias is added to every MoE layer's output. The engine has no shared expert to carry it.
+  if (is_v2 && any_moe && c.mlp_bias && c.n_shared_experts == 0) {
+    return absl::InvalidArgumentError(
+        "config.json: n_shared_experts 0 with mlp_bias true is not supported: HF's deepseek_v2 "
+        "builds a zero-width shared expert whose down_proj bias it still adds");
+  }
   c.routed_scaling_factor = is_v2 ? 1.0 : 2.5;
   RETURN_IF_ERROR(r.Double("routed_scaling_factor", &c.routed_scaling_factor));
   // Absent n_group/topk_group take HF's class defaults; an explicit null means one group.

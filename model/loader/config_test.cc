@@ -129,6 +129,48 @@ TEST(ModelConfigTest, Transformers517SavedV2) {
   EXPECT_THAT(c.layer_is_moe, ElementsAre(false, true));
 }
 
+// A config written by transformers 4.x with all of PretrainedConfig's attributes (what
+// transformers 5.17 still loads) parses like the same config saved without them.
+TEST(ModelConfigTest, Transformers4FullDumpParses) {
+  const ModelConfig c = ParseOk(kTinyV3Transformers451Full);
+  EXPECT_EQ(c.model_type, ModelType::kDeepseekV3);
+  EXPECT_EQ(c.q_lora_rank, 32);
+  EXPECT_EQ(c.n_group, 2);
+  EXPECT_EQ(c.topk_group, 1);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
+  EXPECT_EQ(c.rope.type, "default");
+  EXPECT_THAT(c.layer_is_moe, ElementsAre(false, true));
+  EXPECT_THAT(c.eos_token_ids, ElementsAre(1));
+  EXPECT_TRUE(c.warnings.empty());
+  // Non-empty pruned_heads is refused (no DeepSeek class can prune heads).
+  ExpectInvalid(ParseEdited(kTinyV3Transformers451Full,
+                            [](Json& j) { j["pruned_heads"] = Json{{"0", Json::array({1})}}; }),
+                "pruned_heads is {\"0\":[1]}");
+}
+
+// Absent token ids are HF's class defaults (generate() stops at that EOS); null is none.
+TEST(ModelConfigTest, AbsentTokenIdsTakeHfClassDefaults) {
+  Json v2 = Json::parse(kV2Lite);
+  v2.erase("eos_token_id");
+  v2.erase("bos_token_id");
+  ModelConfig c = ParseOk(v2.dump());
+  EXPECT_THAT(c.eos_token_ids, ElementsAre(2));
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_THAT(c.warnings, ElementsAre(HasSubstr("eos_token_id is absent: HF's deepseek_v2 default 2")));
+  Json v3 = Json::parse(kV3);
+  v3.erase("eos_token_id");
+  v3.erase("bos_token_id");
+  c = ParseOk(v3.dump());
+  EXPECT_THAT(c.eos_token_ids, ElementsAre(1));
+  EXPECT_EQ(c.bos_token_id, 0);
+  v3["eos_token_id"] = nullptr;
+  v3["bos_token_id"] = nullptr;
+  c = ParseOk(v3.dump());
+  EXPECT_TRUE(c.eos_token_ids.empty());
+  EXPECT_FALSE(c.bos_token_id.has_value());
+}
+
 TEST(ModelConfigTest, FieldsHfIgnoresBecomeWarnings) {
   Json j = Json::parse(kV2Lite);
   j["norm_topk_prob"] = true;
@@ -184,6 +226,12 @@ TEST(ModelConfigTest, V2GroupLimitedGreedy) {
 }
 
 TEST(ModelConfigTest, ErrorsNameFieldAndValue) {
+  ExpectInvalid(ParseEdited(kV2Lite,
+                            [](Json& j) {
+                              j["mlp_bias"] = true;
+                              j["n_shared_experts"] = 0;
+                            }),
+                "n_shared_experts 0 with mlp_bias true");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["frobnicate"] = 3; }), "'frobnicate'");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["rope_scaling"]["warp"] = 1; }),
                 "rope_scaling.warp");

@@ -121,6 +121,39 @@ constexpr char kTinyV2Saved[] = R"({
   "topk_method": "greedy", "transformers_version": "5.17.0", "use_cache": true,
   "v_head_dim": 6, "vocab_size": 64})";
 
+// DeepseekV3Config(...).to_dict() of transformers 4.51.3 after a model was built from it
+// (_attn_implementation_autoset), as `config.to_json_file(path, use_diff=False)` writes it:
+// every PretrainedConfig attribute of transformers 4.x, generate() defaults included.
+constexpr char kTinyV3Transformers451Full[] = R"({"_attn_implementation_autoset": true,
+  "_name_or_path": "", "add_cross_attention": false, "architectures": null,
+  "attention_bias": false, "attention_dropout": 0.0, "bad_words_ids": null,
+  "begin_suppress_tokens": null, "bos_token_id": 0, "chunk_size_feed_forward": 0,
+  "cross_attention_hidden_size": null, "decoder_start_token_id": null, "diversity_penalty": 0.0,
+  "do_sample": false, "early_stopping": false, "encoder_no_repeat_ngram_size": 0,
+  "eos_token_id": 1, "exponential_decay_length_penalty": null, "finetuning_task": null,
+  "first_k_dense_replace": 1, "forced_bos_token_id": null, "forced_eos_token_id": null,
+  "head_dim": 8, "hidden_act": "silu", "hidden_size": 64,
+  "id2label": {"0": "LABEL_0", "1": "LABEL_1"}, "initializer_range": 0.02,
+  "intermediate_size": 128, "is_decoder": false, "is_encoder_decoder": false,
+  "kv_lora_rank": 32, "label2id": {"LABEL_0": 0, "LABEL_1": 1}, "length_penalty": 1.0,
+  "max_length": 20, "max_position_embeddings": 256, "min_length": 0, "model_type": "deepseek_v3",
+  "moe_intermediate_size": 32, "n_group": 2, "n_routed_experts": 4, "n_shared_experts": 1,
+  "no_repeat_ngram_size": 0, "norm_topk_prob": true, "num_attention_heads": 2,
+  "num_beam_groups": 1, "num_beams": 1, "num_experts_per_tok": 2, "num_hidden_layers": 2,
+  "num_key_value_heads": 2, "num_return_sequences": 1, "output_attentions": false,
+  "output_hidden_states": false, "output_scores": false, "pad_token_id": null, "prefix": null,
+  "pretraining_tp": 1, "problem_type": null, "pruned_heads": {}, "q_lora_rank": 32,
+  "qk_head_dim": 24, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+  "remove_invalid_values": false, "repetition_penalty": 1.0, "return_dict": true,
+  "return_dict_in_generate": false, "rms_norm_eps": 1e-06, "rope_interleave": true,
+  "rope_scaling": null, "rope_theta": 10000.0, "routed_scaling_factor": 2.5,
+  "sep_token_id": null, "suppress_tokens": null, "task_specific_params": null,
+  "temperature": 1.0, "tf_legacy_loss": false, "tie_encoder_decoder": false,
+  "tie_word_embeddings": false, "tokenizer_class": null, "top_k": 50, "top_p": 1.0,
+  "topk_group": 1, "torch_dtype": null, "torchscript": false, "transformers_version": "4.51.3",
+  "typical_p": 1.0, "use_bfloat16": false, "use_cache": true, "v_head_dim": 16,
+  "vocab_size": 512})";
+
 inline ModelConfig ParseOk(const std::string& text) {
   absl::StatusOr<ModelConfig> c = ParseModelConfig(text);
   EXPECT_TRUE(c.ok()) << c.status();

@@ -5,7 +5,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 
 namespace mlaserve::router::openai {
 namespace {
@@ -107,15 +109,15 @@ const std::set<std::string>& CompletionKeys() {
 const std::set<std::string>& ChatKeys() {
   static const std::set<std::string> k{
       "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
-      "tool_choice", "parallel_tool_calls", "add_generation_prompt", "chat_template_kwargs"};
+      "tool_choice", "parallel_tool_calls", "add_generation_prompt", "chat_template_kwargs",
+      // Chat parameters that change nothing here when off (store, metadata, service_tier),
+      // and the deprecated spelling of tools.
+      "store", "metadata", "service_tier", "functions", "function_call"};
   return k;
 }
 
 // Parameters OpenAI has whose only value this engine honours is "off".
 void RequireOff(Reader& r, Endpoint endpoint) {
-  if (const Json* v = r.Get("n"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
-    r.Fail(Invalid(absl::StrCat("'n' is ", v->dump(), "; only n = 1 is supported"), "n"));
-  }
   if (const Json* v = r.Get("logprobs"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
     r.Fail(Invalid("'logprobs' is not supported yet: the engine does not return log probabilities",
                    "logprobs"));
@@ -134,9 +136,6 @@ void RequireOff(Reader& r, Endpoint endpoint) {
     r.Fail(Invalid("'logit_bias' is not supported", "logit_bias"));
   }
   if (endpoint == Endpoint::kCompletions) {
-    if (std::optional<bool> echo = r.Bool("echo"); echo && *echo) {
-      r.Fail(Invalid("'echo' is not supported", "echo"));
-    }
     if (r.Get("suffix") != nullptr) r.Fail(Invalid("'suffix' is not supported", "suffix"));
     if (const Json* v = r.Get("best_of"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
       r.Fail(Invalid("'best_of' must be 1", "best_of"));
@@ -154,16 +153,51 @@ void RequireOff(Reader& r, Endpoint endpoint) {
                      "supported", "response_format"));
     }
     r.Bool("parallel_tool_calls");  // accepted, meaningless without tools
+    if (const Json* v = r.Get("functions"); v != nullptr && !(v->is_array() && v->empty())) {
+      r.Fail(Invalid("'functions' is not supported: function calls are not parsed from the output",
+                     "functions"));
+    }
+    if (const Json* v = r.Get("function_call");
+        v != nullptr && !(v->is_string() && v->get<std::string>() == "none")) {
+      r.Fail(Invalid("'function_call' must be \"none\": function calls are not supported",
+                     "function_call"));
+    }
+    // OpenAI keeps a completion for its dashboard with store: true; nothing here keeps one.
+    if (std::optional<bool> store = r.Bool("store"); store && *store) {
+      r.Fail(Invalid("'store' true is not supported: this server does not keep completions",
+                     "store"));
+    }
+    if (const Json* v = r.Get("metadata"); v != nullptr && !r.failed()) {
+      bool strings = v->is_object();
+      if (strings) {
+        for (const auto& [key, value] : v->items()) strings = strings && value.is_string();
+      }
+      if (!strings) r.WrongType("metadata", "an object of strings", *v);
+    }
+    if (std::optional<std::string> tier = r.String("service_tier");
+        tier && *tier != "auto" && *tier != "default") {
+      r.Fail(Invalid(absl::StrCat("'service_tier' is '", *tier,
+                                  "'; this server has one tier: use \"auto\" or \"default\""),
+                     "service_tier"));
+    }
   }
 }
 
-void ReadSampling(Reader& r, Endpoint endpoint, v1::SamplingParams* s) {
+void ReadSampling(Reader& r, Endpoint endpoint, v1::SamplingParams* s,
+                  std::string& max_tokens_param) {
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   std::optional<int32_t> max_tokens = r.Int32("max_tokens", std::numeric_limits<int32_t>::min(), kInt32Max);
   if (endpoint == Endpoint::kChat) {
+    if (r.Get("max_completion_tokens") != nullptr) max_tokens_param = "max_completion_tokens";
     if (auto m = r.Int32("max_completion_tokens", std::numeric_limits<int32_t>::min(), kInt32Max)) max_tokens = m;
   }
-  if (max_tokens) s->set_max_new_tokens(*max_tokens);
+  if (max_tokens) {
+    s->set_max_new_tokens(*max_tokens);
+  } else if (endpoint == Endpoint::kCompletions) {
+    // OpenAI documents 16 for completions; chat has no default bound (HttpApi fills in what
+    // the context leaves once the rendered prompt's length is known).
+    s->set_max_new_tokens(kCompletionsDefaultMaxTokens);
+  }
   if (auto v = r.Number("temperature")) s->set_temperature(static_cast<float>(*v));
   if (auto v = r.Number("top_p")) s->set_top_p(static_cast<float>(*v));
   if (auto v = r.Int32("top_k", std::numeric_limits<int32_t>::min(), kInt32Max)) s->set_top_k(*v);
@@ -203,31 +237,43 @@ void ReadSampling(Reader& r, Endpoint endpoint, v1::SamplingParams* s) {
   }
 }
 
+// OpenAI's prompt forms: a string, an array of token ids, an array of strings, or an array of
+// token-id arrays (the last two: one prompt each).
 void ReadPrompt(Reader& r, ApiRequest* out) {
   const Json* p = r.Get("prompt");
   if (p == nullptr) return r.Fail(Invalid("'prompt' is required", "prompt"));
-  const auto token_ids = [&](const Json& array) {
+  const auto token_ids = [&](const Json& array) -> bool {
+    ApiRequest::Prompt prompt;
     for (const Json& id : array) {
       if (!id.is_number_integer() || id.get<int64_t>() < std::numeric_limits<int32_t>::min() ||
           id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-        return r.WrongType("prompt", "a string, or an array of token ids", id);
+        r.WrongType("prompt", "a string, an array of token ids, or an array of either", id);
+        return false;
       }
-      out->prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+      prompt.ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
     }
+    out->prompts.push_back(std::move(prompt));
+    return true;
   };
   if (p->is_string()) {
-    out->prompt_text = p->get<std::string>();
-  } else if (p->is_array() && !p->empty() && p->front().is_number_integer()) {
+    out->prompts.push_back({p->get<std::string>(), {}});
+    return;
+  }
+  if (!p->is_array() || p->empty()) {
+    return r.WrongType("prompt", "a string, an array of token ids, or an array of either", *p);
+  }
+  if (p->front().is_number_integer()) {
     token_ids(*p);
-  } else if (p->is_array() && p->size() == 1 && p->front().is_string()) {
-    out->prompt_text = p->front().get<std::string>();
-  } else if (p->is_array() && p->size() == 1 && p->front().is_array()) {
-    token_ids(p->front());
-  } else if (p->is_array() && p->size() > 1) {
-    r.Fail(Invalid(absl::StrCat("'prompt' holds ", p->size(), " prompts; one prompt per request is "
-                                "supported"), "prompt"));
-  } else {
-    r.WrongType("prompt", "a string, or an array of token ids", *p);
+    return;
+  }
+  for (const Json& item : *p) {
+    if (item.is_string()) {
+      out->prompts.push_back({item.get<std::string>(), {}});
+    } else if (item.is_array() && !item.empty()) {
+      if (!token_ids(item)) return;
+    } else {
+      return r.WrongType("prompt", "a string, an array of token ids, or an array of either", item);
+    }
   }
 }
 
@@ -306,6 +352,30 @@ ApiError ErrorFromStatus(const absl::Status& status) {
   return e;
 }
 
+ApiError ErrorForRequest(const absl::Status& status, const ApiRequest& request) {
+  ApiError e = ErrorFromStatus(status);
+  if (status.code() != absl::StatusCode::kInvalidArgument) return e;
+  // The router's messages start with the field they concern (router/validation.cc,
+  // common/request_limits.cc).
+  const absl::string_view m = status.message();
+  const std::string prompt_param = request.endpoint == Endpoint::kChat ? "messages" : "prompt";
+  if (absl::StrContains(m, "max_new_tokens")) {
+    e.param = request.max_tokens_param;
+    e.message = absl::StrReplaceAll(m, {{"max_new_tokens", request.max_tokens_param}});
+  } else if (absl::StartsWith(m, "prompt")) {
+    e.param = prompt_param;
+  } else if (absl::StartsWith(m, "stop_token_ids")) {
+    e.param = "stop_token_ids";
+  } else if (absl::StartsWith(m, "stop")) {
+    e.param = "stop";
+  } else {
+    for (const char* field : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"}) {
+      if (absl::StartsWith(m, absl::StrCat(field, " "))) e.param = field;
+    }
+  }
+  return e;
+}
+
 std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std::string& body,
                                                    const std::string& served_model) {
   const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -342,14 +412,23 @@ std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std:
     }
   }
   r.String("user");
+  if (std::optional<int32_t> n = r.Int32("n", 1, kMaxChoices)) out.n = *n;
+  if (endpoint == Endpoint::kCompletions) out.echo = r.Bool("echo").value_or(false);
   RequireOff(r, endpoint);
-  ReadSampling(r, endpoint, &out.sampling);
+  ReadSampling(r, endpoint, &out.sampling, out.max_tokens_param);
   if (endpoint == Endpoint::kChat) {
     ReadMessages(r, &out);
   } else {
     ReadPrompt(r, &out);
   }
   if (r.failed()) return *r.error();
+  const int64_t calls = static_cast<int64_t>(out.prompts.size()) * out.n;
+  if (calls > kMaxCallsPerRequest) {
+    return Invalid(absl::StrCat("'prompt' holds ", out.prompts.size(), " prompts and n is ", out.n,
+                                ": ", calls, " completions; at most ", kMaxCallsPerRequest,
+                                " per request"),
+                   "prompt");
+  }
   return out;
 }
 

@@ -38,18 +38,40 @@ struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
   bool stream = false;
+  int n = 1;  // choices: one Generate call each
   bool include_usage = false;           // stream_options.include_usage
   bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats (vLLM's)
-  // Completions: the prompt as text, or as token ids.
-  std::optional<std::string> prompt_text;
-  std::vector<int32_t> prompt_ids;
+  // Completions: the prompts (OpenAI's `prompt` may hold several), each as text or as token
+  // ids. Each gets n choices.
+  struct Prompt {
+    std::optional<std::string> text;
+    std::vector<int32_t> ids;
+  };
+  std::vector<Prompt> prompts;
+  bool echo = false;  // completions: each choice's text starts with its prompt
   // Chat: the messages as the chat template sees them (text content parts joined), and the
   // template's other inputs.
   nlohmann::ordered_json messages;
   bool add_generation_prompt = true;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   v1::SamplingParams sampling;
+  // The name this request gave the output bound ("max_tokens" or "max_completion_tokens"),
+  // for the errors that concern it.
+  std::string max_tokens_param = "max_tokens";
 };
+
+// The most choices (`n`) one request may ask for, and the most Generate calls (prompts x n)
+// one completions request may start.
+inline constexpr int kMaxChoices = 16;
+inline constexpr int kMaxCallsPerRequest = 64;
+
+// OpenAI's max_tokens default for /v1/completions (its documented default).
+inline constexpr int32_t kCompletionsDefaultMaxTokens = 16;
+
+// ErrorFromStatus for a status the router's Generate path gave `request`, with `param` naming
+// the request parameter it concerns and the router's own field names (max_new_tokens) replaced
+// by the ones the request used.
+ApiError ErrorForRequest(const absl::Status& status, const ApiRequest& request);
 
 // Parses a request body for `endpoint`; an ApiError (400) naming the parameter otherwise.
 // `served_model` is the only model name accepted (404 model_not_found otherwise, as OpenAI).

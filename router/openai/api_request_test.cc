@@ -26,7 +26,8 @@ TEST(ApiRequestTest, CompletionWithSampling) {
                         "top_p": 0.5, "seed": 3, "stop": ["\n", "x"], "stream": true,
                         "stream_options": {"include_usage": true}, "n": 1, "logprobs": null,
                         "ignore_eos": true, "top_k": 4, "stop_token_ids": [1, 2], "user": "u"})");
-  EXPECT_EQ(*r.prompt_text, "count");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(*r.prompts[0].text, "count");
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_FALSE(r.continuous_usage_stats);
@@ -43,16 +44,34 @@ TEST(ApiRequestTest, CompletionWithSampling) {
 }
 
 TEST(ApiRequestTest, PromptForms) {
-  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": [5, 6]})").prompt_ids,
-            (std::vector<int32_t>{5, 6}));
-  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": [[5]]})").prompt_ids,
-            (std::vector<int32_t>{5}));
-  EXPECT_EQ(*Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": ["a"]})").prompt_text, "a");
-  EXPECT_THAT(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": ["a", "b"]})").message,
-              HasSubstr("holds 2 prompts"));
+  auto prompts = [](const std::string& prompt) {
+    return Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": )" + prompt + "}").prompts;
+  };
+  std::vector<ApiRequest::Prompt> p = prompts("[5, 6]");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_FALSE(p[0].text.has_value());
+  p = prompts("[[5]]");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].ids, (std::vector<int32_t>{5}));
+  p = prompts(R"(["a"])");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(*p[0].text, "a");
+  // Several prompts, as OpenAI takes them: strings or token-id arrays, even mixed.
+  p = prompts(R"(["a", "b", [7, 8]])");
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(*p[1].text, "b");
+  EXPECT_EQ(p[2].ids, (std::vector<int32_t>{7, 8}));
   EXPECT_THAT(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": {"x": 1}})").message,
-              HasSubstr("'prompt' must be a string, or an array of token ids, got an object"));
+              HasSubstr("'prompt' must be a string, an array of token ids, or an array of either, got an object"));
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": ["a", [[1]]]})").param, "prompt");
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": [5, "a"]})").param, "prompt");
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": []})").param, "prompt");
   EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo"})").param, "prompt");
+  // prompts x n is bounded.
+  std::string many = R"({"model": "demo", "n": 16, "prompt": ["a", "b", "c", "d", "e"]})";
+  EXPECT_THAT(Err(Endpoint::kCompletions, many).message,
+              HasSubstr("'prompt' holds 5 prompts and n is 16: 80 completions; at most 64"));
 }
 
 TEST(ApiRequestTest, ChatMessagesAndTemplateInputs) {
@@ -77,9 +96,12 @@ TEST(ApiRequestTest, BadRequestsAreOpenAiShaped400s) {
   EXPECT_EQ(e.http_status, 400);
   EXPECT_EQ(e.type, "invalid_request_error");
   EXPECT_THAT(e.message, HasSubstr("not valid JSON"));
-  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 2})");
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 17})");
   EXPECT_EQ(e.param, "n");
-  EXPECT_THAT(e.message, HasSubstr("only n = 1"));
+  EXPECT_THAT(e.message, HasSubstr("'n' is 17; it must be in [1, 16]"));
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "n": 0})").param, "n");
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "n": 2.0})").param, "n");
+  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "n": 3})").n, 3);
   e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "logprobs": true})");
   EXPECT_EQ(e.param, "logprobs");
   EXPECT_THAT(e.message, HasSubstr("not supported yet"));
@@ -105,6 +127,74 @@ TEST(ApiRequestTest, BadRequestsAreOpenAiShaped400s) {
   EXPECT_THAT(e.message, HasSubstr("only {\"type\": \"text\""));
   e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "tools": [{}]})");
   EXPECT_EQ(e.param, "tools");
+}
+
+// OpenAI's default bound: 16 tokens for completions; chat leaves it to HttpApi (the context).
+TEST(ApiRequestTest, MaxTokensDefaults) {
+  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x"})").sampling.max_new_tokens(),
+            kCompletionsDefaultMaxTokens);
+  EXPECT_FALSE(Ok(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}]})")
+                   .sampling.has_max_new_tokens());
+  ApiRequest r = Ok(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+                                         "max_tokens": 3, "max_completion_tokens": 5})");
+  EXPECT_EQ(r.sampling.max_new_tokens(), 5);  // max_completion_tokens replaces the deprecated one
+  EXPECT_EQ(r.max_tokens_param, "max_completion_tokens");
+}
+
+// Chat parameters a client may send that change nothing when off are accepted; on, they are
+// refused naming the parameter.
+TEST(ApiRequestTest, ChatParametersThatAreOff) {
+  Ok(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "store": false,
+                          "metadata": {"k": "v"}, "service_tier": "auto", "functions": [],
+                          "function_call": "none", "parallel_tool_calls": false, "tools": [],
+                          "tool_choice": "none", "response_format": {"type": "text"}})");
+  const std::string chat = R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], )";
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("store": true})").param, "store");
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("metadata": {"k": 1}})").param, "metadata");
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("service_tier": "flex"})").param, "service_tier");
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("functions": [{"name": "f"}]})").param, "functions");
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("function_call": "auto"})").param, "function_call");
+  // Chat-only parameters on the completions endpoint are unknown there, as in OpenAI's API.
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "store": false})").param, "store");
+}
+
+// The router's validation messages name its own fields; the HTTP error names the request's.
+TEST(ApiRequestTest, RouterErrorsNameTheRequestParameter) {
+  ApiRequest completion = Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x"})");
+  ApiError e = ErrorForRequest(
+      absl::InvalidArgumentError("max_new_tokens 0 is out of range; it must be >= 1"), completion);
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "max_tokens");
+  EXPECT_EQ(e.message, "max_tokens 0 is out of range; it must be >= 1");
+  ApiRequest chat = Ok(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+                                            "max_completion_tokens": 9000})");
+  e = ErrorForRequest(absl::InvalidArgumentError("prompt has 9 tokens and max_new_tokens is 9000; "
+                                                 "together they exceed the model's context"),
+                      chat);
+  EXPECT_EQ(e.param, "max_completion_tokens");
+  EXPECT_EQ(e.message, "prompt has 9 tokens and max_completion_tokens is 9000; together they exceed the "
+                       "model's context");
+  EXPECT_EQ(ErrorForRequest(absl::InvalidArgumentError("prompt is empty"), completion).param, "prompt");
+  EXPECT_EQ(ErrorForRequest(absl::InvalidArgumentError("prompt has 2000 tokens"), chat).param, "messages");
+  EXPECT_EQ(ErrorForRequest(absl::InvalidArgumentError("stop string 0 is empty"), chat).param, "stop");
+  EXPECT_EQ(ErrorForRequest(absl::InvalidArgumentError("stop_token_ids entry 9 is outside"), chat).param,
+            "stop_token_ids");
+  for (const char* field : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"}) {
+    e = ErrorForRequest(absl::InvalidArgumentError(std::string(field) + " -1 is out of range"), chat);
+    EXPECT_EQ(e.param, field);
+  }
+  e = ErrorForRequest(absl::UnavailableError("no healthy decode worker"), chat);
+  EXPECT_EQ(e.http_status, 503);
+  EXPECT_FALSE(e.param.has_value());
+}
+
+TEST(ApiRequestTest, EchoIsACompletionsParameter) {
+  EXPECT_TRUE(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "echo": true})").echo);
+  EXPECT_FALSE(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "echo": false})").echo);
+  EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "echo": 1})").param, "echo");
+  EXPECT_EQ(Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "echo": true})")
+                .message,
+            "unrecognized request argument supplied: echo");
 }
 
 TEST(ApiRequestTest, UnknownModelIsNotFound) {

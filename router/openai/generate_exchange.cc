@@ -2,7 +2,25 @@
 
 namespace mlaserve::router::openai {
 
-GenerateExchange::GenerateExchange(RouterContext* router, const v1::GenerateRequest& request) {
+uint64_t ExchangeWaker::version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+void ExchangeWaker::Bump() {
+  absl::MutexLock lock(&mu_);
+  ++version_;
+}
+
+void ExchangeWaker::WaitPast(uint64_t seen, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto moved = [this, seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return version_ != seen; };
+  mu_.AwaitWithTimeout(absl::Condition(&moved), timeout);
+}
+
+GenerateExchange::GenerateExchange(RouterContext* router, const v1::GenerateRequest& request,
+                                   std::shared_ptr<ExchangeWaker> waker)
+    : waker_(std::move(waker)) {
   call_ = GenerateCall::Start(router, this, absl::InfiniteFuture(), request);
 }
 
@@ -15,15 +33,20 @@ GenerateExchange::~GenerateExchange() {
   }
 }
 
+// The waker is bumped inside the lock: once the lock is released the owner may take the end
+// and destroy this exchange. (Order mu_ -> the waker's; the owner never holds the waker's
+// while taking mu_.)
 void GenerateExchange::Send(const v1::GenerateResponse& message) {
   absl::MutexLock lock(&mu_);
   messages_.push_back(message);
   sent_any_ = true;
+  if (waker_) waker_->Bump();
 }
 
 void GenerateExchange::End(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   end_ = status;
+  if (waker_) waker_->Bump();
 }
 
 bool GenerateExchange::ended_early() const {

@@ -23,11 +23,27 @@
 
 namespace mlaserve::router::openai {
 
+// Wakes one thread that waits on several exchanges (the choices of an n > 1 request): every
+// message or end of any of them bumps the version.
+class ExchangeWaker {
+ public:
+  uint64_t version() const;
+  void Bump();
+  // Waits until the version is past `seen` or `timeout` passed.
+  void WaitPast(uint64_t seen, absl::Duration timeout) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 class GenerateExchange final : public GenerateClient {
  public:
   // Starts the call. Requests the router refuses at once (validation, no worker) have
   // ended when this returns: ended_early() tells, before anything was sent to the client.
-  GenerateExchange(RouterContext* router, const v1::GenerateRequest& request);
+  // `waker`, when given, is bumped by every message and the end.
+  GenerateExchange(RouterContext* router, const v1::GenerateRequest& request,
+                   std::shared_ptr<ExchangeWaker> waker = nullptr);
   // Cancels the call if it has not ended, and waits for its end (which is prompt: no worker
   // is waited for) so the call never outlives its client.
   ~GenerateExchange() override;
@@ -49,6 +65,7 @@ class GenerateExchange final : public GenerateClient {
   void End(const absl::Status& status) override;
 
  private:
+  const std::shared_ptr<ExchangeWaker> waker_;
   GenerateCall* call_ = nullptr;
   mutable absl::Mutex mu_;
   std::deque<v1::GenerateResponse> messages_ ABSL_GUARDED_BY(mu_);

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/call_auth.h"
+#include "kernels/common/page.h"
 #include "router/openai/api_request.h"
 #include "router/openai/connection_probe.h"
 #include "router/openai/generate_exchange.h"
@@ -34,11 +36,24 @@ void SendError(httplib::Response& res, const ApiError& error) {
 
 int64_t UnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
 
-// What one streamed response's content provider keeps between its calls.
-struct StreamState {
-  std::unique_ptr<GenerateExchange> exchange;
-  std::unique_ptr<ResponseBuilder> builder;
+// One request's choices (n per prompt): a Generate call and a response builder each. A streamed
+// response's content provider keeps it between its calls. The waker is declared first so it
+// outlives the exchanges, whose calls bump it until they end.
+struct ChoiceSet {
+  std::shared_ptr<ExchangeWaker> waker = std::make_shared<ExchangeWaker>();
+  std::vector<std::unique_ptr<GenerateExchange>> exchanges;
+  std::vector<std::unique_ptr<ResponseBuilder>> builders;
+  std::vector<bool> ended;
   bool started = false;
+
+  void CancelAll() {
+    for (auto& e : exchanges) e->Cancel();
+  }
+  std::vector<const ResponseBuilder*> Builders() const {
+    std::vector<const ResponseBuilder*> out;
+    for (const auto& b : builders) out.push_back(b.get());
+    return out;
+  }
 };
 
 }  // namespace
@@ -137,21 +152,27 @@ struct HttpApi::Impl {
                                                      "decode, ", prefill ? "" : "no ", "prefill")}});
   }
 
-  // The Generate request for an API request, or the error to answer with.
-  std::variant<v1::GenerateRequest, ApiError> ToGenerateRequest(const ApiRequest& r,
-                                                                bool* opens_reasoning) {
+  // The Generate request of each prompt (completions may have several; chat has one), or the
+  // error to answer with.
+  std::variant<std::vector<v1::GenerateRequest>, ApiError> ToGenerateRequests(
+      const ApiRequest& r, bool* opens_reasoning) {
     v1::GenerateRequest g;
     g.set_request_id(router->NewRequestId());
     *g.mutable_sampling() = r.sampling;
     g.mutable_output()->set_include_token_ids(false);
     g.mutable_output()->set_include_text(true);
     if (r.endpoint == Endpoint::kCompletions) {
-      if (r.prompt_text.has_value()) {
-        g.set_text(*r.prompt_text);
-      } else {
-        g.mutable_token_ids()->mutable_ids()->Assign(r.prompt_ids.begin(), r.prompt_ids.end());
+      std::vector<v1::GenerateRequest> out;
+      for (const ApiRequest::Prompt& prompt : r.prompts) {
+        v1::GenerateRequest& one = out.emplace_back(g);
+        if (out.size() > 1) one.set_request_id(router->NewRequestId());
+        if (prompt.text.has_value()) {
+          one.set_text(*prompt.text);
+        } else {
+          one.mutable_token_ids()->mutable_ids()->Assign(prompt.ids.begin(), prompt.ids.end());
+        }
       }
-      return g;
+      return out;
     }
     if (!chat_template.ok()) {
       return ApiError{400, absl::StrCat("this model has no usable chat template (",
@@ -176,14 +197,47 @@ struct HttpApi::Impl {
     if (absl::Status st = ValidatePromptBytes(prompt->size(), router->codec().MaxBytesPerToken(),
                                               router->model().limits);
         !st.ok()) {
-      return ErrorFromStatus(st);
+      return ErrorForRequest(st, r);
     }
     absl::StatusOr<RouterContext::TokenizingClaim> claim = router->ClaimTokenizing(prompt->size());
     if (!claim.ok()) return ErrorFromStatus(claim.status());
     absl::StatusOr<std::vector<int32_t>> ids = router->codec().EncodeVerbatim(*prompt);
     if (!ids.ok()) return ErrorFromStatus(ids.status());
     g.mutable_token_ids()->mutable_ids()->Assign(ids->begin(), ids->end());
-    return g;
+    if (!g.sampling().has_max_new_tokens()) {
+      if (std::optional<int32_t> room = ChatRoom(static_cast<int32_t>(ids->size()))) {
+        g.mutable_sampling()->set_max_new_tokens(*room);
+      }
+    }
+    return std::vector<v1::GenerateRequest>{std::move(g)};
+  }
+
+  // The text `echo` repeats: a text prompt as written, token ids as the tokenizer decodes them
+  // (special tokens as the request's skip_special_tokens says, as for the output).
+  std::string PromptText(const ApiRequest::Prompt& prompt, const v1::SamplingParams& sampling) const {
+    if (prompt.text.has_value()) return *prompt.text;
+    std::unique_ptr<StreamingDetokenizer> detokenizer = router->codec().NewDetokenizer(
+        {}, sampling.has_skip_special_tokens() ? sampling.skip_special_tokens() : true);
+    std::string text;
+    for (int32_t id : prompt.ids) text += detokenizer->Push(id);
+    return text + detokenizer->Finish();
+  }
+
+  // OpenAI bounds a chat answer without max_tokens only by the context: what it leaves after
+  // the prompt, and no more than the largest decode pool can hold with the prompt (else no
+  // worker could ever take the request). nullopt when nothing is left (the router's
+  // validation then says the prompt is too long).
+  std::optional<int32_t> ChatRoom(int32_t prompt_tokens) const {
+    int64_t room = static_cast<int64_t>(router->model().limits.max_context) - prompt_tokens;
+    int64_t largest_pool_tokens = 0;
+    for (const WorkerSnapshot& w : router->registry().Routable(WorkerRole::kDecode)) {
+      largest_pool_tokens = std::max<int64_t>(
+          largest_pool_tokens,
+          static_cast<int64_t>(w.descriptor.load.request_pages_total()) * kernels::kPageSize);
+    }
+    if (largest_pool_tokens > 0) room = std::min(room, largest_pool_tokens - prompt_tokens);
+    if (room < 1) return std::nullopt;
+    return static_cast<int32_t>(room);
   }
 
   void Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
@@ -192,70 +246,114 @@ struct HttpApi::Impl {
     if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
     const ApiRequest& r = std::get<ApiRequest>(parsed);
     bool opens_reasoning = false;
-    std::variant<v1::GenerateRequest, ApiError> g = ToGenerateRequest(r, &opens_reasoning);
+    std::variant<std::vector<v1::GenerateRequest>, ApiError> g = ToGenerateRequests(r, &opens_reasoning);
     if (auto* e = std::get_if<ApiError>(&g)) return SendError(res, *e);
-    const v1::GenerateRequest& request = std::get<v1::GenerateRequest>(g);
+    const std::vector<v1::GenerateRequest>& prompts = std::get<std::vector<v1::GenerateRequest>>(g);
 
-    auto exchange = std::make_unique<GenerateExchange>(router, request);
-    if (exchange->ended_early()) {
-      // Refused before any output (validation, no worker): the status code can say so.
-      std::optional<GenerateExchange::Event> end = exchange->Next(absl::InfiniteDuration());
-      return SendError(res, ErrorFromStatus(end->end));
+    // Prompt p's choice j is choice p * n + j, each its own Generate call.
+    auto choices = std::make_shared<ChoiceSet>();
+    const std::string id = absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-",
+                                        prompts.front().request_id());
+    const int64_t created = UnixSeconds();
+    const int count = static_cast<int>(prompts.size()) * r.n;
+    for (int i = 0; i < count; ++i) {
+      const v1::GenerateRequest& prompt = prompts[i / r.n];
+      v1::GenerateRequest choice = prompt;
+      if (i % r.n > 0) {
+        choice.set_request_id(router->NewRequestId());
+        // Each choice samples on its own; with a seed, choice j of a prompt uses seed + j.
+        if (prompt.sampling().has_seed()) {
+          choice.mutable_sampling()->set_seed(prompt.sampling().seed() + static_cast<uint64_t>(i % r.n));
+        }
+      }
+      auto exchange = std::make_unique<GenerateExchange>(router, choice, choices->waker);
+      if (exchange->ended_early()) {
+        // Refused before any output (validation, no worker): the status code can say so. The
+        // choices already started are cancelled when `choices` goes.
+        std::optional<GenerateExchange::Event> end = exchange->Next(absl::InfiniteDuration());
+        return SendError(res, ErrorForRequest(end->end, r));
+      }
+      choices->exchanges.push_back(std::move(exchange));
+      choices->builders.push_back(std::make_unique<ResponseBuilder>(
+          r, id, created, opens_reasoning, i, count, /*counts_prompt=*/i % r.n == 0));
+      if (r.echo) choices->builders.back()->set_echo(PromptText(r.prompts[i / r.n], r.sampling));
     }
-    const std::string id =
-        absl::StrCat(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-", request.request_id());
-    auto builder = std::make_unique<ResponseBuilder>(r, id, UnixSeconds(), opens_reasoning);
-    if (!r.stream) return WaitForBody(req, res, *exchange, *builder);
+    choices->ended.assign(choices->exchanges.size(), false);
+    if (!r.stream) return WaitForBody(req, res, *choices);
 
-    auto state = std::make_shared<StreamState>();
-    state->exchange = std::move(exchange);
-    state->builder = std::move(builder);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
-        "text/event-stream", [this, state](size_t, httplib::DataSink& sink) {
-          return StreamSome(*state, sink);
+        "text/event-stream", [this, choices](size_t, httplib::DataSink& sink) {
+          return StreamSome(*choices, sink);
         });
   }
 
-  void WaitForBody(const httplib::Request& req, httplib::Response& res, GenerateExchange& exchange,
-                   ResponseBuilder& builder) {
+  void WaitForBody(const httplib::Request& req, httplib::Response& res, ChoiceSet& choices) {
     ConnectionProbe probe(req);
-    while (true) {
-      std::optional<GenerateExchange::Event> e = exchange.Next(options.liveness_interval);
-      if (!e.has_value()) {
-        if (stopping.load() || probe.ClientGone()) exchange.Cancel();
-        continue;
+    for (size_t i = 0; i < choices.exchanges.size(); ++i) {
+      GenerateExchange& exchange = *choices.exchanges[i];
+      ResponseBuilder& builder = *choices.builders[i];
+      while (true) {
+        std::optional<GenerateExchange::Event> e = exchange.Next(options.liveness_interval);
+        if (!e.has_value()) {
+          if (stopping.load() || probe.ClientGone()) choices.CancelAll();
+          continue;
+        }
+        if (e->message.has_value()) {
+          builder.OnMessage(*e->message);
+          continue;
+        }
+        if (e->end.ok() && builder.complete()) break;
+        // The other choices are cancelled when `choices` goes.
+        return SendError(res, ErrorFromStatus(e->end.ok() ? absl::InternalError("the request ended without a result")
+                                                          : e->end));
       }
-      if (e->message.has_value()) {
-        builder.OnMessage(*e->message);
-        continue;
-      }
-      if (e->end.ok() && builder.complete()) return SendJson(res, 200, builder.Body());
-      return SendError(res, ErrorFromStatus(e->end.ok() ? absl::InternalError("the request ended without a result")
-                                                        : e->end));
     }
+    if (choices.builders.size() == 1) return SendJson(res, 200, choices.builders[0]->Body());
+    SendJson(res, 200, ResponseBuilder::MergeChoices(choices.Builders()));
   }
 
-  // One step of a streamed response: writes what arrived (or waits up to the liveness
-  // interval). Returning false drops the connection.
-  bool StreamSome(StreamState& state, httplib::DataSink& sink) {
+  // One step of a streamed response: writes what arrived from any choice (or waits up to the
+  // liveness interval). Returning false drops the connection.
+  bool StreamSome(ChoiceSet& choices, httplib::DataSink& sink) {
     std::string events;
-    if (!state.started) {
-      state.started = true;
-      events = state.builder->StartEvents();
+    if (!choices.started) {
+      choices.started = true;
+      for (auto& b : choices.builders) events += b->StartEvents();
     }
-    std::optional<GenerateExchange::Event> e = state.exchange->Next(options.liveness_interval);
-    bool end = false;
-    if (!e.has_value()) {
-      if (stopping.load() || !sink.is_writable()) state.exchange->Cancel();
-    } else if (e->message.has_value()) {
-      events += state.builder->OnMessage(*e->message);
-    } else {
-      end = true;
-      if (!e->end.ok()) events += ResponseBuilder::ErrorEvents(ErrorFromStatus(e->end));
+    const uint64_t seen = choices.waker->version();
+    bool any = false;
+    bool failed = false;
+    for (size_t i = 0; i < choices.exchanges.size() && !failed; ++i) {
+      while (!choices.ended[i]) {
+        std::optional<GenerateExchange::Event> e = choices.exchanges[i]->Next(absl::ZeroDuration());
+        if (!e.has_value()) break;
+        any = true;
+        if (e->message.has_value()) {
+          events += choices.builders[i]->OnMessage(*e->message);
+          continue;
+        }
+        choices.ended[i] = true;
+        if (!e->end.ok()) {
+          events += ResponseBuilder::ErrorEvents(ErrorFromStatus(e->end));
+          failed = true;
+          choices.CancelAll();
+        }
+      }
+    }
+    const bool all_ended =
+        std::all_of(choices.ended.begin(), choices.ended.end(), [](bool e) { return e; });
+    const bool end = failed || all_ended;
+    if (!end && !any) {
+      choices.waker->WaitPast(seen, options.liveness_interval);
+      if (stopping.load() || !sink.is_writable()) choices.CancelAll();
+    }
+    // One choice's builder ends its own stream; n of them end here, usage summed.
+    if (all_ended && !failed && choices.builders.size() > 1) {
+      events += ResponseBuilder::EndOfChoices(choices.Builders());
     }
     if (!events.empty() && !sink.write(events.data(), events.size())) {
-      state.exchange->Cancel();  // the client is gone; the exchange drains when dropped
+      choices.CancelAll();  // the client is gone; the exchanges drain when dropped
       return false;
     }
     if (end) sink.done();

@@ -5,8 +5,8 @@
 //   GET  /v1/models, /v1/models/{id}
 //   GET  /health                200 once a prefill and a decode worker are healthy, else 503
 //
-// Each request becomes one Generate call (router/generate_call.h) started in process through
-// GenerateExchange, so validation, tokenization of text prompts, routing, admission, stop
+// Each request becomes one Generate call per choice (`n`; router/generate_call.h) started in
+// process through GenerateExchange, so validation, tokenization of text prompts, routing, admission, stop
 // strings and aborts are the gRPC API's own code. What is HTTP's alone: JSON parsing and
 // OpenAI's parameters (api_request.h), the chat template, response formats and server-sent
 // events (response_builder.h), and the connection: a client that disconnects cancels its

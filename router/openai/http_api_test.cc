@@ -8,12 +8,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <map>
+#include <set>
+
 #include <httplib.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/call_auth.h"
 #include "router/admin_conversion.h"
+#include "router/openai/api_request.h"
 #include "router/testing/poll_until_routable.h"
 #include "router/testing/byte_codec.h"
 #include "router/testing/fake_workers.h"
@@ -220,6 +224,128 @@ TEST_F(HttpApiTest, StreamedChatSplitsReasoning) {
   EXPECT_EQ(events.back(), "[DONE]");
 }
 
+// Without max_tokens, a chat answer may run to the end of the context (OpenAI's chat has no
+// default bound), a completion stops at OpenAI's default of 16 tokens.
+TEST_F(HttpApiTest, DefaultMaxTokensAsOpenAiDocuments) {
+  decode_.set_reply("Hi!");
+  httplib::Result r = Post("/v1/chat/completions",
+                           R"({"model": "demo", "messages": [{"role": "user", "content": "Hello"}]})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::vector<v1::ReserveRequest> reserves = decode_.reserves();
+  ASSERT_FALSE(reserves.empty());
+  const int prompt = reserves.back().prompt_token_ids_size();
+  EXPECT_EQ(prompt, 1 + static_cast<int>(std::string("<user>Hello<assistant>").size()));
+  EXPECT_EQ(reserves.back().sampling().max_new_tokens(), 512 - prompt);
+  r = Post("/v1/completions", R"({"model": "demo", "prompt": "x"})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  reserves = decode_.reserves();
+  EXPECT_EQ(reserves.back().sampling().max_new_tokens(), kCompletionsDefaultMaxTokens);
+}
+
+// n choices: n Generate calls (seed + i each), the choices indexed 0..n-1, usage counting
+// the prompt once and every choice's completion tokens (OpenAI's), streamed interleaved with
+// one [DONE] after the summed usage.
+TEST_F(HttpApiTest, SeveralChoices) {
+  decode_.set_reply("abc");
+  const size_t reserves_before = decode_.reserves().size();
+  httplib::Result r = Post("/v1/completions", R"({"model": "demo", "prompt": "xy", "n": 3, "seed": 7})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  ASSERT_EQ(j["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["text"], "abc");
+    EXPECT_EQ(j["choices"][i]["finish_reason"], "stop");
+  }
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);          // BOS + 2 bytes, once
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3 * 4);  // "abc" and EOS, three times
+  EXPECT_EQ(j["usage"]["total_tokens"], 15);
+  std::vector<v1::ReserveRequest> reserves = decode_.reserves();
+  ASSERT_EQ(reserves.size(), reserves_before + 3);
+  std::set<uint64_t> seeds;
+  std::set<std::string> ids;
+  for (size_t i = reserves_before; i < reserves.size(); ++i) {
+    seeds.insert(reserves[i].sampling().seed());
+    ids.insert(reserves[i].request_id());
+  }
+  EXPECT_EQ(seeds, (std::set<uint64_t>{7, 8, 9}));
+  EXPECT_EQ(ids.size(), 3u);
+
+  r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 2,
+                                       "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::vector<Json> events = Events(r->body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  int dones = 0;
+  std::map<int, std::string> text;
+  std::map<int, std::string> finish;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    ASSERT_EQ(events[i]["choices"].size(), 1u) << events[i];
+    const Json& c = events[i]["choices"][0];
+    const int index = c["index"].get<int>();
+    if (c["delta"].contains("content")) text[index] += c["delta"]["content"].get<std::string>();
+    if (!c["finish_reason"].is_null()) finish[index] = c["finish_reason"].get<std::string>();
+    EXPECT_TRUE(events[i]["usage"].is_null());
+  }
+  for (const Json& e : events) dones += e == "[DONE]";
+  EXPECT_EQ(dones, 1);
+  EXPECT_EQ(text, (std::map<int, std::string>{{0, "abc"}, {1, "abc"}}));
+  EXPECT_EQ(finish, (std::map<int, std::string>{{0, "stop"}, {1, "stop"}}));
+  const Json& usage = events[events.size() - 2];
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(usage["usage"]["total_tokens"], usage["usage"]["prompt_tokens"].get<int>() + 8);
+}
+
+// Several prompts, each with n choices: choice p * n + j; usage counts each prompt once.
+TEST_F(HttpApiTest, SeveralPromptsWithSeveralChoices) {
+  decode_.set_reply("ok");
+  httplib::Result r = Post("/v1/completions",
+                           R"({"model": "demo", "prompt": ["a", [5, 6, 7]], "n": 2, "max_tokens": 4})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  ASSERT_EQ(j["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["text"], "ok");
+  }
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 2 + 3);  // BOS + "a", and the three ids
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4 * 3);  // "ok" and EOS, four times
+  // A prompt the router refuses fails the request, naming the prompt.
+  r = Post("/v1/completions", R"({"model": "demo", "prompt": ["a", [299999]]})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "prompt");
+}
+
+// echo: each choice's text starts with its prompt (token ids decoded), streamed first.
+TEST_F(HttpApiTest, EchoStartsTheTextWithThePrompt) {
+  decode_.set_reply("!!");
+  httplib::Result r = Post("/v1/completions",
+                           R"({"model": "demo", "prompt": ["Hi", [79, 75]], "echo": true, "max_tokens": 2})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["text"], "Hi!!");
+  EXPECT_EQ(j["choices"][1]["text"], "OK!!");  // ids 79, 75 are the bytes "OK"
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);  // the echo is no completion token
+  r = Post("/v1/completions", R"({"model": "demo", "prompt": "Hi", "echo": true, "max_tokens": 2, "stream": true})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::vector<Json> events = Events(r->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[0]["choices"][0]["text"], "Hi");
+  std::string text;
+  for (size_t i = 0; i + 1 < events.size(); ++i) text += events[i]["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text, "Hi!!");
+}
+
 TEST_F(HttpApiTest, ErrorsAreOpenAiShaped) {
   httplib::Result r = Post("/v1/completions", "{oops");
   ASSERT_TRUE(r);
@@ -232,14 +358,22 @@ TEST_F(HttpApiTest, ErrorsAreOpenAiShaped) {
   r = Post("/v1/completions", R"({"model": "demo", "prompt": "x", "max_tokens": 0})");
   EXPECT_EQ(r->status, 400);
   EXPECT_THAT(Json::parse(r->body)["error"]["message"].get<std::string>(),
-              HasSubstr("max_new_tokens 0 is out of range"));
+              HasSubstr("max_tokens 0 is out of range"));
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "max_tokens");
   r = Post("/v1/completions", R"({"model": "demo", "prompt": "x", "temperature": -1})");
   EXPECT_EQ(r->status, 400);
   EXPECT_THAT(r->body, HasSubstr("temperature -1 is out of range"));
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "temperature");
   r = Post("/v1/completions", R"({"model": "demo", "prompt": [299999]})");
   EXPECT_EQ(r->status, 400);
   EXPECT_THAT(r->body, HasSubstr("outside the vocabulary"));
-  r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 3})");
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "prompt");
+  r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+                                       "max_completion_tokens": 600})");
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "max_completion_tokens");
+  EXPECT_THAT(r->body, HasSubstr("max_completion_tokens 600 exceeds the model's context of 512"));
+  r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 17})");
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(Json::parse(r->body)["error"]["param"], "n");
   r = Post("/v1/nothing", "{}");

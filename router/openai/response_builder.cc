@@ -20,9 +20,13 @@ std::string FinishReasonName(v1::FinishReason reason) {
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(const ApiRequest& request, std::string id, int64_t created,
-                                 bool prompt_opens_reasoning)
+                                 bool prompt_opens_reasoning, int choice_index, int choice_count,
+                                 bool counts_prompt)
     : endpoint_(request.endpoint),
       stream_(request.stream),
+      choice_index_(choice_index),
+      single_choice_(choice_count == 1),
+      counts_prompt_(counts_prompt),
       include_usage_(request.include_usage),
       continuous_usage_(request.continuous_usage_stats),
       model_(request.model),
@@ -41,9 +45,11 @@ Json ResponseBuilder::Usage() const {
 }
 
 std::string ResponseBuilder::StartEvents() {
-  if (endpoint_ != Endpoint::kChat) return "";
+  if (endpoint_ != Endpoint::kChat) {
+    return echo_.empty() ? "" : ChunkEvent(echo_, "", std::nullopt, /*with_usage_now=*/false);
+  }
   Json chunk = Envelope("chat.completion.chunk");
-  chunk["choices"] = Json::array({Json{{"index", 0},
+  chunk["choices"] = Json::array({Json{{"index", choice_index_},
                                        {"delta", Json{{"role", "assistant"}, {"content", ""}}},
                                        {"logprobs", nullptr},
                                        {"finish_reason", nullptr}}});
@@ -68,7 +74,7 @@ void ResponseBuilder::AddText(const std::string& text, std::string* text_delta,
 std::string ResponseBuilder::ChunkEvent(const std::string& text, const std::string& reasoning,
                                         const std::optional<std::string>& finish_reason,
                                         bool with_usage_now) {
-  Json choice = Json{{"index", 0}};
+  Json choice = Json{{"index", choice_index_}};
   if (endpoint_ == Endpoint::kChat) {
     Json delta = Json::object();
     if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
@@ -111,6 +117,7 @@ std::string ResponseBuilder::OnMessage(const v1::GenerateResponse& message) {
     finish_reason_ = FinishReasonName(c.finish_reason());
     if (stream_) {
       events += ChunkEvent(text, reasoning, finish_reason_, continuous_usage_);
+      if (!single_choice_) return events;  // EndOfChoices() ends the stream
       if (include_usage_) {
         Json last = Envelope(endpoint_ == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
         last["choices"] = Json::array();
@@ -129,7 +136,7 @@ std::string ResponseBuilder::ErrorEvents(const ApiError& error) {
 
 Json ResponseBuilder::Body() const {
   Json body = Envelope(endpoint_ == Endpoint::kChat ? "chat.completion" : "text_completion");
-  Json choice = Json{{"index", 0}};
+  Json choice = Json{{"index", choice_index_}};
   if (endpoint_ == Endpoint::kChat) {
     Json message = Json{{"role", "assistant"}};
     // A reasoning response whose reasoning never ended has no content yet (DeepSeek's API).
@@ -138,12 +145,49 @@ Json ResponseBuilder::Body() const {
     if (splitter_.in_reasoning_mode()) message["reasoning_content"] = reasoning_;
     choice["message"] = std::move(message);
   } else {
-    choice["text"] = text_;
+    choice["text"] = echo_ + text_;
   }
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = finish_reason_ ? Json(*finish_reason_) : Json(nullptr);
   body["choices"] = Json::array({std::move(choice)});
   body["usage"] = Usage();
+  return body;
+}
+
+// OpenAI's usage of several choices: each prompt counted once, every choice's completion.
+nlohmann::ordered_json ResponseBuilder::SummedUsage(
+    const std::vector<const ResponseBuilder*>& choices) {
+  int64_t prompt = 0;
+  int64_t completion = 0;
+  for (const ResponseBuilder* c : choices) {
+    if (c->counts_prompt_) prompt += c->prompt_tokens_;
+    completion += c->completion_tokens_;
+  }
+  return nlohmann::ordered_json{{"prompt_tokens", prompt},
+                                {"completion_tokens", completion},
+                                {"total_tokens", prompt + completion}};
+}
+
+std::string ResponseBuilder::EndOfChoices(const std::vector<const ResponseBuilder*>& choices) {
+  const ResponseBuilder& first = *choices.front();
+  std::string events;
+  if (first.include_usage_) {
+    Json last = first.Envelope(first.endpoint_ == Endpoint::kChat ? "chat.completion.chunk"
+                                                                   : "text_completion");
+    last["choices"] = Json::array();
+    last["usage"] = SummedUsage(choices);
+    events += Event(last);
+  }
+  return events + "data: [DONE]\n\n";
+}
+
+nlohmann::ordered_json ResponseBuilder::MergeChoices(
+    const std::vector<const ResponseBuilder*>& choices) {
+  Json body = choices.front()->Body();
+  for (size_t i = 1; i < choices.size(); ++i) {
+    body["choices"].push_back(choices[i]->Body()["choices"][0]);
+  }
+  body["usage"] = SummedUsage(choices);
   return body;
 }
 

@@ -8,11 +8,17 @@
 // finish_reason "stop" / "length" ("abort" for a request aborted through the admin or
 // Abort API), and with stream_options.include_usage a last chunk with empty choices and the
 // usage. Chat responses of reasoning models carry `reasoning_content` (reasoning_splitter.h).
+//
+// A request with several choices (n > 1, or several completions prompts: prompt p's choice j
+// is index p * n + j) has one builder per choice, each fed by its own Generate call: chunks
+// carry their choice's index, and the caller ends the stream with EndOfChoices() (the summed
+// usage, then [DONE]) and merges the bodies with MergeChoices().
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "mlaserve/v1/api.pb.h"
 #include "nlohmann/json.hpp"
@@ -25,10 +31,17 @@ class ResponseBuilder {
  public:
   // `id`: the response id ("cmpl-..." / "chatcmpl-..."); `created`: unix seconds.
   // `reasoning`: the chat prompt opened a <think> (or output that starts with one is split).
+  // `choice_count`: the request's choices in all; `counts_prompt`: this choice's prompt
+  // tokens count in the summed usage (the first choice of each prompt).
   ResponseBuilder(const ApiRequest& request, std::string id, int64_t created,
-                  bool prompt_opens_reasoning);
+                  bool prompt_opens_reasoning, int choice_index = 0, int choice_count = 1,
+                  bool counts_prompt = true);
 
-  // Streaming: the events that start the stream (the chat role delta).
+  // Completions with echo: the text the choice starts with (its prompt), before the
+  // generated text; streamed in the first chunk.
+  void set_echo(std::string prompt_text) { echo_ = std::move(prompt_text); }
+
+  // Streaming: the events that start the stream (the chat role delta; the echoed prompt).
   std::string StartEvents();
   // Streaming: the events one Generate message adds (possibly none). Non-streaming
   // requests call it too, to accumulate.
@@ -37,10 +50,19 @@ class ResponseBuilder {
   static std::string ErrorEvents(const ApiError& error);
 
   bool complete() const { return finish_reason_.has_value(); }
+  int32_t completion_tokens() const { return completion_tokens_; }
   // Non-streaming: the response body, once complete().
   nlohmann::ordered_json Body() const;
 
+  // Several choices, streaming: after every choice completed, the usage chunk (with
+  // include_usage; each prompt's tokens once, completion tokens summed, as OpenAI counts them)
+  // and [DONE].
+  static std::string EndOfChoices(const std::vector<const ResponseBuilder*>& choices);
+  // Several choices: one body with every choice's, usage summed as above.
+  static nlohmann::ordered_json MergeChoices(const std::vector<const ResponseBuilder*>& choices);
+
  private:
+  static nlohmann::ordered_json SummedUsage(const std::vector<const ResponseBuilder*>& choices);
   nlohmann::ordered_json Envelope(const char* object) const;
   nlohmann::ordered_json Usage() const;
   // One streamed chunk's `choices[0]` (text or delta) and optional finish reason.
@@ -50,12 +72,16 @@ class ResponseBuilder {
 
   const Endpoint endpoint_;
   const bool stream_;
+  const int choice_index_;
+  const bool single_choice_;  // the request's only choice: this builder ends the stream
+  const bool counts_prompt_;
   const bool include_usage_;
   const bool continuous_usage_;
   const std::string model_;
   const std::string id_;
   const int64_t created_;
   ReasoningSplitter splitter_;
+  std::string echo_;       // completions: the echoed prompt
   std::string text_;       // content (all of it, for the non-streaming body)
   std::string reasoning_;  // reasoning_content
   int32_t prompt_tokens_ = 0;

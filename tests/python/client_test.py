@@ -147,6 +147,28 @@ def main():
         again = [i for m in generate(req, timeout=60) if m.HasField("chunk") for i in m.chunk.token_ids]
         assert again == ids, (again, ids)
 
+        # grpcio clients that compress, channel-wide or per call, are served the same.
+        gzip_channel = grpc.insecure_channel(router.address, compression=grpc.Compression.Gzip)
+        gzip_generate = gzip_channel.unary_stream(
+            "/mlaserve.v1.Generation/Generate", request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=api_pb2.GenerateResponse.FromString)
+        got = [i for m in gzip_generate(req, timeout=60) if m.HasField("chunk") for i in m.chunk.token_ids]
+        assert got == ids, ("gzip channel", got, ids)
+        gzip_channel.close()
+        got = [i for m in generate(req, timeout=60, compression=grpc.Compression.Deflate)
+               if m.HasField("chunk") for i in m.chunk.token_ids]
+        assert got == ids, ("deflate call", got, ids)
+
+        # A deadline shorter than the generation ends the call with DEADLINE_EXCEEDED.
+        late = api_pb2.GenerateRequest(token_ids=api_pb2.TokenIds(ids=list(range(2, 30))))
+        late.sampling.max_new_tokens = 400
+        late.sampling.ignore_eos = True
+        try:
+            list(generate(late, timeout=0.05))
+            raise AssertionError("a 50 ms deadline on 400 tokens was met")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, e
+
         # Abort a running request by id.
         long_req = api_pb2.GenerateRequest(request_id="py-abort",
                                            token_ids=api_pb2.TokenIds(ids=list(range(2, 30))))

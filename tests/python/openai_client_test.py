@@ -149,16 +149,34 @@ def run_checks(client, base, router_log):
         check(False, "unknown model refused")
     except openai.NotFoundError as e:
         check(e.status_code == 404 and e.body["code"] == "model_not_found", "unknown model: NotFoundError 404")
+    many = client.chat.completions.create(model="demo", n=3, max_tokens=12, temperature=0,
+                                          messages=[{"role": "user", "content": "count from 17:"}])
+    check([ch.index for ch in many.choices] == [0, 1, 2] and all(ch.message.content == text for ch in many.choices),
+          "n=3: three greedy choices, indexed")
+    check(many.usage.prompt_tokens == chat.usage.prompt_tokens and many.usage.completion_tokens == 3 * 12,
+          f"n=3 usage: prompt once, completions summed ({many.usage})")
+    streamed = {}
+    for chunk in client.completions.create(model="demo", prompt="count from 17:", max_tokens=12, temperature=0,
+                                           n=2, stream=True):
+        for ch in chunk.choices:
+            streamed[ch.index] = streamed.get(ch.index, "") + ch.text
+    check(streamed == {0: text, 1: text}, "n=2 streamed: each choice's text under its index")
+    batch = client.completions.create(model="demo", prompt=["count from 17:", "count from 17:"], max_tokens=12,
+                                      temperature=0)
+    check([ch.index for ch in batch.choices] == [0, 1] and all(ch.text == text for ch in batch.choices)
+          and batch.usage.prompt_tokens == 2 * c.usage.prompt_tokens, f"two prompts in one request ({batch.usage})")
     try:
-        client.chat.completions.create(model="demo", n=2, messages=[{"role": "user", "content": "x"}])
-        check(False, "n=2 refused")
+        client.chat.completions.create(model="demo", n=17, messages=[{"role": "user", "content": "x"}])
+        check(False, "n=17 refused")
     except openai.BadRequestError as e:
-        check(e.body["param"] == "n", "n=2: BadRequestError naming n")
+        check(e.body["param"] == "n", "n=17: BadRequestError naming n")
     try:
         client.completions.create(model="demo", prompt="x", temperature=-1)
         check(False, "temperature -1 refused")
     except openai.BadRequestError as e:
         check("temperature -1 is out of range" in e.message, f"router validation message: {e.message}")
+
+    run_demanding_client_checks(client, text)
 
     aborted = metric(router_log, "mlaserve_router_requests_aborted_total")
     stream = client.completions.create(model="demo", prompt="count from 1:", max_tokens=1000,
@@ -173,8 +191,92 @@ def run_checks(client, base, router_log):
         time.sleep(0.05)  # polling a metric against a deadline
     check(metric(router_log, "mlaserve_router_requests_aborted_total") == aborted + 1,
           "closing the stream aborted the request")
+    # The abort counter and the running gauge are two updates: wait for the gauge too.
+    deadline = time.monotonic() + 30
+    while metric(router_log, "mlaserve_router_requests_running") != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling a metric against a deadline
     running = metric(router_log, "mlaserve_router_requests_running")
     check(running == 0, "no request left running")
+
+
+def expect_bad_request(call, param, what):
+    try:
+        call()
+        check(False, f"{what} refused")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400 and e.body["param"] == param and e.body["type"] == "invalid_request_error",
+              f"{what}: BadRequestError naming {param} ({e.body['message']})")
+
+
+def run_demanding_client_checks(client, counted):
+    """What a demanding `openai` user sends: each works as OpenAI documents or is a 400 naming
+    the parameter (docs/compatibility.md)."""
+    user = [{"role": "user", "content": "count from 17:"}]
+    # stop: a string or a list; the text before the first stop, finish_reason stop.
+    for stop in ("19", ["zzz", "19"]):
+        c = client.completions.create(model="demo", prompt="count from 17:", max_tokens=12, temperature=0,
+                                      stop=stop)
+        check(c.choices[0].text == counted[:counted.index("19")] and c.choices[0].finish_reason == "stop",
+              f"stop={stop!r} cuts before it: {c.choices[0].text!r}")
+    # max_completion_tokens (chat's current name) bounds the answer like max_tokens.
+    chat = client.chat.completions.create(model="demo", max_completion_tokens=5, temperature=0, messages=user)
+    check(chat.usage.completion_tokens == 5 and chat.choices[0].finish_reason == "length",
+          "max_completion_tokens bounds the chat answer")
+    # No max_tokens on chat: no 128-token cut; the demo model ends its count with EOS.
+    chat = client.chat.completions.create(model="demo", temperature=0, messages=user)
+    check(chat.choices[0].finish_reason == "stop", f"chat without max_tokens ends by itself ({chat.usage})")
+    # No max_tokens on completions: OpenAI's default of 16 (or less when EOS comes first).
+    c = client.completions.create(model="demo", prompt="count from 1:", temperature=0, extra_body={"ignore_eos": True})
+    check(c.usage.completion_tokens == 16, f"completions default max_tokens 16 ({c.usage})")
+    # seed: the same seed samples the same text.
+    a, b = (client.completions.create(model="demo", prompt="reverse: a b c ->", max_tokens=10, temperature=1.0,
+                                      seed=1234).choices[0].text for _ in range(2))
+    check(a == b, "seed makes sampling reproducible")
+    # Parameters that are off are accepted: user, n=1, zero penalties, text response_format,
+    # store false, metadata, service_tier auto, logprobs false.
+    chat = client.chat.completions.create(model="demo", max_tokens=4, temperature=0, messages=user, n=1, user="u-1",
+                                          presence_penalty=0, frequency_penalty=0, logprobs=False,
+                                          response_format={"type": "text"}, store=False,
+                                          metadata={"team": "a"}, service_tier="auto")
+    check(chat.choices[0].message.content is not None, "off parameters accepted")
+    # Streamed chat with include_usage: the last chunk has usage and no choices.
+    chunks = list(client.chat.completions.create(model="demo", max_tokens=4, temperature=0, messages=user,
+                                                 stream=True, stream_options={"include_usage": True}))
+    check(chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 4
+          and all(ch.usage is None for ch in chunks[:-1]), "streamed chat usage in the last chunk only")
+    # What the engine cannot do is a 400 naming the parameter.
+    expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", max_tokens=0), "max_tokens",
+                       "max_tokens 0")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
+                                                              max_completion_tokens=100000),
+                       "max_completion_tokens", "max_completion_tokens past the context")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, logprobs=True,
+                                                              top_logprobs=2), "logprobs", "logprobs")
+    expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", logprobs=2), "logprobs",
+                       "completions logprobs")
+    echoed = client.completions.create(model="demo", prompt="count from 17:", max_tokens=12, temperature=0, echo=True)
+    check(echoed.choices[0].text == "count from 17:" + counted and echoed.usage.completion_tokens == 12,
+          f"echo: the prompt, then the completion ({echoed.choices[0].text!r})")
+    expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", suffix="y"), "suffix", "suffix")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, presence_penalty=0.5),
+                       "presence_penalty", "presence_penalty")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
+                                                              response_format={"type": "json_object"}),
+                       "response_format", "response_format json_object")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, stop=[""]), "stop",
+                       "empty stop string")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, top_p=1.5), "top_p",
+                       "top_p 1.5")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
+                                                              reasoning_effort="low"),
+                       "reasoning_effort", "a parameter this server does not have")
+    model = client.models.retrieve("demo")
+    check(model.id == "demo" and model.object == "model", "models.retrieve")
+    try:
+        client.models.retrieve("gpt-4")
+        check(False, "unknown model retrieve refused")
+    except openai.NotFoundError:
+        check(True, "models.retrieve of an unknown model: NotFoundError")
 
 
 def run_curl_examples(base):

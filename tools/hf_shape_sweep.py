@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Shapes and knobs that no fixture pins, checked once against transformers: for each case,
+a tiny random checkpoint made and saved with transformers' own classes (save_pretrained, as a
+user would), the last prompt position's logits from transformers (fp32, from the bf16
+weights) and from `mlaserve-run --backend cpu --dump-logits`, and their relative error.
+Not run by CI (it needs torch; tools/requirements-ref.txt); the results of the last run are in
+docs/compatibility.md.
+
+Usage: python3 tools/hf_shape_sweep.py [--run build/model/mlaserve-run] [--out /tmp/sweep] [CASE ...]
+"""
+import argparse
+import json
+import subprocess
+
+import torch
+from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
+                          DeepseekV32Config, DeepseekV32ForCausalLM)
+
+V2 = (DeepseekV2Config, DeepseekV2ForCausalLM)
+V3 = (DeepseekV3Config, DeepseekV3ForCausalLM)
+V32 = (DeepseekV32Config, DeepseekV32ForCausalLM)
+ONE_GROUP = dict(n_group=1, topk_group=1)
+YARN4 = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64}
+
+BASE = dict(vocab_size=96, hidden_size=48, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
+            num_attention_heads=2, num_key_value_heads=2, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
+            qk_nope_head_dim=8, v_head_dim=8, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+            first_k_dense_replace=1, max_position_embeddings=256, bos_token_id=0, eos_token_id=1)
+
+# name: (classes, config changes, prompt length, attention implementation)
+CASES = {
+    "v3_one_head": (V3, dict(num_attention_heads=1, num_key_value_heads=1, **ONE_GROUP), 40, "eager"),
+    "v3_rope_dim_2": (V3, dict(qk_rope_head_dim=2, n_group=2, topk_group=1), 40, "eager"),
+    "v3_v_head_wider_than_qk": (V3, dict(v_head_dim=40, qk_nope_head_dim=4, **ONE_GROUP), 40, "eager"),
+    "v3_kv_lora_8_q_lora_8": (V3, dict(kv_lora_rank=8, q_lora_rank=8, **ONE_GROUP), 40, "eager"),
+    "v3_top1_of_3": (V3, dict(num_experts_per_tok=1, n_routed_experts=3, **ONE_GROUP), 40, "eager"),
+    "v3_vocab_1001_7_heads": (V3, dict(vocab_size=1001, hidden_size=56, num_attention_heads=7, num_key_value_heads=7,
+                                       **ONE_GROUP), 40, "eager"),
+    "v3_12_experts_3_groups_top5_bias": (V3, dict(n_routed_experts=12, n_group=3, topk_group=2, num_experts_per_tok=5,
+                                                  q_lora_rank=12, attention_bias=True), 40, "eager"),
+    "v3_kv_heads_128_sdpa": (V3, dict(num_key_value_heads=128, **ONE_GROUP), 40, "sdpa"),
+    "v3_rms_eps_0": (V3, dict(rms_norm_eps=0.0, **ONE_GROUP), 40, "eager"),
+    "v3_partial_rotary_default": (V3, dict(rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                            "partial_rotary_factor": 0.5}, **ONE_GROUP), 40, "eager"),
+    "v3_yarn_factor_null": (V3, dict(rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": None,
+                                                      "original_max_position_embeddings": 64}, **ONE_GROUP), 40, "eager"),
+    "v3_yarn_500_positions": (V3, dict(max_position_embeddings=1024, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 32,
+        "mscale": 1.0, "mscale_all_dim": 1.0}, **ONE_GROUP), 500, "eager"),
+    "v2_one_expert": (V2, dict(n_routed_experts=1, num_experts_per_tok=1), 40, "eager"),
+    "v2_dynamic_rope": (V2, dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}), 40,
+                        "eager"),
+    "v2_glg_groups_of_one": (V2, dict(topk_method="group_limited_greedy", n_group=4, topk_group=2), 40, "eager"),
+    "v2_tied_swish": (V2, dict(tie_word_embeddings=True, hidden_act="swish"), 40, "eager"),
+    "v32_dense_topk": (V32, dict(q_lora_rank=16, index_topk=64, index_n_heads=2, index_head_dim=16, **ONE_GROUP), 60,
+                       "eager"),
+    "v32_sparse_8_heads": (V32, dict(q_lora_rank=16, index_topk=8, index_n_heads=8, index_head_dim=16,
+                                     rope_parameters=YARN4, **ONE_GROUP), 60, "eager"),
+    # Two indexer heads: ReLU zeroes whole score rows, so many rows tie exactly at the top-k
+    # cut and the selection depends on tie order (torch.topk's is unspecified). Expected to differ.
+    "v32_sparse_2_heads_ties": (V32, dict(q_lora_rank=16, index_topk=8, index_n_heads=2, index_head_dim=16,
+                                          rope_parameters=YARN4, **ONE_GROUP), 60, "eager"),
+}
+
+
+def make_checkpoint(classes, changes, path):
+    config_cls, model_cls = classes
+    config = config_cls(**{**BASE, **changes})
+    model = model_cls(config).to(torch.bfloat16)
+    with torch.no_grad():  # O(1) weights so the logits spread (as tools/make_fixtures.py draws them)
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 1.0 / p.shape[-1] ** 0.5)
+            elif "correction" in name:
+                p.normal_(0, 0.5)
+            else:
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+        model.lm_head.weight.mul_(3)
+    model.save_pretrained(path)
+    return config
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run", default="build/model/mlaserve-run")
+    ap.add_argument("--out", default="/tmp/mlaserve-hf-sweep")
+    ap.add_argument("cases", nargs="*")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    for name, (classes, changes, prompt_len, attn) in CASES.items():
+        if args.cases and name not in args.cases:
+            continue
+        path = f"{args.out}/{name}"
+        config = make_checkpoint(classes, changes, path)
+        model = classes[1].from_pretrained(path, dtype=torch.float32, attn_implementation=attn).eval()
+        ids = torch.randint(2, config.vocab_size, (1, prompt_len))
+        with torch.no_grad():
+            want = model(ids).logits[0, -1]
+        out = subprocess.run([args.run, "--model", path, "--prompt-ids", ",".join(map(str, ids[0].tolist())),
+                              "--max-new-tokens", "1", "--backend", "cpu", "--ignore-eos", "--dump-logits",
+                              path + "/dump.json"], capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"{name}: mlaserve-run failed: {out.stderr.strip()[-300:]}")
+            continue
+        got = torch.tensor(json.load(open(path + "/dump.json"))["last_prompt_logits"])
+        rel = ((got - want).norm() / want.norm()).item()
+        print(f"{name}: relative error {rel:.1e} {'ok' if rel < 1e-4 else 'DIFFERS'}")
+
+
+if __name__ == "__main__":
+    main()
