@@ -284,6 +284,10 @@ absl::StatusOr<ForwardResult> ParallelEngine::ForwardData(std::span<const Sequen
     const ForwardResult& from = results[c.rank];
     const size_t row = next_row[c.rank]++;
     if (sampled) out.token_ids.push_back(from.token_ids.at(row));
+    if (sampled && !from.logprobs.empty()) {
+      out.logprobs.resize(out.token_ids.size());
+      out.logprobs.back() = from.logprobs.at(row);
+    }
     if (all_logits) {
       out.logits.insert(out.logits.end(), from.logits.begin() + row * vocab,
                         from.logits.begin() + (row + 1) * vocab);
