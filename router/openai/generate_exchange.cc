@@ -87,9 +87,8 @@ std::optional<GenerateExchange::Event> GenerateExchange::Next(absl::Duration tim
     }
     // OpenAI has no finish_reason for an abort (vLLM passes its own "abort" through, which
     // the openai package's types do not list): the choice ends with an error instead.
-    aborted_ = absl::CancelledError(absl::StrCat(
-        "request ", m.request_id(), " was aborted by the server (Abort API) after ",
-        m.complete().completion_tokens(), " tokens"));
+    aborted_ = absl::CancelledError(
+        absl::StrCat("request ", m.request_id(), " was aborted by the server (Abort API)"));
   }
 }
 
