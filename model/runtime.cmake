@@ -126,6 +126,10 @@ if(MLASERVE_BUILD_TESTS)
   mlaserve_test(model_engine_parallel_data_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_parallel_data_test.cc
                 DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
+  # ParallelEngine::ForwardInto: Forward's result in storage kept across steps.
+  mlaserve_test(model_engine_parallel_into_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_parallel_into_test.cc
+                DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 300)
   # The same layouts on GPUs with NCCL (label gpu; 2 GPUs, 4 for the 4-rank cases): graph
   # steps, the fixed-capacity all-to-all, data-parallel layer streaming.
   if(TARGET mlaserve_parallel_nccl)
