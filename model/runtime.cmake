@@ -48,6 +48,8 @@ target_include_directories(model_parallel_layout PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(model_parallel_layout PUBLIC model_loader mlaserve_parallel absl::status
                       absl::statusor absl::strings)
 mlaserve_warnings(model_parallel_layout)
+mlaserve_test(model_parallel_layout_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/parallel_layout_test.cc
+              DEPS model_parallel_layout)
 
 # The DeepSeek weights as one rank holds them (LoadDeepseekWeights), and the thin ops over them
 # (forward_ops.h) that every block of the forward calls.
