@@ -2,9 +2,10 @@
 // data-parallel attention over 2 ranks: the runner steps into one ForwardResult kept across
 // steps (Engine::ForwardInto). Every step's result is held to what Forward returns for the same
 // batch while the batch grows and shrinks (local prefill chunks, requests joining, finishing
-// and aborted), the greedy requests stream HF's greedy tokens, and the one-pool engine writes
-// each step's logits into the storage of the steps before whenever it fits. A failed step ends
-// its requests, and the next step's result is whole again.
+// and aborted), the greedy requests stream HF's greedy tokens, and the engine (one pool, and
+// ParallelEngine gathering its ranks' rows) writes each step's logits into the storage of the
+// steps before whenever it fits. A failed step ends its requests, and the next step's result is
+// whole again.
 #include <map>
 #include <memory>
 #include <set>
@@ -238,8 +239,7 @@ TEST_P(DecodeRunnerEngineTest, StepsReuseOneResultThatEqualsForwardAcrossBatchSi
   EXPECT_EQ(results.size(), 1u);
   EXPECT_GE(rows.size(), 4u) << "the batch kept one size: the test proves less than it says";
   EXPECT_TRUE(shrank);
-  if (GetParam() > 1) return;  // ParallelEngine moves Forward's result in (Engine's default)
-  // The one-pool engine writes the rows where the earlier steps' rows were whenever they fit.
+  // The engine writes the rows where the earlier steps' rows were whenever they fit.
   int fitted_after_larger = 0;
   for (size_t i = 1; i < steps.size(); ++i) {
     const StepRecord& s = steps[i];

@@ -204,7 +204,7 @@ absl::StatusOr<ForwardResult> DeepseekEngine::Forward(std::span<const SequenceCh
 absl::Status DeepseekEngine::ForwardInto(std::span<const SequenceChunk> batch, AttentionPath path,
                                          const LayerDoneFn& on_layer_done, ForwardResult* result) {
   // One GPU decides its graph steps itself; a rank of a sharded layout only when its
-  // ParallelEngine tells every rank alike (ForwardRank).
+  // ParallelEngine tells every rank alike (ForwardRankInto).
   return ForwardRankInto(batch, path, on_layer_done, layout_.sharded() ? 0 : kOwnBucket, result);
 }
 
@@ -225,15 +225,6 @@ absl::StatusOr<RankStepShape> DeepseekEngine::ShapeOf(std::span<const SequenceCh
   return shape;
 }
 
-absl::StatusOr<ForwardResult> DeepseekEngine::ForwardRank(std::span<const SequenceChunk> batch,
-                                                          AttentionPath path,
-                                                          const LayerDoneFn& on_layer_done,
-                                                          int graph_bucket) {
-  ForwardResult result;
-  RETURN_IF_ERROR(ForwardRankInto(batch, path, on_layer_done, graph_bucket, &result));
-  return result;
-}
-
 absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batch,
                                              AttentionPath path, const LayerDoneFn& on_layer_done,
                                              int graph_bucket, ForwardResult* out) {
@@ -247,8 +238,8 @@ absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batc
   if (batch.empty() && layout_.attention_dp()) {
     result.logits.clear();
     if (graph_bucket <= 0) {
-      ASSIGN_OR_RETURN(result, JoinIdleStep());
-      return absl::OkStatus();
+      // Not assigned: *out keeps its storage for this rank's busy steps (ForwardInto).
+      return JoinIdleStep().status();
     }
     // An idle rank of a graph step: padding rows only, in the decode form (with the fp8
     // cache, which only the sparse kernels read, the sparse one).

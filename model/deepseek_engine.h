@@ -77,15 +77,12 @@ class DeepseekEngine final : public Engine {
   absl::Status SynchronizeStream() const;
 
   // A ParallelEngine's step on this rank (parallel_graph_plan.h). ShapeOf: how this rank's
-  // share looks (host planning only). ForwardRank: Forward, as a graph step padded to
+  // share looks (host planning only). ForwardRankInto: ForwardInto, as a graph step padded to
   // `graph_bucket` rows (the same on every rank) when it is > 0, eagerly when 0; kOwnBucket
   // (one GPU): a graph step at the batch's own bucket where the graph runner takes it.
   static constexpr int kOwnBucket = -1;
   absl::StatusOr<RankStepShape> ShapeOf(std::span<const SequenceChunk> batch, AttentionPath path,
                                         bool layer_callback) const;
-  absl::StatusOr<ForwardResult> ForwardRank(std::span<const SequenceChunk> batch,
-                                            AttentionPath path, const LayerDoneFn& on_layer_done,
-                                            int graph_bucket);
   absl::Status ForwardRankInto(std::span<const SequenceChunk> batch, AttentionPath path,
                                const LayerDoneFn& on_layer_done, int graph_bucket,
                                ForwardResult* result);

@@ -1,5 +1,6 @@
 #include "model/parallel_engine.h"
 
+#include <algorithm>
 #include <functional>
 #include <thread>
 #include <utility>
@@ -112,6 +113,8 @@ absl::StatusOr<std::unique_ptr<Engine>> ParallelEngine::Create(const EngineOptio
 #endif
   }
   e->ranks_.resize(n);
+  e->rank_chunks_.resize(n);
+  e->rank_results_.resize(n);
   std::vector<absl::Status> created(n);
   e->OnRanks([&](int r) {
     EngineOptions o = options;
@@ -137,9 +140,9 @@ absl::StatusOr<std::unique_ptr<Engine>> ParallelEngine::Create(const EngineOptio
   return std::unique_ptr<Engine>(std::move(e));
 }
 
-absl::StatusOr<std::vector<ForwardResult>> ParallelEngine::StepRanks(
+absl::Status ParallelEngine::StepRanks(
     const std::vector<std::span<const SequenceChunk>>& batches, AttentionPath path,
-    const std::vector<LayerDoneFn>& layer_done) {
+    const std::vector<LayerDoneFn>& layer_done, const std::vector<ForwardResult*>& results) {
   const int n = ranks();
   // Graph steps or eager, every rank alike (parallel_graph_plan.h); shapes are host planning.
   std::vector<RankStepShape> shapes(n);
@@ -148,30 +151,26 @@ absl::StatusOr<std::vector<ForwardResult>> ParallelEngine::StepRanks(
                      ranks_[r]->ShapeOf(batches[r], path, layer_done[r] != nullptr));
   }
   const int bucket = ShardedGraphBucket(shapes, max_batch_seqs_);
-  std::vector<absl::StatusOr<ForwardResult>> results(n, absl::UnknownError("not run"));
+  std::vector<absl::Status> stepped(n);
   OnRanks([&](int r) {
-    results[r] = ranks_[r]->ForwardRank(batches[r], path, layer_done[r], bucket);
-    if (!results[r].ok()) comms_[r]->Abort();  // release the ranks waiting for this one
+    stepped[r] = ranks_[r]->ForwardRankInto(batches[r], path, layer_done[r], bucket, results[r]);
+    if (!stepped[r].ok()) comms_[r]->Abort();  // release the ranks waiting for this one
   });
   if (bucket > 0) ++graph_steps_;
-  std::vector<ForwardResult> out;
   for (int r = 0; r < n; ++r) {
-    if (results[r].ok()) {
-      out.push_back(*std::move(results[r]));
-      continue;
-    }
+    if (stepped[r].ok()) continue;
     // The first rank's own error, not the "aborted by rank k" the others then saw.
-    absl::Status why = results[r].status();
+    absl::Status why = stepped[r];
     for (int q = 0; q < n; ++q) {
-      if (!results[q].ok() && results[q].status().code() != absl::StatusCode::kAborted) {
-        why = results[q].status();
+      if (!stepped[q].ok() && stepped[q].code() != absl::StatusCode::kAborted) {
+        why = stepped[q];
         break;
       }
     }
     broken_ = why;
     return absl::Status(why.code(), absl::StrCat("rank step failed: ", why.message()));
   }
-  return out;
+  return absl::OkStatus();
 }
 
 absl::Status ParallelEngine::CheckUsable() const {
@@ -184,8 +183,16 @@ absl::Status ParallelEngine::CheckUsable() const {
 absl::StatusOr<ForwardResult> ParallelEngine::Forward(std::span<const SequenceChunk> batch,
                                                       AttentionPath path,
                                                       const LayerDoneFn& on_layer_done) {
+  ForwardResult result;
+  RETURN_IF_ERROR(ForwardInto(batch, path, on_layer_done, &result));
+  return result;
+}
+
+absl::Status ParallelEngine::ForwardInto(std::span<const SequenceChunk> batch,
+                                         AttentionPath path, const LayerDoneFn& on_layer_done,
+                                         ForwardResult* result) {
   RETURN_IF_ERROR(CheckUsable());
-  if (layout().attention_dp()) return ForwardData(batch, path, on_layer_done, nullptr);
+  if (layout().attention_dp()) return ForwardData(batch, path, on_layer_done, nullptr, result);
   // Input errors are caught here, before any rank enters a collective it would wait in.
   RETURN_IF_ERROR(ranks_[0]->CheckBatch(batch));
   absl::Status callback_error;
@@ -196,11 +203,14 @@ absl::StatusOr<ForwardResult> ParallelEngine::Forward(std::span<const SequenceCh
       return absl::OkStatus();  // the other ranks are in this step's collectives too
     };
   }
-  ASSIGN_OR_RETURN(std::vector<ForwardResult> results,
-                   StepRanks(std::vector<std::span<const SequenceChunk>>(ranks(), batch), path,
-                             layer_done));
-  if (!callback_error.ok()) return callback_error;
-  return std::move(results[0]);
+  // Every rank computes the same logits (all-gathered); rank 0 writes them where the caller
+  // wants them, the others into storage of their own.
+  std::vector<ForwardResult*> results(ranks());
+  results[0] = result;
+  for (int r = 1; r < ranks(); ++r) results[r] = &rank_results_[r];
+  RETURN_IF_ERROR(StepRanks(std::vector<std::span<const SequenceChunk>>(ranks(), batch), path,
+                            layer_done, results));
+  return callback_error;
 }
 
 absl::StatusOr<ForwardResult> ParallelEngine::ForwardStreamingRanks(
@@ -209,20 +219,22 @@ absl::StatusOr<ForwardResult> ParallelEngine::ForwardStreamingRanks(
   // Tensor attention: one pool (rank 0's, which every rank replicates), streamed by rank 0.
   if (!layout().attention_dp()) return Engine::ForwardStreamingRanks(batch, path, on_rank_layer_done);
   RETURN_IF_ERROR(CheckUsable());
-  return ForwardData(batch, path, nullptr, on_rank_layer_done);
+  ForwardResult result;
+  RETURN_IF_ERROR(ForwardData(batch, path, nullptr, on_rank_layer_done, &result));
+  return result;
 }
 
-absl::StatusOr<ForwardResult> ParallelEngine::ForwardData(std::span<const SequenceChunk> batch,
-                                                          AttentionPath path,
-                                                          const LayerDoneFn& after_step,
-                                                          const RankLayerDoneFn& per_rank) {
+absl::Status ParallelEngine::ForwardData(std::span<const SequenceChunk> batch,
+                                         AttentionPath path, const LayerDoneFn& after_step,
+                                         const RankLayerDoneFn& per_rank, ForwardResult* result) {
   const int n = ranks();
   if (batch.empty()) return absl::InvalidArgumentError("Forward: the batch has no sequences");
   RETURN_IF_ERROR(CheckChunkRanks(batch, n));
   // Each rank's chunks, as that rank's engine sees them (its own pool: rank 0 of one). A batch
   // is sampled on the ranks only when every row of it is (RequestedSamples).
   const bool sampled = !RequestedSamples(batch).empty();
-  std::vector<std::vector<SequenceChunk>> own(n);
+  std::vector<std::vector<SequenceChunk>>& own = rank_chunks_;
+  for (std::vector<SequenceChunk>& chunks : own) chunks.clear();
   for (const SequenceChunk& c : batch) {
     SequenceChunk local = c;
     local.rank = 0;
@@ -246,10 +258,10 @@ absl::StatusOr<ForwardResult> ParallelEngine::ForwardData(std::span<const Sequen
       return absl::OkStatus();
     };
   }
-  ASSIGN_OR_RETURN(
-      std::vector<ForwardResult> results,
-      StepRanks(std::vector<std::span<const SequenceChunk>>(own.begin(), own.end()), path,
-                layer_done));
+  std::vector<ForwardResult*> rank_results(n);
+  for (int r = 0; r < n; ++r) rank_results[r] = &rank_results_[r];
+  RETURN_IF_ERROR(StepRanks(std::vector<std::span<const SequenceChunk>>(own.begin(), own.end()),
+                            path, layer_done, rank_results));
   for (const absl::Status& s : callback_errors) RETURN_IF_ERROR(s);
   if (after_step) {
     // Every rank's layers are in its pool once its stream is done with the step.
@@ -264,37 +276,55 @@ absl::StatusOr<ForwardResult> ParallelEngine::ForwardData(std::span<const Sequen
     }
     for (int l = 0; l < config().num_hidden_layers; ++l) RETURN_IF_ERROR(after_step(l));
   }
+  GatherRows(batch, sampled, result);
+  return absl::OkStatus();
+}
+
+void ParallelEngine::GatherRows(std::span<const SequenceChunk> batch, bool sampled,
+                                ForwardResult* out) const {
+  const int n = ranks();
   // The rows in batch order: the k-th row of rank r is its k-th chunk with want_logits. Logits
   // come back only if every rank kept them (a rank that sampled on its device returns ids).
-  ForwardResult out;
   bool all_logits = true;
   for (int r = 0; r < n; ++r) {
-    if (results[r].rows > 0 && results[r].logits.empty()) all_logits = false;
+    if (rank_results_[r].rows > 0 && rank_results_[r].logits.empty()) all_logits = false;
   }
+  int rows = 0;
+  for (const SequenceChunk& c : batch) rows += c.want_logits ? 1 : 0;
+  out->rows = rows;
+  out->path_used = AttentionPath::kMla;
   for (int r = 0; r < n; ++r) {
-    if (!own[r].empty()) {
-      out.path_used = results[r].path_used;
+    if (!rank_chunks_[r].empty()) {
+      out->path_used = rank_results_[r].path_used;
       break;
     }
   }
+  // Storage kept (ForwardInto): a size that fits the capacity allocates nothing.
   const size_t vocab = static_cast<size_t>(config().vocab_size);
+  out->token_ids.clear();
+  out->logprobs.clear();
+  if (all_logits) {
+    out->logits.resize(static_cast<size_t>(rows) * vocab);
+  } else {
+    out->logits.clear();
+  }
   std::vector<size_t> next_row(n, 0);
+  size_t row = 0;
   for (const SequenceChunk& c : batch) {
     if (!c.want_logits) continue;
-    const ForwardResult& from = results[c.rank];
-    const size_t row = next_row[c.rank]++;
-    if (sampled) out.token_ids.push_back(from.token_ids.at(row));
-    if (sampled && !from.logprobs.empty()) {
-      out.logprobs.resize(out.token_ids.size());
-      out.logprobs.back() = from.logprobs.at(row);
+    const ForwardResult& from = rank_results_[c.rank];
+    const size_t k = next_row[c.rank]++;
+    if (sampled) out->token_ids.push_back(from.token_ids.at(k));
+    if (sampled && !from.logprobs.empty()) {  // some row of that rank asked for logprobs
+      out->logprobs.resize(out->token_ids.size());
+      out->logprobs.back() = from.logprobs.at(k);
     }
     if (all_logits) {
-      out.logits.insert(out.logits.end(), from.logits.begin() + row * vocab,
-                        from.logits.begin() + (row + 1) * vocab);
+      std::copy(from.logits.begin() + k * vocab, from.logits.begin() + (k + 1) * vocab,
+                out->logits.begin() + row * vocab);
     }
-    ++out.rows;
+    ++row;
   }
-  return out;
 }
 
 }  // namespace mlaserve::model

@@ -74,11 +74,20 @@ absl::StatusOr<ParallelOptions> ParseParallelFlags(int tp_size, std::string_view
   return o;
 }
 
+std::string DescribeParallel(const ParallelOptions& o) {
+  if (o.size == 1) return "tp=1";
+  const bool all_to_all = o.moe == MoeParallel::kExpert && o.dispatch == MoeDispatch::kAllToAll;
+  return absl::StrCat("tp=", o.size, " attention=", AttentionParallelName(o.attention),
+                      " moe=", MoeParallelName(o.moe), all_to_all ? " dispatch=all-to-all" : "");
+}
+
 std::string ParallelLayout::Describe() const {
-  if (size == 1) return "tp=1";
-  return absl::StrCat("tp=", size, " attention=", AttentionParallelName(attention),
-                      " moe=", MoeParallelName(moe),
-                      all_to_all() ? " dispatch=all-to-all" : "");
+  ParallelOptions o;
+  o.size = size;
+  o.attention = attention;
+  o.moe = moe;
+  o.dispatch = dispatch;
+  return DescribeParallel(o);
 }
 
 absl::StatusOr<ParallelLayout> ResolveParallelLayout(const ModelConfig& c,

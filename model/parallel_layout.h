@@ -66,6 +66,10 @@ inline constexpr int kMaxParallelSize = 64;
 absl::StatusOr<ParallelOptions> ParseParallelFlags(int tp_size, std::string_view attention,
                                                    std::string_view moe,
                                                    std::string_view dispatch);
+// "tp=2 attention=tensor moe=expert" (+ " dispatch=all-to-all" under expert MoE); "tp=1" for
+// the single-GPU engine. What a worker reports to the router (WorkerDescriptor.parallel_layout)
+// and ParallelLayout::Describe.
+std::string DescribeParallel(const ParallelOptions& options);
 
 // [begin, begin + count) of a dimension of `total`.
 struct Shard {
@@ -94,8 +98,7 @@ struct ParallelLayout {
   bool attention_dp() const { return size > 1 && attention == AttentionParallel::kData; }
   bool expert_parallel() const { return size > 1 && moe == MoeParallel::kExpert; }
   bool all_to_all() const { return expert_parallel() && dispatch == MoeDispatch::kAllToAll; }
-  // "tp=2 attention=tensor moe=expert" (+ " dispatch=all-to-all"); "tp=1" for the single-GPU
-  // engine.
+  // DescribeParallel of these flags.
   std::string Describe() const;
 };
 

@@ -48,6 +48,8 @@ target_include_directories(model_parallel_layout PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(model_parallel_layout PUBLIC model_loader mlaserve_parallel absl::status
                       absl::statusor absl::strings)
 mlaserve_warnings(model_parallel_layout)
+mlaserve_test(model_parallel_layout_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/parallel_layout_test.cc
+              DEPS model_parallel_layout)
 
 # The DeepSeek weights as one rank holds them (LoadDeepseekWeights), and the thin ops over them
 # (forward_ops.h) that every block of the forward calls.
@@ -127,6 +129,10 @@ if(MLASERVE_BUILD_TESTS)
   mlaserve_test(model_engine_parallel_data_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_parallel_data_test.cc
                 DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
+  # ParallelEngine::ForwardInto: Forward's result in storage kept across steps.
+  mlaserve_test(model_engine_parallel_into_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_parallel_into_test.cc
+                DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 300)
   # The same layouts on GPUs with NCCL (label gpu; 2 GPUs, 4 for the 4-rank cases): graph
   # steps, the fixed-capacity all-to-all, data-parallel layer streaming.
   if(TARGET mlaserve_parallel_nccl)

@@ -38,10 +38,7 @@ absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(WorkerRoleKind kind,
   if (kind == WorkerRoleKind::kDecode) eo.max_batch_seqs = o.max_running_requests;
   ASSIGN_OR_RETURN(eo.kv_cache_dtype, model::ParseKvCacheDtype(o.kv_cache_dtype));
   ASSIGN_OR_RETURN(eo.mha_provider, kernels::ParseMhaPrefillProvider(o.mha_provider));
-  eo.parallel.size = o.tp_size;
-  ASSIGN_OR_RETURN(eo.parallel.attention, model::ParseAttentionParallel(o.attention_parallel));
-  ASSIGN_OR_RETURN(eo.parallel.moe, model::ParseMoeParallel(o.moe_parallel));
-  ASSIGN_OR_RETURN(eo.parallel.dispatch, model::ParseMoeDispatch(o.moe_dispatch));
+  eo.parallel = o.parallel;  // ValidateWorkerOptions parsed the layout flags
   return model::CreateEngineForBackend(eo, o.backend, [](const absl::Status& why) {
     spdlog::warn("CUDA engine unavailable ({}); using the CPU backend", why.ToString());
   });
@@ -58,13 +55,8 @@ v1::WorkerDescriptor DescribeWorker(WorkerRoleKind kind, const WorkerOptions& o,
   f.model = MakeModelIdentity(e.config(), o.model_dir, layout.CompatHash());
   f.backend = kernels::BackendName(e.backend());
   f.device = o.device;
-  f.gpus = o.tp_size;
-  f.parallel_layout = o.tp_size == 1 ? "tp=1"
-                                     : absl::StrCat("tp=", o.tp_size, " attention=",
-                                                    o.attention_parallel, " moe=", o.moe_parallel,
-                                                    o.moe_dispatch == "all-to-all"
-                                                        ? " dispatch=all-to-all"
-                                                        : "");
+  f.gpus = o.parallel.size;
+  f.parallel_layout = model::DescribeParallel(o.parallel);
   f.chunk_size = o.chunk_size;
   v1::WorkerDescriptor d = MakeWorkerDescriptor(f);
   d.mutable_profile()->set_gpu_name(profile.profile.device.name);
@@ -118,7 +110,9 @@ std::optional<StartupError> WorkerApp::Build() {
   // The GPU profile (docs/profiles.md), reported to the router. Profiles are keyed by the
   // attention shape one GPU runs: heads per rank (docs/parallel.md).
   model::ModelConfig per_rank = e.config();
-  if (o.tp_size > 1 && o.attention_parallel == "tensor") per_rank.num_attention_heads /= o.tp_size;
+  if (o.parallel.size > 1 && o.parallel.attention == model::AttentionParallel::kTensor) {
+    per_rank.num_attention_heads /= o.parallel.size;
+  }
   auto profile = profiles::ResolveWorkerProfile(
       o.profiles_dir, e.backend() == kernels::Backend::kCuda, o.device, per_rank);
   if (!profile.ok()) return StartupError{"GPU profile", profile.status()};

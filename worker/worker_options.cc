@@ -119,23 +119,11 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
   if (o->kv_cache_dtype != "auto" && o->kv_cache_dtype != "bf16" && o->kv_cache_dtype != "fp8") {
     return bad("--kv-cache-dtype", o->kv_cache_dtype, "it must be auto, bf16 or fp8");
   }
-  if (o->tp_size < 1 || o->tp_size > 64) {
-    return bad("--tp-size", o->tp_size, "it must be in [1, 64]");
-  }
-  if (o->attention_parallel != "tensor" && o->attention_parallel != "data") {
-    return bad("--attention-parallel", o->attention_parallel, "it must be tensor or data");
-  }
-  if (o->moe_parallel != "expert" && o->moe_parallel != "tensor") {
-    return bad("--moe-parallel", o->moe_parallel, "it must be expert or tensor");
-  }
-  if (o->moe_dispatch != "gather" && o->moe_dispatch != "all-to-all") {
-    return bad("--moe-dispatch", o->moe_dispatch, "it must be gather or all-to-all");
-  }
-  if (o->moe_dispatch == "all-to-all" && o->moe_parallel != "expert") {
-    return bad("--moe-dispatch", o->moe_dispatch,
-               "it sends tokens to the ranks of their experts, which needs --moe-parallel "
-               "expert");
-  }
+  // The layout flags, checked as mlaserve-run checks them (INVALID_ARGUMENT naming the flag).
+  absl::StatusOr<model::ParallelOptions> parallel = model::ParseParallelFlags(
+      o->tp_size, o->attention_parallel, o->moe_parallel, o->moe_dispatch);
+  if (!parallel.ok()) return parallel.status();
+  o->parallel = *parallel;
   if (o->mha_provider != "auto" && o->mha_provider != "ours" && o->mha_provider != "cudnn" &&
       o->mha_provider != "prefer-cudnn") {
     return bad("--mha-provider", o->mha_provider, "it must be auto, ours, cudnn or prefer-cudnn");

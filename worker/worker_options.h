@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "common/cluster_security.h"
 #include "common/metrics_tls.h"
+#include "model/parallel_layout.h"
 
 namespace CLI {
 class App;
@@ -64,6 +65,9 @@ struct WorkerOptions {
   common::MetricsTlsFlags metrics_tls_flags;
 
   // Derived by Validate().
+  // --tp-size / --attention-parallel / --moe-parallel / --moe-dispatch as the engine takes
+  // them (model::ParseParallelFlags, which mlaserve-run shares); rank and comm unset.
+  model::ParallelOptions parallel;
   absl::Duration kv_no_progress_timeout;
   absl::Duration kv_lease;
   absl::Duration max_kv_lease;

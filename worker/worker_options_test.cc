@@ -1,5 +1,6 @@
 // The layout flags of a multi-GPU worker (docs/parallel.md) as ValidateWorkerOptions checks
-// them: the layouts by name, and which workers may move KV over nccl.
+// them (model::ParseParallelFlags, shared with mlaserve-run): the layouts by name, the engine's
+// ParallelOptions they become, and which workers may move KV over nccl.
 #include "worker/worker_options.h"
 
 #include <string>
@@ -34,23 +35,57 @@ TEST(WorkerOptionsTest, MultiGpuWorkersOfEveryLayoutMoveKvOverNccl) {
 }
 
 TEST(WorkerOptionsTest, LayoutFlagsAreCheckedByName) {
+  // model::ParseParallelFlags checks them, as for mlaserve-run: the same messages.
   WorkerOptions o = Layout(2, "dp", "auto");
   absl::Status s = ValidateWorkerOptions(WorkerRoleKind::kDecode, &o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()),
-              HasSubstr("--attention-parallel is dp; it must be tensor or data"));
+              HasSubstr("--attention-parallel dp is not one of tensor, data"));
   o = Layout(65, "data", "auto");
   EXPECT_THAT(std::string(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).message()),
               HasSubstr("--tp-size is 65; it must be in [1, 64]"));
+  o = Layout(0, "tensor", "auto");
+  EXPECT_THAT(std::string(ValidateWorkerOptions(WorkerRoleKind::kPrefill, &o).message()),
+              HasSubstr("--tp-size is 0; it must be in [1, 64]"));
+  o = Layout(2, "data", "auto");
+  o.moe_parallel = "experts";
+  EXPECT_THAT(std::string(ValidateWorkerOptions(WorkerRoleKind::kPrefill, &o).message()),
+              HasSubstr("--moe-parallel experts is not one of expert, tensor"));
   o = Layout(2, "data", "auto");
   o.moe_dispatch = "alltoall";
   EXPECT_THAT(std::string(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).message()),
-              HasSubstr("--moe-dispatch is alltoall; it must be gather or all-to-all"));
+              HasSubstr("--moe-dispatch alltoall is not one of gather, all-to-all"));
   o.moe_dispatch = "all-to-all";
   EXPECT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).ok());
   o.moe_parallel = "tensor";
   EXPECT_THAT(std::string(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).message()),
               HasSubstr("--moe-dispatch is all-to-all; it sends tokens to the ranks of their "
                         "experts, which needs --moe-parallel expert"));
+}
+
+TEST(WorkerOptionsTest, ValidatedLayoutFlagsAreTheEnginesOptions) {
+  WorkerOptions o = Layout(4, "data", "auto");
+  o.moe_parallel = "expert";
+  o.moe_dispatch = "all-to-all";
+  ASSERT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).ok());
+  EXPECT_EQ(o.parallel.size, 4);
+  EXPECT_EQ(o.parallel.attention, model::AttentionParallel::kData);
+  EXPECT_EQ(o.parallel.moe, model::MoeParallel::kExpert);
+  EXPECT_EQ(o.parallel.dispatch, model::MoeDispatch::kAllToAll);
+  EXPECT_EQ(o.parallel.rank, 0);
+  EXPECT_EQ(o.parallel.comm, nullptr);
+  EXPECT_EQ(model::DescribeParallel(o.parallel),
+            "tp=4 attention=data moe=expert dispatch=all-to-all");
+  o = Layout(2, "tensor", "auto");
+  o.moe_parallel = "tensor";
+  ASSERT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kPrefill, &o).ok());
+  EXPECT_EQ(o.parallel.attention, model::AttentionParallel::kTensor);
+  EXPECT_EQ(o.parallel.moe, model::MoeParallel::kTensor);
+  EXPECT_EQ(o.parallel.dispatch, model::MoeDispatch::kGather);
+  EXPECT_EQ(model::DescribeParallel(o.parallel), "tp=2 attention=tensor moe=tensor");
+  o = Layout(1, "tensor", "auto");
+  ASSERT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kPrefill, &o).ok());
+  EXPECT_EQ(model::DescribeParallel(o.parallel), "tp=1");
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ TEST_P(ServingTest, DisaggregatedTokensEqualSingleProcessGreedyAndSeeded) {
 }
 
 // Multi-GPU workers (docs/parallel.md) on the CPU backend, ranks on threads: a prefill worker
-// with 2 tensor-parallel ranks (experts split) feeds a decode worker with 4 (each expert
+// with 2 tensor-parallel ranks (data-parallel for an odd head count; experts split) feeds a decode worker with 4 (each expert
 // split; 1 rank for a model of fewer than 4 heads); the tokens equal the single-process
 // engine's.
 TEST_P(ServingTest, PrefillAndDecodeInDifferentParallelLayouts) {
@@ -84,7 +84,10 @@ TEST_P(ServingTest, PrefillAndDecodeInDifferentParallelLayouts) {
   const int heads = nlohmann::json::parse(config).at("num_attention_heads").get<int>();
   ClusterOptions o;
   o.model_dir = GetParam();
-  o.extra_prefill_flags = {"--tp-size", "2", "--moe-parallel", "expert"};
+  // An odd head count (deepseek_v3_yarn_knobs: 3) cannot be split: its 2 prefill ranks run
+  // data-parallel attention instead.
+  o.extra_prefill_flags = {"--tp-size", "2", "--attention-parallel", heads % 2 == 0 ? "tensor" : "data",
+                           "--moe-parallel", "expert"};
   o.extra_decode_flags = {"--tp-size", heads % 4 == 0 ? "4" : "1", "--moe-parallel", "tensor"};
   auto cluster = Cluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
