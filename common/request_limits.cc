@@ -1,5 +1,6 @@
 #include "common/request_limits.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -52,7 +53,7 @@ absl::Status ValidateStopString(size_t index, absl::string_view stop) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateSamplingValues(const SamplingValues& v) {
+absl::Status ValidateSamplingValues(const SamplingValues& v, int32_t vocab_size) {
   const auto out_of_range = [](absl::string_view field, auto value, absl::string_view range) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, " ", value, " is out of range; it must be ", range));
@@ -66,6 +67,46 @@ absl::Status ValidateSamplingValues(const SamplingValues& v) {
   if (!(v.min_p >= 0.0f && v.min_p <= 1.0f)) return out_of_range("min_p", v.min_p, "in [0, 1]");
   if (!(v.repetition_penalty > 0.0f) || std::isinf(v.repetition_penalty)) {
     return out_of_range("repetition_penalty", v.repetition_penalty, "> 0 (1 = off)");
+  }
+  if (!(std::fabs(v.presence_penalty) <= kMaxOccurrencePenalty)) {
+    return out_of_range("presence_penalty", v.presence_penalty, "in [-2, 2] (0 = off)");
+  }
+  if (!(std::fabs(v.frequency_penalty) <= kMaxOccurrencePenalty)) {
+    return out_of_range("frequency_penalty", v.frequency_penalty, "in [-2, 2] (0 = off)");
+  }
+  if (v.logit_bias.size() > kMaxLogitBiasEntries) {
+    return absl::InvalidArgumentError(absl::StrCat("logit_bias has ", v.logit_bias.size(),
+                                                   " entries; at most ", kMaxLogitBiasEntries,
+                                                   " are allowed"));
+  }
+  for (const auto& [id, bias] : v.logit_bias) {
+    if (id < 0 || (vocab_size > 0 && id >= vocab_size)) {
+      return absl::InvalidArgumentError(
+          vocab_size > 0
+              ? absl::StrCat("logit_bias token id ", id, " is outside the vocabulary [0, ",
+                             vocab_size, ")")
+              : absl::StrCat("logit_bias token id ", id, " is negative"));
+    }
+    if (!(std::fabs(bias) <= kMaxLogitBias)) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias value ", bias, " for token id ",
+                                                     id, " is out of range; it must be in "
+                                                     "[-100, 100]"));
+    }
+  }
+  if (v.logprobs < -1 || v.logprobs > kMaxTopLogprobs) {
+    return out_of_range("logprobs", v.logprobs, "in [0, 20] (unset = none)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NormalizeLogitBias(SamplingValues& v) {
+  std::sort(v.logit_bias.begin(), v.logit_bias.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 1; i < v.logit_bias.size(); ++i) {
+    if (v.logit_bias[i].first == v.logit_bias[i - 1].first) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias names token id ",
+                                                     v.logit_bias[i].first, " twice"));
+    }
   }
   return absl::OkStatus();
 }

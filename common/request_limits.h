@@ -7,6 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -18,6 +21,11 @@ inline constexpr size_t kEchoedIdBytes = 64;
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopStringBytes = 256;
 inline constexpr size_t kMaxStopTokenIds = 64;
+// OpenAI's limits: logit_bias values in [-100, 100], top_logprobs <= 20, penalties in [-2, 2].
+inline constexpr size_t kMaxLogitBiasEntries = 1024;
+inline constexpr float kMaxLogitBias = 100.0f;
+inline constexpr int32_t kMaxTopLogprobs = 20;
+inline constexpr float kMaxOccurrencePenalty = 2.0f;
 
 // A client's id as error messages show it: whole when short, else its first kEchoedIdBytes
 // bytes, "..." and the length.
@@ -39,13 +47,36 @@ struct SamplingValues {
   float top_p = 1.0f;               // (0, 1]; 1 = off
   float min_p = 0.0f;               // [0, 1]; 0 = off
   float repetition_penalty = 1.0f;  // > 0 and finite; 1 = off
+  // OpenAI / vLLM semantics, over the tokens generated so far (not the prompt):
+  // logit[t] -= presence_penalty * (count[t] > 0) + frequency_penalty * count[t].
+  float presence_penalty = 0.0f;    // [-2, 2]; 0 = off
+  float frequency_penalty = 0.0f;   // [-2, 2]; 0 = off
+  // (token id, bias) added to the logits before sampling; ids distinct and in the vocabulary,
+  // biases in [-100, 100]; sorted by id once validated. At most kMaxLogitBiasEntries.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // Log-probabilities returned with every generated token: -1 = none; n >= 0 = the chosen
+  // token's and the n most likely alternatives' (n <= kMaxTopLogprobs).
+  int32_t logprobs = -1;
+
+  bool wants_logprobs() const { return logprobs >= 0; }
+  // Whether sampling needs more than the CUDA kernel's knobs (the host path draws such rows).
+  bool needs_host_sampling() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f ||
+           frequency_penalty != 0.0f || !logit_bias.empty() || wants_logprobs();
+  }
 };
 
 // The one sampling check, made once at each process edge: the router's API
 // (router::ValidateAndResolveSampling), the workers' RPCs (worker::ToSamplingOptions) and
 // mlaserve-run's flags. Past an edge the values are trusted: the engine's per-step sampling
 // does not check them again. INVALID_ARGUMENT naming the field, its value and the range
-// ("top_p 1.5 is out of range; it must be in (0, 1]"); NaN fails every range.
-absl::Status ValidateSamplingValues(const SamplingValues& values);
+// ("top_p 1.5 is out of range; it must be in (0, 1]"); NaN fails every range. With
+// vocab_size > 0 the logit_bias ids must lie in [0, vocab_size) (the engine checks them
+// against its vocabulary again where no vocab_size was known).
+absl::Status ValidateSamplingValues(const SamplingValues& values, int32_t vocab_size = 0);
+
+// Sorts logit_bias by token id (the order the samplers and the wire use); a repeated id is
+// INVALID_ARGUMENT naming it.
+absl::Status NormalizeLogitBias(SamplingValues& values);
 
 }  // namespace mlaserve::common

@@ -41,6 +41,53 @@ TEST(SamplingValues, EachFieldOutOfRangeIsNamedWithItsValue) {
   ExpectInvalid(v, "repetition_penalty 0 is out of range; it must be > 0 (1 = off)");
 }
 
+TEST(SamplingValues, OpenAiKnobsAreNamedWithTheirValues) {
+  SamplingValues v;
+  v.presence_penalty = 2.5f;
+  ExpectInvalid(v, "presence_penalty 2.5 is out of range; it must be in [-2, 2] (0 = off)");
+  v = {};
+  v.frequency_penalty = -3.0f;
+  ExpectInvalid(v, "frequency_penalty -3 is out of range; it must be in [-2, 2] (0 = off)");
+  v = {};
+  v.frequency_penalty = std::numeric_limits<float>::quiet_NaN();
+  ExpectInvalid(v, "frequency_penalty nan");
+  v = {};
+  v.logit_bias = {{5, 100.5f}};
+  ExpectInvalid(v, "logit_bias value 100.5 for token id 5 is out of range; it must be in [-100, 100]");
+  v = {};
+  v.logit_bias = {{-1, 1.0f}};
+  ExpectInvalid(v, "logit_bias token id -1 is negative");
+  v = {};
+  v.logit_bias = {{300, 1.0f}};
+  EXPECT_TRUE(ValidateSamplingValues(v).ok());  // no vocabulary known: the engine checks
+  absl::Status s = ValidateSamplingValues(v, 300);
+  EXPECT_EQ(s.message(), "logit_bias token id 300 is outside the vocabulary [0, 300)");
+  v = {};
+  v.logprobs = 21;
+  ExpectInvalid(v, "logprobs 21 is out of range; it must be in [0, 20] (unset = none)");
+  v = {};
+  for (int i = 0; i <= static_cast<int>(kMaxLogitBiasEntries); ++i) v.logit_bias.push_back({i, 0.0f});
+  ExpectInvalid(v, "logit_bias has 1025 entries; at most 1024 are allowed");
+  // The ends are inside.
+  v = {};
+  v.presence_penalty = -2.0f;
+  v.frequency_penalty = 2.0f;
+  v.logit_bias = {{0, -100.0f}, {299, 100.0f}};
+  v.logprobs = 20;
+  EXPECT_TRUE(ValidateSamplingValues(v, 300).ok());
+  EXPECT_TRUE(v.needs_host_sampling());
+  EXPECT_FALSE(SamplingValues{}.needs_host_sampling());
+}
+
+TEST(SamplingValues, LogitBiasIsSortedAndRepeatsAreRefused) {
+  SamplingValues v;
+  v.logit_bias = {{9, 1.0f}, {2, -1.0f}, {5, 0.5f}};
+  ASSERT_TRUE(NormalizeLogitBias(v).ok());
+  EXPECT_EQ(v.logit_bias, (std::vector<std::pair<int32_t, float>>{{2, -1.0f}, {5, 0.5f}, {9, 1.0f}}));
+  v.logit_bias.push_back({5, 2.0f});
+  EXPECT_EQ(NormalizeLogitBias(v).message(), "logit_bias names token id 5 twice");
+}
+
 TEST(SamplingValues, NanAndInfinityFail) {
   constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
   constexpr float kInf = std::numeric_limits<float>::infinity();

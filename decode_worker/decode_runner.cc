@@ -308,11 +308,13 @@ void DecodeRunner::Postprocess(const std::vector<DecodeChunk>& chunks, const abs
       continue;
     }
     r->seq->tokens.push_back(result.token_ids[i]);
-    Emit(r, result.token_ids[i]);
+    const bool with_logprobs = r->seq->sampling.wants_logprobs() && i < result.logprobs.size();
+    Emit(r, result.token_ids[i], with_logprobs ? &result.logprobs[i] : nullptr);
   }
 }
 
-void DecodeRunner::Emit(const std::shared_ptr<Request>& r, int32_t token) {
+void DecodeRunner::Emit(const std::shared_ptr<Request>& r, int32_t token,
+                        const model::TokenLogprobs* logprobs) {
   std::shared_ptr<TokenSink> sink;
   {
     absl::MutexLock lock(&mu_);
@@ -326,7 +328,11 @@ void DecodeRunner::Emit(const std::shared_ptr<Request>& r, int32_t token) {
   }
   r->last_token_at = now;
   tokens_out_->Increment();
-  if (sink != nullptr) sink->OnTokens(std::span<const int32_t>(&token, 1));
+  if (sink != nullptr) {
+    sink->OnTokens(std::span<const int32_t>(&token, 1),
+                   logprobs != nullptr ? std::span<const model::TokenLogprobs>(logprobs, 1)
+                                       : std::span<const model::TokenLogprobs>());
+  }
   if (auto finish = CheckStop(r->seq->stop, token, r->seq->generated())) {
     finish->prompt_tokens = r->seq->prompt_len;
     finish->completion_tokens = r->seq->generated();

@@ -171,8 +171,10 @@ class DecodeRunner {
   // rank's room.
   absl::StatusOr<int> PickRank(int prompt_len, int pages_needed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateRankGauges();
-  // Emits the sampled `token` of `r` and finishes it if a stop rule applies.
-  void Emit(const std::shared_ptr<Request>& r, int32_t token);
+  // Emits the sampled `token` of `r` (with its logprobs when the request asked for them) and
+  // finishes it if a stop rule applies.
+  void Emit(const std::shared_ptr<Request>& r, int32_t token,
+            const model::TokenLogprobs* logprobs = nullptr);
   // Removes a request from the table, returns its pages (loop thread), tells its sink.
   void End(const std::shared_ptr<Request>& r, const absl::StatusOr<DecodeFinish>& outcome);
   std::shared_ptr<Request> FindBySession(const std::string& session_id) const;

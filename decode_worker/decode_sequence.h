@@ -28,7 +28,9 @@ struct DecodeFinish {
 class TokenSink {
  public:
   virtual ~TokenSink() = default;
-  virtual void OnTokens(std::span<const int32_t> tokens) = 0;
+  // `logprobs`: empty, or one per token (requests whose sampling asks for logprobs).
+  virtual void OnTokens(std::span<const int32_t> tokens,
+                        std::span<const model::TokenLogprobs> logprobs) = 0;
   virtual void OnFinished(const DecodeFinish& finish) = 0;
   virtual void OnError(const absl::Status& status) = 0;
 };

@@ -27,7 +27,7 @@ absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request,
   ReserveSpec spec;
   spec.request_id = request.request_id();
   spec.prompt.assign(request.prompt_token_ids().begin(), request.prompt_token_ids().end());
-  ASSIGN_OR_RETURN(spec.sampling, worker::ToSamplingOptions(sampling));
+  ASSIGN_OR_RETURN(spec.sampling, worker::ToSamplingOptions(sampling, bounds.vocab_size));
   if (!sampling.has_max_new_tokens()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "request ", common::IdForMessages(request.request_id()),
@@ -37,6 +37,13 @@ absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request,
   spec.stop_token_ids.assign(sampling.stop_token_ids().begin(), sampling.stop_token_ids().end());
   spec.ignore_eos = sampling.ignore_eos();
   spec.local_prefill = request.local_prefill();
+  if (spec.sampling.wants_logprobs() && !spec.local_prefill) {
+    // The first token is sampled by the prefill worker, which does not return its logprobs.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request ", common::IdForMessages(request.request_id()), ": sampling.logprobs ",
+        spec.sampling.logprobs, " needs local_prefill (the router prefills such requests on "
+        "the decode worker)"));
+  }
   spec.prefill_compat_hash = request.prefill_kv_compat_hash();
   if (request.kv_lease_ms() < 0) {
     return absl::InvalidArgumentError(
@@ -115,7 +122,8 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
     if (!s.ok()) FinishOnce(ToGrpcStatus(s));
   }
 
-  void OnTokens(std::span<const int32_t> tokens) override {
+  void OnTokens(std::span<const int32_t> tokens,
+                std::span<const model::TokenLogprobs> logprobs) override {
     {
       absl::MutexLock lock(&mu_);
       if (closing_) return;
@@ -124,7 +132,17 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
         queue_.emplace_back();
         queue_.back().mutable_tokens();
       }
-      for (int32_t t : tokens) queue_.back().mutable_tokens()->add_token_ids(t);
+      v1::DecodeTokens* out = queue_.back().mutable_tokens();
+      for (int32_t t : tokens) out->add_token_ids(t);
+      for (const model::TokenLogprobs& lp : logprobs) {
+        v1::TokenLogprobs* m = out->add_logprobs();
+        m->set_logprob(lp.logprob);
+        for (const model::TopLogprob& t : lp.top) {
+          v1::TopLogprob* top = m->add_top_logprobs();
+          top->set_token_id(t.token_id);
+          top->set_logprob(t.logprob);
+        }
+      }
     }
     Pump();
   }

@@ -118,6 +118,16 @@ TEST(DecodeConversionTest, ReserveRequestsOutsideTheBoundsAreRefusedNamingTheVal
   EXPECT_THAT(refused(req), HasSubstr("prefill_kv_compat_hash is empty"));
   req.set_local_prefill(true);  // a local prefill needs no hash
   EXPECT_TRUE(ToReserveSpec(req, kBounds).ok());
+  // logprobs need the first token sampled here; logit_bias ids are checked against the vocab.
+  req = request();
+  req.mutable_sampling()->set_logprobs(2);
+  EXPECT_THAT(refused(req), HasSubstr("sampling.logprobs 2 needs local_prefill"));
+  req.set_local_prefill(true);
+  EXPECT_EQ(ToReserveSpec(req, kBounds)->sampling.logprobs, 2);
+  req = request();
+  (*req.mutable_sampling()->mutable_logit_bias())[kVocab] = 1.0f;
+  EXPECT_THAT(refused(req), HasSubstr(absl::StrCat("logit_bias token id ", kVocab,
+                                                   " is outside the vocabulary")));
 }
 
 class DecodeServiceTest : public ::testing::Test {

@@ -232,6 +232,7 @@ absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batc
   // Reused storage (ForwardInto): cleared, not freed.
   ForwardResult& result = *out;
   result.token_ids.clear();
+  result.logprobs.clear();
   result.rows = 0;
   result.path_used = AttentionPath::kMla;
   if (batch.empty() && layout_.attention_dp()) {

@@ -113,6 +113,9 @@ struct ForwardResult {
   // When every chunk with want_logits carries `sample`: the sampled id of each row (the same
   // ids model::Sampler would draw from `logits`). Empty otherwise.
   std::vector<int32_t> token_ids;
+  // With token_ids, when some row's options ask for logprobs: one entry per row (the others'
+  // left empty). Empty otherwise.
+  std::vector<TokenLogprobs> logprobs;
   int rows = 0;
   AttentionPath path_used = AttentionPath::kMla;
 };

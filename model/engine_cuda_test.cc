@@ -503,8 +503,9 @@ TEST(EngineCudaFp8CacheTest, V32MatchesReference) {
 
 // Decode steps that carry their sampling are drawn on the device (replayed graphs, then the
 // sampling kernels) and give the ids model::Sampler draws on the host from the same step's
-// logits: greedy, seeded top-k/top-p/min-p, and a repetition-penalty row (sampled on the host
-// by the engine). The same step is run twice (once returning logits); it writes the same cache
+// logits: greedy, seeded top-k/top-p/min-p, and steps with logit_bias, presence / frequency
+// penalties, logprobs and a repetition penalty (sampled on the host by the engine, logprobs
+// equal to the host sampler's). The same step is run twice (once returning logits); it writes the same cache
 // entries both times.
 TEST(EngineCudaSamplingTest, DeviceSamplingEqualsHostSampler) {
   const std::string dir = Fixture("deepseek_v3");
@@ -537,6 +538,12 @@ TEST(EngineCudaSamplingTest, DeviceSamplingEqualsHostSampler) {
   rows[2].options.seed = 12345;
   std::vector<int32_t> next(kSeqs, 1);
   for (int step = 0; step < kSteps; ++step) {
+    if (step == kSteps - 2) {  // the OpenAI knobs: the host path too, logprobs returned
+      rows[0].options.logit_bias = {{5, 2.0f}};
+      rows[2].options.presence_penalty = 0.5f;
+      rows[2].options.frequency_penalty = 0.25f;
+      rows[2].options.logprobs = 3;
+    }
     if (step == kSteps - 1) rows[1].options.repetition_penalty = 1.3f;  // the host path
     std::vector<SequenceChunk> batch(kSeqs);
     for (int s = 0; s < kSeqs; ++s) {
@@ -552,10 +559,19 @@ TEST(EngineCudaSamplingTest, DeviceSamplingEqualsHostSampler) {
     auto sampled = e.Forward(batch, AttentionPath::kMla);
     ASSERT_TRUE(sampled.ok()) << sampled.status();
     const std::vector<const SampleRow*> ptrs = {&rows[0], &rows[1], &rows[2]};
-    auto want = SampleHostLogits(plain->logits, e.config().vocab_size, ptrs);
+    std::vector<TokenLogprobs> want_logprobs;
+    auto want = SampleHostLogits(plain->logits, e.config().vocab_size, ptrs, &want_logprobs);
     ASSERT_TRUE(want.ok()) << want.status();
     EXPECT_EQ(sampled->token_ids, *want) << "step " << step;
-    EXPECT_EQ(sampled->logits.empty(), step < kSteps - 1) << "device-sampled steps return no logits";
+    EXPECT_EQ(sampled->logits.empty(), step < kSteps - 2) << "device-sampled steps return no logits";
+    ASSERT_EQ(sampled->logprobs.size(), want_logprobs.size()) << "step " << step;
+    for (size_t r = 0; r < want_logprobs.size(); ++r) {
+      EXPECT_EQ(sampled->logprobs[r].logprob, want_logprobs[r].logprob) << "step " << step;
+      ASSERT_EQ(sampled->logprobs[r].top.size(), want_logprobs[r].top.size());
+      for (size_t k = 0; k < want_logprobs[r].top.size(); ++k) {
+        EXPECT_EQ(sampled->logprobs[r].top[k].token_id, want_logprobs[r].top[k].token_id);
+      }
+    }
     next = sampled->token_ids;
   }
   EXPECT_GT(e.decode_graph_replays(), 0);

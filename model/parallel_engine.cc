@@ -302,6 +302,7 @@ void ParallelEngine::GatherRows(std::span<const SequenceChunk> batch, bool sampl
   // Storage kept (ForwardInto): a size that fits the capacity allocates nothing.
   const size_t vocab = static_cast<size_t>(config().vocab_size);
   out->token_ids.clear();
+  out->logprobs.clear();
   if (all_logits) {
     out->logits.resize(static_cast<size_t>(rows) * vocab);
   } else {
@@ -314,6 +315,10 @@ void ParallelEngine::GatherRows(std::span<const SequenceChunk> batch, bool sampl
     const ForwardResult& from = rank_results_[c.rank];
     const size_t k = next_row[c.rank]++;
     if (sampled) out->token_ids.push_back(from.token_ids.at(k));
+    if (sampled && !from.logprobs.empty()) {  // some row of that rank asked for logprobs
+      out->logprobs.resize(out->token_ids.size());
+      out->logprobs.back() = from.logprobs.at(k);
+    }
     if (all_logits) {
       std::copy(from.logits.begin() + k * vocab, from.logits.begin() + (k + 1) * vocab,
                 out->logits.begin() + row * vocab);

@@ -95,6 +95,7 @@ install(TARGETS mlaserve-run RUNTIME DESTINATION bin)
 
 if(MLASERVE_BUILD_TESTS)
   mlaserve_test(model_sampler_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sampler_test.cc
+                ${CMAKE_CURRENT_LIST_DIR}/sampler_openai_test.cc
                 DEPS model_sampler)
   # Reference tests over tests/fixtures/models (tools/make_fixtures.py).
   mlaserve_test(model_engine_reference_test

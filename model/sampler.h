@@ -33,21 +33,46 @@ uint64_t RandomSeed();
 struct SampleRow {
   SamplingOptions options;
   uint64_t step = 0;                    // index of the token being sampled in its request
-  std::span<const int32_t> history;     // prompt + generated ids (repetition penalty)
+  // Prompt + the `step` ids generated so far: the repetition penalty counts all of it, the
+  // presence / frequency penalties only its last `step` ids (the generated ones, as vLLM).
+  std::span<const int32_t> history;
 };
+
+// One alternative of TokenLogprobs::top.
+struct TopLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+// The log-probabilities of a sampled token (SamplingOptions::logprobs >= 0). As vLLM's default
+// (logprobs_mode "raw_logprobs"): log_softmax of the model's logits as the engine produced
+// them, before logit_bias, penalties, temperature and the top-k / top-p / min-p filters.
+struct TokenLogprobs {
+  float logprob = 0.0f;          // the sampled token's
+  std::vector<TopLogprob> top;   // the `logprobs` most likely tokens, by descending logprob
+                                 // (ties: lower id first)
+};
+
+// Fills `out` for a row of raw logits [vocab] and the token drawn from it.
+void ComputeTokenLogprobs(std::span<const float> raw_logits, int32_t token, int top_n,
+                          TokenLogprobs* out);
 
 // Works on host logits (Engine::Forward returns them in host memory) with the CPU kernels.
 class Sampler {
  public:
-  // logits: [rows.size(), vocab] f32 host memory, modified in place by the repetition
-  // penalty. Every row's options are valid (common::ValidateSamplingValues). Returns one id per
-  // row.
+  // logits: [rows.size(), vocab] f32 host memory, modified in place by logit_bias and the
+  // penalties (in vLLM's order: logit_bias, then repetition, frequency and presence
+  // penalties). Every row's options are valid (common::ValidateSamplingValues). Returns one id
+  // per row. With `logprobs` non-null and some row asking for them, *logprobs gets one entry
+  // per row (rows that did not ask keep an empty default); otherwise it is left empty.
   absl::StatusOr<std::vector<int32_t>> Sample(std::span<float> logits, int vocab,
-                                              std::span<const SampleRow> rows) const;
+                                              std::span<const SampleRow> rows,
+                                              std::vector<TokenLogprobs>* logprobs = nullptr) const;
 };
 
 // Sampler::Sample over a copy of host logits [rows.size(), vocab], leaving `logits` as it is.
 absl::StatusOr<std::vector<int32_t>> SampleHostLogits(std::span<const float> logits, int vocab,
-                                                      std::span<const SampleRow* const> rows);
+                                                      std::span<const SampleRow* const> rows,
+                                                      std::vector<TokenLogprobs>* logprobs = nullptr);
 
 }  // namespace mlaserve::model

@@ -83,6 +83,29 @@ TEST_F(PrefillRunnerTest, ChunkedPrefillShipsKvTheDecodeSideCanContinueFrom) {
   EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
 }
 
+// The first token is drawn with the request's logit_bias (FakeEngine's logits: 30 for its next
+// token, 0 elsewhere); the penalties have no generated tokens to count yet.
+TEST_F(PrefillRunnerTest, TheFirstTokenHonoursLogitBias) {
+  const auto a = Prompt(20, 3), b = Prompt(20, 4);
+  const int32_t greedy_b = FakeEngine::NextToken(b, 64);
+  const int32_t forced = (FakeEngine::NextToken(a, 64) + 5) % 64;
+  Received ra, rb;
+  PrefillJob ja = Job("a", a, Reserve("a", 20, &ra));
+  ja.sampling.logit_bias = {{forced, 31.0f}};
+  ja.sampling.presence_penalty = 2.0f;
+  PrefillJob jb = Job("b", b, Reserve("b", 20, &rb));
+  jb.sampling.logit_bias = {{greedy_b, -100.0f}};
+  Outcome oa, ob;
+  ASSERT_TRUE(runner_->Submit(std::move(ja), oa.fn()).ok());
+  ASSERT_TRUE(runner_->Submit(std::move(jb), ob.fn()).ok());
+  RunUntilIdle();
+  ASSERT_TRUE(oa.result && oa.result->ok()) << (oa.result ? oa.result->status().ToString() : "");
+  ASSERT_TRUE(ob.result && ob.result->ok());
+  EXPECT_EQ((*oa.result)->first_token, forced);
+  // Banned: every other logit is 0, and ties go to the lowest id.
+  EXPECT_EQ((*ob.result)->first_token, greedy_b == 0 ? 1 : 0);
+}
+
 TEST_F(PrefillRunnerTest, AbortMidPrefillFreesPagesOnBothSides) {
   Received rx;
   Outcome out;

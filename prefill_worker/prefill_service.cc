@@ -21,7 +21,7 @@ absl::StatusOr<PrefillJob> ToPrefillJob(const v1::PrefillRequest& request,
   PrefillJob job;
   job.request_id = request.request_id();
   job.tokens.assign(request.token_ids().begin(), request.token_ids().end());
-  ASSIGN_OR_RETURN(job.sampling, worker::ToSamplingOptions(request.sampling()));
+  ASSIGN_OR_RETURN(job.sampling, worker::ToSamplingOptions(request.sampling(), bounds.vocab_size));
   if (!request.has_kv_session()) {
     return absl::InvalidArgumentError(
         absl::StrCat("request ", common::IdForMessages(request.request_id()), " has no kv_session"));

@@ -15,6 +15,10 @@ SamplingConfig SamplingFromProto(const v1::SamplingParams& p) {
   if (p.has_top_k()) s.top_k = p.top_k();
   if (p.has_min_p()) s.min_p = p.min_p();
   if (p.has_repetition_penalty()) s.repetition_penalty = p.repetition_penalty();
+  if (p.has_presence_penalty()) s.presence_penalty = p.presence_penalty();
+  if (p.has_frequency_penalty()) s.frequency_penalty = p.frequency_penalty();
+  for (const auto& [id, bias] : p.logit_bias()) s.logit_bias.emplace_back(id, bias);
+  if (p.has_logprobs()) s.logprobs = p.logprobs();
   if (p.has_seed()) s.seed = p.seed();
   if (p.has_max_new_tokens()) s.max_new_tokens = p.max_new_tokens();
   s.stop.assign(p.stop().begin(), p.stop().end());
@@ -32,6 +36,10 @@ v1::SamplingParams SamplingToProto(const SamplingConfig& s) {
   p.set_top_k(s.top_k);
   p.set_min_p(s.min_p);
   p.set_repetition_penalty(s.repetition_penalty);
+  p.set_presence_penalty(s.presence_penalty);
+  p.set_frequency_penalty(s.frequency_penalty);
+  for (const auto& [id, bias] : s.logit_bias) (*p.mutable_logit_bias())[id] = bias;
+  if (s.wants_logprobs()) p.set_logprobs(s.logprobs);
   if (s.seed.has_value()) p.set_seed(*s.seed);
   if (s.max_new_tokens.has_value()) p.set_max_new_tokens(*s.max_new_tokens);
   for (const auto& stop : s.stop) p.add_stop(stop);

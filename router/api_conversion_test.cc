@@ -1,5 +1,7 @@
 #include "router/api_conversion.h"
 
+#include <algorithm>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -49,7 +51,19 @@ TEST(SamplingToProto, FillsEveryOptionalAndRoundTrips) {
   EXPECT_TRUE(p.has_temperature() && p.has_top_p() && p.has_top_k() && p.has_min_p() &&
               p.has_repetition_penalty() && p.has_seed() && p.has_max_new_tokens() &&
               p.has_skip_special_tokens());
+  EXPECT_FALSE(p.has_logprobs());  // unset: no logprobs
+  s.presence_penalty = 0.25f;
+  s.frequency_penalty = -0.5f;
+  s.logit_bias = {{3, -100.0f}, {8, 2.5f}};
+  s.logprobs = 0;
+  p = SamplingToProto(s);
+  EXPECT_TRUE(p.has_presence_penalty() && p.has_frequency_penalty() && p.has_logprobs());
   SamplingConfig back = SamplingFromProto(p);
+  EXPECT_FLOAT_EQ(back.presence_penalty, 0.25f);
+  EXPECT_FLOAT_EQ(back.frequency_penalty, -0.5f);
+  std::sort(back.logit_bias.begin(), back.logit_bias.end());  // a map on the wire
+  EXPECT_EQ(back.logit_bias, s.logit_bias);
+  EXPECT_EQ(back.logprobs, 0);
   EXPECT_FLOAT_EQ(back.temperature, 0.7f);
   EXPECT_EQ(back.top_k, 40);
   EXPECT_EQ(back.seed, 1234u);

@@ -10,12 +10,13 @@ void ClientOutbox::Open(Format format, OutputAssembler output) {
   output_.emplace(std::move(output));
 }
 
-ClientOutbox::Added ClientOutbox::AddTokens(std::span<const int32_t> ids) {
+ClientOutbox::Added ClientOutbox::AddTokens(std::span<const int32_t> ids,
+                                            std::span<const v1::TokenLogprobs* const> logprobs) {
   absl::MutexLock lock(&mu_);
   Added added;
-  for (int32_t id : ids) {
+  for (size_t i = 0; i < ids.size(); ++i) {
     ++added.tokens;
-    if (output_->AddToken(id)) {
+    if (output_->AddToken(ids[i], i < logprobs.size() ? logprobs[i] : nullptr)) {
       added.stopped = true;
       break;
     }
@@ -91,6 +92,7 @@ void ClientOutbox::Pump() {
         c->mutable_token_ids()->Assign(chunk.token_ids.begin(), chunk.token_ids.end());
       }
       if (format_.include_text) c->set_text(std::move(chunk.text));
+      for (v1::TokenLogprobs& lp : chunk.logprobs) *c->add_logprobs() = std::move(lp);
       c->set_prompt_tokens(format_.prompt_tokens);
       c->set_completion_tokens(output_->completion_tokens());
       write_in_flight_ = true;

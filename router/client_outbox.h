@@ -46,7 +46,9 @@ class ClientOutbox {
     int tokens = 0;
     bool stopped = false;
   };
-  Added AddTokens(std::span<const int32_t> ids);
+  // `logprobs`: empty, or one per id.
+  Added AddTokens(std::span<const int32_t> ids,
+                  std::span<const v1::TokenLogprobs* const> logprobs = {});
 
   // The call completed: held text is released (a stop string it completes makes the reason
   // STOP), `complete` gets the output's fields (finish reason, matched stop string or

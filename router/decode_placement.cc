@@ -106,7 +106,7 @@ absl::StatusOr<DecodePlacement::Target> DecodePlacement::Next() {
   }
   decode_id_ = decode->id;
   decode_address_ = decode->address;
-  local_prefill_ = ShouldPrefillLocally(prompt_tokens_, *decode);
+  local_prefill_ = options_.prefill_locally || ShouldPrefillLocally(prompt_tokens_, *decode);
   if (!local_prefill_ && prefill_id_.empty()) {
     if (absl::Status s = PickPrefill(*decode); !s.ok()) return s;
   }

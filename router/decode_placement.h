@@ -37,6 +37,9 @@ class DecodePlacement {
   struct Options {
     int max_attempts = 3;  // decode workers tried (--max-reserve-attempts)
     absl::Duration reserve_timeout = absl::Seconds(10);  // named in the hung-worker error
+    // The decode worker prefills the prompt whatever its threshold (requests with logprobs:
+    // only the worker that samples every token returns every token's logprobs).
+    bool prefill_locally = false;
   };
   DecodePlacement(WorkerRegistry* registry, Options options, int32_t prompt_tokens,
                   int32_t max_new_tokens);

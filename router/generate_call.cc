@@ -126,7 +126,9 @@ absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& re
     placement_.emplace(&router_->registry(),
                        DecodePlacement::Options{
                            .max_attempts = router_->options().max_reserve_attempts,
-                           .reserve_timeout = router_->options().reserve_timeout},
+                           .reserve_timeout = router_->options().reserve_timeout,
+                           // The prefill worker returns no logprobs for the first token.
+                           .prefill_locally = sampling_.wants_logprobs()},
                        prompt_tokens, *sampling_.max_new_tokens);
   }
   RETURN_IF_ERROR(router_->requests().Insert(request_id_, weak_from_this()));
@@ -349,8 +351,10 @@ void GenerateCall::OnDecodeMessage(const v1::DecodeStreamResponse& message) {
         }
         last_token_time_ = now;
       }
+      std::vector<const v1::TokenLogprobs*> logprobs;
+      for (const v1::TokenLogprobs& lp : message.tokens().logprobs()) logprobs.push_back(&lp);
       const ClientOutbox::Added added =
-          outbox_.AddTokens(std::span<const int32_t>(ids.data(), ids.size()));
+          outbox_.AddTokens(std::span<const int32_t>(ids.data(), ids.size()), logprobs);
       m.generation_tokens_total->Increment(added.tokens);
       if (added.stopped) {
         ended = CompleteLocked(v1::FINISH_REASON_STOP, std::nullopt);

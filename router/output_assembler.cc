@@ -16,10 +16,11 @@ void OutputAssembler::AppendText(const std::string& piece) {
   if (r.matched) matched_stop_ = std::move(r.matched);
 }
 
-bool OutputAssembler::AddToken(int32_t id) {
+bool OutputAssembler::AddToken(int32_t id, const v1::TokenLogprobs* logprobs) {
   if (stopped() || finished_) return stopped();
   ++completion_tokens_;
   pending_.token_ids.push_back(id);
+  if (logprobs != nullptr) pending_.logprobs.push_back(*logprobs);
   dirty_ = true;
   AppendText(detokenizer_->Push(id));
   return stopped();

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "mlaserve/v1/api.pb.h"
 #include "router/stop_strings.h"
 #include "router/text_codec.h"
 
@@ -19,6 +20,7 @@ namespace mlaserve::router {
 struct PendingChunk {
   std::vector<int32_t> token_ids;
   std::string text;
+  std::vector<v1::TokenLogprobs> logprobs;  // one per token id when the request asked
 };
 
 class OutputAssembler {
@@ -26,9 +28,10 @@ class OutputAssembler {
   OutputAssembler(std::unique_ptr<StreamingDetokenizer> detokenizer,
                   StopStringMatcher stop_matcher);
 
-  // Adds one generated token. Returns true when a stop string matched: generation is over,
-  // and later tokens must not be added (they are ignored).
-  bool AddToken(int32_t id);
+  // Adds one generated token (and its logprobs, when the request asked for them). Returns true
+  // when a stop string matched: generation is over, and later tokens must not be added (they
+  // are ignored).
+  bool AddToken(int32_t id, const v1::TokenLogprobs* logprobs = nullptr);
 
   // End of generation (the worker finished): flushes held bytes and held stop-string text.
   // Returns true when the flushed text completed a stop string.

@@ -41,6 +41,9 @@ class TextCodec {
   // The most bytes of text one token can stand for (a bound on text that can still fit the
   // context, checked before tokenizing); nullopt when unknown.
   virtual std::optional<size_t> MaxBytesPerToken() const { return std::nullopt; }
+  // The bytes token `id` stands for on its own (special tokens as their text), for the
+  // per-token strings of logprobs; nullopt when the codec knows no text for it.
+  virtual std::optional<std::string> TokenBytes(int32_t id) const = 0;
   // `prompt_ids` gives context for tokenizers whose pieces depend on the previous token.
   virtual std::unique_ptr<StreamingDetokenizer> NewDetokenizer(
       std::span<const int32_t> prompt_ids, bool skip_special_tokens) const = 0;

@@ -45,6 +45,7 @@ class IdsOnlyCodec final : public TextCodec {
                                                        bool) const override {
     return std::make_unique<NoTextDetokenizer>();
   }
+  std::optional<std::string> TokenBytes(int32_t) const override { return std::nullopt; }
 
  private:
   std::string why_;
@@ -54,6 +55,12 @@ class IdsOnlyCodec final : public TextCodec {
 
 std::unique_ptr<TextCodec> TokenIdsOnlyCodec(std::string why) {
   return std::make_unique<IdsOnlyCodec>(std::move(why));
+}
+
+std::optional<std::string> TokenizerCodec::TokenBytes(int32_t id) const {
+  std::optional<std::string_view> b = tokenizer_->TokenBytes(id, /*skip_special_tokens=*/false);
+  if (!b) return std::nullopt;
+  return std::string(*b);
 }
 
 TokenizerCodec::TokenizerCodec(std::unique_ptr<model::Tokenizer> tokenizer)

@@ -27,6 +27,7 @@ class TokenizerCodec final : public TextCodec {
   std::unique_ptr<StreamingDetokenizer> NewDetokenizer(std::span<const int32_t> prompt_ids,
                                                        bool skip_special_tokens) const override;
   std::optional<size_t> MaxBytesPerToken() const override { return max_bytes_per_token_; }
+  std::optional<std::string> TokenBytes(int32_t id) const override;
   const model::Tokenizer& tokenizer() const { return *tokenizer_; }
 
  private:

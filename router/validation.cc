@@ -81,7 +81,8 @@ absl::Status ValidatePrompt(std::span<const int32_t> prompt_ids, const ModelLimi
 
 absl::Status ValidateAndResolveSampling(SamplingConfig& s, int32_t prompt_tokens,
                                         const ModelLimits& limits) {
-  RETURN_IF_ERROR(common::ValidateSamplingValues(s));
+  RETURN_IF_ERROR(common::ValidateSamplingValues(s, limits.vocab_size));
+  RETURN_IF_ERROR(common::NormalizeLogitBias(s));
   RETURN_IF_ERROR(common::ValidateStopCounts(s.stop.size(), s.stop_token_ids.size()));
   for (int32_t id : s.stop_token_ids) {
     if (id < 0 || id >= limits.vocab_size) {

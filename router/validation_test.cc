@@ -77,6 +77,15 @@ TEST(ValidateSampling, RejectsEachOutOfRangeValueByName) {
   check([](SamplingConfig& s) { s.min_p = 1.25f; }, "min_p 1.25 is out of range; it must be in [0, 1]");
   check([](SamplingConfig& s) { s.min_p = -0.1f; }, "min_p -0.1");
   check([](SamplingConfig& s) { s.repetition_penalty = 0.0f; }, "repetition_penalty 0 is out of range");
+  check([](SamplingConfig& s) { s.presence_penalty = 2.5f; }, "presence_penalty 2.5 is out of range");
+  check([](SamplingConfig& s) { s.frequency_penalty = -2.5f; }, "frequency_penalty -2.5 is out of range");
+  check([](SamplingConfig& s) { s.logit_bias = {{1000, 1.0f}}; },
+        "logit_bias token id 1000 is outside the vocabulary [0, 1000)");
+  check([](SamplingConfig& s) { s.logit_bias = {{1, -101.0f}}; },
+        "logit_bias value -101 for token id 1 is out of range");
+  check([](SamplingConfig& s) { s.logit_bias = {{1, 1.0f}, {1, 2.0f}}; },
+        "logit_bias names token id 1 twice");
+  check([](SamplingConfig& s) { s.logprobs = 21; }, "logprobs 21 is out of range");
   check([](SamplingConfig& s) { s.max_new_tokens = 0; }, "max_new_tokens 0 is out of range; it must be >= 1");
   check([](SamplingConfig& s) { s.max_new_tokens = 1 << 30; }, "max_new_tokens 1073741824 exceeds the model's context of 256");
   check([](SamplingConfig& s) { s.max_new_tokens = 250; },

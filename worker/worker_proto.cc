@@ -11,15 +11,21 @@
 
 namespace mlaserve::worker {
 
-absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::SamplingParams& p) {
+absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::SamplingParams& p,
+                                                         int32_t vocab_size) {
   model::SamplingOptions o;
   if (p.has_temperature()) o.temperature = p.temperature();
   if (p.has_top_p()) o.top_p = p.top_p();
   if (p.has_top_k()) o.top_k = p.top_k();
   if (p.has_min_p()) o.min_p = p.min_p();
   if (p.has_repetition_penalty()) o.repetition_penalty = p.repetition_penalty();
+  if (p.has_presence_penalty()) o.presence_penalty = p.presence_penalty();
+  if (p.has_frequency_penalty()) o.frequency_penalty = p.frequency_penalty();
+  for (const auto& [id, bias] : p.logit_bias()) o.logit_bias.emplace_back(id, bias);
+  if (p.has_logprobs()) o.logprobs = p.logprobs();
   o.seed = p.has_seed() ? p.seed() : model::RandomSeed();
-  absl::Status s = common::ValidateSamplingValues(o);
+  absl::Status s = common::ValidateSamplingValues(o, vocab_size);
+  if (s.ok()) s = common::NormalizeLogitBias(o);
   if (!s.ok()) return s;
   return o;
 }

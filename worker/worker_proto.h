@@ -19,8 +19,11 @@ namespace mlaserve::worker {
 // The router forwards SamplingParams with every optional filled. Unset fields take the
 // api.proto defaults here too (seed unset: a fresh random seed); values out of range are
 // INVALID_ARGUMENT naming the field. The workers' edge for sampling: it calls
-// common::ValidateSamplingValues, and nothing past it checks the values again.
-absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::SamplingParams& p);
+// common::ValidateSamplingValues, and nothing past it checks the values again. With
+// vocab_size > 0 the logit_bias ids are checked against it (the sampler checks them again
+// otherwise); logit_bias comes back sorted by id.
+absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::SamplingParams& p,
+                                                         int32_t vocab_size = 0);
 
 // Every id in [0, vocab_size) and 1 <= size <= max_len; INVALID_ARGUMENT naming the first
 // offending value otherwise ("token id 70000 at position 3 is outside the vocabulary [0, 129280)").

@@ -29,6 +29,31 @@ TEST(WorkerProtoTest, SamplingDefaultsAndValues) {
   EXPECT_EQ(ToSamplingOptions(p).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(WorkerProtoTest, OpenAiKnobs) {
+  mlaserve::v1::SamplingParams p;
+  auto o = ToSamplingOptions(p, 100);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->presence_penalty, 0.0f);
+  EXPECT_EQ(o->frequency_penalty, 0.0f);
+  EXPECT_TRUE(o->logit_bias.empty());
+  EXPECT_FALSE(o->wants_logprobs());
+  p.set_presence_penalty(0.5f);
+  p.set_frequency_penalty(-1.0f);
+  (*p.mutable_logit_bias())[42] = -100.0f;
+  (*p.mutable_logit_bias())[3] = 7.0f;
+  p.set_logprobs(4);
+  o = ToSamplingOptions(p, 100);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->presence_penalty, 0.5f);
+  EXPECT_EQ(o->frequency_penalty, -1.0f);
+  EXPECT_EQ(o->logit_bias, (std::vector<std::pair<int32_t, float>>{{3, 7.0f}, {42, -100.0f}}));
+  EXPECT_EQ(o->logprobs, 4);
+  EXPECT_THAT(std::string(ToSamplingOptions(p, 40).status().message()),
+              HasSubstr("logit_bias token id 42 is outside the vocabulary [0, 40)"));
+  p.set_logprobs(0);
+  EXPECT_EQ(ToSamplingOptions(p, 100)->logprobs, 0);
+}
+
 TEST(WorkerProtoTest, PromptValidationNamesTheValue) {
   EXPECT_THAT(ValidatePromptTokens({}, 10, 100).message(), HasSubstr("empty"));
   EXPECT_THAT(ValidatePromptTokens({1, 2, 12}, 10, 100).message(),

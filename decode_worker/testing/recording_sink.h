@@ -11,9 +11,11 @@ namespace mlaserve::testing {
 
 class RecordingSink final : public decode::TokenSink {
  public:
-  void OnTokens(std::span<const int32_t> tokens) override {
+  void OnTokens(std::span<const int32_t> tokens,
+                std::span<const model::TokenLogprobs> logprobs) override {
     absl::MutexLock lock(&mu_);
     tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+    logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
   }
   void OnFinished(const decode::DecodeFinish& finish) override {
     absl::MutexLock lock(&mu_);
@@ -34,6 +36,10 @@ class RecordingSink final : public decode::TokenSink {
     absl::MutexLock lock(&mu_);
     return tokens_;
   }
+  std::vector<model::TokenLogprobs> logprobs() const {
+    absl::MutexLock lock(&mu_);
+    return logprobs_;
+  }
   std::optional<decode::DecodeFinish> finish() const {
     absl::MutexLock lock(&mu_);
     return finish_;
@@ -50,6 +56,7 @@ class RecordingSink final : public decode::TokenSink {
  private:
   mutable absl::Mutex mu_;
   std::vector<int32_t> tokens_ ABSL_GUARDED_BY(mu_);
+  std::vector<model::TokenLogprobs> logprobs_ ABSL_GUARDED_BY(mu_);
   std::optional<decode::DecodeFinish> finish_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;

@@ -15,7 +15,9 @@ namespace mlaserve::model {
 bool SamplingStep::CanSampleOnDevice(std::span<const SampleRow* const> rows) const {
   if (ctx_.backend != kernels::Backend::kCuda || rows.empty()) return false;
   for (const SampleRow* r : rows) {
-    if (r->options.repetition_penalty != 1.0f) return false;
+    // The kernel has temperature / top-k / top-p / min-p only: a row with a penalty,
+    // logit_bias or logprobs sends the step's rows to the host path (docs/api.md).
+    if (r->options.needs_host_sampling()) return false;
   }
   return true;
 }
@@ -86,7 +88,8 @@ absl::Status SamplingStep::SampleOnDevice(const float* logits,
 
 absl::Status SamplingStep::SampleOnHost(std::span<const SampleRow* const> rows,
                                         ForwardResult* result) const {
-  ASSIGN_OR_RETURN(result->token_ids, SampleHostLogits(result->logits, vocab_, rows));
+  ASSIGN_OR_RETURN(result->token_ids,
+                   SampleHostLogits(result->logits, vocab_, rows, &result->logprobs));
   return absl::OkStatus();
 }
 

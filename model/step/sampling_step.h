@@ -5,8 +5,10 @@
 // step copies B token ids to the host instead of B x vocab f32 logits (52 MB at batch 128 of
 // V2-Lite's 102400-token vocabulary, plus the host-side top-p over them). The draw is
 // model::Sampler's function bit for bit (kernels/sampling/api.h), so the ids do not depend on
-// where they were drawn. Rows with a repetition penalty are sampled on the host (their token
-// histories are not uploaded), as is everything on kCpu.
+// where they were drawn. A step with a row that needs more than the kernel's knobs
+// (SamplingValues::needs_host_sampling: a repetition / presence / frequency penalty, logit_bias
+// or logprobs) is sampled on the host, its logits copied there (the token histories are not
+// uploaded and the kernel returns no logprobs), as is everything on kCpu.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +31,7 @@ class SamplingStep {
   // Scratch SampleOnDevice takes for `rows` rows of `vocab` logits.
   static size_t ScratchBytes(size_t rows, int vocab);
 
-  // Whether `rows` can be drawn on the device (kCuda, no repetition penalty).
+  // Whether `rows` can be drawn on the device (kCuda, no row needs host sampling).
   bool CanSampleOnDevice(std::span<const SampleRow* const> rows) const;
   // Draws rows from device logits [rows, vocab] into result->token_ids (waits for them).
   absl::Status SampleOnDevice(const float* logits, std::span<const SampleRow* const> rows,

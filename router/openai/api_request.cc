@@ -7,7 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_replace.h"
+#include "common/request_limits.h"
 
 namespace mlaserve::router::openai {
 namespace {
@@ -116,25 +118,54 @@ const std::set<std::string>& ChatKeys() {
   return k;
 }
 
+// OpenAI's log-probability parameters -> SamplingParams.logprobs (the number of alternatives):
+// completions' `logprobs: int`; chat's `logprobs: bool` with `top_logprobs: int`, which needs
+// logprobs true (as OpenAI and vLLM). Completions' echo would need the prompt's logprobs, which
+// the engine does not compute.
+void ReadLogprobs(Reader& r, Endpoint endpoint, bool echo, v1::SamplingParams* s) {
+  constexpr int64_t kMax = common::kMaxTopLogprobs;
+  if (endpoint == Endpoint::kCompletions) {
+    std::optional<int32_t> n = r.Int32("logprobs", 0, kMax);
+    if (!n) return;
+    if (echo) {
+      return r.Fail(Invalid("'logprobs' with 'echo' is not supported: the prompt's log "
+                            "probabilities are not computed", "logprobs"));
+    }
+    s->set_logprobs(*n);
+    return;
+  }
+  const std::optional<bool> on = r.Bool("logprobs");
+  const std::optional<int32_t> top = r.Int32("top_logprobs", 0, kMax);
+  if (r.failed()) return;
+  if (top && !on.value_or(false)) {
+    return r.Fail(Invalid(absl::StrCat("'top_logprobs' is ", *top, "; it needs 'logprobs': true"),
+                          "top_logprobs"));
+  }
+  if (on.value_or(false)) s->set_logprobs(top.value_or(0));
+}
+
+// logit_bias: {"token id": bias}; the ids and ranges are checked by the router's Generate path.
+void ReadLogitBias(Reader& r, v1::SamplingParams* s) {
+  const Json* v = r.Get("logit_bias");
+  if (v == nullptr || r.failed()) return;
+  if (!v->is_object()) return r.WrongType("logit_bias", "an object of token id -> number", *v);
+  for (const auto& [key, bias] : v->items()) {
+    int64_t id = 0;
+    if (!absl::SimpleAtoi(key, &id) || id < std::numeric_limits<int32_t>::min() ||
+        id > std::numeric_limits<int32_t>::max()) {
+      return r.Fail(Invalid(absl::StrCat("'logit_bias' key '", key, "' is not a token id"),
+                            "logit_bias"));
+    }
+    if (!bias.is_number()) {
+      return r.Fail(Invalid(absl::StrCat("'logit_bias' value for token id ", id, " must be a "
+                                         "number, got ", JsonType(bias)), "logit_bias"));
+    }
+    (*s->mutable_logit_bias())[static_cast<int32_t>(id)] = static_cast<float>(bias.get<double>());
+  }
+}
+
 // Parameters OpenAI has whose only value this engine honours is "off".
 void RequireOff(Reader& r, Endpoint endpoint) {
-  if (const Json* v = r.Get("logprobs"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
-    r.Fail(Invalid("'logprobs' is not supported yet: the engine does not return log probabilities",
-                   "logprobs"));
-  }
-  if (r.Get("top_logprobs") != nullptr) {
-    r.Fail(Invalid("'top_logprobs' is not supported yet: the engine does not return log "
-                   "probabilities", "top_logprobs"));
-  }
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    if (std::optional<double> v = r.Number(key); v && *v != 0.0) {
-      r.Fail(Invalid(absl::StrCat("'", key, "' is ", *v, "; only 0 is supported (use "
-                                  "repetition_penalty)"), key));
-    }
-  }
-  if (const Json* v = r.Get("logit_bias"); v != nullptr && !(v->is_object() && v->empty())) {
-    r.Fail(Invalid("'logit_bias' is not supported", "logit_bias"));
-  }
   if (endpoint == Endpoint::kCompletions) {
     if (r.Get("suffix") != nullptr) r.Fail(Invalid("'suffix' is not supported", "suffix"));
     if (const Json* v = r.Get("best_of"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
@@ -203,6 +234,9 @@ void ReadSampling(Reader& r, Endpoint endpoint, v1::SamplingParams* s,
   if (auto v = r.Int32("top_k", std::numeric_limits<int32_t>::min(), kInt32Max)) s->set_top_k(*v);
   if (auto v = r.Number("min_p")) s->set_min_p(static_cast<float>(*v));
   if (auto v = r.Number("repetition_penalty")) s->set_repetition_penalty(static_cast<float>(*v));
+  if (auto v = r.Number("presence_penalty")) s->set_presence_penalty(static_cast<float>(*v));
+  if (auto v = r.Number("frequency_penalty")) s->set_frequency_penalty(static_cast<float>(*v));
+  ReadLogitBias(r, s);
   if (auto v = r.Integer("seed")) {
     if (*v < 0) {
       r.Fail(Invalid(absl::StrCat("'seed' is ", *v, "; it must be >= 0"), "seed"));
@@ -369,7 +403,8 @@ ApiError ErrorForRequest(const absl::Status& status, const ApiRequest& request) 
   } else if (absl::StartsWith(m, "stop")) {
     e.param = "stop";
   } else {
-    for (const char* field : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"}) {
+    for (const char* field : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                              "presence_penalty", "frequency_penalty", "logit_bias"}) {
       if (absl::StartsWith(m, absl::StrCat(field, " "))) e.param = field;
     }
   }
@@ -416,6 +451,7 @@ std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std:
   if (endpoint == Endpoint::kCompletions) out.echo = r.Bool("echo").value_or(false);
   RequireOff(r, endpoint);
   ReadSampling(r, endpoint, &out.sampling, out.max_tokens_param);
+  ReadLogprobs(r, endpoint, out.echo, &out.sampling);
   if (endpoint == Endpoint::kChat) {
     ReadMessages(r, &out);
   } else {

@@ -102,11 +102,27 @@ TEST(ApiRequestTest, BadRequestsAreOpenAiShaped400s) {
   EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "n": 0})").param, "n");
   EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "n": 2.0})").param, "n");
   EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "n": 3})").n, 3);
-  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "logprobs": true})");
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})");
+  EXPECT_EQ(e.param, "top_logprobs");
+  EXPECT_EQ(e.message, "'top_logprobs' is 2; it needs 'logprobs': true");
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})");
+  EXPECT_EQ(e.param, "top_logprobs");
+  EXPECT_EQ(e.message, "'top_logprobs' is 21; it must be in [0, 20]");
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "logprobs": 3})");
+  EXPECT_EQ(e.message, "'logprobs' must be a boolean, got an integer");
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logprobs": -1})");
   EXPECT_EQ(e.param, "logprobs");
-  EXPECT_THAT(e.message, HasSubstr("not supported yet"));
-  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logprobs": 0})");
+  EXPECT_EQ(e.message, "'logprobs' is -1; it must be in [0, 20]");
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logprobs": 2, "echo": true})");
   EXPECT_EQ(e.param, "logprobs");
+  EXPECT_THAT(e.message, HasSubstr("with 'echo' is not supported"));
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logit_bias": {"abc": 1}})");
+  EXPECT_EQ(e.param, "logit_bias");
+  EXPECT_EQ(e.message, "'logit_bias' key 'abc' is not a token id");
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logit_bias": {"5": "up"}})");
+  EXPECT_EQ(e.message, "'logit_bias' value for token id 5 must be a number, got a string");
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logit_bias": [1]})");
+  EXPECT_EQ(e.param, "logit_bias");
   e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "temperature": "hot"})");
   EXPECT_EQ(e.message, "'temperature' must be a number, got a string");
   e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "max_tokens": 1.5})");
@@ -179,13 +195,40 @@ TEST(ApiRequestTest, RouterErrorsNameTheRequestParameter) {
   EXPECT_EQ(ErrorForRequest(absl::InvalidArgumentError("stop string 0 is empty"), chat).param, "stop");
   EXPECT_EQ(ErrorForRequest(absl::InvalidArgumentError("stop_token_ids entry 9 is outside"), chat).param,
             "stop_token_ids");
-  for (const char* field : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"}) {
+  for (const char* field : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                            "presence_penalty", "frequency_penalty"}) {
     e = ErrorForRequest(absl::InvalidArgumentError(std::string(field) + " -1 is out of range"), chat);
     EXPECT_EQ(e.param, field);
   }
+  e = ErrorForRequest(absl::InvalidArgumentError("logit_bias token id 900 is outside the "
+                                                 "vocabulary [0, 300)"), chat);
+  EXPECT_EQ(e.param, "logit_bias");
   e = ErrorForRequest(absl::UnavailableError("no healthy decode worker"), chat);
   EXPECT_EQ(e.http_status, 503);
   EXPECT_FALSE(e.param.has_value());
+}
+
+TEST(ApiRequestTest, PenaltiesLogitBiasAndLogprobsMapToSampling) {
+  ApiRequest r = Ok(Endpoint::kCompletions,
+                    R"({"model": "demo", "prompt": "x", "presence_penalty": 0.5,
+                        "frequency_penalty": -1.25, "logit_bias": {"7": -100, "42": 3.5},
+                        "logprobs": 5})");
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty(), -1.25f);
+  ASSERT_EQ(r.sampling.logit_bias_size(), 2);
+  EXPECT_FLOAT_EQ(r.sampling.logit_bias().at(7), -100.0f);
+  EXPECT_FLOAT_EQ(r.sampling.logit_bias().at(42), 3.5f);
+  EXPECT_EQ(r.sampling.logprobs(), 5);
+  // Completions' logprobs 0: the sampled token's only.
+  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logprobs": 0})")
+                .sampling.logprobs(), 0);
+  EXPECT_FALSE(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logprobs": null})")
+                   .sampling.has_logprobs());
+  const std::string chat = R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], )";
+  EXPECT_EQ(Ok(Endpoint::kChat, chat + R"("logprobs": true, "top_logprobs": 3})").sampling.logprobs(), 3);
+  EXPECT_EQ(Ok(Endpoint::kChat, chat + R"("logprobs": true})").sampling.logprobs(), 0);
+  EXPECT_FALSE(Ok(Endpoint::kChat, chat + R"("logprobs": false})").sampling.has_logprobs());
+  EXPECT_FALSE(Ok(Endpoint::kChat, chat + R"("logit_bias": {}})").sampling.logit_bias_size());
 }
 
 TEST(ApiRequestTest, EchoIsACompletionsParameter) {

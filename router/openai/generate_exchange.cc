@@ -1,5 +1,7 @@
 #include "router/openai/generate_exchange.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace mlaserve::router::openai {
 
 uint64_t ExchangeWaker::version() const {
@@ -55,28 +57,39 @@ bool GenerateExchange::ended_early() const {
 }
 
 std::optional<GenerateExchange::Event> GenerateExchange::Next(absl::Duration timeout) {
-  Event event;
-  {
-    absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !messages_.empty() || end_.has_value();
-    };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) return std::nullopt;
-    if (!messages_.empty()) {
-      event.message = std::move(messages_.front());
-      messages_.pop_front();
-    } else {
-      event.end = *end_;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    Event event;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !messages_.empty() || end_.has_value();
+      };
+      if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) return std::nullopt;
+      if (!messages_.empty()) {
+        event.message = std::move(messages_.front());
+        messages_.pop_front();
+      } else {
+        event.end = *end_;
+      }
     }
-  }
-  // Outside the lock: the call may Send or End from inside these.
-  if (event.message.has_value()) {
+    // Outside the lock: the call may Send or End from inside these.
+    if (!event.message.has_value()) {
+      end_taken_ = true;
+      call_->OnDone();  // the call never touches this exchange again
+      if (aborted_.has_value() && event.end.ok()) event.end = *aborted_;
+      return event;
+    }
     call_->OnWriteDone(true);
-  } else {
-    end_taken_ = true;
-    call_->OnDone();  // the call never touches this exchange again
+    const v1::GenerateResponse& m = *event.message;
+    if (!m.has_complete() || m.complete().finish_reason() != v1::FINISH_REASON_ABORT) {
+      return event;
+    }
+    // OpenAI has no finish_reason for an abort (vLLM passes its own "abort" through, which
+    // the openai package's types do not list): the choice ends with an error instead.
+    aborted_ = absl::CancelledError(
+        absl::StrCat("request ", m.request_id(), " was aborted by the server (Abort API)"));
   }
-  return event;
 }
 
 void GenerateExchange::Cancel() {

@@ -49,7 +49,8 @@ class GenerateExchange final : public GenerateClient {
   ~GenerateExchange() override;
 
   // The next message, or the call's final status once every message was taken; nullopt
-  // when nothing came within `timeout`.
+  // when nothing came within `timeout`. A `complete` whose reason is ABORT is not passed on:
+  // the final status is then CANCELLED, naming the request.
   struct Event {
     std::optional<v1::GenerateResponse> message;
     absl::Status end;  // meaningful when !message
@@ -72,6 +73,8 @@ class GenerateExchange final : public GenerateClient {
   std::optional<absl::Status> end_ ABSL_GUARDED_BY(mu_);
   bool sent_any_ ABSL_GUARDED_BY(mu_) = false;
   bool end_taken_ = false;  // owner thread only
+  // A `complete` with FINISH_REASON_ABORT was taken: the end the owner sees (owner thread only).
+  std::optional<absl::Status> aborted_;
   bool cancelled_ = false;  // owner thread only
 };
 

@@ -159,7 +159,8 @@ struct HttpApi::Impl {
     v1::GenerateRequest g;
     g.set_request_id(router->NewRequestId());
     *g.mutable_sampling() = r.sampling;
-    g.mutable_output()->set_include_token_ids(false);
+    // Logprobs pair up with their token ids (LogprobsFormat names the tokens).
+    g.mutable_output()->set_include_token_ids(r.sampling.has_logprobs());
     g.mutable_output()->set_include_text(true);
     if (r.endpoint == Endpoint::kCompletions) {
       std::vector<v1::GenerateRequest> out;
@@ -277,6 +278,7 @@ struct HttpApi::Impl {
       choices->builders.push_back(std::make_unique<ResponseBuilder>(
           r, id, created, opens_reasoning, i, count, /*counts_prompt=*/i % r.n == 0));
       if (r.echo) choices->builders.back()->set_echo(PromptText(r.prompts[i / r.n], r.sampling));
+      if (r.sampling.has_logprobs()) choices->builders.back()->set_logprobs(&router->codec());
     }
     choices->ended.assign(choices->exchanges.size(), false);
     if (!r.stream) return WaitForBody(req, res, *choices);

@@ -9,12 +9,10 @@ using Json = nlohmann::ordered_json;
 
 std::string Event(const Json& payload) { return absl::StrCat("data: ", payload.dump(), "\n\n"); }
 
+// OpenAI's values. ABORT never gets here (GenerateExchange makes it an error); STOP covers
+// EOS, stop tokens and stop strings.
 std::string FinishReasonName(v1::FinishReason reason) {
-  switch (reason) {
-    case v1::FINISH_REASON_LENGTH: return "length";
-    case v1::FINISH_REASON_ABORT: return "abort";
-    default: return "stop";
-  }
+  return reason == v1::FINISH_REASON_LENGTH ? "length" : "stop";
 }
 
 }  // namespace
@@ -73,7 +71,7 @@ void ResponseBuilder::AddText(const std::string& text, std::string* text_delta,
 
 std::string ResponseBuilder::ChunkEvent(const std::string& text, const std::string& reasoning,
                                         const std::optional<std::string>& finish_reason,
-                                        bool with_usage_now) {
+                                        bool with_usage_now, Json logprobs) {
   Json choice = Json{{"index", choice_index_}};
   if (endpoint_ == Endpoint::kChat) {
     Json delta = Json::object();
@@ -83,7 +81,7 @@ std::string ResponseBuilder::ChunkEvent(const std::string& text, const std::stri
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = finish_reason ? Json(*finish_reason) : Json(nullptr);
   Json chunk = Envelope(endpoint_ == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
   chunk["choices"] = Json::array({std::move(choice)});
@@ -99,8 +97,13 @@ std::string ResponseBuilder::OnMessage(const v1::GenerateResponse& message) {
     completion_tokens_ = c.completion_tokens();
     std::string text, reasoning;
     AddText(c.text(), &text, &reasoning);
-    if (stream_ && (!text.empty() || !reasoning.empty() || continuous_usage_)) {
-      events += ChunkEvent(text, reasoning, std::nullopt, continuous_usage_);
+    Json logprobs = nullptr;
+    if (logprobs_ != nullptr && c.logprobs_size() > 0) {
+      logprobs = logprobs_->Add(std::span<const int32_t>(c.token_ids().data(), c.token_ids_size()),
+                                c.logprobs());
+    }
+    if (stream_ && (!text.empty() || !reasoning.empty() || continuous_usage_ || !logprobs.is_null())) {
+      events += ChunkEvent(text, reasoning, std::nullopt, continuous_usage_, std::move(logprobs));
     }
   } else if (message.has_complete()) {
     const v1::GenerateComplete& c = message.complete();
@@ -147,7 +150,7 @@ Json ResponseBuilder::Body() const {
   } else {
     choice["text"] = echo_ + text_;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs_ != nullptr ? logprobs_->All() : Json(nullptr);
   choice["finish_reason"] = finish_reason_ ? Json(*finish_reason_) : Json(nullptr);
   body["choices"] = Json::array({std::move(choice)});
   body["usage"] = Usage();

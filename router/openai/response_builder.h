@@ -5,9 +5,10 @@
 //
 // Shapes follow OpenAI's API: text_completion / chat.completion(.chunk) objects, `usage`
 // (prompt/completion/total tokens, from `complete`, i.e. what the gRPC API reports),
-// finish_reason "stop" / "length" ("abort" for a request aborted through the admin or
-// Abort API), and with stream_options.include_usage a last chunk with empty choices and the
-// usage. Chat responses of reasoning models carry `reasoning_content` (reasoning_splitter.h).
+// finish_reason "stop" / "length" (a request aborted through the admin or Abort API ends
+// with an error instead: GenerateExchange turns its `complete` into CANCELLED), per-token
+// `logprobs` when the request asked (logprobs_format.h), and with
+// stream_options.include_usage a last chunk with empty choices and the usage. Chat responses of reasoning models carry `reasoning_content` (reasoning_splitter.h).
 //
 // A request with several choices (n > 1, or several completions prompts: prompt p's choice j
 // is index p * n + j) has one builder per choice, each fed by its own Generate call: chunks
@@ -16,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "mlaserve/v1/api.pb.h"
 #include "nlohmann/json.hpp"
 #include "router/openai/api_request.h"
+#include "router/openai/logprobs_format.h"
 #include "router/openai/reasoning_splitter.h"
 
 namespace mlaserve::router::openai {
@@ -40,6 +43,11 @@ class ResponseBuilder {
   // Completions with echo: the text the choice starts with (its prompt), before the
   // generated text; streamed in the first chunk.
   void set_echo(std::string prompt_text) { echo_ = std::move(prompt_text); }
+  // The request asked for logprobs: chunks carry them (with their token ids), and `codec`
+  // (which must outlive this) names the tokens.
+  void set_logprobs(const TextCodec* codec) {
+    logprobs_ = std::make_unique<LogprobsFormat>(endpoint_, codec);
+  }
 
   // Streaming: the events that start the stream (the chat role delta; the echoed prompt).
   std::string StartEvents();
@@ -67,7 +75,8 @@ class ResponseBuilder {
   nlohmann::ordered_json Usage() const;
   // One streamed chunk's `choices[0]` (text or delta) and optional finish reason.
   std::string ChunkEvent(const std::string& text, const std::string& reasoning,
-                         const std::optional<std::string>& finish_reason, bool with_usage_now);
+                         const std::optional<std::string>& finish_reason, bool with_usage_now,
+                         nlohmann::ordered_json logprobs = nullptr);
   void AddText(const std::string& text, std::string* text_delta, std::string* reasoning_delta);
 
   const Endpoint endpoint_;
@@ -87,6 +96,7 @@ class ResponseBuilder {
   int32_t prompt_tokens_ = 0;
   int32_t completion_tokens_ = 0;
   std::optional<std::string> finish_reason_;
+  std::unique_ptr<LogprobsFormat> logprobs_;  // when the request asked for them
 };
 
 }  // namespace mlaserve::router::openai

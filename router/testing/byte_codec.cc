@@ -66,6 +66,13 @@ absl::StatusOr<std::vector<int32_t>> ByteCodec::EncodeVerbatim(std::string_view 
   return ids;
 }
 
+std::optional<std::string> ByteCodec::TokenBytes(int32_t id) const {
+  if (id >= 0 && id < 256) return std::string(1, static_cast<char>(id));
+  if (id == kBos) return std::string("<bos>");
+  if (id == kEos) return std::string("<eos>");
+  return std::nullopt;
+}
+
 std::unique_ptr<StreamingDetokenizer> ByteCodec::NewDetokenizer(std::span<const int32_t>,
                                                                 bool skip_special_tokens) const {
   return std::make_unique<ByteDetokenizer>(skip_special_tokens);

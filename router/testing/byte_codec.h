@@ -18,6 +18,8 @@ class ByteCodec final : public TextCodec {
   absl::StatusOr<std::vector<int32_t>> EncodeVerbatim(std::string_view text) const override;
   std::unique_ptr<StreamingDetokenizer> NewDetokenizer(std::span<const int32_t> prompt_ids,
                                                        bool skip_special_tokens) const override;
+  // Byte b for ids below 256, "<bos>" / "<eos>", nullopt for the rest.
+  std::optional<std::string> TokenBytes(int32_t id) const override;
 };
 
 // Token ids for `text` without BOS (what a fake worker "generates").

@@ -11,6 +11,17 @@
 
 namespace mlaserve::router::testing {
 
+v1::TokenLogprobs FakeLogprobs(int32_t token, int top_n) {
+  v1::TokenLogprobs lp;
+  lp.set_logprob(-0.5f);
+  for (int k = 0; k < top_n; ++k) {
+    v1::TopLogprob* t = lp.add_top_logprobs();
+    t->set_token_id(token + k);
+    t->set_logprob(-0.5f - static_cast<float>(k));
+  }
+  return lp;
+}
+
 v1::ModelIdentity FakeModelIdentity() {
   v1::ModelIdentity m;
   m.set_model_name("fake");
@@ -74,6 +85,7 @@ class FakeDecodeWorker::StreamReactor final
           bool stop = token == ByteCodec::kEos && !sp.ignore_eos();
           for (int32_t t : sp.stop_token_ids()) stop = stop || t == token;
           message_.mutable_tokens()->add_token_ids(token);
+          if (sp.has_logprobs()) *message_.mutable_tokens()->add_logprobs() = FakeLogprobs(token, sp.logprobs());
           if (stop || sent_ >= sp.max_new_tokens()) {
             pending_final_.Clear();
             v1::DecodeFinished* f = pending_final_.mutable_finished();

@@ -23,6 +23,10 @@ namespace mlaserve::router::testing {
 
 v1::ModelIdentity FakeModelIdentity();  // vocab ByteCodec::kVocabSize, context 512
 
+// The logprobs FakeDecodeWorker streams with `token` when a request asks for `top_n`: the token
+// at -0.5, and alternatives token, token + 1, ... at -0.5, -1.5, ... (top_n of them).
+v1::TokenLogprobs FakeLogprobs(int32_t token, int top_n);
+
 class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {
  public:
   explicit FakeDecodeWorker(int total_pages = 64, int local_prefill_threshold = 0);

@@ -147,6 +147,37 @@ def main():
         again = [i for m in generate(req, timeout=60) if m.HasField("chunk") for i in m.chunk.token_ids]
         assert again == ids, (again, ids)
 
+        # logprobs: one TokenLogprobs per token; greedy, so the sampled token leads its sorted
+        # top list; the same tokens as without. logit_bias +100 forces a token.
+        with_lp = api_pb2.GenerateRequest()
+        with_lp.CopyFrom(req)
+        with_lp.sampling.logprobs = 3
+        lp_ids, lps = [], []
+        for m in generate(with_lp, timeout=60):
+            if m.HasField("chunk"):
+                assert len(m.chunk.logprobs) == len(m.chunk.token_ids), m.chunk
+                lp_ids.extend(m.chunk.token_ids)
+                lps.extend(m.chunk.logprobs)
+        assert lp_ids == ids, (lp_ids, ids)
+        for tok, lp in zip(lp_ids, lps):
+            top = list(lp.top_logprobs)
+            assert len(top) == 3 and top[0].token_id == tok and abs(top[0].logprob - lp.logprob) < 1e-6, lp
+            assert top[0].logprob >= top[1].logprob >= top[2].logprob and lp.logprob <= 0, lp
+        forced = api_pb2.GenerateRequest()
+        forced.CopyFrom(req)
+        forced.sampling.logit_bias[77] = 100.0
+        forced.sampling.max_new_tokens = 4
+        got = [i for m in generate(forced, timeout=60) if m.HasField("chunk") for i in m.chunk.token_ids]
+        assert got == [77] * 4, got
+        bad = api_pb2.GenerateRequest()
+        bad.CopyFrom(req)
+        bad.sampling.presence_penalty = 3.0
+        try:
+            list(generate(bad, timeout=60))
+            raise AssertionError("presence_penalty 3 accepted")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "presence_penalty 3" in e.details(), e
+
         # grpcio clients that compress, channel-wide or per call, are served the same.
         gzip_channel = grpc.insecure_channel(router.address, compression=grpc.Compression.Gzip)
         gzip_generate = gzip_channel.unary_stream(

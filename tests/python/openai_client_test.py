@@ -5,8 +5,9 @@ A router (--http-port 0), a prefill and a decode worker on loopback with the dem
 Run by run_openai_client_test.sh, which installs `openai` from PyPI into a venv (the test
 skips with a message when PyPI cannot be reached). Checks: models, completions and chat,
 streamed and not, with the same text and usage; OpenAI-shaped errors as the client's
-exception types; a client that closes a stream mid-way is aborted (router metric) and its
-pages freed; the curl examples of docs/api.md run as written.
+exception types; logprobs (completions and chat, streamed and not), presence / frequency
+penalties and logit_bias held to their semantics; a client that closes a stream mid-way is
+aborted (router metric) and its pages freed; the curl examples of docs/api.md run as written.
 """
 import argparse
 import json
@@ -177,6 +178,7 @@ def run_checks(client, base, router_log):
         check("temperature -1 is out of range" in e.message, f"router validation message: {e.message}")
 
     run_demanding_client_checks(client, text)
+    run_sampling_knob_checks(client, text)
 
     aborted = metric(router_log, "mlaserve_router_requests_aborted_total")
     stream = client.completions.create(model="demo", prompt="count from 1:", max_tokens=1000,
@@ -250,16 +252,19 @@ def run_demanding_client_checks(client, counted):
     expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
                                                               max_completion_tokens=100000),
                        "max_completion_tokens", "max_completion_tokens past the context")
-    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, logprobs=True,
-                                                              top_logprobs=2), "logprobs", "logprobs")
-    expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", logprobs=2), "logprobs",
-                       "completions logprobs")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, top_logprobs=2),
+                       "top_logprobs", "top_logprobs without logprobs")
+    expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", logprobs=21), "logprobs",
+                       "completions logprobs 21")
     echoed = client.completions.create(model="demo", prompt="count from 17:", max_tokens=12, temperature=0, echo=True)
     check(echoed.choices[0].text == "count from 17:" + counted and echoed.usage.completion_tokens == 12,
           f"echo: the prompt, then the completion ({echoed.choices[0].text!r})")
     expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", suffix="y"), "suffix", "suffix")
-    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, presence_penalty=0.5),
-                       "presence_penalty", "presence_penalty")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, presence_penalty=2.5),
+                       "presence_penalty", "presence_penalty 2.5")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
+                                                              logit_bias={"100000": 1}),
+                       "logit_bias", "logit_bias outside the vocabulary")
     expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
                                                               response_format={"type": "json_object"}),
                        "response_format", "response_format json_object")
@@ -277,6 +282,82 @@ def run_demanding_client_checks(client, counted):
         check(False, "unknown model retrieve refused")
     except openai.NotFoundError:
         check(True, "models.retrieve of an unknown model: NotFoundError")
+
+
+def demo_token_id(token):
+    """The demo tokenizer's id of an ASCII token string (byte-level: a space is 'Ġ')."""
+    with open(os.path.join(MODEL_DIR, "tokenizer.json")) as f:
+        vocab = json.load(f)["model"]["vocab"]
+    return vocab[token.replace(" ", "\u0120")]
+
+
+def run_sampling_knob_checks(client, counted):
+    """logprobs / top_logprobs, presence / frequency penalties and logit_bias through the real
+    cluster (CPU engine), streamed and not, checked for their semantics (docs/api.md)."""
+    prompt = "count from 17:"
+    user = [{"role": "user", "content": prompt}]
+    # Completions logprobs: greedy, so each sampled token is the most likely one (the values
+    # are the raw model's log_softmax), and its dict holds it and the top 3.
+    c = client.completions.create(model="demo", prompt=prompt, max_tokens=12, temperature=0, logprobs=3)
+    lp = c.choices[0].logprobs
+    check(c.choices[0].text == counted and "".join(lp.tokens) == counted and len(lp.tokens) == 12,
+          f"completions logprobs: one token string per generated token ({lp.tokens})")
+    for tok, val, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        if not (val <= 0 and top[tok] == val and max(top.values()) == val and 3 <= len(top) <= 4):
+            check(False, f"completions logprobs entry {tok!r} {val} {top}")
+    check(lp.text_offset == [sum(len(t) for t in lp.tokens[:i]) for i in range(12)], "text_offset accumulates")
+    streamed_tokens, streamed_values = [], []
+    for chunk in client.completions.create(model="demo", prompt=prompt, max_tokens=12, temperature=0, logprobs=3,
+                                           stream=True):
+        if chunk.choices and chunk.choices[0].logprobs is not None:
+            streamed_tokens += chunk.choices[0].logprobs.tokens
+            streamed_values += chunk.choices[0].logprobs.token_logprobs
+    check(streamed_tokens == lp.tokens and all(abs(a - b) < 1e-6 for a, b in zip(streamed_values, lp.token_logprobs)),
+          "streamed completions logprobs equal the unstreamed ones")
+    # Chat logprobs with top_logprobs: sorted, of the requested length, bytes are the token's.
+    chat = client.chat.completions.create(model="demo", max_tokens=12, temperature=0, messages=user,
+                                          logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    check(len(content) == 12 and "".join(e.token for e in content) == counted, "chat logprobs: one entry per token")
+    for e in content:
+        if not (len(e.top_logprobs) == 2 and e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob
+                and e.top_logprobs[0].token == e.token and abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6
+                and bytes(e.bytes) == e.token.encode()):
+            check(False, f"chat logprobs entry {e}")
+    streamed = []
+    for chunk in client.chat.completions.create(model="demo", max_tokens=12, temperature=0, messages=user,
+                                                logprobs=True, top_logprobs=2, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs is not None:
+            streamed += chunk.choices[0].logprobs.content
+    check([(e.token, round(e.logprob, 5)) for e in streamed] == [(e.token, round(e.logprob, 5)) for e in content],
+          "streamed chat logprobs equal the unstreamed ones")
+    # Presence / frequency penalties over the generated tokens, checked with the raw logprobs:
+    # each greedy token beats every listed alternative once both are penalised.
+    # The demo model is sure of its count (alternatives ~20 nats below): the penalties change a
+    # token once a space has been generated about ten times.
+    presence, frequency = 2.0, 2.0
+    c = client.completions.create(model="demo", prompt="count from 1:", max_tokens=32, temperature=0, logprobs=20,
+                                  presence_penalty=presence, frequency_penalty=frequency,
+                                  extra_body={"ignore_eos": True})
+    lp = c.choices[0].logprobs
+    counts = {}
+    for tok, top in zip(lp.tokens, lp.top_logprobs):
+        penalised = {t: v - (presence + frequency * counts[t] if t in counts else 0.0) for t, v in top.items()}
+        if penalised[tok] < max(penalised.values()) - 1e-3:
+            check(False, f"penalised greedy token {tok!r} lost to {max(penalised, key=penalised.get)!r}: {penalised}")
+        counts[tok] = counts.get(tok, 0) + 1
+    plain = client.completions.create(model="demo", prompt="count from 1:", max_tokens=32, temperature=0,
+                                      extra_body={"ignore_eos": True}).choices[0].text
+    check(c.choices[0].text != plain, f"the penalties change the greedy text ({plain!r} -> {c.choices[0].text!r})")
+    check(True, "every penalised greedy token is the argmax of the penalised logprobs")
+    # logit_bias: -100 bans the greedy first token, +100 forces a token.
+    first = content[0].token
+    banned = client.completions.create(model="demo", prompt=prompt, max_tokens=1, temperature=0,
+                                       logit_bias={str(demo_token_id(first)): -100}).choices[0].text
+    check(banned != first, f"logit_bias -100 bans {first!r} (got {banned!r})")
+    forced = client.chat.completions.create(model="demo", max_tokens=3, temperature=0.8, messages=user, seed=5,
+                                            logit_bias={str(demo_token_id("Q")): 100})
+    check(forced.choices[0].message.content == "QQQ", f"logit_bias +100 forces a token: {forced.choices[0].message.content!r}")
 
 
 def run_curl_examples(base):

@@ -1,0 +1,48 @@
+// LogprobsFormat: one choice's per-token log-probabilities (api.proto's TokenLogprobs, which
+// the chunks carry when the request asked for logprobs) in OpenAI's shapes:
+//   completions: {"tokens": [...], "token_logprobs": [...], "top_logprobs": [{token: lp}...],
+//                 "text_offset": [...]}; each top_logprobs dict holds the sampled token and the
+//                 n most likely ones (n + 1 entries at most, as vLLM and OpenAI's legacy API).
+//   chat:        {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token",
+//                 "logprob", "bytes"}...]}...]}; top_logprobs holds the n most likely tokens.
+// A token's string is its bytes (TextCodec::TokenBytes), invalid UTF-8 replaced by U+FFFD as
+// the tokenizer's decode does; a token the codec has no text for is "token_id:<id>" (vLLM's
+// form). Logprobs below -9999 are reported as -9999 (vLLM's clamp: JSON has no -inf).
+// text_offset counts characters (code points, as Python's len) from the choice's start.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "google/protobuf/repeated_ptr_field.h"
+#include "mlaserve/v1/api.pb.h"
+#include "nlohmann/json.hpp"
+#include "router/openai/api_request.h"
+#include "router/text_codec.h"
+
+namespace mlaserve::router::openai {
+
+class LogprobsFormat {
+ public:
+  // `codec` must outlive this.
+  LogprobsFormat(Endpoint endpoint, const TextCodec* codec);
+
+  // The `logprobs` value of a streamed choice for one chunk's tokens (`ids` and `logprobs`
+  // pair up; extra entries of the longer one are ignored); they are also kept for All().
+  nlohmann::ordered_json Add(std::span<const int32_t> ids,
+                             const google::protobuf::RepeatedPtrField<v1::TokenLogprobs>& logprobs);
+  // Every token so far (the non-streaming body's `logprobs`).
+  const nlohmann::ordered_json& All() const { return all_; }
+
+ private:
+  nlohmann::ordered_json Empty() const;
+  std::string TokenString(int32_t id, nlohmann::ordered_json* bytes) const;
+
+  const Endpoint endpoint_;
+  const TextCodec* const codec_;
+  nlohmann::ordered_json all_;
+  int64_t text_offset_ = 0;
+};
+
+}  // namespace mlaserve::router::openai
