@@ -3,7 +3,7 @@
 // scales -- arrives as f32 on the CPU backend and as bf16 in device memory on the CUDA
 // backend; the MoE correction bias stays f32 on both), with the layouts the kernels want:
 //   - dense MLP and shared experts: gate and up stacked into one [2I, H] matrix, so one GEMM
-//     feeds kernels/activation's SiluAndMul ([gate | up] per row);
+//     feeds kernels/activation's ActAndMul ([gate | up] per row);
 //   - routed experts: [E, 2I, H] gate_up and [E, H, I] down, built from the published
 //     per-expert names (mlp.experts.<e>.{gate,up,down}_proj.weight) or taken as they are from
 //     transformers-5-style fused names (mlp.experts.gate_up_proj / mlp.experts.down_proj);

@@ -262,6 +262,10 @@ std::vector<LayoutCase> Cases() {
   add("deepseek_v2_knobs", 4, AttentionParallel::kData, MoeParallel::kTensor);
   add("deepseek_v3_knobs", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
   add("deepseek_v3_knobs", 2, AttentionParallel::kData, MoeParallel::kTensor);
+  // hidden_act other than silu: every rank applies it to its slices of the dense MLP, the
+  // shared experts and the routed experts (tensor MoE), or to its own experts (expert MoE).
+  add("deepseek_v2_gelu_tanh", 2, AttentionParallel::kTensor, MoeParallel::kTensor);
+  add("deepseek_v3_gelu", 2, AttentionParallel::kData, MoeParallel::kExpert);
   // All-to-all dispatch (expert MoE only): every fixture, 2 and 4 ranks, both attentions; the
   // knob fixtures (biases, no shared expert, 6 experts over 2 ranks) and group-limited V2.
   // Each of them also with every step at fixed capacity (prompt steps included).
@@ -280,6 +284,7 @@ std::vector<LayoutCase> Cases() {
   a2a("deepseek_v2_glg", 2, AttentionParallel::kTensor);
   a2a("deepseek_v2_knobs", 2, AttentionParallel::kData);
   a2a("deepseek_v3_knobs", 2, AttentionParallel::kTensor);
+  a2a("deepseek_v3_gelu", 2, AttentionParallel::kTensor);
   return cases;
 }
 

@@ -157,7 +157,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineReferenceTest,
                                            // the knob fixtures (docs/fixtures.md)
                                            "deepseek_v2_knobs", "deepseek_v3_knobs",
                                            "deepseek_v32_knobs", "deepseek_v3_dense",
-                                           "deepseek_v3_yarn_knobs"),
+                                           "deepseek_v3_yarn_knobs",
+                                           // hidden_act other than silu (CPU backend only)
+                                           "deepseek_v2_gelu_tanh", "deepseek_v3_gelu"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -84,27 +84,30 @@ absl::Status Copy2D(const OpContext& ctx, void* dst, int64_t dst_stride, const v
 }
 
 absl::Status GatedMlp(const OpContext& ctx, const void* x, int rows, int hidden,
-                      const GatedMlpWeights& w, void* act, void* out, float beta) {
+                      const GatedMlpWeights& w, kernels::Activation activation, void* scratch,
+                      void* out, float beta) {
   if (rows == 0) return absl::OkStatus();
   const int inter = w.inter;
-  void* hidden_act = ctx.at(act, static_cast<int64_t>(rows) * 2 * inter);
+  void* hidden_act = ctx.at(scratch, static_cast<int64_t>(rows) * 2 * inter);
   kernels::GemmParams fused =
       LinearGemm(ctx, x, rows, hidden, w.gate_up, hidden_act, inter, 0.0f, false);
   fused.epilogue = kernels::GemmEpilogue::kSiluMul;
-  if (w.gate_up.bias.empty() && kernels::GemmRunsSmallM(fused, ctx.kernel.backend)) {
+  if (activation == kernels::Activation::kSilu && w.gate_up.bias.empty() &&
+      kernels::GemmRunsSmallM(fused, ctx.kernel.backend)) {
     RETURN_IF_ERROR(kernels::Gemm(fused, ctx.kernel));
     return Linear(ctx, hidden_act, rows, inter, w.down, out, hidden, beta);
   }
-  RETURN_IF_ERROR(Linear(ctx, x, rows, hidden, w.gate_up, act, 2 * inter));
-  kernels::SiluAndMulParams sp;
-  sp.dtype = ctx.dtype;
-  sp.rows = rows;
-  sp.dim = inter;
-  sp.x = act;
-  sp.x_stride = 2 * inter;
-  sp.out = hidden_act;
-  sp.out_stride = inter;
-  RETURN_IF_ERROR(kernels::SiluAndMul(sp, ctx.kernel));
+  RETURN_IF_ERROR(Linear(ctx, x, rows, hidden, w.gate_up, scratch, 2 * inter));
+  kernels::ActAndMulParams ap;
+  ap.act = activation;
+  ap.dtype = ctx.dtype;
+  ap.rows = rows;
+  ap.dim = inter;
+  ap.x = scratch;
+  ap.x_stride = 2 * inter;
+  ap.out = hidden_act;
+  ap.out_stride = inter;
+  RETURN_IF_ERROR(kernels::ActAndMul(ap, ctx.kernel));
   return Linear(ctx, hidden_act, rows, inter, w.down, out, hidden, beta);
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/common/activation.h"
 #include "kernels/common/types.h"
 #include "model/deepseek_weights.h"
 
@@ -53,11 +54,12 @@ absl::Status RmsNorm(const OpContext& ctx, const void* x, int rows, int dim, int
 absl::Status Copy2D(const OpContext& ctx, void* dst, int64_t dst_stride, const void* src,
                     int64_t src_stride, int width, int64_t rows);
 
-// out = down(silu(x gate^T) * (x up^T)) (+ beta * out), with `act` scratch of
+// out = down(activation(x gate^T) * (x up^T)) (+ beta * out), with `scratch` of
 // rows * 3I activation elements (gate|up, then the activated rows). Where the backend's GEMM
-// runs the SiLU-and-mul epilogue in the gate/up product (CUDA, few rows), that is one launch
-// writing the activated rows directly.
+// runs the SiLU-and-mul epilogue in the gate/up product (CUDA, few rows, activation silu), that
+// is one launch writing the activated rows directly.
 absl::Status GatedMlp(const OpContext& ctx, const void* x, int rows, int hidden,
-                      const GatedMlpWeights& w, void* act, void* out, float beta = 0.0f);
+                      const GatedMlpWeights& w, kernels::Activation activation, void* scratch,
+                      void* out, float beta = 0.0f);
 
 }  // namespace mlaserve::model::ops

@@ -233,4 +233,35 @@ FIXTURES = {
                              "beta_fast": 16, "beta_slow": 2, "attention_factor": 1.25,
                              "mscale_all_dim": 0.9},
             rms_norm_eps=1e-6, bos_token_id=2, eos_token_id=3, tie_word_embeddings=False)),
+    # hidden_act other than silu: HF applies ACT2FN[hidden_act](gate) * up in the dense MLP,
+    # the shared experts and every routed expert. V2 with the tanh-approximated GELU
+    # (gelu_pytorch_tanh: torch's gelu(approximate="tanh")), plain RoPE, greedy softmax routing.
+    "deepseek_v2_gelu_tanh": dict(
+        model_cls="DeepseekV2ForCausalLM", config_cls="DeepseekV2Config", published=False,
+        seed=13000,
+        config=dict(
+            vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+            kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=16, qk_nope_head_dim=16,
+            v_head_dim=16, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+            first_k_dense_replace=1, topk_method="greedy", n_group=1, topk_group=1,
+            norm_topk_prob=False, routed_scaling_factor=1.0, max_position_embeddings=512,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
+            hidden_act="gelu_pytorch_tanh")),
+    # V3 with the exact (erf) GELU: q LoRA, noaux_tc over 2 groups of 2 experts with
+    # topk_group 1, norm_topk_prob, routed_scaling_factor 2.5, 2 shared experts.
+    "deepseek_v3_gelu": dict(
+        model_cls="DeepseekV3ForCausalLM", config_cls="DeepseekV3Config", published=False,
+        seed=14000,
+        config=dict(
+            vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+            kv_lora_rank=32, q_lora_rank=32, qk_rope_head_dim=16, qk_nope_head_dim=16,
+            v_head_dim=16, n_routed_experts=4, n_shared_experts=2, num_experts_per_tok=2,
+            n_group=2, topk_group=1, first_k_dense_replace=1, norm_topk_prob=True,
+            routed_scaling_factor=2.5, max_position_embeddings=512, rope_interleave=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
+            hidden_act="gelu")),
 }

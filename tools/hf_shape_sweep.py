@@ -15,6 +15,7 @@ import subprocess
 import torch
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
                           DeepseekV32Config, DeepseekV32ForCausalLM)
+from transformers.activations import ACT2FN
 
 V2 = (DeepseekV2Config, DeepseekV2ForCausalLM)
 V3 = (DeepseekV3Config, DeepseekV3ForCausalLM)
@@ -60,10 +61,36 @@ CASES = {
     # cut and the selection depends on tie order (torch.topk's is unspecified). Expected to differ.
     "v32_sparse_2_heads_ties": (V32, dict(q_lora_rank=16, index_topk=8, index_n_heads=2, index_head_dim=16,
                                           rope_parameters=YARN4, **ONE_GROUP), 60, "eager"),
+    # hidden_act: the elementwise ACT2FN entries the fixtures (gelu, gelu_pytorch_tanh) do not pin,
+    # applied as act(gate) * up by the dense MLP, the shared and the routed experts.
+    "v3_relu": (V3, dict(hidden_act="relu", **ONE_GROUP), 40, "eager"),
+    "v2_relu2": (V2, dict(hidden_act="relu2"), 40, "eager"),
+    "v3_relu6_capped": (V3, dict(hidden_act="relu6", **ONE_GROUP), 40, "eager"),
+    "v2_leaky_relu": (V2, dict(hidden_act="leaky_relu"), 40, "eager"),
+    "v3_quick_gelu": (V3, dict(hidden_act="quick_gelu", **ONE_GROUP), 40, "eager"),
+    "v2_gelu_new": (V2, dict(hidden_act="gelu_new"), 40, "eager"),
+    "v3_gelu_fast": (V3, dict(hidden_act="gelu_fast", **ONE_GROUP), 40, "eager"),
+    "v3_gelu_accurate": (V3, dict(hidden_act="gelu_accurate", **ONE_GROUP), 40, "eager"),
+    "v2_gelu_python": (V2, dict(hidden_act="gelu_python"), 40, "eager"),
+    "v2_gelu_python_tanh": (V2, dict(hidden_act="gelu_python_tanh"), 40, "eager"),
+    "v3_gelu_10_clipped": (V3, dict(hidden_act="gelu_10", **ONE_GROUP), 40, "eager"),
+    "v2_mish": (V2, dict(hidden_act="mish"), 40, "eager"),
+    "v3_sigmoid": (V3, dict(hidden_act="sigmoid", **ONE_GROUP), 40, "eager"),
+    "v2_tanh": (V2, dict(hidden_act="tanh"), 40, "eager"),
+    "v3_linear": (V3, dict(hidden_act="linear", **ONE_GROUP), 40, "eager"),
+    "v3_hardswish": (V3, dict(hidden_act="hardswish", **ONE_GROUP), 40, "eager"),
+    "v2_laplace": (V2, dict(hidden_act="laplace"), 40, "eager"),
+    "v3_sqrtsoftplus": (V3, dict(hidden_act="sqrtsoftplus", **ONE_GROUP), 40, "eager"),
+    "v32_relu2_sparse": (V32, dict(hidden_act="relu2", q_lora_rank=16, index_topk=8, index_n_heads=8,
+                                   index_head_dim=16, rope_parameters=YARN4, **ONE_GROUP), 60, "eager"),
 }
 
+# Cases whose gate projections (dense MLP, shared and routed experts) are scaled up so the gates
+# reach the activation's clip or cap (gelu_10 at 10, relu6 at 6); the others keep O(1) gates.
+GATE_SCALE = {"v3_relu6_capped": 8.0, "v3_gelu_10_clipped": 16.0}
 
-def make_checkpoint(classes, changes, path):
+
+def make_checkpoint(classes, changes, path, gate_scale=1.0):
     config_cls, model_cls = classes
     config = config_cls(**{**BASE, **changes})
     model = model_cls(config).to(torch.bfloat16)
@@ -75,9 +102,37 @@ def make_checkpoint(classes, changes, path):
                 p.normal_(0, 0.5)
             else:
                 p.copy_(1 + 0.2 * torch.randn_like(p))
+            if name.endswith("gate_proj.weight"):  # dense MLP, shared experts
+                p.mul_(gate_scale)
+            elif name.endswith("experts.gate_up_proj"):  # routed experts, fused [E, 2I, H]: gate rows first
+                p[:, : p.shape[1] // 2].mul_(gate_scale)
         model.lm_head.weight.mul_(3)
     model.save_pretrained(path)
     return config
+
+
+# The activation a case's logits are compared with to show that its own one mattered: SiLU, or
+# for a clipped / capped one its unclipped form (so the clip or cap was reached).
+FLIP_TO = {"gelu_10": "gelu", "relu6": "relu"}
+
+
+def gate_flip(model, ids, act):
+    """For a non-SiLU hidden_act: (the activation swapped in, the relative change of the last
+    logits when every MLP runs it instead of `act`), or None."""
+    if act in (None, "silu", "swish"):
+        return None
+    other = FLIP_TO.get(act, "silu")
+    want = model(ids).logits[0, -1]
+    saved = {}
+    for name, mod in model.named_modules():
+        if hasattr(mod, "act_fn"):
+            saved[name] = mod.act_fn
+            mod.act_fn = ACT2FN[other]
+    got = model(ids).logits[0, -1]
+    for name, mod in model.named_modules():
+        if name in saved:
+            mod.act_fn = saved[name]
+    return other, ((got - want).norm() / want.norm()).item()
 
 
 def main():
@@ -91,11 +146,12 @@ def main():
         if args.cases and name not in args.cases:
             continue
         path = f"{args.out}/{name}"
-        config = make_checkpoint(classes, changes, path)
+        config = make_checkpoint(classes, changes, path, GATE_SCALE.get(name, 1.0))
         model = classes[1].from_pretrained(path, dtype=torch.float32, attn_implementation=attn).eval()
         ids = torch.randint(2, config.vocab_size, (1, prompt_len))
         with torch.no_grad():
             want = model(ids).logits[0, -1]
+            flip = gate_flip(model, ids, changes.get("hidden_act"))
         out = subprocess.run([args.run, "--model", path, "--prompt-ids", ",".join(map(str, ids[0].tolist())),
                               "--max-new-tokens", "1", "--backend", "cpu", "--ignore-eos", "--dump-logits",
                               path + "/dump.json"], capture_output=True, text=True)
@@ -104,7 +160,8 @@ def main():
             continue
         got = torch.tensor(json.load(open(path + "/dump.json"))["last_prompt_logits"])
         rel = ((got - want).norm() / want.norm()).item()
-        print(f"{name}: relative error {rel:.1e} {'ok' if rel < 1e-4 else 'DIFFERS'}")
+        note = f" ({flip[0]} instead: {flip[1]:.1e})" if flip is not None else ""
+        print(f"{name}: relative error {rel:.1e} {'ok' if rel < 1e-4 else 'DIFFERS'}{note}")
 
 
 if __name__ == "__main__":

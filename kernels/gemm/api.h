@@ -34,7 +34,8 @@ enum class GemmEpilogue : uint8_t {
   // Gated MLP: B's rows are gate rows [0, n/2) then up rows [n/2, n) (the stacked gate_up
   // weight), and C is [m, n/2]: C[r, j] = silu(g) * u with g, u the products of rows j and
   // n/2 + j, each first rounded to C's dtype (as a GEMM writing them out would round them),
-  // silu(g) = g / (1 + exp(-g)) in f32 -- kernels/activation's SiluAndMul, fused. n even,
+  // silu(g) = g / (1 + exp(-g)) in f32 -- kernels/activation's ActAndMul with act = kSilu,
+  // fused. SiLU only: a model with another activation runs the plain GEMM and ActAndMul. n even,
   // b_transposed, no bias, beta = 0, no c2.
   kSiluMul,
 };

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/common/activation.h"
 #include "kernels/common/types.h"
 
 namespace mlaserve::kernels {
@@ -102,7 +103,9 @@ struct MoeResidualNorm {
 };
 
 // Routed experts: out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]), where
-// expert_e(x) = down_e( silu(gate_e x) * up_e x ). Tokens are grouped by expert (sorted), and
+// expert_e(x) = down_e( act(gate_e x) * up_e x ), act = silu unless `act` says otherwise (the
+// CPU backend runs every kernels/common/activation.h function; the CUDA paths fuse SiLU and
+// refuse the others with INVALID_ARGUMENT). Tokens are grouped by expert (sorted), and
 // each expert runs one GEMM over its tokens, never one GEMM per token. An assignment whose id
 // is outside [0, num_experts) belongs to no expert of this stack (an expert-parallel rank's
 // view of another rank's expert, kernels/moe_shard's kNotLocal): it gets no row in the
@@ -133,6 +136,7 @@ struct MoeExpertsParams {
   const MoeRoutingParams* routing = nullptr;
   MoeSharedExperts shared;  // CUDA, where MoeExpertsFoldsSharedAndNorm(p): else inter must be 0
   MoeResidualNorm norm;     // CUDA, where MoeExpertsFoldsSharedAndNorm(p): else residual null
+  Activation act = Activation::kSilu;  // of the routed (and folded shared) experts
 };
 
 size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p);

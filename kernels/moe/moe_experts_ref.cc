@@ -1,13 +1,13 @@
 // moe experts CPU backend: assignments sorted by expert (a counting sort), then per expert one
-// gate_up GEMM over its gathered tokens, SiLU-and-mul, one down GEMM, and a weighted
+// gate_up GEMM over its gathered tokens, act-and-mul (kernels/activation, in place), one down GEMM, and a weighted
 // scatter-add into out, experts in ascending order (as HF's loop adds them).
 #include <cblas.h>
 
-#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/activation/api.h"
 #include "kernels/common/param_check.h"
 #include "kernels/moe/api.h"
 
@@ -70,11 +70,16 @@ absl::Status MoeExpertsCpu(const MoeExpertsParams& p) {
     // [n, hidden] x gate_up[e]^T [hidden, 2*inter] -> [n, 2*inter] = [gate | up].
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, 2 * I, H, 1.0f, xe, H,
                 gate_up + e * 2 * I * H, H, 0.0f, he, 2 * I);
-    for (int r = 0; r < n; ++r) {
-      float* g = he + r * 2 * I;
-      const float* u = g + I;
-      for (int64_t j = 0; j < I; ++j) g[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
-    }
+    // act(gate) * up over the gate half, in place.
+    ActAndMulParams act;
+    act.act = p.act;
+    act.rows = n;
+    act.dim = static_cast<int>(I);
+    act.x = he;
+    act.x_stride = 2 * I;
+    act.out = he;
+    act.out_stride = 2 * I;
+    RETURN_IF_ERROR(ActAndMulCpu(act));
     // act [n, inter] (row stride 2*inter) x down[e]^T [inter, hidden] -> [n, hidden].
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, H, I, 1.0f, he, 2 * I,
                 down + e * H * I, I, 0.0f, ye, H);

@@ -1,5 +1,8 @@
 #include <cmath>
+#include <functional>
 #include <random>
+#include <string>
+#include <utility>
 #include <tuple>
 #include <vector>
 
@@ -9,6 +12,38 @@
 
 namespace mlaserve::kernels {
 namespace {
+
+double NaiveSilu(double g) { return g / (1.0 + std::exp(-g)); }
+
+// out[t] = sum_j w[t, j] * down_e(act(gate_e x) * up_e x), in double, token by token.
+std::vector<float> NaiveExperts(const std::vector<float>& x, const std::vector<float>& gate_up,
+                                const std::vector<float>& down, const std::vector<int32_t>& ids,
+                                const std::vector<float>& weights, int T, int H, int I, int K,
+                                const std::function<double(double)>& act_fn) {
+  std::vector<float> want(static_cast<size_t>(T) * H, 0.0f);
+  for (int t = 0; t < T; ++t) {
+    std::vector<double> acc(H, 0.0);
+    for (int j = 0; j < K; ++j) {
+      const int e = ids[t * K + j];
+      std::vector<double> act(I);
+      for (int i = 0; i < I; ++i) {
+        double g = 0, u = 0;
+        for (int h = 0; h < H; ++h) {
+          g += static_cast<double>(gate_up[(static_cast<size_t>(e) * 2 * I + i) * H + h]) * x[t * H + h];
+          u += static_cast<double>(gate_up[(static_cast<size_t>(e) * 2 * I + I + i) * H + h]) * x[t * H + h];
+        }
+        act[i] = act_fn(g) * u;
+      }
+      for (int h = 0; h < H; ++h) {
+        double y = 0;
+        for (int i = 0; i < I; ++i) y += down[(static_cast<size_t>(e) * H + h) * I + i] * act[i];
+        acc[h] += weights[t * K + j] * y;
+      }
+    }
+    for (int h = 0; h < H; ++h) want[t * H + h] = static_cast<float>(acc[h]);
+  }
+  return want;
+}
 
 // (num_tokens, hidden, inter, num_experts, top_k)
 class MoeExpertsTest : public ::testing::TestWithParam<std::tuple<int, int, int, int, int>> {};
@@ -30,28 +65,7 @@ TEST_P(MoeExpertsTest, MatchesNaivePerTokenLoop) {
     std::shuffle(perm.begin(), perm.end(), rng);
     for (int j = 0; j < K; ++j) ids[t * K + j] = perm[j];
   }
-  std::vector<float> want(static_cast<size_t>(T) * H, 0.0f);
-  for (int t = 0; t < T; ++t) {
-    std::vector<double> acc(H, 0.0);
-    for (int j = 0; j < K; ++j) {
-      const int e = ids[t * K + j];
-      std::vector<double> act(I);
-      for (int i = 0; i < I; ++i) {
-        double g = 0, u = 0;
-        for (int h = 0; h < H; ++h) {
-          g += static_cast<double>(gate_up[(static_cast<size_t>(e) * 2 * I + i) * H + h]) * x[t * H + h];
-          u += static_cast<double>(gate_up[(static_cast<size_t>(e) * 2 * I + I + i) * H + h]) * x[t * H + h];
-        }
-        act[i] = g / (1.0 + std::exp(-g)) * u;
-      }
-      for (int h = 0; h < H; ++h) {
-        double y = 0;
-        for (int i = 0; i < I; ++i) y += down[(static_cast<size_t>(e) * H + h) * I + i] * act[i];
-        acc[h] += weights[t * K + j] * y;
-      }
-    }
-    for (int h = 0; h < H; ++h) want[t * H + h] = static_cast<float>(acc[h]);
-  }
+  const std::vector<float> want = NaiveExperts(x, gate_up, down, ids, weights, T, H, I, K, NaiveSilu);
   std::vector<float> out(want.size());
   testing::Poison(out);
   MoeExpertsParams p;
@@ -69,6 +83,59 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeExpertsTest,
                          ::testing::Combine(::testing::Values(1, 37), ::testing::Values(16, 64),
                                             ::testing::Values(8, 48), ::testing::Values(4, 16),
                                             ::testing::Values(1, 4)));
+
+// The experts apply p.act to their gates (HF: ACT2FN[hidden_act](gate) * up); a few of
+// kernels/common/activation.h's functions, each against its own formula. Gates are O(1) so the
+// negative side, relu6's cap and gelu_10's clip are not reached alike; the kernels/activation
+// tests pin those.
+TEST(MoeExpertsActivation, AppliesTheActivationOfTheParams) {
+  const int T = 9, H = 32, I = 16, E = 4, K = 2;
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  auto x = testing::RandomVector(static_cast<size_t>(T) * H, seed, -2.0f, 2.0f);
+  auto gate_up = testing::RandomVector(static_cast<size_t>(E) * 2 * I * H, seed + 1, -0.5f, 0.5f);
+  auto down = testing::RandomVector(static_cast<size_t>(E) * H * I, seed + 2, -0.2f, 0.2f);
+  auto weights = testing::RandomVector(static_cast<size_t>(T) * K, seed + 3, 0.0f, 1.0f);
+  std::vector<int32_t> ids(static_cast<size_t>(T) * K);
+  for (int t = 0; t < T; ++t) {
+    ids[t * K] = t % E;
+    ids[t * K + 1] = (t + 1 + t / E) % E;
+  }
+  const std::vector<std::pair<Activation, std::function<double(double)>>> acts = {
+      {Activation::kGelu, [](double g) { return 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0))); }},
+      {Activation::kRelu, [](double g) { return g > 0 ? g : 0.0; }},
+      {Activation::kRelu2, [](double g) { return g > 0 ? g * g : 0.0; }},
+      {Activation::kMish, [](double g) { return g * std::tanh(std::log1p(std::exp(g))); }},
+      {Activation::kLinear, [](double g) { return g; }},
+      {Activation::kSilu, NaiveSilu}};
+  std::vector<float> silu_out;
+  for (const auto& [act, fn] : acts) {
+    SCOPED_TRACE(ActivationName(act));
+    const std::vector<float> want = NaiveExperts(x, gate_up, down, ids, weights, T, H, I, K, fn);
+    std::vector<float> out(want.size());
+    testing::Poison(out);
+    MoeExpertsParams p;
+    p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = K;
+    p.x = x.data(); p.topk_ids = ids.data(); p.topk_weights = weights.data();
+    p.gate_up = gate_up.data(); p.down = down.data(); p.out = out.data();
+    p.act = act;
+    std::vector<char> ws(MoeExpertsWorkspaceBytes(p), static_cast<char>(0xff));
+    p.workspace = ws.data(); p.workspace_bytes = ws.size();
+    ASSERT_TRUE(MoeExperts(p, KernelContext{}).ok());
+    EXPECT_LT(testing::RelativeError(out, want), 1e-5);
+    if (act == Activation::kSilu) silu_out = out;
+    // The CUDA backend refuses every activation but SiLU before touching a pointer.
+    const absl::Status cuda = MoeExperts(p, KernelContext{Backend::kCuda, nullptr, 0});
+    if (act != Activation::kSilu) {
+      EXPECT_EQ(cuda.code(), absl::StatusCode::kInvalidArgument) << cuda;
+      EXPECT_NE(cuda.message().find(ActivationName(act)), std::string::npos) << cuda;
+    }
+  }
+  // The activation matters: GELU's output is not SiLU's.
+  const std::vector<float> gelu =
+      NaiveExperts(x, gate_up, down, ids, weights, T, H, I, K, acts[0].second);
+  EXPECT_GT(testing::RelativeError(silu_out, gelu), 1e-2);
+}
 
 TEST(MoeExpertsValidation, RefusesASmallWorkspace) {
   std::vector<float> x(8), gu(2 * 2 * 2 * 8), dn(2 * 8 * 2), out(8), w = {1.0f};

@@ -114,7 +114,7 @@ absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out,
   if (!w_->is_moe) {
     ASSIGN_OR_RETURN(void* act,
                      scratch.Activations(static_cast<int64_t>(T) * 3 * w_->mlp.inter, "mlp act"));
-    RETURN_IF_ERROR(ops::GatedMlp(oc, x, T, hidden, w_->mlp, act, out));
+    RETURN_IF_ERROR(ops::GatedMlp(oc, x, T, hidden, w_->mlp, c.activation, act, out));
     return false;
   }
 
@@ -150,6 +150,7 @@ absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out,
   e.down = m.experts_down.data();
   e.out = out;
   e.routing = &routing;
+  e.act = c.activation;
   // Decode steps on one GPU: the shared experts as slices of the routed experts' stream
   // kernels, and the residual add + next norm in their combine (kernels/moe/api.h), instead of
   // a gated MLP (two launches) and an RmsNorm after the block.
@@ -185,23 +186,27 @@ absl::Status FeedForward::AddSharedExperts(int rows, const void* x, void* out) {
                                                   "shared experts act"));
   // HF: experts(x) + shared_experts(x); the shared output accumulates into `out`.
   if (m.shared.gate_up_layout == kernels::MoeGateUpLayout::kStacked) {
-    return ops::GatedMlp(ctx_->ops, x, rows, hidden, m.shared, act, out, /*beta=*/1.0f);
+    return ops::GatedMlp(ctx_->ops, x, rows, hidden, m.shared, ctx_->config->activation, act, out,
+                         /*beta=*/1.0f);
   }
   ASSIGN_OR_RETURN(void* activated, InterleavedSharedGateUp(rows, x, act));
   return ops::Linear(ctx_->ops, activated, rows, m.shared.inter, m.shared.down, out, hidden,
                      /*beta=*/1.0f);
 }
 
-// silu(x gate^T) * (x up^T) of the shared experts' interleaved gate_up (kInterleaved8: rows
+// act(x gate^T) * (x up^T) of the shared experts' interleaved gate_up (kInterleaved8: rows
 // [16j, 16j+8) gate features [8j, 8j+8), rows [16j+8, 16j+16) their up), in `act` (rows * 3I
 // elements; the activated [rows, I] rows are its last third). Every path gives the bits of the
-// stacked GEMM + SiluAndMul (products rounded to bf16 first).
+// stacked GEMM + ActAndMul (products rounded to bf16 first); the fused forms compute SiLU, so
+// they run for silu only (the CUDA backend takes no other: DeepseekEngine::Create).
 absl::StatusOr<void*> FeedForward::InterleavedSharedGateUp(int rows, const void* x, void* act) {
   constexpr int kBlock = 8;  // features per interleaved block
   const GatedMlpWeights& w = w_->moe.shared;
   const ops::OpContext& oc = ctx_->ops;
   const int hidden = ctx_->config->hidden_size;
   const int inter = w.inter;
+  const kernels::Activation activation = ctx_->config->activation;
+  const bool silu = activation == kernels::Activation::kSilu;
   void* activated = oc.at(act, static_cast<int64_t>(rows) * 2 * inter);
   // Many rows: the Hopper grouped GEMM as one group, SiLU * up in its epilogue.
   kernels::MoeSharedGateUpParams fused;
@@ -212,7 +217,7 @@ absl::StatusOr<void*> FeedForward::InterleavedSharedGateUp(int rows, const void*
   fused.x = x;
   fused.gate_up = w.gate_up.weight.data();
   fused.act = activated;
-  if (kernels::MoeSharedGateUpRuns(fused, oc.kernel.backend)) {
+  if (silu && kernels::MoeSharedGateUpRuns(fused, oc.kernel.backend)) {
     fused.workspace_bytes = kernels::MoeSharedGateUpWorkspaceBytes();
     ASSIGN_OR_RETURN(fused.workspace,
                      ctx_->scratch->Allocate(fused.workspace_bytes, "shared gate_up workspace"));
@@ -237,15 +242,16 @@ absl::StatusOr<void*> FeedForward::InterleavedSharedGateUp(int rows, const void*
   g.ldc = inter;
   g.stride_c = kBlock;
   g.epilogue = kernels::GemmEpilogue::kSiluMul;
-  if (kernels::GemmRunsSmallM(g, oc.kernel.backend)) {
+  if (silu && kernels::GemmRunsSmallM(g, oc.kernel.backend)) {
     RETURN_IF_ERROR(kernels::Gemm(g, oc.kernel));
     return activated;
   }
-  // Otherwise the product in its interleaved column order, then SiluAndMul over its
+  // Otherwise the product in its interleaved column order, then ActAndMul over its
   // [gate 8 | up 8] pieces taken as rows of 16 (rows * inter / 8 of them; the outputs land in
   // feature order).
   RETURN_IF_ERROR(ops::Linear(oc, x, rows, hidden, w.gate_up, act, 2 * inter));
-  kernels::SiluAndMulParams sp;
+  kernels::ActAndMulParams sp;
+  sp.act = activation;
   sp.dtype = oc.dtype;
   sp.rows = rows * (inter / kBlock);
   sp.dim = kBlock;
@@ -253,7 +259,7 @@ absl::StatusOr<void*> FeedForward::InterleavedSharedGateUp(int rows, const void*
   sp.x_stride = 2 * kBlock;
   sp.out = activated;
   sp.out_stride = kBlock;
-  RETURN_IF_ERROR(kernels::SiluAndMul(sp, oc.kernel));
+  RETURN_IF_ERROR(kernels::ActAndMul(sp, oc.kernel));
   return activated;
 }
 

@@ -135,6 +135,7 @@ absl::Status RunLocalExperts(const LayerContext& ctx, const MoeWeights& m, int64
   e.gate_up_layout = m.experts_gate_up_layout;
   e.down = m.experts_down.data();
   e.out = out;
+  e.act = ctx.config->activation;
   e.workspace_bytes = kernels::MoeExpertsWorkspaceBytes(e);
   ASSIGN_OR_RETURN(e.workspace, ctx.scratch->Allocate(e.workspace_bytes, "moe experts workspace"));
   return kernels::MoeExperts(e, oc.kernel);

@@ -209,13 +209,13 @@ class Parser {
                         " MLPs have no biases"));
     }
     RETURN_IF_ERROR(r_.String("hidden_act", &c_.hidden_act));
-    // HF's ACT2FN maps "swish" to nn.SiLU too. The kernels fuse SiLU-and-mul, so the other
-    // activations HF offers (gelu, relu, ...) are refused.
-    if (c_.hidden_act == "swish") c_.hidden_act = "silu";
-    if (c_.hidden_act != "silu") {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: hidden_act '", c_.hidden_act,
-                                                     "' is not supported; expected silu (or swish)"));
+    // Any elementwise key of HF's ACT2FN (swish is nn.SiLU); parametric (prelu, xielu) and
+    // unknown names are refused naming the value.
+    absl::StatusOr<kernels::Activation> act = kernels::ActivationFromHfName(c_.hidden_act);
+    if (!act.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("config.json: ", act.status().message()));
     }
+    c_.activation = *act;
     int mtp = 0;
     RETURN_IF_ERROR(r_.AliasedInt("num_nextn_predict_layers", "num_mtp_layers", &mtp, 0));
     c_.num_nextn_predict_layers = mtp;

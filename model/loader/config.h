@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/common/activation.h"
 
 namespace mlaserve::model {
 
@@ -57,7 +58,10 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q_a_proj, kv_a_proj_with_mqa and o_proj carry biases
   bool mlp_bias = false;        // V2 only: the dense MLP and shared experts carry biases
-  std::string hidden_act = "silu";
+  std::string hidden_act = "silu";  // as written in config.json (for messages)
+  // The MLPs' and experts' act(gate) * up (HF's ACT2FN[hidden_act]; swish is kSilu). Every one
+  // runs on the CPU backend; the CUDA backend takes kSilu only (DeepseekEngine::Create).
+  kernels::Activation activation = kernels::Activation::kSilu;
 
   // MLA
   std::optional<int> q_lora_rank;  // null: q_proj; set: q_a_proj -> q_a_layernorm -> q_b_proj

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -311,8 +313,7 @@ TEST(ModelConfigTest, ErrorsNameFieldAndValue) {
                 "\"</s>\"");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["qk_head_dim"] = 128; }), "qk_head_dim is 128",
                 "192");
-  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["hidden_act"] = "gelu"; }), "'gelu'");
-  EXPECT_TRUE(ParseEdited(kV3, [](Json& j) { j["hidden_act"] = "swish"; }).ok());  // nn.SiLU
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["hidden_act"] = "gelu_tanh"; }), "'gelu_tanh'");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["num_local_experts"] = 128; }),
                 "'n_routed_experts' is 256", "'num_local_experts' is 128");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["scoring_func"] = "relu"; }), "'relu'");
@@ -322,6 +323,51 @@ TEST(ModelConfigTest, ErrorsNameFieldAndValue) {
                 "'first_k_dense_replace' is null");
   ExpectInvalid(ParseModelConfig("{\"model_type\": ").status(), "not valid JSON");
   ExpectInvalid(ParseModelConfig("[1, 2]").status(), "JSON object");
+}
+
+// hidden_act: every elementwise key of transformers 5.17's ACT2FN parses to its function (swish
+// and silu alike: nn.SiLU); the parametric ones and unknown names are refused naming the value
+// and listing what is supported. The default (field absent) is HF's class default, silu.
+TEST(ModelConfigTest, HiddenActFollowsHfAct2Fn) {
+  using kernels::Activation;
+  const std::vector<std::pair<const char*, Activation>> names = {
+      {"silu", Activation::kSilu},           {"swish", Activation::kSilu},
+      {"gelu", Activation::kGelu},           {"gelu_python", Activation::kGelu},
+      {"gelu_10", Activation::kGelu10},      {"gelu_new", Activation::kGeluTanh},
+      {"gelu_pytorch_tanh", Activation::kGeluTanh}, {"gelu_python_tanh", Activation::kGeluTanh},
+      {"gelu_accurate", Activation::kGeluTanh},     {"gelu_fast", Activation::kGeluFast},
+      {"quick_gelu", Activation::kQuickGelu}, {"relu", Activation::kRelu},
+      {"relu2", Activation::kRelu2},         {"relu6", Activation::kRelu6},
+      {"leaky_relu", Activation::kLeakyRelu}, {"hardswish", Activation::kHardswish},
+      {"sigmoid", Activation::kSigmoid},     {"tanh", Activation::kTanh},
+      {"mish", Activation::kMish},           {"linear", Activation::kLinear},
+      {"laplace", Activation::kLaplace},     {"sqrtsoftplus", Activation::kSqrtSoftplus}};
+  for (const auto& [name, act] : names) {
+    Json j = Json::parse(kV3);
+    j["hidden_act"] = name;
+    auto c = ParseModelConfig(j.dump());
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status();
+    EXPECT_EQ(c->activation, act) << name;
+    EXPECT_EQ(c->hidden_act, name);  // kept as written, for messages
+    EXPECT_TRUE(c->warnings.empty()) << name;
+  }
+  EXPECT_EQ(ParseOk(kV3).activation, Activation::kSilu);
+  Json absent = Json::parse(kV3);
+  absent.erase("hidden_act");
+  auto c = ParseModelConfig(absent.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->activation, Activation::kSilu);
+
+  for (const char* bad : {"prelu", "xielu", "gelu_tanh", "GELU", "identity", "swiglu"}) {
+    SCOPED_TRACE(bad);
+    const absl::Status st = ParseEdited(kV3, [bad](Json& j) { j["hidden_act"] = bad; });
+    ExpectInvalid(st, absl::StrCat("hidden_act '", bad, "' is not supported"),
+                  "supported: gelu, gelu_10, gelu_fast, gelu_new");
+    ExpectInvalid(st, "relu6, sigmoid, silu, sqrtsoftplus, swish, tanh");
+  }
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["hidden_act"] = "prelu"; }),
+                "learned parameters");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["hidden_act"] = 3; }), "hidden_act");
 }
 
 TEST(ModelConfigTest, NoMoeLayersNeedNoExperts) {
