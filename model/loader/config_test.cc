@@ -325,24 +325,16 @@ TEST(ModelConfigTest, ErrorsNameFieldAndValue) {
   ExpectInvalid(ParseModelConfig("[1, 2]").status(), "JSON object");
 }
 
-// hidden_act: every elementwise key of transformers 5.17's ACT2FN parses to its function (swish
-// and silu alike: nn.SiLU); the parametric ones and unknown names are refused naming the value
-// and listing what is supported. The default (field absent) is HF's class default, silu.
+// hidden_act: every name the activation parser knows (kernels/common/activation.h; each name's
+// formula is held by kernels_activation_test) reaches the config as that function, swish and
+// silu alike; the parametric ones and unknown names are refused naming the value and listing
+// what is supported. The default (field absent) is HF's class default, silu.
 TEST(ModelConfigTest, HiddenActFollowsHfAct2Fn) {
   using kernels::Activation;
-  const std::vector<std::pair<const char*, Activation>> names = {
-      {"silu", Activation::kSilu},           {"swish", Activation::kSilu},
-      {"gelu", Activation::kGelu},           {"gelu_python", Activation::kGelu},
-      {"gelu_10", Activation::kGelu10},      {"gelu_new", Activation::kGeluTanh},
-      {"gelu_pytorch_tanh", Activation::kGeluTanh}, {"gelu_python_tanh", Activation::kGeluTanh},
-      {"gelu_accurate", Activation::kGeluTanh},     {"gelu_fast", Activation::kGeluFast},
-      {"quick_gelu", Activation::kQuickGelu}, {"relu", Activation::kRelu},
-      {"relu2", Activation::kRelu2},         {"relu6", Activation::kRelu6},
-      {"leaky_relu", Activation::kLeakyRelu}, {"hardswish", Activation::kHardswish},
-      {"sigmoid", Activation::kSigmoid},     {"tanh", Activation::kTanh},
-      {"mish", Activation::kMish},           {"linear", Activation::kLinear},
-      {"laplace", Activation::kLaplace},     {"sqrtsoftplus", Activation::kSqrtSoftplus}};
-  for (const auto& [name, act] : names) {
+  EXPECT_EQ(kernels::ActivationFromHfName("swish").value(), Activation::kSilu);
+  for (const kernels::ActivationHfName& entry : kernels::kActivationHfNames) {
+    const std::string name(entry.name);
+    const Activation act = entry.act;
     Json j = Json::parse(kV3);
     j["hidden_act"] = name;
     auto c = ParseModelConfig(j.dump());
