@@ -88,7 +88,12 @@ std::map<std::pair<void*, int>, std::unique_ptr<StreamState>>& States() {
 
 absl::StatusOr<StreamState*> StateFor(void* stream) {
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return absl::InternalError("gemm: cudaGetDevice failed");
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+    // No usable device (none present, or the driver missing): the caller asked for the CUDA
+    // backend where it cannot run.
+    return absl::FailedPreconditionError(
+        absl::StrCat("gemm: the CUDA backend has no device: ", cudaGetErrorString(err)));
+  }
   auto& slot = States()[{stream, device}];
   if (slot == nullptr) {
     auto st = std::make_unique<StreamState>();
