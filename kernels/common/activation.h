@@ -89,26 +89,11 @@ inline constexpr ActivationHfName kActivationHfNames[] = {
     {"tanh", Activation::kTanh},
 };
 
-// The canonical name of `a` (the first of its HF names, silu for kSilu), for messages.
+// The name of `a` in messages: its first name in kActivationHfNames (silu for kSilu, gelu_new
+// for the tanh GELU). The table's names are string literals, so data() ends in a NUL.
 inline const char* ActivationName(Activation a) {
-  switch (a) {
-    case Activation::kSilu: return "silu";
-    case Activation::kGelu: return "gelu";
-    case Activation::kGelu10: return "gelu_10";
-    case Activation::kGeluTanh: return "gelu_new";
-    case Activation::kGeluFast: return "gelu_fast";
-    case Activation::kQuickGelu: return "quick_gelu";
-    case Activation::kRelu: return "relu";
-    case Activation::kRelu2: return "relu2";
-    case Activation::kRelu6: return "relu6";
-    case Activation::kLeakyRelu: return "leaky_relu";
-    case Activation::kHardswish: return "hardswish";
-    case Activation::kSigmoid: return "sigmoid";
-    case Activation::kTanh: return "tanh";
-    case Activation::kMish: return "mish";
-    case Activation::kLinear: return "linear";
-    case Activation::kLaplace: return "laplace";
-    case Activation::kSqrtSoftplus: return "sqrtsoftplus";
+  for (const ActivationHfName& n : kActivationHfNames) {
+    if (n.act == a) return n.name.data();
   }
   return "?";
 }

@@ -1,6 +1,6 @@
 // moe experts CPU backend: assignments sorted by expert (a counting sort), then per expert one
-// gate_up GEMM over its gathered tokens, act-and-mul (kernels/activation, in place), one down GEMM, and a weighted
-// scatter-add into out, experts in ascending order (as HF's loop adds them).
+// gate_up GEMM over its gathered tokens, act-and-mul (kernels/activation, in place), one down
+// GEMM, and a weighted scatter-add into out, experts in ascending order (as HF's loop adds them).
 #include <cblas.h>
 
 #include <cstring>
