@@ -27,6 +27,7 @@
 //   --mha-min-seqlen S, --mha-rows: only mha_prefill shapes of sequences >= S, only these rows
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -90,9 +91,11 @@ std::string LatentFamily(const char* family, kernels::LatentKernel kernel) {
 }
 
 // skewed: one request of 16 x mean_sk, the others mean_sk / 4 +-25% (a long conversation among
-// short ones), else every length mean_sk +-25%.
+// short ones), else every length mean_sk +-25%. grid_order: chunk CTAs in grid order even where
+// the plan runs them longest first (MLASERVE_MLA_ORDER=0; the row's family gets "_gridorder").
 void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels::LatentKernel kernel,
-                    kernels::MlaDecodeSchedule schedule, bool skewed, const Ceilings& ceil, Results& res) {
+                    kernels::MlaDecodeSchedule schedule, bool skewed, const Ceilings& ceil, Results& res,
+                    bool grid_order = false) {
   std::mt19937 rng(batch * 131 + heads * 7 + mean_sk);
   std::vector<int> lk(batch);
   for (auto& l : lk) l = mean_sk * 3 / 4 + static_cast<int>(rng() % (mean_sk / 2 + 1));  // +-25%
@@ -120,9 +123,11 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
   p.seqlens_k = pc.d_seqlens->get<int32_t>(); p.max_seqlen_q = qpr; p.max_seqlen_k = max_k;
   p.out = out.get(); p.lse = lse.get<float>(); p.softmax_scale = 1.0f / std::sqrt(192.0f);
   p.kernel = kernel;
+  if (grid_order) setenv("MLASERVE_MLA_ORDER", "0", 1);
   // Spin first: at batch 1-4 the call's host work (plan checks, TMA descriptor) outlasts its GPU work.
   const double ms =
       MedianMs([&] { CheckStatus(kernels::MlaDecode(p, *plan, workspace.get(), kCuda), "MlaDecode"); }, 3, 20, true);
+  if (grid_order) unsetenv("MLASERVE_MLA_ORDER");
   const double sum_k = std::accumulate(lk.begin(), lk.end(), 0.0);
   const double bytes = sum_k * kWidth * 2 + rows * kWidth * 2.0 + rows * kRank * 2.0;
   // FlashMLA's count: every query row against the whole context (s_q = 2 included).
@@ -130,11 +135,15 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
   const double gbs = bytes / (ms * 1e-3) / 1e9;
   char shape[128];
   const bool balanced = plan->num_parts > 0 && kernel != kernels::LatentKernel::kMmaSync;
+  const std::string cut = balanced ? "balanced"
+                                   : "splits=" + std::to_string(plan->num_splits) +
+                                         (plan->longest_first && !grid_order ? " longest-first" : "");
   std::snprintf(shape, sizeof(shape), "b=%d h=%d s_q=%d s_k~%d%s %s", batch, heads, qpr, mean_sk,
-                skewed ? " skewed" : "", balanced ? "balanced" : ("splits=" + std::to_string(plan->num_splits)).c_str());
+                skewed ? " skewed" : "", cut.c_str());
   std::string family = LatentFamily("mla_decode", kernel);
   if (schedule == kernels::MlaDecodeSchedule::kChunks) family += "_chunks";
   if (schedule == kernels::MlaDecodeSchedule::kBalanced) family += "_balanced";
+  if (grid_order) family += "_gridorder";
   res.Add(family, shape, ms, flops / (ms * 1e-3) / 1e12, gbs, gbs / ceil.copy_gbs, "copy BW");
 }
 
@@ -330,6 +339,9 @@ int main(int argc, char** argv) {
               BenchMlaDecode(batch, heads, qpr, sk, prop.multiProcessorCount, LatentKernel::kAuto, sched,
                              false, ceil, res);
           }
+          // The chunks as the GPU starts them without the longest-first order (same call, baseline).
+          BenchMlaDecode(batch, heads, qpr, sk, prop.multiProcessorCount, LatentKernel::kAuto,
+                         MlaDecodeSchedule::kChunks, false, ceil, res, /*grid_order=*/true);
         }
   if (wanted("mla_decode_small")) {
     BenchMlaDecodeSmall(prop.multiProcessorCount, quick, small_shapes, small_variants, ceil, res);

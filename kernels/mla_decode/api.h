@@ -24,8 +24,21 @@ struct MlaDecodePlan {
   // per 64 query rows share the batch's pages evenly, whatever the lengths
   // (kernels/mla_decode/balanced_schedule.h). 0 = chunks only (CPU plan).
   int num_parts = 0;
-  size_t workspace_bytes = 0;    // partial outputs + partial LSE (+ the schedule): either way
+  // Chunks: start the longest chunks first (a small kernel sorts them by pages on the device,
+  // the CTAs take them in that order), so that the last wave holds the shortest. The plan sets it
+  // where the chunk CTAs take more than one wave: the GPU starts CTAs in grid order, and in
+  // request order one long request among the last CTAs decides when the call ends.
+  bool longest_first = false;
+  size_t workspace_bytes = 0;    // partial outputs + partial LSE (+ the schedule or the order)
 };
+
+// The workspace of a chunk plan: the partials when it splits (num_splits > 1), then the chunks'
+// longest-first order when it has one (its bytes start at MlaDecodeChunkOrderOffset).
+size_t MlaDecodeChunkOrderOffset(int batch, int rows_per_request, int kv_lora_rank, int num_splits);
+size_t MlaDecodeChunkWorkspaceBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits,
+                                    bool longest_first);
+// The most chunks (batch x splits) the order kernel sorts; a plan with more keeps grid order.
+inline constexpr int kMlaDecodeMaxOrderedChunks = 4096;
 
 // How PlanMlaDecode cuts the keys: kAuto picks by its cost estimate (the balanced schedule where
 // it beats chunks on the shape's longest context; the mma.sync kernel always runs chunks).

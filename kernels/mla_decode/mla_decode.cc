@@ -38,6 +38,23 @@ constexpr double kBalancedRowBlocksFactor = 1.25;
 
 }  // namespace
 
+size_t MlaDecodeChunkOrderOffset(int batch, int rows_per_request, int kv_lora_rank, int num_splits) {
+  if (num_splits <= 1) return 0;
+  const size_t partials = static_cast<size_t>(batch) * rows_per_request * num_splits *
+                          (static_cast<size_t>(kv_lora_rank) + 1) * sizeof(float);
+  return (partials + 255) / 256 * 256;
+}
+
+size_t MlaDecodeChunkWorkspaceBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits,
+                                    bool longest_first) {
+  const size_t order = longest_first ? static_cast<size_t>(batch) * std::max(num_splits, 1) * sizeof(int32_t) : 0;
+  if (num_splits <= 1) return order;
+  return (order > 0 ? MlaDecodeChunkOrderOffset(batch, rows_per_request, kv_lora_rank, num_splits)
+                    : static_cast<size_t>(batch) * rows_per_request * num_splits *
+                          (static_cast<size_t>(kv_lora_rank) + 1) * sizeof(float)) +
+         order;
+}
+
 absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   RETURN_IF_ERROR(RequireNonNegative("batch", s.batch));
   RETURN_IF_ERROR(RequirePositive("num_heads", s.num_heads));
@@ -116,14 +133,18 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
                                                                    s.kv_lora_rank, parts)
                                .bytes;
   }
-  if (best_pages_per_split >= pages) return plan;
-  const int pages_per_split = best_pages_per_split;
-  plan.chunk_tokens = pages_per_split * kPageSize;
-  plan.num_splits = (pages + pages_per_split - 1) / pages_per_split;
-  // Partial outputs (kv_lora_rank floats) and partial LSEs, per (row, split).
-  plan.workspace_bytes = std::max(plan.workspace_bytes,
-                                  static_cast<size_t>(s.batch) * rows * plan.num_splits *
-                                      (static_cast<size_t>(s.kv_lora_rank) + 1) * sizeof(float));
+  if (best_pages_per_split < pages) {
+    plan.chunk_tokens = best_pages_per_split * kPageSize;
+    plan.num_splits = (pages + best_pages_per_split - 1) / best_pages_per_split;
+  }
+  // Longest first where the chunk CTAs take more than one wave (the cost model above already
+  // counts a CTA of a later wave at the mean: what this order gets close to).
+  const int64_t chunks = static_cast<int64_t>(s.batch) * plan.num_splits;
+  plan.longest_first = !balanced && units * plan.num_splits > s.num_sms && chunks <= kMlaDecodeMaxOrderedChunks;
+  // Partial outputs (kv_lora_rank floats) and partial LSEs per (row, split), and the order.
+  plan.workspace_bytes =
+      std::max(plan.workspace_bytes, MlaDecodeChunkWorkspaceBytes(s.batch, static_cast<int>(rows), s.kv_lora_rank,
+                                                                  plan.num_splits, plan.longest_first));
   return plan;
 }
 

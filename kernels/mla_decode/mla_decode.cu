@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cuda/functional>
@@ -300,6 +301,66 @@ __global__ void __launch_bounds__(kScheduleThreads) MlaScheduleKernel(const __gr
   if (threadIdx.x == 0) a.part_segments[G] = total_segs;
 }
 
+// The chunks' longest-first order (MlaDecodePlan::longest_first): one block sorts the batch's
+// chunks (request b's split s holds min(chunk pages, pages_b - s * chunk pages) pages, at least
+// 0) by their pages, descending, stable (ties in request order: the same order every run), and
+// writes order[i] = b * num_splits + s for the CTAs of grid column i. A radix sort over the few
+// bits the largest chunk needs; chunks past a request's keys sort last (their CTAs return).
+constexpr int kOrderThreads = 512;
+constexpr int kOrderItemsPerThread = kMlaDecodeMaxOrderedChunks / kOrderThreads;
+static_assert(kOrderThreads * kOrderItemsPerThread == kMlaDecodeMaxOrderedChunks);
+
+struct OrderArgs {
+  const int32_t* seqlens_k;
+  int batch, num_splits, chunk_pages, key_bits;
+  int32_t* order;
+};
+
+__global__ void __launch_bounds__(kOrderThreads) MlaChunkOrderKernel(const __grid_constant__ OrderArgs a) {
+  using Sort = cub::BlockRadixSort<uint32_t, kOrderThreads, kOrderItemsPerThread, int32_t>;
+  __shared__ typename Sort::TempStorage temp;
+  cuda::PdlWaitForPrerequisites();  // the lengths may come from the kernel before
+  cuda::PdlReleaseDependents();
+  const int n = a.batch * a.num_splits;
+  uint32_t keys[kOrderItemsPerThread];
+  int32_t items[kOrderItemsPerThread];
+#pragma unroll
+  for (int j = 0; j < kOrderItemsPerThread; ++j) {
+    const int i = threadIdx.x * kOrderItemsPerThread + j;  // blocked: thread t holds t*K .. t*K+K-1
+    items[j] = i;
+    keys[j] = 0;
+    if (i < n) {
+      const int left = PagesFor(a.seqlens_k[i / a.num_splits]) - (i % a.num_splits) * a.chunk_pages;
+      keys[j] = static_cast<uint32_t>(min(max(left, 0), a.chunk_pages));
+    }
+  }
+  Sort(temp).SortDescending(keys, items, 0, a.key_bits);
+#pragma unroll
+  for (int j = 0; j < kOrderItemsPerThread; ++j) {
+    const int i = threadIdx.x * kOrderItemsPerThread + j;
+    if (i < n) a.order[i] = items[j];
+  }
+}
+
+// Whether chunk plans run longest first (MlaDecodePlan::longest_first); MLASERVE_MLA_ORDER=0
+// keeps grid order, for timing comparisons.
+bool OrderChunks() {
+  return !EnvSwitchedOff("MLASERVE_MLA_ORDER");  // read per call: the benches flip it
+}
+
+absl::Status LaunchChunkOrder(const MlaParams& p, const MlaDecodePlan& plan, int32_t* order, cudaStream_t s) {
+  const int chunk_pages = plan.num_splits > 1 ? plan.chunk_tokens / kPageSize : p.max_pages_per_seq;
+  int key_bits = 1;
+  while (key_bits < 31 && (1 << key_bits) <= chunk_pages) ++key_bits;
+  const OrderArgs args{p.seqlens_k, p.batch, plan.num_splits, chunk_pages, key_bits, order};
+  RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(MlaChunkOrderKernel), "MlaChunkOrderKernel carveout"));
+  cuda::LaunchShape shape;
+  shape.grid = dim3(1);
+  shape.block = dim3(kOrderThreads);
+  shape.stream = s;
+  return cuda::LaunchPdl("MlaChunkOrderKernel", shape, MlaChunkOrderKernel, args);
+}
+
 // Whether the balanced schedule's CTAs issue the next segment's loads during the current one
 // (LatentSplit::prefetch_next); MLASERVE_MLA_PREFETCH=0 turns it off, for timing comparisons.
 bool PrefetchNextSegment() {
@@ -366,18 +427,32 @@ absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* 
   if (plan.num_parts > 0 && p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p)) {
     return MlaDecodeBalanced(p, plan, workspace, max_rows, s);
   }
-  if (plan.num_splits == 1) return mla_cuda::LaunchLatentAttention(p, mla_cuda::LatentSplit{}, max_rows, s);
-
-  const int64_t cap = static_cast<int64_t>(p.batch) * p.max_seqlen_q * p.num_heads;
-  const size_t need = static_cast<size_t>(plan.num_splits) * cap * (p.kv_lora_rank + 1) * sizeof(float);
+  const bool ordered = plan.longest_first && OrderChunks() &&
+                       static_cast<int64_t>(p.batch) * plan.num_splits <= kMlaDecodeMaxOrderedChunks;
+  if (plan.num_splits == 1 && !ordered) {
+    return mla_cuda::LaunchLatentAttention(p, mla_cuda::LatentSplit{}, max_rows, s);
+  }
+  const size_t need = MlaDecodeChunkWorkspaceBytes(p.batch, static_cast<int>(max_rows), p.kv_lora_rank,
+                                                   plan.num_splits, ordered);
   if (need > plan.workspace_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mla_decode: the plan's workspace (", plan.workspace_bytes, " bytes) is smaller than the ",
         need, " bytes that batch=", p.batch, ", num_heads=", p.num_heads, ", max_seqlen_q=",
-        p.max_seqlen_q, ", num_splits=", plan.num_splits, " need; plan with this shape"));
+        p.max_seqlen_q, ", num_splits=", plan.num_splits, ordered ? " in longest-first order" : "",
+        " need; plan with this shape"));
   }
+  RETURN_IF_ERROR(RequireNonNull("workspace", workspace));
   RETURN_IF_ERROR(cuda::RequireVectorAligned("mla_decode", "workspace", workspace));
   mla_cuda::LatentSplit split;
+  if (ordered) {
+    auto* order = reinterpret_cast<int32_t*>(
+        static_cast<uint8_t*>(workspace) +
+        MlaDecodeChunkOrderOffset(p.batch, static_cast<int>(max_rows), p.kv_lora_rank, plan.num_splits));
+    RETURN_IF_ERROR(LaunchChunkOrder(p, plan, order, s));
+    split.chunk_order = order;
+  }
+  if (plan.num_splits == 1) return mla_cuda::LaunchLatentAttention(p, split, max_rows, s);
+  const int64_t cap = static_cast<int64_t>(p.batch) * p.max_seqlen_q * p.num_heads;
   split.num_splits = plan.num_splits;
   split.chunk_tokens = plan.chunk_tokens;
   split.part_out = static_cast<float*>(workspace);

@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/mla_decode/api.h"
+#include "kernels/mla_prefill/latent_tiling.h"
 #include "kernels/testing/cuda_latent.h"
 
 namespace mlaserve::kernels {
@@ -54,6 +55,13 @@ TEST_P(MlaDecodeCudaTest, MatchesCpuReference) {
   if (schedule == MlaDecodeSchedule::kChunks && split && batch == 1 && max_k >= 1024) {
     EXPECT_GT(plan->num_splits, 1);
   }
+  if (schedule == MlaDecodeSchedule::kChunks && split) {
+    // More chunk CTAs than SMs: longest first (the order kernel, then the CTAs in its order).
+    const int64_t rows = static_cast<int64_t>(heads) * qpr;
+    const int64_t ctas = batch * ((rows + mla_internal::LatentRowsPerCta(rows) - 1) / mla_internal::LatentRowsPerCta(rows)) *
+                         plan->num_splits;
+    EXPECT_EQ(plan->longest_first, ctas > sms) << ctas << " CTAs on " << sms << " SMs";
+  }
   testing::DeviceBuffer workspace(plan->workspace_bytes);
   testing::DeviceLatent d(c);
   if (kernel == LatentKernel::kWgmma && !LatentWgmmaApplies(d.params)) {
@@ -76,21 +84,25 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeCase{7, 4, 1, 700, 32, true}, DecodeCase{3, 16, 2, 2000, 64, true},
                       DecodeCase{2, 32, 1, 2, 512, true},
                       DecodeCase{3, 6, 1, 700, 40, true},  // a rank that is no power of two
-                      DecodeCase{1, 16, 1, 1100, 512, true}, DecodeCase{4, 128, 1, 3000, 512, true}),
+                      DecodeCase{1, 16, 1, 1100, 512, true}, DecodeCase{4, 128, 1, 3000, 512, true},
+                      // more chunk CTAs than SMs: the longest-first order
+                      DecodeCase{150, 16, 1, 2000, 512, true}, DecodeCase{80, 128, 2, 1500, 512, true},
+                      DecodeCase{140, 4, 1, 900, 64, true}),
                        ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma),
                        ::testing::Values(MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced)));
 
 // Chunk plans built by hand: splits of 1-3 pages (the small-batch plans, many short splits) and
 // plans for a longer context than the batch holds, as a decode graph plans for its width (the
 // later chunks hold no keys: the wgmma kernel's CTAs for them return at once and the combine does
-// not read them). The workspace is poisoned with NaN, so a partial the combine should not read
-// would show. Both kernels. (batch, heads, q per request, max context, pages per split, plan
-// context as a multiple of the longest)
-using ChunkCase = std::tuple<int, int, int, int, int, int>;
+// not read them), in grid order or longest first (the order kernel sorts the chunks, empty ones
+// last). The workspace is poisoned with NaN, so a partial the combine should not read, or an
+// order entry not written, would show. Both kernels. (batch, heads, q per request, max context,
+// pages per split, plan context as a multiple of the longest, longest first)
+using ChunkCase = std::tuple<int, int, int, int, int, int, bool>;
 class MlaDecodeChunkTest : public ::testing::TestWithParam<std::tuple<ChunkCase, LatentKernel>> {};
 
 TEST_P(MlaDecodeChunkTest, MatchesCpuReference) {
-  const auto [batch, heads, qpr, max_ctx, pages_per_split, plan_factor] = std::get<0>(GetParam());
+  const auto [batch, heads, qpr, max_ctx, pages_per_split, plan_factor, longest_first] = std::get<0>(GetParam());
   const LatentKernel kernel = std::get<1>(GetParam());
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
@@ -113,7 +125,8 @@ TEST_P(MlaDecodeChunkTest, MatchesCpuReference) {
   MlaDecodePlan plan;
   plan.num_splits = (pages + pages_per_split - 1) / pages_per_split;
   plan.chunk_tokens = pages_per_split * kPageSize;
-  plan.workspace_bytes = static_cast<size_t>(batch) * heads * qpr * plan.num_splits * 513 * sizeof(float);
+  plan.longest_first = longest_first;
+  plan.workspace_bytes = MlaDecodeChunkWorkspaceBytes(batch, heads * qpr, 512, plan.num_splits, longest_first);
   testing::DeviceBuffer workspace(plan.workspace_bytes);
   MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), 0xff, workspace.bytes()));  // NaN partials
   const auto st = MlaDecode(d.params, plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
@@ -124,10 +137,11 @@ TEST_P(MlaDecodeChunkTest, MatchesCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     ShortSplits, MlaDecodeChunkTest,
-    ::testing::Combine(::testing::Values(ChunkCase{1, 16, 1, 1025, 1, 2}, ChunkCase{1, 16, 1, 1024, 2, 1},
-                                         ChunkCase{1, 128, 1, 700, 1, 1}, ChunkCase{4, 16, 1, 2000, 2, 2},
-                                         ChunkCase{3, 128, 2, 1500, 3, 2}, ChunkCase{2, 16, 2, 129, 1, 4},
-                                         ChunkCase{8, 128, 1, 64, 1, 2}),
+    ::testing::Combine(::testing::Values(ChunkCase{1, 16, 1, 1025, 1, 2, false}, ChunkCase{1, 16, 1, 1024, 2, 1, false},
+                                         ChunkCase{1, 128, 1, 700, 1, 1, false}, ChunkCase{4, 16, 1, 2000, 2, 2, false},
+                                         ChunkCase{3, 128, 2, 1500, 3, 2, false}, ChunkCase{2, 16, 2, 129, 1, 4, false},
+                                         ChunkCase{8, 128, 1, 64, 1, 2, false}, ChunkCase{40, 128, 1, 3000, 3, 1, true},
+                                         ChunkCase{9, 16, 2, 2000, 2, 2, true}, ChunkCase{5, 128, 1, 700, 64, 1, true}),
                        ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma)));
 
 // The Hopper kernel's balanced schedule with few persistent CTAs (a plan for a 3-, 5- or 7-SM

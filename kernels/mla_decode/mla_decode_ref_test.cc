@@ -70,13 +70,47 @@ TEST(MlaDecodePlan, SplitsFillTheDevice) {
   EXPECT_GE(plan->num_splits * plan->chunk_tokens, 8192);
   EXPECT_LT((plan->num_splits - 1) * plan->chunk_tokens, 8192);
   EXPECT_EQ(plan->workspace_bytes, 16u * plan->num_splits * 513 * sizeof(float));
-  // A full batch needs no split.
+  EXPECT_FALSE(plan->longest_first);  // one wave
+  // A full batch needs no split; its 256 CTAs run longest first (the workspace holds the order).
   plan = PlanMlaDecode({256, 16, 1, 512, 64, 8192, 132, kChunks});
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->num_splits, 1);
-  EXPECT_EQ(plan->workspace_bytes, 0u);
+  EXPECT_TRUE(plan->longest_first);
+  EXPECT_EQ(plan->workspace_bytes, 256u * sizeof(int32_t));
   EXPECT_EQ(PlanMlaDecode({1, 16, 3, 512, 64, 10, 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MlaDecodePlan, ChunksRunLongestFirstBeyondOneWave) {
+  constexpr auto kChunks = MlaDecodeSchedule::kChunks;
+  // 64 requests x 2 row blocks = 128 CTAs: one wave on 132 SMs, grid order.
+  auto plan = PlanMlaDecode({64, 128, 1, 512, 64, 8192, 132, kChunks});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->num_splits, 1);
+  EXPECT_FALSE(plan->longest_first);
+  EXPECT_EQ(plan->workspace_bytes, 0u);
+  // 128 requests: 256 CTAs, two waves: longest first, the order after any partials.
+  plan = PlanMlaDecode({128, 128, 1, 512, 64, 8192, 132, kChunks});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->longest_first);
+  EXPECT_EQ(plan->workspace_bytes,
+            MlaDecodeChunkWorkspaceBytes(128, 128, 512, plan->num_splits, /*longest_first=*/true));
+  EXPECT_EQ(MlaDecodeChunkWorkspaceBytes(128, 128, 512, 3, true),
+            MlaDecodeChunkOrderOffset(128, 128, 512, 3) + 128u * 3 * sizeof(int32_t));
+  EXPECT_EQ(MlaDecodeChunkOrderOffset(128, 128, 512, 3) % 256, 0u);
+  EXPECT_GE(MlaDecodeChunkOrderOffset(128, 128, 512, 3), 128u * 128 * 3 * 513 * sizeof(float));
+  EXPECT_EQ(MlaDecodeChunkWorkspaceBytes(128, 128, 512, 3, false), 128u * 128 * 3 * 513 * sizeof(float));
+  // More chunks than the order kernel sorts: grid order.
+  plan = PlanMlaDecode({kMlaDecodeMaxOrderedChunks + 1, 16, 1, 512, 64, 256, 132, kChunks});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_FALSE(plan->longest_first);
+  // The balanced schedule and the CPU have no chunk order.
+  plan = PlanMlaDecode({128, 128, 1, 512, 64, 8192, 132, MlaDecodeSchedule::kBalanced});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_FALSE(plan->longest_first);
+  plan = PlanMlaDecode({128, 128, 1, 512, 64, 8192, 0, kChunks});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_FALSE(plan->longest_first);
 }
 
 TEST(MlaDecodePlan, SmallBatchesSplitIntoShortChunks) {

@@ -55,6 +55,11 @@ struct LatentSplit {
   // Balanced schedule: a CTA issues the next segment's first loads (pages, Q) during the current
   // one's last page pair. false: at the next segment's start (for timing comparisons).
   bool prefetch_next = true;
+  // Chunks in longest-first order (device, [batch * num_splits], mla_decode's order kernel): the
+  // CTAs of grid column (y, z) take chunk chunk_order[z * num_splits + y] = request *
+  // num_splits + split, so that the GPU, which starts CTAs in grid order, starts the longest
+  // chunks first and fills the last wave with the shortest. null: request z, split y.
+  const int32_t* chunk_order = nullptr;
 };
 
 // Validates what the kernel adds to CheckMlaShape (dtype, dims, alignment) and launches.

@@ -165,13 +165,14 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     if constexpr (chunks) {
       // The first two pages' cache ids do not depend on the request's lengths: read them
       // alongside (not after) those, within the block table's row.
+      const LatentCtaWork::Chunk chunk = LatentCtaWork::ChunkOf(split);
       if (tid == 0) {
-        const int page0 = split.chunk_tokens > 0 ? static_cast<int>(blockIdx.y) * (split.chunk_tokens / kPageSize) : 0;
-        const int32_t* row = p.block_table + static_cast<int64_t>(blockIdx.z) * p.max_pages_per_seq;
+        const int page0 = split.chunk_tokens > 0 ? chunk.split_index * (split.chunk_tokens / kPageSize) : 0;
+        const int32_t* row = p.block_table + static_cast<int64_t>(chunk.request) * p.max_pages_per_seq;
 #pragma unroll
         for (int j = 0; j < 2; ++j) first_page[j] = page0 + j < p.max_pages_per_seq ? row[page0 + j] : -1;
       }
-      w = LatentCtaWork::Of(p, split, kRows);
+      w = LatentCtaWork::Of(p, split, kRows, chunk);
       if (w.unread) w.r0 = w.rows_total;  // past the request's keys: nothing to write
       direct = split.num_splits == 1;
       const int64_t cap = static_cast<int64_t>(p.batch) * split.max_q * H;

@@ -1,5 +1,6 @@
 // The work of one latent-attention CTA (both CUDA kernels: latent_attention_kernel.cuh and
-// latent_attention_sm90.cu): grid (row block, KV split, request) -> the request's query rows
+// latent_attention_sm90.cu): grid (row block, KV split, request), or the chunk order's item at the
+// grid's (split, request) position -> the request's query rows
 // [r0, r0 + rows_per_cta) and the keys [kv_begin, kv_end) it attends, in 64-key tiles.
 #pragma once
 
@@ -51,13 +52,28 @@ struct LatentCtaWork {
     return w;
   }
 
-  // The chunked grid: (row block, KV split, request) = blockIdx (x, y, z).
+  // The chunked grid: blockIdx.x is the row block; (y, z) the KV split and the request, or with
+  // split.chunk_order the chunk that the order puts at position z * num_splits + y.
+  struct Chunk {
+    int request, split_index;
+  };
+  __device__ __forceinline__ static Chunk ChunkOf(const LatentSplit& split) {
+    if (split.chunk_order == nullptr) return {static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.y)};
+    const int item = split.chunk_order[blockIdx.z * gridDim.y + blockIdx.y];
+    return {item / split.num_splits, item % split.num_splits};
+  }
+
   __device__ __forceinline__ static LatentCtaWork Of(const MlaParams& p, const LatentSplit& split,
                                                      int rows_per_cta) {
-    const int split_index = blockIdx.y;
+    return Of(p, split, rows_per_cta, ChunkOf(split));
+  }
+
+  __device__ __forceinline__ static LatentCtaWork Of(const MlaParams& p, const LatentSplit& split,
+                                                     int rows_per_cta, Chunk chunk) {
+    const int split_index = chunk.split_index;
     const int kv_begin = split.chunk_tokens > 0 ? split_index * split.chunk_tokens : 0;
     const int kv_limit = split.chunk_tokens > 0 ? kv_begin + split.chunk_tokens : INT_MAX;
-    LatentCtaWork w = For(p, blockIdx.z, blockIdx.x * rows_per_cta, kv_begin, kv_limit, rows_per_cta);
+    LatentCtaWork w = For(p, chunk.request, blockIdx.x * rows_per_cta, kv_begin, kv_limit, rows_per_cta);
     w.split_index = split_index;
     w.unread = split_index >= mla_internal::LatentChunksWithKeys(w.lk, split.chunk_tokens, split.num_splits);
     return w;
