@@ -11,6 +11,8 @@
 //   pages=N       chunks of N pages, forced
 //   balanced      the balanced schedule, forced; balanced_nopf without the next segment's
 //                 loads issued during the current one (MLASERVE_MLA_PREFETCH=0)
+//   auto_gridorder  the kAuto plan with its chunk CTAs in grid order (MLASERVE_MLA_ORDER=0)
+//   lf=N          (batch >= 16) chunks of N pages ("all": no split), longest first, forced
 // MLASERVE_PDL=0 in the environment times the same without programmatic dependent launch.
 #include <algorithm>
 #include <cmath>
@@ -37,13 +39,15 @@ using kernels::kPageSize;
 constexpr int kRank = 512, kRope = 64, kWidth = kRank + kRope;
 constexpr int kCalls = 20;  // calls per graph, each over its own copy of the pages
 
-// A chunk plan of `pps` pages per split over `pages` pages.
-kernels::MlaDecodePlan ChunkPlan(int batch, int heads, int pages, int pps) {
+// A chunk plan of `pps` pages per split over `pages` pages, in grid order or longest first.
+kernels::MlaDecodePlan ChunkPlan(int batch, int heads, int pages, int pps, bool longest_first = false) {
   kernels::MlaDecodePlan plan;
-  if (pps >= pages) return plan;
-  plan.num_splits = (pages + pps - 1) / pps;
-  plan.chunk_tokens = pps * kPageSize;
-  plan.workspace_bytes = static_cast<size_t>(batch) * heads * plan.num_splits * (kRank + 1) * sizeof(float);
+  plan.longest_first = longest_first;
+  if (pps < pages) {
+    plan.num_splits = (pages + pps - 1) / pps;
+    plan.chunk_tokens = pps * kPageSize;
+  }
+  plan.workspace_bytes = kernels::MlaDecodeChunkWorkspaceBytes(batch, heads, kRank, plan.num_splits, longest_first);
   return plan;
 }
 
@@ -68,6 +72,7 @@ struct Variant {
   std::string name;
   kernels::MlaDecodePlan plan;
   bool prefetch = true;
+  bool order = true;  // false: MLASERVE_MLA_ORDER=0
 };
 
 void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::string>& only_variants,
@@ -125,10 +130,20 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
   }
   variants.push_back({"balanced", plan_for(max_k, kernels::MlaDecodeSchedule::kBalanced)});
   variants.push_back({"balanced_nopf", variants.back().plan, false});
+  variants.push_back({"auto_gridorder", variants.front().plan, true, false});
+  if (batch >= 16) {
+    for (int pps : {4, 8, 16, 32, 64}) {
+      if (pps >= max_pages || static_cast<int64_t>(batch) * ((max_pages + pps - 1) / pps) > kernels::kMlaDecodeMaxOrderedChunks) {
+        continue;
+      }
+      variants.push_back({"lf=" + std::to_string(pps), ChunkPlan(batch, heads, max_pages, pps, true)});
+    }
+    variants.push_back({"lf=all", ChunkPlan(batch, heads, max_pages, max_pages, true)});
+  }
 
   const double sum_k = std::accumulate(lk.begin(), lk.end(), 0.0);
   const double bytes = sum_k * kWidth * 2 + rows * kWidth * 2.0 + rows * kRank * 2.0;
-  char line[512];
+  char line[1024];
   int at = std::snprintf(line, sizeof(line), "b=%d h=%d s_k=%-5d", batch, heads, ctx);
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -137,6 +152,7 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
       continue;
     }
     setenv("MLASERVE_MLA_PREFETCH", v.prefetch ? "1" : "0", 1);
+    setenv("MLASERVE_MLA_ORDER", v.order ? "1" : "0", 1);
     DeviceArray workspace(v.plan.workspace_bytes);
     kernels::MlaParams p;
     p.dtype = kernels::DType::kBF16; p.batch = batch; p.num_heads = heads; p.kv_lora_rank = kRank;
@@ -154,7 +170,8 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
     const double gbs = bytes / (t * 1e-6) / 1e9;
     std::string desc = v.plan.num_parts > 0 ? "parts=" + std::to_string(v.plan.num_parts)
                                             : std::to_string(v.plan.num_splits) + "x" +
-                                                  std::to_string(v.plan.chunk_tokens / kPageSize);
+                                                  std::to_string(v.plan.chunk_tokens / kPageSize) +
+                                                  (v.plan.longest_first && v.order ? " lf" : "");
     char shape[160];
     std::snprintf(shape, sizeof(shape), "b=%d h=%d s_k~%d %s(%s)", batch, heads, ctx, v.name.c_str(), desc.c_str());
     res.Add("mla_decode_small", shape, t * 1e-3, 2.0 * heads * sum_k * (kWidth + kRank) / (t * 1e-6) / 1e12, gbs,
@@ -162,6 +179,7 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
     at += std::snprintf(line + at, sizeof(line) - at, " | %s %.1f", v.name.c_str(), t);
   }
   unsetenv("MLASERVE_MLA_PREFETCH");
+  unsetenv("MLASERVE_MLA_ORDER");
   BENCH_CHECK(cudaStreamDestroy(stream));
   table.push_back(line);
 }
