@@ -11,7 +11,8 @@
 # VARIANTS="NAME=VALUE ..." also times the Hopper kernel with each of these settings in the
 # environment (e.g. MLASERVE_MLA_EARLY_P0=1) on the --quick mla_decode rows and mla_prefill,
 # after a subset of the tests with it.
-# SMALL=0 skips the small-batch table (mla_decode_small; SMALL_NOPDL=1: again with MLASERVE_PDL=0);
+# SMALL=0 skips the small-batch table (mla_decode_small; SMALL_NOPDL=1: again with MLASERVE_PDL=0;
+# SMALL_ARGS: more bench flags, e.g. --small-shapes "64,16,4096;128,128,8192" for the lf=N rows);
 # NCU=1 adds ncu kernel times and warp stalls on a few of its shapes; FULL=0 skips the
 # batch 64/128 mla_decode rows and mla_prefill (FULL_ARGS: more bench flags, e.g. --no-mmasync).
 set -uo pipefail
@@ -53,7 +54,7 @@ if [[ ${SANITIZE:-1} == 1 ]]; then
   done
 fi
 if [[ ${SMALL:-1} == 1 ]]; then
-  timeout 200 .devbin/mlaserve-kernel-bench --only mla_decode_small --json "$OUT/small.json" > "$OUT/bench_small.txt" 2>&1
+  timeout 200 .devbin/mlaserve-kernel-bench --only mla_decode_small ${SMALL_ARGS:-} --json "$OUT/small.json" > "$OUT/bench_small.txt" 2>&1
   echo "mla_decode_small (PDL on): rc=$?"; sed -n '/us per call by variant/,$p' "$OUT/bench_small.txt"
   if [[ ${SMALL_NOPDL:-0} == 1 ]]; then
     MLASERVE_PDL=0 timeout 200 .devbin/mlaserve-kernel-bench --only mla_decode_small --json "$OUT/small_nopdl.json" \
