@@ -17,19 +17,28 @@
 // Memory: device memory in use (cudaMemGetInfo) before Create, after Create and at the end.
 // NVTX ranges "prefill", "decode_graph" and "decode_eager" mark the timed Forwards, so a
 // profiler can keep just those kernels (tools/device/kernel_profile.sh: ncu --nvtx).
+// --timeline: after all timed runs, one more prefill Forward per --prefill-lens and one more
+// graph-replayed decode step per --decode-batches run under a CUPTI trace (GpuTimeline), and a
+// summary of each says how much of its wall the GPU was busy and where it idled
+// (timeline_summary.h). Tracing adds host time per launch, so those walls exceed the medians.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>  // header-only: ranges cost nothing unless a profiler attaches
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "bench/engine_bench/gpu_timeline.h"
+#include "bench/engine_bench/timeline_summary.h"
 #include "kernels/common/page.h"
 #include "kernels/mha_prefill/api.h"
 #include "model/deepseek_engine.h"
@@ -38,6 +47,9 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using mlaserve::bench::GpuTimeline;
+using mlaserve::bench::TimelineSummary;
+using mlaserve::bench::TimelineTrace;
 using mlaserve::kernels::PagesFor;
 using mlaserve::model::AttentionPath;
 using mlaserve::model::DeepseekEngine;
@@ -63,6 +75,58 @@ double UsedGiB() {
   std::exit(1);
 }
 
+// A Forward run under --timeline: `timeline` is started right before it and stopped right after
+// it, and `trace` receives what it recorded.
+struct TracedForward {
+  GpuTimeline& timeline;
+  TimelineTrace trace;
+};
+
+void BeginTrace(TracedForward* traced) {
+  if (traced == nullptr) return;
+  if (absl::Status s = traced->timeline.Start(); !s.ok()) Die("timeline start", s);
+}
+
+void EndTrace(TracedForward* traced) {
+  if (traced == nullptr) return;
+  absl::StatusOr<TimelineTrace> trace = traced->timeline.Stop();
+  if (!trace.ok()) Die("timeline stop", trace.status());
+  traced->trace = std::move(*trace);
+}
+
+// The summary as --output-json's "timeline" entries: `id` (phase, length or batch) plus the
+// numbers FormatSummary prints.
+nlohmann::json TimelineJson(nlohmann::json id, const TimelineSummary& s) {
+  nlohmann::json gaps = nlohmann::json::array(), kernels = nlohmann::json::array();
+  nlohmann::json copies = nlohmann::json::object();
+  for (const mlaserve::bench::IdleGap& g : s.largest_gaps) {
+    nlohmann::json calls = nlohmann::json::array();
+    for (const auto& c : g.host_calls) {
+      calls.push_back({{"name", c.name}, {"calls", c.calls}, {"overlap_us", c.overlap_us}});
+    }
+    gaps.push_back({{"begin_ms", g.begin_ms}, {"duration_ms", g.duration_ms},
+                    {"previous", g.previous}, {"next", g.next}, {"host_calls", calls},
+                    {"outside_calls_us", g.outside_calls_us}});
+  }
+  for (int d = 0; d < mlaserve::bench::kNumCopyDirections; ++d) {
+    const mlaserve::bench::CopyTotals& c = s.copies[d];
+    if (c.count == 0) continue;
+    const auto direction = static_cast<mlaserve::bench::CopyDirection>(d);
+    copies[std::string(mlaserve::bench::CopyDirectionName(direction))] = {
+        {"count", c.count}, {"pageable", c.pageable}, {"bytes", c.bytes}, {"ms", c.ms}};
+  }
+  for (const mlaserve::bench::KernelTime& k : s.top_kernels) {
+    kernels.push_back({{"name", k.name}, {"launches", k.launches}, {"ms", k.ms}});
+  }
+  id.update({{"wall_ms", s.wall_ms}, {"gpu_span_ms", s.gpu_span_ms}, {"busy_ms", s.busy_ms},
+             {"idle_ms", s.idle_ms}, {"idle_gaps", s.idle_gaps},
+             {"before_first_ms", s.before_first_ms}, {"after_last_ms", s.after_last_ms},
+             {"kernels", s.kernels}, {"memsets", s.memsets}, {"runtime_calls", s.runtime_calls},
+             {"syncs", s.syncs}, {"largest_gaps", gaps}, {"copies", copies},
+             {"top_kernels", kernels}});
+  return id;
+}
+
 class Bench {
  public:
   Bench(DeepseekEngine& e, uint64_t seed) : e_(e), rng_(seed), ids_(0, e.config().vocab_size - 1) {}
@@ -73,16 +137,19 @@ class Bench {
     return v;
   }
 
-  // One sequence of `len` tokens in one Forward; returns the wall time in ms.
-  double PrefillOnce(int len) {
+  // One sequence of `len` tokens in one Forward; returns the wall time in ms. With `traced`, the
+  // Forward runs under its timeline.
+  double PrefillOnce(int len, TracedForward* traced = nullptr) {
     auto pages = e_.kv_pool().Allocate(PagesFor(len));
     if (!pages.ok()) Die("allocate", pages.status());
     const std::vector<int32_t> prompt = RandomIds(len);
     SequenceChunk c{prompt, 0, *pages, true};
     nvtxRangePushA("prefill");
+    BeginTrace(traced);
     const auto start = Clock::now();
     auto r = e_.Forward({&c, 1});
     const double ms = Ms(Clock::now() - start);
+    EndTrace(traced);
     nvtxRangePop();
     if (!r.ok()) Die("prefill", r.status());
     e_.kv_pool().Free(*pages);
@@ -95,8 +162,9 @@ class Bench {
 
   // `batch` sequences prefilled to `context` tokens (packed into Forwards of at most
   // max_tokens), then `warm` untimed steps, `steps` timed steps with graphs and `eager` timed
-  // steps without.
-  DecodeTimes Decode(int batch, int context, int warm, int steps, int eager, int sampled, int max_tokens) {
+  // steps without. With `traced`, the last step with graphs runs under its timeline.
+  DecodeTimes Decode(int batch, int context, int warm, int steps, int eager, int sampled,
+                     int max_tokens, TracedForward* traced = nullptr) {
     const int total = context + warm + steps + eager + sampled + 2;
     std::vector<std::vector<int32_t>> pages(batch), seqs(batch);
     for (int b = 0; b < batch; ++b) {
@@ -124,7 +192,8 @@ class Bench {
     // One result reused over the steps, as a serving loop keeps it (Engine::ForwardInto): the
     // logits rows land in storage sized once, not in a fresh allocation per step.
     mlaserve::model::ForwardResult result;
-    auto step = [&](std::vector<double>* out, const char* range, bool sample = false) {
+    auto step = [&](std::vector<double>* out, const char* range, bool sample = false,
+                    TracedForward* traced_step = nullptr) {
       std::vector<int32_t> next = RandomIds(batch);
       std::vector<SequenceChunk> chunks(batch);
       for (int b = 0; b < batch; ++b) {
@@ -135,16 +204,20 @@ class Bench {
         if (sample) chunks[b].sample = &rows[b];
       }
       if (out) nvtxRangePushA(range);
+      BeginTrace(traced_step);
       const auto start = Clock::now();
       const absl::Status r = e_.ForwardInto(chunks, AttentionPath::kAuto, nullptr, &result);
       const double ms = Ms(Clock::now() - start);
+      EndTrace(traced_step);
       if (out) nvtxRangePop();
       if (!r.ok()) Die("decode", r);
       if (out) out->push_back(ms);
     };
     e_.set_decode_graphs(true);
     for (int s = 0; s < warm; ++s) step(nullptr, nullptr);
-    for (int s = 0; s < steps; ++s) step(&t.graph_ms, "decode_graph");
+    for (int s = 0; s < steps; ++s) {
+      step(&t.graph_ms, "decode_graph", false, s == steps - 1 ? traced : nullptr);
+    }
     if (sampled > 0) step(nullptr, nullptr, true);
     for (int s = 0; s < sampled; ++s) step(&t.sampled_ms, "decode_sampled", true);
     e_.set_decode_graphs(false);
@@ -169,6 +242,7 @@ int main(int argc, char** argv) {
   int runs = 5, context = 1024, warm = 3, steps = 32, eager_steps = 8, sampled_steps = 16, device = 0;
   int max_batch_tokens = 8192, num_pages = 0;
   uint64_t seed = 1;
+  bool trace_timeline = false;
   std::string mha_provider = "auto";
   CLI::App app{"mlaserve-engine-bench: prefill and decode speed of the engine on one GPU"};
   app.add_option("--model", model, "model directory")->required();
@@ -193,6 +267,10 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "CUDA device")->capture_default_str();
   app.add_option("--seed", seed, "token id seed")->capture_default_str();
   app.add_option("--output-json", output_json, "write the results as JSON");
+  app.add_flag("--timeline", trace_timeline,
+               "after the timed runs, trace one more prefill Forward per --prefill-lens and one "
+               "more decode step with graphs per --decode-batches with CUPTI and print where the "
+               "GPU idles in each (needs a build with CUPTI)");
   CLI11_PARSE(app, argc, argv);
 
   const int max_batch = *std::max_element(batches.begin(), batches.end());
@@ -205,6 +283,16 @@ int main(int argc, char** argv) {
   if (num_pages == 0) {
     const int decode_tokens = context + warm + steps + eager_steps + sampled_steps + 3;
     num_pages = std::max(max_batch * PagesFor(decode_tokens), PagesFor(max_prefill)) + 8;
+  }
+  std::unique_ptr<GpuTimeline> timeline;  // before loading the model: fail fast
+  if (trace_timeline) {
+    absl::StatusOr<std::unique_ptr<GpuTimeline>> created = GpuTimeline::Create();
+    if (!created.ok()) {
+      std::fprintf(stderr, "mlaserve-engine-bench: --timeline: %s\n",
+                   created.status().ToString().c_str());
+      return 2;
+    }
+    timeline = std::move(*created);
   }
   if (cudaSetDevice(device) != cudaSuccess) {
     std::fprintf(stderr, "no CUDA device %d\n", device);
@@ -284,6 +372,35 @@ int main(int argc, char** argv) {
   out["memory_gib"] = {{"before_create", used_before}, {"after_create", used_loaded},
                        {"end", used_end}, {"kv_pool", kv_gib}, {"kv_pages", num_pages}};
   out["graphs_captured"] = e.decode_graphs_captured();
+  if (timeline) {
+    // After every timed run and the memory line, so those read the same with and without
+    // --timeline. The first traced Forward is thrown away, so whatever CUPTI sets up lazily on
+    // its first records stays out of the tables.
+    std::printf("\nGPU timelines (CUPTI; tracing adds host time per launch, so walls here exceed "
+                "the medians above)\n");
+    TracedForward discarded{*timeline, {}};
+    bench.PrefillOnce(prefill_lens.front(), &discarded);
+    auto report = [&](const std::string& title, nlohmann::json id, const TimelineTrace& trace) {
+      const TimelineSummary s = mlaserve::bench::Summarize(trace);
+      std::printf("\n%s", mlaserve::bench::FormatSummary(title, s).c_str());
+      out["timeline"].push_back(TimelineJson(std::move(id), s));
+    };
+    for (int len : prefill_lens) {
+      TracedForward traced{*timeline, {}};
+      bench.PrefillOnce(len, &traced);
+      report(absl::StrFormat("timeline prefill %d", len),
+             {{"phase", "prefill"}, {"prompt_len", len}}, traced.trace);
+    }
+    for (int b : batches) {
+      // A fresh batch like the timed one (same context), at least one untraced step with graphs
+      // first, so the traced step replays a graph rather than captures one.
+      TracedForward traced{*timeline, {}};
+      bench.Decode(b, context, std::max(warm, 1), /*steps=*/1, /*eager=*/0, /*sampled=*/0,
+                   max_batch_tokens, &traced);
+      report(absl::StrFormat("timeline decode b%d graph", b),
+             {{"phase", "decode_graph"}, {"batch", b}, {"context", context}}, traced.trace);
+    }
+  }
   if (!output_json.empty()) std::ofstream(output_json) << out.dump(1) << "\n";
   return 0;
 }
