@@ -2,6 +2,7 @@
 // same round trip on CUDA when a GPU is present (skipped otherwise).
 #include "model/device_memory.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <vector>
@@ -92,6 +93,47 @@ TEST(StagedDownloadTest, Cuda) {
   auto probe = DeviceBuffer::Allocate(Backend::kCuda, 16);
   if (!probe.ok()) GTEST_SKIP() << "no usable CUDA device: " << probe.status();
   StagedDownloads(Backend::kCuda);
+}
+
+// Slots large enough that each copy out of a slot is split over the helper threads.
+TEST(StagedDownloadTest, CudaSlotsCopiedOutByThreads) {
+  auto probe = DeviceBuffer::Allocate(Backend::kCuda, 16);
+  if (!probe.ok()) GTEST_SKIP() << "no usable CUDA device: " << probe.status();
+  constexpr size_t kSlot = 3 * ParallelHostCopy::kMinParallelBytes;
+  auto download = StagedDownload::Create(Backend::kCuda, kSlot);
+  ASSERT_TRUE(download.ok()) << download.status();
+  std::vector<uint8_t> host(3 * kSlot + 4099);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i * 13 + i / 4093);
+  auto dev = DeviceBuffer::FromHost(Backend::kCuda, std::span<const uint8_t>(host));
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  std::vector<uint8_t> got(host.size() + 64, 0xAB);
+  ASSERT_TRUE(download->Run(KernelContext{Backend::kCuda, nullptr}, got.data(), dev->data(), host.size()).ok());
+  EXPECT_TRUE(std::equal(host.begin(), host.end(), got.begin()));
+  for (size_t i = host.size(); i < got.size(); ++i) ASSERT_EQ(got[i], 0xAB) << "past the end: " << i;
+}
+
+// Every byte arrives and nothing past the end is written, for sizes around the parallel
+// threshold and odd offsets, with 0, 1 and 3 helpers, many copies in a row on the same helpers.
+TEST(ParallelHostCopyTest, CopiesEveryByteOnceOnAnyNumberOfThreads) {
+  constexpr size_t kMin = ParallelHostCopy::kMinParallelBytes;
+  std::vector<uint8_t> src(3 * kMin + 5000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 31 + i / 977);
+  for (int helpers : {0, 1, 3}) {
+    ParallelHostCopy copy(helpers);
+    EXPECT_EQ(copy.helpers(), helpers);
+    for (const size_t bytes : {size_t{0}, size_t{1}, size_t{63}, kMin - 1, kMin, kMin + 13, 2 * kMin + 4095,
+                               3 * kMin + 4000}) {
+      for (const size_t offset : {size_t{0}, size_t{7}}) {
+        std::vector<uint8_t> dst(bytes + 128, 0xCD);
+        copy.Copy(dst.data() + offset, src.data() + offset, bytes);
+        for (size_t i = 0; i < offset; ++i) ASSERT_EQ(dst[i], 0xCD) << "before the start: " << i;
+        ASSERT_TRUE(std::equal(src.begin() + offset, src.begin() + offset + bytes, dst.begin() + offset))
+            << helpers << " helpers, " << bytes << " bytes at offset " << offset;
+        for (size_t i = offset + bytes; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xCD) << "past the end: " << i;
+      }
+    }
+  }
+  ParallelHostCopy unused(2);  // destroyed without a copy: its helpers stop and join
 }
 
 }  // namespace
