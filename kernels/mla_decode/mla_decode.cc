@@ -36,23 +36,24 @@ constexpr int kBalancedOverheadPages = 14;
 // than a chunk CTA's (b 64/128, 4k-8k, H100, 2026-11-25).
 constexpr double kBalancedRowBlocksFactor = 1.25;
 
+// Partial outputs (kv_lora_rank floats) and partial LSEs per (row, split); none without a split.
+size_t ChunkPartialBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits) {
+  if (num_splits <= 1) return 0;
+  return static_cast<size_t>(batch) * rows_per_request * num_splits * (static_cast<size_t>(kv_lora_rank) + 1) *
+         sizeof(float);
+}
+
 }  // namespace
 
 size_t MlaDecodeChunkOrderOffset(int batch, int rows_per_request, int kv_lora_rank, int num_splits) {
-  if (num_splits <= 1) return 0;
-  const size_t partials = static_cast<size_t>(batch) * rows_per_request * num_splits *
-                          (static_cast<size_t>(kv_lora_rank) + 1) * sizeof(float);
-  return (partials + 255) / 256 * 256;
+  return (ChunkPartialBytes(batch, rows_per_request, kv_lora_rank, num_splits) + 255) / 256 * 256;
 }
 
 size_t MlaDecodeChunkWorkspaceBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits,
                                     bool longest_first) {
-  const size_t order = longest_first ? static_cast<size_t>(batch) * std::max(num_splits, 1) * sizeof(int32_t) : 0;
-  if (num_splits <= 1) return order;
-  return (order > 0 ? MlaDecodeChunkOrderOffset(batch, rows_per_request, kv_lora_rank, num_splits)
-                    : static_cast<size_t>(batch) * rows_per_request * num_splits *
-                          (static_cast<size_t>(kv_lora_rank) + 1) * sizeof(float)) +
-         order;
+  if (!longest_first) return ChunkPartialBytes(batch, rows_per_request, kv_lora_rank, num_splits);
+  return MlaDecodeChunkOrderOffset(batch, rows_per_request, kv_lora_rank, num_splits) +
+         static_cast<size_t>(batch) * std::max(num_splits, 1) * sizeof(int32_t);
 }
 
 absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
@@ -141,7 +142,6 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   // counts a CTA of a later wave at the mean: what this order gets close to).
   const int64_t chunks = static_cast<int64_t>(s.batch) * plan.num_splits;
   plan.longest_first = !balanced && units * plan.num_splits > s.num_sms && chunks <= kMlaDecodeMaxOrderedChunks;
-  // Partial outputs (kv_lora_rank floats) and partial LSEs per (row, split), and the order.
   plan.workspace_bytes =
       std::max(plan.workspace_bytes, MlaDecodeChunkWorkspaceBytes(s.batch, static_cast<int>(rows), s.kv_lora_rank,
                                                                   plan.num_splits, plan.longest_first));
