@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "kernels/common/env_switch.h"
 
 #if defined(MLASERVE_MODEL_HAS_CUDA)
 #include <cuda_runtime.h>
@@ -209,6 +208,22 @@ void ParallelHostCopy::Copy(void* dst, const void* src, size_t bytes) {
   done_cv_.wait(lock, [&] { return busy_ == 0; });
 }
 
+namespace {
+
+// Helper threads of a download's copy-out: three (four threads copying) where the host has the
+// cores. MLASERVE_PARALLEL_COPY=N sets N helpers (0: the caller's thread alone), for timing
+// comparisons.
+int DownloadCopyHelpers() {
+  constexpr int kMaxHelpers = 15;
+  if (const char* v = std::getenv("MLASERVE_PARALLEL_COPY"); v != nullptr && *v != '\0') {
+    return std::clamp(std::atoi(v), 0, kMaxHelpers);
+  }
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores >= 8 ? 3 : cores >= 4 ? 1 : 0;
+}
+
+}  // namespace
+
 absl::StatusOr<StagedDownload> StagedDownload::Create(kernels::Backend backend,
                                                      size_t slot_bytes) {
   StagedDownload d;
@@ -219,12 +234,7 @@ absl::StatusOr<StagedDownload> StagedDownload::Create(kernels::Backend backend,
   if (!slots.ok()) return slots.status();
   d.slots_ = std::move(slots).value();
   d.slot_bytes_ = slot_bytes;
-  // Three helpers (four threads copying) where the host has the cores: ~4x one thread's rate,
-  // which is above the DMA's, so the download runs at the DMA rate. MLASERVE_PARALLEL_COPY=0:
-  // the caller's thread alone (for timing comparisons).
-  const unsigned cores = std::thread::hardware_concurrency();
-  const int helpers = kernels::EnvSwitchedOff("MLASERVE_PARALLEL_COPY") ? 0 : cores >= 8 ? 3 : cores >= 4 ? 1 : 0;
-  d.host_copy_ = std::make_unique<ParallelHostCopy>(helpers);
+  d.host_copy_ = std::make_unique<ParallelHostCopy>(DownloadCopyHelpers());
   for (void*& e : d.done_) {
     cudaEvent_t ev = nullptr;
     absl::Status s = CudaError(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
