@@ -103,7 +103,7 @@ class PinnedBuffer {
 // memcpy on several threads: the caller's and `helpers` more, each taking one contiguous part.
 // One thread's memcpy moved ~13 GB/s on the GPU machine (H200 host, 2026-11-29), so copying a
 // batch-128 step's 52 MB of logits out of the pinned slots took ~4 ms, with the GPU's copy
-// engine idle most of that time. Copies under kMinParallelBytes stay on the caller's thread.
+// engine idle most of that time (StagedDownload uses up to 7 helpers, by the host's cores). Copies under kMinParallelBytes stay on the caller's thread.
 // Copy is not reentrant: one copy at a time (the owning StagedDownload runs one download at a
 // time).
 class ParallelHostCopy {
