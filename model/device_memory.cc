@@ -184,9 +184,9 @@ void ParallelHostCopy::Copy(void* dst, const void* src, size_t bytes) {
     if (bytes > 0) std::memcpy(dst, src, bytes);
     return;
   }
-  // Parts of whole 64-byte lines, the caller's part first; the last helper takes the remainder.
+  // Parts of whole 64-byte lines (ways x part >= bytes), the caller's part first.
   const size_t ways = parts_.size() + 1;
-  const size_t part = (bytes / ways + 63) / 64 * 64;
+  const size_t part = (bytes + ways * 64 - 1) / (ways * 64) * 64;
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
   const size_t mine = std::min(part, bytes);
@@ -198,7 +198,6 @@ void ParallelHostCopy::Copy(void* dst, const void* src, size_t bytes) {
       p = {d + at, s + at, n};
       at += n;
     }
-    parts_.back().bytes += bytes - at;
     busy_ = static_cast<int>(parts_.size());
     ++generation_;
   }

@@ -58,8 +58,8 @@ TEST_P(MlaDecodeCudaTest, MatchesCpuReference) {
   if (schedule == MlaDecodeSchedule::kChunks && split) {
     // More chunk CTAs than SMs: longest first (the order kernel, then the CTAs in its order).
     const int64_t rows = static_cast<int64_t>(heads) * qpr;
-    const int64_t ctas = batch * ((rows + mla_internal::LatentRowsPerCta(rows) - 1) / mla_internal::LatentRowsPerCta(rows)) *
-                         plan->num_splits;
+    const int64_t rows_per_cta = mla_internal::LatentRowsPerCta(rows);
+    const int64_t ctas = batch * ((rows + rows_per_cta - 1) / rows_per_cta) * plan->num_splits;
     EXPECT_EQ(plan->longest_first, ctas > sms) << ctas << " CTAs on " << sms << " SMs";
   }
   testing::DeviceBuffer workspace(plan->workspace_bytes);

@@ -45,6 +45,47 @@ std::vector<float> NaiveExperts(const std::vector<float>& x, const std::vector<f
   return want;
 }
 
+// Random inputs of one experts test: x in [-x_range, x_range], gate_up in [-gate_range,
+// gate_range], down in [-0.2, 0.2], routing weights in [0, 1]; Run calls the CPU backend on them
+// with the given assignments, the output and workspace poisoned.
+struct ExpertsInputs {
+  int T, H, I, E, K;
+  std::vector<float> x, gate_up, down, weights;
+
+  ExpertsInputs(int t, int h, int i, int e, int k, uint64_t seed, float x_range = 1.0f, float gate_range = 0.2f)
+      : T(t), H(h), I(i), E(e), K(k),
+        x(testing::RandomVector(static_cast<size_t>(t) * h, seed, -x_range, x_range)),
+        gate_up(testing::RandomVector(static_cast<size_t>(e) * 2 * i * h, seed + 1, -gate_range, gate_range)),
+        down(testing::RandomVector(static_cast<size_t>(e) * h * i, seed + 2, -0.2f, 0.2f)),
+        weights(testing::RandomVector(static_cast<size_t>(t) * k, seed + 3, 0.0f, 1.0f)) {}
+
+  // Params over these inputs; out must hold T * H floats.
+  MoeExpertsParams Params(const std::vector<int32_t>& ids, const std::vector<float>& w, std::vector<float>& out,
+                          Activation act = Activation::kSilu) const {
+    MoeExpertsParams p;
+    p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = K;
+    p.x = x.data(); p.topk_ids = ids.data(); p.topk_weights = w.data();
+    p.gate_up = gate_up.data(); p.down = down.data(); p.out = out.data();
+    p.act = act;
+    return p;
+  }
+
+  std::vector<float> Run(const std::vector<int32_t>& ids, const std::vector<float>& w,
+                         Activation act = Activation::kSilu) const {
+    std::vector<float> out(static_cast<size_t>(T) * H);
+    testing::Poison(out);
+    MoeExpertsParams p = Params(ids, w, out, act);
+    std::vector<char> ws(MoeExpertsWorkspaceBytes(p), static_cast<char>(0xff));  // poisoned workspace
+    p.workspace = ws.data(); p.workspace_bytes = ws.size();
+    EXPECT_TRUE(MoeExperts(p, KernelContext{}).ok());
+    return out;
+  }
+
+  std::vector<float> Naive(const std::vector<int32_t>& ids, const std::function<double(double)>& act_fn) const {
+    return NaiveExperts(x, gate_up, down, ids, weights, T, H, I, K, act_fn);
+  }
+};
+
 // (num_tokens, hidden, inter, num_experts, top_k)
 class MoeExpertsTest : public ::testing::TestWithParam<std::tuple<int, int, int, int, int>> {};
 
@@ -53,10 +94,7 @@ TEST_P(MoeExpertsTest, MatchesNaivePerTokenLoop) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   std::mt19937 rng(seed);
-  auto x = testing::RandomVector(static_cast<size_t>(T) * H, seed);
-  auto gate_up = testing::RandomVector(static_cast<size_t>(E) * 2 * I * H, seed + 1, -0.2f, 0.2f);
-  auto down = testing::RandomVector(static_cast<size_t>(E) * H * I, seed + 2, -0.2f, 0.2f);
-  auto weights = testing::RandomVector(static_cast<size_t>(T) * K, seed + 3, 0.0f, 1.0f);
+  const ExpertsInputs in(T, H, I, E, K, seed);
   // Distinct experts per token, as routing produces; some experts get no token at all.
   std::vector<int32_t> ids(static_cast<size_t>(T) * K);
   for (int t = 0; t < T; ++t) {
@@ -65,18 +103,7 @@ TEST_P(MoeExpertsTest, MatchesNaivePerTokenLoop) {
     std::shuffle(perm.begin(), perm.end(), rng);
     for (int j = 0; j < K; ++j) ids[t * K + j] = perm[j];
   }
-  const std::vector<float> want = NaiveExperts(x, gate_up, down, ids, weights, T, H, I, K, NaiveSilu);
-  std::vector<float> out(want.size());
-  testing::Poison(out);
-  MoeExpertsParams p;
-  p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = K;
-  p.x = x.data(); p.topk_ids = ids.data(); p.topk_weights = weights.data();
-  p.gate_up = gate_up.data(); p.down = down.data(); p.out = out.data();
-  std::vector<char> ws(MoeExpertsWorkspaceBytes(p));
-  std::fill(ws.begin(), ws.end(), static_cast<char>(0xff));  // poisoned workspace
-  p.workspace = ws.data(); p.workspace_bytes = ws.size();
-  ASSERT_TRUE(MoeExperts(p, KernelContext{}).ok());
-  EXPECT_LT(testing::RelativeError(out, want), 1e-5);
+  EXPECT_LT(testing::RelativeError(in.Run(ids, in.weights), in.Naive(ids, NaiveSilu)), 1e-5);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeExpertsTest,
@@ -89,13 +116,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeExpertsTest,
 // negative side, relu6's cap and gelu_10's clip are not reached alike; the kernels/activation
 // tests pin those.
 TEST(MoeExpertsActivation, AppliesTheActivationOfTheParams) {
-  const int T = 9, H = 32, I = 16, E = 4, K = 2;
+  const int T = 9, E = 4, K = 2;
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
-  auto x = testing::RandomVector(static_cast<size_t>(T) * H, seed, -2.0f, 2.0f);
-  auto gate_up = testing::RandomVector(static_cast<size_t>(E) * 2 * I * H, seed + 1, -0.5f, 0.5f);
-  auto down = testing::RandomVector(static_cast<size_t>(E) * H * I, seed + 2, -0.2f, 0.2f);
-  auto weights = testing::RandomVector(static_cast<size_t>(T) * K, seed + 3, 0.0f, 1.0f);
+  const ExpertsInputs in(T, 32, 16, E, K, seed, /*x_range=*/2.0f, /*gate_range=*/0.5f);
   std::vector<int32_t> ids(static_cast<size_t>(T) * K);
   for (int t = 0; t < T; ++t) {
     ids[t * K] = t % E;
@@ -111,30 +135,20 @@ TEST(MoeExpertsActivation, AppliesTheActivationOfTheParams) {
   std::vector<float> silu_out;
   for (const auto& [act, fn] : acts) {
     SCOPED_TRACE(ActivationName(act));
-    const std::vector<float> want = NaiveExperts(x, gate_up, down, ids, weights, T, H, I, K, fn);
-    std::vector<float> out(want.size());
-    testing::Poison(out);
-    MoeExpertsParams p;
-    p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = K;
-    p.x = x.data(); p.topk_ids = ids.data(); p.topk_weights = weights.data();
-    p.gate_up = gate_up.data(); p.down = down.data(); p.out = out.data();
-    p.act = act;
-    std::vector<char> ws(MoeExpertsWorkspaceBytes(p), static_cast<char>(0xff));
-    p.workspace = ws.data(); p.workspace_bytes = ws.size();
-    ASSERT_TRUE(MoeExperts(p, KernelContext{}).ok());
-    EXPECT_LT(testing::RelativeError(out, want), 1e-5);
+    const std::vector<float> out = in.Run(ids, in.weights, act);
+    EXPECT_LT(testing::RelativeError(out, in.Naive(ids, fn)), 1e-5);
     if (act == Activation::kSilu) silu_out = out;
     // The CUDA backend refuses every activation but SiLU before touching a pointer.
-    const absl::Status cuda = MoeExperts(p, KernelContext{Backend::kCuda, nullptr, 0});
+    std::vector<float> unused(out.size());
+    const absl::Status cuda =
+        MoeExperts(in.Params(ids, in.weights, unused, act), KernelContext{Backend::kCuda, nullptr, 0});
     if (act != Activation::kSilu) {
       EXPECT_EQ(cuda.code(), absl::StatusCode::kInvalidArgument) << cuda;
       EXPECT_NE(cuda.message().find(ActivationName(act)), std::string::npos) << cuda;
     }
   }
   // The activation matters: GELU's output is not SiLU's.
-  const std::vector<float> gelu =
-      NaiveExperts(x, gate_up, down, ids, weights, T, H, I, K, acts[0].second);
-  EXPECT_GT(testing::RelativeError(silu_out, gelu), 1e-2);
+  EXPECT_GT(testing::RelativeError(silu_out, in.Naive(ids, acts[0].second)), 1e-2);
 }
 
 TEST(MoeExpertsValidation, RefusesASmallWorkspace) {
@@ -156,16 +170,13 @@ TEST(MoeExpertsValidation, RefusesASmallWorkspace) {
 // adds nothing, and the output equals a run where that slot names a valid expert with weight 0
 // (within rounding: the BLAS GEMM over an expert's rows may block fewer rows differently).
 TEST(MoeExpertsOutOfRange, AssignmentsToNoExpertAddNothing) {
-  const int T = 23, H = 16, I = 8, E = 4, K = 3;
+  const int T = 23, H = 16, E = 4, K = 3;
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   std::mt19937 rng(seed);
-  auto x = testing::RandomVector(static_cast<size_t>(T) * H, seed);
-  auto gate_up = testing::RandomVector(static_cast<size_t>(E) * 2 * I * H, seed + 1, -0.2f, 0.2f);
-  auto down = testing::RandomVector(static_cast<size_t>(E) * H * I, seed + 2, -0.2f, 0.2f);
-  auto weights = testing::RandomVector(static_cast<size_t>(T) * K, seed + 3, 0.0f, 1.0f);
+  const ExpertsInputs in(T, H, 8, E, K, seed);
   std::vector<int32_t> ids(T * K), valid(T * K);
-  std::vector<float> zeroed = weights;
+  std::vector<float> zeroed = in.weights;
   for (int a = 0; a < T * K; ++a) {
     valid[a] = ids[a] = static_cast<int32_t>(rng() % E);
     if (a % 3 != 1) continue;
@@ -174,20 +185,8 @@ TEST(MoeExpertsOutOfRange, AssignmentsToNoExpertAddNothing) {
   }
   ids[0] = ids[1] = ids[2] = -1;  // a token all of whose experts are elsewhere: out row 0
   zeroed[0] = zeroed[1] = zeroed[2] = 0.0f;
-  auto run = [&](const std::vector<int32_t>& topk, const std::vector<float>& w) {
-    std::vector<float> out(static_cast<size_t>(T) * H);
-    testing::Poison(out);
-    MoeExpertsParams p;
-    p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = K;
-    p.x = x.data(); p.topk_ids = topk.data(); p.topk_weights = w.data();
-    p.gate_up = gate_up.data(); p.down = down.data(); p.out = out.data();
-    std::vector<char> ws(MoeExpertsWorkspaceBytes(p), static_cast<char>(0xff));
-    p.workspace = ws.data(); p.workspace_bytes = ws.size();
-    EXPECT_TRUE(MoeExperts(p, KernelContext{}).ok());
-    return out;
-  };
-  const std::vector<float> skipped = run(ids, weights);
-  EXPECT_LT(testing::RelativeError(skipped, run(valid, zeroed)), 1e-6);
+  const std::vector<float> skipped = in.Run(ids, in.weights);
+  EXPECT_LT(testing::RelativeError(skipped, in.Run(valid, zeroed)), 1e-6);
   for (int h = 0; h < H; ++h) EXPECT_EQ(skipped[h], 0.0f);
 }
 
