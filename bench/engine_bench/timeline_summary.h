@@ -96,6 +96,11 @@ struct KernelTime {
   std::string name;
   int launches = 0;
   double ms = 0;  // summed durations (a name's launches that overlap each other count twice)
+  // The busy time during which one of this name's launches was the running device work that
+  // ends first. Every busy instant goes to exactly one record, so these sum to busy_ms. In a
+  // chain of kernels launched early (PDL) a kernel's duration includes its wait for the one
+  // before; this counts only the time from that one's end to its own: what it adds to the step.
+  double exclusive_ms = 0;
 };
 
 struct TimelineSummary {
@@ -116,7 +121,8 @@ struct TimelineSummary {
   int syncs = 0;          // synchronization records overlapping the window
   std::array<CopyTotals, kNumCopyDirections> copies{};  // indexed by CopyDirection
   std::vector<IdleGap> largest_gaps;                    // longest first, at most top_gaps
-  std::vector<KernelTime> top_kernels;                  // most time first, at most top_kernels
+  std::vector<KernelTime> top_kernels;  // most exclusive time first, at most top_kernels
+  double exclusive_other_ms = 0;        // the busy time that copies and memsets end first
 };
 
 TimelineSummary Summarize(const TimelineTrace& trace, const SummaryOptions& options = {});

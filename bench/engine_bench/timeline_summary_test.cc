@@ -143,6 +143,43 @@ TEST(TimelineSummaryTest, CopiesByDirectionAndKernelsByTime) {
   EXPECT_NEAR(s.top_kernels[0].ms, 3.0, kTol);
   EXPECT_EQ(s.top_kernels[1].name, "attn");
   EXPECT_NEAR(s.top_kernels[1].ms, 2.0, kTol);
+  // Exclusive: gemm 1.0-3.0 and 7.0-8.0 less the memset nested in it; attn only past gemm's end.
+  EXPECT_NEAR(s.top_kernels[0].exclusive_ms, 2.0 + 0.9, kTol);
+  EXPECT_NEAR(s.top_kernels[1].exclusive_ms, 1.0, kTol);
+  EXPECT_NEAR(s.exclusive_other_ms, 0.5 + 0.1 + 0.3, kTol);
+  EXPECT_NEAR(s.top_kernels[0].exclusive_ms + s.top_kernels[1].exclusive_ms + s.exclusive_other_ms,
+              s.busy_ms, kTol);
+}
+
+// A PDL chain: each kernel starts while the one before runs (and waits for it), so durations
+// overlap; the exclusive time is what each adds from the previous one's end to its own.
+TEST(TimelineSummaryTest, ExclusiveTimeSplitsAnEarlyLaunchedChain) {
+  TimelineTrace t;
+  t.window_begin_ns = At(0);
+  t.window_end_ns = At(10);
+  t.records = {
+      Kernel("route", 1.0, 1.2),
+      Kernel("gate_up", 1.1, 3.0),  // launched early, waits for route
+      Kernel("down", 2.5, 4.0),     // launched early, prefetches, waits for gate_up
+      Kernel("combine", 3.9, 4.1),
+      Kernel("route", 4.05, 4.3),  // next layer
+  };
+  const TimelineSummary s = Summarize(t);
+  EXPECT_NEAR(s.busy_ms, 3.3, kTol);
+  ASSERT_EQ(s.top_kernels.size(), 4u);
+  EXPECT_EQ(s.top_kernels[0].name, "gate_up");
+  EXPECT_NEAR(s.top_kernels[0].ms, 1.9, kTol);
+  EXPECT_NEAR(s.top_kernels[0].exclusive_ms, 1.8, kTol);
+  EXPECT_EQ(s.top_kernels[1].name, "down");
+  EXPECT_NEAR(s.top_kernels[1].exclusive_ms, 1.0, kTol);
+  EXPECT_EQ(s.top_kernels[2].name, "route");
+  EXPECT_EQ(s.top_kernels[2].launches, 2);
+  EXPECT_NEAR(s.top_kernels[2].exclusive_ms, 0.2 + 0.2, kTol);
+  EXPECT_EQ(s.top_kernels[3].name, "combine");
+  EXPECT_NEAR(s.top_kernels[3].exclusive_ms, 0.1, kTol);
+  EXPECT_NEAR(s.exclusive_other_ms, 0.0, kTol);
+  const std::string text = FormatSummary("chain", s);
+  EXPECT_NE(text.find("| gate_up | 1 | 1.900 | 1.800 | 1800.00 | 54.5 |"), std::string::npos) << text;
 }
 
 TEST(TimelineSummaryTest, TopListsAreCut) {
@@ -202,7 +239,8 @@ TEST(TimelineSummaryTest, FormatsHeadlineAndTables) {
   EXPECT_THAT(
       text, HasSubstr("| 3 | 8.000 | 200.0 | gemm | memcpy DtoH | outside CUDA calls 200.0 us |"));
   EXPECT_THAT(text, HasSubstr("| HtoD | 1 | 1 | 1.000 | 0.500 |\n"));
-  EXPECT_THAT(text, HasSubstr("| gemm | 2 | 3.000 | 62.5 |\n"));
+  EXPECT_THAT(text, HasSubstr("| gemm | 2 | 3.000 | 2.900 | 1450.00 | 60.4 |\n"));
+  EXPECT_THAT(text, HasSubstr("| (copies, memsets) | | | 0.900 | | 18.8 |\n"));
 }
 
 TEST(TimelineSummaryTest, TableCellsEscapePipesAndCutLongNames) {
