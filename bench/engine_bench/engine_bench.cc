@@ -116,7 +116,7 @@ nlohmann::json TimelineJson(nlohmann::json id, const TimelineSummary& s) {
         {"count", c.count}, {"pageable", c.pageable}, {"bytes", c.bytes}, {"ms", c.ms}};
   }
   for (const mlaserve::bench::KernelTime& k : s.top_kernels) {
-    kernels.push_back({{"name", k.name}, {"launches", k.launches}, {"ms", k.ms}});
+    kernels.push_back({{"name", k.name}, {"launches", k.launches}, {"ms", k.ms}, {"exclusive_ms", k.exclusive_ms}});
   }
   id.update({{"wall_ms", s.wall_ms}, {"gpu_span_ms", s.gpu_span_ms}, {"busy_ms", s.busy_ms},
              {"idle_ms", s.idle_ms}, {"idle_gaps", s.idle_gaps},
@@ -381,7 +381,7 @@ int main(int argc, char** argv) {
     TracedForward discarded{*timeline, {}};
     bench.PrefillOnce(prefill_lens.front(), &discarded);
     auto report = [&](const std::string& title, nlohmann::json id, const TimelineTrace& trace) {
-      const TimelineSummary s = mlaserve::bench::Summarize(trace);
+      const TimelineSummary s = mlaserve::bench::Summarize(trace, {.top_gaps = 8, .top_kernels = 24});
       std::printf("\n%s", mlaserve::bench::FormatSummary(title, s).c_str());
       out["timeline"].push_back(TimelineJson(std::move(id), s));
     };
