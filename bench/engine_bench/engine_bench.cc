@@ -116,7 +116,10 @@ nlohmann::json TimelineJson(nlohmann::json id, const TimelineSummary& s) {
         {"count", c.count}, {"pageable", c.pageable}, {"bytes", c.bytes}, {"ms", c.ms}};
   }
   for (const mlaserve::bench::KernelTime& k : s.top_kernels) {
-    kernels.push_back({{"name", k.name}, {"launches", k.launches}, {"ms", k.ms}, {"exclusive_ms", k.exclusive_ms}});
+    kernels.push_back({{"name", k.name},
+                       {"launches", k.launches},
+                       {"ms", k.ms},
+                       {"exclusive_ms", k.exclusive_ms}});
   }
   id.update({{"wall_ms", s.wall_ms}, {"gpu_span_ms", s.gpu_span_ms}, {"busy_ms", s.busy_ms},
              {"idle_ms", s.idle_ms}, {"idle_gaps", s.idle_gaps},

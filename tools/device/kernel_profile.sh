@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 # ncu is not always on the PATH of the GPU image: fall back to the newest Nsight Compute install.
 NCU_BIN=${NCU_BIN:-$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | sort -V | tail -1)}
 [[ -x $NCU_BIN ]] || { echo "kernel_profile: ncu not found (set NCU_BIN)"; exit 2; }
-NCU="$NCU_BIN --clock-control none --metrics gpu__time_duration.sum --csv --print-units base --nvtx"
+NCU="$NCU_BIN --clock-control none --metrics ${NCU_METRICS:-gpu__time_duration.sum} --csv --print-units base --nvtx"
 args=()
 for phase in $PHASES; do
   case $phase in
