@@ -89,7 +89,7 @@ kernels::L2PrefetchHint LayerL2Ahead(const LayerWeights& w, bool moe, int level,
   if (level >= 3) wanted.push_back(region(w.attn.o_proj.weight));
   // o_proj is read before the feed-forward block: first in the list when it is taken.
   if (level >= 3) std::rotate(wanted.begin(), wanted.end() - 1, wanted.end());
-  return kernels::FitL2Prefetch(wanted, budget);
+  return kernels::FitL2Prefetch(wanted.data(), wanted.size(), budget);
 }
 
 }  // namespace

@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <span>
 
 namespace mlaserve::kernels {
 
@@ -41,13 +40,16 @@ struct L2PrefetchHint {
   bool empty() const { return count == 0; }
 };
 
-// Takes `wanted` in order (most useful first) while the total stays within `budget_bytes`: the
-// region that crosses the budget contributes its first bytes, the ones after it nothing. Null or
-// empty regions are skipped; at most kMaxRegions are kept.
-inline L2PrefetchHint FitL2Prefetch(std::span<const L2PrefetchRegion> wanted, size_t budget_bytes) {
+// Takes wanted[0, count) in order (most useful first) while the total stays within
+// `budget_bytes`: the region that crosses the budget contributes its first bytes, the ones after
+// it nothing. Null or empty regions are skipped; at most kMaxRegions are kept. (A pointer and a
+// count: the CUDA sources that include this header build as C++17.)
+inline L2PrefetchHint FitL2Prefetch(const L2PrefetchRegion* wanted, size_t count,
+                                    size_t budget_bytes) {
   L2PrefetchHint hint;
   size_t left = budget_bytes;
-  for (const L2PrefetchRegion& r : wanted) {
+  for (size_t i = 0; i < count; ++i) {
+    const L2PrefetchRegion& r = wanted[i];
     if (left == 0 || hint.count == L2PrefetchHint::kMaxRegions) break;
     if (r.data == nullptr || r.bytes == 0) continue;
     hint.regions[hint.count++] = {r.data, std::min(r.bytes, left)};

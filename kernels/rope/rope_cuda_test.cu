@@ -141,7 +141,7 @@ TEST_P(RopeCudaQk, MatchesCpu) {
     const char* base = static_cast<const char*>(d_weights.get());
     const std::array<L2PrefetchRegion, 2> wanted = {{{base + 6, (size_t{9} << 20) + 40},
                                                      {base + 4096, 100}}};
-    g.ahead = FitL2Prefetch(wanted, size_t{1} << 30);
+    g.ahead = FitL2Prefetch(wanted.data(), wanted.size(), size_t{1} << 30);
     ASSERT_EQ(g.ahead.count, 2);
   }
   ASSERT_TRUE(Rope(g, KernelContext{Backend::kCuda, nullptr}).ok());
