@@ -3,10 +3,8 @@
 #include "model/deepseek_engine.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -59,39 +57,6 @@ absl::Status CheckArchitecture(const ModelConfig& c) {
   return absl::OkStatus();
 }
 
-// MLASERVE_L2_AHEAD: which weights a decode step's attention launch prefetches into L2 for the
-// layer's feed-forward block (model/layers/mla_attention.h, kernels/common/l2_prefetch.h).
-// 0: none; 1: the shared experts' gate_up (a dense layer's gate_up) and the router; 2: also the
-// shared experts' down; 3: also the attention's o_proj. Unset: 1.
-int L2AheadLevel() {
-  static const int level = [] {
-    const char* v = std::getenv("MLASERVE_L2_AHEAD");
-    if (v == nullptr || *v == '\0') return 1;
-    return std::clamp(std::atoi(v), 0, 3);
-  }();
-  return level;
-}
-
-// Layer `w`'s regions for L2AheadLevel `level`, in the order they are read (the first ones
-// first), cut to `budget` bytes.
-kernels::L2PrefetchHint LayerL2Ahead(const LayerWeights& w, bool moe, int level, size_t budget) {
-  const auto region = [](const WeightTensor& t) {
-    return kernels::L2PrefetchRegion{t.data(), static_cast<size_t>(t.numel) * kernels::DTypeSize(t.dtype)};
-  };
-  std::vector<kernels::L2PrefetchRegion> wanted;
-  if (moe) {
-    wanted.push_back(region(w.moe.shared.gate_up.weight));  // empty without shared experts
-    wanted.push_back(region(w.moe.router.weight));
-    if (level >= 2) wanted.push_back(region(w.moe.shared.down.weight));
-  } else {
-    wanted.push_back(region(w.mlp.gate_up.weight));
-  }
-  if (level >= 3) wanted.push_back(region(w.attn.o_proj.weight));
-  // o_proj is read before the feed-forward block: first in the list when it is taken.
-  if (level >= 3) std::rotate(wanted.begin(), wanted.end() - 1, wanted.end());
-  return kernels::FitL2Prefetch(wanted.data(), wanted.size(), budget);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
@@ -111,7 +76,6 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   ASSIGN_OR_RETURN(const KvCacheFormat cache_format, ResolveKvCacheFormat(options, c));
   RETURN_IF_ERROR(UseDevice(options.backend, options.device));
   ASSIGN_OR_RETURN(lc.num_sms, MultiprocessorCount(options.backend, options.device));
-  ASSIGN_OR_RETURN(lc.l2_bytes, L2CacheBytes(options.backend, options.device));
   ASSIGN_OR_RETURN(e->stream_, Stream::Create(options.backend));
   e->ctx_.backend = options.backend;
   e->ctx_.device = options.device;
@@ -196,17 +160,6 @@ void DeepseekEngine::BuildLayers() {
         DecoderLayer{MlaAttention(&lc, l, &w.attn, std::move(indexer)), FeedForward(&lc, &w)});
   }
   parallel_ = ParallelStep(&lc, options_.parallel.comm);
-
-  // Decode steps: each layer's attention launch moves the weights its feed-forward block reads
-  // first into L2 while the attention's short kernels leave DRAM idle (MlaAttention::SetL2Ahead).
-  const int level = L2AheadLevel();
-  if (lc.l2_bytes > 0 && level > 0) {
-    const size_t budget = lc.l2_bytes / 4 * 3;
-    for (int l = 0; l < c.num_hidden_layers; ++l) {
-      layers_[l].attention.SetL2Ahead(LayerL2Ahead(weights_.layers[l],
-                                                   layers_[l].feed_forward.is_moe(), level, budget));
-    }
-  }
 }
 
 absl::Status DeepseekEngine::BuildStep(int32_t padding_page) {

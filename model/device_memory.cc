@@ -479,20 +479,6 @@ absl::StatusOr<int> MultiprocessorCount(kernels::Backend backend, int device) {
 #endif
 }
 
-absl::StatusOr<size_t> L2CacheBytes(kernels::Backend backend, int device) {
-  if (backend == kernels::Backend::kCpu) return 0;
-#if defined(MLASERVE_MODEL_HAS_CUDA)
-  int bytes = 0;
-  absl::Status s = CudaError(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device),
-                             "cudaDeviceGetAttribute(L2 cache size)");
-  if (!s.ok()) return s;
-  return static_cast<size_t>(bytes);
-#else
-  (void)device;
-  return NoCuda("L2CacheBytes");
-#endif
-}
-
 absl::Status Synchronize(const kernels::KernelContext& ctx) {
   if (ctx.backend == kernels::Backend::kCpu) return absl::OkStatus();
 #if defined(MLASERVE_MODEL_HAS_CUDA)

@@ -273,8 +273,6 @@ absl::Status UseDevice(kernels::Backend backend, int device);
 // The device's multiprocessor count (kCuda; 0 on kCpu, which the kernel planners read as
 // "CPU").
 absl::StatusOr<int> MultiprocessorCount(kernels::Backend backend, int device);
-// The device's L2 cache size in bytes (kCuda; 0 on kCpu).
-absl::StatusOr<size_t> L2CacheBytes(kernels::Backend backend, int device);
 
 // Waits until everything queued on ctx's stream has run (no-op on kCpu).
 absl::Status Synchronize(const kernels::KernelContext& ctx);

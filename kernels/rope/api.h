@@ -16,7 +16,6 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "kernels/common/l2_prefetch.h"
 #include "kernels/common/types.h"
 
 namespace mlaserve::kernels {
@@ -66,12 +65,6 @@ struct RopeParams {
   int64_t out_token_stride = 0;
   int64_t out_head_stride = 0;
   int out_offset = 0;
-  // Optional, CUDA with the fused norm: weights a later kernel of the step will stream, moved
-  // into L2 while this and the next few kernels run (kernels/common/l2_prefetch.h). A few blocks
-  // beside the token blocks wait for the kernel before this one (so its own weight reads keep
-  // DRAM to themselves), issue the bulk prefetches and exit. Changes no result; the CPU backend
-  // and the launch without the norm ignore it.
-  L2PrefetchHint ahead;
 };
 
 absl::Status Rope(const RopeParams& p, const KernelContext& ctx);

@@ -35,10 +35,6 @@ absl::Status Rope(const RopeParams& p, const KernelContext& ctx) {
     return absl::InvalidArgumentError(absl::StrCat("rope: rot_dim=", p.rot_dim, " must be even"));
   }
   RETURN_IF_ERROR(RequirePositive("max_position", p.max_position));
-  if (p.ahead.count < 0 || p.ahead.count > L2PrefetchHint::kMaxRegions) {
-    return absl::InvalidArgumentError(absl::StrCat("rope: ahead.count=", p.ahead.count,
-                                                   " outside [0, ", L2PrefetchHint::kMaxRegions, "]"));
-  }
   if (p.num_tokens == 0) return absl::OkStatus();
   RETURN_IF_ERROR(RequireNonNull("x", p.x));
   RETURN_IF_ERROR(RequireNonNull("positions", p.positions));

@@ -2,8 +2,7 @@
 // (one launch for MLA's q and k_pe), f32 math on the f32 cos/sin table, in place or into `out`;
 // with the fused latent norm (k_norm_weight) one block per token: RMSNorm of its k row's first
 // k_norm_dim values (kernels/norm's bf16 rounding), then its pairs, then (with `cache`) the
-// finished row into its cache slot, and (with an L2 hint) a few more blocks that issue its
-// prefetches once the kernel before has completed. Launched with PDL
+// finished row into its cache slot. Launched with PDL
 // (kernels/common/pdl.cuh). A position outside [0, max_position) cannot be
 // reported without a host sync: that token is left unrotated (with `out`: its slice there is
 // not written); callers validate, and the CPU backend refuses it.
@@ -12,8 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
-#include "kernels/common/device_arch.h"
-#include "kernels/common/l2_prefetch.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/rope/api.h"
 
@@ -69,13 +66,6 @@ __global__ void __launch_bounds__(kThreads) RopeKernel(const __grid_constant__ R
 template <typename T>
 __global__ void __launch_bounds__(kThreads) RopeNormKernel(const __grid_constant__ RopeParams p) {
   __shared__ float scratch[32];
-  if (static_cast<int>(blockIdx.x) >= p.num_tokens) {
-    // A prefetch block: after the previous kernel (whose weight reads should not share DRAM with
-    // these), the hint's bulk prefetches; nothing waits for them.
-    cuda::PdlWaitForPrerequisites();
-    cuda::IssueL2Prefetch(p.ahead, blockIdx.x - p.num_tokens, gridDim.x - p.num_tokens);
-    return;
-  }
   const int64_t t = blockIdx.x;
   const int half = p.rot_dim / 2;
   const int heads = p.num_heads + p.k_heads;
@@ -120,10 +110,7 @@ absl::Status LaunchRope(const RopeParams& p, cudaStream_t s) {
   shape.block = dim3(kThreads);
   shape.stream = s;
   if (p.k_norm_weight != nullptr) {
-    // Token blocks, then the prefetch blocks (at most half the SMs: they exit within a few
-    // microseconds, but the token blocks come first).
-    const int prefetch_blocks = L2PrefetchBlocks(p.ahead, cuda::CurrentDeviceSmCount() / 2);
-    shape.grid = dim3(static_cast<unsigned>(p.num_tokens + prefetch_blocks));
+    shape.grid = dim3(static_cast<unsigned>(p.num_tokens));
     return cuda::LaunchPdl("rope+norm", shape, RopeNormKernel<T>, p);
   }
   const int heads = p.num_heads + (p.k != nullptr ? p.k_heads : 0);

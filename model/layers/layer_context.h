@@ -36,7 +36,6 @@ struct LayerContext {
   const ParallelLayout* layout = nullptr;  // this rank's shards
   ops::OpContext ops;                      // backend, stream, activation dtype
   int num_sms = 0;
-  size_t l2_bytes = 0;  // kCuda: the device's L2 cache (0 on kCpu)
   BatchLimits limits;         // max_batch_tokens / max_batch_seqs the scratch is sized for
   int max_pages_per_seq = 0;  // bound on BatchPlan::max_pages_per_seq
   kernels::MhaPrefillProvider mha_provider = kernels::MhaPrefillProvider::kAuto;

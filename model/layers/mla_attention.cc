@@ -22,12 +22,11 @@ constexpr float kLatentNormEps = 1e-6f;
 // One launch for the rest of the cache entry and the query: kv [T, latent | k_pe] gets
 // kv_a_layernorm on its first kv_lora_rank values (`norm`, eps kLatentNormEps) and RoPE on k_pe,
 // in place; q [T, H, nope | rope] gets RoPE on its rope parts, in place or into q_out's rope
-// parts ([T, H, latent | rope], the absorbed query) when given. The same launch issues `ahead`'s
-// L2 prefetches.
+// parts ([T, H, latent | rope], the absorbed query) when given.
 absl::Status NormRopeQk(const ops::OpContext& ctx, const RopeTable& rope, const float* cos_sin,
                         const BatchPlan& plan, const MlaDims& d, int heads, bool interleaved,
                         const WeightTensor& norm, int norm_dim, void* q, void* q_out, void* kv,
-                        void* cache, int64_t cache_slots, const kernels::L2PrefetchHint& ahead) {
+                        void* cache, int64_t cache_slots) {
   kernels::RopeParams p;
   p.dtype = ctx.dtype;
   p.num_tokens = plan.total_tokens;
@@ -61,7 +60,6 @@ absl::Status NormRopeQk(const ops::OpContext& ctx, const RopeTable& rope, const 
     p.out_head_stride = d.latent();
     p.out_offset = d.rank;
   }
-  p.ahead = ahead;
   return kernels::Rope(p, ctx.kernel);
 }
 
@@ -178,8 +176,7 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
   RETURN_IF_ERROR(NormRopeQk(oc, *ctx_->rope, ctx_->cos_sin, plan, ctx_->dims, H,
                              c.rope_interleave, w.kv_a_norm, c.kv_lora_rank, q,
                              rope_into_q_abs ? q_abs : nullptr, kv, rows_in_place,
-                             static_cast<int64_t>(ctx_->cache->num_pages()) * kernels::kPageSize,
-                             T <= kL2AheadMaxTokens ? ahead_ : kernels::L2PrefetchHint{}));
+                             static_cast<int64_t>(ctx_->cache->num_pages()) * kernels::kPageSize));
   if (rows_in_place == nullptr) RETURN_IF_ERROR(ctx_->cache->WriteLatent(layer_, plan, kv));
 
   int32_t* topk = nullptr;

@@ -22,7 +22,6 @@
 
 #include "absl/status/statusor.h"
 #include "model/deepseek_weights.h"
-#include "kernels/common/l2_prefetch.h"
 #include "model/layers/attention_forms.h"
 #include "model/layers/dsa_indexer.h"
 #include "model/layers/layer_context.h"
@@ -46,12 +45,6 @@ class MlaAttention {
 
   DsaIndexer* indexer() { return indexer_.get(); }
 
-  // Steps of at most kL2AheadMaxTokens tokens (decode) move `ahead` -- weights that kernels
-  // after this block's first projection stream: the layer's shared experts, its router, ... --
-  // into L2 from the norm+rope launch (kernels/common/l2_prefetch.h). Empty: none (the default).
-  static constexpr int kL2AheadMaxTokens = 16;
-  void SetL2Ahead(const kernels::L2PrefetchHint& ahead) { ahead_ = ahead; }
-
  private:
   // q: [T, H, qk] roped; kv: the new tokens' cache entries [T, latent]; attn: [T, H, v].
   absl::Status AttendMha(const BatchPlan& plan, const void* q, const void* kv, void* attn);
@@ -65,7 +58,6 @@ class MlaAttention {
   int layer_;
   const MlaWeights* w_;
   std::unique_ptr<DsaIndexer> indexer_;
-  kernels::L2PrefetchHint ahead_;
 };
 
 }  // namespace mlaserve::model
