@@ -24,10 +24,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -49,32 +47,28 @@ constexpr int kBK = 64;    // K columns per stage
 constexpr int kChunksPerRow = kBK / cuda::kBf16PerChunk;
 constexpr int kRowsPerWarp = 16;
 
-// A block's shape: kFeatures output features (16 per warp), kStages tiles of kBK K columns in
-// the ring. For gate_up each warp reads both the gate and the up rows of its features (2 *
-// kFeatures weight rows per block), for down kFeatures rows. StreamShapeFor picks the shape at
-// launch (the defaults, or MLASERVE_MOE_STREAM for sweeps).
-template <bool kGateUp, int kFeaturesT, int kStagesT>
+template <bool kGateUp>
 struct StreamShape {
-  static constexpr int kFeatures = kFeaturesT;                 // outputs per block
+  // 64 output features per block, 16 per warp; for gate_up each warp reads both the gate and
+  // the up rows of its features (128 weight rows per block), for down 64 rows.
+  static constexpr int kFeatures = 64;                         // outputs per block
   static constexpr int kWRows = kGateUp ? 2 * kFeatures : kFeatures;
-  static constexpr int kWarps = kFeatures / kRowsPerWarp;
+  static constexpr int kWarps = kFeatures / kRowsPerWarp;      // 4
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kStages = kStagesT;
+  static constexpr int kStages = kGateUp ? 6 : 10;
   static constexpr int kWTileBytes = kWRows * kBK * 2;
   static constexpr int kXTileBytes = kTok * kBK * 2;
   static constexpr int kStageBytes = kWTileBytes + kXTileBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes;
   static constexpr int kWLoads = kWRows * kChunksPerRow / kThreads;
-  static constexpr int kXChunks = kTok * kChunksPerRow;                  // 16-byte chunks of a token tile
-  static constexpr int kXLoads = (kXChunks + kThreads - 1) / kThreads;  // per thread
-  static_assert(kFeatures % kRowsPerWarp == 0 && kStages >= 2);
   static_assert(kWRows * kChunksPerRow % kThreads == 0);
+  static_assert(kTok * kChunksPerRow <= kThreads);
 };
 
-template <bool kGateUp, int kFeatures, int kStages>
-__global__ void __launch_bounds__(StreamShape<kGateUp, kFeatures, kStages>::kThreads)
+template <bool kGateUp>
+__global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
     StreamExpertsKernel(const __grid_constant__ StreamArgs g) {
-  using S = StreamShape<kGateUp, kFeatures, kStages>;
+  using S = StreamShape<kGateUp>;
   const int slot = blockIdx.y;
   // A routed expert's slot, or (past max_active) a slice of the shared experts: its weights,
   // the row stride of its weight (down: the shared MLP's rows are wider), how far its up rows
@@ -176,33 +170,23 @@ __global__ void __launch_bounds__(StreamShape<kGateUp, kFeatures, kStages>::kThr
   }
 
   for (int r0 = row_begin; r0 < row_end; r0 += kTok) {
-    // The token-tile chunks this thread copies in this pass: chunk tid + q * kThreads (threads
-    // past the tile's kTok * 8 chunks copy none).
-    const __nv_bfloat16* x_src[S::kXLoads];
-    bool x_ok[S::kXLoads];
-#pragma unroll
-    for (int q = 0; q < S::kXLoads; ++q) {
-      const int xc = tid + q * S::kThreads;
-      const int x_row = xc / kChunksPerRow, x_chunk = xc % kChunksPerRow;
-      x_ok[q] = xc < S::kXChunks && r0 + x_row < row_end;
-      x_src[q] = nullptr;
-      if (x_ok[q]) {
-        // gate_up: the row's token (a shared slice's rows are the tokens in order).
-        const int64_t token = shared ? r0 + x_row - row_begin : g.sorted[r0 + x_row] / g.top_k;
-        x_src[q] = kGateUp ? g.x + token * g.hidden : g.act + static_cast<int64_t>(r0 + x_row) * g.inter;
-        x_src[q] += x_chunk * cuda::kBf16PerChunk;
-      }
+    // The token row this thread copies in this pass (threads past kTok * 8 chunks copy none).
+    const int xc = tid;
+    const int x_row = xc / kChunksPerRow, x_chunk = xc % kChunksPerRow;
+    const bool x_ok = xc < kTok * kChunksPerRow && r0 + x_row < row_end;
+    const __nv_bfloat16* x_src = nullptr;
+    if (x_ok) {
+      // gate_up: the row's token (a shared slice's rows are the tokens in order).
+      const int64_t token = shared ? r0 + x_row - row_begin : g.sorted[r0 + x_row] / g.top_k;
+      x_src = kGateUp ? g.x + token * g.hidden : g.act + static_cast<int64_t>(r0 + x_row) * g.inter;
+      x_src += x_chunk * cuda::kBf16PerChunk;
     }
     auto load_x = [&](int stage, int kt) {
       const uint32_t x_base = smem_base + stage * S::kStageBytes + S::kWTileBytes;
-#pragma unroll
-      for (int q = 0; q < S::kXLoads; ++q) {
-        const int xc = tid + q * S::kThreads;
-        if (xc >= S::kXChunks) break;
-        const int x_row = xc / kChunksPerRow, x_chunk = xc % kChunksPerRow;
+      if (xc < kTok * kChunksPerRow) {
         const bool in_k = kt * kBK + x_chunk * cuda::kBf16PerChunk < K;
         CpAsync16(x_base + SwizzledOffset(x_row, x_chunk, kChunksPerRow),
-                  x_ok[q] ? x_src[q] + kt * kBK : nullptr, x_ok[q] && in_k);
+                  x_ok ? x_src + kt * kBK : nullptr, x_ok && in_k);
       }
     };
 
@@ -264,14 +248,14 @@ __global__ void __launch_bounds__(StreamShape<kGateUp, kFeatures, kStages>::kThr
   }
 }
 
-template <bool kGateUp, int kFeatures, int kStages>
-absl::Status LaunchStreamShape(const StreamArgs& a, cudaStream_t s) {
-  using S = StreamShape<kGateUp, kFeatures, kStages>;
-  auto* kernel = StreamExpertsKernel<kGateUp, kFeatures, kStages>;
+template <bool kGateUp>
+absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
+  using S = StreamShape<kGateUp>;
   const int out_dim = kGateUp ? a.inter : a.hidden;
-  if (auto st = cuda::CudaStatus(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes),
-          "moe_experts stream: raising the shared-memory limit");
+  if (auto st = cuda::CudaStatus(cudaFuncSetAttribute(StreamExpertsKernel<kGateUp>,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      S::kSmemBytes),
+                                 "moe_experts stream: raising the shared-memory limit");
       !st.ok()) {
     return st;
   }
@@ -281,50 +265,7 @@ absl::Status LaunchStreamShape(const StreamArgs& a, cudaStream_t s) {
   shape.smem_bytes = S::kSmemBytes;
   shape.stream = s;
   return cuda::LaunchPdl(kGateUp ? "moe_experts stream gate_up" : "moe_experts stream down", shape,
-                         kernel, a);
-}
-
-// The block shapes compiled per product: {features, stages}. The first is the default.
-struct StreamBlock {
-  int features, stages;
-};
-constexpr StreamBlock kGateUpBlocks[] = {{64, 6}, {32, 8}, {32, 10}, {128, 4}};
-constexpr StreamBlock kDownBlocks[] = {{64, 10}, {32, 12}, {32, 16}, {128, 6}};
-
-// MLASERVE_MOE_STREAM="FxS,FxS" (gate_up, then down; e.g. "32x8,32x12") picks compiled shapes
-// for timing sweeps; unset or not compiled: the defaults.
-StreamBlock StreamBlockFor(bool gate_up) {
-  static const std::pair<StreamBlock, StreamBlock> chosen = [] {
-    std::pair<StreamBlock, StreamBlock> c{kGateUpBlocks[0], kDownBlocks[0]};
-    const char* v = std::getenv("MLASERVE_MOE_STREAM");
-    StreamBlock g{}, d{};
-    if (v != nullptr && std::sscanf(v, "%dx%d,%dx%d", &g.features, &g.stages, &d.features, &d.stages) == 4) {
-      for (const StreamBlock& b : kGateUpBlocks) {
-        if (b.features == g.features && b.stages == g.stages) c.first = b;
-      }
-      for (const StreamBlock& b : kDownBlocks) {
-        if (b.features == d.features && b.stages == d.stages) c.second = b;
-      }
-    }
-    return c;
-  }();
-  return gate_up ? chosen.first : chosen.second;
-}
-
-template <bool kGateUp, int kIndex>
-absl::Status LaunchStreamBlock(const StreamArgs& a, cudaStream_t s) {
-  constexpr StreamBlock b = kGateUp ? kGateUpBlocks[kIndex] : kDownBlocks[kIndex];
-  return LaunchStreamShape<kGateUp, b.features, b.stages>(a, s);
-}
-
-template <bool kGateUp>
-absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
-  const StreamBlock b = StreamBlockFor(kGateUp);
-  const StreamBlock* blocks = kGateUp ? kGateUpBlocks : kDownBlocks;
-  if (b.features == blocks[1].features && b.stages == blocks[1].stages) return LaunchStreamBlock<kGateUp, 1>(a, s);
-  if (b.features == blocks[2].features && b.stages == blocks[2].stages) return LaunchStreamBlock<kGateUp, 2>(a, s);
-  if (b.features == blocks[3].features && b.stages == blocks[3].stages) return LaunchStreamBlock<kGateUp, 3>(a, s);
-  return LaunchStreamBlock<kGateUp, 0>(a, s);
+                         StreamExpertsKernel<kGateUp>, a);
 }
 
 }  // namespace
