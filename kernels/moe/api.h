@@ -28,6 +28,26 @@ namespace mlaserve::kernels {
 enum class MoeScoring : uint8_t { kSoftmax, kSigmoid };
 enum class MoeTopkMethod : uint8_t { kGreedy, kGroupLimitedGreedy, kNoauxTc };
 
+// Optional part of MoeRoutingParams: the router projection whose f32 logits the routing reads,
+// done by the routing kernel itself (weight == null: the logits are an input, as usual). Taken
+// only inside an experts call and only where MoeExpertsFusesRouter says so (CUDA decode steps:
+// one launch computes logits = x weight^T, routes and permutes); elsewhere run the projection
+// first (a GEMM into `logits`) and leave weight null. The kernel splits the experts' weight rows
+// over its CTAs, reads them with 16-byte loads, sums in f32 in a fixed order (the same bits
+// every run; not the GEMM's bits, within f32 rounding of an exact dot product), writes the
+// logits to MoeRoutingParams::logits (the same buffer as `logits` here) and routes them in the
+// CTA that finishes last.
+struct MoeRouterProjection {
+  DType dtype = DType::kBF16;    // of weight and x; the fused kernel takes bf16 only
+  const void* weight = nullptr;  // [num_experts, hidden] (gate.weight), 16-byte aligned
+  const void* x = nullptr;       // [num_tokens, hidden], row stride hidden, 16-byte aligned
+  int hidden = 0;
+  float* logits = nullptr;       // [num_tokens, num_experts] f32, written: == routing's logits
+  // One device word, 0 before the call, left 0 by it (the CTAs take tickets on it to elect the
+  // last one, which resets it). Calls that may run at the same time need different words.
+  uint32_t* ticket = nullptr;
+};
+
 struct MoeRoutingParams {
   int num_tokens = 0;
   int num_experts = 0;
@@ -42,6 +62,7 @@ struct MoeRoutingParams {
   const float* correction_bias = nullptr;  // [num_experts] f32, kNoauxTc only (may be null = 0)
   int32_t* topk_ids = nullptr;             // [num_tokens, top_k]
   float* topk_weights = nullptr;           // [num_tokens, top_k]
+  MoeRouterProjection router;              // weight null: logits are an input (MoeRouting)
 };
 
 absl::Status MoeRouting(const MoeRoutingParams& p, const KernelContext& ctx);
@@ -150,6 +171,15 @@ size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p);
 inline constexpr int kMoeFoldSharedMaxTokens = 16;
 bool MoeExpertsFoldsSharedAndNorm(const MoeExpertsParams& p, Backend backend);
 bool MoeExpertsCudaFoldsSharedAndNorm(const MoeExpertsParams& p);  // CUDA builds only
+// Whether MoeExperts(p) on `backend` takes p.routing->router (the router projection in the
+// routing's kernel; set it, and the rest of p, before asking): the CUDA stream path with the
+// routing fused into the permutation (decode steps: num_tokens <= kMoeStreamMaxTokens),
+// bf16 weight and x, hidden % 8 == 0 and <= kMoeFusedRouterMaxHidden, 16-byte aligned weight
+// and x, a ticket, and MLASERVE_MOE_FUSED_ROUTER not "0" (nor MLASERVE_MOE_FOLD). False on the
+// CPU. Where false, callers compute the logits first and leave router.weight null.
+inline constexpr int kMoeFusedRouterMaxHidden = 16384;
+bool MoeExpertsFusesRouter(const MoeExpertsParams& p, Backend backend);
+bool MoeExpertsCudaFusesRouter(const MoeExpertsParams& p);  // CUDA builds only
 absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx);
 absl::Status MoeExpertsCpu(const MoeExpertsParams& p);
 absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream);

@@ -75,8 +75,23 @@ absl::Status CheckRoutingOfExperts(const MoeExpertsParams& p) {
 
 absl::Status MoeRouting(const MoeRoutingParams& p, const KernelContext& ctx) {
   RETURN_IF_ERROR(CheckRouting(p));
+  if (p.router.weight != nullptr) {
+    return absl::InvalidArgumentError(
+        "moe_routing: router.weight is set, but the router projection runs inside the routing "
+        "only within an experts call (MoeExpertsFusesRouter); compute the logits first");
+  }
   if (p.num_tokens == 0) return absl::OkStatus();
   MLASERVE_DISPATCH("moe", ctx, MoeRoutingCpu(p), MoeRoutingCuda(p, ctx.stream));
+}
+
+bool MoeExpertsFusesRouter(const MoeExpertsParams& p, Backend backend) {
+#if defined(MLASERVE_KERNEL_HAS_CUDA)
+  return backend == Backend::kCuda && MoeExpertsCudaFusesRouter(p);
+#else
+  (void)p;
+  (void)backend;
+  return false;
+#endif
 }
 
 bool MoeExpertsFoldsSharedAndNorm(const MoeExpertsParams& p, Backend backend) {
@@ -149,6 +164,14 @@ absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx) {
                                                    " bytes MoeExpertsWorkspaceBytes asks for"));
   }
   if (p.routing != nullptr) RETURN_IF_ERROR(CheckRoutingOfExperts(p));
+  if (p.routing != nullptr && p.routing->router.weight != nullptr &&
+      !MoeExpertsFusesRouter(p, ctx.backend)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "moe_experts: routing.router.weight is set where the router projection is not fused (",
+        BackendName(ctx.backend), ", num_tokens=", p.num_tokens, ", hidden=",
+        p.routing->router.hidden, ", router dtype=", DTypeName(p.routing->router.dtype),
+        "): MoeExpertsFusesRouter is false; compute the logits first"));
+  }
   if ((p.shared.inter != 0 || p.norm.residual != nullptr) &&
       !MoeExpertsFoldsSharedAndNorm(p, ctx.backend)) {
     return absl::InvalidArgumentError(absl::StrCat(

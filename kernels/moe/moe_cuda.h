@@ -179,7 +179,18 @@ inline constexpr int kFusedRoutingMaxTokens = 16;
 bool PermuteFusesRouting(const PermuteArgs& a);
 inline constexpr int kMaxExperts = 1024;
 size_t PermuteScratchBytes(int num_assign, int num_experts);
+// With routing->router.weight set, LaunchPermute runs LaunchRouterPermute.
 absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s);
+// The router projection fused in too (moe_router_permute.cu): one launch computes the routing's
+// logits (MoeRouterProjection), routes them and permutes, with the outputs of the routing +
+// LaunchPermute pair. RouterPermuteRuns: whether it takes `a` (PermuteFusesRouting, and the
+// projection's shape, dtype, alignment and ticket); LaunchRouterPermute refuses the rest with
+// INVALID_ARGUMENT. MLASERVE_MOE_FUSED_ROUTER=0 in the environment turns it off (read once):
+// MoeExpertsFusesRouter is then false, and callers run the GEMM and RoutePermuteKernel (timing
+// comparisons).
+bool FusedRouterDisabled();
+bool RouterPermuteRuns(const PermuteArgs& a);
+absl::Status LaunchRouterPermute(const PermuteArgs& a, cudaStream_t s);
 // Baseline: one block sorts (SortKernel), then a separate kernel gathers the rows.
 absl::Status LaunchBaselineSort(const PermuteArgs& a, cudaStream_t s);
 absl::Status LaunchBaselineGather(const PermuteArgs& a, cudaStream_t s);

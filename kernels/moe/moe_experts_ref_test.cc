@@ -166,6 +166,37 @@ TEST(MoeExpertsValidation, RefusesASmallWorkspace) {
   EXPECT_TRUE(MoeExperts(p, KernelContext{}).ok());
 }
 
+// The router projection inside the routing (MoeRouterProjection) is a CUDA decode-step fusion:
+// the CPU backend never takes it (MoeExpertsFusesRouter false), so MoeExperts refuses a router
+// set there, naming the query, and MoeRouting refuses one everywhere; without it the same call
+// runs.
+TEST(MoeExpertsValidation, CpuRefusesTheFusedRouter) {
+  std::vector<float> x(8), gu(2 * 2 * 2 * 8), dn(2 * 8 * 2), out(8), w(1), logits = {0.5f, -0.5f},
+      router(2 * 8, 0.25f);
+  std::vector<int32_t> ids(1);
+  uint32_t ticket = 0;
+  MoeRoutingParams r;
+  r.num_tokens = 1; r.num_experts = 2; r.top_k = 1;
+  r.logits = logits.data(); r.topk_ids = ids.data(); r.topk_weights = w.data();
+  r.router.dtype = DType::kF32;
+  r.router.weight = router.data(); r.router.x = x.data(); r.router.hidden = 8;
+  r.router.logits = logits.data(); r.router.ticket = &ticket;
+  MoeExpertsParams p;
+  p.num_tokens = 1; p.hidden = 8; p.inter = 2; p.num_experts = 2; p.top_k = 1;
+  p.x = x.data(); p.topk_ids = ids.data(); p.topk_weights = w.data(); p.gate_up = gu.data();
+  p.down = dn.data(); p.out = out.data(); p.routing = &r;
+  std::vector<char> ws(MoeExpertsWorkspaceBytes(p));
+  p.workspace = ws.data(); p.workspace_bytes = ws.size();
+  EXPECT_FALSE(MoeExpertsFusesRouter(p, Backend::kCpu));
+  const absl::Status st = MoeExperts(p, KernelContext{});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("MoeExpertsFusesRouter"), std::string::npos) << st.message();
+  EXPECT_EQ(MoeRouting(r, KernelContext{}).code(), absl::StatusCode::kInvalidArgument);
+  r.router = {};
+  EXPECT_TRUE(MoeExperts(p, KernelContext{}).ok());
+  EXPECT_EQ(ids[0], 0);  // logits 0.5 > -0.5
+}
+
 // An id outside [0, num_experts) is another rank's expert (kernels/moe_shard's kNotLocal): it
 // adds nothing, and the output equals a run where that slot names a valid expert with weight 0
 // (within rounding: the BLAS GEMM over an expert's rows may block fewer rows differently).

@@ -439,6 +439,7 @@ absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s) {
   const int chunks = Chunks(a.num_assign);
   const bool gather = a.xg != nullptr;
   if (a.routing != nullptr) {
+    if (a.routing->router.weight != nullptr) return LaunchRouterPermute(a, s);
     RETURN_IF_ERROR(CheckCudaRouting(*a.routing));
     if (PermuteFusesRouting(a)) {
       const size_t smem =

@@ -72,6 +72,25 @@ absl::Status FeedForward::RouterLogits(int rows, const void* x, float* logits) c
                      c.n_routed_experts, 0.0f, /*y_f32=*/true);
 }
 
+bool FeedForward::AttachFusedRouter(const void* x, float* logits, const kernels::MoeExpertsParams& e,
+                                    kernels::MoeRoutingParams* routing) const {
+  const LinearWeight& router = w_->moe.router;
+  // Expert parallelism routes before its shard (RunRoutedExperts): no experts-call routing.
+  if (ctx_->layout->expert_parallel() || !router.bias.empty() ||
+      router.weight.dtype != ctx_->ops.dtype || ctx_->scratch->grid_ticket() == nullptr) {
+    return false;
+  }
+  routing->router.dtype = router.weight.dtype;
+  routing->router.weight = router.weight.data();
+  routing->router.x = x;
+  routing->router.hidden = ctx_->config->hidden_size;
+  routing->router.logits = logits;
+  routing->router.ticket = ctx_->scratch->grid_ticket();
+  if (kernels::MoeExpertsFusesRouter(e, ctx_->ops.kernel.backend)) return true;
+  routing->router = {};
+  return false;
+}
+
 kernels::MoeRoutingParams FeedForward::RoutingParams(int rows, const float* logits, int32_t* ids,
                                                      float* weights) const {
   const ModelConfig& c = *ctx_->config;
@@ -127,11 +146,10 @@ absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out,
                    scratch.Allocate(static_cast<size_t>(T) * k * sizeof(int32_t), "topk ids"));
   ASSIGN_OR_RETURN(void* weights,
                    scratch.Allocate(static_cast<size_t>(T) * k * sizeof(float), "topk weights"));
-  // The router's logits here; the routing itself runs inside the experts call (on CUDA, for
-  // decode steps, in one kernel with the permutation), except under expert parallelism, whose
-  // shard rewrites the routed ids before the experts see them (RunRoutedExperts).
-  RETURN_IF_ERROR(RouterLogits(T, x, static_cast<float*>(logits)));
-  const kernels::MoeRoutingParams routing =
+  // The routing runs inside the experts call (on CUDA, for decode steps, in one kernel with the
+  // permutation), except under expert parallelism, whose shard rewrites the routed ids before
+  // the experts see them (RunRoutedExperts).
+  kernels::MoeRoutingParams routing =
       RoutingParams(T, static_cast<const float*>(logits), static_cast<int32_t*>(ids),
                     static_cast<float*>(weights));
 
@@ -151,6 +169,13 @@ absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out,
   e.out = out;
   e.routing = &routing;
   e.act = c.activation;
+  // The router's logits: inside that same kernel where the backend fuses the projection
+  // (kernels::MoeExpertsFusesRouter: CUDA decode steps, one launch instead of a GEMM and the
+  // routing kernel), else a GEMM here first. The fold below changes neither the path nor the
+  // routing, so one answer holds for both calls.
+  if (!AttachFusedRouter(x, static_cast<float*>(logits), e, &routing)) {
+    RETURN_IF_ERROR(RouterLogits(T, x, static_cast<float*>(logits)));
+  }
   // Decode steps on one GPU: the shared experts as slices of the routed experts' stream
   // kernels, and the residual add + next norm in their combine (kernels/moe/api.h), instead of
   // a gated MLP (two launches) and an RmsNorm after the block.

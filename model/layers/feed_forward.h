@@ -75,6 +75,12 @@ class FeedForward {
   absl::Status RouterLogits(int rows, const void* x, float* logits) const;
   kernels::MoeRoutingParams RoutingParams(int rows, const float* logits, int32_t* ids,
                                           float* weights) const;
+  // Sets routing->router (the router projection of x into `logits`, this layer's router weight)
+  // when the experts call `e`, whose routing it is, computes the logits itself
+  // (kernels::MoeExpertsFusesRouter); returns whether it did (else routing->router stays empty
+  // and the caller runs RouterLogits first).
+  bool AttachFusedRouter(const void* x, float* logits, const kernels::MoeExpertsParams& e,
+                         kernels::MoeRoutingParams* routing) const;
   // The routed experts of `e` (global expert ids, this rank's intermediate slice), through this
   // rank's shard of the experts.
   absl::Status RunRoutedExperts(kernels::MoeExpertsParams e);

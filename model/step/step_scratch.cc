@@ -26,6 +26,8 @@ absl::StatusOr<StepScratch> StepScratch::Create(const kernels::KernelContext& ct
   if (ctx.backend != kernels::Backend::kCpu) {
     ASSIGN_OR_RETURN(s.staging_, PinnedBuffer::Allocate(
                                      ctx.backend, PlanStagingBytes(limits, max_pages_per_seq)));
+    const uint32_t zero = 0;
+    ASSIGN_OR_RETURN(s.grid_ticket_, DeviceBuffer::FromHost(ctx.backend, &zero, sizeof(zero)));
   }
   return s;
 }

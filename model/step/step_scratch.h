@@ -46,6 +46,11 @@ class StepScratch {
     return arena_.Allocate(static_cast<size_t>(elements) * kernels::DTypeSize(dtype_), what);
   }
   ScratchArena& arena() { return arena_; }
+  // kCuda: one device word, zero from Create on, for a kernel that elects its grid's last CTA
+  // with tickets and leaves the word zero when it completes (kernels/moe's fused router,
+  // MoeRouterProjection::ticket). The engine's kernels run on one stream, one after another, so
+  // every such launch of a step may take this one word. Null on kCpu.
+  uint32_t* grid_ticket() const { return grid_ticket_.as<uint32_t>(); }
 
   // Fills plan->dev: the host vectors on kCpu; on kCuda one copy of the packed arrays into
   // fresh scratch.
@@ -59,6 +64,7 @@ class StepScratch {
   kernels::DType dtype_ = kernels::DType::kF32;
   ScratchArena arena_;
   PinnedBuffer staging_;  // kCuda: the plan's arrays on their way to the device
+  DeviceBuffer grid_ticket_;  // kCuda: grid_ticket()
   int max_pages_per_seq_ = 0;
 };
 
