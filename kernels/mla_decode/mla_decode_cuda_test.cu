@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/pdl.cuh"
 #include "kernels/mla_decode/api.h"
 #include "kernels/mla_prefill/latent_tiling.h"
 #include "kernels/testing/cuda_latent.h"
@@ -184,10 +185,23 @@ INSTANTIATE_TEST_SUITE_P(FewParts, MlaDecodeBalancedTest,
                                            BalancedCase{128, 1, 7}, BalancedCase{128, 2, 5},
                                            BalancedCase{16, 1, 132}, BalancedCase{128, 1, 132}));
 
+// Copies n 16-byte words after the PDL wait: in the second run below it writes q right before the
+// attention kernel (launched with PDL), as the absorbed query's GEMM does in a decode step.
+__global__ void CopyAfterWaitKernel(const uint4* src, uint4* dst, int64_t n) {
+  cuda::PdlEnter();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = src[i];
+  }
+}
+
 // Determinism of the split-KV path: two runs on the same inputs, with the workspace and the
 // outputs poisoned differently each time, give the same output and LSE bytes. The combine
 // merges the splits in split order (no atomics), and rows past a request's heads (the
-// fixture's 4 heads fill 4 of a CTA's 16 rows) read only zero-filled shared memory.
+// fixture's 4 heads fill 4 of a CTA's 16 rows) read only zero-filled shared memory. The second
+// run sets inputs_before_wait (the chunk CTAs start their first pages' loads before the PDL wait)
+// with q poisoned and written back by a PDL kernel just before the call: q must still be read
+// only after the wait.
 // (batch, heads, q per request, context, latent rank)
 // The kernel is kAuto: the wgmma kernel where it applies.
 using DeterminismCase = std::tuple<int, int, int, int, int>;
@@ -217,12 +231,28 @@ TEST_P(MlaDecodeDeterminismTest, TwoRunsAreBitwiseEqual) {
   const size_t rows = static_cast<size_t>(c.total_q()) * c.num_heads;
   std::vector<uint16_t> out[2];
   std::vector<float> lse[2];
+  const size_t q_words = d.q.bytes() / sizeof(uint4);
+  ASSERT_EQ(d.q.bytes() % sizeof(uint4), 0u);
+  testing::DeviceBuffer q_copy(d.q.bytes());
+  MLASERVE_CUDA_ASSERT(cudaMemcpy(q_copy.get(), d.q.get(), d.q.bytes(), cudaMemcpyDeviceToDevice));
   for (int run = 0; run < 2; ++run) {
     testing::DeviceBuffer workspace(plan->workspace_bytes);
     MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), run == 0 ? 0x00 : 0xff, workspace.bytes()));
     MLASERVE_CUDA_ASSERT(cudaMemset(d.out.get(), run == 0 ? 0xff : 0x7f, d.out.bytes()));
     MLASERVE_CUDA_ASSERT(cudaMemset(d.lse.get(), run == 0 ? 0xff : 0x7f, d.lse.bytes()));
-    const auto st = MlaDecode(d.params, *plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
+    MlaParams params = d.params;
+    if (run == 1) {
+      params.inputs_before_wait = true;
+      MLASERVE_CUDA_ASSERT(cudaMemset(d.q.get(), 0xff, d.q.bytes()));
+      cuda::LaunchShape shape;
+      shape.grid = dim3(8);
+      shape.block = dim3(256);
+      const auto copied = cuda::LaunchPdl("q copy", shape, CopyAfterWaitKernel,
+                                          static_cast<const uint4*>(q_copy.get()), static_cast<uint4*>(d.q.get()),
+                                          static_cast<int64_t>(q_words));
+      ASSERT_TRUE(copied.ok()) << copied;
+    }
+    const auto st = MlaDecode(params, *plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
     ASSERT_TRUE(st.ok()) << st;
     MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
     out[run] = testing::ToHost<uint16_t>(d.out, rows * c.rank);

@@ -42,6 +42,13 @@ struct MlaParams {
   float softmax_scale = 1.0f;
   bool causal = true;
   LatentKernel kernel = LatentKernel::kAuto;
+  // The block table, cu_seqlens_q / seqlens_k and the cache pages the batch reads were complete
+  // before the kernel launched just before this call started (they came from the host, or from
+  // kernels at least two launches back while the one in between waits before it lets the next
+  // in: kernels/common/pdl.cuh, rule 3), and only q comes from that last kernel. The CUDA wgmma
+  // kernel then reads them and starts its first pages' loads before its PDL wait (chunk plans in
+  // grid order). Decode steps: the newest cache rows come from the norm+rope launch, two back.
+  bool inputs_before_wait = false;
 };
 
 // The latent widths the CUDA latent-attention kernels take (mla_prefill and mla_decode; the

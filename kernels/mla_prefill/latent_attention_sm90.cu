@@ -60,6 +60,23 @@ namespace {
 using namespace cute;  // NOLINT: CuTe's layout algebra reads best unqualified
 using namespace sm90;  // NOLINT: the kernel's own pieces (latent_sm90_parts.cuh)
 
+// A chunk CTA's work (from its grid position or split.chunk_order) and, in thread 0, the cache
+// ids of its first two pages, which do not depend on the request's lengths: read alongside (not
+// after) those, within the block table's row. A chunk past the request's keys gets no rows.
+__device__ __forceinline__ LatentCtaWork EarlyChunkWork(const MlaParams& p, const LatentSplit& split,
+                                                        int (&first_page)[2]) {
+  const LatentCtaWork::Chunk chunk = LatentCtaWork::ChunkOf(split);
+  if (threadIdx.x == 0) {
+    const int page0 = split.chunk_tokens > 0 ? chunk.split_index * (split.chunk_tokens / kPageSize) : 0;
+    const int32_t* row = p.block_table + static_cast<int64_t>(chunk.request) * p.max_pages_per_seq;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) first_page[j] = page0 + j < p.max_pages_per_seq ? row[page0 + j] : -1;
+  }
+  LatentCtaWork w = LatentCtaWork::Of(p, split, kRows, chunk);
+  if (w.unread) w.r0 = w.rows_total;  // past the request's keys: nothing to write
+  return w;
+}
+
 // kSegments: the balanced schedule (a CTA walks its part's segments, the next one's loads issued
 // during the current one); else chunks (one segment per CTA, from its grid position). Two
 // instantiations so that the chunk kernel (mla_prefill, most of mla_decode) carries none of the
@@ -82,10 +99,27 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     cutlass::arch::fence_barrier_init();
     cute::prefetch_tma_descriptor(args.tma.get_tma_descriptor());
   }
+  // With chunks in grid order and p.inputs_before_wait (the block table, the lengths and the
+  // cache pages were complete before the kernel just before this one started: pdl.cuh, rule 3),
+  // the CTA's work and its first two pages' loads go before the PDL wait, so the pages are in
+  // flight (or landed) while the previous kernel -- the one that writes Q -- finishes.
+  constexpr bool chunks = !kSegments;
+  const bool early = chunks && p.inputs_before_wait && args.split.chunk_order == nullptr;
+  LatentCtaWork early_work;
+  int early_pages[2] = {-1, -1};
+  if (early) {
+    early_work = EarlyChunkWork(p, split, early_pages);
+    if (tid == 0 && !early_work.empty()) {
+      for (int j = 0; j < 2 && j < early_work.n_tiles; ++j) {
+        LoadTiles(args.tma, ss, p.num_pages, j, early_pages[j], 0, kTiles);
+      }
+    }
+  }
   // Programmatic dependent launch (kernels/common/pdl.cuh): the setup above overlaps the previous
-  // kernel's tail; global memory only after it completed. Letting the next kernel in right after
-  // the wait lets mla_decode's combine be scheduled on the SMs this grid leaves free (and that
-  // kernel may read, before its own wait, what the kernels before this one wrote).
+  // kernel's tail; global memory only after it completed (but for the early loads above).
+  // Letting the next kernel in right after the wait lets mla_decode's combine be scheduled on the
+  // SMs this grid leaves free (and that kernel may read, before its own wait, what the kernels
+  // before this one wrote).
   cuda::PdlWaitForPrerequisites();
   cuda::PdlReleaseDependents();
 
@@ -131,7 +165,6 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   // This CTA's segments: with chunks, the one (row block, KV chunk, request) of its grid
   // position; with the balanced schedule, part blockIdx.y's segments for row block blockIdx.x,
   // whose records come by bulk copy one segment ahead.
-  constexpr bool chunks = !kSegments;
   const int seg_begin = chunks ? 0 : split.part_segments[blockIdx.y];
   const int n_segs = chunks ? 1 : split.part_segments[blockIdx.y + 1] - seg_begin;
   const bool prefetch_next = !chunks && split.prefetch_next;
@@ -163,17 +196,13 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     int64_t part_row0;
     int first_page[2];
     if constexpr (chunks) {
-      // The first two pages' cache ids do not depend on the request's lengths: read them
-      // alongside (not after) those, within the block table's row.
-      const LatentCtaWork::Chunk chunk = LatentCtaWork::ChunkOf(split);
-      if (tid == 0) {
-        const int page0 = split.chunk_tokens > 0 ? chunk.split_index * (split.chunk_tokens / kPageSize) : 0;
-        const int32_t* row = p.block_table + static_cast<int64_t>(chunk.request) * p.max_pages_per_seq;
-#pragma unroll
-        for (int j = 0; j < 2; ++j) first_page[j] = page0 + j < p.max_pages_per_seq ? row[page0 + j] : -1;
+      if (early) {
+        w = early_work;
+        first_page[0] = early_pages[0];
+        first_page[1] = early_pages[1];
+      } else {
+        w = EarlyChunkWork(p, split, first_page);  // the same, after the wait
       }
-      w = LatentCtaWork::Of(p, split, kRows, chunk);
-      if (w.unread) w.r0 = w.rows_total;  // past the request's keys: nothing to write
       direct = split.num_splits == 1;
       const int64_t cap = static_cast<int64_t>(p.batch) * split.max_q * H;
       part_row0 = static_cast<int64_t>(w.split_index) * cap + static_cast<int64_t>(w.b) * split.max_q * H;
@@ -197,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq + kv_begin / kPageSize;
     if (tid < kRows) ss.row_max[tid] = kMaxInit;
     if (!issued) {
-      if (tid == 0) {
+      if (tid == 0 && !early) {
         for (int j = 0; j < 2 && j < n_pages; ++j) LoadTiles(args.tma, ss, p.num_pages, j, first_page[j], 0, kTiles);
       }
       static_assert(kThreads == kRows * kQThreadsPerRow);

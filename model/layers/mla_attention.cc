@@ -295,6 +295,10 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
     p.out = out_lat;
     p.softmax_scale = scale;
     p.causal = true;
+    // The plan's arrays came from the host and the native cache's new rows from the norm+rope
+    // launch, two kernels or more before the attention (the absorbed query's GEMM in between
+    // waits before it lets the next kernel in): only q comes from the kernel just before.
+    p.inputs_before_wait = ctx_->cache->LatentRowsInPlace(layer_) != nullptr;
     if (form == AttentionForm::kMlaDecode) {
       kernels::MlaDecodeShape shape;
       shape.batch = plan.batch;
