@@ -246,6 +246,7 @@ int main(int argc, char** argv) {
   int max_batch_tokens = 8192, num_pages = 0;
   uint64_t seed = 1;
   bool trace_timeline = false;
+  int sequence_first = 0, sequence_count = 0;
   std::string mha_provider = "auto";
   CLI::App app{"mlaserve-engine-bench: prefill and decode speed of the engine on one GPU"};
   app.add_option("--model", model, "model directory")->required();
@@ -274,6 +275,13 @@ int main(int argc, char** argv) {
                "after the timed runs, trace one more prefill Forward per --prefill-lens and one "
                "more decode step with graphs per --decode-batches with CUPTI and print where the "
                "GPU idles in each (needs a build with CUPTI)");
+  app.add_option("--timeline-sequence", sequence_count,
+                 "with --timeline: also list this many device launches one by one, in start order, "
+                 "with their exclusive times (one layer's kernels, say)")
+      ->capture_default_str();
+  app.add_option("--timeline-sequence-from", sequence_first,
+                 "with --timeline-sequence: the first launch listed (0-based, in start order)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const int max_batch = *std::max_element(batches.begin(), batches.end());
@@ -384,7 +392,9 @@ int main(int argc, char** argv) {
     TracedForward discarded{*timeline, {}};
     bench.PrefillOnce(prefill_lens.front(), &discarded);
     auto report = [&](const std::string& title, nlohmann::json id, const TimelineTrace& trace) {
-      const TimelineSummary s = mlaserve::bench::Summarize(trace, {.top_gaps = 8, .top_kernels = 24});
+      const TimelineSummary s = mlaserve::bench::Summarize(
+          trace, {.top_gaps = 8, .top_kernels = 24, .sequence_first = sequence_first,
+                  .sequence_count = sequence_count});
       std::printf("\n%s", mlaserve::bench::FormatSummary(title, s).c_str());
       out["timeline"].push_back(TimelineJson(std::move(id), s));
     };

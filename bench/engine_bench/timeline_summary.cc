@@ -208,6 +208,19 @@ TimelineSummary Summarize(const TimelineTrace& trace, const SummaryOptions& opti
   }
   // Sweep the device work by start: a busy run lasts while the next start is not past the
   // run's latest end; a start past it opens a gap after the work that ended the run.
+  std::vector<size_t> order(device.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return device[a]->start_ns < device[b]->start_ns;
+  });
+  for (int k = std::max(options.sequence_first, 0);
+       k < static_cast<int>(order.size()) &&
+       k < std::max(options.sequence_first, 0) + std::max(options.sequence_count, 0);
+       ++k) {
+    const ActivityRecord& r = *device[order[k]];
+    s.sequence.push_back({k, r.name, Us(r.start_ns - device[order[0]]->start_ns),
+                          Us(EndOf(r) - r.start_ns), Us(exclusive[order[k]])});
+  }
   std::stable_sort(
       device.begin(), device.end(),
       [](const ActivityRecord* a, const ActivityRecord* b) { return a->start_ns < b->start_ns; });
@@ -299,6 +312,14 @@ std::string FormatSummary(std::string_view title, const TimelineSummary& s) {
     if (s.exclusive_other_ms > 0) {
       absl::StrAppendFormat(&out, "| (copies, memsets) | | | %.3f | | %.1f |\n",
                             s.exclusive_other_ms, Percent(s.exclusive_other_ms, s.busy_ms));
+    }
+  }
+  if (!s.sequence.empty()) {
+    out += "\n| # | device work in start order | start us | duration us | exclusive us |\n"
+           "|---:|---|---:|---:|---:|\n";
+    for (const SequenceEntry& e : s.sequence) {
+      absl::StrAppendFormat(&out, "| %d | %s | %.1f | %.2f | %.2f |\n", e.index, Cell(e.name),
+                            e.start_us, e.duration_us, e.exclusive_us);
     }
   }
   return out;

@@ -65,6 +65,10 @@ struct TimelineTrace {
 struct SummaryOptions {
   int top_gaps = 8;
   int top_kernels = 10;
+  // Device work in start order from the `sequence_first`-th record (0-based) on, at most
+  // `sequence_count` of them (0: no sequence): one layer's launches one by one.
+  int sequence_first = 0;
+  int sequence_count = 0;
 };
 
 // The host calls of one name that overlap an idle gap.
@@ -103,6 +107,15 @@ struct KernelTime {
   double exclusive_ms = 0;
 };
 
+// One record of the sequence (SummaryOptions::sequence_*).
+struct SequenceEntry {
+  int index = 0;  // among the device work in start order
+  std::string name;
+  double start_us = 0;  // from the first device work's start
+  double duration_us = 0;
+  double exclusive_us = 0;  // as KernelTime::exclusive_ms
+};
+
 struct TimelineSummary {
   double wall_ms = 0;      // the host window
   double gpu_span_ms = 0;  // first device work's start to the last one's end
@@ -123,6 +136,7 @@ struct TimelineSummary {
   std::vector<IdleGap> largest_gaps;                    // longest first, at most top_gaps
   std::vector<KernelTime> top_kernels;  // most exclusive time first, at most top_kernels
   double exclusive_other_ms = 0;        // the busy time that copies and memsets end first
+  std::vector<SequenceEntry> sequence;  // SummaryOptions::sequence_*
 };
 
 TimelineSummary Summarize(const TimelineTrace& trace, const SummaryOptions& options = {});

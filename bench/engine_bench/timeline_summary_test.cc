@@ -180,6 +180,24 @@ TEST(TimelineSummaryTest, ExclusiveTimeSplitsAnEarlyLaunchedChain) {
   EXPECT_NEAR(s.exclusive_other_ms, 0.0, kTol);
   const std::string text = FormatSummary("chain", s);
   EXPECT_NE(text.find("| gate_up | 1 | 1.900 | 1.800 | 1800.00 | 54.5 |"), std::string::npos) << text;
+  EXPECT_TRUE(s.sequence.empty());  // not asked for
+
+  // The launches one by one, from the second on.
+  const TimelineSummary seq = Summarize(t, {.sequence_first = 1, .sequence_count = 3});
+  ASSERT_EQ(seq.sequence.size(), 3u);
+  EXPECT_EQ(seq.sequence[0].index, 1);
+  EXPECT_EQ(seq.sequence[0].name, "gate_up");
+  EXPECT_NEAR(seq.sequence[0].start_us, 100.0, 1e-3);
+  EXPECT_NEAR(seq.sequence[0].duration_us, 1900.0, 1e-3);
+  EXPECT_NEAR(seq.sequence[0].exclusive_us, 1800.0, 1e-3);
+  EXPECT_EQ(seq.sequence[1].name, "down");
+  EXPECT_NEAR(seq.sequence[1].exclusive_us, 1000.0, 1e-3);
+  EXPECT_EQ(seq.sequence[2].name, "combine");
+  EXPECT_NEAR(seq.sequence[2].exclusive_us, 100.0, 1e-3);
+  EXPECT_THAT(FormatSummary("chain", seq),
+              HasSubstr("| 2 | down | 1500.0 | 1500.00 | 1000.00 |\n"));
+  // Past the end: as many as there are.
+  EXPECT_EQ(Summarize(t, {.sequence_first = 3, .sequence_count = 10}).sequence.size(), 2u);
 }
 
 TEST(TimelineSummaryTest, TopListsAreCut) {
