@@ -13,8 +13,10 @@
 //   each thread holds gate and up of the same (feature, token) pairs and writes
 //   silu(gate) * up directly (the separate SiLU pass and the [A, 2*inter] buffer go).
 // down: a block reads 64 rows of W_down and writes bf16 rows for the combine.
-// An expert with more than kTok tokens is processed in passes of kTok (weights re-read from
-// L2); the dispatcher sends larger batches to the grouped GEMMs instead.
+// An expert with more than kTok tokens is processed in passes of kTok (weights re-read, mostly
+// from DRAM); kTok is 32 instead of 16 where the batch averages more than
+// kStreamWideTokensPerExpert rows per expert (StreamTokensPerPass), and the dispatcher sends
+// larger batches to the grouped GEMMs instead.
 // Shared experts (MoeSharedExperts) ride along as slices of `inter` features past the routed
 // slots of the grid, over every token, so a decode step's MoE block streams all its weights in
 // two launches. Both kernels launch with PDL; the weights of their first stages go in flight
@@ -42,33 +44,41 @@ namespace {
 using cuda::CpAsync16;
 using cuda::SwizzledOffset;
 
-constexpr int kTok = 16;   // tokens per pass: two n8 tiles
 constexpr int kBK = 64;    // K columns per stage
 constexpr int kChunksPerRow = kBK / cuda::kBf16PerChunk;
 constexpr int kRowsPerWarp = 16;
 
-template <bool kGateUp>
+// kTok tokens per pass: 16 (two n8 tiles), or 32 for batches whose experts may get more than
+// 16 rows (each pass past the first re-reads the weights, mostly from DRAM: at batch 128 of
+// V2-Lite 9% more bytes than the experts hold). The stages shrink with the wider token tile so
+// that two blocks still fit on an SM.
+template <bool kGateUp, int kTokT>
 struct StreamShape {
   // 64 output features per block, 16 per warp; for gate_up each warp reads both the gate and
   // the up rows of its features (128 weight rows per block), for down 64 rows.
+  static constexpr int kTok = kTokT;
+  static constexpr int kTokGroups = kTok / 16;                 // ldmatrix x4 groups of tokens
   static constexpr int kFeatures = 64;                         // outputs per block
   static constexpr int kWRows = kGateUp ? 2 * kFeatures : kFeatures;
   static constexpr int kWarps = kFeatures / kRowsPerWarp;      // 4
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kStages = kGateUp ? 6 : 10;
+  static constexpr int kStages = kGateUp ? (kTok == 16 ? 6 : 5) : (kTok == 16 ? 10 : 9);
   static constexpr int kWTileBytes = kWRows * kBK * 2;
   static constexpr int kXTileBytes = kTok * kBK * 2;
   static constexpr int kStageBytes = kWTileBytes + kXTileBytes;
   static constexpr int kSmemBytes = kStages * kStageBytes;
   static constexpr int kWLoads = kWRows * kChunksPerRow / kThreads;
+  static constexpr int kXLoads = kTok * kChunksPerRow / kThreads;  // token-tile chunks per thread
+  static_assert(kTok == 16 || kTok == 32);
   static_assert(kWRows * kChunksPerRow % kThreads == 0);
-  static_assert(kTok * kChunksPerRow <= kThreads);
+  static_assert(kTok * kChunksPerRow % kThreads == 0);
+  static_assert(2 * kSmemBytes <= 227 * 1024, "two blocks per SM");
 };
 
-template <bool kGateUp>
-__global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
+template <bool kGateUp, int kTok>
+__global__ void __launch_bounds__(StreamShape<kGateUp, kTok>::kThreads)
     StreamExpertsKernel(const __grid_constant__ StreamArgs g) {
-  using S = StreamShape<kGateUp>;
+  using S = StreamShape<kGateUp, kTok>;
   const int slot = blockIdx.y;
   // A routed expert's slot, or (past max_active) a slice of the shared experts: its weights,
   // the row stride of its weight (down: the shared MLP's rows are wider), how far its up rows
@@ -170,27 +180,35 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
   }
 
   for (int r0 = row_begin; r0 < row_end; r0 += kTok) {
-    // The token row this thread copies in this pass (threads past kTok * 8 chunks copy none).
-    const int xc = tid;
-    const int x_row = xc / kChunksPerRow, x_chunk = xc % kChunksPerRow;
-    const bool x_ok = xc < kTok * kChunksPerRow && r0 + x_row < row_end;
-    const __nv_bfloat16* x_src = nullptr;
-    if (x_ok) {
-      // gate_up: the row's token (a shared slice's rows are the tokens in order).
-      const int64_t token = shared ? r0 + x_row - row_begin : g.sorted[r0 + x_row] / g.top_k;
-      x_src = kGateUp ? g.x + token * g.hidden : g.act + static_cast<int64_t>(r0 + x_row) * g.inter;
-      x_src += x_chunk * cuda::kBf16PerChunk;
+    // The token-tile chunks this thread copies in this pass: chunk tid + q * kThreads.
+    const __nv_bfloat16* x_src[S::kXLoads];
+    bool x_ok[S::kXLoads];
+#pragma unroll
+    for (int q = 0; q < S::kXLoads; ++q) {
+      const int xc = tid + q * S::kThreads;
+      const int x_row = xc / kChunksPerRow, x_chunk = xc % kChunksPerRow;
+      x_ok[q] = r0 + x_row < row_end;
+      x_src[q] = nullptr;
+      if (x_ok[q]) {
+        // gate_up: the row's token (a shared slice's rows are the tokens in order).
+        const int64_t token = shared ? r0 + x_row - row_begin : g.sorted[r0 + x_row] / g.top_k;
+        x_src[q] = kGateUp ? g.x + token * g.hidden : g.act + static_cast<int64_t>(r0 + x_row) * g.inter;
+        x_src[q] += x_chunk * cuda::kBf16PerChunk;
+      }
     }
     auto load_x = [&](int stage, int kt) {
       const uint32_t x_base = smem_base + stage * S::kStageBytes + S::kWTileBytes;
-      if (xc < kTok * kChunksPerRow) {
+#pragma unroll
+      for (int q = 0; q < S::kXLoads; ++q) {
+        const int xc = tid + q * S::kThreads;
+        const int x_row = xc / kChunksPerRow, x_chunk = xc % kChunksPerRow;
         const bool in_k = kt * kBK + x_chunk * cuda::kBf16PerChunk < K;
         CpAsync16(x_base + SwizzledOffset(x_row, x_chunk, kChunksPerRow),
-                  x_ok ? x_src + kt * kBK : nullptr, x_ok && in_k);
+                  x_ok[q] ? x_src[q] + kt * kBK : nullptr, x_ok[q] && in_k);
       }
     };
 
-    float acc[2][2][4] = {};  // [gate, up (gate_up only)][token n8 tile][fragment]
+    float acc[2][kTok / 8][4] = {};  // [gate, up (gate_up only)][token n8 tile][fragment]
     // Prologue: the first kStages - 1 stages' weights (unless already in flight), then their
     // token tiles one group each: group 0 = all prologue weights + tile 0, group s = tile s, so
     // the main loop's wait for group kt still finds stage kt's weights and tokens landed.
@@ -214,15 +232,23 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
       const uint32_t x_base = w_base + S::kWTileBytes;
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        uint32_t bx[4];  // tokens 0-7: bx[0..1], tokens 8-15: bx[2..3]
-        cuda::LdMatrixX4(x_base + SwizzledOffset((lane % 8) + 8 * (lane / 16), kk * 2 + (lane / 8) % 2, kChunksPerRow), bx);
+        uint32_t bx[S::kTokGroups][4];  // group j: tokens 16j..16j+7 in [0..1], +8..+15 in [2..3]
+#pragma unroll
+        for (int j = 0; j < S::kTokGroups; ++j) {
+          cuda::LdMatrixX4(x_base + SwizzledOffset(16 * j + (lane % 8) + 8 * (lane / 16), kk * 2 + (lane / 8) % 2,
+                                                   kChunksPerRow),
+                           bx[j]);
+        }
 #pragma unroll
         for (int half = 0; half < (kGateUp ? 2 : 1); ++half) {
           uint32_t aw[4];
           const int row = half * S::kFeatures + warp * kRowsPerWarp + (lane % 16);
           cuda::LdMatrixX4(w_base + SwizzledOffset(row, kk * 2 + lane / 16, kChunksPerRow), aw);
-          cuda::MmaBf16(acc[half][0], aw, bx[0], bx[1]);
-          cuda::MmaBf16(acc[half][1], aw, bx[2], bx[3]);
+#pragma unroll
+          for (int j = 0; j < S::kTokGroups; ++j) {
+            cuda::MmaBf16(acc[half][2 * j], aw, bx[j][0], bx[j][1]);
+            cuda::MmaBf16(acc[half][2 * j + 1], aw, bx[j][2], bx[j][3]);
+          }
         }
       }
     }
@@ -231,7 +257,7 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
 
     // Fragment (i): feature row lane/4 (+8 for i >= 2), token column 2*(lane%4) + (i & 1).
 #pragma unroll
-    for (int ni = 0; ni < 2; ++ni) {
+    for (int ni = 0; ni < kTok / 8; ++ni) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int feature = f0 + warp * kRowsPerWarp + lane / 4 + (i >= 2 ? 8 : 0);
@@ -248,14 +274,14 @@ __global__ void __launch_bounds__(StreamShape<kGateUp>::kThreads)
   }
 }
 
-template <bool kGateUp>
-absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
-  using S = StreamShape<kGateUp>;
+template <bool kGateUp, int kTok>
+absl::Status LaunchStreamTok(const StreamArgs& a, cudaStream_t s) {
+  using S = StreamShape<kGateUp, kTok>;
+  auto* kernel = StreamExpertsKernel<kGateUp, kTok>;
   const int out_dim = kGateUp ? a.inter : a.hidden;
-  if (auto st = cuda::CudaStatus(cudaFuncSetAttribute(StreamExpertsKernel<kGateUp>,
-                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      S::kSmemBytes),
-                                 "moe_experts stream: raising the shared-memory limit");
+  if (auto st = cuda::CudaStatus(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes),
+          "moe_experts stream: raising the shared-memory limit");
       !st.ok()) {
     return st;
   }
@@ -265,10 +291,25 @@ absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
   shape.smem_bytes = S::kSmemBytes;
   shape.stream = s;
   return cuda::LaunchPdl(kGateUp ? "moe_experts stream gate_up" : "moe_experts stream down", shape,
-                         StreamExpertsKernel<kGateUp>, a);
+                         kernel, a);
+}
+
+template <bool kGateUp>
+absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
+  return StreamTokensPerPass(a.num_assign, a.num_experts) == 32 ? LaunchStreamTok<kGateUp, 32>(a, s)
+                                                                 : LaunchStreamTok<kGateUp, 16>(a, s);
 }
 
 }  // namespace
+
+int StreamTokensPerPass(int num_assign, int num_experts) {
+  static const int forced = [] {
+    const char* v = std::getenv("MLASERVE_MOE_STREAM_TOK");
+    return v != nullptr && (std::strcmp(v, "16") == 0 || std::strcmp(v, "32") == 0) ? std::atoi(v) : 0;
+  }();
+  if (forced != 0) return forced;
+  return num_assign > kStreamWideTokensPerExpert * num_experts ? 32 : 16;
+}
 
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s) {
   return a.max_active + a.shared_slots == 0 ? absl::OkStatus() : LaunchStream<true>(a, s);
