@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The decode step's fusions of 2026-11-29 (third session) in ONE bounded call:
+#   tests     the fused router + routing + permutation (kernels_moe_router_permute_cuda_test), the
+#             decode MoE and every experts path (the stream kernels' 32-token passes), mla_decode
+#             (incl. the first pages' loads before the PDL wait, q written by a PDL kernel just
+#             before) and mla_prefill; EXTRA_TESTS more binaries
+#   sanitize  memcheck and racecheck on the fused router's small cases, memcheck on the
+#             mla_decode determinism cases
+#   engine    model_engine_cuda_test (the CUDA engine against the HF fixtures)
+#   ab        mlaserve-engine-bench decode batch 1 / 32 / 128 (graphs) on the random V2-Lite-shaped
+#             checkpoint: all on, MLASERVE_MOE_FUSED_ROUTER=0, MLASERVE_MOE_STREAM_TOK=16, ROUNDS
+#             times in turn
+#   timeline  one traced decode step at batch 1 and 128, with layer 1's launches one by one
+#   here:   SKIP_BUILD=1 BUILD=build-cuda TARGETS="kernels_moe_router_permute_cuda_test \
+#             kernels_moe_decode_cuda_test kernels_moe_cuda_test kernels_mla_decode_cuda_test \
+#             kernels_mla_prefill_cuda_test model_engine_cuda_test mlaserve-engine-bench" \
+#             tools/device/bundle.sh && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-fusions.tar.xz
+#   there:  tools/device/decode_fusions_suite.sh   (carry [".devpack-fusions.tar.xz"])
+# Results under $OUT: gpu.txt, tests.txt, sanitize.txt, engine_cuda_test.txt, ab.txt, timeline.txt.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+T0=$SECONDS
+if [[ -f .devpack-fusions.tar.xz ]]; then rm -rf .devbin .devlibs && tar -xJf .devpack-fusions.tar.xz; fi
+source tools/device/env.sh
+OUT=${OUT:-/tmp/decode_fusions_out}
+STEPS=${STEPS:-"tests sanitize engine ab timeline"}
+ROUNDS=${ROUNDS:-2}
+MODEL=${MODEL:-/dev/shm/v2lite-random}
+mkdir -p "$OUT"
+note() { echo "== [$((SECONDS - T0)) s] $1: $2"; }
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+passed() { grep -E '^\[  (PASSED|FAILED) ' "$1" | tr '\n' ' '; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
+date -u +%Y-%m-%dT%H:%MZ >> "$OUT/gpu.txt"
+cat "$OUT/gpu.txt"
+
+if want tests; then
+  : > "$OUT/tests.txt"
+  for t in kernels_moe_router_permute_cuda_test kernels_moe_decode_cuda_test kernels_moe_cuda_test \
+           kernels_mla_decode_cuda_test kernels_mla_prefill_cuda_test ${EXTRA_TESTS:-}; do
+    [[ -x .devbin/$t ]] || { note "$t" "missing"; continue; }
+    echo "=== $t" >> "$OUT/tests.txt"
+    timeout 200 ".devbin/$t" --gtest_brief=1 > "$OUT/t.log" 2>&1
+    rc=$?
+    cat "$OUT/t.log" >> "$OUT/tests.txt"
+    note "$t" "rc=$rc $(passed "$OUT/t.log")"
+  done
+  rm -f "$OUT/t.log"
+fi
+
+if want sanitize; then
+  : > "$OUT/sanitize.txt"
+  san() {  # san TOOL LIMIT BINARY FILTER
+    echo "=== $1 $3 $4" >> "$OUT/sanitize.txt"
+    timeout "$2" compute-sanitizer --tool "$1" --error-exitcode 9 ".devbin/$3" --gtest_brief=1 \
+      --gtest_filter="$4" > "$OUT/s.log" 2>&1
+    local rc=$?
+    tail -8 "$OUT/s.log" >> "$OUT/sanitize.txt"
+    note "$1 $3" "rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/s.log" | tail -1)"
+  }
+  small='Shapes/MoeRouterPermuteTest.*/0:Shapes/MoeRouterPermuteTest.*/1:Shapes/MoeRouterPermuteTest.*/13:MoeRouterPermuteGraphTest.*:MoeRouterPermuteExpertsTest.*'
+  san memcheck 150 kernels_moe_router_permute_cuda_test "$small"
+  san racecheck 150 kernels_moe_router_permute_cuda_test 'Shapes/MoeRouterPermuteTest.*/0:Shapes/MoeRouterPermuteTest.*/13'
+  san memcheck 150 kernels_mla_decode_cuda_test 'Cases/MlaDecodeDeterminismTest.*'
+  rm -f "$OUT/s.log"
+fi
+
+if want engine; then
+  timeout 240 .devbin/model_engine_cuda_test --gtest_brief=1 > "$OUT/engine_cuda_test.txt" 2>&1
+  note "model_engine_cuda_test" "rc=$? $(passed "$OUT/engine_cuda_test.txt")"
+fi
+
+if [[ ! -f $MODEL/config.json ]] && { want ab || want timeline; }; then
+  timeout 300 python3 tools/make_random_model.py --out "$MODEL" > "$OUT/make_model.log" 2>&1
+  note "make_random_model" "rc=$? $(tail -1 "$OUT/make_model.log")"
+fi
+
+if want ab; then
+  : > "$OUT/ab.txt"
+  for round in $(seq "$ROUNDS"); do
+    for variant in "on" "MLASERVE_MOE_FUSED_ROUTER=0" "MLASERVE_MOE_STREAM_TOK=16"; do
+      echo "=== round $round $variant" >> "$OUT/ab.txt"
+      envs=(); [[ $variant == on ]] || envs=("$variant")
+      env "${envs[@]}" timeout 200 .devbin/mlaserve-engine-bench --model "$MODEL" \
+        --prefill-lens 16 --runs 1 --decode-batches 1 32 128 --decode-steps 32 --eager-steps 0 \
+        --sampled-steps 0 > "$OUT/b.log" 2>&1
+      rc=$?
+      grep -E '^\| decode' "$OUT/b.log" >> "$OUT/ab.txt"
+      note "round $round $variant" "rc=$rc $(grep -E '^\| decode' "$OUT/b.log" | awk -F'|' '{printf "b%s %s ms; ", $3, $5}')"
+    done
+  done
+  rm -f "$OUT/b.log"
+fi
+
+if want timeline; then
+  timeout 200 .devbin/mlaserve-engine-bench --model "$MODEL" --prefill-lens 16 --runs 1 \
+    --decode-batches 1 128 --decode-steps 16 --eager-steps 0 --sampled-steps 0 --timeline \
+    --timeline-sequence 28 --timeline-sequence-from ${SEQ_FROM:-8} > "$OUT/timeline.txt" 2>&1
+  note "timeline" "rc=$?"
+fi
+note "done" "$((SECONDS - T0)) s"
