@@ -74,11 +74,6 @@ struct StreamArgs {
   int shared_slots;                     // 0: none
   int num_tokens, num_assign;
 };
-// Tokens per pass of the stream kernels for a call of num_assign rows over num_experts: 32 where
-// the rows average more than kStreamWideTokensPerExpert per expert (an expert's second pass of 16
-// would read its weights again), else 16. MLASERVE_MOE_STREAM_TOK=16|32 forces one (A/B timing).
-inline constexpr int kStreamWideTokensPerExpert = 8;
-int StreamTokensPerPass(int num_assign, int num_experts);
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s);
 absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
 

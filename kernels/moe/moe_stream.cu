@@ -45,6 +45,7 @@ using cuda::CpAsync16;
 using cuda::SwizzledOffset;
 
 constexpr int kBK = 64;    // K columns per stage
+constexpr int kStreamWideTokensPerExpert = 8;  // StreamTokensPerPass
 constexpr int kChunksPerRow = kBK / cuda::kBf16PerChunk;
 constexpr int kRowsPerWarp = 16;
 
@@ -274,6 +275,18 @@ __global__ void __launch_bounds__(StreamShape<kGateUp, kTok>::kThreads)
   }
 }
 
+// Tokens per pass of the stream kernels for a call of num_assign rows over num_experts: 32 where
+// the rows average more than kStreamWideTokensPerExpert per expert (an expert's second pass of 16
+// would read its weights again), else 16. MLASERVE_MOE_STREAM_TOK=16|32 forces one (A/B timing).
+int StreamTokensPerPass(int num_assign, int num_experts) {
+  static const int forced = [] {
+    const char* v = std::getenv("MLASERVE_MOE_STREAM_TOK");
+    return v != nullptr && (std::strcmp(v, "16") == 0 || std::strcmp(v, "32") == 0) ? std::atoi(v) : 0;
+  }();
+  if (forced != 0) return forced;
+  return num_assign > kStreamWideTokensPerExpert * num_experts ? 32 : 16;
+}
+
 template <bool kGateUp, int kTok>
 absl::Status LaunchStreamTok(const StreamArgs& a, cudaStream_t s) {
   using S = StreamShape<kGateUp, kTok>;
@@ -301,15 +314,6 @@ absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
 }
 
 }  // namespace
-
-int StreamTokensPerPass(int num_assign, int num_experts) {
-  static const int forced = [] {
-    const char* v = std::getenv("MLASERVE_MOE_STREAM_TOK");
-    return v != nullptr && (std::strcmp(v, "16") == 0 || std::strcmp(v, "32") == 0) ? std::atoi(v) : 0;
-  }();
-  if (forced != 0) return forced;
-  return num_assign > kStreamWideTokensPerExpert * num_experts ? 32 : 16;
-}
 
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s) {
   return a.max_active + a.shared_slots == 0 ? absl::OkStatus() : LaunchStream<true>(a, s);
