@@ -114,6 +114,9 @@ __device__ inline void RouteToken(const MoeRoutingParams& p, int t, RouteScratch
       kept |= 1u << i;
       if (lane == i) group_taken = true;
     }
+    // Every lane's group-score reads of `choice` are ordered before the masking writes below
+    // (the argmax shuffles order them in practice; this says so to racecheck as well).
+    __syncwarp();
     const float masked = noaux ? -INFINITY : 0.0f;
     for (int e = lane; e < E; e += 32) {
       if (((kept >> (e / group_size)) & 1u) == 0) choice[e] = masked;

@@ -21,7 +21,8 @@
 // slots of the grid, over every token, so a decode step's MoE block streams all its weights in
 // two launches. Both kernels launch with PDL; the weights of their first stages go in flight
 // before the wait where the expert is known without the kernel just before (shared slices;
-// the down product's routed experts, listed by the permutation two kernels back).
+// the down product's routed experts, listed by the permutation two kernels back), and gate_up's
+// shared slices run whole before it (their input precedes the routing), under the routing.
 // RunStreamExperts strings the whole path: routing + permutation, gate_up, down, combine.
 #include <cuda_bf16.h>
 
@@ -167,7 +168,16 @@ __global__ void __launch_bounds__(StreamShape<kGateUp, kTok>::kThreads)
       weights_in_flight = true;
     }
   }
-  cuda::PdlEnter();  // launched with PDL: act, sorted, offsets and the outputs only after this
+  // A shared slice of gate_up runs whole before the wait: it reads only x, whose writer precedes
+  // the routing / permutation launch this kernel follows (and that launch waits before it lets
+  // this one in: pdl.cuh, rule 3), and writes only its own rows of act, which no kernel before it
+  // in the step reads after the previous layer's down product. So its weights stream while the
+  // routing's latency chain runs. It still waits before it completes: the down product after it
+  // reads what the permutation wrote, trusting that this grid's completion means that one's.
+  const bool before_wait = kGateUp && shared;
+  if (!before_wait) {
+    cuda::PdlEnter();  // launched with PDL: act, sorted, offsets and the outputs only after this
+  }
   int row_begin, row_end;
   if (!shared) {
     if (slot >= g.active[g.num_experts]) return;
@@ -273,6 +283,7 @@ __global__ void __launch_bounds__(StreamShape<kGateUp, kTok>::kThreads)
       }
     }
   }
+  if (before_wait) cuda::PdlEnter();
 }
 
 // Tokens per pass of the stream kernels for a call of num_assign rows over num_experts: 32 where
