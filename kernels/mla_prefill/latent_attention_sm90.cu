@@ -49,6 +49,7 @@
 #include "cutlass/arch/barrier.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/device_arch.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/mla_prefill/latent_cta_work.cuh"
 #include "kernels/mla_prefill/latent_sm90_parts.cuh"
@@ -546,6 +547,9 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
   }
   if (max_rows_per_request <= 0 || p.batch == 0) return absl::OkStatus();
   Sm90Args args{p, split, MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages)};
+  // MLASERVE_MLA_EARLY_LOADS=0: the first pages' loads after the PDL wait as before (A/B timing).
+  static const bool early_loads_off = EnvSwitchedOff("MLASERVE_MLA_EARLY_LOADS");
+  if (early_loads_off) args.p.inputs_before_wait = false;
   constexpr int kSmem = sizeof(SharedStorage);
   static_assert(kSmem <= 227 * 1024, "the sm90 latent kernel's shared memory exceeds Hopper's limit");
   auto kernel = split.segments != nullptr ? LatentAttentionSm90Kernel<true> : LatentAttentionSm90Kernel<false>;
