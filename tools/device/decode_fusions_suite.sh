@@ -8,8 +8,8 @@
 #             mla_decode determinism cases
 #   engine    model_engine_cuda_test (the CUDA engine against the HF fixtures)
 #   ab        mlaserve-engine-bench decode batch 1 / 32 / 128 (graphs) on the random V2-Lite-shaped
-#             checkpoint: all on, MLASERVE_MOE_FUSED_ROUTER=0, MLASERVE_MOE_STREAM_TOK=16, ROUNDS
-#             times in turn
+#             checkpoint: all on, then each lever off (VARIANTS: MLASERVE_MOE_FUSED_ROUTER=0,
+#             MLASERVE_MOE_STREAM_TOK=16, MLASERVE_MLA_EARLY_LOADS=0), ROUNDS times in turn
 #   timeline  one traced decode step at batch 1 and 128, with layer 1's launches one by one
 #   here:   SKIP_BUILD=1 BUILD=build-cuda TARGETS="kernels_moe_router_permute_cuda_test \
 #             kernels_moe_decode_cuda_test kernels_moe_cuda_test kernels_mla_decode_cuda_test \
@@ -78,7 +78,7 @@ fi
 if want ab; then
   : > "$OUT/ab.txt"
   for round in $(seq "$ROUNDS"); do
-    for variant in "on" "MLASERVE_MOE_FUSED_ROUTER=0" "MLASERVE_MOE_STREAM_TOK=16"; do
+    for variant in ${VARIANTS:-on MLASERVE_MOE_FUSED_ROUTER=0 MLASERVE_MOE_STREAM_TOK=16 MLASERVE_MLA_EARLY_LOADS=0}; do
       echo "=== round $round $variant" >> "$OUT/ab.txt"
       envs=(); [[ $variant == on ]] || envs=("$variant")
       env "${envs[@]}" timeout 200 .devbin/mlaserve-engine-bench --model "$MODEL" \
