@@ -4,8 +4,8 @@
 #             decode MoE and every experts path (the stream kernels' 32-token passes), mla_decode
 #             (incl. the first pages' loads before the PDL wait, q written by a PDL kernel just
 #             before) and mla_prefill; EXTRA_TESTS more binaries
-#   sanitize  memcheck and racecheck on the fused router's small cases, memcheck on the
-#             mla_decode determinism cases
+#   sanitize  memcheck and racecheck on the fused router's small cases and on the folded decode
+#             MoE's, memcheck on the mla_decode determinism cases
 #   engine    model_engine_cuda_test (the CUDA engine against the HF fixtures)
 #   ab        mlaserve-engine-bench decode batch 1 / 32 / 128 (graphs) on the random V2-Lite-shaped
 #             checkpoint: all on, then each lever off (VARIANTS: MLASERVE_MOE_FUSED_ROUTER=0,
@@ -62,6 +62,10 @@ if want sanitize; then
   san memcheck 150 kernels_moe_router_permute_cuda_test "$small"
   san racecheck 150 kernels_moe_router_permute_cuda_test 'Shapes/MoeRouterPermuteTest.*/0:Shapes/MoeRouterPermuteTest.*/13'
   san memcheck 150 kernels_mla_decode_cuda_test 'Cases/MlaDecodeDeterminismTest.*'
+  # The folded decode MoE (shared slices of gate_up before the PDL wait): small shapes.
+  fold='Shapes/MoeDecodeFoldTest.*/1:Shapes/MoeDecodeFoldTest.*/6:MoeDecodeGraphTest.*'
+  san memcheck 150 kernels_moe_decode_cuda_test "$fold"
+  san racecheck 150 kernels_moe_decode_cuda_test "$fold"
   rm -f "$OUT/s.log"
 fi
 
