@@ -166,11 +166,9 @@ size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p);
 // splits into at most top_k slices of `inter` features, hidden <= 32768, and, with shared
 // experts, at most kMoeFoldSharedMaxTokens tokens. False on the CPU, which keeps the separate
 // gated MLP and RmsNorm.
-// A shared slice streams its weights once per pass of the stream kernels (32 tokens where shared
-// slices ride along past 16 tokens: moe_stream.cu); past that the dense GEMMs of the separate
-// gated MLP are faster (H100, V2-Lite, batch 128 with 16-token passes: 21.0 ms a step folded vs
-// 17.7).
-inline constexpr int kMoeFoldSharedMaxTokens = 32;
+// A shared slice streams its weights once per 16 tokens; past that the dense GEMMs of the
+// separate gated MLP are faster (H100, V2-Lite, batch 128: 21.0 ms a step folded vs 17.7).
+inline constexpr int kMoeFoldSharedMaxTokens = 16;
 bool MoeExpertsFoldsSharedAndNorm(const MoeExpertsParams& p, Backend backend);
 bool MoeExpertsCudaFoldsSharedAndNorm(const MoeExpertsParams& p);  // CUDA builds only
 // Whether MoeExperts(p) on `backend` takes p.routing->router (the router projection in the

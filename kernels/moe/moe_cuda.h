@@ -174,9 +174,8 @@ struct PermuteArgs {
 // for timing comparisons. Read once.
 bool DecodeFoldsDisabled();
 // Tokens up to which LaunchPermute routes and permutes in one block (a warp routes a token at
-// a time, 4 tokens a warp at most: beyond a few tokens per warp the separate, parallel routing
-// kernel is faster); also the fused router's limit (moe_router_permute.cu: 32-bit token masks).
-inline constexpr int kFusedRoutingMaxTokens = 32;
+// a time: beyond a few tokens per warp the separate, parallel routing kernel is faster).
+inline constexpr int kFusedRoutingMaxTokens = 16;
 bool PermuteFusesRouting(const PermuteArgs& a);
 inline constexpr int kMaxExperts = 1024;
 size_t PermuteScratchBytes(int num_assign, int num_experts);

@@ -288,8 +288,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeDecodeFoldTest,
                                            FoldCase{3, 512, 256, 16, 4, 512},
                                            FoldCase{16, 256, 128, 32, 6, 256},
                                            FoldCase{17, 256, 128, 32, 6, 256},
-                                           FoldCase{32, 2048, 1408, 64, 6, 2816},
-                                           FoldCase{33, 256, 128, 32, 6, 256},
                                            FoldCase{12, 136, 72, 8, 2, 72},
                                            FoldCase{40, 264, 40, 8, 3, 0},
                                            FoldCase{2, 128, 64, 8, 2, 128}));

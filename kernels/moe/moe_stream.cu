@@ -286,18 +286,16 @@ __global__ void __launch_bounds__(StreamShape<kGateUp, kTok>::kThreads)
   if (before_wait) cuda::PdlEnter();
 }
 
-// Tokens per pass of the stream kernels for a call: 32 where the rows average more than
-// kStreamWideTokensPerExpert per expert, or where shared slices (every token's rows) ride along
-// over more than 16 tokens (a second pass of 16 would read the weights again), else 16.
-// MLASERVE_MOE_STREAM_TOK=16|32 forces one (A/B timing).
-int StreamTokensPerPass(const StreamArgs& a) {
+// Tokens per pass of the stream kernels for a call of num_assign rows over num_experts: 32 where
+// the rows average more than kStreamWideTokensPerExpert per expert (an expert's second pass of 16
+// would read its weights again), else 16. MLASERVE_MOE_STREAM_TOK=16|32 forces one (A/B timing).
+int StreamTokensPerPass(int num_assign, int num_experts) {
   static const int forced = [] {
     const char* v = std::getenv("MLASERVE_MOE_STREAM_TOK");
     return v != nullptr && (std::strcmp(v, "16") == 0 || std::strcmp(v, "32") == 0) ? std::atoi(v) : 0;
   }();
   if (forced != 0) return forced;
-  const bool wide_shared = a.shared_slots > 0 && a.num_tokens > 16;
-  return wide_shared || a.num_assign > kStreamWideTokensPerExpert * a.num_experts ? 32 : 16;
+  return num_assign > kStreamWideTokensPerExpert * num_experts ? 32 : 16;
 }
 
 template <bool kGateUp, int kTok>
@@ -322,7 +320,8 @@ absl::Status LaunchStreamTok(const StreamArgs& a, cudaStream_t s) {
 
 template <bool kGateUp>
 absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
-  return StreamTokensPerPass(a) == 32 ? LaunchStreamTok<kGateUp, 32>(a, s) : LaunchStreamTok<kGateUp, 16>(a, s);
+  return StreamTokensPerPass(a.num_assign, a.num_experts) == 32 ? LaunchStreamTok<kGateUp, 32>(a, s)
+                                                                 : LaunchStreamTok<kGateUp, 16>(a, s);
 }
 
 }  // namespace
