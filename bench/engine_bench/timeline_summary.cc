@@ -93,15 +93,10 @@ std::string HostCallsCell(const IdleGap& gap) {
 }
 
 // Splits the union of the device work's intervals at every start and end and gives each piece to
-// the record that is running there and ends first (ties: the later start). Returns the time per
-// record, indexed as `device`.
+// the record that is running there and ends first (ties: the later start). `device` is sorted by
+// start. Returns the time per record, indexed as `device`.
 std::vector<int64_t> ExclusiveNs(const std::vector<const ActivityRecord*>& device) {
   std::vector<int64_t> exclusive(device.size(), 0);
-  std::vector<size_t> by_start(device.size());
-  for (size_t i = 0; i < device.size(); ++i) by_start[i] = i;
-  std::stable_sort(by_start.begin(), by_start.end(), [&](size_t a, size_t b) {
-    return device[a]->start_ns < device[b]->start_ns;
-  });
   std::vector<int64_t> cuts;
   cuts.reserve(2 * device.size());
   for (const ActivityRecord* r : device) {
@@ -119,9 +114,7 @@ std::vector<int64_t> ExclusiveNs(const std::vector<const ActivityRecord*>& devic
   size_t next = 0;
   for (size_t c = 0; c + 1 < cuts.size(); ++c) {
     const int64_t begin = cuts[c], end = cuts[c + 1];
-    while (next < by_start.size() && device[by_start[next]]->start_ns <= begin) {
-      running.push(by_start[next++]);
-    }
+    while (next < device.size() && device[next]->start_ns <= begin) running.push(next++);
     while (!running.empty() && EndOf(*device[running.top()]) <= begin) running.pop();
     if (!running.empty()) exclusive[running.top()] += end - begin;
   }
@@ -181,6 +174,10 @@ TimelineSummary Summarize(const TimelineTrace& trace, const SummaryOptions& opti
     }
     (IsDeviceWork(r.kind) ? device : host).push_back(&r);
   }
+  // The device work by start, for the exclusive times, the sequence and the busy sweep.
+  std::stable_sort(
+      device.begin(), device.end(),
+      [](const ActivityRecord* a, const ActivityRecord* b) { return a->start_ns < b->start_ns; });
   const std::vector<int64_t> exclusive = ExclusiveNs(device);
   for (size_t i = 0; i < device.size(); ++i) {
     if (device[i]->kind == ActivityKind::kKernel) {
@@ -206,24 +203,16 @@ TimelineSummary Summarize(const TimelineTrace& trace, const SummaryOptions& opti
     s.before_first_ms = s.wall_ms;
     return s;
   }
-  // Sweep the device work by start: a busy run lasts while the next start is not past the
-  // run's latest end; a start past it opens a gap after the work that ended the run.
-  std::vector<size_t> order(device.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return device[a]->start_ns < device[b]->start_ns;
-  });
   for (int k = std::max(options.sequence_first, 0);
-       k < static_cast<int>(order.size()) &&
+       k < static_cast<int>(device.size()) &&
        k < std::max(options.sequence_first, 0) + std::max(options.sequence_count, 0);
        ++k) {
-    const ActivityRecord& r = *device[order[k]];
-    s.sequence.push_back({k, r.name, Us(r.start_ns - device[order[0]]->start_ns),
-                          Us(EndOf(r) - r.start_ns), Us(exclusive[order[k]])});
+    const ActivityRecord& r = *device[k];
+    s.sequence.push_back({k, r.name, Us(r.start_ns - device[0]->start_ns),
+                          Us(EndOf(r) - r.start_ns), Us(exclusive[k])});
   }
-  std::stable_sort(
-      device.begin(), device.end(),
-      [](const ActivityRecord* a, const ActivityRecord* b) { return a->start_ns < b->start_ns; });
+  // Sweep the device work by start: a busy run lasts while the next start is not past the
+  // run's latest end; a start past it opens a gap after the work that ended the run.
   int64_t busy_ns = 0;
   int64_t run_begin = device[0]->start_ns, run_end = EndOf(*device[0]);
   const ActivityRecord* run_last = device[0];  // the run's work with the latest end
