@@ -188,6 +188,12 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// The router projection the fused kernel computes (bf16 weight and x; logits == the routing's).
+MoeRouterProjection Projection(const void* weight, const void* x, int hidden, float* logits,
+                               uint32_t* ticket) {
+  return {DType::kBF16, weight, x, hidden, logits, ticket};
+}
+
 // The fused routing of `router` into `out`: the params it launches with.
 MoeRoutingParams FusedRouting(const MoeRoutingParams& base, const Router& router, const Permuted& out,
                               uint32_t* ticket) {
@@ -196,11 +202,7 @@ MoeRoutingParams FusedRouting(const MoeRoutingParams& base, const Router& router
   r.logits = out.logits.as<float>();
   r.topk_ids = out.ids.as<int32_t>();
   r.topk_weights = out.weights.as<float>();
-  r.router.weight = router.d_w.get();
-  r.router.x = router.d_x.get();
-  r.router.hidden = router.H;
-  r.router.logits = out.logits.as<float>();
-  r.router.ticket = ticket;
+  r.router = Projection(router.d_w.get(), router.d_x.get(), router.H, out.logits.as<float>(), ticket);
   return r;
 }
 
@@ -371,11 +373,7 @@ TEST(MoeRouterPermuteExpertsTest, FusedRouterCallEqualsTheCallOnItsLogits) {
     r.topk_ids = d_ids.as<int32_t>();
     r.topk_weights = d_w.as<float>();
     if (fused) {
-      r.router.weight = router.d_w.get();
-      r.router.x = router.d_x.get();
-      r.router.hidden = H;
-      r.router.logits = logits.as<float>();
-      r.router.ticket = ticket.as<uint32_t>();
+      r.router = Projection(router.d_w.get(), router.d_x.get(), H, logits.as<float>(), ticket.as<uint32_t>());
     }
     MoeExpertsParams p;
     p.dtype = DType::kBF16;
@@ -426,11 +424,7 @@ TEST(MoeRouterPermuteRefusalTest, RefusesWhatItDoesNotTake) {
   r.logits = logits.as<float>();
   r.topk_ids = ids.as<int32_t>();
   r.topk_weights = weights.as<float>();
-  r.router.weight = w.get();
-  r.router.x = x.get();
-  r.router.hidden = H;
-  r.router.logits = logits.as<float>();
-  r.router.ticket = ticket.as<uint32_t>();
+  r.router = Projection(w.get(), x.get(), H, logits.as<float>(), ticket.as<uint32_t>());
   MoeExpertsParams p;
   p.dtype = DType::kBF16;
   p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = k;
