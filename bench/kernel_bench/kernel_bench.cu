@@ -16,10 +16,11 @@
 //   mla_decode_small : mla_decode at batch 1-8 (latent_small_bench.cu): microseconds per call in
 //                 CUDA graphs, by way of cutting the keys, and the fraction of copy bandwidth
 // Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--no-mmasync] [--only KERNEL] [--repeat N]
-//                              [--mha-min-seqlen S] [--mha-rows NAME,...]
+//                              [--mha-min-seqlen S] [--mha-rows NAME,...] [--mla-heads H]
 //   --only mla_decode|mla_decode_small|mha_prefill|kv_pack|mla_prefill: just that family (the
 //   ceilings are always measured)
 //   --no-mmasync: no mla_decode / mla_prefill rows of the mma.sync latent kernel
+//   --mla-heads 128|16: only the mla_decode rows of that head count
 //   --small-shapes "b,h,s_k;...", --small-variants "auto,pages=4,...": only these mla_decode_small
 //   shapes / ways of cutting the keys (latent_small_bench.cu)
 //   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, each
@@ -277,6 +278,7 @@ int main(int argc, char** argv) {
   std::string only;
   bool quick = false;
   int mha_repeat = 1, mha_min_seqlen = 0;
+  int mla_heads = 0;  // 0: the mla_decode rows at 128 and 16 heads
   bool latent_mmasync = true;
   std::string small_shapes, small_variants;
   std::vector<MhaRow> mha_rows(std::begin(kAllMhaRows), std::end(kAllMhaRows));
@@ -289,6 +291,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) mha_repeat = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--mha-min-seqlen") == 0 && i + 1 < argc) mha_min_seqlen = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--mla-heads") == 0 && i + 1 < argc) mla_heads = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--mha-rows") == 0 && i + 1 < argc) {
       mha_rows.clear();
       for (const std::string& name : std::vector<std::string>(absl::StrSplit(argv[++i], ','))) {
@@ -304,13 +307,14 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--json FILE] [--quick] [--no-mmasync] [--small-shapes S] [--small-variants V] [--only KERNEL] "
-                   "[--repeat N] [--mha-min-seqlen S] "
+                   "[--repeat N] [--mha-min-seqlen S] [--mla-heads 128|16] "
                    "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_mmasync,mha_prefill_cudnn]\n",
                    argv[0]);
       return 1;
     }
   }
   const auto wanted = [&](const char* family) { return only.empty() || only == family; };
+  const auto heads_wanted = [&](int heads) { return mla_heads == 0 || mla_heads == heads; };
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   Ceilings ceil;
@@ -328,7 +332,7 @@ int main(int argc, char** argv) {
     for (int qpr : {1, 2})
       for (int batch : {64, 128})
         for (int sk : {4096, 8192, 16384}) {
-          if ((quick && (sk != 8192 || batch != 128)) || !wanted("mla_decode")) continue;
+          if ((quick && (sk != 8192 || batch != 128)) || !wanted("mla_decode") || !heads_wanted(heads)) continue;
           if (qpr == 2 && (batch != 128 || sk != 8192)) continue;
           for (LatentKernel k : latent_kernels)
             BenchMlaDecode(batch, heads, qpr, sk, prop.multiProcessorCount, k, MlaDecodeSchedule::kAuto,
@@ -351,13 +355,13 @@ int main(int argc, char** argv) {
   for (int heads : {128, 16})
     for (int batch : {1, 4})
       for (int sk : {1024, 4096}) {
-        if ((quick && sk != 4096) || !wanted("mla_decode")) continue;
+        if ((quick && sk != 4096) || !wanted("mla_decode") || !heads_wanted(heads)) continue;
         for (MlaDecodeSchedule sched : {MlaDecodeSchedule::kAuto, MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced})
           BenchMlaDecode(batch, heads, 1, sk, prop.multiProcessorCount, LatentKernel::kAuto, sched, false, ceil, res);
       }
   // Mixed lengths: one long request among short ones, each schedule.
   for (int heads : {128, 16}) {
-    if (quick || !wanted("mla_decode")) continue;
+    if (quick || !wanted("mla_decode") || !heads_wanted(heads)) continue;
     for (MlaDecodeSchedule sched : {MlaDecodeSchedule::kAuto, MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced})
       BenchMlaDecode(64, heads, 1, 4096, prop.multiProcessorCount, LatentKernel::kAuto, sched, true, ceil, res);
   }

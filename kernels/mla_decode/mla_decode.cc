@@ -22,8 +22,11 @@ constexpr int kMaxSplits = 64;
 // fastest on average, 12% at worst.
 // Fixed cost of one CTA (Q tile load, prologue, the first pages' latency, the output write).
 constexpr double kCtaOverheadPages = 2;
-// A CTA's pages cost by pairs: its two warpgroups compute two pages' scores at once.
-inline int PairedPages(int pages) { return (pages + 1) / 2 * 2; }
+// A CTA's pages cost by pairs in the 64-row Hopper kernel (its two warpgroups compute two pages'
+// scores at once), one by one in the few-rows kernel (requests of up to kLatentFewRowsMax rows).
+inline int CtaPageCost(int pages, int64_t rows) {
+  return rows <= mla_internal::kLatentFewRowsMax ? pages : (pages + 1) / 2 * 2;
+}
 // The combine kernel (launched with PDL: its fixed part is hidden): per split the latency of
 // its loop over the pieces, and the partials' bytes (written by the attention kernel, read by
 // the combine) over the SMs.
@@ -103,7 +106,7 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
     // wave's, so a CTA costs about the mean.
     const double cta_pages = waves == 1 ? std::min(pages_per_split, est_pages)
                                         : std::min<double>(pages_per_split, std::ceil(mean_pages));
-    double cost = static_cast<double>(waves) * (PairedPages(static_cast<int>(cta_pages)) + kCtaOverheadPages);
+    double cost = static_cast<double>(waves) * (CtaPageCost(static_cast<int>(cta_pages), rows) + kCtaOverheadPages);
     if (splits > 1) {
       cost += kCombinePagesPerSplit * splits + kCombinePartialWeight * static_cast<double>(ctas) * partial_pages / s.num_sms;
     }

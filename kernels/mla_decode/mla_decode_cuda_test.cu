@@ -29,7 +29,8 @@ TEST_P(MlaDecodeCudaTest, MatchesCpuReference) {
   const auto [batch, heads, qpr, max_ctx, rank, split] = std::get<0>(GetParam());
   const LatentKernel kernel = std::get<1>(GetParam());
   const MlaDecodeSchedule schedule = std::get<2>(GetParam());
-  if (schedule == MlaDecodeSchedule::kBalanced && (kernel != LatentKernel::kWgmma || !split)) {
+  const bool hopper = kernel == LatentKernel::kWgmma || kernel == LatentKernel::kWgmma64;
+  if (schedule == MlaDecodeSchedule::kBalanced && (!hopper || !split)) {
     GTEST_SKIP() << "the balanced schedule is the wgmma kernel's, with the SM-count plan";
   }
   const int rope = rank == 512 ? 64 : 16;
@@ -65,8 +66,8 @@ TEST_P(MlaDecodeCudaTest, MatchesCpuReference) {
   }
   testing::DeviceBuffer workspace(plan->workspace_bytes);
   testing::DeviceLatent d(c);
-  if (kernel == LatentKernel::kWgmma && !LatentWgmmaApplies(d.params)) {
-    GTEST_SKIP() << "the wgmma latent kernel does not apply here (rank " << rank
+  if (hopper && !LatentWgmmaApplies(d.params)) {
+    GTEST_SKIP() << "the wgmma latent kernels do not apply here (rank " << rank
                  << ", or no sm_90a kernel for this device)";
   }
   d.params.kernel = kernel;
@@ -88,8 +89,13 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeCase{1, 16, 1, 1100, 512, true}, DecodeCase{4, 128, 1, 3000, 512, true},
                       // more chunk CTAs than SMs: the longest-first order
                       DecodeCase{150, 16, 1, 2000, 512, true}, DecodeCase{80, 128, 2, 1500, 512, true},
-                      DecodeCase{140, 4, 1, 900, 64, true}),
-                       ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma),
+                      DecodeCase{140, 4, 1, 900, 64, true},
+                      // few rows (the few-rows kernel's 16, partly filled): 5 heads x 2, 12 heads,
+                      // 8 heads, 8 heads x 2; and 200 requests of 16 heads
+                      DecodeCase{6, 5, 2, 1500, 512, true}, DecodeCase{3, 12, 1, 2500, 512, true},
+                      DecodeCase{2, 8, 1, 300, 512, false}, DecodeCase{4, 8, 2, 900, 512, true},
+                      DecodeCase{200, 16, 1, 700, 512, true}),
+                       ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma, LatentKernel::kWgmma64),
                        ::testing::Values(MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced)));
 
 // Chunk plans built by hand: splits of 1-3 pages (the small-batch plans, many short splits) and
@@ -118,7 +124,7 @@ TEST_P(MlaDecodeChunkTest, MatchesCpuReference) {
   MlaParams hp = testing::HostLatentParams(c, want, want_lse);
   ASSERT_TRUE(MlaDecode(hp, MlaDecodePlan{}, nullptr, KernelContext{}).ok());
   testing::DeviceLatent d(c);
-  if (kernel == LatentKernel::kWgmma && !LatentWgmmaApplies(d.params)) {
+  if ((kernel == LatentKernel::kWgmma || kernel == LatentKernel::kWgmma64) && !LatentWgmmaApplies(d.params)) {
     GTEST_SKIP() << "no sm_90a kernel for this device";
   }
   d.params.kernel = kernel;
@@ -142,8 +148,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          ChunkCase{1, 128, 1, 700, 1, 1, false}, ChunkCase{4, 16, 1, 2000, 2, 2, false},
                                          ChunkCase{3, 128, 2, 1500, 3, 2, false}, ChunkCase{2, 16, 2, 129, 1, 4, false},
                                          ChunkCase{8, 128, 1, 64, 1, 2, false}, ChunkCase{40, 128, 1, 3000, 3, 1, true},
-                                         ChunkCase{9, 16, 2, 2000, 2, 2, true}, ChunkCase{5, 128, 1, 700, 64, 1, true}),
-                       ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma)));
+                                         ChunkCase{9, 16, 2, 2000, 2, 2, true}, ChunkCase{5, 128, 1, 700, 64, 1, true},
+                                         ChunkCase{3, 16, 1, 3000, 40, 1, false}),
+                       ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma, LatentKernel::kWgmma64)));
 
 // The Hopper kernel's balanced schedule with few persistent CTAs (a plan for a 3-, 5- or 7-SM
 // device), so that parts walk several requests and cut others into pieces: one long request,

@@ -115,9 +115,14 @@ TEST(MlaDecodePlan, ChunksRunLongestFirstBeyondOneWave) {
 
 TEST(MlaDecodePlan, SmallBatchesSplitIntoShortChunks) {
   // Batch 1, 16 heads, 1024 keys (16 pages) on 132 SMs: a decode step at batch 1 is latency
-  // bound, so the plan spreads the pages over many CTAs, a pair of pages each (both warpgroups
-  // of the Hopper kernel busy), rather than a few CTAs of 4 pages.
+  // bound, so the plan spreads the pages over many CTAs: one page each for 16 rows (the few-rows
+  // kernel walks pages one at a time), a pair of pages each for 128 rows (both warpgroups of the
+  // 64-row kernel busy), rather than a few CTAs of 4 pages.
   auto plan = PlanMlaDecode({1, 16, 1, 512, 64, 1024, 132, MlaDecodeSchedule::kChunks});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->chunk_tokens, kPageSize);
+  EXPECT_EQ(plan->num_splits, 16);
+  plan = PlanMlaDecode({1, 128, 1, 512, 64, 1024, 132, MlaDecodeSchedule::kChunks});
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->chunk_tokens, 2 * kPageSize);
   EXPECT_EQ(plan->num_splits, 8);

@@ -17,9 +17,12 @@
 namespace mlaserve::kernels {
 
 // Which CUDA latent-attention kernel runs (the CPU backend ignores it). kAuto takes the Hopper
-// wgmma kernel where it applies (sm_90, bf16, kv_lora_rank 512, rope 64), else the mma.sync
-// kernel; the others force one (tests and benchmarks; kWgmma fails where it does not apply).
-enum class LatentKernel : uint8_t { kAuto, kMmaSync, kWgmma };
+// wgmma kernels where they apply (sm_90, bf16, kv_lora_rank 512, rope 64): the few-rows kernel
+// for requests of at most 16 query rows (tokens x heads), the 64-row kernel otherwise; else the
+// mma.sync kernel. The others force one (tests and benchmarks; kWgmma = the Hopper kernels as
+// kAuto picks them, kWgmma64 = the 64-row Hopper kernel at every row count; both fail where
+// they do not apply).
+enum class LatentKernel : uint8_t { kAuto, kMmaSync, kWgmma, kWgmma64 };
 
 struct MlaParams {
   DType dtype = DType::kF32;  // of q, cache, out (CPU f32; CUDA bf16)

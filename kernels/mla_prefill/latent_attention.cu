@@ -49,9 +49,9 @@ absl::Status LaunchLatentAttention(const MlaParams& p, const LatentSplit& split,
   RETURN_IF_ERROR(cuda::RequireStrideMultiple8(kFamily, "q_head_stride", p.q_head_stride));
   if (max_rows_per_request <= 0 || p.batch == 0) return absl::OkStatus();
   const bool wgmma_fits = LatentWgmmaApplies(p);
-  if (p.kernel == LatentKernel::kWgmma && !wgmma_fits) {
+  if ((p.kernel == LatentKernel::kWgmma || p.kernel == LatentKernel::kWgmma64) && !wgmma_fits) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "mla: kernel=wgmma needs an sm_90a build on a Hopper GPU, bf16, kv_lora_rank=512 and "
+        "mla: kernel=", p.kernel == LatentKernel::kWgmma ? "wgmma" : "wgmma64", " needs an sm_90a build on a Hopper GPU, bf16, kv_lora_rank=512 and "
         "rope_dim=64; got ", DTypeName(p.dtype), ", ", p.kv_lora_rank, ", ", p.rope_dim,
         LatentSm90Available() ? "" : " (no sm_90a kernel for this device)"));
   }

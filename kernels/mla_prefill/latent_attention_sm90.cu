@@ -546,6 +546,9 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
         " only; got ", DTypeName(p.dtype), ", ", p.kv_lora_rank, ", ", p.rope_dim));
   }
   if (max_rows_per_request <= 0 || p.batch == 0) return absl::OkStatus();
+  if (LatentSm90FewRowsTakes(p, max_rows_per_request)) {
+    return LaunchLatentAttentionSm90Few(p, split, max_rows_per_request, stream);
+  }
   Sm90Args args{p, split, MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages)};
   // MLASERVE_MLA_EARLY_LOADS=0: the first pages' loads after the PDL wait as before (A/B timing).
   static const bool early_loads_off = EnvSwitchedOff("MLASERVE_MLA_EARLY_LOADS");

@@ -19,8 +19,19 @@ namespace mlaserve::kernels::mla_cuda {
 bool LatentSm90Available();
 // Whether the kernel takes these parameters (dtype and widths).
 bool LatentSm90Takes(const MlaParams& p);
-// Launches it; the caller has run LaunchLatentAttention's checks.
+// Launches it (or, where LatentSm90FewRowsTakes, the few-rows kernel); the caller has run
+// LaunchLatentAttention's checks.
 absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& split,
                                        int64_t max_rows_per_request, cudaStream_t stream);
+
+// The few-rows Hopper kernel (latent_attention_sm90_few.cu): requests of at most
+// kLatentFewRowsMax query rows (latent_tiling.h), products transposed (keys and value dims as
+// wgmma M, the rows as N = 16).
+using mla_internal::kLatentFewRowsMax;
+// Whether it runs p: at most kLatentFewRowsMax rows per request, p.kernel not kWgmma64, and
+// MLASERVE_MLA_FEW_ROWS not "0" (read per call; for timing comparisons).
+bool LatentSm90FewRowsTakes(const MlaParams& p, int64_t max_rows_per_request);
+absl::Status LaunchLatentAttentionSm90Few(const MlaParams& p, const LatentSplit& split,
+                                          int64_t max_rows_per_request, cudaStream_t stream);
 
 }  // namespace mlaserve::kernels::mla_cuda

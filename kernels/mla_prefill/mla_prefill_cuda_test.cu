@@ -17,7 +17,8 @@ struct PrefillCase {
   int max_prefix;
 };
 
-// Each case with both latent kernels (the wgmma one where it applies: rank 512 on sm_90).
+// Each case with each latent kernel (the wgmma ones where they apply: rank 512 on sm_90; kWgmma
+// takes the few-rows kernel for requests of up to 16 rows, kWgmma64 the 64-row one always).
 class MlaPrefillCudaTest : public ::testing::TestWithParam<std::tuple<PrefillCase, LatentKernel>> {};
 
 TEST_P(MlaPrefillCudaTest, MatchesCpuReference) {
@@ -35,8 +36,8 @@ TEST_P(MlaPrefillCudaTest, MatchesCpuReference) {
   MlaParams hp = testing::HostLatentParams(c, want, want_lse);
   ASSERT_TRUE(MlaPrefill(hp, KernelContext{}).ok());
   testing::DeviceLatent d(c);
-  if (kernel == LatentKernel::kWgmma && !LatentWgmmaApplies(d.params)) {
-    GTEST_SKIP() << "the wgmma latent kernel does not apply (rank " << pc.rank << ", rope "
+  if ((kernel == LatentKernel::kWgmma || kernel == LatentKernel::kWgmma64) && !LatentWgmmaApplies(d.params)) {
+    GTEST_SKIP() << "the wgmma latent kernels do not apply (rank " << pc.rank << ", rope "
                  << pc.rope << ", or no sm_90a kernel for this device)";
   }
   d.params.kernel = kernel;
@@ -55,8 +56,12 @@ INSTANTIATE_TEST_SUITE_P(
                       PrefillCase{4, 64, 16, {5, 77, 300}, 100},
                       PrefillCase{2, 32, 16, {9, 64}, 64},
                       PrefillCase{6, 40, 8, {1, 37, 260}, 100},  // deepseek_v2_odd as stored
-                      PrefillCase{1, 512, 64, {3, 1, 2}, 9000}),
-                       ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma)));
+                      PrefillCase{1, 512, 64, {3, 1, 2}, 9000},
+                      // few rows (the few-rows kernel where kWgmma picks it): causal across the
+                      // request's tokens within one CTA's 16 rows
+                      PrefillCase{4, 512, 64, {4, 1, 3}, 1500}, PrefillCase{8, 512, 64, {2, 1}, 3000},
+                      PrefillCase{2, 512, 64, {3, 6}, 200}),
+                       ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma, LatentKernel::kWgmma64)));
 
 }  // namespace
 }  // namespace mlaserve::kernels

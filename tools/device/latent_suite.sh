@@ -9,8 +9,8 @@
 #   there:  tools/device/latent_suite.sh     (carry [".devpack-latent.tar.xz"]; PACK=<name> for another)
 # SANITIZE=0 skips compute-sanitizer (SANITIZE_FILTER: its cases, SANITIZE_TIMEOUT: s per tool); BASELINE=0 skips PyTorch; TESTS=0 skips the tests;
 # VARIANTS="NAME=VALUE ..." also times the Hopper kernel with each of these settings in the
-# environment (e.g. MLASERVE_MLA_EARLY_P0=1) on the --quick mla_decode rows and mla_prefill,
-# after a subset of the tests with it.
+# environment (e.g. MLASERVE_MLA_FEW_ROWS=0) on the --quick mla_decode rows (VARIANT_ARGS: other
+# bench flags, e.g. "--mla-heads 16") and mla_prefill, after a subset of the tests with it.
 # SMALL=0 skips the small-batch table (mla_decode_small; SMALL_NOPDL=1: again with MLASERVE_PDL=0;
 # SMALL_ARGS: more bench flags, e.g. --small-shapes "64,16,4096;128,128,8192" for the lf=N rows);
 # NCU=1 adds ncu kernel times and warp stalls on a few of its shapes; FULL=0 skips the
@@ -36,21 +36,32 @@ if [[ ${TESTS:-1} == 1 ]]; then
     [[ $rc == 0 ]] || status=1
   done
   # The balanced schedule's cases again with the next segment's loads issued at its start.
-  # (Sweep cases 4c + 3: case c, the wgmma kernel, the balanced schedule.)
+  # (Sweep index 6c + 2k + s: case c, kernel k = mma.sync / wgmma (the few-rows kernel where a
+  # request has <= 32 rows) / wgmma64, schedule s = chunks / balanced.)
   filter='FewParts/*:Cases/*'
-  for c in $(seq 0 13); do filter="$filter:Sweep/MlaDecodeCudaTest.MatchesCpuReference/$((4 * c + 3))"; done
+  for c in $(seq 0 21); do
+    filter="$filter:Sweep/MlaDecodeCudaTest.MatchesCpuReference/$((6 * c + 3)):Sweep/MlaDecodeCudaTest.MatchesCpuReference/$((6 * c + 5))"
+  done
   MLASERVE_MLA_PREFETCH=0 timeout 120 .devbin/kernels_mla_decode_cuda_test --gtest_brief=1 \
     --gtest_filter="$filter" > "$OUT/kernels_nopf.txt" 2>&1
   rc=$?
   echo "kernels_mla_decode_cuda_test, balanced cases, MLASERVE_MLA_PREFETCH=0: rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/kernels_nopf.txt" | tr '\n' ' ')"
   [[ $rc == 0 ]] || status=1
 fi
+# Sanitized by default: both Hopper kernels with chunks and the balanced schedule (b 1 / 16 heads
+# few rows 2, 3, 64 rows 4; 128 heads 8, 9, 39; 5 heads x 2: 104, 105; 8 heads x 2: 122; b 200
+# x 16 heads: 128), few parts, short splits (few rows 1, 13, 25; 64 rows 2).
+S=Sweep/MlaDecodeCudaTest.MatchesCpuReference
+C=ShortSplits/MlaDecodeChunkTest.MatchesCpuReference
+SANITIZE_DEFAULT="$S/2:$S/3:$S/4:$S/8:$S/9:$S/39:$S/104:$S/105:$S/122:$S/128:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/0"
+SANITIZE_DEFAULT="$SANITIZE_DEFAULT:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/3:$C/1:$C/2:$C/13:$C/25"
 if [[ ${SANITIZE:-1} == 1 ]]; then
   for tool in memcheck racecheck synccheck; do
     timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 .devbin/kernels_mla_decode_cuda_test \
-      --gtest_filter="${SANITIZE_FILTER:-Sweep/MlaDecodeCudaTest.MatchesCpuReference/3:Sweep/MlaDecodeCudaTest.MatchesCpuReference/6:Sweep/MlaDecodeCudaTest.MatchesCpuReference/7:Sweep/MlaDecodeCudaTest.MatchesCpuReference/27:Sweep/MlaDecodeCudaTest.MatchesCpuReference/50:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/0:FewParts/MlaDecodeBalancedTest.MatchesCpuReference/3:ShortSplits/MlaDecodeChunkTest.MatchesCpuReference/1:ShortSplits/MlaDecodeChunkTest.MatchesCpuReference/9}" \
+      --gtest_filter="${SANITIZE_FILTER:-$SANITIZE_DEFAULT}" \
       > "$OUT/sanitize_$tool.txt" 2>&1
     echo "compute-sanitizer $tool (mla_decode wgmma cases: chunks, short splits, balanced schedule): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.txt" | tail -1)"
+    grep -E "^=========  *(Invalid|Race|Barrier|Error)|Warning:" "$OUT/sanitize_$tool.txt" | sort | uniq -c | head -8
   done
 fi
 if [[ ${SMALL:-1} == 1 ]]; then
@@ -61,6 +72,12 @@ if [[ ${SMALL:-1} == 1 ]]; then
       > "$OUT/bench_small_nopdl.txt" 2>&1
     echo "mla_decode_small (MLASERVE_PDL=0): rc=$?"; sed -n '/us per call by variant/,$p' "$OUT/bench_small_nopdl.txt"
   fi
+  # SMALL_VARIANTS="NAME=VALUE ...": the small table again with each setting (e.g. the 64-row
+  # kernel at 16 heads: MLASERVE_MLA_FEW_ROWS=0).
+  for v in ${SMALL_VARIANTS:-}; do
+    env "$v" timeout 200 .devbin/mlaserve-kernel-bench --only mla_decode_small ${SMALL_ARGS:-} > "$OUT/bench_small_v.txt" 2>&1
+    echo "mla_decode_small ($v): rc=$?"; sed -n '/us per call by variant/,$p' "$OUT/bench_small_v.txt"
+  done
 fi
 if [[ ${NCU:-0} == 1 ]]; then
   # Kernel by kernel (ncu serializes them; caches and clocks as they are): the attention kernel's
@@ -87,11 +104,12 @@ fi
 for v in ${VARIANTS:-}; do
   echo "== variant $v" >> "$OUT/bench_variants.txt"
   env "$v" timeout 120 .devbin/kernels_mla_decode_cuda_test --gtest_brief=1 \
-    --gtest_filter='FewParts/*:ShortSplits/*1:ShortSplits/*9:Cases/*:Sweep/*/6:Sweep/*/7:Sweep/*/50' > "$OUT/kernels_variant.txt" 2>&1
+    --gtest_filter='FewParts/*:ShortSplits/*/1:ShortSplits/*/13:ShortSplits/*/25:Cases/*:Sweep/*/2:Sweep/*/3:Sweep/*/8:Sweep/*/105:Sweep/*/128' \
+    > "$OUT/kernels_variant.txt" 2>&1
   rc=$?
   echo "variant $v: kernels_mla_decode_cuda_test (subset): rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/kernels_variant.txt" | tr '\n' ' ')"
   [[ $rc == 0 ]] || status=1
-  env "$v" timeout 150 .devbin/mlaserve-kernel-bench --only mla_decode --quick --no-mmasync 2>&1 \
+  env "$v" timeout 150 .devbin/mlaserve-kernel-bench --only mla_decode ${VARIANT_ARGS:---quick} --no-mmasync 2>&1 \
     | tee -a "$OUT/bench_variants.txt"
   env "$v" timeout 100 .devbin/mlaserve-kernel-bench --only mla_prefill --no-mmasync 2>&1 \
     | tail -2 | tee -a "$OUT/bench_variants.txt"
