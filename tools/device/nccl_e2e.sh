@@ -92,10 +92,15 @@ start() {  # start NAME CMD...: waits for "listening on ADDRESS" (180 s at most)
   ADDRESS=${ADDRESS/0.0.0.0/127.0.0.1}
   LAST_OUT=$out
 }
+# A worker stuck in a collective may not end on SIGTERM: 10 s, then SIGKILL (every wait has a
+# deadline; the suites around this script must get their GPUs back).
 stop() {
   local pid=${PID[$1]:-}
   [[ -n $pid ]] || return 0
   kill -TERM "$pid" 2>/dev/null
+  local deadline=$((SECONDS + 10))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  kill -KILL "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   unset "PID[$1]"
 }

@@ -75,7 +75,9 @@ bounded() {
   local want=$1; shift
   local l; l=$(left)
   if ((l < 20)); then say "skipped (budget): $*"; return 124; fi
-  timeout $((want < l ? want : l)) "$@"
+  # -k: a part whose processes ignore SIGTERM (a worker stuck in NCCL) is killed 10 s later, so
+  # the suite ends inside its budget (2026-11-29: a hung part kept the call past its limit).
+  timeout -k 10 $((want < l ? want : l)) "$@"
 }
 passed() { grep -E '^\[  (PASSED|FAILED) |^\[  SKIPPED \]' "$1" | tr '\n' ' '; }
 
