@@ -124,7 +124,7 @@ struct SegmentWork {
 };
 
 __device__ __forceinline__ SegmentWork WorkOf(const MlaParams& p, const LatentSplit& split, bool chunks,
-                                                  int seg_begin, int k) {
+                                              int seg_begin, int k) {
   SegmentWork s;
   const int H = p.num_heads;
   if (chunks) {

@@ -1,4 +1,5 @@
-// Pieces of the Hopper latent-attention kernel (latent_attention_sm90.cu, the only includer):
+// Pieces of the Hopper latent-attention kernels (latent_attention_sm90.cu; the few-rows kernel,
+// latent_attention_sm90_few.cu, takes the tile shapes, TileLayout and the TMA from here):
 // its tile shapes and shared memory, the TMA page loads, the score product over load tiles, the
 // Q loads and the bookkeeping of barrier phases. The kernel's design: latent_attention_sm90.cu.
 #pragma once
