@@ -8,17 +8,28 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/status.h"
 #include "parallel/fake_collective.h"
 #if defined(MLASERVE_HAS_NCCL)
 #include "parallel/nccl_collective.h"
 #include "parallel/nccl_common.h"
+#include "parallel/rank_rendezvous.h"
 #endif
 
 namespace mlaserve::model {
+namespace {
+
+// How long a rank waits for the others to reach the same collective (NCCL: to enqueue it)
+// before the group fails: far longer than any rank's work between two collectives.
+constexpr absl::Duration kCollectiveTimeout = absl::Seconds(60);
+
+}  // namespace
 
 // One rank's thread: runs one job at a time. (CUDA's current device is per thread, and NCCL's
-// ranks of one process must enter a collective concurrently: each rank keeps its thread.)
+// ranks of one process must enter a collective concurrently: each rank keeps its thread. They
+// also enqueue each collective together, parallel/rank_rendezvous.h: a rank blocked on its GPU
+// after a collective must never hold up another rank's side of it.)
 class ParallelEngine::RankThread {
  public:
   RankThread() : thread_([this] { Loop(); }) {}
@@ -88,15 +99,18 @@ absl::StatusOr<std::unique_ptr<Engine>> ParallelEngine::Create(const EngineOptio
   for (int r = 0; r < n; ++r) e->threads_.push_back(std::make_unique<RankThread>());
   e->comms_.resize(n);
   if (options.backend == kernels::Backend::kCpu) {
-    ASSIGN_OR_RETURN(e->comms_, parallel::FakeCollectiveGroup::Create(n));
+    ASSIGN_OR_RETURN(e->comms_, parallel::FakeCollectiveGroup::Create(n, kCollectiveTimeout));
   } else {
 #if defined(MLASERVE_HAS_NCCL)
     ASSIGN_OR_RETURN(const std::string id, parallel::NewNcclUniqueId());
+    // The ranks are threads of this process: they meet around every collective they enqueue.
+    ASSIGN_OR_RETURN(std::shared_ptr<parallel::RankRendezvous> in_process,
+                     parallel::RankRendezvous::Create(n, kCollectiveTimeout, "nccl collective"));
     const absl::Time deadline = absl::Now() + absl::Seconds(120);
     std::vector<absl::Status> joined(n);
     e->OnRanks([&](int r) {
-      absl::StatusOr<std::unique_ptr<parallel::Collective>> c =
-          parallel::CreateNcclCollective(id, r, n, options.device + r, deadline);
+      absl::StatusOr<std::unique_ptr<parallel::Collective>> c = parallel::CreateNcclCollective(
+          id, r, n, options.device + r, deadline, kCollectiveTimeout, in_process);
       if (c.ok()) e->comms_[r] = *std::move(c);
       joined[r] = c.status();
     });
@@ -154,7 +168,13 @@ absl::Status ParallelEngine::StepRanks(
   std::vector<absl::Status> stepped(n);
   OnRanks([&](int r) {
     stepped[r] = ranks_[r]->ForwardRankInto(batches[r], path, layer_done[r], bucket, results[r]);
-    if (!stepped[r].ok()) comms_[r]->Abort();  // release the ranks waiting for this one
+    if (!stepped[r].ok()) {
+      // Release the ranks waiting for this one: its own communicator first (the others then
+      // see "aborted by rank r"), then theirs, so that on NCCL no kernel of theirs keeps
+      // waiting on its GPU for a side this rank will not finish.
+      comms_[r]->Abort();
+      for (auto& c : comms_) c->Abort();
+    }
   });
   if (bucket > 0) ++graph_steps_;
   for (int r = 0; r < n; ++r) {

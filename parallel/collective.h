@@ -7,7 +7,9 @@
 // nccl_collective.h, enqueues on the stream passed in, so a collective is ordered with the
 // kernels of the engine's step and can be captured in a CUDA graph), host memory for the
 // in-process fake (fake_collective.h), which blocks until every rank has arrived and is what
-// the CPU tests run N ranks with, one thread per rank.
+// the CPU tests run N ranks with, one thread per rank. NCCL ranks that are threads of one
+// process (model::ParallelEngine) likewise return from an operation only once every rank has
+// enqueued it (rank_rendezvous.h: otherwise a rank blocked on its GPU can deadlock the others).
 //
 // Reductions are sums. The fake adds the ranks' contributions in rank order 0..N-1 in f32, so
 // a run is reproducible; NCCL's order is fixed for a fixed group and topology.

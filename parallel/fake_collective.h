@@ -1,7 +1,8 @@
 // FakeCollectiveGroup: N in-process ranks (one thread each) joined like an NCCL communicator,
-// moving host memory. Each operation is a rendezvous: a rank's call blocks until all N ranks
-// made the same call; the last to arrive checks that the calls agree (operation, count,
-// dtype, pairwise all-to-all counts), computes every rank's result, and releases the others.
+// moving host memory. Each operation is a meeting of the ranks (rank_rendezvous.h, the same one
+// NCCL ranks on threads of one process meet at): a rank's call blocks until all N ranks made
+// the same call; the last to arrive checks that the calls agree (operation, count, dtype,
+// pairwise all-to-all counts), computes every rank's result, and releases the others.
 // Sums run in rank order in f32 (bf16 rounded once at the end), so results do not depend
 // on thread timing.
 //
@@ -26,8 +27,6 @@ class FakeCollectiveGroup {
   // group's state, which lives as long as any of them.
   static absl::StatusOr<std::vector<std::unique_ptr<Collective>>> Create(
       int size, absl::Duration timeout = absl::Seconds(60));
-
-  struct State;  // fake_collective.cc
 };
 
 }  // namespace mlaserve::parallel
