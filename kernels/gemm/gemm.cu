@@ -70,12 +70,18 @@ struct Plan {
   }
 };
 
+// One stream's cuBLASLt handle, workspace and plans. Its own mutex guards its plans (a plan's
+// bias attribute is set per call) across the matmul; streams do not share it, so the ranks of a
+// multi-GPU worker (a stream each, docs/parallel.md) never wait on one another here while one of
+// them is blocked in a CUDA call.
 struct StreamState {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
+  std::mutex mu;
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
 };
 
+// Guards the map of states only (never held across a CUDA call).
 std::mutex& StateMutex() {
   static std::mutex mu;
   return mu;
@@ -94,18 +100,29 @@ absl::StatusOr<StreamState*> StateFor(void* stream) {
     return absl::FailedPreconditionError(
         absl::StrCat("gemm: the CUDA backend has no device: ", cudaGetErrorString(err)));
   }
-  auto& slot = States()[{stream, device}];
+  const std::pair<void*, int> key{stream, device};
+  {
+    std::lock_guard<std::mutex> lock(StateMutex());
+    auto it = States().find(key);
+    if (it != States().end()) return it->second.get();
+  }
+  // The first call on this stream: the handle and workspace are made outside the map's lock.
+  auto st = std::make_unique<StreamState>();
+  GEMM_LT(cublasLtCreate(&st->handle));
+  const cudaError_t err = cudaMalloc(&st->workspace, kWorkspaceBytes);
+  if (err != cudaSuccess) {
+    cublasLtDestroy(st->handle);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "gemm: cudaMalloc of the ", kWorkspaceBytes, "-byte cuBLASLt workspace failed: ",
+        cudaGetErrorString(err)));
+  }
+  std::lock_guard<std::mutex> lock(StateMutex());
+  auto& slot = States()[key];
   if (slot == nullptr) {
-    auto st = std::make_unique<StreamState>();
-    GEMM_LT(cublasLtCreate(&st->handle));
-    const cudaError_t err = cudaMalloc(&st->workspace, kWorkspaceBytes);
-    if (err != cudaSuccess) {
-      cublasLtDestroy(st->handle);
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "gemm: cudaMalloc of the ", kWorkspaceBytes, "-byte cuBLASLt workspace failed: ",
-          cudaGetErrorString(err)));
-    }
     slot = std::move(st);
+  } else {  // another thread made this stream's state meanwhile: keep that one
+    (void)cudaFree(st->workspace);
+    cublasLtDestroy(st->handle);
   }
   return slot.get();
 }
@@ -184,8 +201,8 @@ absl::Status CublasLtGemm(const GemmParams& p, void* stream) {
                     p.batch, p.lda, p.ldb, p.ldc, p.batch > 1 ? p.stride_a : 0,
                     p.batch > 1 ? p.stride_b : 0, p.batch > 1 ? p.stride_c : 0, p.b_transposed,
                     p.bias != nullptr, align[0], align[1], align[2], align[3]};
-  std::lock_guard<std::mutex> lock(StateMutex());
   ASSIGN_OR_RETURN(StreamState * st, StateFor(stream));
+  std::lock_guard<std::mutex> lock(st->mu);
   auto& plan = st->plans[key];
   if (plan == nullptr) {
     auto made = MakePlan(p, st->handle, align);

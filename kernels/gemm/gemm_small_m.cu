@@ -84,12 +84,17 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % cuda::kC
 // cluster: for clusters, what cudaOccupancyMaxActiveClusters allows (a cluster must fit in one
 // GPC, so this can be less than the SMs times CTAs per SM). Cached per (kernel, splits): one
 // GPU model per process. On a failed query, one CTA per SM (a small grid, never an oversized one).
+// The lock guards the cache only, not the occupancy query: that may load the kernel's module,
+// which can wait for the device to go idle, and the ranks of a multi-GPU worker (threads of one
+// process) must not wait on each other behind it (docs/parallel.md, the two-GPU hang).
 int64_t ResidentCtas(KernelFn kernel, int splits, int sms) {
   static std::mutex mu;
   static std::map<std::pair<KernelFn, int>, int64_t> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find({kernel, splits});
-  if (it != cache.end()) return it->second;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find({kernel, splits});
+    if (it != cache.end()) return it->second;
+  }
   int64_t resident = sms;
   int n = 0;
   if (splits == 1) {
@@ -112,6 +117,7 @@ int64_t ResidentCtas(KernelFn kernel, int splits, int sms) {
     }
   }
   (void)cudaGetLastError();  // a failed query is answered by the fallback, not kept as an error
+  std::lock_guard<std::mutex> lock(mu);
   cache[{kernel, splits}] = resident;
   return resident;
 }
