@@ -31,7 +31,9 @@
 #          other serves on), TTFT with --kv-layerwise true / false.
 #   e2e1   tools/device/nccl_e2e.sh with one GPU per worker (GPU 0 -> GPU 1, nccl) on the
 #          deepseek_v2 fixture: the run issue 19 asks of the nccl transport itself.
-# Results: $OUT/summary.txt and $OUT/par_results.tgz (logs of every part).
+# Results: $OUT/summary.txt and $OUT/par_results.tgz (logs of every part). ENGINE_TEST_S: how
+# long the sharded engine's test may run before its threads' stacks are taken and it is killed
+# (ENGINE_TEST_ARGS: e.g. a --gtest_filter).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 TARGETS="parallel_nccl_gpu_test kernels_moe_shard_cuda_test model_engine_parallel_cuda_test
@@ -111,7 +113,25 @@ if [[ $PARTS == *" tests "* && -z ${DRY:-} ]]; then
       --gtest_filter='MoeDispatchFixedCuda.*' > "$W/tests/moe_shard_memcheck.log" 2>&1
     say "compute-sanitizer memcheck (MoeDispatchFixedCuda) rc=$? $(grep -E 'ERROR SUMMARY' "$W/tests/moe_shard_memcheck.log")"
   fi
-  bounded 240 "$BIN/model_engine_parallel_cuda_test" > "$W/tests/engine_parallel.log" 2>&1
+  # The sharded engine hung here on the first two-GPU run (2026-11-29): if it is still running
+  # after ENGINE_TEST_S (default 150 s), every thread's stack goes to engine_parallel_stacks.txt
+  # (gdb, where the machine has it) before the process is killed, so a hang says where it waits.
+  "$BIN/model_engine_parallel_cuda_test" ${ENGINE_TEST_ARGS:-} > "$W/tests/engine_parallel.log" 2>&1 &
+  epid=$!
+  edeadline=$((SECONDS + ${ENGINE_TEST_S:-150}))
+  while kill -0 $epid 2>/dev/null && ((SECONDS < edeadline && $(left) > 20)); do sleep 1; done
+  if kill -0 $epid 2>/dev/null; then
+    if command -v gdb > /dev/null; then
+      timeout -k 5 60 gdb -p $epid -batch -ex "thread apply all bt" > "$W/tests/engine_parallel_stacks.txt" 2>&1
+    else
+      for task in /proc/$epid/task/*; do
+        echo "== ${task##*/} $(cat "$task/comm" 2>/dev/null) $(cat "$task/wchan" 2>/dev/null)"
+      done > "$W/tests/engine_parallel_stacks.txt" 2>&1
+    fi
+    kill -KILL $epid 2>/dev/null
+    say "model_engine_parallel_cuda_test: still running, killed (stacks in tests/engine_parallel_stacks.txt; last: $(grep -E '^\[ RUN' "$W/tests/engine_parallel.log" | tail -1))"
+  fi
+  wait $epid 2>/dev/null
   say "model_engine_parallel_cuda_test rc=$? $(passed "$W/tests/engine_parallel.log")"
   grep -E '^\[  FAILED  \]|Failure' "$W/tests/engine_parallel.log" | head -20 | tee -a "$W/summary.txt"
   pack
