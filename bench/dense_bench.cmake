@@ -9,3 +9,11 @@ if(MLASERVE_WITH_CUDA)
                         kernels_activation kernels_rope kernels_sampling CUDA::cublas
                         nlohmann_json::nlohmann_json CUDA::cudart_static)
 endif()
+
+# mlaserve-stream-probe: one wave of CTAs streaming a weight-sized buffer, by load mechanism,
+# ring depth and CTAs per SM (issue 12: why the decode step's weight streams stay under the copy
+# rate). Standalone: CUDA runtime only.
+if(MLASERVE_WITH_CUDA)
+  add_executable(mlaserve-stream-probe ${CMAKE_CURRENT_SOURCE_DIR}/dense_kernels/stream_probe.cu)
+  target_link_libraries(mlaserve-stream-probe PRIVATE CUDA::cudart_static)
+endif()

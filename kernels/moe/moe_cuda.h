@@ -12,7 +12,8 @@
 //      (f32, one rounding), so no atomics and the same bytes on every run.
 // Steps 2-3 have three implementations, chosen per call by MoeExpertsPath (api.h):
 //   kStream   few tokens per expert (decode): weights streamed once at copy bandwidth, tokens
-//             as the narrow side of m16n8k16 products, SiLU * up fused into the gate_up pass;
+//             as the narrow side of m16n8k16 products, SiLU * up fused into the gate_up pass
+//             (at one token: warp GEMVs in f32 instead, moe_stream_gemv.cu);
 //   kSm90     CUTLASS 3 grouped GEMM (TMA + wgmma, warp-specialized persistent kernel over
 //             (expert, tile) work) on gathered rows: prefill and large decode batches; with
 //             kInterleaved8 weights SiLU * up runs in the gate_up GEMM's epilogue;
@@ -76,6 +77,14 @@ struct StreamArgs {
 };
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s);
 absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
+// At kStreamGemvMaxTokens token the two launches above run the warp-GEMV kernels of
+// moe_stream_gemv.cu (each weight row read once, 512 contiguous bytes a warp load, one wave of
+// blocks) instead of the mma kernels; StreamGemvTakes says when (MLASERVE_MOE_STREAM_GEMV=0,
+// read per call: never).
+inline constexpr int kStreamGemvMaxTokens = 1;
+bool StreamGemvTakes(const StreamArgs& a);
+absl::Status LaunchStreamGemvGateUp(const StreamArgs& a, cudaStream_t s);
+absl::Status LaunchStreamGemvDown(const StreamArgs& a, cudaStream_t s);
 
 // --- kSm90 (moe_gemm_sm90_v<N>.cu): d[rows of e] = a[rows of e] * w_e^T for every expert
 // (bf16 d), the per-expert problem shapes and pointers built on the device from `offsets`.

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -360,6 +362,104 @@ TEST(MoeDecodeGraphTest, FoldedCallReplaysAsEager) {
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
+
+// The warp-GEMV stream kernels (moe_stream_gemv.cu, at kStreamGemvMaxTokens token) against the
+// f32 reference and against the mma stream kernels (MLASERVE_MOE_STREAM_GEMV=0) on the same
+// inputs: routed experts stacked and interleaved (the same bits: only the rows move), the shared
+// slices (more blocks a routed slot than a shared one), K past one 2048-column segment (gate_up
+// at hidden 7168; down at inter 2304), K tails (136 / 72), an expert picked several times by one
+// token (more rows than a pass holds: passes re-read the weights), and 2 tokens (not taken);
+// two runs bit for bit.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value != nullptr) setenv(name, value, 1); else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// (tokens, hidden, inter, experts, top_k, shared inter, repeated experts in a token)
+using GemvCase = std::tuple<int, int, int, int, int, int, bool>;
+class MoeStreamGemvTest : public ::testing::TestWithParam<GemvCase> {};
+
+TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
+  const auto [T, H, I, E, k, S, repeated] = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  Block b(T, H, I, E, k, S, seed);
+  std::vector<int32_t> ids = testing::MakeRouting(T, E, k, testing::Routing::kUniform, seed + 9);
+  if (repeated) {  // token t picks expert (t % E) in all but its last slot
+    for (int t = 0; t < T; ++t) {
+      for (int j = 0; j + 1 < k; ++j) ids[static_cast<size_t>(t) * k + j] = t % E;
+    }
+  }
+  const std::vector<float> w = testing::RandomVector(static_cast<size_t>(T) * k, seed + 10, 0.1f, 1.0f);
+  auto d_ids = testing::ToDevice(ids);
+  auto d_w = testing::ToDevice(w);
+  MoeExpertsParams p = b.Experts();
+  p.path = MoeExpertsPath::kStream;
+  p.topk_ids = d_ids.as<int32_t>();
+  p.topk_weights = d_w.as<float>();
+  if (S > 0) p.shared = {b.d_sgu.get(), b.d_sdn.get(), S};
+  moe_cuda::StreamArgs args{};
+  args.num_tokens = T; args.hidden = H; args.inter = I;
+  EXPECT_EQ(moe_cuda::StreamGemvTakes(args), T <= moe_cuda::kStreamGemvMaxTokens);
+
+  const std::vector<float> want = b.Reference(ids, w);
+  Outputs gemv, again, mma, interleaved;
+  ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &gemv));
+  ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &again));
+  {
+    ScopedEnv off("MLASERVE_MOE_STREAM_GEMV", "0");
+    EXPECT_FALSE(moe_cuda::StreamGemvTakes(args));
+    ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &mma));
+  }
+  {
+    auto d_gu_il = testing::ToDeviceBf16(b.gate_up);
+    auto d_sgu_il = testing::ToDeviceBf16(b.shared_gate_up);
+    MoePrepareParams prep;
+    prep.num_experts = E; prep.hidden = H; prep.inter = I; prep.gate_up = d_gu_il.get();
+    prep.layout = MoeGateUpLayout::kInterleaved8;
+    ASSERT_TRUE(MoePrepareExpertWeights(prep, kCuda).ok());
+    MoeExpertsParams il = p;
+    il.gate_up = d_gu_il.get();
+    il.gate_up_layout = MoeGateUpLayout::kInterleaved8;
+    if (S > 0) {
+      prep.num_experts = 1; prep.inter = S; prep.gate_up = d_sgu_il.get();
+      ASSERT_TRUE(MoePrepareExpertWeights(prep, kCuda).ok());
+      il.shared.gate_up = d_sgu_il.get();
+      il.shared.gate_up_layout = MoeGateUpLayout::kInterleaved8;
+    }
+    ASSERT_NO_FATAL_FAILURE(RunExperts(b, il, nullptr, false, &interleaved));
+  }
+  const std::vector<float> got = testing::FromBf16(gemv.out), got_mma = testing::FromBf16(mma.out);
+  EXPECT_EQ(testing::CountNan(got), 0u);
+  EXPECT_LE(testing::RelativeError(got, want), 1e-2);
+  EXPECT_LE(testing::MaxScaledError(got, want), 5e-2);
+  EXPECT_LE(testing::RelativeError(got_mma, want), 1e-2);
+  EXPECT_LE(testing::RelativeError(got, got_mma), 1e-2);
+  EXPECT_TRUE(gemv.out == again.out) << "two runs differ";
+  EXPECT_TRUE(gemv.out == interleaved.out) << "interleaved gate_up differs from stacked";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeStreamGemvTest,
+                         ::testing::Values(GemvCase{1, 2048, 1408, 64, 6, 2816, false},
+                                           GemvCase{1, 512, 256, 16, 4, 512, false},
+                                           GemvCase{1, 512, 256, 16, 4, 0, false},
+                                           GemvCase{1, 136, 72, 8, 2, 72, false},
+                                           GemvCase{1, 7168, 256, 8, 4, 256, false},
+                                           GemvCase{1, 128, 2304, 4, 2, 2304, false},
+                                           GemvCase{1, 256, 128, 8, 4, 128, true},
+                                           GemvCase{1, 256, 64, 4, 3, 0, true},
+                                           GemvCase{2, 256, 128, 16, 4, 256, false}));
 
 // What is refused, naming the value: shared experts or the epilogue where they are not folded
 // (the grouped GEMM paths, a shared MLP that does not split into <= top_k inter-wide slices),

@@ -327,11 +327,13 @@ absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
 }  // namespace
 
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s) {
-  return a.max_active + a.shared_slots == 0 ? absl::OkStatus() : LaunchStream<true>(a, s);
+  if (a.max_active + a.shared_slots == 0) return absl::OkStatus();
+  return StreamGemvTakes(a) ? LaunchStreamGemvGateUp(a, s) : LaunchStream<true>(a, s);
 }
 
 absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s) {
-  return a.max_active + a.shared_slots == 0 ? absl::OkStatus() : LaunchStream<false>(a, s);
+  if (a.max_active + a.shared_slots == 0) return absl::OkStatus();
+  return StreamGemvTakes(a) ? LaunchStreamGemvDown(a, s) : LaunchStream<false>(a, s);
 }
 
 namespace {

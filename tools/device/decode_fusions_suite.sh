@@ -11,12 +11,15 @@
 #             checkpoint: all on, then each lever off (VARIANTS: MLASERVE_MOE_FUSED_ROUTER=0,
 #             MLASERVE_MOE_STREAM_TOK=16, MLASERVE_MLA_EARLY_LOADS=0), ROUNDS times in turn
 #   timeline  one traced decode step at batch 1 and 128, with layer 1's launches one by one
+#   moebench  mlaserve-moe-bench at MOE_TOKENS (1,2,4) tokens on the V2-Lite and V3 expert shapes,
+#             per variant of VARIANTS (the stream stages' % of copy bandwidth)
 #   here:   SKIP_BUILD=1 BUILD=build-cuda TARGETS="kernels_moe_router_permute_cuda_test \
 #             kernels_moe_decode_cuda_test kernels_moe_cuda_test kernels_mla_decode_cuda_test \
 #             kernels_mla_prefill_cuda_test model_engine_cuda_test mlaserve-engine-bench" \
 #             tools/device/bundle.sh && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-fusions.tar.xz
 #   there:  tools/device/decode_fusions_suite.sh   (carry [".devpack-fusions.tar.xz"])
-# Results under $OUT: gpu.txt, tests.txt, sanitize.txt, engine_cuda_test.txt, ab.txt, timeline.txt.
+# Results under $OUT: gpu.txt, tests.txt, sanitize.txt, engine_cuda_test.txt, ab.txt, timeline.txt,
+# moe_bench.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
@@ -66,6 +69,10 @@ if want sanitize; then
   fold='Shapes/MoeDecodeFoldTest.*/1:Shapes/MoeDecodeFoldTest.*/6:MoeDecodeGraphTest.*'
   san memcheck 150 kernels_moe_decode_cuda_test "$fold"
   san racecheck 150 kernels_moe_decode_cuda_test "$fold"
+  # The warp-GEMV stream kernels (moe_stream_gemv.cu): small shapes, passes, K tails, 2 segments.
+  gemv='Shapes/MoeStreamGemvTest.*/1:Shapes/MoeStreamGemvTest.*/3:Shapes/MoeStreamGemvTest.*/5:Shapes/MoeStreamGemvTest.*/6:Shapes/MoeStreamGemvTest.*/7'
+  san memcheck 200 kernels_moe_decode_cuda_test "$gemv"
+  san racecheck 200 kernels_moe_decode_cuda_test "$gemv"
   rm -f "$OUT/s.log"
 fi
 
@@ -94,6 +101,19 @@ if want ab; then
     done
   done
   rm -f "$OUT/b.log"
+fi
+
+if want moebench; then
+  : > "$OUT/moe_bench.txt"
+  for variant in ${VARIANTS:-on}; do
+    envs=(); [[ $variant == on ]] || envs=("$variant")
+    for shape in v2lite v3; do
+      echo "=== $variant $shape" >> "$OUT/moe_bench.txt"
+      env "${envs[@]}" timeout 120 .devbin/mlaserve-moe-bench --shape "$shape" --tokens "${MOE_TOKENS:-1,2,4}" \
+        >> "$OUT/moe_bench.txt" 2>&1
+      note "moebench $variant $shape" "rc=$?"
+    done
+  done
 fi
 
 if want timeline; then

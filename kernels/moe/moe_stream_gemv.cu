@@ -1,0 +1,323 @@
+// kStream path at one token (decode at batch 1): the routed and shared experts' products as warp
+// GEMVs, each weight row read once straight from device memory into registers.
+//
+// Why not the cp.async kernel of moe_stream.cu: its stage is 128-byte pieces of 64-128 weight
+// rows 4 KB apart, and one or two blocks an SM keep too little of that in flight. Measured on
+// the H200 (mlaserve-stream-probe, 2026-11-29, 69 MB in one wave): that pattern read at 56% of
+// copy bandwidth with one CTA an SM (72-75% with two), the m16n8k16 fragment pattern (8 rows x
+// 64 B per load) at 75-78%, and warps loading 512 contiguous bytes a row per instruction at 90%
+// (two CTAs of 256 threads an SM) to 95% (four). At one token the tensor cores buy nothing, so
+// here a warp owns two weight rows at a time -- a feature's gate and up rows (gate_up), or two
+// output rows (down) -- and its lanes load 16-byte chunks c = lane + 32 j of both rows (the
+// whole warp reads 512 contiguous bytes a row per instruction), 2048 columns a segment (16
+// loads a lane in flight); each lane multiplies its chunks by the token's columns (shared
+// memory, bf16) in f32, chunk by chunk in column order, and a fixed xor-shuffle tree sums the
+// lanes. Same sums on every run; not the bits of the mma kernel (another order of the sums).
+//
+// Grid: (blocks a slot, slots), one wave of the GPU's resident blocks; a task is a feature
+// (gate_up) or an output row pair (down), a block takes an even share of its slot's tasks and its
+// 8 warps every 8th of them. (A first version with short-lived blocks of 1-2 tasks a warp read
+// no faster than the mma kernels: each block paid the wait and the token rows' staging before
+// its loads.) Slots are the shared slices first, then the
+// routed experts' slots: blocks are dispatched in that order, so gate_up's shared slices (which
+// run whole before the PDL wait, reading only x: moe_stream.cu) start first, under the routing.
+// Weights of a block's first task go in flight before the wait where the expert is known
+// without the kernel just before (shared slices; down's routed experts, from the permutation
+// two kernels back, read from L2), as moe_stream.cu does. An expert with more rows than kTok (not
+// on the decode path: a token's experts are distinct) runs passes of kTok rows.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/common/device_arch.h"
+#include "kernels/common/env_switch.h"
+#include "kernels/common/pdl.cuh"
+#include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_silu.cuh"
+
+namespace mlaserve::kernels::moe_cuda {
+namespace {
+
+constexpr int kGemvThreads = 256;
+constexpr int kGemvWarps = kGemvThreads / cuda::kWarpSize;
+constexpr int kSegLoads = 8;                                             // chunks a lane per row per segment
+constexpr int kSegChunks = kSegLoads * cuda::kWarpSize;                  // 256 chunks = 2048 columns
+constexpr int kGemvMaxSmem = 200 * 1024;                                 // token rows in shared memory
+
+// acc + the dot product of 8 bf16 pairs, in column order.
+__device__ __forceinline__ float Dot8(const uint4& w, const uint4& x, float acc) {
+  const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 wf = __bfloat1622float2(w2[i]);
+    const float2 xf = __bfloat1622float2(x2[i]);
+    acc = fmaf(wf.x, xf.x, acc);
+    acc = fmaf(wf.y, xf.y, acc);
+  }
+  return acc;
+}
+
+__device__ __forceinline__ uint4 LoadStreaming(const __nv_bfloat16* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// The two weight rows of task `task` of expert `e` (>= 0: routed; -1 - j: shared slice j).
+template <bool kGateUp>
+__device__ __forceinline__ void TaskRows(const StreamArgs& g, int64_t e, int task, const __nv_bfloat16* (&row)[2]) {
+  const int64_t I = g.inter, H = g.hidden;
+  if constexpr (kGateUp) {
+    // Feature `task`: its gate row and its up row (stacked: `up` rows further; kInterleaved8:
+    // the 16-row block of its 8 features, 8 rows further).
+    const __nv_bfloat16* w_e;
+    int64_t up = I;
+    bool interleaved = g.gate_up_interleaved;
+    if (e >= 0) {
+      w_e = g.gate_up + e * 2 * I * H;
+    } else {
+      const int64_t j = -1 - e;
+      interleaved = g.shared_gate_up_interleaved;
+      w_e = g.shared_gate_up + j * (interleaved ? 2 : 1) * I * H;
+      up = static_cast<int64_t>(g.shared_slots) * I;  // the shared MLP's inter
+    }
+    const int64_t f = task;
+    const int64_t gate_row = interleaved ? (f / 8) * 16 + f % 8 : f;
+    const int64_t up_row = interleaved ? gate_row + 8 : up + f;
+    row[0] = w_e + gate_row * H;
+    row[1] = w_e + up_row * H;
+  } else {
+    // Output rows 2 task and 2 task + 1 of W_down (hidden is a multiple of 8).
+    const __nv_bfloat16* w_e;
+    int64_t ldw = I;
+    if (e >= 0) {
+      w_e = g.down + e * H * I;
+    } else {
+      w_e = g.shared_down + (-1 - e) * I;
+      ldw = static_cast<int64_t>(g.shared_slots) * I;
+    }
+    row[0] = w_e + (2 * static_cast<int64_t>(task)) * ldw;
+    row[1] = row[0] + ldw;
+  }
+}
+
+// Issues segment `seg`'s loads of both rows: chunk seg * 256 + lane + 32 j.
+__device__ __forceinline__ void LoadSegment(const __nv_bfloat16* const (&row)[2], int seg, int K, int lane,
+                                            uint4 (&w)[2][kSegLoads]) {
+#pragma unroll
+  for (int j = 0; j < kSegLoads; ++j) {
+    const int col = (seg * kSegChunks + lane + j * cuda::kWarpSize) * cuda::kBf16PerChunk;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w[h][j] = col < K ? LoadStreaming(row[h] + col) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <bool kGateUp, int kTok>
+__global__ void __launch_bounds__(kGemvThreads)
+    StreamGemvKernel(const __grid_constant__ StreamArgs g) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  auto* xs = reinterpret_cast<__nv_bfloat16*>(smem);  // [kTok][K]: the pass's token rows
+  const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
+  const int K = kGateUp ? g.hidden : g.inter;
+  const int tasks = kGateUp ? g.inter : g.hidden / 2;
+  const int segs = (K + kSegChunks * cuda::kBf16PerChunk - 1) / (kSegChunks * cuda::kBf16PerChunk);
+  // Shared slices first (blocks dispatch in this order), then the routed slots.
+  const bool shared = static_cast<int>(blockIdx.y) < g.shared_slots;
+  const int slot = shared ? static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y) - g.shared_slots;
+  // The block's tasks: an even share of the slot's; warp w takes task_begin + w, then every 8th.
+  const int task0 = static_cast<int>(static_cast<int64_t>(blockIdx.x) * tasks / gridDim.x) + warp;
+  const int task_end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * tasks / gridDim.x);
+
+  // The first task's segment 0 before the PDL wait where the expert is known (rule 3).
+  uint4 w[2][kSegLoads];
+  const __nv_bfloat16* row[2] = {nullptr, nullptr};
+  int64_t e = -1 - slot;
+  bool loaded = false;
+  if (shared) {
+    loaded = true;
+  } else if (!kGateUp && slot < __ldcg(&g.active[g.num_experts])) {
+    e = __ldcg(&g.active[slot]);
+    loaded = true;
+  }
+  if (loaded && task0 < task_end) {
+    TaskRows<kGateUp>(g, e, task0, row);
+    LoadSegment(row, 0, K, lane, w);
+  }
+  // gate_up's shared slices run whole before the wait (moe_stream.cu says why), then wait before
+  // they complete; everything else waits here.
+  const bool before_wait = kGateUp && shared;
+  if (!before_wait) cuda::PdlEnter();
+
+  int row_begin, row_end;
+  if (shared) {
+    row_begin = g.num_assign + slot * g.num_tokens;
+    row_end = row_begin + g.num_tokens;
+  } else {
+    if (slot >= g.active[g.num_experts]) return;
+    e = g.active[slot];
+    row_begin = g.offsets[e];
+    row_end = g.offsets[e + 1];
+  }
+  // The weights go in flight before the token rows are staged (their loads are the longer wait).
+  if (!loaded && task0 < task_end && row_begin < row_end) {
+    TaskRows<kGateUp>(g, e, task0, row);
+    LoadSegment(row, 0, K, lane, w);
+    loaded = true;
+  }
+
+  for (int r0 = row_begin; r0 < row_end; r0 += kTok) {
+    const int n = min(kTok, row_end - r0);
+    // The pass's token rows into shared memory (gate_up: x rows of the tokens; down: act rows).
+    __syncthreads();  // the previous pass's readers are done
+    const int row_chunks = K / cuda::kBf16PerChunk;
+    for (int c = threadIdx.x; c < n * row_chunks; c += kGemvThreads) {
+      const int t = c / row_chunks, chunk = c % row_chunks;
+      const int r = r0 + t;
+      const __nv_bfloat16* src;
+      if constexpr (kGateUp) {
+        const int64_t token = shared ? r - row_begin : g.sorted[r] / g.top_k;
+        src = g.x + token * g.hidden;
+      } else {
+        src = g.act + static_cast<int64_t>(r) * g.inter;
+      }
+      reinterpret_cast<uint4*>(xs)[c] = reinterpret_cast<const uint4*>(src)[chunk];
+    }
+    __syncthreads();
+
+    for (int task = task0; task < task_end; task += kGemvWarps) {
+      float acc[2][kTok];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) acc[h][t] = 0.0f;
+      }
+      TaskRows<kGateUp>(g, e, task, row);
+      for (int seg = 0; seg < segs; ++seg) {
+        if (!loaded) LoadSegment(row, seg, K, lane, w);
+        loaded = false;
+#pragma unroll
+        for (int j = 0; j < kSegLoads; ++j) {
+          const int chunk = seg * kSegChunks + lane + j * cuda::kWarpSize;
+          if (chunk >= row_chunks) break;
+#pragma unroll
+          for (int t = 0; t < kTok; ++t) {
+            if (t < n) {
+              const uint4 xv = reinterpret_cast<const uint4*>(xs)[t * row_chunks + chunk];
+              acc[0][t] = Dot8(w[0][j], xv, acc[0][t]);
+              acc[1][t] = Dot8(w[1][j], xv, acc[1][t]);
+            }
+          }
+        }
+      }
+      // Sum the lanes (a fixed tree: every lane ends with the same sums).
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+          for (int o = cuda::kWarpSize / 2; o > 0; o >>= 1) {
+            acc[h][t] += __shfl_xor_sync(0xffffffffu, acc[h][t], o);
+          }
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+        if (t < n && lane == t) {
+          const int64_t r = r0 + t;
+          if constexpr (kGateUp) {
+            g.act[r * g.inter + task] = __float2bfloat16_rn(SiluMul(acc[0][t], acc[1][t]));
+          } else {
+            g.ys[r * g.hidden + 2 * task] = __float2bfloat16_rn(acc[0][t]);
+            g.ys[r * g.hidden + 2 * task + 1] = __float2bfloat16_rn(acc[1][t]);
+          }
+        }
+      }
+    }
+    loaded = false;  // a later pass (more than kTok rows) reloads the first task's weights
+  }
+  if (before_wait) cuda::PdlEnter();
+}
+
+// Waves of blocks the grid holds: 1, or MLASERVE_MOE_GEMV_WAVES (1-8, read per call; for A/B
+// timing). Measured (H200, V2-Lite decode b 1): one wave with the blocks spread evenly over the
+// slots; giving the routed slots of gate_up more blocks than the shared slices (which run under
+// the routing) was no faster than the mma kernels.
+int64_t GemvWaves() {
+  const char* v = std::getenv("MLASERVE_MOE_GEMV_WAVES");
+  const int n = v != nullptr ? std::atoi(v) : 1;
+  return n >= 1 && n <= 8 ? n : 1;
+}
+
+template <bool kGateUp, int kTok>
+absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
+  auto* kernel = StreamGemvKernel<kGateUp, kTok>;
+  const int K = kGateUp ? a.hidden : a.inter;
+  const size_t smem = static_cast<size_t>(kTok) * K * sizeof(__nv_bfloat16);
+  if (smem > 48 * 1024) {
+    RETURN_IF_ERROR(cuda::CudaStatus(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+        "moe_experts stream gemv: raising the shared-memory limit"));
+  }
+  const int tasks = kGateUp ? a.inter : a.hidden / 2;
+  const int slots = a.max_active + a.shared_slots;
+  // One wave: as many blocks as the GPU holds at once, spread evenly over the slots, each with
+  // an even share of its slot's tasks (at least a task a warp). A block's prologue (the wait, the
+  // token rows) is then paid once, and every warp keeps its loads in flight to the end.
+  // Blocks an SM, queried once per shared-memory size (the kernel's registers are fixed).
+  static std::atomic<int64_t> cached{-1};  // smem << 8 | blocks
+  int64_t c = cached.load(std::memory_order_relaxed);
+  int per_sm = 0;
+  if (c >= 0 && (c >> 8) == static_cast<int64_t>(smem)) {
+    per_sm = static_cast<int>(c & 0xff);
+  } else {
+    RETURN_IF_ERROR(cuda::CudaStatus(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, smem),
+        "moe_experts stream gemv: the occupancy query"));
+    per_sm = std::clamp(per_sm, 1, 255);
+    cached.store(static_cast<int64_t>(smem) << 8 | per_sm, std::memory_order_relaxed);
+  }
+  const int64_t resident = static_cast<int64_t>(per_sm) * std::max(1, cuda::CurrentDeviceSmCount());
+  const int64_t most = (tasks + kGemvWarps - 1) / kGemvWarps;  // a task a warp at least
+  const int64_t per_slot = std::clamp<int64_t>(GemvWaves() * resident / slots, 1, most);
+  cuda::LaunchShape shape;
+  shape.grid = dim3(static_cast<unsigned>(per_slot), slots);
+  shape.block = dim3(kGemvThreads);
+  shape.smem_bytes = smem;
+  shape.stream = s;
+  return cuda::LaunchPdl(kGateUp ? "moe_experts stream gemv gate_up" : "moe_experts stream gemv down", shape,
+                         kernel, a);
+}
+
+// One token (kStreamGemvMaxTokens): every touched expert has one row (a token's experts are
+// distinct), so the slots are exactly the touched experts and the wave is spread over work that
+// exists. From 2 tokens the routed slots are an upper bound (at 2-4 tokens of V2-Lite a sixth of
+// them empty) and a fixed wave over them measured slower than the mma kernels' many-block grid
+// (V2-Lite gate_up at 2 / 4 tokens: 73.5 / 75.8% of copy bandwidth against 79.3 / 86.4%; H200,
+// 2026-11-29), so the mma kernels keep them. kTok stays a parameter: an expert listed twice by
+// one token runs passes.
+template <bool kGateUp>
+absl::Status LaunchGemv(const StreamArgs& a, cudaStream_t s) {
+  return LaunchGemvTok<kGateUp, 1>(a, s);
+}
+
+}  // namespace
+
+bool StreamGemvTakes(const StreamArgs& a) {
+  if (EnvSwitchedOff("MLASERVE_MOE_STREAM_GEMV")) return false;  // read per call (A/B timing, tests)
+  const int64_t k_max = std::max(a.hidden, a.inter);
+  return a.num_tokens >= 1 && a.num_tokens <= kStreamGemvMaxTokens && a.hidden % 2 == 0 &&
+         static_cast<int64_t>(kStreamGemvMaxTokens) * k_max * 2 <= kGemvMaxSmem;
+}
+
+absl::Status LaunchStreamGemvGateUp(const StreamArgs& a, cudaStream_t s) { return LaunchGemv<true>(a, s); }
+absl::Status LaunchStreamGemvDown(const StreamArgs& a, cudaStream_t s) { return LaunchGemv<false>(a, s); }
+
+}  // namespace mlaserve::kernels::moe_cuda
