@@ -79,10 +79,10 @@ absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s);
 absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
 // At kStreamGemvMaxTokens token the two launches above run the warp-GEMV kernels of
 // moe_stream_gemv.cu (each weight row read once, 512 contiguous bytes a warp load, one wave of
-// blocks) instead of the mma kernels; StreamGemvTakes says when (MLASERVE_MOE_STREAM_GEMV=0,
-// read per call: never).
+// blocks) instead of the mma kernels; StreamGemvTakes says when for each product
+// (MLASERVE_MOE_STREAM_GEMV, read per call: 0 = never, gate_up / down = that product alone).
 inline constexpr int kStreamGemvMaxTokens = 1;
-bool StreamGemvTakes(const StreamArgs& a);
+bool StreamGemvTakes(const StreamArgs& a, bool gate_up);
 absl::Status LaunchStreamGemvGateUp(const StreamArgs& a, cudaStream_t s);
 absl::Status LaunchStreamGemvDown(const StreamArgs& a, cudaStream_t s);
 

@@ -411,7 +411,8 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   if (S > 0) p.shared = {b.d_sgu.get(), b.d_sdn.get(), S};
   moe_cuda::StreamArgs args{};
   args.num_tokens = T; args.hidden = H; args.inter = I;
-  EXPECT_EQ(moe_cuda::StreamGemvTakes(args), T <= moe_cuda::kStreamGemvMaxTokens);
+  EXPECT_EQ(moe_cuda::StreamGemvTakes(args, true), T <= moe_cuda::kStreamGemvMaxTokens);
+  EXPECT_EQ(moe_cuda::StreamGemvTakes(args, false), T <= moe_cuda::kStreamGemvMaxTokens);
 
   const std::vector<float> want = b.Reference(ids, w);
   Outputs gemv, again, mma, interleaved;
@@ -419,8 +420,17 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &again));
   {
     ScopedEnv off("MLASERVE_MOE_STREAM_GEMV", "0");
-    EXPECT_FALSE(moe_cuda::StreamGemvTakes(args));
+    EXPECT_FALSE(moe_cuda::StreamGemvTakes(args, true));
+    EXPECT_FALSE(moe_cuda::StreamGemvTakes(args, false));
     ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &mma));
+  }
+  Outputs mixed[2];  // one product on each kernel
+  for (const char* which : {"gate_up", "down"}) {
+    ScopedEnv one("MLASERVE_MOE_STREAM_GEMV", which);
+    const bool g = std::strcmp(which, "gate_up") == 0;
+    EXPECT_EQ(moe_cuda::StreamGemvTakes(args, g), T <= moe_cuda::kStreamGemvMaxTokens);
+    EXPECT_FALSE(moe_cuda::StreamGemvTakes(args, !g));
+    ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &mixed[g ? 0 : 1]));
   }
   {
     auto d_gu_il = testing::ToDeviceBf16(b.gate_up);
@@ -446,6 +456,7 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   EXPECT_LE(testing::MaxScaledError(got, want), 5e-2);
   EXPECT_LE(testing::RelativeError(got_mma, want), 1e-2);
   EXPECT_LE(testing::RelativeError(got, got_mma), 1e-2);
+  for (const Outputs& m : mixed) EXPECT_LE(testing::RelativeError(testing::FromBf16(m.out), want), 1e-2);
   EXPECT_TRUE(gemv.out == again.out) << "two runs differ";
   EXPECT_TRUE(gemv.out == interleaved.out) << "interleaved gate_up differs from stacked";
 }

@@ -328,12 +328,12 @@ absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
 
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s) {
   if (a.max_active + a.shared_slots == 0) return absl::OkStatus();
-  return StreamGemvTakes(a) ? LaunchStreamGemvGateUp(a, s) : LaunchStream<true>(a, s);
+  return StreamGemvTakes(a, true) ? LaunchStreamGemvGateUp(a, s) : LaunchStream<true>(a, s);
 }
 
 absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s) {
   if (a.max_active + a.shared_slots == 0) return absl::OkStatus();
-  return StreamGemvTakes(a) ? LaunchStreamGemvDown(a, s) : LaunchStream<false>(a, s);
+  return StreamGemvTakes(a, false) ? LaunchStreamGemvDown(a, s) : LaunchStream<false>(a, s);
 }
 
 namespace {

@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -310,8 +311,14 @@ absl::Status LaunchGemv(const StreamArgs& a, cudaStream_t s) {
 
 }  // namespace
 
-bool StreamGemvTakes(const StreamArgs& a) {
-  if (EnvSwitchedOff("MLASERVE_MOE_STREAM_GEMV")) return false;  // read per call (A/B timing, tests)
+bool StreamGemvTakes(const StreamArgs& a, bool gate_up) {
+  // MLASERVE_MOE_STREAM_GEMV (read per call; A/B timing, tests): 0 = neither product,
+  // gate_up / down = that product alone, anything else or unset = both.
+  if (const char* v = std::getenv("MLASERVE_MOE_STREAM_GEMV")) {
+    if (std::strcmp(v, "0") == 0) return false;
+    if (std::strcmp(v, "gate_up") == 0 && !gate_up) return false;
+    if (std::strcmp(v, "down") == 0 && gate_up) return false;
+  }
   const int64_t k_max = std::max(a.hidden, a.inter);
   return a.num_tokens >= 1 && a.num_tokens <= kStreamGemvMaxTokens && a.hidden % 2 == 0 &&
          static_cast<int64_t>(kStreamGemvMaxTokens) * k_max * 2 <= kGemvMaxSmem;
