@@ -34,6 +34,7 @@
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_dot.cuh"
 #include "kernels/moe/moe_routing.cuh"
 
 namespace mlaserve::kernels::moe_cuda {
@@ -62,20 +63,6 @@ struct ProjectionShape {
 int RouteSmemWords(int num_tokens, int num_experts, int top_k) {
   return num_tokens * num_experts + kWarps * 2 * num_experts + (kWarps * num_experts + 3) / 4 +
          2 * num_tokens * top_k + 2 * num_experts + kWarps * kScanValues;
-}
-
-// acc + the dot product of 8 bf16 pairs, in element order.
-__device__ __forceinline__ float Dot8(const uint4& w, const uint4& x, float acc) {
-  const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 wf = __bfloat1622float2(w2[i]);
-    const float2 xf = __bfloat1622float2(x2[i]);
-    acc = fmaf(wf.x, xf.x, acc);
-    acc = fmaf(wf.y, xf.y, acc);
-  }
-  return acc;
 }
 
 // The last CTA: every token's routing from the logits all CTAs wrote, then the single-chunk

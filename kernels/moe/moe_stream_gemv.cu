@@ -39,6 +39,7 @@
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_dot.cuh"
 #include "kernels/moe/moe_silu.cuh"
 
 namespace mlaserve::kernels::moe_cuda {
@@ -49,20 +50,6 @@ constexpr int kGemvWarps = kGemvThreads / cuda::kWarpSize;
 constexpr int kSegLoads = 8;                                             // chunks a lane per row per segment
 constexpr int kSegChunks = kSegLoads * cuda::kWarpSize;                  // 256 chunks = 2048 columns
 constexpr int kGemvMaxSmem = 200 * 1024;                                 // token rows in shared memory
-
-// acc + the dot product of 8 bf16 pairs, in column order.
-__device__ __forceinline__ float Dot8(const uint4& w, const uint4& x, float acc) {
-  const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const auto* x2 = reinterpret_cast<const __nv_bfloat162*>(&x);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 wf = __bfloat1622float2(w2[i]);
-    const float2 xf = __bfloat1622float2(x2[i]);
-    acc = fmaf(wf.x, xf.x, acc);
-    acc = fmaf(wf.y, xf.y, acc);
-  }
-  return acc;
-}
 
 __device__ __forceinline__ uint4 LoadStreaming(const __nv_bfloat16* p) {
   uint4 v;
