@@ -366,7 +366,7 @@ TEST(MoeDecodeGraphTest, FoldedCallReplaysAsEager) {
 // The warp-GEMV stream kernels (moe_stream_gemv.cu, at kStreamGemvMaxTokens token) against the
 // f32 reference and against the mma stream kernels (MLASERVE_MOE_STREAM_GEMV=0) on the same
 // inputs: routed experts stacked and interleaved (the same bits: only the rows move), the shared
-// slices (more blocks a routed slot than a shared one), K past one 2048-column segment (gate_up
+// slices (first in the grid, under the routing), K past one 2048-column segment (gate_up
 // at hidden 7168; down at inter 2304), K tails (136 / 72), an expert picked several times by one
 // token (more rows than a pass holds: passes re-read the weights), and 2 tokens (not taken);
 // two runs bit for bit.
@@ -394,6 +394,7 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   const auto [T, H, I, E, k, S, repeated] = GetParam();
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  ScopedEnv defaults("MLASERVE_MOE_STREAM_GEMV", nullptr);  // not an A/B setting left in the shell
   Block b(T, H, I, E, k, S, seed);
   std::vector<int32_t> ids = testing::MakeRouting(T, E, k, testing::Routing::kUniform, seed + 9);
   if (repeated) {  // token t picks expert (t % E) in all but its last slot

@@ -49,7 +49,7 @@ constexpr int kGemvThreads = 256;
 constexpr int kGemvWarps = kGemvThreads / cuda::kWarpSize;
 constexpr int kSegLoads = 8;                                             // chunks a lane per row per segment
 constexpr int kSegChunks = kSegLoads * cuda::kWarpSize;                  // 256 chunks = 2048 columns
-constexpr int kGemvMaxSmem = 200 * 1024;                                 // token rows in shared memory
+constexpr int kGemvMaxSmem = 48 * 1024;  // token rows in shared memory: the default limit, no opt-in
 
 __device__ __forceinline__ uint4 LoadStreaming(const __nv_bfloat16* p) {
   uint4 v;
@@ -176,7 +176,8 @@ __global__ void __launch_bounds__(kGemvThreads)
       } else {
         src = g.act + static_cast<int64_t>(r) * g.inter;
       }
-      reinterpret_cast<uint4*>(xs)[c] = reinterpret_cast<const uint4*>(src)[chunk];
+      // Past L1 (pdl.cuh, rule 3): gate_up's shared slices read x before the wait.
+      reinterpret_cast<uint4*>(xs)[c] = __ldcg(reinterpret_cast<const uint4*>(src) + chunk);
     }
     __syncthreads();
 
@@ -248,29 +249,31 @@ template <bool kGateUp, int kTok>
 absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
   auto* kernel = StreamGemvKernel<kGateUp, kTok>;
   const int K = kGateUp ? a.hidden : a.inter;
-  const size_t smem = static_cast<size_t>(kTok) * K * sizeof(__nv_bfloat16);
-  if (smem > 48 * 1024) {
-    RETURN_IF_ERROR(cuda::CudaStatus(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-        "moe_experts stream gemv: raising the shared-memory limit"));
-  }
+  const size_t smem = static_cast<size_t>(kTok) * K * sizeof(__nv_bfloat16);  // <= kGemvMaxSmem
   const int tasks = kGateUp ? a.inter : a.hidden / 2;
   const int slots = a.max_active + a.shared_slots;
   // One wave: as many blocks as the GPU holds at once, spread evenly over the slots, each with
   // an even share of its slot's tasks (at least a task a warp). A block's prologue (the wait, the
   // token rows) is then paid once, and every warp keeps its loads in flight to the end.
-  // Blocks an SM, queried once per shared-memory size (the kernel's registers are fixed).
-  static std::atomic<int64_t> cached{-1};  // smem << 8 | blocks
-  int64_t c = cached.load(std::memory_order_relaxed);
+  // Blocks an SM, queried once per device and shared-memory size (the registers are fixed).
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int64_t> cached[kMaxDevices];  // smem << 8 | blocks; 0: not asked yet
+  int device = 0;
+  RETURN_IF_ERROR(cuda::CudaStatus(cudaGetDevice(&device), "moe_experts stream gemv: cudaGetDevice"));
+  std::atomic<int64_t>* slot_cache = device >= 0 && device < kMaxDevices ? &cached[device] : nullptr;
+  const int64_t c = slot_cache != nullptr ? slot_cache->load(std::memory_order_relaxed) : 0;
   int per_sm = 0;
-  if (c >= 0 && (c >> 8) == static_cast<int64_t>(smem)) {
+  if (c > 0 && (c >> 8) == static_cast<int64_t>(smem)) {
     per_sm = static_cast<int>(c & 0xff);
   } else {
     RETURN_IF_ERROR(cuda::CudaStatus(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, smem),
         "moe_experts stream gemv: the occupancy query"));
-    per_sm = std::clamp(per_sm, 1, 255);
-    cached.store(static_cast<int64_t>(smem) << 8 | per_sm, std::memory_order_relaxed);
+    if (per_sm < 1) {
+      return absl::InternalError(absl::StrCat("moe_experts stream gemv: no block fits an SM (smem=", smem, ")"));
+    }
+    per_sm = std::min(per_sm, 255);
+    if (slot_cache != nullptr) slot_cache->store(static_cast<int64_t>(smem) << 8 | per_sm, std::memory_order_relaxed);
   }
   const int64_t resident = static_cast<int64_t>(per_sm) * std::max(1, cuda::CurrentDeviceSmCount());
   const int64_t most = (tasks + kGemvWarps - 1) / kGemvWarps;  // a task a warp at least
