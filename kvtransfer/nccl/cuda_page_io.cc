@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<CudaPageIo>> CudaPageIo::Create(model::KvPool* po
     }
     io->freed_.push_back(b);
   }
+  if (auto s = io->UploadLayerBases(); !s.ok()) return s;
   if (auto s = CudaCheck(cudaMalloc(&io->header_, 64), "header"); !s.ok()) return s;
   if (auto s = CudaCheck(cudaMallocHost(&io->host_header_, 64), "pinned header"); !s.ok()) {
     return s;
@@ -59,6 +60,7 @@ CudaPageIo::~CudaPageIo() {
   for (void* p : slots_) cudaFree(p);
   for (cudaEvent_t e : filled_) cudaEventDestroy(e);
   for (cudaEvent_t e : freed_) cudaEventDestroy(e);
+  if (layer_bases_ != nullptr) cudaFree(layer_bases_);
   if (page_ids_ != nullptr) cudaFree(page_ids_);
   if (host_page_ids_ != nullptr) cudaFreeHost(host_page_ids_);
   if (header_ != nullptr) cudaFree(header_);
@@ -66,7 +68,40 @@ CudaPageIo::~CudaPageIo() {
   if (io_ != nullptr) cudaStreamDestroy(io_);
 }
 
+absl::Status CudaPageIo::UploadLayerBases() {
+  const int layers = pool_->options().num_layers;
+  std::vector<uint8_t*> bases;
+  for (int l = 0; l < layers; ++l) bases.push_back(static_cast<uint8_t*>(pool_->latent(l)));
+  if (pool_->index_page_bytes() > 0) {
+    for (int l = 0; l < layers; ++l) bases.push_back(static_cast<uint8_t*>(pool_->index_keys(l)));
+  }
+  for (size_t i = 0; i < bases.size(); ++i) {
+    if (reinterpret_cast<uintptr_t>(bases[i]) % 16 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CudaPageIo: the pool's ", i < static_cast<size_t>(layers) ? "latent" : "indexer",
+          " buffer of layer ", i % layers, " is not 16-byte aligned"));
+    }
+  }
+  void* table = nullptr;
+  if (auto s = CudaCheck(cudaMalloc(&table, bases.size() * sizeof(uint8_t*)), "layer table");
+      !s.ok()) {
+    return s;
+  }
+  layer_bases_ = static_cast<uint8_t**>(table);
+  // Once per io (the pool's buffers never move): a synchronous copy is fine here.
+  return CudaCheck(cudaMemcpy(layer_bases_, bases.data(), bases.size() * sizeof(uint8_t*),
+                              cudaMemcpyHostToDevice),
+                   "layer table upload");
+}
+
 absl::Status CudaPageIo::SetPages(std::span<const int32_t> pages) {
+  session_pages_ = 0;  // no block is valid until this session's list is up
+  for (int32_t p : pages) {
+    if (p < 0 || p >= pool_->total_pages()) {
+      return absl::OutOfRangeError(absl::StrCat("CudaPageIo: page id ", p, " outside the pool's ",
+                                                pool_->total_pages()));
+    }
+  }
   // The previous session's copies may still read the old list.
   if (auto s = CudaCheck(cudaStreamSynchronize(io_), "drain"); !s.ok()) return s;
   if (pages.size() > page_capacity_) {
@@ -89,54 +124,56 @@ absl::Status CudaPageIo::SetPages(std::span<const int32_t> pages) {
     host_page_ids_ = static_cast<int32_t*>(ids);
     page_capacity_ = pages.size();
   }
-  for (int32_t p : pages) {
-    if (p < 0 || p >= pool_->total_pages()) {
-      return absl::OutOfRangeError(absl::StrCat("CudaPageIo: page id ", p, " outside the pool's ",
-                                                pool_->total_pages()));
-    }
-  }
-  // io_ is idle (synchronised above), so the pinned copy is free to overwrite; the upload is
-  // ordered before this session's gathers/scatters on io_.
+  // io_ is idle (synchronised above), so the pinned copy is free to overwrite; the upload (the
+  // session's one page-id copy) is ordered before this session's gathers/scatters on io_.
   std::memcpy(host_page_ids_, pages.data(), pages.size() * sizeof(int32_t));
-  return CudaCheck(cudaMemcpyAsync(page_ids_, host_page_ids_, pages.size() * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, io_),
-                   "page ids upload");
+  if (auto s = CudaCheck(cudaMemcpyAsync(page_ids_, host_page_ids_,
+                                         pages.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                         io_),
+                         "page ids upload");
+      !s.ok()) {
+    return s;
+  }
+  session_pages_ = pages.size();
+  return absl::OkStatus();
 }
 
-absl::Status CudaPageIo::Copy(int layer, int first, int n, int i, int64_t offset,
-                              bool to_staging) {
+absl::Status CudaPageIo::Check(const SlotBlock& b) const {
+  return CheckSlotBlock(b, *pool_, session_pages_, num_slots(), slot_bytes_, "CudaPageIo");
+}
+
+absl::Status CudaPageIo::Launch(const SlotBlock& b, bool to_staging) {
   PageCopyParams p;
   // Opaque bytes per plane: the pool's own page sizes (the fp8 cache format is not
   // latent_dim x dtype size).
   const int64_t lb = static_cast<int64_t>(pool_->latent_page_bytes());
   const int64_t ib = static_cast<int64_t>(pool_->index_page_bytes());
-  p.planes[0] = {static_cast<uint8_t*>(pool_->latent(layer)), lb, 0};
+  p.planes[0] = {layer_bases_, lb, 0};
   p.num_planes = 1;
   if (ib > 0) {
-    p.planes[1] = {static_cast<uint8_t*>(pool_->index_keys(layer)), ib, lb};
+    p.planes[1] = {layer_bases_ + pool_->options().num_layers, ib, lb};
     p.num_planes = 2;
   }
-  if (offset < 0 || offset + n * (lb + ib) > static_cast<int64_t>(slot_bytes_)) {
-    return absl::InvalidArgumentError(absl::StrCat("CudaPageIo: ", n, " pages at offset ", offset,
-                                                   " do not fit a slot of ", slot_bytes_,
-                                                   " bytes"));
-  }
-  p.page_ids = page_ids_ + first;
-  p.num_pages = n;
-  p.staging = static_cast<uint8_t*>(slots_[i]) + offset;
+  p.first_layer = b.first_layer;
+  p.num_layers = b.num_layers;
+  p.page_ids = page_ids_ + b.first_page;
+  p.num_pages = b.num_pages;
+  p.staging = static_cast<uint8_t*>(slots_[b.slot]) + b.offset;
   p.staging_page_bytes = lb + ib;
   p.to_staging = to_staging;
   return CudaCheck(LaunchPageCopy(p, io_), "page copy launch");
 }
 
-absl::Status CudaPageIo::Gather(int layer, int first, int n, int i, int64_t offset) {
+absl::Status CudaPageIo::Gather(const SlotBlock& b) {
+  if (auto s = Check(b); !s.ok()) return s;
   if (ready_ != nullptr) {
     if (auto s = CudaCheck(cudaStreamWaitEvent(io_, ready_, 0), "wait ready"); !s.ok()) return s;
     ready_ = nullptr;
   }
+  const int i = b.slot;
   // Reusing the slot: its previous send must have completed (no-op for a never-recorded event).
   if (auto s = CudaCheck(cudaStreamWaitEvent(io_, freed_[i], 0), "wait slot"); !s.ok()) return s;
-  if (auto s = Copy(layer, first, n, i, offset, true); !s.ok()) return s;
+  if (auto s = Launch(b, true); !s.ok()) return s;
   if (auto s = CudaCheck(cudaEventRecord(filled_[i], io_), "record gather"); !s.ok()) return s;
   return CudaCheck(cudaStreamWaitEvent(comm_, filled_[i], 0), "comm waits gather");
 }
@@ -160,12 +197,14 @@ absl::Status CudaPageIo::BeforeRecv(int i) {
   return CudaCheck(cudaStreamWaitEvent(comm_, freed_[i], 0), "comm waits scatter");
 }
 
-absl::Status CudaPageIo::Scatter(int layer, int first, int n, int i, int64_t offset) {
+absl::Status CudaPageIo::Scatter(const SlotBlock& b) {
+  if (auto s = Check(b); !s.ok()) return s;
+  const int i = b.slot;
   if (auto s = CudaCheck(cudaEventRecord(filled_[i], comm_), "record recv"); !s.ok()) return s;
   if (auto s = CudaCheck(cudaStreamWaitEvent(io_, filled_[i], 0), "io waits recv"); !s.ok()) {
     return s;
   }
-  if (auto s = Copy(layer, first, n, i, offset, false); !s.ok()) return s;
+  if (auto s = Launch(b, false); !s.ok()) return s;
   return CudaCheck(cudaEventRecord(freed_[i], io_), "record scatter");
 }
 

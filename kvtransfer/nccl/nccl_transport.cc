@@ -307,20 +307,27 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s,
   const absl::Duration no_progress = s.options.no_progress_timeout;
   PlanSender ps(comm, p.io.get(), &plan, std::move(pages), no_progress);
   RETURN_IF_ERROR(ps.Begin());
-  for (int layer = 0; layer < plan.params().num_layers; ++layer) {
+  // Every layer recorded since the last round goes out as one run: written layers of a packed
+  // message cost one gather, not one each (PlanSender::SendLayers). A session's fences are
+  // recorded in layer order on one stream, so the run's last fence covers the whole run.
+  const int num_layers = plan.params().num_layers;
+  for (int layer = 0; layer < num_layers;) {
     if (absl::Status a = AwaitLayer(s, layer, &ready); !a.ok()) {
       ps.Abort(a);
       return a;
     }
     if (!ready) break;  // completed early: Finish names the missing layers
-    std::shared_ptr<void> fence;
+    int end;
+    std::vector<std::shared_ptr<void>> run_fences;  // alive until the run's gathers are enqueued
     {
       absl::MutexLock l(&s.mu);
-      fence = std::move(s.fences[layer]);
+      end = std::min(s.layers_ready, num_layers);
+      for (int k = layer; k < end; ++k) run_fences.push_back(std::move(s.fences[k]));
     }
-    if (fence != nullptr) RETURN_IF_ERROR(p.io->WaitFence(fence.get()));
-    RETURN_IF_ERROR(ps.SendLayer(layer));
+    if (run_fences.back() != nullptr) RETURN_IF_ERROR(p.io->WaitFence(run_fences.back().get()));
+    RETURN_IF_ERROR(ps.SendLayers(end));
     s.bytes.store(ps.bytes_enqueued());
+    layer = end;
   }
   KvCompletion completion;
   {

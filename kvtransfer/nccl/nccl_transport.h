@@ -13,7 +13,8 @@
 // A session's life on the pair thread:
 //   wait for its first layer (or Complete/Abort) -> Connect (layout, plan digest, pair id;
 //   answer: communicator id) -> join/reuse the communicator -> PlanSender::Begin ->
-//   SendLayer(l) as the prefill thread reports each layer -> Complete: PlanSender::Finish
+//   SendLayers as the prefill thread reports layers (each run of layers reported since the
+//   last round at once) -> Complete: PlanSender::Finish
 //   (every byte left) -> Finish RPC (the receiver's verdict and byte count) -> done(verdict).
 // The prefill thread never waits for the wire: KvSender::SendLayer only records the layer.
 // A later session of the same pair waits (its layers accumulate) until the earlier one ended.
@@ -51,6 +52,8 @@ PageIoFactory HostPageIoFactory();
 
 // Called on the prefill thread in SendLayer: a handle the layer's first gather waits for (for
 // CUDA an event recorded on the compute stream, whose KV writes on_layer_done only enqueued).
+// A session's fences must be made in layer order on one stream (the rank's compute stream): a
+// run of layers ready together is gathered after its last layer's fence only.
 using LayerFenceFactory = std::function<absl::StatusOr<std::shared_ptr<void>>()>;
 
 struct NcclTransportOptions {

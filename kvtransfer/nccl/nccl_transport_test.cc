@@ -5,6 +5,7 @@
 // pages and the next session rebuilds the pair's communicator.
 #include "kvtransfer/nccl/nccl_transport.h"
 
+#include <functional>
 #include <optional>
 #include <random>
 
@@ -14,6 +15,7 @@
 #include "kvtransfer/kv_service.h"
 #include "kvtransfer/nccl/fake_communicator.h"
 #include "kvtransfer/nccl/kv_nccl_service.h"
+#include "kvtransfer/nccl/recording_page_io.h"
 #include "kvtransfer/testing/probes.h"
 #include "kvtransfer/testing/receiving_end.h"
 
@@ -21,11 +23,16 @@ namespace mlaserve::kvtransfer::nccl {
 namespace {
 
 using testing::DoneProbe;
+using testing::PageIoCall;
+using testing::PageIoLog;
 using testing::Verdict;
 
 class NcclTransportTest : public ::testing::Test {
  protected:
-  void Start(absl::Duration no_progress = absl::Seconds(10)) {
+  // Changes the receiver's and the sender's options before they are built.
+  using Customize = std::function<void(KvNcclServiceOptions&, NcclTransportOptions&)>;
+
+  void Start(absl::Duration no_progress = absl::Seconds(10), const Customize& customize = {}) {
     no_progress_ = no_progress;
     end_ = std::make_unique<testing::ReceivingEnd>(pools_.dst.get(), pools_.layout, no_progress);
     KvNcclServiceOptions no;
@@ -33,14 +40,15 @@ class NcclTransportTest : public ::testing::Test {
     no.id_factory = hub_.id_factory();
     no.no_progress_timeout = no_progress;
     no.connect_timeout = absl::Seconds(5);
-    nccl_service_ =
-        std::make_unique<KvNcclServiceImpl>(&end_->receiver(), pools_.dst.get(), no);
-    ASSERT_TRUE(end_->Start({nccl_service_.get()}).ok());
     NcclTransportOptions to;
     to.pair_id = "prefill-0";
     to.comm_factory = hub_.factory();
     to.connect_timeout = absl::Seconds(5);
     to.max_message_pages = 2;  // several messages per layer
+    if (customize) customize(no, to);
+    nccl_service_ =
+        std::make_unique<KvNcclServiceImpl>(&end_->receiver(), pools_.dst.get(), no);
+    ASSERT_TRUE(end_->Start({nccl_service_.get()}).ok());
     transport_ = std::make_unique<NcclKvTransport>(pools_.src.get(), to);
   }
   void TearDown() override {
@@ -73,6 +81,11 @@ class NcclTransportTest : public ::testing::Test {
   std::unique_ptr<testing::ReceivingEnd> end_;
   std::unique_ptr<KvNcclServiceImpl> nccl_service_;
   std::unique_ptr<NcclKvTransport> transport_;
+  // LayersWrittenTogether...'s probes; members, so they outlive the pair threads using them.
+  PageIoLog sent_log_, received_log_;
+  absl::Notification all_recorded_;
+  absl::Mutex fences_mu_;
+  std::vector<std::shared_ptr<void>> fences_ ABSL_GUARDED_BY(fences_mu_);  // layer order
 };
 
 TEST_F(NcclTransportTest, SessionsOfAPairArriveByteIdenticalOverOneCommunicator) {
@@ -111,6 +124,58 @@ TEST_F(NcclTransportTest, SessionsOfAPairArriveByteIdenticalOverOneCommunicator)
   pools_.ExpectArrived(d2, data2);
   EXPECT_EQ(hub_.comms_created(), 2);  // one communicator (two ranks) for both sessions
   EXPECT_EQ(hub_.bytes_moved(), 2 * pools_.TransferBytes(kPages) + 2 * 32);  // + the plan headers
+}
+
+TEST_F(NcclTransportTest, LayersWrittenTogetherCostOneFenceWaitAndOneCopyPerMessage) {
+  // The pair thread builds its page io only once the prefill thread recorded every layer, so
+  // it finds them all ready: one run, one wait (for the last layer's fence, which covers the
+  // others), one gather of the one packed message; the receiver scatters it once.
+  Start(absl::Seconds(10), [this](KvNcclServiceOptions& no, NcclTransportOptions& to) {
+    no.page_io_factory = testing::RecordingPageIoFactory(&received_log_);
+    to.max_message_pages = 512;  // the transport's defaults: the 3 layers share a message
+    to.coalesce_bytes = PlanParams::kDefaultCoalesceBytes;
+    to.page_io_factory = [this](model::KvPool* pool, Communicator* comm, size_t slot_bytes) {
+      EXPECT_TRUE(all_recorded_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+      return testing::RecordingPageIoFactory(&sent_log_)(pool, comm, slot_bytes);
+    };
+    to.layer_fence = [this]() -> absl::StatusOr<std::shared_ptr<void>> {
+      absl::MutexLock l(&fences_mu_);
+      fences_.push_back(std::make_shared<int>(static_cast<int>(fences_.size())));
+      return fences_.back();
+    };
+  });
+  constexpr int kPages = 4;
+  const int layers = pools_.options.num_layers;
+  DoneProbe probe;
+  const std::vector<int32_t> dst = *pools_.dst->Allocate(kPages);
+  ASSERT_TRUE(end_->Expect("run", dst, kPages, probe).ok());
+  const std::vector<int32_t> src = *pools_.src->Allocate(kPages);
+  const auto data = pools_.FillSource(src);
+  auto sender = transport_->Open(Ref("run", kPages), pools_.layout, SenderOptions());
+  ASSERT_TRUE(sender.ok());
+  for (int layer = 0; layer < layers; ++layer) {
+    ASSERT_TRUE((*sender)->SendLayer(layer, src).ok());
+  }
+  all_recorded_.Notify();
+  Verdict v;
+  (*sender)->Complete(KvCompletion{7, layers, kPages, 0}, v.fn());
+  ASSERT_TRUE(v.Wait());
+  ASSERT_TRUE(v.status.ok()) << v.status;
+  ASSERT_TRUE(probe.Wait());
+  ASSERT_TRUE(probe.result->ok()) << probe.result->status();
+  pools_.ExpectArrived(dst, data);
+  const SlotBlock message{0, layers, 0, kPages, 0, sizeof(PlanHeader)};
+  const std::vector<PageIoCall> calls = sent_log_.calls();
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].kind, PageIoCall::Kind::kWaitFence);
+  {
+    absl::MutexLock l(&fences_mu_);
+    ASSERT_EQ(fences_.size(), static_cast<size_t>(layers));
+    EXPECT_EQ(calls[0].fence, fences_.back().get());  // the last layer's
+  }
+  EXPECT_EQ(calls[1].kind, PageIoCall::Kind::kGather);
+  EXPECT_TRUE(calls[1].block == message);
+  EXPECT_EQ(received_log_.blocks(PageIoCall::Kind::kScatter), std::vector<SlotBlock>{message});
 }
 
 TEST_F(NcclTransportTest, ASessionWithoutItsFirstLayerDoesNotHoldBackALaterOne) {

@@ -1,5 +1,6 @@
 #include "kvtransfer/nccl/pair_transfer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <span>
 
@@ -16,11 +17,36 @@ PlanHeader HeaderOf(const TransferPlan& plan) {
   return h;
 }
 
+// Gathers (or scatters) block `b` of a message whose layers are `layer_bytes` apart in the
+// slot: in one call, or one call per layer.
+absl::Status CopyBlock(PageIo* io, bool gather, const SlotBlock& b, int64_t layer_bytes,
+                       CopyBatching batching) {
+  if (batching == CopyBatching::kPerMessage) return gather ? io->Gather(b) : io->Scatter(b);
+  for (int k = 0; k < b.num_layers; ++k) {
+    SlotBlock layer = b;
+    layer.first_layer = b.first_layer + k;
+    layer.num_layers = 1;
+    layer.offset = b.offset + k * layer_bytes;
+    if (auto s = gather ? io->Gather(layer) : io->Scatter(layer); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+const char* CopyBatchingName(CopyBatching b) {
+  return b == CopyBatching::kPerLayer ? "per-layer" : "per-message";
+}
+
 PlanSender::PlanSender(Communicator* comm, PageIo* io, const TransferPlan* plan,
-                       std::vector<int32_t> pages, absl::Duration no_progress)
-    : comm_(comm), io_(io), plan_(plan), pages_(std::move(pages)), no_progress_(no_progress) {
+                       std::vector<int32_t> pages, absl::Duration no_progress,
+                       CopyBatching batching)
+    : comm_(comm),
+      io_(io),
+      plan_(plan),
+      pages_(std::move(pages)),
+      no_progress_(no_progress),
+      batching_(batching) {
   if (static_cast<int>(pages_.size()) != plan_->params().num_pages) {
     status_ = absl::InvalidArgumentError(absl::StrCat(
         "nccl send of session ", plan_->params().session_id, ": ", pages_.size(),
@@ -55,11 +81,28 @@ absl::Status PlanSender::SendLayer(int layer) {
                      " out of order (expected ", next_layer_, begun_ ? "" : ", before Begin",
                      ")")));
   }
+  return SendLayers(layer + 1);
+}
+
+absl::Status PlanSender::SendLayers(int end) {
+  if (!status_.ok()) return status_;
+  const int layers = plan_->params().num_layers;
+  if (!begun_ || end <= next_layer_ || end > layers) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "nccl send of session ", plan_->params().session_id, ": layers up to ", end,
+        " cannot be sent (", begun_ ? "" : "before Begin; ", next_layer_, " of ", layers,
+        " layers sent)")));
+  }
   const int slots = io_->num_slots();
-  for (int k = plan_->first_step(layer); k < plan_->end_step(layer); ++k) {
-    const TransferStep& st = plan_->steps()[k];
+  const std::vector<TransferStep>& steps = plan_->steps();
+  for (int k = plan_->first_step(next_layer_);
+       k < static_cast<int>(steps.size()) && steps[k].layer < end; ++k) {
+    const TransferStep& st = steps[k];
     const int slot = k % slots;
-    if (layer == st.layer) {
+    // This message's share of the new layers: [first, stop).
+    const int first = std::max(st.layer, next_layer_);
+    const int stop = std::min(st.last_layer() + 1, end);
+    if (first == st.layer) {  // the message's first layer: its slot is taken now
       // Host slots are plain memory: wait until the send that last used this slot completed.
       if (io_->host_synchronous() && k >= slots) {
         if (auto s = comm_->WaitAll(no_progress_); !s.ok()) return Fail(s);
@@ -69,17 +112,18 @@ absl::Status PlanSender::SendLayer(int layer) {
         if (auto s = io_->StageHeader(slot, &h, sizeof(h)); !s.ok()) return Fail(s);
       }
     }
-    const int64_t offset = st.payload_offset + (layer - st.layer) * st.layer_bytes();
-    if (auto s = io_->Gather(layer, st.first_page, st.num_pages, slot, offset); !s.ok()) {
+    const SlotBlock block{first, stop - first, st.first_page, st.num_pages, slot,
+                          st.payload_offset + (first - st.layer) * st.layer_bytes()};
+    if (auto s = CopyBlock(io_, /*gather=*/true, block, st.layer_bytes(), batching_); !s.ok()) {
       return Fail(s);
     }
-    if (layer == st.last_layer()) {
+    if (stop == st.last_layer() + 1) {
       if (auto s = comm_->Send(io_->slot(slot), st.message_bytes()); !s.ok()) return Fail(s);
       if (auto s = io_->AfterSend(slot); !s.ok()) return Fail(s);
       bytes_ += st.bytes;
     }
   }
-  ++next_layer_;
+  next_layer_ = end;
   return absl::OkStatus();
 }
 
@@ -97,7 +141,7 @@ absl::StatusOr<int64_t> PlanSender::Finish() {
 
 absl::StatusOr<int64_t> ReceivePlan(Communicator* comm, PageIo* io, const TransferPlan& plan,
                                     const std::vector<int32_t>& pages,
-                                    absl::Duration no_progress) {
+                                    absl::Duration no_progress, CopyBatching batching) {
   const std::string& id = plan.params().session_id;
   auto fail = [comm](absl::Status s) {
     comm->Abort();
@@ -132,11 +176,11 @@ absl::StatusOr<int64_t> ReceivePlan(Communicator* comm, PageIo* io, const Transf
     if (k == 0) {
       if (auto s = io->KeepHeader(slot, sizeof(PlanHeader)); !s.ok()) return fail(s);
     }
-    for (int l = st.layer; l <= st.last_layer(); ++l) {
-      const int64_t offset = st.payload_offset + (l - st.layer) * st.layer_bytes();
-      if (auto s = io->Scatter(l, st.first_page, st.num_pages, slot, offset); !s.ok()) {
-        return fail(s);
-      }
+    // Every layer of the message arrived together: one block.
+    const SlotBlock block{st.layer, st.num_layers, st.first_page, st.num_pages, slot,
+                          st.payload_offset};
+    if (auto s = CopyBlock(io, /*gather=*/false, block, st.layer_bytes(), batching); !s.ok()) {
+      return fail(s);
     }
     bytes += st.bytes;
   }

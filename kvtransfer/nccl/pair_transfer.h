@@ -1,10 +1,17 @@
 // One session's pages over a pair's Communicator, following a TransferPlan; and PairLink, the
 // pair's communicator with its rebuild-after-failure rule.
 //
-// Sender (prefill side): Begin() readies the page io, SendLayer(l) for l = 0, 1, ... as
-// prefill finishes each layer (only enqueues on the device path, so the prefill thread does
-// not wait for the wire), Finish() waits until every byte left. Receiver (decode side):
-// ReceivePlan() posts the matching receives and scatters into the session's pages.
+// Sender (prefill side): Begin() readies the page io, SendLayers(end) as prefill finishes
+// layers (every layer before `end` written; SendLayer(l) for one at a time; only enqueues on
+// the device path, so the prefill thread does not wait for the wire), Finish() waits until
+// every byte left. Receiver (decode side): ReceivePlan() posts the matching receives and
+// scatters into the session's pages.
+//
+// Page copies (CopyBatching): the layers a SendLayers call makes ready are gathered one
+// SlotBlock per message they touch, so a message whose layers are all written costs one gather
+// (one kernel launch on CUDA), and layers streamed one at a time cost one each, as they come;
+// a received message is scattered as one block. kPerLayer keeps one copy per layer on both
+// sides (the engine before batching; mlaserve-nccl-bench A/Bs the two).
 // Any failure (peer error, no progress within the deadline, plan mismatch) aborts the
 // communicator — NCCL cannot resynchronise a pair whose send/recv sequence diverged — and is
 // returned; the owner then frees its pages (PairTransfer never owns pages) and the PairLink
@@ -27,13 +34,26 @@
 
 namespace mlaserve::kvtransfer::nccl {
 
+enum class CopyBatching {
+  kPerMessage,  // a message's ready layers in one gather; a received message in one scatter
+  kPerLayer,    // one gather / scatter per layer
+};
+const char* CopyBatchingName(CopyBatching b);  // "per-message" / "per-layer"
+
 class PlanSender {
  public:
   // `pages` are the sender's page ids for the request, plan.num_pages of them.
   PlanSender(Communicator* comm, PageIo* io, const TransferPlan* plan,
-             std::vector<int32_t> pages, absl::Duration no_progress);
+             std::vector<int32_t> pages, absl::Duration no_progress,
+             CopyBatching batching = CopyBatching::kPerMessage);
   absl::Status Begin();
-  // Layers must come in order, each once. Returns the sticky failure, if any.
+  // Layers [next, end) are written (next: the first layer not sent yet): gathers them, each
+  // message's share in one block, and sends every message whose last layer is among them. A
+  // layer fence the io waits for must cover every one of them (PageIo::WaitFence). `end`
+  // must be past the layers already sent and at most the plan's layer count
+  // (FAILED_PRECONDITION otherwise). Returns the sticky failure, if any.
+  absl::Status SendLayers(int end);
+  // SendLayers(layer + 1) for the next layer; another layer is FAILED_PRECONDITION.
   absl::Status SendLayer(int layer);
   // Waits for the last byte (after every layer was sent); returns the payload bytes sent.
   absl::StatusOr<int64_t> Finish();
@@ -49,6 +69,7 @@ class PlanSender {
   const TransferPlan* const plan_;
   const std::vector<int32_t> pages_;
   const absl::Duration no_progress_;
+  const CopyBatching batching_;
   absl::Status status_;
   int next_layer_ = 0;
   int64_t bytes_ = 0;
@@ -60,7 +81,8 @@ class PlanSender {
 // The communicator is aborted on any failure.
 absl::StatusOr<int64_t> ReceivePlan(Communicator* comm, PageIo* io, const TransferPlan& plan,
                                     const std::vector<int32_t>& pages,
-                                    absl::Duration no_progress);
+                                    absl::Duration no_progress,
+                                    CopyBatching batching = CopyBatching::kPerMessage);
 
 // The communicator of one prefill/decode pair. The decode side names communicators (it creates
 // the CommId, sent to the sender in the control plane's connect answer); both sides call
