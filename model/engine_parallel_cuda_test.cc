@@ -4,9 +4,15 @@
 // all-to-all MoE dispatch:
 //   * prefill and teacher-forced decode steps give the single-GPU engine's logits within bf16
 //     tolerance (the sums run in another order) and its argmax wherever the margin is clear;
+//     V3.2 rows with more keys than index_topk attend the indexer's top-k, a discrete choice
+//     that bf16 reordering may flip (model_engine_cuda_test, kSparseMeanTolerance): those are
+//     held to the same per-row cap and mean as that test holds the single GPU to Hugging Face;
 //   * decode steps run as CUDA graphs on every rank, NCCL collectives captured (graph_steps),
-//     and with --moe-dispatch all-to-all every MoE layer of them exchanges fixed-capacity
-//     blocks; replayed steps equal an eager run of the same engine;
+//     and with --moe-dispatch all-to-all every MoE layer exchanges fixed-capacity blocks (the
+//     captured graph's layers, and every eager decode step's); replayed steps equal an eager
+//     run of the same engine;
+//   * data attention with the sequence on the last rank alone (rank 0 idle, padding rows only
+//     in its graph steps) gives the single-GPU engine's logits too;
 //   * data attention, ForwardStreamingRanks: each busy rank hands every layer over on its own
 //     thread (what a data-parallel prefill worker streams its KV from), with Forward's logits.
 // Tested on the CPU backend in CI (engine_parallel_test.cc, engine_parallel_data_test.cc);
@@ -15,6 +21,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <set>
 #include <string>
@@ -37,6 +44,9 @@ using testing::RelError;
 
 constexpr double kBf16Tolerance = 4e-2;  // as model_engine_cuda_test: bf16 sums reordered
 constexpr double kClearMargin = 0.02;    // top-2 gap / max|logit| above which argmax must agree
+// DSA rows over more keys than index_topk (V3.2): model_engine_cuda_test's bounds for them.
+constexpr double kSparseMeanTolerance = 0.35;
+constexpr double kSparseCapTolerance = 1.5;
 constexpr int kDecodeSteps = 4;
 constexpr int kPages = 64;
 
@@ -136,26 +146,50 @@ TEST_P(ParallelEngineCudaTest, EqualsTheSingleGpuEngineWithGraphSteps) {
       attention == AttentionParallel::kData ? std::vector<int>{0, n - 1} : std::vector<int>{0};
   auto got = RunSteps(**graphs, prompt, forced, ranks);
   ASSERT_TRUE(got.ok()) << got.status();
-  int argmax_checked = 0;
-  for (int s = 0; s <= kDecodeSteps; ++s) {
-    const std::vector<float>& w = (*want)[s][0];
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      EXPECT_LE(RelError((*got)[s][i], w), kBf16Tolerance) << "step " << s << " seq " << i;
-      if (RelMargin(w) > kClearMargin) {
-        EXPECT_EQ(Argmax((*got)[s][i]), Argmax(w)) << "step " << s << " seq " << i;
-        ++argmax_checked;
+  // Step s's logits row attends prompt + s keys (the last one its own); past index_topk the
+  // indexer chooses which.
+  const int topk = (*single)->config().index_topk;
+  const auto sparse = [&](int s) { return topk > 0 && static_cast<int>(prompt.size()) + s > topk; };
+  const auto compare = [&](const std::vector<std::vector<std::vector<float>>>& rows,
+                           const char* what) {
+    int argmax_checked = 0, sparse_rows = 0;
+    double sparse_sum = 0;
+    for (int s = 0; s <= kDecodeSteps; ++s) {
+      const std::vector<float>& w = (*want)[s][0];
+      for (size_t i = 0; i < rows[s].size(); ++i) {
+        const double err = RelError(rows[s][i], w);
+        if (sparse(s)) {
+          EXPECT_LE(err, kSparseCapTolerance) << what << " step " << s << " seq " << i;
+          sparse_sum += err;
+          ++sparse_rows;
+          continue;
+        }
+        EXPECT_LE(err, kBf16Tolerance) << what << " step " << s << " seq " << i;
+        if (RelMargin(w) > kClearMargin) {
+          EXPECT_EQ(Argmax(rows[s][i]), Argmax(w)) << what << " step " << s << " seq " << i;
+          ++argmax_checked;
+        }
       }
     }
-  }
-  EXPECT_GT(argmax_checked, 0);
+    if (sparse_rows > 0) {
+      std::cout << what << ": " << sparse_rows << " top-k sparse rows, mean rel err "
+                << sparse_sum / sparse_rows << " (bound " << kSparseMeanTolerance << ")\n";
+      EXPECT_LE(sparse_sum / sparse_rows, kSparseMeanTolerance) << what;
+    } else {
+      EXPECT_GT(argmax_checked, 0) << what;
+    }
+  };
+  compare(*got, "graph steps");
   EXPECT_EQ(pe->graph_steps(), kDecodeSteps) << "every decode step a graph step on every rank";
+  int moe_layers = 0;
+  for (bool moe : (*single)->config().layer_is_moe) moe_layers += moe ? 1 : 0;
   if (dispatch == MoeDispatch::kAllToAll) {
-    int moe_layers = 0;
-    for (bool moe : (*single)->config().layer_is_moe) moe_layers += moe ? 1 : 0;
+    // Counted on the host: a replayed graph runs none of it, so the captured graph's layers
+    // count once (the warm-up before the capture, if any, too).
     for (int r = 0; r < n; ++r) {
       EXPECT_GE(testing::DeepseekEngineTestPeer(pe->rank_engine(r)).all_to_all_layers().fixed,
-                kDecodeSteps * moe_layers)
-          << "rank " << r << ": the graph steps' MoE layers exchange fixed-capacity blocks";
+                moe_layers)
+          << "rank " << r << ": the captured graph's MoE layers exchange fixed-capacity blocks";
     }
   }
   // Replays equal eager steps of the same layout.
@@ -169,7 +203,24 @@ TEST_P(ParallelEngineCudaTest, EqualsTheSingleGpuEngineWithGraphSteps) {
       EXPECT_LE(RelError((*got)[s][i], (*plain)[s][i]), 1e-2) << "step " << s << " seq " << i;
     }
   }
-  EXPECT_EQ(dynamic_cast<ParallelEngine*>(eager->get())->graph_steps(), 0);
+  auto* pe_eager = dynamic_cast<ParallelEngine*>(eager->get());
+  EXPECT_EQ(pe_eager->graph_steps(), 0);
+  if (dispatch == MoeDispatch::kAllToAll) {
+    for (int r = 0; r < n; ++r) {
+      EXPECT_GE(
+          testing::DeepseekEngineTestPeer(pe_eager->rank_engine(r)).all_to_all_layers().fixed,
+          kDecodeSteps * moe_layers)
+          << "rank " << r << ": every eager decode step's MoE layers exchange fixed-capacity blocks";
+    }
+  }
+  if (attention == AttentionParallel::kData) {
+    // The sequence on the last rank alone: rank 0 idle (padding rows only in its graph steps),
+    // still in every collective.
+    auto alone = RunSteps(**graphs, prompt, forced, {n - 1});
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    compare(*alone, "last rank alone");
+    EXPECT_EQ(pe->graph_steps(), 2 * kDecodeSteps);
+  }
 }
 
 std::vector<Case> Cases() {

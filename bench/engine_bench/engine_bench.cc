@@ -1,6 +1,9 @@
-// mlaserve-engine-bench: end-to-end speed of the DeepSeek engine on one GPU.
+// mlaserve-engine-bench: end-to-end speed of the DeepSeek engine on one GPU, or sharded over
+// --tp-size GPUs in a worker's layout (--attention-parallel, --moe-parallel, --moe-dispatch;
+// docs/parallel.md).
 //
-// Drives model::DeepseekEngine (the model::Engine the workers use) directly, without RPCs:
+// Drives the model::Engine the workers use (DeepseekEngine, or the ParallelEngine over ranks on
+// GPUs --device .. --device + tp - 1) directly, without RPCs:
 //   prefill  one sequence of --prefill-lens tokens (random ids) per Forward, no cached prefix
 //            (the MHA form, as the prefill worker runs a fresh prompt); median of --runs runs.
 //   decode   --decode-batches sequences, each first prefilled to --decode-context tokens, then
@@ -10,11 +13,14 @@
 //            eagerly too (--eager-steps) to show what the graphs save, and with graphs plus
 //            sampling inside Forward (--sampled-steps; temperature 1, top-p 0.9, seeded: the
 //            decode worker's path, where B ids come back instead of B x vocab logits).
+//            Under data-parallel attention the sequences go round-robin over the ranks (each
+//            in its rank's pool), as a data-parallel decode worker places them.
 // Times are host wall time of Forward (ForwardInto on one reused result, as a serving loop
 // steps), so they include the plan upload and the logits copy back (one f32 row of the
 // vocabulary per sequence), as in serving. Decode feeds random ids
 // instead of sampled ones, so host sampling is not timed.
-// Memory: device memory in use (cudaMemGetInfo) before Create, after Create and at the end.
+// Memory: device memory in use (cudaMemGetInfo) before Create, after Create and at the end
+// (of --device; with --tp-size > 1 the first rank's GPU).
 // NVTX ranges "prefill", "decode_graph" and "decode_eager" mark the timed Forwards, so a
 // profiler can keep just those kernels (tools/device/kernel_profile.sh: ncu --nvtx).
 // --timeline: after all timed runs, one more prefill Forward per --prefill-lens and one more
@@ -42,6 +48,8 @@
 #include "kernels/common/page.h"
 #include "kernels/mha_prefill/api.h"
 #include "model/deepseek_engine.h"
+#include "model/parallel_engine.h"
+#include "model/parallel_layout.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -53,6 +61,8 @@ using mlaserve::bench::TimelineTrace;
 using mlaserve::kernels::PagesFor;
 using mlaserve::model::AttentionPath;
 using mlaserve::model::DeepseekEngine;
+using mlaserve::model::Engine;
+using mlaserve::model::ParallelEngine;
 using mlaserve::model::SequenceChunk;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
@@ -130,9 +140,35 @@ nlohmann::json TimelineJson(nlohmann::json id, const TimelineSummary& s) {
   return id;
 }
 
+// The engine under test, one GPU or sharded: the calls the benchmark needs from either.
+class BenchEngine {
+ public:
+  explicit BenchEngine(std::unique_ptr<Engine> e)
+      : engine_(std::move(e)),
+        single_(dynamic_cast<DeepseekEngine*>(engine_.get())),
+        sharded_(dynamic_cast<ParallelEngine*>(engine_.get())) {}
+  Engine& engine() { return *engine_; }
+  void set_decode_graphs(bool on) {
+    if (single_) single_->set_decode_graphs(on);
+    if (sharded_) sharded_->set_decode_graphs(on);
+  }
+  // Graphs captured (one GPU) and steps replayed from graphs; sharded: graph steps (every rank
+  // captures or replays its own), captures not counted.
+  int graphs_captured() const { return single_ ? single_->decode_graphs_captured() : -1; }
+  int64_t graph_replays() const {
+    return single_ ? single_->decode_graph_replays() : sharded_ ? sharded_->graph_steps() : 0;
+  }
+
+ private:
+  std::unique_ptr<Engine> engine_;
+  DeepseekEngine* single_;
+  ParallelEngine* sharded_;
+};
+
 class Bench {
  public:
-  Bench(DeepseekEngine& e, uint64_t seed) : e_(e), rng_(seed), ids_(0, e.config().vocab_size - 1) {}
+  Bench(BenchEngine& be, uint64_t seed)
+      : be_(be), e_(be.engine()), rng_(seed), ids_(0, e_.config().vocab_size - 1) {}
 
   std::vector<int32_t> RandomIds(int n) {
     std::vector<int32_t> v(n);
@@ -170,8 +206,11 @@ class Bench {
                      int max_tokens, TracedForward* traced = nullptr) {
     const int total = context + warm + steps + eager + sampled + 2;
     std::vector<std::vector<int32_t>> pages(batch), seqs(batch);
+    // Data-parallel attention: sequence b on rank b mod ranks, in that rank's pool.
+    const int ranks = e_.data_ranks();
+    const auto rank_of = [&](int b) { return b % ranks; };
     for (int b = 0; b < batch; ++b) {
-      auto p = e_.kv_pool().Allocate(PagesFor(total));
+      auto p = e_.rank_pool(rank_of(b)).Allocate(PagesFor(total));
       if (!p.ok()) Die("allocate", p.status());
       pages[b] = std::move(*p);
       seqs[b] = RandomIds(context);
@@ -181,6 +220,7 @@ class Bench {
       std::vector<SequenceChunk> chunks;
       for (int b = b0; b < std::min(batch, b0 + per_fwd); ++b) {
         chunks.push_back({seqs[b], 0, pages[b], false});
+        chunks.back().rank = rank_of(b);
       }
       auto r = e_.Forward(chunks);
       if (!r.ok()) Die("decode setup prefill", r.status());
@@ -203,6 +243,7 @@ class Bench {
         seqs[b].push_back(next[b]);
         chunks[b] = {std::span<const int32_t>(&seqs[b].back(), 1),
                      static_cast<int>(seqs[b].size()) - 1, pages[b], true};
+        chunks[b].rank = rank_of(b);
         rows[b].step = seqs[b].size();
         if (sample) chunks[b].sample = &rows[b];
       }
@@ -216,23 +257,24 @@ class Bench {
       if (!r.ok()) Die("decode", r);
       if (out) out->push_back(ms);
     };
-    e_.set_decode_graphs(true);
+    be_.set_decode_graphs(true);
     for (int s = 0; s < warm; ++s) step(nullptr, nullptr);
     for (int s = 0; s < steps; ++s) {
       step(&t.graph_ms, "decode_graph", false, s == steps - 1 ? traced : nullptr);
     }
     if (sampled > 0) step(nullptr, nullptr, true);
     for (int s = 0; s < sampled; ++s) step(&t.sampled_ms, "decode_sampled", true);
-    e_.set_decode_graphs(false);
+    be_.set_decode_graphs(false);
     if (eager > 0) step(nullptr, nullptr);
     for (int s = 0; s < eager; ++s) step(&t.eager_ms, "decode_eager");
-    e_.set_decode_graphs(true);
-    for (auto& p : pages) e_.kv_pool().Free(p);
+    be_.set_decode_graphs(true);
+    for (int b = 0; b < batch; ++b) e_.rank_pool(rank_of(b)).Free(pages[b]);
     return t;
   }
 
  private:
-  DeepseekEngine& e_;
+  BenchEngine& be_;
+  Engine& e_;
   std::mt19937_64 rng_;
   std::uniform_int_distribution<int32_t> ids_;
 };
@@ -248,7 +290,10 @@ int main(int argc, char** argv) {
   bool trace_timeline = false;
   int sequence_first = 0, sequence_count = 0;
   std::string mha_provider = "auto";
-  CLI::App app{"mlaserve-engine-bench: prefill and decode speed of the engine on one GPU"};
+  int tp_size = 1;
+  std::string attention_parallel = "tensor", moe_parallel = "expert", moe_dispatch = "gather";
+  CLI::App app{"mlaserve-engine-bench: prefill and decode speed of the engine on one GPU or "
+               "sharded over several"};
   app.add_option("--model", model, "model directory")->required();
   app.add_option("--mha-provider", mha_provider, "auto|ours|cudnn|prefer-cudnn: MHA-prefill attention")
       ->check(CLI::IsMember({"auto", "ours", "cudnn"}))->capture_default_str();
@@ -268,7 +313,16 @@ int main(int argc, char** argv) {
   app.add_option("--max-batch-tokens", max_batch_tokens, "engine workspace planning")
       ->capture_default_str();
   app.add_option("--num-kv-pages", num_pages, "KV pool pages (0 = what the runs need)");
-  app.add_option("--device", device, "CUDA device")->capture_default_str();
+  app.add_option("--device", device, "CUDA device (the first rank's with --tp-size > 1)")
+      ->capture_default_str();
+  app.add_option("--tp-size", tp_size, "ranks to shard the model over, as a worker's --tp-size "
+                 "(GPUs --device .. --device + N - 1)")->capture_default_str();
+  app.add_option("--attention-parallel", attention_parallel, "with --tp-size > 1: tensor or data")
+      ->capture_default_str();
+  app.add_option("--moe-parallel", moe_parallel, "with --tp-size > 1: expert or tensor")
+      ->capture_default_str();
+  app.add_option("--moe-dispatch", moe_dispatch,
+                 "with --moe-parallel expert: gather or all-to-all")->capture_default_str();
   app.add_option("--seed", seed, "token id seed")->capture_default_str();
   app.add_option("--output-json", output_json, "write the results as JSON");
   app.add_flag("--timeline", trace_timeline,
@@ -283,6 +337,17 @@ int main(int argc, char** argv) {
                  "with --timeline-sequence: the first launch listed (0-based, in start order)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  absl::StatusOr<mlaserve::model::ParallelOptions> parallel = mlaserve::model::ParseParallelFlags(
+      tp_size, attention_parallel, moe_parallel, moe_dispatch);
+  if (!parallel.ok()) {
+    std::fprintf(stderr, "mlaserve-engine-bench: %s\n", parallel.status().message().data());
+    return 2;
+  }
+  if (trace_timeline && tp_size > 1) {
+    std::fprintf(stderr, "mlaserve-engine-bench: --timeline traces one GPU; --tp-size is %d\n",
+                 tp_size);
+    return 2;
+  }
 
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   const int max_prefill = *std::max_element(prefill_lens.begin(), prefill_lens.end());
@@ -319,12 +384,16 @@ int main(int argc, char** argv) {
   o.max_batch_tokens = max_batch_tokens;
   o.max_batch_seqs = std::max(max_batch, 1);
   o.mha_provider = mlaserve::kernels::ParseMhaPrefillProvider(mha_provider).value();  // checked by CLI11
+  o.parallel = *parallel;
   const auto load_start = Clock::now();
-  auto engine = DeepseekEngine::Create(o);
+  auto engine = Engine::Create(o);
   if (!engine.ok()) Die("create", engine.status());
   const double load_s = Ms(Clock::now() - load_start) / 1000;
+  cudaSetDevice(device);  // the ranks' threads set theirs; the memory lines read this one
   const double used_loaded = UsedGiB();
-  DeepseekEngine& e = **engine;
+  BenchEngine be(*std::move(engine));
+  Engine& e = be.engine();
+  const std::string layout = mlaserve::model::DescribeParallel(o.parallel);
   const auto& cfg = e.config();
   const double kv_gib = static_cast<double>(e.kv_pool().layer_page_bytes()) *
                         cfg.num_hidden_layers * num_pages / (1ull << 30);
@@ -338,10 +407,11 @@ int main(int argc, char** argv) {
   out["hidden"] = cfg.hidden_size;
   out["load_s"] = load_s;
   out["mha_provider"] = mlaserve::kernels::DescribeMhaPrefillProvider(o.mha_provider, o.backend);
-  Bench bench(e, seed);
+  out["layout"] = layout;
+  Bench bench(be, seed);
 
-  std::printf("mlaserve-engine-bench: %s, %s (%d layers, hidden %d), load %.1f s\n", prop.name,
-              model.c_str(), cfg.num_hidden_layers, cfg.hidden_size, load_s);
+  std::printf("mlaserve-engine-bench: %s, %s (%d layers, hidden %d), %s, load %.1f s\n", prop.name,
+              model.c_str(), cfg.num_hidden_layers, cfg.hidden_size, layout.c_str(), load_s);
   std::printf("%s\n", out["mha_provider"].get<std::string>().c_str());
   std::printf("\n| phase | batch | tokens/step | median ms | tokens/s |\n");
   std::printf("|---|---:|---:|---:|---:|\n");
@@ -375,14 +445,14 @@ int main(int argc, char** argv) {
                              {"graph_steps_ms", t.graph_ms}});
   }
   const double used_end = UsedGiB();
-  std::printf("\ndevice memory in use: %.2f GiB before Create (context), %.2f GiB after Create "
+  std::printf("\ndevice %d memory in use: %.2f GiB before Create (context), %.2f GiB after Create "
               "(weights + KV pool of %d pages = %.2f GiB + workspaces), %.2f GiB at the end; "
               "decode graphs captured %d, replays %lld\n",
-              used_before, used_loaded, num_pages, kv_gib, used_end, e.decode_graphs_captured(),
-              static_cast<long long>(e.decode_graph_replays()));
+              device, used_before, used_loaded, num_pages, kv_gib, used_end, be.graphs_captured(),
+              static_cast<long long>(be.graph_replays()));
   out["memory_gib"] = {{"before_create", used_before}, {"after_create", used_loaded},
                        {"end", used_end}, {"kv_pool", kv_gib}, {"kv_pages", num_pages}};
-  out["graphs_captured"] = e.decode_graphs_captured();
+  out["graphs_captured"] = be.graphs_captured();
   if (timeline) {
     // After every timed run and the memory line, so those read the same with and without
     // --timeline. The first traced Forward is thrown away, so whatever CUPTI sets up lazily on

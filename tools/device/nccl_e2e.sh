@@ -66,8 +66,13 @@ else
   B=$PWD/.devbin-ncclx
 fi
 OUT=${OUT:-/tmp/nccl_e2e_out}
-LOGS=$(mktemp -d -t nccl-e2e-XXXXXX)
-mkdir -p "$OUT"
+# E2E_LOGS: where the workers' logs go as they run (a suite that may be cut short points it into
+# what it packs, so a hang still brings them back); they are also packed at the end.
+LOGS=${E2E_LOGS:-$(mktemp -d -t nccl-e2e-XXXXXX)}
+# SERVED_S: how long one served request may take before the stack counts as hung (the workers'
+# thread stacks are then written to $LOGS and the rest of that model's checks is skipped).
+SERVED_S=${SERVED_S:-120}
+mkdir -p "$OUT" "$LOGS"
 summary=()
 note() { summary+=("$(printf '%-58s %s' "$1" "$2")"); echo "== [$((SECONDS - T0)) s] $1: $2"; }
 { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; nvidia-smi topo -m; } > "$OUT/gpu.txt" 2>&1 || echo "no GPU ($BACKEND backend)" > "$OUT/gpu.txt"
@@ -155,9 +160,28 @@ start_router() {
   done
 }
 ids_of() { python3 -c "import random; r=random.Random($1); print(','.join(str(r.randrange(2, $VOCAB)) for _ in range($1)))"; }
+# Every thread's stack of each running worker (gdb where the machine has it, else each thread's
+# kernel wait channel and stack), into $LOGS/WORKER.stacks.txt.
+dump_stacks() {
+  local n pid task
+  for n in prefill decode; do
+    pid=${PID[$n]:-}
+    [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || continue
+    if command -v gdb > /dev/null; then
+      timeout -k 5 60 gdb -p "$pid" -batch -ex "thread apply all bt" > "$LOGS/$n.stacks.txt" 2>&1
+    else
+      for task in /proc/"$pid"/task/*; do
+        echo "== ${task##*/} $(cat "$task/comm" 2>/dev/null) $(cat "$task/wchan" 2>/dev/null)"
+        cat "$task/stack" 2>/dev/null
+      done > "$LOGS/$n.stacks.txt" 2>&1
+    fi
+  done
+}
 served() {  # served LEN [NEW]: NEW (16) greedy tokens through the router, space-separated
-  timeout 120 "$B/mlaservectl" --insecure --server "$ROUTER" --admin "$ADMIN" -o json generate --prompt-ids "$(ids_of "$1")" \
-    --max-new-tokens "${2:-16}" --temperature 0 --ignore-eos 2>>"$LOGS/ctl.log" | python3 -c "
+  # A request still running after SERVED_S: the stacks are taken (once) and $LOGS/hung marks it.
+  { timeout "$SERVED_S" "$B/mlaservectl" --insecure --server "$ROUTER" --admin "$ADMIN" -o json generate --prompt-ids "$(ids_of "$1")" \
+    --max-new-tokens "${2:-16}" --temperature 0 --ignore-eos 2>>"$LOGS/ctl.log"
+    if [[ $? == 124 && ! -e $LOGS/hung ]]; then echo "len $1" > "$LOGS/hung"; dump_stacks; fi; } | python3 -c "
 import json, sys
 ids = []
 for line in sys.stdin:
@@ -259,6 +283,12 @@ for MODEL in $MODELS; do
     note "$name: served ($TRANSPORT) == mlaserve-run, attention $ATTN" "$ok of $n prompts (16 greedy tokens)"
     note "$name: prefill sent over $TRANSPORT" "$((after - before)) bytes for $n prompts"
     note "$name: failed transfers (prefill log)" "$(($(grep -ciE 'kv (session|transfer).*fail' "$LOGS/prefill.log") - fails_before))"
+    if [[ -e $LOGS/hung ]]; then
+      note "$name: a request hung (> $SERVED_S s)" "$(cat "$LOGS/hung"); stacks in the logs; kills and TTFT skipped"
+      stop_all
+      rm -f "$LOGS/hung"
+      continue
+    fi
 
     if [[ $first == 1 ]]; then
       first=0

@@ -31,6 +31,13 @@
 #          other serves on), TTFT with --kv-layerwise true / false.
 #   e2e1   tools/device/nccl_e2e.sh with one GPU per worker (GPU 0 -> GPU 1, nccl) on the
 #          deepseek_v2 fixture: the run issue 19 asks of the nccl transport itself.
+#   v2lite mlaserve-run on a random DeepSeek-V2-Lite-shaped checkpoint (tools/make_random_model.py,
+#          in /dev/shm): the greedy tokens of every 2-rank layout (tensor / data attention x
+#          gather / all-to-all) against the single GPU's, with the top-2 margins of the single
+#          GPU's logits (a random model's near ties may flip under reordered bf16 sums).
+#   bench  mlaserve-engine-bench on that checkpoint, one GPU and every 2-rank layout (prefill
+#          BENCH_PREFILL, decode batches BENCH_BATCHES at context 1024, graphs): the engine
+#          benchmark per layout.
 # Results: $OUT/summary.txt and $OUT/par_results.tgz (logs of every part). ENGINE_TEST_S: how
 # long the sharded engine's test may run before its threads' stacks are taken and it is killed
 # (ENGINE_TEST_ARGS: e.g. a --gtest_filter).
@@ -38,7 +45,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 TARGETS="parallel_nccl_gpu_test kernels_moe_shard_cuda_test model_engine_parallel_cuda_test
   kvtransfer_nccl_cuda_test model_kv_pool_cuda_test mlaserve-router mlaserve-prefill mlaserve-decode mlaservectl
-  mlaserve-run mlaserve-bench"
+  mlaserve-run mlaserve-bench mlaserve-engine-bench"
 if [[ ${1:-} == --bundle ]]; then
   set -e
   # shellcheck disable=SC2086
@@ -64,7 +71,7 @@ fi
 
 T0=$SECONDS
 BUDGET=${BUDGET:-540}
-PARTS=" ${PARTS:-tests e2edp e2e1} "
+PARTS=" ${PARTS:-tests e2edp e2e1 v2lite bench} "
 FINAL=${OUT:-/tmp/par_out}
 W=$(mktemp -d -t par-suite-XXXXXX)
 mkdir -p "$FINAL"
@@ -149,6 +156,7 @@ if [[ $PARTS == *" e2edp "* ]]; then
   [[ -n ${DRY:-} ]] && transport=tcp
   say "e2edp: prefill '$dp' on GPUs $pg, decode '$dp --moe-dispatch all-to-all' on GPUs $dg, KV over $transport"
   BIN=$BIN BACKEND=$BACKEND TRANSPORT=$transport OUT=$W/e2edp MODELS="$FIXTURES/deepseek_v3" \
+    E2E_LOGS=$W/e2edp/logs SERVED_S=${SERVED_S:-40} \
     PREFILL_GPUS=$pg DECODE_GPUS=$dg PREFILL_LAYOUT="$dp" \
     DECODE_LAYOUT="$dp --moe-dispatch all-to-all" \
     bounded 200 tools/device/nccl_e2e.sh > "$W/e2edp/e2e.txt" 2>&1
@@ -164,6 +172,44 @@ if [[ $PARTS == *" e2e1 "* && -z ${DRY:-} ]]; then
   say "nccl_e2e (one GPU per worker) rc=$?"
   sed -n '/^== summary/,$p' "$W/e2e1/e2e.txt" | tee -a "$W/summary.txt"
   pack
+fi
+LAYOUTS=("--tp-size 2 --attention-parallel tensor" "--tp-size 2 --attention-parallel tensor --moe-dispatch all-to-all"
+  "--tp-size 2 --attention-parallel data" "--tp-size 2 --attention-parallel data --moe-dispatch all-to-all")
+V2L=${V2L_DIR:-/dev/shm/v2lite-random}
+if [[ ($PARTS == *" v2lite "* || $PARTS == *" bench "*) && -z ${DRY:-} && ! -f $V2L/config.json ]]; then
+  bounded 300 python3 tools/make_random_model.py --out "$V2L" > "$W/make_model.log" 2>&1
+  say "make_random_model rc=$? $(tail -1 "$W/make_model.log")"
+fi
+
+if [[ $PARTS == *" v2lite "* && -z ${DRY:-} && -f $V2L/config.json ]]; then
+  mkdir -p "$W/v2lite"
+  ids=$(python3 -c "import random; r=random.Random(64); print(','.join(str(r.randrange(2, 100000)) for _ in range(64)))")
+  run() { bounded 120 "$BIN/mlaserve-run" --model "$V2L" --backend cuda --prompt-ids "$ids" \
+    --max-new-tokens 16 --temperature 0 --ignore-eos --print-ids "$@" 2>> "$W/v2lite/run.log"; }
+  want=$(run | tr ',' ' ' | xargs)
+  say "v2lite one GPU: $want"
+  for lay in "${LAYOUTS[@]}"; do
+    # shellcheck disable=SC2086
+    got=$(run $lay | tr ',' ' ' | xargs)
+    say "v2lite $lay: $([[ -n $got && $got == "$want" ]] && echo "equal" || echo "DIFFERS: $got")"
+  done
+  pack
+fi
+
+if [[ $PARTS == *" bench "* && -z ${DRY:-} && -f $V2L/config.json ]]; then
+  mkdir -p "$W/bench"
+  i=0
+  for lay in "" "${LAYOUTS[@]}"; do
+    i=$((i + 1))
+    # shellcheck disable=SC2086
+    bounded 150 "$BIN/mlaserve-engine-bench" --model "$V2L" --prefill-lens ${BENCH_PREFILL:-1024 4096} \
+      --decode-batches ${BENCH_BATCHES:-1 32 128} --decode-context 1024 --runs 3 --decode-steps 16 \
+      --eager-steps 0 --sampled-steps 0 --output-json "$W/bench/layout$i.json" $lay \
+      > "$W/bench/layout$i.txt" 2>&1
+    say "engine bench ${lay:-(one GPU)} rc=$?"
+    grep -E '^\| (prefill|decode)' "$W/bench/layout$i.txt" | tee -a "$W/summary.txt"
+    pack
+  done
 fi
 say "done"
 pack
