@@ -216,7 +216,7 @@ absl::Status DeepseekEngine::ForwardInto(std::span<const SequenceChunk> batch, A
                                          const LayerDoneFn& on_layer_done, ForwardResult* result) {
   // One GPU decides its graph steps itself; a rank of a sharded layout only when its
   // ParallelEngine tells every rank alike (ForwardRankInto).
-  return ForwardRankInto(batch, path, on_layer_done, layout_.sharded() ? 0 : kOwnBucket, result);
+  return ForwardRankInto(batch, path, on_layer_done, layout_.sharded() ? 0 : kOwnBucket, 0, result);
 }
 
 absl::StatusOr<RankStepShape> DeepseekEngine::ShapeOf(std::span<const SequenceChunk> batch,
@@ -231,6 +231,7 @@ absl::StatusOr<RankStepShape> DeepseekEngine::ShapeOf(std::span<const SequenceCh
   ASSIGN_OR_RETURN(BatchPlan plan, planner_.Plan(batch));
   const AttentionForm form = forms_.Resolve(&plan, path, cache_->ReadsNeedSparseForm());
   shape.batch = plan.batch;
+  shape.pages = plan.max_pages_per_seq;
   shape.graph_ready =
       decode_graphs_.Applies(plan, form == AttentionForm::kMlaDecode, layer_callback);
   return shape;
@@ -238,7 +239,8 @@ absl::StatusOr<RankStepShape> DeepseekEngine::ShapeOf(std::span<const SequenceCh
 
 absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batch,
                                              AttentionPath path, const LayerDoneFn& on_layer_done,
-                                             int graph_bucket, ForwardResult* out) {
+                                             int graph_bucket, int graph_pages,
+                                             ForwardResult* out) {
   RETURN_IF_ERROR(CheckChunkRanks(batch, 1));
   // Reused storage (ForwardInto): cleared, not freed.
   ForwardResult& result = *out;
@@ -259,7 +261,8 @@ absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batc
     idle.all_single_token = true;
     idle.max_seqlen_q = 1;
     idle.sparse = cache_->ReadsNeedSparseForm();
-    return GraphStep(std::move(idle), AttentionForm::kMlaDecode, {}, graph_bucket, &result);
+    return GraphStep(std::move(idle), AttentionForm::kMlaDecode, {}, graph_bucket, graph_pages,
+                     &result);
   }
   ASSIGN_OR_RETURN(BatchPlan plan, planner_.Plan(batch));
   const AttentionForm form = forms_.Resolve(&plan, path, cache_->ReadsNeedSparseForm());
@@ -289,7 +292,7 @@ absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batc
   }
   if (graph) {
     RETURN_IF_ERROR(GraphStep(std::move(plan), form, device_samples, std::max(graph_bucket, 0),
-                              &result));
+                              graph_pages, &result));
   } else {
     scratch_.Reset();
     RETURN_IF_ERROR(scratch_.UploadPlan(&plan));
@@ -307,7 +310,7 @@ absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batc
 
 absl::Status DeepseekEngine::GraphStep(BatchPlan plan, AttentionForm form,
                                        std::span<const SampleRow* const> device_samples,
-                                       int bucket, ForwardResult* result) {
+                                       int bucket, int pages, ForwardResult* result) {
   const size_t vocab = static_cast<size_t>(config_.vocab_size);
   DecodeGraphRunner::Step step;
   step.prepare = [&](BatchPlan* padded) -> absl::StatusOr<float*> {
@@ -323,7 +326,7 @@ absl::Status DeepseekEngine::GraphStep(BatchPlan plan, AttentionForm form,
   step.finish = [&](const float* logits) { return DeliverRows(logits, device_samples, result); };
   // A sharded graph step's counts are the bucket on every rank (parallel_step.h).
   parallel_.set_static_tokens(bucket);
-  const absl::Status ran = decode_graphs_.Run(std::move(plan), step, bucket);
+  const absl::Status ran = decode_graphs_.Run(std::move(plan), step, bucket, pages);
   parallel_.set_static_tokens(0);
   return ran;
 }

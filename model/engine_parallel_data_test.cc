@@ -420,6 +420,9 @@ TEST(ShardedGraphBucket, OneBucketForEveryRankOrNone) {
   EXPECT_EQ(ShardedGraphBucket(std::vector<S>{{5, true}, {2, false}}, 64), 0)
       << "a prefill chunk on one rank: every rank eager";
   EXPECT_EQ(ShardedGraphBucket(std::vector<S>{{0, true}, {0, true}}, 64), 0) << "no work";
+  // One page-table width for every rank: the widest share's (an idle rank needs none).
+  EXPECT_EQ(ShardedGraphPages(std::vector<S>{{1, true, 2}, {0, true, 0}}), 2);
+  EXPECT_EQ(ShardedGraphPages(std::vector<S>{{3, true, 1}, {2, true, 5}, {1, true, 3}}), 5);
 }
 
 // What a graph step does on the GPU, except the capture, on the CPU backend: every rank pads

@@ -165,9 +165,11 @@ absl::Status ParallelEngine::StepRanks(
                      ranks_[r]->ShapeOf(batches[r], path, layer_done[r] != nullptr));
   }
   const int bucket = ShardedGraphBucket(shapes, max_batch_seqs_);
+  const int pages = ShardedGraphPages(shapes);
   std::vector<absl::Status> stepped(n);
   OnRanks([&](int r) {
-    stepped[r] = ranks_[r]->ForwardRankInto(batches[r], path, layer_done[r], bucket, results[r]);
+    stepped[r] =
+        ranks_[r]->ForwardRankInto(batches[r], path, layer_done[r], bucket, pages, results[r]);
     if (!stepped[r].ok()) {
       // Release the ranks waiting for this one: its own communicator first (the others then
       // see "aborted by rank r"), then theirs, so that on NCCL no kernel of theirs keeps
@@ -176,7 +178,10 @@ absl::Status ParallelEngine::StepRanks(
       for (auto& c : comms_) c->Abort();
     }
   });
-  if (bucket > 0) ++graph_steps_;
+  if (bucket > 0) {
+    ++graph_steps_;
+    AgreeOnCapture();
+  }
   for (int r = 0; r < n; ++r) {
     if (stepped[r].ok()) continue;
     // The first rank's own error, not the "aborted by rank k" the others then saw.
@@ -191,6 +196,13 @@ absl::Status ParallelEngine::StepRanks(
     return absl::Status(why.code(), absl::StrCat("rank step failed: ", why.message()));
   }
   return absl::OkStatus();
+}
+
+void ParallelEngine::AgreeOnCapture() {
+  bool failed = false;
+  for (const auto& r : ranks_) failed = failed || r->last_graph_capture() == false;
+  if (!failed) return;
+  for (auto& r : ranks_) r->KeepLastGraphKeyEager();
 }
 
 absl::Status ParallelEngine::CheckUsable() const {

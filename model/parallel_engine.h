@@ -96,6 +96,10 @@ class ParallelEngine final : public Engine {
   absl::Status StepRanks(const std::vector<std::span<const SequenceChunk>>& batches,
                          AttentionPath path, const std::vector<LayerDoneFn>& layer_done,
                          const std::vector<ForwardResult*>& results);
+  // After a graph step: where some ranks captured the step's graph and others could not, every
+  // rank runs that key eagerly from now on, so the ranks keep enqueueing their collectives
+  // alike (a replaying rank enqueues none from the host).
+  void AgreeOnCapture();
   // Data attention: `after_step` sees every layer once the step is done on every rank;
   // `per_rank` sees each rank's layers on that rank's thread (at most one of them is set).
   // The rows go into *result in batch order.

@@ -17,4 +17,10 @@ int ShardedGraphBucket(std::span<const RankStepShape> ranks, int max_batch_seqs)
   return DecodeBucket(largest, max_batch_seqs);
 }
 
+int ShardedGraphPages(std::span<const RankStepShape> ranks) {
+  int pages = 0;
+  for (const RankStepShape& r : ranks) pages = std::max(pages, r.pages);
+  return pages;
+}
+
 }  // namespace mlaserve::model

@@ -11,6 +11,11 @@
 // Under data attention each rank pads its own batch to the bucket (an idle rank: padding rows
 // only), so the feed-forward all-gather has [N, bucket] rows without an exchange of counts --
 // the one host sync of an eager data-parallel step, which a graph could not contain.
+// The page-table width is chosen for all ranks too (the widest share's): a graph is captured
+// the first time a rank meets its (bucket, width), so ranks with different widths would
+// capture at different steps -- one rank enqueueing its collectives from the host while
+// another replays them from a graph, which the ranks' meeting around every collective
+// (parallel/rank_rendezvous.h) cannot match. With one key for all, they capture together.
 #pragma once
 
 #include <span>
@@ -22,10 +27,14 @@ struct RankStepShape {
   int batch = 0;             // sequences; 0: a data-parallel rank without chunks
   bool graph_ready = false;  // its decode graph runner takes this share (an empty one: when
                              // graphs are available at all)
+  int pages = 0;             // the page-table width its share needs (its longest sequence's
+                             // pages; 0 without chunks)
 };
 
 // The bucket every rank pads its share to and runs as a graph step, or 0 when the step runs
 // eagerly on every rank.
 int ShardedGraphBucket(std::span<const RankStepShape> ranks, int max_batch_seqs);
+// The page-table width (pages) every rank pads its share to in a graph step: the widest share's.
+int ShardedGraphPages(std::span<const RankStepShape> ranks);
 
 }  // namespace mlaserve::model

@@ -64,19 +64,26 @@ bool DecodeGraphRunner::Applies(const BatchPlan& plan, bool decode_form,
          static_cast<int>(plan.logit_rows.size()) == plan.batch;
 }
 
-absl::Status DecodeGraphRunner::Run(BatchPlan plan, const Step& step, int bucket) {
+void DecodeGraphRunner::KeepLastKeyEager() {
+  auto it = graphs_.find(last_key_);
+  if (it != graphs_.end()) it->second.reset();
+}
+
+absl::Status DecodeGraphRunner::Run(BatchPlan plan, const Step& step, int bucket, int pages) {
+  last_capture_.reset();
   if (bucket == 0) bucket = DecodeBucket(plan.batch, max_batch_seqs_);
   if (bucket < plan.batch || bucket > max_batch_seqs_) {
     return absl::InternalError(absl::StrCat("decode graph: bucket ", bucket, " for a batch of ",
                                             plan.batch, " (max_batch_seqs ", max_batch_seqs_, ")"));
   }
   ++steps_;
-  const int width =
-      std::min(NextPowerOfTwo(std::max(1, plan.max_pages_per_seq)), max_pages_per_seq_);
+  const int width = std::min(NextPowerOfTwo(std::max({1, pages, plan.max_pages_per_seq})),
+                             max_pages_per_seq_);
   plan = PadDecodePlan(std::move(plan), bucket, width, padding_page_);
 
   // Sparse (DSA) steps launch the indexer's top-k and sparse_decode instead of mla_decode.
   const std::tuple<int, int, bool> key{bucket, width, plan.sparse};
+  last_key_ = key;
   auto it = graphs_.find(key);
   ASSIGN_OR_RETURN(float* logits, step.prepare(&plan));
   if (it != graphs_.end() && it->second.has_value()) {
@@ -104,6 +111,7 @@ absl::Status DecodeGraphRunner::Run(BatchPlan plan, const Step& step, int bucket
   } else {
     graphs_[key] = std::nullopt;  // stays eager; the step's result above is unaffected
   }
+  last_capture_ = graph.ok();
   return absl::OkStatus();
 }
 

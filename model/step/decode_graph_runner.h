@@ -69,6 +69,11 @@ class DecodeGraphRunner {
   int captured() const { return static_cast<int>(graphs_.size()); }
   int64_t replays() const { return replays_; }
   int64_t steps() const { return steps_; }  // steps run through Run (replayed, or padded eager)
+  // The last Run's capture: true (captured), false (tried and failed: its key stays eager),
+  // none (it replayed, or its key was already known, or nothing is captured on this backend).
+  std::optional<bool> last_capture() const { return last_capture_; }
+  // The last Run's key runs eagerly from now on (its graph, if any, is dropped).
+  void KeepLastKeyEager();
 
   // Whether this step replays (or captures) a graph: a decode-form batch whose every row
   // wants logits, with no layer callback (graphs cannot call back between layers).
@@ -88,8 +93,10 @@ class DecodeGraphRunner {
   // Pads `plan` to its (bucket, width), runs it (replay, or eager the first time), calls
   // finish, then captures the key's graph the first time. `bucket` > 0: that many rows (a
   // sharded step's bucket, the same on every rank; at least plan.batch, at most
-  // max_batch_seqs); 0: the plan's own (the next power of two).
-  absl::Status Run(BatchPlan plan, const Step& step, int bucket = 0);
+  // max_batch_seqs); 0: the plan's own (the next power of two). The width is the power of two
+  // of pages at or above the larger of `pages` (a sharded step's widest share, the same on
+  // every rank) and the plan's own, at most max_pages_per_seq.
+  absl::Status Run(BatchPlan plan, const Step& step, int bucket = 0, int pages = 0);
 
  private:
   kernels::KernelContext ctx_;
@@ -103,6 +110,8 @@ class DecodeGraphRunner {
   std::map<std::tuple<int, int, bool>, std::optional<CapturedGraph>> graphs_;
   int64_t replays_ = 0;
   int64_t steps_ = 0;
+  std::tuple<int, int, bool> last_key_{0, 0, false};
+  std::optional<bool> last_capture_;
 };
 
 // The bucket of a decode batch of `batch` rows: the next power of two, at most max_batch_seqs.

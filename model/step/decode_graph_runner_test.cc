@@ -117,5 +117,34 @@ TEST(DecodeGraphRunner, PadsToTheGivenBucketAndRunsEagerlyOnTheCpu) {
   EXPECT_EQ(runner.Run(TwoDecodeRows(), step, /*bucket=*/16).code(), absl::StatusCode::kInternal);
 }
 
+// A sharded step's page-table width is given for every rank alike (parallel_graph_plan.h):
+// an idle rank, or one with short sequences, pads its table to the widest share's width (a
+// power of two, at most max_pages_per_seq), so every rank meets the same (bucket, width) key.
+TEST(DecodeGraphRunner, PadsThePageTableToTheGivenWidth) {
+  DecodeGraphRunner runner(kernels::KernelContext{}, /*available=*/true, /*max_batch_seqs=*/8,
+                           /*max_pages_per_seq=*/8, /*padding_page=*/9);
+  std::vector<int> widths;
+  DecodeGraphRunner::Step step;
+  std::vector<float> logits(8);
+  step.prepare = [&](BatchPlan*) -> absl::StatusOr<float*> { return logits.data(); };
+  step.run = [&](const BatchPlan& plan, float*) {
+    widths.push_back(plan.max_pages_per_seq);
+    EXPECT_EQ(plan.block_table.size(), static_cast<size_t>(plan.batch * plan.max_pages_per_seq));
+    EXPECT_EQ(plan.max_seqlen_k, plan.max_pages_per_seq * kernels::kPageSize);
+    return absl::OkStatus();
+  };
+  step.finish = [](const float*) { return absl::OkStatus(); };
+  BatchPlan idle;
+  idle.cu_seqlens_q = {0};
+  idle.all_single_token = true;
+  ASSERT_TRUE(runner.Run(idle, step, /*bucket=*/2, /*pages=*/3).ok());           // idle: 3 -> 4
+  ASSERT_TRUE(runner.Run(TwoDecodeRows(), step, /*bucket=*/2, /*pages=*/3).ok());  // own 2 -> 4
+  ASSERT_TRUE(runner.Run(TwoDecodeRows(), step, /*bucket=*/2, /*pages=*/1).ok());  // own 2 wins
+  ASSERT_TRUE(runner.Run(TwoDecodeRows(), step, /*bucket=*/2, /*pages=*/20).ok());  // capped at 8
+  EXPECT_EQ(widths, (std::vector<int>{4, 4, 2, 8}));
+  // Nothing is captured on the CPU, so no capture to agree on.
+  EXPECT_FALSE(runner.last_capture().has_value());
+}
+
 }  // namespace
 }  // namespace mlaserve::model

@@ -45,7 +45,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 TARGETS="parallel_nccl_gpu_test kernels_moe_shard_cuda_test model_engine_parallel_cuda_test
   kvtransfer_nccl_cuda_test model_kv_pool_cuda_test mlaserve-router mlaserve-prefill mlaserve-decode mlaservectl
-  mlaserve-run mlaserve-bench mlaserve-engine-bench"
+  mlaserve-run mlaserve-bench mlaserve-engine-bench mlaserve-nccl-bench"
 if [[ ${1:-} == --bundle ]]; then
   set -e
   # shellcheck disable=SC2086
@@ -63,7 +63,8 @@ if [[ ${1:-} == --bundle ]]; then
   done
   rm -rf "$smoke"
   echo "smoke: mlaserve-run generates on the CPU fallback; the workers start"
-  tar -cf - .devbin .devlibs | xz -T2 -6 > .devpack-par.tar.xz
+  # -9: its 64 MiB window spans the binaries, which share most of their code (41 MB at -6, 22 at -9)
+  tar -cf - .devbin .devlibs | xz -T2 -9 > .devpack-par.tar.xz
   du -sh .devpack-par.tar.xz | cat
   echo 'carry: [".devpack-par.tar.xz"]'
   exit 0
@@ -188,11 +189,45 @@ if [[ $PARTS == *" v2lite "* && -z ${DRY:-} && -f $V2L/config.json ]]; then
     --max-new-tokens 16 --temperature 0 --ignore-eos --print-ids "$@" 2>> "$W/v2lite/run.log"; }
   want=$(run | tr ',' ' ' | xargs)
   say "v2lite one GPU: $want"
+  first=16  # the first position where a layout's tokens leave the single GPU's
   for lay in "${LAYOUTS[@]}"; do
     # shellcheck disable=SC2086
     got=$(run $lay | tr ',' ' ' | xargs)
     say "v2lite $lay: $([[ -n $got && $got == "$want" ]] && echo "equal" || echo "DIFFERS: $got")"
+    d=$(python3 -c "import sys; a, b = sys.argv[1].split(), sys.argv[2].split(); print(next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), 16))" "$want" "$got")
+    ((d < first)) && first=$d
   done
+  # Where they part: the logits of that position, every layout against the single GPU (the
+  # prompt teacher-forced with the single GPU's tokens up to it), with the single GPU's top-2
+  # margin there (a near tie flips under reordered bf16 sums; a wrong layout moves every logit).
+  if ((first < 16)); then
+    forced=$(python3 -c "import sys; print(','.join(sys.argv[1].split(',') + sys.argv[2].split()[:int(sys.argv[3])]))" "$ids" "$want" "$first")
+    dump() { bounded 120 "$BIN/mlaserve-run" --model "$V2L" --backend cuda --prompt-ids "$forced" \
+      --max-new-tokens 1 --temperature 0 --ignore-eos --print-ids --dump-logits "$@" \
+      > /dev/null 2>> "$W/v2lite/run.log"; }
+    dump "$W/v2lite/single.json"
+    i=0
+    for lay in "${LAYOUTS[@]}"; do
+      i=$((i + 1))
+      # shellcheck disable=SC2086
+      dump "$W/v2lite/layout$i.json" $lay
+      say "v2lite $lay, logits at token $first: $(python3 - "$W/v2lite/single.json" "$W/v2lite/layout$i.json" <<'PY'
+import json, sys
+w = json.load(open(sys.argv[1]))["last_prompt_logits"]
+try:
+    g = json.load(open(sys.argv[2]))["last_prompt_logits"]
+except Exception as e:
+    print(f"no dump ({e})"); sys.exit(0)
+scale = max(abs(x) for x in w)
+top = sorted(range(len(w)), key=lambda i: -w[i])[:2]
+err = max(abs(a - b) for a, b in zip(g, w)) / scale
+am = max(range(len(g)), key=lambda i: g[i])
+print(f"rel err {err:.4f}, single top-2 margin {(w[top[0]] - w[top[1]]) / scale:.5f} "
+      f"({top[0]} vs {top[1]}), layout argmax {am}")
+PY
+)"
+    done
+  fi
   pack
 fi
 
