@@ -216,7 +216,8 @@ absl::Status DeepseekEngine::ForwardInto(std::span<const SequenceChunk> batch, A
                                          const LayerDoneFn& on_layer_done, ForwardResult* result) {
   // One GPU decides its graph steps itself; a rank of a sharded layout only when its
   // ParallelEngine tells every rank alike (ForwardRankInto).
-  return ForwardRankInto(batch, path, on_layer_done, layout_.sharded() ? 0 : kOwnBucket, 0, result);
+  return ForwardRankInto(batch, path, on_layer_done,
+                         GraphStepShape{.bucket = layout_.sharded() ? 0 : kOwnBucket}, result);
 }
 
 absl::StatusOr<RankStepShape> DeepseekEngine::ShapeOf(std::span<const SequenceChunk> batch,
@@ -232,6 +233,7 @@ absl::StatusOr<RankStepShape> DeepseekEngine::ShapeOf(std::span<const SequenceCh
   const AttentionForm form = forms_.Resolve(&plan, path, cache_->ReadsNeedSparseForm());
   shape.batch = plan.batch;
   shape.pages = plan.max_pages_per_seq;
+  shape.sparse = plan.sparse;
   shape.graph_ready =
       decode_graphs_.Applies(plan, form == AttentionForm::kMlaDecode, layer_callback);
   return shape;
@@ -239,8 +241,9 @@ absl::StatusOr<RankStepShape> DeepseekEngine::ShapeOf(std::span<const SequenceCh
 
 absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batch,
                                              AttentionPath path, const LayerDoneFn& on_layer_done,
-                                             int graph_bucket, int graph_pages,
+                                             const GraphStepShape& graph,
                                              ForwardResult* out) {
+  const int graph_bucket = graph.bucket;
   RETURN_IF_ERROR(CheckChunkRanks(batch, 1));
   // Reused storage (ForwardInto): cleared, not freed.
   ForwardResult& result = *out;
@@ -261,8 +264,7 @@ absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batc
     idle.all_single_token = true;
     idle.max_seqlen_q = 1;
     idle.sparse = cache_->ReadsNeedSparseForm();
-    return GraphStep(std::move(idle), AttentionForm::kMlaDecode, {}, graph_bucket, graph_pages,
-                     &result);
+    return GraphStep(std::move(idle), AttentionForm::kMlaDecode, {}, graph, &result);
   }
   ASSIGN_OR_RETURN(BatchPlan plan, planner_.Plan(batch));
   const AttentionForm form = forms_.Resolve(&plan, path, cache_->ReadsNeedSparseForm());
@@ -283,16 +285,17 @@ absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batc
   }
   // Decode batches replay a CUDA graph per (batch bucket, page-table width) when they can;
   // everything else runs eagerly.
-  const bool graph =
+  const bool as_graph =
       graph_bucket != 0 &&
       decode_graphs_.Applies(plan, form == AttentionForm::kMlaDecode, on_layer_done != nullptr);
-  if (graph_bucket > 0 && !graph) {
+  if (graph_bucket > 0 && !as_graph) {
     return absl::InternalError(
         "a graph step was chosen for every rank, but this rank's batch cannot take one");
   }
-  if (graph) {
-    RETURN_IF_ERROR(GraphStep(std::move(plan), form, device_samples, std::max(graph_bucket, 0),
-                              graph_pages, &result));
+  if (as_graph) {
+    GraphStepShape own = graph;
+    own.bucket = std::max(graph_bucket, 0);
+    RETURN_IF_ERROR(GraphStep(std::move(plan), form, device_samples, own, &result));
   } else {
     scratch_.Reset();
     RETURN_IF_ERROR(scratch_.UploadPlan(&plan));
@@ -310,7 +313,9 @@ absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batc
 
 absl::Status DeepseekEngine::GraphStep(BatchPlan plan, AttentionForm form,
                                        std::span<const SampleRow* const> device_samples,
-                                       int bucket, int pages, ForwardResult* result) {
+                                       const GraphStepShape& graph, ForwardResult* result) {
+  plan.sparse = plan.sparse || graph.sparse;
+  const int bucket = graph.bucket;
   const size_t vocab = static_cast<size_t>(config_.vocab_size);
   DecodeGraphRunner::Step step;
   step.prepare = [&](BatchPlan* padded) -> absl::StatusOr<float*> {
@@ -326,7 +331,7 @@ absl::Status DeepseekEngine::GraphStep(BatchPlan plan, AttentionForm form,
   step.finish = [&](const float* logits) { return DeliverRows(logits, device_samples, result); };
   // A sharded graph step's counts are the bucket on every rank (parallel_step.h).
   parallel_.set_static_tokens(bucket);
-  const absl::Status ran = decode_graphs_.Run(std::move(plan), step, bucket, pages);
+  const absl::Status ran = decode_graphs_.Run(std::move(plan), step, bucket, graph.pages);
   parallel_.set_static_tokens(0);
   return ran;
 }

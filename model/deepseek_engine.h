@@ -79,15 +79,16 @@ class DeepseekEngine final : public Engine {
 
   // A ParallelEngine's step on this rank (parallel_graph_plan.h). ShapeOf: how this rank's
   // share looks (host planning only). ForwardRankInto: ForwardInto, as a graph step padded to
-  // `graph_bucket` rows and a page table of at least `graph_pages` pages (both the same on
-  // every rank) when graph_bucket > 0, eagerly when 0; kOwnBucket (one GPU): a graph step at
-  // the batch's own bucket and width where the graph runner takes it.
+  // `graph` (the same on every rank: graph.bucket rows, a page table of at least graph.pages
+  // pages, the sparse form if graph.sparse) when graph.bucket > 0, eagerly when 0; kOwnBucket
+  // (one GPU): a graph step at the batch's own bucket and width where the graph runner takes
+  // it.
   static constexpr int kOwnBucket = -1;
   absl::StatusOr<RankStepShape> ShapeOf(std::span<const SequenceChunk> batch, AttentionPath path,
                                         bool layer_callback) const;
   absl::Status ForwardRankInto(std::span<const SequenceChunk> batch, AttentionPath path,
-                               const LayerDoneFn& on_layer_done, int graph_bucket,
-                               int graph_pages, ForwardResult* result);
+                               const LayerDoneFn& on_layer_done, const GraphStepShape& graph,
+                               ForwardResult* result);
   // Whether the last graph step captured its graph (true), tried and failed (false: that key
   // stays eager), or captured nothing (a replay, an eager step). KeepLastKeyEager: the last
   // step's key runs eagerly from now on (a ParallelEngine whose ranks disagree on a capture
@@ -149,12 +150,12 @@ class DeepseekEngine final : public Engine {
   // A data-parallel rank with no requests this step: the collectives of every layer's
   // feed-forward half and of the LM head, over no rows of its own.
   absl::StatusOr<ForwardResult> JoinIdleStep();
-  // `plan` padded to `bucket` rows (0: its own) and a page table of at least `pages` pages
-  // through the decode graph runner (replayed or captured on kCuda, eager on kCpu), its real
-  // rows delivered into *result.
+  // `plan` padded to `graph` (bucket 0: its own; at least graph.pages pages; sparse if
+  // graph.sparse) through the decode graph runner (replayed or captured on kCuda, eager on
+  // kCpu), its real rows delivered into *result.
   absl::Status GraphStep(BatchPlan plan, AttentionForm form,
-                         std::span<const SampleRow* const> device_samples, int bucket, int pages,
-                         ForwardResult* result);
+                         std::span<const SampleRow* const> device_samples,
+                         const GraphStepShape& graph, ForwardResult* result);
   // After the step: `logits` [rows, vocab] drawn on the device when `device_samples` is not
   // empty, else copied into result->logits (kCuda, through logits_download_'s pinned slots;
   // on kCpu an eager step's logits are result->logits already).

@@ -420,9 +420,20 @@ TEST(ShardedGraphBucket, OneBucketForEveryRankOrNone) {
   EXPECT_EQ(ShardedGraphBucket(std::vector<S>{{5, true}, {2, false}}, 64), 0)
       << "a prefill chunk on one rank: every rank eager";
   EXPECT_EQ(ShardedGraphBucket(std::vector<S>{{0, true}, {0, true}}, 64), 0) << "no work";
-  // One page-table width for every rank: the widest share's (an idle rank needs none).
-  EXPECT_EQ(ShardedGraphPages(std::vector<S>{{1, true, 2}, {0, true, 0}}), 2);
-  EXPECT_EQ(ShardedGraphPages(std::vector<S>{{3, true, 1}, {2, true, 5}, {1, true, 3}}), 5);
+  // One key for every rank: the widest share's page table, the sparse form if any share
+  // needs it (an idle rank needs neither).
+  GraphStepShape g = ShardedGraphStep(std::vector<S>{{1, true, 2, true}, {0, true, 0, false}}, 64);
+  EXPECT_EQ(g.bucket, 1);
+  EXPECT_EQ(g.pages, 2);
+  EXPECT_TRUE(g.sparse);
+  g = ShardedGraphStep(std::vector<S>{{3, true, 1, false}, {2, true, 5, false}, {1, true, 3, false}},
+                       64);
+  EXPECT_EQ(g.bucket, 4);
+  EXPECT_EQ(g.pages, 5);
+  EXPECT_FALSE(g.sparse);
+  g = ShardedGraphStep(std::vector<S>{{3, true, 1, true}, {2, false, 5, false}}, 64);
+  EXPECT_EQ(g.bucket, 0) << "eager: no key";
+  EXPECT_EQ(g.pages, 0);
 }
 
 // What a graph step does on the GPU, except the capture, on the CPU backend: every rank pads

@@ -164,12 +164,11 @@ absl::Status ParallelEngine::StepRanks(
     ASSIGN_OR_RETURN(shapes[r],
                      ranks_[r]->ShapeOf(batches[r], path, layer_done[r] != nullptr));
   }
-  const int bucket = ShardedGraphBucket(shapes, max_batch_seqs_);
-  const int pages = ShardedGraphPages(shapes);
+  const GraphStepShape graph = ShardedGraphStep(shapes, max_batch_seqs_);
+  const int bucket = graph.bucket;
   std::vector<absl::Status> stepped(n);
   OnRanks([&](int r) {
-    stepped[r] =
-        ranks_[r]->ForwardRankInto(batches[r], path, layer_done[r], bucket, pages, results[r]);
+    stepped[r] = ranks_[r]->ForwardRankInto(batches[r], path, layer_done[r], graph, results[r]);
     if (!stepped[r].ok()) {
       // Release the ranks waiting for this one: its own communicator first (the others then
       // see "aborted by rank r"), then theirs, so that on NCCL no kernel of theirs keeps

@@ -17,10 +17,15 @@ int ShardedGraphBucket(std::span<const RankStepShape> ranks, int max_batch_seqs)
   return DecodeBucket(largest, max_batch_seqs);
 }
 
-int ShardedGraphPages(std::span<const RankStepShape> ranks) {
-  int pages = 0;
-  for (const RankStepShape& r : ranks) pages = std::max(pages, r.pages);
-  return pages;
+GraphStepShape ShardedGraphStep(std::span<const RankStepShape> ranks, int max_batch_seqs) {
+  GraphStepShape step;
+  step.bucket = ShardedGraphBucket(ranks, max_batch_seqs);
+  if (step.bucket == 0) return step;
+  for (const RankStepShape& r : ranks) {
+    step.pages = std::max(step.pages, r.pages);
+    step.sparse = step.sparse || r.sparse;
+  }
+  return step;
 }
 
 }  // namespace mlaserve::model

@@ -192,6 +192,35 @@ for line in sys.stdin:
     ids += [int(t) for t in c.get('tokenIds', c.get('token_ids', []))]
 print(' '.join(map(str, ids)))"
 }
+# parted LEN GOT: where served tokens GOT leave the reference's, the reference's logits there
+# (mlaserve-run, the prompt teacher-forced with its own tokens up to that position) and their
+# top-2 margin, as a note: a near tie flips under another layout's reordered bf16 sums, a
+# wrong transfer or layout moves every logit.
+parted() {
+  local len=$1 got=$2 d forced dump="$LOGS/parted_$1.json"
+  d=$(python3 -c "import sys; a, b = sys.argv[1].split(), sys.argv[2].split(); print(next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b))))" "${WANT[$len]}" "$got")
+  forced=$(python3 -c "import sys; print(','.join(sys.argv[1].split(',') + sys.argv[2].split()[:int(sys.argv[3])]))" "$(ids_of "$len")" "${WANT[$len]}" "$d")
+  CUDA_VISIBLE_DEVICES=0 timeout 180 "$B/mlaserve-run" --model "$M" --backend "$BACKEND" \
+    --attention "$ATTN" --prompt-ids "$forced" --max-new-tokens 1 --temperature 0 --ignore-eos \
+    --print-ids --dump-logits "$dump" > /dev/null 2>>"$LOGS/run.log"
+  note "$(basename "$M") len $len: served parts from mlaserve-run at token $d" "$(python3 - "$dump" "$got" "$d" <<'PY'
+import json, sys
+try:
+    w = json.load(open(sys.argv[1]))["last_prompt_logits"]
+except Exception as e:
+    print(f"no reference logits ({e})"); sys.exit(0)
+scale = max(abs(x) for x in w) or 1.0
+order = sorted(range(len(w)), key=lambda i: -w[i])
+toks, d = sys.argv[2].split(), int(sys.argv[3])
+if d >= len(toks):
+    print(f"served stopped after {len(toks)} tokens; reference margin there "
+          f"{(w[order[0]] - w[order[1]]) / scale:.5f}"); sys.exit(0)
+served = int(toks[d])
+print(f"reference top-2 {order[0]} vs {order[1]}, margin {(w[order[0]] - w[order[1]]) / scale:.5f} of max|logit|; "
+      f"served {served} at rank {order.index(served) + 1}, {(w[order[0]] - w[served]) / scale:.5f} below the top")
+PY
+)"
+}
 want() {  # single-process reference on GPU 0, the same prefill attention form
   CUDA_VISIBLE_DEVICES=0 timeout 180 "$B/mlaserve-run" --model "$M" --backend "$BACKEND" \
     --attention "$ATTN" --prompt-ids "$(ids_of "$1")" --max-new-tokens 16 --temperature 0 \
@@ -277,7 +306,11 @@ for MODEL in $MODELS; do
     for len in "${LENS[@]}"; do
       n=$((n + 1)); got=$(served "$len")
       printf '%s len %s run:    %s\n%s len %s served: %s\n' "$name" "$len" "${WANT[$len]}" "$name" "$len" "$got" >> "$OUT/tokens.log"
-      [[ -n ${WANT[$len]} && ${WANT[$len]} == "$got" ]] && ok=$((ok + 1))
+      if [[ -n ${WANT[$len]} && ${WANT[$len]} == "$got" ]]; then
+        ok=$((ok + 1))
+      elif [[ -n $got && -n ${WANT[$len]} ]]; then
+        parted "$len" "$got"
+      fi
     done
     after=$(counter "$url" mlaserve_kv_transfer_bytes_total "transport=\"$TRANSPORT\"")
     note "$name: served ($TRANSPORT) == mlaserve-run, attention $ATTN" "$ok of $n prompts (16 greedy tokens)"
