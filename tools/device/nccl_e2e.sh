@@ -20,7 +20,7 @@
 #      transfer whose received bytes differ from the sent ones (bytes + per-page checksums);
 #   2. the prefill worker really sent over $TRANSPORT (its mlaserve_kv_transfer_bytes_total
 #      {transport=...} counter grew by the bytes of the prompts);
-# Then, on the first model:
+# Then, on the first model (unless KILLS=0):
 #   3. kill -9 the prefill worker while prompts are in flight: the decode worker's free KV pages
 #      return to their idle value and it keeps serving (a restarted prefill worker's request
 #      gives the same tokens); then the same with the decode worker killed;
@@ -323,7 +323,7 @@ for MODEL in $MODELS; do
       continue
     fi
 
-    if [[ $first == 1 ]]; then
+    if [[ $first == 1 && ${KILLS:-1} == 1 ]]; then  # KILLS=0: served tokens and bytes only
       first=0
       # --- 3. kill each worker in turn while prompts are in flight
       kill_mid_transfer prefill decode "$DA" start_prefill
