@@ -445,11 +445,15 @@ int main(int argc, char** argv) {
                              {"graph_steps_ms", t.graph_ms}});
   }
   const double used_end = UsedGiB();
+  const std::string graphs =
+      be.graphs_captured() >= 0
+          ? absl::StrFormat("decode graphs captured %d, replays %d", be.graphs_captured(),
+                            be.graph_replays())
+          : absl::StrFormat("graph steps %d (every rank captures or replays its own)",
+                            be.graph_replays());
   std::printf("\ndevice %d memory in use: %.2f GiB before Create (context), %.2f GiB after Create "
-              "(weights + KV pool of %d pages = %.2f GiB + workspaces), %.2f GiB at the end; "
-              "decode graphs captured %d, replays %lld\n",
-              device, used_before, used_loaded, num_pages, kv_gib, used_end, be.graphs_captured(),
-              static_cast<long long>(be.graph_replays()));
+              "(weights + KV pool of %d pages = %.2f GiB + workspaces), %.2f GiB at the end; %s\n",
+              device, used_before, used_loaded, num_pages, kv_gib, used_end, graphs.c_str());
   out["memory_gib"] = {{"before_create", used_before}, {"after_create", used_loaded},
                        {"end", used_end}, {"kv_pool", kv_gib}, {"kv_pages", num_pages}};
   out["graphs_captured"] = be.graphs_captured();
