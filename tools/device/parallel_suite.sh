@@ -9,7 +9,7 @@
 #   there:  tools/device/parallel_suite.sh             (carry [".devpack-par.tar.xz"])
 #   dry run here (CPU backend, tcp; checks the script and the e2e part): DRY=1 BIN=build
 #           tools/device/parallel_suite.sh
-# Parts (PARTS, default "tests e2edp e2e1"):
+# Parts (PARTS, default "tests e2edp e2emix e2e1 v2lite bench"):
 #   tests  parallel_nccl_gpu_test: every collective on every GPU, and Collective::AllToAll
 #            captured in a CUDA graph and replayed (what a graph decode step of the
 #            fixed-capacity all-to-all holds);
@@ -31,6 +31,11 @@
 #          other serves on), TTFT with --kv-layerwise true / false.
 #   e2e1   tools/device/nccl_e2e.sh with one GPU per worker (GPU 0 -> GPU 1, nccl) on the
 #          deepseek_v2 fixture: the run issue 19 asks of the nccl transport itself.
+#   e2emix prefill and decode in different layouts over nccl on 2 GPUs: a one-GPU prefill worker
+#          on GPU 1 ships to a tensor-parallel decode worker on GPUs 0,1 (--tp-size 2
+#          --attention-parallel tensor): the KV goes over nccl GPU 1 -> decode rank 0 on GPU 0,
+#          which copies it into rank 1's replica on GPU 1 (a data-parallel decode worker would
+#          place sessions on GPU 1 too, where NCCL cannot pair it with the prefill worker).
 #   v2lite mlaserve-run on a random DeepSeek-V2-Lite-shaped checkpoint (tools/make_random_model.py,
 #          in /dev/shm): the greedy tokens of every 2-rank layout (tensor / data attention x
 #          gather / all-to-all) against the single GPU's, with the top-2 margins of the single
@@ -72,7 +77,7 @@ fi
 
 T0=$SECONDS
 BUDGET=${BUDGET:-540}
-PARTS=" ${PARTS:-tests e2edp e2e1 v2lite bench} "
+PARTS=" ${PARTS:-tests e2edp e2emix e2e1 v2lite bench} "
 FINAL=${OUT:-/tmp/par_out}
 W=$(mktemp -d -t par-suite-XXXXXX)
 mkdir -p "$FINAL"
@@ -163,6 +168,18 @@ if [[ $PARTS == *" e2edp "* ]]; then
     bounded 200 tools/device/nccl_e2e.sh > "$W/e2edp/e2e.txt" 2>&1
   say "nccl_e2e (data-parallel workers) rc=$?"
   sed -n '/^== summary/,$p' "$W/e2edp/e2e.txt" | tee -a "$W/summary.txt"
+  pack
+fi
+
+if [[ $PARTS == *" e2emix "* && -z ${DRY:-} ]]; then
+  mkdir -p "$W/e2emix"
+  say "e2emix: prefill (one GPU) on GPU 1, decode '--tp-size 2 --attention-parallel tensor' on GPUs 0,1, KV over nccl"
+  BIN=$BIN OUT=$W/e2emix E2E_LOGS=$W/e2emix/logs SERVED_S=${SERVED_S:-40} \
+    MODELS="$FIXTURES/deepseek_v2" PREFILL_GPUS=1 DECODE_GPUS=0,1 \
+    DECODE_LAYOUT="--tp-size 2 --attention-parallel tensor" \
+    bounded 200 tools/device/nccl_e2e.sh > "$W/e2emix/e2e.txt" 2>&1
+  say "nccl_e2e (prefill and decode in different layouts) rc=$?"
+  sed -n '/^== summary/,$p' "$W/e2emix/e2e.txt" | tee -a "$W/summary.txt"
   pack
 fi
 
