@@ -203,6 +203,14 @@ parted() {
   CUDA_VISIBLE_DEVICES=0 timeout 180 "$B/mlaserve-run" --model "$M" --backend "$BACKEND" \
     --attention "$ATTN" --prompt-ids "$forced" --max-new-tokens 1 --temperature 0 --ignore-eos \
     --print-ids --dump-logits "$dump" > /dev/null 2>>"$LOGS/run.log"
+  # The f32 CPU engine (as Hugging Face routes) as the judge, on the small fixtures only.
+  local cpu="" judge=""
+  if [[ $M == tests/fixtures/* ]]; then
+    cpu=$(timeout 120 "$B/mlaserve-run" --model "$M" --backend cpu --attention "$ATTN" \
+      --prompt-ids "$(ids_of "$len")" --max-new-tokens 16 --temperature 0 --ignore-eos \
+      --print-ids 2>>"$LOGS/run.log" | tr ',' ' ' | xargs)
+    judge="; f32 CPU: $(python3 -c "import sys; c, r, s = (x.split() for x in sys.argv[1:4]); m = lambda a: next((i for i in range(min(len(a), len(c))) if a[i] != c[i]), min(len(a), len(c))); print(f'run parts from it at token {m(r)}, served at token {m(s)}')" "$cpu" "${WANT[$len]}" "$got")"
+  fi
   note "$(basename "$M") len $len: served parts from mlaserve-run at token $d" "$(python3 - "$dump" "$got" "$d" <<'PY'
 import json, sys
 try:
@@ -219,7 +227,7 @@ served = int(toks[d])
 print(f"reference top-2 {order[0]} vs {order[1]}, margin {(w[order[0]] - w[order[1]]) / scale:.5f} of max|logit|; "
       f"served {served} at rank {order.index(served) + 1}, {(w[order[0]] - w[served]) / scale:.5f} below the top")
 PY
-)"
+)$judge"
 }
 want() {  # single-process reference on GPU 0, the same prefill attention form
   CUDA_VISIBLE_DEVICES=0 timeout 180 "$B/mlaserve-run" --model "$M" --backend "$BACKEND" \
