@@ -197,9 +197,9 @@ print(' '.join(map(str, ids)))"
 # top-2 margin, as a note: a near tie flips under another layout's reordered bf16 sums, a
 # wrong transfer or layout moves every logit.
 parted() {
-  local len=$1 got=$2 d forced dump="$LOGS/parted_$1.json"
-  d=$(python3 -c "import sys; a, b = sys.argv[1].split(), sys.argv[2].split(); print(next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), min(len(a), len(b))))" "${WANT[$len]}" "$got")
-  forced=$(python3 -c "import sys; print(','.join(sys.argv[1].split(',') + sys.argv[2].split()[:int(sys.argv[3])]))" "$(ids_of "$len")" "${WANT[$len]}" "$d")
+  local len=$1 got=$2 d forced dump="$LOGS/parted_$1.json" tp=tools/device/token_parts.py
+  d=$(python3 "$tp" parts "${WANT[$len]}" "$got")
+  forced=$(python3 "$tp" forced "$(ids_of "$len")" "${WANT[$len]}" "$d")
   CUDA_VISIBLE_DEVICES=0 timeout 180 "$B/mlaserve-run" --model "$M" --backend "$BACKEND" \
     --attention "$ATTN" --prompt-ids "$forced" --max-new-tokens 1 --temperature 0 --ignore-eos \
     --print-ids --dump-logits "$dump" > /dev/null 2>>"$LOGS/run.log"
@@ -209,25 +209,10 @@ parted() {
     cpu=$(timeout 120 "$B/mlaserve-run" --model "$M" --backend cpu --attention "$ATTN" \
       --prompt-ids "$(ids_of "$len")" --max-new-tokens 16 --temperature 0 --ignore-eos \
       --print-ids 2>>"$LOGS/run.log" | tr ',' ' ' | xargs)
-    judge="; f32 CPU: $(python3 -c "import sys; c, r, s = (x.split() for x in sys.argv[1:4]); m = lambda a: next((i for i in range(min(len(a), len(c))) if a[i] != c[i]), min(len(a), len(c))); print(f'run parts from it at token {m(r)}, served at token {m(s)}')" "$cpu" "${WANT[$len]}" "$got")"
+    judge="; f32 CPU: run parts from it at token $(python3 "$tp" parts "$cpu" "${WANT[$len]}"), served at token $(python3 "$tp" parts "$cpu" "$got")"
   fi
-  note "$(basename "$M") len $len: served parts from mlaserve-run at token $d" "$(python3 - "$dump" "$got" "$d" <<'PY'
-import json, sys
-try:
-    w = json.load(open(sys.argv[1]))["last_prompt_logits"]
-except Exception as e:
-    print(f"no reference logits ({e})"); sys.exit(0)
-scale = max(abs(x) for x in w) or 1.0
-order = sorted(range(len(w)), key=lambda i: -w[i])
-toks, d = sys.argv[2].split(), int(sys.argv[3])
-if d >= len(toks):
-    print(f"served stopped after {len(toks)} tokens; reference margin there "
-          f"{(w[order[0]] - w[order[1]]) / scale:.5f}"); sys.exit(0)
-served = int(toks[d])
-print(f"reference top-2 {order[0]} vs {order[1]}, margin {(w[order[0]] - w[order[1]]) / scale:.5f} of max|logit|; "
-      f"served {served} at rank {order.index(served) + 1}, {(w[order[0]] - w[served]) / scale:.5f} below the top")
-PY
-)$judge"
+  note "$(basename "$M") len $len: served parts from mlaserve-run at token $d" \
+    "$(python3 "$tp" margin "$dump" --served "$got" --at "$d")$judge"
 }
 want() {  # single-process reference on GPU 0, the same prefill attention form
   CUDA_VISIBLE_DEVICES=0 timeout 180 "$B/mlaserve-run" --model "$M" --backend "$BACKEND" \

@@ -211,14 +211,16 @@ if [[ $PARTS == *" v2lite "* && -z ${DRY:-} && -f $V2L/config.json ]]; then
     # shellcheck disable=SC2086
     got=$(run $lay | tr ',' ' ' | xargs)
     say "v2lite $lay: $([[ -n $got && $got == "$want" ]] && echo "equal" || echo "DIFFERS: $got")"
-    d=$(python3 -c "import sys; a, b = sys.argv[1].split(), sys.argv[2].split(); print(next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), 16))" "$want" "$got")
-    ((d < first)) && first=$d
+    if [[ -n $got ]]; then
+      d=$(python3 tools/device/token_parts.py parts "$want" "$got")
+      ((d < first)) && first=$d
+    fi
   done
   # Where they part: the logits of that position, every layout against the single GPU (the
   # prompt teacher-forced with the single GPU's tokens up to it), with the single GPU's top-2
   # margin there (a near tie flips under reordered bf16 sums; a wrong layout moves every logit).
   if ((first < 16)); then
-    forced=$(python3 -c "import sys; print(','.join(sys.argv[1].split(',') + sys.argv[2].split()[:int(sys.argv[3])]))" "$ids" "$want" "$first")
+    forced=$(python3 tools/device/token_parts.py forced "$ids" "$want" "$first")
     dump() { bounded 120 "$BIN/mlaserve-run" --model "$V2L" --backend cuda --prompt-ids "$forced" \
       --max-new-tokens 1 --temperature 0 --ignore-eos --print-ids --dump-logits "$@" \
       > /dev/null 2>> "$W/v2lite/run.log"; }
@@ -228,21 +230,8 @@ if [[ $PARTS == *" v2lite "* && -z ${DRY:-} && -f $V2L/config.json ]]; then
       i=$((i + 1))
       # shellcheck disable=SC2086
       dump "$W/v2lite/layout$i.json" $lay
-      say "v2lite $lay, logits at token $first: $(python3 - "$W/v2lite/single.json" "$W/v2lite/layout$i.json" <<'PY'
-import json, sys
-w = json.load(open(sys.argv[1]))["last_prompt_logits"]
-try:
-    g = json.load(open(sys.argv[2]))["last_prompt_logits"]
-except Exception as e:
-    print(f"no dump ({e})"); sys.exit(0)
-scale = max(abs(x) for x in w)
-top = sorted(range(len(w)), key=lambda i: -w[i])[:2]
-err = max(abs(a - b) for a, b in zip(g, w)) / scale
-am = max(range(len(g)), key=lambda i: g[i])
-print(f"rel err {err:.4f}, single top-2 margin {(w[top[0]] - w[top[1]]) / scale:.5f} "
-      f"({top[0]} vs {top[1]}), layout argmax {am}")
-PY
-)"
+      say "v2lite $lay, logits at token $first: $(python3 tools/device/token_parts.py margin \
+        "$W/v2lite/single.json" --layout "$W/v2lite/layout$i.json")"
     done
   fi
   pack
