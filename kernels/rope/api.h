@@ -65,7 +65,26 @@ struct RopeParams {
   int64_t out_token_stride = 0;
   int64_t out_head_stride = 0;
   int out_offset = 0;
+  // Optional, with `out` and the fused norm: the rest of MLA's absorbed query in the same launch,
+  //   out[t, h, j] = sum_i x[t, h, i] * absorb_w[h, j, i]   for j < absorb_n, i < absorb_k,
+  // i.e. q_nope . W_UK per head through W_UK's transposed copy (absorb_w: [num_heads, absorb_n,
+  // absorb_k], each head an nn.Linear-shaped [n, k] weight), f32 sums rounded once. The nope
+  // part precedes the rotated one in x (absorb_k <= offset) and the result precedes the rotated
+  // part in out (absorb_n <= out_offset). The decode step's q_nope . W_UK GEMM becomes extra
+  // blocks of this launch (RopeAbsorbSupported says where the CUDA backend takes it). null: none.
+  const void* absorb_w = nullptr;
+  int absorb_n = 0;
+  int absorb_k = 0;
 };
+
+// The most tokens a launch with absorb_w takes (its blocks hold a slice of the weight in
+// registers and run every token over it: a few tokens of a decode step).
+inline constexpr int kRopeAbsorbMaxTokens = 16;
+
+// Whether the CUDA backend takes absorb_w for these widths and this many tokens: bf16,
+// num_tokens <= kRopeAbsorbMaxTokens, absorb_k a multiple of 8 and at most 256 (a weight row is
+// read as 16-byte vectors by at most one warp), 16-byte aligned rows (x, out and the weight).
+bool RopeAbsorbSupported(DType dtype, int num_tokens, int absorb_k);
 
 absl::Status Rope(const RopeParams& p, const KernelContext& ctx);
 absl::Status RopeCpu(const RopeParams& p);

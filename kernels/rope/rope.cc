@@ -70,7 +70,29 @@ absl::Status Rope(const RopeParams& p, const KernelContext& ctx) {
     RETURN_IF_ERROR(CheckStrides("out_", p.num_tokens, p.num_heads, p.out_token_stride,
                                  p.out_head_stride, p.out_offset, p.rot_dim));
   }
+  if (p.absorb_w != nullptr) {
+    if (p.out == nullptr || p.k_norm_weight == nullptr || p.absorb_n <= 0 || p.absorb_k <= 0 ||
+        p.absorb_k > p.offset || p.absorb_n > p.out_offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rope: the fused absorbed query takes `out`, the fused norm, 0 < absorb_k <= offset and "
+          "0 < absorb_n <= out_offset (got out ", p.out == nullptr ? "null" : "set",
+          ", k_norm_weight ", p.k_norm_weight == nullptr ? "null" : "set", ", absorb_k=",
+          p.absorb_k, ", offset=", p.offset, ", absorb_n=", p.absorb_n, ", out_offset=",
+          p.out_offset, ")"));
+    }
+    if (ctx.backend == Backend::kCuda && !RopeAbsorbSupported(p.dtype, p.num_tokens, p.absorb_k)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rope: the CUDA backend's fused absorbed query takes bf16, at most ",
+          kRopeAbsorbMaxTokens, " tokens and absorb_k a multiple of 8 up to 256 (got dtype=",
+          DTypeName(p.dtype), ", num_tokens=", p.num_tokens, ", absorb_k=", p.absorb_k, ")"));
+    }
+  }
   MLASERVE_DISPATCH("rope", ctx, RopeCpu(p), RopeCuda(p, ctx.stream));
+}
+
+bool RopeAbsorbSupported(DType dtype, int num_tokens, int absorb_k) {
+  return dtype == DType::kBF16 && num_tokens <= kRopeAbsorbMaxTokens && absorb_k > 0 &&
+         absorb_k % 8 == 0 && absorb_k <= 256;
 }
 
 }  // namespace mlaserve::kernels

@@ -2,11 +2,15 @@
 // (one launch for MLA's q and k_pe), f32 math on the f32 cos/sin table, in place or into `out`;
 // with the fused latent norm (k_norm_weight) one block per token: RMSNorm of its k row's first
 // k_norm_dim values (kernels/norm's bf16 rounding), then its pairs, then (with `cache`) the
-// finished row into its cache slot. Launched with PDL
+// finished row into its cache slot; with absorb_w, more blocks after the token blocks compute
+// the absorbed query's latent part (q_nope . W_UK per head, AbsorbBlock). Launched with PDL
 // (kernels/common/pdl.cuh). A position outside [0, max_position) cannot be
 // reported without a host sync: that token is left unrotated (with `out`: its slice there is
 // not written); callers validate, and the CPU backend refuses it.
 #include <cuda_bf16.h>
+
+#include <cstdint>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/cuda_util.cuh"
@@ -62,9 +66,96 @@ __global__ void __launch_bounds__(kThreads) RopeKernel(const __grid_constant__ R
   }
 }
 
-// One block per token: the k row's latent norm, then every pair of the token.
+// The absorbed query's blocks. Block (h, chunk) owns rows [chunk * rows_per_block, +rows_per_block)
+// of head h's [n, k] weight: it loads them into registers before the PDL wait (a weight:
+// kernels/common/pdl.cuh, rule 3), so the load overlaps the kernel before, then runs every token
+// over them. A row's k values are read by `lanes` lanes (k / 8 rounded up to a power of two), one
+// 16-byte vector each, so a warp reads 32 / lanes whole rows per pass -- 512 contiguous bytes
+// where k is a power of two times 8 -- and kAbsorbPasses passes.
+constexpr int kAbsorbPasses = 4;
+constexpr int kAbsorbTokenGroup = 4;  // tokens whose query vectors are loaded together
+
+struct AbsorbLayout {
+  int lanes = 1;           // lanes per weight row
+  int rows_per_pass = 32;  // rows a warp reads per pass
+  int rows_per_block = 0;
+  int chunks = 0;          // blocks per head
+};
+
+__host__ __device__ inline AbsorbLayout AbsorbLayoutFor(int n, int k) {
+  AbsorbLayout l;
+  while (l.lanes * 8 < k) l.lanes *= 2;  // k <= 256: at most 32
+  l.rows_per_pass = 32 / l.lanes;
+  l.rows_per_block = (kThreads / 32) * kAbsorbPasses * l.rows_per_pass;
+  l.chunks = (n + l.rows_per_block - 1) / l.rows_per_block;
+  return l;
+}
+
+__device__ __forceinline__ float Dot8(const uint4& a, const uint4& b) {
+  const auto* x = reinterpret_cast<const __nv_bfloat162*>(&a);
+  const auto* y = reinterpret_cast<const __nv_bfloat162*>(&b);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 u = __bfloat1622float2(x[i]), v = __bfloat1622float2(y[i]);
+    sum = fmaf(u.x, v.x, sum);
+    sum = fmaf(u.y, v.y, sum);
+  }
+  return sum;
+}
+
+__device__ void AbsorbBlock(const RopeParams& p, int block) {
+  const AbsorbLayout l = AbsorbLayoutFor(p.absorb_n, p.absorb_k);
+  const int h = block / l.chunks, chunk = block % l.chunks;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int seg = lane % l.lanes;  // the row's 16-byte vector this lane reads
+  const bool active = seg * 8 < p.absorb_k;
+  const int row0 = chunk * l.rows_per_block + warp * kAbsorbPasses * l.rows_per_pass + lane / l.lanes;
+  const auto* w = static_cast<const __nv_bfloat16*>(p.absorb_w) +
+                  static_cast<int64_t>(h) * p.absorb_n * p.absorb_k + seg * 8;
+  uint4 wv[kAbsorbPasses];
+#pragma unroll
+  for (int s = 0; s < kAbsorbPasses; ++s) {
+    const int r = row0 + s * l.rows_per_pass;
+    wv[s] = active && r < p.absorb_n ? __ldg(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(r) * p.absorb_k))
+                                     : make_uint4(0, 0, 0, 0);
+  }
+  cuda::PdlEnter();
+  const auto* x = static_cast<const __nv_bfloat16*>(p.x) + h * p.head_stride + seg * 8;
+  auto* out = static_cast<__nv_bfloat16*>(p.out) + h * p.out_head_stride;
+  for (int t0 = 0; t0 < p.num_tokens; t0 += kAbsorbTokenGroup) {
+    uint4 xv[kAbsorbTokenGroup];
+#pragma unroll
+    for (int u = 0; u < kAbsorbTokenGroup; ++u) {
+      const int t = t0 + u;
+      xv[u] = active && t < p.num_tokens ? *reinterpret_cast<const uint4*>(x + t * p.token_stride)
+                                         : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kAbsorbTokenGroup; ++u) {
+      const int t = t0 + u;
+      if (t >= p.num_tokens) break;  // the same for the whole block
+#pragma unroll
+      for (int s = 0; s < kAbsorbPasses; ++s) {
+        float sum = Dot8(wv[s], xv[u]);
+        for (int o = l.lanes / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const int r = row0 + s * l.rows_per_pass;
+        if (seg == 0 && r < p.absorb_n) out[t * p.out_token_stride + r] = __float2bfloat16(sum);
+      }
+    }
+  }
+}
+
+// One block per token: the k row's latent norm, then every pair of the token; with absorb_w the
+// absorbed query's blocks follow the token blocks.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) RopeNormKernel(const __grid_constant__ RopeParams p) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (blockIdx.x >= static_cast<unsigned>(p.num_tokens)) {
+      AbsorbBlock(p, static_cast<int>(blockIdx.x) - p.num_tokens);
+      return;
+    }
+  }
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x;
   const int half = p.rot_dim / 2;
@@ -110,7 +201,22 @@ absl::Status LaunchRope(const RopeParams& p, cudaStream_t s) {
   shape.block = dim3(kThreads);
   shape.stream = s;
   if (p.k_norm_weight != nullptr) {
-    shape.grid = dim3(static_cast<unsigned>(p.num_tokens));
+    int blocks = p.num_tokens;
+    if (p.absorb_w != nullptr) {
+      // Rope's dispatcher checked the widths and RopeAbsorbSupported; the 16-byte loads need
+      // 16-byte aligned rows.
+      const bool aligned = std::is_same_v<T, __nv_bfloat16> &&
+                           (reinterpret_cast<uintptr_t>(p.x) | reinterpret_cast<uintptr_t>(p.absorb_w)) % 16 == 0 &&
+                           p.token_stride % 8 == 0 && p.head_stride % 8 == 0;
+      if (!aligned) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rope: the fused absorbed query reads x and absorb_w in 16-byte vectors: bf16, both "
+            "16-byte aligned and token_stride / head_stride multiples of 8 (got token_stride=",
+            p.token_stride, ", head_stride=", p.head_stride, ")"));
+      }
+      blocks += p.num_heads * AbsorbLayoutFor(p.absorb_n, p.absorb_k).chunks;
+    }
+    shape.grid = dim3(static_cast<unsigned>(blocks));
     return cuda::LaunchPdl("rope+norm", shape, RopeNormKernel<T>, p);
   }
   const int heads = p.num_heads + (p.k != nullptr ? p.k_heads : 0);

@@ -2,6 +2,7 @@
 // of q), bf16 within 1e-2 and f32 within 1e-6. Values outside the rotated slice stay as they were.
 #include <cmath>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -151,6 +152,99 @@ TEST_P(RopeCudaQk, MatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Fusions, RopeCudaQk,
                          ::testing::Values(Fused::kNone, Fused::kNorm, Fused::kNormAndCache));
+
+// The absorbed query's latent part in the rope launch (absorb_w: q_nope . W_UK per head, the
+// decode step's GEMM folded in): against the CPU's f32 sums on the same bf16 inputs, every
+// element of the absorbed query written (poisoned first), the cache entry as without it, q only
+// read, two launches bit for bit. (tokens, heads, nope, rank)
+class RopeCudaAbsorb : public ::testing::TestWithParam<std::tuple<int, int, int, int>> {};
+
+TEST_P(RopeCudaAbsorb, MatchesCpu) {
+  const auto [tokens, heads, nope, rank] = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const int rot = 64, max_pos = 4096;
+  const int qk = nope + rot, entry = rank + rot;
+  auto q = testing::RandomVector(static_cast<size_t>(tokens) * heads * qk, seed);
+  auto kv = testing::RandomVector(static_cast<size_t>(tokens) * entry, seed + 1);
+  auto cos_sin = testing::RandomVector(static_cast<size_t>(max_pos) * rot, seed + 2);
+  auto norm_w = testing::RandomVector(rank, seed + 3, 0.5f, 1.5f);
+  // W_UK^T per head at the scale of a trained one (rows of ~unit norm over nope inputs).
+  const float scale = 1.0f / std::sqrt(static_cast<float>(nope));
+  auto w = testing::RandomVector(static_cast<size_t>(heads) * rank * nope, seed + 4, -scale, scale);
+  testing::RoundToBf16(q); testing::RoundToBf16(kv); testing::RoundToBf16(norm_w); testing::RoundToBf16(w);
+  std::mt19937 rng(seed);
+  std::vector<int32_t> pos(tokens);
+  for (auto& v : pos) v = std::uniform_int_distribution<int>(0, max_pos - 1)(rng);
+  std::vector<float> q_abs(static_cast<size_t>(tokens) * heads * entry, 0.0f), kv_want = kv;
+  RopeParams p;
+  p.num_tokens = tokens; p.num_heads = heads; p.rot_dim = rot; p.x = q.data();
+  p.token_stride = static_cast<int64_t>(heads) * qk; p.head_stride = qk; p.offset = nope;
+  p.positions = pos.data(); p.cos_sin = cos_sin.data(); p.max_position = max_pos;
+  p.k = kv_want.data(); p.k_heads = 1; p.k_token_stride = entry; p.k_head_stride = entry;
+  p.k_offset = rank;
+  p.k_norm_weight = norm_w.data(); p.k_norm_dim = rank; p.k_norm_eps = 1e-6f;
+  p.out = q_abs.data(); p.out_token_stride = static_cast<int64_t>(heads) * entry;
+  p.out_head_stride = entry; p.out_offset = rank;
+  p.absorb_w = w.data(); p.absorb_n = rank; p.absorb_k = nope;
+  ASSERT_TRUE(Rope(p, KernelContext{}).ok());
+  auto d_q = testing::ToDeviceBf16(q), d_kv = testing::ToDeviceBf16(kv);
+  auto d_norm_w = testing::ToDeviceBf16(norm_w), d_w = testing::ToDeviceBf16(w);
+  auto d_abs = testing::PoisonedBf16(q_abs.size());
+  auto d_pos = testing::ToDevice(pos);
+  auto d_cs = testing::ToDevice(cos_sin);
+  RopeParams g = p;
+  g.dtype = DType::kBF16; g.x = d_q.get(); g.k = d_kv.get(); g.out = d_abs.get();
+  g.positions = d_pos.as<int32_t>(); g.cos_sin = d_cs.as<float>();
+  g.k_norm_weight = d_norm_w.get(); g.absorb_w = d_w.get();
+  ASSERT_TRUE(Rope(g, KernelContext{Backend::kCuda, nullptr}).ok());
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  const auto got_abs = testing::ToHostBf16(d_abs, q_abs.size());
+  for (size_t i = 0; i < got_abs.size(); ++i) ASSERT_FALSE(std::isnan(got_abs[i])) << "not written at " << i;
+  std::vector<float> got_lat, want_lat, got_rope, want_rope;
+  for (size_t i = 0; i < q_abs.size(); ++i) {
+    const bool latent = static_cast<int>(i % entry) < rank;
+    (latent ? got_lat : got_rope).push_back(got_abs[i]);
+    (latent ? want_lat : want_rope).push_back(q_abs[i]);
+  }
+  EXPECT_LE(testing::RelativeError(got_lat, want_lat), 1e-2);
+  EXPECT_LE(testing::RelativeError(got_rope, want_rope), 1e-2);
+  EXPECT_EQ(testing::ToHostBf16(d_q, q.size()), q) << "q is only read";
+  EXPECT_LE(testing::RelativeError(testing::ToHostBf16(d_kv, kv.size()), kv_want), 1e-2);
+  // Again on the same inputs (kv was normed in place: restore it): the same bits.
+  auto d_kv2 = testing::ToDeviceBf16(kv);
+  auto d_abs2 = testing::PoisonedBf16(q_abs.size());
+  g.k = d_kv2.get(); g.out = d_abs2.get();
+  ASSERT_TRUE(Rope(g, KernelContext{Backend::kCuda, nullptr}).ok());
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  EXPECT_EQ(testing::ToHostBf16(d_abs2, q_abs.size()), got_abs);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, RopeCudaAbsorb,
+    ::testing::Values(std::make_tuple(1, 16, 128, 512),    // V2-Lite / V3 at TP 8, one token
+                      std::make_tuple(4, 16, 128, 512), std::make_tuple(16, 16, 128, 512),
+                      std::make_tuple(1, 128, 128, 512),   // V3 on one GPU
+                      std::make_tuple(3, 5, 24, 40),       // fixture-sized, rows not a whole block
+                      std::make_tuple(2, 4, 32, 64), std::make_tuple(7, 6, 16, 32),
+                      std::make_tuple(1, 2, 256, 64),      // a row across a whole warp
+                      std::make_tuple(5, 16, 40, 512)));   // lanes past the row idle
+
+TEST(RopeCudaAbsorbRefusal, NamesTheValue) {
+  RopeParams p;
+  std::vector<float> host(8);
+  p.dtype = DType::kBF16; p.num_tokens = kRopeAbsorbMaxTokens + 1; p.num_heads = 1; p.rot_dim = 8;
+  p.x = host.data(); p.token_stride = 136; p.head_stride = 136; p.offset = 128;
+  p.positions = reinterpret_cast<const int32_t*>(host.data()); p.cos_sin = host.data(); p.max_position = 8;
+  p.k = host.data(); p.k_heads = 1; p.k_token_stride = 520; p.k_head_stride = 520; p.k_offset = 512;
+  p.k_norm_weight = host.data(); p.k_norm_dim = 512;
+  p.out = host.data(); p.out_token_stride = 520; p.out_head_stride = 520; p.out_offset = 512;
+  p.absorb_w = host.data(); p.absorb_n = 512; p.absorb_k = 128;
+  const auto st = Rope(p, KernelContext{Backend::kCuda, nullptr});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("num_tokens=" + std::to_string(kRopeAbsorbMaxTokens + 1)), std::string::npos)
+      << st.message();
+}
 
 }  // namespace
 }  // namespace mlaserve::kernels

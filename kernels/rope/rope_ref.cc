@@ -41,6 +41,16 @@ absl::Status RopeCpu(const RopeParams& p) {
       float* dst = out != nullptr ? out + t * p.out_token_stride + h * p.out_head_stride + p.out_offset
                                   : x + t * p.token_stride + h * p.head_stride + p.offset;
       rotate(cos, src, dst);
+      if (p.absorb_w != nullptr) {  // the absorbed query's latent part (out is set)
+        const float* xn = x + t * p.token_stride + h * p.head_stride;
+        const float* wh = static_cast<const float*>(p.absorb_w) + static_cast<int64_t>(h) * p.absorb_n * p.absorb_k;
+        float* o = out + t * p.out_token_stride + h * p.out_head_stride;
+        for (int j = 0; j < p.absorb_n; ++j) {
+          float sum = 0.0f;
+          for (int i = 0; i < p.absorb_k; ++i) sum += xn[i] * wh[static_cast<int64_t>(j) * p.absorb_k + i];
+          o[j] = sum;
+        }
+      }
     }
     if (p.k_norm_weight != nullptr) {
       float* row = k + t * p.k_token_stride;

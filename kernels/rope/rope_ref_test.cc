@@ -207,5 +207,79 @@ TEST(RopeQk, FusedCacheStoreEqualsCacheWrite) {
   EXPECT_EQ(Rope(p, KernelContext{}).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The absorbed query in the same call: out's latent part is q_nope . W per head (the direct
+// double-precision sum), its rope part the rotation as without it; the refusals name the values.
+TEST(RopeQk, AbsorbComputesTheLatentPart) {
+  const uint64_t seed = FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const int tokens = 3, heads = 5, nope = 24, rot = 8, rank = 40, max_pos = 64;
+  const int qk = nope + rot, entry = rank + rot;
+  auto q = RandomVector(static_cast<size_t>(tokens) * heads * qk, seed);
+  auto kv = RandomVector(static_cast<size_t>(tokens) * entry, seed + 1);
+  auto cos_sin = RandomVector(static_cast<size_t>(max_pos) * rot, seed + 2);
+  auto norm_w = RandomVector(rank, seed + 3, 0.5f, 1.5f);
+  auto w = RandomVector(static_cast<size_t>(heads) * rank * nope, seed + 4);
+  std::vector<int32_t> pos = {0, 9, 63};
+  auto make = [&](std::vector<float>& out, std::vector<float>& k, bool absorb) {
+    RopeParams p;
+    p.num_tokens = tokens; p.num_heads = heads; p.rot_dim = rot; p.x = q.data();
+    p.token_stride = static_cast<int64_t>(heads) * qk; p.head_stride = qk; p.offset = nope;
+    p.positions = pos.data(); p.cos_sin = cos_sin.data(); p.max_position = max_pos;
+    p.k = k.data(); p.k_heads = 1; p.k_token_stride = entry; p.k_head_stride = entry; p.k_offset = rank;
+    p.k_norm_weight = norm_w.data(); p.k_norm_dim = rank; p.k_norm_eps = 1e-6f;
+    p.out = out.data(); p.out_token_stride = static_cast<int64_t>(heads) * entry;
+    p.out_head_stride = entry; p.out_offset = rank;
+    if (absorb) {
+      p.absorb_w = w.data(); p.absorb_n = rank; p.absorb_k = nope;
+    }
+    return p;
+  };
+  std::vector<float> plain(static_cast<size_t>(tokens) * heads * entry, 0.0f), fused = plain;
+  std::vector<float> k_plain = kv, k_fused = kv;
+  ASSERT_TRUE(Rope(make(plain, k_plain, false), KernelContext{}).ok());
+  ASSERT_TRUE(Rope(make(fused, k_fused, true), KernelContext{}).ok());
+  EXPECT_EQ(k_fused, k_plain);
+  std::vector<float> got, want;
+  for (int t = 0; t < tokens; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const float* o = fused.data() + (static_cast<int64_t>(t) * heads + h) * entry;
+      const float* r = plain.data() + (static_cast<int64_t>(t) * heads + h) * entry;
+      for (int j = rank; j < entry; ++j) ASSERT_EQ(o[j], r[j]) << "rope part, token " << t;
+      for (int j = 0; j < rank; ++j) {
+        double sum = 0;
+        for (int i = 0; i < nope; ++i)
+          sum += static_cast<double>(q[(static_cast<int64_t>(t) * heads + h) * qk + i]) *
+                 w[(static_cast<int64_t>(h) * rank + j) * nope + i];
+        got.push_back(o[j]);
+        want.push_back(static_cast<float>(sum));
+      }
+    }
+  EXPECT_LE(RelativeError(got, want), 1e-5);
+
+  RopeParams bad = make(fused, k_fused, true);
+  bad.absorb_k = nope + 1;  // past the nope part
+  auto st = Rope(bad, KernelContext{});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("absorb_k=25"), std::string::npos) << st.message();
+  bad = make(fused, k_fused, true);
+  bad.out = nullptr;
+  st = Rope(bad, KernelContext{});
+  EXPECT_NE(st.message().find("out null"), std::string::npos) << st.message();
+  bad = make(fused, k_fused, true);
+  bad.absorb_n = rank + 1;  // into the rope part
+  st = Rope(bad, KernelContext{});
+  EXPECT_NE(st.message().find("absorb_n=41"), std::string::npos) << st.message();
+}
+
+TEST(RopeQk, AbsorbSupportedOnCuda) {
+  EXPECT_TRUE(RopeAbsorbSupported(DType::kBF16, 1, 128));
+  EXPECT_TRUE(RopeAbsorbSupported(DType::kBF16, kRopeAbsorbMaxTokens, 256));
+  EXPECT_TRUE(RopeAbsorbSupported(DType::kBF16, 4, 16));
+  EXPECT_FALSE(RopeAbsorbSupported(DType::kBF16, kRopeAbsorbMaxTokens + 1, 128));
+  EXPECT_FALSE(RopeAbsorbSupported(DType::kBF16, 1, 264));
+  EXPECT_FALSE(RopeAbsorbSupported(DType::kBF16, 1, 20));
+  EXPECT_FALSE(RopeAbsorbSupported(DType::kF32, 1, 128));
+}
+
 }  // namespace
 }  // namespace mlaserve::kernels

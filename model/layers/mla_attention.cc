@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/status.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/page.h"
 #include "kernels/gemm/api.h"
 #include "kernels/mla_decode/api.h"
@@ -22,11 +23,12 @@ constexpr float kLatentNormEps = 1e-6f;
 // One launch for the rest of the cache entry and the query: kv [T, latent | k_pe] gets
 // kv_a_layernorm on its first kv_lora_rank values (`norm`, eps kLatentNormEps) and RoPE on k_pe,
 // in place; q [T, H, nope | rope] gets RoPE on its rope parts, in place or into q_out's rope
-// parts ([T, H, latent | rope], the absorbed query) when given.
+// parts ([T, H, latent | rope], the absorbed query) when given, and with absorb_w (W_UK
+// transposed per head, [H, rank, nope]) q_out's latent parts too.
 absl::Status NormRopeQk(const ops::OpContext& ctx, const RopeTable& rope, const float* cos_sin,
                         const BatchPlan& plan, const MlaDims& d, int heads, bool interleaved,
                         const WeightTensor& norm, int norm_dim, void* q, void* q_out, void* kv,
-                        void* cache, int64_t cache_slots) {
+                        void* cache, int64_t cache_slots, const WeightTensor* absorb_w) {
   kernels::RopeParams p;
   p.dtype = ctx.dtype;
   p.num_tokens = plan.total_tokens;
@@ -59,6 +61,11 @@ absl::Status NormRopeQk(const ops::OpContext& ctx, const RopeTable& rope, const 
     p.out_token_stride = static_cast<int64_t>(heads) * d.latent();
     p.out_head_stride = d.latent();
     p.out_offset = d.rank;
+    if (absorb_w != nullptr) {  // q_out's latent part too: q_nope . W_UK per head
+      p.absorb_w = absorb_w->data();
+      p.absorb_n = d.rank;
+      p.absorb_k = d.nope;
+    }
   }
   return kernels::Rope(p, ctx.kernel);
 }
@@ -170,13 +177,21 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
     ASSIGN_OR_RETURN(q_abs, scratch.Activations(static_cast<int64_t>(T) * H * E, "absorbed q"));
   }
   const bool rope_into_q_abs = q_abs != nullptr && ctx_->dims.rope == ctx_->rope->rot_dim;
+  // A few tokens on CUDA (a decode step): the same launch also computes q_abs's latent part,
+  // q_nope . W_UK, in blocks of its own, and the absorbed query's GEMM launch goes
+  // (MLASERVE_FUSED_UK=0 keeps it, for timing comparisons).
+  static const bool fused_uk_off = kernels::EnvSwitchedOff("MLASERVE_FUSED_UK");
+  const bool absorb_in_rope = rope_into_q_abs && !fused_uk_off && !w.w_uk_t.empty() &&
+                              oc.kernel.backend == kernels::Backend::kCuda &&
+                              kernels::RopeAbsorbSupported(oc.dtype, T, ctx_->dims.nope);
   // The native cache takes the finished rows from that launch too; another format writes them
   // after it.
   void* rows_in_place = ctx_->cache->LatentRowsInPlace(layer_);
   RETURN_IF_ERROR(NormRopeQk(oc, *ctx_->rope, ctx_->cos_sin, plan, ctx_->dims, H,
                              c.rope_interleave, w.kv_a_norm, c.kv_lora_rank, q,
                              rope_into_q_abs ? q_abs : nullptr, kv, rows_in_place,
-                             static_cast<int64_t>(ctx_->cache->num_pages()) * kernels::kPageSize));
+                             static_cast<int64_t>(ctx_->cache->num_pages()) * kernels::kPageSize,
+                             absorb_in_rope ? &w.w_uk_t : nullptr));
   if (rows_in_place == nullptr) RETURN_IF_ERROR(ctx_->cache->WriteLatent(layer_, plan, kv));
 
   int32_t* topk = nullptr;
@@ -198,7 +213,7 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
     RETURN_IF_ERROR(AttendMha(plan, q, kv, attn));
   } else {
     RETURN_IF_ERROR(
-        AttendLatent(plan, form, q, q_abs, rope_into_q_abs, plan.sparse ? topk : nullptr, attn));
+        AttendLatent(plan, form, q, q_abs, rope_into_q_abs, absorb_in_rope, plan.sparse ? topk : nullptr, attn));
   }
   return ops::Linear(oc, attn, T, H * ctx_->dims.v, w.o_proj, out, hidden);
 }
@@ -206,7 +221,7 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
 // MLA (absorbed) form. q: [T, H, qk] roped in place, or only its nope part read when q_abs's
 // rope part is already roped (q_abs_roped); q_abs: [T, H, latent | rope]; attn: [T, H, v].
 absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm form, const void* q,
-                                        void* q_abs, bool q_abs_roped,
+                                        void* q_abs, bool q_abs_roped, bool q_abs_absorbed,
                                         const int32_t* topk_indices, void* attn) {
   StepScratch& scratch = *ctx_->scratch;
   const ModelConfig& c = *ctx_->config;
@@ -223,26 +238,28 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
   const int E = ctx_->dims.latent();
 
   // q_abs [T, H, L | rope]: q_nope[h] . W_UK[h] per head (through the transposed copy where
-  // the loader made one: an [n, k] weight for the small-M GEMM), and the roped part unless it
-  // is in.
-  kernels::GemmParams uk;
-  uk.m = T;
-  uk.n = L;
-  uk.k = dn;
-  uk.a = q;
-  uk.lda = static_cast<int64_t>(H) * qk;
-  uk.c = q_abs;
-  uk.ldc = static_cast<int64_t>(H) * E;
-  if (!w_->w_uk_t.empty()) {
-    uk.b = w_->w_uk_t.data();
-    uk.ldb = dn;
-    uk.b_transposed = true;
-    RETURN_IF_ERROR(PerHeadGemm(oc, uk, H, qk, static_cast<int64_t>(L) * dn, E));
-  } else {
-    uk.b = views.w_uk;
-    uk.ldb = views.row_stride;
-    uk.b_transposed = false;
-    RETURN_IF_ERROR(PerHeadGemm(oc, uk, H, qk, views.head_stride, E));
+  // the loader made one: an [n, k] weight for the small-M GEMM) unless Forward's rope launch
+  // computed it, and the roped part unless it is in.
+  if (!q_abs_absorbed) {
+    kernels::GemmParams uk;
+    uk.m = T;
+    uk.n = L;
+    uk.k = dn;
+    uk.a = q;
+    uk.lda = static_cast<int64_t>(H) * qk;
+    uk.c = q_abs;
+    uk.ldc = static_cast<int64_t>(H) * E;
+    if (!w_->w_uk_t.empty()) {
+      uk.b = w_->w_uk_t.data();
+      uk.ldb = dn;
+      uk.b_transposed = true;
+      RETURN_IF_ERROR(PerHeadGemm(oc, uk, H, qk, static_cast<int64_t>(L) * dn, E));
+    } else {
+      uk.b = views.w_uk;
+      uk.ldb = views.row_stride;
+      uk.b_transposed = false;
+      RETURN_IF_ERROR(PerHeadGemm(oc, uk, H, qk, views.head_stride, E));
+    }
   }
   if (!q_abs_roped) {
     RETURN_IF_ERROR(
@@ -298,7 +315,9 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
     // The plan's arrays came from the host and the native cache's new rows from the norm+rope
     // launch, two kernels or more before the attention (the absorbed query's GEMM in between
     // waits before it lets the next kernel in): only q comes from the kernel just before.
-    p.inputs_before_wait = ctx_->cache->LatentRowsInPlace(layer_) != nullptr;
+    // Not when the rope launch computed the query's latent part: then it is the kernel just
+    // before, and its blocks store the new rows.
+    p.inputs_before_wait = ctx_->cache->LatentRowsInPlace(layer_) != nullptr && !q_abs_absorbed;
     if (form == AttentionForm::kMlaDecode) {
       kernels::MlaDecodeShape shape;
       shape.batch = plan.batch;

@@ -49,10 +49,11 @@ class MlaAttention {
   // q: [T, H, qk] roped; kv: the new tokens' cache entries [T, latent]; attn: [T, H, v].
   absl::Status AttendMha(const BatchPlan& plan, const void* q, const void* kv, void* attn);
   // q_abs: the absorbed query [T, H, latent | rope], its rope part roped in by Forward when
-  // q_abs_roped (else copied from q here); topk: the indexer's [T, index_topk] for a sparse
-  // batch, else null.
+  // q_abs_roped (else copied from q here), its latent part (q_nope . W_UK) computed by Forward's
+  // rope launch when q_abs_absorbed (else here); topk: the indexer's [T, index_topk] for a
+  // sparse batch, else null.
   absl::Status AttendLatent(const BatchPlan& plan, AttentionForm form, const void* q, void* q_abs,
-                            bool q_abs_roped, const int32_t* topk, void* attn);
+                            bool q_abs_roped, bool q_abs_absorbed, const int32_t* topk, void* attn);
 
   const LayerContext* ctx_;
   int layer_;
