@@ -146,11 +146,12 @@ __device__ void AbsorbBlock(const RopeParams& p, int block) {
   }
 }
 
-// One block per token: the k row's latent norm, then every pair of the token; with absorb_w the
-// absorbed query's blocks follow the token blocks.
-template <typename T>
+// One block per token: the k row's latent norm, then every pair of the token; with kAbsorb the
+// absorbed query's blocks follow the token blocks. (A kernel of its own: the absorbed query's
+// registers cost the token blocks occupancy, which a prefill of thousands of them pays.)
+template <typename T, bool kAbsorb>
 __global__ void __launch_bounds__(kThreads) RopeNormKernel(const __grid_constant__ RopeParams p) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+  if constexpr (kAbsorb) {
     if (blockIdx.x >= static_cast<unsigned>(p.num_tokens)) {
       AbsorbBlock(p, static_cast<int>(blockIdx.x) - p.num_tokens);
       return;
@@ -217,7 +218,10 @@ absl::Status LaunchRope(const RopeParams& p, cudaStream_t s) {
       blocks += p.num_heads * AbsorbLayoutFor(p.absorb_n, p.absorb_k).chunks;
     }
     shape.grid = dim3(static_cast<unsigned>(blocks));
-    return cuda::LaunchPdl("rope+norm", shape, RopeNormKernel<T>, p);
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if (p.absorb_w != nullptr) return cuda::LaunchPdl("rope+norm+absorb", shape, RopeNormKernel<T, true>, p);
+    }
+    return cuda::LaunchPdl("rope+norm", shape, RopeNormKernel<T, false>, p);
   }
   const int heads = p.num_heads + (p.k != nullptr ? p.k_heads : 0);
   shape.grid = dim3(cuda::GridFor(static_cast<int64_t>(p.num_tokens) * heads * (p.rot_dim / 2), kThreads));

@@ -13,13 +13,16 @@
 #   timeline  one traced decode step at batch 1 and 128, with layer 1's launches one by one
 #   moebench  mlaserve-moe-bench at MOE_TOKENS (1,2,4) tokens on the V2-Lite and V3 expert shapes,
 #             per variant of VARIANTS (the stream stages' % of copy bandwidth)
+#   prefilltl one traced prefill Forward of 4096 tokens (--timeline: its idle gaps and kernels)
+# A test binary or sanitizer run whose binary is not in the bundle is skipped (noted as missing);
+# SAN_EXTRA adds sanitizer runs (TOOL:BINARY:FILTER ...).
 #   here:   SKIP_BUILD=1 BUILD=build-cuda TARGETS="kernels_moe_router_permute_cuda_test \
 #             kernels_moe_decode_cuda_test kernels_moe_cuda_test kernels_mla_decode_cuda_test \
 #             kernels_mla_prefill_cuda_test model_engine_cuda_test mlaserve-engine-bench" \
 #             tools/device/bundle.sh && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-fusions.tar.xz
 #   there:  tools/device/decode_fusions_suite.sh   (carry [".devpack-fusions.tar.xz"])
 # Results under $OUT: gpu.txt, tests.txt, sanitize.txt, engine_cuda_test.txt, ab.txt, timeline.txt,
-# moe_bench.txt.
+# moe_bench.txt, prefill_timeline.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
@@ -54,6 +57,7 @@ fi
 if want sanitize; then
   : > "$OUT/sanitize.txt"
   san() {  # san TOOL LIMIT BINARY FILTER
+    [[ -x .devbin/$3 ]] || { note "$1 $3" "missing"; return; }
     echo "=== $1 $3 $4" >> "$OUT/sanitize.txt"
     timeout "$2" compute-sanitizer --tool "$1" --error-exitcode 9 ".devbin/$3" --gtest_brief=1 \
       --gtest_filter="$4" > "$OUT/s.log" 2>&1
@@ -73,6 +77,11 @@ if want sanitize; then
   gemv='Shapes/MoeStreamGemvTest.*/1:Shapes/MoeStreamGemvTest.*/3:Shapes/MoeStreamGemvTest.*/5:Shapes/MoeStreamGemvTest.*/6:Shapes/MoeStreamGemvTest.*/7'
   san memcheck 200 kernels_moe_decode_cuda_test "$gemv"
   san racecheck 200 kernels_moe_decode_cuda_test "$gemv"
+  # SAN_EXTRA: more runs, each TOOL:BINARY:FILTER (e.g. memcheck:kernels_rope_cuda_test:Shapes/RopeCudaAbsorb.*).
+  for run in ${SAN_EXTRA:-}; do
+    IFS=: read -r tool bin filter <<< "$run"
+    san "$tool" 200 "$bin" "$filter"
+  done
   rm -f "$OUT/s.log"
 fi
 
@@ -121,5 +130,11 @@ if want timeline; then
     --decode-batches 1 128 --decode-steps 16 --eager-steps 0 --sampled-steps 0 --timeline \
     --timeline-sequence 28 --timeline-sequence-from ${SEQ_FROM:-8} > "$OUT/timeline.txt" 2>&1
   note "timeline" "rc=$?"
+fi
+if want prefilltl; then  # one traced prefill of 4096 tokens: where its wall goes, the host gaps first
+  timeout 200 .devbin/mlaserve-engine-bench --model "$MODEL" --prefill-lens 4096 --runs 2 \
+    --decode-batches 1 --decode-steps 2 --eager-steps 0 --sampled-steps 0 --timeline \
+    > "$OUT/prefill_timeline.txt" 2>&1
+  note "prefill timeline" "rc=$?"
 fi
 note "done" "$((SECONDS - T0)) s"
