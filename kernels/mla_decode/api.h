@@ -3,6 +3,9 @@
 // so that small batches still fill the GPU, and a combine step merges the partial results
 // by their LSE. Same function as mla_prefill (see its header for q/cache/out semantics).
 //
+// Optionally the combine also applies W_UV (MlaValueProjection below), which removes the
+// per-head GEMM after the attention where the plan has a combine for every row.
+//
 // Plan/run split (FlashInfer style): PlanMlaDecode runs on the host once per batch shape and
 // sizes the workspace; MlaDecode launches without host syncs or allocation, so decode steps
 // can be captured in CUDA graphs.
@@ -61,10 +64,47 @@ struct MlaDecodeShape {
 
 absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& shape);
 
+// The absorbed form's value up-projection done by the combine kernel, so that no per-head GEMM
+// follows the attention (one launch fewer per layer in a decode step):
+//   value_out[t, h, c] = sum_k bf16(out[t, h, k]) * w[h * head_stride + c * row_stride + k]
+// for c < v_dim, k < kv_lora_rank, where bf16(out[t, h, :]) is the latent row exactly as
+// MlaDecode writes it to p.out (which it still does), f32 sums, rounded once to bf16: the
+// per-head GEMM over p.out's rows up to its f32 summation order. w is W_UV, a view of kv_b_proj
+// ([v_dim, kv_lora_rank] per head). A weight: the combine loads it before its PDL wait
+// (kernels/common/pdl.cuh, rule 3), so nothing in the stream may write it.
+struct MlaValueProjection {
+  const void* w = nullptr;   // bf16, 16-byte aligned; head h's row c at w + h * head_stride + c * row_stride
+  int64_t row_stride = 0;    // elements: a multiple of 8, at least kv_lora_rank
+  int64_t head_stride = 0;   // elements: a multiple of 8
+  int v_dim = 0;             // output columns per head
+  void* out = nullptr;       // bf16, (t, h, c) at out[t * out_token_stride + h * out_head_stride + c]
+  int64_t out_token_stride = 0;  // at least num_heads * out_head_stride (outputs never overlap)
+  int64_t out_head_stride = 0;   // at least v_dim
+};
+
+// The most query rows (batch x max_seqlen_q x num_heads) for which MlaDecodeTakesValueProjection
+// says yes. A combine CTA projects one row onto 16 output columns, so W_UV is read once per query
+// token (from L2 after the first), T x |W_UV| bytes in all, where the GEMM reads it once whatever
+// T. At 128 rows that is 16 MB (V2-Lite's 2 MB x batch 8 from L2, or V3's 128 heads once from
+// DRAM): a few microseconds, about the combine + GEMM pair it replaces; past it the fused bytes
+// keep growing with the batch. An estimate, to be set by measurement.
+inline constexpr int64_t kMlaFusedValueMaxRows = 128;
+
+// Whether MlaDecode(p, plan, ..., ctx, &projection) should carry the value projection: the CUDA
+// backend, bf16, a plan whose combine kernel runs for every row (chunks with num_splits > 1, or
+// the balanced schedule where the Hopper kernel takes it; a plan of one chunk writes p.out from
+// the attention kernel and has no combine to fold into), at most kMlaFusedValueMaxRows query rows,
+// and MLASERVE_MLA_FUSED_UV is not "0" (read per call; for A/B timing). The caller runs the
+// per-head GEMM itself when it answers false.
+bool MlaDecodeTakesValueProjection(const MlaParams& p, const MlaDecodePlan& plan, const KernelContext& ctx);
+
+// value_proj (null: none) is accepted wherever the plan's combine runs for every row on CUDA
+// (bf16), whatever the row count; elsewhere, and for a projection whose pointers, strides or
+// widths break the contract above, INVALID_ARGUMENT naming the value.
 absl::Status MlaDecode(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
-                       const KernelContext& ctx);
+                       const KernelContext& ctx, const MlaValueProjection* value_proj = nullptr);
 absl::Status MlaDecodeCpu(const MlaParams& p);
 absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
-                           void* stream);
+                           void* stream, const MlaValueProjection* value_proj = nullptr);
 
 }  // namespace mlaserve::kernels

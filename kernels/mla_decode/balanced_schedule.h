@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/mla_decode/api.h"
+
 namespace mlaserve::kernels::mla_decode_internal {
 
 // Cost of one request piece beyond its pages (Q tile load, prologue, output), in pages.
@@ -63,6 +65,18 @@ inline int BalancedParts(int num_sms, int64_t rows_per_request) {
   const int64_t row_blocks = (rows_per_request + 63) / 64;
   const int64_t parts = num_sms / row_blocks;
   return static_cast<int>(parts < 1 ? 1 : parts > kMaxParts ? kMaxParts : parts);
+}
+
+// Whether MlaDecodeCuda runs p under the plan's balanced schedule (the plan has parts and the
+// Hopper kernel runs p); otherwise it cuts the keys in the plan's chunks. Defined in mla_decode.cc.
+bool RunsBalancedSchedule(const MlaParams& p, const MlaDecodePlan& plan);
+
+// Whether the combine kernel has a CTA for every row of p under the plan on CUDA: the balanced
+// schedule (a row the attention kernel wrote whole, its CTA leaves as is, or reads back to
+// project it), or chunks with several splits. A plan of one chunk has the attention kernel write
+// the output, with no combine after it.
+inline bool CombinesEveryRow(const MlaParams& p, const MlaDecodePlan& plan) {
+  return RunsBalancedSchedule(p, plan) || plan.num_splits > 1;
 }
 
 }  // namespace mlaserve::kernels::mla_decode_internal

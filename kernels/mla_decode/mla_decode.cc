@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/param_check.h"
 #include "kernels/mla_decode/balanced_schedule.h"
 #include "kernels/mla_prefill/latent_tiling.h"
@@ -151,8 +153,81 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   return plan;
 }
 
+namespace mla_decode_internal {
+
+bool RunsBalancedSchedule(const MlaParams& p, const MlaDecodePlan& plan) {
+  return plan.num_parts > 0 && p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p);
+}
+
+}  // namespace mla_decode_internal
+
+namespace {
+
+// MlaValueProjection's contract (api.h), checked before any launch.
+absl::Status CheckValueProjection(const MlaParams& p, const MlaDecodePlan& plan, const MlaValueProjection& v,
+                                  const KernelContext& ctx) {
+  if (ctx.backend != Backend::kCuda) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mla_decode: value_proj is applied by the CUDA combine only (backend=", BackendName(ctx.backend),
+                     "); run the per-head W_UV GEMM after MlaDecode (MlaDecodeTakesValueProjection says false there)"));
+  }
+  if (p.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mla_decode: value_proj needs bf16 (dtype=", DTypeName(p.dtype), ")"));
+  }
+  if (!mla_decode_internal::CombinesEveryRow(p, plan)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mla_decode: value_proj needs a plan with a combine for every row, and plan.num_splits=", plan.num_splits,
+        " (plan.num_parts=", plan.num_parts, ", a balanced schedule only where the Hopper kernel runs: kernel=",
+        static_cast<int>(p.kernel), ") has the attention kernel write the output; run the per-head W_UV GEMM"));
+  }
+  RETURN_IF_ERROR(RequireNonNull("value_proj.w", v.w));
+  RETURN_IF_ERROR(RequireNonNull("value_proj.out", v.out));
+  RETURN_IF_ERROR(RequirePositive("value_proj.v_dim", v.v_dim));
+  if (reinterpret_cast<uintptr_t>(v.w) % 16 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mla_decode: value_proj.w=", absl::Hex(reinterpret_cast<uintptr_t>(v.w)), " is not 16-byte aligned"));
+  }
+  if (v.row_stride < p.kv_lora_rank || v.row_stride % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("mla_decode: value_proj.row_stride=", v.row_stride,
+                                                   " must be a multiple of 8 and at least kv_lora_rank=",
+                                                   p.kv_lora_rank));
+  }
+  if (v.head_stride < 0 || v.head_stride % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("mla_decode: value_proj.head_stride=", v.head_stride,
+                                                   " must be a non-negative multiple of 8"));
+  }
+  if (v.out_head_stride < v.v_dim) {
+    return absl::InvalidArgumentError(absl::StrCat("mla_decode: value_proj.out_head_stride=", v.out_head_stride,
+                                                   " is less than value_proj.v_dim=", v.v_dim));
+  }
+  if (v.out_token_stride < static_cast<int64_t>(p.num_heads) * v.out_head_stride) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mla_decode: value_proj.out_token_stride=", v.out_token_stride, " is less than num_heads=", p.num_heads,
+        " x value_proj.out_head_stride=", v.out_head_stride, " (a token's outputs would overlap the next's)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool MlaDecodeTakesValueProjection(const MlaParams& p, const MlaDecodePlan& plan, const KernelContext& ctx) {
+#if MLASERVE_KERNEL_HAS_CUDA
+  // The combine's grid holds max_seqlen_q rows of every request.
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.max_seqlen_q * p.num_heads;
+  return ctx.backend == Backend::kCuda && p.dtype == DType::kBF16 && rows > 0 && rows <= kMlaFusedValueMaxRows &&
+         mla_decode_internal::CombinesEveryRow(p, plan) &&
+         !EnvSwitchedOff("MLASERVE_MLA_FUSED_UV");  // read per call: the benches flip it
+#else
+  (void)p;
+  (void)plan;
+  (void)ctx;
+  return false;
+#endif
+}
+
 absl::Status MlaDecode(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
-                       const KernelContext& ctx) {
+                       const KernelContext& ctx, const MlaValueProjection* value_proj) {
   RETURN_IF_ERROR(mla_internal::CheckMlaShape(
       {"mla_decode", p.batch, p.num_heads, p.kv_lora_rank, p.rope_dim, p.q, p.q_token_stride,
        p.q_head_stride, p.kv_cache, p.num_pages, p.block_table, p.max_pages_per_seq,
@@ -166,10 +241,11 @@ absl::Status MlaDecode(const MlaParams& p, const MlaDecodePlan& plan, void* work
     }
   }
   if (plan.workspace_bytes > 0) RETURN_IF_ERROR(RequireNonNull("workspace", workspace));
+  if (value_proj != nullptr) RETURN_IF_ERROR(CheckValueProjection(p, plan, *value_proj, ctx));
   if (p.batch == 0) return absl::OkStatus();
   // The CPU backend needs no split: it computes every row in one pass.
   MLASERVE_DISPATCH("mla_decode", ctx, MlaDecodeCpu(p),
-                    MlaDecodeCuda(p, plan, workspace, ctx.stream));
+                    MlaDecodeCuda(p, plan, workspace, ctx.stream, value_proj));
 }
 
 }  // namespace mlaserve::kernels

@@ -5,6 +5,9 @@
 // chunks of plan.chunk_tokens keys. No host sync and no allocation: the workspace comes from the
 // caller, sized by PlanMlaDecode, so a decode step can be captured in a CUDA graph.
 //
+// The combine kernel is in mla_combine.cu; with an MlaValueProjection it also applies W_UV to each
+// merged row (one launch instead of the combine and a per-head GEMM).
+//
 // Chunk workspace layout (f32): part_out [num_splits, batch * max_q * num_heads, kv_lora_rank],
 // then part_lse [num_splits, batch * max_q * num_heads]; row (b, i, h) = (b * max_q + i) * heads
 // + h, where max_q = p.max_seqlen_q (1 or 2).
@@ -24,151 +27,17 @@
 #include "kernels/mla_decode/api.h"
 #include "kernels/common/param_check.h"
 #include "kernels/mla_decode/balanced_schedule.h"
+#include "kernels/mla_decode/mla_combine.cuh"
 #include "kernels/mla_prefill/latent_attention.h"
 
 namespace mlaserve::kernels {
 namespace {
 
-// The combine: one CTA per (query row, request); its warps take the row's pieces in turn, each
-// lane 4 float4 columns of the 512 latent dims, and add their sums in shared memory.
-constexpr int kCombineWarps = 4;
-constexpr int kCombineThreads = 32 * kCombineWarps;
-constexpr int kCombineMaxRank = 512;
-constexpr int kCombineVecsPerLane = kCombineMaxRank / 4 / 32;
-
-struct CombineArgs {
-  int num_splits, chunk_tokens, max_q, num_heads, rank, batch;
-  const int32_t* cu_seqlens_q;
-  const int32_t* seqlens_k;
-  const float* part_out;
-  const float* part_lse;
-  __nv_bfloat16* out;
-  float* lse;
-  // Balanced schedule (pieces != null): request b has pieces[b] pieces in slots slot_base[b]...,
-  // slot_rows partial rows each; a request in one piece was written directly.
-  const int32_t* pieces = nullptr;
-  const int32_t* slot_base = nullptr;
-  int64_t slot_rows = 0;
-};
-
-// out = sum_s w_s part_s with w_s = exp(lse_s - max) / sum_s' exp(lse_s' - max) over the row's
-// pieces (an empty piece has lse = -inf and weight 0, and its partial is not added: it may hold
-// anything). With chunks, only the chunks that hold keys of the request (LatentChunksWithKeys):
-// a decode graph plans for a longer context than it runs, and the attention kernel skips the rest.
-// Each warp reads its pieces' LSEs and partials in the same pass and keeps a running max, sum and
-// weighted output (online softmax), so the call waits on memory once per two pieces of a warp
-// rather than first for every LSE; the warps' results are merged in shared memory, in warp
-// order (the same bits every run).
-__global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid_constant__ CombineArgs a) {
-  __shared__ float4 partial[kCombineWarps][kCombineMaxRank / 4];
-  __shared__ float warp_max[kCombineWarps], warp_sum[kCombineWarps];
-  const int b = blockIdx.y;
-  const int i = blockIdx.x / a.num_heads, h = blockIdx.x % a.num_heads;
-  // The lengths are the step's inputs, written before the attention kernel ran; that kernel lets
-  // this one in only after its own PDL wait (latent_attention_sm90.cu), so they are readable
-  // before this grid's wait. The partials and the balanced schedule's pieces are read after it.
-  const int q_start = a.cu_seqlens_q[b];
-  const int lq = a.cu_seqlens_q[b + 1] - q_start;
-  const int lk = a.pieces == nullptr ? a.seqlens_k[b] : 0;
-  cuda::PdlWaitForPrerequisites();
-  cuda::PdlReleaseDependents();
-  if (i >= lq) return;
-  // Piece s of this row: partial row first + s * stride.
-  int n;
-  int64_t first, stride;
-  if (a.pieces != nullptr) {
-    n = a.pieces[b];
-    if (n <= 1) return;  // written directly by the attention kernel
-    stride = a.slot_rows;
-    first = a.slot_base[b] * stride + static_cast<int64_t>(i) * a.num_heads + h;
-  } else {
-    n = mla_internal::LatentChunksWithKeys(lk, a.chunk_tokens, a.num_splits);
-    first = (static_cast<int64_t>(b) * a.max_q + i) * a.num_heads + h;
-    stride = static_cast<int64_t>(a.batch) * a.max_q * a.num_heads;
-  }
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float m = -INFINITY, l = 0.0f;
-  float4 acc[kCombineVecsPerLane];
-#pragma unroll
-  for (int j = 0; j < kCombineVecsPerLane; ++j) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 2
-  for (int s = warp; s < n; s += kCombineWarps) {
-    const int64_t row = first + s * stride;
-    const float ls = a.part_lse[row];
-    const auto* src = reinterpret_cast<const float4*>(a.part_out + row * a.rank);
-    float4 x[kCombineVecsPerLane];
-#pragma unroll
-    for (int j = 0; j < kCombineVecsPerLane; ++j) {
-      x[j] = 4 * (lane + 32 * j) < a.rank ? src[lane + 32 * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-    if (ls == -INFINITY) continue;  // empty piece (the whole warp: one row)
-    const float m_new = fmaxf(m, ls);
-    const float keep = expf(m - m_new), w = expf(ls - m_new);
-    l = l * keep + w;
-    m = m_new;
-#pragma unroll
-    for (int j = 0; j < kCombineVecsPerLane; ++j) {
-      acc[j].x = acc[j].x * keep + w * x[j].x;
-      acc[j].y = acc[j].y * keep + w * x[j].y;
-      acc[j].z = acc[j].z * keep + w * x[j].z;
-      acc[j].w = acc[j].w * keep + w * x[j].w;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kCombineVecsPerLane; ++j) partial[warp][lane + 32 * j] = acc[j];
-  if (lane == 0) {
-    warp_max[warp] = m;
-    warp_sum[warp] = l;
-  }
-  __syncthreads();
-  float m_all = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kCombineWarps; ++w) m_all = fmaxf(m_all, warp_max[w]);
-  float scale[kCombineWarps], total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kCombineWarps; ++w) {
-    scale[w] = warp_max[w] == -INFINITY ? 0.0f : expf(warp_max[w] - m_all);
-    total += scale[w] * warp_sum[w];
-  }
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-  const int64_t out_row = static_cast<int64_t>(q_start + i) * a.num_heads + h;
-  const int v = threadIdx.x;  // float4 column: latent dims 4v .. 4v + 3
-  if (4 * v < a.rank) {
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int w = 0; w < kCombineWarps; ++w) {
-      const float c = scale[w] * inv;
-      sum.x += c * partial[w][v].x;
-      sum.y += c * partial[w][v].y;
-      sum.z += c * partial[w][v].z;
-      sum.w += c * partial[w][v].w;
-    }
-    const uint2 packed = make_uint2(cuda::PackBf16(sum.x, sum.y), cuda::PackBf16(sum.z, sum.w));
-    *reinterpret_cast<uint2*>(a.out + out_row * a.rank + 4 * v) = packed;
-  }
-  if (a.lse != nullptr && threadIdx.x == 0) a.lse[out_row] = total > 0.0f ? m_all + logf(total) : -INFINITY;
-}
-
-// The schedule and combine kernels run next to the attention kernel, which takes all of an SM's
-// shared memory: asking for the same carveout spares an SM the L1 / shared reconfiguration
-// between them (a hint; the driver may still choose).
-absl::Status PreferSharedCarveout(const void* kernel, const char* name) {
-  if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                      cudaSharedmemCarveoutMaxShared);
-      err != cudaSuccess) {
-    return cuda::CudaStatus(err, name);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, cudaStream_t s) {
-  RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(MlaCombineKernel), "MlaCombineKernel carveout"));
-  cuda::LaunchShape shape;
-  shape.grid = dim3(static_cast<unsigned>(max_rows), static_cast<unsigned>(args.batch));
-  shape.block = dim3(kCombineThreads);
-  shape.stream = s;
-  return cuda::LaunchPdl("MlaCombineKernel", shape, MlaCombineKernel, args);
-}
+using mla_decode_internal::CombineArgs;
+using mla_decode_internal::LaunchCombine;
+using mla_decode_internal::MakeValueArgs;
+using mla_decode_internal::PreferSharedCarveout;
+using mla_decode_internal::ValueArgs;
 
 struct ScheduleArgs {
   const int32_t* seqlens_k;
@@ -369,7 +238,7 @@ bool PrefetchNextSegment() {
 
 // The Hopper kernel over the balanced schedule: schedule, attention, combine of split requests.
 absl::Status MlaDecodeBalanced(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
-                               int64_t max_rows, cudaStream_t s) {
+                               int64_t max_rows, const ValueArgs& value, cudaStream_t s) {
   const auto layout = mla_decode_internal::MakeBalancedLayout(p.batch, p.max_seqlen_q, p.num_heads,
                                                               p.kv_lora_rank, plan.num_parts);
   if (layout.bytes > plan.workspace_bytes) {
@@ -411,21 +280,27 @@ absl::Status MlaDecodeBalanced(const MlaParams& p, const MlaDecodePlan& plan, vo
   args.pieces = sched.pieces;
   args.slot_base = sched.slot_base;
   args.slot_rows = layout.slot_rows;
+  args.value = value;
   return LaunchCombine(args, max_rows, s);
 }
 
 }  // namespace
 
 absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
-                           void* stream) {
+                           void* stream, const MlaValueProjection* value_proj) {
   auto s = static_cast<cudaStream_t>(stream);
   if (p.max_seqlen_q < 1 || p.max_seqlen_q > 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mla_decode: max_seqlen_q=", p.max_seqlen_q, " must be 1 or 2 on CUDA (it sizes the grid)"));
   }
+  if (value_proj != nullptr && !mla_decode_internal::CombinesEveryRow(p, plan)) {
+    return absl::InvalidArgumentError(absl::StrCat("mla_decode: value_proj needs a plan with a combine; plan.num_splits=",
+                                                   plan.num_splits, " and no balanced schedule has none"));
+  }
+  const ValueArgs value = MakeValueArgs(value_proj);
   const int64_t max_rows = static_cast<int64_t>(p.max_seqlen_q) * p.num_heads;
-  if (plan.num_parts > 0 && p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p)) {
-    return MlaDecodeBalanced(p, plan, workspace, max_rows, s);
+  if (mla_decode_internal::RunsBalancedSchedule(p, plan)) {
+    return MlaDecodeBalanced(p, plan, workspace, max_rows, value, s);
   }
   const bool ordered = plan.longest_first && OrderChunks() &&
                        static_cast<int64_t>(p.batch) * plan.num_splits <= kMlaDecodeMaxOrderedChunks;
@@ -459,9 +334,10 @@ absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* 
   split.part_lse = split.part_out + static_cast<size_t>(plan.num_splits) * cap * p.kv_lora_rank;
   split.max_q = p.max_seqlen_q;
   RETURN_IF_ERROR(mla_cuda::LaunchLatentAttention(p, split, max_rows, s));
-  const CombineArgs args{plan.num_splits, plan.chunk_tokens, p.max_seqlen_q, p.num_heads, p.kv_lora_rank,
-                         p.batch, p.cu_seqlens_q, p.seqlens_k, split.part_out, split.part_lse,
-                         static_cast<__nv_bfloat16*>(p.out), p.lse};
+  CombineArgs args{plan.num_splits, plan.chunk_tokens, p.max_seqlen_q, p.num_heads, p.kv_lora_rank,
+                   p.batch, p.cu_seqlens_q, p.seqlens_k, split.part_out, split.part_lse,
+                   static_cast<__nv_bfloat16*>(p.out), p.lse};
+  args.value = value;
   return LaunchCombine(args, max_rows, s);
 }
 

@@ -1,4 +1,5 @@
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -195,6 +196,70 @@ TEST(MlaDecodeValidation, RefusesLongQueries) {
   auto st = MlaDecode(p, MlaDecodePlan{}, nullptr, KernelContext{});
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("3 queries"), std::string::npos) << st.message();
+}
+
+// The value projection's contract (api.h), checked before any launch: each bad value is named.
+// Every call here is refused (host pointers: nothing may launch).
+TEST(MlaDecodeValidation, RefusesBadValueProjections) {
+  std::vector<int> lq = {1}, prefix = {700};
+  auto c = testing::MakeLatentBatch(lq, prefix, 16, 512, 64, 1);
+  std::vector<float> out, lse;
+  MlaParams p = ParamsFor(c, out, lse);
+  p.dtype = DType::kBF16;
+  MlaDecodePlan plan;
+  plan.num_splits = 4;
+  plan.chunk_tokens = 4 * kPageSize;
+  plan.workspace_bytes = MlaDecodeChunkWorkspaceBytes(1, 16, 512, 4, false);
+  std::vector<uint8_t> workspace(plan.workspace_bytes);
+  alignas(16) static uint16_t weight[16 * 256 * 512];
+  std::vector<uint16_t> values(16 * 128);
+  const MlaValueProjection good{weight + 128 * 512, 512, 256 * 512, 128, values.data(), 16 * 128, 128};
+  const KernelContext cuda{Backend::kCuda, nullptr};
+  auto refused = [&](const MlaParams& params, const MlaDecodePlan& pl, const MlaValueProjection& v,
+                     const KernelContext& ctx, const std::string& names) {
+    const auto st = MlaDecode(params, pl, workspace.data(), ctx, &v);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << names << ": " << st;
+    EXPECT_NE(st.message().find(names), std::string::npos) << st.message();
+  };
+  refused(p, plan, good, KernelContext{}, "backend=cpu");
+  MlaParams f32 = p;
+  f32.dtype = DType::kF32;
+  refused(f32, plan, good, cuda, "dtype=f32");
+  refused(p, MlaDecodePlan{}, good, cuda, "plan.num_splits=1");
+  MlaValueProjection v = good;
+  v.w = nullptr;
+  refused(p, plan, v, cuda, "value_proj.w is null");
+  v = good;
+  v.w = weight + 4;
+  refused(p, plan, v, cuda, "16-byte aligned");
+  v = good;
+  v.row_stride = 256;
+  refused(p, plan, v, cuda, "value_proj.row_stride=256");
+  v.row_stride = 516;
+  refused(p, plan, v, cuda, "value_proj.row_stride=516");
+  v = good;
+  v.head_stride = 12;
+  refused(p, plan, v, cuda, "value_proj.head_stride=12");
+  v = good;
+  v.v_dim = 0;
+  refused(p, plan, v, cuda, "value_proj.v_dim=0");
+  v = good;
+  v.out = nullptr;
+  refused(p, plan, v, cuda, "value_proj.out is null");
+  v = good;
+  v.out_head_stride = 100;
+  refused(p, plan, v, cuda, "value_proj.out_head_stride=100");
+  v = good;
+  v.out_token_stride = 15 * 128;
+  refused(p, plan, v, cuda, "value_proj.out_token_stride=1920");
+  // And the predicate never takes it on the CPU backend, in f32, without a combine, or past
+  // kMlaFusedValueMaxRows rows.
+  EXPECT_FALSE(MlaDecodeTakesValueProjection(p, plan, KernelContext{}));
+  EXPECT_FALSE(MlaDecodeTakesValueProjection(f32, plan, cuda));
+  EXPECT_FALSE(MlaDecodeTakesValueProjection(p, MlaDecodePlan{}, cuda));
+  MlaParams wide = p;
+  wide.batch = static_cast<int>(kMlaFusedValueMaxRows / 16 + 1);
+  EXPECT_FALSE(MlaDecodeTakesValueProjection(wide, plan, cuda));
 }
 
 }  // namespace

@@ -269,6 +269,7 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
   ASSIGN_OR_RETURN(void* out_lat,
                    scratch.Activations(static_cast<int64_t>(T) * H * L, "latent attention output"));
   const float scale = static_cast<float>(c.softmax_scale);
+  bool uv_in_combine = false;  // W_UV applied by mla_decode's combine (below)
   if (topk_indices != nullptr) {
     kernels::SparseMlaParams p;
     p.dtype = oc.dtype;
@@ -334,12 +335,18 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
         ASSIGN_OR_RETURN(workspace,
                          scratch.Allocate(decode_plan.workspace_bytes, "mla decode workspace"));
       }
-      RETURN_IF_ERROR(kernels::MlaDecode(p, decode_plan, workspace, kctx));
+      // attn = out_lat . W_UV per head inside the combine where the plan has one for every row:
+      // the per-head GEMM below is not launched (MLASERVE_MLA_FUSED_UV=0 keeps it).
+      const kernels::MlaValueProjection uv_proj{views.w_uv, views.row_stride, views.head_stride, dv, attn,
+                                                static_cast<int64_t>(H) * dv, dv};
+      uv_in_combine = kernels::MlaDecodeTakesValueProjection(p, decode_plan, kctx);
+      RETURN_IF_ERROR(kernels::MlaDecode(p, decode_plan, workspace, kctx, uv_in_combine ? &uv_proj : nullptr));
     } else {
       RETURN_IF_ERROR(kernels::MlaPrefill(p, kctx));
     }
   }
 
+  if (uv_in_combine) return absl::OkStatus();
   // attn[t, h] = out_lat[t, h] . W_UV[h]^T per head.
   kernels::GemmParams uv;
   uv.m = T;

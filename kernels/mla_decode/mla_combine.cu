@@ -1,0 +1,262 @@
+// mla_decode's combine kernel (mla_combine.cuh). One CTA per (query row, request); its warps take
+// the row's pieces in turn, each lane 4 float4 columns of the 512 latent dims, and add their sums
+// in shared memory.
+#include "kernels/mla_decode/mla_combine.cuh"
+
+#include <cmath>
+
+#include "common/status.h"
+#include "kernels/common/cuda_util.cuh"
+#include "kernels/common/pdl.cuh"
+#include "kernels/mla_prefill/latent_tiling.h"
+
+namespace mlaserve::kernels::mla_decode_internal {
+namespace {
+
+constexpr int kCombineWarps = 4;
+constexpr int kCombineThreads = 32 * kCombineWarps;
+constexpr int kCombineMaxRank = 512;
+constexpr int kCombineVecsPerLane = kCombineMaxRank / 4 / 32;
+
+// With a value projection (MlaValueProjection) the grid has a third dimension: CTA z of a row
+// projects the merged row onto output columns [z * kValueCols, (z + 1) * kValueCols), each warp
+// kValueColsPerWarp of them. Per column a lane holds the same two 16-byte vectors of the latent
+// dims (lane l: vectors l and l + 32 of a 512-wide row's 64), so a warp reads a W_UV row as 512
+// contiguous bytes per load, and a column's dot product ends in one warp sum. 16 columns a CTA:
+// at batch 1 and 16 heads the 16 rows x 8 slices of v_dim 128 spread W_UV's 2 MB over 128 CTAs,
+// 16 KB each, whose loads are in flight before the PDL wait.
+constexpr int kValueColsPerWarp = 4;
+constexpr int kValueCols = kCombineWarps * kValueColsPerWarp;
+constexpr int kBf16PerVec = 8;  // bf16 values per 16-byte vector
+constexpr int kValueVecsPerLane = kCombineMaxRank / kBf16PerVec / 32;
+
+// One W_UV vector (8 bf16). W_UV is a weight (pdl.cuh, rule 3) read once by the CTA: loaded before
+// the PDL wait, past L1. volatile: kept where the source puts it, before the wait.
+__device__ __forceinline__ uint4 LoadWeightVec(const __nv_bfloat16* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// The 8 bf16 of a vector as floats, in memory order.
+__device__ __forceinline__ void UnpackBf16(const uint4& v, float (&f)[kBf16PerVec]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    f[2 * e] = __uint_as_float(words[e] << 16);
+    f[2 * e + 1] = __uint_as_float(words[e] & 0xffff0000u);
+  }
+}
+
+// This lane's W_UV vectors for its warp's columns of head h (zeros past v_dim and kv_lora_rank).
+__device__ __forceinline__ void LoadValueRows(const CombineArgs& a, int h, int lane, int warp,
+                                              uint4 (&w)[kValueColsPerWarp][kValueVecsPerLane]) {
+  const int col0 = blockIdx.z * kValueCols + warp * kValueColsPerWarp;
+  const __nv_bfloat16* head = a.value.w + h * a.value.head_stride;
+#pragma unroll
+  for (int k = 0; k < kValueColsPerWarp; ++k) {
+#pragma unroll
+    for (int j = 0; j < kValueVecsPerLane; ++j) {
+      const int vec = lane + 32 * j;
+      w[k][j] = make_uint4(0, 0, 0, 0);
+      if (col0 + k < a.value.v_dim && vec * kBf16PerVec < a.rank) {
+        w[k][j] = LoadWeightVec(head + (col0 + k) * a.value.row_stride + vec * kBf16PerVec);
+      }
+    }
+  }
+}
+
+// value.out[token, h, column] for the warp's columns: the latent row (bf16, shared memory, as
+// written to out) times W_UV's rows, each lane's 16 products summed in order in f32, then the
+// lanes' sums by a butterfly (every lane ends with the same bits; the same order every run).
+__device__ __forceinline__ void ProjectRow(const CombineArgs& a, const uint4* latent,
+                                           const uint4 (&w)[kValueColsPerWarp][kValueVecsPerLane], int64_t token,
+                                           int h, int lane, int warp) {
+  float x[kValueVecsPerLane][kBf16PerVec];
+#pragma unroll
+  for (int j = 0; j < kValueVecsPerLane; ++j) {
+    const int vec = lane + 32 * j;
+    UnpackBf16(vec * kBf16PerVec < a.rank ? latent[vec] : make_uint4(0, 0, 0, 0), x[j]);
+  }
+  const int col0 = blockIdx.z * kValueCols + warp * kValueColsPerWarp;
+  __nv_bfloat16* out = a.value.out + token * a.value.out_token_stride + h * a.value.out_head_stride;
+#pragma unroll
+  for (int k = 0; k < kValueColsPerWarp; ++k) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kValueVecsPerLane; ++j) {
+      float wf[kBf16PerVec];
+      UnpackBf16(w[k][j], wf);
+#pragma unroll
+      for (int e = 0; e < kBf16PerVec; ++e) sum = fmaf(wf[e], x[j][e], sum);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == k && col0 + k < a.value.v_dim) out[col0 + k] = __float2bfloat16_rn(sum);
+  }
+}
+
+// out = sum_s w_s part_s with w_s = exp(lse_s - max) / sum_s' exp(lse_s' - max) over the row's
+// pieces (an empty piece has lse = -inf and weight 0, and its partial is not added: it may hold
+// anything). With chunks, only the chunks that hold keys of the request (LatentChunksWithKeys):
+// a decode graph plans for a longer context than it runs, and the attention kernel skips the rest.
+// Each warp reads its pieces' LSEs and partials in the same pass and keeps a running max, sum and
+// weighted output (online softmax), so the call waits on memory once per two pieces of a warp
+// rather than first for every LSE; the warps' results are merged in shared memory, in warp
+// order (the same bits every run).
+// kProject: the CTA also projects the row, rounded to bf16 as written to out, onto its slice of
+// W_UV's columns (ValueArgs; loaded before the wait). A balanced schedule's row in one piece,
+// which the attention kernel wrote, is read back from out for it. The CTAs of z > 0 compute the
+// same merged row as z = 0 and leave out and lse to it.
+template <bool kProject>
+__global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid_constant__ CombineArgs a) {
+  __shared__ float4 partial[kCombineWarps][kCombineMaxRank / 4];
+  __shared__ float warp_max[kCombineWarps], warp_sum[kCombineWarps];
+  __shared__ uint4 latent[kProject ? kCombineMaxRank / kBf16PerVec : 1];  // the merged row, bf16
+  const int b = blockIdx.y;
+  const int i = blockIdx.x / a.num_heads, h = blockIdx.x % a.num_heads;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  [[maybe_unused]] uint4 w_uv[kValueColsPerWarp][kValueVecsPerLane];  // this lane's W_UV vectors
+  if constexpr (kProject) LoadValueRows(a, h, lane, warp, w_uv);
+  // The lengths are the step's inputs, written before the attention kernel ran; that kernel lets
+  // this one in only after its own PDL wait (latent_attention_sm90.cu), so they are readable
+  // before this grid's wait. The partials and the balanced schedule's pieces are read after it.
+  const int q_start = a.cu_seqlens_q[b];
+  const int lq = a.cu_seqlens_q[b + 1] - q_start;
+  const int lk = a.pieces == nullptr ? a.seqlens_k[b] : 0;
+  cuda::PdlWaitForPrerequisites();
+  cuda::PdlReleaseDependents();
+  if (i >= lq) return;
+  const int64_t out_row = static_cast<int64_t>(q_start + i) * a.num_heads + h;
+  const int v = threadIdx.x;  // float4 column: latent dims 4v .. 4v + 3
+  auto* latent_words = reinterpret_cast<uint2*>(latent);
+  // Piece s of this row: partial row first + s * stride.
+  int n;
+  int64_t first, stride;
+  if (a.pieces != nullptr) {
+    n = a.pieces[b];
+    if (n <= 1) {  // written directly by the attention kernel
+      if constexpr (kProject) {
+        if (4 * v < a.rank) latent_words[v] = *reinterpret_cast<const uint2*>(a.out + out_row * a.rank + 4 * v);
+        __syncthreads();
+        ProjectRow(a, latent, w_uv, q_start + i, h, lane, warp);
+      }
+      return;
+    }
+    stride = a.slot_rows;
+    first = a.slot_base[b] * stride + static_cast<int64_t>(i) * a.num_heads + h;
+  } else {
+    n = mla_internal::LatentChunksWithKeys(lk, a.chunk_tokens, a.num_splits);
+    first = (static_cast<int64_t>(b) * a.max_q + i) * a.num_heads + h;
+    stride = static_cast<int64_t>(a.batch) * a.max_q * a.num_heads;
+  }
+  float m = -INFINITY, l = 0.0f;
+  float4 acc[kCombineVecsPerLane];
+#pragma unroll
+  for (int j = 0; j < kCombineVecsPerLane; ++j) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 2
+  for (int s = warp; s < n; s += kCombineWarps) {
+    const int64_t row = first + s * stride;
+    const float ls = a.part_lse[row];
+    const auto* src = reinterpret_cast<const float4*>(a.part_out + row * a.rank);
+    float4 x[kCombineVecsPerLane];
+#pragma unroll
+    for (int j = 0; j < kCombineVecsPerLane; ++j) {
+      x[j] = 4 * (lane + 32 * j) < a.rank ? src[lane + 32 * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if (ls == -INFINITY) continue;  // empty piece (the whole warp: one row)
+    const float m_new = fmaxf(m, ls);
+    const float keep = expf(m - m_new), w = expf(ls - m_new);
+    l = l * keep + w;
+    m = m_new;
+#pragma unroll
+    for (int j = 0; j < kCombineVecsPerLane; ++j) {
+      acc[j].x = acc[j].x * keep + w * x[j].x;
+      acc[j].y = acc[j].y * keep + w * x[j].y;
+      acc[j].z = acc[j].z * keep + w * x[j].z;
+      acc[j].w = acc[j].w * keep + w * x[j].w;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kCombineVecsPerLane; ++j) partial[warp][lane + 32 * j] = acc[j];
+  if (lane == 0) {
+    warp_max[warp] = m;
+    warp_sum[warp] = l;
+  }
+  __syncthreads();
+  float m_all = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) m_all = fmaxf(m_all, warp_max[w]);
+  float scale[kCombineWarps], total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) {
+    scale[w] = warp_max[w] == -INFINITY ? 0.0f : expf(warp_max[w] - m_all);
+    total += scale[w] * warp_sum[w];
+  }
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  const bool writes_out = !kProject || blockIdx.z == 0;
+  if (4 * v < a.rank) {
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kCombineWarps; ++w) {
+      const float c = scale[w] * inv;
+      sum.x += c * partial[w][v].x;
+      sum.y += c * partial[w][v].y;
+      sum.z += c * partial[w][v].z;
+      sum.w += c * partial[w][v].w;
+    }
+    const uint2 packed = make_uint2(cuda::PackBf16(sum.x, sum.y), cuda::PackBf16(sum.z, sum.w));
+    if (writes_out) *reinterpret_cast<uint2*>(a.out + out_row * a.rank + 4 * v) = packed;
+    if constexpr (kProject) latent_words[v] = packed;
+  }
+  if (a.lse != nullptr && threadIdx.x == 0 && writes_out) {
+    a.lse[out_row] = total > 0.0f ? m_all + logf(total) : -INFINITY;
+  }
+  if constexpr (kProject) {
+    __syncthreads();
+    ProjectRow(a, latent, w_uv, q_start + i, h, lane, warp);
+  }
+}
+
+}  // namespace
+
+// The schedule, order and combine kernels run next to the attention kernel, which takes all of an
+// SM's shared memory: asking for the same carveout spares an SM the L1 / shared reconfiguration
+// between them (a hint; the driver may still choose).
+absl::Status PreferSharedCarveout(const void* kernel, const char* name) {
+  if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      cudaSharedmemCarveoutMaxShared);
+      err != cudaSuccess) {
+    return cuda::CudaStatus(err, name);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, cudaStream_t s) {
+  const bool project = args.value.w != nullptr;
+  const auto kernel = project ? MlaCombineKernel<true> : MlaCombineKernel<false>;
+  RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(kernel), "MlaCombineKernel carveout"));
+  cuda::LaunchShape shape;
+  const int slices = project ? (args.value.v_dim + kValueCols - 1) / kValueCols : 1;
+  shape.grid = dim3(static_cast<unsigned>(max_rows), static_cast<unsigned>(args.batch), static_cast<unsigned>(slices));
+  shape.block = dim3(kCombineThreads);
+  shape.stream = s;
+  return cuda::LaunchPdl("MlaCombineKernel", shape, kernel, args);
+}
+
+ValueArgs MakeValueArgs(const MlaValueProjection* v) {
+  ValueArgs args;
+  if (v == nullptr) return args;
+  args.w = static_cast<const __nv_bfloat16*>(v->w);
+  args.row_stride = v->row_stride;
+  args.head_stride = v->head_stride;
+  args.v_dim = v->v_dim;
+  args.out = static_cast<__nv_bfloat16*>(v->out);
+  args.out_token_stride = v->out_token_stride;
+  args.out_head_stride = v->out_head_stride;
+  return args;
+}
+
+}  // namespace mlaserve::kernels::mla_decode_internal
