@@ -213,9 +213,9 @@ absl::Status CheckValueProjection(const MlaParams& p, const MlaDecodePlan& plan,
 
 bool MlaDecodeTakesValueProjection(const MlaParams& p, const MlaDecodePlan& plan, const KernelContext& ctx) {
 #if MLASERVE_KERNEL_HAS_CUDA
-  // The combine's grid holds max_seqlen_q rows of every request.
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.max_seqlen_q * p.num_heads;
-  return ctx.backend == Backend::kCuda && p.dtype == DType::kBF16 && rows > 0 && rows <= kMlaFusedValueMaxRows &&
+  // The combine's grid holds max_seqlen_q tokens of every request.
+  const int64_t tokens = static_cast<int64_t>(p.batch) * p.max_seqlen_q;
+  return ctx.backend == Backend::kCuda && p.dtype == DType::kBF16 && tokens > 0 && tokens <= kMlaFusedValueMaxTokens &&
          mla_decode_internal::CombinesEveryRow(p, plan) &&
          !EnvSwitchedOff("MLASERVE_MLA_FUSED_UV");  // read per call: the benches flip it
 #else

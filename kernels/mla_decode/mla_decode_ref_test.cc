@@ -253,12 +253,12 @@ TEST(MlaDecodeValidation, RefusesBadValueProjections) {
   v.out_token_stride = 15 * 128;
   refused(p, plan, v, cuda, "value_proj.out_token_stride=1920");
   // And the predicate never takes it on the CPU backend, in f32, without a combine, or past
-  // kMlaFusedValueMaxRows rows.
+  // kMlaFusedValueMaxTokens tokens.
   EXPECT_FALSE(MlaDecodeTakesValueProjection(p, plan, KernelContext{}));
   EXPECT_FALSE(MlaDecodeTakesValueProjection(f32, plan, cuda));
   EXPECT_FALSE(MlaDecodeTakesValueProjection(p, MlaDecodePlan{}, cuda));
   MlaParams wide = p;
-  wide.batch = static_cast<int>(kMlaFusedValueMaxRows / 16 + 1);
+  wide.batch = static_cast<int>(kMlaFusedValueMaxTokens / wide.max_seqlen_q + 1);
   EXPECT_FALSE(MlaDecodeTakesValueProjection(wide, plan, cuda));
 }
 

@@ -204,9 +204,9 @@ TEST_P(MlaDecodeValueTest, MatchesReferenceAndUnfusedPath) {
   } else {
     ASSERT_GT(plan->num_splits, 1) << "the case should have a combine";
   }
-  const int64_t rows = static_cast<int64_t>(c.batch) * v.qpr * v.heads;
+  const int64_t tokens = static_cast<int64_t>(c.batch) * v.qpr;
   EXPECT_EQ(MlaDecodeTakesValueProjection(d.params, *plan, KernelContext{Backend::kCuda, nullptr}),
-            rows <= kMlaFusedValueMaxRows && !EnvSwitchedOff("MLASERVE_MLA_FUSED_UV"));
+            tokens <= kMlaFusedValueMaxTokens && !EnvSwitchedOff("MLASERVE_MLA_FUSED_UV"));
 
   const ValueLayout layout(c.total_q(), v.heads, v.v_dim, v.padded_out);
   testing::DeviceBuffer values(layout.elems * sizeof(uint16_t));

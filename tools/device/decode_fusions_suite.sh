@@ -7,9 +7,10 @@
 #   sanitize  memcheck and racecheck on the fused router's small cases and on the folded decode
 #             MoE's, memcheck on the mla_decode determinism cases
 #   engine    model_engine_cuda_test (the CUDA engine against the HF fixtures)
-#   ab        mlaserve-engine-bench decode batch 1 / 32 / 128 (graphs) on the random V2-Lite-shaped
+#   ab        mlaserve-engine-bench decode batch AB_BATCHES (1 32 128) (graphs) on the random V2-Lite-shaped
 #             checkpoint: all on, then each lever off (VARIANTS: MLASERVE_MOE_FUSED_ROUTER=0,
-#             MLASERVE_MOE_STREAM_TOK=16, MLASERVE_MLA_EARLY_LOADS=0), ROUNDS times in turn
+#             MLASERVE_MOE_STREAM_TOK=16, MLASERVE_MLA_EARLY_LOADS=0; a variant A=0,B=0 sets both),
+#             ROUNDS times in turn
 #   timeline  one traced decode step at batch 1 and 128, with layer 1's launches one by one
 #   moebench  mlaserve-moe-bench at MOE_TOKENS (1,2,4) tokens on the V2-Lite and V3 expert shapes,
 #             per variant of VARIANTS (the stream stages' % of copy bandwidth)
@@ -100,9 +101,9 @@ if want ab; then
   for round in $(seq "$ROUNDS"); do
     for variant in ${VARIANTS:-on MLASERVE_MOE_FUSED_ROUTER=0 MLASERVE_MOE_STREAM_TOK=16 MLASERVE_MLA_EARLY_LOADS=0}; do
       echo "=== round $round $variant" >> "$OUT/ab.txt"
-      envs=(); [[ $variant == on ]] || envs=("$variant")
+      envs=(); [[ $variant == on ]] || IFS=, read -r -a envs <<< "$variant"  # A=0,B=0: both
       env "${envs[@]}" timeout 200 .devbin/mlaserve-engine-bench --model "$MODEL" \
-        --prefill-lens 16 --runs 1 --decode-batches 1 32 128 --decode-steps 32 --eager-steps 0 \
+        --prefill-lens 16 --runs 1 --decode-batches ${AB_BATCHES:-1 32 128} --decode-steps 32 --eager-steps 0 \
         --sampled-steps 0 > "$OUT/b.log" 2>&1
       rc=$?
       grep -E '^\| decode' "$OUT/b.log" >> "$OUT/ab.txt"
