@@ -36,6 +36,7 @@
 #          --attention-parallel tensor): the KV goes over nccl GPU 1 -> decode rank 0 on GPU 0,
 #          which copies it into rank 1's replica on GPU 1 (a data-parallel decode worker would
 #          place sessions on GPU 1 too, where NCCL cannot pair it with the prefill worker).
+#   (v2lite and bench take TP ranks a layout, default 2: TP=4 with 4 GPUs)
 #   v2lite mlaserve-run on a random DeepSeek-V2-Lite-shaped checkpoint (tools/make_random_model.py,
 #          in /dev/shm): the greedy tokens of every 2-rank layout (tensor / data attention x
 #          gather / all-to-all) against the single GPU's, with the top-2 margins of the single
@@ -191,8 +192,10 @@ if [[ $PARTS == *" e2e1 "* && -z ${DRY:-} ]]; then
   sed -n '/^== summary/,$p' "$W/e2e1/e2e.txt" | tee -a "$W/summary.txt"
   pack
 fi
-LAYOUTS=("--tp-size 2 --attention-parallel tensor" "--tp-size 2 --attention-parallel tensor --moe-dispatch all-to-all"
-  "--tp-size 2 --attention-parallel data" "--tp-size 2 --attention-parallel data --moe-dispatch all-to-all")
+# The v2lite and bench parts' layouts: TP ranks each (default 2; TP=4 on nvidia-h200-x4).
+TPN=${TP:-2}
+LAYOUTS=("--tp-size $TPN --attention-parallel tensor" "--tp-size $TPN --attention-parallel tensor --moe-dispatch all-to-all"
+  "--tp-size $TPN --attention-parallel data" "--tp-size $TPN --attention-parallel data --moe-dispatch all-to-all")
 V2L=${V2L_DIR:-/dev/shm/v2lite-random}
 if [[ ($PARTS == *" v2lite "* || $PARTS == *" bench "*) && -z ${DRY:-} && ! -f $V2L/config.json ]]; then
   bounded 300 python3 tools/make_random_model.py --out "$V2L" > "$W/make_model.log" 2>&1
