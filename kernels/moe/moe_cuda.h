@@ -225,6 +225,9 @@ struct CombineArgs {
   const __nv_bfloat16* norm_weight = nullptr;
   __nv_bfloat16* norm_y = nullptr;
   float norm_eps = 0.0f;
+  // The norm epilogue loads the positions, routing weights, residual and norm weight before its
+  // PDL wait (LaunchCombine sets it; MLASERVE_MOE_COMBINE_EARLY_LOADS=0 turns it off for timing).
+  bool early_loads = false;
 };
 // The most hidden values the combine's norm epilogue takes (one block per token, as
 // kernels/norm's one-pass RMSNorm: at most 4 16-byte vectors a thread, 1024 threads).

@@ -9,6 +9,7 @@
 
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_silu.cuh"
@@ -140,10 +141,51 @@ __global__ void __launch_bounds__(kEltThreads) CombineKernel(const __grid_consta
   }
 }
 
+// CombineChunk with the token's row positions and weights already in registers (pos < 0: no
+// row), every term's: the same sums in the same order.
+template <int kTerms>
+__device__ __forceinline__ void CombineChunkPreloaded(const CombineArgs& a, int terms, int c,
+                                                      const int64_t (&pos)[kTerms], const float (&w)[kTerms],
+                                                      float (&sum)[cuda::kBf16PerChunk]) {
+  const int chunks = a.hidden / cuda::kBf16PerChunk;
+  const auto* ys = reinterpret_cast<const uint4*>(a.ys);
+#pragma unroll
+  for (int k = 0; k < cuda::kBf16PerChunk; ++k) sum[k] = 0.0f;
+#pragma unroll
+  for (int q0 = 0; q0 < kTerms; q0 += kCombineBatch) {
+    if (q0 >= terms) break;
+    uint4 row[kCombineBatch];
+#pragma unroll
+    for (int b = 0; b < kCombineBatch; ++b) {
+      row[b] = q0 + b < terms && pos[q0 + b] >= 0 ? ys[pos[q0 + b] * chunks + c] : uint4{};
+    }
+#pragma unroll
+    for (int b = 0; b < kCombineBatch; ++b) {
+      if (q0 + b >= terms || pos[q0 + b] < 0) continue;
+      const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&row[b]);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float2 v = __bfloat1622float2(v2[k]);
+        sum[2 * k] += w[q0 + b] * v.x;
+        sum[2 * k + 1] += w[q0 + b] * v.y;
+      }
+    }
+  }
+}
+
+// The most terms (routed rows + shared slices) of a token whose positions and weights the norm
+// epilogue loads before its PDL wait.
+constexpr int kCombinePreTerms = 16;
+
 // The combine with the MoeResidualNorm epilogue, one block per token, shaped as kernels/norm's
 // one-pass RMSNorm (norm.cu, RmsNormVecKernel: the same threads per row, the same vectors per
 // thread, the same block sum), so its bits equal the combine followed by that RmsNorm: the MoE
 // output rounded to bf16, residual += it (rounded), y = bf16(w * bf16(residual * inv_rms)).
+// Before its PDL wait it loads what earlier kernels wrote (kernels/common/pdl.cuh, rule 3): the
+// token's row positions and routing weights (the routing launch's, at least three kernels back),
+// its residual row (the attention's norm, further back) and the norm weight, through L2; only the
+// expert rows (the down product's, the kernel just before) wait. Up to kCombinePreTerms terms;
+// early_loads false (MLASERVE_MOE_COMBINE_EARLY_LOADS=0): everything after the wait.
 __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __grid_constant__ CombineArgs a) {
   __shared__ float scratch[cuda::kWarpSize];
   const int64_t t = blockIdx.x;
@@ -151,6 +193,32 @@ __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __gri
   auto* res = reinterpret_cast<uint4*>(a.residual + t * a.hidden);
   const auto* w = reinterpret_cast<const uint4*>(a.norm_weight);
   auto* y = reinterpret_cast<uint4*>(a.norm_y + t * a.hidden);
+  const int terms = a.top_k + a.shared_slots;
+  const bool pre = a.early_loads && terms <= kCombinePreTerms;
+  int64_t pre_pos[kCombinePreTerms];
+  float pre_w[kCombinePreTerms];
+  uint4 pre_res[kNormMaxVecsPerThread], pre_wv[kNormMaxVecsPerThread];
+  if (pre) {
+#pragma unroll
+    for (int q = 0; q < kCombinePreTerms; ++q) {
+      pre_pos[q] = -1;
+      pre_w[q] = 0.0f;
+      if (q < a.top_k) {
+        pre_pos[q] = __ldcg(a.position + t * a.top_k + q);
+        pre_w[q] = __ldcg(a.topk_weights + t * a.top_k + q);
+      } else if (q < terms) {
+        pre_pos[q] = a.shared_base + static_cast<int64_t>(q - a.top_k) * a.num_tokens + t;
+        pre_w[q] = 1.0f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kNormMaxVecsPerThread; ++i) {
+      const int at = threadIdx.x + i * blockDim.x;
+      if (at >= vecs) break;
+      pre_res[i] = __ldcg(res + at);
+      pre_wv[i] = __ldg(w + at);
+    }
+  }
   cuda::PdlEnter();
   uint4 val[kNormMaxVecsPerThread];
   float ss = 0.0f;
@@ -159,8 +227,12 @@ __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __gri
     const int at = threadIdx.x + i * blockDim.x;
     if (at >= vecs) break;
     float sum[cuda::kBf16PerChunk];
-    CombineChunk(a, t, at, sum);
-    const uint4 old = res[at];
+    if (pre) {
+      CombineChunkPreloaded(a, terms, at, pre_pos, pre_w, sum);
+    } else {
+      CombineChunk(a, t, at, sum);
+    }
+    const uint4 old = pre ? pre_res[i] : res[at];
     const auto* o2 = reinterpret_cast<const __nv_bfloat162*>(&old);
     auto* v2 = reinterpret_cast<__nv_bfloat162*>(&val[i]);
 #pragma unroll
@@ -180,7 +252,7 @@ __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __gri
   for (int i = 0; i < kNormMaxVecsPerThread; ++i) {
     const int at = threadIdx.x + i * blockDim.x;
     if (at >= vecs) break;
-    const uint4 wv = w[at];
+    const uint4 wv = pre ? pre_wv[i] : w[at];
     const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
     const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&val[i]);
     uint4 out;
@@ -251,7 +323,10 @@ absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s) {
     shape.grid = dim3(static_cast<unsigned>(a.num_tokens));
     shape.block = dim3(std::min((vecs + cuda::kWarpSize - 1) / cuda::kWarpSize * cuda::kWarpSize, kNormMaxThreads));
     shape.stream = s;
-    return cuda::LaunchPdl("moe_experts combine + residual + rmsnorm", shape, CombineNormKernel, a);
+    static const bool early_loads_off = EnvSwitchedOff("MLASERVE_MOE_COMBINE_EARLY_LOADS");
+    CombineArgs args = a;
+    args.early_loads = !early_loads_off;
+    return cuda::LaunchPdl("moe_experts combine + residual + rmsnorm", shape, CombineNormKernel, args);
   }
   const int64_t items = static_cast<int64_t>(a.num_tokens) * (a.hidden / cuda::kBf16PerChunk);
   cuda::LaunchShape shape;
