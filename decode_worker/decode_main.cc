@@ -46,7 +46,10 @@ class DecodeRole final : public worker::Role {
 #ifdef MLASERVE_HAVE_NCCL
     if (kv_offer_ == "nccl") {
       kvtransfer::nccl::KvNcclServiceOptions no;
-      no.comm_factory = kvtransfer::nccl::NcclCommunicatorFactory(o.device);
+      // Every wait on the sender, an enqueue that connects to it included, is bounded by the
+      // no-progress deadline: a dead prefill worker's pages are back within it.
+      const absl::Duration enqueue = o.kv_no_progress_timeout;
+      no.comm_factory = kvtransfer::nccl::NcclCommunicatorFactory(o.device, enqueue);
       no.id_factory = kvtransfer::nccl::NewNcclCommId;
       no.page_io_factory = kvtransfer::nccl::CudaPageIoFactory(o.device);
       no.no_progress_timeout = o.kv_no_progress_timeout;
@@ -54,7 +57,7 @@ class DecodeRole final : public worker::Role {
       // Data-parallel attention: each session is received on its rank's GPU, into its pool.
       for (int r = 0; r < e.data_ranks() && e.data_ranks() > 1; ++r) {
         no.pool_devices.push_back({&e.rank_pool(r),
-                                   kvtransfer::nccl::NcclCommunicatorFactory(o.device + r),
+                                   kvtransfer::nccl::NcclCommunicatorFactory(o.device + r, enqueue),
                                    kvtransfer::nccl::CudaPageIoFactory(o.device + r)});
       }
       nccl_service_ = std::make_unique<kvtransfer::nccl::KvNcclServiceImpl>(

@@ -61,7 +61,10 @@ class PrefillRole final : public worker::Role {
       kvtransfer::nccl::NcclTransportOptions to;
       // One communicator per prefill/decode pair: the id must be unique among prefill workers.
       to.pair_id = absl::StrCat(ro.name, "/", getpid(), "/", absl::ToUnixNanos(absl::Now()));
-      to.comm_factory = kvtransfer::nccl::NcclCommunicatorFactory(o.device);
+      // An enqueue that connects to the decode worker waits for it no longer than any other
+      // step of a transfer (--kv-no-progress-ms).
+      const absl::Duration enqueue = o.kv_no_progress_timeout;
+      to.comm_factory = kvtransfer::nccl::NcclCommunicatorFactory(o.device, enqueue);
       to.page_io_factory = kvtransfer::nccl::CudaPageIoFactory(o.device);
       to.layer_fence = kvtransfer::nccl::CudaLayerFence(o.device, e.device_stream());
       // Data-parallel attention: each prompt is sent from its rank's pool on that rank's GPU
@@ -69,7 +72,7 @@ class PrefillRole final : public worker::Role {
       // so a layer's first gather waits for an event on that rank's stream.
       for (int r = 0; e.data_ranks() > 1 && r < e.data_ranks(); ++r) {
         to.rank_pools.push_back({&e.rank_pool(r),
-                                 kvtransfer::nccl::NcclCommunicatorFactory(o.device + r),
+                                 kvtransfer::nccl::NcclCommunicatorFactory(o.device + r, enqueue),
                                  kvtransfer::nccl::CudaPageIoFactory(o.device + r),
                                  kvtransfer::nccl::CudaLayerFence(o.device + r, e.rank_stream(r))});
       }

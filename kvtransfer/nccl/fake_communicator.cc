@@ -176,6 +176,14 @@ CommunicatorFactory FakeCommHub::factory() {
     }
     // Like ncclCommInitRank: both ranks must join before either can use the communicator.
     absl::MutexLock l(&link->mu);
+    if (link->joined >= 2) {
+      // An NCCL id serves one communicator: its bootstrap root is gone once both ranks joined,
+      // so a rank that joins it again (a side that rebuilt while its peer kept the old one)
+      // never meets its peer.
+      return absl::UnavailableError(absl::StrCat(
+          "fake nccl: communicator ", id, " was already formed by both ranks; an id serves one "
+          "communicator"));
+    }
     ++link->joined;
     auto both = [&link]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link->mu) { return link->joined >= 2; };
     if (!link->mu.AwaitWithDeadline(absl::Condition(&both), deadline)) {

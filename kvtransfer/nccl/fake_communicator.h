@@ -2,6 +2,8 @@
 // posting order like NCCL send/recv (a recv matches the next send; sizes must agree, as NCCL
 // requires — a mismatch fails both ends). Operations complete asynchronously on a hub thread
 // per pair, so the tests see the same enqueue/wait/abort behaviour as with NCCL.
+// As with NCCL, an id serves one communicator: joining it again once both ranks joined fails
+// (UNAVAILABLE), so a side that rebuilds while its peer keeps the old communicator is caught.
 // Faults: fail_after_sends (the link reports an error, like a peer's process dying) and
 // stall_after_sends (sends after that never complete: a stalled peer, found by the deadline).
 #pragma once

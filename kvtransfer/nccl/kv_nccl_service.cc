@@ -1,5 +1,6 @@
 #include "kvtransfer/nccl/kv_nccl_service.h"
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -18,15 +19,19 @@ using common::ToGrpcStatus;
 
 struct KvNcclServiceImpl::Job {
   std::string session_id;
+  bool sender_holds_none = false;  // KvNcclConnectRequest.sender_holds_none
   model::KvPool* pool = nullptr;  // where the session's pages are
   CommId comm_id;
   std::optional<TransferPlan> plan;
   std::vector<int32_t> pages;
   std::shared_ptr<void> pin;  // KvReceiver::AcquireDirect's; dropped once no write can land
-  grpc::ServerUnaryReactor* connect = nullptr;  // answered by the receive thread
+  // Answered once, by whoever takes the job off its pair's queue: the receive thread when the
+  // job's turn comes, or Withdraw when the session ends first. The pin is theirs too.
+  grpc::ServerUnaryReactor* connect = nullptr;
   v1::KvNcclConnectResponse* connect_response = nullptr;
 
   absl::Mutex mu;
+  std::weak_ptr<Pair> pair ABSL_GUARDED_BY(mu);  // set just before the job is queued
   bool received ABSL_GUARDED_BY(mu) = false;  // the receive thread is done with it
   absl::Status outcome ABSL_GUARDED_BY(mu);
   grpc::ServerUnaryReactor* finish ABSL_GUARDED_BY(mu) = nullptr;
@@ -63,12 +68,14 @@ KvNcclServiceImpl::~KvNcclServiceImpl() {
     stopping_ = true;
     pairs.swap(pairs_);
   }
+  // A receive in progress ends by its own deadlines (each bounded by no_progress_timeout);
+  // aborting its communicator from here would free it under the receive thread's feet. Sessions
+  // still waiting for their turn are answered UNAVAILABLE without touching the communicator.
   for (auto& [id, p] : pairs) {
     {
       absl::MutexLock l(&p->mu);
       p->stopping = true;
     }
-    p->link.Invalidate();  // a receive in progress fails at once (aborted communicator)
     p->thread.join();
   }
 }
@@ -113,16 +120,66 @@ std::shared_ptr<KvNcclServiceImpl::Pair> KvNcclServiceImpl::PairFor(const std::s
   return p;
 }
 
-void KvNcclServiceImpl::RunJob(Pair& p, const std::shared_ptr<Job>& job) {
-  bool stopping;
+void KvNcclServiceImpl::EndUnstarted(const std::shared_ptr<Job>& job, const absl::Status& why) {
+  // Its Connect is unanswered, so the sender has posted nothing for it and never will: the
+  // pair stays in step without receiving it, and no device write was ever enqueued into its
+  // pages, so the pin goes at once.
+  job->connect->Finish(ToGrpcStatus(why));
+  job->pin.reset();
+  receiver_->Fail(job->session_id, why);  // usually ended already (that is why we are here)
+  {
+    absl::MutexLock l(&job->mu);
+    job->received = true;
+    if (job->outcome.ok()) job->outcome = why;
+  }
+  Answer(job);
+  absl::MutexLock l(&mu_);
+  ++receives_ended_;
+}
+
+bool KvNcclServiceImpl::Withdraw(Pair& p, const std::shared_ptr<Job>& job) {
   {
     absl::MutexLock l(&p.mu);
-    stopping = p.stopping;
+    auto it = std::find(p.queue.begin(), p.queue.end(), job);
+    if (it == p.queue.end()) return false;  // its turn came: the receive thread has it
+    p.queue.erase(it);
+  }
+  absl::Status why;
+  {
+    absl::MutexLock l(&job->mu);
+    why = job->outcome;
+  }
+  EndUnstarted(job, why);
+  return true;
+}
+
+void KvNcclServiceImpl::RunJob(Pair& p, const std::shared_ptr<Job>& job) {
+  // A session that ended while it waited for its turn (its sender died and the router aborted
+  // it, AbortSession, the no-progress deadline) is not received: Withdraw normally took it off
+  // the queue already; this covers an end racing with the turn.
+  absl::Status ended;
+  {
+    absl::MutexLock l(&job->mu);
+    ended = job->outcome;
+  }
+  {
+    absl::MutexLock l(&p.mu);
+    if (ended.ok() && p.stopping) ended = absl::UnavailableError("KV nccl service shutting down");
+  }
+  if (!ended.ok()) {
+    EndUnstarted(job, ended);
+    return;
+  }
+  // The sender dropped its end of our communicator after a failure we did not see (its
+  // verdict RPC failed after every byte arrived, an abort after its last send): it cannot join
+  // that id again, so both start afresh. Nothing is on the wire between two sessions.
+  if (job->sender_holds_none && p.link.holds()) {
+    p.io.reset();
+    p.link.Invalidate();
   }
   // Connect is answered only now, with the id valid after every earlier session of the pair
   // ended: an id answered earlier could go stale if an earlier receive then failed.
-  absl::StatusOr<CommId> id = stopping ? absl::UnavailableError("KV nccl service shutting down")
-                                       : p.link.CurrentId();
+  absl::StatusOr<CommId> id = p.link.CurrentId();
   if (id.ok()) {
     job->comm_id = *id;
     absl::MutexLock l(&p.mu);
@@ -137,12 +194,14 @@ void KvNcclServiceImpl::RunJob(Pair& p, const std::shared_ptr<Job>& job) {
   job->connect->Finish(id.ok() ? grpc::Status::OK : ToGrpcStatus(id.status()));
   absl::Status st = id.status();
   int64_t bytes = 0;
-  // Received even when the session already ended (cancelled, aborted): the sender puts the
-  // plan on the wire regardless, and skipping it would desynchronise the pair. The pin keeps
-  // the pages out of the pool meanwhile.
+  // From here on the session is received even if it ends meanwhile (cancelled, aborted): the
+  // sender puts the plan on the wire once answered, and skipping it would desynchronise the
+  // pair. The pin keeps the pages out of the pool meanwhile, so every step below is bounded by
+  // the no-progress deadline, the join included: a sender that died before joining costs no
+  // more than one that died mid-transfer.
   if (st.ok()) {
-    absl::StatusOr<Communicator*> comm =
-        p.link.Get(job->comm_id, absl::Now() + options_.connect_timeout);
+    const absl::Duration join = std::min(options_.connect_timeout, options_.no_progress_timeout);
+    absl::StatusOr<Communicator*> comm = p.link.Get(job->comm_id, absl::Now() + join);
     if (!comm.ok()) st = comm.status();
     const size_t slot_bytes = static_cast<size_t>(job->plan->max_step_bytes());
     const int generation = p.link.communicators_built();
@@ -266,21 +325,24 @@ grpc::ServerUnaryReactor* KvNcclServiceImpl::Connect(grpc::CallbackServerContext
   if (!layout.ok()) return fail(layout.status());
   auto job = std::make_shared<Job>();
   job->session_id = id;
-  // A receiver-side failure after this (lease, no progress, cancel, AbortSession) becomes the
-  // job's outcome; the receive itself still runs to keep the pair in step.
+  job->sender_holds_none = request->sender_holds_none();
+  // A receiver-side failure after this (no progress, the decode runner's cancel on the
+  // router's Abort, AbortSession) becomes the job's outcome. A session still waiting for its
+  // turn then leaves its pair at once (Withdraw: Connect answered with the reason, pages back);
+  // one already answered is still received, to keep the pair in step.
   std::weak_ptr<Job> weak = job;
-  if (absl::Status s = receiver_->Open(id, *layout,
-                                       [this, weak](const absl::Status& why) {
-                                         auto j = weak.lock();
-                                         if (j == nullptr) return;
-                                         {
-                                           absl::MutexLock l(&j->mu);
-                                           if (j->outcome.ok()) j->outcome = why;
-                                         }
-                                         Answer(j);
-                                       },
-                                       request->dest_rank());
-      !s.ok()) {
+  auto on_failure = [this, weak](const absl::Status& why) {
+    auto j = weak.lock();
+    if (j == nullptr) return;
+    std::shared_ptr<Pair> pair;
+    {
+      absl::MutexLock l(&j->mu);
+      if (j->outcome.ok()) j->outcome = why;
+      pair = j->pair.lock();
+    }
+    if (pair == nullptr || !Withdraw(*pair, j)) Answer(j);
+  };
+  if (absl::Status s = receiver_->Open(id, *layout, on_failure, request->dest_rank()); !s.ok()) {
     return fail(s);
   }
   auto direct = receiver_->AcquireDirect(id);
@@ -326,8 +388,21 @@ grpc::ServerUnaryReactor* KvNcclServiceImpl::Connect(grpc::CallbackServerContext
     absl::MutexLock l(&mu_);
     jobs_[id] = job;
   }
-  absl::MutexLock l(&pair->mu);
-  pair->queue.push_back(job);  // the receive thread answers this Connect when the job's turn comes
+  {
+    absl::MutexLock l(&job->mu);
+    job->pair = pair;
+  }
+  {
+    absl::MutexLock l(&pair->mu);
+    pair->queue.push_back(job);  // the receive thread answers this Connect when its turn comes
+  }
+  // The session may have ended before job->pair was set (on_failure could not withdraw it).
+  absl::Status ended;
+  {
+    absl::MutexLock l(&job->mu);
+    ended = job->outcome;
+  }
+  if (!ended.ok()) Withdraw(*pair, job);
   return reactor;
 }
 
@@ -371,6 +446,16 @@ int KvNcclServiceImpl::communicators_built() const {
   absl::MutexLock l(&mu_);
   int n = 0;
   for (const auto& [id, p] : pairs_) n += p->link.communicators_built();
+  return n;
+}
+
+int KvNcclServiceImpl::sessions_waiting() const {
+  absl::MutexLock l(&mu_);
+  int n = 0;
+  for (const auto& [id, p] : pairs_) {
+    absl::MutexLock pl(&p->mu);
+    n += static_cast<int>(p->queue.size());
+  }
   return n;
 }
 

@@ -10,11 +10,20 @@
 // (KvNcclConnectResponse.rank_route: source rank -> decode rank and its replicas, also in the
 // Finish result), and queues the session on the pair's receive thread. Sessions of a pair are received one after another in Connect
 // order, the order the sender puts them on the wire.
-// The receive thread joins/reuses the communicator (rank 1), runs ReceivePlan into the
+// The receive thread joins/reuses the communicator (rank 1; a fresh one when the sender says it
+// holds none, KvNcclConnectRequest.sender_holds_none), runs ReceivePlan into the
 // session's pinned pages, then marks all layers landed; on any failure it invalidates the
 // pair (the next Connect answers a fresh id, so both sides rebuild) and fails the session. The
 // pin is dropped only after the receive returned and the page io drained, so a page is never
 // back in the pool while a device write into it may still land.
+// Deadlines (a peer that dies at any point): once a session's Connect is answered, each step
+// of its receive waits for the peer at most no_progress_timeout (joining the communicator
+// included; the CommunicatorFactory's enqueue bound should be the same), so its pages are
+// back within that of the peer's death, plus the page io's drain. A session that ends (the
+// decode runner's cancel on the router's Abort, AbortSession, the receiver's no-progress
+// deadline) while its Connect still waits for its turn leaves the queue at once: its Connect is
+// answered with the reason and its pages are freed; it is never received (the sender posts
+// nothing for an unanswered Connect, so the pair stays in step and keeps its communicator).
 // Finish(session, completion): answered once the receive ended: the receiver's Complete
 // verdict (byte totals and page coverage checked as for tcp).
 //
@@ -54,7 +63,8 @@ struct KvNcclServiceOptions {
     PageIoFactory page_io_factory;
   };
   std::vector<PoolDevice> pool_devices;
-  absl::Duration connect_timeout = absl::Seconds(30);  // joining a communicator
+  // Joining a communicator waits at most the shorter of the two.
+  absl::Duration connect_timeout = absl::Seconds(30);
   absl::Duration no_progress_timeout = absl::Seconds(30);
   // Both RPCs need the cluster credential (null: open, for in-process tests).
   const common::CallAuthorizer* authorizer = nullptr;
@@ -64,7 +74,9 @@ class KvNcclServiceImpl final : public mlaserve::v1::KvNcclService::CallbackServ
  public:
   // `receiver` and its pools must outlive the service. `pool`: the receiver's own.
   KvNcclServiceImpl(KvReceiver* receiver, model::KvPool* pool, KvNcclServiceOptions options);
-  ~KvNcclServiceImpl() override;  // fails queued sessions, joins the receive threads
+  // Fails queued sessions, lets a receive in progress end by its deadlines (its communicator
+  // cannot be aborted from another thread), joins the receive threads.
+  ~KvNcclServiceImpl() override;
 
   grpc::ServerUnaryReactor* Connect(grpc::CallbackServerContext* context,
                                     const mlaserve::v1::KvNcclConnectRequest* request,
@@ -74,6 +86,8 @@ class KvNcclServiceImpl final : public mlaserve::v1::KvNcclService::CallbackServ
                                    mlaserve::v1::KvPushResult* response) override;
 
   int communicators_built() const;
+  // Sessions connected and waiting for their turn on their pair (not yet answered).
+  int sessions_waiting() const;
   // Waits until `n` receives ended in all (pins dropped, pages of failed sessions freed).
   bool AwaitReceivesEnded(int64_t n, absl::Duration timeout) const;
 
@@ -84,6 +98,12 @@ class KvNcclServiceImpl final : public mlaserve::v1::KvNcclService::CallbackServ
   // The pair of sender `pair_id` for sessions in `pool`.
   std::shared_ptr<Pair> PairFor(const std::string& pair_id, model::KvPool* pool);
   void RunJob(Pair& pair, const std::shared_ptr<Job>& job);
+  // Takes `job` off `pair`'s queue if its turn has not come (false otherwise) and ends it with
+  // its outcome (EndUnstarted).
+  bool Withdraw(Pair& pair, const std::shared_ptr<Job>& job);
+  // Ends a job whose Connect was never answered: answers it with `why`, drops the pin, fails
+  // the session.
+  void EndUnstarted(const std::shared_ptr<Job>& job, const absl::Status& why);
   void Answer(const std::shared_ptr<Job>& job);  // answers a waiting Finish, if both are ready
 
   KvReceiver* const receiver_;

@@ -248,9 +248,10 @@ absl::Status AwaitLayer(NcclKvTransport::Session& s, int layer, bool* ready) {
   return absl::OkStatus();
 }
 
-// One session on the pair thread; returns its verdict.
+// One session on the pair thread; returns its verdict. *answered: the receiver answered its
+// Connect, so both sides may have posted operations for it on the pair's communicator.
 absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s,
-                   const NcclTransportOptions& o) {
+                   const NcclTransportOptions& o, bool* answered) {
   const std::string& id = s.ref.session_id;
   bool ready = false;
   RETURN_IF_ERROR(AwaitLayer(s, 0, &ready));
@@ -273,6 +274,7 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s,
   req.set_host(o.host);
   req.set_source_rank(params.source_rank);
   req.set_dest_rank(params.dest_rank);
+  req.set_sender_holds_none(!p.link.holds_usable());
   v1::KvNcclConnectResponse resp;
   {
     grpc::ClientContext ctx;
@@ -284,6 +286,7 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s,
                                                   p.endpoint, ": ", st.message()));
     }
   }
+  *answered = true;
   if (resp.plan_digest() != plan.digest()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "nccl session ", id, ": the receiver's plan digest ", absl::Hex(resp.plan_digest()),
@@ -294,8 +297,10 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s,
     s.rank_route = resp.rank_route();
   }
   spdlog::debug("nccl KV {} to {}; receiver: {}", plan.Describe(), p.endpoint, resp.rank_route());
-  ASSIGN_OR_RETURN(Communicator * comm,
-                   p.link.Get(resp.comm_id(), absl::Now() + o.connect_timeout));
+  // The peer has as long to join as to make any other progress (it may have died since it
+  // answered): the prompt's pages are held until the verdict.
+  const absl::Duration join = std::min(o.connect_timeout, s.options.no_progress_timeout);
+  ASSIGN_OR_RETURN(Communicator * comm, p.link.Get(resp.comm_id(), absl::Now() + join));
   const size_t slot_bytes = static_cast<size_t>(plan.max_step_bytes());
   const int generation = p.link.communicators_built();
   if (p.io == nullptr || p.io_generation != generation || p.io_slot_bytes < slot_bytes) {
@@ -390,13 +395,22 @@ void PairLoop(NcclKvTransport::Pair* p, const NcclTransportOptions* o) {
         }
       }
     }
-    absl::Status verdict = Drive(*p, *s, *o);
+    bool answered = false;
+    absl::Status verdict = Drive(*p, *s, *o, &answered);
     if (!verdict.ok()) {
       spdlog::warn("nccl KV session {} to {} failed: {}", s->ref.session_id, p->endpoint,
                    verdict.ToString());
-      // NCCL cannot resynchronise a pair whose send/recv sequence diverged: rebuild it.
-      p->link.Invalidate();
-      p->io.reset();
+      // NCCL cannot resynchronise a pair whose send/recv sequence diverged: rebuild it. The
+      // next Connect says we hold no communicator (sender_holds_none), so a receiver that kept
+      // its own (it saw no failure) drops it too rather than hand us its old id, which we could
+      // not join again. A session whose Connect was not answered posted nothing on either side:
+      // we keep ours, as the receiver does. (If the receiver did post for it after all, our
+      // Connect deadline having passed while it answered, its receive fails and it answers the
+      // next Connect with a fresh id, which Get follows.)
+      if (answered) {
+        p->link.Invalidate();
+        p->io.reset();
+      }
       // Tell the decode worker at once (its pages are freed now, not at its deadline).
       grpc::ClientContext ctx;
       ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));

@@ -20,9 +20,13 @@
 // A later session of the same pair waits (its layers accumulate) until the earlier one ended.
 //
 // Failures: any error (peer gone, no progress for the no-progress deadline, refused Connect,
-// plan mismatch) aborts the communicator, invalidates the PairLink (the decode side mints a new
-// id, so the next session rebuilds the communicator on both sides), tells the decode worker
-// through AbortSession so it frees the pages at once, and is reported by done / status().
+// plan mismatch) tells the decode worker through AbortSession so it frees the pages at once,
+// and is reported by done / status(). Once the receiver answered the session's Connect, an
+// error also aborts the communicator and invalidates the PairLink (the decode side mints a new
+// id, so the next session rebuilds the communicator on both sides: the next Connect tells the
+// receiver we hold none, in case it saw no failure); a Connect the receiver refused leaves the
+// communicator to both. Every wait on the peer after Connect, joining the
+// communicator included, is bounded by the session's no-progress deadline.
 #pragma once
 
 #include <functional>
@@ -78,7 +82,8 @@ struct NcclTransportOptions {
     LayerFenceFactory layer_fence;  // as above, on this rank's stream
   };
   std::vector<RankPool> rank_pools;
-  // Bound on Connect and on joining a communicator (both ranks must join).
+  // Bound on the Connect RPC, and on joining a communicator (both ranks must join) together
+  // with the session's no-progress deadline, whichever is shorter.
   absl::Duration connect_timeout = absl::Seconds(30);
   // TLS and the cluster token for the control channels to decode workers.
   std::shared_ptr<const common::ClusterDialer> dialer = common::ClusterDialer::Insecure();

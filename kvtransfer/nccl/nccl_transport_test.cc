@@ -287,6 +287,84 @@ TEST_F(NcclTransportTest, PlanMismatchIsRefusedAtConnectAndFreesThePages) {
   EXPECT_EQ(hub_.comms_created(), 0);  // refused before any communicator
 }
 
+TEST_F(NcclTransportTest, ARefusedConnectLeavesThePairsCommunicatorInStepOnBothSides) {
+  // A Connect the receiver refuses (here a plan mismatch; also a session that ended while its
+  // Connect waited for its turn) posts nothing on either side, so both keep the communicator.
+  // The sender used to drop its own anyway, and then joined the receiver's old id again for the
+  // next session: NCCL cannot (an id serves one communicator), so that session failed too.
+  Start();
+  constexpr int kPages = 3;
+  const std::vector<int32_t> src = *pools_.src->Allocate(kPages);
+  auto ship = [&](const std::string& id, int receiver_pages) -> absl::Status {
+    DoneProbe probe;
+    const std::vector<int32_t> dst = *pools_.dst->Allocate(receiver_pages);
+    if (absl::Status s = end_->Expect(id, dst, receiver_pages, probe); !s.ok()) return s;
+    const auto data = pools_.FillSource(src);
+    auto sender = transport_->Open(Ref(id, kPages), pools_.layout, SenderOptions());
+    if (!sender.ok()) return sender.status();
+    absl::Status verdict = SendAll(**sender, src);
+    EXPECT_TRUE(probe.Wait()) << id;
+    if (verdict.ok() && probe.result->ok()) {
+      pools_.ExpectArrived(dst, data);
+      pools_.dst->Free((*probe.result)->pages);
+    }
+    return verdict;
+  };
+  const int dst_free = pools_.dst->free_pages();
+  ASSERT_TRUE(ship("first", kPages).ok());
+  EXPECT_EQ(ship("refused", kPages + 1).code(), absl::StatusCode::kFailedPrecondition);
+  const absl::Status third = ship("third", kPages);
+  EXPECT_TRUE(third.ok()) << third;
+  EXPECT_EQ(hub_.comms_created(), 2);  // the first communicator served the third session too
+  EXPECT_EQ(pools_.dst->free_pages(), dst_free);
+}
+
+TEST_F(NcclTransportTest, ASenderThatDroppedItsCommunicatorGetsAFreshOneForTheNextSession) {
+  // Every byte of s1 arrives, but the decode side's session has ended meanwhile (its owner
+  // failed it), so the sender's Finish finds nothing (NOT_FOUND): the sender drops its end of
+  // the communicator, while the receiver, whose receive went fine, keeps its own. The next
+  // Connect says the sender holds none, and the receiver answers a fresh id: before, it handed
+  // out its old id, which the sender cannot join again (an id serves one communicator), and s2
+  // failed while the receiver waited out its no-progress deadline with s2's pages pinned.
+  Start();
+  constexpr int kPages = 3;
+  const int layers = pools_.options.num_layers;
+  const int dst_free = pools_.dst->free_pages();
+  const std::vector<int32_t> src = *pools_.src->Allocate(kPages);
+  pools_.FillSource(src);
+  DoneProbe p1;
+  ASSERT_TRUE(end_->Expect("s1", *pools_.dst->Allocate(kPages), kPages, p1).ok());
+  auto s1 = transport_->Open(Ref("s1", kPages), pools_.layout, SenderOptions());
+  ASSERT_TRUE(s1.ok());
+  for (int layer = 0; layer < layers; ++layer) ASSERT_TRUE((*s1)->SendLayer(layer, src).ok());
+  // Every byte is on the receiver's side (payload + the plan header) before its session ends.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (hub_.bytes_moved() < pools_.TransferBytes(kPages) + 32 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_EQ(hub_.bytes_moved(), pools_.TransferBytes(kPages) + 32);
+  ASSERT_TRUE(end_->receiver().Fail("s1", absl::UnavailableError("owner went away")));
+  ASSERT_TRUE(nccl_service_->AwaitReceivesEnded(1, absl::Seconds(10)));  // every byte landed
+  Verdict v1;
+  (*s1)->Complete(KvCompletion{7, layers, kPages, 0}, v1.fn());
+  ASSERT_TRUE(v1.Wait());
+  EXPECT_EQ(v1.status.code(), absl::StatusCode::kNotFound) << v1.status;
+  EXPECT_EQ(pools_.dst->free_pages(), dst_free);
+
+  DoneProbe p2;
+  const std::vector<int32_t> dst = *pools_.dst->Allocate(kPages);
+  ASSERT_TRUE(end_->Expect("s2", dst, kPages, p2).ok());
+  const auto data = pools_.FillSource(src);
+  auto s2 = transport_->Open(Ref("s2", kPages), pools_.layout, SenderOptions());
+  ASSERT_TRUE(s2.ok());
+  const absl::Status verdict = SendAll(**s2, src);
+  EXPECT_TRUE(verdict.ok()) << verdict;
+  ASSERT_TRUE(p2.Wait());
+  ASSERT_TRUE(p2.result->ok()) << p2.result->status();
+  pools_.ExpectArrived(dst, data);
+  EXPECT_EQ(hub_.comms_created(), 4);  // rebuilt on both sides
+}
+
 TEST_F(NcclTransportTest, AbortBeforeTheFirstLayerReachesTheReceiver) {
   Start();
   const int dst_free = pools_.dst->free_pages();

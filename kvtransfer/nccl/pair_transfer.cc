@@ -241,6 +241,16 @@ void PairLink::Invalidate() {
   id_valid_ = false;
 }
 
+bool PairLink::holds_usable() const {
+  absl::MutexLock l(&mu_);
+  return comm_ != nullptr && comm_->usable();
+}
+
+bool PairLink::holds() const {
+  absl::MutexLock l(&mu_);
+  return comm_ != nullptr;
+}
+
 int PairLink::communicators_built() const {
   absl::MutexLock l(&mu_);
   return built_;

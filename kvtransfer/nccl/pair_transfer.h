@@ -100,6 +100,10 @@ class PairLink {
   absl::StatusOr<Communicator*> Get(const CommId& id, absl::Time deadline);
   // Aborts and drops the held communicator.
   void Invalidate();
+  // A usable communicator is held (its id joined by both ranks).
+  bool holds_usable() const;
+  // A communicator is held, usable or not.
+  bool holds() const;
   int communicators_built() const;
 
  private:
