@@ -23,7 +23,15 @@
 # Then, on the first model (unless KILLS=0):
 #   3. kill -9 the prefill worker while prompts are in flight: the decode worker's free KV pages
 #      return to their idle value and it keeps serving (a restarted prefill worker's request
-#      gives the same tokens); then the same with the decode worker killed;
+#      gives the same tokens); then the same with the decode worker killed. "Idle" is the count
+#      read before the prompts (a CUDA worker never has every page free: each rank keeps a
+#      padding page for its decode graphs). The pages must be back within what the code promises
+#      for the flags given here (KV_LEASE_MS + 2 x KV_NO_PROGRESS_MS + PAGES_MARGIN_S, 45 s by
+#      default: a session never connected is freed by the router's Abort at once, else by its
+#      lease; a connected one within the no-progress deadline of the peer's death, plus the page
+#      io's drain, bounded by it too); the summary gives the seconds they took, or
+#      "LEAK: N pages not back after S s", and the survivor's KV failures logged since the kill
+#      by status code (which deadline or error ended its sessions);
 #   4. TTFT (mlaserve-bench, long prompts) with --kv-layerwise true vs false.
 # Waits are polls against deadlines (worker start, pages back), never fixed sleeps for results.
 set -uo pipefail
@@ -72,6 +80,12 @@ LOGS=${E2E_LOGS:-$(mktemp -d -t nccl-e2e-XXXXXX)}
 # SERVED_S: how long one served request may take before the stack counts as hung (the workers'
 # thread stacks are then written to $LOGS and the rest of that model's checks is skipped).
 SERVED_S=${SERVED_S:-120}
+# The workers' KV deadlines (passed as flags below) and the page bound the kill checks derive
+# from them (docs/kvtransfer.md, "A peer that dies mid-transfer").
+KV_NO_PROGRESS_MS=${KV_NO_PROGRESS_MS:-5000}
+KV_LEASE_MS=${KV_LEASE_MS:-30000}
+PAGES_MARGIN_S=${PAGES_MARGIN_S:-5}
+PAGES_BACK_S=$(((KV_LEASE_MS + 2 * KV_NO_PROGRESS_MS + 999) / 1000 + PAGES_MARGIN_S))
 mkdir -p "$OUT" "$LOGS"
 summary=()
 note() { summary+=("$(printf '%-58s %s' "$1" "$2")"); echo "== [$((SECONDS - T0)) s] $1: $2"; }
@@ -134,7 +148,7 @@ M=""
 PREFILL_EXTRA=()
 WF() {  # worker flags for model $M
   echo --insecure --listen 127.0.0.1:0 --model "$M" --backend "$BACKEND" --kv-transport "$TRANSPORT" \
-    --metrics-port 0 --kv-no-progress-ms 5000
+    --metrics-port 0 --kv-no-progress-ms "$KV_NO_PROGRESS_MS"
 }
 start_prefill() {
   # shellcheck disable=SC2046,SC2086
@@ -144,7 +158,7 @@ start_prefill() {
 start_decode() {
   # shellcheck disable=SC2046,SC2086
   CUDA_VISIBLE_DEVICES=${DECODE_GPUS:-1} start decode "$B/mlaserve-decode" $(WF) --local-prefill-threshold 0 \
-    ${DECODE_LAYOUT:-} "$@" && DA=$ADDRESS
+    --kv-lease-ms "$KV_LEASE_MS" ${DECODE_LAYOUT:-} "$@" && DA=$ADDRESS
 }
 start_router() {
   start router "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
@@ -242,12 +256,28 @@ for w in walk(doc):
 else:
     print('?')" "$1"
 }
-wait_all_free() {  # wait_all_free ADDRESS: polls until every page is free (20 s); prints F/T
-  local deadline=$((SECONDS + 20)) got
+now_ms() { local us=${EPOCHREALTIME//[.,]/}; echo $((10#$us / 1000)); }  # bash 5
+secs() { printf '%d.%d' $(($1 / 1000)) $(($1 % 1000 / 100)); }  # secs MS: "4.3"
+# wait_pages_back ADDRESS IDLE SINCE_MS: polls the worker's free KV pages (the router's registry)
+# until they are back at IDLE ("F/T" read before the prompts), for up to PAGES_BACK_S after
+# SINCE_MS (the kill). Prints "F/T (idle F/T) after S s (bound B s)", or "LEAK: N pages not back
+# after S s (F/T, idle F/T)" and returns 1.
+wait_pages_back() {
+  local addr=$1 idle=$2 since=$3 got free waited
+  [[ $idle == */* ]] || { echo "UNKNOWN: the idle count could not be read ($idle)"; return 1; }
   while :; do
-    got=$(free_pages "$1")
-    [[ $got == */* && ${got%/*} == "${got#*/}" ]] && { echo "$got"; return 0; }
-    ((SECONDS > deadline)) && { echo "$got"; return 1; }
+    got=$(free_pages "$addr")
+    free=${got%/*}
+    waited=$(($(now_ms) - since))
+    if [[ $got == */* && $free -ge ${idle%/*} ]]; then
+      echo "$got (idle $idle) after $(secs "$waited") s (bound $PAGES_BACK_S s)"; return 0
+    fi
+    if ((waited > PAGES_BACK_S * 1000)); then
+      local missing='?'
+      [[ $got == */* ]] && missing=$((${idle%/*} - free))
+      echo "LEAK: $missing pages not back after $(secs "$waited") s ($got, idle $idle)"
+      return 1
+    fi
     sleep 0.2
   done
 }
@@ -256,18 +286,26 @@ wait_all_free() {  # wait_all_free ADDRESS: polls until every page is free (20 s
 # VICTIM once SURVIVOR holds pages for them; every SURVIVOR page must come back, and after
 # RESTART (and a new router) the stack must give the reference tokens again.
 kill_mid_transfer() {
-  local victim=$1 survivor=$2 addr=$3 restart=$4 idle back got len deadline i
+  local victim=$1 survivor=$2 addr=$3 restart=$4 idle back got len deadline i killed logn fails
   idle=$(free_pages "$addr")
+  logn=$(wc -l < "$LOGS/$survivor.log")
   local clients=(); for i in 1 2 3 4 5 6; do served 400 64 > /dev/null & clients+=($!); done
   deadline=$((SECONDS + 20))
   while [[ $(free_pages "$addr") == "$idle" ]] && ((SECONDS < deadline)); do sleep 0.05; done
+  killed=$(now_ms)
   kill -KILL "${PID[$victim]}"; wait "${PID[$victim]}" 2>/dev/null; unset "PID[$victim]"
   wait "${clients[@]}" 2>/dev/null
-  back=$(wait_all_free "$addr")
+  back=$(wait_pages_back "$addr" "$idle" "$killed")
+  # Which deadline or error ended the survivor's sessions (docs/kvtransfer.md, "A peer that dies
+  # mid-transfer"): its KV failure lines since the kill, counted by status code.
+  fails=$(tail -n +$((logn + 1)) "$LOGS/$survivor.log" |
+    grep -oE 'KV (receive of )?session [^ ]+ (to [^ ]+ )?failed: [A-Z_]+' | sed -E 's/.*failed: //' |
+    sort | uniq -c | awk '{printf "%s%s x%s", (NR > 1 ? ", " : ""), $2, $1}')
   stop router; "$restart" && start_router
   len=${LENS[2]:-${LENS[1]}}
   got=$(served "$len")
-  note "$victim killed mid-transfer: $survivor free/total pages before, after" "$idle, $back"
+  note "$victim killed mid-transfer: $survivor KV pages back" "$back"
+  note "$victim killed: $survivor's KV failures logged since" "${fails:-none}"
   note "$victim killed: $survivor still serves (same tokens)" "$([[ -n $got && $got == "${WANT[$len]}" ]] && echo ok || echo "MISMATCH: $got")"
 }
 
