@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/status.h"
+#include "kernels/common/bf16_vec.cuh"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/mla_prefill/latent_tiling.h"
@@ -30,16 +31,6 @@ constexpr int kValueCols = kCombineWarps * kValueColsPerWarp;
 constexpr int kBf16PerVec = 8;  // bf16 values per 16-byte vector
 constexpr int kValueVecsPerLane = kCombineMaxRank / kBf16PerVec / 32;
 
-// One W_UV vector (8 bf16). W_UV is a weight (pdl.cuh, rule 3) read once by the CTA: loaded before
-// the PDL wait, past L1. volatile: kept where the source puts it, before the wait.
-__device__ __forceinline__ uint4 LoadWeightVec(const __nv_bfloat16* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // The 8 bf16 of a vector as floats, in memory order.
 __device__ __forceinline__ void UnpackBf16(const uint4& v, float (&f)[kBf16PerVec]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
@@ -62,7 +53,7 @@ __device__ __forceinline__ void LoadValueRows(const CombineArgs& a, int h, int l
       const int vec = lane + 32 * j;
       w[k][j] = make_uint4(0, 0, 0, 0);
       if (col0 + k < a.value.v_dim && vec * kBf16PerVec < a.rank) {
-        w[k][j] = LoadWeightVec(head + (col0 + k) * a.value.row_stride + vec * kBf16PerVec);
+        w[k][j] = cuda::LoadStreamingVec(head + (col0 + k) * a.value.row_stride + vec * kBf16PerVec);
       }
     }
   }

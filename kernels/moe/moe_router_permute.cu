@@ -29,12 +29,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/common/bf16_vec.cuh"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/device_arch.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
-#include "kernels/moe/moe_dot.cuh"
 #include "kernels/moe/moe_routing.cuh"
 
 namespace mlaserve::kernels::moe_cuda {
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int t = 0; t < kTok; ++t) {
         float acc = 0.0f;
 #pragma unroll
-        for (int j = 0; j < kChunks; ++j) acc = Dot8(w[row][j], xv[t][j], acc);
+        for (int j = 0; j < kChunks; ++j) acc = cuda::Dot8(w[row][j], xv[t][j], acc);
 #pragma unroll
         for (int o = cuda::kWarpSize / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(kFullMask, acc, o);
         if (lane == 0) warp_partial[warp][row * kTok + t] = acc;

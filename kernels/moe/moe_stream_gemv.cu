@@ -34,12 +34,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/common/bf16_vec.cuh"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/device_arch.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
-#include "kernels/moe/moe_dot.cuh"
 #include "kernels/moe/moe_silu.cuh"
 
 namespace mlaserve::kernels::moe_cuda {
@@ -51,13 +51,6 @@ constexpr int kSegLoads = 8;                                             // chun
 constexpr int kSegChunks = kSegLoads * cuda::kWarpSize;                  // 256 chunks = 2048 columns
 constexpr int kGemvMaxSmem = 48 * 1024;  // token rows in shared memory: the default limit, no opt-in
 
-__device__ __forceinline__ uint4 LoadStreaming(const __nv_bfloat16* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 // The two weight rows of task `task` of expert `e` (>= 0: routed; -1 - j: shared slice j).
 template <bool kGateUp>
@@ -104,7 +97,7 @@ __device__ __forceinline__ void LoadSegment(const __nv_bfloat16* const (&row)[2]
   for (int j = 0; j < kSegLoads; ++j) {
     const int col = (seg * kSegChunks + lane + j * cuda::kWarpSize) * cuda::kBf16PerChunk;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) w[h][j] = col < K ? LoadStreaming(row[h] + col) : make_uint4(0, 0, 0, 0);
+    for (int h = 0; h < 2; ++h) w[h][j] = col < K ? cuda::LoadStreamingVec(row[h] + col) : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -200,8 +193,8 @@ __global__ void __launch_bounds__(kGemvThreads)
           for (int t = 0; t < kTok; ++t) {
             if (t < n) {
               const uint4 xv = reinterpret_cast<const uint4*>(xs)[t * row_chunks + chunk];
-              acc[0][t] = Dot8(w[0][j], xv, acc[0][t]);
-              acc[1][t] = Dot8(w[1][j], xv, acc[1][t]);
+              acc[0][t] = cuda::Dot8(w[0][j], xv, acc[0][t]);
+              acc[1][t] = cuda::Dot8(w[1][j], xv, acc[1][t]);
             }
           }
         }

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/bf16_vec.cuh"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
 #include "kernels/common/pdl.cuh"
@@ -91,19 +92,6 @@ __host__ __device__ inline AbsorbLayout AbsorbLayoutFor(int n, int k) {
   return l;
 }
 
-__device__ __forceinline__ float Dot8(const uint4& a, const uint4& b) {
-  const auto* x = reinterpret_cast<const __nv_bfloat162*>(&a);
-  const auto* y = reinterpret_cast<const __nv_bfloat162*>(&b);
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 u = __bfloat1622float2(x[i]), v = __bfloat1622float2(y[i]);
-    sum = fmaf(u.x, v.x, sum);
-    sum = fmaf(u.y, v.y, sum);
-  }
-  return sum;
-}
-
 __device__ void AbsorbBlock(const RopeParams& p, int block) {
   const AbsorbLayout l = AbsorbLayoutFor(p.absorb_n, p.absorb_k);
   const int h = block / l.chunks, chunk = block % l.chunks;
@@ -137,7 +125,7 @@ __device__ void AbsorbBlock(const RopeParams& p, int block) {
       if (t >= p.num_tokens) break;  // the same for the whole block
 #pragma unroll
       for (int s = 0; s < kAbsorbPasses; ++s) {
-        float sum = Dot8(wv[s], xv[u]);
+        float sum = cuda::Dot8(wv[s], xv[u], 0.0f);
         for (int o = l.lanes / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         const int r = row0 + s * l.rows_per_pass;
         if (seg == 0 && r < p.absorb_n) out[t * p.out_token_stride + r] = __float2bfloat16(sum);
