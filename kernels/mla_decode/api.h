@@ -93,7 +93,7 @@ inline constexpr int64_t kMlaFusedValueMaxTokens = 4;
 // backend, bf16, a plan whose combine kernel runs for every row (chunks with num_splits > 1, or
 // the balanced schedule where the Hopper kernel takes it; a plan of one chunk writes p.out from
 // the attention kernel and has no combine to fold into), at most kMlaFusedValueMaxTokens query tokens,
-// and MLASERVE_MLA_FUSED_UV is not "0" (read per call; for A/B timing). The caller runs the
+// and MLASERVE_MLA_FUSED_UV is not "0" (read once per process; for A/B timing). The caller runs the
 // per-head GEMM itself when it answers false.
 bool MlaDecodeTakesValueProjection(const MlaParams& p, const MlaDecodePlan& plan, const KernelContext& ctx);
 

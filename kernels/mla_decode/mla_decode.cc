@@ -213,11 +213,12 @@ absl::Status CheckValueProjection(const MlaParams& p, const MlaDecodePlan& plan,
 
 bool MlaDecodeTakesValueProjection(const MlaParams& p, const MlaDecodePlan& plan, const KernelContext& ctx) {
 #if MLASERVE_KERNEL_HAS_CUDA
-  // The combine's grid holds max_seqlen_q tokens of every request.
+  // The combine's grid holds max_seqlen_q tokens of every request. The switch is read once per
+  // process (the A/B benches set it per process), not on every decode layer's call.
+  static const bool fused_uv_off = EnvSwitchedOff("MLASERVE_MLA_FUSED_UV");
   const int64_t tokens = static_cast<int64_t>(p.batch) * p.max_seqlen_q;
   return ctx.backend == Backend::kCuda && p.dtype == DType::kBF16 && tokens > 0 && tokens <= kMlaFusedValueMaxTokens &&
-         mla_decode_internal::CombinesEveryRow(p, plan) &&
-         !EnvSwitchedOff("MLASERVE_MLA_FUSED_UV");  // read per call: the benches flip it
+         mla_decode_internal::CombinesEveryRow(p, plan) && !fused_uv_off;
 #else
   (void)p;
   (void)plan;
