@@ -71,6 +71,15 @@ struct MhaPrefillParams {
   int64_t k_token_stride = 0, k_head_stride = 0;
   const void* v = nullptr;
   int64_t v_token_stride = 0, v_head_stride = 0;
+  // Split K (MLA's decompressed form without a packing pass): with k_rope set, dims
+  // [head_dim_qk - k_rope_dim, head_dim_qk) of every K head are k_rope[t*k_rope_token_stride + d']
+  // (one row per token that every kv head shares, as MLA's k_pe), and k holds only the first
+  // head_dim_qk - k_rope_dim dims of each head (its strides above). The CPU reference and our
+  // Hopper kernel take it (MhaPrefillTakesSplitK); any other provider or kernel refuses it with
+  // INVALID_ARGUMENT, so callers ask first and pack K themselves where the answer is no.
+  const void* k_rope = nullptr;
+  int64_t k_rope_token_stride = 0;
+  int k_rope_dim = 0;
   void* out = nullptr;
   int64_t out_token_stride = 0, out_head_stride = 0;
   float* lse = nullptr;                  // [total_q, num_heads] f32, or null
@@ -102,6 +111,11 @@ bool MhaPrefillWgmmaApplies(const MhaPrefillParams& p);
 // at least kMhaPrefillAutoOursMinSeqlenK keys (below, cuDNN's shorter plans led on an H100).
 inline constexpr int kMhaPrefillAutoOursMinSeqlenK = 2048;
 bool MhaPrefillAutoPrefersOurs(const MhaPrefillParams& p);
+// Whether MhaPrefill on `backend` runs p with a split K (k_rope set, k_rope_dim > 0): the CPU
+// reference always; on CUDA when p's provider resolves to ours (kOurs, or kAuto where
+// MhaPrefillAutoPrefersOurs) and the Hopper kernel applies to the split layout (head dims
+// 192/128 with k_rope_dim 64, k_rope 16-byte aligned, its token stride a multiple of 8).
+bool MhaPrefillTakesSplitK(const MhaPrefillParams& p, Backend backend);
 // "auto" | "mma.sync" | "wgmma".
 const char* MhaPrefillKernelName(MhaPrefillKernel kernel);
 

@@ -76,6 +76,21 @@ bool MhaPrefillAutoPrefersOurs(const MhaPrefillParams& p) {
   return p.max_seqlen_k >= kMhaPrefillAutoOursMinSeqlenK && MhaPrefillWgmmaApplies(p);
 }
 
+bool MhaPrefillTakesSplitK(const MhaPrefillParams& p, Backend backend) {
+  if (p.k_rope == nullptr || p.k_rope_dim <= 0) return false;
+  if (backend == Backend::kCpu) return true;
+  switch (p.provider) {
+    case MhaPrefillProvider::kOurs:
+      return p.kernel != MhaPrefillKernel::kMmaSync && MhaPrefillWgmmaApplies(p);
+    case MhaPrefillProvider::kAuto:
+      return MhaPrefillAutoPrefersOurs(p);
+    case MhaPrefillProvider::kCudnn:
+    case MhaPrefillProvider::kPreferCudnn:
+      return false;
+  }
+  return false;
+}
+
 absl::StatusOr<MhaPrefillProvider> ParseMhaPrefillProvider(std::string_view flag) {
   for (auto p : {MhaPrefillProvider::kAuto, MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn,
                  MhaPrefillProvider::kPreferCudnn}) {
@@ -145,8 +160,24 @@ absl::Status MhaPrefill(const MhaPrefillParams& p, const KernelContext& ctx) {
   RETURN_IF_ERROR(RequireNonNull("cu_seqlens_k", p.cu_seqlens_k));
   RETURN_IF_ERROR(CheckLayout("q", p.q, p.q_token_stride, p.q_head_stride, p.num_heads,
                               p.head_dim_qk));
+  const bool split_k = p.k_rope != nullptr || p.k_rope_dim != 0;
+  if (split_k) {
+    RETURN_IF_ERROR(RequireNonNull("k_rope", p.k_rope));
+    if (p.k_rope_dim <= 0 || p.k_rope_dim >= p.head_dim_qk) {
+      return absl::InvalidArgumentError(absl::StrCat("mha_prefill: k_rope_dim=", p.k_rope_dim,
+                                                     " must be in (0, head_dim_qk=", p.head_dim_qk, ")"));
+    }
+    RETURN_IF_ERROR(CheckLayout("k_rope", p.k_rope, p.k_rope_token_stride, 0, 1, p.k_rope_dim));
+    if (!MhaPrefillTakesSplitK(p, ctx.backend)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mha_prefill: a split K (k_rope_dim=", p.k_rope_dim, ") runs on the CPU reference and our Hopper "
+          "kernel only; provider=", MhaPrefillProviderName(p.provider), ", kernel=", MhaPrefillKernelName(p.kernel),
+          ", head dims ", p.head_dim_qk, "/", p.head_dim_v, ", max_seqlen_k=", p.max_seqlen_k,
+          " do not resolve to it (MhaPrefillTakesSplitK)"));
+    }
+  }
   RETURN_IF_ERROR(CheckLayout("k", p.k, p.k_token_stride, p.k_head_stride, p.num_kv_heads,
-                              p.head_dim_qk));
+                              p.head_dim_qk - (split_k ? p.k_rope_dim : 0)));
   RETURN_IF_ERROR(CheckLayout("v", p.v, p.v_token_stride, p.v_head_stride, p.num_kv_heads,
                               p.head_dim_v));
   RETURN_IF_ERROR(CheckLayout("out", p.out, p.out_token_stride, p.out_head_stride, p.num_heads,

@@ -61,6 +61,9 @@ absl::Status MhaPrefillOursCuda(const MhaPrefillParams& p, void* stream) {
         why.empty() ? "no sm_90a kernel for this build and device" : why));
   }
   if (wgmma) return mha_sm90::Launch(p, mha_sm90::DefaultSchedule(p.head_dim_qk), stream);
+  if (p.k_rope != nullptr) {
+    return absl::InvalidArgumentError("mha_prefill: the mma.sync kernel does not take a split K (k_rope)");
+  }
   auto s = static_cast<cudaStream_t>(stream);
   const auto fits = [&](const Config& c) { return p.head_dim_qk <= c.dqk && p.head_dim_v <= c.dv; };
   if (fits(kConfigs[0])) return mha_cuda::LaunchMhaPrefill<64, 64>(p, s);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -29,6 +30,10 @@ struct MhaCase {
   bool keyless = false;
   // Added to max_seqlen_q and max_seqlen_k: callers may pass bounds above the longest sequence.
   int bound_slack = 0;
+  // > 0: the device params carry a split K (api.h): K's last k_rope_dim dims come from a
+  // k_rope buffer of one row per token (the reference sees those values in every head), and the
+  // same dims of the device's k are NaN, so a kernel that reads them there fails.
+  int k_rope_dim = 0;
 };
 
 // Per-row bounds of ExpectMatchesReference (the global ones are those of docs/kernels.md).
@@ -56,6 +61,20 @@ class MhaProblem {
     kv_ = RandomVector(static_cast<size_t>(total_k) * kv_token_stride, seed + 2, -2.0f, 2.0f);
     RoundToBf16(q_);
     RoundToBf16(kv_);
+    // Split K: a shared row per token (8 elements in, stride rope + 16, as a latent entry's k_pe
+    // sits inside its row), copied into every head's K tail for the reference.
+    const int own = c.dqk - c.k_rope_dim;
+    const int64_t rope_stride = c.k_rope_dim + 16;
+    if (c.k_rope_dim > 0) {
+      k_rope_ = RandomVector(static_cast<size_t>(total_k) * rope_stride, seed + 3, -2.0f, 2.0f);
+      RoundToBf16(k_rope_);
+      for (int t = 0; t < total_k; ++t) {
+        for (int h = 0; h < c.kv_heads; ++h) {
+          std::copy_n(k_rope_.begin() + t * rope_stride + 8, c.k_rope_dim,
+                      kv_.begin() + t * kv_token_stride + h * kv_head_stride + own);
+        }
+      }
+    }
     dv_ = c.dv;
     heads_ = c.heads;
     out_n_ = static_cast<size_t>(total_q) * c.heads * c.dv;
@@ -78,7 +97,17 @@ class MhaProblem {
     EXPECT_TRUE(ref.ok()) << ref;
 
     d_q_ = ToDeviceBf16(q_);
-    d_kv_ = ToDeviceBf16(kv_);
+    std::vector<float> kv_device = kv_;
+    if (c.k_rope_dim > 0) {
+      for (int t = 0; t < total_k; ++t) {
+        for (int h = 0; h < c.kv_heads; ++h) {
+          std::fill_n(kv_device.begin() + t * kv_token_stride + h * kv_head_stride + own, c.k_rope_dim,
+                      std::numeric_limits<float>::quiet_NaN());
+        }
+      }
+      d_k_rope_ = ToDeviceBf16(k_rope_);
+    }
+    d_kv_ = ToDeviceBf16(kv_device);
     d_cu_q_ = ToDevice(cu_q_);
     d_cu_k_ = ToDevice(cu_k_);
     d_out_ = PoisonedBf16(out_n_);
@@ -87,6 +116,11 @@ class MhaProblem {
     device_.dtype = DType::kBF16; device_.q = d_q_.get(); device_.k = d_kv_.get();
     device_.v = d_kv_.as<uint16_t>() + c.dqk; device_.out = d_out_.get(); device_.lse = d_lse_.as<float>();
     device_.cu_seqlens_q = d_cu_q_.as<int32_t>(); device_.cu_seqlens_k = d_cu_k_.as<int32_t>();
+    if (c.k_rope_dim > 0) {
+      device_.k_rope = d_k_rope_.as<uint16_t>() + 8;
+      device_.k_rope_token_stride = rope_stride;
+      device_.k_rope_dim = c.k_rope_dim;
+    }
   }
   MhaProblem(const MhaProblem&) = delete;
   MhaProblem& operator=(const MhaProblem&) = delete;
@@ -137,12 +171,12 @@ class MhaProblem {
   }
 
  private:
-  std::vector<float> q_, kv_, want_, want_lse_;
+  std::vector<float> q_, kv_, k_rope_, want_, want_lse_;
   std::vector<int32_t> cu_q_, cu_k_;
   size_t out_n_ = 0, lse_n_ = 0;
   int dv_ = 0, heads_ = 1;
   MhaPrefillParams host_, device_;
-  DeviceBuffer d_q_, d_kv_, d_cu_q_, d_cu_k_, d_out_, d_lse_;
+  DeviceBuffer d_q_, d_kv_, d_k_rope_, d_cu_q_, d_cu_k_, d_out_, d_lse_;
 };
 
 // Runs `provider` (and, for ours, `kernel`) on a fresh problem of case `c` and compares with

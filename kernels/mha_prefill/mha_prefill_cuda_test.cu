@@ -3,14 +3,15 @@
 // reference (MhaPrefillCpu on the same bf16-rounded inputs), outputs poisoned before every run.
 // Fixed cases: causal and not, with and without a key prefix, rows without keys, GQA, padded
 // strides, loose max_seqlen bounds, the DeepSeek dims (192/128) with 16 and 128 heads, 128/128,
-// small fixture dims (mma.sync only), long sequences (8k); then random ragged batches. The cuDNN
-// provider's tests are in mha_prefill_cudnn_test.cu.
+// small fixture dims (mma.sync only), long sequences (8k); then random ragged batches; then the
+// split K on the Hopper kernel. The cuDNN provider's tests are in mha_prefill_cudnn_test.cu.
 #include <cuda_runtime.h>
 
 #include <iostream>
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -158,6 +159,86 @@ TEST(MhaPrefillWgmma, AppliesOnHopperToDeepSeekDims) {
     EXPECT_TRUE(MhaPrefillWgmmaApplies(p)) << "dqk=" << c.dqk << ": " << mha_sm90::Refusal(p);
   }
 }
+
+// Split K (api.h's k_rope; the engine's MHA form without kv_pack): K's last 64 dims from one
+// row per token, the same dims of k NaN (MhaCase::k_rope_dim), on the Hopper kernel with every
+// schedule, through MhaPrefill with provider ours and auto; the providers and kernels that do
+// not take it refuse it with INVALID_ARGUMENT and enqueue nothing (the outputs stay poisoned).
+const std::vector<MhaCase>& SplitCases() {
+  static const auto* cases = new std::vector<MhaCase>{
+      {16, 16, 192, 128, {1, 17, 128, 129, 300}, 0, false, 0, 64},
+      {16, 16, 192, 128, {5, 200, 64}, 300, false, 0, 64},    // chunk after a prefix
+      {128, 128, 192, 128, {1, 77, 256}, 100, false, 0, 64},
+      {16, 16, 192, 128, {3000, 1, 2100}, 0, false, 0, 64},   // long enough for auto to pick ours
+      {16, 4, 192, 128, {1, 50, 200}, 40, false, 0, 64},      // GQA
+      {16, 16, 192, 128, {40, 90, 3, 200}, 50, true, 0, 64},  // rows and sequences without keys
+      {16, 16, 192, 128, {100, 300}, 60, false, 77, 64},      // loose max_seqlen bounds
+      {16, 16, 128, 128, {64, 300, 7, 1000}, 200, false, 0, 64},  // 64 nope + 64 rope
+      {1, 1, 192, 128, {128, 256, 1}, 128, false, 0, 64},     // one head
+  };
+  return *cases;
+}
+
+class MhaPrefillSplitK : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(MhaPrefillSplitK, HopperKernelMatchesCpuReference) {
+  const auto [index, causal] = GetParam();
+  const MhaCase& c = SplitCases()[index];
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " heads=" << c.heads << "/" << c.kv_heads
+                                    << " dqk=" << c.dqk << " causal=" << causal << " split K");
+  MhaProblem problem(c, causal, seed);
+  const KernelContext ctx{Backend::kCuda, nullptr};
+  const MhaPrefillParams ours = problem.device(MhaPrefillProvider::kOurs);
+  if (!MhaPrefillWgmmaApplies(ours)) {
+    const std::string why = mha_sm90::Refusal(ours);
+    GTEST_SKIP() << "wgmma n/a: " << (why.empty() ? "no sm_90a kernel for this build and device" : why);
+  }
+  ASSERT_TRUE(MhaPrefillTakesSplitK(ours, Backend::kCuda));
+  {
+    SCOPED_TRACE("provider=ours");
+    problem.Poison();
+    const auto st = MhaPrefill(ours, ctx);
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    problem.ExpectMatchesReference();
+  }
+  for (const bool pingpong : {false, true}) {
+    for (const bool paired : {false, true}) {
+      const mha_sm90::Schedule schedule{pingpong, paired};
+      SCOPED_TRACE("schedule " + mha_sm90::ScheduleName(schedule));
+      problem.Poison();
+      const auto st = mha_sm90::Launch(ours, schedule, nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+      problem.ExpectMatchesReference();
+    }
+  }
+  // kAuto takes it where it prefers ours (long keys), and refuses it elsewhere.
+  const MhaPrefillParams autop = problem.device(MhaPrefillProvider::kAuto);
+  problem.Poison();
+  const auto st = MhaPrefill(autop, ctx);
+  if (MhaPrefillAutoPrefersOurs(autop)) {
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    problem.ExpectMatchesReference();
+  } else {
+    EXPECT_FALSE(MhaPrefillTakesSplitK(autop, Backend::kCuda));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  }
+  for (const auto& [provider, kernel] :
+       {std::pair{MhaPrefillProvider::kOurs, MhaPrefillKernel::kMmaSync},
+        {MhaPrefillProvider::kCudnn, MhaPrefillKernel::kAuto},
+        {MhaPrefillProvider::kPreferCudnn, MhaPrefillKernel::kAuto}}) {
+    const MhaPrefillParams p = problem.device(provider, kernel);
+    EXPECT_FALSE(MhaPrefillTakesSplitK(p, Backend::kCuda));
+    const auto refused = MhaPrefill(p, ctx);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+    EXPECT_NE(refused.message().find("k_rope_dim=64"), std::string::npos) << refused;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, MhaPrefillSplitK, ::testing::Combine(::testing::Range(0, 9), ::testing::Bool()));
 
 MhaPrefillParams TinyParams(int dqk, int dv) {
   MhaPrefillParams p;

@@ -15,6 +15,10 @@ absl::Status MhaPrefillCudnn(const MhaPrefillParams&, void*) { return MhaPrefill
 #endif
 
 absl::Status MhaPrefillCuda(const MhaPrefillParams& p, void* stream) {
+  if (p.k_rope != nullptr && !MhaPrefillTakesSplitK(p, Backend::kCuda)) {
+    return absl::InvalidArgumentError(absl::StrCat("mha_prefill: provider=", MhaPrefillProviderName(p.provider),
+                                                   " does not take a split K (MhaPrefillTakesSplitK)"));
+  }
   switch (p.provider) {
     case MhaPrefillProvider::kOurs:
       return MhaPrefillOursCuda(p, stream);

@@ -39,6 +39,9 @@ absl::Status MhaPrefillCpu(const MhaPrefillParams& p) {
   const auto* q = static_cast<const float*>(p.q);
   const auto* k = static_cast<const float*>(p.k);
   const auto* v = static_cast<const float*>(p.v);
+  // A split K (api.h): each head's first k_own dims from k, the rest from the shared k_rope row.
+  const auto* k_rope = static_cast<const float*>(p.k_rope);
+  const int k_own = p.head_dim_qk - (k_rope != nullptr ? p.k_rope_dim : 0);
   auto* out = static_cast<float*>(p.out);
   const int total_q = p.cu_seqlens_q[p.batch];
   std::vector<int> seq_of_token(total_q);
@@ -66,7 +69,9 @@ absl::Status MhaPrefillCpu(const MhaPrefillParams& p) {
       const int n = std::min(cpu::kKeyBlock, k_end - j0);
       for (int j = 0; j < n; ++j) {
         const float* kr = k + (k0 + j0 + j) * p.k_token_stride + kvh * p.k_head_stride;
-        scores[j] = p.softmax_scale * cpu::Dot(qr, kr, p.head_dim_qk);
+        float dot = cpu::Dot(qr, kr, k_own);
+        if (k_rope != nullptr) dot += cpu::Dot(qr + k_own, k_rope + (k0 + j0 + j) * p.k_rope_token_stride, p.k_rope_dim);
+        scores[j] = p.softmax_scale * dot;
       }
       row.AddBlock(scores, n, [&](int j) {
         return v + (k0 + j0 + j) * p.v_token_stride + kvh * p.v_head_stride;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <ctime>
 #include <cmath>
 #include <limits>
@@ -124,6 +125,90 @@ INSTANTIATE_TEST_SUITE_P(
                                          MhaShape{16, 16, 24, 16}, MhaShape{16, 4, 24, 16},
                                          MhaShape{4, 1, 16, 24}),
                        ::testing::Bool(), ::testing::Bool()));
+
+// A split K (api.h's k_rope): the reference reads each head's first dims from k and the rest
+// from the shared row, and gives the packed form's result (the two dot products' partial sums
+// differ only in their order); k's own tail dims are NaN there, so reading them would show.
+TEST(MhaPrefillSplitK, EqualsPackedK) {
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  for (const bool causal : {false, true}) {
+    const int heads = 4, kv_heads = 2, dqk = 40, dv = 16, rope = 8;
+    const std::vector<int> lq = {1, 37, 90}, lk = {5, 37, 130};
+    const auto cu_q = testing::CumSum(lq), cu_k = testing::CumSum(lk);
+    const int total_q = cu_q[3], total_k = cu_k[3];
+    const int64_t kv_head_stride = dqk + dv, kv_token_stride = kv_heads * kv_head_stride;
+    const int64_t rope_stride = rope + 5;
+    auto q = testing::RandomVector(static_cast<size_t>(total_q) * heads * dqk, seed + 1, -2.0f, 2.0f);
+    auto kv = testing::RandomVector(static_cast<size_t>(total_k) * kv_token_stride, seed + 2, -2.0f, 2.0f);
+    const auto k_rope = testing::RandomVector(static_cast<size_t>(total_k) * rope_stride, seed + 3, -2.0f, 2.0f);
+    for (int t = 0; t < total_k; ++t) {
+      for (int h = 0; h < kv_heads; ++h) {
+        std::copy_n(k_rope.begin() + t * rope_stride + 3, rope, kv.begin() + t * kv_token_stride + h * kv_head_stride + dqk - rope);
+      }
+    }
+    MhaPrefillParams p;
+    p.batch = 3; p.num_heads = heads; p.num_kv_heads = kv_heads; p.head_dim_qk = dqk; p.head_dim_v = dv;
+    p.q = q.data(); p.q_token_stride = heads * dqk; p.q_head_stride = dqk;
+    p.k = kv.data(); p.k_token_stride = kv_token_stride; p.k_head_stride = kv_head_stride;
+    p.v = kv.data() + dqk; p.v_token_stride = kv_token_stride; p.v_head_stride = kv_head_stride;
+    p.out_token_stride = heads * dv; p.out_head_stride = dv;
+    p.cu_seqlens_q = cu_q.data(); p.cu_seqlens_k = cu_k.data();
+    p.max_seqlen_q = 90; p.max_seqlen_k = 130;
+    p.softmax_scale = 0.2f;
+    p.causal = causal;
+    std::vector<float> packed(static_cast<size_t>(total_q) * heads * dv), split(packed.size());
+    std::vector<float> packed_lse(static_cast<size_t>(total_q) * heads), split_lse(packed_lse.size());
+    p.out = packed.data();
+    p.lse = packed_lse.data();
+    ASSERT_TRUE(MhaPrefill(p, KernelContext{}).ok());
+    std::vector<float> kv_split = kv;
+    for (int t = 0; t < total_k; ++t) {
+      for (int h = 0; h < kv_heads; ++h) {
+        std::fill_n(kv_split.begin() + t * kv_token_stride + h * kv_head_stride + dqk - rope, rope,
+                    std::numeric_limits<float>::quiet_NaN());
+      }
+    }
+    MhaPrefillParams s = p;
+    s.k = kv_split.data();
+    s.v = kv_split.data() + dqk;
+    s.k_rope = k_rope.data() + 3;
+    s.k_rope_token_stride = rope_stride;
+    s.k_rope_dim = rope;
+    s.out = split.data();
+    s.lse = split_lse.data();
+    testing::Poison(split);
+    EXPECT_TRUE(MhaPrefillTakesSplitK(s, Backend::kCpu));
+    ASSERT_TRUE(MhaPrefill(s, KernelContext{}).ok());
+    EXPECT_LT(testing::RelativeError(split, packed), 1e-5) << "causal=" << causal;
+    for (size_t i = 0; i < split_lse.size(); ++i) {
+      ASSERT_NEAR(split_lse[i], packed_lse[i], 1e-4) << i;
+    }
+
+    // Bad split parameters are named.
+    MhaPrefillParams bad = s;
+    bad.k_rope_dim = dqk;
+    auto st = MhaPrefill(bad, KernelContext{});
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("k_rope_dim=40"), std::string::npos) << st.message();
+    bad = s;
+    bad.k_rope = nullptr;
+    st = MhaPrefill(bad, KernelContext{});
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("k_rope"), std::string::npos) << st.message();
+    bad = s;
+    bad.k_rope_token_stride = rope - 1;
+    st = MhaPrefill(bad, KernelContext{});
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("k_rope token stride 7"), std::string::npos) << st.message();
+    // No packed K tail and no k_rope: nothing asks for a split.
+    EXPECT_FALSE(MhaPrefillTakesSplitK(p, Backend::kCpu));
+    // cuDNN never takes it.
+    bad = s;
+    bad.provider = MhaPrefillProvider::kCudnn;
+    EXPECT_FALSE(MhaPrefillTakesSplitK(bad, Backend::kCuda));
+  }
+}
 
 // Chunked prefill over a prefix: the causal result over [prefix | chunk] equals attending the
 // chunk's queries to the same keys with a bottom-right aligned mask (the convention).

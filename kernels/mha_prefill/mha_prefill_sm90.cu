@@ -47,6 +47,16 @@ std::string Refusal(const MhaPrefillParams& p) {
         {"out_token_stride", p.out_token_stride}, {"out_head_stride", p.out_head_stride}}) {
     if (stride % 8 != 0) return absl::StrCat(name, "=", stride, " is not a multiple of 8");
   }
+  if (p.k_rope != nullptr) {  // split K (api.h): the kernel's K tail view is 64 dims
+    if (p.k_rope_dim != 64) return absl::StrCat("k_rope_dim ", p.k_rope_dim, " (a split K takes 64)");
+    if (!Aligned16(p.k_rope)) return "k_rope is not 16-byte aligned";
+    if (p.k_rope_token_stride % 8 != 0) {
+      return absl::StrCat("k_rope_token_stride=", p.k_rope_token_stride, " is not a multiple of 8");
+    }
+    if (reinterpret_cast<uintptr_t>(p.k_rope) < static_cast<uintptr_t>(p.max_seqlen_k) * p.k_rope_token_stride * 2) {
+      return "k_rope lies below its TMA view's base";
+    }
+  }
   if (p.max_seqlen_q < 1 || p.max_seqlen_k < 1) {
     return absl::StrCat("max_seqlen_q=", p.max_seqlen_q, ", max_seqlen_k=", p.max_seqlen_k, " (>= 1)");
   }

@@ -8,7 +8,9 @@
 //
 //   producer warpgroup : one thread issues TMA loads (per query tile Q, once the consumers are
 //                        done with the previous Q; per key tile K, then the previous tile's V)
-//                        into two-stage K and V rings guarded by mbarriers.
+//                        into two-stage K and V rings guarded by mbarriers. K comes in two
+//                        loads, its head dims and its last 64 (from k_rope with api.h's split
+//                        K, so MLA's decompressed K needs no packing pass).
 //   consumer wg w=0,1  : query rows 64w..64w+63. For key tile j (intra-warpgroup overlap):
 //                          S(j) = Q K(j)^T           wgmma, A and B from shared memory (SS)
 //                          O    = O * alpha(j-1)      (rescale while S(j) runs)
@@ -74,6 +76,17 @@ struct Sm90Tile {
                                          Shape<Int<kBlockM>, Int<kDqk>>{}));
   using KLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{},
                                          Shape<Int<kBlockN>, Int<kDqk>>{}));
+  // A K tile lands in two TMA loads: dims [0, kKHead) of the head and its last kKTail dims, each
+  // from its own view (api.h's split K: the tail is MLA's k_pe, one row per token for every
+  // head; unsplit, both views read the same rows of k). The layout tiles the 64-column swizzle
+  // atoms keys first, so the tail's atom block starts kBlockN * kKHead elements into KLayout and
+  // the two sub-layouts below address exactly KLayout's bytes.
+  static constexpr int kKTail = 64, kKHead = kDqk - kKTail;
+  using KHeadLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{},
+                                             Shape<Int<kBlockN>, Int<kKHead>>{}));
+  using KTailLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{},
+                                             Shape<Int<kBlockN>, Int<kKTail>>{}));
+  static constexpr int kKTailOffset = kBlockN * kKHead;  // elements
   // V as the (N = value dim, K = key) operand of P V: MN-major (dims contiguous, as in memory),
   // tiled along the keys first so one TMA box is 64 dims x 128 keys.
   using VLayout = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Bf16>{},
@@ -109,7 +122,9 @@ auto MakeColTma(const void* base, int64_t token_stride, int64_t head_stride, int
 template <class Tile>
 using QTma = decltype(MakeRowTma<Tile::kDqk>(nullptr, 0, 0, 1, 1, 1, typename Tile::QLayout{}));
 template <class Tile>
-using KTma = decltype(MakeRowTma<Tile::kDqk>(nullptr, 0, 0, 1, 1, 1, typename Tile::KLayout{}));
+using KHeadTma = decltype(MakeRowTma<Tile::kKHead>(nullptr, 0, 0, 1, 1, 1, typename Tile::KHeadLayout{}));
+template <class Tile>
+using KTailTma = decltype(MakeRowTma<Tile::kKTail>(nullptr, 0, 0, 1, 1, 1, typename Tile::KTailLayout{}));
 template <class Tile>
 using VTma = decltype(MakeColTma<Tile::kDv>(nullptr, 0, 0, 1, 1, 1, typename Tile::VLayout{}));
 
@@ -117,9 +132,11 @@ template <class Tile>
 struct Sm90Args {
   MhaPrefillParams p;
   QTma<Tile> tma_q;
-  KTma<Tile> tma_k;
+  KHeadTma<Tile> tma_k;      // dims [0, kKHead) of each K head
+  KTailTma<Tile> tma_k_tail;  // its last kKTail dims: per head, or one shared row (split K)
   VTma<Tile> tma_v;
   int q_ends, k_ends;  // extents of the sequence-end modes: max_seqlen * (batch + 1)
+  int k_tail_heads;    // heads of the tail view: num_kv_heads, or 1 with a split K
   Schedule schedule;
 };
 
@@ -202,21 +219,28 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if (threadIdx.x != Tile::kConsumers) return;
     cute::prefetch_tma_descriptor(args.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(args.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(args.tma_k_tail.get_tma_descriptor());
     cute::prefetch_tma_descriptor(args.tma_v.get_tma_descriptor());
     const int max_q = p.max_seqlen_q, max_k = p.max_seqlen_k;
     Tensor mQ = args.tma_q.get_tma_tensor(make_shape(max_q, Int<kDqk>{}, p.num_heads, args.q_ends));
-    Tensor mK = args.tma_k.get_tma_tensor(make_shape(max_k, Int<kDqk>{}, p.num_kv_heads, args.k_ends));
+    constexpr int kKHead = Tile::kKHead, kKTail = Tile::kKTail;
+    Tensor mK = args.tma_k.get_tma_tensor(make_shape(max_k, Int<kKHead>{}, p.num_kv_heads, args.k_ends));
+    Tensor mKt = args.tma_k_tail.get_tma_tensor(make_shape(max_k, Int<kKTail>{}, args.k_tail_heads, args.k_ends));
+    const int tail_head = args.k_tail_heads == 1 ? 0 : kv_head;
     Tensor mV = args.tma_v.get_tma_tensor(make_shape(Int<kDv>{}, max_k, p.num_kv_heads, args.k_ends));
     // This sequence's rows, shifted so that row len is the first one past the extent.
     Tensor gQ = local_tile(domain_offset(make_coord(max_q - lq, 0), mQ(_, _, head, q_start + lq)),
                            Shape<Int<kBlockM>, Int<kDqk>>{}, make_coord(_, 0));  // (row, d, tile)
     Tensor gK = local_tile(domain_offset(make_coord(max_k - lk, 0), mK(_, _, kv_head, k_start + lk)),
-                           Shape<Int<kBlockN>, Int<kDqk>>{}, make_coord(_, 0));  // (key, d, tile)
+                           Shape<Int<kBlockN>, Int<kKHead>>{}, make_coord(_, 0));  // (key, d, tile)
+    Tensor gKt = local_tile(domain_offset(make_coord(max_k - lk, 0), mKt(_, _, tail_head, k_start + lk)),
+                            Shape<Int<kBlockN>, Int<kKTail>>{}, make_coord(_, 0));  // (key, d, tile)
     Tensor gV = local_tile(domain_offset(make_coord(0, max_k - lk), mV(_, _, kv_head, k_start + lk)),
                            Shape<Int<kDv>, Int<kBlockN>>{}, make_coord(0, _));  // (d, key, tile)
     Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Tile::QLayout{});
     auto cta_q = args.tma_q.get_slice(Int<0>{});
     auto cta_k = args.tma_k.get_slice(Int<0>{});
+    auto cta_kt = args.tma_k_tail.get_slice(Int<0>{});
     auto cta_v = args.tma_v.get_slice(Int<0>{});
     constexpr auto kKeep = TMA::CacheHintSm90::EVICT_LAST;  // K/V are re-read by the sequence's other CTAs
     int loaded = 0, q_loads = 0;
@@ -242,7 +266,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         if (g >= Tile::kStages) EmptyBarrier::wait(&ss.k_empty[stage], ((g >> 1) - 1) & 1);
         FullBarrier::arrive_and_expect_tx(&ss.k_full[stage], Tile::kKBytes);
         copy(args.tma_k.with(ss.k_full[stage], 0, kKeep), cta_k.partition_S(gK(_, _, n_tiles - 1 - i)),
-             cta_k.partition_D(make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KLayout{})));
+             cta_k.partition_D(make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KHeadLayout{})));
+        copy(args.tma_k_tail.with(ss.k_full[stage], 0, kKeep), cta_kt.partition_S(gKt(_, _, n_tiles - 1 - i)),
+             cta_kt.partition_D(make_tensor(make_smem_ptr(ss.k[stage].data() + Tile::kKTailOffset),
+                                            typename Tile::KTailLayout{})));
         // The consumers multiply V(i - 1) after S(i): load it behind K(i).
         if (i > 0) load_v(i - 1);
       }
@@ -467,16 +494,26 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
     return heads > 1 ? stride : token_stride;
   };
   const int q_ends = p.max_seqlen_q * (p.batch + 1), k_ends = p.max_seqlen_k * (p.batch + 1);
+  const int64_t k_head_stride = head_stride(p.num_kv_heads, p.k_head_stride, p.k_token_stride);
+  // K's last kKTail dims: a view of its own over k_rope (one row per token, one "head" whose
+  // stride is never stepped) or the same rows of k, kKHead columns in.
+  const bool split = p.k_rope != nullptr;
+  const auto* k_tail = split ? p.k_rope : static_cast<const Bf16*>(p.k) + Tile::kKHead;
+  const int64_t k_tail_stride = split ? p.k_rope_token_stride : p.k_token_stride;
+  const int k_tail_heads = split ? 1 : p.num_kv_heads;
   const Sm90Args<Tile> args{
       p,
       MakeRowTma<kDqk>(p.q, p.q_token_stride, head_stride(p.num_heads, p.q_head_stride, p.q_token_stride),
                        p.num_heads, p.max_seqlen_q, q_ends, typename Tile::QLayout{}),
-      MakeRowTma<kDqk>(p.k, p.k_token_stride, head_stride(p.num_kv_heads, p.k_head_stride, p.k_token_stride),
-                       p.num_kv_heads, p.max_seqlen_k, k_ends, typename Tile::KLayout{}),
+      MakeRowTma<Tile::kKHead>(p.k, p.k_token_stride, k_head_stride, p.num_kv_heads, p.max_seqlen_k, k_ends,
+                               typename Tile::KHeadLayout{}),
+      MakeRowTma<Tile::kKTail>(k_tail, k_tail_stride, split ? k_tail_stride : k_head_stride, k_tail_heads,
+                               p.max_seqlen_k, k_ends, typename Tile::KTailLayout{}),
       MakeColTma<kDv>(p.v, p.v_token_stride, head_stride(p.num_kv_heads, p.v_head_stride, p.v_token_stride),
                       p.num_kv_heads, p.max_seqlen_k, k_ends, typename Tile::VLayout{}),
       q_ends,
       k_ends,
+      k_tail_heads,
       schedule};
   constexpr int kSmem = sizeof(Sm90Smem<Tile>);
   static_assert(kSmem <= 227 * 1024, "the sm90 mha_prefill tile exceeds Hopper's shared memory");

@@ -1,13 +1,16 @@
 // MlaAttention's MHA (decompressed) form: the new chunk's latents and its cached prefix go
-// through kv_b_proj; kv_pack builds per-head K = [k_nope | k_pe] and V; mha_prefill attends the
-// chunk to itself causally and each prefix piece non-causally; merge_state merges the partial
-// outputs by their log-sum-exp. Prefix pieces are gathered from the paged cache (CacheGather)
+// through kv_b_proj; mha_prefill attends the chunk to itself causally and each prefix piece
+// non-causally; merge_state merges the partial outputs by their log-sum-exp. Where mha_prefill
+// takes a split K (kernels/mha_prefill/api.h: on CUDA our Hopper kernel) it reads K's nope dims
+// and V straight from kv_b_proj's output and k_pe from the latent entries; elsewhere kv_pack
+// first builds per-head K = [k_nope | k_pe] and V. Prefix pieces are gathered from the paged cache (CacheGather)
 // at most LaunchLimits::mha_prefix_piece_tokens per sequence and max_batch_tokens rows over the
 // batch, which bounds the decompression memory whatever the prefix length.
 #include <algorithm>
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/kv_cache/api.h"
 #include "kernels/kv_pack/api.h"
 #include "kernels/merge_state/api.h"
@@ -40,9 +43,9 @@ absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const
   ASSIGN_OR_RETURN(void* k, scratch.Activations(max_rows * H * qk, "K"));
   ASSIGN_OR_RETURN(void* v, scratch.Activations(max_rows * H * dv, "V"));
 
-  // Decompresses `rows` cache entries (row stride E) into per-head K [rows, H, qk], V [rows, H, v].
-  auto decompress = [&](const void* entries, int rows) -> absl::Status {
-    RETURN_IF_ERROR(ops::Linear(oc, entries, rows, E, w.kv_b_proj, kvb, H * (dn + dv)));
+  // Packs kv_b_proj's output [rows, H, nope | v] and the entries' k_pe into per-head
+  // K [rows, H, qk], V [rows, H, v].
+  auto pack = [&](const void* entries, int rows) -> absl::Status {
     kernels::KvPackParams kp;
     kp.dtype = oc.dtype;
     kp.num_tokens = rows;
@@ -57,7 +60,16 @@ absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const
     kp.v = v;
     return kernels::KvPack(kp, kctx);
   };
-  auto mha = [&](const int32_t* cu_k, int max_k, bool causal, void* out, float* lse) {
+  // The split K on CUDA (MLASERVE_MHA_SPLIT_K=0 packs anyway, for timing comparisons); on the
+  // CPU the packed form keeps the reference's summation order. Padded rope dims (mla_dims.h)
+  // are fine: K's tail is the stored rope part of the entry, zeros included.
+  static const bool split_k_off = kernels::EnvSwitchedOff("MLASERVE_MHA_SPLIT_K");
+  const bool may_split = !split_k_off && kctx.backend == kernels::Backend::kCuda;
+  // Decompresses `rows` cache entries (row stride E) and attends q to them: the keys of
+  // sequence b are rows [cu_k[b], cu_k[b + 1]).
+  auto attend = [&](const void* entries, int rows, const int32_t* cu_k, int max_k, bool causal,
+                    void* out, float* lse) -> absl::Status {
+    RETURN_IF_ERROR(ops::Linear(oc, entries, rows, E, w.kv_b_proj, kvb, H * (dn + dv)));
     kernels::MhaPrefillParams p;
     p.dtype = oc.dtype;
     p.batch = B;
@@ -88,6 +100,20 @@ absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const
     // engine's provider is auto; an explicit --mha-provider wins.
     p.provider = ctx_->mha_provider == kernels::MhaPrefillProvider::kAuto ? plan.mha_provider
                                                                           : ctx_->mha_provider;
+    if (may_split) {
+      kernels::MhaPrefillParams split = p;
+      split.k = kvb;
+      split.k_token_stride = static_cast<int64_t>(H) * (dn + dv);
+      split.k_head_stride = dn + dv;
+      split.k_rope = oc.at(entries, L);
+      split.k_rope_token_stride = E;
+      split.k_rope_dim = ctx_->dims.rope;
+      split.v = oc.at(kvb, dn);
+      split.v_token_stride = static_cast<int64_t>(H) * (dn + dv);
+      split.v_head_stride = dn + dv;
+      if (kernels::MhaPrefillTakesSplitK(split, kctx.backend)) return kernels::MhaPrefill(split, kctx);
+    }
+    RETURN_IF_ERROR(pack(entries, rows));
     return kernels::MhaPrefill(p, kctx);
   };
 
@@ -95,8 +121,7 @@ absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const
   ASSIGN_OR_RETURN(void* lse_raw,
                    scratch.Allocate(static_cast<size_t>(T) * H * sizeof(float), "lse"));
   float* lse = static_cast<float*>(lse_raw);
-  RETURN_IF_ERROR(decompress(kv, T));
-  RETURN_IF_ERROR(mha(plan.dev.cu_seqlens_q, plan.max_seqlen_q, /*causal=*/true, attn, lse));
+  RETURN_IF_ERROR(attend(kv, T, plan.dev.cu_seqlens_q, plan.max_seqlen_q, /*causal=*/true, attn, lse));
   if (plan.max_prefix == 0) return absl::OkStatus();
 
   // The cached prefix, in pieces of at most `piece` tokens per sequence, merged by LSE. A
@@ -140,8 +165,7 @@ absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const
     g.cu_dst = d_cu_k;
     g.dst = entries;
     RETURN_IF_ERROR(kernels::CacheGather(g, kctx));
-    RETURN_IF_ERROR(decompress(entries, rows));
-    RETURN_IF_ERROR(mha(d_cu_k, max_k, /*causal=*/false, part, part_lse));
+    RETURN_IF_ERROR(attend(entries, rows, d_cu_k, max_k, /*causal=*/false, part, part_lse));
     kernels::MergeStateParams m;
     m.dtype = oc.dtype;
     m.num_tokens = T;
