@@ -1,8 +1,8 @@
 // rope CUDA backend: one thread per rotated pair (token, head, i) over x's heads and then k's
 // (one launch for MLA's q and k_pe), f32 math on the f32 cos/sin table, in place or into `out`;
-// with the fused latent norm (k_norm_weight) one block per token: RMSNorm of its k row's first
-// k_norm_dim values (kernels/norm's bf16 rounding), then its pairs, then (with `cache`) the
-// finished row into its cache slot; with absorb_w, more blocks after the token blocks compute
+// with the fused latent norm (k_norm_weight) one warp per token (bf16, aligned: RopeNormWarpKernel)
+// or one block per token: RMSNorm of its k row's first k_norm_dim values (kernels/norm's bf16
+// rounding), then its pairs, then (with `cache`) the finished row into its cache slot; with absorb_w, more blocks after the token blocks compute
 // the absorbed query's latent part (q_nope . W_UK per head, AbsorbBlock). Launched with PDL
 // (kernels/common/pdl.cuh). A position outside [0, max_position) cannot be
 // reported without a host sync: that token is left unrotated (with `out`: its slice there is
@@ -16,6 +16,7 @@
 #include "kernels/common/bf16_vec.cuh"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/rope/api.h"
 
@@ -184,13 +185,188 @@ __global__ void __launch_bounds__(kThreads) RopeNormKernel(const __grid_constant
   }
 }
 
+// The fused-norm form with one warp per token (bf16, WarpTokensApply): eight tokens a block,
+// no block barriers (the block form's two for a token's few hundred bytes left SMs waiting:
+// 27 us a layer for a 4096-token prefill on an H200). Vectors of 8 values: the norm's row in
+// 16-byte loads kept in registers, a warp-shuffle sum; the pairs four at a time (8-byte halves
+// or one 16-byte interleaved run, float4 cos and sin); then, after a __syncwarp, the finished
+// row into its cache slot. Each value's arithmetic is the block form's; only the order of the
+// norm's sum of squares differs.
+constexpr int kWarpTokens = kThreads / 32;
+constexpr int kWarpNormVecs = 8;  // 16-byte vectors per lane: k_norm_dim <= 2048
+
+__device__ __forceinline__ void RotateFour(float4 c, float4 s, float (&a)[4], float (&b)[4]) {
+  const float cv[4] = {c.x, c.y, c.z, c.w}, sv[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float x0 = a[i], x1 = b[i];
+    a[i] = x0 * cv[i] - x1 * sv[i];
+    b[i] = x1 * cv[i] + x0 * sv[i];
+  }
+}
+
+// Pairs [4g, 4g + 4) of one head at src (rotated into dst) for position pos.
+__device__ __forceinline__ void RotateGroup(const RopeParams& p, const __nv_bfloat16* src, __nv_bfloat16* dst,
+                                            const float* cs, int g) {
+  const int half = p.rot_dim / 2;
+  const float4 c = *reinterpret_cast<const float4*>(cs + 4 * g);
+  const float4 sn = *reinterpret_cast<const float4*>(cs + half + 4 * g);
+  float a[4], b[4];
+  if (p.interleaved) {  // (x[2i], x[2i+1]): one run of 8 values
+    const uint4 v = *reinterpret_cast<const uint4*>(src + 8 * g);
+    const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(v2[i]);
+      a[i] = f.x;
+      b[i] = f.y;
+    }
+    RotateFour(c, sn, a, b);
+    uint4 o;
+    auto* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o2[i] = __floats2bfloat162_rn(a[i], b[i]);
+    *reinterpret_cast<uint4*>(dst + 8 * g) = o;
+  } else {  // (x[i], x[i + half]): two runs of 4 values
+    const uint2 va = *reinterpret_cast<const uint2*>(src + 4 * g);
+    const uint2 vb = *reinterpret_cast<const uint2*>(src + half + 4 * g);
+    const auto* a2 = reinterpret_cast<const __nv_bfloat162*>(&va);
+    const auto* b2 = reinterpret_cast<const __nv_bfloat162*>(&vb);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 fa = __bfloat1622float2(a2[i]), fb = __bfloat1622float2(b2[i]);
+      a[2 * i] = fa.x;
+      a[2 * i + 1] = fa.y;
+      b[2 * i] = fb.x;
+      b[2 * i + 1] = fb.y;
+    }
+    RotateFour(c, sn, a, b);
+    uint2 oa, ob;
+    auto* oa2 = reinterpret_cast<__nv_bfloat162*>(&oa);
+    auto* ob2 = reinterpret_cast<__nv_bfloat162*>(&ob);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      oa2[i] = __floats2bfloat162_rn(a[2 * i], a[2 * i + 1]);
+      ob2[i] = __floats2bfloat162_rn(b[2 * i], b[2 * i + 1]);
+    }
+    *reinterpret_cast<uint2*>(dst + 4 * g) = oa;
+    *reinterpret_cast<uint2*>(dst + half + 4 * g) = ob;
+  }
+}
+
+__device__ void WarpToken(const RopeParams& p, int64_t t, int lane) {
+  auto* row = static_cast<__nv_bfloat16*>(p.k) + t * p.k_token_stride;
+  const auto* w = static_cast<const __nv_bfloat16*>(p.k_norm_weight);
+  const int vecs = p.k_norm_dim / 8;
+  uint4 v[kWarpNormVecs];
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kWarpNormVecs; ++i) {
+    const int at = lane + 32 * i;
+    if (at >= vecs) break;
+    v[i] = reinterpret_cast<const uint4*>(row)[at];
+    const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&v[i]);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(v2[k]);
+      ss += f.x * f.x;
+      ss += f.y * f.y;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float inv = rsqrtf(ss / p.k_norm_dim + p.k_norm_eps);
+#pragma unroll
+  for (int i = 0; i < kWarpNormVecs; ++i) {
+    const int at = lane + 32 * i;
+    if (at >= vecs) break;
+    const uint4 wv = reinterpret_cast<const uint4*>(w)[at];
+    const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&v[i]);
+    const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
+    uint4 o;
+    auto* o2 = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      // As RmsNormKernel: normalise in f32, round, then scale.
+      const float2 f = __bfloat1622float2(v2[k]), wf = __bfloat1622float2(w2[k]);
+      const float2 n = __bfloat1622float2(__floats2bfloat162_rn(f.x * inv, f.y * inv));
+      o2[k] = __floats2bfloat162_rn(wf.x * n.x, wf.y * n.y);
+    }
+    reinterpret_cast<uint4*>(row)[at] = o;
+  }
+  const int pos = p.positions[t];
+  if (pos >= 0 && pos < p.max_position) {
+    const float* cs = p.cos_sin + static_cast<int64_t>(pos) * p.rot_dim;
+    const int groups = p.rot_dim / 8;  // of 4 pairs
+    const int heads = p.num_heads + p.k_heads;
+    for (int idx = lane; idx < heads * groups; idx += 32) {
+      const int h = idx / groups, g = idx - h * groups;
+      const __nv_bfloat16* src;
+      __nv_bfloat16* dst;
+      if (h < p.num_heads) {
+        src = static_cast<const __nv_bfloat16*>(p.x) + t * p.token_stride + h * p.head_stride + p.offset;
+        dst = p.out != nullptr ? static_cast<__nv_bfloat16*>(p.out) + t * p.out_token_stride +
+                                     h * p.out_head_stride + p.out_offset
+                               : const_cast<__nv_bfloat16*>(src);
+      } else {
+        dst = row + (h - p.num_heads) * p.k_head_stride + p.k_offset;
+        src = dst;
+      }
+      RotateGroup(p, src, dst, cs, g);
+    }
+  }
+  if (p.cache == nullptr) return;
+  const int64_t slot = p.slot_mapping[t];
+  if (slot < 0 || slot >= p.cache_slots) return;  // the same for the whole warp
+  __syncwarp();  // the row's normed and rotated values, written by every lane above
+  auto* dst = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.cache) + slot * p.cache_entry_dim);
+  const auto* src = reinterpret_cast<const uint4*>(row);
+  for (int j = lane; j < p.cache_entry_dim / 8; j += 32) dst[j] = src[j];
+}
+
+template <bool kAbsorb>
+__global__ void __launch_bounds__(kThreads) RopeNormWarpKernel(const __grid_constant__ RopeParams p) {
+  const int token_blocks = (p.num_tokens + kWarpTokens - 1) / kWarpTokens;
+  if constexpr (kAbsorb) {
+    if (blockIdx.x >= static_cast<unsigned>(token_blocks)) {
+      AbsorbBlock(p, static_cast<int>(blockIdx.x) - token_blocks);
+      return;
+    }
+  }
+  cuda::PdlEnter();
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpTokens + threadIdx.x / 32;
+  if (t < p.num_tokens) WarpToken(p, t, threadIdx.x % 32);
+}
+
+// Whether RopeNormWarpKernel takes p (the fused norm given): bf16, one k head, 16-byte aligned
+// rows and runs (every base, stride and offset a multiple of 8 values), a rot_dim of whole
+// 4-pair groups, a norm row of at most kWarpNormVecs vectors a lane and a whole-vector cache
+// entry. MLASERVE_ROPE_WARP=0: never (the block form, for timing comparisons).
+template <typename T>
+bool WarpTokensApply(const RopeParams& p) {
+  static const bool off = EnvSwitchedOff("MLASERVE_ROPE_WARP");
+  if (off || !std::is_same_v<T, __nv_bfloat16> || p.k_heads != 1) return false;
+  const auto a16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  const auto m8 = [](int64_t v) { return v % 8 == 0; };
+  if (!a16(p.x) || !a16(p.k) || !a16(p.k_norm_weight) || (p.out != nullptr && !a16(p.out)) ||
+      (p.cache != nullptr && !a16(p.cache)) || !a16(p.cos_sin)) {
+    return false;
+  }
+  const bool strides = m8(p.token_stride) && m8(p.head_stride) && m8(p.offset) && m8(p.k_token_stride) &&
+                       m8(p.k_head_stride) && m8(p.k_offset) &&
+                       (p.out == nullptr || (m8(p.out_token_stride) && m8(p.out_head_stride) && m8(p.out_offset))) &&
+                       (p.cache == nullptr || m8(p.cache_entry_dim));
+  return strides && p.rot_dim % 8 == 0 && m8(p.k_norm_dim) && p.k_norm_dim <= 32 * 8 * kWarpNormVecs;
+}
+
 template <typename T>
 absl::Status LaunchRope(const RopeParams& p, cudaStream_t s) {
   cuda::LaunchShape shape;
   shape.block = dim3(kThreads);
   shape.stream = s;
   if (p.k_norm_weight != nullptr) {
-    int blocks = p.num_tokens;
+    const bool warp = WarpTokensApply<T>(p);
+    int blocks = warp ? (p.num_tokens + kWarpTokens - 1) / kWarpTokens : p.num_tokens;
     if (p.absorb_w != nullptr) {
       // Rope's dispatcher checked the widths and RopeAbsorbSupported; the 16-byte loads need
       // 16-byte aligned rows.
@@ -207,6 +383,8 @@ absl::Status LaunchRope(const RopeParams& p, cudaStream_t s) {
     }
     shape.grid = dim3(static_cast<unsigned>(blocks));
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if (warp && p.absorb_w != nullptr) return cuda::LaunchPdl("rope+norm+absorb", shape, RopeNormWarpKernel<true>, p);
+      if (warp) return cuda::LaunchPdl("rope+norm", shape, RopeNormWarpKernel<false>, p);
       if (p.absorb_w != nullptr) return cuda::LaunchPdl("rope+norm+absorb", shape, RopeNormKernel<T, true>, p);
     }
     return cuda::LaunchPdl("rope+norm", shape, RopeNormKernel<T, false>, p);

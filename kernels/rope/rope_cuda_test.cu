@@ -62,22 +62,28 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeCudaTest,
 
 // MLA's decode prologue in one launch: q's rope parts rotated into the absorbed query, the
 // latent normed and the shared key k_pe rotated in place in the cache entry (without the fused
-// norm, with it, and with it and the store of the finished rows into their cache slots).
+// norm, with it, and with it and the store of the finished rows into their cache slots). With
+// the fused norm, nope 128 takes the warp-per-token kernel (16-byte aligned runs) and nope 124
+// the block-per-token one; 5 tokens (a decode step) and 300 (a prefill chunk: several tokens a
+// block, a partial last block), half-split and interleaved pairs.
 enum class Fused { kNone, kNorm, kNormAndCache };
-class RopeCudaQk : public ::testing::TestWithParam<Fused> {};
+class RopeCudaQk : public ::testing::TestWithParam<std::tuple<Fused, int, int, bool>> {};
 
 TEST_P(RopeCudaQk, MatchesCpu) {
-  const bool fused_norm = GetParam() != Fused::kNone;
-  const bool fused_cache = GetParam() == Fused::kNormAndCache;
+  const auto [fused, tokens, nope, interleaved] = GetParam();
+  const bool fused_norm = fused != Fused::kNone;
+  const bool fused_cache = fused == Fused::kNormAndCache;
   const uint64_t seed = testing::FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
-  const int tokens = 5, heads = 16, rot = 64, nope = 128, latent = 512, max_pos = 1024;
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " tokens=" << tokens << " nope=" << nope
+                                    << " interleaved=" << interleaved);
+  const int heads = 16, rot = 64, latent = 512, max_pos = 1024;
   const int qk = nope + rot, entry = latent + rot, absorbed = latent + rot;
   auto q = testing::RandomVector(static_cast<size_t>(tokens) * heads * qk, seed);
   auto kv = testing::RandomVector(static_cast<size_t>(tokens) * entry, seed + 1);
   auto cos_sin = testing::RandomVector(static_cast<size_t>(max_pos) * rot, seed + 2);
   testing::RoundToBf16(q); testing::RoundToBf16(kv);
   std::vector<int32_t> pos = {0, 7, 1023, 500, 64};
+  for (int t = 5; t < tokens; ++t) pos.push_back((t * 37) % max_pos);
   auto norm_w = testing::RandomVector(latent, seed + 3, 0.5f, 1.5f);
   testing::RoundToBf16(norm_w);
   std::vector<float> q_abs(static_cast<size_t>(tokens) * heads * absorbed, 0.0f), kv_want = kv;
@@ -85,6 +91,7 @@ TEST_P(RopeCudaQk, MatchesCpu) {
   p.num_tokens = tokens; p.num_heads = heads; p.rot_dim = rot; p.x = q.data();
   p.token_stride = static_cast<int64_t>(heads) * qk; p.head_stride = qk; p.offset = nope;
   p.positions = pos.data(); p.cos_sin = cos_sin.data(); p.max_position = max_pos;
+  p.interleaved = interleaved;
   p.k = kv_want.data(); p.k_heads = 1; p.k_token_stride = entry; p.k_head_stride = entry;
   p.k_offset = latent;
   p.out = q_abs.data(); p.out_token_stride = static_cast<int64_t>(heads) * absorbed;
@@ -93,8 +100,9 @@ TEST_P(RopeCudaQk, MatchesCpu) {
     p.k_norm_weight = norm_w.data(); p.k_norm_dim = latent - 8; p.k_norm_eps = 1e-6f;
   }
   // Slots: two pages' worth, tokens scattered over them, one skipped (-1), one past the end.
-  const int cache_slots = 128;
+  const int cache_slots = tokens > 5 ? 512 : 128;
   std::vector<int64_t> slot_mapping = {77, -1, 3, cache_slots, 64};
+  for (int t = 5; t < tokens; ++t) slot_mapping.push_back(128 + t < cache_slots ? 128 + t : -1);
   std::vector<float> cache(static_cast<size_t>(cache_slots) * entry, 0.0f);
   if (fused_cache) {
     p.cache = cache.data(); p.slot_mapping = slot_mapping.data(); p.cache_slots = cache_slots;
@@ -151,7 +159,9 @@ TEST_P(RopeCudaQk, MatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fusions, RopeCudaQk,
-                         ::testing::Values(Fused::kNone, Fused::kNorm, Fused::kNormAndCache));
+                         ::testing::Combine(::testing::Values(Fused::kNone, Fused::kNorm, Fused::kNormAndCache),
+                                            ::testing::Values(5, 300), ::testing::Values(128, 124),
+                                            ::testing::Bool()));
 
 // The absorbed query's latent part in the rope launch (absorb_w: q_nope . W_UK per head, the
 // decode step's GEMM folded in): against the CPU's f32 sums on the same bf16 inputs, every
