@@ -435,7 +435,10 @@ void BenchTokens(const Shape& s, int T, const ShapeBuffers& b, double copy_gbs, 
   std::vector<std::pair<ExpertsStage, float>> stages[2];
   for (int old_stages = 0; old_stages < 2; ++old_stages) stages[old_stages] = StageMs(Configure(p, b, old_stages == 1), ids, stream);
   const bool fused = mk::moe_cuda::PlanExperts(Configure(p, b, false)).fused_silu;
-  const bool gathers = mk::moe_cuda::PlanExperts(p).path == mk::MoeExpertsPath::kSm90;
+  // new: the permutation copies the x rows itself on kSm90, unless it reported the copy as a
+  // kGather stage of its own (several chunks, PermuteRowCopy::kApart).
+  bool gathers = mk::moe_cuda::PlanExperts(p).path == mk::MoeExpertsPath::kSm90;
+  for (const auto& stage_ms : stages[0]) gathers = gathers && stage_ms.first != ExpertsStage::kGather;
   std::printf("  stages (%s; median of %d, events between stages):\n", auto_name.c_str(), kStageReps);
   std::printf("    %-9s %9s   %-8s %9s   %-8s\n", "stage", "old ms", "roofline", "new ms", "roofline");
   double total[2] = {0, 0};
@@ -450,7 +453,7 @@ void BenchTokens(const Shape& s, int T, const ShapeBuffers& b, double copy_gbs, 
     char cell[2][64];
     for (int o = 0; o < 2; ++o) {
       if (ms[o] < 0) { std::snprintf(cell[o], sizeof cell[o], "%9s   %-13s", "-", "-"); continue; }
-      // new: the permutation gathers x itself and gate_up may carry the SiLU; old: neither.
+      // new: the permutation may gather x itself and gate_up may carry the SiLU; old: neither.
       const StageCost cost = CostOf(stage, s, T, mean_active, o == 0 && fused, o == 0 && gathers, c);
       std::snprintf(cell[o], sizeof cell[o], "%9.4f   %5.1f%%", ms[o], Roofline(cost, ms[o], copy_gbs));
     }

@@ -3,8 +3,9 @@
 // Routed experts on the GPU run in these stages, none of which syncs with the host (the
 // per-expert token counts exist only on the device, so CUDA graph capture stays possible):
 //   1. permute (moe_permute.cu): a stable counting sort of the num_tokens * top_k assignments
-//      by expert over many blocks (per-chunk expert counts, one scan, a scatter that places
-//      every assignment at its sorted row and, for kSm90, copies its x row there);
+//      by expert over many blocks (per-chunk expert counts, a scan, a scatter that places
+//      every assignment at its sorted row) and, for kSm90, the copy of each x row to its
+//      sorted row (in the scatter for one chunk, a launch of its own for more);
 //   2. the gate_up product over each expert's rows, and SiLU(gate) * up;
 //   3. the down product, one bf16 row per assignment (rounded as Hugging Face's expert output
 //      is);
@@ -162,6 +163,16 @@ MLASERVE_MOE_SM90_SILU_DECLARE(6)
 // (position [A], -1 for an id outside [0, E)); with xg set, also xg[r] = x[sorted[r] / top_k].
 // Rows of one expert keep assignment order (token order), so the outputs are the same on
 // every run and the same as the baseline's.
+//
+// Where the x rows are copied when there is more than one chunk of assignments (prefill on
+// kSm90); every form writes the same bytes.
+enum class PermuteRowCopy : uint8_t {
+  kAuto,       // kApart, unless MLASERVE_MOE_SCATTER_SPLIT=0 in the environment (read once)
+  kApart,      // a ranking launch of one block per chunk, then LaunchGatherRows: whole rows
+               // in destination order over every SM
+  kInScatter,  // in the scatter: a block per (chunk, column slice) ranks its chunk again and
+               // copies its slice of the chunk's rows (the earlier form, kept for comparisons)
+};
 struct PermuteArgs {
   const int32_t* topk_ids;      // [A]
   int num_assign, num_experts, top_k;
@@ -177,6 +188,7 @@ struct PermuteArgs {
   // Optional: the routing that writes topk_ids (and the weights), run first; for decode steps
   // (PermuteFusesRouting) in the same kernel as the permutation.
   const MoeRoutingParams* routing = nullptr;
+  PermuteRowCopy row_copy = PermuteRowCopy::kAuto;  // tests pin a form; the rest leave kAuto
 };
 // MLASERVE_MOE_FOLD=0 in the environment: no routing fused into the permutation and no shared
 // experts or norm epilogue folded (MoeExpertsFoldsSharedAndNorm false): the separate kernels,
@@ -188,8 +200,14 @@ inline constexpr int kFusedRoutingMaxTokens = 16;
 bool PermuteFusesRouting(const PermuteArgs& a);
 inline constexpr int kMaxExperts = 1024;
 size_t PermuteScratchBytes(int num_assign, int num_experts);
-// With routing->router.weight set, LaunchPermute runs LaunchRouterPermute.
-absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s);
+// Whether LaunchPermute copies a's x rows in a launch of its own (xg set, more than one chunk,
+// row_copy resolving to kApart).
+bool PermuteCopiesRowsApart(const PermuteArgs& a);
+// With routing->router.weight set, LaunchPermute runs LaunchRouterPermute. `observer` (may be
+// null) is told ExpertsStage::kPermute after the ranking's launches and, where the rows are
+// copied apart, kGather after the copy.
+class ExpertsStageObserver;
+absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s, ExpertsStageObserver* observer = nullptr);
 // The router projection fused in too (moe_router_permute.cu): one launch computes the routing's
 // logits (MoeRouterProjection), routes them and permutes, with the outputs of the routing +
 // LaunchPermute pair. RouterPermuteRuns: whether it takes `a` (PermuteFusesRouting, and the
@@ -205,6 +223,9 @@ absl::Status LaunchBaselineSort(const PermuteArgs& a, cudaStream_t s);
 absl::Status LaunchBaselineGather(const PermuteArgs& a, cudaStream_t s);
 
 // --- Row passes (moe_rows.cu).
+// xg[r] = x[sorted[r] / top_k] for the rows [0, offsets[E]) of a's finished permutation (its
+// kApart row copy): a warp per row, rows in destination order, a grid of a few blocks per SM.
+absl::Status LaunchGatherRows(const PermuteArgs& a, cudaStream_t s);
 // In place over rows [0, offsets[E]) of h (row stride 2*inter), gate_up output in `layout`:
 // the first inter columns of each row become silu(gate) * up. `max_rows` >= offsets[E] sizes
 // the grid on the host.

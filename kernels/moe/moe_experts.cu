@@ -290,8 +290,7 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
       done(ExpertsStage::kGather);
     }
   } else {
-    RETURN_IF_ERROR(LaunchPermute(pa, s));
-    done(ExpertsStage::kPermute);
+    RETURN_IF_ERROR(LaunchPermute(pa, s, observer));  // kPermute, and kGather if the copy is apart
   }
 
   // 2-3. The products.

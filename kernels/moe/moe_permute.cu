@@ -1,6 +1,6 @@
 // Stage 1 of the routed experts on CUDA (moe_cuda.h): the routing permutation. Every
 // (token, k) assignment gets the row it occupies in expert order, and (kSm90) its x row is
-// copied there, in one pass over the assignments and the rows.
+// copied there.
 //
 // The assignments are cut into chunks of kChunk (2048) in index order, one block each:
 //   CountChunkKernel   per chunk, how many assignments go to each expert;
@@ -10,15 +10,22 @@
 //   ScatterKernel      per chunk again: each warp owns 256 consecutive assignments, lanes with
 //                      the same expert find each other with __match_any_sync, so an
 //                      assignment's row is (chunk, expert) base + the counts of the warps
-//                      before it + its rank among its peers. It writes `sorted`/`position` and
-//                      copies the x rows to their sorted rows; a grid dimension of column
-//                      slices (each block redoes the cheap ranking for its own slice of the
-//                      row) keeps every SM copying even when there are few chunks.
+//                      before it + its rank among its peers. It writes `sorted`/`position`.
+// The x rows, when asked for, are copied in one of two ways (PermuteRowCopy):
+//   kApart (prefill)   the scatter ranks only, one block per chunk, and does the scan's work
+//                      itself (each block sums the chunk counts of every chunk: no
+//                      ScanChunksKernel launch); then LaunchGatherRows (moe_rows.cu) copies
+//                      whole rows in destination order over every SM, so the copy runs at copy
+//                      bandwidth instead of behind a ranking that every block would redo;
+//   kInScatter         the scatter copies too, with a grid dimension of column slices (each
+//                      block redoes the ranking for its own slice of the rows) to keep every SM
+//                      copying: the earlier form (MLASERVE_MOE_SCATTER_SPLIT=0), and the
+//                      one-chunk form.
 // Rows of one expert keep assignment order, i.e. token order: the same result on every run
-// and the same as the one-block SortKernel it replaces (kept as the baseline below). No
-// atomics decide a position (the counts use warp-aggregated shared-memory adds, which are
+// and the same as the one-block SortKernel it replaces (the baseline, moe_permute_baseline.cu).
+// No atomics decide a position (the counts use warp-aggregated shared-memory adds, which are
 // order-free). With a single chunk (decode; up to 2048 assignments) ScatterKernel does the
-// counting and the scan itself: one launch.
+// counting and the scan itself, and copies the rows when asked: one launch.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -26,8 +33,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/common/cuda_util.cuh"
-#include "kernels/common/dense_cuda.cuh"
 #include "kernels/common/device_arch.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_routing.cuh"
@@ -42,7 +49,7 @@ constexpr int kChunk = kWarps * kPerWarp;  // assignments per block
 constexpr int kScanThreads = 1024;
 constexpr int kScanScratch = cuda::kWarpSize + 1;  // BlockExclusiveScan's shared scratch
 constexpr int kSliceChunkMultiple = 4;     // gather slices are multiples of 64 bytes of a row
-constexpr int kBlocksPerSm = 4;            // gather grid target
+constexpr int kBlocksPerSm = 4;            // kInScatter gather grid target
 constexpr int kCopyUnroll = 4;
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -171,22 +178,31 @@ __global__ void __launch_bounds__(kScanThreads)
   }
 }
 
+// Where a scatter block finds the first row of each (its chunk, expert).
+enum class ChunkBase : uint8_t {
+  kOwn,      // the only chunk: its own counts, scanned in the block (decode: one launch)
+  kScanned,  // chunk_counts as ScanChunksKernel leaves them: those first rows
+  kCounts,   // chunk_counts as CountChunkKernel leaves them: every block sums and scans them
+};
+
 // Shared memory of ScatterKernel, in ints.
-__host__ __device__ int ScatterSmemInts(int num_experts, bool single, bool gather) {
-  return kWarps * num_experts + (gather ? kChunk : 0) + kScanScratch + (single ? 3 * num_experts : 0);
+__host__ __device__ int ScatterSmemInts(int num_experts, ChunkBase base, bool gather) {
+  const int per_expert = base == ChunkBase::kOwn ? 3 : base == ChunkBase::kCounts ? 4 : 0;
+  return (kWarps + per_expert) * num_experts + (gather ? kChunk : 0) + kScanScratch;
 }
 
-// One chunk of assignments (blockIdx.x) and one column slice of the x rows (blockIdx.y,
-// `slice_chunks` 16-byte chunks wide). kSingle: the only chunk, counting and scanning itself.
-// The slice-0 block writes sorted/position (and, kSingle, the offsets). `smem`:
+// One chunk of assignments (blockIdx.x of gridDim.x) and one column slice of the x rows
+// (blockIdx.y, `slice_chunks` 16-byte chunks wide). The slice-0 blocks write sorted/position;
+// the offsets are written by the only block (kOwn) or by chunk 0 (kCounts). `smem`:
 // ScatterSmemInts ints of shared memory. Runs after PdlEnter.
-template <bool kSingle, bool kGather>
+template <ChunkBase kBase, bool kGather>
 __device__ void ScatterChunk(const PermuteArgs& a, int slice_chunks, int32_t* smem) {
   const int E = a.num_experts;
   int32_t* warp_base = smem;                                  // [kWarps][E]
   int32_t* row_of = warp_base + kWarps * E;                   // [kChunk] (kGather)
   int32_t* scratch = row_of + (kGather ? kChunk : 0);         // [kScanScratch]
-  int32_t* expert_rows = scratch + kScanScratch;              // [3][E] (kSingle)
+  int32_t* expert_rows = scratch + kScanScratch;              // [3][E] (kOwn, kCounts)
+  int32_t* chunks_before = expert_rows + 3 * E;               // [E] (kCounts)
   const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
   const unsigned lanes_below = (1u << lane) - 1u;
   const int begin = blockIdx.x * kChunk, end = min(a.num_assign, begin + kChunk);
@@ -203,19 +219,39 @@ __device__ void ScatterChunk(const PermuteArgs& a, int slice_chunks, int32_t* sm
     __syncwarp();
   }
   __syncthreads();
-  if constexpr (kSingle) {
+  if constexpr (kBase != ChunkBase::kScanned) {
+    // Expert totals (and, kCounts, each expert's rows in the chunks before this one), then the
+    // offsets, as ScanChunksKernel computes them.
     for (int e = threadIdx.x; e < E; e += kThreads) {
       int32_t total = 0;
-      for (int w = 0; w < kWarps; ++w) total += warp_base[w * E + e];
+      if constexpr (kBase == ChunkBase::kOwn) {
+        for (int w = 0; w < kWarps; ++w) total += warp_base[w * E + e];
+      } else {
+        int32_t before = 0;
+#pragma unroll 8
+        for (int c = 0; c < static_cast<int>(gridDim.x); ++c) {
+          if (c == static_cast<int>(blockIdx.x)) before = total;
+          total += a.chunk_counts[static_cast<int64_t>(c) * E + e];
+        }
+        chunks_before[e] = before;
+      }
       expert_rows[e] = total;
     }
     __syncthreads();
-    ExpertOffsets(expert_rows, expert_rows + E, expert_rows + 2 * E, scratch, E, writer, a.offsets,
+    const bool offsets_writer = writer && blockIdx.x == 0;
+    ExpertOffsets(expert_rows, expert_rows + E, expert_rows + 2 * E, scratch, E, offsets_writer, a.offsets,
                   a.tile_offsets, a.active);
   }
   // Per expert: its first row in this chunk plus an exclusive prefix over the warps.
   for (int e = threadIdx.x; e < E; e += kThreads) {
-    int32_t running = kSingle ? expert_rows[e] : a.chunk_counts[static_cast<int64_t>(blockIdx.x) * E + e];
+    int32_t running;
+    if constexpr (kBase == ChunkBase::kOwn) {
+      running = expert_rows[e];
+    } else if constexpr (kBase == ChunkBase::kCounts) {
+      running = expert_rows[e] + chunks_before[e];
+    } else {
+      running = a.chunk_counts[static_cast<int64_t>(blockIdx.x) * E + e];
+    }
     for (int w = 0; w < kWarps; ++w) {
       const int32_t c = warp_base[w * E + e];
       warp_base[w * E + e] = running;
@@ -275,12 +311,12 @@ __device__ void ScatterChunk(const PermuteArgs& a, int slice_chunks, int32_t* sm
   }
 }
 
-template <bool kSingle, bool kGather>
+template <ChunkBase kBase, bool kGather>
 __global__ void __launch_bounds__(kThreads)
     ScatterKernel(const __grid_constant__ PermuteArgs a, int slice_chunks) {
   extern __shared__ int32_t smem[];
   cuda::PdlEnter();  // the stage kernels launch with PDL (kernels/common/pdl.cuh)
-  ScatterChunk<kSingle, kGather>(a, slice_chunks, smem);
+  ScatterChunk<kBase, kGather>(a, slice_chunks, smem);
 }
 
 // Shared memory of RoutePermuteKernel beyond the scatter's, in ints: each warp's routing
@@ -296,7 +332,7 @@ __global__ void __launch_bounds__(kThreads)
     RoutePermuteKernel(const __grid_constant__ MoeRoutingParams r, const __grid_constant__ PermuteArgs a) {
   extern __shared__ int32_t smem[];
   const int E = a.num_experts;
-  int32_t* route = smem + ScatterSmemInts(E, true, false);
+  int32_t* route = smem + ScatterSmemInts(E, ChunkBase::kOwn, false);
   const int warp = threadIdx.x / cuda::kWarpSize;
   float* scores = reinterpret_cast<float*>(route) + warp * 2 * E;
   bool* taken = reinterpret_cast<bool*>(route + kWarps * 2 * E) + warp * E;
@@ -305,7 +341,7 @@ __global__ void __launch_bounds__(kThreads)
     moe_cuda::RouteToken(r, t, {scores, scores + E, taken});
   }
   __syncthreads();  // the block's topk_ids writes are visible to all its threads after it
-  ScatterChunk<true, false>(a, 0, smem);
+  ScatterChunk<ChunkBase::kOwn, false>(a, 0, smem);
 }
 
 template <typename Kernel>
@@ -326,111 +362,25 @@ cuda::LaunchShape Shape(dim3 grid, int threads, size_t smem, cudaStream_t s) {
   return shape;
 }
 
-template <bool kSingle, bool kGather>
+template <ChunkBase kBase, bool kGather>
 absl::Status LaunchScatter(const PermuteArgs& a, int chunks, int slices, int slice_chunks, cudaStream_t s) {
-  const size_t smem = ScatterSmemInts(a.num_experts, kSingle, kGather) * sizeof(int32_t);
-  RETURN_IF_ERROR(AllowSmem(ScatterKernel<kSingle, kGather>, smem, "moe_experts permute: raising the shared-memory limit"));
+  const size_t smem = ScatterSmemInts(a.num_experts, kBase, kGather) * sizeof(int32_t);
+  RETURN_IF_ERROR(AllowSmem(ScatterKernel<kBase, kGather>, smem, "moe_experts permute: raising the shared-memory limit"));
   return cuda::LaunchPdl("moe_experts permute scatter", Shape(dim3(chunks, slices), kThreads, smem, s),
-                         ScatterKernel<kSingle, kGather>, a, slice_chunks);
-}
-
-// --- Baseline (2026-11-24): one block sorts all assignments, then the rows are gathered.
-
-constexpr int kSortThreads = 1024;
-constexpr int kSortWarps = kSortThreads / cuda::kWarpSize;
-constexpr int kEltThreads = 256;
-
-// Counting sort of the assignments by expert, stable, in one block: warp w owns the
-// contiguous assignments [w * seg, (w + 1) * seg); per-(warp, expert) counts, a scan over
-// warps and experts, then the same walk writes slots (as ScatterKernel does per chunk).
-__global__ void __launch_bounds__(kSortThreads)
-    SortKernel(const int32_t* topk_ids, int num_assign, int num_experts, int32_t* sorted,
-               int32_t* offsets, int32_t* tile_offsets, int32_t* position, int32_t* active) {
-  extern __shared__ int32_t warp_count[];  // [kSortWarps][num_experts], then base[num_experts]
-  int32_t* base = warp_count + kSortWarps * num_experts;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int seg = (num_assign + kSortWarps - 1) / kSortWarps;
-  const int begin = warp * seg, end = min(num_assign, begin + seg);
-  const unsigned lanes_below = (1u << lane) - 1u;
-  for (int i = threadIdx.x; i < kSortWarps * num_experts; i += kSortThreads) warp_count[i] = 0;
-  __syncthreads();
-  int32_t* mine = warp_count + warp * num_experts;
-  for (int a0 = begin; a0 < end; a0 += 32) {
-    const int e = ExpertOf(topk_ids, a0 + lane, end, num_experts);
-    const unsigned peers = __match_any_sync(kFullMask, e);
-    if (e >= 0 && (peers & lanes_below) == 0) mine[e] += __popc(peers);
-    __syncwarp();
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < num_experts; e += kSortThreads) {
-    int32_t running = 0;
-    for (int w = 0; w < kSortWarps; ++w) {
-      const int32_t c = warp_count[w * num_experts + e];
-      warp_count[w * num_experts + e] = running;
-      running += c;
-    }
-    base[e] = running;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {  // E <= 1024: a serial scan is a few microseconds at most
-    int32_t rows = 0, tiles = 0, used = 0;
-    for (int e = 0; e < num_experts; ++e) {
-      const int32_t count = base[e];
-      offsets[e] = rows;
-      tile_offsets[e] = tiles;
-      base[e] = rows;
-      rows += count;
-      tiles += (count + kTiledRows - 1) / kTiledRows;
-      if (count > 0) active[used++] = e;
-    }
-    offsets[num_experts] = rows;
-    tile_offsets[num_experts] = tiles;
-    active[num_experts] = used;
-  }
-  __syncthreads();
-  for (int a0 = begin; a0 < end; a0 += 32) {
-    const int i = a0 + lane;
-    const int e = ExpertOf(topk_ids, i, end, num_experts);
-    const unsigned peers = __match_any_sync(kFullMask, e);
-    if (e >= 0) {
-      const int pos = base[e] + mine[e] + __popc(peers & lanes_below);
-      sorted[pos] = i;
-      position[i] = pos;
-    } else if (i < end) {
-      position[i] = -1;
-    }
-    __syncwarp();
-    if (e >= 0 && (peers & lanes_below) == 0) mine[e] += __popc(peers);
-    __syncwarp();
-  }
-}
-
-// xg[r] = x[sorted[r] / top_k] for the rows that exist (16-byte chunks).
-__global__ void GatherRowsKernel(const uint4* x, const int32_t* sorted, const int32_t* offsets,
-                                 int num_experts, int top_k, int chunks_per_row, uint4* xg) {
-  const int64_t total = static_cast<int64_t>(offsets[num_experts]) * chunks_per_row;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / chunks_per_row, c = i - r * chunks_per_row;
-    xg[i] = x[static_cast<int64_t>(sorted[r] / top_k) * chunks_per_row + c];
-  }
+                         ScatterKernel<kBase, kGather>, a, slice_chunks);
 }
 
 int Chunks(int num_assign) { return (num_assign + kChunk - 1) / kChunk; }
 
-}  // namespace
-
-
-bool PermuteFusesRouting(const PermuteArgs& a) {
-  return a.routing != nullptr && !DecodeFoldsDisabled() && a.xg == nullptr && Chunks(a.num_assign) == 1 &&
-         a.routing->num_tokens <= kFusedRoutingMaxTokens && a.num_experts <= kRoutingMaxExperts;
+// MLASERVE_MOE_SCATTER_SPLIT=0 in the environment: PermuteRowCopy::kAuto is kInScatter (timing
+// comparisons). Read once.
+bool RowCopyApartDisabled() {
+  static const bool disabled = EnvSwitchedOff("MLASERVE_MOE_SCATTER_SPLIT");
+  return disabled;
 }
 
-size_t PermuteScratchBytes(int num_assign, int num_experts) {
-  return static_cast<size_t>(Chunks(num_assign)) * num_experts * sizeof(int32_t);
-}
-
-absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s) {
+// LaunchPermute's launches up to the kApart row copy (`rows_apart`: PermuteCopiesRowsApart).
+absl::Status LaunchRanking(const PermuteArgs& a, bool rows_apart, cudaStream_t s) {
   if (a.num_experts > kMaxExperts) {
     return absl::InvalidArgumentError(absl::StrCat("moe_experts: num_experts=", a.num_experts,
                                                    " exceeds the CUDA backend's ", kMaxExperts));
@@ -442,8 +392,8 @@ absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s) {
     if (a.routing->router.weight != nullptr) return LaunchRouterPermute(a, s);
     RETURN_IF_ERROR(CheckCudaRouting(*a.routing));
     if (PermuteFusesRouting(a)) {
-      const size_t smem =
-          (ScatterSmemInts(a.num_experts, true, false) + RouteScratchInts(a.num_experts)) * sizeof(int32_t);
+      const size_t smem = (ScatterSmemInts(a.num_experts, ChunkBase::kOwn, false) + RouteScratchInts(a.num_experts)) *
+                          sizeof(int32_t);
       RETURN_IF_ERROR(AllowSmem(RoutePermuteKernel, smem, "moe_experts route+permute: raising the shared-memory limit"));
       return cuda::LaunchPdl("moe_experts route+permute", Shape(dim3(1), kThreads, smem, s),
                              RoutePermuteKernel, *a.routing, a);
@@ -451,7 +401,7 @@ absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s) {
     RETURN_IF_ERROR(MoeRoutingCuda(*a.routing, s));
   }
   int slices = 1, slice_chunks = 0;
-  if (gather) {
+  if (gather && !rows_apart) {
     // Enough (chunk, slice) blocks to keep every SM copying; slices of >= 64 bytes.
     const int row_chunks = a.hidden / cuda::kBf16PerChunk;
     const int want = (kBlocksPerSm * cuda::CurrentDeviceSmCount() + chunks - 1) / chunks;
@@ -462,40 +412,52 @@ absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s) {
     slices = (row_chunks + slice_chunks - 1) / slice_chunks;
   }
   if (chunks == 1) {
-    return gather ? LaunchScatter<true, true>(a, 1, slices, slice_chunks, s)
-                  : LaunchScatter<true, false>(a, 1, 1, 0, s);
+    return gather ? LaunchScatter<ChunkBase::kOwn, true>(a, 1, slices, slice_chunks, s)
+                  : LaunchScatter<ChunkBase::kOwn, false>(a, 1, 1, 0, s);
   }
   const size_t count_smem = a.num_experts * sizeof(int32_t);
   RETURN_IF_ERROR(cuda::LaunchPdl("moe_experts permute count", Shape(dim3(chunks), kThreads, count_smem, s),
                                   CountChunkKernel, a.topk_ids, a.num_assign, a.num_experts, a.chunk_counts));
+  // kApart: no ScanChunksKernel, each chunk's ranking block scans the counts itself, so count,
+  // rank and copy are three launches, as count, scan and scatter are.
+  if (rows_apart) return LaunchScatter<ChunkBase::kCounts, false>(a, chunks, 1, 0, s);
   const size_t scan_smem = (3 * a.num_experts + kScanScratch) * sizeof(int32_t);
   RETURN_IF_ERROR(cuda::LaunchPdl("moe_experts permute scan", Shape(dim3(1), kScanThreads, scan_smem, s),
                                   ScanChunksKernel, a.chunk_counts, chunks, a.num_experts, a.offsets,
                                   a.tile_offsets, a.active));
-  return gather ? LaunchScatter<false, true>(a, chunks, slices, slice_chunks, s)
-                : LaunchScatter<false, false>(a, chunks, 1, 0, s);
+  return gather ? LaunchScatter<ChunkBase::kScanned, true>(a, chunks, slices, slice_chunks, s)
+                : LaunchScatter<ChunkBase::kScanned, false>(a, chunks, 1, 0, s);
 }
 
-absl::Status LaunchBaselineSort(const PermuteArgs& a, cudaStream_t s) {
-  if (a.num_experts > kMaxExperts) {
-    return absl::InvalidArgumentError(absl::StrCat("moe_experts: num_experts=", a.num_experts,
-                                                   " exceeds the CUDA backend's ", kMaxExperts));
+}  // namespace
+
+bool PermuteFusesRouting(const PermuteArgs& a) {
+  return a.routing != nullptr && !DecodeFoldsDisabled() && a.xg == nullptr && Chunks(a.num_assign) == 1 &&
+         a.routing->num_tokens <= kFusedRoutingMaxTokens && a.num_experts <= kRoutingMaxExperts;
+}
+
+size_t PermuteScratchBytes(int num_assign, int num_experts) {
+  return static_cast<size_t>(Chunks(num_assign)) * num_experts * sizeof(int32_t);
+}
+
+bool PermuteCopiesRowsApart(const PermuteArgs& a) {
+  if (a.xg == nullptr || Chunks(a.num_assign) <= 1) return false;
+  switch (a.row_copy) {
+    case PermuteRowCopy::kApart: return true;
+    case PermuteRowCopy::kInScatter: return false;
+    case PermuteRowCopy::kAuto: break;
   }
-  if (a.routing != nullptr) RETURN_IF_ERROR(MoeRoutingCuda(*a.routing, s));
-  // Per-(warp, expert) counts plus per-expert bases: up to 132 KiB at kMaxExperts experts.
-  const size_t smem = static_cast<size_t>(kSortWarps + 1) * a.num_experts * sizeof(int32_t);
-  RETURN_IF_ERROR(AllowSmem(SortKernel, smem, "moe_experts sort: raising the shared-memory limit"));
-  SortKernel<<<1, kSortThreads, smem, s>>>(a.topk_ids, a.num_assign, a.num_experts, a.sorted, a.offsets,
-                                           a.tile_offsets, a.position, a.active);
-  return cuda::LaunchStatus("moe_experts sort");
+  return !RowCopyApartDisabled();
 }
 
-absl::Status LaunchBaselineGather(const PermuteArgs& a, cudaStream_t s) {
-  const int chunks = a.hidden / cuda::kBf16PerChunk;
-  GatherRowsKernel<<<cuda::GridFor(static_cast<int64_t>(a.num_assign) * chunks, kEltThreads), kEltThreads, 0, s>>>(
-      reinterpret_cast<const uint4*>(a.x), a.sorted, a.offsets, a.num_experts, a.top_k, chunks,
-      reinterpret_cast<uint4*>(a.xg));
-  return cuda::LaunchStatus("moe_experts gather");
+absl::Status LaunchPermute(const PermuteArgs& a, cudaStream_t s, ExpertsStageObserver* observer) {
+  const bool rows_apart = PermuteCopiesRowsApart(a);
+  RETURN_IF_ERROR(LaunchRanking(a, rows_apart, s));
+  if (observer != nullptr) observer->AfterStage(ExpertsStage::kPermute, s);
+  if (!rows_apart) return absl::OkStatus();
+  RETURN_IF_ERROR(LaunchGatherRows(a, s));
+  if (observer != nullptr) observer->AfterStage(ExpertsStage::kGather, s);
+  return absl::OkStatus();
 }
 
 }  // namespace mlaserve::kernels::moe_cuda

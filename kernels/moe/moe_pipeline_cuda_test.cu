@@ -1,8 +1,8 @@
 // The routed experts' CUDA stages on their own: the multi-block routing permutation against a
 // host stable counting sort and against the one-block baseline (exact: offsets, row-tile
-// offsets, active experts, sorted ids, positions, gathered x rows), the gate_up weight
-// preparation (exact), out-of-range expert ids, and CUDA graph capture (bitwise equal to
-// direct launches).
+// offsets, active experts, sorted ids, positions, gathered x rows), its two forms of the x-row
+// copy against each other (bitwise), the gate_up weight preparation (exact), out-of-range
+// expert ids, and CUDA graph capture (bitwise equal to direct launches).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -169,6 +169,79 @@ INSTANTIATE_TEST_SUITE_P(
                       PermuteCase{1500, 1024, 1, 8, Routing::kUniform, 10},
                       PermuteCase{3000, 32, 16, 48, Routing::kUniform, 0},
                       PermuteCase{100, 16, 16, 16, Routing::kHot, 0}));
+
+// The x-row copy of the multi-chunk permutation in its two forms (PermuteRowCopy): kApart (a
+// ranking launch per chunk that scans the counts itself, then LaunchGatherRows) and kInScatter
+// (the column-sliced copy inside the scatter, MLASERVE_MOE_SCATTER_SPLIT=0). Both write the
+// host sort's permutation, and the same bytes everywhere: xg, sorted and position whole,
+// poison included (rows and entries no assignment reaches are left alone by both), and the
+// offsets, row-tile offsets and active list. kApart reports its copy as a stage of its own.
+class RecordingObserver : public moe_cuda::ExpertsStageObserver {
+ public:
+  void AfterStage(moe_cuda::ExpertsStage stage, cudaStream_t) override { stages.push_back(stage); }
+  std::vector<moe_cuda::ExpertsStage> stages;
+};
+
+class MoePermuteRowCopyCudaTest : public ::testing::TestWithParam<PermuteCase> {};
+
+TEST_P(MoePermuteRowCopyCudaTest, TheApartCopyEqualsTheInScatterCopyBitwise) {
+  const auto [T, E, k, H, routing, invalid_per_mille] = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " routing=" << testing::RoutingName(routing));
+  const int A = T * k;
+  std::vector<int32_t> ids = testing::MakeRouting(T, E, k, routing, seed);
+  std::mt19937_64 rng(seed + 1);
+  for (auto& e : ids) {  // ids outside [0, E): no row, position -1
+    if (static_cast<int>(rng() % 1000) < invalid_per_mille) e = rng() % 2 == 0 ? -1 : E + static_cast<int>(rng() % 3);
+  }
+  std::vector<uint16_t> x(static_cast<size_t>(T) * H);
+  for (auto& v : x) v = static_cast<uint16_t>(rng());
+  const HostPermutation want = PermuteOnHost(ids, E);
+  auto d_ids = testing::ToDevice(ids);
+  auto d_x = testing::ToDevice(x);
+  PermuteBuffers apart(d_ids, d_x, A, E, k, H, true), in_scatter(d_ids, d_x, A, E, k, H, true);
+  apart.args.row_copy = moe_cuda::PermuteRowCopy::kApart;
+  in_scatter.args.row_copy = moe_cuda::PermuteRowCopy::kInScatter;
+  ASSERT_TRUE(moe_cuda::PermuteCopiesRowsApart(apart.args)) << "the case must span several chunks";
+  ASSERT_FALSE(moe_cuda::PermuteCopiesRowsApart(in_scatter.args));
+  RecordingObserver apart_stages, in_scatter_stages;
+  ASSERT_TRUE(moe_cuda::LaunchPermute(apart.args, nullptr, &apart_stages).ok());
+  ASSERT_TRUE(moe_cuda::LaunchPermute(in_scatter.args, nullptr, &in_scatter_stages).ok());
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  using moe_cuda::ExpertsStage;
+  EXPECT_EQ(apart_stages.stages, (std::vector<ExpertsStage>{ExpertsStage::kPermute, ExpertsStage::kGather}));
+  EXPECT_EQ(in_scatter_stages.stages, std::vector<ExpertsStage>{ExpertsStage::kPermute});
+  ExpectPermutation(apart, want, x, A, E, k, H, "kApart");
+  ExpectPermutation(in_scatter, want, x, A, E, k, H, "kInScatter");
+  ExpectSame("sorted, whole buffer", testing::ToHost<int32_t>(apart.sorted, A),
+             testing::ToHost<int32_t>(in_scatter.sorted, A));
+  ExpectSame("position", testing::ToHost<int32_t>(apart.position, A), testing::ToHost<int32_t>(in_scatter.position, A));
+  ExpectSame("offsets", testing::ToHost<int32_t>(apart.offsets, E + 1),
+             testing::ToHost<int32_t>(in_scatter.offsets, E + 1));
+  ExpectSame("tile_offsets", testing::ToHost<int32_t>(apart.tile_offsets, E + 1),
+             testing::ToHost<int32_t>(in_scatter.tile_offsets, E + 1));
+  ExpectSame("active, whole buffer", testing::ToHost<int32_t>(apart.active, E + 1),
+             testing::ToHost<int32_t>(in_scatter.active, E + 1));
+  const size_t xg_values = static_cast<size_t>(A) * H;
+  EXPECT_TRUE(testing::ToHost<uint16_t>(apart.xg, xg_values) == testing::ToHost<uint16_t>(in_scatter.xg, xg_values))
+      << "xg differs between the two forms (whole buffer, unwritten rows included)";
+}
+
+// Every case spans several chunks of 2048 assignments: V2-Lite's prefill of 4096 tokens (12
+// full chunks, 256-vector rows); 2049 assignments (a one-assignment tail chunk) with 9-vector
+// rows (not a multiple of the 4-vector slices nor of a warp) and ids outside [0, E); 16 chunks
+// of ragged routing (idle experts) with 257-vector rows (a second, one-vector pass of a warp);
+// 1024 experts (the ranking's shared memory past 48 KiB), mostly idle (hot), one-vector rows,
+// a ragged tail chunk; a fifth of the ids outside [0, E); 256 chunks (each ranking block sums
+// 256 chunks' counts).
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MoePermuteRowCopyCudaTest,
+    ::testing::Values(PermuteCase{4096, 64, 6, 2048, Routing::kUniform, 0},
+                      PermuteCase{683, 3, 3, 72, Routing::kRagged, 20},
+                      PermuteCase{4096, 256, 8, 2056, Routing::kRagged, 30},
+                      PermuteCase{3000, 1024, 8, 8, Routing::kHot, 5},
+                      PermuteCase{700, 16, 4, 128, Routing::kUniform, 200},
+                      PermuteCase{65536, 256, 8, 64, Routing::kUniform, 5}));
 
 // MoePrepareExpertWeights: exactly the host interleave, in one staging batch and in several
 // (experts of 128 MiB: two per 256 MiB batch); the device's own choice is kInterleaved8 on

@@ -1,6 +1,6 @@
-// Row passes of the routed experts on CUDA (moe_cuda.h): SiLU(gate) * up where the product
-// does not fuse it, and the combine. Both are bandwidth-bound: 16-byte loads and stores, grids
-// sized by the shape.
+// Row passes of the routed experts on CUDA (moe_cuda.h): the permutation's x-row copy when it
+// runs apart from the ranking, SiLU(gate) * up where the product does not fuse it, and the
+// combine. All are bandwidth-bound: 16-byte loads and stores, grids sized by the shape.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
+#include "kernels/common/device_arch.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
@@ -24,6 +25,44 @@ constexpr int kCombineBatch = 4;  // expert rows in flight per thread in the com
 // 4 16-byte vectors (kCombineNormMaxHidden).
 constexpr int kNormMaxThreads = 1024;
 constexpr int kNormMaxVecsPerThread = 4;
+constexpr int kGatherUnroll = 8;       // 16-byte loads in flight per lane: 4 KiB a warp pass (hidden 2048)
+constexpr int kGatherBlocksPerSm = 4;  // resident at once (__launch_bounds__): 1024 threads an SM
+
+// xg[r] = x[sorted[r] / top_k] for the rows r in [0, offsets[E]): a warp per row, rows in
+// destination order (the grid's warps write consecutive rows), each lane loading kGatherUnroll
+// 16-byte vectors of the row before it stores any; the warp's next sorted[] entry is loaded
+// (and used only in the next iteration) before this row's loads, so its latency hides behind
+// the copy. The x rows, read top_k times each, mostly come from L2.
+__global__ void __launch_bounds__(kEltThreads, kGatherBlocksPerSm)
+    GatherRowsKernel(const uint4* x, const int32_t* sorted, const int32_t* offsets, int num_experts, int top_k,
+                     int row_chunks, uint4* xg) {
+  cuda::PdlEnter();  // sorted and offsets are the permutation's, the kernel just before
+  const int rows = offsets[num_experts];
+  const int lane = threadIdx.x % cuda::kWarpSize;
+  const int stride = gridDim.x * kRowWarps;
+  int r = blockIdx.x * kRowWarps + threadIdx.x / cuda::kWarpSize;
+  int assignment = r < rows ? sorted[r] : 0;
+  for (; r < rows; r += stride) {
+    const int next = r + stride;
+    const int next_assignment = next < rows ? sorted[next] : 0;
+    const uint4* src = x + static_cast<int64_t>(assignment / top_k) * row_chunks;
+    uint4* dst = xg + static_cast<int64_t>(r) * row_chunks;
+    for (int c0 = 0; c0 < row_chunks; c0 += cuda::kWarpSize * kGatherUnroll) {
+      uint4 v[kGatherUnroll];
+#pragma unroll
+      for (int u = 0; u < kGatherUnroll; ++u) {
+        const int c = c0 + u * cuda::kWarpSize + lane;
+        if (c < row_chunks) v[u] = src[c];
+      }
+#pragma unroll
+      for (int u = 0; u < kGatherUnroll; ++u) {
+        const int c = c0 + u * cuda::kWarpSize + lane;
+        if (c < row_chunks) dst[c] = v[u];
+      }
+    }
+    assignment = next_assignment;
+  }
+}
 
 // silu(g) * u of 8 bf16 pairs.
 __device__ __forceinline__ uint4 SiluMul8(uint4 g, uint4 u) {
@@ -308,6 +347,20 @@ absl::Status LaunchSiluMul(__nv_bfloat16* h, const int32_t* offsets, int num_exp
   shape.grid = dim3(cuda::GridFor(items, kEltThreads));
   return cuda::LaunchPdl("moe_experts silu_and_mul", shape, SiluMulStackedKernel, h, offsets,
                          num_experts, inter);
+}
+
+absl::Status LaunchGatherRows(const PermuteArgs& a, cudaStream_t s) {
+  if (a.num_assign <= 0) return absl::OkStatus();
+  // No more warps than there can be rows (offsets[E] <= num_assign), and at most
+  // kGatherBlocksPerSm blocks an SM: one wave, each warp looping over its rows.
+  const unsigned resident = static_cast<unsigned>(kGatherBlocksPerSm * cuda::CurrentDeviceSmCount());
+  cuda::LaunchShape shape;
+  shape.grid = dim3(std::min(cuda::GridFor(a.num_assign, kRowWarps), resident));
+  shape.block = dim3(kEltThreads);
+  shape.stream = s;
+  return cuda::LaunchPdl("moe_experts gather rows", shape, GatherRowsKernel, reinterpret_cast<const uint4*>(a.x),
+                         a.sorted, a.offsets, a.num_experts, a.top_k, a.hidden / cuda::kBf16PerChunk,
+                         reinterpret_cast<uint4*>(a.xg));
 }
 
 absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s) {
