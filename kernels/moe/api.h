@@ -112,10 +112,11 @@ struct MoeSharedExperts {
   MoeGateUpLayout gate_up_layout = MoeGateUpLayout::kStacked;
 };
 
-// Optional epilogue of the combine (where MoeExpertsFoldsSharedAndNorm says so): the MoE output
-// goes into the residual stream, normalised for the next block, instead of into out --
-// kernels/norm's fused RmsNorm with x = the MoE output (the same bits as the combine followed
-// by RmsNorm): residual += out (rounded to dtype); y = weight * rmsnorm(residual).
+// Optional epilogue of the combine (where MoeExpertsFoldsSharedAndNorm or
+// MoeExpertsFoldsAddendAndNorm says so): the MoE output goes into the residual stream,
+// normalised for the next block, instead of into out -- kernels/norm's fused RmsNorm with x =
+// the MoE output (the same bits as the combine followed by RmsNorm): residual += out (rounded
+// to dtype); y = weight * rmsnorm(residual).
 struct MoeResidualNorm {
   void* residual = nullptr;      // [num_tokens, hidden], read and written; null: no epilogue
   const void* weight = nullptr;  // [hidden]
@@ -156,7 +157,19 @@ struct MoeExpertsParams {
   // not with kernels/moe_shard's local ids).
   const MoeRoutingParams* routing = nullptr;
   MoeSharedExperts shared;  // CUDA, where MoeExpertsFoldsSharedAndNorm(p): else inter must be 0
-  MoeResidualNorm norm;     // CUDA, where MoeExpertsFoldsSharedAndNorm(p): else residual null
+  // CUDA, where MoeExpertsFoldsSharedAndNorm(p) or MoeExpertsFoldsAddendAndNorm(p): else
+  // residual null.
+  MoeResidualNorm norm;
+  // Optional, where MoeExpertsFoldsAddendAndNorm(p) (else null): [num_tokens, hidden] of dtype,
+  // row stride hidden, 16-byte aligned, one more term of every token's sum, weight 1, after its
+  // routed rows (f32, one rounding with them). Prefill on one GPU: the shared experts' output,
+  // computed by the caller before the call (a dense GEMM pair), so that it needs no read-add-
+  // write of out and the norm epilogue can take the whole MoE output. The bits differ from
+  // out = bf16(routed), then out += shared (a GEMM with beta 1: bf16(shared_f32 + out)): here
+  // the shared output is rounded to bf16 first and the routed sum is not, bf16(routed_f32 +
+  // bf16(shared_f32)); either way two roundings, and the two differ by at most half a bf16
+  // ulp of each term before the final one.
+  const void* addend = nullptr;
   Activation act = Activation::kSilu;  // of the routed (and folded shared) experts
 };
 
@@ -164,13 +177,23 @@ size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p);
 // Whether MoeExperts(p) on `backend` takes p.shared and p.norm (set p.shared.inter, and the
 // rest of p's shape, before asking): the CUDA stream path (decode steps) when the shared MLP
 // splits into at most top_k slices of `inter` features, hidden <= 32768, and, with shared
-// experts, at most kMoeFoldSharedMaxTokens tokens. False on the CPU, which keeps the separate
-// gated MLP and RmsNorm.
+// experts, at most kMoeFoldSharedMaxTokens tokens; never with p.addend set. False on the CPU,
+// which keeps the separate gated MLP and RmsNorm.
 // A shared slice streams its weights once per 16 tokens; past that the dense GEMMs of the
 // separate gated MLP are faster (H100, V2-Lite, batch 128: 21.0 ms a step folded vs 17.7).
 inline constexpr int kMoeFoldSharedMaxTokens = 16;
 bool MoeExpertsFoldsSharedAndNorm(const MoeExpertsParams& p, Backend backend);
 bool MoeExpertsCudaFoldsSharedAndNorm(const MoeExpertsParams& p);  // CUDA builds only
+// Whether MoeExperts(p) on `backend` takes p.addend and p.norm, either or both (set them, and
+// the rest of p's shape, before asking; p.shared must be empty): the CUDA grouped-GEMM paths
+// (kSm90, kTiled: prefill-sized batches), whose combine then adds the addend and runs the
+// norm epilogue, for bf16, hidden % 8 == 0 and <= 32768, 16-byte aligned addend and norm
+// pointers, and MLASERVE_MOE_PREFILL_FOLD not "0" in the environment (read once; timing
+// comparisons). False on the stream path (decode steps fold the shared experts themselves:
+// MoeExpertsFoldsSharedAndNorm), with the baseline combine, and on the CPU, which keeps the
+// separate shared MLP and RmsNorm.
+bool MoeExpertsFoldsAddendAndNorm(const MoeExpertsParams& p, Backend backend);
+bool MoeExpertsCudaFoldsAddendAndNorm(const MoeExpertsParams& p);  // CUDA builds only
 // Whether MoeExperts(p) on `backend` takes p.routing->router (the router projection in the
 // routing's kernel; set it, and the rest of p, before asking): the CUDA stream path with the
 // routing fused into the permutation (decode steps: num_tokens <= kMoeStreamMaxTokens),

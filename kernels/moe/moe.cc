@@ -104,6 +104,16 @@ bool MoeExpertsFoldsSharedAndNorm(const MoeExpertsParams& p, Backend backend) {
 #endif
 }
 
+bool MoeExpertsFoldsAddendAndNorm(const MoeExpertsParams& p, Backend backend) {
+#if defined(MLASERVE_KERNEL_HAS_CUDA)
+  return backend == Backend::kCuda && MoeExpertsCudaFoldsAddendAndNorm(p);
+#else
+  (void)p;
+  (void)backend;
+  return false;
+#endif
+}
+
 // Layout (each part 256-byte aligned), for num_tokens * top_k expert assignments A:
 //   int32 sorted assignment ids [A] | int32 expert offsets [num_experts + 1] |
 //   x gathered by expert [A, hidden] (dtype) | gate_up output [A, 2*inter] (dtype) |
@@ -172,12 +182,13 @@ absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx) {
         p.routing->router.hidden, ", router dtype=", DTypeName(p.routing->router.dtype),
         "): MoeExpertsFusesRouter is false; compute the logits first"));
   }
-  if ((p.shared.inter != 0 || p.norm.residual != nullptr) &&
-      !MoeExpertsFoldsSharedAndNorm(p, ctx.backend)) {
+  if ((p.shared.inter != 0 || p.addend != nullptr || p.norm.residual != nullptr) &&
+      !MoeExpertsFoldsSharedAndNorm(p, ctx.backend) && !MoeExpertsFoldsAddendAndNorm(p, ctx.backend)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "moe_experts: shared.inter=", p.shared.inter, (p.norm.residual != nullptr ? " and a norm epilogue" : ""),
-        " asked where they are not folded (", BackendName(ctx.backend), ", num_tokens=", p.num_tokens,
-        ", inter=", p.inter, ", top_k=", p.top_k, "): MoeExpertsFoldsSharedAndNorm is false"));
+        "moe_experts: shared.inter=", p.shared.inter, (p.addend != nullptr ? ", an addend" : ""),
+        (p.norm.residual != nullptr ? " and a norm epilogue" : ""), " asked where they are not folded (",
+        BackendName(ctx.backend), ", num_tokens=", p.num_tokens, ", inter=", p.inter, ", top_k=", p.top_k,
+        "): MoeExpertsFoldsSharedAndNorm and MoeExpertsFoldsAddendAndNorm are false"));
   }
   if (p.shared.inter != 0) {
     RETURN_IF_ERROR(RequireNonNull("shared.gate_up", p.shared.gate_up));

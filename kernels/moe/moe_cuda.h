@@ -10,7 +10,9 @@
 //   3. the down product, one bf16 row per assignment (rounded as Hugging Face's expert output
 //      is);
 //   4. the combine (moe_rows.cu): each token's top_k rows weighted and summed in token order
-//      (f32, one rounding), so no atomics and the same bytes on every run.
+//      (f32, one rounding), so no atomics and the same bytes on every run; with the shared
+//      experts' rows (stream path) or an addend (grouped paths) as further terms, and the
+//      residual add + next RMSNorm as its epilogue where the call asks.
 // Steps 2-3 have three implementations, chosen per call by MoeExpertsPath (api.h):
 //   kStream   few tokens per expert (decode): weights streamed once at copy bandwidth, tokens
 //             as the narrow side of m16n8k16 products, SiLU * up fused into the gate_up pass
@@ -192,7 +194,8 @@ struct PermuteArgs {
 };
 // MLASERVE_MOE_FOLD=0 in the environment: no routing fused into the permutation and no shared
 // experts or norm epilogue folded (MoeExpertsFoldsSharedAndNorm false): the separate kernels,
-// for timing comparisons. Read once.
+// for timing comparisons. Read once. The grouped paths' fold (MoeExpertsFoldsAddendAndNorm)
+// has its own switch, MLASERVE_MOE_PREFILL_FOLD.
 bool DecodeFoldsDisabled();
 // Tokens up to which LaunchPermute routes and permutes in one block (a warp routes a token at
 // a time: beyond a few tokens per warp the separate, parallel routing kernel is faster).
@@ -232,8 +235,9 @@ absl::Status LaunchGatherRows(const PermuteArgs& a, cudaStream_t s);
 absl::Status LaunchSiluMul(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter,
                            int max_rows, bool interleaved, cudaStream_t s);
 // out[t] = sum_j w[t, j] * ys[position[t*top_k + j]] (f32 in j order, one rounding), plus
-// the shared slices' rows ys[shared_base + s*num_tokens + t] (weight 1, after the routed ones);
-// with residual set, the MoeResidualNorm epilogue instead of writing out.
+// the shared slices' rows ys[shared_base + s*num_tokens + t] (weight 1, after the routed ones),
+// plus addend[t] (MoeExpertsParams::addend, weight 1, last); with residual set, the
+// MoeResidualNorm epilogue instead of writing out.
 struct CombineArgs {
   const __nv_bfloat16* ys;      // [A, hidden]
   const int32_t* position;      // [A]
@@ -246,8 +250,15 @@ struct CombineArgs {
   const __nv_bfloat16* norm_weight = nullptr;
   __nv_bfloat16* norm_y = nullptr;
   float norm_eps = 0.0f;
-  // The norm epilogue loads the positions, routing weights, residual and norm weight before its
-  // PDL wait (LaunchCombine sets it; MLASERVE_MOE_COMBINE_EARLY_LOADS=0 turns it off for timing).
+  const __nv_bfloat16* addend = nullptr;  // [num_tokens, hidden] or null
+  // Which kernel runs the norm epilogue. True (the stream path, decode steps: a grid of about
+  // one wave, whose prologue overlaps the kernel before): the one that loads the positions,
+  // routing weights, residual and norm weight before its PDL wait. False (the grouped paths,
+  // prefill: many waves of blocks, where that overlap is one wave's and those loads' registers,
+  // spilled under the 1024-thread bound, cost every block): the one without them.
+  bool early_loads_kernel = true;
+  // Whether that kernel does load early (LaunchCombine sets it; MLASERVE_MOE_COMBINE_EARLY_LOADS=0
+  // turns it off for timing).
   bool early_loads = false;
 };
 // The most hidden values the combine's norm epilogue takes (one block per token, as

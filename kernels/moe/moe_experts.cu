@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/env_switch.h"
 #include "kernels/moe/api.h"
 #include "kernels/moe/moe_cuda.h"
 
@@ -266,10 +267,14 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
     return RunStreamExperts(p, {w.sorted, w.offsets, w.tile_offsets, w.position, w.active,
                                 w.chunk_counts, w.hs, w.ys}, s, observer);
   }
-  if (p.shared.inter != 0 || p.norm.residual != nullptr) {
+  if (p.shared.inter != 0) {
     return absl::InvalidArgumentError(
-        "moe_experts: shared experts and the norm epilogue are folded on the stream path only "
-        "(MoeExpertsFoldsSharedAndNorm)");
+        "moe_experts: shared experts are folded on the stream path only (MoeExpertsFoldsSharedAndNorm); "
+        "the grouped paths take their output as the addend (MoeExpertsFoldsAddendAndNorm)");
+  }
+  if ((p.addend != nullptr || p.norm.residual != nullptr) && !MoeExpertsCudaFoldsAddendAndNorm(p)) {
+    return absl::InvalidArgumentError(
+        "moe_experts: an addend or the norm epilogue asked where MoeExpertsFoldsAddendAndNorm is false");
   }
   const auto* x = static_cast<const __nv_bfloat16*>(p.x);
   const auto* gate_up = static_cast<const __nv_bfloat16*>(p.gate_up);
@@ -358,9 +363,15 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
     }
   }
 
-  // 4. Combine in token order.
-  const CombineArgs ca{w.ys, w.position, p.topk_weights, static_cast<__nv_bfloat16*>(p.out),
-                       p.num_tokens, p.top_k, H};
+  // 4. Combine in token order (plus the addend), into out or into the residual + norm.
+  CombineArgs ca{w.ys, w.position, p.topk_weights, static_cast<__nv_bfloat16*>(p.out),
+                 p.num_tokens, p.top_k, H};
+  ca.addend = static_cast<const __nv_bfloat16*>(p.addend);
+  ca.residual = static_cast<__nv_bfloat16*>(p.norm.residual);
+  ca.norm_weight = static_cast<const __nv_bfloat16*>(p.norm.weight);
+  ca.norm_y = static_cast<__nv_bfloat16*>(p.norm.y);
+  ca.norm_eps = p.norm.eps;
+  ca.early_loads_kernel = false;  // many waves of token blocks (moe_cuda.h)
   RETURN_IF_ERROR(p.baseline.combine ? LaunchBaselineCombine(ca, s) : LaunchCombine(ca, s));
   done(ExpertsStage::kCombine);
   return absl::OkStatus();
@@ -376,6 +387,30 @@ size_t MoeExpertsCudaWorkspaceBytes(const MoeExpertsParams& p) {
          align(moe_cuda::Sm90ArgsBlockBytes(p.num_experts)) +
          align(moe_cuda::Sm90WorkspaceBytes(p.num_experts)) +
          align(moe_cuda::PermuteScratchBytes(num_assign, p.num_experts));
+}
+
+namespace {
+
+// MLASERVE_MOE_PREFILL_FOLD=0 in the environment: the grouped paths take no addend and no norm
+// epilogue (MoeExpertsFoldsAddendAndNorm false; callers then add the shared experts into out
+// and run the RmsNorm apart), for timing comparisons in one build. Read once.
+bool PrefillFoldDisabled() {
+  static const bool disabled = EnvSwitchedOff("MLASERVE_MOE_PREFILL_FOLD");
+  return disabled;
+}
+
+}  // namespace
+
+bool MoeExpertsCudaFoldsAddendAndNorm(const MoeExpertsParams& p) {
+  if (PrefillFoldDisabled()) return false;
+  if (p.addend != nullptr && !Aligned16(p.addend)) return false;
+  if (p.norm.residual != nullptr &&
+      !(Aligned16(p.norm.residual) && Aligned16(p.norm.weight) && Aligned16(p.norm.y))) {
+    return false;
+  }
+  return p.dtype == DType::kBF16 && p.num_tokens > 0 && p.top_k > 0 && p.inter > 0 && p.inter % 8 == 0 &&
+         p.hidden % 8 == 0 && p.hidden <= moe_cuda::kCombineNormMaxHidden && p.shared.inter == 0 &&
+         !p.baseline.combine && moe_cuda::PlanExperts(p).path != MoeExpertsPath::kStream;
 }
 
 absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream) {

@@ -260,8 +260,9 @@ TEST(MoeExpertsValidation, CpuRefusesInterleavedWeights) {
 }
 
 // MoeExpertsParams::routing: the call routes first (the same ids, weights and output as
-// MoeRouting then MoeExperts); on the CPU shared experts and the norm epilogue are never folded
-// (MoeExpertsFoldsSharedAndNorm is false) and are refused when asked for.
+// MoeRouting then MoeExperts); on the CPU shared experts, an addend and the norm epilogue are
+// never folded (MoeExpertsFoldsSharedAndNorm and MoeExpertsFoldsAddendAndNorm are false) and
+// are refused when asked for.
 TEST(MoeExpertsRoutingInside, CpuRoutesFirstAndFoldsNothing) {
   const int T = 5, H = 16, I = 8, E = 8, k = 2;
   const uint64_t seed = testing::FreshSeed();
@@ -303,6 +304,13 @@ TEST(MoeExpertsRoutingInside, CpuRoutesFirstAndFoldsNothing) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("MoeExpertsFoldsSharedAndNorm"), std::string::npos) << st;
   p.shared = {};
+  std::vector<float> addend(T * H);
+  p.addend = addend.data();
+  EXPECT_FALSE(MoeExpertsFoldsAddendAndNorm(p, Backend::kCpu));
+  const absl::Status with_addend = MoeExperts(p, KernelContext{});
+  EXPECT_EQ(with_addend.code(), absl::StatusCode::kInvalidArgument) << with_addend;
+  EXPECT_NE(with_addend.message().find("MoeExpertsFoldsAddendAndNorm"), std::string::npos) << with_addend;
+  p.addend = nullptr;
   inside.top_k = 1;  // not this call's top_k
   const absl::Status mismatch = MoeExperts(p, KernelContext{});
   EXPECT_EQ(mismatch.code(), absl::StatusCode::kInvalidArgument) << mismatch;

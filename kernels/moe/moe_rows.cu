@@ -118,14 +118,20 @@ __global__ void __launch_bounds__(kEltThreads)
 }
 
 // sum[0..8) = sum_j w[t, j] * ys[position[t*top_k + j], 8c..8c+8) in j order, then the
-// shared slices' rows (weight 1) in slice order: kCombineBatch expert rows loaded before they
-// are summed, f32 (the baseline's order without shared rows: the same bytes).
+// shared slices' rows (weight 1) in slice order, then (kAddend, where a.addend is set) the
+// addend's row (weight 1): kCombineBatch expert rows loaded before they are summed, f32 (the
+// baseline's order without shared rows: the same bytes). The addend's chunk is loaded first,
+// so that its load is in flight with the rows'; kAddend false leaves its code out (the kernels
+// that never get one keep their registers).
+template <bool kAddend>
 __device__ __forceinline__ void CombineChunk(const CombineArgs& a, int64_t t, int c,
                                              float (&sum)[cuda::kBf16PerChunk]) {
   const int chunks = a.hidden / cuda::kBf16PerChunk;
   const auto* ys = reinterpret_cast<const uint4*>(a.ys);
   const int32_t* position = a.position + t * a.top_k;
   const float* weight = a.topk_weights + t * a.top_k;
+  const bool add = kAddend && a.addend != nullptr;
+  const uint4 addend = add ? reinterpret_cast<const uint4*>(a.addend)[t * chunks + c] : uint4{};
 #pragma unroll
   for (int k = 0; k < cuda::kBf16PerChunk; ++k) sum[k] = 0.0f;
   const int terms = a.top_k + a.shared_slots;
@@ -158,6 +164,15 @@ __device__ __forceinline__ void CombineChunk(const CombineArgs& a, int64_t t, in
       }
     }
   }
+  if (add) {  // sum += 1 * v: the bits of one more term of weight 1
+    const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&addend);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 v = __bfloat1622float2(v2[k]);
+      sum[2 * k] += v.x;
+      sum[2 * k + 1] += v.y;
+    }
+  }
 }
 
 // out[t, 8c..8c+8) = the combine of token t's rows (CombineChunk), one rounding: one thread per
@@ -171,7 +186,7 @@ __global__ void __launch_bounds__(kEltThreads) CombineKernel(const __grid_consta
     const int64_t t = i / chunks;
     const int c = static_cast<int>(i - t * chunks);
     float sum[cuda::kBf16PerChunk];
-    CombineChunk(a, t, c, sum);
+    CombineChunk<false>(a, t, c, sum);
     uint4 out;
     auto* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
@@ -225,7 +240,15 @@ constexpr int kCombinePreTerms = 16;
 // its residual row (the attention's norm, further back) and the norm weight, through L2; only the
 // expert rows (the down product's, the kernel just before) wait. Up to kCombinePreTerms terms;
 // early_loads false (MLASERVE_MOE_COMBINE_EARLY_LOADS=0): everything after the wait.
+// Instantiations (LaunchCombine): kEarlyLoads with kVecs = kNormMaxVecsPerThread, for the
+// stream path (decode steps: about one wave of blocks, whose prologue overlaps the kernel
+// before); and without the early loads, with the addend (CombineArgs::addend), for the grouped
+// paths (prefill: many waves, where the early loads' registers would cost every block; with them
+// the kernel takes all 64 registers the 1024-thread bound allows and spills), kVecs = 1 where
+// one vector a thread covers the row (hidden <= 8192), for the registers of the other three.
+template <bool kEarlyLoads, int kVecs>
 __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __grid_constant__ CombineArgs a) {
+  static_assert(kVecs >= 1 && kVecs <= kNormMaxVecsPerThread);
   __shared__ float scratch[cuda::kWarpSize];
   const int64_t t = blockIdx.x;
   const int vecs = a.hidden / cuda::kBf16PerChunk;
@@ -233,10 +256,10 @@ __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __gri
   const auto* w = reinterpret_cast<const uint4*>(a.norm_weight);
   auto* y = reinterpret_cast<uint4*>(a.norm_y + t * a.hidden);
   const int terms = a.top_k + a.shared_slots;
-  const bool pre = a.early_loads && terms <= kCombinePreTerms;
+  const bool pre = kEarlyLoads && a.early_loads && terms <= kCombinePreTerms;
   int64_t pre_pos[kCombinePreTerms];
   float pre_w[kCombinePreTerms];
-  uint4 pre_res[kNormMaxVecsPerThread], pre_wv[kNormMaxVecsPerThread];
+  uint4 pre_res[kVecs], pre_wv[kVecs];
   if (pre) {
 #pragma unroll
     for (int q = 0; q < kCombinePreTerms; ++q) {
@@ -251,7 +274,7 @@ __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __gri
       }
     }
 #pragma unroll
-    for (int i = 0; i < kNormMaxVecsPerThread; ++i) {
+    for (int i = 0; i < kVecs; ++i) {
       const int at = threadIdx.x + i * blockDim.x;
       if (at >= vecs) break;
       pre_res[i] = __ldcg(res + at);
@@ -259,19 +282,21 @@ __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __gri
     }
   }
   cuda::PdlEnter();
-  uint4 val[kNormMaxVecsPerThread];
+  uint4 val[kVecs];
   float ss = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kNormMaxVecsPerThread; ++i) {
+  for (int i = 0; i < kVecs; ++i) {
     const int at = threadIdx.x + i * blockDim.x;
     if (at >= vecs) break;
+    // Without early loads the residual's chunk goes first, in flight with the expert rows'.
+    const uint4 ahead = kEarlyLoads ? uint4{} : res[at];
     float sum[cuda::kBf16PerChunk];
     if (pre) {
       CombineChunkPreloaded(a, terms, at, pre_pos, pre_w, sum);
     } else {
-      CombineChunk(a, t, at, sum);
+      CombineChunk<!kEarlyLoads>(a, t, at, sum);
     }
-    const uint4 old = pre ? pre_res[i] : res[at];
+    const uint4 old = pre ? pre_res[i] : kEarlyLoads ? res[at] : ahead;
     const auto* o2 = reinterpret_cast<const __nv_bfloat162*>(&old);
     auto* v2 = reinterpret_cast<__nv_bfloat162*>(&val[i]);
 #pragma unroll
@@ -288,7 +313,7 @@ __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __gri
   ss = cuda::BlockSum(ss, scratch);
   const float inv = rsqrtf(ss / a.hidden + a.norm_eps);
 #pragma unroll
-  for (int i = 0; i < kNormMaxVecsPerThread; ++i) {
+  for (int i = 0; i < kVecs; ++i) {
     const int at = threadIdx.x + i * blockDim.x;
     if (at >= vecs) break;
     const uint4 wv = pre ? pre_wv[i] : w[at];
@@ -378,8 +403,19 @@ absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s) {
     shape.stream = s;
     static const bool early_loads_off = EnvSwitchedOff("MLASERVE_MOE_COMBINE_EARLY_LOADS");
     CombineArgs args = a;
-    args.early_loads = !early_loads_off;
-    return cuda::LaunchPdl("moe_experts combine + residual + rmsnorm", shape, CombineNormKernel, args);
+    args.early_loads = a.early_loads_kernel && !early_loads_off;
+    constexpr const char* kName = "moe_experts combine + residual + rmsnorm";
+    if (a.early_loads_kernel) {
+      if (a.addend != nullptr) {
+        return absl::InvalidArgumentError("moe_experts combine: the early-loads norm kernel takes no addend");
+      }
+      return cuda::LaunchPdl(kName, shape, CombineNormKernel<true, kNormMaxVecsPerThread>, args);
+    }
+    if (vecs <= kNormMaxThreads) return cuda::LaunchPdl(kName, shape, CombineNormKernel<false, 1>, args);
+    return cuda::LaunchPdl(kName, shape, CombineNormKernel<false, kNormMaxVecsPerThread>, args);
+  }
+  if (a.addend != nullptr) {
+    return absl::InvalidArgumentError("moe_experts combine: an addend is taken with the norm epilogue only");
   }
   const int64_t items = static_cast<int64_t>(a.num_tokens) * (a.hidden / cuda::kBf16PerChunk);
   cuda::LaunchShape shape;
@@ -390,8 +426,8 @@ absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s) {
 }
 
 absl::Status LaunchBaselineCombine(const CombineArgs& a, cudaStream_t s) {
-  if (a.shared_slots > 0 || a.residual != nullptr) {
-    return absl::InvalidArgumentError("moe_experts: the baseline combine takes no shared rows or norm epilogue");
+  if (a.shared_slots > 0 || a.residual != nullptr || a.addend != nullptr) {
+    return absl::InvalidArgumentError("moe_experts: the baseline combine takes no shared rows, addend or norm epilogue");
   }
   const int64_t items = static_cast<int64_t>(a.num_tokens) * (a.hidden / 4);
   BaselineCombineKernel<<<cuda::GridFor(items, kEltThreads), kEltThreads, 0, s>>>(a);

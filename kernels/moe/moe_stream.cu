@@ -364,6 +364,10 @@ absl::Status RunStreamExperts(const MoeExpertsParams& p, const StreamWorkspace& 
         "moe_experts: shared.inter=", p.shared.inter, " / the norm epilogue are not taken at inter=",
         p.inter, " top_k=", p.top_k, " hidden=", p.hidden, " (MoeExpertsFoldsSharedAndNorm)"));
   }
+  if (p.addend != nullptr) {
+    return absl::InvalidArgumentError(
+        "moe_experts: the stream path takes no addend (MoeExpertsFoldsAddendAndNorm is false there)");
+  }
   const int slots = SharedSlots(p);
   const int num_assign = p.num_tokens * p.top_k;
   const int E = p.num_experts;
@@ -429,6 +433,7 @@ bool MoeExpertsCudaFoldsSharedAndNorm(const MoeExpertsParams& p) {
   }
   if (p.shared.inter != 0 && !(aligned(p.shared.gate_up) && aligned(p.shared.down))) return false;
   if (p.shared.inter != 0 && p.num_tokens > kMoeFoldSharedMaxTokens) return false;
+  if (p.addend != nullptr) return false;  // the grouped paths' (MoeExpertsFoldsAddendAndNorm)
   if (moe_cuda::DecodeFoldsDisabled()) return false;
   return p.dtype == DType::kBF16 && p.num_tokens > 0 && p.top_k > 0 && p.inter > 0 &&
          p.inter % 8 == 0 && p.hidden % 8 == 0 && p.hidden <= moe_cuda::kCombineNormMaxHidden &&

@@ -50,11 +50,14 @@ size_t FeedForward::ScratchBytes(const LayerContext& context) {
     e.inter = layout.expert_inter.count;
     e.num_experts = layout.expert_parallel() ? layout.experts.count : c.n_routed_experts;
     e.top_k = c.num_experts_per_tok;
+    // + the shared experts' output [M, hidden] where the routed experts' combine adds it
+    // (RunBlock's prefill fold).
     const size_t moe = M * c.n_routed_experts * sizeof(float) +
                        2 * M * c.num_experts_per_tok * (sizeof(int32_t) + sizeof(float)) +
                        kernels::MoeExpertsWorkspaceBytes(e) +
                        M * 3 * static_cast<size_t>(layout.shared_inter.count) * es +
-                       kernels::MoeSharedGateUpWorkspaceBytes();
+                       kernels::MoeSharedGateUpWorkspaceBytes() +
+                       (c.n_shared_experts > 0 ? M * c.hidden_size * es : 0);
     bytes = std::max(bytes, moe);
   }
   return bytes;
@@ -196,12 +199,35 @@ absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out,
       return true;
     }
   }
+  // Prefill on one GPU (the grouped-GEMM paths): the shared experts first, written into their
+  // own buffer, which the routed experts' combine adds as one more term before the residual
+  // add + next norm (kernels::MoeExpertsFoldsAddendAndNorm), instead of a shared down GEMM that
+  // reads and rewrites out and an RmsNorm that reads it again.
+  if (norm != nullptr && whole) {
+    kernels::MoeExpertsParams folded = e;
+    folded.norm = *norm;
+    void* shared_out = nullptr;
+    if (m.shared.inter > 0) {
+      ASSIGN_OR_RETURN(shared_out,
+                       scratch.Activations(static_cast<int64_t>(T) * hidden, "shared experts output"));
+      folded.addend = shared_out;
+    }
+    if (kernels::MoeExpertsFoldsAddendAndNorm(folded, oc.kernel.backend)) {
+      RETURN_IF_ERROR(RunSharedExperts(T, x, shared_out, /*beta=*/0.0f));  // none: nothing
+      RETURN_IF_ERROR(RunRoutedExperts(folded));
+      return true;
+    }
+  }
   RETURN_IF_ERROR(RunRoutedExperts(e));
   RETURN_IF_ERROR(AddSharedExperts(T, x, out));
   return false;
 }
 
 absl::Status FeedForward::AddSharedExperts(int rows, const void* x, void* out) {
+  return RunSharedExperts(rows, x, out, /*beta=*/1.0f);
+}
+
+absl::Status FeedForward::RunSharedExperts(int rows, const void* x, void* out, float beta) {
   const MoeWeights& m = w_->moe;
   if (!w_->is_moe || m.shared.inter == 0 || rows == 0) return absl::OkStatus();
   StepScratch& scratch = *ctx_->scratch;
@@ -209,14 +235,12 @@ absl::Status FeedForward::AddSharedExperts(int rows, const void* x, void* out) {
   const int hidden = ctx_->config->hidden_size;
   ASSIGN_OR_RETURN(void* act, scratch.Activations(static_cast<int64_t>(rows) * 3 * m.shared.inter,
                                                   "shared experts act"));
-  // HF: experts(x) + shared_experts(x); the shared output accumulates into `out`.
+  // HF: experts(x) + shared_experts(x); with beta 1 the shared output accumulates into `out`.
   if (m.shared.gate_up_layout == kernels::MoeGateUpLayout::kStacked) {
-    return ops::GatedMlp(ctx_->ops, x, rows, hidden, m.shared, ctx_->config->activation, act, out,
-                         /*beta=*/1.0f);
+    return ops::GatedMlp(ctx_->ops, x, rows, hidden, m.shared, ctx_->config->activation, act, out, beta);
   }
   ASSIGN_OR_RETURN(void* activated, InterleavedSharedGateUp(rows, x, act));
-  return ops::Linear(ctx_->ops, activated, rows, m.shared.inter, m.shared.down, out, hidden,
-                     /*beta=*/1.0f);
+  return ops::Linear(ctx_->ops, activated, rows, m.shared.inter, m.shared.down, out, hidden, beta);
 }
 
 // act(x gate^T) * (x up^T) of the shared experts' interleaved gate_up (kInterleaved8: rows

@@ -39,11 +39,13 @@ class FeedForward {
   bool is_moe() const { return w_->is_moe; }
   // x: normed hidden [rows, hidden]; out: [rows, hidden] (an MoE block with its shared experts).
   absl::Status Forward(int rows, const void* x, void* out);
-  // One GPU (an unsharded layout): Forward with the shared experts, and, where the backend folds
-  // them into the routed experts' kernels (kernels::MoeExpertsFoldsSharedAndNorm: CUDA decode
-  // steps), also the residual add and the next block's RMSNorm of `norm` into their combine.
-  // Returns true when it did (then `norm` is done and `out` unused), false when it ran Forward
-  // (the caller then adds out to the residual and normalises).
+  // One GPU (an unsharded layout): Forward with the shared experts, and, where the backend
+  // folds the residual add and the next block's RMSNorm of `norm` into the routed experts'
+  // combine, that too: on CUDA decode steps with the shared experts as slices of the routed
+  // kernels (kernels::MoeExpertsFoldsSharedAndNorm), on CUDA prefill with the shared experts run
+  // first into a buffer the combine adds (kernels::MoeExpertsFoldsAddendAndNorm). Returns true
+  // when it did (then `norm` is done and `out` unused), false when it ran Forward (the caller
+  // then adds out to the residual and normalises).
   absl::StatusOr<bool> ForwardFolded(int rows, const void* x, void* out,
                                      const kernels::MoeResidualNorm& norm);
   // out += the shared experts of x (MoE blocks with shared experts; else nothing).
@@ -81,6 +83,8 @@ class FeedForward {
   // and the caller runs RouterLogits first).
   bool AttachFusedRouter(const void* x, float* logits, const kernels::MoeExpertsParams& e,
                          kernels::MoeRoutingParams* routing) const;
+  // out = the shared experts of x (+ beta * out: beta 1 is AddSharedExperts).
+  absl::Status RunSharedExperts(int rows, const void* x, void* out, float beta);
   // The routed experts of `e` (global expert ids, this rank's intermediate slice), through this
   // rank's shard of the experts.
   absl::Status RunRoutedExperts(kernels::MoeExpertsParams e);
