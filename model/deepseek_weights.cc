@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/common/env_switch.h"
 #include "model/mla_dims.h"
 #include "model/padded_matrix.h"
 #include "model/loader/weight_store.h"
@@ -228,18 +229,19 @@ class Loader {
     return absl::OkStatus();
   }
 
-  // The shared experts' gate_up, as one expert, in the layout PrepareExperts gives the routed
-  // stack (interleaved on Hopper: AddSharedExperts then fuses SiLU * up into its GEMM). Biased
-  // gate_up rows stay stacked (the bias would need the same permutation).
-  absl::Status PrepareShared(int64_t hidden, GatedMlpWeights* shared) const {
-    if (!shared->gate_up.bias.empty() || shared->inter == 0) return absl::OkStatus();
+  // A gated MLP's gate_up (the shared experts', a dense layer's), as one expert, in the layout
+  // PrepareExperts gives the routed stack (interleaved on Hopper: FeedForward then fuses SiLU *
+  // up into its gate_up GEMM). Biased gate_up rows stay stacked (the bias would need the same
+  // permutation).
+  absl::Status PrepareGatedMlp(int64_t hidden, GatedMlpWeights* mlp) const {
+    if (!mlp->gate_up.bias.empty() || mlp->inter == 0) return absl::OkStatus();
     kernels::MoePrepareParams prep;
     prep.dtype = dtype_;
     prep.num_experts = 1;
     prep.hidden = static_cast<int>(hidden);
-    prep.inter = shared->inter;
-    prep.gate_up = shared->gate_up.weight.buffer.data();
-    ASSIGN_OR_RETURN(shared->gate_up_layout,
+    prep.inter = mlp->inter;
+    prep.gate_up = mlp->gate_up.weight.buffer.data();
+    ASSIGN_OR_RETURN(mlp->gate_up_layout,
                      kernels::MoePrepareExpertWeights(prep, kernels::KernelContext{backend_, nullptr, 0}));
     return absl::OkStatus();
   }
@@ -383,6 +385,11 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
   const std::string mp = p + ".mlp";
   if (!lw.is_moe) {
     ASSIGN_OR_RETURN(lw.mlp, ld.GatedMlp(mp, H, pl.mlp_inter, c.mlp_bias, pl.rank == 0));
+    // gate_up interleaved where this device's fused SiLU GEMM reads it, as the shared experts'
+    // (PrepareGatedMlp). MLASERVE_DENSE_MLP_INTERLEAVE=0 in the environment keeps the dense
+    // layers stacked (a GEMM and a SiLU pass at prefill, as before; timing comparisons). Read once.
+    static const bool keep_stacked = kernels::EnvSwitchedOff("MLASERVE_DENSE_MLP_INTERLEAVE");
+    if (!keep_stacked) RETURN_IF_ERROR(ld.PrepareGatedMlp(H, &lw.mlp));
     return lw;
   }
   MoeWeights& moe = lw.moe;
@@ -396,7 +403,7 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
   if (c.n_shared_experts > 0) {
     ASSIGN_OR_RETURN(moe.shared, ld.GatedMlp(mp + ".shared_experts", H, pl.shared_inter,
                                                 c.mlp_bias, pl.rank == 0));
-    RETURN_IF_ERROR(ld.PrepareShared(H, &moe.shared));
+    RETURN_IF_ERROR(ld.PrepareGatedMlp(H, &moe.shared));
   }
   return lw;
 }

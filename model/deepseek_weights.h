@@ -96,9 +96,10 @@ struct IndexerWeights {
   LinearWeight weights_proj;    // [n_heads, hidden]
 };
 
-// gate|up stacked: [2I, hidden]; down: [hidden, I]. The shared experts' gate_up may be
-// interleaved instead (gate_up_layout, as the routed stack: MoePrepareExpertWeights at load)
-// for the Hopper GEMM's fused SiLU epilogue (FeedForward::AddSharedExperts).
+// gate|up stacked: [2I, hidden]; down: [hidden, I]. The gate_up of the shared experts and of
+// dense layers may be interleaved instead (gate_up_layout, as the routed stack:
+// MoePrepareExpertWeights at load) for the Hopper GEMM's fused SiLU epilogue
+// (FeedForward::RunGatedMlp).
 struct GatedMlpWeights {
   LinearWeight gate_up;
   LinearWeight down;

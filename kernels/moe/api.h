@@ -212,7 +212,8 @@ absl::Status MoeExpertsCuda(const MoeExpertsParams& p, void* stream);
 // fastest path wants (kInterleaved8 on Hopper for bf16 with inter % 8 == 0, else kStacked:
 // nothing is touched). Returns the layout the weights are in afterwards; pass it as
 // MoeExpertsParams::gate_up_layout. The CPU backend leaves the weights stacked. Synchronises
-// the stream (it allocates and frees a staging buffer of at most 256 MiB).
+// the stream (it allocates and frees a staging buffer of at most 256 MiB, or of one expert's
+// gate_up where that is larger: a dense layer's prepared as one expert).
 struct MoePrepareParams {
   DType dtype = DType::kBF16;
   int num_experts = 0;  // experts in the stack (an expert-parallel rank's own)
@@ -226,7 +227,7 @@ absl::StatusOr<MoeGateUpLayout> MoePrepareExpertWeights(const MoePrepareParams& 
 absl::StatusOr<MoeGateUpLayout> MoePrepareExpertWeightsCuda(const MoePrepareParams& p, void* stream);
 
 // The shared experts' gate_up product with SiLU * up fused (the first half of their dense
-// gated MLP), for many rows on the CUDA backend: the Hopper grouped GEMM of the routed experts
+// gated MLP; the model's dense layers use it too), for many rows on the CUDA backend: the Hopper grouped GEMM of the routed experts
 // run as one group, with the fused epilogue (moe_gemm_sm90_direct.cuh), so the [rows, 2*inter]
 // product is never written and no SiLU pass reads it back. act[r, f] = silu(g) * u with g, u
 // the products of x[r] with gate row f and up row f, each rounded to bf16 first: the bits of

@@ -1,8 +1,9 @@
-// The shared experts' gate_up on interleaved weights (FeedForward::AddSharedExperts): the
-// fused Hopper product (MoeSharedGateUp) against the CPU reference and bit for bit against
-// the same tile configuration unfused plus the SiLU pass; and the two other forms the layer
-// uses on interleaved weights (the small-M GEMM's SiLU epilogue batched per 8-feature block;
-// a GEMM in interleaved column order + SiluAndMul over rows of 16) against the stacked forms.
+// The shared experts' gate_up on interleaved weights (FeedForward::RunGatedMlp, which runs the
+// dense layers' MLP the same way): the fused Hopper product (MoeSharedGateUp) against the CPU
+// reference and bit for bit against the same tile configuration unfused plus the SiLU pass; and
+// the two other forms the layer uses on interleaved weights (the small-M GEMM's SiLU epilogue
+// batched per 8-feature block; a GEMM in interleaved column order + SiluAndMul over rows of 16)
+// against the stacked forms.
 #include <cmath>
 #include <cstdint>
 #include <tuple>
@@ -69,8 +70,9 @@ SharedData MakeData(int rows, int hidden, int inter, uint64_t seed) {
   return d;
 }
 
-// (rows, hidden, inter): tails of the 128/256-row and -column tiles, and V2-Lite's shared
-// experts (2 x 1408).
+// (rows, hidden, inter): tails of the 128/256-row and -column tiles, V2-Lite's shared experts
+// (2 x 1408) and its first layer's dense MLP (10944; FeedForward::RunGatedMlp runs it here too)
+// at a prefill's 4096 tokens (past the CPU check's size: bitwise against the unfused form only).
 using SharedCase = std::tuple<int, int, int>;
 class MoeSharedGateUpCudaTest : public ::testing::TestWithParam<SharedCase> {};
 
@@ -136,7 +138,7 @@ TEST_P(MoeSharedGateUpCudaTest, FusedMatchesCpuAndTheUnfusedProductBitwise) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeSharedGateUpCudaTest,
                          ::testing::Values(SharedCase{1024, 256, 136}, SharedCase{1111, 520, 264},
-                                           SharedCase{2048, 2048, 2816}));
+                                           SharedCase{2048, 2048, 2816}, SharedCase{4096, 2048, 10944}));
 
 // Below kMoeSharedGateUpMinRows the layer uses the small-M GEMM (batched per block) or a GEMM
 // + SiluAndMul over rows of 16; both on interleaved weights give the stacked forms' bits.

@@ -37,11 +37,11 @@ size_t FeedForward::ScratchBytes(const LayerContext& context) {
   const ModelConfig& c = *context.config;
   const ParallelLayout& layout = *context.layout;
   const size_t es = context.ops.elem();
-  // The dense MLP's act, or router logits + routing + experts workspace + shared act, at this
-  // rank's intermediate slices.
+  // The dense MLP's act (+ the fused gate_up's workspace), or router logits + routing + experts
+  // workspace + shared act, at this rank's intermediate slices.
   const size_t ranks = layout.attention_dp() ? layout.size : 1;
   const size_t M = static_cast<size_t>(context.limits.max_batch_tokens) * ranks;
-  size_t bytes = M * 3 * layout.mlp_inter.count * es;
+  size_t bytes = M * 3 * layout.mlp_inter.count * es + kernels::MoeSharedGateUpWorkspaceBytes();
   if (c.n_routed_experts > 0) {
     kernels::MoeExpertsParams e;
     e.dtype = context.ops.dtype;
@@ -134,9 +134,7 @@ absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out,
   const int T = rows;
   const int hidden = c.hidden_size;
   if (!w_->is_moe) {
-    ASSIGN_OR_RETURN(void* act,
-                     scratch.Activations(static_cast<int64_t>(T) * 3 * w_->mlp.inter, "mlp act"));
-    RETURN_IF_ERROR(ops::GatedMlp(oc, x, T, hidden, w_->mlp, c.activation, act, out));
+    RETURN_IF_ERROR(RunGatedMlp(w_->mlp, T, x, out, /*beta=*/0.0f));
     return false;
   }
 
@@ -228,29 +226,33 @@ absl::Status FeedForward::AddSharedExperts(int rows, const void* x, void* out) {
 }
 
 absl::Status FeedForward::RunSharedExperts(int rows, const void* x, void* out, float beta) {
-  const MoeWeights& m = w_->moe;
-  if (!w_->is_moe || m.shared.inter == 0 || rows == 0) return absl::OkStatus();
+  if (!w_->is_moe || w_->moe.shared.inter == 0) return absl::OkStatus();
+  // HF: experts(x) + shared_experts(x); with beta 1 the shared output accumulates into `out`.
+  return RunGatedMlp(w_->moe.shared, rows, x, out, beta);
+}
+
+absl::Status FeedForward::RunGatedMlp(const GatedMlpWeights& w, int rows, const void* x, void* out,
+                                      float beta) {
+  if (rows == 0) return absl::OkStatus();
   StepScratch& scratch = *ctx_->scratch;
   ScratchScope scope(scratch.arena());
   const int hidden = ctx_->config->hidden_size;
-  ASSIGN_OR_RETURN(void* act, scratch.Activations(static_cast<int64_t>(rows) * 3 * m.shared.inter,
-                                                  "shared experts act"));
-  // HF: experts(x) + shared_experts(x); with beta 1 the shared output accumulates into `out`.
-  if (m.shared.gate_up_layout == kernels::MoeGateUpLayout::kStacked) {
-    return ops::GatedMlp(ctx_->ops, x, rows, hidden, m.shared, ctx_->config->activation, act, out, beta);
+  ASSIGN_OR_RETURN(void* act, scratch.Activations(static_cast<int64_t>(rows) * 3 * w.inter, "gated mlp act"));
+  if (w.gate_up_layout == kernels::MoeGateUpLayout::kStacked) {
+    return ops::GatedMlp(ctx_->ops, x, rows, hidden, w, ctx_->config->activation, act, out, beta);
   }
-  ASSIGN_OR_RETURN(void* activated, InterleavedSharedGateUp(rows, x, act));
-  return ops::Linear(ctx_->ops, activated, rows, m.shared.inter, m.shared.down, out, hidden, beta);
+  ASSIGN_OR_RETURN(void* activated, InterleavedGateUp(w, rows, x, act));
+  return ops::Linear(ctx_->ops, activated, rows, w.inter, w.down, out, hidden, beta);
 }
 
-// act(x gate^T) * (x up^T) of the shared experts' interleaved gate_up (kInterleaved8: rows
-// [16j, 16j+8) gate features [8j, 8j+8), rows [16j+8, 16j+16) their up), in `act` (rows * 3I
-// elements; the activated [rows, I] rows are its last third). Every path gives the bits of the
-// stacked GEMM + ActAndMul (products rounded to bf16 first); the fused forms compute SiLU, so
-// they run for silu only (the CUDA backend takes no other: DeepseekEngine::Create).
-absl::StatusOr<void*> FeedForward::InterleavedSharedGateUp(int rows, const void* x, void* act) {
+// act(x gate^T) * (x up^T) of an interleaved gate_up (kInterleaved8: rows [16j, 16j+8) gate
+// features [8j, 8j+8), rows [16j+8, 16j+16) their up), in `act` (rows * 3I elements; the
+// activated [rows, I] rows are its last third). Every path gives the bits of the stacked GEMM +
+// ActAndMul (products rounded to bf16 first); the fused forms compute SiLU, so they run for silu
+// only (the CUDA backend takes no other: DeepseekEngine::Create).
+absl::StatusOr<void*> FeedForward::InterleavedGateUp(const GatedMlpWeights& w, int rows, const void* x,
+                                                     void* act) {
   constexpr int kBlock = 8;  // features per interleaved block
-  const GatedMlpWeights& w = w_->moe.shared;
   const ops::OpContext& oc = ctx_->ops;
   const int hidden = ctx_->config->hidden_size;
   const int inter = w.inter;
@@ -269,7 +271,7 @@ absl::StatusOr<void*> FeedForward::InterleavedSharedGateUp(int rows, const void*
   if (silu && kernels::MoeSharedGateUpRuns(fused, oc.kernel.backend)) {
     fused.workspace_bytes = kernels::MoeSharedGateUpWorkspaceBytes();
     ASSIGN_OR_RETURN(fused.workspace,
-                     ctx_->scratch->Allocate(fused.workspace_bytes, "shared gate_up workspace"));
+                     ctx_->scratch->Allocate(fused.workspace_bytes, "fused gate_up workspace"));
     RETURN_IF_ERROR(kernels::MoeSharedGateUp(fused, oc.kernel));
     return activated;
   }

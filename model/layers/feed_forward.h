@@ -85,12 +85,16 @@ class FeedForward {
                          kernels::MoeRoutingParams* routing) const;
   // out = the shared experts of x (+ beta * out: beta 1 is AddSharedExperts).
   absl::Status RunSharedExperts(int rows, const void* x, void* out, float beta);
+  // out = down(act(x gate^T) * (x up^T)) (+ beta * out) of `w` (the dense MLP, the shared
+  // experts), in its gate_up layout: stacked, ops::GatedMlp; interleaved, InterleavedGateUp
+  // (on Hopper at many rows one GEMM with SiLU * up in its epilogue) then the down projection.
+  absl::Status RunGatedMlp(const GatedMlpWeights& w, int rows, const void* x, void* out, float beta);
   // The routed experts of `e` (global expert ids, this rank's intermediate slice), through this
   // rank's shard of the experts.
   absl::Status RunRoutedExperts(kernels::MoeExpertsParams e);
-  // The shared experts' activated rows from their interleaved gate_up (AddSharedExperts), in
-  // the last third of `act`; returns where.
-  absl::StatusOr<void*> InterleavedSharedGateUp(int rows, const void* x, void* act);
+  // The activated rows of `w`'s interleaved gate_up (RunGatedMlp), in the last third of `act`;
+  // returns where.
+  absl::StatusOr<void*> InterleavedGateUp(const GatedMlpWeights& w, int rows, const void* x, void* act);
 
   const LayerContext* ctx_;
   const LayerWeights* w_;
