@@ -7,7 +7,7 @@
 #   sanitize  memcheck and racecheck on small split-K cases; SAN_EXTRA more (TOOL:BINARY:FILTER)
 #   engine    model_engine_cuda_test (the CUDA engine against the HF fixtures)
 #   equal     mlaserve-run on the random V2-Lite-shaped checkpoint, a 3000-token prompt in one chunk
-#             and in chunks of 1024 (prefix pieces), MHA form, our kernel: the last prompt logits
+#             and in chunks of 1024 (prefix pieces; CHUNKS), MHA form, our kernel: the last prompt logits
 #             and 8 greedy tokens per variant of EQUAL_VARIANTS, byte-compared with the default's
 #             dump (a variant that only moves bytes must give the same bits)
 #   ab        mlaserve-engine-bench prefill PREFILL_LENS (4096) per variant of VARIANTS, ROUNDS
@@ -85,7 +85,7 @@ fi
 if want equal; then
   : > "$OUT/equal.txt"
   ids=$(seq -s, 11 3010)  # 3000 prompt ids
-  for chunk in 0 1024; do
+  for chunk in ${CHUNKS:-0 1024}; do
     for variant in on ${EQUAL_VARIANTS:-MLASERVE_MHA_SPLIT_K=0}; do
       envs_of "$variant"
       env "${ENVS[@]}" timeout 120 .devbin/mlaserve-run --model "$MODEL" --backend cuda --prompt-ids "$ids" \
