@@ -200,8 +200,8 @@ absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out,
   // Prefill on one GPU (the grouped-GEMM paths): the shared experts first, written into their
   // own buffer, which the routed experts' combine adds as one more term before the residual
   // add + next norm (kernels::MoeExpertsFoldsAddendAndNorm), instead of a shared down GEMM that
-  // reads and rewrites out and an RmsNorm that reads it again.
-  if (norm != nullptr && whole) {
+  // reads and rewrites out and an RmsNorm that reads it again. From kMoePrefillFoldMinTokens.
+  if (norm != nullptr && whole && T >= kMoePrefillFoldMinTokens) {
     kernels::MoeExpertsParams folded = e;
     folded.norm = *norm;
     void* shared_out = nullptr;

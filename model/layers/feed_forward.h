@@ -26,6 +26,14 @@
 
 namespace mlaserve::model {
 
+// Tokens from which a step on one GPU ends its grouped-GEMM MoE block in the combine (the shared
+// experts as an addend, the residual add + next norm as its epilogue; FeedForward::RunBlock).
+// Measured on an H200 (random V2-Lite, docs/BENCHMARKS.md, eighth session of 2026-11-29): a
+// 4096-token prefill gains ~0.44 ms; a 128-token decode step, which also takes the grouped
+// path, lost ~0.2 ms (13.38 / 13.33 ms against 13.14 / 13.08 without), so below this the
+// separate shared MLP and RmsNorm stay.
+inline constexpr int kMoePrefillFoldMinTokens = 1024;
+
 class FeedForward {
  public:
   // `context` and `weights` (the layer's) outlive the block.
