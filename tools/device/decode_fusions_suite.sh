@@ -34,38 +34,14 @@ STEPS=${STEPS:-"tests sanitize engine ab timeline"}
 ROUNDS=${ROUNDS:-2}
 MODEL=${MODEL:-/dev/shm/v2lite-random}
 mkdir -p "$OUT"
-note() { echo "== [$((SECONDS - T0)) s] $1: $2"; }
-want() { [[ " $STEPS " == *" $1 "* ]]; }
-passed() { grep -E '^\[  (PASSED|FAILED) ' "$1" | tr '\n' ' '; }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpu.txt"
-date -u +%Y-%m-%dT%H:%MZ >> "$OUT/gpu.txt"
-cat "$OUT/gpu.txt"
+source tools/device/steps_lib.sh
+gpu_header
 
-if want tests; then
-  : > "$OUT/tests.txt"
-  for t in kernels_moe_router_permute_cuda_test kernels_moe_decode_cuda_test kernels_moe_cuda_test \
-           kernels_mla_decode_cuda_test kernels_mla_prefill_cuda_test ${EXTRA_TESTS:-}; do
-    [[ -x .devbin/$t ]] || { note "$t" "missing"; continue; }
-    echo "=== $t" >> "$OUT/tests.txt"
-    timeout 200 ".devbin/$t" --gtest_brief=1 > "$OUT/t.log" 2>&1
-    rc=$?
-    cat "$OUT/t.log" >> "$OUT/tests.txt"
-    note "$t" "rc=$rc $(passed "$OUT/t.log")"
-  done
-  rm -f "$OUT/t.log"
-fi
+want tests && run_tests 200 kernels_moe_router_permute_cuda_test kernels_moe_decode_cuda_test \
+  kernels_moe_cuda_test kernels_mla_decode_cuda_test kernels_mla_prefill_cuda_test ${EXTRA_TESTS:-}
 
 if want sanitize; then
   : > "$OUT/sanitize.txt"
-  san() {  # san TOOL LIMIT BINARY FILTER
-    [[ -x .devbin/$3 ]] || { note "$1 $3" "missing"; return; }
-    echo "=== $1 $3 $4" >> "$OUT/sanitize.txt"
-    timeout "$2" compute-sanitizer --tool "$1" --error-exitcode 9 ".devbin/$3" --gtest_brief=1 \
-      --gtest_filter="$4" > "$OUT/s.log" 2>&1
-    local rc=$?
-    tail -8 "$OUT/s.log" >> "$OUT/sanitize.txt"
-    note "$1 $3" "rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/s.log" | tail -1)"
-  }
   small='Shapes/MoeRouterPermuteTest.*/0:Shapes/MoeRouterPermuteTest.*/1:Shapes/MoeRouterPermuteTest.*/13:MoeRouterPermuteGraphTest.*:MoeRouterPermuteExpertsTest.*'
   san memcheck 150 kernels_moe_router_permute_cuda_test "$small"
   san racecheck 150 kernels_moe_router_permute_cuda_test 'Shapes/MoeRouterPermuteTest.*/0:Shapes/MoeRouterPermuteTest.*/13'
@@ -79,22 +55,11 @@ if want sanitize; then
   san memcheck 200 kernels_moe_decode_cuda_test "$gemv"
   san racecheck 200 kernels_moe_decode_cuda_test "$gemv"
   # SAN_EXTRA: more runs, each TOOL:BINARY:FILTER (e.g. memcheck:kernels_rope_cuda_test:Shapes/RopeCudaAbsorb.*).
-  for run in ${SAN_EXTRA:-}; do
-    IFS=: read -r tool bin filter <<< "$run"
-    san "$tool" 200 "$bin" "$filter"
-  done
-  rm -f "$OUT/s.log"
+  san_extra
 fi
 
-if want engine; then
-  timeout 240 .devbin/model_engine_cuda_test --gtest_brief=1 > "$OUT/engine_cuda_test.txt" 2>&1
-  note "model_engine_cuda_test" "rc=$? $(passed "$OUT/engine_cuda_test.txt")"
-fi
-
-if [[ ! -f $MODEL/config.json ]] && { want ab || want timeline; }; then
-  timeout 300 python3 tools/make_random_model.py --out "$MODEL" > "$OUT/make_model.log" 2>&1
-  note "make_random_model" "rc=$? $(tail -1 "$OUT/make_model.log")"
-fi
+want engine && engine_test
+{ want ab || want timeline || want prefilltl; } && random_model
 
 if want ab; then
   : > "$OUT/ab.txt"
