@@ -118,6 +118,30 @@ void ExpectPermutation(const PermuteBuffers& d, const HostPermutation& h, const 
 
 // (tokens, experts, top_k, hidden, routing, invalid ids per 1000)
 using PermuteCase = std::tuple<int, int, int, int, Routing, int>;
+
+// A case's random inputs: the routed ids (invalid_per_mille of them outside [0, E): no row,
+// position -1), random x rows, the host's stable sort of the ids, and both on the device.
+struct PermuteInputs {
+  std::vector<int32_t> ids;
+  std::vector<uint16_t> x;
+  HostPermutation want;
+  testing::DeviceBuffer d_ids, d_x;
+
+  PermuteInputs(const PermuteCase& c, uint64_t seed) {
+    const auto [T, E, k, H, routing, invalid_per_mille] = c;
+    ids = testing::MakeRouting(T, E, k, routing, seed);
+    std::mt19937_64 rng(seed + 1);
+    for (auto& e : ids) {
+      if (static_cast<int>(rng() % 1000) < invalid_per_mille) e = rng() % 2 == 0 ? -1 : E + static_cast<int>(rng() % 3);
+    }
+    x.resize(static_cast<size_t>(T) * H);
+    for (auto& v : x) v = static_cast<uint16_t>(rng());
+    want = PermuteOnHost(ids, E);
+    d_ids = testing::ToDevice(ids);
+    d_x = testing::ToDevice(x);
+  }
+};
+
 class MoePermuteCudaTest : public ::testing::TestWithParam<PermuteCase> {};
 
 TEST_P(MoePermuteCudaTest, MatchesAStableHostSortAndTheBaseline) {
@@ -125,16 +149,8 @@ TEST_P(MoePermuteCudaTest, MatchesAStableHostSortAndTheBaseline) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed << " routing=" << testing::RoutingName(routing));
   const int A = T * k;
-  std::vector<int32_t> ids = testing::MakeRouting(T, E, k, routing, seed);
-  std::mt19937_64 rng(seed + 1);
-  for (auto& e : ids) {  // ids outside [0, E): no row, position -1
-    if (static_cast<int>(rng() % 1000) < invalid_per_mille) e = rng() % 2 == 0 ? -1 : E + static_cast<int>(rng() % 3);
-  }
-  std::vector<uint16_t> x(static_cast<size_t>(T) * H);
-  for (auto& v : x) v = static_cast<uint16_t>(rng());
-  const HostPermutation want = PermuteOnHost(ids, E);
-  auto d_ids = testing::ToDevice(ids);
-  auto d_x = testing::ToDevice(x);
+  const PermuteInputs in(GetParam(), seed);
+  const auto& [ids, x, want, d_ids, d_x] = in;
   for (const bool gather : {true, false}) {
     SCOPED_TRACE(gather ? "with the x gather" : "without the x gather");
     PermuteBuffers cur(d_ids, d_x, A, E, k, H, gather);
@@ -189,16 +205,8 @@ TEST_P(MoePermuteRowCopyCudaTest, TheApartCopyEqualsTheInScatterCopyBitwise) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed << " routing=" << testing::RoutingName(routing));
   const int A = T * k;
-  std::vector<int32_t> ids = testing::MakeRouting(T, E, k, routing, seed);
-  std::mt19937_64 rng(seed + 1);
-  for (auto& e : ids) {  // ids outside [0, E): no row, position -1
-    if (static_cast<int>(rng() % 1000) < invalid_per_mille) e = rng() % 2 == 0 ? -1 : E + static_cast<int>(rng() % 3);
-  }
-  std::vector<uint16_t> x(static_cast<size_t>(T) * H);
-  for (auto& v : x) v = static_cast<uint16_t>(rng());
-  const HostPermutation want = PermuteOnHost(ids, E);
-  auto d_ids = testing::ToDevice(ids);
-  auto d_x = testing::ToDevice(x);
+  const PermuteInputs in(GetParam(), seed);
+  const auto& [ids, x, want, d_ids, d_x] = in;
   PermuteBuffers apart(d_ids, d_x, A, E, k, H, true), in_scatter(d_ids, d_x, A, E, k, H, true);
   apart.args.row_copy = moe_cuda::PermuteRowCopy::kApart;
   in_scatter.args.row_copy = moe_cuda::PermuteRowCopy::kInScatter;
