@@ -166,8 +166,9 @@ absl::Status DeepseekEngine::BuildStep(int32_t padding_page) {
   const LayerContext& lc = layer_ctx_;
   planner_ = BatchPlanner(config_, lc.limits);
   ASSIGN_OR_RETURN(const size_t scratch_bytes, ForwardScratchBytes());
+  ASSIGN_OR_RETURN(const size_t decode_metadata_bytes, MlaAttention::DecodeMetadataBytes(lc));
   ASSIGN_OR_RETURN(scratch_, StepScratch::Create(ctx_, ops_.dtype, scratch_bytes, lc.limits,
-                                                 lc.max_pages_per_seq));
+                                                 lc.max_pages_per_seq, decode_metadata_bytes));
   sampling_ = SamplingStep(ctx_, &scratch_, config_.vocab_size);
   ASSIGN_OR_RETURN(logits_download_, StagedDownload::Create(ctx_.backend));
   // Sharded layouts capture their collectives too; their ParallelEngine decides the graph

@@ -15,5 +15,5 @@ mlaserve_test(model_device_memory_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/device_
 # The engine on the CUDA backend against the HF fixtures (needs a GPU: label gpu).
 if(MLASERVE_WITH_CUDA AND MLASERVE_BUILD_TESTS)
   mlaserve_test(model_engine_cuda_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_cuda_test.cc
-                DEPS model_engine_probe nlohmann_json::nlohmann_json LABELS gpu TIMEOUT 600)
+                DEPS model_engine_probe nlohmann_json::nlohmann_json CUDA::cudart LABELS gpu TIMEOUT 600)
 endif()

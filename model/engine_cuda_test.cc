@@ -20,7 +20,10 @@
 #include <limits>
 #include <map>
 
+#include <cuda_runtime_api.h>
+
 #include "gtest/gtest.h"
+#include "kernels/mla_decode/api.h"
 #include "model/deepseek_engine.h"
 #include "model/engine.h"
 #include "model/testing/engine_fixtures.h"
@@ -418,6 +421,86 @@ TEST_P(EngineCudaGraphTest, DecodeGraphsMatchEagerSteps) {
 INSTANTIATE_TEST_SUITE_P(Caches, EngineCudaGraphTest,
                          ::testing::Values(std::make_tuple("deepseek_v3", KvCacheDtype::kNative),
                                            std::make_tuple("deepseek_v32", KvCacheDtype::kFp8)));
+
+// A decode batch of more chunk CTAs than the GPU has SMs runs its chunks longest first: the
+// order is the step's mla_decode metadata, which the first layer builds and the others reuse
+// (StepScratch::MlaDecodeMetadata). The same step with every layer building its own
+// (MLASERVE_MLA_STEP_METADATA=0) gives the same bits; a graph engine (padded to its bucket)
+// agrees with the eager one.
+TEST(EngineCudaDecodeMetadataTest, SharedMetadataGivesTheSameBits) {
+  const std::string dir = Fixture("deepseek_v3");
+  if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
+  Reference ref;
+  ASSERT_TRUE(LoadReference(dir, &ref));
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int seqs = sms + 8;  // one chunk CTA per sequence (4 heads): past one wave
+  EngineOptions o = SmallCudaOptions(dir);
+  o.max_batch_seqs = seqs;
+  o.num_kv_pages = 4 * seqs;
+  o.max_batch_tokens = 1024;
+  auto graphs = DeepseekEngine::Create(o);
+  auto eager = DeepseekEngine::Create(o);
+  ASSERT_TRUE(graphs.ok()) << graphs.status();
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  (*eager)->set_decode_graphs(false);
+  constexpr int kSteps = 3;
+  std::vector<std::vector<float>> logits[2];
+  for (int which = 0; which < 2; ++which) {
+    DeepseekEngine& e = which == 0 ? **graphs : **eager;
+    std::vector<std::unique_ptr<SeqPages>> pages;
+    std::vector<std::vector<int32_t>> ids;
+    int max_len = 0;
+    for (int s = 0; s < seqs; ++s) {
+      // Ragged lengths: the prompts in turn, cut to 8..71 tokens.
+      const auto& prompt = ref.prompts[s % ref.prompts.size()].ids;
+      ids.emplace_back(prompt.begin(), prompt.begin() + std::min<size_t>(prompt.size(), 8 + (s * 37) % 64));
+      max_len = std::max(max_len, static_cast<int>(ids[s].size()));
+      pages.push_back(std::make_unique<SeqPages>(e.kv_pool(), static_cast<int>(ids[s].size()) + kSteps + 1));
+      SequenceChunk c;
+      c.tokens = ids[s];
+      c.pages = pages[s]->pages();
+      auto r = e.Forward({&c, 1}, AttentionPath::kMla);
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+    // The eager step's plan has the order (graph steps plan the same batch padded).
+    kernels::MlaDecodeShape shape;
+    shape.batch = seqs;
+    shape.num_heads = e.config().num_attention_heads;
+    shape.kv_lora_rank = e.config().kv_lora_rank;
+    shape.rope_dim = e.config().qk_rope_head_dim;
+    shape.max_seqlen_k = max_len + kSteps;
+    shape.num_sms = sms;
+    auto plan = kernels::PlanMlaDecode(shape);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_GT(plan->metadata_bytes, 0u) << "the test's batch should run its chunks longest first";
+    std::vector<int32_t> next(seqs);
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<SequenceChunk> batch(seqs);
+      for (int s = 0; s < seqs; ++s) {
+        next[s] = (step * 7 + s * 13 + 3) % ref.vocab_size;
+        batch[s].tokens = std::span<const int32_t>(&next[s], 1);
+        batch[s].start_pos = static_cast<int>(ids[s].size()) + step;
+        batch[s].pages = pages[s]->pages();
+      }
+      auto r = e.Forward(batch, AttentionPath::kMla);
+      ASSERT_TRUE(r.ok()) << r.status();
+      logits[which].push_back(r->logits);
+      if (which == 1) {
+        // The same step again (its KV rewritten with the same values), every layer building
+        // its own metadata: the same kernels in the same order, so the same bits.
+        ASSERT_EQ(setenv("MLASERVE_MLA_STEP_METADATA", "0", 1), 0);
+        auto per_layer = e.Forward(batch, AttentionPath::kMla);
+        unsetenv("MLASERVE_MLA_STEP_METADATA");
+        ASSERT_TRUE(per_layer.ok()) << per_layer.status();
+        EXPECT_EQ(per_layer->logits, r->logits) << "step " << step;
+      }
+    }
+  }
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_LE(RelError(logits[0][step], logits[1][step]), 1e-2) << "step " << step;
+  }
+}
 
 // V3.2 with the fp8 KV cache (DeepSeek's 656-byte layout; the fixture's 64 + 16 latent is
 // zero-padded into it) against the HF fixture: the quantizing writer, the CUDA indexer over

@@ -3,7 +3,11 @@
 //   mla_decode  : GB/s (FlashMLA's count: KV cache bytes read once per request + q + out)
 //                 as a fraction of copy bandwidth, and TFLOP/s (2 * h * s_q * sum(s_k) * (576 + 512));
 //                 the wgmma kernel ("mla_decode", the default on Hopper) and the mma.sync one
-//                 ("mla_decode_mmasync") in the same run; same for mla_prefill
+//                 ("mla_decode_mmasync") in the same run; same for mla_prefill. A row times the
+//                 call as a decode step's layers make it, with the batch's metadata (schedule or
+//                 chunk order) built once beforehand; where the call reads metadata, a "_percall"
+//                 row times it building its own, and the metadata kernel's own time follows
+//                 (JSON: "metadata_ms" on both rows)
 //   mha_prefill : causal TFLOP/s (FlashAttention-3's count: 2 * s^2 * h * (d_qk + d_v) / 2), head
 //                 dims 192/128 and 128/128, in one run: our default kernel ("mha_prefill": the
 //                 wgmma kernel on Hopper), the wgmma kernel with its default schedule's
@@ -34,6 +38,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_split.h"
 #include "bench/kernel_bench/bench_util.cuh"
@@ -124,18 +129,47 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
   p.seqlens_k = pc.d_seqlens->get<int32_t>(); p.max_seqlen_q = qpr; p.max_seqlen_k = max_k;
   p.out = out.get(); p.lse = lse.get<float>(); p.softmax_scale = 1.0f / std::sqrt(192.0f);
   p.kernel = kernel;
+  const bool balanced = plan->num_parts > 0 && kernel != kernels::LatentKernel::kMmaSync;
+  // The call reads metadata (the balanced schedule, or the chunks' order) that a decode step's
+  // layers share: built once per step (MlaDecodeBuildMetadata, as FlashMLA's get_mla_metadata), so
+  // the family's row times the call with it prebuilt, as FlashMLA's benchmark times its call. The
+  // "_percall" row times the call building its own (one launch more per call).
+  const bool uses_metadata = balanced || (plan->longest_first && !grid_order);
+  DeviceArray metadata(plan->metadata_bytes);
+  const auto build_metadata = [&] {
+    CheckStatus(kernels::MlaDecodeBuildMetadata(p, *plan, metadata.get(), kCuda), "MlaDecodeBuildMetadata");
+  };
+  if (uses_metadata) build_metadata();
+  const void* prebuilt = uses_metadata ? metadata.get() : nullptr;
   if (grid_order) setenv("MLASERVE_MLA_ORDER", "0", 1);
   // Spin first: at batch 1-4 the call's host work (plan checks, TMA descriptor) outlasts its GPU work.
-  const double ms =
-      MedianMs([&] { CheckStatus(kernels::MlaDecode(p, *plan, workspace.get(), kCuda), "MlaDecode"); }, 3, 20, true);
+  const auto call = [&](const void* metadata_arg) {
+    CheckStatus(kernels::MlaDecode(p, *plan, workspace.get(), kCuda, nullptr, metadata_arg), "MlaDecode");
+  };
+  double ms = 0, percall_ms = 0, metadata_ms = 0;
+  if (!uses_metadata) {
+    ms = MedianMs([&] { call(nullptr); }, 3, 20, true);
+  } else {
+    // The two forms in alternating rounds, the median of the rounds' medians each: at 128 heads the
+    // GPU's clock drifts by a few % within a row's runs, as much as the one launch between them.
+    constexpr int kRounds = 5;
+    std::vector<double> with, without;
+    for (int r = 0; r < kRounds; ++r) {
+      with.push_back(MedianMs([&] { call(prebuilt); }, 2, 8, true));
+      without.push_back(MedianMs([&] { call(nullptr); }, 2, 8, true));
+    }
+    std::sort(with.begin(), with.end());
+    std::sort(without.begin(), without.end());
+    ms = with[kRounds / 2];
+    percall_ms = without[kRounds / 2];
+    metadata_ms = MedianMs(build_metadata, 3, 20, true);
+  }
   if (grid_order) unsetenv("MLASERVE_MLA_ORDER");
   const double sum_k = std::accumulate(lk.begin(), lk.end(), 0.0);
   const double bytes = sum_k * kWidth * 2 + rows * kWidth * 2.0 + rows * kRank * 2.0;
   // FlashMLA's count: every query row against the whole context (s_q = 2 included).
   const double flops = 2.0 * heads * qpr * sum_k * (kWidth + kRank);
-  const double gbs = bytes / (ms * 1e-3) / 1e9;
   char shape[128];
-  const bool balanced = plan->num_parts > 0 && kernel != kernels::LatentKernel::kMmaSync;
   const std::string cut = balanced ? "balanced"
                                    : "splits=" + std::to_string(plan->num_splits) +
                                          (plan->longest_first && !grid_order ? " longest-first" : "");
@@ -145,7 +179,16 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
   if (schedule == kernels::MlaDecodeSchedule::kChunks) family += "_chunks";
   if (schedule == kernels::MlaDecodeSchedule::kBalanced) family += "_balanced";
   if (grid_order) family += "_gridorder";
-  res.Add(family, shape, ms, flops / (ms * 1e-3) / 1e12, gbs, gbs / ceil.copy_gbs, "copy BW");
+  const auto add = [&](const std::string& name, double t) {
+    const double gbs = bytes / (t * 1e-3) / 1e9;
+    res.Add(name, shape, t, flops / (t * 1e-3) / 1e12, gbs, gbs / ceil.copy_gbs, "copy BW");
+    if (uses_metadata) res.rows.back()["metadata_ms"] = metadata_ms;
+  };
+  add(family, ms);
+  if (uses_metadata) {
+    add(family + "_percall", percall_ms);
+    std::printf("%-12s %-44s %9.3f ms\n", "", "  its metadata kernel alone (MlaDecodeBuildMetadata)", metadata_ms);
+  }
 }
 
 // Who computes an mha_prefill row: our default kernel, the wgmma kernel with its default

@@ -2,7 +2,9 @@
 // fraction of copy bandwidth, for each way of cutting the keys, timed as the engine runs it: a
 // CUDA graph of kCalls calls (so host launch cost is not in the time), each call over its own
 // copy of the cache pages (so the pages come from memory, not from L2, as in a decode step whose
-// layers each read their own cache; up to 2 GB of copies).
+// layers each read their own cache; up to 2 GB of copies) through the same block table, the
+// graph's first node building the batch's metadata (schedule or chunk order) that every call
+// reads, as a decode step's layers share it (MlaDecodeBuildMetadata).
 //   auto          PlanMlaDecode's pick (kAuto)
 //   auto_pow2     the same, planned as a decode graph plans: for the context rounded up to a
 //                 power of two pages (its later chunks are empty)
@@ -48,6 +50,7 @@ kernels::MlaDecodePlan ChunkPlan(int batch, int heads, int pages, int pps, bool 
     plan.chunk_tokens = pps * kPageSize;
   }
   plan.workspace_bytes = kernels::MlaDecodeChunkWorkspaceBytes(batch, heads, kRank, plan.num_splits, longest_first);
+  if (longest_first) plan.metadata_bytes = kernels::MlaDecodeChunkOrderBytes(batch, plan.num_splits);
   return plan;
 }
 
@@ -89,20 +92,21 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
   // Copies of the pages: one per call, at most 2 GB of them (larger shapes do not fit in L2 anyway).
   const double copy_bytes = 2.0 * pages_per_copy * kPageSize * kWidth;
   const int copies = std::clamp(static_cast<int>(2e9 / copy_bytes), 1, kCalls);
-  const int num_pages = pages_per_copy * copies;
-  // One pool; call c reads copy c % copies (a random permutation of the pool, one table per copy).
-  std::vector<int32_t> perm(num_pages);
+  // Call c reads copy c % copies, as a layer its own cache, through the one block table (a random
+  // permutation of a copy's pages) that the metadata was built from.
+  std::vector<int32_t> perm(pages_per_copy);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
-  std::vector<int32_t> tables(static_cast<size_t>(copies) * batch * max_pages, 0);
+  std::vector<int32_t> block_table(static_cast<size_t>(batch) * max_pages, 0);
   int next = 0;
-  for (int c = 0; c < copies; ++c)
-    for (int b = 0; b < batch; ++b)
-      for (int i = 0; i < kernels::PagesFor(lk[b]); ++i)
-        tables[(static_cast<size_t>(c) * batch + b) * max_pages + i] = perm[next++];
-  DeviceArray cache(size_t{2} * num_pages * kPageSize * kWidth), d_tables(tables.size() * 4);
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < kernels::PagesFor(lk[b]); ++i) {
+      block_table[static_cast<size_t>(b) * max_pages + i] = perm[next++];
+    }
+  const size_t copy_elems = static_cast<size_t>(pages_per_copy) * kPageSize * kWidth;
+  DeviceArray cache(size_t{2} * copies * copy_elems), d_table(block_table.size() * 4);
   FillRandom(cache, rng());
-  Upload(d_tables, tables);
+  Upload(d_table, block_table);
   DeviceArray seqlens(batch * 4), cu_q((batch + 1) * 4);
   Upload(seqlens, std::vector<int32_t>(lk.begin(), lk.end()));
   std::vector<int32_t> cu(batch + 1);
@@ -153,18 +157,22 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
     }
     setenv("MLASERVE_MLA_PREFETCH", v.prefetch ? "1" : "0", 1);
     setenv("MLASERVE_MLA_ORDER", v.order ? "1" : "0", 1);
-    DeviceArray workspace(v.plan.workspace_bytes);
+    DeviceArray workspace(v.plan.workspace_bytes), metadata(v.plan.metadata_bytes);
     kernels::MlaParams p;
     p.dtype = kernels::DType::kBF16; p.batch = batch; p.num_heads = heads; p.kv_lora_rank = kRank;
     p.rope_dim = kRope; p.q = q.get(); p.q_token_stride = static_cast<int64_t>(heads) * kWidth;
-    p.q_head_stride = kWidth; p.kv_cache = cache.get(); p.num_pages = num_pages;
+    p.q_head_stride = kWidth; p.num_pages = pages_per_copy; p.block_table = d_table.get<int32_t>();
     p.max_pages_per_seq = max_pages; p.cu_seqlens_q = cu_q.get<int32_t>(); p.seqlens_k = seqlens.get<int32_t>();
     p.max_seqlen_q = 1; p.max_seqlen_k = max_k; p.out = out.get(); p.lse = lse.get<float>();
     p.softmax_scale = 1.0f / std::sqrt(192.0f);
     const kernels::KernelContext ctx_cuda{kernels::Backend::kCuda, stream, 0};
+    const void* shared = v.plan.metadata_bytes > 0 ? metadata.get() : nullptr;
     auto call = [&](int c) {
-      p.block_table = d_tables.get<int32_t>() + static_cast<size_t>(c % copies) * batch * max_pages;
-      CheckStatus(kernels::MlaDecode(p, v.plan, workspace.get(), ctx_cuda), "MlaDecode");
+      p.kv_cache = cache.get<uint16_t>() + (c % copies) * copy_elems;
+      if (c == 0) {
+        CheckStatus(kernels::MlaDecodeBuildMetadata(p, v.plan, metadata.get(), ctx_cuda), "MlaDecodeBuildMetadata");
+      }
+      CheckStatus(kernels::MlaDecode(p, v.plan, workspace.get(), ctx_cuda, nullptr, shared), "MlaDecode");
     };
     const double t = GraphMicrosPerCall(stream, kCalls, call);
     const double gbs = bytes / (t * 1e-6) / 1e9;

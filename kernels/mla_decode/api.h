@@ -33,6 +33,12 @@ struct MlaDecodePlan {
   // request order one long request among the last CTAs decides when the call ends.
   bool longest_first = false;
   size_t workspace_bytes = 0;    // partial outputs + partial LSE (+ the schedule or the order)
+  // The part of the workspace that depends only on the batch -- its lengths, block table and
+  // query rows -- and not on the layer: the balanced schedule's records or the chunks'
+  // longest-first order (0: the plan has neither). A decode step's layers share one: built
+  // once by MlaDecodeBuildMetadata, passed to every layer's MlaDecode, which then launches
+  // the attention and the combine only (FlashMLA's tile-scheduler metadata, our layout).
+  size_t metadata_bytes = 0;
 };
 
 // The workspace of a chunk plan: the partials when it splits (num_splits > 1), then the chunks'
@@ -40,6 +46,8 @@ struct MlaDecodePlan {
 size_t MlaDecodeChunkOrderOffset(int batch, int rows_per_request, int kv_lora_rank, int num_splits);
 size_t MlaDecodeChunkWorkspaceBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits,
                                     bool longest_first);
+// The order's bytes (batch x splits int32, rounded up to 16): a chunk plan's metadata_bytes.
+size_t MlaDecodeChunkOrderBytes(int batch, int num_splits);
 // The most chunks (batch x splits) the order kernel sorts; a plan with more keeps grid order.
 inline constexpr int kMlaDecodeMaxOrderedChunks = 4096;
 
@@ -97,13 +105,31 @@ inline constexpr int64_t kMlaFusedValueMaxTokens = 4;
 // per-head GEMM itself when it answers false.
 bool MlaDecodeTakesValueProjection(const MlaParams& p, const MlaDecodePlan& plan, const KernelContext& ctx);
 
+// Builds the plan's metadata (MlaDecodePlan::metadata_bytes; 16-byte aligned) from p's
+// seqlens_k, cu_seqlens_q and block_table with one small kernel on ctx's stream; nothing where
+// metadata_bytes is 0 or the call would not use it (the CPU backend; a plan that the mma.sync
+// kernel runs in grid order; MLASERVE_MLA_ORDER=0). Every later MlaDecode with the same plan,
+// the same p.kernel and the same contents of those three arrays -- the other layers of a decode
+// step -- may pass it as `metadata`. Launched with PDL like the kernels after it; graph-safe.
+absl::Status MlaDecodeBuildMetadata(const MlaParams& p, const MlaDecodePlan& plan, void* metadata,
+                                    const KernelContext& ctx);
+
 // value_proj (null: none) is accepted wherever the plan's combine runs for every row on CUDA
 // (bf16), whatever the row count; elsewhere, and for a projection whose pointers, strides or
 // widths break the contract above, INVALID_ARGUMENT naming the value.
+// metadata (null: MlaDecode builds its own in the workspace, one more launch): what
+// MlaDecodeBuildMetadata built for this plan and batch. With it the workspace's metadata part
+// is not touched (the partials' part still is). Where the caller sets p.inputs_before_wait and
+// the metadata was complete before the kernel just before this call started (built two
+// launches back or earlier), the chunk kernels read it before their PDL wait too.
 absl::Status MlaDecode(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
-                       const KernelContext& ctx, const MlaValueProjection* value_proj = nullptr);
+                       const KernelContext& ctx, const MlaValueProjection* value_proj = nullptr,
+                       const void* metadata = nullptr);
 absl::Status MlaDecodeCpu(const MlaParams& p);
 absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
-                           void* stream, const MlaValueProjection* value_proj = nullptr);
+                           void* stream, const MlaValueProjection* value_proj = nullptr,
+                           const void* metadata = nullptr);
+absl::Status MlaDecodeBuildMetadataCuda(const MlaParams& p, const MlaDecodePlan& plan, void* metadata,
+                                        void* stream);
 
 }  // namespace mlaserve::kernels

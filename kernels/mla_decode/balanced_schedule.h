@@ -12,6 +12,9 @@
 //   segments  LatentSegment [batch + num_parts]   (kSegmentRecordBytes each)
 //   part_segments int32 [num_parts + 1]
 //   pieces, slot_base  int32 [batch] each (pieces of a request; its first slot when > 1)
+// segments .. slot_base are the plan's metadata (MlaDecodePlan::metadata_bytes): they depend on
+// the batch only, so a caller may build them once (MlaDecodeBuildMetadata) into its own buffer,
+// at the same offsets from its start as here from `metadata`, and share them across layers.
 // A cut inside a request adds one piece; there are at most num_parts - 1 cuts, so the pieces of
 // split requests number at most 2 * (num_parts - 1) and the segments at most batch + num_parts - 1.
 #pragma once
@@ -36,6 +39,8 @@ struct BalancedLayout {
   size_t part_out = 0, part_lse = 0, segments = 0, part_segments = 0, pieces = 0, slot_base = 0;
   size_t bytes = 0;  // total
   int64_t slot_rows = 0;  // partial rows per slot (max_q * num_heads)
+  size_t metadata = 0;        // where the metadata starts (= segments)
+  size_t metadata_bytes = 0;  // segments .. slot_base
 };
 
 inline BalancedLayout MakeBalancedLayout(int batch, int max_q, int num_heads, int rank, int num_parts) {
@@ -57,6 +62,8 @@ inline BalancedLayout MakeBalancedLayout(int batch, int max_q, int num_heads, in
   l.slot_base = at;
   at = align(at + static_cast<size_t>(batch) * sizeof(int32_t));
   l.bytes = at;
+  l.metadata = l.segments;
+  l.metadata_bytes = l.bytes - l.segments;
   return l;
 }
 

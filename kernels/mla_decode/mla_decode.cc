@@ -34,9 +34,11 @@ inline int CtaPageCost(int pages, int64_t rows) {
 // the combine) over the SMs.
 constexpr double kCombinePagesPerSplit = 0.05;
 constexpr double kCombinePartialWeight = 2;
-// The balanced schedule's own kernels (schedule, combine) and its segment starts; measured slower
-// than the best chunk plan at every batch of 1-8 and at uniform lengths of batch 64.
-constexpr int kBalancedOverheadPages = 14;
+// The balanced schedule's combine and its segment starts (its schedule kernel runs once per
+// decode step: MlaDecodeBuildMetadata); measured slower than the best chunk plan at every batch
+// of 1-8 and at uniform lengths of batch 64. 14 while every call built its own schedule; 10 since
+// (H200, 2026-11-29, ninth session: b 64 x 16 heads, 4k +-25%: balanced 0.087 ms, chunks 0.090).
+constexpr int kBalancedOverheadPages = 10;
 // With several 64-row blocks per request (128 heads) a balanced part's page measured ~25% dearer
 // than a chunk CTA's (b 64/128, 4k-8k, H100, 2026-11-25).
 constexpr double kBalancedRowBlocksFactor = 1.25;
@@ -54,11 +56,15 @@ size_t MlaDecodeChunkOrderOffset(int batch, int rows_per_request, int kv_lora_ra
   return (ChunkPartialBytes(batch, rows_per_request, kv_lora_rank, num_splits) + 255) / 256 * 256;
 }
 
+size_t MlaDecodeChunkOrderBytes(int batch, int num_splits) {
+  return (static_cast<size_t>(batch) * std::max(num_splits, 1) * sizeof(int32_t) + 15) / 16 * 16;
+}
+
 size_t MlaDecodeChunkWorkspaceBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits,
                                     bool longest_first) {
   if (!longest_first) return ChunkPartialBytes(batch, rows_per_request, kv_lora_rank, num_splits);
   return MlaDecodeChunkOrderOffset(batch, rows_per_request, kv_lora_rank, num_splits) +
-         static_cast<size_t>(batch) * std::max(num_splits, 1) * sizeof(int32_t);
+         MlaDecodeChunkOrderBytes(batch, num_splits);
 }
 
 absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
@@ -135,9 +141,10 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
                         (s.schedule == MlaDecodeSchedule::kAuto && balanced_cost < best_cost);
   if (balanced) {
     plan.num_parts = parts;
-    plan.workspace_bytes = mla_decode_internal::MakeBalancedLayout(s.batch, s.q_per_request, s.num_heads,
-                                                                   s.kv_lora_rank, parts)
-                               .bytes;
+    const auto layout =
+        mla_decode_internal::MakeBalancedLayout(s.batch, s.q_per_request, s.num_heads, s.kv_lora_rank, parts);
+    plan.workspace_bytes = layout.bytes;
+    plan.metadata_bytes = layout.metadata_bytes;
   }
   if (best_pages_per_split < pages) {
     plan.chunk_tokens = best_pages_per_split * kPageSize;
@@ -150,6 +157,7 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   plan.workspace_bytes =
       std::max(plan.workspace_bytes, MlaDecodeChunkWorkspaceBytes(s.batch, static_cast<int>(rows), s.kv_lora_rank,
                                                                   plan.num_splits, plan.longest_first));
+  if (plan.longest_first) plan.metadata_bytes = MlaDecodeChunkOrderBytes(s.batch, plan.num_splits);
   return plan;
 }
 
@@ -227,8 +235,25 @@ bool MlaDecodeTakesValueProjection(const MlaParams& p, const MlaDecodePlan& plan
 #endif
 }
 
+absl::Status MlaDecodeBuildMetadata(const MlaParams& p, const MlaDecodePlan& plan, void* metadata,
+                                    const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequirePositive("plan.num_splits", plan.num_splits));
+  if (ctx.backend == Backend::kCpu || plan.metadata_bytes == 0 || p.batch == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("metadata", metadata));
+  if (reinterpret_cast<uintptr_t>(metadata) % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("mla_decode: metadata=",
+                                                   absl::Hex(reinterpret_cast<uintptr_t>(metadata)),
+                                                   " is not 16-byte aligned"));
+  }
+  RETURN_IF_ERROR(RequireNonNull("seqlens_k", p.seqlens_k));
+  RETURN_IF_ERROR(RequireNonNull("cu_seqlens_q", p.cu_seqlens_q));
+  RETURN_IF_ERROR(RequireNonNull("block_table", p.block_table));
+  RETURN_IF_ERROR(RequirePositive("max_pages_per_seq", p.max_pages_per_seq));
+  MLASERVE_DISPATCH("mla_decode", ctx, absl::OkStatus(), MlaDecodeBuildMetadataCuda(p, plan, metadata, ctx.stream));
+}
+
 absl::Status MlaDecode(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
-                       const KernelContext& ctx, const MlaValueProjection* value_proj) {
+                       const KernelContext& ctx, const MlaValueProjection* value_proj, const void* metadata) {
   RETURN_IF_ERROR(mla_internal::CheckMlaShape(
       {"mla_decode", p.batch, p.num_heads, p.kv_lora_rank, p.rope_dim, p.q, p.q_token_stride,
        p.q_head_stride, p.kv_cache, p.num_pages, p.block_table, p.max_pages_per_seq,
@@ -244,9 +269,14 @@ absl::Status MlaDecode(const MlaParams& p, const MlaDecodePlan& plan, void* work
   if (plan.workspace_bytes > 0) RETURN_IF_ERROR(RequireNonNull("workspace", workspace));
   if (value_proj != nullptr) RETURN_IF_ERROR(CheckValueProjection(p, plan, *value_proj, ctx));
   if (p.batch == 0) return absl::OkStatus();
+  if (metadata != nullptr && reinterpret_cast<uintptr_t>(metadata) % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("mla_decode: metadata=",
+                                                   absl::Hex(reinterpret_cast<uintptr_t>(metadata)),
+                                                   " is not 16-byte aligned"));
+  }
   // The CPU backend needs no split: it computes every row in one pass.
   MLASERVE_DISPATCH("mla_decode", ctx, MlaDecodeCpu(p),
-                    MlaDecodeCuda(p, plan, workspace, ctx.stream, value_proj));
+                    MlaDecodeCuda(p, plan, workspace, ctx.stream, value_proj, metadata));
 }
 
 }  // namespace mlaserve::kernels

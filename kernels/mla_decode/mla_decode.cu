@@ -217,6 +217,12 @@ bool OrderChunks() {
   return !EnvSwitchedOff("MLASERVE_MLA_ORDER");  // read per call: the benches flip it
 }
 
+// Whether MlaDecodeCuda runs p's chunks longest first under the plan (its metadata is the order).
+bool RunsChunkOrder(const MlaParams& p, const MlaDecodePlan& plan) {
+  return !mla_decode_internal::RunsBalancedSchedule(p, plan) && plan.longest_first && OrderChunks() &&
+         static_cast<int64_t>(p.batch) * plan.num_splits <= kMlaDecodeMaxOrderedChunks;
+}
+
 absl::Status LaunchChunkOrder(const MlaParams& p, const MlaDecodePlan& plan, int32_t* order, cudaStream_t s) {
   const int chunk_pages = plan.num_splits > 1 ? plan.chunk_tokens / kPageSize : p.max_pages_per_seq;
   int key_bits = 1;
@@ -236,8 +242,34 @@ bool PrefetchNextSegment() {
   return !EnvSwitchedOff("MLASERVE_MLA_PREFETCH");  // read per call: the benches flip it
 }
 
-// The Hopper kernel over the balanced schedule: schedule, attention, combine of split requests.
-absl::Status MlaDecodeBalanced(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
+// The balanced schedule's arrays in a metadata block that starts at `meta` (the workspace's
+// metadata part, or the caller's copy of it: the same offsets from its start).
+ScheduleArgs ScheduleIn(const MlaParams& p, const MlaDecodePlan& plan, const mla_decode_internal::BalancedLayout& layout,
+                        uint8_t* meta) {
+  return ScheduleArgs{p.seqlens_k,
+                      p.cu_seqlens_q,
+                      p.block_table,
+                      p.max_pages_per_seq,
+                      p.batch,
+                      plan.num_parts,
+                      reinterpret_cast<mla_cuda::LatentSegment*>(meta + (layout.segments - layout.metadata)),
+                      reinterpret_cast<int32_t*>(meta + (layout.part_segments - layout.metadata)),
+                      reinterpret_cast<int32_t*>(meta + (layout.pieces - layout.metadata)),
+                      reinterpret_cast<int32_t*>(meta + (layout.slot_base - layout.metadata))};
+}
+
+absl::Status LaunchSchedule(const ScheduleArgs& sched, cudaStream_t s) {
+  RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(MlaScheduleKernel), "MlaScheduleKernel carveout"));
+  cuda::LaunchShape shape;
+  shape.grid = dim3(1);
+  shape.block = dim3(kScheduleThreads);
+  shape.stream = s;
+  return cuda::LaunchPdl("MlaScheduleKernel", shape, MlaScheduleKernel, sched);
+}
+
+// The Hopper kernel over the balanced schedule: schedule (unless the caller built it: metadata),
+// attention, combine of split requests.
+absl::Status MlaDecodeBalanced(const MlaParams& p, const MlaDecodePlan& plan, void* workspace, const void* metadata,
                                int64_t max_rows, const ValueArgs& value, cudaStream_t s) {
   const auto layout = mla_decode_internal::MakeBalancedLayout(p.batch, p.max_seqlen_q, p.num_heads,
                                                               p.kv_lora_rank, plan.num_parts);
@@ -247,25 +279,18 @@ absl::Status MlaDecodeBalanced(const MlaParams& p, const MlaDecodePlan& plan, vo
         layout.bytes, " bytes that batch=", p.batch, ", num_heads=", p.num_heads, ", max_seqlen_q=",
         p.max_seqlen_q, ", num_parts=", plan.num_parts, " need; plan with this shape"));
   }
+  if (metadata != nullptr && layout.metadata_bytes > plan.metadata_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mla_decode: the plan's metadata (", plan.metadata_bytes, " bytes) is smaller than the ",
+        layout.metadata_bytes, " bytes of the balanced schedule for batch=", p.batch, ", num_parts=",
+        plan.num_parts, "; plan with this shape"));
+  }
   RETURN_IF_ERROR(RequireNonNull("workspace", workspace));
   RETURN_IF_ERROR(cuda::RequireVectorAligned("mla_decode", "workspace", workspace));
   auto* base = static_cast<uint8_t*>(workspace);
-  ScheduleArgs sched{p.seqlens_k,
-                     p.cu_seqlens_q,
-                     p.block_table,
-                     p.max_pages_per_seq,
-                     p.batch,
-                     plan.num_parts,
-                     reinterpret_cast<mla_cuda::LatentSegment*>(base + layout.segments),
-                     reinterpret_cast<int32_t*>(base + layout.part_segments),
-                     reinterpret_cast<int32_t*>(base + layout.pieces),
-                     reinterpret_cast<int32_t*>(base + layout.slot_base)};
-  RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(MlaScheduleKernel), "MlaScheduleKernel carveout"));
-  cuda::LaunchShape shape;
-  shape.grid = dim3(1);
-  shape.block = dim3(kScheduleThreads);
-  shape.stream = s;
-  RETURN_IF_ERROR(cuda::LaunchPdl("MlaScheduleKernel", shape, MlaScheduleKernel, sched));
+  auto* meta = metadata != nullptr ? static_cast<uint8_t*>(const_cast<void*>(metadata)) : base + layout.metadata;
+  const ScheduleArgs sched = ScheduleIn(p, plan, layout, meta);
+  if (metadata == nullptr) RETURN_IF_ERROR(LaunchSchedule(sched, s));
   mla_cuda::LatentSplit split;
   split.part_out = reinterpret_cast<float*>(base + layout.part_out);
   split.part_lse = reinterpret_cast<float*>(base + layout.part_lse);
@@ -286,8 +311,31 @@ absl::Status MlaDecodeBalanced(const MlaParams& p, const MlaDecodePlan& plan, vo
 
 }  // namespace
 
+absl::Status MlaDecodeBuildMetadataCuda(const MlaParams& p, const MlaDecodePlan& plan, void* metadata,
+                                        void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (mla_decode_internal::RunsBalancedSchedule(p, plan)) {
+    const auto layout = mla_decode_internal::MakeBalancedLayout(p.batch, p.max_seqlen_q, p.num_heads,
+                                                                p.kv_lora_rank, plan.num_parts);
+    if (layout.metadata_bytes > plan.metadata_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mla_decode: the plan's metadata (", plan.metadata_bytes, " bytes) is smaller than the ",
+          layout.metadata_bytes, " bytes of the balanced schedule for batch=", p.batch, ", max_seqlen_q=",
+          p.max_seqlen_q, ", num_parts=", plan.num_parts, "; plan with this shape"));
+    }
+    return LaunchSchedule(ScheduleIn(p, plan, layout, static_cast<uint8_t*>(metadata)), s);
+  }
+  if (!RunsChunkOrder(p, plan)) return absl::OkStatus();  // nothing this plan would read
+  if (MlaDecodeChunkOrderBytes(p.batch, plan.num_splits) > plan.metadata_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mla_decode: the plan's metadata (", plan.metadata_bytes, " bytes) is smaller than the order of batch=",
+        p.batch, " x num_splits=", plan.num_splits, " chunks; plan with this shape"));
+  }
+  return LaunchChunkOrder(p, plan, static_cast<int32_t*>(metadata), s);
+}
+
 absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* workspace,
-                           void* stream, const MlaValueProjection* value_proj) {
+                           void* stream, const MlaValueProjection* value_proj, const void* metadata) {
   auto s = static_cast<cudaStream_t>(stream);
   if (p.max_seqlen_q < 1 || p.max_seqlen_q > 2) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -300,15 +348,15 @@ absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* 
   const ValueArgs value = MakeValueArgs(value_proj);
   const int64_t max_rows = static_cast<int64_t>(p.max_seqlen_q) * p.num_heads;
   if (mla_decode_internal::RunsBalancedSchedule(p, plan)) {
-    return MlaDecodeBalanced(p, plan, workspace, max_rows, value, s);
+    return MlaDecodeBalanced(p, plan, workspace, metadata, max_rows, value, s);
   }
-  const bool ordered = plan.longest_first && OrderChunks() &&
-                       static_cast<int64_t>(p.batch) * plan.num_splits <= kMlaDecodeMaxOrderedChunks;
+  const bool ordered = RunsChunkOrder(p, plan);
   if (plan.num_splits == 1 && !ordered) {
     return mla_cuda::LaunchLatentAttention(p, mla_cuda::LatentSplit{}, max_rows, s);
   }
+  // The order in the workspace only where this call builds it.
   const size_t need = MlaDecodeChunkWorkspaceBytes(p.batch, static_cast<int>(max_rows), p.kv_lora_rank,
-                                                   plan.num_splits, ordered);
+                                                   plan.num_splits, ordered && metadata == nullptr);
   if (need > plan.workspace_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "mla_decode: the plan's workspace (", plan.workspace_bytes, " bytes) is smaller than the ",
@@ -316,10 +364,22 @@ absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* 
         p.max_seqlen_q, ", num_splits=", plan.num_splits, ordered ? " in longest-first order" : "",
         " need; plan with this shape"));
   }
-  RETURN_IF_ERROR(RequireNonNull("workspace", workspace));
-  RETURN_IF_ERROR(cuda::RequireVectorAligned("mla_decode", "workspace", workspace));
+  if (need > 0) {
+    RETURN_IF_ERROR(RequireNonNull("workspace", workspace));
+    RETURN_IF_ERROR(cuda::RequireVectorAligned("mla_decode", "workspace", workspace));
+  }
   mla_cuda::LatentSplit split;
-  if (ordered) {
+  if (ordered && metadata != nullptr) {
+    if (MlaDecodeChunkOrderBytes(p.batch, plan.num_splits) > plan.metadata_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mla_decode: the plan's metadata (", plan.metadata_bytes, " bytes) is smaller than the order of batch=",
+          p.batch, " x num_splits=", plan.num_splits, " chunks; plan with this shape"));
+    }
+    // Built by MlaDecodeBuildMetadata; with p.inputs_before_wait also complete before the kernel
+    // just before this one started (api.h), so the chunk kernels may read it before their wait.
+    split.chunk_order = static_cast<const int32_t*>(metadata);
+    split.order_before_wait = p.inputs_before_wait;
+  } else if (ordered) {
     auto* order = reinterpret_cast<int32_t*>(
         static_cast<uint8_t*>(workspace) +
         MlaDecodeChunkOrderOffset(p.batch, static_cast<int>(max_rows), p.kv_lora_rank, plan.num_splits));

@@ -3,17 +3,22 @@
 // the plan the GPU's SM count gives (split-KV + combine for small batches) and with no split,
 // each with both latent kernels (mma.sync, and the Hopper wgmma kernel where it applies, i.e.
 // rank 512 on an sm_90 device) and, for the wgmma kernel, both ways of cutting the keys (chunks,
-// the balanced schedule); cache slots past each context are NaN; and two runs of the split path
-// bitwise equal.
+// the balanced schedule); cache slots past each context are NaN; two runs of the split path
+// bitwise equal; and the layers of a decode step sharing one prebuilt metadata (the schedule or
+// the chunk order) bitwise equal to the plain call.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "common/status.h"
 #include "gtest/gtest.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/mla_decode/api.h"
+#include "kernels/mla_decode/balanced_schedule.h"
 #include "kernels/mla_prefill/latent_tiling.h"
 #include "kernels/testing/cuda_latent.h"
 
@@ -275,6 +280,184 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(DeterminismCase{1, 128, 1, 8192, 512}, DeterminismCase{3, 16, 2, 4000, 512},
                                          DeterminismCase{1, 4, 1, 700, 64}),  // fixture widths
                        ::testing::Values(MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced)));
+
+// The metadata that a decode step's layers share (MlaDecodeBuildMetadata once per batch, then
+// every layer's MlaDecode with it): two layers -- their own q and cache, the same block table and
+// lengths (the same device arrays) -- run with the prebuilt metadata give, byte for byte, the
+// output and LSE of the plain call of that layer (which builds its own schedule or order): same
+// kernels, same schedule, same order. The metadata is poisoned (0xff) before its build, the
+// workspace and the outputs before each run, differently for the plain runs and the others, so a
+// record the build leaves unwritten or an output the call leaves unwritten shows; and a call
+// given the metadata leaves the workspace's metadata part (where the plain call builds its own)
+// as it was, so it launched no schedule or order kernel of its own. Then layer 0 once more with
+// inputs_before_wait, q poisoned and written back by a PDL kernel launched just before the call
+// and the metadata rebuilt into a fresh poisoned buffer just before that kernel: the chunk
+// kernels read the order before their PDL wait, two launches after its build (api.h).
+// (batch, heads, q per request, max context, schedule, pages per split of a forced longest-first
+// chunk plan (0: PlanMlaDecode's plan for the device), whether the plan has metadata)
+using MetadataCase = std::tuple<int, int, int, int, MlaDecodeSchedule, int, bool>;
+class MlaDecodeMetadataTest : public ::testing::TestWithParam<std::tuple<MetadataCase, LatentKernel>> {};
+
+struct DecodeBytes {
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+  std::vector<uint8_t> workspace_metadata;  // the workspace's metadata part after the call
+};
+
+// Where in the workspace the plain call of p under the plan builds its metadata ({offset, bytes};
+// no bytes where the call reads none: the mma.sync kernel runs a balanced plan's chunks).
+std::pair<size_t, size_t> WorkspaceMetadata(const MlaParams& p, const MlaDecodePlan& plan) {
+  if (plan.num_parts > 0 && p.kernel != LatentKernel::kMmaSync) {
+    const auto layout = mla_decode_internal::MakeBalancedLayout(p.batch, p.max_seqlen_q, p.num_heads,
+                                                                p.kv_lora_rank, plan.num_parts);
+    return {layout.metadata, layout.metadata_bytes};
+  }
+  if (!plan.longest_first) return {0, 0};
+  return {MlaDecodeChunkOrderOffset(p.batch, p.max_seqlen_q * p.num_heads, p.kv_lora_rank, plan.num_splits),
+          MlaDecodeChunkOrderBytes(p.batch, plan.num_splits)};
+}
+
+bool AllBytesAre(const std::vector<uint8_t>& bytes, uint8_t value) {
+  return std::all_of(bytes.begin(), bytes.end(), [value](uint8_t b) { return b == value; });
+}
+
+// MlaDecode of d under `params` (d's inputs, or another layer's table and lengths) on a workspace
+// and outputs filled with `poison` bytes, after just_before() (null: nothing) is queued; the
+// output and LSE it wrote, and the workspace's metadata part.
+void RunDecode(const testing::DeviceLatent& d, const MlaParams& params, const MlaDecodePlan& plan,
+               const void* metadata, int poison, const std::function<absl::Status()>& just_before,
+               DecodeBytes* got) {
+  testing::DeviceBuffer workspace(plan.workspace_bytes);
+  MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), poison, workspace.bytes()));
+  MLASERVE_CUDA_ASSERT(cudaMemset(d.out.get(), poison, d.out.bytes()));
+  MLASERVE_CUDA_ASSERT(cudaMemset(d.lse.get(), poison, d.lse.bytes()));
+  if (just_before) {
+    const auto queued = just_before();
+    ASSERT_TRUE(queued.ok()) << queued;
+  }
+  const auto st = MlaDecode(params, plan, workspace.get(), KernelContext{Backend::kCuda, nullptr}, nullptr, metadata);
+  ASSERT_TRUE(st.ok()) << st;
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  got->out = testing::ToHost<uint16_t>(d.out, d.out.bytes() / sizeof(uint16_t));
+  got->lse = testing::ToHost<float>(d.lse, d.lse.bytes() / sizeof(float));
+  const auto [at, bytes] = WorkspaceMetadata(params, plan);
+  ASSERT_LE(at + bytes, workspace.bytes());
+  got->workspace_metadata.resize(bytes);
+  MLASERVE_CUDA_ASSERT(cudaMemcpy(got->workspace_metadata.data(), workspace.as<uint8_t>() + at, bytes,
+                                  cudaMemcpyDeviceToHost));
+}
+
+// A call given the metadata (on a workspace poisoned with 0x7f) against the plain call.
+void ExpectSameBytes(const DecodeBytes& got, const DecodeBytes& want, const char* what) {
+  EXPECT_TRUE(got.out == want.out) << what << ": outputs differ from the plain call's";
+  ASSERT_EQ(got.lse.size(), want.lse.size());
+  EXPECT_EQ(std::memcmp(got.lse.data(), want.lse.data(), want.lse.size() * sizeof(float)), 0)
+      << what << ": LSEs differ from the plain call's";
+  EXPECT_TRUE(AllBytesAre(got.workspace_metadata, 0x7f)) << what << ": the call built metadata in the workspace";
+}
+
+TEST_P(MlaDecodeMetadataTest, LayersSharingItMatchThePlainCallBitwise) {
+  const auto [batch, heads, qpr, max_ctx, schedule, pages_per_split, has_metadata] = std::get<0>(GetParam());
+  const LatentKernel kernel = std::get<1>(GetParam());
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::mt19937 rng(seed);
+  std::vector<int> lq(batch, qpr), prefix(batch);
+  for (auto& x : prefix) x = static_cast<int>(rng() % (max_ctx - qpr + 1));
+  prefix[0] = max_ctx - qpr;
+  const auto c0 = testing::MakeLatentBatch(lq, prefix, heads, 512, 64, seed);
+  auto c1 = c0;  // layer 1: its own q and cache over the same pages
+  c1.q = testing::RandomVector(c0.q.size(), seed + 3);
+  c1.cache = testing::RandomVector(c0.cache.size(), seed + 4);
+  testing::DeviceLatent d[2] = {testing::DeviceLatent(c0), testing::DeviceLatent(c1)};
+  if (kernel != LatentKernel::kMmaSync && !LatentWgmmaApplies(d[0].params)) {
+    GTEST_SKIP() << "no sm_90a kernel for this device";
+  }
+  MlaParams params[2] = {d[0].params, d[1].params};
+  for (MlaParams& p : params) {
+    p.kernel = kernel;
+    p.block_table = d[0].params.block_table;
+    p.cu_seqlens_q = d[0].params.cu_seqlens_q;
+    p.seqlens_k = d[0].params.seqlens_k;
+  }
+  MlaDecodePlan plan;
+  if (pages_per_split == 0) {
+    int device = 0, sms = 0;
+    MLASERVE_CUDA_ASSERT(cudaGetDevice(&device));
+    MLASERVE_CUDA_ASSERT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    auto planned = PlanMlaDecode({batch, heads, qpr, 512, 64, max_ctx, sms, schedule});
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    plan = *planned;
+  } else {
+    // As MlaDecodeChunkTest builds its longest-first plans, with the order's metadata size.
+    plan.num_splits = (PagesFor(max_ctx) + pages_per_split - 1) / pages_per_split;
+    plan.chunk_tokens = pages_per_split * kPageSize;
+    plan.longest_first = true;
+    plan.workspace_bytes = MlaDecodeChunkWorkspaceBytes(batch, heads * qpr, 512, plan.num_splits, true);
+    plan.metadata_bytes = MlaDecodeChunkOrderBytes(batch, plan.num_splits);
+  }
+  ASSERT_EQ(plan.metadata_bytes > 0, has_metadata)
+      << "num_parts=" << plan.num_parts << " longest_first=" << plan.longest_first;
+  const KernelContext cuda{Backend::kCuda, nullptr};
+
+  DecodeBytes plain[2], shared[2], early;
+  for (int layer = 0; layer < 2; ++layer) {
+    ASSERT_NO_FATAL_FAILURE(RunDecode(d[layer], params[layer], plan, nullptr, 0xff, nullptr, &plain[layer]));
+    EXPECT_EQ(testing::CountNan(testing::FromBf16(plain[layer].out)), 0u) << "layer " << layer;
+    if (!plain[layer].workspace_metadata.empty()) {
+      EXPECT_FALSE(AllBytesAre(plain[layer].workspace_metadata, 0xff)) << "the plain call built no metadata there";
+    }
+  }
+  testing::DeviceBuffer metadata(plan.metadata_bytes);
+  MLASERVE_CUDA_ASSERT(cudaMemset(metadata.get(), 0xff, metadata.bytes()));
+  const auto built = MlaDecodeBuildMetadata(params[0], plan, metadata.get(), cuda);
+  ASSERT_TRUE(built.ok()) << built;
+  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+  if (kernel == LatentKernel::kMmaSync && plan.num_parts > 0) {
+    // The mma.sync kernel runs the balanced plan's chunks in grid order: nothing to build.
+    EXPECT_TRUE(AllBytesAre(testing::ToHost<uint8_t>(metadata, metadata.bytes()), 0xff))
+        << "the build wrote metadata that the call does not read";
+  }
+  for (int layer = 0; layer < 2; ++layer) {
+    ASSERT_NO_FATAL_FAILURE(RunDecode(d[layer], params[layer], plan, metadata.get(), 0x7f, nullptr, &shared[layer]));
+    ExpectSameBytes(shared[layer], plain[layer], layer == 0 ? "layer 0" : "layer 1");
+  }
+
+  testing::DeviceBuffer q_copy(d[0].q.bytes()), fresh(plan.metadata_bytes);
+  ASSERT_EQ(d[0].q.bytes() % sizeof(uint4), 0u);
+  MLASERVE_CUDA_ASSERT(cudaMemcpy(q_copy.get(), d[0].q.get(), d[0].q.bytes(), cudaMemcpyDeviceToDevice));
+  MLASERVE_CUDA_ASSERT(cudaMemset(d[0].q.get(), 0xff, d[0].q.bytes()));
+  MLASERVE_CUDA_ASSERT(cudaMemset(fresh.get(), 0xff, fresh.bytes()));
+  MlaParams before_wait = params[0];
+  before_wait.inputs_before_wait = true;
+  const auto build_then_write_q = [&]() -> absl::Status {
+    RETURN_IF_ERROR(MlaDecodeBuildMetadata(before_wait, plan, fresh.get(), cuda));
+    cuda::LaunchShape shape;
+    shape.grid = dim3(8);
+    shape.block = dim3(256);
+    return cuda::LaunchPdl("q copy", shape, CopyAfterWaitKernel, static_cast<const uint4*>(q_copy.get()),
+                           static_cast<uint4*>(d[0].q.get()), static_cast<int64_t>(d[0].q.bytes() / sizeof(uint4)));
+  };
+  ASSERT_NO_FATAL_FAILURE(RunDecode(d[0], before_wait, plan, fresh.get(), 0x7f, build_then_write_q, &early));
+  ExpectSameBytes(early, plain[0], "layer 0, inputs before the wait");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layers, MlaDecodeMetadataTest,
+    ::testing::Combine(
+        ::testing::Values(
+            // the balanced schedule: 16 heads (the few-rows kernel under kWgmma), 128 heads
+            MetadataCase{37, 16, 1, 3000, MlaDecodeSchedule::kBalanced, 0, true},
+            MetadataCase{150, 16, 1, 1000, MlaDecodeSchedule::kBalanced, 0, true},
+            MetadataCase{37, 128, 2, 1500, MlaDecodeSchedule::kBalanced, 0, true},
+            MetadataCase{150, 128, 1, 1000, MlaDecodeSchedule::kBalanced, 0, true},
+            // chunks longest first: more CTAs than SMs in the device's plan, and a forced split
+            MetadataCase{150, 16, 1, 2000, MlaDecodeSchedule::kChunks, 0, true},
+            MetadataCase{80, 128, 2, 1500, MlaDecodeSchedule::kChunks, 3, true},
+            // one request: one wave of chunks, no metadata
+            MetadataCase{1, 16, 1, 5000, MlaDecodeSchedule::kChunks, 0, false},
+            MetadataCase{1, 128, 2, 3000, MlaDecodeSchedule::kChunks, 0, false}),
+        ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma, LatentKernel::kWgmma64)));
 
 }  // namespace
 }  // namespace mlaserve::kernels

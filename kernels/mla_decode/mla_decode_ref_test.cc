@@ -1,3 +1,5 @@
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
@@ -156,6 +158,35 @@ TEST(MlaDecodePlan, BalancedScheduleIsOneWavePerRowBlock) {
   EXPECT_EQ(plan->workspace_bytes, 0u);
 }
 
+TEST(MlaDecodePlan, MetadataIsTheBatchPartOfTheWorkspace) {
+  // The balanced schedule's records: the layout's segments .. slot_base, inside the workspace.
+  auto plan = PlanMlaDecode({64, 128, 2, 512, 64, 8192, 132, MlaDecodeSchedule::kBalanced});
+  ASSERT_TRUE(plan.ok());
+  ASSERT_GT(plan->num_parts, 0);
+  const auto layout = mla_decode_internal::MakeBalancedLayout(64, 2, 128, 512, plan->num_parts);
+  EXPECT_EQ(plan->metadata_bytes, layout.bytes - layout.segments);
+  EXPECT_GT(plan->metadata_bytes, 0u);
+  EXPECT_LE(plan->metadata_bytes, plan->workspace_bytes);
+  EXPECT_EQ(plan->metadata_bytes % 16, 0u);
+  // A longest-first chunk plan: its order, batch x splits int32 rounded up to 16 bytes.
+  plan = PlanMlaDecode({256, 128, 1, 512, 64, 8192, 132, MlaDecodeSchedule::kChunks});
+  ASSERT_TRUE(plan.ok());
+  ASSERT_TRUE(plan->longest_first);
+  EXPECT_EQ(plan->metadata_bytes, MlaDecodeChunkOrderBytes(256, plan->num_splits));
+  EXPECT_GE(plan->metadata_bytes, 256u * plan->num_splits * sizeof(int32_t));
+  EXPECT_LE(plan->metadata_bytes, plan->workspace_bytes);
+  EXPECT_EQ(MlaDecodeChunkOrderBytes(3, 1), 16u);
+  EXPECT_EQ(MlaDecodeChunkOrderBytes(5, 3), 64u);
+  // No order and no schedule: one request in one wave of chunks, and the CPU plan.
+  plan = PlanMlaDecode({1, 16, 1, 512, 64, 8192, 132, MlaDecodeSchedule::kChunks});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_FALSE(plan->longest_first);
+  EXPECT_EQ(plan->metadata_bytes, 0u);
+  plan = PlanMlaDecode({256, 128, 1, 512, 64, 8192, 0});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->metadata_bytes, 0u);
+}
+
 TEST(MlaDecodePlan, AutoPicksBalancedForSkewedBatches) {
   // Short contexts over a full batch: chunk waves are even already.
   auto plan = PlanMlaDecode({128, 128, 1, 512, 64, 4096, 132});
@@ -260,6 +291,83 @@ TEST(MlaDecodeValidation, RefusesBadValueProjections) {
   MlaParams wide = p;
   wide.batch = static_cast<int>(kMlaFusedValueMaxTokens / wide.max_seqlen_q + 1);
   EXPECT_FALSE(MlaDecodeTakesValueProjection(wide, plan, cuda));
+}
+
+// 16 bytes, so that a vector of them is a 16-byte aligned metadata buffer on the host.
+struct alignas(16) MetadataWord {
+  uint8_t bytes[16];
+};
+
+// The CPU backend computes every row in one pass: it has no metadata to build, writes none into
+// the caller's buffer, and MlaDecode gives the same result with the buffer as without.
+TEST(MlaDecodeValidation, CpuBuildsNoMetadata) {
+  std::vector<int> lq = {1, 2, 1}, prefix = {700, 90, 3000};
+  auto c = testing::MakeLatentBatch(lq, prefix, 16, 512, 64, 3);
+  std::vector<float> out, lse, plain_out, plain_lse;
+  MlaParams p = ParamsFor(c, out, lse);
+  auto plan = PlanMlaDecode({3, 16, 2, 512, 64, 3001, 132, MlaDecodeSchedule::kBalanced});
+  ASSERT_TRUE(plan.ok());
+  ASSERT_GT(plan->metadata_bytes, 0u);
+  std::vector<MetadataWord> metadata(plan->metadata_bytes / sizeof(MetadataWord));
+  std::memset(metadata.data(), 0xab, plan->metadata_bytes);
+  const std::vector<uint8_t> poison(plan->metadata_bytes, 0xab);
+  EXPECT_TRUE(MlaDecodeBuildMetadata(p, *plan, metadata.data(), KernelContext{}).ok());
+  EXPECT_TRUE(MlaDecodeBuildMetadata(p, *plan, nullptr, KernelContext{}).ok());
+  EXPECT_EQ(std::memcmp(metadata.data(), poison.data(), poison.size()), 0) << "the CPU wrote metadata";
+  std::vector<uint8_t> workspace(plan->workspace_bytes);
+  ASSERT_TRUE(MlaDecode(p, *plan, workspace.data(), KernelContext{}, nullptr, metadata.data()).ok());
+  MlaParams plain = ParamsFor(c, plain_out, plain_lse);
+  ASSERT_TRUE(MlaDecode(plain, *plan, workspace.data(), KernelContext{}).ok());
+  EXPECT_EQ(out, plain_out);
+  EXPECT_EQ(lse, plain_lse);
+}
+
+// The metadata's contract (api.h), checked before any launch: each bad value is named. Every
+// call here is refused or has nothing to build (host pointers: nothing may launch).
+TEST(MlaDecodeValidation, RefusesBadMetadata) {
+  std::vector<int> lq = {1, 1, 1}, prefix = {700, 90, 3000};
+  auto c = testing::MakeLatentBatch(lq, prefix, 16, 512, 64, 4);
+  std::vector<float> out, lse;
+  MlaParams p = ParamsFor(c, out, lse);
+  auto plan = PlanMlaDecode({3, 16, 1, 512, 64, 3001, 132, MlaDecodeSchedule::kBalanced});
+  ASSERT_TRUE(plan.ok());
+  ASSERT_GT(plan->metadata_bytes, 0u);
+  std::vector<MetadataWord> metadata(plan->metadata_bytes / sizeof(MetadataWord) + 1);
+  auto* misaligned = reinterpret_cast<uint8_t*>(metadata.data()) + 4;
+  std::vector<uint8_t> workspace(plan->workspace_bytes);
+  const KernelContext cuda{Backend::kCuda, nullptr};
+  auto refused = [](const absl::Status& st, const std::string& names) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << names << ": " << st;
+    EXPECT_NE(st.message().find(names), std::string::npos) << st.message();
+  };
+  // MlaDecode checks the pointer's alignment before it dispatches, on either backend.
+  for (const KernelContext& ctx : {KernelContext{}, cuda}) {
+    refused(MlaDecode(p, *plan, workspace.data(), ctx, nullptr, misaligned), "metadata=");
+  }
+  refused(MlaDecodeBuildMetadata(p, *plan, nullptr, cuda), "metadata is null");
+  refused(MlaDecodeBuildMetadata(p, *plan, misaligned, cuda), "16-byte aligned");
+  MlaParams bad = p;
+  bad.seqlens_k = nullptr;
+  refused(MlaDecodeBuildMetadata(bad, *plan, metadata.data(), cuda), "seqlens_k is null");
+  bad = p;
+  bad.cu_seqlens_q = nullptr;
+  refused(MlaDecodeBuildMetadata(bad, *plan, metadata.data(), cuda), "cu_seqlens_q is null");
+  bad = p;
+  bad.block_table = nullptr;
+  refused(MlaDecodeBuildMetadata(bad, *plan, metadata.data(), cuda), "block_table is null");
+  bad = p;
+  bad.max_pages_per_seq = 0;
+  refused(MlaDecodeBuildMetadata(bad, *plan, metadata.data(), cuda), "max_pages_per_seq=0");
+  MlaDecodePlan no_splits = *plan;
+  no_splits.num_splits = 0;
+  for (const KernelContext& ctx : {KernelContext{}, cuda}) {
+    refused(MlaDecodeBuildMetadata(p, no_splits, metadata.data(), ctx), "plan.num_splits=0");
+  }
+  // A plan without metadata, or an empty batch, has nothing to build: OK with no buffer.
+  EXPECT_TRUE(MlaDecodeBuildMetadata(p, MlaDecodePlan{}, nullptr, cuda).ok());
+  MlaParams empty = p;
+  empty.batch = 0;
+  EXPECT_TRUE(MlaDecodeBuildMetadata(empty, *plan, nullptr, cuda).ok());
 }
 
 }  // namespace

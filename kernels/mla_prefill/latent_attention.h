@@ -60,6 +60,10 @@ struct LatentSplit {
   // num_splits + split, so that the GPU, which starts CTAs in grid order, starts the longest
   // chunks first and fills the last wave with the shortest. null: request z, split y.
   const int32_t* chunk_order = nullptr;
+  // The order was complete before the kernel just before this one started (built once per
+  // decode step, two launches back or earlier: MlaDecodeBuildMetadata), so with
+  // p.inputs_before_wait the chunk kernels read it before their PDL wait (pdl.cuh, rule 3).
+  bool order_before_wait = false;
 };
 
 // Validates what the kernel adds to CheckMlaShape (dtype, dims, alignment) and launches.

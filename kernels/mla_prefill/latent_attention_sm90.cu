@@ -105,7 +105,8 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   // the CTA's work and its first two pages' loads go before the PDL wait, so the pages are in
   // flight (or landed) while the previous kernel -- the one that writes Q -- finishes.
   constexpr bool chunks = !kSegments;
-  const bool early = chunks && p.inputs_before_wait && args.split.chunk_order == nullptr;
+  const bool early =
+      chunks && p.inputs_before_wait && (args.split.chunk_order == nullptr || args.split.order_before_wait);
   LatentCtaWork early_work;
   int early_pages[2] = {-1, -1};
   if (early) {

@@ -467,7 +467,7 @@ absl::Status LaunchFew(const MlaParams& p, const LatentSplit& split, int64_t max
                        cudaStream_t stream) {
   const bool chunks = split.segments == nullptr;
   FewArgs args{p, split, sm90::MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages),
-               !(chunks && p.inputs_before_wait && split.chunk_order == nullptr)};
+               !(chunks && p.inputs_before_wait && (split.chunk_order == nullptr || split.order_before_wait))};
   static const bool early_loads_off = EnvSwitchedOff("MLASERVE_MLA_EARLY_LOADS");
   if (early_loads_off) args.producer_waits = true;
   constexpr int kSmem = sizeof(FewStorage);

@@ -59,7 +59,8 @@ struct LatentCtaWork {
   };
   __device__ __forceinline__ static Chunk ChunkOf(const LatentSplit& split) {
     if (split.chunk_order == nullptr) return {static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.y)};
-    const int item = split.chunk_order[blockIdx.z * gridDim.y + blockIdx.y];
+    // From L2 (__ldcg): a prebuilt order may be read before the PDL wait (pdl.cuh, rule 3).
+    const int item = __ldcg(split.chunk_order + blockIdx.z * gridDim.y + blockIdx.y);
     return {item / split.num_splits, item % split.num_splits};
   }
 

@@ -37,6 +37,11 @@ constexpr float kEps = 1e-6f;
 // (2^-8 relative each) moved (the addend's, the routed sum's), then the residual's and the
 // norm's. A missing or doubly added addend is off by a tenth or more.
 constexpr double kBf16Bound = 1.0 / 64;
+// The same for the normed output y: the roundings before the norm (the routed sum's, the
+// addend's, the residual's on the unfolded side; the residual's on the folded one) pass through
+// the norm's scale, and both sides round y once more, so up to ~6 half-steps (2^-8) of max |y|.
+// Measured on the H200 over 6-8 M values per shape: up to 4.1 (2026-11-29, ninth session).
+constexpr double kBf16NormBound = 6.0 / 256;
 
 // One prefill-shaped MoE call on the device: x, the routed experts in the layout this device's
 // fastest path reads (MoePrepareExpertWeights' choice, as the loader makes it), a routing, an
@@ -162,7 +167,7 @@ TEST_P(MoePrefillFoldTest, AddendAndNormEpilogueMatchTheUnfoldedForm) {
   const std::vector<float> res = testing::FromBf16(folded.residual), y = testing::FromBf16(folded.y);
   EXPECT_EQ(testing::CountNan(y), 0u);
   EXPECT_LE(testing::MaxScaledError(res, testing::FromBf16(apart.residual)), kBf16Bound);
-  EXPECT_LE(testing::MaxScaledError(y, testing::FromBf16(apart.y)), kBf16Bound);
+  EXPECT_LE(testing::MaxScaledError(y, testing::FromBf16(apart.y)), kBf16NormBound);
   EXPECT_LE(testing::RelativeError(y, testing::FromBf16(apart.y)), 4e-3);
   // Without the addend the same values are off by it (so the bound above can see one missing).
   EXPECT_GT(testing::MaxScaledError(res, testing::FromBf16(apart_no_addend.residual)), 4 * kBf16Bound);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/page.h"
@@ -82,7 +83,44 @@ absl::Status PerHeadGemm(const ops::OpContext& ctx, kernels::GemmParams p, int h
   return kernels::Gemm(p, ctx.kernel);
 }
 
+// The decode kernel's plans at the longest context over the batches a decode graph pads to (1,
+// 2, ... 8, then doubling) and the largest batch itself, with either way of cutting the keys (a
+// step plans for its own, shorter context and may pick the other): `visit` sees each.
+template <typename Visit>
+absl::Status ForEachDecodePlan(const LayerContext& context, Visit visit) {
+  const size_t B = context.limits.max_batch_seqs;
+  auto plan_decode = [&](size_t batch) -> absl::Status {
+    kernels::MlaDecodeShape shape;
+    shape.batch = static_cast<int>(batch);
+    shape.num_heads = context.heads;
+    shape.kv_lora_rank = context.dims.rank;
+    shape.rope_dim = context.dims.rope;
+    shape.max_seqlen_k = context.max_pages_per_seq * kernels::kPageSize;
+    shape.num_sms = context.num_sms;
+    for (const auto schedule : {kernels::MlaDecodeSchedule::kChunks, kernels::MlaDecodeSchedule::kBalanced}) {
+      shape.schedule = schedule;
+      ASSIGN_OR_RETURN(kernels::MlaDecodePlan plan, kernels::PlanMlaDecode(shape));
+      visit(plan);
+    }
+    return absl::OkStatus();
+  };
+  for (size_t b = 1; b <= B; b = b < 8 ? b + 1 : b * 2) RETURN_IF_ERROR(plan_decode(std::min(b, B)));
+  return plan_decode(B);
+}
+
+bool SameDecodePlan(const kernels::MlaDecodePlan& a, const kernels::MlaDecodePlan& b) {
+  return a.num_splits == b.num_splits && a.chunk_tokens == b.chunk_tokens && a.num_parts == b.num_parts &&
+         a.longest_first == b.longest_first && a.metadata_bytes == b.metadata_bytes;
+}
+
 }  // namespace
+
+absl::StatusOr<size_t> MlaAttention::DecodeMetadataBytes(const LayerContext& context) {
+  size_t bytes = 0;
+  RETURN_IF_ERROR(ForEachDecodePlan(
+      context, [&](const kernels::MlaDecodePlan& plan) { bytes = std::max(bytes, plan.metadata_bytes); }));
+  return bytes;
+}
 
 absl::StatusOr<size_t> MlaAttention::ScratchBytes(const LayerContext& context) {
   const ModelConfig& c = *context.config;
@@ -100,31 +138,63 @@ absl::StatusOr<size_t> MlaAttention::ScratchBytes(const LayerContext& context) {
            T * H * dv * es + 3 * (B + 1) * sizeof(int32_t);
   // MLA: q_abs, latent output.
   total += T * H * (E + L) * es;
-  // The decode kernel's split workspace at its largest over the batches a decode graph pads
-  // to (1, 2, ... 8, then doubling) and the largest batch itself; decode graphs plan for whole
-  // pages.
+  // The decode kernel's split workspace at its largest over the plans a step may make.
   size_t decode_ws = 0;
-  auto plan_decode = [&](size_t batch) -> absl::Status {
-    kernels::MlaDecodeShape shape;
-    shape.batch = static_cast<int>(batch);
-    shape.num_heads = static_cast<int>(H);
-    shape.kv_lora_rank = static_cast<int>(L);
-    shape.rope_dim = d.rope;
-    shape.max_seqlen_k = context.max_pages_per_seq * kernels::kPageSize;
-    shape.num_sms = context.num_sms;
-    // A step plans for its own (shorter) context and may pick the other way of cutting the
-    // keys than this longest-context plan would: size for both.
-    for (const auto schedule : {kernels::MlaDecodeSchedule::kChunks, kernels::MlaDecodeSchedule::kBalanced}) {
-      shape.schedule = schedule;
-      ASSIGN_OR_RETURN(kernels::MlaDecodePlan plan, kernels::PlanMlaDecode(shape));
-      decode_ws = std::max(decode_ws, plan.workspace_bytes);
-    }
-    return absl::OkStatus();
-  };
-  for (size_t b = 1; b <= B; b = b < 8 ? b + 1 : b * 2)
-    RETURN_IF_ERROR(plan_decode(std::min(b, B)));
-  RETURN_IF_ERROR(plan_decode(B));
+  RETURN_IF_ERROR(ForEachDecodePlan(
+      context, [&](const kernels::MlaDecodePlan& plan) { decode_ws = std::max(decode_ws, plan.workspace_bytes); }));
   return total + decode_ws;
+}
+
+kernels::MlaParams MlaAttention::LatentParams(const BatchPlan& plan) const {
+  const ops::OpContext& oc = ctx_->ops;
+  kernels::MlaParams p;
+  p.dtype = oc.dtype;
+  p.batch = plan.batch;
+  p.num_heads = ctx_->heads;
+  p.kv_lora_rank = ctx_->dims.rank;
+  p.rope_dim = ctx_->dims.rope;
+  p.num_pages = ctx_->cache->num_pages();
+  p.block_table = plan.dev.block_table;
+  p.max_pages_per_seq = plan.max_pages_per_seq;
+  p.cu_seqlens_q = plan.dev.cu_seqlens_q;
+  p.seqlens_k = plan.dev.seqlens_k;
+  p.max_seqlen_q = plan.max_seqlen_q;
+  p.max_seqlen_k = plan.max_seqlen_k;
+  p.softmax_scale = static_cast<float>(ctx_->config->softmax_scale);
+  p.causal = true;
+  return p;
+}
+
+absl::StatusOr<MlaAttention::LatentDecode> MlaAttention::PlanLatentDecode(const BatchPlan& plan) const {
+  kernels::MlaDecodeShape shape;
+  shape.batch = plan.batch;
+  shape.num_heads = ctx_->heads;
+  shape.q_per_request = 1;
+  shape.kv_lora_rank = ctx_->dims.rank;
+  shape.rope_dim = ctx_->dims.rope;
+  shape.max_seqlen_k = plan.max_seqlen_k;
+  shape.num_sms = ctx_->num_sms;
+  for (const int32_t k : plan.seqlens_k) shape.total_seqlen_k += k;
+  LatentDecode decode;
+  ASSIGN_OR_RETURN(decode.plan, kernels::PlanMlaDecode(shape));
+  // MLASERVE_MLA_STEP_METADATA=0: every layer's MlaDecode builds its own (for comparisons; read
+  // per step, once a layer: a getenv, no launch).
+  if (decode.plan.metadata_bytes == 0 || kernels::EnvSwitchedOff("MLASERVE_MLA_STEP_METADATA")) return decode;
+  // The step's metadata: built by its first decode layer (here, before that layer's first
+  // launch, so that it is complete two launches before any attention kernel of the step), passed
+  // as it is by the others.
+  StepScratch::MlaDecodeMetadata& meta = ctx_->scratch->mla_decode_metadata();
+  if (decode.plan.metadata_bytes > meta.capacity) {
+    return absl::InternalError(absl::StrCat("mla_decode metadata: the plan needs ", decode.plan.metadata_bytes,
+                                            " bytes; ", meta.capacity, " were sized for the step"));
+  }
+  if (!meta.built || !SameDecodePlan(meta.plan, decode.plan)) {
+    RETURN_IF_ERROR(kernels::MlaDecodeBuildMetadata(LatentParams(plan), decode.plan, meta.data, ctx_->ops.kernel));
+    meta.built = true;
+    meta.plan = decode.plan;
+  }
+  decode.metadata = meta.data;
+  return decode;
 }
 
 absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, const void* x,
@@ -139,6 +209,14 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
   const int qk = ctx_->dims.qk();  // stored widths (model/mla_dims.h)
   const int E = ctx_->dims.latent();
   const int hidden = c.hidden_size;
+
+  // A dense decode batch: mla_decode's plan, and the step's metadata built before this layer's
+  // first launch if no layer before built it.
+  LatentDecode decode;
+  const bool dense_decode = form == AttentionForm::kMlaDecode && !(indexer_ != nullptr && plan.sparse);
+  if (dense_decode) {
+    ASSIGN_OR_RETURN(decode, PlanLatentDecode(plan));
+  }
 
   // q: [T, H, nope | rope]; kv: [T, latent | k_pe] -- exactly the cache entry once normed and
   // roped. q_proj (q_a_proj) and kv_a_proj_with_mqa both read x: one GEMM over their stacked
@@ -212,8 +290,8 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
     RETURN_IF_ERROR(ctx_->cache->RoundTripLatent(layer_, plan, kv));
     RETURN_IF_ERROR(AttendMha(plan, q, kv, attn));
   } else {
-    RETURN_IF_ERROR(
-        AttendLatent(plan, form, q, q_abs, rope_into_q_abs, absorb_in_rope, plan.sparse ? topk : nullptr, attn));
+    RETURN_IF_ERROR(AttendLatent(plan, form, q, q_abs, rope_into_q_abs, absorb_in_rope,
+                                 plan.sparse ? topk : nullptr, dense_decode ? &decode : nullptr, attn));
   }
   return ops::Linear(oc, attn, T, H * ctx_->dims.v, w.o_proj, out, hidden);
 }
@@ -222,7 +300,7 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
 // rope part is already roped (q_abs_roped); q_abs: [T, H, latent | rope]; attn: [T, H, v].
 absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm form, const void* q,
                                         void* q_abs, bool q_abs_roped, bool q_abs_absorbed,
-                                        const int32_t* topk_indices, void* attn) {
+                                        const int32_t* topk_indices, const LatentDecode* decode, void* attn) {
   StepScratch& scratch = *ctx_->scratch;
   const ModelConfig& c = *ctx_->config;
   const ops::OpContext& oc = ctx_->ops;
@@ -293,54 +371,33 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
     p.softmax_scale = scale;
     RETURN_IF_ERROR(ctx_->cache->SparseAttend(layer_, plan, p, form == AttentionForm::kMlaDecode));
   } else {
-    kernels::MlaParams p;
-    p.dtype = oc.dtype;
-    p.batch = plan.batch;
-    p.num_heads = H;
-    p.kv_lora_rank = L;
-    p.rope_dim = dr;
+    kernels::MlaParams p = LatentParams(plan);
     p.q = q_abs;
     p.q_token_stride = static_cast<int64_t>(H) * E;
     p.q_head_stride = E;
     ASSIGN_OR_RETURN(p.kv_cache, ctx_->cache->LatentForRead(layer_, plan));
-    p.num_pages = ctx_->cache->num_pages();
-    p.block_table = plan.dev.block_table;
-    p.max_pages_per_seq = plan.max_pages_per_seq;
-    p.cu_seqlens_q = plan.dev.cu_seqlens_q;
-    p.seqlens_k = plan.dev.seqlens_k;
-    p.max_seqlen_q = plan.max_seqlen_q;
-    p.max_seqlen_k = plan.max_seqlen_k;
     p.out = out_lat;
-    p.softmax_scale = scale;
-    p.causal = true;
     // The plan's arrays came from the host and the native cache's new rows from the norm+rope
     // launch, two kernels or more before the attention (the absorbed query's GEMM in between
     // waits before it lets the next kernel in): only q comes from the kernel just before.
     // Not when the rope launch computed the query's latent part: then it is the kernel just
-    // before, and its blocks store the new rows.
+    // before, and its blocks store the new rows. The step's decode metadata was built before
+    // the first launch of its first decode layer, so it is as old as the plan's arrays.
     p.inputs_before_wait = ctx_->cache->LatentRowsInPlace(layer_) != nullptr && !q_abs_absorbed;
     if (form == AttentionForm::kMlaDecode) {
-      kernels::MlaDecodeShape shape;
-      shape.batch = plan.batch;
-      shape.num_heads = H;
-      shape.q_per_request = 1;
-      shape.kv_lora_rank = L;
-      shape.rope_dim = dr;
-      shape.max_seqlen_k = plan.max_seqlen_k;
-      shape.num_sms = ctx_->num_sms;
-      for (const int32_t k : plan.seqlens_k) shape.total_seqlen_k += k;
-      ASSIGN_OR_RETURN(kernels::MlaDecodePlan decode_plan, kernels::PlanMlaDecode(shape));
+      if (decode == nullptr) return absl::InternalError("mla_decode: a dense decode batch without its plan");
       void* workspace = nullptr;
-      if (decode_plan.workspace_bytes > 0) {
+      if (decode->plan.workspace_bytes > 0) {
         ASSIGN_OR_RETURN(workspace,
-                         scratch.Allocate(decode_plan.workspace_bytes, "mla decode workspace"));
+                         scratch.Allocate(decode->plan.workspace_bytes, "mla decode workspace"));
       }
       // attn = out_lat . W_UV per head inside the combine where the plan has one for every row:
       // the per-head GEMM below is not launched (MLASERVE_MLA_FUSED_UV=0 keeps it).
       const kernels::MlaValueProjection uv_proj{views.w_uv, views.row_stride, views.head_stride, dv, attn,
                                                 static_cast<int64_t>(H) * dv, dv};
-      uv_in_combine = kernels::MlaDecodeTakesValueProjection(p, decode_plan, kctx);
-      RETURN_IF_ERROR(kernels::MlaDecode(p, decode_plan, workspace, kctx, uv_in_combine ? &uv_proj : nullptr));
+      uv_in_combine = kernels::MlaDecodeTakesValueProjection(p, decode->plan, kctx);
+      RETURN_IF_ERROR(kernels::MlaDecode(p, decode->plan, workspace, kctx, uv_in_combine ? &uv_proj : nullptr,
+                                         decode->metadata));
     } else {
       RETURN_IF_ERROR(kernels::MlaPrefill(p, kctx));
     }

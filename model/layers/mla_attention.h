@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "kernels/mla_decode/api.h"
 #include "model/deepseek_weights.h"
 #include "model/layers/attention_forms.h"
 #include "model/layers/dsa_indexer.h"
@@ -40,20 +41,38 @@ class MlaAttention {
   // at every batch a decode graph pads to; the indexer's is DsaIndexer::ScratchBytes).
   static absl::StatusOr<size_t> ScratchBytes(const LayerContext& context);
 
+  // Bytes of the largest mla_decode metadata a step of this engine may build (the step keeps
+  // one copy of it: StepScratch::MlaDecodeMetadata).
+  static absl::StatusOr<size_t> DecodeMetadataBytes(const LayerContext& context);
+
   // x: normed hidden [T, hidden]; out: [T, hidden]. Writes the layer's KV of the plan's tokens.
   absl::Status Forward(const BatchPlan& plan, AttentionForm form, const void* x, void* out);
 
   DsaIndexer* indexer() { return indexer_.get(); }
 
  private:
+  // A dense decode batch's mla_decode plan and the step's metadata for it (null: the plan has
+  // none).
+  struct LatentDecode {
+    kernels::MlaDecodePlan plan;
+    const void* metadata = nullptr;
+  };
+  // The latent kernels' parameters of `plan`'s batch but q, kv_cache and out.
+  kernels::MlaParams LatentParams(const BatchPlan& plan) const;
+  // The plan of `plan`'s dense decode, and the step's metadata: built here where no layer of
+  // the step built it yet (one launch), else the first layer's.
+  absl::StatusOr<LatentDecode> PlanLatentDecode(const BatchPlan& plan) const;
+
   // q: [T, H, qk] roped; kv: the new tokens' cache entries [T, latent]; attn: [T, H, v].
   absl::Status AttendMha(const BatchPlan& plan, const void* q, const void* kv, void* attn);
   // q_abs: the absorbed query [T, H, latent | rope], its rope part roped in by Forward when
   // q_abs_roped (else copied from q here), its latent part (q_nope . W_UK) computed by Forward's
   // rope launch when q_abs_absorbed (else here); topk: the indexer's [T, index_topk] for a
   // sparse batch, else null.
+  // decode: a dense decode batch's plan (PlanLatentDecode), null for other batches.
   absl::Status AttendLatent(const BatchPlan& plan, AttentionForm form, const void* q, void* q_abs,
-                            bool q_abs_roped, bool q_abs_absorbed, const int32_t* topk, void* attn);
+                            bool q_abs_roped, bool q_abs_absorbed, const int32_t* topk,
+                            const LatentDecode* decode, void* attn);
 
   const LayerContext* ctx_;
   int layer_;

@@ -17,7 +17,8 @@ size_t StepScratch::PlanStagingBytes(const BatchLimits& limits, int max_pages_pe
 
 absl::StatusOr<StepScratch> StepScratch::Create(const kernels::KernelContext& ctx,
                                                 kernels::DType act_dtype, size_t arena_bytes,
-                                                const BatchLimits& limits, int max_pages_per_seq) {
+                                                const BatchLimits& limits, int max_pages_per_seq,
+                                                size_t mla_decode_metadata_bytes) {
   StepScratch s;
   s.ctx_ = ctx;
   s.dtype_ = act_dtype;
@@ -28,6 +29,11 @@ absl::StatusOr<StepScratch> StepScratch::Create(const kernels::KernelContext& ct
                                      ctx.backend, PlanStagingBytes(limits, max_pages_per_seq)));
     const uint32_t zero = 0;
     ASSIGN_OR_RETURN(s.grid_ticket_, DeviceBuffer::FromHost(ctx.backend, &zero, sizeof(zero)));
+    if (mla_decode_metadata_bytes > 0) {
+      ASSIGN_OR_RETURN(s.mla_meta_buffer_, DeviceBuffer::Allocate(ctx.backend, mla_decode_metadata_bytes));
+      s.mla_meta_.data = s.mla_meta_buffer_.data();
+      s.mla_meta_.capacity = mla_decode_metadata_bytes;
+    }
   }
   return s;
 }

@@ -8,12 +8,14 @@
 #             MoE's, memcheck on the mla_decode determinism cases
 #   engine    model_engine_cuda_test (the CUDA engine against the HF fixtures)
 #   ab        mlaserve-engine-bench decode batch AB_BATCHES (1 32 128) (graphs) on the random V2-Lite-shaped
-#             checkpoint: all on, then each lever off (VARIANTS: MLASERVE_MOE_FUSED_ROUTER=0,
+#             checkpoint at context AB_CONTEXT (1024): all on, then each lever off (VARIANTS: MLASERVE_MOE_FUSED_ROUTER=0,
 #             MLASERVE_MOE_STREAM_TOK=16, MLASERVE_MLA_EARLY_LOADS=0; a variant A=0,B=0 sets both),
 #             ROUNDS times in turn
 #   timeline  one traced decode step at batch 1 and 128, with layer 1's launches one by one
 #   moebench  mlaserve-moe-bench at MOE_TOKENS (1,2,4) tokens on the V2-Lite and V3 expert shapes,
 #             per variant of VARIANTS (the stream stages' % of copy bandwidth)
+#   kbench    mlaserve-kernel-bench --only mla_decode KBENCH_ARGS (mla_decode's rows: the step's
+#             shared metadata and the per-call form)
 #   prefilltl one traced prefill Forward of 4096 tokens (--timeline: its idle gaps and kernels)
 # A test binary or sanitizer run whose binary is not in the bundle is skipped (noted as missing);
 # SAN_EXTRA adds sanitizer runs (TOOL:BINARY:FILTER ...).
@@ -23,7 +25,7 @@
 #             tools/device/bundle.sh && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-fusions.tar.xz
 #   there:  tools/device/decode_fusions_suite.sh   (carry [".devpack-fusions.tar.xz"])
 # Results under $OUT: gpu.txt, tests.txt, sanitize.txt, engine_cuda_test.txt, ab.txt, timeline.txt,
-# moe_bench.txt, prefill_timeline.txt.
+# moe_bench.txt, kernel_bench.txt (+ .json), prefill_timeline.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
@@ -68,8 +70,8 @@ if want ab; then
       echo "=== round $round $variant" >> "$OUT/ab.txt"
       envs=(); [[ $variant == on ]] || IFS=, read -r -a envs <<< "$variant"  # A=0,B=0: both
       env "${envs[@]}" timeout 200 .devbin/mlaserve-engine-bench --model "$MODEL" \
-        --prefill-lens 16 --runs 1 --decode-batches ${AB_BATCHES:-1 32 128} --decode-steps 32 --eager-steps 0 \
-        --sampled-steps 0 > "$OUT/b.log" 2>&1
+        --prefill-lens 16 --runs 1 --decode-batches ${AB_BATCHES:-1 32 128} --decode-context "${AB_CONTEXT:-1024}" \
+        --decode-steps 32 --eager-steps 0 --sampled-steps 0 > "$OUT/b.log" 2>&1
       rc=$?
       grep -E '^\| decode' "$OUT/b.log" >> "$OUT/ab.txt"
       note "round $round $variant" "rc=$rc $(grep -E '^\| decode' "$OUT/b.log" | awk -F'|' '{printf "b%s %s ms; ", $3, $5}')"
@@ -89,6 +91,12 @@ if want moebench; then
       note "moebench $variant $shape" "rc=$?"
     done
   done
+fi
+
+if want kbench; then
+  timeout 300 .devbin/mlaserve-kernel-bench --only mla_decode ${KBENCH_ARGS:-} --json "$OUT/kernel_bench.json" \
+    > "$OUT/kernel_bench.txt" 2>&1
+  note "kernel bench mla_decode" "rc=$?"
 fi
 
 if want timeline; then

@@ -11,7 +11,8 @@
 #           [".devpack-flashmla.tar.xz", ".devbin", ".devlibs"]: mlaserve-kernel-bench
 #           --only mla_decode then runs after FlashMLA, with one table of ours vs FlashMLA.
 # BUILD_TIMEOUT (s, default 300) bounds the compile: past it, or on a compiler error, the script
-# prints the error tail and exits 1 at once. KERNEL_BENCH=0 skips ours.
+# prints the error tail and exits 1 at once. KERNEL_BENCH=0 skips ours; KERNEL_BENCH_ARGS: more
+# flags for it (e.g. --no-mmasync).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 T0=$SECONDS
@@ -57,7 +58,7 @@ rc=${PIPESTATUS[0]}
 echo "== [$((SECONDS - T0)) s] FlashMLA check + timing rc=$rc"
 
 if [[ ${KERNEL_BENCH:-1} == 1 && -x .devbin/mlaserve-kernel-bench && -f $OUT/flashmla.json ]]; then
-  timeout 300 .devbin/mlaserve-kernel-bench --only mla_decode --json "$OUT/kernel_bench.json" \
+  timeout 300 .devbin/mlaserve-kernel-bench --only mla_decode ${KERNEL_BENCH_ARGS:-} --json "$OUT/kernel_bench.json" \
     > "$OUT/kernel_bench.txt" 2>&1
   echo "== [$((SECONDS - T0)) s] mlaserve-kernel-bench --only mla_decode rc=$?"
   cat "$OUT/kernel_bench.txt"
