@@ -19,6 +19,14 @@
 //      host's launch latency never shows on the GPU timeline): median of 15 per stage, with
 //      each stage's roofline fraction (its compute floor at cuBLAS's rate or its bytes at copy
 //      bandwidth, whichever is larger, over its time).
+// At decode sizes (T <= kMoeStreamMaxTokens) a "chain" row times the calls as a decode step
+// runs them: one replay of a lone call pays its launch, ramp-up and tail, while the engine's
+// layers run back to back in one CUDA graph, each kernel's launch and weight loads overlapping
+// the previous one's tail (PDL), each layer reading its own weights from memory. So: a CUDA
+// graph of kChain calls of what kAuto picks (new stages), call c over its own copy of the
+// experts' weights (c % copies) and routing (c % kRoutings), microseconds per call (median of
+// kChainReps replays over kChain) and the touched experts' weight bytes (as the lone row counts
+// them) at copy bandwidth, printed next to the lone call's.
 // With --shape shared (or all), the shared experts' gate_up at prefill sizes (shared_bench.cu);
 // with --shape shared-mid (or all), V2-Lite's shared experts at 16-512 rows, or the --tokens
 // below kMoeSharedGateUpMinRows (shared_mid_bench.cu).
@@ -55,6 +63,14 @@ constexpr int kRoutings = 4;
 constexpr int kGraphReps = 25;
 constexpr int kStageReps = 15;
 constexpr double kSpinUs = 300;  // GPU busy time ahead of each staged call's launches
+constexpr int kChain = 8;        // calls per graph of the chain rows, as consecutive layers
+constexpr int kChainReps = 20;
+// Every routing as often in a chain, so its weight bytes per call are the lone row's mean.
+static_assert(kChain % kRoutings == 0);
+// Weight copies for the chain rows: up to kChain within this many bytes (V2-Lite: 8 of 1.1 GB),
+// at least 2 where free memory allows (V3: 22.5 GB a copy).
+constexpr double kChainCopyBudget = 16e9;
+constexpr size_t kChainKeepFree = size_t{2} << 30;  // for cuBLAS, graphs, routings
 
 void* Bf16(size_t n, float scale) {
   void* p;
@@ -205,6 +221,9 @@ std::string PlanName(const mk::MoeExpertsParams& p) {
 struct ShapeBuffers {
   void *gu_stacked, *gu_interleaved, *down, *x, *out, *dense_a, *dense_c;
   float* weights;
+  // The chain rows' copies of the experts' weights (interleaved gate_up, down); [0] are
+  // gu_interleaved and down themselves. Empty when no token count is in the stream range.
+  std::vector<void*> gu_copies, down_copies;
 };
 
 // "old": the 2026-11-24 stages on stacked weights; "new": the current ones on interleaved.
@@ -239,6 +258,63 @@ float GraphMs(mk::MoeExpertsParams p, const std::vector<int32_t*>& ids, cudaStre
   }, stream);
   for (auto g : graphs) if (g) cudaGraphExecDestroy(g);
   return ms;
+}
+
+// Makes b's weight copies for the chain rows and says how many: as many as free memory holds
+// beside the workspace of `largest` (the shape at its largest T), up to kChainCopyBudget but at
+// least 2 where they fit, a divisor of kChain so that the next replay's first call, too,
+// follows a call on another copy.
+//
+// Why the chain's weights come from memory, not L2 (H200: 50 MB), as a decode step's layers'
+// do: consecutive calls read different copies, so nothing the previous call left in L2 is
+// theirs, and a copy comes round again only after another call has streamed its touched
+// experts' weights (at least 104 MB: V2-Lite at T = 1, 6 experts; V3: 704 MB) through L2.
+// Where only one copy fits, consecutive calls still differ in routing: at T = 1 they share
+// about 6 * 6 / 64 = 0.6 experts on V2-Lite (8 * 8 / 256 = 0.25 on V3); at larger T they share
+// more experts, but each call streams several times what L2 holds.
+void MakeChainCopies(const Shape& s, const mk::MoeExpertsParams& largest, ShapeBuffers* b) {
+  const size_t gu_bytes = size_t{2} * s.E * 2 * s.I * s.H, down_bytes = size_t{2} * s.E * s.H * s.I;
+  const size_t copy_bytes = gu_bytes + down_bytes;
+  size_t free_bytes = 0, total_bytes = 0;
+  CHECK_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const size_t keep = mk::MoeExpertsWorkspaceBytes(largest) + kChainKeepFree;
+  // Copies that fit, counting [0] (there already).
+  const size_t fit = 1 + (free_bytes > keep ? (free_bytes - keep) / copy_bytes : 0);
+  const int want = std::clamp(static_cast<int>(kChainCopyBudget / static_cast<double>(copy_bytes)), 2, kChain);
+  int copies = 1;
+  while (copies * 2 <= want && static_cast<size_t>(copies) * 2 <= fit && kChain % (copies * 2) == 0) copies *= 2;
+  b->gu_copies = {b->gu_interleaved};
+  b->down_copies = {b->down};
+  for (int i = 1; i < copies; ++i) {
+    void *gu, *down;
+    CHECK_CUDA(cudaMalloc(&gu, gu_bytes));
+    CHECK_CUDA(cudaMalloc(&down, down_bytes));
+    CHECK_CUDA(cudaMemcpy(gu, b->gu_interleaved, gu_bytes, cudaMemcpyDeviceToDevice));
+    CHECK_CUDA(cudaMemcpy(down, b->down, down_bytes, cudaMemcpyDeviceToDevice));
+    b->gu_copies.push_back(gu);
+    b->down_copies.push_back(down);
+  }
+  std::printf("chain rows (T <= %d): CUDA graphs of %d calls of kAuto's pick, as a decode step runs its layers (PDL "
+              "between calls), call c over weight copy c %% %d and routing c %% %d; %d copies of %.1f GB\n",
+              mk::kMoeStreamMaxTokens, kChain, copies, kRoutings, copies, copy_bytes / 1e9);
+  if (copies == 1) {
+    std::printf("  only one copy of the experts' weights fits (%.1f GB free): consecutive calls share the weights "
+                "and differ only in routing\n", free_bytes / 1e9);
+  }
+}
+
+// Microseconds per call of `p` in a CUDA graph of kChain calls, call c over b's weight copy
+// c % copies and routing c % kRoutings (the kernels' PDL launches overlap each call with the
+// one before, as in a decode step's graph).
+double ChainMicros(mk::MoeExpertsParams p, const ShapeBuffers& b, const std::vector<int32_t*>& ids,
+                   cudaStream_t stream) {
+  const size_t copies = b.gu_copies.size();
+  return bench::GraphMicrosPerCall(stream, kChain, [&](int c) {
+    p.gate_up = b.gu_copies[c % copies];
+    p.down = b.down_copies[c % copies];
+    p.topk_ids = ids[c % kRoutings];
+    bench::CheckStatus(mk::MoeExperts(p, {mk::Backend::kCuda, stream}), "moe experts (chain)");
+  }, 3, kChainReps);
 }
 
 // Median time of each stage of `p` (direct launches behind a spin kernel), in stage order.
@@ -426,6 +502,16 @@ void BenchTokens(const Shape& s, int T, const ShapeBuffers& b, double copy_gbs, 
                 best_name.c_str(), best_ms, miss ? "  AUTO-MISS: kAuto is >5% slower than the best path" : "");
   }
 
+  // The same calls in a chain, each over its own weights, next to the lone call (auto_ms).
+  if (auto_ms > 0 && T <= mk::kMoeStreamMaxTokens && !b.gu_copies.empty()) {
+    const double us = ChainMicros(Configure(p, b, false), b, ids, stream), alone_us = 1e3 * auto_ms;
+    std::printf("  %-6s %-16s %d calls in a graph, PDL, %zu weight copies (as a decode step's layers): %7.2f us per "
+                "call, %5.0f GB/s weights = %5.1f%% of copy; alone %7.2f us, %5.0f GB/s = %5.1f%%\n",
+                "chain", auto_name.c_str(), kChain, b.gu_copies.size(), us, weight_bytes / us / 1e3,
+                100.0 * weight_bytes / us / 1e3 / copy_gbs, alone_us, weight_bytes / alone_us / 1e3,
+                100.0 * weight_bytes / alone_us / 1e3 / copy_gbs);
+  }
+
   // 2. Per stage, old vs new, on what kAuto picks.
   if (auto_ms < 0) {
     for (auto* d : ids) cudaFree(d);
@@ -490,7 +576,17 @@ void BenchShape(const Shape& s, const std::vector<int>& tokens, double copy_gbs)
   b.dense_a = Bf16(max_a * std::max(H, I), 1.0f);
   CHECK_CUDA(cudaMalloc(&b.dense_c, max_a * std::max(2 * I, H) * 2));
   std::printf("\n=== %s experts: E=%d, hidden=%d, inter=%d, top_k=%d ===\n", s.model, E, H, I, k);
+  if (*std::min_element(tokens.begin(), tokens.end()) <= mk::kMoeStreamMaxTokens) {
+    mk::MoeExpertsParams largest;
+    largest.dtype = mk::DType::kBF16; largest.num_tokens = max_t; largest.hidden = H; largest.inter = I;
+    largest.num_experts = E; largest.top_k = k;
+    MakeChainCopies(s, largest, &b);
+  }
   for (int T : tokens) BenchTokens(s, T, b, copy_gbs, stream);
+  for (size_t i = 1; i < b.gu_copies.size(); ++i) {
+    cudaFree(b.gu_copies[i]);
+    cudaFree(b.down_copies[i]);
+  }
   for (void* ptr : {b.gu_stacked, b.gu_interleaved, b.down, b.x, b.out, b.dense_a, b.dense_c}) cudaFree(ptr);
   cudaFree(b.weights);
   cudaStreamDestroy(stream);
