@@ -116,7 +116,10 @@ bool SameDecodePlan(const kernels::MlaDecodePlan& a, const kernels::MlaDecodePla
 }  // namespace
 
 absl::StatusOr<size_t> MlaAttention::DecodeMetadataBytes(const LayerContext& context) {
-  size_t bytes = 0;
+  // A chunk order at its largest (the order kernel sorts up to kMlaDecodeMaxOrderedChunks chunks;
+  // a plan with more keeps grid order): a step at a shorter context than the sweep's may split
+  // into more chunks than any plan of the sweep.
+  size_t bytes = kernels::MlaDecodeChunkOrderBytes(1, kernels::kMlaDecodeMaxOrderedChunks);
   RETURN_IF_ERROR(ForEachDecodePlan(
       context, [&](const kernels::MlaDecodePlan& plan) { bytes = std::max(bytes, plan.metadata_bytes); }));
   return bytes;
