@@ -90,6 +90,20 @@ std::unique_ptr<Engine> MakeCudaEngine(const std::string& dir, kernels::MhaPrefi
   return std::unique_ptr<Engine>(*std::move(e));
 }
 
+// Prefills each of `ids` as a sequence of its own (one Forward each) with pages for `extra`
+// tokens more, into `pages`.
+void PrefillEach(DeepseekEngine& e, const std::vector<std::vector<int32_t>>& ids, int extra,
+                 std::vector<std::unique_ptr<SeqPages>>* pages) {
+  for (const auto& seq : ids) {
+    pages->push_back(std::make_unique<SeqPages>(e.kv_pool(), static_cast<int>(seq.size()) + extra));
+    SequenceChunk c;
+    c.tokens = seq;
+    c.pages = pages->back()->pages();
+    auto r = e.Forward({&c, 1}, AttentionPath::kMla);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+}
+
 // Top-2 gap of `row` relative to max |row|.
 double RelMargin(const std::vector<float>& row) {
   std::vector<float> s = row;
@@ -369,15 +383,8 @@ TEST_P(EngineCudaGraphTest, DecodeGraphsMatchEagerSteps) {
     DeepseekEngine& e = which == 0 ? **graphs : **eager;
     std::vector<std::unique_ptr<SeqPages>> pages;
     std::vector<std::vector<int32_t>> ids;
-    for (int s = 0; s < kSeqs; ++s) {
-      ids.push_back(ref.prompts[std::min<size_t>(s + 1, ref.prompts.size() - 1)].ids);
-      pages.push_back(std::make_unique<SeqPages>(e.kv_pool(), static_cast<int>(ids[s].size()) + kSteps + 1));
-      SequenceChunk c;
-      c.tokens = ids[s];
-      c.pages = pages[s]->pages();
-      auto r = e.Forward({&c, 1}, AttentionPath::kMla);
-      ASSERT_TRUE(r.ok()) << r.status();
-    }
+    for (int s = 0; s < kSeqs; ++s) ids.push_back(ref.prompts[std::min<size_t>(s + 1, ref.prompts.size() - 1)].ids);
+    ASSERT_NO_FATAL_FAILURE(PrefillEach(e, ids, kSteps + 1, &pages));
     std::vector<int32_t> next(kSeqs, 1);
     ForwardResult reused;  // ForwardInto's storage, kept over the steps
     const float* storage = nullptr;
@@ -456,13 +463,8 @@ TEST(EngineCudaDecodeMetadataTest, SharedMetadataGivesTheSameBits) {
       const auto& prompt = ref.prompts[s % ref.prompts.size()].ids;
       ids.emplace_back(prompt.begin(), prompt.begin() + std::min<size_t>(prompt.size(), 8 + (s * 37) % 64));
       max_len = std::max(max_len, static_cast<int>(ids[s].size()));
-      pages.push_back(std::make_unique<SeqPages>(e.kv_pool(), static_cast<int>(ids[s].size()) + kSteps + 1));
-      SequenceChunk c;
-      c.tokens = ids[s];
-      c.pages = pages[s]->pages();
-      auto r = e.Forward({&c, 1}, AttentionPath::kMla);
-      ASSERT_TRUE(r.ok()) << r.status();
     }
+    ASSERT_NO_FATAL_FAILURE(PrefillEach(e, ids, kSteps + 1, &pages));
     // The eager step's plan has the order (graph steps plan the same batch padded).
     kernels::MlaDecodeShape shape;
     shape.batch = seqs;

@@ -25,6 +25,15 @@
 namespace mlaserve::kernels {
 namespace {
 
+// Prefixes of `batch` requests of `qpr` queries, each uniform in [0, max_ctx - qpr], the first
+// at the longest, so that a plan for max_ctx covers the batch exactly.
+std::vector<int> RaggedPrefixes(int batch, int qpr, int max_ctx, std::mt19937& rng) {
+  std::vector<int> prefix(batch);
+  for (auto& x : prefix) x = static_cast<int>(rng() % (max_ctx - qpr + 1));
+  prefix[0] = max_ctx - qpr;
+  return prefix;
+}
+
 // (batch, heads, q per request, max context, latent rank, use the SM-count plan)
 using DecodeCase = std::tuple<int, int, int, int, int, bool>;
 class MlaDecodeCudaTest
@@ -119,9 +128,7 @@ TEST_P(MlaDecodeChunkTest, MatchesCpuReference) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   std::mt19937 rng(seed);
-  std::vector<int> lq(batch, qpr), prefix(batch);
-  for (auto& x : prefix) x = static_cast<int>(rng() % (max_ctx - qpr + 1));
-  prefix[0] = max_ctx - qpr;
+  const std::vector<int> lq(batch, qpr), prefix = RaggedPrefixes(batch, qpr, max_ctx, rng);
   auto c = testing::MakeLatentBatch(lq, prefix, heads, 512, 64, seed);
   testing::PoisonSlotsPastLength(c);
   testing::RoundLatentBatch(c);
@@ -362,9 +369,7 @@ TEST_P(MlaDecodeMetadataTest, LayersSharingItMatchThePlainCallBitwise) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   std::mt19937 rng(seed);
-  std::vector<int> lq(batch, qpr), prefix(batch);
-  for (auto& x : prefix) x = static_cast<int>(rng() % (max_ctx - qpr + 1));
-  prefix[0] = max_ctx - qpr;
+  const std::vector<int> lq(batch, qpr), prefix = RaggedPrefixes(batch, qpr, max_ctx, rng);
   const auto c0 = testing::MakeLatentBatch(lq, prefix, heads, 512, 64, seed);
   auto c1 = c0;  // layer 1: its own q and cache over the same pages
   c1.q = testing::RandomVector(c0.q.size(), seed + 3);
