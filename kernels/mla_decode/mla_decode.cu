@@ -223,6 +223,24 @@ bool RunsChunkOrder(const MlaParams& p, const MlaDecodePlan& plan) {
          static_cast<int64_t>(p.batch) * plan.num_splits <= kMlaDecodeMaxOrderedChunks;
 }
 
+// The plan's metadata_bytes against what the call reads there: the order of p's chunks, or the
+// balanced schedule of `layout`.
+absl::Status CheckOrderFits(const MlaParams& p, const MlaDecodePlan& plan) {
+  if (MlaDecodeChunkOrderBytes(p.batch, plan.num_splits) <= plan.metadata_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "mla_decode: the plan's metadata (", plan.metadata_bytes, " bytes) is smaller than the order of batch=",
+      p.batch, " x num_splits=", plan.num_splits, " chunks; plan with this shape"));
+}
+
+absl::Status CheckScheduleFits(const MlaParams& p, const MlaDecodePlan& plan,
+                               const mla_decode_internal::BalancedLayout& layout) {
+  if (layout.metadata_bytes <= plan.metadata_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "mla_decode: the plan's metadata (", plan.metadata_bytes, " bytes) is smaller than the ",
+      layout.metadata_bytes, " bytes of the balanced schedule for batch=", p.batch, ", max_seqlen_q=",
+      p.max_seqlen_q, ", num_parts=", plan.num_parts, "; plan with this shape"));
+}
+
 absl::Status LaunchChunkOrder(const MlaParams& p, const MlaDecodePlan& plan, int32_t* order, cudaStream_t s) {
   const int chunk_pages = plan.num_splits > 1 ? plan.chunk_tokens / kPageSize : p.max_pages_per_seq;
   int key_bits = 1;
@@ -279,12 +297,7 @@ absl::Status MlaDecodeBalanced(const MlaParams& p, const MlaDecodePlan& plan, vo
         layout.bytes, " bytes that batch=", p.batch, ", num_heads=", p.num_heads, ", max_seqlen_q=",
         p.max_seqlen_q, ", num_parts=", plan.num_parts, " need; plan with this shape"));
   }
-  if (metadata != nullptr && layout.metadata_bytes > plan.metadata_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mla_decode: the plan's metadata (", plan.metadata_bytes, " bytes) is smaller than the ",
-        layout.metadata_bytes, " bytes of the balanced schedule for batch=", p.batch, ", num_parts=",
-        plan.num_parts, "; plan with this shape"));
-  }
+  if (metadata != nullptr) RETURN_IF_ERROR(CheckScheduleFits(p, plan, layout));
   RETURN_IF_ERROR(RequireNonNull("workspace", workspace));
   RETURN_IF_ERROR(cuda::RequireVectorAligned("mla_decode", "workspace", workspace));
   auto* base = static_cast<uint8_t*>(workspace);
@@ -317,20 +330,11 @@ absl::Status MlaDecodeBuildMetadataCuda(const MlaParams& p, const MlaDecodePlan&
   if (mla_decode_internal::RunsBalancedSchedule(p, plan)) {
     const auto layout = mla_decode_internal::MakeBalancedLayout(p.batch, p.max_seqlen_q, p.num_heads,
                                                                 p.kv_lora_rank, plan.num_parts);
-    if (layout.metadata_bytes > plan.metadata_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mla_decode: the plan's metadata (", plan.metadata_bytes, " bytes) is smaller than the ",
-          layout.metadata_bytes, " bytes of the balanced schedule for batch=", p.batch, ", max_seqlen_q=",
-          p.max_seqlen_q, ", num_parts=", plan.num_parts, "; plan with this shape"));
-    }
+    RETURN_IF_ERROR(CheckScheduleFits(p, plan, layout));
     return LaunchSchedule(ScheduleIn(p, plan, layout, static_cast<uint8_t*>(metadata)), s);
   }
   if (!RunsChunkOrder(p, plan)) return absl::OkStatus();  // nothing this plan would read
-  if (MlaDecodeChunkOrderBytes(p.batch, plan.num_splits) > plan.metadata_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mla_decode: the plan's metadata (", plan.metadata_bytes, " bytes) is smaller than the order of batch=",
-        p.batch, " x num_splits=", plan.num_splits, " chunks; plan with this shape"));
-  }
+  RETURN_IF_ERROR(CheckOrderFits(p, plan));
   return LaunchChunkOrder(p, plan, static_cast<int32_t*>(metadata), s);
 }
 
@@ -370,11 +374,7 @@ absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* 
   }
   mla_cuda::LatentSplit split;
   if (ordered && metadata != nullptr) {
-    if (MlaDecodeChunkOrderBytes(p.batch, plan.num_splits) > plan.metadata_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mla_decode: the plan's metadata (", plan.metadata_bytes, " bytes) is smaller than the order of batch=",
-          p.batch, " x num_splits=", plan.num_splits, " chunks; plan with this shape"));
-    }
+    RETURN_IF_ERROR(CheckOrderFits(p, plan));
     // Built by MlaDecodeBuildMetadata; with p.inputs_before_wait also complete before the kernel
     // just before this one started (api.h), so the chunk kernels may read it before their wait.
     split.chunk_order = static_cast<const int32_t*>(metadata);
