@@ -121,13 +121,7 @@ absl::Status DsaIndexer::RunKernel(const BatchPlan& plan, kernels::IndexerParams
   StepScratch& scratch = *ctx_->scratch;
   const kernels::KernelContext& kctx = ctx_->ops.kernel;
   const size_t ws_bytes = ctx_->indexer_workspace_bytes;
-  p.batch = plan.batch;
-  p.block_table = plan.dev.block_table;
-  p.max_pages_per_seq = plan.max_pages_per_seq;
-  p.cu_seqlens_q = plan.dev.cu_seqlens_q;
-  p.seqlens_k = plan.dev.seqlens_k;
-  p.max_seqlen_q = plan.max_seqlen_q;
-  p.max_seqlen_k = plan.max_seqlen_k;
+  SetPagedBatch(plan, &p);
   if (kctx.backend == kernels::Backend::kCpu) {
     p.workspace = nullptr;  // the CPU backend keeps its own score rows
     return kernels::Indexer(p, kctx);

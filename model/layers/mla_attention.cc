@@ -151,18 +151,12 @@ absl::StatusOr<size_t> MlaAttention::ScratchBytes(const LayerContext& context) {
 kernels::MlaParams MlaAttention::LatentParams(const BatchPlan& plan) const {
   const ops::OpContext& oc = ctx_->ops;
   kernels::MlaParams p;
+  SetPagedBatch(plan, &p);
   p.dtype = oc.dtype;
-  p.batch = plan.batch;
   p.num_heads = ctx_->heads;
   p.kv_lora_rank = ctx_->dims.rank;
   p.rope_dim = ctx_->dims.rope;
   p.num_pages = ctx_->cache->num_pages();
-  p.block_table = plan.dev.block_table;
-  p.max_pages_per_seq = plan.max_pages_per_seq;
-  p.cu_seqlens_q = plan.dev.cu_seqlens_q;
-  p.seqlens_k = plan.dev.seqlens_k;
-  p.max_seqlen_q = plan.max_seqlen_q;
-  p.max_seqlen_k = plan.max_seqlen_k;
   p.softmax_scale = static_cast<float>(ctx_->config->softmax_scale);
   p.causal = true;
   return p;
@@ -353,10 +347,9 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
   bool uv_in_combine = false;  // W_UV applied by mla_decode's combine (below)
   if (topk_indices != nullptr) {
     kernels::SparseMlaParams p;
+    SetPagedBatch(plan, &p);  // its max_seqlen_q sizes the CUDA grid (decode batches: 1)
     p.dtype = oc.dtype;
     p.cache_dtype = oc.dtype;
-    p.max_seqlen_q = plan.max_seqlen_q;  // sizes the CUDA grid (decode batches: 1)
-    p.batch = plan.batch;
     p.num_heads = H;
     p.kv_lora_rank = L;
     p.rope_dim = dr;
@@ -365,10 +358,6 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
     p.q_token_stride = static_cast<int64_t>(H) * E;
     p.q_head_stride = E;
     p.num_pages = ctx_->cache->num_pages();
-    p.block_table = plan.dev.block_table;
-    p.max_pages_per_seq = plan.max_pages_per_seq;
-    p.cu_seqlens_q = plan.dev.cu_seqlens_q;
-    p.seqlens_k = plan.dev.seqlens_k;
     p.indices = topk_indices;
     p.out = out_lat;
     p.softmax_scale = scale;

@@ -48,6 +48,20 @@ struct BatchPlan {
   } dev;
 };
 
+// Sets a paged-attention kernel's view of `plan`'s batch on `p` (MlaParams, SparseMlaParams,
+// IndexerParams, ...): batch, block table, cu_seqlens_q, seqlens_k (the kernels' device arrays,
+// plan.dev), max_pages_per_seq, max_seqlen_q, and max_seqlen_k where P has it.
+template <typename P>
+void SetPagedBatch(const BatchPlan& plan, P* p) {
+  p->batch = plan.batch;
+  p->block_table = plan.dev.block_table;
+  p->max_pages_per_seq = plan.max_pages_per_seq;
+  p->cu_seqlens_q = plan.dev.cu_seqlens_q;
+  p->seqlens_k = plan.dev.seqlens_k;
+  p->max_seqlen_q = plan.max_seqlen_q;
+  if constexpr (requires { p->max_seqlen_k; }) p->max_seqlen_k = plan.max_seqlen_k;
+}
+
 // The engine's bounds a batch is checked against.
 struct BatchLimits {
   int max_batch_tokens = 0;
