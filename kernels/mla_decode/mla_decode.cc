@@ -39,9 +39,11 @@ constexpr double kCombinePartialWeight = 2;
 // of 1-8 and at uniform lengths of batch 64. 14 while every call built its own schedule; 10 since
 // (H200, 2026-11-29, ninth session: b 64 x 16 heads, 4k +-25%: balanced 0.087 ms, chunks 0.090).
 constexpr int kBalancedOverheadPages = 10;
-// With several 64-row blocks per request (128 heads) a balanced part's page measured ~25% dearer
-// than a chunk CTA's (b 64/128, 4k-8k, H100, 2026-11-25).
-constexpr double kBalancedRowBlocksFactor = 1.25;
+// With several 64-row blocks per request (128 heads) a balanced part's page costs more than a
+// chunk CTA's: ~25% on the H100 (b 64/128, 4k-8k, 2026-11-25); ~10-14% on the H200 since the
+// steady page pairs (2026-11-30: b 64 8k / 16k balanced 0.291 / 0.524 ms against chunks 0.306 /
+// 0.589, b 64 4k 0.178 against 0.167, b 128 4k-16k chunks ahead by 3-11%), which 1.15 orders right.
+constexpr double kBalancedRowBlocksFactor = 1.15;
 
 // Partial outputs (kv_lora_rank floats) and partial LSEs per (row, split); none without a split.
 size_t ChunkPartialBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits) {

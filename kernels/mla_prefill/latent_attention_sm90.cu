@@ -248,10 +248,12 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 
     // Masks this warpgroup's S for page j (keys past the split, or past a row's causal limit),
     // zeroes the page's value tail if it is partial, and returns the rows' scaled maxima.
-    auto mask_and_max = [&](int j, float (&mx)[2]) {
+    // In a steady pair (below) neither applies.
+    auto mask_and_max = [&](int j, float (&mx)[2], auto steady) {
+      constexpr bool kSteady = decltype(steady)::value;
       const int key0 = kv_begin + j * kKeys;
       mx[0] = mx[1] = -INFINITY;
-      if (key0 + kKeys > unmasked_end) {
+      if (!kSteady && key0 + kKeys > unmasked_end) {
 #pragma unroll
         for (int i = 0; i < size(tSrS); ++i) {
           const int h = (i >> 1) & 1;
@@ -264,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 #pragma unroll
       for (int h = 0; h < 2; ++h) mx[h] = cuda::QuadMax(mx[h]) * scale_log2;
       const int valid_keys = kv_end - key0;
-      if (valid_keys < kKeys) {
+      if (!kSteady && valid_keys < kKeys) {
         ZeroTail(ss, wg, valid_keys, wg_tid);
         cutlass::arch::fence_view_async_shared();  // zeroed values -> wgmma's async proxy
       }
@@ -334,13 +336,21 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       ScoreTiles<0, kTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[wg], ph.loads[wg] & 1);
       warpgroup_wait<0>();
     }
-    for (int a = 0; a < n_pages; a += 2) {
+    // One page pair (a, a + 1). A steady pair (kSteady) lies inside the split with a whole next
+    // pair after it, and both its pages are whole and below every row's causal limit: no mask, no
+    // value tail, no next-segment loads. It has an instantiation of its own without those
+    // branches (most pairs at long contexts), which takes fewer instructions and registers (none
+    // spilled in its loop, against a few reloaded every pair in the general one). always_inline:
+    // nvcc otherwise makes the lambda a call, with the accumulators passed on the stack.
+    auto pair = [&](const int a, auto steady) __attribute__((always_inline)) {
+      constexpr bool kSteady = decltype(steady)::value;
       const int i = a >> 1;
-      const bool has_b = a + 1 < n_pages, next_a = a + 2 < n_pages, next_b = a + 3 < n_pages;
+      const bool has_b = kSteady || a + 1 < n_pages, next_a = kSteady || a + 2 < n_pages,
+                 next_b = kSteady || a + 3 < n_pages;
       const int pair_phase = (ph.pairs + i) & 1, b_phase = (ph.pairs_with_b + i) & 1;
       const int next_phase = (ph.loads[wg] + i + 1) & 1;  // of this warpgroup's next page
       // The last pair: the next segment's loads go where this one's would.
-      const int pf = next_a ? 0 : next_pages();
+      const int pf = next_a ? 0 : next_pages();  // 0 in a steady pair
       // The cache pages of the next pair's loads, read now so that the issuing thread (and with
       // it its warpgroup's next wgmma) does not wait for them where it issues the loads.
       const int page_a2 = next_a && issuer ? table[a + 2] : 0;
@@ -348,7 +358,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       float f[2], mx[2], sum[2];
       if (wg == 0) {
         // Softmax of S_a against the running max; O_L += P_a V_a[:, L].
-        mask_and_max(a, mx);
+        mask_and_max(a, mx, steady);
         float m_new[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -405,7 +415,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         await(kScale0Ready, pair_phase);
         if (pf > 0) prefetch_q();
         if (has_b) {
-          mask_and_max(a + 1, mx);
+          mask_and_max(a + 1, mx, steady);
         } else {
           mx[0] = mx[1] = -INFINITY;
         }
@@ -459,6 +469,15 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         }
       }
       prefetched = pf;
+    };
+    // Pairs [0, steady_end) are steady.
+    const int steady_end = args.steady_pairs ? min(n_pages - 3, (unmasked_end - kv_begin) / kKeys - 1) : 0;
+    for (int a = 0; a < n_pages; a += 2) {
+      if (a < steady_end) {
+        pair(a, std::true_type{});
+      } else {
+        pair(a, std::false_type{});
+      }
     }
     ph.loads[0] += (n_pages + 1) / 2;
     ph.loads[1] += n_pages / 2;
@@ -554,6 +573,9 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
   // MLASERVE_MLA_EARLY_LOADS=0: the first pages' loads after the PDL wait as before (A/B timing).
   static const bool early_loads_off = EnvSwitchedOff("MLASERVE_MLA_EARLY_LOADS");
   if (early_loads_off) args.p.inputs_before_wait = false;
+  // MLASERVE_MLA_STEADY_PAIRS=0: every page pair through the general step (A/B timing).
+  static const bool steady_off = EnvSwitchedOff("MLASERVE_MLA_STEADY_PAIRS");
+  args.steady_pairs = steady_off ? 0 : 1;
   constexpr int kSmem = sizeof(SharedStorage);
   static_assert(kSmem <= 227 * 1024, "the sm90 latent kernel's shared memory exceeds Hopper's limit");
   auto kernel = split.segments != nullptr ? LatentAttentionSm90Kernel<true> : LatentAttentionSm90Kernel<false>;

@@ -90,6 +90,9 @@ struct Sm90Args {
   MlaParams p;
   LatentSplit split;
   TileTma tma;
+  // The main kernel walks its steady page pairs in their own instantiation of the pair step
+  // (latent_attention_sm90.cu); 0 walks every pair in the general one (MLASERVE_MLA_STEADY_PAIRS=0).
+  int steady_pairs = 1;
 };
 
 // Load tiles [first, last) of cache page `page` into buffer `stage` (one thread).

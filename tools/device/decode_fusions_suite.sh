@@ -15,7 +15,7 @@
 #   moebench  mlaserve-moe-bench at MOE_TOKENS (1,2,4) tokens on the V2-Lite and V3 expert shapes,
 #             per variant of VARIANTS (the stream stages' % of copy bandwidth)
 #   kbench    mlaserve-kernel-bench --only mla_decode KBENCH_ARGS (mla_decode's rows: the step's
-#             shared metadata and the per-call form)
+#             shared metadata and the per-call form), once per variant of KBENCH_VARIANTS ("on")
 #   prefilltl one traced prefill Forward of 4096 tokens (--timeline: its idle gaps and kernels)
 # A test binary or sanitizer run whose binary is not in the bundle is skipped (noted as missing);
 # SAN_EXTRA adds sanitizer runs (TOOL:BINARY:FILTER ...).
@@ -94,9 +94,19 @@ if want moebench; then
 fi
 
 if want kbench; then
-  timeout 300 .devbin/mlaserve-kernel-bench --only mla_decode ${KBENCH_ARGS:-} --json "$OUT/kernel_bench.json" \
-    > "$OUT/kernel_bench.txt" 2>&1
-  note "kernel bench mla_decode" "rc=$?"
+  # KBENCH_VARIANTS (default "on"): the bench once per variant, in turn (A=0,B=0 sets both);
+  # kernel_bench.json is the first variant's.
+  : > "$OUT/kernel_bench.txt"
+  first=1
+  for variant in ${KBENCH_VARIANTS:-on}; do
+    envs=(); [[ $variant == on ]] || IFS=, read -r -a envs <<< "$variant"
+    json=(); [[ $first == 1 ]] && json=(--json "$OUT/kernel_bench.json")
+    echo "=== $variant" >> "$OUT/kernel_bench.txt"
+    env "${envs[@]}" timeout 300 .devbin/mlaserve-kernel-bench --only mla_decode ${KBENCH_ARGS:-} "${json[@]}" \
+      >> "$OUT/kernel_bench.txt" 2>&1
+    note "kernel bench mla_decode $variant" "rc=$?"
+    first=0
+  done
 fi
 
 if want timeline; then
