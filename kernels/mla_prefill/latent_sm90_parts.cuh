@@ -93,6 +93,8 @@ struct Sm90Args {
   // The main kernel walks its steady page pairs in their own instantiation of the pair step
   // (latent_attention_sm90.cu); 0 walks every pair in the general one (MLASERVE_MLA_STEADY_PAIRS=0).
   int steady_pairs = 1;
+  // The PDL release after the pages instead of at the start (grids of more than one wave).
+  int release_late = 0;
 };
 
 // Load tiles [first, last) of cache page `page` into buffer `stage` (one thread).
