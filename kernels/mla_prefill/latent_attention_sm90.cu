@@ -82,7 +82,9 @@ __device__ __forceinline__ LatentCtaWork EarlyChunkWork(const MlaParams& p, cons
 // during the current one); else chunks (one segment per CTA, from its grid position). Two
 // instantiations so that the chunk kernel (mla_prefill, most of mla_decode) carries none of the
 // segment code: the kernel is at the register limit, and code size matters at small batch.
-template <bool kSegments>
+// kNamed: the warpgroups' signals on named barriers (the default) or on mbarriers, which
+// compute-sanitizer's racecheck follows (MLASERVE_MLA_NAMED_SIGNALS=0).
+template <bool kSegments, bool kNamed>
 __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const __grid_constant__ Sm90Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const MlaParams& p = args.p;
@@ -160,8 +162,24 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   const bool issuer = wg_tid == 0;
   // Every thread of the warpgroup arrives (an elected lane per warp after __syncwarp measured
   // the same on the H100, and racecheck does not follow that hand-off).
-  auto signal = [&](Signal s) { cutlass::arch::ClusterBarrier::arrive(&ss.signal[s]); };
-  auto await = [&](Signal s, int phase) { cutlass::arch::ClusterBarrier::wait(&ss.signal[s], phase); };
+  // kNamed: the hand-offs on hardware named barriers 1-4 (bar.arrive by the sender's 128 threads,
+  // bar.sync by the receiver's; the phase is the barrier's own), else on the mbarriers ss.signal
+  // (latent_sm90_parts.cuh, Signal).
+  constexpr bool named = kNamed;
+  auto signal = [&](Signal s) {
+    if constexpr (named) {
+      asm volatile("bar.arrive %0, %1;" ::"r"(1 + static_cast<int>(s)), "r"(kThreads) : "memory");
+    } else {
+      cutlass::arch::ClusterBarrier::arrive(&ss.signal[s]);
+    }
+  };
+  auto await = [&](Signal s, int phase) {
+    if constexpr (named) {
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + static_cast<int>(s)), "r"(kThreads) : "memory");
+    } else {
+      cutlass::arch::ClusterBarrier::wait(&ss.signal[s], phase);
+    }
+  };
   Phases ph;
 
   // This CTA's segments: with chunks, the one (row block, KV chunk, request) of its grid
@@ -582,9 +600,14 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
   // MLASERVE_MLA_STEADY_PAIRS=0: every page pair through the general step (A/B timing).
   static const bool steady_off = EnvSwitchedOff("MLASERVE_MLA_STEADY_PAIRS");
   args.steady_pairs = steady_off ? 0 : 1;
+  // MLASERVE_MLA_NAMED_SIGNALS=0: the warpgroups' signals on mbarriers (racecheck follows those).
+  static const bool named_signals_off = EnvSwitchedOff("MLASERVE_MLA_NAMED_SIGNALS");
+  args.named_signals = named_signals_off ? 0 : 1;
   constexpr int kSmem = sizeof(SharedStorage);
   static_assert(kSmem <= 227 * 1024, "the sm90 latent kernel's shared memory exceeds Hopper's limit");
-  auto kernel = split.segments != nullptr ? LatentAttentionSm90Kernel<true> : LatentAttentionSm90Kernel<false>;
+  auto kernel = split.segments != nullptr
+                    ? (args.named_signals ? LatentAttentionSm90Kernel<true, true> : LatentAttentionSm90Kernel<true, false>)
+                    : (args.named_signals ? LatentAttentionSm90Kernel<false, true> : LatentAttentionSm90Kernel<false, false>);
   if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       err != cudaSuccess) {
     return cuda::CudaStatus(err, "latent attention sm90: raising the shared-memory limit");

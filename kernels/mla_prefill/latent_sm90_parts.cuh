@@ -34,11 +34,14 @@ constexpr uint32_t kTileTxBytes = kKeys * kTileCols * sizeof(Bf16);
 constexpr float kMaxInit = -1e30f;
 static_assert(kKeys == kPageSize, "a K tile is one cache page");
 
-// The warpgroups' signals to each other, one mbarrier each (all 128 threads of the sending
-// warpgroup arrive; the other waits), completing once per page pair. mbarriers rather than
-// named barriers: arrive / wait are release / acquire, which compute-sanitizer's racecheck
-// follows (it reports bar.arrive hand-offs as hazards). A warpgroup cannot signal twice before
-// the other waited: every pair of signals is ordered by an opposite one (see the loop).
+// The warpgroups' signals to each other, completing once per page pair: all 128 threads of the
+// sending warpgroup arrive, the other waits. Two forms of the main kernel (latent_attention_sm90.cu):
+// hardware named barriers 1-4 (bar.arrive / bar.sync over the 256 threads; the default since
+// 2026-11-30, ~1.3% faster at 128 heads), or one mbarrier each, whose arrive / wait are release /
+// acquire, which compute-sanitizer's racecheck follows (it reported bar.arrive hand-offs as
+// hazards on the H100): MLASERVE_MLA_NAMED_SIGNALS=0, for racecheck runs. A warpgroup cannot
+// signal twice before the other waited: every pair of signals is ordered by an opposite one (see
+// the loop), which a named barrier needs as much as an mbarrier's phase does.
 enum Signal : int { kScale0Ready, kScale1Ready, kP0Ready, kP1Ready, kSignals };
 
 // [rows, 576] tiles (Q, a page as K): K-major, 128-byte swizzle, 64-column blocks, each block a
@@ -95,6 +98,8 @@ struct Sm90Args {
   int steady_pairs = 1;
   // The PDL release after the pages instead of at the start (grids of more than one wave).
   int release_late = 0;
+  // The warpgroups' signals on named barriers (1), or on mbarriers (0: MLASERVE_MLA_NAMED_SIGNALS=0).
+  int named_signals = 1;
 };
 
 // Load tiles [first, last) of cache page `page` into buffer `stage` (one thread).
