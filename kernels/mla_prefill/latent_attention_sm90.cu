@@ -499,7 +499,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     }
     // A grid of more than one wave (args.release_late) lets the next kernel in only once this
     // CTA's last segment has walked its pages, not at its start: back-to-back calls at 128 heads,
-    // b 128, 8k-16k took 3-5% less per call so (H200, 2026-11-30), one wave the same. Released at
+    // b 128, 8k-16k took 3-8% less per call so (H200, 2026-11-30), one wave the same. Released at
     // the start, the next kernel's CTAs take the SMs the first wave leaves and run their prologue
     // (a next latent call: its first pages' loads) under this grid's last wave.
     if (args.release_late && k + 1 == n_segs) cuda::PdlReleaseDependents();
