@@ -165,16 +165,15 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   // kNamed: the hand-offs on hardware named barriers 1-4 (bar.arrive by the sender's 128 threads,
   // bar.sync by the receiver's; the phase is the barrier's own), else on the mbarriers ss.signal
   // (latent_sm90_parts.cuh, Signal).
-  constexpr bool named = kNamed;
   auto signal = [&](Signal s) {
-    if constexpr (named) {
+    if constexpr (kNamed) {
       asm volatile("bar.arrive %0, %1;" ::"r"(1 + static_cast<int>(s)), "r"(kThreads) : "memory");
     } else {
       cutlass::arch::ClusterBarrier::arrive(&ss.signal[s]);
     }
   };
   auto await = [&](Signal s, int phase) {
-    if constexpr (named) {
+    if constexpr (kNamed) {
       asm volatile("bar.sync %0, %1;" ::"r"(1 + static_cast<int>(s)), "r"(kThreads) : "memory");
     } else {
       cutlass::arch::ClusterBarrier::wait(&ss.signal[s], phase);
