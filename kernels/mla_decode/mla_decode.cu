@@ -241,17 +241,26 @@ absl::Status CheckScheduleFits(const MlaParams& p, const MlaDecodePlan& plan,
       p.max_seqlen_q, ", num_parts=", plan.num_parts, "; plan with this shape"));
 }
 
+// A one-CTA kernel of a decode step's metadata (the chunk order, the balanced schedule): shared
+// memory preferred over L1 (carveout_name labels that call's error), launched with PDL.
+template <typename Args>
+absl::Status LaunchOneCta(const char* name, const char* carveout_name, void (*kernel)(Args), int threads,
+                          const Args& args, cudaStream_t s) {
+  RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(kernel), carveout_name));
+  cuda::LaunchShape shape;
+  shape.grid = dim3(1);
+  shape.block = dim3(threads);
+  shape.stream = s;
+  return cuda::LaunchPdl(name, shape, kernel, args);
+}
+
 absl::Status LaunchChunkOrder(const MlaParams& p, const MlaDecodePlan& plan, int32_t* order, cudaStream_t s) {
   const int chunk_pages = plan.num_splits > 1 ? plan.chunk_tokens / kPageSize : p.max_pages_per_seq;
   int key_bits = 1;
   while (key_bits < 31 && (1 << key_bits) <= chunk_pages) ++key_bits;
   const OrderArgs args{p.seqlens_k, p.batch, plan.num_splits, chunk_pages, key_bits, order};
-  RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(MlaChunkOrderKernel), "MlaChunkOrderKernel carveout"));
-  cuda::LaunchShape shape;
-  shape.grid = dim3(1);
-  shape.block = dim3(kOrderThreads);
-  shape.stream = s;
-  return cuda::LaunchPdl("MlaChunkOrderKernel", shape, MlaChunkOrderKernel, args);
+  return LaunchOneCta("MlaChunkOrderKernel", "MlaChunkOrderKernel carveout", MlaChunkOrderKernel, kOrderThreads,
+                      args, s);
 }
 
 // Whether the balanced schedule's CTAs issue the next segment's loads during the current one
@@ -277,12 +286,8 @@ ScheduleArgs ScheduleIn(const MlaParams& p, const MlaDecodePlan& plan, const mla
 }
 
 absl::Status LaunchSchedule(const ScheduleArgs& sched, cudaStream_t s) {
-  RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(MlaScheduleKernel), "MlaScheduleKernel carveout"));
-  cuda::LaunchShape shape;
-  shape.grid = dim3(1);
-  shape.block = dim3(kScheduleThreads);
-  shape.stream = s;
-  return cuda::LaunchPdl("MlaScheduleKernel", shape, MlaScheduleKernel, sched);
+  return LaunchOneCta("MlaScheduleKernel", "MlaScheduleKernel carveout", MlaScheduleKernel, kScheduleThreads,
+                      sched, s);
 }
 
 // The Hopper kernel over the balanced schedule: schedule (unless the caller built it: metadata),
