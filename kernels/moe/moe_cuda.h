@@ -98,13 +98,10 @@ absl::Status LaunchStreamGemvDown(const StreamArgs& a, cudaStream_t s);
 // fused SiLU epilogue (always a direct store) exists for configurations 1, 3, 4, 5, 6, under
 // both of their variant numbers. 12 is our kernel (moe_gemm_sm90_gather.cuh): 128 x 256 tiles,
 // no per-expert descriptors, A rows optionally gathered from x in its loads (`sorted`), direct
-// stores, fused SiLU. 13 is our swap-AB kernel (moe_gemm_sm90_swap.cu): 128 weight rows x up to
-// 256 tokens a tile, the tokens as wgmma's N cut to each expert's count in 8s, direct stores
-// through stmatrix, fused SiLU; it needs `a_rows`. kAuto picks per shape and product.
-inline constexpr int kSm90Variants = 14;
+// stores, fused SiLU. kAuto picks per shape and product.
+inline constexpr int kSm90Variants = 13;
 inline constexpr int kSm90FirstDirectVariant = 7;
 inline constexpr int kSm90GatherVariant = 12;
-inline constexpr int kSm90SwapVariant = 13;
 struct Sm90GroupedArgs {
   const __nv_bfloat16* a;       // [A, K] row stride lda, rows in sorted order
   int64_t lda;
@@ -120,9 +117,6 @@ struct Sm90GroupedArgs {
   // (a = x, no permuted copy); null: a's rows are in sorted order.
   const int32_t* sorted = nullptr;
   int top_k = 1;
-  // Variant 13 only: the rows of a (its TMA descriptor's extent) when offsets is set; with
-  // offsets null, `rows`.
-  int a_rows = 0;
 };
 // The same product with SiLU * up in the epilogue, for gate_up weights in kInterleaved8: d is
 // [A, N/2] (row stride ldd), d[r, f] = silu(gate_f) * up_f, gate and up rounded to bf16 first
@@ -130,8 +124,6 @@ struct Sm90GroupedArgs {
 // Compiled for the tile configurations Sm90HasFusedSiluMul names.
 absl::Status LaunchSm90GroupedGatherV12(const Sm90GroupedArgs& g, cudaStream_t s);
 absl::Status LaunchSm90GroupedGatherSiluMulV12(const Sm90GroupedArgs& g, cudaStream_t s);
-absl::Status LaunchSm90GroupedSwapV13(const Sm90GroupedArgs& g, cudaStream_t s);
-absl::Status LaunchSm90GroupedSwapSiluMulV13(const Sm90GroupedArgs& g, cudaStream_t s);
 bool Sm90HasFusedSiluMul(int variant);
 // "coop128x256", "pp64x256/reg", ...: the tile shape, c2m / c2n for clusters of 2 along M / N,
 // /reg for the direct store (benchmarks' tables).

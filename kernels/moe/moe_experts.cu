@@ -140,7 +140,7 @@ namespace moe_cuda {
 
 namespace {
 
-size_t NoBytes(int) { return 0; }  // variants 12 and 13 need no argument block or workspace
+size_t NoBytes(int) { return 0; }  // variant 12 needs no argument block or workspace
 
 struct Sm90Entry {
   absl::Status (*launch)(const Sm90GroupedArgs&, cudaStream_t);
@@ -158,7 +158,7 @@ constexpr Sm90Entry kSm90[kSm90Variants] = {
     MLASERVE_SM90_ENTRY(4), MLASERVE_SM90_ENTRY(5), MLASERVE_SM90_ENTRY(6),
     MLASERVE_SM90_DIRECT_ENTRY(1), MLASERVE_SM90_DIRECT_ENTRY(3), MLASERVE_SM90_DIRECT_ENTRY(4),
     MLASERVE_SM90_DIRECT_ENTRY(5), MLASERVE_SM90_DIRECT_ENTRY(6),
-    {LaunchSm90GroupedGatherV12, NoBytes, NoBytes}, {LaunchSm90GroupedSwapV13, NoBytes, NoBytes}};
+    {LaunchSm90GroupedGatherV12, NoBytes, NoBytes}};
 // Fused SiLU epilogues: configurations 0 and 2 (128 x 128 cooperative, 128 x 256 in clusters
 // along M) measured slower than the others unfused, so they have none.
 constexpr Sm90Entry kSm90SiluMul[kSm90Variants] = {
@@ -166,7 +166,7 @@ constexpr Sm90Entry kSm90SiluMul[kSm90Variants] = {
     MLASERVE_SM90_SILU_ENTRY(4), MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6),
     MLASERVE_SM90_SILU_ENTRY(1), MLASERVE_SM90_SILU_ENTRY(3), MLASERVE_SM90_SILU_ENTRY(4),
     MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6),
-    {LaunchSm90GroupedGatherSiluMulV12, NoBytes, NoBytes}, {LaunchSm90GroupedSwapSiluMulV13, NoBytes, NoBytes}};
+    {LaunchSm90GroupedGatherSiluMulV12, NoBytes, NoBytes}};
 #undef MLASERVE_SM90_ENTRY
 #undef MLASERVE_SM90_DIRECT_ENTRY
 #undef MLASERVE_SM90_SILU_ENTRY
@@ -175,7 +175,7 @@ constexpr const char* kSm90Names[kSm90Variants] = {
     "coop128x128",     "coop128x256",     "coop128x256c2m",     "pp64x256",
     "pp128x128",       "coop128x256c2n",  "pp128x128c2n",       "coop128x256/reg",
     "pp64x256/reg",    "pp128x128/reg",   "coop128x256c2n/reg", "pp128x128c2n/reg",
-    "ours128x256",     "swap128xT"};
+    "ours128x256"};
 
 absl::Status BadVariant(int variant) {
   return absl::InvalidArgumentError(absl::StrCat("moe_experts: sm90_variant=", variant,
@@ -308,7 +308,6 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
       const int64_t act_ld = plan.fused_silu ? I : 2 * I;
       Sm90GroupedArgs up{gemm_gathers ? x : w.xg, H, gate_up, w.hs, act_ld, 2 * I, H, E, w.offsets,
                          w.sm90_args, w.sm90_ws};
-      up.a_rows = num_assign;
       if (gemm_gathers) {
         up.sorted = w.sorted;
         up.top_k = p.top_k;
@@ -322,8 +321,7 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
         RETURN_IF_ERROR(LaunchSiluMul(w.hs, w.offsets, E, I, num_assign, interleaved, s));
         done(ExpertsStage::kSiluMul);
       }
-      Sm90GroupedArgs dn{w.hs, act_ld, down, w.ys, H, H, I, E, w.offsets, w.sm90_args, w.sm90_ws};
-      dn.a_rows = num_assign;
+      const Sm90GroupedArgs dn{w.hs, act_ld, down, w.ys, H, H, I, E, w.offsets, w.sm90_args, w.sm90_ws};
       RETURN_IF_ERROR(LaunchSm90Grouped(plan.down_variant, dn, s));
       done(ExpertsStage::kDown);
       break;
