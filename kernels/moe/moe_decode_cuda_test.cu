@@ -157,6 +157,23 @@ void RunExperts(const Block& b, MoeExpertsParams p, const MoeRoutingParams* rout
   r->w = testing::ToHost<float>(d_w, tk);
 }
 
+// Sets (or, with null, unsets) an environment variable for its scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value != nullptr) setenv(name, value, 1); else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
 // (tokens, hidden, inter, experts, top_k, shared inter)
 using FoldCase = std::tuple<int, int, int, int, int, int>;
 class MoeDecodeFoldTest : public ::testing::TestWithParam<FoldCase> {};
@@ -246,6 +263,17 @@ TEST_P(MoeDecodeFoldTest, SharedExpertsAndNormEpilogueMatchTheUnfusedForms) {
   }
 
   ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, true, &normed));
+  // At one token the down GEMV's last block runs the combine (GemvFold): the bits of the
+  // combine's own launch, with and without the norm epilogue.
+  {
+    ScopedEnv apart_env("MLASERVE_MOE_GEMV_FOLD_COMBINE", "0");
+    Outputs shared_apart, normed_apart;
+    ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &shared_apart));
+    ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, true, &normed_apart));
+    EXPECT_TRUE(shared_apart.out == shared.out) << "the folded combine's output differs from the combine launch's";
+    EXPECT_TRUE(normed_apart.residual == normed.residual) << "the folded norm epilogue's residual differs";
+    EXPECT_TRUE(normed_apart.y == normed.y) << "the folded norm epilogue's output differs";
+  }
   EXPECT_TRUE(std::all_of(normed.out.begin(), normed.out.end(), [](uint16_t v) { return v == 0x7fc0; }))
       << "the norm epilogue must leave out untouched";
   // The unfused form: residual += out; y = rmsnorm(residual), by kernels/norm.
@@ -281,12 +309,15 @@ TEST_P(MoeDecodeFoldTest, SharedExpertsAndNormEpilogueMatchTheUnfusedForms) {
   EXPECT_LE(testing::RelativeError(testing::FromBf16(normed.y), y_want), 2e-2);
 }
 
-// Decode shapes: one token (V2-Lite: 6 of 64 experts, shared 2 x 1408), a few, the fused
+// Decode shapes: one token (V2-Lite: 6 of 64 experts, shared 2 x 1408; hidden 1032 and 5128,
+// whose norm blocks of 160 and 672 threads the folded combine's 256 play), a few, the fused
 // routing's and the shared fold's limit and past them (17: shared experts refused, routing in
 // the call unfused), odd widths (hidden 136, inter 72: K tails; shared = inter), no shared
 // experts (the norm epilogue alone, at 40 tokens), a shared MLP of top_k slices.
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeDecodeFoldTest,
                          ::testing::Values(FoldCase{1, 2048, 1408, 64, 6, 2816},
+                                           FoldCase{1, 1032, 128, 8, 2, 128},
+                                           FoldCase{1, 5128, 64, 4, 2, 64},
                                            FoldCase{3, 512, 256, 16, 4, 512},
                                            FoldCase{16, 256, 128, 32, 6, 256},
                                            FoldCase{17, 256, 128, 32, 6, 256},
@@ -297,10 +328,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeDecodeFoldTest,
 // The whole folded call (routing, permutation, shared slices, combine + norm) captured in a CUDA
 // graph (its kernels launch with PDL) and replayed on new logits, x and residual: every replay
 // equals the eager call on the same inputs, bit for bit.
-TEST(MoeDecodeGraphTest, FoldedCallReplaysAsEager) {
-  const int T = 4, H = 256, I = 128, E = 16, k = 4, S = 256;
+void CheckFoldedReplays(int T) {
+  const int H = 256, I = 128, E = 16, k = 4, S = 256;
   const uint64_t seed = testing::FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " tokens=" << T);
   Block b(T, H, I, E, k, S, seed);
   const size_t th = static_cast<size_t>(T) * H, tk = static_cast<size_t>(T) * k;
   auto d_ids = testing::ToDevice(std::vector<int32_t>(tk, 0));
@@ -363,6 +394,12 @@ TEST(MoeDecodeGraphTest, FoldedCallReplaysAsEager) {
   cudaStreamDestroy(stream);
 }
 
+// (4 tokens: the mma stream kernels and the combine launch; 1: the GEMVs, whose folded combine's
+// ticket must be back at 0 for every replay.)
+TEST(MoeDecodeGraphTest, FoldedCallReplaysAsEager) {
+  for (const int tokens : {4, 1}) ASSERT_NO_FATAL_FAILURE(CheckFoldedReplays(tokens));
+}
+
 // The warp-GEMV stream kernels (moe_stream_gemv.cu, at kStreamGemvMaxTokens token) against the
 // f32 reference and against the mma stream kernels (MLASERVE_MOE_STREAM_GEMV=0) on the same
 // inputs: routed experts stacked and interleaved (the same bits: only the rows move), the shared
@@ -370,22 +407,6 @@ TEST(MoeDecodeGraphTest, FoldedCallReplaysAsEager) {
 // at hidden 7168; down at inter 2304), K tails (136 / 72), an expert picked several times by one
 // token (more rows than a pass holds: passes re-read the weights), and 2 tokens (not taken);
 // two runs bit for bit.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value != nullptr) setenv(name, value, 1); else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 // (tokens, hidden, inter, experts, top_k, shared inter, repeated experts in a token)
 using GemvCase = std::tuple<int, int, int, int, int, int, bool>;
 class MoeStreamGemvTest : public ::testing::TestWithParam<GemvCase> {};

@@ -5,7 +5,8 @@
 #             (incl. the first pages' loads before the PDL wait, q written by a PDL kernel just
 #             before) and mla_prefill; EXTRA_TESTS more binaries
 #   sanitize  memcheck and racecheck on the fused router's small cases and on the folded decode
-#             MoE's, memcheck on the mla_decode determinism cases
+#             MoE's (the one-token GEMVs' folded combine among them), memcheck on the mla_decode
+#             determinism cases; SAN_GEMV=0 leaves out the GEMV shapes' runs
 #   engine    model_engine_cuda_test (the CUDA engine against the HF fixtures)
 #   ab        mlaserve-engine-bench decode batch AB_BATCHES (1 32 128) (graphs) on the random V2-Lite-shaped
 #             checkpoint at context AB_CONTEXT (1024): all on, then each lever off (VARIANTS: MLASERVE_MOE_FUSED_ROUTER=0,
@@ -48,14 +49,19 @@ if want sanitize; then
   san memcheck 150 kernels_moe_router_permute_cuda_test "$small"
   san racecheck 150 kernels_moe_router_permute_cuda_test 'Shapes/MoeRouterPermuteTest.*/0:Shapes/MoeRouterPermuteTest.*/13'
   san memcheck 150 kernels_mla_decode_cuda_test 'Cases/MlaDecodeDeterminismTest.*'
-  # The folded decode MoE (shared slices of gate_up before the PDL wait): small shapes.
-  fold='Shapes/MoeDecodeFoldTest.*/1:Shapes/MoeDecodeFoldTest.*/6:MoeDecodeGraphTest.*'
+  # The folded decode MoE (shared slices of gate_up before the PDL wait; at one token the down
+  # GEMV's folded combine, hidden 1032 and 5128): small shapes, and the graph replays.
+  fold='Shapes/MoeDecodeFoldTest.*/1:Shapes/MoeDecodeFoldTest.*/2:Shapes/MoeDecodeFoldTest.*/3'
+  fold+=':Shapes/MoeDecodeFoldTest.*/8:MoeDecodeGraphTest.*'
   san memcheck 150 kernels_moe_decode_cuda_test "$fold"
   san racecheck 150 kernels_moe_decode_cuda_test "$fold"
-  # The warp-GEMV stream kernels (moe_stream_gemv.cu): small shapes, passes, K tails, 2 segments.
-  gemv='Shapes/MoeStreamGemvTest.*/1:Shapes/MoeStreamGemvTest.*/3:Shapes/MoeStreamGemvTest.*/5:Shapes/MoeStreamGemvTest.*/6:Shapes/MoeStreamGemvTest.*/7'
-  san memcheck 200 kernels_moe_decode_cuda_test "$gemv"
-  san racecheck 200 kernels_moe_decode_cuda_test "$gemv"
+  # The warp-GEMV stream kernels (moe_stream_gemv.cu): small shapes, passes, K tails, 2 segments
+  # (SAN_GEMV=0 leaves them out).
+  if [[ ${SAN_GEMV:-1} == 1 ]]; then
+    gemv='Shapes/MoeStreamGemvTest.*/1:Shapes/MoeStreamGemvTest.*/3:Shapes/MoeStreamGemvTest.*/5:Shapes/MoeStreamGemvTest.*/6:Shapes/MoeStreamGemvTest.*/7'
+    san memcheck 200 kernels_moe_decode_cuda_test "$gemv"
+    san racecheck 200 kernels_moe_decode_cuda_test "$gemv"
+  fi
   # SAN_EXTRA: more runs, each TOOL:BINARY:FILTER (e.g. memcheck:kernels_rope_cuda_test:Shapes/RopeCudaAbsorb.*).
   san_extra
 fi
