@@ -86,7 +86,8 @@ absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
 // (MLASERVE_MOE_STREAM_GEMV, read per call: 0 = never, gate_up / down = that product alone).
 inline constexpr int kStreamGemvMaxTokens = 1;
 bool StreamGemvTakes(const StreamArgs& a, bool gate_up);
-// (LaunchStreamGemvGateUp / LaunchStreamGemvDown: below CombineArgs.)
+absl::Status LaunchStreamGemvGateUp(const StreamArgs& a, cudaStream_t s);
+absl::Status LaunchStreamGemvDown(const StreamArgs& a, cudaStream_t s);
 
 // --- kSm90 (moe_gemm_sm90_v<N>.cu): d[rows of e] = a[rows of e] * w_e^T for every expert
 // (bf16 d), the per-expert problem shapes and pointers built on the device from `offsets`.
@@ -266,20 +267,6 @@ inline constexpr int kCombineNormMaxHidden = 32768;
 absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s);
 absl::Status LaunchBaselineCombine(const CombineArgs& a, cudaStream_t s);
 
-// The one-token GEMVs' folded combine: with `ticket` set, the down GEMV's blocks each take a
-// ticket (atomicAdd on that word) after writing their rows of ys, and the block with the last
-// runs `combine` itself (moe_combine.cuh, FoldedCombine: CombineKernel's or CombineNormKernel's
-// bits), so no combine launch follows; the gate_up GEMV before it zeroes the word (after its
-// PDL wait), and the last block leaves it at 0. StreamGemvFoldsCombine says when (both products
-// on the GEMVs, FoldedCombineTakes; MLASERVE_MOE_GEMV_FOLD_COMBINE=0: never, for timing).
-struct GemvFold {
-  CombineArgs combine{};
-  int32_t* ticket = nullptr;  // null: no fold
-};
-bool StreamGemvFoldsCombine(const StreamArgs& a, const CombineArgs& c);
-absl::Status LaunchStreamGemvGateUp(const StreamArgs& a, const GemvFold& fold, cudaStream_t s);
-absl::Status LaunchStreamGemvDown(const StreamArgs& a, const GemvFold& fold, cudaStream_t s);
-
 // --- The experts call stage by stage (moe_experts.cu), for mlaserve-moe-bench's per-stage
 // timings: `observer` is told on the host after each stage's launches, in order, and may record
 // an event on the stream there. MoeExpertsCuda is RunExperts(p, s, nullptr); p must have passed
@@ -314,7 +301,6 @@ struct StreamWorkspace {
   int32_t* chunk_counts;
   __nv_bfloat16* act;  // [A + shared rows, inter]: the gate_up part (room for 2A rows)
   __nv_bfloat16* ys;   // [A + shared rows, hidden]: the down part (room for 2A bf16 rows)
-  int32_t* fold_ticket;  // GemvFold::ticket
 };
 absl::Status RunStreamExperts(const MoeExpertsParams& p, const StreamWorkspace& w, cudaStream_t s,
                               ExpertsStageObserver* observer);

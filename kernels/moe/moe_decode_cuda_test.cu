@@ -157,23 +157,6 @@ void RunExperts(const Block& b, MoeExpertsParams p, const MoeRoutingParams* rout
   r->w = testing::ToHost<float>(d_w, tk);
 }
 
-// Sets (or, with null, unsets) an environment variable for its scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value != nullptr) setenv(name, value, 1); else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 // (tokens, hidden, inter, experts, top_k, shared inter)
 using FoldCase = std::tuple<int, int, int, int, int, int>;
 class MoeDecodeFoldTest : public ::testing::TestWithParam<FoldCase> {};
@@ -263,17 +246,6 @@ TEST_P(MoeDecodeFoldTest, SharedExpertsAndNormEpilogueMatchTheUnfusedForms) {
   }
 
   ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, true, &normed));
-  // At one token the down GEMV's last block runs the combine (GemvFold): the bits of the
-  // combine's own launch, with and without the norm epilogue.
-  {
-    ScopedEnv apart_env("MLASERVE_MOE_GEMV_FOLD_COMBINE", "0");
-    Outputs shared_apart, normed_apart;
-    ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &shared_apart));
-    ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, true, &normed_apart));
-    EXPECT_TRUE(shared_apart.out == shared.out) << "the folded combine's output differs from the combine launch's";
-    EXPECT_TRUE(normed_apart.residual == normed.residual) << "the folded norm epilogue's residual differs";
-    EXPECT_TRUE(normed_apart.y == normed.y) << "the folded norm epilogue's output differs";
-  }
   EXPECT_TRUE(std::all_of(normed.out.begin(), normed.out.end(), [](uint16_t v) { return v == 0x7fc0; }))
       << "the norm epilogue must leave out untouched";
   // The unfused form: residual += out; y = rmsnorm(residual), by kernels/norm.
@@ -309,8 +281,8 @@ TEST_P(MoeDecodeFoldTest, SharedExpertsAndNormEpilogueMatchTheUnfusedForms) {
   EXPECT_LE(testing::RelativeError(testing::FromBf16(normed.y), y_want), 2e-2);
 }
 
-// Decode shapes: one token (V2-Lite: 6 of 64 experts, shared 2 x 1408; hidden 1032 and 5128,
-// whose norm blocks of 160 and 672 threads the folded combine's 256 play), a few, the fused
+// Decode shapes: one token (V2-Lite: 6 of 64 experts, shared 2 x 1408; hidden 1032 and 5128:
+// norm blocks of 160 and 672 threads after the one-token GEMVs), a few, the fused
 // routing's and the shared fold's limit and past them (17: shared experts refused, routing in
 // the call unfused), odd widths (hidden 136, inter 72: K tails; shared = inter), no shared
 // experts (the norm epilogue alone, at 40 tokens), a shared MLP of top_k slices.
@@ -394,8 +366,7 @@ void CheckFoldedReplays(int T) {
   cudaStreamDestroy(stream);
 }
 
-// (4 tokens: the mma stream kernels and the combine launch; 1: the GEMVs, whose folded combine's
-// ticket must be back at 0 for every replay.)
+// (4 tokens: the mma stream kernels; 1: the warp GEMVs of moe_stream_gemv.cu.)
 TEST(MoeDecodeGraphTest, FoldedCallReplaysAsEager) {
   for (const int tokens : {4, 1}) ASSERT_NO_FATAL_FAILURE(CheckFoldedReplays(tokens));
 }
@@ -407,6 +378,22 @@ TEST(MoeDecodeGraphTest, FoldedCallReplaysAsEager) {
 // at hidden 7168; down at inter 2304), K tails (136 / 72), an expert picked several times by one
 // token (more rows than a pass holds: passes re-read the weights), and 2 tokens (not taken);
 // two runs bit for bit.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value != nullptr) setenv(name, value, 1); else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
 // (tokens, hidden, inter, experts, top_k, shared inter, repeated experts in a token)
 using GemvCase = std::tuple<int, int, int, int, int, int, bool>;
 class MoeStreamGemvTest : public ::testing::TestWithParam<GemvCase> {};

@@ -92,7 +92,6 @@ struct ExpertsWorkspace {
   void* sm90_args;
   void* sm90_ws;
   int32_t* chunk_counts;
-  int32_t* fold_ticket;  // the stream path's folded combine (GemvFold)
 };
 
 ExpertsWorkspace CarveWorkspace(const MoeExpertsParams& p) {
@@ -112,7 +111,6 @@ ExpertsWorkspace CarveWorkspace(const MoeExpertsParams& p) {
   w.sm90_ws = Carve(cursor, moe_cuda::Sm90WorkspaceBytes(p.num_experts));
   w.chunk_counts = reinterpret_cast<int32_t*>(
       Carve(cursor, moe_cuda::PermuteScratchBytes(static_cast<int>(a), p.num_experts)));
-  w.fold_ticket = reinterpret_cast<int32_t*>(Carve(cursor, sizeof(int32_t)));
   return w;
 }
 
@@ -267,7 +265,7 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
   // The decode path, whole (moe_stream.cu: routing + permutation, products, combine).
   if (plan.path == MoeExpertsPath::kStream) {
     return RunStreamExperts(p, {w.sorted, w.offsets, w.tile_offsets, w.position, w.active,
-                                w.chunk_counts, w.hs, w.ys, w.fold_ticket}, s, observer);
+                                w.chunk_counts, w.hs, w.ys}, s, observer);
   }
   if (p.shared.inter != 0) {
     return absl::InvalidArgumentError(
@@ -388,7 +386,7 @@ size_t MoeExpertsCudaWorkspaceBytes(const MoeExpertsParams& p) {
   return align((static_cast<size_t>(p.num_experts) + 1) * sizeof(int32_t)) +
          align(moe_cuda::Sm90ArgsBlockBytes(p.num_experts)) +
          align(moe_cuda::Sm90WorkspaceBytes(p.num_experts)) +
-         align(moe_cuda::PermuteScratchBytes(num_assign, p.num_experts)) + align(sizeof(int32_t));
+         align(moe_cuda::PermuteScratchBytes(num_assign, p.num_experts));
 }
 
 namespace {

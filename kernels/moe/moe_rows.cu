@@ -12,7 +12,6 @@
 #include "kernels/common/device_arch.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
-#include "kernels/moe/moe_combine.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_silu.cuh"
 
@@ -21,6 +20,11 @@ namespace {
 
 constexpr int kEltThreads = 256;
 constexpr int kRowWarps = kEltThreads / cuda::kWarpSize;
+constexpr int kCombineBatch = 4;  // expert rows in flight per thread in the combine
+// The norm epilogue's block, as kernels/norm's RmsNormVecKernel: at most 1024 threads of at most
+// 4 16-byte vectors (kCombineNormMaxHidden).
+constexpr int kNormMaxThreads = 1024;
+constexpr int kNormMaxVecsPerThread = 4;
 constexpr int kGatherUnroll = 8;       // 16-byte loads in flight per lane: 4 KiB a warp pass (hidden 2048)
 constexpr int kGatherBlocksPerSm = 4;  // resident at once (__launch_bounds__): 1024 threads an SM
 
@@ -183,9 +187,49 @@ __global__ void __launch_bounds__(kEltThreads) CombineKernel(const __grid_consta
     const int c = static_cast<int>(i - t * chunks);
     float sum[cuda::kBf16PerChunk];
     CombineChunk<false>(a, t, c, sum);
-    reinterpret_cast<uint4*>(a.out)[i] = PackSum8(sum);
+    uint4 out;
+    auto* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o2[k] = __floats2bfloat162_rn(sum[2 * k], sum[2 * k + 1]);
+    reinterpret_cast<uint4*>(a.out)[i] = out;
   }
 }
+
+// CombineChunk with the token's row positions and weights already in registers (pos < 0: no
+// row), every term's: the same sums in the same order.
+template <int kTerms>
+__device__ __forceinline__ void CombineChunkPreloaded(const CombineArgs& a, int terms, int c,
+                                                      const int64_t (&pos)[kTerms], const float (&w)[kTerms],
+                                                      float (&sum)[cuda::kBf16PerChunk]) {
+  const int chunks = a.hidden / cuda::kBf16PerChunk;
+  const auto* ys = reinterpret_cast<const uint4*>(a.ys);
+#pragma unroll
+  for (int k = 0; k < cuda::kBf16PerChunk; ++k) sum[k] = 0.0f;
+#pragma unroll
+  for (int q0 = 0; q0 < kTerms; q0 += kCombineBatch) {
+    if (q0 >= terms) break;
+    uint4 row[kCombineBatch];
+#pragma unroll
+    for (int b = 0; b < kCombineBatch; ++b) {
+      row[b] = q0 + b < terms && pos[q0 + b] >= 0 ? ys[pos[q0 + b] * chunks + c] : uint4{};
+    }
+#pragma unroll
+    for (int b = 0; b < kCombineBatch; ++b) {
+      if (q0 + b >= terms || pos[q0 + b] < 0) continue;
+      const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&row[b]);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float2 v = __bfloat1622float2(v2[k]);
+        sum[2 * k] += w[q0 + b] * v.x;
+        sum[2 * k + 1] += w[q0 + b] * v.y;
+      }
+    }
+  }
+}
+
+// The most terms (routed rows + shared slices) of a token whose positions and weights the norm
+// epilogue loads before its PDL wait.
+constexpr int kCombinePreTerms = 16;
 
 // The combine with the MoeResidualNorm epilogue, one block per token, shaped as kernels/norm's
 // one-pass RMSNorm (norm.cu, RmsNormVecKernel: the same threads per row, the same vectors per
@@ -253,16 +297,38 @@ __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __gri
       CombineChunk<!kEarlyLoads>(a, t, at, sum);
     }
     const uint4 old = pre ? pre_res[i] : kEarlyLoads ? res[at] : ahead;
-    val[i] = ResidualAddVec(sum, old, ss);
+    const auto* o2 = reinterpret_cast<const __nv_bfloat162*>(&old);
+    auto* v2 = reinterpret_cast<__nv_bfloat162*>(&val[i]);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const __nv_bfloat162 moe = __floats2bfloat162_rn(sum[2 * k], sum[2 * k + 1]);  // the combine's output
+      const float2 m = __bfloat1622float2(moe), r = __bfloat1622float2(o2[k]);
+      v2[k] = __floats2bfloat162_rn(r.x + m.x, r.y + m.y);  // residual += x, rounded as HF's add
+      const float2 f = __bfloat1622float2(v2[k]);
+      ss += f.x * f.x;
+      ss += f.y * f.y;
+    }
     res[at] = val[i];
   }
   ss = cuda::BlockSum(ss, scratch);
-  const float inv = NormInv(ss, a);
+  const float inv = rsqrtf(ss / a.hidden + a.norm_eps);
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const int at = threadIdx.x + i * blockDim.x;
     if (at >= vecs) break;
-    y[at] = NormVec(val[i], pre ? pre_wv[i] : w[at], inv);
+    const uint4 wv = pre ? pre_wv[i] : w[at];
+    const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv);
+    const auto* v2 = reinterpret_cast<const __nv_bfloat162*>(&val[i]);
+    uint4 out;
+    auto* y2 = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 v = __bfloat1622float2(v2[k]), wf = __bfloat1622float2(w2[k]);
+      // HF: weight * (x * rsqrt(...)).to(dtype): normalise in f32, round, then scale.
+      const float2 n = __bfloat1622float2(__floats2bfloat162_rn(v.x * inv, v.y * inv));
+      y2[k] = __floats2bfloat162_rn(wf.x * n.x, wf.y * n.y);
+    }
+    y[at] = out;
   }
 }
 
@@ -329,10 +395,11 @@ absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s) {
       return absl::InvalidArgumentError(absl::StrCat("moe_experts combine: the norm epilogue takes hidden % 8 == 0 and <= ",
                                                      kCombineNormMaxHidden, ", got hidden=", a.hidden));
     }
+    // Threads as norm.cu's VecThreads: the row's vectors rounded up to whole warps.
     const int vecs = a.hidden / cuda::kBf16PerChunk;
     cuda::LaunchShape shape;
     shape.grid = dim3(static_cast<unsigned>(a.num_tokens));
-    shape.block = dim3(CombineNormThreads(a.hidden));
+    shape.block = dim3(std::min((vecs + cuda::kWarpSize - 1) / cuda::kWarpSize * cuda::kWarpSize, kNormMaxThreads));
     shape.stream = s;
     static const bool early_loads_off = EnvSwitchedOff("MLASERVE_MOE_COMBINE_EARLY_LOADS");
     CombineArgs args = a;

@@ -328,12 +328,12 @@ absl::Status LaunchStream(const StreamArgs& a, cudaStream_t s) {
 
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s) {
   if (a.max_active + a.shared_slots == 0) return absl::OkStatus();
-  return StreamGemvTakes(a, true) ? LaunchStreamGemvGateUp(a, GemvFold{}, s) : LaunchStream<true>(a, s);
+  return StreamGemvTakes(a, true) ? LaunchStreamGemvGateUp(a, s) : LaunchStream<true>(a, s);
 }
 
 absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s) {
   if (a.max_active + a.shared_slots == 0) return absl::OkStatus();
-  return StreamGemvTakes(a, false) ? LaunchStreamGemvDown(a, GemvFold{}, s) : LaunchStream<false>(a, s);
+  return StreamGemvTakes(a, false) ? LaunchStreamGemvDown(a, s) : LaunchStream<false>(a, s);
 }
 
 namespace {
@@ -402,8 +402,12 @@ absl::Status RunStreamExperts(const MoeExpertsParams& p, const StreamWorkspace& 
   a.shared_slots = slots;
   a.num_tokens = p.num_tokens;
   a.num_assign = num_assign;
-  // 4. Combine in token order (shared rows after the routed ones), or into the residual + norm:
-  // at one token in the down GEMV's last block (GemvFold), else a launch of its own.
+  RETURN_IF_ERROR(LaunchStreamGateUp(a, s));
+  done(ExpertsStage::kGateUp);
+  RETURN_IF_ERROR(LaunchStreamDown(a, s));
+  done(ExpertsStage::kDown);
+
+  // 4. Combine in token order (shared rows after the routed ones), or into the residual + norm.
   CombineArgs ca{w.ys, w.position, p.topk_weights, static_cast<__nv_bfloat16*>(p.out),
                  p.num_tokens, p.top_k, p.hidden};
   ca.shared_slots = slots;
@@ -412,19 +416,6 @@ absl::Status RunStreamExperts(const MoeExpertsParams& p, const StreamWorkspace& 
   ca.norm_weight = static_cast<const __nv_bfloat16*>(p.norm.weight);
   ca.norm_y = static_cast<__nv_bfloat16*>(p.norm.y);
   ca.norm_eps = p.norm.eps;
-  if (!p.baseline.combine && a.max_active + a.shared_slots > 0 && StreamGemvFoldsCombine(a, ca)) {
-    const GemvFold fold{ca, w.fold_ticket};
-    RETURN_IF_ERROR(LaunchStreamGemvGateUp(a, fold, s));
-    done(ExpertsStage::kGateUp);
-    RETURN_IF_ERROR(LaunchStreamGemvDown(a, fold, s));
-    done(ExpertsStage::kDown);
-    done(ExpertsStage::kCombine);
-    return absl::OkStatus();
-  }
-  RETURN_IF_ERROR(LaunchStreamGateUp(a, s));
-  done(ExpertsStage::kGateUp);
-  RETURN_IF_ERROR(LaunchStreamDown(a, s));
-  done(ExpertsStage::kDown);
   RETURN_IF_ERROR(p.baseline.combine ? LaunchBaselineCombine(ca, s) : LaunchCombine(ca, s));
   done(ExpertsStage::kCombine);
   return absl::OkStatus();

@@ -25,10 +25,6 @@
 // without the kernel just before (shared slices; down's routed experts, from the permutation
 // two kernels back, read from L2), as moe_stream.cu does. An expert with more rows than kTok (not
 // on the decode path: a token's experts are distinct) runs passes of kTok rows.
-// The combine (GemvFold, moe_cuda.h): the down kernel's blocks take a ticket once their rows are
-// written, and the last one runs the token's combine (and the residual add + RMSNorm epilogue)
-// with the combine kernels' bits (moe_combine.cuh). That saves the combine's launch and its wait
-// for this grid's completion at the end of every MoE layer of a batch-1 decode step.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -43,7 +39,6 @@
 #include "kernels/common/device_arch.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
-#include "kernels/moe/moe_combine.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_silu.cuh"
 
@@ -108,7 +103,7 @@ __device__ __forceinline__ void LoadSegment(const __nv_bfloat16* const (&row)[2]
 
 template <bool kGateUp, int kTok>
 __global__ void __launch_bounds__(kGemvThreads)
-    StreamGemvKernel(const __grid_constant__ StreamArgs g, const __grid_constant__ GemvFold fold) {
+    StreamGemvKernel(const __grid_constant__ StreamArgs g) {
   extern __shared__ __align__(16) unsigned char smem[];
   auto* xs = reinterpret_cast<__nv_bfloat16*>(smem);  // [kTok][K]: the pass's token rows
   const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
@@ -141,22 +136,16 @@ __global__ void __launch_bounds__(kGemvThreads)
   // they complete; everything else waits here.
   const bool before_wait = kGateUp && shared;
   if (!before_wait) cuda::PdlEnter();
-  // gate_up zeroes the ticket of the down product's folded combine (after its wait: the last
-  // kernel that used the word has completed).
-  if (kGateUp && fold.ticket != nullptr && !shared && slot == 0 && blockIdx.x == 0 && threadIdx.x == 0) {
-    *fold.ticket = 0;
-  }
 
-  int row_begin = 0, row_end = 0;  // (an idle routed slot: no rows)
+  int row_begin, row_end;
   if (shared) {
     row_begin = g.num_assign + slot * g.num_tokens;
     row_end = row_begin + g.num_tokens;
-  } else if (slot < g.active[g.num_experts]) {
+  } else {
+    if (slot >= g.active[g.num_experts]) return;
     e = g.active[slot];
     row_begin = g.offsets[e];
     row_end = g.offsets[e + 1];
-  } else if (kGateUp || fold.ticket == nullptr) {
-    return;
   }
   // The weights go in flight before the token rows are staged (their loads are the longer wait).
   if (!loaded && task0 < task_end && row_begin < row_end) {
@@ -237,27 +226,6 @@ __global__ void __launch_bounds__(kGemvThreads)
     loaded = false;  // a later pass (more than kTok rows) reloads the first task's weights
   }
   if (before_wait) cuda::PdlEnter();
-  if constexpr (!kGateUp) {
-    if (fold.ticket != nullptr) {
-      // The folded combine: every block takes a ticket once its rows of ys are written (each
-      // thread fences its own stores first); the block with the last runs the combine, then
-      // leaves the word at 0.
-      __shared__ float scratch[kNormMaxThreads / cuda::kWarpSize];
-      __shared__ bool last;
-      __threadfence();
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        const unsigned blocks = gridDim.x * gridDim.y;
-        last = atomicAdd(reinterpret_cast<unsigned*>(fold.ticket), 1u) == blocks - 1;
-      }
-      __syncthreads();
-      if (last) {
-        __threadfence();
-        FoldedCombine<kGemvThreads>(fold.combine, scratch);
-        if (threadIdx.x == 0) *fold.ticket = 0;
-      }
-    }
-  }
 }
 
 // Waves of blocks the grid holds: 1, or MLASERVE_MOE_GEMV_WAVES (1-8, read per call; for A/B
@@ -271,7 +239,7 @@ int64_t GemvWaves() {
 }
 
 template <bool kGateUp, int kTok>
-absl::Status LaunchGemvTok(const StreamArgs& a, const GemvFold& fold, cudaStream_t s) {
+absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
   auto* kernel = StreamGemvKernel<kGateUp, kTok>;
   const int K = kGateUp ? a.hidden : a.inter;
   const size_t smem = static_cast<size_t>(kTok) * K * sizeof(__nv_bfloat16);  // <= kGemvMaxSmem
@@ -309,7 +277,7 @@ absl::Status LaunchGemvTok(const StreamArgs& a, const GemvFold& fold, cudaStream
   shape.smem_bytes = smem;
   shape.stream = s;
   return cuda::LaunchPdl(kGateUp ? "moe_experts stream gemv gate_up" : "moe_experts stream gemv down", shape,
-                         kernel, a, fold);
+                         kernel, a);
 }
 
 // One token (kStreamGemvMaxTokens): every touched expert has one row (a token's experts are
@@ -320,8 +288,8 @@ absl::Status LaunchGemvTok(const StreamArgs& a, const GemvFold& fold, cudaStream
 // 2026-11-29), so the mma kernels keep them. kTok stays a parameter: an expert listed twice by
 // one token runs passes.
 template <bool kGateUp>
-absl::Status LaunchGemv(const StreamArgs& a, const GemvFold& fold, cudaStream_t s) {
-  return LaunchGemvTok<kGateUp, 1>(a, fold, s);
+absl::Status LaunchGemv(const StreamArgs& a, cudaStream_t s) {
+  return LaunchGemvTok<kGateUp, 1>(a, s);
 }
 
 }  // namespace
@@ -339,18 +307,7 @@ bool StreamGemvTakes(const StreamArgs& a, bool gate_up) {
          static_cast<int64_t>(kStreamGemvMaxTokens) * k_max * 2 <= kGemvMaxSmem;
 }
 
-bool StreamGemvFoldsCombine(const StreamArgs& a, const CombineArgs& c) {
-  // MLASERVE_MOE_GEMV_FOLD_COMBINE=0 (read per call, as MLASERVE_MOE_STREAM_GEMV): the combine's
-  // own launch, for A/B timing and the tests' comparison.
-  return !EnvSwitchedOff("MLASERVE_MOE_GEMV_FOLD_COMBINE") && StreamGemvTakes(a, true) &&
-         StreamGemvTakes(a, false) && FoldedCombineTakes<kGemvThreads>(c);
-}
-
-absl::Status LaunchStreamGemvGateUp(const StreamArgs& a, const GemvFold& fold, cudaStream_t s) {
-  return LaunchGemv<true>(a, fold, s);
-}
-absl::Status LaunchStreamGemvDown(const StreamArgs& a, const GemvFold& fold, cudaStream_t s) {
-  return LaunchGemv<false>(a, fold, s);
-}
+absl::Status LaunchStreamGemvGateUp(const StreamArgs& a, cudaStream_t s) { return LaunchGemv<true>(a, s); }
+absl::Status LaunchStreamGemvDown(const StreamArgs& a, cudaStream_t s) { return LaunchGemv<false>(a, s); }
 
 }  // namespace mlaserve::kernels::moe_cuda

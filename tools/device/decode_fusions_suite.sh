@@ -5,7 +5,7 @@
 #             (incl. the first pages' loads before the PDL wait, q written by a PDL kernel just
 #             before) and mla_prefill; EXTRA_TESTS more binaries
 #   sanitize  memcheck and racecheck on the fused router's small cases and on the folded decode
-#             MoE's (the one-token GEMVs' folded combine among them), memcheck on the mla_decode
+#             MoE's (one token at hidden 1032 and 5128 among them), memcheck on the mla_decode
 #             determinism cases; SAN_GEMV=0 leaves out the GEMV shapes' runs
 #   engine    model_engine_cuda_test (the CUDA engine against the HF fixtures)
 #   ab        mlaserve-engine-bench decode batch AB_BATCHES (1 32 128) (graphs) on the random V2-Lite-shaped
@@ -49,8 +49,8 @@ if want sanitize; then
   san memcheck 150 kernels_moe_router_permute_cuda_test "$small"
   san racecheck 150 kernels_moe_router_permute_cuda_test 'Shapes/MoeRouterPermuteTest.*/0:Shapes/MoeRouterPermuteTest.*/13'
   san memcheck 150 kernels_mla_decode_cuda_test 'Cases/MlaDecodeDeterminismTest.*'
-  # The folded decode MoE (shared slices of gate_up before the PDL wait; at one token the down
-  # GEMV's folded combine, hidden 1032 and 5128): small shapes, and the graph replays.
+  # The folded decode MoE (shared slices of gate_up before the PDL wait): small shapes (one token
+  # at hidden 1032 and 5128 among them), and the graph replays at 4 tokens and at 1.
   fold='Shapes/MoeDecodeFoldTest.*/1:Shapes/MoeDecodeFoldTest.*/2:Shapes/MoeDecodeFoldTest.*/3'
   fold+=':Shapes/MoeDecodeFoldTest.*/8:MoeDecodeGraphTest.*'
   san memcheck 150 kernels_moe_decode_cuda_test "$fold"
