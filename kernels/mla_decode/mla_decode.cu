@@ -380,10 +380,11 @@ absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* 
   mla_cuda::LatentSplit split;
   if (ordered && metadata != nullptr) {
     RETURN_IF_ERROR(CheckOrderFits(p, plan));
-    // Built by MlaDecodeBuildMetadata; with p.inputs_before_wait also complete before the kernel
-    // just before this one started (api.h), so the chunk kernels may read it before their wait.
+    // Built by MlaDecodeBuildMetadata; with p.inputs_before_wait (or old_rows_before_wait) also
+    // complete before the kernel just before this one started (api.h), so the chunk kernels may
+    // read it before their wait.
     split.chunk_order = static_cast<const int32_t*>(metadata);
-    split.order_before_wait = p.inputs_before_wait;
+    split.order_before_wait = p.inputs_before_wait || p.old_rows_before_wait;
   } else if (ordered) {
     auto* order = reinterpret_cast<int32_t*>(
         static_cast<uint8_t*>(workspace) +

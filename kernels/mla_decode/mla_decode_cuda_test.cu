@@ -214,6 +214,20 @@ __global__ void CopyAfterWaitKernel(const uint4* src, uint4* dst, int64_t n) {
   }
 }
 
+// Copies rows (row_words 16-byte words each) of src to dst after the PDL wait, the rows listed
+// by index: below it writes each request's newest cache rows right before the attention kernel,
+// as the decode step's rope launch does when it also absorbs the query.
+__global__ void CopyRowsAfterWaitKernel(const uint4* src, uint4* dst, const int64_t* rows, int n_rows,
+                                        int row_words) {
+  cuda::PdlEnter();
+  const int64_t n = static_cast<int64_t>(n_rows) * row_words;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t at = rows[i / row_words] * row_words + i % row_words;
+    dst[at] = src[at];
+  }
+}
+
 // Determinism of the split-KV path: two runs on the same inputs, with the workspace and the
 // outputs poisoned differently each time, give the same output and LSE bytes. The combine
 // merges the splits in split order (no atomics), and rows past a request's heads (the
@@ -299,7 +313,9 @@ INSTANTIATE_TEST_SUITE_P(
 // as it was, so it launched no schedule or order kernel of its own. Then layer 0 once more with
 // inputs_before_wait, q poisoned and written back by a PDL kernel launched just before the call
 // and the metadata rebuilt into a fresh poisoned buffer just before that kernel: the chunk
-// kernels read the order before their PDL wait, two launches after its build (api.h).
+// kernels read the order before their PDL wait, two launches after its build (api.h); and once
+// with old_rows_before_wait, each request's newest cache rows poisoned too and written back by
+// the last kernel before the call (the few-rows kernel loads the older pages before its wait).
 // (batch, heads, q per request, max context, schedule, pages per split of a forced longest-first
 // chunk plan (0: PlanMlaDecode's plan for the device), whether the plan has metadata)
 using MetadataCase = std::tuple<int, int, int, int, MlaDecodeSchedule, int, bool>;
@@ -445,6 +461,42 @@ TEST_P(MlaDecodeMetadataTest, LayersSharingItMatchThePlainCallBitwise) {
   };
   ASSERT_NO_FATAL_FAILURE(RunDecode(d[0], before_wait, plan, fresh.get(), 0x7f, build_then_write_q, &early));
   ExpectSameBytes(early, plain[0], "layer 0, inputs before the wait");
+
+  // old_rows_before_wait: q and each request's newest lq cache rows poisoned, written back by
+  // PDL kernels launched just before the call (the rows by the last one), the metadata built
+  // before them; the older rows as they were.
+  std::vector<int64_t> new_rows;
+  for (int b = 0; b < batch; ++b) {
+    for (int pos = c0.lk[b] - c0.lq[b]; pos < c0.lk[b]; ++pos) new_rows.push_back(c0.layout.Slot(b, pos));
+  }
+  const int row_bytes = c0.width() * static_cast<int>(sizeof(uint16_t));
+  ASSERT_EQ(row_bytes % sizeof(uint4), 0u);
+  testing::DeviceBuffer cache_copy(d[0].cache.bytes()), fresh_rows(plan.metadata_bytes);
+  auto d_rows = testing::ToDevice(new_rows);
+  MLASERVE_CUDA_ASSERT(cudaMemcpy(cache_copy.get(), d[0].cache.get(), d[0].cache.bytes(), cudaMemcpyDeviceToDevice));
+  for (const int64_t r : new_rows) {
+    MLASERVE_CUDA_ASSERT(cudaMemset(d[0].cache.as<uint8_t>() + r * row_bytes, 0xff, row_bytes));
+  }
+  MLASERVE_CUDA_ASSERT(cudaMemset(d[0].q.get(), 0xff, d[0].q.bytes()));
+  MLASERVE_CUDA_ASSERT(cudaMemset(fresh_rows.get(), 0xff, fresh_rows.bytes()));
+  MlaParams old_rows = params[0];
+  old_rows.old_rows_before_wait = true;
+  const auto build_then_write_q_and_rows = [&]() -> absl::Status {
+    RETURN_IF_ERROR(MlaDecodeBuildMetadata(old_rows, plan, fresh_rows.get(), cuda));
+    cuda::LaunchShape shape;
+    shape.grid = dim3(8);
+    shape.block = dim3(256);
+    RETURN_IF_ERROR(cuda::LaunchPdl("q copy", shape, CopyAfterWaitKernel, static_cast<const uint4*>(q_copy.get()),
+                                    static_cast<uint4*>(d[0].q.get()),
+                                    static_cast<int64_t>(d[0].q.bytes() / sizeof(uint4))));
+    return cuda::LaunchPdl("new rows copy", shape, CopyRowsAfterWaitKernel, static_cast<const uint4*>(cache_copy.get()),
+                           static_cast<uint4*>(d[0].cache.get()), d_rows.as<int64_t>(),
+                           static_cast<int>(new_rows.size()), row_bytes / static_cast<int>(sizeof(uint4)));
+  };
+  DecodeBytes early_rows;
+  ASSERT_NO_FATAL_FAILURE(RunDecode(d[0], old_rows, plan, fresh_rows.get(), 0x7f, build_then_write_q_and_rows,
+                                    &early_rows));
+  ExpectSameBytes(early_rows, plain[0], "layer 0, the older rows before the wait");
 }
 
 INSTANTIATE_TEST_SUITE_P(

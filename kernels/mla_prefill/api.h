@@ -52,6 +52,13 @@ struct MlaParams {
   // kernel then reads them and starts its first pages' loads before its PDL wait (chunk plans in
   // grid order). Decode steps: the newest cache rows come from the norm+rope launch, two back.
   bool inputs_before_wait = false;
+  // Weaker, where inputs_before_wait cannot be said: the same holds for the block table, the
+  // lengths and every cache row except each request's newest lq rows (positions [lk - lq, lk)),
+  // which, with q, may come from the kernel just before (decode steps where the norm+rope launch
+  // also absorbs the query: it writes q and the new rows). The few-rows CUDA kernel then loads
+  // the pages that hold none of those rows before its PDL wait (chunk plans in grid order, or an
+  // order built that far back); the other kernels wait as without it.
+  bool old_rows_before_wait = false;
 };
 
 // The latent widths the CUDA latent-attention kernels take (mla_prefill and mla_decode; the

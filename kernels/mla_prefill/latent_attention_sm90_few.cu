@@ -29,7 +29,10 @@
 // The producer reads the block table 32 pages at a time (a lane per page) and, where the caller
 // says the cache and the block table were complete before the previous kernel started
 // (MlaParams::inputs_before_wait, chunks in grid order), it runs without the PDL wait at all:
-// only Q comes from the previous kernel, and only the consumers read it. Chunks (grid: row block,
+// only Q comes from the previous kernel, and only the consumers read it. Where only the newest
+// rows of each request come from it too (MlaParams::old_rows_before_wait: the decode step's
+// rope launch that also absorbs the query), the producer loads the pages before theirs first and
+// waits before the first page that holds one. Chunks (grid: row block,
 // split, request) and the balanced schedule's segments (grid: row block, part) both run here;
 // the output and the partials have the 64-row kernel's layout, so mla_decode's combine is the
 // same.
@@ -113,6 +116,10 @@ struct FewArgs {
   LatentSplit split;
   TileTma tma;
   bool producer_waits;  // false: the producer reads the block table before the PDL wait
+  // With producer_waits: the producer still reads the block table and loads the pages that hold
+  // no row of the request's newest lq before the wait, and waits before the first that does
+  // (MlaParams::old_rows_before_wait).
+  bool old_pages_early;
 };
 
 // The work of the CTA's k-th segment (chunks: the one of its grid position), the same in the
@@ -164,7 +171,8 @@ __global__ void __launch_bounds__(kThreads, 1) LatentFewRowsSm90Kernel(const __g
   if (warp == kProducerWarp) {
     // The producer: every page of every segment, in order, 9 tiles each into the ring.
     if (lane == 0) cute::prefetch_tma_descriptor(args.tma.get_tma_descriptor());
-    if (args.producer_waits) cuda::PdlWaitForPrerequisites();
+    bool waited = !args.producer_waits || !args.old_pages_early;  // (nothing to wait for, or done below)
+    if (args.producer_waits && !args.old_pages_early) cuda::PdlWaitForPrerequisites();
     const int seg_begin = chunks ? 0 : split.part_segments[blockIdx.y];
     const int n_segs = chunks ? 1 : split.part_segments[blockIdx.y + 1] - seg_begin;
     Tensor pages = args.tma.get_tma_tensor(make_shape(Int<kKeys>{}, Int<kWidth>{}, p.num_pages));
@@ -179,6 +187,12 @@ __global__ void __launch_bounds__(kThreads, 1) LatentFewRowsSm90Kernel(const __g
         const int count = min(32, s.w.n_tiles - p0);
         for (int j = 0; j < count; ++j) {
           const int page = __shfl_sync(0xffffffffu, mine, j);
+          // The first page that holds one of the newest rows (from the kernel just before):
+          // wait here (old_pages_early; the pages before it are older, pdl.cuh rule 3).
+          if (!waited && s.w.kv_begin + (p0 + j + 1) * kKeys > s.w.first_pos) {
+            cuda::PdlWaitForPrerequisites();
+            waited = true;
+          }
           if (lane == 0) {
 #pragma unroll 1
             for (int t = 0; t < kTiles; ++t, ++g) {
@@ -467,9 +481,13 @@ absl::Status LaunchFew(const MlaParams& p, const LatentSplit& split, int64_t max
                        cudaStream_t stream) {
   const bool chunks = split.segments == nullptr;
   FewArgs args{p, split, sm90::MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages),
-               !(chunks && p.inputs_before_wait && (split.chunk_order == nullptr || split.order_before_wait))};
+               !(chunks && p.inputs_before_wait && (split.chunk_order == nullptr || split.order_before_wait)),
+               chunks && p.old_rows_before_wait && (split.chunk_order == nullptr || split.order_before_wait)};
   static const bool early_loads_off = EnvSwitchedOff("MLASERVE_MLA_EARLY_LOADS");
   if (early_loads_off) args.producer_waits = true;
+  // MLASERVE_MLA_OLD_PAGES_EARLY=0 (read per call; A/B timing): with old_rows_before_wait alone,
+  // every page after the wait.
+  if (early_loads_off || EnvSwitchedOff("MLASERVE_MLA_OLD_PAGES_EARLY")) args.old_pages_early = false;
   constexpr int kSmem = sizeof(FewStorage);
   static_assert(kSmem <= kSmemLimit, "the few-rows latent kernel's shared memory exceeds Hopper's limit");
   auto kernel = LatentFewRowsSm90Kernel;

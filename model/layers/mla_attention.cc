@@ -375,7 +375,9 @@ absl::Status MlaAttention::AttendLatent(const BatchPlan& plan, AttentionForm for
     // Not when the rope launch computed the query's latent part: then it is the kernel just
     // before, and its blocks store the new rows. The step's decode metadata was built before
     // the first launch of its first decode layer, so it is as old as the plan's arrays.
+    // When it did, the rows before each request's new ones are still older (api.h).
     p.inputs_before_wait = ctx_->cache->LatentRowsInPlace(layer_) != nullptr && !q_abs_absorbed;
+    p.old_rows_before_wait = ctx_->cache->LatentRowsInPlace(layer_) != nullptr && q_abs_absorbed;
     if (form == AttentionForm::kMlaDecode) {
       if (decode == nullptr) return absl::InternalError("mla_decode: a dense decode batch without its plan");
       void* workspace = nullptr;
