@@ -228,6 +228,23 @@ __global__ void CopyRowsAfterWaitKernel(const uint4* src, uint4* dst, const int6
   }
 }
 
+// Queues CopyAfterWaitKernel over `bytes` (whole 16-byte words) / CopyRowsAfterWaitKernel over
+// the listed rows of `row_bytes`, launched with PDL.
+cuda::LaunchShape CopyShape() {
+  cuda::LaunchShape shape;
+  shape.grid = dim3(8);
+  shape.block = dim3(256);
+  return shape;
+}
+absl::Status LaunchCopyAfterWait(const void* src, void* dst, size_t bytes) {
+  return cuda::LaunchPdl("copy after wait", CopyShape(), CopyAfterWaitKernel, static_cast<const uint4*>(src),
+                         static_cast<uint4*>(dst), static_cast<int64_t>(bytes / sizeof(uint4)));
+}
+absl::Status LaunchCopyRowsAfterWait(const void* src, void* dst, const int64_t* rows, int n_rows, int row_bytes) {
+  return cuda::LaunchPdl("rows copy after wait", CopyShape(), CopyRowsAfterWaitKernel, static_cast<const uint4*>(src),
+                         static_cast<uint4*>(dst), rows, n_rows, row_bytes / static_cast<int>(sizeof(uint4)));
+}
+
 // Determinism of the split-KV path: two runs on the same inputs, with the workspace and the
 // outputs poisoned differently each time, give the same output and LSE bytes. The combine
 // merges the splits in split order (no atomics), and rows past a request's heads (the
@@ -264,7 +281,6 @@ TEST_P(MlaDecodeDeterminismTest, TwoRunsAreBitwiseEqual) {
   const size_t rows = static_cast<size_t>(c.total_q()) * c.num_heads;
   std::vector<uint16_t> out[2];
   std::vector<float> lse[2];
-  const size_t q_words = d.q.bytes() / sizeof(uint4);
   ASSERT_EQ(d.q.bytes() % sizeof(uint4), 0u);
   testing::DeviceBuffer q_copy(d.q.bytes());
   MLASERVE_CUDA_ASSERT(cudaMemcpy(q_copy.get(), d.q.get(), d.q.bytes(), cudaMemcpyDeviceToDevice));
@@ -277,12 +293,7 @@ TEST_P(MlaDecodeDeterminismTest, TwoRunsAreBitwiseEqual) {
     if (run == 1) {
       params.inputs_before_wait = true;
       MLASERVE_CUDA_ASSERT(cudaMemset(d.q.get(), 0xff, d.q.bytes()));
-      cuda::LaunchShape shape;
-      shape.grid = dim3(8);
-      shape.block = dim3(256);
-      const auto copied = cuda::LaunchPdl("q copy", shape, CopyAfterWaitKernel,
-                                          static_cast<const uint4*>(q_copy.get()), static_cast<uint4*>(d.q.get()),
-                                          static_cast<int64_t>(q_words));
+      const auto copied = LaunchCopyAfterWait(q_copy.get(), d.q.get(), d.q.bytes());
       ASSERT_TRUE(copied.ok()) << copied;
     }
     const auto st = MlaDecode(params, *plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
@@ -453,11 +464,7 @@ TEST_P(MlaDecodeMetadataTest, LayersSharingItMatchThePlainCallBitwise) {
   before_wait.inputs_before_wait = true;
   const auto build_then_write_q = [&]() -> absl::Status {
     RETURN_IF_ERROR(MlaDecodeBuildMetadata(before_wait, plan, fresh.get(), cuda));
-    cuda::LaunchShape shape;
-    shape.grid = dim3(8);
-    shape.block = dim3(256);
-    return cuda::LaunchPdl("q copy", shape, CopyAfterWaitKernel, static_cast<const uint4*>(q_copy.get()),
-                           static_cast<uint4*>(d[0].q.get()), static_cast<int64_t>(d[0].q.bytes() / sizeof(uint4)));
+    return LaunchCopyAfterWait(q_copy.get(), d[0].q.get(), d[0].q.bytes());
   };
   ASSERT_NO_FATAL_FAILURE(RunDecode(d[0], before_wait, plan, fresh.get(), 0x7f, build_then_write_q, &early));
   ExpectSameBytes(early, plain[0], "layer 0, inputs before the wait");
@@ -483,15 +490,9 @@ TEST_P(MlaDecodeMetadataTest, LayersSharingItMatchThePlainCallBitwise) {
   old_rows.old_rows_before_wait = true;
   const auto build_then_write_q_and_rows = [&]() -> absl::Status {
     RETURN_IF_ERROR(MlaDecodeBuildMetadata(old_rows, plan, fresh_rows.get(), cuda));
-    cuda::LaunchShape shape;
-    shape.grid = dim3(8);
-    shape.block = dim3(256);
-    RETURN_IF_ERROR(cuda::LaunchPdl("q copy", shape, CopyAfterWaitKernel, static_cast<const uint4*>(q_copy.get()),
-                                    static_cast<uint4*>(d[0].q.get()),
-                                    static_cast<int64_t>(d[0].q.bytes() / sizeof(uint4))));
-    return cuda::LaunchPdl("new rows copy", shape, CopyRowsAfterWaitKernel, static_cast<const uint4*>(cache_copy.get()),
-                           static_cast<uint4*>(d[0].cache.get()), d_rows.as<int64_t>(),
-                           static_cast<int>(new_rows.size()), row_bytes / static_cast<int>(sizeof(uint4)));
+    RETURN_IF_ERROR(LaunchCopyAfterWait(q_copy.get(), d[0].q.get(), d[0].q.bytes()));
+    return LaunchCopyRowsAfterWait(cache_copy.get(), d[0].cache.get(), d_rows.as<int64_t>(),
+                                   static_cast<int>(new_rows.size()), row_bytes);
   };
   DecodeBytes early_rows;
   ASSERT_NO_FATAL_FAILURE(RunDecode(d[0], old_rows, plan, fresh_rows.get(), 0x7f, build_then_write_q_and_rows,
