@@ -111,15 +111,17 @@ struct FewStorage {
   uint64_t empty[kSlots];
 };
 
+// Where the producer waits for the previous kernel (PDL): before anything; never (it reads only
+// what was complete before that kernel started: MlaParams::inputs_before_wait); or before the
+// first page that holds one of a request's newest lq rows, the older pages and the block table
+// loaded before it (MlaParams::old_rows_before_wait).
+enum class ProducerWait { kFirst, kNever, kBeforeNewRows };
+
 struct FewArgs {
   MlaParams p;
   LatentSplit split;
   TileTma tma;
-  bool producer_waits;  // false: the producer reads the block table before the PDL wait
-  // With producer_waits: the producer still reads the block table and loads the pages that hold
-  // no row of the request's newest lq before the wait, and waits before the first that does
-  // (MlaParams::old_rows_before_wait).
-  bool old_pages_early;
+  ProducerWait producer_wait;
 };
 
 // The work of the CTA's k-th segment (chunks: the one of its grid position), the same in the
@@ -171,8 +173,8 @@ __global__ void __launch_bounds__(kThreads, 1) LatentFewRowsSm90Kernel(const __g
   if (warp == kProducerWarp) {
     // The producer: every page of every segment, in order, 9 tiles each into the ring.
     if (lane == 0) cute::prefetch_tma_descriptor(args.tma.get_tma_descriptor());
-    bool waited = !args.producer_waits || !args.old_pages_early;  // (nothing to wait for, or done below)
-    if (args.producer_waits && !args.old_pages_early) cuda::PdlWaitForPrerequisites();
+    if (args.producer_wait == ProducerWait::kFirst) cuda::PdlWaitForPrerequisites();
+    bool waited = args.producer_wait != ProducerWait::kBeforeNewRows;  // (done, or not needed)
     const int seg_begin = chunks ? 0 : split.part_segments[blockIdx.y];
     const int n_segs = chunks ? 1 : split.part_segments[blockIdx.y + 1] - seg_begin;
     Tensor pages = args.tma.get_tma_tensor(make_shape(Int<kKeys>{}, Int<kWidth>{}, p.num_pages));
@@ -188,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentFewRowsSm90Kernel(const __g
         for (int j = 0; j < count; ++j) {
           const int page = __shfl_sync(0xffffffffu, mine, j);
           // The first page that holds one of the newest rows (from the kernel just before):
-          // wait here (old_pages_early; the pages before it are older, pdl.cuh rule 3).
+          // wait here (kBeforeNewRows; the pages before it are older, pdl.cuh rule 3).
           if (!waited && s.w.kv_begin + (p0 + j + 1) * kKeys > s.w.first_pos) {
             cuda::PdlWaitForPrerequisites();
             waited = true;
@@ -480,14 +482,18 @@ __global__ void __launch_bounds__(kThreads, 1) LatentFewRowsSm90Kernel(const __g
 absl::Status LaunchFew(const MlaParams& p, const LatentSplit& split, int64_t max_rows_per_request,
                        cudaStream_t stream) {
   const bool chunks = split.segments == nullptr;
-  FewArgs args{p, split, sm90::MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages),
-               !(chunks && p.inputs_before_wait && (split.chunk_order == nullptr || split.order_before_wait)),
-               chunks && p.old_rows_before_wait && (split.chunk_order == nullptr || split.order_before_wait)};
+  // The CTAs' work (chunks in grid order, or an order built before the kernel just before) may
+  // be read before the wait. MLASERVE_MLA_EARLY_LOADS=0: the producer waits first anyway;
+  // MLASERVE_MLA_OLD_PAGES_EARLY=0 (read per call; A/B timing): so with old_rows_before_wait alone.
   static const bool early_loads_off = EnvSwitchedOff("MLASERVE_MLA_EARLY_LOADS");
-  if (early_loads_off) args.producer_waits = true;
-  // MLASERVE_MLA_OLD_PAGES_EARLY=0 (read per call; A/B timing): with old_rows_before_wait alone,
-  // every page after the wait.
-  if (early_loads_off || EnvSwitchedOff("MLASERVE_MLA_OLD_PAGES_EARLY")) args.old_pages_early = false;
+  const bool work_early = chunks && (split.chunk_order == nullptr || split.order_before_wait) && !early_loads_off;
+  ProducerWait wait = ProducerWait::kFirst;
+  if (work_early && p.inputs_before_wait) {
+    wait = ProducerWait::kNever;
+  } else if (work_early && p.old_rows_before_wait && !EnvSwitchedOff("MLASERVE_MLA_OLD_PAGES_EARLY")) {
+    wait = ProducerWait::kBeforeNewRows;
+  }
+  const FewArgs args{p, split, sm90::MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages), wait};
   constexpr int kSmem = sizeof(FewStorage);
   static_assert(kSmem <= kSmemLimit, "the few-rows latent kernel's shared memory exceeds Hopper's limit");
   auto kernel = LatentFewRowsSm90Kernel;
