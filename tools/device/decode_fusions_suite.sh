@@ -9,12 +9,12 @@
 #             determinism cases; SAN_GEMV=0 leaves out the GEMV shapes' runs
 #   engine    model_engine_cuda_test (the CUDA engine against the HF fixtures)
 #   ab        mlaserve-engine-bench decode batch AB_BATCHES (1 32 128) (graphs) on the random V2-Lite-shaped
-#             checkpoint at context AB_CONTEXT (1024): all on, then each lever off (VARIANTS: MLASERVE_MOE_FUSED_ROUTER=0,
+#             checkpoint at context AB_CONTEXT (1024), prefill of AB_PREFILL_LENS (16) tokens: all on, then each lever off (VARIANTS: MLASERVE_MOE_FUSED_ROUTER=0,
 #             MLASERVE_MOE_STREAM_TOK=16, MLASERVE_MLA_EARLY_LOADS=0; a variant A=0,B=0 sets both),
 #             ROUNDS times in turn
 #   timeline  one traced decode step at batch 1 and 128, with layer 1's launches one by one
-#   moebench  mlaserve-moe-bench at MOE_TOKENS (1,2,4) tokens on the V2-Lite and V3 expert shapes,
-#             per variant of VARIANTS (the stream stages' % of copy bandwidth)
+#   moebench  mlaserve-moe-bench at MOE_TOKENS (1,2,4) tokens on the MOE_SHAPES (v2lite v3) expert
+#             shapes, per variant of MOE_VARIANTS (default VARIANTS; the stream stages' % of copy)
 #   kbench    mlaserve-kernel-bench --only mla_decode KBENCH_ARGS (mla_decode's rows: the step's
 #             shared metadata and the per-call form), once per variant of KBENCH_VARIANTS ("on")
 #   prefilltl one traced prefill Forward of 4096 tokens (--timeline: its idle gaps and kernels)
@@ -76,10 +76,10 @@ if want ab; then
       echo "=== round $round $variant" >> "$OUT/ab.txt"
       envs=(); [[ $variant == on ]] || IFS=, read -r -a envs <<< "$variant"  # A=0,B=0: both
       env "${envs[@]}" timeout 200 .devbin/mlaserve-engine-bench --model "$MODEL" \
-        --prefill-lens 16 --runs 1 --decode-batches ${AB_BATCHES:-1 32 128} --decode-context "${AB_CONTEXT:-1024}" \
+        --prefill-lens ${AB_PREFILL_LENS:-16} --runs 1 --decode-batches ${AB_BATCHES:-1 32 128} --decode-context "${AB_CONTEXT:-1024}" \
         --decode-steps 32 --eager-steps 0 --sampled-steps 0 > "$OUT/b.log" 2>&1
       rc=$?
-      grep -E '^\| decode' "$OUT/b.log" >> "$OUT/ab.txt"
+      grep -E '^\| (decode|prefill)' "$OUT/b.log" >> "$OUT/ab.txt"
       note "round $round $variant" "rc=$rc $(grep -E '^\| decode' "$OUT/b.log" | awk -F'|' '{printf "b%s %s ms; ", $3, $5}')"
     done
   done
@@ -88,9 +88,9 @@ fi
 
 if want moebench; then
   : > "$OUT/moe_bench.txt"
-  for variant in ${VARIANTS:-on}; do
-    envs=(); [[ $variant == on ]] || envs=("$variant")
-    for shape in v2lite v3; do
+  for variant in ${MOE_VARIANTS:-${VARIANTS:-on}}; do
+    envs=(); [[ $variant == on ]] || IFS=, read -r -a envs <<< "$variant"  # A=0,B=0: both
+    for shape in ${MOE_SHAPES:-v2lite v3}; do
       echo "=== $variant $shape" >> "$OUT/moe_bench.txt"
       env "${envs[@]}" timeout 120 .devbin/mlaserve-moe-bench --shape "$shape" --tokens "${MOE_TOKENS:-1,2,4}" \
         >> "$OUT/moe_bench.txt" 2>&1
