@@ -32,6 +32,10 @@ struct MlaDecodePlan {
   // where the chunk CTAs take more than one wave: the GPU starts CTAs in grid order, and in
   // request order one long request among the last CTAs decides when the call ends.
   bool longest_first = false;
+  // The balanced schedule: the most pieces the plan expects a request to be cut into (a request of
+  // max_seqlen_k keys over parts of the mean's pages; 0: no estimate, as in a plan built by hand).
+  // Where it is at most a few, the combine runs a warp per row (mla_decode_internal::LaunchCombine).
+  int max_pieces = 0;
   size_t workspace_bytes = 0;    // partial outputs + partial LSE (+ the schedule or the order)
   // The part of the workspace that depends only on the batch -- its lengths, block table and
   // query rows -- and not on the layer: the balanced schedule's records or the chunks'

@@ -4,6 +4,8 @@
 #include "kernels/mla_decode/mla_combine.cuh"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/status.h"
 #include "kernels/common/bf16_vec.cuh"
@@ -89,6 +91,81 @@ __device__ __forceinline__ void ProjectRow(const CombineArgs& a, const uint4* la
   }
 }
 
+// The merge's arithmetic, shared by both combine kernels so that they write the same bytes.
+// One piece (its LSE and this lane's columns of its partial) into a running max, sum and
+// weighted output: the online softmax.
+__device__ __forceinline__ void AddPiece(float ls, const float4 (&x)[kCombineVecsPerLane], float& m, float& l,
+                                         float4 (&acc)[kCombineVecsPerLane]) {
+  const float m_new = fmaxf(m, ls);
+  const float keep = expf(m - m_new), w = expf(ls - m_new);
+  l = l * keep + w;
+  m = m_new;
+#pragma unroll
+  for (int j = 0; j < kCombineVecsPerLane; ++j) {
+    acc[j].x = acc[j].x * keep + w * x[j].x;
+    acc[j].y = acc[j].y * keep + w * x[j].y;
+    acc[j].z = acc[j].z * keep + w * x[j].z;
+    acc[j].w = acc[j].w * keep + w * x[j].w;
+  }
+}
+
+// The kCombineWarps groups' (max, sum) merged: each group's weight c[g] (0 for a group without
+// pieces), the row's total and its max.
+__device__ __forceinline__ void GroupWeights(const float (&m)[kCombineWarps], const float (&l)[kCombineWarps],
+                                             float (&c)[kCombineWarps], float& total, float& m_all) {
+  m_all = -INFINITY;
+#pragma unroll
+  for (int g = 0; g < kCombineWarps; ++g) m_all = fmaxf(m_all, m[g]);
+  float scale[kCombineWarps];
+  total = 0.0f;
+#pragma unroll
+  for (int g = 0; g < kCombineWarps; ++g) {
+    scale[g] = m[g] == -INFINITY ? 0.0f : expf(m[g] - m_all);
+    total += scale[g] * l[g];
+  }
+  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+#pragma unroll
+  for (int g = 0; g < kCombineWarps; ++g) c[g] = scale[g] * inv;
+}
+
+// One float4 column of the merged row: the groups' outputs in group order, packed to bf16.
+__device__ __forceinline__ uint2 MergedColumn(const float (&c)[kCombineWarps], const float4 (&v)[kCombineWarps]) {
+  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int g = 0; g < kCombineWarps; ++g) {
+    sum.x += c[g] * v[g].x;
+    sum.y += c[g] * v[g].y;
+    sum.z += c[g] * v[g].z;
+    sum.w += c[g] * v[g].w;
+  }
+  return make_uint2(cuda::PackBf16(sum.x, sum.y), cuda::PackBf16(sum.z, sum.w));
+}
+
+__device__ __forceinline__ float RowLse(float total, float m_all) {
+  return total > 0.0f ? m_all + logf(total) : -INFINITY;
+}
+
+// Where row i x heads + h of request b keeps its pieces: n of them, piece s at partial row
+// first + s * stride. A balanced schedule's request in one piece (n <= 1) has none: the attention
+// kernel wrote it. With chunks, only the chunks that hold keys of the request (lk of them).
+struct RowPieces {
+  int n = 0;
+  int64_t first = 0, stride = 0;
+};
+__device__ __forceinline__ RowPieces PiecesOf(const CombineArgs& a, int b, int i, int h, int lk) {
+  RowPieces r;
+  if (a.pieces != nullptr) {
+    r.n = a.pieces[b];
+    r.stride = a.slot_rows;
+    r.first = a.slot_base[b] * r.stride + static_cast<int64_t>(i) * a.num_heads + h;  // slot_base -1 where n <= 1
+  } else {
+    r.n = mla_internal::LatentChunksWithKeys(lk, a.chunk_tokens, a.num_splits);
+    r.first = (static_cast<int64_t>(b) * a.max_q + i) * a.num_heads + h;
+    r.stride = static_cast<int64_t>(a.batch) * a.max_q * a.num_heads;
+  }
+  return r;
+}
+
 // out = sum_s w_s part_s with w_s = exp(lse_s - max) / sum_s' exp(lse_s' - max) over the row's
 // pieces (an empty piece has lse = -inf and weight 0, and its partial is not added: it may hold
 // anything). With chunks, only the chunks that hold keys of the request (LatentChunksWithKeys):
@@ -123,25 +200,16 @@ __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid
   const int64_t out_row = static_cast<int64_t>(q_start + i) * a.num_heads + h;
   const int v = threadIdx.x;  // float4 column: latent dims 4v .. 4v + 3
   auto* latent_words = reinterpret_cast<uint2*>(latent);
-  // Piece s of this row: partial row first + s * stride.
-  int n;
-  int64_t first, stride;
-  if (a.pieces != nullptr) {
-    n = a.pieces[b];
-    if (n <= 1) {  // written directly by the attention kernel
-      if constexpr (kProject) {
-        if (4 * v < a.rank) latent_words[v] = *reinterpret_cast<const uint2*>(a.out + out_row * a.rank + 4 * v);
-        __syncthreads();
-        ProjectRow(a, latent, w_uv, q_start + i, h, lane, warp);
-      }
-      return;
+  const RowPieces pieces = PiecesOf(a, b, i, h, lk);
+  const int n = pieces.n;
+  const int64_t first = pieces.first, stride = pieces.stride;
+  if (a.pieces != nullptr && n <= 1) {  // written directly by the attention kernel
+    if constexpr (kProject) {
+      if (4 * v < a.rank) latent_words[v] = *reinterpret_cast<const uint2*>(a.out + out_row * a.rank + 4 * v);
+      __syncthreads();
+      ProjectRow(a, latent, w_uv, q_start + i, h, lane, warp);
     }
-    stride = a.slot_rows;
-    first = a.slot_base[b] * stride + static_cast<int64_t>(i) * a.num_heads + h;
-  } else {
-    n = mla_internal::LatentChunksWithKeys(lk, a.chunk_tokens, a.num_splits);
-    first = (static_cast<int64_t>(b) * a.max_q + i) * a.num_heads + h;
-    stride = static_cast<int64_t>(a.batch) * a.max_q * a.num_heads;
+    return;
   }
   float m = -INFINITY, l = 0.0f;
   float4 acc[kCombineVecsPerLane];
@@ -158,17 +226,7 @@ __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid
       x[j] = 4 * (lane + 32 * j) < a.rank ? src[lane + 32 * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     if (ls == -INFINITY) continue;  // empty piece (the whole warp: one row)
-    const float m_new = fmaxf(m, ls);
-    const float keep = expf(m - m_new), w = expf(ls - m_new);
-    l = l * keep + w;
-    m = m_new;
-#pragma unroll
-    for (int j = 0; j < kCombineVecsPerLane; ++j) {
-      acc[j].x = acc[j].x * keep + w * x[j].x;
-      acc[j].y = acc[j].y * keep + w * x[j].y;
-      acc[j].z = acc[j].z * keep + w * x[j].z;
-      acc[j].w = acc[j].w * keep + w * x[j].w;
-    }
+    AddPiece(ls, x, m, l, acc);
   }
 #pragma unroll
   for (int j = 0; j < kCombineVecsPerLane; ++j) partial[warp][lane + 32 * j] = acc[j];
@@ -177,38 +235,104 @@ __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid
     warp_sum[warp] = l;
   }
   __syncthreads();
-  float m_all = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kCombineWarps; ++w) m_all = fmaxf(m_all, warp_max[w]);
-  float scale[kCombineWarps], total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kCombineWarps; ++w) {
-    scale[w] = warp_max[w] == -INFINITY ? 0.0f : expf(warp_max[w] - m_all);
-    total += scale[w] * warp_sum[w];
-  }
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  float c[kCombineWarps], total, m_all;
+  GroupWeights(warp_max, warp_sum, c, total, m_all);
   const bool writes_out = !kProject || blockIdx.z == 0;
   if (4 * v < a.rank) {
-    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 col[kCombineWarps];
 #pragma unroll
-    for (int w = 0; w < kCombineWarps; ++w) {
-      const float c = scale[w] * inv;
-      sum.x += c * partial[w][v].x;
-      sum.y += c * partial[w][v].y;
-      sum.z += c * partial[w][v].z;
-      sum.w += c * partial[w][v].w;
-    }
-    const uint2 packed = make_uint2(cuda::PackBf16(sum.x, sum.y), cuda::PackBf16(sum.z, sum.w));
+    for (int w = 0; w < kCombineWarps; ++w) col[w] = partial[w][v];
+    const uint2 packed = MergedColumn(c, col);
     if (writes_out) *reinterpret_cast<uint2*>(a.out + out_row * a.rank + 4 * v) = packed;
     if constexpr (kProject) latent_words[v] = packed;
   }
-  if (a.lse != nullptr && threadIdx.x == 0 && writes_out) {
-    a.lse[out_row] = total > 0.0f ? m_all + logf(total) : -INFINITY;
-  }
+  if (a.lse != nullptr && threadIdx.x == 0 && writes_out) a.lse[out_row] = RowLse(total, m_all);
   if constexpr (kProject) {
     __syncthreads();
     ProjectRow(a, latent, w_uv, q_start + i, h, lane, warp);
   }
+}
+
+// Where every row has few pieces (chunk plans of at most 2 x kCombineFewPieces splits, balanced
+// plans whose max_pieces is at most kCombineFewPieces) and no projection: a warp per row,
+// kRowsWarps rows a CTA.
+// MlaCombineKernel's CTA of 4 warps per row is one memory round for up to 4 pieces, but a CTA is
+// short-lived and its rows are one request's heads: at 128 heads and batch 64, 8192 CTAs of a
+// few KB each, which the GPU starts at a rate that sets the kernel's time (21 us at base clock,
+// 31% of DRAM bandwidth; H200, 2026-11-30). Here a CTA has eight rows of loads in flight.
+// The arithmetic is MlaCombineKernel's, piece for piece: piece s belongs to group s % 4 (that
+// kernel's warp s % 4), each group runs the same online softmax over its pieces in order, and the
+// groups merge in group order as that kernel's warps do in shared memory -- so the bytes written
+// are the same. The groups' first pieces are loaded in one round; later pieces group by group.
+constexpr int kRowsWarps = 8;
+constexpr int kRowsThreads = 32 * kRowsWarps;
+
+__global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __grid_constant__ CombineArgs a) {
+  const int b = blockIdx.y;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r = blockIdx.x * kRowsWarps + warp;  // the request's row: query i, head h
+  const int q_start = a.cu_seqlens_q[b];         // readable before the wait, as in MlaCombineKernel
+  const int lq = a.cu_seqlens_q[b + 1] - q_start;
+  const int lk = a.pieces == nullptr ? a.seqlens_k[b] : 0;
+  cuda::PdlWaitForPrerequisites();
+  cuda::PdlReleaseDependents();
+  const int i = r / a.num_heads, h = r % a.num_heads;
+  if (i >= lq) return;
+  const int64_t out_row = static_cast<int64_t>(q_start + i) * a.num_heads + h;
+  const RowPieces pieces = PiecesOf(a, b, i, h, lk);
+  const int n = pieces.n;
+  const int64_t first = pieces.first, stride = pieces.stride;
+  if (a.pieces != nullptr && n <= 1) return;  // written directly by the attention kernel
+  constexpr int kGroups = kCombineWarps;
+  auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) {
+    const auto* src = reinterpret_cast<const float4*>(a.part_out + (first + s * stride) * a.rank);
+#pragma unroll
+    for (int j = 0; j < kCombineVecsPerLane; ++j) {
+      x[j] = s < n && 4 * (lane + 32 * j) < a.rank ? src[lane + 32 * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  };
+  // Round 0, every group's first piece in one memory round. The online update of a first piece
+  // (m = -inf: keep = 0, w = 1) gives m = lse, l = 1 and acc = the partial exactly, so the partial
+  // is loaded into acc; an empty piece leaves the group as it was (m = -inf, l = 0, acc = 0).
+  float m[kGroups], l[kGroups];
+  float4 acc[kGroups][kCombineVecsPerLane];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    m[g] = g < n ? a.part_lse[first + g * stride] : -INFINITY;
+    load(g, acc[g]);
+  }
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    l[g] = m[g] == -INFINITY ? 0.0f : 1.0f;
+    if (m[g] == -INFINITY) {
+#pragma unroll
+      for (int j = 0; j < kCombineVecsPerLane; ++j) acc[g][j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+  // Later rounds (more than kGroups pieces): the online update as MlaCombineKernel's warps run it.
+  for (int s0 = kGroups; s0 < n; s0 += kGroups) {
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const int s = s0 + g;
+      const float ls = s < n ? a.part_lse[first + s * stride] : -INFINITY;
+      float4 x[kCombineVecsPerLane];
+      load(s, x);
+      if (ls == -INFINITY) continue;  // past n, or an empty piece
+      AddPiece(ls, x, m[g], l[g], acc[g]);
+    }
+  }
+  float c[kGroups], total, m_all;
+  GroupWeights(m, l, c, total, m_all);
+#pragma unroll
+  for (int j = 0; j < kCombineVecsPerLane; ++j) {
+    const int v = lane + 32 * j;  // float4 column: latent dims 4v .. 4v + 3
+    if (4 * v >= a.rank) break;
+    float4 col[kGroups];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) col[g] = acc[g][j];
+    *reinterpret_cast<uint2*>(a.out + out_row * a.rank + 4 * v) = MergedColumn(c, col);
+  }
+  if (a.lse != nullptr && lane == 0) a.lse[out_row] = RowLse(total, m_all);
 }
 
 }  // namespace
@@ -225,8 +349,20 @@ absl::Status PreferSharedCarveout(const void* kernel, const char* name) {
   return absl::OkStatus();
 }
 
-absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, cudaStream_t s) {
+absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, bool few_pieces, cudaStream_t s) {
   const bool project = args.value.w != nullptr;
+  // MLASERVE_MLA_COMBINE_ROWS (read per call; tests, A/B timing): 0 = never the rows kernel,
+  // 1 = wherever there is no projection, unset = where the caller expects few pieces.
+  const char* rows_env = std::getenv("MLASERVE_MLA_COMBINE_ROWS");
+  const bool rows = !project && (rows_env != nullptr ? std::strcmp(rows_env, "0") != 0 : few_pieces);
+  if (rows) {
+    RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(MlaCombineRowsKernel), "MlaCombineRowsKernel carveout"));
+    cuda::LaunchShape shape;
+    shape.grid = dim3(static_cast<unsigned>((max_rows + kRowsWarps - 1) / kRowsWarps), static_cast<unsigned>(args.batch));
+    shape.block = dim3(kRowsThreads);
+    shape.stream = s;
+    return cuda::LaunchPdl("MlaCombineRowsKernel", shape, MlaCombineRowsKernel, args);
+  }
   const auto kernel = project ? MlaCombineKernel<true> : MlaCombineKernel<false>;
   RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(kernel), "MlaCombineKernel carveout"));
   cuda::LaunchShape shape;

@@ -46,7 +46,11 @@ ValueArgs MakeValueArgs(const MlaValueProjection* v);
 absl::Status PreferSharedCarveout(const void* kernel, const char* name);
 
 // Launches the combine with PDL: grid (row of a request, request, W_UV column slice), one slice
-// without a projection. max_rows = max_seqlen_q x num_heads.
-absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, cudaStream_t s);
+// without a projection. max_rows = max_seqlen_q x num_heads. few_pieces: the caller expects a
+// few pieces a row (about kCombineFewPieces; one warp takes each row's pieces in rounds of 4),
+// and without a projection the combine runs a warp per row, writing the same bytes
+// (MLASERVE_MLA_COMBINE_ROWS, read per call, overrides: 0 never, 1 always).
+inline constexpr int kCombineFewPieces = 4;
+absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, bool few_pieces, cudaStream_t s);
 
 }  // namespace mlaserve::kernels::mla_decode_internal

@@ -143,6 +143,9 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
                         (s.schedule == MlaDecodeSchedule::kAuto && balanced_cost < best_cost);
   if (balanced) {
     plan.num_parts = parts;
+    // The longest request (and its piece cost) over the parts' pages, plus the part it starts in.
+    plan.max_pieces =
+        static_cast<int>(std::ceil((pages + mla_decode_internal::kPieceCostPages) / part_pages)) + 1;
     const auto layout =
         mla_decode_internal::MakeBalancedLayout(s.batch, s.q_per_request, s.num_heads, s.kv_lora_rank, parts);
     plan.workspace_bytes = layout.bytes;

@@ -34,6 +34,23 @@ std::vector<int> RaggedPrefixes(int batch, int qpr, int max_ctx, std::mt19937& r
   return prefix;
 }
 
+// A batch as these tests draw it -- NaN in every cache slot past a request's length, q and cache
+// rounded to bf16 -- and the CPU reference's output and LSE for it.
+struct ReferencedBatch {
+  testing::LatentBatch c;
+  std::vector<float> want, want_lse;
+};
+ReferencedBatch MakeReferencedBatch(const std::vector<int>& lq, const std::vector<int>& prefix, int heads, int rank,
+                                    int rope, uint64_t seed) {
+  ReferencedBatch r{testing::MakeLatentBatch(lq, prefix, heads, rank, rope, seed), {}, {}};
+  testing::PoisonSlotsPastLength(r.c);
+  testing::RoundLatentBatch(r.c);
+  MlaParams hp = testing::HostLatentParams(r.c, r.want, r.want_lse);
+  const auto st = MlaDecode(hp, MlaDecodePlan{}, nullptr, KernelContext{});
+  EXPECT_TRUE(st.ok()) << "the CPU reference: " << st;
+  return r;
+}
+
 // (batch, heads, q per request, max context, latent rank, use the SM-count plan)
 using DecodeCase = std::tuple<int, int, int, int, int, bool>;
 class MlaDecodeCudaTest
@@ -53,12 +70,8 @@ TEST_P(MlaDecodeCudaTest, MatchesCpuReference) {
   std::mt19937 rng(seed);
   std::vector<int> lq(batch, qpr), prefix(batch);
   for (auto& x : prefix) x = static_cast<int>(rng() % (max_ctx - qpr + 1));
-  auto c = testing::MakeLatentBatch(lq, prefix, heads, rank, rope, seed);
-  testing::PoisonSlotsPastLength(c);
-  testing::RoundLatentBatch(c);
-  std::vector<float> want, want_lse;
-  MlaParams hp = testing::HostLatentParams(c, want, want_lse);
-  ASSERT_TRUE(MlaDecode(hp, MlaDecodePlan{}, nullptr, KernelContext{}).ok());
+  const ReferencedBatch ref = MakeReferencedBatch(lq, prefix, heads, rank, rope, seed);
+  const testing::LatentBatch& c = ref.c;
 
   int device = 0, sms = 0;
   MLASERVE_CUDA_ASSERT(cudaGetDevice(&device));
@@ -88,7 +101,7 @@ TEST_P(MlaDecodeCudaTest, MatchesCpuReference) {
   const auto st = MlaDecode(d.params, *plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
   ASSERT_TRUE(st.ok()) << st;
   MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-  testing::ExpectLatentMatches(c, d, want, want_lse);
+  testing::ExpectLatentMatches(c, d, ref.want, ref.want_lse);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -129,12 +142,8 @@ TEST_P(MlaDecodeChunkTest, MatchesCpuReference) {
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   std::mt19937 rng(seed);
   const std::vector<int> lq(batch, qpr), prefix = RaggedPrefixes(batch, qpr, max_ctx, rng);
-  auto c = testing::MakeLatentBatch(lq, prefix, heads, 512, 64, seed);
-  testing::PoisonSlotsPastLength(c);
-  testing::RoundLatentBatch(c);
-  std::vector<float> want, want_lse;
-  MlaParams hp = testing::HostLatentParams(c, want, want_lse);
-  ASSERT_TRUE(MlaDecode(hp, MlaDecodePlan{}, nullptr, KernelContext{}).ok());
+  const ReferencedBatch ref = MakeReferencedBatch(lq, prefix, heads, 512, 64, seed);
+  const testing::LatentBatch& c = ref.c;
   testing::DeviceLatent d(c);
   if ((kernel == LatentKernel::kWgmma || kernel == LatentKernel::kWgmma64) && !LatentWgmmaApplies(d.params)) {
     GTEST_SKIP() << "no sm_90a kernel for this device";
@@ -151,7 +160,7 @@ TEST_P(MlaDecodeChunkTest, MatchesCpuReference) {
   const auto st = MlaDecode(d.params, plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
   ASSERT_TRUE(st.ok()) << st;
   MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-  testing::ExpectLatentMatches(c, d, want, want_lse);
+  testing::ExpectLatentMatches(c, d, ref.want, ref.want_lse);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -178,12 +187,8 @@ TEST_P(MlaDecodeBalancedTest, MatchesCpuReference) {
   const std::vector<int> contexts = {6000, 3, 70, 64, 128, 1, 2500, 65, 700, 4100};
   std::vector<int> lq(contexts.size(), qpr), prefix;
   for (int ctx : contexts) prefix.push_back(std::max(ctx - qpr, 0));
-  auto c = testing::MakeLatentBatch(lq, prefix, heads, 512, 64, seed);
-  testing::PoisonSlotsPastLength(c);
-  testing::RoundLatentBatch(c);
-  std::vector<float> want, want_lse;
-  MlaParams hp = testing::HostLatentParams(c, want, want_lse);
-  ASSERT_TRUE(MlaDecode(hp, MlaDecodePlan{}, nullptr, KernelContext{}).ok());
+  const ReferencedBatch ref = MakeReferencedBatch(lq, prefix, heads, 512, 64, seed);
+  const testing::LatentBatch& c = ref.c;
   const int max_k = *std::max_element(c.lk.begin(), c.lk.end());
   auto plan = PlanMlaDecode(
       {static_cast<int>(contexts.size()), heads, qpr, 512, 64, max_k, sms, MlaDecodeSchedule::kBalanced});
@@ -196,13 +201,84 @@ TEST_P(MlaDecodeBalancedTest, MatchesCpuReference) {
   const auto st = MlaDecode(d.params, *plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
   ASSERT_TRUE(st.ok()) << st;
   MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-  testing::ExpectLatentMatches(c, d, want, want_lse);
+  testing::ExpectLatentMatches(c, d, ref.want, ref.want_lse);
 }
 
 INSTANTIATE_TEST_SUITE_P(FewParts, MlaDecodeBalancedTest,
                          ::testing::Values(BalancedCase{16, 1, 3}, BalancedCase{16, 2, 5},
                                            BalancedCase{128, 1, 7}, BalancedCase{128, 2, 5},
                                            BalancedCase{16, 1, 132}, BalancedCase{128, 1, 132}));
+
+// The combine's two kernels (mla_combine.cu): a CTA of 4 warps per row (MlaCombineKernel), and a
+// warp per row (MlaCombineRowsKernel, where the plan expects few pieces a row) doing the same
+// arithmetic piece for piece. Each case runs with the first forced (MLASERVE_MLA_COMBINE_ROWS=0),
+// the second forced (=1: also for rows of many pieces, its later rounds), and the plan's choice:
+// the same output and LSE bytes, and the CPU reference's values. Chunk plans of 4 to 18 splits
+// (a partial last CTA of rows: 10 and 5 rows a request), latent rank 64 (lanes past the rank), the
+// balanced schedule for a 3-, 5- or 7-SM device (requests in one or a few pieces) and for 132 SMs
+// at batch 4 (tens of pieces a request). Outputs, LSEs and
+// workspace are poisoned differently before each run.
+// (batch, heads, q per request, max context, rank, pages per split (0: balanced), SMs of the plan)
+using CombineCase = std::tuple<int, int, int, int, int, int, int>;
+class MlaDecodeCombineTest : public ::testing::TestWithParam<CombineCase> {};
+
+TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
+  const auto [batch, heads, qpr, max_ctx, rank, pages_per_split, sms] = GetParam();
+  const int rope = rank == 512 ? 64 : 16;
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::mt19937 rng(seed);
+  std::vector<int> lq(batch, qpr), prefix = RaggedPrefixes(batch, qpr, max_ctx, rng);
+  if (pages_per_split == 0 && batch > 2) prefix[1] = std::min(prefix[1], 3);  // a short request too
+  const ReferencedBatch ref = MakeReferencedBatch(lq, prefix, heads, rank, rope, seed);
+  const testing::LatentBatch& c = ref.c;
+  testing::DeviceLatent d(c);
+  if (pages_per_split == 0 && !LatentWgmmaApplies(d.params)) GTEST_SKIP() << "no sm_90a kernel for this device";
+  const int max_k = *std::max_element(c.lk.begin(), c.lk.end());
+  MlaDecodePlan plan;
+  if (pages_per_split == 0) {
+    auto planned = PlanMlaDecode({batch, heads, qpr, rank, rope, max_k, sms, MlaDecodeSchedule::kBalanced});
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    plan = *planned;
+    ASSERT_GT(plan.num_parts, 0);
+  } else {
+    plan.num_splits = (PagesFor(max_ctx) + pages_per_split - 1) / pages_per_split;
+    plan.chunk_tokens = pages_per_split * kPageSize;
+    plan.workspace_bytes = MlaDecodeChunkWorkspaceBytes(batch, heads * qpr, rank, plan.num_splits, false);
+  }
+  const size_t rows = static_cast<size_t>(c.total_q()) * c.num_heads;
+  std::vector<uint16_t> out[3];
+  std::vector<float> lse[3];
+  const char* setting[3] = {"0", "1", nullptr};
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_COMBINE_ROWS=" << (setting[run] ? setting[run] : "(unset)"));
+    testing::ScopedEnv kernel("MLASERVE_MLA_COMBINE_ROWS", setting[run]);
+    testing::DeviceBuffer workspace(plan.workspace_bytes);
+    const int poison = run == 1 ? 0x7f : 0xff;
+    MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), poison, workspace.bytes()));
+    MLASERVE_CUDA_ASSERT(cudaMemset(d.out.get(), poison, d.out.bytes()));
+    MLASERVE_CUDA_ASSERT(cudaMemset(d.lse.get(), poison, d.lse.bytes()));
+    const auto st = MlaDecode(d.params, plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    testing::ExpectLatentMatches(c, d, ref.want, ref.want_lse);
+    out[run] = testing::ToHost<uint16_t>(d.out, rows * c.rank);
+    lse[run] = testing::ToHost<float>(d.lse, rows);
+  }
+  for (int run = 1; run < 3; ++run) {
+    EXPECT_TRUE(out[run] == out[0]) << "run " << run << ": outputs differ from MlaCombineKernel's";
+    EXPECT_EQ(std::memcmp(lse[run].data(), lse[0].data(), rows * sizeof(float)), 0)
+        << "run " << run << ": LSEs differ from MlaCombineKernel's";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pieces, MlaDecodeCombineTest,
+    ::testing::Values(CombineCase{3, 16, 1, 2000, 512, 8, 0}, CombineCase{2, 128, 2, 1500, 512, 3, 0},
+                      CombineCase{1, 16, 1, 1100, 512, 1, 0}, CombineCase{4, 5, 2, 900, 512, 2, 0},
+                      CombineCase{3, 4, 1, 700, 64, 2, 0}, CombineCase{10, 16, 1, 3000, 512, 0, 3},
+                      CombineCase{10, 128, 1, 3000, 512, 0, 7}, CombineCase{6, 8, 2, 2000, 512, 0, 5},
+                      CombineCase{4, 16, 1, 6000, 512, 0, 132}));
 
 // Copies n 16-byte words after the PDL wait: in the second run below it writes q right before the
 // attention kernel (launched with PDL), as the absorbed query's GEMM does in a decode step.

@@ -219,6 +219,31 @@ TEST(MlaDecodePlan, AutoWeighsTheBalancedScheduleByTheTotalKeys) {
   EXPECT_EQ(PlanMlaDecode(shape).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(MlaDecodePlan, BalancedPlansEstimateTheMostPiecesOfARequest) {
+  // Lengths +-25% about the mean: the longest request spans at most three parts, so the combine
+  // may take a warp per row (at most kCombineFewPieces = 4 pieces).
+  struct Case {
+    int batch, heads, mean_k, max_k;
+    int64_t total;
+    int max_pieces;
+  };
+  for (const Case c : {Case{64, 128, 4096, 5120, 64 * 4096, 3}, Case{64, 128, 8192, 10240, 64 * 8192, 3},
+                       Case{128, 16, 4096, 5120, 128 * 4096, 3}, Case{64, 16, 4096, 5120, 64 * 4096, 4},
+                       // one request of 64k keys among 63 of 1k: it spans tens of parts
+                       Case{64, 16, 1024, 65536, 65536 + 63 * 1024, 62},
+                       Case{64, 128, 1024, 65536, 65536 + 63 * 1024, 32}}) {
+    const MlaDecodeShape shape{c.batch, c.heads, 1, 512, 64, c.max_k, 132, MlaDecodeSchedule::kBalanced, c.total};
+    const auto plan = PlanMlaDecode(shape);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->max_pieces, c.max_pieces) << "batch " << c.batch << ", heads " << c.heads << ", max " << c.max_k;
+  }
+  // Chunk plans have no estimate (the combine knows their splits).
+  const auto chunks = PlanMlaDecode({128, 128, 1, 512, 64, 5120, 132, MlaDecodeSchedule::kChunks, 128 * 4096});
+  ASSERT_TRUE(chunks.ok());
+  EXPECT_EQ(chunks->num_parts, 0);
+  EXPECT_EQ(chunks->max_pieces, 0);
+}
+
 TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleForOneWaveOfLongRequestsAt128Heads) {
   // The kernel bench's shapes (lengths +-25% about the mean; H200, 2026-11-30): 64 requests of
   // 128 heads make one wave of chunk CTAs that lasts as long as the longest request; from 8k keys

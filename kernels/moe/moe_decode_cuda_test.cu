@@ -371,6 +371,8 @@ TEST(MoeDecodeGraphTest, FoldedCallReplaysAsEager) {
   for (const int tokens : {4, 1}) ASSERT_NO_FATAL_FAILURE(CheckFoldedReplays(tokens));
 }
 
+using testing::ScopedEnv;
+
 // The warp-GEMV stream kernels (moe_stream_gemv.cu, at kStreamGemvMaxTokens token) against the
 // f32 reference and against the mma stream kernels (MLASERVE_MOE_STREAM_GEMV=0) on the same
 // inputs: routed experts stacked and interleaved (the same bits: only the rows move), the shared
@@ -378,22 +380,6 @@ TEST(MoeDecodeGraphTest, FoldedCallReplaysAsEager) {
 // at hidden 7168; down at inter 2304), K tails (136 / 72), an expert picked several times by one
 // token (more rows than a pass holds: passes re-read the weights), and 2 tokens (not taken);
 // two runs bit for bit.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value != nullptr) setenv(name, value, 1); else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 // (tokens, hidden, inter, experts, top_k, shared inter, repeated experts in a token)
 using GemvCase = std::tuple<int, int, int, int, int, int, bool>;
 class MoeStreamGemvTest : public ::testing::TestWithParam<GemvCase> {};

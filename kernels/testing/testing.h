@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace mlaserve::kernels::testing {
@@ -46,5 +48,25 @@ inline double RelativeError(const float* out, const float* ref, size_t n) {
 inline double RelativeError(const std::vector<float>& out, const std::vector<float>& ref) {
   return RelativeError(out.data(), ref.data(), std::min(out.size(), ref.size()));
 }
+
+// Sets (or, with value null, unsets) an environment variable for the scope, then restores it:
+// for the A/B switches that the kernels read per call (MLASERVE_...=0).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value != nullptr) setenv(name, value, 1); else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
 
 }  // namespace mlaserve::kernels::testing
