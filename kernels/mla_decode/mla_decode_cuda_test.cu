@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -212,8 +213,10 @@ INSTANTIATE_TEST_SUITE_P(FewParts, MlaDecodeBalancedTest,
 // The combine's two kernels (mla_combine.cu): a CTA of 4 warps per row (MlaCombineKernel), and a
 // warp per row (MlaCombineRowsKernel, where the plan expects few pieces a row) doing the same
 // arithmetic piece for piece. Each case runs with the first forced (MLASERVE_MLA_COMBINE_ROWS=0),
-// the second forced (=1: also for rows of many pieces, its later rounds), and the plan's choice:
-// the same output and LSE bytes, and the CPU reference's values. Chunk plans of 4 to 18 splits
+// the second forced (=1: also for rows of many pieces, its later rounds), the plan's choice, and
+// the few-rows kernel's chunk CTAs storing from their accumulators rather than through staged
+// rows (MLASERVE_MLA_STAGED_EPILOGUE=0; the partials, or with one split the output itself): the
+// same output and LSE bytes, and the CPU reference's values. Chunk plans of 4 to 18 splits
 // (a partial last CTA of rows: 10 and 5 rows a request), latent rank 64 (lanes past the rank), the
 // balanced schedule for a 3-, 5- or 7-SM device (requests in one or a few pieces) and for 132 SMs
 // at batch 4 (tens of pieces a request). Outputs, LSEs and
@@ -247,12 +250,23 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
     plan.workspace_bytes = MlaDecodeChunkWorkspaceBytes(batch, heads * qpr, rank, plan.num_splits, false);
   }
   const size_t rows = static_cast<size_t>(c.total_q()) * c.num_heads;
-  std::vector<uint16_t> out[3];
-  std::vector<float> lse[3];
-  const char* setting[3] = {"0", "1", nullptr};
-  for (int run = 0; run < 3; ++run) {
-    SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_COMBINE_ROWS=" << (setting[run] ? setting[run] : "(unset)"));
-    testing::ScopedEnv kernel("MLASERVE_MLA_COMBINE_ROWS", setting[run]);
+  // The runs: the 4-warp combine, the rows kernel forced, the defaults, and the few-rows kernel's
+  // chunk CTAs storing straight from their accumulators instead of through the staged rows.
+  struct Setting {
+    const char* combine_rows;
+    const char* staged_epilogue;
+  };
+  constexpr Setting kSettings[] = {{"0", nullptr}, {"1", nullptr}, {nullptr, nullptr}, {nullptr, "0"}};
+  constexpr int kRuns = static_cast<int>(std::size(kSettings));
+  std::vector<uint16_t> out[kRuns];
+  std::vector<float> lse[kRuns];
+  for (int run = 0; run < kRuns; ++run) {
+    const Setting& setting = kSettings[run];
+    SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_COMBINE_ROWS=" << (setting.combine_rows ? setting.combine_rows : "(unset)")
+                                      << " MLASERVE_MLA_STAGED_EPILOGUE="
+                                      << (setting.staged_epilogue ? setting.staged_epilogue : "(unset)"));
+    testing::ScopedEnv combine("MLASERVE_MLA_COMBINE_ROWS", setting.combine_rows);
+    testing::ScopedEnv staged("MLASERVE_MLA_STAGED_EPILOGUE", setting.staged_epilogue);
     testing::DeviceBuffer workspace(plan.workspace_bytes);
     const int poison = run == 1 ? 0x7f : 0xff;
     MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), poison, workspace.bytes()));
@@ -265,10 +279,10 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
     out[run] = testing::ToHost<uint16_t>(d.out, rows * c.rank);
     lse[run] = testing::ToHost<float>(d.lse, rows);
   }
-  for (int run = 1; run < 3; ++run) {
-    EXPECT_TRUE(out[run] == out[0]) << "run " << run << ": outputs differ from MlaCombineKernel's";
+  for (int run = 1; run < kRuns; ++run) {
+    EXPECT_TRUE(out[run] == out[0]) << "run " << run << ": outputs differ from the first run's";
     EXPECT_EQ(std::memcmp(lse[run].data(), lse[0].data(), rows * sizeof(float)), 0)
-        << "run " << run << ": LSEs differ from MlaCombineKernel's";
+        << "run " << run << ": LSEs differ from the first run's";
   }
 }
 
@@ -278,7 +292,9 @@ INSTANTIATE_TEST_SUITE_P(
                       CombineCase{1, 16, 1, 1100, 512, 1, 0}, CombineCase{4, 5, 2, 900, 512, 2, 0},
                       CombineCase{3, 4, 1, 700, 64, 2, 0}, CombineCase{10, 16, 1, 3000, 512, 0, 3},
                       CombineCase{10, 128, 1, 3000, 512, 0, 7}, CombineCase{6, 8, 2, 2000, 512, 0, 5},
-                      CombineCase{4, 16, 1, 6000, 512, 0, 132}));
+                      CombineCase{4, 16, 1, 6000, 512, 0, 132},
+                      // one split: the few-rows kernel writes the output (bf16) itself
+                      CombineCase{3, 16, 1, 700, 512, 64, 0}, CombineCase{4, 5, 2, 300, 512, 8, 0}));
 
 // Copies n 16-byte words after the PDL wait: in the second run below it writes q right before the
 // attention kernel (launched with PDL), as the absorbed query's GEMM does in a decode step.

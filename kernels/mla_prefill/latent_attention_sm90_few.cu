@@ -94,9 +94,12 @@ constexpr int kSChains = 4;
 constexpr int kQBytes = kN * kWidth * 2;
 constexpr int kPBytes = kN * kKeys * 2;
 constexpr int kReserve = 2048;  // barriers and the column reductions
+constexpr int kStagePadBytes = 16;  // the chunk epilogue's staged rows (below)
 // The ring of load tiles: what shared memory holds besides Q and P (25 tiles, 2.8 pages).
 constexpr int kSlots = (kSmemLimit - kQBytes - kPBytes - kReserve) / (kKeys * kTileCols * 2);
 static_assert(kSlots >= 2 * kTiles, "the ring holds at least two pages");
+static_assert(kN * (kRank * 4 + kStagePadBytes) <= kSlots * kKeys * kTileCols * 2,
+              "the chunk epilogue stages the CTA's rows (f32) in the ring");
 
 __device__ __forceinline__ constexpr int ColOf(int i) { return (i & 1) | ((i >> 2) << 1); }
 __device__ __forceinline__ constexpr int ElemOf(int c) { return (c & 1) | ((c >> 1) << 2); }
@@ -122,6 +125,7 @@ struct FewArgs {
   LatentSplit split;
   TileTma tma;
   ProducerWait producer_wait;
+  bool staged_epilogue;  // chunks: the output staged in the ring, then 16-byte stores (below)
 };
 
 // The work of the CTA's k-th segment (chunks: the one of its grid position), the same in the
@@ -446,6 +450,47 @@ __global__ void __launch_bounds__(kThreads, 1) LatentFewRowsSm90Kernel(const __g
     // O (normalised): element i of tile j is value dim 64 j + get<0>(tOcO(i)) of CTA row
     // get<1>(tOcO(i)). The 8 lanes of a column write 8 consecutive dims.
     const int d0 = get<0>(tOcO(0));
+    const bool staged = chunks && args.staged_epilogue;
+    if (staged) {
+      // A chunk CTA's rows are consecutive rows of out (q_start x H + row) and of the partials
+      // (part_row0 + row). They are staged in the ring, which is free: every page is consumed, and
+      // a chunk CTA loads nothing more. Then each thread stores 16 bytes at a time, coalesced.
+      // Stored straight from the accumulators instead (64 stores of 2 or 4 bytes a thread, each
+      // with its own address), the epilogue took ~4.4 us of a batch-1 decode CTA's ~9 us after
+      // its PDL wait (H200, 2026-11-30). A row is padded by 16 bytes: the 4 rows a store
+      // instruction writes (2 apart) then fall in different banks.
+      auto* stage = reinterpret_cast<unsigned char*>(ss.ring.data());
+      const int elem = s.direct ? 2 : 4;
+      const int stage_row = kRank * elem + kStagePadBytes;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        unsigned char* srow = stage + col_row[c] * stage_row;
+#pragma unroll
+        for (int j = 0; j < kValueTiles; ++j) {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int i = (c & 1) + 2 * hh + 4 * (c >> 1);
+            const int dim = j * kTileCols + d0 + 8 * hh;
+            if (s.direct) {
+              *reinterpret_cast<Bf16*>(srow + dim * 2) = static_cast<Bf16>(acc[j](i) * inv[c]);
+            } else {
+              *reinterpret_cast<float*>(srow + dim * 4) = acc[j](i) * inv[c];
+            }
+          }
+        }
+      }
+      consumer_sync();
+      const int n_rows = min(kN, rows_total - r0);
+      const int row_chunks = kRank * elem / cuda::kChunkBytes;
+      auto* dst = s.direct ? reinterpret_cast<unsigned char*>(static_cast<Bf16*>(p.out) +
+                                                             (static_cast<int64_t>(q_start) * H + r0) * kRank)
+                           : reinterpret_cast<unsigned char*>(split.part_out + (s.part_row0 + r0) * kRank);
+      for (int idx = tid; idx < n_rows * row_chunks; idx += kConsumers) {
+        const int r = idx / row_chunks, k = idx % row_chunks;
+        *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(r) * kRank * elem + k * cuda::kChunkBytes) =
+            *reinterpret_cast<const uint4*>(stage + r * stage_row + k * cuda::kChunkBytes);
+      }
+    }
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       const int row = r0 + col_row[c];
@@ -453,16 +498,18 @@ __global__ void __launch_bounds__(kThreads, 1) LatentFewRowsSm90Kernel(const __g
       const int token = row / H, head = row % H;
       const int64_t out_row = static_cast<int64_t>(q_start + token) * H + head;
       const int64_t part_row = s.part_row0 + static_cast<int64_t>(token) * H + head;
+      if (!staged) {  // the balanced schedule's segments (the ring may hold the next one's pages)
 #pragma unroll
-      for (int j = 0; j < kValueTiles; ++j) {
+        for (int j = 0; j < kValueTiles; ++j) {
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int i = (c & 1) + 2 * hh + 4 * (c >> 1);
-          const int dim = j * kTileCols + d0 + 8 * hh;
-          if (s.direct) {
-            static_cast<Bf16*>(p.out)[out_row * p.kv_lora_rank + dim] = static_cast<Bf16>(acc[j](i) * inv[c]);
-          } else {
-            split.part_out[part_row * p.kv_lora_rank + dim] = acc[j](i) * inv[c];
+          for (int hh = 0; hh < 2; ++hh) {
+            const int i = (c & 1) + 2 * hh + 4 * (c >> 1);
+            const int dim = j * kTileCols + d0 + 8 * hh;
+            if (s.direct) {
+              static_cast<Bf16*>(p.out)[out_row * p.kv_lora_rank + dim] = static_cast<Bf16>(acc[j](i) * inv[c]);
+            } else {
+              split.part_out[part_row * p.kv_lora_rank + dim] = acc[j](i) * inv[c];
+            }
           }
         }
       }
@@ -493,7 +540,10 @@ absl::Status LaunchFew(const MlaParams& p, const LatentSplit& split, int64_t max
   } else if (work_early && p.old_rows_before_wait && !EnvSwitchedOff("MLASERVE_MLA_OLD_PAGES_EARLY")) {
     wait = ProducerWait::kBeforeNewRows;
   }
-  const FewArgs args{p, split, sm90::MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages), wait};
+  // MLASERVE_MLA_STAGED_EPILOGUE=0 (read per call; A/B timing): chunk CTAs store from the
+  // accumulators as the balanced schedule's do.
+  const bool staged = !EnvSwitchedOff("MLASERVE_MLA_STAGED_EPILOGUE");
+  const FewArgs args{p, split, sm90::MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages), wait, staged};
   constexpr int kSmem = sizeof(FewStorage);
   static_assert(kSmem <= kSmemLimit, "the few-rows latent kernel's shared memory exceeds Hopper's limit");
   auto kernel = LatentFewRowsSm90Kernel;
