@@ -450,6 +450,16 @@ __global__ void __launch_bounds__(kThreads, 1) LatentFewRowsSm90Kernel(const __g
     // O (normalised): element i of tile j is value dim 64 j + get<0>(tOcO(i)) of CTA row
     // get<1>(tOcO(i)). The 8 lanes of a column write 8 consecutive dims.
     const int d0 = get<0>(tOcO(0));
+    // store(dim, value) for each of the thread's normalised values of column c (16 of its row).
+    auto for_each_value = [&](int c, auto&& store) {
+#pragma unroll
+      for (int j = 0; j < kValueTiles; ++j) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          store(j * kTileCols + d0 + 8 * hh, acc[j]((c & 1) + 2 * hh + 4 * (c >> 1)) * inv[c]);
+        }
+      }
+    };
     const bool staged = chunks && args.staged_epilogue;
     if (staged) {
       // A chunk CTA's rows are consecutive rows of out (q_start x H + row) and of the partials
@@ -465,19 +475,13 @@ __global__ void __launch_bounds__(kThreads, 1) LatentFewRowsSm90Kernel(const __g
 #pragma unroll
       for (int c = 0; c < kCols; ++c) {
         unsigned char* srow = stage + col_row[c] * stage_row;
-#pragma unroll
-        for (int j = 0; j < kValueTiles; ++j) {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int i = (c & 1) + 2 * hh + 4 * (c >> 1);
-            const int dim = j * kTileCols + d0 + 8 * hh;
-            if (s.direct) {
-              *reinterpret_cast<Bf16*>(srow + dim * 2) = static_cast<Bf16>(acc[j](i) * inv[c]);
-            } else {
-              *reinterpret_cast<float*>(srow + dim * 4) = acc[j](i) * inv[c];
-            }
+        for_each_value(c, [&](int dim, float v) {
+          if (s.direct) {
+            *reinterpret_cast<Bf16*>(srow + dim * 2) = static_cast<Bf16>(v);
+          } else {
+            *reinterpret_cast<float*>(srow + dim * 4) = v;
           }
-        }
+        });
       }
       consumer_sync();
       const int n_rows = min(kN, rows_total - r0);
@@ -499,19 +503,13 @@ __global__ void __launch_bounds__(kThreads, 1) LatentFewRowsSm90Kernel(const __g
       const int64_t out_row = static_cast<int64_t>(q_start + token) * H + head;
       const int64_t part_row = s.part_row0 + static_cast<int64_t>(token) * H + head;
       if (!staged) {  // the balanced schedule's segments (the ring may hold the next one's pages)
-#pragma unroll
-        for (int j = 0; j < kValueTiles; ++j) {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int i = (c & 1) + 2 * hh + 4 * (c >> 1);
-            const int dim = j * kTileCols + d0 + 8 * hh;
-            if (s.direct) {
-              static_cast<Bf16*>(p.out)[out_row * p.kv_lora_rank + dim] = static_cast<Bf16>(acc[j](i) * inv[c]);
-            } else {
-              split.part_out[part_row * p.kv_lora_rank + dim] = acc[j](i) * inv[c];
-            }
+        for_each_value(c, [&](int dim, float v) {
+          if (s.direct) {
+            static_cast<Bf16*>(p.out)[out_row * p.kv_lora_rank + dim] = static_cast<Bf16>(v);
+          } else {
+            split.part_out[part_row * p.kv_lora_rank + dim] = v;
           }
-        }
+        });
       }
       if (warp == 0 && lane < 4) {
         if (s.direct) {
