@@ -145,6 +145,16 @@ __device__ __forceinline__ float RowLse(float total, float m_all) {
   return total > 0.0f ? m_all + logf(total) : -INFINITY;
 }
 
+// This lane's columns (float4 j: lane + 32 j) of the partial in row `row`; zeros past the rank.
+__device__ __forceinline__ void LoadPartial(const CombineArgs& a, int64_t row, int lane,
+                                            float4 (&x)[kCombineVecsPerLane]) {
+  const auto* src = reinterpret_cast<const float4*>(a.part_out + row * a.rank);
+#pragma unroll
+  for (int j = 0; j < kCombineVecsPerLane; ++j) {
+    x[j] = 4 * (lane + 32 * j) < a.rank ? src[lane + 32 * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
 // Where row i x heads + h of request b keeps its pieces: n of them, piece s at partial row
 // first + s * stride. A balanced schedule's request in one piece (n <= 1) has none: the attention
 // kernel wrote it. With chunks, only the chunks that hold keys of the request (lk of them).
@@ -219,12 +229,8 @@ __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid
   for (int s = warp; s < n; s += kCombineWarps) {
     const int64_t row = first + s * stride;
     const float ls = a.part_lse[row];
-    const auto* src = reinterpret_cast<const float4*>(a.part_out + row * a.rank);
     float4 x[kCombineVecsPerLane];
-#pragma unroll
-    for (int j = 0; j < kCombineVecsPerLane; ++j) {
-      x[j] = 4 * (lane + 32 * j) < a.rank ? src[lane + 32 * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
+    LoadPartial(a, row, lane, x);
     if (ls == -INFINITY) continue;  // empty piece (the whole warp: one row)
     AddPiece(ls, x, m, l, acc);
   }
@@ -284,12 +290,13 @@ __global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __
   const int64_t first = pieces.first, stride = pieces.stride;
   if (a.pieces != nullptr && n <= 1) return;  // written directly by the attention kernel
   constexpr int kGroups = kCombineWarps;
-  auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) {
-    const auto* src = reinterpret_cast<const float4*>(a.part_out + (first + s * stride) * a.rank);
-#pragma unroll
-    for (int j = 0; j < kCombineVecsPerLane; ++j) {
-      x[j] = s < n && 4 * (lane + 32 * j) < a.rank ? src[lane + 32 * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) {  // zeros past the row's n pieces
+    if (s < n) {
+      LoadPartial(a, first + s * stride, lane, x);
+      return;
     }
+#pragma unroll
+    for (int j = 0; j < kCombineVecsPerLane; ++j) x[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   };
   // Round 0, every group's first piece in one memory round. The online update of a first piece
   // (m = -inf: keep = 0, w = 1) gives m = lse, l = 1 and acc = the partial exactly, so the partial

@@ -125,7 +125,7 @@ struct FewArgs {
   LatentSplit split;
   TileTma tma;
   ProducerWait producer_wait;
-  bool staged_epilogue;  // chunks: the output staged in the ring, then 16-byte stores (below)
+  bool staged_epilogue;  // chunks only: the output staged in the ring, then 16-byte stores (below)
 };
 
 // The work of the CTA's k-th segment (chunks: the one of its grid position), the same in the
@@ -456,11 +456,11 @@ __global__ void __launch_bounds__(kThreads, 1) LatentFewRowsSm90Kernel(const __g
       for (int j = 0; j < kValueTiles; ++j) {
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          store(j * kTileCols + d0 + 8 * hh, acc[j]((c & 1) + 2 * hh + 4 * (c >> 1)) * inv[c]);
+          store(j * kTileCols + d0 + 8 * hh, acc[j](ElemOf(c) + 2 * hh) * inv[c]);
         }
       }
     };
-    const bool staged = chunks && args.staged_epilogue;
+    const bool staged = args.staged_epilogue;
     if (staged) {
       // A chunk CTA's rows are consecutive rows of out (q_start x H + row) and of the partials
       // (part_row0 + row). They are staged in the ring, which is free: every page is consumed, and
@@ -540,7 +540,7 @@ absl::Status LaunchFew(const MlaParams& p, const LatentSplit& split, int64_t max
   }
   // MLASERVE_MLA_STAGED_EPILOGUE=0 (read per call; A/B timing): chunk CTAs store from the
   // accumulators as the balanced schedule's do.
-  const bool staged = !EnvSwitchedOff("MLASERVE_MLA_STAGED_EPILOGUE");
+  const bool staged = chunks && !EnvSwitchedOff("MLASERVE_MLA_STAGED_EPILOGUE");
   const FewArgs args{p, split, sm90::MakeTileTma(static_cast<const Bf16*>(p.kv_cache), p.num_pages), wait, staged};
   constexpr int kSmem = sizeof(FewStorage);
   static_assert(kSmem <= kSmemLimit, "the few-rows latent kernel's shared memory exceeds Hopper's limit");
