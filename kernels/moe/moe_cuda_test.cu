@@ -312,5 +312,34 @@ TEST(MoeRoutingDeterminismTest, TiedLogitsPickTheLowestExpertsOnEveryRun) {
   }
 }
 
+// NaN logits (a broken upstream layer) still give every token top_k distinct experts in range
+// (a NaN choice competes as -inf in the argmax rounds; without that the lanes' argmax over NaN
+// need not agree, and a round could pick an expert twice): V2-Lite's, V3's and 512 experts.
+TEST(MoeRoutingNanTest, NanLogitsStillPickDistinctExperts) {
+  for (const int E : {64, 256, 512}) {
+    const int T = 4, k = 8;
+    SCOPED_TRACE(::testing::Message() << "E=" << E);
+    auto logits = testing::RandomVector(static_cast<size_t>(T) * E, testing::FreshSeed(), -3.0f, 3.0f);
+    logits[3] = std::nanf("");                                      // token 0: one NaN
+    std::fill_n(logits.begin() + E, E, std::nanf(""));             // token 1: all NaN
+    for (int e = 0; e < E; e += 2) logits[2 * E + e] = std::nanf("");  // token 2: every other
+    MoeRoutingParams g;
+    g.num_tokens = T; g.num_experts = E; g.top_k = k;
+    auto d_logits = testing::ToDevice(logits);
+    auto d_ids = testing::ToDevice(std::vector<int32_t>(T * k, -1));
+    auto d_w = testing::PoisonedF32(T * k);
+    g.logits = d_logits.as<float>(); g.topk_ids = d_ids.as<int32_t>(); g.topk_weights = d_w.as<float>();
+    ASSERT_TRUE(MoeRouting(g, KernelContext{Backend::kCuda, nullptr}).ok());
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    const auto ids = testing::ToHost<int32_t>(d_ids, T * k);
+    for (int t = 0; t < T; ++t) {
+      std::vector<int32_t> mine(ids.begin() + t * k, ids.begin() + (t + 1) * k);
+      for (const int id : mine) EXPECT_TRUE(id >= 0 && id < E) << "token " << t << " id " << id;
+      std::sort(mine.begin(), mine.end());
+      EXPECT_EQ(std::adjacent_find(mine.begin(), mine.end()), mine.end()) << "token " << t << ": an expert twice";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve::kernels

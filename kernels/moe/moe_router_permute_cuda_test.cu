@@ -330,6 +330,7 @@ TEST(MoeRouterPermuteGraphTest, ReplaysGiveTheSameBits) {
                               {&out.position, &poisoned.position}, {&out.offsets, &poisoned.offsets}}) {
         MLASERVE_CUDA_ASSERT(cudaMemcpy(dst->get(), src->get(), src->bytes(), cudaMemcpyDeviceToDevice));
       }
+      MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());  // the poison lands before the replay
       MLASERVE_CUDA_ASSERT(cudaGraphLaunch(exec, stream));
       MLASERVE_CUDA_ASSERT(cudaStreamSynchronize(stream));
       const Permuted::Host again = out.Read(T);

@@ -43,6 +43,10 @@ __device__ __forceinline__ void WarpArgmax(float& v, int& i) {
   }
 }
 
+// A choice as the top-k compares it: NaN (from a broken upstream layer) as -inf, so that the
+// order stays total and every pick is a distinct expert.
+__device__ __forceinline__ float ChoiceKey(float c) { return c != c ? -INFINITY : c; }
+
 __device__ __forceinline__ void Propose(float cv, int ci, float& v, int& i) {
   if (i < 0 || cv > v || (cv == v && ci < i)) {
     v = cv;
@@ -124,21 +128,22 @@ __device__ inline void RouteToken(const MoeRoutingParams& p, int t, RouteScratch
     __syncwarp();
   }
 
-  // top_k rounds; lane j keeps the j-th pick.
+  // top_k rounds; lane j keeps the j-th pick. A NaN choice competes as -inf (ChoiceKey): with
+  // NaN the lanes' argmax would not agree on one expert, and a round could pick one twice.
   int my_id = 0;
   float my_w = 0.0f;
   for (int r = 0; r < p.top_k; ++r) {
     float v = 0.0f;
     int i = -1;
     for (int e = lane; e < E; e += 32) {
-      if (!taken[e]) Propose(choice[e], e, v, i);
+      if (!taken[e]) Propose(routing_detail::ChoiceKey(choice[e]), e, v, i);
     }
     WarpArgmax(v, i);
     if (lane == 0) taken[i] = true;
     __syncwarp();
     if (lane == r) {
       my_id = i;
-      my_w = noaux ? scores[i] : v;
+      my_w = noaux ? scores[i] : choice[i];
     }
   }
   float sum = lane < p.top_k ? my_w : 0.0f;
