@@ -14,12 +14,14 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// The k indices of the largest values, by descending value, ties towards the lower index.
+// The k indices of the largest values, by descending value, ties towards the lower index; a NaN
+// value counts as -inf (as in the CUDA routing), which keeps the comparison a strict order.
 void TopK(const float* values, int n, int k, int* out) {
   std::vector<int> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
+  auto key = [&](int i) { return std::isnan(values[i]) ? kNegInf : values[i]; };
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int a, int b) {
-    return values[a] > values[b] || (values[a] == values[b] && a < b);
+    return key(a) > key(b) || (key(a) == key(b) && a < b);
   });
   std::copy(idx.begin(), idx.begin() + k, out);
 }

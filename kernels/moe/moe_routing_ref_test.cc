@@ -52,6 +52,21 @@ TEST(MoeRoutingHand, SoftmaxGreedy) {
   EXPECT_NEAR(r.weights[1], 2 * Softmax(logits, 2), 1e-6);
 }
 
+// NaN logits (a broken upstream layer): a NaN choice ranks as -inf, so the picks are the best
+// finite experts, then NaN ones by lower index; with softmax one NaN makes every score NaN.
+TEST(MoeRoutingHand, NanChoicesRankLast) {
+  const float nan = std::nanf("");
+  MoeRoutingParams p;
+  p.num_tokens = 2; p.num_experts = 6; p.top_k = 4; p.scoring = MoeScoring::kSigmoid;
+  std::vector<float> logits = {nan, 1, nan, 3, 2, nan,   // finite: 3 > 4 > 1, then NaN 0
+                               0, nan, 0, 5, nan, nan};  // 3, then the tie 0 < 2, then NaN 1
+  auto r = Route(p, logits);
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{3, 4, 1, 0, 3, 0, 2, 1}));
+  p.num_tokens = 1; p.scoring = MoeScoring::kSoftmax;
+  r = Route(p, {0, 1, nan, 3, 2, 5});
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 1, 2, 3}));
+}
+
 TEST(MoeRoutingHand, TiesGoToLowerIndex) {
   MoeRoutingParams p;
   p.num_tokens = 1; p.num_experts = 5; p.top_k = 3;
