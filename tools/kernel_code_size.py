@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 # The sources of the kernels a batch-1 decode step of the V2-Lite-shaped model launches
-# (mlaserve-engine-bench --timeline lists them).
+# (mlaserve-engine-bench --timeline lists them; the MoE combine + residual + norm is in moe_rows.cu).
 DECODE_CHAIN = [
     "kernels/gemm/gemm_small_m_kernel.cu",
     "kernels/rope/rope.cu",
@@ -34,7 +34,7 @@ DECODE_CHAIN = [
     "kernels/norm/norm.cu",
     "kernels/moe/moe_router_permute.cu",
     "kernels/moe/moe_stream_gemv.cu",
-    "kernels/moe/moe_stream.cu",
+    "kernels/moe/moe_rows.cu",
 ]
 
 SECTION = re.compile(r"^\s*\[\s*\d+\]\s+\.text\.(\S+)\s+\S+\s+[0-9a-fA-F]+\s+[0-9a-fA-F]+\s+([0-9a-fA-F]+)\s")
