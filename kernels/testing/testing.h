@@ -3,8 +3,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
