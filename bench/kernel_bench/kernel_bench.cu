@@ -192,17 +192,19 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
 }
 
 // Who computes an mha_prefill row: our default kernel, the wgmma kernel with its default
-// schedule's ping-pong flipped ("alt") or unpaired ("single"), our mma.sync kernel, cuDNN.
-enum class MhaRow { kOurs, kWgmmaAlt, kWgmmaSingle, kMmaSync, kCudnn };
+// schedule's ping-pong flipped ("alt"), unpaired ("single") or one CTA per work item instead of
+// persistent CTAs ("launched"), our mma.sync kernel, cuDNN.
+enum class MhaRow { kOurs, kWgmmaAlt, kWgmmaSingle, kWgmmaLaunched, kMmaSync, kCudnn };
 
-constexpr MhaRow kAllMhaRows[] = {MhaRow::kOurs, MhaRow::kWgmmaAlt, MhaRow::kWgmmaSingle, MhaRow::kMmaSync,
-                                  MhaRow::kCudnn};
+constexpr MhaRow kAllMhaRows[] = {MhaRow::kOurs,     MhaRow::kWgmmaAlt, MhaRow::kWgmmaSingle, MhaRow::kWgmmaLaunched,
+                                  MhaRow::kMmaSync, MhaRow::kCudnn};
 
 const char* MhaRowName(MhaRow row) {
   switch (row) {
     case MhaRow::kOurs: return "mha_prefill";
     case MhaRow::kWgmmaAlt: return "mha_prefill_alt";
     case MhaRow::kWgmmaSingle: return "mha_prefill_single";
+    case MhaRow::kWgmmaLaunched: return "mha_prefill_launched";
     case MhaRow::kMmaSync: return "mha_prefill_mmasync";
     case MhaRow::kCudnn: return "mha_prefill_cudnn";
   }
@@ -241,11 +243,12 @@ void BenchMhaPrefill(int heads, int seqlen, int total, int dqk, const std::vecto
     kernels::MhaPrefillParams rp = p;
     rp.provider = row == MhaRow::kCudnn ? kernels::MhaPrefillProvider::kCudnn : kernels::MhaPrefillProvider::kOurs;
     rp.kernel = row == MhaRow::kMmaSync ? kernels::MhaPrefillKernel::kMmaSync : kernels::MhaPrefillKernel::kAuto;
-    if (row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle) {
+    if (row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle || row == MhaRow::kWgmmaLaunched) {
       if (!kernels::MhaPrefillWgmmaApplies(rp)) continue;  // not a Hopper GPU with an sm_90a build
       kernels::mha_sm90::Schedule schedule = kernels::mha_sm90::DefaultSchedule(dqk);
       if (row == MhaRow::kWgmmaAlt) schedule.pingpong = !schedule.pingpong;
       if (row == MhaRow::kWgmmaSingle) schedule.paired = !schedule.paired;
+      if (row == MhaRow::kWgmmaLaunched) schedule.persistent = !schedule.persistent;
       calls.emplace_back(row, [rp, schedule] {
         CheckStatus(kernels::mha_sm90::Launch(rp, schedule, nullptr), "mha_sm90::Launch");
       });
@@ -351,7 +354,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--json FILE] [--quick] [--no-mmasync] [--small-shapes S] [--small-variants V] [--only KERNEL] "
                    "[--repeat N] [--mha-min-seqlen S] [--mla-heads 128|16] "
-                   "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_mmasync,mha_prefill_cudnn]\n",
+                   "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_launched,mha_prefill_mmasync,mha_prefill_cudnn]\n",
                    argv[0]);
       return 1;
     }

@@ -1,5 +1,5 @@
 // mha_prefill CUDA, our kernels (provider kOurs): the mma.sync kernel and the Hopper wgmma
-// kernel (all four of its schedules), each against the CPU
+// kernel (all eight of its schedules), each against the CPU
 // reference (MhaPrefillCpu on the same bf16-rounded inputs), outputs poisoned before every run.
 // Fixed cases: causal and not, with and without a key prefix, rows without keys, GQA, padded
 // strides, loose max_seqlen bounds, the DeepSeek dims (192/128) with 16 and 128 heads, 128/128,
@@ -26,10 +26,21 @@ namespace {
 using testing::MhaCase;
 using testing::MhaProblem;
 
+// The wgmma kernel's eight schedules: ping-pong or not, paired query tiles or not, persistent
+// CTAs or one CTA per work item.
+std::vector<mha_sm90::Schedule> AllSchedules() {
+  std::vector<mha_sm90::Schedule> all;
+  for (const bool pingpong : {false, true}) {
+    for (const bool paired : {false, true}) {
+      for (const bool persistent : {false, true}) all.push_back({pingpong, paired, persistent});
+    }
+  }
+  return all;
+}
+
 // Runs every kernel of ours that takes the problem, poisoning the outputs before each, and
 // compares each with the reference. The wgmma kernel runs with its default schedule through
-// MhaPrefill and with the other three (ping-pong or not, paired query tiles or not) through
-// its launcher. Says on stdout where wgmma does not
+// MhaPrefill and with the other seven (AllSchedules) through its launcher. Says on stdout where wgmma does not
 // apply (other head dims, or not a Hopper GPU with an sm_90a build).
 void RunOurKernels(MhaProblem& problem) {
   const KernelContext ctx{Backend::kCuda, nullptr};
@@ -58,18 +69,18 @@ void RunOurKernels(MhaProblem& problem) {
     problem.ExpectMatchesReference();
   }
   const mha_sm90::Schedule usual = mha_sm90::DefaultSchedule(wgmma.head_dim_qk);
-  for (const bool pingpong : {false, true}) {
-    for (const bool paired : {false, true}) {
-      const mha_sm90::Schedule schedule{pingpong, paired};
-      if (pingpong == usual.pingpong && paired == usual.paired) continue;  // ran above
-      SCOPED_TRACE("kernel=wgmma, schedule " + mha_sm90::ScheduleName(schedule));
-      std::cout << "[ run ] wgmma " << mha_sm90::ScheduleName(schedule) << std::endl;  // names a hang
-      problem.Poison();
-      const auto st = mha_sm90::Launch(wgmma, schedule, nullptr);
-      ASSERT_TRUE(st.ok()) << st;
-      MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-      problem.ExpectMatchesReference();
+  for (const mha_sm90::Schedule& schedule : AllSchedules()) {
+    if (schedule.pingpong == usual.pingpong && schedule.paired == usual.paired &&
+        schedule.persistent == usual.persistent) {
+      continue;  // ran above
     }
+    SCOPED_TRACE("kernel=wgmma, schedule " + mha_sm90::ScheduleName(schedule));
+    std::cout << "[ run ] wgmma " << mha_sm90::ScheduleName(schedule) << std::endl;  // names a hang
+    problem.Poison();
+    const auto st = mha_sm90::Launch(wgmma, schedule, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    problem.ExpectMatchesReference();
   }
 }
 
@@ -203,16 +214,13 @@ TEST_P(MhaPrefillSplitK, HopperKernelMatchesCpuReference) {
     MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
     problem.ExpectMatchesReference();
   }
-  for (const bool pingpong : {false, true}) {
-    for (const bool paired : {false, true}) {
-      const mha_sm90::Schedule schedule{pingpong, paired};
-      SCOPED_TRACE("schedule " + mha_sm90::ScheduleName(schedule));
-      problem.Poison();
-      const auto st = mha_sm90::Launch(ours, schedule, nullptr);
-      ASSERT_TRUE(st.ok()) << st;
-      MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-      problem.ExpectMatchesReference();
-    }
+  for (const mha_sm90::Schedule& schedule : AllSchedules()) {
+    SCOPED_TRACE("schedule " + mha_sm90::ScheduleName(schedule));
+    problem.Poison();
+    const auto st = mha_sm90::Launch(ours, schedule, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    problem.ExpectMatchesReference();
   }
   // kAuto takes it where it prefers ours (long keys), and refuses it elsewhere.
   const MhaPrefillParams autop = problem.device(MhaPrefillProvider::kAuto);

@@ -76,10 +76,11 @@ std::string Refusal(const MhaPrefillParams& p) {
   return "";
 }
 
-Schedule DefaultSchedule(int head_dim_qk) { return Schedule{head_dim_qk <= 128, true}; }
+Schedule DefaultSchedule(int head_dim_qk) { return Schedule{head_dim_qk <= 128, true, true}; }
 
 std::string ScheduleName(Schedule schedule) {
-  return absl::StrCat(schedule.pingpong ? "pingpong" : "no-pingpong", schedule.paired ? "+paired" : "+single");
+  return absl::StrCat(schedule.pingpong ? "pingpong" : "no-pingpong", schedule.paired ? "+paired" : "+single",
+                      schedule.persistent ? "+persistent" : "+launched");
 }
 
 absl::Status Launch(const MhaPrefillParams& p, Schedule schedule, void* stream) {

@@ -20,13 +20,15 @@ std::string Refusal(const MhaPrefillParams& p);
 // How the kernel schedules its work (mha_prefill_sm90_kernel.cuh); both choices compute the
 // same function.
 struct Schedule {
-  bool pingpong = false;  // the consumer warpgroups take turns issuing their products
-  bool paired = true;     // a CTA computes query tiles count-1-x and x of its sequence, not one
+  bool pingpong = false;   // the consumer warpgroups take turns issuing their products
+  bool paired = true;      // a work item is query tiles count-1-x and x of its sequence, not one
+  bool persistent = true;  // one CTA per SM walks the work items, not one CTA per item
 };
 // The schedule MhaPrefill uses for these head dims: ping-pong for qk 128 and not for qk 192
-// (FlashAttention-3's measured choice: the longer S product leaves less to hide), paired.
+// (FlashAttention-3's measured choice: the longer S product leaves less to hide), paired,
+// persistent.
 Schedule DefaultSchedule(int head_dim_qk);
-// "pingpong+paired", "single", ...: for test and benchmark labels.
+// "pingpong+paired+persistent", ...: for test and benchmark labels.
 std::string ScheduleName(Schedule schedule);
 // Launches the kernel on `stream` (a cudaStream_t) with `schedule`; the caller has checked
 // Refusal(p) == "". Tests run every schedule; benchmarks time them.

@@ -29,9 +29,17 @@
 // fills them with zeros instead of reading the next sequence or past the buffer (the trick
 // CUTLASS's varlen FMHA uses). Zero K rows are masked anyway; zero V rows meet P = 0.
 //
-// Paired query tiles (Schedule::paired): CTA x takes tiles count-1-x and x of its sequence, so
-// the CTAs of a causal sequence carry about the same number of key tiles, and the second tile's
-// Q and first K/V loads run under the first tile's last products and output.
+// Paired query tiles (Schedule::paired): work item x of a (sequence, head) is tiles count-1-x
+// and x of its sequence, so the items of a causal sequence carry about the same number of key
+// tiles, and the second tile's Q and first K/V loads run under the first tile's last products
+// and output.
+//
+// Work items are (x, head, sequence), x fastest, numbered as a flat grid would number its CTAs.
+// Persistent (Schedule::persistent): one CTA per SM walks items blockIdx.x, + gridDim.x, ...;
+// its producer runs ahead across items as across the tiles of a pair, so an item's Q and first
+// K/V loads land under the previous item's last products and output, and a CTA's start-up (its
+// barriers, descriptor fetches, first loads) is paid once per SM, not once per item. Otherwise
+// one CTA per item.
 //
 // The output is written from the accumulators (bf16 pairs) and lse from the row statistics;
 // a row that sees no key gets 0 and -inf, rows past the sequence are not written.
@@ -39,14 +47,18 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "cute/tensor.hpp"
 #include "cutlass/arch/barrier.h"
 #include "cutlass/arch/reg_reconfig.h"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/device_arch.h"
 #include "kernels/mha_prefill/api.h"
 #include "kernels/mha_prefill/mha_prefill_sm90.h"
 
@@ -138,6 +150,8 @@ struct Sm90Args {
   int q_ends, k_ends;  // extents of the sequence-end modes: max_seqlen * (batch + 1)
   int k_tail_heads;    // heads of the tail view: num_kv_heads, or 1 with a split K
   Schedule schedule;
+  int x_extent;  // items per (sequence, head): query tiles of the longest sequence, or pairs of them
+  int items;     // x_extent * heads * batch
 };
 
 template <class Tile>
@@ -158,20 +172,52 @@ constexpr uint32_t kTurnBarrier = 0;
 using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
 using EmptyBarrier = cutlass::arch::ClusterBarrier;
 
-// The query tiles this CTA computes, heaviest first: `first` and then `second` (two scalars,
-// not an array, so that nothing is indexed at run time); returns how many (0-2). Unpaired: one
-// per CTA, the grid's x reversed when causal (most keys first). Paired: tiles count-1-x and x
-// of the sequence.
+// The query tiles of work item x (of x_extent per sequence and head), heaviest first: `first`
+// and then `second` (two scalars, not an array, so that nothing is indexed at run time); returns
+// how many (0-2). Unpaired: one per item, x reversed when causal (most keys first). Paired:
+// tiles count-1-x and x of the sequence.
 template <int kBlockM>
-__device__ __forceinline__ int CtaQueryTiles(int lq, bool causal, bool paired, int& first, int& second) {
-  const int count = (lq + kBlockM - 1) / kBlockM, x = blockIdx.x;
+__device__ __forceinline__ int ItemQueryTiles(int lq, bool causal, bool paired, int x, int x_extent, int& first,
+                                              int& second) {
+  const int count = (lq + kBlockM - 1) / kBlockM;
   second = x;
   if (!paired) {
-    first = causal ? static_cast<int>(gridDim.x) - 1 - x : x;
+    first = causal ? x_extent - 1 - x : x;
     return first < count ? 1 : 0;
   }
   first = count - 1 - x;
   return first < x ? 0 : (first == x ? 1 : 2);
+}
+
+// One work item: its sequence's rows and keys, its head, its query tiles.
+struct WorkItem {
+  int b, head, kv_head;
+  int q_start, lq, k_start, lk;
+  int first_tile, second_tile, n_work;
+  int causal_shift;  // query i sees keys j <= i + causal_shift
+};
+
+template <int kBlockM>
+__device__ __forceinline__ WorkItem DecodeItem(const MhaPrefillParams& p, bool paired, int item, int x_extent) {
+  WorkItem w;
+  const int x = item % x_extent, hb = item / x_extent;
+  w.head = hb % p.num_heads;
+  w.b = hb / p.num_heads;
+  w.kv_head = w.head / (p.num_heads / p.num_kv_heads);
+  w.q_start = p.cu_seqlens_q[w.b];
+  w.lq = p.cu_seqlens_q[w.b + 1] - w.q_start;
+  w.k_start = p.cu_seqlens_k[w.b];
+  w.lk = p.cu_seqlens_k[w.b + 1] - w.k_start;
+  w.causal_shift = w.lk - w.lq;
+  w.n_work = ItemQueryTiles<kBlockM>(w.lq, p.causal, paired, x, x_extent, w.first_tile, w.second_tile);
+  return w;
+}
+
+// Key tiles that the query tile at row m0 of item w needs (causal: up to its last row's diagonal).
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ int KeyTiles(const MhaPrefillParams& p, const WorkItem& w, int m0) {
+  const int n_end = p.causal ? min(w.lk, m0 + kBlockM + w.causal_shift) : w.lk;
+  return n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
 }
 
 template <class Tile>
@@ -184,20 +230,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<Sm90Smem<Tile>*>(smem_raw);
 
-  // Sequence b, head h; the query tiles of this CTA.
-  const int b = blockIdx.z, head = blockIdx.y;
-  const int q_start = p.cu_seqlens_q[b], lq = p.cu_seqlens_q[b + 1] - q_start;
-  const int k_start = p.cu_seqlens_k[b], lk = p.cu_seqlens_k[b + 1] - k_start;
-  int first_tile, second_tile;
-  const int n_work = CtaQueryTiles<kBlockM>(lq, p.causal, args.schedule.paired, first_tile, second_tile);
-  if (n_work == 0) return;
-  const int kv_head = head / (p.num_heads / p.num_kv_heads);
-  const int causal_shift = lk - lq;  // query i sees keys j <= i + causal_shift
-  // Key tiles that the query tile at row m0 needs (causal: up to its last row's diagonal).
-  auto key_tiles = [&](int m0) {
-    const int n_end = p.causal ? min(lk, m0 + kBlockM + causal_shift) : lk;
-    return n_end > 0 ? (n_end + kBlockN - 1) / kBlockN : 0;
-  };
+  const bool paired = args.schedule.paired;
 
   if (threadIdx.x == 0) {
     FullBarrier::init(&ss.q_full, 1);
@@ -212,8 +245,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   }
   __syncthreads();
 
-  // K/V loads are counted over the CTA's query tiles: load g is in stage g % 2, that stage's
-  // (g / 2)-th use, and waits for the release of load g - 2.
+  // K/V loads are counted over the CTA's query tiles (of all its items): load g is in stage
+  // g % 2, that stage's (g / 2)-th use, and waits for the release of load g - 2.
   if (threadIdx.x >= Tile::kConsumers) {  // the producer warpgroup
     cutlass::arch::warpgroup_reg_dealloc<Tile::kProducerRegs>();
     if (threadIdx.x != Tile::kConsumers) return;
@@ -226,55 +259,60 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     constexpr int kKHead = Tile::kKHead, kKTail = Tile::kKTail;
     Tensor mK = args.tma_k.get_tma_tensor(make_shape(max_k, Int<kKHead>{}, p.num_kv_heads, args.k_ends));
     Tensor mKt = args.tma_k_tail.get_tma_tensor(make_shape(max_k, Int<kKTail>{}, args.k_tail_heads, args.k_ends));
-    const int tail_head = args.k_tail_heads == 1 ? 0 : kv_head;
     Tensor mV = args.tma_v.get_tma_tensor(make_shape(Int<kDv>{}, max_k, p.num_kv_heads, args.k_ends));
-    // This sequence's rows, shifted so that row len is the first one past the extent.
-    Tensor gQ = local_tile(domain_offset(make_coord(max_q - lq, 0), mQ(_, _, head, q_start + lq)),
-                           Shape<Int<kBlockM>, Int<kDqk>>{}, make_coord(_, 0));  // (row, d, tile)
-    Tensor gK = local_tile(domain_offset(make_coord(max_k - lk, 0), mK(_, _, kv_head, k_start + lk)),
-                           Shape<Int<kBlockN>, Int<kKHead>>{}, make_coord(_, 0));  // (key, d, tile)
-    Tensor gKt = local_tile(domain_offset(make_coord(max_k - lk, 0), mKt(_, _, tail_head, k_start + lk)),
-                            Shape<Int<kBlockN>, Int<kKTail>>{}, make_coord(_, 0));  // (key, d, tile)
-    Tensor gV = local_tile(domain_offset(make_coord(0, max_k - lk), mV(_, _, kv_head, k_start + lk)),
-                           Shape<Int<kDv>, Int<kBlockN>>{}, make_coord(0, _));  // (d, key, tile)
     Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Tile::QLayout{});
     auto cta_q = args.tma_q.get_slice(Int<0>{});
     auto cta_k = args.tma_k.get_slice(Int<0>{});
     auto cta_kt = args.tma_k_tail.get_slice(Int<0>{});
     auto cta_v = args.tma_v.get_slice(Int<0>{});
-    constexpr auto kKeep = TMA::CacheHintSm90::EVICT_LAST;  // K/V are re-read by the sequence's other CTAs
+    constexpr auto kKeep = TMA::CacheHintSm90::EVICT_LAST;  // K/V are re-read by the sequence's other items
     int loaded = 0, q_loads = 0;
-    for (int w = 0; w < n_work; ++w) {
-      const int m_block = w == 0 ? first_tile : second_tile;
-      const int n_tiles = key_tiles(m_block * kBlockM);
-      if (n_tiles == 0) continue;
-      if (q_loads > 0) EmptyBarrier::wait(&ss.q_empty, (q_loads - 1) & 1);
-      FullBarrier::arrive_and_expect_tx(&ss.q_full, Tile::kQBytes);
-      copy(args.tma_q.with(ss.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), cta_q.partition_S(gQ(_, _, m_block)),
-           cta_q.partition_D(sQ));
-      ++q_loads;
-      // Load i of this query tile is key tile n_tiles - 1 - i.
-      auto load_v = [&](int i) {
-        const int g = loaded + i, stage = g & 1;
-        if (g >= Tile::kStages) EmptyBarrier::wait(&ss.v_empty[stage], ((g >> 1) - 1) & 1);
-        FullBarrier::arrive_and_expect_tx(&ss.v_full[stage], Tile::kVBytes);
-        copy(args.tma_v.with(ss.v_full[stage], 0, kKeep), cta_v.partition_S(gV(_, _, n_tiles - 1 - i)),
-             cta_v.partition_D(make_tensor(make_smem_ptr(ss.v[stage].data()), typename Tile::VLayout{})));
-      };
-      for (int i = 0; i < n_tiles; ++i) {
-        const int g = loaded + i, stage = g & 1;
-        if (g >= Tile::kStages) EmptyBarrier::wait(&ss.k_empty[stage], ((g >> 1) - 1) & 1);
-        FullBarrier::arrive_and_expect_tx(&ss.k_full[stage], Tile::kKBytes);
-        copy(args.tma_k.with(ss.k_full[stage], 0, kKeep), cta_k.partition_S(gK(_, _, n_tiles - 1 - i)),
-             cta_k.partition_D(make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KHeadLayout{})));
-        copy(args.tma_k_tail.with(ss.k_full[stage], 0, kKeep), cta_kt.partition_S(gKt(_, _, n_tiles - 1 - i)),
-             cta_kt.partition_D(make_tensor(make_smem_ptr(ss.k[stage].data() + Tile::kKTailOffset),
-                                            typename Tile::KTailLayout{})));
-        // The consumers multiply V(i - 1) after S(i): load it behind K(i).
-        if (i > 0) load_v(i - 1);
+    for (int item = blockIdx.x; item < args.items; item += gridDim.x) {
+      const WorkItem it = DecodeItem<kBlockM>(p, paired, item, args.x_extent);
+      if (it.n_work == 0) continue;
+      const int lq = it.lq, lk = it.lk;
+      const int tail_head = args.k_tail_heads == 1 ? 0 : it.kv_head;
+      // This sequence's rows, shifted so that row len is the first one past the extent.
+      Tensor gQ = local_tile(domain_offset(make_coord(max_q - lq, 0), mQ(_, _, it.head, it.q_start + lq)),
+                             Shape<Int<kBlockM>, Int<kDqk>>{}, make_coord(_, 0));  // (row, d, tile)
+      Tensor gK = local_tile(domain_offset(make_coord(max_k - lk, 0), mK(_, _, it.kv_head, it.k_start + lk)),
+                             Shape<Int<kBlockN>, Int<kKHead>>{}, make_coord(_, 0));  // (key, d, tile)
+      Tensor gKt = local_tile(domain_offset(make_coord(max_k - lk, 0), mKt(_, _, tail_head, it.k_start + lk)),
+                              Shape<Int<kBlockN>, Int<kKTail>>{}, make_coord(_, 0));  // (key, d, tile)
+      Tensor gV = local_tile(domain_offset(make_coord(0, max_k - lk), mV(_, _, it.kv_head, it.k_start + lk)),
+                             Shape<Int<kDv>, Int<kBlockN>>{}, make_coord(0, _));  // (d, key, tile)
+      for (int w = 0; w < it.n_work; ++w) {
+        const int m_block = w == 0 ? it.first_tile : it.second_tile;
+        const int n_tiles = KeyTiles<kBlockM, kBlockN>(p, it, m_block * kBlockM);
+        if (n_tiles == 0) continue;
+        if (q_loads > 0) EmptyBarrier::wait(&ss.q_empty, (q_loads - 1) & 1);
+        FullBarrier::arrive_and_expect_tx(&ss.q_full, Tile::kQBytes);
+        copy(args.tma_q.with(ss.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), cta_q.partition_S(gQ(_, _, m_block)),
+             cta_q.partition_D(sQ));
+        ++q_loads;
+        // Load i of this query tile is key tile n_tiles - 1 - i.
+        auto load_v = [&](int i) {
+          const int g = loaded + i, stage = g & 1;
+          if (g >= Tile::kStages) EmptyBarrier::wait(&ss.v_empty[stage], ((g >> 1) - 1) & 1);
+          FullBarrier::arrive_and_expect_tx(&ss.v_full[stage], Tile::kVBytes);
+          copy(args.tma_v.with(ss.v_full[stage], 0, kKeep), cta_v.partition_S(gV(_, _, n_tiles - 1 - i)),
+               cta_v.partition_D(make_tensor(make_smem_ptr(ss.v[stage].data()), typename Tile::VLayout{})));
+        };
+        for (int i = 0; i < n_tiles; ++i) {
+          const int g = loaded + i, stage = g & 1;
+          if (g >= Tile::kStages) EmptyBarrier::wait(&ss.k_empty[stage], ((g >> 1) - 1) & 1);
+          FullBarrier::arrive_and_expect_tx(&ss.k_full[stage], Tile::kKBytes);
+          copy(args.tma_k.with(ss.k_full[stage], 0, kKeep), cta_k.partition_S(gK(_, _, n_tiles - 1 - i)),
+               cta_k.partition_D(make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KHeadLayout{})));
+          copy(args.tma_k_tail.with(ss.k_full[stage], 0, kKeep), cta_kt.partition_S(gKt(_, _, n_tiles - 1 - i)),
+               cta_kt.partition_D(make_tensor(make_smem_ptr(ss.k[stage].data() + Tile::kKTailOffset),
+                                              typename Tile::KTailLayout{})));
+          // The consumers multiply V(i - 1) after S(i): load it behind K(i).
+          if (i > 0) load_v(i - 1);
+        }
+        load_v(n_tiles - 1);
+        loaded += n_tiles;
       }
-      load_v(n_tiles - 1);
-      loaded += n_tiles;
     }
     return;
   }
@@ -392,90 +430,96 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const bool pingpong = args.schedule.pingpong;
   int loaded = 0, q_loads = 0;
 #pragma unroll 1
-  for (int w = 0; w < n_work; ++w) {
-    const int m0 = (w == 0 ? first_tile : second_tile) * kBlockM, n_tiles = key_tiles(m0);
-    const int row0 = m0 + wg * kWgRows;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = row0 + my_row[half];
-      key_end[half] = p.causal ? max(0, min(lk, row + causal_shift + 1)) : lk;
-      m_run[half] = -INFINITY;
-      l_run[half] = 0.0f;
-    }
-    wg_key_end = p.causal ? min(lk, row0 + causal_shift + 1) : lk;
-    clear(tOrO);
-
-    if (n_tiles > 0) {
-      FullBarrier::wait(&ss.q_full, q_loads & 1);
-      ++q_loads;
-      // Tile i of this query tile: key tile n_tiles - 1 - i, load loaded + i.
-      const auto stage = [&](int i) { return (loaded + i) & 1; };
-      const auto phase = [&](int i) { return ((loaded + i) >> 1) & 1; };
-      FullBarrier::wait(&ss.k_full[stage(0)], phase(0));
-      qk_gemm(stage(0));
-      warpgroup_wait<0>();
-      release(&ss.k_empty[stage(0)]);
-      if (n_tiles == 1) release(&ss.q_empty);  // this warpgroup's last use of Q
-      softmax(n_tiles - 1);
+  for (int item = blockIdx.x; item < args.items; item += gridDim.x) {
+    const WorkItem it = DecodeItem<kBlockM>(p, paired, item, args.x_extent);
+    const int lq = it.lq, lk = it.lk, causal_shift = it.causal_shift;
 #pragma unroll 1
-      for (int i = 1; i < n_tiles; ++i) {
-        // P(i - 1), from the softmax that ended the previous iteration, once P V(i - 2) is
-        // done. The wait sits here rather than at the end of the previous iteration because
-        // ptxas would hoist it above that softmax there, and the two would no longer overlap.
-        warpgroup_wait<0>();
-        if (i >= 2) release(&ss.v_empty[stage(i - 2)]);
-        convert_p();
-        FullBarrier::wait(&ss.k_full[stage(i)], phase(i));
-        // Warpgroup 0 goes first; afterwards each waits until the other has issued.
-        if (pingpong && !(wg == 0 && i == 1)) cutlass::arch::NamedBarrier::sync(Tile::kConsumers, kTurnBarrier + wg);
-        qk_gemm(stage(i));
-        rescale_o();
-        FullBarrier::wait(&ss.v_full[stage(i - 1)], phase(i - 1));
-        pv_gemm(stage(i - 1));
-        // Warpgroup 1's last turn has nobody left to wake.
-        if (pingpong && !(wg == 1 && i == n_tiles - 1)) {
-          cutlass::arch::NamedBarrier::arrive(Tile::kConsumers, kTurnBarrier + (1 - wg));
-        }
-        warpgroup_wait<1>();  // S(i) done, P V(i - 1) may still run
-        release(&ss.k_empty[stage(i)]);
-        if (i == n_tiles - 1) release(&ss.q_empty);
-        softmax(n_tiles - 1 - i);
-      }
-      const int last = n_tiles - 1;
-      warpgroup_wait<0>();
-      if (last >= 1) release(&ss.v_empty[stage(last - 1)]);
-      convert_p();
-      rescale_o();
-      FullBarrier::wait(&ss.v_full[stage(last)], phase(last));
-      pv_gemm(stage(last));
-      warpgroup_wait<0>();
-      release(&ss.v_empty[stage(last)]);
-      loaded += n_tiles;
-    }
-
-    // Normalise and write the rows that exist; a row that saw no key gets 0 and -inf.
-    float inv[2], lse[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float l = cuda::QuadSum(l_run[half]);
-      inv[half] = l > 0.0f ? 1.0f / l : 0.0f;
-      lse[half] = l > 0.0f ? (m_run[half] + log2f(l)) * cuda::kLn2 : -INFINITY;
-    }
-    auto* out = static_cast<__nv_bfloat16*>(p.out) + static_cast<int64_t>(q_start) * p.out_token_stride +
-                static_cast<int64_t>(head) * p.out_head_stride;
-#pragma unroll
-    for (int i = 0; i < size(tOrO); i += 2) {
-      const int half = (i >> 1) & 1;
-      const int row = row0 + get<0>(tOcO(i));
-      if (row >= lq) continue;
-      *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * p.out_token_stride + get<1>(tOcO(i))) =
-          cuda::PackBf16(tOrO(i) * inv[half], tOrO(i + 1) * inv[half]);
-    }
-    if (p.lse != nullptr && wg_tid % 4 == 0) {
+    for (int w = 0; w < it.n_work; ++w) {
+      const int m0 = (w == 0 ? it.first_tile : it.second_tile) * kBlockM;
+      const int n_tiles = KeyTiles<kBlockM, kBlockN>(p, it, m0);
+      const int row0 = m0 + wg * kWgRows;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = row0 + my_row[half];
-        if (row < lq) p.lse[static_cast<int64_t>(q_start + row) * p.num_heads + head] = lse[half];
+        key_end[half] = p.causal ? max(0, min(lk, row + causal_shift + 1)) : lk;
+        m_run[half] = -INFINITY;
+        l_run[half] = 0.0f;
+      }
+      wg_key_end = p.causal ? min(lk, row0 + causal_shift + 1) : lk;
+      clear(tOrO);
+
+      if (n_tiles > 0) {
+        FullBarrier::wait(&ss.q_full, q_loads & 1);
+        ++q_loads;
+        // Tile i of this query tile: key tile n_tiles - 1 - i, load loaded + i.
+        const auto stage = [&](int i) { return (loaded + i) & 1; };
+        const auto phase = [&](int i) { return ((loaded + i) >> 1) & 1; };
+        FullBarrier::wait(&ss.k_full[stage(0)], phase(0));
+        qk_gemm(stage(0));
+        warpgroup_wait<0>();
+        release(&ss.k_empty[stage(0)]);
+        if (n_tiles == 1) release(&ss.q_empty);  // this warpgroup's last use of Q
+        softmax(n_tiles - 1);
+#pragma unroll 1
+        for (int i = 1; i < n_tiles; ++i) {
+          // P(i - 1), from the softmax that ended the previous iteration, once P V(i - 2) is
+          // done. The wait sits here rather than at the end of the previous iteration because
+          // ptxas would hoist it above that softmax there, and the two would no longer overlap.
+          warpgroup_wait<0>();
+          if (i >= 2) release(&ss.v_empty[stage(i - 2)]);
+          convert_p();
+          FullBarrier::wait(&ss.k_full[stage(i)], phase(i));
+          // Warpgroup 0 goes first; afterwards each waits until the other has issued.
+          if (pingpong && !(wg == 0 && i == 1)) cutlass::arch::NamedBarrier::sync(Tile::kConsumers, kTurnBarrier + wg);
+          qk_gemm(stage(i));
+          rescale_o();
+          FullBarrier::wait(&ss.v_full[stage(i - 1)], phase(i - 1));
+          pv_gemm(stage(i - 1));
+          // Warpgroup 1's last turn has nobody left to wake.
+          if (pingpong && !(wg == 1 && i == n_tiles - 1)) {
+            cutlass::arch::NamedBarrier::arrive(Tile::kConsumers, kTurnBarrier + (1 - wg));
+          }
+          warpgroup_wait<1>();  // S(i) done, P V(i - 1) may still run
+          release(&ss.k_empty[stage(i)]);
+          if (i == n_tiles - 1) release(&ss.q_empty);
+          softmax(n_tiles - 1 - i);
+        }
+        const int last = n_tiles - 1;
+        warpgroup_wait<0>();
+        if (last >= 1) release(&ss.v_empty[stage(last - 1)]);
+        convert_p();
+        rescale_o();
+        FullBarrier::wait(&ss.v_full[stage(last)], phase(last));
+        pv_gemm(stage(last));
+        warpgroup_wait<0>();
+        release(&ss.v_empty[stage(last)]);
+        loaded += n_tiles;
+      }
+
+      // Normalise and write the rows that exist; a row that saw no key gets 0 and -inf.
+      float inv[2], lse[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float l = cuda::QuadSum(l_run[half]);
+        inv[half] = l > 0.0f ? 1.0f / l : 0.0f;
+        lse[half] = l > 0.0f ? (m_run[half] + log2f(l)) * cuda::kLn2 : -INFINITY;
+      }
+      auto* out = static_cast<__nv_bfloat16*>(p.out) + static_cast<int64_t>(it.q_start) * p.out_token_stride +
+                  static_cast<int64_t>(it.head) * p.out_head_stride;
+#pragma unroll
+      for (int i = 0; i < size(tOrO); i += 2) {
+        const int half = (i >> 1) & 1;
+        const int row = row0 + get<0>(tOcO(i));
+        if (row >= lq) continue;
+        *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * p.out_token_stride + get<1>(tOcO(i))) =
+            cuda::PackBf16(tOrO(i) * inv[half], tOrO(i + 1) * inv[half]);
+      }
+      if (p.lse != nullptr && wg_tid % 4 == 0) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = row0 + my_row[half];
+          if (row < lq) p.lse[static_cast<int64_t>(it.q_start + row) * p.num_heads + it.head] = lse[half];
+        }
       }
     }
   }
@@ -494,6 +538,13 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
     return heads > 1 ? stride : token_stride;
   };
   const int q_ends = p.max_seqlen_q * (p.batch + 1), k_ends = p.max_seqlen_k * (p.batch + 1);
+  const int query_tiles = (p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM;
+  const int x_extent = schedule.paired ? (query_tiles + 1) / 2 : query_tiles;
+  const int64_t items64 = static_cast<int64_t>(x_extent) * p.num_heads * p.batch;
+  if (items64 > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("mha_prefill sm90: ", items64, " work items (query tiles x heads x batch) exceed 2^31 - 1"));
+  }
+  const int items = static_cast<int>(items64);
   const int64_t k_head_stride = head_stride(p.num_kv_heads, p.k_head_stride, p.k_token_stride);
   // K's last kKTail dims: a view of its own over k_rope (one row per token, one "head" whose
   // stride is never stepped) or the same rows of k, kKHead columns in.
@@ -514,7 +565,9 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
       q_ends,
       k_ends,
       k_tail_heads,
-      schedule};
+      schedule,
+      x_extent,
+      items};
   constexpr int kSmem = sizeof(Sm90Smem<Tile>);
   static_assert(kSmem <= 227 * 1024, "the sm90 mha_prefill tile exceeds Hopper's shared memory");
   auto kernel = MhaPrefillSm90Kernel<Tile>;
@@ -522,8 +575,8 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
       err != cudaSuccess) {
     return cuda::CudaStatus(err, "mha_prefill sm90: raising the shared-memory limit");
   }
-  const int query_tiles = (p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM;
-  const dim3 grid(schedule.paired ? (query_tiles + 1) / 2 : query_tiles, p.num_heads, p.batch);
+  // One CTA an SM holds (kSmem is over half of it): persistent, one a multiprocessor.
+  const int grid = schedule.persistent ? std::min(items, cuda::CurrentDeviceSmCount()) : items;
   kernel<<<grid, Tile::kThreads, kSmem, stream>>>(args);
   return cuda::LaunchStatus("MhaPrefillSm90Kernel");
 }
