@@ -320,10 +320,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Shared memory of RoutePermuteKernel beyond the scatter's, in ints: each warp's routing
-// scratch (moe_routing.cuh), scores and choice [E] f32 then taken [E].
-int RouteScratchInts(int num_experts) {
-  return kWarps * 2 * num_experts + (kWarps * num_experts + 3) / 4;
-}
+// scratch (moe_routing.cuh), the choices [E] f32.
+int RouteScratchInts(int num_experts) { return kWarps * num_experts; }
 
 // Decode steps: the routing of every token (a warp per token, moe_routing.cuh) and the
 // single-chunk permutation of its assignments in one block, one launch instead of two. The
@@ -334,12 +332,9 @@ __global__ void __launch_bounds__(kThreads)
   const int E = a.num_experts;
   int32_t* route = smem + ScatterSmemInts(E, ChunkBase::kOwn, false);
   const int warp = threadIdx.x / cuda::kWarpSize;
-  float* scores = reinterpret_cast<float*>(route) + warp * 2 * E;
-  bool* taken = reinterpret_cast<bool*>(route + kWarps * 2 * E) + warp * E;
+  float* choice = reinterpret_cast<float*>(route) + warp * E;
   cuda::PdlEnter();
-  for (int t = warp; t < r.num_tokens; t += kWarps) {
-    moe_cuda::RouteToken(r, t, {scores, scores + E, taken});
-  }
+  for (int t = warp; t < r.num_tokens; t += kWarps) moe_cuda::RouteToken(r, t, choice);
   __syncthreads();  // the block's topk_ids writes are visible to all its threads after it
   ScatterChunk<ChunkBase::kOwn, false>(a, 0, smem);
 }

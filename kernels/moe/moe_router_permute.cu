@@ -58,11 +58,11 @@ struct ProjectionShape {
 };
 
 // Shared memory of the last CTA's routing and permutation, in 4-byte words: the logits [T, E],
-// each warp's RouteToken scratch (scores and choice [E] f32, taken [E] bool), the picks' ids and
-// weights [T * top_k], the experts' token masks and first rows [E], the scan's warp sums.
+// each warp's RouteToken scratch (the choices [E] f32), the picks' ids and weights [T * top_k],
+// the experts' token masks and first rows [E], the scan's warp sums.
 int RouteSmemWords(int num_tokens, int num_experts, int top_k) {
-  return num_tokens * num_experts + kWarps * 2 * num_experts + (kWarps * num_experts + 3) / 4 +
-         2 * num_tokens * top_k + 2 * num_experts + kWarps * kScanValues;
+  return num_tokens * num_experts + kWarps * num_experts + 2 * num_tokens * top_k + 2 * num_experts +
+         kWarps * kScanValues;
 }
 
 // The last CTA: every token's routing from the logits all CTAs wrote, then the single-chunk
@@ -71,9 +71,8 @@ __device__ void RouteAndPermute(const MoeRoutingParams& r, const PermuteArgs& a,
   const int T = r.num_tokens, E = r.num_experts, k = r.top_k, A = T * k;
   const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
   float* logits = reinterpret_cast<float*>(smem);                   // [T * E]
-  float* scratch = logits + T * E;                                  // [kWarps][2E]
-  bool* taken = reinterpret_cast<bool*>(scratch + kWarps * 2 * E);  // [kWarps][E]
-  int32_t* ids = reinterpret_cast<int32_t*>(scratch + kWarps * 2 * E) + (kWarps * E + 3) / 4;
+  float* scratch = logits + T * E;                                  // [kWarps][E]
+  int32_t* ids = reinterpret_cast<int32_t*>(scratch + kWarps * E);  // [A]
   float* weights = reinterpret_cast<float*>(ids + A);               // [A]
   uint32_t* token_mask = reinterpret_cast<uint32_t*>(weights + A);  // [E]
   int32_t* first_row = reinterpret_cast<int32_t*>(token_mask + E);  // [E]
@@ -89,7 +88,7 @@ __device__ void RouteAndPermute(const MoeRoutingParams& r, const PermuteArgs& a,
   local.topk_ids = ids;
   local.topk_weights = weights;
   for (int t = warp; t < T; t += kWarps) {
-    RouteToken(local, t, {scratch + warp * 2 * E, scratch + warp * 2 * E + E, taken + warp * E});
+    RouteToken(local, t, scratch + warp * E);
     if (lane < k) {  // the lane that wrote pick (t, lane) reads it back: no barrier needed
       const int i = t * k + lane;
       const int e = ids[i];

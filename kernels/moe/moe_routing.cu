@@ -17,14 +17,12 @@ constexpr int kWarpsPerBlock = 4;
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     MoeRoutingKernel(const __grid_constant__ MoeRoutingParams p) {
   using moe_cuda::kRoutingMaxExperts;
-  __shared__ float s_scores[kWarpsPerBlock][kRoutingMaxExperts];
   __shared__ float s_choice[kWarpsPerBlock][kRoutingMaxExperts];
-  __shared__ bool s_taken[kWarpsPerBlock][kRoutingMaxExperts];
   const int warp = threadIdx.x / 32;
   const int t = blockIdx.x * kWarpsPerBlock + warp;
   cuda::PdlEnter();  // launched with PDL (kernels/common/pdl.cuh): nothing global above
   if (t >= p.num_tokens) return;
-  moe_cuda::RouteToken(p, t, {s_scores[warp], s_choice[warp], s_taken[warp]});
+  moe_cuda::RouteToken(p, t, s_choice[warp]);
 }
 
 }  // namespace

@@ -1,9 +1,10 @@
 // One token's routing by one warp (api.h has the semantics): the kernel of moe_routing.cu runs
-// it for a warp per token; the fused routing + permutation of decode steps (moe_permute.cu)
-// runs it in the same block that then sorts the assignments. The token's scores live in the
-// warp's shared-memory scratch; group scores take one lane per group (n_group <= 32); the top-k
-// (of groups, then of experts) is k rounds of a warp argmax whose ties go to the lower index,
-// matching the CPU backend's order (descending choice, ties by lower index). Scores are f32
+// it for a warp per token; the fused routing + permutation of decode steps (moe_permute.cu,
+// moe_router_permute.cu) runs it in the same block that then sorts the assignments. The token's
+// scores live in the lanes' registers (lane l: experts l, l + 32, ...); group scores take one
+// lane per group (n_group <= 32) over a shared-memory copy of the choices; the top-k (of groups,
+// then of experts) is k rounds of a warp argmax whose ties go to the lower index, matching the
+// CPU backend's order (descending choice, ties by lower index). Scores are f32
 // (expf), the CPU's are rounded from double: ids agree except at near-ties.
 #pragma once
 
@@ -16,15 +17,9 @@
 
 namespace mlaserve::kernels::moe_cuda {
 
-// The most experts the routing kernels take (their per-warp scratch is sized by it).
+// The most experts the routing kernels take (their per-warp scratch and RouteToken's registers
+// are sized by it).
 inline constexpr int kRoutingMaxExperts = 512;
-
-// A warp's scratch for RouteToken: scores and choice [num_experts] f32, taken [num_experts].
-struct RouteScratch {
-  float* scores;
-  float* choice;
-  bool* taken;
-};
 
 namespace routing_detail {
 
@@ -47,51 +42,95 @@ __device__ __forceinline__ void WarpArgmax(float& v, int& i) {
 // order stays total and every pick is a distinct expert.
 __device__ __forceinline__ float ChoiceKey(float c) { return c != c ? -INFINITY : c; }
 
-__device__ __forceinline__ void Propose(float cv, int ci, float& v, int& i) {
-  if (i < 0 || cv > v || (cv == v && ci < i)) {
-    v = cv;
-    i = ci;
+// A choice as an unsigned key whose order is the top-k's order of ChoiceKey(choice): NaN ranks
+// as -inf, -0 as +0 (they compare equal), and the float order maps onto the unsigned order
+// (sign flipped for positives, all bits for negatives). The least key of a real choice is
+// -inf's, 0x007fffff: 0 is free to mean "taken or no expert".
+__device__ __forceinline__ uint32_t OrderedKey(float c) {
+  uint32_t b = __float_as_uint(ChoiceKey(c));
+  if (b == 0x80000000u) b = 0;  // -0
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// The warp's best (largest key, then lowest index) of each lane's candidate; every lane gets the
+// winner's index. `key` 0 = no candidate (some lane has one). Two warp reductions, not five
+// rounds of paired shuffles: the routing is one warp's latency chain at batch 1.
+__device__ __forceinline__ int WarpArgmaxKey(uint32_t key, int index) {
+#if __CUDA_ARCH__ >= 800
+  const uint32_t best = __reduce_max_sync(kFull, key);
+  return static_cast<int>(__reduce_min_sync(kFull, key == best ? static_cast<uint32_t>(index) : 0xffffffffu));
+#else
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint32_t ok = __shfl_xor_sync(kFull, key, o);
+    const int oi = __shfl_xor_sync(kFull, index, o);
+    if (ok > key || (ok == key && oi < index)) {
+      key = ok;
+      index = oi;
+    }
   }
+  return index;
+#endif
 }
 
 }  // namespace routing_detail
 
 // Routes token t of p: writes p.topk_ids / p.topk_weights [t, 0..top_k). Every lane of the warp
-// calls it with the same t; p.top_k <= 32 and p.n_group <= 32 (checked on the host).
-__device__ inline void RouteToken(const MoeRoutingParams& p, int t, RouteScratch s) {
+// calls it with the same t; p.top_k <= 32, p.n_group <= 32 and p.num_experts <=
+// kRoutingMaxExperts (checked on the host). Lane l holds the scores and choices of experts
+// l, l + 32, ... in registers; only the group selection (group-limited methods) goes through
+// `choice`, the warp's shared-memory scratch of num_experts floats.
+__device__ inline void RouteToken(const MoeRoutingParams& p, int t, float* choice) {
   using routing_detail::kFull;
-  using routing_detail::Propose;
+  using routing_detail::OrderedKey;
   using routing_detail::WarpArgmax;
+  constexpr int kPer = kRoutingMaxExperts / 32;  // experts a lane holds, at most
   const int lane = threadIdx.x % 32;
   const int E = p.num_experts;
-  float* scores = s.scores;
-  float* choice = s.choice;
-  bool* taken = s.taken;
   const float* logits = p.logits + static_cast<int64_t>(t) * E;
+  const auto has = [&](int j) { return lane + 32 * j < E; };
 
+  float score[kPer], pick[kPer];  // per expert lane + 32 j: its score; its choice
   if (p.scoring == MoeScoring::kSoftmax) {
     float m = -INFINITY;
-    for (int e = lane; e < E; e += 32) m = fmaxf(m, logits[e]);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (has(j)) m = fmaxf(m, logits[lane + 32 * j]);
+    }
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFull, m, o));
     float sum = 0.0f;
-    for (int e = lane; e < E; e += 32) {
-      const float x = expf(logits[e] - m);
-      scores[e] = x;
-      sum += x;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (has(j)) {
+        score[j] = expf(logits[lane + 32 * j] - m);
+        sum += score[j];
+      }
     }
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kFull, sum, o);
-    for (int e = lane; e < E; e += 32) scores[e] /= sum;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (has(j)) score[j] /= sum;
+    }
   } else {
-    for (int e = lane; e < E; e += 32) scores[e] = 1.0f / (1.0f + expf(-logits[e]));
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (has(j)) score[j] = 1.0f / (1.0f + expf(-logits[lane + 32 * j]));
+    }
   }
   const bool noaux = p.method == MoeTopkMethod::kNoauxTc;
-  for (int e = lane; e < E; e += 32) {
-    choice[e] = scores[e] + ((noaux && p.correction_bias != nullptr) ? p.correction_bias[e] : 0.0f);
-    taken[e] = false;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    if (has(j)) {
+      const int e = lane + 32 * j;
+      pick[j] = score[j] + ((noaux && p.correction_bias != nullptr) ? p.correction_bias[e] : 0.0f);
+    }
   }
-  __syncwarp();
 
   if (p.method != MoeTopkMethod::kGreedy) {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (has(j)) choice[lane + 32 * j] = pick[j];
+    }
+    __syncwarp();
     const int group_size = E / p.n_group;
     float gscore = 0.0f;
     if (lane < p.n_group) {
@@ -118,32 +157,45 @@ __device__ inline void RouteToken(const MoeRoutingParams& p, int t, RouteScratch
       kept |= 1u << i;
       if (lane == i) group_taken = true;
     }
-    // Every lane's group-score reads of `choice` are ordered before the masking writes below
-    // (the argmax shuffles order them in practice; this says so to racecheck as well).
-    __syncwarp();
+    // The experts of the groups not kept compete as `masked` (every lane masks its own).
     const float masked = noaux ? -INFINITY : 0.0f;
-    for (int e = lane; e < E; e += 32) {
-      if (((kept >> (e / group_size)) & 1u) == 0) choice[e] = masked;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (has(j) && ((kept >> ((lane + 32 * j) / group_size)) & 1u) == 0) pick[j] = masked;
     }
-    __syncwarp();
   }
 
-  // top_k rounds; lane j keeps the j-th pick. A NaN choice competes as -inf (ChoiceKey): with
-  // NaN the lanes' argmax would not agree on one expert, and a round could pick one twice.
+  // top_k rounds; lane j keeps the j-th pick. A NaN choice competes as -inf (OrderedKey): with
+  // NaN the lanes would not agree on one expert, and a round could pick one twice.
+  uint32_t key[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) key[j] = has(j) ? OrderedKey(pick[j]) : 0u;
   int my_id = 0;
   float my_w = 0.0f;
   for (int r = 0; r < p.top_k; ++r) {
-    float v = 0.0f;
-    int i = -1;
-    for (int e = lane; e < E; e += 32) {
-      if (!taken[e]) Propose(routing_detail::ChoiceKey(choice[e]), e, v, i);
+    uint32_t best = 0;
+    int best_e = -1;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (key[j] > best) {  // ascending experts: the lowest of equal keys stays
+        best = key[j];
+        best_e = lane + 32 * j;
+      }
     }
-    WarpArgmax(v, i);
-    if (lane == 0) taken[i] = true;
-    __syncwarp();
+    const int i = routing_detail::WarpArgmaxKey(best, best_e);
+    // Its owner (lane i % 32) takes it out of the next rounds and hands its weight to lane r.
+    float w = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (lane + 32 * j == i) {
+        key[j] = 0;
+        w = noaux ? score[j] : pick[j];
+      }
+    }
+    w = __shfl_sync(kFull, w, i % 32);
     if (lane == r) {
       my_id = i;
-      my_w = noaux ? scores[i] : choice[i];
+      my_w = w;
     }
   }
   float sum = lane < p.top_k ? my_w : 0.0f;
