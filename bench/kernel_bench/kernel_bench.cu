@@ -196,8 +196,8 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
 // persistent CTAs ("launched"), our mma.sync kernel, cuDNN.
 enum class MhaRow { kOurs, kWgmmaAlt, kWgmmaSingle, kWgmmaLaunched, kMmaSync, kCudnn };
 
-constexpr MhaRow kAllMhaRows[] = {MhaRow::kOurs,     MhaRow::kWgmmaAlt, MhaRow::kWgmmaSingle, MhaRow::kWgmmaLaunched,
-                                  MhaRow::kMmaSync, MhaRow::kCudnn};
+constexpr MhaRow kAllMhaRows[] = {MhaRow::kOurs,          MhaRow::kWgmmaAlt, MhaRow::kWgmmaSingle,
+                                  MhaRow::kWgmmaLaunched, MhaRow::kMmaSync,  MhaRow::kCudnn};
 
 const char* MhaRowName(MhaRow row) {
   switch (row) {

@@ -542,7 +542,8 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
   const int x_extent = schedule.paired ? (query_tiles + 1) / 2 : query_tiles;
   const int64_t items64 = static_cast<int64_t>(x_extent) * p.num_heads * p.batch;
   if (items64 > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("mha_prefill sm90: ", items64, " work items (query tiles x heads x batch) exceed 2^31 - 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("mha_prefill sm90: ", items64, " work items (query tiles x heads x batch) exceed 2^31 - 1"));
   }
   const int items = static_cast<int>(items64);
   const int64_t k_head_stride = head_stride(p.num_kv_heads, p.k_head_stride, p.k_token_stride);
