@@ -10,8 +10,8 @@
 #             tools/device/bundle.sh && cp <base binary> .devbin/mlaserve-engine-bench-base \
 #             && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-ab.tar.xz
 #   there:  tools/device/engine_ab_binaries.sh     (carry [".devpack-ab.tar.xz"])
-# Results: $OUT/ab_binaries.txt (the bench's prefill and decode rows per run), and a summary of
-# the medians per build on stdout.
+# Results: $OUT/ab_binaries.txt (the bench's prefill and decode rows per run), and on stdout each
+# row's ms values per build, round by round.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
