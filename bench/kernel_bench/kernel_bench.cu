@@ -12,7 +12,9 @@
 //                 dims 192/128 and 128/128, in one run: our default kernel ("mha_prefill": the
 //                 wgmma kernel on Hopper), the wgmma kernel with its default schedule's
 //                 ping-pong flipped ("mha_prefill_alt") or with one query tile per CTA
-//                 ("mha_prefill_single"), our mma.sync kernel
+//                 ("mha_prefill_single"), one CTA per work item ("mha_prefill_launched") or
+//                 its staged output flipped ("mha_prefill_direct": O stored from the
+//                 accumulators; qk 128 only, qk 192 stores directly anyway), our mma.sync kernel
 //                 ("mha_prefill_mmasync") and the cuDNN provider ("mha_prefill_cudnn", when
 //                 libcudnn.so.9 loads; its plan is built in the warm-up calls)
 //   kv_pack     : GB/s over its bytes (each input read once, each output written once)
@@ -192,12 +194,14 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
 }
 
 // Who computes an mha_prefill row: our default kernel, the wgmma kernel with its default
-// schedule's ping-pong flipped ("alt"), unpaired ("single") or one CTA per work item instead of
-// persistent CTAs ("launched"), our mma.sync kernel, cuDNN.
-enum class MhaRow { kOurs, kWgmmaAlt, kWgmmaSingle, kWgmmaLaunched, kMmaSync, kCudnn };
+// schedule's ping-pong flipped ("alt"), unpaired ("single"), one CTA per work item instead of
+// persistent CTAs ("launched") or O stored from the accumulators instead of through shared memory
+// and TMA ("direct"), our mma.sync kernel, cuDNN.
+enum class MhaRow { kOurs, kWgmmaAlt, kWgmmaSingle, kWgmmaLaunched, kWgmmaDirect, kMmaSync, kCudnn };
 
-constexpr MhaRow kAllMhaRows[] = {MhaRow::kOurs,          MhaRow::kWgmmaAlt, MhaRow::kWgmmaSingle,
-                                  MhaRow::kWgmmaLaunched, MhaRow::kMmaSync,  MhaRow::kCudnn};
+constexpr MhaRow kAllMhaRows[] = {MhaRow::kOurs,         MhaRow::kWgmmaAlt, MhaRow::kWgmmaSingle,
+                                  MhaRow::kWgmmaLaunched, MhaRow::kWgmmaDirect, MhaRow::kMmaSync,
+                                  MhaRow::kCudnn};
 
 const char* MhaRowName(MhaRow row) {
   switch (row) {
@@ -205,6 +209,7 @@ const char* MhaRowName(MhaRow row) {
     case MhaRow::kWgmmaAlt: return "mha_prefill_alt";
     case MhaRow::kWgmmaSingle: return "mha_prefill_single";
     case MhaRow::kWgmmaLaunched: return "mha_prefill_launched";
+    case MhaRow::kWgmmaDirect: return "mha_prefill_direct";
     case MhaRow::kMmaSync: return "mha_prefill_mmasync";
     case MhaRow::kCudnn: return "mha_prefill_cudnn";
   }
@@ -243,12 +248,14 @@ void BenchMhaPrefill(int heads, int seqlen, int total, int dqk, const std::vecto
     kernels::MhaPrefillParams rp = p;
     rp.provider = row == MhaRow::kCudnn ? kernels::MhaPrefillProvider::kCudnn : kernels::MhaPrefillProvider::kOurs;
     rp.kernel = row == MhaRow::kMmaSync ? kernels::MhaPrefillKernel::kMmaSync : kernels::MhaPrefillKernel::kAuto;
-    if (row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle || row == MhaRow::kWgmmaLaunched) {
+    if (row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle || row == MhaRow::kWgmmaLaunched ||
+        row == MhaRow::kWgmmaDirect) {
       if (!kernels::MhaPrefillWgmmaApplies(rp)) continue;  // not a Hopper GPU with an sm_90a build
       kernels::mha_sm90::Schedule schedule = kernels::mha_sm90::DefaultSchedule(dqk);
       if (row == MhaRow::kWgmmaAlt) schedule.pingpong = !schedule.pingpong;
       if (row == MhaRow::kWgmmaSingle) schedule.paired = !schedule.paired;
       if (row == MhaRow::kWgmmaLaunched) schedule.persistent = !schedule.persistent;
+      if (row == MhaRow::kWgmmaDirect) schedule.staged_out = !schedule.staged_out;
       calls.emplace_back(row, [rp, schedule] {
         CheckStatus(kernels::mha_sm90::Launch(rp, schedule, nullptr), "mha_sm90::Launch");
       });
@@ -354,7 +361,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--json FILE] [--quick] [--no-mmasync] [--small-shapes S] [--small-variants V] [--only KERNEL] "
                    "[--repeat N] [--mha-min-seqlen S] [--mla-heads 128|16] "
-                   "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_launched,mha_prefill_mmasync,mha_prefill_cudnn]\n",
+                   "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_launched,mha_prefill_direct,"
+                   "mha_prefill_mmasync,mha_prefill_cudnn]\n",
                    argv[0]);
       return 1;
     }
@@ -429,6 +437,8 @@ int main(int argc, char** argv) {
           if (row == MhaRow::kCudnn && !cudnn.ok()) continue;
           // The schedule variants at 4k-16k only.
           if ((row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle) && seqlen < 4096) continue;
+          // qk 192 has no staged output (its launcher writes directly): the row would time the default.
+          if (row == MhaRow::kWgmmaDirect && dqk != 128) continue;
           rows.push_back(row);
         }
         BenchMhaPrefill(heads, seqlen, 16384, dqk, rows, mha_repeat, ceil, res);

@@ -1,13 +1,16 @@
 // mha_prefill CUDA, our kernels (provider kOurs): the mma.sync kernel and the Hopper wgmma
-// kernel (all eight of its schedules), each against the CPU
+// kernel (all its schedules: eight, and with qk 128 the same eight with the staged output),
+// each against the CPU
 // reference (MhaPrefillCpu on the same bf16-rounded inputs), outputs poisoned before every run.
 // Fixed cases: causal and not, with and without a key prefix, rows without keys, GQA, padded
 // strides, loose max_seqlen bounds, the DeepSeek dims (192/128) with 16 and 128 heads, 128/128,
 // small fixture dims (mma.sync only), long sequences (8k); then random ragged batches; then the
-// split K on the Hopper kernel. The cuDNN provider's tests are in mha_prefill_cudnn_test.cu.
+// split K on the Hopper kernel; then the staged output's bytes against the direct stores'.
+// The cuDNN provider's tests are in mha_prefill_cudnn_test.cu.
 #include <cuda_runtime.h>
 
 #include <iostream>
+#include <numeric>
 #include <random>
 #include <string>
 #include <tuple>
@@ -27,21 +30,44 @@ using testing::MhaCase;
 using testing::MhaProblem;
 
 // The wgmma kernel's eight schedules: ping-pong or not, paired query tiles or not, persistent
-// CTAs or one CTA per work item.
-std::vector<mha_sm90::Schedule> AllSchedules() {
+// CTAs or one CTA per work item; all direct output stores.
+std::vector<mha_sm90::Schedule> DirectSchedules() {
   std::vector<mha_sm90::Schedule> all;
   for (const bool pingpong : {false, true}) {
     for (const bool paired : {false, true}) {
-      for (const bool persistent : {false, true}) all.push_back({pingpong, paired, persistent});
+      for (const bool persistent : {false, true}) all.push_back({pingpong, paired, persistent, false});
     }
   }
   return all;
 }
 
+// The schedules to test for these head dims: the eight, and with qk 128 each again with the
+// staged output. qk 192 has no staged output (the launcher writes directly): one such run
+// checks that fallback.
+std::vector<mha_sm90::Schedule> AllSchedules(int head_dim_qk) {
+  std::vector<mha_sm90::Schedule> all = DirectSchedules();
+  if (head_dim_qk == 128) {
+    for (mha_sm90::Schedule s : DirectSchedules()) {
+      s.staged_out = true;
+      all.push_back(s);
+    }
+  } else {
+    mha_sm90::Schedule s = mha_sm90::DefaultSchedule(head_dim_qk);
+    s.staged_out = true;
+    all.push_back(s);
+  }
+  return all;
+}
+
+bool SameSchedule(const mha_sm90::Schedule& a, const mha_sm90::Schedule& b) {
+  return a.pingpong == b.pingpong && a.paired == b.paired && a.persistent == b.persistent &&
+         a.staged_out == b.staged_out;
+}
+
 // Runs every kernel of ours that takes the problem, poisoning the outputs before each, and
 // compares each with the reference. The wgmma kernel runs with its default schedule through
-// MhaPrefill and with the other seven (AllSchedules) through its launcher. Says on stdout where wgmma does not
-// apply (other head dims, or not a Hopper GPU with an sm_90a build).
+// MhaPrefill and with the others (AllSchedules) through its launcher. Says on stdout where wgmma
+// does not apply (other head dims, or not a Hopper GPU with an sm_90a build).
 void RunOurKernels(MhaProblem& problem) {
   const KernelContext ctx{Backend::kCuda, nullptr};
   {
@@ -69,11 +95,8 @@ void RunOurKernels(MhaProblem& problem) {
     problem.ExpectMatchesReference();
   }
   const mha_sm90::Schedule usual = mha_sm90::DefaultSchedule(wgmma.head_dim_qk);
-  for (const mha_sm90::Schedule& schedule : AllSchedules()) {
-    if (schedule.pingpong == usual.pingpong && schedule.paired == usual.paired &&
-        schedule.persistent == usual.persistent) {
-      continue;  // ran above
-    }
+  for (const mha_sm90::Schedule& schedule : AllSchedules(wgmma.head_dim_qk)) {
+    if (SameSchedule(schedule, usual)) continue;  // ran above
     SCOPED_TRACE("kernel=wgmma, schedule " + mha_sm90::ScheduleName(schedule));
     std::cout << "[ run ] wgmma " << mha_sm90::ScheduleName(schedule) << std::endl;  // names a hang
     problem.Poison();
@@ -214,7 +237,7 @@ TEST_P(MhaPrefillSplitK, HopperKernelMatchesCpuReference) {
     MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
     problem.ExpectMatchesReference();
   }
-  for (const mha_sm90::Schedule& schedule : AllSchedules()) {
+  for (const mha_sm90::Schedule& schedule : AllSchedules(ours.head_dim_qk)) {
     SCOPED_TRACE("schedule " + mha_sm90::ScheduleName(schedule));
     problem.Poison();
     const auto st = mha_sm90::Launch(ours, schedule, nullptr);
@@ -247,6 +270,96 @@ TEST_P(MhaPrefillSplitK, HopperKernelMatchesCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, MhaPrefillSplitK, ::testing::Combine(::testing::Range(0, 9), ::testing::Bool()));
+
+// The staged output (Schedule::staged_out) writes the bytes of the direct stores and nothing
+// else. out gets its own buffer: padded head and token strides, and guard tokens before the
+// first sequence and after the last, all poisoned before every run. Each of the eight
+// schedules runs with direct stores and then staged; the staged bytes must equal the direct
+// ones, every (token, head, dim) must be written, and the padding and the guards must keep the
+// poison: in particular the rows past the last sequence, which the tile holding its end reaches
+// and TMA must clip (the cases end on a sequence of a length that is not a multiple of 64; the
+// rows past the other sequences are the next sequence's, which the reference comparison of the
+// sweep above checks). qk 192 takes the direct-store fallback, the same bytes too.
+const std::vector<MhaCase>& StagedCases() {
+  static const auto* cases = new std::vector<MhaCase>{
+      {16, 16, 128, 128, {300, 1, 77}, 40},
+      {4, 2, 128, 128, {129, 255, 200}, 0},                         // GQA, tile-edge lengths
+      {1, 1, 128, 128, {70, 190}, 30},                              // one head
+      {16, 16, 128, 128, {120, 1, 66}, 0, /*keyless=*/true},
+      {8, 8, 128, 128, {100, 300}, 60, false, /*bound_slack=*/77},  // loose max_seqlen bounds
+      {16, 16, 192, 128, {300, 1, 77}, 40},                         // the fallback
+  };
+  return *cases;
+}
+
+class MhaPrefillStagedOut : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(MhaPrefillStagedOut, WritesTheDirectStoresBytesAndNothingElse) {
+  const auto [index, causal] = GetParam();
+  const MhaCase& c = StagedCases()[index];
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " heads=" << c.heads << "/" << c.kv_heads
+                                    << " dqk=" << c.dqk << " causal=" << causal);
+  MhaProblem problem(c, causal, seed);
+  MhaPrefillParams p = problem.device(MhaPrefillProvider::kOurs, MhaPrefillKernel::kWgmma);
+  if (!MhaPrefillWgmmaApplies(p)) {
+    const std::string why = mha_sm90::Refusal(p);
+    GTEST_SKIP() << "wgmma n/a: " << (why.empty() ? "no sm_90a kernel for this build and device" : why);
+  }
+  constexpr int kGuard = 160;  // tokens: more than a query tile reaches past a sequence
+  constexpr uint16_t kPoison = 0x7fc1;
+  const int tokens = std::accumulate(c.lq.begin(), c.lq.end(), 0);
+  const int64_t head_stride = c.dv + 8, token_stride = c.heads * head_stride + 8;
+  const size_t n = static_cast<size_t>(kGuard + tokens + kGuard) * token_stride;
+  testing::DeviceBuffer out(n * sizeof(uint16_t));
+  ASSERT_NE(out.get(), nullptr);
+  p.out = out.as<uint16_t>() + kGuard * token_stride;
+  p.out_token_stride = token_stride;
+  p.out_head_stride = head_stride;
+  // Whether element e of the buffer is one of out's (token, head, dim).
+  const auto inside = [&](size_t e) {
+    const int64_t t = static_cast<int64_t>(e / token_stride) - kGuard, in_token = e % token_stride;
+    return t >= 0 && t < tokens && in_token < c.heads * head_stride && in_token % head_stride < c.dv;
+  };
+  const std::vector<uint16_t> poison(n, kPoison);
+  // Runs `schedule` into the poisoned buffer and checks what it wrote where; leaves its bytes.
+  const auto run = [&](const mha_sm90::Schedule& schedule, std::vector<uint16_t>& got) {
+    MLASERVE_CUDA_ASSERT(cudaMemcpy(out.get(), poison.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    const auto st = mha_sm90::Launch(p, schedule, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    got = testing::ToHost<uint16_t>(out, n);
+    size_t unwritten = 0, stray = 0, first_stray = n;
+    for (size_t e = 0; e < n; ++e) {
+      if (inside(e)) {
+        unwritten += got[e] == kPoison;
+      } else if (got[e] != kPoison) {
+        if (stray++ == 0) first_stray = e;
+      }
+    }
+    EXPECT_EQ(unwritten, 0u);
+    EXPECT_EQ(stray, 0u) << "first at token " << static_cast<int64_t>(first_stray / token_stride) - kGuard
+                         << " (of " << tokens << "), element " << first_stray % token_stride;
+  };
+  std::vector<uint16_t> direct, staged;
+  for (mha_sm90::Schedule schedule : DirectSchedules()) {
+    SCOPED_TRACE("schedule " + mha_sm90::ScheduleName(schedule));
+    run(schedule, direct);
+    if (HasFatalFailure()) return;
+    schedule.staged_out = true;
+    run(schedule, staged);
+    if (HasFatalFailure()) return;
+    size_t differ = 0, first = n;
+    for (size_t e = 0; e < n; ++e) {
+      if (direct[e] != staged[e] && differ++ == 0) first = e;
+    }
+    EXPECT_EQ(differ, 0u) << "first at token " << static_cast<int64_t>(first / token_stride) - kGuard
+                          << ", element " << first % token_stride;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, MhaPrefillStagedOut,
+                         ::testing::Combine(::testing::Range(0, 6), ::testing::Bool()));
 
 MhaPrefillParams TinyParams(int dqk, int dv) {
   MhaPrefillParams p;

@@ -23,12 +23,16 @@ struct Schedule {
   bool pingpong = false;   // the consumer warpgroups take turns issuing their products
   bool paired = true;      // a work item is query tiles count-1-x and x of its sequence, not one
   bool persistent = true;  // one CTA per SM walks the work items, not one CTA per item
+  // O goes out through shared memory and TMA stores instead of from the accumulators; the same
+  // bytes. qk 128 only: the launcher writes directly for qk 192 (no shared memory left) and
+  // where out lies less than max_seqlen_q rows above address 0 (its TMA view starts there).
+  bool staged_out = false;
 };
 // The schedule MhaPrefill uses for these head dims: ping-pong for qk 128 and not for qk 192
 // (FlashAttention-3's measured choice: the longer S product leaves less to hide), paired,
-// persistent.
+// persistent, and the staged output where it fits (qk 128: measured faster on the H200).
 Schedule DefaultSchedule(int head_dim_qk);
-// "pingpong+paired+persistent", ...: for test and benchmark labels.
+// "pingpong+paired+persistent", ... ("+staged" where staged_out): for test and benchmark labels.
 std::string ScheduleName(Schedule schedule);
 // Launches the kernel on `stream` (a cudaStream_t) with `schedule`; the caller has checked
 // Refusal(p) == "". Tests run every schedule; benchmarks time them.

@@ -43,14 +43,21 @@
 //
 // The output is written from the accumulators (bf16 pairs) and lse from the row statistics;
 // a row that sees no key gets 0 and -inf, rows past the sequence are not written.
+// Staged output (Schedule::staged_out, qk 128 only): each consumer warpgroup instead puts its
+// normalised 64 rows into its own half of a shared-memory O tile (stmatrix, 128-byte swizzle)
+// and one of its threads writes them with a TMA store through a view of out built like q's, so
+// TMA clips the rows past the sequence; the store runs while the warpgroup starts its next
+// query tile. The bytes are those of the direct stores (the same bf16 rounding).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -105,19 +112,29 @@ struct Sm90Tile {
                                          Shape<Int<kDv>, Int<kBlockN>>{}, Step<_2, _1>{}));
   using MmaS = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>{}));
   using MmaO = decltype(make_tiled_mma(SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>{}));
+  // The staged output (Schedule::staged_out): a consumer warpgroup's kWgRows x kDv rows of O,
+  // K-major with the 128-byte swizzle. The stmatrix of a warp writes 8 rows x 16 bytes at a time,
+  // which the swizzle spreads over 8 different 16-byte bank groups, and the layout is the one a
+  // TMA store reads (two boxes of 64 rows x 64 columns).
+  using OLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, Shape<Int<kWgRows>, Int<kDv>>{}));
+  // Only qk 128 has the shared memory for it: 164 KB + 32 KB. qk 192 takes 213 KB, and no
+  // buffer of it is free at the output (the next Q and K/V tiles load under it), so it keeps
+  // the direct stores.
+  static constexpr bool kStagedOut = kDqk == 128;
   static_assert(kBlockN == 128 && kDv == 128, "the wgmma atoms above have n = 128");
   static_assert(kDqk % 64 == 0, "q/k rows are whole 128-byte swizzle atoms");
 };
 
-// The TMA view of q or k: (row, column, head, sequence end); see the note at the top.
-template <int kCols, class SLayout>
+// The TMA view of q or k (loads) or out (stores): (row, column, head, sequence end); see the
+// note at the top.
+template <int kCols, class SLayout, class CopyOp = SM90_TMA_LOAD>
 auto MakeRowTma(const void* base, int64_t token_stride, int64_t head_stride, int heads, int max_len,
-                int ends, SLayout slayout) {
+                int ends, SLayout slayout, CopyOp op = {}) {
   const auto shifted = reinterpret_cast<const Bf16*>(reinterpret_cast<uintptr_t>(base) -
                                                      static_cast<uintptr_t>(max_len) * token_stride * sizeof(Bf16));
   Tensor g = make_tensor(make_gmem_ptr(shifted), make_shape(max_len, Int<kCols>{}, heads, ends),
                          make_stride(token_stride, Int<1>{}, head_stride, token_stride));
-  return make_tma_copy(SM90_TMA_LOAD{}, g, slayout);
+  return make_tma_copy(op, g, slayout);
 }
 
 // The TMA view of v, transposed to (column, row, head, sequence end) for the MN-major layout.
@@ -139,6 +156,8 @@ template <class Tile>
 using KTailTma = decltype(MakeRowTma<Tile::kKTail>(nullptr, 0, 0, 1, 1, 1, typename Tile::KTailLayout{}));
 template <class Tile>
 using VTma = decltype(MakeColTma<Tile::kDv>(nullptr, 0, 0, 1, 1, 1, typename Tile::VLayout{}));
+template <class Tile>
+using OTma = decltype(MakeRowTma<Tile::kDv>(nullptr, 0, 0, 1, 1, 1, typename Tile::OLayout{}, SM90_TMA_STORE{}));
 
 template <class Tile>
 struct Sm90Args {
@@ -147,12 +166,23 @@ struct Sm90Args {
   KHeadTma<Tile> tma_k;      // dims [0, kKHead) of each K head
   KTailTma<Tile> tma_k_tail;  // its last kKTail dims: per head, or one shared row (split K)
   VTma<Tile> tma_v;
+  OTma<Tile> tma_o;  // the staged output's stores (built only where schedule.staged_out)
   int q_ends, k_ends;  // extents of the sequence-end modes: max_seqlen * (batch + 1)
   int k_tail_heads;    // heads of the tail view: num_kv_heads, or 1 with a split K
-  Schedule schedule;
+  Schedule schedule;  // staged_out as the launcher resolved it (false where it cannot run)
   int x_extent;  // items per (sequence, head): query tiles of the longest sequence, or pairs of them
   int items;     // x_extent * heads * batch
 };
+
+// The staged output's O tile: one half per consumer warpgroup, each written and stored by that
+// warpgroup alone. Empty where the tile has no room for it (qk 192). Last in Sm90Smem, so that
+// a launch with direct stores asks for no more shared memory than before it existed.
+template <class Tile, bool = Tile::kStagedOut>
+struct Sm90OutSmem {
+  cute::array_aligned<Bf16, cosize_v<typename Tile::OLayout>, 1024> o[2];
+};
+template <class Tile>
+struct Sm90OutSmem<Tile, false> {};
 
 template <class Tile>
 struct Sm90Smem {
@@ -163,11 +193,19 @@ struct Sm90Smem {
   uint64_t q_empty;                                      // both consumer warpgroups are done with Q
   uint64_t k_full[Tile::kStages], v_full[Tile::kStages];  // a K / V tile landed
   uint64_t k_empty[Tile::kStages], v_empty[Tile::kStages];  // both consumer warpgroups are done
+  Sm90OutSmem<Tile> out;  // the staged output's O tile (Schedule::staged_out)
 };
 
 // Named barriers of the ping-pong (CUTLASS user ids; ids 0..7 are reserved): warpgroup w waits
 // on kTurn + w before issuing its products, and then lets the other one go.
 constexpr uint32_t kTurnBarrier = 0;
+// Named barriers of the staged output, per consumer warpgroup w (128 threads each): kOutFree + w
+// says its O half has been read by its previous TMA store (warp 0 arrives once its lane 0 has
+// waited for that, warps 1-3 wait), kOutFull + w that the half is written (warps 1-3 arrive,
+// warp 0 waits and issues the store). Two ids, not one: warp 0 arrives on the one and then waits
+// on the other while warps 1-3 may still be on their way to the first; with one id warp 0's
+// second arrival would complete the first phase early.
+constexpr uint32_t kOutFreeBarrier = 2, kOutFullBarrier = 4;
 
 using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
 using EmptyBarrier = cutlass::arch::ClusterBarrier;
@@ -426,8 +464,61 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= alpha[(i >> 1) & 1];
   };
+  // The staged output of this warpgroup's rows row0.. of item it (some row < lq): O * inv as
+  // bf16 into the warpgroup's half of the O tile, then one TMA store of it by thread 0, which
+  // nobody waits for until the half is needed again (the next query tile's output).
+  auto store_o_staged = [&](const WorkItem& it, int row0, const float (&inv)[2]) {
+    if constexpr (Tile::kStagedOut) {
+      using Barrier = cutlass::arch::NamedBarrier;
+      constexpr int kWgThreads = 128;
+      Tensor sO = make_tensor(make_smem_ptr(ss.out.o[wg].data()), typename Tile::OLayout{});
+      // The half is free once the previous store out of it has read it: the thread that issued
+      // that store waits for the read (a no-op without one), and its warp then lets the others in.
+      if (wg_tid < 32) {
+        if (wg_tid == 0) tma_store_wait<0>();
+        __syncwarp();
+        Barrier::arrive(kWgThreads, kOutFreeBarrier + wg);
+      } else {
+        Barrier::sync(kWgThreads, kOutFreeBarrier + wg);
+      }
+      // The same rounding as the direct stores; then stmatrix (four 8x8 blocks per instruction).
+      Tensor tOrOb = make_tensor_like<Bf16>(tOrO);
+      Tensor o32 = recast<uint32_t>(tOrOb);
+#pragma unroll
+      for (int i = 0; i < size(o32); ++i) {
+        const int half = i & 1;  // element 2i is in row half (2i / 2) % 2
+        o32(i) = cuda::PackBf16(tOrO(2 * i) * inv[half], tOrO(2 * i + 1) * inv[half]);
+      }
+      auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Bf16>{}, mma_o);
+      auto thr_stsm = stsm.get_thread_slice(wg_tid);
+      copy(stsm, thr_stsm.retile_S(tOrOb), thr_stsm.partition_D(sO));
+      // Each writer makes its generic-proxy writes visible to the async proxy (TMA) before the
+      // barrier that hands the half to the issuing thread.
+      tma_store_fence();
+      if (wg_tid < 32) {
+        Barrier::sync(kWgThreads, kOutFullBarrier + wg);
+        if (wg_tid == 0) {
+          Tensor mO = args.tma_o.get_tma_tensor(make_shape(p.max_seqlen_q, Int<kDv>{}, p.num_heads, args.q_ends));
+          // Rows row0.. of the sequence, shifted as the producer shifts Q: rows >= lq fall past
+          // the row extent, and TMA does not write them.
+          Tensor gO = local_tile(domain_offset(make_coord(p.max_seqlen_q - it.lq + row0, 0),
+                                               mO(_, _, it.head, it.q_start + it.lq)),
+                                 Shape<Int<kWgRows>, Int<kDv>>{}, make_coord(0, 0));
+          auto cta_o = args.tma_o.get_slice(Int<0>{});
+          copy(args.tma_o, cta_o.partition_S(sO), cta_o.partition_D(gO));
+          tma_store_arrive();
+        }
+      } else {
+        Barrier::arrive(kWgThreads, kOutFullBarrier + wg);
+      }
+    }
+  };
 
   const bool pingpong = args.schedule.pingpong;
+  const bool staged = Tile::kStagedOut && args.schedule.staged_out;
+  // The threads that issue the output's TMA stores fetch its descriptor (not the producer: more
+  // live values there spill its 24 registers).
+  if (staged && wg_tid == 0) cute::prefetch_tma_descriptor(args.tma_o.get_tma_descriptor());
   int loaded = 0, q_loads = 0;
 #pragma unroll 1
   for (int item = blockIdx.x; item < args.items; item += gridDim.x) {
@@ -504,15 +595,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         inv[half] = l > 0.0f ? 1.0f / l : 0.0f;
         lse[half] = l > 0.0f ? (m_run[half] + log2f(l)) * cuda::kLn2 : -INFINITY;
       }
-      auto* out = static_cast<__nv_bfloat16*>(p.out) + static_cast<int64_t>(it.q_start) * p.out_token_stride +
-                  static_cast<int64_t>(it.head) * p.out_head_stride;
+      if (staged) {
+        if (row0 < lq) store_o_staged(it, row0, inv);  // uniform in the warpgroup
+      } else {
+        auto* out = static_cast<__nv_bfloat16*>(p.out) + static_cast<int64_t>(it.q_start) * p.out_token_stride +
+                    static_cast<int64_t>(it.head) * p.out_head_stride;
 #pragma unroll
-      for (int i = 0; i < size(tOrO); i += 2) {
-        const int half = (i >> 1) & 1;
-        const int row = row0 + get<0>(tOcO(i));
-        if (row >= lq) continue;
-        *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * p.out_token_stride + get<1>(tOcO(i))) =
-            cuda::PackBf16(tOrO(i) * inv[half], tOrO(i + 1) * inv[half]);
+        for (int i = 0; i < size(tOrO); i += 2) {
+          const int half = (i >> 1) & 1;
+          const int row = row0 + get<0>(tOcO(i));
+          if (row >= lq) continue;
+          *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * p.out_token_stride + get<1>(tOcO(i))) =
+              cuda::PackBf16(tOrO(i) * inv[half], tOrO(i + 1) * inv[half]);
+        }
       }
       if (p.lse != nullptr && wg_tid % 4 == 0) {
 #pragma unroll
@@ -523,6 +618,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
   }
+  // The CTA's shared memory must outlive the reads of its last TMA stores.
+  if (staged && wg_tid == 0) tma_store_wait<0>();
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -553,6 +650,12 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
   const auto* k_tail = split ? p.k_rope : static_cast<const Bf16*>(p.k) + Tile::kKHead;
   const int64_t k_tail_stride = split ? p.k_rope_token_stride : p.k_token_stride;
   const int k_tail_heads = split ? 1 : p.num_kv_heads;
+  // The staged output needs the room of qk 128's tile and a TMA view of out, which starts
+  // max_seqlen_q rows before it (as q's does). Refusal does not ask that of out: where the view
+  // cannot be built the call writes directly instead, so the output is never why a call fails.
+  const bool out_view = reinterpret_cast<uintptr_t>(p.out) >=
+                        static_cast<uintptr_t>(p.max_seqlen_q) * p.out_token_stride * sizeof(Bf16);
+  schedule.staged_out = schedule.staged_out && Tile::kStagedOut && out_view;
   const Sm90Args<Tile> args{
       p,
       MakeRowTma<kDqk>(p.q, p.q_token_stride, head_stride(p.num_heads, p.q_head_stride, p.q_token_stride),
@@ -563,22 +666,31 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
                                p.max_seqlen_k, k_ends, typename Tile::KTailLayout{}),
       MakeColTma<kDv>(p.v, p.v_token_stride, head_stride(p.num_kv_heads, p.v_head_stride, p.v_token_stride),
                       p.num_kv_heads, p.max_seqlen_k, k_ends, typename Tile::VLayout{}),
+      schedule.staged_out
+          ? MakeRowTma<kDv>(p.out, p.out_token_stride, head_stride(p.num_heads, p.out_head_stride, p.out_token_stride),
+                            p.num_heads, p.max_seqlen_q, q_ends, typename Tile::OLayout{}, SM90_TMA_STORE{})
+          : OTma<Tile>{},
       q_ends,
       k_ends,
       k_tail_heads,
       schedule,
       x_extent,
       items};
-  constexpr int kSmem = sizeof(Sm90Smem<Tile>);
+  using Smem = Sm90Smem<Tile>;
+  constexpr int kSmem = sizeof(Smem);
   static_assert(kSmem <= 227 * 1024, "the sm90 mha_prefill tile exceeds Hopper's shared memory");
+  // Direct stores leave the O tile (the last member) out of the launch's shared memory, so the
+  // A/B of staged_out compares epilogues, not L1 sizes as well.
+  static_assert(std::is_standard_layout_v<Smem>);
+  const int smem = schedule.staged_out ? kSmem : static_cast<int>(offsetof(Smem, out));
   auto kernel = MhaPrefillSm90Kernel<Tile>;
   if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       err != cudaSuccess) {
     return cuda::CudaStatus(err, "mha_prefill sm90: raising the shared-memory limit");
   }
-  // One CTA an SM holds (kSmem is over half of it): persistent, one a multiprocessor.
+  // One CTA an SM holds (smem is over half of it): persistent, one a multiprocessor.
   const int grid = schedule.persistent ? std::min(items, cuda::CurrentDeviceSmCount()) : items;
-  kernel<<<grid, Tile::kThreads, kSmem, stream>>>(args);
+  kernel<<<grid, Tile::kThreads, smem, stream>>>(args);
   return cuda::LaunchStatus("MhaPrefillSm90Kernel");
 }
 
