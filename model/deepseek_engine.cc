@@ -123,12 +123,36 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   }
   e->BuildLayers();
   RETURN_IF_ERROR(e->BuildStep(padding_page));
+  if (cuda && !e->layout_.sharded()) RETURN_IF_ERROR(e->BuildPrefetch());
   if (cuda) {
     // Weight uploads and the pool's zeroing ran on the legacy stream, which the engine's
     // non-blocking stream does not wait for.
     RETURN_IF_ERROR(Synchronize(kernels::KernelContext{options.backend, nullptr, options.device}));
   }
   return e;
+}
+
+absl::Status DeepseekEngine::BuildPrefetch() {
+  ASSIGN_OR_RETURN(prefetch_, WeightPrefetch::Create(ctx_, WeightPrefetch::ModeFromEnv(), config_.num_hidden_layers));
+  if (!prefetch_.active()) return absl::OkStatus();
+  const int mode = prefetch_.mode();
+  const auto range_of = [](const LinearWeight& w) {
+    const WeightTensor& t = w.weight;
+    return kernels::L2PrefetchRange{t.data(), static_cast<size_t>(t.numel) * kernels::DTypeSize(t.dtype) / 16 * 16};
+  };
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    const LayerWeights& w = weights_.layers[l];
+    kernels::L2PrefetchParams p;
+    p.ranges[p.num_ranges++] = range_of(w.attn.o_proj);
+    if (w.is_moe && !w.moe.shared.gate_up.empty()) {
+      if (mode >= 2) p.ranges[p.num_ranges++] = range_of(w.moe.shared.gate_up);
+      if (mode >= 3) p.ranges[p.num_ranges++] = range_of(w.moe.shared.down);
+    }
+    p.evict_last = mode == 3;
+    prefetch_.SetLayer(l, p);
+  }
+  layer_ctx_.prefetch = &prefetch_;
+  return absl::OkStatus();
 }
 
 void DeepseekEngine::BuildLayers() {
@@ -361,6 +385,7 @@ absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
     RETURN_IF_ERROR(AttentionHalf(l, plan, form, a, on_layer_done));
     RETURN_IF_ERROR(FeedForwardHalf(l, plan.total_tokens, a));
   }
+  RETURN_IF_ERROR(prefetch_.EndStep());
   return LmHead(plan, a, logits);
 }
 

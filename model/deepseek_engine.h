@@ -47,6 +47,7 @@
 #include "model/step/decode_graph_runner.h"
 #include "model/step/sampling_step.h"
 #include "model/step/step_scratch.h"
+#include "model/step/weight_prefetch.h"
 
 namespace mlaserve::model {
 
@@ -129,6 +130,8 @@ class DeepseekEngine final : public Engine {
   // step machinery sized for them.
   void BuildLayers();
   absl::Status BuildStep(int32_t padding_page);
+  // The L2 prefetch of each layer's weights after its attention (one GPU, CUDA).
+  absl::Status BuildPrefetch();
   // Bytes of scratch one Forward needs at most, for the engine's limits.
   absl::StatusOr<size_t> ForwardScratchBytes() const;
 
@@ -184,6 +187,7 @@ class DeepseekEngine final : public Engine {
   SamplingStep sampling_;
   StagedDownload logits_download_;  // kCuda: the logits rows on their way to the host
   DecodeGraphRunner decode_graphs_;
+  WeightPrefetch prefetch_;  // kCuda, one GPU: MLASERVE_L2_PREFETCH's weights in L2 (weight_prefetch.h)
 };
 
 }  // namespace mlaserve::model

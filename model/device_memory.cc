@@ -394,6 +394,65 @@ void Stream::Release() {
   stream_ = nullptr;
 }
 
+absl::StatusOr<StreamFork> StreamFork::Create(kernels::Backend backend) {
+  StreamFork f;
+  if (backend == kernels::Backend::kCpu) return f;
+  ASSIGN_OR_RETURN(f.side_, Stream::Create(backend));
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  for (void** e : {&f.forked_, &f.joined_}) {
+    cudaEvent_t ev = nullptr;
+    RETURN_IF_ERROR(CudaError(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreateWithFlags"));
+    *e = ev;
+  }
+#endif
+  return f;
+}
+
+StreamFork& StreamFork::operator=(StreamFork&& o) noexcept {
+  if (this != &o) {
+    Release();
+    side_ = std::move(o.side_);
+    forked_ = std::exchange(o.forked_, nullptr);
+    joined_ = std::exchange(o.joined_, nullptr);
+  }
+  return *this;
+}
+
+void StreamFork::Release() {
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  for (void* e : {forked_, joined_}) {
+    if (e != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  }
+#endif
+  forked_ = joined_ = nullptr;
+}
+
+absl::Status StreamFork::Fork(void* main) {
+  if (side_.get() == nullptr) return absl::OkStatus();
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  RETURN_IF_ERROR(CudaError(cudaEventRecord(static_cast<cudaEvent_t>(forked_), static_cast<cudaStream_t>(main)),
+                            "cudaEventRecord (fork)"));
+  return CudaError(cudaStreamWaitEvent(static_cast<cudaStream_t>(side_.get()), static_cast<cudaEvent_t>(forked_), 0),
+                   "cudaStreamWaitEvent (fork)");
+#else
+  (void)main;
+  return NoCuda("StreamFork");
+#endif
+}
+
+absl::Status StreamFork::Join(void* main) {
+  if (side_.get() == nullptr) return absl::OkStatus();
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  RETURN_IF_ERROR(CudaError(cudaEventRecord(static_cast<cudaEvent_t>(joined_), static_cast<cudaStream_t>(side_.get())),
+                            "cudaEventRecord (join)"));
+  return CudaError(cudaStreamWaitEvent(static_cast<cudaStream_t>(main), static_cast<cudaEvent_t>(joined_), 0),
+                   "cudaStreamWaitEvent (join)");
+#else
+  (void)main;
+  return NoCuda("StreamFork");
+#endif
+}
+
 absl::Status CapturedGraph::BeginCapture(void* stream) {
 #if defined(MLASERVE_MODEL_HAS_CUDA)
   return CudaError(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream),

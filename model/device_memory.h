@@ -231,6 +231,34 @@ class Stream {
   void* stream_ = nullptr;
 };
 
+// A side stream tied to a main stream by two events (kCuda; empty on kCpu, where both calls do
+// nothing): Fork makes the side stream wait for what the main stream has queued so far, Join
+// makes the main stream wait for what the side stream has queued. Under stream capture the side
+// stream's launches between the two become a branch of the graph.
+class StreamFork {
+ public:
+  StreamFork() = default;
+  static absl::StatusOr<StreamFork> Create(kernels::Backend backend);
+  StreamFork(StreamFork&& o) noexcept
+      : side_(std::move(o.side_)),
+        forked_(std::exchange(o.forked_, nullptr)),
+        joined_(std::exchange(o.joined_, nullptr)) {}
+  StreamFork& operator=(StreamFork&& o) noexcept;
+  StreamFork(const StreamFork&) = delete;
+  StreamFork& operator=(const StreamFork&) = delete;
+  ~StreamFork() { Release(); }
+
+  absl::Status Fork(void* main);
+  absl::Status Join(void* main);
+  void* side() const { return side_.get(); }
+
+ private:
+  void Release();
+  Stream side_;
+  void* forked_ = nullptr;  // cudaEvent_t, recorded on the main stream by Fork
+  void* joined_ = nullptr;  // cudaEvent_t, recorded on the side stream by Join
+};
+
 // An instantiated CUDA graph captured from a stream (BeginCapture ... EndCapture): replaying
 // it re-runs the captured launches with the same pointers and scalars, reading whatever the
 // buffers hold at launch.

@@ -15,6 +15,7 @@
 #include "model/rope.h"
 #include "model/step/batch_plan.h"
 #include "model/step/step_scratch.h"
+#include "model/step/weight_prefetch.h"
 
 namespace mlaserve::model {
 
@@ -49,6 +50,8 @@ struct LayerContext {
   LatentKvCache* cache = nullptr;
   const RopeTable* rope = nullptr;
   const float* cos_sin = nullptr;  // rope->cos_sin where the kernels read it (device on kCuda)
+  // The L2 prefetch of the weights after a decode step's attention; null = none.
+  WeightPrefetch* prefetch = nullptr;
 };
 
 }  // namespace mlaserve::model

@@ -240,6 +240,9 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
     RETURN_IF_ERROR(ops::RmsNorm(oc, q_resid, T, ql, ql, w.q_a_norm, kLatentNormEps, q_resid, ql));
     RETURN_IF_ERROR(ops::Linear(oc, q_resid, T, ql, w.q_b_proj, q, H * qk));
   }
+  // From here to o_proj a step of a few tokens is a latency chain over a few MB: the weights
+  // read after it go into L2 meanwhile (model/step/weight_prefetch.h).
+  if (ctx_->prefetch != nullptr) RETURN_IF_ERROR(ctx_->prefetch->AfterProjections(layer_, T));
 
   // The norm reads the model's kv_lora_rank values (the padding after them is zero) and RoPE the
   // model's rope dim (rope->rot_dim) from the start of the stored rope part, one launch for both

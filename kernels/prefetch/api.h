@@ -1,0 +1,43 @@
+// prefetch: bring read-only device memory into the GPU's L2 cache ahead of the kernel that reads
+// it, from a launch that computes nothing. A decode step at batch 1 leaves DRAM nearly idle for
+// tens of microseconds while its attention runs (a latency chain over a few MB); the weights
+// that the layer reads after it (o_proj, the shared experts) can be in flight then, so that
+// their kernels read L2 instead of DRAM. The engine launches it on a side stream of the step
+// (docs/cuda_engine.md, "The weights after the attention in L2").
+//
+// The launch never changes memory and its result is never needed for correctness: a range
+// evicted before its reader runs is read from DRAM as before.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/common/types.h"
+
+namespace mlaserve::kernels {
+
+inline constexpr int kL2PrefetchMaxRanges = 8;
+
+struct L2PrefetchRange {
+  const void* data = nullptr;  // 16-byte aligned
+  size_t bytes = 0;            // a multiple of 16; 0 = unused
+};
+
+struct L2PrefetchParams {
+  L2PrefetchRange ranges[kL2PrefetchMaxRanges];
+  int num_ranges = 0;
+  // The lines are marked evict-last in L2 (a streaming kernel between the prefetch and the reader
+  // then evicts its own lines first); otherwise evict-normal.
+  bool evict_last = false;
+  int ctas = 0;  // CTAs of the launch (one warp each); 0 = one per SM
+};
+
+// CUDA: one launch (sm_90 and newer: cp.async.bulk.prefetch.L2; older GPUs: no launch). CPU:
+// nothing to do, OK. INVALID_ARGUMENT names a bad range.
+absl::Status L2Prefetch(const L2PrefetchParams& p, const KernelContext& ctx);
+
+// Whether L2Prefetch launches anything on this build and the current device.
+bool L2PrefetchLaunches(const KernelContext& ctx);
+
+}  // namespace mlaserve::kernels
