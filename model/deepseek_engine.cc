@@ -381,6 +381,7 @@ absl::Status DeepseekEngine::DeliverRows(const float* logits,
 absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
                                      const LayerDoneFn& on_layer_done, float* logits) {
   ASSIGN_OR_RETURN(const StepActivations a, Embed(plan));
+  prefetch_.BeginStep();
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     RETURN_IF_ERROR(AttentionHalf(l, plan, form, a, on_layer_done));
     RETURN_IF_ERROR(FeedForwardHalf(l, plan.total_tokens, a));

@@ -21,6 +21,7 @@ absl::StatusOr<std::vector<DeepseekEngineProbe::RouterRows>> DeepseekEngineProbe
   const int k = c.num_experts_per_tok;
   ASSIGN_OR_RETURN(const DeepseekEngine::StepActivations a, e.Embed(plan));
   std::vector<RouterRows> out;
+  e.prefetch_.BeginStep();
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     RETURN_IF_ERROR(e.AttentionHalf(l, plan, form, a, nullptr));
     const FeedForward& ffn = e.layers_[l].feed_forward;
@@ -50,6 +51,7 @@ absl::StatusOr<std::vector<DeepseekEngineProbe::RouterRows>> DeepseekEngineProbe
     }
     RETURN_IF_ERROR(e.FeedForwardHalf(l, T, a));
   }
+  RETURN_IF_ERROR(e.prefetch_.EndStep());
   RETURN_IF_ERROR(Synchronize(e.ctx_));
   return out;
 }

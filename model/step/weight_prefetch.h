@@ -38,6 +38,9 @@ class WeightPrefetch {
 
   // The ranges of layer `layer` (empty ones are skipped); before the first step.
   void SetLayer(int layer, const kernels::L2PrefetchParams& ranges);
+  // Before a step's first layer: forgets a fork that a failed step left unjoined (its prefetches
+  // need no join, and a captured step must not wait on an event from outside its capture).
+  void BeginStep() { forked_ = false; }
   // After the layer's first projections are queued on ctx.stream: forks and launches its
   // prefetch where the step has at most kMaxTokens tokens.
   absl::Status AfterProjections(int layer, int tokens);

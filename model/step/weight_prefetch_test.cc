@@ -36,6 +36,8 @@ TEST(WeightPrefetch, NothingToDoOnTheCpu) {
   EXPECT_TRUE(w->AfterProjections(0, 1).ok());
   EXPECT_TRUE(w->AfterProjections(7, 1).ok());  // a layer it was never told of
   EXPECT_TRUE(w->EndStep().ok());
+  w->BeginStep();
+  EXPECT_TRUE(w->EndStep().ok());
 }
 
 }  // namespace
