@@ -1,6 +1,7 @@
 // mlaserve-bench: serving load generator for an mlaserve router (or anything that serves
 // mlaserve.v1.Generation). See docs/BENCHMARKS.md, "Serving benchmark (mlaserve-bench)".
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -100,4 +101,13 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace mlaserve::bench
 
-int main(int argc, char** argv) { return mlaserve::bench::Main(argc, argv); }
+int main(int argc, char** argv) {
+  const int code = mlaserve::bench::Main(argc, argv);
+  // A channel that never connected (a TLS handshake refused, say) may still be winding down on
+  // gRPC's threads. Returning would run the atexit handlers and static destructors (OpenSSL's
+  // cleanup among them) under those threads: once in a CTest run of 2026-11-30 the bench printed
+  // its UNAVAILABLE error and then died of SIGSEGV instead of exiting 2. Every output file is
+  // closed by now (report.cc), so flush stdio and exit without them.
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
