@@ -136,8 +136,11 @@ absl::Status DeepseekEngine::BuildPrefetch() {
   ASSIGN_OR_RETURN(prefetch_, WeightPrefetch::Create(ctx_, WeightPrefetch::ModeFromEnv(), config_.num_hidden_layers));
   if (!prefetch_.active()) return absl::OkStatus();
   const int mode = prefetch_.mode();
+  // A weight whose start is not 16-byte aligned (a view into a larger tensor) is left out: a
+  // prefetch is never a reason for a step to fail.
   const auto range_of = [](const LinearWeight& w) {
     const WeightTensor& t = w.weight;
+    if (reinterpret_cast<uintptr_t>(t.data()) % 16 != 0) return kernels::L2PrefetchRange{};
     return kernels::L2PrefetchRange{t.data(), static_cast<size_t>(t.numel) * kernels::DTypeSize(t.dtype) / 16 * 16};
   };
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
