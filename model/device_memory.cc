@@ -427,28 +427,16 @@ void StreamFork::Release() {
   forked_ = joined_ = nullptr;
 }
 
-absl::Status StreamFork::Fork(void* main) {
+// `to` waits for what `from` has queued so far, through `event`.
+absl::Status StreamFork::Link(void* event, void* from, void* to) {
   if (side_.get() == nullptr) return absl::OkStatus();
 #if defined(MLASERVE_MODEL_HAS_CUDA)
-  RETURN_IF_ERROR(CudaError(cudaEventRecord(static_cast<cudaEvent_t>(forked_), static_cast<cudaStream_t>(main)),
-                            "cudaEventRecord (fork)"));
-  return CudaError(cudaStreamWaitEvent(static_cast<cudaStream_t>(side_.get()), static_cast<cudaEvent_t>(forked_), 0),
-                   "cudaStreamWaitEvent (fork)");
+  RETURN_IF_ERROR(CudaError(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(from)),
+                            "cudaEventRecord (stream fork)"));
+  return CudaError(cudaStreamWaitEvent(static_cast<cudaStream_t>(to), static_cast<cudaEvent_t>(event), 0),
+                   "cudaStreamWaitEvent (stream fork)");
 #else
-  (void)main;
-  return NoCuda("StreamFork");
-#endif
-}
-
-absl::Status StreamFork::Join(void* main) {
-  if (side_.get() == nullptr) return absl::OkStatus();
-#if defined(MLASERVE_MODEL_HAS_CUDA)
-  RETURN_IF_ERROR(CudaError(cudaEventRecord(static_cast<cudaEvent_t>(joined_), static_cast<cudaStream_t>(side_.get())),
-                            "cudaEventRecord (join)"));
-  return CudaError(cudaStreamWaitEvent(static_cast<cudaStream_t>(main), static_cast<cudaEvent_t>(joined_), 0),
-                   "cudaStreamWaitEvent (join)");
-#else
-  (void)main;
+  (void)event, (void)from, (void)to;
   return NoCuda("StreamFork");
 #endif
 }

@@ -248,11 +248,12 @@ class StreamFork {
   StreamFork& operator=(const StreamFork&) = delete;
   ~StreamFork() { Release(); }
 
-  absl::Status Fork(void* main);
-  absl::Status Join(void* main);
+  absl::Status Fork(void* main) { return Link(forked_, main, side_.get()); }
+  absl::Status Join(void* main) { return Link(joined_, side_.get(), main); }
   void* side() const { return side_.get(); }
 
  private:
+  absl::Status Link(void* event, void* from, void* to);
   void Release();
   Stream side_;
   void* forked_ = nullptr;  // cudaEvent_t, recorded on the main stream by Fork
