@@ -59,11 +59,6 @@ std::vector<mha_sm90::Schedule> AllSchedules(int head_dim_qk) {
   return all;
 }
 
-bool SameSchedule(const mha_sm90::Schedule& a, const mha_sm90::Schedule& b) {
-  return a.pingpong == b.pingpong && a.paired == b.paired && a.persistent == b.persistent &&
-         a.staged_out == b.staged_out;
-}
-
 // Runs every kernel of ours that takes the problem, poisoning the outputs before each, and
 // compares each with the reference. The wgmma kernel runs with its default schedule through
 // MhaPrefill and with the others (AllSchedules) through its launcher. Says on stdout where wgmma
@@ -96,7 +91,7 @@ void RunOurKernels(MhaProblem& problem) {
   }
   const mha_sm90::Schedule usual = mha_sm90::DefaultSchedule(wgmma.head_dim_qk);
   for (const mha_sm90::Schedule& schedule : AllSchedules(wgmma.head_dim_qk)) {
-    if (SameSchedule(schedule, usual)) continue;  // ran above
+    if (schedule == usual) continue;  // ran above
     SCOPED_TRACE("kernel=wgmma, schedule " + mha_sm90::ScheduleName(schedule));
     std::cout << "[ run ] wgmma " << mha_sm90::ScheduleName(schedule) << std::endl;  // names a hang
     problem.Poison();

@@ -28,6 +28,11 @@ struct Schedule {
   // where out lies less than max_seqlen_q rows above address 0 (its TMA view starts there).
   bool staged_out = false;
 };
+// Field by field (the .cu files that include this are C++17: no defaulted comparison).
+inline bool operator==(const Schedule& a, const Schedule& b) {
+  return a.pingpong == b.pingpong && a.paired == b.paired && a.persistent == b.persistent &&
+         a.staged_out == b.staged_out;
+}
 // The schedule MhaPrefill uses for these head dims: ping-pong for qk 128 and not for qk 192
 // (FlashAttention-3's measured choice: the longer S product leaves less to hide), paired,
 // persistent, and the staged output where it fits (qk 128: measured faster on the H200).

@@ -33,11 +33,12 @@ struct L2PrefetchParams {
   int ctas = 0;  // CTAs of the launch (one warp each); 0 = one per SM
 };
 
-// CUDA: one launch (sm_90 and newer: cp.async.bulk.prefetch.L2; older GPUs: no launch). CPU:
-// nothing to do, OK. INVALID_ARGUMENT names a bad range.
+// CUDA: one launch (sm_90 and newer: cp.async.bulk.prefetch.L2; on older GPUs it does nothing).
+// CPU: nothing to do, OK. INVALID_ARGUMENT names a bad range.
 absl::Status L2Prefetch(const L2PrefetchParams& p, const KernelContext& ctx);
 
-// Whether L2Prefetch launches anything on this build and the current device.
+// Whether L2Prefetch prefetches anything on this build and the current device (a CUDA GPU of
+// compute capability 9 or newer); asks the device, so callers ask once.
 bool L2PrefetchLaunches(const KernelContext& ctx);
 
 }  // namespace mlaserve::kernels
