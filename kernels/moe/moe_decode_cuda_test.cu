@@ -379,7 +379,7 @@ using testing::ScopedEnv;
 // slices (first in the grid, under the routing), K past one 2048-column segment (gate_up
 // at hidden 7168; down at inter 2304), K tails (136 / 72), an expert picked several times by one
 // token (more rows than a pass holds: passes re-read the weights), and 2 tokens (not taken);
-// two runs bit for bit.
+// two runs bit for bit, and the same bits without the early slot -> expert map of gate_up.
 // (tokens, hidden, inter, experts, top_k, shared inter, repeated experts in a token)
 using GemvCase = std::tuple<int, int, int, int, int, int, bool>;
 class MoeStreamGemvTest : public ::testing::TestWithParam<GemvCase> {};
@@ -389,6 +389,7 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   ScopedEnv defaults("MLASERVE_MOE_STREAM_GEMV", nullptr);  // not an A/B setting left in the shell
+  ScopedEnv early_default("MLASERVE_MOE_EARLY_EXPERTS", nullptr);
   Block b(T, H, I, E, k, S, seed);
   std::vector<int32_t> ids = testing::MakeRouting(T, E, k, testing::Routing::kUniform, seed + 9);
   if (repeated) {  // token t picks expert (t % E) in all but its last slot
@@ -418,6 +419,15 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
     EXPECT_FALSE(moe_cuda::StreamGemvTakes(args, true));
     EXPECT_FALSE(moe_cuda::StreamGemvTakes(args, false));
     ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &mma));
+  }
+  // gate_up's routed weights only after the PDL wait (no early slot -> expert map: the call is
+  // handed its ids, so both kernels map early by default): the same bytes, both kernels.
+  Outputs late, late_mma;
+  {
+    ScopedEnv off("MLASERVE_MOE_EARLY_EXPERTS", "0");
+    ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &late));
+    ScopedEnv mma_only("MLASERVE_MOE_STREAM_GEMV", "0");
+    ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &late_mma));
   }
   Outputs mixed[2];  // one product on each kernel
   for (const char* which : {"gate_up", "down"}) {
@@ -453,6 +463,8 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   EXPECT_LE(testing::RelativeError(got, got_mma), 1e-2);
   for (const Outputs& m : mixed) EXPECT_LE(testing::RelativeError(testing::FromBf16(m.out), want), 1e-2);
   EXPECT_TRUE(gemv.out == again.out) << "two runs differ";
+  EXPECT_TRUE(gemv.out == late.out) << "the early expert map changed the GEMVs' bytes";
+  EXPECT_TRUE(mma.out == late_mma.out) << "the early expert map changed the mma kernels' bytes";
   EXPECT_TRUE(gemv.out == interleaved.out) << "interleaved gate_up differs from stacked";
 }
 

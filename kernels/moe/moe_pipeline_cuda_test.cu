@@ -2,7 +2,8 @@
 // host stable counting sort and against the one-block baseline (exact: offsets, row-tile
 // offsets, active experts, sorted ids, positions, gathered x rows), its two forms of the x-row
 // copy against each other (bitwise), the gate_up weight preparation (exact), out-of-range
-// expert ids, and CUDA graph capture (bitwise equal to direct launches).
+// expert ids, CUDA graph capture (bitwise equal to direct launches), and the stream kernels'
+// early slot -> expert map against the permutation's active list.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/moe/api.h"
+#include "kernels/moe/moe_active_slot.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_cuda_testing.h"
 #include "kernels/testing/cuda_testing.h"
@@ -364,6 +366,49 @@ TEST(MoeExpertsCudaEdgeTest, OutOfRangeIdsContributeNothing) {
       MoeExpertsParams q = in.Params(d_valid, d_zeroed);
       q.path = path;
       EXPECT_TRUE(RunExperts(p, nullptr) == RunExperts(q, nullptr));
+    }
+  }
+}
+
+// Block b, one warp: every lane's ActiveExpertOfSlot(ids, A, E, slot b) at out[32 b + lane].
+__global__ void ActiveExpertOfSlotKernel(const int32_t* ids, int num_assign, int num_experts, int32_t* out) {
+  out[blockIdx.x * 32 + threadIdx.x] = moe_cuda::ActiveExpertOfSlot(ids, num_assign, num_experts, blockIdx.x);
+}
+
+// The early map of the stream kernels (moe_active_slot.cuh) is the permutation's active list
+// (the host stable sort's), slot for slot, on every lane, and -1 past the touched experts: ids
+// repeated within and across tokens and ids outside [0, E) (another rank's experts), at 1-4 ids
+// a lane, with experts in one 32-bit word up to kMaxExperts (32 words).
+TEST(MoeActiveSlotCudaTest, EqualsThePermutationsActiveList) {
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::mt19937_64 rng(seed);
+  for (const int E : {4, 33, 64, 256, moe_cuda::kMaxExperts}) {
+    for (const int A : {1, 6, 31, 32, 33, 96, moe_cuda::kActiveSlotMaxAssign}) {
+      std::vector<int32_t> ids(A);
+      const int pool = 1 + static_cast<int>(rng() % std::max(1, A / 2));  // repeats: draw from a few experts
+      std::vector<int32_t> few(pool);
+      for (int32_t& e : few) e = static_cast<int32_t>(rng() % E);
+      for (int32_t& e : ids) {
+        const uint64_t r = rng() % 8;
+        e = r == 0 ? -1 : r == 1 ? E + static_cast<int32_t>(rng() % 3) : r < 5 ? few[rng() % pool]
+                                                                                  : static_cast<int32_t>(rng() % E);
+      }
+      SCOPED_TRACE(::testing::Message() << "E=" << E << " A=" << A);
+      const std::vector<int32_t> active = PermuteOnHost(ids, E).active;
+      const int slots = std::min(E, A) + 2;  // two past the most there can be
+      auto d_ids = testing::ToDevice(ids);
+      testing::DeviceBuffer d_out(static_cast<size_t>(slots) * 32 * sizeof(int32_t));
+      MLASERVE_CUDA_ASSERT(cudaMemset(d_out.get(), 0x7f, d_out.bytes()));  // poisoned
+      ActiveExpertOfSlotKernel<<<slots, 32>>>(d_ids.as<int32_t>(), A, E, d_out.as<int32_t>());
+      MLASERVE_CUDA_ASSERT(cudaGetLastError());
+      const auto got = testing::ToHost<int32_t>(d_out, static_cast<size_t>(slots) * 32);
+      for (int slot = 0; slot < slots; ++slot) {
+        const int32_t want = slot < static_cast<int>(active.size()) ? active[slot] : -1;
+        for (int lane = 0; lane < 32; ++lane) {
+          ASSERT_EQ(got[static_cast<size_t>(slot) * 32 + lane], want) << "slot " << slot << " lane " << lane;
+        }
+      }
     }
   }
 }

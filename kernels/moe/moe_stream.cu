@@ -21,8 +21,9 @@
 // slots of the grid, over every token, so a decode step's MoE block streams all its weights in
 // two launches. Both kernels launch with PDL; the weights of their first stages go in flight
 // before the wait where the expert is known without the kernel just before (shared slices;
-// the down product's routed experts, listed by the permutation two kernels back), and gate_up's
-// shared slices run whole before it (their input precedes the routing), under the routing.
+// the down product's routed experts, listed by the permutation two kernels back; gate_up's
+// routed experts where the call was handed its ids, derived from them), and gate_up's shared
+// slices run whole before it (their input precedes the routing), under the routing.
 // RunStreamExperts strings the whole path: routing + permutation, gate_up, down, combine.
 #include <cuda_bf16.h>
 
@@ -36,6 +37,7 @@
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
+#include "kernels/moe/moe_active_slot.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_silu.cuh"
 
@@ -154,16 +156,24 @@ __global__ void __launch_bounds__(StreamShape<kGateUp, kTok>::kThreads)
   // Before the PDL wait (kernels/common/pdl.cuh, rule 3), the weights of the first stages go in
   // flight where the expert is known without the previous kernel: a shared slice always; a
   // routed expert in the down product, whose list the permutation wrote before gate_up (which
-  // waits before it lets this kernel in) -- read from L2. Not in gate_up: the permutation is the
-  // kernel just before. No commit yet: these join the first stage's group.
+  // waits before it lets this kernel in) -- read from L2. gate_up's routed slots cannot read the
+  // permutation (the kernel just before), but where the call's ids may be read here (early_ids)
+  // they derive the expert it will list from them (moe_active_slot.cuh). No commit yet: these
+  // join the first stage's group.
   bool weights_in_flight = false;
+  int64_t early_expert = -1;
   if (shared) {
     point_weights(-1 - (slot - g.max_active));
     load_prologue_weights();
     weights_in_flight = true;
-  } else if (!kGateUp) {
-    if (slot < __ldcg(&g.active[g.num_experts])) {
-      point_weights(__ldcg(&g.active[slot]));
+  } else {
+    if (!kGateUp) {
+      if (slot < __ldcg(&g.active[g.num_experts])) early_expert = __ldcg(&g.active[slot]);
+    } else if (g.early_ids != nullptr) {
+      early_expert = ActiveExpertOfSlot(g.early_ids, g.num_assign, g.num_experts, slot);
+    }
+    if (early_expert >= 0) {
+      point_weights(early_expert);
       load_prologue_weights();
       weights_in_flight = true;
     }
@@ -180,8 +190,16 @@ __global__ void __launch_bounds__(StreamShape<kGateUp, kTok>::kThreads)
   }
   int row_begin, row_end;
   if (!shared) {
-    if (slot >= g.active[g.num_experts]) return;
-    const int64_t e = g.active[slot];
+    const bool listed = slot < g.active[g.num_experts];
+    const int64_t e = listed ? g.active[slot] : -1;
+    if (weights_in_flight && e != early_expert) {
+      // Not the expert loaded early (never expected: the early map is the permutation's): let
+      // those copies land, then load the listed expert's (or leave).
+      cuda::CpAsyncCommit();
+      cuda::CpAsyncWait<0>();
+      weights_in_flight = false;
+    }
+    if (!listed) return;
     row_begin = g.offsets[e];
     row_end = g.offsets[e + 1];
     if (!weights_in_flight) point_weights(e);
@@ -349,6 +367,8 @@ int SharedSlots(const MoeExpertsParams& p) {
 
 }  // namespace
 
+bool EarlyExpertsDisabled() { return EnvSwitchedOff("MLASERVE_MOE_EARLY_EXPERTS"); }
+
 bool DecodeFoldsDisabled() {
   static const bool disabled = EnvSwitchedOff("MLASERVE_MOE_FOLD");
   return disabled;
@@ -402,6 +422,11 @@ absl::Status RunStreamExperts(const MoeExpertsParams& p, const StreamWorkspace& 
   a.shared_slots = slots;
   a.num_tokens = p.num_tokens;
   a.num_assign = num_assign;
+  // The ids were written before this call (no routing inside it), so two kernels back from
+  // gate_up, with the permutation in between waiting before it lets gate_up in (pdl.cuh, rule 3).
+  const bool early = p.routing == nullptr && !p.baseline.permute && num_assign <= kActiveSlotMaxAssign &&
+                     !EarlyExpertsDisabled();
+  a.early_ids = early ? p.topk_ids : nullptr;
   RETURN_IF_ERROR(LaunchStreamGateUp(a, s));
   done(ExpertsStage::kGateUp);
   RETURN_IF_ERROR(LaunchStreamDown(a, s));

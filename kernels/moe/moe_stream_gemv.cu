@@ -23,7 +23,8 @@
 // run whole before the PDL wait, reading only x: moe_stream.cu) start first, under the routing.
 // Weights of a block's first task go in flight before the wait where the expert is known
 // without the kernel just before (shared slices; down's routed experts, from the permutation
-// two kernels back, read from L2), as moe_stream.cu does. An expert with more rows than kTok (not
+// two kernels back, read from L2; gate_up's routed experts where the call was handed its ids,
+// derived from them: moe_active_slot.cuh), as moe_stream.cu does. An expert with more rows than kTok (not
 // on the decode path: a token's experts are distinct) runs passes of kTok rows.
 #include <cuda_bf16.h>
 
@@ -39,6 +40,7 @@
 #include "kernels/common/device_arch.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
+#include "kernels/moe/moe_active_slot.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_silu.cuh"
 
@@ -127,6 +129,13 @@ __global__ void __launch_bounds__(kGemvThreads)
   } else if (!kGateUp && slot < __ldcg(&g.active[g.num_experts])) {
     e = __ldcg(&g.active[slot]);
     loaded = true;
+  } else if (kGateUp && g.early_ids != nullptr) {
+    // The call's ids may be read here (StreamArgs::early_ids): the slot's expert from them.
+    const int early = ActiveExpertOfSlot(g.early_ids, g.num_assign, g.num_experts, slot);
+    if (early >= 0) {
+      e = early;
+      loaded = true;
+    }
   }
   if (loaded && task0 < task_end) {
     TaskRows<kGateUp>(g, e, task0, row);
@@ -143,7 +152,9 @@ __global__ void __launch_bounds__(kGemvThreads)
     row_end = row_begin + g.num_tokens;
   } else {
     if (slot >= g.active[g.num_experts]) return;
-    e = g.active[slot];
+    const int64_t listed = g.active[slot];
+    if (loaded && listed != e) loaded = false;  // not the expert loaded early (never expected): reload
+    e = listed;
     row_begin = g.offsets[e];
     row_end = g.offsets[e + 1];
   }

@@ -57,6 +57,9 @@ if [[ ${summary[-1]} != *"rc=0 "* ]]; then
   ENGINE_VARIANTS=""
 fi
 step tests 150 "$OUT/moe_test.txt" .devbin/kernels_moe_cuda_test --gtest_brief=1
+if [[ -x .devbin/kernels_moe_decode_cuda_test ]]; then  # the decode folds and the stream kernels
+  step decode_tests 90 "$OUT/moe_test.txt" .devbin/kernels_moe_decode_cuda_test --gtest_brief=1
+fi
 step bench 150 "$OUT/moe_bench.txt" .devbin/mlaserve-moe-bench "${BENCH_ARGS[@]}"
 
 if [[ $ENGINE == 1 ]]; then
@@ -86,9 +89,13 @@ if [[ $SANITIZE == 1 ]]; then
   # 513 (E=2, top-1, hidden 136 / inter 72: K and N tails); the shared experts' fused gate_up
   # on 1024 rows (one group, row and column tails).
   memcheck_filter='Shapes/MoeExpertsCudaTest.*/1:Shapes/MoeExpertsCudaTest.*/7'
-  memcheck_filter+=':Shapes/MoeSharedGateUpCudaTest.*/0:MoeSiluFastTest.*'
+  memcheck_filter+=':Shapes/MoeSharedGateUpCudaTest.*/0:MoeSiluFastTest.*:MoeActiveSlotCudaTest.*'
   step memcheck 100 "$OUT/memcheck.txt" compute-sanitizer --tool memcheck --error-exitcode 3 \
     .devbin/kernels_moe_cuda_test --gtest_brief=1 --gtest_filter="$memcheck_filter"
+  if [[ -x .devbin/kernels_moe_decode_cuda_test ]]; then  # the stream kernels, GEMV and mma
+    step memcheck_decode 60 "$OUT/memcheck.txt" compute-sanitizer --tool memcheck --error-exitcode 3 \
+      .devbin/kernels_moe_decode_cuda_test --gtest_brief=1 --gtest_filter='Shapes/MoeStreamGemvTest.*/0:Shapes/MoeStreamGemvTest.*/8'
+  fi
 fi
 if [[ $RACECHECK == 1 ]]; then
   # The permutation's shared-memory ranking, and every path on 7 tokens (our kSm90 kernel's
