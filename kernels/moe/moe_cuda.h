@@ -106,8 +106,9 @@ absl::Status LaunchStreamGemvDown(const StreamArgs& a, cudaStream_t s);
 // fused SiLU epilogue (always a direct store) exists for configurations 1, 3, 4, 5, 6, under
 // both of their variant numbers. 12 is our kernel (moe_gemm_sm90_gather.cuh): 128 x 256 tiles,
 // no per-expert descriptors, A rows optionally gathered from x in its loads (`sorted`), direct
-// stores, fused SiLU. kAuto picks per shape and product.
-inline constexpr int kSm90Variants = 13;
+// stores, fused SiLU. 13 is configuration 7, ping-pong 64x128, with direct stores only (no TMA
+// epilogue form). kAuto picks per shape and product.
+inline constexpr int kSm90Variants = 14;
 inline constexpr int kSm90FirstDirectVariant = 7;
 inline constexpr int kSm90GatherVariant = 12;
 struct Sm90GroupedArgs {
@@ -164,6 +165,7 @@ MLASERVE_MOE_SM90_SILU_DECLARE(3)
 MLASERVE_MOE_SM90_SILU_DECLARE(4)
 MLASERVE_MOE_SM90_SILU_DECLARE(5)
 MLASERVE_MOE_SM90_SILU_DECLARE(6)
+MLASERVE_MOE_SM90_SILU_DECLARE(7)
 #undef MLASERVE_MOE_SM90_DECLARE
 #undef MLASERVE_MOE_SM90_SILU_DECLARE
 

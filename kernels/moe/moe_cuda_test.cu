@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/common/device_arch.h"
 #include "kernels/moe/api.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_cuda_testing.h"
@@ -175,6 +176,36 @@ TEST_P(MoeExpertsCudaTest, EveryPathMatchesCpuAndTheBaselineBitwise) {
                                    << [&] { size_t n = 0; for (size_t i = 0; i < out.size(); ++i) n += out[i] != baseline[i]; return n; }()
                                    << " of " << out.size() << " values";
     }
+  }
+}
+
+// kAuto's tile configuration per product (moe_experts.cu, ChooseSm90Variants): 128 x 256 from
+// 256 rows an expert, else ping-pong 64 x 256, except where ping-pong 64 x 128 spreads a
+// weight-bound product over the SMs by 5 points more (V2-Lite gate_up at 24-48 rows: 704 tiles of
+// 64 x 256 on 132 SMs against 1408; not its down, 512 against 1024, nor V3's 4096 against 8192).
+// The choices of the H100 / H200 (132 SMs) the benchmarks measured.
+TEST(MoeExpertsPlanTest, TileConfigurationByShapeOn132Sms) {
+  if (!moe_cuda::Sm90Available()) GTEST_SKIP() << "not a Hopper GPU: no kSm90 path";
+  if (cuda::CurrentDeviceSmCount() != 132) GTEST_SKIP() << "the pinned choices are for 132 SMs";
+  struct Case {
+    int tokens, hidden, inter, experts, top_k, gate_up, down;
+  };
+  const Case cases[] = {
+      {256, 2048, 1408, 64, 6, 13, 3},  {512, 2048, 1408, 64, 6, 13, 3},  {768, 2048, 1408, 64, 6, 3, 3},
+      {1024, 2048, 1408, 64, 6, 3, 3},  {2048, 2048, 1408, 64, 6, 3, 3},  {4096, 2048, 1408, 64, 6, 1, 1},
+      {1024, 7168, 2048, 256, 8, 3, 3}, {2048, 7168, 2048, 256, 8, 3, 3}, {8192, 7168, 2048, 256, 8, 1, 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "tokens=" << c.tokens << " experts=" << c.experts);
+    MoeExpertsParams p;
+    p.dtype = DType::kBF16;
+    p.num_tokens = c.tokens; p.hidden = c.hidden; p.inter = c.inter; p.num_experts = c.experts; p.top_k = c.top_k;
+    p.gate_up_layout = MoeGateUpLayout::kInterleaved8;
+    const moe_cuda::ExpertsPlan plan = moe_cuda::PlanExperts(p);
+    EXPECT_EQ(plan.path, MoeExpertsPath::kSm90);
+    EXPECT_EQ(plan.gate_up_variant, c.gate_up);
+    EXPECT_EQ(plan.down_variant, c.down);
+    EXPECT_TRUE(plan.fused_silu);
   }
 }
 

@@ -4,12 +4,14 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/device_arch.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/moe/api.h"
 #include "kernels/moe/moe_cuda.h"
@@ -50,7 +52,8 @@ MoeExpertsPath ChoosePath(const MoeExpertsParams& p) {
 // an H100 (docs/BENCHMARKS.md, "MoE experts", 2026-11-25): the 128 x 256 cooperative tile once
 // experts have hundreds of rows (V2-Lite 4096 tokens: gate_up + SiLU 0.517 ms, down 0.280),
 // ping-pong 64 x 256 below (V2-Lite 2048: 0.340 + 0.184 ms; V3 2048 and 4096, 64 and 128 rows
-// per expert).
+// per expert), and ping-pong 64 x 128 per product where that spreads the weight-bound sizes
+// over the SMs better (WeightBoundVariant; H200, 2026-11-30).
 struct Sm90Choice {
   int gate_up, down;
 };
@@ -72,11 +75,35 @@ Sm90Choice ForcedSm90Variants() {
   return forced;
 }
 
+// The share of a round-robin persistent kernel's time its CTAs are busy, for `tiles` tiles of
+// equal time over `ctas` CTAs: the last round's CTAs take one tile more than the others.
+double RoundRobinBalance(double tiles, int ctas) {
+  const double per_cta = tiles / ctas;
+  return per_cta / std::ceil(per_cta);
+}
+
+// Weight-bound sizes (at most 48 rows an expert on average: one 64-row tile each, mostly): the
+// time is the weights' reads, spread over the SMs tile by tile. Where the 64 x 256 tiles of a
+// product are too few to spread evenly (V2-Lite gate_up: 64 experts x 11 = 704 tiles, 5.33 a
+// CTA on 132 SMs, 89% busy), ping-pong 64 x 128 (variant 13, twice the tiles: 97%) reads them
+// 3% faster (H200, 256 and 512 tokens); where both spread well (V2-Lite down, V3) or experts
+// have more rows, 64 x 256 is faster (docs/BENCHMARKS.md, sixteenth session).
+constexpr double kSmallTileRows = 48;
+constexpr double kBalanceGain = 0.05;
+int WeightBoundVariant(const MoeExpertsParams& p, int n) {
+  constexpr int kWide = 3, kNarrow = 13;
+  if (MeanRowsPerExpert(p) > kSmallTileRows) return kWide;
+  const int sms = std::max(1, cuda::CurrentDeviceSmCount());
+  const double wide = static_cast<double>(p.num_experts) * ((n + 255) / 256);
+  const double narrow = static_cast<double>(p.num_experts) * ((n + 127) / 128);
+  return RoundRobinBalance(narrow, sms) >= RoundRobinBalance(wide, sms) + kBalanceGain ? kNarrow : kWide;
+}
+
 Sm90Choice ChooseSm90Variants(const MoeExpertsParams& p) {
   if (const Sm90Choice forced = ForcedSm90Variants(); forced.gate_up >= 0) return forced;
   constexpr double kLargeTileRows = 256;
-  const int v = MeanRowsPerExpert(p) >= kLargeTileRows ? 1 : 3;
-  return {v, v};
+  if (MeanRowsPerExpert(p) >= kLargeTileRows) return {1, 1};
+  return {WeightBoundVariant(p, 2 * p.inter), WeightBoundVariant(p, p.hidden)};
 }
 
 // The workspace, carved in MoeExpertsWorkspaceBytes' order (moe.cc) plus the CUDA parts.
@@ -152,13 +179,14 @@ struct Sm90Entry {
   {LaunchSm90GroupedDirectV##N, Sm90WorkspaceBytesDirectV##N, Sm90ArgsBlockBytesDirectV##N}
 #define MLASERVE_SM90_SILU_ENTRY(N) \
   {LaunchSm90GroupedSiluMulV##N, Sm90WorkspaceBytesSiluMulV##N, Sm90ArgsBlockBytesSiluMulV##N}
-// moe_cuda.h's numbering: 0-6 TMA-store configurations, 7-11 direct-store ones.
+// moe_cuda.h's numbering: 0-6 TMA-store configurations, 7-11 direct-store ones, 12 ours, 13
+// configuration 7 direct-store.
 constexpr Sm90Entry kSm90[kSm90Variants] = {
     MLASERVE_SM90_ENTRY(0), MLASERVE_SM90_ENTRY(1), MLASERVE_SM90_ENTRY(2), MLASERVE_SM90_ENTRY(3),
     MLASERVE_SM90_ENTRY(4), MLASERVE_SM90_ENTRY(5), MLASERVE_SM90_ENTRY(6),
     MLASERVE_SM90_DIRECT_ENTRY(1), MLASERVE_SM90_DIRECT_ENTRY(3), MLASERVE_SM90_DIRECT_ENTRY(4),
     MLASERVE_SM90_DIRECT_ENTRY(5), MLASERVE_SM90_DIRECT_ENTRY(6),
-    {LaunchSm90GroupedGatherV12, NoBytes, NoBytes}};
+    {LaunchSm90GroupedGatherV12, NoBytes, NoBytes}, MLASERVE_SM90_DIRECT_ENTRY(7)};
 // Fused SiLU epilogues: configurations 0 and 2 (128 x 128 cooperative, 128 x 256 in clusters
 // along M) measured slower than the others unfused, so they have none.
 constexpr Sm90Entry kSm90SiluMul[kSm90Variants] = {
@@ -166,7 +194,7 @@ constexpr Sm90Entry kSm90SiluMul[kSm90Variants] = {
     MLASERVE_SM90_SILU_ENTRY(4), MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6),
     MLASERVE_SM90_SILU_ENTRY(1), MLASERVE_SM90_SILU_ENTRY(3), MLASERVE_SM90_SILU_ENTRY(4),
     MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6),
-    {LaunchSm90GroupedGatherSiluMulV12, NoBytes, NoBytes}};
+    {LaunchSm90GroupedGatherSiluMulV12, NoBytes, NoBytes}, MLASERVE_SM90_SILU_ENTRY(7)};
 #undef MLASERVE_SM90_ENTRY
 #undef MLASERVE_SM90_DIRECT_ENTRY
 #undef MLASERVE_SM90_SILU_ENTRY
@@ -175,7 +203,7 @@ constexpr const char* kSm90Names[kSm90Variants] = {
     "coop128x128",     "coop128x256",     "coop128x256c2m",     "pp64x256",
     "pp128x128",       "coop128x256c2n",  "pp128x128c2n",       "coop128x256/reg",
     "pp64x256/reg",    "pp128x128/reg",   "coop128x256c2n/reg", "pp128x128c2n/reg",
-    "ours128x256"};
+    "ours128x256",     "pp64x128/reg"};
 
 absl::Status BadVariant(int variant) {
   return absl::InvalidArgumentError(absl::StrCat("moe_experts: sm90_variant=", variant,

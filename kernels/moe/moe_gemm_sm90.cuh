@@ -56,6 +56,15 @@ struct Sm90Pingpong64x256 {
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
 };
+// Half the columns of 64 x 256: twice the tiles, for the weight-bound sizes (tens of rows an
+// expert), where 704 tiles of 64 x 256 (V2-Lite at <= 512 tokens) leave a third of the SMs a
+// tile more than the rest in the last round (configuration 7: direct stores only).
+struct Sm90Pingpong64x128 {
+  using TileShape = cute::Shape<cute::_64, cute::_128, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
 // Each consumer warp group owns a whole 128 x 128 tile (two m64n128 products per k step), so
 // one group's epilogue runs under the other's products, at the 128-row granularity of v1.
 struct Sm90Pingpong128x128 {

@@ -3,7 +3,8 @@
 # the random V2-Lite-shaped checkpoint: .devbin/mlaserve-engine-bench-base (e.g. main before a
 # change) and .devbin/mlaserve-engine-bench (the change). Each run prefills PREFILL_LENS (4096)
 # tokens RUNS (3) times and times decode at batches BATCHES (1 32) at context 1024 (graphs).
-# VARIANTS runs the change once per entry, each "on" or VAR=value[,VAR=value] (default "on").
+# VARIANTS runs the change once per entry, each "on" or VAR=value[+VAR=value] (default "on"; a
+# value may hold commas: MLASERVE_MOE_SM90_VARIANTS=3,3).
 # STEPS: engine (model_engine_cuda_test first, when it is in the bundle) and ab.
 #   here:   build the base's engine bench, copy it aside; build the change's; then
 #           SKIP_BUILD=1 BUILD=build-cuda TARGETS="mlaserve-engine-bench model_engine_cuda_test" \
@@ -32,7 +33,7 @@ R=$OUT/ab_binaries.txt
 for round in $(seq "${ROUNDS:-3}"); do
   for run in base ${VARIANTS:-on}; do
     bin=mlaserve-engine-bench envs=()
-    if [[ $run == base ]]; then bin=mlaserve-engine-bench-base; elif [[ $run != on ]]; then IFS=, read -r -a envs <<< "$run"; fi
+    if [[ $run == base ]]; then bin=mlaserve-engine-bench-base; elif [[ $run != on ]]; then IFS=+ read -r -a envs <<< "$run"; fi
     label=$bin; [[ $run == base || $run == on ]] || label="$bin+$run"
     echo "=== round $round $label" >> "$R"
     env "${envs[@]}" timeout 200 ".devbin/$bin" --model "$MODEL" --prefill-lens ${PREFILL_LENS:-4096} --runs "${RUNS:-3}" \
