@@ -3,7 +3,8 @@
 # moe family (every path, tile configuration and gate_up layout against the CPU reference and
 # bit for bit against the 2026-11-24 stage kernels; the permutation, weight preparation, graph
 # capture, determinism; the fused SiLU's bits for every bf16 gate; the shared experts' fused
-# gate_up), mlaserve-moe-bench (end to end and per product for every tile configuration, the
+# gate_up; with kernels_moe_decode_cuda_test in the bundle, the decode folds and the stream
+# kernels too, and memcheck on the latter), mlaserve-moe-bench (end to end and per product for every tile configuration, the
 # shared experts' gate_up), with ENGINE=1 the engine (model_engine_cuda_test on the HF
 # fixtures, mlaserve-engine-bench on the random V2-Lite checkpoint, and the same bench from
 # main when .devbin/mlaserve-engine-bench-main exists), then compute-sanitizer memcheck on
