@@ -82,13 +82,14 @@ double RoundRobinBalance(double tiles, int ctas) {
   return per_cta / std::ceil(per_cta);
 }
 
-// Weight-bound sizes (at most 48 rows an expert on average: one 64-row tile each, mostly): the
+// Weight-bound sizes (at most 64 rows an expert on average: about one 64-row tile each): the
 // time is the weights' reads, spread over the SMs tile by tile. Where the 64 x 256 tiles of a
 // product are too few to spread evenly (V2-Lite gate_up: 64 experts x 11 = 704 tiles, 5.33 a
 // CTA on 132 SMs, 89% busy), ping-pong 64 x 128 (variant 13, twice the tiles: 97%) reads them
-// 3% faster (H200, 256 and 512 tokens); where both spread well (V2-Lite down, V3) or experts
-// have more rows, 64 x 256 is faster (docs/BENCHMARKS.md, sixteenth session).
-constexpr double kSmallTileRows = 48;
+// 2.5-3.4% faster (H200, 256-640 tokens; even at 704, 66 rows); where both spread well
+// (V2-Lite down, V3) or experts have more rows, 64 x 256 is faster (docs/BENCHMARKS.md,
+// sixteenth session).
+constexpr double kSmallTileRows = 64;
 constexpr double kBalanceGain = 0.05;
 int WeightBoundVariant(const MoeExpertsParams& p, int n) {
   constexpr int kWide = 3, kNarrow = 13;
