@@ -81,11 +81,10 @@ struct StreamArgs {
   // is at least two kernels back: the call has no routing inside it) and num_assign <=
   // kActiveSlotMaxAssign; else null. gate_up's routed slots then derive their expert from them
   // (moe_active_slot.cuh) and put its first weights in flight under the permutation.
+  // MLASERVE_MOE_EARLY_EXPERTS=0 in the environment keeps it null (timing comparisons; read per
+  // call, by RunStreamExperts).
   const int32_t* early_ids;
 };
-// MLASERVE_MOE_EARLY_EXPERTS=0 in the environment: early_ids stays null (timing comparisons;
-// read per call).
-bool EarlyExpertsDisabled();
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s);
 absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
 // At kStreamGemvMaxTokens token the two launches above run the warp-GEMV kernels of

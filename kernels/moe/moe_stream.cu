@@ -365,9 +365,10 @@ int SharedSlots(const MoeExpertsParams& p) {
   return slots <= p.top_k ? slots : -1;
 }
 
-}  // namespace
-
+// StreamArgs::early_ids' switch (moe_cuda.h).
 bool EarlyExpertsDisabled() { return EnvSwitchedOff("MLASERVE_MOE_EARLY_EXPERTS"); }
+
+}  // namespace
 
 bool DecodeFoldsDisabled() {
   static const bool disabled = EnvSwitchedOff("MLASERVE_MOE_FOLD");
