@@ -14,9 +14,12 @@
 //                 ping-pong flipped ("mha_prefill_alt") or with one query tile per CTA
 //                 ("mha_prefill_single"), one CTA per work item ("mha_prefill_launched") or
 //                 its staged output flipped ("mha_prefill_direct": O stored from the
-//                 accumulators; qk 128 only, qk 192 stores directly anyway), our mma.sync kernel
-//                 ("mha_prefill_mmasync") and the cuDNN provider ("mha_prefill_cudnn", when
-//                 libcudnn.so.9 loads; its plan is built in the warm-up calls)
+//                 accumulators; qk 128 only, qk 192 stores directly anyway), its persistent
+//                 CTAs' items in the flat order instead of longest first ("mha_prefill_flat"),
+//                 our mma.sync kernel ("mha_prefill_mmasync") and the cuDNN provider
+//                 ("mha_prefill_cudnn", when libcudnn.so.9 loads; its plan is built in the
+//                 warm-up calls); then ragged batches ("ragged mean=M": 16k tokens in lengths
+//                 uniform in [M/4, 7M/4], d 192/128) on ours, flat, launched and cuDNN
 //   kv_pack     : GB/s over its bytes (each input read once, each output written once)
 //   mla_prefill : TFLOP/s as a fraction of the GEMM rate
 //   mla_decode_small : mla_decode at batch 1-8 (latent_small_bench.cu): microseconds per call in
@@ -196,12 +199,13 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
 // Who computes an mha_prefill row: our default kernel, the wgmma kernel with its default
 // schedule's ping-pong flipped ("alt"), unpaired ("single"), one CTA per work item instead of
 // persistent CTAs ("launched") or O stored from the accumulators instead of through shared memory
-// and TMA ("direct"), our mma.sync kernel, cuDNN.
-enum class MhaRow { kOurs, kWgmmaAlt, kWgmmaSingle, kWgmmaLaunched, kWgmmaDirect, kMmaSync, kCudnn };
+// and TMA ("direct"), the persistent CTAs' items in the flat order instead of longest first
+// ("flat"), our mma.sync kernel, cuDNN.
+enum class MhaRow { kOurs, kWgmmaAlt, kWgmmaSingle, kWgmmaLaunched, kWgmmaDirect, kWgmmaFlat, kMmaSync, kCudnn };
 
-constexpr MhaRow kAllMhaRows[] = {MhaRow::kOurs,         MhaRow::kWgmmaAlt, MhaRow::kWgmmaSingle,
-                                  MhaRow::kWgmmaLaunched, MhaRow::kWgmmaDirect, MhaRow::kMmaSync,
-                                  MhaRow::kCudnn};
+constexpr MhaRow kAllMhaRows[] = {MhaRow::kOurs,         MhaRow::kWgmmaAlt,    MhaRow::kWgmmaSingle,
+                                  MhaRow::kWgmmaLaunched, MhaRow::kWgmmaDirect, MhaRow::kWgmmaFlat,
+                                  MhaRow::kMmaSync,       MhaRow::kCudnn};
 
 const char* MhaRowName(MhaRow row) {
   switch (row) {
@@ -210,27 +214,46 @@ const char* MhaRowName(MhaRow row) {
     case MhaRow::kWgmmaSingle: return "mha_prefill_single";
     case MhaRow::kWgmmaLaunched: return "mha_prefill_launched";
     case MhaRow::kWgmmaDirect: return "mha_prefill_direct";
+    case MhaRow::kWgmmaFlat: return "mha_prefill_flat";
     case MhaRow::kMmaSync: return "mha_prefill_mmasync";
     case MhaRow::kCudnn: return "mha_prefill_cudnn";
   }
   return "?";
 }
 
-// One causal mha_prefill shape (`total` tokens in sequences of `seqlen`, head dims dqk / 128),
-// timed for each of `rows` on the same inputs: `repeat` passes over the rows in turn (so slow
-// drifts of the clock fall on all of them alike), each row's time the median of its passes.
-void BenchMhaPrefill(int heads, int seqlen, int total, int dqk, const std::vector<MhaRow>& rows, int repeat,
-                     const Ceilings& ceil, Results& res) {
+// The sequence lengths of a ragged batch: `total` tokens in lengths drawn uniformly from
+// [mean / 4, 7 mean / 4] (a fixed generator: every run the same batch), the last one cut to fit.
+std::vector<int> RaggedLengths(int mean, int total) {
+  std::vector<int> out;
+  uint32_t state = 20261130u + static_cast<uint32_t>(mean);
+  int left = total;
+  while (left > 0) {
+    state = state * 1664525u + 1013904223u;
+    const int len = std::min(left, mean / 4 + static_cast<int>((state >> 8) % static_cast<uint32_t>(3 * mean / 2 + 1)));
+    out.push_back(len);
+    left -= len;
+  }
+  return out;
+}
+
+// One causal mha_prefill shape (sequences of `lengths`, head dims dqk / 128), timed for each of
+// `rows` on the same inputs: `repeat` passes over the rows in turn (so slow drifts of the clock
+// fall on all of them alike), each row's time the median of its passes.
+void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, int dqk, const std::vector<MhaRow>& rows,
+                     int repeat, const Ceilings& ceil, Results& res) {
   constexpr int kDv = 128;
-  const int batch = total / seqlen;
-  const int64_t tokens = static_cast<int64_t>(batch) * seqlen;
+  const int batch = static_cast<int>(lengths.size());
+  int64_t tokens = 0;
+  int seqlen = 0;  // the longest
+  double sq = 0;   // sum of squared lengths (the causal FLOPs)
+  for (int len : lengths) tokens += len, seqlen = std::max(seqlen, len), sq += static_cast<double>(len) * len;
   DeviceArray q(tokens * heads * dqk * 2), k(tokens * heads * dqk * 2), v(tokens * heads * kDv * 2);
   DeviceArray out(tokens * heads * kDv * 2), lse(tokens * heads * 4), cu((batch + 1) * 4);
   FillRandom(q, 11);
   FillRandom(k, 12);
   FillRandom(v, 13);
-  std::vector<int32_t> cu_host(batch + 1);
-  for (int b = 0; b <= batch; ++b) cu_host[b] = b * seqlen;
+  std::vector<int32_t> cu_host(batch + 1, 0);
+  for (int b = 0; b < batch; ++b) cu_host[b + 1] = cu_host[b] + lengths[b];
   Upload(cu, cu_host);
   kernels::MhaPrefillParams p;
   p.dtype = DType::kBF16; p.batch = batch; p.num_heads = heads; p.num_kv_heads = heads;
@@ -249,13 +272,14 @@ void BenchMhaPrefill(int heads, int seqlen, int total, int dqk, const std::vecto
     rp.provider = row == MhaRow::kCudnn ? kernels::MhaPrefillProvider::kCudnn : kernels::MhaPrefillProvider::kOurs;
     rp.kernel = row == MhaRow::kMmaSync ? kernels::MhaPrefillKernel::kMmaSync : kernels::MhaPrefillKernel::kAuto;
     if (row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle || row == MhaRow::kWgmmaLaunched ||
-        row == MhaRow::kWgmmaDirect) {
+        row == MhaRow::kWgmmaDirect || row == MhaRow::kWgmmaFlat) {
       if (!kernels::MhaPrefillWgmmaApplies(rp)) continue;  // not a Hopper GPU with an sm_90a build
       kernels::mha_sm90::Schedule schedule = kernels::mha_sm90::DefaultSchedule(dqk);
       if (row == MhaRow::kWgmmaAlt) schedule.pingpong = !schedule.pingpong;
       if (row == MhaRow::kWgmmaSingle) schedule.paired = !schedule.paired;
       if (row == MhaRow::kWgmmaLaunched) schedule.persistent = !schedule.persistent;
       if (row == MhaRow::kWgmmaDirect) schedule.staged_out = !schedule.staged_out;
+      if (row == MhaRow::kWgmmaFlat) schedule.longest_first = !schedule.longest_first;
       calls.emplace_back(row, [rp, schedule] {
         CheckStatus(kernels::mha_sm90::Launch(rp, schedule, nullptr), "mha_sm90::Launch");
       });
@@ -266,9 +290,14 @@ void BenchMhaPrefill(int heads, int seqlen, int total, int dqk, const std::vecto
   std::vector<std::vector<double>> ms(calls.size());
   for (int pass = 0; pass < repeat; ++pass)
     for (size_t c = 0; c < calls.size(); ++c) ms[c].push_back(MedianMs(calls[c].second, 2, 10));
-  const double flops = 2.0 * batch * static_cast<double>(seqlen) * seqlen * heads * (dqk + kDv) / 2.0;
+  const double flops = 2.0 * sq * heads * (dqk + kDv) / 2.0;
   char shape[128];
-  std::snprintf(shape, sizeof(shape), "causal h=%d seqlen=%d batch=%d d=%d/%d", heads, seqlen, batch, dqk, kDv);
+  if (ragged) {
+    std::snprintf(shape, sizeof(shape), "causal h=%d ragged mean=%d batch=%d d=%d/%d", heads,
+                  static_cast<int>(tokens / batch), batch, dqk, kDv);
+  } else {
+    std::snprintf(shape, sizeof(shape), "causal h=%d seqlen=%d batch=%d d=%d/%d", heads, seqlen, batch, dqk, kDv);
+  }
   for (size_t c = 0; c < calls.size(); ++c) {
     std::sort(ms[c].begin(), ms[c].end());
     const double t = ms[c][ms[c].size() / 2];
@@ -362,6 +391,7 @@ int main(int argc, char** argv) {
                    "usage: %s [--json FILE] [--quick] [--no-mmasync] [--small-shapes S] [--small-variants V] [--only KERNEL] "
                    "[--repeat N] [--mha-min-seqlen S] [--mla-heads 128|16] "
                    "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_launched,mha_prefill_direct,"
+                   "mha_prefill_flat,"
                    "mha_prefill_mmasync,mha_prefill_cudnn]\n",
                    argv[0]);
       return 1;
@@ -436,13 +466,28 @@ int main(int argc, char** argv) {
         for (MhaRow row : mha_rows) {
           if (row == MhaRow::kCudnn && !cudnn.ok()) continue;
           // The schedule variants at 4k-16k only.
-          if ((row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle) && seqlen < 4096) continue;
+          if ((row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle || row == MhaRow::kWgmmaFlat) && seqlen < 4096) continue;
           // qk 192 has no staged output (its launcher writes directly): the row would time the default.
           if (row == MhaRow::kWgmmaDirect && dqk != 128) continue;
           rows.push_back(row);
         }
-        BenchMhaPrefill(heads, seqlen, 16384, dqk, rows, mha_repeat, ceil, res);
+        BenchMhaPrefill(heads, std::vector<int>(16384 / seqlen, seqlen), false, dqk, rows, mha_repeat, ceil, res);
       }
+  // Ragged batches (as a server's prefill batches are): 16k tokens in lengths uniform in
+  // [mean / 4, 7 mean / 4], DeepSeek's dims; our default (longest first), the flat order, one CTA
+  // an item, cuDNN.
+  for (int heads : {128, 16})
+    for (int mean : {1024, 2048, 4096}) {
+      if (quick || !wanted("mha_prefill") || mean < mha_min_seqlen) continue;
+      std::vector<MhaRow> rows;
+      for (MhaRow row : mha_rows) {
+        if (row == MhaRow::kCudnn && !cudnn.ok()) continue;
+        if (row == MhaRow::kOurs || row == MhaRow::kWgmmaFlat || row == MhaRow::kWgmmaLaunched || row == MhaRow::kCudnn) {
+          rows.push_back(row);
+        }
+      }
+      BenchMhaPrefill(heads, RaggedLengths(mean, 16384), true, 192, rows, mha_repeat, ceil, res);
+    }
   if (wanted("kv_pack")) BenchKvPack(16384, 128, ceil, res);
   if (wanted("mla_prefill")) {
     for (LatentKernel k : latent_kernels) {

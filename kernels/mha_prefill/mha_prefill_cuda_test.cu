@@ -1,5 +1,6 @@
 // mha_prefill CUDA, our kernels (provider kOurs): the mma.sync kernel and the Hopper wgmma
-// kernel (all its schedules: eight, and with qk 128 the same eight with the staged output),
+// kernel (all its schedules: eight, with qk 128 the same eight with the staged output, and the
+// default with its persistent CTAs' items in the flat order instead of longest first),
 // each against the CPU
 // reference (MhaPrefillCpu on the same bf16-rounded inputs), outputs poisoned before every run.
 // Fixed cases: causal and not, with and without a key prefix, rows without keys, GQA, padded
@@ -43,9 +44,13 @@ std::vector<mha_sm90::Schedule> DirectSchedules() {
 
 // The schedules to test for these head dims: the eight, and with qk 128 each again with the
 // staged output. qk 192 has no staged output (the launcher writes directly): one such run
-// checks that fallback.
+// checks that fallback. The persistent ones deal their items longest first (the default); the
+// default schedule runs once more in the flat order.
 std::vector<mha_sm90::Schedule> AllSchedules(int head_dim_qk) {
   std::vector<mha_sm90::Schedule> all = DirectSchedules();
+  mha_sm90::Schedule flat = mha_sm90::DefaultSchedule(head_dim_qk);
+  flat.longest_first = false;
+  all.push_back(flat);
   if (head_dim_qk == 128) {
     for (mha_sm90::Schedule s : DirectSchedules()) {
       s.staged_out = true;

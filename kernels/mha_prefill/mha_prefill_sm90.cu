@@ -85,7 +85,8 @@ Schedule DefaultSchedule(int head_dim_qk) {
 
 std::string ScheduleName(Schedule schedule) {
   return absl::StrCat(schedule.pingpong ? "pingpong" : "no-pingpong", schedule.paired ? "+paired" : "+single",
-                      schedule.persistent ? "+persistent" : "+launched", schedule.staged_out ? "+staged" : "");
+                      schedule.persistent ? "+persistent" : "+launched", schedule.staged_out ? "+staged" : "",
+                      schedule.longest_first ? "" : "+flat");
 }
 
 absl::Status Launch(const MhaPrefillParams& p, Schedule schedule, void* stream) {

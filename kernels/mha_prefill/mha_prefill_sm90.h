@@ -27,17 +27,21 @@ struct Schedule {
   // bytes. qk 128 only: the launcher writes directly for qk 192 (no shared memory left) and
   // where out lies less than max_seqlen_q rows above address 0 (its TMA view starts there).
   bool staged_out = false;
+  // Persistent CTAs take the work items longest sequence first, dealt in a snake over the CTAs,
+  // instead of in the flat (x, head, sequence) order (2-128 sequences; the kernel says why).
+  bool longest_first = true;
 };
 // Field by field (the .cu files that include this are C++17: no defaulted comparison).
 inline bool operator==(const Schedule& a, const Schedule& b) {
   return a.pingpong == b.pingpong && a.paired == b.paired && a.persistent == b.persistent &&
-         a.staged_out == b.staged_out;
+         a.staged_out == b.staged_out && a.longest_first == b.longest_first;
 }
 // The schedule MhaPrefill uses for these head dims: ping-pong for qk 128 and not for qk 192
 // (FlashAttention-3's measured choice: the longer S product leaves less to hide), paired,
 // persistent, and the staged output where it fits (qk 128: measured faster on the H200).
 Schedule DefaultSchedule(int head_dim_qk);
-// "pingpong+paired+persistent", ... ("+staged" where staged_out): for test and benchmark labels.
+// "pingpong+paired+persistent", ... ("+staged" where staged_out, "+flat" without longest_first):
+// for test and benchmark labels.
 std::string ScheduleName(Schedule schedule);
 // Launches the kernel on `stream` (a cudaStream_t) with `schedule`; the caller has checked
 // Refusal(p) == "". Tests run every schedule; benchmarks time them.

@@ -35,11 +35,13 @@
 // and output.
 //
 // Work items are (x, head, sequence), x fastest, numbered as a flat grid would number its CTAs.
-// Persistent (Schedule::persistent): one CTA per SM walks items blockIdx.x, + gridDim.x, ...;
-// its producer runs ahead across items as across the tiles of a pair, so an item's Q and first
-// K/V loads land under the previous item's last products and output, and a CTA's start-up (its
-// barriers, descriptor fetches, first loads) is paid once per SM, not once per item. Otherwise
-// one CTA per item.
+// Persistent (Schedule::persistent): one CTA per SM walks its items round by round; its producer
+// runs ahead across items as across the tiles of a pair, so an item's Q and first K/V loads land
+// under the previous item's last products and output, and a CTA's start-up (its barriers,
+// descriptor fetches, first loads) is paid once per SM, not once per item. With
+// Schedule::longest_first (the default; 2-128 sequences) the rounds deal the items heaviest
+// sequence first in a snake over the CTAs (ItemOrder below), else round j is item
+// blockIdx.x + j * gridDim.x of the flat order. Otherwise one CTA per item.
 //
 // The output is written from the accumulators (bf16 pairs) and lse from the row statistics;
 // a row that sees no key gets 0 and -inf, rows past the sequence are not written.
@@ -172,7 +174,13 @@ struct Sm90Args {
   Schedule schedule;  // staged_out as the launcher resolved it (false where it cannot run)
   int x_extent;  // items per (sequence, head): query tiles of the longest sequence, or pairs of them
   int items;     // x_extent * heads * batch
+  // Persistent CTAs deal the items longest sequence first (Schedule::longest_first, as the
+  // launcher resolved it: persistent, 2..kOrderMaxBatch sequences); else the flat order.
+  bool longest_first;
 };
+
+// Sequences the longest-first order sorts (one a thread, kernel start; the scan 4 a lane).
+constexpr int kOrderMaxBatch = 128;
 
 // The staged output's O tile: one half per consumer warpgroup, each written and stored by that
 // warpgroup alone. Empty where the tile has no room for it (qk 192). Last in Sm90Smem, so that
@@ -236,11 +244,11 @@ struct WorkItem {
 };
 
 template <int kBlockM>
-__device__ __forceinline__ WorkItem DecodeItem(const MhaPrefillParams& p, bool paired, int item, int x_extent) {
+__device__ __forceinline__ WorkItem DecodeItemOf(const MhaPrefillParams& p, bool paired, int b, int head, int x,
+                                                 int x_extent) {
   WorkItem w;
-  const int x = item % x_extent, hb = item / x_extent;
-  w.head = hb % p.num_heads;
-  w.b = hb / p.num_heads;
+  w.head = head;
+  w.b = b;
   w.kv_head = w.head / (p.num_heads / p.num_kv_heads);
   w.q_start = p.cu_seqlens_q[w.b];
   w.lq = p.cu_seqlens_q[w.b + 1] - w.q_start;
@@ -249,6 +257,102 @@ __device__ __forceinline__ WorkItem DecodeItem(const MhaPrefillParams& p, bool p
   w.causal_shift = w.lk - w.lq;
   w.n_work = ItemQueryTiles<kBlockM>(w.lq, p.causal, paired, x, x_extent, w.first_tile, w.second_tile);
   return w;
+}
+
+// Item `item` of the flat order: (x, head, sequence), x fastest, x_extent per (sequence, head).
+template <int kBlockM>
+__device__ __forceinline__ WorkItem DecodeItem(const MhaPrefillParams& p, bool paired, int item, int x_extent) {
+  const int x = item % x_extent, hb = item / x_extent;
+  return DecodeItemOf<kBlockM>(p, paired, hb / p.num_heads, hb % p.num_heads, x, x_extent);
+}
+
+// The longest-first order (Sm90Args::longest_first). A persistent CTA walks its items in rounds,
+// and with a ragged batch the flat order deals them blindly: the items of a long sequence cost
+// several times a short one's, so some CTAs end late while others idle (as a grid of one CTA an
+// item, or cuDNN's, never does: the hardware hands out the next CTA). Here the sequences are
+// ranked by an item's cost (its keys), heaviest first, each rank's items numbered x fastest then
+// head, and round j gives CTA c the item ranked j * G + c, or j * G + G - 1 - c in odd rounds
+// (G CTAs; a snake over costs that fall round by round, so every CTA gets a heavy and a light
+// one in turn). Built per CTA at its start from cu_seqlens: a thread per sequence ranks it,
+// warp 0 scans the ranks' item counts.
+struct ItemOrder {
+  int seq[kOrderMaxBatch];        // the sequence of each rank
+  int per_head[kOrderMaxBatch];   // its items per head (pairs or query tiles; 0: none)
+  int first[kOrderMaxBatch + 1];  // the rank's first item; first[batch] = all items
+  int key[kOrderMaxBatch];        // scratch: each sequence's cost (-1: no items)
+};
+
+template <int kBlockM>
+__device__ __forceinline__ void BuildItemOrder(const MhaPrefillParams& p, bool paired, ItemOrder& o) {
+  const int B = p.batch, t = threadIdx.x;
+  int n = 0, key = -1;
+  if (t < B) {
+    const int lq = p.cu_seqlens_q[t + 1] - p.cu_seqlens_q[t], lk = p.cu_seqlens_k[t + 1] - p.cu_seqlens_k[t];
+    const int count = (lq + kBlockM - 1) / kBlockM;
+    n = paired ? (count + 1) / 2 : count;
+    // An item's keys: a causal pair (tiles count-1-x and x) sees about 2 lk - lq of them together.
+    if (n > 0) key = paired ? (p.causal ? 2 * lk - lq : 2 * lk) : lk;
+    o.key[t] = key;
+  }
+  __syncthreads();
+  if (t < B) {
+    int rank = 0;
+    for (int j = 0; j < B; ++j) {
+      const int kj = o.key[j];
+      rank += (kj > key || (kj == key && j < t)) ? 1 : 0;
+    }
+    o.seq[rank] = t;
+    o.per_head[rank] = n;
+  }
+  __syncthreads();
+  if (t < cuda::kWarpSize) {  // exclusive scan of the ranks' items, 4 ranks a lane
+    constexpr int kPerLane = kOrderMaxBatch / cuda::kWarpSize;
+    int v[kPerLane], sum = 0;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int r = t * kPerLane + i;
+      v[i] = r < B ? o.per_head[r] * p.num_heads : 0;
+      sum += v[i];
+    }
+    int incl = sum;
+#pragma unroll
+    for (int d = 1; d < cuda::kWarpSize; d <<= 1) {
+      const int up = __shfl_up_sync(0xffffffffu, incl, d);
+      if (t >= d) incl += up;
+    }
+    int at = incl - sum;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int r = t * kPerLane + i;
+      if (r < B) o.first[r] = at;
+      at += v[i];
+    }
+    if (t == cuda::kWarpSize - 1) o.first[B] = incl;
+  }
+  // (the caller's __syncthreads publishes the order)
+}
+
+// This CTA's item of round `round`, or false past its last one.
+template <int kBlockM, class Args>
+__device__ __forceinline__ bool RoundItem(const Args& args, const ItemOrder& o, bool paired, int round, WorkItem& it) {
+  const MhaPrefillParams& p = args.p;
+  if (!args.longest_first) {
+    const int item = static_cast<int>(blockIdx.x) + round * static_cast<int>(gridDim.x);
+    if (item >= args.items) return false;
+    it = DecodeItem<kBlockM>(p, paired, item, args.x_extent);
+    return true;
+  }
+  const int G = gridDim.x, c = blockIdx.x;
+  const int r = round * G + ((round & 1) ? G - 1 - c : c);
+  if (r >= o.first[p.batch]) return false;
+  int lo = 0, hi = p.batch - 1;  // the last rank whose first item is <= r (it has items)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (o.first[mid] <= r) lo = mid; else hi = mid - 1;
+  }
+  const int n = o.per_head[lo], local = r - o.first[lo];
+  it = DecodeItemOf<kBlockM>(p, paired, o.seq[lo], local / n, local % n, n);
+  return true;
 }
 
 // Key tiles that the query tile at row m0 of item w needs (causal: up to its last row's diagonal).
@@ -269,6 +373,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   auto& ss = *reinterpret_cast<Sm90Smem<Tile>*>(smem_raw);
 
   const bool paired = args.schedule.paired;
+  __shared__ ItemOrder order;
+  if (args.longest_first) BuildItemOrder<kBlockM>(p, paired, order);
 
   if (threadIdx.x == 0) {
     FullBarrier::init(&ss.q_full, 1);
@@ -305,8 +411,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     auto cta_v = args.tma_v.get_slice(Int<0>{});
     constexpr auto kKeep = TMA::CacheHintSm90::EVICT_LAST;  // K/V are re-read by the sequence's other items
     int loaded = 0, q_loads = 0;
-    for (int item = blockIdx.x; item < args.items; item += gridDim.x) {
-      const WorkItem it = DecodeItem<kBlockM>(p, paired, item, args.x_extent);
+    WorkItem it;
+    for (int round = 0; RoundItem<kBlockM>(args, order, paired, round, it); ++round) {
       if (it.n_work == 0) continue;
       const int lq = it.lq, lk = it.lk;
       const int tail_head = args.k_tail_heads == 1 ? 0 : it.kv_head;
@@ -521,8 +627,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (staged && wg_tid == 0) cute::prefetch_tma_descriptor(args.tma_o.get_tma_descriptor());
   int loaded = 0, q_loads = 0;
 #pragma unroll 1
-  for (int item = blockIdx.x; item < args.items; item += gridDim.x) {
-    const WorkItem it = DecodeItem<kBlockM>(p, paired, item, args.x_extent);
+  WorkItem it;
+  for (int round = 0; RoundItem<kBlockM>(args, order, paired, round, it); ++round) {
     const int lq = it.lq, lk = it.lk, causal_shift = it.causal_shift;
 #pragma unroll 1
     for (int w = 0; w < it.n_work; ++w) {
@@ -675,7 +781,8 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
       k_tail_heads,
       schedule,
       x_extent,
-      items};
+      items,
+      schedule.persistent && schedule.longest_first && p.batch > 1 && p.batch <= kOrderMaxBatch};
   using Smem = Sm90Smem<Tile>;
   constexpr int kSmem = sizeof(Smem);
   static_assert(kSmem <= 227 * 1024, "the sm90 mha_prefill tile exceeds Hopper's shared memory");

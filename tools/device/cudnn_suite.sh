@@ -167,32 +167,38 @@ import json, os, re, sys
 out = sys.argv[1]
 kb = json.load(open(os.path.join(out, "kernel_bench.json")))
 cols = ["mha_prefill", "mha_prefill_alt", "mha_prefill_single", "mha_prefill_launched", "mha_prefill_direct",
-        "mha_prefill_mmasync", "mha_prefill_cudnn", "torch"]
+        "mha_prefill_flat", "mha_prefill_mmasync", "mha_prefill_cudnn", "torch"]
 table = {}
 for r in kb["results"]:
+    # (d, heads, 0, seqlen) for equal lengths, (d, heads, 1, mean) for the ragged batches
     m = re.search(r"h=(\d+) seqlen=(\d+) batch=\d+ d=(\d+)/", r["shape"])
-    if m and r["kernel"] in cols:
-        table.setdefault((int(m[3]), int(m[1]), int(m[2])), {})[r["kernel"]] = r["tflops"]
+    g = re.search(r"h=(\d+) ragged mean=(\d+) batch=\d+ d=(\d+)/", r["shape"])
+    key = (int(m[3]), int(m[1]), 0, int(m[2])) if m else (int(g[3]), int(g[1]), 1, int(g[2])) if g else None
+    if key and r["kernel"] in cols:
+        table.setdefault(key, {})[r["kernel"]] = r["tflops"]
 try:
     text = open(os.path.join(out, "baseline.txt")).read()
     for r in json.loads(text[text.index("{"):])["rows"]:
         if "tflops" in r:
-            table.setdefault((r["dqk"], r["heads"], r["seqlen"]), {})["torch"] = r["tflops"]
+            table.setdefault((r["dqk"], r["heads"], 0, r["seqlen"]), {})["torch"] = r["tflops"]
 except (OSError, ValueError):
     pass
 print(f"device {kb['device']}; our cuDNN provider: {kb.get('cudnn', '?')}; causal, 16k tokens per call, TFLOP/s")
 print("ours = the wgmma kernel, default schedule; alt = ping-pong flipped; single = one query tile per item;")
 print("launched = one CTA per work item instead of one persistent CTA per SM;")
-print("direct = the default with O stored from the accumulators, not staged through shared memory (qk 128)")
-print(f"{'d, heads, seqlen':<22}{'ours':>8}{'alt':>8}{'single':>8}{'launched':>10}{'direct':>8}{'mma.sync':>10}"
+print("direct = the default with O stored from the accumulators, not staged through shared memory (qk 128);")
+print("flat = persistent CTAs taking the items in the flat order, not longest first;")
+print("ragged rows (s=r<mean>): 16k tokens in lengths uniform in [mean/4, 7 mean/4]")
+print(f"{'d, heads, seqlen':<22}{'ours':>8}{'alt':>8}{'single':>8}{'launched':>10}{'direct':>8}{'flat':>8}{'mma.sync':>10}"
       f"{'cudnn':>8}{'torch':>8}"
       f"{'ours/cudnn':>12}")
-for (d, h, s), v in sorted(table.items(), key=lambda kv: (-kv[0][0], -kv[0][1], kv[0][2])):
+for (d, h, rg, s), v in sorted(table.items(), key=lambda kv: (-kv[0][0], -kv[0][1], kv[0][2], kv[0][3])):
+    s = f"r{s}" if rg else s
     f = lambda x, w: f"{x:{w}.1f}" if x else f"{'-':>{w}}"
     ours, cud = v.get("mha_prefill"), v.get("mha_prefill_cudnn")
     ratio = f"{ours / cud:11.2f}x" if ours and cud else f"{'-':>12}"
     print(f"{f'{d}/128 h={h} s={s}':<22}{f(ours, 8)}{f(v.get('mha_prefill_alt'), 8)}{f(v.get('mha_prefill_single'), 8)}"
-          f"{f(v.get('mha_prefill_launched'), 10)}{f(v.get('mha_prefill_direct'), 8)}"
+          f"{f(v.get('mha_prefill_launched'), 10)}{f(v.get('mha_prefill_direct'), 8)}{f(v.get('mha_prefill_flat'), 8)}"
           f"{f(v.get('mha_prefill_mmasync'), 10)}"
           f"{f(cud, 8)}{f(v.get('torch'), 8)}"
           f"{ratio}")

@@ -3,8 +3,8 @@
 # libraries it loads unpacked under $BUNDLE (bin/, libs/). One call:
 #   1. tools/device/tune.sh: tune + validate the V3 (128 heads) and V2-Lite (16 heads) shapes;
 #   2. the policy benchmark (mlaserve-tune --benchmark-policies) per shape: always MLA, SGLang's
-#      fixed rule, the profile just tuned here and the committed profiles of other GPUs
-#      ($COMPARE, e.g. the H200 ones), on one mixed workload timed once;
+#      fixed rule, the profile just tuned here and the committed profiles (this GPU's, as
+#      "committed-<name>", and the other GPUs'), on one mixed workload timed once;
 #   3. optionally (BIGVAL_S > 0) a larger validation of the batch buckets $BIGVAL_BATCHES with
 #      $BIGVAL_SAMPLES held-out batches each, for the profile of each shape.
 # Environment: BUNDLE (default .devtune2), BENCH_S (per shape), BENCH_REPS, BIGVAL_S, the
@@ -15,6 +15,9 @@ cd "$(dirname "$0")/../.."
 BUNDLE=${BUNDLE:-.devtune2}
 CUDA_LIBS=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/local/cuda/lib64
 export LD_LIBRARY_PATH=$PWD/$BUNDLE/libs:$CUDA_LIBS:${LD_LIBRARY_PATH:-}
+# The same cuDNN for the benchmark as for the tuning (tune.sh sources env.sh, which puts PyTorch's
+# first; without it the benchmark loaded the system's older one: 9.14 against 9.19, 2026-11-25).
+source tools/device/env.sh
 export TUNE_BIN=$PWD/$BUNDLE/bin/mlaserve-tune
 FINAL_OUT=${OUT:-/tmp/tune_out}
 export OUT=/tmp/tune_bench_work
@@ -29,7 +32,14 @@ for shape in v3:h128 v2lite:h16; do
   [[ -n "$tuned" ]] || { echo "$name: no tuned profile"; status=1; continue; }
   list=$tuned
   for p in profiles/*_"${key}"_n128_r64_v128_l512_bf16.json; do
-    [[ -f "$p" && $(basename "$p") != $(basename "$tuned") ]] && list="$list,$p"
+    [[ -f "$p" ]] || continue
+    if [[ $(basename "$p") == $(basename "$tuned") ]]; then
+      # The committed profile of this GPU, timed on the same batches as the one just tuned.
+      mkdir -p "$OUT/committed" && cp "$p" "$OUT/committed/committed-$(basename "$p")"
+      list="$list,$OUT/committed/committed-$(basename "$p")"
+    else
+      list="$list,$p"
+    fi
   done
   echo "=== policy benchmark $name: $list"
   "$TUNE_BIN" --benchmark-policies "$list" --bench-batches "${BENCH_BATCHES:-400}" \
