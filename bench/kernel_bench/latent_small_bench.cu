@@ -12,7 +12,8 @@
 //                 pages, 1 page of per-CTA cost): the baseline of this table
 //   pages=N       chunks of N pages, forced
 //   balanced      the balanced schedule, forced; balanced_nopf without the next segment's
-//                 loads issued during the current one (MLASERVE_MLA_PREFETCH=0)
+//                 loads issued during the current one (MLASERVE_MLA_PREFETCH=0); balanced_pc=N
+//                 with a request piece costed at N pages (MLASERVE_MLA_PIECE_COST)
 //   auto_gridorder  the kAuto plan with its chunk CTAs in grid order (MLASERVE_MLA_ORDER=0)
 //   lf=N          (batch >= 16) chunks of N pages ("all": no split), longest first, forced
 // MLASERVE_PDL=0 in the environment times the same without programmatic dependent launch.
@@ -76,6 +77,7 @@ struct Variant {
   kernels::MlaDecodePlan plan;
   bool prefetch = true;
   bool order = true;  // false: MLASERVE_MLA_ORDER=0
+  int piece_cost = 0;  // > 0: MLASERVE_MLA_PIECE_COST (the balanced schedule's cost of a piece)
 };
 
 void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::string>& only_variants,
@@ -134,6 +136,9 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
   }
   variants.push_back({"balanced", plan_for(max_k, kernels::MlaDecodeSchedule::kBalanced)});
   variants.push_back({"balanced_nopf", variants.back().plan, false});
+  for (int cost : {1, 3, 4, 5, 6, 8}) {
+    variants.push_back({"balanced_pc=" + std::to_string(cost), variants.back().plan, true, true, cost});
+  }
   variants.push_back({"auto_gridorder", variants.front().plan, true, false});
   if (batch >= 16) {
     for (int pps : {4, 8, 16, 32, 64}) {
@@ -157,6 +162,11 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
     }
     setenv("MLASERVE_MLA_PREFETCH", v.prefetch ? "1" : "0", 1);
     setenv("MLASERVE_MLA_ORDER", v.order ? "1" : "0", 1);
+    if (v.piece_cost > 0) {
+      setenv("MLASERVE_MLA_PIECE_COST", std::to_string(v.piece_cost).c_str(), 1);
+    } else {
+      unsetenv("MLASERVE_MLA_PIECE_COST");
+    }
     DeviceArray workspace(v.plan.workspace_bytes), metadata(v.plan.metadata_bytes);
     kernels::MlaParams p;
     p.dtype = kernels::DType::kBF16; p.batch = batch; p.num_heads = heads; p.kv_lora_rank = kRank;
@@ -188,6 +198,7 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
   }
   unsetenv("MLASERVE_MLA_PREFETCH");
   unsetenv("MLASERVE_MLA_ORDER");
+  unsetenv("MLASERVE_MLA_PIECE_COST");
   BENCH_CHECK(cudaStreamDestroy(stream));
   table.push_back(line);
 }

@@ -28,8 +28,12 @@ namespace mlaserve::kernels::mla_decode_internal {
 
 // Cost of one request piece beyond its pages (Q tile load, prologue, output), in pages.
 inline constexpr int kPieceCostPages = 2;
+// The piece cost the schedule kernel charges: kPieceCostPages, or MLASERVE_MLA_PIECE_COST (1-16)
+// where set (read per call: the benchmark sweeps it). Defined in mla_decode.cc.
+int PieceCostPages();
 // A part takes at least this cost, so that tiny batches do not spread one page per CTA.
-inline constexpr int kMinPartCost = kPieceCostPages + 2;
+constexpr int MinPartCost(int piece_cost) { return piece_cost + 2; }
+inline constexpr int kMinPartCost = MinPartCost(kPieceCostPages);
 // Most parts per row block (the schedule kernel keeps one int per part in shared memory).
 inline constexpr int kMaxParts = 1024;
 // sizeof(mla_cuda::LatentSegment) (kernels/mla_prefill/latent_attention.h; asserted there).

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -170,6 +171,12 @@ namespace mla_decode_internal {
 
 bool RunsBalancedSchedule(const MlaParams& p, const MlaDecodePlan& plan) {
   return plan.num_parts > 0 && p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p);
+}
+
+int PieceCostPages() {
+  const char* v = std::getenv("MLASERVE_MLA_PIECE_COST");
+  const int n = v != nullptr ? std::atoi(v) : 0;
+  return n >= 1 && n <= 16 ? n : kPieceCostPages;
 }
 
 }  // namespace mla_decode_internal

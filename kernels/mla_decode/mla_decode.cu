@@ -45,6 +45,7 @@ struct ScheduleArgs {
   const int32_t* block_table;
   int max_pages_per_seq;
   int batch, num_parts;
+  int piece_cost;  // pages a request piece costs beyond its own (PieceCostPages)
   mla_cuda::LatentSegment* segments;
   int32_t* part_segments;
   int32_t* pieces;
@@ -63,8 +64,8 @@ constexpr int kPartsPerThread = mla_decode_internal::kMaxParts / kScheduleThread
 static_assert(kPartsPerThread * kScheduleThreads == mla_decode_internal::kMaxParts);
 
 __global__ void __launch_bounds__(kScheduleThreads) MlaScheduleKernel(const __grid_constant__ ScheduleArgs a) {
-  using mla_decode_internal::kMinPartCost;
-  using mla_decode_internal::kPieceCostPages;
+  const int kPieceCostPages = a.piece_cost;
+  const int kMinPartCost = mla_decode_internal::MinPartCost(a.piece_cost);
   using Scan = cub::BlockScan<int64_t, kScheduleThreads>;
   using PartScan = cub::BlockScan<int32_t, kScheduleThreads>;
   using Reduce = cub::BlockReduce<int64_t, kScheduleThreads>;
@@ -279,6 +280,7 @@ ScheduleArgs ScheduleIn(const MlaParams& p, const MlaDecodePlan& plan, const mla
                       p.max_pages_per_seq,
                       p.batch,
                       plan.num_parts,
+                      mla_decode_internal::PieceCostPages(),
                       reinterpret_cast<mla_cuda::LatentSegment*>(meta + (layout.segments - layout.metadata)),
                       reinterpret_cast<int32_t*>(meta + (layout.part_segments - layout.metadata)),
                       reinterpret_cast<int32_t*>(meta + (layout.pieces - layout.metadata)),
