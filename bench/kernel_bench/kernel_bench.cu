@@ -15,11 +15,12 @@
 //                 ("mha_prefill_single"), one CTA per work item ("mha_prefill_launched") or
 //                 its staged output flipped ("mha_prefill_direct": O stored from the
 //                 accumulators; qk 128 only, qk 192 stores directly anyway), its persistent
-//                 CTAs' items in the flat order instead of longest first ("mha_prefill_flat"),
+//                 CTAs' items in the flat order instead of longest first ("mha_prefill_flat")
+//                 or dealt by round instead of taken by ticket ("mha_prefill_dealt"),
 //                 our mma.sync kernel ("mha_prefill_mmasync") and the cuDNN provider
 //                 ("mha_prefill_cudnn", when libcudnn.so.9 loads; its plan is built in the
 //                 warm-up calls); then ragged batches ("ragged mean=M": 16k tokens in lengths
-//                 uniform in [M/4, 7M/4], d 192/128) on ours, flat, launched and cuDNN
+//                 uniform in [M/4, 7M/4], d 192/128) on ours, flat, dealt, launched and cuDNN
 //   kv_pack     : GB/s over its bytes (each input read once, each output written once)
 //   mla_prefill : TFLOP/s as a fraction of the GEMM rate
 //   mla_decode_small : mla_decode at batch 1-8 (latent_small_bench.cu): microseconds per call in
@@ -200,12 +201,14 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
 // schedule's ping-pong flipped ("alt"), unpaired ("single"), one CTA per work item instead of
 // persistent CTAs ("launched") or O stored from the accumulators instead of through shared memory
 // and TMA ("direct"), the persistent CTAs' items in the flat order instead of longest first
-// ("flat"), our mma.sync kernel, cuDNN.
-enum class MhaRow { kOurs, kWgmmaAlt, kWgmmaSingle, kWgmmaLaunched, kWgmmaDirect, kWgmmaFlat, kMmaSync, kCudnn };
+// ("flat"), dealt by round instead of taken by ticket ("dealt"), our mma.sync kernel, cuDNN.
+enum class MhaRow {
+  kOurs, kWgmmaAlt, kWgmmaSingle, kWgmmaLaunched, kWgmmaDirect, kWgmmaFlat, kWgmmaDealt, kMmaSync, kCudnn
+};
 
 constexpr MhaRow kAllMhaRows[] = {MhaRow::kOurs,         MhaRow::kWgmmaAlt,    MhaRow::kWgmmaSingle,
                                   MhaRow::kWgmmaLaunched, MhaRow::kWgmmaDirect, MhaRow::kWgmmaFlat,
-                                  MhaRow::kMmaSync,       MhaRow::kCudnn};
+                                  MhaRow::kWgmmaDealt,    MhaRow::kMmaSync,     MhaRow::kCudnn};
 
 const char* MhaRowName(MhaRow row) {
   switch (row) {
@@ -215,6 +218,7 @@ const char* MhaRowName(MhaRow row) {
     case MhaRow::kWgmmaLaunched: return "mha_prefill_launched";
     case MhaRow::kWgmmaDirect: return "mha_prefill_direct";
     case MhaRow::kWgmmaFlat: return "mha_prefill_flat";
+    case MhaRow::kWgmmaDealt: return "mha_prefill_dealt";
     case MhaRow::kMmaSync: return "mha_prefill_mmasync";
     case MhaRow::kCudnn: return "mha_prefill_cudnn";
   }
@@ -265,6 +269,10 @@ void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, in
   p.lse = lse.get<float>(); p.cu_seqlens_q = cu.get<int32_t>(); p.cu_seqlens_k = cu.get<int32_t>();
   p.max_seqlen_q = seqlen; p.max_seqlen_k = seqlen; p.softmax_scale = 1.0f / std::sqrt(float(dqk));
   p.causal = true;
+  // The work counter (api.h: zero, and left zero by every call), as the engine gives one.
+  DeviceArray counter(4);
+  Upload(counter, std::vector<int32_t>{0});
+  p.work_counter = counter.get<uint32_t>();
   // The call of each row; the wgmma schedule variants only where the wgmma kernel runs.
   std::vector<std::pair<MhaRow, std::function<void()>>> calls;
   for (MhaRow row : rows) {
@@ -272,7 +280,7 @@ void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, in
     rp.provider = row == MhaRow::kCudnn ? kernels::MhaPrefillProvider::kCudnn : kernels::MhaPrefillProvider::kOurs;
     rp.kernel = row == MhaRow::kMmaSync ? kernels::MhaPrefillKernel::kMmaSync : kernels::MhaPrefillKernel::kAuto;
     if (row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle || row == MhaRow::kWgmmaLaunched ||
-        row == MhaRow::kWgmmaDirect || row == MhaRow::kWgmmaFlat) {
+        row == MhaRow::kWgmmaDirect || row == MhaRow::kWgmmaFlat || row == MhaRow::kWgmmaDealt) {
       if (!kernels::MhaPrefillWgmmaApplies(rp)) continue;  // not a Hopper GPU with an sm_90a build
       kernels::mha_sm90::Schedule schedule = kernels::mha_sm90::DefaultSchedule(dqk);
       if (row == MhaRow::kWgmmaAlt) schedule.pingpong = !schedule.pingpong;
@@ -280,6 +288,7 @@ void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, in
       if (row == MhaRow::kWgmmaLaunched) schedule.persistent = !schedule.persistent;
       if (row == MhaRow::kWgmmaDirect) schedule.staged_out = !schedule.staged_out;
       if (row == MhaRow::kWgmmaFlat) schedule.longest_first = !schedule.longest_first;
+      if (row == MhaRow::kWgmmaDealt) schedule.tickets = !schedule.tickets;
       calls.emplace_back(row, [rp, schedule] {
         CheckStatus(kernels::mha_sm90::Launch(rp, schedule, nullptr), "mha_sm90::Launch");
       });
@@ -391,7 +400,7 @@ int main(int argc, char** argv) {
                    "usage: %s [--json FILE] [--quick] [--no-mmasync] [--small-shapes S] [--small-variants V] [--only KERNEL] "
                    "[--repeat N] [--mha-min-seqlen S] [--mla-heads 128|16] "
                    "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_launched,mha_prefill_direct,"
-                   "mha_prefill_flat,"
+                   "mha_prefill_flat,mha_prefill_dealt,"
                    "mha_prefill_mmasync,mha_prefill_cudnn]\n",
                    argv[0]);
       return 1;
@@ -466,7 +475,11 @@ int main(int argc, char** argv) {
         for (MhaRow row : mha_rows) {
           if (row == MhaRow::kCudnn && !cudnn.ok()) continue;
           // The schedule variants at 4k-16k only.
-          if ((row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle || row == MhaRow::kWgmmaFlat) && seqlen < 4096) continue;
+          if ((row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle || row == MhaRow::kWgmmaFlat ||
+               row == MhaRow::kWgmmaDealt) &&
+              seqlen < 4096) {
+            continue;
+          }
           // qk 192 has no staged output (its launcher writes directly): the row would time the default.
           if (row == MhaRow::kWgmmaDirect && dqk != 128) continue;
           rows.push_back(row);
@@ -474,15 +487,16 @@ int main(int argc, char** argv) {
         BenchMhaPrefill(heads, std::vector<int>(16384 / seqlen, seqlen), false, dqk, rows, mha_repeat, ceil, res);
       }
   // Ragged batches (as a server's prefill batches are): 16k tokens in lengths uniform in
-  // [mean / 4, 7 mean / 4], DeepSeek's dims; our default (longest first), the flat order, one CTA
-  // an item, cuDNN.
+  // [mean / 4, 7 mean / 4], DeepSeek's dims; our default (longest first, by ticket), the flat
+  // order, dealt by round, one CTA an item, cuDNN.
   for (int heads : {128, 16})
     for (int mean : {1024, 2048, 4096}) {
       if (quick || !wanted("mha_prefill") || mean < mha_min_seqlen) continue;
       std::vector<MhaRow> rows;
       for (MhaRow row : mha_rows) {
         if (row == MhaRow::kCudnn && !cudnn.ok()) continue;
-        if (row == MhaRow::kOurs || row == MhaRow::kWgmmaFlat || row == MhaRow::kWgmmaLaunched || row == MhaRow::kCudnn) {
+        if (row == MhaRow::kOurs || row == MhaRow::kWgmmaFlat || row == MhaRow::kWgmmaDealt ||
+            row == MhaRow::kWgmmaLaunched || row == MhaRow::kCudnn) {
           rows.push_back(row);
         }
       }

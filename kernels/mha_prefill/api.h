@@ -93,6 +93,12 @@ struct MhaPrefillParams {
   bool causal = true;
   MhaPrefillProvider provider = MhaPrefillProvider::kAuto;  // CUDA only; see above
   MhaPrefillKernel kernel = MhaPrefillKernel::kAuto;        // CUDA, provider ours; see above
+  // CUDA, optional: one device word that is zero when the call starts and that no other kernel
+  // uses while it runs; the call leaves it zero (the engine's StepScratch::grid_ticket). With
+  // it our Hopper kernel's persistent CTAs take their work items by ticket, the CTA that is free
+  // first taking the next heaviest item; without, they are dealt by round. Same results either
+  // way; other providers and kernels ignore it.
+  uint32_t* work_counter = nullptr;
 };
 
 // The CUDA kernel's head dims: multiples of kMhaPrefillCudaHeadDimAlign (16-byte rows) up to

@@ -112,10 +112,12 @@ class MhaProblem {
     d_cu_k_ = ToDevice(cu_k_);
     d_out_ = PoisonedBf16(out_n_);
     d_lse_ = PoisonedF32(lse_n_);
+    d_ticket_ = ToDevice(std::vector<int32_t>{0});
     device_ = p;
     device_.dtype = DType::kBF16; device_.q = d_q_.get(); device_.k = d_kv_.get();
     device_.v = d_kv_.as<uint16_t>() + c.dqk; device_.out = d_out_.get(); device_.lse = d_lse_.as<float>();
     device_.cu_seqlens_q = d_cu_q_.as<int32_t>(); device_.cu_seqlens_k = d_cu_k_.as<int32_t>();
+    device_.work_counter = d_ticket_.as<uint32_t>();
     if (c.k_rope_dim > 0) {
       device_.k_rope = d_k_rope_.as<uint16_t>() + 8;
       device_.k_rope_token_stride = rope_stride;
@@ -142,10 +144,12 @@ class MhaProblem {
     cudaMemcpy(d_lse_.get(), lse.data(), lse_n_ * sizeof(float), cudaMemcpyHostToDevice);
   }
 
-  // After the device finished: out and lse against the CPU reference.
+  // After the device finished: out and lse against the CPU reference, and the work counter
+  // left zero (api.h) for the next run.
   void ExpectMatchesReference() const {
     const auto got = ToHostBf16(d_out_, out_n_);
     const auto got_lse = ToHost<float>(d_lse_, lse_n_);
+    EXPECT_EQ(ToHost<int32_t>(d_ticket_, 1)[0], 0) << "the work counter is not zero after the call";
     EXPECT_EQ(CountNan(got), 0u);
     EXPECT_LE(RelativeError(got, want_), 1e-2);
     EXPECT_LE(LseErrorOrInf(got_lse, want_lse_), 1e-3);
@@ -176,7 +180,7 @@ class MhaProblem {
   size_t out_n_ = 0, lse_n_ = 0;
   int dv_ = 0, heads_ = 1;
   MhaPrefillParams host_, device_;
-  DeviceBuffer d_q_, d_kv_, d_k_rope_, d_cu_q_, d_cu_k_, d_out_, d_lse_;
+  DeviceBuffer d_q_, d_kv_, d_k_rope_, d_cu_q_, d_cu_k_, d_out_, d_lse_, d_ticket_;
 };
 
 // Runs `provider` (and, for ours, `kernel`) on a fresh problem of case `c` and compares with

@@ -1,10 +1,10 @@
 // mha_prefill CUDA, our kernels (provider kOurs): the mma.sync kernel and the Hopper wgmma
 // kernel (all its schedules: eight, with qk 128 the same eight with the staged output, and the
-// default with its persistent CTAs' items in the flat order instead of longest first),
-// each against the CPU
+// default with its persistent CTAs' items in the flat order instead of longest first, dealt by
+// round instead of by ticket, and without a work counter), each against the CPU
 // reference (MhaPrefillCpu on the same bf16-rounded inputs), outputs poisoned before every run.
 // Fixed cases: causal and not, with and without a key prefix, rows without keys, GQA, padded
-// strides, loose max_seqlen bounds, the DeepSeek dims (192/128) with 16 and 128 heads, 128/128,
+// strides, loose max_seqlen bounds, 140 sequences, the DeepSeek dims (192/128) with 16 and 128 heads, 128/128,
 // small fixture dims (mma.sync only), long sequences (8k); then random ragged batches; then the
 // split K on the Hopper kernel; then the staged output's bytes against the direct stores'.
 // The cuDNN provider's tests are in mha_prefill_cudnn_test.cu.
@@ -44,13 +44,23 @@ std::vector<mha_sm90::Schedule> DirectSchedules() {
 
 // The schedules to test for these head dims: the eight, and with qk 128 each again with the
 // staged output. qk 192 has no staged output (the launcher writes directly): one such run
-// checks that fallback. The persistent ones deal their items longest first (the default); the
-// default schedule runs once more in the flat order.
+// checks that fallback. The persistent ones take their items longest first and by ticket (the
+// default); the default schedule runs once more in the flat order (by ticket), once dealt by
+// round, and once both; and each of those four on 3 CTAs, so that small cases too hand out many
+// tickets (and deal many rounds).
 std::vector<mha_sm90::Schedule> AllSchedules(int head_dim_qk) {
   std::vector<mha_sm90::Schedule> all = DirectSchedules();
-  mha_sm90::Schedule flat = mha_sm90::DefaultSchedule(head_dim_qk);
-  flat.longest_first = false;
-  all.push_back(flat);
+  for (const int ctas : {0, 3}) {
+    for (const bool longest_first : {false, true}) {
+      for (const bool tickets : {false, true}) {
+        mha_sm90::Schedule s = mha_sm90::DefaultSchedule(head_dim_qk);
+        s.longest_first = longest_first;
+        s.tickets = tickets;
+        s.ctas = ctas;
+        if (!(longest_first && tickets && ctas == 0)) all.push_back(s);
+      }
+    }
+  }
   if (head_dim_qk == 128) {
     for (mha_sm90::Schedule s : DirectSchedules()) {
       s.staged_out = true;
@@ -94,6 +104,17 @@ void RunOurKernels(MhaProblem& problem) {
     MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
     problem.ExpectMatchesReference();
   }
+  {
+    SCOPED_TRACE("kernel=wgmma, no work counter");
+    std::cout << "[ run ] wgmma without a work counter" << std::endl;
+    MhaPrefillParams dealt = wgmma;
+    dealt.work_counter = nullptr;
+    problem.Poison();
+    const auto st = MhaPrefill(dealt, ctx);
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    problem.ExpectMatchesReference();
+  }
   const mha_sm90::Schedule usual = mha_sm90::DefaultSchedule(wgmma.head_dim_qk);
   for (const mha_sm90::Schedule& schedule : AllSchedules(wgmma.head_dim_qk)) {
     if (schedule == usual) continue;  // ran above
@@ -105,6 +126,14 @@ void RunOurKernels(MhaProblem& problem) {
     MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
     problem.ExpectMatchesReference();
   }
+}
+
+// 140 sequences of 1-300 queries: more than the longest-first order ranks (the flat order, by
+// ticket), and more work items than CTAs.
+std::vector<int> ManySequences() {
+  std::vector<int> lq(140);
+  for (int i = 0; i < 140; ++i) lq[i] = 1 + (i * 37) % 300;
+  return lq;
 }
 
 const std::vector<MhaCase>& Cases() {
@@ -128,6 +157,7 @@ const std::vector<MhaCase>& Cases() {
       {16, 2, 128, 128, {129, 255, 256}, 128},        // GQA, tile-edge lengths
       {1, 1, 192, 128, {128, 256, 1}, 128},           // one head
       {16, 16, 192, 128, {100, 300}, 60, false, /*bound_slack=*/77},  // loose max_seqlen bounds
+      {8, 8, 192, 128, ManySequences(), 20},
   };
   return *cases;
 }
@@ -146,7 +176,7 @@ TEST_P(MhaPrefillCudaTest, OurKernelsMatchCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, MhaPrefillCudaTest,
-                         ::testing::Combine(::testing::Range(0, 19), ::testing::Bool()));
+                         ::testing::Combine(::testing::Range(0, 20), ::testing::Bool()));
 
 // Random ragged batches on the Hopper kernel's dims: 1..6 sequences of 1..400 queries (a
 // quarter of them 1..16), key prefixes up to 300 or none, sometimes sequences and rows without

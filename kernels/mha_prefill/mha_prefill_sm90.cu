@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/device_arch.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/mha_prefill/mha_prefill_sm90_kernel.cuh"
 
 namespace mlaserve::kernels::mha_sm90 {
@@ -78,15 +79,20 @@ std::string Refusal(const MhaPrefillParams& p) {
 }
 
 // staged_out for qk 128 (where it fits): 0.6-5.5% over the direct stores in every 4k-16k cell of
-// the H200 benchmark (docs/BENCHMARKS.md, fifteenth session).
+// the H200 benchmark (docs/BENCHMARKS.md, fifteenth session). MLASERVE_MHA_TICKETS=0 deals the
+// persistent CTAs' items by round instead of by ticket (A/B timing of whole workloads).
 Schedule DefaultSchedule(int head_dim_qk) {
-  return Schedule{head_dim_qk <= 128, true, true, head_dim_qk <= 128};
+  static const bool tickets_off = EnvSwitchedOff("MLASERVE_MHA_TICKETS");
+  Schedule s{head_dim_qk <= 128, true, true, head_dim_qk <= 128};
+  s.tickets = !tickets_off;
+  return s;
 }
 
 std::string ScheduleName(Schedule schedule) {
   return absl::StrCat(schedule.pingpong ? "pingpong" : "no-pingpong", schedule.paired ? "+paired" : "+single",
                       schedule.persistent ? "+persistent" : "+launched", schedule.staged_out ? "+staged" : "",
-                      schedule.longest_first ? "" : "+flat");
+                      schedule.longest_first ? "" : "+flat", schedule.tickets ? "" : "+dealt",
+                      schedule.ctas > 0 ? absl::StrCat("+ctas=", schedule.ctas) : "");
 }
 
 absl::Status Launch(const MhaPrefillParams& p, Schedule schedule, void* stream) {

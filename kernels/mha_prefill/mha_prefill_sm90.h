@@ -27,20 +27,29 @@ struct Schedule {
   // bytes. qk 128 only: the launcher writes directly for qk 192 (no shared memory left) and
   // where out lies less than max_seqlen_q rows above address 0 (its TMA view starts there).
   bool staged_out = false;
-  // Persistent CTAs take the work items longest sequence first, dealt in a snake over the CTAs,
-  // instead of in the flat (x, head, sequence) order (2-128 sequences; the kernel says why).
+  // Persistent CTAs take the work items longest sequence first instead of in the flat
+  // (x, head, sequence) order (2-128 sequences; the kernel says why).
   bool longest_first = true;
+  // Persistent CTAs take each item after their first by ticket from MhaPrefillParams::
+  // work_counter where the call gives one (the CTA free first takes the next item), instead of
+  // dealt by round (a snake over the CTAs in the longest-first order).
+  bool tickets = true;
+  // Persistent CTAs to launch (at most one per SM): 0 takes every SM. Tests set a few, so that
+  // small problems have many items a CTA.
+  int ctas = 0;
 };
 // Field by field (the .cu files that include this are C++17: no defaulted comparison).
 inline bool operator==(const Schedule& a, const Schedule& b) {
   return a.pingpong == b.pingpong && a.paired == b.paired && a.persistent == b.persistent &&
-         a.staged_out == b.staged_out && a.longest_first == b.longest_first;
+         a.staged_out == b.staged_out && a.longest_first == b.longest_first && a.tickets == b.tickets &&
+         a.ctas == b.ctas;
 }
 // The schedule MhaPrefill uses for these head dims: ping-pong for qk 128 and not for qk 192
 // (FlashAttention-3's measured choice: the longer S product leaves less to hide), paired,
 // persistent, and the staged output where it fits (qk 128: measured faster on the H200).
 Schedule DefaultSchedule(int head_dim_qk);
-// "pingpong+paired+persistent", ... ("+staged" where staged_out, "+flat" without longest_first):
+// "pingpong+paired+persistent", ... ("+staged" where staged_out, "+flat" without longest_first,
+// "+dealt" without tickets, "+ctas=N" with N persistent CTAs):
 // for test and benchmark labels.
 std::string ScheduleName(Schedule schedule);
 // Launches the kernel on `stream` (a cudaStream_t) with `schedule`; the caller has checked

@@ -39,9 +39,13 @@
 // runs ahead across items as across the tiles of a pair, so an item's Q and first K/V loads land
 // under the previous item's last products and output, and a CTA's start-up (its barriers,
 // descriptor fetches, first loads) is paid once per SM, not once per item. With
-// Schedule::longest_first (the default; 2-128 sequences) the rounds deal the items heaviest
-// sequence first in a snake over the CTAs (ItemOrder below), else round j is item
-// blockIdx.x + j * gridDim.x of the flat order. Otherwise one CTA per item.
+// Schedule::longest_first (the default; 2-128 sequences) the items are ranked heaviest sequence
+// first (ItemOrder below), else they keep the flat order. With a ticket word (Schedule::tickets
+// and MhaPrefillParams::work_counter, the default where a caller gives one) each CTA takes its
+// first item by its index and every next one by a ticket, the rank a global counter hands out,
+// so the CTA that is free first takes the next heaviest item; without, round j deals rank
+// j * G + c in a snake over the G CTAs (c in odd rounds G - 1 - c), or flat item
+// blockIdx.x + j * gridDim.x. Otherwise one CTA per item.
 //
 // The output is written from the accumulators (bf16 pairs) and lse from the row statistics;
 // a row that sees no key gets 0 and -inf, rows past the sequence are not written.
@@ -177,6 +181,10 @@ struct Sm90Args {
   // Persistent CTAs deal the items longest sequence first (Schedule::longest_first, as the
   // launcher resolved it: persistent, 2..kOrderMaxBatch sequences); else the flat order.
   bool longest_first;
+  // Persistent CTAs take their items after the first by ticket from this word (zero at the
+  // launch; the CTA that draws the launch's last ticket puts it back to zero), or null: dealt by
+  // round. Schedule::tickets with MhaPrefillParams::work_counter, as the launcher resolved it.
+  uint32_t* tickets;
 };
 
 // Sequences the longest-first order sorts (one a thread, kernel start; the scan 4 a lane).
@@ -332,19 +340,30 @@ __device__ __forceinline__ void BuildItemOrder(const MhaPrefillParams& p, bool p
   // (the caller's __syncthreads publishes the order)
 }
 
-// This CTA's item of round `round`, or false past its last one.
+// The rank (an index of the longest-first order, or a flat item index) that round `round` deals
+// to this CTA without tickets.
+template <class Args>
+__device__ __forceinline__ int StaticRank(const Args& args, int round) {
+  const int G = gridDim.x, c = blockIdx.x;
+  if (!args.longest_first) return c + round * G;
+  return round * G + ((round & 1) ? G - 1 - c : c);
+}
+
+// The items the ranks number (those past it do not exist).
+template <class Args>
+__device__ __forceinline__ int RankedItems(const Args& args, const ItemOrder& o) {
+  return args.longest_first ? o.first[args.p.batch] : args.items;
+}
+
+// Item of rank r, or false where there is none.
 template <int kBlockM, class Args>
-__device__ __forceinline__ bool RoundItem(const Args& args, const ItemOrder& o, bool paired, int round, WorkItem& it) {
+__device__ __forceinline__ bool ItemAt(const Args& args, const ItemOrder& o, bool paired, int r, WorkItem& it) {
   const MhaPrefillParams& p = args.p;
+  if (r >= RankedItems(args, o)) return false;
   if (!args.longest_first) {
-    const int item = static_cast<int>(blockIdx.x) + round * static_cast<int>(gridDim.x);
-    if (item >= args.items) return false;
-    it = DecodeItem<kBlockM>(p, paired, item, args.x_extent);
+    it = DecodeItem<kBlockM>(p, paired, r, args.x_extent);
     return true;
   }
-  const int G = gridDim.x, c = blockIdx.x;
-  const int r = round * G + ((round & 1) ? G - 1 - c : c);
-  if (r >= o.first[p.batch]) return false;
   int lo = 0, hi = p.batch - 1;  // the last rank whose first item is <= r (it has items)
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -353,6 +372,26 @@ __device__ __forceinline__ bool RoundItem(const Args& args, const ItemOrder& o, 
   const int n = o.per_head[lo], local = r - o.first[lo];
   it = DecodeItemOf<kBlockM>(p, paired, o.seq[lo], local / n, local % n, n);
   return true;
+}
+
+// The tickets' hand-off from the producer thread, which draws them, to the consumers: the rank
+// of round n >= 1 in slot (n - 1) % 2, full when written (one arrival), empty once every
+// consumer thread has read it (kConsumers arrivals: each thread its own, which racecheck
+// follows; once an item, so their cost does not show).
+struct TicketRing {
+  int rank[2];
+  uint64_t full[2], empty[2];
+};
+
+// The producer's ticket for round `round` >= 1: the next rank of the launch (the first G ranks
+// are the CTAs' first items). Every CTA draws until it gets a rank past the items, so a launch
+// draws max(items, G) tickets; the one that draws the last resets the word for the next launch.
+template <class Args>
+__device__ __forceinline__ int DrawTicket(const Args& args, const ItemOrder& o) {
+  const int G = gridDim.x, items = RankedItems(args, o);
+  const int drawn = static_cast<int>(atomicAdd(args.tickets, 1u));
+  if (drawn == max(items, G) - 1) atomicExch(args.tickets, 0u);
+  return G + drawn;
 }
 
 // Key tiles that the query tile at row m0 of item w needs (causal: up to its last row's diagonal).
@@ -375,6 +414,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const bool paired = args.schedule.paired;
   __shared__ ItemOrder order;
   if (args.longest_first) BuildItemOrder<kBlockM>(p, paired, order);
+  __shared__ TicketRing ring;
+  const bool dynamic = args.tickets != nullptr;
 
   if (threadIdx.x == 0) {
     FullBarrier::init(&ss.q_full, 1);
@@ -384,6 +425,10 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       FullBarrier::init(&ss.v_full[s], 1);
       EmptyBarrier::init(&ss.k_empty[s], 2);
       EmptyBarrier::init(&ss.v_empty[s], 2);
+    }
+    for (int s = 0; s < 2; ++s) {
+      EmptyBarrier::init(&ring.full[s], 1);
+      EmptyBarrier::init(&ring.empty[s], Tile::kConsumers);
     }
     cutlass::arch::fence_barrier_init();
   }
@@ -412,7 +457,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     constexpr auto kKeep = TMA::CacheHintSm90::EVICT_LAST;  // K/V are re-read by the sequence's other items
     int loaded = 0, q_loads = 0;
     WorkItem it;
-    for (int round = 0; RoundItem<kBlockM>(args, order, paired, round, it); ++round) {
+    for (int round = 0;; ++round) {
+      int r = StaticRank(args, round);
+      if (dynamic && round > 0) {  // draw the round's rank and hand it to the consumers
+        r = DrawTicket(args, order);
+        const int slot = (round - 1) & 1, use = (round - 1) >> 1;
+        if (use > 0) EmptyBarrier::wait(&ring.empty[slot], (use - 1) & 1);
+        ring.rank[slot] = r;
+        EmptyBarrier::arrive(&ring.full[slot]);
+      }
+      if (!ItemAt<kBlockM>(args, order, paired, r, it)) {
+        if (dynamic && round == 0) continue;  // no first item: still one ticket (it ends the CTA)
+        break;
+      }
       if (it.n_work == 0) continue;
       const int lq = it.lq, lk = it.lk;
       const int tail_head = args.k_tail_heads == 1 ? 0 : it.kv_head;
@@ -626,9 +683,20 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // live values there spill its 24 registers).
   if (staged && wg_tid == 0) cute::prefetch_tma_descriptor(args.tma_o.get_tma_descriptor());
   int loaded = 0, q_loads = 0;
-#pragma unroll 1
   WorkItem it;
-  for (int round = 0; RoundItem<kBlockM>(args, order, paired, round, it); ++round) {
+#pragma unroll 1
+  for (int round = 0;; ++round) {
+    int r = StaticRank(args, round);
+    if (dynamic && round > 0) {  // the producer's ticket for this round
+      const int slot = (round - 1) & 1, use = (round - 1) >> 1;
+      EmptyBarrier::wait(&ring.full[slot], use & 1);
+      r = ring.rank[slot];
+      EmptyBarrier::arrive(&ring.empty[slot]);
+    }
+    if (!ItemAt<kBlockM>(args, order, paired, r, it)) {
+      if (dynamic && round == 0) continue;
+      break;
+    }
     const int lq = it.lq, lk = it.lk, causal_shift = it.causal_shift;
 #pragma unroll 1
     for (int w = 0; w < it.n_work; ++w) {
@@ -782,7 +850,8 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
       schedule,
       x_extent,
       items,
-      schedule.persistent && schedule.longest_first && p.batch > 1 && p.batch <= kOrderMaxBatch};
+      schedule.persistent && schedule.longest_first && p.batch > 1 && p.batch <= kOrderMaxBatch,
+      schedule.persistent && schedule.tickets ? p.work_counter : nullptr};
   using Smem = Sm90Smem<Tile>;
   constexpr int kSmem = sizeof(Smem);
   static_assert(kSmem <= 227 * 1024, "the sm90 mha_prefill tile exceeds Hopper's shared memory");
@@ -795,8 +864,10 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
       err != cudaSuccess) {
     return cuda::CudaStatus(err, "mha_prefill sm90: raising the shared-memory limit");
   }
-  // One CTA an SM holds (smem is over half of it): persistent, one a multiprocessor.
-  const int grid = schedule.persistent ? std::min(items, cuda::CurrentDeviceSmCount()) : items;
+  // One CTA an SM holds (smem is over half of it): persistent, one a multiprocessor (or the
+  // schedule's fewer).
+  const int sms = cuda::CurrentDeviceSmCount();
+  const int grid = schedule.persistent ? std::min(items, schedule.ctas > 0 ? std::min(schedule.ctas, sms) : sms) : items;
   kernel<<<grid, Tile::kThreads, smem, stream>>>(args);
   return cuda::LaunchStatus("MhaPrefillSm90Kernel");
 }

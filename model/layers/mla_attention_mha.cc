@@ -96,6 +96,9 @@ absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const
     p.max_seqlen_k = max_k;
     p.softmax_scale = static_cast<float>(c.softmax_scale);
     p.causal = causal;
+    // Our Hopper kernel's CTAs take their work items by ticket from the step's grid word (zero,
+    // and left zero: this stream's kernels run one after another).
+    p.work_counter = scratch.grid_ticket();
     // The provider of the GPU profile's cell (kMhaOurs / kMhaCudnn) applies only where the
     // engine's provider is auto; an explicit --mha-provider wins.
     p.provider = ctx_->mha_provider == kernels::MhaPrefillProvider::kAuto ? plan.mha_provider

@@ -52,10 +52,11 @@ class StepScratch {
     return arena_.Allocate(static_cast<size_t>(elements) * kernels::DTypeSize(dtype_), what);
   }
   ScratchArena& arena() { return arena_; }
-  // kCuda: one device word, zero from Create on, for a kernel that elects its grid's last CTA
-  // with tickets and leaves the word zero when it completes (kernels/moe's fused router,
-  // MoeRouterProjection::ticket). The engine's kernels run on one stream, one after another, so
-  // every such launch of a step may take this one word. Null on kCpu.
+  // kCuda: one device word, zero from Create on, for a kernel that hands out tickets to its
+  // CTAs and leaves the word zero when it completes (kernels/moe's fused router electing its
+  // last CTA, MoeRouterProjection::ticket; mha_prefill's work items, MhaPrefillParams::
+  // work_counter). The engine's kernels run on one stream, one after another, so every such
+  // launch of a step may take this one word. Null on kCpu.
   uint32_t* grid_ticket() const { return grid_ticket_.as<uint32_t>(); }
 
   // The step's mla_decode metadata (kernels/mla_decode/api.h: the balanced schedule or the

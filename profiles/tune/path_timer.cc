@@ -69,6 +69,9 @@ class CudaPathTimer final : public PathTimer {
       RETURN_IF_ERROR(b->Allocate(meta, "metadata"));
     }
     RETURN_IF_ERROR(block_table_.Allocate(size_t(l_.max_batch) * max_pages_per_seq_ * 4, "pages"));
+    // mha_prefill's work counter (kernels/mha_prefill/api.h: zero, left zero), as the engine's.
+    RETURN_IF_ERROR(work_counter_.Allocate(sizeof(uint32_t), "mha work counter"));
+    RETURN_IF_ERROR(Upload(work_counter_, std::vector<uint32_t>{0}));
     uint64_t seed = 1;
     for (DeviceBuffer* b : {&cache_, &lat_ext_, &w_kvb_, &q_}) RETURN_IF_ERROR(b->Random(seed++));
     return Cuda(cudaDeviceSynchronize(), "init");
@@ -120,7 +123,7 @@ class CudaPathTimer final : public PathTimer {
   const kernels::KernelContext ctx_{kernels::Backend::kCuda, nullptr, 0};
   int lat_ = 0, num_pages_ = 0, max_pages_per_seq_ = 0;
   DeviceBuffer cache_, lat_ext_, lat_pre_, w_kvb_, q_, kv_, k_, v_, o_, o_tmp_, lse_, lse_tmp_;
-  DeviceBuffer q_abs_, out_lat_, cu_q_, seqlens_k_, block_table_;
+  DeviceBuffer q_abs_, out_lat_, cu_q_, seqlens_k_, block_table_, work_counter_;
   // Per prefix chunk: start[batch], len[batch], cu[batch + 1], uploaded before timing.
   std::unique_ptr<DeviceBuffer> chunk_meta_;
   size_t ChunkMetaInts() const { return 3 * size_t(batch_) + 1; }
@@ -278,6 +281,7 @@ kernels::MhaPrefillParams CudaPathTimer::Attention(bool causal) const {
   a.max_seqlen_q = max_q_;
   a.softmax_scale = 1.0f / std::sqrt(static_cast<float>(dqk));
   a.causal = causal;
+  a.work_counter = work_counter_.get<uint32_t>();
   return a;
 }
 
