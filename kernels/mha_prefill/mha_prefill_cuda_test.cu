@@ -47,7 +47,7 @@ std::vector<mha_sm90::Schedule> DirectSchedules() {
 // checks that fallback. The persistent ones take their items longest first and by ticket (the
 // default); the default schedule runs once more in the flat order (by ticket), once dealt by
 // round, and once both; and each of those four on 3 CTAs, so that small cases too hand out many
-// tickets (and deal many rounds).
+// tickets (and deal many rounds); and with the lazy rescale, on every SM and on 3 CTAs.
 std::vector<mha_sm90::Schedule> AllSchedules(int head_dim_qk) {
   std::vector<mha_sm90::Schedule> all = DirectSchedules();
   for (const int ctas : {0, 3}) {
@@ -61,6 +61,11 @@ std::vector<mha_sm90::Schedule> AllSchedules(int head_dim_qk) {
       }
     }
   }
+  mha_sm90::Schedule lazy = mha_sm90::DefaultSchedule(head_dim_qk);
+  lazy.lazy_rescale = !lazy.lazy_rescale;
+  all.push_back(lazy);
+  lazy.ctas = 3;
+  all.push_back(lazy);
   if (head_dim_qk == 128) {
     for (mha_sm90::Schedule s : DirectSchedules()) {
       s.staged_out = true;

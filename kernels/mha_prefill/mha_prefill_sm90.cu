@@ -92,7 +92,8 @@ std::string ScheduleName(Schedule schedule) {
   return absl::StrCat(schedule.pingpong ? "pingpong" : "no-pingpong", schedule.paired ? "+paired" : "+single",
                       schedule.persistent ? "+persistent" : "+launched", schedule.staged_out ? "+staged" : "",
                       schedule.longest_first ? "" : "+flat", schedule.tickets ? "" : "+dealt",
-                      schedule.ctas > 0 ? absl::StrCat("+ctas=", schedule.ctas) : "");
+                      schedule.ctas > 0 ? absl::StrCat("+ctas=", schedule.ctas) : "",
+                      schedule.lazy_rescale ? "+lazy" : "");
 }
 
 absl::Status Launch(const MhaPrefillParams& p, Schedule schedule, void* stream) {

@@ -37,19 +37,22 @@ struct Schedule {
   // Persistent CTAs to launch (at most one per SM): 0 takes every SM. Tests set a few, so that
   // small problems have many items a CTA.
   int ctas = 0;
+  // The online softmax moves a row's reference maximum only when a tile's exceeds it by more
+  // than 2^8, and rescales O only then (warp by warp) instead of after every key tile.
+  bool lazy_rescale = false;
 };
 // Field by field (the .cu files that include this are C++17: no defaulted comparison).
 inline bool operator==(const Schedule& a, const Schedule& b) {
   return a.pingpong == b.pingpong && a.paired == b.paired && a.persistent == b.persistent &&
          a.staged_out == b.staged_out && a.longest_first == b.longest_first && a.tickets == b.tickets &&
-         a.ctas == b.ctas;
+         a.ctas == b.ctas && a.lazy_rescale == b.lazy_rescale;
 }
 // The schedule MhaPrefill uses for these head dims: ping-pong for qk 128 and not for qk 192
 // (FlashAttention-3's measured choice: the longer S product leaves less to hide), paired,
 // persistent, and the staged output where it fits (qk 128: measured faster on the H200).
 Schedule DefaultSchedule(int head_dim_qk);
 // "pingpong+paired+persistent", ... ("+staged" where staged_out, "+flat" without longest_first,
-// "+dealt" without tickets, "+ctas=N" with N persistent CTAs):
+// "+dealt" without tickets, "+ctas=N" with N persistent CTAs, "+lazy" with lazy_rescale):
 // for test and benchmark labels.
 std::string ScheduleName(Schedule schedule);
 // Launches the kernel on `stream` (a cudaStream_t) with `schedule`; the caller has checked

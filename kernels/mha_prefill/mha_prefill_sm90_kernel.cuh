@@ -212,6 +212,11 @@ struct Sm90Smem {
   Sm90OutSmem<Tile> out;  // the staged output's O tile (Schedule::staged_out)
 };
 
+// Schedule::lazy_rescale: how far (log2 units of the scaled scores) a row's tile maximum may
+// exceed the reference it exponentiates against before the reference moves (FlashAttention-4's
+// threshold: P stays below 2^8).
+constexpr float kLazyRescaleLog2 = 8.0f;
+
 // Named barriers of the ping-pong (CUTLASS user ids; ids 0..7 are reserved): warpgroup w waits
 // on kTurn + w before issuing its products, and then lets the other one go.
 constexpr uint32_t kTurnBarrier = 0;
@@ -539,11 +544,15 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   Tensor tOcO = thr_o.partition_C(make_identity_tensor(Shape<Int<kWgRows>, Int<kDv>>{}));
   const int my_row[2] = {get<0>(tScS(0)), get<0>(tScS(2))};
   const float scale_log2 = p.softmax_scale * cuda::kLog2e;
+  const bool lazy_rescale = args.schedule.lazy_rescale;
   // Per query tile: the keys each of this thread's rows sees (keys < key_end[half]), the fewest
   // any row of the warpgroup sees (tiles past it need the mask: a uniform test), and the
   // running row maxima (log2 domain), sums and last rescale factors.
   int key_end[2], wg_key_end;
-  float m_run[2], l_run[2], alpha[2];
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, alpha[2] = {1.0f, 1.0f};
+  // Whether the last softmax moved a reference maximum, so that O needs its rescale (always,
+  // unless Schedule::lazy_rescale; warp-uniform).
+  bool rescale = true;
 
   auto qk_gemm = [&](int stage) {
     Tensor sK = make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KLayout{});
@@ -596,15 +605,27 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       float& m = mx[(i >> 1) & 1][(i >> 2) % kChains];
       m = fmaxf(m, tSrS(i));
     }
-    float m_use[2];
+    float m_use[2], m_tile[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float m_row = fmaxf(fmaxf(mx[half][0], mx[half][1]), fmaxf(mx[half][2], mx[half][3]));
-      const float m_new = fmaxf(m_run[half], cuda::QuadMax(m_row) * scale_log2);
+      m_tile[half] = cuda::QuadMax(m_row) * scale_log2;
+    }
+    // Lazy rescale: the reference maximum of a row moves only when the tile's exceeds it by more
+    // than kLazyRescaleLog2 (P then stays below 2^8), and O is rescaled only when some row of
+    // the warp moved. The output and LSE are relative to the same reference, so they do not
+    // change beyond rounding.
+    rescale = !lazy_rescale ||
+              __any_sync(0xffffffffu, m_tile[0] > m_run[0] + kLazyRescaleLog2 || m_tile[1] > m_run[1] + kLazyRescaleLog2);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float m_new = rescale ? fmaxf(m_run[half], m_tile[half]) : m_run[half];
       m_use[half] = m_new == -INFINITY ? 0.0f : m_new;  // a row without keys so far: P = 0
-      alpha[half] = cuda::FastExp2(m_run[half] - m_use[half]);
+      if (rescale) {
+        alpha[half] = cuda::FastExp2(m_run[half] - m_use[half]);
+        l_run[half] *= alpha[half];
+      }
       m_run[half] = m_new;
-      l_run[half] *= alpha[half];
     }
     float sum[2][kChains] = {};
 #pragma unroll
@@ -737,7 +758,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           // Warpgroup 0 goes first; afterwards each waits until the other has issued.
           if (pingpong && !(wg == 0 && i == 1)) cutlass::arch::NamedBarrier::sync(Tile::kConsumers, kTurnBarrier + wg);
           qk_gemm(stage(i));
-          rescale_o();
+          if (rescale) rescale_o();
           FullBarrier::wait(&ss.v_full[stage(i - 1)], phase(i - 1));
           pv_gemm(stage(i - 1));
           // Warpgroup 1's last turn has nobody left to wake.
@@ -753,7 +774,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         warpgroup_wait<0>();
         if (last >= 1) release(&ss.v_empty[stage(last - 1)]);
         convert_p();
-        rescale_o();
+        if (rescale) rescale_o();
         FullBarrier::wait(&ss.v_full[stage(last)], phase(last));
         pv_gemm(stage(last));
         warpgroup_wait<0>();
