@@ -14,6 +14,7 @@ share is the share of the kernel's warp time spent at it (issuing or waiting the
 import argparse
 import collections
 import csv
+import functools
 import re
 import sys
 
@@ -64,18 +65,22 @@ def read_sass(path):
     return out
 
 
-def source_text(path, line, cache={}):
-    if path not in cache:
-        try:
-            cache[path] = open(path, errors="replace").read().split("\n")
-        except OSError:
-            # The build's paths may be another checkout's: try the same path in this one.
-            m = re.search(r"/(kernels/.*)$", path)
+@functools.lru_cache(maxsize=None)
+def source_lines(path):
+    """The file's lines; the build's paths may be another checkout's, so else the same kernels/
+    path in this one; else none."""
+    m = re.search(r"/(kernels/.*)$", path)
+    for candidate in (path, m.group(1) if m else None):
+        if candidate:
             try:
-                cache[path] = open(m.group(1), errors="replace").read().split("\n") if m else []
+                return open(candidate, errors="replace").read().split("\n")
             except OSError:
-                cache[path] = []
-    text = cache[path]
+                pass
+    return []
+
+
+def source_text(path, line):
+    text = source_lines(path)
     return text[line - 1].strip() if 0 < line <= len(text) else ""
 
 

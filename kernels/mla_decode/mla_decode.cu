@@ -53,7 +53,8 @@ struct ScheduleArgs {
 };
 
 // The balanced schedule (balanced_schedule.h), by one block in parallel. Request b occupies
-// [C_b, C_b + kPieceCostPages + pages_b) of a cost line (C = exclusive prefix sum); part q takes
+// [C_b, C_b + piece_cost + pages_b) of a cost line (C = exclusive prefix sum; piece_cost from
+// PieceCostPages); part q takes
 // the line's [q T, (q + 1) T), T = ceil(total / num_parts), and of request b the pages whose
 // units fall there (a part that holds only b's fixed units takes none of it). A part's cost is
 // at most T plus one piece's fixed cost. Requests are walked kScheduleThreads at a time, each
@@ -64,8 +65,7 @@ constexpr int kPartsPerThread = mla_decode_internal::kMaxParts / kScheduleThread
 static_assert(kPartsPerThread * kScheduleThreads == mla_decode_internal::kMaxParts);
 
 __global__ void __launch_bounds__(kScheduleThreads) MlaScheduleKernel(const __grid_constant__ ScheduleArgs a) {
-  const int kPieceCostPages = a.piece_cost;
-  const int kMinPartCost = mla_decode_internal::MinPartCost(a.piece_cost);
+  const int piece_cost = a.piece_cost;
   using Scan = cub::BlockScan<int64_t, kScheduleThreads>;
   using PartScan = cub::BlockScan<int32_t, kScheduleThreads>;
   using Reduce = cub::BlockReduce<int64_t, kScheduleThreads>;
@@ -80,19 +80,20 @@ __global__ void __launch_bounds__(kScheduleThreads) MlaScheduleKernel(const __gr
   cuda::PdlReleaseDependents();
   const int G = a.num_parts;
   int64_t mine = 0;
-  for (int b = threadIdx.x; b < a.batch; b += kScheduleThreads) mine += PagesFor(a.seqlens_k[b]) + kPieceCostPages;
+  for (int b = threadIdx.x; b < a.batch; b += kScheduleThreads) mine += PagesFor(a.seqlens_k[b]) + piece_cost;
   const int64_t total_sum = Reduce(temp.reduce).Sum(mine);
   if (threadIdx.x == 0) total_shared = total_sum;
   for (int q = threadIdx.x; q < G; q += kScheduleThreads) part_first[q] = INT32_MAX;
   __syncthreads();
-  const int64_t T = max((total_shared + G - 1) / G, static_cast<int64_t>(kMinPartCost));
+  const int64_t min_part_cost = mla_decode_internal::MinPartCost(piece_cost);
+  const int64_t T = max((total_shared + G - 1) / G, min_part_cost);
   // The parts request b's segments lie in, and its page range in part q.
   auto first_part = [&](int64_t c) { return static_cast<int>(min(c / T, static_cast<int64_t>(G - 1))); };
   auto last_part = [&](int64_t c, int n) {
-    return static_cast<int>(min((c + kPieceCostPages + max(n, 1) - 1) / T, static_cast<int64_t>(G - 1)));
+    return static_cast<int>(min((c + piece_cost + max(n, 1) - 1) / T, static_cast<int64_t>(G - 1)));
   };
   auto range = [&](int64_t c, int n, int q, int& lo, int& hi) {
-    const int64_t start = c + kPieceCostPages;
+    const int64_t start = c + piece_cost;
     lo = static_cast<int>(min(max(q * T - start, int64_t{0}), static_cast<int64_t>(n)));
     hi = q == G - 1 ? n : static_cast<int>(min(max((q + 1) * T - start, int64_t{0}), static_cast<int64_t>(n)));
   };
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(kScheduleThreads) MlaScheduleKernel(const __gr
     const int n = PagesFor(k_len);
     int64_t c = 0, chunk_cost = 0;
     __syncthreads();
-    Scan(temp.scan).ExclusiveSum(valid ? int64_t{n} + kPieceCostPages : 0, c, chunk_cost);
+    Scan(temp.scan).ExclusiveSum(valid ? int64_t{n} + piece_cost : 0, c, chunk_cost);
     c += cost_carry;
     int k = 0;
     if (valid) {
