@@ -81,10 +81,14 @@ std::string Refusal(const MhaPrefillParams& p) {
 // staged_out for qk 128 (where it fits): 0.6-5.5% over the direct stores in every 4k-16k cell of
 // the H200 benchmark (docs/BENCHMARKS.md, fifteenth session). MLASERVE_MHA_TICKETS=0 deals the
 // persistent CTAs' items by round instead of by ticket (A/B timing of whole workloads).
+// lazy_rescale for qk 128: ahead in 17 of 18 4k-16k cells over three H200 rounds (+2.0 to +4.7%
+// at h 128, the one loss h 16 8k -2.6% in one round); for qk 192 it moved the cells by -4 to +5%
+// around even, so that stays as it was (docs/BENCHMARKS.md, nineteenth session).
 Schedule DefaultSchedule(int head_dim_qk) {
   static const bool tickets_off = EnvSwitchedOff("MLASERVE_MHA_TICKETS");
   Schedule s{head_dim_qk <= 128, true, true, head_dim_qk <= 128};
   s.tickets = !tickets_off;
+  s.lazy_rescale = head_dim_qk <= 128;
   return s;
 }
 

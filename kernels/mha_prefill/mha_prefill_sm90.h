@@ -49,7 +49,8 @@ inline bool operator==(const Schedule& a, const Schedule& b) {
 }
 // The schedule MhaPrefill uses for these head dims: ping-pong for qk 128 and not for qk 192
 // (FlashAttention-3's measured choice: the longer S product leaves less to hide), paired,
-// persistent, and the staged output where it fits (qk 128: measured faster on the H200).
+// persistent, the staged output where it fits and the lazy rescale (qk 128 both: measured
+// faster on the H200).
 Schedule DefaultSchedule(int head_dim_qk);
 // "pingpong+paired+persistent", ... ("+staged" where staged_out, "+flat" without longest_first,
 // "+dealt" without tickets, "+ctas=N" with N persistent CTAs, "+lazy" with lazy_rescale):

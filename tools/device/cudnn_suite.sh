@@ -189,7 +189,7 @@ print("ours = the wgmma kernel, default schedule; alt = ping-pong flipped; singl
 print("launched = one CTA per work item instead of one persistent CTA per SM;")
 print("direct = the default with O stored from the accumulators, not staged through shared memory (qk 128);")
 print("flat = persistent CTAs taking the items in the flat order, not longest first;")
-print("dealt = persistent CTAs dealt their items by round, not taking them by ticket; lazy = the lazy rescale;")
+print("dealt = persistent CTAs dealt their items by round, not taking them by ticket; lazy = the lazy rescale flipped (on for qk 192, off for qk 128);")
 print("ragged rows (s=r<mean>): 16k tokens in lengths uniform in [mean/4, 7 mean/4]")
 print(f"{'d, heads, seqlen':<22}{'ours':>8}{'alt':>8}{'single':>8}{'launched':>10}{'direct':>8}{'flat':>8}{'dealt':>8}{'lazy':>8}"
       f"{'mma.sync':>10}"
