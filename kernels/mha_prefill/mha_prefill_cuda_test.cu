@@ -47,7 +47,8 @@ std::vector<mha_sm90::Schedule> DirectSchedules() {
 // checks that fallback. The persistent ones take their items longest first and by ticket (the
 // default); the default schedule runs once more in the flat order (by ticket), once dealt by
 // round, and once both; and each of those four on 3 CTAs, so that small cases too hand out many
-// tickets (and deal many rounds); and with the lazy rescale, on every SM and on 3 CTAs.
+// tickets (and deal many rounds); and with the lazy rescale flipped (the eager one for qk 128,
+// the lazy one for qk 192), on every SM and on 3 CTAs.
 std::vector<mha_sm90::Schedule> AllSchedules(int head_dim_qk) {
   std::vector<mha_sm90::Schedule> all = DirectSchedules();
   for (const int ctas : {0, 3}) {
@@ -61,11 +62,11 @@ std::vector<mha_sm90::Schedule> AllSchedules(int head_dim_qk) {
       }
     }
   }
-  mha_sm90::Schedule lazy = mha_sm90::DefaultSchedule(head_dim_qk);
-  lazy.lazy_rescale = !lazy.lazy_rescale;
-  all.push_back(lazy);
-  lazy.ctas = 3;
-  all.push_back(lazy);
+  mha_sm90::Schedule other_rescale = mha_sm90::DefaultSchedule(head_dim_qk);
+  other_rescale.lazy_rescale = !other_rescale.lazy_rescale;
+  all.push_back(other_rescale);
+  other_rescale.ctas = 3;
+  all.push_back(other_rescale);
   if (head_dim_qk == 128) {
     for (mha_sm90::Schedule s : DirectSchedules()) {
       s.staged_out = true;
