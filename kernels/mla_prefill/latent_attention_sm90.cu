@@ -38,7 +38,7 @@
 // come by bulk copy one ahead, and during a segment's last page pair the loads of the next one's
 // first two pages and Q rows go into what that pair has finished with, so the next segment
 // starts on loaded data. At batch 1-8 a CTA runs its code about once, so the kernel is kept small
-// (no per-element work in the epilogue, loops for loads; docs/kernels.md).
+// (no per-element work in the epilogue; docs/kernels.md); a page's tile loads are unrolled (LoadTiles).
 #include "kernels/mla_prefill/latent_attention_sm90.h"
 
 #include <cmath>

@@ -102,12 +102,15 @@ struct Sm90Args {
   int named_signals = 1;
 };
 
-// Load tiles [first, last) of cache page `page` into buffer `stage` (one thread).
+// Load tiles [first, last) of cache page `page` into buffer `stage` (one thread). Unrolled (the
+// callers pass constant bounds): the issuing thread's warpgroup waits on it before its next
+// products, and the rolled loop's per-tile address work was on that path. Unrolled, the 128-head
+// mla_decode rows took 1.2-1.8% less (H200, 2026-12-01; batch 1-4 even).
 __device__ __forceinline__ void LoadTiles(const TileTma& tma, SharedStorage& ss, int num_pages, int stage,
                                           int page, int first, int last) {
   Tensor pages = tma.get_tma_tensor(make_shape(Int<kKeys>{}, Int<kWidth>{}, num_pages));
   auto thr = tma.get_slice(Int<0>{});
-#pragma unroll 1
+#pragma unroll
   for (int t = first; t < last; ++t) {
     Tensor g = local_tile(pages(_, _, page), Shape<Int<kKeys>, Int<kTileCols>>{}, make_coord(0, t));
     Tensor s = make_tensor(make_smem_ptr(PageTile(ss, stage, t)), TileLayout{});

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Two builds of mlaserve-kernel-bench's mla_decode rows against each other in one call, rounds
+# alternated: .devbin/mlaserve-kernel-bench-base (e.g. main before a change) and
+# .devbin/mlaserve-kernel-bench (the change), each also with the settings in VARIANTS
+# ("NAME=VALUE[+NAME=VALUE]" entries, on the change only), and any other build bundled as
+# .devbin/mlaserve-kernel-bench-NAME (an experiment; NAME labels its rows). Before the timing, the change's
+# kernels_mla_decode_cuda_test (the whole suite, then SANITIZE_TOOLS over SANITIZE_FILTER), and
+# kernels_mla_prefill_cuda_test and model_engine_cuda_test where bundled.
+#   ROWS   bench flags of the single-call rows (default: --only mla_decode --mla-heads 128 --no-mmasync)
+#   SMALL  bench flags of the graph rows (default: --only mla_decode_small with SMALL_SHAPES / SMALL_VARIANTS)
+#   ROUNDS (2), TESTS (1), SANITIZE_TOOLS ("memcheck synccheck"; racecheck runs with
+#   MLASERVE_MLA_NAMED_SIGNALS=0), PREFILL=1 (also the mla_prefill rows)
+#   here:   build the base's bench, copy it aside; build the change's; then
+#           SKIP_BUILD=1 BUILD=build-cuda TARGETS="mlaserve-kernel-bench kernels_mla_decode_cuda_test" \
+#             tools/device/bundle.sh && cp <base binary> .devbin/mlaserve-kernel-bench-base \
+#             && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-lab.tar.xz
+#   there:  tools/device/latent_ab.sh     (carry [".devpack-lab.tar.xz"])
+# Results: $OUT/latent_ab.txt (every run's table); on stdout the rows side by side per run.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+T0=$SECONDS
+if [[ -f .devpack-lab.tar.xz ]]; then rm -rf .devbin .devlibs && tar -xJf .devpack-lab.tar.xz; fi
+source tools/device/env.sh
+OUT=${OUT:-/tmp/latent_ab_out}
+mkdir -p "$OUT"
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader
+  date -u +%Y-%m-%dT%H:%MZ
+} | tee "$OUT/gpu.txt"
+status=0
+if [[ ${TESTS:-1} == 1 ]]; then
+  for t in kernels_mla_decode_cuda_test kernels_mla_prefill_cuda_test; do
+    [[ -x .devbin/$t ]] || continue
+    timeout 300 ".devbin/$t" --gtest_brief=1 > "$OUT/$t.txt" 2>&1
+    rc=$?
+    echo "$t: rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/$t.txt" | tr '\n' ' ')"
+    grep -E 'FAILED|Failure' "$OUT/$t.txt" | head -20
+    [[ $rc == 0 ]] || status=1
+  done
+  for tool in ${SANITIZE_TOOLS:-memcheck synccheck}; do
+    # racecheck follows the warpgroups' hand-offs on mbarriers only (latent_sm90_parts.cuh).
+    named=1; [[ $tool == racecheck ]] && named=0
+    MLASERVE_MLA_NAMED_SIGNALS=$named timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 .devbin/kernels_mla_decode_cuda_test \
+      --gtest_filter="${SANITIZE_FILTER:-FewParts/*:Pieces/*/6:Cases/*/0:Cases/*/1}" > "$OUT/sanitize_$tool.txt" 2>&1
+    rc=$?
+    echo "compute-sanitizer $tool: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.txt" | tail -1)"
+    [[ $rc == 0 ]] || status=1
+  done
+  if [[ -x .devbin/model_engine_cuda_test ]]; then
+    timeout 300 .devbin/model_engine_cuda_test --gtest_brief=1 > "$OUT/test_engine.txt" 2>&1
+    rc=$?
+    echo "model_engine_cuda_test: rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/test_engine.txt" | tr '\n' ' ')"
+    [[ $rc == 0 ]] || status=1
+  fi
+fi
+ROWS=${ROWS:---only mla_decode --mla-heads 128 --no-mmasync}
+SMALL_SHAPES=${SMALL_SHAPES:-"64,128,4096;64,128,8192;64,128,16384;128,128,4096;32,128,4096"}
+SMALL_VARIANTS=${SMALL_VARIANTS:-auto,balanced}
+R=$OUT/latent_ab.txt
+: > "$R"
+run() {  # label, binary, env setting or "on"
+  local label=$1 bin=$2 setting=$3 envs=()
+  [[ $setting == on ]] || IFS=+ read -ra envs <<< "$setting"
+  {
+    echo "#### $label"
+    # shellcheck disable=SC2086
+    env "${envs[@]}" timeout 200 "$bin" $ROWS 2>&1 | grep -E "^ *mla_decode|TFLOP|device"
+    env "${envs[@]}" timeout 200 "$bin" --only mla_decode_small --small-shapes "$SMALL_SHAPES" \
+      --small-variants "$SMALL_VARIANTS" 2>&1 | sed -n '/us per call by variant/,$p'
+    if [[ ${PREFILL:-0} == 1 ]]; then
+      env "${envs[@]}" timeout 200 "$bin" --only mla_prefill --no-mmasync 2>&1 | grep -E "^ *mla_prefill"
+    fi
+  } >> "$R"
+}
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  [[ -x .devbin/mlaserve-kernel-bench-base ]] && run "base round $round" .devbin/mlaserve-kernel-bench-base on
+  run "change round $round" .devbin/mlaserve-kernel-bench on
+  for v in ${VARIANTS:-}; do run "change $v round $round" .devbin/mlaserve-kernel-bench "$v"; done
+  for bin in .devbin/mlaserve-kernel-bench-*; do  # more builds: mlaserve-kernel-bench-NAME
+    [[ $bin == *-base || ! -x $bin ]] && continue
+    run "${bin##*-} round $round" "$bin" on
+  done
+done
+cat "$R"
+echo "latent_ab: $((SECONDS - T0)) s, status $status"
+exit $status
