@@ -61,6 +61,13 @@ namespace {
 using namespace cute;  // NOLINT: CuTe's layout algebra reads best unqualified
 using namespace sm90;  // NOLINT: the kernel's own pieces (latent_sm90_parts.cuh)
 
+// How far (log2 units of the scaled scores) a page's row maximum may exceed the row's reference
+// maximum before the reference moves and O is rescaled (the kernel's new_max).
+#ifndef MLASERVE_MLA_LAZY_RESCALE_LOG2
+#define MLASERVE_MLA_LAZY_RESCALE_LOG2 8.0f
+#endif
+constexpr float kLazyRescaleLog2 = MLASERVE_MLA_LAZY_RESCALE_LOG2;
+
 // A chunk CTA's work (from its grid position or split.chunk_order) and, in thread 0, the cache
 // ids of its first two pages, which do not depend on the request's lengths: read alongside (not
 // after) those, within the block table's row. A chunk past the request's keys gets no rows.
@@ -299,9 +306,29 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         tOrP(i) = static_cast<Bf16>(tSrS(i));
       }
     };
+    // O *= f per row, skipped where every row of the warp keeps its scale (f = 1 exactly: the
+    // same bits).
     auto scale_o = [&](const float (&f)[2]) {
+      if (!__any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f)) return;
 #pragma unroll
       for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= f[(i >> 1) & 1];
+    };
+    // The rows' new reference maxima against this page's scaled maxima mx, and the rescale
+    // factors f = 2^(old - new). Lazy: the reference moves only where some row of the warp has a
+    // maximum more than kLazyRescaleLog2 above its own (then every row of the warp takes its true
+    // maximum); otherwise it stays, f = 1 and P = 2^(S - m) stays below 2^kLazyRescaleLog2. Out
+    // and LSE are relative to the same reference, so they change only by rounding.
+    auto new_max = [&](const float (&mx)[2], float (&m_new)[2], float (&f)[2]) {
+      float m_old[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) m_old[h] = ss.row_max[my_row[h]];
+      const bool moved =
+          __any_sync(0xffffffffu, mx[0] > m_old[0] + kLazyRescaleLog2 || mx[1] > m_old[1] + kLazyRescaleLog2);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        m_new[h] = moved ? fmaxf(m_old[h], mx[h]) : m_old[h];
+        f[h] = moved ? cuda::FastExp2(m_old[h] - m_new[h]) : 1.0f;
+      }
     };
     // This warpgroup's P into shared memory for the other one, scaled per row by f. (stmatrix
     // measured slower here on the H100, 2026-11-25.)
@@ -377,12 +404,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         // Softmax of S_a against the running max; O_L += P_a V_a[:, L].
         mask_and_max(a, mx, steady);
         float m_new[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float m_old = ss.row_max[my_row[h]];
-          m_new[h] = fmaxf(m_old, mx[h]);
-          f[h] = cuda::FastExp2(m_old - m_new[h]);
-        }
+        new_max(mx, m_new, f);
         __syncwarp();  // the quad's reads of row_max before its leader's write
         if (wg_tid % 4 == 0) {
 #pragma unroll
@@ -437,13 +459,9 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           mx[0] = mx[1] = -INFINITY;
         }
         float m_new[2], g[2];
+        new_max(mx, m_new, f);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float m_old = ss.row_max[my_row[h]];
-          m_new[h] = fmaxf(m_old, mx[h]);
-          f[h] = cuda::FastExp2(m_old - m_new[h]);
-          g[h] = f[h] * ss.scale0[my_row[h]];
-        }
+        for (int h = 0; h < 2; ++h) g[h] = f[h] * ss.scale0[my_row[h]];
         __syncwarp();
         if (wg_tid % 4 == 0) {
 #pragma unroll
