@@ -43,6 +43,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "cute/tensor.hpp"
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<SharedStorage*>(smem_raw);
   const int H = p.num_heads;
-  const int tid = threadIdx.x, wg = tid / 128, wg_tid = tid % 128;
+  const int tid = threadIdx.x, wg_tid = tid % 128;
   if (tid == 0) {
     for (int s = 0; s < 2; ++s) {
       for (int t = 0; t < kTiles; ++t) cutlass::arch::ClusterTransactionBarrier::init(&ss.full[s][t], 1);
@@ -134,452 +135,465 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   cuda::PdlWaitForPrerequisites();
   if (!args.release_late) cuda::PdlReleaseDependents();
 
-  Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), QkLayout{});
-  MmaS mma_s;
-  MmaPvLocal mma_pl;
-  MmaPvRemote mma_pr;
-  auto thr_s = mma_s.get_thread_slice(wg_tid);
-  auto thr_pl = mma_pl.get_thread_slice(wg_tid);
-  auto thr_pr = mma_pr.get_thread_slice(wg_tid);
-  // This warpgroup's page of each pair lives in buffer `wg`; its value half is `wg` too.
-  Tensor sK = make_tensor(make_smem_ptr(ss.page[wg].data()), QkLayout{});
-  Tensor tSrQ = thr_s.partition_fragment_A(sQ);
-  Tensor tSrK = thr_s.partition_fragment_B(sK);
-  Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kRows>, Int<kKeys>>{});
-  Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kKeys>>{}));
-  Tensor tOrO = partition_fragment_C(mma_pl, Shape<Int<kRows>, Int<kHalf>>{});
-  Tensor tOcO = thr_pl.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kHalf>>{}));
-  Tensor tOrP = make_tensor<Bf16>(PRegLayout{});
-  static_assert(decltype(size(tOrP))::value == decltype(size(tSrS))::value);
-  // The value half of each buffer this warpgroup multiplies into its O.
-  auto v_half = [&](int stage) {
-    Tensor sV = make_tensor(make_smem_ptr(ss.page[stage].data()), VLayout{});
-    return local_tile(sV, Shape<Int<kHalf>, Int<kKeys>>{}, make_coord(wg, 0));
-  };
-  Tensor tOrVmine = thr_pl.partition_fragment_B(v_half(wg));
-  Tensor tOrVother = thr_pr.partition_fragment_B(v_half(1 - wg));
-  // P of the other warpgroup's page, in shared memory: P_a in buffer 0's rope tile, P_b in p_b.
-  Tensor sPa = make_tensor(make_smem_ptr(PageTile(ss, 0, kRopeTile)), TileLayout{});
-  Tensor sPb = make_tensor(make_smem_ptr(ss.p_b.data()), TileLayout{});
-  Tensor sPmine = wg == 0 ? sPa : sPb;
-  Tensor tOrPother = thr_pr.partition_fragment_A(wg == 0 ? sPb : sPa);
-  // This thread's two rows (wgmma accumulators: row = 16 * warp + lane / 4 + 8 * half).
-  const int my_row[2] = {get<0>(tScS(0)), get<0>(tScS(2))};
-  const float scale_log2 = p.softmax_scale * cuda::kLog2e;
-  const bool issuer = wg_tid == 0;
-  // Every thread of the warpgroup arrives (an elected lane per warp after __syncwarp measured
-  // the same on the H100, and racecheck does not follow that hand-off).
-  // kNamed: the hand-offs on hardware named barriers 1-4 (bar.arrive by the sender's 128 threads,
-  // bar.sync by the receiver's; the phase is the barrier's own), else on the mbarriers ss.signal
-  // (latent_sm90_parts.cuh, Signal).
-  auto signal = [&](Signal s) {
-    if constexpr (kNamed) {
-      asm volatile("bar.arrive %0, %1;" ::"r"(1 + static_cast<int>(s)), "r"(kThreads) : "memory");
-    } else {
-      cutlass::arch::ClusterBarrier::arrive(&ss.signal[s]);
-    }
-  };
-  auto await = [&](Signal s, int phase) {
-    if constexpr (kNamed) {
-      asm volatile("bar.sync %0, %1;" ::"r"(1 + static_cast<int>(s)), "r"(kThreads) : "memory");
-    } else {
-      cutlass::arch::ClusterBarrier::wait(&ss.signal[s], phase);
-    }
-  };
-  Phases ph;
-
-  // This CTA's segments: with chunks, the one (row block, KV chunk, request) of its grid
-  // position; with the balanced schedule, part blockIdx.y's segments for row block blockIdx.x,
-  // whose records come by bulk copy one segment ahead.
-  const int seg_begin = chunks ? 0 : split.part_segments[blockIdx.y];
-  const int n_segs = chunks ? 1 : split.part_segments[blockIdx.y + 1] - seg_begin;
-  const bool prefetch_next = !chunks && split.prefetch_next;
-  auto fetch_record = [&](int k) {  // one thread
-    uint64_t* bar = &ss.seg_full[k & 1];
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, sizeof(LatentSegment));
-    SM90_BULK_COPY_G2S::copy(split.segments + seg_begin + k, bar, &ss.seg[k & 1], sizeof(LatentSegment));
-  };
-  auto record = [&](int k) -> const LatentSegment& {
-    cutlass::arch::ClusterTransactionBarrier::wait(&ss.seg_full[k & 1], (k >> 1) & 1);
-    return ss.seg[k & 1];
-  };
-  auto record_work = [&](const LatentSegment& seg) {
-    return LatentCtaWork::Make(p, seg.request, seg.q_start, seg.q_len, seg.k_len, blockIdx.x * kRows,
-                               seg.page_begin * kKeys, seg.page_end * kKeys, kRows);
-  };
-  __syncthreads();  // barrier init
-  if (!chunks && tid == 0 && n_segs > 0) fetch_record(0);
-  // The current segment's first two pages and its Q were issued during the previous segment's
-  // last page pair (balanced schedule; see the loop).
-  bool issued = false;
-  for (int k = 0; k < n_segs; ++k) {
-    // Rows [w.r0, w.r0 + 64) of request w.b over its keys [w.kv_begin, w.kv_end). Writes the
-    // normalised output and LSE (direct) or, for a piece of a request that other segments
-    // share, the f32 partial output and LSE at part_lse / part_out row part_row0 + token * H +
-    // head.
-    LatentCtaWork w;
-    bool direct;
-    int64_t part_row0;
-    int first_page[2];
-    if constexpr (chunks) {
-      if (early) {
-        w = early_work;
-        first_page[0] = early_pages[0];
-        first_page[1] = early_pages[1];
+  // Each warpgroup runs its own instantiation of the rest, its index a constant: its buffers,
+  // value half and P tiles sit at fixed addresses, and each branch on the index is compiled out.
+  // One body for both (the index a register) held ~10 more registers across the page loop and
+  // spilled 64-100 bytes; this spills 0 (segments) to 20 (chunks), for ~30% more code. On the
+  // H200 the 128-head rows took 2.3-4% less time (2026-12-01).
+  auto run = [&](auto wg_c) __attribute__((always_inline)) {
+    constexpr int wg = decltype(wg_c)::value;
+    Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), QkLayout{});
+    MmaS mma_s;
+    MmaPvLocal mma_pl;
+    MmaPvRemote mma_pr;
+    auto thr_s = mma_s.get_thread_slice(wg_tid);
+    auto thr_pl = mma_pl.get_thread_slice(wg_tid);
+    auto thr_pr = mma_pr.get_thread_slice(wg_tid);
+    // This warpgroup's page of each pair lives in buffer `wg`; its value half is `wg` too.
+    Tensor sK = make_tensor(make_smem_ptr(ss.page[wg].data()), QkLayout{});
+    Tensor tSrQ = thr_s.partition_fragment_A(sQ);
+    Tensor tSrK = thr_s.partition_fragment_B(sK);
+    Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kRows>, Int<kKeys>>{});
+    Tensor tScS = thr_s.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kKeys>>{}));
+    Tensor tOrO = partition_fragment_C(mma_pl, Shape<Int<kRows>, Int<kHalf>>{});
+    Tensor tOcO = thr_pl.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kHalf>>{}));
+    Tensor tOrP = make_tensor<Bf16>(PRegLayout{});
+    static_assert(decltype(size(tOrP))::value == decltype(size(tSrS))::value);
+    // The value half of each buffer this warpgroup multiplies into its O.
+    auto v_half = [&](int stage) {
+      Tensor sV = make_tensor(make_smem_ptr(ss.page[stage].data()), VLayout{});
+      return local_tile(sV, Shape<Int<kHalf>, Int<kKeys>>{}, make_coord(wg, 0));
+    };
+    Tensor tOrVmine = thr_pl.partition_fragment_B(v_half(wg));
+    Tensor tOrVother = thr_pr.partition_fragment_B(v_half(1 - wg));
+    // P of the other warpgroup's page, in shared memory: P_a in buffer 0's rope tile, P_b in p_b.
+    Tensor sPa = make_tensor(make_smem_ptr(PageTile(ss, 0, kRopeTile)), TileLayout{});
+    Tensor sPb = make_tensor(make_smem_ptr(ss.p_b.data()), TileLayout{});
+    Tensor sPmine = wg == 0 ? sPa : sPb;
+    Tensor tOrPother = thr_pr.partition_fragment_A(wg == 0 ? sPb : sPa);
+    // This thread's two rows (wgmma accumulators: row = 16 * warp + lane / 4 + 8 * half).
+    const int my_row[2] = {get<0>(tScS(0)), get<0>(tScS(2))};
+    const float scale_log2 = p.softmax_scale * cuda::kLog2e;
+    const bool issuer = wg_tid == 0;
+    // Every thread of the warpgroup arrives (an elected lane per warp after __syncwarp measured
+    // the same on the H100, and racecheck does not follow that hand-off).
+    // kNamed: the hand-offs on hardware named barriers 1-4 (bar.arrive by the sender's 128 threads,
+    // bar.sync by the receiver's; the phase is the barrier's own), else on the mbarriers ss.signal
+    // (latent_sm90_parts.cuh, Signal).
+    auto signal = [&](Signal s) {
+      if constexpr (kNamed) {
+        asm volatile("bar.arrive %0, %1;" ::"r"(1 + static_cast<int>(s)), "r"(kThreads) : "memory");
       } else {
-        w = EarlyChunkWork(p, split, first_page);  // the same, after the wait
+        cutlass::arch::ClusterBarrier::arrive(&ss.signal[s]);
       }
-      direct = split.num_splits == 1;
-      const int64_t cap = static_cast<int64_t>(p.batch) * split.max_q * H;
-      part_row0 = static_cast<int64_t>(w.split_index) * cap + static_cast<int64_t>(w.b) * split.max_q * H;
-    } else {
-      const LatentSegment& seg = record(k);
-      w = record_work(seg);
-      direct = seg.slot < 0;
-      part_row0 = static_cast<int64_t>(seg.slot) * split.max_q * H;
-      first_page[0] = seg.first_pages[0];
-      first_page[1] = seg.first_pages[1];
-      // Record k + 1 replaces record k - 1, which every thread has read: each segment ends
-      // with __syncthreads (an empty one too, below).
-      if (tid == 0 && k + 1 < n_segs) fetch_record(k + 1);
-    }
-    if (w.empty()) {
-      __syncthreads();
-      continue;
-    }
-    const int b = w.b, q_start = w.q_start, rows_total = w.rows_total, r0 = w.r0;
-    const int kv_begin = w.kv_begin, kv_end = w.kv_end, n_pages = w.n_tiles;
-    const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq + kv_begin / kPageSize;
-    if (tid < kRows) ss.row_max[tid] = kMaxInit;
-    if (!issued) {
-      if (tid == 0 && !early) {
-        for (int j = 0; j < 2 && j < n_pages; ++j) LoadTiles(args.tma, ss, p.num_pages, j, first_page[j], 0, kTiles);
+    };
+    auto await = [&](Signal s, int phase) {
+      if constexpr (kNamed) {
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + static_cast<int>(s)), "r"(kThreads) : "memory");
+      } else {
+        cutlass::arch::ClusterBarrier::wait(&ss.signal[s], phase);
       }
-      static_assert(kThreads == kRows * kQThreadsPerRow);
-      LoadQRows(p, sQ, q_start, rows_total, r0, 0, tid);
-    }
-    cuda::CpAsyncWait<0>();
-    cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> wgmma's async proxy
-    __syncthreads();
-    clear(tOrO);
-    int row_pos[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) row_pos[h] = w.first_pos + min(r0 + my_row[h], rows_total - 1) / H;
-    float l_run[2] = {0.0f, 0.0f};
-    // Keys below this are within the split and every row's causal limit (the first row's is the
-    // least): pages wholly below it need no mask.
-    const int unmasked_end = p.causal ? min(kv_end, w.first_pos + r0 / H + 1) : kv_end;
+    };
+    Phases ph;
 
-    // Masks this warpgroup's S for page j (keys past the split, or past a row's causal limit),
-    // zeroes the page's value tail if it is partial, and returns the rows' scaled maxima.
-    // In a steady pair (below) neither applies.
-    auto mask_and_max = [&](int j, float (&mx)[2], auto steady) {
-      constexpr bool kSteady = decltype(steady)::value;
-      const int key0 = kv_begin + j * kKeys;
-      mx[0] = mx[1] = -INFINITY;
-      if (!kSteady && key0 + kKeys > unmasked_end) {
+    // This CTA's segments: with chunks, the one (row block, KV chunk, request) of its grid
+    // position; with the balanced schedule, part blockIdx.y's segments for row block blockIdx.x,
+    // whose records come by bulk copy one segment ahead.
+    const int seg_begin = chunks ? 0 : split.part_segments[blockIdx.y];
+    const int n_segs = chunks ? 1 : split.part_segments[blockIdx.y + 1] - seg_begin;
+    const bool prefetch_next = !chunks && split.prefetch_next;
+    auto fetch_record = [&](int k) {  // one thread
+      uint64_t* bar = &ss.seg_full[k & 1];
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, sizeof(LatentSegment));
+      SM90_BULK_COPY_G2S::copy(split.segments + seg_begin + k, bar, &ss.seg[k & 1], sizeof(LatentSegment));
+    };
+    auto record = [&](int k) -> const LatentSegment& {
+      cutlass::arch::ClusterTransactionBarrier::wait(&ss.seg_full[k & 1], (k >> 1) & 1);
+      return ss.seg[k & 1];
+    };
+    auto record_work = [&](const LatentSegment& seg) {
+      return LatentCtaWork::Make(p, seg.request, seg.q_start, seg.q_len, seg.k_len, blockIdx.x * kRows,
+                                 seg.page_begin * kKeys, seg.page_end * kKeys, kRows);
+    };
+    __syncthreads();  // barrier init
+    if (!chunks && tid == 0 && n_segs > 0) fetch_record(0);
+    // The current segment's first two pages and its Q were issued during the previous segment's
+    // last page pair (balanced schedule; see the loop).
+    bool issued = false;
+    for (int k = 0; k < n_segs; ++k) {
+      // Rows [w.r0, w.r0 + 64) of request w.b over its keys [w.kv_begin, w.kv_end). Writes the
+      // normalised output and LSE (direct) or, for a piece of a request that other segments
+      // share, the f32 partial output and LSE at part_lse / part_out row part_row0 + token * H +
+      // head.
+      LatentCtaWork w;
+      bool direct;
+      int64_t part_row0;
+      int first_page[2];
+      if constexpr (chunks) {
+        if (early) {
+          w = early_work;
+          first_page[0] = early_pages[0];
+          first_page[1] = early_pages[1];
+        } else {
+          w = EarlyChunkWork(p, split, first_page);  // the same, after the wait
+        }
+        direct = split.num_splits == 1;
+        const int64_t cap = static_cast<int64_t>(p.batch) * split.max_q * H;
+        part_row0 = static_cast<int64_t>(w.split_index) * cap + static_cast<int64_t>(w.b) * split.max_q * H;
+      } else {
+        const LatentSegment& seg = record(k);
+        w = record_work(seg);
+        direct = seg.slot < 0;
+        part_row0 = static_cast<int64_t>(seg.slot) * split.max_q * H;
+        first_page[0] = seg.first_pages[0];
+        first_page[1] = seg.first_pages[1];
+        // Record k + 1 replaces record k - 1, which every thread has read: each segment ends
+        // with __syncthreads (an empty one too, below).
+        if (tid == 0 && k + 1 < n_segs) fetch_record(k + 1);
+      }
+      if (w.empty()) {
+        __syncthreads();
+        continue;
+      }
+      const int b = w.b, q_start = w.q_start, rows_total = w.rows_total, r0 = w.r0;
+      const int kv_begin = w.kv_begin, kv_end = w.kv_end, n_pages = w.n_tiles;
+      const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq + kv_begin / kPageSize;
+      if (tid < kRows) ss.row_max[tid] = kMaxInit;
+      if (!issued) {
+        if (tid == 0 && !early) {
+          for (int j = 0; j < 2 && j < n_pages; ++j) LoadTiles(args.tma, ss, p.num_pages, j, first_page[j], 0, kTiles);
+        }
+        static_assert(kThreads == kRows * kQThreadsPerRow);
+        LoadQRows(p, sQ, q_start, rows_total, r0, 0, tid);
+      }
+      cuda::CpAsyncWait<0>();
+      cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> wgmma's async proxy
+      __syncthreads();
+      clear(tOrO);
+      int row_pos[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) row_pos[h] = w.first_pos + min(r0 + my_row[h], rows_total - 1) / H;
+      float l_run[2] = {0.0f, 0.0f};
+      // Keys below this are within the split and every row's causal limit (the first row's is the
+      // least): pages wholly below it need no mask.
+      const int unmasked_end = p.causal ? min(kv_end, w.first_pos + r0 / H + 1) : kv_end;
+
+      // Masks this warpgroup's S for page j (keys past the split, or past a row's causal limit),
+      // zeroes the page's value tail if it is partial, and returns the rows' scaled maxima.
+      // In a steady pair (below) neither applies.
+      auto mask_and_max = [&](int j, float (&mx)[2], auto steady) {
+        constexpr bool kSteady = decltype(steady)::value;
+        const int key0 = kv_begin + j * kKeys;
+        mx[0] = mx[1] = -INFINITY;
+        if (!kSteady && key0 + kKeys > unmasked_end) {
+#pragma unroll
+          for (int i = 0; i < size(tSrS); ++i) {
+            const int h = (i >> 1) & 1;
+            const int key = key0 + get<1>(tScS(i));
+            if (key >= kv_end || (p.causal && key > row_pos[h])) tSrS(i) = -INFINITY;
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < size(tSrS); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], tSrS(i));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) mx[h] = cuda::QuadMax(mx[h]) * scale_log2;
+        const int valid_keys = kv_end - key0;
+        if (!kSteady && valid_keys < kKeys) {
+          ZeroTail(ss, wg, valid_keys, wg_tid);
+          cutlass::arch::fence_view_async_shared();  // zeroed values -> wgmma's async proxy
+        }
+      };
+      // P = 2^(S * scale - m) into tSrS (f32) and tOrP (bf16); returns the rows' sums.
+      auto exponentiate = [&](const float (&m)[2], float (&sum)[2]) {
+        sum[0] = sum[1] = 0.0f;
 #pragma unroll
         for (int i = 0; i < size(tSrS); ++i) {
           const int h = (i >> 1) & 1;
-          const int key = key0 + get<1>(tScS(i));
-          if (key >= kv_end || (p.causal && key > row_pos[h])) tSrS(i) = -INFINITY;
+          tSrS(i) = cuda::FastExp2(fmaf(tSrS(i), scale_log2, -m[h]));
+          sum[h] += tSrS(i);
+          tOrP(i) = static_cast<Bf16>(tSrS(i));
         }
-      }
+      };
+      // O *= f per row, skipped where every row of the warp keeps its scale (f = 1 exactly: the
+      // same bits).
+      auto scale_o = [&](const float (&f)[2]) {
+        if (!__any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f)) return;
 #pragma unroll
-      for (int i = 0; i < size(tSrS); ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], tSrS(i));
+        for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= f[(i >> 1) & 1];
+      };
+      // The rows' new reference maxima against this page's scaled maxima mx, and the rescale
+      // factors f = 2^(old - new). Lazy: the reference moves only where some row of the warp has a
+      // maximum more than kLazyRescaleLog2 above its own (then every row of the warp takes its true
+      // maximum); otherwise it stays, f = 1 and P = 2^(S - m) stays below 2^kLazyRescaleLog2. Out
+      // and LSE are relative to the same reference, so they change only by rounding.
+      auto new_max = [&](const float (&mx)[2], float (&m_new)[2], float (&f)[2]) {
+        float m_old[2];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) mx[h] = cuda::QuadMax(mx[h]) * scale_log2;
-      const int valid_keys = kv_end - key0;
-      if (!kSteady && valid_keys < kKeys) {
-        ZeroTail(ss, wg, valid_keys, wg_tid);
-        cutlass::arch::fence_view_async_shared();  // zeroed values -> wgmma's async proxy
-      }
-    };
-    // P = 2^(S * scale - m) into tSrS (f32) and tOrP (bf16); returns the rows' sums.
-    auto exponentiate = [&](const float (&m)[2], float (&sum)[2]) {
-      sum[0] = sum[1] = 0.0f;
+        for (int h = 0; h < 2; ++h) m_old[h] = ss.row_max[my_row[h]];
+        const bool moved =
+            __any_sync(0xffffffffu, mx[0] > m_old[0] + kLazyRescaleLog2 || mx[1] > m_old[1] + kLazyRescaleLog2);
 #pragma unroll
-      for (int i = 0; i < size(tSrS); ++i) {
-        const int h = (i >> 1) & 1;
-        tSrS(i) = cuda::FastExp2(fmaf(tSrS(i), scale_log2, -m[h]));
-        sum[h] += tSrS(i);
-        tOrP(i) = static_cast<Bf16>(tSrS(i));
-      }
-    };
-    // O *= f per row, skipped where every row of the warp keeps its scale (f = 1 exactly: the
-    // same bits).
-    auto scale_o = [&](const float (&f)[2]) {
-      if (!__any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f)) return;
+        for (int h = 0; h < 2; ++h) {
+          m_new[h] = moved ? fmaxf(m_old[h], mx[h]) : m_old[h];
+          f[h] = moved ? cuda::FastExp2(m_old[h] - m_new[h]) : 1.0f;
+        }
+      };
+      // This warpgroup's P into shared memory for the other one, scaled per row by f. (stmatrix
+      // measured slower here on the H100, 2026-11-25.)
+      auto store_p = [&](const float (&f)[2]) {
 #pragma unroll
-      for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= f[(i >> 1) & 1];
-    };
-    // The rows' new reference maxima against this page's scaled maxima mx, and the rescale
-    // factors f = 2^(old - new). Lazy: the reference moves only where some row of the warp has a
-    // maximum more than kLazyRescaleLog2 above its own (then every row of the warp takes its true
-    // maximum); otherwise it stays, f = 1 and P = 2^(S - m) stays below 2^kLazyRescaleLog2. Out
-    // and LSE are relative to the same reference, so they change only by rounding.
-    auto new_max = [&](const float (&mx)[2], float (&m_new)[2], float (&f)[2]) {
-      float m_old[2];
+        for (int i = 0; i < size(tSrS); i += 2) {
+          const int h = (i >> 1) & 1;
+          *reinterpret_cast<uint32_t*>(&sPmine(get<0>(tScS(i)), get<1>(tScS(i)))) =
+              cuda::PackBf16(tSrS(i) * f[h], tSrS(i + 1) * f[h]);
+        }
+        cutlass::arch::fence_view_async_shared();  // P -> wgmma's async proxy
+      };
+      auto pv_local = [&]() {
+        warpgroup_fence_operand(tOrP);
+        warpgroup_fence_operand(tOrO);
+        warpgroup_arrive();
 #pragma unroll
-      for (int h = 0; h < 2; ++h) m_old[h] = ss.row_max[my_row[h]];
-      const bool moved =
-          __any_sync(0xffffffffu, mx[0] > m_old[0] + kLazyRescaleLog2 || mx[1] > m_old[1] + kLazyRescaleLog2);
+        for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_pl, tOrP(_, _, k), tOrVmine(_, _, k), tOrO);
+        warpgroup_commit_batch();
+        warpgroup_fence_operand(tOrO);
+        warpgroup_fence_operand(tOrP);
+      };
+      auto pv_remote = [&]() {
+        warpgroup_fence_operand(tOrO);
+        warpgroup_arrive();
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        m_new[h] = moved ? fmaxf(m_old[h], mx[h]) : m_old[h];
-        f[h] = moved ? cuda::FastExp2(m_old[h] - m_new[h]) : 1.0f;
-      }
-    };
-    // This warpgroup's P into shared memory for the other one, scaled per row by f. (stmatrix
-    // measured slower here on the H100, 2026-11-25.)
-    auto store_p = [&](const float (&f)[2]) {
-#pragma unroll
-      for (int i = 0; i < size(tSrS); i += 2) {
-        const int h = (i >> 1) & 1;
-        *reinterpret_cast<uint32_t*>(&sPmine(get<0>(tScS(i)), get<1>(tScS(i)))) =
-            cuda::PackBf16(tSrS(i) * f[h], tSrS(i + 1) * f[h]);
-      }
-      cutlass::arch::fence_view_async_shared();  // P -> wgmma's async proxy
-    };
-    auto pv_local = [&]() {
-      warpgroup_fence_operand(tOrP);
-      warpgroup_fence_operand(tOrO);
-      warpgroup_arrive();
-#pragma unroll
-      for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_pl, tOrP(_, _, k), tOrVmine(_, _, k), tOrO);
-      warpgroup_commit_batch();
-      warpgroup_fence_operand(tOrO);
-      warpgroup_fence_operand(tOrP);
-    };
-    auto pv_remote = [&]() {
-      warpgroup_fence_operand(tOrO);
-      warpgroup_arrive();
-#pragma unroll
-      for (int k = 0; k < size<2>(tOrPother); ++k) cute::gemm(mma_pr, tOrPother(_, _, k), tOrVother(_, _, k), tOrO);
-      warpgroup_commit_batch();
-      warpgroup_fence_operand(tOrO);
-    };
-    // The next segment's first pages (0, 1 or 2) to load during this one's last pair, and its
-    // Q rows [first, last) by this warpgroup: its S products are done and so are the other's
-    // (the caller has awaited the other's signal that follows them).
-    auto next_pages = [&]() {
-      if (chunks || !prefetch_next || k + 1 >= n_segs) return 0;
-      const LatentCtaWork nw = record_work(record(k + 1));
-      return nw.empty() ? 0 : min(nw.n_tiles, 2);
-    };
-    auto prefetch_q = [&]() {
-      const LatentSegment& seg = ss.seg[(k + 1) & 1];
-      static_assert(128 == kRows / 2 * kQThreadsPerRow);
-      LoadQRows(p, sQ, seg.q_start, seg.q_len * H, r0, wg * (kRows / 2), wg_tid);
-    };
-    auto next_first_page = [&](int j) { return ss.seg[(k + 1) & 1].first_pages[j]; };
+        for (int k = 0; k < size<2>(tOrPother); ++k) cute::gemm(mma_pr, tOrPother(_, _, k), tOrVother(_, _, k), tOrO);
+        warpgroup_commit_batch();
+        warpgroup_fence_operand(tOrO);
+      };
+      // The next segment's first pages (0, 1 or 2) to load during this one's last pair, and its
+      // Q rows [first, last) by this warpgroup: its S products are done and so are the other's
+      // (the caller has awaited the other's signal that follows them).
+      auto next_pages = [&]() {
+        if (chunks || !prefetch_next || k + 1 >= n_segs) return 0;
+        const LatentCtaWork nw = record_work(record(k + 1));
+        return nw.empty() ? 0 : min(nw.n_tiles, 2);
+      };
+      auto prefetch_q = [&]() {
+        const LatentSegment& seg = ss.seg[(k + 1) & 1];
+        static_assert(128 == kRows / 2 * kQThreadsPerRow);
+        LoadQRows(p, sQ, seg.q_start, seg.q_len * H, r0, wg * (kRows / 2), wg_tid);
+      };
+      auto next_first_page = [&](int j) { return ss.seg[(k + 1) & 1].first_pages[j]; };
 
-    int prefetched = 0;  // pages of the next segment issued in this one (by the last pair)
-    // Scores of the first pair.
-    if (wg < n_pages) {
-      ScoreTiles<0, kTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[wg], ph.loads[wg] & 1);
-      warpgroup_wait<0>();
-    }
-    // One page pair (a, a + 1). A steady pair (kSteady) lies inside the split with a whole next
-    // pair after it, and both its pages are whole and below every row's causal limit: no mask, no
-    // value tail, no next-segment loads. It has an instantiation of its own without those
-    // branches (most pairs at long contexts), which takes fewer instructions and registers (none
-    // spilled in its loop, against a few reloaded every pair in the general one). always_inline:
-    // nvcc otherwise makes the lambda a call, with the accumulators passed on the stack.
-    auto pair = [&](const int a, auto steady) __attribute__((always_inline)) {
-      constexpr bool kSteady = decltype(steady)::value;
-      const int i = a >> 1;
-      const bool has_b = kSteady || a + 1 < n_pages, next_a = kSteady || a + 2 < n_pages,
-                 next_b = kSteady || a + 3 < n_pages;
-      const int pair_phase = (ph.pairs + i) & 1, b_phase = (ph.pairs_with_b + i) & 1;
-      const int next_phase = (ph.loads[wg] + i + 1) & 1;  // of this warpgroup's next page
-      // The last pair: the next segment's loads go where this one's would.
-      const int pf = next_a ? 0 : next_pages();  // 0 in a steady pair
-      // The cache pages of the next pair's loads, read now so that the issuing thread (and with
-      // it its warpgroup's next wgmma) does not wait for them where it issues the loads.
-      const int page_a2 = next_a && issuer ? table[a + 2] : 0;
-      const int page_b3 = next_b && issuer ? table[a + 3] : 0;
-      float f[2], mx[2], sum[2];
-      if (wg == 0) {
-        // Softmax of S_a against the running max; O_L += P_a V_a[:, L].
-        mask_and_max(a, mx, steady);
-        float m_new[2];
-        new_max(mx, m_new, f);
-        __syncwarp();  // the quad's reads of row_max before its leader's write
-        if (wg_tid % 4 == 0) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            ss.row_max[my_row[h]] = m_new[h];
-            ss.scale0[my_row[h]] = f[h];
-          }
-        }
-        signal(kScale0Ready);
-        scale_o(f);
-        exponentiate(m_new, sum);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * f[h] + sum[h];
-        pv_local();
-        warpgroup_wait<0>();  // P_a V_a[:, L] retired: buffer 0's half L is free
-        if (issuer) {
-          if (next_a) LoadTiles(args.tma, ss, p.num_pages, 0, page_a2, 0, kHalfTiles);
-          else if (pf > 0) LoadTiles(args.tma, ss, p.num_pages, 0, next_first_page(0), 0, kHalfTiles);
-        }
-        // Warpgroup 1's max update rescales P_a (for its half) and O_L.
-        await(kScale1Ready, pair_phase);
-        if (pf > 0) prefetch_q();
-#pragma unroll
-        for (int h = 0; h < 2; ++h) f[h] = ss.scale1[my_row[h]];
-        store_p(f);
-        signal(kP0Ready);
-        if (has_b) {
-          await(kP1Ready, b_phase);
-          scale_o(f);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) l_run[h] *= f[h];
-          pv_remote();
-        }
-        // S_{a+2}: its half-L tiles were loaded above; half R and rope after warpgroup 1's
-        // P_a V_a[:, R] retires.
-        if (next_a) ScoreTiles<0, kHalfTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[0], next_phase);
-        if (next_b) {
-          warpgroup_wait<kHalfTiles>();  // P_b V_b[:, L] retired: buffer 1's half L is free
-          if (issuer) LoadTiles(args.tma, ss, p.num_pages, 1, page_b3, 0, kHalfTiles);
-        }
-        if (next_a) ScoreTiles<kHalfTiles, kTiles, false>(mma_s, tSrQ, tSrK, tSrS, ss.full[0], next_phase);
+      int prefetched = 0;  // pages of the next segment issued in this one (by the last pair)
+      // Scores of the first pair.
+      if (wg < n_pages) {
+        ScoreTiles<0, kTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[wg], ph.loads[wg] & 1);
         warpgroup_wait<0>();
-        // Last pair: P_b V_b[:, L] retired (or there was no page b): buffer 1's half L is free.
-        if (pf > 1 && issuer) LoadTiles(args.tma, ss, p.num_pages, 1, next_first_page(1), 0, kHalfTiles);
-      } else {
-        // Softmax of S_b against warpgroup 0's max; O_R = O_R * scale0 * scale1 + P_b V_b[:, R].
-        await(kScale0Ready, pair_phase);
-        if (pf > 0) prefetch_q();
-        if (has_b) {
-          mask_and_max(a + 1, mx, steady);
-        } else {
-          mx[0] = mx[1] = -INFINITY;
-        }
-        float m_new[2], g[2];
-        new_max(mx, m_new, f);
+      }
+      // One page pair (a, a + 1). A steady pair (kSteady) lies inside the split with a whole next
+      // pair after it, and both its pages are whole and below every row's causal limit: no mask, no
+      // value tail, no next-segment loads. It has an instantiation of its own without those
+      // branches (most pairs at long contexts), which takes fewer instructions and registers (none
+      // spilled in its loop, against a few reloaded every pair in the general one). always_inline:
+      // nvcc otherwise makes the lambda a call, with the accumulators passed on the stack.
+      auto pair = [&](const int a, auto steady) __attribute__((always_inline)) {
+        constexpr bool kSteady = decltype(steady)::value;
+        const int i = a >> 1;
+        const bool has_b = kSteady || a + 1 < n_pages, next_a = kSteady || a + 2 < n_pages,
+                   next_b = kSteady || a + 3 < n_pages;
+        const int pair_phase = (ph.pairs + i) & 1, b_phase = (ph.pairs_with_b + i) & 1;
+        const int next_phase = (ph.loads[wg] + i + 1) & 1;  // of this warpgroup's next page
+        // The last pair: the next segment's loads go where this one's would.
+        const int pf = next_a ? 0 : next_pages();  // 0 in a steady pair
+        // The cache pages of the next pair's loads, read now so that the issuing thread (and with
+        // it its warpgroup's next wgmma) does not wait for them where it issues the loads.
+        const int page_a2 = next_a && issuer ? table[a + 2] : 0;
+        const int page_b3 = next_b && issuer ? table[a + 3] : 0;
+        float f[2], mx[2], sum[2];
+        if (wg == 0) {
+          // Softmax of S_a against the running max; O_L += P_a V_a[:, L].
+          mask_and_max(a, mx, steady);
+          float m_new[2];
+          new_max(mx, m_new, f);
+          __syncwarp();  // the quad's reads of row_max before its leader's write
+          if (wg_tid % 4 == 0) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) g[h] = f[h] * ss.scale0[my_row[h]];
-        __syncwarp();
-        if (wg_tid % 4 == 0) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            ss.row_max[my_row[h]] = m_new[h];
-            ss.scale1[my_row[h]] = f[h];
+            for (int h = 0; h < 2; ++h) {
+              ss.row_max[my_row[h]] = m_new[h];
+              ss.scale0[my_row[h]] = f[h];
+            }
           }
-        }
-        signal(kScale1Ready);
-        scale_o(g);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) l_run[h] *= g[h];
-        if (has_b) {
+          signal(kScale0Ready);
+          scale_o(f);
           exponentiate(m_new, sum);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) l_run[h] += sum[h];
-          const float one[2] = {1.0f, 1.0f};
-          store_p(one);
+          for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * f[h] + sum[h];
           pv_local();
-        }
-        await(kP0Ready, pair_phase);
-        pv_remote();
-        if (has_b) signal(kP1Ready);
-        if (next_b || pf > 1) {
-          warpgroup_wait<1>();  // P_b V_b[:, R] retired: buffer 1's half R and rope are free
+          warpgroup_wait<0>();  // P_a V_a[:, L] retired: buffer 0's half L is free
           if (issuer) {
-            LoadTiles(args.tma, ss, p.num_pages, 1, next_b ? page_b3 : next_first_page(1), kHalfTiles, kTiles);
+            if (next_a) LoadTiles(args.tma, ss, p.num_pages, 0, page_a2, 0, kHalfTiles);
+            else if (pf > 0) LoadTiles(args.tma, ss, p.num_pages, 0, next_first_page(0), 0, kHalfTiles);
+          }
+          // Warpgroup 1's max update rescales P_a (for its half) and O_L.
+          await(kScale1Ready, pair_phase);
+          if (pf > 0) prefetch_q();
+#pragma unroll
+          for (int h = 0; h < 2; ++h) f[h] = ss.scale1[my_row[h]];
+          store_p(f);
+          signal(kP0Ready);
+          if (has_b) {
+            await(kP1Ready, b_phase);
+            scale_o(f);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) l_run[h] *= f[h];
+            pv_remote();
+          }
+          // S_{a+2}: its half-L tiles were loaded above; half R and rope after warpgroup 1's
+          // P_a V_a[:, R] retires.
+          if (next_a) ScoreTiles<0, kHalfTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[0], next_phase);
+          if (next_b) {
+            warpgroup_wait<kHalfTiles>();  // P_b V_b[:, L] retired: buffer 1's half L is free
+            if (issuer) LoadTiles(args.tma, ss, p.num_pages, 1, page_b3, 0, kHalfTiles);
+          }
+          if (next_a) ScoreTiles<kHalfTiles, kTiles, false>(mma_s, tSrQ, tSrK, tSrS, ss.full[0], next_phase);
+          warpgroup_wait<0>();
+          // Last pair: P_b V_b[:, L] retired (or there was no page b): buffer 1's half L is free.
+          if (pf > 1 && issuer) LoadTiles(args.tma, ss, p.num_pages, 1, next_first_page(1), 0, kHalfTiles);
+        } else {
+          // Softmax of S_b against warpgroup 0's max; O_R = O_R * scale0 * scale1 + P_b V_b[:, R].
+          await(kScale0Ready, pair_phase);
+          if (pf > 0) prefetch_q();
+          if (has_b) {
+            mask_and_max(a + 1, mx, steady);
+          } else {
+            mx[0] = mx[1] = -INFINITY;
+          }
+          float m_new[2], g[2];
+          new_max(mx, m_new, f);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) g[h] = f[h] * ss.scale0[my_row[h]];
+          __syncwarp();
+          if (wg_tid % 4 == 0) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              ss.row_max[my_row[h]] = m_new[h];
+              ss.scale1[my_row[h]] = f[h];
+            }
+          }
+          signal(kScale1Ready);
+          scale_o(g);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) l_run[h] *= g[h];
+          if (has_b) {
+            exponentiate(m_new, sum);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) l_run[h] += sum[h];
+            const float one[2] = {1.0f, 1.0f};
+            store_p(one);
+            pv_local();
+          }
+          await(kP0Ready, pair_phase);
+          pv_remote();
+          if (has_b) signal(kP1Ready);
+          if (next_b || pf > 1) {
+            warpgroup_wait<1>();  // P_b V_b[:, R] retired: buffer 1's half R and rope are free
+            if (issuer) {
+              LoadTiles(args.tma, ss, p.num_pages, 1, next_b ? page_b3 : next_first_page(1), kHalfTiles, kTiles);
+            }
+          }
+          warpgroup_wait<0>();  // P_a V_a[:, R] retired: buffer 0's half R and rope (P_a) are free
+          if (issuer) {
+            if (next_a) LoadTiles(args.tma, ss, p.num_pages, 0, page_a2, kHalfTiles, kTiles);
+            else if (pf > 0) LoadTiles(args.tma, ss, p.num_pages, 0, next_first_page(0), kHalfTiles, kTiles);
+          }
+          if (next_b) {
+            // S_{b+2}: its own loads first, then the half-L tiles warpgroup 0 issues.
+            ScoreTiles<kHalfTiles, kTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[1], next_phase);
+            ScoreTiles<0, kHalfTiles, false>(mma_s, tSrQ, tSrK, tSrS, ss.full[1], next_phase);
+            warpgroup_wait<0>();
           }
         }
-        warpgroup_wait<0>();  // P_a V_a[:, R] retired: buffer 0's half R and rope (P_a) are free
-        if (issuer) {
-          if (next_a) LoadTiles(args.tma, ss, p.num_pages, 0, page_a2, kHalfTiles, kTiles);
-          else if (pf > 0) LoadTiles(args.tma, ss, p.num_pages, 0, next_first_page(0), kHalfTiles, kTiles);
-        }
-        if (next_b) {
-          // S_{b+2}: its own loads first, then the half-L tiles warpgroup 0 issues.
-          ScoreTiles<kHalfTiles, kTiles, true>(mma_s, tSrQ, tSrK, tSrS, ss.full[1], next_phase);
-          ScoreTiles<0, kHalfTiles, false>(mma_s, tSrQ, tSrK, tSrS, ss.full[1], next_phase);
-          warpgroup_wait<0>();
+        prefetched = pf;
+      };
+      // Pairs [0, steady_end) are steady.
+      const int steady_end = args.steady_pairs ? min(n_pages - 3, (unmasked_end - kv_begin) / kKeys - 1) : 0;
+      for (int a = 0; a < n_pages; a += 2) {
+        if (a < steady_end) {
+          pair(a, std::true_type{});
+        } else {
+          pair(a, std::false_type{});
         }
       }
-      prefetched = pf;
-    };
-    // Pairs [0, steady_end) are steady.
-    const int steady_end = args.steady_pairs ? min(n_pages - 3, (unmasked_end - kv_begin) / kKeys - 1) : 0;
-    for (int a = 0; a < n_pages; a += 2) {
-      if (a < steady_end) {
-        pair(a, std::true_type{});
-      } else {
-        pair(a, std::false_type{});
-      }
-    }
-    // A grid of more than one wave (args.release_late) lets the next kernel in only once this
-    // CTA's last segment has walked its pages, not at its start: back-to-back calls at 128 heads,
-    // b 128, 8k-16k took 3-8% less per call so (H200, 2026-11-30), one wave the same. Released at
-    // the start, the next kernel's CTAs take the SMs the first wave leaves and run their prologue
-    // (a next latent call: its first pages' loads) under this grid's last wave.
-    if (args.release_late && k + 1 == n_segs) cuda::PdlReleaseDependents();
-    ph.loads[0] += (n_pages + 1) / 2;
-    ph.loads[1] += n_pages / 2;
-    ph.pairs += (n_pages + 1) / 2;
-    ph.pairs_with_b += n_pages / 2;
-    issued = prefetched > 0;
+      // A grid of more than one wave (args.release_late) lets the next kernel in only once this
+      // CTA's last segment has walked its pages, not at its start: back-to-back calls at 128 heads,
+      // b 128, 8k-16k took 3-8% less per call so (H200, 2026-11-30), one wave the same. Released at
+      // the start, the next kernel's CTAs take the SMs the first wave leaves and run their prologue
+      // (a next latent call: its first pages' loads) under this grid's last wave.
+      if (args.release_late && k + 1 == n_segs) cuda::PdlReleaseDependents();
+      ph.loads[0] += (n_pages + 1) / 2;
+      ph.loads[1] += n_pages / 2;
+      ph.pairs += (n_pages + 1) / 2;
+      ph.pairs_with_b += n_pages / 2;
+      issued = prefetched > 0;
 
-    // Row sums over both warpgroups' pages, then the output (normalised).
+      // Row sums over both warpgroups' pages, then the output (normalised).
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float l = cuda::QuadSum(l_run[h]);
-      if (wg_tid % 4 == 0) ss.row_sum[wg][my_row[h]] = l;
-    }
-    __syncthreads();
-    float inv[2], lse[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float l = ss.row_sum[0][my_row[h]] + ss.row_sum[1][my_row[h]];
-      inv[h] = l > 0.0f ? 1.0f / l : 0.0f;
-      lse[h] = l > 0.0f ? (ss.row_max[my_row[h]] + log2f(l)) * cuda::kLn2 : -INFINITY;
-    }
-    // This thread's part of O: for each of its two rows, column pairs c0 + 8 j (the wgmma
-    // accumulator's order: element 4 j + 2 h + v is row my_row[h], column c0 + 8 j + v).
-    const int c0 = wg * kHalf + get<1>(tOcO(0));
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = r0 + my_row[h];
-      if (row >= rows_total) continue;
-      const int token = row / H, head = row % H;
-      if (direct) {
-        auto* dst = static_cast<__nv_bfloat16*>(p.out) +
-                    (static_cast<int64_t>(q_start + token) * H + head) * p.kv_lora_rank + c0;
-#pragma unroll
-        for (int j = 0; j < kHalf / 8; ++j) {
-          *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-              cuda::PackBf16(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
-        }
-      } else {
-        float* dst = split.part_out + (part_row0 + static_cast<int64_t>(token) * H + head) * p.kv_lora_rank + c0;
-#pragma unroll
-        for (int j = 0; j < kHalf / 8; ++j) {
-          *reinterpret_cast<float2*>(dst + 8 * j) =
-              make_float2(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
-        }
+      for (int h = 0; h < 2; ++h) {
+        const float l = cuda::QuadSum(l_run[h]);
+        if (wg_tid % 4 == 0) ss.row_sum[wg][my_row[h]] = l;
       }
-    }
-    // One LSE per row: the thread holding column 0 of warpgroup 0 writes it.
-    if (wg == 0 && wg_tid % 4 == 0) {
+      __syncthreads();
+      float inv[2], lse[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float l = ss.row_sum[0][my_row[h]] + ss.row_sum[1][my_row[h]];
+        inv[h] = l > 0.0f ? 1.0f / l : 0.0f;
+        lse[h] = l > 0.0f ? (ss.row_max[my_row[h]] + log2f(l)) * cuda::kLn2 : -INFINITY;
+      }
+      // This thread's part of O: for each of its two rows, column pairs c0 + 8 j (the wgmma
+      // accumulator's order: element 4 j + 2 h + v is row my_row[h], column c0 + 8 j + v).
+      const int c0 = wg * kHalf + get<1>(tOcO(0));
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = r0 + my_row[h];
         if (row >= rows_total) continue;
         const int token = row / H, head = row % H;
         if (direct) {
-          if (p.lse != nullptr) p.lse[static_cast<int64_t>(q_start + token) * H + head] = lse[h];
+          auto* dst = static_cast<__nv_bfloat16*>(p.out) +
+                      (static_cast<int64_t>(q_start + token) * H + head) * p.kv_lora_rank + c0;
+#pragma unroll
+          for (int j = 0; j < kHalf / 8; ++j) {
+            *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+                cuda::PackBf16(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
+          }
         } else {
-          split.part_lse[part_row0 + static_cast<int64_t>(token) * H + head] = lse[h];
+          float* dst = split.part_out + (part_row0 + static_cast<int64_t>(token) * H + head) * p.kv_lora_rank + c0;
+#pragma unroll
+          for (int j = 0; j < kHalf / 8; ++j) {
+            *reinterpret_cast<float2*>(dst + 8 * j) =
+                make_float2(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
+          }
         }
       }
+      // One LSE per row: the thread holding column 0 of warpgroup 0 writes it.
+      if (wg == 0 && wg_tid % 4 == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = r0 + my_row[h];
+          if (row >= rows_total) continue;
+          const int token = row / H, head = row % H;
+          if (direct) {
+            if (p.lse != nullptr) p.lse[static_cast<int64_t>(q_start + token) * H + head] = lse[h];
+          } else {
+            split.part_lse[part_row0 + static_cast<int64_t>(token) * H + head] = lse[h];
+          }
+        }
+      }
+      __syncthreads();  // shared memory (row state, the segment record) is the next segment's
     }
-    __syncthreads();  // shared memory (row state, the segment record) is the next segment's
+  };
+  if (tid < 128) {
+    run(std::integral_constant<int, 0>{});
+  } else {
+    run(std::integral_constant<int, 1>{});
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
