@@ -338,6 +338,18 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           f[h] = moved ? cuda::FastExp2(m_old[h] - m_new[h]) : 1.0f;
         }
       };
+      // The rows' new reference maxima and this warpgroup's rescale factors into shared memory, by
+      // each quad's leader once the quad has read row_max.
+      auto publish_max = [&](const float (&m_new)[2], const float (&f)[2], float* scale) {
+        __syncwarp();
+        if (wg_tid % 4 == 0) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            ss.row_max[my_row[h]] = m_new[h];
+            scale[my_row[h]] = f[h];
+          }
+        }
+      };
       // This warpgroup's P into shared memory for the other one, scaled per row by f. (stmatrix
       // measured slower here on the H100, 2026-11-25.)
       auto store_p = [&](const float (&f)[2]) {
@@ -413,14 +425,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           mask_and_max(a, mx, steady);
           float m_new[2];
           new_max(mx, m_new, f);
-          __syncwarp();  // the quad's reads of row_max before its leader's write
-          if (wg_tid % 4 == 0) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              ss.row_max[my_row[h]] = m_new[h];
-              ss.scale0[my_row[h]] = f[h];
-            }
-          }
+          publish_max(m_new, f, ss.scale0);
           signal(kScale0Ready);
           scale_o(f);
           exponentiate(m_new, sum);
@@ -470,14 +475,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           new_max(mx, m_new, f);
 #pragma unroll
           for (int h = 0; h < 2; ++h) g[h] = f[h] * ss.scale0[my_row[h]];
-          __syncwarp();
-          if (wg_tid % 4 == 0) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              ss.row_max[my_row[h]] = m_new[h];
-              ss.scale1[my_row[h]] = f[h];
-            }
-          }
+          publish_max(m_new, f, ss.scale1);
           signal(kScale1Ready);
           scale_o(g);
 #pragma unroll
