@@ -38,7 +38,7 @@
 // come by bulk copy one ahead, and during a segment's last page pair the loads of the next one's
 // first two pages and Q rows go into what that pair has finished with, so the next segment
 // starts on loaded data. At batch 1-8 a CTA runs its code about once, so the kernel is kept small
-// (no per-element work in the epilogue; docs/kernels.md); a page's tile loads are unrolled (LoadTiles).
+// (no per-element work in the epilogue; docs/kernels.md), but for a page's tile loads (LoadTiles).
 #include "kernels/mla_prefill/latent_attention_sm90.h"
 
 #include <cmath>
@@ -64,10 +64,7 @@ using namespace sm90;  // NOLINT: the kernel's own pieces (latent_sm90_parts.cuh
 
 // How far (log2 units of the scaled scores) a page's row maximum may exceed the row's reference
 // maximum before the reference moves and O is rescaled (the kernel's new_max).
-#ifndef MLASERVE_MLA_LAZY_RESCALE_LOG2
-#define MLASERVE_MLA_LAZY_RESCALE_LOG2 8.0f
-#endif
-constexpr float kLazyRescaleLog2 = MLASERVE_MLA_LAZY_RESCALE_LOG2;
+constexpr float kLazyRescaleLog2 = 8.0f;
 
 // A chunk CTA's work (from its grid position or split.chunk_order) and, in thread 0, the cache
 // ids of its first two pages, which do not depend on the request's lengths: read alongside (not
