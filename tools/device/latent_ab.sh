@@ -3,20 +3,23 @@
 # alternated: .devbin/mlaserve-kernel-bench-base (e.g. main before a change) and
 # .devbin/mlaserve-kernel-bench (the change), each also with the settings in VARIANTS
 # ("NAME=VALUE[+NAME=VALUE]" entries, on the change only), and any other build bundled as
-# .devbin/mlaserve-kernel-bench-NAME (an experiment; NAME labels its rows). Before the timing, the change's
-# kernels_mla_decode_cuda_test and kernels_mla_prefill_cuda_test ($OUT/tests.txt), SANITIZE_TOOLS
-# over SANITIZE_FILTER of the first ($OUT/sanitize.txt), and model_engine_cuda_test where bundled
-# (tools/device/steps_lib.sh's runs; each prints its rc and summary).
-#   ROWS   bench flags of the single-call rows (default: --only mla_decode --mla-heads 128 --no-mmasync)
-#   SMALL  bench flags of the graph rows (default: --only mla_decode_small with SMALL_SHAPES / SMALL_VARIANTS)
+# .devbin/mlaserve-kernel-bench-NAME (an experiment; NAME labels its rows). Before the timing,
+# the change's kernels_mla_decode_cuda_test and kernels_mla_prefill_cuda_test ($OUT/tests.txt),
+# SANITIZE_TOOLS over SANITIZE_FILTER of the first ($OUT/sanitize.txt), and
+# model_engine_cuda_test where bundled (tools/device/steps_lib.sh's runs; each prints its rc and
+# summary).
+#   ROWS            flags of the single-call rows (default: --only mla_decode --mla-heads 128 --no-mmasync)
+#   SMALL_SHAPES, SMALL_VARIANTS   the mla_decode_small graph rows (--small-shapes / --small-variants)
 #   ROUNDS (2), TESTS (1), SANITIZE_TOOLS ("memcheck synccheck"; racecheck runs the mbarrier
 #   hand-offs), PREFILL=1 (also the mla_prefill rows)
 #   here:   build the base's bench, copy it aside; build the change's; then
-#           SKIP_BUILD=1 BUILD=build-cuda TARGETS="mlaserve-kernel-bench kernels_mla_decode_cuda_test" \
-#             tools/device/bundle.sh && cp <base binary> .devbin/mlaserve-kernel-bench-base \
+#           SKIP_BUILD=1 BUILD=build-cuda TARGETS="mlaserve-kernel-bench kernels_mla_decode_cuda_test
+#             kernels_mla_prefill_cuda_test model_engine_cuda_test" tools/device/bundle.sh \
+#             && cp <base binary> .devbin/mlaserve-kernel-bench-base \
 #             && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-lab.tar.xz
 #   there:  tools/device/latent_ab.sh     (carry [".devpack-lab.tar.xz"])
-# Results: $OUT/latent_ab.txt (every run's table); on stdout the rows side by side per run.
+# Results: $OUT/latent_ab.txt, every run's rows under a "#### <build> round <n>" line, also printed
+# at the end.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
