@@ -26,14 +26,80 @@
 
 namespace mlaserve::kernels::mla_decode_internal {
 
-// Cost of one request piece beyond its pages (Q tile load, prologue, output), in pages.
-inline constexpr int kPieceCostPages = 2;
-// The piece cost the schedule kernel charges: kPieceCostPages, or MLASERVE_MLA_PIECE_COST (1-16)
-// where set (read per call: the benchmark sweeps it). Defined in mla_decode.cc.
-int PieceCostPages();
+// Cost of one request piece beyond its pages (its Q load, prologue and output), in pages, by the
+// kernel that runs it. The 64-row kernel's piece loads 72 KiB of Q and writes 128 KiB of f32
+// partials: 5 (FlashMLA's scheduler charges the same); on the H200 it measured 3-7% faster than 2
+// at b 64, 128 heads, 4k-8k keys (2026-12-01). The few-rows kernel's (16 rows): 2.
+inline constexpr int kPieceCostPages = 5;
+inline constexpr int kFewRowsPieceCostPages = 2;
+constexpr int PieceCostFor(bool few_rows) { return few_rows ? kFewRowsPieceCostPages : kPieceCostPages; }
+// The piece cost the schedule kernel charges: PieceCostFor(few_rows), or MLASERVE_MLA_PIECE_COST
+// (1-16) where set (read per call: the benchmark sweeps it). Defined in mla_decode.cc.
+int PieceCostPages(bool few_rows);
+// Whether a part that starts inside a request is charged that piece's cost (BalancedCuts): for
+// the 64-row kernel. The few-rows kernel measured better without (b 64, 16 heads, one request of
+// 64k keys among 63 of 1k: 78 against 75 TFLOP/s; H200, 2026-12-01).
+constexpr bool ChargesCuts(bool few_rows) { return !few_rows; }
 // A part takes at least this cost, so that tiny batches do not spread one page per CTA.
 constexpr int MinPartCost(int piece_cost) { return piece_cost + 2; }
-inline constexpr int kMinPartCost = MinPartCost(kPieceCostPages);
+// Where the balanced schedule cuts its cost line (MlaScheduleKernel). Request b occupies
+// [C_b, C_b + piece_cost + pages_b) of a line of `total` units (C: the exclusive prefix sum), so
+// a request's first piece carries its piece cost; part q takes the line's [Bound(q), Bound(q + 1)).
+//   - Cuts charged (ChargesCuts, cut_cost = the piece cost): a part that starts inside a request
+//     has one piece more, whose Q load and output cost cut_cost, so part 0 takes W units of the
+//     line and every later part W - cut_cost, W = (total + (parts - 1) cut_cost) / parts: every
+//     part's cost is W (one that starts on a request's boundary is cut_cost lighter). Integer
+//     bounds, exact in sum.
+//   - Not charged (cut_cost 0): shares of `share` = ceil(total / parts) units, the last part the
+//     rest. At 16 heads this measured better than exact shares with one long request among short
+//     ones (fewer cuts: 77 against 72 TFLOP/s, b 64; H200, 2026-12-01).
+// Bound(0) = 0, Bound(parts) = total, increasing. `parts` is the plan's, or fewer where a share
+// would come below MinPartCost (tiny batches do not spread a page per CTA); parts past it get
+// none of the line.
+struct BalancedCuts {
+  int64_t total = 0;
+  int64_t cut_cost = 0;
+  int64_t share = 0;  // uncharged cuts: every part's share but the last's
+  int parts = 1;
+
+  constexpr int64_t Bound(int q) const {
+    if (q <= 0) return 0;
+    if (q >= parts) return total;
+    if (cut_cost == 0) return q * share;
+    return q * (total + (parts - 1) * cut_cost) / parts - (q - 1) * cut_cost;
+  }
+  // The part whose share holds unit c of the line: the last q with Bound(q) <= c.
+  constexpr int PartOf(int64_t c) const {
+    int lo = 0, hi = parts - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (Bound(mid) <= c) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return lo;
+  }
+};
+
+constexpr BalancedCuts MakeBalancedCuts(int64_t total, int piece_cost, bool charge_cuts, int num_parts) {
+  BalancedCuts cuts;
+  cuts.total = total;
+  const int64_t min_cost = MinPartCost(piece_cost);
+  if (charge_cuts) {
+    const int64_t fit = total / min_cost;
+    cuts.cut_cost = piece_cost;
+    cuts.parts = static_cast<int>(fit < 1 ? 1 : fit < num_parts ? fit : num_parts);
+  } else {
+    const int64_t even = (total + num_parts - 1) / num_parts;
+    cuts.share = even > min_cost ? even : min_cost;
+    const int64_t used = (total + cuts.share - 1) / cuts.share;
+    cuts.parts = static_cast<int>(used < 1 ? 1 : used);
+  }
+  return cuts;
+}
+
 // Most parts per row block (the schedule kernel keeps one int per part in shared memory).
 inline constexpr int kMaxParts = 1024;
 // sizeof(mla_cuda::LatentSegment) (kernels/mla_prefill/latent_attention.h; asserted there).

@@ -158,6 +158,9 @@ __device__ __forceinline__ void LoadPartial(const CombineArgs& a, int64_t row, i
 // Where row i x heads + h of request b keeps its pieces: n of them, piece s at partial row
 // first + s * stride. A balanced schedule's request in one piece (n <= 1) has none: the attention
 // kernel wrote it. With chunks, only the chunks that hold keys of the request (lk of them).
+// Readable before the PDL wait: the schedule kernel that wrote pieces and slot_base ran at least
+// two kernels back, and the attention kernel in between lets this one in only after its own wait
+// (pdl.cuh, rule 3; read from L2).
 struct RowPieces {
   int n = 0;
   int64_t first = 0, stride = 0;
@@ -165,9 +168,9 @@ struct RowPieces {
 __device__ __forceinline__ RowPieces PiecesOf(const CombineArgs& a, int b, int i, int h, int lk) {
   RowPieces r;
   if (a.pieces != nullptr) {
-    r.n = a.pieces[b];
+    r.n = __ldcg(a.pieces + b);
     r.stride = a.slot_rows;
-    r.first = a.slot_base[b] * r.stride + static_cast<int64_t>(i) * a.num_heads + h;  // slot_base -1 where n <= 1
+    r.first = __ldcg(a.slot_base + b) * r.stride + static_cast<int64_t>(i) * a.num_heads + h;  // -1 where n <= 1
   } else {
     r.n = mla_internal::LatentChunksWithKeys(lk, a.chunk_tokens, a.num_splits);
     r.first = (static_cast<int64_t>(b) * a.max_q + i) * a.num_heads + h;
@@ -280,12 +283,12 @@ __global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __
   const int q_start = a.cu_seqlens_q[b];         // readable before the wait, as in MlaCombineKernel
   const int lq = a.cu_seqlens_q[b + 1] - q_start;
   const int lk = a.pieces == nullptr ? a.seqlens_k[b] : 0;
+  const int i = r / a.num_heads, h = r % a.num_heads;
+  const RowPieces pieces = PiecesOf(a, b, i, h, lk);  // before the wait, so its loads go first
   cuda::PdlWaitForPrerequisites();
   cuda::PdlReleaseDependents();
-  const int i = r / a.num_heads, h = r % a.num_heads;
   if (i >= lq) return;
   const int64_t out_row = static_cast<int64_t>(q_start + i) * a.num_heads + h;
-  const RowPieces pieces = PiecesOf(a, b, i, h, lk);
   const int n = pieces.n;
   const int64_t first = pieces.first, stride = pieces.stride;
   if (a.pieces != nullptr && n <= 1) return;  // written directly by the attention kernel

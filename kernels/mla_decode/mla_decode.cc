@@ -44,7 +44,7 @@ constexpr int kBalancedOverheadPages = 10;
 // chunk CTA's: ~25% on the H100 (b 64/128, 4k-8k, 2026-11-25); ~10-14% on the H200 since the
 // steady page pairs (2026-11-30: b 64 8k / 16k balanced 0.291 / 0.524 ms against chunks 0.306 /
 // 0.589, b 64 4k 0.178 against 0.167, b 128 4k-16k chunks ahead by 3-11%), which 1.15 orders right.
-constexpr double kBalancedRowBlocksFactor = 1.15;
+constexpr double kBalancedRowBlocksFactor = 1.10;
 
 // Partial outputs (kv_lora_rank floats) and partial LSEs per (row, split); none without a split.
 size_t ChunkPartialBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits) {
@@ -135,9 +135,9 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   const int64_t total_pages = s.total_seqlen_k > 0
                                   ? (s.total_seqlen_k + s.batch * static_cast<int64_t>(kPageSize - 1)) / kPageSize
                                   : s.batch * static_cast<int64_t>(pages);
-  const double part_pages = std::max<int64_t>(
-      (total_pages + s.batch * int64_t{mla_decode_internal::kPieceCostPages} + parts - 1) / parts,
-      mla_decode_internal::kMinPartCost);
+  const int piece_cost = mla_decode_internal::PieceCostFor(rows <= mla_internal::kLatentFewRowsMax);
+  const double part_pages = std::max<int64_t>((total_pages + s.batch * int64_t{piece_cost} + parts - 1) / parts,
+                                              mla_decode_internal::MinPartCost(piece_cost));
   const double balanced_cost =
       part_pages * (row_blocks > 1 ? kBalancedRowBlocksFactor : 1.0) + kBalancedOverheadPages;
   const bool balanced = s.schedule == MlaDecodeSchedule::kBalanced ||
@@ -146,7 +146,7 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
     plan.num_parts = parts;
     // The longest request (and its piece cost) over the parts' pages, plus the part it starts in.
     plan.max_pieces =
-        static_cast<int>(std::ceil((pages + mla_decode_internal::kPieceCostPages) / part_pages)) + 1;
+        static_cast<int>(std::ceil((pages + piece_cost) / part_pages)) + 1;
     const auto layout =
         mla_decode_internal::MakeBalancedLayout(s.batch, s.q_per_request, s.num_heads, s.kv_lora_rank, parts);
     plan.workspace_bytes = layout.bytes;
@@ -173,10 +173,10 @@ bool RunsBalancedSchedule(const MlaParams& p, const MlaDecodePlan& plan) {
   return plan.num_parts > 0 && p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p);
 }
 
-int PieceCostPages() {
+int PieceCostPages(bool few_rows) {
   const char* v = std::getenv("MLASERVE_MLA_PIECE_COST");
   const int n = v != nullptr ? std::atoi(v) : 0;
-  return n >= 1 && n <= 16 ? n : kPieceCostPages;
+  return n >= 1 && n <= 16 ? n : PieceCostFor(few_rows);
 }
 
 }  // namespace mla_decode_internal

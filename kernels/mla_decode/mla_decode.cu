@@ -46,6 +46,7 @@ struct ScheduleArgs {
   int max_pages_per_seq;
   int batch, num_parts;
   int piece_cost;  // pages a request piece costs beyond its own (PieceCostPages)
+  bool charge_cuts;  // a part pays the piece cost of the cut request it starts with (ChargesCuts)
   mla_cuda::LatentSegment* segments;
   int32_t* part_segments;
   int32_t* pieces;
@@ -54,11 +55,11 @@ struct ScheduleArgs {
 
 // The balanced schedule (balanced_schedule.h), by one block in parallel. Request b occupies
 // [C_b, C_b + piece_cost + pages_b) of a cost line (C = exclusive prefix sum; piece_cost from
-// PieceCostPages); part q takes
-// the line's [q T, (q + 1) T), T = ceil(total / num_parts), and of request b the pages whose
-// units fall there (a part that holds only b's fixed units takes none of it). A part's cost is
-// at most T plus one piece's fixed cost. Requests are walked kScheduleThreads at a time, each
-// thread one request; segment and slot numbers come from block-wide prefix sums.
+// PieceCostPages); part q takes the line's [Bound(q), Bound(q + 1)) (BalancedCuts: every part
+// the same cost, counting the piece cost of the cut request a part starts with), and of request
+// b the pages whose units fall there (a part that holds only b's fixed units takes none of it).
+// Requests are walked kScheduleThreads at a time, each thread one request; segment and slot
+// numbers come from block-wide prefix sums.
 constexpr int kScheduleThreads = 512;
 static_assert(sizeof(mla_cuda::LatentSegment) == mla_decode_internal::kSegmentRecordBytes);
 constexpr int kPartsPerThread = mla_decode_internal::kMaxParts / kScheduleThreads;
@@ -85,17 +86,16 @@ __global__ void __launch_bounds__(kScheduleThreads) MlaScheduleKernel(const __gr
   if (threadIdx.x == 0) total_shared = total_sum;
   for (int q = threadIdx.x; q < G; q += kScheduleThreads) part_first[q] = INT32_MAX;
   __syncthreads();
-  const int64_t min_part_cost = mla_decode_internal::MinPartCost(piece_cost);
-  const int64_t T = max((total_shared + G - 1) / G, min_part_cost);
+  const mla_decode_internal::BalancedCuts cuts =
+      mla_decode_internal::MakeBalancedCuts(total_shared, piece_cost, a.charge_cuts, G);
   // The parts request b's segments lie in, and its page range in part q.
-  auto first_part = [&](int64_t c) { return static_cast<int>(min(c / T, static_cast<int64_t>(G - 1))); };
-  auto last_part = [&](int64_t c, int n) {
-    return static_cast<int>(min((c + piece_cost + max(n, 1) - 1) / T, static_cast<int64_t>(G - 1)));
-  };
+  auto first_part = [&](int64_t c) { return cuts.PartOf(c); };
+  auto last_part = [&](int64_t c, int n) { return cuts.PartOf(c + piece_cost + max(n, 1) - 1); };
   auto range = [&](int64_t c, int n, int q, int& lo, int& hi) {
     const int64_t start = c + piece_cost;
-    lo = static_cast<int>(min(max(q * T - start, int64_t{0}), static_cast<int64_t>(n)));
-    hi = q == G - 1 ? n : static_cast<int>(min(max((q + 1) * T - start, int64_t{0}), static_cast<int64_t>(n)));
+    lo = static_cast<int>(min(max(cuts.Bound(q) - start, int64_t{0}), static_cast<int64_t>(n)));
+    hi = q == cuts.parts - 1 ? n
+                             : static_cast<int>(min(max(cuts.Bound(q + 1) - start, int64_t{0}), static_cast<int64_t>(n)));
   };
   int64_t cost_carry = 0, seg_carry = 0, slot_carry = 0;
   for (int chunk = 0; chunk < a.batch; chunk += kScheduleThreads) {
@@ -275,13 +275,15 @@ bool PrefetchNextSegment() {
 // metadata part, or the caller's copy of it: the same offsets from its start).
 ScheduleArgs ScheduleIn(const MlaParams& p, const MlaDecodePlan& plan, const mla_decode_internal::BalancedLayout& layout,
                         uint8_t* meta) {
+  const bool few_rows = static_cast<int64_t>(p.num_heads) * p.max_seqlen_q <= mla_internal::kLatentFewRowsMax;
   return ScheduleArgs{p.seqlens_k,
                       p.cu_seqlens_q,
                       p.block_table,
                       p.max_pages_per_seq,
                       p.batch,
                       plan.num_parts,
-                      mla_decode_internal::PieceCostPages(),
+                      mla_decode_internal::PieceCostPages(few_rows),
+                      mla_decode_internal::ChargesCuts(few_rows),
                       reinterpret_cast<mla_cuda::LatentSegment*>(meta + (layout.segments - layout.metadata)),
                       reinterpret_cast<int32_t*>(meta + (layout.part_segments - layout.metadata)),
                       reinterpret_cast<int32_t*>(meta + (layout.pieces - layout.metadata)),

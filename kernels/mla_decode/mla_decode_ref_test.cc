@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -231,7 +233,7 @@ TEST(MlaDecodePlan, BalancedPlansEstimateTheMostPiecesOfARequest) {
                        Case{128, 16, 4096, 5120, 128 * 4096, 3}, Case{64, 16, 4096, 5120, 64 * 4096, 4},
                        // one request of 64k keys among 63 of 1k: it spans tens of parts
                        Case{64, 16, 1024, 65536, 65536 + 63 * 1024, 62},
-                       Case{64, 128, 1024, 65536, 65536 + 63 * 1024, 32}}) {
+                       Case{64, 128, 1024, 65536, 65536 + 63 * 1024, 29}}) {
     const MlaDecodeShape shape{c.batch, c.heads, 1, 512, 64, c.max_k, 132, MlaDecodeSchedule::kBalanced, c.total};
     const auto plan = PlanMlaDecode(shape);
     ASSERT_TRUE(plan.ok());
@@ -242,6 +244,62 @@ TEST(MlaDecodePlan, BalancedPlansEstimateTheMostPiecesOfARequest) {
   ASSERT_TRUE(chunks.ok());
   EXPECT_EQ(chunks->num_parts, 0);
   EXPECT_EQ(chunks->max_pieces, 0);
+}
+
+// The balanced schedule's cuts of its cost line (BalancedCuts, what MlaScheduleKernel runs):
+// exact in sum, increasing, PartOf the inverse of Bound, tiny lines on fewer parts; charged cuts
+// give every part the same cost (its share, plus the cut cost of the request piece it starts
+// with after part 0) within a unit, uncharged ones every part but the last the same share.
+TEST(MlaDecodeSchedule, CutsGiveEveryPartTheSameCost) {
+  std::mt19937 rng(testing::FreshSeed());
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int piece_cost = 1 + static_cast<int>(rng() % 8);
+    const bool charge_cuts = rng() % 2 == 0;
+    const int num_parts = 1 + static_cast<int>(rng() % 200);
+    const int64_t total = static_cast<int64_t>(rng() % 100000);
+    const mla_decode_internal::BalancedCuts cuts =
+        mla_decode_internal::MakeBalancedCuts(total, piece_cost, charge_cuts, num_parts);
+    SCOPED_TRACE(::testing::Message() << "total " << total << ", piece cost " << piece_cost << ", charged "
+                                      << charge_cuts << ", parts " << num_parts << " (used " << cuts.parts << ")");
+    const int64_t min_cost = mla_decode_internal::MinPartCost(piece_cost);
+    ASSERT_EQ(cuts.cut_cost, charge_cuts ? piece_cost : 0);
+    ASSERT_GE(cuts.parts, 1);
+    ASSERT_LE(cuts.parts, num_parts);
+    EXPECT_EQ(cuts.Bound(0), 0);
+    EXPECT_EQ(cuts.Bound(cuts.parts), total);
+    std::vector<int64_t> costs;
+    for (int q = 0; q < cuts.parts; ++q) {
+      if (total > 0) ASSERT_LT(cuts.Bound(q), cuts.Bound(q + 1)) << "part " << q;
+      costs.push_back(cuts.Bound(q + 1) - cuts.Bound(q) + (q > 0 ? cuts.cut_cost : 0));
+      if (total > 0) {
+        EXPECT_EQ(cuts.PartOf(cuts.Bound(q)), q);
+        EXPECT_EQ(cuts.PartOf(cuts.Bound(q + 1) - 1), q);
+      }
+    }
+    if (cuts.parts == 1) continue;
+    const auto [lo, hi] = std::minmax_element(costs.begin(), costs.end());
+    if (charge_cuts) {
+      EXPECT_LE(*hi - *lo, 1);
+      EXPECT_GE(total / cuts.parts, min_cost);
+      if (cuts.parts < num_parts) EXPECT_LT(total / (cuts.parts + 1), min_cost);
+    } else {
+      for (int q = 0; q + 1 < cuts.parts; ++q) EXPECT_EQ(costs[q], cuts.share) << "part " << q;
+      EXPECT_LE(costs.back(), cuts.share);
+      EXPECT_EQ(cuts.share, std::max((total + num_parts - 1) / num_parts, min_cost));
+    }
+  }
+  // The kernel bench's 64 requests of 4k keys +-25% (4097 pages, piece cost 5: a line of 4417)
+  // over 132 SMs' 66 parts of 128 heads: 71 or 72 a part, the last 67 pages and a cut. Equal
+  // shares of ceil(4417 / 66) = 67 units, without the cuts' cost, left the last part 62.
+  const mla_decode_internal::BalancedCuts cuts = mla_decode_internal::MakeBalancedCuts(4097 + 64 * 5, 5, true, 66);
+  EXPECT_EQ(cuts.parts, 66);
+  EXPECT_EQ(cuts.Bound(1), 71);
+  EXPECT_EQ(cuts.Bound(66) - cuts.Bound(65), 67);
+  // Uncharged (the few-rows kernel's): shares of ceil(4225 / 66) = 65; the 66th part gets none.
+  const mla_decode_internal::BalancedCuts few = mla_decode_internal::MakeBalancedCuts(4225, 2, false, 66);
+  EXPECT_EQ(few.parts, 65);
+  EXPECT_EQ(few.Bound(1), 65);
+  EXPECT_EQ(few.Bound(65), 4225);
 }
 
 TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleForOneWaveOfLongRequestsAt128Heads) {
@@ -260,6 +318,20 @@ TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleForOneWaveOfLongRequestsAt128Hea
     const auto plan = PlanMlaDecode(shape);
     ASSERT_TRUE(plan.ok());
     EXPECT_EQ(plan->num_parts > 0, c.balanced) << "batch " << c.batch << ", mean " << c.mean_k;
+  }
+  // The same with the bench's own lengths (mlaserve-kernel-bench's mla_decode rows: their longest
+  // and their sum), on which the choice was measured.
+  struct BenchCase {
+    int batch, max_k;
+    int64_t total;
+    bool balanced;
+  };
+  for (const BenchCase c : {BenchCase{64, 5118, 260171, false}, BenchCase{64, 10200, 533926, true},
+                            BenchCase{64, 20476, 1065302, true}, BenchCase{128, 5095, 518841, false},
+                            BenchCase{128, 10169, 1067215, false}, BenchCase{128, 20322, 2086258, false}}) {
+    const auto plan = PlanMlaDecode({c.batch, 128, 1, 512, 64, c.max_k, 132, MlaDecodeSchedule::kAuto, c.total});
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->num_parts > 0, c.balanced) << "batch " << c.batch << ", longest " << c.max_k;
   }
 }
 

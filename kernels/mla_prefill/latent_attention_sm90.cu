@@ -103,10 +103,12 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       for (int t = 0; t < kTiles; ++t) cutlass::arch::ClusterTransactionBarrier::init(&ss.full[s][t], 1);
     }
     for (int i = 0; i < kSignals; ++i) cutlass::arch::ClusterBarrier::init(&ss.signal[i], 128);
+    cutlass::arch::ClusterBarrier::init(&ss.cta_sync, kThreads);
     for (int i = 0; i < 2; ++i) cutlass::arch::ClusterTransactionBarrier::init(&ss.seg_full[i], 1);
     cutlass::arch::fence_barrier_init();
     cute::prefetch_tma_descriptor(args.tma.get_tma_descriptor());
   }
+  __syncthreads();  // barrier init
   // With chunks in grid order and p.inputs_before_wait (the block table, the lengths and the
   // cache pages were complete before the kernel just before this one started: pdl.cuh, rule 3),
   // the CTA's work and its first two pages' loads go before the PDL wait, so the pages are in
@@ -192,6 +194,17 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       }
     };
     Phases ph;
+    // The CTA's barrier, on an mbarrier of all 256 threads. The two warpgroups reach it from
+    // their own instantiations of this body, so from different instructions, where __syncthreads
+    // (bar.sync, the .aligned form) is to be reached by the whole CTA at one instruction
+    // (undefined otherwise; compute-sanitizer's synccheck reports it). barrier.cta.sync without
+    // .aligned is allowed there but made ptxas spill ~150 bytes in the segment kernel.
+    uint32_t cta_phase = 0;
+    auto sync_cta = [&] {
+      cutlass::arch::ClusterBarrier::arrive(&ss.cta_sync);
+      cutlass::arch::ClusterBarrier::wait(&ss.cta_sync, cta_phase);
+      cta_phase ^= 1;
+    };
 
     // This CTA's segments: with chunks, the one (row block, KV chunk, request) of its grid
     // position; with the balanced schedule, part blockIdx.y's segments for row block blockIdx.x,
@@ -212,7 +225,6 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       return LatentCtaWork::Make(p, seg.request, seg.q_start, seg.q_len, seg.k_len, blockIdx.x * kRows,
                                  seg.page_begin * kKeys, seg.page_end * kKeys, kRows);
     };
-    __syncthreads();  // barrier init
     if (!chunks && tid == 0 && n_segs > 0) fetch_record(0);
     // The current segment's first two pages and its Q were issued during the previous segment's
     // last page pair (balanced schedule; see the loop).
@@ -245,11 +257,11 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         first_page[0] = seg.first_pages[0];
         first_page[1] = seg.first_pages[1];
         // Record k + 1 replaces record k - 1, which every thread has read: each segment ends
-        // with __syncthreads (an empty one too, below).
+        // with sync_cta (an empty one too, below).
         if (tid == 0 && k + 1 < n_segs) fetch_record(k + 1);
       }
       if (w.empty()) {
-        __syncthreads();
+        sync_cta();
         continue;
       }
       const int b = w.b, q_start = w.q_start, rows_total = w.rows_total, r0 = w.r0;
@@ -265,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       }
       cuda::CpAsyncWait<0>();
       cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> wgmma's async proxy
-      __syncthreads();
+      sync_cta();
       clear(tOrO);
       int row_pos[2];
 #pragma unroll
@@ -535,7 +547,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         const float l = cuda::QuadSum(l_run[h]);
         if (wg_tid % 4 == 0) ss.row_sum[wg][my_row[h]] = l;
       }
-      __syncthreads();
+      sync_cta();
       float inv[2], lse[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -582,7 +594,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           }
         }
       }
-      __syncthreads();  // shared memory (row state, the segment record) is the next segment's
+      sync_cta();  // shared memory (row state, the segment record) is the next segment's
     }
   };
   if (tid < 128) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "cute/tensor.hpp"
@@ -72,9 +73,11 @@ struct SharedStorage {
   uint64_t signal[kSignals];
   // Balanced schedule: the records of this CTA's segments, fetched one ahead (record k of the
   // CTA's run in seg[k & 1]), each with its own bulk-copy barrier.
-  LatentSegment seg[2];
+  LatentSegment seg[2];  // bulk-copy destinations: 16-byte aligned, as the members before keep them
   uint64_t seg_full[2];
+  uint64_t cta_sync;  // the CTA's barrier after setup (latent_attention_sm90.cu, sync_cta)
 };
+static_assert(offsetof(SharedStorage, seg) % 16 == 0, "segment records are bulk-copy destinations");
 
 __device__ __forceinline__ Bf16* PageTile(SharedStorage& ss, int stage, int tile) {
   return ss.page[stage].data() + tile * kKeys * kTileCols;

@@ -65,5 +65,33 @@ if [[ ${KERNEL_BENCH:-1} == 1 && -x .devbin/mlaserve-kernel-bench && -f $OUT/fla
   python3 tools/bench_flashmla_baseline.py --compare "$OUT/kernel_bench.json" "$OUT/flashmla.json" \
     | tee "$OUT/table.txt"
 fi
+# NCU_SHAPES="b,s_k ..." (128 heads, one query token): ncu's per-kernel metrics of FlashMLA's two
+# launches (split-KV, combine) and of ours (the latent kernel, the combine) under the balanced
+# schedule and kAuto's plan, one call each, the same metrics: time, SM clock, how evenly the SMs
+# were busy (sm__cycles_active min / avg / max), DRAM bytes, instructions. Into $OUT/ncu.txt.
+if [[ -n ${NCU_SHAPES:-} && -f $OUT/flashmla.json ]]; then
+  NCU_BIN=${NCU_BIN:-$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | sort -V | tail -1)}
+  METRICS=gpu__time_duration.sum,gpc__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max
+  METRICS+=,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,dram__bytes_read.sum
+  METRICS+=,dram__bytes_write.sum,sm__inst_executed.sum,launch__registers_per_thread,launch__grid_size
+  NCU=("$NCU_BIN" --clock-control none --cache-control none --metrics "$METRICS" --csv --page raw --print-units base)
+  : > "$OUT/ncu.txt"
+  for spec in $NCU_SHAPES; do
+    b=${spec%%,*} sk=${spec#*,}
+    {
+      echo "######## FlashMLA b=$b h=128 s_k~$sk"
+      timeout 200 "${NCU[@]}" --kernel-name regex:'splitkv|combine' --launch-skip 6 --launch-count 4 \
+        "${BENCH[@]}" --batch "$b" --heads 128 --sq 1 --sk "$sk" --skip-check
+      for variant in balanced auto; do
+        echo "######## ours b=$b h=128 s_k~$sk $variant"
+        timeout 200 "${NCU[@]}" --kernel-name regex:'LatentAttentionSm90|MlaCombine' --launch-skip 40 \
+          --launch-count 4 .devbin/mlaserve-kernel-bench --only mla_decode_small --small-shapes "$b,128,$sk" \
+          --small-variants "$variant"
+      done
+    } >> "$OUT/ncu.txt" 2>&1
+    echo "== [$((SECONDS - T0)) s] ncu $spec rc=$?"
+  done
+  python3 tools/ncu_table.py "$OUT/ncu.txt" 2>&1 | tee "$OUT/ncu_table.txt"
+fi
 echo "== [$((SECONDS - T0)) s] done"
 exit "$rc"
