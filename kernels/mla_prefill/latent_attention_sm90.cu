@@ -194,11 +194,14 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       }
     };
     Phases ph;
-    // The CTA's barrier, on an mbarrier of all 256 threads. The two warpgroups reach it from
-    // their own instantiations of this body, so from different instructions, where __syncthreads
-    // (bar.sync, the .aligned form) is to be reached by the whole CTA at one instruction
-    // (undefined otherwise; compute-sanitizer's synccheck reports it). barrier.cta.sync without
-    // .aligned is allowed there but made ptxas spill ~150 bytes in the segment kernel.
+    // The CTA's barrier, on an mbarrier of all 256 threads (which racecheck follows, as it does
+    // the signals' mbarriers). The two warpgroups reach it from their own instantiations of this
+    // body, so from different instructions, where __syncthreads (bar.sync, the .aligned form) is
+    // to be reached by the whole CTA at one instruction (undefined otherwise; compute-sanitizer's
+    // synccheck reports it). This, and barrier.cta.sync without .aligned alike, made ptxas spill
+    // 140-160 bytes in the segment kernel (0 with __syncthreads) and cost it 3-4% (H200,
+    // 2026-12-01); the segment loop in common code, with only the pages per warpgroup, measured
+    // slower still.
     uint32_t cta_phase = 0;
     auto sync_cta = [&] {
       cutlass::arch::ClusterBarrier::arrive(&ss.cta_sync);
