@@ -8,7 +8,11 @@ DRAM MB read / written, instructions, registers and grid.
 """
 import csv
 import io
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_breakdown import kernel_group  # noqa: E402  (the same kernel names as its tables)
 
 
 def rows_of(lines):
@@ -34,15 +38,6 @@ def num(row, key):
         return float("nan")
 
 
-def short(name):
-    for key in ("LatentAttentionSm90Kernel", "MlaCombineRowsKernel", "MlaCombineKernel", "splitkv", "combine"):
-        at = name.find(key)
-        if at >= 0:
-            rest = name[at + len(key):]
-            return key + (rest[:rest.index(">") + 1] if rest.startswith("<") else "")
-    return name[:28]
-
-
 def main():
     text = open(sys.argv[1]).read().splitlines()
     sections, title, body = [], None, []
@@ -55,14 +50,14 @@ def main():
             body.append(line)
     if title is not None:
         sections.append((title, body))
-    print(f"{'kernel':<40}{'us':>9}{'GHz':>6}{'active min/avg/max %':>22}{'DRAM rd MB':>11}{'wr MB':>8}"
+    print(f"{'kernel':<56}{'us':>9}{'GHz':>6}{'active min/avg/max %':>22}{'DRAM rd MB':>11}{'wr MB':>8}"
           f"{'inst M':>8}{'regs':>6}{'grid':>6}")
     for title, body in sections:
         print(f"-- {title}")
         for r in rows_of(body):
             elapsed = num(r, "sm__cycles_elapsed.max")
             act = [100.0 * num(r, f"sm__cycles_active.{k}") / elapsed for k in ("min", "avg", "max")]
-            print(f"{short(r.get('Kernel Name', '?')):<40}{num(r, 'gpu__time_duration.sum') / 1e3:9.1f}"
+            print(f"{kernel_group(r.get('Kernel Name', '?'))[:56]:<56}{num(r, 'gpu__time_duration.sum') / 1e3:9.1f}"
                   f"{num(r, 'gpc__cycles_elapsed.avg.per_second') / 1e9:6.2f}"
                   f"{'%5.1f / %5.1f / %5.1f' % tuple(act):>22}"
                   f"{num(r, 'dram__bytes_read.sum') / 1e6:11.1f}{num(r, 'dram__bytes_write.sum') / 1e6:8.1f}"

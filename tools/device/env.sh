@@ -8,3 +8,7 @@ if [[ -n ${MLASERVE_CUDNN_LIB:-} && -e $MLASERVE_CUDNN_LIB/libcudnn.so.9 ]]; the
   export LD_LIBRARY_PATH=$MLASERVE_CUDNN_LIB:$LD_LIBRARY_PATH
 fi
 export PYTHONUNBUFFERED=1
+# ncu is not always on the PATH of the GPU image: the newest Nsight Compute install otherwise
+# (NCU_BIN set beforehand wins). Used by kernel_profile.sh, latent_profile.sh, flashmla_baseline.sh.
+NCU_BIN=${NCU_BIN:-$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | sort -V | tail -1)}
+export NCU_BIN

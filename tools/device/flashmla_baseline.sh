@@ -70,7 +70,7 @@ fi
 # schedule and kAuto's plan, one call each, the same metrics: time, SM clock, how evenly the SMs
 # were busy (sm__cycles_active min / avg / max), DRAM bytes, instructions. Into $OUT/ncu.txt.
 if [[ -n ${NCU_SHAPES:-} && -f $OUT/flashmla.json ]]; then
-  NCU_BIN=${NCU_BIN:-$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | sort -V | tail -1)}
+  [[ -x $NCU_BIN ]] || { echo "flashmla_baseline: ncu not found (set NCU_BIN)"; exit 2; }
   METRICS=gpu__time_duration.sum,gpc__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max
   METRICS+=,sm__cycles_active.min,sm__cycles_active.avg,sm__cycles_active.max,dram__bytes_read.sum
   METRICS+=,dram__bytes_write.sum,sm__inst_executed.sum,launch__registers_per_thread,launch__grid_size

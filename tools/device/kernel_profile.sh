@@ -12,8 +12,7 @@ MODEL=${MODEL:-/dev/shm/v2lite-random}
 OUT=${OUT:-/tmp/profile_out}
 PHASES=${PHASES:-"prefill4096 decode1 decode128"}
 mkdir -p "$OUT"
-# ncu is not always on the PATH of the GPU image: fall back to the newest Nsight Compute install.
-NCU_BIN=${NCU_BIN:-$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | sort -V | tail -1)}
+source tools/device/env.sh  # NCU_BIN
 [[ -x $NCU_BIN ]] || { echo "kernel_profile: ncu not found (set NCU_BIN)"; exit 2; }
 NCU="$NCU_BIN --clock-control none --metrics ${NCU_METRICS:-gpu__time_duration.sum} --csv --print-units base --nvtx"
 args=()

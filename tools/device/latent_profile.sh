@@ -17,7 +17,7 @@ WORK=${WORK:-/tmp/latent_profile_reps}  # the ncu reports (large; they stay ther
 SHAPES=${SHAPES:-"64,128,4096:balanced 128,128,4096:auto"}
 SKIP=${SKIP:-25}  # launches of the kernel to skip (the bench's warm-up graphs)
 mkdir -p "$OUT" "$WORK"
-NCU_BIN=${NCU_BIN:-$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | sort -V | tail -1)}
+source tools/device/env.sh  # NCU_BIN
 [[ -x $NCU_BIN ]] || { echo "latent_profile: ncu not found (set NCU_BIN)"; exit 2; }
 report=$OUT/latent_profile.txt
 : > "$report"
