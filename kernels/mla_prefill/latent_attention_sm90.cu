@@ -108,7 +108,10 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     cutlass::arch::fence_barrier_init();
     cute::prefetch_tma_descriptor(args.tma.get_tma_descriptor());
   }
-  __syncthreads();  // barrier init
+  // The barriers' initialisation is seen by the CTA after its first barrier: here with mbarrier
+  // signals (whose CTA barrier is one of them); else the first sync_cta in the body (thread 0's
+  // early loads use no barrier other threads wait on before then).
+  if constexpr (!kNamed) __syncthreads();
   // With chunks in grid order and p.inputs_before_wait (the block table, the lengths and the
   // cache pages were complete before the kernel just before this one started: pdl.cuh, rule 3),
   // the CTA's work and its first two pages' loads go before the PDL wait, so the pages are in
@@ -194,18 +197,26 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       }
     };
     Phases ph;
-    // The CTA's barrier, on an mbarrier of all 256 threads (which racecheck follows, as it does
-    // the signals' mbarriers). The two warpgroups reach it from their own instantiations of this
-    // body, so from different instructions, where __syncthreads (bar.sync, the .aligned form) is
-    // to be reached by the whole CTA at one instruction (undefined otherwise; compute-sanitizer's
-    // synccheck reports it). This, and barrier.cta.sync without .aligned alike, made ptxas spill
-    // 140-160 bytes in the segment kernel (0 with __syncthreads) and cost it 3-4% (H200,
-    // 2026-12-01); the segment loop in common code, with only the pages per warpgroup, measured
-    // slower still.
+    // The CTA's barrier. The two warpgroups reach it from their own instantiations of this body,
+    // so from different instructions, where __syncthreads (bar.sync 0, the .aligned form) is to be
+    // reached by the whole CTA at one instruction (undefined otherwise; compute-sanitizer's
+    // synccheck reports it). kNamed: a split pair of named barriers, as the signals are: each
+    // warpgroup arrives on its own (kCtaBarrier + wg) and waits on the other's, which completes
+    // once the other warpgroup has arrived. The pair alternates with a second one, so that a
+    // warpgroup that runs ahead to the next barrier cannot arrive twice on a barrier the other has
+    // not yet waited on. Else an mbarrier of all 256 threads, which racecheck follows. The
+    // mbarrier (and barrier.cta.sync without .aligned alike) made ptxas spill 140-160 bytes in the
+    // segment kernel and cost it 3-4% (H200, 2026-12-01).
     uint32_t cta_phase = 0;
     auto sync_cta = [&] {
-      cutlass::arch::ClusterBarrier::arrive(&ss.cta_sync);
-      cutlass::arch::ClusterBarrier::wait(&ss.cta_sync, cta_phase);
+      if constexpr (kNamed) {
+        const int pair_id = kCtaBarrier + 2 * static_cast<int>(cta_phase);
+        asm volatile("bar.arrive %0, %1;" ::"r"(pair_id + wg), "r"(kThreads) : "memory");
+        asm volatile("bar.sync %0, %1;" ::"r"(pair_id + 1 - wg), "r"(kThreads) : "memory");
+      } else {
+        cutlass::arch::ClusterBarrier::arrive(&ss.cta_sync);
+        cutlass::arch::ClusterBarrier::wait(&ss.cta_sync, cta_phase);
+      }
       cta_phase ^= 1;
     };
 
@@ -228,6 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       return LatentCtaWork::Make(p, seg.request, seg.q_start, seg.q_len, seg.k_len, blockIdx.x * kRows,
                                  seg.page_begin * kKeys, seg.page_end * kKeys, kRows);
     };
+    if constexpr (kNamed) sync_cta();  // barrier init (above)
     if (!chunks && tid == 0 && n_segs > 0) fetch_record(0);
     // The current segment's first two pages and its Q were issued during the previous segment's
     // last page pair (balanced schedule; see the loop).

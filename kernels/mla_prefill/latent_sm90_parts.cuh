@@ -44,6 +44,10 @@ static_assert(kKeys == kPageSize, "a K tile is one cache page");
 // signal twice before the other waited: every pair of signals is ordered by an opposite one (see
 // the loop), which a named barrier needs as much as an mbarrier's phase does.
 enum Signal : int { kScale0Ready, kScale1Ready, kP0Ready, kP1Ready, kSignals };
+// Hardware named barriers: 0 is __syncthreads; with named signals, signal s is barrier 1 + s, and
+// the CTA's barrier (latent_attention_sm90.cu, sync_cta) takes two pairs from kCtaBarrier on.
+constexpr int kCtaBarrier = 1 + kSignals;
+static_assert(kCtaBarrier + 4 <= 16, "sm_90 has 16 named barriers");
 
 // [rows, 576] tiles (Q, a page as K): K-major, 128-byte swizzle, 64-column blocks, each block a
 // contiguous [64, 64] TileLayout (tile_to_shape repeats the 8 x 64 atom down the rows first).
@@ -75,7 +79,7 @@ struct SharedStorage {
   // CTA's run in seg[k & 1]), each with its own bulk-copy barrier.
   LatentSegment seg[2];  // bulk-copy destinations: 16-byte aligned, as the members before keep them
   uint64_t seg_full[2];
-  uint64_t cta_sync;  // the CTA's barrier after setup (latent_attention_sm90.cu, sync_cta)
+  uint64_t cta_sync;  // the CTA's barrier with mbarrier signals (latent_attention_sm90.cu, sync_cta)
 };
 static_assert(offsetof(SharedStorage, seg) % 16 == 0, "segment records are bulk-copy destinations");
 
