@@ -180,12 +180,15 @@ struct Ceilings {
 // One result row: printed as a table line and kept for the JSON file.
 struct Results {
   nlohmann::json rows = nlohmann::json::array();
+  bool print = true;  // false: a warm-up run's rows, kept (callers annotate the last) but not printed
 
   void Add(const std::string& kernel, const std::string& shape, double ms, double tflops, double gbs,
            double fraction, const std::string& fraction_of) {
-    std::printf("%-12s %-44s %9.3f ms %8.1f TFLOP/s %8.1f GB/s %6.1f%% of %s\n", kernel.c_str(), shape.c_str(),
-                ms, tflops, gbs, 100.0 * fraction, fraction_of.c_str());
-    std::fflush(stdout);
+    if (print) {
+      std::printf("%-12s %-44s %9.3f ms %8.1f TFLOP/s %8.1f GB/s %6.1f%% of %s\n", kernel.c_str(), shape.c_str(),
+                  ms, tflops, gbs, 100.0 * fraction, fraction_of.c_str());
+      std::fflush(stdout);
+    }
     rows.push_back({{"kernel", kernel}, {"shape", shape}, {"ms", ms}, {"tflops", tflops}, {"gbs", gbs},
                     {"fraction", fraction}, {"fraction_of", fraction_of}});
   }
