@@ -184,14 +184,14 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     // (latent_sm90_parts.cuh, Signal).
     auto signal = [&](Signal s) {
       if constexpr (kNamed) {
-        asm volatile("bar.arrive %0, %1;" ::"r"(1 + static_cast<int>(s)), "r"(kThreads) : "memory");
+        NamedArrive(1 + static_cast<int>(s));
       } else {
         cutlass::arch::ClusterBarrier::arrive(&ss.signal[s]);
       }
     };
     auto await = [&](Signal s, int phase) {
       if constexpr (kNamed) {
-        asm volatile("bar.sync %0, %1;" ::"r"(1 + static_cast<int>(s)), "r"(kThreads) : "memory");
+        NamedSync(1 + static_cast<int>(s));
       } else {
         cutlass::arch::ClusterBarrier::wait(&ss.signal[s], phase);
       }
@@ -211,8 +211,8 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     auto sync_cta = [&] {
       if constexpr (kNamed) {
         const int pair_id = kCtaBarrier + 2 * static_cast<int>(cta_phase);
-        asm volatile("bar.arrive %0, %1;" ::"r"(pair_id + wg), "r"(kThreads) : "memory");
-        asm volatile("bar.sync %0, %1;" ::"r"(pair_id + 1 - wg), "r"(kThreads) : "memory");
+        NamedArrive(pair_id + wg);
+        NamedSync(pair_id + 1 - wg);
       } else {
         cutlass::arch::ClusterBarrier::arrive(&ss.cta_sync);
         cutlass::arch::ClusterBarrier::wait(&ss.cta_sync, cta_phase);

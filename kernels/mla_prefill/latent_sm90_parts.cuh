@@ -48,6 +48,15 @@ enum Signal : int { kScale0Ready, kScale1Ready, kP0Ready, kP1Ready, kSignals };
 // the CTA's barrier (latent_attention_sm90.cu, sync_cta) takes two pairs from kCtaBarrier on.
 constexpr int kCtaBarrier = 1 + kSignals;
 static_assert(kCtaBarrier + 4 <= 16, "sm_90 has 16 named barriers");
+// Named barrier `id` over the CTA's kThreads: arrive without waiting (bar.arrive), or arrive and
+// wait for it to complete (bar.sync). Raw PTX: CUTLASS's NamedBarrier shifts ids past its reserved
+// ones.
+__device__ __forceinline__ void NamedArrive(int id) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(kThreads) : "memory");
+}
+__device__ __forceinline__ void NamedSync(int id) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(kThreads) : "memory");
+}
 
 // [rows, 576] tiles (Q, a page as K): K-major, 128-byte swizzle, 64-column blocks, each block a
 // contiguous [64, 64] TileLayout (tile_to_shape repeats the 8 x 64 atom down the rows first).
