@@ -49,9 +49,13 @@ constexpr double kSparseMeanTol = 0.45;
 // Greedy tokens must match on dense rows where the reference's top-2 gap exceeds twice the
 // dense bound (the error may lower one logit and raise the other).
 constexpr double kClearMargin = 2 * kDenseTol;
-// Chunked vs one-shot over the same fp8 cache: the same cached bytes, f32 summation order
-// only (the first chunk's MHA form vs the later chunks' sparse form). Measured 9.7e-7.
-constexpr double kChunkTol = 2e-6;
+// Chunked vs one-shot over the same fp8 cache: f32 summation order only (the first chunk's MHA
+// form vs the later chunks' sparse form, and OpenBLAS's kernels for 1-3 rows vs 64). An ulp of
+// difference in a key before it is quantized can round it to the next e4m3 step, so the bound
+// depends on which kernels OpenBLAS picks for the CPU: measured 9.7e-7 on one machine, 1.25e-5 on
+// an AVX-512 one (2026-12-01; the same bits run to run on each). Still three orders below the
+// fp8 cache's own error against HF (kDenseTol).
+constexpr double kChunkTol = 5e-5;
 
 std::unique_ptr<DeepseekEngine> MakeFp8Engine(const std::string& dir, int pages = 128) {
   EngineOptions o;
