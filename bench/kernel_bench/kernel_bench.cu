@@ -31,6 +31,7 @@
 //   ceilings are always measured)
 //   --no-mmasync: no mla_decode / mla_prefill rows of the mma.sync latent kernel
 //   --mla-heads 128|16: only the mla_decode rows of that head count
+//   --mla-sq2-all: the mla_decode rows at s_q 2 for every batch and s_k (default: b 128, 8k only)
 //   --small-shapes "b,h,s_k;...", --small-variants "auto,pages=4,...": only these mla_decode_small
 //   shapes / ways of cutting the keys (latent_small_bench.cu)
 //   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, each
@@ -375,6 +376,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   int mha_repeat = 1, mha_min_seqlen = 0;
   int mla_heads = 0;  // 0: the mla_decode rows at 128 and 16 heads
+  bool mla_sq2_all = false;  // the s_q 2 rows at every batch and s_k, not only b 128, 8k
   bool latent_mmasync = true;
   std::string small_shapes, small_variants;
   std::vector<MhaRow> mha_rows(std::begin(kAllMhaRows), std::end(kAllMhaRows));
@@ -388,6 +390,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) mha_repeat = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--mha-min-seqlen") == 0 && i + 1 < argc) mha_min_seqlen = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--mla-heads") == 0 && i + 1 < argc) mla_heads = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--mla-sq2-all") == 0) mla_sq2_all = true;
     else if (std::strcmp(argv[i], "--mha-rows") == 0 && i + 1 < argc) {
       mha_rows.clear();
       for (const std::string& name : std::vector<std::string>(absl::StrSplit(argv[++i], ','))) {
@@ -441,7 +444,7 @@ int main(int argc, char** argv) {
       for (int batch : {64, 128})
         for (int sk : {4096, 8192, 16384}) {
           if ((quick && (sk != 8192 || batch != 128)) || !wanted("mla_decode") || !heads_wanted(heads)) continue;
-          if (qpr == 2 && (batch != 128 || sk != 8192)) continue;
+          if (qpr == 2 && !mla_sq2_all && (batch != 128 || sk != 8192)) continue;
           for (LatentKernel k : latent_kernels)
             BenchMlaDecode(batch, heads, qpr, sk, prop.multiProcessorCount, k, MlaDecodeSchedule::kAuto,
                            false, ceil, res);

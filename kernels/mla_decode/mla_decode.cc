@@ -47,6 +47,13 @@ constexpr int kBalancedOverheadPages = 10;
 // right; 1.10 since parts are charged for their cuts (2026-12-01: the same choices on the bench's
 // own lengths, pinned by a test; 1.08-1.13 keep them).
 constexpr double kBalancedRowBlocksFactor = 1.10;
+// From 4 row blocks a request (s_q 2 at 128 heads) the balanced schedule's four CTAs of a part read
+// each page together (one L2 fill for four), and it measured ahead of the chunks from 8k keys on
+// (H200, 2026-12-01, kernel bench lengths: b 64 16k 692 against 661 TFLOP/s, b 128 8k 677 against
+// 656, b 128 16k 645 against 632, b 64 8k 656 against 660, at 4k the chunks 607 / 621 against
+// 573 / 620): 0.95 takes it there and leaves 4k to the chunks.
+constexpr double kBalancedManyRowBlocksFactor = 0.95;
+constexpr int64_t kManyRowBlocks = 4;
 
 // Partial outputs (kv_lora_rank floats) and partial LSEs per (row, split); none without a split.
 size_t ChunkPartialBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits) {
@@ -140,8 +147,10 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   const int piece_cost = mla_decode_internal::PieceCostFor(rows <= mla_internal::kLatentFewRowsMax);
   const double part_pages = std::max<int64_t>((total_pages + s.batch * int64_t{piece_cost} + parts - 1) / parts,
                                               mla_decode_internal::MinPartCost(piece_cost));
-  const double balanced_cost =
-      part_pages * (row_blocks > 1 ? kBalancedRowBlocksFactor : 1.0) + kBalancedOverheadPages;
+  const double row_blocks_factor = row_blocks >= kManyRowBlocks ? kBalancedManyRowBlocksFactor
+                                   : row_blocks > 1              ? kBalancedRowBlocksFactor
+                                                                 : 1.0;
+  const double balanced_cost = part_pages * row_blocks_factor + kBalancedOverheadPages;
   const bool balanced = s.schedule == MlaDecodeSchedule::kBalanced ||
                         (s.schedule == MlaDecodeSchedule::kAuto && balanced_cost < best_cost);
   if (balanced) {

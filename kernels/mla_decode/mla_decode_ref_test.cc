@@ -335,6 +335,24 @@ TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleForOneWaveOfLongRequestsAt128Hea
   }
 }
 
+TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleFromEightKAtTwoQueryTokens) {
+  // Two query tokens at 128 heads: four 64-row blocks a request, whose balanced CTAs read each page
+  // together. Measured on the kernel bench's lengths (H200, 2026-12-01): the balanced schedule ahead
+  // from 8k keys on at b 128 and at 16k at b 64 (even at b 64, 8k), the chunks at 4k.
+  struct Case {
+    int batch, mean_k;
+    bool balanced;
+  };
+  for (const Case c : {Case{64, 4096, false}, Case{64, 8192, true}, Case{64, 16384, true}, Case{128, 4096, false},
+                       Case{128, 8192, true}, Case{128, 16384, true}}) {
+    const MlaDecodeShape shape{c.batch, 128, 2, 512, 64, c.mean_k + c.mean_k / 4, 132, MlaDecodeSchedule::kAuto,
+                               int64_t{c.batch} * c.mean_k};
+    const auto plan = PlanMlaDecode(shape);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->num_parts > 0, c.balanced) << "batch " << c.batch << ", mean " << c.mean_k;
+  }
+}
+
 TEST(MlaDecodeValidation, RefusesLongQueries) {
   std::vector<int> lq = {3}, prefix = {5};
   auto c = testing::MakeLatentBatch(lq, prefix, 1, 8, 4, 1);
