@@ -48,11 +48,12 @@ constexpr int kBalancedOverheadPages = 10;
 // own lengths, pinned by a test; 1.08-1.13 keep them).
 constexpr double kBalancedRowBlocksFactor = 1.10;
 // From 4 row blocks a request (s_q 2 at 128 heads) the balanced schedule's four CTAs of a part read
-// each page together (one L2 fill for four), and it measured ahead of the chunks from 8k keys on
-// (H200, 2026-12-01, kernel bench lengths: b 64 16k 692 against 661 TFLOP/s, b 128 8k 677 against
-// 656, b 128 16k 645 against 632, b 64 8k 656 against 660, at 4k the chunks 607 / 621 against
-// 573 / 620): 0.95 takes it there and leaves 4k to the chunks.
-constexpr double kBalancedManyRowBlocksFactor = 0.95;
+// each page together (one L2 fill for four), and it measured ahead of the chunks from 8k keys on at
+// b 128 and at 16k at b 64 (H200, 2026-12-01, two calls, kernel bench lengths, TFLOP/s balanced /
+// chunks: b 128 8k 677 / 656 and 673 / 653, b 128 16k 645 / 632 and 660 / 634, b 64 16k 692 / 661
+// and 687 / 660; b 64 8k 656 / 660 and 655 / 661; at 4k the chunks, 607 / 573 at b 64): 0.98 takes
+// it where it led and leaves b 64 8k and 4k to the chunks.
+constexpr double kBalancedManyRowBlocksFactor = 0.98;
 constexpr int64_t kManyRowBlocks = 4;
 
 // Partial outputs (kv_lora_rank floats) and partial LSEs per (row, split); none without a split.

@@ -335,21 +335,34 @@ TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleForOneWaveOfLongRequestsAt128Hea
   }
 }
 
-TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleFromEightKAtTwoQueryTokens) {
+TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleForLongRequestsAtTwoQueryTokens) {
   // Two query tokens at 128 heads: four 64-row blocks a request, whose balanced CTAs read each page
   // together. Measured on the kernel bench's lengths (H200, 2026-12-01): the balanced schedule ahead
-  // from 8k keys on at b 128 and at 16k at b 64 (even at b 64, 8k), the chunks at 4k.
+  // from 8k keys at b 128 and at 16k at b 64; the chunks at 4k, and even with it at b 64, 8k.
   struct Case {
     int batch, mean_k;
     bool balanced;
   };
-  for (const Case c : {Case{64, 4096, false}, Case{64, 8192, true}, Case{64, 16384, true}, Case{128, 4096, false},
+  for (const Case c : {Case{64, 4096, false}, Case{64, 8192, false}, Case{64, 16384, true}, Case{128, 4096, false},
                        Case{128, 8192, true}, Case{128, 16384, true}}) {
     const MlaDecodeShape shape{c.batch, 128, 2, 512, 64, c.mean_k + c.mean_k / 4, 132, MlaDecodeSchedule::kAuto,
                                int64_t{c.batch} * c.mean_k};
     const auto plan = PlanMlaDecode(shape);
     ASSERT_TRUE(plan.ok());
     EXPECT_EQ(plan->num_parts > 0, c.balanced) << "batch " << c.batch << ", mean " << c.mean_k;
+  }
+  // The same with the bench's own lengths (their longest and their sum).
+  struct BenchCase {
+    int batch, max_k;
+    int64_t total;
+    bool balanced;
+  };
+  for (const BenchCase c : {BenchCase{64, 5118, 260171, false}, BenchCase{64, 10200, 533926, false},
+                            BenchCase{64, 20476, 1065302, true}, BenchCase{128, 5095, 518841, false},
+                            BenchCase{128, 10169, 1067215, true}, BenchCase{128, 20322, 2086258, true}}) {
+    const auto plan = PlanMlaDecode({c.batch, 128, 2, 512, 64, c.max_k, 132, MlaDecodeSchedule::kAuto, c.total});
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->num_parts > 0, c.balanced) << "batch " << c.batch << ", longest " << c.max_k;
   }
 }
 
