@@ -32,6 +32,7 @@
 //   --no-mmasync: no mla_decode / mla_prefill rows of the mma.sync latent kernel
 //   --mla-heads 128|16: only the mla_decode rows of that head count
 //   --mla-sq2-all: the mla_decode rows at s_q 2 for every batch and s_k (default: b 128, 8k only)
+//   --mla-shape b,s_q,s_k: only the mla_decode rows of that shape (with --mla-heads; a profiler run)
 //   --small-shapes "b,h,s_k;...", --small-variants "auto,pages=4,...": only these mla_decode_small
 //   shapes / ways of cutting the keys (latent_small_bench.cu)
 //   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, each
@@ -377,6 +378,7 @@ int main(int argc, char** argv) {
   int mha_repeat = 1, mha_min_seqlen = 0;
   int mla_heads = 0;  // 0: the mla_decode rows at 128 and 16 heads
   bool mla_sq2_all = false;  // the s_q 2 rows at every batch and s_k, not only b 128, 8k
+  int mla_shape[3] = {0, 0, 0};  // --mla-shape b,s_q,s_k: only that mla_decode shape (0: all)
   bool latent_mmasync = true;
   std::string small_shapes, small_variants;
   std::vector<MhaRow> mha_rows(std::begin(kAllMhaRows), std::end(kAllMhaRows));
@@ -391,6 +393,12 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--mha-min-seqlen") == 0 && i + 1 < argc) mha_min_seqlen = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--mla-heads") == 0 && i + 1 < argc) mla_heads = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--mla-sq2-all") == 0) mla_sq2_all = true;
+    else if (std::strcmp(argv[i], "--mla-shape") == 0 && i + 1 < argc) {
+      if (std::sscanf(argv[++i], "%d,%d,%d", &mla_shape[0], &mla_shape[1], &mla_shape[2]) != 3) {
+        std::fprintf(stderr, "--mla-shape: '%s' is not b,s_q,s_k\n", argv[i]);
+        return 1;
+      }
+    }
     else if (std::strcmp(argv[i], "--mha-rows") == 0 && i + 1 < argc) {
       mha_rows.clear();
       for (const std::string& name : std::vector<std::string>(absl::StrSplit(argv[++i], ','))) {
@@ -431,12 +439,16 @@ int main(int argc, char** argv) {
   if (latent_mmasync) latent_kernels.push_back(LatentKernel::kMmaSync);
   // The first rows ran 5-15% slow and unsteady after the ceilings' GEMM (b 64 4k at 128 heads:
   // 400-485 TFLOP/s between identical launches, the same shape later in the run 475; H200,
-  // 2026-12-01): the first row's shape twice, unprinted, before any row is timed.
+  // 2026-12-01): the first row's shape twice, unprinted, before any row is timed (with --mla-shape,
+  // that shape: without, its first row ran 447 and 511 TFLOP/s where its later rows ran 475 and 568
+  // at b 64, 4k and 8k).
   if (wanted("mla_decode") && !quick) {
     Results warm_up;
     warm_up.print = false;
+    const bool one = mla_shape[0] > 0;
     for (int r = 0; r < 2; ++r)
-      BenchMlaDecode(64, heads_wanted(128) ? 128 : 16, 1, 4096, prop.multiProcessorCount, LatentKernel::kAuto,
+      BenchMlaDecode(one ? mla_shape[0] : 64, heads_wanted(128) ? 128 : 16, one ? mla_shape[1] : 1,
+                     one ? mla_shape[2] : 4096, prop.multiProcessorCount, LatentKernel::kAuto,
                      MlaDecodeSchedule::kBalanced, false, ceil, warm_up);
   }
   for (int heads : {128, 16})
@@ -444,7 +456,8 @@ int main(int argc, char** argv) {
       for (int batch : {64, 128})
         for (int sk : {4096, 8192, 16384}) {
           if ((quick && (sk != 8192 || batch != 128)) || !wanted("mla_decode") || !heads_wanted(heads)) continue;
-          if (qpr == 2 && !mla_sq2_all && (batch != 128 || sk != 8192)) continue;
+          if (mla_shape[0] > 0 && (batch != mla_shape[0] || qpr != mla_shape[1] || sk != mla_shape[2])) continue;
+          if (qpr == 2 && !mla_sq2_all && mla_shape[0] == 0 && (batch != 128 || sk != 8192)) continue;
           for (LatentKernel k : latent_kernels)
             BenchMlaDecode(batch, heads, qpr, sk, prop.multiProcessorCount, k, MlaDecodeSchedule::kAuto,
                            false, ceil, res);
@@ -466,13 +479,13 @@ int main(int argc, char** argv) {
   for (int heads : {128, 16})
     for (int batch : {1, 4})
       for (int sk : {1024, 4096}) {
-        if ((quick && sk != 4096) || !wanted("mla_decode") || !heads_wanted(heads)) continue;
+        if ((quick && sk != 4096) || !wanted("mla_decode") || !heads_wanted(heads) || mla_shape[0] > 0) continue;
         for (MlaDecodeSchedule sched : {MlaDecodeSchedule::kAuto, MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced})
           BenchMlaDecode(batch, heads, 1, sk, prop.multiProcessorCount, LatentKernel::kAuto, sched, false, ceil, res);
       }
   // Mixed lengths: one long request among short ones, each schedule.
   for (int heads : {128, 16}) {
-    if (quick || !wanted("mla_decode") || !heads_wanted(heads)) continue;
+    if (quick || !wanted("mla_decode") || !heads_wanted(heads) || mla_shape[0] > 0) continue;
     for (MlaDecodeSchedule sched : {MlaDecodeSchedule::kAuto, MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced})
       BenchMlaDecode(64, heads, 1, 4096, prop.multiProcessorCount, LatentKernel::kAuto, sched, true, ceil, res);
   }
