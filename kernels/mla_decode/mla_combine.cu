@@ -285,6 +285,12 @@ __global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __
   const int lk = a.pieces == nullptr ? a.seqlens_k[b] : 0;
   const int i = r / a.num_heads, h = r % a.num_heads;
   const RowPieces pieces = PiecesOf(a, b, i, h, lk);  // before the wait, so its loads go first
+  // A balanced schedule's request in one piece, which the attention kernel wrote: its CTAs (a
+  // request's rows, all alike) leave before the wait, while the attention kernel's last CTAs
+  // still run, not after it completed (at b 128, s_q 2, 16k, three quarters of 4096 CTAs). CTA
+  // (0, 0) always waits, so that this grid completes only after the attention kernel did: a
+  // kernel after this one may read what it wrote.
+  if (a.pieces != nullptr && pieces.n <= 1 && (blockIdx.x | blockIdx.y) != 0) return;
   cuda::PdlWaitForPrerequisites();
   cuda::PdlReleaseDependents();
   if (i >= lq) return;
