@@ -33,6 +33,8 @@
 //   --mla-heads 128|16: only the mla_decode rows of that head count
 //   --mla-sq2-all: the mla_decode rows at s_q 2 for every batch and s_k (default: b 128, 8k only)
 //   --mla-shape b,s_q,s_k: only the mla_decode rows of that shape (with --mla-heads; a profiler run)
+//   --mla-auto-only: of the mla_decode rows only kAuto's plan's, warmed up with the same plan: every
+//                    launch of the run is that plan's (a profiler's launch count lands in it)
 //   --small-shapes "b,h,s_k;...", --small-variants "auto,pages=4,...": only these mla_decode_small
 //   shapes / ways of cutting the keys (latent_small_bench.cu)
 //   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, each
@@ -379,6 +381,7 @@ int main(int argc, char** argv) {
   int mla_heads = 0;  // 0: the mla_decode rows at 128 and 16 heads
   bool mla_sq2_all = false;  // the s_q 2 rows at every batch and s_k, not only b 128, 8k
   int mla_shape[3] = {0, 0, 0};  // --mla-shape b,s_q,s_k: only that mla_decode shape (0: all)
+  bool mla_auto_only = false;     // --mla-auto-only: only the kAuto rows (and a kAuto warm-up)
   bool latent_mmasync = true;
   std::string small_shapes, small_variants;
   std::vector<MhaRow> mha_rows(std::begin(kAllMhaRows), std::end(kAllMhaRows));
@@ -393,6 +396,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--mha-min-seqlen") == 0 && i + 1 < argc) mha_min_seqlen = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--mla-heads") == 0 && i + 1 < argc) mla_heads = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--mla-sq2-all") == 0) mla_sq2_all = true;
+    else if (std::strcmp(argv[i], "--mla-auto-only") == 0) mla_auto_only = true;
     else if (std::strcmp(argv[i], "--mla-shape") == 0 && i + 1 < argc) {
       if (std::sscanf(argv[++i], "%d,%d,%d", &mla_shape[0], &mla_shape[1], &mla_shape[2]) != 3) {
         std::fprintf(stderr, "--mla-shape: '%s' is not b,s_q,s_k\n", argv[i]);
@@ -449,7 +453,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < 2; ++r)
       BenchMlaDecode(one ? mla_shape[0] : 64, heads_wanted(128) ? 128 : 16, one ? mla_shape[1] : 1,
                      one ? mla_shape[2] : 4096, prop.multiProcessorCount, LatentKernel::kAuto,
-                     MlaDecodeSchedule::kBalanced, false, ceil, warm_up);
+                     mla_auto_only ? MlaDecodeSchedule::kAuto : MlaDecodeSchedule::kBalanced, false, ceil, warm_up);
   }
   for (int heads : {128, 16})
     for (int qpr : {1, 2})
@@ -461,6 +465,7 @@ int main(int argc, char** argv) {
           for (LatentKernel k : latent_kernels)
             BenchMlaDecode(batch, heads, qpr, sk, prop.multiProcessorCount, k, MlaDecodeSchedule::kAuto,
                            false, ceil, res);
+          if (mla_auto_only) continue;
           // The wgmma kernel's two ways of cutting the keys, each forced (kAuto picks one).
           if (!quick) {
             for (MlaDecodeSchedule sched : {MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced})
