@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -302,68 +303,41 @@ TEST(MlaDecodeSchedule, CutsGiveEveryPartTheSameCost) {
   EXPECT_EQ(few.Bound(65), 4225);
 }
 
+// kAuto's schedule at 128 heads on the kernel bench's six mla_decode shapes (b 64 / 128 x 4k / 8k /
+// 16k keys, lengths +-25% about the mean), planned from round lengths (the longest mean + 25%, the
+// total batch x mean) and from the bench's own (their longest and their sum, on which the choices
+// were measured): balanced[i] says whether shape i takes the balanced schedule.
+void ExpectAutoBalancedOnBenchShapes(int q_per_request, const std::array<bool, 6>& balanced) {
+  struct Shape {
+    int batch, mean_k, bench_max_k;
+    int64_t bench_total;
+  };
+  constexpr Shape kShapes[] = {{64, 4096, 5118, 260171},   {64, 8192, 10200, 533926},   {64, 16384, 20476, 1065302},
+                               {128, 4096, 5095, 518841}, {128, 8192, 10169, 1067215}, {128, 16384, 20322, 2086258}};
+  for (size_t i = 0; i < balanced.size(); ++i) {
+    const Shape& s = kShapes[i];
+    const auto round = PlanMlaDecode({s.batch, 128, q_per_request, 512, 64, s.mean_k + s.mean_k / 4, 132,
+                                      MlaDecodeSchedule::kAuto, int64_t{s.batch} * s.mean_k});
+    const auto bench = PlanMlaDecode(
+        {s.batch, 128, q_per_request, 512, 64, s.bench_max_k, 132, MlaDecodeSchedule::kAuto, s.bench_total});
+    ASSERT_TRUE(round.ok() && bench.ok());
+    EXPECT_EQ(round->num_parts > 0, balanced[i]) << "batch " << s.batch << ", mean " << s.mean_k << ", round lengths";
+    EXPECT_EQ(bench->num_parts > 0, balanced[i]) << "batch " << s.batch << ", mean " << s.mean_k << ", bench lengths";
+  }
+}
+
 TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleForOneWaveOfLongRequestsAt128Heads) {
-  // The kernel bench's shapes (lengths +-25% about the mean; H200, 2026-11-30): 64 requests of
-  // 128 heads make one wave of chunk CTAs that lasts as long as the longest request; from 8k keys
-  // the balanced schedule measured faster (8k: 0.291 vs 0.306 ms, 16k: 0.524 vs 0.589), at 4k
-  // and at 128 requests (two waves, longest first) the chunks.
-  struct Case {
-    int batch, mean_k;
-    bool balanced;
-  };
-  for (const Case c : {Case{64, 4096, false}, Case{64, 8192, true}, Case{64, 16384, true}, Case{128, 4096, false},
-                       Case{128, 8192, false}, Case{128, 16384, false}}) {
-    const MlaDecodeShape shape{c.batch, 128, 1, 512, 64, c.mean_k + c.mean_k / 4, 132, MlaDecodeSchedule::kAuto,
-                               int64_t{c.batch} * c.mean_k};
-    const auto plan = PlanMlaDecode(shape);
-    ASSERT_TRUE(plan.ok());
-    EXPECT_EQ(plan->num_parts > 0, c.balanced) << "batch " << c.batch << ", mean " << c.mean_k;
-  }
-  // The same with the bench's own lengths (mlaserve-kernel-bench's mla_decode rows: their longest
-  // and their sum), on which the choice was measured.
-  struct BenchCase {
-    int batch, max_k;
-    int64_t total;
-    bool balanced;
-  };
-  for (const BenchCase c : {BenchCase{64, 5118, 260171, false}, BenchCase{64, 10200, 533926, true},
-                            BenchCase{64, 20476, 1065302, true}, BenchCase{128, 5095, 518841, false},
-                            BenchCase{128, 10169, 1067215, false}, BenchCase{128, 20322, 2086258, false}}) {
-    const auto plan = PlanMlaDecode({c.batch, 128, 1, 512, 64, c.max_k, 132, MlaDecodeSchedule::kAuto, c.total});
-    ASSERT_TRUE(plan.ok());
-    EXPECT_EQ(plan->num_parts > 0, c.balanced) << "batch " << c.batch << ", longest " << c.max_k;
-  }
+  // 64 requests of 128 heads make one wave of chunk CTAs that lasts as long as the longest request;
+  // from 8k keys the balanced schedule measured faster (H200, 2026-11-30: 8k 0.291 vs 0.306 ms, 16k
+  // 0.524 vs 0.589), at 4k and at 128 requests (two waves, longest first) the chunks.
+  ExpectAutoBalancedOnBenchShapes(1, {false, true, true, false, false, false});
 }
 
 TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleForLongRequestsAtTwoQueryTokens) {
   // Two query tokens at 128 heads: four 64-row blocks a request, whose balanced CTAs read each page
-  // together. Measured on the kernel bench's lengths (H200, 2026-12-01): the balanced schedule ahead
-  // from 8k keys at b 128 and at 16k at b 64; the chunks at 4k, and even with it at b 64, 8k.
-  struct Case {
-    int batch, mean_k;
-    bool balanced;
-  };
-  for (const Case c : {Case{64, 4096, false}, Case{64, 8192, false}, Case{64, 16384, true}, Case{128, 4096, false},
-                       Case{128, 8192, true}, Case{128, 16384, true}}) {
-    const MlaDecodeShape shape{c.batch, 128, 2, 512, 64, c.mean_k + c.mean_k / 4, 132, MlaDecodeSchedule::kAuto,
-                               int64_t{c.batch} * c.mean_k};
-    const auto plan = PlanMlaDecode(shape);
-    ASSERT_TRUE(plan.ok());
-    EXPECT_EQ(plan->num_parts > 0, c.balanced) << "batch " << c.batch << ", mean " << c.mean_k;
-  }
-  // The same with the bench's own lengths (their longest and their sum).
-  struct BenchCase {
-    int batch, max_k;
-    int64_t total;
-    bool balanced;
-  };
-  for (const BenchCase c : {BenchCase{64, 5118, 260171, false}, BenchCase{64, 10200, 533926, false},
-                            BenchCase{64, 20476, 1065302, true}, BenchCase{128, 5095, 518841, false},
-                            BenchCase{128, 10169, 1067215, true}, BenchCase{128, 20322, 2086258, true}}) {
-    const auto plan = PlanMlaDecode({c.batch, 128, 2, 512, 64, c.max_k, 132, MlaDecodeSchedule::kAuto, c.total});
-    ASSERT_TRUE(plan.ok());
-    EXPECT_EQ(plan->num_parts > 0, c.balanced) << "batch " << c.batch << ", longest " << c.max_k;
-  }
+  // together. Measured (H200, 2026-12-01): the balanced schedule ahead from 8k keys at b 128 and at
+  // 16k at b 64; the chunks at 4k, and even with it at b 64, 8k.
+  ExpectAutoBalancedOnBenchShapes(2, {false, false, true, false, true, true});
 }
 
 TEST(MlaDecodeValidation, RefusesLongQueries) {
