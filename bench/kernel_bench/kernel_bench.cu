@@ -441,6 +441,7 @@ int main(int argc, char** argv) {
   using mlaserve::kernels::MlaDecodeSchedule;
   std::vector<LatentKernel> latent_kernels = {LatentKernel::kAuto};
   if (latent_mmasync) latent_kernels.push_back(LatentKernel::kMmaSync);
+  const bool one_shape = mla_shape[0] > 0;  // --mla-shape
   // The first rows ran 5-15% slow and unsteady after the ceilings' GEMM (b 64 4k at 128 heads:
   // 400-485 TFLOP/s between identical launches, the same shape later in the run 475; H200,
   // 2026-12-01): the first row's shape twice, unprinted, before any row is timed (with --mla-shape,
@@ -449,10 +450,9 @@ int main(int argc, char** argv) {
   if (wanted("mla_decode") && !quick) {
     Results warm_up;
     warm_up.print = false;
-    const bool one = mla_shape[0] > 0;
     for (int r = 0; r < 2; ++r)
-      BenchMlaDecode(one ? mla_shape[0] : 64, heads_wanted(128) ? 128 : 16, one ? mla_shape[1] : 1,
-                     one ? mla_shape[2] : 4096, prop.multiProcessorCount, LatentKernel::kAuto,
+      BenchMlaDecode(one_shape ? mla_shape[0] : 64, heads_wanted(128) ? 128 : 16, one_shape ? mla_shape[1] : 1,
+                     one_shape ? mla_shape[2] : 4096, prop.multiProcessorCount, LatentKernel::kAuto,
                      mla_auto_only ? MlaDecodeSchedule::kAuto : MlaDecodeSchedule::kBalanced, false, ceil, warm_up);
   }
   for (int heads : {128, 16})
@@ -460,8 +460,8 @@ int main(int argc, char** argv) {
       for (int batch : {64, 128})
         for (int sk : {4096, 8192, 16384}) {
           if ((quick && (sk != 8192 || batch != 128)) || !wanted("mla_decode") || !heads_wanted(heads)) continue;
-          if (mla_shape[0] > 0 && (batch != mla_shape[0] || qpr != mla_shape[1] || sk != mla_shape[2])) continue;
-          if (qpr == 2 && !mla_sq2_all && mla_shape[0] == 0 && (batch != 128 || sk != 8192)) continue;
+          if (one_shape && (batch != mla_shape[0] || qpr != mla_shape[1] || sk != mla_shape[2])) continue;
+          if (qpr == 2 && !mla_sq2_all && !one_shape && (batch != 128 || sk != 8192)) continue;
           for (LatentKernel k : latent_kernels)
             BenchMlaDecode(batch, heads, qpr, sk, prop.multiProcessorCount, k, MlaDecodeSchedule::kAuto,
                            false, ceil, res);
@@ -484,13 +484,13 @@ int main(int argc, char** argv) {
   for (int heads : {128, 16})
     for (int batch : {1, 4})
       for (int sk : {1024, 4096}) {
-        if ((quick && sk != 4096) || !wanted("mla_decode") || !heads_wanted(heads) || mla_shape[0] > 0) continue;
+        if ((quick && sk != 4096) || !wanted("mla_decode") || !heads_wanted(heads) || one_shape) continue;
         for (MlaDecodeSchedule sched : {MlaDecodeSchedule::kAuto, MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced})
           BenchMlaDecode(batch, heads, 1, sk, prop.multiProcessorCount, LatentKernel::kAuto, sched, false, ceil, res);
       }
   // Mixed lengths: one long request among short ones, each schedule.
   for (int heads : {128, 16}) {
-    if (quick || !wanted("mla_decode") || !heads_wanted(heads) || mla_shape[0] > 0) continue;
+    if (quick || !wanted("mla_decode") || !heads_wanted(heads) || one_shape) continue;
     for (MlaDecodeSchedule sched : {MlaDecodeSchedule::kAuto, MlaDecodeSchedule::kChunks, MlaDecodeSchedule::kBalanced})
       BenchMlaDecode(64, heads, 1, 4096, prop.multiProcessorCount, LatentKernel::kAuto, sched, true, ceil, res);
   }

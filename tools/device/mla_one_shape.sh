@@ -26,8 +26,9 @@ mkdir -p "$OUT"
 KERNEL_BENCH=0 timeout $((${BUILD_TIMEOUT:-300} + 120)) tools/device/flashmla_baseline.sh --batch 64 --sk 1024 \
   --heads 128 --sq 1 > "$OUT/flashmla_build.txt" 2>&1 || { echo "mla_one_shape: FlashMLA build or check failed"; tail -20 "$OUT/flashmla_build.txt"; exit 1; }
 echo "== [$((SECONDS - T0)) s] FlashMLA built"
-FM=(python3 tools/bench_flashmla_baseline.py --src /tmp/flashmla/flashmla --build-dir /tmp/flashmla_build --heads 128
-  --skip-check)
+# Where flashmla_baseline.sh unpacked and built it (its FLASHMLA_SRC / FLASHMLA_BUILD).
+FM=(python3 tools/bench_flashmla_baseline.py --src "${FLASHMLA_SRC:-/tmp/flashmla}/flashmla"
+  --build-dir "${FLASHMLA_BUILD:-/tmp/flashmla_build}" --heads 128 --skip-check)
 OURS=(.devbin/mlaserve-kernel-bench --only mla_decode --mla-heads 128 --no-mmasync)
 R=$OUT/one_shape.txt
 : > "$R"
