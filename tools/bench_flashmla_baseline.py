@@ -20,6 +20,10 @@ and calls this script twice: --build-only (under a timeout), then the timing.
     row compares with its row there; --equal gives every request the mean (FlashMLA's published
     runs).
 
+--trace N: after each shape's timing, N more calls (each after the GPU sleep, as timed) under
+torch.profiler (CUPTI): per call, each kernel's start and end in microseconds from the sleep's
+end (where the start event falls), as mlaserve-kernel-bench --mla-trace prints ours.
+
 --compare OURS.json FLASHMLA.json prints ours (mlaserve-kernel-bench --json) against FlashMLA
 per shape instead.
 """
@@ -202,7 +206,43 @@ def median_ms(fn, warmup=3, reps=20):
     return statistics.median(times)
 
 
-def time_shape(fm, batch, s_q, heads, mean_sk, equal):
+def trace_calls(run, calls):
+    """`calls` calls of run(), each after the GPU sleep, under torch.profiler: per call, each kernel's
+    [start, end] in us from the sleep's end and the call's span (the sleep's end to its last
+    kernel's end); then the medians over the calls of each kernel's duration and of the span."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            run()
+        torch.cuda.synchronize()
+    kernels = sorted(((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                      if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda k: k[0])
+    spans, durations = [], []
+    for i, (_, sleep_end, name) in enumerate(kernels):
+        if "spin" not in name and "sleep" not in name:
+            continue
+        parts, last = [], sleep_end
+        for place, (start, end, kname) in enumerate(k for k in kernels[i + 1:]):
+            if "spin" in kname or "sleep" in kname:
+                break
+            short = re.sub(r"[<(].*", "", kname).split("::")[-1]
+            parts.append(f"{short} [{start - sleep_end:.1f}, {end - sleep_end:.1f}] us")
+            if len(durations) <= place:
+                durations.append([])
+            durations[place].append(end - start)
+            last = max(last, end)
+        spans.append(last - sleep_end)
+        print(f"  trace call {len(spans) - 1}:  " + "  ".join(parts) + f"  span {spans[-1]:.1f} us")
+    if spans:
+        print(f"  trace medians over {len(spans)} calls: span {statistics.median(spans):.1f} us; kernel durations "
+              + " ".join(f"{statistics.median(d):.1f}" for d in durations) + " us")
+
+
+def time_shape(fm, batch, s_q, heads, mean_sk, equal, trace=0):
     import torch
     lengths = request_lengths(batch, heads, mean_sk, equal)
     q, cache, table, seqlens = paged_inputs(lengths, s_q, heads, seed=batch + heads + mean_sk)
@@ -213,6 +253,8 @@ def time_shape(fm, batch, s_q, heads, mean_sk, equal):
                                          causal=s_q > 1)
 
     ms = median_ms(run)
+    if trace > 0:
+        trace_calls(run, trace)
     sum_k = float(sum(lengths))
     rows_q = batch * s_q * heads
     flops = 2.0 * s_q * heads * sum_k * (WIDTH + RANK)
@@ -270,6 +312,8 @@ def main():
     ap.add_argument("--equal", action="store_true", help="every request at the mean length")
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--trace", type=int, default=0, metavar="N",
+                    help="after each shape, N calls under torch.profiler: each kernel's start and end")
     ap.add_argument("--compare", nargs=2, metavar=("OURS_JSON", "FLASHMLA_JSON"))
     args = ap.parse_args()
     if args.compare:
@@ -297,7 +341,7 @@ def main():
         for heads in args.heads:
             for s_q in args.sq:
                 for sk in args.sk:
-                    r = time_shape(fm, batch, s_q, heads, sk, args.equal)
+                    r = time_shape(fm, batch, s_q, heads, sk, args.equal, args.trace)
                     rows.append(r)
                     shape = f"b={batch} s_q={s_q} h={heads} s_k~{sk}{' causal' if s_q > 1 else ''}"
                     print(f"{shape:<40}{r['ms']:9.3f}{r['tflops']:9.1f}{r['gbs']:8.0f}{r['sm_parts']:9d}")

@@ -35,6 +35,11 @@
 //   --mla-shape b,s_q,s_k: only the mla_decode rows of that shape (with --mla-heads; a profiler run)
 //   --mla-auto-only: of the mla_decode rows only kAuto's plan's, warmed up with the same plan: every
 //                    launch of the run is that plan's (a profiler's launch count lands in it)
+//   --mla-trace N: after each mla_decode row, N more calls of its form (a spin kernel, then the call
+//                  with the metadata prebuilt) under a CUPTI trace: each call's kernels with their
+//                  start and end from the spin's end, which is where the row's start event falls.
+//                  They run as in the timed rows (PDL overlap included, which ncu's serialized
+//                  replay removes): the call's time splits into its kernels and the gaps between them
 //   --small-shapes "b,h,s_k;...", --small-variants "auto,pages=4,...": only these mla_decode_small
 //   shapes / ways of cutting the keys (latent_small_bench.cu)
 //   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, each
@@ -51,6 +56,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "bench/engine_bench/gpu_timeline.h"
 #include "bench/kernel_bench/bench_util.cuh"
 #include "kernels/common/page.h"
 #include "kernels/kv_pack/api.h"
@@ -104,6 +110,62 @@ struct PagedCache {
 // The latent kernel's name in the results: the wgmma kernel is the family's default.
 std::string LatentFamily(const char* family, kernels::LatentKernel kernel) {
   return kernel == kernels::LatentKernel::kMmaSync ? std::string(family) + "_mmasync" : family;
+}
+
+// --mla-trace: calls per mla_decode row traced (0: none).
+int g_mla_trace_calls = 0;
+
+// `calls` calls of `call`, each after a spin kernel as the timed rows run them, under a CUPTI trace:
+// per call, each kernel's start and end in microseconds from the spin's end, and the call's span
+// (the spin's end to its last kernel's end: what the row's events measure). Then the medians over
+// the calls of each kernel's duration (by its place in the call) and of the span.
+void TraceMlaCalls(int calls, const std::function<void()>& call) {
+  absl::StatusOr<std::unique_ptr<GpuTimeline>> timeline = GpuTimeline::Create();
+  if (!timeline.ok()) {
+    std::printf("  trace: %s\n", std::string(timeline.status().message()).c_str());
+    return;
+  }
+  call();  // the call's host state (kernel attributes) outside the trace
+  BENCH_CHECK(cudaDeviceSynchronize());
+  CheckStatus((*timeline)->Start(), "trace start");
+  for (int c = 0; c < calls; ++c) {
+    SpinKernel<<<1, 1>>>(1000000);
+    call();
+  }
+  absl::StatusOr<TimelineTrace> trace = (*timeline)->Stop();
+  CheckStatus(trace.status(), "trace stop");
+  std::vector<ActivityRecord> kernels;
+  for (const ActivityRecord& r : trace->records) {
+    if (r.kind == ActivityKind::kKernel) kernels.push_back(r);
+  }
+  std::sort(kernels.begin(), kernels.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  std::vector<std::vector<double>> durations;  // [kernel's place in the call][call]
+  std::vector<double> spans;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if (kernels[i].name.find("SpinKernel") == std::string::npos) continue;
+    const int64_t t0 = kernels[i].end_ns;
+    int64_t last_end = t0;
+    std::printf("  trace call %zu:", spans.size());
+    size_t place = 0;
+    for (size_t j = i + 1; j < kernels.size() && kernels[j].name.find("SpinKernel") == std::string::npos; ++j, ++place) {
+      const ActivityRecord& k = kernels[j];
+      std::string name = k.name.substr(0, k.name.find('<'));
+      name = name.substr(name.rfind("::") == std::string::npos ? 0 : name.rfind("::") + 2);
+      std::printf("  %s [%.1f, %.1f] us", name.c_str(), (k.start_ns - t0) * 1e-3, (k.end_ns - t0) * 1e-3);
+      if (durations.size() <= place) durations.resize(place + 1);
+      durations[place].push_back((k.end_ns - k.start_ns) * 1e-3);
+      last_end = std::max(last_end, k.end_ns);
+    }
+    spans.push_back((last_end - t0) * 1e-3);
+    std::printf("  span %.1f us\n", spans.back());
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  std::printf("  trace medians over %zu calls: span %.1f us; kernel durations", spans.size(), median(spans));
+  for (const auto& d : durations) std::printf(" %.1f", median(d));
+  std::printf(" us\n");
 }
 
 // skewed: one request of 16 x mean_sk, the others mean_sk / 4 +-25% (a long conversation among
@@ -198,6 +260,11 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
   if (uses_metadata) {
     add(family + "_percall", percall_ms);
     std::printf("%-12s %-44s %9.3f ms\n", "", "  its metadata kernel alone (MlaDecodeBuildMetadata)", metadata_ms);
+  }
+  if (g_mla_trace_calls > 0) {
+    if (grid_order) setenv("MLASERVE_MLA_ORDER", "0", 1);
+    TraceMlaCalls(g_mla_trace_calls, [&] { call(prebuilt); });
+    if (grid_order) unsetenv("MLASERVE_MLA_ORDER");
   }
 }
 
@@ -397,6 +464,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--mla-heads") == 0 && i + 1 < argc) mla_heads = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--mla-sq2-all") == 0) mla_sq2_all = true;
     else if (std::strcmp(argv[i], "--mla-auto-only") == 0) mla_auto_only = true;
+    else if (std::strcmp(argv[i], "--mla-trace") == 0 && i + 1 < argc) g_mla_trace_calls = std::max(0, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--mla-shape") == 0 && i + 1 < argc) {
       if (std::sscanf(argv[++i], "%d,%d,%d", &mla_shape[0], &mla_shape[1], &mla_shape[2]) != 3) {
         std::fprintf(stderr, "--mla-shape: '%s' is not b,s_q,s_k\n", argv[i]);
