@@ -226,7 +226,7 @@ def trace_calls(run, calls):
         if "spin" not in name and "sleep" not in name:
             continue
         parts, last = [], sleep_end
-        for place, (start, end, kname) in enumerate(k for k in kernels[i + 1:]):
+        for place, (start, end, kname) in enumerate(kernels[i + 1:]):
             if "spin" in kname or "sleep" in kname:
                 break
             short = re.sub(r"[<(].*", "", kname).split("::")[-1]

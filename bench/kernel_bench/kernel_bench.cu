@@ -261,7 +261,7 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
     add(family + "_percall", percall_ms);
     std::printf("%-12s %-44s %9.3f ms\n", "", "  its metadata kernel alone (MlaDecodeBuildMetadata)", metadata_ms);
   }
-  if (g_mla_trace_calls > 0) {
+  if (g_mla_trace_calls > 0 && res.print) {  // not the unprinted warm-up rows
     if (grid_order) setenv("MLASERVE_MLA_ORDER", "0", 1);
     TraceMlaCalls(g_mla_trace_calls, [&] { call(prebuilt); });
     if (grid_order) unsetenv("MLASERVE_MLA_ORDER");
