@@ -85,7 +85,10 @@ static __global__ void SpinKernel(int64_t cycles) {
 }
 
 // Median milliseconds of `reps` timed calls of fn() (events around each) after `warmup` calls.
-// spin_first: a SpinKernel of 1M cycles (~0.5 ms) before each start event (for calls that take
+// The spin before a timed call (MedianMs's spin_first; the kernel bench's --mla-trace spins alike).
+constexpr int64_t kSpinCycles = 1000000;
+
+// spin_first: a SpinKernel of kSpinCycles (1M, ~0.5 ms) before each start event (for calls that take
 // less time on the GPU than their launches take on the host).
 template <typename Fn>
 double MedianMs(Fn&& fn, int warmup = 3, int reps = 20, bool spin_first = false) {
@@ -96,7 +99,7 @@ double MedianMs(Fn&& fn, int warmup = 3, int reps = 20, bool spin_first = false)
   BENCH_CHECK(cudaDeviceSynchronize());
   std::vector<double> ms;
   for (int i = 0; i < reps; ++i) {
-    if (spin_first) SpinKernel<<<1, 1>>>(1000000);
+    if (spin_first) SpinKernel<<<1, 1>>>(kSpinCycles);
     BENCH_CHECK(cudaEventRecord(start));
     fn();
     BENCH_CHECK(cudaEventRecord(stop));

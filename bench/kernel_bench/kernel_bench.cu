@@ -129,7 +129,7 @@ void TraceMlaCalls(int calls, const std::function<void()>& call) {
   BENCH_CHECK(cudaDeviceSynchronize());
   CheckStatus((*timeline)->Start(), "trace start");
   for (int c = 0; c < calls; ++c) {
-    SpinKernel<<<1, 1>>>(1000000);
+    SpinKernel<<<1, 1>>>(kSpinCycles);
     call();
   }
   absl::StatusOr<TimelineTrace> trace = (*timeline)->Stop();
@@ -236,7 +236,6 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
     percall_ms = without[kRounds / 2];
     metadata_ms = MedianMs(build_metadata, 3, 20, true);
   }
-  if (grid_order) unsetenv("MLASERVE_MLA_ORDER");
   const double sum_k = std::accumulate(lk.begin(), lk.end(), 0.0);
   const double bytes = sum_k * kWidth * 2 + rows * kWidth * 2.0 + rows * kRank * 2.0;
   // FlashMLA's count: every query row against the whole context (s_q = 2 included).
@@ -262,10 +261,9 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
     std::printf("%-12s %-44s %9.3f ms\n", "", "  its metadata kernel alone (MlaDecodeBuildMetadata)", metadata_ms);
   }
   if (g_mla_trace_calls > 0 && res.print) {  // not the unprinted warm-up rows
-    if (grid_order) setenv("MLASERVE_MLA_ORDER", "0", 1);
     TraceMlaCalls(g_mla_trace_calls, [&] { call(prebuilt); });
-    if (grid_order) unsetenv("MLASERVE_MLA_ORDER");
   }
+  if (grid_order) unsetenv("MLASERVE_MLA_ORDER");
 }
 
 // Who computes an mha_prefill row: our default kernel, the wgmma kernel with its default
