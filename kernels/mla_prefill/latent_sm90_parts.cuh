@@ -121,7 +121,12 @@ struct Sm90Args {
 // Load tiles [first, last) of cache page `page` into buffer `stage` (one thread). Unrolled (the
 // callers pass constant bounds): the issuing thread's warpgroup waits on it before its next
 // products, and the rolled loop's per-tile address work was on that path. Unrolled, the 128-head
-// mla_decode rows took 1.2-1.8% less (H200, 2026-12-01; batch 1-4 even).
+// mla_decode rows took 1.2-1.8% less (H200, 2026-12-01; batch 1-4 even). kConsumerExpects: the
+// tiles' transaction barriers expect their bytes from the consumer (ScoreTiles), not from here,
+// for the same reason (a barrier's phase completes once both the bytes and that arrival are in,
+// in either order): the chunk kernel's 128-head rows took 0.5-2.6% less so, the segment kernel's
+// 0-0.8% more (H200, 2026-12-01), so the segment kernel keeps the expectation here.
+template <bool kConsumerExpects>
 __device__ __forceinline__ void LoadTiles(const TileTma& tma, SharedStorage& ss, int num_pages, int stage,
                                           int page, int first, int last) {
   Tensor pages = tma.get_tma_tensor(make_shape(Int<kKeys>{}, Int<kWidth>{}, num_pages));
@@ -130,20 +135,27 @@ __device__ __forceinline__ void LoadTiles(const TileTma& tma, SharedStorage& ss,
   for (int t = first; t < last; ++t) {
     Tensor g = local_tile(pages(_, _, page), Shape<Int<kKeys>, Int<kTileCols>>{}, make_coord(0, t));
     Tensor s = make_tensor(make_smem_ptr(PageTile(ss, stage, t)), TileLayout{});
-    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.full[stage][t], kTileTxBytes);
+    if constexpr (!kConsumerExpects) {
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.full[stage][t], kTileTxBytes);
+    }
     copy(tma.with(ss.full[stage][t], 0, TMA::CacheHintSm90::EVICT_FIRST), thr.partition_S(g),
          thr.partition_D(s));
   }
 }
 
 // S += Q K^T over load tiles [kFirst, kLast) of a buffer, one commit group per tile, each after
-// its tile landed. kZero: the first tile starts the accumulation.
-template <int kFirst, int kLast, bool kZero, class TQ, class TK, class TS>
+// its tile landed. kConsumerExpects (LoadTiles): the warpgroup's first thread arrives on each
+// tile's barrier with the tile's bytes (the one arrival a load's phase takes: every load into a
+// buffer is scored once, by the warpgroup that owns the buffer) before its warps wait for the
+// phase. kZero: the first tile starts the accumulation.
+template <int kFirst, int kLast, bool kZero, bool kConsumerExpects, class TQ, class TK, class TS>
 __device__ __forceinline__ void ScoreTiles(MmaS& mma, const TQ& tSrQ, const TK& tSrK, TS& tSrS,
                                            uint64_t* full, int phase) {
   mma.accumulate_ = kZero ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+  const bool expects = kConsumerExpects && threadIdx.x % 128 == 0;
 #pragma unroll
   for (int t = kFirst; t < kLast; ++t) {
+    if (expects) cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&full[t], kTileTxBytes);
     cutlass::arch::ClusterTransactionBarrier::wait(&full[t], phase);
     warpgroup_fence_operand(tSrS);
     warpgroup_arrive();
