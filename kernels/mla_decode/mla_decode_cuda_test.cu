@@ -215,12 +215,13 @@ INSTANTIATE_TEST_SUITE_P(FewParts, MlaDecodeBalancedTest,
 // arithmetic piece for piece. Each case runs with the first forced (MLASERVE_MLA_COMBINE_ROWS=0),
 // the second forced (=1: also for rows of many pieces, its later rounds), the plan's choice, and
 // the few-rows kernel's chunk CTAs storing from their accumulators rather than through staged
-// rows (MLASERVE_MLA_STAGED_EPILOGUE=0; the partials, or with one split the output itself): the
-// same output and LSE bytes, and the CPU reference's values. Chunk plans of 4 to 18 splits
-// (a partial last CTA of rows: 10 and 5 rows a request), latent rank 64 (lanes past the rank), the
-// balanced schedule for a 3-, 5- or 7-SM device (requests in one or a few pieces) and for 132 SMs
-// at batch 4 (tens of pieces a request). Outputs, LSEs and
-// workspace are poisoned differently before each run.
+// rows (MLASERVE_MLA_STAGED_EPILOGUE=0; the partials, or with one split the output itself), and
+// the 64-row kernel's P stored by 32-bit stores instead of stmatrix at one query token a request
+// (MLASERVE_MLA_STMATRIX=0): the same output and LSE bytes, and the CPU reference's values.
+// Chunk plans of 4 to 18 splits (a partial last CTA of rows: 10 and 5 rows a request; 128 heads
+// at one and two query tokens), latent rank 64 (lanes past the rank), the balanced schedule for a
+// 3-, 5- or 7-SM device (requests in one or a few pieces) and for 132 SMs at batch 4 (tens of
+// pieces a request). Outputs, LSEs and workspace are poisoned differently before each run.
 // (batch, heads, q per request, max context, rank, pages per split (0: balanced), SMs of the plan)
 using CombineCase = std::tuple<int, int, int, int, int, int, int>;
 class MlaDecodeCombineTest : public ::testing::TestWithParam<CombineCase> {};
@@ -255,8 +256,10 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
   struct Setting {
     const char* combine_rows;
     const char* staged_epilogue;
+    const char* stmatrix = nullptr;
   };
-  constexpr Setting kSettings[] = {{"0", nullptr}, {"1", nullptr}, {nullptr, nullptr}, {nullptr, "0"}};
+  constexpr Setting kSettings[] = {
+      {"0", nullptr}, {"1", nullptr}, {nullptr, nullptr}, {nullptr, "0"}, {nullptr, nullptr, "0"}};
   constexpr int kRuns = static_cast<int>(std::size(kSettings));
   std::vector<uint16_t> out[kRuns];
   std::vector<float> lse[kRuns];
@@ -264,9 +267,12 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
     const Setting& setting = kSettings[run];
     SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_COMBINE_ROWS=" << (setting.combine_rows ? setting.combine_rows : "(unset)")
                                       << " MLASERVE_MLA_STAGED_EPILOGUE="
-                                      << (setting.staged_epilogue ? setting.staged_epilogue : "(unset)"));
+                                      << (setting.staged_epilogue ? setting.staged_epilogue : "(unset)")
+                                      << " MLASERVE_MLA_STMATRIX="
+                                      << (setting.stmatrix ? setting.stmatrix : "(unset)"));
     testing::ScopedEnv combine("MLASERVE_MLA_COMBINE_ROWS", setting.combine_rows);
     testing::ScopedEnv staged("MLASERVE_MLA_STAGED_EPILOGUE", setting.staged_epilogue);
+    testing::ScopedEnv stmatrix("MLASERVE_MLA_STMATRIX", setting.stmatrix);
     testing::DeviceBuffer workspace(plan.workspace_bytes);
     const int poison = run == 1 ? 0x7f : 0xff;
     MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), poison, workspace.bytes()));
@@ -292,7 +298,7 @@ INSTANTIATE_TEST_SUITE_P(
                       CombineCase{1, 16, 1, 1100, 512, 1, 0}, CombineCase{4, 5, 2, 900, 512, 2, 0},
                       CombineCase{3, 4, 1, 700, 64, 2, 0}, CombineCase{10, 16, 1, 3000, 512, 0, 3},
                       CombineCase{10, 128, 1, 3000, 512, 0, 7}, CombineCase{6, 8, 2, 2000, 512, 0, 5},
-                      CombineCase{4, 16, 1, 6000, 512, 0, 132},
+                      CombineCase{4, 16, 1, 6000, 512, 0, 132}, CombineCase{3, 128, 1, 1500, 512, 3, 0},
                       // one split: the few-rows kernel writes the output (bf16) itself
                       CombineCase{3, 16, 1, 700, 512, 64, 0}, CombineCase{4, 5, 2, 300, 512, 8, 0}));
 

@@ -92,7 +92,8 @@ __device__ __forceinline__ LatentCtaWork EarlyChunkWork(const MlaParams& p, cons
 // segment code: the kernel is at the register limit, and code size matters at small batch.
 // kNamed: the warpgroups' signals on named barriers (the default) or on mbarriers, which
 // compute-sanitizer's racecheck follows (MLASERVE_MLA_NAMED_SIGNALS=0).
-template <bool kSegments, bool kNamed>
+// kStoreMatrix: P goes to shared memory by stmatrix (store_p below), for one query token a request.
+template <bool kSegments, bool kNamed, bool kStoreMatrix>
 __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const __grid_constant__ Sm90Args args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const MlaParams& p = args.p;
@@ -383,14 +384,27 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           }
         }
       };
-      // This warpgroup's P into shared memory for the other one, scaled per row by f. (stmatrix
-      // measured slower here on the H100, 2026-11-25.)
+      // This warpgroup's P into shared memory for the other one, scaled per row by f: a 32-bit
+      // store per value pair at its swizzled address, or (kStoreMatrix) the scaled values in bf16
+      // registers, then stmatrix, eight 8 x 8 blocks per instruction. The stmatrix form holds
+      // fewer registers (no spills in any instantiation, against 4-20 bytes) and took 0.3-1.7%
+      // less at one query token a request, 2-5% at batch 1-4 and a skewed batch, but 0.6-1.6% more
+      // at two (b 64 / 128, 8k-16k; H200, 2026-12-01): the launcher picks it for one.
       auto store_p = [&](const float (&f)[2]) {
+        if constexpr (kStoreMatrix) {
+          auto r2s = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Bf16>{}, mma_s);
+          auto thr_r2s = r2s.get_slice(wg_tid);
+          Tensor scaled = make_fragment_like<Bf16>(tSrS);
 #pragma unroll
-        for (int i = 0; i < size(tSrS); i += 2) {
-          const int h = (i >> 1) & 1;
-          *reinterpret_cast<uint32_t*>(&sPmine(get<0>(tScS(i)), get<1>(tScS(i)))) =
-              cuda::PackBf16(tSrS(i) * f[h], tSrS(i + 1) * f[h]);
+          for (int i = 0; i < size(tSrS); ++i) scaled(i) = static_cast<Bf16>(tSrS(i) * f[(i >> 1) & 1]);
+          copy(r2s, thr_r2s.retile_S(scaled), thr_r2s.partition_D(sPmine));
+        } else {
+#pragma unroll
+          for (int i = 0; i < size(tSrS); i += 2) {
+            const int h = (i >> 1) & 1;
+            *reinterpret_cast<uint32_t*>(&sPmine(get<0>(tScS(i)), get<1>(tScS(i)))) =
+                cuda::PackBf16(tSrS(i) * f[h], tSrS(i + 1) * f[h]);
+          }
         }
         cutlass::arch::fence_view_async_shared();  // P -> wgmma's async proxy
       };
@@ -675,9 +689,17 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
   args.named_signals = named_signals_off ? 0 : 1;
   constexpr int kSmem = sizeof(SharedStorage);
   static_assert(kSmem <= 227 * 1024, "the sm90 latent kernel's shared memory exceeds Hopper's limit");
+  // P by stmatrix where each request has one query token (see store_p), with named signals.
+  // MLASERVE_MLA_STMATRIX=0 (read per call; tests, A/B timing): never.
+  const bool stmatrix_off = EnvSwitchedOff("MLASERVE_MLA_STMATRIX");
+  const bool store_matrix = !stmatrix_off && args.named_signals && max_rows_per_request <= p.num_heads;
   auto kernel = split.segments != nullptr
-                    ? (args.named_signals ? LatentAttentionSm90Kernel<true, true> : LatentAttentionSm90Kernel<true, false>)
-                    : (args.named_signals ? LatentAttentionSm90Kernel<false, true> : LatentAttentionSm90Kernel<false, false>);
+                    ? (!args.named_signals ? LatentAttentionSm90Kernel<true, false, false>
+                       : store_matrix      ? LatentAttentionSm90Kernel<true, true, true>
+                                           : LatentAttentionSm90Kernel<true, true, false>)
+                    : (!args.named_signals ? LatentAttentionSm90Kernel<false, false, false>
+                       : store_matrix      ? LatentAttentionSm90Kernel<false, true, true>
+                                           : LatentAttentionSm90Kernel<false, true, false>);
   if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       err != cudaSuccess) {
     return cuda::CudaStatus(err, "latent attention sm90: raising the shared-memory limit");
