@@ -29,9 +29,9 @@
 // warp: the warpgroup that last reads a part of a buffer issues its next load, by one thread,
 // once its products on it retire: tiles 0..3 (value half L) of both buffers by warpgroup 0 (of
 // buffer 0 once warpgroup 1's max is in, see the loop), tiles 4..8 (half R and rope) by
-// warpgroup 1. P_a is staged in buffer 0's rope
-// tile (free once S_a is computed, reloaded only after warpgroup 1's P_a V_a[:, R] retires),
-// P_b in its own 8 KiB. Shared memory: Q 72 KiB + 2 pages 144 KiB + P_b 8 KiB.
+// warpgroup 1. P_a is staged in buffer 0's rope tile (free once S_a is computed, reloaded only
+// after warpgroup 1's P_a V_a[:, R] retires), P_b in its own 8 KiB. Shared memory: Q 72 KiB +
+// 2 pages 144 KiB + P_b 8 KiB.
 //
 // Q (64 x 576) stays in shared memory for the whole split; a page is read from global memory
 // once per CTA and serves as K (K-major operand) and V (the same bytes as an MN-major operand:
