@@ -19,7 +19,8 @@
 #             && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-lab.tar.xz
 #   there:  tools/device/latent_ab.sh     (carry [".devpack-lab.tar.xz"])
 # Results: $OUT/latent_ab.txt, every run's rows under a "#### <build> round <n>" line, also printed
-# at the end.
+# at the end, then tools/latent_ab_table.py's table of it ($OUT/latent_ab_table.txt: each row's
+# TFLOP/s by build and round, the medians, and each build's median over the base's).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
@@ -67,4 +68,5 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
   done
 done
 cat "$R"
+python3 tools/latent_ab_table.py "$R" | tee "$OUT/latent_ab_table.txt"
 echo "latent_ab: $((SECONDS - T0)) s"
