@@ -56,14 +56,16 @@ def table(values, rows, builds, base):
             cells[b, r] = "" if not v else " ".join(f"{x:.1f}" for x in v) + f" | {statistics.median(v):.1f}"
     width = {b: max([len(b)] + [len(cells[b, r]) for r in rows]) for b in builds}
     name_w = max([3] + [len(r) for r in rows])
-    head = ["row".ljust(name_w)] + [b.rjust(width[b]) for b in builds] + [f"{o}/{base}".rjust(10) for o in others]
+    ratio_w = {o: max(10, len(f"{o}/{base}")) for o in others}
+    head = ["row".ljust(name_w)] + [b.rjust(width[b]) for b in builds]
+    head += [f"{o}/{base}".rjust(ratio_w[o]) for o in others]
     out = ["  ".join(head)]
     for r in rows:
         line = [r.ljust(name_w)] + [cells[b, r].rjust(width[b]) for b in builds]
         for o in others:
             vb, vo = values[base].get(r), values[o].get(r)
             ratio = f"{statistics.median(vo) / statistics.median(vb):.3f}" if vb and vo else ""
-            line.append(ratio.rjust(max(10, len(f"{o}/{base}"))))
+            line.append(ratio.rjust(ratio_w[o]))
         out.append("  ".join(line))
     return out
 
