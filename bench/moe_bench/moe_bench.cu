@@ -27,11 +27,15 @@
 // experts' weights (c % copies) and routing (c % kRoutings), microseconds per call (median of
 // kChainReps replays over kChain) and the touched experts' weight bytes (as the lone row counts
 // them) at copy bandwidth, printed next to the lone call's.
+// From 256 tokens the sm90 sweep ends with cuBLAS's own grouped GEMM (cublasGemmGroupedBatchedEx)
+// on the same rows, one group per expert with rows (its sizes are host arrays: routing 0's
+// counts), each product a graph replayed: the library baseline for the grouped products.
 // With --shape shared (or all), the shared experts' gate_up at prefill sizes (shared_bench.cu);
 // with --shape shared-mid (or all), V2-Lite's shared experts at 16-512 rows, or the --tokens
 // below kMoeSharedGateUpMinRows (shared_mid_bench.cu).
 // Usage: mlaserve-moe-bench [--quick] [--shape v2lite|v3|shared|shared-mid|all] [--tokens 16,4096,...]
 //                           [--skip-variants 12,...]  (kSm90 variants the sweeps leave out)
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -364,6 +368,124 @@ float DenseMs(const mk::GemmParams& g, cudaStream_t stream) {
   return ms;
 }
 
+// cuBLAS's own grouped GEMM (cublasGemmGroupedBatchedEx) on one routing's per-expert row
+// counts: the library alternative issue 12 names, timed on the same rows as the sm90 sweep. Its
+// sizes are host arrays, so a real call would need the counts on the host (a device-to-host copy
+// and a sync per layer) and a graph holds one routing; here each product is captured in a graph
+// for routing 0's counts (or, where the capture fails, launched behind a spin kernel) and
+// replayed. gate_up on the stacked weights without the SiLU, as the sweep's unfused rows; down on
+// the same [rows, inter] activations. Activations are the permuted rows (dense_a) in expert order.
+struct CublasGroupedMs {
+  float gate_up = -1, down = -1;
+  std::string note;
+};
+
+CublasGroupedMs CublasGrouped(const Shape& s, const std::vector<int>& counts, const ShapeBuffers& b,
+                              cudaStream_t stream) {
+  CublasGroupedMs out;
+  const int H = s.H, I = s.I;
+  cublasHandle_t handle;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+    out.note = "cublasCreate failed";
+    return out;
+  }
+  cublasSetStream(handle, stream);
+  void* workspace = nullptr;
+  const size_t workspace_bytes = size_t{32} << 20;  // set, so that a capture allocates nothing
+  CHECK_CUDA(cudaMalloc(&workspace, workspace_bytes));
+  cublasSetWorkspace(handle, workspace, workspace_bytes);
+  // One group per expert with rows (group size 1), in expert order: row-major D[rows, N] =
+  // X[rows, K] W[N, K]^T, i.e. column-major D^T (N x rows) = W^T' (N x K) X^T (K x rows).
+  std::vector<int> ms, ns, ks, ldas, ldbs, ldcs, sizes;
+  std::vector<cublasOperation_t> ta, tb;
+  std::vector<float> alpha, beta;
+  std::vector<const void*> a_ptrs, b_ptrs;
+  std::vector<void*> c_ptrs;
+  const void **d_a = nullptr, **d_b = nullptr;
+  void** d_c = nullptr;
+  const int groups_max = static_cast<int>(counts.size());
+  CHECK_CUDA(cudaMalloc(&d_a, groups_max * sizeof(void*)));
+  CHECK_CUDA(cudaMalloc(&d_b, groups_max * sizeof(void*)));
+  CHECK_CUDA(cudaMalloc(&d_c, groups_max * sizeof(void*)));
+  const long long spin = SpinCycles();
+  auto time_product = [&](bool gate_up) -> float {
+    const int n_out = gate_up ? 2 * I : H, k_in = gate_up ? H : I;
+    const auto* w = static_cast<const __nv_bfloat16*>(gate_up ? b.gu_stacked : b.down);
+    const auto* x = static_cast<const __nv_bfloat16*>(b.dense_a);
+    auto* d = static_cast<__nv_bfloat16*>(b.dense_c);
+    ms.clear(); ns.clear(); ks.clear(); ldas.clear(); ldbs.clear(); ldcs.clear(); sizes.clear();
+    ta.clear(); tb.clear(); alpha.clear(); beta.clear(); a_ptrs.clear(); b_ptrs.clear(); c_ptrs.clear();
+    int64_t row0 = 0;
+    for (int e = 0; e < groups_max; ++e) {
+      if (counts[e] == 0) continue;
+      ta.push_back(CUBLAS_OP_T); tb.push_back(CUBLAS_OP_N);
+      ms.push_back(n_out); ns.push_back(counts[e]); ks.push_back(k_in);
+      ldas.push_back(k_in); ldbs.push_back(k_in); ldcs.push_back(n_out);
+      alpha.push_back(1.0f); beta.push_back(0.0f); sizes.push_back(1);
+      a_ptrs.push_back(w + static_cast<int64_t>(e) * n_out * k_in);
+      b_ptrs.push_back(x + row0 * k_in);
+      c_ptrs.push_back(d + row0 * n_out);
+      row0 += counts[e];
+    }
+    const int groups = static_cast<int>(ms.size());
+    CHECK_CUDA(cudaMemcpy(d_a, a_ptrs.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d_b, b_ptrs.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d_c, c_ptrs.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
+    auto call = [&] {
+      return cublasGemmGroupedBatchedEx(handle, ta.data(), tb.data(), ms.data(), ns.data(), ks.data(), alpha.data(),
+                                        d_a, CUDA_R_16BF, ldas.data(), d_b, CUDA_R_16BF, ldbs.data(), beta.data(),
+                                        d_c, CUDA_R_16BF, ldcs.data(), groups, sizes.data(),
+                                        CUBLAS_COMPUTE_32F) == CUBLAS_STATUS_SUCCESS;
+    };
+    if (!call()) {
+      out.note = "cublasGemmGroupedBatchedEx failed";
+      return -1.0f;
+    }
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec = nullptr;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const bool ok = call();
+    const bool captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
+    cudaGetLastError();
+    float t;
+    if (ok && captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+      t = MedianMs([&](int) { return cudaGraphLaunch(exec, stream) == cudaSuccess; }, stream);
+      cudaGraphExecDestroy(exec);
+    } else {
+      out.note = "eager behind a spin kernel (the capture failed)";
+      std::vector<float> v;
+      cudaEvent_t e0, e1;
+      CHECK_CUDA(cudaEventCreate(&e0));
+      CHECK_CUDA(cudaEventCreate(&e1));
+      for (int rep = -2; rep < kGraphReps; ++rep) {
+        SpinKernel<<<1, 1, 0, stream>>>(spin);
+        CHECK_CUDA(cudaEventRecord(e0, stream));
+        if (!call()) return -1.0f;
+        CHECK_CUDA(cudaEventRecord(e1, stream));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        float ms_one;
+        CHECK_CUDA(cudaEventElapsedTime(&ms_one, e0, e1));
+        if (rep >= 0) v.push_back(ms_one);
+      }
+      CHECK_CUDA(cudaEventDestroy(e0));
+      CHECK_CUDA(cudaEventDestroy(e1));
+      std::sort(v.begin(), v.end());
+      t = v[v.size() / 2];
+    }
+    if (captured) cudaGraphDestroy(graph);
+    return t;
+  };
+  out.gate_up = time_product(true);
+  if (out.gate_up > 0) out.down = time_product(false);
+  cudaFree(d_a);
+  cudaFree(d_b);
+  cudaFree(d_c);
+  cublasDestroy(handle);
+  cudaFree(workspace);
+  return out;
+}
+
 std::vector<int> g_skip_variants;  // --skip-variants: kSm90 variants the sweep leaves out
 
 bool Skipped(int variant) {
@@ -376,13 +498,18 @@ void BenchTokens(const Shape& s, int T, const ShapeBuffers& b, double copy_gbs, 
   std::vector<int32_t*> ids(kRoutings);
   double mean_active = 0;
   std::vector<int> perm(E);
+  std::vector<int> counts0(E, 0);  // routing 0's rows per expert (the cuBLAS grouped row)
   for (int r = 0; r < kRoutings; ++r) {
     std::vector<int32_t> h(static_cast<size_t>(A));
     std::vector<char> used(E, 0);
     for (int t = 0; t < T; ++t) {
       for (int e = 0; e < E; ++e) perm[e] = e;
       std::shuffle(perm.begin(), perm.end(), rng);
-      for (int j = 0; j < k; ++j) { h[static_cast<size_t>(t) * k + j] = perm[j]; used[perm[j]] = 1; }
+      for (int j = 0; j < k; ++j) {
+        h[static_cast<size_t>(t) * k + j] = perm[j];
+        used[perm[j]] = 1;
+        if (r == 0) ++counts0[perm[j]];
+      }
     }
     mean_active += std::count(used.begin(), used.end(), 1) / static_cast<double>(kRoutings);
     CHECK_CUDA(cudaMalloc(&ids[r], h.size() * 4));
@@ -491,6 +618,17 @@ void BenchTokens(const Shape& s, int T, const ShapeBuffers& b, double copy_gbs, 
                   "GEMMs at %.1f TFLOP/s = %.1f%% of cuBLAS\n",
                   best_up_name.c_str(), best_up, best_down_name.c_str(), best_down, fixed + best_up + best_down,
                   gemm_tflops, 100.0 * gemm_tflops / dense_tflops);
+    }
+    const CublasGroupedMs cg = CublasGrouped(s, counts0, b, stream);
+    if (cg.gate_up > 0 && cg.down > 0) {
+      const double tflops = flops / ((cg.gate_up + cg.down) * 1e9);
+      std::printf("  cuBLAS grouped (cublasGemmGroupedBatchedEx, routing 0's counts on the host%s%s): gate_up %.4f ms "
+                  "(no SiLU) %.1f%%, down %.4f ms %.1f%%; the two at %.1f TFLOP/s = %.1f%% of cuBLAS dense\n",
+                  cg.note.empty() ? "" : "; ", cg.note.c_str(), cg.gate_up,
+                  100.0 * (f1 / (cg.gate_up * 1e9)) / c.gate_up_tflops, cg.down,
+                  100.0 * (f2 / (cg.down * 1e9)) / c.down_tflops, tflops, 100.0 * tflops / dense_tflops);
+    } else {
+      std::printf("  cuBLAS grouped: not measured (%s)\n", cg.note.c_str());
     }
   }
   p.path = mk::MoeExpertsPath::kAuto;
