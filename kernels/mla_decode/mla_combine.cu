@@ -146,12 +146,16 @@ __device__ __forceinline__ float RowLse(float total, float m_all) {
 }
 
 // This lane's columns (float4 j: lane + 32 j) of the partial in row `row`; zeros past the rank.
+// The partials and their LSEs are read once: both combine kernels load them evict-first
+// (ld.global.cs, __ldcs). On the H200 that took the balanced rows at b 64 / 128 heads / 4k 1.6%
+// less and batch 4 1-2.6% less, the others even; L2-only (__ldcg) or read-only (__ldg) loads
+// made the skewed batch 4% slower (2026-12-01).
 __device__ __forceinline__ void LoadPartial(const CombineArgs& a, int64_t row, int lane,
                                             float4 (&x)[kCombineVecsPerLane]) {
   const auto* src = reinterpret_cast<const float4*>(a.part_out + row * a.rank);
 #pragma unroll
   for (int j = 0; j < kCombineVecsPerLane; ++j) {
-    x[j] = 4 * (lane + 32 * j) < a.rank ? src[lane + 32 * j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    x[j] = 4 * (lane + 32 * j) < a.rank ? __ldcs(src + lane + 32 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 }
 
@@ -231,7 +235,7 @@ __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid
 #pragma unroll 2
   for (int s = warp; s < n; s += kCombineWarps) {
     const int64_t row = first + s * stride;
-    const float ls = a.part_lse[row];
+    const float ls = __ldcs(a.part_lse + row);
     float4 x[kCombineVecsPerLane];
     LoadPartial(a, row, lane, x);
     if (ls == -INFINITY) continue;  // empty piece (the whole warp: one row)
@@ -314,7 +318,7 @@ __global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __
   float4 acc[kGroups][kCombineVecsPerLane];
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
-    m[g] = g < n ? a.part_lse[first + g * stride] : -INFINITY;
+    m[g] = g < n ? __ldcs(a.part_lse + first + g * stride) : -INFINITY;
     load(g, acc[g]);
   }
 #pragma unroll
@@ -330,7 +334,7 @@ __global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
       const int s = s0 + g;
-      const float ls = s < n ? a.part_lse[first + s * stride] : -INFINITY;
+      const float ls = s < n ? __ldcs(a.part_lse + first + s * stride) : -INFINITY;
       float4 x[kCombineVecsPerLane];
       load(s, x);
       if (ls == -INFINITY) continue;  // past n, or an empty piece
