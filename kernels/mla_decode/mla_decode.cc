@@ -45,8 +45,11 @@ constexpr int kBalancedOverheadPages = 10;
 // steady page pairs (2026-11-30: b 64 8k / 16k balanced 0.291 / 0.524 ms against chunks 0.306 /
 // 0.589, b 64 4k 0.178 against 0.167, b 128 4k-16k chunks ahead by 3-11%), which 1.15 ordered
 // right; 1.10 since parts are charged for their cuts (2026-12-01: the same choices on the bench's
-// own lengths, pinned by a test; 1.08-1.13 keep them).
-constexpr double kBalancedRowBlocksFactor = 1.10;
+// own lengths, pinned by a test; 1.08-1.13 keep them); 1.04 since the combine loads its partials
+// evict-first (2026-12-01, twenty-sixth session): at b 64, 4k the balanced schedule then led the
+// chunks in three calls (493 / 488, 491 / 480, 489 / 475 TFLOP/s), and 1.03-1.05 take it there
+// while b 128 keeps the chunks at 4k-16k (by 12% / 4% of their cost at 4k / 16k).
+constexpr double kBalancedRowBlocksFactor = 1.04;
 // From 4 row blocks a request (s_q 2 at 128 heads) the balanced schedule's four CTAs of a part read
 // each page together (one L2 fill for four), and it measured ahead of the chunks from 8k keys on at
 // b 128 and at 16k at b 64 (H200, 2026-12-01, two calls, kernel bench lengths, TFLOP/s balanced /
