@@ -347,9 +347,12 @@ std::vector<std::pair<ExpertsStage, float>> StageMs(mk::MoeExpertsParams p, cons
   return out;
 }
 
-float DenseMs(const mk::GemmParams& g, cudaStream_t stream) {
-  auto run = [&](int) { return mk::Gemm(g, {mk::Backend::kCuda, stream}).ok(); };
-  if (!run(0)) return -1.0f;  // cuBLASLt picks and caches its algorithm outside the capture
+// Median ms of run() captured in a CUDA graph and replayed, after one call outside the capture
+// (where a library picks and caches its algorithm), or of direct calls where the capture fails
+// (*graphed false); -1 when the first call fails.
+float GraphedMs(const std::function<bool(int)>& run, cudaStream_t stream, bool* graphed = nullptr) {
+  if (graphed != nullptr) *graphed = false;
+  if (!run(0)) return -1.0f;
   CHECK_CUDA(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   cudaGraphExec_t exec = nullptr;
@@ -361,6 +364,7 @@ float DenseMs(const mk::GemmParams& g, cudaStream_t stream) {
   if (ok && captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
     ms = MedianMs([&](int) { return cudaGraphLaunch(exec, stream) == cudaSuccess; }, stream);
     cudaGraphExecDestroy(exec);
+    if (graphed != nullptr) *graphed = true;
   } else {
     ms = MedianMs(run, stream);
   }
@@ -368,13 +372,17 @@ float DenseMs(const mk::GemmParams& g, cudaStream_t stream) {
   return ms;
 }
 
+float DenseMs(const mk::GemmParams& g, cudaStream_t stream) {
+  return GraphedMs([&](int) { return mk::Gemm(g, {mk::Backend::kCuda, stream}).ok(); }, stream);
+}
+
 // cuBLAS's own grouped GEMM (cublasGemmGroupedBatchedEx) on one routing's per-expert row
 // counts: the library alternative issue 12 names, timed on the same rows as the sm90 sweep. Its
 // sizes are host arrays, so a real call would need the counts on the host (a device-to-host copy
 // and a sync per layer) and a graph holds one routing; here each product is captured in a graph
-// for routing 0's counts (or, where the capture fails, launched behind a spin kernel) and
-// replayed. gate_up on the stacked weights without the SiLU, as the sweep's unfused rows; down on
-// the same [rows, inter] activations. Activations are the permuted rows (dense_a) in expert order.
+// for routing 0's counts and replayed (GraphedMs). gate_up on the stacked weights without the
+// SiLU, as the sweep's unfused rows; down on the same [rows, inter] activations. Activations are
+// the permuted rows (dense_a) in expert order.
 struct CublasGroupedMs {
   float gate_up = -1, down = -1;
   std::string note;
@@ -408,7 +416,6 @@ CublasGroupedMs CublasGrouped(const Shape& s, const std::vector<int>& counts, co
   CHECK_CUDA(cudaMalloc(&d_a, groups_max * sizeof(void*)));
   CHECK_CUDA(cudaMalloc(&d_b, groups_max * sizeof(void*)));
   CHECK_CUDA(cudaMalloc(&d_c, groups_max * sizeof(void*)));
-  const long long spin = SpinCycles();
   auto time_product = [&](bool gate_up) -> float {
     const int n_out = gate_up ? 2 * I : H, k_in = gate_up ? H : I;
     const auto* w = static_cast<const __nv_bfloat16*>(gate_up ? b.gu_stacked : b.down);
@@ -432,49 +439,16 @@ CublasGroupedMs CublasGrouped(const Shape& s, const std::vector<int>& counts, co
     CHECK_CUDA(cudaMemcpy(d_a, a_ptrs.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(d_b, b_ptrs.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(d_c, c_ptrs.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
-    auto call = [&] {
+    auto call = [&](int) {
       return cublasGemmGroupedBatchedEx(handle, ta.data(), tb.data(), ms.data(), ns.data(), ks.data(), alpha.data(),
                                         d_a, CUDA_R_16BF, ldas.data(), d_b, CUDA_R_16BF, ldbs.data(), beta.data(),
                                         d_c, CUDA_R_16BF, ldcs.data(), groups, sizes.data(),
                                         CUBLAS_COMPUTE_32F) == CUBLAS_STATUS_SUCCESS;
     };
-    if (!call()) {
-      out.note = "cublasGemmGroupedBatchedEx failed";
-      return -1.0f;
-    }
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec = nullptr;
-    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const bool ok = call();
-    const bool captured = cudaStreamEndCapture(stream, &graph) == cudaSuccess;
-    cudaGetLastError();
-    float t;
-    if (ok && captured && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
-      t = MedianMs([&](int) { return cudaGraphLaunch(exec, stream) == cudaSuccess; }, stream);
-      cudaGraphExecDestroy(exec);
-    } else {
-      out.note = "eager behind a spin kernel (the capture failed)";
-      std::vector<float> v;
-      cudaEvent_t e0, e1;
-      CHECK_CUDA(cudaEventCreate(&e0));
-      CHECK_CUDA(cudaEventCreate(&e1));
-      for (int rep = -2; rep < kGraphReps; ++rep) {
-        SpinKernel<<<1, 1, 0, stream>>>(spin);
-        CHECK_CUDA(cudaEventRecord(e0, stream));
-        if (!call()) break;
-        CHECK_CUDA(cudaEventRecord(e1, stream));
-        CHECK_CUDA(cudaEventSynchronize(e1));
-        float ms_one;
-        CHECK_CUDA(cudaEventElapsedTime(&ms_one, e0, e1));
-        if (rep >= 0) v.push_back(ms_one);
-      }
-      CHECK_CUDA(cudaEventDestroy(e0));
-      CHECK_CUDA(cudaEventDestroy(e1));
-      std::sort(v.begin(), v.end());
-      t = v.size() == static_cast<size_t>(kGraphReps) ? v[v.size() / 2] : -1.0f;  // -1: a call failed
-    }
-    if (captured) cudaGraphDestroy(graph);
+    bool graphed = false;
+    const float t = GraphedMs(call, stream, &graphed);
+    if (t < 0) out.note = "cublasGemmGroupedBatchedEx failed";
+    else if (!graphed) out.note = "direct calls (the capture failed)";
     return t;
   };
   out.gate_up = time_product(true);
