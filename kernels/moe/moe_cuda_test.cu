@@ -179,11 +179,13 @@ TEST_P(MoeExpertsCudaTest, EveryPathMatchesCpuAndTheBaselineBitwise) {
   }
 }
 
-// kAuto's tile configuration per product (moe_experts.cu, ChooseSm90Variants): 128 x 256 from
-// 256 rows an expert, else ping-pong 64 x 256, except where ping-pong 64 x 128 spreads a
-// weight-bound product over the SMs by 5 points more (V2-Lite gate_up at 24-64 rows: 704 tiles of
-// 64 x 256 on 132 SMs against 1408; not its down, 512 against 1024, nor V3's 4096 against 8192).
-// The choices of the H100 / H200 (132 SMs) the benchmarks measured.
+// kAuto's tile configuration per product (moe_experts.cu, ChooseSm90Variants): gate_up on
+// 128 x 256 from 512 rows an expert, else ping-pong 64 x 256; down on ping-pong 64 x 256 with the
+// register-stored epilogue (variant 8) above 64 rows; at most 64 rows ping-pong 64 x 256, except
+// where ping-pong 64 x 128 spreads a weight-bound product over the SMs by 5 points more (V2-Lite
+// gate_up at 24-64 rows: 704 tiles of 64 x 256 on 132 SMs against 1408; not its down, 512
+// against 1024, nor V3's 4096 against 8192). The choices of the H200 (132 SMs) the benchmarks
+// measured.
 TEST(MoeExpertsPlanTest, TileConfigurationByShapeOn132Sms) {
   if (!moe_cuda::Sm90Available()) GTEST_SKIP() << "not a Hopper GPU: no kSm90 path";
   if (cuda::CurrentDeviceSmCount() != 132) GTEST_SKIP() << "the pinned choices are for 132 SMs";
@@ -192,9 +194,11 @@ TEST(MoeExpertsPlanTest, TileConfigurationByShapeOn132Sms) {
   };
   const Case cases[] = {
       {256, 2048, 1408, 64, 6, 13, 3},  {512, 2048, 1408, 64, 6, 13, 3},  {640, 2048, 1408, 64, 6, 13, 3},
-      {704, 2048, 1408, 64, 6, 3, 3},   {768, 2048, 1408, 64, 6, 3, 3},
-      {1024, 2048, 1408, 64, 6, 3, 3},  {2048, 2048, 1408, 64, 6, 3, 3},  {4096, 2048, 1408, 64, 6, 1, 1},
-      {1024, 7168, 2048, 256, 8, 3, 3}, {2048, 7168, 2048, 256, 8, 3, 3}, {8192, 7168, 2048, 256, 8, 1, 1},
+      {704, 2048, 1408, 64, 6, 3, 8},   {768, 2048, 1408, 64, 6, 3, 8},
+      {1024, 2048, 1408, 64, 6, 3, 8},  {2048, 2048, 1408, 64, 6, 3, 8},  {4096, 2048, 1408, 64, 6, 3, 8},
+      {5461, 2048, 1408, 64, 6, 3, 8},  {5462, 2048, 1408, 64, 6, 1, 8},  {8192, 2048, 1408, 64, 6, 1, 8},
+      {1024, 7168, 2048, 256, 8, 3, 3}, {2048, 7168, 2048, 256, 8, 3, 3}, {4096, 7168, 2048, 256, 8, 3, 8},
+      {8192, 7168, 2048, 256, 8, 3, 8}, {16384, 7168, 2048, 256, 8, 1, 8},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "tokens=" << c.tokens << " experts=" << c.experts);

@@ -48,12 +48,17 @@ MoeExpertsPath ChoosePath(const MoeExpertsParams& p) {
   return moe_cuda::Sm90Available() ? MoeExpertsPath::kSm90 : MoeExpertsPath::kTiled;
 }
 
-// Tile configurations of the kSm90 products (moe_gemm_sm90.cuh), from mlaserve-moe-bench on
-// an H100 (docs/BENCHMARKS.md, "MoE experts", 2026-11-25): the 128 x 256 cooperative tile once
-// experts have hundreds of rows (V2-Lite 4096 tokens: gate_up + SiLU 0.517 ms, down 0.280),
-// ping-pong 64 x 256 below (V2-Lite 2048: 0.340 + 0.184 ms; V3 2048 and 4096, 64 and 128 rows
-// per expert), and ping-pong 64 x 128 per product where that spreads the weight-bound sizes
-// over the SMs better (WeightBoundVariant; H200, 2026-11-30).
+// Tile configurations of the kSm90 products (moe_gemm_sm90.cuh), from mlaserve-moe-bench's
+// sweeps (docs/BENCHMARKS.md, "MoE experts"). On the H200 (2026-12-01, V2-Lite 2048-16384 and V3
+// 2048-16384 tokens): gate_up + SiLU on ping-pong 64 x 256 up to 511 rows an expert (V3 8192
+// tokens, 256 rows: 7.04 ms against 7.51 for the 128 x 256 cooperative tile; V2-Lite 3072 / 4096,
+// 288 / 384 rows: 2-5% faster), the cooperative 128 x 256 tile from 512 (V3 16384: 13.12 against
+// 13.74 ms; V2-Lite 8192, 768 rows: 0.935 against 0.985); the down product on ping-pong 64 x 256
+// with the register-stored epilogue (variant 8) at every size above the weight-bound ones (1-7%
+// ahead of the cooperative tile from 256 rows up, V3 16384 6.78 against 7.12 ms, and even with
+// ping-pong's other epilogue below). Ping-pong 64 x 128 per product where that spreads the
+// weight-bound sizes over the SMs better (WeightBoundVariant; H200, 2026-11-30). The H100's
+// sweep of 2026-11-25 had put the cooperative tile at 256 rows.
 struct Sm90Choice {
   int gate_up, down;
 };
@@ -102,9 +107,12 @@ int WeightBoundVariant(const MoeExpertsParams& p, int n) {
 
 Sm90Choice ChooseSm90Variants(const MoeExpertsParams& p) {
   if (const Sm90Choice forced = ForcedSm90Variants(); forced.gate_up >= 0) return forced;
-  constexpr double kLargeTileRows = 256;
-  if (MeanRowsPerExpert(p) >= kLargeTileRows) return {1, 1};
-  return {WeightBoundVariant(p, 2 * p.inter), WeightBoundVariant(p, p.hidden)};
+  constexpr int kCooperative = 1, kPingPongRegisterStore = 8;
+  constexpr double kLargeTileRows = 512;
+  const double rows = MeanRowsPerExpert(p);
+  const int gate_up = rows >= kLargeTileRows ? kCooperative : WeightBoundVariant(p, 2 * p.inter);
+  const int down = rows > kSmallTileRows ? kPingPongRegisterStore : WeightBoundVariant(p, p.hidden);
+  return {gate_up, down};
 }
 
 // The workspace, carved in MoeExpertsWorkspaceBytes' order (moe.cc) plus the CUDA parts.
