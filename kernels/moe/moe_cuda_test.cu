@@ -181,11 +181,11 @@ TEST_P(MoeExpertsCudaTest, EveryPathMatchesCpuAndTheBaselineBitwise) {
 
 // kAuto's tile configuration per product (moe_experts.cu, ChooseSm90Variants): gate_up on
 // 128 x 256 from 512 rows an expert, else ping-pong 64 x 256; down on ping-pong 64 x 256 with the
-// register-stored epilogue (variant 8) above 64 rows; at most 64 rows ping-pong 64 x 256, except
-// where ping-pong 64 x 128 spreads a weight-bound product over the SMs by 5 points more (V2-Lite
-// gate_up at 24-64 rows: 704 tiles of 64 x 256 on 132 SMs against 1408; not its down, 512
-// against 1024, nor V3's 4096 against 8192). The choices of the H200 (132 SMs) the benchmarks
-// measured.
+// register-stored epilogue (variant 8) above 64 rows and on 128 x 256 from 1024; at most 64 rows
+// ping-pong 64 x 256, except where ping-pong 64 x 128 spreads a weight-bound product over the SMs
+// by 5 points more (V2-Lite gate_up at 24-64 rows: 704 tiles of 64 x 256 on 132 SMs against 1408;
+// not its down, 512 against 1024, nor V3's 4096 against 8192). The choices of the H200 (132 SMs)
+// the benchmarks measured.
 TEST(MoeExpertsPlanTest, TileConfigurationByShapeOn132Sms) {
   if (!moe_cuda::Sm90Available()) GTEST_SKIP() << "not a Hopper GPU: no kSm90 path";
   if (cuda::CurrentDeviceSmCount() != 132) GTEST_SKIP() << "the pinned choices are for 132 SMs";
@@ -197,6 +197,7 @@ TEST(MoeExpertsPlanTest, TileConfigurationByShapeOn132Sms) {
       {704, 2048, 1408, 64, 6, 3, 8},   {768, 2048, 1408, 64, 6, 3, 8},
       {1024, 2048, 1408, 64, 6, 3, 8},  {2048, 2048, 1408, 64, 6, 3, 8},  {4096, 2048, 1408, 64, 6, 3, 8},
       {5461, 2048, 1408, 64, 6, 3, 8},  {5462, 2048, 1408, 64, 6, 1, 8},  {8192, 2048, 1408, 64, 6, 1, 8},
+      {10922, 2048, 1408, 64, 6, 1, 8}, {10923, 2048, 1408, 64, 6, 1, 1}, {16384, 2048, 1408, 64, 6, 1, 1},
       {1024, 7168, 2048, 256, 8, 3, 3}, {2048, 7168, 2048, 256, 8, 3, 3}, {4096, 7168, 2048, 256, 8, 3, 8},
       {8192, 7168, 2048, 256, 8, 3, 8}, {16384, 7168, 2048, 256, 8, 1, 8},
   };

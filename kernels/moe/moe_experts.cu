@@ -54,9 +54,10 @@ MoeExpertsPath ChoosePath(const MoeExpertsParams& p) {
 // tokens, 256 rows: 7.04 ms against 7.51 for the 128 x 256 cooperative tile; V2-Lite 3072 / 4096,
 // 288 / 384 rows: 2-5% faster), the cooperative 128 x 256 tile from 512 (V3 16384: 13.12 against
 // 13.74 ms; V2-Lite 8192, 768 rows: 0.935 against 0.985); the down product on ping-pong 64 x 256
-// with the register-stored epilogue (variant 8) at every size above the weight-bound ones (1-7%
-// ahead of the cooperative tile from 256 rows up, V3 16384 6.78 against 7.12 ms, and even with
-// ping-pong's other epilogue below). Ping-pong 64 x 128 per product where that spreads the
+// with the register-stored epilogue (variant 8) above the weight-bound sizes and below 1024 rows
+// (1-5% ahead of the cooperative tile from 256 to 768 rows, V3 16384 6.78 against 7.12 ms, and
+// even with ping-pong's other epilogue below), the cooperative tile from 1024 (V2-Lite 16384,
+// 1536 rows: 0.934-0.978 against 0.975). Ping-pong 64 x 128 per product where that spreads the
 // weight-bound sizes over the SMs better (WeightBoundVariant; H200, 2026-11-30). The H100's
 // sweep of 2026-11-25 had put the cooperative tile at 256 rows.
 struct Sm90Choice {
@@ -108,10 +109,12 @@ int WeightBoundVariant(const MoeExpertsParams& p, int n) {
 Sm90Choice ChooseSm90Variants(const MoeExpertsParams& p) {
   if (const Sm90Choice forced = ForcedSm90Variants(); forced.gate_up >= 0) return forced;
   constexpr int kCooperative = 1, kPingPongRegisterStore = 8;
-  constexpr double kLargeTileRows = 512;
+  constexpr double kLargeTileRows = 512, kLargeTileDownRows = 1024;
   const double rows = MeanRowsPerExpert(p);
   const int gate_up = rows >= kLargeTileRows ? kCooperative : WeightBoundVariant(p, 2 * p.inter);
-  const int down = rows > kSmallTileRows ? kPingPongRegisterStore : WeightBoundVariant(p, p.hidden);
+  const int down = rows >= kLargeTileDownRows ? kCooperative
+                   : rows > kSmallTileRows    ? kPingPongRegisterStore
+                                              : WeightBoundVariant(p, p.hidden);
   return {gate_up, down};
 }
 
