@@ -8,11 +8,15 @@ CUDA backend, held to model_engine_cuda_test's bounds: bf16 (4e-2), and for V3.2
 than index_topk its sparse-row mean (0.35: the indexer's top-k is a discrete choice that bf16
 may flip where two keys' scores are close); there a hidden_act other than SiLU is expected to be
 refused by name (the CUDA MLP runs SiLU only), and is reported so.
+With --new-tokens N (N > 1) the run also generates N greedy tokens, and transformers, fed the
+prompt and those tokens (teacher forcing), must pick the same token at every generated position
+where its top-2 gap is clear (above 1e-3 of the largest |logit| on the CPU backend, 0.1 on CUDA:
+model_engine_cuda_test's kClearMargin); so the decode steps over the paged cache are checked too.
 Not run by CI (it needs torch; tools/requirements-ref.txt); the results of the last run are in
 docs/compatibility.md.
 
 Usage: python3 tools/hf_shape_sweep.py [--run build/model/mlaserve-run] [--backend cpu|cuda]
-                                       [--out /tmp/sweep] [CASE ...]
+                                       [--new-tokens N] [--out /tmp/sweep] [CASE ...]
 """
 import argparse
 import json
@@ -141,10 +145,38 @@ def gate_flip(model, ids, act):
     return other, ((got - want).norm() / want.norm()).item()
 
 
+def check_decode(model, ids, generated, backend):
+    """Teacher-forced: transformers' greedy pick at each generated position against ours, where
+    its top-2 gap is clear. Returns (all clear positions equal, a one-line summary)."""
+    clear = 1e-3 if backend == "cpu" else 0.1
+    full = torch.cat([ids, torch.tensor([generated], dtype=ids.dtype)], dim=1)
+    with torch.no_grad():
+        logits = model(full).logits[0]
+    n = ids.shape[1]
+    compared = equal = 0
+    first_bad = None
+    for i, tok in enumerate(generated):
+        row = logits[n - 1 + i]
+        top2 = torch.topk(row, 2).values
+        if (top2[0] - top2[1]).item() <= clear * row.abs().max().item():
+            continue
+        compared += 1
+        if int(row.argmax()) == tok:
+            equal += 1
+        elif first_bad is None:
+            first_bad = (i, tok, int(row.argmax()))
+    note = f"decode: {equal} of {compared} clear positions equal transformers' greedy ({len(generated)} generated)"
+    if first_bad is not None:
+        note += f"; first differing step {first_bad[0]}: ours {first_bad[1]}, transformers {first_bad[2]}"
+    return equal == compared, note
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", default="build/model/mlaserve-run")
     ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--new-tokens", type=int, default=1,
+                    help="greedy tokens to generate; above 1 the decode steps are checked against transformers")
     ap.add_argument("--out", default="/tmp/mlaserve-hf-sweep")
     ap.add_argument("cases", nargs="*")
     args = ap.parse_args()
@@ -164,7 +196,8 @@ def main():
             want = model(ids).logits[0, -1]
             flip = gate_flip(model, ids, changes.get("hidden_act"))
         out = subprocess.run([args.run, "--model", path, "--prompt-ids", ",".join(map(str, ids[0].tolist())),
-                              "--max-new-tokens", "1", "--backend", args.backend, "--ignore-eos", "--dump-logits",
+                              "--max-new-tokens", str(max(args.new_tokens, 1)), "--backend", args.backend,
+                              "--ignore-eos", "--dump-logits",
                               path + "/dump.json"], capture_output=True, text=True)
         act = changes.get("hidden_act", "silu")
         if out.returncode != 0:
@@ -179,7 +212,8 @@ def main():
             failures += 1
             print(f"{name}: ran on CUDA with hidden_act {act}, which it should refuse")
             continue
-        got = torch.tensor(json.load(open(path + "/dump.json"))["last_prompt_logits"])
+        dump = json.load(open(path + "/dump.json"))
+        got = torch.tensor(dump["last_prompt_logits"])
         rel = ((got - want).norm() / want.norm()).item()
         note = f" ({flip[0]} instead: {flip[1]:.1e})" if flip is not None else ""
         case_bound = bound
@@ -189,6 +223,11 @@ def main():
         print(f"{name}: relative error {rel:.1e} {'ok' if rel < case_bound else 'DIFFERS'}{note}")
         if rel >= case_bound and "ties" not in name:
             failures += 1
+        if args.new_tokens > 1:
+            decode_ok, decode_note = check_decode(model, ids, dump["generated_ids"], args.backend)
+            print(f"{name}: {decode_note}")
+            if not decode_ok and "ties" not in name:
+                failures += 1
     print(f"{failures} case(s) failed or differed beyond {bound:g} on the {args.backend} backend")
     return 1 if failures else 0
 
