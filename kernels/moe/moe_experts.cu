@@ -36,13 +36,28 @@ double MeanRowsPerExpert(const MoeExpertsParams& p) {
   return static_cast<double>(p.num_tokens) * p.top_k / p.num_experts;
 }
 
+// kAuto's stream cut in rows an expert: kMoeStreamMaxRowsPerExpert, or
+// MLASERVE_MOE_STREAM_MAX_ROWS=R (0-32, the stream kernels' widest pass) in the environment, read
+// once: engine-level timing of another cut without a rebuild (the 20-row cut measured slower on
+// the engine's 192-token prefill and faster on its 192-row decode step, H200, 2026-12-01).
+// Anything unparsable or out of range is ignored.
+double StreamMaxRowsPerExpert() {
+  static const double rows = [] {
+    const char* v = std::getenv("MLASERVE_MOE_STREAM_MAX_ROWS");
+    int r = -1;
+    if (v != nullptr && std::sscanf(v, "%d", &r) == 1 && r >= 0 && r <= 32) return static_cast<double>(r);
+    return static_cast<double>(kMoeStreamMaxRowsPerExpert);
+  }();
+  return rows;
+}
+
 // The path kAuto takes, from mlaserve-moe-bench's sweep on H100 (docs/BENCHMARKS.md, "MoE
 // experts"): the stream kernels while experts have few rows (they read each touched expert's
 // weights once; at 12 rows per expert they still beat the grouped GEMMs), the Hopper grouped
 // GEMM beyond, the portable tiled GEMM off Hopper.
 MoeExpertsPath ChoosePath(const MoeExpertsParams& p) {
   if (p.path != MoeExpertsPath::kAuto) return p.path;
-  if (p.num_tokens <= kMoeStreamMaxTokens || MeanRowsPerExpert(p) <= kMoeStreamMaxRowsPerExpert) {
+  if (p.num_tokens <= kMoeStreamMaxTokens || MeanRowsPerExpert(p) <= StreamMaxRowsPerExpert()) {
     return MoeExpertsPath::kStream;
   }
   return moe_cuda::Sm90Available() ? MoeExpertsPath::kSm90 : MoeExpertsPath::kTiled;
