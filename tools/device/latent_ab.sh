@@ -16,7 +16,9 @@
 #           SKIP_BUILD=1 BUILD=build-cuda TARGETS="mlaserve-kernel-bench kernels_mla_decode_cuda_test
 #             kernels_mla_prefill_cuda_test model_engine_cuda_test" tools/device/bundle.sh \
 #             && cp <base binary> .devbin/mlaserve-kernel-bench-base \
-#             && tar -cf - .devbin .devlibs | xz -T2 -4 > .devpack-lab.tar.xz
+#             && tar -cf - .devbin .devlibs | xz -T2 -9 > .devpack-lab.tar.xz
+#           (-9: its 64 MiB dictionary packs the bundled binaries, which share most of their code,
+#           to about a third of -4; the carry limit is 64 MiB with the ~31 MB tracked tree)
 #   there:  tools/device/latent_ab.sh     (carry [".devpack-lab.tar.xz"])
 # Results: $OUT/latent_ab.txt, every run's rows under a "#### <build> round <n>" line, also printed
 # at the end, then tools/latent_ab_table.py's table of it ($OUT/latent_ab_table.txt: each row's
