@@ -20,6 +20,7 @@ Usage: python3 tools/hf_shape_sweep.py [--run build/model/mlaserve-run] [--backe
 """
 import argparse
 import json
+import random
 import subprocess
 
 import torch
@@ -106,6 +107,8 @@ def make_checkpoint(classes, changes, path, gate_scale=1.0):
     model = model_cls(config).to(torch.bfloat16)
     with torch.no_grad():  # O(1) weights so the logits spread (as tools/make_fixtures.py draws them)
         for name, p in model.named_parameters():
+            if p.numel() == 0:  # a zero-width MLP (n_shared_experts 0 in V3's classes)
+                continue
             if p.dim() >= 2:
                 p.normal_(0, 1.0 / p.shape[-1] ** 0.5)
             elif "correction" in name:
@@ -145,6 +148,48 @@ def gate_flip(model, ids, act):
     return other, ((got - want).norm() / want.norm()).item()
 
 
+def fuzz_cases(n, seed):
+    """n random configurations that vary many knobs at once (V2 or V3 classes), each valid for
+    transformers: name -> (classes, changes, prompt length, attention implementation)."""
+    rng = random.Random(seed)
+    cases = {}
+    for i in range(n):
+        v3 = rng.random() < 0.5
+        layers = rng.randint(1, 3)
+        heads = rng.randint(1, 8)
+        experts = rng.randint(1, 12)
+        groups = rng.choice([g for g in range(1, experts + 1) if experts % g == 0 and (not v3 or experts // g >= 2)]
+                            or [1])
+        topk_group = rng.randint(1, groups)
+        k = rng.randint(1, topk_group * (experts // groups))
+        rope = rng.choice([
+            {"rope_type": "default", "rope_theta": 10000.0},
+            {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+            {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
+            {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32},
+            {"rope_type": "yarn", "rope_theta": 50000.0, "factor": 8.0, "original_max_position_embeddings": 16,
+             "mscale": 1.0, "mscale_all_dim": 1.0},
+        ])
+        changes = dict(
+            vocab_size=rng.randint(64, 300), hidden_size=heads * rng.choice([4, 8, 12]),  # HF: a multiple; 16-byte f32 rows (grouped_mm)
+            intermediate_size=rng.choice([32, 48, 64]), moe_intermediate_size=rng.choice([8, 16, 24]),
+            num_hidden_layers=layers, first_k_dense_replace=rng.randint(0, layers),
+            num_attention_heads=heads, num_key_value_heads=heads,
+            kv_lora_rank=rng.choice([8, 12, 16, 32]), q_lora_rank=rng.choice([None, 8, 12, 16]),
+            qk_rope_head_dim=rng.choice([2, 4, 8, 16]), qk_nope_head_dim=rng.choice([4, 8, 12, 16]),
+            v_head_dim=rng.choice([4, 8, 12, 16, 24]), n_routed_experts=experts, num_experts_per_tok=k,
+            n_group=groups, topk_group=topk_group, n_shared_experts=rng.randint(0, 2),
+            norm_topk_prob=rng.random() < 0.5, routed_scaling_factor=rng.choice([1.0, 2.5]),
+            rms_norm_eps=rng.choice([1e-6, 1e-5]), tie_word_embeddings=rng.random() < 0.3,
+            attention_bias=rng.random() < 0.3, rope_parameters=rope, max_position_embeddings=256)
+        if v3:
+            changes["rope_interleave"] = rng.random() < 0.5
+        else:
+            changes["topk_method"] = rng.choice(["greedy", "group_limited_greedy"])
+        cases[f"fuzz{seed}_{i}_{'v3' if v3 else 'v2'}"] = ((V3 if v3 else V2), changes, rng.randint(8, 70), "eager")
+    return cases
+
+
 def check_decode(model, ids, generated, backend):
     """Teacher-forced: transformers' greedy pick at each generated position against ours, where
     its top-2 gap is clear. Returns (all clear positions equal, a one-line summary)."""
@@ -177,6 +222,9 @@ def main():
     ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--new-tokens", type=int, default=1,
                     help="greedy tokens to generate; above 1 the decode steps are checked against transformers")
+    ap.add_argument("--fuzz", type=int, default=0,
+                    help="instead of the named cases, this many random configurations (fuzz_cases)")
+    ap.add_argument("--fuzz-seed", type=int, default=1)
     ap.add_argument("--out", default="/tmp/mlaserve-hf-sweep")
     ap.add_argument("cases", nargs="*")
     args = ap.parse_args()
@@ -185,16 +233,23 @@ def main():
     # backend keeps bf16 activations (model_engine_cuda_test's kBf16Tolerance).
     bound = 1e-4 if args.backend == "cpu" else 4e-2
     failures = 0
-    for name, (classes, changes, prompt_len, attn) in CASES.items():
+    cases = fuzz_cases(args.fuzz, args.fuzz_seed) if args.fuzz > 0 else CASES
+    for name, (classes, changes, prompt_len, attn) in cases.items():
         if args.cases and name not in args.cases:
             continue
         path = f"{args.out}/{name}"
-        config = make_checkpoint(classes, changes, path, GATE_SCALE.get(name, 1.0))
-        model = classes[1].from_pretrained(path, dtype=torch.float32, attn_implementation=attn).eval()
-        ids = torch.randint(2, config.vocab_size, (1, prompt_len))
-        with torch.no_grad():
-            want = model(ids).logits[0, -1]
-            flip = gate_flip(model, ids, changes.get("hidden_act"))
+        try:
+            config = make_checkpoint(classes, changes, path, GATE_SCALE.get(name, 1.0))
+            model = classes[1].from_pretrained(path, dtype=torch.float32, attn_implementation=attn).eval()
+            ids = torch.randint(2, config.vocab_size, (1, prompt_len))
+            with torch.no_grad():
+                want = model(ids).logits[0, -1]
+                flip = gate_flip(model, ids, changes.get("hidden_act"))
+        except Exception as e:  # a configuration transformers itself cannot build or run
+            if args.fuzz <= 0:
+                raise
+            print(f"{name}: skipped, transformers cannot run it: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+            continue
         out = subprocess.run([args.run, "--model", path, "--prompt-ids", ",".join(map(str, ids[0].tolist())),
                               "--max-new-tokens", str(max(args.new_tokens, 1)), "--backend", args.backend,
                               "--ignore-eos", "--dump-logits",
