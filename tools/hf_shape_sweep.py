@@ -148,13 +148,42 @@ def gate_flip(model, ids, act):
     return other, ((got - want).norm() / want.norm()).item()
 
 
+def index_ties_to_lower_positions():
+    """Make transformers' V3.2 indexer break exact ties at its top-k cut towards the lower key
+    position, as mlaserve's indexer does (kernels/indexer/api.h). torch.topk leaves the order of
+    equal scores unspecified, and with ReLU'd head scores exact zeros tie often when the indexer
+    has few heads; with this both sides pick the same keys, so a difference left is not a tie."""
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as v32
+    plain_topk = torch.Tensor.topk
+    inside = {"indexer": False}
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        if inside["indexer"] and largest:
+            order = torch.sort(self, dim=dim, descending=True, stable=True)
+            return torch.return_types.topk((order.values.narrow(dim, 0, k), order.indices.narrow(dim, 0, k)))
+        return plain_topk(self, k, dim, largest, sorted)
+
+    indexer_forward = v32.DeepseekV32Indexer.forward
+
+    def forward(self, *a, **kw):
+        inside["indexer"] = True
+        try:
+            return indexer_forward(self, *a, **kw)
+        finally:
+            inside["indexer"] = False
+
+    torch.Tensor.topk = topk
+    v32.DeepseekV32Indexer.forward = forward
+
+
 def fuzz_cases(n, seed):
     """n random configurations that vary many knobs at once (V2 or V3 classes), each valid for
     transformers: name -> (classes, changes, prompt length, attention implementation)."""
     rng = random.Random(seed)
     cases = {}
     for i in range(n):
-        v3 = rng.random() < 0.5
+        kind = rng.choice(["v2", "v3", "v32"])
+        v3 = kind != "v2"  # V3.2's routing is V3's
         layers = rng.randint(1, 3)
         heads = rng.randint(1, 8)
         experts = rng.randint(1, 12)
@@ -182,11 +211,22 @@ def fuzz_cases(n, seed):
             norm_topk_prob=rng.random() < 0.5, routed_scaling_factor=rng.choice([1.0, 2.5]),
             rms_norm_eps=rng.choice([1e-6, 1e-5]), tie_word_embeddings=rng.random() < 0.3,
             attention_bias=rng.random() < 0.3, rope_parameters=rope, max_position_embeddings=256)
-        if v3:
+        # Mostly SiLU (the CUDA backend runs no other), sometimes one of the others.
+        changes["hidden_act"] = rng.choice(["silu"] * 6 + ["gelu", "relu2", "gelu_pytorch_tanh"])
+        prompt_len = rng.randint(8, 70)
+        if kind == "v3":
             changes["rope_interleave"] = rng.random() < 0.5
-        else:
+        elif kind == "v2":
             changes["topk_method"] = rng.choice(["greedy", "group_limited_greedy"])
-        cases[f"fuzz{seed}_{i}_{'v3' if v3 else 'v2'}"] = ((V3 if v3 else V2), changes, rng.randint(8, 70), "eager")
+        else:
+            # The indexer: its q reads the q LoRA; 4-8 heads (fewer tie too often at the top-k cut,
+            # see v32_sparse_2_heads_ties); top-k below the prompt (sparse) or above it (dense).
+            changes["q_lora_rank"] = rng.choice([8, 12, 16])
+            changes["index_n_heads"] = rng.choice([4, 8])
+            changes["index_head_dim"] = changes["qk_rope_head_dim"] + rng.choice([8, 16])
+            changes["index_topk"] = rng.choice([4, 8, 16, 128])
+        classes = {"v2": V2, "v3": V3, "v32": V32}[kind]
+        cases[f"fuzz{seed}_{i}_{kind}"] = (classes, changes, prompt_len, "eager")
     return cases
 
 
@@ -222,6 +262,8 @@ def main():
     ap.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--new-tokens", type=int, default=1,
                     help="greedy tokens to generate; above 1 the decode steps are checked against transformers")
+    ap.add_argument("--index-ties", choices=["torch", "lower"], default="torch",
+                    help="V3.2 indexer ties at the top-k cut: torch.topk's order, or the lower position (ours)")
     ap.add_argument("--fuzz", type=int, default=0,
                     help="instead of the named cases, this many random configurations (fuzz_cases)")
     ap.add_argument("--fuzz-seed", type=int, default=1)
@@ -229,6 +271,8 @@ def main():
     ap.add_argument("cases", nargs="*")
     args = ap.parse_args()
     torch.manual_seed(0)
+    if args.index_ties == "lower":
+        index_ties_to_lower_positions()
     # The CPU backend runs in f32 (HF's fp32 forward from the same bf16 weights: ~1e-6); the CUDA
     # backend keeps bf16 activations (model_engine_cuda_test's kBf16Tolerance).
     bound = 1e-4 if args.backend == "cpu" else 4e-2
