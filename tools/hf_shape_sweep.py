@@ -218,6 +218,8 @@ def fuzz_cases(n, seed):
             changes["rope_interleave"] = rng.random() < 0.5
         elif kind == "v2":
             changes["topk_method"] = rng.choice(["greedy", "group_limited_greedy"])
+            # Not with n_shared_experts 0, which mlaserve refuses by name (docs/compatibility.md).
+            changes["mlp_bias"] = changes["n_shared_experts"] > 0 and rng.random() < 0.3
         else:
             # The indexer: its q reads the q LoRA; 4-8 heads (fewer tie too often at the top-k cut,
             # see v32_sparse_2_heads_ties); top-k below the prompt (sparse) or above it (dense).
