@@ -301,15 +301,18 @@ def main():
                               "--ignore-eos", "--dump-logits",
                               path + "/dump.json"], capture_output=True, text=True)
         act = changes.get("hidden_act", "silu")
+        cuda_refuses = args.backend == "cuda" and act not in ("silu", "swish")
+        # The 2-indexer-head case differs only where transformers keeps torch.topk's tie order.
+        tie_order_differs = "ties" in name and args.index_ties == "torch"
         if out.returncode != 0:
             err = out.stderr.strip()[-300:]
-            if args.backend == "cuda" and act not in ("silu", "swish") and "hidden_act" in err:
+            if cuda_refuses and "hidden_act" in err:
                 print(f"{name}: refused on CUDA as expected: {err.splitlines()[-1] if err else ''}")
             else:
                 failures += 1
                 print(f"{name}: mlaserve-run failed (rc {out.returncode}): {err}")
             continue
-        if args.backend == "cuda" and act not in ("silu", "swish"):
+        if cuda_refuses:
             failures += 1
             print(f"{name}: ran on CUDA with hidden_act {act}, which it should refuse")
             continue
@@ -322,12 +325,12 @@ def main():
             case_bound = 0.35  # model_engine_cuda_test's kSparseMeanTolerance
             note += " (sparse rows: bound 0.35)"
         print(f"{name}: relative error {rel:.1e} {'ok' if rel < case_bound else 'DIFFERS'}{note}")
-        if rel >= case_bound and "ties" not in name:
+        if rel >= case_bound and not tie_order_differs:
             failures += 1
         if args.new_tokens > 1:
             decode_ok, decode_note = check_decode(model, ids, dump["generated_ids"], args.backend)
             print(f"{name}: {decode_note}")
-            if not decode_ok and "ties" not in name:
+            if not decode_ok and not tie_order_differs:
                 failures += 1
     print(f"{failures} case(s) failed or differed beyond {bound:g} on the {args.backend} backend")
     return 1 if failures else 0

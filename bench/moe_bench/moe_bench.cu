@@ -404,45 +404,45 @@ CublasGroupedMs CublasGrouped(const Shape& s, const std::vector<int>& counts, co
   cublasSetWorkspace(handle, workspace, workspace_bytes);
   // One group per expert with rows (group size 1), in expert order: row-major D[rows, N] =
   // X[rows, K] W[N, K]^T is column-major D^T (N x rows) = op(W) (N x K) X^T (K x rows), with W's
-  // row-major [N, K] read as a transposed column-major K x N operand.
-  std::vector<int> ms, ns, ks, ldas, ldbs, ldcs, sizes;
-  std::vector<cublasOperation_t> ta, tb;
-  std::vector<float> alpha, beta;
-  std::vector<const void*> a_ptrs, b_ptrs;
-  std::vector<void*> c_ptrs;
+  // row-major [N, K] read as a transposed column-major K x N operand. Only a group's row count
+  // (its n) and pointers differ from group to group.
+  std::vector<int> rows;
+  for (const int c : counts) {
+    if (c > 0) rows.push_back(c);
+  }
+  const int groups = static_cast<int>(rows.size());
+  const std::vector<cublasOperation_t> ta(groups, CUBLAS_OP_T), tb(groups, CUBLAS_OP_N);
+  const std::vector<float> alpha(groups, 1.0f), beta(groups, 0.0f);
+  const std::vector<int> sizes(groups, 1);
   const void **d_a = nullptr, **d_b = nullptr;
   void** d_c = nullptr;
-  const int groups_max = static_cast<int>(counts.size());
-  CHECK_CUDA(cudaMalloc(&d_a, groups_max * sizeof(void*)));
-  CHECK_CUDA(cudaMalloc(&d_b, groups_max * sizeof(void*)));
-  CHECK_CUDA(cudaMalloc(&d_c, groups_max * sizeof(void*)));
+  CHECK_CUDA(cudaMalloc(&d_a, groups * sizeof(void*)));
+  CHECK_CUDA(cudaMalloc(&d_b, groups * sizeof(void*)));
+  CHECK_CUDA(cudaMalloc(&d_c, groups * sizeof(void*)));
   auto time_product = [&](bool gate_up) -> float {
     const int n_out = gate_up ? 2 * I : H, k_in = gate_up ? H : I;
     const auto* w = static_cast<const __nv_bfloat16*>(gate_up ? b.gu_stacked : b.down);
     const auto* x = static_cast<const __nv_bfloat16*>(b.dense_a);
     auto* d = static_cast<__nv_bfloat16*>(b.dense_c);
-    ms.clear(); ns.clear(); ks.clear(); ldas.clear(); ldbs.clear(); ldcs.clear(); sizes.clear();
-    ta.clear(); tb.clear(); alpha.clear(); beta.clear(); a_ptrs.clear(); b_ptrs.clear(); c_ptrs.clear();
+    // Packed operands: the leading dimensions of W and X are K, that of D is N (ks, ms below).
+    const std::vector<int> ms(groups, n_out), ks(groups, k_in);
+    std::vector<const void*> a_ptrs, b_ptrs;
+    std::vector<void*> c_ptrs;
     int64_t row0 = 0;
-    for (int e = 0; e < groups_max; ++e) {
+    for (int e = 0; e < static_cast<int>(counts.size()); ++e) {
       if (counts[e] == 0) continue;
-      ta.push_back(CUBLAS_OP_T); tb.push_back(CUBLAS_OP_N);
-      ms.push_back(n_out); ns.push_back(counts[e]); ks.push_back(k_in);
-      ldas.push_back(k_in); ldbs.push_back(k_in); ldcs.push_back(n_out);
-      alpha.push_back(1.0f); beta.push_back(0.0f); sizes.push_back(1);
       a_ptrs.push_back(w + static_cast<int64_t>(e) * n_out * k_in);
       b_ptrs.push_back(x + row0 * k_in);
       c_ptrs.push_back(d + row0 * n_out);
       row0 += counts[e];
     }
-    const int groups = static_cast<int>(ms.size());
     CHECK_CUDA(cudaMemcpy(d_a, a_ptrs.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(d_b, b_ptrs.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(d_c, c_ptrs.data(), groups * sizeof(void*), cudaMemcpyHostToDevice));
     auto call = [&](int) {
-      return cublasGemmGroupedBatchedEx(handle, ta.data(), tb.data(), ms.data(), ns.data(), ks.data(), alpha.data(),
-                                        d_a, CUDA_R_16BF, ldas.data(), d_b, CUDA_R_16BF, ldbs.data(), beta.data(),
-                                        d_c, CUDA_R_16BF, ldcs.data(), groups, sizes.data(),
+      return cublasGemmGroupedBatchedEx(handle, ta.data(), tb.data(), ms.data(), rows.data(), ks.data(), alpha.data(),
+                                        d_a, CUDA_R_16BF, ks.data(), d_b, CUDA_R_16BF, ks.data(), beta.data(),
+                                        d_c, CUDA_R_16BF, ms.data(), groups, sizes.data(),
                                         CUBLAS_COMPUTE_32F) == CUBLAS_STATUS_SUCCESS;
     };
     bool graphed = false;

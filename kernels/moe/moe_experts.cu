@@ -42,12 +42,7 @@ double MeanRowsPerExpert(const MoeExpertsParams& p) {
 // the engine's 192-token prefill and faster on its 192-row decode step, H200, 2026-12-01).
 // Anything unparsable or out of range is ignored.
 double StreamMaxRowsPerExpert() {
-  static const double rows = [] {
-    const char* v = std::getenv("MLASERVE_MOE_STREAM_MAX_ROWS");
-    int r = -1;
-    if (v != nullptr && std::sscanf(v, "%d", &r) == 1 && r >= 0 && r <= 32) return static_cast<double>(r);
-    return static_cast<double>(kMoeStreamMaxRowsPerExpert);
-  }();
+  static const int rows = EnvIntInRange("MLASERVE_MOE_STREAM_MAX_ROWS", 0, 32, kMoeStreamMaxRowsPerExpert);
   return rows;
 }
 

@@ -243,11 +243,7 @@ __global__ void __launch_bounds__(kGemvThreads)
 // timing). Measured (H200, V2-Lite decode b 1): one wave with the blocks spread evenly over the
 // slots; giving the routed slots of gate_up more blocks than the shared slices (which run under
 // the routing) was no faster than the mma kernels.
-int64_t GemvWaves() {
-  const char* v = std::getenv("MLASERVE_MOE_GEMV_WAVES");
-  const int n = v != nullptr ? std::atoi(v) : 1;
-  return n >= 1 && n <= 8 ? n : 1;
-}
+int64_t GemvWaves() { return EnvIntInRange("MLASERVE_MOE_GEMV_WAVES", 1, 8, 1); }
 
 template <bool kGateUp, int kTok>
 absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
