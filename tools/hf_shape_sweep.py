@@ -12,13 +12,21 @@ With --new-tokens N (N > 1) the run also generates N greedy tokens, and transfor
 prompt and those tokens (teacher forcing), must pick the same token at every generated position
 where its top-2 gap is clear (above 1e-3 of the largest |logit| on the CPU backend, 0.1 on CUDA:
 model_engine_cuda_test's kClearMargin); so the decode steps over the paged cache are checked too.
+On the CUDA backend each case also runs transformers itself in bf16 (the same weights, a copy of
+the model cast to bf16) and prints its error against transformers' fp32 forward and, with
+--new-tokens, how many of the clear decode positions it picks differently: the error that bf16
+arithmetic alone brings to that checkpoint, to read ours against. A routing or indexer top-k
+choice that bf16 flips shows up in both.
 Not run by CI (it needs torch; tools/requirements-ref.txt); the results of the last run are in
 docs/compatibility.md.
 
 Usage: python3 tools/hf_shape_sweep.py [--run build/model/mlaserve-run] [--backend cpu|cuda]
-                                       [--new-tokens N] [--out /tmp/sweep] [CASE ...]
+                                       [--new-tokens N] [--kv-cache-dtype auto|bf16|fp8]
+                                       [--fuzz N --fuzz-seed S] [--index-ties torch|lower]
+                                       [--out /tmp/sweep] [CASE ...]
 """
 import argparse
+import copy
 import json
 import random
 import subprocess
@@ -232,15 +240,17 @@ def fuzz_cases(n, seed):
     return cases
 
 
-def check_decode(model, ids, generated, backend):
+def check_decode(model, ids, generated, backend, model_bf16=None):
     """Teacher-forced: transformers' greedy pick at each generated position against ours, where
-    its top-2 gap is clear. Returns (all clear positions equal, a one-line summary)."""
+    its top-2 gap is clear. With model_bf16, also how many of those positions transformers' own
+    bf16 forward picks differently. Returns (all clear positions equal, a one-line summary)."""
     clear = 1e-3 if backend == "cpu" else 0.1
     full = torch.cat([ids, torch.tensor([generated], dtype=ids.dtype)], dim=1)
     with torch.no_grad():
         logits = model(full).logits[0]
+        logits_bf16 = model_bf16(full).logits[0].float() if model_bf16 is not None else None
     n = ids.shape[1]
-    compared = equal = 0
+    compared = equal = bf16_differs = 0
     first_bad = None
     for i, tok in enumerate(generated):
         row = logits[n - 1 + i]
@@ -248,6 +258,8 @@ def check_decode(model, ids, generated, backend):
         if (top2[0] - top2[1]).item() <= clear * row.abs().max().item():
             continue
         compared += 1
+        if logits_bf16 is not None and int(logits_bf16[n - 1 + i].argmax()) != int(row.argmax()):
+            bf16_differs += 1
         if int(row.argmax()) == tok:
             equal += 1
         elif first_bad is None:
@@ -255,6 +267,8 @@ def check_decode(model, ids, generated, backend):
     note = f"decode: {equal} of {compared} clear positions equal transformers' greedy ({len(generated)} generated)"
     if first_bad is not None:
         note += f"; first differing step {first_bad[0]}: ours {first_bad[1]}, transformers {first_bad[2]}"
+    if logits_bf16 is not None:
+        note += f"; transformers in bf16 differs from its fp32 at {bf16_differs} of them"
     return equal == compared, note
 
 
@@ -269,6 +283,8 @@ def main():
     ap.add_argument("--fuzz", type=int, default=0,
                     help="instead of the named cases, this many random configurations (fuzz_cases)")
     ap.add_argument("--fuzz-seed", type=int, default=1)
+    ap.add_argument("--kv-cache-dtype", choices=["auto", "bf16", "fp8"], default=None,
+                    help="passed to mlaserve-run (auto: fp8 for V3.2 on CUDA, DeepSeek's own layout)")
     ap.add_argument("--out", default="/tmp/mlaserve-hf-sweep")
     ap.add_argument("cases", nargs="*")
     args = ap.parse_args()
@@ -296,9 +312,21 @@ def main():
                 raise
             print(f"{name}: skipped, transformers cannot run it: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
             continue
+        # transformers' own bf16 forward, the floor to read the CUDA backend's error against. It
+        # fails where torch's bf16 grouped_mm wants 16-byte rows (hidden sizes not a multiple of 8).
+        model_bf16 = want_bf16 = None
+        if args.backend == "cuda":
+            try:
+                model_bf16 = copy.deepcopy(model).to(torch.bfloat16)
+                with torch.no_grad():
+                    want_bf16 = model_bf16(ids).logits[0, -1].float()
+            except Exception as e:
+                model_bf16 = None
+                bf16_error = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+        kv_dtype = ["--kv-cache-dtype", args.kv_cache_dtype] if args.kv_cache_dtype else []
         out = subprocess.run([args.run, "--model", path, "--prompt-ids", ",".join(map(str, ids[0].tolist())),
                               "--max-new-tokens", str(max(args.new_tokens, 1)), "--backend", args.backend,
-                              "--ignore-eos", "--dump-logits",
+                              "--ignore-eos", *kv_dtype, "--dump-logits",
                               path + "/dump.json"], capture_output=True, text=True)
         act = changes.get("hidden_act", "silu")
         cuda_refuses = args.backend == "cuda" and act not in ("silu", "swish")
@@ -324,11 +352,15 @@ def main():
         if args.backend == "cuda" and changes.get("index_topk", prompt_len) < prompt_len:
             case_bound = 0.35  # model_engine_cuda_test's kSparseMeanTolerance
             note += " (sparse rows: bound 0.35)"
+        if want_bf16 is not None:
+            note += f" (transformers in bf16: {((want_bf16 - want).norm() / want.norm()).item():.1e})"
+        elif args.backend == "cuda":
+            note += f" (transformers in bf16 cannot run it: {bf16_error})"
         print(f"{name}: relative error {rel:.1e} {'ok' if rel < case_bound else 'DIFFERS'}{note}")
         if rel >= case_bound and not tie_order_differs:
             failures += 1
         if args.new_tokens > 1:
-            decode_ok, decode_note = check_decode(model, ids, dump["generated_ids"], args.backend)
+            decode_ok, decode_note = check_decode(model, ids, dump["generated_ids"], args.backend, model_bf16)
             print(f"{name}: {decode_note}")
             if not decode_ok and not tie_order_differs:
                 failures += 1

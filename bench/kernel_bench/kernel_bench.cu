@@ -40,6 +40,8 @@
 //                  start and end from the spin's end, which is where the row's start event falls.
 //                  They run as in the timed rows (PDL overlap included, which ncu's serialized
 //                  replay removes): the call's time splits into its kernels and the gaps between them
+//   --mla-segment-trace: only the latent kernel's in-kernel timeline at 128 heads, balanced and chunks
+//                  (segment_trace_bench.cu; a build with -DMLASERVE_MLA_SEGMENT_TRACE=ON)
 //   --small-shapes "b,h,s_k;...", --small-variants "auto,pages=4,...": only these mla_decode_small
 //   shapes / ways of cutting the keys (latent_small_bench.cu)
 //   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, each
@@ -69,6 +71,7 @@ namespace mlaserve::bench {
 
 void BenchMlaDecodeSmall(int sms, bool quick, const std::string& shapes, const std::string& variants,
                          const Ceilings& ceil, Results& res);  // latent_small_bench.cu
+int BenchMlaSegmentTrace(int sms);                             // segment_trace_bench.cu
 
 namespace {
 
@@ -448,6 +451,7 @@ int main(int argc, char** argv) {
   int mla_shape[3] = {0, 0, 0};  // --mla-shape b,s_q,s_k: only that mla_decode shape (0: all)
   bool mla_auto_only = false;     // --mla-auto-only: only the kAuto rows (and a kAuto warm-up)
   bool latent_mmasync = true;
+  bool mla_segment_trace = false;  // --mla-segment-trace: only the latent kernel's timeline
   std::string small_shapes, small_variants;
   std::vector<MhaRow> mha_rows(std::begin(kAllMhaRows), std::end(kAllMhaRows));
   for (int i = 1; i < argc; ++i) {
@@ -462,6 +466,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--mla-heads") == 0 && i + 1 < argc) mla_heads = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--mla-sq2-all") == 0) mla_sq2_all = true;
     else if (std::strcmp(argv[i], "--mla-auto-only") == 0) mla_auto_only = true;
+    else if (std::strcmp(argv[i], "--mla-segment-trace") == 0) mla_segment_trace = true;
     else if (std::strcmp(argv[i], "--mla-trace") == 0 && i + 1 < argc) g_mla_trace_calls = std::max(0, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--mla-shape") == 0 && i + 1 < argc) {
       if (std::sscanf(argv[++i], "%d,%d,%d", &mla_shape[0], &mla_shape[1], &mla_shape[2]) != 3) {
@@ -484,7 +489,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--json FILE] [--quick] [--no-mmasync] [--small-shapes S] [--small-variants V] [--only KERNEL] "
-                   "[--repeat N] [--mha-min-seqlen S] [--mla-heads 128|16] "
+                   "[--repeat N] [--mha-min-seqlen S] [--mla-heads 128|16] [--mla-segment-trace] "
                    "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_launched,mha_prefill_direct,"
                    "mha_prefill_flat,mha_prefill_dealt,mha_prefill_lazy,"
                    "mha_prefill_mmasync,mha_prefill_cudnn]\n",
@@ -496,6 +501,10 @@ int main(int argc, char** argv) {
   const auto heads_wanted = [&](int heads) { return mla_heads == 0 || mla_heads == heads; };
   cudaDeviceProp prop;
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (mla_segment_trace) {
+    std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    return BenchMlaSegmentTrace(prop.multiProcessorCount);
+  }
   Ceilings ceil;
   ceil.copy_gbs = MeasureCopyGBs();
   ceil.gemm_tflops = MeasureGemmTflops();

@@ -56,6 +56,7 @@
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/mla_prefill/latent_cta_work.cuh"
+#include "kernels/mla_prefill/latent_segment_trace.h"
 #include "kernels/mla_prefill/latent_sm90_parts.cuh"
 
 namespace mlaserve::kernels::mla_cuda {
@@ -68,6 +69,37 @@ using namespace sm90;  // NOLINT: the kernel's own pieces (latent_sm90_parts.cuh
 // How far (log2 units of the scaled scores) a page's row maximum may exceed the row's reference
 // maximum before the reference moves and O is rescaled (the kernel's new_max).
 constexpr float kLazyRescaleLog2 = 8.0f;
+
+// The kernel's arguments. A segment-trace build (latent_segment_trace.h) adds the trace buffer,
+// here rather than in Sm90Args, which latent_attention_sm90_few.cu sees without the define.
+#if MLASERVE_MLA_SEGMENT_TRACE
+struct KernelArgs : Sm90Args {
+  uint64_t* trace = nullptr;  // [grid CTAs, segment_trace::kWords], or null: no trace
+};
+__device__ __forceinline__ uint64_t TraceNow() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// Thread `who` writes the time (STAMP) or a value (PUT) into word `word` of the CTA's trace row.
+#define LATENT_TRACE_STAMP(who, word)                                \
+  do {                                                               \
+    if ((who) && trace_row != nullptr) trace_row[(word)] = TraceNow(); \
+  } while (0)
+#define LATENT_TRACE_PUT(who, word, value)                              \
+  do {                                                                  \
+    if ((who) && trace_row != nullptr) trace_row[(word)] = (value);     \
+  } while (0)
+#else
+using KernelArgs = Sm90Args;
+// The default build: no tokens at all, so its kernels are the same code.
+#define LATENT_TRACE_STAMP(who, word) \
+  do {                                \
+  } while (0)
+#define LATENT_TRACE_PUT(who, word, value) \
+  do {                                     \
+  } while (0)
+#endif
 
 // A chunk CTA's work (from its grid position or split.chunk_order) and, in thread 0, the cache
 // ids of its first two pages, which do not depend on the request's lengths: read alongside (not
@@ -94,8 +126,17 @@ __device__ __forceinline__ LatentCtaWork EarlyChunkWork(const MlaParams& p, cons
 // compute-sanitizer's racecheck follows (MLASERVE_MLA_NAMED_SIGNALS=0).
 // kStoreMatrix: P goes to shared memory by stmatrix (store_p below), for one query token a request.
 template <bool kSegments, bool kNamed, bool kStoreMatrix>
-__global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const __grid_constant__ Sm90Args args) {
+__global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const __grid_constant__ KernelArgs args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if MLASERVE_MLA_SEGMENT_TRACE
+  namespace trace = segment_trace;
+  uint64_t* const trace_row =
+      args.trace == nullptr
+          ? nullptr
+          : args.trace + (blockIdx.x + static_cast<int64_t>(gridDim.x) * (blockIdx.y + gridDim.y * blockIdx.z)) *
+                             trace::kWords;
+  LATENT_TRACE_STAMP(threadIdx.x == 0, trace::kEntry);
+#endif
   const MlaParams& p = args.p;
   const LatentSplit& split = args.split;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -145,6 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   // SMs this grid leaves free (and that kernel may read, before its own wait, what the kernels
   // before this one wrote).
   cuda::PdlWaitForPrerequisites();
+  LATENT_TRACE_STAMP(tid == 0, trace::kAfterWait);
   if (!args.release_late) cuda::PdlReleaseDependents();
 
   // Each warpgroup runs its own instantiation of the rest, its index a constant: its buffers,
@@ -250,11 +292,22 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
                                  seg.page_begin * kKeys, seg.page_end * kKeys, kRows);
     };
     if constexpr (kNamed) sync_cta();  // barrier init (above)
+    LATENT_TRACE_PUT(tid == 0, trace::kSegmentCount, static_cast<uint64_t>(n_segs));
+#if MLASERVE_MLA_SEGMENT_TRACE
+    uint32_t sm_id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_id));
+    LATENT_TRACE_PUT(tid == 0, trace::kSmId, sm_id);
+#endif
     if (!chunks && tid == 0 && n_segs > 0) fetch_record(0);
     // The current segment's first two pages and its Q were issued during the previous segment's
     // last page pair (balanced schedule; see the loop).
     bool issued = false;
     for (int k = 0; k < n_segs; ++k) {
+#if MLASERVE_MLA_SEGMENT_TRACE
+      // This segment's trace words (k < kMaxSegments), by warpgroup 0's or this warpgroup's first thread.
+      const bool traced0 = tid == 0 && k < trace::kMaxSegments, traced = issuer && k < trace::kMaxSegments;
+#endif
+      LATENT_TRACE_STAMP(traced0, trace::SegmentWordAt(k, trace::kStart));
       // Rows [w.r0, w.r0 + 64) of request w.b over its keys [w.kv_begin, w.kv_end). Writes the
       // normalised output and LSE (direct) or, for a piece of a request that other segments
       // share, the f32 partial output and LSE at part_lse / part_out row part_row0 + token * H +
@@ -285,6 +338,9 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         // with sync_cta (an empty one too, below).
         if (tid == 0 && k + 1 < n_segs) fetch_record(k + 1);
       }
+      LATENT_TRACE_PUT(traced0, trace::SegmentWordAt(k, trace::kInfo),
+                       static_cast<uint64_t>(w.empty() ? 0 : w.n_tiles) | (direct ? 1ull << 31 : 0) |
+                           static_cast<uint64_t>(w.b) << 32);
       if (w.empty()) {
         sync_cta();
         continue;
@@ -446,6 +502,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       if (wg < n_pages) {
         ScoreTiles<0, kTiles, true, kConsumerExpects>(mma_s, tSrQ, tSrK, tSrS, ss.full[wg], ph.loads[wg] & 1);
         warpgroup_wait<0>();
+        LATENT_TRACE_STAMP(traced, trace::SegmentWordAt(k, trace::kFirstScores0 + wg));
       }
       // One page pair (a, a + 1). A steady pair (kSteady) lies inside the split with a whole next
       // pair after it, and both its pages are whole and below every row's causal limit: no mask, no
@@ -575,6 +632,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           pair(a, std::false_type{});
         }
       }
+      LATENT_TRACE_STAMP(traced, trace::SegmentWordAt(k, trace::kPagesDone0 + wg));
       // A grid of more than one wave (args.release_late) lets the next kernel in only once this
       // CTA's last segment has walked its pages, not at its start: back-to-back calls at 128 heads,
       // b 128, 8k-16k took 3-8% less per call so (H200, 2026-11-30), one wave the same. Released at
@@ -640,7 +698,9 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           }
         }
       }
+      LATENT_TRACE_STAMP(traced, trace::SegmentWordAt(k, trace::kStoresIssued0 + wg));
       sync_cta();  // shared memory (row state, the segment record) is the next segment's
+      LATENT_TRACE_STAMP(traced0, trace::SegmentWordAt(k, trace::kEnd));
     }
   };
   if (tid < 128) {
@@ -648,10 +708,26 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
   } else {
     run(std::integral_constant<int, 1>{});
   }
+  LATENT_TRACE_STAMP(wg_tid == 0, trace::kExit0 + tid / 128);
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
+#if MLASERVE_MLA_SEGMENT_TRACE
+// The buffer SetTraceBuffer gave and the last launch (latent_segment_trace.h).
+uint64_t* g_trace = nullptr;
+int64_t g_trace_ctas = 0;
+segment_trace::Launch g_last_launch;
+#endif
+
 }  // namespace
+
+#if MLASERVE_MLA_SEGMENT_TRACE
+void segment_trace::SetTraceBuffer(uint64_t* trace, int64_t max_ctas) {
+  g_trace = trace;
+  g_trace_ctas = max_ctas;
+}
+segment_trace::Launch segment_trace::LastLaunch() { return g_last_launch; }
+#endif
 
 bool LatentSm90Available() {
 #if MLASERVE_HAS_SM90A
@@ -719,7 +795,15 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
   shape.block = dim3(kThreads);
   shape.smem_bytes = kSmem;
   shape.stream = stream;
-  return cuda::LaunchPdl("LatentAttentionSm90Kernel", shape, kernel, args);
+#if MLASERVE_MLA_SEGMENT_TRACE
+  KernelArgs launch_args{args};
+  const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+  launch_args.trace = ctas <= g_trace_ctas ? g_trace : nullptr;
+  g_last_launch = {{grid.x, grid.y, grid.z}, split.segments != nullptr, launch_args.trace != nullptr};
+#else
+  const KernelArgs& launch_args = args;
+#endif
+  return cuda::LaunchPdl("LatentAttentionSm90Kernel", shape, kernel, launch_args);
 }
 
 }  // namespace mlaserve::kernels::mla_cuda
