@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   RETURN_IF_ERROR(CheckArchitecture(c));
   ASSIGN_OR_RETURN(e->layout_, ResolveParallelLayout(c, options.parallel));
   lc.dims = StoredMlaDims(c);
+  lc.widths = StoredWidths(c, e->layout_);
   ASSIGN_OR_RETURN(e->forms_, AttentionForms::Choose(c, lc.dims, options.backend));
 
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::Open(options.model_dir, c));
@@ -211,7 +212,7 @@ absl::Status DeepseekEngine::BuildStep(int32_t padding_page) {
 absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
   const LayerContext& lc = layer_ctx_;
   const size_t T = lc.limits.max_batch_tokens, B = lc.limits.max_batch_seqs;
-  const size_t es = ops_.elem(), hidden = config_.hidden_size;
+  const size_t es = ops_.elem(), hidden = lc.widths.hidden;
   const size_t rows = std::min(T, B);  // logit rows: one per sequence at most
   size_t total = StepScratch::PlanStagingBytes(lc.limits, lc.max_pages_per_seq);
   // StepActivations, the picked logit rows and their f32 logits.
@@ -396,7 +397,7 @@ absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
 absl::StatusOr<DeepseekEngine::StepActivations> DeepseekEngine::Embed(const BatchPlan& plan) {
   const ModelConfig& c = config_;
   const int T = plan.total_tokens;
-  const int hidden = c.hidden_size;
+  const int hidden = layer_ctx_.widths.hidden;  // stored (model_widths.h)
   const int64_t act = static_cast<int64_t>(T) * hidden;
   StepActivations a;
   ASSIGN_OR_RETURN(a.residual, scratch_.Activations(act, "residual"));
@@ -412,8 +413,7 @@ absl::StatusOr<DeepseekEngine::StepActivations> DeepseekEngine::Embed(const Batc
   ep.table = weights_.embed.data();
   ep.out = a.residual;
   RETURN_IF_ERROR(kernels::Embedding(ep, ctx_));
-  RETURN_IF_ERROR(ops::RmsNorm(ops_, a.residual, T, hidden, hidden, weights_.layers[0].input_norm,
-                               static_cast<float>(c.rms_norm_eps), a.normed, hidden));
+  RETURN_IF_ERROR(NormHidden(a.residual, T, weights_.layers[0].input_norm, a.normed, nullptr));
   return a;
 }
 
@@ -421,7 +421,6 @@ absl::Status DeepseekEngine::AttentionHalf(int layer, const BatchPlan& plan, Att
                                            const StepActivations& a,
                                            const LayerDoneFn& on_layer_done) {
   const int T = plan.total_tokens;
-  const int hidden = config_.hidden_size;
   RETURN_IF_ERROR(layers_[layer].attention.Forward(plan, form, a.normed, a.block_out));
   RETURN_IF_ERROR(parallel_.ReduceAttentionOutput(T, a.block_out));  // tensor-parallel only
   if (on_layer_done) {
@@ -432,18 +431,19 @@ absl::Status DeepseekEngine::AttentionHalf(int layer, const BatchPlan& plan, Att
     RETURN_IF_ERROR(on_layer_done(layer));
   }
   // residual += attn; normed = post_attention_norm(residual)
-  return ops::RmsNorm(ops_, a.block_out, T, hidden, hidden,
-                      weights_.layers[layer].post_attention_norm,
-                      static_cast<float>(config_.rms_norm_eps), a.normed, hidden, a.residual);
+  return NormHidden(a.block_out, T, weights_.layers[layer].post_attention_norm, a.normed,
+                    a.residual);
 }
 
 absl::Status DeepseekEngine::FeedForwardHalf(int layer, int T, const StepActivations& a) {
   const ModelConfig& c = config_;
-  const int hidden = c.hidden_size;
   const WeightTensor& next_norm =
       layer + 1 < c.num_hidden_layers ? weights_.layers[layer + 1].input_norm : weights_.final_norm;
   FeedForward& block = layers_[layer].feed_forward;
-  if (!layout_.sharded() && block.is_moe()) {
+  // kernels/moe's norm epilogue divides by its row width: a padded hidden state (model_widths.h)
+  // takes the RmsNorm below, which divides by the real one.
+  const bool hidden_padded = layer_ctx_.widths.hidden != c.hidden_size;
+  if (!layout_.sharded() && block.is_moe() && !hidden_padded) {
     // One GPU: the MoE block may end in the residual add and the next norm itself (CUDA
     // decode steps: its combine kernel does both).
     kernels::MoeResidualNorm norm;
@@ -457,13 +457,20 @@ absl::Status DeepseekEngine::FeedForwardHalf(int layer, int T, const StepActivat
     RETURN_IF_ERROR(parallel_.RunFeedForward(block, T, a.normed, a.block_out));
   }
   // residual += mlp; normed = next layer's input norm (or the final norm) of residual
-  return ops::RmsNorm(ops_, a.block_out, T, hidden, hidden, next_norm,
-                      static_cast<float>(c.rms_norm_eps), a.normed, hidden, a.residual);
+  return NormHidden(a.block_out, T, next_norm, a.normed, a.residual);
+}
+
+absl::Status DeepseekEngine::NormHidden(const void* x, int T, const WeightTensor& weight, void* y,
+                                        void* residual) {
+  // Over the stored rows, dividing by the real hidden_size (the padding is zero: model_widths.h).
+  const int hidden = layer_ctx_.widths.hidden;
+  return ops::RmsNorm(ops_, x, T, hidden, hidden, weight, static_cast<float>(config_.rms_norm_eps),
+                      y, hidden, residual, config_.hidden_size);
 }
 
 absl::Status DeepseekEngine::LmHead(const BatchPlan& plan, const StepActivations& a,
                                     float* logits) {
-  const int hidden = config_.hidden_size;
+  const int hidden = layer_ctx_.widths.hidden;
   const int rows = static_cast<int>(plan.logit_rows.size());
   // A data-parallel rank without logit rows still joins the LM head's collectives.
   if (rows == 0 && !layout_.attention_dp()) return absl::OkStatus();

@@ -116,8 +116,9 @@ class DeepseekEngine final : public Engine {
     MlaAttention attention;
     FeedForward feed_forward;
   };
-  // The step's running activations [T, hidden] (buffers of the backend, in the step scratch):
-  // the residual stream, its normed copy (the next block's input), a block's output.
+  // The step's running activations [T, hidden] at the stored width (model_widths.h; buffers of
+  // the backend, in the step scratch): the residual stream, its normed copy (the next block's
+  // input), a block's output.
   struct StepActivations {
     void* residual = nullptr;
     void* normed = nullptr;
@@ -148,6 +149,10 @@ class DeepseekEngine final : public Engine {
   // The feed-forward block, then residual += it and the next layer's input norm (or the final
   // norm) into a.normed.
   absl::Status FeedForwardHalf(int layer, int T, const StepActivations& a);
+  // y = RMSNorm of x over the hidden state (T rows at the stored width, divided by the real
+  // hidden_size: model_widths.h), with residual: residual += x first and normalised.
+  absl::Status NormHidden(const void* x, int T, const WeightTensor& weight, void* y,
+                          void* residual);
   // The LM head over plan.logit_rows of a.normed.
   absl::Status LmHead(const BatchPlan& plan, const StepActivations& a, float* logits);
   // A data-parallel rank with no requests this step: the collectives of every layer's

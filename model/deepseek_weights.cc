@@ -1,7 +1,5 @@
 #include "model/deepseek_weights.h"
 
-#include <algorithm>
-#include <cstring>
 #include <string>
 #include <utility>
 
@@ -9,251 +7,158 @@
 #include "common/status.h"
 #include "kernels/common/env_switch.h"
 #include "model/mla_dims.h"
+#include "model/model_widths.h"
 #include "model/padded_matrix.h"
 #include "model/loader/weight_store.h"
+#include "model/weight_loader.h"
 
 namespace mlaserve::model {
 namespace {
 
-using Shape = std::vector<int64_t>;
-
-int64_t Numel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+// The gate_up stack in the layout the expert GEMMs read fastest on this backend (in place,
+// once): interleaved for the Hopper GEMM's fused SiLU epilogue, else left stacked.
+absl::Status PrepareExperts(const WeightLoader& ld, int64_t stack, int64_t inter, int64_t hidden,
+                            MoeWeights* moe) {
+  kernels::MoePrepareParams prep;
+  prep.dtype = ld.dtype();
+  prep.num_experts = static_cast<int>(stack);
+  prep.hidden = static_cast<int>(hidden);
+  prep.inter = static_cast<int>(inter);
+  prep.gate_up = moe->experts_gate_up.buffer.data();
+  ASSIGN_OR_RETURN(
+      moe->experts_gate_up_layout,
+      kernels::MoePrepareExpertWeights(prep, kernels::KernelContext{ld.backend(), nullptr, 0}));
+  return absl::OkStatus();
 }
 
-// Reads tensors through the store and places them in the engine's backend memory, in the
-// storage dtype (f32 on the CPU backend, bf16 on CUDA) unless a tensor asks for f32.
-class Loader {
- public:
-  Loader(WeightStore& store, kernels::Backend backend)
-      : store_(store), backend_(backend), dtype_(StorageDType(backend)) {}
+// A gated MLP's gate_up (the shared experts', a dense layer's), as one expert, in the layout
+// PrepareExperts gives the routed stack (interleaved on Hopper: FeedForward then fuses SiLU *
+// up into its gate_up GEMM). Biased gate_up rows stay stacked (the bias would need the same
+// permutation).
+absl::Status PrepareGatedMlp(const WeightLoader& ld, int64_t hidden, GatedMlpWeights* mlp) {
+  if (!mlp->gate_up.bias.empty() || mlp->inter == 0) return absl::OkStatus();
+  kernels::MoePrepareParams prep;
+  prep.dtype = ld.dtype();
+  prep.num_experts = 1;
+  prep.hidden = static_cast<int>(hidden);
+  prep.inter = mlp->inter;
+  prep.gate_up = mlp->gate_up.weight.buffer.data();
+  ASSIGN_OR_RETURN(
+      mlp->gate_up_layout,
+      kernels::MoePrepareExpertWeights(prep, kernels::KernelContext{ld.backend(), nullptr, 0}));
+  return absl::OkStatus();
+}
 
-  bool Has(const std::string& name) const { return store_.Has(name); }
+// gate_proj and up_proj of `prefix` stacked into one [2I, hidden] matrix (I: this rank's
+// slice of the intermediate size, `inter`, stored at inter_axis's width; down_proj's
+// matching columns). With `bias` (V2's mlp_bias) the gate and up biases are stacked alike,
+// and down_proj's bias, added once to the all-reduced sums of a row-parallel down_proj, stays
+// with rank 0 (`rank0`). `hidden`: the hidden state's axis (model/model_widths.h).
+absl::StatusOr<GatedMlpWeights> GatedMlp(const WeightLoader& ld, const std::string& prefix,
+                                         const PaddedAxis& hidden, Shard inter,
+                                         const PaddedAxis& inter_axis, bool bias, bool rank0) {
+  GatedMlpWeights m;
+  const int I = inter.total, H = hidden.real();
+  m.inter = inter_axis.stored();
+  const TensorSlice rows =
+      inter.whole() ? TensorSlice{} : TensorSlice::Rows(inter.begin, inter.count);
+  ASSIGN_OR_RETURN(std::vector<uint8_t> gate,
+                   ld.PaddedBytes(prefix + ".gate_proj.weight", {I, H}, rows, inter_axis, hidden));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> up,
+                   ld.PaddedBytes(prefix + ".up_proj.weight", {I, H}, rows, inter_axis, hidden));
+  gate.insert(gate.end(), up.begin(), up.end());
+  m.gate_up.out = 2 * m.inter;
+  m.gate_up.in = hidden.stored();
+  ASSIGN_OR_RETURN(m.gate_up.weight,
+                   ld.Upload(gate, ld.dtype(), int64_t{m.gate_up.out} * m.gate_up.in));
+  if (bias) {
+    const PaddedAxis one = PaddedAxis::Plain(1);
+    ASSIGN_OR_RETURN(std::vector<uint8_t> gate_b,
+                     ld.PaddedBytes(prefix + ".gate_proj.bias", {I}, rows, inter_axis, one));
+    ASSIGN_OR_RETURN(std::vector<uint8_t> up_b,
+                     ld.PaddedBytes(prefix + ".up_proj.bias", {I}, rows, inter_axis, one));
+    gate_b.insert(gate_b.end(), up_b.begin(), up_b.end());
+    ASSIGN_OR_RETURN(m.gate_up.bias, ld.Upload(gate_b, ld.dtype(), m.gate_up.out));
+  }
+  const TensorSlice cols =
+      inter.whole() ? TensorSlice{} : TensorSlice::Cols(inter.begin, inter.count);
+  ASSIGN_OR_RETURN(m.down, ld.PaddedLinear(prefix + ".down_proj", H, I, cols, hidden, inter_axis,
+                                           bias && (inter.whole() || rank0)));
+  return m;
+}
 
-  // The tensor's host bytes in `dtype` (f32 or bf16).
-  absl::StatusOr<std::vector<uint8_t>> Bytes(const std::string& name, const Shape& shape,
-                                             kernels::DType dtype,
-                                             const TensorSlice& slice = {}) const {
-    std::vector<uint8_t> bytes;
-    if (dtype == kernels::DType::kF32) {
-      ASSIGN_OR_RETURN(std::vector<float> v, store_.LoadF32(name, shape, slice));
-      bytes.resize(v.size() * sizeof(float));
-      std::memcpy(bytes.data(), v.data(), bytes.size());
+// The rank's routed experts: experts [experts.begin, + count) (expert parallel), each with
+// the intermediate slice `inter` (tensor-parallel experts), stored at inter_axis's width and
+// the hidden axis's (model/model_widths.h). Whole, unpadded shards load the stack as it is.
+absl::Status Experts(const WeightLoader& ld, const ModelConfig& c, const std::string& prefix,
+                     Shard experts, Shard inter, const PaddedAxis& inter_axis,
+                     const PaddedAxis& hidden, MoeWeights* moe) {
+  const int64_t E = c.n_routed_experts;
+  const int64_t I = c.moe_intermediate_size;
+  const int64_t H = hidden.real();
+  const bool fused = ld.Has(prefix + ".experts.gate_up_proj");
+  const bool whole = experts.whole() && inter.whole() && !inter_axis.padded() && !hidden.padded();
+  // transformers-5 style: already fused [E, 2I, H] / [E, H, I].
+  if (fused && whole) {
+    ASSIGN_OR_RETURN(moe->experts_gate_up,
+                     ld.Tensor(prefix + ".experts.gate_up_proj", {E, 2 * I, H}));
+    ASSIGN_OR_RETURN(moe->experts_down, ld.Tensor(prefix + ".experts.down_proj", {E, H, I}));
+    return PrepareExperts(ld, E, I, H, moe);
+  }
+  // Expert by expert (no host copy of the whole stack): the published per-expert tensors,
+  // or a rank's blocks of the fused ones.
+  const int64_t stack = experts.count;
+  const int64_t Ir = inter.count;
+  const int64_t i0 = inter.begin;
+  const int64_t Is = inter_axis.stored(), Hs = hidden.stored();  // as stored
+  const size_t es = kernels::DTypeSize(ld.dtype());
+  moe->experts_gate_up.dtype = moe->experts_down.dtype = ld.dtype();
+  moe->experts_gate_up.numel = stack * 2 * Is * Hs;
+  moe->experts_down.numel = stack * Hs * Is;
+  // Every byte is written below, expert by expert (no host copy of the whole stack).
+  ASSIGN_OR_RETURN(
+      moe->experts_gate_up.buffer,
+      DeviceBuffer::Allocate(ld.backend(), static_cast<size_t>(moe->experts_gate_up.numel) * es));
+  ASSIGN_OR_RETURN(
+      moe->experts_down.buffer,
+      DeviceBuffer::Allocate(ld.backend(), static_cast<size_t>(moe->experts_down.numel) * es));
+  const kernels::KernelContext ctx{ld.backend(), nullptr, 0};
+  auto* gu = static_cast<char*>(moe->experts_gate_up.buffer.data());
+  auto* dn = static_cast<char*>(moe->experts_down.buffer.data());
+  const std::string fused_gu = prefix + ".experts.gate_up_proj";
+  const std::string fused_dn = prefix + ".experts.down_proj";
+  for (int64_t j = 0; j < stack; ++j) {
+    const int64_t e = experts.begin + j;
+    std::vector<uint8_t> gate, up, down;
+    if (fused) {
+      ASSIGN_OR_RETURN(
+          gate, ld.PaddedBytes(fused_gu, {E, 2 * I, H}, TensorSlice::Rows(e * 2 * I + i0, Ir),
+                               inter_axis, hidden));
+      ASSIGN_OR_RETURN(
+          up, ld.PaddedBytes(fused_gu, {E, 2 * I, H}, TensorSlice::Rows(e * 2 * I + I + i0, Ir),
+                             inter_axis, hidden));
+      ASSIGN_OR_RETURN(down, ld.PaddedBytes(fused_dn, {E, H, I}, TensorSlice{e * H, H, i0, Ir},
+                                            hidden, inter_axis));
     } else {
-      ASSIGN_OR_RETURN(std::vector<uint16_t> v, store_.LoadBf16(name, shape, slice));
-      bytes.resize(v.size() * sizeof(uint16_t));
-      std::memcpy(bytes.data(), v.data(), bytes.size());
+      const std::string p = absl::StrCat(prefix, ".experts.", e);
+      const TensorSlice rows = inter.whole() ? TensorSlice{} : TensorSlice::Rows(i0, Ir);
+      const TensorSlice cols = inter.whole() ? TensorSlice{} : TensorSlice::Cols(i0, Ir);
+      ASSIGN_OR_RETURN(gate,
+                       ld.PaddedBytes(p + ".gate_proj.weight", {I, H}, rows, inter_axis, hidden));
+      ASSIGN_OR_RETURN(up, ld.PaddedBytes(p + ".up_proj.weight", {I, H}, rows, inter_axis, hidden));
+      ASSIGN_OR_RETURN(down,
+                       ld.PaddedBytes(p + ".down_proj.weight", {H, I}, cols, hidden, inter_axis));
     }
-    return bytes;
+    char* at = gu + j * 2 * Is * Hs * es;
+    RETURN_IF_ERROR(CopyBytes(ctx, at, gate.data(), gate.size(), CopyKind::kHostToDevice));
+    RETURN_IF_ERROR(
+        CopyBytes(ctx, at + Is * Hs * es, up.data(), up.size(), CopyKind::kHostToDevice));
+    RETURN_IF_ERROR(
+        CopyBytes(ctx, dn + j * Hs * Is * es, down.data(), down.size(), CopyKind::kHostToDevice));
   }
-
-  absl::StatusOr<WeightTensor> Upload(const std::vector<uint8_t>& bytes, kernels::DType dtype,
-                                      int64_t numel) const {
-    WeightTensor t;
-    t.dtype = dtype;
-    t.numel = numel;
-    ASSIGN_OR_RETURN(t.buffer, DeviceBuffer::FromHost(backend_, bytes.data(), bytes.size()));
-    return t;
-  }
-
-  absl::StatusOr<WeightTensor> Tensor(const std::string& name, const Shape& shape) const {
-    return Tensor(name, shape, dtype_);
-  }
-  absl::StatusOr<WeightTensor> Tensor(const std::string& name, const Shape& shape,
-                                      kernels::DType dtype) const {
-    ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, Bytes(name, shape, dtype));
-    return Upload(bytes, dtype, Numel(shape));
-  }
-
-  // name.weight [out, in], plus name.bias [out] when `bias` (attention_bias).
-  absl::StatusOr<LinearWeight> Linear(const std::string& name, int out, int in,
-                                      bool bias = false) const {
-    LinearWeight w;
-    w.out = out;
-    w.in = in;
-    ASSIGN_OR_RETURN(w.weight, Tensor(name + ".weight", {out, in}));
-    if (bias) {
-      ASSIGN_OR_RETURN(w.bias, Tensor(name + ".bias", {out}));
-    }
-    return w;
-  }
-
-  // A block of name.weight [out, in] -- `slice`, [rows.real(), cols.real()] -- stored as
-  // [rows.stored(), cols.stored()] with zero padding (model/mla_dims.h), plus name.bias [out]
-  // (the slice's rows, padded alike) when `bias`. A rank's shard of an attention projection
-  // is such a block (parallel_layout.h): its heads' output rows (column parallel) or input
-  // columns (row parallel), padded head by head, so the padded shards of the ranks are the
-  // padded whole matrix's.
-  absl::StatusOr<LinearWeight> PaddedLinear(const std::string& name, int out, int in,
-                                            const TensorSlice& slice, const PaddedAxis& rows,
-                                            const PaddedAxis& cols, bool bias) const {
-    if (slice.whole() && !rows.padded() && !cols.padded()) return Linear(name, out, in, bias);
-    const size_t es = kernels::DTypeSize(dtype_);
-    LinearWeight w;
-    w.out = rows.stored();
-    w.in = cols.stored();
-    ASSIGN_OR_RETURN(std::vector<uint8_t> weight, Bytes(name + ".weight", {out, in}, dtype_, slice));
-    if (weight.size() != static_cast<size_t>(rows.real()) * cols.real() * es) {
-      return absl::InternalError(absl::StrCat(name, ".weight: the slice holds ", weight.size() / es,
-                                              " values, the padding expects ",
-                                              int64_t{rows.real()} * cols.real()));
-    }
-    ASSIGN_OR_RETURN(w.weight, Upload(PadMatrix(weight, es, rows, cols), dtype_,
-                                      int64_t{w.out} * w.in));
-    if (bias) {
-      const TensorSlice bias_rows{slice.row_begin, slice.row_count, 0, -1};
-      ASSIGN_OR_RETURN(std::vector<uint8_t> b, Bytes(name + ".bias", {out}, dtype_, bias_rows));
-      ASSIGN_OR_RETURN(w.bias, Upload(PadMatrix(b, es, rows, PaddedAxis::Plain(1)), dtype_, w.out));
-    }
-    return w;
-  }
-
-  // A rank's shard of name.weight [out, in]: input columns [cols.begin, + cols.count) times
-  // `col_block` (row parallel: the bias, added once to the all-reduced sums, stays with rank 0
-  // -- `keep_bias`).
-  absl::StatusOr<LinearWeight> LinearCols(const std::string& name, int out, int in, bool bias,
-                                          Shard cols, int col_block, bool keep_bias) const {
-    if (cols.whole()) return Linear(name, out, in, bias);
-    LinearWeight w;
-    w.out = out;
-    w.in = cols.count * col_block;
-    const TensorSlice slice = TensorSlice::Cols(int64_t{cols.begin} * col_block, w.in);
-    ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, Bytes(name + ".weight", {out, in}, dtype_, slice));
-    ASSIGN_OR_RETURN(w.weight, Upload(bytes, dtype_, int64_t{out} * w.in));
-    if (bias && keep_bias) {
-      ASSIGN_OR_RETURN(w.bias, Tensor(name + ".bias", {out}));
-    }
-    return w;
-  }
-
-  // gate_proj and up_proj of `prefix` stacked into one [2I, hidden] matrix (I: this rank's
-  // slice of the intermediate size; down_proj's matching columns). With `bias` (V2's mlp_bias)
-  // the gate and up biases are stacked alike, and down_proj's bias, added once to the
-  // all-reduced sums of a row-parallel down_proj, stays with rank 0 (`rank0`).
-  absl::StatusOr<GatedMlpWeights> GatedMlp(const std::string& prefix, int hidden, Shard inter,
-                                           bool bias, bool rank0) const {
-    GatedMlpWeights m;
-    const int I = inter.total;
-    m.inter = inter.count;
-    const TensorSlice rows = inter.whole() ? TensorSlice{} : TensorSlice::Rows(inter.begin, inter.count);
-    ASSIGN_OR_RETURN(std::vector<uint8_t> gate, Bytes(prefix + ".gate_proj.weight", {I, hidden}, dtype_, rows));
-    ASSIGN_OR_RETURN(std::vector<uint8_t> up, Bytes(prefix + ".up_proj.weight", {I, hidden}, dtype_, rows));
-    gate.insert(gate.end(), up.begin(), up.end());
-    m.gate_up.out = 2 * m.inter;
-    m.gate_up.in = hidden;
-    ASSIGN_OR_RETURN(m.gate_up.weight, Upload(gate, dtype_, int64_t{2} * m.inter * hidden));
-    if (bias) {
-      ASSIGN_OR_RETURN(std::vector<uint8_t> gate_b, Bytes(prefix + ".gate_proj.bias", {I}, dtype_, rows));
-      ASSIGN_OR_RETURN(std::vector<uint8_t> up_b, Bytes(prefix + ".up_proj.bias", {I}, dtype_, rows));
-      gate_b.insert(gate_b.end(), up_b.begin(), up_b.end());
-      ASSIGN_OR_RETURN(m.gate_up.bias, Upload(gate_b, dtype_, int64_t{2} * m.inter));
-    }
-    ASSIGN_OR_RETURN(m.down, LinearCols(prefix + ".down_proj", hidden, I, bias, inter, 1,
-                                        inter.whole() || rank0));
-    return m;
-  }
-
-  // The rank's routed experts: experts [experts.begin, + count) (expert parallel), each with
-  // the intermediate slice `inter` (tensor-parallel experts). Whole shards load the stack as
-  // it is.
-  absl::Status Experts(const ModelConfig& c, const std::string& prefix, Shard experts,
-                       Shard inter, MoeWeights* moe) const {
-    const int64_t E = c.n_routed_experts;
-    const int64_t I = c.moe_intermediate_size;
-    const int64_t H = c.hidden_size;
-    const bool fused = store_.Has(prefix + ".experts.gate_up_proj");
-    const bool whole = experts.whole() && inter.whole();
-    // transformers-5 style: already fused [E, 2I, H] / [E, H, I].
-    if (fused && whole) {
-      ASSIGN_OR_RETURN(moe->experts_gate_up, Tensor(prefix + ".experts.gate_up_proj", {E, 2 * I, H}));
-      ASSIGN_OR_RETURN(moe->experts_down, Tensor(prefix + ".experts.down_proj", {E, H, I}));
-      return PrepareExperts(E, I, H, moe);
-    }
-    // Expert by expert (no host copy of the whole stack): the published per-expert tensors,
-    // or a rank's blocks of the fused ones.
-    const int64_t El = experts.count;
-    const int64_t stack = El;
-    const int64_t Ir = inter.count;
-    const int64_t i0 = inter.begin;
-    const size_t es = kernels::DTypeSize(dtype_);
-    moe->experts_gate_up.dtype = moe->experts_down.dtype = dtype_;
-    moe->experts_gate_up.numel = stack * 2 * Ir * H;
-    moe->experts_down.numel = stack * H * Ir;
-    // Every byte is written below, expert by expert (no host copy of the whole stack).
-    ASSIGN_OR_RETURN(moe->experts_gate_up.buffer,
-                     DeviceBuffer::Allocate(backend_, static_cast<size_t>(moe->experts_gate_up.numel) * es));
-    ASSIGN_OR_RETURN(moe->experts_down.buffer,
-                     DeviceBuffer::Allocate(backend_, static_cast<size_t>(moe->experts_down.numel) * es));
-    const kernels::KernelContext ctx{backend_, nullptr, 0};
-    auto* gu = static_cast<char*>(moe->experts_gate_up.buffer.data());
-    auto* dn = static_cast<char*>(moe->experts_down.buffer.data());
-    const std::string fused_gu = prefix + ".experts.gate_up_proj";
-    const std::string fused_dn = prefix + ".experts.down_proj";
-    for (int64_t j = 0; j < El; ++j) {
-      const int64_t e = experts.begin + j;
-      std::vector<uint8_t> gate, up, down;
-      if (fused) {
-        ASSIGN_OR_RETURN(gate, Bytes(fused_gu, {E, 2 * I, H}, dtype_, TensorSlice::Rows(e * 2 * I + i0, Ir)));
-        ASSIGN_OR_RETURN(up, Bytes(fused_gu, {E, 2 * I, H}, dtype_, TensorSlice::Rows(e * 2 * I + I + i0, Ir)));
-        ASSIGN_OR_RETURN(down, Bytes(fused_dn, {E, H, I}, dtype_, TensorSlice{e * H, H, i0, Ir}));
-      } else {
-        const std::string p = absl::StrCat(prefix, ".experts.", e);
-        const TensorSlice rows = inter.whole() ? TensorSlice{} : TensorSlice::Rows(i0, Ir);
-        const TensorSlice cols = inter.whole() ? TensorSlice{} : TensorSlice::Cols(i0, Ir);
-        ASSIGN_OR_RETURN(gate, Bytes(p + ".gate_proj.weight", {I, H}, dtype_, rows));
-        ASSIGN_OR_RETURN(up, Bytes(p + ".up_proj.weight", {I, H}, dtype_, rows));
-        ASSIGN_OR_RETURN(down, Bytes(p + ".down_proj.weight", {H, I}, dtype_, cols));
-      }
-      char* at = gu + j * 2 * Ir * H * es;
-      RETURN_IF_ERROR(CopyBytes(ctx, at, gate.data(), gate.size(), CopyKind::kHostToDevice));
-      RETURN_IF_ERROR(CopyBytes(ctx, at + Ir * H * es, up.data(), up.size(), CopyKind::kHostToDevice));
-      RETURN_IF_ERROR(CopyBytes(ctx, dn + j * H * Ir * es, down.data(), down.size(), CopyKind::kHostToDevice));
-    }
-    RETURN_IF_ERROR(Synchronize(ctx));
-    return PrepareExperts(stack, Ir, H, moe);
-  }
-
-  // The gate_up stack in the layout the expert GEMMs read fastest on this backend (in place,
-  // once): interleaved for the Hopper GEMM's fused SiLU epilogue, else left stacked.
-  absl::Status PrepareExperts(int64_t stack, int64_t inter, int64_t hidden, MoeWeights* moe) const {
-    kernels::MoePrepareParams prep;
-    prep.dtype = dtype_;
-    prep.num_experts = static_cast<int>(stack);
-    prep.hidden = static_cast<int>(hidden);
-    prep.inter = static_cast<int>(inter);
-    prep.gate_up = moe->experts_gate_up.buffer.data();
-    ASSIGN_OR_RETURN(moe->experts_gate_up_layout,
-                     kernels::MoePrepareExpertWeights(prep, kernels::KernelContext{backend_, nullptr, 0}));
-    return absl::OkStatus();
-  }
-
-  // A gated MLP's gate_up (the shared experts', a dense layer's), as one expert, in the layout
-  // PrepareExperts gives the routed stack (interleaved on Hopper: FeedForward then fuses SiLU *
-  // up into its gate_up GEMM). Biased gate_up rows stay stacked (the bias would need the same
-  // permutation).
-  absl::Status PrepareGatedMlp(int64_t hidden, GatedMlpWeights* mlp) const {
-    if (!mlp->gate_up.bias.empty() || mlp->inter == 0) return absl::OkStatus();
-    kernels::MoePrepareParams prep;
-    prep.dtype = dtype_;
-    prep.num_experts = 1;
-    prep.hidden = static_cast<int>(hidden);
-    prep.inter = mlp->inter;
-    prep.gate_up = mlp->gate_up.weight.buffer.data();
-    ASSIGN_OR_RETURN(mlp->gate_up_layout,
-                     kernels::MoePrepareExpertWeights(prep, kernels::KernelContext{backend_, nullptr, 0}));
-    return absl::OkStatus();
-  }
-
-  kernels::DType dtype() const { return dtype_; }
-  kernels::Backend backend() const { return backend_; }
-
- private:
-  WeightStore& store_;
-  kernels::Backend backend_;
-  kernels::DType dtype_;
-};
+  RETURN_IF_ERROR(Synchronize(ctx));
+  return PrepareExperts(ld, stack, Is, Hs, moe);
+}
 
 // Stacks `first` over `second` (both [out_i, in], no bias) into one [out_1 + out_2, in] matrix
 // that both then view: `stacked` owns it.
@@ -309,14 +214,29 @@ absl::StatusOr<WeightTensor> TransposedUk(kernels::Backend backend, const Linear
   return w;
 }
 
+// The hidden state's axis and this rank's intermediate slices' as stored (model/model_widths.h).
+struct WidthAxes {
+  PaddedAxis hidden, mlp_inter, shared_inter, expert_inter;
+};
+
+WidthAxes AxesOf(const ModelConfig& c, const ParallelLayout& pl) {
+  const ModelWidths real = ConfigWidths(c, pl), stored = StoredWidths(c, pl);
+  const auto axis = [](int n, int padded) { return PaddedAxis{1, {{n, padded}}}; };
+  return WidthAxes{axis(real.hidden, stored.hidden), axis(real.mlp_inter, stored.mlp_inter),
+                   axis(real.shared_inter, stored.shared_inter),
+                   axis(real.expert_inter, stored.expert_inter)};
+}
+
 absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayout& pl,
-                                       const Loader& ld, int l) {
+                                       const WidthAxes& widths, const WeightLoader& ld, int l) {
   LayerWeights lw;
   const std::string p = absl::StrCat("model.layers.", l);
   const int H = c.hidden_size;
+  const PaddedAxis& hidden = widths.hidden;  // columns of what reads it, rows of what writes it
   const int heads = c.num_attention_heads;
-  ASSIGN_OR_RETURN(lw.input_norm, ld.Tensor(p + ".input_layernorm.weight", {H}));
-  ASSIGN_OR_RETURN(lw.post_attention_norm, ld.Tensor(p + ".post_attention_layernorm.weight", {H}));
+  ASSIGN_OR_RETURN(lw.input_norm, ld.PaddedVector(p + ".input_layernorm.weight", hidden));
+  ASSIGN_OR_RETURN(lw.post_attention_norm,
+                   ld.PaddedVector(p + ".post_attention_layernorm.weight", hidden));
 
   const std::string a = p + ".self_attn";
   MlaWeights& m = lw.attn;
@@ -340,16 +260,17 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
   const PaddedAxis o_cols{hs.count, {{dv, d.v}}};
   if (c.q_lora_rank.has_value()) {
     const int ql = *c.q_lora_rank;
-    ASSIGN_OR_RETURN(m.q_a_proj, ld.Linear(a + ".q_a_proj", ql, H, c.attention_bias));
+    ASSIGN_OR_RETURN(m.q_a_proj, ld.PaddedLinear(a + ".q_a_proj", ql, H, TensorSlice{},
+                                                 PaddedAxis::Plain(ql), hidden, c.attention_bias));
     ASSIGN_OR_RETURN(m.q_a_norm, ld.Tensor(a + ".q_a_layernorm.weight", {ql}));
     ASSIGN_OR_RETURN(m.q_b_proj, ld.PaddedLinear(a + ".q_b_proj", heads * qk, ql, head_rows(qk),
                                                  q_rows, PaddedAxis::Plain(ql), false));
   } else {
     ASSIGN_OR_RETURN(m.q_proj, ld.PaddedLinear(a + ".q_proj", heads * qk, H, head_rows(qk), q_rows,
-                                               PaddedAxis::Plain(H), false));
+                                               hidden, false));
   }
   ASSIGN_OR_RETURN(m.kv_a_proj, ld.PaddedLinear(a + ".kv_a_proj_with_mqa", c.latent_dim(), H,
-                                                TensorSlice{}, latent_rows, PaddedAxis::Plain(H),
+                                                TensorSlice{}, latent_rows, hidden,
                                                 c.attention_bias));
   ASSIGN_OR_RETURN(m.kv_a_norm, ld.Tensor(a + ".kv_a_layernorm.weight", {c.kv_lora_rank}));
   ASSIGN_OR_RETURN(m.kv_b_proj, ld.PaddedLinear(a + ".kv_b_proj", heads * (dn + dv),
@@ -366,8 +287,8 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
   }
   // Row parallel: under tensor-parallel attention the partial sums are all-reduced, so rank 0
   // alone adds the bias (every rank does when it holds every head: data-parallel attention).
-  ASSIGN_OR_RETURN(m.o_proj, ld.PaddedLinear(a + ".o_proj", H, heads * dv, head_cols(dv),
-                                             PaddedAxis::Plain(H), o_cols,
+  ASSIGN_OR_RETURN(m.o_proj, ld.PaddedLinear(a + ".o_proj", H, heads * dv, head_cols(dv), hidden,
+                                             o_cols,
                                              c.attention_bias && (hs.whole() || pl.rank == 0)));
 
   if (c.has_indexer) {
@@ -375,35 +296,43 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
     IndexerWeights& iw = lw.indexer;
     ASSIGN_OR_RETURN(iw.wq_b, ld.Linear(ix + ".wq_b", c.index_n_heads * c.index_head_dim,
                                          *c.q_lora_rank));
-    ASSIGN_OR_RETURN(iw.wk, ld.Linear(ix + ".wk", c.index_head_dim, H));
+    // wk and weights_proj read the hidden state; wq_b the q LoRA residual (not padded).
+    ASSIGN_OR_RETURN(iw.wk, ld.PaddedLinear(ix + ".wk", c.index_head_dim, H, TensorSlice{},
+                                            PaddedAxis::Plain(c.index_head_dim), hidden, false));
     ASSIGN_OR_RETURN(iw.k_norm_w, ld.Tensor(ix + ".k_norm.weight", {c.index_head_dim}));
     ASSIGN_OR_RETURN(iw.k_norm_b, ld.Tensor(ix + ".k_norm.bias", {c.index_head_dim}));
-    ASSIGN_OR_RETURN(iw.weights_proj, ld.Linear(ix + ".weights_proj", c.index_n_heads, H));
+    ASSIGN_OR_RETURN(iw.weights_proj,
+                     ld.PaddedLinear(ix + ".weights_proj", c.index_n_heads, H, TensorSlice{},
+                                     PaddedAxis::Plain(c.index_n_heads), hidden, false));
   }
 
   lw.is_moe = c.layer_is_moe[l];
   const std::string mp = p + ".mlp";
   if (!lw.is_moe) {
-    ASSIGN_OR_RETURN(lw.mlp, ld.GatedMlp(mp, H, pl.mlp_inter, c.mlp_bias, pl.rank == 0));
+    ASSIGN_OR_RETURN(
+        lw.mlp, GatedMlp(ld, mp, hidden, pl.mlp_inter, widths.mlp_inter, c.mlp_bias, pl.rank == 0));
     // gate_up interleaved where this device's fused SiLU GEMM reads it, as the shared experts'
     // (PrepareGatedMlp). MLASERVE_DENSE_MLP_INTERLEAVE=0 in the environment keeps the dense
     // layers stacked (a GEMM and a SiLU pass at prefill, as before; timing comparisons). Read once.
     static const bool keep_stacked = kernels::EnvSwitchedOff("MLASERVE_DENSE_MLP_INTERLEAVE");
-    if (!keep_stacked) RETURN_IF_ERROR(ld.PrepareGatedMlp(H, &lw.mlp));
+    if (!keep_stacked) RETURN_IF_ERROR(PrepareGatedMlp(ld, hidden.stored(), &lw.mlp));
     return lw;
   }
   MoeWeights& moe = lw.moe;
-  ASSIGN_OR_RETURN(moe.router, ld.Linear(mp + ".gate", c.n_routed_experts, H));
+  ASSIGN_OR_RETURN(moe.router,
+                   ld.PaddedLinear(mp + ".gate", c.n_routed_experts, H, TensorSlice{},
+                                   PaddedAxis::Plain(c.n_routed_experts), hidden, false));
   if (c.has_correction_bias) {
     // f32 on every backend: the routing kernel adds it to f32 scores.
     ASSIGN_OR_RETURN(moe.correction_bias, ld.Tensor(mp + ".gate.e_score_correction_bias",
                                                     {c.n_routed_experts}, kernels::DType::kF32));
   }
-  RETURN_IF_ERROR(ld.Experts(c, mp, pl.experts, pl.expert_inter, &moe));
+  RETURN_IF_ERROR(
+      Experts(ld, c, mp, pl.experts, pl.expert_inter, widths.expert_inter, hidden, &moe));
   if (c.n_shared_experts > 0) {
-    ASSIGN_OR_RETURN(moe.shared, ld.GatedMlp(mp + ".shared_experts", H, pl.shared_inter,
-                                                c.mlp_bias, pl.rank == 0));
-    RETURN_IF_ERROR(ld.PrepareGatedMlp(H, &moe.shared));
+    ASSIGN_OR_RETURN(moe.shared, GatedMlp(ld, mp + ".shared_experts", hidden, pl.shared_inter,
+                                          widths.shared_inter, c.mlp_bias, pl.rank == 0));
+    RETURN_IF_ERROR(PrepareGatedMlp(ld, hidden.stored(), &moe.shared));
   }
   return lw;
 }
@@ -433,14 +362,18 @@ absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, Weight
     layout = &single;
   }
   const ParallelLayout& pl = *layout;
-  const Loader ld(store, backend);
+  const WeightLoader ld(store, backend);
+  const WidthAxes widths = AxesOf(c, pl);
+  const PaddedAxis& hidden = widths.hidden;  // the embedding's and the LM head's columns
   DeepseekWeights w;
-  const int64_t V = c.vocab_size;
-  const int64_t H = c.hidden_size;
-  ASSIGN_OR_RETURN(w.embed, ld.Tensor("model.embed_tokens.weight", {V, H}));
-  ASSIGN_OR_RETURN(w.final_norm, ld.Tensor("model.norm.weight", {H}));
-  w.lm_head.out = static_cast<int>(V);
-  w.lm_head.in = static_cast<int>(H);
+  const int V = c.vocab_size;
+  const int H = c.hidden_size;
+  ASSIGN_OR_RETURN(LinearWeight embed, ld.PaddedLinear("model.embed_tokens", V, H, TensorSlice{},
+                                                       PaddedAxis::Plain(V), hidden, false));
+  w.embed = std::move(embed.weight);
+  ASSIGN_OR_RETURN(w.final_norm, ld.PaddedVector("model.norm.weight", hidden));
+  w.lm_head.out = V;
+  w.lm_head.in = hidden.stored();
   // HF 5.17 ties lm_head to the embedding only when the checkpoint has no lm_head.weight of
   // its own (or an equal one): a stored, different lm_head.weight is loaded and used untied.
   const bool tied = c.tie_word_embeddings && !store.Has("lm_head.weight");
@@ -449,17 +382,16 @@ absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, Weight
     w.lm_head.weight.dtype = w.embed.dtype;
     w.lm_head.weight.numel = w.embed.numel;
   } else if (pl.vocab.whole()) {
-    ASSIGN_OR_RETURN(w.lm_head.weight, ld.Tensor("lm_head.weight", {V, H}));
+    ASSIGN_OR_RETURN(w.lm_head, ld.PaddedLinear("lm_head", V, H, TensorSlice{},
+                                                PaddedAxis::Plain(V), hidden, false));
   }
   if (!pl.vocab.whole()) {
     // Vocab parallel: this rank's rows, zero-padded to vocab_rows (the last rank's shard is
     // short when size does not divide the vocabulary). Tied heads read the embedding's rows.
-    const std::string name = tied ? "model.embed_tokens.weight" : "lm_head.weight";
-    ASSIGN_OR_RETURN(std::vector<uint8_t> rows,
-                     ld.Bytes(name, {V, H}, ld.dtype(), TensorSlice::Rows(pl.vocab.begin, pl.vocab.count)));
-    rows.resize(static_cast<size_t>(pl.vocab_rows) * H * kernels::DTypeSize(ld.dtype()), 0);
-    w.lm_head.out = pl.vocab_rows;
-    ASSIGN_OR_RETURN(w.lm_head.weight, ld.Upload(rows, ld.dtype(), int64_t{pl.vocab_rows} * H));
+    ASSIGN_OR_RETURN(w.lm_head, ld.PaddedLinear(tied ? "model.embed_tokens" : "lm_head", V, H,
+                                                TensorSlice::Rows(pl.vocab.begin, pl.vocab.count),
+                                                PaddedAxis{1, {{pl.vocab.count, pl.vocab_rows}}},
+                                                hidden, false));
   }
   if (static_cast<int>(c.layer_is_moe.size()) != c.num_hidden_layers) {
     return absl::InvalidArgumentError(absl::StrCat("config: layer_is_moe has ",
@@ -468,7 +400,7 @@ absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, Weight
   }
   w.layers.reserve(c.num_hidden_layers);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    ASSIGN_OR_RETURN(LayerWeights lw, LoadLayer(c, pl, ld, l));
+    ASSIGN_OR_RETURN(LayerWeights lw, LoadLayer(c, pl, widths, ld, l));
     w.layers.push_back(std::move(lw));
   }
   return w;

@@ -12,7 +12,9 @@
 //     normed hidden state, q_proj (or q_a_proj) and kv_a_proj_with_mqa, are stored stacked in
 //     one [q_out + kv_a_out, hidden] matrix (MlaWeights::q_kv_a) of which both are views, so
 //     one GEMM can compute both (GemmParams::c2). Every MLA width below is the stored one
-//     (model/mla_dims.h: rounded up to a multiple of 8, zero-padded).
+//     (model/mla_dims.h: rounded up to a multiple of 8, zero-padded), and so are `hidden` and
+//     the intermediate sizes `I` (model/model_widths.h: hidden_size and this rank's
+//     intermediate slices rounded up to a multiple of 8, zero-padded).
 #pragma once
 
 #include <cstdint>
@@ -103,7 +105,7 @@ struct IndexerWeights {
 struct GatedMlpWeights {
   LinearWeight gate_up;
   LinearWeight down;
-  int inter = 0;
+  int inter = 0;  // I as stored: this rank's slice, padded (model/model_widths.h)
   kernels::MoeGateUpLayout gate_up_layout = kernels::MoeGateUpLayout::kStacked;
 };
 

@@ -268,7 +268,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          "deepseek_v3_top3", "deepseek_v32",
                                          // the knob fixtures (docs/fixtures.md)
                                          "deepseek_v2_knobs", "deepseek_v3_knobs", "deepseek_v32_knobs",
-                                         "deepseek_v3_dense", "deepseek_v3_yarn_knobs"),
+                                         "deepseek_v3_dense", "deepseek_v3_yarn_knobs",
+                                         // hidden / intermediate sizes stored padded (model_widths.h)
+                                         "deepseek_v3_pad", "deepseek_v2_pad", "deepseek_v32_pad"),
                        ::testing::Values(PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kOurs},
                                          PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kCudnn},
                                          PrefillForm{AttentionPath::kMla, kernels::MhaPrefillProvider::kOurs})));

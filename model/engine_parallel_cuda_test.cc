@@ -1,7 +1,7 @@
 // The worker's multi-GPU engine on real GPUs (label gpu; 2 GPUs, the 4-rank cases 4): a
 // ParallelEngine with NCCL communicators, one rank per GPU, against the single-GPU engine on
-// the HF fixtures (V2, V3, V3.2), for tensor and data attention, each with the gather and the
-// all-to-all MoE dispatch:
+// the HF fixtures (V2, V3, V3.2; and V2 / V3 with hidden and intermediate sizes stored padded),
+// for tensor and data attention, each with the gather and the all-to-all MoE dispatch:
 //   * prefill and teacher-forced decode steps give the single-GPU engine's logits within bf16
 //     tolerance (the sums run in another order) and its argmax wherever the margin is clear;
 //     V3.2 rows with more keys than index_topk attend the indexer's top-k, a discrete choice
@@ -234,6 +234,11 @@ std::vector<Case> Cases() {
       }
     }
   }
+  // Hidden and intermediate sizes stored padded (model/model_widths.h), each rank's
+  // intermediate slice padded after the split: V2 (4 heads) tensor attention, V3 (7 heads)
+  // data attention with the all-to-all dispatch.
+  cases.emplace_back("deepseek_v2_pad", 2, AttentionParallel::kTensor, MoeDispatch::kGather);
+  cases.emplace_back("deepseek_v3_pad", 2, AttentionParallel::kData, MoeDispatch::kAllToAll);
   return cases;
 }
 

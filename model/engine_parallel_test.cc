@@ -4,7 +4,8 @@
 // (chunked prefill through both attention forms, then greedy decode); data-parallel
 // attention runs a different prompt on every rank (different lengths, so the gathered MLP
 // rows are padded); deepseek_v2_odd's padded head dims compose with every 2- and 4-rank
-// layout its 6 heads allow. The logits must equal the single-rank engine's within 1e-5
+// layout its 6 heads allow, and the *_pad fixtures' padded hidden and intermediate sizes with
+// per-rank slices. The logits must equal the single-rank engine's within 1e-5
 // relative error (only the order of the sums differs) and the greedy tokens must be equal.
 #include <algorithm>
 #include <functional>
@@ -262,6 +263,19 @@ std::vector<LayoutCase> Cases() {
   add("deepseek_v2_knobs", 4, AttentionParallel::kData, MoeParallel::kTensor);
   add("deepseek_v3_knobs", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
   add("deepseek_v3_knobs", 2, AttentionParallel::kData, MoeParallel::kTensor);
+  // Hidden and intermediate sizes not multiples of 8, stored padded (model/model_widths.h): each
+  // rank pads its own intermediate slices after the split (V3: 20 -> 10 + 10, stored 16 each;
+  // experts' 12 -> 6 + 6, stored 8), the hidden state is padded alike on every rank. V3 has 7
+  // heads (data attention only), V2 4 (biases, tied head), V3.2 4 (the indexer reads hidden).
+  for (const MoeParallel m : {MoeParallel::kExpert, MoeParallel::kTensor}) {
+    add("deepseek_v3_pad", 2, AttentionParallel::kData, m);
+  }
+  add("deepseek_v3_pad", 4, AttentionParallel::kData, MoeParallel::kTensor);
+  add("deepseek_v2_pad", 2, AttentionParallel::kTensor, MoeParallel::kTensor);
+  add("deepseek_v2_pad", 4, AttentionParallel::kTensor, MoeParallel::kExpert);
+  add("deepseek_v2_pad", 2, AttentionParallel::kData, MoeParallel::kExpert);
+  add("deepseek_v32_pad", 2, AttentionParallel::kTensor, MoeParallel::kExpert);
+  add("deepseek_v32_pad", 4, AttentionParallel::kData, MoeParallel::kTensor);
   // hidden_act other than silu: every rank applies it to its slices of the dense MLP, the
   // shared experts and the routed experts (tensor MoE), or to its own experts (expert MoE).
   add("deepseek_v2_gelu_tanh", 2, AttentionParallel::kTensor, MoeParallel::kTensor);
@@ -285,6 +299,8 @@ std::vector<LayoutCase> Cases() {
   a2a("deepseek_v2_knobs", 2, AttentionParallel::kData);
   a2a("deepseek_v3_knobs", 2, AttentionParallel::kTensor);
   a2a("deepseek_v3_gelu", 2, AttentionParallel::kTensor);
+  a2a("deepseek_v3_pad", 2, AttentionParallel::kData);
+  a2a("deepseek_v2_pad", 2, AttentionParallel::kTensor, /*all_fixed=*/true);
   return cases;
 }
 

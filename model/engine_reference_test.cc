@@ -159,7 +159,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineReferenceTest,
                                            "deepseek_v32_knobs", "deepseek_v3_dense",
                                            "deepseek_v3_yarn_knobs",
                                            // hidden_act other than silu (CPU backend only)
-                                           "deepseek_v2_gelu_tanh", "deepseek_v3_gelu"),
+                                           "deepseek_v2_gelu_tanh", "deepseek_v3_gelu",
+                                           // hidden / intermediate sizes stored zero-padded to
+                                           // multiples of 8 (model/model_widths.h)
+                                           "deepseek_v3_pad", "deepseek_v2_pad", "deepseek_v32_pad"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -61,7 +61,7 @@ absl::Status LinearPair(const OpContext& ctx, const void* x, int rows, int64_t x
 
 absl::Status RmsNorm(const OpContext& ctx, const void* x, int rows, int dim, int64_t x_stride,
                      const WeightTensor& weight, float eps, void* y, int64_t y_stride,
-                     void* residual) {
+                     void* residual, int real_dim) {
   if (rows == 0) return absl::OkStatus();
   kernels::RmsNormParams p;
   p.dtype = ctx.dtype;
@@ -74,6 +74,7 @@ absl::Status RmsNorm(const OpContext& ctx, const void* x, int rows, int dim, int
   p.y = y;
   p.y_stride = y_stride;
   p.eps = eps;
+  p.real_dim = real_dim;
   return kernels::RmsNorm(p, ctx.kernel);
 }
 

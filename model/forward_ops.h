@@ -44,10 +44,12 @@ absl::Status LinearPair(const OpContext& ctx, const void* x, int rows, int64_t x
                         const LinearWeight& stacked, int first_out, void* y1, int64_t y1_stride,
                         void* y2, int64_t y2_stride);
 
-// y = RmsNorm(x) * weight; with residual: residual += x, y = RmsNorm(residual) * weight.
+// y = RmsNorm(x) * weight; with residual: residual += x, y = RmsNorm(residual) * weight. The
+// mean of squares divides by real_dim (0: dim), the model's width of rows zero-padded to dim
+// (the hidden state, model/model_widths.h).
 absl::Status RmsNorm(const OpContext& ctx, const void* x, int rows, int dim, int64_t x_stride,
                      const WeightTensor& weight, float eps, void* y, int64_t y_stride,
-                     void* residual = nullptr);
+                     void* residual = nullptr, int real_dim = 0);
 
 // dst row r [0, width) = src row r [0, width), for r < rows (a strided 2-D copy of
 // activation elements within the backend).

@@ -13,7 +13,7 @@ namespace mlaserve::model {
 size_t ParallelStep::ScratchBytes(const LayerContext& context) {
   const ParallelLayout& layout = *context.layout;
   if (!layout.sharded()) return 0;
-  const ModelConfig& c = *context.config;
+  const size_t hidden = context.widths.hidden;  // as stored (model_widths.h)
   const size_t T = context.limits.max_batch_tokens;
   const size_t rows = std::min<size_t>(T, context.limits.max_batch_seqs);  // logit rows
   const size_t es = context.ops.elem();
@@ -23,7 +23,7 @@ size_t ParallelStep::ScratchBytes(const LayerContext& context) {
   // Data attention: the gathered input, the partial sums and this rank's sums; the LM head's
   // shards (+ the gathered logit rows).
   if (layout.attention_dp()) {
-    total += (2 * n + 1) * T * c.hidden_size * es + n * rows * c.hidden_size * es;
+    total += (2 * n + 1) * T * hidden * es + n * rows * hidden * es;
   }
   // All-to-all dispatch: the exchange buffers over this rank's rows (every rank's at most),
   // counted or at fixed capacity (at most max_batch_seqs rows a block: FixedCapacity), and
@@ -34,7 +34,7 @@ size_t ParallelStep::ScratchBytes(const LayerContext& context) {
     const int capacity = std::min(mine, context.limits.max_batch_seqs);
     total += std::max(FeedForward::AllToAllScratchBytes(context, mine),
                       FeedForward::AllToAllFixedScratchBytes(context, capacity));
-    if (layout.attention_tp()) total += n * static_cast<size_t>(mine) * c.hidden_size * es;
+    if (layout.attention_tp()) total += n * static_cast<size_t>(mine) * hidden * es;
   }
   const size_t head_rows = rows * ranks;
   total += (n + 1) * head_rows * static_cast<size_t>(layout.vocab_rows) * sizeof(float) +
@@ -44,7 +44,7 @@ size_t ParallelStep::ScratchBytes(const LayerContext& context) {
 
 absl::Status ParallelStep::BeginStep(const BatchPlan& plan) {
   StepScratch& scratch = *ctx_->scratch;
-  const ModelConfig& c = *ctx_->config;
+  const int64_t hidden = ctx_->widths.hidden;  // as stored (model_widths.h)
   const ParallelLayout& layout = *ctx_->layout;
   const ops::OpContext& oc = ctx_->ops;
   const kernels::KernelContext& kctx = oc.kernel;
@@ -94,37 +94,35 @@ absl::Status ParallelStep::BeginStep(const BatchPlan& plan) {
   // (every layer writes only its T_r rows), so the padded rows route and compute finite
   // values that the reduce-scatter hands back to nobody.
   ASSIGN_OR_RETURN(dp_gathered_,
-                   scratch.Activations(gathered_rows * c.hidden_size, "dp gathered hidden"));
-  const int64_t pad = static_cast<int64_t>(step_max_tokens_ - plan.total_tokens) * c.hidden_size;
+                   scratch.Activations(gathered_rows * hidden, "dp gathered hidden"));
+  const int64_t pad = static_cast<int64_t>(step_max_tokens_ - plan.total_tokens) * hidden;
   if (pad > 0) {
     const std::vector<uint8_t> zeros(oc.bytes(pad), 0);
     void* at = oc.at(
         dp_gathered_,
-        (static_cast<int64_t>(layout.rank) * step_max_tokens_ + plan.total_tokens) * c.hidden_size);
+        (static_cast<int64_t>(layout.rank) * step_max_tokens_ + plan.total_tokens) * hidden);
     RETURN_IF_ERROR(CopyBytes(kctx, at, zeros.data(), zeros.size(), CopyKind::kHostToDevice));
   }
   return absl::OkStatus();
 }
 
 absl::Status ParallelStep::ReduceAttentionOutput(int T, void* out) {
-  const ModelConfig& c = *ctx_->config;
   const ParallelLayout& layout = *ctx_->layout;
   const ops::OpContext& oc = ctx_->ops;
   const kernels::KernelContext& kctx = oc.kernel;
   if (!layout.attention_tp()) return absl::OkStatus();
-  return comm_->AllReduceSum(out, out, static_cast<int64_t>(T) * c.hidden_size, oc.dtype,
+  return comm_->AllReduceSum(out, out, static_cast<int64_t>(T) * ctx_->widths.hidden, oc.dtype,
                              kctx.stream);
 }
 
 absl::Status ParallelStep::RunFeedForward(FeedForward& block, int T, const void* y, void* out) {
   StepScratch& scratch = *ctx_->scratch;
-  const ModelConfig& c = *ctx_->config;
   const ParallelLayout& layout = *ctx_->layout;
   const ops::OpContext& oc = ctx_->ops;
   const kernels::KernelContext& kctx = oc.kernel;
   if (!layout.sharded()) return block.Forward(T, y, out);
   if (layout.all_to_all() && block.is_moe()) return RunAllToAll(block, T, y, out);
-  const int64_t hidden = c.hidden_size;
+  const int64_t hidden = ctx_->widths.hidden;  // as stored (model_widths.h)
   if (layout.attention_tp()) {
     RETURN_IF_ERROR(block.Forward(T, y, out));
     return comm_->AllReduceSum(out, out, T * hidden, oc.dtype, kctx.stream);
@@ -165,7 +163,7 @@ absl::Status ParallelStep::RunAllToAll(FeedForward& block, int T, const void* y,
   StepScratch& scratch = *ctx_->scratch;
   ScratchScope scope(scratch.arena());
   const ops::OpContext& oc = ctx_->ops;
-  const int64_t hidden = ctx_->config->hidden_size;
+  const int64_t hidden = ctx_->widths.hidden;
   const int n = layout.size;
   const int s = (T + n - 1) / n;
   const int begin = std::min(T, layout.rank * s);
@@ -185,7 +183,7 @@ absl::Status ParallelStep::LmHead(const LinearWeight& lm_head, const void* picke
   const ParallelLayout& layout = *ctx_->layout;
   const ops::OpContext& oc = ctx_->ops;
   const kernels::KernelContext& kctx = oc.kernel;
-  const int hidden = c.hidden_size;
+  const int hidden = ctx_->widths.hidden;  // as stored (model_widths.h): lm_head's columns
   const int V = c.vocab_size;
   if (!layout.sharded()) {
     return ops::Linear(oc, picked, rows, hidden, lm_head, logits, V, 0.0f,

@@ -50,11 +50,16 @@ target_link_libraries(model_parallel_layout PUBLIC model_loader mlaserve_paralle
 mlaserve_warnings(model_parallel_layout)
 mlaserve_test(model_parallel_layout_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/parallel_layout_test.cc
               DEPS model_parallel_layout)
+# The widths the hidden state and the MLP intermediates are stored at (model_widths.h, a header).
+mlaserve_test(model_widths_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_widths_test.cc
+              DEPS model_parallel_layout model_loader nlohmann_json::nlohmann_json)
 
-# The DeepSeek weights as one rank holds them (LoadDeepseekWeights), and the thin ops over them
-# (forward_ops.h) that every block of the forward calls.
+# The DeepSeek weights as one rank holds them (LoadDeepseekWeights, through WeightLoader's
+# reads, slices and zero padding), and the thin ops over them (forward_ops.h) that every block
+# of the forward calls.
 add_library(model_weights STATIC
   ${CMAKE_CURRENT_LIST_DIR}/deepseek_weights.cc
+  ${CMAKE_CURRENT_LIST_DIR}/weight_loader.cc
   ${CMAKE_CURRENT_LIST_DIR}/forward_ops.cc)
 target_include_directories(model_weights PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(model_weights PUBLIC model_loader model_parallel_layout model_padded_matrix
@@ -140,6 +145,11 @@ if(MLASERVE_BUILD_TESTS)
                   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_parallel_cuda_test.cc
                   DEPS model_runtime nlohmann_json::nlohmann_json LABELS gpu TIMEOUT 600)
   endif()
+  # LoadDeepseekWeights' zero padding of hidden / intermediate widths (model_widths.h) on the
+  # padded fixtures, one rank and a rank of a sharded layout.
+  mlaserve_test(model_weights_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/deepseek_weights_test.cc
+                DEPS model_runtime mlaserve_parallel nlohmann_json::nlohmann_json)
   mlaserve_test(model_engine_behavior_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_behavior_test.cc
                 DEPS model_runtime model_sampler nlohmann_json::nlohmann_json TIMEOUT 600)

@@ -264,4 +264,55 @@ FIXTURES = {
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
             rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False,
             hidden_act="gelu")),
+    # hidden_size and intermediate sizes that are not multiples of 8 (the CUDA kernels' 16-byte
+    # rows): the engine stores them rounded up with zeros in the padding (model/model_widths.h)
+    # and divides its RMSNorms by the real hidden size; HF runs them as they are. V3: hidden 28
+    # over 7 heads, dense intermediate 20, experts' 12 (one shared expert: 12), q_lora_rank 12
+    # (not padded), vocab 257 (the serving tests' prompts use ids up to 251), noaux_tc over 2
+    # groups.
+    "deepseek_v3_pad": dict(
+        model_cls="DeepseekV3ForCausalLM", config_cls="DeepseekV3Config", published=False,
+        seed=15000,
+        config=dict(
+            vocab_size=257, hidden_size=28, intermediate_size=20, moe_intermediate_size=12,
+            num_hidden_layers=2, num_attention_heads=7, num_key_value_heads=7,
+            kv_lora_rank=16, q_lora_rank=12, qk_rope_head_dim=8, qk_nope_head_dim=8,
+            v_head_dim=8, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+            n_group=2, topk_group=1, first_k_dense_replace=1, norm_topk_prob=True,
+            routed_scaling_factor=2.5, max_position_embeddings=512, rope_interleave=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
+    # V2 with hidden 36 over 4 heads, dense intermediate 44, experts' 12 (3 shared experts: 36;
+    # each of them divides by 4 ranks), attention_bias (o_proj's bias rows padded) and mlp_bias
+    # (gate/up/down biases padded), tied embeddings (the LM head reads the padded embedding),
+    # greedy softmax routing.
+    "deepseek_v2_pad": dict(
+        model_cls="DeepseekV2ForCausalLM", config_cls="DeepseekV2Config", published=False,
+        seed=16000,
+        config=dict(
+            vocab_size=256, hidden_size=36, intermediate_size=44, moe_intermediate_size=12,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+            kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=16,
+            v_head_dim=16, n_routed_experts=4, n_shared_experts=3, num_experts_per_tok=2,
+            first_k_dense_replace=1, topk_method="greedy", n_group=1, topk_group=1,
+            norm_topk_prob=False, routed_scaling_factor=1.0, max_position_embeddings=512,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=True,
+            attention_bias=True, mlp_bias=True)),
+    # V3.2 with hidden 44 (the indexer's wk and weights_proj read it), dense intermediate 36,
+    # experts' 20, q_lora_rank 20, 8 indexer heads, index_topk 32 (sparse past 32 tokens),
+    # vocab 300.
+    "deepseek_v32_pad": dict(
+        model_cls="DeepseekV32ForCausalLM", config_cls="DeepseekV32Config", published=False,
+        seed=17000, screen_decode=True,
+        config=dict(
+            vocab_size=300, hidden_size=44, intermediate_size=36, moe_intermediate_size=20,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+            kv_lora_rank=16, q_lora_rank=20, qk_rope_head_dim=8, qk_nope_head_dim=8,
+            v_head_dim=8, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+            n_group=1, topk_group=1, first_k_dense_replace=1, norm_topk_prob=True,
+            routed_scaling_factor=1.0, index_topk=32, index_n_heads=8, index_head_dim=16,
+            max_position_embeddings=512,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
 }

@@ -7,11 +7,15 @@
 
 namespace mlaserve::kernels {
 
-// dst[j] = w[j] * (src[j] / sqrt(mean(src^2) + eps)) for j < dim; dst may alias src.
-inline void RmsNormRowCpu(const float* src, const float* w, int dim, float eps, float* dst) {
+// dst[j] = w[j] * (src[j] / sqrt(mean(src^2) + eps)) for j < dim; dst may alias src. The mean
+// divides the sum of squares by real_dim (0: dim), the row's width before zero padding
+// (kernels/norm's RmsNormParams::real_dim).
+inline void RmsNormRowCpu(const float* src, const float* w, int dim, float eps, float* dst,
+                          int real_dim = 0) {
   double sum_sq = 0;
   for (int j = 0; j < dim; ++j) sum_sq += static_cast<double>(src[j]) * src[j];
-  const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / dim + eps));
+  const int mean_dim = real_dim > 0 ? real_dim : dim;
+  const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / mean_dim + eps));
   for (int j = 0; j < dim; ++j) dst[j] = w[j] * (src[j] * inv);
 }
 

@@ -3,6 +3,11 @@
 // RMSNorm, as Hugging Face's DeepseekV*RMSNorm: y = weight * (x / sqrt(mean(x^2) + eps)),
 // computed in f32. With residual != null the op is fused:  residual += x;  y = norm(residual)
 // (residual is read and written; x is not modified).
+//
+// Zero-padded rows (model/model_widths.h stores the hidden state rounded up to a multiple of 8,
+// zeros past hidden_size): the mean of squares divides by real_dim, the model's width, while the
+// kernels run over all dim values (the padding adds 0 to the sum, and its zero weights keep y
+// zero there), so the 16-byte vector paths still apply.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +28,9 @@ struct RmsNormParams {
   void* y = nullptr;         // [rows, dim], row stride y_stride; may alias x
   int64_t y_stride = 0;
   float eps = 1e-6f;
+  // The width mean(x^2) divides by, in [1, dim]; 0 means dim. Below dim, x (and the residual)
+  // must hold zeros past real_dim, and weight too if y must (the caller's contract; not read).
+  int real_dim = 0;
 };
 
 // LayerNorm: y = (x - mean) / sqrt(var + eps) * weight + bias (biased variance, f32 math).

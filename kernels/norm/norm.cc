@@ -28,6 +28,10 @@ absl::Status RmsNorm(const RmsNormParams& p, const KernelContext& ctx) {
   if (!(p.eps >= 0.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("rmsnorm: eps=", p.eps, " must be >= 0"));
   }
+  if (p.real_dim < 0 || p.real_dim > p.dim) {
+    return absl::InvalidArgumentError(absl::StrCat("rmsnorm: real_dim=", p.real_dim,
+                                                   " must be in [0, dim=", p.dim, "]"));
+  }
   if (p.rows == 0) return absl::OkStatus();
   MLASERVE_DISPATCH("norm", ctx, RmsNormCpu(p), RmsNormCuda(p, ctx.stream));
 }

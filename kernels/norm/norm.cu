@@ -8,8 +8,10 @@
 // dtype, as Hugging Face's bf16 add does) and reduces the sum of squares of the value that is
 // normalised; pass 2 re-reads that value (L1/L2-resident: a row is at most a few tens of KB)
 // and writes y. y may alias x: each element is read and written by the same thread, and pass
-// 2 starts after the block-wide reduction. LayerNorm: mean, then the biased variance around
-// it (two reductions, numerically safer than E[x^2] - mean^2), then y.
+// 2 starts after the block-wide reduction. Both divide the sum of squares over all dim values
+// by real_dim (a zero-padded row's real width, api.h), so a padded row keeps the vector path.
+// LayerNorm: mean, then the biased variance around it (two reductions, numerically safer than
+// E[x^2] - mean^2), then y.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(kMaxVecThreads) RmsNormVecKernel(const __grid_
     }
   }
   ss = cuda::BlockSum(ss, scratch);
-  const float inv = rsqrtf(ss / p.dim + p.eps);
+  const float inv = rsqrtf(ss / p.real_dim + p.eps);
 #pragma unroll
   for (int i = 0; i < kMaxVecsPerThread; ++i) {
     const int at = threadIdx.x + i * blockDim.x;
@@ -110,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(const __grid_constant_
     ss += v * v;
   }
   ss = cuda::BlockSum(ss, scratch);
-  const float inv = rsqrtf(ss / p.dim + p.eps);
+  const float inv = rsqrtf(ss / p.real_dim + p.eps);
   const T* src = res != nullptr ? res : x;
   for (int j = threadIdx.x; j < p.dim; j += kThreads) {
     // HF: weight * (x * rsqrt(...)).to(dtype): normalise in f32, round, then scale.
@@ -193,8 +195,11 @@ absl::Status LaunchLayerNorm(const LayerNormParams& p, cudaStream_t s) {
 
 }  // namespace
 
-absl::Status RmsNormCuda(const RmsNormParams& p, void* stream) {
+absl::Status RmsNormCuda(const RmsNormParams& params, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  // Normalised once: the kernels divide by real_dim (0 in the params means dim).
+  RmsNormParams p = params;
+  if (p.real_dim <= 0) p.real_dim = p.dim;
   if (p.dtype == DType::kBF16) return LaunchRmsNorm<__nv_bfloat16>(p, s);
   if (p.dtype == DType::kF32) return LaunchRmsNorm<float>(p, s);
   return DtypeError("rmsnorm", p.dtype);

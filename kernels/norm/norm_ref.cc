@@ -26,7 +26,7 @@ absl::Status RmsNormCpu(const RmsNormParams& p) {
       for (int j = 0; j < p.dim; ++j) rr[j] += xr[j];
       src = rr;
     }
-    RmsNormRowCpu(src, w, p.dim, p.eps, yr);
+    RmsNormRowCpu(src, w, p.dim, p.eps, yr, p.real_dim);
   }
   return absl::OkStatus();
 }

@@ -202,7 +202,7 @@ absl::Status DsaIndexer::Run(const BatchPlan& plan, const void* x, const void* q
   const int nh = c.index_n_heads;
   const int dh = c.index_head_dim;
   const int dk = ctx_->index_key_dim;  // stored width of a key / query head (>= dh, see above)
-  const int hidden = c.hidden_size;
+  const int hidden = ctx_->widths.hidden;  // as stored (model_widths.h): wk / weights_proj columns
   const int ql = *c.q_lora_rank;
 
   ASSIGN_OR_RETURN(void* k, scratch.Activations(static_cast<int64_t>(T) * dk, "indexer k"));

@@ -41,13 +41,14 @@ size_t FeedForward::ScratchBytes(const LayerContext& context) {
   // workspace + shared act, at this rank's intermediate slices.
   const size_t ranks = layout.attention_dp() ? layout.size : 1;
   const size_t M = static_cast<size_t>(context.limits.max_batch_tokens) * ranks;
-  size_t bytes = M * 3 * layout.mlp_inter.count * es + kernels::MoeSharedGateUpWorkspaceBytes();
+  const ModelWidths& w = context.widths;  // as stored (model_widths.h)
+  size_t bytes = M * 3 * w.mlp_inter * es + kernels::MoeSharedGateUpWorkspaceBytes();
   if (c.n_routed_experts > 0) {
     kernels::MoeExpertsParams e;
     e.dtype = context.ops.dtype;
     e.num_tokens = static_cast<int>(M);
-    e.hidden = c.hidden_size;
-    e.inter = layout.expert_inter.count;
+    e.hidden = w.hidden;
+    e.inter = w.expert_inter;
     e.num_experts = layout.expert_parallel() ? layout.experts.count : c.n_routed_experts;
     e.top_k = c.num_experts_per_tok;
     // + the shared experts' output [M, hidden] where the routed experts' combine adds it
@@ -55,9 +56,9 @@ size_t FeedForward::ScratchBytes(const LayerContext& context) {
     const size_t moe = M * c.n_routed_experts * sizeof(float) +
                        2 * M * c.num_experts_per_tok * (sizeof(int32_t) + sizeof(float)) +
                        kernels::MoeExpertsWorkspaceBytes(e) +
-                       M * 3 * static_cast<size_t>(layout.shared_inter.count) * es +
+                       M * 3 * static_cast<size_t>(w.shared_inter) * es +
                        kernels::MoeSharedGateUpWorkspaceBytes() +
-                       (c.n_shared_experts > 0 ? M * c.hidden_size * es : 0);
+                       (c.n_shared_experts > 0 ? M * w.hidden * es : 0);
     bytes = std::max(bytes, moe);
   }
   return bytes;
@@ -71,7 +72,7 @@ absl::Status FeedForward::Route(int rows, const void* x, float* logits, int32_t*
 
 absl::Status FeedForward::RouterLogits(int rows, const void* x, float* logits) const {
   const ModelConfig& c = *ctx_->config;
-  return ops::Linear(ctx_->ops, x, rows, c.hidden_size, w_->moe.router, logits,
+  return ops::Linear(ctx_->ops, x, rows, ctx_->widths.hidden, w_->moe.router, logits,
                      c.n_routed_experts, 0.0f, /*y_f32=*/true);
 }
 
@@ -86,7 +87,7 @@ bool FeedForward::AttachFusedRouter(const void* x, float* logits, const kernels:
   routing->router.dtype = router.weight.dtype;
   routing->router.weight = router.weight.data();
   routing->router.x = x;
-  routing->router.hidden = ctx_->config->hidden_size;
+  routing->router.hidden = ctx_->widths.hidden;
   routing->router.logits = logits;
   routing->router.ticket = ctx_->scratch->grid_ticket();
   if (kernels::MoeExpertsFusesRouter(e, ctx_->ops.kernel.backend)) return true;
@@ -132,7 +133,7 @@ absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out,
   const ModelConfig& c = *ctx_->config;
   const ops::OpContext& oc = ctx_->ops;
   const int T = rows;
-  const int hidden = c.hidden_size;
+  const int hidden = ctx_->widths.hidden;  // as stored (model_widths.h)
   if (!w_->is_moe) {
     RETURN_IF_ERROR(RunGatedMlp(w_->mlp, T, x, out, /*beta=*/0.0f));
     return false;
@@ -158,7 +159,7 @@ absl::StatusOr<bool> FeedForward::RunBlock(int rows, const void* x, void* out,
   e.dtype = oc.dtype;
   e.num_tokens = T;
   e.hidden = hidden;
-  e.inter = ctx_->layout->expert_inter.count;  // moe_intermediate_size, or this rank's slice
+  e.inter = ctx_->widths.expert_inter;  // moe_intermediate_size or this rank's slice, stored
   e.num_experts = E;
   e.top_k = k;
   e.x = x;
@@ -236,7 +237,7 @@ absl::Status FeedForward::RunGatedMlp(const GatedMlpWeights& w, int rows, const 
   if (rows == 0) return absl::OkStatus();
   StepScratch& scratch = *ctx_->scratch;
   ScratchScope scope(scratch.arena());
-  const int hidden = ctx_->config->hidden_size;
+  const int hidden = ctx_->widths.hidden;
   ASSIGN_OR_RETURN(void* act, scratch.Activations(static_cast<int64_t>(rows) * 3 * w.inter, "gated mlp act"));
   if (w.gate_up_layout == kernels::MoeGateUpLayout::kStacked) {
     return ops::GatedMlp(ctx_->ops, x, rows, hidden, w, ctx_->config->activation, act, out, beta);
@@ -254,7 +255,7 @@ absl::StatusOr<void*> FeedForward::InterleavedGateUp(const GatedMlpWeights& w, i
                                                      void* act) {
   constexpr int kBlock = 8;  // features per interleaved block
   const ops::OpContext& oc = ctx_->ops;
-  const int hidden = ctx_->config->hidden_size;
+  const int hidden = ctx_->widths.hidden;
   const int inter = w.inter;
   const kernels::Activation activation = ctx_->config->activation;
   const bool silu = activation == kernels::Activation::kSilu;

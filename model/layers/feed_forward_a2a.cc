@@ -124,8 +124,8 @@ absl::Status RunLocalExperts(const LayerContext& ctx, const MoeWeights& m, int64
   kernels::MoeExpertsParams e;
   e.dtype = oc.dtype;
   e.num_tokens = static_cast<int>(rows);
-  e.hidden = ctx.config->hidden_size;
-  e.inter = ctx.layout->expert_inter.count;
+  e.hidden = ctx.widths.hidden;  // as stored (model_widths.h)
+  e.inter = ctx.widths.expert_inter;
   e.num_experts = ctx.layout->experts.count;
   e.top_k = ctx.config->num_experts_per_tok;
   e.x = x;
@@ -152,13 +152,13 @@ size_t AllToAllCommonScratchBytes(const LayerContext& context, size_t rows, size
   kernels::MoeExpertsParams e;
   e.dtype = context.ops.dtype;
   e.num_tokens = static_cast<int>(expert_rows);
-  e.hidden = c.hidden_size;
-  e.inter = layout.expert_inter.count;
+  e.hidden = context.widths.hidden;
+  e.inter = context.widths.expert_inter;
   e.num_experts = layout.experts.count;
   e.top_k = c.num_experts_per_tok;
   const size_t routing =
       rows * c.n_routed_experts * sizeof(float) + rows * k * (sizeof(int32_t) + sizeof(float));
-  const size_t shared = rows * 3 * layout.shared_inter.count * context.ops.elem();
+  const size_t shared = rows * 3 * context.widths.shared_inter * context.ops.elem();
   return routing + kernels::MoeExpertsWorkspaceBytes(e) + shared + 64 * 256;
 }
 
@@ -171,7 +171,7 @@ size_t FeedForward::AllToAllScratchBytes(const LayerContext& context, int rows) 
   const size_t n = layout.size;
   const size_t k = c.num_experts_per_tok;
   const size_t es = context.ops.elem();
-  const size_t hidden = c.hidden_size;
+  const size_t hidden = context.widths.hidden;
   const size_t sent = static_cast<size_t>(rows) * std::min(n, k);  // rows this rank sends
   const size_t received = static_cast<size_t>(rows) * n;           // rows it can receive
   const size_t meta =
@@ -194,7 +194,7 @@ absl::Status FeedForward::ForwardAllToAll(int rows, const void* x, void* out,
   }
   const int n = layout.size;
   const int k = c.num_experts_per_tok;
-  const int hidden = c.hidden_size;
+  const int hidden = ctx_->widths.hidden;  // as stored (model_widths.h)
   const int64_t rk = static_cast<int64_t>(rows) * k;
 
   // 1. Route this rank's rows.
@@ -302,7 +302,7 @@ size_t FeedForward::AllToAllFixedScratchBytes(const LayerContext& context, int c
   // Meta sent and received, unpacked ids and weights, the combine slots, the row tokens.
   const size_t meta = 2 * block * 2 * k * sizeof(int32_t) + block * k * 2 * sizeof(int32_t) +
                       rows * layout.size * sizeof(int32_t) + block * sizeof(int32_t);
-  const size_t moved = 4 * block * c.hidden_size * es;  // rows out and in, sums back and in
+  const size_t moved = 4 * block * context.widths.hidden * es;  // rows out and in, sums back and in
   return AllToAllCommonScratchBytes(context, rows, block) + meta + moved;
 }
 
@@ -323,7 +323,7 @@ absl::Status FeedForward::ForwardAllToAllFixed(int rows, int capacity, const voi
   }
   const int n = layout.size;
   const int k = c.num_experts_per_tok;
-  const int hidden = c.hidden_size;
+  const int hidden = ctx_->widths.hidden;  // as stored (model_widths.h)
   const int64_t block = static_cast<int64_t>(n) * capacity;
   const int64_t rk = std::max<int64_t>(1, static_cast<int64_t>(rows) * k);
 

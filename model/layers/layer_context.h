@@ -11,6 +11,7 @@
 #include "model/kv_cache/latent_kv_cache.h"
 #include "model/loader/config.h"
 #include "model/mla_dims.h"
+#include "model/model_widths.h"
 #include "model/parallel_layout.h"
 #include "model/rope.h"
 #include "model/step/batch_plan.h"
@@ -33,6 +34,10 @@ struct LaunchLimits {
 struct LayerContext {
   const ModelConfig* config = nullptr;
   MlaDims dims;   // the MLA widths as stored (mla_dims.h)
+  // The hidden state's width and this rank's intermediate slices as stored (model_widths.h):
+  // every activation row and weight the blocks touch has these widths; only the RMSNorms over
+  // the hidden state read config->hidden_size.
+  ModelWidths widths;
   int heads = 0;  // the attention heads of this rank (all of them on one GPU)
   const ParallelLayout* layout = nullptr;  // this rank's shards
   ops::OpContext ops;                      // backend, stream, activation dtype

@@ -205,7 +205,7 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
   const int H = ctx_->heads;       // this rank's heads (all of them on one GPU)
   const int qk = ctx_->dims.qk();  // stored widths (model/mla_dims.h)
   const int E = ctx_->dims.latent();
-  const int hidden = c.hidden_size;
+  const int hidden = ctx_->widths.hidden;  // as stored (model_widths.h)
 
   // A dense decode batch: mla_decode's plan, and the step's metadata built before this layer's
   // first launch if no layer before built it.
