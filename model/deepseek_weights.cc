@@ -15,38 +15,37 @@
 namespace mlaserve::model {
 namespace {
 
-// The gate_up stack in the layout the expert GEMMs read fastest on this backend (in place,
-// once): interleaved for the Hopper GEMM's fused SiLU epilogue, else left stacked.
-absl::Status PrepareExperts(const WeightLoader& ld, int64_t stack, int64_t inter, int64_t hidden,
-                            MoeWeights* moe) {
+// The layout of `num_experts` stacked gate_up matrices [2 inter, hidden] at `gate_up` that the
+// expert GEMMs read fastest on this backend (rearranged in place, once): interleaved for the
+// Hopper GEMM's fused SiLU epilogue, else left stacked.
+absl::StatusOr<kernels::MoeGateUpLayout> PrepareGateUp(const WeightLoader& ld,
+                                                       int64_t num_experts, int64_t inter,
+                                                       int64_t hidden, void* gate_up) {
   kernels::MoePrepareParams prep;
   prep.dtype = ld.dtype();
-  prep.num_experts = static_cast<int>(stack);
+  prep.num_experts = static_cast<int>(num_experts);
   prep.hidden = static_cast<int>(hidden);
   prep.inter = static_cast<int>(inter);
-  prep.gate_up = moe->experts_gate_up.buffer.data();
-  ASSIGN_OR_RETURN(
-      moe->experts_gate_up_layout,
-      kernels::MoePrepareExpertWeights(prep, kernels::KernelContext{ld.backend(), nullptr, 0}));
-  return absl::OkStatus();
+  prep.gate_up = gate_up;
+  return kernels::MoePrepareExpertWeights(prep, kernels::KernelContext{ld.backend(), nullptr, 0});
 }
 
 // A gated MLP's gate_up (the shared experts', a dense layer's), as one expert, in the layout
-// PrepareExperts gives the routed stack (interleaved on Hopper: FeedForward then fuses SiLU *
-// up into its gate_up GEMM). Biased gate_up rows stay stacked (the bias would need the same
-// permutation).
+// the routed stack gets (interleaved on Hopper: FeedForward then fuses SiLU * up into its
+// gate_up GEMM). Biased gate_up rows stay stacked (the bias would need the same permutation).
 absl::Status PrepareGatedMlp(const WeightLoader& ld, int64_t hidden, GatedMlpWeights* mlp) {
   if (!mlp->gate_up.bias.empty() || mlp->inter == 0) return absl::OkStatus();
-  kernels::MoePrepareParams prep;
-  prep.dtype = ld.dtype();
-  prep.num_experts = 1;
-  prep.hidden = static_cast<int>(hidden);
-  prep.inter = mlp->inter;
-  prep.gate_up = mlp->gate_up.weight.buffer.data();
-  ASSIGN_OR_RETURN(
-      mlp->gate_up_layout,
-      kernels::MoePrepareExpertWeights(prep, kernels::KernelContext{ld.backend(), nullptr, 0}));
+  ASSIGN_OR_RETURN(mlp->gate_up_layout,
+                   PrepareGateUp(ld, 1, mlp->inter, hidden, mlp->gate_up.weight.buffer.data()));
   return absl::OkStatus();
+}
+
+// name.weight [out, hidden_size], whole, stored with the hidden axis' zero columns (no bias):
+// a projection that reads the hidden state (model/model_widths.h).
+absl::StatusOr<LinearWeight> ReadsHidden(const WeightLoader& ld, const std::string& name, int out,
+                                         const PaddedAxis& hidden) {
+  return ld.PaddedLinear(name, out, hidden.real(), TensorSlice{}, PaddedAxis::Plain(out), hidden,
+                         false);
 }
 
 // gate_proj and up_proj of `prefix` stacked into one [2I, hidden] matrix (I: this rank's
@@ -103,7 +102,9 @@ absl::Status Experts(const WeightLoader& ld, const ModelConfig& c, const std::st
     ASSIGN_OR_RETURN(moe->experts_gate_up,
                      ld.Tensor(prefix + ".experts.gate_up_proj", {E, 2 * I, H}));
     ASSIGN_OR_RETURN(moe->experts_down, ld.Tensor(prefix + ".experts.down_proj", {E, H, I}));
-    return PrepareExperts(ld, E, I, H, moe);
+    ASSIGN_OR_RETURN(moe->experts_gate_up_layout,
+                     PrepareGateUp(ld, E, I, H, moe->experts_gate_up.buffer.data()));
+    return absl::OkStatus();
   }
   // Expert by expert (no host copy of the whole stack): the published per-expert tensors,
   // or a rank's blocks of the fused ones.
@@ -157,7 +158,8 @@ absl::Status Experts(const WeightLoader& ld, const ModelConfig& c, const std::st
         CopyBytes(ctx, dn + j * Hs * Is * es, down.data(), down.size(), CopyKind::kHostToDevice));
   }
   RETURN_IF_ERROR(Synchronize(ctx));
-  return PrepareExperts(ld, stack, Is, Hs, moe);
+  ASSIGN_OR_RETURN(moe->experts_gate_up_layout, PrepareGateUp(ld, stack, Is, Hs, gu));
+  return absl::OkStatus();
 }
 
 // Stacks `first` over `second` (both [out_i, in], no bias) into one [out_1 + out_2, in] matrix
@@ -297,13 +299,11 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
     ASSIGN_OR_RETURN(iw.wq_b, ld.Linear(ix + ".wq_b", c.index_n_heads * c.index_head_dim,
                                          *c.q_lora_rank));
     // wk and weights_proj read the hidden state; wq_b the q LoRA residual (not padded).
-    ASSIGN_OR_RETURN(iw.wk, ld.PaddedLinear(ix + ".wk", c.index_head_dim, H, TensorSlice{},
-                                            PaddedAxis::Plain(c.index_head_dim), hidden, false));
+    ASSIGN_OR_RETURN(iw.wk, ReadsHidden(ld, ix + ".wk", c.index_head_dim, hidden));
     ASSIGN_OR_RETURN(iw.k_norm_w, ld.Tensor(ix + ".k_norm.weight", {c.index_head_dim}));
     ASSIGN_OR_RETURN(iw.k_norm_b, ld.Tensor(ix + ".k_norm.bias", {c.index_head_dim}));
     ASSIGN_OR_RETURN(iw.weights_proj,
-                     ld.PaddedLinear(ix + ".weights_proj", c.index_n_heads, H, TensorSlice{},
-                                     PaddedAxis::Plain(c.index_n_heads), hidden, false));
+                     ReadsHidden(ld, ix + ".weights_proj", c.index_n_heads, hidden));
   }
 
   lw.is_moe = c.layer_is_moe[l];
@@ -319,9 +319,7 @@ absl::StatusOr<LayerWeights> LoadLayer(const ModelConfig& c, const ParallelLayou
     return lw;
   }
   MoeWeights& moe = lw.moe;
-  ASSIGN_OR_RETURN(moe.router,
-                   ld.PaddedLinear(mp + ".gate", c.n_routed_experts, H, TensorSlice{},
-                                   PaddedAxis::Plain(c.n_routed_experts), hidden, false));
+  ASSIGN_OR_RETURN(moe.router, ReadsHidden(ld, mp + ".gate", c.n_routed_experts, hidden));
   if (c.has_correction_bias) {
     // f32 on every backend: the routing kernel adds it to f32 scores.
     ASSIGN_OR_RETURN(moe.correction_bias, ld.Tensor(mp + ".gate.e_score_correction_bias",
@@ -368,8 +366,7 @@ absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, Weight
   DeepseekWeights w;
   const int V = c.vocab_size;
   const int H = c.hidden_size;
-  ASSIGN_OR_RETURN(LinearWeight embed, ld.PaddedLinear("model.embed_tokens", V, H, TensorSlice{},
-                                                       PaddedAxis::Plain(V), hidden, false));
+  ASSIGN_OR_RETURN(LinearWeight embed, ReadsHidden(ld, "model.embed_tokens", V, hidden));
   w.embed = std::move(embed.weight);
   ASSIGN_OR_RETURN(w.final_norm, ld.PaddedVector("model.norm.weight", hidden));
   w.lm_head.out = V;
@@ -382,8 +379,7 @@ absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, Weight
     w.lm_head.weight.dtype = w.embed.dtype;
     w.lm_head.weight.numel = w.embed.numel;
   } else if (pl.vocab.whole()) {
-    ASSIGN_OR_RETURN(w.lm_head, ld.PaddedLinear("lm_head", V, H, TensorSlice{},
-                                                PaddedAxis::Plain(V), hidden, false));
+    ASSIGN_OR_RETURN(w.lm_head, ReadsHidden(ld, "lm_head", V, hidden));
   }
   if (!pl.vocab.whole()) {
     // Vocab parallel: this rank's rows, zero-padded to vocab_rows (the last rank's shard is
