@@ -1,12 +1,14 @@
 #include "bench/serving/load_runner.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace mlaserve::bench {
 
@@ -38,6 +40,29 @@ LoadProgress LoadRunner::Progress() const {
   return state_->progress;
 }
 
+namespace {
+
+// Waits on `mu` (held) until `cond` holds or BenchClock reaches `deadline`; false on the
+// deadline. Every time in a run is read from BenchClock (steady), the clock the records'
+// offsets use too, so "not before its arrival" and "not before the bound" hold exactly:
+// absl's own deadlines read the wall clock, which drifts against it.
+bool AwaitUntil(absl::Mutex& mu, const absl::Condition& cond, BenchClock::time_point deadline)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  while (!cond.Eval()) {
+    const BenchClock::time_point now = BenchClock::now();
+    if (now >= deadline) return false;
+    mu.AwaitWithTimeout(cond, absl::FromChrono(deadline - now));
+  }
+  return true;
+}
+
+// Sleeps until BenchClock reads `due` or later.
+void SleepUntil(BenchClock::time_point due) {
+  while (BenchClock::now() < due) std::this_thread::sleep_until(due);
+}
+
+}  // namespace
+
 LoadResult LoadRunner::Run(const std::vector<RequestSpec>& specs,
                            const std::vector<double>& arrival_offsets_s) {
   const int n = static_cast<int>(std::min(specs.size(), arrival_offsets_s.size()));
@@ -50,27 +75,31 @@ LoadResult LoadRunner::Run(const std::vector<RequestSpec>& specs,
   calls_.resize(n);
 
   const BenchClock::time_point run_start = BenchClock::now();
-  const absl::Time start = absl::Now();
-  const absl::Time bound = start + options_.max_duration;  // InfiniteFuture when unbounded
+  const BenchClock::time_point bound =
+      options_.max_duration == absl::InfiniteDuration()
+          ? BenchClock::time_point::max()
+          : run_start + std::chrono::duration_cast<BenchClock::duration>(
+                            absl::ToChronoNanoseconds(options_.max_duration));
   const int limit = options_.max_concurrency > 0 ? options_.max_concurrency : n + 1;
   bool bound_hit = false;
 
   int sent = 0;
   for (; sent < n; ++sent) {
-    const absl::Time due = start + absl::Seconds(arrival_offsets_s[sent]);
+    const BenchClock::time_point due =
+        run_start + std::chrono::duration_cast<BenchClock::duration>(
+                        std::chrono::duration<double>(arrival_offsets_s[sent]));
     if (due >= bound) {
       bound_hit = true;
       break;
     }
     // Pacing the arrivals is this thread's job, so it sleeps until the request is due.
-    const absl::Duration wait = due - absl::Now();
-    if (wait > absl::ZeroDuration()) absl::SleepFor(wait);
+    SleepUntil(due);
     {
       absl::MutexLock lock(&st.mu);
       auto slot_free = [&st, limit]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
         return st.progress.in_flight < limit;
       };
-      if (!st.mu.AwaitWithDeadline(absl::Condition(&slot_free), bound)) {
+      if (!AwaitUntil(st.mu, absl::Condition(&slot_free), bound)) {
         bound_hit = true;
         break;
       }
@@ -98,14 +127,16 @@ LoadResult LoadRunner::Run(const std::vector<RequestSpec>& specs,
   };
   if (!bound_hit) {
     absl::MutexLock lock(&st.mu);
-    bound_hit = !st.mu.AwaitWithDeadline(absl::Condition(&all_done), bound);
+    bound_hit = !AwaitUntil(st.mu, absl::Condition(&all_done), bound);
   }
   if (bound_hit) {
     // Cancelling a call that already finished is a no-op, so no lock is needed here (and
     // none may be held: a cancelled call's completion takes the lock).
     for (int i = 0; i < sent; ++i) calls_[i]->CancelAtBound();
     absl::MutexLock lock(&st.mu);
-    st.mu.AwaitWithDeadline(absl::Condition(&all_done), absl::Now() + options_.cancel_grace);
+    AwaitUntil(st.mu, absl::Condition(&all_done),
+               BenchClock::now() + std::chrono::duration_cast<BenchClock::duration>(
+                                       absl::ToChronoNanoseconds(options_.cancel_grace)));
   }
 
   LoadResult result;
