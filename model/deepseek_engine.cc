@@ -440,10 +440,7 @@ absl::Status DeepseekEngine::FeedForwardHalf(int layer, int T, const StepActivat
   const WeightTensor& next_norm =
       layer + 1 < c.num_hidden_layers ? weights_.layers[layer + 1].input_norm : weights_.final_norm;
   FeedForward& block = layers_[layer].feed_forward;
-  // kernels/moe's norm epilogue divides by its row width: a padded hidden state (model_widths.h)
-  // takes the RmsNorm below, which divides by the real one.
-  const bool hidden_padded = layer_ctx_.widths.hidden != c.hidden_size;
-  if (!layout_.sharded() && block.is_moe() && !hidden_padded) {
+  if (!layout_.sharded() && block.is_moe()) {
     // One GPU: the MoE block may end in the residual add and the next norm itself (CUDA
     // decode steps: its combine kernel does both).
     kernels::MoeResidualNorm norm;
@@ -451,6 +448,7 @@ absl::Status DeepseekEngine::FeedForwardHalf(int layer, int T, const StepActivat
     norm.weight = next_norm.data();
     norm.y = a.normed;
     norm.eps = static_cast<float>(c.rms_norm_eps);
+    norm.real_dim = c.hidden_size;  // the rows may be stored padded past it (model_widths.h)
     ASSIGN_OR_RETURN(const bool folded, block.ForwardFolded(T, a.normed, a.block_out, norm));
     if (folded) return absl::OkStatus();
   } else {

@@ -19,9 +19,8 @@
 //     intermediate feature is act(0 + 0) * 0 = 0 for every activation, and down_proj's zero
 //     columns ignore it anyway.
 // The RMSNorms over the hidden state divide the sum of squares (zero over the padding) by the
-// real hidden_size (kernels::RmsNormParams::real_dim): the only place the real width enters.
-// kernels/moe's fused residual-add + norm epilogue divides by its row width, so a padded hidden
-// state keeps the separate RMSNorm (DeepseekEngine::FeedForwardHalf).
+// real hidden_size: the only place the real width enters (kernels::RmsNormParams::real_dim, and
+// kernels::MoeResidualNorm::real_dim for the MoE combine's fused residual-add + norm).
 //
 // On every backend, like MlaDims: the CPU tests then hold the padded forward to transformers
 // (fixtures deepseek_v3_pad / deepseek_v2_pad, tools/hf_shape_sweep.py --fuzz), and what the

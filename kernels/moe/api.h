@@ -122,6 +122,10 @@ struct MoeResidualNorm {
   const void* weight = nullptr;  // [hidden]
   void* y = nullptr;             // [num_tokens, hidden]
   float eps = 1e-6f;
+  // The width the mean of squares divides by: the model's real hidden_size where the rows are
+  // stored zero-padded past it (model/model_widths.h; the padding adds nothing to the sum, as
+  // RmsNormParams::real_dim). 0: hidden.
+  int real_dim = 0;
 };
 
 // Routed experts: out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]), where

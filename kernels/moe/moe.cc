@@ -197,6 +197,10 @@ absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx) {
   if (p.norm.residual != nullptr) {
     RETURN_IF_ERROR(RequireNonNull("norm.weight", p.norm.weight));
     RETURN_IF_ERROR(RequireNonNull("norm.y", p.norm.y));
+    if (p.norm.real_dim < 0 || p.norm.real_dim > p.hidden) {
+      return absl::InvalidArgumentError(absl::StrCat("moe_experts: norm.real_dim=", p.norm.real_dim,
+                                                     " must be in [0, hidden=", p.hidden, "]"));
+    }
   }
   if (ctx.backend == Backend::kCpu && p.routing != nullptr) RETURN_IF_ERROR(MoeRoutingCpu(*p.routing));
   MLASERVE_DISPATCH("moe", ctx, MoeExpertsCpu(p), MoeExpertsCuda(p, ctx.stream));

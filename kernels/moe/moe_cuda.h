@@ -259,6 +259,7 @@ struct CombineArgs {
   const __nv_bfloat16* norm_weight = nullptr;
   __nv_bfloat16* norm_y = nullptr;
   float norm_eps = 0.0f;
+  int norm_dim = 0;             // what the mean of squares divides by (MoeResidualNorm::real_dim)
   const __nv_bfloat16* addend = nullptr;  // [num_tokens, hidden] or null
   // Which kernel runs the norm epilogue. True (the stream path, decode steps: a grid of about
   // one wave, whose prologue overlaps the kernel before): the one that loads the positions,

@@ -281,6 +281,90 @@ TEST_P(MoeDecodeFoldTest, SharedExpertsAndNormEpilogueMatchTheUnfusedForms) {
   EXPECT_LE(testing::RelativeError(testing::FromBf16(normed.y), y_want), 2e-2);
 }
 
+// A hidden state stored zero-padded past the model's width (model/model_widths.h: hidden 130
+// stored as 136): the norm epilogue divides by real_dim, bit for bit as kernels/norm's RmsNorm
+// with the same real_dim after the plain combine, and keeps the padding zero. Both kernels that
+// take the epilogue: the stream path's (3 tokens) and the grouped paths' (512 tokens).
+TEST(MoeNormEpilogueTest, PaddedRowsDivideByTheRealWidth) {
+  constexpr int kH = 136, kReal = 130, kI = 72, kE = 8, kK = 2;
+  for (const int T : {3, 512}) {
+    const uint64_t seed = testing::FreshSeed();
+    SCOPED_TRACE(::testing::Message() << "tokens=" << T << " seed=" << seed);
+    Block b(T, kH, kI, kE, kK, 0, seed);
+    for (int t = 0; t < T; ++t) {
+      for (int h = kReal; h < kH; ++h) {
+        b.x[static_cast<size_t>(t) * kH + h] = 0.0f;
+        b.residual[static_cast<size_t>(t) * kH + h] = 0.0f;
+      }
+    }
+    for (int h = kReal; h < kH; ++h) {
+      b.norm_w[h] = 0.0f;
+      for (int e = 0; e < kE; ++e) {
+        std::fill_n(b.down.begin() + (static_cast<size_t>(e) * kH + h) * kI, kI, 0.0f);
+      }
+    }
+    b.d_x = testing::ToDeviceBf16(b.x);
+    b.d_dn = testing::ToDeviceBf16(b.down);
+    b.d_norm_w = testing::ToDeviceBf16(b.norm_w);
+    const std::vector<int32_t> ids = testing::MakeRouting(T, kE, kK, testing::Routing::kUniform, seed + 9);
+    const std::vector<float> w = testing::RandomVector(static_cast<size_t>(T) * kK, seed + 10, 0.1f, 1.0f);
+    auto d_ids = testing::ToDevice(ids);
+    auto d_w = testing::ToDevice(w);
+    MoeExpertsParams p = b.Experts();
+    p.topk_ids = d_ids.as<int32_t>();
+    p.topk_weights = d_w.as<float>();
+    MoeExpertsParams with_norm = p;
+    with_norm.norm.residual = b.d_x.get();  // any aligned pointers: only the queries read them
+    with_norm.norm.weight = b.d_norm_w.get();
+    with_norm.norm.y = b.d_x.get();
+    ASSERT_TRUE(MoeExpertsFoldsSharedAndNorm(with_norm, Backend::kCuda) ||
+                MoeExpertsFoldsAddendAndNorm(with_norm, Backend::kCuda));
+
+    Outputs plain, normed;
+    ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &plain));
+    p.norm.real_dim = kReal;
+    ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, true, &normed));
+    auto d_out = testing::ToDevice(plain.out);
+    auto d_res = testing::ToDeviceBf16(b.residual);
+    auto d_y = testing::PoisonedBf16(static_cast<size_t>(T) * kH);
+    RmsNormParams n;
+    n.dtype = DType::kBF16;
+    n.rows = T; n.dim = kH; n.x = d_out.get(); n.x_stride = kH; n.residual = d_res.get();
+    n.weight = b.d_norm_w.get(); n.y = d_y.get(); n.y_stride = kH; n.eps = 1e-6f;
+    n.real_dim = kReal;
+    ASSERT_TRUE(RmsNorm(n, kCuda).ok());
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    EXPECT_TRUE(normed.residual == testing::ToHost<uint16_t>(d_res, static_cast<size_t>(T) * kH))
+        << "residual differs from the combine + RmsNorm(real_dim)";
+    EXPECT_TRUE(normed.y == testing::ToHost<uint16_t>(d_y, static_cast<size_t>(T) * kH))
+        << "normed output differs from the combine + RmsNorm(real_dim)";
+    // Against the f32 reference over the real columns; the padding stays exactly zero.
+    const std::vector<float> want = b.Reference(ids, w);
+    std::vector<float> y_want(want.size(), 0.0f);
+    for (int t = 0; t < T; ++t) {
+      double ss = 0;
+      for (int h = 0; h < kReal; ++h) {
+        const size_t i = static_cast<size_t>(t) * kH + h;
+        ss += static_cast<double>(b.residual[i] + want[i]) * (b.residual[i] + want[i]);
+      }
+      const double inv = 1.0 / std::sqrt(ss / kReal + 1e-6);
+      for (int h = 0; h < kReal; ++h) {
+        const size_t i = static_cast<size_t>(t) * kH + h;
+        y_want[i] = static_cast<float>(b.norm_w[h] * (b.residual[i] + want[i]) * inv);
+      }
+    }
+    const std::vector<float> y = testing::FromBf16(normed.y), res = testing::FromBf16(normed.residual);
+    EXPECT_LE(testing::RelativeError(y, y_want), 2e-2);
+    for (int t = 0; t < T; ++t) {
+      for (int h = kReal; h < kH; ++h) {
+        const size_t i = static_cast<size_t>(t) * kH + h;
+        ASSERT_EQ(y[i], 0.0f) << "y padding at token " << t << ", column " << h;
+        ASSERT_EQ(res[i], 0.0f) << "residual padding at token " << t << ", column " << h;
+      }
+    }
+  }
+}
+
 // Decode shapes: one token (V2-Lite: 6 of 64 experts, shared 2 x 1408; hidden 1032 and 5128:
 // norm blocks of 160 and 672 threads after the one-token GEMVs), a few, the fused
 // routing's and the shared fold's limit and past them (17: shared experts refused, routing in

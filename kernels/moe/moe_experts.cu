@@ -421,6 +421,7 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
   ca.norm_weight = static_cast<const __nv_bfloat16*>(p.norm.weight);
   ca.norm_y = static_cast<__nv_bfloat16*>(p.norm.y);
   ca.norm_eps = p.norm.eps;
+  ca.norm_dim = p.norm.real_dim > 0 ? p.norm.real_dim : p.hidden;
   ca.early_loads_kernel = false;  // many waves of token blocks (moe_cuda.h)
   RETURN_IF_ERROR(p.baseline.combine ? LaunchBaselineCombine(ca, s) : LaunchCombine(ca, s));
   done(ExpertsStage::kCombine);

@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __gri
     res[at] = val[i];
   }
   ss = cuda::BlockSum(ss, scratch);
-  const float inv = rsqrtf(ss / a.hidden + a.norm_eps);
+  const float inv = rsqrtf(ss / a.norm_dim + a.norm_eps);
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const int at = threadIdx.x + i * blockDim.x;

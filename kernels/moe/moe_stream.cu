@@ -442,6 +442,7 @@ absl::Status RunStreamExperts(const MoeExpertsParams& p, const StreamWorkspace& 
   ca.norm_weight = static_cast<const __nv_bfloat16*>(p.norm.weight);
   ca.norm_y = static_cast<__nv_bfloat16*>(p.norm.y);
   ca.norm_eps = p.norm.eps;
+  ca.norm_dim = p.norm.real_dim > 0 ? p.norm.real_dim : p.hidden;
   RETURN_IF_ERROR(p.baseline.combine ? LaunchBaselineCombine(ca, s) : LaunchCombine(ca, s));
   done(ExpertsStage::kCombine);
   return absl::OkStatus();
