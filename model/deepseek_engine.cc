@@ -33,19 +33,6 @@ absl::Status CheckLimits(const EngineOptions& options) {
   return kernels::CheckMhaPrefillProvider(options.mha_provider, options.backend);
 }
 
-// The CUDA backend's MLP and expert kernels fuse SiLU-and-mul (the small-M GEMM epilogue, the
-// Hopper grouped GEMM's, the decode stream kernels); the other activations of
-// kernels/common/activation.h run on the CPU backend only.
-absl::Status CheckBackendRunsActivation(const ModelConfig& c, kernels::Backend backend) {
-  if (backend != kernels::Backend::kCuda || c.activation == kernels::Activation::kSilu) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "config.json: hidden_act '", c.hidden_act,
-      "' runs on the CPU backend only (--backend cpu); the CUDA backend's fused MLP and expert "
-      "kernels compute silu (or swish)"));
-}
-
 // What the forward assumes of every DeepSeek MLA checkpoint.
 absl::Status CheckArchitecture(const ModelConfig& c) {
   if (c.num_key_value_heads != c.num_attention_heads) {
@@ -67,8 +54,6 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   ASSIGN_OR_RETURN(e->config_, LoadModelConfig(options.model_dir));
   const ModelConfig& c = e->config_;
   const bool cuda = options.backend == kernels::Backend::kCuda;
-  // Before the device is touched, so every build (and --backend auto's fallback) says it.
-  RETURN_IF_ERROR(CheckBackendRunsActivation(c, options.backend));
   LayerContext& lc = e->layer_ctx_;
   if (c.has_indexer) {
     ASSIGN_OR_RETURN(lc.index_key_dim, DsaIndexer::KeyDim(c, options.backend));

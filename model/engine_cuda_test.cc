@@ -270,7 +270,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          "deepseek_v2_knobs", "deepseek_v3_knobs", "deepseek_v32_knobs",
                                          "deepseek_v3_dense", "deepseek_v3_yarn_knobs",
                                          // hidden / intermediate sizes stored padded (model_widths.h)
-                                         "deepseek_v3_pad", "deepseek_v2_pad", "deepseek_v32_pad"),
+                                         "deepseek_v3_pad", "deepseek_v2_pad", "deepseek_v32_pad",
+                                         // hidden_act other than silu: unfused gate_up + act-and-mul
+                                         // in the dense MLP and the shared and routed experts
+                                         "deepseek_v2_gelu_tanh", "deepseek_v3_gelu"),
                        ::testing::Values(PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kOurs},
                                          PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kCudnn},
                                          PrefillForm{AttentionPath::kMla, kernels::MhaPrefillProvider::kOurs})));
@@ -362,8 +365,9 @@ namespace {
 
 // Decode steps replayed from CUDA graphs (padded to a batch bucket) give the logits of the
 // eager engine.
-// Decode graphs replay what eager steps compute: V3 with the native cache, and V3.2 with the
-// fp8 cache (the quantizing cache writer and sparse_decode over fp8 inside the graph).
+// Decode graphs replay what eager steps compute: V3 with the native cache, V3.2 with the fp8
+// cache (the quantizing cache writer and sparse_decode over fp8 inside the graph), and V3 with
+// the erf GELU (the unfused experts and the act-and-mul passes inside the graph).
 class EngineCudaGraphTest : public ::testing::TestWithParam<std::tuple<const char*, KvCacheDtype>> {};
 
 TEST_P(EngineCudaGraphTest, DecodeGraphsMatchEagerSteps) {
@@ -429,7 +433,8 @@ TEST_P(EngineCudaGraphTest, DecodeGraphsMatchEagerSteps) {
 
 INSTANTIATE_TEST_SUITE_P(Caches, EngineCudaGraphTest,
                          ::testing::Values(std::make_tuple("deepseek_v3", KvCacheDtype::kNative),
-                                           std::make_tuple("deepseek_v32", KvCacheDtype::kFp8)));
+                                           std::make_tuple("deepseek_v32", KvCacheDtype::kFp8),
+                                           std::make_tuple("deepseek_v3_gelu", KvCacheDtype::kNative)));
 
 // A decode batch of more chunk CTAs than the GPU has SMs runs its chunks longest first: the
 // order is the step's mla_decode metadata, which the first layer builds and the others reuse

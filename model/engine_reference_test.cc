@@ -158,7 +158,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineReferenceTest,
                                            "deepseek_v2_knobs", "deepseek_v3_knobs",
                                            "deepseek_v32_knobs", "deepseek_v3_dense",
                                            "deepseek_v3_yarn_knobs",
-                                           // hidden_act other than silu (CPU backend only)
+                                           // hidden_act other than silu
                                            "deepseek_v2_gelu_tanh", "deepseek_v3_gelu",
                                            // hidden / intermediate sizes stored zero-padded to
                                            // multiples of 8 (model/model_widths.h)

@@ -6,8 +6,8 @@ weights) and from `mlaserve-run --backend cpu --dump-logits`, and their relative
 With --backend cuda (on the GPU machine, a CUDA build's mlaserve-run) the same cases run on the
 CUDA backend, held to model_engine_cuda_test's bounds: bf16 (4e-2), and for V3.2 prompts longer
 than index_topk its sparse-row mean (0.35: the indexer's top-k is a discrete choice that bf16
-may flip where two keys' scores are close); there a hidden_act other than SiLU is expected to be
-refused by name (the CUDA MLP runs SiLU only), and is reported so.
+may flip where two keys' scores are close); a hidden_act other than SiLU runs there too (unfused:
+the gate_up product, then an act-and-mul pass) and is held to the same bounds.
 With --new-tokens N (N > 1) the run also generates N greedy tokens, and transformers, fed the
 prompt and those tokens (teacher forcing), must pick the same token at every generated position
 where its top-2 gap is clear (above 1e-3 of the largest |logit| on the CPU backend, 0.1 on CUDA:
@@ -223,7 +223,7 @@ def fuzz_cases(n, seed):
             norm_topk_prob=rng.random() < 0.5, routed_scaling_factor=rng.choice([1.0, 2.5]),
             rms_norm_eps=rng.choice([1e-6, 1e-5]), tie_word_embeddings=rng.random() < 0.3,
             attention_bias=rng.random() < 0.3, rope_parameters=rope, max_position_embeddings=256)
-        # Mostly SiLU (the CUDA backend runs no other), sometimes one of the others.
+        # Mostly SiLU (what DeepSeek checkpoints use), sometimes one of the others.
         changes["hidden_act"] = rng.choice(["silu"] * 6 + ["gelu", "relu2", "gelu_pytorch_tanh"])
         prompt_len = rng.randint(8, 70)
         if kind == "v3":
@@ -361,21 +361,11 @@ def main():
                               "--max-new-tokens", str(max(args.new_tokens, 1)), "--backend", args.backend,
                               "--ignore-eos", *kv_dtype, "--dump-logits",
                               path + "/dump.json"], capture_output=True, text=True)
-        act = changes.get("hidden_act", "silu")
-        cuda_refuses = args.backend == "cuda" and act not in ("silu", "swish")
         # The 2-indexer-head case differs only where transformers keeps torch.topk's tie order.
         tie_order_differs = "ties" in name and args.index_ties == "torch"
         if out.returncode != 0:
-            err = out.stderr.strip()[-300:]
-            if cuda_refuses and "hidden_act" in err:
-                print(f"{name}: refused on CUDA as expected: {err.splitlines()[-1] if err else ''}")
-            else:
-                failures += 1
-                print(f"{name}: mlaserve-run failed (rc {out.returncode}): {err}")
-            continue
-        if cuda_refuses:
             failures += 1
-            print(f"{name}: ran on CUDA with hidden_act {act}, which it should refuse")
+            print(f"{name}: mlaserve-run failed (rc {out.returncode}): {out.stderr.strip()[-300:]}")
             continue
         dump = json.load(open(path + "/dump.json"))
         got = torch.tensor(dump["last_prompt_logits"])

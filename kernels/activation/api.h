@@ -1,8 +1,11 @@
 // activation: act-and-mul, out = act(gate) * up, with x = [gate | up] per row (the layout of
 // HF's fused experts.gate_up_proj output, and of our packed dense MLP). `act` is one of
-// kernels/common/activation.h's elementwise functions.
-// CPU: every activation, in f32. CUDA: SiLU only (bf16 or f32; the GEMM epilogues that fuse this
-// op compute SiLU too), anything else INVALID_ARGUMENT naming it.
+// kernels/common/activation.h's elementwise functions (formulas: activation_math.h, one source for
+// both backends).
+// CPU: every activation, in f32. CUDA: every activation, bf16 or f32 in and out, f32 math (SiLU on
+// its own kernel, the others on one kernel templated on the activation); the GEMM epilogues that
+// fuse this op (kernels/gemm's kSiluMul, kernels/moe's grouped and stream kernels) compute SiLU
+// only, so callers with another activation run the product, then this.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +29,7 @@ struct ActAndMulParams {
 
 absl::Status ActAndMul(const ActAndMulParams& p, const KernelContext& ctx);
 absl::Status ActAndMulCpu(const ActAndMulParams& p);
+absl::Status ActAndMulCuda(const ActAndMulParams& p, void* stream);
 absl::Status SiluAndMulCuda(const ActAndMulParams& p, void* stream);  // p.act is kSilu
 
 // SiLU-and-mul under its first name (the CUDA benchmarks and tests call it): ActAndMul with

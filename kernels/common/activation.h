@@ -25,8 +25,11 @@
 // ACT2FN's prelu and xielu carry learned parameters (no DeepSeek checkpoint stores them) and
 // are refused, as is any other name.
 //
-// Below the kernel line: no model types. Only kSilu has CUDA kernels (the fused Hopper GEMM
-// epilogues compute SiLU); the CPU backend runs every one (kernels/activation, kernels/moe).
+// Below the kernel line: no model types. Both backends run every one (kernels/activation,
+// kernels/moe; the formulas as code: activation_math.h). On CUDA the fused GEMM epilogues (the
+// small-M GEMM's, the Hopper grouped GEMM's, the MoE stream kernels') compute SiLU only; the
+// other activations take the unfused form there: the product written whole, then an act-and-mul
+// pass over it (one more read and write of the [rows, 2*inter] product).
 #pragma once
 
 #include <cstdint>

@@ -129,13 +129,15 @@ struct MoeResidualNorm {
 };
 
 // Routed experts: out[t] = sum_j topk_weights[t, j] * expert_{topk_ids[t, j]}(x[t]), where
-// expert_e(x) = down_e( act(gate_e x) * up_e x ), act = silu unless `act` says otherwise (the
-// CPU backend runs every kernels/common/activation.h function; the CUDA paths fuse SiLU and
-// refuse the others with INVALID_ARGUMENT). Tokens are grouped by expert (sorted), and
-// each expert runs one GEMM over its tokens, never one GEMM per token. An assignment whose id
-// is outside [0, num_experts) belongs to no expert of this stack (an expert-parallel rank's
-// view of another rank's expert, kernels/moe_shard's kNotLocal): it gets no row in the
-// permutation, the GEMMs or the combine and adds nothing to out (its weight is not read).
+// expert_e(x) = down_e( act(gate_e x) * up_e x ), act = silu unless `act` says otherwise (both
+// backends run every kernels/common/activation.h function; on CUDA, SiLU is fused into the
+// products where the path can, and any other activation takes a grouped path with the gate_up
+// product written whole and an act-and-mul pass over it: moe_cuda.h). Tokens are grouped by
+// expert (sorted), and each expert runs one GEMM over its tokens, never one GEMM per token. An
+// assignment whose id is outside [0, num_experts) belongs to no expert of this stack (an
+// expert-parallel rank's view of another rank's expert, kernels/moe_shard's kNotLocal): it gets
+// no row in the permutation, the GEMMs or the combine and adds nothing to out (its weight is
+// not read).
 struct MoeExpertsParams {
   DType dtype = DType::kF32;  // of x, weights and out
   int num_tokens = 0;
@@ -181,7 +183,8 @@ size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p);
 // Whether MoeExperts(p) on `backend` takes p.shared and p.norm (set p.shared.inter, and the
 // rest of p's shape, before asking): the CUDA stream path (decode steps) when the shared MLP
 // splits into at most top_k slices of `inter` features, hidden <= 32768, and, with shared
-// experts, at most kMoeFoldSharedMaxTokens tokens; never with p.addend set. False on the CPU,
+// experts, at most kMoeFoldSharedMaxTokens tokens; never with p.addend set, nor for an act other
+// than SiLU (the stream kernels compute SiLU; such calls take a grouped path). False on the CPU,
 // which keeps the separate gated MLP and RmsNorm.
 // A shared slice streams its weights once per 16 tokens; past that the dense GEMMs of the
 // separate gated MLP are faster (H100, V2-Lite, batch 128: 21.0 ms a step folded vs 17.7).
@@ -193,14 +196,15 @@ bool MoeExpertsCudaFoldsSharedAndNorm(const MoeExpertsParams& p);  // CUDA build
 // (kSm90, kTiled: prefill-sized batches), whose combine then adds the addend and runs the
 // norm epilogue, for bf16, hidden % 8 == 0 and <= 32768, 16-byte aligned addend and norm
 // pointers, and MLASERVE_MOE_PREFILL_FOLD not "0" in the environment (read once; timing
-// comparisons). False on the stream path (decode steps fold the shared experts themselves:
+// comparisons). Any act: the addend and the norm are the combine's, after the products. False
+// on the stream path (decode steps fold the shared experts themselves:
 // MoeExpertsFoldsSharedAndNorm), with the baseline combine, and on the CPU, which keeps the
 // separate shared MLP and RmsNorm.
 bool MoeExpertsFoldsAddendAndNorm(const MoeExpertsParams& p, Backend backend);
 bool MoeExpertsCudaFoldsAddendAndNorm(const MoeExpertsParams& p);  // CUDA builds only
 // Whether MoeExperts(p) on `backend` takes p.routing->router (the router projection in the
-// routing's kernel; set it, and the rest of p, before asking): the CUDA stream path with the
-// routing fused into the permutation (decode steps: num_tokens <= kMoeStreamMaxTokens),
+// routing's kernel; set it, and the rest of p, before asking): the CUDA stream path (SiLU only)
+// with the routing fused into the permutation (decode steps: num_tokens <= kMoeStreamMaxTokens),
 // bf16 weight and x, hidden % 8 == 0 and <= kMoeFusedRouterMaxHidden, 16-byte aligned weight
 // and x, a ticket, and MLASERVE_MOE_FUSED_ROUTER not "0" (nor MLASERVE_MOE_FOLD). False on the
 // CPU. Where false, callers compute the logits first and leave router.weight null.

@@ -143,11 +143,6 @@ absl::Status MoeExperts(const MoeExpertsParams& p, const KernelContext& ctx) {
   RETURN_IF_ERROR(RequirePositive("inter", p.inter));
   RETURN_IF_ERROR(RequirePositive("num_experts", p.num_experts));
   RETURN_IF_ERROR(RequirePositive("top_k", p.top_k));
-  if (ctx.backend == Backend::kCuda && p.act != Activation::kSilu) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "moe_experts: act=", ActivationName(p.act),
-        " runs on the CPU backend only; the CUDA expert kernels fuse SiLU (silu) only"));
-  }
   if (p.num_tokens == 0) return absl::OkStatus();
   RETURN_IF_ERROR(RequireNonNull("x", p.x));
   RETURN_IF_ERROR(RequireNonNull("topk_ids", p.topk_ids));

@@ -6,7 +6,8 @@
 //      by expert over many blocks (per-chunk expert counts, a scan, a scatter that places
 //      every assignment at its sorted row) and, for kSm90, the copy of each x row to its
 //      sorted row (in the scatter for one chunk, a launch of its own for more);
-//   2. the gate_up product over each expert's rows, and SiLU(gate) * up;
+//   2. the gate_up product over each expert's rows, and act(gate) * up (SiLU fused into the
+//      product where the path can; any other activation as a pass of its own, below);
 //   3. the down product, one bf16 row per assignment (rounded as Hugging Face's expert output
 //      is);
 //   4. the combine (moe_rows.cu): each token's top_k rows weighted and summed in token order
@@ -21,6 +22,11 @@
 //             (expert, tile) work) on gathered rows: prefill and large decode batches; with
 //             kInterleaved8 weights SiLU * up runs in the gate_up GEMM's epilogue;
 //   kTiled    the portable mma.sync grouped GEMM (any sm_80+ GPU, and the fallback).
+// Activations other than SiLU (MoeExpertsParams::act): the stream kernels compute SiLU in their
+// gate_up pass, so such calls take a grouped path whatever p.path asks (kSm90 on Hopper, else
+// kTiled), unfused: the [A, 2*inter] gate_up product written whole, LaunchActMul over it, then
+// the down product. The stream path's folds (shared experts, norm epilogue, router projection)
+// are then not taken, and their Moe...Folds... / FusesRouter queries say so.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -243,6 +249,9 @@ absl::Status LaunchGatherRows(const PermuteArgs& a, cudaStream_t s);
 // the grid on the host.
 absl::Status LaunchSiluMul(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter,
                            int max_rows, bool interleaved, cudaStream_t s);
+// The same pass for any activation (moe_act_mul.cu): act(gate) * up; LaunchSiluMul for kSilu.
+absl::Status LaunchActMul(Activation act, __nv_bfloat16* h, const int32_t* offsets, int num_experts,
+                          int inter, int max_rows, bool interleaved, cudaStream_t s);
 // out[t] = sum_j w[t, j] * ys[position[t*top_k + j]] (f32 in j order, one rounding), plus
 // the shared slices' rows ys[shared_base + s*num_tokens + t] (weight 1, after the routed ones),
 // plus addend[t] (MoeExpertsParams::addend, weight 1, last); with residual set, the
@@ -290,7 +299,8 @@ class ExpertsStageObserver {
   virtual void AfterStage(ExpertsStage stage, cudaStream_t s) = 0;
 };
 // What a call with these params runs: the path (kAuto resolved), the kSm90 tile configuration
-// of each product and whether SiLU * up runs in the gate_up GEMM's epilogue.
+// of each product and whether SiLU * up runs in the gate_up GEMM's epilogue (never for another
+// activation).
 struct ExpertsPlan {
   MoeExpertsPath path;
   int gate_up_variant;  // -1 off kSm90

@@ -50,12 +50,18 @@ double StreamMaxRowsPerExpert() {
 // experts"): the stream kernels while experts have few rows (they read each touched expert's
 // weights once; at 12 rows per expert they still beat the grouped GEMMs), the Hopper grouped
 // GEMM beyond, the portable tiled GEMM off Hopper.
+// The stream kernels compute SiLU in their gate_up pass: for any other activation kAuto and
+// kStream take the grouped GEMM of this GPU instead (moe_cuda.h).
 MoeExpertsPath ChoosePath(const MoeExpertsParams& p) {
+  const MoeExpertsPath grouped = moe_cuda::Sm90Available() ? MoeExpertsPath::kSm90 : MoeExpertsPath::kTiled;
+  const bool stream_runs_act = p.act == Activation::kSilu;
+  if (p.path == MoeExpertsPath::kStream && !stream_runs_act) return grouped;
   if (p.path != MoeExpertsPath::kAuto) return p.path;
-  if (p.num_tokens <= kMoeStreamMaxTokens || MeanRowsPerExpert(p) <= StreamMaxRowsPerExpert()) {
+  if (stream_runs_act &&
+      (p.num_tokens <= kMoeStreamMaxTokens || MeanRowsPerExpert(p) <= StreamMaxRowsPerExpert())) {
     return MoeExpertsPath::kStream;
   }
-  return moe_cuda::Sm90Available() ? MoeExpertsPath::kSm90 : MoeExpertsPath::kTiled;
+  return grouped;
 }
 
 // Tile configurations of the kSm90 products (moe_gemm_sm90.cuh), from mlaserve-moe-bench's
@@ -293,8 +299,8 @@ ExpertsPlan PlanExperts(const MoeExpertsParams& p) {
     const Sm90Choice auto_choice = ChooseSm90Variants(p);
     plan.gate_up_variant = p.sm90_variant >= 0 ? p.sm90_variant : auto_choice.gate_up;
     plan.down_variant = p.sm90_variant >= 0 ? p.sm90_variant : auto_choice.down;
-    plan.fused_silu = p.gate_up_layout == MoeGateUpLayout::kInterleaved8 && !p.baseline.silu &&
-                      Sm90HasFusedSiluMul(plan.gate_up_variant);
+    plan.fused_silu = p.act == Activation::kSilu && p.gate_up_layout == MoeGateUpLayout::kInterleaved8 &&
+                      !p.baseline.silu && Sm90HasFusedSiluMul(plan.gate_up_variant);
   }
   return plan;
 }
@@ -353,7 +359,7 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
     case MoeExpertsPath::kStream:  // RunStreamExperts, above
       return absl::InternalError("moe_experts: the stream path runs in RunStreamExperts");
     case MoeExpertsPath::kSm90: {
-      // Fused: hs holds [A, inter] activations; unfused: [A, 2*inter] products, SiLU * up
+      // Fused: hs holds [A, inter] activations; unfused: [A, 2*inter] products, act(gate) * up
       // compacted into each row's first inter columns.
       const int64_t act_ld = plan.fused_silu ? I : 2 * I;
       Sm90GroupedArgs up{gemm_gathers ? x : w.xg, H, gate_up, w.hs, act_ld, 2 * I, H, E, w.offsets,
@@ -368,7 +374,7 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
       } else {
         RETURN_IF_ERROR(LaunchSm90Grouped(plan.gate_up_variant, up, s));
         done(ExpertsStage::kGateUp);
-        RETURN_IF_ERROR(LaunchSiluMul(w.hs, w.offsets, E, I, num_assign, interleaved, s));
+        RETURN_IF_ERROR(LaunchActMul(p.act, w.hs, w.offsets, E, I, num_assign, interleaved, s));
         done(ExpertsStage::kSiluMul);
       }
       const Sm90GroupedArgs dn{w.hs, act_ld, down, w.ys, H, H, I, E, w.offsets, w.sm90_args, w.sm90_ws};
@@ -395,7 +401,7 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
       up.num_experts = E;
       RETURN_IF_ERROR(LaunchTiledGemm(up, max_tiles, s));
       done(ExpertsStage::kGateUp);
-      RETURN_IF_ERROR(LaunchSiluMul(w.hs, w.offsets, E, I, num_assign, interleaved, s));
+      RETURN_IF_ERROR(LaunchActMul(p.act, w.hs, w.offsets, E, I, num_assign, interleaved, s));
       done(ExpertsStage::kSiluMul);
       GroupedGemmArgs dn = up;
       dn.a = w.hs;

@@ -250,7 +250,7 @@ absl::Status FeedForward::RunGatedMlp(const GatedMlpWeights& w, int rows, const 
 // features [8j, 8j+8), rows [16j+8, 16j+16) their up), in `act` (rows * 3I elements; the
 // activated [rows, I] rows are its last third). Every path gives the bits of the stacked GEMM +
 // ActAndMul (products rounded to bf16 first); the fused forms compute SiLU, so they run for silu
-// only (the CUDA backend takes no other: DeepseekEngine::Create).
+// only, and any other activation takes the product + ActAndMul form on both backends.
 absl::StatusOr<void*> FeedForward::InterleavedGateUp(const GatedMlpWeights& w, int rows, const void* x,
                                                      void* act) {
   constexpr int kBlock = 8;  // features per interleaved block

@@ -59,8 +59,9 @@ struct ModelConfig {
   bool attention_bias = false;  // q_a_proj, kv_a_proj_with_mqa and o_proj carry biases
   bool mlp_bias = false;        // V2 only: the dense MLP and shared experts carry biases
   std::string hidden_act = "silu";  // as written in config.json (for messages)
-  // The MLPs' and experts' act(gate) * up (HF's ACT2FN[hidden_act]; swish is kSilu). Every one
-  // runs on the CPU backend; the CUDA backend takes kSilu only (DeepseekEngine::Create).
+  // The MLPs' and experts' act(gate) * up (HF's ACT2FN[hidden_act]; swish is kSilu). Both
+  // backends run every one; on CUDA, SiLU is fused into the gate_up products and the others
+  // run as a pass of their own after them (kernels/common/activation.h).
   kernels::Activation activation = kernels::Activation::kSilu;
 
   // MLA
