@@ -49,12 +49,16 @@ absl::StatusOr<int> KvShipper::AcquireSlot(size_t bytes) {
         if (slot_parts_[i] == 0) slot = static_cast<int>(i);
       }
       if (slot >= 0) break;
-      if (changed_.WaitWithDeadline(&mu_, deadline)) {
+      // Expiry is read from absl::Now(), the clock the deadline came from. The wait's own
+      // timeout runs on the kernel's clock, which absl::Now() (an estimate) can trail: taken
+      // as the verdict, it could end the wait before the full no_progress_timeout had passed.
+      if (absl::Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             "KV shipping: no staging slot came free in ",
             absl::FormatDuration(options_.no_progress_timeout),
             " (the shipping threads are waiting on decode workers that take nothing)"));
       }
+      changed_.WaitWithDeadline(&mu_, deadline);
     }
     if (stopping_) return absl::UnavailableError("KV shipping stopped");
     slot_parts_[slot] = 1;  // held by this thread until the parts are queued
