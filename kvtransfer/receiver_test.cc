@@ -92,9 +92,13 @@ TEST_F(KvReceiverTest, CompleteTransferHandsOverByteIdenticalPages) {
 TEST_F(KvReceiverTest, LeaseExpiryFreesPagesAndRefusesLateSender) {
   auto r = MakeReceiver();
   DoneProbe probe;
-  ASSERT_TRUE(
-      r->CreateSession("s", Reserve(4), 4, absl::Now() + absl::Milliseconds(50), probe.fn()).ok());
-  EXPECT_EQ(pool_->free_pages(), 12);
+  const absl::Time lease_end = absl::Now() + absl::Milliseconds(50);
+  ASSERT_TRUE(r->CreateSession("s", Reserve(4), 4, lease_end, probe.fn()).ok());
+  // The session holds its pages while the lease runs. The reaper ends it once absl::Now()
+  // reaches lease_end, so a loaded machine may already be past it here: only a read taken
+  // before then can be held to 12.
+  const int free_during_lease = pool_->free_pages();
+  if (absl::Now() < lease_end) EXPECT_EQ(free_during_lease, 12);
   ASSERT_TRUE(probe.Wait());
   EXPECT_EQ(probe.result->status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(probe.result->status().message(), HasSubstr("lease ended"));
@@ -107,7 +111,11 @@ TEST_F(KvReceiverTest, NoProgressAfterOpenFailsAndFreesPages) {
   DoneProbe probe;
   ASSERT_TRUE(r->CreateSession("s", Reserve(2), 2, absl::Now() + absl::Seconds(30), probe.fn()).ok());
   ASSERT_TRUE(r->Open("s", layout_).ok());
-  ASSERT_TRUE(Write(*r, "s", 0, 0, testing::RandomBytes(pool_->layer_page_bytes(), rng_)).ok());
+  // Some progress, then none. A machine too loaded to write one page within the 100 ms ends
+  // the session before this write, for the same reason: the write then finds it gone.
+  const absl::Status wrote =
+      Write(*r, "s", 0, 0, testing::RandomBytes(pool_->layer_page_bytes(), rng_));
+  if (!wrote.ok()) EXPECT_EQ(wrote.code(), absl::StatusCode::kNotFound) << wrote;
   const absl::Time t0 = absl::Now();
   ASSERT_TRUE(probe.Wait());
   EXPECT_EQ(probe.result->status().code(), absl::StatusCode::kDeadlineExceeded);
@@ -204,9 +212,14 @@ TEST_F(KvReceiverTest, DestroyingTheReceiverFailsOpenSessions) {
 }
 
 TEST_F(KvReceiverTest, FakeTransportDeliversAndItsStallIsCaughtByTheDeadline) {
-  auto r = MakeReceiver(absl::Milliseconds(100));
+  // The delivery runs on a receiver with the default no-progress deadline: on a loaded machine
+  // the test thread can pause 100 ms between two pages of a healthy transfer. Only the stalled
+  // session is held to 100 ms, on a second receiver behind its own endpoint.
+  auto r = MakeReceiver();
+  auto impatient = MakeReceiver(absl::Milliseconds(100));
   FakeKvTransport transport;
   transport.Register("decode-0", r.get());
+  transport.Register("decode-1", impatient.get());
   const KvSessionRef ref{"s", "decode-0", "fake", 1, layout_.CompatHash()};
 
   DoneProbe ok_probe;
@@ -227,8 +240,10 @@ TEST_F(KvReceiverTest, FakeTransportDeliversAndItsStallIsCaughtByTheDeadline) {
 
   DoneProbe stall_probe;
   transport.set_faults({.stall_after_pages = transport.pages_delivered() + 1});
-  ASSERT_TRUE(r->CreateSession("t", Reserve(1), 1, absl::Now() + absl::Seconds(30), stall_probe.fn()).ok());
-  auto stalled = transport.Open(KvSessionRef{"t", "decode-0", "fake", 1, ""}, layout_, {});
+  ASSERT_TRUE(impatient->CreateSession("t", Reserve(1), 1, absl::Now() + absl::Seconds(30),
+                                       stall_probe.fn())
+                  .ok());
+  auto stalled = transport.Open(KvSessionRef{"t", "decode-1", "fake", 1, ""}, layout_, {});
   ASSERT_TRUE(stalled.ok());
   for (int layer = 0; layer < 3; ++layer) {
     (void)(*stalled)->SendPage(layer, 0, testing::RandomBytes(pool_->layer_page_bytes(), rng_));
