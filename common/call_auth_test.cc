@@ -1,5 +1,7 @@
 #include "common/call_auth.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -13,7 +15,10 @@ namespace {
 
 std::string WriteTemp(const std::string& name, const std::string& contents) {
   const char* dir = std::getenv("TEST_TMPDIR");
-  std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/call_auth_test_" + name;
+  // Unique to this process: each test case runs in a process of its own under ctest, and
+  // another run on this machine must not rewrite the file between the write and the read.
+  std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/call_auth_test_" +
+                     std::to_string(::getpid()) + "_" + name;
   std::ofstream(path) << contents;
   return path;
 }

@@ -1,6 +1,8 @@
 // The MHA-prefill provider in GPU profiles (format version 2): JSON, validation naming the file
 // and field, version 1 profiles, the policy's per-cell provider, the fallback to ours where
 // cuDNN cannot load, and what the engine is asked to run.
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -158,7 +160,8 @@ TEST(MhaProviderJson, NonFiniteTimesAreRefused) {
 TEST(MhaProviderJson, LoadProfileNamesTheFileAndTheField) {
   nlohmann::json d = MixedDoc();
   d["mha_mla"]["cells"][6]["mha_provider"] = "flash";
-  const fs::path path = fs::path(::testing::TempDir()) / "mha_provider_bad_profile.json";
+  const fs::path path = fs::path(::testing::TempDir()) /
+                        ("mha_provider_bad_profile_" + std::to_string(::getpid()) + ".json");
   std::ofstream(path) << d.dump(1);
   auto p = LoadProfile(path.string());
   ASSERT_FALSE(p.ok());

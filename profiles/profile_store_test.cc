@@ -1,6 +1,8 @@
 // Profile lookup in --profiles-dir and the cost-model fallback.
 #include "profiles/profile_store.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -18,8 +20,11 @@ using ::testing::HasSubstr;
 class ProfileStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    // Unique to this test and process: another run of the same test must not share it.
     dir_ = fs::path(::testing::TempDir()) /
-           ("profiles_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("profiles_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     device_ = testing::SmallProfile().device;

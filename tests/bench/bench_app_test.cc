@@ -2,6 +2,7 @@
 // Generation server; the table, the JSON summary, the JSONL records and the exit codes.
 #include "bench/serving/bench_app.h"
 
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -24,9 +25,12 @@ using testing::FakeBehaviour;
 using testing::FakeGenerationServer;
 using testing::IndexOfRequestId;
 
+// Unique to this test and process: another run of the same test (a second build directory's
+// ctest on this machine) must not write the same file.
 std::string TempPath(const std::string& name) {
   return ::testing::TempDir() + "/" +
-         ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" + name;
+         ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+         std::to_string(::getpid()) + "_" + name;
 }
 
 std::string ReadAll(std::FILE* f) {

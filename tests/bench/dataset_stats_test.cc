@@ -1,4 +1,6 @@
 // Datasets, arrival schedule and summary statistics (no server involved).
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -99,9 +101,10 @@ TEST(RandomDatasetTest, RejectsPromptsLongerThanTheContextNamingTheValues) {
 class PromptsFileTest : public ::testing::Test {
  protected:
   std::string Write(const std::string& content) {
+    // Unique to this test and process (another run on this machine writes its own).
     const std::string path = ::testing::TempDir() + "/prompts_" +
                              ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-                             ".jsonl";
+                             "_" + std::to_string(::getpid()) + ".jsonl";
     std::ofstream(path) << content;
     return path;
   }
