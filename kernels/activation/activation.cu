@@ -3,9 +3,9 @@
 // coalesced). `out` may alias the gate half of `x` (same element, same thread). Launched with
 // PDL (kernels/common/pdl.cuh).
 //
-// SiLU has its own kernel (the one every SiLU caller has measured); the other activations share
-// ActAndMulKernel, the activation a template argument (kernels/common/activation_math.h: the
-// CPU backend's formulas, one instantiation per activation and dtype).
+// One kernel, ActAndMulKernel, the activation a template argument (kernels/common/activation_math.h:
+// the CPU backend's formulas, one instantiation per activation and dtype); SiLU's is
+// g / (1 + exp(-g)) * u, the expression its own kernel had before.
 #include <cuda_bf16.h>
 
 #include "absl/strings/str_cat.h"
@@ -19,23 +19,6 @@ namespace mlaserve::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <typename T>
-__global__ void __launch_bounds__(kThreads) SiluAndMulKernel(const __grid_constant__ SiluAndMulParams p) {
-  const auto* x = static_cast<const T*>(p.x);
-  auto* out = static_cast<T*>(p.out);
-  const int64_t total = static_cast<int64_t>(p.rows) * p.dim;
-  cuda::PdlEnter();
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int64_t r = i / p.dim;
-    const int64_t j = i - r * p.dim;
-    const T* row = x + r * p.x_stride;
-    const float g = cuda::ToF32(row[j]);
-    const float u = cuda::ToF32(row[j + p.dim]);
-    out[r * p.out_stride + j] = cuda::FromF32<T>(g / (1.0f + expf(-g)) * u);
-  }
-}
 
 template <typename T, Activation A>
 __global__ void __launch_bounds__(kThreads) ActAndMulKernel(const __grid_constant__ ActAndMulParams p) {
@@ -72,9 +55,11 @@ absl::Status BadDType(DType dtype) {
 absl::Status SiluAndMulCuda(const SiluAndMulParams& p, void* stream) {
   const cuda::LaunchShape shape = ElementwiseShape(p, stream);
   if (p.dtype == DType::kBF16) {
-    return cuda::LaunchPdl("silu_and_mul", shape, SiluAndMulKernel<__nv_bfloat16>, p);
+    return cuda::LaunchPdl("silu_and_mul", shape, ActAndMulKernel<__nv_bfloat16, Activation::kSilu>, p);
   }
-  if (p.dtype == DType::kF32) return cuda::LaunchPdl("silu_and_mul", shape, SiluAndMulKernel<float>, p);
+  if (p.dtype == DType::kF32) {
+    return cuda::LaunchPdl("silu_and_mul", shape, ActAndMulKernel<float, Activation::kSilu>, p);
+  }
   return BadDType(p.dtype);
 }
 

@@ -1,6 +1,6 @@
 // The formulas of kernels/common/activation.h's Activation, written once for both backends: the
 // CPU backend's ActAndMul (kernels/activation/activation_ref.cc) and the CUDA kernels that apply
-// an activation (kernels/activation/activation.cu, kernels/moe/moe_act_mul.cu). f32 in, f32 out,
+// an activation (kernels/activation/activation.cu, kernels/moe/moe_rows.cu). f32 in, f32 out,
 // as transformers 5.17 / torch 2.11 evaluate them in f32. Under nvcc they are __host__
 // __device__; the two sides call their own math library (glibc's expf / erff / tanhf / log1pf on
 // the host, CUDA's on the device, each within 2 ulp), so the backends agree to a few f32 ulps,

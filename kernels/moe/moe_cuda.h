@@ -249,7 +249,7 @@ absl::Status LaunchGatherRows(const PermuteArgs& a, cudaStream_t s);
 // the grid on the host.
 absl::Status LaunchSiluMul(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter,
                            int max_rows, bool interleaved, cudaStream_t s);
-// The same pass for any activation (moe_act_mul.cu): act(gate) * up; LaunchSiluMul for kSilu.
+// The same pass for any activation: act(gate) * up (activation_math.h); LaunchSiluMul for kSilu.
 absl::Status LaunchActMul(Activation act, __nv_bfloat16* h, const int32_t* offsets, int num_experts,
                           int inter, int max_rows, bool interleaved, cudaStream_t s);
 // out[t] = sum_j w[t, j] * ys[position[t*top_k + j]] (f32 in j order, one rounding), plus

@@ -1,12 +1,13 @@
 // Row passes of the routed experts on CUDA (moe_cuda.h): the permutation's x-row copy when it
-// runs apart from the ranking, SiLU(gate) * up where the product does not fuse it, and the
-// combine. All are bandwidth-bound: 16-byte loads and stores, grids sized by the shape.
+// runs apart from the ranking, act(gate) * up where the product does not fuse it (SiLU, and
+// the other activations, which no product fuses), and the combine. All are bandwidth-bound: 16-byte loads and stores, grids sized by the shape.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
+#include "kernels/common/activation_math.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
 #include "kernels/common/device_arch.h"
@@ -64,23 +65,45 @@ __global__ void __launch_bounds__(kEltThreads, kGatherBlocksPerSm)
   }
 }
 
-// silu(g) * u of 8 bf16 pairs.
-__device__ __forceinline__ uint4 SiluMul8(uint4 g, uint4 u) {
-  const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
-  const auto* u2 = reinterpret_cast<const __nv_bfloat162*>(&u);
-  uint4 out;
-  auto* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
+// act(g) * u of 8 bf16 pairs, as the row passes below apply it: SiluMul (moe_silu.cuh, what the
+// fused epilogues compute) for SiLU; the other activations in f32 from activation_math.h (the CPU
+// backend's formulas).
+struct SiluMul8 {
+  __device__ __forceinline__ uint4 operator()(uint4 g, uint4 u) const {
+    const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
+    const auto* u2 = reinterpret_cast<const __nv_bfloat162*>(&u);
+    uint4 out;
+    auto* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 gv = __bfloat1622float2(g2[k]), uv = __bfloat1622float2(u2[k]);
-    o2[k] = __floats2bfloat162_rn(SiluMul(gv.x, uv.x), SiluMul(gv.y, uv.y));
+    for (int k = 0; k < 4; ++k) {
+      const float2 gv = __bfloat1622float2(g2[k]), uv = __bfloat1622float2(u2[k]);
+      o2[k] = __floats2bfloat162_rn(SiluMul(gv.x, uv.x), SiluMul(gv.y, uv.y));
+    }
+    return out;
   }
-  return out;
-}
+};
 
-// Stacked rows [gate | up] (row stride 2*inter): gate <- silu(gate) * up in place, eight
-// columns per thread.
-__global__ void SiluMulStackedKernel(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter) {
+template <Activation A>
+struct ActMul8 {
+  __device__ __forceinline__ uint4 operator()(uint4 g, uint4 u) const {
+    const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
+    const auto* u2 = reinterpret_cast<const __nv_bfloat162*>(&u);
+    uint4 out;
+    auto* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 gv = __bfloat1622float2(g2[k]), uv = __bfloat1622float2(u2[k]);
+      o2[k] = __floats2bfloat162_rn(Activate<A>(gv.x) * uv.x, Activate<A>(gv.y) * uv.y);
+    }
+    return out;
+  }
+};
+
+// Stacked rows [gate | up] (row stride 2*inter): gate <- Mul8(gate, up) in place, eight
+// columns per thread (each thread reads and writes only its own columns).
+template <class Mul8>
+__global__ void __launch_bounds__(kEltThreads)
+    ActMulStackedKernel(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter) {
   cuda::PdlEnter();  // the row passes launch with PDL (kernels/common/pdl.cuh)
   const int chunks = inter / cuda::kBf16PerChunk;
   const int64_t total = static_cast<int64_t>(offsets[num_experts]) * chunks;
@@ -88,7 +111,7 @@ __global__ void SiluMulStackedKernel(__nv_bfloat16* h, const int32_t* offsets, i
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / chunks, j = (i - r * chunks) * cuda::kBf16PerChunk;
     uint4* gate = reinterpret_cast<uint4*>(h + r * 2 * inter + j);
-    *gate = SiluMul8(*gate, *reinterpret_cast<const uint4*>(h + r * 2 * inter + inter + j));
+    *gate = Mul8{}(*gate, *reinterpret_cast<const uint4*>(h + r * 2 * inter + inter + j));
   }
 }
 
@@ -96,8 +119,9 @@ __global__ void SiluMulStackedKernel(__nv_bfloat16* h, const int32_t* offsets, i
 // up of features [8j, 8j+8)), compacted in place into the row's first inter columns. One warp
 // per row, 32 feature chunks per step: step s reads columns [512s, 512s+512) and writes
 // [256s, 256s+256), which only this step (before the __syncwarp) or earlier steps read.
+template <class Mul8>
 __global__ void __launch_bounds__(kEltThreads)
-    SiluMulInterleavedKernel(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter) {
+    ActMulInterleavedKernel(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter) {
   cuda::PdlEnter();
   const int rows = offsets[num_experts];
   const int chunks = inter / cuda::kBf16PerChunk;
@@ -112,9 +136,26 @@ __global__ void __launch_bounds__(kEltThreads)
         u = *reinterpret_cast<const uint4*>(row + (2 * j + 1) * cuda::kBf16PerChunk);
       }
       __syncwarp();
-      if (j < chunks) *reinterpret_cast<uint4*>(row + j * cuda::kBf16PerChunk) = SiluMul8(g, u);
+      if (j < chunks) *reinterpret_cast<uint4*>(row + j * cuda::kBf16PerChunk) = Mul8{}(g, u);
     }
   }
+}
+
+// One row pass (the layout's kernel) with Mul8.
+template <class Mul8>
+absl::Status LaunchRowMul(const char* name, __nv_bfloat16* h, const int32_t* offsets, int num_experts,
+                          int inter, int max_rows, bool interleaved, cudaStream_t s) {
+  if (max_rows <= 0) return absl::OkStatus();
+  cuda::LaunchShape shape;
+  shape.block = dim3(kEltThreads);
+  shape.stream = s;
+  if (interleaved) {
+    shape.grid = dim3(cuda::GridFor(max_rows, kRowWarps));
+    return cuda::LaunchPdl(name, shape, ActMulInterleavedKernel<Mul8>, h, offsets, num_experts, inter);
+  }
+  const int64_t items = static_cast<int64_t>(max_rows) * (inter / cuda::kBf16PerChunk);
+  shape.grid = dim3(cuda::GridFor(items, kEltThreads));
+  return cuda::LaunchPdl(name, shape, ActMulStackedKernel<Mul8>, h, offsets, num_experts, inter);
 }
 
 // sum[0..8) = sum_j w[t, j] * ys[position[t*top_k + j], 8c..8c+8) in j order, then the
@@ -359,19 +400,18 @@ __global__ void BaselineCombineKernel(const __grid_constant__ CombineArgs a) {
 
 absl::Status LaunchSiluMul(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter,
                            int max_rows, bool interleaved, cudaStream_t s) {
-  if (max_rows <= 0) return absl::OkStatus();
-  cuda::LaunchShape shape;
-  shape.block = dim3(kEltThreads);
-  shape.stream = s;
-  if (interleaved) {
-    shape.grid = dim3(cuda::GridFor(max_rows, kRowWarps));
-    return cuda::LaunchPdl("moe_experts silu_and_mul", shape, SiluMulInterleavedKernel, h, offsets,
-                           num_experts, inter);
-  }
-  const int64_t items = static_cast<int64_t>(max_rows) * (inter / cuda::kBf16PerChunk);
-  shape.grid = dim3(cuda::GridFor(items, kEltThreads));
-  return cuda::LaunchPdl("moe_experts silu_and_mul", shape, SiluMulStackedKernel, h, offsets,
-                         num_experts, inter);
+  return LaunchRowMul<SiluMul8>("moe_experts silu_and_mul", h, offsets, num_experts, inter, max_rows,
+                                interleaved, s);
+}
+
+absl::Status LaunchActMul(Activation act, __nv_bfloat16* h, const int32_t* offsets, int num_experts,
+                          int inter, int max_rows, bool interleaved, cudaStream_t s) {
+  if (act == Activation::kSilu) return LaunchSiluMul(h, offsets, num_experts, inter, max_rows, interleaved, s);
+  return VisitActivation("moe_experts", act, [&](auto a) {
+    constexpr Activation kAct = decltype(a)::value;
+    return LaunchRowMul<ActMul8<kAct>>("moe_experts act_and_mul", h, offsets, num_experts, inter, max_rows,
+                                       interleaved, s);
+  });
 }
 
 absl::Status LaunchGatherRows(const PermuteArgs& a, cudaStream_t s) {
