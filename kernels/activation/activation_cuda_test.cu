@@ -1,5 +1,5 @@
-// ActAndMul on CUDA against the CPU reference, for every activation (SiLU on its own kernel, the
-// others on the templated one), bf16 and f32 in and out, with padded row strides: fresh random
+// ActAndMul on CUDA against the CPU reference, for every activation (one kernel templated on
+// the activation), bf16 and f32 in and out, with padded row strides: fresh random
 // gates in [-12, 12] (past relu6's cap and gelu_10's clip) rounded to bf16, so both backends
 // read the same values. Error per value relative to (rms + |value|) of the reference: bf16 within
 // 1e-2 (one bf16 rounding is 2^-9 of the value), f32 within 1e-5 (the two math libraries and

@@ -2,8 +2,8 @@
 // HF's fused experts.gate_up_proj output, and of our packed dense MLP). `act` is one of
 // kernels/common/activation.h's elementwise functions (formulas: activation_math.h, one source for
 // both backends).
-// CPU: every activation, in f32. CUDA: every activation, bf16 or f32 in and out, f32 math (SiLU on
-// its own kernel, the others on one kernel templated on the activation); the GEMM epilogues that
+// CPU: every activation, in f32. CUDA: every activation, bf16 or f32 in and out, f32 math (one
+// kernel templated on the activation); the GEMM epilogues that
 // fuse this op (kernels/gemm's kSiluMul, kernels/moe's grouped and stream kernels) compute SiLU
 // only, so callers with another activation run the product, then this.
 #pragma once
