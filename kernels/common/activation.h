@@ -26,10 +26,11 @@
 // are refused, as is any other name.
 //
 // Below the kernel line: no model types. Both backends run every one (kernels/activation,
-// kernels/moe; the formulas as code: activation_math.h). On CUDA the fused GEMM epilogues (the
-// small-M GEMM's, the Hopper grouped GEMM's, the MoE stream kernels') compute SiLU only; the
-// other activations take the unfused form there: the product written whole, then an act-and-mul
-// pass over it (one more read and write of the [rows, 2*inter] product).
+// kernels/moe; the formulas as code: activation_math.h). On CUDA the MoE stream kernels (decode)
+// apply every activation in their gate_up pass; the GEMM epilogues (the small-M GEMM's, the
+// Hopper grouped GEMM's) fuse SiLU only, and the other activations take the unfused form there:
+// the product written whole, then an act-and-mul pass over it (one more read and write of the
+// [rows, 2*inter] product).
 #pragma once
 
 #include <cstdint>

@@ -1,14 +1,15 @@
 // The formulas of kernels/common/activation.h's Activation, written once for both backends: the
 // CPU backend's ActAndMul (kernels/activation/activation_ref.cc) and the CUDA kernels that apply
-// an activation (kernels/activation/activation.cu, kernels/moe/moe_rows.cu). f32 in, f32 out,
-// as transformers 5.17 / torch 2.11 evaluate them in f32. Under nvcc they are __host__
-// __device__; the two sides call their own math library (glibc's expf / erff / tanhf / log1pf on
-// the host, CUDA's on the device, each within 2 ulp), so the backends agree to a few f32 ulps,
+// an activation (kernels/activation/activation.cu, kernels/moe/moe_rows.cu, the MoE stream
+// kernels through ActivateAt). f32 in, f32 out, as transformers 5.17 / torch 2.11 evaluate them
+// in f32. Under nvcc they are __host__ __device__; the two sides call their own math library
+// (glibc's expf / erff / tanhf / log1pf on the host, CUDA's on the device, each within 2 ulp),
+// so the backends agree to a few f32 ulps,
 // not bit for bit. Comparisons are written as the std::min / std::max / std::clamp they replace
 // (a NaN gate propagates the same way), since those are not device functions.
 //
-// VisitActivation turns the runtime value into the template argument: the one switch over
-// Activation that the backends' kernels share.
+// VisitActivation turns the runtime value into the template argument (a kernel per activation);
+// ActivateAt switches at run time inside one kernel, for kernels that apply it once an output.
 #pragma once
 
 #include <math.h>
@@ -96,6 +97,33 @@ MLASERVE_ACTIVATION_FN float Activate(float g) {
     static_assert(A == Activation::kSqrtSoftplus);
     return sqrtf(g > kSoftplusThreshold ? g : log1pf(expf(g)));
   }
+}
+
+// act(g) for an activation known only at run time, in a kernel that applies it once per output
+// (the stream kernels' gate_up epilogue, moe_stream*.cu): one switch, uniform across a warp.
+// A value that is no enumerator gives NaN (the launches check it first).
+MLASERVE_ACTIVATION_FN float ActivateAt(Activation a, float g) {
+  using A = Activation;
+  switch (a) {
+    case A::kSilu: return Activate<A::kSilu>(g);
+    case A::kGelu: return Activate<A::kGelu>(g);
+    case A::kGelu10: return Activate<A::kGelu10>(g);
+    case A::kGeluTanh: return Activate<A::kGeluTanh>(g);
+    case A::kGeluFast: return Activate<A::kGeluFast>(g);
+    case A::kQuickGelu: return Activate<A::kQuickGelu>(g);
+    case A::kRelu: return Activate<A::kRelu>(g);
+    case A::kRelu2: return Activate<A::kRelu2>(g);
+    case A::kRelu6: return Activate<A::kRelu6>(g);
+    case A::kLeakyRelu: return Activate<A::kLeakyRelu>(g);
+    case A::kHardswish: return Activate<A::kHardswish>(g);
+    case A::kSigmoid: return Activate<A::kSigmoid>(g);
+    case A::kTanh: return Activate<A::kTanh>(g);
+    case A::kMish: return Activate<A::kMish>(g);
+    case A::kLinear: return Activate<A::kLinear>(g);
+    case A::kLaplace: return Activate<A::kLaplace>(g);
+    case A::kSqrtSoftplus: return Activate<A::kSqrtSoftplus>(g);
+  }
+  return NAN;
 }
 
 // Calls run(std::integral_constant<Activation, a>{}) and returns its status; INVALID_ARGUMENT

@@ -183,9 +183,9 @@ size_t MoeExpertsWorkspaceBytes(const MoeExpertsParams& p);
 // Whether MoeExperts(p) on `backend` takes p.shared and p.norm (set p.shared.inter, and the
 // rest of p's shape, before asking): the CUDA stream path (decode steps) when the shared MLP
 // splits into at most top_k slices of `inter` features, hidden <= 32768, and, with shared
-// experts, at most kMoeFoldSharedMaxTokens tokens; never with p.addend set, nor for an act other
-// than SiLU (the stream kernels compute SiLU; such calls take a grouped path). False on the CPU,
-// which keeps the separate gated MLP and RmsNorm.
+// experts, at most kMoeFoldSharedMaxTokens tokens; never with p.addend set. Any act (the stream
+// kernels apply it in their gate_up pass). False on the CPU, which keeps the separate gated MLP
+// and RmsNorm.
 // A shared slice streams its weights once per 16 tokens; past that the dense GEMMs of the
 // separate gated MLP are faster (H100, V2-Lite, batch 128: 21.0 ms a step folded vs 17.7).
 inline constexpr int kMoeFoldSharedMaxTokens = 16;
@@ -203,7 +203,7 @@ bool MoeExpertsCudaFoldsSharedAndNorm(const MoeExpertsParams& p);  // CUDA build
 bool MoeExpertsFoldsAddendAndNorm(const MoeExpertsParams& p, Backend backend);
 bool MoeExpertsCudaFoldsAddendAndNorm(const MoeExpertsParams& p);  // CUDA builds only
 // Whether MoeExperts(p) on `backend` takes p.routing->router (the router projection in the
-// routing's kernel; set it, and the rest of p, before asking): the CUDA stream path (SiLU only)
+// routing's kernel; set it, and the rest of p, before asking): the CUDA stream path (any act)
 // with the routing fused into the permutation (decode steps: num_tokens <= kMoeStreamMaxTokens),
 // bf16 weight and x, hidden % 8 == 0 and <= kMoeFusedRouterMaxHidden, 16-byte aligned weight
 // and x, a ticket, and MLASERVE_MOE_FUSED_ROUTER not "0" (nor MLASERVE_MOE_FOLD). False on the

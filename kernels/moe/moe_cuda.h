@@ -16,17 +16,18 @@
 //      residual add + next RMSNorm as its epilogue where the call asks.
 // Steps 2-3 have three implementations, chosen per call by MoeExpertsPath (api.h):
 //   kStream   few tokens per expert (decode): weights streamed once at copy bandwidth, tokens
-//             as the narrow side of m16n8k16 products, SiLU * up fused into the gate_up pass
+//             as the narrow side of m16n8k16 products, act * up fused into the gate_up pass
 //             (at one token: warp GEMVs in f32 instead, moe_stream_gemv.cu);
 //   kSm90     CUTLASS 3 grouped GEMM (TMA + wgmma, warp-specialized persistent kernel over
 //             (expert, tile) work) on gathered rows: prefill and large decode batches; with
 //             kInterleaved8 weights SiLU * up runs in the gate_up GEMM's epilogue;
 //   kTiled    the portable mma.sync grouped GEMM (any sm_80+ GPU, and the fallback).
-// Activations other than SiLU (MoeExpertsParams::act): the stream kernels compute SiLU in their
-// gate_up pass, so such calls take a grouped path whatever p.path asks (kSm90 on Hopper, else
-// kTiled), unfused: the [A, 2*inter] gate_up product written whole, LaunchActMul over it, then
-// the down product. The stream path's folds (shared experts, norm epilogue, router projection)
-// are then not taken, and their Moe...Folds... / FusesRouter queries say so.
+// Activations other than SiLU (MoeExpertsParams::act): the stream kernels apply any of them in
+// their gate_up pass (an instantiation that reads StreamArgs::act_fn and switches once an output;
+// SiLU keeps the one with SiluMul compiled in), so the path choice, the stream path's folds
+// (shared experts, norm epilogue) and the fused router are the same as for SiLU. The grouped
+// paths fuse SiLU alone into the gate_up epilogue: for another activation they write the
+// [A, 2*inter] gate_up product whole, run LaunchActMul over it, then the down product.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -71,9 +72,10 @@ struct StreamArgs {
   int top_k, hidden, inter, num_experts, max_active;
   const __nv_bfloat16* gate_up; // [E][2*inter, hidden]
   const __nv_bfloat16* down;    // [E][hidden, inter]
-  __nv_bfloat16* act;           // [A, inter]   silu(gate) * up, rows in sorted order
+  __nv_bfloat16* act;           // [A, inter]   act_fn(gate) * up, rows in sorted order
   __nv_bfloat16* ys;            // [A, hidden]  down output, rows in sorted order
   bool gate_up_interleaved;     // gate_up rows in MoeGateUpLayout::kInterleaved8
+  Activation act_fn = Activation::kSilu;  // MoeExpertsParams::act (kSilu: compiled in)
   // Shared experts (MoeSharedExperts) as shared_slots pseudo-experts of `inter` features after
   // the max_active routed slots: slice j is features [j*inter, (j+1)*inter) of the shared MLP
   // (its down product splits the same way along K), over every token; its rows are

@@ -50,18 +50,14 @@ double StreamMaxRowsPerExpert() {
 // experts"): the stream kernels while experts have few rows (they read each touched expert's
 // weights once; at 12 rows per expert they still beat the grouped GEMMs), the Hopper grouped
 // GEMM beyond, the portable tiled GEMM off Hopper.
-// The stream kernels compute SiLU in their gate_up pass: for any other activation kAuto and
-// kStream take the grouped GEMM of this GPU instead (moe_cuda.h).
+// The stream kernels apply any activation in their gate_up pass (SiLU compiled in, the others
+// through one switch an output), so the choice does not depend on it.
 MoeExpertsPath ChoosePath(const MoeExpertsParams& p) {
-  const MoeExpertsPath grouped = moe_cuda::Sm90Available() ? MoeExpertsPath::kSm90 : MoeExpertsPath::kTiled;
-  const bool stream_runs_act = p.act == Activation::kSilu;
-  if (p.path == MoeExpertsPath::kStream && !stream_runs_act) return grouped;
   if (p.path != MoeExpertsPath::kAuto) return p.path;
-  if (stream_runs_act &&
-      (p.num_tokens <= kMoeStreamMaxTokens || MeanRowsPerExpert(p) <= StreamMaxRowsPerExpert())) {
+  if (p.num_tokens <= kMoeStreamMaxTokens || MeanRowsPerExpert(p) <= StreamMaxRowsPerExpert()) {
     return MoeExpertsPath::kStream;
   }
-  return grouped;
+  return moe_cuda::Sm90Available() ? MoeExpertsPath::kSm90 : MoeExpertsPath::kTiled;
 }
 
 // Tile configurations of the kSm90 products (moe_gemm_sm90.cuh), from mlaserve-moe-bench's

@@ -11,7 +11,8 @@
 // gate_up: a block reads the gate rows of features [f0, f0+64) and the matching up rows of
 //   W_gate_up (inter rows further in the stacked layout, 8 rows further in kInterleaved8), so
 //   each thread holds gate and up of the same (feature, token) pairs and writes
-//   silu(gate) * up directly (the separate SiLU pass and the [A, 2*inter] buffer go).
+//   act(gate) * up directly (the separate activation pass and the [A, 2*inter] buffer go):
+//   SiLU compiled in, any other activation (StreamArgs::act_fn) through one switch an output.
 // down: a block reads 64 rows of W_down and writes bf16 rows for the combine.
 // An expert with more than kTok tokens is processed in passes of kTok (weights re-read, mostly
 // from DRAM); kTok is 32 instead of 16 where the batch averages more than
@@ -34,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
+#include "kernels/common/activation_math.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
@@ -79,7 +81,9 @@ struct StreamShape {
   static_assert(2 * kSmemBytes <= 227 * 1024, "two blocks per SM");
 };
 
-template <bool kGateUp, int kTok>
+// kAnyAct (gate_up only): act(gate) * up for StreamArgs::act, read at run time (ActivateAt);
+// false: SiLU, the form every DeepSeek checkpoint takes, compiled as before.
+template <bool kGateUp, int kTok, bool kAnyAct = false>
 __global__ void __launch_bounds__(StreamShape<kGateUp, kTok>::kThreads)
     StreamExpertsKernel(const __grid_constant__ StreamArgs g) {
   using S = StreamShape<kGateUp, kTok>;
@@ -294,7 +298,8 @@ __global__ void __launch_bounds__(StreamShape<kGateUp, kTok>::kThreads)
         if (feature >= out_dim || r >= row_end) continue;
         if constexpr (kGateUp) {
           const float gv = acc[0][ni][i], uv = acc[1][ni][i];
-          g.act[static_cast<int64_t>(r) * g.inter + feature] = __float2bfloat16_rn(SiluMul(gv, uv));
+          const float v = kAnyAct ? ActivateAt(g.act_fn, gv) * uv : SiluMul(gv, uv);
+          g.act[static_cast<int64_t>(r) * g.inter + feature] = __float2bfloat16_rn(v);
         } else {
           g.ys[static_cast<int64_t>(r) * g.hidden + feature] = __float2bfloat16_rn(acc[0][ni][i]);
         }
@@ -320,6 +325,9 @@ template <bool kGateUp, int kTok>
 absl::Status LaunchStreamTok(const StreamArgs& a, cudaStream_t s) {
   using S = StreamShape<kGateUp, kTok>;
   auto* kernel = StreamExpertsKernel<kGateUp, kTok>;
+  if constexpr (kGateUp) {
+    if (a.act_fn != Activation::kSilu) kernel = StreamExpertsKernel<kGateUp, kTok, true>;
+  }
   const int out_dim = kGateUp ? a.inter : a.hidden;
   if (auto st = cuda::CudaStatus(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes),
@@ -389,6 +397,9 @@ absl::Status RunStreamExperts(const MoeExpertsParams& p, const StreamWorkspace& 
     return absl::InvalidArgumentError(
         "moe_experts: the stream path takes no addend (MoeExpertsFoldsAddendAndNorm is false there)");
   }
+  // The kernels switch over the activation per output; a value that is no enumerator is refused
+  // here, naming it, as the grouped paths' LaunchActMul does.
+  RETURN_IF_ERROR(VisitActivation("moe_experts", p.act, [](auto) { return absl::OkStatus(); }));
   const int slots = SharedSlots(p);
   const int num_assign = p.num_tokens * p.top_k;
   const int E = p.num_experts;
@@ -415,6 +426,7 @@ absl::Status RunStreamExperts(const MoeExpertsParams& p, const StreamWorkspace& 
   a.gate_up = static_cast<const __nv_bfloat16*>(p.gate_up);
   a.down = static_cast<const __nv_bfloat16*>(p.down);
   a.act = w.act;  // [A + shared rows, inter], compact
+  a.act_fn = p.act;
   a.ys = w.ys;
   a.gate_up_interleaved = p.gate_up_layout == MoeGateUpLayout::kInterleaved8;
   a.shared_gate_up = static_cast<const __nv_bfloat16*>(p.shared.gate_up);

@@ -35,6 +35,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/common/activation_math.h"
 #include "kernels/common/bf16_vec.cuh"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/device_arch.h"
@@ -103,7 +104,8 @@ __device__ __forceinline__ void LoadSegment(const __nv_bfloat16* const (&row)[2]
   }
 }
 
-template <bool kGateUp, int kTok>
+// kAnyAct: as StreamExpertsKernel's (moe_stream.cu): StreamArgs::act_fn at run time, or SiLU.
+template <bool kGateUp, int kTok, bool kAnyAct = false>
 __global__ void __launch_bounds__(kGemvThreads)
     StreamGemvKernel(const __grid_constant__ StreamArgs g) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -226,7 +228,8 @@ __global__ void __launch_bounds__(kGemvThreads)
         if (t < n && lane == t) {
           const int64_t r = r0 + t;
           if constexpr (kGateUp) {
-            g.act[r * g.inter + task] = __float2bfloat16_rn(SiluMul(acc[0][t], acc[1][t]));
+            const float v = kAnyAct ? ActivateAt(g.act_fn, acc[0][t]) * acc[1][t] : SiluMul(acc[0][t], acc[1][t]);
+            g.act[r * g.inter + task] = __float2bfloat16_rn(v);
           } else {
             g.ys[r * g.hidden + 2 * task] = __float2bfloat16_rn(acc[0][t]);
             g.ys[r * g.hidden + 2 * task + 1] = __float2bfloat16_rn(acc[1][t]);
@@ -245,9 +248,9 @@ __global__ void __launch_bounds__(kGemvThreads)
 // the routing) was no faster than the mma kernels.
 int64_t GemvWaves() { return EnvIntInRange("MLASERVE_MOE_GEMV_WAVES", 1, 8, 1); }
 
-template <bool kGateUp, int kTok>
+template <bool kGateUp, int kTok, bool kAnyAct>
 absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
-  auto* kernel = StreamGemvKernel<kGateUp, kTok>;
+  auto* kernel = StreamGemvKernel<kGateUp, kTok, kAnyAct>;
   const int K = kGateUp ? a.hidden : a.inter;
   const size_t smem = static_cast<size_t>(kTok) * K * sizeof(__nv_bfloat16);  // <= kGemvMaxSmem
   const int tasks = kGateUp ? a.inter : a.hidden / 2;
@@ -296,7 +299,10 @@ absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
 // one token runs passes.
 template <bool kGateUp>
 absl::Status LaunchGemv(const StreamArgs& a, cudaStream_t s) {
-  return LaunchGemvTok<kGateUp, 1>(a, s);
+  if constexpr (kGateUp) {
+    if (a.act_fn != Activation::kSilu) return LaunchGemvTok<true, 1, true>(a, s);
+  }
+  return LaunchGemvTok<kGateUp, 1, false>(a, s);
 }
 
 }  // namespace
