@@ -81,7 +81,7 @@ struct StreamShape {
   static_assert(2 * kSmemBytes <= 227 * 1024, "two blocks per SM");
 };
 
-// kAnyAct (gate_up only): act(gate) * up for StreamArgs::act, read at run time (ActivateAt);
+// kAnyAct (gate_up only): act(gate) * up for StreamArgs::act_fn, read at run time (ActivateAt);
 // false: SiLU, the form every DeepSeek checkpoint takes, compiled as before.
 template <bool kGateUp, int kTok, bool kAnyAct = false>
 __global__ void __launch_bounds__(StreamShape<kGateUp, kTok>::kThreads)
