@@ -1,6 +1,7 @@
 // Row passes of the routed experts on CUDA (moe_cuda.h): the permutation's x-row copy when it
-// runs apart from the ranking, act(gate) * up where the product does not fuse it (SiLU, and
-// the other activations, which no product fuses), and the combine. All are bandwidth-bound: 16-byte loads and stores, grids sized by the shape.
+// runs apart from the ranking, act(gate) * up where the product does not fuse it (the grouped
+// GEMMs fuse SiLU alone), and the combine. All are bandwidth-bound: 16-byte loads and stores,
+// grids sized by the shape.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -14,7 +15,6 @@
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_cuda.h"
-#include "kernels/moe/moe_silu.cuh"
 
 namespace mlaserve::kernels::moe_cuda {
 namespace {
@@ -65,24 +65,9 @@ __global__ void __launch_bounds__(kEltThreads, kGatherBlocksPerSm)
   }
 }
 
-// act(g) * u of 8 bf16 pairs, as the row passes below apply it: SiluMul (moe_silu.cuh, what the
-// fused epilogues compute) for SiLU; the other activations in f32 from activation_math.h (the CPU
-// backend's formulas).
-struct SiluMul8 {
-  __device__ __forceinline__ uint4 operator()(uint4 g, uint4 u) const {
-    const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(&g);
-    const auto* u2 = reinterpret_cast<const __nv_bfloat162*>(&u);
-    uint4 out;
-    auto* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 gv = __bfloat1622float2(g2[k]), uv = __bfloat1622float2(u2[k]);
-      o2[k] = __floats2bfloat162_rn(SiluMul(gv.x, uv.x), SiluMul(gv.y, uv.y));
-    }
-    return out;
-  }
-};
-
+// act(g) * u of 8 bf16 pairs in f32 (activation_math.h: the CPU backend's formulas). For SiLU
+// that is moe_silu.cuh's SiluMul expression, g / (1 + exp(-g)) * u: what the fused epilogues
+// compute, so a fused and an unfused path give the same bits.
 template <Activation A>
 struct ActMul8 {
   __device__ __forceinline__ uint4 operator()(uint4 g, uint4 u) const {
@@ -400,8 +385,8 @@ __global__ void BaselineCombineKernel(const __grid_constant__ CombineArgs a) {
 
 absl::Status LaunchSiluMul(__nv_bfloat16* h, const int32_t* offsets, int num_experts, int inter,
                            int max_rows, bool interleaved, cudaStream_t s) {
-  return LaunchRowMul<SiluMul8>("moe_experts silu_and_mul", h, offsets, num_experts, inter, max_rows,
-                                interleaved, s);
+  return LaunchRowMul<ActMul8<Activation::kSilu>>("moe_experts silu_and_mul", h, offsets, num_experts, inter,
+                                                  max_rows, interleaved, s);
 }
 
 absl::Status LaunchActMul(Activation act, __nv_bfloat16* h, const int32_t* offsets, int num_experts,
