@@ -129,6 +129,9 @@ absl::Status DeepseekEngine::BuildPrefetch() {
     if (reinterpret_cast<uintptr_t>(t.data()) % 16 != 0) return kernels::L2PrefetchRange{};
     return kernels::L2PrefetchRange{t.data(), static_cast<size_t>(t.numel) * kernels::DTypeSize(t.dtype) / 16 * 16};
   };
+  // What does not fit in L2 is left out, in order (kernels/prefetch/api.h: FitL2PrefetchRanges):
+  // V2-Lite's o_proj is 8 MB, DeepSeek-V3's 235 MB.
+  const size_t budget = kernels::L2PrefetchCacheBytes(ctx_);
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
     kernels::L2PrefetchParams p;
@@ -137,6 +140,7 @@ absl::Status DeepseekEngine::BuildPrefetch() {
       if (mode >= 2) p.ranges[p.num_ranges++] = range_of(w.moe.shared.gate_up);
       if (mode >= 3) p.ranges[p.num_ranges++] = range_of(w.moe.shared.down);
     }
+    kernels::FitL2PrefetchRanges(&p, budget);
     p.evict_last = mode == 3;
     prefetch_.SetLayer(l, p);
   }

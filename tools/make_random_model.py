@@ -15,7 +15,16 @@ Random numbers come from torch on the GPU when one is there (fast: the write is 
 from numpy (slow at full size: use the --layers/--vocab/... overrides to test the format). Shards
 are written tensor by tensor, so memory stays at one tensor (the 420 MB embedding at most).
 
+--shape v3 writes DeepSeek-V3's published config instead (hidden 7168, 128 heads, q LoRA 1536,
+256 routed experts with 8 per token in 8 groups of which 4, sigmoid scores with the noaux_tc
+correction bias (f32 zeros), 1 shared expert, moe_intermediate 2048, first 3 layers dense with
+intermediate 18432, vocab 129280, YaRN factor 40), without the MTP layer and in bf16 (not the
+published fp8). At 61 layers that is 1.3 TB: pick --num-hidden-layers and
+--first-k-dense-replace for one GPU (1 dense + 2 MoE layers: ~51 GB).
+
 Usage: python3 tools/make_random_model.py --out /tmp/v2lite-random [--seed 0]
+       python3 tools/make_random_model.py --shape v3 --num-hidden-layers 3 --first-k-dense-replace 1 \
+           --out /dev/shm/v3-random
 """
 import argparse
 import json
@@ -78,16 +87,78 @@ V2_LITE_CONFIG = {
     "vocab_size": 102400,
 }
 
+# DeepSeek-V3's published config.json (deepseek-ai/DeepSeek-V3), less its fp8 quantization_config
+# and with num_nextn_predict_layers 0 (no MTP weights are written).
+V3_CONFIG = {
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+    "first_k_dense_replace": 3,
+    "hidden_act": "silu",
+    "hidden_size": 7168,
+    "initializer_range": 0.02,
+    "intermediate_size": 18432,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1,
+    "n_group": 8,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "norm_topk_prob": True,
+    "num_attention_heads": 128,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 0,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "factor": 40,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "original_max_position_embeddings": 4096,
+        "type": "yarn",
+    },
+    "rope_theta": 10000,
+    "routed_scaling_factor": 2.5,
+    "scoring_func": "sigmoid",
+    "tie_word_embeddings": False,
+    "topk_group": 4,
+    "topk_method": "noaux_tc",
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "v_head_dim": 128,
+    "vocab_size": 129280,
+}
+
+SHAPES = {"v2lite": V2_LITE_CONFIG, "v3": V3_CONFIG}
+
 
 def layer_tensors(c, i):
-    """(name, shape, kind) of layer i; kind is 'w' (random) or 'norm' (ones)."""
+    """(name, shape, kind) of layer i; kind is 'w' (random), 'norm' (ones) or 'zero32' (f32 zeros)."""
     h, nh = c["hidden_size"], c["num_attention_heads"]
     qk = c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
     p = f"model.layers.{i}."
     t = [
         (p + "input_layernorm.weight", (h,), "norm"),
         (p + "post_attention_layernorm.weight", (h,), "norm"),
-        (p + "self_attn.q_proj.weight", (nh * qk, h), "w"),
+    ]
+    if c.get("q_lora_rank"):
+        ql = c["q_lora_rank"]
+        t += [(p + "self_attn.q_a_proj.weight", (ql, h), "w"),
+              (p + "self_attn.q_a_layernorm.weight", (ql,), "norm"),
+              (p + "self_attn.q_b_proj.weight", (nh * qk, ql), "w")]
+    else:
+        t.append((p + "self_attn.q_proj.weight", (nh * qk, h), "w"))
+    t += [
         (p + "self_attn.kv_a_proj_with_mqa.weight",
          (c["kv_lora_rank"] + c["qk_rope_head_dim"], h), "w"),
         (p + "self_attn.kv_a_layernorm.weight", (c["kv_lora_rank"],), "norm"),
@@ -101,6 +172,8 @@ def layer_tensors(c, i):
     else:
         inter = c["moe_intermediate_size"]
         t.append((p + "mlp.gate.weight", (c["n_routed_experts"], h), "w"))
+        if c.get("topk_method") == "noaux_tc":
+            t.append((p + "mlp.gate.e_score_correction_bias", (c["n_routed_experts"],), "zero32"))
         mlps = [(p + f"mlp.experts.{e}.", inter) for e in range(c["n_routed_experts"])]
         mlps.append((p + "mlp.shared_experts.", inter * c["n_shared_experts"]))
     for q, n in mlps:
@@ -140,6 +213,8 @@ class Generator:
 
     def bytes(self, shape, kind):
         n = int(np.prod(shape))
+        if kind == "zero32":
+            return np.zeros(n, dtype=np.float32).tobytes()
         if kind == "norm":
             return np.full(n, 0x3F80, dtype=np.uint16).tobytes()  # bf16 1.0
         if self.torch:
@@ -155,9 +230,11 @@ class Generator:
 def write_shard(path, tensors, gen):
     """Streams one safetensors file: header first (shapes are known), then each tensor."""
     header, off = {}, 0
-    for name, shape, _ in tensors:
-        nbytes = 2 * int(np.prod(shape))
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + nbytes]}
+    for name, shape, kind in tensors:
+        f32 = kind == "zero32"
+        nbytes = (4 if f32 else 2) * int(np.prod(shape))
+        header[name] = {"dtype": "F32" if f32 else "BF16", "shape": list(shape),
+                        "data_offsets": [off, off + nbytes]}
         off += nbytes
     header["__metadata__"] = {"format": "pt"}
     hdr = json.dumps(header, separators=(",", ":")).encode()
@@ -177,14 +254,15 @@ def main():
     ap.add_argument("--std", type=float, default=0.02)
     ap.add_argument("--layers-per-shard", type=int, default=7)
     ap.add_argument("--no-torch", action="store_true", help="numpy only")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="v2lite")
     # Smaller shapes with the same structure, to test the format where no GPU is.
-    for k in ("num_hidden_layers", "hidden_size", "vocab_size", "n_routed_experts",
-              "intermediate_size", "moe_intermediate_size"):
+    overrides = ("num_hidden_layers", "first_k_dense_replace", "hidden_size", "vocab_size",
+                 "n_routed_experts", "intermediate_size", "moe_intermediate_size")
+    for k in overrides:
         ap.add_argument("--" + k.replace("_", "-"), type=int, dest=k)
     args = ap.parse_args()
-    c = dict(V2_LITE_CONFIG)
-    for k in ("num_hidden_layers", "hidden_size", "vocab_size", "n_routed_experts",
-              "intermediate_size", "moe_intermediate_size"):
+    c = dict(SHAPES[args.shape])
+    for k in overrides:
         if getattr(args, k) is not None:
             c[k] = getattr(args, k)
     c["num_experts_per_tok"] = min(c["num_experts_per_tok"], c["n_routed_experts"])

@@ -41,4 +41,15 @@ absl::Status L2Prefetch(const L2PrefetchParams& p, const KernelContext& ctx);
 // compute capability 9 or newer); asks the device, so callers ask once.
 bool L2PrefetchLaunches(const KernelContext& ctx);
 
+// The current device's L2 size in bytes (0 where L2PrefetchLaunches says no): what a caller's
+// prefetched ranges must fit in to still be there when their reader runs. Asks the device.
+size_t L2PrefetchCacheBytes(const KernelContext& ctx);
+
+// The ranges of `p` in order, each kept while the kept ones' bytes stay within `budget`, the
+// others (and empty ones) dropped: num_ranges becomes the kept ones' count, 0 when none fits,
+// which WeightPrefetch takes as nothing to launch (a range larger than the cache would evict itself before its reader runs and
+// only take DRAM bandwidth from the kernels beside it: DeepSeek-V3's o_proj is 235 MB, an
+// H200's L2 50 MB). Returns the kept bytes.
+size_t FitL2PrefetchRanges(L2PrefetchParams* p, size_t budget);
+
 }  // namespace mlaserve::kernels

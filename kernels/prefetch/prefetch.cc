@@ -10,6 +10,7 @@ namespace mlaserve::kernels {
 
 absl::Status L2PrefetchCuda(const L2PrefetchParams& p, void* stream);
 bool L2PrefetchCudaLaunches();
+size_t L2PrefetchCudaCacheBytes();
 
 absl::Status L2Prefetch(const L2PrefetchParams& p, const KernelContext& ctx) {
   if (p.num_ranges < 0 || p.num_ranges > kL2PrefetchMaxRanges) {
@@ -36,6 +37,29 @@ bool L2PrefetchLaunches(const KernelContext& ctx) {
   (void)ctx;
   return false;
 #endif
+}
+
+size_t L2PrefetchCacheBytes(const KernelContext& ctx) {
+#if defined(MLASERVE_KERNEL_HAS_CUDA)
+  return L2PrefetchLaunches(ctx) ? L2PrefetchCudaCacheBytes() : 0;
+#else
+  (void)ctx;
+  return 0;
+#endif
+}
+
+size_t FitL2PrefetchRanges(L2PrefetchParams* p, size_t budget) {
+  size_t kept = 0;
+  int n = 0;
+  for (int i = 0; i < p->num_ranges; ++i) {
+    const L2PrefetchRange r = p->ranges[i];
+    if (r.bytes == 0 || r.bytes > budget - kept) continue;
+    kept += r.bytes;
+    p->ranges[n++] = r;
+  }
+  for (int i = n; i < p->num_ranges; ++i) p->ranges[i] = L2PrefetchRange{};
+  p->num_ranges = n;
+  return kept;
 }
 
 }  // namespace mlaserve::kernels

@@ -57,6 +57,13 @@ bool L2PrefetchCudaLaunches() {
   return major >= 9;
 }
 
+size_t L2PrefetchCudaCacheBytes() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess) return 0;
+  return bytes > 0 ? static_cast<size_t>(bytes) : 0;
+}
+
 // No device query per call: before sm_90 the kernel's body is empty, and callers that launch it
 // often ask L2PrefetchLaunches once (WeightPrefetch::Create).
 absl::Status L2PrefetchCuda(const L2PrefetchParams& p, void* stream) {

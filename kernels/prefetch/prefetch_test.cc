@@ -52,5 +52,29 @@ TEST(L2Prefetch, NamesBadRanges) {
   EXPECT_NE(s.message().find("ctas=-1"), std::string::npos) << s;
 }
 
+
+// The ranges kept in order while they fit the budget; one too large is dropped, a later smaller
+// one still kept, empty ones dropped; none fitting leaves none. The CPU has no cache to fit.
+TEST(L2Prefetch, FitsTheRangesToTheCache) {
+  alignas(16) static uint8_t buf[256];
+  L2PrefetchParams p;
+  p.num_ranges = 4;
+  p.ranges[0] = {buf, 64};
+  p.ranges[1] = {buf + 64, 128};  // 64 + 128 > 160: left out
+  p.ranges[2] = {buf + 192, 0};   // empty
+  p.ranges[3] = {buf + 208, 48};
+  EXPECT_EQ(FitL2PrefetchRanges(&p, 160), 112u);
+  ASSERT_EQ(p.num_ranges, 2);
+  EXPECT_EQ(p.ranges[0].data, buf);
+  EXPECT_EQ(p.ranges[0].bytes, 64u);
+  EXPECT_EQ(p.ranges[1].data, buf + 208);
+  EXPECT_EQ(p.ranges[1].bytes, 48u);
+  EXPECT_EQ(p.ranges[2].bytes, 0u);
+  EXPECT_TRUE(L2Prefetch(p, KernelContext{}).ok());
+  EXPECT_EQ(FitL2PrefetchRanges(&p, 32), 0u);  // neither fits
+  EXPECT_EQ(p.num_ranges, 0);
+  EXPECT_EQ(L2PrefetchCacheBytes(KernelContext{}), 0u);
+}
+
 }  // namespace
 }  // namespace mlaserve::kernels
