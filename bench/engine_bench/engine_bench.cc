@@ -23,6 +23,10 @@
 // (of --device; with --tp-size > 1 the first rank's GPU).
 // NVTX ranges "prefill", "decode_graph" and "decode_eager" mark the timed Forwards, so a
 // profiler can keep just those kernels (tools/device/kernel_profile.sh: ncu --nvtx).
+// Roofline columns (one GPU): each row's work from the config (bench/engine_bench/roofline.h: a
+// decode step's bytes read, a prefill's FLOPs), its rate, and that rate's share of a ceiling
+// measured in the same run before the rows (a 1 GiB device-to-device copy; a bf16 8192^3 GEMM
+// through kernels::Gemm).
 // --timeline: after all timed runs, one more prefill Forward per --prefill-lens and one more
 // graph-replayed decode step per --decode-batches run under a CUPTI trace (GpuTimeline), and a
 // summary of each says how much of its wall the GPU was busy and where it idled
@@ -31,7 +35,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -44,8 +50,10 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
 #include "bench/engine_bench/gpu_timeline.h"
+#include "bench/engine_bench/roofline.h"
 #include "bench/engine_bench/timeline_summary.h"
 #include "kernels/common/page.h"
+#include "kernels/gemm/api.h"
 #include "kernels/mha_prefill/api.h"
 #include "model/deepseek_engine.h"
 #include "model/parallel_engine.h"
@@ -78,6 +86,96 @@ double UsedGiB() {
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return -1;
   return static_cast<double>(total_b - free_b) / (1ull << 30);
+}
+
+// The ceilings the roofline columns divide by, measured in this run on the current device: a
+// device-to-device copy of 1 GiB (bytes read + written, as docs/BENCHMARKS.md's "% of copy"
+// counts) and a bf16 GEMM of 8192^3 through kernels::Gemm (cuBLASLt), each the median of 9
+// timed runs after a warm-up (CUDA events). 0 where a buffer does not fit or a call fails.
+struct Ceilings {
+  double copy_gbs = 0, gemm_tflops = 0;
+};
+
+double MedianEventMs(cudaStream_t s, int runs, const std::function<bool()>& body) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return 0;
+  std::vector<double> ms;
+  bool ok = body();  // warm-up
+  for (int r = 0; ok && r < runs; ++r) {
+    cudaEventRecord(start, s);
+    ok = body();
+    cudaEventRecord(stop, s);
+    float t = 0;
+    ok = ok && cudaEventSynchronize(stop) == cudaSuccess && cudaEventElapsedTime(&t, start, stop) == cudaSuccess;
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ok ? Median(ms) : 0;
+}
+
+Ceilings MeasureCeilings() {
+  Ceilings c;
+  cudaStream_t s = nullptr;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return c;
+  constexpr size_t kCopyBytes = size_t{1} << 30;
+  void *src = nullptr, *dst = nullptr;
+  if (cudaMalloc(&src, kCopyBytes) == cudaSuccess && cudaMalloc(&dst, kCopyBytes) == cudaSuccess) {
+    cudaMemsetAsync(src, 0, kCopyBytes, s);
+    const double ms = MedianEventMs(s, 9, [&] {
+      return cudaMemcpyAsync(dst, src, kCopyBytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess;
+    });
+    if (ms > 0) c.copy_gbs = 2.0 * kCopyBytes / (ms * 1e6);
+  }
+  cudaFree(src);
+  cudaFree(dst);
+  constexpr int kN = 8192;
+  const size_t bytes = static_cast<size_t>(kN) * kN * 2;
+  void *a = nullptr, *b = nullptr, *out = nullptr;
+  if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
+      cudaMalloc(&out, bytes) == cudaSuccess) {
+    // Random bf16 in [-1, 1) (a GEMM of zeros draws less power and may clock higher).
+    std::vector<uint16_t> host(static_cast<size_t>(kN) * kN);
+    uint32_t x = 12345;
+    for (auto& v : host) {
+      x = x * 1664525u + 1013904223u;
+      const float f = static_cast<float>(x >> 8) / static_cast<float>(1u << 23) - 1.0f;
+      uint32_t u;
+      std::memcpy(&u, &f, sizeof(u));
+      v = static_cast<uint16_t>(u >> 16);
+    }
+    cudaMemcpy(a, host.data(), bytes, cudaMemcpyHostToDevice);
+    cudaMemcpy(b, host.data(), bytes, cudaMemcpyHostToDevice);
+    mlaserve::kernels::GemmParams g;
+    g.dtype = mlaserve::kernels::DType::kBF16;
+    g.m = g.n = g.k = kN;
+    g.a = a;
+    g.lda = kN;
+    g.b = b;
+    g.ldb = kN;
+    g.b_transposed = true;
+    g.c = out;
+    g.ldc = kN;
+    const mlaserve::kernels::KernelContext ctx{mlaserve::kernels::Backend::kCuda, s};
+    const double ms = MedianEventMs(s, 9, [&] { return mlaserve::kernels::Gemm(g, ctx).ok(); });
+    if (ms > 0) c.gemm_tflops = 2.0 * kN * kN * static_cast<double>(kN) / (ms * 1e9);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(out);
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  cudaGetLastError();  // a failed allocation above leaves nothing for later calls to trip on
+  return c;
+}
+
+// The roofline cells of a row: the work, its rate, and the rate's share of the ceiling; dashes
+// where there is no ceiling (sharded runs, a failed measurement).
+std::string RooflineCells(double work, const char* unit, double ms, double ceiling, const char* of) {
+  if (work <= 0 || ms <= 0 || ceiling <= 0) return "- | - | -";
+  const double rate = unit[0] == 'G' ? work / 1e9 / (ms / 1e3) : work / 1e12 / (ms / 1e3);
+  return absl::StrFormat("%.2f %s | %.0f %s/s | %.0f%% of %s", unit[0] == 'G' ? work / 1e9 : work / 1e12, unit, rate,
+                         unit, 100.0 * rate / ceiling, of);
 }
 
 [[noreturn]] void Die(const char* what, const absl::Status& s) {
@@ -413,36 +511,53 @@ int main(int argc, char** argv) {
   std::printf("mlaserve-engine-bench: %s, %s (%d layers, hidden %d), %s, load %.1f s\n", prop.name,
               model.c_str(), cfg.num_hidden_layers, cfg.hidden_size, layout.c_str(), load_s);
   std::printf("%s\n", out["mha_provider"].get<std::string>().c_str());
-  std::printf("\n| phase | batch | tokens/step | median ms | tokens/s |\n");
-  std::printf("|---|---:|---:|---:|---:|\n");
+  // The roofline columns (one GPU only: a sharded step's work is split over the ranks):
+  // bench/engine_bench/roofline.h says what a Forward must read and compute.
+  Ceilings ceil;
+  if (tp_size == 1) {
+    ceil = MeasureCeilings();
+    std::printf("ceilings measured in this run: copy %.0f GB/s (1 GiB device to device, read + written), "
+                "bf16 GEMM %.0f TFLOP/s (8192^3, kernels::Gemm); decode rows read every weight a step "
+                "touches once (routed experts: expected under uniform routing) and the KV cache, "
+                "prefill rows compute 2 FLOP a parameter and token plus the causal attention\n",
+                ceil.copy_gbs, ceil.gemm_tflops);
+    out["ceilings"] = {{"copy_gbs", ceil.copy_gbs}, {"gemm_tflops", ceil.gemm_tflops}};
+  }
+  std::printf("\n| phase | batch | tokens/step | median ms | tokens/s | work | rate | roofline |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int len : prefill_lens) {
     bench.PrefillOnce(len);  // warm-up: cuBLAS heuristics, first-touch of workspaces
     std::vector<double> ms;
     for (int r = 0; r < runs; ++r) ms.push_back(bench.PrefillOnce(len));
     const double m = Median(ms);
-    std::printf("| prefill %d | 1 | %d | %.2f | %.0f |\n", len, len, m, 1000.0 * len / m);
+    const mlaserve::bench::ForwardWork work = mlaserve::bench::PrefillWork(cfg, len);
+    std::printf("| prefill %d | 1 | %d | %.2f | %.0f | %s |\n", len, len, m, 1000.0 * len / m,
+                RooflineCells(work.flops, "TFLOP", m, ceil.gemm_tflops, "GEMM").c_str());
     out["prefill"].push_back({{"prompt_len", len}, {"median_ms", m}, {"runs_ms", ms},
-                              {"tokens_per_s", 1000.0 * len / m}});
+                              {"tokens_per_s", 1000.0 * len / m}, {"flops", work.flops}});
   }
   for (int b : batches) {
     const Bench::DecodeTimes t =
         bench.Decode(b, context, warm, steps, eager_steps, sampled_steps, max_batch_tokens);
     const double g = Median(t.graph_ms), ea = Median(t.eager_ms), sa = Median(t.sampled_ms);
-    std::printf("| decode (graphs), ctx %d | %d | %d | %.3f | %.0f |\n", context, b, b, g,
-                1000.0 * b / g);
+    const mlaserve::bench::ForwardWork work = mlaserve::bench::DecodeStepWork(cfg, b, context);
+    const auto cells = [&](double ms) { return RooflineCells(work.bytes(), "GB", ms, ceil.copy_gbs, "copy"); };
+    std::printf("| decode (graphs), ctx %d | %d | %d | %.3f | %.0f | %s |\n", context, b, b, g,
+                1000.0 * b / g, cells(g).c_str());
     if (!t.eager_ms.empty()) {
-      std::printf("| decode (eager), ctx %d | %d | %d | %.3f | %.0f |\n", context, b, b, ea,
-                  1000.0 * b / ea);
+      std::printf("| decode (eager), ctx %d | %d | %d | %.3f | %.0f | %s |\n", context, b, b, ea,
+                  1000.0 * b / ea, cells(ea).c_str());
     }
     if (!t.sampled_ms.empty()) {
-      std::printf("| decode (graphs, sampled in Forward), ctx %d | %d | %d | %.3f | %.0f |\n", context, b,
-                  b, sa, 1000.0 * b / sa);
+      std::printf("| decode (graphs, sampled in Forward), ctx %d | %d | %d | %.3f | %.0f | %s |\n", context, b,
+                  b, sa, 1000.0 * b / sa, cells(sa).c_str());
     }
     out["decode"].push_back({{"batch", b}, {"context", context}, {"graph_median_ms", g},
                              {"sampled_median_ms", sa},
                              {"graph_tokens_per_s", 1000.0 * b / g}, {"eager_median_ms", ea},
                              {"eager_tokens_per_s", ea > 0 ? 1000.0 * b / ea : 0.0},
-                             {"graph_steps_ms", t.graph_ms}});
+                             {"graph_steps_ms", t.graph_ms}, {"bytes", work.bytes()},
+                             {"touched_experts", work.touched_experts}});
   }
   const double used_end = UsedGiB();
   const std::string graphs =

@@ -1,0 +1,101 @@
+// ForwardWork of a decode step or a prefill (roofline.h).
+#include "bench/engine_bench/roofline.h"
+
+#include <cmath>
+#include <cstddef>
+
+namespace mlaserve::bench {
+namespace {
+
+constexpr double kBytesPerParam = 2.0;  // bf16
+
+// Parameters of one layer's attention projections.
+double AttentionParams(const model::ModelConfig& c) {
+  const double h = c.hidden_size, heads = c.num_attention_heads;
+  const double q = c.q_lora_rank.has_value()
+                       ? static_cast<double>(*c.q_lora_rank) * h + heads * c.qk_head_dim() * *c.q_lora_rank
+                       : heads * c.qk_head_dim() * h;
+  const double kv_a = static_cast<double>(c.latent_dim()) * h;
+  const double kv_b = heads * (c.qk_nope_head_dim + c.v_head_dim) * static_cast<double>(c.kv_lora_rank);
+  const double o = h * heads * c.v_head_dim;
+  return q + kv_a + kv_b + o;
+}
+
+bool IsMoe(const model::ModelConfig& c, int layer) {
+  return static_cast<size_t>(layer) < c.layer_is_moe.size() && c.layer_is_moe[layer];
+}
+
+// Expected distinct experts that `tokens` tokens of k distinct experts each touch out of E,
+// under uniform routing.
+double TouchedExperts(const model::ModelConfig& c, double tokens) {
+  const double e = c.n_routed_experts, k = c.num_experts_per_tok;
+  if (e <= 0 || k <= 0 || tokens <= 0) return 0;
+  return e * (1.0 - std::pow(1.0 - k / e, tokens));
+}
+
+// Weights a Forward of `tokens` tokens reads (parameters), and the parameters each token multiplies
+// (its k routed experts, not every touched one), over all layers, LM head excluded.
+struct LayerParams {
+  double read = 0, per_token = 0, touched = 0;
+};
+LayerParams Layers(const model::ModelConfig& c, double tokens) {
+  LayerParams p;
+  const double h = c.hidden_size;
+  const double expert = 3.0 * h * c.moe_intermediate_size;
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const double attn = AttentionParams(c);
+    p.read += attn;
+    p.per_token += attn;
+    if (IsMoe(c, l)) {
+      const double router = static_cast<double>(c.n_routed_experts) * h;
+      const double shared = c.n_shared_experts * expert;
+      p.touched = TouchedExperts(c, tokens);
+      p.read += router + shared + p.touched * expert;
+      p.per_token += router + shared + c.num_experts_per_tok * expert;
+    } else {
+      const double mlp = 3.0 * h * c.intermediate_size;
+      p.read += mlp;
+      p.per_token += mlp;
+    }
+  }
+  return p;
+}
+
+double LmHeadParams(const model::ModelConfig& c) { return static_cast<double>(c.vocab_size) * c.hidden_size; }
+
+// The weights a Forward of `tokens` tokens reads, into w; the layers' parameters for the FLOPs.
+LayerParams ReadWeights(const model::ModelConfig& c, double tokens, ForwardWork& w) {
+  const LayerParams p = Layers(c, tokens);
+  w.weight_bytes = (p.read + LmHeadParams(c)) * kBytesPerParam;
+  w.touched_experts = p.touched;
+  return p;
+}
+
+}  // namespace
+
+ForwardWork DecodeStepWork(const model::ModelConfig& c, int batch, int context) {
+  ForwardWork w;
+  if (batch <= 0) return w;
+  const LayerParams p = ReadWeights(c, batch, w);
+  const double lm_head = LmHeadParams(c);
+  // Each sequence attends its context and its new token: latent + rope per key, absorbed.
+  const double keys = static_cast<double>(context) + 1;
+  w.kv_bytes = static_cast<double>(batch) * context * c.latent_dim() * kBytesPerParam * c.num_hidden_layers;
+  const double attention = 2.0 * c.num_attention_heads * keys * (c.latent_dim() + c.kv_lora_rank);
+  w.flops = batch * (2.0 * (p.per_token + lm_head) + attention * c.num_hidden_layers);
+  return w;
+}
+
+ForwardWork PrefillWork(const model::ModelConfig& c, int tokens) {
+  ForwardWork w;
+  if (tokens <= 0) return w;
+  const LayerParams p = ReadWeights(c, tokens, w);
+  const double lm_head = LmHeadParams(c);
+  const double t = tokens;
+  const double pairs = t * (t + 1) / 2;
+  const double attention = 2.0 * c.num_attention_heads * pairs * (c.qk_head_dim() + c.v_head_dim);
+  w.flops = 2.0 * p.per_token * t + 2.0 * lm_head + attention * c.num_hidden_layers;
+  return w;
+}
+
+}  // namespace mlaserve::bench

@@ -1,0 +1,103 @@
+// The roofline's bytes and FLOPs against hand counts of the two shapes the benchmarks run:
+// DeepSeek-V3 (three layers, one dense, as tools/make_random_model.py --shape v3 writes them for
+// one GPU) and V2-Lite (27 layers, no q LoRA), each parsed from its config.json text.
+#include "bench/engine_bench/roofline.h"
+
+#include <cmath>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "model/loader/config.h"
+
+namespace mlaserve::bench {
+namespace {
+
+constexpr char kV3ThreeLayers[] = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+  "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+  "num_hidden_layers": 3, "first_k_dense_replace": 1, "num_attention_heads": 128,
+  "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+  "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 256, "n_shared_experts": 1,
+  "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4, "topk_method": "noaux_tc",
+  "scoring_func": "sigmoid", "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+  "vocab_size": 129280, "max_position_embeddings": 163840, "rms_norm_eps": 1e-6,
+  "rope_theta": 10000, "hidden_act": "silu", "bos_token_id": 0, "eos_token_id": 1,
+  "num_nextn_predict_layers": 0, "tie_word_embeddings": false, "attention_bias": false
+})";
+
+constexpr char kV2Lite[] = R"({
+  "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2",
+  "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+  "num_hidden_layers": 27, "first_k_dense_replace": 1, "num_attention_heads": 16,
+  "num_key_value_heads": 16, "q_lora_rank": null, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+  "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 64, "n_shared_experts": 2,
+  "num_experts_per_tok": 6, "n_group": 1, "topk_group": 1, "topk_method": "greedy",
+  "scoring_func": "softmax", "norm_topk_prob": false, "routed_scaling_factor": 1.0,
+  "vocab_size": 102400, "max_position_embeddings": 163840, "rms_norm_eps": 1e-6,
+  "rope_theta": 10000, "hidden_act": "silu", "bos_token_id": 100000, "eos_token_id": 100001,
+  "tie_word_embeddings": false, "attention_bias": false
+})";
+
+model::ModelConfig Parse(const char* json) {
+  auto c = model::ParseModelConfig(json);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : model::ModelConfig{};
+}
+
+TEST(EngineRoofline, V3DecodeStepBytes) {
+  const model::ModelConfig c = Parse(kV3ThreeLayers);
+  ASSERT_EQ(c.num_hidden_layers, 3);
+  // Attention: q_a 1536 x 7168, q_b 128 x 192 x 1536, kv_a 576 x 7168, kv_b 128 x 256 x 512,
+  // o_proj 7168 x 128 x 128.
+  const double attn = 1536.0 * 7168 + 128.0 * 192 * 1536 + 576.0 * 7168 + 128.0 * 256 * 512 + 7168.0 * 128 * 128;
+  const double expert = 3.0 * 7168 * 2048, dense = 3.0 * 7168 * 18432, router = 256.0 * 7168;
+  const double lm_head = 129280.0 * 7168;
+  // Batch 1: the token's 8 experts exactly (1 - (1 - 8/256)^1 = 8/256).
+  const ForwardWork b1 = DecodeStepWork(c, 1, 1024);
+  EXPECT_NEAR(b1.touched_experts, 8.0, 1e-9);
+  const double b1_params = 3 * attn + dense + 2 * (router + expert * (1 + 8)) + lm_head;
+  EXPECT_NEAR(b1.weight_bytes, 2 * b1_params, 1.0);
+  EXPECT_NEAR(b1.weight_bytes / 1e9, 5.36, 0.01);  // docs/BENCHMARKS.md's V3 rows
+  EXPECT_NEAR(b1.kv_bytes, 1024.0 * 576 * 2 * 3, 1e-6);
+  // FLOPs: 2 per parameter a token multiplies, and 2 x heads x keys x (576 + 512) a layer.
+  const double b1_flops = 2 * b1_params + 3 * 2.0 * 128 * 1025 * (576 + 512);
+  EXPECT_NEAR(b1.flops / b1_flops, 1.0, 1e-12);
+  // Batch 32: 256 x (1 - (31/32)^32) experts a layer; the weights grow by those, not 32 x 8.
+  const ForwardWork b32 = DecodeStepWork(c, 32, 1024);
+  const double touched = 256 * (1 - std::pow(1 - 8.0 / 256, 32));
+  EXPECT_NEAR(b32.touched_experts, touched, 1e-9);
+  EXPECT_NEAR(b32.touched_experts, 163.3, 0.1);
+  EXPECT_NEAR(b32.weight_bytes, 2 * (b1_params + 2 * (touched - 8) * expert), 1.0);
+  EXPECT_NEAR(b32.kv_bytes, 32 * b1.kv_bytes, 1e-3);
+  EXPECT_NEAR(b32.flops / b1.flops, 32.0, 1e-9);
+}
+
+TEST(EngineRoofline, V3PrefillFlops) {
+  const model::ModelConfig c = Parse(kV3ThreeLayers);
+  const ForwardWork p = PrefillWork(c, 4096);
+  const double attn = 1536.0 * 7168 + 128.0 * 192 * 1536 + 576.0 * 7168 + 128.0 * 256 * 512 + 7168.0 * 128 * 128;
+  const double expert = 3.0 * 7168 * 2048, dense = 3.0 * 7168 * 18432, router = 256.0 * 7168;
+  const double per_token = 3 * attn + dense + 2 * (router + 9 * expert);
+  const double causal = 4096.0 * 4097 / 2 * 2 * 128 * (192 + 128) * 3;
+  const double want = 2 * per_token * 4096 + 2 * 129280.0 * 7168 + causal;
+  EXPECT_NEAR(p.flops / want, 1.0, 1e-12);
+  EXPECT_NEAR(p.flops / 1e12, 16.4, 0.1);  // docs/BENCHMARKS.md's V3 prefill row
+  EXPECT_NEAR(p.touched_experts, 256.0, 1e-6);  // 4096 tokens touch every expert
+  EXPECT_EQ(p.kv_bytes, 0.0);
+}
+
+TEST(EngineRoofline, V2LiteHasNoQLoraAndTwoSharedExperts) {
+  const model::ModelConfig c = Parse(kV2Lite);
+  const double attn = 16.0 * 192 * 2048 + 576.0 * 2048 + 16.0 * 256 * 512 + 2048.0 * 16 * 128;
+  const double expert = 3.0 * 2048 * 1408, dense = 3.0 * 2048 * 10944, router = 64.0 * 2048;
+  const ForwardWork b1 = DecodeStepWork(c, 1, 1024);
+  EXPECT_NEAR(b1.touched_experts, 6.0, 1e-9);
+  const double params = 27 * attn + dense + 26 * (router + expert * (2 + 6)) + 102400.0 * 2048;
+  EXPECT_NEAR(b1.weight_bytes, 2 * params, 1.0);
+  EXPECT_NEAR(b1.weight_bytes / 1e9, 4.9, 0.1);  // "active weights ~4.8 GB" (issue 12's 1.6 ms on an H100)
+  EXPECT_EQ(DecodeStepWork(c, 0, 1024).bytes(), 0.0);
+  EXPECT_EQ(PrefillWork(c, 0).flops, 0.0);
+}
+
+}  // namespace
+}  // namespace mlaserve::bench
