@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a random checkpoint with DeepSeek-V2-Lite's shape, for end-to-end benchmarks.
+"""Writes a random checkpoint with DeepSeek-V2-Lite's shape (or V3's), for end-to-end benchmarks.
 
 The config is DeepSeek-V2-Lite's published config.json (27 layers, hidden 2048, 16 heads, no q
 LoRA, kv_lora_rank 512, nope/rope/v 128/64/128, 64 routed experts with 6 per token plus 2 shared,

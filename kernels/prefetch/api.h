@@ -47,9 +47,9 @@ size_t L2PrefetchCacheBytes(const KernelContext& ctx);
 
 // The ranges of `p` in order, each kept while the kept ones' bytes stay within `budget`, the
 // others (and empty ones) dropped: num_ranges becomes the kept ones' count, 0 when none fits,
-// which WeightPrefetch takes as nothing to launch (a range larger than the cache would evict itself before its reader runs and
-// only take DRAM bandwidth from the kernels beside it: DeepSeek-V3's o_proj is 235 MB, an
-// H200's L2 50 MB). Returns the kept bytes.
+// which WeightPrefetch takes as nothing to launch. A range larger than the cache would evict its
+// own first lines before its reader runs and only take DRAM bandwidth from the kernels beside it
+// (DeepSeek-V3's o_proj is 235 MB, several times an H100's or H200's L2). Returns the kept bytes.
 size_t FitL2PrefetchRanges(L2PrefetchParams* p, size_t budget);
 
 }  // namespace mlaserve::kernels

@@ -52,7 +52,6 @@ TEST(L2Prefetch, NamesBadRanges) {
   EXPECT_NE(s.message().find("ctas=-1"), std::string::npos) << s;
 }
 
-
 // The ranges kept in order while they fit the budget; one too large is dropped, a later smaller
 // one still kept, empty ones dropped; none fitting leaves none. The CPU has no cache to fit.
 TEST(L2Prefetch, FitsTheRangesToTheCache) {
