@@ -513,15 +513,15 @@ int main(int argc, char** argv) {
   std::printf("%s\n", out["mha_provider"].get<std::string>().c_str());
   // The roofline columns (one GPU only: a sharded step's work is split over the ranks):
   // bench/engine_bench/roofline.h says what a Forward must read and compute.
-  Ceilings ceil;
+  Ceilings ceilings;
   if (tp_size == 1) {
-    ceil = MeasureCeilings();
+    ceilings = MeasureCeilings();
     std::printf("ceilings measured in this run: copy %.0f GB/s (1 GiB device to device, read + written), "
                 "bf16 GEMM %.0f TFLOP/s (8192^3, kernels::Gemm); decode rows read every weight a step "
                 "touches once (routed experts: expected under uniform routing) and the KV cache, "
                 "prefill rows compute 2 FLOP a parameter and token plus the causal attention\n",
-                ceil.copy_gbs, ceil.gemm_tflops);
-    out["ceilings"] = {{"copy_gbs", ceil.copy_gbs}, {"gemm_tflops", ceil.gemm_tflops}};
+                ceilings.copy_gbs, ceilings.gemm_tflops);
+    out["ceilings"] = {{"copy_gbs", ceilings.copy_gbs}, {"gemm_tflops", ceilings.gemm_tflops}};
   }
   std::printf("\n| phase | batch | tokens/step | median ms | tokens/s | work | rate | roofline |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -532,7 +532,7 @@ int main(int argc, char** argv) {
     const double m = Median(ms);
     const mlaserve::bench::ForwardWork work = mlaserve::bench::PrefillWork(cfg, len);
     std::printf("| prefill %d | 1 | %d | %.2f | %.0f | %s |\n", len, len, m, 1000.0 * len / m,
-                RooflineCells(work.flops, "TFLOP", m, ceil.gemm_tflops, "GEMM").c_str());
+                RooflineCells(work.flops, "TFLOP", m, ceilings.gemm_tflops, "GEMM").c_str());
     out["prefill"].push_back({{"prompt_len", len}, {"median_ms", m}, {"runs_ms", ms},
                               {"tokens_per_s", 1000.0 * len / m}, {"flops", work.flops}});
   }
@@ -541,7 +541,7 @@ int main(int argc, char** argv) {
         bench.Decode(b, context, warm, steps, eager_steps, sampled_steps, max_batch_tokens);
     const double g = Median(t.graph_ms), ea = Median(t.eager_ms), sa = Median(t.sampled_ms);
     const mlaserve::bench::ForwardWork work = mlaserve::bench::DecodeStepWork(cfg, b, context);
-    const auto cells = [&](double ms) { return RooflineCells(work.bytes(), "GB", ms, ceil.copy_gbs, "copy"); };
+    const auto cells = [&](double ms) { return RooflineCells(work.bytes(), "GB", ms, ceilings.copy_gbs, "copy"); };
     std::printf("| decode (graphs), ctx %d | %d | %d | %.3f | %.0f | %s |\n", context, b, b, g,
                 1000.0 * b / g, cells(g).c_str());
     if (!t.eager_ms.empty()) {
