@@ -25,8 +25,8 @@
 // profiler can keep just those kernels (tools/device/kernel_profile.sh: ncu --nvtx).
 // Roofline columns (one GPU): each row's work from the config (bench/engine_bench/roofline.h: a
 // decode step's bytes read, a prefill's FLOPs), its rate, and that rate's share of a ceiling
-// measured in the same run before the rows (a 1 GiB device-to-device copy; a bf16 8192^3 GEMM
-// through kernels::Gemm).
+// measured in the same run before the engine loads (a 1 GiB device-to-device copy; a bf16 8192^3
+// cuBLAS GEMM: bench/engine_bench/ceilings.h).
 // --timeline: after all timed runs, one more prefill Forward per --prefill-lens and one more
 // graph-replayed decode step per --decode-batches run under a CUPTI trace (GpuTimeline), and a
 // summary of each says how much of its wall the GPU was busy and where it idled
@@ -35,9 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
-#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -49,11 +47,11 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "bench/engine_bench/ceilings.h"
 #include "bench/engine_bench/gpu_timeline.h"
 #include "bench/engine_bench/roofline.h"
 #include "bench/engine_bench/timeline_summary.h"
 #include "kernels/common/page.h"
-#include "kernels/gemm/api.h"
 #include "kernels/mha_prefill/api.h"
 #include "model/deepseek_engine.h"
 #include "model/parallel_engine.h"
@@ -86,87 +84,6 @@ double UsedGiB() {
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return -1;
   return static_cast<double>(total_b - free_b) / (1ull << 30);
-}
-
-// The ceilings the roofline columns divide by, measured in this run on the current device: a
-// device-to-device copy of 1 GiB (bytes read + written, as docs/BENCHMARKS.md's "% of copy"
-// counts) and a bf16 GEMM of 8192^3 through kernels::Gemm (cuBLASLt), each the median of 9
-// timed runs after a warm-up (CUDA events). 0 where a buffer does not fit or a call fails.
-struct Ceilings {
-  double copy_gbs = 0, gemm_tflops = 0;
-};
-
-double MedianEventMs(cudaStream_t s, int runs, const std::function<bool()>& body) {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) return 0;
-  std::vector<double> ms;
-  bool ok = body();  // warm-up
-  for (int r = 0; ok && r < runs; ++r) {
-    cudaEventRecord(start, s);
-    ok = body();
-    cudaEventRecord(stop, s);
-    float t = 0;
-    ok = ok && cudaEventSynchronize(stop) == cudaSuccess && cudaEventElapsedTime(&t, start, stop) == cudaSuccess;
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ok ? Median(ms) : 0;
-}
-
-Ceilings MeasureCeilings() {
-  Ceilings c;
-  cudaStream_t s = nullptr;
-  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return c;
-  constexpr size_t kCopyBytes = size_t{1} << 30;
-  void *src = nullptr, *dst = nullptr;
-  if (cudaMalloc(&src, kCopyBytes) == cudaSuccess && cudaMalloc(&dst, kCopyBytes) == cudaSuccess) {
-    cudaMemsetAsync(src, 0, kCopyBytes, s);
-    const double ms = MedianEventMs(s, 9, [&] {
-      return cudaMemcpyAsync(dst, src, kCopyBytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess;
-    });
-    if (ms > 0) c.copy_gbs = 2.0 * kCopyBytes / (ms * 1e6);
-  }
-  cudaFree(src);
-  cudaFree(dst);
-  constexpr int kN = 8192;
-  const size_t bytes = static_cast<size_t>(kN) * kN * 2;
-  void *a = nullptr, *b = nullptr, *out = nullptr;
-  if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
-      cudaMalloc(&out, bytes) == cudaSuccess) {
-    // Random bf16 in [-1, 1) (a GEMM of zeros draws less power and may clock higher).
-    std::vector<uint16_t> host(static_cast<size_t>(kN) * kN);
-    uint32_t x = 12345;
-    for (auto& v : host) {
-      x = x * 1664525u + 1013904223u;
-      const float f = static_cast<float>(x >> 8) / static_cast<float>(1u << 23) - 1.0f;
-      uint32_t u;
-      std::memcpy(&u, &f, sizeof(u));
-      v = static_cast<uint16_t>(u >> 16);
-    }
-    cudaMemcpy(a, host.data(), bytes, cudaMemcpyHostToDevice);
-    cudaMemcpy(b, host.data(), bytes, cudaMemcpyHostToDevice);
-    mlaserve::kernels::GemmParams g;
-    g.dtype = mlaserve::kernels::DType::kBF16;
-    g.m = g.n = g.k = kN;
-    g.a = a;
-    g.lda = kN;
-    g.b = b;
-    g.ldb = kN;
-    g.b_transposed = true;
-    g.c = out;
-    g.ldc = kN;
-    const mlaserve::kernels::KernelContext ctx{mlaserve::kernels::Backend::kCuda, s};
-    const double ms = MedianEventMs(s, 9, [&] { return mlaserve::kernels::Gemm(g, ctx).ok(); });
-    if (ms > 0) c.gemm_tflops = 2.0 * kN * kN * static_cast<double>(kN) / (ms * 1e9);
-  }
-  cudaFree(a);
-  cudaFree(b);
-  cudaFree(out);
-  cudaStreamSynchronize(s);
-  cudaStreamDestroy(s);
-  cudaGetLastError();  // a failed allocation above leaves nothing for later calls to trip on
-  return c;
 }
 
 // The roofline cells of a row: the work, its rate, and the rate's share of the ceiling; dashes
@@ -473,6 +390,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   cudaFree(nullptr);  // create the context, so "before" counts it
+  // The roofline's ceilings (one GPU only: a sharded step's work is split over the ranks), before
+  // the engine takes the memory their buffers need.
+  const mlaserve::bench::DeviceCeilings ceilings =
+      tp_size == 1 ? mlaserve::bench::MeasureDeviceCeilings() : mlaserve::bench::DeviceCeilings{};
   const double used_before = UsedGiB();
   mlaserve::model::EngineOptions o;
   o.model_dir = model;
@@ -511,13 +432,10 @@ int main(int argc, char** argv) {
   std::printf("mlaserve-engine-bench: %s, %s (%d layers, hidden %d), %s, load %.1f s\n", prop.name,
               model.c_str(), cfg.num_hidden_layers, cfg.hidden_size, layout.c_str(), load_s);
   std::printf("%s\n", out["mha_provider"].get<std::string>().c_str());
-  // The roofline columns (one GPU only: a sharded step's work is split over the ranks):
-  // bench/engine_bench/roofline.h says what a Forward must read and compute.
-  Ceilings ceilings;
+  // The roofline columns: bench/engine_bench/roofline.h says what a Forward must read and compute.
   if (tp_size == 1) {
-    ceilings = MeasureCeilings();
     std::printf("ceilings measured in this run: copy %.0f GB/s (1 GiB device to device, read + written), "
-                "bf16 GEMM %.0f TFLOP/s (8192^3, kernels::Gemm); decode rows read every weight a step "
+                "bf16 GEMM %.0f TFLOP/s (8192^3, cuBLAS); decode rows read every weight a step "
                 "touches once (routed experts: expected under uniform routing) and the KV cache, "
                 "prefill rows compute 2 FLOP a parameter and token plus the causal attention\n",
                 ceilings.copy_gbs, ceilings.gemm_tflops);

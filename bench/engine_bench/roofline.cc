@@ -39,25 +39,18 @@ struct LayerParams {
   double read = 0, per_token = 0, touched = 0;
 };
 LayerParams Layers(const model::ModelConfig& c, double tokens) {
-  LayerParams p;
-  const double h = c.hidden_size;
+  const double h = c.hidden_size, layers = c.num_hidden_layers;
+  double moe_layers = 0;
+  for (int l = 0; l < c.num_hidden_layers; ++l) moe_layers += IsMoe(c, l);
+  const double attn = AttentionParams(c);
+  const double dense = 3.0 * h * c.intermediate_size;
   const double expert = 3.0 * h * c.moe_intermediate_size;
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const double attn = AttentionParams(c);
-    p.read += attn;
-    p.per_token += attn;
-    if (IsMoe(c, l)) {
-      const double router = static_cast<double>(c.n_routed_experts) * h;
-      const double shared = c.n_shared_experts * expert;
-      p.touched = TouchedExperts(c, tokens);
-      p.read += router + shared + p.touched * expert;
-      p.per_token += router + shared + c.num_experts_per_tok * expert;
-    } else {
-      const double mlp = 3.0 * h * c.intermediate_size;
-      p.read += mlp;
-      p.per_token += mlp;
-    }
-  }
+  const double router_shared = static_cast<double>(c.n_routed_experts) * h + c.n_shared_experts * expert;
+  LayerParams p;
+  p.touched = moe_layers > 0 ? TouchedExperts(c, tokens) : 0;
+  p.read = layers * attn + (layers - moe_layers) * dense + moe_layers * (router_shared + p.touched * expert);
+  p.per_token =
+      layers * attn + (layers - moe_layers) * dense + moe_layers * (router_shared + c.num_experts_per_tok * expert);
   return p;
 }
 
