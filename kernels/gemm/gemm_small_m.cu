@@ -50,6 +50,15 @@ constexpr int64_t kPrefetchBudgetBytes = int64_t{24} << 20;
 // kAuto: a grid of several waves whose CTAs own few K chunks pays a CTA launch per few loads
 // (V3's W_UK^T per head, 4096 CTAs of 4 chunks: 18.6 us vs cuBLASLt's 7.8).
 constexpr int kAutoMinChunksPerCtaMultiWave = 16;
+// kAuto: plain products (no second output, no epilogue) of weights above this many MiB run on
+// cuBLASLt. On an H200 (2026-12-02, thirty-second session) the V3-shaped engine's decode step
+// took 1.532 ms at batch 1 and 2.625 at batch 4 with them there (o_proj 224 MiB, the dense
+// layer's down 252 MiB, the LM head 1.7 GiB) against 1.59-1.62 / 2.75-2.84 on this kernel
+// (-4 to -5%); the isolated calls favour cuBLASLt by 2-5% there (mlaserve-dense-bench: o_proj
+// 58.1 against 61.5 us). V2-Lite moves only its LM head (400 MiB; even: 2.196 against 2.180 /
+// 2.218 ms). The H100's isolated calls of 2026-11-25 favoured this kernel by 6-7% on the same
+// shapes; its engine was not timed with the cut.
+constexpr int kAutoMaxWeightMiB = 128;
 
 // Per device: whether the kernels run here (sm_90+ with a binary for it), and the SM count.
 struct DeviceFacts {
@@ -205,6 +214,13 @@ SmallMShape SmallMLaunchShape(const GemmParams& p, const SmallMOptions& o) {
 bool SmallMFasterThanCublasLt(const GemmParams& p) {
   if (p.m > kGemmSmallMAutoMaxRows) return false;
   if (p.c2 != nullptr || p.epilogue != GemmEpilogue::kNone) return true;
+  // Plain products of weights above kAutoMaxWeightMiB go to cuBLASLt (MLASERVE_SMALLM_MAX_WEIGHT_MB
+  // moves the cut; 0 removes it).
+  static const int max_weight_mib =
+      EnvIntInRange("MLASERVE_SMALLM_MAX_WEIGHT_MB", 0, 1 << 20, kAutoMaxWeightMiB);
+  if (max_weight_mib > 0 && int64_t{2} * p.n * p.k * p.batch > (int64_t{max_weight_mib} << 20)) {
+    return false;
+  }
   if (static_cast<int64_t>(p.n) * p.batch <= kNarrowOutputs) return true;
   const SmallMPlan plan = PlanSmallM(p, FactsOfCurrentDevice().sms, SmallMOptions{});
   const int64_t ctas = plan.tiles * p.batch * plan.splits;

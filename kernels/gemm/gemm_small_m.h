@@ -37,7 +37,9 @@ const char* SmallMRefusal(const GemmParams& p);
 // kAuto's choice among shapes the kernel takes (SmallMRefusal null), from the H100 runs of
 // mlaserve-dense-bench (2026-11-25, second session: at least 4 K chunks a warp, the weight
 // prefetch only below 4 MiB): the small-M kernel at up to 8 tokens, except for grids of several
-// waves whose CTAs own fewer than 16 K chunks (V3's W_UK^T per head: 0.42x). In isolation it
+// waves whose CTAs own fewer than 16 K chunks (V3's W_UK^T per head: 0.42x), and (from an H200's
+// V3-shaped engine, 2026-12-02) plain products of weights above 128 MiB (V3's o_proj, dense down
+// and LM head; V2-Lite's LM head), which run faster on cuBLASLt there. In isolation it
 // wins on the fused forms (q_proj | kv_a 1.50x: cuBLASLt needs two calls; the SiLU epilogue),
 // narrow outputs (routers 1.4-1.5x, kv_a_proj 1.4x), W_UV / W_UK^T per head (1.2-1.4x), LM heads,
 // V3's q_b / o_proj / dense products; it ties V2-Lite's o_proj (6.2 vs 6.1 us) and loses a

@@ -278,14 +278,17 @@ TEST(GemmSmallMDeterminism, RunsAreBitwiseEqual) {
 // The launch choices (SmallMOptions): the weight prefetch and the early weight loads before the
 // PDL wait change no bit (they only move loads earlier); capping the K split changes the summation order only (bf16 bound against
 // the default plan). Shapes: o_proj (cluster split), the SiLU epilogue, a strided batch (W_UV),
-// and a weight past the prefetch budget (only the first chunks of each CTA are prefetched).
+// a weight past the prefetch budget (only the first chunks of each CTA are prefetched), and long
+// K slices (many groups of loads a warp).
 TEST(GemmSmallMOptions, PrefetchChangesNoBitAndSplitCapsAgree) {
   if (!SmallMRuns()) GTEST_SKIP() << "the small-M kernel needs sm_90";
   struct Shape { int m, n, k, batch; GemmEpilogue epilogue; };
   const Shape shapes[] = {{1, 2048, 2048, 1, GemmEpilogue::kNone},
                           {5, 5632, 2048, 1, GemmEpilogue::kSiluMul},
                           {3, 128, 512, 16, GemmEpilogue::kNone},
-                          {2, 12288, 2048, 1, GemmEpilogue::kNone}};
+                          {2, 12288, 2048, 1, GemmEpilogue::kNone},
+                          {1, 1024, 16384, 1, GemmEpilogue::kNone},  // long K: many groups a warp
+                          {11, 512, 8200, 1, GemmEpilogue::kNone}};  // 2 token tiles, a K tail
   for (const Shape& sh : shapes) {
     const uint64_t seed = testing::FreshSeed();
     SCOPED_TRACE(::testing::Message() << "seed=" << seed << " m=" << sh.m << " n=" << sh.n
@@ -327,8 +330,9 @@ TEST(GemmSmallMOptions, PrefetchChangesNoBitAndSplitCapsAgree) {
 
 // What the dispatcher does with shapes the kernel does not take: kAuto falls back to
 // cuBLASLt, kSmallM and the SiLU epilogue (which has no fallback) are refused by name; and
-// kAuto's measured cut (gemm_small_m.h): V2-Lite's o_proj, router, W_UV per head and LM head run
-// on the small-M kernel, V3's W_UK^T per head (many waves of 4-chunk CTAs) on cuBLASLt.
+// kAuto's measured cuts (gemm_small_m.h): V2-Lite's o_proj, router and W_UV per head run on the
+// small-M kernel; V3's W_UK^T per head (many waves of 4-chunk CTAs) and plain products of weights
+// above 128 MiB (LM heads) on cuBLASLt.
 TEST(GemmSmallMPaths, FallBackOrRefuse) {
   std::vector<uint16_t> host(64 * 64, 0x3f80);  // 1.0
   auto buf = testing::ToDevice(host);
@@ -369,7 +373,14 @@ TEST(GemmSmallMPaths, FallBackOrRefuse) {
   EXPECT_TRUE(GemmRunsSmallM(g, Backend::kCuda));
   g.n = 64;  // router
   EXPECT_TRUE(GemmRunsSmallM(g, Backend::kCuda));
-  g.n = 102400;  // LM head
+  g.n = 65536;  // 256 MiB, 2 bytes a weight over: cuBLASLt (kAutoMaxWeightMiB, 128)
+  EXPECT_FALSE(GemmRunsSmallM(g, Backend::kCuda));
+  g.n = 102400;  // V2-Lite's LM head, 400 MiB
+  EXPECT_FALSE(GemmRunsSmallM(g, Backend::kCuda));
+  g.epilogue = GemmEpilogue::kSiluMul;  // a fused form cuBLASLt has not: stays, whatever its size
+  EXPECT_TRUE(GemmRunsSmallM(g, Backend::kCuda));
+  g.epilogue = GemmEpilogue::kNone;
+  g.n = 32768;  // 128 MiB, at the cut: stays
   EXPECT_TRUE(GemmRunsSmallM(g, Backend::kCuda));
   GemmParams heads = g;  // per-head strided batches
   heads.n = 128; heads.k = 512; heads.lda = heads.ldb = 512; heads.batch = 16;
