@@ -373,7 +373,7 @@ TEST(GemmSmallMPaths, FallBackOrRefuse) {
   EXPECT_TRUE(GemmRunsSmallM(g, Backend::kCuda));
   g.n = 64;  // router
   EXPECT_TRUE(GemmRunsSmallM(g, Backend::kCuda));
-  g.n = 65536;  // 256 MiB, 2 bytes a weight over: cuBLASLt (kAutoMaxWeightMiB, 128)
+  g.n = 65536;  // 65536 x 2048 bf16 = 256 MiB, over kAutoMaxWeightMiB (128): cuBLASLt
   EXPECT_FALSE(GemmRunsSmallM(g, Backend::kCuda));
   g.n = 102400;  // V2-Lite's LM head, 400 MiB
   EXPECT_FALSE(GemmRunsSmallM(g, Backend::kCuda));
