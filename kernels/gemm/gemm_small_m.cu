@@ -54,7 +54,7 @@ constexpr int kAutoMinChunksPerCtaMultiWave = 16;
 // cuBLASLt. On an H200 (2026-12-02, thirty-second session) the V3-shaped engine's decode step
 // took 1.532 ms at batch 1 and 2.625 at batch 4 with them there (o_proj 224 MiB, the dense
 // layer's down 252 MiB, the LM head 1.7 GiB) against 1.59-1.62 / 2.75-2.84 on this kernel
-// (-4 to -5%); the isolated calls favour cuBLASLt by 2-5% there (mlaserve-dense-bench: o_proj
+// (-4 to -8%, one run with the cut); the isolated calls favour cuBLASLt by 2-5% there (mlaserve-dense-bench: o_proj
 // 58.1 against 61.5 us). V2-Lite moves only its LM head (400 MiB; even: 2.196 against 2.180 /
 // 2.218 ms). The H100's isolated calls of 2026-11-25 favoured this kernel by 6-7% on the same
 // shapes; its engine was not timed with the cut.
