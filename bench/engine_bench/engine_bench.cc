@@ -86,13 +86,14 @@ double UsedGiB() {
   return static_cast<double>(total_b - free_b) / (1ull << 30);
 }
 
-// The roofline cells of a row: the work, its rate, and the rate's share of the ceiling; dashes
-// where there is no ceiling (sharded runs, a failed measurement).
-std::string RooflineCells(double work, const char* unit, double ms, double ceiling, const char* of) {
+// The roofline cells of a row: the work in `unit` (`scale` of the work's own units: bytes or
+// FLOPs), its rate, and the rate's share of the ceiling (in unit/s); dashes where there is no
+// ceiling (sharded runs, a failed measurement).
+std::string RooflineCells(double work, double scale, const char* unit, double ms, double ceiling, const char* of) {
   if (work <= 0 || ms <= 0 || ceiling <= 0) return "- | - | -";
-  const double rate = unit[0] == 'G' ? work / 1e9 / (ms / 1e3) : work / 1e12 / (ms / 1e3);
-  return absl::StrFormat("%.2f %s | %.0f %s/s | %.0f%% of %s", unit[0] == 'G' ? work / 1e9 : work / 1e12, unit, rate,
-                         unit, 100.0 * rate / ceiling, of);
+  const double rate = work / scale / (ms / 1e3);
+  return absl::StrFormat("%.2f %s | %.0f %s/s | %.0f%% of %s", work / scale, unit, rate, unit,
+                         100.0 * rate / ceiling, of);
 }
 
 [[noreturn]] void Die(const char* what, const absl::Status& s) {
@@ -450,7 +451,7 @@ int main(int argc, char** argv) {
     const double m = Median(ms);
     const mlaserve::bench::ForwardWork work = mlaserve::bench::PrefillWork(cfg, len);
     std::printf("| prefill %d | 1 | %d | %.2f | %.0f | %s |\n", len, len, m, 1000.0 * len / m,
-                RooflineCells(work.flops, "TFLOP", m, ceilings.gemm_tflops, "GEMM").c_str());
+                RooflineCells(work.flops, 1e12, "TFLOP", m, ceilings.gemm_tflops, "GEMM").c_str());
     out["prefill"].push_back({{"prompt_len", len}, {"median_ms", m}, {"runs_ms", ms},
                               {"tokens_per_s", 1000.0 * len / m}, {"flops", work.flops}});
   }
@@ -459,7 +460,7 @@ int main(int argc, char** argv) {
         bench.Decode(b, context, warm, steps, eager_steps, sampled_steps, max_batch_tokens);
     const double g = Median(t.graph_ms), ea = Median(t.eager_ms), sa = Median(t.sampled_ms);
     const mlaserve::bench::ForwardWork work = mlaserve::bench::DecodeStepWork(cfg, b, context);
-    const auto cells = [&](double ms) { return RooflineCells(work.bytes(), "GB", ms, ceilings.copy_gbs, "copy"); };
+    const auto cells = [&](double ms) { return RooflineCells(work.bytes(), 1e9, "GB", ms, ceilings.copy_gbs, "copy"); };
     std::printf("| decode (graphs), ctx %d | %d | %d | %.3f | %.0f | %s |\n", context, b, b, g,
                 1000.0 * b / g, cells(g).c_str());
     if (!t.eager_ms.empty()) {

@@ -46,11 +46,13 @@ LayerParams Layers(const model::ModelConfig& c, double tokens) {
   const double dense = 3.0 * h * c.intermediate_size;
   const double expert = 3.0 * h * c.moe_intermediate_size;
   const double router_shared = static_cast<double>(c.n_routed_experts) * h + c.n_shared_experts * expert;
+  // Every layer's attention, the dense layers' MLPs, the MoE layers' router and shared experts;
+  // then the routed experts: the touched ones read, k multiplied by each token.
+  const double fixed = layers * attn + (layers - moe_layers) * dense + moe_layers * router_shared;
   LayerParams p;
   p.touched = moe_layers > 0 ? TouchedExperts(c, tokens) : 0;
-  p.read = layers * attn + (layers - moe_layers) * dense + moe_layers * (router_shared + p.touched * expert);
-  p.per_token =
-      layers * attn + (layers - moe_layers) * dense + moe_layers * (router_shared + c.num_experts_per_tok * expert);
+  p.read = fixed + moe_layers * p.touched * expert;
+  p.per_token = fixed + moe_layers * c.num_experts_per_tok * expert;
   return p;
 }
 

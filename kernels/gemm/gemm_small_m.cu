@@ -87,6 +87,9 @@ DeviceFacts FactsOfCurrentDevice() {
   return DeviceFacts{((v - 1) & 1) != 0, (v - 1) / 2};
 }
 
+// Bytes of the weight B (bf16, every batch entry): what a call streams.
+int64_t WeightBytes(const GemmParams& p) { return int64_t{2} * p.n * p.k * p.batch; }
+
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % cuda::kChunkBytes == 0; }
 
 // CTAs of `kernel` the GPU holds at once when a tile's K is split over `splits` CTAs of a
@@ -175,8 +178,7 @@ SmallMPlan PlanSmallM(const GemmParams& p, int sms, const SmallMOptions& o) {
   // Prefetch the CTAs' slices of small weights (kPrefetchMaxWeightBytes), within what L2 keeps
   // for the first wave (kPrefetchBudgetBytes; only the first chunks of each slice beyond).
   plan.weights_early = o.weights_before_wait && !PrefetchDisabled();
-  const int64_t weight_bytes = int64_t{2} * p.n * p.k * p.batch;
-  if (o.prefetch && !PrefetchDisabled() && weight_bytes <= o.prefetch_max_weight_bytes) {
+  if (o.prefetch && !PrefetchDisabled() && WeightBytes(p) <= o.prefetch_max_weight_bytes) {
     const int per_cta = (plan.chunks + plan.splits - 1) / plan.splits;
     const int64_t wave = std::min(ctas * plan.splits, std::max<int64_t>(plan.resident, 1));
     const int64_t chunk_bytes = wave * kRowsPerTile * tiles8 * kChunkK * 2;
@@ -218,7 +220,7 @@ bool SmallMFasterThanCublasLt(const GemmParams& p) {
   // moves the cut; 0 removes it).
   static const int max_weight_mib =
       EnvIntInRange("MLASERVE_SMALLM_MAX_WEIGHT_MB", 0, 1 << 20, kAutoMaxWeightMiB);
-  if (max_weight_mib > 0 && int64_t{2} * p.n * p.k * p.batch > (int64_t{max_weight_mib} << 20)) {
+  if (max_weight_mib > 0 && WeightBytes(p) > (int64_t{max_weight_mib} << 20)) {
     return false;
   }
   if (static_cast<int64_t>(p.n) * p.batch <= kNarrowOutputs) return true;

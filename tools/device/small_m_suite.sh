@@ -16,7 +16,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 T0=$SECONDS
-if [[ -f .devpack-v3.tar.xz ]]; then rm -rf .devbin .devlibs && tar -xJf .devpack-v3.tar.xz; fi
+# Unpacked once per carried pack: .devbin is touched after, so a script that calls another
+# (small_m_suite.sh -> v3_shape.sh) or a rerun on a warm machine does not unpack it again.
+if [[ -f .devpack-v3.tar.xz && .devpack-v3.tar.xz -nt .devbin ]]; then
+  rm -rf .devbin .devlibs && tar -xJf .devpack-v3.tar.xz && touch .devbin
+fi
 source tools/device/env.sh
 R=${OUT:-/tmp/small_m_out}
 O=/tmp/small_m_logs
