@@ -3,19 +3,25 @@
 // with the fused latent norm (k_norm_weight) one warp per token (bf16, aligned: RopeNormWarpKernel)
 // or one block per token: RMSNorm of its k row's first k_norm_dim values (kernels/norm's bf16
 // rounding), then its pairs, then (with `cache`) the finished row into its cache slot; with absorb_w, more blocks after the token blocks compute
-// the absorbed query's latent part (q_nope . W_UK per head, AbsorbBlock). Launched with PDL
+// the absorbed query's latent part (q_nope . W_UK per head: AbsorbBlock, one (head, 64-row) unit
+// a block, or AbsorbBlockStaged, several a block where one-unit blocks would take more than one
+// wave). Launched with PDL
 // (kernels/common/pdl.cuh). A position outside [0, max_position) cannot be
 // reported without a host sync: that token is left unrotated (with `out`: its slice there is
 // not written); callers validate, and the CPU backend refuses it.
 #include <cuda_bf16.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/common/bf16_vec.cuh"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
+#include "kernels/common/device_arch.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/rope/api.h"
@@ -93,45 +99,105 @@ __host__ __device__ inline AbsorbLayout AbsorbLayoutFor(int n, int k) {
   return l;
 }
 
-__device__ void AbsorbBlock(const RopeParams& p, int block) {
-  const AbsorbLayout l = AbsorbLayoutFor(p.absorb_n, p.absorb_k);
-  const int h = block / l.chunks, chunk = block % l.chunks;
+// One unit of the absorbed query: head h's rows [chunk * rows_per_block, +rows_per_block), as
+// this thread reads them (its lane's 16-byte vector `seg` of kAbsorbPasses rows).
+struct AbsorbUnit {
+  int h = 0;
+  int row0 = 0;  // this thread's first row
+  int seg = 0;
+  bool active = false;
+  const __nv_bfloat16* w = nullptr;  // this thread's vector of the unit's first row
+};
+
+__device__ __forceinline__ AbsorbUnit AbsorbUnitOf(const RopeParams& p, const AbsorbLayout& l, int unit) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int seg = lane % l.lanes;  // the row's 16-byte vector this lane reads
-  const bool active = seg * 8 < p.absorb_k;
-  const int row0 = chunk * l.rows_per_block + warp * kAbsorbPasses * l.rows_per_pass + lane / l.lanes;
-  const auto* w = static_cast<const __nv_bfloat16*>(p.absorb_w) +
-                  static_cast<int64_t>(h) * p.absorb_n * p.absorb_k + seg * 8;
-  uint4 wv[kAbsorbPasses];
-#pragma unroll
-  for (int s = 0; s < kAbsorbPasses; ++s) {
-    const int r = row0 + s * l.rows_per_pass;
-    wv[s] = active && r < p.absorb_n ? __ldg(reinterpret_cast<const uint4*>(w + static_cast<int64_t>(r) * p.absorb_k))
-                                     : make_uint4(0, 0, 0, 0);
-  }
-  cuda::PdlEnter();
-  const auto* x = static_cast<const __nv_bfloat16*>(p.x) + h * p.head_stride + seg * 8;
-  auto* out = static_cast<__nv_bfloat16*>(p.out) + h * p.out_head_stride;
+  AbsorbUnit u;
+  u.h = unit / l.chunks;
+  const int chunk = unit % l.chunks;
+  u.seg = lane % l.lanes;
+  u.active = u.seg * 8 < p.absorb_k;
+  u.row0 = chunk * l.rows_per_block + warp * kAbsorbPasses * l.rows_per_pass + lane / l.lanes;
+  u.w = static_cast<const __nv_bfloat16*>(p.absorb_w) + static_cast<int64_t>(u.h) * p.absorb_n * p.absorb_k + u.seg * 8;
+  return u;
+}
+
+// Every token over one unit's weight vectors (in registers): the rows' dot products with the
+// head's q_nope, summed over the row's lanes, rounded once into out.
+__device__ __forceinline__ void AbsorbTokens(const RopeParams& p, const AbsorbLayout& l, const AbsorbUnit& u,
+                                             const uint4 (&wv)[kAbsorbPasses]) {
+  const auto* x = static_cast<const __nv_bfloat16*>(p.x) + u.h * p.head_stride + u.seg * 8;
+  auto* out = static_cast<__nv_bfloat16*>(p.out) + u.h * p.out_head_stride;
   for (int t0 = 0; t0 < p.num_tokens; t0 += kAbsorbTokenGroup) {
     uint4 xv[kAbsorbTokenGroup];
 #pragma unroll
-    for (int u = 0; u < kAbsorbTokenGroup; ++u) {
-      const int t = t0 + u;
-      xv[u] = active && t < p.num_tokens ? *reinterpret_cast<const uint4*>(x + t * p.token_stride)
-                                         : make_uint4(0, 0, 0, 0);
+    for (int k = 0; k < kAbsorbTokenGroup; ++k) {
+      const int t = t0 + k;
+      xv[k] = u.active && t < p.num_tokens ? *reinterpret_cast<const uint4*>(x + t * p.token_stride)
+                                           : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int u = 0; u < kAbsorbTokenGroup; ++u) {
-      const int t = t0 + u;
+    for (int k = 0; k < kAbsorbTokenGroup; ++k) {
+      const int t = t0 + k;
       if (t >= p.num_tokens) break;  // the same for the whole block
 #pragma unroll
       for (int s = 0; s < kAbsorbPasses; ++s) {
-        float sum = cuda::Dot8(wv[s], xv[u], 0.0f);
+        float sum = cuda::Dot8(wv[s], xv[k], 0.0f);
         for (int o = l.lanes / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        const int r = row0 + s * l.rows_per_pass;
-        if (seg == 0 && r < p.absorb_n) out[t * p.out_token_stride + r] = __float2bfloat16(sum);
+        const int r = u.row0 + s * l.rows_per_pass;
+        if (u.seg == 0 && r < p.absorb_n) out[t * p.out_token_stride + r] = __float2bfloat16(sum);
       }
     }
+  }
+}
+
+// A block of one unit: its weight vectors in registers before the PDL wait.
+__device__ void AbsorbBlock(const RopeParams& p, int block) {
+  const AbsorbLayout l = AbsorbLayoutFor(p.absorb_n, p.absorb_k);
+  const AbsorbUnit u = AbsorbUnitOf(p, l, block);
+  uint4 wv[kAbsorbPasses];
+#pragma unroll
+  for (int s = 0; s < kAbsorbPasses; ++s) {
+    const int r = u.row0 + s * l.rows_per_pass;
+    wv[s] = u.active && r < p.absorb_n ? __ldg(reinterpret_cast<const uint4*>(u.w + static_cast<int64_t>(r) * p.absorb_k))
+                                       : make_uint4(0, 0, 0, 0);
+  }
+  cuda::PdlEnter();
+  AbsorbTokens(p, l, u, wv);
+}
+
+// A block of `units` units (heads x chunks beyond one wave of one-unit blocks: V3's 128 heads
+// are 1024 units): every unit's weight vectors go to shared memory by cp.async before the PDL
+// wait, so the whole weight is in flight while the kernel before runs, where one-unit blocks
+// would load theirs a wave at a time after it. Each thread reads back only the vectors it
+// copied (its own cp.async group: no block barrier), then runs the tokens unit by unit; the
+// arithmetic is AbsorbBlock's, so the bits are too.
+constexpr int kAbsorbMaxUnits = 8;
+constexpr int kAbsorbUnitSmem = kAbsorbPasses * kThreads * static_cast<int>(sizeof(uint4));  // 16 KiB
+
+__device__ void AbsorbBlockStaged(const RopeParams& p, int block, int units) {
+  extern __shared__ uint4 absorb_stage[];  // [units][kAbsorbPasses][kThreads]
+  const AbsorbLayout l = AbsorbLayoutFor(p.absorb_n, p.absorb_k);
+  const int first = block * units;
+  const int n = min(units, p.num_heads * l.chunks - first);
+  for (int k = 0; k < n; ++k) {
+    const AbsorbUnit u = AbsorbUnitOf(p, l, first + k);
+#pragma unroll
+    for (int s = 0; s < kAbsorbPasses; ++s) {
+      const int r = u.row0 + s * l.rows_per_pass;
+      const bool valid = u.active && r < p.absorb_n;
+      cuda::CpAsync16(cuda::SmemAddress(&absorb_stage[(k * kAbsorbPasses + s) * kThreads + threadIdx.x]),
+                      valid ? static_cast<const void*>(u.w + static_cast<int64_t>(r) * p.absorb_k) : p.absorb_w, valid);
+    }
+  }
+  cuda::CpAsyncCommit();
+  cuda::PdlEnter();
+  cuda::CpAsyncWait<0>();
+  for (int k = 0; k < n; ++k) {
+    const AbsorbUnit u = AbsorbUnitOf(p, l, first + k);
+    uint4 wv[kAbsorbPasses];
+#pragma unroll
+    for (int s = 0; s < kAbsorbPasses; ++s) wv[s] = absorb_stage[(k * kAbsorbPasses + s) * kThreads + threadIdx.x];
+    AbsorbTokens(p, l, u, wv);
   }
 }
 
@@ -324,12 +390,21 @@ __device__ void WarpToken(const RopeParams& p, int64_t t, int lane) {
   for (int j = lane; j < p.cache_entry_dim / 8; j += 32) dst[j] = src[j];
 }
 
-template <bool kAbsorb>
-__global__ void __launch_bounds__(kThreads) RopeNormWarpKernel(const __grid_constant__ RopeParams p) {
+// Which absorbed-query blocks follow the token blocks: none, one unit each (AbsorbBlock) or
+// `absorb_units` each (AbsorbBlockStaged, with that many 16 KiB stages of dynamic shared memory).
+enum class AbsorbForm { kNone, kOneUnit, kStaged };
+
+template <AbsorbForm kForm>
+__global__ void __launch_bounds__(kThreads) RopeNormWarpKernel(const __grid_constant__ RopeParams p, int absorb_units) {
   const int token_blocks = (p.num_tokens + kWarpTokens - 1) / kWarpTokens;
-  if constexpr (kAbsorb) {
+  if constexpr (kForm != AbsorbForm::kNone) {
     if (blockIdx.x >= static_cast<unsigned>(token_blocks)) {
-      AbsorbBlock(p, static_cast<int>(blockIdx.x) - token_blocks);
+      const int block = static_cast<int>(blockIdx.x) - token_blocks;
+      if constexpr (kForm == AbsorbForm::kStaged) {
+        AbsorbBlockStaged(p, block, absorb_units);
+      } else {
+        AbsorbBlock(p, block);
+      }
       return;
     }
   }
@@ -359,6 +434,44 @@ bool WarpTokensApply(const RopeParams& p) {
   return strides && p.rot_dim % 8 == 0 && m8(p.k_norm_dim) && p.k_norm_dim <= 32 * 8 * kWarpNormVecs;
 }
 
+// Blocks of `kernel` an SM holds with `smem` bytes of dynamic shared memory (256 threads), per
+// device and form: slot [device][units] caches the answer for a block of `units` units (0: not
+// asked yet). No lock around the query (kernels/gemm's ResidentCtas says why).
+int AbsorbBlocksPerSm(const void* kernel, int units, size_t smem) {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::array<std::atomic<int>, kAbsorbMaxUnits + 1>, kMaxDevices> cached{};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 1;
+  std::atomic<int>* slot = device >= 0 && device < kMaxDevices ? &cached[device][units] : nullptr;
+  if (slot != nullptr) {
+    if (const int n = slot->load(std::memory_order_relaxed); n > 0) return n;
+  }
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem) != cudaSuccess || n < 1) {
+    cudaGetLastError();  // (cleared: the launch reports what is wrong, if anything)
+    return 1;
+  }
+  if (slot != nullptr) slot->store(n, std::memory_order_relaxed);
+  return n;
+}
+
+// Units (head, 64-row chunk) per absorbed-query block: 1 while the one-unit blocks and the token
+// blocks fit one wave of the GPU (V2-Lite's 16 heads: 128 units), else the fewest units a block
+// that make the staged blocks one wave (V3's 128 heads, 1024 units: 4 a block on an H200), at
+// most kAbsorbMaxUnits. MLASERVE_ROPE_ABSORB_UNITS=n (1-8) takes n for A/B timing.
+int AbsorbUnitsPerBlock(int units, int token_blocks) {
+  if (const int forced = EnvIntInRange("MLASERVE_ROPE_ABSORB_UNITS", 1, kAbsorbMaxUnits, 0); forced > 0) return forced;
+  const int64_t sms = cuda::CurrentDeviceSmCount();
+  const auto* one = reinterpret_cast<const void*>(RopeNormWarpKernel<AbsorbForm::kOneUnit>);
+  if (units + token_blocks <= sms * AbsorbBlocksPerSm(one, 1, 0)) return 1;
+  const auto* staged = reinterpret_cast<const void*>(RopeNormWarpKernel<AbsorbForm::kStaged>);
+  for (int u = 2; u < kAbsorbMaxUnits; ++u) {
+    const int64_t blocks = (units + u - 1) / u + token_blocks;
+    if (blocks <= sms * AbsorbBlocksPerSm(staged, u, static_cast<size_t>(u) * kAbsorbUnitSmem)) return u;
+  }
+  return kAbsorbMaxUnits;
+}
+
 template <typename T>
 absl::Status LaunchRope(const RopeParams& p, cudaStream_t s) {
   cuda::LaunchShape shape;
@@ -379,12 +492,29 @@ absl::Status LaunchRope(const RopeParams& p, cudaStream_t s) {
             "16-byte aligned and token_stride / head_stride multiples of 8 (got token_stride=",
             p.token_stride, ", head_stride=", p.head_stride, ")"));
       }
-      blocks += p.num_heads * AbsorbLayoutFor(p.absorb_n, p.absorb_k).chunks;
+      const int units = p.num_heads * AbsorbLayoutFor(p.absorb_n, p.absorb_k).chunks;
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        if (warp) {
+          const int per_block = AbsorbUnitsPerBlock(units, blocks);
+          if (per_block > 1) {
+            auto* kernel = RopeNormWarpKernel<AbsorbForm::kStaged>;
+            shape.smem_bytes = static_cast<size_t>(per_block) * kAbsorbUnitSmem;
+            RETURN_IF_ERROR(cuda::CudaStatus(
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(shape.smem_bytes)),
+                "rope+norm+absorb: cudaFuncSetAttribute"));
+            shape.grid = dim3(static_cast<unsigned>(blocks + (units + per_block - 1) / per_block));
+            return cuda::LaunchPdl("rope+norm+absorb (staged)", shape, kernel, p, per_block);
+          }
+          shape.grid = dim3(static_cast<unsigned>(blocks + units));
+          return cuda::LaunchPdl("rope+norm+absorb", shape, RopeNormWarpKernel<AbsorbForm::kOneUnit>, p, 1);
+        }
+      }
+      blocks += units;
     }
     shape.grid = dim3(static_cast<unsigned>(blocks));
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      if (warp && p.absorb_w != nullptr) return cuda::LaunchPdl("rope+norm+absorb", shape, RopeNormWarpKernel<true>, p);
-      if (warp) return cuda::LaunchPdl("rope+norm", shape, RopeNormWarpKernel<false>, p);
+      if (warp) return cuda::LaunchPdl("rope+norm", shape, RopeNormWarpKernel<AbsorbForm::kNone>, p, 0);
       if (p.absorb_w != nullptr) return cuda::LaunchPdl("rope+norm+absorb", shape, RopeNormKernel<T, true>, p);
     }
     return cuda::LaunchPdl("rope+norm", shape, RopeNormKernel<T, false>, p);

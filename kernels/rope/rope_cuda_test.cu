@@ -1,6 +1,7 @@
 // rope CUDA vs the CPU reference: both layouts, strided heads with an offset (the q_pe slice
 // of q), bf16 within 1e-2 and f32 within 1e-6. Values outside the rotated slice stay as they were.
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <tuple>
@@ -228,13 +229,30 @@ TEST_P(RopeCudaAbsorb, MatchesCpu) {
   ASSERT_TRUE(Rope(g, KernelContext{Backend::kCuda, nullptr}).ok());
   MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
   EXPECT_EQ(testing::ToHostBf16(d_abs2, q_abs.size()), got_abs);
+  // The staged form (several units a block, weights through shared memory) and the one-unit
+  // form, whichever the launch picked: the same bits (MLASERVE_ROPE_ABSORB_UNITS is read per
+  // launch). 3 leaves a last block short of units wherever the units are not a multiple of 3.
+  for (const char* units : {"1", "2", "3", "8"}) {
+    SCOPED_TRACE(::testing::Message() << "MLASERVE_ROPE_ABSORB_UNITS=" << units);
+    ASSERT_EQ(setenv("MLASERVE_ROPE_ABSORB_UNITS", units, 1), 0);
+    auto d_kv3 = testing::ToDeviceBf16(kv);
+    auto d_abs3 = testing::PoisonedBf16(q_abs.size());
+    g.k = d_kv3.get(); g.out = d_abs3.get();
+    const absl::Status st = Rope(g, KernelContext{Backend::kCuda, nullptr});
+    unsetenv("MLASERVE_ROPE_ABSORB_UNITS");
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    EXPECT_EQ(testing::ToHostBf16(d_abs3, q_abs.size()), got_abs);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, RopeCudaAbsorb,
     ::testing::Values(std::make_tuple(1, 16, 128, 512),    // V2-Lite / V3 at TP 8, one token
                       std::make_tuple(2, 16, 128, 512), std::make_tuple(4, 16, 128, 512),
-                      std::make_tuple(1, 128, 128, 512),   // V3 on one GPU
+                      std::make_tuple(1, 128, 128, 512),   // V3 on one GPU: staged blocks
+                      std::make_tuple(4, 128, 128, 512),
+                      std::make_tuple(1, 127, 128, 448),   // 889 units: a short last block
                       std::make_tuple(3, 5, 24, 40),       // fixture-sized, rows not a whole block
                       std::make_tuple(2, 4, 32, 64), std::make_tuple(4, 6, 16, 32),
                       std::make_tuple(1, 2, 256, 64),      // a row across a whole warp
