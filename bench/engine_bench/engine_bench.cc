@@ -145,7 +145,8 @@ nlohmann::json TimelineJson(nlohmann::json id, const TimelineSummary& s) {
     kernels.push_back({{"name", k.name},
                        {"launches", k.launches},
                        {"ms", k.ms},
-                       {"exclusive_ms", k.exclusive_ms}});
+                       {"exclusive_ms", k.exclusive_ms},
+                       {"path_ms", k.path_ms}});
   }
   id.update({{"wall_ms", s.wall_ms}, {"gpu_span_ms", s.gpu_span_ms}, {"busy_ms", s.busy_ms},
              {"idle_ms", s.idle_ms}, {"idle_gaps", s.idle_gaps},

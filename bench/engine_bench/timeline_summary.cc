@@ -1,6 +1,7 @@
 #include "bench/engine_bench/timeline_summary.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <queue>
 #include <utility>
@@ -121,6 +122,19 @@ std::vector<int64_t> ExclusiveNs(const std::vector<const ActivityRecord*>& devic
   return exclusive;
 }
 
+// How far each record's end lies past the latest end of the records that started before it (and
+// past its own start): KernelTime::path_ms. `device` is sorted by start.
+std::vector<int64_t> PathNs(const std::vector<const ActivityRecord*>& device) {
+  std::vector<int64_t> path(device.size(), 0);
+  int64_t latest_end = std::numeric_limits<int64_t>::min();
+  for (size_t i = 0; i < device.size(); ++i) {
+    const int64_t from = std::max(latest_end, device[i]->start_ns);
+    path[i] = std::max<int64_t>(0, EndOf(*device[i]) - from);
+    latest_end = std::max(latest_end, EndOf(*device[i]));
+  }
+  return path;
+}
+
 }  // namespace
 
 std::string_view CopyDirectionName(CopyDirection direction) {
@@ -179,11 +193,14 @@ TimelineSummary Summarize(const TimelineTrace& trace, const SummaryOptions& opti
       device.begin(), device.end(),
       [](const ActivityRecord* a, const ActivityRecord* b) { return a->start_ns < b->start_ns; });
   const std::vector<int64_t> exclusive = ExclusiveNs(device);
+  const std::vector<int64_t> path = PathNs(device);
   for (size_t i = 0; i < device.size(); ++i) {
     if (device[i]->kind == ActivityKind::kKernel) {
       per_kernel[device[i]->name].exclusive_ms += Ms(exclusive[i]);
+      per_kernel[device[i]->name].path_ms += Ms(path[i]);
     } else {
       s.exclusive_other_ms += Ms(exclusive[i]);
+      s.path_other_ms += Ms(path[i]);
     }
   }
   for (auto& [name, k] : per_kernel) {
@@ -209,7 +226,7 @@ TimelineSummary Summarize(const TimelineTrace& trace, const SummaryOptions& opti
        ++k) {
     const ActivityRecord& r = *device[k];
     s.sequence.push_back({k, r.name, Us(r.start_ns - device[0]->start_ns),
-                          Us(EndOf(r) - r.start_ns), Us(exclusive[k])});
+                          Us(EndOf(r) - r.start_ns), Us(exclusive[k]), Us(path[k])});
   }
   // Sweep the device work by start: a busy run lasts while the next start is not past the
   // run's latest end; a start past it opens a gap after the work that ended the run.
@@ -289,26 +306,27 @@ std::string FormatSummary(std::string_view title, const TimelineSummary& s) {
   }
   if (!s.top_kernels.empty()) {
     // ms: summed durations, which overlap in a PDL chain; exclusive: the busy time the kernel was
-    // the first running work to end (these add up to the busy time).
+    // the first running work to end; on the path: how far its launches' ends reach past the ends
+    // of the work started before them (each of the two adds up to the busy time).
     out +=
         "\n| kernel | launches | ms | exclusive ms | us per launch (exclusive) | % of busy "
-        "(exclusive) |\n|---|---:|---:|---:|---:|---:|\n";
+        "(exclusive) | on the path ms |\n|---|---:|---:|---:|---:|---:|---:|\n";
     for (const KernelTime& k : s.top_kernels) {
-      absl::StrAppendFormat(&out, "| %s | %d | %.3f | %.3f | %.2f | %.1f |\n", Cell(k.name),
+      absl::StrAppendFormat(&out, "| %s | %d | %.3f | %.3f | %.2f | %.1f | %.3f |\n", Cell(k.name),
                             k.launches, k.ms, k.exclusive_ms, 1e3 * k.exclusive_ms / k.launches,
-                            Percent(k.exclusive_ms, s.busy_ms));
+                            Percent(k.exclusive_ms, s.busy_ms), k.path_ms);
     }
-    if (s.exclusive_other_ms > 0) {
-      absl::StrAppendFormat(&out, "| (copies, memsets) | | | %.3f | | %.1f |\n",
-                            s.exclusive_other_ms, Percent(s.exclusive_other_ms, s.busy_ms));
+    if (s.exclusive_other_ms > 0 || s.path_other_ms > 0) {
+      absl::StrAppendFormat(&out, "| (copies, memsets) | | | %.3f | | %.1f | %.3f |\n",
+                            s.exclusive_other_ms, Percent(s.exclusive_other_ms, s.busy_ms), s.path_other_ms);
     }
   }
   if (!s.sequence.empty()) {
-    out += "\n| # | device work in start order | start us | duration us | exclusive us |\n"
-           "|---:|---|---:|---:|---:|\n";
+    out += "\n| # | device work in start order | start us | duration us | exclusive us | on the path us |\n"
+           "|---:|---|---:|---:|---:|---:|\n";
     for (const SequenceEntry& e : s.sequence) {
-      absl::StrAppendFormat(&out, "| %d | %s | %.1f | %.2f | %.2f |\n", e.index, Cell(e.name),
-                            e.start_us, e.duration_us, e.exclusive_us);
+      absl::StrAppendFormat(&out, "| %d | %s | %.1f | %.2f | %.2f | %.2f |\n", e.index, Cell(e.name),
+                            e.start_us, e.duration_us, e.exclusive_us, e.path_us);
     }
   }
   return out;

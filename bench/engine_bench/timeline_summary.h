@@ -105,6 +105,13 @@ struct KernelTime {
   // chain of kernels launched early (PDL) a kernel's duration includes its wait for the one
   // before; this counts only the time from that one's end to its own: what it adds to the step.
   double exclusive_ms = 0;
+  // What this name's launches add to the chain: each launch, in start order, counts how far its
+  // end lies past every earlier-started record's end (and past its own start, so an idle gap
+  // before it is not counted); a launch that ends before an earlier one counts 0. These also sum
+  // to busy_ms. They differ from exclusive_ms where a short launch runs inside a longer one (an
+  // L2 prefetch under the rope launch and the attention): exclusive charges it the time it
+  // overlapped, the path charges it nothing and the longer launch its whole reach.
+  double path_ms = 0;
 };
 
 // One record of the sequence (SummaryOptions::sequence_*).
@@ -114,6 +121,7 @@ struct SequenceEntry {
   double start_us = 0;  // from the first device work's start
   double duration_us = 0;
   double exclusive_us = 0;  // as KernelTime::exclusive_ms
+  double path_us = 0;       // as KernelTime::path_ms
 };
 
 struct TimelineSummary {
@@ -136,6 +144,7 @@ struct TimelineSummary {
   std::vector<IdleGap> largest_gaps;                    // longest first, at most top_gaps
   std::vector<KernelTime> top_kernels;  // most exclusive time first, at most top_kernels
   double exclusive_other_ms = 0;        // the busy time that copies and memsets end first
+  double path_other_ms = 0;             // copies' and memsets' part of the path (KernelTime::path_ms)
   std::vector<SequenceEntry> sequence;  // SummaryOptions::sequence_*
 };
 

@@ -1,5 +1,6 @@
 #include "bench/engine_bench/timeline_summary.h"
 
+#include <map>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -149,6 +150,43 @@ TEST(TimelineSummaryTest, CopiesByDirectionAndKernelsByTime) {
   EXPECT_NEAR(s.exclusive_other_ms, 0.5 + 0.1 + 0.3, kTol);
   EXPECT_NEAR(s.top_kernels[0].exclusive_ms + s.top_kernels[1].exclusive_ms + s.exclusive_other_ms,
               s.busy_ms, kTol);
+  // The path: gemm 1.0-3.0 and 7.0-8.0 whole (the memset inside it ends before it: nothing),
+  // attn only past gemm's end, the copies whole.
+  EXPECT_NEAR(s.top_kernels[0].path_ms, 2.0 + 1.0, kTol);
+  EXPECT_NEAR(s.top_kernels[1].path_ms, 1.0, kTol);
+  EXPECT_NEAR(s.path_other_ms, 0.5 + 0.3, kTol);
+  EXPECT_NEAR(s.top_kernels[0].path_ms + s.top_kernels[1].path_ms + s.path_other_ms, s.busy_ms, kTol);
+}
+
+// A short launch inside a longer one (the decode step's L2 prefetch, launched after the rope
+// launch and ending before it, while the attention already waits): exclusive time charges it the
+// time it overlapped and the rope launch only the rest; the path charges the rope launch its
+// whole reach and the prefetch nothing.
+TEST(TimelineSummaryTest, PathChargesANestedLaunchNothing) {
+  TimelineTrace t;
+  t.window_begin_ns = At(0);
+  t.window_end_ns = At(5);
+  t.records = {
+      Kernel("rope", 1.0, 2.0),
+      Kernel("prefetch", 1.3, 1.8),
+      Kernel("attention", 1.5, 3.0),
+      Kernel("combine", 3.5, 4.0),  // after an idle gap: the gap is not on the path
+  };
+  const TimelineSummary s = Summarize(t, {.sequence_first = 0, .sequence_count = 4});
+  EXPECT_NEAR(s.busy_ms, 2.5, kTol);
+  std::map<std::string, KernelTime> by_name;
+  for (const KernelTime& k : s.top_kernels) by_name[k.name] = k;
+  EXPECT_NEAR(by_name["prefetch"].exclusive_ms, 0.5, kTol);
+  EXPECT_NEAR(by_name["rope"].exclusive_ms, 0.5, kTol);
+  EXPECT_NEAR(by_name["prefetch"].path_ms, 0.0, kTol);
+  EXPECT_NEAR(by_name["rope"].path_ms, 1.0, kTol);
+  EXPECT_NEAR(by_name["attention"].path_ms, 1.0, kTol);
+  EXPECT_NEAR(by_name["combine"].path_ms, 0.5, kTol);
+  ASSERT_EQ(s.sequence.size(), 4u);
+  EXPECT_EQ(s.sequence[1].name, "prefetch");
+  EXPECT_NEAR(s.sequence[1].path_us, 0.0, 1e-3);
+  EXPECT_NEAR(s.sequence[2].path_us, 1000.0, 1e-3);
+  EXPECT_THAT(FormatSummary("nested", s), HasSubstr("| 1 | prefetch | 300.0 | 500.00 | 500.00 | 0.00 |\n"));
 }
 
 // A PDL chain: each kernel starts while the one before runs (and waits for it), so durations
@@ -195,7 +233,9 @@ TEST(TimelineSummaryTest, ExclusiveTimeSplitsAnEarlyLaunchedChain) {
   EXPECT_EQ(seq.sequence[2].name, "combine");
   EXPECT_NEAR(seq.sequence[2].exclusive_us, 100.0, 1e-3);
   EXPECT_THAT(FormatSummary("chain", seq),
-              HasSubstr("| 2 | down | 1500.0 | 1500.00 | 1000.00 |\n"));
+              HasSubstr("| 2 | down | 1500.0 | 1500.00 | 1000.00 | 1000.00 |\n"));
+  // In a chain whose launches end in start order the path is the exclusive time.
+  for (const SequenceEntry& e : seq.sequence) EXPECT_NEAR(e.path_us, e.exclusive_us, 1e-3) << e.name;
   // Past the end: as many as there are.
   EXPECT_EQ(Summarize(t, {.sequence_first = 3, .sequence_count = 10}).sequence.size(), 2u);
 }
@@ -257,7 +297,10 @@ TEST(TimelineSummaryTest, FormatsHeadlineAndTables) {
   EXPECT_THAT(
       text, HasSubstr("| 3 | 8.000 | 200.0 | gemm | memcpy DtoH | outside CUDA calls 200.0 us |"));
   EXPECT_THAT(text, HasSubstr("| HtoD | 1 | 1 | 1.000 | 0.500 |\n"));
-  EXPECT_THAT(text, HasSubstr("| gemm | 2 | 3.000 | 2.900 | 1450.00 | 60.4 |\n"));
+  EXPECT_THAT(text, HasSubstr("| gemm | 2 | 3.000 | 2.900 | 1450.00 | 60.4 | 3.000 |\n"));
+  const size_t other = text.find("| (copies, memsets) | | | 0.900 | |");
+  ASSERT_NE(other, std::string::npos) << text;
+  EXPECT_THAT(text.substr(other, text.find('\n', other) - other), ::testing::EndsWith("| 0.800 |"));
   EXPECT_THAT(text, HasSubstr("| (copies, memsets) | | | 0.900 | |"));
 }
 
