@@ -1,13 +1,17 @@
 // Facts about the calling thread's current CUDA device that launchers ask on every launch (is it
-// a Hopper GPU, how many multiprocessors): looked up once per device and remembered. CUDA
-// translation units only.
+// a Hopper GPU, how many multiprocessors, how many blocks of a kernel one holds): looked up once
+// per device and remembered. CUDA translation units only.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 namespace mlaserve::kernels::cuda {
 
@@ -41,6 +45,34 @@ inline int CurrentDeviceSmCount() {
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) sms = 1;
   if (cacheable) known[device].store(sms, std::memory_order_relaxed);
   return sms;
+}
+
+// Blocks of `kernel` that one multiprocessor of the current device holds at once with `threads`
+// threads and `smem` bytes of dynamic shared memory (cudaOccupancyMaxActiveBlocksPerMultiprocessor),
+// asked once per (device, kernel, threads, smem) and remembered; 0 where the query fails (its
+// error cleared, not remembered). The lock guards the cache only, not the query: that may load the
+// kernel's module, which can wait for the device to go idle, and the ranks of a multi-GPU worker
+// (threads of one process) must not wait on each other behind it (docs/parallel.md, the two-GPU
+// hang).
+inline int CurrentDeviceBlocksPerSm(const void* kernel, int threads, size_t smem) {
+  using Key = std::tuple<int, const void*, int, size_t>;
+  static std::mutex mu;
+  static std::map<Key, int> known;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  const Key key{device, kernel, threads, smem};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+  }
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) != cudaSuccess || n < 0) {
+    cudaGetLastError();
+    return 0;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  known.emplace(key, n);
+  return n;
 }
 
 }  // namespace mlaserve::kernels::cuda

@@ -29,7 +29,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -259,24 +258,10 @@ absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
   // an even share of its slot's tasks (at least a task a warp). A block's prologue (the wait, the
   // token rows) is then paid once, and every warp keeps its loads in flight to the end.
   // Blocks an SM, queried once per device and shared-memory size (the registers are fixed).
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int64_t> cached[kMaxDevices];  // smem << 8 | blocks; 0: not asked yet
-  int device = 0;
-  RETURN_IF_ERROR(cuda::CudaStatus(cudaGetDevice(&device), "moe_experts stream gemv: cudaGetDevice"));
-  std::atomic<int64_t>* slot_cache = device >= 0 && device < kMaxDevices ? &cached[device] : nullptr;
-  const int64_t c = slot_cache != nullptr ? slot_cache->load(std::memory_order_relaxed) : 0;
-  int per_sm = 0;
-  if (c > 0 && (c >> 8) == static_cast<int64_t>(smem)) {
-    per_sm = static_cast<int>(c & 0xff);
-  } else {
-    RETURN_IF_ERROR(cuda::CudaStatus(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, smem),
-        "moe_experts stream gemv: the occupancy query"));
-    if (per_sm < 1) {
-      return absl::InternalError(absl::StrCat("moe_experts stream gemv: no block fits an SM (smem=", smem, ")"));
-    }
-    per_sm = std::min(per_sm, 255);
-    if (slot_cache != nullptr) slot_cache->store(static_cast<int64_t>(smem) << 8 | per_sm, std::memory_order_relaxed);
+  const int per_sm = cuda::CurrentDeviceBlocksPerSm(reinterpret_cast<const void*>(kernel), kGemvThreads, smem);
+  if (per_sm < 1) {
+    return absl::InternalError(
+        absl::StrCat("moe_experts stream gemv: no block fits an SM, or the occupancy query failed (smem=", smem, ")"));
   }
   const int64_t resident = static_cast<int64_t>(per_sm) * std::max(1, cuda::CurrentDeviceSmCount());
   const int64_t most = (tasks + kGemvWarps - 1) / kGemvWarps;  // a task a warp at least

@@ -11,8 +11,7 @@
 // not written); callers validate, and the CPU backend refuses it.
 #include <cuda_bf16.h>
 
-#include <array>
-#include <atomic>
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -121,6 +120,15 @@ __device__ __forceinline__ AbsorbUnit AbsorbUnitOf(const RopeParams& p, const Ab
   return u;
 }
 
+// This thread's 16-byte vector of pass s's weight row of unit u; null past the rows or the row's
+// width (the vector is then zero).
+__device__ __forceinline__ const uint4* AbsorbWeightVec(const RopeParams& p, const AbsorbLayout& l, const AbsorbUnit& u,
+                                                        int s) {
+  const int r = u.row0 + s * l.rows_per_pass;
+  return u.active && r < p.absorb_n ? reinterpret_cast<const uint4*>(u.w + static_cast<int64_t>(r) * p.absorb_k)
+                                    : nullptr;
+}
+
 // Every token over one unit's weight vectors (in registers): the rows' dot products with the
 // head's q_nope, summed over the row's lanes, rounded once into out.
 __device__ __forceinline__ void AbsorbTokens(const RopeParams& p, const AbsorbLayout& l, const AbsorbUnit& u,
@@ -157,9 +165,8 @@ __device__ void AbsorbBlock(const RopeParams& p, int block) {
   uint4 wv[kAbsorbPasses];
 #pragma unroll
   for (int s = 0; s < kAbsorbPasses; ++s) {
-    const int r = u.row0 + s * l.rows_per_pass;
-    wv[s] = u.active && r < p.absorb_n ? __ldg(reinterpret_cast<const uint4*>(u.w + static_cast<int64_t>(r) * p.absorb_k))
-                                       : make_uint4(0, 0, 0, 0);
+    const uint4* v = AbsorbWeightVec(p, l, u, s);
+    wv[s] = v != nullptr ? __ldg(v) : make_uint4(0, 0, 0, 0);
   }
   cuda::PdlEnter();
   AbsorbTokens(p, l, u, wv);
@@ -183,10 +190,9 @@ __device__ void AbsorbBlockStaged(const RopeParams& p, int block, int units) {
     const AbsorbUnit u = AbsorbUnitOf(p, l, first + k);
 #pragma unroll
     for (int s = 0; s < kAbsorbPasses; ++s) {
-      const int r = u.row0 + s * l.rows_per_pass;
-      const bool valid = u.active && r < p.absorb_n;
+      const uint4* v = AbsorbWeightVec(p, l, u, s);
       cuda::CpAsync16(cuda::SmemAddress(&absorb_stage[(k * kAbsorbPasses + s) * kThreads + threadIdx.x]),
-                      valid ? static_cast<const void*>(u.w + static_cast<int64_t>(r) * p.absorb_k) : p.absorb_w, valid);
+                      v != nullptr ? static_cast<const void*>(v) : p.absorb_w, v != nullptr);
     }
   }
   cuda::CpAsyncCommit();
@@ -434,27 +440,6 @@ bool WarpTokensApply(const RopeParams& p) {
   return strides && p.rot_dim % 8 == 0 && m8(p.k_norm_dim) && p.k_norm_dim <= 32 * 8 * kWarpNormVecs;
 }
 
-// Blocks of `kernel` an SM holds with `smem` bytes of dynamic shared memory (256 threads), per
-// device and form: slot [device][units] caches the answer for a block of `units` units (0: not
-// asked yet). No lock around the query (kernels/gemm's ResidentCtas says why).
-int AbsorbBlocksPerSm(const void* kernel, int units, size_t smem) {
-  constexpr int kMaxDevices = 64;
-  static std::array<std::array<std::atomic<int>, kAbsorbMaxUnits + 1>, kMaxDevices> cached{};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 1;
-  std::atomic<int>* slot = device >= 0 && device < kMaxDevices ? &cached[device][units] : nullptr;
-  if (slot != nullptr) {
-    if (const int n = slot->load(std::memory_order_relaxed); n > 0) return n;
-  }
-  int n = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem) != cudaSuccess || n < 1) {
-    cudaGetLastError();  // (cleared: the launch reports what is wrong, if anything)
-    return 1;
-  }
-  if (slot != nullptr) slot->store(n, std::memory_order_relaxed);
-  return n;
-}
-
 // Units (head, 64-row chunk) per absorbed-query block: 1 while the one-unit blocks and the token
 // blocks fit one wave of the GPU (V2-Lite's 16 heads: 128 units), else the fewest units a block
 // that make the staged blocks one wave (V3's 128 heads, 1024 units: 4 a block on an H200), at
@@ -462,12 +447,14 @@ int AbsorbBlocksPerSm(const void* kernel, int units, size_t smem) {
 int AbsorbUnitsPerBlock(int units, int token_blocks) {
   if (const int forced = EnvIntInRange("MLASERVE_ROPE_ABSORB_UNITS", 1, kAbsorbMaxUnits, 0); forced > 0) return forced;
   const int64_t sms = cuda::CurrentDeviceSmCount();
-  const auto* one = reinterpret_cast<const void*>(RopeNormWarpKernel<AbsorbForm::kOneUnit>);
-  if (units + token_blocks <= sms * AbsorbBlocksPerSm(one, 1, 0)) return 1;
-  const auto* staged = reinterpret_cast<const void*>(RopeNormWarpKernel<AbsorbForm::kStaged>);
+  // Blocks an SM holds (one where the query fails: a small grid, never an oversized one).
+  const auto per_sm = [](auto* kernel, size_t smem) {
+    return std::max(1, cuda::CurrentDeviceBlocksPerSm(reinterpret_cast<const void*>(kernel), kThreads, smem));
+  };
+  if (units + token_blocks <= sms * per_sm(RopeNormWarpKernel<AbsorbForm::kOneUnit>, 0)) return 1;
   for (int u = 2; u < kAbsorbMaxUnits; ++u) {
     const int64_t blocks = (units + u - 1) / u + token_blocks;
-    if (blocks <= sms * AbsorbBlocksPerSm(staged, u, static_cast<size_t>(u) * kAbsorbUnitSmem)) return u;
+    if (blocks <= sms * per_sm(RopeNormWarpKernel<AbsorbForm::kStaged>, static_cast<size_t>(u) * kAbsorbUnitSmem)) return u;
   }
   return kAbsorbMaxUnits;
 }

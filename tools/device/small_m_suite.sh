@@ -16,11 +16,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 T0=$SECONDS
-# Unpacked once per carried pack: .devbin is touched after, so a script that calls another
-# (small_m_suite.sh -> v3_shape.sh) or a rerun on a warm machine does not unpack it again.
-if [[ -f .devpack-v3.tar.xz && .devpack-v3.tar.xz -nt .devbin ]]; then
-  rm -rf .devbin .devlibs && tar -xJf .devpack-v3.tar.xz && touch .devbin
-fi
 source tools/device/env.sh
 R=${OUT:-/tmp/small_m_out}
 O=/tmp/small_m_logs
@@ -28,6 +23,7 @@ mkdir -p "$R" "$O"
 OUT=$O
 STEPS=${STEPS:-"test bench engine v2lite"}
 source tools/device/steps_lib.sh
+unpack_devpack .devpack-v3.tar.xz
 gpu_header
 pack() { tar -C "$O" -czf "$R/small_m.tgz" .; }
 if want test; then

@@ -2,6 +2,14 @@
 # selection, the notes, the GPU header, and the test, sanitizer and engine-test runs over the
 # bundle's binaries in .devbin. The caller sets OUT, STEPS and T0 (its start, in SECONDS).
 note() { echo "== [$((SECONDS - T0)) s] $1: $2"; }
+# unpack_devpack PACK: the carried pack into .devbin and .devlibs, once per pack: .devbin is
+# touched after, so a script that calls another (small_m_suite.sh -> v3_shape.sh) or a rerun on a
+# warm machine does not unpack it again.
+unpack_devpack() {
+  if [[ -f $1 && $1 -nt .devbin ]]; then
+    rm -rf .devbin .devlibs && tar -xJf "$1" && touch .devbin
+  fi
+}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 passed() { grep -E '^\[  (PASSED|FAILED) ' "$1" | tr '\n' ' '; }
 

@@ -21,17 +21,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 T0=$SECONDS
-# Unpacked once per carried pack: .devbin is touched after, so a script that calls another
-# (small_m_suite.sh -> v3_shape.sh) or a rerun on a warm machine does not unpack it again.
-if [[ -f .devpack-v3.tar.xz && .devpack-v3.tar.xz -nt .devbin ]]; then
-  rm -rf .devbin .devlibs && tar -xJf .devpack-v3.tar.xz && touch .devbin
-fi
 [[ -f tools/device/env.sh ]] && source tools/device/env.sh
 OUT=${OUT:-/tmp/v3_shape_out}
 STEPS=${STEPS:-"model bench"}
 MODEL=${MODEL:-/dev/shm/v3-random}
 mkdir -p "$OUT"
 source tools/device/steps_lib.sh
+unpack_devpack .devpack-v3.tar.xz
 command -v nvidia-smi > /dev/null && gpu_header
 
 if want model && [[ ! -f $MODEL/config.json ]]; then
