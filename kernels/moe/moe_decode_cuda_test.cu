@@ -474,6 +474,7 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   ScopedEnv defaults("MLASERVE_MOE_STREAM_GEMV", nullptr);  // not an A/B setting left in the shell
   ScopedEnv early_default("MLASERVE_MOE_EARLY_EXPERTS", nullptr);
+  ScopedEnv seg_default("MLASERVE_MOE_GEMV_SEG_LOADS", nullptr);
   Block b(T, H, I, E, k, S, seed);
   std::vector<int32_t> ids = testing::MakeRouting(T, E, k, testing::Routing::kUniform, seed + 9);
   if (repeated) {  // token t picks expert (t % E) in all but its last slot
@@ -513,6 +514,13 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
     ScopedEnv mma_only("MLASERVE_MOE_STREAM_GEMV", "0");
     ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &late_mma));
   }
+  // The 8-chunk segments (110 registers, 2 blocks an SM; the default takes 4-chunk ones): each
+  // lane sums the same chunks in the same order, so the same bytes.
+  Outputs eight;
+  {
+    ScopedEnv set("MLASERVE_MOE_GEMV_SEG_LOADS", "8");
+    ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &eight));
+  }
   Outputs mixed[2];  // one product on each kernel
   for (const char* which : {"gate_up", "down"}) {
     ScopedEnv one("MLASERVE_MOE_STREAM_GEMV", which);
@@ -548,6 +556,7 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   for (const Outputs& m : mixed) EXPECT_LE(testing::RelativeError(testing::FromBf16(m.out), want), 1e-2);
   EXPECT_TRUE(gemv.out == again.out) << "two runs differ";
   EXPECT_TRUE(gemv.out == late.out) << "the early expert map changed the GEMVs' bytes";
+  EXPECT_TRUE(gemv.out == eight.out) << "8-chunk segments differ from the default's 4";
   EXPECT_TRUE(mma.out == late_mma.out) << "the early expert map changed the mma kernels' bytes";
   EXPECT_TRUE(gemv.out == interleaved.out) << "interleaved gate_up differs from stacked";
 }

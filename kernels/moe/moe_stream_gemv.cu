@@ -9,8 +9,8 @@
 // (two CTAs of 256 threads an SM) to 95% (four). At one token the tensor cores buy nothing, so
 // here a warp owns two weight rows at a time -- a feature's gate and up rows (gate_up), or two
 // output rows (down) -- and its lanes load 16-byte chunks c = lane + 32 j of both rows (the
-// whole warp reads 512 contiguous bytes a row per instruction), 2048 columns a segment (16
-// loads a lane in flight); each lane multiplies its chunks by the token's columns (shared
+// whole warp reads 512 contiguous bytes a row per instruction), 1024 columns a segment (8
+// loads a lane in flight, at 4 blocks an SM: kGemvDefaultSegLoads); each lane multiplies its chunks by the token's columns (shared
 // memory, bf16) in f32, chunk by chunk in column order, and a fixed xor-shuffle tree sums the
 // lanes. Same sums on every run; not the bits of the mma kernel (another order of the sums).
 //
@@ -49,8 +49,19 @@ namespace {
 
 constexpr int kGemvThreads = 256;
 constexpr int kGemvWarps = kGemvThreads / cuda::kWarpSize;
-constexpr int kSegLoads = 8;                                             // chunks a lane per row per segment
-constexpr int kSegChunks = kSegLoads * cuda::kWarpSize;                  // 256 chunks = 2048 columns
+// Chunks a lane loads per row per segment, and with them the registers and the blocks an SM: 4
+// (1024 columns a segment; bounded to 64 registers, 4 blocks an SM: the default) or 8 (2048
+// columns, 110 registers, 2 blocks an SM; MLASERVE_MOE_GEMV_SEG_LOADS=8, read per call, for A/B
+// timing; any other value is the default). Each lane sums the same chunks in the same order either way: the same bytes. More
+// warps with less each in flight took V2-Lite's decode step at batch 1 from 2.186-2.202 to
+// 2.092-2.125 ms (H200, 2026-12-02; V3's one-token call even to 1% faster): beside each of the
+// fused router's CTAs (128 registers: half an SM's) two such blocks fit, against one of the
+// 110-register form. Tried there and slower: 8 chunks bounded to 3 blocks an SM (spilling), 4
+// chunks with the next segment's loads in flight before this one's products (two register sets,
+// 2 blocks an SM), 2 chunks at 6 blocks an SM (docs/cuda_engine.md).
+inline constexpr int kGemvDefaultSegLoads = 4;
+template <int kSegLoads>
+inline constexpr int kGemvMinBlocks = kSegLoads == 4 ? 4 : 1;
 constexpr int kGemvMaxSmem = 48 * 1024;  // token rows in shared memory: the default limit, no opt-in
 
 
@@ -92,9 +103,11 @@ __device__ __forceinline__ void TaskRows(const StreamArgs& g, int64_t e, int tas
   }
 }
 
-// Issues segment `seg`'s loads of both rows: chunk seg * 256 + lane + 32 j.
+// Issues segment `seg`'s loads of both rows: chunk seg * kSegChunks + lane + 32 j.
+template <int kSegLoads>
 __device__ __forceinline__ void LoadSegment(const __nv_bfloat16* const (&row)[2], int seg, int K, int lane,
                                             uint4 (&w)[2][kSegLoads]) {
+  constexpr int kSegChunks = kSegLoads * cuda::kWarpSize;
 #pragma unroll
   for (int j = 0; j < kSegLoads; ++j) {
     const int col = (seg * kSegChunks + lane + j * cuda::kWarpSize) * cuda::kBf16PerChunk;
@@ -104,9 +117,10 @@ __device__ __forceinline__ void LoadSegment(const __nv_bfloat16* const (&row)[2]
 }
 
 // kAnyAct: as StreamExpertsKernel's (moe_stream.cu): StreamArgs::act_fn at run time, or SiLU.
-template <bool kGateUp, int kTok, bool kAnyAct = false>
-__global__ void __launch_bounds__(kGemvThreads)
+template <bool kGateUp, int kTok, bool kAnyAct, int kSegLoads>
+__global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
     StreamGemvKernel(const __grid_constant__ StreamArgs g) {
+  constexpr int kSegChunks = kSegLoads * cuda::kWarpSize;
   extern __shared__ __align__(16) unsigned char smem[];
   auto* xs = reinterpret_cast<__nv_bfloat16*>(smem);  // [kTok][K]: the pass's token rows
   const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
@@ -186,32 +200,32 @@ __global__ void __launch_bounds__(kGemvThreads)
     }
     __syncthreads();
 
-    for (int task = task0; task < task_end; task += kGemvWarps) {
-      float acc[2][kTok];
+    // A segment's products into acc (chunk seg * kSegChunks + lane + 32 j of both rows).
+    float acc[2][kTok];
+    auto dot = [&](int seg, const uint4 (&wv)[2][kSegLoads]) {
+      if (seg == 0) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+        for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int t = 0; t < kTok; ++t) acc[h][t] = 0.0f;
+          for (int t = 0; t < kTok; ++t) acc[h][t] = 0.0f;
+        }
       }
-      TaskRows<kGateUp>(g, e, task, row);
-      for (int seg = 0; seg < segs; ++seg) {
-        if (!loaded) LoadSegment(row, seg, K, lane, w);
-        loaded = false;
 #pragma unroll
-        for (int j = 0; j < kSegLoads; ++j) {
-          const int chunk = seg * kSegChunks + lane + j * cuda::kWarpSize;
-          if (chunk >= row_chunks) break;
+      for (int j = 0; j < kSegLoads; ++j) {
+        const int chunk = seg * kSegChunks + lane + j * cuda::kWarpSize;
+        if (chunk >= row_chunks) break;
 #pragma unroll
-          for (int t = 0; t < kTok; ++t) {
-            if (t < n) {
-              const uint4 xv = reinterpret_cast<const uint4*>(xs)[t * row_chunks + chunk];
-              acc[0][t] = cuda::Dot8(w[0][j], xv, acc[0][t]);
-              acc[1][t] = cuda::Dot8(w[1][j], xv, acc[1][t]);
-            }
+        for (int t = 0; t < kTok; ++t) {
+          if (t < n) {
+            const uint4 xv = reinterpret_cast<const uint4*>(xs)[t * row_chunks + chunk];
+            acc[0][t] = cuda::Dot8(wv[0][j], xv, acc[0][t]);
+            acc[1][t] = cuda::Dot8(wv[1][j], xv, acc[1][t]);
           }
         }
       }
-      // Sum the lanes (a fixed tree: every lane ends with the same sums).
+    };
+    // Task `task`'s sums over the lanes (a fixed tree: every lane ends with the same sums), stored.
+    auto finish = [&](int task) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -235,6 +249,15 @@ __global__ void __launch_bounds__(kGemvThreads)
           }
         }
       }
+    };
+    for (int task = task0; task < task_end; task += kGemvWarps) {
+      TaskRows<kGateUp>(g, e, task, row);
+      for (int seg = 0; seg < segs; ++seg) {
+        if (!loaded) LoadSegment(row, seg, K, lane, w);
+        loaded = false;
+        dot(seg, w);
+      }
+      finish(task);
     }
     loaded = false;  // a later pass (more than kTok rows) reloads the first task's weights
   }
@@ -247,9 +270,9 @@ __global__ void __launch_bounds__(kGemvThreads)
 // the routing) was no faster than the mma kernels.
 int64_t GemvWaves() { return EnvIntInRange("MLASERVE_MOE_GEMV_WAVES", 1, 8, 1); }
 
-template <bool kGateUp, int kTok, bool kAnyAct>
+template <bool kGateUp, int kTok, bool kAnyAct, int kSegLoads>
 absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
-  auto* kernel = StreamGemvKernel<kGateUp, kTok, kAnyAct>;
+  auto* kernel = StreamGemvKernel<kGateUp, kTok, kAnyAct, kSegLoads>;
   const int K = kGateUp ? a.hidden : a.inter;
   const size_t smem = static_cast<size_t>(kTok) * K * sizeof(__nv_bfloat16);  // <= kGemvMaxSmem
   const int tasks = kGateUp ? a.inter : a.hidden / 2;
@@ -285,9 +308,12 @@ absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
 template <bool kGateUp>
 absl::Status LaunchGemv(const StreamArgs& a, cudaStream_t s) {
   if constexpr (kGateUp) {
-    if (a.act_fn != Activation::kSilu) return LaunchGemvTok<true, 1, true>(a, s);
+    if (a.act_fn != Activation::kSilu) return LaunchGemvTok<true, 1, true, kGemvDefaultSegLoads>(a, s);
   }
-  return LaunchGemvTok<kGateUp, 1, false>(a, s);
+  if (EnvIntInRange("MLASERVE_MOE_GEMV_SEG_LOADS", 4, 8, kGemvDefaultSegLoads) == 8) {
+    return LaunchGemvTok<kGateUp, 1, false, 8>(a, s);
+  }
+  return LaunchGemvTok<kGateUp, 1, false, kGemvDefaultSegLoads>(a, s);
 }
 
 }  // namespace
