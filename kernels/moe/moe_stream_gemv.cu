@@ -55,8 +55,8 @@ constexpr int kGemvWarps = kGemvThreads / cuda::kWarpSize;
 // timing; any other value is the default). Each lane sums the same chunks in the same order either way: the same bytes. More
 // warps with less each in flight took V2-Lite's decode step at batch 1 from 2.186-2.202 to
 // 2.092-2.125 ms (H200, 2026-12-02; V3's one-token call even to 1% faster): beside each of the
-// fused router's CTAs (128 registers: half an SM's) two such blocks fit, against one of the
-// 110-register form. Tried there and slower: 8 chunks bounded to 3 blocks an SM (spilling), 4
+// fused router's CTAs (114 registers a thread at V2-Lite's width: 29 K of an SM's 64 K) two
+// such blocks fit, against one of the 110-register form. Tried there and slower: 8 chunks bounded to 3 blocks an SM (spilling), 4
 // chunks with the next segment's loads in flight before this one's products (two register sets,
 // 2 blocks an SM), 2 chunks at 6 blocks an SM (docs/cuda_engine.md).
 inline constexpr int kGemvDefaultSegLoads = 4;
