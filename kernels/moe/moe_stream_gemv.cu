@@ -10,9 +10,10 @@
 // here a warp owns two weight rows at a time -- a feature's gate and up rows (gate_up), or two
 // output rows (down) -- and its lanes load 16-byte chunks c = lane + 32 j of both rows (the
 // whole warp reads 512 contiguous bytes a row per instruction), 1024 columns a segment (8
-// loads a lane in flight, at 4 blocks an SM: kGemvDefaultSegLoads); each lane multiplies its chunks by the token's columns (shared
-// memory, bf16) in f32, chunk by chunk in column order, and a fixed xor-shuffle tree sums the
-// lanes. Same sums on every run; not the bits of the mma kernel (another order of the sums).
+// loads a lane in flight, at 4 blocks an SM: kGemvDefaultSegLoads); each lane multiplies its
+// chunks by the token's columns (shared memory, bf16) in f32, chunk by chunk in column order,
+// and a fixed xor-shuffle tree sums the lanes. Same sums on every run; not the bits of the mma
+// kernel (another order of the sums).
 //
 // Grid: (blocks a slot, slots), one wave of the GPU's resident blocks; a task is a feature
 // (gate_up) or an output row pair (down), a block takes an even share of its slot's tasks and its
@@ -51,14 +52,15 @@ constexpr int kGemvThreads = 256;
 constexpr int kGemvWarps = kGemvThreads / cuda::kWarpSize;
 // Chunks a lane loads per row per segment, and with them the registers and the blocks an SM: 4
 // (1024 columns a segment; bounded to 64 registers, 4 blocks an SM: the default) or 8 (2048
-// columns, 110 registers, 2 blocks an SM; MLASERVE_MOE_GEMV_SEG_LOADS=8, read per call, for A/B
-// timing; any other value is the default). Each lane sums the same chunks in the same order either way: the same bytes. More
-// warps with less each in flight took V2-Lite's decode step at batch 1 from 2.186-2.202 to
-// 2.092-2.125 ms (H200, 2026-12-02; V3's one-token call even to 1% faster): beside each of the
-// fused router's CTAs (114 registers a thread at V2-Lite's width: 29 K of an SM's 64 K) two
-// such blocks fit, against one of the 110-register form. Tried there and slower: 8 chunks bounded to 3 blocks an SM (spilling), 4
-// chunks with the next segment's loads in flight before this one's products (two register sets,
-// 2 blocks an SM), 2 chunks at 6 blocks an SM (docs/cuda_engine.md).
+// columns, 107-110 registers, 2 blocks an SM; MLASERVE_MOE_GEMV_SEG_LOADS=8, read per call, for
+// A/B timing; any other value is the default). Each lane sums the same chunks in the same order
+// either way: the same bytes. More warps with less each in flight took V2-Lite's decode step at
+// batch 1 from 2.186-2.202 to 2.092-2.125 ms (H200, 2026-12-02; V3's one-token call even to 1%
+// faster): beside each of the fused router's CTAs (114 registers a thread at V2-Lite's width:
+// 29 K of an SM's 64 K) two such blocks fit, against one of the 8-chunk form. Tried there and
+// slower: 8 chunks bounded to 3 blocks an SM (spilling), 4 chunks with the next segment's loads
+// in flight before this one's products (two register sets, 2 blocks an SM), 2 chunks at 6 blocks
+// an SM (docs/cuda_engine.md).
 inline constexpr int kGemvDefaultSegLoads = 4;
 template <int kSegLoads>
 inline constexpr int kGemvMinBlocks = kSegLoads == 4 ? 4 : 1;
@@ -200,32 +202,32 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
     }
     __syncthreads();
 
-    // A segment's products into acc (chunk seg * kSegChunks + lane + 32 j of both rows).
-    float acc[2][kTok];
-    auto dot = [&](int seg, const uint4 (&wv)[2][kSegLoads]) {
-      if (seg == 0) {
+    for (int task = task0; task < task_end; task += kGemvWarps) {
+      float acc[2][kTok];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < 2; ++h) {
 #pragma unroll
-          for (int t = 0; t < kTok; ++t) acc[h][t] = 0.0f;
-        }
+        for (int t = 0; t < kTok; ++t) acc[h][t] = 0.0f;
       }
+      TaskRows<kGateUp>(g, e, task, row);
+      for (int seg = 0; seg < segs; ++seg) {
+        if (!loaded) LoadSegment(row, seg, K, lane, w);
+        loaded = false;
 #pragma unroll
-      for (int j = 0; j < kSegLoads; ++j) {
-        const int chunk = seg * kSegChunks + lane + j * cuda::kWarpSize;
-        if (chunk >= row_chunks) break;
+        for (int j = 0; j < kSegLoads; ++j) {
+          const int chunk = seg * kSegChunks + lane + j * cuda::kWarpSize;
+          if (chunk >= row_chunks) break;
 #pragma unroll
-        for (int t = 0; t < kTok; ++t) {
-          if (t < n) {
-            const uint4 xv = reinterpret_cast<const uint4*>(xs)[t * row_chunks + chunk];
-            acc[0][t] = cuda::Dot8(wv[0][j], xv, acc[0][t]);
-            acc[1][t] = cuda::Dot8(wv[1][j], xv, acc[1][t]);
+          for (int t = 0; t < kTok; ++t) {
+            if (t < n) {
+              const uint4 xv = reinterpret_cast<const uint4*>(xs)[t * row_chunks + chunk];
+              acc[0][t] = cuda::Dot8(w[0][j], xv, acc[0][t]);
+              acc[1][t] = cuda::Dot8(w[1][j], xv, acc[1][t]);
+            }
           }
         }
       }
-    };
-    // Task `task`'s sums over the lanes (a fixed tree: every lane ends with the same sums), stored.
-    auto finish = [&](int task) {
+      // Sum the lanes (a fixed tree: every lane ends with the same sums).
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -249,15 +251,6 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
           }
         }
       }
-    };
-    for (int task = task0; task < task_end; task += kGemvWarps) {
-      TaskRows<kGateUp>(g, e, task, row);
-      for (int seg = 0; seg < segs; ++seg) {
-        if (!loaded) LoadSegment(row, seg, K, lane, w);
-        loaded = false;
-        dot(seg, w);
-      }
-      finish(task);
     }
     loaded = false;  // a later pass (more than kTok rows) reloads the first task's weights
   }
