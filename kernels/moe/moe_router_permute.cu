@@ -26,6 +26,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -67,6 +68,7 @@ int RouteSmemWords(int num_tokens, int num_experts, int top_k) {
 
 // The last CTA: every token's routing from the logits all CTAs wrote, then the single-chunk
 // permutation of the picks. Outputs as RoutePermuteKernel's.
+template <int kPer>
 __device__ void RouteAndPermute(const MoeRoutingParams& r, const PermuteArgs& a, int32_t* smem) {
   const int T = r.num_tokens, E = r.num_experts, k = r.top_k, A = T * k;
   const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
@@ -88,7 +90,7 @@ __device__ void RouteAndPermute(const MoeRoutingParams& r, const PermuteArgs& a,
   local.topk_ids = ids;
   local.topk_weights = weights;
   for (int t = warp; t < T; t += kWarps) {
-    RouteToken(local, t, scratch + warp * E);
+    RouteToken<kPer>(local, t, scratch + warp * E);
     if (lane < k) {  // the lane that wrote pick (t, lane) reads it back: no barrier needed
       const int i = t * k + lane;
       const int e = ids[i];
@@ -163,7 +165,7 @@ __device__ void RouteAndPermute(const MoeRoutingParams& r, const PermuteArgs& a,
   }
 }
 
-template <int kChunks>
+template <int kChunks, int kPer>
 __global__ void __launch_bounds__(kThreads)
     RouterRoutePermuteKernel(const __grid_constant__ MoeRoutingParams r,
                              const __grid_constant__ PermuteArgs a, int tokens_per_cta) {
@@ -247,12 +249,12 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   if (!last_cta) return;
-  RouteAndPermute(r, a, smem);
+  RouteAndPermute<kPer>(r, a, smem);
 }
 
 // Launches the kChunks form: grid (expert slabs, token blocks), each CTA running passes of kTok
 // tokens until the grid fits the GPU's SMs (one CTA per SM keeps the weight loads parallel).
-template <int kChunks>
+template <int kChunks, int kPer>
 absl::Status LaunchFor(const MoeRoutingParams& r, const PermuteArgs& a, cudaStream_t s) {
   constexpr int kRows = ProjectionShape<kChunks>::kRows;
   constexpr int kTok = ProjectionShape<kChunks>::kTok;
@@ -268,7 +270,7 @@ absl::Status LaunchFor(const MoeRoutingParams& r, const PermuteArgs& a, cudaStre
   constexpr size_t kDefaultSmem = 48 * 1024;
   if (smem > kDefaultSmem) {
     RETURN_IF_ERROR(cuda::CudaStatus(
-        cudaFuncSetAttribute(RouterRoutePermuteKernel<kChunks>,
+        cudaFuncSetAttribute(RouterRoutePermuteKernel<kChunks, kPer>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "moe_experts router+route+permute: raising the shared-memory limit"));
   }
@@ -277,7 +279,7 @@ absl::Status LaunchFor(const MoeRoutingParams& r, const PermuteArgs& a, cudaStre
   shape.block = dim3(kThreads);
   shape.smem_bytes = smem;
   shape.stream = s;
-  return cuda::LaunchPdl("moe_experts router+route+permute", shape, RouterRoutePermuteKernel<kChunks>,
+  return cuda::LaunchPdl("moe_experts router+route+permute", shape, RouterRoutePermuteKernel<kChunks, kPer>,
                          r, a, tokens_per_cta);
 }
 
@@ -312,10 +314,23 @@ absl::Status LaunchRouterPermute(const PermuteArgs& a, cudaStream_t s) {
   const MoeRoutingParams& r = *a.routing;
   const int row_chunks = r.router.hidden / cuda::kBf16PerChunk;
   const int per_thread = (row_chunks + kThreads - 1) / kThreads;
-  if (per_thread <= 1) return LaunchFor<1>(r, a, s);
-  if (per_thread <= 2) return LaunchFor<2>(r, a, s);
-  if (per_thread <= 4) return LaunchFor<4>(r, a, s);
-  return LaunchFor<8>(r, a, s);
+  // The routing's registers by expert count (RouteToken's kPer): the launch holds them in every
+  // CTA, and the GEMV blocks that launch under it share the SMs' register files (V2-Lite's CTA:
+  // 40 registers a thread instead of 114). H200, V2-Lite decode b 1, alternated in one call:
+  // 2.085-2.096 ms against 2.105-2.114 with the 512-expert form (docs/cuda_engine.md).
+  // (A/B timing: MLASERVE_MOE_ROUTER_SMALL=0, read once, keeps the 512-expert form always.)
+  static const bool small_off = EnvSwitchedOff("MLASERVE_MOE_ROUTER_SMALL");
+  const int E = r.num_experts;
+  const auto by_chunks = [&](auto per) -> absl::Status {
+    constexpr int kPer = decltype(per)::value;
+    if (per_thread <= 1) return LaunchFor<1, kPer>(r, a, s);
+    if (per_thread <= 2) return LaunchFor<2, kPer>(r, a, s);
+    if (per_thread <= 4) return LaunchFor<4, kPer>(r, a, s);
+    return LaunchFor<8, kPer>(r, a, s);
+  };
+  if (!small_off && E <= 64) return by_chunks(std::integral_constant<int, 2>{});
+  if (!small_off && E <= 256) return by_chunks(std::integral_constant<int, 8>{});
+  return by_chunks(std::integral_constant<int, kRoutingMaxExperts / 32>{});
 }
 
 }  // namespace mlaserve::kernels::moe_cuda

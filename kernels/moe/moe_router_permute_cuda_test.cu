@@ -294,7 +294,7 @@ TEST_P(MoeRouterPermuteTest, MatchesTheGemmFreeReferenceAndTheUnfusedKernel) {
 // The decode fold's token counts, V2-Lite's / V2's / V3's expert counts, V2-Lite's and V3's
 // hidden sizes; both routings.
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeRouterPermuteTest,
-                         ::testing::Combine(::testing::Values(1, 3, 8, 16), ::testing::Values(64, 160, 256),
+                         ::testing::Combine(::testing::Values(1, 3, 8, 16), ::testing::Values(64, 160, 256, 384),
                                             ::testing::Values(2048, 7168),
                                             ::testing::Values(Method::kGreedySoftmax, Method::kNoauxSigmoid)));
 

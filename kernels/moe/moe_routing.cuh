@@ -79,11 +79,15 @@ __device__ __forceinline__ int WarpArgmaxKey(uint32_t key, int index) {
 // kRoutingMaxExperts (checked on the host). Lane l holds the scores and choices of experts
 // l, l + 32, ... in registers; only the group selection (group-limited methods) goes through
 // `choice`, the warp's shared-memory scratch of num_experts floats.
+// kPer: the experts a lane holds at most (p.num_experts <= 32 * kPer); a smaller form keeps fewer
+// registers (the fused router launch takes the least that holds its experts). Every form makes
+// the same picks and sums in the same order: the same bits.
+template <int kPer = kRoutingMaxExperts / 32>
 __device__ inline void RouteToken(const MoeRoutingParams& p, int t, float* choice) {
+  static_assert(kPer >= 1 && kPer <= kRoutingMaxExperts / 32);
   using routing_detail::kFull;
   using routing_detail::OrderedKey;
   using routing_detail::WarpArgmax;
-  constexpr int kPer = kRoutingMaxExperts / 32;  // experts a lane holds, at most
   const int lane = threadIdx.x % 32;
   const int E = p.num_experts;
   const float* logits = p.logits + static_cast<int64_t>(t) * E;
