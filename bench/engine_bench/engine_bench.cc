@@ -49,10 +49,12 @@
 #include "absl/strings/str_format.h"
 #include "bench/engine_bench/ceilings.h"
 #include "bench/engine_bench/gpu_timeline.h"
+#include "bench/engine_bench/moe_block_trace_summary.h"
 #include "bench/engine_bench/roofline.h"
 #include "bench/engine_bench/timeline_summary.h"
 #include "kernels/common/page.h"
 #include "kernels/mha_prefill/api.h"
+#include "kernels/moe/block_trace.h"
 #include "model/deepseek_engine.h"
 #include "model/parallel_engine.h"
 #include "model/parallel_layout.h"
@@ -304,7 +306,7 @@ int main(int argc, char** argv) {
   int runs = 5, context = 1024, warm = 3, steps = 32, eager_steps = 8, sampled_steps = 16, device = 0;
   int max_batch_tokens = 8192, num_pages = 0;
   uint64_t seed = 1;
-  bool trace_timeline = false;
+  bool trace_timeline = false, moe_block_trace = false;
   int sequence_first = 0, sequence_count = 0;
   std::string mha_provider = "auto";
   int tp_size = 1;
@@ -353,6 +355,10 @@ int main(int argc, char** argv) {
   app.add_option("--timeline-sequence-from", sequence_first,
                  "with --timeline-sequence: the first launch listed (0-based, in start order)")
       ->capture_default_str();
+  app.add_flag("--moe-block-trace", moe_block_trace,
+               "after each decode batch, print where the last step's one-token MoE launches' blocks "
+               "ran (router, gate_up, down: SM, start, PDL wait and end of every block; "
+               "kernels/moe/block_trace.h); needs --eager-steps 0 --sampled-steps 0 and one GPU");
   CLI11_PARSE(app, argc, argv);
   absl::StatusOr<mlaserve::model::ParallelOptions> parallel = mlaserve::model::ParseParallelFlags(
       tp_size, attention_parallel, moe_parallel, moe_dispatch);
@@ -363,6 +369,13 @@ int main(int argc, char** argv) {
   if (trace_timeline && tp_size > 1) {
     std::fprintf(stderr, "mlaserve-engine-bench: --timeline traces one GPU; --tp-size is %d\n",
                  tp_size);
+    return 2;
+  }
+
+  if (moe_block_trace && (tp_size > 1 || eager_steps != 0 || sampled_steps != 0)) {
+    std::fprintf(stderr, "mlaserve-engine-bench: --moe-block-trace reads the last graph replay of one GPU: it "
+                 "needs --tp-size 1, --eager-steps 0 and --sampled-steps 0 (got %d, %d, %d)\n",
+                 tp_size, eager_steps, sampled_steps);
     return 2;
   }
 
@@ -430,6 +443,9 @@ int main(int argc, char** argv) {
   out["mha_provider"] = mlaserve::kernels::DescribeMhaPrefillProvider(o.mha_provider, o.backend);
   out["layout"] = layout;
   Bench bench(be, seed);
+  if (moe_block_trace) {
+    if (absl::Status st = mlaserve::kernels::moe_trace::Start(); !st.ok()) Die("--moe-block-trace", st);
+  }
 
   std::printf("mlaserve-engine-bench: %s, %s (%d layers, hidden %d), %s, load %.1f s\n", prop.name,
               model.c_str(), cfg.num_hidden_layers, cfg.hidden_size, layout.c_str(), load_s);
@@ -471,6 +487,15 @@ int main(int argc, char** argv) {
     if (!t.sampled_ms.empty()) {
       std::printf("| decode (graphs, sampled in Forward), ctx %d | %d | %d | %.3f | %.0f | %s |\n", context, b,
                   b, sa, 1000.0 * b / sa, cells(sa).c_str());
+    }
+    if (moe_block_trace) {
+      // The graph's launches hold its last replay's records; anything that ended more than two
+      // steps before the newest record is an earlier batch's or a warm-up's.
+      absl::StatusOr<std::vector<mlaserve::kernels::moe_trace::LaunchRecord>> records =
+          mlaserve::kernels::moe_trace::Read();
+      if (!records.ok()) Die("--moe-block-trace", records.status());
+      std::printf("\ndecode b%d, %s", b,
+                  mlaserve::bench::SummarizeMoeBlockTrace(*records, static_cast<uint64_t>(2e6 * g)).c_str());
     }
     out["decode"].push_back({{"batch", b}, {"context", context}, {"graph_median_ms", g},
                              {"sampled_median_ms", sa},

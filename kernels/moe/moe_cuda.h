@@ -92,6 +92,8 @@ struct StreamArgs {
   // MLASERVE_MOE_EARLY_EXPERTS=0 in the environment keeps it null (timing comparisons; read per
   // call, by RunStreamExperts).
   const int32_t* early_ids;
+  // The warp-GEMV launches set it to their block-trace region (moe_block_trace.cuh; null: none).
+  uint64_t* block_trace = nullptr;
 };
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s);
 absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);

@@ -35,6 +35,7 @@
 #include "kernels/common/device_arch.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
+#include "kernels/moe/moe_block_trace.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_routing.cuh"
 
@@ -165,10 +166,12 @@ __device__ void RouteAndPermute(const MoeRoutingParams& r, const PermuteArgs& a,
   }
 }
 
-template <int kChunks, int kPer>
+// kTraced: the launch records its blocks (moe_block_trace.cuh; a separate instantiation, so the
+// untraced kernel keeps its registers: 40 against 46 at V2-Lite's width).
+template <int kChunks, int kPer, bool kTraced>
 __global__ void __launch_bounds__(kThreads)
     RouterRoutePermuteKernel(const __grid_constant__ MoeRoutingParams r,
-                             const __grid_constant__ PermuteArgs a, int tokens_per_cta) {
+                             const __grid_constant__ PermuteArgs a, int tokens_per_cta, uint64_t* trace) {
   constexpr int kRows = ProjectionShape<kChunks>::kRows;
   constexpr int kTok = ProjectionShape<kChunks>::kTok;
   constexpr int kSums = kRows * kTok;
@@ -180,6 +183,8 @@ __global__ void __launch_bounds__(kThreads)
   const int row_chunks = proj.hidden / cuda::kBf16PerChunk;
   const int e0 = blockIdx.x * kRows;
   const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
+  __shared__ moe_trace::BlockClock clock;  // --moe-block-trace's record (kernels/moe/block_trace.h)
+  if constexpr (kTraced) clock.Begin(trace);
 
   // The CTA's weight chunks, in flight while the previous kernel finishes (rule 3).
   const auto* weight = static_cast<const uint4*>(proj.weight);
@@ -195,6 +200,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   cuda::PdlEnter();
+  if constexpr (kTraced) clock.Waited(trace);
 
   const auto* x = static_cast<const uint4*>(proj.x);
   const int t_begin = blockIdx.y * tokens_per_cta;
@@ -248,8 +254,15 @@ __global__ void __launch_bounds__(kThreads)
     last_cta = last;
   }
   __syncthreads();
-  if (!last_cta) return;
+  if (!last_cta) {
+    if constexpr (kTraced) clock.Record(trace);
+    return;
+  }
   RouteAndPermute<kPer>(r, a, smem);
+  if constexpr (kTraced) {
+    __syncthreads();  // the permutation is written
+    clock.Record(trace);
+  }
 }
 
 // Launches the kChunks form: grid (expert slabs, token blocks), each CTA running passes of kTok
@@ -267,20 +280,22 @@ absl::Status LaunchFor(const MoeRoutingParams& r, const PermuteArgs& a, cudaStre
   }
   const int token_blocks = (T + tokens_per_cta - 1) / tokens_per_cta;
   const size_t smem = RouteSmemWords(T, r.num_experts, r.top_k) * sizeof(int32_t);
+  const dim3 grid(slabs, token_blocks);
+  uint64_t* trace = BlockTraceRegion("router", grid, 0);
+  auto* kernel = trace != nullptr ? RouterRoutePermuteKernel<kChunks, kPer, true>
+                                  : RouterRoutePermuteKernel<kChunks, kPer, false>;
   constexpr size_t kDefaultSmem = 48 * 1024;
   if (smem > kDefaultSmem) {
     RETURN_IF_ERROR(cuda::CudaStatus(
-        cudaFuncSetAttribute(RouterRoutePermuteKernel<kChunks, kPer>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "moe_experts router+route+permute: raising the shared-memory limit"));
   }
   cuda::LaunchShape shape;
-  shape.grid = dim3(slabs, token_blocks);
+  shape.grid = grid;
   shape.block = dim3(kThreads);
   shape.smem_bytes = smem;
   shape.stream = s;
-  return cuda::LaunchPdl("moe_experts router+route+permute", shape, RouterRoutePermuteKernel<kChunks, kPer>,
-                         r, a, tokens_per_cta);
+  return cuda::LaunchPdl("moe_experts router+route+permute", shape, kernel, r, a, tokens_per_cta, trace);
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % cuda::kChunkBytes == 0; }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
 #include <tuple>
@@ -18,6 +19,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/moe/api.h"
+#include "kernels/moe/block_trace.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/testing/cuda_testing.h"
 #include "kernels/testing/testing.h"
@@ -406,6 +408,87 @@ TEST(MoeRouterPermuteExpertsTest, FusedRouterCallEqualsTheCallOnItsLogits) {
   EXPECT_TRUE(SameBits(with_router.weights, on_logits.weights));
   EXPECT_TRUE(with_router.out == on_logits.out) << "the experts' outputs differ";
   EXPECT_EQ(testing::CountNan(testing::FromBf16(with_router.out)), 0u);
+}
+
+// The block trace (block_trace.h) of a one-token call with the fused router: the router, gate_up
+// and down launches in that order, every block's record (SM in range, start <= wait <= end), and
+// the PDL order between them: no gate_up block passes its wait before the router's last block
+// ended, none of down's before gate_up's last. The outputs equal the untraced call's.
+TEST(MoeBlockTraceTest, RecordsTheOneTokenLaunchesBlocks) {
+  const int T = 1, E = 64, H = 2048, I = 1408;
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const MoeRoutingParams base = RoutingOf(Method::kGreedySoftmax, T, E);
+  const int k = base.top_k;
+  Router router(base, H, seed);
+  auto gate_up = testing::ToDeviceBf16(testing::RandomVector(static_cast<size_t>(E) * 2 * I * H, seed + 7, -0.05f, 0.05f));
+  auto down = testing::ToDeviceBf16(testing::RandomVector(static_cast<size_t>(E) * H * I, seed + 8, -0.05f, 0.05f));
+  auto ticket = testing::ToDevice(std::vector<uint32_t>{0});
+  auto run = [&](std::vector<uint16_t>* out) {
+    auto d_out = testing::PoisonedBf16(static_cast<size_t>(T) * H);
+    auto d_ids = testing::ToDevice(std::vector<int32_t>(T * k, -7));
+    auto d_w = testing::PoisonedF32(T * k);
+    auto logits = testing::PoisonedF32(static_cast<size_t>(T) * E);
+    MoeRoutingParams r = base;
+    r.logits = logits.as<float>();
+    r.topk_ids = d_ids.as<int32_t>();
+    r.topk_weights = d_w.as<float>();
+    r.router = Projection(router.d_w.get(), router.d_x.get(), H, logits.as<float>(), ticket.as<uint32_t>());
+    MoeExpertsParams p;
+    p.dtype = DType::kBF16;
+    p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = k;
+    p.x = router.d_x.get(); p.gate_up = gate_up.get(); p.down = down.get(); p.out = d_out.get();
+    p.topk_ids = r.topk_ids;
+    p.topk_weights = r.topk_weights;
+    p.routing = &r;
+    ASSERT_TRUE(MoeExpertsFusesRouter(p, Backend::kCuda));
+    DeviceBuffer ws(MoeExpertsWorkspaceBytes(p));
+    p.workspace = ws.get();
+    p.workspace_bytes = ws.bytes();
+    const absl::Status st = MoeExperts(p, kCuda);
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    *out = testing::ToHost<uint16_t>(d_out, static_cast<size_t>(T) * H);
+  };
+  std::vector<uint16_t> untraced, traced;
+  ASSERT_NO_FATAL_FAILURE(run(&untraced));
+  if (!moe_trace::Started()) {
+    const absl::Status st = moe_trace::Start();
+    ASSERT_TRUE(st.ok()) << st;
+  }
+  auto before = moe_trace::Read();
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_NO_FATAL_FAILURE(run(&traced));
+  EXPECT_TRUE(traced == untraced) << "tracing changed the output";
+  auto launches = moe_trace::Read();
+  ASSERT_TRUE(launches.ok()) << launches.status();
+  ASSERT_EQ(launches->size(), before->size() + 3) << "one router, one gate_up and one down launch";
+  const moe_trace::LaunchRecord* l = launches->data() + before->size();
+  int sms = 0;
+  MLASERVE_CUDA_ASSERT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const char* kKernels[] = {"router", "gate_up", "down"};
+  uint64_t first_wait[3] = {}, last_end[3] = {};
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(kKernels[i]);
+    EXPECT_EQ(l[i].kernel, kKernels[i]);
+    EXPECT_EQ(l[i].shared_slots, 0);
+    ASSERT_GT(l[i].grid_x * l[i].grid_y, 0);
+    // Every block of these launches runs to its end (one token: each GEMV slot is a touched
+    // expert), so each wrote its record.
+    EXPECT_EQ(static_cast<int>(l[i].blocks.size()), l[i].grid_x * l[i].grid_y);
+    first_wait[i] = UINT64_MAX;
+    for (const moe_trace::BlockRecord& b : l[i].blocks) {
+      EXPECT_GE(b.sm, 0);
+      EXPECT_LT(b.sm, sms);
+      EXPECT_GT(b.start_ns, 0u);
+      EXPECT_GE(b.wait_ns, b.start_ns) << "block " << b.bx << "," << b.by;
+      EXPECT_GE(b.end_ns, b.wait_ns) << "block " << b.bx << "," << b.by;
+      first_wait[i] = std::min(first_wait[i], b.wait_ns);
+      last_end[i] = std::max(last_end[i], b.end_ns);
+    }
+  }
+  EXPECT_GE(first_wait[1], last_end[0]) << "a gate_up block passed its PDL wait before the router ended";
+  EXPECT_GE(first_wait[2], last_end[1]) << "a down block passed its PDL wait before gate_up ended";
 }
 
 // Where the fused router is not taken: MoeExpertsFusesRouter false, and MoeExperts / MoeRouting

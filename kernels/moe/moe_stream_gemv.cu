@@ -42,6 +42,7 @@
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/moe/moe_active_slot.cuh"
+#include "kernels/moe/moe_block_trace.cuh"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_silu.cuh"
 
@@ -135,6 +136,8 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
   // The block's tasks: an even share of the slot's; warp w takes task_begin + w, then every 8th.
   const int task0 = static_cast<int>(static_cast<int64_t>(blockIdx.x) * tasks / gridDim.x) + warp;
   const int task_end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * tasks / gridDim.x);
+  __shared__ moe_trace::BlockClock clock;  // --moe-block-trace's record (kernels/moe/block_trace.h)
+  clock.Begin(g.block_trace);
 
   // The first task's segment 0 before the PDL wait where the expert is known (rule 3).
   uint4 w[2][kSegLoads];
@@ -161,14 +164,20 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
   // gate_up's shared slices run whole before the wait (moe_stream.cu says why), then wait before
   // they complete; everything else waits here.
   const bool before_wait = kGateUp && shared;
-  if (!before_wait) cuda::PdlEnter();
+  if (!before_wait) {
+    cuda::PdlEnter();
+    clock.Waited(g.block_trace);
+  }
 
   int row_begin, row_end;
   if (shared) {
     row_begin = g.num_assign + slot * g.num_tokens;
     row_end = row_begin + g.num_tokens;
   } else {
-    if (slot >= g.active[g.num_experts]) return;
+    if (slot >= g.active[g.num_experts]) {
+      clock.Record(g.block_trace);
+      return;
+    }
     const int64_t listed = g.active[slot];
     if (loaded && listed != e) loaded = false;  // not the expert loaded early (never expected): reload
     e = listed;
@@ -254,7 +263,14 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
     }
     loaded = false;  // a later pass (more than kTok rows) reloads the first task's weights
   }
-  if (before_wait) cuda::PdlEnter();
+  if (before_wait) {
+    cuda::PdlEnter();
+    clock.Waited(g.block_trace);
+  }
+  if (g.block_trace != nullptr) {
+    __syncthreads();  // every warp's tasks are done
+    clock.Record(g.block_trace);
+  }
 }
 
 // Waves of blocks the grid holds: 1, or MLASERVE_MOE_GEMV_WAVES (1-8, read per call; for A/B
@@ -287,8 +303,10 @@ absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
   shape.block = dim3(kGemvThreads);
   shape.smem_bytes = smem;
   shape.stream = s;
+  StreamArgs args = a;
+  args.block_trace = BlockTraceRegion(kGateUp ? "gate_up" : "down", shape.grid, a.shared_slots);
   return cuda::LaunchPdl(kGateUp ? "moe_experts stream gemv gate_up" : "moe_experts stream gemv down", shape,
-                         kernel, a);
+                         kernel, args);
 }
 
 // One token (kStreamGemvMaxTokens): every touched expert has one row (a token's experts are
