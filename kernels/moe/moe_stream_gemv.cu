@@ -289,6 +289,7 @@ absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
   // One wave: as many blocks as the GPU holds at once, spread evenly over the slots, each with
   // an even share of its slot's tasks (at least a task a warp). A block's prologue (the wait, the
   // token rows) is then paid once, and every warp keeps its loads in flight to the end.
+  RETURN_IF_ERROR(PreferDecodeCarveout(reinterpret_cast<const void*>(kernel), "MLASERVE_MOE_GEMV_CARVEOUT"));
   // Blocks an SM, queried once per device and shared-memory size (the registers are fixed).
   const int per_sm = cuda::CurrentDeviceBlocksPerSm(reinterpret_cast<const void*>(kernel), kGemvThreads, smem);
   if (per_sm < 1) {
@@ -328,6 +329,13 @@ absl::Status LaunchGemv(const StreamArgs& a, cudaStream_t s) {
 }
 
 }  // namespace
+
+absl::Status PreferDecodeCarveout(const void* kernel, const char* env_name) {
+  const int percent = EnvIntInRange(env_name, 0, 100, -1);  // read per call (graphs: at capture)
+  if (percent < 0) return absl::OkStatus();
+  return cuda::CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent),
+                          env_name);
+}
 
 bool StreamGemvTakes(const StreamArgs& a, bool gate_up) {
   // MLASERVE_MOE_STREAM_GEMV (read per call; A/B timing, tests): 0 = neither product,
