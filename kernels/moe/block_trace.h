@@ -21,8 +21,9 @@
 
 namespace mlaserve::kernels::moe_trace {
 
-// One block's record. Times are %globaltimer nanoseconds (one clock for all SMs); 0 = the block
-// did not reach that point (a block that returned early has no wait time).
+// One block's record. Times are %globaltimer nanoseconds (one clock for all SMs); wait_ns is when
+// the block passed its PDL wait, which gate_up's shared slices do at their end (they run before
+// it), every other block before its work.
 struct BlockRecord {
   int sm = -1;
   int bx = 0, by = 0;  // blockIdx.x, blockIdx.y
