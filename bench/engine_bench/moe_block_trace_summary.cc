@@ -27,6 +27,13 @@ uint64_t FirstStart(const LaunchRecord& l) {
   return t;
 }
 
+// The SMs a launch's blocks ran on.
+std::set<int> SmsOf(const LaunchRecord& l) {
+  std::set<int> sms;
+  for (const BlockRecord& b : l.blocks) sms.insert(b.sm);
+  return sms;
+}
+
 // us from `origin`; "-" for none (0 or UINT64_MAX).
 std::string Us(uint64_t t, uint64_t origin) {
   if (t == 0 || t == UINT64_MAX) return "-";
@@ -50,8 +57,7 @@ std::string LayerRow(int index, const Layer& layer) {
   const LaunchRecord& r = *layer.router;
   const uint64_t origin = FirstStart(r);
   const uint64_t router_end = LastEnd(r);
-  std::set<int> router_sms;
-  for (const BlockRecord& b : r.blocks) router_sms.insert(b.sm);
+  const std::set<int> router_sms = SmsOf(r);
   std::string row = absl::StrCat("| ", index, " | ", r.blocks.size(), " / ", router_sms.size(), " | ",
                                  Us(router_end, origin), " | ");
   if (layer.gate_up == nullptr) return absl::StrCat(row, "- | - | - | - | - | - |");
@@ -95,8 +101,7 @@ std::string LayerRow(int index, const Layer& layer) {
 std::string LatestBlocks(int index, const Layer& layer) {
   const LaunchRecord& r = *layer.router;
   const uint64_t origin = FirstStart(r);
-  std::set<int> router_sms;
-  for (const BlockRecord& b : r.blocks) router_sms.insert(b.sm);
+  const std::set<int> router_sms = SmsOf(r);
   std::vector<const BlockRecord*> blocks;
   for (const BlockRecord& b : layer.gate_up->blocks) blocks.push_back(&b);
   std::sort(blocks.begin(), blocks.end(), [](const BlockRecord* a, const BlockRecord* b) {

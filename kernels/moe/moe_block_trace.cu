@@ -2,6 +2,7 @@
 // kMaxBlocks records, handed out in launch order while a trace is started.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ namespace {
 constexpr size_t kRegionWords = static_cast<size_t>(kMaxBlocks) * kRecordWords;
 
 struct Registry {
+  std::atomic<bool> started{false};  // buffer set: launches check it without the lock
   std::mutex mu;
   uint64_t* buffer = nullptr;  // kMaxLaunches regions
   int device = -1;
@@ -53,14 +55,11 @@ absl::Status Start() {
   }
   r.buffer = static_cast<uint64_t*>(p);
   r.device = device;
+  r.started.store(true, std::memory_order_release);
   return absl::OkStatus();
 }
 
-bool Started() {
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  return r.buffer != nullptr;
-}
+bool Started() { return TheRegistry().started.load(std::memory_order_acquire); }
 
 absl::StatusOr<std::vector<LaunchRecord>> Read() {
   Registry& r = TheRegistry();
@@ -95,9 +94,10 @@ absl::StatusOr<std::vector<LaunchRecord>> Read() {
 namespace mlaserve::kernels::moe_cuda {
 
 uint64_t* BlockTraceRegion(const char* kernel, dim3 grid, int shared_slots) {
+  if (!moe_trace::Started()) return nullptr;  // every launch asks: no lock while no trace runs
   moe_trace::Registry& r = moe_trace::TheRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
-  if (r.buffer == nullptr || r.launches.size() >= static_cast<size_t>(moe_trace::kMaxLaunches)) return nullptr;
+  if (r.launches.size() >= static_cast<size_t>(moe_trace::kMaxLaunches)) return nullptr;
   const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
   int device = 0;
   if (grid.z != 1 || blocks > moe_trace::kMaxBlocks || cudaGetDevice(&device) != cudaSuccess || device != r.device) {

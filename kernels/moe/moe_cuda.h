@@ -104,14 +104,13 @@ absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
 inline constexpr int kStreamGemvMaxTokens = 1;
 bool StreamGemvTakes(const StreamArgs& a, bool gate_up);
 absl::Status LaunchStreamGemvGateUp(const StreamArgs& a, cudaStream_t s);
-// A/B timing of the SMs' L1 / shared split around the one-token MoE launches: where the
-// environment variable `env_name` (MLASERVE_MOE_GEMV_CARVEOUT for the GEMVs,
-// MLASERVE_MOE_ROUTER_CARVEOUT for the fused router) holds a percent 0-100, `kernel` asks for that
-// shared-memory carveout (cudaFuncAttributePreferredSharedMemoryCarveout, a hint); unset: the
-// driver's choice, as always. The twelfth session's max-shared carveout for every kernel cost
-// 0.1 ms a step; the thirty-fifth's cluster router (36 KB of shared memory a CTA) slowed the
-// gate_up GEMV after it.
-absl::Status PreferDecodeCarveout(const void* kernel, const char* env_name);
+// A/B timing of the SMs' L1 / shared split around the one-token MoE launches: `percent` 0-100 asks
+// `kernel` for that shared-memory carveout (cudaFuncAttributePreferredSharedMemoryCarveout, a
+// hint); below 0 leaves the driver's choice, as always. The launches read it once from
+// MLASERVE_MOE_GEMV_CARVEOUT (the GEMVs) and MLASERVE_MOE_ROUTER_CARVEOUT (the fused router).
+// The twelfth session's max-shared carveout for every kernel cost 0.1 ms a step; the
+// thirty-fifth's cluster router (36 KB of shared memory a CTA) slowed the gate_up GEMV after it.
+absl::Status PreferDecodeCarveout(const void* kernel, int percent, const char* env_name);
 absl::Status LaunchStreamGemvDown(const StreamArgs& a, cudaStream_t s);
 
 // --- kSm90 (moe_gemm_sm90_v<N>.cu): d[rows of e] = a[rows of e] * w_e^T for every expert

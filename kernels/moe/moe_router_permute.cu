@@ -284,7 +284,9 @@ absl::Status LaunchFor(const MoeRoutingParams& r, const PermuteArgs& a, cudaStre
   uint64_t* trace = BlockTraceRegion("router", grid, 0);
   auto* kernel = trace != nullptr ? RouterRoutePermuteKernel<kChunks, kPer, true>
                                   : RouterRoutePermuteKernel<kChunks, kPer, false>;
-  RETURN_IF_ERROR(PreferDecodeCarveout(reinterpret_cast<const void*>(kernel), "MLASERVE_MOE_ROUTER_CARVEOUT"));
+  static const int carveout = EnvIntInRange("MLASERVE_MOE_ROUTER_CARVEOUT", 0, 100, -1);
+  RETURN_IF_ERROR(
+      PreferDecodeCarveout(reinterpret_cast<const void*>(kernel), carveout, "MLASERVE_MOE_ROUTER_CARVEOUT"));
   constexpr size_t kDefaultSmem = 48 * 1024;
   if (smem > kDefaultSmem) {
     RETURN_IF_ERROR(cuda::CudaStatus(

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <numeric>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -350,24 +351,32 @@ TEST(MoeRouterPermuteGraphTest, ReplaysGiveTheSameBits) {
   }
 }
 
-// A whole experts call (the stream path: routing + permutation, gate_up, down, combine) with
-// the router fused, against the same call routing the fused kernel's logits: the same bits.
-TEST(MoeRouterPermuteExpertsTest, FusedRouterCallEqualsTheCallOnItsLogits) {
-  const int T = 3, E = 64, H = 2048, I = 128;
-  const uint64_t seed = testing::FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
-  const MoeRoutingParams base = RoutingOf(Method::kGreedySoftmax, T, E);
-  const int k = base.top_k;
-  Router router(base, H, seed);
-  auto gate_up = testing::ToDeviceBf16(testing::RandomVector(static_cast<size_t>(E) * 2 * I * H, seed + 7, -0.05f, 0.05f));
-  auto down = testing::ToDeviceBf16(testing::RandomVector(static_cast<size_t>(E) * H * I, seed + 8, -0.05f, 0.05f));
-  auto ticket = testing::ToDevice(std::vector<uint32_t>{0});
-  struct Call {
+// A whole experts call (the stream path: routing + permutation, gate_up, down, combine) over
+// `router`'s tokens and random experts of `inter` features, routed as `base`: Run launches it on
+// poisoned outputs (and a poisoned workspace), with the router fused or routing `logits` that
+// are already there.
+struct ExpertsCall {
+  struct Result {
     std::vector<uint16_t> out;
     std::vector<int32_t> ids;
     std::vector<float> weights;
   };
-  auto run = [&](bool fused, const DeviceBuffer& logits, Call* c) {
+  const MoeRoutingParams& base;
+  const Router& router;
+  int inter;
+  DeviceBuffer gate_up, down, ticket;
+
+  ExpertsCall(const MoeRoutingParams& b, const Router& r, int I, uint64_t seed)
+      : base(b),
+        router(r),
+        inter(I),
+        gate_up(testing::ToDeviceBf16(
+            testing::RandomVector(static_cast<size_t>(r.E) * 2 * I * r.H, seed + 7, -0.05f, 0.05f))),
+        down(testing::ToDeviceBf16(testing::RandomVector(static_cast<size_t>(r.E) * r.H * I, seed + 8, -0.05f, 0.05f))),
+        ticket(testing::ToDevice(std::vector<uint32_t>{0})) {}
+
+  void Run(bool fused, const DeviceBuffer& logits, Result* c) const {
+    const int T = router.T, E = router.E, H = router.H, k = base.top_k;
     auto d_out = testing::PoisonedBf16(static_cast<size_t>(T) * H);
     auto d_ids = testing::ToDevice(std::vector<int32_t>(T * k, -7));
     auto d_w = testing::PoisonedF32(T * k);
@@ -380,7 +389,7 @@ TEST(MoeRouterPermuteExpertsTest, FusedRouterCallEqualsTheCallOnItsLogits) {
     }
     MoeExpertsParams p;
     p.dtype = DType::kBF16;
-    p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = k;
+    p.num_tokens = T; p.hidden = H; p.inter = inter; p.num_experts = E; p.top_k = k;
     p.x = router.d_x.get(); p.gate_up = gate_up.get(); p.down = down.get(); p.out = d_out.get();
     p.topk_ids = r.topk_ids;
     p.topk_weights = r.topk_weights;
@@ -396,14 +405,25 @@ TEST(MoeRouterPermuteExpertsTest, FusedRouterCallEqualsTheCallOnItsLogits) {
     c->out = testing::ToHost<uint16_t>(d_out, static_cast<size_t>(T) * H);
     c->ids = testing::ToHost<int32_t>(d_ids, T * k);
     c->weights = testing::ToHost<float>(d_w, T * k);
-  };
+  }
+};
+
+// The call with the router fused against the same call routing the fused kernel's logits: the
+// same bits.
+TEST(MoeRouterPermuteExpertsTest, FusedRouterCallEqualsTheCallOnItsLogits) {
+  const int T = 3, E = 64, H = 2048, I = 128;
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const MoeRoutingParams base = RoutingOf(Method::kGreedySoftmax, T, E);
+  Router router(base, H, seed);
+  const ExpertsCall call(base, router, I, seed);
   auto fused_logits = testing::PoisonedF32(static_cast<size_t>(T) * E);
-  Call with_router, on_logits;
-  ASSERT_NO_FATAL_FAILURE(run(true, fused_logits, &with_router));
+  ExpertsCall::Result with_router, on_logits;
+  ASSERT_NO_FATAL_FAILURE(call.Run(true, fused_logits, &with_router));
   const std::vector<float> logits = testing::ToHost<float>(fused_logits, static_cast<size_t>(T) * E);
   EXPECT_EQ(testing::CountNan(logits), 0u);
   auto copy = testing::ToDevice(logits);
-  ASSERT_NO_FATAL_FAILURE(run(false, copy, &on_logits));
+  ASSERT_NO_FATAL_FAILURE(call.Run(false, copy, &on_logits));
   EXPECT_EQ(with_router.ids, on_logits.ids);
   EXPECT_TRUE(SameBits(with_router.weights, on_logits.weights));
   EXPECT_TRUE(with_router.out == on_logits.out) << "the experts' outputs differ";
@@ -419,36 +439,13 @@ TEST(MoeBlockTraceTest, RecordsTheOneTokenLaunchesBlocks) {
   const uint64_t seed = testing::FreshSeed();
   SCOPED_TRACE(::testing::Message() << "seed=" << seed);
   const MoeRoutingParams base = RoutingOf(Method::kGreedySoftmax, T, E);
-  const int k = base.top_k;
   Router router(base, H, seed);
-  auto gate_up = testing::ToDeviceBf16(testing::RandomVector(static_cast<size_t>(E) * 2 * I * H, seed + 7, -0.05f, 0.05f));
-  auto down = testing::ToDeviceBf16(testing::RandomVector(static_cast<size_t>(E) * H * I, seed + 8, -0.05f, 0.05f));
-  auto ticket = testing::ToDevice(std::vector<uint32_t>{0});
+  const ExpertsCall call(base, router, I, seed);
   auto run = [&](std::vector<uint16_t>* out) {
-    auto d_out = testing::PoisonedBf16(static_cast<size_t>(T) * H);
-    auto d_ids = testing::ToDevice(std::vector<int32_t>(T * k, -7));
-    auto d_w = testing::PoisonedF32(T * k);
     auto logits = testing::PoisonedF32(static_cast<size_t>(T) * E);
-    MoeRoutingParams r = base;
-    r.logits = logits.as<float>();
-    r.topk_ids = d_ids.as<int32_t>();
-    r.topk_weights = d_w.as<float>();
-    r.router = Projection(router.d_w.get(), router.d_x.get(), H, logits.as<float>(), ticket.as<uint32_t>());
-    MoeExpertsParams p;
-    p.dtype = DType::kBF16;
-    p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = k;
-    p.x = router.d_x.get(); p.gate_up = gate_up.get(); p.down = down.get(); p.out = d_out.get();
-    p.topk_ids = r.topk_ids;
-    p.topk_weights = r.topk_weights;
-    p.routing = &r;
-    ASSERT_TRUE(MoeExpertsFusesRouter(p, Backend::kCuda));
-    DeviceBuffer ws(MoeExpertsWorkspaceBytes(p));
-    p.workspace = ws.get();
-    p.workspace_bytes = ws.bytes();
-    const absl::Status st = MoeExperts(p, kCuda);
-    ASSERT_TRUE(st.ok()) << st;
-    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-    *out = testing::ToHost<uint16_t>(d_out, static_cast<size_t>(T) * H);
+    ExpertsCall::Result r;
+    ASSERT_NO_FATAL_FAILURE(call.Run(true, logits, &r));
+    *out = std::move(r.out);
   };
   std::vector<uint16_t> untraced, traced;
   ASSERT_NO_FATAL_FAILURE(run(&untraced));

@@ -289,7 +289,8 @@ absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
   // One wave: as many blocks as the GPU holds at once, spread evenly over the slots, each with
   // an even share of its slot's tasks (at least a task a warp). A block's prologue (the wait, the
   // token rows) is then paid once, and every warp keeps its loads in flight to the end.
-  RETURN_IF_ERROR(PreferDecodeCarveout(reinterpret_cast<const void*>(kernel), "MLASERVE_MOE_GEMV_CARVEOUT"));
+  static const int carveout = EnvIntInRange("MLASERVE_MOE_GEMV_CARVEOUT", 0, 100, -1);
+  RETURN_IF_ERROR(PreferDecodeCarveout(reinterpret_cast<const void*>(kernel), carveout, "MLASERVE_MOE_GEMV_CARVEOUT"));
   // Blocks an SM, queried once per device and shared-memory size (the registers are fixed).
   const int per_sm = cuda::CurrentDeviceBlocksPerSm(reinterpret_cast<const void*>(kernel), kGemvThreads, smem);
   if (per_sm < 1) {
@@ -330,8 +331,7 @@ absl::Status LaunchGemv(const StreamArgs& a, cudaStream_t s) {
 
 }  // namespace
 
-absl::Status PreferDecodeCarveout(const void* kernel, const char* env_name) {
-  const int percent = EnvIntInRange(env_name, 0, 100, -1);  // read per call (graphs: at capture)
+absl::Status PreferDecodeCarveout(const void* kernel, int percent, const char* env_name) {
   if (percent < 0) return absl::OkStatus();
   return cuda::CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent),
                           env_name);
