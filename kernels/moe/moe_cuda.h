@@ -94,6 +94,10 @@ struct StreamArgs {
   const int32_t* early_ids;
   // The warp-GEMV launches set it to their block-trace region (moe_block_trace.cuh; null: none).
   uint64_t* block_trace = nullptr;
+  // Set by the one-token gate_up GEMV's launch (moe_stream_gemv.cu, SpreadsShared): no grid rows
+  // of shared slices; every warp of the grid takes its share of the shared features before the
+  // PDL wait, then its block's share of its routed slot.
+  bool spread_shared = false;
 };
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s);
 absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);

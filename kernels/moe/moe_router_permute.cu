@@ -23,6 +23,10 @@
 //             (rows, row tiles, used) counts gives offsets / tile_offsets / active, then every
 //             pick writes sorted / position. Three barriers after the routing, no global
 //             round trip between the picks and the scatter.
+// Few experts over narrow rows at up to 4 tokens (V2-Lite's decode steps) take the cluster form
+// (RouterClusterKernel below): eight CTAs of one thread-block cluster, the logits exchanged in
+// distributed shared memory under one cluster barrier instead of the ticket.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -41,6 +45,8 @@
 
 namespace mlaserve::kernels::moe_cuda {
 namespace {
+
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / cuda::kWarpSize;
@@ -69,7 +75,8 @@ int RouteSmemWords(int num_tokens, int num_experts, int top_k) {
 
 // The last CTA: every token's routing from the logits all CTAs wrote, then the single-chunk
 // permutation of the picks. Outputs as RoutePermuteKernel's.
-template <int kPer>
+// kLogitsResident: the logits are already in `smem` (the cluster form's rank 0), not only in L2.
+template <int kPer, bool kLogitsResident = false>
 __device__ void RouteAndPermute(const MoeRoutingParams& r, const PermuteArgs& a, int32_t* smem) {
   const int T = r.num_tokens, E = r.num_experts, k = r.top_k, A = T * k;
   const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
@@ -82,7 +89,9 @@ __device__ void RouteAndPermute(const MoeRoutingParams& r, const PermuteArgs& a,
   int32_t* warp_sums = first_row + E;                               // [kWarps][kScanValues]
 
   // The other CTAs' logits are in L2 (they fenced before their tickets): read past L1.
-  for (int i = threadIdx.x; i < T * E; i += kThreads) logits[i] = __ldcg(r.logits + i);
+  if constexpr (!kLogitsResident) {
+    for (int i = threadIdx.x; i < T * E; i += kThreads) logits[i] = __ldcg(r.logits + i);
+  }
   for (int e = threadIdx.x; e < E; e += kThreads) token_mask[e] = 0;
   __syncthreads();
 
@@ -265,6 +274,119 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The cluster form (few experts over rows of at most 2048 columns: V2-Lite's 64 x 2048 router,
+// at up to kClusterMaxTokens tokens): one thread-block cluster of kClusterCtas CTAs, CTA c owning
+// expert rows [c * kClusterRows, (c + 1) * kClusterRows), which its threads load into registers
+// before the PDL wait (one chunk a row a thread). Each CTA sums its logits as the ticket form
+// does (the same order: the same bits) and stores them, besides the logits buffer, into rank 0's
+// shared memory (distributed shared memory); one cluster barrier then stands where the ticket
+// form has a fence, an atomic ticket and the last CTA's read of the logits back from L2. The
+// other ranks leave; rank 0 routes and permutes as the ticket form's last CTA does. A relaxed
+// barrier arrival before the PDL wait, waited on before the first remote store, is the guarantee
+// that every CTA of the cluster runs before its shared memory is written.
+//
+// The rows stay in registers (~100 a thread), not in shared memory: a form that staged them there
+// by cp.async (32 KB a CTA, 37 registers) routed as fast but made the gate_up GEMV after it ~6 us
+// a layer slower (H200, V2-Lite decode b 1: 2.266 / 2.290 ms against 2.117 / 2.097; the block
+// trace put its latest blocks on the router's SMs: docs/cuda_engine.md, thirty-sixth session).
+constexpr int kClusterCtas = 8;
+constexpr int kClusterRows = 8;
+constexpr int kClusterMaxTokens = 4;
+constexpr int kClusterPer = 2;  // RouteToken's experts a lane: kClusterCtas * kClusterRows <= 32 * 2
+static_assert(kClusterCtas * kClusterRows <= cuda::kWarpSize * kClusterPer);
+
+__device__ __forceinline__ void ClusterArriveRelaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void ClusterWait() { asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); }
+
+__global__ void __launch_bounds__(kThreads)
+    RouterClusterKernel(const __grid_constant__ MoeRoutingParams r, const __grid_constant__ PermuteArgs a,
+                        uint64_t* trace) {
+  __shared__ moe_trace::BlockClock clock;  // --moe-block-trace's record (kernels/moe/block_trace.h)
+  clock.Begin(trace);
+  extern __shared__ __align__(16) int32_t smem[];  // RouteSmemWords (the logits [T, E] first)
+  __shared__ float warp_partial[kWarps][kClusterRows];
+  cg::cluster_group cluster = cg::this_cluster();
+  const MoeRouterProjection& proj = r.router;
+  const int E = r.num_experts, T = r.num_tokens;
+  const int row_chunks = proj.hidden / cuda::kBf16PerChunk;  // <= kThreads
+  const int e0 = static_cast<int>(cluster.block_rank()) * kClusterRows;
+  const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
+  const bool has_chunk = static_cast<int>(threadIdx.x) < row_chunks;
+
+  // The weight rows in flight while the previous kernel finishes (pdl.cuh, rule 3); rows past
+  // the experts and chunks past the row are zeros.
+  const auto* weight = static_cast<const uint4*>(proj.weight);
+  uint4 w[kClusterRows];
+#pragma unroll
+  for (int row = 0; row < kClusterRows; ++row) {
+    const bool valid = e0 + row < E && has_chunk;
+    w[row] = valid ? __ldg(weight + static_cast<int64_t>(e0 + row) * row_chunks + threadIdx.x) : make_uint4(0, 0, 0, 0);
+  }
+  ClusterArriveRelaxed();  // this CTA runs (waited on before the first remote store)
+  cuda::PdlEnter();
+  clock.Waited(trace);
+  ClusterWait();
+  float* logits0 = cluster.map_shared_rank(reinterpret_cast<float*>(smem), 0);  // rank 0's [T, E]
+
+  const auto* x = static_cast<const uint4*>(proj.x);
+  for (int t = 0; t < T; ++t) {
+    const uint4 xv = has_chunk ? x[static_cast<int64_t>(t) * row_chunks + threadIdx.x] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int row = 0; row < kClusterRows; ++row) {
+      float acc = cuda::Dot8(w[row], xv, 0.0f);
+#pragma unroll
+      for (int o = cuda::kWarpSize / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(kFullMask, acc, o);
+      if (lane == 0) warp_partial[warp][row] = acc;
+    }
+    __syncthreads();
+    if (threadIdx.x < kClusterRows) {
+      const int row = threadIdx.x;
+      float sum = 0.0f;
+      for (int v = 0; v < kWarps; ++v) sum += warp_partial[v][row];
+      if (e0 + row < E) {
+        const int64_t i = static_cast<int64_t>(t) * E + e0 + row;
+        proj.logits[i] = sum;
+        logits0[i] = sum;
+      }
+    }
+    __syncthreads();  // warp_partial is the next token's
+  }
+  cluster.sync();  // every rank's logits are in rank 0's shared memory
+  if (cluster.block_rank() != 0) {
+    clock.Record(trace);
+    return;
+  }
+  RouteAndPermute<kClusterPer, true>(r, a, smem);
+  if (trace != nullptr) {
+    __syncthreads();  // the permutation is written
+    clock.Record(trace);
+  }
+}
+
+// Whether the cluster form takes `r`; MLASERVE_MOE_ROUTER_CLUSTER=0 (read per call: tests, A/B
+// timing) keeps the ticket form.
+bool ClusterFormTakes(const MoeRoutingParams& r) {
+  if (EnvSwitchedOff("MLASERVE_MOE_ROUTER_CLUSTER")) return false;
+  return r.num_tokens <= kClusterMaxTokens && r.num_experts <= kClusterCtas * kClusterRows &&
+         r.router.hidden <= kThreads * cuda::kBf16PerChunk;
+}
+
+absl::Status LaunchCluster(const MoeRoutingParams& r, const PermuteArgs& a, cudaStream_t s) {
+  cuda::LaunchShape shape;
+  shape.grid = dim3(kClusterCtas);
+  shape.block = dim3(kThreads);
+  shape.cluster = dim3(kClusterCtas);
+  shape.smem_bytes = static_cast<size_t>(RouteSmemWords(r.num_tokens, r.num_experts, r.top_k)) * sizeof(int32_t);
+  shape.stream = s;
+  static const int carveout = EnvIntInRange("MLASERVE_MOE_ROUTER_CARVEOUT", 0, 100, -1);
+  RETURN_IF_ERROR(PreferDecodeCarveout(reinterpret_cast<const void*>(RouterClusterKernel), carveout,
+                                       "MLASERVE_MOE_ROUTER_CARVEOUT"));
+  return cuda::LaunchPdl("moe_experts router+route+permute (cluster)", shape, RouterClusterKernel, r, a,
+                         BlockTraceRegion("router", shape.grid, 0));
+}
+
 // Launches the kChunks form: grid (expert slabs, token blocks), each CTA running passes of kTok
 // tokens until the grid fits the GPU's SMs (one CTA per SM keeps the weight loads parallel).
 template <int kChunks, int kPer>
@@ -339,6 +461,7 @@ absl::Status LaunchRouterPermute(const PermuteArgs& a, cudaStream_t s) {
   // (A/B timing: MLASERVE_MOE_ROUTER_SMALL=0, read once, keeps the 512-expert form always.)
   static const bool small_off = EnvSwitchedOff("MLASERVE_MOE_ROUTER_SMALL");
   const int E = r.num_experts;
+  if (!small_off && ClusterFormTakes(r)) return LaunchCluster(r, a, s);
   const auto by_chunks = [&](auto per) -> absl::Status {
     constexpr int kPer = decltype(per)::value;
     if (per_thread <= 1) return LaunchFor<1, kPer>(r, a, s);

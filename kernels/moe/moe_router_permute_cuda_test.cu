@@ -231,6 +231,27 @@ TEST_P(MoeRouterPermuteTest, MatchesTheGemmFreeReferenceAndTheUnfusedKernel) {
   const Permuted::Host got = fused.Read(T);
   EXPECT_EQ(testing::ToHost<uint32_t>(ticket, 1)[0], 0u) << "the last CTA resets the ticket";
 
+  // The ticket form (MLASERVE_MOE_ROUTER_CLUSTER=0; the cluster form takes up to 4 tokens of at
+  // most 64 experts over hidden <= 2048, the others run the ticket form either way): the same
+  // bits everywhere.
+  {
+    testing::ScopedEnv ticket_form("MLASERVE_MOE_ROUTER_CLUSTER", "0");
+    Permuted other(T, E, k);
+    const MoeRoutingParams r2 = FusedRouting(base, router, other, ticket.as<uint32_t>());
+    ASSERT_TRUE(moe_cuda::LaunchPermute(other.Args(&r2), nullptr).ok());
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    const Permuted::Host o = other.Read(T);
+    EXPECT_TRUE(SameBits(o.logits, got.logits)) << "the forms' logits differ";
+    EXPECT_TRUE(SameBits(o.weights, got.weights)) << "the forms' topk weights differ";
+    EXPECT_EQ(o.ids, got.ids);
+    EXPECT_EQ(o.sorted, got.sorted);
+    EXPECT_EQ(o.offsets, got.offsets);
+    EXPECT_EQ(o.tile_offsets, got.tile_offsets);
+    EXPECT_EQ(o.position, got.position);
+    EXPECT_EQ(o.active, got.active);
+    EXPECT_EQ(testing::ToHost<uint32_t>(ticket, 1)[0], 0u) << "the ticket form's last CTA resets the ticket";
+  }
+
   // Logits: within f32 rounding of the exact dot products.
   for (size_t i = 0; i < got.logits.size(); ++i) {
     ASSERT_LE(std::abs(got.logits[i] - router.exact[i]), kLogitTol * router.abs_sum[i] + 1e-30)
@@ -294,10 +315,11 @@ TEST_P(MoeRouterPermuteTest, MatchesTheGemmFreeReferenceAndTheUnfusedKernel) {
   EXPECT_EQ(got.active, listed);
 }
 
-// The decode fold's token counts, V2-Lite's / V2's / V3's expert counts, V2-Lite's and V3's
-// hidden sizes; both routings.
+// The decode fold's token counts, V2-Lite's / V2's / V3's expert counts (and 32: the cluster
+// form with CTAs that own no expert; 384: the 16-a-lane routing), V2-Lite's and V3's hidden
+// sizes; both routings.
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeRouterPermuteTest,
-                         ::testing::Combine(::testing::Values(1, 3, 8, 16), ::testing::Values(64, 160, 256, 384),
+                         ::testing::Combine(::testing::Values(1, 3, 8, 16), ::testing::Values(32, 64, 160, 256, 384),
                                             ::testing::Values(2048, 7168),
                                             ::testing::Values(Method::kGreedySoftmax, Method::kNoauxSigmoid)));
 

@@ -119,6 +119,67 @@ __device__ __forceinline__ void LoadSegment(const __nv_bfloat16* const (&row)[2]
   }
 }
 
+// One task of expert `e` (>= 0: routed; -1 - j: shared slice j) over the pass's n token rows
+// (xs, from act / ys row r0 on): its weights' segments (the first already in `w` where `loaded`),
+// f32 sums chunk by chunk in column order, a fixed xor-shuffle tree, lane t writes token t's
+// output. The same sums wherever a task runs.
+template <bool kGateUp, int kTok, bool kAnyAct, int kSegLoads>
+__device__ __forceinline__ void RunTask(const StreamArgs& g, int64_t e, int task, int r0, int n,
+                                        const __nv_bfloat16* xs, int K, int segs, int lane, uint4 (&w)[2][kSegLoads],
+                                        bool loaded) {
+  constexpr int kSegChunks = kSegLoads * cuda::kWarpSize;
+  const int row_chunks = K / cuda::kBf16PerChunk;
+  float acc[2][kTok];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) acc[h][t] = 0.0f;
+  }
+  const __nv_bfloat16* row[2];
+  TaskRows<kGateUp>(g, e, task, row);
+  for (int seg = 0; seg < segs; ++seg) {
+    if (!loaded) LoadSegment(row, seg, K, lane, w);
+    loaded = false;
+#pragma unroll
+    for (int j = 0; j < kSegLoads; ++j) {
+      const int chunk = seg * kSegChunks + lane + j * cuda::kWarpSize;
+      if (chunk >= row_chunks) break;
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+        if (t < n) {
+          const uint4 xv = reinterpret_cast<const uint4*>(xs)[t * row_chunks + chunk];
+          acc[0][t] = cuda::Dot8(w[0][j], xv, acc[0][t]);
+          acc[1][t] = cuda::Dot8(w[1][j], xv, acc[1][t]);
+        }
+      }
+    }
+  }
+  // Sum the lanes (a fixed tree: every lane ends with the same sums).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+      for (int o = cuda::kWarpSize / 2; o > 0; o >>= 1) {
+        acc[h][t] += __shfl_xor_sync(0xffffffffu, acc[h][t], o);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kTok; ++t) {
+    if (t < n && lane == t) {
+      const int64_t r = r0 + t;
+      if constexpr (kGateUp) {
+        const float v = kAnyAct ? ActivateAt(g.act_fn, acc[0][t]) * acc[1][t] : SiluMul(acc[0][t], acc[1][t]);
+        g.act[r * g.inter + task] = __float2bfloat16_rn(v);
+      } else {
+        g.ys[r * g.hidden + 2 * task] = __float2bfloat16_rn(acc[0][t]);
+        g.ys[r * g.hidden + 2 * task + 1] = __float2bfloat16_rn(acc[1][t]);
+      }
+    }
+  }
+}
+
 // kAnyAct: as StreamExpertsKernel's (moe_stream.cu): StreamArgs::act_fn at run time, or SiLU.
 template <bool kGateUp, int kTok, bool kAnyAct, int kSegLoads>
 __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
@@ -130,17 +191,38 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
   const int K = kGateUp ? g.hidden : g.inter;
   const int tasks = kGateUp ? g.inter : g.hidden / 2;
   const int segs = (K + kSegChunks * cuda::kBf16PerChunk - 1) / (kSegChunks * cuda::kBf16PerChunk);
-  // Shared slices first (blocks dispatch in this order), then the routed slots.
-  const bool shared = static_cast<int>(blockIdx.y) < g.shared_slots;
-  const int slot = shared ? static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y) - g.shared_slots;
+  // Shared slices first (blocks dispatch in this order), then the routed slots; the spread form
+  // has routed slots only.
+  const bool spread = kGateUp && kTok == 1 && g.spread_shared;
+  const int shared_rows = spread ? 0 : g.shared_slots;
+  const bool shared = static_cast<int>(blockIdx.y) < shared_rows;
+  const int slot = shared ? static_cast<int>(blockIdx.y) : static_cast<int>(blockIdx.y) - shared_rows;
   // The block's tasks: an even share of the slot's; warp w takes task_begin + w, then every 8th.
   const int task0 = static_cast<int>(static_cast<int64_t>(blockIdx.x) * tasks / gridDim.x) + warp;
   const int task_end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * tasks / gridDim.x);
   __shared__ moe_trace::BlockClock clock;  // --moe-block-trace's record (kernels/moe/block_trace.h)
   clock.Begin(g.block_trace);
 
-  // The first task's segment 0 before the PDL wait where the expert is known (rule 3).
   uint4 w[2][kSegLoads];
+  // The spread form: the token's x row staged once, and the warp's share of every shared slice's
+  // features (warp w of the grid: features w, w + the grid's warps, ...), all before the wait
+  // (x's writer is two kernels back: pdl.cuh, rule 3), under the routing.
+  if (spread) {
+    const int row_chunks = K / cuda::kBf16PerChunk;
+    for (int c = threadIdx.x; c < row_chunks; c += kGemvThreads) {
+      reinterpret_cast<uint4*>(xs)[c] = __ldcg(reinterpret_cast<const uint4*>(g.x) + c);
+    }
+    __syncthreads();
+    const int grid_warps = static_cast<int>(gridDim.x * gridDim.y) * kGemvWarps;
+    const int my_warp = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x) * kGemvWarps + warp;
+    for (int f = my_warp; f < g.shared_slots * g.inter; f += grid_warps) {
+      const int j = f / g.inter;
+      RunTask<kGateUp, kTok, kAnyAct, kSegLoads>(g, -1 - j, f - j * g.inter, g.num_assign + j, 1, xs, K, segs,
+                                                 lane, w, false);
+    }
+  }
+  // The first task's segment 0 before the PDL wait where the expert is known (rule 3; the
+  // spread form's launch has no early ids: nothing is in flight after its shared features).
   const __nv_bfloat16* row[2] = {nullptr, nullptr};
   int64_t e = -1 - slot;
   bool loaded = false;
@@ -193,10 +275,11 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
 
   for (int r0 = row_begin; r0 < row_end; r0 += kTok) {
     const int n = min(kTok, row_end - r0);
-    // The pass's token rows into shared memory (gate_up: x rows of the tokens; down: act rows).
+    // The pass's token rows into shared memory (gate_up: x rows of the tokens; down: act rows;
+    // the spread form staged the one token's row already).
     __syncthreads();  // the previous pass's readers are done
     const int row_chunks = K / cuda::kBf16PerChunk;
-    for (int c = threadIdx.x; c < n * row_chunks; c += kGemvThreads) {
+    for (int c = threadIdx.x; !spread && c < n * row_chunks; c += kGemvThreads) {
       const int t = c / row_chunks, chunk = c % row_chunks;
       const int r = r0 + t;
       const __nv_bfloat16* src;
@@ -212,54 +295,8 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
     __syncthreads();
 
     for (int task = task0; task < task_end; task += kGemvWarps) {
-      float acc[2][kTok];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int t = 0; t < kTok; ++t) acc[h][t] = 0.0f;
-      }
-      TaskRows<kGateUp>(g, e, task, row);
-      for (int seg = 0; seg < segs; ++seg) {
-        if (!loaded) LoadSegment(row, seg, K, lane, w);
-        loaded = false;
-#pragma unroll
-        for (int j = 0; j < kSegLoads; ++j) {
-          const int chunk = seg * kSegChunks + lane + j * cuda::kWarpSize;
-          if (chunk >= row_chunks) break;
-#pragma unroll
-          for (int t = 0; t < kTok; ++t) {
-            if (t < n) {
-              const uint4 xv = reinterpret_cast<const uint4*>(xs)[t * row_chunks + chunk];
-              acc[0][t] = cuda::Dot8(w[0][j], xv, acc[0][t]);
-              acc[1][t] = cuda::Dot8(w[1][j], xv, acc[1][t]);
-            }
-          }
-        }
-      }
-      // Sum the lanes (a fixed tree: every lane ends with the same sums).
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int t = 0; t < kTok; ++t) {
-#pragma unroll
-          for (int o = cuda::kWarpSize / 2; o > 0; o >>= 1) {
-            acc[h][t] += __shfl_xor_sync(0xffffffffu, acc[h][t], o);
-          }
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < kTok; ++t) {
-        if (t < n && lane == t) {
-          const int64_t r = r0 + t;
-          if constexpr (kGateUp) {
-            const float v = kAnyAct ? ActivateAt(g.act_fn, acc[0][t]) * acc[1][t] : SiluMul(acc[0][t], acc[1][t]);
-            g.act[r * g.inter + task] = __float2bfloat16_rn(v);
-          } else {
-            g.ys[r * g.hidden + 2 * task] = __float2bfloat16_rn(acc[0][t]);
-            g.ys[r * g.hidden + 2 * task + 1] = __float2bfloat16_rn(acc[1][t]);
-          }
-        }
-      }
+      RunTask<kGateUp, kTok, kAnyAct, kSegLoads>(g, e, task, r0, n, xs, K, segs, lane, w, loaded);
+      loaded = false;
     }
     loaded = false;  // a later pass (more than kTok rows) reloads the first task's weights
   }
@@ -279,13 +316,27 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
 // the routing) was no faster than the mma kernels.
 int64_t GemvWaves() { return EnvIntInRange("MLASERVE_MOE_GEMV_WAVES", 1, 8, 1); }
 
+// Whether the one-token gate_up launch takes the spread form (StreamArgs::spread_shared): one
+// token, shared slices, and a fused routing (no early ids: the routed experts are known only after
+// the wait). The shared slices' grid rows otherwise stream their 23 MB (V2-Lite) from a quarter of
+// the blocks, ~1.2 TB/s under the routing, and go on beside the routed slots after it; spread
+// over every warp they run at the whole wave's rate while the routing runs and leave the routed
+// slots the whole GPU. MLASERVE_MOE_GEMV_SPREAD_SHARED=0 (read per launch: tests, A/B timing)
+// keeps the rows. The same sums either way (RunTask): the same bytes.
+bool SpreadsShared(const StreamArgs& a) {
+  return a.num_tokens == 1 && a.shared_slots > 0 && a.early_ids == nullptr &&
+         !EnvSwitchedOff("MLASERVE_MOE_GEMV_SPREAD_SHARED");
+}
+
 template <bool kGateUp, int kTok, bool kAnyAct, int kSegLoads>
 absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
   auto* kernel = StreamGemvKernel<kGateUp, kTok, kAnyAct, kSegLoads>;
   const int K = kGateUp ? a.hidden : a.inter;
   const size_t smem = static_cast<size_t>(kTok) * K * sizeof(__nv_bfloat16);  // <= kGemvMaxSmem
   const int tasks = kGateUp ? a.inter : a.hidden / 2;
-  const int slots = a.max_active + a.shared_slots;
+  StreamArgs args = a;
+  args.spread_shared = kGateUp && SpreadsShared(a);
+  const int slots = a.max_active + (args.spread_shared ? 0 : a.shared_slots);
   // One wave: as many blocks as the GPU holds at once, spread evenly over the slots, each with
   // an even share of its slot's tasks (at least a task a warp). A block's prologue (the wait, the
   // token rows) is then paid once, and every warp keeps its loads in flight to the end.
@@ -305,8 +356,7 @@ absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
   shape.block = dim3(kGemvThreads);
   shape.smem_bytes = smem;
   shape.stream = s;
-  StreamArgs args = a;
-  args.block_trace = BlockTraceRegion(kGateUp ? "gate_up" : "down", shape.grid, a.shared_slots);
+  args.block_trace = BlockTraceRegion(kGateUp ? "gate_up" : "down", shape.grid, slots - a.max_active);
   return cuda::LaunchPdl(kGateUp ? "moe_experts stream gemv gate_up" : "moe_experts stream gemv down", shape,
                          kernel, args);
 }
