@@ -22,6 +22,9 @@
 // its loads.) Slots are the shared slices first, then the
 // routed experts' slots: blocks are dispatched in that order, so gate_up's shared slices (which
 // run whole before the PDL wait, reading only x: moe_stream.cu) start first, under the routing.
+// Where gate_up follows the routing launch (no early ids) the shared slices get no grid rows:
+// every warp of the grid takes its share of their features before the wait, then its block's
+// share of its routed slot (SpreadsShared, below).
 // Weights of a block's first task go in flight before the wait where the expert is known
 // without the kernel just before (shared slices; down's routed experts, from the permutation
 // two kernels back, read from L2; gate_up's routed experts where the call was handed its ids,
@@ -120,9 +123,9 @@ __device__ __forceinline__ void LoadSegment(const __nv_bfloat16* const (&row)[2]
 }
 
 // One task of expert `e` (>= 0: routed; -1 - j: shared slice j) over the pass's n token rows
-// (xs, from act / ys row r0 on): its weights' segments (the first already in `w` where `loaded`),
-// f32 sums chunk by chunk in column order, a fixed xor-shuffle tree, lane t writes token t's
-// output. The same sums wherever a task runs.
+// staged in xs: its weights' segments (the first already in `w` where `loaded`), f32 sums chunk
+// by chunk in column order, a fixed xor-shuffle tree, and lane t writes token t's output to row
+// r0 + t of act (gate_up) or ys (down). The same sums wherever a task runs.
 template <bool kGateUp, int kTok, bool kAnyAct, int kSegLoads>
 __device__ __forceinline__ void RunTask(const StreamArgs& g, int64_t e, int task, int r0, int n,
                                         const __nv_bfloat16* xs, int K, int segs, int lane, uint4 (&w)[2][kSegLoads],
