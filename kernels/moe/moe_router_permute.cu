@@ -303,6 +303,7 @@ __device__ __forceinline__ void ClusterWait() { asm volatile("barrier.cluster.wa
 __global__ void __launch_bounds__(kThreads)
     RouterClusterKernel(const __grid_constant__ MoeRoutingParams r, const __grid_constant__ PermuteArgs a,
                         uint64_t* trace) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // clusters: sm_90+ (ClusterFormTakes asks the device)
   __shared__ moe_trace::BlockClock clock;  // --moe-block-trace's record (kernels/moe/block_trace.h)
   clock.Begin(trace);
   extern __shared__ __align__(16) int32_t smem[];  // RouteSmemWords (the logits [T, E] first)
@@ -363,12 +364,13 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the permutation is written
     clock.Record(trace);
   }
+#endif
 }
 
 // Whether the cluster form takes `r`; MLASERVE_MOE_ROUTER_CLUSTER=0 (read per call: tests, A/B
 // timing) keeps the ticket form.
 bool ClusterFormTakes(const MoeRoutingParams& r) {
-  if (EnvSwitchedOff("MLASERVE_MOE_ROUTER_CLUSTER")) return false;
+  if (EnvSwitchedOff("MLASERVE_MOE_ROUTER_CLUSTER") || !cuda::CurrentDeviceIsSm90()) return false;
   return r.num_tokens <= kClusterMaxTokens && r.num_experts <= kClusterCtas * kClusterRows &&
          r.router.hidden <= kThreads * cuda::kBf16PerChunk;
 }
