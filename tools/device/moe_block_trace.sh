@@ -2,8 +2,10 @@
 # Where the one-token MoE launches' blocks run (mlaserve-engine-bench --moe-block-trace,
 # kernels/moe/block_trace.h; docs/gpu.md): the trace's CUDA test, then one traced decode run at
 # batch 1 per binary in RUNS on the random V2-Lite-shaped checkpoint (each binary a build of a
-# branch to compare: main's ticket router against exp/s36-router-cluster-traced's cluster form,
-# say), ROUNDS times, alternated.
+# branch to compare, or one binary under settings: "mlaserve-engine-bench
+# mlaserve-engine-bench+MLASERVE_MOE_ROUTER_CLUSTER=0", say), ROUNDS times, alternated. The
+# thirty-sixth session's call 1 ran it over four builds (docs/BENCHMARKS.md, "gate_up's shared
+# slices over every warp").
 #   here:   SKIP_BUILD=1 BUILD=build-cuda TARGETS="mlaserve-engine-bench kernels_moe_router_permute_cuda_test" \
 #             tools/device/bundle.sh && [cp <the other build's engine bench> .devbin/mlaserve-engine-bench-cluster] \
 #             && tar -cf - .devbin .devlibs | xz -T2 -9 > .devpack-trace.tar.xz
