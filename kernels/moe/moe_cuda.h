@@ -113,14 +113,14 @@ absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
 inline constexpr int kStreamGemvMaxTokens = 1;
 bool StreamGemvTakes(const StreamArgs& a, bool gate_up);
 absl::Status LaunchStreamGemvGateUp(const StreamArgs& a, cudaStream_t s);
+absl::Status LaunchStreamGemvDown(const StreamArgs& a, cudaStream_t s);
 // A/B timing of the SMs' L1 / shared split around the one-token MoE launches: `percent` 0-100 asks
 // `kernel` for that shared-memory carveout (cudaFuncAttributePreferredSharedMemoryCarveout, a
 // hint); below 0 leaves the driver's choice, as always. The launches read it once from
-// MLASERVE_MOE_GEMV_CARVEOUT (the GEMVs) and MLASERVE_MOE_ROUTER_CARVEOUT (the fused router).
+// MLASERVE_MOE_GEMV_CARVEOUT (the GEMVs) and MLASERVE_MOE_ROUTER_CARVEOUT (both fused router forms).
 // The twelfth session's max-shared carveout for every kernel cost 0.1 ms a step; the
 // thirty-fifth's cluster router (36 KB of shared memory a CTA) slowed the gate_up GEMV after it.
 absl::Status PreferDecodeCarveout(const void* kernel, int percent, const char* env_name);
-absl::Status LaunchStreamGemvDown(const StreamArgs& a, cudaStream_t s);
 
 // --- kSm90 (moe_gemm_sm90_v<N>.cu): d[rows of e] = a[rows of e] * w_e^T for every expert
 // (bf16 d), the per-expert problem shapes and pointers built on the device from `offsets`.

@@ -274,6 +274,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Both router forms' shared-memory carveout hint: MLASERVE_MOE_ROUTER_CARVEOUT (a percent, read
+// once; A/B timing), unset the driver's choice.
+absl::Status PreferRouterCarveout(const void* kernel) {
+  static const int carveout = EnvIntInRange("MLASERVE_MOE_ROUTER_CARVEOUT", 0, 100, -1);
+  return PreferDecodeCarveout(kernel, carveout, "MLASERVE_MOE_ROUTER_CARVEOUT");
+}
+
 // The cluster form (few experts over rows of at most 2048 columns: V2-Lite's 64 x 2048 router,
 // at up to kClusterMaxTokens tokens): one thread-block cluster of kClusterCtas CTAs, CTA c owning
 // expert rows [c * kClusterRows, (c + 1) * kClusterRows), which its threads load into registers
@@ -382,9 +389,7 @@ absl::Status LaunchCluster(const MoeRoutingParams& r, const PermuteArgs& a, cuda
   shape.cluster = dim3(kClusterCtas);
   shape.smem_bytes = static_cast<size_t>(RouteSmemWords(r.num_tokens, r.num_experts, r.top_k)) * sizeof(int32_t);
   shape.stream = s;
-  static const int carveout = EnvIntInRange("MLASERVE_MOE_ROUTER_CARVEOUT", 0, 100, -1);
-  RETURN_IF_ERROR(PreferDecodeCarveout(reinterpret_cast<const void*>(RouterClusterKernel), carveout,
-                                       "MLASERVE_MOE_ROUTER_CARVEOUT"));
+  RETURN_IF_ERROR(PreferRouterCarveout(reinterpret_cast<const void*>(RouterClusterKernel)));
   return cuda::LaunchPdl("moe_experts router+route+permute (cluster)", shape, RouterClusterKernel, r, a,
                          BlockTraceRegion("router", shape.grid, 0));
 }
@@ -408,9 +413,7 @@ absl::Status LaunchFor(const MoeRoutingParams& r, const PermuteArgs& a, cudaStre
   uint64_t* trace = BlockTraceRegion("router", grid, 0);
   auto* kernel = trace != nullptr ? RouterRoutePermuteKernel<kChunks, kPer, true>
                                   : RouterRoutePermuteKernel<kChunks, kPer, false>;
-  static const int carveout = EnvIntInRange("MLASERVE_MOE_ROUTER_CARVEOUT", 0, 100, -1);
-  RETURN_IF_ERROR(
-      PreferDecodeCarveout(reinterpret_cast<const void*>(kernel), carveout, "MLASERVE_MOE_ROUTER_CARVEOUT"));
+  RETURN_IF_ERROR(PreferRouterCarveout(reinterpret_cast<const void*>(kernel)));
   constexpr size_t kDefaultSmem = 48 * 1024;
   if (smem > kDefaultSmem) {
     RETURN_IF_ERROR(cuda::CudaStatus(
