@@ -167,6 +167,11 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
     plan.workspace_bytes = layout.bytes;
     plan.metadata_bytes = layout.metadata_bytes;
   }
+  // MLASERVE_MLA_PAGES_PER_SPLIT=N (1-64; read per plan, A/B timing of the cost model): the
+  // chunks' length forced, where the chunks run.
+  if (const int forced = EnvIntInRange("MLASERVE_MLA_PAGES_PER_SPLIT", 0, kMaxSplits, 0); forced > 0 && !balanced) {
+    best_pages_per_split = std::min(forced, pages);
+  }
   if (best_pages_per_split < pages) {
     plan.chunk_tokens = best_pages_per_split * kPageSize;
     plan.num_splits = (pages + best_pages_per_split - 1) / best_pages_per_split;

@@ -98,11 +98,6 @@ struct StreamArgs {
   // of shared slices; every warp of the grid takes its share of the shared features before the
   // PDL wait, then its block's share of its routed slot.
   bool spread_shared = false;
-  // The spread form's order (A/B timing; MLASERVE_MOE_GEMV_SPREAD_ORDER=interleaved): false, a
-  // block's 8 warps take 8 consecutive features (the first blocks all the features, the rest
-  // none); true, feature f goes to block f mod blocks (every block a near-equal share, so every
-  // block starts its routed share at about the same time).
-  bool spread_interleaved = false;
 };
 absl::Status LaunchStreamGateUp(const StreamArgs& a, cudaStream_t s);
 absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);

@@ -476,7 +476,6 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   ScopedEnv early_default("MLASERVE_MOE_EARLY_EXPERTS", nullptr);
   ScopedEnv seg_default("MLASERVE_MOE_GEMV_SEG_LOADS", nullptr);
   ScopedEnv spread_default("MLASERVE_MOE_GEMV_SPREAD_SHARED", nullptr);
-  ScopedEnv order_default("MLASERVE_MOE_GEMV_SPREAD_ORDER", nullptr);
   Block b(T, H, I, E, k, S, seed);
   std::vector<int32_t> ids = testing::MakeRouting(T, E, k, testing::Routing::kUniform, seed + 9);
   if (repeated) {  // token t picks expert (t % E) in all but its last slot
@@ -512,17 +511,13 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   // Without early ids gate_up spreads the shared slices over every warp (SpreadsShared, where
   // there are shared experts); MLASERVE_MOE_GEMV_SPREAD_SHARED=0 keeps their grid rows: the same
   // bytes.
-  Outputs late, late_rows, late_interleaved, late_mma;
+  Outputs late, late_rows, late_mma;
   {
     ScopedEnv off("MLASERVE_MOE_EARLY_EXPERTS", "0");
     ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &late));
     {
       ScopedEnv rows("MLASERVE_MOE_GEMV_SPREAD_SHARED", "0");
       ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &late_rows));
-    }
-    {
-      ScopedEnv order("MLASERVE_MOE_GEMV_SPREAD_ORDER", "interleaved");
-      ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &late_interleaved));
     }
     ScopedEnv mma_only("MLASERVE_MOE_STREAM_GEMV", "0");
     ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &late_mma));
@@ -570,7 +565,6 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   EXPECT_TRUE(gemv.out == again.out) << "two runs differ";
   EXPECT_TRUE(gemv.out == late.out) << "the early expert map changed the GEMVs' bytes";
   EXPECT_TRUE(late.out == late_rows.out) << "the spread shared slices differ from their grid rows";
-  EXPECT_TRUE(late.out == late_interleaved.out) << "the interleaved spread differs from the block-major one";
   EXPECT_TRUE(gemv.out == eight.out) << "8-chunk segments differ from the default's 4";
   EXPECT_TRUE(mma.out == late_mma.out) << "the early expert map changed the mma kernels' bytes";
   EXPECT_TRUE(gemv.out == interleaved.out) << "interleaved gate_up differs from stacked";

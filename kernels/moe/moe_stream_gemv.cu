@@ -208,8 +208,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
 
   uint4 w[2][kSegLoads];
   // The spread form: the token's x row staged once, and the warp's share of every shared slice's
-  // features (grid warp w: features w, w + the grid's warps, ...; warps numbered block-major, or
-  // warp-major where spread_interleaved), all before the wait
+  // features (warp w of the grid: features w, w + the grid's warps, ...), all before the wait
   // (x's writer is two kernels back: pdl.cuh, rule 3), under the routing.
   if (spread) {
     const int row_chunks = K / cuda::kBf16PerChunk;
@@ -217,10 +216,8 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
       reinterpret_cast<uint4*>(xs)[c] = __ldcg(reinterpret_cast<const uint4*>(g.x) + c);
     }
     __syncthreads();
-    const int blocks = static_cast<int>(gridDim.x * gridDim.y);
-    const int grid_warps = blocks * kGemvWarps;
-    const int block = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
-    const int my_warp = g.spread_interleaved ? warp * blocks + block : block * kGemvWarps + warp;
+    const int grid_warps = static_cast<int>(gridDim.x * gridDim.y) * kGemvWarps;
+    const int my_warp = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x) * kGemvWarps + warp;
     for (int f = my_warp; f < g.shared_slots * g.inter; f += grid_warps) {
       const int j = f / g.inter;
       RunTask<kGateUp, kTok, kAnyAct, kSegLoads>(g, -1 - j, f - j * g.inter, g.num_assign + j, 1, xs, K, segs,
@@ -328,9 +325,7 @@ int64_t GemvWaves() { return EnvIntInRange("MLASERVE_MOE_GEMV_WAVES", 1, 8, 1); 
 // the blocks, ~1.2 TB/s under the routing, and go on beside the routed slots after it; spread
 // over every warp they run at the whole wave's rate while the routing runs and leave the routed
 // slots the whole GPU. MLASERVE_MOE_GEMV_SPREAD_SHARED=0 (read per launch: tests, A/B timing)
-// keeps the rows; MLASERVE_MOE_GEMV_SPREAD_ORDER=interleaved (read per launch; A/B timing, not yet
-// run on a GPU) deals the features to the blocks in turn (StreamArgs::spread_interleaved). The
-// same sums either way (RunTask): the same bytes.
+// keeps the rows. The same sums either way (RunTask): the same bytes.
 bool SpreadsShared(const StreamArgs& a) {
   return a.num_tokens == 1 && a.shared_slots > 0 && a.early_ids == nullptr &&
          !EnvSwitchedOff("MLASERVE_MOE_GEMV_SPREAD_SHARED");
@@ -344,10 +339,6 @@ absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
   const int tasks = kGateUp ? a.inter : a.hidden / 2;
   StreamArgs args = a;
   args.spread_shared = kGateUp && SpreadsShared(a);
-  if (args.spread_shared) {
-    const char* order = std::getenv("MLASERVE_MOE_GEMV_SPREAD_ORDER");
-    args.spread_interleaved = order != nullptr && std::strcmp(order, "interleaved") == 0;
-  }
   const int slots = a.max_active + (args.spread_shared ? 0 : a.shared_slots);
   // One wave: as many blocks as the GPU holds at once, spread evenly over the slots, each with
   // an even share of its slot's tasks (at least a task a warp). A block's prologue (the wait, the
