@@ -612,8 +612,8 @@ INSTANTIATE_TEST_SUITE_P(
             MetadataCase{80, 128, 2, 1500, MlaDecodeSchedule::kChunks, 3, true},
             // one request: one wave of chunks, no metadata
             MetadataCase{1, 16, 1, 5000, MlaDecodeSchedule::kChunks, 0, false},
-            // 16 rows of two query tokens (the few-rows kernel under kWgmma): request 0's newest
-            // rows straddle two pages, so the producer waits before the second to last
+            // 16 rows of two query tokens (the few-rows kernel under kWgmma): request 0's two
+            // newest rows straddle two pages (the producer waits before the first of them)
             MetadataCase{2, 8, 2, 2497, MlaDecodeSchedule::kChunks, 0, false},
             MetadataCase{1, 128, 2, 3000, MlaDecodeSchedule::kChunks, 0, false}),
         ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma, LatentKernel::kWgmma64)));

@@ -140,6 +140,40 @@ TEST(MlaDecodePlan, SmallBatchesSplitIntoShortChunks) {
   EXPECT_LE(plan->num_splits, 64);
 }
 
+TEST(MlaDecodePlan, PagesPerSplitCanBeForcedForTiming) {
+  // MLASERVE_MLA_PAGES_PER_SPLIT=N sets the chunks' length (capped at the context's pages); out of
+  // range it is ignored, and the balanced schedule keeps its own parts.
+  const MlaDecodeShape shape{1, 16, 1, 512, 64, 1024, 132, MlaDecodeSchedule::kChunks};
+  {
+    testing::ScopedEnv forced("MLASERVE_MLA_PAGES_PER_SPLIT", "4");
+    auto plan = PlanMlaDecode(shape);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->chunk_tokens, 4 * kPageSize);
+    EXPECT_EQ(plan->num_splits, 4);
+  }
+  {
+    testing::ScopedEnv whole("MLASERVE_MLA_PAGES_PER_SPLIT", "64");
+    auto plan = PlanMlaDecode(shape);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->num_splits, 1) << "16 pages in one chunk: no split";
+  }
+  {
+    testing::ScopedEnv bad("MLASERVE_MLA_PAGES_PER_SPLIT", "65");
+    auto plan = PlanMlaDecode(shape);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->chunk_tokens, kPageSize) << "an out-of-range value leaves the plan's choice";
+  }
+  const MlaDecodeShape balanced{37, 16, 1, 512, 64, 3000, 132, MlaDecodeSchedule::kBalanced};
+  auto unforced = PlanMlaDecode(balanced);
+  ASSERT_TRUE(unforced.ok());
+  testing::ScopedEnv forced("MLASERVE_MLA_PAGES_PER_SPLIT", "2");
+  auto plan = PlanMlaDecode(balanced);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_GT(plan->num_parts, 0);
+  EXPECT_EQ(plan->chunk_tokens, unforced->chunk_tokens) << "the balanced schedule's plan is left as it was";
+  EXPECT_EQ(plan->num_splits, unforced->num_splits);
+}
+
 TEST(MlaDecodePlan, BalancedScheduleIsOneWavePerRowBlock) {
   // 16 heads x 1 query = one 64-row block: 132 parts; 128 heads x 2 queries = 4 blocks: 33.
   auto plan = PlanMlaDecode({64, 16, 1, 512, 64, 8192, 132, MlaDecodeSchedule::kBalanced});
