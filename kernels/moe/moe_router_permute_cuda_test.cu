@@ -191,6 +191,17 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// Two runs' picks (ids, weights bit for bit) and permutation equal; `what` names the second run.
+void ExpectSamePicksAndPermutation(const Permuted::Host& got, const Permuted::Host& want, const char* what) {
+  EXPECT_EQ(got.ids, want.ids) << what;
+  EXPECT_TRUE(SameBits(got.weights, want.weights)) << "topk weights differ from " << what;
+  EXPECT_EQ(got.sorted, want.sorted) << what;
+  EXPECT_EQ(got.offsets, want.offsets) << what;
+  EXPECT_EQ(got.tile_offsets, want.tile_offsets) << what;
+  EXPECT_EQ(got.position, want.position) << what;
+  EXPECT_EQ(got.active, want.active) << what;
+}
+
 // The router projection the fused kernel computes (bf16 weight and x; logits == the routing's).
 MoeRouterProjection Projection(const void* weight, const void* x, int hidden, float* logits,
                                uint32_t* ticket) {
@@ -242,13 +253,7 @@ TEST_P(MoeRouterPermuteTest, MatchesTheGemmFreeReferenceAndTheUnfusedKernel) {
     MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
     const Permuted::Host o = other.Read(T);
     EXPECT_TRUE(SameBits(o.logits, got.logits)) << "the forms' logits differ";
-    EXPECT_TRUE(SameBits(o.weights, got.weights)) << "the forms' topk weights differ";
-    EXPECT_EQ(o.ids, got.ids);
-    EXPECT_EQ(o.sorted, got.sorted);
-    EXPECT_EQ(o.offsets, got.offsets);
-    EXPECT_EQ(o.tile_offsets, got.tile_offsets);
-    EXPECT_EQ(o.position, got.position);
-    EXPECT_EQ(o.active, got.active);
+    ExpectSamePicksAndPermutation(got, o, "the ticket form");
     EXPECT_EQ(testing::ToHost<uint32_t>(ticket, 1)[0], 0u) << "the ticket form's last CTA resets the ticket";
   }
 
@@ -270,13 +275,7 @@ TEST_P(MoeRouterPermuteTest, MatchesTheGemmFreeReferenceAndTheUnfusedKernel) {
   ASSERT_TRUE(moe_cuda::LaunchPermute(unfused.Args(&plain), nullptr).ok());
   MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
   const Permuted::Host want = unfused.Read(T);
-  EXPECT_EQ(got.ids, want.ids);
-  EXPECT_TRUE(SameBits(got.weights, want.weights)) << "topk weights differ from RoutePermuteKernel's";
-  EXPECT_EQ(got.sorted, want.sorted);
-  EXPECT_EQ(got.offsets, want.offsets);
-  EXPECT_EQ(got.tile_offsets, want.tile_offsets);
-  EXPECT_EQ(got.position, want.position);
-  EXPECT_EQ(got.active, want.active);
+  ExpectSamePicksAndPermutation(got, want, "RoutePermuteKernel's");
 
   // The CPU routing of the exact logits (rounded to f32): the same ids, weights to f32 rounding.
   std::vector<float> exact_f32(router.exact.begin(), router.exact.end());
