@@ -71,6 +71,16 @@ CASES = {
     "v3_yarn_500_positions": (V3, dict(max_position_embeddings=1024, rope_parameters={
         "rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 32,
         "mscale": 1.0, "mscale_all_dim": 1.0}, **ONE_GROUP), 500, "eager"),
+    # V2-Lite's attention widths (16 heads, kv_lora_rank 512, rope 64, nope 128), which no fixture has:
+    # on Hopper the CUDA backend's latent attention runs its wgmma kernels only at kv_lora_rank 512
+    # and rope 64 (the few-rows kernel at 16 heads), and the decode steps absorb the query in the
+    # rope launch; interleaved and half-split rope, with and without the q LoRA.
+    "v2_16_heads_rank_512": (V2, dict(num_attention_heads=16, num_key_value_heads=16, hidden_size=256, kv_lora_rank=512,
+                                      qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128), 40, "eager"),
+    "v3_16_heads_rank_512_half_rope": (V3, dict(num_attention_heads=16, num_key_value_heads=16, hidden_size=256,
+                                                kv_lora_rank=512, q_lora_rank=64, qk_rope_head_dim=64,
+                                                qk_nope_head_dim=128, v_head_dim=128, rope_interleave=False,
+                                                **ONE_GROUP), 70, "eager"),
     "v2_one_expert": (V2, dict(n_routed_experts=1, num_experts_per_tok=1), 40, "eager"),
     "v2_dynamic_rope": (V2, dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}), 40,
                         "eager"),

@@ -556,6 +556,13 @@ absl::Status LaunchFew(const MlaParams& p, const LatentSplit& split, int64_t max
   shape.block = dim3(kThreads);
   shape.smem_bytes = kSmem;
   shape.stream = stream;
+  // Chunk CTAs launched as clusters of two along the splits where the count is even. The kernel
+  // shares nothing between them; the cluster launch only changes where and when the CTAs start.
+  // Measured on the H200 (docs/BENCHMARKS.md, thirty-ninth session): decode batch 1 faster in 5 of
+  // 6 rounds over two machines (mean -12 us a step, -0.6%), batch 4 even; clusters of 4, 8 or 16
+  // even or slower.
+  // MLASERVE_MLA_FEW_PAIRS=0 (read per call; A/B timing): no clusters.
+  if (chunks && split.num_splits % 2 == 0 && !EnvSwitchedOff("MLASERVE_MLA_FEW_PAIRS")) shape.cluster = dim3(1, 2, 1);
   return cuda::LaunchPdl("LatentFewRowsSm90Kernel", shape, kernel, args);
 }
 
