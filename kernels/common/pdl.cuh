@@ -23,6 +23,10 @@
 //      kernels back, when the kernel in between waits before it releases its dependents
 //      (PdlEnter): that writer has completed before this kernel could launch. Read such memory
 //      with ld.global.cg (__ldcg: from L2, where completed kernels' writes are), not through L1.
+//      A kernel that releases before its wait (rule 2's early release) breaks that chain for the
+//      kernel right after it, which may then run beside this kernel's predecessor: the stream
+//      path's combine + norm does so (kernels/moe/moe_rows.cu, CombineArgs::release_early), so
+//      the kernel after it reads only weights before its wait.
 // Kernels not launched through LaunchPdl (cuBLAS, cuDNN, mha_prefill) keep plain stream
 // order; the waits are no-ops where no programmatic dependency exists.
 //

@@ -294,6 +294,11 @@ struct CombineArgs {
   // Whether that kernel does load early (LaunchCombine sets it; MLASERVE_MOE_COMBINE_EARLY_LOADS=0
   // turns it off for timing).
   bool early_loads = false;
+  // Whether that kernel lets the next kernel of the stream launch at its start, before its own PDL
+  // wait (moe_rows.cu; LaunchCombine sets it; MLASERVE_MOE_COMBINE_EARLY_RELEASE=0 turns it off
+  // for timing). The kernel after it must then not read the down product's rows (`ys`) before its
+  // own wait: pdl.cuh's two-kernels-back rule does not hold across this kernel.
+  bool release_early = false;
 };
 // The most hidden values the combine's norm epilogue takes (one block per token, as
 // kernels/norm's one-pass RMSNorm: at most 4 16-byte vectors a thread, 1024 threads).

@@ -374,6 +374,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeDecodeFoldTest,
                          ::testing::Values(FoldCase{1, 2048, 1408, 64, 6, 2816},
                                            FoldCase{1, 1032, 128, 8, 2, 128},
                                            FoldCase{1, 5128, 64, 4, 2, 64},
+                                           FoldCase{2, 8200, 64, 4, 2, 64},  // > 1024 vectors a row
                                            FoldCase{3, 512, 256, 16, 4, 512},
                                            FoldCase{16, 256, 128, 32, 6, 256},
                                            FoldCase{17, 256, 128, 32, 6, 256},

@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(kEltThreads) CombineKernel(const __grid_consta
 // row), every term's: the same sums in the same order.
 template <int kTerms>
 __device__ __forceinline__ void CombineChunkPreloaded(const CombineArgs& a, int terms, int c,
-                                                      const int64_t (&pos)[kTerms], const float (&w)[kTerms],
+                                                      const int32_t (&pos)[kTerms], const float (&w)[kTerms],
                                                       float (&sum)[cuda::kBf16PerChunk]) {
   const int chunks = a.hidden / cuda::kBf16PerChunk;
   const auto* ys = reinterpret_cast<const uint4*>(a.ys);
@@ -237,7 +237,7 @@ __device__ __forceinline__ void CombineChunkPreloaded(const CombineArgs& a, int 
     uint4 row[kCombineBatch];
 #pragma unroll
     for (int b = 0; b < kCombineBatch; ++b) {
-      row[b] = q0 + b < terms && pos[q0 + b] >= 0 ? ys[pos[q0 + b] * chunks + c] : uint4{};
+      row[b] = q0 + b < terms && pos[q0 + b] >= 0 ? ys[static_cast<int64_t>(pos[q0 + b]) * chunks + c] : uint4{};
     }
 #pragma unroll
     for (int b = 0; b < kCombineBatch; ++b) {
@@ -266,14 +266,23 @@ constexpr int kCombinePreTerms = 16;
 // its residual row (the attention's norm, further back) and the norm weight, through L2; only the
 // expert rows (the down product's, the kernel just before) wait. Up to kCombinePreTerms terms;
 // early_loads false (MLASERVE_MOE_COMBINE_EARLY_LOADS=0): everything after the wait.
-// Instantiations (LaunchCombine): kEarlyLoads with kVecs = kNormMaxVecsPerThread, for the
-// stream path (decode steps: about one wave of blocks, whose prologue overlaps the kernel
-// before); and without the early loads, with the addend (CombineArgs::addend), for the grouped
-// paths (prefill: many waves, where the early loads' registers would cost every block; with them
-// the kernel takes all 64 registers the 1024-thread bound allows and spills), kVecs = 1 where
-// one vector a thread covers the row (hidden <= 8192), for the registers of the other three.
-template <bool kEarlyLoads, int kVecs>
-__global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __grid_constant__ CombineArgs a) {
+// With release_early the kernel lets the next one launch at its start, not after its wait: at
+// batch 1 that is the next layer's q | kv_a (kernels/gemm's small-M kernel, which streams its
+// weights before its own wait), so those weights load under the down product's tail instead of
+// after it (H200, V2-Lite decode b 1: 1.983-2.004 ms against 2.005-2.019 in the same call;
+// docs/BENCHMARKS.md, fortieth session). The kernel after this one must read only weights before
+// its wait: the down product, two kernels back, may still run beside it (pdl.cuh, rule 3).
+// Instantiations (LaunchCombine): kEarlyLoads for the stream path (decode steps: about one wave
+// of blocks, whose prologue overlaps the kernel before), with kVecs = 1 and a launch bound of the
+// row's threads rounded up to 512 or 1024 where one vector a thread covers the row, so that the
+// preloaded positions, weights and vectors stay in registers (at the 1024-thread bound's 64
+// registers the kVecs = 4 form spilled 158 bytes a thread, and its early loads went through
+// local memory: V2-Lite decode b 1 2.013-2.021 ms against 1.992-2.006 without the spill);
+// and without the early loads, with the addend (CombineArgs::addend), for the grouped paths
+// (prefill: many waves, where the early loads' registers would cost every block), kVecs = 1
+// where one vector a thread covers the row (hidden <= 8192), for the registers of the other three.
+template <bool kEarlyLoads, int kVecs, int kMaxThreads = kNormMaxThreads>
+__global__ void __launch_bounds__(kMaxThreads) CombineNormKernel(const __grid_constant__ CombineArgs a) {
   static_assert(kVecs >= 1 && kVecs <= kNormMaxVecsPerThread);
   __shared__ float scratch[cuda::kWarpSize];
   const int64_t t = blockIdx.x;
@@ -282,8 +291,9 @@ __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __gri
   const auto* w = reinterpret_cast<const uint4*>(a.norm_weight);
   auto* y = reinterpret_cast<uint4*>(a.norm_y + t * a.hidden);
   const int terms = a.top_k + a.shared_slots;
+  if (kEarlyLoads && a.release_early) cuda::PdlReleaseDependents();
   const bool pre = kEarlyLoads && a.early_loads && terms <= kCombinePreTerms;
-  int64_t pre_pos[kCombinePreTerms];
+  int32_t pre_pos[kCombinePreTerms];
   float pre_w[kCombinePreTerms];
   uint4 pre_res[kVecs], pre_wv[kVecs];
   if (pre) {
@@ -295,7 +305,7 @@ __global__ void __launch_bounds__(kNormMaxThreads) CombineNormKernel(const __gri
         pre_pos[q] = __ldcg(a.position + t * a.top_k + q);
         pre_w[q] = __ldcg(a.topk_weights + t * a.top_k + q);
       } else if (q < terms) {
-        pre_pos[q] = a.shared_base + static_cast<int64_t>(q - a.top_k) * a.num_tokens + t;
+        pre_pos[q] = a.shared_base + (q - a.top_k) * a.num_tokens + static_cast<int32_t>(t);
         pre_w[q] = 1.0f;
       }
     }
@@ -429,11 +439,17 @@ absl::Status LaunchCombine(const CombineArgs& a, cudaStream_t s) {
     static const bool early_loads_off = EnvSwitchedOff("MLASERVE_MOE_COMBINE_EARLY_LOADS");
     CombineArgs args = a;
     args.early_loads = a.early_loads_kernel && !early_loads_off;
+    static const bool early_release_off = EnvSwitchedOff("MLASERVE_MOE_COMBINE_EARLY_RELEASE");
+    args.release_early = a.early_loads_kernel && !early_release_off;
     constexpr const char* kName = "moe_experts combine + residual + rmsnorm";
     if (a.early_loads_kernel) {
       if (a.addend != nullptr) {
         return absl::InvalidArgumentError("moe_experts combine: the early-loads norm kernel takes no addend");
       }
+      if (vecs <= kNormMaxThreads / 2) {
+        return cuda::LaunchPdl(kName, shape, CombineNormKernel<true, 1, kNormMaxThreads / 2>, args);
+      }
+      if (vecs <= kNormMaxThreads) return cuda::LaunchPdl(kName, shape, CombineNormKernel<true, 1>, args);
       return cuda::LaunchPdl(kName, shape, CombineNormKernel<true, kNormMaxVecsPerThread>, args);
     }
     if (vecs <= kNormMaxThreads) return cuda::LaunchPdl(kName, shape, CombineNormKernel<false, 1>, args);
