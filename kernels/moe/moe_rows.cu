@@ -270,14 +270,13 @@ constexpr int kCombinePreTerms = 16;
 // batch 1 that is the next layer's q | kv_a (kernels/gemm's small-M kernel, which streams its
 // weights before its own wait), so those weights load under the down product's tail instead of
 // after it (H200, V2-Lite decode b 1: 1.983-2.004 ms against 2.005-2.019 in the same call;
-// docs/BENCHMARKS.md, fortieth session). The kernel after this one must read only weights before
-// its wait: the down product, two kernels back, may still run beside it (pdl.cuh, rule 3).
+// docs/BENCHMARKS.md, fortieth session); what that asks of the kernel after it: pdl.cuh, rule 3.
 // Instantiations (LaunchCombine): kEarlyLoads for the stream path (decode steps: about one wave
 // of blocks, whose prologue overlaps the kernel before), with kVecs = 1 and a launch bound of the
 // row's threads rounded up to 512 or 1024 where one vector a thread covers the row, so that the
-// preloaded positions, weights and vectors stay in registers (at the 1024-thread bound's 64
-// registers the kVecs = 4 form spilled 158 bytes a thread, and its early loads went through
-// local memory: V2-Lite decode b 1 2.013-2.021 ms against 1.992-2.006 without the spill);
+// preloaded positions, weights and vectors stay in registers (the kVecs = 4 form, left for rows
+// of more than 1024 vectors, spills 158 bytes a thread at the 1024-thread bound's 64 registers;
+// V2-Lite ran it before: decode b 1 2.013-2.021 ms against 1.992-2.006 without the spill);
 // and without the early loads, with the addend (CombineArgs::addend), for the grouped paths
 // (prefill: many waves, where the early loads' registers would cost every block), kVecs = 1
 // where one vector a thread covers the row (hidden <= 8192), for the registers of the other three.
