@@ -366,7 +366,8 @@ TEST(MoeNormEpilogueTest, PaddedRowsDivideByTheRealWidth) {
 }
 
 // Decode shapes: one token (V2-Lite: 6 of 64 experts, shared 2 x 1408; hidden 1032 and 5128:
-// norm blocks of 160 and 672 threads after the one-token GEMVs), a few, the fused
+// norm blocks of 160 and 672 threads after the one-token GEMVs; at 4104-5128 the 1024-thread
+// norm form, which loads up to 12 terms before its wait: 10 + 2 and 12 + 2 of them), a few, the fused
 // routing's and the shared fold's limit and past them (17: shared experts refused, routing in
 // the call unfused), odd widths (hidden 136, inter 72: K tails; shared = inter), no shared
 // experts (the norm epilogue alone, at 40 tokens), a shared MLP of top_k slices.
@@ -374,6 +375,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeDecodeFoldTest,
                          ::testing::Values(FoldCase{1, 2048, 1408, 64, 6, 2816},
                                            FoldCase{1, 1032, 128, 8, 2, 128},
                                            FoldCase{1, 5128, 64, 4, 2, 64},
+                                           FoldCase{1, 5128, 64, 16, 10, 128},  // 12 terms: all before the wait
+                                           FoldCase{1, 4104, 64, 32, 12, 128},  // 14 terms: after it
                                            FoldCase{2, 8200, 64, 4, 2, 64},  // > 1024 vectors a row
                                            FoldCase{3, 512, 256, 16, 4, 512},
                                            FoldCase{16, 256, 128, 32, 6, 256},

@@ -254,8 +254,12 @@ __device__ __forceinline__ void CombineChunkPreloaded(const CombineArgs& a, int 
 }
 
 // The most terms (routed rows + shared slices) of a token whose positions and weights the norm
-// epilogue loads before its PDL wait.
-constexpr int kCombinePreTerms = 16;
+// epilogue loads before its PDL wait: 16 under the 512-thread bound (V2-Lite: 6 + 2), 12 under
+// the 1024-thread one, whose 64 registers hold no more without spilling (ptxas: 60 bytes a
+// thread at 16 terms, none at 12; DeepSeek-V3: 8 + 1). A token with more terms loads them after
+// the wait (CombineChunk).
+template <int kMaxThreads>
+constexpr int kCombinePreTerms = kMaxThreads > 512 ? 12 : 16;
 
 // The combine with the MoeResidualNorm epilogue, one block per token, shaped as kernels/norm's
 // one-pass RMSNorm (norm.cu, RmsNormVecKernel: the same threads per row, the same vectors per
@@ -291,13 +295,14 @@ __global__ void __launch_bounds__(kMaxThreads) CombineNormKernel(const __grid_co
   auto* y = reinterpret_cast<uint4*>(a.norm_y + t * a.hidden);
   const int terms = a.top_k + a.shared_slots;
   if (kEarlyLoads && a.release_early) cuda::PdlReleaseDependents();
-  const bool pre = kEarlyLoads && a.early_loads && terms <= kCombinePreTerms;
-  int32_t pre_pos[kCombinePreTerms];
-  float pre_w[kCombinePreTerms];
+  constexpr int kPre = kCombinePreTerms<kMaxThreads>;
+  const bool pre = kEarlyLoads && a.early_loads && terms <= kPre;
+  int32_t pre_pos[kPre];
+  float pre_w[kPre];
   uint4 pre_res[kVecs], pre_wv[kVecs];
   if (pre) {
 #pragma unroll
-    for (int q = 0; q < kCombinePreTerms; ++q) {
+    for (int q = 0; q < kPre; ++q) {
       pre_pos[q] = -1;
       pre_w[q] = 0.0f;
       if (q < a.top_k) {

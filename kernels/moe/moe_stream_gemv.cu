@@ -109,16 +109,41 @@ __device__ __forceinline__ void TaskRows(const StreamArgs& g, int64_t e, int tas
   }
 }
 
-// Issues segment `seg`'s loads of both rows: chunk seg * kSegChunks + lane + 32 j.
+// The L2 policy of the weight loads: `evict_first` from createpolicy (StreamGemvKernel's
+// l2_evict_first), or 0 for the plain streaming load (cuda::LoadStreamingVec). A weight vector is
+// read once a step, so evict-first keeps it from pushing out what L2 holds for later kernels (the
+// o_proj weights the attention's prefetch brought in, the KV pages, the partials).
+__device__ __forceinline__ uint64_t WeightPolicy(bool evict_first) {
+  uint64_t policy = 0;
+  if (evict_first) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+
+// cuda::LoadStreamingVec's load (read-only path, past L1; volatile for the PDL rule 3 order) with
+// an L2 cache policy.
+__device__ __forceinline__ uint4 LoadStreamingVecPolicy(const __nv_bfloat16* p, uint64_t policy) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
+}
+
+// Issues segment `seg`'s loads of both rows: chunk seg * kSegChunks + lane + 32 j, under `policy`
+// (WeightPolicy; 0: plain loads).
 template <int kSegLoads>
 __device__ __forceinline__ void LoadSegment(const __nv_bfloat16* const (&row)[2], int seg, int K, int lane,
-                                            uint4 (&w)[2][kSegLoads]) {
+                                            uint4 (&w)[2][kSegLoads], uint64_t policy) {
   constexpr int kSegChunks = kSegLoads * cuda::kWarpSize;
 #pragma unroll
   for (int j = 0; j < kSegLoads; ++j) {
     const int col = (seg * kSegChunks + lane + j * cuda::kWarpSize) * cuda::kBf16PerChunk;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) w[h][j] = col < K ? cuda::LoadStreamingVec(row[h] + col) : make_uint4(0, 0, 0, 0);
+    for (int h = 0; h < 2; ++h) {
+      w[h][j] = col >= K        ? make_uint4(0, 0, 0, 0)
+                : policy != 0 ? LoadStreamingVecPolicy(row[h] + col, policy)
+                              : cuda::LoadStreamingVec(row[h] + col);
+    }
   }
 }
 
@@ -129,7 +154,7 @@ __device__ __forceinline__ void LoadSegment(const __nv_bfloat16* const (&row)[2]
 template <bool kGateUp, int kTok, bool kAnyAct, int kSegLoads>
 __device__ __forceinline__ void RunTask(const StreamArgs& g, int64_t e, int task, int r0, int n,
                                         const __nv_bfloat16* xs, int K, int segs, int lane, uint4 (&w)[2][kSegLoads],
-                                        bool loaded) {
+                                        bool loaded, uint64_t policy) {
   constexpr int kSegChunks = kSegLoads * cuda::kWarpSize;
   const int row_chunks = K / cuda::kBf16PerChunk;
   float acc[2][kTok];
@@ -141,7 +166,7 @@ __device__ __forceinline__ void RunTask(const StreamArgs& g, int64_t e, int task
   const __nv_bfloat16* row[2];
   TaskRows<kGateUp>(g, e, task, row);
   for (int seg = 0; seg < segs; ++seg) {
-    if (!loaded) LoadSegment(row, seg, K, lane, w);
+    if (!loaded) LoadSegment(row, seg, K, lane, w, policy);
     loaded = false;
 #pragma unroll
     for (int j = 0; j < kSegLoads; ++j) {
@@ -186,8 +211,9 @@ __device__ __forceinline__ void RunTask(const StreamArgs& g, int64_t e, int task
 // kAnyAct: as StreamExpertsKernel's (moe_stream.cu): StreamArgs::act_fn at run time, or SiLU.
 template <bool kGateUp, int kTok, bool kAnyAct, int kSegLoads>
 __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
-    StreamGemvKernel(const __grid_constant__ StreamArgs g) {
+    StreamGemvKernel(const __grid_constant__ StreamArgs g, bool l2_evict_first) {
   constexpr int kSegChunks = kSegLoads * cuda::kWarpSize;
+  const uint64_t policy = WeightPolicy(l2_evict_first);
   extern __shared__ __align__(16) unsigned char smem[];
   auto* xs = reinterpret_cast<__nv_bfloat16*>(smem);  // [kTok][K]: the pass's token rows
   const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
@@ -221,7 +247,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
     for (int f = my_warp; f < g.shared_slots * g.inter; f += grid_warps) {
       const int j = f / g.inter;
       RunTask<kGateUp, kTok, kAnyAct, kSegLoads>(g, -1 - j, f - j * g.inter, g.num_assign + j, 1, xs, K, segs,
-                                                 lane, w, false);
+                                                 lane, w, false, policy);
     }
   }
   // The first task's segment 0 before the PDL wait where the expert is known (rule 3; the
@@ -244,7 +270,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
   }
   if (loaded && task0 < task_end) {
     TaskRows<kGateUp>(g, e, task0, row);
-    LoadSegment(row, 0, K, lane, w);
+    LoadSegment(row, 0, K, lane, w, policy);
   }
   // gate_up's shared slices run whole before the wait (moe_stream.cu says why), then wait before
   // they complete; everything else waits here.
@@ -272,7 +298,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
   // The weights go in flight before the token rows are staged (their loads are the longer wait).
   if (!loaded && task0 < task_end && row_begin < row_end) {
     TaskRows<kGateUp>(g, e, task0, row);
-    LoadSegment(row, 0, K, lane, w);
+    LoadSegment(row, 0, K, lane, w, policy);
     loaded = true;
   }
 
@@ -298,7 +324,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks<kSegLoads>)
     __syncthreads();
 
     for (int task = task0; task < task_end; task += kGemvWarps) {
-      RunTask<kGateUp, kTok, kAnyAct, kSegLoads>(g, e, task, r0, n, xs, K, segs, lane, w, loaded);
+      RunTask<kGateUp, kTok, kAnyAct, kSegLoads>(g, e, task, r0, n, xs, K, segs, lane, w, loaded, policy);
       loaded = false;
     }
     loaded = false;  // a later pass (more than kTok rows) reloads the first task's weights
@@ -360,8 +386,12 @@ absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
   shape.smem_bytes = smem;
   shape.stream = s;
   args.block_trace = BlockTraceRegion(kGateUp ? "gate_up" : "down", shape.grid, slots - a.max_active);
+  // The weights' loads evict-first in L2 (WeightPolicy): H200, V2-Lite decode b 1 1.981-1.993 ms
+  // against 1.983-2.022 with the plain loads, four rounds of one call, b 4 even (docs/BENCHMARKS.md,
+  // forty-first session). MLASERVE_MOE_GEMV_EVICT_FIRST=0 keeps the plain loads.
+  static const bool evict_first = !EnvSwitchedOff("MLASERVE_MOE_GEMV_EVICT_FIRST");
   return cuda::LaunchPdl(kGateUp ? "moe_experts stream gemv gate_up" : "moe_experts stream gemv down", shape,
-                         kernel, args);
+                         kernel, args, evict_first);
 }
 
 // One token (kStreamGemvMaxTokens): every touched expert has one row (a token's experts are
