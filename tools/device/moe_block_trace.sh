@@ -31,7 +31,7 @@ for round in $(seq "${ROUNDS:-1}"); do
     bin=${parts[0]}
     envs=("${parts[@]:1}")
     [[ -x .devbin/$bin ]] || { note "$entry" "no .devbin/$bin"; continue; }
-    log="$OUT/trace_${round}_${entry//[^A-Za-z0-9_=.-]/_}.txt"
+    log="$OUT/trace_${round}_${entry//[^A-Za-z0-9_.-]/_}.txt"
     env "${envs[@]}" timeout 200 ".devbin/$bin" --model "$MODEL" --prefill-lens 256 --runs 1 --decode-batches 1 \
       --decode-context 1024 --decode-steps 32 --eager-steps 0 --sampled-steps 0 --moe-block-trace > "$log" 2>&1
     note "round $round $entry" "rc=$? $(grep -E '^\| decode' "$log" | awk -F'|' '{printf "b%s: %s ms", $3, $5}')"

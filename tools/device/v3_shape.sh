@@ -44,7 +44,7 @@ for round in $(seq "${ROUNDS:-1}"); do
     bin=${parts[0]}
     envs=("${parts[@]:1}")
     [[ -x .devbin/$bin ]] || { note "$entry" "no .devbin/$bin"; continue; }
-    log="$OUT/v3_${round}_${entry//[^A-Za-z0-9_=.-]/_}.txt"
+    log="$OUT/v3_${round}_${entry//[^A-Za-z0-9_.-]/_}.txt"
     # shellcheck disable=SC2086
     env "${envs[@]}" timeout 240 ".devbin/$bin" --model "$MODEL" $ARGS > "$log" 2>&1
     note "round $round $entry" "rc=$?"
