@@ -111,8 +111,9 @@ __device__ __forceinline__ void TaskRows(const StreamArgs& g, int64_t e, int tas
 
 // The L2 policy of the weight loads: `evict_first` from createpolicy (StreamGemvKernel's
 // l2_evict_first), or 0 for the plain streaming load (cuda::LoadStreamingVec). A weight vector is
-// read once a step, so evict-first keeps it from pushing out what L2 holds for later kernels (the
-// o_proj weights the attention's prefetch brought in, the KV pages, the partials).
+// read once a step, so evict-first keeps it from pushing out what L2 holds for the kernels after
+// it: likely the next layer's q | kv_a weights, which the small-M kernel prefetches into L2 under
+// the down product's tail (not traced).
 __device__ __forceinline__ uint64_t WeightPolicy(bool evict_first) {
   uint64_t policy = 0;
   if (evict_first) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
