@@ -19,6 +19,16 @@ __device__ __forceinline__ uint4 LoadStreamingVec(const __nv_bfloat16* p) {
   return v;
 }
 
+// The same load under an L2 cache policy (a createpolicy descriptor, e.g. evict_first for weights
+// read once a step; kernels/moe/moe_stream_gemv.cu).
+__device__ __forceinline__ uint4 LoadStreamingVec(const __nv_bfloat16* p, uint64_t l2_policy) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(l2_policy));
+  return v;
+}
+
 // acc + sum_i w[i] * x[i] over the 8 bf16 of each vector, one fma at a time in element order.
 __device__ __forceinline__ float Dot8(const uint4& w, const uint4& x, float acc) {
   const auto* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);

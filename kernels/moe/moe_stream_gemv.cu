@@ -120,16 +120,6 @@ __device__ __forceinline__ uint64_t WeightPolicy(bool evict_first) {
   return policy;
 }
 
-// cuda::LoadStreamingVec's load (read-only path, past L1; volatile for the PDL rule 3 order) with
-// an L2 cache policy.
-__device__ __forceinline__ uint4 LoadStreamingVecPolicy(const __nv_bfloat16* p, uint64_t policy) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p), "l"(policy));
-  return v;
-}
-
 // Issues segment `seg`'s loads of both rows: chunk seg * kSegChunks + lane + 32 j, under `policy`
 // (WeightPolicy; 0: plain loads).
 template <int kSegLoads>
@@ -142,7 +132,7 @@ __device__ __forceinline__ void LoadSegment(const __nv_bfloat16* const (&row)[2]
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       w[h][j] = col >= K        ? make_uint4(0, 0, 0, 0)
-                : policy != 0 ? LoadStreamingVecPolicy(row[h] + col, policy)
+                : policy != 0 ? cuda::LoadStreamingVec(row[h] + col, policy)
                               : cuda::LoadStreamingVec(row[h] + col);
     }
   }
@@ -387,8 +377,8 @@ absl::Status LaunchGemvTok(const StreamArgs& a, cudaStream_t s) {
   shape.smem_bytes = smem;
   shape.stream = s;
   args.block_trace = BlockTraceRegion(kGateUp ? "gate_up" : "down", shape.grid, slots - a.max_active);
-  // The weights' loads evict-first in L2 (WeightPolicy): H200, V2-Lite decode b 1 1.981-1.993 ms
-  // against 1.983-2.022 with the plain loads, four rounds of one call, b 4 even (docs/BENCHMARKS.md,
+  // The weights' loads evict-first in L2 (WeightPolicy): H200, V2-Lite decode b 1 median 1.981 ms
+  // over seven rounds in two calls against 1.997 with the plain loads, b 4 even (docs/BENCHMARKS.md,
   // forty-first session). MLASERVE_MOE_GEMV_EVICT_FIRST=0 keeps the plain loads.
   static const bool evict_first = !EnvSwitchedOff("MLASERVE_MOE_GEMV_EVICT_FIRST");
   return cuda::LaunchPdl(kGateUp ? "moe_experts stream gemv gate_up" : "moe_experts stream gemv down", shape,
