@@ -66,9 +66,28 @@ TEST(Sampling, TopK1AndTinyTopPAndFullMinPAreGreedy) {
   std::fill(b.top_k.begin(), b.top_k.end(), 0);
   std::fill(b.top_p.begin(), b.top_p.end(), 1e-6f);
   EXPECT_EQ(b.Run(), want);
+  // min_p = 1 keeps every token whose probability equals the maximum: with a tie at the top
+  // (24-bit uniform logits tie now and then) the draw may pick any tied token, so the check is
+  // the picked token's logit, and row 0 gets a tie of its own.
   std::fill(b.top_p.begin(), b.top_p.end(), 1.0f);
   std::fill(b.min_p.begin(), b.min_p.end(), 1.0f);
-  EXPECT_EQ(b.Run(), want);
+  const int tied = (want[0] + vocab / 2) % vocab;
+  b.logits[want[0]] = b.logits[tied] = 4.0f;  // above the [-3, 3) draws: exactly two tied
+  std::vector<int> picked_tied_pair(2, 0);
+  for (uint64_t step = 0; step < 64; ++step) {
+    std::fill(b.step.begin(), b.step.end(), step);
+    const auto got = b.Run();
+    for (int r = 0; r < batch; ++r) {
+      ASSERT_GE(got[r], 0);
+      ASSERT_LT(got[r], vocab);
+      EXPECT_EQ(b.logits[r * vocab + got[r]], b.logits[r * vocab + want[r]]) << "row " << r << " step " << step;
+    }
+    ASSERT_TRUE(got[0] == want[0] || got[0] == tied) << got[0];
+    ++picked_tied_pair[got[0] == tied];
+  }
+  // Both tied tokens stay in the kept set, so 64 draws pick each of them.
+  EXPECT_GT(picked_tied_pair[0], 0);
+  EXPECT_GT(picked_tied_pair[1], 0);
 }
 
 TEST(Sampling, SeedAndStepReproducibleWhateverTheBatch) {
