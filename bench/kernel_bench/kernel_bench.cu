@@ -25,9 +25,11 @@
 //   mla_prefill : TFLOP/s as a fraction of the GEMM rate
 //   mla_decode_small : mla_decode at batch 1-8 (latent_small_bench.cu): microseconds per call in
 //                 CUDA graphs, by way of cutting the keys, and the fraction of copy bandwidth
+//   sampling    : one token a row of logits, the cluster select against the sort path in the
+//                 same run (sampling_bench.cu); only with --only sampling
 // Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--no-mmasync] [--only KERNEL] [--repeat N]
 //                              [--mha-min-seqlen S] [--mha-rows NAME,...] [--mla-heads H]
-//   --only mla_decode|mla_decode_small|mha_prefill|kv_pack|mla_prefill: just that family (the
+//   --only mla_decode|mla_decode_small|mha_prefill|kv_pack|mla_prefill|sampling: just that family (the
 //   ceilings are always measured)
 //   --no-mmasync: no mla_decode / mla_prefill rows of the mma.sync latent kernel
 //   --mla-heads 128|16: only the mla_decode rows of that head count
@@ -68,6 +70,8 @@
 #include "kernels/mla_prefill/api.h"
 
 namespace mlaserve::bench {
+
+void BenchSampling(const Ceilings& ceil, Results& res);  // sampling_bench.cu
 
 void BenchMlaDecodeSmall(int sms, bool quick, const std::string& shapes, const std::string& variants,
                          const Ceilings& ceil, Results& res);  // latent_small_bench.cu
@@ -613,6 +617,7 @@ int main(int argc, char** argv) {
       }
       BenchMhaPrefill(heads, RaggedLengths(mean, 16384), true, 192, rows, mha_repeat, ceil, res);
     }
+  if (only == "sampling") BenchSampling(ceil, res);
   if (wanted("kv_pack")) BenchKvPack(16384, 128, ceil, res);
   if (wanted("mla_prefill")) {
     for (LatentKernel k : latent_kernels) {

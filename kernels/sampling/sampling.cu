@@ -1,6 +1,8 @@
 // sampling CUDA backend: the CPU backend's algorithm (api.h), so that identical f32 logits and
-// the same (seed, step) give the same token.
+// the same (seed, step) give the same token. SampleCuda takes the cluster path
+// (sampling_cluster.cu: no sort) where it can run, else the sort path here (sampling_cuda.h).
 //
+// The sort path:
 //   1. PrepareKernel: copy each sampled row's logits and ids into the sort buffers; a greedy
 //      row (temperature 0) gets an empty segment and is not sorted.
 //   2. cub's segmented radix sort, descending by logit. It is stable, and ids start ascending,
@@ -27,8 +29,10 @@
 #include "common/status.h"
 #include "kernels/common/cuda_util.cuh"
 #include "kernels/common/dense_cuda.cuh"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/sampling/api.h"
+#include "kernels/sampling/sampling_cuda.h"
 
 namespace mlaserve::kernels {
 
@@ -254,11 +258,28 @@ absl::Status SampleCuda(const SamplingParams& p, void* stream) {
   if (p.workspace == nullptr) {
     return absl::InvalidArgumentError("sampling: the CUDA backend needs workspace (SamplingWorkspaceBytes bytes)");
   }
+  // MLASERVE_SAMPLING_CLUSTER=0: the sort path; MLASERVE_SAMPLING_CTAS=N: N CTAs a row where
+  // the cluster path can run that (timing comparisons).
+  static const bool cluster_off = EnvSwitchedOff("MLASERVE_SAMPLING_CLUSTER");
+  static const int forced_ctas = EnvIntInRange("MLASERVE_SAMPLING_CTAS", 1, 16, 0);
+  auto s = static_cast<cudaStream_t>(stream);
+  if (!cluster_off && p.batch <= 65535) {
+    const int ctas = forced_ctas > 0 && sampling_cuda::ClusterCanRun(p.vocab, forced_ctas)
+                         ? forced_ctas
+                         : sampling_cuda::ClusterCtasPerRow(p.vocab, p.batch);
+    if (ctas > 0) return sampling_cuda::SampleByCluster(p, ctas, s);
+  }
+  return sampling_cuda::SampleBySort(p, s);
+}
+
+absl::Status sampling_cuda::SampleBySort(const SamplingParams& p, cudaStream_t s) {
+  if (p.workspace == nullptr) {
+    return absl::InvalidArgumentError("sampling: the CUDA backend needs workspace (SamplingWorkspaceBytes bytes)");
+  }
   if (static_cast<int64_t>(p.batch) * p.vocab > INT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("sampling: batch*vocab=", static_cast<int64_t>(p.batch) * p.vocab,
                                                    " exceeds the CUDA backend's 32-bit offsets"));
   }
-  auto s = static_cast<cudaStream_t>(stream);
   Layout l = Carve(p.workspace, p.batch, p.vocab);
   const dim3 prep_grid(std::min((p.vocab + 255) / 256, 64), p.batch);
   const bool by_row = p.batch <= kRowSortMaxBatch;

@@ -1,6 +1,8 @@
 // sampling CUDA vs the CPU backend on identical f32 logits: greedy ids equal (ties to the
 // lowest id), seeded sampling equal for the same (seed, step) under temperature, top_k,
-// top_p and min_p; repetition penalty equal exactly.
+// top_p and min_p; repetition penalty equal exactly. Sample's own choice of path, and each path
+// forced (sampling_cuda.h): the sort, and the cluster select at every cluster size that holds
+// the vocabulary.
 #include <algorithm>
 #include <limits>
 #include <random>
@@ -9,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/sampling/api.h"
+#include "kernels/sampling/sampling_cuda.h"
 #include "kernels/testing/cuda_testing.h"
 #include "kernels/testing/testing.h"
 
@@ -21,7 +24,14 @@ struct Rows {
   std::vector<uint64_t> seed, step;
 };
 
-std::vector<int32_t> RunCuda(const std::vector<float>& logits, const Rows& r, int batch, int vocab) {
+// How RunCuda draws: Sample's choice, the sort path, or the cluster path at `ctas` CTAs a row.
+struct Path {
+  enum Kind { kSample, kSort, kCluster } kind = kSample;
+  int ctas = 0;
+};
+
+std::vector<int32_t> RunCuda(const std::vector<float>& logits, const Rows& r, int batch, int vocab,
+                             Path path = {}) {
   auto d_l = testing::ToDevice(logits), d_t = testing::ToDevice(r.temperature);
   auto d_k = testing::ToDevice(r.top_k), d_p = testing::ToDevice(r.top_p), d_m = testing::ToDevice(r.min_p);
   auto d_s = testing::ToDevice(r.seed), d_st = testing::ToDevice(r.step);
@@ -32,7 +42,13 @@ std::vector<int32_t> RunCuda(const std::vector<float>& logits, const Rows& r, in
   g.top_k = d_k.as<int32_t>(); g.top_p = d_p.as<float>(); g.min_p = d_m.as<float>();
   g.seed = d_s.as<uint64_t>(); g.step = d_st.as<uint64_t>(); g.out_ids = d_out.as<int32_t>();
   g.workspace = ws.get();
-  EXPECT_TRUE(Sample(g, KernelContext{Backend::kCuda, nullptr}).ok());
+  absl::Status st;
+  switch (path.kind) {
+    case Path::kSample: st = Sample(g, KernelContext{Backend::kCuda, nullptr}); break;
+    case Path::kSort: st = sampling_cuda::SampleBySort(g, nullptr); break;
+    case Path::kCluster: st = sampling_cuda::SampleByCluster(g, path.ctas, nullptr); break;
+  }
+  EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return testing::ToHost<int32_t>(d_out, batch);
 }
@@ -144,6 +160,118 @@ TEST(SamplingDeterminismTest, SeededPicksOverTheWholeVocabularyRepeat) {
   const auto first = RunCuda(logits, r, batch, vocab);
   for (int run = 1; run < 4; ++run) EXPECT_EQ(RunCuda(logits, r, batch, vocab), first) << "run " << run;
   EXPECT_EQ(first, RunCpu(logits, r, batch, vocab));
+}
+
+// Every knob the API has, row by row, on two shapes of logits: peaked (a real model's few
+// likely tokens) and flat (a random checkpoint's, where top_p 0.9 cuts deep into the vocabulary
+// and the select's passes see thousands of tokens a digit). The CPU's tokens from the sort path
+// and from the cluster path at each cluster size that holds the vocabulary (1-16 CTAs a row; at
+// the small vocabularies most CTAs of 16 hold no token), and from Sample's own choice (past 8
+// CTAs' shared memory the cluster of 16, past 16 the sort).
+class SamplingPathsTest : public ::testing::TestWithParam<std::tuple<int, int, float>> {};
+
+TEST_P(SamplingPathsTest, EveryPathGivesTheCpuTokens) {
+  const auto [batch, vocab, sd] = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " vocab=" << vocab << " sd=" << sd);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, sd);
+  std::vector<float> logits(static_cast<size_t>(batch) * vocab);
+  for (auto& v : logits) v = normal(rng);
+  const float temps[] = {0.0f, 0.3f, 1.0f, 1.7f, 1e-4f};
+  const int32_t ks[] = {0, 1, 7, 500, vocab, vocab + 5};
+  const float ps[] = {1.0f, 0.9f, 0.5f, 0.999f};
+  const float mps[] = {0.0f, 0.02f, 0.3f, 1.0f};
+  Rows r;
+  for (int b = 0; b < batch; ++b) {
+    r.temperature.push_back(temps[b % 5]);
+    r.top_k.push_back(ks[(b / 2) % 6]);
+    r.top_p.push_back(ps[(b / 3) % 4]);
+    r.min_p.push_back(b % 7 == 6 ? mps[(b / 7) % 4] : 0.0f);
+    r.seed.push_back(rng());
+    r.step.push_back(rng() % 100000);
+  }
+  const auto want = RunCpu(logits, r, batch, vocab);
+  EXPECT_EQ(RunCuda(logits, r, batch, vocab), want) << "Sample";
+  EXPECT_EQ(RunCuda(logits, r, batch, vocab, {Path::kSort}), want) << "sort";
+  for (int ctas = 1; ctas <= 16; ctas *= 2) {
+    if (!sampling_cuda::ClusterCanRun(vocab, ctas)) continue;
+    EXPECT_EQ(RunCuda(logits, r, batch, vocab, {Path::kCluster, ctas}), want) << ctas << " CTAs a row";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SamplingPathsTest,
+                         ::testing::Values(std::tuple{30, 7, 1.0f}, std::tuple{30, 50, 2.0f},
+                                           std::tuple{60, 1000, 3.0f}, std::tuple{60, 32000, 0.05f},
+                                           std::tuple{30, 102400, 3.0f}, std::tuple{30, 102400, 0.05f},
+                                           std::tuple{20, 129280, 1.0f}, std::tuple{4, 256000, 0.5f},
+                                           std::tuple{2, 600000, 1.0f}));
+
+// Equal probabilities everywhere a cut can land: integer logits, so each value's tokens tie,
+// with top_k and top_p cuts inside a run of ties and picks among them; each path breaks them
+// towards the lower id as the CPU does.
+TEST(SamplingPathsTest, TiesInsideEveryCutGoToTheLowerId) {
+  const int batch = 40, vocab = 20000;
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::mt19937_64 rng(seed);
+  std::vector<float> logits(static_cast<size_t>(batch) * vocab);
+  for (auto& v : logits) v = static_cast<float>(rng() % 5);
+  Rows r;
+  for (int b = 0; b < batch; ++b) {
+    r.temperature.push_back(b % 4 == 0 ? 0.0f : 0.25f * (b % 4));
+    r.top_k.push_back(b % 3 == 0 ? 0 : static_cast<int32_t>(rng() % 9000) + 1);
+    r.top_p.push_back(b % 5 == 0 ? 1.0f : 0.05f + 0.9f * static_cast<float>(rng() % 1000) / 1000.0f);
+    r.min_p.push_back(b % 7 == 3 ? 0.5f : 0.0f);
+    r.seed.push_back(rng());
+    r.step.push_back(b);
+  }
+  const auto want = RunCpu(logits, r, batch, vocab);
+  EXPECT_EQ(RunCuda(logits, r, batch, vocab, {Path::kSort}), want) << "sort";
+  for (int ctas = 1; ctas <= 16; ctas *= 2) {
+    if (!sampling_cuda::ClusterCanRun(vocab, ctas)) continue;
+    EXPECT_EQ(RunCuda(logits, r, batch, vocab, {Path::kCluster, ctas}), want) << ctas << " CTAs a row";
+  }
+}
+
+// The cluster path alone on small rows at every cluster size (most CTAs of 16 hold a few
+// tokens or none): the run compute-sanitizer's racecheck takes (tools/device/sampling_suite.sh).
+TEST(SamplingPathsTest, ClusterPathOnSmallRows) {
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::mt19937_64 rng(seed);
+  for (const int vocab : {5, 300, 3000}) {
+    const int batch = 6;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> logits(static_cast<size_t>(batch) * vocab);
+    for (auto& v : logits) v = normal(rng);
+    Rows r;
+    for (int b = 0; b < batch; ++b) {
+      r.temperature.push_back(b == 0 ? 0.0f : 1.0f);
+      r.top_k.push_back(b == 2 ? 3 : 0);
+      r.top_p.push_back(b == 3 ? 0.6f : 1.0f);
+      r.min_p.push_back(b == 4 ? 0.1f : 0.0f);
+      r.seed.push_back(rng());
+      r.step.push_back(b);
+    }
+    const auto want = RunCpu(logits, r, batch, vocab);
+    for (int ctas = 1; ctas <= 16; ctas *= 2) {
+      if (!sampling_cuda::ClusterCanRun(vocab, ctas)) continue;
+      EXPECT_EQ(RunCuda(logits, r, batch, vocab, {Path::kCluster, ctas}), want) << vocab << " ids, " << ctas << " CTAs";
+    }
+  }
+}
+
+// The cluster path refuses what it cannot hold, with the offending value.
+TEST(SamplingPathsTest, ClusterPathRefusesShapesItCannotHold) {
+  SamplingParams g;
+  g.batch = 1;
+  g.vocab = 100000000;
+  const absl::Status st = sampling_cuda::SampleByCluster(g, 16, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("100000000"), std::string::npos) << st;
+  EXPECT_EQ(sampling_cuda::SampleByCluster(g, 3, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(sampling_cuda::ClusterCtasPerRow(100000000, 1), 0);
 }
 
 TEST(RepetitionPenaltyCudaTest, MatchesCpuExactly) {

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Device sampling on one GPU in one call (kernels/sampling: the cluster select against the sort
+# path it replaced; docs/kernels.md "sampling"). STEPS (default "tests san bench engine"):
+#   tests   kernels_sampling_cuda_test, then the binaries EXTRA_TESTS names (each under 300 s)
+#   san     compute-sanitizer memcheck and racecheck over the cluster path's tests
+#   bench   mlaserve-kernel-bench --only sampling (both paths in the same run, by shape)
+#   engine  mlaserve-engine-bench on the random V2-Lite checkpoint, decode with sampling inside
+#           Forward (the decode worker's path) at BATCHES (1 4 32 128), the default (cluster path)
+#           against MLASERVE_SAMPLING_CLUSTER=0 (the sort path), alternated ROUNDS (2) times;
+#           ARMS adds arms, each VAR=value[+VAR=value] (e.g. MLASERVE_SAMPLING_CTAS=16)
+# Here:  SKIP_BUILD=1 BUILD=<cuda build> TARGETS="kernels_sampling_cuda_test mlaserve-kernel-bench \
+#          mlaserve-engine-bench ..." tools/device/bundle.sh \
+#        && tar -cf - .devbin .devlibs | xz -T2 -9e > .devpack-sampling.tar.xz
+# There: STEPS="..." timeout 560 bash tools/device/sampling_suite.sh > $OUT/log.txt 2>&1
+#        (carry [".devpack-sampling.tar.xz"]; OUT is the run's $OUT)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+T0=$SECONDS
+OUT=${OUT:-/tmp/sampling_out}
+mkdir -p "$OUT"
+source tools/device/steps_lib.sh
+unpack_devpack "${PACK:-.devpack-sampling.tar.xz}"
+source tools/device/env.sh
+STEPS=${STEPS:-"tests san bench engine"}
+MODEL=${MODEL:-/dev/shm/v2lite-random}
+gpu_header
+# shellcheck disable=SC2086
+want tests && run_tests 300 kernels_sampling_cuda_test ${EXTRA_TESTS:-}
+if want san; then
+  : > "$OUT/sanitize.txt"
+  # The small vocabularies (7, 50, 1000 tokens; 1-16 CTAs a row); racecheck the cluster path alone
+  # (minutes on more: the sort path's cub kernels under racecheck are slow).
+  small='Shapes/SamplingPathsTest.EveryPathGivesTheCpuTokens/0:Shapes/SamplingPathsTest.EveryPathGivesTheCpuTokens/1'
+  small="$small:Shapes/SamplingPathsTest.EveryPathGivesTheCpuTokens/2"
+  san memcheck 240 kernels_sampling_cuda_test "SamplingPathsTest.*:$small"
+  san racecheck 200 kernels_sampling_cuda_test 'SamplingPathsTest.ClusterPathOnSmallRows'
+fi
+if want bench; then
+  timeout 240 .devbin/mlaserve-kernel-bench --only sampling > "$OUT/kernel_bench.txt" 2>&1
+  note "kernel bench" "rc=$?"
+  grep -E '^sampling' "$OUT/kernel_bench.txt"
+fi
+if want engine; then
+  random_model
+  R=$OUT/engine.txt
+  : > "$R"
+  # shellcheck disable=SC2086
+  for round in $(seq "${ROUNDS:-2}"); do
+    for arm in cluster sort ${ARMS:-}; do
+      envs=()
+      [[ $arm == sort ]] && envs=(MLASERVE_SAMPLING_CLUSTER=0)
+      [[ $arm == *=* ]] && IFS=+ read -r -a envs <<< "$arm"
+      echo "=== round $round $arm" >> "$R"
+      env "${envs[@]}" timeout 200 .devbin/mlaserve-engine-bench --model "$MODEL" --prefill-lens 64 --runs 1 \
+        --decode-batches ${BATCHES:-1 4 32 128} --decode-context 1024 --decode-steps 16 --eager-steps 0 \
+        --sampled-steps 16 2>&1 | grep -E '^\| decode' >> "$R"
+      note "round $round $arm" "rc=${PIPESTATUS[0]}"
+    done
+  done
+  cat "$R"
+fi
+note "done" ""
