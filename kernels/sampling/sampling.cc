@@ -7,16 +7,13 @@
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/param_check.h"
+#include "kernels/sampling/split_mix.h"
 
 namespace mlaserve::kernels {
 
 float SamplingUniform(uint64_t seed, uint64_t step) {
-  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-  uint64_t z = (seed ^ (kGolden * step)) + kGolden;  // splitmix64
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // top 24 bits: exact in f32
+  // The top 24 bits: exact in f32.
+  return static_cast<float>(SamplingSplitMix(seed, step) >> 40) * (1.0f / 16777216.0f);
 }
 
 // Per row: sorted probabilities (f32) and their token ids (i32). The CPU backend uses its own

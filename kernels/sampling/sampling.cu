@@ -33,6 +33,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/sampling/api.h"
 #include "kernels/sampling/sampling_cuda.h"
+#include "kernels/sampling/split_mix.h"
 
 namespace mlaserve::kernels {
 
@@ -44,14 +45,6 @@ constexpr int kSelectThreads = 1024;
 constexpr size_t kAlign = 256;
 
 size_t AlignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
-
-__device__ __forceinline__ uint64_t SplitMix(uint64_t seed, uint64_t step) {
-  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-  uint64_t z = (seed ^ (kGolden * step)) + kGolden;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // Workspace parts (each 256-byte aligned): keys[2][B*V] f32, ids[2][B*V] i32,
 // segment begin/end [B] i32 each, cub temporary storage.
@@ -192,7 +185,7 @@ __global__ void __launch_bounds__(kSelectThreads)
     if (first != INT_MAX) { cut = first; break; }
   }
   // Inverse CDF over the kept prefix [0, cut): the first i with cum(i+1) > u * cum(cut).
-  const double u = static_cast<double>(SplitMix(p.seed[b], p.step[b]) >> 40) * (1.0 / 16777216.0);
+  const double u = static_cast<double>(SamplingSplitMix(p.seed[b], p.step[b]) >> 40) * (1.0 / 16777216.0);
   // target = u * cum(cut), cum from the same prefix sums the pick walks (the CPU uses its
   // serial sums for both, so each side is consistent with itself).
   // cub's BlockScan reuses its temp storage: a barrier must separate two scans, or a fast

@@ -41,6 +41,7 @@
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/sampling/sampling_cuda.h"
+#include "kernels/sampling/split_mix.h"
 
 namespace mlaserve::kernels::sampling_cuda {
 namespace {
@@ -417,14 +418,6 @@ __device__ Found Select(Row& row, Until until, ull target, Key floor, double min
   return Found{true, prefix, above_mass};  // 12 bytes decided: keys are unique, not reached
 }
 
-__device__ __forceinline__ uint64_t SplitMix(uint64_t seed, uint64_t step) {
-  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-  uint64_t z = (seed ^ (kGolden * step)) + kGolden;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // Grid (C, batch), clusters of (C, 1, 1); dynamic shared memory: Shared, then per_cta doubles.
 __global__ void __launch_bounds__(kThreads, 1) SampleClusterKernel(const __grid_constant__ SamplingParams p,
                                                                 int per_cta, ull* trace) {
@@ -501,7 +494,7 @@ __global__ void __launch_bounds__(kThreads, 1) SampleClusterKernel(const __grid_
 
   // 5. The inverse-CDF pick: the first kept token whose running mass exceeds u * (kept mass),
   //    u = r / 2^24; the target floor(r * mass / 2^24) in 128-bit arithmetic.
-  const ull r = SplitMix(p.seed[b], p.step[b]) >> 40;
+  const ull r = SamplingSplitMix(p.seed[b], p.step[b]) >> 40;
   const ull target = (__umul64hi(r, kept.mass) << 40) | ((r * kept.mass) >> 24);
   const Found pick = Select(row, Until::kMassAbove, target, floor, min_e);
   if (rank == 0 && tid == 0) {
