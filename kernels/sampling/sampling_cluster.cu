@@ -59,6 +59,9 @@ constexpr unsigned kFull = 0xffffffffu;
 constexpr int kTraceSteps = 64;
 constexpr int kClusterMaxBatch = 32;  // ClusterCtasPerRow; H200 measurements in docs/kernels.md
 constexpr int kSixteenMaxBatch = 4;
+// Fewer than 64 rounds of kThreads tokens a CTA, so that a warp's 21-bit mass pieces fit 32 bits
+// (shared memory holds ~17.8k tokens a CTA on the H100 / H200 anyway).
+constexpr int kMaxTokensPerCta = 63 * kThreads;
 
 struct Key {
   ull hi;       // the probability's bits
@@ -108,7 +111,8 @@ struct Decision {
 struct Shared {
   Bin hist[2][kDigits];
   // Each warp's bins (this CTA's only, rewritten every pass): the count, the mass in three
-  // 21-bit pieces (a warp adds at most 25 rounds x 32 tokens x 2^21 < 2^32), the largest id + 1.
+  // 21-bit pieces (a warp adds at most kMaxTokensPerCta / kThreads rounds x 32 tokens x 2^21 <
+  // 2^32), the largest id + 1.
   uint32_t warp_bins[5][kWarps][kDigits];
   Part part[2];
   Part folded;  // the last ClusterFold's result, for the CTA's threads
@@ -551,14 +555,14 @@ bool ClusterCanRun(int vocab, int ctas) {
   if (!l.ok || vocab <= 0 || ctas < 1 || ctas > kMaxCtas || (ctas & (ctas - 1)) != 0) return false;
   if (ctas > 8 && !l.sixteen) return false;
   const size_t per_cta = (static_cast<size_t>(vocab) + ctas - 1) / ctas;
-  return SharedHeaderBytes() + per_cta * sizeof(double) <= l.smem_optin;
+  return per_cta <= kMaxTokensPerCta && SharedHeaderBytes() + per_cta * sizeof(double) <= l.smem_optin;
 }
 
 int ClusterCtasPerRow(int vocab, int batch) {
   static const int max_batch = EnvIntInRange("MLASERVE_SAMPLING_CLUSTER_MAX_BATCH", 0, 65535, kClusterMaxBatch);
   const DeviceLimits l = LimitsOfCurrentDevice();
   if (!l.ok || vocab <= 0 || batch > max_batch) return 0;
-  const size_t per_max = (l.smem_optin - SharedHeaderBytes()) / sizeof(double);
+  const size_t per_max = std::min<size_t>((l.smem_optin - SharedHeaderBytes()) / sizeof(double), kMaxTokensPerCta);
   // Enough CTAs to hold the row, and at least one per ~8k tokens up to 8 (the exp and the
   // passes spread over more SMs; a small batch leaves most SMs idle otherwise).
   int ctas = 1;
