@@ -515,8 +515,30 @@ constexpr size_t SharedHeaderBytes() { return (sizeof(Shared) + 15) / 16 * 16; }
 struct DeviceLimits {
   bool ok = false;        // sm_90 or newer, the attributes set
   size_t smem_optin = 0;  // bytes a block may opt in to
-  bool sixteen = false;   // clusters of 16 allowed
+  int max_ctas = 0;       // the largest cluster (a power of two <= 16) the device can run
 };
+
+// Whether a cluster of `ctas` CTAs of the kernel, each at `smem` bytes, can be resident on the
+// device at all (a MIG slice or a partitioned GPU may hold fewer CTAs of a cluster than the
+// architecture allows): then every smaller shared-memory size can too.
+bool ClusterFits(int ctas, size_t smem) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = static_cast<unsigned>(ctas);
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(ctas, 1);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  const bool fits = cudaOccupancyMaxActiveClusters(&clusters, SampleClusterKernel, &config) == cudaSuccess &&
+                    clusters > 0;
+  (void)cudaGetLastError();
+  return fits;
+}
 
 DeviceLimits LimitsOfCurrentDevice() {
   constexpr int kMaxDevices = 64;
@@ -538,11 +560,14 @@ DeviceLimits LimitsOfCurrentDevice() {
       (void)cudaGetLastError();
       return;
     }
-    l.ok = true;
     l.smem_optin = static_cast<size_t>(optin);
-    l.sixteen = cudaFuncSetAttribute(SampleClusterKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
-                cudaSuccess;
+    const bool sixteen_allowed =
+        cudaFuncSetAttribute(SampleClusterKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
     (void)cudaGetLastError();
+    for (int ctas = sixteen_allowed ? kMaxCtas : 8; ctas >= 1 && l.max_ctas == 0; ctas /= 2) {
+      if (ClusterFits(ctas, l.smem_optin)) l.max_ctas = ctas;
+    }
+    l.ok = l.max_ctas > 0;
     cache[device] = l;
   });
   return cache[device];
@@ -552,8 +577,7 @@ DeviceLimits LimitsOfCurrentDevice() {
 
 bool ClusterCanRun(int vocab, int ctas) {
   const DeviceLimits l = LimitsOfCurrentDevice();
-  if (!l.ok || vocab <= 0 || ctas < 1 || ctas > kMaxCtas || (ctas & (ctas - 1)) != 0) return false;
-  if (ctas > 8 && !l.sixteen) return false;
+  if (!l.ok || vocab <= 0 || ctas < 1 || ctas > l.max_ctas || (ctas & (ctas - 1)) != 0) return false;
   const size_t per_cta = (static_cast<size_t>(vocab) + ctas - 1) / ctas;
   return per_cta <= kMaxTokensPerCta && SharedHeaderBytes() + per_cta * sizeof(double) <= l.smem_optin;
 }
@@ -566,12 +590,11 @@ int ClusterCtasPerRow(int vocab, int batch) {
   // Enough CTAs to hold the row, and at least one per ~8k tokens up to 8 (the exp and the
   // passes spread over more SMs; a small batch leaves most SMs idle otherwise).
   int ctas = 1;
-  while (ctas < kMaxCtas && (static_cast<size_t>(vocab) + ctas - 1) / ctas > per_max) ctas *= 2;
+  while (ctas < l.max_ctas && (static_cast<size_t>(vocab) + ctas - 1) / ctas > per_max) ctas *= 2;
   if ((static_cast<size_t>(vocab) + ctas - 1) / ctas > per_max) return 0;
-  while (ctas < 8 && vocab > 8192 * ctas) ctas *= 2;
+  while (ctas < std::min(8, l.max_ctas) && vocab > 8192 * ctas) ctas *= 2;
   // A batch of a few rows leaves most SMs idle: 16 CTAs a row halve each CTA's passes.
-  if (ctas == 8 && batch <= kSixteenMaxBatch && l.sixteen) ctas = 16;
-  if (ctas > 8 && !l.sixteen) return 0;
+  if (ctas == 8 && batch <= kSixteenMaxBatch && l.max_ctas >= 16) ctas = 16;
   return ctas;
 }
 

@@ -20,13 +20,15 @@ namespace mlaserve::kernels::sampling_cuda {
 
 // CTAs a row for SampleByCluster at this batch and vocabulary on the current device (1-16, a
 // power of two), or 0 where the sort path is to run: the cluster path cannot take the vocabulary
-// (before sm_90, or more tokens than 16 CTAs' shared memory holds at 8 bytes a token), or the
+// (before sm_90, more tokens than 16 CTAs' shared memory holds at 8 bytes a token, or than the
+// largest cluster the device can hold resident: cudaOccupancyMaxActiveClusters, once), or the
 // batch is above kClusterMaxBatch (MLASERVE_SAMPLING_CLUSTER_MAX_BATCH), where the sort's one
 // block a row keeps every SM busy and the clusters queue in waves.
 int ClusterCtasPerRow(int vocab, int batch);
 
 // Whether the cluster path can run a row of `vocab` tokens over `ctas` CTAs on the current
-// device (ctas a power of two in [1, 16]; 16 where the device allows non-portable clusters).
+// device (ctas a power of two in [1, 16], at most the largest cluster the device holds: 16 on
+// the H100 / H200, fewer on a GPU partition whose GPCs hold fewer SMs).
 bool ClusterCanRun(int vocab, int ctas);
 
 // Needs ClusterCanRun(p.vocab, ctas) (else InvalidArgument); no workspace. trace: null, or 64

@@ -42,12 +42,9 @@ std::vector<int32_t> RunCuda(const std::vector<float>& logits, const Rows& r, in
   g.top_k = d_k.as<int32_t>(); g.top_p = d_p.as<float>(); g.min_p = d_m.as<float>();
   g.seed = d_s.as<uint64_t>(); g.step = d_st.as<uint64_t>(); g.out_ids = d_out.as<int32_t>();
   g.workspace = ws.get();
-  absl::Status st;
-  switch (path.kind) {
-    case Path::kSample: st = Sample(g, KernelContext{Backend::kCuda, nullptr}); break;
-    case Path::kSort: st = sampling_cuda::SampleBySort(g, nullptr); break;
-    case Path::kCluster: st = sampling_cuda::SampleByCluster(g, path.ctas, nullptr); break;
-  }
+  const absl::Status st = path.kind == Path::kSort      ? sampling_cuda::SampleBySort(g, nullptr)
+                          : path.kind == Path::kCluster ? sampling_cuda::SampleByCluster(g, path.ctas, nullptr)
+                                                        : Sample(g, KernelContext{Backend::kCuda, nullptr});
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return testing::ToHost<int32_t>(d_out, batch);
