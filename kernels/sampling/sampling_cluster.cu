@@ -520,7 +520,8 @@ struct DeviceLimits {
 
 // Whether a cluster of `ctas` CTAs of the kernel, each at `smem` bytes, can be resident on the
 // device at all (a MIG slice or a partitioned GPU may hold fewer CTAs of a cluster than the
-// architecture allows): then every smaller shared-memory size can too.
+// architecture allows): then every smaller shared-memory size can too. Only a definite answer
+// of no cluster counts; a query the runtime cannot answer leaves the launch to decide.
 bool ClusterFits(int ctas, size_t smem) {
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
@@ -534,10 +535,9 @@ bool ClusterFits(int ctas, size_t smem) {
   config.attrs = &attr;
   config.numAttrs = 1;
   int clusters = 0;
-  const bool fits = cudaOccupancyMaxActiveClusters(&clusters, SampleClusterKernel, &config) == cudaSuccess &&
-                    clusters > 0;
+  const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, SampleClusterKernel, &config);
   (void)cudaGetLastError();
-  return fits;
+  return err != cudaSuccess || clusters > 0;
 }
 
 DeviceLimits LimitsOfCurrentDevice() {
