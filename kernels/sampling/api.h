@@ -31,7 +31,7 @@ struct SamplingParams {
   const uint64_t* seed = nullptr;      // [batch]
   const uint64_t* step = nullptr;      // [batch]: index of the token being sampled in its request
   int32_t* out_ids = nullptr;          // [batch]
-  void* workspace = nullptr;           // SamplingWorkspaceBytes(batch, vocab) bytes (CUDA)
+  void* workspace = nullptr;           // SamplingWorkspaceBytes(batch, vocab) bytes (CUDA's sort path)
 };
 
 size_t SamplingWorkspaceBytes(int batch, int vocab);
