@@ -37,11 +37,12 @@ constexpr Mode kModes[] = {
     {"T1_minp1", 1.0f, 1.0f, 1.0f, 0},  // the max's ties only: the softmax and one short select
 };
 
+// A new device array in `keep` holding v.
 template <typename T>
 T* UploadVec(std::deque<DeviceArray>& keep, const std::vector<T>& v) {
   keep.emplace_back(v.size() * sizeof(T));
-  BENCH_CHECK(cudaMemcpy(keep.back().get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return static_cast<T*>(keep.back().get());
+  Upload(keep.back(), v);
+  return keep.back().get<T>();
 }
 
 // One more call of the cluster path with its step trace (sampling_cuda.h): the microseconds from
