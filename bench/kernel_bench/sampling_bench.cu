@@ -7,7 +7,6 @@
 // is printed, not fatal: this is a benchmark).
 // Logits: "peaked" ~ N(0, 3) (a trained model's few likely tokens), "flat" ~ N(0, 0.1) (a random
 // checkpoint's, as the engine bench's: top_p 0.9 then keeps ~90% of the vocabulary).
-#include <algorithm>
 #include <cstdio>
 #include <deque>
 #include <random>
@@ -99,8 +98,9 @@ void BenchSampling(const Ceilings& ceil, Results& res) {
         p.workspace = keep.back().get();
         // Paths: the cluster at Sample's CTA count, at 16 CTAs a row for small batches (where
         // the device allows), then the sort (0 CTAs).
-        const int ctas = std::max(kernels::sampling_cuda::ClusterCtasPerRow(sh.vocab, sh.batch),
-                                  kernels::sampling_cuda::ClusterCtasPerRow(sh.vocab, 1) == 16 ? 8 : 0);
+        // (Above the batch cut, where Sample takes the sort, the cluster at 8 rows' CTA count.)
+        int ctas = kernels::sampling_cuda::ClusterCtasPerRow(sh.vocab, sh.batch);
+        if (ctas == 0) ctas = kernels::sampling_cuda::ClusterCtasPerRow(sh.vocab, 8);
         std::vector<int> paths;
         if (ctas > 0) paths.push_back(ctas);
         if (ctas > 0 && ctas < 16 && sh.batch <= 8 && kernels::sampling_cuda::ClusterCanRun(sh.vocab, 16)) {

@@ -29,7 +29,6 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -64,7 +63,7 @@ constexpr int kSixteenMaxBatch = 4;
 constexpr int kMaxTokensPerCta = 63 * kThreads;
 
 struct Key {
-  ull hi;       // the probability's bits
+  ull hi;       // the probability's bits (KeyHi)
   uint32_t lo;  // 0xFFFFFFFF - id: the lower id is the larger key
 };
 
@@ -97,7 +96,7 @@ struct Part {
 // What a select pass decided (the same in every CTA: each reads the same histograms in the same
 // order).
 struct Decision {
-  int digit;  // -1: no digit reaches the target
+  int digit;
   ull above_mass;
   uint32_t above_count;
   uint32_t bin_count;
@@ -133,11 +132,11 @@ struct Row {
   double* prob;  // this CTA's tokens: prob[j] is id id0 + j (unnormalised: exp((x - max) / T))
   int n_local, id0, ctas, per_cta;
   double inv_sum;  // 1 / the row's sum of prob
-  ull* trace;      // SampleClusterTrace's buffer, or null
+  ull* trace;      // SampleByCluster's trace buffer, or null
   int step = 0;  // cluster barriers so far (selects the copy, above)
 };
 
-// SampleClusterTrace: the global timer after each cluster step, by rank 0's thread 0 of row 0.
+// SampleByCluster's trace: the global timer after each cluster step, by rank 0's thread 0 of row 0.
 __device__ __forceinline__ void TraceStep(const Row& row) {
   if (row.trace != nullptr && threadIdx.x == 0 && blockIdx.y == 0 && row.cluster.block_rank() == 0 &&
       row.step < kTraceSteps) {
@@ -194,10 +193,9 @@ __device__ __forceinline__ bool Better(float v, int id, float best, int best_id)
 
 // ---- cluster-wide reductions: warp, block (warp order), then the CTAs in rank order ----
 
-// Writes this CTA's part (thread 0 has it), waits for every CTA's, returns them in rank order
-// through `fold`.
-// Thread 0 reads the parts (one remote read each, not one a thread) and hands the result to the
-// CTA's threads through shared memory.
+// Writes this CTA's part (thread 0 has it), waits for every CTA's, and returns them folded in rank
+// order: thread 0 reads the parts (one remote read each, not one a thread) and hands the result
+// to the CTA's threads through shared memory.
 template <typename Fold>
 __device__ Part ClusterFold(Row& row, const Part& mine, Fold fold) {
   const int s = row.step & 1;
@@ -584,33 +582,29 @@ bool ClusterCanRun(int vocab, int ctas) {
 
 int ClusterCtasPerRow(int vocab, int batch) {
   static const int max_batch = EnvIntInRange("MLASERVE_SAMPLING_CLUSTER_MAX_BATCH", 0, 65535, kClusterMaxBatch);
-  const DeviceLimits l = LimitsOfCurrentDevice();
-  if (!l.ok || vocab <= 0 || batch > max_batch) return 0;
-  const size_t per_max = std::min<size_t>((l.smem_optin - SharedHeaderBytes()) / sizeof(double), kMaxTokensPerCta);
-  // Enough CTAs to hold the row, and at least one per ~8k tokens up to 8 (the exp and the
+  if (batch > max_batch) return 0;
+  // The fewest CTAs that hold the row, then at least one per ~8k tokens up to 8 (the exp and the
   // passes spread over more SMs; a small batch leaves most SMs idle otherwise).
   int ctas = 1;
-  while (ctas < l.max_ctas && (static_cast<size_t>(vocab) + ctas - 1) / ctas > per_max) ctas *= 2;
-  if ((static_cast<size_t>(vocab) + ctas - 1) / ctas > per_max) return 0;
-  while (ctas < std::min(8, l.max_ctas) && vocab > 8192 * ctas) ctas *= 2;
+  while (ctas <= kMaxCtas && !ClusterCanRun(vocab, ctas)) ctas *= 2;
+  if (ctas > kMaxCtas) return 0;
+  while (ctas < 8 && vocab > 8192 * ctas && ClusterCanRun(vocab, 2 * ctas)) ctas *= 2;
   // A batch of a few rows leaves most SMs idle: 16 CTAs a row halve each CTA's passes.
-  if (ctas == 8 && batch <= kSixteenMaxBatch && l.max_ctas >= 16) ctas = 16;
+  if (ctas == 8 && batch <= kSixteenMaxBatch && ClusterCanRun(vocab, 16)) ctas = 16;
   return ctas;
 }
 
 absl::Status SampleByCluster(const SamplingParams& p, int ctas, cudaStream_t stream, unsigned long long* trace) {
-  if (ctas < 1 || ctas > kMaxCtas || (ctas & (ctas - 1)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("sampling: ", ctas, " CTAs a row is not a power of two in [1, 16]"));
-  }
   if (!ClusterCanRun(p.vocab, ctas)) {
-    return absl::InvalidArgumentError(absl::StrCat("sampling: vocab=", p.vocab, " does not fit the cluster path's ",
-                                                   ctas, " CTAs a row on this device"));
+    return absl::InvalidArgumentError(absl::StrCat("sampling: vocab=", p.vocab, " over ", ctas,
+                                                   " CTAs a row: the cluster path takes a power of two up to the "
+                                                   "device's largest cluster whose shared memory holds the row"));
   }
-  const int per_cta = (p.vocab + ctas - 1) / ctas;
-  const size_t smem = SharedHeaderBytes() + static_cast<size_t>(per_cta) * sizeof(double);
   if (p.batch > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("sampling: batch=", p.batch, " exceeds the cluster path's 65535 rows"));
   }
+  const int per_cta = (p.vocab + ctas - 1) / ctas;
+  const size_t smem = SharedHeaderBytes() + static_cast<size_t>(per_cta) * sizeof(double);
   return cuda::LaunchPdl("sampling cluster select",
                          cuda::LaunchShape{dim3(ctas, p.batch), dim3(kThreads), smem, stream, dim3(ctas, 1, 1)},
                          SampleClusterKernel, p, per_cta, trace);
