@@ -21,8 +21,13 @@
 #   5. mlaserve-kv-tcp-bench: the tcp KV path alone, GPU pools on both sides, the way the
 #      workers shipped pages before (one per message, synchronous copies) vs batched, same run.
 # Environment: SERVE_ARGS (mlaserve-bench load), SERVE_PAGES (KV pages per worker, default
-# 1600), RUNS (comma-separated "tag threshold" serving runs, default "remote 0,local 100000";
-# a tag ending in -mps runs under CUDA MPS, e.g. RUNS="remote 0,remote-mps 0,local-mps 100000"), KV_SKIP (space-separated steps to skip: tests fixture model remote local kvbench).
+# 1600), RUNS (comma-separated "tag threshold [VAR=value[+VAR=value]]" serving runs, default
+# "remote 0,local 100000"; a tag ending in -mps runs under CUDA MPS, e.g. RUNS="remote 0,remote-mps
+# 0,local-mps 100000"; the third field is the environment of that run's servers, e.g.
+# MLASERVE_SAMPLING_CLUSTER=0), LOADS (semicolon-separated "name:mlaserve-bench args" loads, each
+# run one after another against every run's stack, added to SERVE_ARGS; default one load, "c64:"),
+# KV_SKIP (space-separated steps to skip: tests fixture model remote local kvbench).
+# A run's results: serve_<tag>_<load>.txt / .json under $OUT.
 # Dry run here on the CPU (checks the script, not the speed):
 #   BIN_DIR=build BACKEND=cpu MODEL=tests/fixtures/models/deepseek_v2 KV_SKIP="tests model" \
 #   SERVE_ARGS="--num-prompts 8 --random-input-len 100 --random-output-len 8 --max-concurrency 4" \
@@ -189,21 +194,35 @@ start_mps() {
 stop_mps() { ((MPS_STARTED)) && echo quit | nvidia-cuda-mps-control; MPS_STARTED=0; }
 trap stop_mps EXIT
 IFS=',' read -r -a runs <<< "${RUNS:-remote 0,local 100000}"
+IFS=';' read -r -a loads <<< "${LOADS:-c64:}"
 for run in "${runs[@]}"; do
-  read -r tag threshold <<< "$run"
+  read -r tag threshold run_env <<< "$run"
   [[ $SKIP != *" ${tag%-mps} "* && -f $V2L/config.json ]] || continue
   if [[ $tag == *-mps ]]; then start_mps || continue; fi
   if ! left 130; then note "serve $tag prefill" "skipped: $((SECONDS - T0)) s of the ${BUDGET} s budget spent"; continue; fi
+  # The run's environment reaches its three servers only (a subshell would lose PIDS and ADDRESS).
+  saved_env=()
+  if [[ -n ${run_env:-} ]]; then
+    IFS=+ read -r -a saved_env <<< "$run_env"
+    for kv in "${saved_env[@]}"; do export "${kv?}"; done
+  fi
   if stack "$tag" "$threshold"; then
-    start=$SECONDS
-    timeout $((BUDGET - (SECONDS - T0) + 20)) "$B/mlaserve-bench" --server "$ROUTER" "${load[@]}" \
-      --progress off --connect-timeout-s 60 --output-json "$OUT/serve_$tag.json" > "$OUT/serve_$tag.txt" 2>&1
-    note "mlaserve-bench, $tag prefill (threshold $threshold)" "rc=$? $((SECONDS - start)) s"
+    for l in "${loads[@]}"; do
+      lname=${l%%:*}
+      read -r -a extra <<< "${l#*:}"
+      if ! left 40; then note "mlaserve-bench, $tag $lname" "skipped: budget spent"; continue; fi
+      start=$SECONDS
+      timeout $((BUDGET - (SECONDS - T0) + 20)) "$B/mlaserve-bench" --server "$ROUTER" "${load[@]}" "${extra[@]}" \
+        --progress off --connect-timeout-s 60 --output-json "$OUT/serve_${tag}_$lname.json" \
+        > "$OUT/serve_${tag}_$lname.txt" 2>&1
+      note "mlaserve-bench, $tag prefill (threshold $threshold${run_env:+, $run_env}), $lname" "rc=$? $((SECONDS - start)) s"
+    done
     nvidia-smi --query-gpu=memory.used --format=csv,noheader >> "$OUT/gpu.txt"
   else
     note "serve $tag prefill" "FAILED to start"
   fi
   stop_all
+  for kv in "${saved_env[@]}"; do unset "${kv%%=*}"; done
 done
 
 # --- 5. the tcp KV path alone, GPU pools: per page (before) vs batched, same run
@@ -218,15 +237,17 @@ fi
 tar -C "$LOGS" -cJf "$OUT/logs.tar.xz" . 2>/dev/null
 echo "== errors in logs"; grep -hiE "error|fail|abort" "$LOGS"/*.log 2>/dev/null | grep -v "^$" | head -20
 echo "== served (issue 12 target: >= 2.5x 1186 = 2965 output tok/s, TTFT p50 <= 0.875 s)"
-printf '%-8s %12s %12s %12s %12s %10s\n' run "output tok/s" "TTFT p50 ms" "TTFT p99 ms" "TPOT p50 ms" failed
+printf '%-20s %12s %12s %12s %12s %10s\n' run "output tok/s" "TTFT p50 ms" "TTFT p99 ms" "TPOT p50 ms" failed
 for run in "${runs[@]}"; do
   read -r tag _ <<< "$run"
-  f=$OUT/serve_$tag.txt
-  [[ -f $f ]] || continue
-  get() { sed -n "s/^$1 *//p" "$f" | head -1; }
-  printf '%-8s %12s %12s %12s %12s %10s\n' "$tag" "$(get 'Output token throughput (tok\/s):')" \
-    "$(get 'Median TTFT (ms):')" "$(get 'P99 TTFT (ms):')" "$(get 'Median TPOT (ms):')" \
-    "$(get 'Failed requests:')"
+  for l in "${loads[@]}"; do
+    f=$OUT/serve_${tag}_${l%%:*}.txt
+    [[ -f $f ]] || continue
+    get() { sed -n "s/^$1 *//p" "$f" | head -1; }
+    printf '%-20s %12s %12s %12s %12s %10s\n' "${tag}_${l%%:*}" "$(get 'Output token throughput (tok\/s):')" \
+      "$(get 'Median TTFT (ms):')" "$(get 'P99 TTFT (ms):')" "$(get 'Median TPOT (ms):')" \
+      "$(get 'Failed requests:')"
+  done
 done
 echo "== summary ($((SECONDS - T0)) s)"
 cat "$OUT/gpu.txt"
