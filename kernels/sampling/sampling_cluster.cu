@@ -56,7 +56,7 @@ constexpr int kMaxCtas = 16;   // 8 is the portable cluster size; 16 where the d
 constexpr double kMassScale = 4611686018427387904.0;  // 2^62: a mass of 1 in fixed point
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kTraceSteps = 64;
-constexpr int kClusterMaxBatch = 32;  // ClusterCtasPerRow; H200 measurements in docs/kernels.md
+constexpr int kClusterMaxBatch = 256;  // ClusterCtasPerRow; H200 measurements in docs/kernels.md
 constexpr int kSixteenMaxBatch = 4;
 // Fewer than 64 rounds of kThreads tokens a CTA, so that a warp's 21-bit mass pieces fit 32 bits
 // (shared memory holds ~17.8k tokens a CTA on the H100 / H200 anyway).

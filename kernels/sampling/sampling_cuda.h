@@ -22,8 +22,9 @@ namespace mlaserve::kernels::sampling_cuda {
 // power of two), or 0 where the sort path is to run: the cluster path cannot take the vocabulary
 // (before sm_90, more tokens than 16 CTAs' shared memory holds at 8 bytes a token, or than the
 // largest cluster the device can hold resident: cudaOccupancyMaxActiveClusters, once), or the
-// batch is above kClusterMaxBatch (MLASERVE_SAMPLING_CLUSTER_MAX_BATCH), where the sort's one
-// block a row keeps every SM busy and the clusters queue in waves.
+// batch is above kClusterMaxBatch = 256 (MLASERVE_SAMPLING_CLUSTER_MAX_BATCH; the engine timed the
+// cluster path ahead of the sort at 1-256 rows, the decode worker's default --max-running-requests;
+// nothing above was timed).
 int ClusterCtasPerRow(int vocab, int batch);
 
 // Whether the cluster path can run a row of `vocab` tokens over `ctas` CTAs on the current

@@ -89,7 +89,10 @@ TEST_P(SamplingCudaTest, SameTokensAsCpu) {
 INSTANTIATE_TEST_SUITE_P(Shapes, SamplingCudaTest,
                          ::testing::Values(std::tuple{1, 50}, std::tuple{48, 1000},
                                            std::tuple{48, 32000}, std::tuple{16, 129280},
-                                           std::tuple{3, 102400}, std::tuple{17, 4096}));
+                                           std::tuple{3, 102400}, std::tuple{17, 4096},
+                                           // SampleCuda's cut (kClusterMaxBatch): the cluster
+                                           // path at 256 rows, the sort path at 257.
+                                           std::tuple{256, 4096}, std::tuple{257, 4096}));
 
 TEST(SamplingCudaTieTest, GreedyAndSampledTiesGoToTheLowestId) {
   const int batch = 8, vocab = 5000;
