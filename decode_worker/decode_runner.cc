@@ -57,6 +57,16 @@ DecodeRunner::DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiv
   queue_seconds_ = m->GetHistogram("mlaserve_decode_queue_seconds",
                                    "From Reserve to admission into the running batch.",
                                    common::LatencyBucketsSeconds());
+  // A step's wall time (Forward with its sampling, the ids back on the host), by whether it
+  // carried prefill chunks: what a running request's inter-token latency pays for a newcomer's
+  // prompt.
+  const char* kStep = "mlaserve_decode_step_seconds";
+  const char* kStepHelp = "Decode steps' Forward time, by whether the step carried prefill chunks.";
+  step_seconds_[0] = m->GetHistogram(kStep, kStepHelp, common::LatencyBucketsSeconds(), {{"kind", "decode"}});
+  step_seconds_[1] = m->GetHistogram(kStep, kStepHelp, common::LatencyBucketsSeconds(), {{"kind", "mixed"}});
+  prefill_tokens_ = m->GetCounter("mlaserve_decode_prefill_tokens_total",
+                                  "Positions the decode worker computed in prefill chunks (local prefill, and "
+                                  "recomputation after a preemption).");
   for (int r = 0; r < engine->data_ranks() && engine->data_ranks() > 1; ++r) {
     rank_running_.push_back(m->GetGauge("mlaserve_decode_rank_running_requests",
                                         "Requests in the batch of each data-parallel rank.",
@@ -250,7 +260,9 @@ bool DecodeRunner::Step() {
   // into it.
   samples.reserve(chunks.size());
   batch.reserve(chunks.size());
+  int prefill_tokens = 0;  // positions in prefill chunks (a prompt, or a preempted request's recompute)
   for (const DecodeChunk& c : chunks) {
+    prefill_tokens += std::max(0, std::min(c.start + c.len, c.seq->prefill_len) - c.start);
     model::SequenceChunk sc;
     sc.tokens = std::span<const int32_t>(c.seq->tokens).subspan(c.start, c.len);
     sc.start_pos = c.start;
@@ -267,8 +279,11 @@ bool DecodeRunner::Step() {
     batch.push_back(sc);
   }
   // run(): into the result kept from the last step.
+  const absl::Time started = absl::Now();
   const absl::Status ran =
       engine_->ForwardInto(batch, model::AttentionPath::kAuto, nullptr, &step_.result);
+  step_seconds_[prefill_tokens > 0 ? 1 : 0]->Observe(absl::ToDoubleSeconds(absl::Now() - started));
+  if (prefill_tokens > 0) prefill_tokens_->Increment(prefill_tokens);
   // The spans into the sequences end with the step: postprocess() grows and ends sequences.
   batch.clear();
   samples.clear();

@@ -89,6 +89,12 @@ TEST_F(DecodeRunnerTest, LocalPrefillInChunksMatchesAndStopTokenEndsIt) {
   // Prompt chunks of 32 (+ 32 + 6) went in before decoding began.
   EXPECT_EQ(decode_->batch_shapes()[0], std::vector<int>{32});
   EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+  // Three steps carried the prompt's 70 positions (the last one drew the first token); each
+  // later token took a decode-only step.
+  const std::string text = metrics_.RenderText();
+  EXPECT_THAT(text, HasSubstr("mlaserve_decode_prefill_tokens_total 70\n"));
+  EXPECT_THAT(text, HasSubstr("mlaserve_decode_step_seconds_count{kind=\"mixed\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("mlaserve_decode_step_seconds_count{kind=\"decode\"} ", stop_at, "\n")));
 }
 
 TEST_F(DecodeRunnerTest, BatchesRunningRequestsTogether) {
