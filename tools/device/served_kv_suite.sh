@@ -26,7 +26,8 @@
 # 0,local-mps 100000"; the third field is the environment of that run's servers, e.g.
 # MLASERVE_SAMPLING_CLUSTER=0), LOADS (semicolon-separated "name:mlaserve-bench args" loads, each
 # run one after another against every run's stack, added to SERVE_ARGS; default one load, "c64:"),
-# KV_SKIP (space-separated steps to skip: tests fixture model remote local kvbench).
+# DECODE_METRICS=1 (the decode worker's step, queue and TTFT histograms after each load, into
+# decode_metrics.txt), KV_SKIP (space-separated steps to skip: tests fixture model remote local kvbench).
 # A run's results: serve_<tag>_<load>.txt / .json under $OUT.
 # Dry run here on the CPU (checks the script, not the speed):
 #   BIN_DIR=build BACKEND=cpu MODEL=tests/fixtures/models/deepseek_v2 KV_SKIP="tests model" \
@@ -113,9 +114,18 @@ stack() {
   # The two workers load their weights at the same time (both from /dev/shm).
   start "$tag-prefill" "$B/mlaserve-prefill" "${wf[@]}" "${PREFILL_FLAGS[@]}" || return 1
   local pa=$ADDRESS
-  start "$tag-decode" "$B/mlaserve-decode" "${wf[@]}" --max-running-requests 64 \
+  local dwf=("${wf[@]}")
+  # DECODE_METRICS=1: the decode worker's /metrics on an ephemeral port, scraped after each load.
+  if [[ -n ${DECODE_METRICS:-} ]]; then
+    for i in "${!dwf[@]}"; do [[ ${dwf[$i]} == --metrics-port ]] && dwf[i + 1]=0; done
+  fi
+  start "$tag-decode" "$B/mlaserve-decode" "${dwf[@]}" --max-running-requests 64 \
     --local-prefill-threshold "$threshold" || return 1
   local da=$ADDRESS
+  DECODE_METRICS_URL=""
+  if [[ -n ${DECODE_METRICS:-} ]]; then
+    DECODE_METRICS_URL=$(sed -n 's/.*metrics on \(http[^ ]*\).*/\1/p' "$LOGS/$tag-decode.log" | head -n1)
+  fi
   start "$tag-router" "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 \
     --admin-listen 127.0.0.1:0 --model "$model" --metrics-port -1 --prefill "$pa" --decode "$da" || return 1
   ROUTER=$ADDRESS
@@ -216,6 +226,11 @@ for run in "${runs[@]}"; do
         --progress off --connect-timeout-s 60 --output-json "$OUT/serve_${tag}_$lname.json" \
         > "$OUT/serve_${tag}_$lname.txt" 2>&1
       note "mlaserve-bench, $tag prefill (threshold $threshold${run_env:+, $run_env}), $lname" "rc=$? $((SECONDS - start)) s"
+      if [[ -n ${DECODE_METRICS_URL:-} ]]; then
+        { echo "=== $tag $lname (cumulative over the stack's loads so far)"
+          curl -s --max-time 5 "$DECODE_METRICS_URL" | grep -E '^mlaserve_(decode_step_seconds|decode_queue_seconds|time_to_first_token_seconds|decode_prefill_tokens_total|inter_token_latency_seconds)'
+        } >> "$OUT/decode_metrics.txt"
+      fi
     done
     nvidia-smi --query-gpu=memory.used --format=csv,noheader >> "$OUT/gpu.txt"
   else
