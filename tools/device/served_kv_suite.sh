@@ -24,7 +24,8 @@
 # 1600), RUNS (comma-separated "tag threshold [VAR=value[+VAR=value]]" serving runs, default
 # "remote 0,local 100000"; a tag ending in -mps runs under CUDA MPS, e.g. RUNS="remote 0,remote-mps
 # 0,local-mps 100000"; the third field is the environment of that run's servers, e.g.
-# MLASERVE_SAMPLING_CLUSTER=0), LOADS (semicolon-separated "name:mlaserve-bench args" loads, each
+# MLASERVE_SAMPLING_CLUSTER=0, or "-" for none; the rest, flags for its decode worker, e.g.
+# "local-mps 100000 - --max-batch-tokens 4096"), LOADS (semicolon-separated "name:mlaserve-bench args" loads, each
 # run one after another against every run's stack, added to SERVE_ARGS; default one load, "c64:"),
 # DECODE_METRICS=1 (the decode worker's step, queue and TTFT histograms after each load, into
 # decode_metrics.txt), KV_SKIP (space-separated steps to skip: tests fixture model remote local kvbench).
@@ -119,8 +120,9 @@ stack() {
   if [[ -n ${DECODE_METRICS:-} ]]; then
     for i in "${!dwf[@]}"; do [[ ${dwf[$i]} == --metrics-port ]] && dwf[i + 1]=0; done
   fi
+  # shellcheck disable=SC2086  # DECODE_FLAGS: words
   start "$tag-decode" "$B/mlaserve-decode" "${dwf[@]}" --max-running-requests 64 \
-    --local-prefill-threshold "$threshold" || return 1
+    --local-prefill-threshold "$threshold" ${DECODE_FLAGS:-} || return 1
   local da=$ADDRESS
   DECODE_METRICS_URL=""
   if [[ -n ${DECODE_METRICS:-} ]]; then
@@ -206,7 +208,9 @@ trap stop_mps EXIT
 IFS=',' read -r -a runs <<< "${RUNS:-remote 0,local 100000}"
 IFS=';' read -r -a loads <<< "${LOADS:-c64:}"
 for run in "${runs[@]}"; do
-  read -r tag threshold run_env <<< "$run"
+  read -r tag threshold run_env run_flags <<< "$run"
+  [[ ${run_env:-} == - ]] && run_env=""
+  DECODE_FLAGS=${run_flags:-}
   [[ $SKIP != *" ${tag%-mps} "* && -f $V2L/config.json ]] || continue
   if [[ $tag == *-mps ]]; then start_mps || continue; fi
   if ! left 130; then note "serve $tag prefill" "skipped: $((SECONDS - T0)) s of the ${BUDGET} s budget spent"; continue; fi
@@ -225,7 +229,7 @@ for run in "${runs[@]}"; do
       timeout $((BUDGET - (SECONDS - T0) + 20)) "$B/mlaserve-bench" --server "$ROUTER" "${load[@]}" "${extra[@]}" \
         --progress off --connect-timeout-s 60 --output-json "$OUT/serve_${tag}_$lname.json" \
         > "$OUT/serve_${tag}_$lname.txt" 2>&1
-      note "mlaserve-bench, $tag prefill (threshold $threshold${run_env:+, $run_env}), $lname" "rc=$? $((SECONDS - start)) s"
+      note "mlaserve-bench, $tag prefill (threshold $threshold${run_env:+, $run_env}${run_flags:+, $run_flags}), $lname" "rc=$? $((SECONDS - start)) s"
       if [[ -n ${DECODE_METRICS_URL:-} ]]; then
         { echo "=== $tag $lname (cumulative over the stack's loads so far)"
           curl -s --max-time 5 "$DECODE_METRICS_URL" | grep -E '^mlaserve_(decode_step_seconds|decode_queue_seconds|time_to_first_token_seconds|decode_prefill_tokens_total|inter_token_latency_seconds)'
