@@ -1,8 +1,10 @@
 // Routing policies: pure functions over registry snapshots, so they are tested on their own.
 //
 //  * Decode: the most free KV pages (the worker's report less what this router reserved
-//    there since), skipping workers at their running-request limit or without room for the
-//    request; ties go to fewer requests in flight, then to the id (deterministic).
+//    there since), skipping workers at their running-request limit (the reported count plus
+//    this router's placements less its ended requests since: estimated_running_requests) or
+//    without room for the request; ties go to fewer requests in flight, then to the id
+//    (deterministic).
 //  * Prefill: when every candidate reported a prefill estimate (its GPU profile), the earliest
 //    estimated finish of the new prompt behind the tokens pending there, so a faster GPU
 //    takes more work; otherwise the fewest prompt tokens pending (this router's prefill calls

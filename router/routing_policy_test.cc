@@ -53,11 +53,14 @@ TEST(RoutingPolicy, ADataParallelWorkerHoldsARequestOnOneRank) {
 TEST(RoutingPolicy, DecodeSkipsWorkersAtTheirRequestLimit) {
   WorkerSnapshot busy = W("decode-1", 100);
   busy.descriptor.load.max_running_requests = 2;
-  busy.descriptor.load.running_requests = 2;
+  busy.estimated_running_requests = 2;  // the registry's estimate (worker_registry_test)
   WorkerSnapshot by_router = W("decode-2", 100, 4);
   by_router.descriptor.load.max_running_requests = 4;
   std::vector<WorkerSnapshot> ws = {busy, by_router, W("decode-3", 1)};
   EXPECT_THAT(RankDecodeWorkers(ws, 1, 1), ElementsAre("decode-3"));
+  // One of decode-1's requests ended since its report: it has room again at once.
+  ws[0].estimated_running_requests = 1;
+  EXPECT_THAT(RankDecodeWorkers(ws, 1, 1), ElementsAre("decode-1", "decode-3"));
 }
 
 TEST(RoutingPolicy, PrefillPrefersFewestPendingTokens) {

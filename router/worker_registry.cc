@@ -29,6 +29,10 @@ WorkerSnapshot WorkerRegistry::Snapshot(const Entry& e) const {
   // fullest-free one, the estimate errs low.)
   s.estimated_free_pages =
       std::max<int32_t>(0, s.descriptor.load.request_pages_free() - reserved_since_report);
+  const WorkerLoad& load = s.descriptor.load;
+  const int32_t inflight_since_report = s.router_inflight - e.inflight_at_report;
+  s.estimated_running_requests = std::max<int32_t>(
+      s.router_inflight, load.running_requests + load.pending_requests + inflight_since_report);
   return s;
 }
 
@@ -53,6 +57,7 @@ std::string WorkerRegistry::NextIdLocked(WorkerRole role) {
 void WorkerRegistry::ApplyLoadLocked(Entry& e, const WorkerLoad& load) {
   e.snap.descriptor.load = load;
   e.reserved_pages_at_report = e.snap.router_reserved_pages;
+  e.inflight_at_report = e.snap.router_inflight;
 }
 
 absl::StatusOr<std::string> WorkerRegistry::AddByAddress(WorkerRole role,

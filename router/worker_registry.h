@@ -96,8 +96,10 @@ class WorkerRegistry {
   struct Entry {
     WorkerSnapshot snap;
     bool drain_requested = false;
-    // router_reserved_pages when the last load report arrived (see estimated_free_pages).
+    // router_reserved_pages and router_inflight when the last load report arrived (see
+    // estimated_free_pages, estimated_running_requests).
     int32_t reserved_pages_at_report = 0;
+    int32_t inflight_at_report = 0;
     // When the Generate path last reported this worker failed (ReportFailure).
     absl::Time failure_reported_at = absl::InfinitePast();
   };

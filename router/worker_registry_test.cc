@@ -146,6 +146,34 @@ TEST(WorkerRegistry, EstimatedFreePagesSubtractsReservationsSinceTheReport) {
   EXPECT_EQ(reg.Get(r->id)->router_inflight, 0);
 }
 
+TEST(WorkerRegistry, EstimatedRunningRequestsFollowsThisRoutersPlacementsAndEnds) {
+  WorkerRegistry reg(Opts());
+  auto r = reg.Register(Decode("h:2", 50), kT0);
+  // A report of 64 requests (60 running, 4 pending), 10 of them this router's.
+  reg.AddRouterLoad(r->id, {.inflight = 10});
+  WorkerLoad load;
+  load.kv_pages_free = 50;
+  load.running_requests = 60;
+  load.pending_requests = 4;
+  ASSERT_TRUE(reg.Heartbeat(r->id, load, kT0).ok());
+  EXPECT_EQ(reg.Get(r->id)->estimated_running_requests, 64);
+  // Three of this router's requests end before the next report: room for three at once.
+  reg.AddRouterLoad(r->id, {.inflight = -3});
+  EXPECT_EQ(reg.Get(r->id)->estimated_running_requests, 61);
+  // Two placed: counted at once as well.
+  reg.AddRouterLoad(r->id, {.inflight = 2});
+  EXPECT_EQ(reg.Get(r->id)->estimated_running_requests, 63);
+  // The next report counts them; the estimate is the report again.
+  load.running_requests = 58;
+  load.pending_requests = 0;
+  ASSERT_TRUE(reg.Heartbeat(r->id, load, kT0).ok());
+  EXPECT_EQ(reg.Get(r->id)->estimated_running_requests, 58);
+  // Never below what this router itself has in flight there (a report older than its requests).
+  load.running_requests = 0;
+  ASSERT_TRUE(reg.Heartbeat(r->id, load, kT0).ok());
+  EXPECT_EQ(reg.Get(r->id)->estimated_running_requests, 9);
+}
+
 TEST(WorkerRegistry, ReportFailureMarksUnhealthyUntilNextSuccess) {
   WorkerRegistry reg(Opts());
   auto id = reg.AddByAddress(WorkerRole::kDecode, "h:3", WorkerSource::kStatic);

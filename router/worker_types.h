@@ -132,6 +132,11 @@ struct WorkerSnapshot {
   int32_t router_reserved_pages = 0;     // pages this router holds reserved here now
   // Free pages the worker reported, less what this router reserved there since the report.
   int32_t estimated_free_pages = 0;
+  // Requests the worker reported (running + pending), plus those this router placed there
+  // since the report, less those that ended since: a request's end makes room at once, not at
+  // the next report (with one router, exact; with several, the others' change shows at the
+  // report, as for pages). At least router_inflight.
+  int32_t estimated_running_requests = 0;
 };
 
 }  // namespace mlaserve::router
