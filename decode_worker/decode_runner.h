@@ -221,7 +221,7 @@ class DecodeRunner {
   common::Histogram* itl_seconds_;
   common::Histogram* e2e_seconds_;
   common::Histogram* queue_seconds_;
-  common::Histogram* step_seconds_[2];  // decode-only steps, steps with local prefill chunks
+  common::Histogram* step_seconds_[2];  // decode-only steps, steps with prefill chunks
   common::Counter* prefill_tokens_;
   std::vector<common::Gauge*> rank_running_;  // data-parallel attention: per rank
 };
