@@ -134,8 +134,9 @@ struct WorkerSnapshot {
   int32_t estimated_free_pages = 0;
   // Requests the worker reported (running + pending), plus those this router placed there
   // since the report, less those that ended since: a request's end makes room at once, not at
-  // the next report (with one router, exact; with several, the others' change shows at the
-  // report, as for pages). At least router_inflight.
+  // the next report (with several routers, the others' changes show at the report, as for
+  // pages; a reservation in transit while the report was made is missed until the next one, and
+  // the worker queues what that admits beyond its limit). At least router_inflight.
   int32_t estimated_running_requests = 0;
 };
 
