@@ -11,7 +11,7 @@ std::vector<std::string> RankDecodeWorkers(std::span<const WorkerSnapshot> decod
   for (const WorkerSnapshot& w : decode_workers) {
     const WorkerLoad& load = w.descriptor.load;
     if (load.max_running_requests > 0 &&
-        std::max(w.estimated_running_requests, w.router_inflight) >= load.max_running_requests) {
+        w.estimated_running_requests >= load.max_running_requests) {
       continue;
     }
     if (w.estimated_free_pages < pages_now) continue;

@@ -56,6 +56,7 @@ TEST(RoutingPolicy, DecodeSkipsWorkersAtTheirRequestLimit) {
   busy.estimated_running_requests = 2;  // the registry's estimate (worker_registry_test)
   WorkerSnapshot by_router = W("decode-2", 100, 4);
   by_router.descriptor.load.max_running_requests = 4;
+  by_router.estimated_running_requests = 4;  // the registry's estimate is at least router_inflight
   std::vector<WorkerSnapshot> ws = {busy, by_router, W("decode-3", 1)};
   EXPECT_THAT(RankDecodeWorkers(ws, 1, 1), ElementsAre("decode-3"));
   // One of decode-1's requests ended since its report: it has room again at once.
