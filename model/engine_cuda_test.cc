@@ -278,6 +278,57 @@ INSTANTIATE_TEST_SUITE_P(
                                          PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kCudnn},
                                          PrefillForm{AttentionPath::kMla, kernels::MhaPrefillProvider::kOurs})));
 
+// A decode step that carries prompts (the decode worker's local prefill): kAuto runs the rows
+// over a cached prefix in latent form and the fresh prompts after them in MHA form
+// (AttentionForm::kSplit). Every row is held to the reference as MatchesReference holds a
+// prefill (prompts with a routing near-tie are left to that test), and to the whole batch in
+// latent form (kMla).
+class EngineCudaMixedStepTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(EngineCudaMixedStepTest, SplitFormsMatchReferenceAndTheLatentForm) {
+  const std::string dir = Fixture(GetParam());
+  if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
+  Reference ref;
+  ASSERT_TRUE(LoadReference(dir, &ref));
+  auto engine = MakeCudaEngine(dir, kernels::MhaPrefillProvider::kAuto);
+  ASSERT_NE(engine, nullptr);
+  const std::map<std::string, double> router_margins = RouterMargins(dir);
+  const ModelConfig& cfg = engine->config();
+  int compared = 0;
+  for (const auto& p : ref.prompts) {
+    const auto margin = router_margins.find(p.name);
+    if (margin != router_margins.end() && margin->second < kRouterTie) continue;
+    testing::MixedStep step(*engine, p);
+    if (!step.usable()) continue;
+    const std::vector<testing::MixedStepRow> split = step.Run(AttentionPath::kAuto);
+    const std::vector<testing::MixedStepRow> latent = step.Run(AttentionPath::kMla);
+    ASSERT_EQ(split.size(), 4u);
+    ASSERT_EQ(latent.size(), 4u);
+    double worst = 0;
+    for (size_t r = 0; r < split.size(); ++r) {
+      const size_t j = split[r].position_index;
+      const int keys = p.logits_positions[j] + 1;
+      SCOPED_TRACE(::testing::Message() << p.name << " row " << r << " position " << keys - 1);
+      const double err = RelError(split[r].logits, p.logits[j]);
+      worst = std::max(worst, err);
+      if (cfg.has_indexer && keys > cfg.index_topk) {
+        EXPECT_LE(err, kSparseCapTolerance);  // a sparse batch: no split, the latent form
+      } else {
+        EXPECT_LE(err, kBf16Tolerance);
+        EXPECT_LE(RelError(split[r].logits, latent[r].logits), kBf16Tolerance);
+      }
+      ++compared;
+    }
+    std::cout << GetParam() << " " << p.name << ": mixed step, max rel err " << worst << "\n";
+  }
+  EXPECT_GT(compared, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineCudaMixedStepTest,
+                         ::testing::Values("deepseek_v2", "deepseek_v2_odd", "deepseek_v3", "deepseek_v32",
+                                           "deepseek_v2_knobs", "deepseek_v3_knobs", "deepseek_v3_pad",
+                                           "deepseek_v3_yarn_knobs"));
+
 // The CUDA indexer's top-k sets in the layer and prompt the fixture recorded (one prefill of
 // the whole prompt, as Hugging Face's forward) equal the reference's wherever the recorded
 // k-th vs (k+1)-th score gap is clear of bf16 score error; rows with at most index_topk keys

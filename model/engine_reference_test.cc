@@ -119,6 +119,30 @@ TEST_P(EngineReferenceTest, ChunkedPrefillMatchesReference) {
   }
 }
 
+// A decode step that carries prompts (the decode worker's local prefill): kAuto runs the rows
+// over a cached prefix in latent form and the fresh prompts after them in MHA form
+// (AttentionForm::kSplit); every row matches the reference, and the whole batch in latent form.
+TEST_P(EngineReferenceTest, DecodeStepWithFreshPromptsMatchesReference) {
+  int batches = 0;
+  for (const ReferencePrompt& p : ref_.prompts) {
+    testing::MixedStep step(*engine_, p);
+    if (!step.usable()) continue;
+    ++batches;
+    const std::vector<testing::MixedStepRow> split = step.Run(AttentionPath::kAuto);
+    const std::vector<testing::MixedStepRow> latent = step.Run(AttentionPath::kMla);
+    ASSERT_EQ(split.size(), 4u);
+    ASSERT_EQ(latent.size(), 4u);
+    for (size_t r = 0; r < split.size(); ++r) {
+      const size_t j = split[r].position_index;
+      SCOPED_TRACE(::testing::Message() << p.name << " row " << r << " position " << p.logits_positions[j]);
+      EXPECT_LE(RelError(split[r].logits, p.logits[j]), kRefTol);
+      EXPECT_LE(RelError(latent[r].logits, p.logits[j]), kRefTol);
+      EXPECT_LE(RelError(split[r].logits, latent[r].logits), kSelfTol);
+    }
+  }
+  EXPECT_GT(batches, 0);
+}
+
 // Greedy generation: one-shot prefill, then decode steps over the paged cache.
 TEST_P(EngineReferenceTest, GreedyDecodeMatchesReference) {
   for (const ReferencePrompt& p : ref_.prompts) {

@@ -15,6 +15,10 @@
 //            decode worker's path, where B ids come back instead of B x vocab logits).
 //            Under data-parallel attention the sequences go round-robin over the ranks (each
 //            in its rank's pool), as a data-parallel decode worker places them.
+//   mixed    (--mixed-prompts N...) the decode worker's step with local prefill: --mixed-decode-rows
+//            decode rows at --decode-context and N fresh prompts of --mixed-prompt-len tokens in
+//            one Forward, against the N prompts alone in one Forward and the rows' step alone
+//            (eager and with graphs), and in the MHA form asked; medians of --runs rounds.
 // Times are host wall time of Forward (ForwardInto on one reused result, as a serving loop
 // steps), so they include the plan upload and the logits copy back (one f32 row of the
 // vocabulary per sequence), as in serving. Decode feeds random ids
@@ -27,8 +31,9 @@
 // decode step's bytes read, a prefill's FLOPs), its rate, and that rate's share of a ceiling
 // measured in the same run before the engine loads (a 1 GiB device-to-device copy; a bf16 8192^3
 // cuBLAS GEMM: bench/engine_bench/ceilings.h).
-// --timeline: after all timed runs, one more prefill Forward per --prefill-lens and one more
-// graph-replayed decode step per --decode-batches run under a CUPTI trace (GpuTimeline), and a
+// --timeline: after all timed runs, one more prefill Forward per --prefill-lens, one more
+// graph-replayed decode step per --decode-batches, and one more mixed Forward and prompts-only
+// Forward per --mixed-prompts run under a CUPTI trace (GpuTimeline), and a
 // summary of each says how much of its wall the GPU was busy and where it idled
 // (timeline_summary.h). Tracing adds host time per launch, so those walls exceed the medians.
 #include <algorithm>
@@ -291,6 +296,94 @@ class Bench {
     return t;
   }
 
+  struct MixedTimes {
+    std::vector<double> prefill_ms, decode_eager_ms, decode_graph_ms, mixed_ms, mixed_mha_ms;
+  };
+
+  // The decode worker's step with local prefill: `rows` decode rows at `context` tokens (one token
+  // each) followed by `prompts` fresh prompts of `len` tokens, in one Forward (decode rows first,
+  // as DecodeScheduler::Schedule orders them), against its two halves alone: the prompts in one
+  // Forward, and the rows' step eagerly and with graphs (a step with prompts replays no graph);
+  // the mixed Forward also with AttentionPath::kMha asked (the whole batch in the MHA form, the
+  // rows' cached prefixes decompressed), where kAuto runs it in the latent form (the rows have a
+  // prefix). `runs` rounds, the five Forwards in turn each round after one untimed round. With `traced`,
+  // one more mixed Forward runs under the timeline (and `traced_prefill`, if given, one more
+  // prompts-only Forward under its own).
+  MixedTimes Mixed(int prompts, int len, int rows, int context, int runs, int max_tokens,
+                   TracedForward* traced = nullptr, TracedForward* traced_prefill = nullptr) {
+    const int new_tokens = 5 * (runs + 1) + 1;  // each row's: five steps a round, one traced
+    std::vector<std::vector<int32_t>> pages(rows), seqs(rows);
+    for (int b = 0; b < rows; ++b) {
+      auto p = e_.kv_pool().Allocate(PagesFor(context + new_tokens));
+      if (!p.ok()) Die("allocate", p.status());
+      pages[b] = std::move(*p);
+      seqs[b] = RandomIds(context);
+    }
+    const int per_fwd = std::max(1, max_tokens / context);
+    for (int b0 = 0; b0 < rows; b0 += per_fwd) {
+      std::vector<SequenceChunk> chunks;
+      for (int b = b0; b < std::min(rows, b0 + per_fwd); ++b) chunks.push_back({seqs[b], 0, pages[b], false});
+      auto r = e_.Forward(chunks);
+      if (!r.ok()) Die("mixed setup prefill", r.status());
+    }
+    mlaserve::model::ForwardResult result;
+    std::vector<std::vector<int32_t>> prompt_ids(prompts);
+    // One Forward: the decode rows (each one new token) if `with_rows`, then the prompts if
+    // `with_prompts`; returns the wall time in ms.
+    auto forward = [&](bool with_rows, bool with_prompts, TracedForward* tr,
+                       AttentionPath path = AttentionPath::kAuto) {
+      std::vector<SequenceChunk> chunks;
+      std::vector<std::vector<int32_t>> prompt_pages;
+      if (with_rows) {
+        const std::vector<int32_t> next = RandomIds(rows);
+        for (int b = 0; b < rows; ++b) {
+          seqs[b].push_back(next[b]);
+          chunks.push_back({std::span<const int32_t>(&seqs[b].back(), 1),
+                            static_cast<int>(seqs[b].size()) - 1, pages[b], true});
+        }
+      }
+      if (with_prompts) {
+        for (int p = 0; p < prompts; ++p) {
+          auto pp = e_.kv_pool().Allocate(PagesFor(len));
+          if (!pp.ok()) Die("allocate", pp.status());
+          prompt_pages.push_back(std::move(*pp));
+          prompt_ids[p] = RandomIds(len);
+        }
+        for (int p = 0; p < prompts; ++p) chunks.push_back({prompt_ids[p], 0, prompt_pages[p], true});
+      }
+      BeginTrace(tr);
+      const auto start = Clock::now();
+      const absl::Status r = e_.ForwardInto(chunks, path, nullptr, &result);
+      const double ms = Ms(Clock::now() - start);
+      EndTrace(tr);
+      if (!r.ok()) Die("mixed", r);
+      for (const auto& pp : prompt_pages) e_.kv_pool().Free(pp);
+      return ms;
+    };
+    MixedTimes t;
+    for (int round = -1; round < runs; ++round) {
+      const bool timed = round >= 0;
+      const double p = forward(false, true, nullptr);
+      be_.set_decode_graphs(false);
+      const double de = forward(true, false, nullptr);
+      be_.set_decode_graphs(true);
+      const double m = forward(true, true, nullptr);
+      const double mm = forward(true, true, nullptr, AttentionPath::kMha);
+      forward(true, false, nullptr);  // captures (first round) or replays the rows' graph
+      const double dg = forward(true, false, nullptr);
+      if (!timed) continue;
+      t.prefill_ms.push_back(p);
+      t.decode_eager_ms.push_back(de);
+      t.mixed_ms.push_back(m);
+      t.mixed_mha_ms.push_back(mm);
+      t.decode_graph_ms.push_back(dg);
+    }
+    if (traced) forward(true, true, traced);
+    if (traced_prefill) forward(false, true, traced_prefill);
+    for (int b = 0; b < rows; ++b) e_.kv_pool().Free(pages[b]);
+    return t;
+  }
+
  private:
   BenchEngine& be_;
   Engine& e_;
@@ -309,6 +402,8 @@ int main(int argc, char** argv) {
   bool trace_timeline = false, moe_block_trace = false;
   int sequence_first = 0, sequence_count = 0;
   std::string mha_provider = "auto";
+  std::vector<int> mixed_prompts;
+  int mixed_len = 1024, mixed_rows = 56;
   int tp_size = 1;
   std::string attention_parallel = "tensor", moe_parallel = "expert", moe_dispatch = "gather";
   CLI::App app{"mlaserve-engine-bench: prefill and decode speed of the engine on one GPU or "
@@ -327,6 +422,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sampled-steps", sampled_steps,
                  "timed decode steps with graphs and sampling inside Forward (0 = skip)")
+      ->capture_default_str();
+  app.add_option("--mixed-prompts", mixed_prompts,
+                 "decode steps with local prefill: for each N, N prompts of --mixed-prompt-len "
+                 "tokens after --mixed-decode-rows decode rows at --decode-context, in one Forward, "
+                 "timed against the prompts alone and the rows' step alone (empty = skip)");
+  app.add_option("--mixed-prompt-len", mixed_len, "tokens of each prompt in a mixed step")
+      ->capture_default_str();
+  app.add_option("--mixed-decode-rows", mixed_rows, "decode rows of a mixed step")
       ->capture_default_str();
   app.add_option("--warmup-steps", warm, "untimed decode steps first (capture)")->capture_default_str();
   app.add_option("--max-batch-tokens", max_batch_tokens, "engine workspace planning")
@@ -379,16 +482,38 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  const int max_batch = std::max(*std::max_element(batches.begin(), batches.end()),
+                                 mixed_prompts.empty() ? 0 : mixed_rows);
   const int max_prefill = *std::max_element(prefill_lens.begin(), prefill_lens.end());
   if (max_prefill > max_batch_tokens) {
     std::fprintf(stderr, "--prefill-lens %d exceeds --max-batch-tokens %d\n", max_prefill,
                  max_batch_tokens);
     return 2;
   }
+  const int max_mixed = mixed_prompts.empty() ? 0 : *std::max_element(mixed_prompts.begin(), mixed_prompts.end());
+  if (!mixed_prompts.empty()) {
+    if (*std::min_element(mixed_prompts.begin(), mixed_prompts.end()) < 1 || mixed_len < 1 ||
+        mixed_rows < 1 || tp_size > 1) {
+      std::fprintf(stderr, "mlaserve-engine-bench: --mixed-prompts needs prompts >= 1, "
+                   "--mixed-prompt-len >= 1, --mixed-decode-rows >= 1 and one GPU (got %d, %d, %d, "
+                   "--tp-size %d)\n", *std::min_element(mixed_prompts.begin(), mixed_prompts.end()),
+                   mixed_len, mixed_rows, tp_size);
+      return 2;
+    }
+    if (max_mixed * mixed_len + mixed_rows > max_batch_tokens) {
+      std::fprintf(stderr, "mlaserve-engine-bench: a mixed step of %d prompts of %d tokens and %d "
+                   "rows exceeds --max-batch-tokens %d\n", max_mixed, mixed_len, mixed_rows,
+                   max_batch_tokens);
+      return 2;
+    }
+  }
   if (num_pages == 0) {
     const int decode_tokens = context + warm + steps + eager_steps + sampled_steps + 3;
-    num_pages = std::max(max_batch * PagesFor(decode_tokens), PagesFor(max_prefill)) + 8;
+    const int mixed_pages = mixed_prompts.empty()
+                                ? 0
+                                : mixed_rows * PagesFor(context + 5 * (runs + 1) + 1) +
+                                      max_mixed * PagesFor(mixed_len);
+    num_pages = std::max({max_batch * PagesFor(decode_tokens), PagesFor(max_prefill), mixed_pages}) + 8;
   }
   std::unique_ptr<GpuTimeline> timeline;  // before loading the model: fail fast
   if (trace_timeline) {
@@ -416,7 +541,7 @@ int main(int argc, char** argv) {
   o.device = device;
   o.num_kv_pages = num_pages;
   o.max_batch_tokens = max_batch_tokens;
-  o.max_batch_seqs = std::max(max_batch, 1);
+  o.max_batch_seqs = std::max({max_batch, mixed_prompts.empty() ? 0 : mixed_rows + max_mixed, 1});
   o.mha_provider = mlaserve::kernels::ParseMhaPrefillProvider(mha_provider).value();  // checked by CLI11
   o.parallel = *parallel;
   const auto load_start = Clock::now();
@@ -504,6 +629,34 @@ int main(int argc, char** argv) {
                              {"graph_steps_ms", t.graph_ms}, {"bytes", work.bytes()},
                              {"touched_experts", work.touched_experts}});
   }
+  for (int n : mixed_prompts) {
+    const Bench::MixedTimes t =
+        bench.Mixed(n, mixed_len, mixed_rows, context, runs, max_batch_tokens);
+    const double p = Median(t.prefill_ms), de = Median(t.decode_eager_ms),
+                 dg = Median(t.decode_graph_ms), m = Median(t.mixed_ms),
+                 mm = Median(t.mixed_mha_ms);
+    const int tokens = n * mixed_len;
+    // A prompt's FLOPs do not depend on the other prompts of its Forward.
+    const double flops = n * mlaserve::bench::PrefillWork(cfg, mixed_len).flops;
+    std::printf("| prefill %d x %d (one Forward) | %d | %d | %.2f | %.0f | %s |\n", n, mixed_len, n,
+                tokens, p, 1000.0 * tokens / p,
+                RooflineCells(flops, 1e12, "TFLOP", p, ceilings.gemm_tflops, "GEMM").c_str());
+    std::printf("| mixed: %d decode rows, ctx %d + prefill %d x %d | %d | %d | %.2f | %.0f | "
+                "prompts alone + the rows' eager step %.2f ms (%+.1f%%), + their graph step %.2f "
+                "(%+.1f%%) | - | - |\n",
+                mixed_rows, context, n, mixed_len, mixed_rows + n, tokens + mixed_rows, m,
+                1000.0 * tokens / m, p + de, 100.0 * (m / (p + de) - 1), p + dg,
+                100.0 * (m / (p + dg) - 1));
+    std::printf("| mixed, the MHA form asked | %d | %d | %.2f | %.0f | %+.1f%% against the prompts "
+                "alone + the rows' eager step | - | - |\n",
+                mixed_rows + n, tokens + mixed_rows, mm, 1000.0 * tokens / mm, 100.0 * (mm / (p + de) - 1));
+    out["mixed"].push_back({{"prompts", n}, {"prompt_len", mixed_len}, {"decode_rows", mixed_rows},
+                            {"context", context}, {"prefill_median_ms", p},
+                            {"decode_eager_median_ms", de}, {"decode_graph_median_ms", dg},
+                            {"mixed_median_ms", m}, {"mixed_runs_ms", t.mixed_ms},
+                            {"mixed_mha_median_ms", mm},
+                            {"prefill_runs_ms", t.prefill_ms}});
+  }
   const double used_end = UsedGiB();
   const std::string graphs =
       be.graphs_captured() >= 0
@@ -546,6 +699,17 @@ int main(int argc, char** argv) {
                    max_batch_tokens, &traced);
       report(absl::StrFormat("timeline decode b%d graph", b),
              {{"phase", "decode_graph"}, {"batch", b}, {"context", context}}, traced.trace);
+    }
+    for (int n : mixed_prompts) {
+      TracedForward traced{*timeline, {}}, traced_prefill{*timeline, {}};
+      bench.Mixed(n, mixed_len, mixed_rows, context, /*runs=*/0, max_batch_tokens, &traced,
+                  &traced_prefill);
+      report(absl::StrFormat("timeline mixed %d rows + %d x %d", mixed_rows, n, mixed_len),
+             {{"phase", "mixed"}, {"prompts", n}, {"prompt_len", mixed_len},
+              {"decode_rows", mixed_rows}, {"context", context}}, traced.trace);
+      report(absl::StrFormat("timeline prefill %d x %d", n, mixed_len),
+             {{"phase", "prefill_prompts"}, {"prompts", n}, {"prompt_len", mixed_len}},
+             traced_prefill.trace);
     }
   }
   if (!output_json.empty()) std::ofstream(output_json) << out.dump(1) << "\n";

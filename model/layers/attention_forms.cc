@@ -2,6 +2,7 @@
 #include "model/layers/attention_forms.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/env_switch.h"
 #include "kernels/mha_prefill/api.h"
 #include "kernels/mla_prefill/api.h"
 
@@ -59,6 +60,13 @@ AttentionForm AttentionForms::Resolve(BatchPlan* plan, AttentionPath path,
   if (resolved == AttentionPath::kMha && !mha_runs_) resolved = AttentionPath::kMla;
   if (resolved == AttentionPath::kMla && !latent_runs_) resolved = AttentionPath::kMha;
   if (resolved == AttentionPath::kMha) return AttentionForm::kMha;
+  // kAuto over prefixed chunks followed by fresh prompts: each part in its own form, where the
+  // backend runs both.
+  static const bool split_off = kernels::EnvSwitchedOff("MLASERVE_SPLIT_FORM");
+  if (path == AttentionPath::kAuto && !plan->sparse && mha_runs_ && !split_off &&
+      plan->fresh_from > 0 && plan->fresh_from < plan->batch) {
+    return AttentionForm::kSplit;
+  }
   return plan->all_single_token ? AttentionForm::kMlaDecode : AttentionForm::kMla;
 }
 

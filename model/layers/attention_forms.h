@@ -4,7 +4,13 @@
 //   kMla:       absorbed; attention in latent space over the cache (mla_prefill, or
 //               sparse_fwd over the indexer's top-k).
 //   kMlaDecode: kMla for a batch where every chunk is one token (mla_decode / sparse_decode).
-// The choice follows the caller's AttentionPath (kAuto: MHA without a cached prefix, else MLA),
+//   kSplit:     the chunks before BatchPlan::fresh_from in kMla / kMlaDecode, the fresh prompts
+//               after them in kMha: a decode step that carries prompts (the decode worker's
+//               local prefill), whose prompts would otherwise attend in latent form, ~3.4x the
+//               FLOPs of the MHA form at DeepSeek's widths (576 + 512 against 192 + 128 a head).
+// The choice follows the caller's AttentionPath (kAuto: MHA without a cached prefix; with one,
+// kSplit where the fresh prompts come last and neither a sparse batch nor
+// MLASERVE_SPLIT_FORM=0 (read once, for timing comparisons) rules it out, else MLA),
 // then what must hold: DSA batches longer than index_topk, and batches that read an fp8
 // cache's latents, attend sparsely in latent form; a form the backend's kernels cannot run at
 // the model's stored widths gives way to the other.
@@ -21,7 +27,7 @@
 
 namespace mlaserve::model {
 
-enum class AttentionForm : uint8_t { kMha, kMla, kMlaDecode };
+enum class AttentionForm : uint8_t { kMha, kMla, kMlaDecode, kSplit };
 
 class AttentionForms {
  public:

@@ -214,6 +214,18 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
   if (dense_decode) {
     ASSIGN_OR_RETURN(decode, PlanLatentDecode(plan));
   }
+  // kSplit: the leading chunks attend in latent form (as a decode batch where they are single
+  // tokens, with the metadata built here as above), the fresh prompts after them in MHA form.
+  const bool split = form == AttentionForm::kSplit;
+  BatchPlan lead;
+  AttentionForm lead_form = AttentionForm::kMla;
+  if (split) {
+    lead = LeadingChunks(plan, plan.fresh_from);
+    if (lead.all_single_token) {
+      lead_form = AttentionForm::kMlaDecode;
+      ASSIGN_OR_RETURN(decode, PlanLatentDecode(lead));
+    }
+  }
 
   // q: [T, H, nope | rope]; kv: [T, latent | k_pe] -- exactly the cache entry once normed and
   // roped. q_proj (q_a_proj) and kv_a_proj_with_mqa both read x: one GEMM over their stacked
@@ -250,11 +262,13 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
   // q_abs ([T, H, latent | rope]), whose latent part AttendLatent fills -- unless the stored
   // rope part is padded past the rotated values (odd head dims), whose zeros AttendLatent then
   // copies with it.
+  // kSplit: q_abs for the leading rows only, and q roped in place (the MHA rows read it).
   void* q_abs = nullptr;
   if (form != AttentionForm::kMha) {
-    ASSIGN_OR_RETURN(q_abs, scratch.Activations(static_cast<int64_t>(T) * H * E, "absorbed q"));
+    const int64_t rows = split ? lead.total_tokens : T;
+    ASSIGN_OR_RETURN(q_abs, scratch.Activations(rows * H * E, "absorbed q"));
   }
-  const bool rope_into_q_abs = q_abs != nullptr && ctx_->dims.rope == ctx_->rope->rot_dim;
+  const bool rope_into_q_abs = q_abs != nullptr && !split && ctx_->dims.rope == ctx_->rope->rot_dim;
   // A few tokens on CUDA (a decode step): the same launch also computes q_abs's latent part,
   // q_nope . W_UK, in blocks of its own, and the absorbed query's GEMM launch goes
   // (MLASERVE_FUSED_UK=0 keeps it, for timing comparisons).
@@ -289,6 +303,18 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
     // fp8 cache: the chunk attends its own keys as the cache holds them (as later chunks will).
     RETURN_IF_ERROR(ctx_->cache->RoundTripLatent(layer_, plan, kv));
     RETURN_IF_ERROR(AttendMha(plan, q, kv, attn));
+  } else if (split) {
+    // Rows [0, lead.total_tokens) in latent form; the fresh prompts' rows after them attend
+    // only to themselves (no prefix), from their own q, kv and attn rows.
+    RETURN_IF_ERROR(AttendLatent(lead, lead_form, q, q_abs, /*q_abs_roped=*/false,
+                                 /*q_abs_absorbed=*/false, nullptr,
+                                 lead_form == AttentionForm::kMlaDecode ? &decode : nullptr, attn));
+    const BatchPlan fresh = FreshChunks(plan);
+    const int64_t row0 = lead.total_tokens;
+    void* fresh_kv = oc.at(kv, row0 * E);
+    RETURN_IF_ERROR(ctx_->cache->RoundTripLatent(layer_, fresh, fresh_kv));
+    RETURN_IF_ERROR(AttendMha(fresh, oc.at(q, row0 * H * qk), fresh_kv,
+                              oc.at(attn, row0 * H * ctx_->dims.v)));
   } else {
     RETURN_IF_ERROR(AttendLatent(plan, form, q, q_abs, rope_into_q_abs, absorb_in_rope,
                                  plan.sparse ? topk : nullptr, dense_decode ? &decode : nullptr, attn));

@@ -85,7 +85,87 @@ absl::StatusOr<BatchPlan> BatchPlanner::Plan(std::span<const SequenceChunk> batc
                 plan.block_table.begin() + static_cast<size_t>(b) * plan.max_pages_per_seq);
   }
   plan.sparse = c.has_indexer && plan.max_seqlen_k > c.index_topk;
+  plan.fresh_from = plan.batch;
+  while (plan.fresh_from > 0 && plan.start[plan.fresh_from - 1] == 0 &&
+         plan.cu_seqlens_q[plan.fresh_from] - plan.cu_seqlens_q[plan.fresh_from - 1] > 1) {
+    --plan.fresh_from;
+  }
+  if (plan.fresh_from > 0 && plan.fresh_from < plan.batch) {
+    const int32_t base = plan.cu_seqlens_q[plan.fresh_from];
+    for (int b = plan.fresh_from; b <= plan.batch; ++b) {
+      plan.fresh_cu_seqlens_q.push_back(plan.cu_seqlens_q[b] - base);
+    }
+  }
   return plan;
+}
+
+namespace {
+
+// The maxima and flags of `part` from its host arrays (start, seqlens_k, cu_seqlens_q).
+void SetPartMaxima(BatchPlan* part) {
+  part->max_seqlen_q = part->max_seqlen_k = part->max_prefix = 0;
+  part->all_single_token = true;
+  for (int b = 0; b < part->batch; ++b) {
+    const int n = part->cu_seqlens_q[b + 1] - part->cu_seqlens_q[b];
+    part->max_seqlen_q = std::max(part->max_seqlen_q, n);
+    part->max_seqlen_k = std::max(part->max_seqlen_k, part->seqlens_k[b]);
+    part->max_prefix = std::max(part->max_prefix, part->start[b]);
+    part->all_single_token = part->all_single_token && n == 1;
+  }
+  part->total_tokens = part->cu_seqlens_q.back();
+  part->fresh_from = part->batch;
+}
+
+}  // namespace
+
+BatchPlan LeadingChunks(const BatchPlan& plan, int chunks) {
+  BatchPlan part;
+  part.batch = chunks;
+  const int rows = plan.cu_seqlens_q[chunks];
+  part.token_ids.assign(plan.token_ids.begin(), plan.token_ids.begin() + rows);
+  part.positions.assign(plan.positions.begin(), plan.positions.begin() + rows);
+  part.slots.assign(plan.slots.begin(), plan.slots.begin() + rows);
+  part.cu_seqlens_q.assign(plan.cu_seqlens_q.begin(), plan.cu_seqlens_q.begin() + chunks + 1);
+  part.start.assign(plan.start.begin(), plan.start.begin() + chunks);
+  part.seqlens_k.assign(plan.seqlens_k.begin(), plan.seqlens_k.begin() + chunks);
+  part.max_pages_per_seq = plan.max_pages_per_seq;
+  part.block_table.assign(plan.block_table.begin(),
+                          plan.block_table.begin() + static_cast<size_t>(chunks) * plan.max_pages_per_seq);
+  part.sparse = plan.sparse;
+  part.mha_provider = plan.mha_provider;
+  SetPartMaxima(&part);
+  part.dev = plan.dev;  // the leading parts of the same arrays
+  part.dev.fresh_cu_seqlens_q = nullptr;
+  return part;
+}
+
+BatchPlan FreshChunks(const BatchPlan& plan) {
+  const int first = plan.fresh_from;
+  const int row0 = plan.cu_seqlens_q[first];
+  const size_t pages0 = static_cast<size_t>(first) * plan.max_pages_per_seq;
+  BatchPlan part;
+  part.batch = plan.batch - first;
+  part.token_ids.assign(plan.token_ids.begin() + row0, plan.token_ids.end());
+  part.positions.assign(plan.positions.begin() + row0, plan.positions.end());
+  part.slots.assign(plan.slots.begin() + row0, plan.slots.end());
+  part.cu_seqlens_q = plan.fresh_cu_seqlens_q;
+  part.start.assign(plan.start.begin() + first, plan.start.end());
+  part.seqlens_k.assign(plan.seqlens_k.begin() + first, plan.seqlens_k.end());
+  part.max_pages_per_seq = plan.max_pages_per_seq;
+  part.block_table.assign(plan.block_table.begin() + pages0, plan.block_table.end());
+  part.sparse = plan.sparse;
+  part.mha_provider = plan.mha_provider;
+  SetPartMaxima(&part);
+  const BatchPlan::Device& d = plan.dev;
+  if (d.token_ids != nullptr) {
+    part.dev.token_ids = d.token_ids + row0;
+    part.dev.positions = d.positions + row0;
+    part.dev.slots = d.slots + row0;
+    part.dev.cu_seqlens_q = d.fresh_cu_seqlens_q;
+    part.dev.seqlens_k = d.seqlens_k + first;
+    part.dev.block_table = d.block_table + pages0;
+  }
+  return part;
 }
 
 std::vector<int32_t> ReferencedPages(const BatchPlan& plan, int num_pages) {

@@ -35,6 +35,14 @@ struct BatchPlan {
   // kAuto: none, the engine's own.
   kernels::MhaPrefillProvider mha_provider = kernels::MhaPrefillProvider::kAuto;
   std::vector<int32_t> logit_rows;  // token rows (in [0, T)) whose logits are returned
+  // The first of the trailing chunks that are fresh prompts (start 0, more than one token):
+  // chunks [fresh_from, batch) are such, the one before is not (it reads a cached prefix or is
+  // a single token); batch when the last chunk is not fresh. A batch with both kinds, the
+  // fresh ones last (a decode worker's step with local prefill), may attend in two forms:
+  // AttentionForm::kSplit. fresh_cu_seqlens_q: cu_seqlens_q of those chunks alone (rebased to
+  // their first row), filled where 0 < fresh_from < batch.
+  int fresh_from = 0;
+  std::vector<int32_t> fresh_cu_seqlens_q;
 
   // The arrays above as the kernels read them: the host vectors on kCpu, a device copy
   // uploaded once per Forward on kCuda (StepScratch::UploadPlan).
@@ -45,8 +53,20 @@ struct BatchPlan {
     const int32_t* cu_seqlens_q = nullptr;
     const int32_t* seqlens_k = nullptr;
     const int32_t* block_table = nullptr;
+    const int32_t* fresh_cu_seqlens_q = nullptr;  // where fresh_cu_seqlens_q is filled
   } dev;
 };
+
+// Chunks [0, chunks) of `plan` as a plan of their own: the same rows (their first), the host
+// and device arrays' leading parts (the block table keeps its row stride, max_pages_per_seq),
+// the maxima over those chunks. 0 < chunks <= plan.batch.
+BatchPlan LeadingChunks(const BatchPlan& plan, int chunks);
+
+// Chunks [plan.fresh_from, batch) as a plan of their own, its rows from the first of theirs:
+// token arrays, the block table and seqlens_k offset to those chunks, cu_seqlens_q the rebased
+// fresh_cu_seqlens_q. 0 < plan.fresh_from < plan.batch, and the plan uploaded (its dev arrays
+// set) if the kernels are to read them.
+BatchPlan FreshChunks(const BatchPlan& plan);
 
 // Sets a paged-attention kernel's view of `plan`'s batch on `p` (MlaParams, SparseMlaParams,
 // IndexerParams, ...): batch, block table, cu_seqlens_q, seqlens_k (the kernels' device arrays,

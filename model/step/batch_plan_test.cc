@@ -88,5 +88,77 @@ TEST(BatchPlanner, RefusesWhatTheLimitsDoNotHold) {
   EXPECT_EQ(status({}).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Where the trailing fresh prompts begin (AttentionForm::kSplit), and the two parts as plans
+// of their own.
+TEST(BatchPlanner, FindsTheTrailingFreshPromptsAndSplitsThePlan) {
+  const ModelConfig c = SmallConfig();
+  const BatchPlanner planner(c, BatchLimits{64, 4, 8});
+  const std::vector<int32_t> decode = {7}, cont = {4, 5}, p1 = {1, 2, 3}, p2 = {8, 9};
+  const std::vector<int32_t> decode_pages = {5, 2}, cont_pages = {4}, p1_pages = {6}, p2_pages = {3};
+  // A decode row, a prompt's second chunk, two fresh prompts.
+  const std::vector<SequenceChunk> batch = {Chunk(decode, 70, decode_pages), Chunk(cont, 3, cont_pages),
+                                            Chunk(p1, 0, p1_pages), Chunk(p2, 0, p2_pages)};
+  absl::StatusOr<BatchPlan> plan = planner.Plan(batch);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->fresh_from, 2);
+  EXPECT_EQ(plan->fresh_cu_seqlens_q, (std::vector<int32_t>{0, 3, 5}));
+  // Device arrays as UploadPlan sets them on the CPU: the host vectors.
+  plan->dev.token_ids = plan->token_ids.data();
+  plan->dev.positions = plan->positions.data();
+  plan->dev.slots = plan->slots.data();
+  plan->dev.cu_seqlens_q = plan->cu_seqlens_q.data();
+  plan->dev.seqlens_k = plan->seqlens_k.data();
+  plan->dev.block_table = plan->block_table.data();
+  plan->dev.fresh_cu_seqlens_q = plan->fresh_cu_seqlens_q.data();
+
+  const BatchPlan lead = LeadingChunks(*plan, plan->fresh_from);
+  EXPECT_EQ(lead.batch, 2);
+  EXPECT_EQ(lead.total_tokens, 3);
+  EXPECT_EQ(lead.cu_seqlens_q, (std::vector<int32_t>{0, 1, 3}));
+  EXPECT_EQ(lead.seqlens_k, (std::vector<int32_t>{71, 5}));
+  EXPECT_EQ(lead.max_prefix, 70);
+  EXPECT_EQ(lead.max_seqlen_q, 2);
+  EXPECT_EQ(lead.max_seqlen_k, 71);
+  EXPECT_FALSE(lead.all_single_token);
+  EXPECT_EQ(lead.max_pages_per_seq, plan->max_pages_per_seq);  // the block table's row stride
+  EXPECT_EQ(lead.dev.cu_seqlens_q, plan->dev.cu_seqlens_q);
+  EXPECT_EQ(lead.dev.block_table, plan->dev.block_table);
+
+  const BatchPlan fresh = FreshChunks(*plan);
+  EXPECT_EQ(fresh.batch, 2);
+  EXPECT_EQ(fresh.total_tokens, 5);
+  EXPECT_EQ(fresh.token_ids, (std::vector<int32_t>{1, 2, 3, 8, 9}));
+  EXPECT_EQ(fresh.positions, (std::vector<int32_t>{0, 1, 2, 0, 1}));
+  EXPECT_EQ(fresh.cu_seqlens_q, (std::vector<int32_t>{0, 3, 5}));
+  EXPECT_EQ(fresh.start, (std::vector<int32_t>{0, 0}));
+  EXPECT_EQ(fresh.seqlens_k, (std::vector<int32_t>{3, 2}));
+  EXPECT_EQ(fresh.max_prefix, 0);
+  EXPECT_EQ(fresh.max_seqlen_q, 3);
+  EXPECT_EQ(fresh.block_table[0], 6);
+  EXPECT_EQ(fresh.block_table[fresh.max_pages_per_seq], 3);
+  EXPECT_EQ(fresh.dev.token_ids, plan->dev.token_ids + 3);
+  EXPECT_EQ(fresh.dev.slots, plan->dev.slots + 3);
+  EXPECT_EQ(fresh.dev.cu_seqlens_q, plan->dev.fresh_cu_seqlens_q);
+  EXPECT_EQ(fresh.dev.seqlens_k, plan->dev.seqlens_k + 2);
+  EXPECT_EQ(fresh.dev.block_table, plan->dev.block_table + 2 * plan->max_pages_per_seq);
+  EXPECT_EQ(fresh.dev.block_table[0], 6);
+
+  // No split point: a fresh prompt before a prefixed chunk, a batch of fresh prompts only, a
+  // decode batch, and a one-token prompt (not "fresh": a single token attends like a decode row).
+  const std::vector<int32_t> one = {9};
+  const std::vector<int32_t> one_pages = {1};
+  const std::vector<std::vector<SequenceChunk>> unsplit = {
+      {Chunk(p1, 0, p1_pages), Chunk(cont, 3, cont_pages)},
+      {Chunk(p1, 0, p1_pages), Chunk(p2, 0, p2_pages)},
+      {Chunk(decode, 70, decode_pages), Chunk(one, 0, one_pages)}};
+  const std::vector<int> expected_fresh_from = {2, 0, 2};
+  for (size_t i = 0; i < unsplit.size(); ++i) {
+    absl::StatusOr<BatchPlan> u = planner.Plan(unsplit[i]);
+    ASSERT_TRUE(u.ok()) << u.status();
+    EXPECT_EQ(u->fresh_from, expected_fresh_from[i]) << "batch " << i;
+    EXPECT_TRUE(u->fresh_cu_seqlens_q.empty()) << "batch " << i;
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve::model

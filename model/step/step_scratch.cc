@@ -11,7 +11,7 @@ namespace mlaserve::model {
 size_t StepScratch::PlanStagingBytes(const BatchLimits& limits, int max_pages_per_seq) {
   const size_t T = limits.max_batch_tokens, B = limits.max_batch_seqs;
   return AlignedBytes(T * sizeof(int32_t)) * 2 + AlignedBytes(T * sizeof(int64_t)) +
-         AlignedBytes((B + 1) * sizeof(int32_t)) + AlignedBytes(B * sizeof(int32_t)) +
+         AlignedBytes((B + 1) * sizeof(int32_t)) * 2 + AlignedBytes(B * sizeof(int32_t)) +
          AlignedBytes(B * static_cast<size_t>(max_pages_per_seq) * sizeof(int32_t));
 }
 
@@ -47,6 +47,7 @@ absl::Status StepScratch::UploadPlan(BatchPlan* plan) {
     d.cu_seqlens_q = plan->cu_seqlens_q.data();
     d.seqlens_k = plan->seqlens_k.data();
     d.block_table = plan->block_table.data();
+    d.fresh_cu_seqlens_q = plan->fresh_cu_seqlens_q.empty() ? nullptr : plan->fresh_cu_seqlens_q.data();
     return absl::OkStatus();
   }
   if (plan->max_pages_per_seq > max_pages_per_seq_) {
@@ -69,6 +70,7 @@ absl::Status StepScratch::UploadPlan(BatchPlan* plan) {
   pack(plan->cu_seqlens_q.data(), plan->cu_seqlens_q.size() * sizeof(int32_t));
   pack(plan->seqlens_k.data(), plan->seqlens_k.size() * sizeof(int32_t));
   pack(plan->block_table.data(), plan->block_table.size() * sizeof(int32_t));
+  pack(plan->fresh_cu_seqlens_q.data(), plan->fresh_cu_seqlens_q.size() * sizeof(int32_t));
   if (used > staging_.bytes()) {
     return absl::InternalError(absl::StrCat("UploadPlan: the plan needs ", used, " staging bytes; ",
                                             staging_.bytes(), " were planned"));
@@ -82,6 +84,9 @@ absl::Status StepScratch::UploadPlan(BatchPlan* plan) {
   d.cu_seqlens_q = reinterpret_cast<const int32_t*>(base + offsets[3]);
   d.seqlens_k = reinterpret_cast<const int32_t*>(base + offsets[4]);
   d.block_table = reinterpret_cast<const int32_t*>(base + offsets[5]);
+  d.fresh_cu_seqlens_q = plan->fresh_cu_seqlens_q.empty()
+                             ? nullptr
+                             : reinterpret_cast<const int32_t*>(base + offsets[6]);
   return absl::OkStatus();
 }
 

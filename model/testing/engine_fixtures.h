@@ -8,8 +8,10 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -135,6 +137,74 @@ inline std::map<int, std::vector<float>> ChunkedPrefill(Engine& engine,
   }
   return out;
 }
+
+// A decode step that carries prompts, as the decode worker runs one with local prefill, over
+// prefixes of `p` (every row's logits are at a position the reference recorded): a decode row
+// (one token after a cached prefix), a prompt's later chunk (after a cached prefix), then two
+// fresh prompts, in one Forward with `path`. The prefixes are prefilled first (kMla); `path`'s
+// Forward may run twice on the same pages (it rewrites the same cache rows). Returns, per row,
+// the index into p.logits_positions and the logits; empty when the prompt records fewer than
+// two positions past 1 (then there is no such batch to make of it).
+struct MixedStepRow {
+  size_t position_index = 0;
+  std::vector<float> logits;
+};
+class MixedStep {
+ public:
+  MixedStep(Engine& engine, const ReferencePrompt& p) : engine_(engine), p_(p) {
+    for (size_t j = 0; j < p.logits_positions.size(); ++j) {
+      if (p.logits_positions[j] >= 2) usable_.push_back(j);
+    }
+    if (usable_.size() < 2) return;
+    // The decode row at the first usable position, the later chunk and the second fresh prompt
+    // at the last, the first fresh prompt at a middle one.
+    rows_ = {usable_.front(), usable_.back(), usable_[usable_.size() / 2], usable_.back()};
+    const int decode_pos = p.logits_positions[rows_[0]];
+    const int chunk_end = p.logits_positions[rows_[1]];  // the chunk's last position
+    chunk_start_ = std::max(1, chunk_end / 2);
+    for (int r = 0; r < 4; ++r) pages_.push_back(std::make_unique<SeqPages>(engine.kv_pool(), p.logits_positions[rows_[r]] + 1));
+    for (auto [r, len] : {std::pair{0, decode_pos}, std::pair{1, chunk_start_}}) {
+      SequenceChunk c;
+      c.tokens = std::span<const int32_t>(p.ids).first(len);
+      c.pages = pages_[r]->pages();
+      c.want_logits = false;
+      auto done = engine.Forward({&c, 1}, AttentionPath::kMla);
+      EXPECT_TRUE(done.ok()) << done.status();
+    }
+  }
+  bool usable() const { return rows_.size() == 4; }
+
+  std::vector<MixedStepRow> Run(AttentionPath path) {
+    std::vector<MixedStepRow> out;
+    if (!usable()) return out;
+    const std::span<const int32_t> ids(p_.ids);
+    std::vector<SequenceChunk> batch(4);
+    const int decode_pos = p_.logits_positions[rows_[0]];
+    batch[0].tokens = ids.subspan(decode_pos, 1);
+    batch[0].start_pos = decode_pos;
+    const int chunk_end = p_.logits_positions[rows_[1]];
+    batch[1].tokens = ids.subspan(chunk_start_, chunk_end + 1 - chunk_start_);
+    batch[1].start_pos = chunk_start_;
+    for (int r : {2, 3}) batch[r].tokens = ids.first(p_.logits_positions[rows_[r]] + 1);
+    for (int r = 0; r < 4; ++r) batch[r].pages = pages_[r]->pages();
+    auto result = engine_.Forward(batch, path);
+    EXPECT_TRUE(result.ok()) << result.status();
+    if (!result.ok()) return out;
+    const size_t V = result->logits.size() / 4;
+    for (int r = 0; r < 4; ++r) {
+      out.push_back({rows_[r], std::vector<float>(result->logits.begin() + r * V,
+                                                  result->logits.begin() + (r + 1) * V)});
+    }
+    return out;
+  }
+
+ private:
+  Engine& engine_;
+  const ReferencePrompt& p_;
+  std::vector<size_t> usable_, rows_;
+  int chunk_start_ = 1;
+  std::vector<std::unique_ptr<SeqPages>> pages_;
+};
 
 inline int32_t Argmax(const std::vector<float>& v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());

@@ -1,0 +1,58 @@
+// AttentionForms::Resolve: the form of a batch for each asked path, the split form of a decode
+// step that carries fresh prompts included.
+#include "model/layers/attention_forms.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/common/types.h"
+#include "model/step/batch_plan.h"
+
+namespace mlaserve::model {
+namespace {
+
+constexpr int kPage = kernels::kPageSize;
+
+SequenceChunk Chunk(const std::vector<int32_t>& tokens, int start, const std::vector<int32_t>& pages) {
+  SequenceChunk c;
+  c.tokens = tokens;
+  c.start_pos = start;
+  c.pages = pages;
+  return c;
+}
+
+TEST(AttentionFormsTest, ResolvesEachBatchKind) {
+  ModelConfig c;
+  c.vocab_size = 100;
+  c.max_position_embeddings = 4 * kPage;
+  const BatchPlanner planner(c, BatchLimits{64, 4, 8});
+  const AttentionForms forms;  // both forms run
+  const std::vector<int32_t> one = {7}, two = {4, 5}, three = {1, 2, 3};
+  const std::vector<int32_t> a = {5, 2}, b = {4}, d = {6};
+  auto resolve = [&](const std::vector<SequenceChunk>& batch, AttentionPath path,
+                     bool cache_reads_sparse = false) {
+    absl::StatusOr<BatchPlan> plan = planner.Plan(batch);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return forms.Resolve(&*plan, path, cache_reads_sparse);
+  };
+  const std::vector<SequenceChunk> decode_and_prompt = {Chunk(one, 70, a), Chunk(three, 0, d)};
+  const std::vector<SequenceChunk> chunk_and_prompt = {Chunk(two, 3, b), Chunk(three, 0, d)};
+  const std::vector<SequenceChunk> prompt_then_chunk = {Chunk(three, 0, d), Chunk(two, 3, b)};
+  const std::vector<SequenceChunk> prompts = {Chunk(three, 0, d), Chunk(two, 0, b)};
+  const std::vector<SequenceChunk> decode = {Chunk(one, 70, a), Chunk(one, 3, b)};
+
+  EXPECT_EQ(resolve(decode_and_prompt, AttentionPath::kAuto), AttentionForm::kSplit);
+  EXPECT_EQ(resolve(chunk_and_prompt, AttentionPath::kAuto), AttentionForm::kSplit);
+  // Asked for one form, the whole batch runs in it.
+  EXPECT_EQ(resolve(decode_and_prompt, AttentionPath::kMla), AttentionForm::kMla);
+  EXPECT_EQ(resolve(decode_and_prompt, AttentionPath::kMha), AttentionForm::kMha);
+  // The fresh prompt before the prefixed chunk: no split point, the latent form.
+  EXPECT_EQ(resolve(prompt_then_chunk, AttentionPath::kAuto), AttentionForm::kMla);
+  EXPECT_EQ(resolve(prompts, AttentionPath::kAuto), AttentionForm::kMha);
+  EXPECT_EQ(resolve(decode, AttentionPath::kAuto), AttentionForm::kMlaDecode);
+  // A cache whose latents only the sparse kernels read (fp8): one sparse batch in latent form.
+  EXPECT_EQ(resolve(decode_and_prompt, AttentionPath::kAuto, /*cache_reads_sparse=*/true), AttentionForm::kMla);
+}
+
+}  // namespace
+}  // namespace mlaserve::model
