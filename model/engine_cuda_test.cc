@@ -298,28 +298,34 @@ TEST_P(EngineCudaMixedStepTest, SplitFormsMatchReferenceAndTheLatentForm) {
   for (const auto& p : ref.prompts) {
     const auto margin = router_margins.find(p.name);
     if (margin != router_margins.end() && margin->second < kRouterTie) continue;
-    testing::MixedStep step(*engine, p);
-    if (!step.usable()) continue;
-    const std::vector<testing::MixedStepRow> split = step.Run(AttentionPath::kAuto);
-    const std::vector<testing::MixedStepRow> latent = step.Run(AttentionPath::kMla);
-    ASSERT_EQ(split.size(), 4u);
-    ASSERT_EQ(latent.size(), 4u);
-    double worst = 0;
-    for (size_t r = 0; r < split.size(); ++r) {
-      const size_t j = split[r].position_index;
-      const int keys = p.logits_positions[j] + 1;
-      SCOPED_TRACE(::testing::Message() << p.name << " row " << r << " position " << keys - 1);
-      const double err = RelError(split[r].logits, p.logits[j]);
-      worst = std::max(worst, err);
-      if (cfg.has_indexer && keys > cfg.index_topk) {
-        EXPECT_LE(err, kSparseCapTolerance);  // a sparse batch: no split, the latent form
-      } else {
-        EXPECT_LE(err, kBf16Tolerance);
-        EXPECT_LE(RelError(split[r].logits, latent[r].logits), kBf16Tolerance);
+    // The leading part: decode rows and a prompt's later chunk (latent prefill), then decode
+    // rows only (mla_decode).
+    for (const bool later_chunk : {true, false}) {
+      testing::MixedStep step(*engine, p, later_chunk);
+      if (!step.usable()) continue;
+      const std::vector<testing::MixedStepRow> split = step.Run(AttentionPath::kAuto);
+      const std::vector<testing::MixedStepRow> latent = step.Run(AttentionPath::kMla);
+      ASSERT_EQ(split.size(), 4u);
+      ASSERT_EQ(latent.size(), 4u);
+      double worst = 0;
+      for (size_t r = 0; r < split.size(); ++r) {
+        const size_t j = split[r].position_index;
+        const int keys = p.logits_positions[j] + 1;
+        SCOPED_TRACE(::testing::Message() << p.name << (later_chunk ? " with a later chunk" : " decode rows only")
+                                          << " row " << r << " position " << keys - 1);
+        const double err = RelError(split[r].logits, p.logits[j]);
+        worst = std::max(worst, err);
+        if (cfg.has_indexer && keys > cfg.index_topk) {
+          EXPECT_LE(err, kSparseCapTolerance);  // a sparse batch: no split, the latent form
+        } else {
+          EXPECT_LE(err, kBf16Tolerance);
+          EXPECT_LE(RelError(split[r].logits, latent[r].logits), kBf16Tolerance);
+        }
+        ++compared;
       }
-      ++compared;
+      std::cout << GetParam() << " " << p.name << (later_chunk ? ": mixed step with a later chunk" : ": mixed step, decode rows only")
+                << ", max rel err " << worst << "\n";
     }
-    std::cout << GetParam() << " " << p.name << ": mixed step, max rel err " << worst << "\n";
   }
   EXPECT_GT(compared, 0);
 }

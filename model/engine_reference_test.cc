@@ -125,19 +125,24 @@ TEST_P(EngineReferenceTest, ChunkedPrefillMatchesReference) {
 TEST_P(EngineReferenceTest, DecodeStepWithFreshPromptsMatchesReference) {
   int batches = 0;
   for (const ReferencePrompt& p : ref_.prompts) {
-    testing::MixedStep step(*engine_, p);
-    if (!step.usable()) continue;
-    ++batches;
-    const std::vector<testing::MixedStepRow> split = step.Run(AttentionPath::kAuto);
-    const std::vector<testing::MixedStepRow> latent = step.Run(AttentionPath::kMla);
-    ASSERT_EQ(split.size(), 4u);
-    ASSERT_EQ(latent.size(), 4u);
-    for (size_t r = 0; r < split.size(); ++r) {
-      const size_t j = split[r].position_index;
-      SCOPED_TRACE(::testing::Message() << p.name << " row " << r << " position " << p.logits_positions[j]);
-      EXPECT_LE(RelError(split[r].logits, p.logits[j]), kRefTol);
-      EXPECT_LE(RelError(latent[r].logits, p.logits[j]), kRefTol);
-      EXPECT_LE(RelError(split[r].logits, latent[r].logits), kSelfTol);
+    // The leading part: decode rows and a prompt's later chunk (latent prefill), then decode
+    // rows only (mla_decode).
+    for (const bool later_chunk : {true, false}) {
+      testing::MixedStep step(*engine_, p, later_chunk);
+      if (!step.usable()) continue;
+      ++batches;
+      const std::vector<testing::MixedStepRow> split = step.Run(AttentionPath::kAuto);
+      const std::vector<testing::MixedStepRow> latent = step.Run(AttentionPath::kMla);
+      ASSERT_EQ(split.size(), 4u);
+      ASSERT_EQ(latent.size(), 4u);
+      for (size_t r = 0; r < split.size(); ++r) {
+        const size_t j = split[r].position_index;
+        SCOPED_TRACE(::testing::Message() << p.name << (later_chunk ? " with a later chunk" : " decode rows only")
+                                          << " row " << r << " position " << p.logits_positions[j]);
+        EXPECT_LE(RelError(split[r].logits, p.logits[j]), kRefTol);
+        EXPECT_LE(RelError(latent[r].logits, p.logits[j]), kRefTol);
+        EXPECT_LE(RelError(split[r].logits, latent[r].logits), kSelfTol);
+      }
     }
   }
   EXPECT_GT(batches, 0);

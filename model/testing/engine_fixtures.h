@@ -140,8 +140,9 @@ inline std::map<int, std::vector<float>> ChunkedPrefill(Engine& engine,
 
 // A decode step that carries prompts, as the decode worker runs one with local prefill, over
 // prefixes of `p` (every row's logits are at a position the reference recorded): a decode row
-// (one token after a cached prefix), a prompt's later chunk (after a cached prefix), then two
-// fresh prompts, in one Forward with `path`. The prefixes are prefilled first (kMla); `path`'s
+// (one token after a cached prefix), a prompt's later chunk (after a cached prefix; with
+// `later_chunk` false a second decode row instead, so the leading part is a decode batch), then
+// two fresh prompts, in one Forward with `path`. The prefixes are prefilled first (kMla); `path`'s
 // Forward may run twice on the same pages (it rewrites the same cache rows). Returns, per row,
 // the index into p.logits_positions and the logits; empty when the prompt records fewer than
 // two positions past 1 (then there is no such batch to make of it).
@@ -151,7 +152,7 @@ struct MixedStepRow {
 };
 class MixedStep {
  public:
-  MixedStep(Engine& engine, const ReferencePrompt& p) : engine_(engine), p_(p) {
+  MixedStep(Engine& engine, const ReferencePrompt& p, bool later_chunk = true) : engine_(engine), p_(p) {
     for (size_t j = 0; j < p.logits_positions.size(); ++j) {
       if (p.logits_positions[j] >= 2) usable_.push_back(j);
     }
@@ -161,7 +162,7 @@ class MixedStep {
     rows_ = {usable_.front(), usable_.back(), usable_[usable_.size() / 2], usable_.back()};
     const int decode_pos = p.logits_positions[rows_[0]];
     const int chunk_end = p.logits_positions[rows_[1]];  // the chunk's last position
-    chunk_start_ = std::max(1, chunk_end / 2);
+    chunk_start_ = later_chunk ? std::max(1, chunk_end / 2) : chunk_end;
     for (int r = 0; r < 4; ++r) pages_.push_back(std::make_unique<SeqPages>(engine.kv_pool(), p.logits_positions[rows_[r]] + 1));
     for (auto [r, len] : {std::pair{0, decode_pos}, std::pair{1, chunk_start_}}) {
       SequenceChunk c;
