@@ -48,6 +48,7 @@ std::vector<DecodeChunk> DecodeScheduler::Schedule() const {
     batch.push_back(DecodeChunk{s.get(), s->num_computed, 1, true});
     budget[s->rank] -= 1;
   }
+  const size_t decode_rows = batch.size();
   for (const auto& s : running_) {
     if (!s->prefilling() || budget[s->rank] == 0) continue;
     const int remaining = s->prefill_len - s->num_computed;
@@ -55,6 +56,11 @@ std::vector<DecodeChunk> DecodeScheduler::Schedule() const {
     batch.push_back(DecodeChunk{s.get(), s->num_computed, len, len == remaining});
     budget[s->rank] -= len;
   }
+  // Prompts' later chunks (and one-token chunks) before the fresh prompts, in running order
+  // within each kind: the engine attends a batch whose fresh prompts come last in two forms,
+  // its fresh prompts in the cheaper MHA form (model::AttentionForm::kSplit).
+  std::stable_partition(batch.begin() + static_cast<std::ptrdiff_t>(decode_rows), batch.end(),
+                        [](const DecodeChunk& c) { return c.start > 0 || c.len == 1; });
   return batch;
 }
 

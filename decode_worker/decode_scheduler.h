@@ -50,7 +50,8 @@ class DecodeScheduler {
   const std::deque<std::shared_ptr<DecodeSequence>>& running() const { return running_; }
 
   // schedule(): this step's chunks, decode tokens first, then local prefill chunks, each
-  // rank within its own token budget.
+  // rank within its own token budget (given out in running order); among the prefill chunks
+  // the prompts' later chunks (and one-token chunks) come before the fresh prompts.
   std::vector<DecodeChunk> Schedule() const;
 
  private:

@@ -1,5 +1,8 @@
 #include "decode_worker/decode_scheduler.h"
 
+#include <string>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace mlaserve::decode {
@@ -73,6 +76,25 @@ TEST(DecodeSchedulerTest, LastPrefillChunkWantsLogits) {
   EXPECT_EQ(b[0].start, 14);
   EXPECT_EQ(b[0].len, 6);
   EXPECT_TRUE(b[0].want_logits);
+}
+
+// The fresh prompts come last (the engine then attends them in MHA form), the budget still
+// given in running order.
+TEST(DecodeSchedulerTest, FreshPromptsAfterLaterChunks) {
+  DecodeScheduler s({.max_running = 8, .max_batch_tokens = 64, .chunk_size = 16});
+  s.Add(Seq("fresh1", 40, 0, 0));  // its first chunk: 16 tokens
+  s.Add(Seq("later", 40, 16, 0));  // its second chunk: 16 tokens from 16
+  s.Add(Seq("d", 10, 10, 1));      // a decode token
+  s.Add(Seq("one", 1, 0, 0));      // a one-token prompt: attends like a decode row
+  s.Add(Seq("fresh2", 40, 0, 0));  // 16 tokens
+  s.Add(Seq("fresh3", 40, 0, 0));  // what is left of the budget: 64 - 1 - 16 - 16 - 1 - 16 = 14
+  auto b = s.Schedule();
+  ASSERT_EQ(b.size(), 6u);
+  const std::vector<std::string> order = {"d", "later", "one", "fresh1", "fresh2", "fresh3"};
+  for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(b[i].seq->id, order[i]) << i;
+  EXPECT_EQ(b[1].start, 16);
+  EXPECT_EQ(b[3].len, 16);
+  EXPECT_EQ(b[5].len, 14);
 }
 
 // Data-parallel attention: each rank has its own token budget and request limit.
