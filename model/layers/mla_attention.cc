@@ -217,10 +217,12 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
   // kSplit: the leading chunks attend in latent form (as a decode batch where they are single
   // tokens, with the metadata built here as above), the fresh prompts after them in MHA form.
   const bool split = form == AttentionForm::kSplit;
-  BatchPlan lead;
+  if (split && plan.parts.size() != 2) {
+    return absl::InternalError("the split attention form over a plan without its two parts (StepScratch::UploadPlan makes them)");
+  }
+  const BatchPlan& lead = split ? plan.parts[0] : plan;
   AttentionForm lead_form = AttentionForm::kMla;
   if (split) {
-    lead = LeadingChunks(plan, plan.fresh_from);
     if (lead.all_single_token) {
       lead_form = AttentionForm::kMlaDecode;
       ASSIGN_OR_RETURN(decode, PlanLatentDecode(lead));
@@ -309,7 +311,7 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
     RETURN_IF_ERROR(AttendLatent(lead, lead_form, q, q_abs, /*q_abs_roped=*/false,
                                  /*q_abs_absorbed=*/false, nullptr,
                                  lead_form == AttentionForm::kMlaDecode ? &decode : nullptr, attn));
-    const BatchPlan fresh = FreshChunks(plan);
+    const BatchPlan& fresh = plan.parts[1];
     const int64_t row0 = lead.total_tokens;
     void* fresh_kv = oc.at(kv, row0 * E);
     RETURN_IF_ERROR(ctx_->cache->RoundTripLatent(layer_, fresh, fresh_kv));

@@ -2,6 +2,7 @@
 #include "model/step/batch_plan.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/types.h"
@@ -166,6 +167,13 @@ BatchPlan FreshChunks(const BatchPlan& plan) {
     part.dev.block_table = d.block_table + pages0;
   }
   return part;
+}
+
+void SplitAtFreshPrompts(BatchPlan* plan) {
+  std::vector<BatchPlan> parts;
+  parts.push_back(LeadingChunks(*plan, plan->fresh_from));
+  parts.push_back(FreshChunks(*plan));
+  plan->parts = std::move(parts);
 }
 
 std::vector<int32_t> ReferencedPages(const BatchPlan& plan, int num_pages) {

@@ -43,6 +43,10 @@ struct BatchPlan {
   // their first row), filled where 0 < fresh_from < batch.
   int fresh_from = 0;
   std::vector<int32_t> fresh_cu_seqlens_q;
+  // Where 0 < fresh_from < batch: {LeadingChunks(*this, fresh_from), FreshChunks(*this)}, made
+  // once a step by the upload (StepScratch::UploadPlan, SplitAtFreshPrompts), what the layers of
+  // an AttentionForm::kSplit step read; empty otherwise.
+  std::vector<BatchPlan> parts;
 
   // The arrays above as the kernels read them: the host vectors on kCpu, a device copy
   // uploaded once per Forward on kCuda (StepScratch::UploadPlan).
@@ -67,6 +71,9 @@ BatchPlan LeadingChunks(const BatchPlan& plan, int chunks);
 // fresh_cu_seqlens_q. 0 < plan.fresh_from < plan.batch, and the plan uploaded (its dev arrays
 // set) if the kernels are to read them.
 BatchPlan FreshChunks(const BatchPlan& plan);
+
+// Sets plan->parts for AttentionForm::kSplit, under FreshChunks' conditions.
+void SplitAtFreshPrompts(BatchPlan* plan);
 
 // Sets a paged-attention kernel's view of `plan`'s batch on `p` (MlaParams, SparseMlaParams,
 // IndexerParams, ...): batch, block table, cu_seqlens_q, seqlens_k (the kernels' device arrays,

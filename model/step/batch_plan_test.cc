@@ -142,6 +142,10 @@ TEST(BatchPlanner, FindsTheTrailingFreshPromptsAndSplitsThePlan) {
   EXPECT_EQ(fresh.dev.seqlens_k, plan->dev.seqlens_k + 2);
   EXPECT_EQ(fresh.dev.block_table, plan->dev.block_table + 2 * plan->max_pages_per_seq);
   EXPECT_EQ(fresh.dev.block_table[0], 6);
+  SplitAtFreshPrompts(&*plan);  // the two, made once a step for the layers
+  ASSERT_EQ(plan->parts.size(), 2u);
+  EXPECT_EQ(plan->parts[0].cu_seqlens_q, lead.cu_seqlens_q);
+  EXPECT_EQ(plan->parts[1].dev.cu_seqlens_q, fresh.dev.cu_seqlens_q);
 
   // No split point: a fresh prompt before a prefixed chunk, a batch of fresh prompts only, a
   // decode batch, and a one-token prompt (not "fresh": a single token attends like a decode row).

@@ -48,6 +48,7 @@ absl::Status StepScratch::UploadPlan(BatchPlan* plan) {
     d.seqlens_k = plan->seqlens_k.data();
     d.block_table = plan->block_table.data();
     d.fresh_cu_seqlens_q = plan->fresh_cu_seqlens_q.empty() ? nullptr : plan->fresh_cu_seqlens_q.data();
+    if (!plan->fresh_cu_seqlens_q.empty()) SplitAtFreshPrompts(plan);
     return absl::OkStatus();
   }
   if (plan->max_pages_per_seq > max_pages_per_seq_) {
@@ -87,6 +88,8 @@ absl::Status StepScratch::UploadPlan(BatchPlan* plan) {
   d.fresh_cu_seqlens_q = plan->fresh_cu_seqlens_q.empty()
                              ? nullptr
                              : reinterpret_cast<const int32_t*>(base + offsets[6]);
+  // A batch with a split point: its two parts, over these device arrays (AttentionForm::kSplit).
+  if (!plan->fresh_cu_seqlens_q.empty()) SplitAtFreshPrompts(plan);
   return absl::OkStatus();
 }
 
