@@ -102,77 +102,52 @@ absl::StatusOr<BatchPlan> BatchPlanner::Plan(std::span<const SequenceChunk> batc
 
 namespace {
 
-// The maxima and flags of `part` from its host arrays (start, seqlens_k, cu_seqlens_q).
-void SetPartMaxima(BatchPlan* part) {
-  part->max_seqlen_q = part->max_seqlen_k = part->max_prefix = 0;
-  part->all_single_token = true;
-  for (int b = 0; b < part->batch; ++b) {
-    const int n = part->cu_seqlens_q[b + 1] - part->cu_seqlens_q[b];
-    part->max_seqlen_q = std::max(part->max_seqlen_q, n);
-    part->max_seqlen_k = std::max(part->max_seqlen_k, part->seqlens_k[b]);
-    part->max_prefix = std::max(part->max_prefix, part->start[b]);
-    part->all_single_token = part->all_single_token && n == 1;
+// Chunks [first, end) of `plan` as a plan of their own, its rows from the first of theirs: the
+// host arrays' parts (cu_seqlens_q rebased; the block table keeps its row stride,
+// max_pages_per_seq), the maxima over those chunks, and the device arrays at the same offsets,
+// cu_seqlens_q there the leading part of the plan's (first 0) or the rebased copy the upload
+// made of the fresh prompts' (first fresh_from, end batch).
+BatchPlan ChunkRange(const BatchPlan& plan, int first, int end) {
+  const int row0 = plan.cu_seqlens_q[first], row1 = plan.cu_seqlens_q[end];
+  const size_t stride = plan.max_pages_per_seq;
+  BatchPlan part;
+  part.batch = end - first;
+  part.token_ids.assign(plan.token_ids.begin() + row0, plan.token_ids.begin() + row1);
+  part.positions.assign(plan.positions.begin() + row0, plan.positions.begin() + row1);
+  part.slots.assign(plan.slots.begin() + row0, plan.slots.begin() + row1);
+  for (int b = first; b <= end; ++b) part.cu_seqlens_q.push_back(plan.cu_seqlens_q[b] - row0);
+  part.start.assign(plan.start.begin() + first, plan.start.begin() + end);
+  part.seqlens_k.assign(plan.seqlens_k.begin() + first, plan.seqlens_k.begin() + end);
+  part.max_pages_per_seq = plan.max_pages_per_seq;
+  part.block_table.assign(plan.block_table.begin() + first * stride, plan.block_table.begin() + end * stride);
+  part.sparse = plan.sparse;
+  part.mha_provider = plan.mha_provider;
+  part.total_tokens = row1 - row0;
+  part.fresh_from = part.batch;
+  part.all_single_token = true;
+  for (int b = 0; b < part.batch; ++b) {
+    const int n = part.cu_seqlens_q[b + 1] - part.cu_seqlens_q[b];
+    part.max_seqlen_q = std::max(part.max_seqlen_q, n);
+    part.max_seqlen_k = std::max(part.max_seqlen_k, part.seqlens_k[b]);
+    part.max_prefix = std::max(part.max_prefix, part.start[b]);
+    part.all_single_token = part.all_single_token && n == 1;
   }
-  part->total_tokens = part->cu_seqlens_q.back();
-  part->fresh_from = part->batch;
+  const BatchPlan::Device& d = plan.dev;
+  part.dev.token_ids = d.token_ids + row0;
+  part.dev.positions = d.positions + row0;
+  part.dev.slots = d.slots + row0;
+  part.dev.cu_seqlens_q = first == 0 ? d.cu_seqlens_q : d.fresh_cu_seqlens_q;
+  part.dev.seqlens_k = d.seqlens_k + first;
+  part.dev.block_table = d.block_table + first * stride;
+  return part;
 }
 
 }  // namespace
 
-BatchPlan LeadingChunks(const BatchPlan& plan, int chunks) {
-  BatchPlan part;
-  part.batch = chunks;
-  const int rows = plan.cu_seqlens_q[chunks];
-  part.token_ids.assign(plan.token_ids.begin(), plan.token_ids.begin() + rows);
-  part.positions.assign(plan.positions.begin(), plan.positions.begin() + rows);
-  part.slots.assign(plan.slots.begin(), plan.slots.begin() + rows);
-  part.cu_seqlens_q.assign(plan.cu_seqlens_q.begin(), plan.cu_seqlens_q.begin() + chunks + 1);
-  part.start.assign(plan.start.begin(), plan.start.begin() + chunks);
-  part.seqlens_k.assign(plan.seqlens_k.begin(), plan.seqlens_k.begin() + chunks);
-  part.max_pages_per_seq = plan.max_pages_per_seq;
-  part.block_table.assign(plan.block_table.begin(),
-                          plan.block_table.begin() + static_cast<size_t>(chunks) * plan.max_pages_per_seq);
-  part.sparse = plan.sparse;
-  part.mha_provider = plan.mha_provider;
-  SetPartMaxima(&part);
-  part.dev = plan.dev;  // the leading parts of the same arrays
-  part.dev.fresh_cu_seqlens_q = nullptr;
-  return part;
-}
-
-BatchPlan FreshChunks(const BatchPlan& plan) {
-  const int first = plan.fresh_from;
-  const int row0 = plan.cu_seqlens_q[first];
-  const size_t pages0 = static_cast<size_t>(first) * plan.max_pages_per_seq;
-  BatchPlan part;
-  part.batch = plan.batch - first;
-  part.token_ids.assign(plan.token_ids.begin() + row0, plan.token_ids.end());
-  part.positions.assign(plan.positions.begin() + row0, plan.positions.end());
-  part.slots.assign(plan.slots.begin() + row0, plan.slots.end());
-  part.cu_seqlens_q = plan.fresh_cu_seqlens_q;
-  part.start.assign(plan.start.begin() + first, plan.start.end());
-  part.seqlens_k.assign(plan.seqlens_k.begin() + first, plan.seqlens_k.end());
-  part.max_pages_per_seq = plan.max_pages_per_seq;
-  part.block_table.assign(plan.block_table.begin() + pages0, plan.block_table.end());
-  part.sparse = plan.sparse;
-  part.mha_provider = plan.mha_provider;
-  SetPartMaxima(&part);
-  const BatchPlan::Device& d = plan.dev;
-  if (d.token_ids != nullptr) {
-    part.dev.token_ids = d.token_ids + row0;
-    part.dev.positions = d.positions + row0;
-    part.dev.slots = d.slots + row0;
-    part.dev.cu_seqlens_q = d.fresh_cu_seqlens_q;
-    part.dev.seqlens_k = d.seqlens_k + first;
-    part.dev.block_table = d.block_table + pages0;
-  }
-  return part;
-}
-
 void SplitAtFreshPrompts(BatchPlan* plan) {
   std::vector<BatchPlan> parts;
-  parts.push_back(LeadingChunks(*plan, plan->fresh_from));
-  parts.push_back(FreshChunks(*plan));
+  parts.push_back(ChunkRange(*plan, 0, plan->fresh_from));
+  parts.push_back(ChunkRange(*plan, plan->fresh_from, plan->batch));
   plan->parts = std::move(parts);
 }
 

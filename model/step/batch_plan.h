@@ -43,9 +43,9 @@ struct BatchPlan {
   // their first row), filled where 0 < fresh_from < batch.
   int fresh_from = 0;
   std::vector<int32_t> fresh_cu_seqlens_q;
-  // Where 0 < fresh_from < batch: {LeadingChunks(*this, fresh_from), FreshChunks(*this)}, made
-  // once a step by the upload (StepScratch::UploadPlan, SplitAtFreshPrompts), what the layers of
-  // an AttentionForm::kSplit step read; empty otherwise.
+  // Where 0 < fresh_from < batch: chunks [0, fresh_from) and the fresh prompts as plans of
+  // their own, made once a step by the upload (StepScratch::UploadPlan, SplitAtFreshPrompts),
+  // what the layers of an AttentionForm::kSplit step read; empty otherwise.
   std::vector<BatchPlan> parts;
 
   // The arrays above as the kernels read them: the host vectors on kCpu, a device copy
@@ -61,18 +61,11 @@ struct BatchPlan {
   } dev;
 };
 
-// Chunks [0, chunks) of `plan` as a plan of their own: the same rows (their first), the host
-// and device arrays' leading parts (the block table keeps its row stride, max_pages_per_seq),
-// the maxima over those chunks. 0 < chunks <= plan.batch.
-BatchPlan LeadingChunks(const BatchPlan& plan, int chunks);
-
-// Chunks [plan.fresh_from, batch) as a plan of their own, its rows from the first of theirs:
-// token arrays, the block table and seqlens_k offset to those chunks, cu_seqlens_q the rebased
-// fresh_cu_seqlens_q. 0 < plan.fresh_from < plan.batch, and the plan uploaded (its dev arrays
-// set) if the kernels are to read them.
-BatchPlan FreshChunks(const BatchPlan& plan);
-
-// Sets plan->parts for AttentionForm::kSplit, under FreshChunks' conditions.
+// Sets plan->parts, where 0 < plan->fresh_from < plan->batch, from the uploaded plan (its dev
+// arrays set): chunks [0, fresh_from) and [fresh_from, batch), each a plan of its own whose rows
+// start at its first chunk's (cu_seqlens_q rebased; the block table keeps its row stride,
+// max_pages_per_seq), with the maxima over its chunks and the device arrays at the same offsets
+// (the fresh part's cu_seqlens_q: dev.fresh_cu_seqlens_q).
 void SplitAtFreshPrompts(BatchPlan* plan);
 
 // Sets a paged-attention kernel's view of `plan`'s batch on `p` (MlaParams, SparseMlaParams,

@@ -111,7 +111,9 @@ TEST(BatchPlanner, FindsTheTrailingFreshPromptsAndSplitsThePlan) {
   plan->dev.block_table = plan->block_table.data();
   plan->dev.fresh_cu_seqlens_q = plan->fresh_cu_seqlens_q.data();
 
-  const BatchPlan lead = LeadingChunks(*plan, plan->fresh_from);
+  SplitAtFreshPrompts(&*plan);
+  ASSERT_EQ(plan->parts.size(), 2u);
+  const BatchPlan& lead = plan->parts[0];
   EXPECT_EQ(lead.batch, 2);
   EXPECT_EQ(lead.total_tokens, 3);
   EXPECT_EQ(lead.cu_seqlens_q, (std::vector<int32_t>{0, 1, 3}));
@@ -124,7 +126,7 @@ TEST(BatchPlanner, FindsTheTrailingFreshPromptsAndSplitsThePlan) {
   EXPECT_EQ(lead.dev.cu_seqlens_q, plan->dev.cu_seqlens_q);
   EXPECT_EQ(lead.dev.block_table, plan->dev.block_table);
 
-  const BatchPlan fresh = FreshChunks(*plan);
+  const BatchPlan& fresh = plan->parts[1];
   EXPECT_EQ(fresh.batch, 2);
   EXPECT_EQ(fresh.total_tokens, 5);
   EXPECT_EQ(fresh.token_ids, (std::vector<int32_t>{1, 2, 3, 8, 9}));
@@ -142,10 +144,6 @@ TEST(BatchPlanner, FindsTheTrailingFreshPromptsAndSplitsThePlan) {
   EXPECT_EQ(fresh.dev.seqlens_k, plan->dev.seqlens_k + 2);
   EXPECT_EQ(fresh.dev.block_table, plan->dev.block_table + 2 * plan->max_pages_per_seq);
   EXPECT_EQ(fresh.dev.block_table[0], 6);
-  SplitAtFreshPrompts(&*plan);  // the two, made once a step for the layers
-  ASSERT_EQ(plan->parts.size(), 2u);
-  EXPECT_EQ(plan->parts[0].cu_seqlens_q, lead.cu_seqlens_q);
-  EXPECT_EQ(plan->parts[1].dev.cu_seqlens_q, fresh.dev.cu_seqlens_q);
 
   // No split point: a fresh prompt before a prefixed chunk, a batch of fresh prompts only, a
   // decode batch, and a one-token prompt (not "fresh": a single token attends like a decode row).
