@@ -59,14 +59,15 @@ AttentionForm AttentionForms::Resolve(BatchPlan* plan, AttentionPath path,
   // (Choose; sparse batches always have the latent form).
   if (resolved == AttentionPath::kMha && !mha_runs_) resolved = AttentionPath::kMla;
   if (resolved == AttentionPath::kMla && !latent_runs_) resolved = AttentionPath::kMha;
-  if (resolved == AttentionPath::kMha) return AttentionForm::kMha;
   // kAuto over prefixed chunks followed by fresh prompts: each part in its own form, where the
-  // backend runs both.
+  // backend runs both. Any other batch drops the fresh part's cu_seqlens_q, so that only a split
+  // step uploads it and gets its two parts (StepScratch::UploadPlan).
   static const bool split_off = kernels::EnvSwitchedOff("MLASERVE_SPLIT_FORM");
-  if (path == AttentionPath::kAuto && !plan->sparse && mha_runs_ && !split_off &&
-      plan->fresh_from > 0 && plan->fresh_from < plan->batch) {
-    return AttentionForm::kSplit;
-  }
+  const bool split = path == AttentionPath::kAuto && resolved == AttentionPath::kMla && !plan->sparse &&
+                     mha_runs_ && !split_off && plan->fresh_from > 0 && plan->fresh_from < plan->batch;
+  if (split) return AttentionForm::kSplit;
+  plan->fresh_cu_seqlens_q.clear();
+  if (resolved == AttentionPath::kMha) return AttentionForm::kMha;
   return plan->all_single_token ? AttentionForm::kMlaDecode : AttentionForm::kMla;
 }
 

@@ -52,6 +52,14 @@ TEST(AttentionFormsTest, ResolvesEachBatchKind) {
   EXPECT_EQ(resolve(decode, AttentionPath::kAuto), AttentionForm::kMlaDecode);
   // A cache whose latents only the sparse kernels read (fp8): one sparse batch in latent form.
   EXPECT_EQ(resolve(decode_and_prompt, AttentionPath::kAuto, /*cache_reads_sparse=*/true), AttentionForm::kMla);
+  // Only a split step keeps the fresh part's cu_seqlens_q (what the upload splits the plan by).
+  for (const AttentionPath path : {AttentionPath::kAuto, AttentionPath::kMla}) {
+    absl::StatusOr<BatchPlan> plan = planner.Plan(decode_and_prompt);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_FALSE(plan->fresh_cu_seqlens_q.empty());
+    const AttentionForm form = forms.Resolve(&*plan, path, false);
+    EXPECT_EQ(plan->fresh_cu_seqlens_q.empty(), form != AttentionForm::kSplit);
+  }
 }
 
 }  // namespace

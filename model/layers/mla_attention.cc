@@ -221,12 +221,10 @@ absl::Status MlaAttention::Forward(const BatchPlan& plan, AttentionForm form, co
     return absl::InternalError("the split attention form over a plan without its two parts (StepScratch::UploadPlan makes them)");
   }
   const BatchPlan& lead = split ? plan.parts[0] : plan;
-  AttentionForm lead_form = AttentionForm::kMla;
-  if (split) {
-    if (lead.all_single_token) {
-      lead_form = AttentionForm::kMlaDecode;
-      ASSIGN_OR_RETURN(decode, PlanLatentDecode(lead));
-    }
+  const AttentionForm lead_form =
+      split && lead.all_single_token ? AttentionForm::kMlaDecode : AttentionForm::kMla;
+  if (split && lead_form == AttentionForm::kMlaDecode) {
+    ASSIGN_OR_RETURN(decode, PlanLatentDecode(lead));
   }
 
   // q: [T, H, nope | rope]; kv: [T, latent | k_pe] -- exactly the cache entry once normed and

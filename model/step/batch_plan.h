@@ -40,11 +40,12 @@ struct BatchPlan {
   // a single token); batch when the last chunk is not fresh. A batch with both kinds, the
   // fresh ones last (a decode worker's step with local prefill), may attend in two forms:
   // AttentionForm::kSplit. fresh_cu_seqlens_q: cu_seqlens_q of those chunks alone (rebased to
-  // their first row), filled where 0 < fresh_from < batch.
+  // their first row), filled by the planner where 0 < fresh_from < batch and kept by
+  // AttentionForms::Resolve only where the step runs kSplit.
   int fresh_from = 0;
   std::vector<int32_t> fresh_cu_seqlens_q;
-  // Where 0 < fresh_from < batch: chunks [0, fresh_from) and the fresh prompts as plans of
-  // their own, made once a step by the upload (StepScratch::UploadPlan, SplitAtFreshPrompts),
+  // Where fresh_cu_seqlens_q is filled: chunks [0, fresh_from) and the fresh prompts as plans
+  // of their own, made once a step by the upload (StepScratch::UploadPlan, SplitAtFreshPrompts),
   // what the layers of an AttentionForm::kSplit step read; empty otherwise.
   std::vector<BatchPlan> parts;
 

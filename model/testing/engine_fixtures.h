@@ -153,13 +153,14 @@ struct MixedStepRow {
 class MixedStep {
  public:
   MixedStep(Engine& engine, const ReferencePrompt& p, bool later_chunk = true) : engine_(engine), p_(p) {
+    std::vector<size_t> usable;  // positions with at least two tokens before them
     for (size_t j = 0; j < p.logits_positions.size(); ++j) {
-      if (p.logits_positions[j] >= 2) usable_.push_back(j);
+      if (p.logits_positions[j] >= 2) usable.push_back(j);
     }
-    if (usable_.size() < 2) return;
+    if (usable.size() < 2) return;
     // The decode row at the first usable position, the later chunk and the second fresh prompt
     // at the last, the first fresh prompt at a middle one.
-    rows_ = {usable_.front(), usable_.back(), usable_[usable_.size() / 2], usable_.back()};
+    rows_ = {usable.front(), usable.back(), usable[usable.size() / 2], usable.back()};
     const int decode_pos = p.logits_positions[rows_[0]];
     const int chunk_end = p.logits_positions[rows_[1]];  // the chunk's last position
     chunk_start_ = later_chunk ? std::max(1, chunk_end / 2) : chunk_end;
@@ -202,7 +203,7 @@ class MixedStep {
  private:
   Engine& engine_;
   const ReferencePrompt& p_;
-  std::vector<size_t> usable_, rows_;
+  std::vector<size_t> rows_;
   int chunk_start_ = 1;
   std::vector<std::unique_ptr<SeqPages>> pages_;
 };
