@@ -30,6 +30,11 @@ absl::Status WorkerError(const std::string& what, const std::string& worker_id,
                                                                         : status.error_message()));
 }
 
+bool WorkerLooksGone(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::UNKNOWN;
+}
+
 std::string DescribeWorkers(const std::vector<WorkerSnapshot>& all) {
   if (all.empty()) return "none is registered";
   std::vector<std::string> parts;
@@ -163,11 +168,11 @@ DecodePlacement::Failure DecodePlacement::ReserveFailed(const grpc::Status& stat
     failure.hung = true;
   }
   failure.error = WorkerError("reserve on decode worker", decode_id_, decode_address_, seen);
-  if (seen.error_code() == grpc::StatusCode::UNAVAILABLE) {
+  if (WorkerLooksGone(seen)) {
     registry_->ReportFailure(decode_id_, std::string(failure.error.message()), absl::Now());
   }
-  const bool retryable = seen.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
-                         seen.error_code() == grpc::StatusCode::UNAVAILABLE;
+  const bool retryable =
+      seen.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED || WorkerLooksGone(seen);
   if (retryable && more_candidates()) {
     failure.verdict = Failure::Verdict::kRetry;
   } else if (seen.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {

@@ -29,6 +29,13 @@ namespace mlaserve::router {
 absl::Status WorkerError(const std::string& what, const std::string& worker_id,
                          const std::string& address, const grpc::Status& status);
 
+// Whether a worker call's failure says the worker process is gone or unreachable, so the
+// registry should stop routing to it until it answers again: UNAVAILABLE (connection refused
+// or reset), or UNKNOWN, which gRPC gives a call whose connection dropped mid-stream ("Stream
+// removed"); a killed worker's open stream ends with either. A live worker answers with
+// neither (its own errors carry their codes).
+bool WorkerLooksGone(const grpc::Status& status);
+
 // "decode-1 at HOST:PORT is healthy; ..." or "none is registered", for error messages.
 std::string DescribeWorkers(const std::vector<WorkerSnapshot>& workers);
 

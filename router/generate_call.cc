@@ -380,7 +380,7 @@ void GenerateCall::OnDecodeStreamDone(const grpc::Status& status) {
     if (phase_ == Phase::kDone) {
       // The call already ended (e.g. the prefill worker reported the failed KV transfer
       // first), but a decode worker that went away must still be marked unhealthy.
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      if (WorkerLooksGone(status)) {
         const absl::Status error =
             WorkerError("token stream from decode worker", id, address, status);
         router_->registry().ReportFailure(id, std::string(error.message()), absl::Now());
@@ -394,7 +394,7 @@ void GenerateCall::OnDecodeStreamDone(const grpc::Status& status) {
     } else {
       const absl::Status error =
           WorkerError("token stream from decode worker", id, address, status);
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      if (WorkerLooksGone(status)) {
         router_->registry().ReportFailure(id, std::string(error.message()), absl::Now());
       }
       ended = FailLocked(error);
@@ -421,7 +421,7 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status) {
     } else {
       const absl::Status error =
           WorkerError("prefill on prefill worker", p.prefill_id(), p.prefill_address(), status);
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      if (WorkerLooksGone(status)) {
         router_->registry().ReportFailure(p.prefill_id(), std::string(error.message()),
                                           absl::Now());
       }

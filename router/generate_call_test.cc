@@ -330,18 +330,38 @@ TEST(GenerateCall, ClientCancelMidStreamAbortsTheWorkers) {
 }
 
 TEST(GenerateCall, DecodeWorkerFailureMidStreamIsUnavailable) {
+  // A killed worker's stream ends UNAVAILABLE ("Socket closed") or, when gRPC removes the
+  // stream as the connection drops, UNKNOWN ("Stream removed"): either marks it unhealthy.
+  for (const grpc::Status& died : {grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker died"),
+                                   grpc::Status(grpc::StatusCode::UNKNOWN, "Stream removed")}) {
+    SCOPED_TRACE(died.error_message());
+    RouterHarness h;
+    h.decode().set_reply("Hello!");
+    h.decode().set_fail_stream_after(2, died);
+    Result r = h.Generate(TextRequest("Hi"));
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(r.status.error_message(), HasSubstr("decode-1"));
+    EXPECT_THAT(r.status.error_message(), HasSubstr(died.error_message()));
+    ASSERT_TRUE(r.error.has_value());  // the stream had chunks, so an error message came too
+    EXPECT_EQ(r.error->code(), static_cast<int>(grpc::StatusCode::UNAVAILABLE));
+    EXPECT_EQ(r.text, "He");
+    // The router stops routing to it until it answers a poll again: the next request is
+    // refused at once, naming the worker's state.
+    EXPECT_EQ(h.router().registry().Get("decode-1")->state, WorkerState::kUnhealthy);
+    Result next = h.Generate(TextRequest("Hi"));
+    EXPECT_EQ(next.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(next.status.error_message(), HasSubstr("no healthy decode worker"));
+  }
+}
+
+TEST(GenerateCall, ADecodeWorkersOwnErrorDoesNotMarkItUnhealthy) {
   RouterHarness h;
   h.decode().set_reply("Hello!");
-  h.decode().set_fail_stream_after(2, grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker died"));
+  h.decode().set_fail_stream_after(
+      2, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling seed 7 out of range"));
   Result r = h.Generate(TextRequest("Hi"));
-  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_THAT(r.status.error_message(), HasSubstr("decode-1"));
-  EXPECT_THAT(r.status.error_message(), HasSubstr("worker died"));
-  ASSERT_TRUE(r.error.has_value());  // the stream had chunks, so an error message came too
-  EXPECT_EQ(r.error->code(), static_cast<int>(grpc::StatusCode::UNAVAILABLE));
-  EXPECT_EQ(r.text, "He");
-  // The router stops routing to it until it answers a poll again.
-  EXPECT_EQ(h.router().registry().Get("decode-1")->state, WorkerState::kUnhealthy);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(h.router().registry().Get("decode-1")->state, WorkerState::kHealthy);
 }
 
 TEST(GenerateCall, PrefillFailureFailsTheRequestAndFreesDecodePages) {
