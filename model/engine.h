@@ -37,8 +37,14 @@ namespace mlaserve::model {
 // project's own mha_prefill kernel for the call (the GPU profile found it faster than cuDNN
 // in the batch's cell), kMhaCudnn kMha with cuDNN where it can run the call and ours where it
 // cannot (the cell found cuDNN faster); kMha uses EngineOptions::mha_provider. A
-// --mha-provider other than auto wins over both.
-enum class AttentionPath : uint8_t { kAuto, kMha, kMla, kMhaOurs, kMhaCudnn };
+// --mha-provider other than auto wins over both. kSplit: a batch whose fresh prompts (start 0,
+// more than one token) come after prefixed or single-token chunks runs the leading chunks in
+// the latent (MLA) form and the fresh prompts in MHA form on the engine's default provider
+// (AttentionForm::kSplit, which kAuto also reaches for such a batch when it has a cached
+// prefix); a batch that cannot split (no fresh part or no lead, sparse DSA, no MHA form at the
+// model's widths, MLASERVE_SPLIT_FORM=0) runs as kMla. ForwardResult::path_used says kMla for
+// a split batch.
+enum class AttentionPath : uint8_t { kAuto, kMha, kMla, kMhaOurs, kMhaCudnn, kSplit };
 
 // The KV cache's storage (the --kv-cache-dtype flag). kNative: the engine's activation dtype
 // (bf16 on kCuda, f32 on kCpu). kFp8: DeepSeek's fp8 layouts (KvCacheFormat::kFp8Ds; DSA

@@ -37,6 +37,7 @@ const char* PrefillPathName(PrefillPath p) {
     case PrefillPath::kMha: return "mha";
     case PrefillPath::kMla: return "mla";
     case PrefillPath::kSparseFwd: return "sparse_fwd";
+    case PrefillPath::kSplit: return "split";
   }
   return "?";
 }
@@ -59,6 +60,7 @@ const char* ChoiceReasonName(ChoiceReason r) {
     case ChoiceReason::kSparseCap: return "sparse_cap";
     case ChoiceReason::kSparseTable: return "sparse_table";
     case ChoiceReason::kEmpty: return "empty";
+    case ChoiceReason::kSplitLead: return "split_lead";
   }
   return "?";
 }
@@ -75,6 +77,11 @@ absl::StatusOr<std::unique_ptr<AttentionPathPolicy>> AttentionPathPolicy::Create
     return absl::InvalidArgumentError(
         "attention path sparse_fwd was forced, but the model has no DSA indexer "
         "(only DeepSeek-V3.2 models can use it)");
+  }
+  if (options.force == PrefillPath::kSplit) {
+    return absl::InvalidArgumentError(
+        "attention path split cannot be forced: it is the policy's choice for a batch of "
+        "prefixed chunks followed by fresh prompts (force mla or mha, or leave it auto)");
   }
   if (model.has_indexer && model.index_topk <= 0) {
     return absl::InvalidArgumentError(
@@ -150,6 +157,45 @@ PathChoice AttentionPathPolicy::ChooseDense(const BatchStats& st) const {
   return c;
 }
 
+int SplitPoint(std::span<const SequenceShape> batch) {
+  const auto fresh = [](const SequenceShape& q) { return q.prefix == 0 && q.extend >= 2; };
+  const int n = static_cast<int>(batch.size());
+  int lead = 0;
+  while (lead < n && !fresh(batch[lead])) ++lead;
+  if (lead == 0 || lead == n) return 0;
+  for (int i = lead; i < n; ++i) {
+    if (!fresh(batch[i])) return 0;
+  }
+  return lead;
+}
+
+PathChoice AttentionPathPolicy::ChooseSplit(std::span<const SequenceShape> batch, int lead,
+                                            PathChoice whole) const {
+  // Not forced here (Choose), so the lead's choice is the table's (or no cell's).
+  const PathChoice lead_choice = ChooseDense(ComputeBatchStats(batch.first(lead)));
+  SplitParts parts;
+  parts.lead = lead;
+  parts.lead_stats = lead_choice.stats;
+  parts.lead_reason = lead_choice.reason;
+  parts.lead_threshold = lead_choice.se_threshold;
+  parts.lead_path = lead_choice.path;
+  for (const SequenceShape& q : batch.subspan(lead)) {
+    ++parts.fresh_prompts;
+    parts.fresh_tokens += q.extend;
+  }
+  whole.reason = ChoiceReason::kSplitLead;
+  if (lead_choice.path == PrefillPath::kMha) {
+    // The lead alone would take MHA: so does the whole batch (the fresh prompts too), on the
+    // whole batch's cell's provider.
+    whole.path = PrefillPath::kMha;
+    whole.mha_provider = MhaProviderFor(whole.stats);
+  } else {
+    whole.path = PrefillPath::kSplit;
+  }
+  whole.split = parts;
+  return whole;
+}
+
 PathChoice AttentionPathPolicy::ChooseSparse(const BatchStats& st) const {
   PathChoice c;
   c.stats = st;
@@ -180,6 +226,12 @@ PathChoice AttentionPathPolicy::Choose(std::span<const SequenceShape> batch) {
     c = ChooseSparse(st);
   } else {
     c = ChooseDense(st);
+    // The split rule: dense models only (a DSA model's batches keep their rules), an unforced
+    // whole-batch MLA over [prefixed or single-token | fresh prompts].
+    if (options_.split_fresh_prompts && !options_.force.has_value() && !model_.has_indexer &&
+        c.path == PrefillPath::kMla) {
+      if (const int lead = SplitPoint(batch); lead > 0) c = ChooseSplit(batch, lead, c);
+    }
   }
   path_counts_[static_cast<int>(c.path)].fetch_add(1, std::memory_order_relaxed);
   reason_counts_[static_cast<int>(c.reason)].fetch_add(1, std::memory_order_relaxed);
@@ -190,18 +242,38 @@ PathChoice AttentionPathPolicy::Choose(std::span<const SequenceShape> batch) {
   return c;
 }
 
-std::string AttentionPathPolicy::Describe(const PathChoice& c) {
-  const BatchStats& s = c.stats;
-  std::string out = absl::StrCat(PrefillPathName(c.path), " (", ChoiceReasonName(c.reason),
-                                 ": bs=", s.batch, " prefix=", s.sum_prefix,
-                                 " extend=", s.sum_extend, " se=", s.se);
-  if (c.reason == ChoiceReason::kTable || c.reason == ChoiceReason::kTableNearest) {
-    if (c.se_threshold == kNeverMha) {
+namespace {
+
+// "table: bs=1 prefix=4096 extend=512 se=2359296 < threshold=3000000"
+std::string DescribeStats(PrefillPath path, ChoiceReason reason, const BatchStats& s,
+                          int64_t threshold) {
+  std::string out = absl::StrCat(ChoiceReasonName(reason), ": bs=", s.batch,
+                                 " prefix=", s.sum_prefix, " extend=", s.sum_extend, " se=", s.se);
+  if (reason == ChoiceReason::kTable || reason == ChoiceReason::kTableNearest) {
+    if (threshold == kNeverMha) {
       absl::StrAppend(&out, " threshold=never");
     } else {
-      absl::StrAppend(&out, c.path == PrefillPath::kMha ? " >= " : " < ", "threshold=",
-                      c.se_threshold);
+      absl::StrAppend(&out, path == PrefillPath::kMha ? " >= " : " < ", "threshold=", threshold);
     }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string AttentionPathPolicy::Describe(const PathChoice& c) {
+  if (c.path == PrefillPath::kSplit && c.split.has_value()) {
+    const SplitParts& p = *c.split;
+    return absl::StrCat("mla|mha split (lead: ",
+                        DescribeStats(p.lead_path, p.lead_reason, p.lead_stats, p.lead_threshold),
+                        "; fresh: ", p.fresh_prompts, " prompts, ", p.fresh_tokens, " tokens)");
+  }
+  std::string out = absl::StrCat(PrefillPathName(c.path), " (",
+                                 DescribeStats(c.path, c.reason, c.stats, c.se_threshold));
+  if (c.split.has_value()) {  // kMha because the lead alone chose it
+    const SplitParts& p = *c.split;
+    absl::StrAppend(&out, "; lead: ",
+                    DescribeStats(p.lead_path, p.lead_reason, p.lead_stats, p.lead_threshold));
   }
   if (c.path == PrefillPath::kMha && c.mha_provider != MhaPrefillProvider::kAuto) {
     absl::StrAppend(&out, " provider=", kernels::MhaPrefillProviderName(c.mha_provider));

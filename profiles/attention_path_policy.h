@@ -1,9 +1,17 @@
 // AttentionPathPolicy: per prefill batch, which attention form to run.
 //
-//   Choose(batch) -> kMha | kMla | kSparseFwd
+//   Choose(batch) -> kMha | kMla | kSplit | kSparseFwd
 //
 // Dense models (V2, V3): the profile's MHA/MLA table — MHA when se = Σ seq_len·extend_len
 // is at least the cell's threshold (times the configured scale), MLA below.
+//   Split rule: a batch that is, in its order, k >= 1 leading sequences with a cached prefix or
+//   a single token followed by >= 1 fresh prompts (prefix 0, extend >= 2) and whose whole-batch
+//   choice is MLA (not forced) is chosen again for its leading part alone: MLA there -> kSplit
+//   (the leading part in latent form, the fresh prompts in MHA form on the engine's default
+//   provider: model::AttentionPath::kSplit); MHA there -> kMha for the whole batch (its
+//   provider the whole batch's cell's). A fresh prompt in latent form costs ~3.4x the attention
+//   FLOPs of its MHA form, which a whole-batch MLA choice would otherwise charge it.
+//   PolicyOptions::split_fresh_prompts = false turns the rule off.
 // DSA models (V3.2, index_topk = k), in this order:
 //   1. every sequence has seq_len <= k: the indexer would select every key, so attention is
 //      dense and exact -> the MHA/MLA table as for dense models (SGLang PR 12788's MHA path
@@ -39,10 +47,13 @@
 
 namespace mlaserve::profiles {
 
-enum class PrefillPath : uint8_t { kMha, kMla, kSparseFwd };
-inline constexpr int kNumPrefillPaths = 3;
-const char* PrefillPathName(PrefillPath p);  // "mha", "mla", "sparse_fwd"
-// "auto" gives nullopt; unknown names are INVALID_ARGUMENT naming the value.
+// kSplit: the leading chunks in latent form, the trailing fresh prompts in MHA form (the split
+// rule above; never forced).
+enum class PrefillPath : uint8_t { kMha, kMla, kSparseFwd, kSplit };
+inline constexpr int kNumPrefillPaths = 4;
+const char* PrefillPathName(PrefillPath p);  // "mha", "mla", "sparse_fwd", "split"
+// "auto" gives nullopt; unknown names (and "split", which is the policy's choice, not a path
+// to force) are INVALID_ARGUMENT naming the value.
 absl::StatusOr<std::optional<PrefillPath>> ParsePrefillPath(const std::string& name);
 
 // Why a path was chosen (for the debug line and metrics labels).
@@ -54,8 +65,10 @@ enum class ChoiceReason : uint8_t {
   kSparseCap,       // DSA: rows above the decode-style kernel's cap
   kSparseTable,     // DSA: rows vs sparse_fwd_min_rows
   kEmpty,           // empty batch: kMla, nothing runs
+  kSplitLead,       // split rule: the whole batch said MLA, its leading part's own choice
+                    // decided (kSplit for MLA there, kMha for MHA)
 };
-inline constexpr int kNumChoiceReasons = 7;
+inline constexpr int kNumChoiceReasons = 8;
 const char* ChoiceReasonName(ChoiceReason r);
 
 struct PolicyOptions {
@@ -64,6 +77,8 @@ struct PolicyOptions {
   // Whether this process can run cuDNN's MHA prefill; nullopt asks
   // kernels::MhaPrefillCudnnVersion() at Create (tests and tools set it).
   std::optional<bool> cudnn_available;
+  // The split rule (header comment); false: one path for the whole batch, as before.
+  bool split_fresh_prompts = true;
 };
 
 // What the policy needs to know about the model.
@@ -72,15 +87,34 @@ struct ModelAttentionTraits {
   int index_topk = 0;        // > 0 when has_indexer
 };
 
+// A batch [lead | fresh] under the split rule: its leading part's own choice, and its fresh
+// prompts.
+struct SplitParts {
+  int lead = 0;              // chunks [0, lead) have a prefix or one token; the rest are fresh
+  BatchStats lead_stats;
+  ChoiceReason lead_reason = ChoiceReason::kTable;  // kTable, kTableNearest or kNoCell
+  int64_t lead_threshold = kNeverMha;              // the lead's scaled threshold (table reasons)
+  PrefillPath lead_path = PrefillPath::kMla;        // kMla -> the choice is kSplit; kMha -> kMha
+  int fresh_prompts = 0;
+  int64_t fresh_tokens = 0;
+};
+
 struct PathChoice {
   PrefillPath path = PrefillPath::kMla;
   ChoiceReason reason = ChoiceReason::kTable;
-  BatchStats stats;
-  int64_t se_threshold = kNeverMha;  // the scaled threshold used (table reasons)
+  BatchStats stats;                  // the whole batch's
+  int64_t se_threshold = kNeverMha;  // the whole batch's scaled threshold used (table reasons)
   // For kMha: who computes it (the cell's provider; kAuto = the engine's --mha-provider).
   // kAuto for the other paths.
   MhaPrefillProvider mha_provider = MhaPrefillProvider::kAuto;
+  // Where reason is kSplitLead: the two parts (the whole batch's own choice was MLA).
+  std::optional<SplitParts> split;
 };
+
+// Where `batch` is, in its order, k >= 1 sequences with a prefix or one token followed by
+// >= 1 fresh prompts (prefix 0, extend >= 2): k. Else 0 (no fresh prompt, no lead, or a
+// leading-kind sequence after a fresh one).
+int SplitPoint(std::span<const SequenceShape> batch);
 
 class AttentionPathPolicy {
  public:
@@ -111,7 +145,10 @@ class AttentionPathPolicy {
   MhaPrefillProvider MhaProviderFor(const BatchStats& st) const;
 
   // "mla (table: bs=3 prefix=2048 extend=1024 se=3145728 < threshold=4194304)"; a kMha
-  // choice with a recorded provider ends in " provider=cudnn" or " provider=ours".
+  // choice with a recorded provider ends in " provider=cudnn" or " provider=ours". A split
+  // choice: "mla|mha split (lead: table: bs=1 prefix=4096 extend=512 se=... < threshold=...;
+  // fresh: 2 prompts, 900 tokens)"; a kMha choice of the split rule:
+  // "mha (split_lead: bs=3 ... ; lead: table: bs=1 ... >= threshold=...)".
   static std::string Describe(const PathChoice& c);
 
  private:
@@ -119,6 +156,8 @@ class AttentionPathPolicy {
                       PolicyOptions options, bool cudnn_cells_on_ours);
   MhaPrefillProvider CellProvider(const MhaMlaCell* cell) const;  // nullptr: kAuto
   PathChoice ChooseDense(const BatchStats& st) const;
+  // The split rule over a whole-batch choice `whole` (kMla, unforced): see the header comment.
+  PathChoice ChooseSplit(std::span<const SequenceShape> batch, int lead, PathChoice whole) const;
   PathChoice ChooseSparse(const BatchStats& st) const;
   int64_t Scaled(int64_t threshold) const;
 

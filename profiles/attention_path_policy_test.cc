@@ -103,9 +103,118 @@ TEST(AttentionPathPolicy, ParsePrefillPath) {
   auto bad = ParsePrefillPath("flash");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'flash'"));
+  EXPECT_FALSE(ParsePrefillPath("split").ok());  // the policy's choice, not a path to force
+  auto forced_split = AttentionPathPolicy::Create(testing::SmallProfile(), "t", {},
+                                                  {PrefillPath::kSplit, 1.0});
+  ASSERT_FALSE(forced_split.ok());
+  EXPECT_THAT(std::string(forced_split.status().message()), HasSubstr("cannot be forced"));
 }
 
 constexpr ModelAttentionTraits kDsa{true, 2048};
+
+// The split rule's batches: [prefixed or single-token | fresh prompts], and the cells it reads.
+constexpr int64_t kLeadPrefix = 4096;  // prefix bucket 1024
+GpuProfile SplitProfile(GpuProfile p, int64_t whole_threshold, int64_t lead_threshold) {
+  for (MhaMlaCell& c : p.mha_mla.cells) {
+    if (c.batch == 3 && c.prefix == 1024) c.se_threshold = whole_threshold;
+    if (c.batch == 1 && c.prefix == 1024 && c.extend == 512) c.se_threshold = lead_threshold;
+    if (c.batch == 2 && c.prefix == 1024 && c.extend == 0) c.se_threshold = lead_threshold;
+  }
+  return p;
+}
+
+TEST(AttentionPathPolicy, SplitPoint) {
+  EXPECT_EQ(SplitPoint(std::vector<SequenceShape>{{kLeadPrefix, 512}, {0, 600}, {0, 300}}), 1);
+  EXPECT_EQ(SplitPoint(std::vector<SequenceShape>{{0, 1}, {7, 1}, {0, 5}}), 2);  // one-token lead
+  EXPECT_EQ(SplitPoint(std::vector<SequenceShape>{{10, 5}}), 0);            // no fresh prompt
+  EXPECT_EQ(SplitPoint(std::vector<SequenceShape>{{0, 5}, {0, 6}}), 0);     // no lead
+  EXPECT_EQ(SplitPoint(std::vector<SequenceShape>{{10, 5}, {0, 1}}), 0);    // a one-token prompt
+  EXPECT_EQ(SplitPoint(std::vector<SequenceShape>{{10, 5}, {0, 5}, {3, 1}}), 0);  // not last
+  EXPECT_EQ(SplitPoint(std::vector<SequenceShape>{{0, 5}, {10, 5}, {0, 5}}), 0);  // fresh first
+  EXPECT_EQ(SplitPoint({}), 0);
+}
+
+TEST(AttentionPathPolicy, SplitWhenWholeAndLeadSayMla) {
+  // Whole batch: bs=3, prefix 4096, extend 1412, se = 4608*512 + 600^2 + 300^2 = 2809296,
+  // never MHA. Lead: bs=1, prefix 4096, extend 512, se 2359296 < 3000000: MLA -> the split.
+  auto policy = MakePolicy(SplitProfile(testing::SmallProfile(), kNeverMha, 3000000));
+  const PathChoice c = Choose(*policy, {{kLeadPrefix, 512}, {0, 600}, {0, 300}});
+  EXPECT_EQ(c.path, PrefillPath::kSplit);
+  EXPECT_EQ(c.reason, ChoiceReason::kSplitLead);
+  EXPECT_EQ(c.stats.se, 2809296);
+  ASSERT_TRUE(c.split.has_value());
+  EXPECT_EQ(c.split->lead, 1);
+  EXPECT_EQ(c.split->lead_stats.se, 2359296);
+  EXPECT_EQ(c.split->lead_path, PrefillPath::kMla);
+  EXPECT_EQ(c.split->lead_threshold, 3000000);
+  EXPECT_EQ(c.split->fresh_prompts, 2);
+  EXPECT_EQ(c.split->fresh_tokens, 900);
+  EXPECT_EQ(c.mha_provider, MhaPrefillProvider::kAuto);  // the fresh part: engine's default
+  EXPECT_EQ(AttentionPathPolicy::Describe(c),
+            "mla|mha split (lead: table: bs=1 prefix=4096 extend=512 se=2359296 < "
+            "threshold=3000000; fresh: 2 prompts, 900 tokens)");
+  EXPECT_EQ(policy->count(PrefillPath::kSplit), 1u);
+  EXPECT_EQ(policy->count(PrefillPath::kMla), 0u);
+  EXPECT_EQ(policy->count(ChoiceReason::kSplitLead), 1u);
+  EXPECT_EQ(std::string(PrefillPathName(PrefillPath::kSplit)), "split");
+  // One-token leading chunks count as the lead too (they attend like decode rows).
+  const PathChoice ones = Choose(*policy, {{kLeadPrefix, 1}, {0, 1}, {0, 300}});
+  EXPECT_EQ(ones.path, PrefillPath::kSplit);
+  EXPECT_EQ(ones.split->lead, 2);
+}
+
+TEST(AttentionPathPolicy, LeadAloneMhaTakesWholeBatchMha) {
+  // Whole batch: bs=3, prefix 4096, extend 2312 (cell (3, 1024, 2048): ours), never MHA. Lead:
+  // se 2359296 >= 2000000 in cell (1, 1024, 512) (cuDNN): MHA for the whole batch, on the whole
+  // batch's cell's provider.
+  PolicyOptions o;
+  o.cudnn_available = true;
+  auto policy = MakePolicy(SplitProfile(testing::MixedProviderProfile(), kNeverMha, 2000000), {}, o);
+  const PathChoice c = Choose(*policy, {{kLeadPrefix, 512}, {0, 1000}, {0, 800}});
+  EXPECT_EQ(c.path, PrefillPath::kMha);
+  EXPECT_EQ(c.reason, ChoiceReason::kSplitLead);
+  EXPECT_EQ(c.mha_provider, MhaPrefillProvider::kOurs);
+  ASSERT_TRUE(c.split.has_value());
+  EXPECT_EQ(c.split->lead_path, PrefillPath::kMha);
+  EXPECT_EQ(AttentionPathPolicy::Describe(c),
+            "mha (split_lead: bs=3 prefix=4096 extend=2312 se=3999296; lead: table: bs=1 "
+            "prefix=4096 extend=512 se=2359296 >= threshold=2000000 provider=ours)");
+  EXPECT_EQ(policy->count(PrefillPath::kMha), 1u);
+  EXPECT_EQ(policy->mha_count(MhaPrefillProvider::kOurs), 1u);
+}
+
+TEST(AttentionPathPolicy, SplitRuleLeavesOtherBatchesAlone) {
+  const std::vector<SequenceShape> split_shape = {{kLeadPrefix, 512}, {0, 600}, {0, 300}};
+  // The whole batch says MHA: unchanged, whatever its lead would say.
+  auto mha = MakePolicy(SplitProfile(testing::SmallProfile(), 0, 3000000));
+  PathChoice c = mha->Choose(split_shape);
+  EXPECT_EQ(c.path, PrefillPath::kMha);
+  EXPECT_EQ(c.reason, ChoiceReason::kTable);
+  EXPECT_FALSE(c.split.has_value());
+  const GpuProfile p = SplitProfile(testing::SmallProfile(), kNeverMha, 3000000);
+  // Not [lead | fresh]: a fresh prompt first.
+  auto policy = MakePolicy(p);
+  c = Choose(*policy, {{0, 600}, {kLeadPrefix, 512}, {0, 300}});
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+  EXPECT_EQ(c.reason, ChoiceReason::kTable);
+  // Forced MLA.
+  auto forced = MakePolicy(p, {}, {PrefillPath::kMla, 1.0});
+  c = forced->Choose(split_shape);
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+  EXPECT_EQ(c.reason, ChoiceReason::kForced);
+  // The option off.
+  PolicyOptions off;
+  off.split_fresh_prompts = false;
+  c = MakePolicy(p, {}, off)->Choose(split_shape);
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+  EXPECT_EQ(c.reason, ChoiceReason::kTable);
+  EXPECT_FALSE(c.split.has_value());
+  // DSA: short sequences use the dense table, but DSA choices stay as they were.
+  c = MakePolicy(p, kDsa)->Choose(std::vector<SequenceShape>{{1024, 512}, {0, 600}, {0, 300}});
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+  EXPECT_EQ(c.reason, ChoiceReason::kTable);
+}
+
 
 TEST(AttentionPathPolicy, DsaCapComesFromDeviceSharedMemory) {
   GpuProfile p = testing::SmallProfile();
@@ -170,7 +279,7 @@ TEST(AttentionPathPolicy, NearestAndMissingCells) {
   std::vector<SequenceShape> five(5, SequenceShape{0, 10});
   EXPECT_EQ(policy->Choose(five).path, PrefillPath::kMha);  // no cell, no prefix
   EXPECT_EQ(policy->count(ChoiceReason::kNoCell), 1u);
-  five[0].prefix = 1;
+  five[4].prefix = 1;  // last, so the split rule does not apply
   EXPECT_EQ(policy->Choose(five).path, PrefillPath::kMla);  // no cell, with prefix
   EXPECT_EQ(policy->Choose({}).reason, ChoiceReason::kEmpty);
 }

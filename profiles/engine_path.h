@@ -1,6 +1,6 @@
-// The policy's choice as the engine takes it (model/engine.h knows kMha, kMhaOurs, kMhaCudnn and
-// kMla; the engine runs sparse-fwd itself for every multi-token sparse DSA batch, so kSparseFwd
-// maps to kMla).
+// The policy's choice as the engine takes it (model/engine.h knows kMha, kMhaOurs, kMhaCudnn,
+// kMla and kSplit; the engine runs sparse-fwd itself for every multi-token sparse DSA batch, so
+// kSparseFwd maps to kMla).
 #pragma once
 
 #include "kernels/mha_prefill/api.h"
@@ -10,7 +10,13 @@
 namespace mlaserve::profiles {
 
 inline model::AttentionPath ToEnginePath(PrefillPath p) {
-  return p == PrefillPath::kMha ? model::AttentionPath::kMha : model::AttentionPath::kMla;
+  switch (p) {
+    case PrefillPath::kMha: return model::AttentionPath::kMha;
+    case PrefillPath::kSplit: return model::AttentionPath::kSplit;  // fresh part: default provider
+    case PrefillPath::kMla:
+    case PrefillPath::kSparseFwd: break;
+  }
+  return model::AttentionPath::kMla;
 }
 
 // The MHA provider to run a kMha choice on: ours where the profile found ours faster in the

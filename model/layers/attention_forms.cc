@@ -37,8 +37,9 @@ absl::StatusOr<AttentionForms> AttentionForms::Choose(const ModelConfig& c, cons
 
 AttentionForm AttentionForms::Resolve(BatchPlan* plan, AttentionPath path,
                                       bool cache_reads_sparse) const {
-  // Path policy: kAuto -> MHA without a cached prefix, else MLA. Sparse DSA batches run in
-  // MLA form (the indexer's selection is expressed over cache positions).
+  // Path policy: kAuto -> MHA without a cached prefix, else MLA; kSplit -> MLA, split below.
+  // Sparse DSA batches run in MLA form (the indexer's selection is expressed over cache
+  // positions).
   AttentionPath resolved = path;
   if (resolved == AttentionPath::kMhaOurs || resolved == AttentionPath::kMhaCudnn) {
     // The MHA form on the provider the profile's cell names, for this call.
@@ -49,6 +50,10 @@ AttentionForm AttentionForms::Resolve(BatchPlan* plan, AttentionPath path,
   if (resolved == AttentionPath::kAuto) {
     resolved = plan->max_prefix == 0 ? AttentionPath::kMha : AttentionPath::kMla;
   }
+  // kSplit (the prefill worker's policy asks it for [prefixed or single-token | fresh]): the
+  // latent form, split below where the batch allows.
+  const bool split_asked = resolved == AttentionPath::kSplit;
+  if (split_asked) resolved = AttentionPath::kMla;
   // fp8 cache: a batch that reads cached latents (a prefix, or the MLA form) attends sparsely,
   // through the kernels that read fp8 (kv_cache/fp8_latent_kv_cache.cc); it is the same function.
   if (cache_reads_sparse && (plan->max_prefix > 0 || resolved == AttentionPath::kMla)) {
@@ -59,12 +64,14 @@ AttentionForm AttentionForms::Resolve(BatchPlan* plan, AttentionPath path,
   // (Choose; sparse batches always have the latent form).
   if (resolved == AttentionPath::kMha && !mha_runs_) resolved = AttentionPath::kMla;
   if (resolved == AttentionPath::kMla && !latent_runs_) resolved = AttentionPath::kMha;
-  // kAuto over prefixed chunks followed by fresh prompts: each part in its own form, where the
-  // backend runs both. Any other batch drops the fresh part's cu_seqlens_q, so that only a split
-  // step uploads it and gets its two parts (StepScratch::UploadPlan).
+  // kAuto over prefixed chunks followed by fresh prompts, or kSplit over leading chunks followed
+  // by fresh prompts: each part in its own form, where the backend runs both. Any other batch
+  // drops the fresh part's cu_seqlens_q, so that only a split step uploads it and gets its two
+  // parts (StepScratch::UploadPlan).
   static const bool split_off = kernels::EnvSwitchedOff("MLASERVE_SPLIT_FORM");
-  const bool split = path == AttentionPath::kAuto && resolved == AttentionPath::kMla && !plan->sparse &&
-                     mha_runs_ && !split_off && plan->fresh_from > 0 && plan->fresh_from < plan->batch;
+  const bool split = (path == AttentionPath::kAuto || split_asked) &&
+                     resolved == AttentionPath::kMla && !plan->sparse && mha_runs_ && !split_off &&
+                     plan->fresh_from > 0 && plan->fresh_from < plan->batch;
   if (split) return AttentionForm::kSplit;
   plan->fresh_cu_seqlens_q.clear();
   if (resolved == AttentionPath::kMha) return AttentionForm::kMha;

@@ -237,6 +237,7 @@ absl::StatusOr<model::ForwardResult> FakeEngine::FinishForward(
     result.logits.insert(result.logits.end(), row.begin(), row.end());
     ++result.rows;
   }
+  // kSplit reports kMla, as the engine does for a split batch (its leading rows ran latent).
   result.path_used = path == model::AttentionPath::kMha || path == model::AttentionPath::kMhaOurs ||
                              path == model::AttentionPath::kMhaCudnn
                          ? model::AttentionPath::kMha
