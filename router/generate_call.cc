@@ -336,7 +336,8 @@ void GenerateCall::OnDecodeMessage(const v1::DecodeStreamResponse& message) {
   bool ended = false, abort_workers = false;
   {
     absl::MutexLock lock(&mu_);
-    if (phase_ != Phase::kRunning) return;
+    // After a failed KV transfer the call only waits for the stream's end (OnPrefillDone).
+    if (phase_ != Phase::kRunning || kv_transfer_failure_.has_value()) return;
     if (message.has_tokens()) {
       const auto& ids = message.tokens().token_ids();
       const absl::Time now = absl::Now();
@@ -373,21 +374,32 @@ void GenerateCall::OnDecodeMessage(const v1::DecodeStreamResponse& message) {
 
 void GenerateCall::OnDecodeStreamDone(const grpc::Status& status) {
   bool ended;
+  grpc::Alarm* grace = nullptr;
   {
     absl::MutexLock lock(&mu_);
+    stream_done_ = true;
+    grace = stream_grace_.get();
     const std::string& id = placement_->decode_id();
     const std::string& address = placement_->decode_address();
     if (phase_ == Phase::kDone) {
-      // The call already ended (e.g. the prefill worker reported the failed KV transfer
-      // first), but a decode worker that went away must still be marked unhealthy.
+      // The call already ended (e.g. the client left, or the wait after a failed KV transfer
+      // timed out), but a decode worker that went away must still be marked unhealthy.
       if (WorkerLooksGone(status)) {
         const absl::Status error =
             WorkerError("token stream from decode worker", id, address, status);
         router_->registry().ReportFailure(id, std::string(error.message()), absl::Now());
       }
-      return;
-    }
-    if (status.ok()) {
+      ended = false;
+    } else if (kv_transfer_failure_.has_value()) {
+      // The prefill worker reported the failed KV transfer first; the stream's end tells
+      // whether D is gone. The client hears of the transfer either way, after the registry.
+      if (WorkerLooksGone(status)) {
+        const absl::Status error =
+            WorkerError("token stream from decode worker", id, address, status);
+        router_->registry().ReportFailure(id, std::string(error.message()), absl::Now());
+      }
+      ended = FailLocked(*kv_transfer_failure_);
+    } else if (status.ok()) {
       ended = FailLocked(absl::UnavailableError(absl::StrCat("decode worker ", id, " (", address,
                                                              ") ended the token stream without a "
                                                              "final message")));
@@ -400,12 +412,15 @@ void GenerateCall::OnDecodeStreamDone(const grpc::Status& status) {
       ended = FailLocked(error);
     }
   }
+  if (grace != nullptr) grace->Cancel();  // its callback lets go of the call
   if (ended) AfterEnd(/*abort_workers=*/true);
   outbox_.Pump();
 }
 
 void GenerateCall::OnPrefillDone(const grpc::Status& status) {
   bool ended = false;
+  grpc::Alarm* grace = nullptr;  // set when the call waits for D's stream
+  std::string decode_address;
   {
     absl::MutexLock lock(&mu_);
     placement_->ReleasePrefill();
@@ -413,11 +428,21 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status) {
     const DecodePlacement& p = *placement_;
     if (status.error_code() == grpc::StatusCode::ABORTED) {
       // The prefill worker is fine; its KV transfer to the decode worker failed (the decode
-      // worker died or stalled). Tell the client so, naming the decode worker; its own stream
-      // failure, if any, marks it unhealthy.
-      ended = FailLocked(absl::UnavailableError(absl::StrCat(
+      // worker died or stalled). Tell the client so, naming the decode worker. If D's stream is
+      // still open, its end says whether D died (then the registry hears of it before the
+      // client does, so the next request is not routed to a dead worker): the call waits for it,
+      // at most abort_timeout, after asking D to abort (a live D ends the stream at once).
+      absl::Status error = absl::UnavailableError(absl::StrCat(
           "KV transfer from prefill worker ", p.prefill_id(), " to decode worker ", p.decode_id(),
-          " (", p.decode_address(), ") failed: ", status.error_message())));
+          " (", p.decode_address(), ") failed: ", status.error_message()));
+      if (stream_ != nullptr && !stream_done_) {
+        kv_transfer_failure_ = std::move(error);
+        stream_grace_ = std::make_unique<grpc::Alarm>();
+        grace = stream_grace_.get();
+        decode_address = p.decode_address();
+      } else {
+        ended = FailLocked(error);
+      }
     } else {
       const absl::Status error =
           WorkerError("prefill on prefill worker", p.prefill_id(), p.prefill_address(), status);
@@ -428,7 +453,29 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status) {
       ended = FailLocked(error);
     }
   }
+  if (grace != nullptr) {
+    // Set once, outside mu_ (the alarm may fire at once). The callback holds the call until it
+    // runs (fired, or cancelled by OnDecodeStreamDone) and lets go of it there: the alarm's
+    // stored callback must not keep the call that owns the alarm.
+    grace->Set(absl::ToChronoTime(absl::Now() + router_->options().abort_timeout),
+               [self = SelfRef()](bool fired) mutable {
+                 std::shared_ptr<GenerateCall> call = std::move(self);
+                 if (fired) call->OnStreamGraceEnded();
+               });
+    SendDecodeAbort(decode_address);
+    return;
+  }
   if (ended) AfterEnd(/*abort_workers=*/true);
+  outbox_.Pump();
+}
+
+void GenerateCall::OnStreamGraceEnded() {
+  bool ended = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (kv_transfer_failure_.has_value()) ended = FailLocked(*kv_transfer_failure_);
+  }
+  if (ended) AfterEnd(/*abort_workers=*/true);  // cancels the stream
   outbox_.Pump();
 }
 

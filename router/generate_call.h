@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/alarm.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
@@ -105,6 +106,8 @@ class GenerateCall final : public AbortableCall,
   void OnDecodeMessage(const v1::DecodeStreamResponse& message);
   void OnDecodeStreamDone(const grpc::Status& status);
   void OnPrefillDone(const grpc::Status& status);
+  // The wait for D's stream after a failed KV transfer ran out (OnPrefillDone).
+  void OnStreamGraceEnded();
 
   // Ending (generate_call_end.cc). Return false when the call had already ended.
   bool CompleteLocked(v1::FinishReason reason, std::optional<int32_t> matched_token)
@@ -147,6 +150,11 @@ class GenerateCall final : public AbortableCall,
   };
   std::vector<std::unique_ptr<ReserveAttempt>> reserve_attempts_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<DecodeStreamReader> stream_ ABSL_GUARDED_BY(mu_);
+  bool stream_done_ ABSL_GUARDED_BY(mu_) = false;  // the stream's OnDone ran
+  // The prefill worker's KV transfer to D failed while D's stream was open: the client's
+  // error, held until the stream ends or stream_grace_ (abort_timeout) fires.
+  std::optional<absl::Status> kv_transfer_failure_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<grpc::Alarm> stream_grace_ ABSL_GUARDED_BY(mu_);
   struct PrefillCall {
     grpc::ClientContext context;
     v1::PrefillRequest request;

@@ -373,6 +373,57 @@ TEST(GenerateCall, PrefillFailureFailsTheRequestAndFreesDecodePages) {
   EXPECT_TRUE(h.decode().WaitAllPagesFree(kWait));
 }
 
+// The prefill worker reports its KV transfer to D failed (ABORTED) before D's own stream
+// fails: the registry must hear of a dead D before the client hears of the transfer, so the
+// next request is refused at once instead of dialing the dead worker.
+TEST(GenerateCall, AFailedKvTransferWaitsForTheDecodeStreamToJudgeTheWorker) {
+  const grpc::Status transfer_failed(grpc::StatusCode::ABORTED,
+                                     "KV transfer to the decode worker failed: UNAVAILABLE: "
+                                     "Socket closed");
+  {
+    SCOPED_TRACE("the decode worker is gone");
+    RouterHarness h;
+    h.prefill().set_error(transfer_failed);
+    h.decode().set_fail_stream_on_abort(grpc::Status(grpc::StatusCode::UNAVAILABLE, "Socket closed"));
+    Result r = h.Generate(TextRequest("Hi"));
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(r.status.error_message(), HasSubstr("KV transfer from prefill worker prefill-1"));
+    EXPECT_THAT(r.status.error_message(), HasSubstr("decode-1"));
+    EXPECT_EQ(h.router().registry().Get("decode-1")->state, WorkerState::kUnhealthy);
+    Result next = h.Generate(TextRequest("Hi"));
+    EXPECT_THAT(next.status.error_message(), HasSubstr("no healthy decode worker"));
+    EXPECT_TRUE(h.decode().WaitAllPagesFree(kWait));
+  }
+  {
+    SCOPED_TRACE("the decode worker is alive: it ends the stream when aborted");
+    RouterHarness h;
+    h.prefill().set_error(transfer_failed);
+    Result r = h.Generate(TextRequest("Hi"));
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(r.status.error_message(), HasSubstr("KV transfer from prefill worker prefill-1"));
+    EXPECT_FALSE(r.complete.has_value());  // an error, not a completion with reason ABORT
+    EXPECT_EQ(h.router().registry().Get("decode-1")->state, WorkerState::kHealthy);
+    EXPECT_TRUE(h.decode().WaitAllPagesFree(kWait));
+    h.prefill().set_error(grpc::Status::OK);
+    EXPECT_TRUE(h.Generate(TextRequest("Hi")).status.ok());
+  }
+  {
+    SCOPED_TRACE("the decode worker hangs: the wait ends after abort_timeout (2 s here)");
+    RouterHarness h;
+    h.prefill().set_error(transfer_failed);
+    h.decode().set_ignore_aborts(true);
+    const absl::Time start = absl::Now();
+    Result r = h.Generate(TextRequest("Hi"));
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(r.status.error_message(), HasSubstr("KV transfer from prefill worker prefill-1"));
+    EXPECT_GE(took, absl::Milliseconds(1900));
+    EXPECT_LT(took, absl::Seconds(6));
+    EXPECT_EQ(h.router().registry().Get("decode-1")->state, WorkerState::kHealthy);
+    EXPECT_TRUE(h.decode().WaitAllPagesFree(kWait));  // the stream, cancelled, freed them
+  }
+}
+
 TEST(GenerateCall, NoRoomOnTheDecodeWorkerIsResourceExhausted) {
   // Without a queue: at once, with the worker's reason.
   RouterHarness h(64, 0, true, /*queue_timeout=*/absl::ZeroDuration());

@@ -62,6 +62,9 @@ class FakeDecodeWorker::StreamReactor final
         if (cancelled_) {
           action = kFinish;
           status = grpc::Status::CANCELLED;
+        } else if (s.aborted && !w_->abort_status_.ok()) {
+          action = kFinish;
+          status = w_->abort_status_;
         } else if (s.aborted) {
           message_.Clear();
           message_.mutable_finished()->set_finish_reason(v1::FINISH_REASON_ABORT);
@@ -181,6 +184,16 @@ void FakeDecodeWorker::set_reply(std::string reply) {
   absl::MutexLock lock(&mu_);
   reply_ = std::move(reply);
 }
+void FakeDecodeWorker::set_fail_stream_on_abort(grpc::Status status) {
+  absl::MutexLock lock(&mu_);
+  abort_status_ = std::move(status);
+}
+
+void FakeDecodeWorker::set_ignore_aborts(bool ignore) {
+  absl::MutexLock lock(&mu_);
+  ignore_aborts_ = ignore;
+}
+
 void FakeDecodeWorker::set_hold_after(int tokens) {
   absl::MutexLock lock(&mu_);
   hold_after_ = tokens;
@@ -319,7 +332,8 @@ grpc::ServerUnaryReactor* FakeDecodeWorker::Abort(grpc::CallbackServerContext* c
   {
     absl::MutexLock lock(&mu_);
     ++aborts_;
-    for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+    found = ignore_aborts_;
+    for (auto it = sessions_.begin(); !ignore_aborts_ && it != sessions_.end(); ++it) {
       if (it->second.request_id != request->request_id()) continue;
       found = true;
       it->second.aborted = true;

@@ -4,7 +4,7 @@
 // EOS) for every request, honouring max_new_tokens, stop_token_ids and ignore_eos. It starts
 // streaming once the KV is complete: at once for local prefill, or when its FakePrefillWorker
 // calls CompleteKv. Tests can make it hold after N tokens (until Release() or an abort), fail
-// Reserve, or die mid-stream. It counts reserved pages so tests check that all come back.
+// Reserve, die mid-stream or when aborted, or ignore aborts. It counts reserved pages so tests check that all come back.
 // FakePrefillWorker completes the KV on its decode peer and answers, or fails on request.
 #pragma once
 
@@ -38,6 +38,10 @@ class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {
   void Release();                   // resumes held streams
   void set_reserve_error(grpc::Status status);
   void set_fail_stream_after(int tokens, grpc::Status status);  // stream ends with status
+  // An aborted session's stream ends with `status` instead of a finished(ABORT) message (a
+  // worker whose connection breaks once the router acts).
+  void set_fail_stream_on_abort(grpc::Status status);
+  void set_ignore_aborts(bool ignore);  // Abort answers OK and changes nothing (a hung worker)
   void CompleteKv(const std::string& session_id);
   int free_pages() const;
   int total_pages() const { return total_pages_; }
@@ -86,6 +90,8 @@ class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {
   grpc::Status reserve_error_ ABSL_GUARDED_BY(mu_);
   int fail_after_ ABSL_GUARDED_BY(mu_) = -1;
   grpc::Status fail_status_ ABSL_GUARDED_BY(mu_);
+  grpc::Status abort_status_ ABSL_GUARDED_BY(mu_);
+  bool ignore_aborts_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);  // by session id
   std::vector<v1::ReserveRequest> reserves_ ABSL_GUARDED_BY(mu_);
 };
