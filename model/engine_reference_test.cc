@@ -148,6 +148,32 @@ TEST_P(EngineReferenceTest, DecodeStepWithFreshPromptsMatchesReference) {
   EXPECT_GT(batches, 0);
 }
 
+// The prefill worker's policy asks AttentionPath::kSplit for a batch of prefixed (or one-token)
+// chunks followed by fresh prompts: the same split form kAuto reaches for such a batch, so every
+// row matches the reference and kAuto's logits exactly.
+TEST_P(EngineReferenceTest, SplitPathAskedMatchesReference) {
+  int batches = 0;
+  for (const ReferencePrompt& p : ref_.prompts) {
+    for (const bool later_chunk : {true, false}) {
+      testing::MixedStep step(*engine_, p, later_chunk);
+      if (!step.usable()) continue;
+      ++batches;
+      const std::vector<testing::MixedStepRow> asked = step.Run(AttentionPath::kSplit);
+      const std::vector<testing::MixedStepRow> autos = step.Run(AttentionPath::kAuto);
+      ASSERT_EQ(asked.size(), 4u);
+      ASSERT_EQ(autos.size(), 4u);
+      for (size_t r = 0; r < asked.size(); ++r) {
+        const size_t j = asked[r].position_index;
+        SCOPED_TRACE(::testing::Message() << p.name << (later_chunk ? " with a later chunk" : " decode rows only")
+                                          << " row " << r << " position " << p.logits_positions[j]);
+        EXPECT_LE(RelError(asked[r].logits, p.logits[j]), kRefTol);
+        EXPECT_EQ(asked[r].logits, autos[r].logits);
+      }
+    }
+  }
+  EXPECT_GT(batches, 0);
+}
+
 // Greedy generation: one-shot prefill, then decode steps over the paged cache.
 TEST_P(EngineReferenceTest, GreedyDecodeMatchesReference) {
   for (const ReferencePrompt& p : ref_.prompts) {

@@ -39,12 +39,13 @@ class PrefillRole final : public worker::Role {
       return worker::StartupError{"flags", s};
     }
     // Operator overrides of the profile's attention-path policy (--attention-path,
-    // --se-threshold-scale; validated with the flags).
+    // --se-threshold-scale, --split-fresh-prompts; validated with the flags).
     profiles::PolicyOptions policy_options;
     auto forced = profiles::ParsePrefillPath(o.attention_path);
     if (!forced.ok()) return worker::StartupError{"flags", forced.status()};
     policy_options.force = *forced;
     policy_options.threshold_scale = o.se_threshold_scale;
+    policy_options.split_fresh_prompts = o.split_fresh_prompts;
     auto policy = profiles::AttentionPathPolicy::Create(
         env.profile.profile, env.profile.source, {e.config().has_indexer, e.config().index_topk},
         policy_options);

@@ -91,6 +91,12 @@ std::vector<PrefillChunk> PrefillScheduler::Schedule() {
     waiting_.pop_front();
     take(running_.back());
   }
+  // Prompts' later chunks (and one-token prompts) before the fresh prompts, in the order above
+  // within each kind (the budget was given in that order): the attention-path policy and the
+  // engine can then attend the fresh prompts in the cheaper MHA form while the chunks that read
+  // a prefix stay in latent form (profiles::PrefillPath::kSplit, model::AttentionPath::kSplit).
+  std::stable_partition(batch.begin(), batch.end(),
+                        [](const PrefillChunk& c) { return c.start > 0 || c.len == 1; });
   return batch;
 }
 

@@ -64,7 +64,10 @@ class PrefillScheduler {
   // Drops a sequence (aborted / failed / finished) and frees its pages. False if unknown.
   bool Remove(const std::string& id);
 
-  // schedule(): the next batch, in order: running sequences, then newly admitted ones.
+  // schedule(): the next batch. The token budget goes to running sequences, then to newly
+  // admitted ones; the batch lists the chunks that continue a prompt (start > 0) or are one
+  // token first, then the fresh prompts (start 0, more than one token), each kind in that order
+  // (so the policy can split the batch's attention: prefill_runner.cc).
   std::vector<PrefillChunk> Schedule();
   // After the batch ran: advances each chunk's sequence. Finished sequences are removed and
   // their pages freed (their KV has been shipped by then); returned so the caller can answer.

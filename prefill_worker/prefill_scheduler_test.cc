@@ -29,6 +29,29 @@ std::vector<std::tuple<std::string, int, int, bool>> Shape(const std::vector<Pre
   return out;
 }
 
+// A prompt's later chunk and a one-token prompt come before the fresh prompts (the policy may
+// then split the batch's attention), the budget still given in admission order.
+TEST(PrefillSchedulerTest, FreshPromptsAfterLaterChunks) {
+  auto pool = Pool(64);
+  PrefillScheduler s({.max_batch_tokens = 40, .chunk_size = 16, .max_batch_seqs = 8},
+                     pool.get());
+  s.Add(Seq("long", 40));
+  using T = std::tuple<std::string, int, int, bool>;
+  auto b1 = s.Schedule();
+  EXPECT_EQ(Shape(b1), (std::vector<T>{{"long", 0, 16, false}}));
+  s.Advance(b1);
+  s.Add(Seq("fresh1", 30));
+  s.Add(Seq("one", 1));
+  s.Add(Seq("fresh2", 40));
+  // Budget 40: long 16, fresh1 16, one 1, fresh2 what is left (7).
+  auto b2 = s.Schedule();
+  EXPECT_EQ(Shape(b2), (std::vector<T>{{"long", 16, 16, false}, {"one", 0, 1, true},
+                                       {"fresh1", 0, 16, false}, {"fresh2", 0, 7, false}}));
+  s.Advance(b2);
+  EXPECT_EQ(Shape(s.Schedule()), (std::vector<T>{{"long", 32, 8, true}, {"fresh1", 16, 14, true},
+                                                 {"fresh2", 7, 16, false}}));
+}
+
 TEST(PrefillSchedulerTest, ChunksUnderTokenBudgetRunningFirst) {
   auto pool = Pool(64);
   PrefillScheduler s({.max_batch_tokens = 256, .chunk_size = 128, .max_batch_seqs = 8},
@@ -98,9 +121,9 @@ TEST(PrefillSchedulerTest, AdmissionWaitsForPagesInArrivalOrder) {
   EXPECT_EQ(s.num_waiting(), 2);
   s.Advance(b1);
   auto b2 = s.Schedule();
-  ASSERT_EQ(b2.size(), 2u);
-  EXPECT_EQ(b2[0].seq->id, "next");
-  EXPECT_EQ(b2[1].seq->id, "tiny");
+  ASSERT_EQ(b2.size(), 2u);  // both admitted in arrival order; the one-token prompt listed first
+  EXPECT_EQ(b2[0].seq->id, "tiny");
+  EXPECT_EQ(b2[1].seq->id, "next");
 }
 
 TEST(PrefillSchedulerTest, RemoveFreesPagesAndOptionsAreValidated) {

@@ -131,6 +131,8 @@ class AttentionPathPolicy {
   int sparse_cap_rows() const { return sparse_cap_; }
   const GpuProfile& profile() const { return profile_; }
   const std::string& source() const { return source_; }
+  const ModelAttentionTraits& model() const { return model_; }
+  const PolicyOptions& options() const { return options_; }
 
   uint64_t count(PrefillPath p) const { return path_counts_[static_cast<int>(p)].load(); }
   uint64_t count(ChoiceReason r) const { return reason_counts_[static_cast<int>(r)].load(); }

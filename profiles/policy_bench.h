@@ -12,8 +12,15 @@
 //                         (auto: cuDNN where it was timed);
 //   tuned (<profile>)   - AttentionPathPolicy over a GPU profile (one row per profile given),
 //                         MHA on each cell's provider (auto for profiles that record none);
-//   best per batch      - the fastest path and provider of every batch (the lower bound no
-//                         policy beats).
+//                         a split choice is charged the split's time (below);
+//   tuned, no split     - the same policy with PolicyOptions::split_fresh_prompts = false (one
+//                         row per profile), to show what the split rule gains;
+//   best per batch      - the fastest path and provider of every batch, the split included
+//                         (the lower bound no policy beats).
+// A batch that can split (SplitPoint > 0: prefixed or one-token requests, then fresh prompts)
+// is also timed split: its leading part on the latent path plus its fresh part on MHA on the
+// engine's default provider, each part timed with the same timer, summed (as the engine runs
+// model::AttentionPath::kSplit).
 #pragma once
 
 #include <cstdint>
@@ -39,10 +46,15 @@ struct MixedWorkloadOptions {
   // chunked-prefill scheduler fills a step, e.g. SGLang's chunked_prefill_size).
   int64_t max_batch_tokens = 16384;
   uint64_t seed = 20261122;
+  // The probability that a request is a fresh prompt (prefix 0). 0 (the default) draws the
+  // workload as before, every prefix uniform; above 0 the batch lists its prefixed (and
+  // one-token) requests first, as the prefill scheduler orders a step, so that batches can split.
+  double fresh_fraction = 0.0;
 };
 
 // One random batch of the mixed workload: a batch size, then per request a cached prefix and
-// an extend (unrelated cache hits and prompt lengths), cut to the token budget.
+// an extend (unrelated cache hits and prompt lengths), cut to the token budget; with
+// fresh_fraction > 0, some prefixes 0 and the prefixed requests first.
 std::vector<SequenceShape> DrawMixedBatch(std::mt19937_64& rng, const MixedWorkloadOptions& o);
 
 // SGLang's fixed rule (deepseek_v2.py, chunked_prefix_cache_threshold = 8192 by default).
@@ -65,18 +77,21 @@ struct PolicyRow {
   std::string name;
   double total_us = 0.0;
   int mha = 0, mla = 0;  // batches on each path
+  int split = 0;         // batches charged the split's time (lead latent, fresh prompts MHA)
   int mha_cudnn = 0;     // of the MHA batches, those charged cuDNN's time
 };
 
 struct PolicyBenchReport {
   int batches = 0;  // batches timed
-  std::vector<PolicyRow> rows;  // always MLA, fixed rule, tuned..., best per batch
+  int splittable = 0;  // of them, those that can split (timed split too)
+  // always MLA, fixed rule, per profile tuned and tuned no split, best per batch
+  std::vector<PolicyRow> rows;
   std::string table;            // rows with totals and the gains of each tuned policy
 };
 
 // Times the workload with `time_batch` (every path and provider of one batch) and scores every
-// policy. The tuned policies must be dense-model policies (no indexer). Errors from time_batch
-// are returned as they are.
+// policy (a splittable batch's two parts are timed with it too). The tuned policies must be
+// dense-model policies (no indexer). Errors from time_batch are returned as they are.
 using BatchTimer = std::function<absl::StatusOr<BatchTimes>(const std::vector<SequenceShape>&)>;
 absl::StatusOr<PolicyBenchReport> RunPolicyBenchmark(const BatchTimer& time_batch,
                                                      const std::vector<TunedPolicy>& tuned,

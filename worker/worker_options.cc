@@ -87,6 +87,11 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
     app.add_option("--se-threshold-scale", o->se_threshold_scale,
                    "multiply every MHA/MLA se threshold of the profile (>1: MLA more often)")
         ->capture_default_str();
+    app.add_option("--split-fresh-prompts", o->split_fresh_prompts,
+                   "auto path: a batch of prompts' later chunks followed by fresh prompts that the "
+                   "profile gives MLA attends the fresh prompts in MHA form where the later chunks "
+                   "alone still take MLA (false: one path for the whole batch)")
+        ->capture_default_str();
   }
   if (decode) {
     app.add_option("--max-running-requests", o->max_running_requests,

@@ -52,6 +52,7 @@ struct WorkerOptions {
   // Prefill only: operator overrides of the attention-path policy (docs/profiles.md).
   std::string attention_path = "auto";  // auto|mha|mla|sparse_fwd (force a path)
   double se_threshold_scale = 1.0;      // every se threshold times this; finite, (0, 1e6]
+  bool split_fresh_prompts = true;      // the policy's split rule (profiles::PolicyOptions)
   // Decode only.
   int max_running_requests = 256;
   int64_t kv_lease_ms = 30'000;

@@ -165,6 +165,10 @@ int Main(int argc, char** argv) {
   app.add_option("--bench-max-extend", bench.workload.max_extend, "per-sequence extend 1..N");
   app.add_option("--bench-max-tokens", bench.workload.max_batch_tokens,
                  "chunked-prefill token budget of a batch (Σextend)");
+  app.add_option("--bench-fresh-fraction", bench.workload.fresh_fraction,
+                 "probability that a request is a fresh prompt (prefix 0); above 0 the batch "
+                 "lists prefixed requests first and batches that can split are timed split too")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--bench-out", bench_out, "also write the benchmark table here");
   app.add_flag("--no-progress", no_progress);
   CLI11_PARSE(app, argc, argv);
