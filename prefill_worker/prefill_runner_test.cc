@@ -15,6 +15,7 @@
 #include "kvtransfer/testing/probes.h"
 #include "prefill_worker/testing/prefill_jobs.h"
 #include "prefill_worker/testing/prefill_runner_harness.h"
+#include "profiles/testing/test_profiles.h"
 
 namespace mlaserve::prefill {
 namespace {
@@ -182,6 +183,54 @@ TEST_F(PrefillRunnerTest, LoopThreadAnswersAndStopFailsTheRest) {
   Received rx2;
   EXPECT_EQ(runner_->Submit(Job("u", Prompt(5, 0), Reserve("u", 5, &rx2)), late.fn()).code(),
             absl::StatusCode::kUnavailable);
+}
+
+// The attention-path policy sees the scheduler's order: a prompt's later chunk before fresh
+// prompts. With a profile that says MLA everywhere, that step is a split (counted as such), the
+// others MLA, and every prompt's KV still arrives whole.
+class PrefillRunnerPolicyTest : public testing::PrefillRunnerHarness {
+ protected:
+  // The runner reads the policy and the registry until it is gone: before they are.
+  void TearDown() override { runner_.reset(); }
+  std::unique_ptr<profiles::AttentionPathPolicy> policy_;
+  common::MetricsRegistry metrics_;
+};
+
+TEST_F(PrefillRunnerPolicyTest, LaterChunkThenFreshPromptsIsCountedSplit) {
+  profiles::GpuProfile p = profiles::testing::SmallProfile();
+  for (profiles::MhaMlaCell& c : p.mha_mla.cells) c.se_threshold = profiles::kNeverMha;
+  auto policy = profiles::AttentionPathPolicy::Create(p, "test", {});
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  policy_ = *std::move(policy);
+  Build({.num_pages = 32}, {.num_pages = 32}, policy_.get(), &metrics_);
+  auto reserve = [&](const std::string& id, int len, Received* rx) {
+    const int pages = kernels::PagesFor(len);
+    EXPECT_TRUE(receiver_
+                    ->CreateSession(id, *decode_->kv_pool().Allocate(pages + 1), pages,
+                                    absl::Now() + absl::Seconds(30), rx->fn())
+                    .ok());
+    return kvtransfer::KvSessionRef{id, kDecodeEndpoint, "fake", pages,
+                                    layout_.CompatHash()};
+  };
+  const auto a = Prompt(150, 1), b = Prompt(40, 2), c = Prompt(30, 3);
+  Received ra, rb, rc;
+  Outcome oa, ob, oc;
+  ASSERT_TRUE(runner_->Submit(Job("a", a, reserve("a", 150, &ra)), oa.fn()).ok());
+  ASSERT_TRUE(runner_->Step());  // a[0, 64): one fresh prompt, MLA
+  ASSERT_TRUE(runner_->Submit(Job("b", b, reserve("b", 40, &rb)), ob.fn()).ok());
+  ASSERT_TRUE(runner_->Submit(Job("c", c, reserve("c", 30, &rc)), oc.fn()).ok());
+  RunUntilIdle();  // a[64, 128) b[0, 40) c[0, 24): split; then a[128, 150) c[24, 30): MLA
+  EXPECT_EQ(prefill_->batch_shapes(),
+            (std::vector<std::vector<int>>{{64}, {64, 40, 24}, {22, 6}}));
+  EXPECT_EQ(policy_->count(profiles::PrefillPath::kSplit), 1u);
+  EXPECT_EQ(policy_->count(profiles::PrefillPath::kMla), 2u);
+  EXPECT_THAT(metrics_.RenderText(),
+              HasSubstr("mlaserve_prefill_attention_path_total{path=\"split\"} 1\n"));
+  for (Outcome* o : {&oa, &ob, &oc}) {
+    ASSERT_TRUE(o->result && o->result->ok()) << (o->result ? o->result->status().ToString() : "");
+  }
+  EXPECT_EQ((*ob.result)->first_token, FakeEngine::NextToken(b, 64));
+  for (Received* rx : {&ra, &rb, &rc}) EXPECT_TRUE(rx->result && rx->result->ok());
 }
 
 }  // namespace

@@ -16,9 +16,12 @@ namespace mlaserve::prefill::testing {
 
 class PrefillRunnerHarness : public ::testing::Test {
  protected:
-  // Chunks of 64 tokens, 128 per forward, 8 sequences per forward.
+  // Chunks of 64 tokens, 128 per forward, 8 sequences per forward; `policy` and `metrics` as
+  // PrefillRunnerOptions::attention_policy and the runner's registry (nullptr: none, its own).
   void Build(const mlaserve::testing::FakeEngineOptions& prefill,
-             const mlaserve::testing::FakeEngineOptions& decode) {
+             const mlaserve::testing::FakeEngineOptions& decode,
+             profiles::AttentionPathPolicy* policy = nullptr,
+             common::MetricsRegistry* metrics = nullptr) {
     prefill_ = mlaserve::testing::FakeEngine::Create(prefill);
     decode_ = mlaserve::testing::FakeEngine::Create(decode);
     layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
@@ -26,7 +29,8 @@ class PrefillRunnerHarness : public ::testing::Test {
     transport_.Register(kDecodeEndpoint, receiver_.get());
     PrefillRunnerOptions o;
     o.scheduler = {.max_batch_tokens = 128, .chunk_size = 64, .max_batch_seqs = 8};
-    runner_ = std::make_unique<PrefillRunner>(prefill_.get(), &transport_, layout_, o);
+    o.attention_policy = policy;
+    runner_ = std::make_unique<PrefillRunner>(prefill_.get(), &transport_, layout_, o, metrics);
   }
 
   // Steps the runner until it has nothing to do, then waits for the KV shipping thread (the
