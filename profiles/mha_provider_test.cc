@@ -329,6 +329,12 @@ TEST(MhaProviderEngine, EnginePathOfAChoice) {
   EXPECT_EQ(ToEnginePath(c), model::AttentionPath::kMla);
   c.path = PrefillPath::kSparseFwd;
   EXPECT_EQ(ToEnginePath(c), model::AttentionPath::kMla);
+  // The split: its fresh prompts on the engine's default provider, whatever a cell says.
+  c.path = PrefillPath::kSplit;
+  c.mha_provider = kOurs;
+  EXPECT_EQ(ToEngineMhaProvider(c), kAuto);
+  EXPECT_EQ(ToEnginePath(c), model::AttentionPath::kSplit);
+  EXPECT_EQ(ToEnginePath(PrefillPath::kSplit), model::AttentionPath::kSplit);
 }
 
 // A DSA batch past index_topk goes sparse; no MHA provider is involved.
