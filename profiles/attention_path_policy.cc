@@ -183,6 +183,9 @@ PathChoice AttentionPathPolicy::ChooseSplit(std::span<const SequenceShape> batch
     ++parts.fresh_prompts;
     parts.fresh_tokens += q.extend;
   }
+  if (lead_choice.path == PrefillPath::kMha && whole.path == PrefillPath::kMha) {
+    return whole;  // both parts in MHA form: the whole batch's choice, as it was
+  }
   whole.reason = ChoiceReason::kSplitLead;
   if (lead_choice.path == PrefillPath::kMha) {
     // The lead alone would take MHA: so does the whole batch (the fresh prompts too), on the
@@ -227,9 +230,8 @@ PathChoice AttentionPathPolicy::Choose(std::span<const SequenceShape> batch) {
   } else {
     c = ChooseDense(st);
     // The split rule: dense models only (a DSA model's batches keep their rules), an unforced
-    // whole-batch MLA over [prefixed or single-token | fresh prompts].
-    if (options_.split_fresh_prompts && !options_.force.has_value() && !model_.has_indexer &&
-        c.path == PrefillPath::kMla) {
+    // choice over [prefixed or single-token | fresh prompts].
+    if (options_.split_fresh_prompts && !options_.force.has_value() && !model_.has_indexer) {
       if (const int lead = SplitPoint(batch); lead > 0) c = ChooseSplit(batch, lead, c);
     }
   }

@@ -5,12 +5,13 @@
 // Dense models (V2, V3): the profile's MHA/MLA table — MHA when se = Σ seq_len·extend_len
 // is at least the cell's threshold (times the configured scale), MLA below.
 //   Split rule: a batch that is, in its order, k >= 1 leading sequences with a cached prefix or
-//   a single token followed by >= 1 fresh prompts (prefix 0, extend >= 2) and whose whole-batch
-//   choice is MLA (not forced) is chosen again for its leading part alone: MLA there -> kSplit
-//   (the leading part in latent form, the fresh prompts in MHA form on the engine's default
-//   provider: model::AttentionPath::kSplit); MHA there -> kMha for the whole batch (its
-//   provider the whole batch's cell's). A fresh prompt in latent form costs ~3.4x the attention
-//   FLOPs of its MHA form, which a whole-batch MLA choice would otherwise charge it.
+//   a single token followed by >= 1 fresh prompts (prefix 0, extend >= 2), not forced, is
+//   chosen again for its leading part alone: MLA there -> kSplit (the leading part in latent
+//   form, the fresh prompts in MHA form on the engine's default provider:
+//   model::AttentionPath::kSplit); MHA there -> kMha for the whole batch (its provider the whole
+//   batch's cell's). A fresh prompt in latent form costs ~3.4x the attention FLOPs of its MHA
+//   form, which a whole-batch MLA choice would charge it; a whole-batch MHA choice (the fresh
+//   prompts' extend^2 weighs in se) would charge the lead the decompression of its prefix.
 //   PolicyOptions::split_fresh_prompts = false turns the rule off.
 // DSA models (V3.2, index_topk = k), in this order:
 //   1. every sequence has seq_len <= k: the indexer would select every key, so attention is
@@ -65,8 +66,8 @@ enum class ChoiceReason : uint8_t {
   kSparseCap,       // DSA: rows above the decode-style kernel's cap
   kSparseTable,     // DSA: rows vs sparse_fwd_min_rows
   kEmpty,           // empty batch: kMla, nothing runs
-  kSplitLead,       // split rule: the whole batch said MLA, its leading part's own choice
-                    // decided (kSplit for MLA there, kMha for MHA)
+  kSplitLead,       // split rule: the leading part's own choice decided (kSplit for MLA
+                    // there; kMha for MHA there where the whole batch said MLA)
 };
 inline constexpr int kNumChoiceReasons = 8;
 const char* ChoiceReasonName(ChoiceReason r);
@@ -107,7 +108,7 @@ struct PathChoice {
   // For kMha: who computes it (the cell's provider; kAuto = the engine's --mha-provider).
   // kAuto for the other paths.
   MhaPrefillProvider mha_provider = MhaPrefillProvider::kAuto;
-  // Where reason is kSplitLead: the two parts (the whole batch's own choice was MLA).
+  // Where reason is kSplitLead: the two parts.
   std::optional<SplitParts> split;
 };
 
@@ -158,7 +159,7 @@ class AttentionPathPolicy {
                       PolicyOptions options, bool cudnn_cells_on_ours);
   MhaPrefillProvider CellProvider(const MhaMlaCell* cell) const;  // nullptr: kAuto
   PathChoice ChooseDense(const BatchStats& st) const;
-  // The split rule over a whole-batch choice `whole` (kMla, unforced): see the header comment.
+  // The split rule over an unforced whole-batch choice `whole`: see the header comment.
   PathChoice ChooseSplit(std::span<const SequenceShape> batch, int lead, PathChoice whole) const;
   PathChoice ChooseSparse(const BatchStats& st) const;
   int64_t Scaled(int64_t threshold) const;

@@ -183,10 +183,24 @@ TEST(AttentionPathPolicy, LeadAloneMhaTakesWholeBatchMha) {
   EXPECT_EQ(policy->mha_count(MhaPrefillProvider::kOurs), 1u);
 }
 
+TEST(AttentionPathPolicy, SplitWhenTheWholeBatchSaysMhaButItsLeadMla) {
+  // Whole batch: se 2809296 >= 0 -> MHA (the fresh prompts' extend^2 in it); lead alone: se
+  // 2359296 < 3000000 -> MLA. The split keeps the lead's prefix in latent form.
+  auto policy = MakePolicy(SplitProfile(testing::SmallProfile(), 0, 3000000));
+  const PathChoice c = Choose(*policy, {{kLeadPrefix, 512}, {0, 600}, {0, 300}});
+  EXPECT_EQ(c.path, PrefillPath::kSplit);
+  EXPECT_EQ(c.reason, ChoiceReason::kSplitLead);
+  EXPECT_EQ(c.mha_provider, MhaPrefillProvider::kAuto);
+  ASSERT_TRUE(c.split.has_value());
+  EXPECT_EQ(c.split->lead_path, PrefillPath::kMla);
+  EXPECT_EQ(policy->count(PrefillPath::kSplit), 1u);
+  EXPECT_EQ(policy->count(PrefillPath::kMha), 0u);
+}
+
 TEST(AttentionPathPolicy, SplitRuleLeavesOtherBatchesAlone) {
   const std::vector<SequenceShape> split_shape = {{kLeadPrefix, 512}, {0, 600}, {0, 300}};
-  // The whole batch says MHA: unchanged, whatever its lead would say.
-  auto mha = MakePolicy(SplitProfile(testing::SmallProfile(), 0, 3000000));
+  // The whole batch says MHA and so does its lead: unchanged.
+  auto mha = MakePolicy(SplitProfile(testing::SmallProfile(), 0, 0));
   PathChoice c = mha->Choose(split_shape);
   EXPECT_EQ(c.path, PrefillPath::kMha);
   EXPECT_EQ(c.reason, ChoiceReason::kTable);

@@ -88,9 +88,9 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
                    "multiply every MHA/MLA se threshold of the profile (>1: MLA more often)")
         ->capture_default_str();
     app.add_option("--split-fresh-prompts", o->split_fresh_prompts,
-                   "auto path: a batch of prompts' later chunks followed by fresh prompts that the "
-                   "profile gives MLA attends the fresh prompts in MHA form where the later chunks "
-                   "alone still take MLA (false: one path for the whole batch)")
+                   "auto path: a batch of prompts' later chunks followed by fresh prompts attends "
+                   "the fresh prompts in MHA form and the later chunks in latent form where the "
+                   "profile gives them alone MLA (false: one path for the whole batch)")
         ->capture_default_str();
   }
   if (decode) {

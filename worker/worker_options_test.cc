@@ -3,8 +3,11 @@
 // ParallelOptions they become, and which workers may move KV over nccl.
 #include "worker/worker_options.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
+#include "CLI/CLI.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -86,6 +89,30 @@ TEST(WorkerOptionsTest, ValidatedLayoutFlagsAreTheEnginesOptions) {
   o = Layout(1, "tensor", "auto");
   ASSERT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kPrefill, &o).ok());
   EXPECT_EQ(model::DescribeParallel(o.parallel), "tp=1");
+}
+
+
+TEST(WorkerOptionsTest, SplitFreshPromptsIsAPrefillFlagOnByDefault) {
+  const auto parse = [](WorkerRoleKind role, std::vector<std::string> args, WorkerOptions* o) {
+    CLI::App app;
+    AddWorkerFlags(app, role, o);
+    args.insert(args.begin(), {"--model", "m"});
+    std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+    app.parse(args);
+  };
+  WorkerOptions o;
+  parse(WorkerRoleKind::kPrefill, {}, &o);
+  EXPECT_TRUE(o.split_fresh_prompts);
+  parse(WorkerRoleKind::kPrefill, {"--split-fresh-prompts", "false"}, &o);
+  EXPECT_FALSE(o.split_fresh_prompts);
+  parse(WorkerRoleKind::kPrefill, {"--split-fresh-prompts", "true"}, &o);
+  EXPECT_TRUE(o.split_fresh_prompts);
+  EXPECT_THROW(parse(WorkerRoleKind::kPrefill, {"--split-fresh-prompts", "sometimes"}, &o),
+               CLI::ParseError);
+  // The decode worker asks kAuto, which splits by itself: no such flag there.
+  WorkerOptions d;
+  EXPECT_THROW(parse(WorkerRoleKind::kDecode, {"--split-fresh-prompts", "false"}, &d),
+               CLI::ParseError);
 }
 
 }  // namespace
