@@ -186,8 +186,10 @@ TEST_F(PrefillRunnerTest, LoopThreadAnswersAndStopFailsTheRest) {
 }
 
 // The attention-path policy sees the scheduler's order: a prompt's later chunk before fresh
-// prompts. With a profile that says MLA everywhere, that step is a split (counted as such), the
-// others MLA, and every prompt's KV still arrives whole.
+// prompts. With a profile that says MHA only for two sequences with less than 256 tokens of
+// prefix (SmallProfile's first prefix bucket) and MLA elsewhere, the step of a later chunk and
+// two fresh prompts is a split (the lead alone MLA, the two prompts MHA; counted as such), and
+// every prompt's KV still arrives whole.
 class PrefillRunnerPolicyTest : public testing::PrefillRunnerHarness {
  protected:
   // The runner reads the policy and the registry until it is gone: before they are.
@@ -198,7 +200,9 @@ class PrefillRunnerPolicyTest : public testing::PrefillRunnerHarness {
 
 TEST_F(PrefillRunnerPolicyTest, LaterChunkThenFreshPromptsIsCountedSplit) {
   profiles::GpuProfile p = profiles::testing::SmallProfile();
-  for (profiles::MhaMlaCell& c : p.mha_mla.cells) c.se_threshold = profiles::kNeverMha;
+  for (profiles::MhaMlaCell& c : p.mha_mla.cells) {
+    c.se_threshold = c.batch == 2 && c.prefix == 0 ? 0 : profiles::kNeverMha;
+  }
   auto policy = profiles::AttentionPathPolicy::Create(p, "test", {});
   ASSERT_TRUE(policy.ok()) << policy.status();
   policy_ = *std::move(policy);
@@ -216,14 +220,15 @@ TEST_F(PrefillRunnerPolicyTest, LaterChunkThenFreshPromptsIsCountedSplit) {
   Received ra, rb, rc;
   Outcome oa, ob, oc;
   ASSERT_TRUE(runner_->Submit(Job("a", a, reserve("a", 150, &ra)), oa.fn()).ok());
-  ASSERT_TRUE(runner_->Step());  // a[0, 64): one fresh prompt, MLA
+  ASSERT_TRUE(runner_->Step());  // a[0, 64): one fresh prompt alone, MLA
   ASSERT_TRUE(runner_->Submit(Job("b", b, reserve("b", 40, &rb)), ob.fn()).ok());
   ASSERT_TRUE(runner_->Submit(Job("c", c, reserve("c", 30, &rc)), oc.fn()).ok());
-  RunUntilIdle();  // a[64, 128) b[0, 40) c[0, 24): split; then a[128, 150) c[24, 30): MLA
+  RunUntilIdle();  // a[64, 128) b[0, 40) c[0, 24): split; then a[128, 150) c[24, 30): MHA
   EXPECT_EQ(prefill_->batch_shapes(),
             (std::vector<std::vector<int>>{{64}, {64, 40, 24}, {22, 6}}));
   EXPECT_EQ(policy_->count(profiles::PrefillPath::kSplit), 1u);
-  EXPECT_EQ(policy_->count(profiles::PrefillPath::kMla), 2u);
+  EXPECT_EQ(policy_->count(profiles::PrefillPath::kMla), 1u);
+  EXPECT_EQ(policy_->count(profiles::PrefillPath::kMha), 1u);
   EXPECT_THAT(metrics_.RenderText(),
               HasSubstr("mlaserve_prefill_attention_path_total{path=\"split\"} 1\n"));
   for (Outcome* o : {&oa, &ob, &oc}) {

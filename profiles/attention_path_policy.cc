@@ -171,30 +171,31 @@ int SplitPoint(std::span<const SequenceShape> batch) {
 
 PathChoice AttentionPathPolicy::ChooseSplit(std::span<const SequenceShape> batch, int lead,
                                             PathChoice whole) const {
-  // Not forced here (Choose), so the lead's choice is the table's (or no cell's).
+  // Not forced here (Choose), so each part's choice is the table's (or no cell's).
   const PathChoice lead_choice = ChooseDense(ComputeBatchStats(batch.first(lead)));
+  const PathChoice fresh_choice = ChooseDense(ComputeBatchStats(batch.subspan(lead)));
+  if (lead_choice.path == PrefillPath::kMha && fresh_choice.path == PrefillPath::kMla) {
+    return whole;  // no form runs the lead in MHA and the prompts latent: one path, as it was
+  }
   SplitParts parts;
   parts.lead = lead;
   parts.lead_stats = lead_choice.stats;
   parts.lead_reason = lead_choice.reason;
   parts.lead_threshold = lead_choice.se_threshold;
   parts.lead_path = lead_choice.path;
-  for (const SequenceShape& q : batch.subspan(lead)) {
-    ++parts.fresh_prompts;
-    parts.fresh_tokens += q.extend;
-  }
-  if (lead_choice.path == PrefillPath::kMha && whole.path == PrefillPath::kMha) {
-    return whole;  // both parts in MHA form: the whole batch's choice, as it was
-  }
+  parts.fresh_stats = fresh_choice.stats;
+  parts.fresh_reason = fresh_choice.reason;
+  parts.fresh_threshold = fresh_choice.se_threshold;
+  parts.fresh_path = fresh_choice.path;
+  const PrefillPath path = lead_choice.path == fresh_choice.path ? lead_choice.path
+                                                                 : PrefillPath::kSplit;
+  if (path == whole.path) return whole;  // both parts agree with the whole batch: as it was
   whole.reason = ChoiceReason::kSplitLead;
-  if (lead_choice.path == PrefillPath::kMha) {
-    // The lead alone would take MHA: so does the whole batch (the fresh prompts too), on the
-    // whole batch's cell's provider.
-    whole.path = PrefillPath::kMha;
-    whole.mha_provider = MhaProviderFor(whole.stats);
-  } else {
-    whole.path = PrefillPath::kSplit;
-  }
+  whole.path = path;
+  // Both parts MHA: the whole batch's cell's provider; the split's fresh part runs on the
+  // engine's default.
+  whole.mha_provider =
+      path == PrefillPath::kMha ? MhaProviderFor(whole.stats) : MhaPrefillProvider::kAuto;
   whole.split = parts;
   return whole;
 }
@@ -264,19 +265,17 @@ std::string DescribeStats(PrefillPath path, ChoiceReason reason, const BatchStat
 }  // namespace
 
 std::string AttentionPathPolicy::Describe(const PathChoice& c) {
+  const auto parts = [](const SplitParts& p) {
+    return absl::StrCat(
+        "lead: ", DescribeStats(p.lead_path, p.lead_reason, p.lead_stats, p.lead_threshold),
+        "; fresh: ", DescribeStats(p.fresh_path, p.fresh_reason, p.fresh_stats, p.fresh_threshold));
+  };
   if (c.path == PrefillPath::kSplit && c.split.has_value()) {
-    const SplitParts& p = *c.split;
-    return absl::StrCat("mla|mha split (lead: ",
-                        DescribeStats(p.lead_path, p.lead_reason, p.lead_stats, p.lead_threshold),
-                        "; fresh: ", p.fresh_prompts, " prompts, ", p.fresh_tokens, " tokens)");
+    return absl::StrCat("mla|mha split (", parts(*c.split), ")");
   }
   std::string out = absl::StrCat(PrefillPathName(c.path), " (",
                                  DescribeStats(c.path, c.reason, c.stats, c.se_threshold));
-  if (c.split.has_value()) {  // kMha because the lead alone chose it
-    const SplitParts& p = *c.split;
-    absl::StrAppend(&out, "; lead: ",
-                    DescribeStats(p.lead_path, p.lead_reason, p.lead_stats, p.lead_threshold));
-  }
+  if (c.split.has_value()) absl::StrAppend(&out, "; ", parts(*c.split));  // both parts agreed
   if (c.path == PrefillPath::kMha && c.mha_provider != MhaPrefillProvider::kAuto) {
     absl::StrAppend(&out, " provider=", kernels::MhaPrefillProviderName(c.mha_provider));
   }

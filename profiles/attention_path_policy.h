@@ -6,12 +6,13 @@
 // is at least the cell's threshold (times the configured scale), MLA below.
 //   Split rule: a batch that is, in its order, k >= 1 leading sequences with a cached prefix or
 //   a single token followed by >= 1 fresh prompts (prefix 0, extend >= 2), not forced, is
-//   chosen again for its leading part alone: MLA there -> kSplit (the leading part in latent
-//   form, the fresh prompts in MHA form on the engine's default provider:
-//   model::AttentionPath::kSplit); MHA there -> kMha for the whole batch (its provider the whole
-//   batch's cell's). A fresh prompt in latent form costs ~3.4x the attention FLOPs of its MHA
-//   form, which a whole-batch MLA choice would charge it; a whole-batch MHA choice (the fresh
-//   prompts' extend^2 weighs in se) would charge the lead the decompression of its prefix.
+//   chosen part by part, each part by its own statistics and cell: the lead MLA and the fresh
+//   prompts MHA -> kSplit (the leading part in latent form, the fresh prompts in MHA form on the
+//   engine's default provider: model::AttentionPath::kSplit); both MLA -> kMla; both MHA ->
+//   kMha (its provider the whole batch's cell's); the lead MHA and the fresh prompts MLA -> the
+//   whole batch's own choice (no form runs that way round). One path for the whole batch would
+//   charge long fresh prompts the latent form (~3.4x their MHA form's attention FLOPs), or the
+//   lead the decompression of its prefix because the fresh prompts' extend^2 weighs in se.
 //   PolicyOptions::split_fresh_prompts = false turns the rule off.
 // DSA models (V3.2, index_topk = k), in this order:
 //   1. every sequence has seq_len <= k: the indexer would select every key, so attention is
@@ -66,8 +67,8 @@ enum class ChoiceReason : uint8_t {
   kSparseCap,       // DSA: rows above the decode-style kernel's cap
   kSparseTable,     // DSA: rows vs sparse_fwd_min_rows
   kEmpty,           // empty batch: kMla, nothing runs
-  kSplitLead,       // split rule: the leading part's own choice decided (kSplit for MLA
-                    // there; kMha for MHA there where the whole batch said MLA)
+  kSplitLead,       // split rule: the two parts' own choices decided (the name: the lead's
+                    // own choice is the one that tells kSplit from one form)
 };
 inline constexpr int kNumChoiceReasons = 8;
 const char* ChoiceReasonName(ChoiceReason r);
@@ -95,9 +96,12 @@ struct SplitParts {
   BatchStats lead_stats;
   ChoiceReason lead_reason = ChoiceReason::kTable;  // kTable, kTableNearest or kNoCell
   int64_t lead_threshold = kNeverMha;              // the lead's scaled threshold (table reasons)
-  PrefillPath lead_path = PrefillPath::kMla;        // kMla -> the choice is kSplit; kMha -> kMha
-  int fresh_prompts = 0;
-  int64_t fresh_tokens = 0;
+  PrefillPath lead_path = PrefillPath::kMla;
+  // The fresh prompts' own choice, by their own statistics and cell.
+  BatchStats fresh_stats;  // fresh_stats.batch prompts, fresh_stats.sum_extend tokens
+  ChoiceReason fresh_reason = ChoiceReason::kTable;
+  int64_t fresh_threshold = kNeverMha;
+  PrefillPath fresh_path = PrefillPath::kMha;
 };
 
 struct PathChoice {
@@ -150,8 +154,8 @@ class AttentionPathPolicy {
   // "mla (table: bs=3 prefix=2048 extend=1024 se=3145728 < threshold=4194304)"; a kMha
   // choice with a recorded provider ends in " provider=cudnn" or " provider=ours". A split
   // choice: "mla|mha split (lead: table: bs=1 prefix=4096 extend=512 se=... < threshold=...;
-  // fresh: 2 prompts, 900 tokens)"; a kMha choice of the split rule:
-  // "mha (split_lead: bs=3 ... ; lead: table: bs=1 ... >= threshold=...)".
+  // fresh: table: bs=2 prefix=0 extend=900 se=... >= threshold=...)"; a one-form choice of the
+  // split rule: "mha (split_lead: bs=3 ...; lead: table: ...; fresh: table: ...)".
   static std::string Describe(const PathChoice& c);
 
  private:

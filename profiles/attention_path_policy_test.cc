@@ -114,11 +114,14 @@ constexpr ModelAttentionTraits kDsa{true, 2048};
 
 // The split rule's batches: [prefixed or single-token | fresh prompts], and the cells it reads.
 constexpr int64_t kLeadPrefix = 4096;  // prefix bucket 1024
-GpuProfile SplitProfile(GpuProfile p, int64_t whole_threshold, int64_t lead_threshold) {
+// The fresh prompts' cells: one or two prompts without a prefix.
+GpuProfile SplitProfile(GpuProfile p, int64_t whole_threshold, int64_t lead_threshold,
+                        int64_t fresh_threshold = 400000) {
   for (MhaMlaCell& c : p.mha_mla.cells) {
     if (c.batch == 3 && c.prefix == 1024) c.se_threshold = whole_threshold;
     if (c.batch == 1 && c.prefix == 1024 && c.extend == 512) c.se_threshold = lead_threshold;
     if (c.batch == 2 && c.prefix == 1024 && c.extend == 0) c.se_threshold = lead_threshold;
+    if (c.batch <= 2 && c.prefix == 0) c.se_threshold = fresh_threshold;
   }
   return p;
 }
@@ -134,9 +137,10 @@ TEST(AttentionPathPolicy, SplitPoint) {
   EXPECT_EQ(SplitPoint({}), 0);
 }
 
-TEST(AttentionPathPolicy, SplitWhenWholeAndLeadSayMla) {
+TEST(AttentionPathPolicy, SplitWhenTheLeadSaysMlaAndTheFreshPromptsMha) {
   // Whole batch: bs=3, prefix 4096, extend 1412, se = 4608*512 + 600^2 + 300^2 = 2809296,
-  // never MHA. Lead: bs=1, prefix 4096, extend 512, se 2359296 < 3000000: MLA -> the split.
+  // never MHA. Lead: bs=1, prefix 4096, extend 512, se 2359296 < 3000000: MLA. Fresh prompts:
+  // bs=2, prefix 0, extend 900, se 450000 >= 400000: MHA. -> the split.
   auto policy = MakePolicy(SplitProfile(testing::SmallProfile(), kNeverMha, 3000000));
   const PathChoice c = Choose(*policy, {{kLeadPrefix, 512}, {0, 600}, {0, 300}});
   EXPECT_EQ(c.path, PrefillPath::kSplit);
@@ -147,26 +151,29 @@ TEST(AttentionPathPolicy, SplitWhenWholeAndLeadSayMla) {
   EXPECT_EQ(c.split->lead_stats.se, 2359296);
   EXPECT_EQ(c.split->lead_path, PrefillPath::kMla);
   EXPECT_EQ(c.split->lead_threshold, 3000000);
-  EXPECT_EQ(c.split->fresh_prompts, 2);
-  EXPECT_EQ(c.split->fresh_tokens, 900);
+  EXPECT_EQ(c.split->fresh_stats.batch, 2);
+  EXPECT_EQ(c.split->fresh_stats.sum_extend, 900);
+  EXPECT_EQ(c.split->fresh_path, PrefillPath::kMha);
+  EXPECT_EQ(c.split->fresh_threshold, 400000);
   EXPECT_EQ(c.mha_provider, MhaPrefillProvider::kAuto);  // the fresh part: engine's default
   EXPECT_EQ(AttentionPathPolicy::Describe(c),
             "mla|mha split (lead: table: bs=1 prefix=4096 extend=512 se=2359296 < "
-            "threshold=3000000; fresh: 2 prompts, 900 tokens)");
+            "threshold=3000000; fresh: table: bs=2 prefix=0 extend=900 se=450000 >= "
+            "threshold=400000)");
   EXPECT_EQ(policy->count(PrefillPath::kSplit), 1u);
   EXPECT_EQ(policy->count(PrefillPath::kMla), 0u);
   EXPECT_EQ(policy->count(ChoiceReason::kSplitLead), 1u);
   EXPECT_EQ(std::string(PrefillPathName(PrefillPath::kSplit)), "split");
   // One-token leading chunks count as the lead too (they attend like decode rows).
-  const PathChoice ones = Choose(*policy, {{kLeadPrefix, 1}, {0, 1}, {0, 300}});
+  const PathChoice ones = Choose(*policy, {{kLeadPrefix, 1}, {0, 1}, {0, 700}});
   EXPECT_EQ(ones.path, PrefillPath::kSplit);
   EXPECT_EQ(ones.split->lead, 2);
 }
 
-TEST(AttentionPathPolicy, LeadAloneMhaTakesWholeBatchMha) {
+TEST(AttentionPathPolicy, BothPartsMhaTakeWholeBatchMha) {
   // Whole batch: bs=3, prefix 4096, extend 2312 (cell (3, 1024, 2048): ours), never MHA. Lead:
-  // se 2359296 >= 2000000 in cell (1, 1024, 512) (cuDNN): MHA for the whole batch, on the whole
-  // batch's cell's provider.
+  // se 2359296 >= 2000000 in cell (1, 1024, 512) (cuDNN); fresh prompts: se 1640000 >= 400000:
+  // both MHA -> MHA for the whole batch, on the whole batch's cell's provider.
   PolicyOptions o;
   o.cudnn_available = true;
   auto policy = MakePolicy(SplitProfile(testing::MixedProviderProfile(), kNeverMha, 2000000), {}, o);
@@ -178,7 +185,8 @@ TEST(AttentionPathPolicy, LeadAloneMhaTakesWholeBatchMha) {
   EXPECT_EQ(c.split->lead_path, PrefillPath::kMha);
   EXPECT_EQ(AttentionPathPolicy::Describe(c),
             "mha (split_lead: bs=3 prefix=4096 extend=2312 se=3999296; lead: table: bs=1 "
-            "prefix=4096 extend=512 se=2359296 >= threshold=2000000 provider=ours)");
+            "prefix=4096 extend=512 se=2359296 >= threshold=2000000; fresh: table: bs=2 "
+            "prefix=0 extend=1800 se=1640000 >= threshold=400000 provider=ours)");
   EXPECT_EQ(policy->count(PrefillPath::kMha), 1u);
   EXPECT_EQ(policy->mha_count(MhaPrefillProvider::kOurs), 1u);
 }
@@ -195,6 +203,29 @@ TEST(AttentionPathPolicy, SplitWhenTheWholeBatchSaysMhaButItsLeadMla) {
   EXPECT_EQ(c.split->lead_path, PrefillPath::kMla);
   EXPECT_EQ(policy->count(PrefillPath::kSplit), 1u);
   EXPECT_EQ(policy->count(PrefillPath::kMha), 0u);
+}
+
+TEST(AttentionPathPolicy, FreshPromptsThatSayMlaKeepOneForm) {
+  const std::vector<SequenceShape> batch = {{kLeadPrefix, 512}, {0, 600}, {0, 300}};
+  // The whole batch says MHA (the fresh prompts' extend^2 in its se), but both parts alone
+  // say MLA: MLA.
+  auto both_mla = MakePolicy(SplitProfile(testing::SmallProfile(), 0, 3000000, kNeverMha));
+  PathChoice c = both_mla->Choose(batch);
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+  EXPECT_EQ(c.reason, ChoiceReason::kSplitLead);
+  ASSERT_TRUE(c.split.has_value());
+  EXPECT_EQ(c.split->fresh_path, PrefillPath::kMla);
+  EXPECT_EQ(AttentionPathPolicy::Describe(c),
+            "mla (split_lead: bs=3 prefix=4096 extend=1412 se=2809296; lead: table: bs=1 "
+            "prefix=4096 extend=512 se=2359296 < threshold=3000000; fresh: table: bs=2 prefix=0 "
+            "extend=900 se=450000 threshold=never)");
+  // The lead MHA and the fresh prompts MLA: no form runs that way round; the whole batch's
+  // own choice (MLA here).
+  auto reversed = MakePolicy(SplitProfile(testing::SmallProfile(), kNeverMha, 0, kNeverMha));
+  c = reversed->Choose(batch);
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+  EXPECT_EQ(c.reason, ChoiceReason::kTable);
+  EXPECT_FALSE(c.split.has_value());
 }
 
 TEST(AttentionPathPolicy, SplitRuleLeavesOtherBatchesAlone) {

@@ -179,20 +179,24 @@ TEST(MixedWorkload, FreshFractionDrawsFreshPromptsAfterPrefixedOnes) {
   EXPECT_LT(fresh, requests * 3 / 5);
 }
 
-// Fake timings: MHA 10 us + Σextend/1000, MLA 1 us + (Σprefix + 4·Σextend)/1000. A profile that
-// says MLA everywhere splits every batch that can split (its lead alone says MLA too); the row
-// is charged the lead's MLA time plus the fresh part's MHA time, the no-split row the whole
-// batch's MLA time, and the best row the least of the three.
+// Fake timings: MHA 10 us + Σextend/1000, MLA 1 us + (Σprefix + 4·Σextend)/1000. The profile
+// says MHA for every cell without a prefix (Σprefix < 256, the first prefix bucket) and MLA for
+// the others, so a batch that can split splits where its lead has a prefix of 256 or more (the
+// fresh prompts alone say MHA), and runs MHA whole where its lead has less. The tuned row is
+// charged the lead's MLA time plus the fresh part's MHA time for a split, the no-split row the
+// whole batch's choice, and the best row the least of the three.
 TEST(PolicyBenchmark, ChargesTheSplitWhereThePolicyPicksIt) {
   GpuProfile p = testing::SmallProfile();
-  for (MhaMlaCell& c : p.mha_mla.cells) c.se_threshold = kNeverMha;
+  for (MhaMlaCell& c : p.mha_mla.cells) c.se_threshold = c.prefix == 0 ? 0 : kNeverMha;
   auto policy = AttentionPathPolicy::Create(p, "test", {});
   ASSERT_TRUE(policy.ok()) << policy.status();
-  std::vector<TunedPolicy> tuned{{"all-mla", std::move(*policy)}};
+  std::vector<TunedPolicy> tuned{{"mla-with-prefix", std::move(*policy)}};
   const auto mha_us = [](const BatchStats& st) { return 10.0 + st.sum_extend / 1000.0; };
   const auto mla_us = [](const BatchStats& st) {
     return 1.0 + (st.sum_prefix + 4.0 * st.sum_extend) / 1000.0;
   };
+  const auto table_mha = [](const BatchStats& st) { return st.sum_prefix < 256; };
+  const auto table_us = [&](const BatchStats& st) { return table_mha(st) ? mha_us(st) : mla_us(st); };
   std::vector<std::vector<SequenceShape>> calls;
   BatchTimer timer = [&](const std::vector<SequenceShape>& b) -> absl::StatusOr<BatchTimes> {
     calls.push_back(b);
@@ -206,31 +210,40 @@ TEST(PolicyBenchmark, ChargesTheSplitWhereThePolicyPicksIt) {
   ASSERT_TRUE(r.ok()) << r.status();
   // The calls: each batch, then its lead and fresh part where it can split.
   double tuned_us = 0, no_split_us = 0, best_us = 0;
-  int batches = 0, splits = 0;
+  int batches = 0, splittable = 0, splits = 0, tuned_mha = 0;
   for (size_t i = 0; i < calls.size(); ++i, ++batches) {
     const BatchStats st = ComputeBatchStats(calls[i]);
     const double whole = std::min(mha_us(st), mla_us(st));
-    no_split_us += mla_us(st);
+    no_split_us += table_us(st);
     if (SplitPoint(calls[i]) == 0) {
-      tuned_us += mla_us(st);
+      tuned_us += table_us(st);
+      tuned_mha += table_mha(st);
       best_us += whole;
       continue;
     }
     ASSERT_LT(i + 2, calls.size());
-    const double split = mla_us(ComputeBatchStats(calls[i + 1])) +
-                         mha_us(ComputeBatchStats(calls[i + 2]));
+    const BatchStats lead = ComputeBatchStats(calls[i + 1]), fresh = ComputeBatchStats(calls[i + 2]);
     EXPECT_EQ(calls[i + 1].size() + calls[i + 2].size(), calls[i].size());
-    tuned_us += split;
+    EXPECT_TRUE(table_mha(fresh));
+    const double split = mla_us(lead) + mha_us(fresh);
+    if (table_mha(lead)) {  // both parts MHA: the whole batch in MHA
+      tuned_us += mha_us(st);
+      ++tuned_mha;
+    } else {
+      tuned_us += split;
+      ++splits;
+    }
     best_us += std::min(whole, split);
-    ++splits;
+    ++splittable;
     i += 2;
   }
   EXPECT_EQ(batches, 100);
   EXPECT_GT(splits, 0);
-  EXPECT_EQ(r->splittable, splits);
+  EXPECT_EQ(r->splittable, splittable);
   ASSERT_EQ(r->rows.size(), 5u);
   EXPECT_EQ(r->rows[2].split, splits);
-  EXPECT_EQ(r->rows[2].mla, 100 - splits);
+  EXPECT_EQ(r->rows[2].mha, tuned_mha);
+  EXPECT_EQ(r->rows[2].mla, 100 - splits - tuned_mha);
   EXPECT_NEAR(r->rows[2].total_us, tuned_us, 1e-6);
   EXPECT_EQ(r->rows[3].split, 0);
   EXPECT_NEAR(r->rows[3].total_us, no_split_us, 1e-6);
@@ -240,7 +253,7 @@ TEST(PolicyBenchmark, ChargesTheSplitWhereThePolicyPicksIt) {
     EXPECT_EQ(row.mha + row.mla + row.split, 100) << row.name;
   }
   EXPECT_THAT(r->table, HasSubstr("fresh prompts: each request prefix 0 with probability 0.50"));
-  EXPECT_THAT(r->table, HasSubstr("tuned, no split: all-mla"));
+  EXPECT_THAT(r->table, HasSubstr("tuned, no split: mla-with-prefix"));
   o.workload.fresh_fraction = 1.5;
   EXPECT_EQ(RunPolicyBenchmark(timer, tuned, o).status().code(),
             absl::StatusCode::kInvalidArgument);

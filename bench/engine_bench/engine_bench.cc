@@ -19,6 +19,11 @@
 //            decode rows at --decode-context and N fresh prompts of --mixed-prompt-len tokens in
 //            one Forward, against the N prompts alone in one Forward and the rows' step alone
 //            (eager and with graphs), and in the MHA form asked; medians of --runs rounds.
+//   chunk    (--chunk-mixed N...) the prefill worker's step under chunked prefill: a long
+//            prompt's later chunk of --chunk-len tokens after --chunk-prefix cached ones, then N
+//            fresh prompts of --mixed-prompt-len tokens, in one Forward asked each path the
+//            policy can pick (kMla, kMha, kSplit: docs/profiles.md, "The split rule"), against
+//            the chunk alone (latent and MHA form) and the prompts alone; medians of --runs rounds.
 // Times are host wall time of Forward (ForwardInto on one reused result, as a serving loop
 // steps), so they include the plan upload and the logits copy back (one f32 row of the
 // vocabulary per sequence), as in serving. Decode feeds random ids
@@ -384,6 +389,68 @@ class Bench {
     return t;
   }
 
+  struct ChunkMixedTimes {
+    std::vector<double> chunk_mla_ms, chunk_mha_ms, prompts_ms, mla_ms, mha_ms, split_ms;
+  };
+
+  // The prefill worker's step: one long prompt's later chunk (`chunk` tokens at positions
+  // [prefix, prefix + chunk), its prefix cached once before the rounds) followed by `prompts`
+  // fresh prompts of `len` tokens, in one Forward asked kMla, kMha and kSplit in turn, and its
+  // halves alone (the chunk in either form, the prompts under kAuto: MHA). Every round rewrites
+  // the chunk's cache rows with the same values. `runs` rounds after one untimed round.
+  ChunkMixedTimes ChunkMixed(int prompts, int len, int prefix, int chunk, int runs, int max_tokens) {
+    auto pages = e_.kv_pool().Allocate(PagesFor(prefix + chunk));
+    if (!pages.ok()) Die("allocate", pages.status());
+    const std::vector<int32_t> ids = RandomIds(prefix + chunk);
+    for (int start = 0; start < prefix; start += max_tokens) {
+      const int n = std::min(max_tokens, prefix - start);
+      const std::vector<SequenceChunk> piece = {
+          {std::span<const int32_t>(ids).subspan(start, n), start, *pages, false}};
+      auto r = e_.Forward(piece);
+      if (!r.ok()) Die("chunk setup prefill", r.status());
+    }
+    mlaserve::model::ForwardResult result;
+    std::vector<std::vector<int32_t>> prompt_ids(prompts);
+    auto forward = [&](bool with_chunk, bool with_prompts, AttentionPath path) {
+      std::vector<SequenceChunk> chunks;
+      std::vector<std::vector<int32_t>> prompt_pages;
+      if (with_chunk) chunks.push_back({std::span<const int32_t>(ids).subspan(prefix, chunk), prefix, *pages, true});
+      if (with_prompts) {
+        for (int p = 0; p < prompts; ++p) {
+          auto pp = e_.kv_pool().Allocate(PagesFor(len));
+          if (!pp.ok()) Die("allocate", pp.status());
+          prompt_pages.push_back(std::move(*pp));
+          prompt_ids[p] = RandomIds(len);
+        }
+        for (int p = 0; p < prompts; ++p) chunks.push_back({prompt_ids[p], 0, prompt_pages[p], true});
+      }
+      const auto start = Clock::now();
+      const absl::Status r = e_.ForwardInto(chunks, path, nullptr, &result);
+      const double ms = Ms(Clock::now() - start);
+      if (!r.ok()) Die("chunk mixed", r);
+      for (const auto& pp : prompt_pages) e_.kv_pool().Free(pp);
+      return ms;
+    };
+    ChunkMixedTimes t;
+    for (int round = -1; round < runs; ++round) {
+      const double cm = forward(true, false, AttentionPath::kMla);
+      const double ch = forward(true, false, AttentionPath::kMha);
+      const double p = forward(false, true, AttentionPath::kAuto);
+      const double m = forward(true, true, AttentionPath::kMla);
+      const double h = forward(true, true, AttentionPath::kMha);
+      const double sp = forward(true, true, AttentionPath::kSplit);
+      if (round < 0) continue;
+      t.chunk_mla_ms.push_back(cm);
+      t.chunk_mha_ms.push_back(ch);
+      t.prompts_ms.push_back(p);
+      t.mla_ms.push_back(m);
+      t.mha_ms.push_back(h);
+      t.split_ms.push_back(sp);
+    }
+    e_.kv_pool().Free(*pages);
+    return t;
+  }
+
  private:
   BenchEngine& be_;
   Engine& e_;
@@ -404,6 +471,8 @@ int main(int argc, char** argv) {
   std::string mha_provider = "auto";
   std::vector<int> mixed_prompts;
   int mixed_len = 1024, mixed_rows = 56;
+  std::vector<int> chunk_mixed;
+  int chunk_prefix = 6144, chunk_len = 2048;
   int tp_size = 1;
   std::string attention_parallel = "tensor", moe_parallel = "expert", moe_dispatch = "gather";
   CLI::App app{"mlaserve-engine-bench: prefill and decode speed of the engine on one GPU or "
@@ -431,6 +500,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--mixed-decode-rows", mixed_rows, "decode rows of a mixed step")
       ->capture_default_str();
+  app.add_option("--chunk-mixed", chunk_mixed,
+                 "the prefill worker's step: for each N, a prompt's later chunk of --chunk-len "
+                 "tokens after --chunk-prefix cached ones then N fresh prompts of "
+                 "--mixed-prompt-len tokens, in one Forward asked kMla, kMha and kSplit, timed "
+                 "against its halves (empty = skip)");
+  app.add_option("--chunk-prefix", chunk_prefix, "cached tokens before the chunk")
+      ->capture_default_str();
+  app.add_option("--chunk-len", chunk_len, "tokens of the later chunk")->capture_default_str();
   app.add_option("--warmup-steps", warm, "untimed decode steps first (capture)")->capture_default_str();
   app.add_option("--max-batch-tokens", max_batch_tokens, "engine workspace planning")
       ->capture_default_str();
@@ -507,13 +584,31 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  const int max_chunk_mixed =
+      chunk_mixed.empty() ? 0 : *std::max_element(chunk_mixed.begin(), chunk_mixed.end());
+  if (!chunk_mixed.empty()) {
+    const int least = *std::min_element(chunk_mixed.begin(), chunk_mixed.end());
+    if (least < 1 || mixed_len < 2 || chunk_prefix < 1 || chunk_len < 1 || tp_size > 1 ||
+        chunk_len + max_chunk_mixed * mixed_len > max_batch_tokens) {
+      std::fprintf(stderr, "mlaserve-engine-bench: --chunk-mixed needs prompts >= 1 (got %d), "
+                   "--mixed-prompt-len >= 2 (%d), --chunk-prefix >= 1 (%d), --chunk-len >= 1 "
+                   "(%d), one GPU (--tp-size %d), and the chunk and %d prompts within "
+                   "--max-batch-tokens %d\n", least, mixed_len, chunk_prefix, chunk_len, tp_size,
+                   max_chunk_mixed, max_batch_tokens);
+      return 2;
+    }
+  }
   if (num_pages == 0) {
     const int decode_tokens = context + warm + steps + eager_steps + sampled_steps + 3;
     const int mixed_pages = mixed_prompts.empty()
                                 ? 0
                                 : mixed_rows * PagesFor(context + 5 * (runs + 1) + 1) +
                                       max_mixed * PagesFor(mixed_len);
-    num_pages = std::max({max_batch * PagesFor(decode_tokens), PagesFor(max_prefill), mixed_pages}) + 8;
+    const int chunk_pages = chunk_mixed.empty() ? 0
+                                                : PagesFor(chunk_prefix + chunk_len) +
+                                                      max_chunk_mixed * PagesFor(mixed_len);
+    num_pages = std::max({max_batch * PagesFor(decode_tokens), PagesFor(max_prefill), mixed_pages,
+                          chunk_pages}) + 8;
   }
   std::unique_ptr<GpuTimeline> timeline;  // before loading the model: fail fast
   if (trace_timeline) {
@@ -541,7 +636,8 @@ int main(int argc, char** argv) {
   o.device = device;
   o.num_kv_pages = num_pages;
   o.max_batch_tokens = max_batch_tokens;
-  o.max_batch_seqs = std::max({max_batch, mixed_prompts.empty() ? 0 : mixed_rows + max_mixed, 1});
+  o.max_batch_seqs = std::max({max_batch, mixed_prompts.empty() ? 0 : mixed_rows + max_mixed,
+                               max_chunk_mixed + 1, 1});
   o.mha_provider = mlaserve::kernels::ParseMhaPrefillProvider(mha_provider).value();  // checked by CLI11
   o.parallel = *parallel;
   const auto load_start = Clock::now();
@@ -656,6 +752,34 @@ int main(int argc, char** argv) {
                             {"mixed_median_ms", m}, {"mixed_runs_ms", t.mixed_ms},
                             {"mixed_mha_median_ms", mm},
                             {"prefill_runs_ms", t.prefill_ms}});
+  }
+  for (int n : chunk_mixed) {
+    const Bench::ChunkMixedTimes t =
+        bench.ChunkMixed(n, mixed_len, chunk_prefix, chunk_len, runs, max_batch_tokens);
+    const double cm = Median(t.chunk_mla_ms), ch = Median(t.chunk_mha_ms),
+                 p = Median(t.prompts_ms), m = Median(t.mla_ms), h = Median(t.mha_ms),
+                 sp = Median(t.split_ms);
+    const int tokens = chunk_len + n * mixed_len;
+    const double halves = std::min(cm, ch) + p;  // the best of each half, alone
+    std::printf("| chunk %d after %d, latent form (kMla) | 1 | %d | %.2f | %.0f | - | - | - |\n",
+                chunk_len, chunk_prefix, chunk_len, cm, 1000.0 * chunk_len / cm);
+    std::printf("| chunk %d after %d, MHA form (kMha) | 1 | %d | %.2f | %.0f | - | - | - |\n",
+                chunk_len, chunk_prefix, chunk_len, ch, 1000.0 * chunk_len / ch);
+    std::printf("| prefill %d x %d (one Forward) | %d | %d | %.2f | %.0f | - | - | - |\n", n,
+                mixed_len, n, n * mixed_len, p, 1000.0 * n * mixed_len / p);
+    for (const auto& [name, ms] : {std::pair<const char*, double>{"kMla", m}, {"kMha", h},
+                                   {"kSplit", sp}}) {
+      std::printf("| chunk + %d x %d, %s asked | %d | %d | %.2f | %.0f | %+.1f%% against the best "
+                  "halves alone (%.2f ms) | - | - |\n",
+                  n, mixed_len, name, n + 1, tokens, ms, 1000.0 * tokens / ms,
+                  100.0 * (ms / halves - 1), halves);
+    }
+    out["chunk_mixed"].push_back(
+        {{"prompts", n}, {"prompt_len", mixed_len}, {"chunk_prefix", chunk_prefix},
+         {"chunk_len", chunk_len}, {"chunk_mla_median_ms", cm}, {"chunk_mha_median_ms", ch},
+         {"prompts_median_ms", p}, {"mla_median_ms", m}, {"mha_median_ms", h},
+         {"split_median_ms", sp}, {"mla_runs_ms", t.mla_ms}, {"mha_runs_ms", t.mha_ms},
+         {"split_runs_ms", t.split_ms}});
   }
   const double used_end = UsedGiB();
   const std::string graphs =
