@@ -12,6 +12,7 @@
 #include "kvtransfer/nccl/kv_nccl_service.h"
 #include "kvtransfer/nccl/worker_transport.h"
 #include "kvtransfer/receiver.h"
+#include "profiles/attention_path_policy.h"
 #ifdef MLASERVE_HAVE_NCCL
 #include "kvtransfer/nccl/cuda_page_io.h"
 #include "kvtransfer/nccl/nccl_communicator.h"
@@ -71,6 +72,15 @@ class DecodeRole final : public worker::Role {
     ro.default_lease = o.kv_lease;
     ro.max_lease = o.max_kv_lease;
     ro.kv_transport = kv_offer_;
+    // Steps that carry prompts choose their attention path from the GPU profile (dense models;
+    // a DSA model's steps stay on kAuto, which routes its sparse attention itself).
+    if (!e.config().has_indexer) {
+      auto policy = profiles::AttentionPathPolicy::Create(env.profile.profile, env.profile.source,
+                                                          {false, 0});
+      if (!policy.ok()) return worker::StartupError{"attention path policy", policy.status()};
+      policy_ = *std::move(policy);
+      ro.attention_policy = policy_.get();
+    }
     runner_ = std::make_unique<DecodeRunner>(&e, receiver_.get(), ro, &env.metrics);
     service_ = std::make_unique<DecodeService>(runner_.get(), env.describe,
                                                &env.security.authorizer);
@@ -119,6 +129,7 @@ class DecodeRole final : public worker::Role {
   std::unique_ptr<kvtransfer::KvReceiver> receiver_;
   std::unique_ptr<kvtransfer::KvServiceImpl> kv_service_;
   std::unique_ptr<kvtransfer::nccl::KvNcclServiceImpl> nccl_service_;
+  std::unique_ptr<profiles::AttentionPathPolicy> policy_;  // read by runner_: declared before it
   std::unique_ptr<DecodeRunner> runner_;
   std::unique_ptr<DecodeService> service_;
 };

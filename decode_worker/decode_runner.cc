@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "decode_worker/decode_request.h"
 #include "kernels/common/page.h"
+#include "profiles/engine_path.h"
 #include "spdlog/spdlog.h"
 
 namespace mlaserve::decode {
@@ -67,6 +68,12 @@ DecodeRunner::DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiv
   prefill_tokens_ = m->GetCounter("mlaserve_decode_prefill_tokens_total",
                                   "Positions the decode worker computed in prefill chunks (local prefill, and "
                                   "recomputation after a preemption).");
+  for (int p = 0; p < profiles::kNumPrefillPaths; ++p) {
+    attention_paths_[p] = m->GetCounter(
+        "mlaserve_decode_attention_path_total",
+        "Decode steps with prefill chunks by the attention path the GPU profile's policy chose.",
+        {{"path", profiles::PrefillPathName(static_cast<profiles::PrefillPath>(p))}});
+  }
   for (int r = 0; r < engine->data_ranks() && engine->data_ranks() > 1; ++r) {
     rank_running_.push_back(m->GetGauge("mlaserve_decode_rank_running_requests",
                                         "Requests in the batch of each data-parallel rank.",
@@ -279,9 +286,17 @@ bool DecodeRunner::Step() {
     batch.push_back(sc);
   }
   // run(): into the result kept from the last step.
+  model::AttentionPath path = model::AttentionPath::kAuto;
+  if (prefill_tokens > 0 && options_.attention_policy != nullptr) {
+    std::vector<profiles::SequenceShape>& shapes = step_.shapes;
+    shapes.clear();
+    for (const DecodeChunk& c : chunks) shapes.push_back({c.start, c.len});
+    const profiles::PathChoice choice = options_.attention_policy->Choose(shapes);
+    path = profiles::ToEnginePath(choice);
+    attention_paths_[static_cast<int>(choice.path)]->Increment();
+  }
   const absl::Time started = absl::Now();
-  const absl::Status ran =
-      engine_->ForwardInto(batch, model::AttentionPath::kAuto, nullptr, &step_.result);
+  const absl::Status ran = engine_->ForwardInto(batch, path, nullptr, &step_.result);
   step_seconds_[prefill_tokens > 0 ? 1 : 0]->Observe(absl::ToDoubleSeconds(absl::Now() - started));
   if (prefill_tokens > 0) prefill_tokens_->Increment(prefill_tokens);
   // The spans into the sequences end with the step: postprocess() grows and ends sequences.

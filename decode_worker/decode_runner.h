@@ -31,6 +31,7 @@
 // made from the loop thread without mu_ held.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -50,6 +51,7 @@
 #include "kvtransfer/transport.h"
 #include "model/engine.h"
 #include "model/sampler.h"
+#include "profiles/attention_path_policy.h"
 
 namespace mlaserve::decode {
 
@@ -60,6 +62,11 @@ struct DecodeRunnerOptions {
   absl::Duration max_lease = absl::Seconds(120);
   std::string kv_endpoint;  // where prefill workers push KV (this worker's address)
   std::string kv_transport = "tcp";
+  // A step that carries prefill chunks asks this policy its attention path (the GPU profile's
+  // table, part by part: decode rows in latent form, prompts in MHA form only where their own
+  // cell says MHA; docs/profiles.md, "The split rule"). nullptr, and every decode-only step:
+  // kAuto. Dense models only (decode_main passes none for DSA models).
+  profiles::AttentionPathPolicy* attention_policy = nullptr;
 };
 
 // What a Reserve's input may be: the model's vocabulary and context and the longest lease.
@@ -194,6 +201,7 @@ class DecodeRunner {
   struct StepBuffers {
     std::vector<model::SampleRow> samples;
     std::vector<model::SequenceChunk> batch;
+    std::vector<profiles::SequenceShape> shapes;  // for the attention policy
     model::ForwardResult result;
   };
   StepBuffers step_;
@@ -223,6 +231,8 @@ class DecodeRunner {
   common::Histogram* queue_seconds_;
   common::Histogram* step_seconds_[2];  // decode-only steps, steps with prefill chunks
   common::Counter* prefill_tokens_;
+  // Steps with prefill chunks by the path the policy chose (with options.attention_policy).
+  std::array<common::Counter*, profiles::kNumPrefillPaths> attention_paths_{};
   std::vector<common::Gauge*> rank_running_;  // data-parallel attention: per rank
 };
 

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtransfer/fake_transport.h"
+#include "profiles/testing/test_profiles.h"
 
 namespace mlaserve::decode {
 namespace {
@@ -114,6 +115,65 @@ TEST_F(DecodeRunnerTest, BatchesRunningRequestsTogether) {
   ASSERT_EQ(shapes.size(), 6u);
   EXPECT_EQ(shapes[0], (std::vector<int>{5, 6, 7}));
   EXPECT_EQ(shapes[1], (std::vector<int>{1, 1, 1}));
+}
+
+// A step that carries a prompt asks the GPU profile's policy its path, part by part: here the
+// profile says MHA for a fresh prompt from se = extend^2 >= 2000 (45 tokens) and MLA for every
+// batch with a prefix, so a running request's decode row plus a 70-token prompt is a split, and
+// plus a 30-token prompt one latent pass; decode-only steps stay on kAuto.
+class DecodeRunnerPolicyTest : public testing::DecodeRunnerHarness {
+ protected:
+  // The runner reads the policy until it is gone: before it is.
+  void TearDown() override { runner_.reset(); }
+  std::unique_ptr<profiles::AttentionPathPolicy> policy_;
+};
+
+TEST_F(DecodeRunnerPolicyTest, StepsWithPromptsTakeThePolicysPath) {
+  profiles::GpuProfile p = profiles::testing::SmallProfile();
+  for (profiles::MhaMlaCell& c : p.mha_mla.cells) {
+    c.se_threshold = c.prefix == 0 && c.batch == 1 ? 2000 : profiles::kNeverMha;
+  }
+  auto policy = profiles::AttentionPathPolicy::Create(p, "test", {});
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  policy_ = *std::move(policy);
+  DecodeRunnerOptions o;
+  o.scheduler = {.max_running = 4, .max_batch_tokens = 128, .chunk_size = 128};
+  o.attention_policy = policy_.get();
+  Build({.num_pages = kPages}, o, kPages);
+  using model::AttentionPath;
+  auto start = [&](const std::string& id, const std::vector<int32_t>& prompt, int max_new) {
+    auto r = runner_->Reserve(Spec(id, prompt, max_new, true));
+    EXPECT_TRUE(r.ok()) << r.status();
+    auto sink = std::make_shared<RecordingSink>();
+    EXPECT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
+    return sink;
+  };
+  const auto a = Prompt(10, 1), b = Prompt(70, 2), c = Prompt(30, 3);
+  auto sa = start("a", a, 8);
+  ASSERT_TRUE(runner_->Step());  // a's prompt alone: se 100 < 2000, latent
+  ASSERT_TRUE(runner_->Step());  // a decodes
+  auto sb = start("b", b, 2);
+  ASSERT_TRUE(runner_->Step());  // a's row, then b's prompt: the split
+  ASSERT_TRUE(runner_->Step());  // a and b decode
+  auto sc = start("c", c, 2);
+  ASSERT_TRUE(runner_->Step());  // a's and b's rows, then c's prompt: both parts latent
+  RunUntilIdle(1000);
+  EXPECT_EQ(sa->tokens(), FakeEngine::ExpectedTokens(a, 8, kVocab));
+  EXPECT_EQ(sb->tokens(), FakeEngine::ExpectedTokens(b, 2, kVocab));
+  EXPECT_EQ(sc->tokens(), FakeEngine::ExpectedTokens(c, 2, kVocab));
+  const std::vector<AttentionPath> paths = decode_->asked_paths();
+  ASSERT_GE(paths.size(), 5u);
+  EXPECT_EQ(paths[0], AttentionPath::kMla);
+  EXPECT_EQ(paths[1], AttentionPath::kAuto);
+  EXPECT_EQ(paths[2], AttentionPath::kSplit);
+  EXPECT_EQ(paths[3], AttentionPath::kAuto);
+  EXPECT_EQ(paths[4], AttentionPath::kMla);
+  for (size_t i = 5; i < paths.size(); ++i) EXPECT_EQ(paths[i], AttentionPath::kAuto) << i;
+  EXPECT_EQ(decode_->batch_shapes()[2], (std::vector<int>{1, 70}));
+  const std::string text = metrics_.RenderText();
+  EXPECT_THAT(text, HasSubstr("mlaserve_decode_attention_path_total{path=\"split\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("mlaserve_decode_attention_path_total{path=\"mla\"} 2\n"));
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
 }
 
 TEST_F(DecodeRunnerTest, AbortMidStreamFreesPages) {

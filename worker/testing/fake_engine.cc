@@ -71,6 +71,11 @@ std::vector<std::vector<int>> FakeEngine::batch_shapes() const {
   return shapes_;
 }
 
+std::vector<model::AttentionPath> FakeEngine::asked_paths() const {
+  absl::MutexLock lock(&mu_);
+  return paths_;
+}
+
 std::vector<std::vector<int>> FakeEngine::batch_ranks() const {
   absl::MutexLock lock(&mu_);
   return ranks_;
@@ -199,6 +204,10 @@ absl::StatusOr<model::ForwardResult> FakeEngine::ForwardStreamingRanks(
 
 absl::StatusOr<model::ForwardResult> FakeEngine::FinishForward(
     std::span<const model::SequenceChunk> batch, model::AttentionPath path) {
+  {
+    absl::MutexLock lock(&mu_);
+    paths_.push_back(path);
+  }
   const int P = kernels::kPageSize;
   std::vector<float> page(pools_[0]->layer_page_bytes() / sizeof(float));
   model::ForwardResult result;

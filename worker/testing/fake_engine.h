@@ -62,6 +62,8 @@ class FakeEngine final : public model::Engine {
   std::vector<std::vector<int>> batch_shapes() const;
   // The chunks' ranks of every Forward so far, one vector per call.
   std::vector<std::vector<int>> batch_ranks() const;
+  // The attention path each Forward so far was asked.
+  std::vector<model::AttentionPath> asked_paths() const;
 
   // The token the fake model predicts after `sequence` (prompt + generated so far).
   static int32_t NextToken(std::span<const int32_t> sequence, int vocab_size);
@@ -86,6 +88,7 @@ class FakeEngine final : public model::Engine {
   int forward_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::vector<int>> shapes_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<int>> ranks_ ABSL_GUARDED_BY(mu_);
+  std::vector<model::AttentionPath> paths_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mlaserve::testing
