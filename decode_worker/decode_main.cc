@@ -11,6 +11,7 @@
 #include "kvtransfer/kv_service.h"
 #include "kvtransfer/nccl/kv_nccl_service.h"
 #include "kvtransfer/nccl/worker_transport.h"
+#include "kernels/common/env_switch.h"
 #include "kvtransfer/receiver.h"
 #include "profiles/attention_path_policy.h"
 #ifdef MLASERVE_HAVE_NCCL
@@ -74,7 +75,8 @@ class DecodeRole final : public worker::Role {
     ro.kv_transport = kv_offer_;
     // Steps that carry prompts choose their attention path from the GPU profile (dense models;
     // a DSA model's steps stay on kAuto, which routes its sparse attention itself).
-    if (!e.config().has_indexer) {
+    // MLASERVE_DECODE_POLICY=0 leaves every step on kAuto (for timing comparisons).
+    if (!e.config().has_indexer && !kernels::EnvSwitchedOff("MLASERVE_DECODE_POLICY")) {
       auto policy = profiles::AttentionPathPolicy::Create(env.profile.profile, env.profile.source,
                                                           {false, 0});
       if (!policy.ok()) return worker::StartupError{"attention path policy", policy.status()};
