@@ -292,9 +292,8 @@ bool DecodeRunner::Step() {
     shapes.clear();
     for (const DecodeChunk& c : chunks) shapes.push_back({c.start, c.len});
     // The path only: MHA runs on the engine's provider, as every decode step did. The cells'
-    // providers were timed on prefill batches, and cuDNN plans a graph per batch size: a step
-    // with a new number of prompts would wait for one (measured on the H200: the mixed steps
-    // of a c64 load 50% slower on the cells' providers).
+    // providers were timed on prefill batches, and cuDNN plans a graph per batch size, which a
+    // step with a new number of prompts would wait for.
     const profiles::PathChoice choice = options_.attention_policy->Choose(shapes);
     path = profiles::ToEnginePath(choice.path);
     attention_paths_[static_cast<int>(choice.path)]->Increment();
