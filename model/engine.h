@@ -41,9 +41,9 @@ namespace mlaserve::model {
 // more than one token) come after prefixed or single-token chunks runs the leading chunks in
 // the latent (MLA) form and the fresh prompts in MHA form on the engine's default provider
 // (AttentionForm::kSplit, which kAuto also reaches for such a batch when it has a cached
-// prefix); a batch that cannot split (no fresh part or no lead, sparse DSA, no MHA form at the
-// model's widths, MLASERVE_SPLIT_FORM=0) runs as kMla. ForwardResult::path_used says kMla for
-// a split batch.
+// prefix); a batch of fresh prompts only runs in MHA form, and any other batch that cannot
+// split (no fresh part, sparse DSA, no MHA form at the model's widths, MLASERVE_SPLIT_FORM=0)
+// as kMla. ForwardResult::path_used says kMla for a split batch.
 enum class AttentionPath : uint8_t { kAuto, kMha, kMla, kMhaOurs, kMhaCudnn, kSplit };
 
 // The KV cache's storage (the --kv-cache-dtype flag). kNative: the engine's activation dtype

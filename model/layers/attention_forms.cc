@@ -50,10 +50,13 @@ AttentionForm AttentionForms::Resolve(BatchPlan* plan, AttentionPath path,
   if (resolved == AttentionPath::kAuto) {
     resolved = plan->max_prefix == 0 ? AttentionPath::kMha : AttentionPath::kMla;
   }
-  // kSplit (the prefill worker's policy asks it for [prefixed or single-token | fresh]): the
-  // latent form, split below where the batch allows.
+  // kSplit (the workers' policy asks it for [prefixed or single-token | fresh]): the latent
+  // form, split below where the batch allows; a batch of fresh prompts only (a data-parallel
+  // rank's share of a split step, say) in the form of its fresh part, MHA.
   const bool split_asked = resolved == AttentionPath::kSplit;
-  if (split_asked) resolved = AttentionPath::kMla;
+  if (split_asked) {
+    resolved = plan->batch > 0 && plan->fresh_from == 0 ? AttentionPath::kMha : AttentionPath::kMla;
+  }
   // fp8 cache: a batch that reads cached latents (a prefix, or the MLA form) attends sparsely,
   // through the kernels that read fp8 (kv_cache/fp8_latent_kv_cache.cc); it is the same function.
   if (cache_reads_sparse && (plan->max_prefix > 0 || resolved == AttentionPath::kMla)) {

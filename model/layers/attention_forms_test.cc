@@ -61,7 +61,7 @@ TEST(AttentionFormsTest, ResolvesEachBatchKind) {
   EXPECT_EQ(resolve(one_token_prompt_and_prompt, AttentionPath::kSplit), AttentionForm::kSplit);
   EXPECT_EQ(resolve(one_token_prompt_and_prompt, AttentionPath::kAuto), AttentionForm::kMha);
   EXPECT_EQ(resolve(prompt_then_chunk, AttentionPath::kSplit), AttentionForm::kMla);
-  EXPECT_EQ(resolve(prompts, AttentionPath::kSplit), AttentionForm::kMla);          // no lead
+  EXPECT_EQ(resolve(prompts, AttentionPath::kSplit), AttentionForm::kMha);  // no lead: fresh part's form
   EXPECT_EQ(resolve(decode, AttentionPath::kSplit), AttentionForm::kMlaDecode);    // no fresh part
   EXPECT_EQ(resolve({Chunk(two, 3, b)}, AttentionPath::kSplit), AttentionForm::kMla);
   EXPECT_EQ(resolve(decode_and_prompt, AttentionPath::kSplit, /*cache_reads_sparse=*/true),
