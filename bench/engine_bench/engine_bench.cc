@@ -301,6 +301,19 @@ class Bench {
     return t;
   }
 
+  // Appends `prompts` fresh prompts of `len` random tokens to `chunks` (prefix 0, logits
+  // wanted), their ids in `ids` and their pages, freshly allocated, in `pages`.
+  void AddFreshPrompts(int prompts, int len, std::vector<std::vector<int32_t>>* ids,
+                       std::vector<std::vector<int32_t>>* pages, std::vector<SequenceChunk>* chunks) {
+    for (int p = 0; p < prompts; ++p) {
+      auto pp = e_.kv_pool().Allocate(PagesFor(len));
+      if (!pp.ok()) Die("allocate", pp.status());
+      pages->push_back(std::move(*pp));
+      (*ids)[p] = RandomIds(len);
+    }
+    for (int p = 0; p < prompts; ++p) chunks->push_back({(*ids)[p], 0, (*pages)[p], true});
+  }
+
   struct MixedTimes {
     std::vector<double> prefill_ms, decode_eager_ms, decode_graph_ms, mixed_ms, mixed_mha_ms;
   };
@@ -347,15 +360,7 @@ class Bench {
                             static_cast<int>(seqs[b].size()) - 1, pages[b], true});
         }
       }
-      if (with_prompts) {
-        for (int p = 0; p < prompts; ++p) {
-          auto pp = e_.kv_pool().Allocate(PagesFor(len));
-          if (!pp.ok()) Die("allocate", pp.status());
-          prompt_pages.push_back(std::move(*pp));
-          prompt_ids[p] = RandomIds(len);
-        }
-        for (int p = 0; p < prompts; ++p) chunks.push_back({prompt_ids[p], 0, prompt_pages[p], true});
-      }
+      if (with_prompts) AddFreshPrompts(prompts, len, &prompt_ids, &prompt_pages, &chunks);
       BeginTrace(tr);
       const auto start = Clock::now();
       const absl::Status r = e_.ForwardInto(chunks, path, nullptr, &result);
@@ -415,15 +420,7 @@ class Bench {
       std::vector<SequenceChunk> chunks;
       std::vector<std::vector<int32_t>> prompt_pages;
       if (with_chunk) chunks.push_back({std::span<const int32_t>(ids).subspan(prefix, chunk), prefix, *pages, true});
-      if (with_prompts) {
-        for (int p = 0; p < prompts; ++p) {
-          auto pp = e_.kv_pool().Allocate(PagesFor(len));
-          if (!pp.ok()) Die("allocate", pp.status());
-          prompt_pages.push_back(std::move(*pp));
-          prompt_ids[p] = RandomIds(len);
-        }
-        for (int p = 0; p < prompts; ++p) chunks.push_back({prompt_ids[p], 0, prompt_pages[p], true});
-      }
+      if (with_prompts) AddFreshPrompts(prompts, len, &prompt_ids, &prompt_pages, &chunks);
       const auto start = Clock::now();
       const absl::Status r = e_.ForwardInto(chunks, path, nullptr, &result);
       const double ms = Ms(Clock::now() - start);
