@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "profiles/batch_shape.h"
+
 namespace mlaserve::decode {
 
 std::optional<DecodeFinish> CheckStop(const StopRules& rules, int32_t token, int generated) {
@@ -60,7 +62,7 @@ std::vector<DecodeChunk> DecodeScheduler::Schedule() const {
   // within each kind: the engine attends a batch whose fresh prompts come last in two forms,
   // its fresh prompts in the cheaper MHA form (model::AttentionForm::kSplit).
   std::stable_partition(batch.begin() + static_cast<std::ptrdiff_t>(decode_rows), batch.end(),
-                        [](const DecodeChunk& c) { return c.start > 0 || c.len == 1; });
+                        [](const DecodeChunk& c) { return !profiles::IsFreshPrompt({c.start, c.len}); });
   return batch;
 }
 

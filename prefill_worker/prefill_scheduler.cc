@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/page.h"
+#include "profiles/batch_shape.h"
 
 namespace mlaserve::prefill {
 
@@ -95,8 +96,9 @@ std::vector<PrefillChunk> PrefillScheduler::Schedule() {
   // within each kind (the budget was given in that order): the attention-path policy and the
   // engine can then attend the fresh prompts in the cheaper MHA form while the chunks that read
   // a prefix stay in latent form (profiles::PrefillPath::kSplit, model::AttentionPath::kSplit).
-  std::stable_partition(batch.begin(), batch.end(),
-                        [](const PrefillChunk& c) { return c.start > 0 || c.len == 1; });
+  std::stable_partition(batch.begin(), batch.end(), [](const PrefillChunk& c) {
+    return !profiles::IsFreshPrompt({c.start, c.len});
+  });
   return batch;
 }
 

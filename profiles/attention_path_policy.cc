@@ -158,13 +158,12 @@ PathChoice AttentionPathPolicy::ChooseDense(const BatchStats& st) const {
 }
 
 int SplitPoint(std::span<const SequenceShape> batch) {
-  const auto fresh = [](const SequenceShape& q) { return q.prefix == 0 && q.extend >= 2; };
   const int n = static_cast<int>(batch.size());
   int lead = 0;
-  while (lead < n && !fresh(batch[lead])) ++lead;
+  while (lead < n && !IsFreshPrompt(batch[lead])) ++lead;
   if (lead == 0 || lead == n) return 0;
   for (int i = lead; i < n; ++i) {
-    if (!fresh(batch[i])) return 0;
+    if (!IsFreshPrompt(batch[i])) return 0;
   }
   return lead;
 }

@@ -13,6 +13,11 @@ struct SequenceShape {
   int64_t extend = 0;  // positions [prefix, prefix + extend) computed now (>= 1)
 };
 
+// A fresh prompt: nothing cached and more than one token (a one-token chunk attends like a
+// decode row). Schedulers list a step's fresh prompts after its other chunks, so the attention
+// can split there (model::AttentionForm::kSplit; the policy's SplitPoint).
+inline bool IsFreshPrompt(const SequenceShape& q) { return q.prefix == 0 && q.extend >= 2; }
+
 struct BatchStats {
   int batch = 0;
   int64_t sum_prefix = 0;

@@ -41,9 +41,8 @@ std::vector<SequenceShape> DrawMixedBatch(std::mt19937_64& rng, const MixedWorkl
   }
   // The budget went in drawing order; the batch runs prefixed requests first (PrefillScheduler).
   if (fresh_some) {
-    std::stable_partition(batch.begin(), batch.end(), [](const SequenceShape& q) {
-      return q.prefix > 0 || q.extend == 1;
-    });
+    std::stable_partition(batch.begin(), batch.end(),
+                          [](const SequenceShape& q) { return !IsFreshPrompt(q); });
   }
   return batch;
 }
