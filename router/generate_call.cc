@@ -373,7 +373,7 @@ void GenerateCall::OnDecodeMessage(const v1::DecodeStreamResponse& message) {
 }
 
 void GenerateCall::OnDecodeStreamDone(const grpc::Status& status) {
-  bool ended;
+  bool ended = false;
   grpc::Alarm* grace = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -381,34 +381,23 @@ void GenerateCall::OnDecodeStreamDone(const grpc::Status& status) {
     grace = stream_grace_.get();
     const std::string& id = placement_->decode_id();
     const std::string& address = placement_->decode_address();
+    const absl::Status error = WorkerError("token stream from decode worker", id, address, status);
+    // A decode worker that went away is marked unhealthy whatever else happened to the call
+    // (it may have ended already: the client left, or the wait after a failed KV transfer ran
+    // out), and before the client hears of it.
+    if (WorkerLooksGone(status)) {
+      router_->registry().ReportFailure(id, std::string(error.message()), absl::Now());
+    }
     if (phase_ == Phase::kDone) {
-      // The call already ended (e.g. the client left, or the wait after a failed KV transfer
-      // timed out), but a decode worker that went away must still be marked unhealthy.
-      if (WorkerLooksGone(status)) {
-        const absl::Status error =
-            WorkerError("token stream from decode worker", id, address, status);
-        router_->registry().ReportFailure(id, std::string(error.message()), absl::Now());
-      }
       ended = false;
     } else if (kv_transfer_failure_.has_value()) {
-      // The prefill worker reported the failed KV transfer first; the stream's end tells
-      // whether D is gone. The client hears of the transfer either way, after the registry.
-      if (WorkerLooksGone(status)) {
-        const absl::Status error =
-            WorkerError("token stream from decode worker", id, address, status);
-        router_->registry().ReportFailure(id, std::string(error.message()), absl::Now());
-      }
+      // The prefill worker reported the failed KV transfer first: the client hears of that.
       ended = FailLocked(*kv_transfer_failure_);
     } else if (status.ok()) {
       ended = FailLocked(absl::UnavailableError(absl::StrCat("decode worker ", id, " (", address,
                                                              ") ended the token stream without a "
                                                              "final message")));
     } else {
-      const absl::Status error =
-          WorkerError("token stream from decode worker", id, address, status);
-      if (WorkerLooksGone(status)) {
-        router_->registry().ReportFailure(id, std::string(error.message()), absl::Now());
-      }
       ended = FailLocked(error);
     }
   }

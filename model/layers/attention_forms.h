@@ -11,8 +11,8 @@
 // The choice follows the caller's AttentionPath (kAuto: MHA without a cached prefix; with one,
 // kSplit where the fresh prompts come last and neither a sparse batch nor
 // MLASERVE_SPLIT_FORM=0 (read once, for timing comparisons) rules it out, else MLA;
-// AttentionPath::kSplit, the prefill worker's policy's choice: kSplit under the same
-// conditions whether or not the leading chunks read a prefix, else MLA),
+// AttentionPath::kSplit, the workers' policy's choice: kSplit under the same conditions
+// whether or not the leading chunks read a prefix, MHA for fresh prompts only, else MLA),
 // then what must hold: DSA batches longer than index_topk, and batches that read an fp8
 // cache's latents, attend sparsely in latent form; a form the backend's kernels cannot run at
 // the model's stored widths gives way to the other.
