@@ -15,7 +15,7 @@
 # timeout: check the "not measured" lines in the logs. cuDNN plans a graph per new batch /
 # length class on first use (untimed, but it takes wall time); if many cells were cut, run one
 # shape per call with a larger budget: SHAPES=v3:128 BUDGET_S=300, then SHAPES=v2lite:16.
-# Environment overrides: GRID=small|full, SAMPLES, VSAMPLES, BUDGET_S, VBUDGET_S,
+# Environment overrides: GRID=small|fine|full, SAMPLES, VSAMPLES, BUDGET_S, VBUDGET_S,
 # MHA_PROVIDERS, SHAPES (default "v3:128 v2lite:16").
 #   usage: tools/device/tune.sh
 set -uo pipefail
@@ -29,6 +29,13 @@ if [[ $GRID == full ]]; then
   EDGES=(--prefix-edges 0,256,1024,2048,4096,8192 --extend-edges 0,512,1024,2048,4096,8192
          --batches 1,2,3,4,5,6,7,8)
   SAMPLES=${SAMPLES:-24}; VSAMPLES=${VSAMPLES:-500}
+elif [[ $GRID == fine ]]; then
+  # Short extends over long prefixes (multi-turn chats): extend edges from 128, prefix edges to
+  # 32768 (the top bucket draws up to 1.5x its edge), so a batch of 8 prefixed requests has a cell
+  # of its own size instead of the [8192, 12288] samples' threshold. 4 batch buckets x 8 x 8.
+  EDGES=(--prefix-edges 0,256,1024,2048,4096,8192,16384,32768
+         --extend-edges 0,128,256,512,1024,2048,4096,8192 --batches 1,2,4,8)
+  SAMPLES=${SAMPLES:-10}; VSAMPLES=${VSAMPLES:-40}
 else
   # 4 batch buckets x 5 x 5 cells; buckets 3, 5-7 copy their nearest measured neighbour.
   EDGES=(--prefix-edges 0,1024,2048,4096,8192 --extend-edges 0,1024,2048,4096,8192

@@ -7,8 +7,12 @@
 #      "committed-<name>", and the other GPUs'), on one mixed workload timed once;
 #   3. optionally (BIGVAL_S > 0) a larger validation of the batch buckets $BIGVAL_BATCHES with
 #      $BIGVAL_SAMPLES held-out batches each, for the profile of each shape.
-# Environment: BUNDLE (default .devtune2), BENCH_S (per shape), BENCH_REPS, BIGVAL_S, the
-# variables of tools/device/tune.sh. Results: $OUT/tune_bench.tgz (one file: `run` brings
+# Environment: BUNDLE (default .devtune2), BENCH_S (per shape and workload), BENCH_REPS,
+# BIGVAL_S, the variables of tools/device/tune.sh (SHAPES also limits the benchmark's shapes);
+# TUNED_DIR=dir skips the tuning and benchmarks the profiles in dir (e.g. those a previous call
+# tuned, carried back) as the "tuned" ones; WORKLOADS="name:flags;name:flags" runs the benchmark
+# once per workload with those mlaserve-tune flags (default "default:", the default workload),
+# e.g. "short:--bench-max-extend 512;short-fresh:--bench-max-extend 512 --bench-fresh-fraction 0.5". Results: $OUT/tune_bench.tgz (one file: `run` brings
 # back only a few files of $OUT, so the profiles, logs and tables travel packed).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,10 +28,15 @@ export OUT=/tmp/tune_bench_work
 rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL_OUT"
 status=0
 t0=$SECONDS
-tools/device/tune.sh || status=1
-echo "tuning done after $((SECONDS - t0)) s"
-for shape in v3:h128 v2lite:h16; do
-  name=${shape%%:*}; key=${shape##*:}
+if [[ -n "${TUNED_DIR:-}" ]]; then
+  mkdir -p "$OUT/profiles" && cp "$TUNED_DIR"/*.json "$OUT/profiles/" || status=1
+  echo "tuning skipped: the profiles of $TUNED_DIR"
+else
+  tools/device/tune.sh || status=1
+  echo "tuning done after $((SECONDS - t0)) s"
+fi
+for shape in ${SHAPES:-v3:128 v2lite:16}; do
+  name=${shape%%:*}; key=h${shape##*:}
   tuned=$(ls "$OUT"/profiles/*_"${key}"_n128_r64_v128_l512_bf16.json 2>/dev/null | head -1)
   [[ -n "$tuned" ]] || { echo "$name: no tuned profile"; status=1; continue; }
   list=$tuned
@@ -41,12 +50,18 @@ for shape in v3:h128 v2lite:h16; do
       list="$list,$p"
     fi
   done
-  echo "=== policy benchmark $name: $list"
-  "$TUNE_BIN" --benchmark-policies "$list" --bench-batches "${BENCH_BATCHES:-400}" \
-    --bench-budget-s "${BENCH_S:-40}" --reps "${BENCH_REPS:-2}" --warmup 1 --no-progress \
-    --bench-out "$OUT/policy_bench_$name.txt" > "$OUT/bench_$name.log" 2>&1 \
-    || { echo "$name: benchmark failed"; status=1; }
-  cat "$OUT/bench_$name.log"
+  IFS=';' read -r -a workloads <<< "${WORKLOADS:-default:}"
+  for wl in "${workloads[@]}"; do
+    wname=${wl%%:*}; wflags=${wl#*:}
+    tag=$name; [[ $wname == default ]] || tag=${name}_$wname
+    echo "=== policy benchmark $name, workload $wname ($wflags): $list"
+    # shellcheck disable=SC2086
+    "$TUNE_BIN" --benchmark-policies "$list" --bench-batches "${BENCH_BATCHES:-400}" \
+      --bench-budget-s "${BENCH_S:-40}" --reps "${BENCH_REPS:-2}" --warmup 1 --no-progress \
+      $wflags --bench-out "$OUT/policy_bench_$tag.txt" > "$OUT/bench_$tag.log" 2>&1 \
+      || { echo "$name ($wname): benchmark failed"; status=1; }
+    cat "$OUT/bench_$tag.log"
+  done
   if [[ ${BIGVAL_S:-0} -gt 0 ]]; then
     echo "=== larger validation $name"
     "$TUNE_BIN" --validate-only "$tuned" --validate-batches "${BIGVAL_BATCHES:-1,8}" \
