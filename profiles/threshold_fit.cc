@@ -89,40 +89,44 @@ double BatchTimes::BestUs() const {
   return std::min({mha_ours_us, mha_cudnn_us.value_or(mha_ours_us), mla_us});
 }
 
-CellFit FitCell(std::span<const BatchTimes> samples, double tolerance) {
+CellFit FitCell(std::span<const BatchTimes> samples, double tolerance, double cudnn_margin) {
   const bool cudnn_timed =
       !samples.empty() && std::all_of(samples.begin(), samples.end(), [](const BatchTimes& s) {
         return s.mha_cudnn_us.has_value();
       });
-  CellFit best;
-  best.fit = FitSeThreshold({}, tolerance);
-  double best_mha_total = 0.0;
-  bool first = true;
-  for (MhaPrefillProvider p : {MhaPrefillProvider::kOurs, MhaPrefillProvider::kCudnn}) {
-    if (p == MhaPrefillProvider::kCudnn && !cudnn_timed) continue;
+  // One provider's fit over the samples, its total MHA time, and the mean recorded in the cell.
+  const auto fit_on = [&](MhaPrefillProvider p, double* mha_total) {
     std::vector<TimedSample> timed;
-    double mha_total = 0.0;
+    *mha_total = 0.0;
     for (const BatchTimes& s : samples) {
       timed.push_back(s.With(p));
-      mha_total += s.MhaUs(p);
+      *mha_total += s.MhaUs(p);
     }
-    const ThresholdFit f = FitSeThreshold(timed, tolerance);
-    const double scale = 1.0 - 1e-12;  // as FitSeThreshold: rounding noise is a tie
-    const bool better = first || f.chosen_us < best.fit.chosen_us * scale ||
-                        (f.chosen_us <= best.fit.chosen_us / scale &&
-                         mha_total < best_mha_total * scale);
-    if (better) {
-      best.mha_provider = p;
-      best.fit = f;
-      best_mha_total = mha_total;
-    }
-    if (!samples.empty()) {
-      (p == MhaPrefillProvider::kOurs ? best.mha_ours_us : best.mha_cudnn_us) =
-          mha_total / static_cast<double>(samples.size());
-    }
-    first = false;
+    return FitSeThreshold(timed, tolerance);
+  };
+  const auto mean = [&](double total) {
+    return samples.empty() ? std::nullopt
+                           : std::optional<double>(total / static_cast<double>(samples.size()));
+  };
+  CellFit cell;
+  double ours_total = 0.0;
+  cell.fit = fit_on(MhaPrefillProvider::kOurs, &ours_total);
+  cell.mha_ours_us = mean(ours_total);
+  if (!cudnn_timed) return cell;
+  double cudnn_total = 0.0;
+  const ThresholdFit cudnn = fit_on(MhaPrefillProvider::kCudnn, &cudnn_total);
+  cell.mha_cudnn_us = mean(cudnn_total);
+  const double rounding = 1.0 - 1e-12;  // as FitSeThreshold: rounding noise is a tie
+  const double beyond = 1.0 - cudnn_margin;
+  const bool same_choice_time = cudnn.chosen_us >= cell.fit.chosen_us * rounding &&
+                                cudnn.chosen_us <= cell.fit.chosen_us / rounding;
+  const bool cudnn_wins = same_choice_time ? cudnn_total < ours_total * beyond * rounding
+                                           : cudnn.chosen_us < cell.fit.chosen_us * beyond * rounding;
+  if (cudnn_wins) {
+    cell.mha_provider = MhaPrefillProvider::kCudnn;
+    cell.fit = cudnn;
   }
-  return best;
+  return cell;
 }
 
 ThresholdFit FitSeThreshold(std::span<const TimedSample> samples, double tolerance) {

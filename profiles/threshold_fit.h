@@ -82,11 +82,16 @@ struct CellFit {
 };
 
 // For every provider timed in all samples (ours always; cuDNN where each sample has its time),
-// fits the threshold against that provider's MHA times (FitSeThreshold) and keeps the provider
-// whose fitted choice takes the least total time over the samples. Ties (e.g. both fits say
-// never MHA) go to the provider with the lesser total MHA time, so a cell names the faster MHA
-// provider even where MHA loses (forced MHA, nearest-cell lookups use it), then to ours.
-// Empty input: ours, never MHA.
-CellFit FitCell(std::span<const BatchTimes> samples, double tolerance = 0.03);
+// fits the threshold against that provider's MHA times (FitSeThreshold). The cell keeps ours
+// unless cuDNN's fitted choice takes less total time over the samples by more than
+// `cudnn_margin` (a fraction), or, where both fits choose the same time (e.g. both say never
+// MHA), cuDNN's total MHA time is less by that margin: a cell names cuDNN only where it
+// wins beyond the samples' noise. A cuDNN cell costs the engine a plan per new batch / length
+// class, and on the H200 (2026-12-04) a V3 profile whose cells took cuDNN for a 0.2-2.6% lead
+// in the tuning ran the policy benchmark's default workload 1.5% slower than one without them
+// (docs/profiles.md, "Running the tuner"). Empty input: ours, never MHA.
+inline constexpr double kCudnnProviderMargin = 0.03;
+CellFit FitCell(std::span<const BatchTimes> samples, double tolerance = 0.03,
+                double cudnn_margin = kCudnnProviderMargin);
 
 }  // namespace mlaserve::profiles

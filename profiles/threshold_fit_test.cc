@@ -131,6 +131,37 @@ TEST(FitCell, WhereMlaAlwaysWinsTheFasterMhaProviderIsStillNamed) {
   EXPECT_EQ(FitCell(tie).mha_provider, MhaPrefillProvider::kOurs);  // full tie: ours
 }
 
+// cuDNN takes a cell only where it wins beyond the margin (3% by default): 2% faster keeps
+// ours, 4% faster moves it; margin 0 goes back to the strictly faster provider.
+TEST(FitCell, CudnnOnlyWhereItWinsBeyondTheMargin) {
+  // Both providers' MHA beat MLA everywhere, so both fits say always MHA (threshold 0).
+  const auto cell = [](double cudnn_factor) {
+    std::vector<BatchTimes> s;
+    for (int64_t se = 100; se <= 400; se += 100) {
+      const double ours = 10.0 + se / 10.0;
+      s.push_back({se, ours, ours * cudnn_factor, 1000.0});
+    }
+    return s;
+  };
+  const std::vector<BatchTimes> close = cell(0.98), clear = cell(0.96);
+  EXPECT_EQ(FitCell(close).mha_provider, MhaPrefillProvider::kOurs);
+  EXPECT_EQ(FitCell(close).fit.se_threshold, 0);
+  EXPECT_EQ(FitCell(clear).mha_provider, MhaPrefillProvider::kCudnn);
+  EXPECT_EQ(FitCell(close, 0.03, /*cudnn_margin=*/0.0).mha_provider, MhaPrefillProvider::kCudnn);
+  EXPECT_EQ(FitCell(close, 0.03, /*cudnn_margin=*/0.01).mha_provider, MhaPrefillProvider::kCudnn);
+  // Never MHA on either (MLA faster): the same margin on the MHA totals.
+  std::vector<BatchTimes> mla_wins = close;
+  for (BatchTimes& b : mla_wins) b.mla_us = 1.0;
+  EXPECT_EQ(FitCell(mla_wins).fit.se_threshold, kNeverMha);
+  EXPECT_EQ(FitCell(mla_wins).mha_provider, MhaPrefillProvider::kOurs);
+  for (BatchTimes& b : mla_wins) *b.mha_cudnn_us = b.mha_ours_us * 0.9;
+  EXPECT_EQ(FitCell(mla_wins).mha_provider, MhaPrefillProvider::kCudnn);
+  // The means of both providers are recorded whichever is kept.
+  const CellFit kept = FitCell(close);
+  ASSERT_TRUE(kept.mha_ours_us.has_value() && kept.mha_cudnn_us.has_value());
+  EXPECT_NEAR(*kept.mha_cudnn_us, 0.98 * *kept.mha_ours_us, 1e-9);
+}
+
 TEST(FitCell, CudnnOnlyWhereEverySampleTimedIt) {
   std::vector<BatchTimes> s = {{10, 5.0, 1.0, 9.0}, {20, 5.0, std::nullopt, 9.0}};
   const CellFit f = FitCell(s);
