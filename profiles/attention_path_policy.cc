@@ -168,11 +168,35 @@ int SplitPoint(std::span<const SequenceShape> batch) {
   return lead;
 }
 
+PathChoice AttentionPathPolicy::ChooseFreshAfterLatent(const BatchStats& st,
+                                                       bool* by_split_threshold) const {
+  *by_split_threshold = false;
+  bool exact = false;
+  const MhaMlaCell* cell = profile_.mha_mla.Find(st.batch, st.sum_prefix, st.sum_extend, &exact);
+  if (cell == nullptr || !cell->split_se_threshold.has_value()) return ChooseDense(st);
+  *by_split_threshold = true;
+  PathChoice c;
+  c.stats = st;
+  c.reason = exact ? ChoiceReason::kTable : ChoiceReason::kTableNearest;
+  c.se_threshold = Scaled(*cell->split_se_threshold);
+  c.path = c.se_threshold != kNeverMha && st.se >= c.se_threshold ? PrefillPath::kMha
+                                                                   : PrefillPath::kMla;
+  if (c.path == PrefillPath::kMha) c.mha_provider = CellProvider(cell);
+  return c;
+}
+
 PathChoice AttentionPathPolicy::ChooseSplit(std::span<const SequenceShape> batch, int lead,
                                             PathChoice whole) const {
-  // Not forced here (Choose), so each part's choice is the table's (or no cell's).
+  // Not forced here (Choose), so each part's choice is the table's (or no cell's). The fresh
+  // part after a latent lead asks its cell's split threshold where there is one: that one was
+  // fitted on the split against the whole batch in latent form.
   const PathChoice lead_choice = ChooseDense(ComputeBatchStats(batch.first(lead)));
-  const PathChoice fresh_choice = ChooseDense(ComputeBatchStats(batch.subspan(lead)));
+  bool fresh_by_split_threshold = false;
+  const BatchStats fresh_stats = ComputeBatchStats(batch.subspan(lead));
+  const PathChoice fresh_choice =
+      lead_choice.path == PrefillPath::kMla
+          ? ChooseFreshAfterLatent(fresh_stats, &fresh_by_split_threshold)
+          : ChooseDense(fresh_stats);
   if (lead_choice.path == PrefillPath::kMha && fresh_choice.path == PrefillPath::kMla) {
     return whole;  // no form runs the lead in MHA and the prompts latent: one path, as it was
   }
@@ -186,6 +210,7 @@ PathChoice AttentionPathPolicy::ChooseSplit(std::span<const SequenceShape> batch
   parts.fresh_reason = fresh_choice.reason;
   parts.fresh_threshold = fresh_choice.se_threshold;
   parts.fresh_path = fresh_choice.path;
+  parts.fresh_by_split_threshold = fresh_by_split_threshold;
   const PrefillPath path = lead_choice.path == fresh_choice.path ? lead_choice.path
                                                                  : PrefillPath::kSplit;
   if (path == whole.path) return whole;  // both parts agree with the whole batch: as it was
@@ -267,7 +292,8 @@ std::string AttentionPathPolicy::Describe(const PathChoice& c) {
   const auto parts = [](const SplitParts& p) {
     return absl::StrCat(
         "lead: ", DescribeStats(p.lead_path, p.lead_reason, p.lead_stats, p.lead_threshold),
-        "; fresh: ", DescribeStats(p.fresh_path, p.fresh_reason, p.fresh_stats, p.fresh_threshold));
+        "; fresh: ", p.fresh_by_split_threshold ? "split " : "",
+        DescribeStats(p.fresh_path, p.fresh_reason, p.fresh_stats, p.fresh_threshold));
   };
   if (c.path == PrefillPath::kSplit && c.split.has_value()) {
     return absl::StrCat("mla|mha split (", parts(*c.split), ")");

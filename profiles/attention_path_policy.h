@@ -97,11 +97,13 @@ struct SplitParts {
   ChoiceReason lead_reason = ChoiceReason::kTable;  // kTable, kTableNearest or kNoCell
   int64_t lead_threshold = kNeverMha;              // the lead's scaled threshold (table reasons)
   PrefillPath lead_path = PrefillPath::kMla;
-  // The fresh prompts' own choice, by their own statistics and cell.
+  // The fresh prompts' own choice, by their own statistics and cell: after a latent lead, the
+  // cell's split threshold where it has one (MhaMlaCell::split_se_threshold), else its own.
   BatchStats fresh_stats;  // fresh_stats.batch prompts, fresh_stats.sum_extend tokens
   ChoiceReason fresh_reason = ChoiceReason::kTable;
   int64_t fresh_threshold = kNeverMha;
   PrefillPath fresh_path = PrefillPath::kMha;
+  bool fresh_by_split_threshold = false;  // fresh_threshold is the cell's split threshold
 };
 
 struct PathChoice {
@@ -163,6 +165,9 @@ class AttentionPathPolicy {
                       PolicyOptions options, bool cudnn_cells_on_ours);
   MhaPrefillProvider CellProvider(const MhaMlaCell* cell) const;  // nullptr: kAuto
   PathChoice ChooseDense(const BatchStats& st) const;
+  // The fresh prompts after a lead in latent form: by their cell's split threshold where the
+  // cell has one (*by_split_threshold = true), else ChooseDense.
+  PathChoice ChooseFreshAfterLatent(const BatchStats& st, bool* by_split_threshold) const;
   // The split rule over an unforced whole-batch choice `whole`: see the header comment.
   PathChoice ChooseSplit(std::span<const SequenceShape> batch, int lead, PathChoice whole) const;
   PathChoice ChooseSparse(const BatchStats& st) const;

@@ -228,6 +228,69 @@ TEST(AttentionPathPolicy, FreshPromptsThatSayMlaKeepOneForm) {
   EXPECT_FALSE(c.split.has_value());
 }
 
+// A fresh-prompt cell with a split threshold (measured by the tuner: the split against the
+// whole batch in latent form) decides the fresh part after a latent lead instead of the cell's
+// own threshold (the fresh prompts alone, MHA against MLA).
+TEST(AttentionPathPolicy, TheFreshCellsSplitThresholdDecidesAfterALatentLead) {
+  const std::vector<SequenceShape> batch = {{kLeadPrefix, 512}, {0, 600}, {0, 300}};  // fresh se 450000
+  GpuProfile p = SplitProfile(testing::SmallProfile(), kNeverMha, 3000000);  // own: 400000
+  const auto with_split_threshold = [&](int64_t split) {
+    GpuProfile q = p;
+    for (MhaMlaCell& c : q.mha_mla.cells) {
+      if (c.prefix == 0) c.split_se_threshold = split;
+    }
+    return MakePolicy(q);
+  };
+  // Above its own threshold but below the split's: no split, the whole batch in latent form.
+  auto high = with_split_threshold(1000000);
+  PathChoice c = high->Choose(batch);
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+  EXPECT_EQ(c.reason, ChoiceReason::kTable);  // as the whole batch said
+  EXPECT_FALSE(c.split.has_value());
+  // Below the split threshold the whole batch keeps its own choice even where it said MHA:
+  // both parts say latent, so the batch runs latent (reason split_lead).
+  GpuProfile whole_mha = SplitProfile(testing::SmallProfile(), 0, 3000000);
+  for (MhaMlaCell& cell : whole_mha.mha_mla.cells) {
+    if (cell.prefix == 0) cell.split_se_threshold = 1000000;
+  }
+  c = MakePolicy(whole_mha)->Choose(batch);
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+  EXPECT_EQ(c.reason, ChoiceReason::kSplitLead);
+  ASSERT_TRUE(c.split.has_value());
+  EXPECT_TRUE(c.split->fresh_by_split_threshold);
+  EXPECT_EQ(c.split->fresh_threshold, 1000000);
+  EXPECT_EQ(AttentionPathPolicy::Describe(c),
+            "mla (split_lead: bs=3 prefix=4096 extend=1412 se=2809296; lead: table: bs=1 "
+            "prefix=4096 extend=512 se=2359296 < threshold=3000000; fresh: split table: bs=2 "
+            "prefix=0 extend=900 se=450000 < threshold=1000000)");
+  // At or above it: the split, the threshold named as the split's.
+  auto low = with_split_threshold(450000);
+  c = low->Choose(batch);
+  EXPECT_EQ(c.path, PrefillPath::kSplit);
+  ASSERT_TRUE(c.split.has_value());
+  EXPECT_EQ(c.split->fresh_threshold, 450000);
+  EXPECT_THAT(AttentionPathPolicy::Describe(c),
+              HasSubstr("fresh: split table: bs=2 prefix=0 extend=900 se=450000 >= "
+                        "threshold=450000"));
+  // The split threshold can also split where the cell's own threshold says latent.
+  GpuProfile own_never = SplitProfile(testing::SmallProfile(), kNeverMha, 3000000, kNeverMha);
+  for (MhaMlaCell& cell : own_never.mha_mla.cells) {
+    if (cell.prefix == 0) cell.split_se_threshold = 0;
+  }
+  EXPECT_EQ(MakePolicy(own_never)->Choose(batch).path, PrefillPath::kSplit);
+  // kNeverMha: never split.
+  EXPECT_EQ(with_split_threshold(kNeverMha)->Choose(batch).path, PrefillPath::kMla);
+  // A lead in MHA form does not ask it: both parts MHA by their own cells -> MHA.
+  auto lead_mha = SplitProfile(testing::SmallProfile(), kNeverMha, 0);
+  for (MhaMlaCell& cell : lead_mha.mha_mla.cells) {
+    if (cell.prefix == 0) cell.split_se_threshold = kNeverMha;
+  }
+  c = MakePolicy(lead_mha)->Choose(batch);
+  EXPECT_EQ(c.path, PrefillPath::kMha);
+  ASSERT_TRUE(c.split.has_value());
+  EXPECT_FALSE(c.split->fresh_by_split_threshold);
+}
+
 TEST(AttentionPathPolicy, SplitRuleLeavesOtherBatchesAlone) {
   const std::vector<SequenceShape> split_shape = {{kLeadPrefix, 512}, {0, 600}, {0, 300}};
   // The whole batch says MHA and so does its lead: unchanged.

@@ -137,6 +137,21 @@ absl::Status ValidateTable(const MhaMlaTable& t) {
       return Invalid(f, "sample counts are negative or wins exceed their totals");
     }
     RETURN_IF_ERROR(CheckCellProvider(t, c, f));
+    if (c.split_se_threshold.has_value()) {
+      if (c.prefix != 0) {
+        return Invalid(f + ".split_se_threshold",
+                       absl::StrCat("is given in a cell of Σprefix bucket ", c.prefix,
+                                    "; only the fresh prompts' bucket (prefix 0) has one"));
+      }
+      if (*c.split_se_threshold < kNeverMha) {
+        return Invalid(f + ".split_se_threshold",
+                       absl::StrCat(*c.split_se_threshold, " is negative (-1 means 'never split')"));
+      }
+      if (c.split_samples < 0 || c.split_wins < 0 || c.split_wins > c.split_samples) {
+        return Invalid(f, absl::StrCat("split_wins ", c.split_wins, " is not within [0, split_samples ",
+                                       c.split_samples, "]"));
+      }
+    }
     if (!seen.insert({c.batch, c.prefix, c.extend}).second) {
       return Invalid(f, absl::StrCat("duplicates the cell (batch ", c.batch, ", prefix ", c.prefix,
                                      ", extend ", c.extend, ")"));

@@ -76,6 +76,17 @@ struct MhaMlaCell {
   int samples = 0;
   int above_mha_wins = 0, above_total = 0;
   int below_mha_wins = 0, below_total = 0;
+  // Cells of the first Σprefix bucket (prefix 0) may also say when fresh prompts of this cell's
+  // size should run in MHA form *after a lead in latent form* (the split, PrefillPath::kSplit)
+  // rather than in latent form with it: split when the fresh part's se >= this; kNeverMha =
+  // never. Fitted by the tuner on the split's time (the lead on the latent path plus the fresh
+  // part on MHA, each timed alone) against the whole batch on the latent path, so it prices the
+  // split's second attention pass, which the cell's own threshold (the fresh part alone, MHA
+  // against MLA) does not. Absent: the split asks the cell's own threshold. (Version 2,
+  // optional.) split_samples / split_wins: the samples it was fitted on, and in how many the
+  // split was no slower (informational).
+  std::optional<int64_t> split_se_threshold;
+  int split_samples = 0, split_wins = 0;
 };
 
 struct MhaMlaTable {

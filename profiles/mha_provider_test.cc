@@ -10,6 +10,7 @@
 #include <memory>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -90,6 +91,49 @@ TEST(MhaProviderJson, Version1LoadsWithProviderAuto) {
   EXPECT_EQ(again["version"], 2);
   EXPECT_EQ(again["mha_mla"]["cells"][0]["mha_provider"], "auto");
   EXPECT_TRUE(ProfileFromJson(again.dump()).ok());
+}
+
+// The split threshold of fresh-prompt cells (version 2, optional): written only where set,
+// read back, and refused in a version 1 document, in a cell with a prefix, below -1, with
+// counts that do not add up, or as counts alone.
+TEST(SplitThresholdJson, RoundTripAndRefusals) {
+  GpuProfile p = testing::MixedProviderProfile();
+  size_t fresh = p.mha_mla.cells.size(), prefixed = p.mha_mla.cells.size();
+  for (size_t i = 0; i < p.mha_mla.cells.size(); ++i) {
+    if (p.mha_mla.cells[i].prefix == 0 && fresh == p.mha_mla.cells.size()) fresh = i;
+    if (p.mha_mla.cells[i].prefix != 0 && prefixed == p.mha_mla.cells.size()) prefixed = i;
+  }
+  ASSERT_LT(fresh, p.mha_mla.cells.size());
+  ASSERT_LT(prefixed, p.mha_mla.cells.size());
+  p.mha_mla.cells[fresh].split_se_threshold = 123456;
+  p.mha_mla.cells[fresh].split_samples = 6;
+  p.mha_mla.cells[fresh].split_wins = 4;
+  const nlohmann::json doc = nlohmann::json::parse(ProfileToJson(p));
+  EXPECT_EQ(doc["mha_mla"]["cells"][fresh]["split_se_threshold"], 123456);
+  EXPECT_EQ(doc["mha_mla"]["cells"][fresh]["split_wins"], 4);
+  EXPECT_FALSE(doc["mha_mla"]["cells"][prefixed].contains("split_se_threshold"));
+  auto back = ProfileFromJson(doc.dump());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->mha_mla.cells[fresh].split_se_threshold, 123456);
+  EXPECT_EQ(back->mha_mla.cells[fresh].split_samples, 6);
+  EXPECT_EQ(back->mha_mla.cells[fresh].split_wins, 4);
+  EXPECT_FALSE(back->mha_mla.cells[prefixed].split_se_threshold.has_value());
+
+  const std::string f = absl::StrCat("mha_mla.cells[", fresh, "]");
+  const std::string g = absl::StrCat("mha_mla.cells[", prefixed, "]");
+  ExpectRefused(doc, [&](auto& d) { d["mha_mla"]["cells"][prefixed]["split_se_threshold"] = 5; },
+                g + ".split_se_threshold", "only the fresh prompts' bucket");
+  ExpectRefused(doc, [&](auto& d) { d["mha_mla"]["cells"][fresh]["split_se_threshold"] = -2; },
+                f + ".split_se_threshold", "-2 is negative");
+  ExpectRefused(doc, [&](auto& d) { d["mha_mla"]["cells"][fresh]["split_se_threshold"] = "x"; },
+                f + ".split_se_threshold", "expected an integer");
+  ExpectRefused(doc, [&](auto& d) { d["mha_mla"]["cells"][fresh]["split_wins"] = 7; }, f,
+                "split_wins 7 is not within [0, split_samples 6]");
+  ExpectRefused(doc, [&](auto& d) { d["mha_mla"]["cells"][fresh].erase("split_se_threshold"); },
+                f + ".split_samples", "without split_se_threshold");
+  ExpectRefused(Version1Doc(),
+                [](auto& d) { d["mha_mla"]["cells"][0]["split_se_threshold"] = 0; },
+                "mha_mla.cells[0].split_se_threshold", "version 2 field");
 }
 
 // The profiles in the repository load, whichever version they are.

@@ -28,6 +28,8 @@ class Reader {
     return path_.empty() ? key : absl::StrCat(path_, ".", key);
   }
 
+  bool Has(const std::string& key) const { return j_.contains(key); }
+
   absl::StatusOr<const json*> Get(const std::string& key, bool required = true) const {
     auto it = j_.find(key);
     if (it == j_.end()) {
@@ -176,6 +178,28 @@ absl::Status ReadCellProvider(const Reader& c, int version, MhaMlaCell* cell) {
   return c.OptionalDouble("mha_cudnn_us", &cell->mha_cudnn_us);
 }
 
+// The split threshold of a fresh-prompt cell (version 2, optional; MhaMlaCell).
+absl::Status ReadCellSplit(const Reader& c, int version, MhaMlaCell* cell) {
+  if (version < 2) {
+    for (const char* key : {"split_se_threshold", "split_samples", "split_wins"}) {
+      RETURN_IF_ERROR(c.Absent(key, version));
+    }
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const json* v, c.Get("split_se_threshold", false));
+  if (v == nullptr) {
+    for (const char* key : {"split_samples", "split_wins"}) {
+      if (c.Has(key)) return FieldError(c.Path(key), "is given without split_se_threshold");
+    }
+    return absl::OkStatus();
+  }
+  int64_t threshold = 0;
+  RETURN_IF_ERROR(c.Int("split_se_threshold", &threshold));
+  cell->split_se_threshold = threshold;
+  RETURN_IF_ERROR(c.Int("split_samples", &cell->split_samples, false));
+  return c.Int("split_wins", &cell->split_wins, false);
+}
+
 // The providers the tuner timed (version 2): an array of names, possibly empty.
 absl::Status ReadTimedProviders(const Reader& t, int version, MhaMlaTable* table) {
   if (version < 2) {
@@ -205,6 +229,7 @@ absl::Status ReadCells(const Reader& t, int version, MhaMlaTable* table) {
     RETURN_IF_ERROR(c.Int("extend", &cell.extend));
     RETURN_IF_ERROR(c.Int("se_threshold", &cell.se_threshold));
     RETURN_IF_ERROR(ReadCellProvider(c, version, &cell));
+    RETURN_IF_ERROR(ReadCellSplit(c, version, &cell));
     RETURN_IF_ERROR(c.Int("samples", &cell.samples, false));
     RETURN_IF_ERROR(c.Int("above_mha_wins", &cell.above_mha_wins, false));
     RETURN_IF_ERROR(c.Int("above_total", &cell.above_total, false));
@@ -293,6 +318,11 @@ std::string ProfileToJson(const GpuProfile& p) {
                  {"below_mha_wins", c.below_mha_wins}, {"below_total", c.below_total}};
     if (c.mha_ours_us.has_value()) cell["mha_ours_us"] = *c.mha_ours_us;
     if (c.mha_cudnn_us.has_value()) cell["mha_cudnn_us"] = *c.mha_cudnn_us;
+    if (c.split_se_threshold.has_value()) {
+      cell["split_se_threshold"] = *c.split_se_threshold;
+      cell["split_samples"] = c.split_samples;
+      cell["split_wins"] = c.split_wins;
+    }
     cells.push_back(std::move(cell));
   }
   json timed = json::array();

@@ -75,6 +75,32 @@ std::vector<SequenceShape> DrawCellBatch(std::mt19937_64& rng, const MhaMlaTable
   return SplitBatch(rng, bs, sp, se);
 }
 
+std::vector<SequenceShape> DrawSplitLead(std::mt19937_64& rng) {
+  const int n = std::uniform_int_distribution<int>(1, kSplitLeadMaxSequences)(rng);
+  std::uniform_int_distribution<int64_t> prefix(kSplitLeadMinPrefix, kSplitLeadMaxPrefix);
+  std::uniform_int_distribution<int64_t> extend(1, kSplitLeadMaxExtend);
+  std::vector<SequenceShape> lead(n);
+  for (SequenceShape& s : lead) {
+    s.prefix = prefix(rng);
+    s.extend = extend(rng);
+  }
+  return lead;
+}
+
+std::vector<SequenceShape> DrawFreshBatch(std::mt19937_64& rng, const MhaMlaTable& table,
+                                          int batch_bucket, int ei) {
+  int bs = batch_bucket;
+  if (batch_bucket >= table.max_batch) {
+    bs = std::uniform_int_distribution<int>(table.max_batch, 2 * table.max_batch)(rng);
+  }
+  // A fresh prompt has extend >= 2 (IsFreshPrompt).
+  const int64_t sum_extend = std::max<int64_t>(DrawInBucket(rng, table.extend_edges, ei), 2 * bs);
+  const std::vector<int64_t> e = RandomParts(rng, bs, sum_extend, 2);
+  std::vector<SequenceShape> batch(bs);
+  for (int i = 0; i < bs; ++i) batch[i] = {0, e[i]};
+  return batch;
+}
+
 ThresholdFit ScoreThreshold(std::span<const TimedSample> samples, int64_t se_threshold,
                             double tolerance) {
   return Score(samples, se_threshold, tolerance);

@@ -24,6 +24,21 @@ std::vector<SequenceShape> SplitBatch(std::mt19937_64& rng, int batch_size, int6
 // sums are drawn uniformly within their buckets ([edge, next edge); the last bucket spans
 // [edge, edge + edge/2] or [0, 0] for a single 0 edge), the batch size is the bucket's, or in
 // [max_batch, 2·max_batch] for the top bucket. Σextend is raised to the batch size if needed.
+// A split sample's lead (the tuner's split thresholds, MhaMlaCell::split_se_threshold): 1..4
+// sequences with a cached prefix of 512..8192 tokens and an extend of 1..512 each, the kind of
+// lead the table puts on the latent path (a short turn after a long conversation, a prompt's
+// later chunk), listed before the fresh prompts as the prefill scheduler lists them.
+inline constexpr int kSplitLeadMaxSequences = 4;
+inline constexpr int64_t kSplitLeadMinPrefix = 512;
+inline constexpr int64_t kSplitLeadMaxPrefix = 8192;
+inline constexpr int64_t kSplitLeadMaxExtend = 512;
+std::vector<SequenceShape> DrawSplitLead(std::mt19937_64& rng);
+
+// Fresh prompts (prefix 0 each) for a split sample of the cell (batch_bucket, Σprefix bucket
+// 0, Σextend bucket ei): the batch size and Σextend drawn as DrawCellBatch draws them.
+std::vector<SequenceShape> DrawFreshBatch(std::mt19937_64& rng, const MhaMlaTable& table,
+                                          int batch_bucket, int ei);
+
 std::vector<SequenceShape> DrawCellBatch(std::mt19937_64& rng, const MhaMlaTable& table,
                                          int batch_bucket, int pi, int ei);
 

@@ -139,6 +139,11 @@ int Main(int argc, char** argv) {
   app.add_option("--extend-edges", extend_edges, "Σextend bucket edges, first 0");
   app.add_option("--batches", batches, "batch buckets to measure; others copy the nearest");
   app.add_option("--samples", t.samples, "random batches per cell");
+  t.split_samples = 6;
+  app.add_option("--split-samples", t.split_samples,
+                 "split samples per fresh-prompt cell (prefix bucket 0) for its split threshold; "
+                 "0: none")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--reps", limits.reps, "timed runs per path per batch (median)");
   app.add_option("--warmup", limits.warmup, "untimed runs first");
   app.add_option("--prefix-chunk", limits.prefix_chunk_tokens, "MHA prefix chunk (tokens)");
@@ -210,9 +215,12 @@ int Main(int argc, char** argv) {
     }
     if (t.samples < 2) return Fail(absl::InvalidArgumentError("--samples must be >= 2"));
   }
-  limits.max_sum_prefix = t.grid.prefix_edges.back() + t.grid.prefix_edges.back() / 2;
+  limits.max_sum_prefix = std::max(t.grid.prefix_edges.back() + t.grid.prefix_edges.back() / 2,
+                                   kSplitLeadMaxSequences * kSplitLeadMaxPrefix);
   limits.max_sum_extend = std::max<int64_t>(
       {t.grid.extend_edges.back() + t.grid.extend_edges.back() / 2, 8192, 4 * t.grid.max_batch});
+  // A split sample's whole batch: the lead's extends on top of the fresh prompts'.
+  if (t.split_samples > 0) limits.max_sum_extend += kSplitLeadMaxSequences * kSplitLeadMaxExtend;
   limits.max_batch = std::max(2 * t.grid.max_batch, t.decode_batch);
   limits.decode_batch = t.decode_batch;
   limits.decode_context = t.decode_context;

@@ -80,6 +80,7 @@ void FillUnmeasuredBuckets(MhaMlaTable& t, const std::vector<int>& measured) {
       copy.samples = copy.above_mha_wins = copy.above_total = 0;
       copy.below_mha_wins = copy.below_total = 0;
       copy.mha_ours_us = copy.mha_cudnn_us = std::nullopt;
+      copy.split_samples = copy.split_wins = 0;  // the split threshold is copied
       copies.push_back(copy);
     }
   }
@@ -124,6 +125,51 @@ MhaMlaCell CellFromFit(int batch, int64_t prefix, int64_t extend, const CellFit&
   return c;
 }
 
+// The split threshold of a fresh-prompt cell: per sample a lead (DrawSplitLead) and fresh
+// prompts of the cell (DrawFreshBatch), the split (the lead on the latent path plus the fresh
+// prompts on MHA on the engine's default provider, each timed alone, as the policy benchmark
+// charges it) against the whole batch on the latent path; the threshold on the fresh part's se
+// that FitSeThreshold finds over them.
+absl::Status FitSplitThreshold(PathTimer& timer, const MhaMlaTable& t, int batch_bucket, int ei,
+                               int samples, std::mt19937_64& rng, MhaMlaCell& cell) {
+  std::vector<TimedSample> timed;
+  int wins = 0;
+  for (int i = 0; i < samples; ++i) {
+    const std::vector<SequenceShape> lead = DrawSplitLead(rng);
+    const std::vector<SequenceShape> fresh = DrawFreshBatch(rng, t, batch_bucket, ei);
+    std::vector<SequenceShape> whole = lead;
+    whole.insert(whole.end(), fresh.begin(), fresh.end());
+    ASSIGN_OR_RETURN(const BatchTimes w, timer.Time(whole));
+    ASSIGN_OR_RETURN(const BatchTimes l, timer.Time(lead));
+    ASSIGN_OR_RETURN(const BatchTimes f, timer.Time(fresh));
+    const double split_us = l.mla_us + f.MhaUs(MhaPrefillProvider::kAuto);
+    timed.push_back({ComputeBatchStats(fresh).se, split_us, w.mla_us});
+    wins += split_us <= w.mla_us;
+  }
+  cell.split_se_threshold = FitSeThreshold(timed).se_threshold;
+  cell.split_samples = samples;
+  cell.split_wins = wins;
+  return absl::OkStatus();
+}
+
+// "split thresholds: 32 fresh-prompt cells (never 12, always 8, finite 12); the split no slower
+// in 70 of 192 samples" on stderr.
+void ReportSplitThresholds(const MhaMlaTable& t) {
+  int cells = 0, never = 0, always = 0, wins = 0, samples = 0;
+  for (const MhaMlaCell& c : t.cells) {
+    if (c.samples == 0 || !c.split_se_threshold.has_value()) continue;
+    ++cells;
+    never += *c.split_se_threshold == kNeverMha;
+    always += *c.split_se_threshold == 0;
+    wins += c.split_wins;
+    samples += c.split_samples;
+  }
+  if (cells == 0) return;
+  std::fprintf(stderr, "split thresholds: %d fresh-prompt cells (never %d, always %d, finite %d); "
+               "the split no slower in %d of %d samples\n", cells, never, always,
+               cells - never - always, wins, samples);
+}
+
 // "MHA provider per measured cell: cudnn 31, ours 9" on stderr.
 void ReportProviders(const MhaMlaTable& t) {
   int cudnn = 0, ours = 0;
@@ -162,8 +208,12 @@ absl::Status TuneTable(PathTimer& timer, const TuneOptions& o, MhaMlaTable& t) {
       ASSIGN_OR_RETURN(BatchTimes bt, timer.Time(DrawCellBatch(rng, t, b, pi, ei)));
       samples.push_back(bt);
     }
-    t.cells.push_back(CellFromFit(b, t.prefix_edges[pi], t.extend_edges[ei], FitCell(samples),
-                                  static_cast<int>(samples.size())));
+    MhaMlaCell cell = CellFromFit(b, t.prefix_edges[pi], t.extend_edges[ei], FitCell(samples),
+                                  static_cast<int>(samples.size()));
+    if (pi == 0 && o.split_samples > 0) {
+      RETURN_IF_ERROR(FitSplitThreshold(timer, t, b, ei, o.split_samples, rng, cell));
+    }
+    t.cells.push_back(cell);
     bar.Update(++done);
   }
   if (skipped > 0) {
@@ -199,6 +249,7 @@ absl::StatusOr<GpuProfile> TuneProfile(PathTimer& timer, const AttentionShape& s
                timer.cudnn_note().c_str());
   RETURN_IF_ERROR(TuneTable(timer, o, p.mha_mla));
   ReportProviders(p.mha_mla);
+  ReportSplitThresholds(p.mha_mla);
   FillUnmeasuredBuckets(p.mha_mla, o.batches);
 
   // Sparse (DSA): the cap follows the device. sparse_fwd vs the decode-style kernel below the

@@ -15,6 +15,10 @@ struct TuneOptions {
   MhaMlaTable grid;          // max_batch and edges; cells are filled in
   std::vector<int> batches;  // batch buckets to measure (others copy the nearest measured)
   int samples = 16;          // random batches per cell
+  // Split samples per cell of the first Σprefix bucket (prefix 0): a lead (DrawSplitLead) plus
+  // the cell's fresh prompts, timed split and whole on the latent path, which fit the cell's
+  // split_se_threshold. 0: none (the split asks each part's own cell).
+  int split_samples = 0;
   double budget_s = 0;       // stop measuring cells after this long (0 = no limit)
   uint64_t seed = 1;
   int decode_batch = 64;     // the decode step the local-prefill threshold is weighed against

@@ -186,6 +186,65 @@ TEST(TuneProfile, WithoutCudnnEveryCellIsOursAndTheProfileSaysSo) {
   EXPECT_TRUE(ProfileFromJson(ProfileToJson(*p)).ok());
 }
 
+// Cells of the first Σprefix bucket also get a split threshold, fitted on the split (a lead
+// in latent form plus the fresh prompts on MHA, each timed alone) against the whole batch in
+// latent form. In the fake, MLA = 1 + se/1000 and MHA on cuDNN (Σprefix < 128) = 2 + se/8000,
+// and se adds up over sequences: the whole batch pays MLA's fixed 1 us once either way, so the
+// split saves the fresh prompts only MLA's per-se cost and pays MHA's fixed 2 us: it wins from
+// fresh se 2/(7/8000) ~ 2286 on, while the fresh prompts alone go MHA from ~1143.
+TEST(TuneProfile, FreshPromptCellsGetASplitThreshold) {
+  FakePathTimer timer(/*time_cudnn=*/true);
+  TuneOptions o = SmallGrid(8);
+  o.split_samples = 24;
+  auto p = TuneProfile(timer, kShape, o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const MhaMlaTable& t = p->mha_mla;
+  // Each measured cell: `samples` timings, and for prefix-0 cells 3 per split sample after
+  // them (whole, lead, fresh).
+  size_t prefix0 = 0;
+  for (const MhaMlaCell& c : t.cells) prefix0 += c.samples > 0 && c.prefix == 0;
+  // (+ 3: single sequences of 16, 32 and 64 tokens for the prefill estimate.)
+  EXPECT_EQ(timer.calls.size(), t.cells.size() * o.samples + prefix0 * 3 * o.split_samples + 3);
+  for (const MhaMlaCell& c : t.cells) {
+    SCOPED_TRACE(::testing::Message() << "cell bs=" << c.batch << " prefix=" << c.prefix
+                                      << " extend=" << c.extend);
+    if (c.prefix != 0) {
+      EXPECT_FALSE(c.split_se_threshold.has_value());
+      continue;
+    }
+    ASSERT_TRUE(c.split_se_threshold.has_value());
+    EXPECT_EQ(c.split_samples, o.split_samples);
+    EXPECT_LE(c.split_wins, c.split_samples);
+  }
+  const MhaMlaCell* small = t.Find(1, 0, 10);   // one prompt of 2..63 tokens: se 4..3969
+  const MhaMlaCell* large = t.Find(2, 0, 80);   // two prompts, 64..96 tokens: se >= 2048
+  ASSERT_NE(small, nullptr);
+  ASSERT_NE(large, nullptr);
+  // Short prompts: the split threshold sits above the prompts' own (MHA from ~1143 alone),
+  // around ~2286; about a quarter of the samples (e > 47 of 2..63) are past it.
+  EXPECT_GT(*small->split_se_threshold, small->se_threshold);
+  EXPECT_GT(*small->split_se_threshold, 2000);
+  EXPECT_LT(small->split_wins, o.split_samples / 2);
+  // The policy over the tuned profile: a lead in latent form (prefix bucket 128, where MHA
+  // would need se ~65333) with a fresh prompt of 40 tokens (se 1600: MHA alone, but no split).
+  PolicyOptions options;
+  options.cudnn_available = true;
+  auto policy = AttentionPathPolicy::Create(*p, "tuned", {}, options);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  const std::vector<SequenceShape> batch = {{150, 10}, {0, 40}};
+  EXPECT_EQ((*policy)->Choose(std::vector<SequenceShape>{{0, 40}}).path, PrefillPath::kMha);
+  const PathChoice c = (*policy)->Choose(batch);
+  EXPECT_EQ(c.path, PrefillPath::kMla);
+  EXPECT_FALSE(c.split.has_value());  // both parts latent, as the whole batch said
+  // The same profile without split thresholds splits that batch (the prompt's own cell).
+  GpuProfile own = *p;
+  for (MhaMlaCell& cell : own.mha_mla.cells) cell.split_se_threshold.reset();
+  auto by_own = AttentionPathPolicy::Create(own, "own", {}, options);
+  ASSERT_TRUE(by_own.ok()) << by_own.status();
+  EXPECT_EQ((*by_own)->Choose(batch).path, PrefillPath::kSplit);
+  EXPECT_TRUE(ProfileFromJson(ProfileToJson(*p)).ok());
+}
+
 // Batch buckets that were not measured copy their neighbour's threshold and provider.
 TEST(TuneProfile, UnmeasuredBucketsCopyTheProvider) {
   FakePathTimer timer(/*time_cudnn=*/true);

@@ -15,8 +15,9 @@
 # timeout: check the "not measured" lines in the logs. cuDNN plans a graph per new batch /
 # length class on first use (untimed, but it takes wall time); if many cells were cut, run one
 # shape per call with a larger budget: SHAPES=v3:128 BUDGET_S=300, then SHAPES=v2lite:16.
-# Environment overrides: GRID=small|fine|full, SAMPLES, VSAMPLES, BUDGET_S, VBUDGET_S,
-# MHA_PROVIDERS, SHAPES (default "v3:128 v2lite:16").
+# Environment overrides: GRID=small|fine|full, SAMPLES, VSAMPLES, SPLIT_SAMPLES (per fresh-prompt
+# cell, for its split threshold; 0 = none), BUDGET_S, VBUDGET_S, MHA_PROVIDERS, SHAPES (default
+# "v3:128 v2lite:16").
 #   usage: tools/device/tune.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -54,12 +55,13 @@ for shape in ${SHAPES:-v3:128 v2lite:16}; do
   echo "=== $name ($heads heads/GPU)"
   "$BIN" --heads "$heads" --qk-nope-dim 128 --qk-rope-dim 64 --v-dim 128 --kv-lora-rank 512 \
     --dtype bf16 --out-dir "$OUT/profiles" "${EDGES[@]}" --samples "$SAMPLES" --reps 3 \
+    --split-samples "${SPLIT_SAMPLES:-6}" \
     --warmup 1 --budget-s "$BUDGET_S" --mha-providers "$MHA_PROVIDERS" --validate \
     --validate-samples "$VSAMPLES" --validate-budget-s "$VBUDGET_S" \
     --validate-out "$OUT/validation_$name.txt" --no-progress \
     > "$OUT/tune_$name.log" 2>&1 || { echo "$name: mlaserve-tune failed (rc $?)"; status=1; }
   tail -n 60 "$OUT/tune_$name.log"
-  grep -E "providers timed|provider per measured cell|not measured|^wrote" "$OUT/tune_$name.log"
+  grep -E "providers timed|provider per measured cell|split thresholds|not measured|^wrote" "$OUT/tune_$name.log"
   echo "--- $name: elapsed $((SECONDS - t0)) s"
 done
 ls -l "$OUT/profiles"
