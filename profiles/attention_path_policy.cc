@@ -149,12 +149,15 @@ PathChoice AttentionPathPolicy::ChooseDense(const BatchStats& st) const {
     c.reason = ChoiceReason::kNoCell;
   } else {
     c.se_threshold = Scaled(cell->se_threshold);
-    c.path = c.se_threshold != kNeverMha && st.se >= c.se_threshold ? PrefillPath::kMha
-                                                                     : PrefillPath::kMla;
+    c.path = PathAt(c.se_threshold, st.se);
     c.reason = exact ? ChoiceReason::kTable : ChoiceReason::kTableNearest;
   }
   if (c.path == PrefillPath::kMha) c.mha_provider = CellProvider(cell);
   return c;
+}
+
+PrefillPath AttentionPathPolicy::PathAt(int64_t threshold, int64_t se) {
+  return threshold != kNeverMha && se >= threshold ? PrefillPath::kMha : PrefillPath::kMla;
 }
 
 int SplitPoint(std::span<const SequenceShape> batch) {
@@ -179,8 +182,7 @@ PathChoice AttentionPathPolicy::ChooseFreshAfterLatent(const BatchStats& st,
   c.stats = st;
   c.reason = exact ? ChoiceReason::kTable : ChoiceReason::kTableNearest;
   c.se_threshold = Scaled(*cell->split_se_threshold);
-  c.path = c.se_threshold != kNeverMha && st.se >= c.se_threshold ? PrefillPath::kMha
-                                                                   : PrefillPath::kMla;
+  c.path = PathAt(c.se_threshold, st.se);
   if (c.path == PrefillPath::kMha) c.mha_provider = CellProvider(cell);
   return c;
 }

@@ -164,6 +164,8 @@ class AttentionPathPolicy {
   AttentionPathPolicy(GpuProfile profile, std::string source, ModelAttentionTraits model,
                       PolicyOptions options, bool cudnn_cells_on_ours);
   MhaPrefillProvider CellProvider(const MhaMlaCell* cell) const;  // nullptr: kAuto
+  // MHA when se >= threshold (a scaled table threshold; kNeverMha: never), else MLA.
+  static PrefillPath PathAt(int64_t threshold, int64_t se);
   PathChoice ChooseDense(const BatchStats& st) const;
   // The fresh prompts after a lead in latent form: by their cell's split threshold where the
   // cell has one (*by_split_threshold = true), else ChooseDense.

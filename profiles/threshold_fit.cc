@@ -64,12 +64,19 @@ std::vector<SequenceShape> SplitBatch(std::mt19937_64& rng, int batch_size, int6
   return batch;
 }
 
+namespace {
+
+// The batch bucket's size; the last bucket holds larger batches too: max_batch..2·max_batch.
+int DrawBatchSize(std::mt19937_64& rng, const MhaMlaTable& table, int batch_bucket) {
+  if (batch_bucket < table.max_batch) return batch_bucket;
+  return std::uniform_int_distribution<int>(table.max_batch, 2 * table.max_batch)(rng);
+}
+
+}  // namespace
+
 std::vector<SequenceShape> DrawCellBatch(std::mt19937_64& rng, const MhaMlaTable& table,
                                          int batch_bucket, int pi, int ei) {
-  int bs = batch_bucket;
-  if (batch_bucket >= table.max_batch) {
-    bs = std::uniform_int_distribution<int>(table.max_batch, 2 * table.max_batch)(rng);
-  }
+  const int bs = DrawBatchSize(rng, table, batch_bucket);
   const int64_t sp = DrawInBucket(rng, table.prefix_edges, pi);
   const int64_t se = std::max<int64_t>(DrawInBucket(rng, table.extend_edges, ei), bs);
   return SplitBatch(rng, bs, sp, se);
@@ -89,10 +96,7 @@ std::vector<SequenceShape> DrawSplitLead(std::mt19937_64& rng) {
 
 std::vector<SequenceShape> DrawFreshBatch(std::mt19937_64& rng, const MhaMlaTable& table,
                                           int batch_bucket, int ei) {
-  int bs = batch_bucket;
-  if (batch_bucket >= table.max_batch) {
-    bs = std::uniform_int_distribution<int>(table.max_batch, 2 * table.max_batch)(rng);
-  }
+  const int bs = DrawBatchSize(rng, table, batch_bucket);
   // A fresh prompt has extend >= 2 (IsFreshPrompt).
   const int64_t sum_extend = std::max<int64_t>(DrawInBucket(rng, table.extend_edges, ei), 2 * bs);
   const std::vector<int64_t> e = RandomParts(rng, bs, sum_extend, 2);
