@@ -100,17 +100,13 @@ std::vector<PathConfig> EveryPathConfig() {
 // interleaved (the fused SiLU epilogue on variants 1 and 3), against one CPU reference; and
 // every one bit-identical to the same path and tile configuration run with the 2026-11-24
 // stage kernels on stacked weights (one-block sort + gather, SiLU pass, 8-byte combine).
-TEST_P(MoeExpertsCudaTest, EveryPathMatchesCpuAndTheBaselineBitwise) {
-  const auto [T, H, I, E, k, routing] = GetParam();
-  const uint64_t seed = testing::FreshSeed();
-  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " routing=" << testing::RoutingName(routing));
+void CheckEveryPath(int T, int H, int I, int E, int k, const std::vector<int32_t>& ids, uint64_t seed) {
   if (!moe_cuda::Sm90Available()) std::printf("note: not a Hopper GPU; the kSm90 path is not tested\n");
   auto x = testing::RandomVector(static_cast<size_t>(T) * H, seed);
   const float su = 1.0f / std::sqrt(static_cast<float>(H)), sd = 1.0f / std::sqrt(static_cast<float>(I));
   auto gate_up = testing::RandomVector(static_cast<size_t>(E) * 2 * I * H, seed + 1, -2 * su, 2 * su);
   auto down = testing::RandomVector(static_cast<size_t>(E) * H * I, seed + 2, -2 * sd, 2 * sd);
   testing::RoundToBf16(x); testing::RoundToBf16(gate_up); testing::RoundToBf16(down);
-  const std::vector<int32_t> ids = testing::MakeRouting(T, E, k, routing, seed + 4);
   std::vector<float> weights = testing::RandomVector(static_cast<size_t>(T) * k, seed + 3, 0.1f, 1.0f);
   MoeExpertsParams p;
   p.num_tokens = T; p.hidden = H; p.inter = I; p.num_experts = E; p.top_k = k;
@@ -177,6 +173,28 @@ TEST_P(MoeExpertsCudaTest, EveryPathMatchesCpuAndTheBaselineBitwise) {
                                    << " of " << out.size() << " values";
     }
   }
+}
+
+TEST_P(MoeExpertsCudaTest, EveryPathMatchesCpuAndTheBaselineBitwise) {
+  const auto [T, H, I, E, k, routing] = GetParam();
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " routing=" << testing::RoutingName(routing));
+  CheckEveryPath(T, H, I, E, k, testing::MakeRouting(T, E, k, routing, seed + 4), seed);
+}
+
+// Experts whose row counts sit on each side of the 64- and 128-row tile boundaries (and one with
+// none), top_k 1, the tokens in a shuffled order: every tile configuration's last tile of an
+// expert full, one row past full, or with rows in its first 64-row half only (variant 14 skips
+// the empty half's products there).
+TEST(MoeExpertsTileBoundaryCudaTest, EveryPathMatchesCpuAndTheBaselineBitwise) {
+  const std::vector<int> counts = {1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256, 257, 0, 320, 100};
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::vector<int32_t> ids;
+  for (size_t e = 0; e < counts.size(); ++e) ids.insert(ids.end(), counts[e], static_cast<int32_t>(e));
+  std::mt19937_64 rng(seed + 4);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  CheckEveryPath(static_cast<int>(ids.size()), 256, 136, static_cast<int>(counts.size()), 1, ids, seed);
 }
 
 // kAuto's tile configuration per product (moe_experts.cu, ChooseSm90Variants): gate_up on

@@ -88,9 +88,12 @@ if [[ $SANITIZE == 1 ]]; then
   # Small cases that run the new kernels: every path x layout x tile configuration (the fused
   # SiLU epilogue of every variant that has one, with its exact fallback) on 7 tokens and on
   # 513 (E=2, top-1, hidden 136 / inter 72: K and N tails); the shared experts' fused gate_up
-  # on 1024 rows (one group, row and column tails).
+  # on 1024 rows (one group, row and column tails); experts of 0-320 rows on the tile
+  # boundaries.
   memcheck_filter='Shapes/MoeExpertsCudaTest.*/1:Shapes/MoeExpertsCudaTest.*/7'
   memcheck_filter+=':Shapes/MoeSharedGateUpCudaTest.*/0:MoeSiluFastTest.*:MoeActiveSlotCudaTest.*'
+  # Experts on each side of the 64- and 128-row tile boundaries (variant 14's skipped halves).
+  memcheck_filter+=':MoeExpertsTileBoundaryCudaTest.*'
   step memcheck 100 "$OUT/memcheck.txt" compute-sanitizer --tool memcheck --error-exitcode 3 \
     .devbin/kernels_moe_cuda_test --gtest_brief=1 --gtest_filter="$memcheck_filter"
   if [[ -x .devbin/kernels_moe_decode_cuda_test ]]; then  # the stream kernels, GEMV and mma
