@@ -127,10 +127,8 @@ absl::Status PreferDecodeCarveout(const void* kernel, int percent, const char* e
 // both of their variant numbers. 12 is our kernel (moe_gemm_sm90_gather.cuh): 128 x 256 tiles,
 // no per-expert descriptors, A rows optionally gathered from x in its loads (`sorted`), direct
 // stores, fused SiLU. 13 is configuration 7, ping-pong 64x128, with direct stores only (no TMA
-// epilogue form). 14 is configuration 8, cooperative 128x256 whose empty 64-row halves issue no
-// products (moe_gemm_sm90_half_skip.cuh), with direct stores only. kAuto picks per shape and
-// product.
-inline constexpr int kSm90Variants = 15;
+// epilogue form). kAuto picks per shape and product.
+inline constexpr int kSm90Variants = 14;
 inline constexpr int kSm90FirstDirectVariant = 7;
 inline constexpr int kSm90GatherVariant = 12;
 struct Sm90GroupedArgs {
@@ -188,7 +186,6 @@ MLASERVE_MOE_SM90_SILU_DECLARE(4)
 MLASERVE_MOE_SM90_SILU_DECLARE(5)
 MLASERVE_MOE_SM90_SILU_DECLARE(6)
 MLASERVE_MOE_SM90_SILU_DECLARE(7)
-MLASERVE_MOE_SM90_SILU_DECLARE(8)
 #undef MLASERVE_MOE_SM90_DECLARE
 #undef MLASERVE_MOE_SM90_SILU_DECLARE
 

@@ -203,15 +203,14 @@ struct Sm90Entry {
   {LaunchSm90GroupedDirectV##N, Sm90WorkspaceBytesDirectV##N, Sm90ArgsBlockBytesDirectV##N}
 #define MLASERVE_SM90_SILU_ENTRY(N) \
   {LaunchSm90GroupedSiluMulV##N, Sm90WorkspaceBytesSiluMulV##N, Sm90ArgsBlockBytesSiluMulV##N}
-// moe_cuda.h's numbering: 0-6 TMA-store configurations, 7-11 direct-store ones, 12 ours, 13 and
-// 14 configurations 7 and 8 direct-store.
+// moe_cuda.h's numbering: 0-6 TMA-store configurations, 7-11 direct-store ones, 12 ours, 13
+// configuration 7 direct-store.
 constexpr Sm90Entry kSm90[kSm90Variants] = {
     MLASERVE_SM90_ENTRY(0), MLASERVE_SM90_ENTRY(1), MLASERVE_SM90_ENTRY(2), MLASERVE_SM90_ENTRY(3),
     MLASERVE_SM90_ENTRY(4), MLASERVE_SM90_ENTRY(5), MLASERVE_SM90_ENTRY(6),
     MLASERVE_SM90_DIRECT_ENTRY(1), MLASERVE_SM90_DIRECT_ENTRY(3), MLASERVE_SM90_DIRECT_ENTRY(4),
     MLASERVE_SM90_DIRECT_ENTRY(5), MLASERVE_SM90_DIRECT_ENTRY(6),
-    {LaunchSm90GroupedGatherV12, NoBytes, NoBytes}, MLASERVE_SM90_DIRECT_ENTRY(7),
-    MLASERVE_SM90_DIRECT_ENTRY(8)};
+    {LaunchSm90GroupedGatherV12, NoBytes, NoBytes}, MLASERVE_SM90_DIRECT_ENTRY(7)};
 // Fused SiLU epilogues: configurations 0 and 2 (128 x 128 cooperative, 128 x 256 in clusters
 // along M) measured slower than the others unfused, so they have none.
 constexpr Sm90Entry kSm90SiluMul[kSm90Variants] = {
@@ -219,8 +218,7 @@ constexpr Sm90Entry kSm90SiluMul[kSm90Variants] = {
     MLASERVE_SM90_SILU_ENTRY(4), MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6),
     MLASERVE_SM90_SILU_ENTRY(1), MLASERVE_SM90_SILU_ENTRY(3), MLASERVE_SM90_SILU_ENTRY(4),
     MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6),
-    {LaunchSm90GroupedGatherSiluMulV12, NoBytes, NoBytes}, MLASERVE_SM90_SILU_ENTRY(7),
-    MLASERVE_SM90_SILU_ENTRY(8)};
+    {LaunchSm90GroupedGatherSiluMulV12, NoBytes, NoBytes}, MLASERVE_SM90_SILU_ENTRY(7)};
 #undef MLASERVE_SM90_ENTRY
 #undef MLASERVE_SM90_DIRECT_ENTRY
 #undef MLASERVE_SM90_SILU_ENTRY
@@ -229,7 +227,7 @@ constexpr const char* kSm90Names[kSm90Variants] = {
     "coop128x128",     "coop128x256",     "coop128x256c2m",     "pp64x256",
     "pp128x128",       "coop128x256c2n",  "pp128x128c2n",       "coop128x256/reg",
     "pp64x256/reg",    "pp128x128/reg",   "coop128x256c2n/reg", "pp128x128c2n/reg",
-    "ours128x256",     "pp64x128/reg",    "coop128x256h/reg"};
+    "ours128x256",     "pp64x128/reg"};
 
 absl::Status BadVariant(int variant) {
   return absl::InvalidArgumentError(absl::StrCat("moe_experts: sm90_variant=", variant,

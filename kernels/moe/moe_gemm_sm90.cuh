@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -146,17 +145,6 @@ struct Sm90EpilogueOf<Config, ElementD, LayoutD, kAlignD, Sm90Store::kTma> {
     return args;
   }
 };
-// The mainloop of a configuration: CollectiveBuilder's, or Config::Mainloop<it> where the
-// configuration wraps it (moe_gemm_sm90_half_skip.cuh).
-template <typename Config, typename Built, typename = void>
-struct Sm90MainloopOf {
-  using type = Built;
-};
-template <typename Config, typename Built>
-struct Sm90MainloopOf<Config, Built, std::void_t<typename Config::template Mainloop<Built>>> {
-  using type = typename Config::template Mainloop<Built>;
-};
-
 // One grouped-GEMM configuration: bf16 A (row-major rows of one expert) times bf16 W_e^T
 // (W_e row-major [N, K], i.e. a column-major K x N operand), f32 accumulation, bf16 D (or,
 // kSiluMul, silu(gate) * up of interleaved gate/up columns: moe_gemm_sm90_direct.cuh).
@@ -179,13 +167,12 @@ struct Sm90GroupedGemm {
 
   using EpilogueOf = Sm90EpilogueOf<Config, ElementD, LayoutD, kAlignD, kStore>;
   using Epilogue = typename EpilogueOf::Op;
-  using Mainloop = typename Sm90MainloopOf<
-      Config, typename cutlass::gemm::collective::CollectiveBuilder<
-                  cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignA,
-                  ElementB, LayoutB*, kAlignB, ElementAcc, TileShape, ClusterShape,
-                  cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-                      sizeof(typename Epilogue::SharedStorage))>,
-                  KernelSchedule>::CollectiveOp>::type;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignA, ElementB,
+      LayoutB*, kAlignB, ElementAcc, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename Epilogue::SharedStorage))>,
+      KernelSchedule>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using StrideA = typename Kernel::InternalStrideA;
