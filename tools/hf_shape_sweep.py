@@ -21,6 +21,8 @@ choice that bf16 flips shows up in both. Where transformers' router ranks two ex
 route that token to the other expert, as model_engine_cuda_test allows at its fixtures' near-ties.
 V3.2 runs with the CUDA default fp8 KV cache (DeepSeek's layout) unless --kv-cache-dtype bf16;
 its quantization error is on top of the floor.
+Each case's checkpoint and prompt come from a seed of its name, so a case is the same model
+whichever other cases run with it (tools/device/hf_sweep_suite.sh reruns the flagged ones alone).
 Not run by CI (it needs torch; tools/requirements-ref.txt); the results of the last run are in
 docs/compatibility.md.
 
@@ -34,6 +36,7 @@ import copy
 import json
 import random
 import subprocess
+import zlib
 
 import torch
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
@@ -306,10 +309,15 @@ def check_decode(model, ids, generated, backend, model_bf16=None):
         if int(row.argmax()) == tok:
             equal += 1
         elif first_bad is None:
-            first_bad = (i, tok, int(row.argmax()))
+            # How clear it was: transformers' top-2 gap, and how far below its top ours sits,
+            # each as a fraction of the row's largest |logit|.
+            scale = row.abs().max().item()
+            first_bad = (i, tok, int(row.argmax()), (top2[0] - top2[1]).item() / scale,
+                         (top2[0] - row[tok]).item() / scale)
     note = f"decode: {equal} of {compared} clear positions equal transformers' greedy ({len(generated)} generated)"
     if first_bad is not None:
-        note += f"; first differing step {first_bad[0]}: ours {first_bad[1]}, transformers {first_bad[2]}"
+        note += (f"; first differing step {first_bad[0]}: ours {first_bad[1]}, transformers {first_bad[2]}"
+                 f" (its top-2 gap {first_bad[3]:.2f} of the largest |logit|, ours {first_bad[4]:.2f} below its top)")
     if logits_bf16 is not None:
         note += f"; transformers in bf16 differs from its fp32 at {bf16_differs} of them"
     return equal == compared, note
@@ -344,6 +352,8 @@ def main():
             continue
         path = f"{args.out}/{name}"
         try:
+            # Each case's weights (and prompt) from its own name, whichever cases run with it.
+            torch.manual_seed(zlib.crc32(name.encode()))
             config = make_checkpoint(classes, changes, path, GATE_SCALE.get(name, 1.0))
             model = classes[1].from_pretrained(path, dtype=torch.float32, attn_implementation=attn).eval()
             ids = torch.randint(2, config.vocab_size, (1, prompt_len))
