@@ -313,11 +313,14 @@ def check_decode(model, ids, generated, backend, model_bf16=None):
             # each as a fraction of the row's largest |logit|.
             scale = row.abs().max().item()
             first_bad = (i, tok, int(row.argmax()), (top2[0] - top2[1]).item() / scale,
-                         (top2[0] - row[tok]).item() / scale)
+                         (top2[0] - row[tok]).item() / scale, router_margin(model, full[:, : n + i]))
     note = f"decode: {equal} of {compared} clear positions equal transformers' greedy ({len(generated)} generated)"
     if first_bad is not None:
         note += (f"; first differing step {first_bad[0]}: ours {first_bad[1]}, transformers {first_bad[2]}"
                  f" (its top-2 gap {first_bad[3]:.2f} of the largest |logit|, ours {first_bad[4]:.2f} below its top)")
+        if first_bad[5] is not None:  # bf16 may route a near-tie the other way: a discrete change
+            note += (f" (the router's closest call there: expert scores {first_bad[5][0]:.1e} apart,"
+                     f" MoE layer {first_bad[5][1]})")
     if logits_bf16 is not None:
         note += f"; transformers in bf16 differs from its fp32 at {bf16_differs} of them"
     return equal == compared, note
