@@ -32,6 +32,11 @@ sweep() {  # sweep NAME SECONDS ARGS...
   note "hf_shape_sweep $name $*" "rc=$? $(grep -c 'relative error' "$OUT/$name.txt") cases, $(grep -c ' ok' "$OUT/$name.txt") ok"
   rm -rf "$OUT/work"
 }
+# The lines of a sweep's output it flagged: a relative error over its bound, a clear decode
+# position that differs (fields: name: decode: EQUAL of COMPARED ...), a run that failed.
+flagged_lines() {
+  awk '/relative error .* DIFFERS/ || /mlaserve-run failed|Traceback/ || ($2 == "decode:" && $3 != $5)' "$1"
+}
 want named && sweep named "${NAMED_SECONDS:-240}"
 want fuzz && sweep fuzz "${FUZZ_SECONDS:-240}" --fuzz "${FUZZ:-40}" --fuzz-seed "${FUZZ_SEED:-50}"
 # bisect: each case the sweeps flagged (a relative error over its bound, or a clear decode position
@@ -40,15 +45,11 @@ want fuzz && sweep fuzz "${FUZZ_SECONDS:-240}" --fuzz "${FUZZ:-40}" --fuzz-seed 
 # (a case's weights come from its name). Which switch, if any, brings it to transformers says
 # where to look.
 if want bisect; then
-  flagged() {  # the cases of a sweep's output that it flagged
-    awk '/relative error .* DIFFERS/ { sub(":$", "", $1); print $1 }
-         $2 == "decode:" && $3 != $5 { sub(":$", "", $1); print $1 }' "$1" | sort -u | tr '\n' ' '
-  }
   envs=${BISECT_ENVS:-"MLASERVE_MOE_FOLD=0 MLASERVE_MOE_FUSED_ROUTER=0 MLASERVE_MOE_STREAM_GEMV=0 MLASERVE_PDL=0 \
 MLASERVE_FUSED_UK=0 MLASERVE_MLA_FEW_ROWS=0 MLASERVE_SPLIT_FORM=0"}
   for f in named fuzz; do
     [[ -f $OUT/$f.txt ]] || continue
-    cases=$(flagged "$OUT/$f.txt")
+    cases=$(flagged_lines "$OUT/$f.txt" | awk '{ sub(":$", "", $1); print $1 }' | sort -u | tr '\n' ' ')
     [[ -n $cases ]] || continue
     args=()
     [[ $f == fuzz ]] && args=(--fuzz "${FUZZ:-40}" --fuzz-seed "${FUZZ_SEED:-50}")
@@ -74,8 +75,6 @@ fi
 
 for f in named fuzz; do
   [[ -f $OUT/$f.txt ]] || continue
-  echo "== $f: not ok, or a clear decode position differing"
-  grep -E "relative error" "$OUT/$f.txt" | grep -v " ok" | head -20
-  grep -E "mlaserve-run failed|Traceback|Error" "$OUT/$f.txt" | head -10
-  grep -E "decode:" "$OUT/$f.txt" | awk '{ if ($3 != $5) print }' | head -20
+  echo "== $f: over a bound, a clear decode position differing, or failed"
+  flagged_lines "$OUT/$f.txt" | head -40
 done

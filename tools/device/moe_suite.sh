@@ -92,7 +92,6 @@ if [[ $SANITIZE == 1 ]]; then
   # boundaries.
   memcheck_filter='Shapes/MoeExpertsCudaTest.*/1:Shapes/MoeExpertsCudaTest.*/7'
   memcheck_filter+=':Shapes/MoeSharedGateUpCudaTest.*/0:MoeSiluFastTest.*:MoeActiveSlotCudaTest.*'
-  # Experts on each side of the 64- and 128-row tile boundaries (variant 14's skipped halves).
   memcheck_filter+=':MoeExpertsTileBoundaryCudaTest.*'
   step memcheck 100 "$OUT/memcheck.txt" compute-sanitizer --tool memcheck --error-exitcode 3 \
     .devbin/kernels_moe_cuda_test --gtest_brief=1 --gtest_filter="$memcheck_filter"
