@@ -20,6 +20,8 @@ source tools/device/env.sh
 OUT=${OUT:-/tmp/hf_sweep_out}
 STEPS=${STEPS:-"tests named fuzz bisect"}
 NEW_TOKENS=${NEW_TOKENS:-16}
+# The fuzzed cases' arguments: the sweep and its bisect must generate the same cases.
+FUZZ_ARGS=(--fuzz "${FUZZ:-40}" --fuzz-seed "${FUZZ_SEED:-50}")
 mkdir -p "$OUT"
 gpu_header
 python3 -c "import torch, transformers; print('transformers', transformers.__version__, 'torch', torch.__version__)" \
@@ -38,7 +40,7 @@ flagged_lines() {
   awk '/relative error .* DIFFERS/ || /mlaserve-run failed|Traceback/ || ($2 == "decode:" && $3 != $5)' "$1"
 }
 want named && sweep named "${NAMED_SECONDS:-240}"
-want fuzz && sweep fuzz "${FUZZ_SECONDS:-240}" --fuzz "${FUZZ:-40}" --fuzz-seed "${FUZZ_SEED:-50}"
+want fuzz && sweep fuzz "${FUZZ_SECONDS:-240}" "${FUZZ_ARGS[@]}"
 # bisect: each case the sweeps flagged (a relative error over its bound, or a clear decode position
 # that differs), again under each of BISECT_ENVS (one A/B switch of the CUDA path at a time), with
 # the bf16 KV cache (V3.2's default is fp8), and on the CPU backend; the same checkpoint each time
@@ -52,7 +54,7 @@ MLASERVE_FUSED_UK=0 MLASERVE_MLA_FEW_ROWS=0 MLASERVE_SPLIT_FORM=0"}
     cases=$(flagged_lines "$OUT/$f.txt" | awk '{ sub(":$", "", $1); print $1 }' | sort -u | tr '\n' ' ')
     [[ -n $cases ]] || continue
     args=()
-    [[ $f == fuzz ]] && args=(--fuzz "${FUZZ:-40}" --fuzz-seed "${FUZZ_SEED:-50}")
+    [[ $f == fuzz ]] && args=("${FUZZ_ARGS[@]}")
     : > "$OUT/bisect_$f.txt"
     for setting in default $envs kv_bf16 cpu; do
       backend=cuda extra=() env_set=()
