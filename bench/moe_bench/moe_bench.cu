@@ -562,7 +562,7 @@ void BenchTokens(const Shape& s, int T, const ShapeBuffers& b, double copy_gbs, 
     for (int v = 0; v < mk::moe_cuda::kSm90Variants; ++v) {
       for (int fused = 1; fused >= 0; --fused) {
         // (Variants 7-11 share the fused epilogue of their configuration, measured under 1-6.)
-        const bool twin = v >= mk::moe_cuda::kSm90FirstDirectVariant && v < mk::moe_cuda::kSm90GatherVariant;
+        const bool twin = v >= mk::moe_cuda::kSm90FirstDirectVariant && v < mk::moe_cuda::kSm90OwnVariant;
         if (Skipped(v) || (fused && (!mk::moe_cuda::Sm90HasFusedSiluMul(v) || twin))) continue;
         p.path = mk::MoeExpertsPath::kSm90;
         p.sm90_variant = v;

@@ -151,7 +151,7 @@ void BenchShape(const char* model, int hidden, int inter, const std::vector<int>
     }
     for (int v = -1; v < mk::moe_cuda::kSm90Variants; ++v) {
       // (Variants 7-11 run the fused epilogue of their configuration, measured under 1-6.)
-      const bool twin = v >= mk::moe_cuda::kSm90FirstDirectVariant && v < mk::moe_cuda::kSm90GatherVariant;
+      const bool twin = v >= mk::moe_cuda::kSm90FirstDirectVariant && v < mk::moe_cuda::kSm90OwnVariant;
       if (v >= 0 && (Skip(v) || !mk::moe_cuda::Sm90HasFusedSiluMul(v) || twin)) continue;
       p.sm90_variant = v;
       const float ms = GraphReplayMs([&](cudaStream_t st) { return mk::MoeSharedGateUp(p, on(st)).ok(); }, s);

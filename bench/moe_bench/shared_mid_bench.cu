@@ -203,7 +203,7 @@ void BenchSharedExpertsMidRows(const std::vector<int>& rows_list, double copy_gb
     p.workspace = ws.get(); p.workspace_bytes = ws.bytes();
     for (int v = 0; v < mk::moe_cuda::kSm90Variants && mk::moe_cuda::Sm90Available(); ++v) {
       // (Variants 7-11 run the fused epilogue of their configuration, measured under 1-6.)
-      const bool twin = v >= mk::moe_cuda::kSm90FirstDirectVariant && v < mk::moe_cuda::kSm90GatherVariant;
+      const bool twin = v >= mk::moe_cuda::kSm90FirstDirectVariant && v < mk::moe_cuda::kSm90OwnVariant;
       if (!mk::moe_cuda::Sm90HasFusedSiluMul(v) || twin) continue;
       p.sm90_variant = v;
       p.gate_up = w[0].interleaved->get();

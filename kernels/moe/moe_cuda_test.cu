@@ -76,7 +76,12 @@ INSTANTIATE_TEST_SUITE_P(
         RouteCase{777, 160, 6, 8, 3, MoeScoring::kSoftmax, MoeTopkMethod::kGroupLimitedGreedy, false},  // V2
         RouteCase{1000, 256, 8, 8, 4, MoeScoring::kSigmoid, MoeTopkMethod::kNoauxTc, true},  // V3
         RouteCase{33, 16, 4, 4, 1, MoeScoring::kSigmoid, MoeTopkMethod::kNoauxTc, true},  // masked -inf picks
-        RouteCase{64, 32, 8, 4, 2, MoeScoring::kSoftmax, MoeTopkMethod::kGroupLimitedGreedy, true}));
+        RouteCase{64, 32, 8, 4, 2, MoeScoring::kSoftmax, MoeTopkMethod::kGroupLimitedGreedy, true},
+        // The kernel's register forms by expert count (<= 64, <= 256, <= 512 experts), each past
+        // the boundary below it.
+        RouteCase{500, 65, 6, 1, 1, MoeScoring::kSoftmax, MoeTopkMethod::kGreedy, true},
+        RouteCase{300, 384, 8, 1, 1, MoeScoring::kSigmoid, MoeTopkMethod::kNoauxTc, true},
+        RouteCase{200, 512, 8, 8, 4, MoeScoring::kSigmoid, MoeTopkMethod::kNoauxTc, true}));
 
 // (tokens, hidden, inter, experts, top_k, routing)
 using ExpertsCase = std::tuple<int, int, int, int, int, Routing>;

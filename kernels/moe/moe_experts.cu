@@ -210,7 +210,7 @@ constexpr Sm90Entry kSm90[kSm90Variants] = {
     MLASERVE_SM90_ENTRY(4), MLASERVE_SM90_ENTRY(5), MLASERVE_SM90_ENTRY(6),
     MLASERVE_SM90_DIRECT_ENTRY(1), MLASERVE_SM90_DIRECT_ENTRY(3), MLASERVE_SM90_DIRECT_ENTRY(4),
     MLASERVE_SM90_DIRECT_ENTRY(5), MLASERVE_SM90_DIRECT_ENTRY(6),
-    {LaunchSm90GroupedGatherV12, NoBytes, NoBytes}, MLASERVE_SM90_DIRECT_ENTRY(7)};
+    {LaunchSm90GroupedOwnV12, NoBytes, NoBytes}, MLASERVE_SM90_DIRECT_ENTRY(7)};
 // Fused SiLU epilogues: configurations 0 and 2 (128 x 128 cooperative, 128 x 256 in clusters
 // along M) measured slower than the others unfused, so they have none.
 constexpr Sm90Entry kSm90SiluMul[kSm90Variants] = {
@@ -218,7 +218,7 @@ constexpr Sm90Entry kSm90SiluMul[kSm90Variants] = {
     MLASERVE_SM90_SILU_ENTRY(4), MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6),
     MLASERVE_SM90_SILU_ENTRY(1), MLASERVE_SM90_SILU_ENTRY(3), MLASERVE_SM90_SILU_ENTRY(4),
     MLASERVE_SM90_SILU_ENTRY(5), MLASERVE_SM90_SILU_ENTRY(6),
-    {LaunchSm90GroupedGatherSiluMulV12, NoBytes, NoBytes}, MLASERVE_SM90_SILU_ENTRY(7)};
+    {LaunchSm90GroupedOwnSiluMulV12, NoBytes, NoBytes}, MLASERVE_SM90_SILU_ENTRY(7)};
 #undef MLASERVE_SM90_ENTRY
 #undef MLASERVE_SM90_DIRECT_ENTRY
 #undef MLASERVE_SM90_SILU_ENTRY
@@ -332,10 +332,9 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
   const auto* gate_up = static_cast<const __nv_bfloat16*>(p.gate_up);
   const auto* down = static_cast<const __nv_bfloat16*>(p.down);
 
-  // 1. Permutation; x rows gathered into expert order for CUTLASS's TMA-fed grouped GEMMs
-  // only (the other paths, our kSm90 kernel included, gather inside their loads).
-  const bool gemm_gathers = plan.gate_up_variant == kSm90GatherVariant;
-  const bool gather = plan.path == MoeExpertsPath::kSm90 && !gemm_gathers;
+  // 1. Permutation; x rows gathered into expert order for the TMA-fed kSm90 products (the
+  // other paths gather inside their loads).
+  const bool gather = plan.path == MoeExpertsPath::kSm90;
   PermuteArgs pa{p.topk_ids, num_assign, E, p.top_k, x, H, gather ? w.xg : nullptr,
                  w.sorted, w.offsets, w.tile_offsets, w.position, w.active, w.chunk_counts};
   pa.routing = p.routing;  // routed first, when asked
@@ -358,12 +357,8 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
       // Fused: hs holds [A, inter] activations; unfused: [A, 2*inter] products, act(gate) * up
       // compacted into each row's first inter columns.
       const int64_t act_ld = plan.fused_silu ? I : 2 * I;
-      Sm90GroupedArgs up{gemm_gathers ? x : w.xg, H, gate_up, w.hs, act_ld, 2 * I, H, E, w.offsets,
-                         w.sm90_args, w.sm90_ws};
-      if (gemm_gathers) {
-        up.sorted = w.sorted;
-        up.top_k = p.top_k;
-      }
+      Sm90GroupedArgs up{w.xg, H, gate_up, w.hs, act_ld, 2 * I, H, E, w.offsets, w.sm90_args, w.sm90_ws};
+      up.a_rows = num_assign;
       if (plan.fused_silu) {
         RETURN_IF_ERROR(LaunchSm90GroupedSiluMul(plan.gate_up_variant, up, s));
         done(ExpertsStage::kGateUp);
@@ -373,7 +368,8 @@ absl::Status RunExperts(const MoeExpertsParams& p, cudaStream_t s, ExpertsStageO
         RETURN_IF_ERROR(LaunchActMul(p.act, w.hs, w.offsets, E, I, num_assign, interleaved, s));
         done(ExpertsStage::kSiluMul);
       }
-      const Sm90GroupedArgs dn{w.hs, act_ld, down, w.ys, H, H, I, E, w.offsets, w.sm90_args, w.sm90_ws};
+      Sm90GroupedArgs dn{w.hs, act_ld, down, w.ys, H, H, I, E, w.offsets, w.sm90_args, w.sm90_ws};
+      dn.a_rows = num_assign;
       RETURN_IF_ERROR(LaunchSm90Grouped(plan.down_variant, dn, s));
       done(ExpertsStage::kDown);
       break;

@@ -7,10 +7,12 @@
 //   ScanChunksKernel   one block: expert totals -> row offsets (and the tiled path's row-tile
 //                      offsets, and the list of experts with rows), then per expert an
 //                      exclusive scan over the chunks: the first row of (chunk, expert);
-//   ScatterKernel      per chunk again: each warp owns 256 consecutive assignments, lanes with
-//                      the same expert find each other with __match_any_sync, so an
-//                      assignment's row is (chunk, expert) base + the counts of the warps
-//                      before it + its rank among its peers. It writes `sorted`/`position`.
+//   ScatterKernel      per chunk again: each warp owns up to 256 consecutive assignments (a
+//                      short chunk split evenly over the warps), its ids held in registers
+//                      for both of its passes; lanes with the same expert find each other
+//                      with __match_any_sync, so an assignment's row is (chunk, expert) base
+//                      + the counts of the warps before it + its rank among its peers. It
+//                      writes `sorted`/`position`.
 // The x rows, when asked for, are copied in one of two ways (PermuteRowCopy):
 //   kApart (prefill)   the scatter ranks only, one block per chunk, and does the scan's work
 //                      itself (each block sums the chunk counts of every chunk: no
@@ -44,8 +46,10 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / cuda::kWarpSize;
-constexpr int kPerWarp = 256;              // assignments a warp owns in a chunk
+constexpr int kPerWarp = 256;              // assignments a warp owns in a full chunk
 constexpr int kChunk = kWarps * kPerWarp;  // assignments per block
+constexpr int kIdsPerLane = kPerWarp / cuda::kWarpSize;  // a warp's ids in a lane's registers
+constexpr int kIdsPerThread = kChunk / kThreads;         // CountChunkKernel's, the same 8
 constexpr int kScanThreads = 1024;
 constexpr int kScanScratch = cuda::kWarpSize + 1;  // BlockExclusiveScan's shared scratch
 constexpr int kSliceChunkMultiple = 4;     // gather slices are multiples of 64 bytes of a row
@@ -138,10 +142,15 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const int begin = blockIdx.x * kChunk, end = min(num_assign, begin + kChunk);
   const unsigned lanes_below = (1u << (threadIdx.x % cuda::kWarpSize)) - 1u;
-  for (int a0 = begin; a0 < end; a0 += kThreads) {  // the same trip count in every lane
-    const int e = ExpertOf(ids, a0 + threadIdx.x, end, num_experts);
-    const unsigned peers = __match_any_sync(kFullMask, e);
-    if (e >= 0 && (peers & lanes_below) == 0) atomicAdd(&count[e], __popc(peers));
+  // Every id of the thread loaded before the first is counted: one memory latency, not one a
+  // step (the steps' loads would otherwise wait for each other behind the match and the add).
+  int e[kIdsPerThread];
+#pragma unroll
+  for (int j = 0; j < kIdsPerThread; ++j) e[j] = ExpertOf(ids, begin + j * kThreads + threadIdx.x, end, num_experts);
+#pragma unroll
+  for (int j = 0; j < kIdsPerThread; ++j) {  // the same trip count in every lane
+    const unsigned peers = __match_any_sync(kFullMask, e[j]);
+    if (e[j] >= 0 && (peers & lanes_below) == 0) atomicAdd(&count[e[j]], __popc(peers));
   }
   __syncthreads();
   for (int e = threadIdx.x; e < num_experts; e += kThreads) {
@@ -206,14 +215,25 @@ __device__ void ScatterChunk(const PermuteArgs& a, int slice_chunks, int32_t* sm
   const int warp = threadIdx.x / cuda::kWarpSize, lane = threadIdx.x % cuda::kWarpSize;
   const unsigned lanes_below = (1u << lane) - 1u;
   const int begin = blockIdx.x * kChunk, end = min(a.num_assign, begin + kChunk);
-  const int warp_begin = begin + warp * kPerWarp, warp_end = min(end, warp_begin + kPerWarp);
+  // The chunk split over the warps in whole warp steps, warp w's assignments before w + 1's: a
+  // short chunk (a decode step's few hundred assignments) keeps every warp ranking, not the
+  // first few with 256 each. Any contiguous split gives the same rows.
+  const int per_warp = min(kPerWarp, ((end - begin + kWarps - 1) / kWarps + cuda::kWarpSize - 1) /
+                                         cuda::kWarpSize * cuda::kWarpSize);
+  const int warp_begin = begin + warp * per_warp, warp_end = min(end, warp_begin + per_warp);
   const bool writer = blockIdx.y == 0;
   int32_t* mine = warp_base + warp * E;
+  // The warp's ids, all loaded before the first is ranked (one memory latency for both passes
+  // instead of one a step): lane l holds assignments warp_begin + 32 j + l, -1 past warp_end.
+  int ids[kIdsPerLane];
+#pragma unroll
+  for (int j = 0; j < kIdsPerLane; ++j) ids[j] = ExpertOf(a.topk_ids, warp_begin + j * cuda::kWarpSize + lane, warp_end, E);
 
   for (int i = threadIdx.x; i < kWarps * E; i += kThreads) warp_base[i] = 0;
   __syncthreads();
-  for (int a0 = warp_begin; a0 < warp_end; a0 += cuda::kWarpSize) {  // warp-uniform bounds
-    const int e = ExpertOf(a.topk_ids, a0 + lane, warp_end, E);
+#pragma unroll
+  for (int j = 0; j < kIdsPerLane; ++j) {  // warp-uniform trip count
+    const int e = ids[j];
     const unsigned peers = __match_any_sync(kFullMask, e);
     if (e >= 0 && (peers & lanes_below) == 0) mine[e] += __popc(peers);  // the lowest peer
     __syncwarp();
@@ -259,9 +279,10 @@ __device__ void ScatterChunk(const PermuteArgs& a, int slice_chunks, int32_t* sm
     }
   }
   __syncthreads();
-  for (int a0 = warp_begin; a0 < warp_end; a0 += cuda::kWarpSize) {
-    const int i = a0 + lane;
-    const int e = ExpertOf(a.topk_ids, i, warp_end, E);
+#pragma unroll
+  for (int j = 0; j < kIdsPerLane; ++j) {
+    const int i = warp_begin + j * cuda::kWarpSize + lane;
+    const int e = ids[j];
     const unsigned peers = __match_any_sync(kFullMask, e);
     if (e >= 0) {
       const int row = mine[e] + __popc(peers & lanes_below);

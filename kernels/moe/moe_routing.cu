@@ -13,16 +13,18 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-// One warp per token.
+// One warp per token. kPer: RouteToken's experts a lane holds (num_experts <= 32 * kPer); the launch takes the least
+// that holds the model's experts, as the fused router does (the same picks and bits in every
+// form, fewer registers and shorter top-k rounds).
+template <int kPer>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     MoeRoutingKernel(const __grid_constant__ MoeRoutingParams p) {
-  using moe_cuda::kRoutingMaxExperts;
-  __shared__ float s_choice[kWarpsPerBlock][kRoutingMaxExperts];
+  __shared__ float s_choice[kWarpsPerBlock][32 * kPer];
   const int warp = threadIdx.x / 32;
   const int t = blockIdx.x * kWarpsPerBlock + warp;
   cuda::PdlEnter();  // launched with PDL (kernels/common/pdl.cuh): nothing global above
   if (t >= p.num_tokens) return;
-  moe_cuda::RouteToken(p, t, s_choice[warp]);
+  moe_cuda::RouteToken<kPer>(p, t, s_choice[warp]);
 }
 
 }  // namespace
@@ -49,7 +51,9 @@ absl::Status MoeRoutingCuda(const MoeRoutingParams& p, void* stream) {
   shape.grid = dim3((p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
   shape.block = dim3(kWarpsPerBlock * cuda::kWarpSize);
   shape.stream = static_cast<cudaStream_t>(stream);
-  return cuda::LaunchPdl("moe_routing", shape, MoeRoutingKernel, p);
+  if (p.num_experts <= 64) return cuda::LaunchPdl("moe_routing", shape, MoeRoutingKernel<2>, p);
+  if (p.num_experts <= 256) return cuda::LaunchPdl("moe_routing", shape, MoeRoutingKernel<8>, p);
+  return cuda::LaunchPdl("moe_routing", shape, MoeRoutingKernel<moe_cuda::kRoutingMaxExperts / 32>, p);
 }
 
 }  // namespace mlaserve::kernels

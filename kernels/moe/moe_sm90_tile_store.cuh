@@ -1,5 +1,5 @@
 // Storing a wgmma accumulator tile from registers (the kSm90 GEMMs' direct epilogues:
-// moe_gemm_sm90_direct.cuh for CUTLASS's kernels, moe_gemm_sm90_gather.cuh for ours): bf16 D,
+// moe_gemm_sm90_direct.cuh for CUTLASS's kernels, moe_gemm_sm90_own.cuh for ours): bf16 D,
 // or silu(gate) * up of interleaved gate/up columns, with 16-byte stores.
 //
 // wgmma leaves each thread the accumulators of 2 adjacent columns in every group of 8 columns

@@ -1,26 +1,31 @@
 // kSm90 variant 12 (moe_cuda.h): our grouped GEMM for Hopper, written on CuTe for the routed
-// experts' products, with what CUTLASS's grouped kernel cannot do:
-//   - A rows gathered in the load: with `sorted` set, row r of expert e's A is x[sorted[row0 +
-//     r] / top_k], so the permutation need not copy x into expert order first (a write and a
-//     read of [A, hidden]);
-//   - no TMA descriptor per expert: B is one 3-D tensor [E][N][K] (one descriptor, built on
-//     the host with the weights' address; the expert is a coordinate), A rows are loaded with
-//     cp.async, D is stored from registers (StoreAccumulatorTile: 16-byte stores, SiLU * up
-//     fused or not), so switching expert between tiles costs nothing;
+// experts' products, without what costs CUTLASS's pointer-array kernel at every change of
+// expert:
+//   - one TMA descriptor per operand for the whole call: B is one 3-D tensor [E][N][K] (the
+//     expert is a coordinate), A the sorted rows as one 2-D tensor [a_rows][K] (a tile starts at
+//     its expert's first row), D is stored from registers (StoreAccumulatorTile: 16-byte stores,
+//     SiLU * up fused or not), so switching expert between tiles rewrites no descriptor;
 //   - the tile schedule computed in each CTA from the expert offsets (a warp scan of each
 //     expert's tile count into shared memory, then a binary search per tile).
 //
 // Shape: persistent, one CTA of 384 threads per SM; 128 x 256 x 64 tiles, 4 stages (48 KiB
-// each). Warp group 0 produces: its 128 threads copy the tile's 128 A rows (8 16-byte chunks
-// each per stage) with cp.async into the 128-byte-swizzled K-major layout wgmma reads, and
-// thread 0 loads B's 256 x 64 box by TMA. cp.async writes go through the generic proxy, so
-// each producer thread signals a stage only after its copies of that stage landed
-// (cp.async.wait_group, two stages behind) and a proxy fence; the stage's barrier expects the
-// 128 producer arrivals plus the TMA's bytes. Warp groups 1 and 2 (cooperative) each compute
-// 64 rows x 256 columns with m64n256k16 wgmma, release a stage one k-step later (when the
-// wgmma reading it has retired) and store their half of the tile. Tiles are numbered expert by
-// expert, M fastest within a column of N (as CUTLASS's grouped scheduler with AlongM), and a CTA
-// takes every gridDim-th tile, so the CTAs working at one time share a few experts' weights in L2.
+// each), in the 128-byte-swizzled K-major layout wgmma reads. One thread of warp 0 produces:
+// per stage the tile's 128 x 64 box of A and 256 x 64 box of B by TMA, the stage's barrier
+// expecting its one arrival and the 48 KiB (rows past the expert's count come from the next
+// expert's rows, or TMA's zero fill past the tensor: their products are never stored). Warp
+// groups 1 and 2 (cooperative) each compute 64 rows x 256 columns with m64n256k16 wgmma,
+// release a stage one k-step later (when the wgmma reading it has retired) and store their half
+// of the tile. Tiles are numbered expert by expert, M fastest within a column of N (as
+// CUTLASS's grouped scheduler with AlongM), and a CTA takes every gridDim-th tile, so the CTAs
+// working at one time share a few experts' weights in L2.
+//
+// Gathering A's rows from x inside the loads (no permuted copy of x) was this kernel's first
+// purpose and was measured twice on the H200 (2026-12-04): one TMA box a row (128 bytes; TMA's
+// swizzle follows the shared address, so the layout was right) ran five times slower than the
+// box of a tile (TMA's cost per copy at 128 copies a stage), and cp.async by the producer warp
+// group with the hardware arriving on the stage barrier (cp.async.mbarrier.arrive.noinc) and a
+// proxy fence before wgmma ran 1.7-1.8x slower; an earlier cp.async form (2026-11-25) 25-40%.
+// docs/BENCHMARKS.md has the numbers.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,9 +35,11 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "cute/arch/copy_sm80.hpp"
+#include "cute/arch/copy_sm90_tma.hpp"
 #include "cute/tensor.hpp"
+#include "cutlass/cuda_host_adapter.hpp"
 #include "cutlass/arch/barrier.h"
 #include "cutlass/arch/reg_reconfig.h"
 #include "cutlass/bfloat16.h"
@@ -40,22 +47,19 @@
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_sm90_tile_store.cuh"
 
-namespace mlaserve::kernels::moe_cuda::gather_gemm {
+namespace mlaserve::kernels::moe_cuda::own_gemm {
 
 using namespace cute;
 
 using Element = cutlass::bfloat16_t;
 constexpr int kTileM = 128, kTileN = 256, kTileK = 64;
 constexpr int kStages = 4;
-constexpr int kLag = 2;  // stages a producer thread keeps in flight before signalling one (<= kStages - 2)
 constexpr int kProducerThreads = 128, kConsumerThreads = 256;
 constexpr int kThreads = kProducerThreads + kConsumerThreads;
-constexpr int kChunkElems = 8;                              // 16-byte cp.async chunks
-constexpr int kChunksPerRow = kTileK / kChunkElems;         // 8
-constexpr int kRowsPerPass = kProducerThreads / kChunksPerRow;  // 16 rows per pass of the producers
-constexpr int kRowsPerThread = kTileM / kRowsPerPass;       // 8 rows per producer thread
+constexpr int kRowBytes = kTileK * 2;                    // one row of a stage: 128 bytes, the swizzle's width
+constexpr int kStageBytesA = kTileM * kRowBytes, kStageBytesB = kTileN * kRowBytes;
+
 constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
-static_assert(kLag <= kStages - 2, "a producer must not wait for a stage the consumers cannot release yet");
 
 using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
 using SmemLayoutA = decltype(tile_to_shape(SmemAtom{}, make_shape(Int<kTileM>{}, Int<kTileK>{}, Int<kStages>{})));
@@ -75,12 +79,29 @@ inline auto MakeTmaB(const Element* w, int n, int k, int e) {
 }
 using TmaB = decltype(MakeTmaB(nullptr, 1, 1, 1));
 
+// A: `rows` x `k` bf16 with row stride lda, as a 2-D TMA tensor in boxes of kTileK columns x
+// kTileM rows, 128-byte swizzled (the layout of SmemLayoutA's stages).
+inline absl::StatusOr<CUtensorMap> MakeTmaA(const Element* a, int64_t lda, int rows, int k) {
+  constexpr int box_rows = kTileM;
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(lda) * sizeof(Element)};
+  const cuuint32_t box[2] = {kTileK, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = cutlass::call_cuTensorMapEncodeTiled(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<Element*>(a), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return absl::InternalError(absl::StrCat("moe_experts sm90 GEMM v12: cuTensorMapEncodeTiled for A (rows=", rows,
+                                            " k=", k, " lda=", lda, " box rows=", box_rows, ") failed: ", r));
+  }
+  return map;
+}
+
 struct Params {
   TmaB tma_b;
-  const Element* a;          // A rows (x rows with `sorted`, else rows in sorted order)
-  int64_t lda;
-  const int32_t* sorted;     // non-null: gather row r through sorted[r] / top_k
-  int top_k;
+  CUtensorMap tma_a;         // A [a_rows][K] (rows in sorted order) in kTileM-row boxes
   const int32_t* offsets;    // [E + 1]; null: one group of `rows` rows
   int rows;
   __nv_bfloat16* d;          // [A, N] (or [A, N/2] with the SiLU), row stride ldd
@@ -125,9 +146,15 @@ __device__ __forceinline__ Tile DecodeTile(const Params& p, const int* prefix, i
   return tile;
 }
 
-__device__ __forceinline__ void CpAsync16(uint32_t smem_addr, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;  // 0: the chunk is zero-filled (K past the end)
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(src), "r"(bytes) : "memory");
+// One box of A's descriptor at (column, row) into the shared address `dst`, its bytes counted on
+// `bar`'s transaction count (what CuTe's SM90_TMA_LOAD_2D issues, with a 32-bit shared address).
+__device__ __forceinline__ void TmaLoadA(const CUtensorMap* map, uint64_t* bar, uint64_t hint, uint32_t dst, int col,
+                                         int row) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(cast_smem_ptr_to_uint(bar)), "r"(col), "r"(row), "l"(hint)
+      : "memory");
 }
 
 template <bool kSiluMul>
@@ -159,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1) GatherGemmKernel(const __grid_con
   }
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      cutlass::arch::ClusterTransactionBarrier::init(&ss.full[s], kProducerThreads + 1);
+      cutlass::arch::ClusterTransactionBarrier::init(&ss.full[s], 1);  // the producer's arrival + the bytes
       cutlass::arch::ClusterBarrier::init(&ss.empty[s], kConsumerThreads);
     }
     cutlass::arch::fence_barrier_init();
@@ -169,56 +196,27 @@ __global__ void __launch_bounds__(kThreads, 1) GatherGemmKernel(const __grid_con
 
   Tensor sA = make_tensor(make_smem_ptr(ss.a), SmemLayoutA{});  // (M, K, stage)
   Tensor sB = make_tensor(make_smem_ptr(ss.b), SmemLayoutB{});  // (N, K, stage)
+  const uint32_t a_smem = cast_smem_ptr_to_uint(ss.a);
 
   if (tid < kProducerThreads) {
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
+    if (tid != 0) return;  // one thread issues every copy
     Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.n, p.k, p.num_experts));
-    const int chunk = tid % kChunksPerRow;
-    // Shared addresses of this thread's chunks: rows tid/8 + 16j keep their row mod 8, so the
-    // 128-byte swizzle moves their chunk alike and they are a fixed step apart (as are stages).
-    const int row0 = tid / kChunksPerRow;
-    const uint32_t dst0 = cast_smem_ptr_to_uint(&sA(row0, chunk * kChunkElems, 0));
-    const uint32_t row_step = cast_smem_ptr_to_uint(&sA(row0 + kRowsPerPass, chunk * kChunkElems, 0)) - dst0;
-    const uint32_t stage_step = cast_smem_ptr_to_uint(&sA(row0, chunk * kChunkElems, 1)) - dst0;
+    const uint64_t hint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
     int it = 0;  // k steps issued so far, over all tiles
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
       const Tile tile = DecodeTile(p, ss.tile_prefix, t);
-      // This thread's rows of the tile (rows past the expert's count load its last row: their
-      // results are never stored).
-      int src_row[kRowsPerThread];
-      for (int j = 0; j < kRowsPerThread; ++j) {
-        const int r = tile.m * kTileM + row0 + kRowsPerPass * j;
-        const int row = tile.row0 + min(r, tile.rows - 1);
-        src_row[j] = p.sorted != nullptr ? p.sorted[row] / p.top_k : row;
-      }
+      const int first = tile.row0 + tile.m * kTileM;  // the tile's first row in sorted order
       Tensor gB = local_tile(mB(_, _, tile.expert), make_shape(Int<kTileN>{}, Int<kTileK>{}), make_coord(tile.n, _));
       auto [tBgB, tBsB] = tma_partition(p.tma_b, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sB), group_modes<0, 2>(gB));
       for (int kt = 0; kt < k_tiles; ++kt, ++it) {
         const int s = it % kStages;
         if (it >= kStages) cutlass::arch::ClusterBarrier::wait(&ss.empty[s], (it / kStages - 1) & 1);
-        const int col = kt * kTileK + chunk * kChunkElems;
-        const bool valid = col < p.k;
-        const uint32_t dst = dst0 + s * stage_step;
-        CUTE_UNROLL
-        for (int j = 0; j < kRowsPerThread; ++j) {
-          const Element* src = p.a + static_cast<int64_t>(src_row[j]) * p.lda + (valid ? col : 0);
-          CpAsync16(dst + j * row_step, src, valid);
-        }
-        cp_async_fence();
-        if (tid == 0) {
-          cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.full[s], kTileN * kTileK * sizeof(Element));
-          copy(p.tma_b.with(ss.full[s]), tBgB(_, kt), tBsB(_, s));
-        }
-        if (it >= kLag) {  // the stage issued kLag steps ago has landed: make it visible to wgmma
-          cp_async_wait<kLag>();
-          cutlass::arch::fence_view_async_shared();
-          cutlass::arch::ClusterBarrier::arrive(&ss.full[(it - kLag) % kStages]);
-        }
+        cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.full[s], kStageBytesA + kStageBytesB);
+        copy(p.tma_b.with(ss.full[s]), tBgB(_, kt), tBsB(_, s));
+        TmaLoadA(&p.tma_a, &ss.full[s], hint, a_smem + s * kStageBytesA, kt * kTileK, first);
       }
     }
-    cp_async_wait<0>();
-    cutlass::arch::fence_view_async_shared();
-    for (int j = max(0, it - kLag); j < it; ++j) cutlass::arch::ClusterBarrier::arrive(&ss.full[j % kStages]);
   } else {
     cutlass::arch::warpgroup_reg_alloc<kConsumerRegisters>();
     const int mma_tid = tid - kProducerThreads;
@@ -262,16 +260,18 @@ __global__ void __launch_bounds__(kThreads, 1) GatherGemmKernel(const __grid_con
 
 template <bool kSiluMul>
 absl::Status Launch(const Sm90GroupedArgs& g, cudaStream_t s) {
-  if (g.k % kChunkElems != 0 || g.n % (kSiluMul ? 16 : 8) != 0 || g.num_experts > kMaxExperts) {
-    return absl::InvalidArgumentError(absl::StrCat("moe_experts sm90 gather GEMM: N=", g.n, " K=", g.k, " experts=",
-                                                   g.num_experts, " (K must be a multiple of 8, N of ",
-                                                   kSiluMul ? 16 : 8, ", experts at most ", kMaxExperts, ")"));
+  const int a_rows = g.offsets != nullptr ? g.a_rows : g.rows;
+  if (g.k % 8 != 0 || g.lda % 8 != 0 || g.n % (kSiluMul ? 16 : 8) != 0 || g.num_experts > kMaxExperts ||
+      a_rows <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("moe_experts sm90 GEMM v12: N=", g.n, " K=", g.k, " lda=", g.lda,
+                                                   " experts=", g.num_experts, " rows of A=", a_rows,
+                                                   " (K and lda must be multiples of 8, N of ", kSiluMul ? 16 : 8,
+                                                   ", experts at most ", kMaxExperts, ", A's rows given)"));
   }
+  absl::StatusOr<CUtensorMap> tma_a = MakeTmaA(reinterpret_cast<const Element*>(g.a), g.lda, a_rows, g.k);
+  if (!tma_a.ok()) return tma_a.status();
   Params p{MakeTmaB(reinterpret_cast<const Element*>(g.w), g.n, g.k, g.num_experts),
-           reinterpret_cast<const Element*>(g.a),
-           g.lda,
-           g.sorted,
-           g.top_k,
+           *tma_a,
            g.offsets,
            g.rows,
            static_cast<__nv_bfloat16*>(g.d),
@@ -283,14 +283,14 @@ absl::Status Launch(const Sm90GroupedArgs& g, cudaStream_t s) {
   const cudaError_t attr =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes));
   if (attr != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("moe_experts sm90 gather GEMM: shared memory attribute: ",
+    return absl::InternalError(absl::StrCat("moe_experts sm90 GEMM v12: shared memory attribute: ",
                                             cudaGetErrorString(attr)));
   }
   kernel<<<cuda::CurrentDeviceSmCount(), kThreads, kSmemBytes, s>>>(p);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("moe_experts sm90 gather GEMM launch failed: ", cudaGetErrorString(e)));
+    return absl::InternalError(absl::StrCat("moe_experts sm90 GEMM v12 launch failed: ", cudaGetErrorString(e)));
   }
   return absl::OkStatus();
 }
 
-}  // namespace mlaserve::kernels::moe_cuda::gather_gemm
+}  // namespace mlaserve::kernels::moe_cuda::own_gemm
