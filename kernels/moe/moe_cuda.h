@@ -124,11 +124,11 @@ absl::Status PreferDecodeCarveout(const void* kernel, int percent, const char* e
 // Sm90Pingpong128x128, Sm90Coop128x256ClusterN2, Sm90Pingpong128x128ClusterN2 with CUTLASS's TMA
 // epilogue; 7-11 configurations 1, 3, 4, 5, 6 storing from registers (Sm90Store::kDirect). A
 // fused SiLU epilogue (always a direct store) exists for configurations 1, 3, 4, 5, 6, under
-// both of their variant numbers. 12 is our kernel (moe_gemm_sm90_own.cuh): 128 x 256 tiles, one
-// TMA descriptor per operand for the whole call (no per-expert descriptors), direct stores,
-// fused SiLU. 13 is configuration 7, ping-pong 64x128, with direct stores only (no TMA
-// epilogue form). kAuto picks per shape and product.
-inline constexpr int kSm90Variants = 14;
+// both of their variant numbers. 12 and 14 are our kernel (moe_gemm_sm90_own.cuh), cooperative
+// 128 x 256 and ping-pong 64 x 256 tiles: one TMA descriptor per operand for the whole call (no
+// per-expert descriptors), direct stores, fused SiLU. 13 is configuration 7, ping-pong 64x128,
+// with direct stores only (no TMA epilogue form). kAuto picks per shape and product.
+inline constexpr int kSm90Variants = 15;
 inline constexpr int kSm90FirstDirectVariant = 7;
 inline constexpr int kSm90OwnVariant = 12;
 struct Sm90GroupedArgs {
@@ -142,8 +142,8 @@ struct Sm90GroupedArgs {
   void* args_block;             // Sm90ArgsBlockBytes(E) bytes: per-expert shapes, pointers, strides
   void* workspace;              // Sm90WorkspaceBytes() bytes for CUTLASS
   int rows = 0;                 // with offsets null
-  // Variant 12 only: the rows of `a`, the extent of its TMA descriptor (with offsets null,
-  // `rows` is taken).
+  // Variants 12 and 14 only: the rows of `a`, the extent of its TMA descriptor (with offsets
+  // null, `rows` is taken).
   int a_rows = 0;
 };
 // The same product with SiLU * up in the epilogue, for gate_up weights in kInterleaved8: d is
@@ -152,6 +152,8 @@ struct Sm90GroupedArgs {
 // Compiled for the tile configurations Sm90HasFusedSiluMul names.
 absl::Status LaunchSm90GroupedOwnV12(const Sm90GroupedArgs& g, cudaStream_t s);
 absl::Status LaunchSm90GroupedOwnSiluMulV12(const Sm90GroupedArgs& g, cudaStream_t s);
+absl::Status LaunchSm90GroupedOwnV14(const Sm90GroupedArgs& g, cudaStream_t s);
+absl::Status LaunchSm90GroupedOwnSiluMulV14(const Sm90GroupedArgs& g, cudaStream_t s);
 bool Sm90HasFusedSiluMul(int variant);
 // "coop128x256", "pp64x256/reg", ...: the tile shape, c2m / c2n for clusters of 2 along M / N,
 // /reg for the direct store (benchmarks' tables).
