@@ -144,13 +144,16 @@ __global__ void __launch_bounds__(kThreads)
   const unsigned lanes_below = (1u << (threadIdx.x % cuda::kWarpSize)) - 1u;
   // Every id of the thread loaded before the first is counted: one memory latency, not one a
   // step (the steps' loads would otherwise wait for each other behind the match and the add).
-  int e[kIdsPerThread];
+  int expert[kIdsPerThread];
 #pragma unroll
-  for (int j = 0; j < kIdsPerThread; ++j) e[j] = ExpertOf(ids, begin + j * kThreads + threadIdx.x, end, num_experts);
+  for (int j = 0; j < kIdsPerThread; ++j) {
+    expert[j] = ExpertOf(ids, begin + j * kThreads + threadIdx.x, end, num_experts);
+  }
 #pragma unroll
   for (int j = 0; j < kIdsPerThread; ++j) {  // the same trip count in every lane
-    const unsigned peers = __match_any_sync(kFullMask, e[j]);
-    if (e[j] >= 0 && (peers & lanes_below) == 0) atomicAdd(&count[e[j]], __popc(peers));
+    const int e = expert[j];
+    const unsigned peers = __match_any_sync(kFullMask, e);
+    if (e >= 0 && (peers & lanes_below) == 0) atomicAdd(&count[e], __popc(peers));
   }
   __syncthreads();
   for (int e = threadIdx.x; e < num_experts; e += kThreads) {
