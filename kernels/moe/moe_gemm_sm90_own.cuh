@@ -1,4 +1,4 @@
-// kSm90 variant 12 (moe_cuda.h): our grouped GEMM for Hopper, written on CuTe for the routed
+// kSm90 variants 12 and 14 (moe_cuda.h): our grouped GEMM for Hopper, written on CuTe for the routed
 // experts' products, without what costs CUTLASS's pointer-array kernel at every change of
 // expert:
 //   - one TMA descriptor per operand for the whole call: B is one 3-D tensor [E][N][K] (the
@@ -101,7 +101,9 @@ inline auto MakeTmaB(const Element* w, int n, int k, int e) {
 using TmaB = decltype(MakeTmaB(nullptr, 1, 1, 1));
 
 // A: `rows` x `k` bf16 with row stride lda, as a 2-D TMA tensor in boxes of kTileK columns x
-// `box_rows` rows, 128-byte swizzled (the layout of the A stages).
+// `box_rows` rows, 128-byte swizzled (the layout of the A stages). Encoded here rather than by
+// CuTe's make_tma_copy (as B is) because a tile's box starts at its expert's first row, any row,
+// not at a multiple of the box that CuTe's tiled TMA tensor indexes.
 inline absl::StatusOr<CUtensorMap> MakeTmaA(const Element* a, int64_t lda, int rows, int k, int box_rows) {
   CUtensorMap map;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
@@ -155,17 +157,6 @@ __device__ __forceinline__ Tile DecodeTile(const Params& p, const int* prefix, i
   tile.m = local % m_tiles;
   tile.n = local / m_tiles;
   return tile;
-}
-
-// One box of A's descriptor at (column, row) into the shared address `dst`, its bytes counted on
-// `bar`'s transaction count (what CuTe's SM90_TMA_LOAD_2D issues, with a 32-bit shared address).
-__device__ __forceinline__ void TmaLoadA(const CUtensorMap* map, uint64_t* bar, uint64_t hint, uint32_t dst, int col,
-                                         int row) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(cast_smem_ptr_to_uint(bar)), "r"(col), "r"(row), "l"(hint)
-      : "memory");
 }
 
 // Named barriers of the ping-pong order: kOrderBarrier + g is where group g waits for the other
@@ -224,7 +215,6 @@ __global__ void __launch_bounds__(kThreads, 1) OwnGemmKernel(const __grid_consta
     cutlass::arch::warpgroup_reg_dealloc<kProducerRegisters>();
     if (tid != 0) return;  // one thread issues every copy
     Tensor mB = p.tma_b.get_tma_tensor(make_shape(p.n, p.k, p.num_experts));
-    const uint32_t a_smem = cast_smem_ptr_to_uint(ss.a);
     const uint64_t hint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
     int it = 0;  // k steps issued so far, over all tiles
     for (int t = blockIdx.x; t < total_tiles; t += gridDim.x) {
@@ -237,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 1) OwnGemmKernel(const __grid_consta
         if (it >= kStages) cutlass::arch::ClusterBarrier::wait(&ss.empty[s], (it / kStages - 1) & 1);
         cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&ss.full[s], C::kStageBytesA + C::kStageBytesB);
         copy(p.tma_b.with(ss.full[s]), tBgB(_, kt), tBsB(_, s));
-        TmaLoadA(&p.tma_a, &ss.full[s], hint, a_smem + s * C::kStageBytesA, kt * kTileK, first);
+        SM90_TMA_LOAD_2D::copy(&p.tma_a, &ss.full[s], hint, &sA(0, 0, s), kt * kTileK, first);
       }
     }
   } else {
