@@ -270,8 +270,11 @@ __global__ void __launch_bounds__(kThreads, 1) OwnGemmKernel(const __grid_consta
         warpgroup_fence_operand(accum);
         if (kt > 0) cutlass::arch::ClusterBarrier::arrive(&ss.empty[(it - 1) % kStages]);
       }
-      // The other group may start its next tile's products (its wait above).
-      if (kPingPong) NamedBarrierArrive(kOrderBarrier + (group ^ 1), 2 * kGroupThreads);
+      // The other group may start its products of the CTA's next tile (its wait above), if
+      // there is one: no arrival is left pending when the CTA ends.
+      if (kPingPong && t + static_cast<int>(gridDim.x) < total_tiles) {
+        NamedBarrierArrive(kOrderBarrier + (group ^ 1), 2 * kGroupThreads);
+      }
       warpgroup_wait<0>();
       warpgroup_fence_operand(accum);
       cutlass::arch::ClusterBarrier::arrive(&ss.empty[(it - 1) % kStages]);
