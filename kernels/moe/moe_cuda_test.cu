@@ -203,7 +203,7 @@ TEST(MoeExpertsTileBoundaryCudaTest, EveryPathMatchesCpuAndTheBaselineBitwise) {
 }
 
 // kAuto's tile configuration per product (moe_experts.cu, ChooseSm90Variants): our ping-pong
-// 64 x 256 kernel (variant 14) for both at 65-160 rows an expert with hidden <= 4096; else gate_up
+// 64 x 256 kernel (variant 14) for both at 65-288 rows an expert with hidden <= 4096; else gate_up
 // on 128 x 256 from 512 rows an expert, else ping-pong 64 x 256; down on ping-pong 64 x 256 with the
 // register-stored epilogue (variant 8) above 64 rows and on 128 x 256 from 1024; at most 64 rows
 // ping-pong 64 x 256, except where ping-pong 64 x 128 spreads a weight-bound product over the SMs
@@ -219,7 +219,7 @@ TEST(MoeExpertsPlanTest, TileConfigurationByShapeOn132Sms) {
   const Case cases[] = {
       {256, 2048, 1408, 64, 6, 13, 3},  {512, 2048, 1408, 64, 6, 13, 3},  {640, 2048, 1408, 64, 6, 13, 3},
       {704, 2048, 1408, 64, 6, 14, 14}, {768, 2048, 1408, 64, 6, 14, 14}, {1024, 2048, 1408, 64, 6, 14, 14},
-      {1706, 2048, 1408, 64, 6, 14, 14}, {1707, 2048, 1408, 64, 6, 3, 8}, {2048, 2048, 1408, 64, 6, 3, 8},
+      {2048, 2048, 1408, 64, 6, 14, 14}, {3072, 2048, 1408, 64, 6, 14, 14}, {3073, 2048, 1408, 64, 6, 3, 8},
       {4096, 2048, 1408, 64, 6, 3, 8},
       {5461, 2048, 1408, 64, 6, 3, 8},  {5462, 2048, 1408, 64, 6, 1, 8},  {8192, 2048, 1408, 64, 6, 1, 8},
       {10922, 2048, 1408, 64, 6, 1, 8}, {10923, 2048, 1408, 64, 6, 1, 1}, {16384, 2048, 1408, 64, 6, 1, 1},

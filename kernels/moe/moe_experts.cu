@@ -120,11 +120,12 @@ int WeightBoundVariant(const MoeExpertsParams& p, int n) {
 
 // Our ping-pong 64 x 256 kernel (variant 14: one TMA descriptor per operand, no rewrite when a
 // CTA's next tile is another expert's) for both products where the tiles' main loops are short
-// (hidden <= 4096: V2-Lite's gate_up K of 2048, down K of 1408) and experts have 65-160 rows:
-// V2-Lite 768-1536 tokens 2.9-4.5% faster end to end than CUTLASS's ping-pong pair, even at 2048
-// (192 rows) and 4096; at V3's hidden of 7168 even at 128 rows and 2-7% slower at 96 (H200,
-// fifty-second session).
-constexpr double kOwnPingPongMaxRows = 160;
+// (hidden <= 4096: V2-Lite's gate_up K of 2048, down K of 1408) and experts have 65-288 rows:
+// against CUTLASS's ping-pong pair (variants 3 + SiLU and 8), V2-Lite 768-1536 tokens 2.3-4.5%
+// faster end to end, 2048 (192 rows) 0-3%, 2560-3072 even; at 3584 (336 rows) 1.6% slower and
+// 4096-5120 even (H200, fifty-second and fifty-third sessions). At V3's hidden of 7168 it is even
+// at 128 rows and 2-7% slower at 96 (fifty-second session).
+constexpr double kOwnPingPongMaxRows = 288;
 constexpr int kOwnPingPongMaxHidden = 4096;
 
 Sm90Choice ChooseSm90Variants(const MoeExpertsParams& p) {
