@@ -130,7 +130,8 @@ absl::Status PreferDecodeCarveout(const void* kernel, int percent, const char* e
 // with direct stores only (no TMA epilogue form). kAuto picks per shape and product.
 inline constexpr int kSm90Variants = 15;
 inline constexpr int kSm90FirstDirectVariant = 7;
-inline constexpr int kSm90OwnVariant = 12;
+inline constexpr int kSm90OwnVariant = 12;          // ours, cooperative 128 x 256
+inline constexpr int kSm90OwnPingPongVariant = 14;  // ours, ping-pong 64 x 256
 struct Sm90GroupedArgs {
   const __nv_bfloat16* a;       // [A, K] row stride lda, rows in sorted order
   int64_t lda;

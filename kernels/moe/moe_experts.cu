@@ -130,11 +130,11 @@ constexpr int kOwnPingPongMaxHidden = 4096;
 
 Sm90Choice ChooseSm90Variants(const MoeExpertsParams& p) {
   if (const Sm90Choice forced = ForcedSm90Variants(); forced.gate_up >= 0) return forced;
-  constexpr int kCooperative = 1, kPingPongRegisterStore = 8, kOwnPingPong = 14;
+  constexpr int kCooperative = 1, kPingPongRegisterStore = 8;
   constexpr double kLargeTileRows = 512, kLargeTileDownRows = 1024;
   const double rows = MeanRowsPerExpert(p);
   if (rows > kSmallTileRows && rows <= kOwnPingPongMaxRows && p.hidden <= kOwnPingPongMaxHidden) {
-    return {kOwnPingPong, kOwnPingPong};
+    return {moe_cuda::kSm90OwnPingPongVariant, moe_cuda::kSm90OwnPingPongVariant};
   }
   const int gate_up = rows >= kLargeTileRows ? kCooperative : WeightBoundVariant(p, 2 * p.inter);
   const int down = rows >= kLargeTileDownRows ? kCooperative

@@ -49,6 +49,8 @@
 #include "cutlass/arch/barrier.h"
 #include "cutlass/arch/reg_reconfig.h"
 #include "cutlass/bfloat16.h"
+#include "common/status.h"
+#include "kernels/common/cuda_util.cuh"
 #include "kernels/common/device_arch.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_sm90_tile_store.cuh"
@@ -310,17 +312,11 @@ absl::Status Launch(const Sm90GroupedArgs& g, cudaStream_t s) {
            g.k,
            g.num_experts};
   auto kernel = OwnGemmKernel<kSiluMul, kPingPong>;
-  const cudaError_t attr =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::kSmemBytes));
-  if (attr != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("moe_experts sm90 own GEMM: shared memory attribute: ",
-                                            cudaGetErrorString(attr)));
-  }
+  RETURN_IF_ERROR(cuda::CudaStatus(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(C::kSmemBytes)),
+      "moe_experts sm90 own GEMM: shared memory attribute"));
   kernel<<<cuda::CurrentDeviceSmCount(), kThreads, C::kSmemBytes, s>>>(p);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("moe_experts sm90 own GEMM launch failed: ", cudaGetErrorString(e)));
-  }
-  return absl::OkStatus();
+  return cuda::LaunchStatus("moe_experts sm90 own GEMM");
 }
 
 }  // namespace mlaserve::kernels::moe_cuda::own_gemm

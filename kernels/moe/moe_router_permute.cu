@@ -474,9 +474,7 @@ absl::Status LaunchRouterPermute(const PermuteArgs& a, cudaStream_t s) {
     if (per_thread <= 4) return LaunchFor<4, kPer>(r, a, s);
     return LaunchFor<8, kPer>(r, a, s);
   };
-  if (!small_off && E <= 64) return by_chunks(std::integral_constant<int, 2>{});
-  if (!small_off && E <= 256) return by_chunks(std::integral_constant<int, 8>{});
-  return by_chunks(std::integral_constant<int, kRoutingMaxExperts / 32>{});
+  return WithRoutingForm(E, !small_off, by_chunks);
 }
 
 }  // namespace mlaserve::kernels::moe_cuda

@@ -13,9 +13,9 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-// One warp per token. kPer: RouteToken's experts a lane holds (num_experts <= 32 * kPer); the launch takes the least
-// that holds the model's experts, as the fused router does (the same picks and bits in every
-// form, fewer registers and shorter top-k rounds).
+// One warp per token. kPer: RouteToken's experts a lane holds (num_experts <= 32 * kPer); the
+// launch takes the least that holds the model's experts (WithRoutingForm, as the fused router
+// does: the same picks and bits in every form, fewer registers and shorter top-k rounds).
 template <int kPer>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     MoeRoutingKernel(const __grid_constant__ MoeRoutingParams p) {
@@ -51,9 +51,9 @@ absl::Status MoeRoutingCuda(const MoeRoutingParams& p, void* stream) {
   shape.grid = dim3((p.num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
   shape.block = dim3(kWarpsPerBlock * cuda::kWarpSize);
   shape.stream = static_cast<cudaStream_t>(stream);
-  if (p.num_experts <= 64) return cuda::LaunchPdl("moe_routing", shape, MoeRoutingKernel<2>, p);
-  if (p.num_experts <= 256) return cuda::LaunchPdl("moe_routing", shape, MoeRoutingKernel<8>, p);
-  return cuda::LaunchPdl("moe_routing", shape, MoeRoutingKernel<moe_cuda::kRoutingMaxExperts / 32>, p);
+  return moe_cuda::WithRoutingForm(p.num_experts, true, [&](auto per) {
+    return cuda::LaunchPdl("moe_routing", shape, MoeRoutingKernel<decltype(per)::value>, p);
+  });
 }
 
 }  // namespace mlaserve::kernels

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/moe/api.h"
 
@@ -82,6 +83,15 @@ __device__ __forceinline__ int WarpArgmaxKey(uint32_t key, int index) {
 // kPer: the experts a lane holds at most (p.num_experts <= 32 * kPer); a smaller form keeps fewer
 // registers (the fused router launch takes the least that holds its experts). Every form makes
 // the same picks and sums in the same order: the same bits.
+// Calls launch(std::integral_constant<int, kPer>) with RouteToken's least form that holds
+// num_experts (<= 64, <= 256, else the largest); smallest = false takes the largest always.
+template <class Launch>
+inline auto WithRoutingForm(int num_experts, bool smallest, Launch&& launch) {
+  if (smallest && num_experts <= 64) return launch(std::integral_constant<int, 2>{});
+  if (smallest && num_experts <= 256) return launch(std::integral_constant<int, 8>{});
+  return launch(std::integral_constant<int, kRoutingMaxExperts / 32>{});
+}
+
 template <int kPer = kRoutingMaxExperts / 32>
 __device__ inline void RouteToken(const MoeRoutingParams& p, int t, float* choice) {
   static_assert(kPer >= 1 && kPer <= kRoutingMaxExperts / 32);
