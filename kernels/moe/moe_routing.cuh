@@ -75,14 +75,6 @@ __device__ __forceinline__ int WarpArgmaxKey(uint32_t key, int index) {
 
 }  // namespace routing_detail
 
-// Routes token t of p: writes p.topk_ids / p.topk_weights [t, 0..top_k). Every lane of the warp
-// calls it with the same t; p.top_k <= 32, p.n_group <= 32 and p.num_experts <=
-// kRoutingMaxExperts (checked on the host). Lane l holds the scores and choices of experts
-// l, l + 32, ... in registers; only the group selection (group-limited methods) goes through
-// `choice`, the warp's shared-memory scratch of num_experts floats.
-// kPer: the experts a lane holds at most (p.num_experts <= 32 * kPer); a smaller form keeps fewer
-// registers (the fused router launch takes the least that holds its experts). Every form makes
-// the same picks and sums in the same order: the same bits.
 // Calls launch(std::integral_constant<int, kPer>) with RouteToken's least form that holds
 // num_experts (<= 64, <= 256, else the largest); smallest = false takes the largest always.
 template <class Launch>
@@ -92,6 +84,14 @@ inline auto WithRoutingForm(int num_experts, bool smallest, Launch&& launch) {
   return launch(std::integral_constant<int, kRoutingMaxExperts / 32>{});
 }
 
+// Routes token t of p: writes p.topk_ids / p.topk_weights [t, 0..top_k). Every lane of the warp
+// calls it with the same t; p.top_k <= 32, p.n_group <= 32 and p.num_experts <=
+// kRoutingMaxExperts (checked on the host). Lane l holds the scores and choices of experts
+// l, l + 32, ... in registers; only the group selection (group-limited methods) goes through
+// `choice`, the warp's shared-memory scratch of num_experts floats.
+// kPer: the experts a lane holds at most (p.num_experts <= 32 * kPer); a smaller form keeps fewer
+// registers (both routing launches take the least that holds their experts: WithRoutingForm,
+// above). Every form makes the same picks and sums in the same order: the same bits.
 template <int kPer = kRoutingMaxExperts / 32>
 __device__ inline void RouteToken(const MoeRoutingParams& p, int t, float* choice) {
   static_assert(kPer >= 1 && kPer <= kRoutingMaxExperts / 32);
