@@ -12,7 +12,8 @@ Templates:
     reuses), read from tests/fixtures/chat_template/<name>/tokenizer_config.json, which
     tools/fetch_deepseek_tokenizers.sh fetches (DeepSeek's files: not committed). The
     expected file records each template's sha256 so the test knows it has the same text.
-    DeepSeek-V3.2 (final) publishes no Jinja template (a Python encoder instead).
+    DeepSeek-V3.2 (final) publishes no Jinja template (a Python encoder instead): its format
+    is checked by tools/make_deepseek_v32_encoding_fixtures.py.
   - constructs.json (ours, committed): small templates exercising each construct of the
     subset and the whitespace rules.
 

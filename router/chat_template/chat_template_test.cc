@@ -106,7 +106,7 @@ TEST_F(CheckpointTemplateTest, ReadsTemplateAndSpecialTokensFromTokenizerConfig)
   absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->special_tokens, nlohmann::ordered_json::parse(R"({"bos_token": "<B>", "eos_token": "<E>"})"));
-  EXPECT_EQ(*t->tmpl.Render(t->special_tokens), "<B>x<E>");
+  EXPECT_EQ(*t->Render(t->special_tokens), "<B>x<E>");
   EXPECT_THAT(t->origin, HasSubstr("tokenizer_config.json"));
 }
 
@@ -115,7 +115,7 @@ TEST_F(CheckpointTemplateTest, NamedTemplateListUsesDefault) {
         R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
   absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "");
   ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_EQ(*t->tmpl.Render(nlohmann::ordered_json::object()), "D");
+  EXPECT_EQ(*t->Render(nlohmann::ordered_json::object()), "D");
 }
 
 TEST_F(CheckpointTemplateTest, JinjaFileAndOverride) {
@@ -127,12 +127,55 @@ TEST_F(CheckpointTemplateTest, JinjaFileAndOverride) {
   Write("chat_template.jinja", "J{{ bos_token }}\n");
   absl::StatusOr<CheckpointChatTemplate> jinja = LoadChatTemplate(dir_.string(), "");
   ASSERT_TRUE(jinja.ok()) << jinja.status();
-  EXPECT_EQ(*jinja->tmpl.Render(jinja->special_tokens), "J<B>");
+  EXPECT_EQ(*jinja->Render(jinja->special_tokens), "J<B>");
   Write("override.jinja", "O{% macro m() %}{% endmacro %}");
   absl::StatusOr<CheckpointChatTemplate> bad =
       LoadChatTemplate(dir_.string(), (dir_ / "override.jinja").string());
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("override.jinja: chat template line 1: unsupported statement 'macro'"));
+}
+
+// A DeepSeek-V3.2 checkpoint without a template: DeepSeek-V3.2's format (deepseek_v32_encoding.h).
+TEST_F(CheckpointTemplateTest, DeepseekV32WithoutATemplateGetsItsFormat) {
+  Write("config.json", R"({"model_type": "deepseek_v32"})");
+  Write("tokenizer_config.json", R"({"bos_token": "<｜begin▁of▁sentence｜>", "tokenizer_class": "LlamaTokenizerFast"})");
+  absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE(t->tmpl.has_value());
+  EXPECT_THAT(t->origin, HasSubstr("DeepSeek-V3.2"));
+  nlohmann::ordered_json vars = t->special_tokens;
+  vars["messages"] = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+  vars["add_generation_prompt"] = true;
+  EXPECT_EQ(*t->Render(vars), "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜></think>");
+  // Thinking mode from the kwargs vLLM and SGLang read.
+  for (const char* key : {"thinking", "enable_thinking"}) {
+    nlohmann::ordered_json with = vars;
+    with[key] = true;
+    EXPECT_EQ(*t->Render(with), "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜><think>") << key;
+    with[key] = false;
+    EXPECT_EQ(*t->Render(with), "<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜></think>") << key;
+  }
+}
+
+TEST_F(CheckpointTemplateTest, ATemplateWinsOverTheDeepseekV32Format) {
+  // V3.2-Exp ships V3.1's Jinja template: that is what its tokenizer_config.json gives.
+  Write("config.json", R"({"model_type": "deepseek_v32"})");
+  Write("tokenizer_config.json", R"({"chat_template": "T{{ messages[0].content }}"})");
+  absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->tmpl.has_value());
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+  vars["messages"] = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+  EXPECT_EQ(*t->Render(vars), "THi");
+  // So does --chat-template.
+  Write("tokenizer_config.json", "{}");
+  Write("override.jinja", "O");
+  t = LoadChatTemplate(dir_.string(), (dir_ / "override.jinja").string());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(*t->Render(vars), "O");
+  // A V3 checkpoint without a template has none.
+  Write("config.json", R"({"model_type": "deepseek_v3"})");
+  EXPECT_EQ(LoadChatTemplate(dir_.string(), "").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "router/chat_template/deepseek_v32_encoding.h"
+#include "router/chat_template/value.h"
 
 namespace mlaserve::router::chat_template {
 namespace {
@@ -36,7 +38,27 @@ absl::StatusOr<std::string> TemplateFromConfig(const nlohmann::ordered_json& con
   return absl::InvalidArgumentError(absl::StrCat(path, ": chat_template is neither a string nor a list"));
 }
 
+// config.json's model_type, or "" where there is none to read.
+std::string ModelType(const std::string& model_dir) {
+  absl::StatusOr<std::string> text = ReadFile(model_dir + "/config.json");
+  if (!text.ok()) return "";
+  const nlohmann::ordered_json config = nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object() || !config.contains("model_type") || !config["model_type"].is_string()) return "";
+  return config["model_type"].get<std::string>();
+}
+
+bool KwargTrue(const nlohmann::ordered_json& variables, const char* key) {
+  return variables.contains(key) && Value::FromJson(variables[key]).Truthy();
+}
+
 }  // namespace
+
+absl::StatusOr<std::string> CheckpointChatTemplate::Render(const nlohmann::ordered_json& variables) const {
+  if (tmpl.has_value()) return tmpl->Render(variables);
+  const nlohmann::ordered_json messages =
+      variables.contains("messages") ? variables["messages"] : nlohmann::ordered_json::array();
+  return EncodeDeepseekV32(messages, KwargTrue(variables, "thinking") || KwargTrue(variables, "enable_thinking"));
+}
 
 absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::string& model_dir,
                                                         const std::string& override_path) {
@@ -67,6 +89,12 @@ absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::string& model
       if (!text.ok()) return text.status();
       source = *std::move(text);
       origin = jinja_path;
+    }
+    if (source.empty() && ModelType(model_dir) == "deepseek_v32") {
+      CheckpointChatTemplate out{"DeepSeek-V3.2's chat format (built in; the checkpoint ships it as a "
+                                 "Python encoder, no template)",
+                                 std::nullopt};
+      return out;
     }
     if (source.empty()) {
       return absl::NotFoundError(absl::StrCat(

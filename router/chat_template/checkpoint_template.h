@@ -3,8 +3,12 @@
 // "default" entry is used), else chat_template.jinja beside it; a --chat-template file
 // overrides both. The special tokens (bos_token, eos_token, pad_token, unk_token: strings or
 // AddedToken objects) come from tokenizer_config.json and are passed to the template.
+// A DeepSeek-V3.2 checkpoint (config.json model_type deepseek_v32) with neither gets
+// DeepSeek-V3.2's own chat format (deepseek_v32_encoding.h), which it publishes as a Python
+// encoder instead of a template.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -15,8 +19,15 @@ namespace mlaserve::router::chat_template {
 
 struct CheckpointChatTemplate {
   std::string origin;  // where the template came from, for logs and errors
-  ChatTemplate tmpl;
+  std::optional<ChatTemplate> tmpl;  // nullopt: DeepSeek-V3.2's chat format (EncodeDeepseekV32)
   nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
+
+  // The prompt for `variables` as apply_chat_template takes them (messages,
+  // add_generation_prompt, the special tokens and the request's chat_template_kwargs). For
+  // DeepSeek-V3.2's format: the messages, in thinking mode where `thinking` or
+  // `enable_thinking` is true (the kwargs vLLM and SGLang read), else chat mode; the format
+  // always ends a user turn with the assistant's prefix, so add_generation_prompt is not read.
+  absl::StatusOr<std::string> Render(const nlohmann::ordered_json& variables) const;
 };
 
 // NOT_FOUND (saying where it looked) when neither `override_path` nor the checkpoint gives a

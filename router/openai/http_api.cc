@@ -188,7 +188,7 @@ struct HttpApi::Impl {
     vars["documents"] = nullptr;
     vars["add_generation_prompt"] = r.add_generation_prompt;
     for (const auto& [k, v] : r.chat_template_kwargs.items()) vars[k] = v;
-    absl::StatusOr<std::string> prompt = chat_template->tmpl.Render(vars);
+    absl::StatusOr<std::string> prompt = chat_template->Render(vars);
     if (!prompt.ok()) {
       return ApiError{400, absl::StrCat("rendering the chat template failed: ", prompt.status().message()),
                       "invalid_request_error", "messages", std::nullopt};

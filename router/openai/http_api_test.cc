@@ -29,6 +29,7 @@ namespace {
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
 using router::testing::ByteCodec;
+using router::testing::BytesToIds;
 using router::testing::FakeDecodeWorker;
 using router::testing::FakePrefillWorker;
 using router::testing::TestServer;
@@ -77,6 +78,10 @@ class HttpApiTest : public ::testing::Test {
     EXPECT_TRUE(t.ok()) << t.status();
     chat_template::CheckpointChatTemplate ct{"test", *std::move(t)};
     ct.special_tokens = {{"bos_token", "<bos>"}};
+    return StartApiWith(std::move(ct), std::move(options));
+  }
+
+  std::unique_ptr<HttpApi> StartApiWith(chat_template::CheckpointChatTemplate ct, HttpApiOptions options = {}) {
     options.host = "127.0.0.1";
     options.served_model_name = "demo";
     options.threads = 8;
@@ -222,6 +227,36 @@ TEST_F(HttpApiTest, StreamedChatSplitsReasoning) {
   EXPECT_EQ(reasoning, "let me see");
   EXPECT_EQ(content, "\n\nYes.");
   EXPECT_EQ(events.back(), "[DONE]");
+}
+
+// A DeepSeek-V3.2 checkpoint without a template: its own chat format, thinking mode from
+// chat_template_kwargs, and the answer split at </think> as for R1's template.
+TEST_F(HttpApiTest, DeepseekV32ChatFormatWithThinking) {
+  api_.reset();
+  api_ = StartApiWith(chat_template::CheckpointChatTemplate{"DeepSeek-V3.2's chat format", std::nullopt});
+  ASSERT_NE(api_, nullptr);
+  decode_.set_reply("let me see</think>Yes.");
+  httplib::Result r = Post("/v1/chat/completions",
+                           R"({"model": "demo", "chat_template_kwargs": {"thinking": true},
+                               "messages": [{"role": "system", "content": "Be brief."},
+                                            {"role": "user", "content": "Is it?"}]})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "let me see");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Yes.");
+  const std::vector<v1::ReserveRequest> reserves = decode_.reserves();
+  ASSERT_FALSE(reserves.empty());
+  const auto& ids = reserves.back().prompt_token_ids();
+  EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.end()),
+            BytesToIds("<｜begin▁of▁sentence｜>Be brief.<｜User｜>Is it?<｜Assistant｜><think>"));
+  // What the format refuses is a 400 naming the messages.
+  r = Post("/v1/chat/completions",
+           R"({"model": "demo", "messages": [{"role": "tool", "content": "x"}, {"role": "user", "content": "y"}]})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "messages");
+  EXPECT_THAT(r->body, HasSubstr("messages[0]"));
 }
 
 // Without max_tokens, a chat answer may run to the end of the context (OpenAI's chat has no
