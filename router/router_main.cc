@@ -196,7 +196,7 @@ int Main(int argc, char** argv) {
   // (RouterContext::public_authorizer) and its request size bound.
   std::unique_ptr<openai::HttpApi> http_api;
   if (http_port >= 0) {
-    auto chat = chat_template::LoadChatTemplate(o.model_dir, chat_template_file);
+    auto chat = chat_template::LoadChatTemplate(o.model_dir, config->model_type_name, chat_template_file);
     if (!chat.ok() && !chat_template_file.empty()) return Fail("--chat-template", chat.status());
     if (chat.ok()) {
       spdlog::info("chat template from {}", chat->origin);

@@ -89,7 +89,7 @@ TEST_F(ChatTemplateFixtureTest, DeepSeekTemplatesMatchTransformers) {
       GTEST_SKIP() << dir << "/tokenizer_config.json is missing (DeepSeek's file, not committed): "
                    << "run tools/fetch_deepseek_tokenizers.sh";
     }
-    absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir, "");
+    absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir, /*model_type=*/"", "");
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_EQ(t->special_tokens, info["special_tokens"]) << name;
     templates[name] = Loaded{std::move(t->tmpl), t->special_tokens};

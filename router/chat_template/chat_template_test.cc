@@ -103,7 +103,7 @@ TEST_F(CheckpointTemplateTest, ReadsTemplateAndSpecialTokensFromTokenizerConfig)
         R"({"chat_template": "{{ bos_token }}x{{ eos_token }}",
             "bos_token": {"__type": "AddedToken", "content": "<B>"}, "eos_token": "<E>",
             "unk_token": null})");
-  absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "");
+  absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "deepseek_v3", "");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->special_tokens, nlohmann::ordered_json::parse(R"({"bos_token": "<B>", "eos_token": "<E>"})"));
   EXPECT_EQ(*t->Render(t->special_tokens), "<B>x<E>");
@@ -113,33 +113,32 @@ TEST_F(CheckpointTemplateTest, ReadsTemplateAndSpecialTokensFromTokenizerConfig)
 TEST_F(CheckpointTemplateTest, NamedTemplateListUsesDefault) {
   Write("tokenizer_config.json",
         R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
-  absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "");
+  absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "deepseek_v3", "");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(*t->Render(nlohmann::ordered_json::object()), "D");
 }
 
 TEST_F(CheckpointTemplateTest, JinjaFileAndOverride) {
   Write("tokenizer_config.json", R"({"bos_token": "<B>"})");
-  absl::StatusOr<CheckpointChatTemplate> missing = LoadChatTemplate(dir_.string(), "");
+  absl::StatusOr<CheckpointChatTemplate> missing = LoadChatTemplate(dir_.string(), "deepseek_v3", "");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("has no chat template"));
   Write("chat_template.jinja", "J{{ bos_token }}\n");
-  absl::StatusOr<CheckpointChatTemplate> jinja = LoadChatTemplate(dir_.string(), "");
+  absl::StatusOr<CheckpointChatTemplate> jinja = LoadChatTemplate(dir_.string(), "deepseek_v3", "");
   ASSERT_TRUE(jinja.ok()) << jinja.status();
   EXPECT_EQ(*jinja->Render(jinja->special_tokens), "J<B>");
   Write("override.jinja", "O{% macro m() %}{% endmacro %}");
   absl::StatusOr<CheckpointChatTemplate> bad =
-      LoadChatTemplate(dir_.string(), (dir_ / "override.jinja").string());
+      LoadChatTemplate(dir_.string(), "deepseek_v3", (dir_ / "override.jinja").string());
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("override.jinja: chat template line 1: unsupported statement 'macro'"));
 }
 
 // A DeepSeek-V3.2 checkpoint without a template: DeepSeek-V3.2's format (deepseek_v32_encoding.h).
 TEST_F(CheckpointTemplateTest, DeepseekV32WithoutATemplateGetsItsFormat) {
-  Write("config.json", R"({"model_type": "deepseek_v32"})");
   Write("tokenizer_config.json", R"({"bos_token": "<｜begin▁of▁sentence｜>", "tokenizer_class": "LlamaTokenizerFast"})");
-  absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "");
+  absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "deepseek_v32", "");
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_FALSE(t->tmpl.has_value());
   EXPECT_THAT(t->origin, HasSubstr("DeepSeek-V3.2"));
@@ -159,9 +158,8 @@ TEST_F(CheckpointTemplateTest, DeepseekV32WithoutATemplateGetsItsFormat) {
 
 TEST_F(CheckpointTemplateTest, ATemplateWinsOverTheDeepseekV32Format) {
   // V3.2-Exp ships V3.1's Jinja template: that is what its tokenizer_config.json gives.
-  Write("config.json", R"({"model_type": "deepseek_v32"})");
   Write("tokenizer_config.json", R"({"chat_template": "T{{ messages[0].content }}"})");
-  absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "");
+  absl::StatusOr<CheckpointChatTemplate> t = LoadChatTemplate(dir_.string(), "deepseek_v32", "");
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_TRUE(t->tmpl.has_value());
   nlohmann::ordered_json vars = nlohmann::ordered_json::object();
@@ -170,12 +168,11 @@ TEST_F(CheckpointTemplateTest, ATemplateWinsOverTheDeepseekV32Format) {
   // So does --chat-template.
   Write("tokenizer_config.json", "{}");
   Write("override.jinja", "O");
-  t = LoadChatTemplate(dir_.string(), (dir_ / "override.jinja").string());
+  t = LoadChatTemplate(dir_.string(), "deepseek_v32", (dir_ / "override.jinja").string());
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(*t->Render(vars), "O");
   // A V3 checkpoint without a template has none.
-  Write("config.json", R"({"model_type": "deepseek_v3"})");
-  EXPECT_EQ(LoadChatTemplate(dir_.string(), "").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(LoadChatTemplate(dir_.string(), "deepseek_v3", "").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

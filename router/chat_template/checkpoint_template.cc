@@ -38,15 +38,6 @@ absl::StatusOr<std::string> TemplateFromConfig(const nlohmann::ordered_json& con
   return absl::InvalidArgumentError(absl::StrCat(path, ": chat_template is neither a string nor a list"));
 }
 
-// config.json's model_type, or "" where there is none to read.
-std::string ModelType(const std::string& model_dir) {
-  absl::StatusOr<std::string> text = ReadFile(model_dir + "/config.json");
-  if (!text.ok()) return "";
-  const nlohmann::ordered_json config = nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!config.is_object() || !config.contains("model_type") || !config["model_type"].is_string()) return "";
-  return config["model_type"].get<std::string>();
-}
-
 bool KwargTrue(const nlohmann::ordered_json& variables, const char* key) {
   return variables.contains(key) && Value::FromJson(variables[key]).Truthy();
 }
@@ -55,12 +46,12 @@ bool KwargTrue(const nlohmann::ordered_json& variables, const char* key) {
 
 absl::StatusOr<std::string> CheckpointChatTemplate::Render(const nlohmann::ordered_json& variables) const {
   if (tmpl.has_value()) return tmpl->Render(variables);
-  const nlohmann::ordered_json messages =
-      variables.contains("messages") ? variables["messages"] : nlohmann::ordered_json::array();
-  return EncodeDeepseekV32(messages, KwargTrue(variables, "thinking") || KwargTrue(variables, "enable_thinking"));
+  const auto messages = variables.find("messages");
+  return EncodeDeepseekV32(messages != variables.end() ? *messages : nlohmann::ordered_json::array(),
+                           KwargTrue(variables, "thinking") || KwargTrue(variables, "enable_thinking"));
 }
 
-absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::string& model_dir,
+absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::string& model_dir, std::string_view model_type,
                                                         const std::string& override_path) {
   const std::string config_path = model_dir + "/tokenizer_config.json";
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
@@ -90,7 +81,7 @@ absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::string& model
       source = *std::move(text);
       origin = jinja_path;
     }
-    if (source.empty() && ModelType(model_dir) == "deepseek_v32") {
+    if (source.empty() && model_type == "deepseek_v32") {
       CheckpointChatTemplate out{"DeepSeek-V3.2's chat format (built in; the checkpoint ships it as a "
                                  "Python encoder, no template)",
                                  std::nullopt};

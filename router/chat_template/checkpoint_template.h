@@ -3,13 +3,14 @@
 // "default" entry is used), else chat_template.jinja beside it; a --chat-template file
 // overrides both. The special tokens (bos_token, eos_token, pad_token, unk_token: strings or
 // AddedToken objects) come from tokenizer_config.json and are passed to the template.
-// A DeepSeek-V3.2 checkpoint (config.json model_type deepseek_v32) with neither gets
+// A DeepSeek-V3.2 checkpoint (`model_type` deepseek_v32) with neither gets
 // DeepSeek-V3.2's own chat format (deepseek_v32_encoding.h), which it publishes as a Python
 // encoder instead of a template.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -32,7 +33,8 @@ struct CheckpointChatTemplate {
 
 // NOT_FOUND (saying where it looked) when neither `override_path` nor the checkpoint gives a
 // template; INVALID_ARGUMENT naming the file and the construct when it is outside the subset.
-absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::string& model_dir,
+// `model_type`: config.json's, as the caller loaded it (model::ModelConfig::model_type_name).
+absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::string& model_dir, std::string_view model_type,
                                                         const std::string& override_path);
 
 }  // namespace mlaserve::router::chat_template

@@ -116,17 +116,18 @@ absl::StatusOr<std::string> DsmlToolCalls(const Json& tool_calls, int64_t index)
                       "function_calls>");
 }
 
+// `last_user`: LastUserIndex(messages).
 absl::StatusOr<std::string> RenderMessage(int64_t index, const std::vector<const Json*>& messages,
-                                          bool thinking) {
+                                          int64_t last_user, bool thinking) {
   const Json& msg = *messages[static_cast<size_t>(index)];
-  const int64_t last_user = LastUserIndex(messages);
   if (Truthy(Get(msg, "tools"))) {
     return Invalid(index, "'tools' is not supported: tool calls are not parsed from the output");
   }
   if (Truthy(Get(msg, "response_format"))) {
     return Invalid(index, "'response_format' is not supported: the output is not constrained to a schema");
   }
-  const Json* tool_calls = Truthy(Get(msg, "tool_calls")) ? Get(msg, "tool_calls") : nullptr;
+  const Json* tool_calls = Get(msg, "tool_calls");
+  if (!Truthy(tool_calls)) tool_calls = nullptr;
   if (tool_calls != nullptr) RETURN_IF_ERROR(CheckToolCalls(*tool_calls, index));
   const Json* content = Get(msg, "content");
   const char* think_after_user = index == last_user && thinking ? kThinkStart : kThinkEnd;
@@ -198,33 +199,23 @@ absl::StatusOr<std::string> EncodeDeepseekV32(const Json& messages, bool thinkin
     if (!msg.is_object()) return Invalid(static_cast<int64_t>(all.size()), "must be an object");
     all.push_back(&msg);
   }
-  // Thinking mode drops the reasoning of assistant messages before the last user message; the
-  // encoder keeps only system, user, tool and assistant messages there, yet still renders as many
-  // messages as it was given, so a message of another role there is an error.
-  std::vector<const Json*> kept = all;
-  std::vector<Json> stripped;
-  stripped.reserve(all.size());
+  // Thinking mode drops the reasoning of assistant messages before the last user message (which
+  // is never rendered there anyway) and keeps only system, user, tool and assistant messages
+  // there; the encoder still renders as many messages as it was given, so a message of another
+  // role there is an error.
+  const int64_t last_user = LastUserIndex(all);
   if (thinking) {
-    const int64_t last_user = LastUserIndex(all);
-    kept.clear();
-    for (int64_t i = 0; i < static_cast<int64_t>(all.size()); ++i) {
+    for (int64_t i = 0; i < last_user; ++i) {
       const Json& msg = *all[i];
-      if (RoleIs(msg, "user") || RoleIs(msg, "system") || RoleIs(msg, "tool") || i >= last_user) {
-        kept.push_back(&msg);
-      } else if (RoleIs(msg, "assistant")) {
-        Json copy = msg;
-        copy.erase("reasoning_content");
-        stripped.push_back(std::move(copy));
-        kept.push_back(&stripped.back());
-      } else {
+      if (!RoleIs(msg, "user") && !RoleIs(msg, "system") && !RoleIs(msg, "tool") && !RoleIs(msg, "assistant")) {
         return Invalid(i, "in thinking mode only system, user, tool and assistant messages may come before "
                           "the last user message");
       }
     }
   }
   std::string prompt = kDeepseekV32Bos;
-  for (int64_t i = 0; i < static_cast<int64_t>(kept.size()); ++i) {
-    ASSIGN_OR_RETURN(std::string part, RenderMessage(i, kept, thinking));
+  for (int64_t i = 0; i < static_cast<int64_t>(all.size()); ++i) {
+    ASSIGN_OR_RETURN(std::string part, RenderMessage(i, all, last_user, thinking));
     prompt += part;
   }
   return prompt;
