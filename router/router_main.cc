@@ -95,6 +95,11 @@ int Main(int argc, char** argv) {
   app.add_option("--chat-template", chat_template_file,
                  "Jinja chat template file (default: the checkpoint's tokenizer_config.json)")
       ->check(CLI::ExistingFile);
+  app.add_option("--tool-call-parser", http.tool_call_parser,
+                 "the tool-call syntax of the model's output for the HTTP API's tools: auto (read "
+                 "off the chat template), none (tools refused), deepseek_v3, deepseek_v31, deepseek_v32")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "none", "deepseek_v3", "deepseek_v31", "deepseek_v32"}));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));

@@ -11,8 +11,11 @@ compares with our encoder byte for byte; a case the encoder refuses is recorded 
 which ours must refuse too.
 
 The conversations are what the OpenAI chat API hands the encoder (content a string or null;
-the API joins text parts). Messages carrying `tools` or `response_format` are not among them:
-the API refuses those (the server neither parses tool calls nor constrains the output).
+the API joins text parts), including `tools` (OpenAI's [{"type": "function", "function": {...}}])
+and `response_format` on system and developer messages, which the encoder renders as JSON
+(json.dumps, ensure_ascii=False). "request_tools" is what WithRequestTools makes of a request's
+own `tools` (SGLang 0.5.23 puts them on an empty system message put first); its test builds it
+from the rest of that conversation.
 
 Usage (any machine with PyPI):
   python3 tools/make_deepseek_v32_encoding_fixtures.py
@@ -43,6 +46,36 @@ TYPED_ARGS = json.dumps({"s": "a \"quoted\"\nline", "i": 3, "f": 1.5, "big": 1e1
                          "neg_zero": -0.0, "t": True, "n": None, "list": [1, "x", {"k": "ü"}],
                          "obj": {"a": {"b": [True, 2.5]}}, "emoji": "😀", "ctrl": "\u0001",
                          "large_int": 12345678901234, "empty": ""}, ensure_ascii=False)
+
+def tool(function):
+    return {"type": "function", "function": function}
+
+
+WEATHER_TOOL = tool({"name": "get_weather", "description": "Current weather in a city.",
+                     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                    "required": ["city"]}})
+TIME_TOOL = tool({"name": "get_time", "description": "Local time.",
+                  "parameters": {"type": "object",
+                                 "properties": {"tz": {"type": "string"}, "format": {"type": "integer", "enum": [12, 24]}},
+                                 "required": ["tz"]}})
+# Key order as given (not sorted), every JSON type, floats as Python prints them, non-ASCII as it is,
+# control characters escaped, and template placeholders in a value left alone (str.format is one pass).
+VALUES_TOOL = tool({"parameters": {"type": "object", "properties": {
+                        "zeta": {"type": "number", "minimum": -0.0, "maximum": 1e16, "multipleOf": 0.5,
+                                 "exclusiveMinimum": 1e-05, "default": 12345678901234},
+                        "ville": {"type": "string", "description": "naïve 日本語 😀 \u2028 \"q\" back\\slash\ttab\u0001",
+                                  "default": None},
+                        "nested": {"type": "array", "items": {"type": "object", "properties": {
+                            "flag": {"type": "boolean", "default": True},
+                            "deep": {"type": "object", "properties": {"x": {"type": ["integer", "null"], "default": 2.0}}}},
+                            "additionalProperties": False}, "minItems": 0, "maxItems": 3}},
+                        "required": []},
+                    "name": "values",
+                    "description": "Placeholders stay: {dsml_token} {tool_schemas} {thinking_end_token}."})
+BARE_TOOL = tool({"name": "ping"})
+RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": {
+    "type": "object", "properties": {"answer": {"type": "string"}, "confidence": {"type": "number", "maximum": 1.0}},
+    "required": ["answer", "confidence"]}}}
 
 CONVERSATIONS = {
     "user": [{"role": "user", "content": "Hello!"}],
@@ -113,6 +146,44 @@ CONVERSATIONS = {
                                 {"role": "assistant", "content": None, "tool_calls": [call("f", "[1, 2]", "c")]}],
     "arguments_invalid_json": [{"role": "user", "content": "Hi"},
                                {"role": "assistant", "content": None, "tool_calls": [call("f", "{bad", "c")]}],
+    "system_one_tool": [{"role": "system", "content": "You can look things up.", "tools": [WEATHER_TOOL]},
+                        {"role": "user", "content": "Weather in Paris?"}],
+    "system_two_tools": [{"role": "system", "content": "sys", "tools": [WEATHER_TOOL, TIME_TOOL]},
+                         {"role": "user", "content": "Weather and time?"}],
+    "tool_schema_values": [{"role": "system", "content": "sys", "tools": [VALUES_TOOL, BARE_TOOL]},
+                           {"role": "user", "content": "Go."}],
+    "system_null_with_tools": [{"role": "system", "content": None, "tools": [BARE_TOOL]},
+                               {"role": "user", "content": "Ping."}],
+    "system_empty_tools": [{"role": "system", "content": "sys", "tools": [], "response_format": None},
+                           {"role": "user", "content": "Hi"}],
+    "developer_tools": [{"role": "developer", "content": "Use the tools.", "tools": [WEATHER_TOOL, BARE_TOOL]}],
+    "system_response_format": [{"role": "system", "content": "Answer in JSON.", "response_format": RESPONSE_FORMAT},
+                               {"role": "user", "content": "Capital of France?"}],
+    "developer_response_format": [{"role": "system", "content": "sys"},
+                                  {"role": "developer", "content": "Capital of France?",
+                                   "response_format": {"type": "json_object"}}],
+    "system_tools_and_response_format": [{"role": "system", "content": "Both.", "tools": [TIME_TOOL],
+                                          "response_format": RESPONSE_FORMAT},
+                                         {"role": "user", "content": "Time?"}],
+    "developer_tools_and_response_format": [{"role": "developer", "content": "Both.", "tools": [VALUES_TOOL],
+                                             "response_format": "json"}],
+    "request_tools": [{"role": "system", "content": "", "tools": [WEATHER_TOOL, TIME_TOOL]},
+                      {"role": "user", "content": "Weather in Paris?"}],
+    "tools_thinking_results": [{"role": "system", "content": "", "tools": [WEATHER_TOOL, TIME_TOOL]},
+                               {"role": "user", "content": "Weather and time in Paris?"},
+                               {"role": "assistant", "content": "", "reasoning_content": "Two tools.",
+                                "tool_calls": [WEATHER, TIME]},
+                               {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                               {"role": "tool", "tool_call_id": "call_2", "content": "10:00"}],
+    "tools_on_other_roles": [{"role": "user", "content": "Hi", "tools": [WEATHER_TOOL], "response_format": {"a": 1}},
+                             {"role": "assistant", "content": "Hello", "tools": [BARE_TOOL]},
+                             {"role": "user", "content": "Bye", "response_format": RESPONSE_FORMAT}],
+    "tool_without_function": [{"role": "system", "content": "sys", "tools": [{"type": "function"}]},
+                              {"role": "user", "content": "Hi"}],
+    "tool_not_an_object": [{"role": "developer", "content": "d", "tools": ["get_weather"]}],
+    "tools_not_a_list": [{"role": "system", "content": "sys", "tools": {"function": {"name": "f"}}},
+                         {"role": "user", "content": "Hi"}],
+    "user_tool_without_function": [{"role": "user", "content": "Hi", "tools": [WEATHER_TOOL, {"name": "f"}]}],
     "unknown_role": [{"role": "user", "content": "Hi"}, {"role": "narrator", "content": "Once."}],
     "unknown_role_before_user": [{"role": "narrator", "content": "Once."}, {"role": "user", "content": "Hi"}],
 }
@@ -135,6 +206,15 @@ def load_reference(tmp):
     return module
 
 
+def write_fixture(path, out):
+    """Writes a fixture as the C++ tests read it and says how many of its cases were refused."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    cases = out["cases"]
+    print(f"wrote {len(cases)} cases ({sum('error' in c for c in cases)} refused) to {os.path.relpath(path)}")
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         encoding = load_reference(tmp)
@@ -148,12 +228,8 @@ def main():
                 except Exception as e:  # the encoder's refusals: ours must refuse too
                     case["error"] = f"{type(e).__name__}: {e}"
                 cases.append(case)
-    out = {"reference": {"package": PACKAGE, "file": MEMBER, "sha256": MEMBER_SHA256},
-           "conversations": CONVERSATIONS, "cases": cases}
-    with open(OUT, "w", encoding="utf-8") as f:
-        json.dump(out, f, ensure_ascii=False, indent=1)
-        f.write("\n")
-    print(f"wrote {len(cases)} cases ({sum('error' in c for c in cases)} refused) to {os.path.relpath(OUT)}")
+    write_fixture(OUT, {"reference": {"package": PACKAGE, "file": MEMBER, "sha256": MEMBER_SHA256},
+                        "conversations": CONVERSATIONS, "cases": cases})
 
 
 if __name__ == "__main__":

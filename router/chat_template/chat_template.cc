@@ -322,7 +322,34 @@ class Renderer {
   std::string out_;
 };
 
+bool ExprReads(const Expr* e, std::string_view name) {
+  if (e == nullptr) return false;
+  if (e->kind == Expr::Kind::kName && e->name == name) return true;
+  for (const ExprPtr& arg : e->args) {
+    if (ExprReads(arg.get(), name)) return true;
+  }
+  for (const auto& [key, arg] : e->kwargs) {
+    if (ExprReads(arg.get(), name)) return true;
+  }
+  return false;
+}
+
+bool BodyReads(const Body& body, std::string_view name) {
+  for (const auto& stmt : body) {
+    if (ExprReads(stmt->expr.get(), name)) return true;
+    for (const ExprPtr& c : stmt->conditions) {
+      if (ExprReads(c.get(), name)) return true;
+    }
+    for (const Body& b : stmt->bodies) {
+      if (BodyReads(b, name)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+bool ChatTemplate::ReadsVariable(std::string_view name) const { return BodyReads(impl_->body, name); }
 
 ChatTemplate::ChatTemplate(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;

@@ -36,6 +36,10 @@ class ChatTemplate {
   // used in arithmetic, raise_exception(), a type error).
   absl::StatusOr<std::string> Render(const nlohmann::ordered_json& variables) const;
 
+  // Whether the template reads the global `name` anywhere (e.g. "tools": DeepSeek's own
+  // templates render tool calls and results but never the tool definitions).
+  bool ReadsVariable(std::string_view name) const;
+
  private:
   struct Impl;
   explicit ChatTemplate(std::unique_ptr<Impl> impl);

@@ -175,5 +175,21 @@ TEST_F(CheckpointTemplateTest, ATemplateWinsOverTheDeepseekV32Format) {
   EXPECT_EQ(LoadChatTemplate(dir_.string(), "deepseek_v3", "").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Whether a template reads a global, wherever it does: printed, in a condition, a loop's
+// iterable, a filter's argument or a set.
+TEST(ChatTemplateTest, ReadsVariable) {
+  const auto reads = [](const std::string& source, const char* name) {
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() && t->ReadsVariable(name);
+  };
+  EXPECT_TRUE(reads("{{ tools }}", "tools"));
+  EXPECT_TRUE(reads("{% if tools is defined and tools is not none %}x{% endif %}", "tools"));
+  EXPECT_TRUE(reads("{% for m in messages %}{% for t in tools %}{{ t.function.name }}{% endfor %}{% endfor %}", "tools"));
+  EXPECT_TRUE(reads("{% set ns = namespace(t=tools | length) %}", "tools"));
+  EXPECT_TRUE(reads("{{ 'x' | join(tools) }}", "tools"));
+  EXPECT_FALSE(reads("{% for m in messages %}{{ m['tool_calls'] }}{{ m.tools }}{% endfor %}{{ 'tools' }}", "tools"));
+}
+
 }  // namespace
 }  // namespace mlaserve::router::chat_template

@@ -98,6 +98,7 @@ absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::string& model
     return absl::InvalidArgumentError(absl::StrCat(origin, ": ", parsed.status().message()));
   }
   CheckpointChatTemplate out{origin, *std::move(parsed)};
+  out.source = std::move(source);
   for (const char* key : {"bos_token", "eos_token", "pad_token", "unk_token"}) {
     if (!config.contains(key)) continue;
     const auto& token = config[key];

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/status.h"
 #include "router/chat_template/value.h"
 
@@ -18,6 +19,36 @@ constexpr char kAssistant[] = "<｜Assistant｜>";
 constexpr char kThinkStart[] = "<think>";
 constexpr char kThinkEnd[] = "</think>";
 constexpr char kDsml[] = "｜DSML｜";
+
+// The encoder's TOOLS_SYSTEM_TEMPLATE, its placeholders filled by str.format.
+constexpr char kToolsTemplate[] = R"(## Tools
+You have access to a set of tools you can use to answer the user's question.
+You can invoke functions by writing a "<{dsml_token}function_calls>" block like the following as part of your reply to the user:
+<{dsml_token}function_calls>
+<{dsml_token}invoke name="$FUNCTION_NAME">
+<{dsml_token}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{dsml_token}parameter>
+...
+</{dsml_token}invoke>
+<{dsml_token}invoke name="$FUNCTION_NAME2">
+...
+</{dsml_token}invoke>
+</{dsml_token}function_calls>
+String and scalar parameters should be specified as is without any escaping or quotes, while lists and objects should use JSON format. The "string" attribute should be set to "true" for string type parameters and "false" for other types (numbers, booleans, arrays, objects).
+If the thinking_mode is enabled, then after function results you should strongly consider outputting a thinking block. Here is an example:
+<{dsml_token}function_calls>
+...
+</{dsml_token}function_calls>
+<function_results>
+...
+</function_results>
+{thinking_start_token}...thinking about results{thinking_end_token}
+Here are the functions available in JSONSchema format:
+<functions>
+{tool_schemas}
+</functions>
+)";
+constexpr char kResponseFormatHeader[] =
+    "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n";
 
 absl::Status Invalid(int64_t index, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("messages[", index, "]: ", what));
@@ -116,27 +147,84 @@ absl::StatusOr<std::string> DsmlToolCalls(const Json& tool_calls, int64_t index)
                       "function_calls>");
 }
 
+// The function objects of a message's (truthy) `tools`, OpenAI's [{"type": "function",
+// "function": {...}}]. The encoder takes tool["function"] from a message of any role before it
+// looks at the role, so a malformed list is an error even where it is not rendered. It would
+// print a `function` of any type; one that is not an object is no tool schema, so we refuse it.
+absl::StatusOr<std::vector<const Json*>> ToolFunctions(const Json& tools, int64_t index) {
+  if (!tools.is_array()) {
+    return Invalid(index, absl::StrCat("tools must be an array of {\"type\": \"function\", \"function\": {...}}, not ",
+                                       tools.type_name()));
+  }
+  std::vector<const Json*> functions;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Json& tool = tools[i];
+    const auto function = tool.find("function");  // end() for a tool that is not an object
+    if (!tool.is_object() || function == tool.end()) {
+      return Invalid(index, absl::StrCat("tools[", i, "] must be an object with a \"function\""));
+    }
+    if (!function->is_object()) {
+      return Invalid(index, absl::StrCat("tools[", i, "].function must be an object (name, description, parameters), not ",
+                                         function->type_name()));
+    }
+    functions.push_back(&*function);
+  }
+  return functions;
+}
+
+// What a system or developer message renders after its content: "\n\n" + the tools section
+// (each function as json.dumps(function, ensure_ascii=False), one a line) where there are tools,
+// "\n\n" + the response format section where there is one.
+absl::StatusOr<std::string> ToolsAndResponseFormat(const std::vector<const Json*>& functions,
+                                                   const Json* response_format) {
+  std::string out;
+  if (!functions.empty()) {
+    std::vector<std::string> schemas;
+    for (const Json* function : functions) {
+      ASSIGN_OR_RETURN(std::string schema, ToJson(Value::FromJson(*function)));
+      schemas.push_back(std::move(schema));
+    }
+    // One pass, as str.format: a schema that contains "{dsml_token}" stays as it is.
+    absl::StrAppend(&out, "\n\n",
+                    absl::StrReplaceAll(kToolsTemplate, {{"{dsml_token}", kDsml},
+                                                         {"{thinking_start_token}", kThinkStart},
+                                                         {"{thinking_end_token}", kThinkEnd},
+                                                         {"{tool_schemas}", absl::StrJoin(schemas, "\n")}}));
+  }
+  if (response_format != nullptr) {
+    ASSIGN_OR_RETURN(std::string schema, ToJson(Value::FromJson(*response_format)));
+    absl::StrAppend(&out, "\n\n", kResponseFormatHeader, schema);
+  }
+  return out;
+}
+
 // `last_user`: LastUserIndex(messages).
 absl::StatusOr<std::string> RenderMessage(int64_t index, const std::vector<const Json*>& messages,
                                           int64_t last_user, bool thinking) {
   const Json& msg = *messages[static_cast<size_t>(index)];
-  if (Truthy(Get(msg, "tools"))) {
-    return Invalid(index, "'tools' is not supported: tool calls are not parsed from the output");
+  // Rendered for system and developer messages only, as by the encoder.
+  std::vector<const Json*> functions;
+  if (const Json* tools = Get(msg, "tools"); Truthy(tools)) {
+    ASSIGN_OR_RETURN(functions, ToolFunctions(*tools, index));
   }
-  if (Truthy(Get(msg, "response_format"))) {
-    return Invalid(index, "'response_format' is not supported: the output is not constrained to a schema");
-  }
+  const Json* response_format = Get(msg, "response_format");
+  if (!Truthy(response_format)) response_format = nullptr;
   const Json* tool_calls = Get(msg, "tool_calls");
   if (!Truthy(tool_calls)) tool_calls = nullptr;
   if (tool_calls != nullptr) RETURN_IF_ERROR(CheckToolCalls(*tool_calls, index));
   const Json* content = Get(msg, "content");
   const char* think_after_user = index == last_user && thinking ? kThinkStart : kThinkEnd;
 
-  if (RoleIs(msg, "system")) return StrOrEmpty(content, index, "content");
+  if (RoleIs(msg, "system")) {
+    ASSIGN_OR_RETURN(std::string text, StrOrEmpty(content, index, "content"));
+    ASSIGN_OR_RETURN(std::string sections, ToolsAndResponseFormat(functions, response_format));
+    return text + sections;
+  }
   if (RoleIs(msg, "developer")) {
     if (!Truthy(content)) return Invalid(index, "a developer message needs content");
+    ASSIGN_OR_RETURN(std::string sections, ToolsAndResponseFormat(functions, response_format));
     ASSIGN_OR_RETURN(std::string text, Str(content, index, "content"));
-    return absl::StrCat(kUser, "\n\n# The user's message is: ", text, kAssistant, think_after_user);
+    return absl::StrCat(kUser, sections, "\n\n# The user's message is: ", text, kAssistant, think_after_user);
   }
   if (RoleIs(msg, "user")) {
     ASSIGN_OR_RETURN(std::string text, Str(content, index, "content"));
@@ -219,6 +307,15 @@ absl::StatusOr<std::string> EncodeDeepseekV32(const Json& messages, bool thinkin
     prompt += part;
   }
   return prompt;
+}
+
+Json WithRequestTools(Json messages, const Json& tools) {
+  if (!messages.is_array()) return messages;  // EncodeDeepseekV32 refuses it
+  if (messages.empty() || !RoleIs(messages[0], "system")) {
+    messages.insert(messages.begin(), Json{{"role", "system"}, {"content", ""}});
+  }
+  if (Truthy(&tools)) messages[0]["tools"] = tools;
+  return messages;
 }
 
 }  // namespace mlaserve::router::chat_template

@@ -5,25 +5,31 @@
 // made by tools/make_deepseek_v32_encoding_fixtures.py):
 //
 //   <BOS> then per message:
-//   system     its content ("" when null)
+//   system     its content ("" when null), then the sections below
 //   user       <｜User｜>{content}<｜Assistant｜> then <think> (the last user message, thinking
 //              mode) or </think>
-//   developer  as user, the content after "\n\n# The user's message is: "
+//   developer  as user, the content being the sections below then
+//              "\n\n# The user's message is: {content}"
 //   assistant  [{reasoning_content}</think> in thinking mode after the last user message]
 //              {content}[\n\n<｜DSML｜function_calls>...</｜DSML｜function_calls>]<EOS>
 //   tool       results of the assistant message's calls: \n\n<function_results>, a
 //              \n<result>{content}</result> per call, \n</function_results> then \n\n<think> or
 //              \n\n</think>
 //
+// The sections of a system or developer message: where it has `tools` (OpenAI's
+// [{"type": "function", "function": {...}}]), "\n\n## Tools\n..." telling the DSML call syntax
+// and listing each function as json.dumps(function, ensure_ascii=False) (key order as given,
+// floats as Python prints them); where it has `response_format`, "\n\n## Response Format:..."
+// with it as JSON. Other roles' `tools` and `response_format` are not rendered.
+//
 // In thinking mode the reasoning of assistant messages before the last user message is dropped
 // (and, as in the encoder, a message of any other role before it makes the conversation invalid).
 // Values are printed as Python's str() prints them (a null user content as "None"), as the
 // encoder does. What it refuses we refuse (INVALID_ARGUMENT naming the message): a tool result
 // without a call, a developer message without content, an assistant message after the last user
-// message in thinking mode with neither reasoning nor tool calls, an unknown role. Also refused
-// (the encoder would render them; this server does not parse tool calls from the output nor
-// constrain it to a schema, as the request-level `tools` and `response_format` are refused):
-// `tools` and `response_format` inside a message.
+// message in thinking mode with neither reasoning nor tool calls, an unknown role, `tools` that
+// are not a list of objects with a "function" (in a message of any role). Stricter than the
+// encoder, which would print it: a tool whose "function" is not an object.
 #pragma once
 
 #include <string>
@@ -39,5 +45,12 @@ inline constexpr char kDeepseekV32Eos[] = "<｜end▁of▁sentence｜>";
 // `messages`: the OpenAI chat messages (objects with role, content, reasoning_content,
 // tool_calls). `thinking`: the encoder's thinking_mode "thinking" (else "chat").
 absl::StatusOr<std::string> EncodeDeepseekV32(const nlohmann::ordered_json& messages, bool thinking);
+
+// How the OpenAI request's own `tools` reach this format, as SGLang 0.5.23 passes them: unless
+// messages[0] is a system message, {"role": "system", "content": ""} is put first (whether or not
+// there are tools, as SGLang does); then that message's `tools` become `tools` (as the request
+// has them, [{"type": "function", "function": {...}}]; replacing any it had; left alone when
+// `tools` is null or empty). A `messages` that is not an array is returned as it is.
+nlohmann::ordered_json WithRequestTools(nlohmann::ordered_json messages, const nlohmann::ordered_json& tools);
 
 }  // namespace mlaserve::router::chat_template

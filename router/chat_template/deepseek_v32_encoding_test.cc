@@ -40,8 +40,8 @@ TEST(DeepseekV32EncodingTest, EqualsDeepSeeksEncoder) {
       ++rendered;
     }
   }
-  EXPECT_GE(rendered, 30);
-  EXPECT_GE(refused, 15);
+  EXPECT_GE(rendered, 60);
+  EXPECT_GE(refused, 28);
 }
 
 TEST(DeepseekV32EncodingTest, ErrorsNameTheMessage) {
@@ -62,23 +62,70 @@ TEST(DeepseekV32EncodingTest, ErrorsNameTheMessage) {
   EXPECT_FALSE(EncodeDeepseekV32(Json::parse(R"([1])"), false).ok());
 }
 
-// The encoder would render tool schemas and a response format inside a message; this server
-// neither parses tool calls nor constrains the output, so they are refused as at the request level.
-TEST(DeepseekV32EncodingTest, RefusesToolsAndResponseFormatInAMessage) {
+TEST(DeepseekV32EncodingTest, MalformedToolsNameTheMessageAndTool) {
   absl::StatusOr<std::string> r = EncodeDeepseekV32(
-      Json::parse(R"([{"role": "system", "content": "s", "tools": [{"type": "function", "function": {"name": "f"}}]},
-                      {"role": "user", "content": "Hi"}])"),
+      Json::parse(R"([{"role": "user", "content": "Hi"}, {"role": "developer", "content": "d", "tools": [{"type": "function"}]}])"),
       false);
   ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), HasSubstr("messages[0]: 'tools' is not supported"));
-  r = EncodeDeepseekV32(Json::parse(R"([{"role": "developer", "content": "d", "response_format": {"type": "json"}}])"),
-                        true);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("messages[1]: tools[0] must be an object with a \"function\""));
+  // The encoder would print a function that is not an object as JSON; it is no tool schema.
+  r = EncodeDeepseekV32(Json::parse(R"([{"role": "system", "content": "s", "tools": [
+      {"type": "function", "function": {"name": "f"}}, {"type": "function", "function": "f"}]}])"),
+                        false);
   ASSERT_FALSE(r.ok());
-  EXPECT_THAT(r.status().message(), HasSubstr("messages[0]: 'response_format' is not supported"));
-  // Empty ones are nothing to render (the encoder skips falsy values).
-  EXPECT_TRUE(EncodeDeepseekV32(Json::parse(R"([{"role": "user", "content": "Hi", "tools": [], "response_format": null}])"),
-                                false)
-                  .ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("messages[0]: tools[1].function must be an object"));
+  EXPECT_THAT(r.status().message(), HasSubstr("not string"));
+  r = EncodeDeepseekV32(Json::parse(R"([{"role": "system", "content": "s", "tools": {"function": {}}}])"), false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("messages[0]: tools must be an array"));
+}
+
+// The fixture's "request_tools" conversation is what SGLang hands the encoder for a request
+// with `tools` whose messages have no system message.
+TEST(DeepseekV32EncodingTest, RequestToolsGoOnAnEmptySystemMessagePutFirst) {
+  const Json fixture = ReadJson("tests/fixtures/chat_template/deepseek_v32.json");
+  const Json& expected = fixture["conversations"]["request_tools"];
+  ASSERT_EQ(expected[0]["content"], "");
+  const Json& tools = expected[0]["tools"];
+  Json request_messages = expected;
+  request_messages.erase(request_messages.begin());
+
+  const Json messages = WithRequestTools(request_messages, tools);
+  EXPECT_EQ(messages.dump(), expected.dump());  // dump(): key order too
+  int checked = 0;
+  for (const Json& c : fixture["cases"]) {
+    if (c["conversation"] != "request_tools") continue;
+    const absl::StatusOr<std::string> got = EncodeDeepseekV32(messages, c["thinking"].get<bool>());
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, c["prompt"].get<std::string>());
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+}
+
+TEST(DeepseekV32EncodingTest, RequestToolsGoOnTheSystemMessageThere) {
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "ping"}}])");
+  const Json messages = WithRequestTools(
+      Json::parse(R"([{"role": "system", "content": "Be brief.", "tools": [{"type": "function", "function": {"name": "old"}}]},
+                      {"role": "user", "content": "Hi"}])"),
+      tools);
+  EXPECT_EQ(messages.dump(), Json::parse(R"([{"role": "system", "content": "Be brief.", "tools": [{"type": "function", "function": {"name": "ping"}}]},
+                                             {"role": "user", "content": "Hi"}])")
+                                 .dump());
+  const absl::StatusOr<std::string> got = EncodeDeepseekV32(messages, false);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(*got, HasSubstr("Be brief.\n\n## Tools\n"));
+  EXPECT_THAT(*got, HasSubstr("<functions>\n{\"name\": \"ping\"}\n</functions>\n<｜User｜>Hi"));
+
+  // Without tools SGLang still puts the empty system message first, and nothing on it.
+  const Json user = Json::parse(R"([{"role": "user", "content": "Hi"}])");
+  for (const Json& none : {Json(nullptr), Json::array()}) {
+    EXPECT_EQ(WithRequestTools(user, none).dump(),
+              Json::parse(R"([{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}])").dump());
+  }
+  EXPECT_EQ(WithRequestTools(Json::object(), tools), Json::object());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "router/openai/api_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -172,25 +173,18 @@ void RequireOff(Reader& r, Endpoint endpoint) {
       r.Fail(Invalid("'best_of' must be 1", "best_of"));
     }
   } else {
-    if (const Json* v = r.Get("tools"); v != nullptr && !(v->is_array() && v->empty())) {
-      r.Fail(Invalid("'tools' is not supported: tool calls are not parsed from the output", "tools"));
-    }
-    if (const Json* v = r.Get("tool_choice"); v != nullptr && !(v->is_string() && v->get<std::string>() == "none")) {
-      r.Fail(Invalid("'tool_choice' must be \"none\": tool calls are not supported", "tool_choice"));
-    }
     if (const Json* v = r.Get("response_format");
         v != nullptr && !(v->is_object() && v->value("type", "") == "text")) {
       r.Fail(Invalid("'response_format' must be {\"type\": \"text\"}: structured output is not "
                      "supported", "response_format"));
     }
-    r.Bool("parallel_tool_calls");  // accepted, meaningless without tools
+    // The deprecated spelling of tools; its replacement is served.
     if (const Json* v = r.Get("functions"); v != nullptr && !(v->is_array() && v->empty())) {
-      r.Fail(Invalid("'functions' is not supported: function calls are not parsed from the output",
-                     "functions"));
+      r.Fail(Invalid("'functions' is deprecated and not supported: use 'tools'", "functions"));
     }
     if (const Json* v = r.Get("function_call");
         v != nullptr && !(v->is_string() && v->get<std::string>() == "none")) {
-      r.Fail(Invalid("'function_call' must be \"none\": function calls are not supported",
+      r.Fail(Invalid("'function_call' is deprecated and not supported: use 'tool_choice'",
                      "function_call"));
     }
     // OpenAI keeps a completion for its dashboard with store: true; nothing here keeps one.
@@ -351,6 +345,87 @@ void ReadMessages(Reader& r, ApiRequest* out) {
   }
 }
 
+// OpenAI's tools: [{"type": "function", "function": {"name", "description"?, "parameters"?,
+// "strict"?}}], names unique (a call names its function); tool_choice "none" / "auto" /
+// "required" / {"type": "function", "function": {"name"}}, which must name one of them.
+void ReadTools(Reader& r, ApiRequest* out) {
+  if (const Json* v = r.Get("tools"); v != nullptr && !r.failed()) {
+    if (!v->is_array()) return r.WrongType("tools", "an array of tools", *v);
+    std::set<std::string> names;
+    for (size_t i = 0; i < v->size(); ++i) {
+      const Json& tool = (*v)[i];
+      const std::string where = absl::StrCat("tools[", i, "]");
+      const auto bad = [&](const std::string& what) { r.Fail(Invalid(absl::StrCat(where, what), "tools")); };
+      if (!tool.is_object()) return bad(" must be an object");
+      if (tool.value("type", "") != "function") return bad(".type must be \"function\"");
+      for (const auto& [key, value] : tool.items()) {
+        if (key != "type" && key != "function") return bad(absl::StrCat(" has an unknown field '", key, "'"));
+      }
+      const auto f = tool.find("function");
+      if (f == tool.end() || !f->is_object()) return bad(".function must be an object");
+      for (const auto& [key, value] : f->items()) {
+        if (key == "name") {
+          if (!value.is_string() || value.get<std::string>().empty() || value.get<std::string>().size() > 256) {
+            return bad(".function.name must be a string of 1 to 256 bytes");
+          }
+        } else if (key == "description") {
+          if (!value.is_string() && !value.is_null()) return bad(".function.description must be a string");
+        } else if (key == "parameters") {
+          if (!value.is_object() && !value.is_null()) return bad(".function.parameters must be a JSON Schema object");
+        } else if (key == "strict") {
+          if (!value.is_boolean() && !value.is_null()) return bad(".function.strict must be a boolean");
+        } else {
+          return bad(absl::StrCat(".function has an unknown field '", key, "'"));
+        }
+      }
+      if (!f->contains("name")) return bad(".function.name is required");
+      if (!names.insert((*f)["name"].get<std::string>()).second) {
+        return bad(absl::StrCat(".function.name '", (*f)["name"].get<std::string>(),
+                                "' is given twice; tool names must be unique"));
+      }
+    }
+    out->tools = *v;
+  }
+  if (auto v = r.Bool("parallel_tool_calls")) out->parallel_tool_calls = *v;
+  using ToolChoice = ApiRequest::ToolChoice;
+  out->tool_choice = out->tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+  const Json* choice = r.Get("tool_choice");
+  if (choice == nullptr || r.failed()) return;
+  constexpr char kShape[] = "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+                            "\"function\", \"function\": {\"name\": ...}}";
+  if (choice->is_string()) {
+    const std::string mode = choice->get<std::string>();
+    if (mode == "none") {
+      out->tool_choice = ToolChoice::kNone;
+    } else if (mode == "auto") {
+      out->tool_choice = out->tools.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+    } else if (mode == "required") {
+      out->tool_choice = ToolChoice::kRequired;
+    } else {
+      return r.Fail(Invalid(absl::StrCat(kShape, ", got \"", mode, "\""), "tool_choice"));
+    }
+  } else if (choice->is_object() && choice->value("type", "") == "function" && choice->contains("function") &&
+             (*choice)["function"].is_object() && (*choice)["function"].contains("name") &&
+             (*choice)["function"]["name"].is_string()) {
+    out->tool_choice = ToolChoice::kNamed;
+    out->tool_name = (*choice)["function"]["name"].get<std::string>();
+  } else {
+    return r.Fail(Invalid(kShape, "tool_choice"));
+  }
+  if (out->tool_choice == ToolChoice::kRequired && out->tools.empty()) {
+    return r.Fail(Invalid("'tool_choice' \"required\" needs 'tools'", "tool_choice"));
+  }
+  if (out->tool_choice == ToolChoice::kNamed) {
+    const bool known = std::any_of(out->tools.begin(), out->tools.end(), [&](const Json& t) {
+      return t["function"]["name"] == out->tool_name;
+    });
+    if (!known) {
+      return r.Fail(Invalid(absl::StrCat("'tool_choice' names the function '", out->tool_name,
+                                         "', which is not in 'tools'"), "tool_choice"));
+    }
+  }
+}
+
 }  // namespace
 
 nlohmann::ordered_json ErrorBody(const ApiError& e) {
@@ -454,6 +529,7 @@ std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std:
   ReadLogprobs(r, endpoint, out.echo, &out.sampling);
   if (endpoint == Endpoint::kChat) {
     ReadMessages(r, &out);
+    ReadTools(r, &out);
   } else {
     ReadPrompt(r, &out);
   }

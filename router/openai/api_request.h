@@ -54,6 +54,16 @@ struct ApiRequest {
   nlohmann::ordered_json messages;
   bool add_generation_prompt = true;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  // Chat: the tools the model may call, as OpenAI gives them ([{"type": "function",
+  // "function": {"name", "description", "parameters", "strict"}}], names unique), and which
+  // it must call: kNone (the default without tools) renders none and parses none; kAuto (the
+  // default with tools) lets the model choose; kRequired and kNamed make it call one (the
+  // router writes the call's opening into the prompt; tool_name names kNamed's function).
+  enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_name;
+  bool parallel_tool_calls = true;  // false: only the first call is returned
   v1::SamplingParams sampling;
   // The name this request gave the output bound ("max_tokens" or "max_completion_tokens"),
   // for the errors that concern it.

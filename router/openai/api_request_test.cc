@@ -174,6 +174,57 @@ TEST(ApiRequestTest, ChatParametersThatAreOff) {
   EXPECT_EQ(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "store": false})").param, "store");
 }
 
+// OpenAI's tools and tool_choice: the default choice is "auto" with tools and "none" without;
+// a malformed tool, a duplicate name or a choice naming no tool is a 400 naming the parameter.
+TEST(ApiRequestTest, ToolsAndToolChoice) {
+  const std::string chat = R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], )";
+  const std::string weather =
+      R"({"type": "function", "function": {"name": "get_weather", "description": "Weather now.",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}, "strict": true}})";
+  const std::string time = R"({"type": "function", "function": {"name": "get_time"}})";
+  ApiRequest r = Ok(Endpoint::kChat, chat + R"("tools": [)" + weather + ", " + time + "]}");
+  ASSERT_EQ(r.tools.size(), 2u);
+  EXPECT_EQ(r.tools[0]["function"]["parameters"]["properties"]["city"]["type"], "string");
+  EXPECT_EQ(r.tool_choice, ApiRequest::ToolChoice::kAuto);
+  EXPECT_TRUE(r.parallel_tool_calls);
+  EXPECT_EQ(Ok(Endpoint::kChat, chat + R"("tools": [)" + weather + R"(], "tool_choice": "none"})").tool_choice,
+            ApiRequest::ToolChoice::kNone);
+  EXPECT_EQ(Ok(Endpoint::kChat, chat + R"("tools": [)" + weather + R"(], "tool_choice": "required"})").tool_choice,
+            ApiRequest::ToolChoice::kRequired);
+  r = Ok(Endpoint::kChat, chat + R"("tools": [)" + weather + ", " + time +
+                              R"(], "parallel_tool_calls": false,
+                              "tool_choice": {"type": "function", "function": {"name": "get_time"}}})");
+  EXPECT_EQ(r.tool_choice, ApiRequest::ToolChoice::kNamed);
+  EXPECT_EQ(r.tool_name, "get_time");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  EXPECT_EQ(Ok(Endpoint::kChat, chat + R"("tool_choice": "auto"})").tool_choice, ApiRequest::ToolChoice::kNone);
+
+  const auto error = [&](const std::string& rest) { return Err(Endpoint::kChat, chat + rest); };
+  ApiError e = error(R"("tools": {"type": "function"}})");
+  EXPECT_EQ(e.param, "tools");
+  EXPECT_THAT(e.message, HasSubstr("must be an array"));
+  EXPECT_THAT(error(R"("tools": [{"type": "retrieval", "function": {"name": "f"}}]})").message,
+              HasSubstr("tools[0].type must be \"function\""));
+  EXPECT_THAT(error(R"("tools": [{"type": "function", "function": {"description": "no name"}}]})").message,
+              HasSubstr("tools[0].function.name is required"));
+  EXPECT_THAT(error(R"("tools": [{"type": "function", "function": {"name": ""}}]})").message,
+              HasSubstr("tools[0].function.name must be a string"));
+  EXPECT_THAT(error(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": "{}"}}]})").message,
+              HasSubstr("tools[0].function.parameters must be a JSON Schema object"));
+  EXPECT_THAT(error(R"("tools": [{"type": "function", "function": {"name": "f", "params": {}}}]})").message,
+              HasSubstr("unknown field 'params'"));
+  EXPECT_THAT(error(R"("tools": [)" + time + ", " + time + "]}").message,
+              HasSubstr("tools[1].function.name 'get_time' is given twice"));
+  e = error(R"("tool_choice": "required"})");
+  EXPECT_EQ(e.param, "tool_choice");
+  EXPECT_THAT(e.message, HasSubstr("needs 'tools'"));
+  e = error(R"("tools": [)" + weather + R"(], "tool_choice": {"type": "function", "function": {"name": "nope"}}})");
+  EXPECT_EQ(e.param, "tool_choice");
+  EXPECT_THAT(e.message, HasSubstr("'nope', which is not in 'tools'"));
+  EXPECT_THAT(error(R"("tools": [)" + weather + R"(], "tool_choice": "any"})").message, HasSubstr("got \"any\""));
+  EXPECT_EQ(error(R"("tools": [)" + weather + R"(], "parallel_tool_calls": 1})").param, "parallel_tool_calls");
+}
+
 // The router's validation messages name its own fields; the HTTP error names the request's.
 TEST(ApiRequestTest, RouterErrorsNameTheRequestParameter) {
   ApiRequest completion = Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x"})");

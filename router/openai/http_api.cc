@@ -18,6 +18,8 @@
 #include "router/openai/generate_exchange.h"
 #include "router/openai/reasoning_splitter.h"
 #include "router/openai/response_builder.h"
+#include "router/openai/tool_prompt.h"
+#include "router/chat_template/deepseek_v32_encoding.h"
 #include "router/validation.h"
 
 namespace mlaserve::router::openai {
@@ -61,6 +63,7 @@ struct ChoiceSet {
 struct HttpApi::Impl {
   RouterContext* router;
   absl::StatusOr<chat_template::CheckpointChatTemplate> chat_template;
+  std::optional<ToolCallFormat> tool_call_format;  // nullopt: requests with tools are refused
   HttpApiOptions options;
   std::unique_ptr<httplib::Server> server;
   std::thread listener;
@@ -152,10 +155,58 @@ struct HttpApi::Impl {
                                                      "decode, ", prefill ? "" : "no ", "prefill")}});
   }
 
+  // What a chat prompt sets up for its answer.
+  struct ChatSetup {
+    bool opens_reasoning = false;               // the prompt ends inside <think>
+    std::optional<ToolCallFormat> tool_calls;   // the answer is parsed for tool calls
+    std::string call_opening;                   // the forced call's opening, ending the prompt
+  };
+
+  // The template's variables for a chat request: its messages, with the tools where the
+  // model will see them (tool_prompt.h).
+  std::variant<Json, ApiError> ChatVariables(const ApiRequest& r, ChatSetup* setup) const {
+    Json vars = chat_template->special_tokens;
+    vars["messages"] = r.messages;
+    vars["tools"] = nullptr;
+    vars["documents"] = nullptr;
+    vars["add_generation_prompt"] = r.add_generation_prompt;
+    for (const auto& [k, v] : r.chat_template_kwargs.items()) vars[k] = v;
+    if (r.tool_choice == ApiRequest::ToolChoice::kNone) return vars;
+    if (!tool_call_format.has_value()) {
+      return ApiError{400,
+                      absl::StrCat("'tools' cannot be served: ", chat_template->origin,
+                                   " writes no tool calls, so the tool-call syntax of this model is "
+                                   "unknown; start the router with --tool-call-parser"),
+                      "invalid_request_error", "tools", std::nullopt};
+    }
+    // A named function is the only tool the model is shown (as SGLang does).
+    Json tools = Json::array();
+    for (const Json& tool : r.tools) {
+      if (r.tool_choice != ApiRequest::ToolChoice::kNamed || tool["function"]["name"] == r.tool_name) {
+        tools.push_back(tool);
+      }
+    }
+    setup->tool_calls = tool_call_format;
+    if (!chat_template->tmpl.has_value()) {
+      vars["messages"] = chat_template::WithRequestTools(r.messages, tools);
+    } else if (chat_template->tmpl->ReadsVariable("tools")) {
+      vars["tools"] = std::move(tools);
+    } else if (*tool_call_format != ToolCallFormat::kDeepseekV32) {
+      vars["messages"] = WithToolsSection(r.messages, ToolsSection(*tool_call_format, tools));
+    } else {
+      return ApiError{400,
+                      absl::StrCat("'tools' cannot be served: ", chat_template->origin,
+                                   " does not render tools and DeepSeek-V3.2's tool section "
+                                   "is its encoder's; drop --chat-template"),
+                      "invalid_request_error", "tools", std::nullopt};
+    }
+    return vars;
+  }
+
   // The Generate request of each prompt (completions may have several; chat has one), or the
   // error to answer with.
   std::variant<std::vector<v1::GenerateRequest>, ApiError> ToGenerateRequests(
-      const ApiRequest& r, bool* opens_reasoning) {
+      const ApiRequest& r, ChatSetup* setup) {
     v1::GenerateRequest g;
     g.set_request_id(router->NewRequestId());
     *g.mutable_sampling() = r.sampling;
@@ -182,18 +233,30 @@ struct HttpApi::Impl {
                                         "--chat-template FILE"),
                       "invalid_request_error", "messages", "chat_template_unavailable"};
     }
-    Json vars = chat_template->special_tokens;
-    vars["messages"] = r.messages;
-    vars["tools"] = nullptr;
-    vars["documents"] = nullptr;
-    vars["add_generation_prompt"] = r.add_generation_prompt;
-    for (const auto& [k, v] : r.chat_template_kwargs.items()) vars[k] = v;
-    absl::StatusOr<std::string> prompt = chat_template->Render(vars);
+    std::variant<Json, ApiError> vars = ChatVariables(r, setup);
+    if (auto* e = std::get_if<ApiError>(&vars)) return *e;
+    absl::StatusOr<std::string> prompt = chat_template->Render(std::get<Json>(vars));
     if (!prompt.ok()) {
       return ApiError{400, absl::StrCat("rendering the chat template failed: ", prompt.status().message()),
                       "invalid_request_error", "messages", std::nullopt};
     }
-    *opens_reasoning = ReasoningSplitter::PromptOpensReasoning(*prompt);
+    setup->opens_reasoning = ReasoningSplitter::PromptOpensReasoning(*prompt);
+    if (r.tool_choice == ApiRequest::ToolChoice::kRequired || r.tool_choice == ApiRequest::ToolChoice::kNamed) {
+      // Without constrained decoding, a call is made certain by writing its opening (and the
+      // named function) at the prompt's end; a prompt that opened a <think> would lose it.
+      if (setup->opens_reasoning) {
+        return ApiError{400,
+                        "'tool_choice' \"required\" or a named function cannot be combined with "
+                        "thinking mode: the call would have to start before the reasoning ends; use "
+                        "\"auto\" or turn thinking off",
+                        "invalid_request_error", "tool_choice", std::nullopt};
+      }
+      setup->call_opening = ToolCallParser::CallOpening(
+          *setup->tool_calls, r.tool_choice == ApiRequest::ToolChoice::kNamed
+                                  ? std::optional<std::string>(r.tool_name)
+                                  : std::nullopt);
+      *prompt += setup->call_opening;
+    }
     // A rendered chat is tokenized here, not in GenerateCall: the same bounds as a text prompt.
     if (absl::Status st = ValidatePromptBytes(prompt->size(), router->codec().MaxBytesPerToken(),
                                               router->model().limits);
@@ -246,8 +309,8 @@ struct HttpApi::Impl {
         ParseApiRequest(endpoint, req.body, options.served_model_name);
     if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
     const ApiRequest& r = std::get<ApiRequest>(parsed);
-    bool opens_reasoning = false;
-    std::variant<std::vector<v1::GenerateRequest>, ApiError> g = ToGenerateRequests(r, &opens_reasoning);
+    ChatSetup setup;
+    std::variant<std::vector<v1::GenerateRequest>, ApiError> g = ToGenerateRequests(r, &setup);
     if (auto* e = std::get_if<ApiError>(&g)) return SendError(res, *e);
     const std::vector<v1::GenerateRequest>& prompts = std::get<std::vector<v1::GenerateRequest>>(g);
 
@@ -276,7 +339,10 @@ struct HttpApi::Impl {
       }
       choices->exchanges.push_back(std::move(exchange));
       choices->builders.push_back(std::make_unique<ResponseBuilder>(
-          r, id, created, opens_reasoning, i, count, /*counts_prompt=*/i % r.n == 0));
+          r, id, created, setup.opens_reasoning, i, count, /*counts_prompt=*/i % r.n == 0));
+      if (setup.tool_calls.has_value()) {
+        choices->builders.back()->set_tool_calls(*setup.tool_calls, setup.call_opening, r.parallel_tool_calls);
+      }
       if (r.echo) choices->builders.back()->set_echo(PromptText(r.prompts[i / r.n], r.sampling));
       if (r.sampling.has_logprobs()) choices->builders.back()->set_logprobs(&router->codec());
     }
@@ -392,7 +458,22 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
   signal(SIGPIPE, SIG_IGN);
   auto impl = std::make_unique<Impl>();
   impl->router = router;
+  if (options.tool_call_parser == "auto") {
+    if (chat_template.ok()) impl->tool_call_format = DetectToolCallFormat(*chat_template);
+  } else if (options.tool_call_parser != "none") {
+    impl->tool_call_format = ToolCallFormatFromName(options.tool_call_parser);
+    if (!impl->tool_call_format.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tool-call parser '", options.tool_call_parser,
+          "' is not one of auto, none, deepseek_v3, deepseek_v31, deepseek_v32"));
+    }
+  }
   impl->chat_template = std::move(chat_template);
+  if (impl->tool_call_format.has_value()) {
+    spdlog::info("tool calls: {} syntax", ToolCallFormatName(*impl->tool_call_format));
+  } else {
+    spdlog::info("tool calls: none (requests with tools are refused; see --tool-call-parser)");
+  }
   impl->options = std::move(options);
   if (!impl->options.tls_cert_file.empty()) {
     auto tls = std::make_unique<httplib::SSLServer>(impl->options.tls_cert_file.c_str(),

@@ -46,6 +46,10 @@ struct HttpApiOptions {
   // must pass RouterContext::public_authorizer() (401 otherwise).
   std::string tls_cert_file;
   std::string tls_key_file;
+  // The tool-call syntax of the model's output (docs/api.md#tool-calls): "auto" reads it off
+  // the chat template (tool_prompt.h), "none" refuses requests with tools, or a
+  // ToolCallFormatName ("deepseek_v3", "deepseek_v31", "deepseek_v32").
+  std::string tool_call_parser = "auto";
 };
 
 class HttpApi {

@@ -35,6 +35,8 @@ using router::testing::FakePrefillWorker;
 using router::testing::TestServer;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
+// Room for the tool sections the tool-call tests add to their prompts (byte tokens).
+constexpr int kMaxContext = 2048;
 constexpr char kTemplate[] =
     "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
     "{% if add_generation_prompt %}<assistant>{% if think is defined %}<think>\n{% endif %}{% endif %}";
@@ -56,7 +58,7 @@ class HttpApiTest : public ::testing::Test {
     RouterModel m;
     m.identity = ModelFromProto(router::testing::FakeModelIdentity());
     m.limits.vocab_size = ByteCodec::kVocabSize;
-    m.limits.max_context = 512;
+    m.limits.max_context = kMaxContext;
     m.limits.eos_token_ids = {ByteCodec::kEos};
     m.limits.bos_token_id = ByteCodec::kBos;
     auto router = std::make_unique<RouterContext>(o, m, std::make_unique<ByteCodec>());
@@ -88,6 +90,13 @@ class HttpApiTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Start(router_.get(), std::move(ct), options);
     EXPECT_TRUE(api.ok()) << api.status();
     return api.ok() ? *std::move(api) : nullptr;
+  }
+
+  void RestartApiWithToolCallParser(const std::string& parser) {
+    api_.reset();
+    HttpApiOptions options;
+    options.tool_call_parser = parser;
+    api_ = StartApi(options);
   }
 
   httplib::Result Post(const std::string& path, const std::string& body, int port = 0) {
@@ -259,6 +268,199 @@ TEST_F(HttpApiTest, DeepseekV32ChatFormatWithThinking) {
   EXPECT_THAT(r->body, HasSubstr("messages[0]"));
 }
 
+// The prompt a fake decode worker was last asked to serve, as text ("<bos>" for BOS).
+std::string LastPrompt(const FakeDecodeWorker& decode) {
+  const std::vector<v1::ReserveRequest> reserves = decode.reserves();
+  if (reserves.empty()) return "";
+  std::string text;
+  for (int32_t id : reserves.back().prompt_token_ids()) {
+    text += id == ByteCodec::kBos ? std::string("<bos>") : std::string(1, static_cast<char>(id));
+  }
+  return text;
+}
+
+constexpr char kWeatherTool[] =
+    R"({"type": "function", "function": {"name": "get_weather", "description": "Weather now.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}})";
+constexpr char kTimeTool[] = R"({"type": "function", "function": {"name": "get_time"}})";
+
+// Tool calls in DeepSeek-V3.1's syntax: the tools are described at the end of the system
+// prompt (the test template does not render them), the answer's calls come as tool_calls with
+// finish_reason "tool_calls" and the text before them as content; streamed, a call's first
+// delta carries its index, id, type and name, the arguments follow in fragments.
+TEST_F(HttpApiTest, ToolCallsAreParsedFromTheAnswer) {
+  RestartApiWithToolCallParser("deepseek_v31");
+  ASSERT_NE(api_, nullptr);
+  const std::string calls =
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜>"
+      "<｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  decode_.set_reply("Let me check." + calls);
+  const std::string body = std::string(R"({"model": "demo", "messages": [{"role": "system", "content": "Be brief."},
+                                        {"role": "user", "content": "Paris?"}], "tools": [)") +
+                           kWeatherTool + ", " + kTimeTool + "]";
+  httplib::Result r = Post("/v1/chat/completions", body + "}");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  const Json& message = j["choices"][0]["message"];
+  EXPECT_EQ(message["content"], "Let me check.");
+  ASSERT_EQ(message["tool_calls"].size(), 2u) << message;
+  EXPECT_THAT(message["tool_calls"][0]["id"].get<std::string>(), ::testing::StartsWith("call_"));
+  EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+  EXPECT_EQ(message["tool_calls"][1]["function"]["name"], "get_time");
+  EXPECT_EQ(message["tool_calls"][1]["function"]["arguments"], "{}");
+  EXPECT_NE(message["tool_calls"][0]["id"], message["tool_calls"][1]["id"]);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  const std::string prompt = LastPrompt(decode_);
+  EXPECT_THAT(prompt, ::testing::StartsWith("<bos><system>Be brief.\n\n## Tools\nYou have access to the following tools:\n"
+                                            "\n### get_weather\nDescription: Weather now.\n\nParameters: "
+                                            "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}\n"
+                                            "\n### get_time\nDescription: \n\nParameters: {}\n"));
+  EXPECT_THAT(prompt, ::testing::EndsWith("<user>Paris?<assistant>"));
+
+  r = Post("/v1/chat/completions", body + R"(, "stream": true})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::string content;
+  std::map<int, std::string> names, arguments, ids;
+  std::string finish;
+  for (const Json& e : Events(r->body)) {
+    if (!e.is_object()) continue;
+    const Json& choice = e["choices"][0];
+    const Json& delta = choice["delta"];
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"].get<std::string>();
+    if (!delta.contains("tool_calls")) continue;
+    for (const Json& call : delta["tool_calls"]) {
+      const int index = call["index"].get<int>();
+      if (call.contains("id")) {
+        EXPECT_FALSE(ids.count(index)) << "a second first delta for call " << index;
+        ids[index] = call["id"].get<std::string>();
+        EXPECT_EQ(call["type"], "function");
+        names[index] = call["function"]["name"].get<std::string>();
+      } else {
+        EXPECT_TRUE(ids.count(index)) << "arguments before the name of call " << index;
+      }
+      arguments[index] += call["function"]["arguments"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(content, "Let me check.");
+  EXPECT_EQ(names, (std::map<int, std::string>{{0, "get_weather"}, {1, "get_time"}}));
+  EXPECT_EQ(arguments, (std::map<int, std::string>{{0, "{\"city\": \"Paris\"}"}, {1, "{}"}}));
+  EXPECT_EQ(finish, "tool_calls");
+
+  // parallel_tool_calls false: the first call only.
+  r = Post("/v1/chat/completions", body + R"(, "parallel_tool_calls": false})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  j = Json::parse(r->body);
+  ASSERT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+
+  // tool_choice "none": no tools in the prompt, the answer's text as written.
+  r = Post("/v1/chat/completions", body + R"(, "tool_choice": "none"})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  j = Json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Let me check." + calls);
+  EXPECT_FALSE(j["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(LastPrompt(decode_), "<bos><system>Be brief.<user>Paris?<assistant>");
+}
+
+// A named tool_choice: only that tool is described, and the prompt ends with the opening of
+// its call, which the model continues with the arguments.
+TEST_F(HttpApiTest, NamedToolChoiceOpensTheCall) {
+  RestartApiWithToolCallParser("deepseek_v31");
+  ASSERT_NE(api_, nullptr);
+  decode_.set_reply("{\"city\": \"Oslo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+  const std::string body = std::string(R"({"model": "demo", "messages": [{"role": "user", "content": "Oslo?"}],
+                                        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+                                        "tools": [)") +
+                           kTimeTool + ", " + kWeatherTool + "]";
+  httplib::Result r = Post("/v1/chat/completions", body + "}");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  const Json& message = j["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << message;
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Oslo\"}");
+  const std::string prompt = LastPrompt(decode_);
+  EXPECT_THAT(prompt, HasSubstr("### get_weather"));
+  EXPECT_THAT(prompt, ::testing::Not(HasSubstr("get_time")));
+  EXPECT_THAT(prompt, ::testing::EndsWith("<user>Oslo?<assistant><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"));
+
+  // Streamed, the forced name is the first tool delta.
+  r = Post("/v1/chat/completions", body + R"(, "stream": true})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::vector<Json> events = Events(r->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[1]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "get_weather");
+  std::string arguments;
+  for (const Json& e : events) {
+    if (e.is_object() && e["choices"][0]["delta"].contains("tool_calls")) {
+      arguments += e["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(arguments, "{\"city\": \"Oslo\"}");
+
+  // A forced call cannot follow a prompt that opened a <think>.
+  r = Post("/v1/chat/completions", body + R"(, "chat_template_kwargs": {"think": true}})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "tool_choice");
+  EXPECT_THAT(r->body, HasSubstr("thinking mode"));
+}
+
+// A template that writes no tool calls leaves the syntax unknown: tools are refused, saying
+// how to name it; tool_choice "none" still serves.
+TEST_F(HttpApiTest, ToolsNeedAKnownCallSyntax) {
+  const std::string body = std::string(R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "tools": [)") +
+                           kWeatherTool + "]";
+  httplib::Result r = Post("/v1/chat/completions", body + "}");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "tools");
+  EXPECT_THAT(r->body, HasSubstr("--tool-call-parser"));
+  decode_.set_reply("ok");
+  r = Post("/v1/chat/completions", body + R"(, "tool_choice": "none"})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+}
+
+// DeepSeek-V3.2's format: its encoder describes the tools (on an empty system message when
+// there is none, as SGLang does), and the answer's DSML calls become tool_calls.
+TEST_F(HttpApiTest, DeepseekV32ToolCalls) {
+  api_.reset();
+  api_ = StartApiWith(chat_template::CheckpointChatTemplate{"DeepSeek-V3.2's chat format", std::nullopt});
+  ASSERT_NE(api_, nullptr);
+  decode_.set_reply("On it.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+                    "<｜DSML｜parameter name=\"city\" string=\"true\">Rome \"centre\"</｜DSML｜parameter>\n"
+                    "<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n"
+                    "</｜DSML｜invoke>\n</｜DSML｜function_calls>");
+  httplib::Result r = Post("/v1/chat/completions",
+                           std::string(R"({"model": "demo", "messages": [{"role": "user", "content": "Rome?"}], "tools": [)") +
+                               kWeatherTool + "]}");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  const Json& message = j["choices"][0]["message"];
+  EXPECT_EQ(message["content"], "On it.");
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << message;
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Rome \\\"centre\\\"\", \"days\": 3}");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  const std::string prompt = LastPrompt(decode_);
+  EXPECT_THAT(prompt, ::testing::StartsWith("<｜begin▁of▁sentence｜>\n\n## Tools\n"));
+  EXPECT_THAT(prompt, HasSubstr("<functions>\n{\"name\": \"get_weather\", \"description\": \"Weather now.\""));
+  EXPECT_THAT(prompt, ::testing::EndsWith("<｜User｜>Rome?<｜Assistant｜></think>"));
+}
+
 // Without max_tokens, a chat answer may run to the end of the context (OpenAI's chat has no
 // default bound), a completion stops at OpenAI's default of 16 tokens.
 TEST_F(HttpApiTest, DefaultMaxTokensAsOpenAiDocuments) {
@@ -271,7 +473,7 @@ TEST_F(HttpApiTest, DefaultMaxTokensAsOpenAiDocuments) {
   ASSERT_FALSE(reserves.empty());
   const int prompt = reserves.back().prompt_token_ids_size();
   EXPECT_EQ(prompt, 1 + static_cast<int>(std::string("<user>Hello<assistant>").size()));
-  EXPECT_EQ(reserves.back().sampling().max_new_tokens(), 512 - prompt);
+  EXPECT_EQ(reserves.back().sampling().max_new_tokens(), kMaxContext - prompt);
   r = Post("/v1/completions", R"({"model": "demo", "prompt": "x"})");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -404,10 +606,10 @@ TEST_F(HttpApiTest, ErrorsAreOpenAiShaped) {
   EXPECT_THAT(r->body, HasSubstr("outside the vocabulary"));
   EXPECT_EQ(Json::parse(r->body)["error"]["param"], "prompt");
   r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
-                                       "max_completion_tokens": 600})");
+                                       "max_completion_tokens": 3000})");
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(Json::parse(r->body)["error"]["param"], "max_completion_tokens");
-  EXPECT_THAT(r->body, HasSubstr("max_completion_tokens 600 exceeds the model's context of 512"));
+  EXPECT_THAT(r->body, HasSubstr("max_completion_tokens 3000 exceeds the model's context of 2048"));
   r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "n": 17})");
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(Json::parse(r->body)["error"]["param"], "n");
@@ -422,7 +624,7 @@ TEST_F(HttpApiTest, ModelsAndHealth) {
   ASSERT_TRUE(r);
   Json j = Json::parse(r->body);
   EXPECT_EQ(j["data"][0]["id"], "demo");
-  EXPECT_EQ(j["data"][0]["max_model_len"], 512);
+  EXPECT_EQ(j["data"][0]["max_model_len"], kMaxContext);
   EXPECT_EQ(client.Get("/v1/models/demo")->status, 200);
   EXPECT_EQ(client.Get("/v1/models/other")->status, 404);
   r = client.Get("/health");

@@ -1,5 +1,6 @@
 #include "router/openai/response_builder.h"
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 
 namespace mlaserve::router::openai {
@@ -13,6 +14,15 @@ std::string Event(const Json& payload) { return absl::StrCat("data: ", payload.d
 // EOS, stop tokens and stop strings.
 std::string FinishReasonName(v1::FinishReason reason) {
   return reason == v1::FINISH_REASON_LENGTH ? "length" : "stop";
+}
+
+// OpenAI's call ids: "call_" and 24 random letters and digits.
+std::string NewCallId() {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local absl::BitGen gen;
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kAlphabet[absl::Uniform<size_t>(gen, 0, sizeof(kAlphabet) - 1)];
+  return id;
 }
 
 }  // namespace
@@ -31,6 +41,33 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& request, std::string id, int6
       id_(std::move(id)),
       created_(created),
       splitter_(prompt_opens_reasoning) {}
+
+void ResponseBuilder::set_tool_calls(ToolCallFormat format, const std::string& opening, bool parallel) {
+  tool_calls_ = std::make_unique<ToolCallParser>(format);
+  parallel_tool_calls_ = parallel;
+  if (!opening.empty()) opening_deltas_ = ToolDeltas(tool_calls_->Add(opening).calls);
+}
+
+Json ResponseBuilder::ToolDeltas(const std::vector<ToolCallDelta>& deltas) {
+  Json out = nullptr;
+  for (const ToolCallDelta& d : deltas) {
+    if (!Keeps(d.index)) continue;
+    Json call = Json{{"index", d.index}};
+    if (d.name.has_value()) {
+      while (call_ids_.size() <= static_cast<size_t>(d.index)) call_ids_.push_back(NewCallId());
+      call["id"] = call_ids_[d.index];
+      call["type"] = "function";
+      call["function"] = Json{{"name", *d.name}, {"arguments", d.arguments}};
+    } else if (!d.arguments.empty()) {
+      call["function"] = Json{{"arguments", d.arguments}};
+    } else {
+      continue;
+    }
+    if (out.is_null()) out = Json::array();
+    out.push_back(std::move(call));
+  }
+  return out;
+}
 
 Json ResponseBuilder::Envelope(const char* object) const {
   return Json{{"id", id_}, {"object", object}, {"created", created_}, {"model", model_}};
@@ -52,31 +89,49 @@ std::string ResponseBuilder::StartEvents() {
                                        {"logprobs", nullptr},
                                        {"finish_reason", nullptr}}});
   if (include_usage_) chunk["usage"] = continuous_usage_ ? Usage() : Json(nullptr);
-  return Event(chunk);
+  std::string events = Event(chunk);
+  if (!opening_deltas_.is_null()) {
+    events += ChunkEvent("", "", std::nullopt, /*with_usage_now=*/false, nullptr, std::move(opening_deltas_));
+    opening_deltas_ = nullptr;
+  }
+  return events;
 }
 
-void ResponseBuilder::AddText(const std::string& text, std::string* text_delta,
-                              std::string* reasoning_delta) {
+void ResponseBuilder::AddText(const std::string& text, bool finish, std::string* text_delta,
+                              std::string* reasoning_delta, Json* tool_deltas) {
   if (endpoint_ != Endpoint::kChat) {
     *text_delta += text;
     text_ += text;
     return;
   }
-  ReasoningSplitter::Delta d = splitter_.Add(text);
-  *text_delta += d.content;
+  ReasoningSplitter::Delta d = finish ? splitter_.Finish() : splitter_.Add(text);
   *reasoning_delta += d.reasoning;
-  text_ += d.content;
   reasoning_ += d.reasoning;
+  if (tool_calls_ == nullptr) {
+    *text_delta += d.content;
+    text_ += d.content;
+    return;
+  }
+  ToolCallParser::Delta calls = tool_calls_->Add(d.content);
+  if (finish) {
+    ToolCallParser::Delta last = tool_calls_->Finish();
+    calls.content += last.content;
+    calls.calls.insert(calls.calls.end(), last.calls.begin(), last.calls.end());
+  }
+  *text_delta += calls.content;
+  text_ += calls.content;
+  *tool_deltas = ToolDeltas(calls.calls);
 }
 
 std::string ResponseBuilder::ChunkEvent(const std::string& text, const std::string& reasoning,
                                         const std::optional<std::string>& finish_reason,
-                                        bool with_usage_now, Json logprobs) {
+                                        bool with_usage_now, Json logprobs, Json tool_calls) {
   Json choice = Json{{"index", choice_index_}};
   if (endpoint_ == Endpoint::kChat) {
     Json delta = Json::object();
     if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     if (!text.empty()) delta["content"] = text;
+    if (!tool_calls.is_null()) delta["tool_calls"] = std::move(tool_calls);
     choice["delta"] = std::move(delta);
   } else {
     choice["text"] = text;
@@ -96,29 +151,32 @@ std::string ResponseBuilder::OnMessage(const v1::GenerateResponse& message) {
     prompt_tokens_ = c.prompt_tokens();
     completion_tokens_ = c.completion_tokens();
     std::string text, reasoning;
-    AddText(c.text(), &text, &reasoning);
+    Json tool_deltas = nullptr;
+    AddText(c.text(), /*finish=*/false, &text, &reasoning, &tool_deltas);
     Json logprobs = nullptr;
     if (logprobs_ != nullptr && c.logprobs_size() > 0) {
       logprobs = logprobs_->Add(std::span<const int32_t>(c.token_ids().data(), c.token_ids_size()),
                                 c.logprobs());
     }
-    if (stream_ && (!text.empty() || !reasoning.empty() || continuous_usage_ || !logprobs.is_null())) {
-      events += ChunkEvent(text, reasoning, std::nullopt, continuous_usage_, std::move(logprobs));
+    if (stream_ && (!text.empty() || !reasoning.empty() || continuous_usage_ || !logprobs.is_null() ||
+                    !tool_deltas.is_null())) {
+      events += ChunkEvent(text, reasoning, std::nullopt, continuous_usage_, std::move(logprobs),
+                           std::move(tool_deltas));
     }
   } else if (message.has_complete()) {
     const v1::GenerateComplete& c = message.complete();
     prompt_tokens_ = c.prompt_tokens();
     completion_tokens_ = c.completion_tokens();
     std::string text, reasoning;
-    if (endpoint_ == Endpoint::kChat) {
-      ReasoningSplitter::Delta d = splitter_.Finish();
-      text = d.content;
-      reasoning = d.reasoning;
-      text_ += d.content;
-      reasoning_ += d.reasoning;
-    }
+    Json tool_deltas = nullptr;
+    if (endpoint_ == Endpoint::kChat) AddText("", /*finish=*/true, &text, &reasoning, &tool_deltas);
     finish_reason_ = FinishReasonName(c.finish_reason());
+    // OpenAI's reason when the answer calls tools (a cut-off answer stays "length").
+    if (*finish_reason_ == "stop" && !call_ids_.empty()) finish_reason_ = "tool_calls";
     if (stream_) {
+      if (!tool_deltas.is_null()) {
+        events += ChunkEvent("", "", std::nullopt, continuous_usage_, nullptr, std::move(tool_deltas));
+      }
       events += ChunkEvent(text, reasoning, finish_reason_, continuous_usage_);
       if (!single_choice_) return events;  // EndOfChoices() ends the stream
       if (include_usage_) {
@@ -144,8 +202,21 @@ Json ResponseBuilder::Body() const {
     Json message = Json{{"role", "assistant"}};
     // A reasoning response whose reasoning never ended has no content yet (DeepSeek's API).
     const bool no_content = splitter_.in_reasoning_mode() && !splitter_.reasoning_ended() && text_.empty();
-    message["content"] = no_content ? Json(nullptr) : Json(text_);
+    // An answer that only calls tools has null content, as OpenAI's.
+    const bool only_calls = !call_ids_.empty() && text_.empty();
+    message["content"] = no_content || only_calls ? Json(nullptr) : Json(text_);
     if (splitter_.in_reasoning_mode()) message["reasoning_content"] = reasoning_;
+    if (!call_ids_.empty()) {
+      Json calls = Json::array();
+      const std::vector<ToolCall>& parsed = tool_calls_->calls();
+      for (size_t i = 0; i < parsed.size() && i < call_ids_.size(); ++i) {
+        if (!Keeps(static_cast<int>(i))) continue;
+        calls.push_back(Json{{"id", call_ids_[i]},
+                             {"type", "function"},
+                             {"function", {{"name", parsed[i].name}, {"arguments", parsed[i].arguments}}}});
+      }
+      message["tool_calls"] = std::move(calls);
+    }
     choice["message"] = std::move(message);
   } else {
     choice["text"] = echo_ + text_;

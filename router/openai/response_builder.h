@@ -8,7 +8,12 @@
 // finish_reason "stop" / "length" (a request aborted through the admin or Abort API ends
 // with an error instead: GenerateExchange turns its `complete` into CANCELLED), per-token
 // `logprobs` when the request asked (logprobs_format.h), and with
-// stream_options.include_usage a last chunk with empty choices and the usage. Chat responses of reasoning models carry `reasoning_content` (reasoning_splitter.h).
+// stream_options.include_usage a last chunk with empty choices and the usage. Chat responses
+// of reasoning models carry `reasoning_content` (reasoning_splitter.h). With tools, the
+// answer's tool calls (tool_call_parser.h) come as `tool_calls` ({id, type "function",
+// function {name, arguments}}; streamed as OpenAI does: the first delta of a call carries its
+// index, id, type and name, later ones fragments of its arguments) and finish_reason
+// "tool_calls".
 //
 // A request with several choices (n > 1, or several completions prompts: prompt p's choice j
 // is index p * n + j) has one builder per choice, each fed by its own Generate call: chunks
@@ -27,6 +32,7 @@
 #include "router/openai/api_request.h"
 #include "router/openai/logprobs_format.h"
 #include "router/openai/reasoning_splitter.h"
+#include "router/openai/tool_call_parser.h"
 
 namespace mlaserve::router::openai {
 
@@ -48,6 +54,11 @@ class ResponseBuilder {
   void set_logprobs(const TextCodec* codec) {
     logprobs_ = std::make_unique<LogprobsFormat>(endpoint_, codec);
   }
+  // Chat with tools: the answer is parsed for calls in `format`. `opening`: the call opening
+  // the router wrote at the prompt's end (tool_choice "required" or a named function;
+  // ToolCallParser::CallOpening), which the output continues. `parallel` false keeps only
+  // the first call (OpenAI's parallel_tool_calls).
+  void set_tool_calls(ToolCallFormat format, const std::string& opening, bool parallel);
 
   // Streaming: the events that start the stream (the chat role delta; the echoed prompt).
   std::string StartEvents();
@@ -76,8 +87,14 @@ class ResponseBuilder {
   // One streamed chunk's `choices[0]` (text or delta) and optional finish reason.
   std::string ChunkEvent(const std::string& text, const std::string& reasoning,
                          const std::optional<std::string>& finish_reason, bool with_usage_now,
-                         nlohmann::ordered_json logprobs = nullptr);
-  void AddText(const std::string& text, std::string* text_delta, std::string* reasoning_delta);
+                         nlohmann::ordered_json logprobs = nullptr,
+                         nlohmann::ordered_json tool_calls = nullptr);
+  // Splits `text` (generated, or the end of output when `finish`) into content, reasoning and
+  // tool-call deltas (a JSON array in OpenAI's streamed shape, or null).
+  void AddText(const std::string& text, bool finish, std::string* text_delta,
+               std::string* reasoning_delta, nlohmann::ordered_json* tool_deltas);
+  nlohmann::ordered_json ToolDeltas(const std::vector<ToolCallDelta>& deltas);
+  bool Keeps(int call_index) const { return parallel_tool_calls_ || call_index == 0; }
 
   const Endpoint endpoint_;
   const bool stream_;
@@ -97,6 +114,10 @@ class ResponseBuilder {
   int32_t completion_tokens_ = 0;
   std::optional<std::string> finish_reason_;
   std::unique_ptr<LogprobsFormat> logprobs_;  // when the request asked for them
+  std::unique_ptr<ToolCallParser> tool_calls_;  // chat with tools
+  bool parallel_tool_calls_ = true;
+  std::vector<std::string> call_ids_;          // call i's id, made when its name arrives
+  nlohmann::ordered_json opening_deltas_;      // the forced call's name, for the first chunk
 };
 
 }  // namespace mlaserve::router::openai

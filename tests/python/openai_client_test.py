@@ -6,7 +6,7 @@ Run by run_openai_client_test.sh, which installs `openai` from PyPI into a venv 
 skips with a message when PyPI cannot be reached). Checks: models, completions and chat,
 streamed and not, with the same text and usage; OpenAI-shaped errors as the client's
 exception types; logprobs (completions and chat, streamed and not), presence / frequency
-penalties and logit_bias held to their semantics; a client that closes a stream mid-way is
+penalties and logit_bias held to their semantics; tool calls in the client's types; a client that closes a stream mid-way is
 aborted (router metric) and its pages freed; the curl examples of docs/api.md run as written.
 """
 import argparse
@@ -179,6 +179,7 @@ def run_checks(client, base, router_log):
 
     run_demanding_client_checks(client, text)
     run_sampling_knob_checks(client, text)
+    run_tool_call_checks(client)
 
     aborted = metric(router_log, "mlaserve_router_requests_aborted_total")
     stream = client.completions.create(model="demo", prompt="count from 1:", max_tokens=1000,
@@ -199,6 +200,53 @@ def run_checks(client, base, router_log):
         time.sleep(0.05)  # polling a metric against a deadline
     running = metric(router_log, "mlaserve_router_requests_running")
     check(running == 0, "no request left running")
+
+
+WEATHER_TOOL = {"type": "function",
+                "function": {"name": "get_weather", "description": "The weather in a city.",
+                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                            "required": ["city"]}}}
+
+
+def run_tool_call_checks(client):
+    """Tool calls as the client's types read them. The demo model knows no tools, so a named
+    tool_choice makes the call (the router writes its opening, DeepSeek-V3.1's syntax with
+    --tool-call-parser deepseek_v31) and whatever the model writes becomes its arguments, cut by
+    max_tokens or EOS: the shapes are what is checked, streamed and not."""
+    messages = [{"role": "user", "content": "count from 17:"}]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    chat = client.chat.completions.create(model="demo", max_tokens=8, temperature=0, messages=messages,
+                                          tools=[WEATHER_TOOL], tool_choice=named)
+    message = chat.choices[0].message
+    calls = message.tool_calls or []
+    check(len(calls) == 1 and calls[0].type == "function" and calls[0].function.name == "get_weather"
+          and calls[0].id.startswith("call_") and isinstance(calls[0].function.arguments, str),
+          f"a named tool_choice gives the client a tool call: {calls}")
+    check(message.content is None, "an answer that only calls a tool has no content")
+    check(chat.choices[0].finish_reason in ("length", "tool_calls"),
+          f"finish_reason of a call: {chat.choices[0].finish_reason}")
+    arguments, names, ids = "", [], set()
+    for chunk in client.chat.completions.create(model="demo", max_tokens=8, temperature=0, messages=messages,
+                                                tools=[WEATHER_TOOL], tool_choice=named, stream=True):
+        for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            check(delta.index == 0, "one call, index 0")
+            if delta.id is not None:
+                ids.add(delta.id)
+                names.append(delta.function.name)
+            arguments += delta.function.arguments or ""
+    check(names == ["get_weather"] and len(ids) == 1, f"streamed: the name once, with an id: {names}")
+    check(arguments == calls[0].function.arguments,
+          f"streamed arguments equal the unstreamed ones: {arguments!r}")
+    # "auto" on a model that answers in text: no calls, the text as content.
+    plain = client.chat.completions.create(model="demo", max_tokens=12, temperature=0, messages=messages,
+                                           tools=[WEATHER_TOOL])
+    check(plain.choices[0].message.tool_calls is None and plain.choices[0].finish_reason == "length"
+          and "18 19" in (plain.choices[0].message.content or ""),
+          f"tool_choice auto without a call answers in text: {plain.choices[0].message.content!r}")
+    expect_bad_request(lambda: client.chat.completions.create(
+        model="demo", messages=messages, tools=[WEATHER_TOOL],
+        tool_choice={"type": "function", "function": {"name": "get_time"}}), "tool_choice",
+        "a tool_choice naming no tool")
 
 
 def expect_bad_request(call, param, what):
@@ -405,6 +453,7 @@ def main():
         router = Server([args.router_bin, "--insecure", "--listen", "127.0.0.1:0",
                          "--admin-listen", "127.0.0.1:0", "--model", MODEL_DIR,
                          "--http-port", "0", "--metrics-port", "0", "--poll-interval-ms", "100",
+                         "--tool-call-parser", "deepseek_v31",
                          "--prefill", prefill.address, "--decode", decode.address], router_log)
         servers.append(router)
         http = router.wait_line("http listening on ")
