@@ -99,6 +99,15 @@ absl::Status ValidateSamplingValues(const SamplingValues& v, int32_t vocab_size)
   return absl::OkStatus();
 }
 
+absl::Status ValidateResponseFormat(const SamplingValues& v, bool ignore_eos) {
+  if (v.json_object && ignore_eos) {
+    return absl::InvalidArgumentError(
+        "response_format json_object cannot be combined with ignore_eos: the JSON object "
+        "ends with EOS (drop ignore_eos, or use response_format text)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NormalizeLogitBias(SamplingValues& v) {
   std::sort(v.logit_bias.begin(), v.logit_bias.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });

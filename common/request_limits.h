@@ -57,12 +57,16 @@ struct SamplingValues {
   // Log-probabilities returned with every generated token: -1 = none; n >= 0 = the chosen
   // token's and the n most likely alternatives' (n <= kMaxTopLogprobs).
   int32_t logprobs = -1;
+  // JSON mode (api.proto ResponseFormat JSON_OBJECT): the output is one JSON object, then EOS;
+  // each token is drawn under a mask of the tokens that keep it so (model/constraint).
+  bool json_object = false;
 
   bool wants_logprobs() const { return logprobs >= 0; }
-  // Whether sampling needs more than the CUDA kernel's knobs (the host path draws such rows).
+  // Whether sampling needs more than the CUDA kernel's knobs (the host path draws such rows;
+  // JSON mode's masks are applied there).
   bool needs_host_sampling() const {
     return repetition_penalty != 1.0f || presence_penalty != 0.0f ||
-           frequency_penalty != 0.0f || !logit_bias.empty() || wants_logprobs();
+           frequency_penalty != 0.0f || !logit_bias.empty() || wants_logprobs() || json_object;
   }
 };
 
@@ -74,6 +78,11 @@ struct SamplingValues {
 // vocab_size > 0 the logit_bias ids must lie in [0, vocab_size) (the engine checks them
 // against its vocabulary again where no vocab_size was known).
 absl::Status ValidateSamplingValues(const SamplingValues& values, int32_t vocab_size = 0);
+
+// What the response format asks of the stop rules, checked at the same edges (ignore_eos is
+// not a sampling knob, so it is passed in): JSON mode ends the object with EOS, so json_object
+// with ignore_eos is INVALID_ARGUMENT naming both.
+absl::Status ValidateResponseFormat(const SamplingValues& values, bool ignore_eos);
 
 // Sorts logit_bias by token id (the order the samplers and the wire use); a repeated id is
 // INVALID_ARGUMENT naming it.

@@ -79,6 +79,19 @@ TEST(SamplingValues, OpenAiKnobsAreNamedWithTheirValues) {
   EXPECT_FALSE(SamplingValues{}.needs_host_sampling());
 }
 
+TEST(SamplingValues, JsonObjectSamplesOnTheHostAndRefusesIgnoreEos) {
+  SamplingValues v;
+  v.json_object = true;
+  EXPECT_TRUE(ValidateSamplingValues(v).ok());
+  EXPECT_TRUE(v.needs_host_sampling());  // its masks are applied by the host sampler
+  EXPECT_TRUE(ValidateResponseFormat(v, /*ignore_eos=*/false).ok());
+  absl::Status s = ValidateResponseFormat(v, /*ignore_eos=*/true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("json_object"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("ignore_eos"), std::string::npos) << s;
+  EXPECT_TRUE(ValidateResponseFormat(SamplingValues{}, /*ignore_eos=*/true).ok());
+}
+
 TEST(SamplingValues, LogitBiasIsSortedAndRepeatsAreRefused) {
   SamplingValues v;
   v.logit_bias = {{9, 1.0f}, {2, -1.0f}, {5, 0.5f}};

@@ -83,6 +83,7 @@ class DecodeRole final : public worker::Role {
       policy_ = *std::move(policy);
       ro.attention_policy = policy_.get();
     }
+    ro.json_vocabulary = env.json_vocabulary;
     runner_ = std::make_unique<DecodeRunner>(&e, receiver_.get(), ro, &env.metrics);
     service_ = std::make_unique<DecodeService>(runner_.get(), env.describe,
                                                &env.security.authorizer);

@@ -19,6 +19,23 @@ DecodeSchedulerOptions WithRanks(DecodeSchedulerOptions o, int ranks) {
   o.ranks = ranks;
   return o;
 }
+
+// JSON mode: moves the sequence's constraint past the generated tokens it has not seen.
+absl::Status CatchUpJson(DecodeSequence& s) {
+  if (!s.json.has_value()) return absl::OkStatus();
+  for (; s.json_consumed < s.generated(); ++s.json_consumed) {
+    const int32_t token = s.tokens[s.prompt_len + s.json_consumed];
+    if (absl::Status refused = s.json->Advance(token); !refused.ok()) {
+      // Only a token drawn without the mask gets here (the first one is the prefill worker's):
+      // it ends this request, not the process.
+      return absl::InternalError(absl::StrCat("JSON mode: output token ", s.json_consumed,
+                                              " breaks the JSON constraint (drawn without "
+                                              "it?): ",
+                                              refused.message()));
+    }
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
 DecodeRunner::DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiver,
@@ -198,8 +215,15 @@ void DecodeRunner::Intake() {
     --room[rank];
     if (!resumed) queue_seconds_->Observe(absl::ToDoubleSeconds(now - r->reserved_at));
     scheduler_.Add(r->seq);
-    // Remote prefill: the first token came with the KV; stream it (it may already end it).
-    if (!resumed && !r->seq->local_prefill) Emit(r, r->seq->tokens.back());
+    // Remote prefill: the first token came with the KV; stream it (it may already end it),
+    // unless JSON mode refuses it.
+    if (!resumed && !r->seq->local_prefill) {
+      if (absl::Status refused = CatchUpJson(*r->seq); !refused.ok()) {
+        End(r, refused);
+        continue;
+      }
+      Emit(r, r->seq->tokens.back());
+    }
   }
 }
 
@@ -250,8 +274,19 @@ void DecodeRunner::Preempt(const std::shared_ptr<Request>& r) {
                scheduler_.ranks() > 1 ? absl::StrCat(" on rank ", r->seq->rank) : "");
 }
 
+void DecodeRunner::AdvanceConstraints() {
+  std::vector<std::pair<std::string, absl::Status>> broken;
+  for (const auto& s : scheduler_.running()) {
+    if (absl::Status refused = CatchUpJson(*s); !refused.ok()) broken.emplace_back(s->id, refused);
+  }
+  for (const auto& [session, why] : broken) {
+    if (auto r = FindBySession(session)) End(r, why);
+  }
+}
+
 bool DecodeRunner::Step() {
   Intake();
+  AdvanceConstraints();
   Grow();
   UpdateRankGauges();
   // schedule()
@@ -281,6 +316,9 @@ bool DecodeRunner::Step() {
       row.options = c.seq->sampling;
       row.step = static_cast<uint64_t>(c.seq->generated());  // same numbering as the prefill side
       row.history = c.seq->tokens;
+      // JSON mode: the mask of the tokens that keep the output a JSON object's prefix (valid
+      // until the constraint advances, after this step).
+      if (c.seq->json.has_value()) row.allowed = c.seq->json->AllowedTokens();
       sc.sample = &row;
     }
     batch.push_back(sc);

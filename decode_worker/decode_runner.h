@@ -10,7 +10,8 @@
 //   the loop    admits a request once its KV is complete (or it prefills locally) and its
 //               stream is open, then step() = schedule() -> run() -> postprocess() decodes one
 //               token per running request per step, applying stop ids / EOS / max_new_tokens,
-//               and streams the tokens. A decoding request takes one more page when it
+//               and streams the tokens (JSON mode: each row drawn under its constraint's
+//               mask, DecodeSequence::json). A decoding request takes one more page when it
 //               crosses into it; when none is free, the most recently reserved running request
 //               is preempted: its pages go back, and it is re-admitted later by recomputing
 //               all its tokens (prompt and generated) as a prefill, whose last logits give its
@@ -52,6 +53,7 @@
 #include "model/engine.h"
 #include "model/sampler.h"
 #include "profiles/attention_path_policy.h"
+#include "worker/json_mode_vocabulary.h"
 
 namespace mlaserve::decode {
 
@@ -67,21 +69,26 @@ struct DecodeRunnerOptions {
   // cell says MHA; docs/profiles.md, "The split rule"). nullptr, and every decode-only step:
   // kAuto. Dense models only (decode_main passes none for DSA models).
   profiles::AttentionPathPolicy* attention_policy = nullptr;
+  // JSON mode's vocabulary, the process's (not owned; outlives the runner). Null: requests in
+  // JSON mode are refused (FAILED_PRECONDITION).
+  const worker::JsonModeVocabulary* json_vocabulary = nullptr;
 };
 
-// What a Reserve's input may be: the model's vocabulary and context and the longest lease.
+// What a Reserve's input may be: the model's vocabulary and context, the longest lease, and
+// whether JSON mode can be served.
 struct ReserveBounds {
   int vocab_size = 0;
   int max_context = 0;  // max_position_embeddings
   absl::Duration max_lease;
+  const worker::JsonModeVocabulary* json_vocabulary = nullptr;  // null: no JSON mode here
 };
 
 // A reservation request, valid by construction: ToReserveSpec (decode_service.h), at the
 // worker's RPC edge, is the one place that checks it against ReserveBounds (request id set,
 // prompt ids in the vocabulary, 1 <= max_new_tokens, prompt + max_new_tokens within the context,
 // sampling values, stop ids in the vocabulary, 0 <= lease <= max_lease, a prefill hash unless
-// local_prefill). DecodeRunner::Reserve assumes all of that and checks only what depends on
-// this worker's state.
+// local_prefill, JSON mode only where this worker has its vocabulary). DecodeRunner::Reserve
+// assumes all of that and checks only what depends on this worker's state.
 struct ReserveSpec {
   std::string request_id;
   std::vector<int32_t> prompt;
@@ -92,6 +99,9 @@ struct ReserveSpec {
   bool local_prefill = false;
   std::string prefill_compat_hash;  // required unless local_prefill
   absl::Duration lease;             // zero: the default
+  // Set iff sampling.json_object: every token (the prefill worker's first one included) is
+  // held to a JsonConstraint over it.
+  std::shared_ptr<const model::ConstraintVocabulary> json_vocabulary;
 };
 
 struct Reservation {
@@ -164,6 +174,9 @@ class DecodeRunner {
   // Gives every decoding sequence the page its next position needs, preempting the most
   // recently reserved running request while the pool has none (loop thread).
   void Grow();
+  // JSON mode: moves each running request's constraint past the tokens it has not seen yet;
+  // a token it refuses (the workers disagree) ends that request with INTERNAL (loop thread).
+  void AdvanceConstraints();
   // Takes `r` out of the batch and frees its pages; Intake re-admits it (recomputing its
   // tokens) once pages are free.
   void Preempt(const std::shared_ptr<Request>& r);

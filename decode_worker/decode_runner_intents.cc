@@ -18,7 +18,8 @@ using kernels::PagesFor;
 ReserveBounds DecodeRunner::bounds() const {
   return ReserveBounds{.vocab_size = engine_->config().vocab_size,
                        .max_context = engine_->config().max_position_embeddings,
-                       .max_lease = options_.max_lease};
+                       .max_lease = options_.max_lease,
+                       .json_vocabulary = options_.json_vocabulary};
 }
 
 absl::StatusOr<int> DecodeRunner::PickRank(int prompt_len, int pages_needed) {
@@ -100,6 +101,7 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   seq->stop.stop_token_ids = std::move(spec.stop_token_ids);
   seq->stop.ignore_eos = spec.ignore_eos;
   seq->stop.eos_token_ids = config.eos_token_ids;
+  if (spec.json_vocabulary != nullptr) seq->json.emplace(std::move(spec.json_vocabulary));
   r->seq = seq;
 
   // 2. Admission, in one locked section: serving, a new id, and room now on some rank. The

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "model/constraint/json_constraint.h"
 #include "model/sampler.h"
 
 namespace mlaserve::decode {
@@ -64,6 +65,12 @@ struct DecodeSequence {
   bool local_prefill = false;
   model::SamplingOptions sampling;
   StopRules stop;
+  // JSON mode (sampling.json_object): the constraint over the generated tokens and how many of
+  // them it has consumed. The loop thread advances it over the rest before each sampled row
+  // (the first token may come from the prefill worker; a recompute after preemption adds
+  // nothing new), so that the row's mask is the one for the next token.
+  std::optional<model::JsonConstraint> json;
+  int json_consumed = 0;
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
   bool prefilling() const { return num_computed < prefill_len; }

@@ -79,6 +79,9 @@ absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request,
     return absl::InvalidArgumentError(
         "prefill_kv_compat_hash is empty (required unless local_prefill)");
   }
+  // Last: the first JSON-mode request builds the vocabulary, which a bad request should not.
+  ASSIGN_OR_RETURN(spec.json_vocabulary,
+                   worker::VocabularyForRequest(spec.sampling, bounds.json_vocabulary));
   return spec;
 }
 

@@ -15,7 +15,8 @@ namespace mlaserve::decode {
 // The decode worker's one check of a Reserve (ReserveSpec says what a valid spec is):
 // INVALID_ARGUMENT naming the field and value (request id, prompt ids, sampling values,
 // max_new_tokens unset or out of range, stop ids, kv_lease_ms < 0 or above bounds.max_lease,
-// a missing prefill hash).
+// a missing prefill hash); FAILED_PRECONDITION for JSON mode where bounds.json_vocabulary has
+// no vocabulary.
 absl::StatusOr<ReserveSpec> ToReserveSpec(const mlaserve::v1::ReserveRequest& request,
                                           const ReserveBounds& bounds);
 void ToProto(const Reservation& reservation, mlaserve::v1::ReserveResponse* response);

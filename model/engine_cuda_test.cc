@@ -726,5 +726,66 @@ TEST(EngineCudaSamplingTest, DeviceSamplingEqualsHostSampler) {
   EXPECT_GT(e.decode_graph_replays(), 0);
 }
 
+// A row with an allowed-token mask (JSON mode) sends the step's rows to the host sampler: the
+// step returns its logits, the masked row draws only allowed tokens (its greedy favourite is
+// refused), and every id is the host sampler's for the same logits and rows.
+TEST(EngineCudaSamplingTest, MaskedRowsAreDrawnOnTheHost) {
+  const std::string dir = Fixture("deepseek_v3");
+  if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
+  Reference ref;
+  ASSERT_TRUE(LoadReference(dir, &ref));
+  auto engine = DeepseekEngine::Create(SmallCudaOptions(dir));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  DeepseekEngine& e = **engine;
+  const int vocab = e.config().vocab_size;
+  constexpr int kSeqs = 2;
+  std::vector<std::unique_ptr<SeqPages>> pages;
+  std::vector<std::vector<int32_t>> ids;
+  for (int s = 0; s < kSeqs; ++s) {
+    ids.push_back(ref.prompts[std::min<size_t>(s, ref.prompts.size() - 1)].ids);
+    pages.push_back(std::make_unique<SeqPages>(e.kv_pool(), static_cast<int>(ids[s].size()) + 2));
+    SequenceChunk c;
+    c.tokens = ids[s];
+    c.pages = pages[s]->pages();
+    ASSERT_TRUE(e.Forward({&c, 1}, AttentionPath::kMla).ok());
+  }
+  std::vector<SequenceChunk> batch(kSeqs);
+  std::vector<int32_t> next = {1, 2};
+  for (int s = 0; s < kSeqs; ++s) {
+    batch[s].tokens = std::span<const int32_t>(&next[s], 1);
+    batch[s].start_pos = static_cast<int>(ids[s].size());
+    batch[s].pages = pages[s]->pages();
+  }
+  auto plain = e.Forward(batch, AttentionPath::kMla);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  // Row 0: greedy, its favourite refused; every odd id allowed.
+  const std::vector<float> row0(plain->logits.begin(), plain->logits.begin() + vocab);
+  const int32_t favourite =
+      static_cast<int32_t>(std::max_element(row0.begin(), row0.end()) - row0.begin());
+  std::vector<uint64_t> mask((vocab + 63) / 64, 0);
+  for (int t = 1; t < vocab; t += 2) mask[t / 64] |= uint64_t{1} << (t % 64);
+  mask[favourite / 64] &= ~(uint64_t{1} << (favourite % 64));
+  std::vector<SampleRow> rows(kSeqs);
+  rows[0].options.temperature = 0.0f;
+  rows[0].allowed = mask;
+  rows[1].options.temperature = 0.8f;  // a plain row: drawn on the host with the other
+  rows[1].options.seed = 7;
+  for (int s = 0; s < kSeqs; ++s) {
+    rows[s].history = ids[s];
+    batch[s].sample = &rows[s];
+  }
+  auto sampled = e.Forward(batch, AttentionPath::kMla);
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  EXPECT_FALSE(sampled->logits.empty()) << "a masked step must be sampled on the host";
+  const std::vector<const SampleRow*> ptrs = {&rows[0], &rows[1]};
+  auto want = SampleHostLogits(plain->logits, vocab, ptrs);
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(sampled->token_ids, *want);
+  ASSERT_EQ(sampled->token_ids.size(), 2u);
+  const int32_t got = sampled->token_ids[0];
+  EXPECT_NE(got, favourite);
+  EXPECT_EQ(got % 2, 1) << got;
+}
+
 }  // namespace
 }  // namespace mlaserve::model

@@ -2,9 +2,11 @@
 //
 //   mlaserve-run --model DIR --prompt "Hello" --max-new-tokens 16
 //   mlaserve-run --model DIR --prompt-ids 1,2,3 --ignore-eos --dump-logits out.json
+//   mlaserve-run --model DIR --prompt "Hello" --response-format json_object
 //
 // Prefill runs in chunks of --chunk-size tokens (0 = one chunk), then one decode step per
-// token over the paged cache; sampling is greedy unless --temperature > 0. Prints the generated
+// token over the paged cache; sampling is greedy unless --temperature > 0 (--response-format
+// json_object: under JSON mode's constraint, model/constraint). Prints the generated
 // text (or ids with --print-ids, or when the checkpoint has no tokenizer.json) to stdout.
 // --dump-logits writes {"last_prompt_logits": [...], "generated_ids": [...]}.
 // --tp-size N shards the model over N ranks as a worker does (docs/parallel.md; GPUs 0..N-1 on
@@ -28,6 +30,7 @@
 #include "common/request_limits.h"
 #include "common/status.h"
 #include "kernels/mha_prefill/api.h"
+#include "model/constraint/json_constraint.h"
 #include "model/tokenizer/detokenizer.h"
 #include "model/engine.h"
 #include "model/parallel_layout.h"
@@ -46,6 +49,7 @@ struct RunOptions {
   SamplingOptions sampling;
   bool seed_given = false;
   bool ignore_eos = false;
+  std::string response_format = "text";  // --response-format: text or json_object
   AttentionPath attention = AttentionPath::kAuto;
   int chunk_size = 0;
   std::string backend = "auto";  // --backend: auto, cpu or cuda
@@ -93,6 +97,7 @@ absl::Status Run(const RunOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--chunk-size is ", o.chunk_size, "; it must be >= 0"));
   }
   RETURN_IF_ERROR(common::ValidateSamplingValues(o.sampling));  // this process's edge
+  RETURN_IF_ERROR(common::ValidateResponseFormat(o.sampling, o.ignore_eos));
   ASSIGN_OR_RETURN(const ParallelOptions parallel,
                    ParseParallelFlags(o.tp_size, o.attention_parallel, o.moe_parallel,
                                       o.moe_dispatch));
@@ -112,6 +117,11 @@ absl::Status Run(const RunOptions& o) {
     ASSIGN_OR_RETURN(prompt, ParseIds(o.prompt_ids));
   }
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+  if (o.sampling.json_object && tokenizer == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--response-format json_object needs tokenizer.json in the model directory ",
+        o.model_dir));
+  }
 
   const int total = static_cast<int>(prompt.size()) + o.max_new_tokens;
   const int pages_needed = kernels::PagesFor(total);
@@ -161,6 +171,12 @@ absl::Status Run(const RunOptions& o) {
   if (eos.empty() && tokenizer != nullptr && tokenizer->eos_id()) eos.push_back(*tokenizer->eos_id());
   SamplingOptions sampling = o.sampling;
   if (!o.seed_given) sampling.seed = RandomSeed();
+  std::optional<JsonConstraint> json;
+  if (sampling.json_object) {
+    ASSIGN_OR_RETURN(auto vocab,
+                     ConstraintVocabulary::FromTokenizer(*tokenizer, config.vocab_size, eos));
+    json.emplace(std::move(vocab));
+  }
   Sampler sampler;
   std::vector<int32_t> history = prompt;
   std::vector<int32_t> generated;
@@ -168,10 +184,12 @@ absl::Status Run(const RunOptions& o) {
   const bool print_text = tokenizer != nullptr && !o.print_ids;
   if (print_text) detok.emplace(*tokenizer, /*skip_special_tokens=*/true);
   for (int step = 0; step < o.max_new_tokens; ++step) {
-    SampleRow row{sampling, static_cast<uint64_t>(step), history};
+    SampleRow row{sampling, static_cast<uint64_t>(step), history, {}};
+    if (json.has_value()) row.allowed = json->AllowedTokens();
     ASSIGN_OR_RETURN(std::vector<int32_t> ids,
                      sampler.Sample(logits, config.vocab_size, {&row, 1}));
     const int32_t id = ids[0];
+    if (json.has_value()) RETURN_IF_ERROR(json->Advance(id));
     generated.push_back(id);
     history.push_back(id);
     if (print_text) {
@@ -218,6 +236,10 @@ int main(int argc, char** argv) {
   app.add_option("--repetition-penalty", o.sampling.repetition_penalty, "1 = off");
   auto* seed = app.add_option("--seed", o.sampling.seed, "sampling seed (default: random)");
   app.add_flag("--ignore-eos", o.ignore_eos, "keep generating after EOS");
+  app.add_option("--response-format", o.response_format,
+                 "text, or json_object: the output is one JSON object, then EOS (needs the "
+                 "checkpoint's tokenizer.json)")
+      ->check(CLI::IsMember({"text", "json_object"}))->capture_default_str();
   std::string attention = "auto";
   app.add_option("--attention", attention, "prefill attention form")
       ->check(CLI::IsMember({"auto", "mha", "mla"}))->capture_default_str();
@@ -256,6 +278,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.seed_given = seed->count() > 0;
+  o.sampling.json_object = o.response_format == "json_object";
   o.attention = attention == "mha"   ? AttentionPath::kMha
                 : attention == "mla" ? AttentionPath::kMla
                                      : AttentionPath::kAuto;

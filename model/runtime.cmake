@@ -94,13 +94,14 @@ mlaserve_warnings(mlaserve-route-probe)
 # mlaserve-run: one-process generation from a checkpoint.
 add_executable(mlaserve-run ${CMAKE_CURRENT_LIST_DIR}/run_main.cc)
 target_link_libraries(mlaserve-run PRIVATE model_runtime model_sampler model_tokenizer
-                      CLI11::CLI11 nlohmann_json::nlohmann_json)
+                      model_constraint CLI11::CLI11 nlohmann_json::nlohmann_json)
 mlaserve_warnings(mlaserve-run)
 install(TARGETS mlaserve-run RUNTIME DESTINATION bin)
 
 if(MLASERVE_BUILD_TESTS)
   mlaserve_test(model_sampler_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/sampler_test.cc
                 ${CMAKE_CURRENT_LIST_DIR}/sampler_openai_test.cc
+                ${CMAKE_CURRENT_LIST_DIR}/sampler_mask_test.cc
                 DEPS model_sampler)
   # Reference tests over tests/fixtures/models (tools/make_fixtures.py).
   mlaserve_test(model_engine_reference_test

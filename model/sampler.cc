@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/sampling/api.h"
 
 namespace mlaserve::model {
@@ -26,6 +28,32 @@ absl::Status CheckIds(std::span<const int32_t> ids, int vocab, int row, const ch
                                                      " is outside the vocabulary [0, ", vocab,
                                                      ")"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// A constraint's mask: tokens it refuses get -infinity, which every later step keeps
+// (bias and penalties add, subtract or scale by a positive factor; the kernel gives them zero
+// probability and never picks them, nor ranks them above a finite logit in its argmax).
+absl::Status ApplyAllowedMask(std::span<const uint64_t> allowed, int row, int vocab,
+                              float* logits) {
+  const size_t words = (static_cast<size_t>(vocab) + 63) / 64;
+  if (allowed.size() != words) {
+    return absl::InvalidArgumentError(absl::StrCat("the allowed-token mask of row ", row, " has ",
+                                                   allowed.size(), " words; vocab ", vocab,
+                                                   " needs ", words));
+  }
+  bool any = false;
+  for (int t = 0; t < vocab; ++t) {
+    if ((allowed[t >> 6] >> (t & 63)) & 1) {
+      any = true;
+    } else {
+      logits[t] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  if (!any) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the allowed-token mask of row ", row, " allows no token"));
   }
   return absl::OkStatus();
 }
@@ -116,6 +144,7 @@ absl::StatusOr<std::vector<int32_t>> Sampler::Sample(std::span<float> logits, in
     penalty[r] = o.repetition_penalty;
     float* row = logits.data() + static_cast<size_t>(r) * vocab;
     if (o.wants_logprobs() && logprobs != nullptr) raw[r].assign(row, row + vocab);
+    if (!rows[r].allowed.empty()) RETURN_IF_ERROR(ApplyAllowedMask(rows[r].allowed, r, vocab, row));
     absl::Status biased = ApplyLogitBias(o, r, vocab, row);
     if (!biased.ok()) return biased;
     if (o.repetition_penalty != 1.0f) {

@@ -36,6 +36,11 @@ struct SampleRow {
   // Prompt + the `step` ids generated so far: the repetition penalty counts all of it, the
   // presence / frequency penalties only its last `step` ids (the generated ones, as vLLM).
   std::span<const int32_t> history;
+  // Constrained decoding (JSON mode): empty, or ceil(vocab / 64) words with bit t of word t / 64
+  // set when token t may be drawn (model/constraint). The sampler sets every other logit to
+  // -infinity before anything else edits the row; at least one bit must be set. Points into
+  // the constraint, which outlives the Sample call.
+  std::span<const uint64_t> allowed;
 };
 
 // One alternative of TokenLogprobs::top.
@@ -46,7 +51,8 @@ struct TopLogprob {
 
 // The log-probabilities of a sampled token (SamplingOptions::logprobs >= 0). As vLLM's default
 // (logprobs_mode "raw_logprobs"): log_softmax of the model's logits as the engine produced
-// them, before logit_bias, penalties, temperature and the top-k / top-p / min-p filters.
+// them, before a SampleRow::allowed mask, logit_bias, penalties, temperature and the top-k /
+// top-p / min-p filters.
 struct TokenLogprobs {
   float logprob = 0.0f;          // the sampled token's
   std::vector<TopLogprob> top;   // the `logprobs` most likely tokens, by descending logprob
@@ -60,9 +66,10 @@ void ComputeTokenLogprobs(std::span<const float> raw_logits, int32_t token, int 
 // Works on host logits (Engine::Forward returns them in host memory) with the CPU kernels.
 class Sampler {
  public:
-  // logits: [rows.size(), vocab] f32 host memory, modified in place by logit_bias and the
-  // penalties (in vLLM's order: logit_bias, then repetition, frequency and presence
-  // penalties). Every row's options are valid (common::ValidateSamplingValues). Returns one id
+  // logits: [rows.size(), vocab] f32 host memory, modified in place by the rows' masks
+  // (SampleRow::allowed: refused tokens become -infinity, so no later step revives them), then
+  // logit_bias and the penalties (in vLLM's order: logit_bias, then repetition, frequency and
+  // presence penalties). INVALID_ARGUMENT for a mask of the wrong size or that allows nothing. Every row's options are valid (common::ValidateSamplingValues). Returns one id
   // per row. With `logprobs` non-null and some row asking for them, *logprobs gets one entry
   // per row (rows that did not ask keep an empty default); otherwise it is left empty.
   absl::StatusOr<std::vector<int32_t>> Sample(std::span<float> logits, int vocab,

@@ -1,6 +1,7 @@
 #include "prefill_worker/prefill_runner.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -147,7 +148,8 @@ absl::Status PrefillRunner::FlushKv(absl::Duration timeout) {
 
 PrefillBounds PrefillRunner::bounds() const {
   return PrefillBounds{.vocab_size = engine_->config().vocab_size,
-                       .max_context = engine_->config().max_position_embeddings};
+                       .max_context = engine_->config().max_position_embeddings,
+                       .json_vocabulary = options_.json_vocabulary};
 }
 
 absl::Status PrefillRunner::Submit(PrefillJob job, PrefillDoneFn done) {
@@ -352,8 +354,21 @@ absl::StatusOr<int32_t> PrefillRunner::SampleFirstToken(const Request& r,
   row.options = r.job.sampling;
   row.step = 0;  // the first generated token; the decode worker continues with 1, 2, ...
   row.history = r.job.tokens;
+  // JSON mode: the text's first token, among those that can start a JSON object. The decode
+  // worker replays it into its own constraint.
+  std::optional<model::JsonConstraint> json;
+  if (r.job.json_vocabulary != nullptr) {
+    json.emplace(r.job.json_vocabulary);
+    row.allowed = json->AllowedTokens();
+  }
   auto ids = sampler_.Sample(logits, engine_->config().vocab_size, std::span(&row, 1));
   if (!ids.ok()) return ids.status();
+  if (json.has_value()) {
+    if (absl::Status s = json->Advance((*ids)[0]); !s.ok()) {
+      return absl::InternalError(absl::StrCat("JSON mode: the first token broke its constraint: ",
+                                              s.message()));
+    }
+  }
   return (*ids)[0];
 }
 

@@ -46,6 +46,7 @@
 #include "model/sampler.h"
 #include "profiles/attention_path_policy.h"
 #include "prefill_worker/prefill_scheduler.h"
+#include "worker/json_mode_vocabulary.h"
 
 namespace mlaserve::prefill {
 
@@ -62,24 +63,30 @@ struct PrefillRunnerOptions {
   bool kv_layerwise = true;
   // Host-payload senders (tcp): staging slots of the KV shipping thread (layers in flight).
   int kv_ship_slots = 8;
+  // JSON mode's vocabulary, the process's (not owned; outlives the runner). Null: requests in
+  // JSON mode are refused (FAILED_PRECONDITION).
+  const worker::JsonModeVocabulary* json_vocabulary = nullptr;
 };
 
 // What a prefill job's input may be: the model's vocabulary and context.
 struct PrefillBounds {
   int vocab_size = 0;
   int max_context = 0;  // max_position_embeddings
+  const worker::JsonModeVocabulary* json_vocabulary = nullptr;  // null: no JSON mode here
 };
 
 // A prefill request, valid by construction: ToPrefillJob (prefill_service.h), at the worker's
 // RPC edge, is the one place that checks it against PrefillBounds (request id set, 1 <= prompt
 // length <= max_context, ids in the vocabulary, sampling values, a KV session whose page count
-// is the prompt's). PrefillRunner::Submit assumes all of that and checks only what depends on
-// this worker's state.
+// is the prompt's, JSON mode only where this worker has its vocabulary). PrefillRunner::Submit
+// assumes all of that and checks only what depends on this worker's state.
 struct PrefillJob {
   std::string request_id;
   std::vector<int32_t> tokens;
   model::SamplingOptions sampling;
   kvtransfer::KvSessionRef session;
+  // Set iff sampling.json_object: the first token is drawn under a fresh JsonConstraint.
+  std::shared_ptr<const model::ConstraintVocabulary> json_vocabulary;
 };
 
 struct PrefillOutcome {

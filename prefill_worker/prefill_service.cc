@@ -35,6 +35,9 @@ absl::StatusOr<PrefillJob> ToPrefillJob(const v1::PrefillRequest& request,
         "kv_session.num_pages is ", job.session.num_pages, " but a prompt of ", n,
         " tokens fills ", pages, " pages of ", kernels::kPageSize, " tokens"));
   }
+  // Last: the first JSON-mode request builds the vocabulary, which a bad request should not.
+  ASSIGN_OR_RETURN(job.json_vocabulary,
+                   worker::VocabularyForRequest(job.sampling, bounds.json_vocabulary));
   return job;
 }
 

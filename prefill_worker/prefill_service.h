@@ -14,7 +14,8 @@ namespace mlaserve::prefill {
 
 // The prefill worker's one check of a request (PrefillJob says what a valid job is):
 // INVALID_ARGUMENT naming the field and value (request id, prompt ids and length, sampling
-// values, a missing kv_session or one whose page count is not the prompt's).
+// values, a missing kv_session or one whose page count is not the prompt's);
+// FAILED_PRECONDITION for JSON mode where bounds.json_vocabulary has no vocabulary.
 absl::StatusOr<PrefillJob> ToPrefillJob(const mlaserve::v1::PrefillRequest& request,
                                         const PrefillBounds& bounds);
 void ToProto(const PrefillOutcome& outcome, mlaserve::v1::PrefillResponse* response);

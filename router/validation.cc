@@ -82,6 +82,7 @@ absl::Status ValidatePrompt(std::span<const int32_t> prompt_ids, const ModelLimi
 absl::Status ValidateAndResolveSampling(SamplingConfig& s, int32_t prompt_tokens,
                                         const ModelLimits& limits) {
   RETURN_IF_ERROR(common::ValidateSamplingValues(s, limits.vocab_size));
+  RETURN_IF_ERROR(common::ValidateResponseFormat(s, s.ignore_eos));
   RETURN_IF_ERROR(common::NormalizeLogitBias(s));
   RETURN_IF_ERROR(common::ValidateStopCounts(s.stop.size(), s.stop_token_ids.size()));
   for (int32_t id : s.stop_token_ids) {

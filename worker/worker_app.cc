@@ -118,6 +118,9 @@ std::optional<StartupError> WorkerApp::Build() {
   if (!profile.ok()) return StartupError{"GPU profile", profile.status()};
   profile_ = *std::move(profile);
   profile_json_ = profiles::ProfileToJson(profile_->profile);
+  // JSON mode's vocabulary: built by the first request that asks for it.
+  json_vocabulary_ = JsonModeVocabulary::FromModelDirectory(o.model_dir, e.config().vocab_size,
+                                                            e.config().eos_token_ids);
 
   // Every rank's pool together; under data attention each rank's too (docs/parallel.md).
   auto* pages_total = metrics_.GetGauge("mlaserve_kv_pages_total", "KV pages in the pool.");
@@ -183,7 +186,8 @@ int WorkerApp::Run(Role& role) {
                       .security = *security_,
                       .gpu_pool = gpu_pool,
                       .nccl_built = nccl_built,
-                      .describe = describe};
+                      .describe = describe,
+                      .json_vocabulary = json_vocabulary_.get()};
   if (std::optional<StartupError> error = role.Start(env)) return Fail(error->what, error->status);
 
   // The role's Drain waits for admitted requests; after it, open calls get a short grace.

@@ -33,6 +33,7 @@
 #include "mlaserve/v1/admin.pb.h"
 #include "model/engine.h"
 #include "profiles/profile_store.h"
+#include "worker/json_mode_vocabulary.h"
 #include "worker/worker_options.h"
 #include "worker/worker_proto.h"
 
@@ -52,6 +53,8 @@ struct WorkerEnv {
   bool nccl_built = false;  // this binary has the NCCL transport (MLASERVE_HAVE_NCCL)
   // The descriptor GetInfo answers with (the same one registration sends); any thread.
   std::function<mlaserve::v1::WorkerDescriptor()> describe;
+  // JSON mode's constraint vocabulary, one for the process (never null here).
+  const JsonModeVocabulary* json_vocabulary = nullptr;
 };
 
 // A start-up step that failed: printed as "<binary>: <what>: <status>".
@@ -109,6 +112,7 @@ class WorkerApp {
   std::string profile_json_;
   common::MetricsRegistry metrics_;
   AdvertisedAddress advertise_;  // set once the port is bound; read by GetInfo meanwhile
+  std::unique_ptr<JsonModeVocabulary> json_vocabulary_;
 };
 
 }  // namespace mlaserve::worker

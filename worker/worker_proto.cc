@@ -23,8 +23,17 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::Sam
   if (p.has_frequency_penalty()) o.frequency_penalty = p.frequency_penalty();
   for (const auto& [id, bias] : p.logit_bias()) o.logit_bias.emplace_back(id, bias);
   if (p.has_logprobs()) o.logprobs = p.logprobs();
+  if (!mlaserve::v1::ResponseFormat_IsValid(p.response_format())) {
+    // proto3 keeps an enum value it does not know (a newer client's format): refuse it rather
+    // than generate unconstrained text.
+    return absl::InvalidArgumentError(absl::StrCat("response_format ", p.response_format(),
+                                                   " is unknown; this worker knows TEXT (0) and "
+                                                   "JSON_OBJECT (1)"));
+  }
+  o.json_object = p.response_format() == mlaserve::v1::RESPONSE_FORMAT_JSON_OBJECT;
   o.seed = p.has_seed() ? p.seed() : model::RandomSeed();
   absl::Status s = common::ValidateSamplingValues(o, vocab_size);
+  if (s.ok()) s = common::ValidateResponseFormat(o, p.ignore_eos());
   if (s.ok()) s = common::NormalizeLogitBias(o);
   if (!s.ok()) return s;
   return o;

@@ -19,7 +19,9 @@ namespace mlaserve::worker {
 // The router forwards SamplingParams with every optional filled. Unset fields take the
 // api.proto defaults here too (seed unset: a fresh random seed); values out of range are
 // INVALID_ARGUMENT naming the field. The workers' edge for sampling: it calls
-// common::ValidateSamplingValues, and nothing past it checks the values again. With
+// common::ValidateSamplingValues and ValidateResponseFormat (response_format json_object with
+// ignore_eos is refused; an unknown response_format too), and nothing past it checks the
+// values again. Whether JSON mode can be served here (JsonModeVocabulary) is the caller's. With
 // vocab_size > 0 the logit_bias ids are checked against it (the sampler checks them again
 // otherwise); logit_bias comes back sorted by id.
 absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::SamplingParams& p,

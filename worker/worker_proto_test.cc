@@ -54,6 +54,25 @@ TEST(WorkerProtoTest, OpenAiKnobs) {
   EXPECT_EQ(ToSamplingOptions(p, 100)->logprobs, 0);
 }
 
+TEST(WorkerProtoTest, ResponseFormat) {
+  mlaserve::v1::SamplingParams p;
+  EXPECT_FALSE(ToSamplingOptions(p)->json_object);
+  p.set_response_format(mlaserve::v1::RESPONSE_FORMAT_JSON_OBJECT);
+  auto o = ToSamplingOptions(p);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->json_object);
+  EXPECT_TRUE(o->needs_host_sampling());
+  p.set_ignore_eos(true);
+  absl::Status s = ToSamplingOptions(p).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("json_object"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("ignore_eos"));
+  p.set_ignore_eos(false);
+  p.set_response_format(static_cast<mlaserve::v1::ResponseFormat>(7));  // a newer client's
+  EXPECT_THAT(std::string(ToSamplingOptions(p).status().message()),
+              HasSubstr("response_format 7 is unknown"));
+}
+
 TEST(WorkerProtoTest, PromptValidationNamesTheValue) {
   EXPECT_THAT(ValidatePromptTokens({}, 10, 100).message(), HasSubstr("empty"));
   EXPECT_THAT(ValidatePromptTokens({1, 2, 12}, 10, 100).message(),

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -26,7 +27,8 @@ class DecodeRunnerHarness : public ::testing::Test {
   void Build(const mlaserve::testing::FakeEngineOptions& decode, DecodeRunnerOptions runner,
              int prefill_pages) {
     decode_ = mlaserve::testing::FakeEngine::Create(decode);
-    prefill_ = mlaserve::testing::FakeEngine::Create({.num_pages = prefill_pages});
+    prefill_ = mlaserve::testing::FakeEngine::Create(
+        {.num_pages = prefill_pages, .vocab_size = decode.vocab_size});
     layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
     receiver_ = std::make_unique<kvtransfer::KvReceiver>(
         &decode_->kv_pool(), layout_, kvtransfer::KvReceiverOptions{absl::Seconds(30)});
@@ -50,8 +52,9 @@ class DecodeRunnerHarness : public ::testing::Test {
 
   // Plays the prefill worker: computes the prompt's KV on the prefill engine and ships it,
   // one message per layer, then completes the session with the first token (vocab: the fake
-  // engines' token range).
-  void PrefillAndShip(const Reservation& r, const std::vector<int32_t>& prompt, int vocab) {
+  // engines' token range), the greedy one unless `first_token` is given.
+  void PrefillAndShip(const Reservation& r, const std::vector<int32_t>& prompt, int vocab,
+                      std::optional<int32_t> first_token = std::nullopt) {
     auto pages = *prefill_->kv_pool().Allocate(r.session.num_pages);
     model::SequenceChunk c;
     c.tokens = prompt;
@@ -68,8 +71,8 @@ class DecodeRunnerHarness : public ::testing::Test {
                       .ok());
     }
     absl::Status verdict = absl::UnknownError("unset");
-    sender->Complete({mlaserve::testing::FakeEngine::NextToken(prompt, vocab), layout_.num_layers,
-                      r.session.num_pages, sender->bytes_sent()},
+    sender->Complete({first_token.value_or(mlaserve::testing::FakeEngine::NextToken(prompt, vocab)),
+                      layout_.num_layers, r.session.num_pages, sender->bytes_sent()},
                      [&](absl::Status s) { verdict = s; });
     ASSERT_TRUE(verdict.ok()) << verdict;
     prefill_->kv_pool().Free(pages);

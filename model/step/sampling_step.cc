@@ -16,8 +16,9 @@ bool SamplingStep::CanSampleOnDevice(std::span<const SampleRow* const> rows) con
   if (ctx_.backend != kernels::Backend::kCuda || rows.empty()) return false;
   for (const SampleRow* r : rows) {
     // The kernel has temperature / top-k / top-p / min-p only: a row with a penalty,
-    // logit_bias or logprobs sends the step's rows to the host path (docs/api.md).
-    if (r->options.needs_host_sampling()) return false;
+    // logit_bias, logprobs or an allowed-token mask (JSON mode) sends the step's rows to the
+    // host path (docs/api.md).
+    if (r->options.needs_host_sampling() || !r->allowed.empty()) return false;
   }
   return true;
 }

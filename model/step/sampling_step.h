@@ -6,9 +6,10 @@
 // V2-Lite's 102400-token vocabulary, plus the host-side top-p over them). The draw is
 // model::Sampler's function bit for bit (kernels/sampling/api.h), so the ids do not depend on
 // where they were drawn. A step with a row that needs more than the kernel's knobs
-// (SamplingValues::needs_host_sampling: a repetition / presence / frequency penalty, logit_bias
-// or logprobs) is sampled on the host, its logits copied there (the token histories are not
-// uploaded and the kernel returns no logprobs), as is everything on kCpu.
+// (SamplingValues::needs_host_sampling: a repetition / presence / frequency penalty, logit_bias,
+// logprobs or JSON mode's allowed-token mask) is sampled on the host, its logits copied there
+// (the token histories and masks are not uploaded and the kernel returns no logprobs), as is
+// everything on kCpu.
 #pragma once
 
 #include <cstddef>

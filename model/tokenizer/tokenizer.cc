@@ -129,6 +129,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
     info.token = t.content;
     info.has_token = true;
     info.special = t.special;
+    info.added = true;
     tok->added_token_ids_.emplace(t.content, t.id);
   }
   for (IdInfo& info : tok->id_to_token_) {
@@ -265,6 +266,10 @@ std::optional<std::string_view> Tokenizer::IdToToken(int32_t id) const {
 
 bool Tokenizer::IsSpecial(int32_t id) const {
   return id >= 0 && id < vocab_size() && id_to_token_[id].special;
+}
+
+bool Tokenizer::IsAddedToken(int32_t id) const {
+  return id >= 0 && id < vocab_size() && id_to_token_[id].added;
 }
 
 std::optional<std::string_view> Tokenizer::TokenBytes(int32_t id, bool skip_special_tokens) const {

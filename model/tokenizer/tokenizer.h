@@ -70,6 +70,8 @@ class Tokenizer {
   std::optional<int32_t> TokenId(std::string_view token) const;
   std::optional<std::string_view> IdToToken(int32_t id) const;
   bool IsSpecial(int32_t id) const;
+  // tokenizer.json's added_tokens, special or not (DeepSeek's <think>, tool-call markers).
+  bool IsAddedToken(int32_t id) const;
 
   // From tokenizer_config.json's bos_token / eos_token when given; otherwise DeepSeek's
   // "<｜begin▁of▁sentence｜>" / "<｜end▁of▁sentence｜>" if the vocabulary has them.
@@ -92,6 +94,7 @@ class Tokenizer {
     std::string bytes;  // what the decoder turns the token into
     bool has_token = false;
     bool special = false;
+    bool added = false;  // from added_tokens
   };
   std::vector<IdInfo> id_to_token_;
   StringMap<int32_t> added_token_ids_;

@@ -260,6 +260,9 @@ TEST_F(DetokenizerTest, SpecialTokensRenderedUnlessSkipped) {
   // Non-special added tokens are kept even when skipping special ones.
   const int32_t think = tok.TokenId("<think>").value();
   EXPECT_FALSE(tok.IsSpecial(think));
+  EXPECT_TRUE(tok.IsAddedToken(think));
+  EXPECT_TRUE(tok.IsAddedToken(*tok.eos_id()));
+  EXPECT_FALSE(tok.IsAddedToken(*tok.TokenId("a")));
   EXPECT_EQ(skip.Add(think).value(), "<think>");
 }
 

@@ -5,12 +5,14 @@
 #include <limits>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_replace.h"
 #include "common/request_limits.h"
+#include "router/chat_template/value.h"
 
 namespace mlaserve::router::openai {
 namespace {
@@ -32,6 +34,13 @@ std::string JsonType(const Json& v) {
     case Json::value_t::array: return "an array";
     default: return "an object";
   }
+}
+
+// Whether `object[key]` is the string `want` (false for another type: nlohmann's value() would
+// throw on a non-string).
+bool StringFieldIs(const Json& object, const char* key, std::string_view want) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() && it->get_ref<const std::string&>() == want;
 }
 
 // Reads request fields with OpenAI-shaped errors; the first error wins and stops reading.
@@ -173,11 +182,6 @@ void RequireOff(Reader& r, Endpoint endpoint) {
       r.Fail(Invalid("'best_of' must be 1", "best_of"));
     }
   } else {
-    if (const Json* v = r.Get("response_format");
-        v != nullptr && !(v->is_object() && v->value("type", "") == "text")) {
-      r.Fail(Invalid("'response_format' must be {\"type\": \"text\"}: structured output is not "
-                     "supported", "response_format"));
-    }
     // The deprecated spelling of tools; its replacement is served.
     if (const Json* v = r.Get("functions"); v != nullptr && !(v->is_array() && v->empty())) {
       r.Fail(Invalid("'functions' is deprecated and not supported: use 'tools'", "functions"));
@@ -305,6 +309,50 @@ void ReadPrompt(Reader& r, ApiRequest* out) {
   }
 }
 
+// An assistant message's tool_calls as DeepSeek's templates can render them: OpenAI allows
+// the message without `content` when it has calls (null here), a null or empty `tool_calls`
+// (dropped: R1's template would render an empty call block), and clients send `arguments` as
+// an object as well as the JSON text OpenAI specifies (written as Python's json.dumps would,
+// as transformers' templates see it). False after a 400 naming the call.
+bool NormalizeToolCalls(Reader& r, const std::string& where, Json& msg) {
+  const auto calls = msg.find("tool_calls");
+  if (calls == msg.end()) return true;
+  if (calls->is_null() || (calls->is_array() && calls->empty())) {
+    msg.erase("tool_calls");
+    return true;
+  }
+  if (!StringFieldIs(msg, "role", "assistant") || !calls->is_array()) {
+    r.Fail(Invalid(absl::StrCat(where, ".tool_calls must be an array, on an assistant message"), "messages"));
+    return false;
+  }
+  // (Adding a key may move the others: index tool_calls afresh.)
+  if (!msg.contains("content")) msg["content"] = nullptr;
+  Json& list = msg["tool_calls"];
+  for (size_t j = 0; j < list.size(); ++j) {
+    Json& call = list[j];
+    const std::string at = absl::StrCat(where, ".tool_calls[", j, "]");
+    if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+        !call["function"].contains("name") || !call["function"]["name"].is_string()) {
+      r.Fail(Invalid(absl::StrCat(at, " must be {\"type\": \"function\", \"function\": {\"name\", "
+                                  "\"arguments\"}}"), "messages"));
+      return false;
+    }
+    if (!call.contains("type")) call["type"] = "function";
+    Json& arguments = call["function"]["arguments"];
+    if (arguments.is_null()) {
+      arguments = "{}";
+    } else if (arguments.is_object()) {
+      absl::StatusOr<std::string> text = chat_template::ToJson(chat_template::Value::FromJson(arguments));
+      arguments = text.ok() ? *text : arguments.dump();
+    } else if (!arguments.is_string()) {
+      r.Fail(Invalid(absl::StrCat(at, ".function.arguments must be a JSON object or its text, got ",
+                                  JsonType(arguments)), "messages"));
+      return false;
+    }
+  }
+  return true;
+}
+
 void ReadMessages(Reader& r, ApiRequest* out) {
   const Json* m = r.Get("messages");
   if (m == nullptr) return r.Fail(Invalid("'messages' is required", "messages"));
@@ -324,7 +372,7 @@ void ReadMessages(Reader& r, ApiRequest* out) {
       // Text parts joined by newlines, as vLLM gives them to string-content templates.
       std::vector<std::string> texts;
       for (const Json& part : msg["content"]) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        if (!part.is_object() || !StringFieldIs(part, "type", "text") || !part.contains("text") ||
             !part["text"].is_string()) {
           return r.Fail(Invalid(absl::StrCat(where, ".content: only {\"type\": \"text\", \"text\": "
                                              "...} parts are supported"), "messages"));
@@ -336,6 +384,7 @@ void ReadMessages(Reader& r, ApiRequest* out) {
       return r.Fail(Invalid(absl::StrCat(where, ".content must be a string, an array of text parts or "
                                          "null"), "messages"));
     }
+    if (!NormalizeToolCalls(r, where, copy)) return;
     out->messages.push_back(std::move(copy));
   }
   if (auto v = r.Bool("add_generation_prompt")) out->add_generation_prompt = *v;
@@ -343,6 +392,38 @@ void ReadMessages(Reader& r, ApiRequest* out) {
     if (!kw->is_object()) return r.WrongType("chat_template_kwargs", "an object", *kw);
     out->chat_template_kwargs = *kw;
   }
+}
+
+// OpenAI's response_format: {"type": "text"} (the default) or {"type": "json_object"} (JSON
+// mode: the workers constrain the sampling to one JSON object). A json_schema would need a
+// schema-to-grammar compiler, which this engine does not have.
+void ReadResponseFormat(Reader& r, v1::SamplingParams* s) {
+  const Json* v = r.Get("response_format");
+  if (v == nullptr || r.failed()) return;
+  constexpr char kShape[] = "'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"}";
+  if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string()) {
+    return r.Fail(Invalid(kShape, "response_format"));
+  }
+  const std::string type = (*v)["type"].get<std::string>();
+  if (type == "json_object") {
+    s->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
+  } else if (type == "json_schema") {
+    r.Fail(Invalid("'response_format' json_schema is not supported (no schema-constrained decoding); "
+                   "JSON mode, {\"type\": \"json_object\"}, is",
+                   "response_format"));
+  } else if (type != "text") {
+    r.Fail(Invalid(absl::StrCat(kShape, ", got type \"", type, "\""), "response_format"));
+  }
+}
+
+// OpenAI's name rule (^[a-zA-Z0-9_-]{1,64}$), with '.' and ':' also allowed as some clients
+// namespace their tools so: a name is written into the prompt and parsed back out of the
+// call's markup, so quotes, brackets and DeepSeek's marker characters must not reach it.
+bool IsToolName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == ':';
+  });
 }
 
 // OpenAI's tools: [{"type": "function", "function": {"name", "description"?, "parameters"?,
@@ -357,7 +438,7 @@ void ReadTools(Reader& r, ApiRequest* out) {
       const std::string where = absl::StrCat("tools[", i, "]");
       const auto bad = [&](const std::string& what) { r.Fail(Invalid(absl::StrCat(where, what), "tools")); };
       if (!tool.is_object()) return bad(" must be an object");
-      if (tool.value("type", "") != "function") return bad(".type must be \"function\"");
+      if (!StringFieldIs(tool, "type", "function")) return bad(".type must be \"function\"");
       for (const auto& [key, value] : tool.items()) {
         if (key != "type" && key != "function") return bad(absl::StrCat(" has an unknown field '", key, "'"));
       }
@@ -365,8 +446,9 @@ void ReadTools(Reader& r, ApiRequest* out) {
       if (f == tool.end() || !f->is_object()) return bad(".function must be an object");
       for (const auto& [key, value] : f->items()) {
         if (key == "name") {
-          if (!value.is_string() || value.get<std::string>().empty() || value.get<std::string>().size() > 256) {
-            return bad(".function.name must be a string of 1 to 256 bytes");
+          if (!value.is_string() || !IsToolName(value.get<std::string>())) {
+            return bad(absl::StrCat(".function.name must be 1 to 64 letters, digits, '_', '-', '.' or ':'",
+                                    value.is_string() ? absl::StrCat(", got '", value.get<std::string>(), "'") : ""));
           }
         } else if (key == "description") {
           if (!value.is_string() && !value.is_null()) return bad(".function.description must be a string");
@@ -404,7 +486,7 @@ void ReadTools(Reader& r, ApiRequest* out) {
     } else {
       return r.Fail(Invalid(absl::StrCat(kShape, ", got \"", mode, "\""), "tool_choice"));
     }
-  } else if (choice->is_object() && choice->value("type", "") == "function" && choice->contains("function") &&
+  } else if (choice->is_object() && StringFieldIs(*choice, "type", "function") && choice->contains("function") &&
              (*choice)["function"].is_object() && (*choice)["function"].contains("name") &&
              (*choice)["function"]["name"].is_string()) {
     out->tool_choice = ToolChoice::kNamed;
@@ -479,7 +561,7 @@ ApiError ErrorForRequest(const absl::Status& status, const ApiRequest& request) 
     e.param = "stop";
   } else {
     for (const char* field : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-                              "presence_penalty", "frequency_penalty", "logit_bias"}) {
+                              "presence_penalty", "frequency_penalty", "logit_bias", "response_format"}) {
       if (absl::StartsWith(m, absl::StrCat(field, " "))) e.param = field;
     }
   }
@@ -530,6 +612,7 @@ std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std:
   if (endpoint == Endpoint::kChat) {
     ReadMessages(r, &out);
     ReadTools(r, &out);
+    ReadResponseFormat(r, &out.sampling);
   } else {
     ReadPrompt(r, &out);
   }

@@ -86,7 +86,7 @@ TEST(ApiRequestTest, ChatMessagesAndTemplateInputs) {
   ASSERT_EQ(r.messages.size(), 3u);
   EXPECT_EQ(r.messages[1]["content"], "a\nb");
   EXPECT_TRUE(r.messages[2]["content"].is_null());
-  EXPECT_TRUE(r.messages[2].contains("tool_calls"));
+  EXPECT_FALSE(r.messages[2].contains("tool_calls"));  // an empty list is no calls
   EXPECT_FALSE(r.add_generation_prompt);
   EXPECT_EQ(r.chat_template_kwargs["thinking"], true);
 }
@@ -208,7 +208,7 @@ TEST(ApiRequestTest, ToolsAndToolChoice) {
   EXPECT_THAT(error(R"("tools": [{"type": "function", "function": {"description": "no name"}}]})").message,
               HasSubstr("tools[0].function.name is required"));
   EXPECT_THAT(error(R"("tools": [{"type": "function", "function": {"name": ""}}]})").message,
-              HasSubstr("tools[0].function.name must be a string"));
+              HasSubstr("tools[0].function.name must be 1 to 64 letters"));
   EXPECT_THAT(error(R"("tools": [{"type": "function", "function": {"name": "f", "parameters": "{}"}}]})").message,
               HasSubstr("tools[0].function.parameters must be a JSON Schema object"));
   EXPECT_THAT(error(R"("tools": [{"type": "function", "function": {"name": "f", "params": {}}}]})").message,
@@ -223,6 +223,65 @@ TEST(ApiRequestTest, ToolsAndToolChoice) {
   EXPECT_THAT(e.message, HasSubstr("'nope', which is not in 'tools'"));
   EXPECT_THAT(error(R"("tools": [)" + weather + R"(], "tool_choice": "any"})").message, HasSubstr("got \"any\""));
   EXPECT_EQ(error(R"("tools": [)" + weather + R"(], "parallel_tool_calls": 1})").param, "parallel_tool_calls");
+}
+
+// Assistant messages with tool calls in the shapes clients send them: without content, with
+// arguments as an object, with an empty or null tool_calls; malformed calls are 400s.
+TEST(ApiRequestTest, ToolCallHistoryIsNormalised) {
+  ApiRequest r = Ok(Endpoint::kChat, R"({"model": "demo", "messages": [
+      {"role": "user", "content": "x"},
+      {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"a": [1, 2.5], "b": "ü"}}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+      {"role": "assistant", "content": "done", "tool_calls": []},
+      {"role": "assistant", "content": "again", "tool_calls": null}]})");
+  const auto& m = r.messages;
+  EXPECT_TRUE(m[1]["content"].is_null());
+  EXPECT_EQ(m[1]["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(m[1]["tool_calls"][0]["function"]["arguments"], "{\"a\": [1, 2.5], \"b\": \"ü\"}");
+  EXPECT_FALSE(m[3].contains("tool_calls"));
+  EXPECT_FALSE(m[4].contains("tool_calls"));
+  const std::string start = R"({"model": "demo", "messages": [{"role": "user", "content": "x"}, )";
+  ApiError e = Err(Endpoint::kChat, start + R"({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 3}}]}]})");
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_THAT(e.message, HasSubstr("messages[1].tool_calls[0].function.arguments must be a JSON object or its text"));
+  EXPECT_THAT(Err(Endpoint::kChat, start + R"({"role": "assistant", "tool_calls": [{"function": {}}]}]})").message,
+              HasSubstr("messages[1].tool_calls[0] must be"));
+  EXPECT_THAT(Err(Endpoint::kChat, start + R"({"role": "user", "content": "y", "tool_calls": [{"function": {"name": "f"}}]}]})").message,
+              HasSubstr("on an assistant message"));
+}
+
+// Tool names are written into the prompt and read back from the call's markup: OpenAI's rule
+// (plus '.' and ':'), nothing that could be markup; a `type` of another JSON type is a 400,
+// not an exception.
+TEST(ApiRequestTest, ToolNamesAndTypesAreChecked) {
+  const std::string chat = R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], )";
+  Ok(Endpoint::kChat, chat + R"("tools": [{"type": "function", "function": {"name": "srv.get_weather:v2-x_1"}}]})");
+  for (const char* name : {R"(a\">b)", "a b", "a<｜tool▁sep｜>b", "0123456789012345678901234567890123456789012345678901234567890123x"}) {
+    ApiError e = Err(Endpoint::kChat, chat + R"("tools": [{"type": "function", "function": {"name": ")" + std::string(name) + R"("}}]})");
+    EXPECT_EQ(e.param, "tools") << name;
+    EXPECT_THAT(e.message, HasSubstr("must be 1 to 64 letters")) << name;
+  }
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("tools": [{"type": 1, "function": {"name": "f"}}]})").param, "tools");
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": 2}})").param,
+            "tool_choice");
+  EXPECT_EQ(Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": [{"type": 1, "text": "x"}]}]})").param,
+            "messages");
+}
+
+// response_format: text (the default) and json_object (JSON mode, a sampling parameter);
+// json_schema and other types are 400s naming the parameter.
+TEST(ApiRequestTest, ResponseFormat) {
+  const std::string chat = R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], )";
+  EXPECT_EQ(Ok(Endpoint::kChat, chat + R"("response_format": {"type": "text"}})").sampling.response_format(),
+            v1::RESPONSE_FORMAT_TEXT);
+  EXPECT_EQ(Ok(Endpoint::kChat, chat + R"("response_format": {"type": "json_object"}})").sampling.response_format(),
+            v1::RESPONSE_FORMAT_JSON_OBJECT);
+  ApiError e = Err(Endpoint::kChat, chat + R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})");
+  EXPECT_EQ(e.param, "response_format");
+  EXPECT_THAT(e.message, HasSubstr("json_schema is not supported"));
+  EXPECT_THAT(Err(Endpoint::kChat, chat + R"("response_format": {"type": "yaml"}})").message,
+              HasSubstr("got type \"yaml\""));
+  EXPECT_EQ(Err(Endpoint::kChat, chat + R"("response_format": "json_object"})").param, "response_format");
 }
 
 // The router's validation messages name its own fields; the HTTP error names the request's.

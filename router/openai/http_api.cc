@@ -172,12 +172,21 @@ struct HttpApi::Impl {
     vars["add_generation_prompt"] = r.add_generation_prompt;
     for (const auto& [k, v] : r.chat_template_kwargs.items()) vars[k] = v;
     if (r.tool_choice == ApiRequest::ToolChoice::kNone) return vars;
-    if (!tool_call_format.has_value()) {
+    if (r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT) {
       return ApiError{400,
-                      absl::StrCat("'tools' cannot be served: ", chat_template->origin,
-                                   " writes no tool calls, so the tool-call syntax of this model is "
-                                   "unknown; start the router with --tool-call-parser"),
-                      "invalid_request_error", "tools", std::nullopt};
+                      "'response_format' json_object cannot be combined with 'tools': a tool call "
+                      "is not a JSON object; use tool_choice \"none\" or drop response_format",
+                      "invalid_request_error", "response_format", std::nullopt};
+    }
+    if (!tool_call_format.has_value()) {
+      const std::string why = options.tool_call_parser == "none"
+                                  ? std::string("this server runs with --tool-call-parser none")
+                                  : absl::StrCat(chat_template->origin,
+                                                 " writes no tool calls, so the tool-call syntax of "
+                                                 "this model is unknown; start the router with "
+                                                 "--tool-call-parser");
+      return ApiError{400, absl::StrCat("'tools' cannot be served: ", why), "invalid_request_error",
+                      "tools", std::nullopt};
     }
     // A named function is the only tool the model is shown (as SGLang does).
     Json tools = Json::array();
@@ -241,6 +250,14 @@ struct HttpApi::Impl {
                       "invalid_request_error", "messages", std::nullopt};
     }
     setup->opens_reasoning = ReasoningSplitter::PromptOpensReasoning(*prompt);
+    if (setup->opens_reasoning && r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT) {
+      // The constraint holds from the first generated token, where a reasoning model thinks.
+      return ApiError{400,
+                      "'response_format' json_object cannot be combined with thinking mode (the "
+                      "prompt opens a <think>, and JSON mode constrains every generated token); "
+                      "turn thinking off",
+                      "invalid_request_error", "response_format", std::nullopt};
+    }
     if (r.tool_choice == ApiRequest::ToolChoice::kRequired || r.tool_choice == ApiRequest::ToolChoice::kNamed) {
       // Without constrained decoding, a call is made certain by writing its opening (and the
       // named function) at the prompt's end; a prompt that opened a <think> would lose it.
@@ -466,6 +483,14 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
       return absl::InvalidArgumentError(absl::StrCat(
           "tool-call parser '", options.tool_call_parser,
           "' is not one of auto, none, deepseek_v3, deepseek_v31, deepseek_v32"));
+    }
+    // DeepSeek-V3.2's built-in format describes DSML to the model: another syntax would
+    // never be parsed.
+    if (chat_template.ok() && !chat_template->tmpl.has_value() &&
+        *impl->tool_call_format != ToolCallFormat::kDeepseekV32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tool-call parser '", options.tool_call_parser, "' does not match DeepSeek-V3.2's chat "
+          "format, whose tool calls are deepseek_v32 (DSML); use auto or deepseek_v32"));
     }
   }
   impl->chat_template = std::move(chat_template);

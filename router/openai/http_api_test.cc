@@ -461,6 +461,31 @@ TEST_F(HttpApiTest, DeepseekV32ToolCalls) {
   EXPECT_THAT(prompt, ::testing::EndsWith("<｜User｜>Rome?<｜Assistant｜></think>"));
 }
 
+// JSON mode travels to the workers as a sampling parameter (they constrain the tokens); it
+// cannot follow a prompt that opened a <think>, nor come with tools.
+TEST_F(HttpApiTest, JsonModeReachesTheWorkers) {
+  decode_.set_reply("{}");
+  const std::string chat = R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+                               "response_format": {"type": "json_object"})";
+  httplib::Result r = Post("/v1/chat/completions", chat + "}");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["choices"][0]["message"]["content"], "{}");
+  ASSERT_FALSE(decode_.reserves().empty());
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format(), v1::RESPONSE_FORMAT_JSON_OBJECT);
+  r = Post("/v1/chat/completions", chat + R"(, "chat_template_kwargs": {"think": true}})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "response_format");
+  EXPECT_THAT(r->body, HasSubstr("thinking mode"));
+  RestartApiWithToolCallParser("deepseek_v31");
+  ASSERT_NE(api_, nullptr);
+  r = Post("/v1/chat/completions", chat + R"(, "tools": [)" + std::string(kWeatherTool) + "]}");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "response_format");
+}
+
 // Without max_tokens, a chat answer may run to the end of the context (OpenAI's chat has no
 // default bound), a completion stops at OpenAI's default of 16 tokens.
 TEST_F(HttpApiTest, DefaultMaxTokensAsOpenAiDocuments) {

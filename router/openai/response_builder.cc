@@ -1,5 +1,7 @@
 #include "router/openai/response_builder.h"
 
+#include <algorithm>
+
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 
@@ -46,6 +48,22 @@ void ResponseBuilder::set_tool_calls(ToolCallFormat format, const std::string& o
   tool_calls_ = std::make_unique<ToolCallParser>(format);
   parallel_tool_calls_ = parallel;
   if (!opening.empty()) opening_deltas_ = ToolDeltas(tool_calls_->Add(opening).calls);
+  if (call_ids_.empty()) unsaid_opening_ = opening;
+}
+
+std::string ResponseBuilder::ToolAnswerContent(std::string content, bool call_started, bool finish) {
+  if (!unsaid_opening_.empty() && !content.empty()) {
+    // The parser hands an unnamed block back whole, so the opening leads it.
+    if (content.starts_with(unsaid_opening_)) content.erase(0, unsaid_opening_.size());
+    unsaid_opening_.clear();
+  }
+  content.insert(0, held_whitespace_);
+  held_whitespace_.clear();
+  const size_t end = content.find_last_not_of(" \t\r\n");
+  const size_t kept = end == std::string::npos ? 0 : end + 1;
+  if (!call_started && !(finish && call_ids_.empty())) held_whitespace_ = content.substr(kept);
+  if (!(finish && call_ids_.empty())) content.resize(kept);
+  return content;
 }
 
 Json ResponseBuilder::ToolDeltas(const std::vector<ToolCallDelta>& deltas) {
@@ -118,14 +136,35 @@ void ResponseBuilder::AddText(const std::string& text, bool finish, std::string*
     calls.content += last.content;
     calls.calls.insert(calls.calls.end(), last.calls.begin(), last.calls.end());
   }
-  *text_delta += calls.content;
-  text_ += calls.content;
   *tool_deltas = ToolDeltas(calls.calls);
+  const bool call_started = std::any_of(calls.calls.begin(), calls.calls.end(),
+                                        [](const ToolCallDelta& c) { return c.name.has_value(); });
+  const std::string content = ToolAnswerContent(std::move(calls.content), call_started, finish);
+  *text_delta += content;
+  text_ += content;
 }
 
 std::string ResponseBuilder::ChunkEvent(const std::string& text, const std::string& reasoning,
                                         const std::optional<std::string>& finish_reason,
                                         bool with_usage_now, Json logprobs, Json tool_calls) {
+  if (!tool_calls.is_array() || tool_calls.size() <= 1) {
+    return OneChunkEvent(text, reasoning, finish_reason, with_usage_now, std::move(logprobs),
+                         std::move(tool_calls));
+  }
+  std::string events;
+  for (size_t i = 0; i < tool_calls.size(); ++i) {
+    const bool first = i == 0;
+    const bool last = i + 1 == tool_calls.size();
+    events += OneChunkEvent(first ? text : "", first ? reasoning : "", last ? finish_reason : std::nullopt,
+                            with_usage_now, first ? std::move(logprobs) : Json(nullptr),
+                            Json::array({std::move(tool_calls[i])}));
+  }
+  return events;
+}
+
+std::string ResponseBuilder::OneChunkEvent(const std::string& text, const std::string& reasoning,
+                                           const std::optional<std::string>& finish_reason,
+                                           bool with_usage_now, Json logprobs, Json tool_calls) {
   Json choice = Json{{"index", choice_index_}};
   if (endpoint_ == Endpoint::kChat) {
     Json delta = Json::object();

@@ -85,10 +85,17 @@ class ResponseBuilder {
   nlohmann::ordered_json Envelope(const char* object) const;
   nlohmann::ordered_json Usage() const;
   // One streamed chunk's `choices[0]` (text or delta) and optional finish reason.
+  // With several calls' deltas, one chunk per call after the first (OpenAI streams one call
+  // per chunk; clients that read tool_calls[0] only would miss a name).
   std::string ChunkEvent(const std::string& text, const std::string& reasoning,
                          const std::optional<std::string>& finish_reason, bool with_usage_now,
                          nlohmann::ordered_json logprobs = nullptr,
                          nlohmann::ordered_json tool_calls = nullptr);
+  std::string OneChunkEvent(const std::string& text, const std::string& reasoning,
+                            const std::optional<std::string>& finish_reason, bool with_usage_now,
+                            nlohmann::ordered_json logprobs, nlohmann::ordered_json tool_calls);
+  // The content a tool-parsing delta adds, after the cuts above.
+  std::string ToolAnswerContent(std::string content, bool call_started, bool finish);
   // Splits `text` (generated, or the end of output when `finish`) into content, reasoning and
   // tool-call deltas (a JSON array in OpenAI's streamed shape, or null).
   void AddText(const std::string& text, bool finish, std::string* text_delta,
@@ -118,6 +125,12 @@ class ResponseBuilder {
   bool parallel_tool_calls_ = true;
   std::vector<std::string> call_ids_;          // call i's id, made when its name arrives
   nlohmann::ordered_json opening_deltas_;      // the forced call's name, for the first chunk
+  // The forced opening, while it may still come back as content (a model that never named a
+  // call): it is the router's text, not the model's, so it is cut from the content.
+  std::string unsaid_opening_;
+  // Content whitespace not yet sent: dropped when a call follows it (DeepSeek's V3 template
+  // renders no calls for an assistant message whose content is not null), else sent.
+  std::string held_whitespace_;
 };
 
 }  // namespace mlaserve::router::openai

@@ -121,5 +121,85 @@ TEST(ResponseBuilderTest, ErrorEvents) {
   EXPECT_EQ(e[1], "[DONE]");
 }
 
+const std::string kCallsBegin = "<｜tool▁calls▁begin｜>";
+const std::string kCallsEnd = "<｜tool▁calls▁end｜>";
+std::string V31Call(const std::string& name, const std::string& arguments) {
+  return "<｜tool▁call▁begin｜>" + name + "<｜tool▁sep｜>" + arguments + "<｜tool▁call▁end｜>";
+}
+
+ApiRequest StreamedChat() {
+  ApiRequest r;
+  r.endpoint = Endpoint::kChat;
+  r.model = "demo";
+  r.stream = true;
+  return r;
+}
+
+// Whitespace the model writes around its calls is no content (DeepSeek's V3 template would
+// render no calls for a message whose content is not null); whitespace inside content stays.
+TEST(ResponseBuilderTest, WhitespaceAroundCallsIsNoContent) {
+  for (const bool stream : {false, true}) {
+    ApiRequest r = StreamedChat();
+    r.stream = stream;
+    ResponseBuilder b(r, "chatcmpl-1", 100, /*prompt_opens_reasoning=*/true);
+    b.set_tool_calls(ToolCallFormat::kDeepseekV31, "", true);
+    std::string events = b.StartEvents();
+    events += b.OnMessage(Chunk("Need it.</think>\n\n", 3));
+    events += b.OnMessage(Chunk(kCallsBegin + V31Call("f", "{}") + kCallsEnd + "\n", 9));
+    events += b.OnMessage(Complete(v1::FINISH_REASON_STOP, 10));
+    const Json body = b.Body();
+    EXPECT_TRUE(body["choices"][0]["message"]["content"].is_null()) << body;
+    EXPECT_EQ(body["choices"][0]["message"]["reasoning_content"], "Need it.");
+    EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+    for (const Json& e : Events(events)) {
+      if (e.is_object()) EXPECT_FALSE(e["choices"][0]["delta"].contains("content") &&
+                                      e["choices"][0]["delta"]["content"] != "") << e;
+    }
+  }
+  ResponseBuilder text(StreamedChat(), "chatcmpl-2", 100, false);
+  text.set_tool_calls(ToolCallFormat::kDeepseekV31, "", true);
+  std::string content;
+  for (const char* piece : {"a ", " b\n", "\n"}) {
+    for (const Json& e : Events(text.OnMessage(Chunk(piece, 1)))) content += e["choices"][0]["delta"].value("content", "");
+  }
+  for (const Json& e : Events(text.OnMessage(Complete(v1::FINISH_REASON_STOP, 3)))) {
+    if (e.is_object() && !e["choices"].empty()) content += e["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(content, "a  b\n\n");  // no call: all of it, trailing whitespace too
+}
+
+// Two calls finishing in one message stream as two chunks, one call each, in order.
+TEST(ResponseBuilderTest, OneCallPerChunk) {
+  ResponseBuilder b(StreamedChat(), "chatcmpl-1", 100, false);
+  b.set_tool_calls(ToolCallFormat::kDeepseekV31, "", true);
+  b.StartEvents();
+  const std::vector<Json> e =
+      Events(b.OnMessage(Chunk(kCallsBegin + V31Call("f", "{\"a\": 1}") + V31Call("g", "{}") + kCallsEnd, 9)));
+  ASSERT_EQ(e.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(e[i]["choices"][0]["delta"]["tool_calls"].size(), 1u) << e[i];
+    EXPECT_EQ(e[i]["choices"][0]["delta"]["tool_calls"][0]["index"], i);
+  }
+  EXPECT_EQ(e[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(e[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["arguments"], "{\"a\": 1}");
+  EXPECT_EQ(e[1]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "g");
+}
+
+// tool_choice "required" whose model never names a call: the opening the router wrote into
+// the prompt is not the model's text, so only what the model wrote is content.
+TEST(ResponseBuilderTest, AnUnansweredForcedOpeningIsNotContent) {
+  ApiRequest r = StreamedChat();
+  r.stream = false;
+  ResponseBuilder b(r, "chatcmpl-1", 100, false);
+  b.set_tool_calls(ToolCallFormat::kDeepseekV32,
+                   ToolCallParser::CallOpening(ToolCallFormat::kDeepseekV32, std::nullopt), true);
+  b.OnMessage(Chunk("I will not call.", 5));
+  b.OnMessage(Complete(v1::FINISH_REASON_STOP, 6));
+  const Json body = b.Body();
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "I will not call.");
+  EXPECT_FALSE(body["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+}
+
 }  // namespace
 }  // namespace mlaserve::router::openai

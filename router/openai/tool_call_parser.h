@@ -36,6 +36,8 @@
 //    unfinished call header likewise. A call whose name was emitted keeps it and the
 //    arguments streamed so far (the output was cut, e.g. by max_tokens); a held-back tail
 //    that may be its end marker is dropped, so the arguments are a prefix of the full ones.
+//    That holds for a DSML invoke cut between parameters too: its closing brace is not
+//    invented, since more parameters may have been coming.
 //    A block closed without any call is content, raw.
 //
 // One per response; not thread-safe. Finish once, after the last Add.

@@ -6,7 +6,7 @@ Run by run_openai_client_test.sh, which installs `openai` from PyPI into a venv 
 skips with a message when PyPI cannot be reached). Checks: models, completions and chat,
 streamed and not, with the same text and usage; OpenAI-shaped errors as the client's
 exception types; logprobs (completions and chat, streamed and not), presence / frequency
-penalties and logit_bias held to their semantics; tool calls in the client's types; a client that closes a stream mid-way is
+penalties and logit_bias held to their semantics; tool calls in the client's types; JSON mode; a client that closes a stream mid-way is
 aborted (router metric) and its pages freed; the curl examples of docs/api.md run as written.
 """
 import argparse
@@ -180,6 +180,7 @@ def run_checks(client, base, router_log):
     run_demanding_client_checks(client, text)
     run_sampling_knob_checks(client, text)
     run_tool_call_checks(client)
+    run_json_mode_checks(client)
 
     aborted = metric(router_log, "mlaserve_router_requests_aborted_total")
     stream = client.completions.create(model="demo", prompt="count from 1:", max_tokens=1000,
@@ -249,6 +250,28 @@ def run_tool_call_checks(client):
         "a tool_choice naming no tool")
 
 
+def run_json_mode_checks(client):
+    """JSON mode (response_format json_object): the answer is a JSON object, or the start of one
+    when max_tokens cuts it; streamed the same."""
+    messages = [{"role": "user", "content": "count from 17:"}]
+    for seed in range(4):
+        kwargs = dict(model="demo", max_tokens=48, temperature=1.0, seed=seed, messages=messages,
+                      response_format={"type": "json_object"})
+        chat = client.chat.completions.create(**kwargs)
+        text, finish = chat.choices[0].message.content, chat.choices[0].finish_reason
+        if finish == "stop":
+            check(isinstance(json.loads(text), dict), f"JSON mode, seed {seed}: a JSON object: {text!r}")
+        else:
+            check(finish == "length" and text.lstrip().startswith("{"),
+                  f"JSON mode, seed {seed}: cut by max_tokens inside an object: {text!r}")
+        streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(**kwargs, stream=True)
+                           if c.choices)
+        check(streamed == text, f"JSON mode, seed {seed}: streamed equals unstreamed")
+    expect_bad_request(lambda: client.chat.completions.create(
+        model="demo", messages=messages, response_format={"type": "json_object"}, extra_body={"ignore_eos": True}),
+        "response_format", "JSON mode with ignore_eos")
+
+
 def expect_bad_request(call, param, what):
     try:
         call()
@@ -313,9 +336,10 @@ def run_demanding_client_checks(client, counted):
     expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
                                                               logit_bias={"100000": 1}),
                        "logit_bias", "logit_bias outside the vocabulary")
-    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
-                                                              response_format={"type": "json_object"}),
-                       "response_format", "response_format json_object")
+    expect_bad_request(lambda: client.chat.completions.create(
+        model="demo", messages=user,
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
+        "response_format", "response_format json_schema")
     expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, stop=[""]), "stop",
                        "empty stop string")
     expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, top_p=1.5), "top_p",

@@ -1,0 +1,84 @@
+// JSON mode (OpenAI's response_format {"type": "json_object"}): the generated text is made to
+// be one JSON object (RFC 8259; whitespace allowed before it and between its tokens), then
+// EOS. Each step the sampler sees only the tokens that keep the text a prefix of such an
+// object (SampleRow::allowed), and EOS only once the object is complete.
+//
+// ConstraintVocabulary holds, per token id, the bytes the token adds to the text (what the
+// detokenizer writes), and a byte trie over them; a mask is found by walking the trie with the
+// JSON recognizer, pruning at the first byte it refuses. Masks depend only on the
+// recognizer's state, so they are cached in the vocabulary (bounded) and shared by every
+// request of the process. Added tokens (special or not: <think>, tool-call markers, BOS) are
+// never allowed; the ids in `eos_ids` only when the object is complete.
+//
+// JsonConstraint is one request's: its recognizer state, advanced token by token.
+// Not thread-safe per instance; the vocabulary (and its cache) is.
+//
+// The language, byte by byte: RFC 8259's grammar, with valid UTF-8 in strings (as a strict
+// validator: no overlongs, surrogates or code points past U+10FFFF; a character may span
+// tokens), \uXXXX taking any 4 hex digits (unpaired surrogate escapes included, as the grammar
+// does), no raw control bytes, at most 128 nested objects/arrays, and whitespace runs between
+// tokens of at most 32 bytes (unbounded ones are how a model loops). Once the object closes no
+// more text is allowed, not even whitespace: only EOS. The recognizer's state is a 24-byte
+// value (a bit stack of object/array kinds, depth, a lexical state, small counters); the mask
+// cache is keyed by it and holds the 1024 most recently used masks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace mlaserve::model {
+
+class Tokenizer;
+
+class ConstraintVocabulary {
+ public:
+  // From a checkpoint's tokenizer: ids [0, vocab_size) (the model's logit rows; ids the
+  // tokenizer lacks are never allowed). INVALID_ARGUMENT when the vocabulary cannot spell
+  // every JSON text (it lacks a token for one of the bytes JSON needs, e.g. '{').
+  static absl::StatusOr<std::shared_ptr<const ConstraintVocabulary>> FromTokenizer(
+      const Tokenizer& tokenizer, int vocab_size, std::vector<int32_t> eos_ids);
+  // Tests: token i's bytes, or nullopt for an id that is never text.
+  static absl::StatusOr<std::shared_ptr<const ConstraintVocabulary>> FromTokens(
+      std::vector<std::optional<std::string>> tokens, std::vector<int32_t> eos_ids);
+
+  ~ConstraintVocabulary();
+  int vocab_size() const;
+  // Mask words: vocab_size bits, bit t of word t / 64 set when token t is allowed.
+  int mask_words() const { return (vocab_size() + 63) / 64; }
+
+ private:
+  friend class JsonConstraint;
+  struct Impl;
+  explicit ConstraintVocabulary(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class JsonConstraint {
+ public:
+  explicit JsonConstraint(std::shared_ptr<const ConstraintVocabulary> vocab);
+  ~JsonConstraint();
+  JsonConstraint(JsonConstraint&&) noexcept;
+  JsonConstraint& operator=(JsonConstraint&&) noexcept;
+
+  // The tokens allowed next (mask_words() words; never all zero: a byte-level vocabulary can
+  // always continue, and a complete object allows EOS). Valid until the next Advance.
+  std::span<const uint64_t> AllowedTokens();
+  // Moves past `token`, which AllowedTokens() allowed: INVALID_ARGUMENT naming it otherwise
+  // (the state is then unchanged).
+  absl::Status Advance(int32_t token);
+  // The object is complete (only EOS is allowed now).
+  bool Complete() const;
+
+ private:
+  struct State;
+  std::shared_ptr<const ConstraintVocabulary> vocab_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace mlaserve::model

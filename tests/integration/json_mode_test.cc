@@ -1,0 +1,174 @@
+// JSON mode (SamplingParams.response_format JSON_OBJECT) end to end: a router, a prefill and a
+// decode worker process on the bundled demo model (CPU backend), text in and text out. The
+// streamed text must be a JSON object's prefix, and a whole object when EOS ended it; remote
+// and local prefill constrain alike; json_object with ignore_eos, and JSON mode on a model
+// without tokenizer.json, are refused. The judge is nlohmann's parser, not the constraint.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/tokenizer/tokenizer.h"
+#include "tests/integration/cluster.h"
+#include "worker/testing/json_mode_testing.h"
+
+namespace mlaserve::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kDemo[] = "models/demo";
+constexpr int32_t kDemoEos = 1;  // models/demo/config.json eos_token_id
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+v1::GenerateRequest JsonRequest(const std::string& text, int max_new_tokens) {
+  v1::GenerateRequest r;
+  r.set_text(text);
+  r.mutable_sampling()->set_max_new_tokens(max_new_tokens);
+  r.mutable_sampling()->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
+  return r;
+}
+
+// The request's text is a JSON object's prefix, and a whole object when EOS ended it.
+void ExpectJsonText(const GenerateResult& r, const std::string& what) {
+  ASSERT_TRUE(r.status.ok()) << what << ": " << r.status.error_message();
+  ASSERT_TRUE(r.complete.has_value()) << what;
+  EXPECT_TRUE(IsJsonObjectPrefix(r.text)) << what << ": [" << r.text << "]";
+  if (r.complete->finish_reason() == v1::FINISH_REASON_STOP) {
+    EXPECT_EQ(r.complete->matched_token_id(), kDemoEos) << what;
+    EXPECT_TRUE(IsJsonObject(r.text)) << what << ": [" << r.text << "]";
+  } else {
+    EXPECT_EQ(r.complete->finish_reason(), v1::FINISH_REASON_LENGTH) << what;
+  }
+}
+
+class JsonModeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ClusterOptions o;
+    o.model_dir = kDemo;
+    auto c = Cluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = c->release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  static GenerateResult Run(const v1::GenerateRequest& r) {
+    return RunGenerate(cluster_->generation(), r, kTimeout);
+  }
+  static Cluster* cluster_;
+};
+Cluster* JsonModeTest::cluster_ = nullptr;
+
+TEST_F(JsonModeTest, GreedyAndSampledTextIsAJsonObjectOverRemoteAndLocalPrefill) {
+  // Unconstrained, the model answers " 17 18 19 ..." (not JSON).
+  v1::GenerateRequest greedy = JsonRequest("count from 17:", 40);
+  greedy.mutable_sampling()->set_temperature(0);
+  const GenerateResult remote = Run(greedy);
+  ExpectJsonText(remote, "greedy, remote prefill");
+  EXPECT_FALSE(remote.complete->local_prefill());
+  // With logprobs the decode worker prefills the prompt itself and draws the first token under
+  // its own constraint: the same tokens.
+  v1::GenerateRequest with_logprobs = greedy;
+  with_logprobs.mutable_sampling()->set_logprobs(0);
+  const GenerateResult local = Run(with_logprobs);
+  ExpectJsonText(local, "greedy, local prefill");
+  EXPECT_TRUE(local.complete->local_prefill());
+  EXPECT_EQ(local.ids, remote.ids);
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    v1::GenerateRequest sampled = JsonRequest("copy: h e l l o ->", 40);
+    sampled.mutable_sampling()->set_temperature(1.0f);
+    sampled.mutable_sampling()->set_seed(seed);
+    ExpectJsonText(Run(sampled), absl::StrCat("seed ", seed));
+  }
+  EXPECT_TRUE(cluster_->WaitAllPagesFree(absl::Seconds(15)).ok());
+}
+
+TEST_F(JsonModeTest, AClosedObjectEndsTheRequestWithEos) {
+  // Whitespace banned, '{' and '}' favoured: "{}", then EOS, the only token a complete object
+  // allows; over both prefill paths.
+  auto tokenizer = model::Tokenizer::FromFile(std::string(kDemo) + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  v1::GenerateRequest steered = JsonRequest("count from 17:", 16);
+  steered.mutable_sampling()->set_temperature(0);
+  for (int32_t id = 0; id < (*tokenizer)->vocab_size(); ++id) {
+    auto bytes = (*tokenizer)->TokenBytes(id, /*skip_special_tokens=*/false);
+    if (!bytes.has_value() || bytes->empty()) continue;
+    auto& bias = *steered.mutable_sampling()->mutable_logit_bias();
+    if (bytes->find_first_not_of(" \t\n\r") == std::string_view::npos) bias[id] = -100.0f;
+    if (*bytes == "{" || *bytes == "}") bias[id] = 100.0f;
+  }
+  for (bool local : {false, true}) {
+    v1::GenerateRequest r = steered;
+    if (local) r.mutable_sampling()->set_logprobs(0);
+    const GenerateResult got = Run(r);
+    ExpectJsonText(got, local ? "local" : "remote");
+    EXPECT_EQ(got.text, "{}");
+    ASSERT_TRUE(got.complete.has_value());
+    EXPECT_EQ(got.complete->finish_reason(), v1::FINISH_REASON_STOP);
+    EXPECT_EQ(got.complete->local_prefill(), local);
+    EXPECT_EQ(got.ids.size(), 3u);
+    EXPECT_EQ(got.ids.back(), kDemoEos);
+  }
+}
+
+TEST_F(JsonModeTest, JsonObjectWithIgnoreEosIsRefusedNamingBoth) {
+  v1::GenerateRequest r = JsonRequest("count from 17:", 8);
+  r.mutable_sampling()->set_ignore_eos(true);
+  const GenerateResult got = Run(r);
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(got.status.error_message(), HasSubstr("json_object"));
+  EXPECT_THAT(got.status.error_message(), HasSubstr("ignore_eos"));
+}
+
+TEST(JsonModeRunTest, MlaserveRunWritesAJsonObjectPrefix) {
+  for (const std::string flags : {"--temperature 0", "--temperature 1 --seed 4"}) {
+    const std::string cmd = absl::StrCat(RunBinary(), " --model ", kDemo,
+                                         " --backend cpu --prompt 'count from 17:' "
+                                         "--max-new-tokens 32 --response-format json_object ",
+                                         flags, " 2>/dev/null");
+    FILE* f = popen(cmd.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    ASSERT_EQ(pclose(f), 0) << cmd;
+    ASSERT_FALSE(out.empty());
+    ASSERT_EQ(out.back(), '\n');  // mlaserve-run ends its output with a newline
+    out.pop_back();
+    EXPECT_TRUE(IsJsonObjectPrefix(out)) << flags << ": [" << out << "]";
+  }
+}
+
+// A model directory without tokenizer.json (a test fixture checkpoint): JSON mode cannot be
+// served; the request fails with FAILED_PRECONDITION saying why, plain requests still run.
+TEST(JsonModeNoTokenizerTest, IsRefusedWithFailedPrecondition) {
+  const std::string dir = "tests/fixtures/models/deepseek_v3";
+  ClusterOptions o;
+  o.model_dir = dir;
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  v1::GenerateRequest r;
+  for (int32_t id : {5, 17, 42, 9}) r.mutable_token_ids()->add_ids(id);
+  r.mutable_sampling()->set_max_new_tokens(4);
+  r.mutable_sampling()->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
+  const GenerateResult refused = RunGenerate((*cluster)->generation(), r, kTimeout);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << refused.status.error_message();
+  EXPECT_THAT(refused.status.error_message(),
+              HasSubstr("response_format json_object needs tokenizer.json in the model "
+                        "directory " + dir));
+  r.mutable_sampling()->clear_response_format();
+  const GenerateResult plain = RunGenerate((*cluster)->generation(), r, kTimeout);
+  EXPECT_TRUE(plain.status.ok()) << plain.status.error_message();
+  EXPECT_EQ(plain.ids.size(), 4u);
+  EXPECT_TRUE((*cluster)->WaitAllPagesFree(absl::Seconds(15)).ok());
+}
+
+}  // namespace
+}  // namespace mlaserve::testing

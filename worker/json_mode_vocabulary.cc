@@ -1,0 +1,60 @@
+#include "worker/json_mode_vocabulary.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/tokenizer/tokenizer.h"
+#include "spdlog/spdlog.h"
+
+namespace mlaserve::worker {
+
+std::unique_ptr<JsonModeVocabulary> JsonModeVocabulary::FromModelDirectory(
+    std::string model_dir, int vocab_size, std::vector<int32_t> eos_ids) {
+  return std::make_unique<JsonModeVocabulary>(
+      [dir = std::move(model_dir), vocab_size,
+       eos = std::move(eos_ids)]() -> absl::StatusOr<Vocabulary> {
+        const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();
+        if (!std::filesystem::exists(path)) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "response_format json_object needs tokenizer.json in the model directory ", dir));
+        }
+        auto unusable = [&](const absl::Status& why) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "response_format json_object cannot use ", path, ": ", why.message()));
+        };
+        absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
+            model::Tokenizer::FromFile(path);
+        if (!tokenizer.ok()) return unusable(tokenizer.status());
+        absl::StatusOr<Vocabulary> vocab =
+            model::ConstraintVocabulary::FromTokenizer(**tokenizer, vocab_size, eos);
+        if (!vocab.ok()) return unusable(vocab.status());
+        return vocab;
+      });
+}
+
+absl::StatusOr<JsonModeVocabulary::Vocabulary> JsonModeVocabulary::Get() const {
+  absl::MutexLock lock(&mu_);
+  if (!built_.has_value()) {
+    built_ = build_();
+    if (built_->ok()) {
+      spdlog::info("JSON mode: constraint vocabulary of {} tokens built",
+                   (**built_)->vocab_size());
+    } else {
+      spdlog::warn("JSON mode unavailable: {}", built_->status().ToString());
+    }
+  }
+  return *built_;
+}
+
+absl::StatusOr<JsonModeVocabulary::Vocabulary> VocabularyForRequest(
+    const common::SamplingValues& sampling, const JsonModeVocabulary* source) {
+  if (!sampling.json_object) return nullptr;
+  if (source == nullptr) {
+    return absl::FailedPreconditionError(
+        "response_format json_object is not served by this worker (no constraint vocabulary)");
+  }
+  return source->Get();
+}
+
+}  // namespace mlaserve::worker

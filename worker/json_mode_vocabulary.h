@@ -1,0 +1,60 @@
+// JsonModeVocabulary: the worker process's model::ConstraintVocabulary for JSON mode (api.proto
+// ResponseFormat JSON_OBJECT), one for every request of the process.
+//
+// Built on the first request that asks for JSON mode, not at start: it reads the model
+// directory's tokenizer.json and builds a byte trie over the whole vocabulary, which a worker
+// that never serves JSON mode should not pay for (nor fail to start over). The outcome, a
+// vocabulary or why there is none, is kept: tokenizer.json does not appear while the process
+// runs. No vocabulary is FAILED_PRECONDITION (the deployment lacks something, not the request:
+// retrying elsewhere or after a fix helps, changing the request does not).
+//
+// Thread-safe: RPC threads call Get concurrently; the first call builds (under the lock, so
+// concurrent first calls wait for that one build) and every later one reads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/request_limits.h"
+#include "model/constraint/json_constraint.h"
+
+namespace mlaserve::worker {
+
+class JsonModeVocabulary {
+ public:
+  using Vocabulary = std::shared_ptr<const model::ConstraintVocabulary>;
+  using BuildFn = std::function<absl::StatusOr<Vocabulary>()>;
+
+  // `build` runs at most once, on the first Get (tests pass a made-up vocabulary).
+  explicit JsonModeVocabulary(BuildFn build) : build_(std::move(build)) {}
+
+  // From `model_dir`/tokenizer.json over the model's `vocab_size` logit rows, EOS allowed
+  // only once the object is complete. Missing file: FAILED_PRECONDITION "response_format
+  // json_object needs tokenizer.json in the model directory <dir>"; a tokenizer.json that
+  // cannot be loaded or used: FAILED_PRECONDITION naming the file and why.
+  static std::unique_ptr<JsonModeVocabulary> FromModelDirectory(std::string model_dir,
+                                                                int vocab_size,
+                                                                std::vector<int32_t> eos_ids);
+
+  absl::StatusOr<Vocabulary> Get() const;
+
+ private:
+  const BuildFn build_;
+  mutable absl::Mutex mu_;
+  mutable std::optional<absl::StatusOr<Vocabulary>> built_ ABSL_GUARDED_BY(mu_);
+};
+
+// What a request's constraint is built over, at a worker's RPC edge: null for a request not in
+// JSON mode; for one in JSON mode the vocabulary, or FAILED_PRECONDITION when `source` (null:
+// this worker serves no JSON mode) has none.
+absl::StatusOr<JsonModeVocabulary::Vocabulary> VocabularyForRequest(
+    const common::SamplingValues& sampling, const JsonModeVocabulary* source);
+
+}  // namespace mlaserve::worker

@@ -1,0 +1,108 @@
+// JsonModeVocabulary: built once on first use, shared, and the reason when it cannot be.
+#include "worker/json_mode_vocabulary.h"
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/testing/json_mode_testing.h"
+
+namespace mlaserve::worker {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(JsonModeVocabularyTest, BuiltOnceOnFirstUseAndShared) {
+  std::atomic<int> builds = 0;
+  JsonModeVocabulary source([&]() {
+    ++builds;
+    return model::ConstraintVocabulary::FromTokens(mlaserve::testing::JsonTestTokens(300, 299),
+                                                   {299});
+  });
+  EXPECT_EQ(builds, 0);  // nothing until a request asks
+  std::vector<JsonModeVocabulary::Vocabulary> got(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      auto v = source.Get();
+      ASSERT_TRUE(v.ok()) << v.status();
+      got[i] = *v;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(builds, 1);
+  ASSERT_NE(got[0], nullptr);
+  EXPECT_EQ(got[0]->vocab_size(), 300);
+  for (const auto& v : got) EXPECT_EQ(v.get(), got[0].get());
+}
+
+TEST(JsonModeVocabularyTest, NoTokenizerJsonIsAFailedPreconditionNamingTheDirectory) {
+  // A fixture checkpoint: config and weights, no tokenizer.
+  const std::string dir = "tests/fixtures/models/deepseek_v3";
+  ASSERT_TRUE(std::filesystem::exists(dir + "/config.json"));
+  ASSERT_FALSE(std::filesystem::exists(dir + "/tokenizer.json"));
+  auto source = JsonModeVocabulary::FromModelDirectory(dir, 256, {1});
+  for (int i = 0; i < 2; ++i) {  // kept: the same answer again
+    absl::Status s = source->Get().status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.message(),
+              "response_format json_object needs tokenizer.json in the model directory " + dir);
+  }
+}
+
+TEST(JsonModeVocabularyTest, FromTheDemoModelsTokenizer) {
+  auto source = JsonModeVocabulary::FromModelDirectory("models/demo", 448, {1});
+  auto v = source->Get();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)->vocab_size(), 448);
+  // A fresh constraint over it allows '{' (and whitespace) but not EOS nor '}'.
+  model::JsonConstraint c(*v);
+  const auto mask = c.AllowedTokens();
+  ASSERT_EQ(mask.size(), 7u);
+  EXPECT_FALSE(mask[0] & 2) << "EOS (id 1) allowed before the object is complete";
+  EXPECT_FALSE(c.Complete());
+}
+
+TEST(JsonModeVocabularyTest, ARequestGetsOneOnlyInJsonMode) {
+  int builds = 0;
+  JsonModeVocabulary source([&]() {
+    ++builds;
+    return model::ConstraintVocabulary::FromTokens(mlaserve::testing::JsonTestTokens(300, 299),
+                                                   {299});
+  });
+  common::SamplingValues text;
+  auto none = VocabularyForRequest(text, &source);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, nullptr);
+  EXPECT_EQ(builds, 0);  // a text request builds nothing
+  common::SamplingValues json;
+  json.json_object = true;
+  auto v = VocabularyForRequest(json, &source);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_NE(*v, nullptr);
+  EXPECT_EQ(VocabularyForRequest(json, nullptr).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// The tests' judge of generated text (worker/testing/json_mode_testing.h) judges right.
+TEST(JsonTextTest, PrefixesAndObjects) {
+  using mlaserve::testing::IsJsonObject;
+  using mlaserve::testing::IsJsonObjectPrefix;
+  for (const char* prefix : {"", " ", "{", " {\"a\":", "{\"a\": tr", "{\"a\": 1.", "{\"a\": -",
+                             "{\"a\": \"\\u12", "{\"a\":[1,", "{\"a\": \"\xc3",
+                             "{\"a\": {\"b\": null}", "{\"a\": 1}", "{\"a\": 1}\n"}) {
+    EXPECT_TRUE(IsJsonObjectPrefix(prefix)) << prefix;
+  }
+  for (const char* not_prefix : {"[", "1", "\"a\"", "{\"a\" 1", "{\"a\": 1}x", "{\"a\": 1}}",
+                                 "{\"a\":[1,]", "{\"a\": 01", "{\"a\": \"\xc3(", "{a"}) {
+    EXPECT_FALSE(IsJsonObjectPrefix(not_prefix)) << not_prefix;
+  }
+  EXPECT_TRUE(IsJsonObject(" {\"a\": [1, {\"b\": \"c\"}]}\n"));
+  EXPECT_FALSE(IsJsonObject("{\"a\": 1"));
+  EXPECT_FALSE(IsJsonObject("[1]"));
+}
+
+}  // namespace
+}  // namespace mlaserve::worker
