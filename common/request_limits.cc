@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace mlaserve::common {
@@ -104,6 +105,17 @@ absl::Status ValidateResponseFormat(const SamplingValues& v, bool ignore_eos) {
     return absl::InvalidArgumentError(
         "response_format json_object cannot be combined with ignore_eos: the JSON object "
         "ends with EOS (drop ignore_eos, or use response_format text)");
+  }
+  if (!v.json_after.empty() && !v.json_object) {
+    const std::string shown = absl::CHexEscape(v.json_after.substr(0, kMaxJsonAfterBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "response_format_after \"", shown,
+        "\" is set without response_format json_object; it says where JSON mode starts"));
+  }
+  if (v.json_after.size() > kMaxJsonAfterBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("response_format_after has ",
+                                                   v.json_after.size(), " bytes; at most ",
+                                                   kMaxJsonAfterBytes, " are allowed"));
   }
   return absl::OkStatus();
 }

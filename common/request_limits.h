@@ -26,6 +26,8 @@ inline constexpr size_t kMaxLogitBiasEntries = 1024;
 inline constexpr float kMaxLogitBias = 100.0f;
 inline constexpr int32_t kMaxTopLogprobs = 20;
 inline constexpr float kMaxOccurrencePenalty = 2.0f;
+// JSON mode's start marker (response_format_after): a short closing tag, not a document.
+inline constexpr size_t kMaxJsonAfterBytes = 64;
 
 // A client's id as error messages show it: whole when short, else its first kEchoedIdBytes
 // bytes, "..." and the length.
@@ -60,6 +62,10 @@ struct SamplingValues {
   // JSON mode (api.proto ResponseFormat JSON_OBJECT): the output is one JSON object, then EOS;
   // each token is drawn under a mask of the tokens that keep it so (model/constraint).
   bool json_object = false;
+  // With json_object: JSON mode starts after the first occurrence of this text in the output
+  // (api.proto response_format_after, e.g. "</think>"); empty: from the first token. At most
+  // kMaxJsonAfterBytes.
+  std::string json_after;
 
   bool wants_logprobs() const { return logprobs >= 0; }
   // Whether sampling needs more than the CUDA kernel's knobs (the host path draws such rows;
@@ -81,7 +87,8 @@ absl::Status ValidateSamplingValues(const SamplingValues& values, int32_t vocab_
 
 // What the response format asks of the stop rules, checked at the same edges (ignore_eos is
 // not a sampling knob, so it is passed in): JSON mode ends the object with EOS, so json_object
-// with ignore_eos is INVALID_ARGUMENT naming both.
+// with ignore_eos is INVALID_ARGUMENT naming both; so is json_after without json_object, or
+// longer than kMaxJsonAfterBytes.
 absl::Status ValidateResponseFormat(const SamplingValues& values, bool ignore_eos);
 
 // Sorts logit_bias by token id (the order the samplers and the wire use); a repeated id is

@@ -92,6 +92,27 @@ TEST(SamplingValues, JsonObjectSamplesOnTheHostAndRefusesIgnoreEos) {
   EXPECT_TRUE(ValidateResponseFormat(SamplingValues{}, /*ignore_eos=*/true).ok());
 }
 
+TEST(SamplingValues, JsonAfterNeedsJsonObjectAndAtMost64Bytes) {
+  SamplingValues v;
+  v.json_after = "</think>";
+  absl::Status s = ValidateResponseFormat(v, /*ignore_eos=*/false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "response_format_after \"</think>\" is set without response_format json_object; it "
+            "says where JSON mode starts");
+  v.json_object = true;
+  EXPECT_TRUE(ValidateResponseFormat(v, false).ok());
+  v.json_after = std::string(kMaxJsonAfterBytes, 'x');
+  EXPECT_TRUE(ValidateResponseFormat(v, false).ok());
+  v.json_after += "x";
+  s = ValidateResponseFormat(v, false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "response_format_after has 65 bytes; at most 64 are allowed");
+  v.json_object = false;  // the unset format is named first; the echo is cut at 64 bytes
+  EXPECT_NE(ValidateResponseFormat(v, false).message().find(std::string(64, 'x') + "\" is set"),
+            std::string::npos);
+}
+
 TEST(SamplingValues, LogitBiasIsSortedAndRepeatsAreRefused) {
   SamplingValues v;
   v.logit_bias = {{9, 1.0f}, {2, -1.0f}, {5, 0.5f}};

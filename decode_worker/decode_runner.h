@@ -100,7 +100,7 @@ struct ReserveSpec {
   std::string prefill_compat_hash;  // required unless local_prefill
   absl::Duration lease;             // zero: the default
   // Set iff sampling.json_object: every token (the prefill worker's first one included) is
-  // held to a JsonConstraint over it.
+  // held to a JsonConstraint over it, starting after sampling.json_after when that is set.
   std::shared_ptr<const model::ConstraintVocabulary> json_vocabulary;
 };
 

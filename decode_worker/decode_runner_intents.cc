@@ -101,7 +101,9 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   seq->stop.stop_token_ids = std::move(spec.stop_token_ids);
   seq->stop.ignore_eos = spec.ignore_eos;
   seq->stop.eos_token_ids = config.eos_token_ids;
-  if (spec.json_vocabulary != nullptr) seq->json.emplace(std::move(spec.json_vocabulary));
+  if (spec.json_vocabulary != nullptr) {
+    seq->json.emplace(std::move(spec.json_vocabulary), seq->sampling.json_after);
+  }
   r->seq = seq;
 
   // 2. Admission, in one locked section: serving, a new id, and room now on some rank. The

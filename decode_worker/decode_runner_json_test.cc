@@ -1,8 +1,11 @@
 // JSON mode through DecodeRunner on the FakeEngine: every streamed token keeps the text a JSON
 // object's prefix, EOS comes only once the object is complete, the prefill worker's first
 // token is replayed into the constraint (and refused with INTERNAL when it breaks it), and a
-// preempted request recomputes the same output. Text is judged by nlohmann's parser, not by
-// the constraint under test (worker/testing/json_mode_testing.h).
+// preempted request recomputes the same output. With json_after (a reasoning model's
+// "</think>"), tokens before the marker are the engine's own and the text after it is the
+// object. Text is judged by nlohmann's parser, not by the constraint under test
+// (worker/testing/json_mode_testing.h).
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <string>
@@ -33,8 +36,10 @@ using ::testing::HasSubstr;
 
 constexpr int kVocab = 300;
 constexpr int32_t kEos = 299;
+constexpr int32_t kEndThink = 290;  // "</think>", an added token
 constexpr int kPages = 32;
-const std::vector<std::optional<std::string>> kTokens = JsonTestTokens(kVocab, kEos);
+const std::vector<std::optional<std::string>> kTokens =
+    mlaserve::testing::WithEndThink(JsonTestTokens(kVocab, kEos), kEndThink);
 
 int32_t IdOf(char c) { return mlaserve::testing::JsonTestTokenId(kTokens, c); }
 
@@ -61,11 +66,34 @@ void ExpectJsonOutput(const RecordingSink& sink, int max_new, const std::string&
   }
 }
 
+// The same for the text after the first `marker`, which must be there; `before` is what the
+// tokens up to the one that completes it must be (the engine's unconstrained choices).
+void ExpectJsonAfter(const RecordingSink& sink, int max_new, const std::string& marker,
+                     const std::vector<int32_t>& before, const std::string& what) {
+  ASSERT_TRUE(sink.finish().has_value()) << what << ": " << sink.error();
+  const std::vector<int32_t> tokens = sink.tokens();
+  ASSERT_GT(tokens.size(), before.size()) << what;
+  EXPECT_EQ(std::vector<int32_t>(tokens.begin(), tokens.begin() + before.size()), before) << what;
+  for (size_t i = 0; i + 1 < tokens.size(); ++i) ASSERT_NE(tokens[i], kEos) << what;
+  const std::string text = Spell(kTokens, tokens);
+  const size_t at = text.find(marker);
+  ASSERT_EQ(at + marker.size(), Spell(kTokens, before).size()) << what << ": " << text;
+  const std::string json = text.substr(at + marker.size());
+  EXPECT_TRUE(IsJsonObjectPrefix(json)) << what << ": " << text;
+  if (sink.finish()->reason == FinishReason::kStop) {
+    EXPECT_EQ(tokens.back(), kEos) << what;
+    EXPECT_TRUE(IsJsonObject(json)) << what << ": " << text;
+  } else {
+    EXPECT_EQ(sink.finish()->reason, FinishReason::kLength) << what;
+    EXPECT_EQ(static_cast<int>(tokens.size()), max_new) << what;
+  }
+}
+
 class DecodeRunnerJsonTest : public testing::DecodeRunnerHarness {
  protected:
   void SetUp() override {
     vocabulary_ = std::make_unique<worker::JsonModeVocabulary>(
-        [] { return model::ConstraintVocabulary::FromTokens(kTokens, {kEos}); });
+        [] { return model::ConstraintVocabulary::FromTokens(kTokens, {kEos}, {kEndThink}); });
     DecodeRunnerOptions o;
     o.scheduler = {.max_running = 8, .max_batch_tokens = 256, .chunk_size = 64};
     o.json_vocabulary = vocabulary_.get();
@@ -213,6 +241,61 @@ TEST_F(DecodeRunnerJsonTest, APreemptedRequestRecomputesTheSameObject) {
   EXPECT_EQ(engine->kv_pool().free_pages(), 7);
 }
 
+// Reasoning, then JSON: the marker is the text of two of the engine's own tokens (so greedy
+// decoding writes it), or the added "</think>" token the prefill worker drew.
+TEST_F(DecodeRunnerJsonTest, JsonStartsAfterTheMarker) {
+  constexpr int kMaxNew = 64;
+  struct Case {
+    std::vector<int32_t> prompt, before;
+    std::string marker;
+    std::shared_ptr<RecordingSink> sink;
+  };
+  std::vector<Case> cases;
+  for (int salt = 0; cases.size() < 4 && salt < 400; ++salt) {
+    // Prompts whose first unconstrained tokens are single bytes: the marker is tokens 2 and 3.
+    std::vector<int32_t> prompt = Prompt(24 + salt % 17, 50 + salt);
+    const std::vector<int32_t> own = FakeEngine::ExpectedTokens(prompt, 4, kVocab);
+    if (*std::max_element(own.begin(), own.end()) > 255) continue;
+    const std::string text = Spell(kTokens, own);
+    const std::string marker = text.substr(2, 2);
+    const size_t end = text.find(marker) + marker.size();  // its first occurrence
+    cases.push_back({prompt, std::vector<int32_t>(own.begin(), own.begin() + end), marker});
+  }
+  ASSERT_EQ(cases.size(), 4u);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ReserveSpec s = JsonSpec(absl::StrCat("m", i), cases[i].prompt, kMaxNew, true);
+    s.sampling.json_after = cases[i].marker;
+    cases[i].sink = Open(runner_->Reserve(std::move(s)));
+  }
+  // Remote prefill: the first token is the added </think>, so JSON starts with the second.
+  const auto remote_prompt = Prompt(40, 7);
+  ReserveSpec s = JsonSpec("remote", remote_prompt, kMaxNew, false);
+  s.sampling.json_after = "</think>";
+  auto remote_r = runner_->Reserve(std::move(s));
+  auto remote = Open(remote_r);
+  PrefillAndShip(*remote_r, remote_prompt, kVocab, kEndThink);
+  // EOS before the marker is refused, as any token the constraint refuses.
+  const auto eos_prompt = Prompt(40, 8);
+  s = JsonSpec("eos", eos_prompt, kMaxNew, false);
+  s.sampling.json_after = "</think>";
+  auto eos_r = runner_->Reserve(std::move(s));
+  auto eos = Open(eos_r);
+  PrefillAndShip(*eos_r, eos_prompt, kVocab, kEos);
+  RunUntilIdle();
+  int complete = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ExpectJsonAfter(*cases[i].sink, kMaxNew, cases[i].marker, cases[i].before,
+                    absl::StrCat("marker \"", cases[i].marker, "\""));
+    complete += cases[i].sink->finish()->reason == FinishReason::kStop;
+  }
+  EXPECT_GE(complete, 3);
+  ExpectJsonAfter(*remote, kMaxNew, "</think>", {kEndThink}, "remote");
+  ASSERT_TRUE(eos->ended());
+  EXPECT_EQ(eos->error().code(), absl::StatusCode::kInternal) << eos->error();
+  EXPECT_THAT(std::string(eos->error().message()), HasSubstr("before \"</think>\""));
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+}
+
 // The decode worker's edge: JSON mode needs this worker's vocabulary and no ignore_eos.
 TEST(DecodeJsonConversionTest, ReserveRequestInJsonMode) {
   worker::JsonModeVocabulary vocabulary(
@@ -232,6 +315,11 @@ TEST(DecodeJsonConversionTest, ReserveRequestInJsonMode) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(spec->sampling.json_object);
   EXPECT_EQ(spec->json_vocabulary, *vocabulary.Get());
+  req.mutable_sampling()->set_response_format_after("</think>");
+  spec = ToReserveSpec(req, bounds);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->sampling.json_after, "</think>");
+  req.mutable_sampling()->clear_response_format_after();
   req.mutable_sampling()->set_ignore_eos(true);
   absl::Status s = ToReserveSpec(req, bounds).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

@@ -65,10 +65,11 @@ struct DecodeSequence {
   bool local_prefill = false;
   model::SamplingOptions sampling;
   StopRules stop;
-  // JSON mode (sampling.json_object): the constraint over the generated tokens and how many of
-  // them it has consumed. The loop thread advances it over the rest before each sampled row
-  // (the first token may come from the prefill worker; a recompute after preemption adds
-  // nothing new), so that the row's mask is the one for the next token.
+  // JSON mode (sampling.json_object; after sampling.json_after when set): the constraint over
+  // the generated tokens and how many of them it has consumed. The loop thread advances it
+  // over the rest before each sampled row (the first token may come from the prefill worker;
+  // a recompute after preemption adds nothing new), so that the row's mask is the one for
+  // the next token.
   std::optional<model::JsonConstraint> json;
   int json_consumed = 0;
 

@@ -6,7 +6,8 @@
 //
 // Prefill runs in chunks of --chunk-size tokens (0 = one chunk), then one decode step per
 // token over the paged cache; sampling is greedy unless --temperature > 0 (--response-format
-// json_object: under JSON mode's constraint, model/constraint). Prints the generated
+// json_object: under JSON mode's constraint, model/constraint; with --response-format-after,
+// only the text after that marker, e.g. a reasoning model's "</think>"). Prints the generated
 // text (or ids with --print-ids, or when the checkpoint has no tokenizer.json) to stdout.
 // --dump-logits writes {"last_prompt_logits": [...], "generated_ids": [...]}.
 // --tp-size N shards the model over N ranks as a worker does (docs/parallel.md; GPUs 0..N-1 on
@@ -175,7 +176,7 @@ absl::Status Run(const RunOptions& o) {
   if (sampling.json_object) {
     ASSIGN_OR_RETURN(auto vocab,
                      ConstraintVocabulary::FromTokenizer(*tokenizer, config.vocab_size, eos));
-    json.emplace(std::move(vocab));
+    json.emplace(std::move(vocab), sampling.json_after);
   }
   Sampler sampler;
   std::vector<int32_t> history = prompt;
@@ -240,6 +241,10 @@ int main(int argc, char** argv) {
                  "text, or json_object: the output is one JSON object, then EOS (needs the "
                  "checkpoint's tokenizer.json)")
       ->check(CLI::IsMember({"text", "json_object"}))->capture_default_str();
+  app.add_option("--response-format-after", o.sampling.json_after,
+                 "with --response-format json_object: the JSON starts after the first occurrence "
+                 "of this text in the output, e.g. \"</think>\" for a reasoning model (before it "
+                 "any token but EOS); at most 64 bytes");
   std::string attention = "auto";
   app.add_option("--attention", attention, "prefill attention form")
       ->check(CLI::IsMember({"auto", "mha", "mla"}))->capture_default_str();

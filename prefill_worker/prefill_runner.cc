@@ -354,11 +354,12 @@ absl::StatusOr<int32_t> PrefillRunner::SampleFirstToken(const Request& r,
   row.options = r.job.sampling;
   row.step = 0;  // the first generated token; the decode worker continues with 1, 2, ...
   row.history = r.job.tokens;
-  // JSON mode: the text's first token, among those that can start a JSON object. The decode
-  // worker replays it into its own constraint.
+  // JSON mode: the text's first token, among those that can start a JSON object (with
+  // json_after: any but EOS, unless it ends the marker). The decode worker replays it into its
+  // own constraint.
   std::optional<model::JsonConstraint> json;
   if (r.job.json_vocabulary != nullptr) {
-    json.emplace(r.job.json_vocabulary);
+    json.emplace(r.job.json_vocabulary, r.job.sampling.json_after);
     row.allowed = json->AllowedTokens();
   }
   auto ids = sampler_.Sample(logits, engine_->config().vocab_size, std::span(&row, 1));

@@ -85,7 +85,8 @@ struct PrefillJob {
   std::vector<int32_t> tokens;
   model::SamplingOptions sampling;
   kvtransfer::KvSessionRef session;
-  // Set iff sampling.json_object: the first token is drawn under a fresh JsonConstraint.
+  // Set iff sampling.json_object: the first token is drawn under a fresh JsonConstraint
+  // (starting after sampling.json_after when set: before it, any token but EOS).
   std::shared_ptr<const model::ConstraintVocabulary> json_vocabulary;
 };
 

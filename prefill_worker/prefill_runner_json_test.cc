@@ -1,6 +1,6 @@
 // JSON mode on the prefill worker: the first token is drawn under a fresh JsonConstraint (what
-// can open a JSON object), next to unconstrained requests in the same forward; the RPC edge
-// refuses JSON mode without a vocabulary or with ignore_eos.
+// can open a JSON object, or with json_after anything but EOS), next to unconstrained requests
+// in the same forward; the RPC edge refuses JSON mode without a vocabulary or with ignore_eos.
 #include <set>
 #include <string>
 #include <vector>
@@ -31,7 +31,9 @@ using testing::Outcome;
 
 constexpr int kVocab = 300;
 constexpr int32_t kEos = 299;
-const std::vector<std::optional<std::string>> kTokens = JsonTestTokens(kVocab, kEos);
+constexpr int32_t kEndThink = 290;  // "</think>", an added token
+const std::vector<std::optional<std::string>> kTokens =
+    mlaserve::testing::WithEndThink(JsonTestTokens(kVocab, kEos), kEndThink);
 
 // What may open a JSON object: '{' or whitespace.
 bool CanOpen(int32_t id) {
@@ -48,7 +50,7 @@ class PrefillRunnerJsonTest : public testing::PrefillRunnerHarness {
  protected:
   void SetUp() override {
     Build({.num_pages = 64, .vocab_size = kVocab}, {.num_pages = 64, .vocab_size = kVocab});
-    vocabulary_ = *model::ConstraintVocabulary::FromTokens(kTokens, {kEos});
+    vocabulary_ = *model::ConstraintVocabulary::FromTokens(kTokens, {kEos}, {kEndThink});
   }
 
   // Submits `jobs` (their sessions reserved on the decode side), runs them, and returns each
@@ -128,6 +130,44 @@ TEST_F(PrefillRunnerJsonTest, SampledFirstTokensOpenAnObjectForEverySeed) {
   EXPECT_GE(drawn.size(), 3u);  // a draw among '{' and the whitespace tokens
 }
 
+// With json_after the first token is free text (the engine's favourite, or the added </think>
+// the logit bias asks for), never EOS; without, the same bias cannot draw </think>.
+TEST_F(PrefillRunnerJsonTest, BeforeTheMarkerTheFirstTokenIsAnyTextButEos) {
+  std::vector<PrefillJob> jobs;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 24; ++i) {
+    prompts.push_back(Prompt(10 + 3 * i, i));
+    jobs.push_back(JsonJob(absl::StrCat("t", i), prompts.back()));
+    jobs.back().sampling.json_after = "</think>";
+  }
+  for (const bool after : {true, false}) {
+    PrefillJob j = JsonJob(after ? "bias-after" : "bias", Prompt(30, 5));
+    if (after) j.sampling.json_after = "</think>";
+    j.sampling.logit_bias = {{kEndThink, 100.0f}};
+    jobs.push_back(std::move(j));
+  }
+  PrefillJob eos = JsonJob("eos", Prompt(30, 6));
+  eos.sampling.json_after = "</think>";
+  eos.sampling.logit_bias = {{kEos, 100.0f}};
+  jobs.push_back(std::move(eos));
+  const std::vector<int32_t> first = FirstTokens(std::move(jobs));
+  ASSERT_EQ(first.size(), 27u);
+  int favourites = 0;
+  for (int i = 0; i < 24; ++i) {
+    const int32_t favourite = FakeEngine::NextToken(prompts[i], kVocab);
+    // The favourite when it has text (a byte or </think>); else the flat logits' lowest id, 0.
+    const bool text = kTokens[favourite].has_value();
+    EXPECT_EQ(first[i], text ? favourite : 0) << i;
+    favourites += text && !CanOpen(favourite);
+  }
+  EXPECT_GT(favourites, 12) << "most favourites could not open an object, yet are drawn";
+  EXPECT_EQ(first[24], kEndThink);
+  EXPECT_TRUE(CanOpen(first[25])) << first[25];
+  EXPECT_NE(first[26], kEos);
+  const int32_t eos_favourite = FakeEngine::NextToken(Prompt(30, 6), kVocab);
+  EXPECT_EQ(first[26], kTokens[eos_favourite].has_value() ? eos_favourite : 0);
+}
+
 // The prefill worker's edge: JSON mode needs this worker's vocabulary and no ignore_eos.
 TEST(PrefillJsonConversionTest, PrefillRequestInJsonMode) {
   worker::JsonModeVocabulary vocabulary(
@@ -147,6 +187,15 @@ TEST(PrefillJsonConversionTest, PrefillRequestInJsonMode) {
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_TRUE(job->sampling.json_object);
   EXPECT_EQ(job->json_vocabulary, *vocabulary.Get());
+  req.mutable_sampling()->set_response_format_after("</think>");
+  job = ToPrefillJob(req, bounds);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->sampling.json_after, "</think>");
+  req.mutable_sampling()->set_response_format(v1::RESPONSE_FORMAT_TEXT);
+  EXPECT_THAT(std::string(ToPrefillJob(req, bounds).status().message()),
+              HasSubstr("without response_format json_object"));
+  req.mutable_sampling()->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
+  req.mutable_sampling()->clear_response_format_after();
   req.mutable_sampling()->set_ignore_eos(true);
   absl::Status s = ToPrefillJob(req, bounds).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

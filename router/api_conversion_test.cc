@@ -56,7 +56,11 @@ TEST(SamplingToProto, FillsEveryOptionalAndRoundTrips) {
   s.frequency_penalty = -0.5f;
   s.logit_bias = {{3, -100.0f}, {8, 2.5f}};
   s.logprobs = 0;
+  s.json_object = true;
+  s.json_after = "</think>";
   p = SamplingToProto(s);
+  EXPECT_EQ(p.response_format(), v1::RESPONSE_FORMAT_JSON_OBJECT);
+  EXPECT_EQ(p.response_format_after(), "</think>");
   EXPECT_TRUE(p.has_presence_penalty() && p.has_frequency_penalty() && p.has_logprobs());
   SamplingConfig back = SamplingFromProto(p);
   EXPECT_FLOAT_EQ(back.presence_penalty, 0.25f);
@@ -69,6 +73,8 @@ TEST(SamplingToProto, FillsEveryOptionalAndRoundTrips) {
   EXPECT_EQ(back.seed, 1234u);
   EXPECT_EQ(back.max_new_tokens, 17);
   EXPECT_EQ(back.stop, s.stop);
+  EXPECT_TRUE(back.json_object);
+  EXPECT_EQ(back.json_after, "</think>");
 }
 
 TEST(DiagnoseUnparsableGenerateRequest, NamesTheFieldWithInvalidUtf8) {

@@ -31,6 +31,7 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::Sam
                                                    "JSON_OBJECT (1)"));
   }
   o.json_object = p.response_format() == mlaserve::v1::RESPONSE_FORMAT_JSON_OBJECT;
+  o.json_after = p.response_format_after();
   o.seed = p.has_seed() ? p.seed() : model::RandomSeed();
   absl::Status s = common::ValidateSamplingValues(o, vocab_size);
   if (s.ok()) s = common::ValidateResponseFormat(o, p.ignore_eos());

@@ -20,10 +20,11 @@ namespace mlaserve::worker {
 // api.proto defaults here too (seed unset: a fresh random seed); values out of range are
 // INVALID_ARGUMENT naming the field. The workers' edge for sampling: it calls
 // common::ValidateSamplingValues and ValidateResponseFormat (response_format json_object with
-// ignore_eos is refused; an unknown response_format too), and nothing past it checks the
-// values again. Whether JSON mode can be served here (JsonModeVocabulary) is the caller's. With
-// vocab_size > 0 the logit_bias ids are checked against it (the sampler checks them again
-// otherwise); logit_bias comes back sorted by id.
+// ignore_eos is refused, as are an unknown response_format and a response_format_after without
+// json_object or over 64 bytes), and nothing past it checks the values again. Whether JSON
+// mode can be served here (JsonModeVocabulary) is the caller's. With vocab_size > 0 the
+// logit_bias ids are checked against it (the sampler checks them again otherwise); logit_bias
+// comes back sorted by id.
 absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::SamplingParams& p,
                                                          int32_t vocab_size = 0);
 

@@ -68,6 +68,19 @@ TEST(WorkerProtoTest, ResponseFormat) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("json_object"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("ignore_eos"));
   p.set_ignore_eos(false);
+  p.set_response_format_after("</think>");
+  o = ToSamplingOptions(p);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->json_after, "</think>");
+  p.set_response_format_after(std::string(65, '>'));
+  EXPECT_THAT(std::string(ToSamplingOptions(p).status().message()),
+              HasSubstr("response_format_after has 65 bytes; at most 64"));
+  p.set_response_format_after("</think>");
+  p.set_response_format(mlaserve::v1::RESPONSE_FORMAT_TEXT);
+  s = ToSamplingOptions(p).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("without response_format json_object"));
+  p.clear_response_format_after();
   p.set_response_format(static_cast<mlaserve::v1::ResponseFormat>(7));  // a newer client's
   EXPECT_THAT(std::string(ToSamplingOptions(p).status().message()),
               HasSubstr("response_format 7 is unknown"));

@@ -8,9 +8,19 @@
 // JSON recognizer, pruning at the first byte it refuses. Masks depend only on the
 // recognizer's state, so they are cached in the vocabulary (bounded) and shared by every
 // request of the process. Added tokens (special or not: <think>, tool-call markers, BOS) are
-// never allowed; the ids in `eos_ids` only when the object is complete.
+// never allowed in the JSON; the ids in `eos_ids` only when the object is complete.
 //
-// JsonConstraint is one request's: its recognizer state, advanced token by token.
+// Reasoning models (as vLLM does with a reasoning parser): a constraint built with a
+// `start_after` text, e.g. "</think>", holds to JSON only the bytes after that text's first
+// occurrence in the output (every token's bytes, added tokens' included). Before it every
+// token with bytes may be drawn, added ones too (DeepSeek's </think> is one), except EOS and a
+// token that completes the marker and goes on with bytes no JSON object starts with: the bytes
+// after the marker in that token are the JSON's first. The marker is matched across tokens
+// (Knuth-Morris-Pratt), so the masks before it depend only on how many of its bytes end the
+// output; they are cached per (marker, that count) beside the JSON ones.
+//
+// JsonConstraint is one request's: its phase, marker progress and recognizer state, advanced
+// token by token.
 // Not thread-safe per instance; the vocabulary (and its cache) is.
 //
 // The language, byte by byte: RFC 8259's grammar, with valid UTF-8 in strings (as a strict
@@ -43,9 +53,11 @@ class ConstraintVocabulary {
   // every JSON text (it lacks a token for one of the bytes JSON needs, e.g. '{').
   static absl::StatusOr<std::shared_ptr<const ConstraintVocabulary>> FromTokenizer(
       const Tokenizer& tokenizer, int vocab_size, std::vector<int32_t> eos_ids);
-  // Tests: token i's bytes, or nullopt for an id that is never text.
+  // Tests: token i's bytes, or nullopt for an id that is never text; `added_ids` (added
+  // tokens: </think>, tool-call markers) are text only before a constraint's start marker.
   static absl::StatusOr<std::shared_ptr<const ConstraintVocabulary>> FromTokens(
-      std::vector<std::optional<std::string>> tokens, std::vector<int32_t> eos_ids);
+      std::vector<std::optional<std::string>> tokens, std::vector<int32_t> eos_ids,
+      const std::vector<int32_t>& added_ids = {});
 
   ~ConstraintVocabulary();
   int vocab_size() const;
@@ -61,21 +73,29 @@ class ConstraintVocabulary {
 
 class JsonConstraint {
  public:
-  explicit JsonConstraint(std::shared_ptr<const ConstraintVocabulary> vocab);
+  // `start_after` empty: JSON from the first token; else after that text's first occurrence
+  // (any length here; the API's edges bound it, common::kMaxJsonAfterBytes).
+  explicit JsonConstraint(std::shared_ptr<const ConstraintVocabulary> vocab,
+                          std::string start_after = {});
   ~JsonConstraint();
   JsonConstraint(JsonConstraint&&) noexcept;
   JsonConstraint& operator=(JsonConstraint&&) noexcept;
 
   // The tokens allowed next (mask_words() words; never all zero: a byte-level vocabulary can
-  // always continue, and a complete object allows EOS). Valid until the next Advance.
+  // always continue, a complete object allows EOS, and before the marker a single byte never
+  // completes it with a refused byte after it). Valid until the next Advance.
   std::span<const uint64_t> AllowedTokens();
   // Moves past `token`, which AllowedTokens() allowed: INVALID_ARGUMENT naming it otherwise
   // (the state is then unchanged).
   absl::Status Advance(int32_t token);
+  // The start marker has appeared (always, without one): the JSON text has begun.
+  bool JsonStarted() const;
   // The object is complete (only EOS is allowed now).
   bool Complete() const;
 
  private:
+  absl::Status AdvanceBeforeMarker(int32_t token);
+
   struct State;
   std::shared_ptr<const ConstraintVocabulary> vocab_;
   std::unique_ptr<State> state_;

@@ -20,12 +20,17 @@
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/constraint/constraint_testing.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {
 namespace {
+
+using testing::AllowedIds;
+using testing::Bit;
+using testing::MaskMatchesFeeding;
 
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
@@ -34,7 +39,6 @@ using ByteTokens = std::array<int32_t, 256>;  // the single-byte token of each b
 
 size_t Uniform(Rng& rng, size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
 bool Chance(Rng& rng, double p) { return std::bernoulli_distribution(p)(rng); }
-bool Bit(std::span<const uint64_t> mask, int32_t t) { return (mask[t / 64] >> (t % 64)) & 1; }
 std::string Hex(std::string_view s) { return absl::CHexEscape(absl::string_view(s.data(), s.size())); }
 
 // Ids 0..255 are the single bytes, 256 is EOS: Advance(b) feeds byte b to the recognizer.
@@ -422,34 +426,6 @@ Synthetic MakeSynthetic(Rng& rng) {
   return v;
 }
 
-// Bit t of `mask` is set iff feeding token t's bytes after `history` succeeds.
-::testing::AssertionResult MaskMatchesFeeding(
-    const std::shared_ptr<const ConstraintVocabulary>& vocab, const std::vector<int32_t>& history,
-    std::span<const uint64_t> mask) {
-  for (int32_t t = 0; t < vocab->vocab_size(); ++t) {
-    JsonConstraint replay(vocab);
-    for (int32_t h : history) {
-      if (!replay.Advance(h).ok()) return ::testing::AssertionFailure() << "replay failed";
-    }
-    const bool fed = replay.Advance(t).ok();
-    if (Bit(mask, t) != fed) {
-      return ::testing::AssertionFailure() << "token " << t << ": mask " << Bit(mask, t)
-                                           << ", feeding " << fed << ", after "
-                                           << history.size() << " tokens";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-std::vector<int32_t> AllowedIds(std::span<const uint64_t> mask) {
-  std::vector<int32_t> ids;
-  for (size_t w = 0; w < mask.size(); ++w) {
-    for (uint64_t bits = mask[w]; bits != 0; bits &= bits - 1) {
-      ids.push_back(static_cast<int32_t>(w * 64 + __builtin_ctzll(bits)));
-    }
-  }
-  return ids;
-}
 
 TEST(JsonConstraintTest, MasksMatchFeedingEachTokenAndWalksClose) {
   Rng rng(2);
@@ -466,7 +442,7 @@ TEST(JsonConstraintTest, MasksMatchFeedingEachTokenAndWalksClose) {
     while (true) {
       const std::span<const uint64_t> mask = c.AllowedTokens();
       ASSERT_EQ(mask.size(), static_cast<size_t>(vocab->mask_words()));
-      ASSERT_TRUE(MaskMatchesFeeding(vocab, history, mask)) << Hex(text);
+      ASSERT_TRUE(MaskMatchesFeeding(vocab, "", history, mask)) << Hex(text);
       for (int32_t t : synth.never_text) {
         const bool eos = t == 256 || t == 259;
         ASSERT_EQ(Bit(mask, t), eos && c.Complete()) << t;
@@ -537,7 +513,7 @@ TEST(JsonConstraintTest, ConcurrentRequestsAndEvictionKeepMasksRight) {
         std::vector<int32_t> history(text.begin(), text.end());
         JsonConstraint c(vocab);
         if (Feed(c, text) != text.size()) return ADD_FAILURE() << text;
-        if (!MaskMatchesFeeding(vocab, history, c.AllowedTokens())) return ADD_FAILURE() << text;
+        if (!MaskMatchesFeeding(vocab, "", history, c.AllowedTokens())) return ADD_FAILURE() << text;
         ++checked;
       }
     });
@@ -617,7 +593,7 @@ TEST_P(RealVocabularyTest, ConstrainedWalksGiveJson) {
       for (int32_t id : real->added_ids) ASSERT_FALSE(Bit(mask, id)) << id;
       for (int32_t id = tok.vocab_size(); id < vocab_size; ++id) ASSERT_FALSE(Bit(mask, id));
       if (vocab_size < 1000 || (ids.size() < 2 && walk < 2)) {
-        ASSERT_TRUE(MaskMatchesFeeding(vocab, ids, mask)) << Hex(text);
+        ASSERT_TRUE(MaskMatchesFeeding(vocab, "", ids, mask)) << Hex(text);
         ++brute_forced;
       }
       if (ids.size() >= random_steps) break;

@@ -251,12 +251,9 @@ struct HttpApi::Impl {
     }
     setup->opens_reasoning = ReasoningSplitter::PromptOpensReasoning(*prompt);
     if (setup->opens_reasoning && r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT) {
-      // The constraint holds from the first generated token, where a reasoning model thinks.
-      return ApiError{400,
-                      "'response_format' json_object cannot be combined with thinking mode (the "
-                      "prompt opens a <think>, and JSON mode constrains every generated token); "
-                      "turn thinking off",
-                      "invalid_request_error", "response_format", std::nullopt};
+      // A reasoning model thinks first: the answer after "</think>" is the JSON object (the
+      // reasoning_content split, below, is at the same place).
+      g.mutable_sampling()->set_response_format_after(std::string(ReasoningSplitter::kReasoningEnd));
     }
     if (r.tool_choice == ApiRequest::ToolChoice::kRequired || r.tool_choice == ApiRequest::ToolChoice::kNamed) {
       // Without constrained decoding, a call is made certain by writing its opening (and the

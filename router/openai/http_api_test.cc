@@ -461,8 +461,8 @@ TEST_F(HttpApiTest, DeepseekV32ToolCalls) {
   EXPECT_THAT(prompt, ::testing::EndsWith("<｜User｜>Rome?<｜Assistant｜></think>"));
 }
 
-// JSON mode travels to the workers as a sampling parameter (they constrain the tokens); it
-// cannot follow a prompt that opened a <think>, nor come with tools.
+// JSON mode travels to the workers as a sampling parameter (they constrain the tokens); after
+// a prompt that opened a <think> it starts where the reasoning ends; it cannot come with tools.
 TEST_F(HttpApiTest, JsonModeReachesTheWorkers) {
   decode_.set_reply("{}");
   const std::string chat = R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
@@ -473,11 +473,14 @@ TEST_F(HttpApiTest, JsonModeReachesTheWorkers) {
   EXPECT_EQ(Json::parse(r->body)["choices"][0]["message"]["content"], "{}");
   ASSERT_FALSE(decode_.reserves().empty());
   EXPECT_EQ(decode_.reserves().back().sampling().response_format(), v1::RESPONSE_FORMAT_JSON_OBJECT);
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format_after(), "");
+  decode_.set_reply("a plan</think>{}");
   r = Post("/v1/chat/completions", chat + R"(, "chat_template_kwargs": {"think": true}})");
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 400) << r->body;
-  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "response_format");
-  EXPECT_THAT(r->body, HasSubstr("thinking mode"));
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["choices"][0]["message"]["reasoning_content"], "a plan");
+  EXPECT_EQ(Json::parse(r->body)["choices"][0]["message"]["content"], "{}");
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format_after(), "</think>");
   RestartApiWithToolCallParser("deepseek_v31");
   ASSERT_NE(api_, nullptr);
   r = Post("/v1/chat/completions", chat + R"(, "tools": [)" + std::string(kWeatherTool) + "]}");

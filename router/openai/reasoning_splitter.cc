@@ -4,7 +4,7 @@ namespace mlaserve::router::openai {
 namespace {
 
 constexpr std::string_view kOpen = "<think>";
-constexpr std::string_view kClose = "</think>";
+constexpr std::string_view kClose = ReasoningSplitter::kReasoningEnd;
 
 // Length of the longest suffix of `s` that is a proper prefix of `tag`.
 size_t PartialTagSuffix(std::string_view s, std::string_view tag) {

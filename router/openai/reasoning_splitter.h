@@ -14,6 +14,8 @@ namespace mlaserve::router::openai {
 
 class ReasoningSplitter {
  public:
+  static constexpr std::string_view kReasoningEnd = "</think>";
+
   // `prompt_opens_reasoning`: the prompt left a <think> open, so output starts as reasoning.
   explicit ReasoningSplitter(bool prompt_opens_reasoning);
 

@@ -1,8 +1,10 @@
 // JSON mode (SamplingParams.response_format JSON_OBJECT) end to end: a router, a prefill and a
 // decode worker process on the bundled demo model (CPU backend), text in and text out. The
 // streamed text must be a JSON object's prefix, and a whole object when EOS ended it; remote
-// and local prefill constrain alike; json_object with ignore_eos, and JSON mode on a model
-// without tokenizer.json, are refused. The judge is nlohmann's parser, not the constraint.
+// and local prefill constrain alike; with response_format_after the text before the marker is
+// the model's own and the object follows it; json_object with ignore_eos, a marker without
+// json_object, and JSON mode on a model without tokenizer.json, are refused. The judge is
+// nlohmann's parser, not the constraint.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -114,6 +116,51 @@ TEST_F(JsonModeTest, AClosedObjectEndsTheRequestWithEos) {
     EXPECT_EQ(got.ids.size(), 3u);
     EXPECT_EQ(got.ids.back(), kDemoEos);
   }
+}
+
+// A reasoning model's "</think>" stands in for the demo model's own first three tokens: they
+// are drawn as without JSON mode, and the object follows them.
+TEST_F(JsonModeTest, JsonStartsAfterTheMarkerOverRemoteAndLocalPrefill) {
+  v1::GenerateRequest plain = JsonRequest("count from 17:", 40);
+  plain.mutable_sampling()->set_temperature(0);
+  plain.mutable_sampling()->clear_response_format();
+  const GenerateResult unconstrained = Run(plain);
+  ASSERT_TRUE(unconstrained.status.ok()) << unconstrained.status.error_message();
+  ASSERT_GE(unconstrained.ids.size(), 3u);
+  auto tokenizer = model::Tokenizer::FromFile(std::string(kDemo) + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const std::vector<int32_t> before(unconstrained.ids.begin(), unconstrained.ids.begin() + 3);
+  const std::string marker = (*tokenizer)->Decode(before, false).value();
+  ASSERT_FALSE(IsJsonObjectPrefix(marker)) << marker;  // the constraint must have waited
+  v1::GenerateRequest after = JsonRequest("count from 17:", 40);
+  after.mutable_sampling()->set_temperature(0);
+  after.mutable_sampling()->set_response_format_after(marker);
+  for (bool local : {false, true}) {
+    v1::GenerateRequest r = after;
+    if (local) r.mutable_sampling()->set_logprobs(0);
+    const GenerateResult got = Run(r);
+    const std::string what = local ? "local" : "remote";
+    ASSERT_TRUE(got.status.ok()) << what << ": " << got.status.error_message();
+    ASSERT_GT(got.ids.size(), 3u) << what;
+    EXPECT_EQ(std::vector<int32_t>(got.ids.begin(), got.ids.begin() + 3), before) << what;
+    ASSERT_TRUE(got.text.starts_with(marker)) << what << ": [" << got.text << "]";
+    GenerateResult json = got;
+    json.text = got.text.substr(marker.size());
+    ExpectJsonText(json, what);
+    EXPECT_EQ(got.complete->local_prefill(), local);
+  }
+  EXPECT_TRUE(cluster_->WaitAllPagesFree(absl::Seconds(15)).ok());
+}
+
+TEST_F(JsonModeTest, AMarkerWithoutJsonObjectIsRefused) {
+  v1::GenerateRequest r = JsonRequest("count from 17:", 8);
+  r.mutable_sampling()->clear_response_format();
+  r.mutable_sampling()->set_response_format_after("</think>");
+  const GenerateResult got = Run(r);
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(got.status.error_message(),
+              HasSubstr("response_format_after \"</think>\" is set without response_format "
+                        "json_object"));
 }
 
 TEST_F(JsonModeTest, JsonObjectWithIgnoreEosIsRefusedNamingBoth) {

@@ -36,6 +36,14 @@ inline std::vector<std::optional<std::string>> JsonTestTokens(int vocab_size, in
   return tokens;
 }
 
+// `tokens` with id `id` (past 255, not EOS) spelling "</think>", as the added token that ends
+// DeepSeek-V3.1's reasoning (pass {id} to ConstraintVocabulary::FromTokens as added_ids).
+inline std::vector<std::optional<std::string>> WithEndThink(
+    std::vector<std::optional<std::string>> tokens, int32_t id) {
+  tokens[id] = "</think>";
+  return tokens;
+}
+
 // The id of the single-byte token `c` in `tokens` (JsonTestTokens), -1 if none.
 inline int32_t JsonTestTokenId(const std::vector<std::optional<std::string>>& tokens, char c) {
   for (size_t id = 0; id < tokens.size(); ++id) {
