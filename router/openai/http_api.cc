@@ -212,6 +212,18 @@ struct HttpApi::Impl {
     return vars;
   }
 
+  // A forced call's arguments in V3 / V3.1 syntax are one JSON object: JSON mode makes them
+  // one (after the name the model writes, for "required"), and the EOS it ends with ends the
+  // answer, so the call is the whole answer. DSML's arguments are not JSON; ignore_eos would
+  // contradict the EOS.
+  static void ConstrainForcedArguments(ToolCallFormat format, bool named, v1::SamplingParams* s) {
+    if (format == ToolCallFormat::kDeepseekV32 || s->ignore_eos()) return;
+    s->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
+    if (!named) {
+      s->set_response_format_after(format == ToolCallFormat::kDeepseekV3 ? "```json\n" : "<｜tool▁sep｜>");
+    }
+  }
+
   // The Generate request of each prompt (completions may have several; chat has one), or the
   // error to answer with.
   std::variant<std::vector<v1::GenerateRequest>, ApiError> ToGenerateRequests(
@@ -265,11 +277,11 @@ struct HttpApi::Impl {
                         "\"auto\" or turn thinking off",
                         "invalid_request_error", "tool_choice", std::nullopt};
       }
+      const bool named = r.tool_choice == ApiRequest::ToolChoice::kNamed;
       setup->call_opening = ToolCallParser::CallOpening(
-          *setup->tool_calls, r.tool_choice == ApiRequest::ToolChoice::kNamed
-                                  ? std::optional<std::string>(r.tool_name)
-                                  : std::nullopt);
+          *setup->tool_calls, named ? std::optional<std::string>(r.tool_name) : std::nullopt);
       *prompt += setup->call_opening;
+      ConstrainForcedArguments(*setup->tool_calls, named, g.mutable_sampling());
     }
     // A rendered chat is tokenized here, not in GenerateCall: the same bounds as a text prompt.
     if (absl::Status st = ValidatePromptBytes(prompt->size(), router->codec().MaxBytesPerToken(),

@@ -393,6 +393,9 @@ TEST_F(HttpApiTest, NamedToolChoiceOpensTheCall) {
   EXPECT_THAT(prompt, HasSubstr("### get_weather"));
   EXPECT_THAT(prompt, ::testing::Not(HasSubstr("get_time")));
   EXPECT_THAT(prompt, ::testing::EndsWith("<user>Oslo?<assistant><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"));
+  // The arguments are one JSON object (JSON mode from the first token), which ends the answer.
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format(), v1::RESPONSE_FORMAT_JSON_OBJECT);
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format_after(), "");
 
   // Streamed, the forced name is the first tool delta.
   r = Post("/v1/chat/completions", body + R"(, "stream": true})");
@@ -408,6 +411,21 @@ TEST_F(HttpApiTest, NamedToolChoiceOpensTheCall) {
     }
   }
   EXPECT_EQ(arguments, "{\"city\": \"Oslo\"}");
+
+  // "required": the model names the call, the JSON starts after the separator it writes.
+  decode_.set_reply("get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+  r = Post("/v1/chat/completions", std::string(R"({"model": "demo", "messages": [{"role": "user", "content": "Time?"}],
+                                                   "tool_choice": "required", "tools": [)") +
+                                       kTimeTool + ", " + kWeatherTool + "]}");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  j = Json::parse(r->body);
+  ASSERT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u) << r->body;
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_time");
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{}");
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format(), v1::RESPONSE_FORMAT_JSON_OBJECT);
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format_after(), "<｜tool▁sep｜>");
+  EXPECT_THAT(LastPrompt(decode_), ::testing::EndsWith("<assistant><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"));
 
   // A forced call cannot follow a prompt that opened a <think>.
   r = Post("/v1/chat/completions", body + R"(, "chat_template_kwargs": {"think": true}})");

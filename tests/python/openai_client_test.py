@@ -212,11 +212,11 @@ WEATHER_TOOL = {"type": "function",
 def run_tool_call_checks(client):
     """Tool calls as the client's types read them. The demo model knows no tools, so a named
     tool_choice makes the call (the router writes its opening, DeepSeek-V3.1's syntax with
-    --tool-call-parser deepseek_v31) and whatever the model writes becomes its arguments, cut by
-    max_tokens or EOS: the shapes are what is checked, streamed and not."""
+    --tool-call-parser deepseek_v31) and JSON mode holds its arguments to one JSON object, cut
+    by max_tokens or ended by EOS: the shapes are what is checked, streamed and not."""
     messages = [{"role": "user", "content": "count from 17:"}]
     named = {"type": "function", "function": {"name": "get_weather"}}
-    chat = client.chat.completions.create(model="demo", max_tokens=8, temperature=0, messages=messages,
+    chat = client.chat.completions.create(model="demo", max_tokens=48, temperature=0, messages=messages,
                                           tools=[WEATHER_TOOL], tool_choice=named)
     message = chat.choices[0].message
     calls = message.tool_calls or []
@@ -226,8 +226,15 @@ def run_tool_call_checks(client):
     check(message.content is None, "an answer that only calls a tool has no content")
     check(chat.choices[0].finish_reason in ("length", "tool_calls"),
           f"finish_reason of a call: {chat.choices[0].finish_reason}")
+    # The forced call's arguments are held to one JSON object (JSON mode; cut by max_tokens, its
+    # start: 48 tokens pass the at most 32 bytes of whitespace before it).
+    arguments_text = calls[0].function.arguments if calls else ""
+    if chat.choices[0].finish_reason == "tool_calls":
+        check(isinstance(json.loads(arguments_text), dict), f"forced arguments are a JSON object: {arguments_text!r}")
+    else:
+        check(arguments_text.lstrip().startswith("{"), f"forced arguments start an object: {arguments_text!r}")
     arguments, names, ids = "", [], set()
-    for chunk in client.chat.completions.create(model="demo", max_tokens=8, temperature=0, messages=messages,
+    for chunk in client.chat.completions.create(model="demo", max_tokens=48, temperature=0, messages=messages,
                                                 tools=[WEATHER_TOOL], tool_choice=named, stream=True):
         for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
             check(delta.index == 0, "one call, index 0")
