@@ -69,9 +69,10 @@ class Sampler {
   // logits: [rows.size(), vocab] f32 host memory, modified in place by the rows' masks
   // (SampleRow::allowed: refused tokens become -infinity, so no later step revives them), then
   // logit_bias and the penalties (in vLLM's order: logit_bias, then repetition, frequency and
-  // presence penalties). INVALID_ARGUMENT for a mask of the wrong size or that allows nothing. Every row's options are valid (common::ValidateSamplingValues). Returns one id
-  // per row. With `logprobs` non-null and some row asking for them, *logprobs gets one entry
-  // per row (rows that did not ask keep an empty default); otherwise it is left empty.
+  // presence penalties). INVALID_ARGUMENT for a mask of the wrong size or that allows nothing.
+  // Every row's options are valid (common::ValidateSamplingValues). Returns one id per row.
+  // With `logprobs` non-null and some row asking for them, *logprobs gets one entry per row
+  // (rows that did not ask keep an empty default); otherwise it is left empty.
   absl::StatusOr<std::vector<int32_t>> Sample(std::span<float> logits, int vocab,
                                               std::span<const SampleRow> rows,
                                               std::vector<TokenLogprobs>* logprobs = nullptr) const;

@@ -356,7 +356,7 @@ absl::StatusOr<int32_t> PrefillRunner::SampleFirstToken(const Request& r,
   row.history = r.job.tokens;
   // JSON mode: the text's first token, among those that can start a JSON object (with
   // json_after: any but EOS, unless it ends the marker). The decode worker replays it into its
-  // own constraint.
+  // own constraint, which checks it.
   std::optional<model::JsonConstraint> json;
   if (r.job.json_vocabulary != nullptr) {
     json.emplace(r.job.json_vocabulary, r.job.sampling.json_after);
@@ -364,12 +364,6 @@ absl::StatusOr<int32_t> PrefillRunner::SampleFirstToken(const Request& r,
   }
   auto ids = sampler_.Sample(logits, engine_->config().vocab_size, std::span(&row, 1));
   if (!ids.ok()) return ids.status();
-  if (json.has_value()) {
-    if (absl::Status s = json->Advance((*ids)[0]); !s.ok()) {
-      return absl::InternalError(absl::StrCat("JSON mode: the first token broke its constraint: ",
-                                              s.message()));
-    }
-  }
   return (*ids)[0];
 }
 

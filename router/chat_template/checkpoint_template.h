@@ -22,7 +22,7 @@ struct CheckpointChatTemplate {
   std::string origin;  // where the template came from, for logs and errors
   std::optional<ChatTemplate> tmpl;  // nullopt: DeepSeek-V3.2's chat format (EncodeDeepseekV32)
   nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
-  std::string source;  // the template's text ("" for DeepSeek-V3.2's format)
+  std::string source = {};  // the template's text ("" for DeepSeek-V3.2's format)
 
   // The prompt for `variables` as apply_chat_template takes them (messages,
   // add_generation_prompt, the special tokens and the request's chat_template_kwargs). For

@@ -105,12 +105,7 @@ absl::StatusOr<std::string> DsmlParameters(const Json& arguments_field, int64_t 
   if (!arguments.is_object()) return Invalid(index, "a tool call's function.arguments must be a JSON object");
   std::vector<std::string> parameters;
   for (const auto& [key, value] : arguments.items()) {
-    std::string text;
-    if (value.is_string()) {
-      text = value.get<std::string>();
-    } else {
-      ASSIGN_OR_RETURN(text, ToJson(Value::FromJson(value)));
-    }
+    const std::string text = value.is_string() ? value.get<std::string>() : PythonJson(value);
     parameters.push_back(absl::StrCat("<", kDsml, "parameter name=\"", key, "\" string=\"",
                                       value.is_string() ? "true" : "false", "\">", text, "</", kDsml,
                                       "parameter>"));
@@ -175,15 +170,12 @@ absl::StatusOr<std::vector<const Json*>> ToolFunctions(const Json& tools, int64_
 // What a system or developer message renders after its content: "\n\n" + the tools section
 // (each function as json.dumps(function, ensure_ascii=False), one a line) where there are tools,
 // "\n\n" + the response format section where there is one.
-absl::StatusOr<std::string> ToolsAndResponseFormat(const std::vector<const Json*>& functions,
-                                                   const Json* response_format) {
+std::string ToolsAndResponseFormat(const std::vector<const Json*>& functions,
+                                   const Json* response_format) {
   std::string out;
   if (!functions.empty()) {
     std::vector<std::string> schemas;
-    for (const Json* function : functions) {
-      ASSIGN_OR_RETURN(std::string schema, ToJson(Value::FromJson(*function)));
-      schemas.push_back(std::move(schema));
-    }
+    for (const Json* function : functions) schemas.push_back(PythonJson(*function));
     // One pass, as str.format: a schema that contains "{dsml_token}" stays as it is.
     absl::StrAppend(&out, "\n\n",
                     absl::StrReplaceAll(kToolsTemplate, {{"{dsml_token}", kDsml},
@@ -192,8 +184,7 @@ absl::StatusOr<std::string> ToolsAndResponseFormat(const std::vector<const Json*
                                                          {"{tool_schemas}", absl::StrJoin(schemas, "\n")}}));
   }
   if (response_format != nullptr) {
-    ASSIGN_OR_RETURN(std::string schema, ToJson(Value::FromJson(*response_format)));
-    absl::StrAppend(&out, "\n\n", kResponseFormatHeader, schema);
+    absl::StrAppend(&out, "\n\n", kResponseFormatHeader, PythonJson(*response_format));
   }
   return out;
 }
@@ -217,14 +208,13 @@ absl::StatusOr<std::string> RenderMessage(int64_t index, const std::vector<const
 
   if (RoleIs(msg, "system")) {
     ASSIGN_OR_RETURN(std::string text, StrOrEmpty(content, index, "content"));
-    ASSIGN_OR_RETURN(std::string sections, ToolsAndResponseFormat(functions, response_format));
-    return text + sections;
+    return text + ToolsAndResponseFormat(functions, response_format);
   }
   if (RoleIs(msg, "developer")) {
     if (!Truthy(content)) return Invalid(index, "a developer message needs content");
-    ASSIGN_OR_RETURN(std::string sections, ToolsAndResponseFormat(functions, response_format));
     ASSIGN_OR_RETURN(std::string text, Str(content, index, "content"));
-    return absl::StrCat(kUser, sections, "\n\n# The user's message is: ", text, kAssistant, think_after_user);
+    return absl::StrCat(kUser, ToolsAndResponseFormat(functions, response_format),
+                        "\n\n# The user's message is: ", text, kAssistant, think_after_user);
   }
   if (RoleIs(msg, "user")) {
     ASSIGN_OR_RETURN(std::string text, Str(content, index, "content"));

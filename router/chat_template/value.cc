@@ -232,6 +232,12 @@ absl::StatusOr<std::string> ToJson(const Value& value, int indent) {
   return out;
 }
 
+std::string PythonJson(const nlohmann::ordered_json& json) {
+  // Only template values (undefined, namespaces, functions) fail to serialize; JSON has none.
+  absl::StatusOr<std::string> text = ToJson(Value::FromJson(json));
+  return text.ok() ? *std::move(text) : json.dump();
+}
+
 std::vector<std::string_view> CodePoints(std::string_view s) {
   std::vector<std::string_view> out;
   for (size_t i = 0; i < s.size();) {

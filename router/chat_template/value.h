@@ -104,6 +104,9 @@ std::string PythonFloatRepr(double d);
 // transformers' tojson filter: json.dumps(x, ensure_ascii=False) with its default
 // separators, or indented by `indent` spaces per level when indent >= 0.
 absl::StatusOr<std::string> ToJson(const Value& value, int indent = -1);
+// A JSON value (a request's tool schema or arguments) as ToJson writes it, i.e. as Python's
+// json.dumps(x, ensure_ascii=False) does: key order kept, ", " and ": " separators.
+std::string PythonJson(const nlohmann::ordered_json& json);
 
 // UTF-8 helpers counting code points, as Python's str does. Input is valid UTF-8 (it came
 // from JSON or the template).

@@ -342,8 +342,7 @@ bool NormalizeToolCalls(Reader& r, const std::string& where, Json& msg) {
     if (arguments.is_null()) {
       arguments = "{}";
     } else if (arguments.is_object()) {
-      absl::StatusOr<std::string> text = chat_template::ToJson(chat_template::Value::FromJson(arguments));
-      arguments = text.ok() ? *text : arguments.dump();
+      arguments = chat_template::PythonJson(arguments);
     } else if (!arguments.is_string()) {
       r.Fail(Invalid(absl::StrCat(at, ".function.arguments must be a JSON object or its text, got ",
                                   JsonType(arguments)), "messages"));

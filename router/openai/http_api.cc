@@ -64,6 +64,7 @@ struct HttpApi::Impl {
   RouterContext* router;
   absl::StatusOr<chat_template::CheckpointChatTemplate> chat_template;
   std::optional<ToolCallFormat> tool_call_format;  // nullopt: requests with tools are refused
+  bool template_reads_tools = false;  // the Jinja template renders `tools` itself
   HttpApiOptions options;
   std::unique_ptr<httplib::Server> server;
   std::thread listener;
@@ -198,7 +199,7 @@ struct HttpApi::Impl {
     setup->tool_calls = tool_call_format;
     if (!chat_template->tmpl.has_value()) {
       vars["messages"] = chat_template::WithRequestTools(r.messages, tools);
-    } else if (chat_template->tmpl->ReadsVariable("tools")) {
+    } else if (template_reads_tools) {
       vars["tools"] = std::move(tools);
     } else if (*tool_call_format != ToolCallFormat::kDeepseekV32) {
       vars["messages"] = WithToolsSection(r.messages, ToolsSection(*tool_call_format, tools));
@@ -217,11 +218,10 @@ struct HttpApi::Impl {
   // answer, so the call is the whole answer. DSML's arguments are not JSON; ignore_eos would
   // contradict the EOS.
   static void ConstrainForcedArguments(ToolCallFormat format, bool named, v1::SamplingParams* s) {
-    if (format == ToolCallFormat::kDeepseekV32 || s->ignore_eos()) return;
+    const std::optional<std::string_view> start = ToolCallParser::ArgumentsStart(format);
+    if (!start.has_value() || s->ignore_eos()) return;
     s->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
-    if (!named) {
-      s->set_response_format_after(format == ToolCallFormat::kDeepseekV3 ? "```json\n" : "<｜tool▁sep｜>");
-    }
+    if (!named) s->set_response_format_after(std::string(*start));
   }
 
   // The Generate request of each prompt (completions may have several; chat has one), or the
@@ -268,8 +268,8 @@ struct HttpApi::Impl {
       g.mutable_sampling()->set_response_format_after(std::string(ReasoningSplitter::kReasoningEnd));
     }
     if (r.tool_choice == ApiRequest::ToolChoice::kRequired || r.tool_choice == ApiRequest::ToolChoice::kNamed) {
-      // Without constrained decoding, a call is made certain by writing its opening (and the
-      // named function) at the prompt's end; a prompt that opened a <think> would lose it.
+      // A call is made certain by writing its opening (and the named function) at the prompt's
+      // end; a prompt that opened a <think> would lose it.
       if (setup->opens_reasoning) {
         return ApiError{400,
                         "'tool_choice' \"required\" or a named function cannot be combined with "
@@ -502,6 +502,8 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
           "format, whose tool calls are deepseek_v32 (DSML); use auto or deepseek_v32"));
     }
   }
+  impl->template_reads_tools = chat_template.ok() && chat_template->tmpl.has_value() &&
+                               chat_template->tmpl->ReadsVariable("tools");
   impl->chat_template = std::move(chat_template);
   if (impl->tool_call_format.has_value()) {
     spdlog::info("tool calls: {} syntax", ToolCallFormatName(*impl->tool_call_format));

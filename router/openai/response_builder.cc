@@ -1,6 +1,7 @@
 #include "router/openai/response_builder.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
@@ -57,12 +58,12 @@ std::string ResponseBuilder::ToolAnswerContent(std::string content, bool call_st
     if (content.starts_with(unsaid_opening_)) content.erase(0, unsaid_opening_.size());
     unsaid_opening_.clear();
   }
-  content.insert(0, held_whitespace_);
-  held_whitespace_.clear();
+  content.insert(0, std::exchange(held_whitespace_, ""));
+  if (finish && call_ids_.empty()) return content;  // no call followed: all of it
   const size_t end = content.find_last_not_of(" \t\r\n");
   const size_t kept = end == std::string::npos ? 0 : end + 1;
-  if (!call_started && !(finish && call_ids_.empty())) held_whitespace_ = content.substr(kept);
-  if (!(finish && call_ids_.empty())) content.resize(kept);
+  if (!call_started) held_whitespace_ = content.substr(kept);
+  content.resize(kept);
   return content;
 }
 

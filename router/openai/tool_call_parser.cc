@@ -247,6 +247,15 @@ std::string ToolCallParser::CallOpening(ToolCallFormat format, const std::option
   return "";
 }
 
+std::optional<std::string_view> ToolCallParser::ArgumentsStart(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kDeepseekV3: return kV3JsonFence;
+    case ToolCallFormat::kDeepseekV31: return kToolSep;
+    case ToolCallFormat::kDeepseekV32: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 ToolCallParser::Delta ToolCallParser::Add(std::string_view text) {
   delta_ = {};
   buffer_.append(text);

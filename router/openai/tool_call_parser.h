@@ -89,6 +89,10 @@ class ToolCallParser {
   // model never complete a name after an unnamed opening, Finish returns the opening with
   // the rest as content (the raw text of an unfinished block).
   static std::string CallOpening(ToolCallFormat format, const std::optional<std::string>& name);
+  // The text between a call's name and its JSON arguments (deepseek_v3: the ```json fence;
+  // deepseek_v31: <｜tool▁sep｜>); nullopt for deepseek_v32, whose arguments are DSML
+  // parameters, not JSON.
+  static std::optional<std::string_view> ArgumentsStart(ToolCallFormat format);
 
  private:
   enum class State {

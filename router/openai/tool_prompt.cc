@@ -12,13 +12,6 @@ using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kSep = "<｜tool▁sep｜>";
 
-// A JSON value as Python's json.dumps(ensure_ascii=False) writes it (the chat templates'
-// tojson), the form DeepSeek's prompts show schemas in.
-std::string PythonJson(const Json& value) {
-  absl::StatusOr<std::string> text = chat_template::ToJson(chat_template::Value::FromJson(value));
-  return text.ok() ? *std::move(text) : value.dump();
-}
-
 }  // namespace
 
 std::optional<ToolCallFormat> DetectToolCallFormat(const chat_template::CheckpointChatTemplate& chat) {
@@ -47,7 +40,7 @@ std::string ToolsSection(ToolCallFormat format, const Json& tools) {
     const std::string description =
         f.contains("description") && f["description"].is_string() ? f["description"].get<std::string>() : "";
     const std::string parameters =
-        f.contains("parameters") && f["parameters"].is_object() ? PythonJson(f["parameters"]) : "{}";
+        f.contains("parameters") && f["parameters"].is_object() ? chat_template::PythonJson(f["parameters"]) : "{}";
     absl::StrAppend(&out, "\n### ", f["name"].get<std::string>(), "\nDescription: ", description,
                     "\n\nParameters: ", parameters, "\n");
   }
