@@ -48,6 +48,8 @@ struct GenerateArgs {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  bool json_object = false;     // --response-format json_object (JSON mode, docs/api.md)
+  std::string json_after;       // --response-format-after: where JSON mode starts
   std::string request_id;
 };
 // Streams the answer's text to stdout as it arrives (-o json: one JSON response per line),

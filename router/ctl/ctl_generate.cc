@@ -38,6 +38,8 @@ int Generate(const CtlContext& ctx, const GenerateArgs& args) {
   if (args.seed) s->set_seed(*args.seed);
   for (const std::string& stop : args.stop) s->add_stop(stop);
   s->set_ignore_eos(args.ignore_eos);
+  if (args.json_object) s->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
+  s->set_response_format_after(args.json_after);
 
   auto stub = v1::Generation::NewStub(ctx.channel);
   grpc::ClientContext context;

@@ -106,6 +106,12 @@ int Main(int argc, char** argv) {
   generate->add_option("--seed", gen.seed, "sampling seed");
   generate->add_option("--stop", gen.stop, "stop string (repeatable)");
   generate->add_flag("--ignore-eos", gen.ignore_eos, "keep generating past EOS");
+  std::string response_format = "text";
+  generate->add_option("--response-format", response_format,
+                       "text, or json_object: the answer is one JSON object, then EOS")
+      ->check(CLI::IsMember({"text", "json_object"}));
+  generate->add_option("--response-format-after", gen.json_after,
+                       "with json_object: JSON starts after this text in the output (e.g. </think>)");
   generate->add_option("--request-id", gen.request_id, "request id (for Abort)");
   bool is_generate = false;
   generate->callback([&] {
@@ -113,6 +119,7 @@ int Main(int argc, char** argv) {
       throw CLI::RequiredError("--prompt or --prompt-ids");
     }
     is_generate = true;
+    gen.json_object = response_format == "json_object";
     run = [&](const CtlContext& c) { return Generate(c, gen); };
   });
 

@@ -102,6 +102,12 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
   CtlRun gen = RunCtl(server + " generate --prompt hello --max-new-tokens 4");
   EXPECT_EQ(gen.exit_code, 2) << gen.out;
   EXPECT_THAT(gen.out, HasSubstr("FAILED_PRECONDITION"));
+  // JSON mode reaches the workers, which need a tokenizer for it.
+  CtlRun json_mode =
+      RunCtl(server + " generate --prompt-ids 1,2,3 --max-new-tokens 4 --response-format json_object");
+  EXPECT_EQ(json_mode.exit_code, 2) << json_mode.out;
+  EXPECT_THAT(json_mode.out, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(json_mode.out, HasSubstr("needs tokenizer.json"));
   EXPECT_EQ(RunCtl(server + " workers frobnicate").exit_code, 1);
 
   CtlRun drain = RunCtl(server + " workers drain prefill-1");
