@@ -83,7 +83,79 @@ std::optional<std::string> ConfigToken(const Json& config, const std::string& ke
   return std::nullopt;
 }
 
+// tokenizer.json's encoder: added tokens cut out, the rest pre-tokenized and BPE-merged.
+class HfBpeEncoder final : public TextEncoder {
+ public:
+  HfBpeEncoder(std::unique_ptr<BpeModel> model, AddedVocabulary added, PreTokenizer pre_tokenizer)
+      : model_(std::move(model)), added_(std::move(added)), pre_tokenizer_(std::move(pre_tokenizer)) {
+    for (const AddedToken& t : added_.tokens()) added_token_ids_.emplace(t.content, t.id);
+  }
+
+  absl::Status Encode(std::string_view text, std::vector<int32_t>* ids) const override {
+    std::vector<TextSegment> raw;
+    RETURN_IF_ERROR(added_.Split(text, /*normalized_pass=*/false, &raw));
+    std::vector<TextSegment> segments;
+    for (const TextSegment& s : raw) {
+      if (s.token_id) {
+        segments.push_back(s);
+      } else {
+        RETURN_IF_ERROR(added_.Split(s.text, /*normalized_pass=*/true, &segments));
+      }
+    }
+    std::vector<std::string> words;
+    for (const TextSegment& s : segments) {
+      if (s.token_id) {
+        ids->push_back(*s.token_id);
+        continue;
+      }
+      words.clear();
+      RETURN_IF_ERROR(pre_tokenizer_.Split(s.text, &words));
+      for (const std::string& w : words) model_->Tokenize(w, ids);
+    }
+    return absl::OkStatus();
+  }
+
+  std::optional<int32_t> TokenId(std::string_view token) const override {
+    if (auto it = added_token_ids_.find(token); it != added_token_ids_.end()) return it->second;
+    return model_->TokenToId(token);
+  }
+
+  const BpeModel& model() const { return *model_; }
+  const AddedVocabulary& added() const { return added_; }
+
+ private:
+  std::unique_ptr<BpeModel> model_;
+  AddedVocabulary added_;
+  PreTokenizer pre_tokenizer_;
+  StringMap<int32_t> added_token_ids_;
+};
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelDir(const std::string& model_dir) {
+  const std::filesystem::path dir(model_dir);
+  const std::string json_path = (dir / "tokenizer.json").string();
+  const std::string tiktoken_path = (dir / "tiktoken.model").string();
+  const std::string config_path = (dir / "tokenizer_config.json").string();
+  std::error_code ec;
+  if (std::filesystem::exists(json_path, ec)) return FromFile(json_path);
+  if (!std::filesystem::exists(tiktoken_path, ec)) {
+    return absl::NotFoundError(absl::StrCat(model_dir, " has no tokenizer (neither tokenizer.json nor ",
+                                            "tiktoken.model)"));
+  }
+  if (!std::filesystem::exists(config_path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        tiktoken_path, " needs tokenizer_config.json beside it (its added_tokens_decoder, "
+                       "bos_token and eos_token name the special tokens)"));
+  }
+  ASSIGN_OR_RETURN(const std::string model_text, ReadFile(tiktoken_path));
+  ASSIGN_OR_RETURN(const std::string config_text, ReadFile(config_path));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok = FromTiktoken(model_text, config_text);
+  if (!tok.ok()) {
+    return absl::Status(tok.status().code(), absl::StrCat(tiktoken_path, ": ", tok.status().message()));
+  }
+  return tok;
+}
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromFile(const std::string& path) {
   ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
@@ -107,31 +179,32 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
   if (!j.is_object()) return absl::InvalidArgumentError("tokenizer.json must be a JSON object");
   auto tok = std::unique_ptr<Tokenizer>(new Tokenizer());
 
-  ASSIGN_OR_RETURN(const Json* model, tokenizer_json::Field(j, "model", "tokenizer.json"));
-  ASSIGN_OR_RETURN(tok->model_, BpeModel::FromJson(*model));
-  ASSIGN_OR_RETURN(tok->added_, AddedVocabulary::FromJson(j.value("added_tokens", Json())));
+  ASSIGN_OR_RETURN(const Json* model_json, tokenizer_json::Field(j, "model", "tokenizer.json"));
+  ASSIGN_OR_RETURN(std::unique_ptr<BpeModel> model, BpeModel::FromJson(*model_json));
+  ASSIGN_OR_RETURN(AddedVocabulary added, AddedVocabulary::FromJson(j.value("added_tokens", Json())));
   RETURN_IF_ERROR(CheckIdentityNormalizer(j.value("normalizer", Json()), "normalizer"));
-  ASSIGN_OR_RETURN(tok->pre_tokenizer_, PreTokenizer::FromJson(j.value("pre_tokenizer", Json())));
+  ASSIGN_OR_RETURN(PreTokenizer pre_tokenizer, PreTokenizer::FromJson(j.value("pre_tokenizer", Json())));
   RETURN_IF_ERROR(CheckDecoder(j.value("decoder", Json())));
+  auto encoder = std::make_unique<HfBpeEncoder>(std::move(model), std::move(added), std::move(pre_tokenizer));
 
   // The id table: model vocabulary, then added tokens (which take precedence for an id both
   // name, as in `tokenizers`' id_to_token).
   size_t size = 0;
-  for (const auto& [token, id] : tok->model_->vocab()) size = std::max(size, size_t(id) + 1);
-  for (const AddedToken& t : tok->added_.tokens()) size = std::max(size, size_t(t.id) + 1);
+  for (const auto& [token, id] : encoder->model().vocab()) size = std::max(size, size_t(id) + 1);
+  for (const AddedToken& t : encoder->added().tokens()) size = std::max(size, size_t(t.id) + 1);
   tok->id_to_token_.resize(size);
-  for (const auto& [token, id] : tok->model_->vocab()) {
+  for (const auto& [token, id] : encoder->model().vocab()) {
     tok->id_to_token_[id].token = token;
     tok->id_to_token_[id].has_token = true;
   }
-  for (const AddedToken& t : tok->added_.tokens()) {
+  for (const AddedToken& t : encoder->added().tokens()) {
     IdInfo& info = tok->id_to_token_[t.id];
     info.token = t.content;
     info.has_token = true;
     info.special = t.special;
     info.added = true;
-    tok->added_token_ids_.emplace(t.content, t.id);
   }
+  tok->encoder_ = std::move(encoder);
   for (IdInfo& info : tok->id_to_token_) {
     if (info.has_token) info.bytes = byte_level::DecodeToken(info.token);
   }
@@ -255,8 +328,7 @@ absl::Status Tokenizer::ApplyTokenizerConfig(const Json& config) {
 }
 
 std::optional<int32_t> Tokenizer::TokenId(std::string_view token) const {
-  if (auto it = added_token_ids_.find(token); it != added_token_ids_.end()) return it->second;
-  return model_->TokenToId(token);
+  return encoder_->TokenId(token);
 }
 
 std::optional<std::string_view> Tokenizer::IdToToken(int32_t id) const {
@@ -279,30 +351,6 @@ std::optional<std::string_view> Tokenizer::TokenBytes(int32_t id, bool skip_spec
   return std::string_view(info.bytes);
 }
 
-absl::Status Tokenizer::EncodeText(std::string_view text, std::vector<int32_t>* ids) const {
-  std::vector<TextSegment> raw;
-  RETURN_IF_ERROR(added_.Split(text, /*normalized_pass=*/false, &raw));
-  std::vector<TextSegment> segments;
-  for (const TextSegment& s : raw) {
-    if (s.token_id) {
-      segments.push_back(s);
-    } else {
-      RETURN_IF_ERROR(added_.Split(s.text, /*normalized_pass=*/true, &segments));
-    }
-  }
-  std::vector<std::string> words;
-  for (const TextSegment& s : segments) {
-    if (s.token_id) {
-      ids->push_back(*s.token_id);
-      continue;
-    }
-    words.clear();
-    RETURN_IF_ERROR(pre_tokenizer_.Split(s.text, &words));
-    for (const std::string& w : words) model_->Tokenize(w, ids);
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
                                                        bool add_special_tokens) const {
   if (std::optional<size_t> bad = utf8::FirstInvalidByte(text)) {
@@ -313,7 +361,7 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
   }
   std::vector<int32_t> ids;
   if (add_special_tokens) ids = prefix_ids_;
-  RETURN_IF_ERROR(EncodeText(text, &ids));
+  RETURN_IF_ERROR(encoder_->Encode(text, &ids));
   if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
   return ids;
 }

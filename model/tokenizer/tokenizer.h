@@ -1,7 +1,13 @@
-// Tokenizer: byte-level BPE from a checkpoint's tokenizer.json, giving the same ids as
-// Hugging Face `tokenizers` (what DeepSeek checkpoints ship and transformers loads).
+// Tokenizer: a checkpoint's tokenizer, giving the ids its own Python tokenizer gives. Two kinds:
+//   * tokenizer.json (DeepSeek's checkpoints): byte-level BPE as Hugging Face `tokenizers` runs
+//     it (below);
+//   * tiktoken.model + tokenizer_config.json (Moonshot's Moonlight and Kimi-K2): the tiktoken
+//     BPE of their TikTokenTokenizer class (tiktoken_tokenizer.h says what it does).
+// FromModelDir picks the one the checkpoint has; everything else (the id table, special and
+// added tokens, Decode, TokenBytes) is the same for both. Only the text encoder differs
+// (TextEncoder, text_encoder.h).
 //
-// Encode pipeline, as in `tokenizers`:
+// tokenizer.json's encode pipeline, as in `tokenizers`:
 //   1. added tokens with normalized=false are cut out of the raw text (AddedVocabulary);
 //   2. the rest is normalized (only identity normalizers are supported: null or an empty
 //      Sequence, which is what DeepSeek-V2/V3/V3.2 use) and added tokens with
@@ -39,11 +45,26 @@
 #include "model/tokenizer/added_vocabulary.h"
 #include "model/tokenizer/bpe.h"
 #include "model/tokenizer/pretokenizer.h"
+#include "model/tokenizer/text_encoder.h"
 
 namespace mlaserve::model {
 
 class Tokenizer {
  public:
+  // The checkpoint's tokenizer: <model_dir>/tokenizer.json when present, else
+  // <model_dir>/tiktoken.model with tokenizer_config.json (required then). NOT_FOUND naming
+  // both files when there is neither; other errors as FromFile / FromTiktoken, prefixed with
+  // the file.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromModelDir(const std::string& model_dir);
+
+  // A Moonshot tiktoken tokenizer from the contents of tiktoken.model and tokenizer_config.json.
+  // INVALID_ARGUMENT naming the line or field for malformed files, a special token name that
+  // is not in the reserved block, an added_tokens_decoder id outside it; UNIMPLEMENTED for a
+  // tokenizer_class / auto_map tokenizer other than Moonshot's TikTokenTokenizer (its pattern
+  // and special-token rules are the only ones implemented). (tiktoken_tokenizer.cc)
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromTiktoken(std::string_view tiktoken_model,
+                                                                 std::string_view tokenizer_config_json);
+
   // Loads `tokenizer_json_path` and, when present, tokenizer_config.json in the same folder.
   // NOT_FOUND if the file is missing; INVALID_ARGUMENT naming the field for a malformed file;
   // UNIMPLEMENTED naming the component for a feature this implementation does not have.
@@ -53,7 +74,9 @@ class Tokenizer {
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(
       std::string_view tokenizer_json, std::string_view tokenizer_config_json = "");
 
-  // INVALID_ARGUMENT with the byte offset if `text` is not valid UTF-8.
+  // INVALID_ARGUMENT with the byte offset if `text` is not valid UTF-8. Special tokens written
+  // in the text become their ids. add_special_tokens adds what the checkpoint's class adds
+  // (tokenizer.json: BOS per its post-processor / tokenizer_config.json; tiktoken: nothing).
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
                                               bool add_special_tokens) const;
 
@@ -69,12 +92,16 @@ class Tokenizer {
   int vocab_size() const { return static_cast<int>(id_to_token_.size()); }
   std::optional<int32_t> TokenId(std::string_view token) const;
   std::optional<std::string_view> IdToToken(int32_t id) const;
+  // What skip_special_tokens drops. tokenizer.json: added tokens marked special. tiktoken:
+  // transformers' all_special_ids (bos, eos, unk, pad, additional_special_tokens).
   bool IsSpecial(int32_t id) const;
-  // tokenizer.json's added_tokens, special or not (DeepSeek's <think>, tool-call markers).
+  // tokenizer.json's added_tokens, special or not (DeepSeek's <think>, tool-call markers);
+  // tiktoken: every id of the special block, named or reserved. Never text a model writes.
   bool IsAddedToken(int32_t id) const;
 
   // From tokenizer_config.json's bos_token / eos_token when given; otherwise DeepSeek's
-  // "<｜begin▁of▁sentence｜>" / "<｜end▁of▁sentence｜>" if the vocabulary has them.
+  // "<｜begin▁of▁sentence｜>" / "<｜end▁of▁sentence｜>" if the vocabulary has them
+  // (tiktoken: the class's defaults "[BOS]" / "[EOS]").
   std::optional<int32_t> bos_id() const { return bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
 
@@ -82,11 +109,9 @@ class Tokenizer {
   Tokenizer() = default;
   absl::Status LoadPostProcessor(const nlohmann::json& j, const std::string& path);
   absl::Status ApplyTokenizerConfig(const nlohmann::json& config);
-  absl::Status EncodeText(std::string_view text, std::vector<int32_t>* ids) const;
 
-  std::unique_ptr<BpeModel> model_;
-  AddedVocabulary added_;
-  PreTokenizer pre_tokenizer_;
+  // Text to ids (no prefix / suffix ids); set once by the factory.
+  std::unique_ptr<TextEncoder> encoder_;
 
   // Indexed by id; ids with no token have has_token false.
   struct IdInfo {
@@ -94,10 +119,9 @@ class Tokenizer {
     std::string bytes;  // what the decoder turns the token into
     bool has_token = false;
     bool special = false;
-    bool added = false;  // from added_tokens
+    bool added = false;  // from added_tokens / the tiktoken special block
   };
   std::vector<IdInfo> id_to_token_;
-  StringMap<int32_t> added_token_ids_;
 
   // Ids the post-processor puts around the sequence when add_special_tokens is true.
   std::vector<int32_t> prefix_ids_;
