@@ -79,8 +79,7 @@ TokenizerCodec::TokenizerCodec(std::unique_ptr<model::Tokenizer> tokenizer)
 
 absl::StatusOr<std::unique_ptr<TokenizerCodec>> TokenizerCodec::FromModelDir(
     const std::string& model_dir) {
-  absl::StatusOr<std::unique_ptr<model::Tokenizer>> t =
-      model::Tokenizer::FromFile(model_dir + "/tokenizer.json");
+  absl::StatusOr<std::unique_ptr<model::Tokenizer>> t = model::Tokenizer::FromModelDir(model_dir);
   if (!t.ok()) return t.status();
   return std::make_unique<TokenizerCodec>(*std::move(t));
 }

@@ -1,5 +1,6 @@
-// TokenizerCodec: the TextCodec the router serves with, over the checkpoint's tokenizer.json
-// (model::Tokenizer) and its incremental detokenizer.
+// TokenizerCodec: the TextCodec the router serves with, over the checkpoint's tokenizer
+// (model::Tokenizer: tokenizer.json, or a Moonshot tiktoken.model) and its incremental
+// detokenizer.
 #pragma once
 
 #include <memory>
@@ -11,14 +12,15 @@
 
 namespace mlaserve::router {
 
-// For a model directory without tokenizer.json (the tiny random test checkpoints): Encode
+// For a model directory without a tokenizer (the tiny random test checkpoints): Encode
 // fails with FAILED_PRECONDITION naming `why`, detokenizers produce no text; token_ids
 // requests work as usual.
 std::unique_ptr<TextCodec> TokenIdsOnlyCodec(std::string why);
 
 class TokenizerCodec final : public TextCodec {
  public:
-  // Loads <model_dir>/tokenizer.json (and tokenizer_config.json beside it).
+  // Loads the checkpoint's tokenizer (model::Tokenizer::FromModelDir: tokenizer.json, else
+  // tiktoken.model with tokenizer_config.json); NOT_FOUND naming both files when it has none.
   static absl::StatusOr<std::unique_ptr<TokenizerCodec>> FromModelDir(const std::string& model_dir);
   explicit TokenizerCodec(std::unique_ptr<model::Tokenizer> tokenizer);
 

@@ -34,6 +34,30 @@ TEST(TokenizerCodec, EncodeThenStreamDecodeRoundTrips) {
 TEST(TokenizerCodec, MissingTokenizerIsNotFound) {
   auto codec = TokenizerCodec::FromModelDir("tests/fixtures/does-not-exist");
   EXPECT_EQ(codec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(codec.status().message().find("tiktoken.model"), std::string_view::npos);
+}
+
+// A directory with tiktoken.model and no tokenizer.json (Moonlight / Kimi-K2): no BOS added,
+// special tokens in the text become their ids, the markers stream back as text.
+TEST(TokenizerCodec, ServesATiktokenVocabulary) {
+  auto codec = TokenizerCodec::FromModelDir("tests/fixtures/tokenizer/tiktoken_kimi");
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  const model::Tokenizer& tok = (*codec)->tokenizer();
+  const std::string text = "<|im_user|>user<|im_middle|>Hello, 世界! 1234<|im_end|>";
+  absl::StatusOr<std::vector<int32_t>> ids = (*codec)->Encode(text);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_FALSE(ids->empty());
+  EXPECT_EQ(ids->front(), tok.TokenId("<|im_user|>"));
+  EXPECT_EQ(ids->back(), tok.TokenId("<|im_end|>"));
+  EXPECT_EQ((*codec)->EncodeVerbatim(text).value(), *ids);
+  EXPECT_EQ((*codec)->TokenBytes(*tok.TokenId("<|im_end|>")), "<|im_end|>");
+  for (bool skip : {false, true}) {
+    auto detok = (*codec)->NewDetokenizer(*ids, skip);
+    std::string out;
+    for (int32_t id : *ids) out += detok->Push(id);
+    out += detok->Finish();
+    EXPECT_EQ(out, skip ? "userHello, 世界! 1234" : text);
+  }
 }
 
 }  // namespace

@@ -97,14 +97,17 @@ class Parser {
     RETURN_IF_ERROR(r_.String("model_type", &c_.model_type_name, /*required=*/true));
     if (c_.model_type_name == "deepseek_v2") {
       c_.model_type = ModelType::kDeepseekV2;
-    } else if (c_.model_type_name == "deepseek_v3") {
+    } else if (c_.model_type_name == "deepseek_v3" || c_.model_type_name == "kimi_k2") {
+      // Kimi-K2 is DeepSeek-V3's architecture (DeepseekV3ForCausalLM) under its own model_type;
+      // its configuration_deepseek.py is DeepSeek's V3 config class with no field added, so
+      // every field means what it means for deepseek_v3 (HF's DeepseekV3Config).
       c_.model_type = ModelType::kDeepseekV3;
     } else if (c_.model_type_name == "deepseek_v32") {
       c_.model_type = ModelType::kDeepseekV32;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("config.json: model_type '", c_.model_type_name,
-                       "' is not supported; expected deepseek_v2, deepseek_v3 or deepseek_v32"));
+                       "' is not supported; expected deepseek_v2, deepseek_v3, deepseek_v32 or kimi_k2"));
     }
     return absl::OkStatus();
   }

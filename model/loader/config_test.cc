@@ -90,6 +90,48 @@ TEST(ModelConfigTest, DeepSeekV3) {
   EXPECT_TRUE(c.warnings.empty());
 }
 
+// Kimi-K2: model_type kimi_k2 is DeepSeek-V3 (same fields, same meaning); the name is kept.
+TEST(ModelConfigTest, KimiK2IsDeepSeekV3) {
+  const ModelConfig c = ParseOk(kKimiK2);
+  EXPECT_EQ(c.model_type, ModelType::kDeepseekV3);
+  EXPECT_EQ(c.model_type_name, "kimi_k2");
+  EXPECT_EQ(c.vocab_size, 163840);
+  EXPECT_EQ(c.num_attention_heads, 64);
+  EXPECT_EQ(c.n_routed_experts, 384);
+  EXPECT_EQ(c.n_group, 1);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.827);
+  EXPECT_DOUBLE_EQ(c.rope.beta_fast, 1.0);  // as written, not the 0/null default of 32
+  EXPECT_DOUBLE_EQ(c.rope.beta_slow, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 50000.0);
+  ASSERT_EQ(c.layer_is_moe.size(), 61u);
+  EXPECT_FALSE(c.layer_is_moe[0]);
+  EXPECT_TRUE(c.layer_is_moe[1]);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{163585});
+  EXPECT_EQ(c.bos_token_id, 163584);
+  EXPECT_TRUE(c.fp8_block_weights);
+  EXPECT_TRUE(c.warnings.empty());
+  // The same file as deepseek_v3 parses to the same model.
+  Json as_v3 = Json::parse(kKimiK2);
+  as_v3["model_type"] = "deepseek_v3";
+  const ModelConfig v3 = ParseOk(as_v3.dump());
+  EXPECT_EQ(v3.softmax_scale, c.softmax_scale);
+  EXPECT_EQ(v3.rope.attention_scaling, c.rope.attention_scaling);
+  // Fields V3 refuses, kimi_k2 refuses (index_* belong to deepseek_v32).
+  ExpectInvalid(ParseEdited(kKimiK2, [](Json& j) { j["index_topk"] = 2048; }), "index_topk");
+  ExpectInvalid(ParseEdited(kKimiK2, [](Json& j) { j["model_type"] = "kimi_k25"; }), "kimi_k2");
+}
+
+TEST(ModelConfigTest, Moonlight) {
+  const ModelConfig c = ParseOk(kMoonlight);
+  EXPECT_EQ(c.model_type, ModelType::kDeepseekV3);
+  EXPECT_FALSE(c.q_lora_rank.has_value());
+  EXPECT_EQ(c.n_shared_experts, 2);
+  EXPECT_EQ(c.num_experts_per_tok, 6);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 50000.0);
+  EXPECT_EQ(c.num_nextn_predict_layers, 0);
+  EXPECT_TRUE(c.warnings.empty());
+}
+
 TEST(ModelConfigTest, DeepSeekV32Exp) {
   const ModelConfig c = ParseOk(kV32Exp);
   EXPECT_EQ(c.model_type, ModelType::kDeepseekV32);

@@ -60,6 +60,54 @@ constexpr char kV3[] = R"({
   "torch_dtype": "bfloat16", "transformers_version": "4.33.1", "use_cache": true,
   "v_head_dim": 128, "vocab_size": 129280})";
 
+// Kimi-K2-Instruct's config.json as Moonshot publish it (model_type kimi_k2, DeepSeek-V3's
+// architecture; YaRN with beta_fast = beta_slow = 1), written down from the published file (the
+// hub is out of this machine's reach, so the values were not re-read from it).
+constexpr char kKimiK2[] = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+               "AutoModel": "modeling_deepseek.DeepseekV3Model",
+               "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"},
+  "aux_loss_alpha": 0.001, "bos_token_id": 163584, "eos_token_id": 163585,
+  "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 7168,
+  "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+  "max_position_embeddings": 131072, "model_type": "kimi_k2", "moe_intermediate_size": 2048,
+  "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 384, "n_shared_experts": 1,
+  "norm_topk_prob": true, "num_attention_heads": 64, "num_experts_per_tok": 8,
+  "num_hidden_layers": 61, "num_key_value_heads": 64, "num_nextn_predict_layers": 0,
+  "pretraining_tp": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                          "weight_block_size": [128, 128]},
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 1.0, "beta_slow": 1.0, "factor": 32.0, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                   "type": "yarn"},
+  "rope_theta": 50000.0, "routed_scaling_factor": 2.827, "scoring_func": "sigmoid",
+  "seq_aux": true, "tie_word_embeddings": false, "topk_group": 1, "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16", "transformers_version": "4.48.3", "use_cache": true,
+  "v_head_dim": 128, "vocab_size": 163840})";
+
+// Moonlight-16B-A3B's config.json (model_type deepseek_v3, no q LoRA, no rope scaling), written
+// down as kKimiK2.
+constexpr char kMoonlight[] = R"({
+  "architectures": ["DeepseekV3ForCausalLM"],
+  "auto_map": {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+               "AutoModel": "modeling_deepseek.DeepseekV3Model",
+               "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"},
+  "vocab_size": 163840, "hidden_size": 2048, "intermediate_size": 11264,
+  "moe_intermediate_size": 1408, "num_hidden_layers": 27, "num_attention_heads": 16,
+  "num_key_value_heads": 16, "n_shared_experts": 2, "n_routed_experts": 64,
+  "routed_scaling_factor": 2.446, "kv_lora_rank": 512, "q_lora_rank": null,
+  "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "topk_method": "noaux_tc",
+  "n_group": 1, "topk_group": 1, "num_experts_per_tok": 6, "moe_layer_freq": 1,
+  "first_k_dense_replace": 1, "norm_topk_prob": true, "scoring_func": "sigmoid",
+  "aux_loss_alpha": 0.001, "seq_aux": true, "hidden_act": "silu",
+  "max_position_embeddings": 8192, "initializer_range": 0.02, "rms_norm_eps": 1e-05,
+  "use_cache": true, "pad_token_id": 163839, "bos_token_id": 163584, "eos_token_id": 163585,
+  "pretraining_tp": 1, "tie_word_embeddings": false, "rope_theta": 50000.0, "rope_scaling": null,
+  "attention_bias": false, "attention_dropout": 0.0, "model_type": "deepseek_v3",
+  "torch_dtype": "bfloat16", "transformers_version": "4.46.3"})";
+
 // config.json of deepseek-ai/DeepSeek-V3.2-Exp.
 constexpr char kV32Exp[] = R"({
   "architectures": ["DeepseekV32ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
