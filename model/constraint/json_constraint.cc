@@ -1,6 +1,8 @@
 #include "model/constraint/json_constraint.h"
 
 #include <algorithm>
+#include <cstring>
+#include <tuple>
 #include <list>
 #include <string_view>
 #include <utility>
@@ -13,6 +15,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "model/constraint/json_recognizer.h"
+#include "model/constraint/json_schema.h"
+#include "model/constraint/schema_recognizer.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace mlaserve::model {
@@ -22,6 +26,8 @@ using json_internal::JsonNeedsByte;
 using json_internal::JsonState;
 using json_internal::Lex;
 using json_internal::Step;
+using schema_internal::CompiledSchema;
+using schema_internal::SchemaState;
 
 // ~16 MB of masks at DeepSeek's 129k ids; enough for the states a few hundred concurrent
 // requests revisit (in a string, after a value, in a number... at their depths).
@@ -100,14 +106,45 @@ std::string Escaped(std::string_view s) {
   return absl::CHexEscape(absl::string_view(s.data(), s.size()));
 }
 
-// Feeds `bytes` to a recognizer from its start state, which `state` then holds the state after:
-// the index of the first byte refused, or bytes.size().
-size_t FeedFromStart(std::string_view bytes, JsonState& state) {
-  state = JsonState{};
+// The two recognizers behind one walk: JSON mode's 24-byte state, and a compiled schema's
+// thread set. Step(in, b, out) writes the state after `b` to `out`, false when `b` is refused.
+struct JsonWalker {
+  using State = JsonState;
+  State Start() const { return JsonState{}; }
+  bool Step(const State& in, uint8_t b, State& out) const {
+    out = in;
+    return json_internal::Step(out, b);
+  }
+  bool CanEnd(const State& s) const { return s.lex == Lex::kDone; }
+};
+
+struct SchemaWalker {
+  const CompiledSchema& schema;
+  using State = SchemaState;
+  State Start() const { return schema_internal::StartState(schema); }
+  bool Step(const State& in, uint8_t b, State& out) const {
+    return schema_internal::Step(schema, in, b, out);
+  }
+  bool CanEnd(const State& s) const { return schema_internal::CanEnd(schema, s); }
+};
+
+// Feeds `bytes` to `state` (a walker's state): the index of the first byte refused, or
+// bytes.size(); `state` then holds the state after the bytes taken.
+template <typename Walker>
+size_t Feed(const Walker& walker, std::string_view bytes, typename Walker::State& state) {
+  typename Walker::State next;
   for (size_t i = 0; i < bytes.size(); ++i) {
-    if (!Step(state, static_cast<uint8_t>(bytes[i]))) return i;
+    if (!walker.Step(state, static_cast<uint8_t>(bytes[i]), next)) return i;
+    std::swap(state, next);
   }
   return bytes.size();
+}
+
+std::string SchemaKey(uint64_t serial, const SchemaState& state) {
+  std::string key(sizeof(serial), '\0');
+  std::memcpy(key.data(), &serial, sizeof(serial));
+  key += schema_internal::StateBytes(state);
+  return key;
 }
 
 // A node of the token-byte trie, stored in preorder: the node's children follow it and its
@@ -134,23 +171,40 @@ struct ConstraintVocabulary::Impl {
   uint32_t max_token_bytes = 0;
 
   MaskCache<JsonState> json_masks{kMaskCacheEntries};
-  MaskCache<std::pair<std::string, size_t>> free_masks{kFreeMaskCacheEntries};
+  // Schema masks: (schema serial, state bytes).
+  MaskCache<std::string> schema_masks{kMaskCacheEntries};
+  // (marker, progress, schema serial or 0 for JSON mode).
+  MaskCache<std::tuple<std::string, size_t, uint64_t>> free_masks{kFreeMaskCacheEntries};
 
   std::string_view TokenBytes(int32_t t) const {
     return std::string_view(bytes).substr(offsets[t], offsets[t + 1] - offsets[t]);
   }
 
   void BuildTrie();
-  std::shared_ptr<const Mask> ComputeMask(const JsonState& root) const;
+  template <typename Walker>
+  std::shared_ptr<const Mask> ComputeMask(const Walker& walker,
+                                          const typename Walker::State& root) const;
   std::shared_ptr<const Mask> MaskFor(const JsonState& state) const {
-    return json_masks.Get(state, [&] { return ComputeMask(state); });
+    return json_masks.Get(state, [&] { return ComputeMask(JsonWalker{}, state); });
+  }
+  std::shared_ptr<const Mask> MaskFor(const JsonSchema& schema, const SchemaState& state) const {
+    return schema_masks.Get(SchemaKey(schema.serial(), state), [&] {
+      return ComputeMask(SchemaWalker{schema.compiled()}, state);
+    });
   }
   // Before the marker, `progress` bytes of it matched: every token with text but those that
-  // complete it and go on with bytes no JSON object starts with.
-  std::shared_ptr<const Mask> ComputeFreeMask(const StartMarker& marker, size_t progress) const;
-  std::shared_ptr<const Mask> FreeMaskFor(const StartMarker& marker, size_t progress) const {
-    return free_masks.Get(std::pair(marker.text(), progress),
-                          [&] { return ComputeFreeMask(marker, progress); });
+  // complete it and go on with bytes the JSON text cannot start with.
+  template <typename Walker>
+  std::shared_ptr<const Mask> ComputeFreeMask(const Walker& walker, const StartMarker& marker,
+                                              size_t progress) const;
+  std::shared_ptr<const Mask> FreeMaskFor(const JsonSchema* schema, const StartMarker& marker,
+                                          size_t progress) const {
+    return free_masks.Get(
+        std::tuple(marker.text(), progress, schema != nullptr ? schema->serial() : 0), [&] {
+          return schema != nullptr
+                     ? ComputeFreeMask(SchemaWalker{schema->compiled()}, marker, progress)
+                     : ComputeFreeMask(JsonWalker{}, marker, progress);
+        });
   }
   // Where `token`'s bytes complete `marker` from `progress`: the index past the marker's last
   // byte, or npos; `progress` is moved along.
@@ -197,44 +251,48 @@ void ConstraintVocabulary::Impl::BuildTrie() {
   trie.push_back(TrieNode{0, static_cast<uint32_t>(trie_tokens.size()), 0, 0});
 }
 
-std::shared_ptr<const Mask> ConstraintVocabulary::Impl::ComputeMask(const JsonState& root) const {
+template <typename Walker>
+std::shared_ptr<const Mask> ConstraintVocabulary::Impl::ComputeMask(
+    const Walker& walker, const typename Walker::State& root) const {
   auto mask = std::make_shared<Mask>((vocab_size + 63) / 64, 0);
   uint64_t* words = mask->data();
-  // state_at[d]: the state after the first d bytes of the current trie path.
-  std::vector<JsonState> state_at(max_token_bytes + 1);
+  // state_at[d]: the state after the first d bytes of the current trie path (each keeps its
+  // buffers across nodes, so a schema state's step does not allocate).
+  std::vector<typename Walker::State> state_at(max_token_bytes + 1);
   state_at[0] = root;
   const size_t nodes = trie.size() - 1;
   for (size_t i = 0; i < nodes;) {
     const TrieNode& node = trie[i];
-    JsonState s = state_at[node.depth - 1];
-    if (!Step(s, node.byte)) {
+    if (!walker.Step(state_at[node.depth - 1], node.byte, state_at[node.depth])) {
       i = node.subtree_end;
       continue;
     }
-    state_at[node.depth] = s;
     for (uint32_t k = node.first_token; k < trie[i + 1].first_token; ++k) {
       const int32_t t = trie_tokens[k];
       words[t >> 6] |= uint64_t{1} << (t & 63);
     }
     ++i;
   }
-  if (root.lex == Lex::kDone) {
+  if (walker.CanEnd(root)) {
     for (int32_t t : eos_ids) words[t >> 6] |= uint64_t{1} << (t & 63);
   }
   return mask;
 }
 
+template <typename Walker>
 std::shared_ptr<const Mask> ConstraintVocabulary::Impl::ComputeFreeMask(
-    const StartMarker& marker, size_t progress) const {
+    const Walker& walker, const StartMarker& marker, size_t progress) const {
   auto mask = std::make_shared<Mask>((vocab_size + 63) / 64, 0);
   uint64_t* words = mask->data();
-  JsonState json;
+  const typename Walker::State start = walker.Start();
+  typename Walker::State state;
   for (int32_t t = 0; t < vocab_size; ++t) {
     if (kinds[t] != Kind::kText && kinds[t] != Kind::kAdded) continue;
     size_t p = progress;
     if (const size_t end = MarkerEnd(marker, p, t); end != std::string_view::npos) {
       const std::string_view rest = TokenBytes(t).substr(end);
-      if (FeedFromStart(rest, json) != rest.size()) continue;
+      state = start;
+      if (Feed(walker, rest, state) != rest.size()) continue;
     }
     words[t >> 6] |= uint64_t{1} << (t & 63);
   }
@@ -326,33 +384,51 @@ absl::StatusOr<std::shared_ptr<const ConstraintVocabulary>> ConstraintVocabulary
 }
 
 struct JsonConstraint::State {
-  explicit State(std::string start_after)
-      : marker(std::move(start_after)), in_json(marker.size() == 0) {}
+  State(std::string start_after, std::shared_ptr<const JsonSchema> schema_in)
+      : marker(std::move(start_after)),
+        in_json(marker.size() == 0),
+        schema(std::move(schema_in)) {
+    if (schema != nullptr) schema_state = schema_internal::StartState(schema->compiled());
+  }
   StartMarker marker;
   bool in_json;                      // the marker has appeared (or there is none)
   size_t progress = 0;               // before it: bytes of it that end the output
-  JsonState json;                    // once in_json
+  std::shared_ptr<const JsonSchema> schema;  // null: JSON mode
+  JsonState json;                    // once in_json, JSON mode
+  SchemaState schema_state;          // once in_json, with a schema
   std::shared_ptr<const Mask> mask;  // for the above, once asked for
 };
 
 JsonConstraint::JsonConstraint(std::shared_ptr<const ConstraintVocabulary> vocab,
-                               std::string start_after)
-    : vocab_(std::move(vocab)), state_(std::make_unique<State>(std::move(start_after))) {}
+                               std::string start_after, std::shared_ptr<const JsonSchema> schema)
+    : vocab_(std::move(vocab)),
+      state_(std::make_unique<State>(std::move(start_after), std::move(schema))) {}
 JsonConstraint::~JsonConstraint() = default;
 JsonConstraint::JsonConstraint(JsonConstraint&&) noexcept = default;
 JsonConstraint& JsonConstraint::operator=(JsonConstraint&&) noexcept = default;
 
 std::span<const uint64_t> JsonConstraint::AllowedTokens() {
-  if (state_->mask == nullptr) {
+  State& st = *state_;
+  if (st.mask == nullptr) {
     const ConstraintVocabulary::Impl& vocab = *vocab_->impl_;
-    state_->mask = state_->in_json ? vocab.MaskFor(state_->json)
-                                   : vocab.FreeMaskFor(state_->marker, state_->progress);
+    if (!st.in_json) {
+      st.mask = vocab.FreeMaskFor(st.schema.get(), st.marker, st.progress);
+    } else if (st.schema != nullptr) {
+      st.mask = vocab.MaskFor(*st.schema, st.schema_state);
+    } else {
+      st.mask = vocab.MaskFor(st.json);
+    }
   }
-  return *state_->mask;
+  return *st.mask;
 }
 
 bool JsonConstraint::JsonStarted() const { return state_->in_json; }
-bool JsonConstraint::Complete() const { return state_->in_json && state_->json.lex == Lex::kDone; }
+bool JsonConstraint::Complete() const {
+  const State& st = *state_;
+  if (!st.in_json) return false;
+  if (st.schema != nullptr) return schema_internal::CanEnd(st.schema->compiled(), st.schema_state);
+  return st.json.lex == Lex::kDone;
+}
 
 absl::Status JsonConstraint::Advance(int32_t token) {
   const ConstraintVocabulary::Impl& vocab = *vocab_->impl_;
@@ -375,17 +451,26 @@ absl::Status JsonConstraint::Advance(int32_t token) {
     case Kind::kText:
       break;
   }
-  JsonState next = state_->json;
   const std::string_view bytes = vocab.TokenBytes(token);
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    if (!Step(next, static_cast<uint8_t>(bytes[i]))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "token ", token, " (\"", Escaped(bytes), "\") is not allowed: its byte ", i,
-          Complete() ? " follows the complete JSON object" : " cannot continue a JSON object"));
-    }
+  State& st = *state_;
+  size_t taken;
+  if (st.schema != nullptr) {
+    SchemaState next = st.schema_state;
+    taken = Feed(SchemaWalker{st.schema->compiled()}, bytes, next);
+    if (taken == bytes.size()) st.schema_state = std::move(next);
+  } else {
+    JsonState next = st.json;
+    taken = Feed(JsonWalker{}, bytes, next);
+    if (taken == bytes.size()) st.json = next;
   }
-  state_->json = next;
-  state_->mask.reset();
+  if (taken != bytes.size()) {
+    const char* what = st.schema != nullptr ? " cannot continue a JSON value the schema admits"
+                                            : " cannot continue a JSON object";
+    return absl::InvalidArgumentError(absl::StrCat(
+        "token ", token, " (\"", Escaped(bytes), "\") is not allowed: its byte ", taken,
+        Complete() && st.schema == nullptr ? " follows the complete JSON object" : what));
+  }
+  st.mask.reset();
   return absl::OkStatus();
 }
 
@@ -410,12 +495,24 @@ absl::Status JsonConstraint::AdvanceBeforeMarker(int32_t token) {
   if (const size_t end = vocab.MarkerEnd(state_->marker, progress, token);
       end != std::string_view::npos) {
     const std::string_view rest = bytes.substr(end);
+    State& st = *state_;
+    size_t refused;
     JsonState json;
-    if (const size_t refused = FeedFromStart(rest, json); refused != rest.size()) {
+    SchemaState schema_state;
+    if (st.schema != nullptr) {
+      const SchemaWalker walker{st.schema->compiled()};
+      schema_state = walker.Start();
+      refused = Feed(walker, rest, schema_state);
+    } else {
+      refused = Feed(JsonWalker{}, rest, json);
+    }
+    if (refused != rest.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "token ", token, " (\"", Escaped(bytes), "\") is not allowed: it completes \"",
-          Escaped(marker), "\" and its byte ", end + refused, " cannot start a JSON object"));
+          Escaped(marker), "\" and its byte ", end + refused, " cannot start the JSON ",
+          st.schema != nullptr ? "value" : "object"));
     }
+    st.schema_state = std::move(schema_state);
     state_->in_json = true;
     state_->json = json;
   }

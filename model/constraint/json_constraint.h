@@ -19,6 +19,12 @@
 // (Knuth-Morris-Pratt), so the masks before it depend only on how many of its bytes end the
 // output; they are cached per (marker, that count) beside the JSON ones.
 //
+// Structured outputs (response_format json_schema): the same machinery over a compiled schema
+// (json_schema.h) instead of the JSON-object recognizer: the text is one JSON value the schema
+// admits (not necessarily an object), then EOS. Its masks are cached beside JSON mode's, keyed
+// by the schema's serial and the schema recognizer's state bytes; its free masks before a
+// marker by (marker, progress, schema).
+//
 // JsonConstraint is one request's: its phase, marker progress and recognizer state, advanced
 // token by token.
 // Not thread-safe per instance; the vocabulary (and its cache) is.
@@ -45,6 +51,7 @@
 namespace mlaserve::model {
 
 class Tokenizer;
+class JsonSchema;
 
 class ConstraintVocabulary {
  public:
@@ -75,22 +82,26 @@ class JsonConstraint {
  public:
   // `start_after` empty: JSON from the first token; else after that text's first occurrence
   // (any length here; the API's edges bound it, common::kMaxJsonAfterBytes).
+  // `schema` null: JSON mode (one object); else the value `schema` admits.
   explicit JsonConstraint(std::shared_ptr<const ConstraintVocabulary> vocab,
-                          std::string start_after = {});
+                          std::string start_after = {},
+                          std::shared_ptr<const JsonSchema> schema = nullptr);
   ~JsonConstraint();
   JsonConstraint(JsonConstraint&&) noexcept;
   JsonConstraint& operator=(JsonConstraint&&) noexcept;
 
   // The tokens allowed next (mask_words() words; never all zero: a byte-level vocabulary can
-  // always continue, a complete object allows EOS, and before the marker a single byte never
-  // completes it with a refused byte after it). Valid until the next Advance.
+  // always continue, a complete value allows EOS, every state a schema's recognizer keeps can
+  // be completed, and before the marker a single byte never completes it with a refused byte
+  // after it). Valid until the next Advance.
   std::span<const uint64_t> AllowedTokens();
   // Moves past `token`, which AllowedTokens() allowed: INVALID_ARGUMENT naming it otherwise
   // (the state is then unchanged).
   absl::Status Advance(int32_t token);
   // The start marker has appeared (always, without one): the JSON text has begun.
   bool JsonStarted() const;
-  // The object is complete (only EOS is allowed now).
+  // The value is complete: EOS is allowed (JSON mode: only EOS; a schema's number or literal
+  // may also go on, "1" becoming "12").
   bool Complete() const;
 
  private:

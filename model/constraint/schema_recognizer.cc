@@ -1,0 +1,632 @@
+#include "model/constraint/schema_recognizer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+
+#include "model/constraint/json_recognizer.h"
+
+namespace mlaserve::model::schema_internal {
+namespace {
+
+using json_internal::IsDigit;
+using json_internal::IsHex;
+using json_internal::IsWhitespace;
+using json_internal::kMaxDepth;
+using json_internal::kMaxWhitespaceRun;
+
+// Containers, plus the pending value / key / scalar on top.
+constexpr int kMaxFrames = kMaxDepth + 2;
+
+// One thread being stepped: its header's fields and its frames, bottom first.
+struct Work {
+  uint8_t ws = 0;     // whitespace run so far
+  bool done = false;  // the top-level value is complete
+  uint8_t depth = 0;  // open containers
+  uint16_t n = 0;
+  union {  // not initialized: only the first n frames are ever read
+    Frame f[kMaxFrames];
+  };
+
+  Work() {}
+  Frame& top() { return f[n - 1]; }
+  void Load(const Frame* header) {
+    ws = header->phase;
+    done = header->flags != 0;
+    depth = header->aux;
+    n = header->node;
+    std::memcpy(f, header + 1, n * sizeof(Frame));
+  }
+  void CopyFrom(const Work& o) {
+    ws = o.ws;
+    done = o.done;
+    depth = o.depth;
+    n = o.n;
+    std::memcpy(f, o.f, n * sizeof(Frame));
+  }
+  void Push(const Frame& frame) { f[n++] = frame; }
+};
+
+void Emit(const Work& w, SchemaState& out) {
+  Frame header;
+  header.kind = FrameKind::kThread;
+  header.phase = w.ws;
+  header.flags = w.done ? 1 : 0;
+  header.aux = w.depth;
+  header.node = w.n;
+  out.push_back(header);
+  out.insert(out.end(), w.f, w.f + w.n);
+}
+
+Frame MakeFrame(FrameKind kind, uint32_t node, uint8_t phase = 0, uint64_t value = 0) {
+  Frame f;
+  f.kind = kind;
+  f.node = static_cast<uint16_t>(node);
+  f.phase = phase;
+  f.value = value;
+  return f;
+}
+
+class Stepper {
+ public:
+  explicit Stepper(const CompiledSchema& s) : s_(s) {}
+
+  void StepThread(Work& w, uint8_t b, SchemaState& out) const;
+  bool ThreadCanEnd(const Work& w) const;
+
+ private:
+  const Node& node(uint32_t id) const { return s_.nodes[id]; }
+  bool Fits(const Work& w, uint32_t id) const {
+    const uint32_t d = node(id).min_depth;
+    return d != kUnsatisfiable && w.depth + d <= static_cast<uint32_t>(kMaxDepth);
+  }
+
+  // Pending -> the leaf values `b` starts.
+  void StartValue(Work& w, uint8_t b, SchemaState& out) const;
+  bool StartLeaf(Work& w, uint32_t leaf, uint8_t b) const;
+  // A value on top was popped: its container moves past it (or the text is complete).
+  void FinishValue(Work& w) const;
+  void CloseContainer(Work& w) const {
+    --w.n;
+    --w.depth;
+    FinishValue(w);
+  }
+  // Ends the lazily ended scalar on top and feeds `b` to what follows it.
+  void EndScalarThenStep(const Work& w, uint8_t b, SchemaState& out) const {
+    Work rest;
+    rest.CopyFrom(w);
+    --rest.n;
+    FinishValue(rest);
+    StepThread(rest, b, out);
+  }
+
+  void ObjectByte(Work& w, uint8_t b, SchemaState& out) const;
+  void ArrayByte(Work& w, uint8_t b, SchemaState& out) const;
+  void KeyByte(Work& w, uint8_t b, SchemaState& out) const;
+  bool StringByte(Work& w, uint8_t b) const;
+  void NumberByte(Work& w, uint8_t b, SchemaState& out) const;
+  void IntegerByte(Work& w, uint8_t b, SchemaState& out) const;
+  void LiteralByte(Work& w, uint8_t b, SchemaState& out) const;
+
+  // Objects: entry `e` may be written next when at or after `next` with no required entry
+  // skipped, and its value fits; other keys when no required entry is left.
+  bool EntryOk(const Work& w, const Node& o, uint64_t next, uint32_t e) const {
+    return e >= next && e <= o.first_required[next] && e < o.entries.size() &&
+           Fits(w, o.entries[e].value);
+  }
+  bool OtherOk(const Work& w, const Node& o, uint64_t next) const {
+    return o.additional != kNone && o.first_required[next] == o.entries.size() &&
+           Fits(w, o.additional);
+  }
+  bool KeyLive(const Work& w, const Node& o, uint64_t next, uint16_t state) const {
+    const KeyMatcher& km = s_.key_matchers[o.key_matcher];
+    const uint32_t* begin = km.below.data() + km.below_begin[state];
+    const uint32_t* end = km.below.data() + km.below_begin[state + 1];
+    for (const uint32_t* e = std::lower_bound(begin, end, static_cast<uint32_t>(next));
+         e != end && *e <= o.first_required[next]; ++e) {
+      if (Fits(w, o.entries[*e].value)) return true;
+    }
+    return km.other_live[state] && OtherOk(w, o, next);
+  }
+
+  // Arrays: the node of item `count`, or kNone when no further item may be written.
+  uint32_t ItemNode(const Work& w, const Node& a, uint64_t count) const {
+    if (a.max_items != kUnbounded && count >= a.max_items) return kNone;
+    const uint32_t item = count < a.prefix.size() ? a.prefix[count] : a.items;
+    return item != kNone && Fits(w, item) ? item : kNone;
+  }
+
+  bool IntegerLive(const Node& n, uint8_t flags, uint64_t magnitude) const;
+  bool IntegerCanEnd(const Node& n, uint8_t flags, uint64_t magnitude) const;
+
+  const CompiledSchema& s_;
+};
+
+void Stepper::FinishValue(Work& w) const {
+  if (w.n == 0) {
+    w.done = true;
+    return;
+  }
+  Frame& parent = w.top();
+  const Node& p = node(parent.node);
+  if (parent.kind == FrameKind::kObject) {
+    parent.phase = kObjAfter;
+    parent.value = parent.value < p.entries.size() ? parent.value + 1 : p.entries.size();
+  } else {
+    parent.phase = kArrAfter;
+    parent.value = std::min(parent.value + 1, p.count_cap);
+  }
+}
+
+void Stepper::StepThread(Work& w, uint8_t b, SchemaState& out) const {
+  if (w.done || w.n == 0) return;  // nothing may follow the complete value
+  Frame& top = w.top();
+  switch (top.kind) {
+    case FrameKind::kPending:
+    case FrameKind::kObject:
+    case FrameKind::kArray:
+      if (IsWhitespace(b)) {
+        if (w.ws < kMaxWhitespaceRun) {
+          ++w.ws;
+          Emit(w, out);
+        }
+        return;
+      }
+      w.ws = 0;
+      break;
+    default:
+      break;
+  }
+  switch (top.kind) {
+    case FrameKind::kThread: return;
+    case FrameKind::kPending: return StartValue(w, b, out);
+    case FrameKind::kObject: return ObjectByte(w, b, out);
+    case FrameKind::kArray: return ArrayByte(w, b, out);
+    case FrameKind::kKey: return KeyByte(w, b, out);
+    case FrameKind::kString:
+      if (StringByte(w, b)) Emit(w, out);
+      return;
+    case FrameKind::kDfaString: {
+      const Dfa& dfa = s_.dfas[node(top.node).dfa];
+      const uint16_t state = static_cast<uint16_t>(top.value);
+      const uint16_t next = dfa.Next(state, b);
+      if (next != Dfa::kDead) {
+        top.value = next;
+      } else if (b == '"' && dfa.Accepting(state)) {
+        --w.n;
+        FinishValue(w);
+      } else {
+        return;
+      }
+      Emit(w, out);
+      return;
+    }
+    case FrameKind::kNumber: return NumberByte(w, b, out);
+    case FrameKind::kInteger: return IntegerByte(w, b, out);
+    case FrameKind::kLiteral: return LiteralByte(w, b, out);
+  }
+}
+
+void Stepper::StartValue(Work& w, uint8_t b, SchemaState& out) const {
+  const Node& pending = node(w.top().node);
+  --w.n;
+  for (uint32_t leaf : pending.leaves) {
+    if (!Fits(w, leaf)) continue;
+    Work v;
+    v.CopyFrom(w);
+    if (StartLeaf(v, leaf, b)) Emit(v, out);
+  }
+}
+
+bool Stepper::StartLeaf(Work& w, uint32_t leaf, uint8_t b) const {
+  const Node& n = node(leaf);
+  switch (n.kind) {
+    case NodeKind::kAnyOf:
+      return false;  // leaves are never unions
+    case NodeKind::kObject:
+      if (b != '{') return false;
+      w.Push(MakeFrame(FrameKind::kObject, leaf, kObjOpen));
+      ++w.depth;
+      return true;
+    case NodeKind::kArray:
+      if (b != '[') return false;
+      w.Push(MakeFrame(FrameKind::kArray, leaf, kArrOpen));
+      ++w.depth;
+      return true;
+    case NodeKind::kString:
+      if (b != '"') return false;
+      w.Push(MakeFrame(n.dfa != kNone ? FrameKind::kDfaString : FrameKind::kString, leaf));
+      return true;
+    case NodeKind::kNumber:
+      if (b == '-') w.Push(MakeFrame(FrameKind::kNumber, leaf, kNumMinus));
+      else if (b == '0') w.Push(MakeFrame(FrameKind::kNumber, leaf, kNumZero));
+      else if (b >= '1' && b <= '9') w.Push(MakeFrame(FrameKind::kNumber, leaf, kNumInt));
+      else return false;
+      return true;
+    case NodeKind::kInteger: {
+      Frame f = MakeFrame(FrameKind::kInteger, leaf);
+      const bool bounded = n.has_lo || n.has_hi;
+      if (b == '-') {
+        f.flags = kIntNegative;
+      } else if (IsDigit(b)) {
+        f.flags = kIntDigit | (b == '0' ? kIntZero : 0);
+        f.value = bounded ? b - '0' : 0;
+      } else {
+        return false;
+      }
+      if (bounded && !IntegerLive(n, f.flags, f.value)) return false;
+      w.Push(f);
+      return true;
+    }
+    case NodeKind::kLiteral: {
+      w.Push(MakeFrame(FrameKind::kLiteral, leaf));
+      const std::vector<std::string>& lits = n.literals;
+      const auto it = std::lower_bound(lits.begin(), lits.end(), std::string_view(
+          reinterpret_cast<const char*>(&b), 1), [](const std::string& s, std::string_view key) {
+            return std::string_view(s).substr(0, 1) < key;
+          });
+      if (it == lits.end() || static_cast<uint8_t>((*it)[0]) != b) return false;
+      const uint64_t index = it - lits.begin();
+      w.top().value = index << 32 | 1;
+      if (it->size() == 1 && !(index + 1 < lits.size() && lits[index + 1].starts_with(*it))) {
+        --w.n;
+        FinishValue(w);
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+void Stepper::ObjectByte(Work& w, uint8_t b, SchemaState& out) const {
+  Frame& top = w.top();
+  const Node& o = node(top.node);
+  const uint64_t next = top.value;
+  const size_t n = o.entries.size();
+  switch (top.phase) {
+    case kObjOpen:
+      if (b == '}') {
+        if (o.first_required[0] != n) return;
+        CloseContainer(w);
+        return Emit(w, out);
+      }
+      [[fallthrough]];
+    case kObjKey:
+      if (b != '"' || !KeyLive(w, o, next, 0)) return;
+      top.phase = kObjKey;
+      w.Push(MakeFrame(FrameKind::kKey, top.node));
+      return Emit(w, out);
+    case kObjColon:
+      if (b != ':') return;
+      top.phase = kObjValue;
+      w.Push(MakeFrame(FrameKind::kPending, next < n ? o.entries[next].value : o.additional));
+      return Emit(w, out);
+    case kObjAfter:
+      if (b == ',') {
+        if (!KeyLive(w, o, next, 0)) return;
+        top.phase = kObjKey;
+        return Emit(w, out);
+      }
+      if (b == '}' && o.first_required[next] == n) {
+        CloseContainer(w);
+        return Emit(w, out);
+      }
+      return;
+    default:
+      return;
+  }
+}
+
+void Stepper::KeyByte(Work& w, uint8_t b, SchemaState& out) const {
+  Frame& key = w.top();
+  Frame& object = w.f[w.n - 2];
+  const Node& o = node(object.node);
+  const KeyMatcher& km = s_.key_matchers[o.key_matcher];
+  const uint16_t state = static_cast<uint16_t>(key.value);
+  const uint16_t next_state = km.dfa.Next(state, b);
+  if (next_state != Dfa::kDead) {
+    // A raw '"' is never a transition (canonical content spells it \"), so this byte does not
+    // end the key.
+    if (!KeyLive(w, o, object.value, next_state)) return;
+    key.value = next_state;
+    return Emit(w, out);
+  }
+  if (b != '"') return;
+  const int32_t entry = km.entry_at[state];
+  if (entry >= 0 && EntryOk(w, o, object.value, entry)) {
+    object.value = entry;
+  } else if (km.other_accept[state] && OtherOk(w, o, object.value)) {
+    object.value = o.entries.size();
+  } else {
+    return;
+  }
+  --w.n;
+  object.phase = kObjColon;
+  Emit(w, out);
+}
+
+void Stepper::ArrayByte(Work& w, uint8_t b, SchemaState& out) const {
+  Frame& top = w.top();
+  const Node& a = node(top.node);
+  switch (top.phase) {
+    case kArrOpen:
+      if (b == ']') {
+        if (a.min_items > 0) return;
+        CloseContainer(w);
+        return Emit(w, out);
+      }
+      [[fallthrough]];
+    case kArrNext: {
+      const uint32_t item = ItemNode(w, a, top.value);
+      if (item == kNone) return;
+      top.phase = kArrValue;
+      w.Push(MakeFrame(FrameKind::kPending, item));
+      return StartValue(w, b, out);
+    }
+    case kArrAfter:
+      if (b == ',') {
+        if (ItemNode(w, a, top.value) == kNone) return;
+        top.phase = kArrNext;
+        return Emit(w, out);
+      }
+      if (b == ']' && top.value >= a.min_items) {
+        CloseContainer(w);
+        return Emit(w, out);
+      }
+      return;
+    default:
+      return;
+  }
+}
+
+// JSON string content (json_recognizer.h's rules); bounded strings count code points (an
+// escape is one: surrogate escapes, which Python counts per pair, are refused in them).
+bool Stepper::StringByte(Work& w, uint8_t b) const {
+  Frame& f = w.top();
+  const Node& n = node(f.node);
+  const bool bounded = n.min_len > 0 || n.max_len != kUnbounded;
+  auto count = [&]() {
+    if (!bounded) return true;
+    if (n.max_len != kUnbounded) {
+      if (f.value >= n.max_len) return false;
+      ++f.value;
+    } else {
+      f.value = std::min(f.value + 1, n.min_len);
+    }
+    return true;
+  };
+  switch (f.phase) {
+    case kStrChars:
+      if (f.aux > 0) {
+        if (b < f.utf8_lo || b > f.utf8_hi) return false;
+        const bool last = --f.aux == 0;
+        f.utf8_lo = last ? 0 : 0x80;
+        f.utf8_hi = last ? 0 : 0xBF;
+        return true;
+      }
+      if (b == '"') {
+        if (f.value < n.min_len) return false;
+        --w.n;
+        FinishValue(w);
+        return true;
+      }
+      if (b == '\\') {
+        f.phase = kStrEscape;
+        return count();
+      }
+      if (b < 0x20 || (b >= 0x80 && b < 0xC2) || b >= 0xF5) return false;
+      if (b >= 0xC2) {
+        if (b < 0xE0) {
+          f.aux = 1, f.utf8_lo = 0x80, f.utf8_hi = 0xBF;
+        } else if (b < 0xF0) {
+          f.aux = 2, f.utf8_lo = b == 0xE0 ? 0xA0 : 0x80, f.utf8_hi = b == 0xED ? 0x9F : 0xBF;
+        } else {
+          f.aux = 3, f.utf8_lo = b == 0xF0 ? 0x90 : 0x80, f.utf8_hi = b == 0xF4 ? 0x8F : 0xBF;
+        }
+      }
+      return count();
+    case kStrEscape:
+      if (b == 'u') {
+        f.phase = kStrHex;
+        f.aux = 4;
+        return true;
+      }
+      f.phase = kStrChars;
+      return b == '"' || b == '\\' || b == '/' || b == 'b' || b == 'f' || b == 'n' ||
+             b == 'r' || b == 't';
+    case kStrHex:
+      if (!IsHex(b)) return false;
+      if (bounded && f.aux == 4) f.flags = (b == 'd' || b == 'D') ? 1 : 0;
+      if (bounded && f.aux == 3 && f.flags == 1 && !(b >= '0' && b <= '7')) return false;
+      if (--f.aux == 0) {
+        f.phase = kStrChars;
+        f.flags = 0;
+      }
+      return true;
+    default:
+      return false;
+  }
+}
+
+void Stepper::NumberByte(Work& w, uint8_t b, SchemaState& out) const {
+  Frame& f = w.top();
+  const uint8_t phase = f.phase;
+  int next = -1;
+  switch (phase) {
+    case kNumMinus: next = b == '0' ? kNumZero : IsDigit(b) ? kNumInt : -1; break;
+    case kNumInt:
+      if (IsDigit(b)) next = kNumInt;
+      [[fallthrough]];
+    case kNumZero:
+      if (b == '.') next = kNumDot;
+      else if (b == 'e' || b == 'E') next = kNumExpMark;
+      break;
+    case kNumDot: next = IsDigit(b) ? kNumFrac : -1; break;
+    case kNumFrac:
+      next = IsDigit(b) ? kNumFrac : (b == 'e' || b == 'E') ? kNumExpMark : -1;
+      break;
+    case kNumExpMark: next = (b == '+' || b == '-') ? kNumExpSign : IsDigit(b) ? kNumExpDigits : -1; break;
+    case kNumExpSign: next = IsDigit(b) ? kNumExpDigits : -1; break;
+    case kNumExpDigits: next = IsDigit(b) ? kNumExpDigits : -1; break;
+  }
+  const bool can_end = phase == kNumZero || phase == kNumInt || phase == kNumFrac ||
+                       phase == kNumExpDigits;
+  if (can_end) EndScalarThenStep(w, b, out);
+  if (next >= 0) {
+    f.phase = static_cast<uint8_t>(next);
+    Emit(w, out);
+  }
+}
+
+bool Stepper::IntegerLive(const Node& n, uint8_t flags, uint64_t magnitude) const {
+  const bool negative = flags & kIntNegative;
+  // The magnitudes the digits so far can still become: [lo_m, hi_m] ranges, or all >= 0.
+  auto signed_range_meets = [&](__int128 lo_m, __int128 hi_m) {
+    const __int128 a = negative ? -hi_m : lo_m, b = negative ? -lo_m : hi_m;
+    return (!n.has_hi || a <= n.hi) && (!n.has_lo || b >= n.lo);
+  };
+  constexpr __int128 kHuge = static_cast<__int128>(1) << 100;
+  if (!(flags & kIntDigit)) return signed_range_meets(0, kHuge);
+  if (flags & kIntZero) return signed_range_meets(0, 0);
+  if (flags & kIntBig) return signed_range_meets(kHuge, kHuge);
+  __int128 lo_m = magnitude, span = 1;
+  for (int extra = 0; extra <= 20; ++extra) {
+    if (signed_range_meets(lo_m, lo_m + span - 1)) return true;
+    lo_m *= 10;
+    span *= 10;
+  }
+  return false;
+}
+
+bool Stepper::IntegerCanEnd(const Node& n, uint8_t flags, uint64_t magnitude) const {
+  if (!(flags & kIntDigit)) return false;
+  if (!n.has_lo && !n.has_hi) return true;
+  if (flags & kIntBig) return (flags & kIntNegative) ? !n.has_lo : !n.has_hi;
+  const __int128 v = (flags & kIntNegative) ? -static_cast<__int128>(magnitude) : magnitude;
+  return (!n.has_lo || v >= n.lo) && (!n.has_hi || v <= n.hi);
+}
+
+void Stepper::IntegerByte(Work& w, uint8_t b, SchemaState& out) const {
+  Frame& f = w.top();
+  const Node& n = node(f.node);
+  if (IntegerCanEnd(n, f.flags, f.value)) EndScalarThenStep(w, b, out);
+  if (!IsDigit(b) || (f.flags & kIntZero)) return;
+  const bool bounded = n.has_lo || n.has_hi;
+  if (!(f.flags & kIntDigit)) {
+    f.flags |= kIntDigit | (b == '0' ? kIntZero : 0);
+  }
+  if (bounded && !(f.flags & kIntBig)) {
+    constexpr uint64_t kBig = 1'000'000'000'000'000'000ull;  // past every int64 bound / 9
+    f.value = f.value * 10 + (b - '0');
+    if (f.value >= kBig) {
+      f.flags |= kIntBig;
+      f.value = 0;
+    }
+  }
+  if (bounded && !IntegerLive(n, f.flags, f.value)) return;
+  Emit(w, out);
+}
+
+void Stepper::LiteralByte(Work& w, uint8_t b, SchemaState& out) const {
+  Frame& f = w.top();
+  const std::vector<std::string>& lits = node(f.node).literals;
+  const uint64_t index = f.value >> 32;
+  const size_t length = f.value & 0xFFFFFFFF;
+  const std::string& first = lits[index];
+  if (first.size() == length) EndScalarThenStep(w, b, out);
+  thread_local std::string key;
+  key.assign(first, 0, length);
+  key.push_back(static_cast<char>(b));
+  const auto it = std::lower_bound(lits.begin() + index, lits.end(), key,
+                                   [&](const std::string& s, const std::string& k) {
+                                     return std::string_view(s).substr(0, k.size()) < k;
+                                   });
+  if (it == lits.end() || !it->starts_with(key)) return;
+  const uint64_t next = it - lits.begin();
+  f.value = next << 32 | (length + 1);
+  if (it->size() == length + 1 && !(next + 1 < lits.size() && lits[next + 1].starts_with(*it))) {
+    --w.n;
+    FinishValue(w);
+  }
+  Emit(w, out);
+}
+
+bool Stepper::ThreadCanEnd(const Work& w) const {
+  if (w.done) return true;
+  if (w.n != 1) return false;
+  const Frame& f = w.f[0];
+  switch (f.kind) {
+    case FrameKind::kNumber:
+      return f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac ||
+             f.phase == kNumExpDigits;
+    case FrameKind::kInteger: return IntegerCanEnd(node(f.node), f.flags, f.value);
+    case FrameKind::kLiteral: {
+      const std::vector<std::string>& lits = node(f.node).literals;
+      return lits[f.value >> 32].size() == (f.value & 0xFFFFFFFF);
+    }
+    default:
+      return false;
+  }
+}
+
+// Threads of `state` as [begin, end) frame offsets.
+void ThreadSpans(const SchemaState& state, std::vector<std::pair<uint32_t, uint32_t>>& spans) {
+  spans.clear();
+  for (uint32_t i = 0; i < state.size(); i += 1 + state[i].node) {
+    spans.emplace_back(i, i + 1 + state[i].node);
+  }
+}
+
+// Sorts and deduplicates the threads of `out`, keeping the first kMaxThreads.
+void Normalize(SchemaState& out) {
+  thread_local std::vector<std::pair<uint32_t, uint32_t>> spans;
+  thread_local SchemaState scratch;
+  ThreadSpans(out, spans);
+  if (spans.size() <= 1) return;
+  auto bytes = [&](const std::pair<uint32_t, uint32_t>& s) {
+    return std::string_view(reinterpret_cast<const char*>(out.data() + s.first),
+                            (s.second - s.first) * sizeof(Frame));
+  };
+  std::sort(spans.begin(), spans.end(), [&](const auto& a, const auto& b) { return bytes(a) < bytes(b); });
+  spans.erase(std::unique(spans.begin(), spans.end(),
+                          [&](const auto& a, const auto& b) { return bytes(a) == bytes(b); }),
+              spans.end());
+  if (spans.size() > kMaxThreads) spans.resize(kMaxThreads);
+  scratch.clear();
+  for (const auto& s : spans) scratch.insert(scratch.end(), out.begin() + s.first, out.begin() + s.second);
+  out.swap(scratch);
+}
+
+}  // namespace
+
+SchemaState StartState(const CompiledSchema& schema, uint32_t node) {
+  Work w;
+  w.Push(MakeFrame(FrameKind::kPending, node == kNone ? schema.root : node));
+  SchemaState s;
+  Emit(w, s);
+  return s;
+}
+
+bool Step(const CompiledSchema& schema, const SchemaState& in, uint8_t b, SchemaState& out) {
+  out.clear();
+  const Stepper stepper(schema);
+  thread_local Work w;
+  for (uint32_t i = 0; i < in.size(); i += 1 + in[i].node) {
+    w.Load(&in[i]);
+    stepper.StepThread(w, b, out);
+  }
+  Normalize(out);
+  return !out.empty();
+}
+
+bool CanEnd(const CompiledSchema& schema, const SchemaState& state) {
+  const Stepper stepper(schema);
+  thread_local Work w;
+  for (uint32_t i = 0; i < state.size(); i += 1 + state[i].node) {
+    w.Load(&state[i]);
+    if (stepper.ThreadCanEnd(w)) return true;
+  }
+  return false;
+}
+
+}  // namespace mlaserve::model::schema_internal
