@@ -76,10 +76,6 @@ ADDITIONAL_SPECIAL = ["<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|start_
 # Our own template in the structure of Kimi's (role markers, name or role, tool calls in the
 # section markers, tool results, content parts); not Moonshot's text.
 CHAT_TEMPLATE = (
-    "{%- macro content_text(c) -%}{%- if c is string -%}{{ c }}{%- elif c -%}"
-    "{%- for part in c -%}{%- if part['type'] == 'text' -%}{{ part['text'] }}{%- else -%}"
-    "<|media_start|>{{ part['type'] }}<|media_end|>{%- endif -%}{%- endfor -%}{%- endif -%}"
-    "{%- endmacro -%}"
     "{%- if tools -%}<|im_system|>tool_declare<|im_middle|>{{ tools | tojson }}<|im_end|>{%- endif -%}"
     "{%- for message in messages -%}"
     "{%- if loop.first and message['role'] != 'system' -%}"
@@ -88,14 +84,18 @@ CHAT_TEMPLATE = (
     "{%- if message['role'] == 'user' -%}<|im_user|>{{ who }}<|im_middle|>"
     "{%- elif message['role'] == 'assistant' -%}<|im_assistant|>{{ who }}<|im_middle|>"
     "{%- else -%}<|im_system|>{{ who }}<|im_middle|>{%- endif -%}"
-    "{%- if message['role'] == 'tool' -%}## Result of {{ message['tool_call_id'] }}\n{%- endif -%}"
-    "{{ content_text(message['content']) }}"
     "{%- if message['role'] == 'assistant' and message.get('tool_calls') -%}"
+    "{%- if message['content'] -%}{{ message['content'] }}{%- endif -%}"
     "<|tool_calls_section_begin|>{%- for call in message['tool_calls'] -%}"
     "<|tool_call_begin|>{{ call['id'] }}<|tool_call_argument_begin|>"
     "{%- if call['function']['arguments'] is string -%}{{ call['function']['arguments'] }}"
     "{%- else -%}{{ call['function']['arguments'] | tojson }}{%- endif -%}"
-    "<|tool_call_end|>{%- endfor -%}<|tool_calls_section_end|>{%- endif -%}"
+    "<|tool_call_end|>{%- endfor -%}<|tool_calls_section_end|>"
+    "{%- elif message['role'] == 'tool' -%}## Result of {{ message['tool_call_id'] }}\n{{ message['content'] }}"
+    "{%- elif message['content'] is string -%}{{ message['content'] }}"
+    "{%- elif message['content'] is not none -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'image' or 'image_url' in part -%}<|media_start|>image<|media_end|>"
+    "{%- else -%}{{ part['text'] }}{%- endif -%}{%- endfor -%}{%- endif -%}"
     "<|im_end|>"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>{%- endif -%}")

@@ -1,0 +1,138 @@
+// Checkpoints that ship Moonshot's tiktoken tokenizer instead of tokenizer.json, served end to
+// end: kimi_k2_tiktoken (model_type kimi_k2) and moonlight_tiktoken (deepseek_v3), tiny random
+// DeepSeek-V3 checkpoints made by tools/make_tiktoken_model_fixtures.py with HF's
+// DeepseekV3ForCausalLM as the reference and Python tiktoken's ids for a text prompt.
+//   * the tokenizer gives Python tiktoken's ids for the text;
+//   * mlaserve-run on those ids: HF's last-position logits and HF's 16 greedy tokens;
+//   * a router + prefill + decode cluster answers the *text* prompt (tokenized by the router
+//     through the tiktoken vocabulary) with HF's greedy tokens and their text;
+//   * the fixture's Kimi-style chat template does not make --tool-call-parser auto pick a
+//     DeepSeek syntax (Kimi's <|tool_calls_section_begin|> syntax is not parsed).
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "router/chat_template/checkpoint_template.h"
+#include "router/openai/tool_prompt.h"
+#include "tests/integration/cluster.h"
+
+namespace mlaserve::testing {
+namespace {
+
+using Json = nlohmann::json;
+constexpr absl::Duration kTimeout = absl::Seconds(120);
+
+std::string FixtureDir(const std::string& name) { return "tests/fixtures/models/" + name; }
+
+Json Expected(const std::string& name) {
+  std::ifstream in(FixtureDir(name) + "/expected.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return Json::parse(ss.str());
+}
+
+std::vector<int32_t> Ids(const Json& j) { return j.get<std::vector<int32_t>>(); }
+
+class TiktokenFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TiktokenFixture, TokenizerGivesPythonTiktokenIds) {
+  const Json text_prompt = Expected(GetParam())["text_prompt"];
+  auto tok = model::Tokenizer::FromModelDir(FixtureDir(GetParam()));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->vocab_size(), Expected(GetParam())["vocab_size"].get<int>());
+  EXPECT_EQ((*tok)->Encode(text_prompt["text"].get<std::string>(), true).value(),
+            Ids(text_prompt["input_ids"]));
+  EXPECT_EQ((*tok)->Decode(Ids(text_prompt["greedy_tokens"]), false).value(),
+            text_prompt["greedy_text"].get<std::string>());
+}
+
+TEST_P(TiktokenFixture, RunMatchesHfLogitsAndGreedyTokens) {
+  const Json expected = Expected(GetParam());
+  const Json& prompt = expected["prompts"].back();  // the text prompt's ids
+  ASSERT_EQ(prompt["input_ids"], expected["text_prompt"]["input_ids"]);
+  const std::string dump = ::testing::TempDir() + "/tiktoken_run_" + GetParam() + ".json";
+  const std::string cmd = absl::StrCat(
+      RunBinary(), " --model ", FixtureDir(GetParam()), " --backend cpu --prompt-ids ",
+      absl::StrJoin(Ids(prompt["input_ids"]), ","), " --max-new-tokens 16 --ignore-eos",
+      " --print-ids --dump-logits ", dump, " > /dev/null 2>&1");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(dump);
+  const Json got = Json::parse(in);
+  EXPECT_EQ(Ids(got["generated_ids"]), Ids(prompt["greedy"]["tokens"]));
+  const std::vector<double> want = prompt["logits"].back().get<std::vector<double>>();
+  const std::vector<double> have = got["last_prompt_logits"].get<std::vector<double>>();
+  ASSERT_EQ(have.size(), want.size());
+  double max_abs = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_abs = std::max(max_abs, std::abs(have[i] - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  EXPECT_LE(max_abs, 1e-4 * std::max(1.0, scale)) << "max |logit - HF| " << max_abs;
+}
+
+// The router tokenizes the text with tiktoken.model, the workers run the model, the router
+// detokenizes: HF's greedy tokens, and their text as the tokenizer decodes them.
+TEST_P(TiktokenFixture, ClusterAnswersATextPrompt) {
+  const Json text_prompt = Expected(GetParam())["text_prompt"];
+  ClusterOptions o;
+  o.model_dir = FixtureDir(GetParam());
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  v1::GenerateRequest r;
+  r.set_text(text_prompt["text"].get<std::string>());
+  r.mutable_sampling()->set_max_new_tokens(16);
+  r.mutable_sampling()->set_temperature(0);
+  r.mutable_sampling()->set_ignore_eos(true);
+  const GenerateResult got = RunGenerate((*cluster)->generation(), r, kTimeout);
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  ASSERT_TRUE(got.complete.has_value());
+  EXPECT_EQ(got.complete->prompt_tokens(), static_cast<int>(text_prompt["input_ids"].size()));
+  EXPECT_EQ(got.ids, Ids(text_prompt["greedy_tokens"]));
+  auto tok = model::Tokenizer::FromModelDir(FixtureDir(GetParam()));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ(got.text, (*tok)->Decode(got.ids, /*skip_special_tokens=*/true).value());
+  EXPECT_FALSE(got.text.empty());
+  EXPECT_TRUE((*cluster)->WaitAllPagesFree(absl::Seconds(15)).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, TiktokenFixture,
+                         ::testing::Values("kimi_k2_tiktoken", "moonlight_tiktoken"));
+
+// Kimi's tool-call syntax (<|tool_calls_section_begin|> ...) is none of the DeepSeek syntaxes the
+// router parses: auto detection must find no format rather than a wrong one.
+TEST(TiktokenChatTemplate, KimiStyleTemplateRendersAndIsNoDeepseekToolSyntax) {
+  auto chat = router::chat_template::LoadChatTemplate(FixtureDir("kimi_k2_tiktoken"), "kimi_k2", "");
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  EXPECT_EQ(router::openai::DetectToolCallFormat(*chat), std::nullopt);
+  nlohmann::ordered_json vars = {
+      {"messages", nlohmann::ordered_json::array(
+                       {{{"role", "user"}, {"content", "What is the weather in Paris?"}},
+                        {{"role", "assistant"}, {"content", ""},
+                         {"tool_calls", {{{"id", "functions.weather:0"}, {"type", "function"},
+                                          {"function", {{"name", "weather"},
+                                                        {"arguments", "{\"city\": \"Paris\"}"}}}}}}},
+                        {{"role", "tool"}, {"tool_call_id", "functions.weather:0"}, {"content", "sunny"}}})},
+      {"add_generation_prompt", true}};
+  absl::StatusOr<std::string> text = chat->Render(vars);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text,
+            "<|im_system|>system<|im_middle|>You are a helpful assistant.<|im_end|>"
+            "<|im_user|>user<|im_middle|>What is the weather in Paris?<|im_end|>"
+            "<|im_assistant|>assistant<|im_middle|><|tool_calls_section_begin|><|tool_call_begin|>"
+            "functions.weather:0<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|>"
+            "<|tool_calls_section_end|><|im_end|>"
+            "<|im_system|>tool<|im_middle|>## Result of functions.weather:0\nsunny<|im_end|>"
+            "<|im_assistant|>assistant<|im_middle|>");
+}
+
+}  // namespace
+}  // namespace mlaserve::testing
