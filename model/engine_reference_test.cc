@@ -196,7 +196,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineReferenceTest,
                                            "deepseek_v2_gelu_tanh", "deepseek_v3_gelu",
                                            // hidden / intermediate sizes stored zero-padded to
                                            // multiples of 8 (model/model_widths.h)
-                                           "deepseek_v3_pad", "deepseek_v2_pad", "deepseek_v32_pad"),
+                                           "deepseek_v3_pad", "deepseek_v2_pad", "deepseek_v32_pad",
+                                           // Moonshot's tiktoken checkpoints' shapes (Kimi-K2:
+                                           // q LoRA, YaRN; Moonlight: no q LoRA, 2 shared experts)
+                                           "kimi_k2_tiktoken", "moonlight_tiktoken"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
