@@ -127,8 +127,13 @@ int Main(int argc, char** argv) {
       t.ok()) {
     codec = *std::move(t);
   } else if (t.status().code() == absl::StatusCode::kNotFound) {
-    spdlog::warn("{}: no tokenizer.json; serving token_ids requests only", o.model_dir);
-    codec = TokenIdsOnlyCodec(absl::StrCat(o.model_dir, " has no tokenizer.json"));
+    // FromModelDir's NOT_FOUND: "<dir> has no tokenizer (neither tokenizer.json nor
+    // tiktoken.model)"; text requests get the same words back.
+    const std::string why(t.status().message());
+    spdlog::warn("{}; the router reads tokenizer.json, or tiktoken.model with "
+                 "tokenizer_config.json beside it; serving token_ids requests only",
+                 why);
+    codec = TokenIdsOnlyCodec(why);
   } else {
     return Fail("loading the tokenizer of " + o.model_dir, t.status());
   }
