@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "model/constraint/json_constraint.h"
+#include "model/constraint/json_schema.h"
 
 namespace mlaserve::model::testing {
 
@@ -24,13 +25,14 @@ inline std::vector<int32_t> AllowedIds(std::span<const uint64_t> mask) {
   return ids;
 }
 
-// Bit t of `mask` is set iff a fresh constraint (JSON after `marker`; "" = from the start) fed
-// `history` then takes token t.
+// Bit t of `mask` is set iff a fresh constraint (JSON after `marker`; "" = from the start; held
+// to `schema` when given) fed `history` then takes token t.
 inline ::testing::AssertionResult MaskMatchesFeeding(
     const std::shared_ptr<const ConstraintVocabulary>& vocab, const std::string& marker,
-    const std::vector<int32_t>& history, std::span<const uint64_t> mask) {
+    const std::vector<int32_t>& history, std::span<const uint64_t> mask,
+    std::shared_ptr<const JsonSchema> schema = nullptr) {
   for (int32_t t = 0; t < vocab->vocab_size(); ++t) {
-    JsonConstraint replay(vocab, marker);
+    JsonConstraint replay(vocab, marker, schema);
     for (int32_t h : history) {
       if (!replay.Advance(h).ok()) return ::testing::AssertionFailure() << "replay failed";
     }
