@@ -48,17 +48,64 @@ struct Expr {
 struct Stmt;
 using Body = std::vector<std::unique_ptr<Stmt>>;
 
+// One parameter of `{% macro name(a, b=1) %}` or of a call block's `{% call(a) m() %}`.
+struct MacroParam {
+  std::string name;
+  ExprPtr default_value;  // null: none (an argument not passed is Undefined)
+};
+
 struct Stmt {
-  enum class Kind { kText, kPrint, kIf, kFor, kSet, kBreak, kContinue };
+  enum class Kind {
+    kText,
+    kPrint,
+    kIf,
+    kFor,
+    kSet,        // {% set target = expr %}
+    kSetBlock,   // {% set target [| filters] %}bodies[0]{% endset %}
+    kMacro,      // {% macro name(params) %}bodies[0]{% endmacro %}
+    kCallBlock,  // {% call(params) expr %}bodies[0]{% endcall %}: bodies[0] is `caller`
+    kBreak,
+    kContinue,
+  };
   Kind kind;
   int line = 1;
   std::string text;  // kText
-  ExprPtr expr;      // kPrint; kFor: the iterable; kSet: the value
+  // kPrint; kFor: the iterable; kSet: the value; kCallBlock: the macro call; kSetBlock: the
+  // filters applied to the rendered body, over the name kBlockValueName (null: none).
+  ExprPtr expr;
   // kIf: one condition per branch (if, elif...); bodies has one more entry when there is
   // an else.
   std::vector<ExprPtr> conditions;
-  std::vector<Body> bodies;  // kIf branches; kFor: [body] or [body, else body]
-  std::vector<std::string> targets;  // kFor: loop variable(s); kSet: [name] or [name, attr]
+  // kIf branches; kFor: [body] or [body, else body]; kSetBlock, kMacro, kCallBlock: [body].
+  std::vector<Body> bodies;
+  // kFor: loop variable(s); kSet, kSetBlock: [name] or [namespace name, attribute].
+  std::vector<std::string> targets;
+
+  // kMacro, kCallBlock: the macro's name ("caller" for a call block's body), its parameters,
+  // and which of Jinja's implicit parameters its body reads: Jinja passes extra positional
+  // arguments as `varargs`, extra keyword arguments as `kwargs` and a call block's body as
+  // `caller` only to a macro whose body reads that name before assigning it.
+  std::string macro_name;
+  std::vector<MacroParam> params;
+  bool reads_varargs = false;
+  bool reads_kwargs = false;
+  bool reads_caller = false;
+
+  // For each entry of bodies that runs in a scope of its own (kFor's body and else body;
+  // kSetBlock's, kMacro's and kCallBlock's body): the names Jinja's compiler starts as
+  // undefined in that scope, hiding a global or outer value of that name until the scope
+  // assigns it (scope_analysis.h says when). Empty for kIf, which opens no scope.
+  std::vector<std::vector<std::string>> starts_undefined;
+};
+
+// kSetBlock's filter chain reads the rendered body under this name, which no template can
+// spell (it is not an identifier).
+inline constexpr char kBlockValueName[] = " block";
+
+// A parsed template: its statements and the names its top-level scope starts as undefined.
+struct Template {
+  Body body;
+  std::vector<std::string> starts_undefined;
 };
 
 }  // namespace mlaserve::router::chat_template

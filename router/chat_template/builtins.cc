@@ -309,6 +309,8 @@ bool ApplyTest(const std::string& name, const Value& v) {
   if (name == "true") return v.is_bool() && v.as_bool();
   if (name == "false") return v.is_bool() && !v.as_bool();
   if (name == "mapping") return v.is_dict();
+  // Python's callable(): Jinja's Undefined has __call__ (which raises) and so is callable.
+  if (name == "callable") return v.is_macro() || v.is_undefined();
   // Jinja asks for len() and __getitem__, which Undefined has too.
   if (name == "sequence") return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
   if (name == "iterable") return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
@@ -373,6 +375,10 @@ absl::StatusOr<Value> CallMethod(const Value& object, const std::string& name,
     }
   }
   return TypeError(absl::StrCat("'", object.TypeName(), "' object has no method '", name, "'"));
+}
+
+bool IsBuiltinFunction(std::string_view name) {
+  return name == "namespace" || name == "range" || name == "raise_exception";
 }
 
 absl::StatusOr<Value> CallFunction(const std::string& name, const std::vector<Value>& args,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,9 @@ bool ApplyTest(const std::string& name, const Value& value);
 // `object.name(args, kwargs)` for str and dict methods.
 absl::StatusOr<Value> CallMethod(const Value& object, const std::string& name,
                                  const std::vector<Value>& args, const KwArgs& kwargs);
+// Whether `name` is one of the global functions below (a template's own macros are the
+// renderer's).
+bool IsBuiltinFunction(std::string_view name);
 // namespace(...), range(...), raise_exception(...).
 absl::StatusOr<Value> CallFunction(const std::string& name, const std::vector<Value>& args,
                                    const KwArgs& kwargs);

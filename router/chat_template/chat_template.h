@@ -2,10 +2,11 @@
 // rendered the way transformers' apply_chat_template renders it, for the OpenAI chat API.
 //
 // No Jinja library exists for C++ in Debian, so this is a small, strict interpreter of the
-// Jinja subset DeepSeek's templates use (parser.h lists it). Strict means: a construct it
-// does not implement fails Parse() naming the construct and line, never renders differently.
-// Agreement with transformers is tested byte for byte (tests/fixtures/chat_template, made by
-// tools/make_chat_template_fixtures.py).
+// Jinja subset DeepSeek's templates use, plus macros and call blocks as other checkpoints'
+// templates use them (parser.h lists it). Strict means: a construct it does not implement
+// fails Parse() naming the construct and line, never renders differently. Agreement with
+// transformers is tested byte for byte (tests/fixtures/chat_template, made by
+// tools/make_chat_template_fixtures.py and tools/make_chat_template_macro_fixtures.py).
 //
 // Thread-safety: a parsed template is immutable; Render may run concurrently.
 #pragma once

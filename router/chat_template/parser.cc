@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "router/chat_template/builtins.h"
 
 namespace mlaserve::router::chat_template {
 namespace {
@@ -20,17 +21,13 @@ const std::set<std::string_view>& KnownFilters() {
 const std::set<std::string_view>& KnownTests() {
   static const std::set<std::string_view> k{"defined", "undefined", "none", "string", "number",
                                             "integer", "float", "boolean", "true", "false",
-                                            "mapping", "sequence", "iterable"};
+                                            "mapping", "sequence", "iterable", "callable"};
   return k;
 }
 const std::set<std::string_view>& KnownMethods() {
   static const std::set<std::string_view> k{"split", "strip", "lstrip", "rstrip", "startswith",
                                             "endswith", "replace", "items", "keys", "values",
                                             "get"};
-  return k;
-}
-const std::set<std::string_view>& KnownFunctions() {
-  static const std::set<std::string_view> k{"namespace", "range", "raise_exception"};
   return k;
 }
 
@@ -49,6 +46,22 @@ class Parser {
     Body body;
     std::string stop;
     RETURN_IF_ERROR(ParseBody({}, &body, &stop));
+    // A call of a name must reach a builtin function or a macro of this template: checked
+    // here, once every macro is known, so that a template calling something we cannot
+    // render fails when loaded. (Whether the macro is defined by the time of the call is
+    // the renderer's question, as it is Jinja's.)
+    for (const NameCall& call : name_calls_) {
+      if (macro_names_.count(call.name) > 0) continue;
+      if (call.name == "caller") {
+        if (call.in_macro) continue;
+        return ErrorAt(call.line, "'caller()' outside a macro or call block");
+      }
+      return ErrorAt(call.line, absl::StrCat(
+                                    "unsupported function '", call.name,
+                                    "' (not in the Jinja subset mlaserve renders: the template defines no "
+                                    "macro of that name, and the functions are namespace(), range() "
+                                    "and raise_exception())"));
+    }
     return body;
   }
 
@@ -63,8 +76,9 @@ class Parser {
   bool IsName(std::string_view name) const {
     return Cur().kind == TokenKind::kName && Cur().text == name;
   }
-  absl::Status Error(const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat("chat template line ", Cur().line, ": ", what));
+  absl::Status Error(const std::string& what) const { return ErrorAt(Cur().line, what); }
+  static absl::Status ErrorAt(int line, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("chat template line ", line, ": ", what));
   }
   absl::Status Unsupported(const std::string& what) const {
     return Error(absl::StrCat("unsupported ", what, " (not in the Jinja subset mlaserve renders)"));
@@ -135,6 +149,10 @@ class Parser {
         ASSIGN_OR_RETURN(s, ParseFor(t.line));
       } else if (keyword == "set") {
         ASSIGN_OR_RETURN(s, ParseSet(t.line));
+      } else if (keyword == "macro") {
+        ASSIGN_OR_RETURN(s, ParseMacro(t.line));
+      } else if (keyword == "call") {
+        ASSIGN_OR_RETURN(s, ParseCallBlock(t.line));
       } else if (keyword == "break" || keyword == "continue") {
         if (loop_depth_ == 0) return Error(absl::StrCat("'", keyword, "' outside a for loop"));
         s = NewStmt(keyword == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue, t.line);
@@ -208,12 +226,92 @@ class Parser {
       s->targets.push_back(attr);
     }
     if (IsOp(",")) return Unsupported("tuple assignment in 'set'");
-    if (Cur().kind == TokenKind::kBlockEnd) return Unsupported("block 'set' ({% set x %}...{% endset %})");
+    if (Cur().kind == TokenKind::kBlockEnd || IsOp("|")) {
+      // {% set x [| filters] %}body{% endset %}: the filters see the rendered body.
+      s->kind = Stmt::Kind::kSetBlock;
+      if (IsOp("|")) {
+        ExprPtr node = Node(Expr::Kind::kName, Cur().line);
+        node->name = kBlockValueName;
+        while (IsOp("|")) {
+          ASSIGN_OR_RETURN(node, ParseFilter(std::move(node)));
+        }
+        s->expr = std::move(node);
+      }
+      RETURN_IF_ERROR(ExpectBlockEnd());
+      RETURN_IF_ERROR(ParseScopedBody(s.get(), "endset", /*is_macro=*/false));
+      return s;
+    }
     RETURN_IF_ERROR(Expect(TokenKind::kOperator, "="));
     ASSIGN_OR_RETURN(s->expr, ParseExpression());
     if (IsOp(",")) return Unsupported("tuple value in 'set'");
     RETURN_IF_ERROR(ExpectBlockEnd());
     return s;
+  }
+
+  // {% macro name(a, b=default) %}body{% endmacro %}
+  absl::StatusOr<std::unique_ptr<Stmt>> ParseMacro(int line) {
+    auto s = NewStmt(Stmt::Kind::kMacro, line);
+    ASSIGN_OR_RETURN(s->macro_name, ExpectName());
+    RETURN_IF_ERROR(ParseSignature(s.get()));
+    RETURN_IF_ERROR(ExpectBlockEnd());
+    macro_names_.insert(s->macro_name);
+    RETURN_IF_ERROR(ParseScopedBody(s.get(), "endmacro", /*is_macro=*/true));
+    return s;
+  }
+
+  // {% call(params) macro(args) %}body{% endcall %}: the body is the macro's `caller`.
+  absl::StatusOr<std::unique_ptr<Stmt>> ParseCallBlock(int line) {
+    auto s = NewStmt(Stmt::Kind::kCallBlock, line);
+    s->macro_name = "caller";
+    if (IsOp("(")) RETURN_IF_ERROR(ParseSignature(s.get()));
+    ASSIGN_OR_RETURN(s->expr, ParseExpression());
+    if (s->expr->kind != Expr::Kind::kCall || s->expr->args[0]->kind != Expr::Kind::kName) {
+      return ErrorAt(line, "'call' needs a macro call, as in {% call name(args) %}");
+    }
+    RETURN_IF_ERROR(ExpectBlockEnd());
+    RETURN_IF_ERROR(ParseScopedBody(s.get(), "endcall", /*is_macro=*/true));
+    return s;
+  }
+
+  // `(a, b=default, ...)`, as Jinja's parse_signature reads it (no trailing comma).
+  absl::Status ParseSignature(Stmt* s) {
+    RETURN_IF_ERROR(Expect(TokenKind::kOperator, "("));
+    while (!IsOp(")")) {
+      if (!s->params.empty()) RETURN_IF_ERROR(Expect(TokenKind::kOperator, ","));
+      MacroParam param;
+      ASSIGN_OR_RETURN(param.name, ExpectName());
+      if (param.name == "varargs" || param.name == "kwargs" || param.name == "caller") {
+        return Unsupported(absl::StrCat("macro parameter named '", param.name,
+                                        "' (Jinja's implicit parameter of that name)"));
+      }
+      for (const MacroParam& p : s->params) {
+        if (p.name == param.name) return Error(absl::StrCat("duplicate parameter '", param.name, "'"));
+      }
+      if (IsOp("=")) {
+        ++pos_;
+        ASSIGN_OR_RETURN(param.default_value, ParseExpression());
+      } else if (!s->params.empty() && s->params.back().default_value) {
+        return Error(absl::StrCat("parameter '", param.name, "' without a default follows one with a default"));
+      }
+      s->params.push_back(std::move(param));
+    }
+    ++pos_;
+    return absl::OkStatus();
+  }
+
+  // The body of a macro, call block or block set, up to `end`: a scope of its own, which
+  // break / continue cannot leave.
+  absl::Status ParseScopedBody(Stmt* s, std::string_view end, bool is_macro) {
+    const int loop_depth = loop_depth_;
+    loop_depth_ = 0;
+    macro_depth_ += is_macro ? 1 : 0;
+    s->bodies.emplace_back();
+    std::string stop;
+    absl::Status st = ParseBody({end}, &s->bodies.back(), &stop);
+    loop_depth_ = loop_depth;
+    macro_depth_ -= is_macro ? 1 : 0;
+    RETURN_IF_ERROR(st);
+    return ExpectBlockEnd();
   }
 
   ExprPtr Node(Expr::Kind kind, int line) {
@@ -482,6 +580,9 @@ class Parser {
       if (IsOp("*") || IsOp("**")) return Unsupported("*args / **kwargs in a call");
       if (Cur().kind == TokenKind::kName && Peek().kind == TokenKind::kOperator && Peek().text == "=") {
         std::string key = Cur().text;
+        for (const auto& [k, v] : node->kwargs) {
+          if (k == key) return Error(absl::StrCat("keyword argument '", key, "' repeated"));
+        }
         pos_ += 2;
         ASSIGN_OR_RETURN(ExprPtr value, ParseExpression());
         node->kwargs.emplace_back(std::move(key), std::move(value));
@@ -503,8 +604,8 @@ class Parser {
   absl::StatusOr<ExprPtr> ParseCall(ExprPtr callee) {
     ExprPtr node = Node(Expr::Kind::kCall, Cur().line);
     if (callee->kind == Expr::Kind::kName) {
-      if (KnownFunctions().count(callee->name) == 0) {
-        return Unsupported(absl::StrCat("function '", callee->name, "'"));
+      if (!IsBuiltinFunction(callee->name)) {
+        name_calls_.push_back(NameCall{callee->name, Cur().line, macro_depth_ > 0});
       }
     } else if (callee->kind == Expr::Kind::kAttr) {
       if (KnownMethods().count(callee->name) == 0) {
@@ -518,19 +619,24 @@ class Parser {
     return node;
   }
 
+  // `| name` or `| name(args)` applied to `node`.
+  absl::StatusOr<ExprPtr> ParseFilter(ExprPtr node) {
+    ++pos_;  // |
+    ExprPtr f = Node(Expr::Kind::kFilter, Cur().line);
+    ASSIGN_OR_RETURN(f->name, ExpectName());
+    if (IsOp(".")) return Unsupported("dotted filter name");
+    if (KnownFilters().count(f->name) == 0) {
+      return Unsupported(absl::StrCat("filter '", f->name, "'"));
+    }
+    f->args.push_back(std::move(node));
+    if (IsOp("(")) RETURN_IF_ERROR(ParseArgs(f.get()));
+    return f;
+  }
+
   absl::StatusOr<ExprPtr> ParseFilterExpr(ExprPtr node) {
     while (true) {
       if (IsOp("|")) {
-        ++pos_;
-        ExprPtr f = Node(Expr::Kind::kFilter, Cur().line);
-        ASSIGN_OR_RETURN(f->name, ExpectName());
-        if (IsOp(".")) return Unsupported("dotted filter name");
-        if (KnownFilters().count(f->name) == 0) {
-          return Unsupported(absl::StrCat("filter '", f->name, "'"));
-        }
-        f->args.push_back(std::move(node));
-        if (IsOp("(")) RETURN_IF_ERROR(ParseArgs(f.get()));
-        node = std::move(f);
+        ASSIGN_OR_RETURN(node, ParseFilter(std::move(node)));
       } else if (IsName("is")) {
         ++pos_;
         ExprPtr test = Node(Expr::Kind::kTest, Cur().line);
@@ -559,9 +665,19 @@ class Parser {
     }
   }
 
+  // A call `name(...)` of something other than a builtin function.
+  struct NameCall {
+    std::string name;
+    int line;
+    bool in_macro;
+  };
+
   const std::vector<Token>& t_;
   size_t pos_ = 0;
-  int loop_depth_ = 0;
+  int loop_depth_ = 0;   // for loops around the current statement, inside its macro
+  int macro_depth_ = 0;  // macro and call-block bodies around the current statement
+  std::set<std::string> macro_names_;
+  std::vector<NameCall> name_calls_;
 };
 
 }  // namespace

@@ -132,7 +132,7 @@ bool Value::Truthy() const {
   if (is_string()) return !as_string().empty();
   if (is_list()) return !as_list().empty();
   if (is_dict()) return !as_dict().entries.empty();
-  return true;  // namespace
+  return true;  // namespace, macro
 }
 
 std::string Value::TypeName() const {
@@ -144,6 +144,7 @@ std::string Value::TypeName() const {
   if (is_string()) return "str";
   if (is_list()) return "list";
   if (is_dict()) return "dict";
+  if (is_macro()) return "Macro";
   return "Namespace";
 }
 
@@ -175,6 +176,7 @@ bool Equal(const Value& a, const Value& b) {
     return true;
   }
   if (a.is_namespace() && b.is_namespace()) return &a.as_namespace() == &b.as_namespace();
+  if (a.is_macro() && b.is_macro()) return &a.as_macro() == &b.as_macro();
   return false;
 }
 

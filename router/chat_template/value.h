@@ -33,6 +33,18 @@ struct Namespace {
   std::map<std::string, Value> attributes;
 };
 
+struct Stmt;
+struct Scope;
+// A macro: a `{% macro %}` statement or a call block's body (`caller`), as a value. The
+// renderer runs `definition` (owned by the parsed template, which outlives every render) in a
+// new scope whose parent is `closure`, the scope the macro was defined in. That scope is
+// held weakly: it usually holds the macro itself, and a strong pointer would be a cycle.
+struct Macro {
+  std::string name;
+  const Stmt* definition = nullptr;
+  std::weak_ptr<Scope> closure;
+};
+
 // An undefined variable or missing key; `name` says what was looked up, for errors.
 struct Undefined {
   std::string name;
@@ -52,6 +64,7 @@ class Value {
   Value(List l) : v_(std::make_shared<const List>(std::move(l))) {}  // NOLINT
   Value(Dict d) : v_(std::make_shared<const Dict>(std::move(d))) {}  // NOLINT
   Value(std::shared_ptr<Namespace> ns) : v_(std::move(ns)) {}  // NOLINT
+  Value(std::shared_ptr<const Macro> m) : v_(std::move(m)) {}  // NOLINT
 
   // JSON null -> None, numbers -> int or float, objects -> dict (in the JSON's key order).
   static Value FromJson(const nlohmann::ordered_json& json);
@@ -67,6 +80,7 @@ class Value {
   bool is_list() const { return std::holds_alternative<std::shared_ptr<const List>>(v_); }
   bool is_dict() const { return std::holds_alternative<std::shared_ptr<const Dict>>(v_); }
   bool is_namespace() const { return std::holds_alternative<std::shared_ptr<Namespace>>(v_); }
+  bool is_macro() const { return std::holds_alternative<std::shared_ptr<const Macro>>(v_); }
 
   bool as_bool() const { return std::get<bool>(v_); }
   int64_t as_int() const { return is_bool() ? static_cast<int64_t>(as_bool()) : std::get<int64_t>(v_); }
@@ -75,6 +89,7 @@ class Value {
   const List& as_list() const { return *std::get<std::shared_ptr<const List>>(v_); }
   const Dict& as_dict() const { return *std::get<std::shared_ptr<const Dict>>(v_); }
   Namespace& as_namespace() const { return *std::get<std::shared_ptr<Namespace>>(v_); }
+  const Macro& as_macro() const { return *std::get<std::shared_ptr<const Macro>>(v_); }
   const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
 
   // Python's bool(x) (Undefined is false).
@@ -86,15 +101,17 @@ class Value {
   explicit Value(Undefined u) : v_(std::move(u)) {}
   explicit Value(None n) : v_(n) {}
   std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<const List>,
-               std::shared_ptr<const Dict>, std::shared_ptr<Namespace>>
+               std::shared_ptr<const Dict>, std::shared_ptr<Namespace>,
+               std::shared_ptr<const Macro>>
       v_;
 };
 
-// Python's ==, as Jinja compares (1 == 1.0 == True; Undefined equals only Undefined).
+// Python's ==, as Jinja compares (1 == 1.0 == True; Undefined equals only Undefined;
+// namespaces and macros by identity).
 bool Equal(const Value& a, const Value& b);
 
 // What `{{ x }}` prints (Python's str()): Undefined prints nothing, None "None", booleans
-// "True"/"False", floats as Python's repr. Lists, dicts and namespaces are refused
+// "True"/"False", floats as Python's repr. Lists, dicts, namespaces and macros are refused
 // (their Python repr is not reproduced here): INVALID_ARGUMENT naming the type.
 absl::StatusOr<std::string> ToText(const Value& value);
 
