@@ -101,21 +101,37 @@ absl::Status ValidateSamplingValues(const SamplingValues& v, int32_t vocab_size)
 }
 
 absl::Status ValidateResponseFormat(const SamplingValues& v, bool ignore_eos) {
-  if (v.json_object && ignore_eos) {
+  const bool schema = !v.json_schema.empty();
+  if (v.json_object && schema) {
     return absl::InvalidArgumentError(
-        "response_format json_object cannot be combined with ignore_eos: the JSON object "
-        "ends with EOS (drop ignore_eos, or use response_format text)");
+        "response_format json_object and json_schema are exclusive; set one");
   }
-  if (!v.json_after.empty() && !v.json_object) {
+  if (v.constrained() && ignore_eos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "response_format ", schema ? "json_schema" : "json_object",
+        " cannot be combined with ignore_eos: the JSON ", schema ? "value" : "object",
+        " ends with EOS (drop ignore_eos, or use response_format text)"));
+  }
+  if (!v.json_after.empty() && !v.constrained()) {
     const std::string shown = absl::CHexEscape(v.json_after.substr(0, kMaxJsonAfterBytes));
     return absl::InvalidArgumentError(absl::StrCat(
         "response_format_after \"", shown,
-        "\" is set without response_format json_object; it says where JSON mode starts"));
+        "\" is set without response_format json_object or json_schema; it says where the JSON "
+        "starts"));
   }
   if (v.json_after.size() > kMaxJsonAfterBytes) {
     return absl::InvalidArgumentError(absl::StrCat("response_format_after has ",
                                                    v.json_after.size(), " bytes; at most ",
                                                    kMaxJsonAfterBytes, " are allowed"));
+  }
+  if (v.json_schema_strict && !schema) {
+    return absl::InvalidArgumentError(
+        "response_format_schema_strict is set without response_format json_schema");
+  }
+  if (v.json_schema.size() > kMaxJsonSchemaBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("response_format json_schema's schema has ",
+                                                   v.json_schema.size(), " bytes; at most ",
+                                                   kMaxJsonSchemaBytes, " are allowed"));
   }
   return absl::OkStatus();
 }

@@ -28,6 +28,8 @@ inline constexpr int32_t kMaxTopLogprobs = 20;
 inline constexpr float kMaxOccurrencePenalty = 2.0f;
 // JSON mode's start marker (response_format_after): a short closing tag, not a document.
 inline constexpr size_t kMaxJsonAfterBytes = 64;
+// Structured outputs: a JSON Schema's text (model::kMaxSchemaBytes, checked again there).
+inline constexpr size_t kMaxJsonSchemaBytes = 64 * 1024;
 
 // A client's id as error messages show it: whole when short, else its first kEchoedIdBytes
 // bytes, "..." and the length.
@@ -62,17 +64,26 @@ struct SamplingValues {
   // JSON mode (api.proto ResponseFormat JSON_OBJECT): the output is one JSON object, then EOS;
   // each token is drawn under a mask of the tokens that keep it so (model/constraint).
   bool json_object = false;
-  // With json_object: JSON mode starts after the first occurrence of this text in the output
-  // (api.proto response_format_after, e.g. "</think>"); empty: from the first token. At most
-  // kMaxJsonAfterBytes.
+  // Structured outputs (api.proto ResponseFormat JSON_SCHEMA): the JSON Schema's text, set iff
+  // that format; the output is one JSON value it admits, then EOS. Compiled where it is used
+  // (model::JsonSchema::Get: the router's validation, each worker's RPC edge and runner). At
+  // most kMaxJsonSchemaBytes. `json_schema_strict`: OpenAI's json_schema.strict.
+  std::string json_schema;
+  bool json_schema_strict = false;
+  // With json_object or json_schema: the constraint starts after the first occurrence of this
+  // text in the output (api.proto response_format_after, e.g. "</think>"); empty: from the
+  // first token. At most kMaxJsonAfterBytes.
   std::string json_after;
+
+  // Some response format constrains the text (JSON mode or structured outputs).
+  bool constrained() const { return json_object || !json_schema.empty(); }
 
   bool wants_logprobs() const { return logprobs >= 0; }
   // Whether sampling needs more than the CUDA kernel's knobs (the host path draws such rows;
   // JSON mode's masks are applied there).
   bool needs_host_sampling() const {
     return repetition_penalty != 1.0f || presence_penalty != 0.0f ||
-           frequency_penalty != 0.0f || !logit_bias.empty() || wants_logprobs() || json_object;
+           frequency_penalty != 0.0f || !logit_bias.empty() || wants_logprobs() || constrained();
   }
 };
 
@@ -86,9 +97,11 @@ struct SamplingValues {
 absl::Status ValidateSamplingValues(const SamplingValues& values, int32_t vocab_size = 0);
 
 // What the response format asks of the stop rules, checked at the same edges (ignore_eos is
-// not a sampling knob, so it is passed in): JSON mode ends the object with EOS, so json_object
-// with ignore_eos is INVALID_ARGUMENT naming both; so is json_after without json_object, or
-// longer than kMaxJsonAfterBytes.
+// not a sampling knob, so it is passed in): JSON mode and structured outputs end the value with
+// EOS, so json_object / json_schema with ignore_eos is INVALID_ARGUMENT naming both; so are
+// json_object with json_schema, json_after without either (or longer than
+// kMaxJsonAfterBytes), json_schema_strict without json_schema, and a schema longer than
+// kMaxJsonSchemaBytes. Whether the schema compiles is checked where it is compiled.
 absl::Status ValidateResponseFormat(const SamplingValues& values, bool ignore_eos);
 
 // Sorts logit_bias by token id (the order the samplers and the wire use); a repeated id is

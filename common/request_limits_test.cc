@@ -98,8 +98,8 @@ TEST(SamplingValues, JsonAfterNeedsJsonObjectAndAtMost64Bytes) {
   absl::Status s = ValidateResponseFormat(v, /*ignore_eos=*/false);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(),
-            "response_format_after \"</think>\" is set without response_format json_object; it "
-            "says where JSON mode starts");
+            "response_format_after \"</think>\" is set without response_format json_object or "
+            "json_schema; it says where the JSON starts");
   v.json_object = true;
   EXPECT_TRUE(ValidateResponseFormat(v, false).ok());
   v.json_after = std::string(kMaxJsonAfterBytes, 'x');
@@ -111,6 +111,31 @@ TEST(SamplingValues, JsonAfterNeedsJsonObjectAndAtMost64Bytes) {
   v.json_object = false;  // the unset format is named first; the echo is cut at 64 bytes
   EXPECT_NE(ValidateResponseFormat(v, false).message().find(std::string(64, 'x') + "\" is set"),
             std::string::npos);
+}
+
+TEST(SamplingValues, JsonSchemaRules) {
+  SamplingValues v;
+  v.json_schema = R"({"type": "string"})";
+  EXPECT_TRUE(v.constrained());
+  EXPECT_TRUE(v.needs_host_sampling());
+  EXPECT_TRUE(ValidateResponseFormat(v, false).ok());
+  v.json_after = "</think>";
+  v.json_schema_strict = true;
+  EXPECT_TRUE(ValidateResponseFormat(v, false).ok());
+  EXPECT_EQ(ValidateResponseFormat(v, true).message(),
+            "response_format json_schema cannot be combined with ignore_eos: the JSON value ends "
+            "with EOS (drop ignore_eos, or use response_format text)");
+  v.json_object = true;
+  EXPECT_EQ(ValidateResponseFormat(v, false).message(),
+            "response_format json_object and json_schema are exclusive; set one");
+  v.json_object = false;
+  v.json_schema = std::string(kMaxJsonSchemaBytes + 1, ' ');
+  EXPECT_EQ(ValidateResponseFormat(v, false).message(),
+            "response_format json_schema's schema has 65537 bytes; at most 65536 are allowed");
+  v.json_schema.clear();
+  v.json_after.clear();
+  EXPECT_EQ(ValidateResponseFormat(v, false).message(),
+            "response_format_schema_strict is set without response_format json_schema");
 }
 
 TEST(SamplingValues, LogitBiasIsSortedAndRepeatsAreRefused) {

@@ -99,8 +99,9 @@ struct ReserveSpec {
   bool local_prefill = false;
   std::string prefill_compat_hash;  // required unless local_prefill
   absl::Duration lease;             // zero: the default
-  // Set iff sampling.json_object: every token (the prefill worker's first one included) is
-  // held to a JsonConstraint over it, starting after sampling.json_after when that is set.
+  // Set iff sampling.constrained() (json_object or json_schema): every token (the prefill
+  // worker's first one included) is held to a JsonConstraint over it (to the compiled
+  // sampling.json_schema when set), starting after sampling.json_after when that is set.
   std::shared_ptr<const model::ConstraintVocabulary> json_vocabulary;
 };
 

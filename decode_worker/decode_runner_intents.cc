@@ -102,7 +102,10 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   seq->stop.ignore_eos = spec.ignore_eos;
   seq->stop.eos_token_ids = config.eos_token_ids;
   if (spec.json_vocabulary != nullptr) {
-    seq->json.emplace(std::move(spec.json_vocabulary), seq->sampling.json_after);
+    absl::StatusOr<model::JsonConstraint> constraint =
+        worker::ConstraintForRequest(std::move(spec.json_vocabulary), seq->sampling);
+    if (!constraint.ok()) return constraint.status();
+    seq->json.emplace(std::move(*constraint));
   }
   r->seq = seq;
 

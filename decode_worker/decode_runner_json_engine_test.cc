@@ -10,6 +10,8 @@
 #include "decode_worker/decode_runner.h"
 #include "decode_worker/testing/recording_sink.h"
 #include "gtest/gtest.h"
+#include "model/constraint/schema_testing.h"
+#include "model/constraint/schema_validator_testing.h"
 #include "kvtransfer/layout.h"
 #include "kvtransfer/receiver.h"
 #include "model/engine.h"
@@ -54,12 +56,14 @@ class DecodeRunnerJsonEngineTest : public ::testing::Test {
   }
 
   std::shared_ptr<RecordingSink> Start(const std::string& id, const std::string& prompt,
-                                       int max_new, const model::SamplingOptions& sampling) {
+                                       int max_new, const model::SamplingOptions& sampling,
+                                       const std::string& schema = {}) {
     ReserveSpec s;
     s.request_id = id;
     s.prompt = *tokenizer_->Encode(prompt, /*add_special_tokens=*/true);
     s.sampling = sampling;
-    s.sampling.json_object = true;
+    s.sampling.json_object = schema.empty();
+    s.sampling.json_schema = schema;
     s.max_new_tokens = max_new;
     s.local_prefill = true;
     s.json_vocabulary = *vocabulary_->Get();
@@ -151,6 +155,40 @@ TEST_F(DecodeRunnerJsonEngineTest, AnObjectThatClosesEndsWithEos) {
   ASSERT_TRUE(sink->finish()->matched_token.has_value());
   EXPECT_TRUE(IsEos(*sink->finish()->matched_token));
   EXPECT_EQ(sink->finish()->completion_tokens, 3);
+}
+
+// Structured outputs on the demo model: an array of small integers, greedy and sampled; a
+// finished answer satisfies the schema, a cut one is a prefix its recognizer takes.
+TEST_F(DecodeRunnerJsonEngineTest, SchemaOutputsSatisfyTheSchema) {
+  const std::string schema = R"({"type": "array", "items": {"type": "integer", "minimum": 0,
+      "maximum": 99}, "minItems": 1, "maxItems": 4})";
+  const auto compiled = model::JsonSchema::Compile(schema, false).value();
+  const model::testing::ReferenceValidator validator(nlohmann::json::parse(schema));
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  model::SamplingOptions greedy;
+  greedy.temperature = 0.0f;
+  sinks.push_back(Start("g", "count from 17:", 48, greedy, schema));
+  for (int seed = 0; seed < 5; ++seed) {
+    model::SamplingOptions sampled;
+    sampled.temperature = 1.0f;
+    sampled.seed = seed;
+    sinks.push_back(Start(absl::StrCat("s", seed), "count from 17:", 48, sampled, schema));
+  }
+  RunUntilIdle();
+  int stopped = 0;
+  for (const auto& sink : sinks) {
+    ASSERT_TRUE(sink->finish().has_value()) << sink->error();
+    std::vector<int32_t> tokens = sink->tokens();
+    const bool stop = sink->finish()->reason == FinishReason::kStop;
+    if (stop) tokens.pop_back();
+    const std::string text = *tokenizer_->Decode(tokens, /*skip_special_tokens=*/true);
+    EXPECT_EQ(model::testing::Read(*compiled, text).taken, text.size()) << text;
+    if (!stop) continue;
+    ++stopped;
+    EXPECT_TRUE(validator.Valid(nlohmann::json::parse(text))) << text;
+  }
+  EXPECT_GE(stopped, 3);
+  EXPECT_EQ(engine_->kv_pool().free_pages(), engine_->kv_pool().total_pages());
 }
 
 }  // namespace

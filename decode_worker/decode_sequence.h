@@ -65,7 +65,8 @@ struct DecodeSequence {
   bool local_prefill = false;
   model::SamplingOptions sampling;
   StopRules stop;
-  // JSON mode (sampling.json_object; after sampling.json_after when set): the constraint over
+  // JSON mode / structured outputs (sampling.constrained(); after sampling.json_after when
+  // set): the constraint over
   // the generated tokens and how many of them it has consumed. The loop thread advances it
   // over the rest before each sampled row (the first token may come from the prefill worker;
   // a recompute after preemption adds nothing new), so that the row's mask is the one for

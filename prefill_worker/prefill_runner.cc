@@ -354,12 +354,15 @@ absl::StatusOr<int32_t> PrefillRunner::SampleFirstToken(const Request& r,
   row.options = r.job.sampling;
   row.step = 0;  // the first generated token; the decode worker continues with 1, 2, ...
   row.history = r.job.tokens;
-  // JSON mode: the text's first token, among those that can start a JSON object (with
-  // json_after: any but EOS, unless it ends the marker). The decode worker replays it into its
-  // own constraint, which checks it.
+  // JSON mode / structured outputs: the text's first token, among those that can start the
+  // JSON object / the schema's value (with json_after: any but EOS, unless it ends the
+  // marker). The decode worker replays it into its own constraint, which checks it.
   std::optional<model::JsonConstraint> json;
   if (r.job.json_vocabulary != nullptr) {
-    json.emplace(r.job.json_vocabulary, r.job.sampling.json_after);
+    absl::StatusOr<model::JsonConstraint> constraint =
+        worker::ConstraintForRequest(r.job.json_vocabulary, r.job.sampling);
+    if (!constraint.ok()) return constraint.status();
+    json.emplace(std::move(*constraint));
     row.allowed = json->AllowedTokens();
   }
   auto ids = sampler_.Sample(logits, engine_->config().vocab_size, std::span(&row, 1));

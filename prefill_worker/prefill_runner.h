@@ -85,8 +85,9 @@ struct PrefillJob {
   std::vector<int32_t> tokens;
   model::SamplingOptions sampling;
   kvtransfer::KvSessionRef session;
-  // Set iff sampling.json_object: the first token is drawn under a fresh JsonConstraint
-  // (starting after sampling.json_after when set: before it, any token but EOS).
+  // Set iff sampling.constrained(): the first token is drawn under a fresh JsonConstraint
+  // (held to sampling.json_schema when set; starting after sampling.json_after when set:
+  // before it, any token but EOS).
   std::shared_ptr<const model::ConstraintVocabulary> json_vocabulary;
 };
 

@@ -209,8 +209,69 @@ TEST(PrefillJsonConversionTest, PrefillRequestInJsonMode) {
   bounds.json_vocabulary = none.get();
   s = ToPrefillJob(req, bounds).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(s.message(), "response_format json_object needs tokenizer.json in the model "
-                         "directory tests/fixtures/models/deepseek_v2");
+  EXPECT_EQ(s.message(), "response_format json_object / json_schema needs tokenizer.json in "
+                         "the model directory tests/fixtures/models/deepseek_v2");
+}
+
+// Structured outputs: the first token can only start the schema's value (here an array: '[' or
+// whitespace), for the flat logits' lowest allowed id and for every sampled one.
+TEST_F(PrefillRunnerJsonTest, SchemaFirstTokenStartsTheSchemasValue) {
+  std::vector<PrefillJob> jobs;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 30; ++i) {
+    prompts.push_back(Prompt(10 + 3 * i, i + 40));
+    PrefillJob j = JsonJob(absl::StrCat("a", i), prompts.back());
+    j.sampling.json_object = false;
+    j.sampling.json_schema = R"({"type": "array", "items": {"type": "integer"}})";
+    if (i >= 10) {
+      j.sampling.temperature = 1.0f;
+      j.sampling.seed = i;
+      j.sampling.logit_bias = {{IdOf('{'), 100.0f}};  // cannot revive it
+    }
+    jobs.push_back(std::move(j));
+  }
+  const std::vector<int32_t> first = FirstTokens(std::move(jobs));
+  auto opens_array = [](int32_t id) {
+    return kTokens[id].has_value() && std::string(" \t\n\r[").find(*kTokens[id]) != std::string::npos;
+  };
+  for (int i = 0; i < 30; ++i) {
+    EXPECT_TRUE(opens_array(first[i])) << i << ": " << first[i];
+    if (i < 10) {
+      const int32_t favourite = FakeEngine::NextToken(prompts[i], kVocab);
+      EXPECT_EQ(first[i], opens_array(favourite) ? favourite : IdOf('[')) << i;
+    }
+  }
+}
+
+// The edge compiles the schema: what we do not enforce is refused naming the keyword.
+TEST(PrefillJsonConversionTest, PrefillRequestWithASchema) {
+  worker::JsonModeVocabulary vocabulary(
+      [] { return model::ConstraintVocabulary::FromTokens(kTokens, {kEos}); });
+  PrefillBounds bounds{.vocab_size = kVocab, .max_context = 4096, .json_vocabulary = &vocabulary};
+  v1::PrefillRequest req;
+  req.set_request_id("r");
+  req.add_token_ids(3);
+  req.mutable_kv_session()->set_session_id("s");
+  req.mutable_kv_session()->set_endpoint("127.0.0.1:1");
+  req.mutable_kv_session()->set_num_pages(1);
+  req.mutable_sampling()->set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  EXPECT_EQ(ToPrefillJob(req, bounds).status().message(),
+            "response_format JSON_SCHEMA needs response_format_schema (the JSON Schema)");
+  req.mutable_sampling()->set_response_format_schema(R"({"type": "string"})");
+  req.mutable_sampling()->set_response_format_schema_strict(true);
+  auto job = ToPrefillJob(req, bounds);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->sampling.json_schema, R"({"type": "string"})");
+  EXPECT_TRUE(job->sampling.json_schema_strict);
+  EXPECT_FALSE(job->sampling.json_object);
+  EXPECT_EQ(job->json_vocabulary, *vocabulary.Get());
+  req.mutable_sampling()->set_response_format_schema(R"({"type": "string", "not": {}})");
+  absl::Status s = ToPrefillJob(req, bounds).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "json_schema: keyword \"not\" is not supported (at #/not)");
+  req.mutable_sampling()->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
+  EXPECT_EQ(ToPrefillJob(req, bounds).status().message(),
+            "response_format_schema is set without response_format JSON_SCHEMA");
 }
 
 }  // namespace

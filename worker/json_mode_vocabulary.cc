@@ -17,11 +17,12 @@ std::unique_ptr<JsonModeVocabulary> JsonModeVocabulary::FromModelDirectory(
         const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();
         if (!std::filesystem::exists(path)) {
           return absl::FailedPreconditionError(absl::StrCat(
-              "response_format json_object needs tokenizer.json in the model directory ", dir));
+              "response_format json_object / json_schema needs tokenizer.json in the model "
+              "directory ", dir));
         }
         auto unusable = [&](const absl::Status& why) {
           return absl::FailedPreconditionError(absl::StrCat(
-              "response_format json_object cannot use ", path, ": ", why.message()));
+              "response_format json_object / json_schema cannot use ", path, ": ", why.message()));
         };
         absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
             model::Tokenizer::FromFile(path);
@@ -49,12 +50,26 @@ absl::StatusOr<JsonModeVocabulary::Vocabulary> JsonModeVocabulary::Get() const {
 
 absl::StatusOr<JsonModeVocabulary::Vocabulary> VocabularyForRequest(
     const common::SamplingValues& sampling, const JsonModeVocabulary* source) {
-  if (!sampling.json_object) return nullptr;
+  if (!sampling.constrained()) return nullptr;
   if (source == nullptr) {
     return absl::FailedPreconditionError(
-        "response_format json_object is not served by this worker (no constraint vocabulary)");
+        "response_format json_object / json_schema is not served by this worker (no constraint "
+        "vocabulary)");
   }
   return source->Get();
+}
+
+absl::StatusOr<model::JsonConstraint> ConstraintForRequest(
+    std::shared_ptr<const model::ConstraintVocabulary> vocab,
+    const common::SamplingValues& sampling) {
+  std::shared_ptr<const model::JsonSchema> schema;
+  if (!sampling.json_schema.empty()) {
+    absl::StatusOr<std::shared_ptr<const model::JsonSchema>> compiled =
+        model::JsonSchema::Get(sampling.json_schema, sampling.json_schema_strict);
+    if (!compiled.ok()) return compiled.status();
+    schema = std::move(*compiled);
+  }
+  return model::JsonConstraint(std::move(vocab), sampling.json_after, std::move(schema));
 }
 
 }  // namespace mlaserve::worker

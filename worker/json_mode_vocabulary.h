@@ -1,5 +1,6 @@
-// JsonModeVocabulary: the worker process's model::ConstraintVocabulary for JSON mode (api.proto
-// ResponseFormat JSON_OBJECT), one for every request of the process.
+// JsonModeVocabulary: the worker process's model::ConstraintVocabulary for JSON mode and
+// structured outputs (api.proto ResponseFormat JSON_OBJECT / JSON_SCHEMA), one for every request
+// of the process.
 //
 // Built on the first request that asks for JSON mode, not at start: it reads the model
 // directory's tokenizer.json and builds a byte trie over the whole vocabulary, which a worker
@@ -24,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/request_limits.h"
 #include "model/constraint/json_constraint.h"
+#include "model/constraint/json_schema.h"
 
 namespace mlaserve::worker {
 
@@ -36,9 +38,9 @@ class JsonModeVocabulary {
   explicit JsonModeVocabulary(BuildFn build) : build_(std::move(build)) {}
 
   // From `model_dir`/tokenizer.json over the model's `vocab_size` logit rows, EOS allowed
-  // only once the object is complete. Missing file: FAILED_PRECONDITION "response_format
-  // json_object needs tokenizer.json in the model directory <dir>"; a tokenizer.json that
-  // cannot be loaded or used: FAILED_PRECONDITION naming the file and why.
+  // only once the value is complete. Missing file: FAILED_PRECONDITION "response_format
+  // json_object / json_schema needs tokenizer.json in the model directory <dir>"; a
+  // tokenizer.json that cannot be loaded or used: FAILED_PRECONDITION naming the file and why.
   static std::unique_ptr<JsonModeVocabulary> FromModelDirectory(std::string model_dir,
                                                                 int vocab_size,
                                                                 std::vector<int32_t> eos_ids);
@@ -51,10 +53,19 @@ class JsonModeVocabulary {
   mutable std::optional<absl::StatusOr<Vocabulary>> built_ ABSL_GUARDED_BY(mu_);
 };
 
-// What a request's constraint is built over, at a worker's RPC edge: null for a request not in
-// JSON mode; for one in JSON mode the vocabulary, or FAILED_PRECONDITION when `source` (null:
-// this worker serves no JSON mode) has none.
+// What a request's constraint is built over, at a worker's RPC edge: null for a request whose
+// text is free; for one in JSON mode or structured outputs (sampling.constrained()) the
+// vocabulary, or FAILED_PRECONDITION when `source` (null: this worker serves no JSON mode) has
+// none.
 absl::StatusOr<JsonModeVocabulary::Vocabulary> VocabularyForRequest(
     const common::SamplingValues& sampling, const JsonModeVocabulary* source);
+
+// A request's constraint over `vocab` (VocabularyForRequest's, not null): JSON mode, or the
+// compiled sampling.json_schema (from the process's schema cache: ToSamplingOptions compiled it,
+// so a miss only recompiles), starting after sampling.json_after. INVALID_ARGUMENT when the
+// schema does not compile (a caller that skipped ToSamplingOptions).
+absl::StatusOr<model::JsonConstraint> ConstraintForRequest(
+    std::shared_ptr<const model::ConstraintVocabulary> vocab,
+    const common::SamplingValues& sampling);
 
 }  // namespace mlaserve::worker

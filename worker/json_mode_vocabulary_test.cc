@@ -48,7 +48,7 @@ TEST(JsonModeVocabularyTest, NoTokenizerJsonIsAFailedPreconditionNamingTheDirect
     absl::Status s = source->Get().status();
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ(s.message(),
-              "response_format json_object needs tokenizer.json in the model directory " + dir);
+              "response_format json_object / json_schema needs tokenizer.json in the model directory " + dir);
   }
 }
 

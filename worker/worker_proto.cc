@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/request_limits.h"
+#include "model/constraint/json_schema.h"
 
 #ifndef MLASERVE_WORKER_VERSION
 #define MLASERVE_WORKER_VERSION "0.1.0"
@@ -27,15 +28,27 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::Sam
     // proto3 keeps an enum value it does not know (a newer client's format): refuse it rather
     // than generate unconstrained text.
     return absl::InvalidArgumentError(absl::StrCat("response_format ", p.response_format(),
-                                                   " is unknown; this worker knows TEXT (0) and "
-                                                   "JSON_OBJECT (1)"));
+                                                   " is unknown; this worker knows TEXT (0), "
+                                                   "JSON_OBJECT (1) and JSON_SCHEMA (2)"));
+  }
+  const bool schema = p.response_format() == mlaserve::v1::RESPONSE_FORMAT_JSON_SCHEMA;
+  if (schema != !p.response_format_schema().empty()) {
+    return absl::InvalidArgumentError(
+        schema ? "response_format JSON_SCHEMA needs response_format_schema (the JSON Schema)"
+               : "response_format_schema is set without response_format JSON_SCHEMA");
   }
   o.json_object = p.response_format() == mlaserve::v1::RESPONSE_FORMAT_JSON_OBJECT;
+  o.json_schema = p.response_format_schema();
+  o.json_schema_strict = p.response_format_schema_strict();
   o.json_after = p.response_format_after();
   o.seed = p.has_seed() ? p.seed() : model::RandomSeed();
   absl::Status s = common::ValidateSamplingValues(o, vocab_size);
   if (s.ok()) s = common::ValidateResponseFormat(o, p.ignore_eos());
   if (s.ok()) s = common::NormalizeLogitBias(o);
+  // The schema compiles (once per process: the runners get it again from the same cache).
+  if (s.ok() && !o.json_schema.empty()) {
+    s = model::JsonSchema::Get(o.json_schema, o.json_schema_strict).status();
+  }
   if (!s.ok()) return s;
   return o;
 }

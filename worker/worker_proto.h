@@ -19,10 +19,12 @@ namespace mlaserve::worker {
 // The router forwards SamplingParams with every optional filled. Unset fields take the
 // api.proto defaults here too (seed unset: a fresh random seed); values out of range are
 // INVALID_ARGUMENT naming the field. The workers' edge for sampling: it calls
-// common::ValidateSamplingValues and ValidateResponseFormat (response_format json_object with
-// ignore_eos is refused, as are an unknown response_format and a response_format_after without
-// json_object or over 64 bytes), and nothing past it checks the values again. Whether JSON
-// mode can be served here (JsonModeVocabulary) is the caller's. With vocab_size > 0 the
+// common::ValidateSamplingValues and ValidateResponseFormat (response_format json_object /
+// json_schema with ignore_eos is refused, as are an unknown response_format, JSON_SCHEMA without
+// a schema or a schema without JSON_SCHEMA, and a response_format_after without either format or
+// over 64 bytes), compiles a JSON_SCHEMA's schema (model::JsonSchema::Get: INVALID_ARGUMENT
+// naming the keyword and its pointer), and nothing past it checks the values again. Whether
+// JSON mode can be served here (JsonModeVocabulary) is the caller's. With vocab_size > 0 the
 // logit_bias ids are checked against it (the sampler checks them again otherwise); logit_bias
 // comes back sorted by id.
 absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::SamplingParams& p,

@@ -208,7 +208,7 @@ TEST(JsonModeNoTokenizerTest, IsRefusedWithFailedPrecondition) {
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
       << refused.status.error_message();
   EXPECT_THAT(refused.status.error_message(),
-              HasSubstr("response_format json_object needs tokenizer.json in the model "
+              HasSubstr("response_format json_object / json_schema needs tokenizer.json in the model "
                         "directory " + dir));
   r.mutable_sampling()->clear_response_format();
   const GenerateResult plain = RunGenerate((*cluster)->generation(), r, kTimeout);
