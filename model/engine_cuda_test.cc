@@ -273,7 +273,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          "deepseek_v3_pad", "deepseek_v2_pad", "deepseek_v32_pad",
                                          // hidden_act other than silu: unfused gate_up + act-and-mul
                                          // in the dense MLP and the shared and routed experts
-                                         "deepseek_v2_gelu_tanh", "deepseek_v3_gelu"),
+                                         "deepseek_v2_gelu_tanh", "deepseek_v3_gelu",
+                                         // Moonshot's DeepSeek-V3 checkpoints (tiktoken vocabulary):
+                                         // model_type kimi_k2 with YaRN beta 1 / 1; Moonlight's shape
+                                         "kimi_k2_tiktoken", "moonlight_tiktoken"),
                        ::testing::Values(PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kOurs},
                                          PrefillForm{AttentionPath::kMha, kernels::MhaPrefillProvider::kCudnn},
                                          PrefillForm{AttentionPath::kMla, kernels::MhaPrefillProvider::kOurs})));
