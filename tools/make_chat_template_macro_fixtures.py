@@ -113,7 +113,7 @@ CASES = {
                          ("reasoning_last", None, {}), ("tool_round", TOOLS, {})],
     "errors": [("user_only", None, {"which": w}) for w in (
         "none", "before_definition", "too_many", "unknown_keyword", "positional_and_keyword",
-        "no_caller", "call_block_without_caller", "recursion", "raise")],
+        "no_caller", "call_block_without_caller", "recursion", "raise", "list_append")],
 }
 
 

@@ -320,6 +320,18 @@ bool ApplyTest(const std::string& name, const Value& v) {
 absl::StatusOr<Value> CallMethod(const Value& object, const std::string& name,
                                  const std::vector<Value>& args, const KwArgs& kwargs) {
   const std::string what = absl::StrCat(object.TypeName(), ".", name, "()");
+  // transformers renders in Jinja's ImmutableSandboxedEnvironment, which makes the methods
+  // that change a list or dict unsafe: a template calling one fails when it gets there (e.g.
+  // Kimi-K2-Thinking's on a tool call), not when it is loaded.
+  static const std::set<std::string_view> kListMutators{"append", "extend", "insert", "pop", "remove",
+                                                        "reverse", "sort", "clear"};
+  static const std::set<std::string_view> kDictMutators{"clear", "pop", "popitem", "setdefault", "update"};
+  if ((object.is_list() && kListMutators.count(name) > 0) ||
+      (object.is_dict() && kDictMutators.count(name) > 0)) {
+    return TypeError(absl::StrCat("access to attribute '", name, "' of '", object.TypeName(),
+                                  "' object is unsafe (transformers renders chat templates in Jinja's "
+                                  "immutable sandbox)"));
+  }
   if (object.is_string()) {
     const std::string& s = object.as_string();
     if (name == "split") {

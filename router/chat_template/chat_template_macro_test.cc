@@ -66,7 +66,7 @@ TEST(ChatTemplateMacroFixtureTest, MatchesTransformers) {
     }
   }
   EXPECT_EQ(rendered, 76);
-  EXPECT_EQ(refused, 16);
+  EXPECT_EQ(refused, 18);
 }
 
 std::string ParseError(const std::string& source) {

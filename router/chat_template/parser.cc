@@ -27,7 +27,12 @@ const std::set<std::string_view>& KnownTests() {
 const std::set<std::string_view>& KnownMethods() {
   static const std::set<std::string_view> k{"split", "strip", "lstrip", "rstrip", "startswith",
                                             "endswith", "replace", "items", "keys", "values",
-                                            "get"};
+                                            "get",
+                                            // list / dict mutators: parsed, refused when
+                                            // called, as transformers' sandbox refuses them
+                                            "append", "extend", "insert", "pop", "remove",
+                                            "reverse", "sort", "clear", "popitem", "setdefault",
+                                            "update"};
   return k;
 }
 

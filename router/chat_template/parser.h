@@ -8,7 +8,8 @@
 // Expressions: literals (strings with Python escapes, ints, floats, true/false/none, lists,
 // dicts), names, `.attr`, `[index]`, `[a:b:c]`, calls of namespace(), range(),
 // raise_exception(), of the template's macros and of string / dict methods (keyword
-// arguments too), filters, `is` tests, not / and / or, comparisons and `in`,
+// arguments too; list / dict mutators such as append and pop parse but fail when called, as
+// transformers' immutable sandbox makes them fail), filters, `is` tests, not / and / or, comparisons and `in`,
 // + - * / // % ** ~, unary -, and `a if b else c`.
 // Everything else (filter blocks, includes, imports, with, loop filters, recursive loops,
 // tuples, *args, macro parameters named varargs / kwargs / caller, calls of other names) is
