@@ -102,6 +102,10 @@ absl::Status ValidateSamplingValues(const SamplingValues& v, int32_t vocab_size)
 
 absl::Status ValidateResponseFormat(const SamplingValues& v, bool ignore_eos) {
   const bool schema = !v.json_schema.empty();
+  if (v.json_schema_requested && !schema) {
+    return absl::InvalidArgumentError(
+        "response_format json_schema needs the schema (response_format_schema is empty)");
+  }
   if (v.json_object && schema) {
     return absl::InvalidArgumentError(
         "response_format json_object and json_schema are exclusive; set one");

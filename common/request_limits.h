@@ -70,6 +70,9 @@ struct SamplingValues {
   // most kMaxJsonSchemaBytes. `json_schema_strict`: OpenAI's json_schema.strict.
   std::string json_schema;
   bool json_schema_strict = false;
+  // The request named the JSON_SCHEMA format (a proto edge sets it): then json_schema must be
+  // set; INVALID_ARGUMENT otherwise, rather than free text.
+  bool json_schema_requested = false;
   // With json_object or json_schema: the constraint starts after the first occurrence of this
   // text in the output (api.proto response_format_after, e.g. "</think>"); empty: from the
   // first token. At most kMaxJsonAfterBytes.

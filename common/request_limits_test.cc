@@ -136,6 +136,10 @@ TEST(SamplingValues, JsonSchemaRules) {
   v.json_after.clear();
   EXPECT_EQ(ValidateResponseFormat(v, false).message(),
             "response_format_schema_strict is set without response_format json_schema");
+  v.json_schema_strict = false;
+  v.json_schema_requested = true;
+  EXPECT_EQ(ValidateResponseFormat(v, false).message(),
+            "response_format json_schema needs the schema (response_format_schema is empty)");
 }
 
 TEST(SamplingValues, LogitBiasIsSortedAndRepeatsAreRefused) {

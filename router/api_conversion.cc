@@ -20,6 +20,9 @@ SamplingConfig SamplingFromProto(const v1::SamplingParams& p) {
   for (const auto& [id, bias] : p.logit_bias()) s.logit_bias.emplace_back(id, bias);
   if (p.has_logprobs()) s.logprobs = p.logprobs();
   s.json_object = p.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT;
+  s.json_schema = p.response_format_schema();
+  s.json_schema_strict = p.response_format_schema_strict();
+  s.json_schema_requested = p.response_format() == v1::RESPONSE_FORMAT_JSON_SCHEMA;
   s.json_after = p.response_format_after();
   if (p.has_seed()) s.seed = p.seed();
   if (p.has_max_new_tokens()) s.max_new_tokens = p.max_new_tokens();
@@ -43,6 +46,11 @@ v1::SamplingParams SamplingToProto(const SamplingConfig& s) {
   for (const auto& [id, bias] : s.logit_bias) (*p.mutable_logit_bias())[id] = bias;
   if (s.wants_logprobs()) p.set_logprobs(s.logprobs);
   if (s.json_object) p.set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
+  if (!s.json_schema.empty()) {
+    p.set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
+    p.set_response_format_schema(s.json_schema);
+    p.set_response_format_schema_strict(s.json_schema_strict);
+  }
   if (!s.json_after.empty()) p.set_response_format_after(s.json_after);
   if (s.seed.has_value()) p.set_seed(*s.seed);
   if (s.max_new_tokens.has_value()) p.set_max_new_tokens(*s.max_new_tokens);

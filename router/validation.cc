@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "common/request_limits.h"
 #include "common/status.h"
+#include "model/constraint/json_schema.h"
 
 namespace mlaserve::router {
 namespace {
@@ -83,6 +84,11 @@ absl::Status ValidateAndResolveSampling(SamplingConfig& s, int32_t prompt_tokens
                                         const ModelLimits& limits) {
   RETURN_IF_ERROR(common::ValidateSamplingValues(s, limits.vocab_size));
   RETURN_IF_ERROR(common::ValidateResponseFormat(s, s.ignore_eos));
+  if (!s.json_schema.empty()) {
+    // Compiled here once per router process (cached): a schema we cannot enforce is the
+    // client's 400, naming the keyword and its pointer, before any worker is involved.
+    RETURN_IF_ERROR(model::JsonSchema::Get(s.json_schema, s.json_schema_strict).status());
+  }
   RETURN_IF_ERROR(common::NormalizeLogitBias(s));
   RETURN_IF_ERROR(common::ValidateStopCounts(s.stop.size(), s.stop_token_ids.size()));
   for (int32_t id : s.stop_token_ids) {

@@ -40,6 +40,7 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::Sam
   o.json_object = p.response_format() == mlaserve::v1::RESPONSE_FORMAT_JSON_OBJECT;
   o.json_schema = p.response_format_schema();
   o.json_schema_strict = p.response_format_schema_strict();
+  o.json_schema_requested = schema;
   o.json_after = p.response_format_after();
   o.seed = p.has_seed() ? p.seed() : model::RandomSeed();
   absl::Status s = common::ValidateSamplingValues(o, vocab_size);

@@ -308,4 +308,13 @@ Json WithRequestTools(Json messages, const Json& tools) {
   return messages;
 }
 
+Json WithRequestResponseFormat(Json messages, const Json& response_format) {
+  if (!messages.is_array()) return messages;  // EncodeDeepseekV32 refuses it
+  if (messages.empty() || !RoleIs(messages[0], "system")) {
+    messages.insert(messages.begin(), Json{{"role", "system"}, {"content", ""}});
+  }
+  messages[0]["response_format"] = response_format;
+  return messages;
+}
+
 }  // namespace mlaserve::router::chat_template

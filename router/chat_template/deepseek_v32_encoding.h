@@ -52,5 +52,10 @@ absl::StatusOr<std::string> EncodeDeepseekV32(const nlohmann::ordered_json& mess
 // has them, [{"type": "function", "function": {...}}]; replacing any it had; left alone when
 // `tools` is null or empty). A `messages` that is not an array is returned as it is.
 nlohmann::ordered_json WithRequestTools(nlohmann::ordered_json messages, const nlohmann::ordered_json& tools);
+// The same for a request's response_format (a json_schema one, as the client sent it): set as
+// the first message's `response_format` (an empty system message put first when there is
+// none), which the encoder renders as its "## Response Format" section.
+nlohmann::ordered_json WithRequestResponseFormat(nlohmann::ordered_json messages,
+                                                 const nlohmann::ordered_json& response_format);
 
 }  // namespace mlaserve::router::chat_template

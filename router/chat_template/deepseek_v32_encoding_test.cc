@@ -105,6 +105,38 @@ TEST(DeepseekV32EncodingTest, RequestToolsGoOnAnEmptySystemMessagePutFirst) {
   EXPECT_EQ(checked, 2);
 }
 
+// A json_schema request's response_format goes on the first system message, which the encoder
+// renders byte for byte as DeepSeek's does (the fixture's "system_response_format").
+TEST(DeepseekV32EncodingTest, RequestResponseFormatGoesOnTheSystemMessage) {
+  const Json fixture = ReadJson("tests/fixtures/chat_template/deepseek_v32.json");
+  const Json& expected = fixture["conversations"]["system_response_format"];
+  const Json response_format = expected[0]["response_format"];
+  ASSERT_EQ(response_format["type"], "json_schema");
+  Json request_messages = expected;
+  request_messages[0].erase("response_format");
+  const Json messages = WithRequestResponseFormat(request_messages, response_format);
+  EXPECT_EQ(messages.dump(), expected.dump());
+  int checked = 0;
+  for (const Json& c : fixture["cases"]) {
+    if (c["conversation"] != "system_response_format") continue;
+    const absl::StatusOr<std::string> got = EncodeDeepseekV32(messages, c["thinking"].get<bool>());
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, c["prompt"].get<std::string>());
+    ++checked;
+  }
+  EXPECT_GE(checked, 1);
+  // Without a system message, an empty one is put first.
+  const Json user_only = Json::parse(R"([{"role": "user", "content": "Hi"}])");
+  const Json with = WithRequestResponseFormat(user_only, response_format);
+  ASSERT_EQ(with.size(), 2u);
+  EXPECT_EQ(with[0]["role"], "system");
+  EXPECT_EQ(with[0]["content"], "");
+  EXPECT_EQ(with[0]["response_format"], response_format);
+  const absl::StatusOr<std::string> prompt = EncodeDeepseekV32(with, false);
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_NE(prompt->find("## Response Format:"), std::string::npos);
+}
+
 TEST(DeepseekV32EncodingTest, RequestToolsGoOnTheSystemMessageThere) {
   const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "ping"}}])");
   const Json messages = WithRequestTools(

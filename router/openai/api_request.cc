@@ -393,13 +393,19 @@ void ReadMessages(Reader& r, ApiRequest* out) {
   }
 }
 
-// OpenAI's response_format: {"type": "text"} (the default) or {"type": "json_object"} (JSON
-// mode: the workers constrain the sampling to one JSON object). A json_schema would need a
-// schema-to-grammar compiler, which this engine does not have.
-void ReadResponseFormat(Reader& r, v1::SamplingParams* s) {
+// OpenAI's response_format: {"type": "text"} (the default), {"type": "json_object"} (JSON
+// mode: the workers constrain the sampling to one JSON object) or {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict"?, "description"?}} (structured outputs: one JSON
+// value the schema admits; the schema is compiled in validation, whose errors name the keyword
+// and its pointer). `name` is required as OpenAI requires it (^[a-zA-Z0-9_-]{1,64}$); the object
+// is kept in out->response_format for the chat formats that render it (DeepSeek-V3.2's).
+void ReadResponseFormat(Reader& r, ApiRequest* out) {
+  v1::SamplingParams* s = &out->sampling;
   const Json* v = r.Get("response_format");
   if (v == nullptr || r.failed()) return;
-  constexpr char kShape[] = "'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"}";
+  constexpr char kShape[] =
+      "'response_format' must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+      "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": ...}}";
   if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string()) {
     return r.Fail(Invalid(kShape, "response_format"));
   }
@@ -407,9 +413,50 @@ void ReadResponseFormat(Reader& r, v1::SamplingParams* s) {
   if (type == "json_object") {
     s->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
   } else if (type == "json_schema") {
-    r.Fail(Invalid("'response_format' json_schema is not supported (no schema-constrained decoding); "
-                   "JSON mode, {\"type\": \"json_object\"}, is",
-                   "response_format"));
+    constexpr char kParam[] = "response_format.json_schema";
+    const auto it = v->find("json_schema");
+    if (it == v->end() || !it->is_object()) {
+      return r.Fail(Invalid("'response_format' json_schema needs a 'json_schema' object "
+                            "{\"name\": ..., \"schema\": ...}", kParam));
+    }
+    for (const auto& [key, value] : it->items()) {
+      if (key != "name" && key != "schema" && key != "strict" && key != "description") {
+        return r.Fail(Invalid(absl::StrCat("'response_format.json_schema' has an unknown field '",
+                                           key, "' (name, schema, strict, description)"), kParam));
+      }
+    }
+    const auto name = it->find("name");
+    const std::string name_text = name != it->end() && name->is_string() ? name->get<std::string>() : "";
+    const bool name_ok = !name_text.empty() && name_text.size() <= 64 &&
+                         std::all_of(name_text.begin(), name_text.end(), [](char c) {
+                           return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+                                  c == '-';
+                         });
+    if (!name_ok) {
+      return r.Fail(Invalid("'response_format.json_schema.name' is required: 1 to 64 of "
+                            "a-z, A-Z, 0-9, '_' and '-'", "response_format.json_schema.name"));
+    }
+    const auto schema = it->find("schema");
+    if (schema == it->end() || !(schema->is_object() || schema->is_boolean())) {
+      return r.Fail(Invalid("'response_format.json_schema.schema' must be a JSON Schema (an "
+                            "object)", "response_format.json_schema.schema"));
+    }
+    bool strict = false;
+    if (const auto st = it->find("strict"); st != it->end() && !st->is_null()) {
+      if (!st->is_boolean()) {
+        return r.Fail(Invalid("'response_format.json_schema.strict' must be a boolean",
+                              "response_format.json_schema.strict"));
+      }
+      strict = st->get<bool>();
+    }
+    if (const auto d = it->find("description"); d != it->end() && !d->is_string()) {
+      return r.Fail(Invalid("'response_format.json_schema.description' must be a string",
+                            "response_format.json_schema.description"));
+    }
+    s->set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
+    s->set_response_format_schema(schema->dump());
+    s->set_response_format_schema_strict(strict);
+    out->response_format = *v;
   } else if (type != "text") {
     r.Fail(Invalid(absl::StrCat(kShape, ", got type \"", type, "\""), "response_format"));
   }
@@ -558,6 +605,8 @@ ApiError ErrorForRequest(const absl::Status& status, const ApiRequest& request) 
     e.param = "stop_token_ids";
   } else if (absl::StartsWith(m, "stop")) {
     e.param = "stop";
+  } else if (absl::StartsWith(m, "json_schema: ")) {  // model::JsonSchema's compile errors
+    e.param = "response_format.json_schema.schema";
   } else {
     for (const char* field : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty",
                               "presence_penalty", "frequency_penalty", "logit_bias", "response_format"}) {
@@ -611,7 +660,7 @@ std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std:
   if (endpoint == Endpoint::kChat) {
     ReadMessages(r, &out);
     ReadTools(r, &out);
-    ReadResponseFormat(r, &out.sampling);
+    ReadResponseFormat(r, &out);
   } else {
     ReadPrompt(r, &out);
   }

@@ -65,6 +65,9 @@ struct ApiRequest {
   std::string tool_name;
   bool parallel_tool_calls = true;  // false: only the first call is returned
   v1::SamplingParams sampling;
+  // A json_schema response_format as the client sent it (null otherwise): DeepSeek-V3.2's
+  // encoder renders it into the prompt's first system message.
+  nlohmann::ordered_json response_format;
   // The name this request gave the output bound ("max_tokens" or "max_completion_tokens"),
   // for the errors that concern it.
   std::string max_tokens_param = "max_tokens";

@@ -277,11 +277,42 @@ TEST(ApiRequestTest, ResponseFormat) {
   EXPECT_EQ(Ok(Endpoint::kChat, chat + R"("response_format": {"type": "json_object"}})").sampling.response_format(),
             v1::RESPONSE_FORMAT_JSON_OBJECT);
   ApiError e = Err(Endpoint::kChat, chat + R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})");
-  EXPECT_EQ(e.param, "response_format");
-  EXPECT_THAT(e.message, HasSubstr("json_schema is not supported"));
+  EXPECT_EQ(e.param, "response_format.json_schema.schema");
+  EXPECT_THAT(e.message, HasSubstr("must be a JSON Schema"));
   EXPECT_THAT(Err(Endpoint::kChat, chat + R"("response_format": {"type": "yaml"}})").message,
               HasSubstr("got type \"yaml\""));
   EXPECT_EQ(Err(Endpoint::kChat, chat + R"("response_format": "json_object"})").param, "response_format");
+}
+
+// json_schema: name (OpenAI's rule) and schema required, strict optional; the schema's text
+// keeps its key order (the order the answer writes the properties in).
+TEST(ApiRequestTest, ResponseFormatJsonSchema) {
+  const std::string chat = R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], )";
+  const ApiRequest r = Ok(Endpoint::kChat, chat + R"("response_format": {"type": "json_schema",
+      "json_schema": {"name": "person_v2", "description": "d", "strict": true,
+                      "schema": {"type": "object", "properties": {"z": {}, "a": {}}}}}})");
+  EXPECT_EQ(r.sampling.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  EXPECT_EQ(r.sampling.response_format_schema(),
+            R"({"type":"object","properties":{"z":{},"a":{}}})");
+  EXPECT_TRUE(r.sampling.response_format_schema_strict());
+  EXPECT_EQ(r.response_format["json_schema"]["name"], "person_v2");
+  const ApiRequest lax = Ok(Endpoint::kChat, chat + R"("response_format": {"type": "json_schema",
+      "json_schema": {"name": "x", "schema": {"type": "string"}, "strict": null}}})");
+  EXPECT_FALSE(lax.sampling.response_format_schema_strict());
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"type": "json_schema"})", "response_format.json_schema"},
+           {R"({"type": "json_schema", "json_schema": {"schema": {}}})", "response_format.json_schema.name"},
+           {R"({"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}})", "response_format.json_schema.name"},
+           {R"({"type": "json_schema", "json_schema": {"name": "x", "schema": "{}"}})", "response_format.json_schema.schema"},
+           {R"({"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "strict": 1}})", "response_format.json_schema.strict"},
+           {R"({"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "extra": 1}})", "response_format.json_schema"}}) {
+    EXPECT_EQ(Err(Endpoint::kChat, chat + R"("response_format": )" + body + "}").param, param) << body;
+  }
+  // The compiler's errors (from validation) name the schema parameter.
+  ApiError e = ErrorForRequest(
+      absl::InvalidArgumentError("json_schema: keyword \"not\" is not supported (at #/not)"), r);
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "response_format.json_schema.schema");
 }
 
 // The router's validation messages name its own fields; the HTTP error names the request's.

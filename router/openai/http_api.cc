@@ -172,11 +172,21 @@ struct HttpApi::Impl {
     vars["documents"] = nullptr;
     vars["add_generation_prompt"] = r.add_generation_prompt;
     for (const auto& [k, v] : r.chat_template_kwargs.items()) vars[k] = v;
+    // DeepSeek-V3.2's encoder renders a system message's response_format ("## Response
+    // Format" with its JSON): a json_schema request's goes on the first message, as the tools
+    // do (the output is held to it as well).
+    if (!chat_template->tmpl.has_value() && !r.response_format.is_null()) {
+      vars["messages"] = chat_template::WithRequestResponseFormat(vars["messages"], r.response_format);
+    }
     if (r.tool_choice == ApiRequest::ToolChoice::kNone) return vars;
-    if (r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT) {
+    if (r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT ||
+        r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_SCHEMA) {
+      const bool object = r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT;
       return ApiError{400,
-                      "'response_format' json_object cannot be combined with 'tools': a tool call "
-                      "is not a JSON object; use tool_choice \"none\" or drop response_format",
+                      absl::StrCat("'response_format' ", object ? "json_object" : "json_schema",
+                                   " cannot be combined with 'tools': a tool call is not ",
+                                   object ? "a JSON object" : "the schema's value",
+                                   "; use tool_choice \"none\" or drop response_format"),
                       "invalid_request_error", "response_format", std::nullopt};
     }
     if (!tool_call_format.has_value()) {
@@ -262,9 +272,11 @@ struct HttpApi::Impl {
                       "invalid_request_error", "messages", std::nullopt};
     }
     setup->opens_reasoning = ReasoningSplitter::PromptOpensReasoning(*prompt);
-    if (setup->opens_reasoning && r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT) {
-      // A reasoning model thinks first: the answer after "</think>" is the JSON object (the
-      // reasoning_content split, below, is at the same place).
+    if (setup->opens_reasoning &&
+        (r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT ||
+         r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_SCHEMA)) {
+      // A reasoning model thinks first: the answer after "</think>" is the JSON object / the
+      // schema's value (the reasoning_content split, below, is at the same place).
       g.mutable_sampling()->set_response_format_after(std::string(ReasoningSplitter::kReasoningEnd));
     }
     if (r.tool_choice == ApiRequest::ToolChoice::kRequired || r.tool_choice == ApiRequest::ToolChoice::kNamed) {

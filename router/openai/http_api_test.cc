@@ -507,6 +507,54 @@ TEST_F(HttpApiTest, JsonModeReachesTheWorkers) {
   EXPECT_EQ(Json::parse(r->body)["error"]["param"], "response_format");
 }
 
+// Structured outputs: the schema (its text, key order kept) and strict reach the workers, a
+// thinking prompt starts it after </think>, streaming works, a schema we cannot enforce is a 400
+// naming the keyword, and tools with a schema are refused.
+TEST_F(HttpApiTest, JsonSchemaReachesTheWorkers) {
+  decode_.set_reply("[1,2]");
+  const std::string chat = R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "nums", "strict": true,
+        "schema": {"type": "array", "items": {"type": "integer"}}}})";
+  httplib::Result r = Post("/v1/chat/completions", chat + "}");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["choices"][0]["message"]["content"], "[1,2]");
+  ASSERT_FALSE(decode_.reserves().empty());
+  const v1::SamplingParams sent = decode_.reserves().back().sampling();
+  EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  EXPECT_EQ(sent.response_format_schema(), R"({"type":"array","items":{"type":"integer"}})");
+  EXPECT_TRUE(sent.response_format_schema_strict());
+  EXPECT_EQ(sent.response_format_after(), "");
+  r = Post("/v1/chat/completions", chat + R"(, "stream": true})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_THAT(r->body, HasSubstr("[DONE]"));
+  decode_.set_reply("hmm</think>[3]");
+  r = Post("/v1/chat/completions", chat + R"(, "chat_template_kwargs": {"think": true}})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["choices"][0]["message"]["content"], "[3]");
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format_after(), "</think>");
+  const size_t reserves = decode_.reserves().size();
+  r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "n",
+        "schema": {"type": "object", "properties": {"a": {"type": "string", "format": "hostname"}}}}}})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  const Json error = Json::parse(r->body)["error"];
+  EXPECT_EQ(error["param"], "response_format.json_schema.schema");
+  EXPECT_EQ(error["message"], "json_schema: format \"hostname\" is not supported; supported: "
+                              "date, time, date-time, uuid, email (at #/properties/a/format)");
+  EXPECT_EQ(decode_.reserves().size(), reserves) << "a refused schema reached a worker";
+  RestartApiWithToolCallParser("deepseek_v31");
+  ASSERT_NE(api_, nullptr);
+  r = Post("/v1/chat/completions", chat + R"(, "tools": [)" + std::string(kWeatherTool) + "]}");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_THAT(Json::parse(r->body)["error"]["message"].get<std::string>(),
+              HasSubstr("json_schema cannot be combined with 'tools'"));
+}
+
 // Without max_tokens, a chat answer may run to the end of the context (OpenAI's chat has no
 // default bound), a completion stops at OpenAI's default of 16 tokens.
 TEST_F(HttpApiTest, DefaultMaxTokensAsOpenAiDocuments) {
