@@ -3,6 +3,8 @@
 //   mlaserve-run --model DIR --prompt "Hello" --max-new-tokens 16
 //   mlaserve-run --model DIR --prompt-ids 1,2,3 --ignore-eos --dump-logits out.json
 //   mlaserve-run --model DIR --prompt "Hello" --response-format json_object
+//   mlaserve-run --model DIR --prompt "Hello" --response-format json_schema
+//                --response-schema '{"type": "array", "items": {"type": "integer"}}'
 //
 // Prefill runs in chunks of --chunk-size tokens (0 = one chunk), then one decode step per
 // token over the paged cache; sampling is greedy unless --temperature > 0 (--response-format
@@ -32,6 +34,7 @@
 #include "common/status.h"
 #include "kernels/mha_prefill/api.h"
 #include "model/constraint/json_constraint.h"
+#include "model/constraint/json_schema.h"
 #include "model/tokenizer/detokenizer.h"
 #include "model/engine.h"
 #include "model/parallel_layout.h"
@@ -50,7 +53,8 @@ struct RunOptions {
   SamplingOptions sampling;
   bool seed_given = false;
   bool ignore_eos = false;
-  std::string response_format = "text";  // --response-format: text or json_object
+  std::string response_format = "text";  // --response-format: text, json_object, json_schema
+  std::string response_schema;           // --response-schema: JSON text or a file
   AttentionPath attention = AttentionPath::kAuto;
   int chunk_size = 0;
   std::string backend = "auto";  // --backend: auto, cpu or cuda
@@ -98,7 +102,17 @@ absl::Status Run(const RunOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--chunk-size is ", o.chunk_size, "; it must be >= 0"));
   }
   RETURN_IF_ERROR(common::ValidateSamplingValues(o.sampling));  // this process's edge
-  RETURN_IF_ERROR(common::ValidateResponseFormat(o.sampling, o.ignore_eos));
+  if ((o.response_format == "json_schema") != !o.response_schema.empty()) {
+    return absl::InvalidArgumentError(
+        "--response-schema is needed with --response-format json_schema, and only there");
+  }
+  SamplingOptions sampling = o.sampling;
+  std::shared_ptr<const JsonSchema> schema;
+  if (!o.response_schema.empty()) {
+    ASSIGN_OR_RETURN(sampling.json_schema, SchemaFromFlag(o.response_schema));
+    ASSIGN_OR_RETURN(schema, JsonSchema::Compile(sampling.json_schema, sampling.json_schema_strict));
+  }
+  RETURN_IF_ERROR(common::ValidateResponseFormat(sampling, o.ignore_eos));
   ASSIGN_OR_RETURN(const ParallelOptions parallel,
                    ParseParallelFlags(o.tp_size, o.attention_parallel, o.moe_parallel,
                                       o.moe_dispatch));
@@ -118,9 +132,9 @@ absl::Status Run(const RunOptions& o) {
     ASSIGN_OR_RETURN(prompt, ParseIds(o.prompt_ids));
   }
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
-  if (o.sampling.json_object && tokenizer == nullptr) {
+  if (sampling.constrained() && tokenizer == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--response-format json_object needs tokenizer.json in the model directory ",
+        "--response-format ", o.response_format, " needs tokenizer.json in the model directory ",
         o.model_dir));
   }
 
@@ -170,13 +184,12 @@ absl::Status Run(const RunOptions& o) {
 
   std::vector<int32_t> eos = config.eos_token_ids;
   if (eos.empty() && tokenizer != nullptr && tokenizer->eos_id()) eos.push_back(*tokenizer->eos_id());
-  SamplingOptions sampling = o.sampling;
   if (!o.seed_given) sampling.seed = RandomSeed();
   std::optional<JsonConstraint> json;
-  if (sampling.json_object) {
+  if (sampling.constrained()) {
     ASSIGN_OR_RETURN(auto vocab,
                      ConstraintVocabulary::FromTokenizer(*tokenizer, config.vocab_size, eos));
-    json.emplace(std::move(vocab), sampling.json_after);
+    json.emplace(std::move(vocab), sampling.json_after, schema);
   }
   Sampler sampler;
   std::vector<int32_t> history = prompt;
@@ -238,11 +251,18 @@ int main(int argc, char** argv) {
   auto* seed = app.add_option("--seed", o.sampling.seed, "sampling seed (default: random)");
   app.add_flag("--ignore-eos", o.ignore_eos, "keep generating after EOS");
   app.add_option("--response-format", o.response_format,
-                 "text, or json_object: the output is one JSON object, then EOS (needs the "
-                 "checkpoint's tokenizer.json)")
-      ->check(CLI::IsMember({"text", "json_object"}))->capture_default_str();
+                 "text; json_object: the output is one JSON object, then EOS; json_schema: one "
+                 "JSON value --response-schema admits, then EOS (both need the checkpoint's "
+                 "tokenizer.json)")
+      ->check(CLI::IsMember({"text", "json_object", "json_schema"}))->capture_default_str();
+  app.add_option("--response-schema", o.response_schema,
+                 "with --response-format json_schema: the JSON Schema, as JSON text or a file's "
+                 "path");
+  app.add_flag("--response-schema-strict", o.sampling.json_schema_strict,
+               "with json_schema: OpenAI's strict (no properties / items the schema does not "
+               "list)");
   app.add_option("--response-format-after", o.sampling.json_after,
-                 "with --response-format json_object: the JSON starts after the first occurrence "
+                 "with json_object / json_schema: the JSON starts after the first occurrence "
                  "of this text in the output, e.g. \"</think>\" for a reasoning model (before it "
                  "any token but EOS); at most 64 bytes");
   std::string attention = "auto";

@@ -67,4 +67,9 @@ class JsonSchema {
   uint64_t serial_;
 };
 
+// A command-line schema argument (mlaservectl generate / mlaserve-run --response-schema): JSON
+// text when it starts (after whitespace) with '{', else the path of a file holding it.
+// INVALID_ARGUMENT naming a file that cannot be read or is over kMaxSchemaBytes.
+absl::StatusOr<std::string> SchemaFromFlag(const std::string& value);
+
 }  // namespace mlaserve::model

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <list>
 #include <map>
 #include <optional>
@@ -940,6 +942,23 @@ absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(std::strin
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("json_schema: ", e.what()));
   }
+}
+
+absl::StatusOr<std::string> SchemaFromFlag(const std::string& value) {
+  const size_t first = value.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && value[first] == '{') return value;
+  std::ifstream in(value, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--response-schema \"", value, "\" is neither JSON (starting with '{') nor a readable file"));
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() > kMaxSchemaBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--response-schema ", value, " has ",
+                                                   text.size(), " bytes; at most ",
+                                                   kMaxSchemaBytes, " are allowed"));
+  }
+  return text;
 }
 
 absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Get(std::string_view text,

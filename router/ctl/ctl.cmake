@@ -10,7 +10,7 @@ target_link_libraries(router_ctl PUBLIC mlaserve_proto mlaserve_common_grpc absl
 mlaserve_warnings(router_ctl)
 
 add_executable(mlaservectl ${CMAKE_CURRENT_LIST_DIR}/ctl_main.cc)
-target_link_libraries(mlaservectl PRIVATE router_ctl CLI11::CLI11)
+target_link_libraries(mlaservectl PRIVATE router_ctl model_constraint CLI11::CLI11)
 mlaserve_warnings(mlaservectl)
 install(TARGETS mlaservectl RUNTIME DESTINATION bin)
 

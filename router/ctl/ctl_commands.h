@@ -49,6 +49,8 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool json_object = false;     // --response-format json_object (JSON mode, docs/api.md)
+  std::string json_schema;      // --response-format json_schema --response-schema FILE|JSON
+  bool json_schema_strict = false;  // --response-schema-strict
   std::string json_after;       // --response-format-after: where JSON mode starts
   std::string request_id;
 };

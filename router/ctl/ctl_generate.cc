@@ -39,6 +39,11 @@ int Generate(const CtlContext& ctx, const GenerateArgs& args) {
   for (const std::string& stop : args.stop) s->add_stop(stop);
   s->set_ignore_eos(args.ignore_eos);
   if (args.json_object) s->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
+  if (!args.json_schema.empty()) {
+    s->set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
+    s->set_response_format_schema(args.json_schema);
+    s->set_response_format_schema_strict(args.json_schema_strict);
+  }
   s->set_response_format_after(args.json_after);
 
   auto stub = v1::Generation::NewStub(ctx.channel);

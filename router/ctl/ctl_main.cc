@@ -8,6 +8,7 @@
 
 #include "common/call_auth.h"
 #include "common/transport_security.h"
+#include "model/constraint/json_schema.h"
 #include "router/ctl/ctl_commands.h"
 #include "router/ctl/ctl_format.h"
 
@@ -107,11 +108,19 @@ int Main(int argc, char** argv) {
   generate->add_option("--stop", gen.stop, "stop string (repeatable)");
   generate->add_flag("--ignore-eos", gen.ignore_eos, "keep generating past EOS");
   std::string response_format = "text";
+  std::string response_schema;
   generate->add_option("--response-format", response_format,
-                       "text, or json_object: the answer is one JSON object, then EOS")
-      ->check(CLI::IsMember({"text", "json_object"}));
+                       "text; json_object: the answer is one JSON object, then EOS; json_schema: "
+                       "one JSON value --response-schema admits, then EOS")
+      ->check(CLI::IsMember({"text", "json_object", "json_schema"}));
+  generate->add_option("--response-schema", response_schema,
+                       "with json_schema: the JSON Schema, as JSON text or a file's path");
+  generate->add_flag("--response-schema-strict", gen.json_schema_strict,
+                     "with json_schema: OpenAI's strict (no properties / items the schema does "
+                     "not list)");
   generate->add_option("--response-format-after", gen.json_after,
-                       "with json_object: JSON starts after this text in the output (e.g. </think>)");
+                       "with json_object / json_schema: JSON starts after this text in the output "
+                       "(e.g. </think>)");
   generate->add_option("--request-id", gen.request_id, "request id (for Abort)");
   bool is_generate = false;
   generate->callback([&] {
@@ -120,6 +129,15 @@ int Main(int argc, char** argv) {
     }
     is_generate = true;
     gen.json_object = response_format == "json_object";
+    if ((response_format == "json_schema") != !response_schema.empty()) {
+      throw CLI::ValidationError("--response-schema",
+                                 "is needed with --response-format json_schema, and only there");
+    }
+    if (!response_schema.empty()) {
+      absl::StatusOr<std::string> schema = model::SchemaFromFlag(response_schema);
+      if (!schema.ok()) throw CLI::ValidationError("--response-schema", std::string(schema.status().message()));
+      gen.json_schema = *schema;
+    }
     run = [&](const CtlContext& c) { return Generate(c, gen); };
   });
 

@@ -414,6 +414,13 @@ void ReadResponseFormat(Reader& r, ApiRequest* out) {
     s->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
   } else if (type == "json_schema") {
     constexpr char kParam[] = "response_format.json_schema";
+    for (const auto& [key, value] : v->items()) {
+      if (key != "type" && key != "json_schema") {
+        return r.Fail(Invalid(absl::StrCat("'response_format' has an unknown field '", key,
+                                           "' (type, json_schema; strict goes in json_schema)"),
+                              "response_format"));
+      }
+    }
     const auto it = v->find("json_schema");
     if (it == v->end() || !it->is_object()) {
       return r.Fail(Invalid("'response_format' json_schema needs a 'json_schema' object "

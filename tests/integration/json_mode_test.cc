@@ -4,7 +4,10 @@
 // and local prefill constrain alike; with response_format_after the text before the marker is
 // the model's own and the object follows it; json_object with ignore_eos, a marker without
 // json_object, and JSON mode on a model without tokenizer.json, are refused. The judge is
-// nlohmann's parser, not the constraint.
+// nlohmann's parser, not the constraint. Structured outputs (JSON_SCHEMA) likewise: answers
+// satisfy the schema (the reference validator of model/constraint judges), remote and local
+// prefill agree, a schema we cannot enforce is refused naming the keyword, and mlaserve-run's
+// --response-format json_schema.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/constraint/schema_testing.h"
+#include "model/constraint/schema_validator_testing.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/integration/cluster.h"
 #include "worker/testing/json_mode_testing.h"
@@ -170,6 +175,119 @@ TEST_F(JsonModeTest, JsonObjectWithIgnoreEosIsRefusedNamingBoth) {
   EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(got.status.error_message(), HasSubstr("json_object"));
   EXPECT_THAT(got.status.error_message(), HasSubstr("ignore_eos"));
+}
+
+// An object with an array of bounded integers, an enum and an optional nested object.
+constexpr char kSchema[] = R"({"type": "object", "properties": {
+    "count": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99},
+              "minItems": 1, "maxItems": 4},
+    "mood": {"enum": ["calm", "busy"]},
+    "extra": {"type": "object", "properties": {"ok": {"type": "boolean"}}}},
+  "required": ["count", "mood"]})";
+
+v1::GenerateRequest SchemaRequest(const std::string& text, int max_new_tokens) {
+  v1::GenerateRequest r = JsonRequest(text, max_new_tokens);
+  r.mutable_sampling()->set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  r.mutable_sampling()->set_response_format_schema(kSchema);
+  r.mutable_sampling()->set_response_format_schema_strict(true);
+  return r;
+}
+
+// A finished answer satisfies the schema; a cut one is a prefix its recognizer takes.
+void ExpectSchemaText(const GenerateResult& r, const std::string& what) {
+  ASSERT_TRUE(r.status.ok()) << what << ": " << r.status.error_message();
+  ASSERT_TRUE(r.complete.has_value()) << what;
+  static const auto schema = model::JsonSchema::Compile(kSchema, true).value();
+  EXPECT_EQ(model::testing::Read(*schema, r.text).taken, r.text.size()) << what << ": " << r.text;
+  if (r.complete->finish_reason() != v1::FINISH_REASON_STOP) {
+    EXPECT_EQ(r.complete->finish_reason(), v1::FINISH_REASON_LENGTH) << what;
+    return;
+  }
+  EXPECT_EQ(r.complete->matched_token_id(), kDemoEos) << what;
+  const model::testing::ReferenceValidator validator(nlohmann::json::parse(kSchema));
+  nlohmann::json value;
+  ASSERT_NO_THROW(value = nlohmann::json::parse(r.text)) << what << ": [" << r.text << "]";
+  EXPECT_TRUE(validator.Valid(value)) << what << ": [" << r.text << "]";
+}
+
+TEST_F(JsonModeTest, SchemaAnswersSatisfyTheSchemaOverRemoteAndLocalPrefill) {
+  v1::GenerateRequest greedy = SchemaRequest("count from 17:", 80);
+  greedy.mutable_sampling()->set_temperature(0);
+  const GenerateResult remote = Run(greedy);
+  ExpectSchemaText(remote, "greedy, remote prefill");
+  EXPECT_FALSE(remote.complete->local_prefill());
+  v1::GenerateRequest with_logprobs = greedy;
+  with_logprobs.mutable_sampling()->set_logprobs(0);
+  const GenerateResult local = Run(with_logprobs);
+  ExpectSchemaText(local, "greedy, local prefill");
+  EXPECT_TRUE(local.complete->local_prefill());
+  EXPECT_EQ(local.ids, remote.ids);
+  // Sampled, whitespace banned (the demo model otherwise spends its tokens on it): the schema
+  // bounds the answer (two-digit integers, four at most, an enum, one optional boolean), so most
+  // finish.
+  auto tokenizer = model::Tokenizer::FromFile(std::string(kDemo) + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  int stopped = 0;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    v1::GenerateRequest sampled = SchemaRequest("count from 17:", 120);
+    sampled.mutable_sampling()->set_temperature(1.0f);
+    sampled.mutable_sampling()->set_seed(seed);
+    for (int32_t id = 0; id < (*tokenizer)->vocab_size(); ++id) {
+      auto bytes = (*tokenizer)->TokenBytes(id, /*skip_special_tokens=*/false);
+      if (bytes.has_value() && !bytes->empty() &&
+          bytes->find_first_not_of(" \t\n\r") == std::string_view::npos) {
+        (*sampled.mutable_sampling()->mutable_logit_bias())[id] = -100.0f;
+      }
+    }
+    const GenerateResult got = Run(sampled);
+    ExpectSchemaText(got, absl::StrCat("seed ", seed));
+    stopped += got.complete && got.complete->finish_reason() == v1::FINISH_REASON_STOP;
+  }
+  EXPECT_GE(stopped, 3) << "few sampled answers finished: the test proves little";
+  EXPECT_TRUE(cluster_->WaitAllPagesFree(absl::Seconds(15)).ok());
+}
+
+TEST_F(JsonModeTest, AnUnsupportedSchemaIsRefusedNamingTheKeyword) {
+  v1::GenerateRequest r = SchemaRequest("count from 17:", 8);
+  r.mutable_sampling()->set_response_format_schema(
+      R"({"type": "object", "properties": {"a": {"type": "string", "contentEncoding": "base64"}}})");
+  GenerateResult got = Run(r);
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(got.status.error_message(), "json_schema: keyword \"contentEncoding\" is not "
+                                        "supported (at #/properties/a/contentEncoding)");
+  r.mutable_sampling()->clear_response_format_schema();
+  got = Run(r);
+  EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(got.status.error_message(), HasSubstr("json_schema needs the schema"));
+}
+
+TEST(JsonModeRunTest, MlaserveRunWritesASchemaPrefix) {
+  const std::string cmd = absl::StrCat(
+      RunBinary(), " --model ", kDemo,
+      " --backend cpu --prompt 'count from 17:' --max-new-tokens 32 --temperature 1 --seed 3 "
+      "--response-format json_schema --response-schema '",
+      R"({"type": "array", "items": {"type": "integer"}})", "' 2>/dev/null");
+  FILE* f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  ASSERT_EQ(pclose(f), 0) << cmd;
+  ASSERT_FALSE(out.empty());
+  out.pop_back();  // the newline mlaserve-run ends with
+  const auto schema =
+      model::JsonSchema::Compile(R"({"type": "array", "items": {"type": "integer"}})", false).value();
+  EXPECT_EQ(model::testing::Read(*schema, out).taken, out.size()) << "[" << out << "]";
+  const std::string bad = absl::StrCat(RunBinary(), " --model ", kDemo,
+                                       " --backend cpu --prompt x --response-format json_schema "
+                                       "--response-schema '{\"not\": {}}' 2>&1");
+  f = popen(bad.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  out.clear();
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  EXPECT_NE(pclose(f), 0);
+  EXPECT_THAT(out, HasSubstr("keyword \"not\" is not supported (at #/not)"));
 }
 
 TEST(JsonModeRunTest, MlaserveRunWritesAJsonObjectPrefix) {

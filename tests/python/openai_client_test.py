@@ -6,7 +6,9 @@ Run by run_openai_client_test.sh, which installs `openai` from PyPI into a venv 
 skips with a message when PyPI cannot be reached). Checks: models, completions and chat,
 streamed and not, with the same text and usage; OpenAI-shaped errors as the client's
 exception types; logprobs (completions and chat, streamed and not), presence / frequency
-penalties and logit_bias held to their semantics; tool calls in the client's types; JSON mode; a client that closes a stream mid-way is
+penalties and logit_bias held to their semantics; tool calls in the client's types; JSON mode;
+structured outputs (response_format json_schema, answers parsed with json and validated with
+jsonschema, streamed the same; the SDK's parse() helper with a Pydantic model); a client that closes a stream mid-way is
 aborted (router metric) and its pages freed; the curl examples of docs/api.md run as written.
 """
 import argparse
@@ -22,6 +24,7 @@ import threading
 import time
 import urllib.request
 
+import jsonschema
 import openai
 
 START_TIMEOUT_S = 60
@@ -181,6 +184,7 @@ def run_checks(client, base, router_log):
     run_sampling_knob_checks(client, text)
     run_tool_call_checks(client)
     run_json_mode_checks(client)
+    run_json_schema_checks(client)
 
     aborted = metric(router_log, "mlaserve_router_requests_aborted_total")
     stream = client.completions.create(model="demo", prompt="count from 1:", max_tokens=1000,
@@ -279,6 +283,73 @@ def run_json_mode_checks(client):
         "response_format", "JSON mode with ignore_eos")
 
 
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "numbers": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99},
+                    "minItems": 1, "maxItems": 3},
+        "label": {"enum": ["low", "high"]},
+        "note": {"anyOf": [{"type": "string", "maxLength": 8}, {"type": "null"}]},
+    },
+    "required": ["numbers", "label", "note"],
+    "additionalProperties": False,
+}
+
+
+def run_json_schema_checks(client):
+    """Structured outputs (response_format json_schema): a finished answer parses with json and
+    validates with jsonschema, with its keys in the schema's order; a cut one is its prefix;
+    streamed the same; a schema we cannot enforce is a 400 naming the keyword."""
+    messages = [{"role": "user", "content": "count from 17:"}]
+    response_format = {"type": "json_schema",
+                       "json_schema": {"name": "numbers", "strict": True, "schema": SCHEMA}}
+    # The demo model likes whitespace: banned, so that the bounded answers finish.
+    finished = 0
+    for seed in range(5):
+        kwargs = dict(model="demo", max_tokens=80, temperature=1.0, seed=seed, messages=messages,
+                      response_format=response_format, logit_bias=whitespace_banned())
+        chat = client.chat.completions.create(**kwargs)
+        text, finish = chat.choices[0].message.content, chat.choices[0].finish_reason
+        if finish == "stop":
+            value = json.loads(text)
+            jsonschema.validate(value, SCHEMA)
+            check(list(value) == ["numbers", "label", "note"],
+                  f"json_schema, seed {seed}: keys in the schema's order: {text!r}")
+            finished += 1
+        else:
+            check(finish == "length" and text.startswith("{"),
+                  f"json_schema, seed {seed}: cut by max_tokens inside the object: {text!r}")
+        streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(**kwargs, stream=True)
+                           if c.choices)
+        check(streamed == text, f"json_schema, seed {seed}: streamed equals unstreamed")
+    check(finished >= 3, f"json_schema: {finished} of 5 answers finished and validated")
+    # The SDK's structured-output helper: parse() sends a strict json_schema and parses the
+    # answer into the model class.
+    try:
+        import pydantic
+    except ImportError:
+        pydantic = None
+    if pydantic is not None:
+        import typing
+
+        class Reading(pydantic.BaseModel):
+            value: int = pydantic.Field(ge=0, le=99)
+            unit: typing.Literal["cm", "kg"]
+        parsed = client.chat.completions.parse(model="demo", max_tokens=60, temperature=1.0, seed=1,
+                                               messages=messages, response_format=Reading,
+                                               logit_bias=whitespace_banned())
+        message = parsed.choices[0].message
+        check(isinstance(message.parsed, Reading) and 0 <= message.parsed.value <= 99,
+              f"parse() with a Pydantic model: {message.content!r} -> {message.parsed!r}")
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "not": {}}}}
+    expect_bad_request(lambda: client.chat.completions.create(
+        model="demo", messages=messages, response_format=bad), "response_format.json_schema.schema",
+        "a schema with an unsupported keyword")
+    expect_bad_request(lambda: client.chat.completions.create(
+        model="demo", messages=messages, response_format={"type": "json_schema", "json_schema": {"schema": SCHEMA}}),
+        "response_format.json_schema.name", "json_schema without a name")
+
+
 def expect_bad_request(call, param, what):
     try:
         call()
@@ -343,10 +414,12 @@ def run_demanding_client_checks(client, counted):
     expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
                                                               logit_bias={"100000": 1}),
                        "logit_bias", "logit_bias outside the vocabulary")
+    # response_format json_schema (was a 400): served, run_json_schema_checks.
     expect_bad_request(lambda: client.chat.completions.create(
         model="demo", messages=user,
-        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
-        "response_format", "response_format json_schema")
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}},
+                         "strict": True}),
+        "response_format", "response_format json_schema with strict outside json_schema")
     expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, stop=[""]), "stop",
                        "empty stop string")
     expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user, top_p=1.5), "top_p",
@@ -368,6 +441,13 @@ def demo_token_id(token):
     with open(os.path.join(MODEL_DIR, "tokenizer.json")) as f:
         vocab = json.load(f)["model"]["vocab"]
     return vocab[token.replace(" ", "\u0120")]
+
+
+def whitespace_banned():
+    """logit_bias banning the demo tokenizer's whitespace-only tokens (byte-level: Ġ Ċ ĉ č)."""
+    with open(os.path.join(MODEL_DIR, "tokenizer.json")) as f:
+        vocab = json.load(f)["model"]["vocab"]
+    return {str(i): -100 for t, i in vocab.items() if t and all(c in "\u0120\u010a\u0109\u010d" for c in t)}
 
 
 def run_sampling_knob_checks(client, counted):

@@ -5,11 +5,16 @@
 set -uo pipefail
 venv=$1; shift
 OPENAI_VERSION=3.57.0
-if ! "$venv/bin/python" -c "import openai" >/dev/null 2>&1; then
-  rm -rf "$venv"
-  if ! python3 -m venv "$venv" >/dev/null 2>&1 ||
-     ! "$venv/bin/pip" install -q "openai==$OPENAI_VERSION" >/dev/null 2>&1; then
-    echo "SKIPPED: could not install openai==$OPENAI_VERSION from PyPI into $venv (offline?)"
+JSONSCHEMA_VERSION=4.23.0  # judges the structured-output answers
+if ! "$venv/bin/python" -c "import openai, jsonschema" >/dev/null 2>&1; then
+  if ! "$venv/bin/python" -c "import openai" >/dev/null 2>&1; then
+    rm -rf "$venv"
+    python3 -m venv "$venv" >/dev/null 2>&1
+  fi
+  if ! "$venv/bin/pip" install -q "openai==$OPENAI_VERSION" "jsonschema==$JSONSCHEMA_VERSION" \
+       >/dev/null 2>&1; then
+    echo "SKIPPED: could not install openai==$OPENAI_VERSION and jsonschema==$JSONSCHEMA_VERSION" \
+         "from PyPI into $venv (offline?)"
     exit 77
   fi
 fi
