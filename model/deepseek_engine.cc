@@ -346,7 +346,7 @@ absl::Status DeepseekEngine::GraphStep(BatchPlan plan, AttentionForm form,
   step.run = [&](const BatchPlan& padded, float* logits) {
     return RunStep(padded, form, nullptr, logits);
   };
-  step.finish = [&](const float* logits) { return DeliverRows(logits, device_samples, result); };
+  step.finish = [&](float* logits) { return DeliverRows(logits, device_samples, result); };
   // A sharded graph step's counts are the bucket on every rank (parallel_step.h).
   parallel_.set_static_tokens(bucket);
   const absl::Status ran = decode_graphs_.Run(std::move(plan), step, bucket, graph.pages);
@@ -354,7 +354,7 @@ absl::Status DeepseekEngine::GraphStep(BatchPlan plan, AttentionForm form,
   return ran;
 }
 
-absl::Status DeepseekEngine::DeliverRows(const float* logits,
+absl::Status DeepseekEngine::DeliverRows(float* logits,
                                          std::span<const SampleRow* const> device_samples,
                                          ForwardResult* result) {
   if (!device_samples.empty()) return sampling_.SampleOnDevice(logits, device_samples, result);

@@ -167,7 +167,7 @@ class DeepseekEngine final : public Engine {
   // After the step: `logits` [rows, vocab] drawn on the device when `device_samples` is not
   // empty, else copied into result->logits (kCuda, through logits_download_'s pinned slots;
   // on kCpu an eager step's logits are result->logits already).
-  absl::Status DeliverRows(const float* logits, std::span<const SampleRow* const> device_samples,
+  absl::Status DeliverRows(float* logits, std::span<const SampleRow* const> device_samples,
                            ForwardResult* result);
 
   EngineOptions options_;

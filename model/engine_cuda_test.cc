@@ -19,6 +19,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <random>
 
 #include <cuda_runtime_api.h>
 
@@ -729,10 +730,13 @@ TEST(EngineCudaSamplingTest, DeviceSamplingEqualsHostSampler) {
   EXPECT_GT(e.decode_graph_replays(), 0);
 }
 
-// A row with an allowed-token mask (JSON mode) sends the step's rows to the host sampler: the
-// step returns its logits, the masked row draws only allowed tokens (its greedy favourite is
-// refused), and every id is the host sampler's for the same logits and rows.
-TEST(EngineCudaSamplingTest, MaskedRowsAreDrawnOnTheHost) {
+// Rows with an allowed-token mask (JSON mode, structured outputs) are drawn on the device: the
+// step uploads the masks, sets the refused logits to -infinity in place and samples there (no
+// logits come back), and every id equals the host sampler's on the step's logits, masks
+// applied. Masks: every odd id but the greedy favourite (greedy row), one allowed id, a few
+// dozen scattered ids (sampled rows), the last id of the vocabulary alone (its mask word's
+// tail); a plain row beside them. With logprobs on one row the step goes to the host, same ids.
+TEST(EngineCudaSamplingTest, MaskedRowsAreDrawnOnTheDevice) {
   const std::string dir = Fixture("deepseek_v3");
   if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
   Reference ref;
@@ -741,53 +745,85 @@ TEST(EngineCudaSamplingTest, MaskedRowsAreDrawnOnTheHost) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   DeepseekEngine& e = **engine;
   const int vocab = e.config().vocab_size;
-  constexpr int kSeqs = 2;
+  const int words = (vocab + 63) / 64;
+  constexpr int kSeqs = 5;
   std::vector<std::unique_ptr<SeqPages>> pages;
   std::vector<std::vector<int32_t>> ids;
   for (int s = 0; s < kSeqs; ++s) {
     ids.push_back(ref.prompts[std::min<size_t>(s, ref.prompts.size() - 1)].ids);
-    pages.push_back(std::make_unique<SeqPages>(e.kv_pool(), static_cast<int>(ids[s].size()) + 2));
+    pages.push_back(std::make_unique<SeqPages>(e.kv_pool(), static_cast<int>(ids[s].size()) + 4));
     SequenceChunk c;
     c.tokens = ids[s];
     c.pages = pages[s]->pages();
     ASSERT_TRUE(e.Forward({&c, 1}, AttentionPath::kMla).ok());
   }
-  std::vector<SequenceChunk> batch(kSeqs);
-  std::vector<int32_t> next = {1, 2};
-  for (int s = 0; s < kSeqs; ++s) {
-    batch[s].tokens = std::span<const int32_t>(&next[s], 1);
-    batch[s].start_pos = static_cast<int>(ids[s].size());
-    batch[s].pages = pages[s]->pages();
-  }
-  auto plain = e.Forward(batch, AttentionPath::kMla);
+  // The same step (same tokens, positions and pages) three times: for its logits, then drawn
+  // with masks on the device, then with masks and a logprobs row on the host.
+  std::vector<int32_t> next = {1, 2, 3, 4, 5};
+  auto batch_of = [&](std::vector<SampleRow>* rows) {
+    std::vector<SequenceChunk> batch(kSeqs);
+    for (int s = 0; s < kSeqs; ++s) {
+      batch[s].tokens = std::span<const int32_t>(&next[s], 1);
+      batch[s].start_pos = static_cast<int>(ids[s].size());
+      batch[s].pages = pages[s]->pages();
+      if (rows != nullptr) batch[s].sample = &(*rows)[s];
+    }
+    return batch;
+  };
+  auto plain = e.Forward(batch_of(nullptr), AttentionPath::kMla);
   ASSERT_TRUE(plain.ok()) << plain.status();
-  // Row 0: greedy, its favourite refused; every odd id allowed.
   const std::vector<float> row0(plain->logits.begin(), plain->logits.begin() + vocab);
   const int32_t favourite =
       static_cast<int32_t>(std::max_element(row0.begin(), row0.end()) - row0.begin());
-  std::vector<uint64_t> mask((vocab + 63) / 64, 0);
-  for (int t = 1; t < vocab; t += 2) mask[t / 64] |= uint64_t{1} << (t % 64);
-  mask[favourite / 64] &= ~(uint64_t{1} << (favourite % 64));
+  std::vector<std::vector<uint64_t>> masks(4, std::vector<uint64_t>(words, 0));
+  auto allow = [&](int m, int t) { masks[m][t / 64] |= uint64_t{1} << (t % 64); };
+  for (int t = 1; t < vocab; t += 2) allow(0, t);
+  masks[0][favourite / 64] &= ~(uint64_t{1} << (favourite % 64));
+  allow(1, vocab / 3);
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::mt19937 rng(seed);
+  for (int i = 0; i < 40; ++i) allow(2, static_cast<int>(rng() % vocab));
+  allow(3, vocab - 1);
   std::vector<SampleRow> rows(kSeqs);
-  rows[0].options.temperature = 0.0f;
-  rows[0].allowed = mask;
-  rows[1].options.temperature = 0.8f;  // a plain row: drawn on the host with the other
-  rows[1].options.seed = 7;
   for (int s = 0; s < kSeqs; ++s) {
     rows[s].history = ids[s];
-    batch[s].sample = &rows[s];
+    rows[s].step = 3;
+    rows[s].options.seed = 7 + s;
+    rows[s].options.temperature = s == 0 ? 0.0f : 0.9f;
+    rows[s].options.top_p = s == 2 ? 0.8f : 1.0f;
+    if (s < 4) rows[s].allowed = masks[s];  // row 4: no mask
   }
-  auto sampled = e.Forward(batch, AttentionPath::kMla);
-  ASSERT_TRUE(sampled.ok()) << sampled.status();
-  EXPECT_FALSE(sampled->logits.empty()) << "a masked step must be sampled on the host";
-  const std::vector<const SampleRow*> ptrs = {&rows[0], &rows[1]};
+  std::vector<const SampleRow*> ptrs;
+  for (const SampleRow& r : rows) ptrs.push_back(&r);
   auto want = SampleHostLogits(plain->logits, vocab, ptrs);
   ASSERT_TRUE(want.ok()) << want.status();
-  EXPECT_EQ(sampled->token_ids, *want);
-  ASSERT_EQ(sampled->token_ids.size(), 2u);
-  const int32_t got = sampled->token_ids[0];
-  EXPECT_NE(got, favourite);
-  EXPECT_EQ(got % 2, 1) << got;
+  ASSERT_EQ(want->size(), static_cast<size_t>(kSeqs));
+  EXPECT_NE((*want)[0], favourite);
+  EXPECT_EQ((*want)[0] % 2, 1) << (*want)[0];
+  EXPECT_EQ((*want)[1], vocab / 3);
+  EXPECT_TRUE((masks[2][(*want)[2] / 64] >> ((*want)[2] % 64)) & 1) << (*want)[2];
+  EXPECT_EQ((*want)[3], vocab - 1);
+
+  auto on_device = e.Forward(batch_of(&rows), AttentionPath::kMla);
+  ASSERT_TRUE(on_device.ok()) << on_device.status();
+  EXPECT_TRUE(on_device->logits.empty()) << "masked rows are drawn on the device";
+  EXPECT_EQ(on_device->token_ids, *want);
+
+  rows[4].options.logprobs = 0;  // a row the kernels cannot take: the step goes to the host
+  auto on_host = e.Forward(batch_of(&rows), AttentionPath::kMla);
+  ASSERT_TRUE(on_host.ok()) << on_host.status();
+  EXPECT_FALSE(on_host->logits.empty());
+  EXPECT_EQ(on_host->token_ids, *want);
+
+  // A mask that allows nothing is refused naming its row, on the device path as on the host's.
+  rows[4].options.logprobs = -1;
+  std::vector<uint64_t> none(words, 0);
+  rows[2].allowed = none;
+  auto refused = e.Forward(batch_of(&rows), AttentionPath::kMla);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(std::string(refused.status().message()).find("row 2 allows no token"), std::string::npos)
+      << refused.status();
 }
 
 }  // namespace

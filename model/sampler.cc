@@ -37,23 +37,9 @@ absl::Status CheckIds(std::span<const int32_t> ids, int vocab, int row, const ch
 // probability and never picks them, nor ranks them above a finite logit in its argmax).
 absl::Status ApplyAllowedMask(std::span<const uint64_t> allowed, int row, int vocab,
                               float* logits) {
-  const size_t words = (static_cast<size_t>(vocab) + 63) / 64;
-  if (allowed.size() != words) {
-    return absl::InvalidArgumentError(absl::StrCat("the allowed-token mask of row ", row, " has ",
-                                                   allowed.size(), " words; vocab ", vocab,
-                                                   " needs ", words));
-  }
-  bool any = false;
+  RETURN_IF_ERROR(CheckAllowedMask(allowed, row, vocab));
   for (int t = 0; t < vocab; ++t) {
-    if ((allowed[t >> 6] >> (t & 63)) & 1) {
-      any = true;
-    } else {
-      logits[t] = -std::numeric_limits<float>::infinity();
-    }
-  }
-  if (!any) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the allowed-token mask of row ", row, " allows no token"));
+    if (((allowed[t >> 6] >> (t & 63)) & 1) == 0) logits[t] = -std::numeric_limits<float>::infinity();
   }
   return absl::OkStatus();
 }
@@ -215,6 +201,26 @@ absl::StatusOr<std::vector<int32_t>> SampleHostLogits(std::span<const float> log
   for (const SampleRow* r : rows) copies.push_back(*r);
   std::vector<float> work(logits.begin(), logits.end());  // the penalty edits its input
   return Sampler().Sample(work, vocab, copies, logprobs);
+}
+
+absl::Status CheckAllowedMask(std::span<const uint64_t> allowed, int row, int vocab) {
+  const size_t words = (static_cast<size_t>(vocab) + 63) / 64;
+  if (allowed.size() != words) {
+    return absl::InvalidArgumentError(absl::StrCat("the allowed-token mask of row ", row, " has ",
+                                                   allowed.size(), " words; vocab ", vocab,
+                                                   " needs ", words));
+  }
+  // Whole words first; the last word counts only its bits below vocab.
+  if (words > 0) {
+    for (size_t w = 0; w + 1 < words; ++w) {
+      if (allowed[w] != 0) return absl::OkStatus();
+    }
+    const int tail = vocab - static_cast<int>(words - 1) * 64;  // 1..64
+    const uint64_t last = tail == 64 ? ~uint64_t{0} : (uint64_t{1} << tail) - 1;
+    if ((allowed[words - 1] & last) != 0) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("the allowed-token mask of row ", row, " allows no token"));
 }
 
 }  // namespace mlaserve::model

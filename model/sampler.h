@@ -83,4 +83,9 @@ absl::StatusOr<std::vector<int32_t>> SampleHostLogits(std::span<const float> log
                                                       std::span<const SampleRow* const> rows,
                                                       std::vector<TokenLogprobs>* logprobs = nullptr);
 
+// What the samplers ask of a SampleRow::allowed mask (row `row` of the batch, for the error):
+// ceil(vocab / 64) words and some token of [0, vocab) allowed; INVALID_ARGUMENT naming the row
+// otherwise. Checked on the host before a mask is applied there or uploaded (SamplingStep).
+absl::Status CheckAllowedMask(std::span<const uint64_t> allowed, int row, int vocab);
+
 }  // namespace mlaserve::model

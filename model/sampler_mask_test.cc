@@ -172,5 +172,17 @@ TEST(SamplerMaskTest, AMaskOfTheWrongSizeOrAllowingNothingIsRefused) {
   EXPECT_NE(s.message().find("allows no token"), std::string::npos) << s;
 }
 
+// CheckAllowedMask, which the device path runs before uploading a mask: the last token of a
+// partial or full last word counts, bits past the vocabulary do not.
+TEST(SamplerMaskTest, CheckAllowedMaskCountsTokensUpToTheVocabulary) {
+  EXPECT_TRUE(CheckAllowedMask(std::vector<uint64_t>{0, uint64_t{1} << 5}, 0, 70).ok());
+  EXPECT_FALSE(CheckAllowedMask(std::vector<uint64_t>{0, uint64_t{1} << 6}, 0, 70).ok());
+  EXPECT_TRUE(CheckAllowedMask(std::vector<uint64_t>{0, uint64_t{1} << 63}, 0, 128).ok());
+  EXPECT_TRUE(CheckAllowedMask(std::vector<uint64_t>{1, 0}, 0, 128).ok());
+  const absl::Status none = CheckAllowedMask(std::vector<uint64_t>{0, 0}, 4, 128);
+  EXPECT_EQ(none.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(none.message().find("row 4 allows no token"), std::string::npos) << none;
+}
+
 }  // namespace
 }  // namespace mlaserve::model

@@ -12,7 +12,12 @@
 //            steps replay), median over --decode-steps timed steps; the same batch is timed
 //            eagerly too (--eager-steps) to show what the graphs save, and with graphs plus
 //            sampling inside Forward (--sampled-steps; temperature 1, top-p 0.9, seeded: the
-//            decode worker's path, where B ids come back instead of B x vocab logits).
+//            decode worker's path, where B ids come back instead of B x vocab logits), and
+//            with every row constrained (--masked-steps: the same sampling with an allowed-token
+//            mask a row, as JSON mode / structured outputs give; half the vocabulary allowed),
+//            drawn on the device (masks uploaded, refused logits set to -infinity there)
+//            against the host path the same steps took before (forced by a zero logit_bias:
+//            the logits copied back, masked and drawn on the host), alternated step by step.
 //            Under data-parallel attention the sequences go round-robin over the ranks (each
 //            in its rank's pool), as a data-parallel decode worker places them.
 //   mixed    (--mixed-prompts N...) the decode worker's step with local prefill: --mixed-decode-rows
@@ -225,15 +230,15 @@ class Bench {
   }
 
   struct DecodeTimes {
-    std::vector<double> graph_ms, eager_ms, sampled_ms;
+    std::vector<double> graph_ms, eager_ms, sampled_ms, masked_device_ms, masked_host_ms;
   };
 
   // `batch` sequences prefilled to `context` tokens (packed into Forwards of at most
   // max_tokens), then `warm` untimed steps, `steps` timed steps with graphs and `eager` timed
   // steps without. With `traced`, the last step with graphs runs under its timeline.
   DecodeTimes Decode(int batch, int context, int warm, int steps, int eager, int sampled,
-                     int max_tokens, TracedForward* traced = nullptr) {
-    const int total = context + warm + steps + eager + sampled + 2;
+                     int max_tokens, TracedForward* traced = nullptr, int masked = 0) {
+    const int total = context + warm + steps + eager + sampled + 2 * masked + 4;
     std::vector<std::vector<int32_t>> pages(batch), seqs(batch);
     // Data-parallel attention: sequence b on rank b mod ranks, in that rank's pool.
     const int ranks = e_.data_ranks();
@@ -261,11 +266,20 @@ class Bench {
       rows[b].options.top_p = 0.9f;
       rows[b].options.seed = 1000 + b;
     }
+    // Masked steps: each row's mask allows a pseudo-random half of the vocabulary.
+    const int vocab = e_.config().vocab_size;
+    std::vector<std::vector<uint64_t>> masks(masked > 0 ? batch : 0);
+    for (auto& m : masks) {
+      m.resize((vocab + 63) / 64);
+      for (auto& w : m) w = rng_();
+      m[0] |= 1;  // never empty
+    }
     // One result reused over the steps, as a serving loop keeps it (Engine::ForwardInto): the
     // logits rows land in storage sized once, not in a fresh allocation per step.
     mlaserve::model::ForwardResult result;
+    enum class Mask { kNone, kDevice, kHost };
     auto step = [&](std::vector<double>* out, const char* range, bool sample = false,
-                    TracedForward* traced_step = nullptr) {
+                    TracedForward* traced_step = nullptr, Mask mask = Mask::kNone) {
       std::vector<int32_t> next = RandomIds(batch);
       std::vector<SequenceChunk> chunks(batch);
       for (int b = 0; b < batch; ++b) {
@@ -274,6 +288,9 @@ class Bench {
                      static_cast<int>(seqs[b].size()) - 1, pages[b], true};
         chunks[b].rank = rank_of(b);
         rows[b].step = seqs[b].size();
+        rows[b].allowed = mask == Mask::kNone ? std::span<const uint64_t>() : masks[b];
+        rows[b].options.logit_bias.clear();
+        if (mask == Mask::kHost) rows[b].options.logit_bias = {{0, 0.0f}};  // host path, same draw
         if (sample) chunks[b].sample = &rows[b];
       }
       if (out) nvtxRangePushA(range);
@@ -293,6 +310,14 @@ class Bench {
     }
     if (sampled > 0) step(nullptr, nullptr, true);
     for (int s = 0; s < sampled; ++s) step(&t.sampled_ms, "decode_sampled", true);
+    if (masked > 0) {
+      step(nullptr, nullptr, true, nullptr, Mask::kDevice);
+      step(nullptr, nullptr, true, nullptr, Mask::kHost);
+    }
+    for (int s = 0; s < masked; ++s) {
+      step(&t.masked_device_ms, "decode_masked_device", true, nullptr, Mask::kDevice);
+      step(&t.masked_host_ms, "decode_masked_host", true, nullptr, Mask::kHost);
+    }
     be_.set_decode_graphs(false);
     if (eager > 0) step(nullptr, nullptr);
     for (int s = 0; s < eager; ++s) step(&t.eager_ms, "decode_eager");
@@ -461,6 +486,7 @@ int main(int argc, char** argv) {
   std::string model, output_json;
   std::vector<int> prefill_lens = {1024, 4096}, batches = {1, 32, 128};
   int runs = 5, context = 1024, warm = 3, steps = 32, eager_steps = 8, sampled_steps = 16, device = 0;
+  int masked_steps = 0;
   int max_batch_tokens = 8192, num_pages = 0;
   uint64_t seed = 1;
   bool trace_timeline = false, moe_block_trace = false;
@@ -488,6 +514,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sampled-steps", sampled_steps,
                  "timed decode steps with graphs and sampling inside Forward (0 = skip)")
+      ->capture_default_str();
+  app.add_option("--masked-steps", masked_steps,
+                 "timed decode steps with graphs, sampling and an allowed-token mask on every row, "
+                 "drawn on the device and (alternated) on the host (0 = skip)")
       ->capture_default_str();
   app.add_option("--mixed-prompts", mixed_prompts,
                  "decode steps with local prefill: for each N, N prompts of --mixed-prompt-len "
@@ -692,7 +722,8 @@ int main(int argc, char** argv) {
   }
   for (int b : batches) {
     const Bench::DecodeTimes t =
-        bench.Decode(b, context, warm, steps, eager_steps, sampled_steps, max_batch_tokens);
+        bench.Decode(b, context, warm, steps, eager_steps, sampled_steps, max_batch_tokens,
+                     nullptr, masked_steps);
     const double g = Median(t.graph_ms), ea = Median(t.eager_ms), sa = Median(t.sampled_ms);
     const mlaserve::bench::ForwardWork work = mlaserve::bench::DecodeStepWork(cfg, b, context);
     const auto cells = [&](double ms) { return RooflineCells(work.bytes(), 1e9, "GB", ms, ceilings.copy_gbs, "copy"); };
@@ -706,6 +737,13 @@ int main(int argc, char** argv) {
       std::printf("| decode (graphs, sampled in Forward), ctx %d | %d | %d | %.3f | %.0f | %s |\n", context, b,
                   b, sa, 1000.0 * b / sa, cells(sa).c_str());
     }
+    if (!t.masked_device_ms.empty()) {
+      const double md = Median(t.masked_device_ms), mh = Median(t.masked_host_ms);
+      std::printf("| decode (graphs, masked rows drawn on the device), ctx %d | %d | %d | %.3f | %.0f | %s |\n",
+                  context, b, b, md, 1000.0 * b / md, cells(md).c_str());
+      std::printf("| decode (graphs, masked rows drawn on the host: the baseline), ctx %d | %d | %d | %.3f | %.0f | %s |\n",
+                  context, b, b, mh, 1000.0 * b / mh, cells(mh).c_str());
+    }
     if (moe_block_trace) {
       // The graph's launches hold its last replay's records; anything that ended more than two
       // steps before the newest record is an earlier batch's or a warm-up's.
@@ -717,6 +755,8 @@ int main(int argc, char** argv) {
     }
     out["decode"].push_back({{"batch", b}, {"context", context}, {"graph_median_ms", g},
                              {"sampled_median_ms", sa},
+                             {"masked_device_median_ms", Median(t.masked_device_ms)},
+                             {"masked_host_median_ms", Median(t.masked_host_ms)},
                              {"graph_tokens_per_s", 1000.0 * b / g}, {"eager_median_ms", ea},
                              {"eager_tokens_per_s", ea > 0 ? 1000.0 * b / ea : 0.0},
                              {"graph_steps_ms", t.graph_ms}, {"bytes", work.bytes()},

@@ -60,4 +60,23 @@ absl::Status ApplyRepetitionPenalty(const RepetitionPenaltyParams& p, const Kern
 absl::Status ApplyRepetitionPenaltyCpu(const RepetitionPenaltyParams& p);
 absl::Status ApplyRepetitionPenaltyCuda(const RepetitionPenaltyParams& p, void* stream);
 
+// Constrained decoding (JSON mode, structured outputs) on the device: in each listed row,
+// every token whose bit is clear in that row's mask gets logit -infinity, in place, before
+// Sample draws (model::Sampler does the same with SampleRow::allowed on the host, and Sample's
+// every path gives a -infinity logit zero probability and never picks it, greedy included).
+// Mask words: ceil(vocab / 64) a row, bit t % 64 of word t / 64 set when token t is allowed;
+// the caller has checked each mask allows some token (model::CheckAllowedMask).
+struct TokenMaskParams {
+  int batch = 0;                     // rows of logits
+  int vocab = 0;
+  int rows = 0;                      // masked rows
+  float* logits = nullptr;           // [batch, vocab] f32, in place
+  const uint64_t* masks = nullptr;   // [rows, ceil(vocab / 64)]
+  const int32_t* row_ids = nullptr;  // [rows]: the logits row each mask applies to, in [0, batch)
+};
+
+absl::Status ApplyTokenMask(const TokenMaskParams& p, const KernelContext& ctx);
+absl::Status ApplyTokenMaskCpu(const TokenMaskParams& p);
+absl::Status ApplyTokenMaskCuda(const TokenMaskParams& p, void* stream);
+
 }  // namespace mlaserve::kernels

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/param_check.h"
@@ -56,6 +57,21 @@ absl::Status ApplyRepetitionPenalty(const RepetitionPenaltyParams& p, const Kern
   RETURN_IF_ERROR(RequireNonNull("cu_tokens", p.cu_tokens));
   MLASERVE_DISPATCH("sampling", ctx, ApplyRepetitionPenaltyCpu(p),
                     ApplyRepetitionPenaltyCuda(p, ctx.stream));
+}
+
+absl::Status ApplyTokenMask(const TokenMaskParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequireNonNegative("batch", p.batch));
+  RETURN_IF_ERROR(RequirePositive("vocab", p.vocab));
+  RETURN_IF_ERROR(RequireNonNegative("rows", p.rows));
+  if (p.rows == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("logits", p.logits));
+  RETURN_IF_ERROR(RequireNonNull("masks", p.masks));
+  RETURN_IF_ERROR(RequireNonNull("row_ids", p.row_ids));
+  if (p.rows > p.batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("token_mask: rows=", p.rows, " masks for batch=", p.batch, " rows"));
+  }
+  MLASERVE_DISPATCH("sampling", ctx, ApplyTokenMaskCpu(p), ApplyTokenMaskCuda(p, ctx.stream));
 }
 
 }  // namespace mlaserve::kernels

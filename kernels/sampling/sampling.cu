@@ -239,6 +239,18 @@ __global__ void RepetitionPenaltyKernel(const __grid_constant__ RepetitionPenalt
   }
 }
 
+// Token masks: one thread a token, blockIdx.y the masked row; a refused token's logit becomes
+// -infinity (coalesced writes; a mask word is read by the 64 threads of its tokens).
+__global__ void TokenMaskKernel(const __grid_constant__ TokenMaskParams p) {
+  cuda::PdlEnter();
+  const int words = (p.vocab + 63) / 64;
+  const uint64_t* mask = p.masks + static_cast<int64_t>(blockIdx.y) * words;
+  float* row = p.logits + static_cast<int64_t>(p.row_ids[blockIdx.y]) * p.vocab;
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < p.vocab; t += gridDim.x * blockDim.x) {
+    if (((mask[t >> 6] >> (t & 63)) & 1) == 0) row[t] = -INFINITY;
+  }
+}
+
 }  // namespace
 
 size_t SampleCudaWorkspaceBytes(int batch, int vocab) {
@@ -312,6 +324,19 @@ absl::Status sampling_cuda::SampleBySort(const SamplingParams& p, cudaStream_t s
   return cuda::LaunchPdl("sampling select",
                          cuda::LaunchShape{dim3(p.batch), dim3(kSelectThreads), 0, s}, SelectKernel,
                          p, sorted_keys, sorted_ids);
+}
+
+absl::Status ApplyTokenMaskCuda(const TokenMaskParams& p, void* stream) {
+  // The row ids come from the device: the caller (model::SamplingStep) built them in range.
+  constexpr int kThreads = 256, kMaxBlocksPerRow = 128;
+  if (p.rows > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("token_mask: rows=", p.rows, " > 65535"));
+  }
+  const int blocks = std::min((p.vocab + kThreads - 1) / kThreads, kMaxBlocksPerRow);
+  return cuda::LaunchPdl(
+      "token_mask",
+      cuda::LaunchShape{dim3(blocks, p.rows), dim3(kThreads), 0, static_cast<cudaStream_t>(stream)},
+      TokenMaskKernel, p);
 }
 
 absl::Status ApplyRepetitionPenaltyCuda(const RepetitionPenaltyParams& p, void* stream) {

@@ -4,6 +4,7 @@
 // forced (sampling_cuda.h): the sort, and the cluster select at every cluster size that holds
 // the vocabulary.
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -272,6 +273,80 @@ TEST(SamplingPathsTest, ClusterPathRefusesShapesItCannotHold) {
   EXPECT_NE(st.message().find("100000000"), std::string::npos) << st;
   EXPECT_EQ(sampling_cuda::SampleByCluster(g, 3, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(sampling_cuda::ClusterCtasPerRow(100000000, 1), 0);
+}
+
+// Token masks (constrained decoding): the CUDA op writes the CPU's bits (only the refused
+// tokens of the listed rows become -infinity; vocabularies whose last mask word is partial;
+// rows listed out of order), and every path then draws the CPU's tokens from rows that keep
+// one token, a few, most or all of the vocabulary.
+TEST(TokenMaskCudaTest, MatchesCpuExactlyAndEveryPathDrawsAllowedTokens) {
+  for (const int vocab : {7, 1000, 102400, 129280}) {
+    const int batch = 24, words = (vocab + 63) / 64;
+    const uint64_t seed = testing::FreshSeed();
+    SCOPED_TRACE(::testing::Message() << "seed=" << seed << " vocab=" << vocab);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> logits(static_cast<size_t>(batch) * vocab);
+    for (auto& v : logits) v = normal(rng);
+    // Every row but 5 and 11 masked, listed in a shuffled order; densities by row.
+    std::vector<int32_t> row_ids;
+    for (int b = 0; b < batch; ++b) {
+      if (b != 5 && b != 11) row_ids.push_back(b);
+    }
+    std::shuffle(row_ids.begin(), row_ids.end(), rng);
+    std::vector<uint64_t> masks(row_ids.size() * words, 0);
+    for (size_t m = 0; m < row_ids.size(); ++m) {
+      uint64_t* mask = masks.data() + m * words;
+      const int kind = row_ids[m] % 4;
+      for (int t = 0; t < vocab; ++t) {
+        const bool allowed = kind == 0   ? t == static_cast<int>(rng() % vocab)
+                             : kind == 1 ? rng() % 100 == 0
+                             : kind == 2 ? rng() % 10 != 0
+                                         : true;
+        if (allowed) mask[t / 64] |= uint64_t{1} << (t % 64);
+      }
+      mask[(vocab - 1) / 64] |= uint64_t{1} << ((vocab - 1) % 64);  // never empty
+      // Bits past the vocabulary are ignored.
+      if (vocab % 64 != 0) mask[words - 1] |= ~uint64_t{0} << (vocab % 64);
+    }
+    std::vector<float> want = logits;
+    TokenMaskParams p;
+    p.batch = batch; p.vocab = vocab; p.rows = static_cast<int>(row_ids.size());
+    p.logits = want.data(); p.masks = masks.data(); p.row_ids = row_ids.data();
+    ASSERT_TRUE(ApplyTokenMask(p, KernelContext{}).ok());
+    auto d_l = testing::ToDevice(logits), d_m = testing::ToDevice(masks), d_r = testing::ToDevice(row_ids);
+    TokenMaskParams g = p;
+    g.logits = d_l.as<float>(); g.masks = d_m.as<uint64_t>(); g.row_ids = d_r.as<int32_t>();
+    ASSERT_TRUE(ApplyTokenMask(g, KernelContext{Backend::kCuda, nullptr}).ok());
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    const std::vector<float> got = testing::ToHost<float>(d_l, logits.size());
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0) << "row " << i / vocab << " token " << i % vocab;
+    }
+    // The draws over the masked logits: greedy, temperature, top-k / top-p / min-p.
+    Rows r;
+    for (int b = 0; b < batch; ++b) {
+      r.temperature.push_back(b % 3 == 0 ? 0.0f : 0.7f + 0.1f * (b % 5));
+      r.top_k.push_back(b % 4 == 1 ? 5 : 0);
+      r.top_p.push_back(b % 5 == 2 ? 0.9f : 1.0f);
+      r.min_p.push_back(b % 7 == 3 ? 0.05f : 0.0f);
+      r.seed.push_back(rng());
+      r.step.push_back(rng() % 1000);
+    }
+    const auto drawn = RunCpu(want, r, batch, vocab);
+    for (size_t m = 0; m < row_ids.size(); ++m) {
+      const int32_t t = drawn[row_ids[m]];
+      ASSERT_TRUE(t >= 0 && t < vocab);
+      EXPECT_TRUE((masks[m * words + t / 64] >> (t % 64)) & 1) << "row " << row_ids[m] << " drew " << t;
+    }
+    EXPECT_EQ(RunCuda(want, r, batch, vocab), drawn) << "Sample";
+    EXPECT_EQ(RunCuda(want, r, batch, vocab, {Path::kSort}), drawn) << "sort";
+    for (int ctas = 1; ctas <= 16; ctas *= 2) {
+      if (!sampling_cuda::ClusterCanRun(vocab, ctas)) continue;
+      EXPECT_EQ(RunCuda(want, r, batch, vocab, {Path::kCluster, ctas}), drawn) << ctas << " CTAs a row";
+    }
+  }
 }
 
 TEST(RepetitionPenaltyCudaTest, MatchesCpuExactly) {

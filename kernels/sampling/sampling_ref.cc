@@ -3,6 +3,7 @@
 // top_k / top_p cases never sort the whole vocabulary.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -97,6 +98,24 @@ int32_t SampleRow(const SamplingParams& p, int b) {
 absl::Status SampleCpu(const SamplingParams& p) {
   for (int b = 0; b < p.batch; ++b) RETURN_IF_ERROR(CheckRow(p, b));
   for (int b = 0; b < p.batch; ++b) p.out_ids[b] = SampleRow(p, b);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyTokenMaskCpu(const TokenMaskParams& p) {
+  const size_t words = (static_cast<size_t>(p.vocab) + 63) / 64;
+  for (int m = 0; m < p.rows; ++m) {
+    if (p.row_ids[m] < 0 || p.row_ids[m] >= p.batch) {
+      return absl::InvalidArgumentError(absl::StrCat("token_mask: row_ids[", m, "]=", p.row_ids[m],
+                                                     " is outside [0, batch=", p.batch, ")"));
+    }
+  }
+  for (int m = 0; m < p.rows; ++m) {
+    const uint64_t* mask = p.masks + m * words;
+    float* row = p.logits + static_cast<int64_t>(p.row_ids[m]) * p.vocab;
+    for (int t = 0; t < p.vocab; ++t) {
+      if (((mask[t >> 6] >> (t & 63)) & 1) == 0) row[t] = -std::numeric_limits<float>::infinity();
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -226,6 +227,42 @@ TEST(RepetitionPenalty, DividesPositiveMultipliesNegativeOncePerDistinctToken) {
   ids[1] = 9;
   const auto st = ApplyRepetitionPenalty(p, KernelContext{});
   EXPECT_NE(st.message().find("token_ids[1]=9"), std::string::npos) << st.message();
+}
+
+// Token masks: the listed rows' refused tokens become -infinity (bits past the vocabulary
+// ignored), every other logit keeps its bits, rows not listed are untouched; a row id outside
+// the batch and more masks than rows are refused naming the value.
+TEST(TokenMask, RefusedTokensOfListedRowsBecomeMinusInfinity) {
+  const int batch = 3, vocab = 70;  // two mask words, the second partial
+  std::vector<float> logits(batch * vocab);
+  std::iota(logits.begin(), logits.end(), -50.0f);
+  const std::vector<float> before = logits;
+  // Row 2: tokens 0, 63, 64 and 69 allowed, and the high bits past token 69 set.
+  std::vector<uint64_t> masks = {uint64_t{1} | uint64_t{1} << 63, 0b100001 | ~uint64_t{0} << 6};
+  std::vector<int32_t> row_ids = {2};
+  TokenMaskParams p;
+  p.batch = batch; p.vocab = vocab; p.rows = 1;
+  p.logits = logits.data(); p.masks = masks.data(); p.row_ids = row_ids.data();
+  ASSERT_TRUE(ApplyTokenMask(p, KernelContext{}).ok());
+  for (int b = 0; b < batch; ++b) {
+    for (int t = 0; t < vocab; ++t) {
+      const float v = logits[b * vocab + t];
+      if (b == 2 && t != 0 && t != 63 && t != 64 && t != 69) {
+        EXPECT_TRUE(std::isinf(v) && v < 0) << b << " " << t;
+      } else {
+        EXPECT_EQ(v, before[b * vocab + t]) << b << " " << t;
+      }
+    }
+  }
+  row_ids = {3};
+  const absl::Status outside = ApplyTokenMask(p, KernelContext{});
+  EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(outside.message()).find("row_ids[0]=3"), std::string::npos) << outside;
+  p.rows = 4;
+  EXPECT_EQ(ApplyTokenMask(p, KernelContext{}).code(), absl::StatusCode::kInvalidArgument);
+  p.rows = 0;
+  p.logits = nullptr;
+  EXPECT_TRUE(ApplyTokenMask(p, KernelContext{}).ok()) << "no masked rows: nothing to do";
 }
 
 }  // namespace

@@ -88,7 +88,7 @@ class DecodeGraphRunner {
     std::function<absl::Status(const BatchPlan& plan, float* logits)> run;
     // After the step: sample or copy back the real rows (they come first in `logits`). Runs
     // eagerly after a replay, since its parameters change every step.
-    std::function<absl::Status(const float* logits)> finish;
+    std::function<absl::Status(float* logits)> finish;
   };
   // Pads `plan` to its (bucket, width), runs it (replay, or eager the first time), calls
   // finish, then captures the key's graph the first time. `bucket` > 0: that many rows (a

@@ -8,6 +8,11 @@
 #           Forward (the decode worker's path) at BATCHES (1 4 32 128), the default (cluster path)
 #           against MLASERVE_SAMPLING_CLUSTER=0 (the sort path), alternated ROUNDS (2) times;
 #           ARMS adds arms, each VAR=value[+VAR=value] (e.g. MLASERVE_SAMPLING_CTAS=16)
+#   masks   mlaserve-engine-bench --masked-steps: every row constrained (an allowed-token mask a
+#           row, as JSON mode / structured outputs), drawn on the device against the host path
+#           (the logits copied back), alternated step by step in the same process, at BATCHES,
+#           ROUNDS times
+#   (san also runs memcheck over TokenMaskCudaTest: the masks' CUDA op, then every path's draw)
 # Here:  SKIP_BUILD=1 BUILD=<cuda build> TARGETS="kernels_sampling_cuda_test mlaserve-kernel-bench \
 #          mlaserve-engine-bench ..." tools/device/bundle.sh \
 #        && tar -cf - .devbin .devlibs | xz -T2 -9e > .devpack-sampling.tar.xz
@@ -34,6 +39,7 @@ if want san; then
   small="$small:Shapes/SamplingPathsTest.EveryPathGivesTheCpuTokens/2"
   san memcheck 240 kernels_sampling_cuda_test "SamplingPathsTest.*:$small"
   san racecheck 200 kernels_sampling_cuda_test 'SamplingPathsTest.ClusterPathOnSmallRows'
+  san memcheck 240 kernels_sampling_cuda_test 'TokenMaskCudaTest.*'
 fi
 if want bench; then
   timeout 240 .devbin/mlaserve-kernel-bench --only sampling > "$OUT/kernel_bench.txt" 2>&1
@@ -56,6 +62,20 @@ if want engine; then
         --sampled-steps 16 2>&1 | grep -E '^\| decode' >> "$R"
       note "round $round $arm" "rc=${PIPESTATUS[0]}"
     done
+  done
+  cat "$R"
+fi
+if want masks; then
+  random_model
+  R=$OUT/masks.txt
+  : > "$R"
+  for round in $(seq "${ROUNDS:-2}"); do
+    echo "=== round $round" >> "$R"
+    # shellcheck disable=SC2086
+    timeout 240 .devbin/mlaserve-engine-bench --model "$MODEL" --prefill-lens 64 --runs 1 \
+      --decode-batches ${BATCHES:-1 4 32 128} --decode-context 1024 --decode-steps 8 --eager-steps 0 \
+      --sampled-steps 16 --masked-steps 16 2>&1 | grep -E '^\| decode' >> "$R"
+    note "masks round $round" "rc=${PIPESTATUS[0]}"
   done
   cat "$R"
 fi
