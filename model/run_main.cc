@@ -10,7 +10,8 @@
 // token over the paged cache; sampling is greedy unless --temperature > 0 (--response-format
 // json_object: under JSON mode's constraint, model/constraint; with --response-format-after,
 // only the text after that marker, e.g. a reasoning model's "</think>"). Prints the generated
-// text (or ids with --print-ids, or when the checkpoint has no tokenizer.json) to stdout.
+// text (or ids with --print-ids, or when the checkpoint has no tokenizer.json / tiktoken.model)
+// to stdout.
 // --dump-logits writes {"last_prompt_logits": [...], "generated_ids": [...]}.
 // --tp-size N shards the model over N ranks as a worker does (docs/parallel.md; GPUs 0..N-1 on
 // CUDA, threads and an in-process collective on the CPU), with --attention-parallel,
@@ -118,14 +119,16 @@ absl::Status Run(const RunOptions& o) {
                                       o.moe_dispatch));
 
   std::unique_ptr<Tokenizer> tokenizer;
-  const std::string tok_path = (std::filesystem::path(o.model_dir) / "tokenizer.json").string();
-  if (std::filesystem::exists(tok_path)) {
-    ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromFile(tok_path));
+  const std::filesystem::path dir(o.model_dir);
+  if (std::filesystem::exists(dir / "tokenizer.json") ||
+      std::filesystem::exists(dir / "tiktoken.model")) {
+    ASSIGN_OR_RETURN(tokenizer, Tokenizer::FromModelDir(o.model_dir));
   }
   std::vector<int32_t> prompt;
   if (o.prompt.has_value()) {
     if (tokenizer == nullptr) {
-      return absl::NotFoundError(absl::StrCat("--prompt needs ", tok_path, "; use --prompt-ids"));
+      return absl::NotFoundError(absl::StrCat("--prompt needs tokenizer.json or tiktoken.model in ",
+                                              o.model_dir, "; use --prompt-ids"));
     }
     ASSIGN_OR_RETURN(prompt, tokenizer->Encode(*o.prompt, /*add_special_tokens=*/true));
   } else {
@@ -134,8 +137,8 @@ absl::Status Run(const RunOptions& o) {
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
   if (sampling.constrained() && tokenizer == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--response-format ", o.response_format, " needs tokenizer.json in the model directory ",
-        o.model_dir));
+        "--response-format ", o.response_format,
+        " needs tokenizer.json or tiktoken.model in the model directory ", o.model_dir));
   }
 
   const int total = static_cast<int>(prompt.size()) + o.max_new_tokens;
@@ -238,7 +241,8 @@ int main(int argc, char** argv) {
   mlaserve::model::RunOptions o;
   CLI::App app{"mlaserve-run: generate from a DeepSeek checkpoint (no server)"};
   app.add_option("--model", o.model_dir, "model directory (config.json, *.safetensors)")->required();
-  auto* prompt = app.add_option("--prompt", o.prompt, "prompt text (checkpoint's tokenizer.json)");
+  auto* prompt = app.add_option("--prompt", o.prompt,
+                                "prompt text (checkpoint's tokenizer.json or tiktoken.model)");
   auto* ids = app.add_option("--prompt-ids", o.prompt_ids, "prompt token ids, comma separated");
   prompt->excludes(ids);
   app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate")->capture_default_str();
@@ -253,7 +257,7 @@ int main(int argc, char** argv) {
   app.add_option("--response-format", o.response_format,
                  "text; json_object: the output is one JSON object, then EOS; json_schema: one "
                  "JSON value --response-schema admits, then EOS (both need the checkpoint's "
-                 "tokenizer.json)")
+                 "tokenizer.json or tiktoken.model)")
       ->check(CLI::IsMember({"text", "json_object", "json_schema"}))->capture_default_str();
   app.add_option("--response-schema", o.response_schema,
                  "with --response-format json_schema: the JSON Schema, as JSON text or a file's "

@@ -14,18 +14,20 @@ std::unique_ptr<JsonModeVocabulary> JsonModeVocabulary::FromModelDirectory(
   return std::make_unique<JsonModeVocabulary>(
       [dir = std::move(model_dir), vocab_size,
        eos = std::move(eos_ids)]() -> absl::StatusOr<Vocabulary> {
-        const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();
-        if (!std::filesystem::exists(path)) {
+        const std::filesystem::path path(dir);
+        if (!std::filesystem::exists(path / "tokenizer.json") &&
+            !std::filesystem::exists(path / "tiktoken.model")) {
           return absl::FailedPreconditionError(absl::StrCat(
-              "response_format json_object / json_schema needs tokenizer.json in the model "
-              "directory ", dir));
+              "response_format json_object / json_schema needs tokenizer.json or tiktoken.model "
+              "in the model directory ", dir));
         }
         auto unusable = [&](const absl::Status& why) {
           return absl::FailedPreconditionError(absl::StrCat(
-              "response_format json_object / json_schema cannot use ", path, ": ", why.message()));
+              "response_format json_object / json_schema cannot use the tokenizer of ", dir, ": ",
+              why.message()));
         };
         absl::StatusOr<std::unique_ptr<model::Tokenizer>> tokenizer =
-            model::Tokenizer::FromFile(path);
+            model::Tokenizer::FromModelDir(dir);
         if (!tokenizer.ok()) return unusable(tokenizer.status());
         absl::StatusOr<Vocabulary> vocab =
             model::ConstraintVocabulary::FromTokenizer(**tokenizer, vocab_size, eos);

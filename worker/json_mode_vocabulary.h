@@ -3,11 +3,11 @@
 // of the process.
 //
 // Built on the first request that asks for JSON mode, not at start: it reads the model
-// directory's tokenizer.json and builds a byte trie over the whole vocabulary, which a worker
-// that never serves JSON mode should not pay for (nor fail to start over). The outcome, a
-// vocabulary or why there is none, is kept: tokenizer.json does not appear while the process
-// runs. No vocabulary is FAILED_PRECONDITION (the deployment lacks something, not the request:
-// retrying elsewhere or after a fix helps, changing the request does not).
+// directory's tokenizer (tokenizer.json or tiktoken.model) and builds a byte trie over the whole
+// vocabulary, which a worker that never serves JSON mode should not pay for (nor fail to start
+// over). The outcome, a vocabulary or why there is none, is kept: a tokenizer does not appear
+// while the process runs. No vocabulary is FAILED_PRECONDITION (the deployment lacks something,
+// not the request: retrying elsewhere or after a fix helps, changing the request does not).
 //
 // Thread-safe: RPC threads call Get concurrently; the first call builds (under the lock, so
 // concurrent first calls wait for that one build) and every later one reads.
@@ -37,10 +37,11 @@ class JsonModeVocabulary {
   // `build` runs at most once, on the first Get (tests pass a made-up vocabulary).
   explicit JsonModeVocabulary(BuildFn build) : build_(std::move(build)) {}
 
-  // From `model_dir`/tokenizer.json over the model's `vocab_size` logit rows, EOS allowed
-  // only once the value is complete. Missing file: FAILED_PRECONDITION "response_format
-  // json_object / json_schema needs tokenizer.json in the model directory <dir>"; a
-  // tokenizer.json that cannot be loaded or used: FAILED_PRECONDITION naming the file and why.
+  // From `model_dir`'s tokenizer (model::Tokenizer::FromModelDir: tokenizer.json, else
+  // tiktoken.model) over the model's `vocab_size` logit rows, EOS allowed only once the value
+  // is complete. Neither file: FAILED_PRECONDITION "response_format json_object / json_schema
+  // needs tokenizer.json or tiktoken.model in the model directory <dir>"; a tokenizer that
+  // cannot be loaded or used: FAILED_PRECONDITION naming the directory and why.
   static std::unique_ptr<JsonModeVocabulary> FromModelDirectory(std::string model_dir,
                                                                 int vocab_size,
                                                                 std::vector<int32_t> eos_ids);

@@ -3,10 +3,14 @@
 
 #include <atomic>
 #include <filesystem>
+#include <span>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/tokenizer/tokenizer.h"
 #include "worker/testing/json_mode_testing.h"
 
 namespace mlaserve::worker {
@@ -48,7 +52,8 @@ TEST(JsonModeVocabularyTest, NoTokenizerJsonIsAFailedPreconditionNamingTheDirect
     absl::Status s = source->Get().status();
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_EQ(s.message(),
-              "response_format json_object / json_schema needs tokenizer.json in the model directory " + dir);
+              "response_format json_object / json_schema needs tokenizer.json or tiktoken.model "
+              "in the model directory " + dir);
   }
 }
 
@@ -63,6 +68,56 @@ TEST(JsonModeVocabularyTest, FromTheDemoModelsTokenizer) {
   ASSERT_EQ(mask.size(), 7u);
   EXPECT_FALSE(mask[0] & 2) << "EOS (id 1) allowed before the object is complete";
   EXPECT_FALSE(c.Complete());
+}
+
+bool Allowed(std::span<const uint64_t> mask, int32_t id) {
+  return (mask[id / 64] >> (id % 64)) & 1;
+}
+
+// A checkpoint with Moonshot's tiktoken.model and no tokenizer.json (Kimi-K2 style): the
+// vocabulary comes from tiktoken.model, and an object in its tokens walks JSON mode and a
+// schema to the end, EOS refused until then.
+TEST(JsonModeVocabularyTest, FromATiktokenCheckpoint) {
+  const std::string dir = "tests/fixtures/models/kimi_k2_tiktoken";
+  ASSERT_FALSE(std::filesystem::exists(dir + "/tokenizer.json"));
+  ASSERT_TRUE(std::filesystem::exists(dir + "/tiktoken.model"));
+  constexpr int32_t kEos = 513;  // [EOS] in the fixture's tokenizer_config.json
+  auto source = JsonModeVocabulary::FromModelDirectory(dir, 768, {kEos});
+  auto v = source->Get();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)->vocab_size(), 768);
+  auto tok = model::Tokenizer::FromModelDir(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const std::vector<int32_t> ids = (*tok)->Encode("{\"a\": [1, 2]}", false).value();
+  ASSERT_GT(ids.size(), 1u);
+  auto schema = model::JsonSchema::Compile(
+      R"({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}},
+          "required": ["a"], "additionalProperties": false})",
+      /*strict=*/false);
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  std::vector<model::JsonConstraint> constraints;
+  constraints.emplace_back(*v);                // JSON mode
+  constraints.emplace_back(*v, "", *schema);  // structured outputs
+  for (model::JsonConstraint& constraint : constraints) {
+    for (int32_t id : ids) {
+      const auto mask = constraint.AllowedTokens();
+      ASSERT_EQ(mask.size(), 12u);
+      EXPECT_FALSE(Allowed(mask, kEos)) << "EOS allowed before the value is complete";
+      EXPECT_FALSE(Allowed(mask, 512)) << "[BOS], an added token, allowed";
+      ASSERT_TRUE(Allowed(mask, id)) << "token " << id << " refused";
+      ASSERT_TRUE(constraint.Advance(id).ok()) << id;
+    }
+    EXPECT_TRUE(constraint.Complete());
+    EXPECT_TRUE(Allowed(constraint.AllowedTokens(), kEos));
+  }
+  // The schema refuses what JSON mode allows: "a" must hold integers.
+  model::JsonConstraint typed(*v, "", *schema);
+  const std::vector<int32_t> open_array = (*tok)->Encode("{\"a\": [", false).value();
+  for (int32_t id : open_array) {
+    ASSERT_TRUE(typed.Advance(id).ok()) << id;
+  }
+  const int32_t quote = (*tok)->Encode("\"", false).value().at(0);
+  EXPECT_FALSE(Allowed(typed.AllowedTokens(), quote));
 }
 
 TEST(JsonModeVocabularyTest, ARequestGetsOneOnlyInJsonMode) {

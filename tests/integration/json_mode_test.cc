@@ -326,8 +326,8 @@ TEST(JsonModeNoTokenizerTest, IsRefusedWithFailedPrecondition) {
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
       << refused.status.error_message();
   EXPECT_THAT(refused.status.error_message(),
-              HasSubstr("response_format json_object / json_schema needs tokenizer.json in the model "
-                        "directory " + dir));
+              HasSubstr("response_format json_object / json_schema needs tokenizer.json or "
+                        "tiktoken.model in the model directory " + dir));
   r.mutable_sampling()->clear_response_format();
   const GenerateResult plain = RunGenerate((*cluster)->generation(), r, kTimeout);
   EXPECT_TRUE(plain.status.ok()) << plain.status.error_message();

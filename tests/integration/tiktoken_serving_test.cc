@@ -4,6 +4,8 @@
 // DeepseekV3ForCausalLM as the reference and Python tiktoken's ids for a text prompt.
 //   * the tokenizer gives Python tiktoken's ids for the text;
 //   * mlaserve-run on those ids: HF's last-position logits and HF's 16 greedy tokens;
+//   * mlaserve-run on the *text* (--prompt, tokenized through tiktoken.model): the same greedy
+//     tokens, printed as the tokenizer decodes them;
 //   * a router + prefill + decode cluster answers the *text* prompt (tokenized by the router
 //     through the tiktoken vocabulary) with HF's greedy tokens and their text;
 //   * the fixture's Kimi-style chat template does not make --tool-call-parser auto pick a
@@ -77,6 +79,31 @@ TEST_P(TiktokenFixture, RunMatchesHfLogitsAndGreedyTokens) {
     scale = std::max(scale, std::abs(want[i]));
   }
   EXPECT_LE(max_abs, 1e-4 * std::max(1.0, scale)) << "max |logit - HF| " << max_abs;
+}
+
+// --prompt is tokenized through tiktoken.model (Tokenizer::FromModelDir): the text prompt's ids,
+// hence HF's greedy tokens, and stdout is their text.
+TEST_P(TiktokenFixture, RunAnswersATextPrompt) {
+  const Json text_prompt = Expected(GetParam())["text_prompt"];
+  const std::string text = text_prompt["text"].get<std::string>();
+  ASSERT_EQ(text.find('\''), std::string::npos) << "the test quotes the prompt with '";
+  const std::string dump = ::testing::TempDir() + "/tiktoken_run_text_" + GetParam() + ".json";
+  const std::string cmd =
+      absl::StrCat(RunBinary(), " --model ", FixtureDir(GetParam()), " --backend cpu --prompt '",
+                   text, "' --max-new-tokens 16 --ignore-eos --dump-logits ", dump, " 2>/dev/null");
+  FILE* f = popen(cmd.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  ASSERT_EQ(pclose(f), 0) << cmd;
+  std::ifstream in(dump);
+  const Json got = Json::parse(in);
+  EXPECT_EQ(Ids(got["generated_ids"]), Ids(text_prompt["greedy_tokens"]));
+  auto tok = model::Tokenizer::FromModelDir(FixtureDir(GetParam()));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ(out, (*tok)->Decode(Ids(text_prompt["greedy_tokens"]), true).value() + "\n");
 }
 
 // The router tokenizes the text with tiktoken.model, the workers run the model, the router
