@@ -108,6 +108,40 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
   EXPECT_EQ(json_mode.exit_code, 2) << json_mode.out;
   EXPECT_THAT(json_mode.out, HasSubstr("FAILED_PRECONDITION"));
   EXPECT_THAT(json_mode.out, HasSubstr("needs tokenizer.json"));
+  // So do structured outputs, the schema given inline or as a file: the router compiles it
+  // (a keyword it cannot enforce is refused there, naming it), the workers need a tokenizer.
+  const std::string schema = R"({"type": "array", "items": {"type": "integer"}})";
+  const std::string schema_file = ::testing::TempDir() + "/ctl_test_schema.json";
+  {
+    std::FILE* f = std::fopen(schema_file.c_str(), "w");
+    ASSERT_NE(f, nullptr) << schema_file;
+    std::fputs(schema.c_str(), f);
+    std::fclose(f);
+  }
+  for (const std::string& given : {"'" + schema + "'", schema_file}) {
+    CtlRun json_schema =
+        RunCtl(server + " generate --prompt-ids 1,2,3 --max-new-tokens 4 --response-format "
+               "json_schema --response-schema " + given);
+    EXPECT_EQ(json_schema.exit_code, 2) << given << ": " << json_schema.out;
+    EXPECT_THAT(json_schema.out, HasSubstr("FAILED_PRECONDITION")) << given;
+    EXPECT_THAT(json_schema.out,
+                HasSubstr("response_format json_object / json_schema needs tokenizer.json or "
+                          "tiktoken.model in the model directory " + model.string()))
+        << given;
+  }
+  CtlRun refused_schema =
+      RunCtl(server + " generate --prompt-ids 1,2,3 --max-new-tokens 4 --response-format "
+             "json_schema --response-schema '{\"not\": {}}'");
+  EXPECT_EQ(refused_schema.exit_code, 2) << refused_schema.out;
+  EXPECT_THAT(refused_schema.out, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(refused_schema.out, HasSubstr("keyword \"not\" is not supported (at #/not)"));
+  // A schema without json_schema (and json_schema without one) is a usage error, sent nowhere.
+  EXPECT_EQ(RunCtl(server + " generate --prompt-ids 1,2,3 --response-format json_object "
+                   "--response-schema '" + schema + "'").exit_code,
+            1);
+  EXPECT_EQ(RunCtl(server + " generate --prompt-ids 1,2,3 --response-format json_schema")
+                .exit_code,
+            1);
   EXPECT_EQ(RunCtl(server + " workers frobnicate").exit_code, 1);
 
   CtlRun drain = RunCtl(server + " workers drain prefill-1");
