@@ -393,9 +393,14 @@ TEST_F(HttpApiTest, NamedToolChoiceOpensTheCall) {
   EXPECT_THAT(prompt, HasSubstr("### get_weather"));
   EXPECT_THAT(prompt, ::testing::Not(HasSubstr("get_time")));
   EXPECT_THAT(prompt, ::testing::EndsWith("<user>Oslo?<assistant><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"));
-  // The arguments are one JSON object (JSON mode from the first token), which ends the answer.
-  EXPECT_EQ(decode_.reserves().back().sampling().response_format(), v1::RESPONSE_FORMAT_JSON_OBJECT);
-  EXPECT_EQ(decode_.reserves().back().sampling().response_format_after(), "");
+  // The arguments are held to the tool's parameters schema (structured outputs from the first
+  // token, the schema's text as the request wrote it), which ends the answer.
+  const v1::SamplingParams named_sampling = decode_.reserves().back().sampling();
+  EXPECT_EQ(named_sampling.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  EXPECT_EQ(named_sampling.response_format_schema(),
+            R"({"type":"object","properties":{"city":{"type":"string"}}})");
+  EXPECT_FALSE(named_sampling.response_format_schema_strict());
+  EXPECT_EQ(named_sampling.response_format_after(), "");
 
   // Streamed, the forced name is the first tool delta.
   r = Post("/v1/chat/completions", body + R"(, "stream": true})");
@@ -412,7 +417,8 @@ TEST_F(HttpApiTest, NamedToolChoiceOpensTheCall) {
   }
   EXPECT_EQ(arguments, "{\"city\": \"Oslo\"}");
 
-  // "required": the model names the call, the JSON starts after the separator it writes.
+  // "required": the model names the call, the JSON starts after the separator it writes;
+  // get_time has no parameters schema, so the arguments are one JSON object (JSON mode).
   decode_.set_reply("get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
   r = Post("/v1/chat/completions", std::string(R"({"model": "demo", "messages": [{"role": "user", "content": "Time?"}],
                                                    "tool_choice": "required", "tools": [)") +
@@ -433,6 +439,78 @@ TEST_F(HttpApiTest, NamedToolChoiceOpensTheCall) {
   EXPECT_EQ(r->status, 400) << r->body;
   EXPECT_EQ(Json::parse(r->body)["error"]["param"], "tool_choice");
   EXPECT_THAT(r->body, HasSubstr("thinking mode"));
+}
+
+// A forced call's arguments are held to the tool's parameters schema: the named function's
+// (with its strict), for "required" anyOf over the tools' (strict when all are); a schema the
+// compiler refuses falls back to one JSON object and the request is served; DSML stays free.
+TEST_F(HttpApiTest, ForcedCallsAreHeldToTheToolsSchema) {
+  constexpr char kZoneTool[] =
+      R"({"type": "function", "function": {"name": "get_time", "strict": true,
+          "parameters": {"type": "object", "properties": {"zone": {"type": "string"}},
+                         "required": ["zone"]}}})";
+  constexpr char kWeatherSchema[] = R"({"type":"object","properties":{"city":{"type":"string"}}})";
+  constexpr char kZoneSchema[] =
+      R"({"type":"object","properties":{"zone":{"type":"string"}},"required":["zone"]})";
+  const auto chat = [](const std::string& tool_choice, const std::string& tools) {
+    return absl::StrCat(R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+                           "tool_choice": )", tool_choice, R"(, "tools": [)", tools, "]}");
+  };
+  const std::string named_time = R"({"type": "function", "function": {"name": "get_time"}})";
+  for (const std::string parser : {"deepseek_v31", "deepseek_v3"}) {
+    SCOPED_TRACE(parser);
+    RestartApiWithToolCallParser(parser);
+    ASSERT_NE(api_, nullptr);
+    const std::string after = parser == "deepseek_v31" ? "<｜tool▁sep｜>" : "\n```json\n";
+    decode_.set_reply("{}");
+    httplib::Result r = Post("/v1/chat/completions",
+                             chat("\"required\"", absl::StrCat(kWeatherTool, ", ", kZoneTool)));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    v1::SamplingParams sent = decode_.reserves().back().sampling();
+    EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
+    EXPECT_EQ(sent.response_format_schema(),
+              absl::StrCat(R"({"anyOf":[)", kWeatherSchema, ",", kZoneSchema, "]}"));
+    EXPECT_FALSE(sent.response_format_schema_strict()) << "get_weather is not strict";
+    EXPECT_EQ(sent.response_format_after(), after);
+
+    r = Post("/v1/chat/completions", chat(named_time, absl::StrCat(kWeatherTool, ", ", kZoneTool)));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    sent = decode_.reserves().back().sampling();
+    EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
+    EXPECT_EQ(sent.response_format_schema(), kZoneSchema);
+    EXPECT_TRUE(sent.response_format_schema_strict());
+    EXPECT_EQ(sent.response_format_after(), "");
+
+    // "not" is a keyword we do not enforce: one JSON object, and a 200 (OpenAI takes any schema).
+    const std::string refused =
+        R"({"type": "function", "function": {"name": "get_time", "parameters":
+            {"type": "object", "not": {"required": ["zone"]}}}})";
+    r = Post("/v1/chat/completions", chat(named_time, refused));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    sent = decode_.reserves().back().sampling();
+    EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_OBJECT);
+    EXPECT_EQ(sent.response_format_schema(), "");
+    r = Post("/v1/chat/completions", chat("\"required\"", absl::StrCat(kWeatherTool, ", ", refused)));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    sent = decode_.reserves().back().sampling();
+    EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_OBJECT);
+    EXPECT_EQ(sent.response_format_after(), after);
+  }
+
+  // DSML's arguments are parameters, not JSON: no constraint.
+  api_.reset();
+  api_ = StartApiWith(chat_template::CheckpointChatTemplate{"DeepSeek-V3.2's chat format", std::nullopt});
+  ASSERT_NE(api_, nullptr);
+  decode_.set_reply("x");
+  httplib::Result r = Post("/v1/chat/completions", chat(named_time, kZoneTool));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format(), v1::RESPONSE_FORMAT_TEXT);
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format_schema(), "");
 }
 
 // A template that writes no tool calls leaves the syntax unknown: tools are refused, saying

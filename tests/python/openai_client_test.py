@@ -6,12 +6,14 @@ Run by run_openai_client_test.sh, which installs `openai` from PyPI into a venv 
 skips with a message when PyPI cannot be reached). Checks: models, completions and chat,
 streamed and not, with the same text and usage; OpenAI-shaped errors as the client's
 exception types; logprobs (completions and chat, streamed and not), presence / frequency
-penalties and logit_bias held to their semantics; tool calls in the client's types; JSON mode;
+penalties and logit_bias held to their semantics; tool calls in the client's types (a named
+tool_choice's arguments held to the tool's parameters schema); JSON mode;
 structured outputs (response_format json_schema, answers parsed with json and validated with
 jsonschema, streamed the same; the SDK's parse() helper with a Pydantic model); a client that closes a stream mid-way is
 aborted (router metric) and its pages freed; the curl examples of docs/api.md run as written.
 """
 import argparse
+import functools
 import json
 import os
 import re
@@ -216,8 +218,9 @@ WEATHER_TOOL = {"type": "function",
 def run_tool_call_checks(client):
     """Tool calls as the client's types read them. The demo model knows no tools, so a named
     tool_choice makes the call (the router writes its opening, DeepSeek-V3.1's syntax with
-    --tool-call-parser deepseek_v31) and JSON mode holds its arguments to one JSON object, cut
-    by max_tokens or ended by EOS: the shapes are what is checked, streamed and not."""
+    --tool-call-parser deepseek_v31) and the tool's parameters schema holds its arguments
+    (structured outputs), cut by max_tokens or ended by EOS: the shapes are what is checked,
+    streamed and not, and complete arguments validate with jsonschema."""
     messages = [{"role": "user", "content": "count from 17:"}]
     named = {"type": "function", "function": {"name": "get_weather"}}
     chat = client.chat.completions.create(model="demo", max_tokens=48, temperature=0, messages=messages,
@@ -230,13 +233,33 @@ def run_tool_call_checks(client):
     check(message.content is None, "an answer that only calls a tool has no content")
     check(chat.choices[0].finish_reason in ("length", "tool_calls"),
           f"finish_reason of a call: {chat.choices[0].finish_reason}")
-    # The forced call's arguments are held to one JSON object (JSON mode; cut by max_tokens, its
-    # start: 48 tokens pass the at most 32 bytes of whitespace before it).
+    # The forced call's arguments are held to the tool's parameters schema (cut by max_tokens,
+    # its start: 48 tokens pass the at most 32 bytes of whitespace before it).
     arguments_text = calls[0].function.arguments if calls else ""
     if chat.choices[0].finish_reason == "tool_calls":
-        check(isinstance(json.loads(arguments_text), dict), f"forced arguments are a JSON object: {arguments_text!r}")
+        jsonschema.validate(json.loads(arguments_text), WEATHER_TOOL["function"]["parameters"])
     else:
         check(arguments_text.lstrip().startswith("{"), f"forced arguments start an object: {arguments_text!r}")
+    # Sampled, with the tool strict (no property but "city"): a complete call's arguments
+    # validate with jsonschema; a cut one is a prefix of {"city": "..."} (JSON mode alone would
+    # allow any key: the demo model writes mostly whitespace and random words).
+    strict_tool = {"type": "function", "function": dict(WEATHER_TOOL["function"], strict=True)}
+    pieces = [r'\{\s*', '"', 'c', 'i', 't', 'y', '"', r'\s*:\s*', r'"(?:[^"\\]|\\.)*', r'(?:\\$|"\s*)',
+              r'\}\s*']
+    city_prefix = re.compile(r'\s*' + functools.reduce(lambda rest, p: f"(?:{p}{rest})?", reversed(pieces), ""))
+    for seed in range(6):
+        sampled = client.chat.completions.create(
+            model="demo", max_tokens=64, temperature=1, seed=seed, messages=messages,
+            tools=[strict_tool], tool_choice=named)
+        sampled_calls = sampled.choices[0].message.tool_calls or []
+        check(len(sampled_calls) == 1, f"seed {seed}: one forced call: {sampled_calls}")
+        text = sampled_calls[0].function.arguments
+        if sampled.choices[0].finish_reason == "tool_calls":
+            jsonschema.validate(json.loads(text), dict(WEATHER_TOOL["function"]["parameters"],
+                                                       additionalProperties=False))
+        else:
+            check(city_prefix.fullmatch(text) is not None,
+                  f"seed {seed}: cut arguments are a prefix of the strict schema's object: {text!r}")
     arguments, names, ids = "", [], set()
     for chunk in client.chat.completions.create(model="demo", max_tokens=48, temperature=0, messages=messages,
                                                 tools=[WEATHER_TOOL], tool_choice=named, stream=True):
