@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <sys/wait.h>
+
 #include <grpcpp/grpcpp.h>
 
 #include "absl/container/flat_hash_map.h"
@@ -20,6 +22,18 @@ std::string PrefillBinary() { return MLASERVE_PREFILL_BIN; }
 std::string DecodeBinary() { return MLASERVE_DECODE_BIN; }
 std::string RunBinary() { return MLASERVE_RUN_BIN; }
 std::string CtlBinary() { return MLASERVE_CTL_BIN; }
+
+CommandRun RunCommand(const std::string& cmd) {
+  CommandRun r;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
+  const int status = pclose(f);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
 
 namespace {
 constexpr absl::Duration kStartTimeout = absl::Seconds(60);
@@ -196,14 +210,9 @@ absl::StatusOr<std::vector<int32_t>> ReferenceTokens(const std::string& model_di
                                  " --temperature ", temperature, " --print-ids");
   if (seed) absl::StrAppend(&cmd, " --seed ", *seed);
   absl::StrAppend(&cmd, " 2>/dev/null");
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return absl::InternalError("popen failed");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  const int rc = pclose(f);
-  if (rc != 0) return absl::InternalError(absl::StrCat(cmd, " exited with ", rc));
+  const CommandRun run = RunCommand(cmd);
+  if (run.exit_code != 0) return absl::InternalError(absl::StrCat(cmd, " exited with ", run.exit_code));
+  const std::string& out = run.out;
   std::vector<int32_t> ids;
   for (absl::string_view part : absl::StrSplit(out, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
     int32_t id;

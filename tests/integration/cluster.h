@@ -21,6 +21,14 @@ std::string DecodeBinary();
 std::string RunBinary();
 std::string CtlBinary();
 
+// A shell command run to its end: what it wrote to stdout (its own redirections decide what
+// else lands there) and its exit code (-1 when it could not start or did not exit normally).
+struct CommandRun {
+  int exit_code = -1;
+  std::string out;
+};
+CommandRun RunCommand(const std::string& cmd);
+
 struct ClusterOptions {
   std::string model_dir;
   int prefill_workers = 1;

@@ -14,22 +14,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct CtlRun {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-CtlRun RunCtl(const std::string& args) {
-  const std::string cmd = absl::StrCat(CtlBinary(), " ", args, " 2>&1");
-  CtlRun r;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) r.out.append(buf, n);
-  const int status = pclose(f);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+// out: stdout and stderr together.
+CommandRun RunCtl(const std::string& args) {
+  return RunCommand(absl::StrCat(CtlBinary(), " ", args, " 2>&1"));
 }
 
 TEST(MlaservectlTest, CommandsAndExitCodes) {
@@ -47,63 +34,63 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
 
   // The Admin API refuses a caller without the token, and one with another token.
   const std::string no_token = absl::StrCat("--insecure --admin ", (*cluster)->admin_address());
-  CtlRun refused = RunCtl(no_token + " workers list");
+  CommandRun refused = RunCtl(no_token + " workers list");
   EXPECT_EQ(refused.exit_code, 2) << refused.out;
   EXPECT_THAT(refused.out, HasSubstr("UNAUTHENTICATED"));
   const std::string wrong_file = (*cluster)->dir() + "/wrong-token";
   std::FILE* wf = std::fopen(wrong_file.c_str(), "w");
   std::fputs("not-the-admin-token-0123456789\n", wf);
   std::fclose(wf);
-  CtlRun wrong = RunCtl(no_token + " --token-file " + wrong_file + " workers drain decode-1");
+  CommandRun wrong = RunCtl(no_token + " --token-file " + wrong_file + " workers drain decode-1");
   EXPECT_EQ(wrong.exit_code, 2) << wrong.out;
   EXPECT_THAT(wrong.out, HasSubstr("UNAUTHENTICATED"));
   // Plaintext must be asked for.
-  CtlRun no_transport = RunCtl(absl::StrCat("--admin ", (*cluster)->admin_address(), " workers list"));
+  CommandRun no_transport = RunCtl(absl::StrCat("--admin ", (*cluster)->admin_address(), " workers list"));
   EXPECT_EQ(no_transport.exit_code, 1) << no_transport.out;
   EXPECT_THAT(no_transport.out, HasSubstr("--insecure"));
 
-  CtlRun list = RunCtl(server + " workers list");
+  CommandRun list = RunCtl(server + " workers list");
   EXPECT_EQ(list.exit_code, 0) << list.out;
   EXPECT_THAT(list.out, HasSubstr("prefill-1"));
   EXPECT_THAT(list.out, HasSubstr("decode-1"));
   EXPECT_THAT(list.out, HasSubstr("healthy"));
 
-  CtlRun json = RunCtl(server + " -o json workers list --role decode");
+  CommandRun json = RunCtl(server + " -o json workers list --role decode");
   EXPECT_EQ(json.exit_code, 0) << json.out;
   EXPECT_THAT(json.out, HasSubstr("\"id\": \"decode-1\""));
   EXPECT_THAT(json.out, ::testing::Not(HasSubstr("prefill-1")));
   // Global flags after the subcommand, as kubectl users type them.
-  CtlRun json_after = RunCtl(server + " workers list -o json");
+  CommandRun json_after = RunCtl(server + " workers list -o json");
   EXPECT_EQ(json_after.exit_code, 0) << json_after.out;
   EXPECT_THAT(json_after.out, HasSubstr("\"id\": \"prefill-1\""));
-  CtlRun health_json = RunCtl(server + " health -o json --service mlaserve.v1.Generation");
+  CommandRun health_json = RunCtl(server + " health -o json --service mlaserve.v1.Generation");
   EXPECT_EQ(health_json.exit_code, 0) << health_json.out;
   EXPECT_THAT(health_json.out,
               HasSubstr(R"({"service":"mlaserve.v1.Generation","status":"SERVING"})"));
   EXPECT_EQ(RunCtl(server + " health --of-admin").exit_code, 0);
 
   EXPECT_EQ(RunCtl(server + " health").exit_code, 0);
-  CtlRun ready = RunCtl(server + " health --service mlaserve.v1.Generation");
+  CommandRun ready = RunCtl(server + " health --service mlaserve.v1.Generation");
   EXPECT_EQ(ready.exit_code, 0) << ready.out;
   EXPECT_THAT(ready.out, HasSubstr("SERVING"));
   EXPECT_EQ(RunCtl(server + " loads").exit_code, 0);
-  CtlRun profiles = RunCtl(server + " profiles show decode-1");
+  CommandRun profiles = RunCtl(server + " profiles show decode-1");
   EXPECT_EQ(profiles.exit_code, 0) << profiles.out;
   EXPECT_THAT(profiles.out, HasSubstr("decode-1"));
-  CtlRun info = RunCtl(server + " info");
+  CommandRun info = RunCtl(server + " info");
   EXPECT_EQ(info.exit_code, 0) << info.out;
   EXPECT_THAT(info.out, HasSubstr("deepseek_v2"));
 
-  CtlRun missing = RunCtl(server + " workers get decode-9");
+  CommandRun missing = RunCtl(server + " workers get decode-9");
   EXPECT_EQ(missing.exit_code, 2) << missing.out;
   EXPECT_THAT(missing.out, HasSubstr("NOT_FOUND"));
   EXPECT_THAT(missing.out, HasSubstr("decode-9"));
   // The fixture has no tokenizer: text prompts are refused by a server error.
-  CtlRun gen = RunCtl(server + " generate --prompt hello --max-new-tokens 4");
+  CommandRun gen = RunCtl(server + " generate --prompt hello --max-new-tokens 4");
   EXPECT_EQ(gen.exit_code, 2) << gen.out;
   EXPECT_THAT(gen.out, HasSubstr("FAILED_PRECONDITION"));
   // JSON mode reaches the workers, which need a tokenizer for it.
-  CtlRun json_mode =
+  CommandRun json_mode =
       RunCtl(server + " generate --prompt-ids 1,2,3 --max-new-tokens 4 --response-format json_object");
   EXPECT_EQ(json_mode.exit_code, 2) << json_mode.out;
   EXPECT_THAT(json_mode.out, HasSubstr("FAILED_PRECONDITION"));
@@ -119,7 +106,7 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
     std::fclose(f);
   }
   for (const std::string& given : {"'" + schema + "'", schema_file}) {
-    CtlRun json_schema =
+    CommandRun json_schema =
         RunCtl(server + " generate --prompt-ids 1,2,3 --max-new-tokens 4 --response-format "
                "json_schema --response-schema " + given);
     EXPECT_EQ(json_schema.exit_code, 2) << given << ": " << json_schema.out;
@@ -129,7 +116,7 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
                           "tiktoken.model in the model directory " + model.string()))
         << given;
   }
-  CtlRun refused_schema =
+  CommandRun refused_schema =
       RunCtl(server + " generate --prompt-ids 1,2,3 --max-new-tokens 4 --response-format "
              "json_schema --response-schema '{\"not\": {}}'");
   EXPECT_EQ(refused_schema.exit_code, 2) << refused_schema.out;
@@ -144,20 +131,20 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
             1);
   EXPECT_EQ(RunCtl(server + " workers frobnicate").exit_code, 1);
 
-  CtlRun drain = RunCtl(server + " workers drain prefill-1");
+  CommandRun drain = RunCtl(server + " workers drain prefill-1");
   EXPECT_EQ(drain.exit_code, 0) << drain.out;
   EXPECT_THAT(drain.out, HasSubstr("draining"));
   // Readiness needs a routable prefill worker: draining the only one makes it NOT_SERVING.
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  CtlRun not_ready;
+  CommandRun not_ready;
   do {
     not_ready = RunCtl(server + " health --service mlaserve.v1.Generation");
   } while (not_ready.exit_code == 0 && absl::Now() < deadline);
   EXPECT_EQ(not_ready.exit_code, 3) << not_ready.out;
-  CtlRun undrain = RunCtl(server + " workers undrain prefill-1");
+  CommandRun undrain = RunCtl(server + " workers undrain prefill-1");
   EXPECT_EQ(undrain.exit_code, 0) << undrain.out;
   EXPECT_THAT(undrain.out, HasSubstr("prefill-1 is healthy"));
-  CtlRun ready_again;
+  CommandRun ready_again;
   const absl::Time ready_deadline = absl::Now() + absl::Seconds(5);
   do {
     ready_again = RunCtl(server + " health --service mlaserve.v1.Generation");
@@ -166,7 +153,7 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
   EXPECT_EQ(RunCtl(server + " workers remove prefill-1").exit_code, 0);
 
   (*cluster)->router().Kill();
-  CtlRun down = RunCtl(server + " --timeout 2 workers list");
+  CommandRun down = RunCtl(server + " --timeout 2 workers list");
   EXPECT_EQ(down.exit_code, 3) << down.out;
   EXPECT_THAT(down.out, HasSubstr("UNAVAILABLE"));
 }

@@ -267,13 +267,9 @@ TEST(JsonModeRunTest, MlaserveRunWritesASchemaPrefix) {
       " --backend cpu --prompt 'count from 17:' --max-new-tokens 32 --temperature 1 --seed 3 "
       "--response-format json_schema --response-schema '",
       R"({"type": "array", "items": {"type": "integer"}})", "' 2>/dev/null");
-  FILE* f = popen(cmd.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  ASSERT_EQ(pclose(f), 0) << cmd;
+  const CommandRun run = RunCommand(cmd);
+  ASSERT_EQ(run.exit_code, 0) << cmd;
+  std::string out = run.out;
   ASSERT_FALSE(out.empty());
   out.pop_back();  // the newline mlaserve-run ends with
   const auto schema =
@@ -282,12 +278,9 @@ TEST(JsonModeRunTest, MlaserveRunWritesASchemaPrefix) {
   const std::string bad = absl::StrCat(RunBinary(), " --model ", kDemo,
                                        " --backend cpu --prompt x --response-format json_schema "
                                        "--response-schema '{\"not\": {}}' 2>&1");
-  f = popen(bad.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  out.clear();
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  EXPECT_NE(pclose(f), 0);
-  EXPECT_THAT(out, HasSubstr("keyword \"not\" is not supported (at #/not)"));
+  const CommandRun refused = RunCommand(bad);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.out, HasSubstr("keyword \"not\" is not supported (at #/not)"));
 }
 
 TEST(JsonModeRunTest, MlaserveRunWritesAJsonObjectPrefix) {
@@ -296,13 +289,9 @@ TEST(JsonModeRunTest, MlaserveRunWritesAJsonObjectPrefix) {
                                          " --backend cpu --prompt 'count from 17:' "
                                          "--max-new-tokens 32 --response-format json_object ",
                                          flags, " 2>/dev/null");
-    FILE* f = popen(cmd.c_str(), "r");
-    ASSERT_NE(f, nullptr);
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-    ASSERT_EQ(pclose(f), 0) << cmd;
+    const CommandRun run = RunCommand(cmd);
+    ASSERT_EQ(run.exit_code, 0) << cmd;
+    std::string out = run.out;
     ASSERT_FALSE(out.empty());
     ASSERT_EQ(out.back(), '\n');  // mlaserve-run ends its output with a newline
     out.pop_back();

@@ -91,13 +91,9 @@ TEST_P(TiktokenFixture, RunAnswersATextPrompt) {
   const std::string cmd =
       absl::StrCat(RunBinary(), " --model ", FixtureDir(GetParam()), " --backend cpu --prompt '",
                    text, "' --max-new-tokens 16 --ignore-eos --dump-logits ", dump, " 2>/dev/null");
-  FILE* f = popen(cmd.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  ASSERT_EQ(pclose(f), 0) << cmd;
+  const CommandRun run = RunCommand(cmd);
+  ASSERT_EQ(run.exit_code, 0) << cmd;
+  const std::string& out = run.out;
   std::ifstream in(dump);
   const Json got = Json::parse(in);
   EXPECT_EQ(Ids(got["generated_ids"]), Ids(text_prompt["greedy_tokens"]));
