@@ -27,6 +27,15 @@ constexpr std::string_view kParamClose = "</｜DSML｜parameter>";
 constexpr std::string_view kTagEnd = "\">";
 constexpr std::string_view kStringAttribute = "\" string=\"";
 constexpr std::string_view kNameAttribute = "name=\"";
+// kimi_k2 (Moonshot's special tokens). The singular section markers are what some Kimi
+// outputs write instead (vLLM's parser takes them too).
+constexpr std::string_view kSectionBegin = "<|tool_calls_section_begin|>";
+constexpr std::string_view kSectionEnd = "<|tool_calls_section_end|>";
+constexpr std::string_view kSingularSectionBegin = "<|tool_call_section_begin|>";
+constexpr std::string_view kSingularSectionEnd = "<|tool_call_section_end|>";
+constexpr std::string_view kKimiCallBegin = "<|tool_call_begin|>";
+constexpr std::string_view kKimiArgumentBegin = "<|tool_call_argument_begin|>";
+constexpr std::string_view kKimiCallEnd = "<|tool_call_end|>";
 
 // The largest m <= n where text[0, m) does not end inside a UTF-8 character, so that no
 // delta splits one. Invalid UTF-8 passes as is.
@@ -122,6 +131,7 @@ enum class ToolCallParser::Action : unsigned char {
   kHeaderFailed,  // a marker that cannot occur inside this header
   kCloseCall,
   kCloseCallAndBlock,
+  kCloseCallAndOpenNext,  // kimi_k2: a call begins inside the arguments; the marker stays
   kOpenParam,
   kParamTagEnd,
   kCloseParam,
@@ -176,8 +186,29 @@ std::span<const ToolCallParser::Marker> ToolCallParser::Markers(ToolCallFormat f
                                                {kInvokeClose, A::kHeaderFailed},
                                                {kDsmlClose, A::kHeaderFailed}};
   static constexpr Marker kV32ParamValue[] = {{kParamClose, A::kCloseParam}};
+  static constexpr Marker kKimiText[] = {{kSectionBegin, A::kOpenBlock}, {kSingularSectionBegin, A::kOpenBlock}};
+  static constexpr Marker kKimiBlock[] = {
+      {kKimiCallBegin, A::kOpenCall}, {kSectionEnd, A::kCloseBlock}, {kSingularSectionEnd, A::kCloseBlock}};
+  static constexpr Marker kKimiName[] = {{kKimiArgumentBegin, A::kNameEnd},
+                                         {kKimiCallBegin, A::kHeaderFailed},
+                                         {kKimiCallEnd, A::kHeaderFailed},
+                                         {kSectionEnd, A::kHeaderFailed},
+                                         {kSingularSectionEnd, A::kHeaderFailed}};
+  static constexpr Marker kKimiArgs[] = {{kKimiCallEnd, A::kCloseCall},
+                                         {kSectionEnd, A::kCloseCallAndBlock},
+                                         {kSingularSectionEnd, A::kCloseCallAndBlock},
+                                         {kKimiCallBegin, A::kCloseCallAndOpenNext}};
 
   using Span = std::span<const Marker>;
+  if (format == ToolCallFormat::kKimiK2) {
+    switch (state) {
+      case State::kText: return kKimiText;
+      case State::kBlock: return kKimiBlock;
+      case State::kCallName: return kKimiName;
+      case State::kArgs: return kKimiArgs;
+      default: return {};  // not a state of this format
+    }
+  }
   const bool v32 = format == ToolCallFormat::kDeepseekV32;
   const bool v3 = format == ToolCallFormat::kDeepseekV3;
   switch (state) {
@@ -219,21 +250,23 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
     case ToolCallFormat::kDeepseekV3: return "deepseek_v3";
     case ToolCallFormat::kDeepseekV31: return "deepseek_v31";
     case ToolCallFormat::kDeepseekV32: return "deepseek_v32";
+    case ToolCallFormat::kKimiK2: return "kimi_k2";
   }
   return "unknown";
 }
 
 std::optional<ToolCallFormat> ToolCallFormatFromName(std::string_view name) {
-  for (const ToolCallFormat f :
-       {ToolCallFormat::kDeepseekV3, ToolCallFormat::kDeepseekV31, ToolCallFormat::kDeepseekV32}) {
+  for (const ToolCallFormat f : kToolCallFormats) {
     if (ToolCallFormatName(f) == name) return f;
   }
   return std::nullopt;
 }
 
-ToolCallParser::ToolCallParser(ToolCallFormat format) : format_(format) {}
+ToolCallParser::ToolCallParser(ToolCallFormat format, std::vector<std::string> history_call_ids)
+    : format_(format), kimi_ids_(std::move(history_call_ids)) {}
 
-std::string ToolCallParser::CallOpening(ToolCallFormat format, const std::optional<std::string>& name) {
+std::string ToolCallParser::CallOpening(ToolCallFormat format, const std::optional<std::string>& name,
+                                        std::vector<std::string> history_call_ids) {
   switch (format) {
     case ToolCallFormat::kDeepseekV3:
       return name ? Concat({kCallsBegin, kCallBegin, "function", kToolSep, *name, kV3JsonFence})
@@ -243,6 +276,11 @@ std::string ToolCallParser::CallOpening(ToolCallFormat format, const std::option
     case ToolCallFormat::kDeepseekV32:
       return name ? Concat({kDsmlOpen, "\n", kInvokeOpen, " ", kNameAttribute, *name, kTagEnd, "\n"})
                   : Concat({kDsmlOpen, "\n", kInvokeOpen, " ", kNameAttribute});
+    case ToolCallFormat::kKimiK2: {
+      if (!name) return Concat({kSectionBegin, kKimiCallBegin});
+      const std::string id = KimiCallIds(std::move(history_call_ids)).Take(*name, "");
+      return Concat({kSectionBegin, kKimiCallBegin, id, kKimiArgumentBegin});
+    }
   }
   return "";
 }
@@ -252,6 +290,7 @@ std::optional<std::string_view> ToolCallParser::ArgumentsStart(ToolCallFormat fo
     case ToolCallFormat::kDeepseekV3: return kV3JsonFence;
     case ToolCallFormat::kDeepseekV31: return kToolSep;
     case ToolCallFormat::kDeepseekV32: return std::nullopt;
+    case ToolCallFormat::kKimiK2: return kKimiArgumentBegin;
   }
   return std::nullopt;
 }
@@ -310,7 +349,13 @@ void ToolCallParser::OnText(std::string_view text) {
       Record(text);
       header_.append(text);
       break;
-    case State::kArgs: EmitArguments(text); break;
+    case State::kArgs:
+      if (format_ == ToolCallFormat::kKimiK2) {
+        OnKimiArguments(text);
+      } else {
+        EmitArguments(text);
+      }
+      break;
     case State::kParamValue:
       if (string_value_) {
         std::string escaped;
@@ -347,12 +392,17 @@ bool ToolCallParser::OnMarker(const Marker& marker) {
       return true;
     case Action::kNameEnd: {
       Record(marker.text);
-      std::optional<std::string> name = v32 ? InvokeName(header_) : std::optional<std::string>(header_);
+      const bool kimi = format_ == ToolCallFormat::kKimiK2;
+      std::optional<std::string> name = v32    ? InvokeName(header_)
+                                        : kimi ? KimiCallName(header_)
+                                               : std::optional<std::string>(header_);
       if (!name || name->empty()) {
         UnitFailed();
         return true;
       }
-      StartCall(*std::move(name));
+      std::optional<std::string> id;
+      if (kimi) id = kimi_ids_.Take(*name, header_);
+      StartCall(*std::move(name), std::move(id));
       state_ = v32 ? State::kInvoke : State::kArgs;
       params_ = 0;
       return true;
@@ -367,6 +417,10 @@ bool ToolCallParser::OnMarker(const Marker& marker) {
       state_ = State::kBlock;
       if (marker.action == Action::kCloseCallAndBlock) CloseBlock(marker.text);
       return true;
+    case Action::kCloseCallAndOpenNext:
+      EndSegment();
+      state_ = State::kBlock;
+      return false;
     case Action::kOpenParam:
       EndSegment();
       unit_raw_.clear();
@@ -475,7 +529,22 @@ void ToolCallParser::CloseBlock(std::string_view marker) {
   EndSegment();
 }
 
-void ToolCallParser::StartCall(std::string name) {
+void ToolCallParser::OnKimiArguments(std::string_view text) {
+  if (!args_begun_) {
+    text = StripLeadingSpace(text);
+    if (text.empty()) return;
+    args_begun_ = true;
+  }
+  size_t end = text.size();
+  while (end > 0 && IsSpace(text[end - 1])) --end;
+  if (end > 0) {
+    EmitArguments(Concat({args_space_, text.substr(0, end)}));
+    args_space_.clear();
+  }
+  args_space_.append(text.substr(end));
+}
+
+void ToolCallParser::StartCall(std::string name, std::optional<std::string> id) {
   if (!block_named_) {
     EmitContent(stray_);
     stray_.clear();
@@ -485,15 +554,17 @@ void ToolCallParser::StartCall(std::string name) {
   unit_raw_.clear();
   header_.clear();
   EndSegment();
-  calls_.push_back({name, ""});
-  delta_.calls.push_back({static_cast<int>(calls_.size()) - 1, std::move(name), ""});
+  args_begun_ = false;
+  args_space_.clear();
+  calls_.push_back({name, "", id.value_or("")});
+  delta_.calls.push_back({static_cast<int>(calls_.size()) - 1, std::move(name), "", std::move(id)});
 }
 
 void ToolCallParser::EmitArguments(std::string_view fragment) {
   if (fragment.empty()) return;
   const int index = static_cast<int>(calls_.size()) - 1;
   calls_.back().arguments.append(fragment);
-  if (delta_.calls.empty() || delta_.calls.back().index != index) delta_.calls.push_back({index, std::nullopt, ""});
+  if (delta_.calls.empty() || delta_.calls.back().index != index) delta_.calls.push_back({index, std::nullopt, "", std::nullopt});
   delta_.calls.back().arguments.append(fragment);
 }
 

@@ -7,22 +7,25 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
-#include <ostream>
 #include <random>
 #include <sstream>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "router/openai/tool_call_parser_testing.h"
 
 namespace mlaserve::router::openai {
-
-bool operator==(const ToolCall& a, const ToolCall& b) { return a.name == b.name && a.arguments == b.arguments; }
-void PrintTo(const ToolCall& c, std::ostream* os) { *os << c.name << " " << c.arguments; }
 
 namespace {
 
 using F = ToolCallFormat;
 using Json = nlohmann::ordered_json;
+using tool_call_testing::Bytes;
+using tool_call_testing::ExpectCases;
+using tool_call_testing::IsUtf8;
+using tool_call_testing::Parse;
+using tool_call_testing::ParseEveryWay;
+using tool_call_testing::Result;
 
 const std::string kCallsBegin = "<｜tool▁calls▁begin｜>";
 const std::string kCallsEnd = "<｜tool▁calls▁end｜>";
@@ -49,110 +52,17 @@ std::string DsmlBlock(const std::string& invokes) {
   return "\n\n<" + kDsml + "function_calls>\n" + invokes + "</" + kDsml + "function_calls>";
 }
 
-bool IsUtf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += n;
-  }
-  return true;
-}
-
-struct Result {
-  std::string content;
-  std::vector<ToolCall> calls;     // calls()
-  std::vector<ToolCall> streamed;  // the deltas joined per index
-  bool operator==(const Result&) const = default;
-};
-void PrintTo(const Result& r, std::ostream* os) {
-  *os << "content " << ::testing::PrintToString(r.content) << ", calls " << ::testing::PrintToString(r.calls)
-      << ", streamed " << ::testing::PrintToString(r.streamed);
-}
-
-// Feeds the pieces and checks the delta contract: a call's name exactly once, on its first
-// delta, indexes in order; with `utf8`, no delta splits a character.
-Result Parse(F format, const std::vector<std::string_view>& pieces, bool utf8 = false) {
-  ToolCallParser parser(format);
-  Result r;
-  auto take = [&](const ToolCallParser::Delta& d) {
-    r.content += d.content;
-    if (utf8) EXPECT_TRUE(IsUtf8(d.content)) << ::testing::PrintToString(d.content);
-    int last = -1;
-    for (const ToolCallDelta& c : d.calls) {
-      EXPECT_GT(c.index, last);
-      last = c.index;
-      if (c.index == static_cast<int>(r.streamed.size())) {
-        EXPECT_TRUE(c.name.has_value()) << "call " << c.index << "'s first delta has no name";
-        r.streamed.push_back({c.name.value_or(""), ""});
-      } else {
-        ASSERT_LT(c.index, static_cast<int>(r.streamed.size())) << "indexes skip";
-        EXPECT_FALSE(c.name.has_value()) << "call " << c.index << "'s name came twice";
-      }
-      if (utf8) EXPECT_TRUE(IsUtf8(c.arguments)) << ::testing::PrintToString(c.arguments);
-      r.streamed[c.index].arguments += c.arguments;
-    }
-  };
-  for (const std::string_view piece : pieces) take(parser.Add(piece));
-  take(parser.Finish());
-  r.calls = parser.calls();
-  return r;
-}
-
-std::vector<std::string_view> Bytes(std::string_view text) {
-  std::vector<std::string_view> out;
-  for (size_t i = 0; i < text.size(); ++i) out.push_back(text.substr(i, 1));
-  return out;
-}
-
-// The one-piece result, after checking every 2-split and byte-by-byte feeding give it too.
-Result ParseEveryWay(F format, std::string_view text) {
-  const Result whole = Parse(format, {text});
-  EXPECT_EQ(whole.streamed, whole.calls);
-  const bool utf8 = IsUtf8(text);
-  for (size_t i = 1; i < text.size(); ++i) {
-    const Result split = Parse(format, {text.substr(0, i), text.substr(i)}, utf8);
-    if (split != whole) {
-      ADD_FAILURE() << "split at " << i << " of " << ::testing::PrintToString(text) << ": "
-                    << ::testing::PrintToString(split) << " vs " << ::testing::PrintToString(whole);
-      break;
-    }
-  }
-  EXPECT_EQ(Parse(format, Bytes(text), utf8), whole) << "byte by byte: " << ::testing::PrintToString(text);
-  return whole;
-}
-
-struct Case {
-  std::string label;
-  std::string text;
-  std::string content;
-  std::vector<ToolCall> calls;
-};
-
-void ExpectCases(F format, const std::vector<Case>& cases) {
-  for (const Case& c : cases) {
-    SCOPED_TRACE(std::string(ToolCallFormatName(format)) + " / " + c.label);
-    const Result r = ParseEveryWay(format, c.text);
-    EXPECT_EQ(r.content, c.content);
-    EXPECT_EQ(r.calls, c.calls);
-  }
-}
-
 constexpr int kRandomOutputs = 500;  // per format
 
 const ToolCall kWeather{"get_weather", R"({"city": "Paris"})"};
 const ToolCall kTime{"get_time", R"({"tz": "CET", "format": 24})"};
 
 TEST(ToolCallParserTest, FormatNames) {
-  for (const F f : {F::kDeepseekV3, F::kDeepseekV31, F::kDeepseekV32}) {
-    EXPECT_EQ(ToolCallFormatFromName(ToolCallFormatName(f)), f);
-  }
+  for (const F f : kToolCallFormats) EXPECT_EQ(ToolCallFormatFromName(ToolCallFormatName(f)), f);
   EXPECT_EQ(ToolCallFormatName(F::kDeepseekV3), "deepseek_v3");
   EXPECT_EQ(ToolCallFormatName(F::kDeepseekV31), "deepseek_v31");
   EXPECT_EQ(ToolCallFormatName(F::kDeepseekV32), "deepseek_v32");
+  EXPECT_EQ(ToolCallFormatName(F::kKimiK2), "kimi_k2");
   EXPECT_EQ(ToolCallFormatFromName("deepseek_r1"), std::nullopt);
   EXPECT_EQ(ToolCallFormatFromName(""), std::nullopt);
 }
