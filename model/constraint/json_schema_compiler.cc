@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "model/constraint/json_recognizer.h"
 #include "model/constraint/json_schema.h"
+#include "model/constraint/schema_number.h"
 #include "model/constraint/schema_recognizer.h"
 #include "nlohmann/json.hpp"
 
@@ -38,17 +39,28 @@ const std::set<std::string, std::less<>> kAnnotations = {
 const std::set<std::string, std::less<>> kConstraintKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems",
     "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
-    "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern",
-    "format", "uniqueItems"};
+    "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "pattern", "format", "uniqueItems"};
 const std::set<std::string, std::less<>> kObjectKeywords = {"properties", "required",
                                                             "additionalProperties"};
 const std::set<std::string, std::less<>> kArrayKeywords = {"items", "prefixItems", "minItems",
                                                            "maxItems"};
 const std::set<std::string, std::less<>> kStringKeywords = {"minLength", "maxLength", "pattern",
                                                             "format"};
-const std::set<std::string, std::less<>> kNumberKeywords = {"minimum", "maximum",
-                                                            "exclusiveMinimum",
-                                                            "exclusiveMaximum"};
+const std::set<std::string, std::less<>> kNumberKeywords = {
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
+constexpr const char* kBoundKeywords[] = {"minimum", "exclusiveMinimum", "maximum",
+                                          "exclusiveMaximum"};
+
+// multipleOf as Python's jsonschema applies it: an integer divisor exactly (instance % m), a
+// float one by float division; `integral` when either way it is an integer m whose multiples
+// below 2^53 pass (a float one then only up to 2^53: past it an int's float loses digits).
+struct MultipleOf {
+  bool integral = false;
+  uint64_t m = 0;
+  bool from_float = false;
+  double value = 0;
+};
 
 std::string Escape(std::string_view token) {  // RFC 6901
   std::string out;
@@ -108,6 +120,11 @@ class Compiler {
   absl::StatusOr<uint32_t> Array(const Json& schema, const std::string& pointer);
   absl::StatusOr<uint32_t> String(const Json& schema, const std::string& pointer);
   absl::StatusOr<uint32_t> Integer(const Json& schema, const std::string& pointer);
+  absl::StatusOr<uint32_t> Number(const Json& schema, const std::string& pointer);
+  absl::StatusOr<std::optional<MultipleOf>> ReadMultipleOf(const Json& schema,
+                                                           const std::string& pointer);
+  absl::StatusOr<uint32_t> Multiples(const std::string& pointer, const MultipleOf& multiple,
+                                     const DecimalRange& range, bool integers_only);
   absl::StatusOr<uint32_t> Ref(const std::string& ref, const std::string& pointer);
   absl::StatusOr<std::vector<std::string>> Literals(const Json& schema, const std::string& pointer,
                                                     uint32_t& depth);
@@ -342,20 +359,7 @@ absl::StatusOr<uint32_t> Compiler::Typed(const Json& schema, const std::string& 
   if (type == "array") return Array(schema, pointer);
   if (type == "string") return String(schema, pointer);
   if (type == "integer") return Integer(schema, pointer);
-  if (type == "number") {
-    for (const std::string& k : kNumberKeywords) {
-      if (schema.contains(k)) {
-        return Error(pointer + "/" + k,
-                     absl::StrCat("keyword \"", k, "\" is supported only on type \"integer\" "
-                                  "(a number's bounds are not enforced)"));
-      }
-    }
-    auto key = leaf_by_key_.find("number");
-    if (key != leaf_by_key_.end()) return key->second;
-    auto id = NewNode(pointer, NodeKind::kNumber);
-    if (id.ok()) leaf_by_key_.emplace("number", *id);
-    return id;
-  }
+  if (type == "number") return Number(schema, pointer);
   if (type == "boolean") return LiteralNode(pointer, {"false", "true"}, 0);
   return LiteralNode(pointer, {"null"}, 0);
 }
@@ -590,6 +594,27 @@ absl::StatusOr<uint32_t> Compiler::Integer(const Json& schema, const std::string
       has_hi = true;
     }
   }
+  auto multiple = ReadMultipleOf(schema, pointer);
+  if (!multiple.ok()) return multiple.status();
+  if (multiple->has_value() && !(*multiple)->integral) {
+    // A fractional divisor: the integers between the bounds that Python's division accepts.
+    if (!has_lo || !has_hi || lo < INT64_MIN || hi > INT64_MAX) {
+      return Multiples(pointer, **multiple, {}, true);
+    }
+    return Multiples(pointer, **multiple,
+                     {Decimal::FromInt(static_cast<int64_t>(lo)),
+                      Decimal::FromInt(static_cast<int64_t>(hi))}, true);
+  }
+  uint64_t m = 0;
+  if (multiple->has_value()) {
+    m = (*multiple)->m;
+    if ((*multiple)->from_float) {  // float division is exact only up to 2^53
+      constexpr __int128 kExact = static_cast<__int128>(1) << 53;
+      lo = has_lo ? std::max(lo, -kExact) : -kExact;
+      hi = has_hi ? std::min(hi, kExact) : kExact;
+      has_lo = has_hi = true;
+    }
+  }
   constexpr __int128 kMin = INT64_MIN, kMax = INT64_MAX;
   if ((has_lo && (lo < kMin || lo > kMax)) || (has_hi && (hi < kMin || hi > kMax))) {
     return Error(pointer, "an integer bound is outside int64");
@@ -599,8 +624,16 @@ absl::StatusOr<uint32_t> Compiler::Integer(const Json& schema, const std::string
                                        static_cast<int64_t>(lo), " > ", static_cast<int64_t>(hi),
                                        ")"));
   }
+  if (m > 1 && has_lo && has_hi) {
+    const __int128 first = lo >= 0 ? (lo + m - 1) / m * m : -((-lo) / m * m);
+    if (first > hi) {
+      return Error(pointer + "/multipleOf",
+                   absl::StrCat("no multiple of ", m, " lies between the bounds (",
+                                static_cast<int64_t>(lo), " to ", static_cast<int64_t>(hi), ")"));
+    }
+  }
   const std::string key = absl::StrCat("integer ", has_lo, " ", static_cast<int64_t>(lo), " ",
-                                       has_hi, " ", static_cast<int64_t>(hi));
+                                       has_hi, " ", static_cast<int64_t>(hi), " ", m);
   if (auto it = leaf_by_key_.find(key); it != leaf_by_key_.end()) return it->second;
   auto id = NewNode(pointer, NodeKind::kInteger);
   if (!id.ok()) return id.status();
@@ -609,6 +642,115 @@ absl::StatusOr<uint32_t> Compiler::Integer(const Json& schema, const std::string
   n.has_hi = has_hi;
   n.lo = static_cast<int64_t>(lo);
   n.hi = static_cast<int64_t>(hi);
+  n.multiple = m;
+  leaf_by_key_.emplace(key, *id);
+  return id;
+}
+
+absl::StatusOr<std::optional<MultipleOf>> Compiler::ReadMultipleOf(const Json& schema,
+                                                                   const std::string& pointer) {
+  auto it = schema.find("multipleOf");
+  if (it == schema.end()) return std::nullopt;
+  MultipleOf m;
+  if ((it->is_number_unsigned() && it->get<uint64_t>() > 0) ||
+      (it->is_number_integer() && it->get<int64_t>() > 0)) {
+    m.integral = true;
+    m.m = it->get<uint64_t>();
+    m.value = static_cast<double>(m.m);
+    return m;
+  }
+  if (it->is_number_float() && it->get<double>() > 0 && std::isfinite(it->get<double>())) {
+    m.value = it->get<double>();
+    m.from_float = true;
+    if (std::trunc(m.value) == m.value && m.value <= kMaxNumberBound) {
+      m.integral = true;
+      m.m = static_cast<uint64_t>(m.value);
+    }
+    return m;
+  }
+  return Error(pointer + "/multipleOf",
+               absl::StrCat("multipleOf must be a number greater than 0; got ", it->dump()));
+}
+
+// A fractional multipleOf: Python divides in floating point (0.07 / 0.01 is not an integer to
+// it), so the multiples it accepts are listed, which needs a range holding few of them.
+absl::StatusOr<uint32_t> Compiler::Multiples(const std::string& pointer,
+                                             const MultipleOf& multiple,
+                                             const DecimalRange& range, bool integers_only) {
+  const Decimal step = Decimal::FromDouble(multiple.value);
+  const std::string where = pointer + "/multipleOf";
+  std::optional<std::vector<std::string>> texts;
+  if (range.lower.has_value() && range.upper.has_value()) {
+    texts = FloatMultiples(step, multiple.value, range, integers_only, kMaxEnumValues);
+  }
+  if (!texts.has_value()) {
+    return Error(where, absl::StrCat(
+        "multipleOf ", step.Text(), " is supported only with minimum and maximum (or the "
+        "exclusive ones) holding at most ", kMaxEnumValues, " multiples: jsonschema divides in "
+        "floating point, which refuses some exact multiples (0.07 / 0.01), so the ones it "
+        "accepts are listed"));
+  }
+  if (texts->empty()) {
+    return Error(where, absl::StrCat("no multiple of ", step.Text(), " between the bounds "
+                                     "passes jsonschema's floating-point check"));
+  }
+  return LiteralNode(pointer, std::move(*texts), 0);
+}
+
+absl::StatusOr<uint32_t> Compiler::Number(const Json& schema, const std::string& pointer) {
+  auto multiple = ReadMultipleOf(schema, pointer);
+  if (!multiple.ok()) return multiple.status();
+  // An integral divisor admits only integers (a fraction never passes): the integer automaton.
+  if (multiple->has_value() && (*multiple)->integral) return Integer(schema, pointer);
+  DecimalRange range;
+  for (const char* keyword : kBoundKeywords) {
+    auto it = schema.find(keyword);
+    if (it == schema.end()) continue;
+    const std::string where = pointer + "/" + keyword;
+    if (!it->is_number()) {
+      return Error(where, absl::StrCat(keyword, " must be a number; got ", it->dump()));
+    }
+    // Exactly, for integers: 2^53 + 1 must not pass as 2^53.
+    const bool in_range =
+        it->is_number_unsigned() ? it->get<uint64_t>() <= (uint64_t{1} << 53)
+        : it->is_number_integer() ? std::abs(it->get<int64_t>()) <= (int64_t{1} << 53)
+                                  : std::fabs(it->get<double>()) <= kMaxNumberBound;
+    if (!in_range) {
+      return Error(where, absl::StrCat(keyword, " ", it->dump(), " on a number is not supported: "
+                                       "bounds must lie within +-2^53 (9007199254740992), where "
+                                       "a double is exact to 1"));
+    }
+    const std::string_view k = keyword;
+    const NumberBound bound{it->get<double>(), k.starts_with("exclusive")};
+    if (k == "minimum" || k == "exclusiveMinimum") {
+      const DecimalRange r = BoundsForNumber(bound, std::nullopt);
+      if (!range.lower.has_value() || Compare(*r.lower, *range.lower) > 0) range.lower = r.lower;
+    } else {
+      const DecimalRange r = BoundsForNumber(std::nullopt, bound);
+      if (!range.upper.has_value() || Compare(*r.upper, *range.upper) < 0) range.upper = r.upper;
+    }
+  }
+  if (range.lower.has_value() && range.upper.has_value() &&
+      Compare(*range.lower, *range.upper) > 0) {
+    return Error(pointer, absl::StrCat("no number lies between the bounds (",
+                                       range.lower->Text(), " > ", range.upper->Text(), ")"));
+  }
+  if (multiple->has_value()) return Multiples(pointer, **multiple, range, false);
+  const std::string key =
+      absl::StrCat("number ", range.lower.has_value() ? range.lower->Text() : "-", " ",
+                   range.upper.has_value() ? range.upper->Text() : "-");
+  if (auto it = leaf_by_key_.find(key); it != leaf_by_key_.end()) return it->second;
+  auto id = NewNode(pointer, NodeKind::kNumber);
+  if (!id.ok()) return id.status();
+  if (range.lower.has_value() || range.upper.has_value()) {
+    const size_t budget = kMaxSchemaDfaStates - std::min(dfa_states_, kMaxSchemaDfaStates);
+    auto dfa = NumberRangeDfa(range, budget);
+    if (!dfa.ok()) return Error(pointer, dfa.status().message());
+    if (dfa->Empty()) return Error(pointer, "no number lies between the bounds");
+    uint32_t dfa_id = kNone;
+    if (absl::Status st = AddDfa(std::move(*dfa), pointer, dfa_id); !st.ok()) return st;
+    out_.nodes[*id].dfa = dfa_id;
+  }
   leaf_by_key_.emplace(key, *id);
   return id;
 }

@@ -746,6 +746,34 @@ absl::StatusOr<Dfa> CompilePattern(std::string_view pattern, size_t max_states) 
   return RegexDfa(top, max_states, absl::StrCat("pattern \"", AV(pattern), "\""));
 }
 
+// Python's ipaddress.IPv4Address: four decimal octets 0-255, no leading zeros.
+static std::string Ipv4Pattern() {
+  constexpr char kOctet[] = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9][0-9]|[0-9])";
+  return absl::StrCat(kOctet, "(?:\\.", kOctet, "){3}");
+}
+
+// Python's ipaddress.IPv6Address without a scope: 8 groups of 1-4 hex digits, the last two
+// possibly an IPv4 address, or fewer around one "::" standing for at least one zero group.
+static std::string Ipv6Pattern() {
+  const std::string h = "[0-9A-Fa-f]{1,4}";
+  const std::string v4 = Ipv4Pattern();
+  std::vector<std::string> forms = {absl::StrCat("(?:", h, ":){7}", h),
+                                    absl::StrCat("(?:", h, ":){6}", v4)};
+  for (int left = 0; left <= 7; ++left) {
+    const int room = 7 - left;  // groups the right side may still write
+    std::string l = left == 0 ? "" : absl::StrCat(h, "(?::", h, "){", left - 1, "}");
+    std::vector<std::string> rights = {""};
+    if (room >= 1) rights.push_back(absl::StrCat(h, "(?::", h, "){0,", room - 1, "}"));
+    if (room >= 2) rights.push_back(absl::StrCat("(?:", h, ":){0,", room - 2, "}", v4));
+    std::string r = "(?:";
+    for (size_t i = 0; i < rights.size(); ++i) r += (i ? "|" : "") + rights[i];
+    forms.push_back(absl::StrCat(l, "::", r, ")"));
+  }
+  std::string out = "^(?:";
+  for (size_t i = 0; i < forms.size(); ++i) out += (i ? "|" : "") + forms[i];
+  return out + ")$";
+}
+
 absl::StatusOr<std::string> FormatPattern(std::string_view format) {
   // RFC 3339 full-date, days per month and leap years included (year 0000 is not a date for
   // Python's datetime, which checks "date").
@@ -773,8 +801,31 @@ absl::StatusOr<std::string> FormatPattern(std::string_view format) {
         "@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
         "(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$");
   }
+  if (format == "ipv4") return absl::StrCat("^", Ipv4Pattern(), "$");
+  if (format == "ipv6") return Ipv6Pattern();
+  if (format == "hostname") {
+    // fqdn's preferred name syntax (letters, digits, hyphens; no hyphen at either end of a
+    // label; two labels or more), within a bound we can count without a large automaton: at
+    // most 8 labels of at most 30 characters (fqdn's limits: 63 a label, 253 in all), no
+    // trailing dot.
+    constexpr char kLabel[] = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,28}[A-Za-z0-9])?";
+    return absl::StrCat("^", kLabel, "(?:\\.", kLabel, "){1,7}$");
+  }
+  if (format == "duration") {
+    // RFC 3339 appendix A's grammar, upper case (a subset of ISO 8601's that isoduration
+    // parses): P with years-months-days in that order without gaps, a time part, or weeks.
+    constexpr char kSecond[] = "[0-9]+S";
+    const std::string minute = absl::StrCat("[0-9]+M(?:", kSecond, ")?");
+    const std::string hour = absl::StrCat("[0-9]+H(?:", minute, ")?");
+    const std::string time = absl::StrCat("T(?:", hour, "|", minute, "|", kSecond, ")");
+    const std::string month = "[0-9]+M(?:[0-9]+D)?";
+    const std::string year = absl::StrCat("[0-9]+Y(?:", month, ")?");
+    return absl::StrCat("^P(?:(?:[0-9]+D|", month, "|", year, ")(?:", time, ")?|", time,
+                        "|[0-9]+W)$");
+  }
   return absl::InvalidArgumentError(absl::StrCat(
-      "format \"", AV(format), "\" is not supported; supported: date, time, date-time, uuid, email"));
+      "format \"", AV(format), "\" is not supported; supported: date, time, date-time, "
+      "duration, email, hostname, ipv4, ipv6, uuid"));
 }
 
 absl::StatusOr<Dfa> LengthDfa(uint64_t min_len, uint64_t max_len, size_t max_states) {

@@ -63,7 +63,8 @@ std::string CanonicalJsonString(std::string_view utf8);
 // (INVALID_ARGUMENT past it, or for syntax we refuse, naming it).
 absl::StatusOr<Dfa> CompilePattern(std::string_view pattern, size_t max_states);
 
-// The built-in patterns of the formats we check (date, time, date-time, uuid, email; see
+// The built-in patterns of the formats we check (date, time, date-time, duration, email,
+// hostname, ipv4, ipv6, uuid; see
 // docs/api.md), or INVALID_ARGUMENT naming an unknown one.
 absl::StatusOr<std::string> FormatPattern(std::string_view format);
 

@@ -105,6 +105,7 @@ class Stepper {
   void KeyByte(Work& w, uint8_t b, SchemaState& out) const;
   bool StringByte(Work& w, uint8_t b) const;
   void NumberByte(Work& w, uint8_t b, SchemaState& out) const;
+  void DfaNumberByte(Work& w, uint8_t b, SchemaState& out) const;
   void IntegerByte(Work& w, uint8_t b, SchemaState& out) const;
   void LiteralByte(Work& w, uint8_t b, SchemaState& out) const;
 
@@ -136,6 +137,8 @@ class Stepper {
     return item != kNone && Fits(w, item) ? item : kNone;
   }
 
+  // Bounded or multipleOf integers track their magnitude.
+  static bool Tracked(const Node& n) { return n.has_lo || n.has_hi || n.multiple > 1; }
   bool IntegerLive(const Node& n, uint8_t flags, uint64_t magnitude) const;
   bool IntegerCanEnd(const Node& n, uint8_t flags, uint64_t magnitude) const;
 
@@ -202,6 +205,7 @@ void Stepper::StepThread(Work& w, uint8_t b, SchemaState& out) const {
       return;
     }
     case FrameKind::kNumber: return NumberByte(w, b, out);
+    case FrameKind::kDfaNumber: return DfaNumberByte(w, b, out);
     case FrameKind::kInteger: return IntegerByte(w, b, out);
     case FrameKind::kLiteral: return LiteralByte(w, b, out);
   }
@@ -238,6 +242,12 @@ bool Stepper::StartLeaf(Work& w, uint32_t leaf, uint8_t b) const {
       w.Push(MakeFrame(n.dfa != kNone ? FrameKind::kDfaString : FrameKind::kString, leaf));
       return true;
     case NodeKind::kNumber:
+      if (n.dfa != kNone) {
+        const uint16_t next = s_.dfas[n.dfa].Next(0, b);
+        if (next == Dfa::kDead) return false;
+        w.Push(MakeFrame(FrameKind::kDfaNumber, leaf, 0, next));
+        return true;
+      }
       if (b == '-') w.Push(MakeFrame(FrameKind::kNumber, leaf, kNumMinus));
       else if (b == '0') w.Push(MakeFrame(FrameKind::kNumber, leaf, kNumZero));
       else if (b >= '1' && b <= '9') w.Push(MakeFrame(FrameKind::kNumber, leaf, kNumInt));
@@ -245,7 +255,7 @@ bool Stepper::StartLeaf(Work& w, uint32_t leaf, uint8_t b) const {
       return true;
     case NodeKind::kInteger: {
       Frame f = MakeFrame(FrameKind::kInteger, leaf);
-      const bool bounded = n.has_lo || n.has_hi;
+      const bool bounded = Tracked(n);
       if (b == '-') {
         f.flags = kIntNegative;
       } else if (IsDigit(b)) {
@@ -480,15 +490,23 @@ void Stepper::NumberByte(Work& w, uint8_t b, SchemaState& out) const {
 
 bool Stepper::IntegerLive(const Node& n, uint8_t flags, uint64_t magnitude) const {
   const bool negative = flags & kIntNegative;
-  // The magnitudes the digits so far can still become: [lo_m, hi_m] ranges, or all >= 0.
+  // The magnitudes the digits so far can still become: [lo_m, hi_m] ranges, or all >= 0; some
+  // value of them must lie in the bounds (and be a multiple).
   auto signed_range_meets = [&](__int128 lo_m, __int128 hi_m) {
-    const __int128 a = negative ? -hi_m : lo_m, b = negative ? -lo_m : hi_m;
-    return (!n.has_hi || a <= n.hi) && (!n.has_lo || b >= n.lo);
+    __int128 a = negative ? -hi_m : lo_m, b = negative ? -lo_m : hi_m;
+    if (n.has_lo) a = std::max<__int128>(a, n.lo);
+    if (n.has_hi) b = std::min<__int128>(b, n.hi);
+    if (a > b) return false;
+    if (n.multiple <= 1) return true;
+    const __int128 m = n.multiple;
+    const __int128 first = a >= 0 ? (a + m - 1) / m * m : -((-a) / m * m);  // ceil to a multiple
+    return first <= b;
   };
   constexpr __int128 kHuge = static_cast<__int128>(1) << 100;
   if (!(flags & kIntDigit)) return signed_range_meets(0, kHuge);
   if (flags & kIntZero) return signed_range_meets(0, 0);
-  if (flags & kIntBig) return signed_range_meets(kHuge, kHuge);
+  // Past 10^18 only an unbounded side is left, and appending digits reaches every residue.
+  if (flags & kIntBig) return negative ? !n.has_lo : !n.has_hi;
   __int128 lo_m = magnitude, span = 1;
   for (int extra = 0; extra <= 20; ++extra) {
     if (signed_range_meets(lo_m, lo_m + span - 1)) return true;
@@ -500,10 +518,11 @@ bool Stepper::IntegerLive(const Node& n, uint8_t flags, uint64_t magnitude) cons
 
 bool Stepper::IntegerCanEnd(const Node& n, uint8_t flags, uint64_t magnitude) const {
   if (!(flags & kIntDigit)) return false;
-  if (!n.has_lo && !n.has_hi) return true;
-  if (flags & kIntBig) return (flags & kIntNegative) ? !n.has_lo : !n.has_hi;
+  if (!Tracked(n)) return true;
+  const bool multiple_ok = n.multiple <= 1 || magnitude % n.multiple == 0;
+  if (flags & kIntBig) return multiple_ok && ((flags & kIntNegative) ? !n.has_lo : !n.has_hi);
   const __int128 v = (flags & kIntNegative) ? -static_cast<__int128>(magnitude) : magnitude;
-  return (!n.has_lo || v >= n.lo) && (!n.has_hi || v <= n.hi);
+  return multiple_ok && (!n.has_lo || v >= n.lo) && (!n.has_hi || v <= n.hi);
 }
 
 void Stepper::IntegerByte(Work& w, uint8_t b, SchemaState& out) const {
@@ -511,19 +530,35 @@ void Stepper::IntegerByte(Work& w, uint8_t b, SchemaState& out) const {
   const Node& n = node(f.node);
   if (IntegerCanEnd(n, f.flags, f.value)) EndScalarThenStep(w, b, out);
   if (!IsDigit(b) || (f.flags & kIntZero)) return;
-  const bool bounded = n.has_lo || n.has_hi;
+  const bool bounded = Tracked(n);
   if (!(f.flags & kIntDigit)) {
     f.flags |= kIntDigit | (b == '0' ? kIntZero : 0);
   }
-  if (bounded && !(f.flags & kIntBig)) {
+  if (bounded && (f.flags & kIntBig)) {
+    // The magnitude modulo the multiple (0 without one).
+    f.value = n.multiple > 1 ? static_cast<uint64_t>(
+        (static_cast<unsigned __int128>(f.value) * 10 + (b - '0')) % n.multiple) : 0;
+  } else if (bounded) {
     constexpr uint64_t kBig = 1'000'000'000'000'000'000ull;  // past every int64 bound / 9
     f.value = f.value * 10 + (b - '0');
     if (f.value >= kBig) {
       f.flags |= kIntBig;
-      f.value = 0;
+      f.value = n.multiple > 1 ? f.value % n.multiple : 0;
     }
   }
   if (bounded && !IntegerLive(n, f.flags, f.value)) return;
+  Emit(w, out);
+}
+
+// A bounded number: an automaton over its bytes (schema_number.h), ended lazily like kNumber.
+void Stepper::DfaNumberByte(Work& w, uint8_t b, SchemaState& out) const {
+  Frame& f = w.top();
+  const Dfa& dfa = s_.dfas[node(f.node).dfa];
+  const uint16_t state = static_cast<uint16_t>(f.value);
+  if (dfa.Accepting(state)) EndScalarThenStep(w, b, out);
+  const uint16_t next = dfa.Next(state, b);
+  if (next == Dfa::kDead) return;
+  f.value = next;
   Emit(w, out);
 }
 
@@ -560,6 +595,8 @@ bool Stepper::ThreadCanEnd(const Work& w) const {
       return f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac ||
              f.phase == kNumExpDigits;
     case FrameKind::kInteger: return IntegerCanEnd(node(f.node), f.flags, f.value);
+    case FrameKind::kDfaNumber:
+      return s_.dfas[node(f.node).dfa].Accepting(static_cast<uint16_t>(f.value));
     case FrameKind::kLiteral: {
       const std::vector<std::string>& lits = node(f.node).literals;
       return lits[f.value >> 32].size() == (f.value & 0xFFFFFFFF);

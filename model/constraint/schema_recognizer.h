@@ -71,13 +71,15 @@ struct Node {
   uint64_t count_cap = 0;  // items counted up to this (every later one behaves alike)
 
   // kString: code points in [min_len, max_len]; dfa != kNone: the content must be accepted by
-  // dfas[dfa] (pattern / format, with the length folded in).
+  // dfas[dfa] (pattern / format, with the length folded in). kNumber: dfa != kNone: the text
+  // must be accepted by dfas[dfa] (bounds, schema_number.h), else any JSON number.
   uint64_t min_len = 0, max_len = kUnbounded;
   uint32_t dfa = kNone;
 
-  // kInteger: bounds when present.
+  // kInteger: bounds when present; multiple > 1: a multiple of it (multipleOf).
   bool has_lo = false, has_hi = false;
   int64_t lo = 0, hi = 0;
+  uint64_t multiple = 0;
 
   // kLiteral: canonical JSON texts, sorted, distinct; the deepest one's nesting.
   std::vector<std::string> literals;
@@ -100,8 +102,11 @@ enum class FrameKind : uint8_t {
   kString,   // phase StringPhase; value = code points so far (bounded strings only)
   kDfaString,  // value = dfa state
   kNumber,   // phase = NumberPhase
-  kInteger,  // flags IntegerFlags; value = magnitude so far (bounded integers only)
+  // flags IntegerFlags; value = magnitude so far (bounded or multipleOf integers only; past
+  // 10^18, kIntBig: the magnitude modulo `multiple`)
+  kInteger,
   kLiteral,  // value = (index of the first literal with this prefix) << 32 | prefix length
+  kDfaNumber,  // value = dfa state (ends when a byte the number cannot take comes)
 };
 
 enum ObjectPhase : uint8_t { kObjOpen, kObjKey, kObjColon, kObjValue, kObjAfter };
