@@ -1,10 +1,11 @@
 // sampling CPU backend. Probabilities are computed in double; the sorted order (descending
-// prob, ties towards the lower id) is built lazily by growing partial sorts, so the common
-// top_k / top_p cases never sort the whole vocabulary.
+// prob, ties towards the lower id) is built lazily: each growth selects the next best block
+// of the unsorted rest (nth_element) and sorts only that block, so the common top_k / top_p
+// cases never sort the whole vocabulary, and a flat distribution's long top_p prefix costs a
+// few passes over the vocabulary instead of a partial sort from the start at every doubling.
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,20 +45,29 @@ int32_t SampleRow(const SamplingParams& p, int b) {
   const int V = p.vocab;
   const double inv_t = 1.0 / p.temperature[b];
   const double m = logits[Argmax(logits, V)];
-  std::vector<double> probs(V);
+  // (probability, id) side by side: the sorts compare neighbours in memory, not through an index.
+  struct Entry {
+    double prob;
+    int32_t id;
+  };
+  std::vector<Entry> order(V);
   double sum = 0;
-  for (int i = 0; i < V; ++i) sum += probs[i] = std::exp((logits[i] - m) * inv_t);
-  for (auto& x : probs) x /= sum;
-
-  std::vector<int32_t> order(V);
-  std::iota(order.begin(), order.end(), 0);
-  const auto by_prob = [&](int32_t a, int32_t c) { return probs[a] > probs[c] || (probs[a] == probs[c] && a < c); };
+  for (int i = 0; i < V; ++i) {
+    order[i] = {std::exp((logits[i] - m) * inv_t), i};
+    sum += order[i].prob;
+  }
+  for (Entry& e : order) e.prob /= sum;
+  const auto by_prob = [](const Entry& a, const Entry& c) {
+    return a.prob > c.prob || (a.prob == c.prob && a.id < c.id);
+  };
   const int top_k = (p.top_k[b] > 0 && p.top_k[b] < V) ? p.top_k[b] : V;
   int sorted = 0;  // order[0, sorted) is the sorted prefix
   const auto ensure_sorted = [&](int n) {
     if (n <= sorted) return;
     n = std::max(n, std::min(V, std::max(64, 2 * sorted)));
-    std::partial_sort(order.begin(), order.begin() + n, order.end(), by_prob);
+    // The prefix stays; the next n - sorted best of the rest are selected, then sorted.
+    if (n < V) std::nth_element(order.begin() + sorted, order.begin() + n, order.end(), by_prob);
+    std::sort(order.begin() + sorted, order.begin() + n, by_prob);
     sorted = n;
   };
   // Mass of the top_k survivors: the top_p threshold is relative to it.
@@ -65,20 +75,20 @@ int32_t SampleRow(const SamplingParams& p, int b) {
   if (top_k < V) {
     ensure_sorted(top_k);
     kept_mass = 0;
-    for (int i = 0; i < top_k; ++i) kept_mass += probs[order[i]];
+    for (int i = 0; i < top_k; ++i) kept_mass += order[i].prob;
   }
   // No filter at all: every token is kept, so sort once instead of growing the prefix.
   if (top_k == V && p.top_p[b] >= 1.0f && p.min_p[b] == 0.0f) ensure_sorted(V);
   ensure_sorted(1);
   const double top_p = p.top_p[b];
-  const double min_prob = static_cast<double>(p.min_p[b]) * probs[order[0]];
+  const double min_prob = static_cast<double>(p.min_p[b]) * order[0].prob;
   // Cut: the first sorted index that a filter drops (the first token always stays).
   int cut = 1;
-  double cum = probs[order[0]];
+  double cum = order[0].prob;
   while (cut < top_k) {
     if (top_p < 1.0 && cum >= top_p * kept_mass) break;
     ensure_sorted(cut + 1);
-    const double pr = probs[order[cut]];
+    const double pr = order[cut].prob;
     if (pr < min_prob) break;
     cum += pr;
     ++cut;
@@ -87,10 +97,10 @@ int32_t SampleRow(const SamplingParams& p, int b) {
   const double target = static_cast<double>(SamplingUniform(p.seed[b], p.step[b])) * cum;
   double acc = 0;
   for (int i = 0; i < cut; ++i) {
-    acc += probs[order[i]];
-    if (acc > target) return order[i];
+    acc += order[i].prob;
+    if (acc > target) return order[i].id;
   }
-  return order[cut - 1];
+  return order[cut - 1].id;
 }
 
 }  // namespace

@@ -115,6 +115,76 @@ TEST(Sampling, SeedAndStepReproducibleWhateverTheBatch) {
   EXPECT_GT(std::unique(seen.begin(), seen.end()) - seen.begin(), 5);
 }
 
+// The token the CPU path must draw, from one sort of the whole vocabulary (descending
+// probability, ties towards the lower id), the filters and the inverse CDF as
+// docs/kernels.md states them; the same double arithmetic in the same order.
+int32_t DrawFromWholeSort(const std::vector<float>& row, float temperature, int top_k_in, float top_p,
+                          float min_p, uint64_t seed, uint64_t step) {
+  const int vocab = static_cast<int>(row.size());
+  const double m = *std::max_element(row.begin(), row.end());
+  std::vector<double> probs(vocab);
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += probs[i] = std::exp((row[i] - m) * (1.0 / temperature));
+  for (double& x : probs) x /= sum;
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t c) {
+    return probs[a] > probs[c] || (probs[a] == probs[c] && a < c);
+  });
+  const int top_k = top_k_in > 0 && top_k_in < vocab ? top_k_in : vocab;
+  double kept = 0;
+  for (int i = 0; i < top_k; ++i) kept += probs[order[i]];
+  if (top_k == vocab) kept = 1.0;
+  int cut = 1;
+  double cum = probs[order[0]];
+  while (cut < top_k) {
+    if (top_p < 1.0f && cum >= static_cast<double>(top_p) * kept) break;
+    if (probs[order[cut]] < static_cast<double>(min_p) * probs[order[0]]) break;
+    cum += probs[order[cut++]];
+  }
+  const double target = static_cast<double>(SamplingUniform(seed, step)) * cum;
+  double acc = 0;
+  for (int i = 0; i < cut; ++i) {
+    acc += probs[order[i]];
+    if (acc > target) return order[i];
+  }
+  return order[cut - 1];
+}
+
+// Flat rows (the long top_p prefixes that make the lazy sort grow many times), with ties
+// and refused (-infinity) tokens: the lazily sorted draw is the whole sort's, token for token.
+TEST(Sampling, LazySortDrawsAsTheWholeSortOnFlatRows) {
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  const int vocab = 6000;
+  auto row = testing::RandomVector(vocab, seed);
+  for (int i = 0; i < vocab; ++i) {
+    row[i] = std::round(row[i] * 8.0f) / 64.0f;  // flat, with many equal logits
+    if (i % 3 == 1) row[i] = -INFINITY;
+  }
+  struct Filters {
+    float temperature;
+    int top_k;
+    float top_p, min_p;
+  };
+  for (const Filters f : {Filters{1.0f, 0, 0.9f, 0.0f}, Filters{2.0f, 0, 0.99f, 0.0f},
+                          Filters{1.0f, 3000, 0.95f, 0.0f}, Filters{1.0f, 0, 1.0f, 0.5f},
+                          Filters{0.7f, 1500, 1.0f, 0.0f}, Filters{1.0f, 0, 1.0f, 0.0f}}) {
+    Batch b(1, vocab, row);
+    b.temperature[0] = f.temperature;
+    b.top_k[0] = f.top_k;
+    b.top_p[0] = f.top_p;
+    b.min_p[0] = f.min_p;
+    for (uint64_t s = 0; s < 40; ++s) {
+      b.seed[0] = seed + s;
+      b.step[0] = s;
+      EXPECT_EQ(b.Run()[0], DrawFromWholeSort(row, f.temperature, f.top_k, f.top_p, f.min_p, seed + s, s))
+          << "T " << f.temperature << " top_k " << f.top_k << " top_p " << f.top_p << " min_p " << f.min_p
+          << " draw " << s;
+    }
+  }
+}
+
 TEST(Sampling, UniformIsSplitmix64TopBits) {
   // Independent restatement of the documented formula.
   auto expect = [](uint64_t seed, uint64_t step) {
