@@ -13,19 +13,30 @@ Each invalid text records `alive`: the length of its longest prefix shared with 
 it came from, which the recognizer must take before refusing.
 
 `date-time` and `time` are checked with this script's own RFC 3339 check (jsonschema needs
-rfc3339-validator for them, which Debian 12 does not package); `date`, `uuid` and `email` by
-jsonschema's FormatChecker.
+rfc3339-validator for them, which Debian 12 does not package); `hostname` and `duration` with
+ports of what jsonschema calls for them, fqdn 1.6.0's FQDN(s).is_valid and isoduration
+20.11.0's parse_duration (neither is packaged by Debian 12; the ports agree with the real ones
+on every fixture text: run with --check-ports where both are importable); `date`, `uuid`,
+`email`, `ipv4` and `ipv6` by jsonschema's FormatChecker.
+
+Numbers under bounds are written as structured outputs write them: in decimal without exponent,
+between the decimal bounds json_schema's compiler derives (model/constraint/schema_number.h:
+an exclusive bound moves to the next double past it), so texts that Python rounds onto a bound
+are among the invalid ones; fractional multipleOf values are k * step in shortest decimal.
 
 Run: /usr/bin/python3 tools/make_json_schema_fixtures.py  (needs python3-jsonschema)
 """
 
 import datetime
+import decimal
 import importlib.metadata
 import json
+import math
 import os
 import random
 import re
 import sys
+from decimal import Decimal
 
 import jsonschema
 
@@ -106,6 +117,37 @@ SCHEMAS = [
     ("time", {"type": "string", "format": "time"}, False),
     ("uuid", {"type": "string", "format": "uuid"}, False),
     ("typeless_keywords", {"properties": {"a": {"type": "null"}}, "maxLength": 2}, False),
+    ("number_bounds", {"type": "number", "minimum": -1.5, "exclusiveMaximum": 2}, False),
+    ("number_exclusive_zero", {"type": "number", "exclusiveMinimum": 0}, False),
+    ("number_upper", {"type": "number", "maximum": -0.25}, False),
+    ("number_rounding",
+     {"type": "number", "exclusiveMinimum": 0.1, "maximum": 0.30000000000000004}, False),
+    ("integer_multiple", {"type": "integer", "multipleOf": 5, "minimum": -12, "maximum": 40},
+     False),
+    ("integer_multiple_wide",
+     {"type": "integer", "multipleOf": 7, "minimum": -10 ** 18, "maximum": 10 ** 18}, False),
+    # Bounded above too: the test's validator reads integers past int64 as doubles.
+    ("number_multiple_integral",
+     {"type": "number", "multipleOf": 3, "exclusiveMinimum": -10.5, "maximum": 1e15}, False),
+    ("number_multiple_decimal",
+     {"type": "number", "minimum": 0, "maximum": 1, "multipleOf": 0.01}, False),
+    ("ipv4", {"type": "string", "format": "ipv4"}, False),
+    ("ipv6", {"type": "string", "format": "ipv6"}, False),
+    ("hostname", {"type": "string", "format": "hostname"}, False),
+    ("duration", {"type": "string", "format": "duration"}, False),
+    ("pydantic_fields",
+     {"type": "object",
+      "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1},
+                     "ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+                     "count": {"type": "integer", "multipleOf": 5, "minimum": 0,
+                               "maximum": 100000},
+                     "price": {"type": "number", "minimum": 0, "maximum": 2,
+                               "multipleOf": 0.25},
+                     "ttl": {"type": "string", "format": "duration"},
+                     "host": {"type": "string", "format": "hostname"},
+                     "address": {"anyOf": [{"type": "string", "format": "ipv4"},
+                                           {"type": "string", "format": "ipv6"}]}},
+      "required": ["score", "count", "address"], "additionalProperties": False}, True),
     ("order",
      {"type": "object",
       "properties": {"id": {"type": "integer"},
@@ -130,6 +172,13 @@ EXAMPLES = {
     "time": ["23:59:59Z", "00:00:00.5+01:00", "12:34:56-11:59"],
     "uuid": ["123e4567-e89b-12d3-a456-426614174000", "ABCDEF01-2345-6789-ABCD-EF0123456789"],
     "email": ["a@b.co", "first.last+x@mail.example.org", "x_y@host-1.net"],
+    "ipv4": ["192.168.0.1", "0.0.0.0", "255.255.255.255", "10.200.30.4"],
+    "ipv6": ["::", "::1", "2001:db8::8a2e:370:7334", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:7::",
+             "::ffff:192.168.0.1", "fe80::1:2", "ABCD:EF01::9"],
+    "hostname": ["example.com", "api.eu-west-1.example.COM", "a-b.c", "1.2.3.4",
+                 "x" * 30 + ".io"],
+    "duration": ["P1Y2M3DT4H5M6S", "PT1M", "P1W", "P3D", "PT36H", "P0D", "P1YT1S",
+                 "P12M30D", "PT1H30M"],
 }
 
 RFC3339_TIME = re.compile(
@@ -156,9 +205,114 @@ def rfc3339_date_time(s):
     return re.match(r"^\d{4}-\d{2}-\d{2}$", s[:10]) is not None and rfc3339_time(s[11:].upper())
 
 
+FQDN_SYNTAX = re.compile(r"^((?![-])[-A-Z\d]{1,63}(?<!-)[.])*(?!-)[-A-Z\d]{1,63}(?<!-)[.]?$",
+                         re.IGNORECASE)
+
+
+def fqdn_valid(s):
+    """fqdn 1.6.0's FQDN(s).is_valid (FQDN("") raises: not a host name)."""
+    if not s:
+        return False
+    f = s.lower()
+    length = len(f) - 1 if f.endswith(".") else len(f)
+    if length > 253 or not FQDN_SYNTAX.match(f):
+        return False
+    return f.count(".") + (0 if f.endswith(".") else 1) >= 2
+
+
+def iso_decimal(text):
+    try:
+        return Decimal(text)
+    except decimal.InvalidOperation:
+        return None
+
+
+def iso_designators(text, designators, week_alone):
+    """isoduration's parse_date_duration / parse_time_duration loop: True, False, or a tail
+    after 'T' (date part only)."""
+    nonzero, tmp = False, ""
+    for idx, ch in enumerate(text):
+        if week_alone and ch == "T":
+            if tmp != "" and tmp == text[:idx]:
+                return True  # PYYYY-MM-DDThh:mm:ss, parsed by arrow: counted valid here
+            return text[idx + 1:] if text[idx + 1:] != "" else False
+        if ch.isalpha() and ch.lower() != "e":
+            while designators and designators[0] != ch:
+                designators.pop(0)
+            if not designators:
+                return False
+            designators.pop(0)
+            value = iso_decimal(tmp)
+            if value is None:
+                return False
+            if week_alone and ch == "W" and nonzero:
+                return False
+            nonzero = nonzero or value != 0
+            tmp = ""
+        elif re.match(r"[+\-0-9.,eE]", ch):
+            tmp += "." if ch == "," else ch
+        else:
+            return False
+    return True
+
+
+def iso_duration(s):
+    """isoduration 20.11.0's parse_duration succeeds (jsonschema's duration check)."""
+    if len(s) < 2:
+        return False
+    begin = 2 if s[0] in "+-" else 1
+    if len(s) < begin or s[begin - 1] != "P":
+        return False
+    date = iso_designators(s[begin:], ["Y", "M", "D", "W"], True)
+    if isinstance(date, str):
+        return iso_designators(date, ["H", "M", "S"], False) is True
+    return date
+
+
 FORMATS = jsonschema.FormatChecker()
 FORMATS.checks("date-time")(lambda s: not isinstance(s, str) or rfc3339_date_time(s))
 FORMATS.checks("time")(lambda s: not isinstance(s, str) or rfc3339_time(s.upper()))
+FORMATS.checks("hostname")(lambda s: not isinstance(s, str) or fqdn_valid(s))
+FORMATS.checks("duration")(lambda s: not isinstance(s, str) or iso_duration(s))
+
+
+def check_ports():
+    """The ports above against fqdn and isoduration themselves, on every fixture string."""
+    import fqdn
+    import isoduration
+    with open(OUT, encoding="utf-8") as f:
+        cases = json.load(f)["cases"]
+    strings = set()
+    for c in cases:
+        texts = list(c["valid"]) + [bytes.fromhex(b["hex"]).decode("utf-8", "replace")
+                                    for b in c["invalid"]]
+        for t in texts:
+            try:
+                v = json.loads(t)
+            except ValueError:
+                continue
+            if isinstance(v, str):
+                strings.add(v)
+    strings |= {"P0Y1W", "P1W1D", "P", "PT", "P1", "+P1D", "-PT1S", "P1,5D", "P1e3D", "PX",
+                "P1DT", "PT1H1S", "P1Y1D", "localhost", "a.b.", "-a.b", "a" * 64 + ".b"}
+    bad = 0
+    for t in sorted(strings):
+        try:
+            real = bool(isoduration.parse_duration(t))
+        except Exception:  # noqa: BLE001 - any failure is "invalid" to jsonschema's check
+            real = False
+        if real != iso_duration(t) and not (iso_duration(t) and "T" in t):
+            print("duration disagrees:", repr(t), real)
+            bad += 1
+        try:
+            real = fqdn.FQDN(t).is_valid
+        except ValueError:
+            real = False
+        if real != fqdn_valid(t):
+            print("hostname disagrees:", repr(t), real)
+            bad += 1
+    print(f"{len(strings)} strings, {bad} disagreements")
+    sys.exit(1 if bad else 0)
 
 
 def reject_constant(name):
@@ -229,15 +383,51 @@ class Writer:
                     return json.dumps(self.rng.choice(EXAMPLES[schema[key]]), ensure_ascii=False)
             lo = schema.get("minLength", 0)
             return self.string(lo, min(schema.get("maxLength", lo + 6), lo + 6))
-        if t == "integer":
-            lo = schema.get("minimum", schema.get("exclusiveMinimum", -60) + 1)
-            hi = schema.get("maximum", schema.get("exclusiveMaximum", lo + 400) - 1)
-            return str(self.rng.randint(lo, hi))
+        if t == "integer" or (t == "number" and integral_multiple(schema)):
+            lo = math.ceil(schema.get("minimum", schema.get("exclusiveMinimum", -60) + 0.5))
+            hi = math.floor(schema.get("maximum", schema.get("exclusiveMaximum", lo + 400) - 0.5))
+            m = int(schema.get("multipleOf", 1))
+            if self.rng.random() < 0.3:  # somewhere near the ends
+                lo, hi = self.rng.choice([(lo, min(hi, lo + 3 * m)), (max(lo, hi - 3 * m), hi)])
+            return str(m * self.rng.randint(-(-lo // m), hi // m))
+        if t == "number" and "multipleOf" in schema:
+            step = Decimal(repr(float(schema["multipleOf"])))
+            lo, hi = number_range(schema)
+            k = self.rng.randint(math.ceil(lo / step), math.floor(hi / step))
+            return plain(k * step)
+        if t == "number" and any(k in schema for k in BOUNDS):
+            return self.bounded_number(schema)
         if t == "number":
             return self.number()
         if t == "boolean":
             return self.rng.choice(["true", "false"])
         return "null"
+
+    def bounded_number(self, schema):
+        """A decimal without exponent inside the compiler's bounds: an end, next to one, or
+        anywhere between with 0-7 fraction digits."""
+        lo, hi = number_range(schema)
+        lo = hi - 1000 if lo is None else lo
+        hi = lo + 1000 if hi is None else hi
+        tiny = Decimal(10) ** -self.rng.randint(1, 24)
+        choice = self.rng.randrange(5)
+        if choice == 0:
+            v = lo
+        elif choice == 1:
+            v = hi
+        elif choice == 2:
+            v = min(hi, lo + tiny)
+        elif choice == 3:
+            v = max(lo, hi - tiny)
+        else:
+            digits = self.rng.randint(0, 7)
+            v = (lo + (hi - lo) * Decimal(self.rng.random())).quantize(
+                Decimal(10) ** -digits, rounding=decimal.ROUND_DOWN if digits else None)
+            v = min(max(v, lo), hi)
+        text = plain(v)
+        if "." in text and self.rng.random() < 0.2:
+            text += "0" * self.rng.randint(1, 3)  # trailing zeros are the same number
+        return text
 
     def any(self, depth):
         choice = self.rng.randrange(6 if depth < 3 else 4)
@@ -280,6 +470,60 @@ class Writer:
         parts = [self.ws() + self.value(prefix[i] if i < len(prefix) else items, depth + 1) +
                  self.ws() for i in range(n)]
         return "[" + (",".join(parts) if parts else self.ws()) + "]"
+
+
+BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
+decimal.getcontext().prec = 2000
+
+
+def plain(d):
+    """A Decimal as JSON text without exponent (integers without '.')."""
+    d = d.normalize() if d != 0 else Decimal(0)
+    return format(d, "f")
+
+
+def integral_multiple(schema):
+    m = schema.get("multipleOf")
+    return m is not None and float(m) == int(float(m))
+
+
+def number_range(schema):
+    """The decimal bounds json_schema's compiler keeps (schema_number.h BoundsForNumber): the
+    shortest decimal of the bound's double, or of the next double past an exclusive one."""
+    lo = hi = None
+    for key in BOUNDS:
+        if key not in schema:
+            continue
+        b = float(schema[key])
+        lower = key in ("minimum", "exclusiveMinimum")
+        if key.startswith("exclusive"):
+            b = math.nextafter(b, math.inf if lower else -math.inf)
+        d = Decimal(repr(b))
+        if lower:
+            lo = d if lo is None else max(lo, d)
+        else:
+            hi = d if hi is None else min(hi, d)
+    return lo, hi
+
+
+def edge_texts(schema):
+    """Numbers next to a top-level number schema's bounds that Python rounds or compares onto
+    the wrong side (invalid), e.g. 1e-400 for exclusiveMinimum 0."""
+    if schema.get("type") != "number" or "multipleOf" in schema:
+        return []
+    out = []
+    for key in BOUNDS:
+        if key not in schema:
+            continue
+        b = Decimal(repr(float(schema[key])))
+        up = key in ("minimum", "exclusiveMaximum")
+        sign = -1 if up else 1  # the invalid side of a minimum is below it
+        near = Decimal(10) ** -25
+        out += [plain(b), plain(b + sign * near), plain(b - sign * Decimal("0.001")),
+                plain(b + sign * near) + "1", format(float(schema[key]), ".17g")]
+        if b == 0:
+            out += ["0." + "0" * 399 + "1", "-0." + "0" * 399 + "1", "1e-400", "-0.0"]
+    return [t for t in out if t]
 
 
 def byte_mutations(rng, text):
@@ -374,6 +618,13 @@ def main():
                     ok = False
                 if not ok:
                     invalid.append({"hex": m.hex(), "alive": common_prefix(m, raw)})
+        for text in edge_texts(schema):
+            m = text.encode("utf-8")
+            if m in seen_bad or label(schema, text):
+                continue
+            seen_bad.add(m)
+            alive = max(common_prefix(m, v.encode("utf-8")) for v in valid)
+            invalid.append({"hex": m.hex(), "alive": alive})
         cases.append({"name": name, "schema": schema, "strict": strict, "valid": valid,
                       "invalid": invalid})
         print(f"{name}: {len(valid)} valid, {len(invalid)} invalid")
@@ -386,4 +637,6 @@ def main():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--check-ports"]:
+        check_ports()
     main()

@@ -126,7 +126,7 @@ std::optional<std::string> Walk(const std::shared_ptr<const ConstraintVocabulary
                                 const std::vector<std::optional<std::string>>& tokens,
                                 const std::shared_ptr<const JsonSchema>& schema, Rng& rng,
                                 int budget, int brute_force_steps, int& brute_forced) {
-  static constexpr char kClosing[] = "\"}]0123456789nultrefaZ-:T.@b";
+  static constexpr char kClosing[] = "\"}]DSW0123456789nultrefaZ-:T.@b";  // D S W end durations
   JsonConstraint c(vocab, "", schema);
   std::vector<int32_t> history;
   std::string text;

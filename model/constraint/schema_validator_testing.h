@@ -6,9 +6,13 @@
 // constrained walks write.
 #pragma once
 
+#include <arpa/inet.h>
+
+#include <cctype>
 #include <cmath>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 
@@ -87,7 +91,81 @@ class ReferenceValidator {
       return std::regex_match(s, re);
     }
     if (f == "email") return s.find('@') != std::string::npos;
+    if (f == "ipv4" || f == "ipv6") {  // the C library's parser
+      unsigned char buf[16];
+      return inet_pton(f == "ipv4" ? AF_INET : AF_INET6, s.c_str(), buf) == 1;
+    }
+    if (f == "hostname") return HostName(s);
+    if (f == "duration") return Duration(s);
     return true;
+  }
+  // fqdn's FQDN(s).is_valid: labels of 1-63 letters / digits / hyphens, no hyphen at either
+  // end, two labels or more, at most 253 characters (a trailing dot aside); Python's '$' also
+  // matches before one final newline.
+  static bool HostName(std::string s) {
+    if (s.empty() || s.size() - (s.back() == '.') > 253) return false;
+    if (s.back() == '\n') s.pop_back();
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    std::vector<std::string> labels(1);
+    for (char c : s) {
+      if (c == '.') labels.emplace_back();
+      else labels.back().push_back(c);
+    }
+    for (const std::string& l : labels) {
+      if (l.empty() || l.size() > 63 || l.front() == '-' || l.back() == '-') return false;
+      for (char c : l) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+      }
+    }
+    return labels.size() >= 2;
+  }
+  // isoduration's parse_duration: [+-]P, then decimals each followed by a designator of
+  // Y M D W (in that order, W alone unless the others are zero), optionally T and H M S.
+  static bool Duration(const std::string& s) {
+    static const std::regex number("^[+-]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][+-]?[0-9]+)?$");
+    if (s.size() < 2) return false;
+    const size_t begin = (s[0] == '+' || s[0] == '-') ? 2 : 1;
+    if (s.size() < begin || s[begin - 1] != 'P') return false;
+    std::string designators = "YMDW", tmp;
+    bool nonzero = false, time = false;
+    for (size_t i = begin; i < s.size(); ++i) {
+      const char c = s[i];
+      if (!time && c == 'T') {
+        if (!tmp.empty() && tmp.size() == i - begin) return true;  // the date-time form
+        if (i + 1 == s.size()) return false;
+        time = true;
+        designators = "HMS";
+        tmp.clear();
+        continue;
+      }
+      if (std::isalpha(static_cast<unsigned char>(c)) && c != 'e' && c != 'E') {
+        const size_t at = designators.find(c);
+        if (at == std::string::npos || !std::regex_match(tmp, number)) return false;
+        designators.erase(0, at + 1);
+        if (!time && c == 'W' && nonzero) return false;
+        nonzero = nonzero || tmp.find_first_of("123456789") != std::string::npos;
+        tmp.clear();
+      } else if (std::string_view("+-0123456789.,eE").find(c) != std::string_view::npos) {
+        tmp.push_back(c == ',' ? '.' : c);
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+  // multipleOf as Python's jsonschema: an integer divisor exactly (an integer instance) or by
+  // float remainder, a float divisor by float division whose quotient must be integral.
+  static bool MultipleOf(const Json& d, const Json& v) {
+    if (d.is_number_float()) {
+      const double q = v.get<double>() / d.get<double>();
+      return std::isfinite(q) && std::trunc(q) == q;
+    }
+    if (v.is_number_integer()) {
+      const __int128 x = v.is_number_unsigned() ? static_cast<__int128>(v.get<uint64_t>())
+                                                : static_cast<__int128>(v.get<int64_t>());
+      return x % static_cast<__int128>(d.get<uint64_t>()) == 0;
+    }
+    return std::fmod(v.get<double>(), d.get<double>()) == 0;
   }
 
   const Json& Resolve(const std::string& ref) const {
@@ -170,6 +248,7 @@ class ReferenceValidator {
       if (s.contains("maximum") && x > s["maximum"].get<double>()) return false;
       if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) return false;
       if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>()) return false;
+      if (s.contains("multipleOf") && !MultipleOf(s["multipleOf"], v)) return false;
     }
     return true;
   }
