@@ -183,6 +183,7 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
   };
   absl::StatusOr<std::vector<RequestSpec>> specs = BuildDataset(o, *model);
   if (!specs.ok()) return fail(specs.status());
+  for (RequestSpec& spec : *specs) spec.sends_knobs = SendsKnobs(o.seed, spec.index, o.knobs_fraction);
   const std::vector<double> arrivals =
       PoissonArrivalOffsets(static_cast<int>(specs->size()), o.request_rate, o.seed);
 
@@ -194,6 +195,10 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
   load.max_concurrency = o.max_concurrency;
   load.call.timeout = absl::Seconds(o.request_timeout_s);
   load.call.temperature = o.temperature;
+  load.call.top_p = o.top_p;
+  load.call.presence_penalty = o.presence_penalty;
+  load.call.frequency_penalty = o.frequency_penalty;
+  load.call.logprobs = o.logprobs;
   load.call.ignore_eos = o.ignore_eos;
   load.call.include_text = o.include_text;
 

@@ -23,6 +23,11 @@ namespace mlaserve::bench {
 struct CallSettings {
   absl::Duration timeout = absl::Seconds(600);  // deadline of each request
   std::optional<float> temperature;             // unset: the server's default
+  std::optional<float> top_p;                   // unset: the server's default
+  // Sent only with a RequestSpec whose sends_knobs is set (BenchOptions::knobs_fraction).
+  std::optional<float> presence_penalty;
+  std::optional<float> frequency_penalty;
+  std::optional<int> logprobs;
   bool ignore_eos = true;
   bool include_text = true;  // ask the router to detokenize too, as a real client would
 };

@@ -71,6 +71,22 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--temperature", temperature, "sampling temperature (0 = greedy)")
       ->capture_default_str();
+  float top_p = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  int logprobs = 0;
+  CLI::Option* top_p_flag = app.add_option("--top-p", top_p, "nucleus sampling (not sent unless given)");
+  CLI::Option* presence_flag = app.add_option(
+      "--presence-penalty", presence_penalty,
+      "OpenAI's presence penalty, sent by the --knobs-fraction share of requests");
+  CLI::Option* frequency_flag = app.add_option(
+      "--frequency-penalty", frequency_penalty,
+      "OpenAI's frequency penalty, sent by the --knobs-fraction share of requests");
+  CLI::Option* logprobs_flag = app.add_option(
+      "--logprobs", logprobs,
+      "log probabilities of each token and this many alternatives, asked by the --knobs-fraction "
+      "share of requests");
+  app.add_option("--knobs-fraction", o.knobs_fraction,
+                 "share of the requests (chosen by --seed) that send the penalties and --logprobs")
+      ->capture_default_str();
   app.add_option("--ignore-eos", o.ignore_eos,
                  "keep generating past EOS so outputs reach their length")
       ->capture_default_str();
@@ -90,6 +106,10 @@ int Main(int argc, char** argv) {
                : progress == "off" ? ProgressMode::kOff
                                    : ProgressMode::kAuto;
   o.temperature = temperature;
+  if (top_p_flag->count() > 0) o.top_p = top_p;
+  if (presence_flag->count() > 0) o.presence_penalty = presence_penalty;
+  if (frequency_flag->count() > 0) o.frequency_penalty = frequency_penalty;
+  if (logprobs_flag->count() > 0) o.logprobs = logprobs;
   if (!absl::SimpleAtod(rate, &o.request_rate)) {
     std::fprintf(stderr, "mlaserve-bench: --request-rate %s is not a number or inf\n",
                  rate.c_str());

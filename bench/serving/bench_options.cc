@@ -60,6 +60,19 @@ absl::Status Validate(const BenchOptions& o) {
   if (o.temperature && !(*o.temperature >= 0)) {
     return Invalid("temperature", *o.temperature, "must be >= 0 (0 = greedy)");
   }
+  if (o.top_p && !(*o.top_p > 0 && *o.top_p <= 1)) return Invalid("top-p", *o.top_p, "must be in (0, 1]");
+  if (o.presence_penalty && !(*o.presence_penalty >= -2 && *o.presence_penalty <= 2)) {
+    return Invalid("presence-penalty", *o.presence_penalty, "must be in [-2, 2]");
+  }
+  if (o.frequency_penalty && !(*o.frequency_penalty >= -2 && *o.frequency_penalty <= 2)) {
+    return Invalid("frequency-penalty", *o.frequency_penalty, "must be in [-2, 2]");
+  }
+  if (o.logprobs && !(*o.logprobs >= 0 && *o.logprobs <= 20)) {
+    return Invalid("logprobs", *o.logprobs, "must be in [0, 20]");
+  }
+  if (!(o.knobs_fraction >= 0 && o.knobs_fraction <= 1)) {
+    return Invalid("knobs-fraction", o.knobs_fraction, "must be in [0, 1]");
+  }
   return common::ValidateTlsOptions(ClientTls(o), common::TlsPeer::kClient);
 }
 

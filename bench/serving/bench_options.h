@@ -41,6 +41,14 @@ struct BenchOptions {
   double request_timeout_s = 600;  // deadline of each Generate
   double connect_timeout_s = 10;   // deadline of GetModelInfo (and the connection)
   std::optional<float> temperature = 0.0f;  // greedy by default; unset = server default
+  std::optional<float> top_p;               // unset: not sent (the server's default)
+  // The knobs that ask more of the sampler than temperature / top-p (a presence / frequency
+  // penalty, logprobs), unset = not sent. They go to the share `knobs_fraction` of the
+  // requests, chosen by --seed (SendsKnobs), so a run can mix such clients with plain ones.
+  std::optional<float> presence_penalty;
+  std::optional<float> frequency_penalty;
+  std::optional<int> logprobs;
+  double knobs_fraction = 1.0;
   bool ignore_eos = true;
   bool include_text = true;
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
+#include "kernels/sampling/split_mix.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::bench {
@@ -140,6 +141,13 @@ std::vector<RequestSpec> CycleToCount(const std::vector<RequestSpec>& specs, int
     out.back().index = i;
   }
   return out;
+}
+
+bool SendsKnobs(uint64_t seed, int index, double fraction) {
+  if (fraction >= 1) return true;
+  // The top 53 bits as a real in [0, 1); a salt keeps it apart from other draws of the seed.
+  const uint64_t draw = kernels::SamplingSplitMix(seed ^ 0x6b6e6f6273ull, static_cast<uint64_t>(index));
+  return static_cast<double>(draw >> 11) * 0x1.0p-53 < fraction;
 }
 
 std::vector<double> PoissonArrivalOffsets(int count, double rate, uint64_t seed) {

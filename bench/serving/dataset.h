@@ -48,6 +48,11 @@ absl::StatusOr<std::vector<RequestSpec>> LoadPromptsFile(const std::string& path
 // (a prompts file shorter than --num-prompts is cycled, as the usual benchmarks do).
 std::vector<RequestSpec> CycleToCount(const std::vector<RequestSpec>& specs, int count);
 
+// Whether request `index` of a run seeded `seed` carries the penalty / logprobs knobs: a
+// splitmix64 draw keyed by (seed, index) below `fraction` (1 = every request, 0 = none), so the
+// same seed picks the same requests whatever else the run asks.
+bool SendsKnobs(uint64_t seed, int index, double fraction);
+
 // Send times in seconds from the start of the run, non-decreasing, the first one 0: a
 // Poisson process of `rate` requests/s (exponential gaps), or all 0 when rate is infinite.
 // `rate` must be > 0.

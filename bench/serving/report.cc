@@ -42,6 +42,22 @@ std::string RateText(double rate) {
   return std::isinf(rate) ? std::string("inf") : absl::StrFormat("%.2f", rate);
 }
 
+// "temperature 0" (greedy, the default), then what else is sent: "temperature 1, top_p 0.9,
+// frequency_penalty 0.5, logprobs 5 (25% of requests)".
+std::string SamplingText(const BenchOptions& o) {
+  std::string t = o.temperature ? absl::StrFormat("temperature %g", *o.temperature)
+                                : std::string("temperature: server default");
+  if (o.top_p) absl::StrAppend(&t, absl::StrFormat(", top_p %g", *o.top_p));
+  std::string knobs;
+  if (o.presence_penalty) absl::StrAppend(&knobs, absl::StrFormat(", presence_penalty %g", *o.presence_penalty));
+  if (o.frequency_penalty) absl::StrAppend(&knobs, absl::StrFormat(", frequency_penalty %g", *o.frequency_penalty));
+  if (o.logprobs) absl::StrAppend(&knobs, absl::StrFormat(", logprobs %d", *o.logprobs));
+  if (!knobs.empty() && o.knobs_fraction < 1) {
+    absl::StrAppend(&knobs, absl::StrFormat(" (%g%% of requests)", 100 * o.knobs_fraction));
+  }
+  return t + knobs;
+}
+
 void AddDistribution(nlohmann::json& j, const std::string& name, const Distribution& d) {
   j["mean_" + name + "_ms"] = d.mean * 1e3;
   j["median_" + name + "_ms"] = d.median * 1e3;
@@ -64,6 +80,7 @@ std::string FormatSummaryTable(const BenchSummary& s, const RunInfo& info) {
   t += Row("Max concurrency", o.max_concurrency > 0 ? absl::StrCat(o.max_concurrency)
                                                     : std::string("unlimited"));
   t += Row("Peak requests in flight", static_cast<int64_t>(s.peak_in_flight));
+  t += Row("Sampling", SamplingText(o));
   t += Rule("Requests");
   t += Row("Requests in the dataset", static_cast<int64_t>(s.num_requests));
   t += Row("Successful requests", static_cast<int64_t>(s.completed));
@@ -116,6 +133,14 @@ nlohmann::json SummaryToJson(const BenchSummary& s, const RunInfo& info) {
   j["request_rate"] = std::isinf(o.request_rate) ? nlohmann::json(nullptr)
                                                  : nlohmann::json(o.request_rate);
   j["max_concurrency"] = o.max_concurrency;
+  // The sampling asked (null = not sent: the server's default).
+  const auto or_null = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  j["sampling"] = {{"temperature", or_null(o.temperature)},
+                   {"top_p", or_null(o.top_p)},
+                   {"presence_penalty", or_null(o.presence_penalty)},
+                   {"frequency_penalty", or_null(o.frequency_penalty)},
+                   {"logprobs", or_null(o.logprobs)},
+                   {"knobs_fraction", o.knobs_fraction}};
   j["seed"] = o.seed;
   j["max_duration_s"] = o.max_duration_s;
   j["warmup_requests"] = info.warmup_sent;

@@ -22,6 +22,8 @@ struct RequestSpec {
   // length only the server's `complete` message tells.
   int input_len = 0;
   int output_len = 1;  // sent as max_new_tokens
+  // Whether this request carries the run's penalties / logprobs (CallSettings); SendsKnobs.
+  bool sends_knobs = true;
 };
 
 enum class Outcome {

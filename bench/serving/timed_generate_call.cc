@@ -28,6 +28,12 @@ TimedGenerateCall::TimedGenerateCall(v1::Generation::StubInterface* stub, const 
   sampling->set_max_new_tokens(spec.output_len);
   sampling->set_ignore_eos(settings.ignore_eos);
   if (settings.temperature) sampling->set_temperature(*settings.temperature);
+  if (settings.top_p) sampling->set_top_p(*settings.top_p);
+  if (spec.sends_knobs) {
+    if (settings.presence_penalty) sampling->set_presence_penalty(*settings.presence_penalty);
+    if (settings.frequency_penalty) sampling->set_frequency_penalty(*settings.frequency_penalty);
+    if (settings.logprobs) sampling->set_logprobs(*settings.logprobs);
+  }
   request_.mutable_output()->set_include_token_ids(true);
   request_.mutable_output()->set_include_text(settings.include_text);
   timeout_ = settings.timeout;

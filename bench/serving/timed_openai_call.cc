@@ -114,6 +114,12 @@ std::string TimedOpenAiCall::RequestBody(const std::string& model, const Request
     body["prompt"] = spec.prompt_token_ids;
   }
   if (settings.temperature) body["temperature"] = *settings.temperature;
+  if (settings.top_p) body["top_p"] = *settings.top_p;
+  if (spec.sends_knobs) {
+    if (settings.presence_penalty) body["presence_penalty"] = *settings.presence_penalty;
+    if (settings.frequency_penalty) body["frequency_penalty"] = *settings.frequency_penalty;
+    if (settings.logprobs) body["logprobs"] = *settings.logprobs;  // completions: an integer
+  }
   return body.dump();
 }
 

@@ -14,6 +14,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "bench/serving/bench_options.h"
+#include "bench/serving/dataset.h"
 #include "nlohmann/json.hpp"
 #include "tests/bench/fake_generation_server.h"
 
@@ -160,6 +162,75 @@ TEST(BenchAppTest, SameSeedSendsTheSameDataset) {
   }
   EXPECT_EQ(first, second);
   EXPECT_NE(std::count(first.begin(), first.end(), first[0]), 6);  // lengths do vary
+}
+
+TEST(BenchAppTest, PenaltiesAndLogprobsGoToTheSeededShareOfRequests) {
+  FakeGenerationServer server(FakeBehaviour{});
+  BenchOptions o = SmallRun(server.address());
+  o.num_prompts = 40;
+  o.warmup_requests = 0;
+  o.max_concurrency = 8;
+  o.temperature = 1.0f;
+  o.top_p = 0.9f;
+  o.presence_penalty = 0.25f;
+  o.frequency_penalty = 0.5f;
+  o.logprobs = 3;
+  o.knobs_fraction = 0.5;
+  o.seed = 7;
+  o.output_json = TempPath("summary.json");
+  Captured c = RunCaptured(o);
+  ASSERT_EQ(c.exit_code, kExitOk) << c.err;
+  EXPECT_THAT(c.out, HasSubstr("temperature 1, top_p 0.9, presence_penalty 0.25, "
+                               "frequency_penalty 0.5, logprobs 3 (50% of requests)"));
+  const std::vector<testing::SeenRequest> seen = server.seen();
+  ASSERT_EQ(seen.size(), 40u);
+  int with = 0;
+  for (const testing::SeenRequest& s : seen) {
+    const int index = IndexOfRequestId(s.request_id);
+    SCOPED_TRACE(s.request_id);
+    EXPECT_FLOAT_EQ(s.sampling.temperature(), 1.0f);
+    EXPECT_FLOAT_EQ(s.sampling.top_p(), 0.9f);  // every request
+    const bool knobs = SendsKnobs(7, index, 0.5);
+    EXPECT_EQ(s.sampling.has_frequency_penalty(), knobs);
+    EXPECT_EQ(s.sampling.has_presence_penalty(), knobs);
+    EXPECT_EQ(s.sampling.has_logprobs(), knobs);
+    if (knobs) {
+      ++with;
+      EXPECT_FLOAT_EQ(s.sampling.frequency_penalty(), 0.5f);
+      EXPECT_FLOAT_EQ(s.sampling.presence_penalty(), 0.25f);
+      EXPECT_EQ(s.sampling.logprobs(), 3);
+    }
+  }
+  EXPECT_GT(with, 8);  // about half of 40 (the draw is fixed by the seed)
+  EXPECT_LT(with, 32);
+  std::ifstream summary_file(o.output_json);
+  const nlohmann::json summary = nlohmann::json::parse(summary_file);
+  EXPECT_EQ(summary["sampling"]["frequency_penalty"], 0.5);
+  EXPECT_EQ(summary["sampling"]["logprobs"], 3);
+  EXPECT_EQ(summary["sampling"]["knobs_fraction"], 0.5);
+  EXPECT_TRUE(SmallRun("x").top_p == std::nullopt);
+}
+
+TEST(BenchAppTest, SendsKnobsIsAllOrNoneAtTheEnds) {
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_TRUE(SendsKnobs(3, i, 1.0));
+    EXPECT_FALSE(SendsKnobs(3, i, 0.0));
+  }
+}
+
+TEST(BenchAppTest, OutOfRangeSamplingFlagsAreRefusedByName) {
+  BenchOptions o = SmallRun("127.0.0.1:1");
+  o.knobs_fraction = 1.5;
+  EXPECT_THAT(std::string(Validate(o).message()), HasSubstr("knobs-fraction"));
+  o = SmallRun("127.0.0.1:1");
+  o.frequency_penalty = 3.0f;
+  EXPECT_THAT(std::string(Validate(o).message()), HasSubstr("frequency-penalty"));
+  o = SmallRun("127.0.0.1:1");
+  o.top_p = 0.0f;
+  EXPECT_THAT(std::string(Validate(o).message()), HasSubstr("top-p"));
+  o = SmallRun("127.0.0.1:1");
+  o.logprobs = 21;
+  EXPECT_THAT(std::string(Validate(o).message()), HasSubstr("logprobs"));
 }
 
 TEST(BenchAppTest, UnreachableServerExitsTwoNamingTheAddress) {

@@ -46,6 +46,7 @@ grpc::Status FakeGenerationServer::Generate(grpc::ServerContext* context,
   seen.max_new_tokens =
       request->sampling().has_max_new_tokens() ? request->sampling().max_new_tokens() : 16;
   seen.ignore_eos = request->sampling().ignore_eos();
+  seen.sampling = request->sampling();
   seen.arrival_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   {

@@ -48,6 +48,7 @@ struct SeenRequest {
   int prompt_tokens = 0;
   int max_new_tokens = 0;
   bool ignore_eos = false;
+  v1::SamplingParams sampling;  // as sent
   double arrival_s = 0;  // since the server started
 };
 

@@ -97,6 +97,27 @@ TEST(TimedOpenAiCallTest, RequestBodyAsksForPerChunkUsage) {
   EXPECT_EQ(body["ignore_eos"], true);
 }
 
+TEST(TimedOpenAiCallTest, RequestBodyCarriesTheKnobsOnlyWhereTheSpecSendsThem) {
+  CallSettings settings;
+  settings.temperature = 1.0f;
+  settings.top_p = 0.9f;
+  settings.presence_penalty = 0.25f;
+  settings.frequency_penalty = 0.5f;
+  settings.logprobs = 2;
+  RequestSpec spec = IdsSpec();
+  nlohmann::json body = nlohmann::json::parse(TimedOpenAiCall::RequestBody("demo", spec, settings));
+  EXPECT_EQ(body["top_p"], 0.9f);
+  EXPECT_EQ(body["presence_penalty"], 0.25f);
+  EXPECT_EQ(body["frequency_penalty"], 0.5f);
+  EXPECT_EQ(body["logprobs"], 2);  // completions: the number of alternatives
+  spec.sends_knobs = false;
+  body = nlohmann::json::parse(TimedOpenAiCall::RequestBody("demo", spec, settings));
+  EXPECT_EQ(body["top_p"], 0.9f);
+  EXPECT_FALSE(body.contains("presence_penalty"));
+  EXPECT_FALSE(body.contains("frequency_penalty"));
+  EXPECT_FALSE(body.contains("logprobs"));
+}
+
 TEST(TimedOpenAiCallTest, HttpErrorsKeepTheirGrpcMeaning) {
   ScriptedServer server([](const httplib::Request&, httplib::Response& res) {
     res.status = 400;
