@@ -16,7 +16,8 @@
 # FIXTURE_MODES (prefill attention forms for step 3: "auto", "mha", "mla"; default "auto"),
 # SERVE_ARGS (mlaserve-bench load, default 64 prompts of 1024 in / 128 out, concurrency 16),
 # SERVE_PAGES (KV pages per worker, default 1024), SERVE_LOCAL_PREFILL (the decode worker's
-# --local-prefill-threshold, default 0: every prompt goes to the prefill worker).
+# --local-prefill-threshold, default 0: every prompt goes to the prefill worker), SERVE_VARIANTS
+# (';'-separated extra mlaserve-bench flag sets run after the base load on the same stack).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BINS="mlaserve-router mlaserve-prefill mlaserve-decode mlaservectl mlaserve-run mlaserve-bench mlaserve-engine-bench"
@@ -149,11 +150,20 @@ if [[ $SKIP != *" serve "* && -f $V2L/config.json ]]; then
   DECODE_FLAGS=(--max-running-requests 64 --local-prefill-threshold "${SERVE_LOCAL_PREFILL:-0}")
   PREFILL_FLAGS=()
   if stack v2lite "$V2L" --num-kv-pages "${SERVE_PAGES:-1024}"; then
-    start=$SECONDS
-    timeout 240 "$B/mlaserve-bench" --server "$ROUTER" "${load[@]}" --progress off \
-      --output-json "$OUT/serve_v2lite.json" > "$OUT/serve_v2lite.txt" 2>&1
-    note "mlaserve-bench V2-Lite shape (${load[*]})" "rc=$? $((SECONDS - start)) s"
-    cat "$OUT/serve_v2lite.txt"
+    # SERVE_VARIANTS: ';'-separated extra flag sets, each run after the base load on the same
+    # stack (e.g. "--temperature 1 --top-p 0.9; --temperature 1 --top-p 0.9 --logprobs 5").
+    IFS=';' read -r -a variants <<< "${SERVE_VARIANTS:-}"
+    variants=("" "${variants[@]}")
+    for v in "${!variants[@]}"; do
+      read -r -a extra <<< "${variants[$v]}"
+      tag=serve_v2lite
+      ((v > 0)) && tag=serve_v2lite_$v
+      start=$SECONDS
+      timeout 240 "$B/mlaserve-bench" --server "$ROUTER" "${load[@]}" "${extra[@]}" --progress off \
+        --output-json "$OUT/$tag.json" > "$OUT/$tag.txt" 2>&1
+      note "mlaserve-bench V2-Lite shape (${load[*]} ${extra[*]})" "rc=$? $((SECONDS - start)) s"
+      cat "$OUT/$tag.txt"
+    done
     nvidia-smi --query-gpu=memory.used --format=csv,noheader >> "$OUT/gpu.txt"
   else
     note "serve V2-Lite shape" "FAILED to start"
