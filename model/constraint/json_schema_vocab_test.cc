@@ -26,7 +26,8 @@ using testing::Bit;
 
 std::string Hex(std::string_view s) { return absl::CHexEscape(absl::string_view(s.data(), s.size())); }
 
-// Nested objects, an enum, an array of objects, anyOf, a pattern, a format, a bounded integer.
+// Nested objects, an enum, an array of objects, anyOf, a pattern, a format, a bounded integer,
+// a bounded number.
 constexpr char kRealisticSchema[] = R"({
   "type": "object",
   "properties": {
@@ -38,7 +39,8 @@ constexpr char kRealisticSchema[] = R"({
         "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
       "required": ["street", "city"], "additionalProperties": false},
     "orders": {"type": "array", "maxItems": 3, "items": {"type": "object", "properties": {
-        "id": {"type": "integer"}, "item": {"type": "string"}, "price": {"type": "number"}},
+        "id": {"type": "integer"}, "item": {"type": "string"},
+        "price": {"type": "number", "exclusiveMinimum": 0, "maximum": 10000}},
       "required": ["id", "item", "price"], "additionalProperties": false}},
     "contact": {"anyOf": [{"type": "string", "format": "email"}, {"type": "null"}]}
   },
@@ -172,6 +174,7 @@ TEST_P(SchemaVocabularyTest, MaskTimings) {
       {"{\"name\": \"Ann\", \"age\": 31, \"role\": \"admin\", \"address\": {\"street\": \"M", "nested string"},
       {"{\"name\": \"Ann\", \"age\": 31, \"role\": \"admin\", \"address\": {\"street\": \"Main\", \"city\": \"X\", \"zip\": \"12", "in a pattern"},
       {"{\"name\": \"Ann\", \"age\": 31, \"role\": \"admin\", \"address\": {\"street\": \"Main\", \"city\": \"X\", \"zip\": \"12345\"}, \"orders\": [", "after ["},
+      {"{\"name\": \"Ann\", \"age\": 31, \"role\": \"admin\", \"address\": {\"street\": \"Main\", \"city\": \"X\", \"zip\": \"12345\"}, \"orders\": [{\"id\": 1, \"item\": \"pen\", \"price\": 2.", "bounded number"},
       {"{\"name\": \"Ann\", \"age\": 31, \"role\": \"admin\", \"address\": {\"street\": \"Main\", \"city\": \"X\", \"zip\": \"12345\"}, \"orders\": [{\"id\": 1, \"item\": \"pen\", \"price\": 2.5}], \"contact\": ", "anyOf start"},
       {text, "complete"}};
   std::printf("%s: %d ids, schema compiled in %.2f ms (%zu nodes)\n", GetParam().c_str(),
