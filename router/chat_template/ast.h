@@ -18,6 +18,7 @@ struct Expr {
     kLiteral,   // literal
     kName,      // name
     kList,      // args: items
+    kTuple,     // args: items (`(a, b)`, `(a,)`, `()`)
     kDict,      // args: key, value, key, value, ...
     kAttr,      // args[0].name
     kItem,      // args[0][args[1]]
@@ -39,9 +40,9 @@ struct Expr {
   int line = 1;
   std::string name;               // kName, kAttr, kCall (when a method), kFilter, kTest, kBinary op
   Value literal;                  // kLiteral
-  std::vector<ExprPtr> args;      // children (may hold nullptr for omitted slice parts)
+  std::vector<ExprPtr> args;      // children (may hold nullptr for omitted slice parts); kTest: value, then its arguments
   std::vector<std::string> ops;   // kCompare operators: == != < <= > >= in notin
-  std::vector<std::pair<std::string, ExprPtr>> kwargs;  // kCall, kFilter
+  std::vector<std::pair<std::string, ExprPtr>> kwargs;  // kCall, kFilter, kTest
   bool negated = false;           // kTest: `is not`
 };
 
@@ -74,7 +75,7 @@ struct Stmt {
   // filters applied to the rendered body, over the name kBlockValueName (null: none).
   ExprPtr expr;
   // kIf: one condition per branch (if, elif...); bodies has one more entry when there is
-  // an else.
+  // an else. kFor: the loop filter (`for x in xs if cond`), when there is one.
   std::vector<ExprPtr> conditions;
   // kIf branches; kFor: [body] or [body, else body]; kSetBlock, kMacro, kCallBlock: [body].
   std::vector<Body> bodies;

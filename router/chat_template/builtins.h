@@ -1,6 +1,12 @@
 // The filters, tests, methods and global functions of the chat-template subset, with the
-// semantics Jinja2 gives them on Python values. The parser admits exactly these names
-// (parser.cc); each returns INVALID_ARGUMENT naming itself and the offending type or value.
+// semantics Jinja2 3.1 gives them on Python values under transformers' environment
+// (ImmutableSandboxedEnvironment, no autoescape, its own tojson, raise_exception and
+// strftime_now). The parser admits exactly the names Is*() accept; each returns
+// INVALID_ARGUMENT naming itself and the offending type or value where Jinja raises.
+//
+// Where the code lives: filters.cc (ApplyFilter), builtin_tests.cc (ApplyTest), methods.cc
+// (CallMethod: str, dict and list methods), functions.cc (the globals), builtins.cc (the
+// operators, attribute and item lookup, iteration).
 #pragma once
 
 #include <string>
@@ -9,26 +15,31 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "router/chat_template/call_args.h"
+#include "router/chat_template/strftime.h"
 #include "router/chat_template/value.h"
 
 namespace mlaserve::router::chat_template {
 
-using KwArgs = std::vector<std::pair<std::string, Value>>;
-
 // `value | name(args, kwargs)`.
+bool IsKnownFilter(std::string_view name);
 absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value,
                                   const std::vector<Value>& args, const KwArgs& kwargs);
-// `value is name`.
-bool ApplyTest(const std::string& name, const Value& value);
-// `object.name(args, kwargs)` for str and dict methods.
+// `value is name(args, kwargs)` (also `is name arg`).
+bool IsKnownTest(std::string_view name);
+absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& value,
+                               const std::vector<Value>& args, const KwArgs& kwargs);
+// `object.name(args, kwargs)` for str, dict and list methods and cycler / joiner objects.
+bool IsKnownMethod(std::string_view name);
 absl::StatusOr<Value> CallMethod(const Value& object, const std::string& name,
                                  const std::vector<Value>& args, const KwArgs& kwargs);
-// Whether `name` is one of the global functions below (a template's own macros are the
-// renderer's).
+// The global functions (range, dict, namespace, cycler, joiner, raise_exception,
+// strftime_now): their names, and their values as the outermost scope holds them.
 bool IsBuiltinFunction(std::string_view name);
-// namespace(...), range(...), raise_exception(...).
-absl::StatusOr<Value> CallFunction(const std::string& name, const std::vector<Value>& args,
-                                   const KwArgs& kwargs);
+const std::vector<std::string>& BuiltinFunctionNames();
+// A call of a function value (a global, or a joiner object); `clock` serves strftime_now.
+absl::StatusOr<Value> CallFunction(const Value& function, const std::vector<Value>& args,
+                                   const KwArgs& kwargs, const Clock& clock);
 
 // Python's `obj.attr` / `obj[key]` as Jinja resolves them: a missing key or attribute gives
 // Undefined (naming it); the caller refuses lookups on Undefined itself.
@@ -41,8 +52,16 @@ absl::StatusOr<Value> GetSlice(const Value& object, const Value& start, const Va
 absl::StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b);
 absl::StatusOr<bool> Order(const std::string& op, const Value& a, const Value& b);
 absl::StatusOr<bool> Contains(const Value& container, const Value& item);
+// Python's `a < b` (what sorted(), min() and max() use): numbers, strings, and lists or
+// tuples element by element; other pairs are TypeErrors.
+absl::StatusOr<bool> Less(const Value& a, const Value& b);
 
-// What a for loop iterates: list items, dict keys, string characters; Undefined is empty.
+// What a for loop iterates: list items, dict keys, string characters, what an iterator has
+// left (consuming it, then raising its error if it has one); Undefined is empty.
 absl::StatusOr<std::vector<Value>> Iterate(const Value& value);
+
+// A string as Python's str() gives it for the filters that take text (Jinja's soft_str):
+// Undefined is "", a Markup string keeps its text.
+absl::StatusOr<std::string> SoftStr(const Value& value);
 
 }  // namespace mlaserve::router::chat_template

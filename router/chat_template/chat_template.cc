@@ -65,7 +65,12 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& variables) const {
-  return RenderTemplate(impl_->tmpl, variables);
+  static const Clock kSystemClock = SystemLocalTime;
+  return RenderTemplate(impl_->tmpl, variables, kSystemClock);
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& variables, const Clock& clock) const {
+  return RenderTemplate(impl_->tmpl, variables, clock);
 }
 
 }  // namespace mlaserve::router::chat_template

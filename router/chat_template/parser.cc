@@ -12,30 +12,6 @@
 namespace mlaserve::router::chat_template {
 namespace {
 
-// What render.cc implements; anything else is refused at parse time.
-const std::set<std::string_view>& KnownFilters() {
-  static const std::set<std::string_view> k{"length", "count", "trim", "string", "default", "d",
-                                            "first", "last", "join", "tojson"};
-  return k;
-}
-const std::set<std::string_view>& KnownTests() {
-  static const std::set<std::string_view> k{"defined", "undefined", "none", "string", "number",
-                                            "integer", "float", "boolean", "true", "false",
-                                            "mapping", "sequence", "iterable", "callable"};
-  return k;
-}
-const std::set<std::string_view>& KnownMethods() {
-  static const std::set<std::string_view> k{"split", "strip", "lstrip", "rstrip", "startswith",
-                                            "endswith", "replace", "items", "keys", "values",
-                                            "get",
-                                            // list / dict mutators: parsed, refused when
-                                            // called, as transformers' sandbox refuses them
-                                            "append", "extend", "insert", "pop", "remove",
-                                            "reverse", "sort", "clear", "popitem", "setdefault",
-                                            "update"};
-  return k;
-}
-
 std::unique_ptr<Stmt> NewStmt(Stmt::Kind kind, int line) {
   auto s = std::make_unique<Stmt>();
   s->kind = kind;
@@ -56,7 +32,9 @@ class Parser {
     // render fails when loaded. (Whether the macro is defined by the time of the call is
     // the renderer's question, as it is Jinja's.)
     for (const NameCall& call : name_calls_) {
-      if (macro_names_.count(call.name) > 0) continue;
+      // A macro, or a variable the template sets (a joiner() object, say): whether it is
+      // callable when called is the renderer's question.
+      if (macro_names_.count(call.name) > 0 || set_names_.count(call.name) > 0) continue;
       if (call.name == "caller") {
         if (call.in_macro) continue;
         return ErrorAt(call.line, "'caller()' outside a macro or call block");
@@ -64,8 +42,8 @@ class Parser {
       return ErrorAt(call.line, absl::StrCat(
                                     "unsupported function '", call.name,
                                     "' (not in the Jinja subset mlaserve renders: the template defines no "
-                                    "macro of that name, and the functions are namespace(), range() "
-                                    "and raise_exception())"));
+                                    "macro of that name, and the functions are range(), dict(), namespace(), "
+                                    "cycler(), joiner(), raise_exception() and strftime_now())"));
     }
     return body;
   }
@@ -204,7 +182,11 @@ class Parser {
     if (!IsName("in")) return Error(absl::StrCat("expected 'in', found ", Describe(Cur())));
     ++pos_;
     ASSIGN_OR_RETURN(s->expr, ParseOr());  // Jinja parses the iterable without a condexpr
-    if (IsName("if")) return Unsupported("loop filter ('for ... in ... if ...')");
+    if (IsName("if")) {
+      ++pos_;
+      ASSIGN_OR_RETURN(ExprPtr filter, ParseExpression());
+      s->conditions.push_back(std::move(filter));
+    }
     if (IsName("recursive")) return Unsupported("recursive for loop");
     RETURN_IF_ERROR(ExpectBlockEnd());
     ++loop_depth_;
@@ -231,6 +213,7 @@ class Parser {
       s->targets.push_back(attr);
     }
     if (IsOp(",")) return Unsupported("tuple assignment in 'set'");
+    if (s->targets.size() == 1) set_names_.insert(name);
     if (Cur().kind == TokenKind::kBlockEnd || IsOp("|")) {
       // {% set x [| filters] %}body{% endset %}: the filters see the rendered body.
       s->kind = Stmt::Kind::kSetBlock;
@@ -248,7 +231,18 @@ class Parser {
     }
     RETURN_IF_ERROR(Expect(TokenKind::kOperator, "="));
     ASSIGN_OR_RETURN(s->expr, ParseExpression());
-    if (IsOp(",")) return Unsupported("tuple value in 'set'");
+    if (IsOp(",")) {
+      // `set x = a, b`: a tuple, as Jinja's parse_tuple reads it.
+      ExprPtr tuple = Node(Expr::Kind::kTuple, s->expr->line);
+      tuple->args.push_back(std::move(s->expr));
+      while (IsOp(",")) {
+        ++pos_;
+        if (Cur().kind == TokenKind::kBlockEnd) break;
+        ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
+        tuple->args.push_back(std::move(item));
+      }
+      s->expr = std::move(tuple);
+    }
     RETURN_IF_ERROR(ExpectBlockEnd());
     return s;
   }
@@ -488,11 +482,26 @@ class Parser {
       case TokenKind::kOperator:
         if (t.text == "(") {
           ++pos_;
-          if (IsOp(")")) return Unsupported("empty tuple '()'");
+          ExprPtr tuple = Node(Expr::Kind::kTuple, t.line);
+          if (IsOp(")")) {
+            ++pos_;
+            return tuple;  // ()
+          }
           ASSIGN_OR_RETURN(ExprPtr inner, ParseExpression());
-          if (IsOp(",")) return Unsupported("tuple literal");
+          if (!IsOp(",")) {
+            RETURN_IF_ERROR(Expect(TokenKind::kOperator, ")"));
+            return inner;
+          }
+          // (a,) and (a, b, ...): a tuple.
+          tuple->args.push_back(std::move(inner));
+          while (IsOp(",")) {
+            ++pos_;
+            if (IsOp(")")) break;
+            ASSIGN_OR_RETURN(ExprPtr item, ParseExpression());
+            tuple->args.push_back(std::move(item));
+          }
           RETURN_IF_ERROR(Expect(TokenKind::kOperator, ")"));
-          return inner;
+          return tuple;
         }
         if (t.text == "[") return ParseSequence(Expr::Kind::kList, "]");
         if (t.text == "{") return ParseSequence(Expr::Kind::kDict, "}");
@@ -613,7 +622,7 @@ class Parser {
         name_calls_.push_back(NameCall{callee->name, Cur().line, macro_depth_ > 0});
       }
     } else if (callee->kind == Expr::Kind::kAttr) {
-      if (KnownMethods().count(callee->name) == 0) {
+      if (!IsKnownMethod(callee->name)) {
         return Unsupported(absl::StrCat("method '.", callee->name, "()'"));
       }
     } else {
@@ -630,7 +639,7 @@ class Parser {
     ExprPtr f = Node(Expr::Kind::kFilter, Cur().line);
     ASSIGN_OR_RETURN(f->name, ExpectName());
     if (IsOp(".")) return Unsupported("dotted filter name");
-    if (KnownFilters().count(f->name) == 0) {
+    if (!IsKnownFilter(f->name)) {
       return Unsupported(absl::StrCat("filter '", f->name, "'"));
     }
     f->args.push_back(std::move(node));
@@ -650,17 +659,26 @@ class Parser {
           ++pos_;
         }
         ASSIGN_OR_RETURN(test->name, ExpectName());
-        if (KnownTests().count(test->name) == 0) {
+        if (!IsKnownTest(test->name)) {
           return Unsupported(absl::StrCat("test 'is ", test->name, "'"));
         }
-        const TokenKind k = Cur().kind;
-        const bool starts_arg = k == TokenKind::kString || k == TokenKind::kInteger ||
-                                k == TokenKind::kFloat || IsOp("(") || IsOp("[") || IsOp("{") ||
-                                (k == TokenKind::kName && !IsName("else") && !IsName("or") &&
-                                 !IsName("and") && !IsName("if") && !IsName("in") && !IsName("not") &&
-                                 !IsName("is"));
-        if (starts_arg) return Unsupported(absl::StrCat("argument to the test 'is ", test->name, "'"));
         test->args.push_back(std::move(node));
+        // Jinja's parse_test: `is name(args)`, or one argument written after the name
+        // (`is divisibleby 3`, `is sameas none`): a primary with its postfix.
+        const TokenKind k = Cur().kind;
+        if (IsOp("(")) {
+          RETURN_IF_ERROR(ParseArgs(test.get()));
+        } else if (k == TokenKind::kString || k == TokenKind::kInteger || k == TokenKind::kFloat || IsOp("[") ||
+                   IsOp("{") || (k == TokenKind::kName && !IsName("else") && !IsName("or") && !IsName("and"))) {
+          if (IsName("is")) return Error("You cannot chain multiple tests with is");
+          if (IsName("if") || IsName("in") || IsName("not")) {
+            // Jinja would read the keyword as a variable name: refused rather than guessed.
+            return Unsupported(absl::StrCat("'", Cur().text, "' after the test 'is ", test->name, "'"));
+          }
+          ASSIGN_OR_RETURN(ExprPtr arg, ParsePrimary());
+          ASSIGN_OR_RETURN(arg, ParsePostfix(std::move(arg)));
+          test->args.push_back(std::move(arg));
+        }
         node = std::move(test);
       } else if (IsOp("(")) {
         ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
@@ -682,6 +700,7 @@ class Parser {
   int loop_depth_ = 0;   // for loops around the current statement, inside its macro
   int macro_depth_ = 0;  // macro and call-block bodies around the current statement
   std::set<std::string> macro_names_;
+  std::set<std::string> set_names_;  // names a `set` assigns
   std::vector<NameCall> name_calls_;
 };
 

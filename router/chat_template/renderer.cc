@@ -24,8 +24,13 @@ namespace {
 
 class Renderer {
  public:
-  Renderer(const Template& tmpl, const nlohmann::ordered_json& variables) : tmpl_(tmpl) {
+  Renderer(const Template& tmpl, const nlohmann::ordered_json& variables, const Clock& clock)
+      : tmpl_(tmpl), clock_(clock) {
+    // Jinja's environment globals sit below the render variables, which may shadow them.
+    auto functions = std::make_shared<Scope>();
+    for (const std::string& name : BuiltinFunctionNames()) functions->vars[name] = Value(Function{name});
     auto globals = std::make_shared<Scope>();
+    globals->parent = std::move(functions);
     if (variables.is_object()) {
       for (const auto& [k, v] : variables.items()) globals->vars[k] = Value::FromJson(v);
     }
@@ -131,11 +136,9 @@ class Renderer {
         const std::string& name = call.args[0]->name;
         const Value target = Lookup(name);
         if (!target.is_macro()) {
-          std::string what = target.is_undefined() && !IsBuiltinFunction(name)
+          std::string what = target.is_undefined()
                                  ? target.undefined_name()
-                                 : absl::StrCat("'call' block: '", name, "' is a ",
-                                                target.is_undefined() ? "function" : target.TypeName(),
-                                                ", not a macro");
+                                 : absl::StrCat("'call' block: '", name, "' is a ", target.TypeName(), ", not a macro");
           return At(s.line, absl::InvalidArgumentError(what));
         }
         std::vector<Value> args;
@@ -255,26 +258,47 @@ class Renderer {
     return Value(*std::move(text));
   }
 
+  // Binds the loop variable(s) to `item` in `frame` (a pair unpacks into two).
+  static absl::Status BindTargets(const Stmt& s, const Value& item, std::map<std::string, Value>& frame) {
+    if (s.targets.size() == 1) {
+      frame[s.targets[0]] = item;
+      return absl::OkStatus();
+    }
+    if (!item.is_list() || item.as_list().size() != 2) {
+      return At(s.line, absl::InvalidArgumentError(absl::StrCat(
+                            "cannot unpack a ", item.TypeName(), " into two loop variables")));
+    }
+    frame[s.targets[0]] = item.as_list()[0];
+    frame[s.targets[1]] = item.as_list()[1];
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<Flow> ExecFor(const Stmt& s) {
     ASSIGN_OR_RETURN(Value iterable, Eval(*s.expr));
     absl::StatusOr<std::vector<Value>> items = Iterate(iterable);
     if (!items.ok()) return At(s.line, items.status());
-    const int64_t n = static_cast<int64_t>(items->size());
     const std::shared_ptr<Scope> outer = scope_;
+    if (!s.conditions.empty()) {
+      // The loop filter (`for x in xs if cond`) sees the loop variables, not `loop`; the
+      // loop then counts only the items it keeps.
+      std::vector<Value> kept;
+      for (const Value& item : *items) {
+        std::shared_ptr<Scope> scope = NewScope(outer, {});
+        RETURN_IF_ERROR(BindTargets(s, item, scope->vars));
+        scope_ = std::move(scope);
+        absl::StatusOr<Value> keep = Eval(*s.conditions[0]);
+        scope_ = outer;
+        if (!keep.ok()) return keep.status();
+        if (keep->Truthy()) kept.push_back(item);
+      }
+      *items = std::move(kept);
+    }
+    const int64_t n = static_cast<int64_t>(items->size());
     for (int64_t i = 0; i < n; ++i) {
       std::shared_ptr<Scope> scope = NewScope(outer, StartsUndefined(s, 0));
       std::map<std::string, Value>& frame = scope->vars;
       const Value& item = (*items)[static_cast<size_t>(i)];
-      if (s.targets.size() == 1) {
-        frame[s.targets[0]] = item;
-      } else {
-        if (!item.is_list() || item.as_list().size() != 2) {
-          return At(s.line, absl::InvalidArgumentError(absl::StrCat(
-                                "cannot unpack a ", item.TypeName(), " into two loop variables")));
-        }
-        frame[s.targets[0]] = item.as_list()[0];
-        frame[s.targets[1]] = item.as_list()[1];
-      }
+      RETURN_IF_ERROR(BindTargets(s, item, frame));
       Dict loop;
       loop.entries = {{"index", Value(i + 1)},
                       {"index0", Value(i)},
@@ -348,12 +372,14 @@ class Renderer {
         return e.literal;
       case Expr::Kind::kName:
         return Lookup(e.name);
-      case Expr::Kind::kList: {
+      case Expr::Kind::kList:
+      case Expr::Kind::kTuple: {
         List items;
         for (const auto& a : e.args) {
           ASSIGN_OR_RETURN(Value v, Eval(*a));
           items.push_back(std::move(v));
         }
+        if (e.kind == Expr::Kind::kTuple) return Value::MakeTuple(std::move(items));
         return Value(std::move(items));
       }
       case Expr::Kind::kDict: {
@@ -405,14 +431,12 @@ class Renderer {
         if (callee.kind == Expr::Kind::kName) {
           const Value target = Lookup(callee.name);
           if (target.is_macro()) return CallMacro(target.as_macro(), args, kwargs, /*caller=*/nullptr);
-          if (!target.is_undefined()) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "unsupported call of the variable '", callee.name, "' (a ", target.TypeName(), ")"));
-          }
-          // An undefined name: a builtin function, or a macro not defined (yet), whose
-          // Undefined says so ("'m' is undefined", "No caller defined").
-          if (IsBuiltinFunction(callee.name)) return CallFunction(callee.name, args, kwargs);
-          return absl::InvalidArgumentError(target.undefined_name());
+          if (target.is_function() || target.is_joiner()) return CallFunction(target, args, kwargs, clock_);
+          // A macro not defined (yet), whose Undefined says so ("'m' is undefined", "No
+          // caller defined").
+          if (target.is_undefined()) return absl::InvalidArgumentError(target.undefined_name());
+          return absl::InvalidArgumentError(absl::StrCat("'", target.TypeName(), "' object is not callable (calling '",
+                                                         callee.name, "')"));
         }
         ASSIGN_OR_RETURN(Value object, EvalDefined(*callee.args[0]));
         return CallMethod(object, callee.name, args, kwargs);
@@ -426,7 +450,11 @@ class Renderer {
       }
       case Expr::Kind::kTest: {
         ASSIGN_OR_RETURN(Value value, Eval(*e.args[0]));
-        return Value(ApplyTest(e.name, value) != e.negated);
+        std::vector<Value> args;
+        KwArgs kwargs;
+        RETURN_IF_ERROR(EvalArgs(e, 1, &args, &kwargs));
+        ASSIGN_OR_RETURN(bool holds, ApplyTest(e.name, value, args, kwargs));
+        return Value(holds != e.negated);
       }
       case Expr::Kind::kNeg:
       case Expr::Kind::kPos: {
@@ -493,6 +521,7 @@ class Renderer {
   }
 
   const Template& tmpl_;
+  const Clock& clock_;            // strftime_now's
   std::shared_ptr<Scope> scope_;  // the innermost scope
   std::string out_;               // the output of the body running now
   int depth_ = 0;                 // macro calls running now
@@ -500,9 +529,9 @@ class Renderer {
 
 }  // namespace
 
-absl::StatusOr<std::string> RenderTemplate(const Template& tmpl,
-                                           const nlohmann::ordered_json& variables) {
-  return Renderer(tmpl, variables).Run();
+absl::StatusOr<std::string> RenderTemplate(const Template& tmpl, const nlohmann::ordered_json& variables,
+                                           const Clock& clock) {
+  return Renderer(tmpl, variables, clock).Run();
 }
 
 }  // namespace mlaserve::router::chat_template

@@ -8,7 +8,9 @@
 // is gone at the next iteration and after the loop (namespaces are how templates carry state
 // out of loops and macros). `if` opens no scope. Lookups walk the chain when they run, which
 // is Jinja's late binding: a macro sees the template's top-level variables as they are when
-// it is called. scope_analysis.h says which names a scope starts as undefined.
+// it is called. scope_analysis.h says which names a scope starts as undefined. Below the
+// render variables sits the scope of Jinja's environment globals (range, dict, namespace,
+// cycler, joiner, raise_exception, strftime_now), which a variable of the same name hides.
 //
 // A macro call returns its rendered body as a string (transformers renders without
 // autoescape, so Jinja's macros return plain str). Macro calls nest at most
@@ -20,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "router/chat_template/ast.h"
+#include "router/chat_template/strftime.h"
 
 namespace mlaserve::router::chat_template {
 
@@ -27,9 +30,9 @@ namespace mlaserve::router::chat_template {
 // through one `if` fails with RecursionError between 150 and 200 levels deep.
 inline constexpr int kMaxMacroDepth = 64;
 
-// `variables`: the template's globals (ChatTemplate::Render). INVALID_ARGUMENT naming the
-// template line for render errors.
-absl::StatusOr<std::string> RenderTemplate(const Template& tmpl,
-                                           const nlohmann::ordered_json& variables);
+// `variables`: the template's globals (ChatTemplate::Render); `clock`: what strftime_now
+// reads. INVALID_ARGUMENT naming the template line for render errors.
+absl::StatusOr<std::string> RenderTemplate(const Template& tmpl, const nlohmann::ordered_json& variables,
+                                           const Clock& clock);
 
 }  // namespace mlaserve::router::chat_template

@@ -61,6 +61,9 @@ std::optional<bool> FirstMention(const Stmt& s, std::string_view name) {
       for (const Body& b : s.bodies) {
         if (std::optional<bool> r = FirstMention(b, name)) return r;
       }
+      for (const ExprPtr& c : s.conditions) {  // the loop filter, after the bodies in Jinja's For node
+        if (std::optional<bool> r = FirstMention(c.get(), name)) return r;
+      }
       return std::nullopt;
     }
     case Stmt::Kind::kSet:
@@ -177,7 +180,9 @@ void AnalyzeNested(Body& body, const std::set<std::string>& outer) {
         std::vector<std::string> declared = s->targets;
         declared.push_back("loop");
         s->starts_undefined.clear();
-        s->starts_undefined.push_back(AnalyzeScope(s->bodies[0], declared, {}, outer));
+        std::vector<const Expr*> filter;  // the loop filter reads names in the loop's scope
+        for (const ExprPtr& c : s->conditions) filter.push_back(c.get());
+        s->starts_undefined.push_back(AnalyzeScope(s->bodies[0], declared, filter, outer));
         if (s->bodies.size() > 1) s->starts_undefined.push_back(AnalyzeScope(s->bodies[1], {}, {}, outer));
         break;
       }

@@ -1,5 +1,6 @@
 #include "router/chat_template/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -17,33 +18,49 @@ size_t Utf8Length(unsigned char lead) {
   return 4;
 }
 
-void AppendJsonString(std::string_view s, std::string* out) {
-  // json.dumps(ensure_ascii=False): only '"', '\\' and control characters are escaped.
+void AppendJsonString(std::string_view s, bool ensure_ascii, std::string* out) {
+  // json.dumps escapes '"', '\\' and control characters; with ensure_ascii also DEL and
+  // everything beyond ASCII, as \uXXXX (surrogate pairs above U+FFFF).
+  const auto escape = [&](uint32_t unit) {
+    absl::StrAppend(out, "\\u", absl::Hex(unit, absl::kZeroPad4));
+  };
   out->push_back('"');
-  for (char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
     switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      case '\b': out->append("\\b"); break;
-      case '\f': out->append("\\f"); break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppend(out, "\\u00", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
-        } else {
-          out->push_back(c);
-        }
+      case '"': out->append("\\\""); continue;
+      case '\\': out->append("\\\\"); continue;
+      case '\n': out->append("\\n"); continue;
+      case '\r': out->append("\\r"); continue;
+      case '\t': out->append("\\t"); continue;
+      case '\b': out->append("\\b"); continue;
+      case '\f': out->append("\\f"); continue;
+      default: break;
+    }
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || (ensure_ascii && u == 0x7F)) {
+      escape(u);
+    } else if (u < 0x80 || !ensure_ascii) {
+      out->push_back(c);
+    } else {
+      size_t pos = i;
+      const char32_t cp = model::utf8::DecodeAt(s, &pos);
+      i = pos - 1;
+      if (cp >= 0x10000) {
+        escape(0xD800 + ((cp - 0x10000) >> 10));
+        escape(0xDC00 + ((cp - 0x10000) & 0x3FF));
+      } else {
+        escape(cp);
+      }
     }
   }
   out->push_back('"');
 }
 
-absl::Status AppendJson(const Value& v, int indent, int level, std::string* out) {
+absl::Status AppendJson(const Value& v, const JsonOptions& o, int level, std::string* out) {
   const auto newline = [&](int lvl) {
     out->push_back('\n');
-    out->append(static_cast<size_t>(indent * lvl), ' ');
+    for (int i = 0; i < lvl; ++i) out->append(*o.indent);
   };
   if (v.is_none()) {
     out->append("null");
@@ -61,32 +78,38 @@ absl::Status AppendJson(const Value& v, int indent, int level, std::string* out)
       out->append(PythonFloatRepr(d));
     }
   } else if (v.is_string()) {
-    AppendJsonString(v.as_string(), out);
-  } else if (v.is_list()) {
+    AppendJsonString(v.as_string(), o.ensure_ascii, out);
+  } else if (v.is_indexable()) {
     const List& l = v.as_list();
     out->push_back('[');
     for (size_t i = 0; i < l.size(); ++i) {
-      if (i > 0) out->append(indent >= 0 ? "," : ", ");
-      if (indent >= 0) newline(level + 1);
-      RETURN_IF_ERROR(AppendJson(l[i], indent, level + 1, out));
+      if (i > 0) out->append(o.item_separator);
+      if (o.indent) newline(level + 1);
+      RETURN_IF_ERROR(AppendJson(l[i], o, level + 1, out));
     }
-    if (indent >= 0 && !l.empty()) newline(level);
+    if (o.indent && !l.empty()) newline(level);
     out->push_back(']');
   } else if (v.is_dict()) {
-    const Dict& d = v.as_dict();
-    out->push_back('{');
-    for (size_t i = 0; i < d.entries.size(); ++i) {
-      if (i > 0) out->append(indent >= 0 ? "," : ", ");
-      if (indent >= 0) newline(level + 1);
-      AppendJsonString(d.entries[i].first, out);
-      out->append(": ");
-      RETURN_IF_ERROR(AppendJson(d.entries[i].second, indent, level + 1, out));
+    std::vector<const std::pair<std::string, Value>*> entries;
+    for (const auto& e : v.as_dict().entries) entries.push_back(&e);
+    if (o.sort_keys) {
+      // UTF-8 byte order is code point order, Python's str order.
+      std::stable_sort(entries.begin(), entries.end(),
+                       [](const auto* a, const auto* b) { return a->first < b->first; });
     }
-    if (indent >= 0 && !d.entries.empty()) newline(level);
+    out->push_back('{');
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (i > 0) out->append(o.item_separator);
+      if (o.indent) newline(level + 1);
+      AppendJsonString(entries[i]->first, o.ensure_ascii, out);
+      out->append(o.key_separator);
+      RETURN_IF_ERROR(AppendJson(entries[i]->second, o, level + 1, out));
+    }
+    if (o.indent && !entries.empty()) newline(level);
     out->push_back('}');
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("tojson: a value of type ", v.TypeName(), " is not JSON serializable"));
+        absl::StrCat("tojson: Object of type ", v.TypeName(), " is not JSON serializable"));
   }
   return absl::OkStatus();
 }
@@ -132,7 +155,7 @@ bool Value::Truthy() const {
   if (is_string()) return !as_string().empty();
   if (is_list()) return !as_list().empty();
   if (is_dict()) return !as_dict().entries.empty();
-  return true;  // namespace, macro
+  return true;  // namespace, macro, iterator, function, cycler, joiner
 }
 
 std::string Value::TypeName() const {
@@ -141,10 +164,22 @@ std::string Value::TypeName() const {
   if (is_bool()) return "bool";
   if (is_int()) return "int";
   if (is_float()) return "float";
-  if (is_string()) return "str";
-  if (is_list()) return "list";
+  if (is_string()) return markup_ ? "Markup" : "str";
+  if (is_list()) {
+    switch (sequence_kind_) {
+      case SequenceKind::kList: return "list";
+      case SequenceKind::kTuple: return "tuple";
+      case SequenceKind::kDictKeys: return "dict_keys";
+      case SequenceKind::kDictValues: return "dict_values";
+      case SequenceKind::kDictItems: return "dict_items";
+    }
+  }
   if (is_dict()) return "dict";
   if (is_macro()) return "Macro";
+  if (is_iterator()) return as_iterator().type_name;
+  if (is_function()) return "function";
+  if (is_cycler()) return "Cycler";
+  if (is_joiner()) return "Joiner";
   return "Namespace";
 }
 
@@ -159,6 +194,19 @@ bool Equal(const Value& a, const Value& b) {
   if (a.is_list() && b.is_list()) {
     const List& x = a.as_list();
     const List& y = b.as_list();
+    const SequenceKind kind = a.sequence_kind();
+    const auto set_like = [](SequenceKind k) {
+      return k == SequenceKind::kDictKeys || k == SequenceKind::kDictItems;
+    };
+    if (set_like(kind) && set_like(b.sequence_kind())) {
+      // Keys and items views are sets: equal when each holds the other's elements.
+      if (x.size() != y.size()) return false;
+      for (const Value& v : x) {
+        if (std::none_of(y.begin(), y.end(), [&](const Value& w) { return Equal(v, w); })) return false;
+      }
+      return true;
+    }
+    if (kind != b.sequence_kind() || kind == SequenceKind::kDictValues) return &x == &y;
     if (x.size() != y.size()) return false;
     for (size_t i = 0; i < x.size(); ++i) {
       if (!Equal(x[i], y[i])) return false;
@@ -177,6 +225,10 @@ bool Equal(const Value& a, const Value& b) {
   }
   if (a.is_namespace() && b.is_namespace()) return &a.as_namespace() == &b.as_namespace();
   if (a.is_macro() && b.is_macro()) return &a.as_macro() == &b.as_macro();
+  if (a.is_iterator() && b.is_iterator()) return &a.as_iterator() == &b.as_iterator();
+  if (a.is_function() && b.is_function()) return a.as_function().name == b.as_function().name;
+  if (a.is_cycler() && b.is_cycler()) return &a.as_cycler() == &b.as_cycler();
+  if (a.is_joiner() && b.is_joiner()) return &a.as_joiner() == &b.as_joiner();
   return false;
 }
 
@@ -228,10 +280,19 @@ absl::StatusOr<std::string> ToText(const Value& value) {
       " is not supported (its Python repr is not reproduced); use |tojson"));
 }
 
-absl::StatusOr<std::string> ToJson(const Value& value, int indent) {
+absl::StatusOr<std::string> ToJson(const Value& value, const JsonOptions& options) {
   std::string out;
-  if (absl::Status st = AppendJson(value, indent, 0, &out); !st.ok()) return st;
+  if (absl::Status st = AppendJson(value, options, 0, &out); !st.ok()) return st;
   return out;
+}
+
+absl::StatusOr<std::string> ToJson(const Value& value, int indent) {
+  JsonOptions options;
+  if (indent >= 0) {
+    options.indent = std::string(static_cast<size_t>(indent), ' ');
+    options.item_separator = ",";
+  }
+  return ToJson(value, options);
 }
 
 std::string PythonJson(const nlohmann::ordered_json& json) {

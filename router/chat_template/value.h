@@ -3,19 +3,27 @@
 // apply_chat_template (Jinja2 on Python objects) is the contract.
 //
 // Lists and dicts come from the request's JSON and are immutable (transformers renders in
-// an ImmutableSandboxedEnvironment); namespaces are the one mutable kind (`set ns.x = ...`).
+// an ImmutableSandboxedEnvironment); namespaces (`set ns.x = ...`), iterators (consumed once)
+// and cyclers / joiners are the mutable kinds, shared between copies of the value.
 // Strings are UTF-8; indexing, slicing and length count code points, as Python's str does.
+//
+// A List value also stands for Python's other sequences, told apart by SequenceKind because
+// Jinja treats them differently: a tuple (`(a, b)`, the pairs `items()` yields) never equals
+// a list and str.startswith takes one; dict views (`d.items()`, `d.keys()`, `d.values()`)
+// have a len() and iterate, but take no subscript and are not JSON.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
@@ -31,6 +39,36 @@ struct Dict {
 // `namespace(...)`: attributes a template may set from inside loops.
 struct Namespace {
   std::map<std::string, Value> attributes;
+};
+
+// What Jinja's lazy filters return (map, select, reject, selectattr, rejectattr, unique,
+// items, batch, slice; reverse of a list): a Python iterator. It is always true, has no len(),
+// prints as an address (refused here) and yields its items once: a second loop over it
+// is empty. Its items are computed when the filter runs (filters have no side effects); a
+// filter failing on an element is recorded as `error`, raised when iteration reaches it,
+// as the generator would raise it then.
+struct Iterator {
+  std::string type_name;  // Python's: "generator", "list_reverseiterator", ...
+  std::vector<Value> items;
+  absl::Status error;     // raised after `items`; OK: none
+  size_t next = 0;        // items yielded so far
+};
+
+// A global function (range, dict, namespace, cycler, joiner, raise_exception, strftime_now)
+// as a value, so that `strftime_now is defined` holds as in transformers.
+struct Function {
+  std::string name;
+};
+
+// cycler(...) and joiner(...) objects (Jinja's utils.Cycler / Joiner): the one piece of
+// state they carry.
+struct Cycler {
+  std::vector<Value> items;
+  size_t pos = 0;
+};
+struct Joiner {
+  std::string separator;
+  bool used = false;
 };
 
 struct Stmt;
@@ -51,6 +89,8 @@ struct Undefined {
 };
 struct None {};
 
+enum class SequenceKind { kList, kTuple, kDictKeys, kDictValues, kDictItems };
+
 class Value {
  public:
   Value() : v_(Undefined{}) {}
@@ -65,6 +105,27 @@ class Value {
   Value(Dict d) : v_(std::make_shared<const Dict>(std::move(d))) {}  // NOLINT
   Value(std::shared_ptr<Namespace> ns) : v_(std::move(ns)) {}  // NOLINT
   Value(std::shared_ptr<const Macro> m) : v_(std::move(m)) {}  // NOLINT
+  Value(std::shared_ptr<Iterator> it) : v_(std::move(it)) {}  // NOLINT
+  Value(Function f) : v_(std::move(f)) {}  // NOLINT
+  Value(std::shared_ptr<Cycler> c) : v_(std::move(c)) {}  // NOLINT
+  Value(std::shared_ptr<Joiner> j) : v_(std::move(j)) {}  // NOLINT
+  // A tuple, dict view or list (SequenceKind).
+  static Value MakeSequence(List l, SequenceKind kind) {
+    Value v(std::move(l));
+    v.sequence_kind_ = kind;
+    return v;
+  }
+  static Value MakeTuple(List l) { return MakeSequence(std::move(l), SequenceKind::kTuple); }
+  // markupsafe's Markup (what |safe and |escape return): a str whose `+`, `%` and some
+  // methods escape their other operands (builtins.h says which).
+  static Value MakeMarkup(std::string s) {
+    Value v(std::move(s));
+    v.markup_ = true;
+    return v;
+  }
+  static Value MakeIterator(std::string type_name, List items, absl::Status error = absl::OkStatus()) {
+    return Value(std::make_shared<Iterator>(Iterator{std::move(type_name), std::move(items), std::move(error)}));
+  }
 
   // JSON null -> None, numbers -> int or float, objects -> dict (in the JSON's key order).
   static Value FromJson(const nlohmann::ordered_json& json);
@@ -77,7 +138,19 @@ class Value {
   // Python's numbers: bool is an int.
   bool is_number() const { return is_bool() || is_int() || is_float(); }
   bool is_string() const { return std::holds_alternative<std::string>(v_); }
+  bool is_markup() const { return is_string() && markup_; }
+  // Any sequence of SequenceKind (list, tuple, dict view).
   bool is_list() const { return std::holds_alternative<std::shared_ptr<const List>>(v_); }
+  SequenceKind sequence_kind() const { return sequence_kind_; }
+  // A list or tuple: what takes a subscript, a slice and `is sequence`.
+  bool is_indexable() const {
+    return is_list() && (sequence_kind_ == SequenceKind::kList || sequence_kind_ == SequenceKind::kTuple);
+  }
+  bool is_tuple() const { return is_list() && sequence_kind_ == SequenceKind::kTuple; }
+  bool is_iterator() const { return std::holds_alternative<std::shared_ptr<Iterator>>(v_); }
+  bool is_function() const { return std::holds_alternative<Function>(v_); }
+  bool is_cycler() const { return std::holds_alternative<std::shared_ptr<Cycler>>(v_); }
+  bool is_joiner() const { return std::holds_alternative<std::shared_ptr<Joiner>>(v_); }
   bool is_dict() const { return std::holds_alternative<std::shared_ptr<const Dict>>(v_); }
   bool is_namespace() const { return std::holds_alternative<std::shared_ptr<Namespace>>(v_); }
   bool is_macro() const { return std::holds_alternative<std::shared_ptr<const Macro>>(v_); }
@@ -90,6 +163,10 @@ class Value {
   const Dict& as_dict() const { return *std::get<std::shared_ptr<const Dict>>(v_); }
   Namespace& as_namespace() const { return *std::get<std::shared_ptr<Namespace>>(v_); }
   const Macro& as_macro() const { return *std::get<std::shared_ptr<const Macro>>(v_); }
+  Iterator& as_iterator() const { return *std::get<std::shared_ptr<Iterator>>(v_); }
+  const Function& as_function() const { return std::get<Function>(v_); }
+  Cycler& as_cycler() const { return *std::get<std::shared_ptr<Cycler>>(v_); }
+  Joiner& as_joiner() const { return *std::get<std::shared_ptr<Joiner>>(v_); }
   const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
 
   // Python's bool(x) (Undefined is false).
@@ -102,22 +179,37 @@ class Value {
   explicit Value(None n) : v_(n) {}
   std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<const List>,
                std::shared_ptr<const Dict>, std::shared_ptr<Namespace>,
-               std::shared_ptr<const Macro>>
+               std::shared_ptr<const Macro>, std::shared_ptr<Iterator>, Function,
+               std::shared_ptr<Cycler>, std::shared_ptr<Joiner>>
       v_;
+  SequenceKind sequence_kind_ = SequenceKind::kList;  // for a List
+  bool markup_ = false;                               // for a string
 };
 
-// Python's ==, as Jinja compares (1 == 1.0 == True; Undefined equals only Undefined;
-// namespaces and macros by identity).
+// Python's ==, as Jinja compares (1 == 1.0 == True; Undefined equals only Undefined; a
+// list never equals a tuple; keys / items views compare as sets, values views by identity;
+// namespaces, macros, iterators and the other objects by identity).
 bool Equal(const Value& a, const Value& b);
 
 // What `{{ x }}` prints (Python's str()): Undefined prints nothing, None "None", booleans
-// "True"/"False", floats as Python's repr. Lists, dicts, namespaces and macros are refused
-// (their Python repr is not reproduced here): INVALID_ARGUMENT naming the type.
+// "True"/"False", floats as Python's repr. Lists, dicts and the other objects are refused
+// (their Python repr is not reproduced here; an iterator's or a function's shows an address):
+// INVALID_ARGUMENT naming the type.
 absl::StatusOr<std::string> ToText(const Value& value);
 
 // Python's repr() of a float ("1.0", "1e+16", "0.1").
 std::string PythonFloatRepr(double d);
 
+// json.dumps's options, as transformers' tojson filter passes them (its defaults:
+// ensure_ascii=False, no indent, default separators, keys in insertion order).
+struct JsonOptions {
+  bool ensure_ascii = false;
+  std::optional<std::string> indent;  // nullopt: one line; else this string per level
+  std::string item_separator = ", ";  // json.dumps's: ", ", or "," when indented
+  std::string key_separator = ": ";
+  bool sort_keys = false;
+};
+absl::StatusOr<std::string> ToJson(const Value& value, const JsonOptions& options);
 // transformers' tojson filter: json.dumps(x, ensure_ascii=False) with its default
 // separators, or indented by `indent` spaces per level when indent >= 0.
 absl::StatusOr<std::string> ToJson(const Value& value, int indent = -1);

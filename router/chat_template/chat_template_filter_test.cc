@@ -1,0 +1,116 @@
+// Jinja's builtin filters, tests and globals and the str / dict / list methods: byte-for-byte
+// agreement with transformers (Jinja2 3.1) on tests/fixtures/chat_template/filters.json (made
+// by tools/make_chat_template_filter_fixtures.py, strftime_now on a fixed clock), and what we
+// refuse on purpose, with its message.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "router/chat_template/chat_template.h"
+
+namespace mlaserve::router::chat_template {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kFixture[] = "tests/fixtures/chat_template/filters.json";
+
+nlohmann::ordered_json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::ordered_json::parse(ss.str());
+}
+
+Clock FixedClock(const nlohmann::ordered_json& c) {
+  const LocalTime t{absl::CivilSecond(c["year"].get<int>(), c["month"].get<int>(), c["day"].get<int>(),
+                                      c["hour"].get<int>(), c["minute"].get<int>(), c["second"].get<int>()),
+                    c["microsecond"].get<int>()};
+  return [t] { return t; };
+}
+
+TEST(ChatTemplateFilterFixtureTest, MatchesTransformers) {
+  ASSERT_TRUE(std::filesystem::exists(kFixture)) << kFixture;
+  const auto expected = ReadJson(kFixture);
+  const Clock clock = FixedClock(expected["clock"]);
+  int rendered = 0, refused = 0;
+  for (const auto& c : expected["cases"]) {
+    const std::string name = c["name"];
+    nlohmann::ordered_json vars = expected["special_tokens"];
+    vars["messages"] = expected["messages"];
+    vars["tools"] = expected["tools"];
+    vars["documents"] = nullptr;
+    vars["add_generation_prompt"] = true;
+    for (const auto& [k, v] : expected["data"].items()) vars[k] = v;
+    for (const auto& [k, v] : c["kwargs"].items()) vars[k] = v;
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(c["template"].get<std::string>());
+    if (c.contains("error")) {
+      ++refused;
+      if (!t.ok()) continue;  // refused when loaded: as good as at render time
+      absl::StatusOr<std::string> got = t->Render(vars, clock);
+      EXPECT_FALSE(got.ok()) << name << ": transformers failed (" << c["error"] << ") but we rendered " << *got;
+      if (!got.ok()) EXPECT_THAT(got.status().message(), HasSubstr("chat template line ")) << name;
+      continue;
+    }
+    ++rendered;
+    ASSERT_TRUE(t.ok()) << name << ": " << t.status();
+    absl::StatusOr<std::string> got = t->Render(vars, clock);
+    if (!got.ok()) {
+      ADD_FAILURE() << name << ": " << got.status() << "\n  expected: " << c["rendered"].get<std::string>();
+      continue;
+    }
+    EXPECT_EQ(*got, c["rendered"].get<std::string>()) << name;
+  }
+  EXPECT_EQ(rendered + refused, static_cast<int>(expected["cases"].size()));
+  EXPECT_EQ(rendered, 66);
+  EXPECT_EQ(refused, 49);
+}
+
+absl::StatusOr<std::string> Render(const std::string& source, const nlohmann::ordered_json& vars = nlohmann::ordered_json::object()) {
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source);
+  if (!t.ok()) return t.status();
+  return t->Render(vars, [] { return LocalTime{absl::CivilSecond(2024, 7, 26, 13, 4, 5), 7}; });
+}
+
+TEST(ChatTemplateFilterTest, StrftimeNowReadsTheClockItIsGiven) {
+  EXPECT_EQ(*Render("{{ strftime_now('%d %b %Y') }}"), "26 Jul 2024");
+  EXPECT_EQ(*Render("{{ strftime_now('%a %H:%M:%S.%f%z%Z') }}"), "Fri 13:04:05.000007");
+  // Without a clock, Render reads the system's: today's year, at least.
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse("{{ strftime_now('%Y')|int > 2000 }}");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(*t->Render(nlohmann::ordered_json::object()), "True");
+}
+
+TEST(ChatTemplateFilterTest, WhatIsRefusedOnPurposeSaysWhy) {
+  const auto error = [](const std::string& source) {
+    absl::StatusOr<std::string> r = Render(source);
+    EXPECT_FALSE(r.ok()) << source << " rendered " << *r;
+    return r.ok() ? std::string() : std::string(r.status().message());
+  };
+  // A generator prints as its address in Python.
+  EXPECT_THAT(error("{{ [1]|map('abs') }}"), HasSubstr("printing a value of type generator is not supported"));
+  // Python's identity of strings depends on interning.
+  EXPECT_THAT(error("\n{{ 'a' is sameas 'a' }}"), HasSubstr("line 2: test 'sameas' on two values of type str"));
+  // Python's ints are unbounded.
+  EXPECT_THAT(error("{{ '99999999999999999999'|int }}"), HasSubstr("does not fit 64 bits"));
+  EXPECT_THAT(error("{{ ('<b>'|safe)|truncate(1, true, '', 0) }}"), HasSubstr("Markup"));
+  EXPECT_THAT(error("{{ '{:>4}'.format(1) }}"), HasSubstr("format specs"));
+}
+
+TEST(ChatTemplateFilterTest, UnknownNamesAreRefusedAtLoad) {
+  const auto parse_error = [](const std::string& source) {
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source);
+    EXPECT_FALSE(t.ok()) << source;
+    return t.ok() ? std::string() : std::string(t.status().message());
+  };
+  EXPECT_THAT(parse_error("{{ x|urlize }}"), HasSubstr("unsupported filter 'urlize'"));
+  EXPECT_THAT(parse_error("{{ x is escapedd }}"), HasSubstr("unsupported test 'is escapedd'"));
+  EXPECT_THAT(parse_error("{{ x.encode() }}"), HasSubstr("unsupported method '.encode()'"));
+  EXPECT_THAT(parse_error("{{ lipsum() }}"), HasSubstr("unsupported function 'lipsum'"));
+  EXPECT_THAT(parse_error("{{ x is defined is defined }}"), HasSubstr("cannot chain multiple tests"));
+}
+
+}  // namespace
+}  // namespace mlaserve::router::chat_template
