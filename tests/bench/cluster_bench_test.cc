@@ -96,6 +96,22 @@ TEST_F(ClusterBenchTest, ShortRunSucceedsAndCountsAgree) {
   EXPECT_TRUE(cluster_->WaitAllPagesFree(absl::Seconds(15)).ok());
 }
 
+TEST_F(ClusterBenchTest, PenaltiesAndLogprobsOnHalfTheRequests) {
+  BenchOptions b = Options("knobs");
+  b.temperature = 1.0f;
+  b.top_p = 0.9f;
+  b.frequency_penalty = 0.5f;
+  b.logprobs = 3;
+  b.knobs_fraction = 0.5;
+  const int code = RunBenchmark(b, stdout, stderr);
+  ASSERT_EQ(code, kExitOk) << "router log:\n" << cluster_->router().LogTail();
+  nlohmann::json s = ReadJson(b.output_json);
+  EXPECT_EQ(s["completed"], 6);
+  EXPECT_EQ(s["failed"], 0);
+  EXPECT_EQ(s["sampling"]["logprobs"], 3);
+  EXPECT_TRUE(cluster_->WaitAllPagesFree(absl::Seconds(15)).ok());
+}
+
 TEST_F(ClusterBenchTest, RunCutByTheTimeBoundLeavesNoPagesBehind) {
   BenchOptions b = Options("bounded");
   // 48 requests of 460 tokens, 3 at a time: ~22k tokens, seconds of work on the CPU backend
@@ -229,6 +245,12 @@ TEST_F(TlsClusterBenchTest, BothBackendsRunOverTlsWithTheApiKey) {
   // The OpenAI HTTP API over https, in process.
   BenchOptions http = Options(http_address_, "openai");
   http.backend = Backend::kOpenAi;
+  // With the sampler's other knobs: the streamed chunks carry logprobs, the counts stay.
+  http.temperature = 1.0f;
+  http.top_p = 0.9f;
+  http.frequency_penalty = 0.5f;
+  http.presence_penalty = 0.25f;
+  http.logprobs = 2;
   ASSERT_EQ(RunBenchmark(http, stdout, stderr), kExitOk)
       << "router log:\n" << cluster_->router().LogTail();
   nlohmann::json h = ReadJson(http.output_json);
