@@ -616,13 +616,14 @@ TEST_F(HttpApiTest, JsonSchemaReachesTheWorkers) {
   const size_t reserves = decode_.reserves().size();
   r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
       "response_format": {"type": "json_schema", "json_schema": {"name": "n",
-        "schema": {"type": "object", "properties": {"a": {"type": "string", "format": "hostname"}}}}}})");
+        "schema": {"type": "object", "properties": {"a": {"type": "string", "format": "uri"}}}}}})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
   const Json error = Json::parse(r->body)["error"];
   EXPECT_EQ(error["param"], "response_format.json_schema.schema");
-  EXPECT_EQ(error["message"], "json_schema: format \"hostname\" is not supported; supported: "
-                              "date, time, date-time, uuid, email (at #/properties/a/format)");
+  EXPECT_EQ(error["message"], "json_schema: format \"uri\" is not supported; supported: date, "
+                              "time, date-time, duration, email, hostname, ipv4, ipv6, uuid (at "
+                              "#/properties/a/format)");
   EXPECT_EQ(decode_.reserves().size(), reserves) << "a refused schema reached a worker";
   RestartApiWithToolCallParser("deepseek_v31");
   ASSERT_NE(api_, nullptr);
