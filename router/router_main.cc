@@ -97,9 +97,10 @@ int Main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   app.add_option("--tool-call-parser", http.tool_call_parser,
                  "the tool-call syntax of the model's output for the HTTP API's tools: auto (read "
-                 "off the chat template), none (tools refused), deepseek_v3, deepseek_v31, deepseek_v32")
+                 "off the chat template), none (tools refused), deepseek_v3, deepseek_v31, deepseek_v32, "
+                 "kimi_k2")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "none", "deepseek_v3", "deepseek_v31", "deepseek_v32"}));
+      ->check(CLI::IsMember({"auto", "none", "deepseek_v3", "deepseek_v31", "deepseek_v32", "kimi_k2"}));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));

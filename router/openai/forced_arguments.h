@@ -1,5 +1,5 @@
 // What a forced tool call's arguments are held to (tool_choice "required" or a named function,
-// in DeepSeek-V3 / V3.1 syntax, where the arguments are one JSON text; http_api.cc).
+// in DeepSeek-V3 / V3.1 or Kimi-K2 syntax, where the arguments are one JSON text; http_api.cc).
 //
 // As vLLM and SGLang do with guided decoding for a named tool choice, the arguments are held to
 // the tool's `parameters` schema (structured outputs, model/constraint/json_schema.h) when we
@@ -31,7 +31,7 @@ struct ForcedArguments {
 // `tools` as ApiRequest::tools holds them (validated: OpenAI's shape, names unique); `named`
 // the forced function's name (in `tools`), nullopt for "required". A `parameters` is used only
 // when it is an object schema ("type": "object", as OpenAI requires of function parameters:
-// V3 / V3.1's arguments are a JSON object), the compiled schema (model::JsonSchema::Get, the
+// V3 / V3.1 / Kimi-K2's arguments are a JSON object), the compiled schema (model::JsonSchema::Get, the
 // process cache the router's validation also reads) is accepted, and its text fits
 // model::kMaxSchemaBytes.
 ForcedArguments ForcedArgumentsFor(const nlohmann::ordered_json& tools,

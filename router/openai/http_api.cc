@@ -162,6 +162,7 @@ struct HttpApi::Impl {
     bool opens_reasoning = false;               // the prompt ends inside <think>
     std::optional<ToolCallFormat> tool_calls;   // the answer is parsed for tool calls
     std::string call_opening;                   // the forced call's opening, ending the prompt
+    std::vector<std::string> history_call_ids;  // the ids of the history's calls (kimi_k2's count)
   };
 
   // The template's variables for a chat request: its messages, with the tools where the
@@ -208,6 +209,7 @@ struct HttpApi::Impl {
       }
     }
     setup->tool_calls = tool_call_format;
+    setup->history_call_ids = HistoryCallIds(r.messages);
     if (!chat_template->tmpl.has_value()) {
       vars["messages"] = chat_template::WithRequestTools(r.messages, tools);
     } else if (template_reads_tools) {
@@ -224,7 +226,7 @@ struct HttpApi::Impl {
     return vars;
   }
 
-  // A forced call's arguments in V3 / V3.1 syntax are one JSON value: the tool's parameters
+  // A forced call's arguments in V3 / V3.1 / Kimi-K2 syntax are one JSON value: the tool's parameters
   // schema where we can enforce it, else one JSON object (forced_arguments.h), from the first
   // token (named) or after the name the model writes ("required"); the EOS it ends with ends
   // the answer, so the call is the whole answer. DSML's arguments are not JSON; ignore_eos
@@ -303,8 +305,9 @@ struct HttpApi::Impl {
                         "invalid_request_error", "tool_choice", std::nullopt};
       }
       const bool named = r.tool_choice == ApiRequest::ToolChoice::kNamed;
-      setup->call_opening = ToolCallParser::CallOpening(
-          *setup->tool_calls, named ? std::optional<std::string>(r.tool_name) : std::nullopt);
+      setup->call_opening =
+          ToolCallParser::CallOpening(*setup->tool_calls, named ? std::optional<std::string>(r.tool_name) : std::nullopt,
+                                      setup->history_call_ids);
       *prompt += setup->call_opening;
       ConstrainForcedArguments(*setup->tool_calls, r, named, g.mutable_sampling());
     }
@@ -392,7 +395,8 @@ struct HttpApi::Impl {
       choices->builders.push_back(std::make_unique<ResponseBuilder>(
           r, id, created, setup.opens_reasoning, i, count, /*counts_prompt=*/i % r.n == 0));
       if (setup.tool_calls.has_value()) {
-        choices->builders.back()->set_tool_calls(*setup.tool_calls, setup.call_opening, r.parallel_tool_calls);
+        choices->builders.back()->set_tool_calls(*setup.tool_calls, setup.call_opening, r.parallel_tool_calls,
+                                                 setup.history_call_ids);
       }
       if (r.echo) choices->builders.back()->set_echo(PromptText(r.prompts[i / r.n], r.sampling));
       if (r.sampling.has_logprobs()) choices->builders.back()->set_logprobs(&router->codec());
@@ -514,9 +518,10 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
   } else if (options.tool_call_parser != "none") {
     impl->tool_call_format = ToolCallFormatFromName(options.tool_call_parser);
     if (!impl->tool_call_format.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tool-call parser '", options.tool_call_parser,
-          "' is not one of auto, none, deepseek_v3, deepseek_v31, deepseek_v32"));
+      std::string names = "auto, none";
+      for (const ToolCallFormat f : kToolCallFormats) absl::StrAppend(&names, ", ", std::string(ToolCallFormatName(f)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tool-call parser '", options.tool_call_parser, "' is not one of ", names));
     }
     // DeepSeek-V3.2's built-in format describes DSML to the model: another syntax would
     // never be parsed.

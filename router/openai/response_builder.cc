@@ -45,8 +45,9 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& request, std::string id, int6
       created_(created),
       splitter_(prompt_opens_reasoning) {}
 
-void ResponseBuilder::set_tool_calls(ToolCallFormat format, const std::string& opening, bool parallel) {
-  tool_calls_ = std::make_unique<ToolCallParser>(format);
+void ResponseBuilder::set_tool_calls(ToolCallFormat format, const std::string& opening, bool parallel,
+                                     std::vector<std::string> history_call_ids) {
+  tool_calls_ = std::make_unique<ToolCallParser>(format, std::move(history_call_ids));
   parallel_tool_calls_ = parallel;
   if (!opening.empty()) opening_deltas_ = ToolDeltas(tool_calls_->Add(opening).calls);
   if (call_ids_.empty()) unsaid_opening_ = opening;
@@ -74,6 +75,7 @@ Json ResponseBuilder::ToolDeltas(const std::vector<ToolCallDelta>& deltas) {
     Json call = Json{{"index", d.index}};
     if (d.name.has_value()) {
       while (call_ids_.size() <= static_cast<size_t>(d.index)) call_ids_.push_back(NewCallId());
+      if (d.id.has_value()) call_ids_[d.index] = *d.id;
       call["id"] = call_ids_[d.index];
       call["type"] = "function";
       call["function"] = Json{{"name", *d.name}, {"arguments", d.arguments}};

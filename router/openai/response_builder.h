@@ -57,8 +57,10 @@ class ResponseBuilder {
   // Chat with tools: the answer is parsed for calls in `format`. `opening`: the call opening
   // the router wrote at the prompt's end (tool_choice "required" or a named function;
   // ToolCallParser::CallOpening), which the output continues. `parallel` false keeps only
-  // the first call (OpenAI's parallel_tool_calls).
-  void set_tool_calls(ToolCallFormat format, const std::string& opening, bool parallel);
+  // the first call (OpenAI's parallel_tool_calls). `history_call_ids`: the ids of the calls in
+  // the request's history (HistoryCallIds), which kimi_k2's call ids count from.
+  void set_tool_calls(ToolCallFormat format, const std::string& opening, bool parallel,
+                      std::vector<std::string> history_call_ids = {});
 
   // Streaming: the events that start the stream (the chat role delta; the echoed prompt).
   std::string StartEvents();
@@ -123,7 +125,8 @@ class ResponseBuilder {
   std::unique_ptr<LogprobsFormat> logprobs_;  // when the request asked for them
   std::unique_ptr<ToolCallParser> tool_calls_;  // chat with tools
   bool parallel_tool_calls_ = true;
-  std::vector<std::string> call_ids_;          // call i's id, made when its name arrives
+  // Call i's id, when its name arrives: the parser's (kimi_k2), else a made "call_..." one.
+  std::vector<std::string> call_ids_;
   nlohmann::ordered_json opening_deltas_;      // the forced call's name, for the first chunk
   // The forced opening, while it may still come back as content (a model that never named a
   // call): it is the router's text, not the model's, so it is cut from the content.

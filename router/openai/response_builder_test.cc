@@ -185,6 +185,52 @@ TEST(ResponseBuilderTest, OneCallPerChunk) {
   EXPECT_EQ(e[1]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "g");
 }
 
+// Kimi-K2's calls carry their ids (functions.NAME:IDX, as the model wrote them, made anew where
+// one repeats the history's), in the stream's first delta of each call and in the body; a
+// named forced call's id is the one its opening wrote.
+TEST(ResponseBuilderTest, KimiCallsKeepTheirIds) {
+  const std::string calls =
+      "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:1<|tool_call_argument_begin|>"
+      "{\"city\": \"Oslo\"}<|tool_call_end|><|tool_call_begin|>functions.get_weather:0"
+      "<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>";
+  const std::vector<std::string> history = {"functions.get_weather:0"};
+  for (const bool stream : {false, true}) {
+    ApiRequest r = StreamedChat();
+    r.stream = stream;
+    ResponseBuilder b(r, "chatcmpl-1", 100, false);
+    b.set_tool_calls(ToolCallFormat::kKimiK2, "", true, history);
+    std::string events = b.StartEvents();
+    events += b.OnMessage(Chunk(calls, 9));
+    events += b.OnMessage(Complete(v1::FINISH_REASON_STOP, 10));
+    if (stream) {
+      std::vector<std::string> ids;
+      for (const Json& e : Events(events)) {
+        if (!e.is_object() || e["choices"].empty() || !e["choices"][0]["delta"].contains("tool_calls")) continue;
+        for (const Json& call : e["choices"][0]["delta"]["tool_calls"]) {
+          if (call.contains("id")) ids.push_back(call["id"].get<std::string>());
+        }
+      }
+      EXPECT_EQ(ids, (std::vector<std::string>{"functions.get_weather:1", "functions.get_weather:2"}));
+      continue;
+    }
+    const Json body = b.Body();
+    const Json& message = body["choices"][0]["message"];
+    ASSERT_EQ(message["tool_calls"].size(), 2u) << body;
+    EXPECT_EQ(message["tool_calls"][0]["id"], "functions.get_weather:1");
+    EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Oslo\"}");
+    EXPECT_EQ(message["tool_calls"][1]["id"], "functions.get_weather:2");
+    EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+  }
+
+  ResponseBuilder forced(StreamedChat(), "chatcmpl-2", 100, false);
+  forced.set_tool_calls(ToolCallFormat::kKimiK2, ToolCallParser::CallOpening(ToolCallFormat::kKimiK2, "f", history),
+                        true, history);
+  const std::vector<Json> e = Events(forced.StartEvents());
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[1]["choices"][0]["delta"]["tool_calls"][0]["id"], "functions.f:1");
+  EXPECT_EQ(e[1]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "f");
+}
+
 // tool_choice "required" whose model never names a call: the opening the router wrote into
 // the prompt is not the model's text, so only what the model wrote is content.
 TEST(ResponseBuilderTest, AnUnansweredForcedOpeningIsNotContent) {

@@ -11,6 +11,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kSep = "<｜tool▁sep｜>";
+constexpr std::string_view kKimiSectionBegin = "<|tool_calls_section_begin|>";
 
 }  // namespace
 
@@ -19,6 +20,7 @@ std::optional<ToolCallFormat> DetectToolCallFormat(const chat_template::Checkpoi
     return ToolCallFormat::kDeepseekV32;
   }
   const std::string& s = chat.source;
+  if (s.find(kKimiSectionBegin) != std::string::npos) return ToolCallFormat::kKimiK2;
   bool any = false;
   for (size_t at = s.find(kSep); at != std::string::npos; at = s.find(kSep, at + kSep.size())) {
     any = true;
@@ -56,6 +58,18 @@ std::string ToolsSection(ToolCallFormat format, const Json& tools) {
                     "Parameters Schema\n"
                     "- For multiple tool calls, put each on its own line, each in its own "
                     "<｜tool▁call▁begin｜>...<｜tool▁call▁end｜>\n");
+  } else if (format == ToolCallFormat::kKimiK2) {
+    absl::StrAppend(&out,
+                    "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+                    "<|tool_calls_section_begin|><|tool_call_begin|>functions.tool_call_name:tool_call_index"
+                    "<|tool_call_argument_begin|>tool_call_arguments<|tool_call_end|>{{additional_tool_calls}}"
+                    "<|tool_calls_section_end|>\n\n"
+                    "Where:\n\n"
+                    "- `tool_call_name` must be an exact match to one of the available tools\n"
+                    "- `tool_call_index` counts the tool calls of the conversation, from 0\n"
+                    "- `tool_call_arguments` must be valid JSON that strictly follows the tool's "
+                    "Parameters Schema\n"
+                    "- For multiple tool calls, chain them directly without separators or spaces\n");
   } else {
     absl::StrAppend(&out,
                     "\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
@@ -80,6 +94,19 @@ Json WithToolsSection(Json messages, const std::string& section) {
   }
   messages.insert(messages.begin(), Json{{"role", "system"}, {"content", section}});
   return messages;
+}
+
+std::vector<std::string> HistoryCallIds(const Json& messages) {
+  std::vector<std::string> ids;
+  for (const Json& m : messages) {
+    const auto calls = m.find("tool_calls");
+    if (calls == m.end() || !calls->is_array()) continue;
+    for (const Json& call : *calls) {
+      const auto id = call.find("id");
+      ids.push_back(id != call.end() && id->is_string() ? id->get<std::string>() : "");
+    }
+  }
+  return ids;
 }
 
 }  // namespace mlaserve::router::openai

@@ -53,6 +53,20 @@ TEST(ToolPromptTest, DetectsTheCallSyntaxOfOtherTemplates) {
   EXPECT_EQ(DetectToolCallFormat(FromSource("{{ messages }}")), std::nullopt);
 }
 
+// Moonshot's syntax, in the Kimi-style template of the kimi_k2 / moonlight fixtures (which reads
+// `tools`: the definitions go to the template, not the system prompt) and in a bare one.
+TEST(ToolPromptTest, DetectsKimisCallSyntax) {
+  for (const std::string fixture : {"kimi_k2_tiktoken", "moonlight_tiktoken"}) {
+    absl::StatusOr<chat_template::CheckpointChatTemplate> ct =
+        chat_template::LoadChatTemplate("tests/fixtures/models/" + fixture, "kimi_k2", "");
+    ASSERT_TRUE(ct.ok()) << ct.status();
+    EXPECT_EQ(DetectToolCallFormat(*ct), ToolCallFormat::kKimiK2) << fixture;
+    EXPECT_TRUE(ct->tmpl->ReadsVariable("tools")) << fixture;
+  }
+  EXPECT_EQ(DetectToolCallFormat(FromSource("{{ '<|tool_calls_section_begin|><|tool_call_begin|>' + call.id }}")),
+            ToolCallFormat::kKimiK2);
+}
+
 const Json kTools = Json::parse(R"([
   {"type": "function", "function": {"name": "get_weather", "description": "Weather now.",
    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "Café"}},
@@ -82,6 +96,31 @@ TEST(ToolPromptTest, V3SectionShowsV3sCallSyntax) {
   EXPECT_THAT(section, HasSubstr("\n### ping\nDescription: \n\nParameters: {}\n"));
   EXPECT_THAT(section, HasSubstr("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>tool_call_name\n"
                                  "```json\ntool_call_arguments\n```<｜tool▁call▁end｜>"));
+}
+
+// For a --chat-template that does not render tools: the same layout with Kimi's call syntax.
+TEST(ToolPromptTest, KimiSectionShowsKimisCallSyntax) {
+  const std::string section = ToolsSection(ToolCallFormat::kKimiK2, kTools);
+  EXPECT_THAT(section, ::testing::StartsWith("## Tools\nYou have access to the following tools:\n\n### get_weather\n"));
+  EXPECT_THAT(section, HasSubstr("\n### ping\nDescription: \n\nParameters: {}\n"));
+  EXPECT_THAT(section, HasSubstr("<|tool_calls_section_begin|><|tool_call_begin|>functions.tool_call_name:tool_call_index"
+                                 "<|tool_call_argument_begin|>tool_call_arguments<|tool_call_end|>"
+                                 "{{additional_tool_calls}}<|tool_calls_section_end|>\n"));
+  EXPECT_THAT(section, HasSubstr("- `tool_call_index` counts the tool calls of the conversation, from 0\n"));
+}
+
+TEST(ToolPromptTest, HistoryCallIdsInOrder) {
+  const Json messages = Json::parse(R"([
+    {"role": "user", "content": "x"},
+    {"role": "assistant", "content": null, "tool_calls": [
+      {"id": "functions.get_weather:0", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+      {"type": "function", "function": {"name": "ping", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "sunny"},
+    {"role": "assistant", "content": "ok", "tool_calls": [
+      {"id": 7, "type": "function", "function": {"name": "ping", "arguments": "{}"}},
+      {"id": "call_abc", "type": "function", "function": {"name": "ping", "arguments": "{}"}}]}])");
+  EXPECT_EQ(HistoryCallIds(messages), (std::vector<std::string>{"functions.get_weather:0", "", "", "call_abc"}));
+  EXPECT_TRUE(HistoryCallIds(Json::array({Json{{"role", "user"}, {"content", "x"}}})).empty());
 }
 
 TEST(ToolPromptTest, SectionEndsTheSystemPrompt) {
