@@ -105,7 +105,8 @@ const std::map<std::string_view, TestFn>& Tests() {
            if (v.is_list() && o.is_list()) return &v.as_list() == &o.as_list();
            if (v.is_dict() && o.is_dict()) return &v.as_dict() == &o.as_dict();
            if (v.is_string() || v.is_number() || v.is_undefined()) {
-             if (v.TypeName() != o.TypeName()) return false;
+             // Unequal values, or values of two types, are surely two objects.
+             if (v.TypeName() != o.TypeName() || !Equal(v, o) || v.is_undefined()) return false;
              return TypeError(absl::StrCat("test 'sameas' on two values of type ", v.TypeName(),
                                            " is not supported (their Python identity is not reproduced)"));
            }
