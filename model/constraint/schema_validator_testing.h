@@ -131,7 +131,12 @@ class ReferenceValidator {
     for (size_t i = begin; i < s.size(); ++i) {
       const char c = s[i];
       if (!time && c == 'T') {
-        if (!tmp.empty() && tmp.size() == i - begin) return true;  // the date-time form
+        if (!tmp.empty() && tmp.size() == i - begin) {
+          // The date-time form (PYYYY-MM-DDThh:mm:ss or PYYYYMMDDThhmmss), which isoduration
+          // hands to arrow: taken here in those two spellings only ("P1T1S" is not one).
+          static const std::regex date_time("^([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}|[0-9]{8}T[0-9]{6})$");
+          return std::regex_match(s.substr(begin), date_time);
+        }
         if (i + 1 == s.size()) return false;
         time = true;
         designators = "HMS";
