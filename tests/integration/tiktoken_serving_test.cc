@@ -8,8 +8,12 @@
 //     tokens, printed as the tokenizer decodes them;
 //   * a router + prefill + decode cluster answers the *text* prompt (tokenized by the router
 //     through the tiktoken vocabulary) with HF's greedy tokens and their text;
-//   * the fixture's Kimi-style chat template does not make --tool-call-parser auto pick a
-//     DeepSeek syntax (Kimi's <|tool_calls_section_begin|> syntax is not parsed).
+//   * the fixture's Kimi-style chat template makes --tool-call-parser auto pick Kimi's
+//     <|tool_calls_section_begin|> syntax (kimi_k2), and a router with the HTTP API serves a
+//     forced tool call the model writes (its arguments held to the tool's schema) with a Kimi
+//     call id counting the history's calls.
+#include <httplib.h>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -130,12 +134,11 @@ TEST_P(TiktokenFixture, ClusterAnswersATextPrompt) {
 INSTANTIATE_TEST_SUITE_P(Checkpoints, TiktokenFixture,
                          ::testing::Values("kimi_k2_tiktoken", "moonlight_tiktoken"));
 
-// Kimi's tool-call syntax (<|tool_calls_section_begin|> ...) is none of the DeepSeek syntaxes the
-// router parses: auto detection must find no format rather than a wrong one.
-TEST(TiktokenChatTemplate, KimiStyleTemplateRendersAndIsNoDeepseekToolSyntax) {
+// Kimi's tool-call syntax (<|tool_calls_section_begin|> ...) is read off the template.
+TEST(TiktokenChatTemplate, KimiStyleTemplateRendersKimisToolSyntax) {
   auto chat = router::chat_template::LoadChatTemplate(FixtureDir("kimi_k2_tiktoken"), "kimi_k2", "");
   ASSERT_TRUE(chat.ok()) << chat.status().ToString();
-  EXPECT_EQ(router::openai::DetectToolCallFormat(*chat), std::nullopt);
+  EXPECT_EQ(router::openai::DetectToolCallFormat(*chat), router::openai::ToolCallFormat::kKimiK2);
   nlohmann::ordered_json vars = {
       {"messages", nlohmann::ordered_json::array(
                        {{{"role", "user"}, {"content", "What is the weather in Paris?"}},
@@ -155,6 +158,49 @@ TEST(TiktokenChatTemplate, KimiStyleTemplateRendersAndIsNoDeepseekToolSyntax) {
             "<|tool_calls_section_end|><|im_end|>"
             "<|im_system|>tool<|im_middle|>## Result of functions.weather:0\nsunny<|im_end|>"
             "<|im_assistant|>assistant<|im_middle|>");
+}
+
+// The HTTP API on the Kimi fixture: a named tool_choice writes Kimi's call opening (the id
+// counting the one call of the history) and holds the arguments to the tool's schema, so the
+// random model's greedy continuation, decoded through tiktoken, is a call the router parses.
+TEST(TiktokenChatTemplate, ClusterServesAForcedKimiToolCall) {
+  ClusterOptions o;
+  o.model_dir = FixtureDir("kimi_k2_tiktoken");
+  o.extra_router_flags = {"--http-port", "0"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto http = (*cluster)->router().WaitForLine("http listening on ", kTimeout);
+  ASSERT_TRUE(http.ok()) << http.status() << "\n" << (*cluster)->router().LogTail();
+  EXPECT_THAT((*cluster)->router().LogTail(), ::testing::HasSubstr("tool calls: kimi_k2 syntax"));
+  const Json request = Json::parse(R"({
+    "model": "kimi_k2_tiktoken", "temperature": 0,
+    "messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "functions.weather:0", "type": "function",
+        "function": {"name": "weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "functions.weather:0", "content": "sunny"},
+      {"role": "user", "content": "And Oslo?"}],
+    "tools": [{"type": "function", "function": {"name": "weather", "strict": true, "parameters": {
+      "type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"],
+      "additionalProperties": false}}}],
+    "tool_choice": {"type": "function", "function": {"name": "weather"}}})");
+  httplib::Client client("127.0.0.1", std::stoi(http->substr(http->rfind(':') + 1)));
+  client.set_read_timeout(60);
+  httplib::Result r = client.Post("/v1/chat/completions", request.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json body = Json::parse(r->body);
+  const Json& message = body["choices"][0]["message"];
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << body;
+  EXPECT_EQ(message["tool_calls"][0]["id"], "functions.weather:1");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "weather");
+  ASSERT_EQ(body["choices"][0]["finish_reason"], "tool_calls") << body;
+  const Json arguments = Json::parse(message["tool_calls"][0]["function"]["arguments"].get<std::string>());
+  ASSERT_TRUE(arguments.is_object()) << arguments;
+  EXPECT_EQ(arguments.size(), 1u) << arguments;
+  EXPECT_THAT(arguments.value("city", ""), ::testing::AnyOf("Paris", "Oslo"));
+  EXPECT_TRUE(message["content"].is_null()) << body;
+  EXPECT_TRUE((*cluster)->WaitAllPagesFree(absl::Seconds(15)).ok());
 }
 
 }  // namespace
