@@ -305,9 +305,8 @@ struct HttpApi::Impl {
                         "invalid_request_error", "tool_choice", std::nullopt};
       }
       const bool named = r.tool_choice == ApiRequest::ToolChoice::kNamed;
-      setup->call_opening =
-          ToolCallParser::CallOpening(*setup->tool_calls, named ? std::optional<std::string>(r.tool_name) : std::nullopt,
-                                      setup->history_call_ids);
+      setup->call_opening = ToolCallParser::CallOpening(
+          *setup->tool_calls, named ? std::optional<std::string>(r.tool_name) : std::nullopt, setup->history_call_ids);
       *prompt += setup->call_opening;
       ConstrainForcedArguments(*setup->tool_calls, r, named, g.mutable_sampling());
     }

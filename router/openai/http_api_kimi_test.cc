@@ -129,8 +129,8 @@ class HttpApiKimiTest : public ::testing::Test {
 TEST_F(HttpApiKimiTest, CallIdsRoundTrip) {
   const std::string tools = absl::StrCat(R"("tools": [)", kWeatherTool, ", ", kTimeTool, "]");
   const std::string user = R"({"role": "user", "content": "Weather in Paris?"})";
-  decode_.set_reply(absl::StrCat("Let me check.", kSectionBegin, Call("functions.get_weather:0", "{\"city\": \"Paris\"}"),
-                                 kSectionEnd));
+  decode_.set_reply(absl::StrCat("Let me check.", kSectionBegin,
+                                 Call("functions.get_weather:0", "{\"city\": \"Paris\"}"), kSectionEnd));
   const Json first = Chat(absl::StrCat(R"({"model": "kimi", "messages": [)", user, "], ", tools, "}"));
   ASSERT_TRUE(first.is_object());
   const Json& message = first["choices"][0]["message"];
@@ -250,7 +250,8 @@ TEST_F(HttpApiKimiTest, ToolCallParserOptionNamesKimi) {
   EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["id"], "functions.get_time:0");
   EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_time");
   const std::string prompt = LastPrompt();
-  EXPECT_THAT(prompt, ::testing::StartsWith("<system>## Tools\nYou have access to the following tools:\n\n### get_time\n"));
+  EXPECT_THAT(prompt,
+              ::testing::StartsWith("<system>## Tools\nYou have access to the following tools:\n\n### get_time\n"));
   EXPECT_THAT(prompt, HasSubstr("functions.tool_call_name:tool_call_index<|tool_call_argument_begin|>"));
   EXPECT_THAT(prompt, EndsWith("<user>Time?"));
   named->reset();

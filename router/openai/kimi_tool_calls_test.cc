@@ -86,7 +86,8 @@ TEST(KimiToolCallsTest, Syntax) {
                "\n \n" + kCallEnd + "\n" + Call("functions.get_time:1", " " + kTimeArgs) + "\n" + kSectionEnd,
            "",
            {kWeather, kTime}},
-          {"whitespace inside the arguments", kSectionBegin + Call("functions.f:0", "{\"a\":  \" \\n \" }") + kSectionEnd,
+          {"whitespace inside the arguments",
+           kSectionBegin + Call("functions.f:0", "{\"a\":  \" \\n \" }") + kSectionEnd,
            "",
            {{"f", "{\"a\":  \" \\n \" }", "functions.f:0"}}},
           {"unicode",
@@ -97,7 +98,10 @@ TEST(KimiToolCallsTest, Syntax) {
            kSectionBegin + Call("functions.f:0", look_alike) + kSectionEnd,
            "",
            {{"f", look_alike, "functions.f:0"}}},
-          {"empty arguments", kSectionBegin + Call("functions.now:0", "{}") + kSectionEnd, "", {{"now", "{}", "functions.now:0"}}},
+          {"empty arguments",
+           kSectionBegin + Call("functions.now:0", "{}") + kSectionEnd,
+           "",
+           {{"now", "{}", "functions.now:0"}}},
           {"stray text between calls",
            kSectionBegin + Call("functions.get_weather:0", kWeatherArgs) + "\nAlso:\n" +
                Call("functions.get_time:1", kTimeArgs) + kSectionEnd,
@@ -109,7 +113,8 @@ TEST(KimiToolCallsTest, Syntax) {
            "Then ",
            {kWeather, kTime}},
           {"singular section markers",
-           "<|tool_call_section_begin|>" + Call("functions.get_weather:0", kWeatherArgs) + "<|tool_call_section_end|>ok",
+           "<|tool_call_section_begin|>" + Call("functions.get_weather:0", kWeatherArgs) +
+               "<|tool_call_section_end|>ok",
            "ok",
            {kWeather}},
           {"no call end",
@@ -187,7 +192,8 @@ TEST(KimiToolCallsTest, CallOpenings) {
   const std::vector<Continuation> continuations = {
       {"get_weather", kWeatherArgs + kCallEnd + Call("functions.now:4", "{}") + kSectionEnd},
       {std::nullopt,
-       "functions.get_weather:3" + kArgumentBegin + kWeatherArgs + kCallEnd + Call("functions.now:4", "{}") + kSectionEnd},
+       "functions.get_weather:3" + kArgumentBegin + kWeatherArgs + kCallEnd + Call("functions.now:4", "{}") +
+           kSectionEnd},
   };
   const std::vector<ToolCall> want = {{"get_weather", kWeatherArgs, "functions.get_weather:3"},
                                       {"now", "{}", "functions.now:4"}};

@@ -127,7 +127,7 @@ class ToolCallParser {
     kParamHeader,  // v32: a parameter tag's attributes, up to `">`
     kParamValue,   // v32: a parameter's value
   };
-  enum class Action : unsigned char;  // what a marker does (tool_call_parser.cc)
+  enum class Action : unsigned char;  // what a marker does (tool_call_syntax.h)
   struct Marker;                      // a marker's text and Action
   struct Found;                       // where FindMarker stopped
   static std::span<const Marker> Markers(ToolCallFormat format, State state);

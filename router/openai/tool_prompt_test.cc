@@ -103,8 +103,8 @@ TEST(ToolPromptTest, KimiSectionShowsKimisCallSyntax) {
   const std::string section = ToolsSection(ToolCallFormat::kKimiK2, kTools);
   EXPECT_THAT(section, ::testing::StartsWith("## Tools\nYou have access to the following tools:\n\n### get_weather\n"));
   EXPECT_THAT(section, HasSubstr("\n### ping\nDescription: \n\nParameters: {}\n"));
-  EXPECT_THAT(section, HasSubstr("<|tool_calls_section_begin|><|tool_call_begin|>functions.tool_call_name:tool_call_index"
-                                 "<|tool_call_argument_begin|>tool_call_arguments<|tool_call_end|>"
+  EXPECT_THAT(section, HasSubstr("<|tool_calls_section_begin|><|tool_call_begin|>functions.tool_call_name:"
+                                 "tool_call_index<|tool_call_argument_begin|>tool_call_arguments<|tool_call_end|>"
                                  "{{additional_tool_calls}}<|tool_calls_section_end|>\n"));
   EXPECT_THAT(section, HasSubstr("- `tool_call_index` counts the tool calls of the conversation, from 0\n"));
 }
