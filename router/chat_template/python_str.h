@@ -4,7 +4,7 @@
 // islower() / isupper(), re's \w, int() and float() parsing, split / rsplit / strip /
 // replace / find / count, and markupsafe's HTML escape. Indices and counts are in code
 // points, as Python's are. The Unicode data (unicode_tables.inc) is read off Python 3.11's
-// own str methods by make_unicode_tables.py, so it agrees with the Python transformers runs.
+// own str methods by tools/make_unicode_tables.py, so it agrees with the Python transformers runs.
 #pragma once
 
 #include <cstdint>
