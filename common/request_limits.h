@@ -82,13 +82,6 @@ struct SamplingValues {
   bool constrained() const { return json_object || !json_schema.empty(); }
 
   bool wants_logprobs() const { return logprobs >= 0; }
-  // Whether sampling needs more than the CUDA kernels' knobs (the host path draws such rows).
-  // Constrained rows do not: their allowed-token masks (SampleRow::allowed) are applied on the
-  // device as on the host (model/step/sampling_step.h).
-  bool needs_host_sampling() const {
-    return repetition_penalty != 1.0f || presence_penalty != 0.0f ||
-           frequency_penalty != 0.0f || !logit_bias.empty() || wants_logprobs();
-  }
 };
 
 // The one sampling check, made once at each process edge: the router's API

@@ -75,15 +75,12 @@ TEST(SamplingValues, OpenAiKnobsAreNamedWithTheirValues) {
   v.logit_bias = {{0, -100.0f}, {299, 100.0f}};
   v.logprobs = 20;
   EXPECT_TRUE(ValidateSamplingValues(v, 300).ok());
-  EXPECT_TRUE(v.needs_host_sampling());
-  EXPECT_FALSE(SamplingValues{}.needs_host_sampling());
 }
 
 TEST(SamplingValues, JsonObjectSamplesOnTheDeviceAndRefusesIgnoreEos) {
   SamplingValues v;
   v.json_object = true;
   EXPECT_TRUE(ValidateSamplingValues(v).ok());
-  EXPECT_FALSE(v.needs_host_sampling());  // its masks are applied where the row is drawn
   EXPECT_TRUE(ValidateResponseFormat(v, /*ignore_eos=*/false).ok());
   absl::Status s = ValidateResponseFormat(v, /*ignore_eos=*/true);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -117,7 +114,6 @@ TEST(SamplingValues, JsonSchemaRules) {
   SamplingValues v;
   v.json_schema = R"({"type": "string"})";
   EXPECT_TRUE(v.constrained());
-  EXPECT_FALSE(v.needs_host_sampling());
   EXPECT_TRUE(ValidateResponseFormat(v, false).ok());
   v.json_after = "</think>";
   v.json_schema_strict = true;

@@ -11,6 +11,7 @@
 // with the ones the fixture recorded. Runs on a GPU machine (ctest label gpu).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <filesystem>
 #include <string>
@@ -654,12 +655,29 @@ TEST(EngineCudaFp8CacheTest, V32MatchesReference) {
   EXPECT_GT(e.decode_graph_replays(), 0);
 }
 
+// Logprobs from the device path against the host sampler's: the same rows ask, the same ids
+// in the same order, logprobs within 1e-5 * max(1, |logprob|) (kernels/sampling/api.h: the
+// device's double sum runs in another order).
+void ExpectSameLogprobs(const std::vector<TokenLogprobs>& got, const std::vector<TokenLogprobs>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  auto near = [](float g, float w) { return std::fabs(g - w) <= 1e-5f * std::max(1.0f, std::fabs(w)); };
+  for (size_t r = 0; r < want.size(); ++r) {
+    EXPECT_TRUE(near(got[r].logprob, want[r].logprob)) << "row " << r << ": " << got[r].logprob << " vs " << want[r].logprob;
+    ASSERT_EQ(got[r].top.size(), want[r].top.size()) << "row " << r;
+    for (size_t k = 0; k < want[r].top.size(); ++k) {
+      EXPECT_EQ(got[r].top[k].token_id, want[r].top[k].token_id) << "row " << r << " rank " << k;
+      EXPECT_TRUE(near(got[r].top[k].logprob, want[r].top[k].logprob)) << "row " << r << " rank " << k;
+    }
+  }
+}
+
 // Decode steps that carry their sampling are drawn on the device (replayed graphs, then the
 // sampling kernels) and give the ids model::Sampler draws on the host from the same step's
-// logits: greedy, seeded top-k/top-p/min-p, and steps with logit_bias, presence / frequency
-// penalties, logprobs and a repetition penalty (sampled on the host by the engine, logprobs
-// equal to the host sampler's). The same step is run twice (once returning logits); it writes the same cache
-// entries both times.
+// logits: greedy, seeded top-k/top-p/min-p, then the OpenAI knobs on some rows beside plain
+// ones (logit_bias with a ban, presence / frequency penalties over the generated ids, a
+// repetition penalty over a history with repeats, logprobs 20 and 3), all drawn on the device
+// too (no logits come back), with the host sampler's logprobs. The same step is run twice (once
+// returning logits); it writes the same cache entries both times.
 TEST(EngineCudaSamplingTest, DeviceSamplingEqualsHostSampler) {
   const std::string dir = Fixture("deepseek_v3");
   if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
@@ -669,9 +687,9 @@ TEST(EngineCudaSamplingTest, DeviceSamplingEqualsHostSampler) {
   auto engine = DeepseekEngine::Create(o);
   ASSERT_TRUE(engine.ok()) << engine.status();
   DeepseekEngine& e = **engine;
-  constexpr int kSeqs = 3, kSteps = 6;
+  constexpr int kSeqs = 4, kSteps = 7;
   std::vector<std::unique_ptr<SeqPages>> pages;
-  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<int32_t>> ids, history(kSeqs);
   for (int s = 0; s < kSeqs; ++s) {
     ids.push_back(ref.prompts[std::min<size_t>(s + 1, ref.prompts.size() - 1)].ids);
     pages.push_back(std::make_unique<SeqPages>(e.kv_pool(), static_cast<int>(ids[s].size()) + kSteps + 1));
@@ -679,6 +697,7 @@ TEST(EngineCudaSamplingTest, DeviceSamplingEqualsHostSampler) {
     c.tokens = ids[s];
     c.pages = pages[s]->pages();
     ASSERT_TRUE(e.Forward({&c, 1}, AttentionPath::kMla).ok());
+    history[s] = ids[s];
   }
   std::vector<SampleRow> rows(kSeqs);
   rows[0].options.temperature = 0.0f;
@@ -689,43 +708,48 @@ TEST(EngineCudaSamplingTest, DeviceSamplingEqualsHostSampler) {
   rows[2].options.top_k = 20;
   rows[2].options.min_p = 0.05f;
   rows[2].options.seed = 12345;
+  rows[3].options.temperature = 1.0f;  // stays plain
+  rows[3].options.seed = 99;
   std::vector<int32_t> next(kSeqs, 1);
   for (int step = 0; step < kSteps; ++step) {
-    if (step == kSteps - 2) {  // the OpenAI knobs: the host path too, logprobs returned
-      rows[0].options.logit_bias = {{5, 2.0f}};
+    if (step == 2) {  // the OpenAI knobs
+      rows[0].options.logit_bias = {{5, 2.0f}, {17, -100.0f}};
+      rows[0].options.logprobs = 20;
       rows[2].options.presence_penalty = 0.5f;
       rows[2].options.frequency_penalty = 0.25f;
       rows[2].options.logprobs = 3;
     }
-    if (step == kSteps - 1) rows[1].options.repetition_penalty = 1.3f;  // the host path
+    if (step == 4) {
+      rows[1].options.repetition_penalty = 1.3f;
+      rows[1].options.logit_bias = {{next[1], 1.5f}};
+      rows[2].options.repetition_penalty = 0.8f;  // with presence / frequency: one list
+    }
     std::vector<SequenceChunk> batch(kSeqs);
     for (int s = 0; s < kSeqs; ++s) {
       batch[s].tokens = std::span<const int32_t>(&next[s], 1);
       batch[s].start_pos = static_cast<int>(ids[s].size()) + step;
       batch[s].pages = pages[s]->pages();
       rows[s].step = step;
-      rows[s].history = ids[s];
+      rows[s].history = history[s];  // the prompt, then the ids drawn so far
     }
     auto plain = e.Forward(batch, AttentionPath::kMla);
     ASSERT_TRUE(plain.ok()) << plain.status();
     for (int s = 0; s < kSeqs; ++s) batch[s].sample = &rows[s];
     auto sampled = e.Forward(batch, AttentionPath::kMla);
     ASSERT_TRUE(sampled.ok()) << sampled.status();
-    const std::vector<const SampleRow*> ptrs = {&rows[0], &rows[1], &rows[2]};
+    const std::vector<const SampleRow*> ptrs = {&rows[0], &rows[1], &rows[2], &rows[3]};
     std::vector<TokenLogprobs> want_logprobs;
     auto want = SampleHostLogits(plain->logits, e.config().vocab_size, ptrs, &want_logprobs);
     ASSERT_TRUE(want.ok()) << want.status();
     EXPECT_EQ(sampled->token_ids, *want) << "step " << step;
-    EXPECT_EQ(sampled->logits.empty(), step < kSteps - 2) << "device-sampled steps return no logits";
-    ASSERT_EQ(sampled->logprobs.size(), want_logprobs.size()) << "step " << step;
-    for (size_t r = 0; r < want_logprobs.size(); ++r) {
-      EXPECT_EQ(sampled->logprobs[r].logprob, want_logprobs[r].logprob) << "step " << step;
-      ASSERT_EQ(sampled->logprobs[r].top.size(), want_logprobs[r].top.size());
-      for (size_t k = 0; k < want_logprobs[r].top.size(); ++k) {
-        EXPECT_EQ(sampled->logprobs[r].top[k].token_id, want_logprobs[r].top[k].token_id);
-      }
-    }
+    EXPECT_TRUE(sampled->logits.empty()) << "every step is drawn on the device; step " << step;
+    EXPECT_EQ(want_logprobs.empty(), step < 2);
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    ExpectSameLogprobs(sampled->logprobs, want_logprobs);
     next = sampled->token_ids;
+    for (int s = 0; s < kSeqs; ++s) history[s].push_back(next[s]);
+    // A repeat of the last generated id in row 2's history next step (frequency counts 2).
+    if (step == 3) history[2].push_back(next[2]);
   }
   EXPECT_GT(e.decode_graph_replays(), 0);
 }
@@ -735,7 +759,8 @@ TEST(EngineCudaSamplingTest, DeviceSamplingEqualsHostSampler) {
 // logits come back), and every id equals the host sampler's on the step's logits, masks
 // applied. Masks: every odd id but the greedy favourite (greedy row), one allowed id, a few
 // dozen scattered ids (sampled rows), the last id of the vocabulary alone (its mask word's
-// tail); a plain row beside them. With logprobs on one row the step goes to the host, same ids.
+// tail); a plain row beside them. With logprobs on two rows (one masked: logprobs are of the
+// raw logits) the step stays on the device, same ids, the host sampler's logprobs.
 TEST(EngineCudaSamplingTest, MaskedRowsAreDrawnOnTheDevice) {
   const std::string dir = Fixture("deepseek_v3");
   if (!std::filesystem::exists(dir + "/expected.json")) GTEST_SKIP() << "no fixture " << dir;
@@ -810,14 +835,22 @@ TEST(EngineCudaSamplingTest, MaskedRowsAreDrawnOnTheDevice) {
   EXPECT_TRUE(on_device->logits.empty()) << "masked rows are drawn on the device";
   EXPECT_EQ(on_device->token_ids, *want);
 
-  rows[4].options.logprobs = 0;  // a row the kernels cannot take: the step goes to the host
-  auto on_host = e.Forward(batch_of(&rows), AttentionPath::kMla);
-  ASSERT_TRUE(on_host.ok()) << on_host.status();
-  EXPECT_FALSE(on_host->logits.empty());
-  EXPECT_EQ(on_host->token_ids, *want);
+  rows[4].options.logprobs = 0;
+  rows[2].options.logprobs = 5;
+  std::vector<TokenLogprobs> want_logprobs;
+  auto want_lp = SampleHostLogits(plain->logits, vocab, ptrs, &want_logprobs);
+  ASSERT_TRUE(want_lp.ok()) << want_lp.status();
+  EXPECT_EQ(*want_lp, *want);
+  auto with_logprobs = e.Forward(batch_of(&rows), AttentionPath::kMla);
+  ASSERT_TRUE(with_logprobs.ok()) << with_logprobs.status();
+  EXPECT_TRUE(with_logprobs->logits.empty()) << "logprobs rows are drawn on the device";
+  EXPECT_EQ(with_logprobs->token_ids, *want);
+  ExpectSameLogprobs(with_logprobs->logprobs, want_logprobs);
+  EXPECT_TRUE(with_logprobs->logprobs[0].top.empty() && with_logprobs->logprobs[1].top.empty());
 
   // A mask that allows nothing is refused naming its row, on the device path as on the host's.
   rows[4].options.logprobs = -1;
+  rows[2].options.logprobs = -1;
   std::vector<uint64_t> none(words, 0);
   rows[2].allowed = none;
   auto refused = e.Forward(batch_of(&rows), AttentionPath::kMla);

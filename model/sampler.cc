@@ -44,56 +44,154 @@ absl::Status ApplyAllowedMask(std::span<const uint64_t> allowed, int row, int vo
   return absl::OkStatus();
 }
 
-// logit_bias: added to the row before any penalty (vLLM applies it as a logits processor).
-absl::Status ApplyLogitBias(const SamplingOptions& o, int row, int vocab, float* logits) {
-  for (const auto& [id, bias] : o.logit_bias) {
-    if (id < 0 || id >= vocab) {
-      return absl::InvalidArgumentError(absl::StrCat("logit_bias token id ", id, " of row ", row,
-                                                     " is outside the vocabulary [0, ", vocab,
-                                                     ")"));
-    }
-    logits[id] += bias;
+// The host's logit edits after the masks: the CPU ops over the lists, in the Sampler's order.
+absl::Status ApplyLogitEditsCpu(const LogitEditLists& e, int batch, int vocab, float* logits) {
+  if (e.any_bias) {
+    kernels::LogitBiasParams p;
+    p.batch = batch;
+    p.vocab = vocab;
+    p.logits = logits;
+    p.token_ids = e.bias_ids.data();
+    p.bias = e.bias_values.data();
+    p.cu_entries = e.bias_cu.data();
+    RETURN_IF_ERROR(kernels::ApplyLogitBiasCpu(p));
+  }
+  if (e.any_repetition) {
+    kernels::RepetitionPenaltyParams p;
+    p.batch = batch;
+    p.vocab = vocab;
+    p.logits = logits;
+    p.penalty = e.repetition.data();
+    p.token_ids = e.token_ids.data();
+    p.cu_tokens = e.token_cu.data();
+    RETURN_IF_ERROR(kernels::ApplyRepetitionPenaltyCpu(p));
+  }
+  if (e.any_occurrence) {
+    kernels::OccurrencePenaltyParams p;
+    p.batch = batch;
+    p.vocab = vocab;
+    p.logits = logits;
+    p.presence = e.presence.data();
+    p.frequency = e.frequency.data();
+    p.token_ids = e.token_ids.data();
+    p.counts = e.token_counts.data();
+    p.cu_tokens = e.token_cu.data();
+    RETURN_IF_ERROR(kernels::ApplyOccurrencePenaltiesCpu(p));
   }
   return absl::OkStatus();
 }
 
-// OpenAI's presence / frequency penalties over the generated ids (after the repetition
-// penalty, as vLLM's apply_penalties).
-void ApplyOccurrencePenalties(const SamplingOptions& o, std::span<const int32_t> generated,
-                              float* logits) {
-  std::vector<int32_t> ids(generated.begin(), generated.end());
-  std::sort(ids.begin(), ids.end());
-  for (size_t i = 0; i < ids.size();) {
-    size_t j = i;
-    while (j < ids.size() && ids[j] == ids[i]) ++j;
-    logits[ids[i]] -= o.presence_penalty + o.frequency_penalty * static_cast<float>(j - i);
-    i = j;
-  }
-}
-
 }  // namespace
+
+static_assert(common::kMaxTopLogprobs <= kernels::kMaxLogprobsTop,
+              "the logprobs kernels return at most kernels::kMaxLogprobsTop alternatives");
 
 void ComputeTokenLogprobs(std::span<const float> raw, int32_t token, int top_n,
                           TokenLogprobs* out) {
-  const int vocab = static_cast<int>(raw.size());
-  double m = raw[0];
-  for (float x : raw) m = std::max<double>(m, x);
-  double sum = 0;
-  for (float x : raw) sum += std::exp(static_cast<double>(x) - m);
-  const double lse = m + std::log(sum);
-  out->logprob = static_cast<float>(static_cast<double>(raw[token]) - lse);
+  const int n = std::clamp(top_n, 0, kernels::kMaxLogprobsTop);
+  std::vector<kernels::LogprobEntry> entries(1 + n);
+  kernels::LogprobsParams p;
+  p.batch = 1;
+  p.rows = 1;
+  p.vocab = static_cast<int>(raw.size());
+  p.out_stride = 1 + n;
+  p.logits = raw.data();
+  const int32_t row = 0;
+  p.token_ids = &token;
+  p.row_ids = &row;
+  p.top_n = &n;
+  p.out = entries.data();
+  [[maybe_unused]] const absl::Status s = kernels::ComputeLogprobsCpu(p);
+  assert(s.ok());  // the token was drawn from this row
+  out->logprob = entries[0].logprob;
   out->top.clear();
-  const int n = std::min(top_n, vocab);
-  if (n <= 0) return;
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
-    return raw[a] > raw[b] || (raw[a] == raw[b] && a < b);
-  });
-  out->top.reserve(n);
-  for (int i = 0; i < n; ++i) {
-    out->top.push_back({order[i], static_cast<float>(static_cast<double>(raw[order[i]]) - lse)});
+  const int kept = std::min(n, p.vocab);
+  out->top.reserve(kept);
+  for (int i = 0; i < kept; ++i) out->top.push_back({entries[1 + i].token_id, entries[1 + i].logprob});
+}
+
+absl::Status BuildLogitEditLists(std::span<const SampleRow* const> rows, int vocab,
+                                 LogitEditLists* e) {
+  const int batch = static_cast<int>(rows.size());
+  e->bias_ids.clear();
+  e->bias_values.clear();
+  e->bias_cu.assign(1, 0);
+  e->token_ids.clear();
+  e->token_counts.clear();
+  e->token_cu.assign(1, 0);
+  e->repetition.assign(batch, 1.0f);
+  e->presence.assign(batch, 0.0f);
+  e->frequency.assign(batch, 0.0f);
+  e->any_bias = e->any_repetition = e->any_occurrence = false;
+  if (e->slot.size() != static_cast<size_t>(vocab)) e->slot.assign(vocab, 0);
+  for (int r = 0; r < batch; ++r) {
+    const SampleRow& row = *rows[r];
+    const SamplingOptions& o = row.options;
+    // logit_bias: distinct ids in the vocabulary (the CUDA op applies a row's in parallel).
+    if (o.logit_bias.size() > common::kMaxLogitBiasEntries) {
+      return absl::InvalidArgumentError(absl::StrCat("row ", r, " has ", o.logit_bias.size(),
+                                                     " logit_bias entries; at most ",
+                                                     common::kMaxLogitBiasEntries,
+                                                     " are allowed"));
+    }
+    for (const auto& [id, bias] : o.logit_bias) {
+      if (id < 0 || id >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("logit_bias token id ", id, " of row ", r,
+                                                       " is outside the vocabulary [0, ", vocab,
+                                                       ")"));
+      }
+      if (e->slot[id] != 0) {
+        for (int32_t seen : std::span(e->bias_ids).subspan(e->bias_cu.back())) e->slot[seen] = 0;
+        return absl::InvalidArgumentError(
+            absl::StrCat("logit_bias token id ", id, " of row ", r, " is listed twice"));
+      }
+      e->slot[id] = 1;
+      e->bias_ids.push_back(id);
+      e->bias_values.push_back(bias);
+    }
+    for (int32_t id : std::span(e->bias_ids).subspan(e->bias_cu.back())) e->slot[id] = 0;
+    e->bias_cu.push_back(static_cast<int32_t>(e->bias_ids.size()));
+    e->any_bias = e->any_bias || !o.logit_bias.empty();
+
+    // Penalties: one list of distinct ids, with the generated counts.
+    const bool repetition = o.repetition_penalty != 1.0f;
+    const bool occurrence = o.presence_penalty != 0.0f || o.frequency_penalty != 0.0f;
+    const std::span<const int32_t> h = row.history;
+    std::span<const int32_t> generated;
+    if (repetition) RETURN_IF_ERROR(CheckIds(h, vocab, r, "history"));
+    if (occurrence) {
+      if (row.step > h.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("row ", r, " samples token ", row.step,
+                                                       " but its history holds ", h.size(),
+                                                       " ids"));
+      }
+      generated = h.last(row.step);
+      RETURN_IF_ERROR(CheckIds(generated, vocab, r, "generated ids"));
+    }
+    const size_t begin = e->token_ids.size();
+    auto add = [&](int32_t id) {
+      if (e->slot[id] == 0) {
+        e->token_ids.push_back(id);
+        e->token_counts.push_back(0);
+        e->slot[id] = static_cast<int32_t>(e->token_ids.size() - begin);
+      }
+      return e->slot[id] - 1 + begin;
+    };
+    if (repetition) {
+      for (int32_t id : h) add(id);
+    }
+    if (occurrence) {
+      for (int32_t id : generated) ++e->token_counts[add(id)];
+    }
+    for (size_t i = begin; i < e->token_ids.size(); ++i) e->slot[e->token_ids[i]] = 0;
+    e->token_cu.push_back(static_cast<int32_t>(e->token_ids.size()));
+    e->repetition[r] = o.repetition_penalty;
+    e->presence[r] = o.presence_penalty;
+    e->frequency[r] = o.frequency_penalty;
+    e->any_repetition = e->any_repetition || repetition;
+    e->any_occurrence = e->any_occurrence || occurrence;
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int32_t>> Sampler::Sample(std::span<float> logits, int vocab,
@@ -111,13 +209,13 @@ absl::StatusOr<std::vector<int32_t>> Sampler::Sample(std::span<float> logits, in
   std::vector<int32_t> ids(batch);
   if (logprobs != nullptr) logprobs->clear();
   if (batch == 0) return ids;
-  // Raw rows of those that want logprobs, kept before bias and penalties edit them.
+  // Raw rows of those that want logprobs, kept before the masks, bias and penalties edit them.
   std::vector<std::vector<float>> raw(batch);
 
-  std::vector<float> temperature(batch), top_p(batch), min_p(batch), penalty(batch);
-  std::vector<int32_t> top_k(batch), history, cu_tokens(batch + 1, 0);
+  std::vector<float> temperature(batch), top_p(batch), min_p(batch);
+  std::vector<int32_t> top_k(batch);
   std::vector<uint64_t> seed(batch), step(batch);
-  bool any_penalty = false;
+  std::vector<const SampleRow*> ptrs(batch);
   for (int r = 0; r < batch; ++r) {
     const SamplingOptions& o = rows[r].options;
     assert(common::ValidateSamplingValues(o).ok());  // checked at the process edge
@@ -127,45 +225,14 @@ absl::StatusOr<std::vector<int32_t>> Sampler::Sample(std::span<float> logits, in
     min_p[r] = o.min_p;
     seed[r] = o.seed;
     step[r] = rows[r].step;
-    penalty[r] = o.repetition_penalty;
+    ptrs[r] = &rows[r];
     float* row = logits.data() + static_cast<size_t>(r) * vocab;
     if (o.wants_logprobs() && logprobs != nullptr) raw[r].assign(row, row + vocab);
     if (!rows[r].allowed.empty()) RETURN_IF_ERROR(ApplyAllowedMask(rows[r].allowed, r, vocab, row));
-    absl::Status biased = ApplyLogitBias(o, r, vocab, row);
-    if (!biased.ok()) return biased;
-    if (o.repetition_penalty != 1.0f) {
-      any_penalty = true;
-      absl::Status s = CheckIds(rows[r].history, vocab, r, "history");
-      if (!s.ok()) return s;
-      history.insert(history.end(), rows[r].history.begin(), rows[r].history.end());
-    }
-    cu_tokens[r + 1] = static_cast<int32_t>(history.size());
   }
-  if (any_penalty) {
-    kernels::RepetitionPenaltyParams rp;
-    rp.batch = batch;
-    rp.vocab = vocab;
-    rp.logits = logits.data();
-    rp.penalty = penalty.data();
-    rp.token_ids = history.data();
-    rp.cu_tokens = cu_tokens.data();
-    absl::Status s = kernels::ApplyRepetitionPenaltyCpu(rp);
-    if (!s.ok()) return s;
-  }
-  for (int r = 0; r < batch; ++r) {
-    const SamplingOptions& o = rows[r].options;
-    if (o.presence_penalty == 0.0f && o.frequency_penalty == 0.0f) continue;
-    const std::span<const int32_t> h = rows[r].history;
-    if (rows[r].step > h.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("row ", r, " samples token ", rows[r].step,
-                                                     " but its history holds ", h.size(),
-                                                     " ids"));
-    }
-    const std::span<const int32_t> generated = h.last(rows[r].step);
-    absl::Status s = CheckIds(generated, vocab, r, "generated ids");
-    if (!s.ok()) return s;
-    ApplyOccurrencePenalties(o, generated, logits.data() + static_cast<size_t>(r) * vocab);
-  }
+  LogitEditLists edits;
+  RETURN_IF_ERROR(BuildLogitEditLists(ptrs, vocab, &edits));
+  RETURN_IF_ERROR(ApplyLogitEditsCpu(edits, batch, vocab, logits.data()));
   kernels::SamplingParams sp;
   sp.batch = batch;
   sp.vocab = vocab;
@@ -177,8 +244,7 @@ absl::StatusOr<std::vector<int32_t>> Sampler::Sample(std::span<float> logits, in
   sp.seed = seed.data();
   sp.step = step.data();
   sp.out_ids = ids.data();
-  absl::Status s = kernels::SampleCpu(sp);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(kernels::SampleCpu(sp));
   if (logprobs != nullptr) {
     bool any = false;
     for (int r = 0; r < batch; ++r) any = any || !raw[r].empty();

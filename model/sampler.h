@@ -59,9 +59,42 @@ struct TokenLogprobs {
                                  // (ties: lower id first)
 };
 
-// Fills `out` for a row of raw logits [vocab] and the token drawn from it.
+// Fills `out` for a row of raw logits [vocab] and the token drawn from it (in the
+// vocabulary), with min(top_n, vocab) alternatives; top_n <= common::kMaxTopLogprobs. The
+// arithmetic is kernels::ComputeLogprobsCpu's, which the CUDA backend's is held to.
 void ComputeTokenLogprobs(std::span<const float> raw_logits, int32_t token, int top_n,
                           TokenLogprobs* out);
+
+// The per-row lists of the logit edits that follow a row's mask (kernels/sampling:
+// ApplyLogitBias, ApplyRepetitionPenalty, ApplyOccurrencePenalties, in that order), built on the
+// host from the rows' options and histories. The host Sampler applies them with the CPU ops and
+// SamplingStep uploads them for the CUDA ops: the same lists, the same f32 operations, so the
+// edited logits are equal bit for bit. Rows without a knob get empty ranges.
+struct LogitEditLists {
+  // logit_bias: row r's (bias_ids[i], bias_values[i]) for i in [bias_cu[r], bias_cu[r + 1]),
+  // in the options' order (sorted by id once validated).
+  std::vector<int32_t> bias_ids, bias_cu;
+  std::vector<float> bias_values;
+  // Penalties: row r's distinct token ids in [token_cu[r], token_cu[r + 1]): its history's
+  // (prompt and generated) where it has a repetition penalty, else its generated ids' where it
+  // has a presence or frequency penalty; token_counts: how many of the row's last `step` ids
+  // (the generated ones) each is, 0 for the prompt's alone (and for every id of a row without
+  // presence / frequency penalties).
+  std::vector<int32_t> token_ids, token_counts, token_cu;
+  std::vector<float> repetition, presence, frequency;  // [rows]: 1, 0, 0 where off
+  bool any_bias = false, any_repetition = false, any_occurrence = false;
+  // Scratch of the build: [vocab], 1 + an id's index in the current row's list, else 0.
+  std::vector<int32_t> slot;
+};
+
+// Fills `lists` for `rows` (valid options, common::ValidateSamplingValues); the vectors keep
+// their storage from one call to the next. INVALID_ARGUMENT naming the row for a logit_bias id
+// outside [0, vocab) or listed twice, or more than common::kMaxLogitBiasEntries of them; a
+// history id outside the vocabulary in a row with a repetition penalty; and, in a row with a
+// presence or frequency penalty, a step past the history's length or a generated id outside the
+// vocabulary.
+absl::Status BuildLogitEditLists(std::span<const SampleRow* const> rows, int vocab,
+                                 LogitEditLists* lists);
 
 // Works on host logits (Engine::Forward returns them in host memory) with the CPU kernels.
 class Sampler {

@@ -61,7 +61,6 @@ TEST(WorkerProtoTest, ResponseFormat) {
   auto o = ToSamplingOptions(p);
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_TRUE(o->json_object);
-  EXPECT_FALSE(o->needs_host_sampling());  // the masks go with the row to the device
   p.set_ignore_eos(true);
   absl::Status s = ToSamplingOptions(p).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);

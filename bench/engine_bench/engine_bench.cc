@@ -15,9 +15,12 @@
 //            decode worker's path, where B ids come back instead of B x vocab logits), and
 //            with every row constrained (--masked-steps: the same sampling with an allowed-token
 //            mask a row, as JSON mode / structured outputs give; half the vocabulary allowed),
-//            drawn on the device (masks uploaded, refused logits set to -infinity there)
-//            against the host path the same steps took before (forced by a zero logit_bias:
-//            the logits copied back, masked and drawn on the host), alternated step by step.
+//            and with every row carrying the OpenAI knobs (--knob-steps: frequency_penalty 0.5
+//            over the decoded ids, a logit_bias entry and logprobs 5), each drawn on the device
+//            (Forward's path on CUDA) against the host path those steps took before, which the
+//            engine no longer takes on CUDA: the baseline is Forward returning the logits (B x
+//            vocab f32 copied back) plus model::SampleHostLogits drawing them on the host, timed
+//            together; device and baseline steps alternate.
 //            Under data-parallel attention the sequences go round-robin over the ranks (each
 //            in its rank's pool), as a data-parallel decode worker places them.
 //   mixed    (--mixed-prompts N...) the decode worker's step with local prefill: --mixed-decode-rows
@@ -231,14 +234,16 @@ class Bench {
 
   struct DecodeTimes {
     std::vector<double> graph_ms, eager_ms, sampled_ms, masked_device_ms, masked_host_ms;
+    std::vector<double> knob_device_ms, knob_host_ms;
   };
 
   // `batch` sequences prefilled to `context` tokens (packed into Forwards of at most
   // max_tokens), then `warm` untimed steps, `steps` timed steps with graphs and `eager` timed
   // steps without. With `traced`, the last step with graphs runs under its timeline.
   DecodeTimes Decode(int batch, int context, int warm, int steps, int eager, int sampled,
-                     int max_tokens, TracedForward* traced = nullptr, int masked = 0) {
-    const int total = context + warm + steps + eager + sampled + 2 * masked + 4;
+                     int max_tokens, TracedForward* traced = nullptr, int masked = 0,
+                     int knobs = 0) {
+    const int total = context + warm + steps + eager + sampled + 2 * masked + 2 * knobs + 6;
     std::vector<std::vector<int32_t>> pages(batch), seqs(batch);
     // Data-parallel attention: sequence b on rank b mod ranks, in that rank's pool.
     const int ranks = e_.data_ranks();
@@ -277,9 +282,16 @@ class Bench {
     // One result reused over the steps, as a serving loop keeps it (Engine::ForwardInto): the
     // logits rows land in storage sized once, not in a fresh allocation per step.
     mlaserve::model::ForwardResult result;
-    enum class Mask { kNone, kDevice, kHost };
+    // A sampled step's rows: plain, masked (half the vocabulary each) or with the OpenAI knobs;
+    // drawn on the device in Forward, or by the host baseline (above).
+    enum class Rows { kPlain, kMasked, kKnobs };
+    enum class Draw { kDevice, kHost };
+    std::vector<const mlaserve::model::SampleRow*> row_ptrs;
+    for (const auto& r : rows) row_ptrs.push_back(&r);
+    std::vector<mlaserve::model::TokenLogprobs> host_logprobs;
     auto step = [&](std::vector<double>* out, const char* range, bool sample = false,
-                    TracedForward* traced_step = nullptr, Mask mask = Mask::kNone) {
+                    TracedForward* traced_step = nullptr, Rows kind = Rows::kPlain,
+                    Draw draw = Draw::kDevice) {
       std::vector<int32_t> next = RandomIds(batch);
       std::vector<SequenceChunk> chunks(batch);
       for (int b = 0; b < batch; ++b) {
@@ -288,15 +300,29 @@ class Bench {
                      static_cast<int>(seqs[b].size()) - 1, pages[b], true};
         chunks[b].rank = rank_of(b);
         rows[b].step = seqs[b].size();
-        rows[b].allowed = mask == Mask::kNone ? std::span<const uint64_t>() : masks[b];
+        rows[b].history = {};
+        rows[b].allowed = kind == Rows::kMasked ? std::span<const uint64_t>(masks[b]) : std::span<const uint64_t>();
         rows[b].options.logit_bias.clear();
-        if (mask == Mask::kHost) rows[b].options.logit_bias = {{0, 0.0f}};  // host path, same draw
-        if (sample) chunks[b].sample = &rows[b];
+        rows[b].options.frequency_penalty = 0.0f;
+        rows[b].options.logprobs = -1;
+        if (kind == Rows::kKnobs) {
+          // The decoded ids are the generated ones (the frequency penalty counts them).
+          rows[b].history = seqs[b];
+          rows[b].step = seqs[b].size() - context;
+          rows[b].options.frequency_penalty = 0.5f;
+          rows[b].options.logit_bias = {{static_cast<int32_t>((7919 * b) % vocab), 2.0f}};
+          rows[b].options.logprobs = 5;
+        }
+        if (sample && draw == Draw::kDevice) chunks[b].sample = &rows[b];
       }
       if (out) nvtxRangePushA(range);
       BeginTrace(traced_step);
       const auto start = Clock::now();
-      const absl::Status r = e_.ForwardInto(chunks, AttentionPath::kAuto, nullptr, &result);
+      absl::Status r = e_.ForwardInto(chunks, AttentionPath::kAuto, nullptr, &result);
+      if (r.ok() && sample && draw == Draw::kHost) {
+        auto drawn = mlaserve::model::SampleHostLogits(result.logits, vocab, row_ptrs, &host_logprobs);
+        r = drawn.status();
+      }
       const double ms = Ms(Clock::now() - start);
       EndTrace(traced_step);
       if (out) nvtxRangePop();
@@ -311,12 +337,20 @@ class Bench {
     if (sampled > 0) step(nullptr, nullptr, true);
     for (int s = 0; s < sampled; ++s) step(&t.sampled_ms, "decode_sampled", true);
     if (masked > 0) {
-      step(nullptr, nullptr, true, nullptr, Mask::kDevice);
-      step(nullptr, nullptr, true, nullptr, Mask::kHost);
+      step(nullptr, nullptr, true, nullptr, Rows::kMasked, Draw::kDevice);
+      step(nullptr, nullptr, true, nullptr, Rows::kMasked, Draw::kHost);
     }
     for (int s = 0; s < masked; ++s) {
-      step(&t.masked_device_ms, "decode_masked_device", true, nullptr, Mask::kDevice);
-      step(&t.masked_host_ms, "decode_masked_host", true, nullptr, Mask::kHost);
+      step(&t.masked_device_ms, "decode_masked_device", true, nullptr, Rows::kMasked, Draw::kDevice);
+      step(&t.masked_host_ms, "decode_masked_host", true, nullptr, Rows::kMasked, Draw::kHost);
+    }
+    if (knobs > 0) {
+      step(nullptr, nullptr, true, nullptr, Rows::kKnobs, Draw::kDevice);
+      step(nullptr, nullptr, true, nullptr, Rows::kKnobs, Draw::kHost);
+    }
+    for (int s = 0; s < knobs; ++s) {
+      step(&t.knob_device_ms, "decode_knobs_device", true, nullptr, Rows::kKnobs, Draw::kDevice);
+      step(&t.knob_host_ms, "decode_knobs_host", true, nullptr, Rows::kKnobs, Draw::kHost);
     }
     be_.set_decode_graphs(false);
     if (eager > 0) step(nullptr, nullptr);
@@ -486,7 +520,7 @@ int main(int argc, char** argv) {
   std::string model, output_json;
   std::vector<int> prefill_lens = {1024, 4096}, batches = {1, 32, 128};
   int runs = 5, context = 1024, warm = 3, steps = 32, eager_steps = 8, sampled_steps = 16, device = 0;
-  int masked_steps = 0;
+  int masked_steps = 0, knob_steps = 0;
   int max_batch_tokens = 8192, num_pages = 0;
   uint64_t seed = 1;
   bool trace_timeline = false, moe_block_trace = false;
@@ -517,7 +551,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--masked-steps", masked_steps,
                  "timed decode steps with graphs, sampling and an allowed-token mask on every row, "
-                 "drawn on the device and (alternated) on the host (0 = skip)")
+                 "drawn on the device and (alternated) by the host baseline: logits copied back and "
+                 "drawn on the host (0 = skip)")
+      ->capture_default_str();
+  app.add_option("--knob-steps", knob_steps,
+                 "timed decode steps with graphs where every row has frequency_penalty 0.5, a "
+                 "logit_bias entry and logprobs 5, drawn on the device and (alternated) by the host "
+                 "baseline: logits copied back and drawn on the host (0 = skip)")
       ->capture_default_str();
   app.add_option("--mixed-prompts", mixed_prompts,
                  "decode steps with local prefill: for each N, N prompts of --mixed-prompt-len "
@@ -626,7 +666,9 @@ int main(int argc, char** argv) {
     }
   }
   if (num_pages == 0) {
-    const int decode_tokens = context + warm + steps + eager_steps + sampled_steps + 3;
+    // As Decode's `total`: every decode step of a sequence, the untimed ones included.
+    const int decode_tokens = context + warm + steps + eager_steps + sampled_steps +
+                              2 * masked_steps + 2 * knob_steps + 6;
     const int mixed_pages = mixed_prompts.empty()
                                 ? 0
                                 : mixed_rows * PagesFor(context + 5 * (runs + 1) + 1) +
@@ -723,7 +765,7 @@ int main(int argc, char** argv) {
   for (int b : batches) {
     const Bench::DecodeTimes t =
         bench.Decode(b, context, warm, steps, eager_steps, sampled_steps, max_batch_tokens,
-                     nullptr, masked_steps);
+                     nullptr, masked_steps, knob_steps);
     const double g = Median(t.graph_ms), ea = Median(t.eager_ms), sa = Median(t.sampled_ms);
     const mlaserve::bench::ForwardWork work = mlaserve::bench::DecodeStepWork(cfg, b, context);
     const auto cells = [&](double ms) { return RooflineCells(work.bytes(), 1e9, "GB", ms, ceilings.copy_gbs, "copy"); };
@@ -741,8 +783,15 @@ int main(int argc, char** argv) {
       const double md = Median(t.masked_device_ms), mh = Median(t.masked_host_ms);
       std::printf("| decode (graphs, masked rows drawn on the device), ctx %d | %d | %d | %.3f | %.0f | %s |\n",
                   context, b, b, md, 1000.0 * b / md, cells(md).c_str());
-      std::printf("| decode (graphs, masked rows drawn on the host: the baseline), ctx %d | %d | %d | %.3f | %.0f | %s |\n",
+      std::printf("| decode (graphs, masked rows: logits to the host + host draw, the baseline), ctx %d | %d | %d | %.3f | %.0f | %s |\n",
                   context, b, b, mh, 1000.0 * b / mh, cells(mh).c_str());
+    }
+    if (!t.knob_device_ms.empty()) {
+      const double kd = Median(t.knob_device_ms), kh = Median(t.knob_host_ms);
+      std::printf("| decode (graphs, penalty + logit_bias + logprobs 5 rows drawn on the device), ctx %d | %d | %d | %.3f | %.0f | %s |\n",
+                  context, b, b, kd, 1000.0 * b / kd, cells(kd).c_str());
+      std::printf("| decode (graphs, penalty + logit_bias + logprobs 5 rows: logits to the host + host draw, the baseline), ctx %d | %d | %d | %.3f | %.0f | %s |\n",
+                  context, b, b, kh, 1000.0 * b / kh, cells(kh).c_str());
     }
     if (moe_block_trace) {
       // The graph's launches hold its last replay's records; anything that ended more than two
@@ -757,6 +806,8 @@ int main(int argc, char** argv) {
                              {"sampled_median_ms", sa},
                              {"masked_device_median_ms", Median(t.masked_device_ms)},
                              {"masked_host_median_ms", Median(t.masked_host_ms)},
+                             {"knob_device_median_ms", Median(t.knob_device_ms)},
+                             {"knob_host_median_ms", Median(t.knob_host_ms)},
                              {"graph_tokens_per_s", 1000.0 * b / g}, {"eager_median_ms", ea},
                              {"eager_tokens_per_s", ea > 0 ? 1000.0 * b / ea : 0.0},
                              {"graph_steps_ms", t.graph_ms}, {"bytes", work.bytes()},

@@ -1,7 +1,10 @@
 // sampling: one token per row of logits, with per-row parameters.
 //
 // Order of operations per row (as in vLLM / SGLang):
-//   1. repetition penalty (ApplyRepetitionPenalty, separate op, before this one)
+//   1. the logit edits, separate ops before this one (model::Sampler's order): token mask
+//      (ApplyTokenMask), logit_bias (ApplyLogitBias), repetition penalty
+//      (ApplyRepetitionPenalty), presence / frequency penalties (ApplyOccurrencePenalties);
+//      logprobs come from the rows before those edits (CopyLogitRows, ComputeLogprobs)
 //   2. temperature == 0 -> greedy argmax (lowest index on ties); stop here.
 //   3. logits /= temperature; probs = softmax
 //   4. top_k (0 = off), then top_p (1 = off), then min_p (0 = off) filter the sorted probs:
@@ -78,5 +81,93 @@ struct TokenMaskParams {
 absl::Status ApplyTokenMask(const TokenMaskParams& p, const KernelContext& ctx);
 absl::Status ApplyTokenMaskCpu(const TokenMaskParams& p);
 absl::Status ApplyTokenMaskCuda(const TokenMaskParams& p, void* stream);
+
+// The OpenAI knobs, in model::Sampler's order after the token mask: ApplyLogitBias, then
+// ApplyRepetitionPenalty (above), then ApplyOccurrencePenalties. Each row's list is built on the
+// host (model::LogitEdits) and holds distinct token ids, so the CUDA ops touch each logit of a
+// row once and their f32 results equal the CPU's bit for bit: every edit is one IEEE operation
+// (the CUDA ops use the _rn intrinsics, so nvcc cannot fuse them into an FMA). A -infinity logit
+// (a masked token) stays -infinity. Ids are checked by the CPU ops (INVALID_ARGUMENT); the CUDA
+// ops skip an id outside [0, vocab) (no host sync to report it).
+
+// logit += bias for each (id, bias) of the row's list.
+struct LogitBiasParams {
+  int batch = 0;
+  int vocab = 0;
+  float* logits = nullptr;            // [batch, vocab] f32, in place
+  const int32_t* token_ids = nullptr; // concatenated lists, distinct ids within a row
+  const float* bias = nullptr;        // [cu_entries[batch]], beside token_ids
+  const int32_t* cu_entries = nullptr;  // [batch + 1] offsets; an unbiased row's range is empty
+};
+
+absl::Status ApplyLogitBias(const LogitBiasParams& p, const KernelContext& ctx);
+absl::Status ApplyLogitBiasCpu(const LogitBiasParams& p);
+absl::Status ApplyLogitBiasCuda(const LogitBiasParams& p, void* stream);
+
+// OpenAI's presence / frequency penalties (vLLM's apply_penalties): for each listed id with
+// count c > 0, logit -= presence + frequency * c (f32: the product rounded, then the sum, then
+// the difference). Entries with c == 0 are skipped: the same list serves the repetition penalty,
+// which also names the ids that only the prompt holds. A row whose presence and frequency are
+// both 0 is left as it is.
+struct OccurrencePenaltyParams {
+  int batch = 0;
+  int vocab = 0;
+  float* logits = nullptr;             // [batch, vocab] f32, in place
+  const float* presence = nullptr;     // [batch]
+  const float* frequency = nullptr;    // [batch]
+  const int32_t* token_ids = nullptr;  // concatenated lists, distinct ids within a row
+  const int32_t* counts = nullptr;     // beside token_ids: times each was generated, >= 0
+  const int32_t* cu_tokens = nullptr;  // [batch + 1] offsets
+};
+
+absl::Status ApplyOccurrencePenalties(const OccurrencePenaltyParams& p, const KernelContext& ctx);
+absl::Status ApplyOccurrencePenaltiesCpu(const OccurrencePenaltyParams& p);
+absl::Status ApplyOccurrencePenaltiesCuda(const OccurrencePenaltyParams& p, void* stream);
+
+// dst row r = src row row_ids[r]: keeps the raw logits of the rows that want logprobs before
+// the mask, the bias and the penalties edit them in place.
+struct CopyLogitRowsParams {
+  int rows = 0;
+  int vocab = 0;
+  const float* src = nullptr;          // [batch, vocab] f32
+  const int32_t* row_ids = nullptr;    // [rows], each in [0, batch)
+  float* dst = nullptr;                // [rows, vocab] f32
+};
+
+absl::Status CopyLogitRows(const CopyLogitRowsParams& p, const KernelContext& ctx);
+absl::Status CopyLogitRowsCpu(const CopyLogitRowsParams& p);
+absl::Status CopyLogitRowsCuda(const CopyLogitRowsParams& p, void* stream);
+
+// Log-probabilities of drawn tokens (OpenAI's logprobs / top_logprobs, vLLM's raw_logprobs):
+// for each row, over its raw logits x, lse = m + log(sum_i exp(x_i - m)) with m = max x, the
+// exponentials and their sum in double (m, x_i widened from f32); the drawn token's logprob
+// (f32)(x_t - lse), then the min(top_n, vocab) highest logits by descending value, ties to the
+// lower id (-0 ties +0), each with (f32)(x_i - lse). The CUDA sum runs in a different order than
+// the CPU's serial one (~1e-16 relative in double), so a logprob may differ by one f32 rounding
+// (|d| <= 1e-5 * max(1, |logprob|)); the ids and their order are exact.
+inline constexpr int kMaxLogprobsTop = 20;  // OpenAI's top_logprobs limit
+
+struct LogprobEntry {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+struct LogprobsParams {
+  int batch = 0;                       // drawn rows (token_ids)
+  int rows = 0;                        // rows that want logprobs, <= batch
+  int vocab = 0;
+  int out_stride = 0;                  // entries a row of out: >= 1 + every top_n
+  const float* logits = nullptr;       // [rows, vocab] f32: the raw logits (CopyLogitRows)
+  const int32_t* token_ids = nullptr;  // [batch] drawn ids (Sample's out_ids)
+  const int32_t* row_ids = nullptr;    // [rows] in [0, batch): row r's token is
+                                       // token_ids[row_ids[r]]
+  const int32_t* top_n = nullptr;      // [rows], in [0, kMaxLogprobsTop]
+  LogprobEntry* out = nullptr;         // [rows, out_stride]: the drawn token, then the top
+                                       // min(top_n, vocab); later entries are not written
+};
+
+absl::Status ComputeLogprobs(const LogprobsParams& p, const KernelContext& ctx);
+absl::Status ComputeLogprobsCpu(const LogprobsParams& p);
+absl::Status ComputeLogprobsCuda(const LogprobsParams& p, void* stream);
 
 }  // namespace mlaserve::kernels

@@ -1,5 +1,5 @@
-// sampling dispatchers (Sample, ApplyRepetitionPenalty), the counter-based uniform draw and
-// the workspace size.
+// sampling dispatchers (Sample, the logit edits, the logprobs), the counter-based uniform draw
+// and the workspace size.
 #include "kernels/sampling/api.h"
 
 #include <algorithm>
@@ -72,6 +72,61 @@ absl::Status ApplyTokenMask(const TokenMaskParams& p, const KernelContext& ctx) 
         absl::StrCat("token_mask: rows=", p.rows, " masks for batch=", p.batch, " rows"));
   }
   MLASERVE_DISPATCH("sampling", ctx, ApplyTokenMaskCpu(p), ApplyTokenMaskCuda(p, ctx.stream));
+}
+
+absl::Status ApplyLogitBias(const LogitBiasParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequireNonNegative("batch", p.batch));
+  RETURN_IF_ERROR(RequirePositive("vocab", p.vocab));
+  if (p.batch == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("logits", p.logits));
+  RETURN_IF_ERROR(RequireNonNull("cu_entries", p.cu_entries));
+  MLASERVE_DISPATCH("sampling", ctx, ApplyLogitBiasCpu(p), ApplyLogitBiasCuda(p, ctx.stream));
+}
+
+absl::Status ApplyOccurrencePenalties(const OccurrencePenaltyParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequireNonNegative("batch", p.batch));
+  RETURN_IF_ERROR(RequirePositive("vocab", p.vocab));
+  if (p.batch == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("logits", p.logits));
+  RETURN_IF_ERROR(RequireNonNull("presence", p.presence));
+  RETURN_IF_ERROR(RequireNonNull("frequency", p.frequency));
+  RETURN_IF_ERROR(RequireNonNull("cu_tokens", p.cu_tokens));
+  MLASERVE_DISPATCH("sampling", ctx, ApplyOccurrencePenaltiesCpu(p),
+                    ApplyOccurrencePenaltiesCuda(p, ctx.stream));
+}
+
+absl::Status CopyLogitRows(const CopyLogitRowsParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequireNonNegative("rows", p.rows));
+  RETURN_IF_ERROR(RequirePositive("vocab", p.vocab));
+  if (p.rows == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("src", p.src));
+  RETURN_IF_ERROR(RequireNonNull("row_ids", p.row_ids));
+  RETURN_IF_ERROR(RequireNonNull("dst", p.dst));
+  if (p.rows > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("copy_logit_rows: rows=", p.rows, " > 65535"));
+  }
+  MLASERVE_DISPATCH("sampling", ctx, CopyLogitRowsCpu(p), CopyLogitRowsCuda(p, ctx.stream));
+}
+
+absl::Status ComputeLogprobs(const LogprobsParams& p, const KernelContext& ctx) {
+  RETURN_IF_ERROR(RequireNonNegative("batch", p.batch));
+  RETURN_IF_ERROR(RequireNonNegative("rows", p.rows));
+  RETURN_IF_ERROR(RequirePositive("vocab", p.vocab));
+  if (p.rows == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireNonNull("logits", p.logits));
+  RETURN_IF_ERROR(RequireNonNull("token_ids", p.token_ids));
+  RETURN_IF_ERROR(RequireNonNull("row_ids", p.row_ids));
+  RETURN_IF_ERROR(RequireNonNull("top_n", p.top_n));
+  RETURN_IF_ERROR(RequireNonNull("out", p.out));
+  if (p.rows > p.batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs: rows=", p.rows, " for batch=", p.batch, " drawn rows"));
+  }
+  if (p.out_stride < 1 || p.out_stride > 1 + kMaxLogprobsTop) {
+    return absl::InvalidArgumentError(absl::StrCat("logprobs: out_stride=", p.out_stride,
+                                                   " must be in [1, ", 1 + kMaxLogprobsTop, "]"));
+  }
+  MLASERVE_DISPATCH("sampling", ctx, ComputeLogprobsCpu(p), ComputeLogprobsCuda(p, ctx.stream));
 }
 
 }  // namespace mlaserve::kernels

@@ -1,25 +1,30 @@
 // SamplingStep: drawing a step's next tokens where its logits are (engine.h:
 // SequenceChunk::sample).
 //
-// On kCuda the rows' logits stay on the device and kernels/sampling draws there, so a decode
-// step copies B token ids to the host instead of B x vocab f32 logits (52 MB at batch 128 of
-// V2-Lite's 102400-token vocabulary, plus the host-side top-p over them). The draw is
+// On kCuda every row is drawn on the device, so a decode step copies B token ids to the host
+// instead of B x vocab f32 logits (52 MB at batch 128 of V2-Lite's 102400-token vocabulary,
+// plus a host draw of milliseconds a row that every request of the step waited for). The draw is
 // model::Sampler's function bit for bit (kernels/sampling/api.h), so the ids do not depend on
-// where they were drawn. Constrained rows (JSON mode, structured outputs) upload their
-// allowed-token masks (ceil(vocab / 64) words a row) and kernels::ApplyTokenMask sets the
-// refused logits to -infinity in place before the draw, as the host sampler does. A step with a
-// row that needs more than the kernels' knobs (SamplingValues::needs_host_sampling: a
-// repetition / presence / frequency penalty, logit_bias or logprobs) is sampled on the host,
-// its logits copied there (the token histories are not uploaded and the kernel returns no
-// logprobs), as is everything on kCpu.
+// where they were drawn. The host builds what the knobs need and uploads it with the sampling
+// parameters in one copy: constrained rows' allowed-token masks (ceil(vocab / 64) words a row:
+// kernels::ApplyTokenMask sets the refused logits to -infinity), logit_bias lists, and for rows
+// with a repetition / presence / frequency penalty their distinct history ids with the
+// generated counts (model::LogitEditLists, the lists the host sampler applies). On the device:
+// the raw rows of those that want logprobs are copied aside, then mask -> logit_bias ->
+// repetition penalty -> presence / frequency penalties edit the logits in place (the host
+// sampler's order and f32 operations), Sample draws, and ComputeLogprobs takes the drawn
+// tokens' and the top-n raw logprobs; one copy brings the ids and logprobs back. Only rows that
+// have a knob send its data. kCpu draws on the host (SampleOnHost).
 #pragma once
 
 #include <cstddef>
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/common/types.h"
 #include "model/engine.h"
+#include "model/sampler.h"
 #include "model/step/step_scratch.h"
 
 namespace mlaserve::model {
@@ -31,23 +36,29 @@ class SamplingStep {
   SamplingStep(const kernels::KernelContext& ctx, StepScratch* scratch, int vocab)
       : ctx_(ctx), scratch_(scratch), vocab_(vocab) {}
 
-  // Scratch SampleOnDevice takes for `rows` rows of `vocab` logits.
+  // Scratch SampleOnDevice takes for `rows` rows of `vocab` logits, whatever their knobs.
   static size_t ScratchBytes(size_t rows, int vocab);
 
-  // Whether `rows` can be drawn on the device (kCuda, no row needs host sampling).
+  // Whether `rows` are drawn on the device: on kCuda, any non-empty set of rows.
   bool CanSampleOnDevice(std::span<const SampleRow* const> rows) const;
-  // Draws rows from device logits [rows, vocab] into result->token_ids (waits for them). A
-  // masked row's refused logits are set to -infinity in place. INVALID_ARGUMENT naming the row
-  // for a mask of the wrong size or one that allows no token (CheckAllowedMask).
+  // Draws rows from device logits [rows, vocab] into result->token_ids, and result->logprobs
+  // (one entry a row, empty for rows that did not ask; cleared when none did); waits for them.
+  // The logits are edited in place (masks, logit_bias, penalties). INVALID_ARGUMENT naming the
+  // row, as the host sampler's: a mask of the wrong size or that allows no token
+  // (CheckAllowedMask), ids outside the vocabulary (BuildLogitEditLists).
   absl::Status SampleOnDevice(float* logits, std::span<const SampleRow* const> rows,
                               ForwardResult* result);
-  // Draws rows from result->logits (host) into result->token_ids.
+  // Draws rows from result->logits (host) into result->token_ids (and result->logprobs).
   absl::Status SampleOnHost(std::span<const SampleRow* const> rows, ForwardResult* result) const;
 
  private:
   kernels::KernelContext ctx_;
   StepScratch* scratch_ = nullptr;
   int vocab_ = 0;
+  // Reused from step to step (their storage stays): the knob lists, the uploaded block and
+  // the downloaded ids and logprobs.
+  LogitEditLists edits_;
+  std::vector<char> upload_, download_;
 };
 
 }  // namespace mlaserve::model

@@ -9,10 +9,14 @@
 #           against MLASERVE_SAMPLING_CLUSTER=0 (the sort path), alternated ROUNDS (2) times;
 #           ARMS adds arms, each VAR=value[+VAR=value] (e.g. MLASERVE_SAMPLING_CTAS=16)
 #   masks   mlaserve-engine-bench --masked-steps: every row constrained (an allowed-token mask a
-#           row, as JSON mode / structured outputs), drawn on the device against the host path
-#           (the logits copied back), alternated step by step in the same process, at BATCHES,
-#           ROUNDS times
-#   (san also runs memcheck over TokenMaskCudaTest: the masks' CUDA op, then every path's draw)
+#           row, as JSON mode / structured outputs), drawn on the device against the host
+#           baseline (Forward returns the logits, model::SampleHostLogits draws them), alternated
+#           step by step in the same process, at BATCHES, ROUNDS times
+#   knobs   mlaserve-engine-bench --knob-steps: every row with frequency_penalty 0.5, a logit_bias
+#           entry and logprobs 5, drawn on the device against the same host baseline (the path
+#           such steps took before), alternated step by step, at BATCHES, ROUNDS times
+#   (san also runs memcheck over TokenMaskCudaTest: the masks' CUDA op, then every path's draw,
+#   and over the knobs' tests: LogitEditsCudaTest, LogprobsCudaTest)
 # Here:  SKIP_BUILD=1 BUILD=<cuda build> TARGETS="kernels_sampling_cuda_test mlaserve-kernel-bench \
 #          mlaserve-engine-bench ..." tools/device/bundle.sh \
 #        && tar -cf - .devbin .devlibs | xz -T2 -9e > .devpack-sampling.tar.xz
@@ -40,6 +44,11 @@ if want san; then
   san memcheck 240 kernels_sampling_cuda_test "SamplingPathsTest.*:$small"
   san racecheck 200 kernels_sampling_cuda_test 'SamplingPathsTest.ClusterPathOnSmallRows'
   san memcheck 240 kernels_sampling_cuda_test 'TokenMaskCudaTest.*'
+  # The knobs' ops on the shapes up to 32000 tokens (the larger ones repeat the same code).
+  knobs='Shapes/LogitEditsCudaTest.EditsDrawsAndLogprobsMatchCpu/0:Shapes/LogitEditsCudaTest.EditsDrawsAndLogprobsMatchCpu/1'
+  knobs="$knobs:Shapes/LogitEditsCudaTest.EditsDrawsAndLogprobsMatchCpu/2:LogprobsCudaTest.*"
+  san memcheck 240 kernels_sampling_cuda_test "$knobs"
+  san racecheck 200 kernels_sampling_cuda_test 'LogprobsCudaTest.*'
 fi
 if want bench; then
   timeout 240 .devbin/mlaserve-kernel-bench --only sampling > "$OUT/kernel_bench.txt" 2>&1
@@ -76,6 +85,21 @@ if want masks; then
       --decode-batches ${BATCHES:-1 4 32 128} --decode-context 1024 --decode-steps 8 --eager-steps 0 \
       --sampled-steps 16 --masked-steps 16 2>&1 | grep -E '^\| decode' >> "$R"
     note "masks round $round" "rc=${PIPESTATUS[0]}"
+  done
+  cat "$R"
+fi
+if want knobs; then
+  random_model
+  R=$OUT/knobs.txt
+  : > "$R"
+  for round in $(seq "${ROUNDS:-2}"); do
+    echo "=== round $round" >> "$R"
+    # The baseline draws on the host (milliseconds a row): few steps at the large batches.
+    # shellcheck disable=SC2086
+    timeout 280 .devbin/mlaserve-engine-bench --model "$MODEL" --prefill-lens 64 --runs 1 \
+      --decode-batches ${BATCHES:-1 4 32 128} --decode-context 1024 --decode-steps 4 --eager-steps 0 \
+      --sampled-steps 8 --knob-steps ${KNOB_STEPS:-4} 2>&1 | grep -E '^\| decode' >> "$R"
+    note "knobs round $round" "rc=${PIPESTATUS[0]}"
   done
   cat "$R"
 fi

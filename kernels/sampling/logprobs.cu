@@ -1,0 +1,138 @@
+// CUDA backend of ComputeLogprobs (api.h), one block of 512 threads a row:
+//   1. one pass over the raw row: the max, and each thread's kMaxLogprobsTop best tokens in
+//      registers (a sorted list of u64 keys, inserted into by a compare-select network);
+//   2. a second pass: sum of exp(x - max) in double, a fixed-shape block sum (the same order on
+//      every run), lse = max + log(sum) as the CPU computes it;
+//   3. the top-n: each warp merges its lanes' lists (n rounds of a warp max of the heads, the
+//      winner pops), then warp 0 merges the warps' lists the same way.
+// The key orders tokens as the CPU's partial sort does: the logit's IEEE bits made
+// order-preserving (descending logit; -0 taken as +0, since the CPU's == ties them), then
+// 0xFFFFFFFF - id (ties to the lower id). Keys are distinct, so every merge round has one
+// winner and the ids are exactly the CPU's; the logprobs differ from the CPU's only by the sum's
+// order (api.h). Launched with PDL: the block waits before it reads anything.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/dense_cuda.cuh"
+#include "kernels/common/pdl.cuh"
+#include "kernels/sampling/api.h"
+
+namespace mlaserve::kernels {
+namespace {
+
+constexpr int kLogprobsThreads = 512;
+constexpr int kLogprobsWarps = kLogprobsThreads / 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// Larger key = earlier in the CPU's order. Never 0 for a token (the id half is at least
+// 0xFFFFFFFF - (vocab - 1) > 0), so 0 marks an empty slot.
+__device__ __forceinline__ uint64_t OrderKey(float x, int id) {
+  const uint32_t bits = x == 0.0f ? 0u : __float_as_uint(x);
+  const uint32_t ordered = (bits & 0x80000000u) != 0 ? ~bits : (bits | 0x80000000u);
+  return (static_cast<uint64_t>(ordered) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(id));
+}
+
+__device__ __forceinline__ int32_t KeyId(uint64_t key) {
+  return static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(key));
+}
+
+__device__ __forceinline__ uint64_t WarpMax(uint64_t v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint64_t w = __shfl_xor_sync(kFullMask, v, o);
+    v = w > v ? w : v;
+  }
+  return v;
+}
+
+// A thread's best keys, descending, in registers (every index is a constant after unrolling).
+struct TopKeys {
+  uint64_t k[kMaxLogprobsTop];
+
+  __device__ __forceinline__ void Clear() {
+#pragma unroll
+    for (int j = 0; j < kMaxLogprobsTop; ++j) k[j] = 0;
+  }
+  __device__ __forceinline__ void Insert(uint64_t key) {
+    if (key <= k[kMaxLogprobsTop - 1]) return;
+    // From the back: slot j takes slot j-1's key if the new key ranks above that one, else the
+    // new key if it ranks above slot j's, else keeps its own.
+#pragma unroll
+    for (int j = kMaxLogprobsTop - 1; j > 0; --j) {
+      k[j] = key > k[j - 1] ? k[j - 1] : (key > k[j] ? key : k[j]);
+    }
+    k[0] = key > k[0] ? key : k[0];
+  }
+  __device__ __forceinline__ void Pop() {
+#pragma unroll
+    for (int j = 0; j + 1 < kMaxLogprobsTop; ++j) k[j] = k[j + 1];
+    k[kMaxLogprobsTop - 1] = 0;
+  }
+};
+
+__global__ void __launch_bounds__(kLogprobsThreads) LogprobsKernel(const __grid_constant__ LogprobsParams p) {
+  __shared__ float fscratch[32];
+  __shared__ double dscratch[32];
+  __shared__ uint64_t warp_top[kLogprobsWarps][kMaxLogprobsTop];
+  cuda::PdlEnter();
+  const int r = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int V = p.vocab;
+  const float* x = p.logits + static_cast<int64_t>(r) * V;
+  LogprobEntry* out = p.out + static_cast<int64_t>(r) * p.out_stride;
+  // The CPU refuses a top_n outside [0, out_stride - 1]; here it is clamped, so writes stay in
+  // the row.
+  const int n = min(max(p.top_n[r], 0), min(min(kMaxLogprobsTop, p.out_stride - 1), V));
+
+  TopKeys top;
+  top.Clear();
+  float m = -INFINITY;
+  for (int i = tid; i < V; i += kLogprobsThreads) {
+    const float v = x[i];
+    m = fmaxf(m, v);
+    if (n > 0) top.Insert(OrderKey(v, i));
+  }
+  m = cuda::BlockMax(m, fscratch);
+  const double md = m;
+  double part = 0.0;
+  for (int i = tid; i < V; i += kLogprobsThreads) part += exp(static_cast<double>(x[i]) - md);
+  const double lse = md + log(cuda::BlockSum(part, dscratch));
+
+  if (tid == 0) {
+    const int32_t t = p.token_ids[p.row_ids[r]];
+    const bool in_vocab = t >= 0 && t < V;
+    out[0] = {t, in_vocab ? static_cast<float>(static_cast<double>(x[t]) - lse) : __int_as_float(0x7fc00000)};
+  }
+  if (n == 0) return;
+  // Each warp's n best: the union of its lanes' lists holds them (each list holds a lane's
+  // kMaxLogprobsTop >= n best).
+  for (int k = 0; k < n; ++k) {
+    const uint64_t best = WarpMax(top.k[0]);
+    if (top.k[0] == best) top.Pop();
+    if (lane == 0) warp_top[warp][k] = best;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  // Lane w < kLogprobsWarps walks warp w's list; the vocabulary holds at least n tokens, so
+  // every round's winner is a token (never the empty key 0) and only its lane moves on.
+  int next = 0;
+  for (int k = 0; k < n; ++k) {
+    const uint64_t head = lane < kLogprobsWarps && next < n ? warp_top[lane][next] : 0;
+    const uint64_t best = WarpMax(head);
+    if (head == best && best != 0) ++next;
+    if (lane == 0 && best != 0) {
+      const int32_t id = KeyId(best);
+      out[1 + k] = {id, static_cast<float>(static_cast<double>(x[id]) - lse)};
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status ComputeLogprobsCuda(const LogprobsParams& p, void* stream) {
+  return cuda::LaunchPdl("logprobs",
+                         cuda::LaunchShape{dim3(p.rows), dim3(kLogprobsThreads), 0,
+                                           static_cast<cudaStream_t>(stream)},
+                         LogprobsKernel, p);
+}
+
+}  // namespace mlaserve::kernels

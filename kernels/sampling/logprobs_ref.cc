@@ -1,0 +1,58 @@
+// CPU backend of ComputeLogprobs (api.h): model::Sampler's logprobs on the host, and the
+// reference the CUDA kernel (logprobs.cu) is held to.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/sampling/api.h"
+
+namespace mlaserve::kernels {
+
+absl::Status ComputeLogprobsCpu(const LogprobsParams& p) {
+  for (int r = 0; r < p.rows; ++r) {
+    if (p.row_ids[r] < 0 || p.row_ids[r] >= p.batch) {
+      return absl::InvalidArgumentError(absl::StrCat("logprobs: row_ids[", r, "]=", p.row_ids[r],
+                                                     " is outside [0, batch=", p.batch, ")"));
+    }
+    const int32_t token = p.token_ids[p.row_ids[r]];
+    if (token < 0 || token >= p.vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("logprobs: the token of row ", r, " is ",
+                                                     token, ", outside [0, vocab=", p.vocab, ")"));
+    }
+    if (p.top_n[r] < 0 || p.top_n[r] > kMaxLogprobsTop || 1 + p.top_n[r] > p.out_stride) {
+      return absl::InvalidArgumentError(absl::StrCat("logprobs: top_n[", r, "]=", p.top_n[r],
+                                                     " must be in [0, ",
+                                                     std::min(kMaxLogprobsTop, p.out_stride - 1),
+                                                     "]"));
+    }
+  }
+  const int V = p.vocab;
+  std::vector<int32_t> order(V);
+  for (int r = 0; r < p.rows; ++r) {
+    const float* x = p.logits + static_cast<int64_t>(r) * V;
+    LogprobEntry* out = p.out + static_cast<int64_t>(r) * p.out_stride;
+    double m = x[0];
+    for (int i = 0; i < V; ++i) m = std::max<double>(m, x[i]);
+    double sum = 0;
+    for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
+    const double lse = m + std::log(sum);
+    const int32_t token = p.token_ids[p.row_ids[r]];
+    out[0] = {token, static_cast<float>(static_cast<double>(x[token]) - lse)};
+    const int n = std::min(p.top_n[r], V);
+    if (n <= 0) continue;
+    std::iota(order.begin(), order.end(), 0);
+    // x[a] == x[b] holds for -0 and +0: they tie, and the lower id goes first.
+    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
+      return x[a] > x[b] || (x[a] == x[b] && a < b);
+    });
+    for (int i = 0; i < n; ++i) {
+      out[1 + i] = {order[i], static_cast<float>(static_cast<double>(x[order[i]]) - lse)};
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mlaserve::kernels
