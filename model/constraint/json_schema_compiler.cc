@@ -1,37 +1,29 @@
-// JSON Schema -> CompiledSchema (schema_recognizer.h). Keywords are read per schema location;
-// anything not listed in kConstraintKeywords / kAnnotations is refused with its pointer.
+// JSON Schema -> CompiledSchema (json_schema_compiler.h): the schema's locations become nodes.
+// Anything not listed in kConstraintKeywords / kAnnotations is refused with its pointer.
+#include "model/constraint/json_schema_compiler.h"
+
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <fstream>
-#include <iterator>
-#include <list>
 #include <map>
 #include <optional>
 #include <set>
 #include <utility>
+#include <variant>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "model/constraint/json_recognizer.h"
 #include "model/constraint/json_schema.h"
-#include "model/constraint/schema_number.h"
-#include "model/constraint/schema_recognizer.h"
-#include "nlohmann/json.hpp"
+#include "model/constraint/schema_document.h"
+#include "model/constraint/schema_graph.h"
+#include "model/constraint/schema_key_matcher.h"
+#include "model/constraint/schema_number_keywords.h"
 
-namespace mlaserve::model {
-namespace schema_internal {
+namespace mlaserve::model::schema_internal {
 namespace {
 
-using Json = nlohmann::ordered_json;
 using json_internal::kMaxDepth;
-
-// Nesting of the schema document itself (JSON levels); bounds the compiler's recursion.
-constexpr int kMaxDocumentDepth = 256;
 
 const std::set<std::string, std::less<>> kAnnotations = {
     "title", "description", "default", "examples", "$schema", "$id", "$comment",
@@ -49,45 +41,6 @@ const std::set<std::string, std::less<>> kStringKeywords = {"minLength", "maxLen
                                                             "format"};
 const std::set<std::string, std::less<>> kNumberKeywords = {
     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
-constexpr const char* kBoundKeywords[] = {"minimum", "exclusiveMinimum", "maximum",
-                                          "exclusiveMaximum"};
-
-// multipleOf as Python's jsonschema applies it: an integer divisor exactly (instance % m), a
-// float one by float division; `integral` when either way it is an integer m whose multiples
-// below 2^53 pass (a float one then only up to 2^53: past it an int's float loses digits).
-struct MultipleOf {
-  bool integral = false;
-  uint64_t m = 0;
-  bool from_float = false;
-  double value = 0;
-};
-
-std::string Escape(std::string_view token) {  // RFC 6901
-  std::string out;
-  for (char c : token) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out.push_back(c);
-  }
-  return out;
-}
-
-std::string Shown(const std::string& pointer) { return absl::StrCat("#", pointer); }
-
-int DocumentDepth(const Json& root) {
-  int deepest = 0;
-  std::vector<std::pair<const Json*, int>> stack = {{&root, 1}};
-  while (!stack.empty()) {
-    auto [j, d] = stack.back();
-    stack.pop_back();
-    deepest = std::max(deepest, d);
-    if (d > kMaxDocumentDepth) return d;
-    if (j->is_structured()) {
-      for (const Json& child : *j) stack.emplace_back(&child, d + 1);
-    }
-  }
-  return deepest;
-}
 
 class Compiler {
  public:
@@ -97,8 +50,7 @@ class Compiler {
 
  private:
   absl::Status Error(const std::string& pointer, absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat("json_schema: ", what, " (at ",
-                                                   Shown(pointer), ")"));
+    return SchemaError(pointer, what);
   }
   absl::StatusOr<uint32_t> NewNode(const std::string& pointer, NodeKind kind) {
     if (out_.nodes.size() >= kMaxSchemaNodes) {
@@ -119,22 +71,16 @@ class Compiler {
   absl::StatusOr<uint32_t> Object(const Json& schema, const std::string& pointer);
   absl::StatusOr<uint32_t> Array(const Json& schema, const std::string& pointer);
   absl::StatusOr<uint32_t> String(const Json& schema, const std::string& pointer);
-  absl::StatusOr<uint32_t> Integer(const Json& schema, const std::string& pointer);
-  absl::StatusOr<uint32_t> Number(const Json& schema, const std::string& pointer);
-  absl::StatusOr<std::optional<MultipleOf>> ReadMultipleOf(const Json& schema,
-                                                           const std::string& pointer);
-  absl::StatusOr<uint32_t> Multiples(const std::string& pointer, const MultipleOf& multiple,
-                                     const DecimalRange& range, bool integers_only);
+  absl::StatusOr<uint32_t> Numeric(const absl::StatusOr<NumericValues>& values,
+                                   const std::string& pointer);
   absl::StatusOr<uint32_t> Ref(const std::string& ref, const std::string& pointer);
   absl::StatusOr<std::vector<std::string>> Literals(const Json& schema, const std::string& pointer,
                                                     uint32_t& depth);
   absl::StatusOr<uint64_t> Count(const Json& schema, const std::string& pointer,
                                  const char* keyword, uint64_t fallback);
-  absl::Status BuildKeyMatcher(Node& object, const std::string& pointer);
+  absl::Status AddKeyMatcher(Node& object, const std::string& pointer);
   absl::Status AddDfa(Dfa dfa, const std::string& pointer, uint32_t& id);
 
-  void ComputeLeaves();
-  void ComputeMinDepth();
   bool FilterLiterals();
 
   const Json& doc_;
@@ -163,7 +109,7 @@ absl::StatusOr<uint32_t> Compiler::AnyNode() {
   if (!literals.ok()) return literals.status();
   out_.nodes[*object].additional = any_;
   out_.nodes[*object].first_required = {0};
-  if (absl::Status s = BuildKeyMatcher(out_.nodes[*object], ""); !s.ok()) return s;
+  if (absl::Status s = AddKeyMatcher(out_.nodes[*object], ""); !s.ok()) return s;
   out_.nodes[*array].items = any_;
   out_.nodes[any_].alternatives = {*object, *array, *string, *number, *literals};
   return any_;
@@ -231,7 +177,7 @@ absl::StatusOr<uint32_t> Compiler::Body(const Json& schema, const std::string& p
   for (const auto& [key, value] : schema.items()) {
     if (kAnnotations.contains(key)) continue;
     if (!kConstraintKeywords.contains(key)) {
-      return Error(pointer + "/" + Escape(key),
+      return Error(pointer + "/" + EscapePointerToken(key),
                    absl::StrCat("keyword \"", key, "\" is not supported"));
     }
     constraints.push_back(key);
@@ -358,8 +304,8 @@ absl::StatusOr<uint32_t> Compiler::Typed(const Json& schema, const std::string& 
   if (type == "object") return Object(schema, pointer);
   if (type == "array") return Array(schema, pointer);
   if (type == "string") return String(schema, pointer);
-  if (type == "integer") return Integer(schema, pointer);
-  if (type == "number") return Number(schema, pointer);
+  if (type == "integer") return Numeric(ReadIntegerKeywords(schema, pointer), pointer);
+  if (type == "number") return Numeric(ReadNumberKeywords(schema, pointer), pointer);
   if (type == "boolean") return LiteralNode(pointer, {"false", "true"}, 0);
   return LiteralNode(pointer, {"null"}, 0);
 }
@@ -386,7 +332,7 @@ absl::StatusOr<uint32_t> Compiler::Object(const Json& schema, const std::string&
   if (auto it = schema.find("properties"); it != schema.end()) {
     if (!it->is_object()) return Error(pointer + "/properties", "properties must be an object");
     for (const auto& [name, sub] : it->items()) {
-      auto value = At(sub, pointer + "/properties/" + Escape(name));
+      auto value = At(sub, pointer + "/properties/" + EscapePointerToken(name));
       if (!value.ok()) return value.status();
       entries.push_back({CanonicalJsonString(name), *value, false});
     }
@@ -439,7 +385,7 @@ absl::StatusOr<uint32_t> Compiler::Object(const Json& schema, const std::string&
   for (size_t i = o.entries.size(); i-- > 0;) {
     o.first_required[i] = o.entries[i].required ? i : o.first_required[i + 1];
   }
-  if (absl::Status s = BuildKeyMatcher(out_.nodes[*id], pointer); !s.ok()) return s;
+  if (absl::Status s = AddKeyMatcher(out_.nodes[*id], pointer); !s.ok()) return s;
   return *id;
 }
 
@@ -553,189 +499,31 @@ absl::StatusOr<uint32_t> Compiler::String(const Json& schema, const std::string&
   return id;
 }
 
-absl::StatusOr<uint32_t> Compiler::Integer(const Json& schema, const std::string& pointer) {
-  bool has_lo = false, has_hi = false;
-  __int128 lo = 0, hi = 0;
-  constexpr double kLimit = 9.2e18;  // inside int64
-  for (const char* keyword : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
-    auto it = schema.find(keyword);
-    if (it == schema.end()) continue;
-    const std::string where = pointer + "/" + keyword;
-    if (!it->is_number()) {
-      return Error(where, absl::StrCat(keyword, " must be a number; got ", it->dump()));
-    }
-    __int128 bound;
-    const std::string_view k = keyword;
-    const bool lower = k == "minimum" || k == "exclusiveMinimum";
-    const bool exclusive = k.starts_with("exclusive");
-    if (it->is_number_float()) {
-      const double v = it->get<double>();
-      if (!(std::fabs(v) < kLimit)) {
-        return Error(where, absl::StrCat(keyword, " ", it->dump(), " is outside int64"));
-      }
-      // The integers past a fractional bound are those past its floor / ceiling.
-      const double whole = lower ? std::floor(v) : std::ceil(v);
-      bound = static_cast<__int128>(whole);
-      if (whole != v) {
-        bound += lower ? 1 : -1;
-      } else if (exclusive) {
-        bound += lower ? 1 : -1;
-      }
-    } else {
-      bound = it->is_number_unsigned() ? static_cast<__int128>(it->get<uint64_t>())
-                                       : static_cast<__int128>(it->get<int64_t>());
-      if (exclusive) bound += lower ? 1 : -1;
-    }
-    if (lower) {
-      lo = has_lo ? std::max(lo, bound) : bound;
-      has_lo = true;
-    } else {
-      hi = has_hi ? std::min(hi, bound) : bound;
-      has_hi = true;
-    }
+// A node for what the number keywords admit (schema_number_keywords.h); integer and number
+// nodes with equal parameters are shared.
+absl::StatusOr<uint32_t> Compiler::Numeric(const absl::StatusOr<NumericValues>& values,
+                                           const std::string& pointer) {
+  if (!values.ok()) return values.status();
+  if (const auto* listed = std::get_if<ListedValues>(&*values)) {
+    return LiteralNode(pointer, listed->texts, 0);
   }
-  auto multiple = ReadMultipleOf(schema, pointer);
-  if (!multiple.ok()) return multiple.status();
-  if (multiple->has_value() && !(*multiple)->integral) {
-    // A fractional divisor: the integers between the bounds that Python's division accepts.
-    if (!has_lo || !has_hi || lo < INT64_MIN || hi > INT64_MAX) {
-      return Multiples(pointer, **multiple, {}, true);
-    }
-    return Multiples(pointer, **multiple,
-                     {Decimal::FromInt(static_cast<int64_t>(lo)),
-                      Decimal::FromInt(static_cast<int64_t>(hi))}, true);
+  if (const auto* integers = std::get_if<IntegerValues>(&*values)) {
+    const std::string key = absl::StrCat("integer ", integers->has_lo, " ", integers->lo, " ",
+                                         integers->has_hi, " ", integers->hi, " ",
+                                         integers->multiple);
+    if (auto it = leaf_by_key_.find(key); it != leaf_by_key_.end()) return it->second;
+    auto id = NewNode(pointer, NodeKind::kInteger);
+    if (!id.ok()) return id.status();
+    Node& n = out_.nodes[*id];
+    n.has_lo = integers->has_lo;
+    n.has_hi = integers->has_hi;
+    n.lo = integers->lo;
+    n.hi = integers->hi;
+    n.multiple = integers->multiple;
+    leaf_by_key_.emplace(key, *id);
+    return id;
   }
-  uint64_t m = 0;
-  if (multiple->has_value()) {
-    m = (*multiple)->m;
-    if ((*multiple)->from_float) {  // float division is exact only up to 2^53
-      constexpr __int128 kExact = static_cast<__int128>(1) << 53;
-      lo = has_lo ? std::max(lo, -kExact) : -kExact;
-      hi = has_hi ? std::min(hi, kExact) : kExact;
-      has_lo = has_hi = true;
-    }
-  }
-  constexpr __int128 kMin = INT64_MIN, kMax = INT64_MAX;
-  if ((has_lo && (lo < kMin || lo > kMax)) || (has_hi && (hi < kMin || hi > kMax))) {
-    return Error(pointer, "an integer bound is outside int64");
-  }
-  if (has_lo && has_hi && lo > hi) {
-    return Error(pointer, absl::StrCat("no integer lies between the bounds (",
-                                       static_cast<int64_t>(lo), " > ", static_cast<int64_t>(hi),
-                                       ")"));
-  }
-  if (m > 1 && has_lo && has_hi) {
-    const __int128 first = lo >= 0 ? (lo + m - 1) / m * m : -((-lo) / m * m);
-    if (first > hi) {
-      return Error(pointer + "/multipleOf",
-                   absl::StrCat("no multiple of ", m, " lies between the bounds (",
-                                static_cast<int64_t>(lo), " to ", static_cast<int64_t>(hi), ")"));
-    }
-  }
-  const std::string key = absl::StrCat("integer ", has_lo, " ", static_cast<int64_t>(lo), " ",
-                                       has_hi, " ", static_cast<int64_t>(hi), " ", m);
-  if (auto it = leaf_by_key_.find(key); it != leaf_by_key_.end()) return it->second;
-  auto id = NewNode(pointer, NodeKind::kInteger);
-  if (!id.ok()) return id.status();
-  Node& n = out_.nodes[*id];
-  n.has_lo = has_lo;
-  n.has_hi = has_hi;
-  n.lo = static_cast<int64_t>(lo);
-  n.hi = static_cast<int64_t>(hi);
-  n.multiple = m;
-  leaf_by_key_.emplace(key, *id);
-  return id;
-}
-
-absl::StatusOr<std::optional<MultipleOf>> Compiler::ReadMultipleOf(const Json& schema,
-                                                                   const std::string& pointer) {
-  auto it = schema.find("multipleOf");
-  if (it == schema.end()) return std::nullopt;
-  MultipleOf m;
-  if ((it->is_number_unsigned() && it->get<uint64_t>() > 0) ||
-      (it->is_number_integer() && it->get<int64_t>() > 0)) {
-    m.integral = true;
-    m.m = it->get<uint64_t>();
-    m.value = static_cast<double>(m.m);
-    return m;
-  }
-  if (it->is_number_float() && it->get<double>() > 0 && std::isfinite(it->get<double>())) {
-    m.value = it->get<double>();
-    m.from_float = true;
-    if (std::trunc(m.value) == m.value && m.value <= kMaxNumberBound) {
-      m.integral = true;
-      m.m = static_cast<uint64_t>(m.value);
-    }
-    return m;
-  }
-  return Error(pointer + "/multipleOf",
-               absl::StrCat("multipleOf must be a number greater than 0; got ", it->dump()));
-}
-
-// A fractional multipleOf: Python divides in floating point (0.07 / 0.01 is not an integer to
-// it), so the multiples it accepts are listed, which needs a range holding few of them.
-absl::StatusOr<uint32_t> Compiler::Multiples(const std::string& pointer,
-                                             const MultipleOf& multiple,
-                                             const DecimalRange& range, bool integers_only) {
-  const Decimal step = Decimal::FromDouble(multiple.value);
-  const std::string where = pointer + "/multipleOf";
-  std::optional<std::vector<std::string>> texts;
-  if (range.lower.has_value() && range.upper.has_value()) {
-    texts = FloatMultiples(step, multiple.value, range, integers_only, kMaxEnumValues);
-  }
-  if (!texts.has_value()) {
-    return Error(where, absl::StrCat(
-        "multipleOf ", step.Text(), " is supported only with minimum and maximum (or the "
-        "exclusive ones) holding at most ", kMaxEnumValues, " multiples: jsonschema divides in "
-        "floating point, which refuses some exact multiples (0.07 / 0.01), so the ones it "
-        "accepts are listed"));
-  }
-  if (texts->empty()) {
-    return Error(where, absl::StrCat("no multiple of ", step.Text(), " between the bounds "
-                                     "passes jsonschema's floating-point check"));
-  }
-  return LiteralNode(pointer, std::move(*texts), 0);
-}
-
-absl::StatusOr<uint32_t> Compiler::Number(const Json& schema, const std::string& pointer) {
-  auto multiple = ReadMultipleOf(schema, pointer);
-  if (!multiple.ok()) return multiple.status();
-  // An integral divisor admits only integers (a fraction never passes): the integer automaton.
-  if (multiple->has_value() && (*multiple)->integral) return Integer(schema, pointer);
-  DecimalRange range;
-  for (const char* keyword : kBoundKeywords) {
-    auto it = schema.find(keyword);
-    if (it == schema.end()) continue;
-    const std::string where = pointer + "/" + keyword;
-    if (!it->is_number()) {
-      return Error(where, absl::StrCat(keyword, " must be a number; got ", it->dump()));
-    }
-    // Exactly, for integers: 2^53 + 1 must not pass as 2^53.
-    const bool in_range =
-        it->is_number_unsigned() ? it->get<uint64_t>() <= (uint64_t{1} << 53)
-        : it->is_number_integer() ? std::abs(it->get<int64_t>()) <= (int64_t{1} << 53)
-                                  : std::fabs(it->get<double>()) <= kMaxNumberBound;
-    if (!in_range) {
-      return Error(where, absl::StrCat(keyword, " ", it->dump(), " on a number is not supported: "
-                                       "bounds must lie within +-2^53 (9007199254740992), where "
-                                       "a double is exact to 1"));
-    }
-    const std::string_view k = keyword;
-    const NumberBound bound{it->get<double>(), k.starts_with("exclusive")};
-    if (k == "minimum" || k == "exclusiveMinimum") {
-      const DecimalRange r = BoundsForNumber(bound, std::nullopt);
-      if (!range.lower.has_value() || Compare(*r.lower, *range.lower) > 0) range.lower = r.lower;
-    } else {
-      const DecimalRange r = BoundsForNumber(std::nullopt, bound);
-      if (!range.upper.has_value() || Compare(*r.upper, *range.upper) < 0) range.upper = r.upper;
-    }
-  }
-  if (range.lower.has_value() && range.upper.has_value() &&
-      Compare(*range.lower, *range.upper) > 0) {
-    return Error(pointer, absl::StrCat("no number lies between the bounds (",
-                                       range.lower->Text(), " > ", range.upper->Text(), ")"));
-  }
-  if (multiple->has_value()) return Multiples(pointer, **multiple, range, false);
+  const DecimalRange& range = std::get<NumberValues>(*values).range;
   const std::string key =
       absl::StrCat("number ", range.lower.has_value() ? range.lower->Text() : "-", " ",
                    range.upper.has_value() ? range.upper->Text() : "-");
@@ -805,168 +593,21 @@ absl::StatusOr<std::vector<std::string>> Compiler::Literals(const Json& schema,
   return texts;
 }
 
-absl::Status Compiler::BuildKeyMatcher(Node& object, const std::string& pointer) {
-  // The trie of the named keys' canonical spellings.
-  struct TrieNode {
-    std::map<uint8_t, uint32_t> children;
-    int32_t entry = -1;
-    std::vector<uint32_t> below;
-  };
-  std::vector<TrieNode> trie(1);
-  for (size_t e = 0; e < object.entries.size(); ++e) {
-    uint32_t t = 0;
-    trie[0].below.push_back(e);
-    for (char c : object.entries[e].key) {
-      auto [it, inserted] = trie[t].children.emplace(static_cast<uint8_t>(c), trie.size());
-      if (inserted) trie.emplace_back();
-      t = it->second;
-      trie[t].below.push_back(e);
-    }
-    if (trie[t].entry < 0) trie[t].entry = static_cast<int32_t>(e);
-  }
-  const Dfa& any = AnyStringDfa();
-  const bool others = object.additional != kNone;
-  // Product states: (any-string state, trie node or -1).
-  std::map<std::pair<uint16_t, int32_t>, uint16_t> ids;
-  std::vector<std::pair<uint16_t, int32_t>> states = {{0, 0}};
-  ids.emplace(states[0], 0);
-  std::vector<uint16_t> dense;
-  std::vector<uint8_t> accept;
+
+absl::Status Compiler::AddKeyMatcher(Node& object, const std::string& pointer) {
+  std::vector<std::string> keys;
+  for (const PropertyEntry& e : object.entries) keys.push_back(e.key);
   const size_t budget = kMaxSchemaDfaStates - std::min(dfa_states_, kMaxSchemaDfaStates);
-  for (size_t i = 0; i < states.size(); ++i) {
-    const auto [a, t] = states[i];
-    dense.resize((i + 1) * 256, Dfa::kDead);
-    const bool named = t >= 0 && trie[t].entry >= 0;
-    accept.push_back(named || (others && any.Accepting(a)));
-    for (int b = 0; b < 256; ++b) {
-      const uint16_t na = any.Next(a, b);
-      if (na == Dfa::kDead) continue;
-      int32_t nt = -1;
-      if (t >= 0) {
-        auto it = trie[t].children.find(b);
-        if (it != trie[t].children.end()) nt = static_cast<int32_t>(it->second);
-      }
-      if (nt < 0 && !others) continue;
-      auto [it, inserted] = ids.emplace(std::pair(na, nt), static_cast<uint16_t>(states.size()));
-      if (inserted) {
-        if (states.size() >= budget || states.size() >= Dfa::kDead) {
-          return Error(pointer, absl::StrCat("the property names need more than ", budget,
-                                             " automaton states"));
-        }
-        states.emplace_back(na, nt);
-      }
-      dense[i * 256 + b] = it->second;
-    }
-  }
-  std::vector<uint32_t> keep;
-  KeyMatcher km;
-  km.dfa = Dfa::FromDense(dense, accept, &keep);
-  const size_t n = km.dfa.states();
-  km.entry_at.resize(n);
-  km.other_accept.resize(n);
-  km.other_live.assign(n, 0);
-  km.below_begin.push_back(0);
-  for (size_t s = 0; s < n; ++s) {
-    const auto [a, t] = states[keep[s]];
-    km.entry_at[s] = t >= 0 ? trie[t].entry : -1;
-    km.other_accept[s] = others && any.Accepting(a) && km.entry_at[s] < 0;
-    if (t >= 0) km.below.insert(km.below.end(), trie[t].below.begin(), trie[t].below.end());
-    km.below_begin.push_back(static_cast<uint32_t>(km.below.size()));
-  }
-  // other_live: an other-key ending is reachable (backwards closure).
-  bool changed = true;
-  for (size_t s = 0; s < n; ++s) km.other_live[s] = km.other_accept[s];
-  while (changed) {
-    changed = false;
-    for (size_t s = 0; s < n; ++s) {
-      if (km.other_live[s]) continue;
-      for (int b = 0; b < 256; ++b) {
-        const uint16_t t = km.dfa.Next(static_cast<uint16_t>(s), b);
-        if (t != Dfa::kDead && km.other_live[t]) {
-          km.other_live[s] = 1;
-          changed = true;
-          break;
-        }
-      }
-    }
-  }
-  dfa_states_ += n;
+  auto km = BuildKeyMatcher(keys, object.additional != kNone, budget);
+  if (!km.ok()) return Error(pointer, km.status().message());
+  dfa_states_ += km->dfa.states();
   if (dfa_states_ > kMaxSchemaDfaStates) {
     return Error(pointer, absl::StrCat("the schema's patterns, formats and property names need "
                                        "more than ", kMaxSchemaDfaStates, " automaton states"));
   }
   object.key_matcher = static_cast<uint32_t>(out_.key_matchers.size());
-  out_.key_matchers.push_back(std::move(km));
+  out_.key_matchers.push_back(std::move(*km));
   return absl::OkStatus();
-}
-
-void Compiler::ComputeLeaves() {
-  for (size_t id = 0; id < out_.nodes.size(); ++id) {
-    std::vector<uint32_t> leaves;
-    std::vector<bool> seen(out_.nodes.size(), false);
-    std::vector<uint32_t> stack = {static_cast<uint32_t>(id)};
-    while (!stack.empty()) {
-      const uint32_t n = stack.back();
-      stack.pop_back();
-      if (seen[n]) continue;
-      seen[n] = true;
-      const Node& node = out_.nodes[n];
-      if (node.kind != NodeKind::kAnyOf) {
-        leaves.push_back(n);
-        continue;
-      }
-      for (auto it = node.alternatives.rbegin(); it != node.alternatives.rend(); ++it) {
-        stack.push_back(*it);
-      }
-    }
-    out_.nodes[id].leaves = std::move(leaves);
-  }
-}
-
-void Compiler::ComputeMinDepth() {
-  for (Node& n : out_.nodes) n.min_depth = kUnsatisfiable;
-  auto nested = [&](uint32_t child) -> uint64_t {
-    return child == kNone ? kUnsatisfiable : out_.nodes[child].min_depth;
-  };
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (Node& n : out_.nodes) {
-      uint64_t d = kUnsatisfiable;
-      switch (n.kind) {
-        case NodeKind::kAnyOf:
-          for (uint32_t a : n.alternatives) d = std::min(d, nested(a));
-          break;
-        case NodeKind::kString:
-          d = n.dfa != kNone && out_.dfas[n.dfa].Empty() ? kUnsatisfiable : 0;
-          break;
-        case NodeKind::kNumber:
-        case NodeKind::kInteger:
-          d = 0;
-          break;
-        case NodeKind::kLiteral:
-          d = n.literals.empty() ? kUnsatisfiable : n.literal_depth;
-          break;
-        case NodeKind::kObject:
-          d = 1;
-          for (const PropertyEntry& e : n.entries) {
-            if (e.required) d = std::max(d, 1 + nested(e.value));
-          }
-          break;
-        case NodeKind::kArray:
-          d = 1;
-          for (uint64_t i = 0; i < n.min_items; ++i) {
-            d = std::max(d, 1 + nested(i < n.prefix.size() ? n.prefix[i] : n.items));
-            if (i >= n.prefix.size()) break;  // the rest are all `items`
-          }
-          break;
-      }
-      if (d > static_cast<uint64_t>(kMaxDepth)) d = kUnsatisfiable;
-      if (d != n.min_depth) {
-        n.min_depth = static_cast<uint32_t>(d);
-        changed = true;
-      }
-    }
-  }
 }
 
 // Keeps the enum / const values that the keywords beside them admit (running the recognizer
@@ -993,9 +634,9 @@ absl::StatusOr<CompiledSchema> Compiler::Run() {
   auto root = At(doc_, "");
   if (!root.ok()) return root.status();
   out_.root = *root;
-  ComputeLeaves();
-  ComputeMinDepth();
-  while (!filters_.empty() && FilterLiterals()) ComputeMinDepth();
+  ComputeLeaves(out_);
+  ComputeMinDepth(out_);
+  while (!filters_.empty() && FilterLiterals()) ComputeMinDepth(out_);
   for (auto [literal, rule] : filters_) {
     (void)rule;
     if (out_.nodes[literal].literals.empty()) {
@@ -1013,71 +654,16 @@ absl::StatusOr<CompiledSchema> Compiler::Run() {
 }
 
 }  // namespace
-}  // namespace schema_internal
 
-namespace {
-
-std::atomic<uint64_t> next_serial{1};
-
-class SchemaCache {
- public:
-  absl::StatusOr<std::shared_ptr<const JsonSchema>> Get(std::string_view text, bool strict) {
-    std::string key(strict ? "1" : "0");
-    key.append(text.data(), text.size());
-    {
-      absl::MutexLock lock(&mu_);
-      if (auto it = by_key_.find(key); it != by_key_.end()) {
-        lru_.splice(lru_.begin(), lru_, it->second);
-        return it->second->second;
-      }
-    }
-    auto compiled = JsonSchema::Compile(text, strict);
-    if (!compiled.ok()) return compiled.status();
-    absl::MutexLock lock(&mu_);
-    if (auto it = by_key_.find(key); it != by_key_.end()) return it->second->second;
-    lru_.emplace_front(key, *compiled);
-    by_key_.emplace(std::move(key), lru_.begin());
-    if (lru_.size() > kSchemaCacheEntries) {
-      by_key_.erase(lru_.back().first);
-      lru_.pop_back();
-    }
-    return *compiled;
-  }
-
- private:
-  using Lru = std::list<std::pair<std::string, std::shared_ptr<const JsonSchema>>>;
-  absl::Mutex mu_;
-  Lru lru_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, Lru::iterator> by_key_ ABSL_GUARDED_BY(mu_);
-};
-
-}  // namespace
-
-JsonSchema::JsonSchema(std::unique_ptr<schema_internal::CompiledSchema> compiled, uint64_t serial)
-    : compiled_(std::move(compiled)), serial_(serial) {}
-JsonSchema::~JsonSchema() = default;
-size_t JsonSchema::node_count() const { return compiled_->nodes.size(); }
-
-absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(std::string_view text,
-                                                                      bool strict) {
-  if (text.size() > kMaxSchemaBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("json_schema: the schema has ", text.size(),
-                                                   " bytes; at most ", kMaxSchemaBytes,
-                                                   " are allowed"));
-  }
+absl::StatusOr<CompiledSchema> CompileSchemaText(std::string_view text, bool strict) {
   try {
-    const schema_internal::Json doc = schema_internal::Json::parse(text);
-    if (schema_internal::DocumentDepth(doc) > schema_internal::kMaxDocumentDepth) {
+    const Json doc = Json::parse(text);
+    if (DocumentDepth(doc) > kMaxDocumentDepth) {
       return absl::InvalidArgumentError(absl::StrCat("json_schema: the schema nests deeper than ",
-                                                     schema_internal::kMaxDocumentDepth,
-                                                     " levels"));
+                                                     kMaxDocumentDepth, " levels"));
     }
-    schema_internal::Compiler compiler(doc, strict);
-    auto compiled = compiler.Run();
-    if (!compiled.ok()) return compiled.status();
-    return std::shared_ptr<const JsonSchema>(new JsonSchema(
-        std::make_unique<schema_internal::CompiledSchema>(std::move(*compiled)),
-        next_serial.fetch_add(1)));
+    Compiler compiler(doc, strict);
+    return compiler.Run();
   } catch (const nlohmann::json::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrCat("json_schema: the schema is not JSON: ",
                                                    e.what()));
@@ -1086,27 +672,4 @@ absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(std::strin
   }
 }
 
-absl::StatusOr<std::string> SchemaFromFlag(const std::string& value) {
-  const size_t first = value.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && value[first] == '{') return value;
-  std::ifstream in(value, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--response-schema \"", value, "\" is neither JSON (starting with '{') nor a readable file"));
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.size() > kMaxSchemaBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("--response-schema ", value, " has ",
-                                                   text.size(), " bytes; at most ",
-                                                   kMaxSchemaBytes, " are allowed"));
-  }
-  return text;
-}
-
-absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Get(std::string_view text,
-                                                                  bool strict) {
-  static SchemaCache* cache = new SchemaCache();
-  return cache->Get(text, strict);
-}
-
-}  // namespace mlaserve::model
+}  // namespace mlaserve::model::schema_internal

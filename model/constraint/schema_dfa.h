@@ -74,7 +74,7 @@ absl::StatusOr<Dfa> LengthDfa(uint64_t min_len, uint64_t max_len, size_t max_sta
 // The strings both accept; INVALID_ARGUMENT past max_states.
 absl::StatusOr<Dfa> Intersect(const Dfa& a, const Dfa& b, size_t max_states);
 
-// Any canonical string: the start state of property-name matching (json_schema_compiler.cc).
+// Any canonical string: the start state of property-name matching (schema_key_matcher.h).
 const Dfa& AnyStringDfa();
 
 }  // namespace mlaserve::model::schema_internal

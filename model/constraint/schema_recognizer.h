@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/constraint/schema_dfa.h"
+#include "model/constraint/schema_key_matcher.h"
 
 namespace mlaserve::model::schema_internal {
 
@@ -34,19 +35,6 @@ struct PropertyEntry {
   std::string key;  // canonical JSON string content (schema_dfa.h), no quotes
   uint32_t value = kNone;
   bool required = false;
-};
-
-// Property names of one object: the intersection-free product of "any canonical string" and
-// the trie of its named keys, as a Dfa; per state, the named entry it ends (or -1), whether it
-// ends a key that is not named, whether such a key is still reachable, and the named entries
-// whose keys extend it (sorted).
-struct KeyMatcher {
-  Dfa dfa;
-  std::vector<int32_t> entry_at;
-  std::vector<uint8_t> other_accept;
-  std::vector<uint8_t> other_live;
-  std::vector<uint32_t> below_begin;  // entries below state s: below[below_begin[s], [s+1])
-  std::vector<uint32_t> below;
 };
 
 struct Node {
