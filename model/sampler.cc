@@ -140,6 +140,9 @@ absl::Status BuildLogitEditLists(std::span<const SampleRow* const> rows, int voc
                                                        " is outside the vocabulary [0, ", vocab,
                                                        ")"));
       }
+    }
+    // `slot` marks the row's ids; every return below leaves it clear for the next call.
+    for (const auto& [id, bias] : o.logit_bias) {
       if (e->slot[id] != 0) {
         for (int32_t seen : std::span(e->bias_ids).subspan(e->bias_cu.back())) e->slot[seen] = 0;
         return absl::InvalidArgumentError(
