@@ -107,7 +107,9 @@ void ComputeTokenLogprobs(std::span<const float> raw, int32_t token, int top_n,
   out->top.clear();
   const int kept = std::min(n, p.vocab);
   out->top.reserve(kept);
-  for (int i = 0; i < kept; ++i) out->top.push_back({entries[1 + i].token_id, entries[1 + i].logprob});
+  for (int i = 0; i < kept; ++i) {
+    out->top.push_back({entries[1 + i].token_id, entries[1 + i].logprob});
+  }
 }
 
 absl::Status BuildLogitEditLists(std::span<const SampleRow* const> rows, int vocab,

@@ -84,7 +84,7 @@ absl::Status ApplyTokenMaskCuda(const TokenMaskParams& p, void* stream);
 
 // The OpenAI knobs, in model::Sampler's order after the token mask: ApplyLogitBias, then
 // ApplyRepetitionPenalty (above), then ApplyOccurrencePenalties. Each row's list is built on the
-// host (model::LogitEdits) and holds distinct token ids, so the CUDA ops touch each logit of a
+// host (model::LogitEditLists) and holds distinct token ids, so the CUDA ops touch each logit of a
 // row once and their f32 results equal the CPU's bit for bit: every edit is one IEEE operation
 // (the CUDA ops use the _rn intrinsics, so nvcc cannot fuse them into an FMA). A -infinity logit
 // (a masked token) stays -infinity. Ids are checked by the CPU ops (INVALID_ARGUMENT); the CUDA

@@ -1,8 +1,8 @@
 // CUDA backend of the logit edits after the token mask (api.h): logit_bias, the presence /
 // frequency penalties, and the copy of the raw rows that want logprobs. One block a row walks
-// the row's list; ids are distinct within a row (model::LogitEdits builds them so, the CPU ops
-// refuse repeats), so each logit is read and written by one thread and the order of the list
-// does not matter. The arithmetic is written with the _rn intrinsics so nvcc cannot contract
+// the row's list; ids are distinct within a row (model::LogitEditLists builds them so, the CPU
+// ops refuse repeats), so each logit is read and written by one thread and the order of the
+// list does not matter. The arithmetic is written with the _rn intrinsics so nvcc cannot contract
 // `presence + frequency * c` into an FMA: the CPU backend rounds the product and the sum apart.
 // Launched with PDL (kernels/common/pdl.cuh): every CTA waits before its first global access.
 #include <cuda_runtime.h>
@@ -23,7 +23,8 @@ constexpr int kCopyThreads = 256;
 constexpr int kCopyMaxBlocksPerRow = 64;
 constexpr int kMaxGridY = 65535;
 
-__global__ void __launch_bounds__(kEditThreads) LogitBiasKernel(const __grid_constant__ LogitBiasParams p) {
+__global__ void __launch_bounds__(kEditThreads)
+    LogitBiasKernel(const __grid_constant__ LogitBiasParams p) {
   cuda::PdlEnter();
   const int b = blockIdx.x;
   float* row = p.logits + static_cast<int64_t>(b) * p.vocab;
@@ -53,7 +54,8 @@ __global__ void __launch_bounds__(kEditThreads)
 
 // blockIdx.y: the copied row; float4 when every row starts 16-byte aligned.
 template <bool kVec4>
-__global__ void __launch_bounds__(kCopyThreads) CopyLogitRowsKernel(const __grid_constant__ CopyLogitRowsParams p) {
+__global__ void __launch_bounds__(kCopyThreads)
+    CopyLogitRowsKernel(const __grid_constant__ CopyLogitRowsParams p) {
   cuda::PdlEnter();
   const float* src = p.src + static_cast<int64_t>(p.row_ids[blockIdx.y]) * p.vocab;
   float* dst = p.dst + static_cast<int64_t>(blockIdx.y) * p.vocab;
@@ -86,7 +88,8 @@ absl::Status ApplyOccurrencePenaltiesCuda(const OccurrencePenaltyParams& p, void
 
 absl::Status CopyLogitRowsCuda(const CopyLogitRowsParams& p, void* stream) {
   if (p.rows > kMaxGridY) {
-    return absl::InvalidArgumentError(absl::StrCat("copy_logit_rows: rows=", p.rows, " > ", kMaxGridY));
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy_logit_rows: rows=", p.rows, " > ", kMaxGridY));
   }
   const bool vec4 = p.vocab % 4 == 0 && reinterpret_cast<uintptr_t>(p.src) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(p.dst) % 16 == 0;

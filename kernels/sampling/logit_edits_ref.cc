@@ -50,7 +50,9 @@ absl::Status ApplyLogitBiasCpu(const LogitBiasParams& p) {
                              "bias"));
   for (int b = 0; b < p.batch; ++b) {
     float* row = p.logits + static_cast<int64_t>(b) * p.vocab;
-    for (int32_t i = p.cu_entries[b]; i < p.cu_entries[b + 1]; ++i) row[p.token_ids[i]] += p.bias[i];
+    for (int32_t i = p.cu_entries[b]; i < p.cu_entries[b + 1]; ++i) {
+      row[p.token_ids[i]] += p.bias[i];
+    }
   }
   return absl::OkStatus();
 }

@@ -70,7 +70,8 @@ struct TopKeys {
   }
 };
 
-__global__ void __launch_bounds__(kLogprobsThreads) LogprobsKernel(const __grid_constant__ LogprobsParams p) {
+__global__ void __launch_bounds__(kLogprobsThreads)
+    LogprobsKernel(const __grid_constant__ LogprobsParams p) {
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
   __shared__ uint64_t warp_top[kLogprobsWarps][kMaxLogprobsTop];
@@ -100,7 +101,8 @@ __global__ void __launch_bounds__(kLogprobsThreads) LogprobsKernel(const __grid_
   if (tid == 0) {
     const int32_t t = p.token_ids[p.row_ids[r]];
     const bool in_vocab = t >= 0 && t < V;
-    out[0] = {t, in_vocab ? static_cast<float>(static_cast<double>(x[t]) - lse) : __int_as_float(0x7fc00000)};
+    const float nan = __int_as_float(0x7fc00000);
+    out[0] = {t, in_vocab ? static_cast<float>(static_cast<double>(x[t]) - lse) : nan};
   }
   if (n == 0) return;
   // Each warp's n best: the union of its lanes' lists holds them (each list holds a lane's

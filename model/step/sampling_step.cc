@@ -130,8 +130,9 @@ absl::Status SamplingStep::SampleOnDevice(float* logits, std::span<const SampleR
   ASSIGN_OR_RETURN(void* out, scratch_->Allocate(out_bytes, "sampled ids and logprobs"));
   float* raw = nullptr;
   if (logprob_n > 0) {
-    ASSIGN_OR_RETURN(void* r, scratch_->Allocate(static_cast<size_t>(logprob_n) * vocab * sizeof(float),
-                                                 "raw logits of logprobs rows"));
+    ASSIGN_OR_RETURN(void* r,
+                     scratch_->Allocate(static_cast<size_t>(logprob_n) * vocab * sizeof(float),
+                                        "raw logits of logprobs rows"));
     raw = static_cast<float*>(r);
   }
   RETURN_IF_ERROR(CopyBytes(ctx_, dev, upload_.data(), upload_.size(), CopyKind::kHostToDevice));
@@ -139,7 +140,8 @@ absl::Status SamplingStep::SampleOnDevice(float* logits, std::span<const SampleR
   const auto i32 = [d](size_t at) { return reinterpret_cast<int32_t*>(d + at); };
   const auto f32 = [d](size_t at) { return reinterpret_cast<float*>(d + at); };
   int32_t* out_ids = static_cast<int32_t*>(out);
-  auto* out_logprobs = reinterpret_cast<kernels::LogprobEntry*>(static_cast<char*>(out) + n * sizeof(int32_t));
+  auto* out_logprobs =
+      reinterpret_cast<kernels::LogprobEntry*>(static_cast<char*>(out) + n * sizeof(int32_t));
 
   // Logprobs are of the raw logits: their rows are copied before anything edits them.
   if (logprob_n > 0) {
