@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,10 +37,20 @@ size_t OutBytes(size_t rows, size_t logprob_rows, int stride) {
   return rows * sizeof(int32_t) + logprob_rows * stride * sizeof(kernels::LogprobEntry);
 }
 
+// MLASERVE_SAMPLING_HOST=1: every step's rows are drawn on the host from logits copied back,
+// the CUDA path before the sampling knobs moved to the device; for A/B runs against it.
+bool HostSamplingForced() {
+  static const bool forced = [] {
+    const char* v = std::getenv("MLASERVE_SAMPLING_HOST");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return forced;
+}
+
 }  // namespace
 
 bool SamplingStep::CanSampleOnDevice(std::span<const SampleRow* const> rows) const {
-  return ctx_.backend == kernels::Backend::kCuda && !rows.empty();
+  return ctx_.backend == kernels::Backend::kCuda && !rows.empty() && !HostSamplingForced();
 }
 
 size_t SamplingStep::ScratchBytes(size_t rows, int vocab) {

@@ -39,7 +39,8 @@ class SamplingStep {
   // Scratch SampleOnDevice takes for `rows` rows of `vocab` logits, whatever their knobs.
   static size_t ScratchBytes(size_t rows, int vocab);
 
-  // Whether `rows` are drawn on the device: on kCuda, any non-empty set of rows.
+  // Whether `rows` are drawn on the device: on kCuda, any non-empty set of rows (unless
+  // MLASERVE_SAMPLING_HOST=1 sends every step to the host path, for A/B runs).
   bool CanSampleOnDevice(std::span<const SampleRow* const> rows) const;
   // Draws rows from device logits [rows, vocab] into result->token_ids, and result->logprobs
   // (one entry a row, empty for rows that did not ask; cleared when none did); waits for them.
