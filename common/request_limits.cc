@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -100,11 +101,70 @@ absl::Status ValidateSamplingValues(const SamplingValues& v, int32_t vocab_size)
   return absl::OkStatus();
 }
 
+namespace {
+
+std::string Escaped(std::string_view s) { return absl::CHexEscape(absl::string_view(s.data(), s.size())); }
+
+absl::Status ValidateSchemaChoices(const SamplingValues& v) {
+  if (!v.json_schema.empty() || v.json_object || !v.json_after.empty() || v.json_schema_strict) {
+    return absl::InvalidArgumentError(
+        "response_format_choices replaces response_format_schema (and its strict) and cannot "
+        "be combined with response_format_after or json_object; set one of them");
+  }
+  if (v.json_choices.size() > kMaxSchemaChoices) {
+    return absl::InvalidArgumentError(absl::StrCat("response_format_choices has ",
+                                                   v.json_choices.size(), " choices; at most ",
+                                                   kMaxSchemaChoices, " are allowed"));
+  }
+  size_t schema_bytes = 0;
+  std::vector<std::string_view> prefixes;
+  for (size_t i = 0; i < v.json_choices.size(); ++i) {
+    const SchemaChoice& c = v.json_choices[i];
+    if (c.prefix.empty() || c.prefix.size() > kMaxSchemaChoicePrefixBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "response_format_choices[", i, "].prefix has ", c.prefix.size(), " bytes; it needs 1 to ",
+          kMaxSchemaChoicePrefixBytes));
+    }
+    if (c.schema.empty() || c.schema.size() > kMaxJsonSchemaBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "response_format_choices[", i, "].schema has ", c.schema.size(), " bytes; it needs 1 to ",
+          kMaxJsonSchemaBytes));
+    }
+    schema_bytes += c.schema.size();
+    prefixes.push_back(c.prefix);
+  }
+  if (schema_bytes > kMaxSchemaChoicesBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("response_format_choices' schemas have ",
+                                                   schema_bytes, " bytes together; at most ",
+                                                   kMaxSchemaChoicesBytes, " are allowed"));
+  }
+  // Sorted, a prefix that begins others comes right before one of them.
+  std::sort(prefixes.begin(), prefixes.end());
+  for (size_t i = 1; i < prefixes.size(); ++i) {
+    if (prefixes[i].starts_with(prefixes[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "response_format_choices' prefix \"", Escaped(prefixes[i - 1]),
+          "\" begins another one (\"", Escaped(prefixes[i]),
+          "\"): the text written could not tell which choice it is"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateResponseFormat(const SamplingValues& v, bool ignore_eos) {
-  const bool schema = !v.json_schema.empty();
+  const bool schema = !v.json_schema.empty() || !v.json_choices.empty();
   if (v.json_schema_requested && !schema) {
     return absl::InvalidArgumentError(
         "response_format json_schema needs the schema (response_format_schema is empty)");
+  }
+  if (!v.json_choices.empty()) {
+    if (!v.json_schema_requested) {
+      return absl::InvalidArgumentError(
+          "response_format_choices is set without response_format json_schema");
+    }
+    if (absl::Status s = ValidateSchemaChoices(v); !s.ok()) return s;
   }
   if (v.json_object && schema) {
     return absl::InvalidArgumentError(

@@ -30,6 +30,11 @@ inline constexpr float kMaxOccurrencePenalty = 2.0f;
 inline constexpr size_t kMaxJsonAfterBytes = 64;
 // Structured outputs: a JSON Schema's text (model::kMaxSchemaBytes, checked again there).
 inline constexpr size_t kMaxJsonSchemaBytes = 64 * 1024;
+// Schema choices (api.proto response_format_choices): one per tool of a request at most
+// (OpenAI takes 128 tools), a prefix being a tool's name and the syntax around it.
+inline constexpr size_t kMaxSchemaChoices = 128;
+inline constexpr size_t kMaxSchemaChoicePrefixBytes = 256;
+inline constexpr size_t kMaxSchemaChoicesBytes = 4 * kMaxJsonSchemaBytes;  // all schemas' text
 
 // A client's id as error messages show it: whole when short, else its first kEchoedIdBytes
 // bytes, "..." and the length.
@@ -42,6 +47,15 @@ absl::Status ValidateRequestId(absl::string_view request_id);
 // Counts of stop conditions (their contents are checked where they are used).
 absl::Status ValidateStopCounts(size_t stop_strings, size_t stop_token_ids);
 absl::Status ValidateStopString(size_t index, absl::string_view stop);
+
+// One way a constrained text may begin (api.proto SchemaChoice): `prefix`, then a JSON value
+// `schema` admits (`strict`: OpenAI's json_schema.strict for it).
+struct SchemaChoice {
+  std::string prefix;
+  std::string schema;
+  bool strict = false;
+  bool operator==(const SchemaChoice&) const = default;
+};
 
 // The sampling knobs of one request, with the defaults and ranges of api.proto's
 // SamplingParams. The router's request and the model's SamplingOptions extend it.
@@ -77,9 +91,12 @@ struct SamplingValues {
   // text in the output (api.proto response_format_after, e.g. "</think>"); empty: from the
   // first token. At most kMaxJsonAfterBytes.
   std::string json_after;
+  // Structured outputs in place of json_schema (api.proto response_format_choices): the text is
+  // one choice's prefix, then a value its schema admits. Compiled where json_schema is.
+  std::vector<SchemaChoice> json_choices;
 
   // Some response format constrains the text (JSON mode or structured outputs).
-  bool constrained() const { return json_object || !json_schema.empty(); }
+  bool constrained() const { return json_object || !json_schema.empty() || !json_choices.empty(); }
 
   bool wants_logprobs() const { return logprobs >= 0; }
 };
@@ -97,8 +114,10 @@ absl::Status ValidateSamplingValues(const SamplingValues& values, int32_t vocab_
 // not a sampling knob, so it is passed in): JSON mode and structured outputs end the value with
 // EOS, so json_object / json_schema with ignore_eos is INVALID_ARGUMENT naming both; so are
 // json_object with json_schema, json_after without either (or longer than
-// kMaxJsonAfterBytes), json_schema_strict without json_schema, and a schema longer than
-// kMaxJsonSchemaBytes. Whether the schema compiles is checked where it is compiled.
+// kMaxJsonAfterBytes), json_schema_strict without json_schema, a schema longer than
+// kMaxJsonSchemaBytes, and json_choices beside json_schema, json_object or json_after, or past
+// the kMaxSchemaChoice* bounds, with an empty prefix or schema, or a prefix that begins another.
+// Whether a schema compiles is checked where it is compiled.
 absl::Status ValidateResponseFormat(const SamplingValues& values, bool ignore_eos);
 
 // Sorts logit_bias by token id (the order the samplers and the wire use); a repeated id is

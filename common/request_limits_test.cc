@@ -5,10 +5,13 @@
 #include <limits>
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace mlaserve::common {
 namespace {
+
+using ::testing::HasSubstr;
 
 void ExpectInvalid(const SamplingValues& v, const std::string& needle) {
   absl::Status s = ValidateSamplingValues(v);
@@ -136,6 +139,53 @@ TEST(SamplingValues, JsonSchemaRules) {
   v.json_schema_requested = true;
   EXPECT_EQ(ValidateResponseFormat(v, false).message(),
             "response_format json_schema needs the schema (response_format_schema is empty)");
+}
+
+TEST(SamplingValues, SchemaChoiceRules) {
+  SamplingValues v;
+  v.json_choices = {{"get_weather<sep>", R"({"type": "object"})", true},
+                    {"get_time<sep>", R"({"type": "object"})", false}};
+  EXPECT_TRUE(v.constrained());
+  EXPECT_EQ(ValidateResponseFormat(v, false).message(),
+            "response_format_choices is set without response_format json_schema");
+  v.json_schema_requested = true;
+  EXPECT_TRUE(ValidateResponseFormat(v, false).ok());
+  EXPECT_THAT(ValidateResponseFormat(v, true).message(), HasSubstr("ignore_eos"));
+  for (auto beside : {&SamplingValues::json_schema, &SamplingValues::json_after}) {
+    SamplingValues both = v;
+    both.*beside = "x";
+    EXPECT_THAT(ValidateResponseFormat(both, false).message(),
+                HasSubstr("response_format_choices replaces response_format_schema"));
+  }
+  SamplingValues strict = v;
+  strict.json_schema_strict = true;
+  EXPECT_THAT(ValidateResponseFormat(strict, false).message(),
+              HasSubstr("response_format_choices replaces response_format_schema"));
+
+  SamplingValues prefixed = v;
+  prefixed.json_choices.push_back({"get_time<sep>x", "{}", false});
+  EXPECT_EQ(ValidateResponseFormat(prefixed, false).message(),
+            "response_format_choices' prefix \"get_time<sep>\" begins another one "
+            "(\"get_time<sep>x\"): the text written could not tell which choice it is");
+  SamplingValues empty = v;
+  empty.json_choices[1].prefix.clear();
+  EXPECT_EQ(ValidateResponseFormat(empty, false).message(),
+            "response_format_choices[1].prefix has 0 bytes; it needs 1 to 256");
+  empty = v;
+  empty.json_choices[0].schema.clear();
+  EXPECT_EQ(ValidateResponseFormat(empty, false).message(),
+            "response_format_choices[0].schema has 0 bytes; it needs 1 to 65536");
+  SamplingValues many = v;
+  many.json_choices.clear();
+  for (size_t i = 0; i <= kMaxSchemaChoices; ++i) {
+    many.json_choices.push_back({"f" + std::to_string(i) + ":", std::string(2100, ' '), false});
+  }
+  EXPECT_EQ(ValidateResponseFormat(many, false).message(),
+            "response_format_choices has 129 choices; at most 128 are allowed");
+  many.json_choices.pop_back();
+  EXPECT_EQ(ValidateResponseFormat(many, false).message(),
+            "response_format_choices' schemas have 268800 bytes together; at most 262144 are "
+            "allowed");
 }
 
 TEST(SamplingValues, LogitBiasIsSortedAndRepeatsAreRefused) {

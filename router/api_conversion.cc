@@ -24,6 +24,9 @@ SamplingConfig SamplingFromProto(const v1::SamplingParams& p) {
   s.json_schema_strict = p.response_format_schema_strict();
   s.json_schema_requested = p.response_format() == v1::RESPONSE_FORMAT_JSON_SCHEMA;
   s.json_after = p.response_format_after();
+  for (const v1::SchemaChoice& c : p.response_format_choices()) {
+    s.json_choices.push_back({c.prefix(), c.schema(), c.strict()});
+  }
   if (p.has_seed()) s.seed = p.seed();
   if (p.has_max_new_tokens()) s.max_new_tokens = p.max_new_tokens();
   s.stop.assign(p.stop().begin(), p.stop().end());
@@ -52,6 +55,13 @@ v1::SamplingParams SamplingToProto(const SamplingConfig& s) {
     p.set_response_format_schema_strict(s.json_schema_strict);
   }
   if (!s.json_after.empty()) p.set_response_format_after(s.json_after);
+  if (!s.json_choices.empty()) p.set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  for (const common::SchemaChoice& c : s.json_choices) {
+    v1::SchemaChoice* out = p.add_response_format_choices();
+    out->set_prefix(c.prefix);
+    out->set_schema(c.schema);
+    out->set_strict(c.strict);
+  }
   if (s.seed.has_value()) p.set_seed(*s.seed);
   if (s.max_new_tokens.has_value()) p.set_max_new_tokens(*s.max_new_tokens);
   for (const auto& stop : s.stop) p.add_stop(stop);

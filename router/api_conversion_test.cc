@@ -75,6 +75,15 @@ TEST(SamplingToProto, FillsEveryOptionalAndRoundTrips) {
   EXPECT_EQ(back.stop, s.stop);
   EXPECT_TRUE(back.json_object);
   EXPECT_EQ(back.json_after, "</think>");
+
+  SamplingConfig choices;
+  choices.json_choices = {{"f:", R"({"type":"object"})", true}, {"g:", R"({"type":"integer"})", false}};
+  p = SamplingToProto(choices);
+  EXPECT_EQ(p.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  EXPECT_EQ(p.response_format_choices_size(), 2);
+  back = SamplingFromProto(p);
+  EXPECT_EQ(back.json_choices, choices.json_choices);
+  EXPECT_TRUE(back.json_schema_requested);
 }
 
 TEST(DiagnoseUnparsableGenerateRequest, NamesTheFieldWithInvalidUtf8) {

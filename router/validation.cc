@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "common/request_limits.h"
 #include "common/status.h"
+#include "model/constraint/json_constraint.h"
 #include "model/constraint/json_schema.h"
 
 namespace mlaserve::router {
@@ -89,6 +90,7 @@ absl::Status ValidateAndResolveSampling(SamplingConfig& s, int32_t prompt_tokens
     // client's 400, naming the keyword and its pointer, before any worker is involved.
     RETURN_IF_ERROR(model::JsonSchema::Get(s.json_schema, s.json_schema_strict).status());
   }
+  RETURN_IF_ERROR(model::CompileSchemaChoices(s.json_choices).status());
   RETURN_IF_ERROR(common::NormalizeLogitBias(s));
   RETURN_IF_ERROR(common::ValidateStopCounts(s.stop.size(), s.stop_token_ids.size()));
   for (int32_t id : s.stop_token_ids) {

@@ -64,6 +64,12 @@ absl::StatusOr<JsonModeVocabulary::Vocabulary> VocabularyForRequest(
 absl::StatusOr<model::JsonConstraint> ConstraintForRequest(
     std::shared_ptr<const model::ConstraintVocabulary> vocab,
     const common::SamplingValues& sampling) {
+  if (!sampling.json_choices.empty()) {
+    absl::StatusOr<std::vector<model::SchemaChoice>> choices =
+        model::CompileSchemaChoices(sampling.json_choices);
+    if (!choices.ok()) return choices.status();
+    return model::JsonConstraint(std::move(vocab), std::move(*choices));
+  }
   std::shared_ptr<const model::JsonSchema> schema;
   if (!sampling.json_schema.empty()) {
     absl::StatusOr<std::shared_ptr<const model::JsonSchema>> compiled =

@@ -63,8 +63,9 @@ absl::StatusOr<JsonModeVocabulary::Vocabulary> VocabularyForRequest(
 
 // A request's constraint over `vocab` (VocabularyForRequest's, not null): JSON mode, or the
 // compiled sampling.json_schema (from the process's schema cache: ToSamplingOptions compiled it,
-// so a miss only recompiles), starting after sampling.json_after. INVALID_ARGUMENT when the
-// schema does not compile (a caller that skipped ToSamplingOptions).
+// so a miss only recompiles), starting after sampling.json_after, or sampling.json_choices'
+// (their prefixes, then the chosen one's schema). INVALID_ARGUMENT when a schema does not
+// compile (a caller that skipped ToSamplingOptions).
 absl::StatusOr<model::JsonConstraint> ConstraintForRequest(
     std::shared_ptr<const model::ConstraintVocabulary> vocab,
     const common::SamplingValues& sampling);

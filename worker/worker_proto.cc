@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/request_limits.h"
+#include "model/constraint/json_constraint.h"
 #include "model/constraint/json_schema.h"
 
 #ifndef MLASERVE_WORKER_VERSION
@@ -32,10 +33,15 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::Sam
                                                    "JSON_OBJECT (1) and JSON_SCHEMA (2)"));
   }
   const bool schema = p.response_format() == mlaserve::v1::RESPONSE_FORMAT_JSON_SCHEMA;
-  if (schema != !p.response_format_schema().empty()) {
+  if (schema != (!p.response_format_schema().empty() || p.response_format_choices_size() > 0)) {
     return absl::InvalidArgumentError(
-        schema ? "response_format JSON_SCHEMA needs response_format_schema (the JSON Schema)"
-               : "response_format_schema is set without response_format JSON_SCHEMA");
+        schema ? "response_format JSON_SCHEMA needs response_format_schema (the JSON Schema) or "
+                 "response_format_choices"
+               : "response_format_schema / response_format_choices is set without "
+                 "response_format JSON_SCHEMA");
+  }
+  for (const mlaserve::v1::SchemaChoice& c : p.response_format_choices()) {
+    o.json_choices.push_back({c.prefix(), c.schema(), c.strict()});
   }
   o.json_object = p.response_format() == mlaserve::v1::RESPONSE_FORMAT_JSON_OBJECT;
   o.json_schema = p.response_format_schema();
@@ -50,6 +56,7 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::Sam
   if (s.ok() && !o.json_schema.empty()) {
     s = model::JsonSchema::Get(o.json_schema, o.json_schema_strict).status();
   }
+  if (s.ok()) s = model::CompileSchemaChoices(o.json_choices).status();
   if (!s.ok()) return s;
   return o;
 }

@@ -85,6 +85,29 @@ TEST(WorkerProtoTest, ResponseFormat) {
               HasSubstr("response_format 7 is unknown"));
 }
 
+TEST(WorkerProtoTest, SchemaChoices) {
+  mlaserve::v1::SamplingParams p;
+  p.set_response_format(mlaserve::v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  for (const char* prefix : {"get_weather:", "get_time:"}) {
+    mlaserve::v1::SchemaChoice* c = p.add_response_format_choices();
+    c->set_prefix(prefix);
+    c->set_schema(R"({"type": "object"})");
+    c->set_strict(true);
+  }
+  auto o = ToSamplingOptions(p);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->constrained());
+  EXPECT_EQ(o->json_choices, (std::vector<common::SchemaChoice>{{"get_weather:", R"({"type": "object"})", true},
+                                                                {"get_time:", R"({"type": "object"})", true}}));
+  // Compiled at the edge: a schema the compiler refuses names its choice.
+  p.mutable_response_format_choices(1)->set_schema(R"({"type": "object", "not": {}})");
+  EXPECT_THAT(std::string(ToSamplingOptions(p).status().message()),
+              HasSubstr("response_format_choices[1] (prefix \"get_time:\"): json_schema: keyword \"not\""));
+  p.set_response_format(mlaserve::v1::RESPONSE_FORMAT_TEXT);
+  EXPECT_THAT(std::string(ToSamplingOptions(p).status().message()),
+              HasSubstr("response_format_choices is set without response_format JSON_SCHEMA"));
+}
+
 TEST(WorkerProtoTest, PromptValidationNamesTheValue) {
   EXPECT_THAT(ValidatePromptTokens({}, 10, 100).message(), HasSubstr("empty"));
   EXPECT_THAT(ValidatePromptTokens({1, 2, 12}, 10, 100).message(),

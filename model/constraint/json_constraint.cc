@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <optional>
 #include <tuple>
 #include <list>
 #include <string_view>
@@ -16,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "model/constraint/json_recognizer.h"
 #include "model/constraint/json_schema.h"
+#include "model/constraint/schema_choices.h"
 #include "model/constraint/schema_recognizer.h"
 #include "model/tokenizer/tokenizer.h"
 
@@ -26,6 +29,8 @@ using json_internal::JsonNeedsByte;
 using json_internal::JsonState;
 using json_internal::Lex;
 using json_internal::Step;
+using choice_internal::ChoiceRead;
+using choice_internal::ChoiceSet;
 using schema_internal::CompiledSchema;
 using schema_internal::SchemaState;
 
@@ -35,6 +40,9 @@ constexpr size_t kMaskCacheEntries = 1024;
 // Masks before the start marker, one per (marker, progress): a marker of n bytes has n, and a
 // deployment uses one or two markers ("</think>": 8).
 constexpr size_t kFreeMaskCacheEntries = 256;
+// Masks while a schema choice's prefix is written, one per (choice set, text so far): a
+// request's tool names and separators, a few hundred bytes.
+constexpr size_t kChoiceMaskCacheEntries = 512;
 
 using Mask = std::vector<uint64_t>;
 
@@ -166,6 +174,7 @@ struct ConstraintVocabulary::Impl {
   std::vector<uint32_t> offsets;  // token t's bytes: bytes[offsets[t], offsets[t + 1])
   std::string bytes;
   std::vector<int32_t> eos_ids;
+  choice_internal::AddedTokenTexts added_texts;  // how schema choices' prefixes are written
   std::vector<TrieNode> trie;  // plus a sentinel, whose first_token ends the last range
   std::vector<int32_t> trie_tokens;
   uint32_t max_token_bytes = 0;
@@ -175,6 +184,8 @@ struct ConstraintVocabulary::Impl {
   MaskCache<std::string> schema_masks{kMaskCacheEntries};
   // (marker, progress, schema serial or 0 for JSON mode).
   MaskCache<std::tuple<std::string, size_t, uint64_t>> free_masks{kFreeMaskCacheEntries};
+  // While a choice's prefix is written: (ChoiceSet::key, units written so far).
+  MaskCache<std::pair<std::string, std::string>> choice_masks{kChoiceMaskCacheEntries};
 
   std::string_view TokenBytes(int32_t t) const {
     return std::string_view(bytes).substr(offsets[t], offsets[t + 1] - offsets[t]);
@@ -206,6 +217,20 @@ struct ConstraintVocabulary::Impl {
                      : ComputeFreeMask(JsonWalker{}, marker, progress);
         });
   }
+  // Token t's units (schema_choices.h): an added token's one, a text token's bytes.
+  void AppendUnits(std::string& units, int32_t t) const {
+    if (kinds[t] == Kind::kAdded) return choice_internal::AppendAddedUnit(units, t);
+    choice_internal::AppendByteUnits(units, TokenBytes(t));
+  }
+  // While `written` (units) of `choices`' prefixes is written: every token that keeps it a
+  // prefix of one, or completes one and goes on with bytes that choice's value can start with.
+  std::shared_ptr<const Mask> ChoiceMaskFor(const ChoiceSet& choices,
+                                            const std::string& written) const {
+    return choice_masks.Get(std::pair(choices.key, written),
+                            [&] { return ComputeChoiceMask(choices, written); });
+  }
+  std::shared_ptr<const Mask> ComputeChoiceMask(const ChoiceSet& choices,
+                                                const std::string& written) const;
   // Where `token`'s bytes complete `marker` from `progress`: the index past the marker's last
   // byte, or npos; `progress` is moved along.
   size_t MarkerEnd(const StartMarker& marker, size_t& progress, int32_t token) const {
@@ -299,6 +324,35 @@ std::shared_ptr<const Mask> ConstraintVocabulary::Impl::ComputeFreeMask(
   return mask;
 }
 
+std::shared_ptr<const Mask> ConstraintVocabulary::Impl::ComputeChoiceMask(
+    const ChoiceSet& choices, const std::string& written) const {
+  auto mask = std::make_shared<Mask>((vocab_size + 63) / 64, 0);
+  uint64_t* words = mask->data();
+  std::string text = written;
+  SchemaState state;
+  for (int32_t t = 0; t < vocab_size; ++t) {
+    if (kinds[t] != Kind::kText && kinds[t] != Kind::kAdded) continue;
+    text.resize(written.size());
+    AppendUnits(text, t);
+    size_t chosen;
+    switch (ReadChoice(choices, text, chosen)) {
+      case ChoiceRead::kRefused: continue;
+      case ChoiceRead::kOpen: break;
+      case ChoiceRead::kChosen: {
+        const std::optional<std::string> rest =
+            choice_internal::BytesOf(std::string_view(text).substr(choices.units[chosen].size()));
+        if (!rest.has_value()) continue;  // an added token is never the value's
+        const SchemaWalker walker{choices.sorted[chosen].schema->compiled()};
+        state = walker.Start();
+        if (Feed(walker, *rest, state) != rest->size()) continue;
+        break;
+      }
+    }
+    words[t >> 6] |= uint64_t{1} << (t & 63);
+  }
+  return mask;
+}
+
 ConstraintVocabulary::ConstraintVocabulary(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ConstraintVocabulary::~ConstraintVocabulary() = default;
 int ConstraintVocabulary::vocab_size() const { return impl_->vocab_size; }
@@ -344,6 +398,7 @@ absl::StatusOr<std::shared_ptr<const ConstraintVocabulary>> ConstraintVocabulary
       continue;
     }
     impl->kinds[t] = added[t] ? Impl::Kind::kAdded : Impl::Kind::kText;
+    if (added[t]) impl->added_texts.Add(*tokens[t], static_cast<int32_t>(t));
     impl->bytes += *tokens[t];
     if (tokens[t]->size() == 1 && !added[t]) {
       single_byte[static_cast<uint8_t>((*tokens[t])[0])] = true;
@@ -390,10 +445,17 @@ struct JsonConstraint::State {
         schema(std::move(schema_in)) {
     if (schema != nullptr) schema_state = schema_internal::StartState(schema->compiled());
   }
+  State(std::vector<SchemaChoice> choices_in, const choice_internal::AddedTokenTexts& added)
+      : marker(std::string()),
+        in_json(false),
+        choices(choice_internal::MakeChoiceSet(std::move(choices_in), added)) {}
   StartMarker marker;
   bool in_json;                      // the marker has appeared (or there is none)
   size_t progress = 0;               // before it: bytes of it that end the output
-  std::shared_ptr<const JsonSchema> schema;  // null: JSON mode
+  ChoiceSet choices;                 // with choices: in_json once one's prefix is written
+  std::string written;               // before that: the units so far (schema_choices.h)
+  std::optional<size_t> chosen;      // after: its index as given
+  std::shared_ptr<const JsonSchema> schema;  // null: JSON mode; with choices, the chosen one's
   JsonState json;                    // once in_json, JSON mode
   SchemaState schema_state;          // once in_json, with a schema
   std::shared_ptr<const Mask> mask;  // for the above, once asked for
@@ -403,6 +465,10 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const ConstraintVocabulary> vocab
                                std::string start_after, std::shared_ptr<const JsonSchema> schema)
     : vocab_(std::move(vocab)),
       state_(std::make_unique<State>(std::move(start_after), std::move(schema))) {}
+JsonConstraint::JsonConstraint(std::shared_ptr<const ConstraintVocabulary> vocab,
+                               std::vector<SchemaChoice> choices)
+    : vocab_(std::move(vocab)),
+      state_(std::make_unique<State>(std::move(choices), vocab_->impl_->added_texts)) {}
 JsonConstraint::~JsonConstraint() = default;
 JsonConstraint::JsonConstraint(JsonConstraint&&) noexcept = default;
 JsonConstraint& JsonConstraint::operator=(JsonConstraint&&) noexcept = default;
@@ -411,7 +477,9 @@ std::span<const uint64_t> JsonConstraint::AllowedTokens() {
   State& st = *state_;
   if (st.mask == nullptr) {
     const ConstraintVocabulary::Impl& vocab = *vocab_->impl_;
-    if (!st.in_json) {
+    if (!st.in_json && !st.choices.sorted.empty()) {
+      st.mask = vocab.ChoiceMaskFor(st.choices, st.written);
+    } else if (!st.in_json) {
       st.mask = vocab.FreeMaskFor(st.schema.get(), st.marker, st.progress);
     } else if (st.schema != nullptr) {
       st.mask = vocab.MaskFor(*st.schema, st.schema_state);
@@ -423,6 +491,7 @@ std::span<const uint64_t> JsonConstraint::AllowedTokens() {
 }
 
 bool JsonConstraint::JsonStarted() const { return state_->in_json; }
+std::optional<size_t> JsonConstraint::Chosen() const { return state_->chosen; }
 bool JsonConstraint::Complete() const {
   const State& st = *state_;
   if (!st.in_json) return false;
@@ -437,6 +506,7 @@ absl::Status JsonConstraint::Advance(int32_t token) {
     return absl::InvalidArgumentError(absl::StrCat(
         "token ", token, " is outside the vocabulary of ", vocab.vocab_size, " ids"));
   }
+  if (!state_->in_json && !state_->choices.sorted.empty()) return AdvanceChoosing(token);
   if (!state_->in_json) return AdvanceBeforeMarker(token);
   switch (vocab.kinds[token]) {
     case Kind::kEos:
@@ -519,6 +589,72 @@ absl::Status JsonConstraint::AdvanceBeforeMarker(int32_t token) {
   state_->progress = progress;
   state_->mask.reset();
   return absl::OkStatus();
+}
+
+absl::Status JsonConstraint::AdvanceChoosing(int32_t token) {
+  const ConstraintVocabulary::Impl& vocab = *vocab_->impl_;
+  using Kind = ConstraintVocabulary::Impl::Kind;
+  State& st = *state_;
+  const std::string written = vocab.added_texts.Text(st.written);
+  if (vocab.kinds[token] == Kind::kEos || vocab.kinds[token] == Kind::kNever) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "token ", token, vocab.kinds[token] == Kind::kEos ? " (end of sequence)" : " (no text)",
+        " is not allowed after \"", Escaped(written),
+        "\": the text must go on with one of the choices' prefixes"));
+  }
+  const std::string_view bytes = vocab.TokenBytes(token);
+  std::string text = st.written;
+  vocab.AppendUnits(text, token);
+  size_t chosen = 0;
+  switch (ReadChoice(st.choices, text, chosen)) {
+    case ChoiceRead::kRefused:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token ", token, " (\"", Escaped(bytes), "\") is not allowed after \"", Escaped(written),
+          "\": no choice's prefix goes on with it (an added token's text in a prefix is that "
+          "token's)"));
+    case ChoiceRead::kOpen:
+      st.written = std::move(text);
+      break;
+    case ChoiceRead::kChosen: {
+      const SchemaChoice& choice = st.choices.sorted[chosen];
+      const std::optional<std::string> rest =
+          choice_internal::BytesOf(std::string_view(text).substr(st.choices.units[chosen].size()));
+      const SchemaWalker walker{choice.schema->compiled()};
+      SchemaState state = walker.Start();
+      const size_t taken = rest.has_value() ? Feed(walker, *rest, state) : 0;
+      if (!rest.has_value() || taken != rest->size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token ", token, " (\"", Escaped(bytes), "\") is not allowed: it completes \"",
+            Escaped(choice.prefix), "\" and its byte ",
+            rest.has_value() ? bytes.size() - rest->size() + taken : 0,
+            " cannot start a value that choice's schema admits"));
+      }
+      st.schema = choice.schema;
+      st.schema_state = std::move(state);
+      st.chosen = st.choices.given_index[chosen];
+      st.in_json = true;
+      st.written.clear();
+      break;
+    }
+  }
+  st.mask.reset();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SchemaChoice>> CompileSchemaChoices(
+    const std::vector<common::SchemaChoice>& choices) {
+  std::vector<SchemaChoice> out;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    absl::StatusOr<std::shared_ptr<const JsonSchema>> schema =
+        JsonSchema::Get(choices[i].schema, choices[i].strict);
+    if (!schema.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("response_format_choices[", i, "] (prefix \"",
+                                                     Escaped(choices[i].prefix), "\"): ",
+                                                     schema.status().message()));
+    }
+    out.push_back(SchemaChoice{choices[i].prefix, std::move(*schema)});
+  }
+  return out;
 }
 
 }  // namespace mlaserve::model

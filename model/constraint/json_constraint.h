@@ -25,6 +25,14 @@
 // by the schema's serial and the schema recognizer's state bytes; its free masks before a
 // marker by (marker, progress, schema).
 //
+// Schema choices (api.proto response_format_choices; a forced tool call whose name picks the
+// schema of its arguments): the text is one choice's prefix, then a value that choice's schema
+// admits. While the prefix is being written every token that keeps the text a prefix of some
+// choice's prefix may be drawn, where an added token's text in a prefix (a tool-call separator)
+// is written by that token only, as the tokenizer would encode it (schema_choices.h); a token
+// that completes a prefix may go on with the first bytes of that choice's value. Those masks
+// depend on the text written so far, and are cached per (choice set, text).
+//
 // JsonConstraint is one request's: its phase, marker progress and recognizer state, advanced
 // token by token.
 // Not thread-safe per instance; the vocabulary (and its cache) is.
@@ -47,11 +55,25 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/request_limits.h"
 
 namespace mlaserve::model {
 
 class Tokenizer;
 class JsonSchema;
+
+// One way a constrained text may begin: `prefix`, byte for byte, then a JSON value `schema`
+// admits.
+struct SchemaChoice {
+  std::string prefix;
+  std::shared_ptr<const JsonSchema> schema;
+};
+
+// The choices of a request (common::SamplingValues::json_choices, validated), their schemas
+// compiled through JsonSchema::Get (the process's cache). INVALID_ARGUMENT naming the choice's
+// index and prefix with the compiler's message.
+absl::StatusOr<std::vector<SchemaChoice>> CompileSchemaChoices(
+    const std::vector<common::SchemaChoice>& choices);
 
 class ConstraintVocabulary {
  public:
@@ -86,6 +108,10 @@ class JsonConstraint {
   explicit JsonConstraint(std::shared_ptr<const ConstraintVocabulary> vocab,
                           std::string start_after = {},
                           std::shared_ptr<const JsonSchema> schema = nullptr);
+  // The text is one of `choices` (not empty; prefixes non-empty, none a prefix of another, as
+  // common::ValidateResponseFormat checks): its prefix, then a value its schema admits.
+  JsonConstraint(std::shared_ptr<const ConstraintVocabulary> vocab,
+                 std::vector<SchemaChoice> choices);
   ~JsonConstraint();
   JsonConstraint(JsonConstraint&&) noexcept;
   JsonConstraint& operator=(JsonConstraint&&) noexcept;
@@ -98,14 +124,19 @@ class JsonConstraint {
   // Moves past `token`, which AllowedTokens() allowed: INVALID_ARGUMENT naming it otherwise
   // (the state is then unchanged).
   absl::Status Advance(int32_t token);
-  // The start marker has appeared (always, without one): the JSON text has begun.
+  // The start marker has appeared (always, without one), or a choice's prefix has been
+  // written: the JSON text has begun.
   bool JsonStarted() const;
+  // With choices: the index (in the order given) of the one whose prefix was written; nullopt
+  // before that, or without choices.
+  std::optional<size_t> Chosen() const;
   // The value is complete: EOS is allowed (JSON mode: only EOS; a schema's number or literal
   // may also go on, "1" becoming "12").
   bool Complete() const;
 
  private:
   absl::Status AdvanceBeforeMarker(int32_t token);
+  absl::Status AdvanceChoosing(int32_t token);
 
   struct State;
   std::shared_ptr<const ConstraintVocabulary> vocab_;

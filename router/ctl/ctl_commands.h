@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/time/time.h"
+#include "common/request_limits.h"
 
 namespace mlaserve::router::ctl {
 
@@ -52,6 +53,9 @@ struct GenerateArgs {
   std::string json_schema;      // --response-format json_schema --response-schema FILE|JSON
   bool json_schema_strict = false;  // --response-schema-strict
   std::string json_after;       // --response-format-after: where JSON mode starts
+  // --response-choice PREFIX SCHEMA (repeatable), in place of --response-schema: the answer is
+  // one prefix, then a value of its schema (api.proto response_format_choices).
+  std::vector<common::SchemaChoice> json_choices;
   std::string request_id;
 };
 // Streams the answer's text to stdout as it arrives (-o json: one JSON response per line),

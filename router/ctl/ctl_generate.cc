@@ -45,6 +45,13 @@ int Generate(const CtlContext& ctx, const GenerateArgs& args) {
     s->set_response_format_schema_strict(args.json_schema_strict);
   }
   s->set_response_format_after(args.json_after);
+  if (!args.json_choices.empty()) s->set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  for (const common::SchemaChoice& c : args.json_choices) {
+    v1::SchemaChoice* choice = s->add_response_format_choices();
+    choice->set_prefix(c.prefix);
+    choice->set_schema(c.schema);
+    choice->set_strict(args.json_schema_strict);
+  }
 
   auto stub = v1::Generation::NewStub(ctx.channel);
   grpc::ClientContext context;

@@ -118,6 +118,11 @@ int Main(int argc, char** argv) {
   generate->add_flag("--response-schema-strict", gen.json_schema_strict,
                      "with json_schema: OpenAI's strict (no properties / items the schema does "
                      "not list)");
+  std::vector<std::pair<std::string, std::string>> response_choices;
+  generate->add_option("--response-choice", response_choices,
+                       "with json_schema, in place of --response-schema (repeatable): PREFIX "
+                       "SCHEMA, the answer being one PREFIX then a value of its SCHEMA (JSON text "
+                       "or a file's path)");
   generate->add_option("--response-format-after", gen.json_after,
                        "with json_object / json_schema: JSON starts after this text in the output "
                        "(e.g. </think>)");
@@ -129,9 +134,15 @@ int Main(int argc, char** argv) {
     }
     is_generate = true;
     gen.json_object = response_format == "json_object";
-    if ((response_format == "json_schema") != !response_schema.empty()) {
+    if ((response_format == "json_schema") != (!response_schema.empty() || !response_choices.empty())) {
       throw CLI::ValidationError("--response-schema",
-                                 "is needed with --response-format json_schema, and only there");
+                                 "(or --response-choice) is needed with --response-format "
+                                 "json_schema, and only there");
+    }
+    for (const auto& [prefix, flag] : response_choices) {
+      absl::StatusOr<std::string> schema = model::SchemaFromFlag(flag);
+      if (!schema.ok()) throw CLI::ValidationError("--response-choice", std::string(schema.status().message()));
+      gen.json_choices.push_back({prefix, *schema, false});
     }
     if (!response_schema.empty()) {
       absl::StatusOr<std::string> schema = model::SchemaFromFlag(response_schema);

@@ -1,11 +1,15 @@
-// ForcedArgumentsFor: a forced call's arguments held to the tool's parameters schema where it
-// can be enforced, else to one JSON object, never an error.
+// ForcedArgumentsFor / RequiredCallChoicesFor: a forced call's arguments held to the tool's
+// parameters schema where it can be enforced, else to one JSON object, never an error; for
+// "required", the constraint built from the choices holds the name to the tools' and the
+// arguments to the named tool's schema in every format with JSON arguments, and the router's
+// parser reads what it admits as that call.
 #include "router/openai/forced_arguments.h"
 
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/constraint/json_constraint.h"
 #include "model/constraint/json_schema.h"
 
 namespace mlaserve::router::openai {
@@ -13,6 +17,11 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 using ::testing::HasSubstr;
+
+struct Case {
+  Json tool;
+  std::string why;
+};
 
 Json Tool(const std::string& name, const std::string& parameters, bool strict = false) {
   Json function = {{"name", name}};
@@ -39,61 +48,157 @@ TEST(ForcedArgumentsTest, NamedFunctionGetsItsParametersWithItsStrict) {
   EXPECT_TRUE(got.strict);
 }
 
-TEST(ForcedArgumentsTest, RequiredGetsAnyOfOverTheTools) {
-  ForcedArguments got = ForcedArgumentsFor(
-      Json{Tool("get_weather", kWeather, true), Tool("get_time", kTime)}, std::nullopt);
-  ASSERT_TRUE(got.schema.has_value()) << got.why_not_schema;
-  EXPECT_EQ(*got.schema, std::string(R"({"anyOf":[)") + kWeather + "," + kTime + "]}");
-  EXPECT_FALSE(got.strict) << "strict only when every tool is";
-  got = ForcedArgumentsFor(Json{Tool("get_weather", kWeather, true), Tool("get_time", kTime, true)},
-                           std::nullopt);
-  ASSERT_TRUE(got.schema.has_value()) << got.why_not_schema;
-  EXPECT_TRUE(got.strict);
-  // One tool: its schema itself.
-  got = ForcedArgumentsFor(Json{Tool("get_time", kTime)}, std::nullopt);
-  ASSERT_TRUE(got.schema.has_value()) << got.why_not_schema;
-  EXPECT_EQ(*got.schema, kTime);
+std::string Prefix(const std::string& name) { return name + "<sep>"; }
+
+TEST(ForcedArgumentsTest, RequiredGetsOneChoicePerToolWithItsOwnSchema) {
+  const RequiredCallChoices got =
+      RequiredCallChoicesFor(Json{Tool("get_weather", kWeather, true), Tool("get_time", kTime)}, Prefix);
+  EXPECT_EQ(got.why_not, "");
+  EXPECT_EQ(got.choices, (std::vector<common::SchemaChoice>{{"get_weather<sep>", kWeather, true},
+                                                            {"get_time<sep>", kTime, false}}));
 }
 
 TEST(ForcedArgumentsTest, FallsBackToOneJsonObjectSayingWhy) {
-  struct Case {
-    Json tools;
-    std::optional<std::string> named;
-    std::string why;
-  };
   const Case cases[] = {
-      {Json{Tool("f", "")}, "f", "function 'f' has no parameters schema"},
-      {Json{Tool("f", R"({"type": "string"})")}, "f", "function 'f': parameters is not"},
-      {Json{Tool("f", R"({"properties": {"a": {}}})")}, "f", "function 'f': parameters is not"},
-      {Json{Tool("f", R"({"type": "object", "not": {"required": ["a"]}})")}, "f",
-       "keyword \"not\" is not supported (at #/not)"},
-      // "required": one tool without a schema makes the union any object.
-      {Json{Tool("f", kTime), Tool("g", "")}, std::nullopt, "function 'g' has no parameters"},
-      // "required": a schema the compiler refuses inside the union, named at its place there.
-      {Json{Tool("f", kTime), Tool("g", R"({"type": "object", "if": {}})")}, std::nullopt,
-       "(at #/anyOf/1/if)"},
+      {Tool("f", ""), "function 'f' has no parameters schema"},
+      {Tool("f", R"({"type": "string"})"), "function 'f': parameters is not"},
+      {Tool("f", R"({"properties": {"a": {}}})"), "function 'f': parameters is not"},
+      {Tool("f", R"({"type": "object", "not": {"required": ["a"]}})"),
+       "function 'f': json_schema: keyword \"not\" is not supported (at #/not)"},
   };
   for (const Case& c : cases) {
-    const ForcedArguments got = ForcedArgumentsFor(c.tools, c.named);
-    EXPECT_FALSE(got.schema.has_value()) << c.tools;
-    EXPECT_THAT(got.why_not_schema, HasSubstr(c.why)) << c.tools;
+    const ForcedArguments named = ForcedArgumentsFor(Json{c.tool}, "f");
+    EXPECT_FALSE(named.schema.has_value()) << c.tool;
+    EXPECT_THAT(named.why_not_schema, HasSubstr(c.why)) << c.tool;
+    // "required": that tool's arguments are any object, its name still one of the choices.
+    const RequiredCallChoices required = RequiredCallChoicesFor(Json{Tool("g", kTime), c.tool}, Prefix);
+    EXPECT_EQ(required.choices, (std::vector<common::SchemaChoice>{{"g<sep>", kTime, false},
+                                                                   {"f<sep>", R"({"type":"object"})", false}}));
+    EXPECT_THAT(required.why_not, HasSubstr(c.why)) << c.tool;
+    EXPECT_THAT(required.why_not, HasSubstr("(its arguments are held to one JSON object)"));
   }
-  // A $ref into the tool's own $defs resolves in its document, not inside the anyOf.
+  // A $ref into the tool's own $defs resolves in its document: each choice's schema is one.
   constexpr char kWithRef[] =
       R"({"type":"object","properties":{"at":{"$ref":"#/$defs/place"}},)"
       R"("$defs":{"place":{"type":"string"}}})";
   ForcedArguments with_ref = ForcedArgumentsFor(Json{Tool("f", kWithRef)}, "f");
   ASSERT_TRUE(with_ref.schema.has_value()) << with_ref.why_not_schema;
   EXPECT_EQ(*with_ref.schema, kWithRef);
-  with_ref = ForcedArgumentsFor(Json{Tool("f", kWithRef), Tool("g", kTime)}, std::nullopt);
-  EXPECT_FALSE(with_ref.schema.has_value());
-  EXPECT_THAT(with_ref.why_not_schema, HasSubstr("$defs/place"));
+  const RequiredCallChoices required_ref = RequiredCallChoicesFor(Json{Tool("f", kWithRef), Tool("g", kTime)}, Prefix);
+  EXPECT_EQ(required_ref.why_not, "");
+  EXPECT_EQ(required_ref.choices[0].schema, kWithRef);
   // Over model::kMaxSchemaBytes.
   Json big = Json::parse(kTime);
   big["description"] = std::string(model::kMaxSchemaBytes, 'x');
   const ForcedArguments got = ForcedArgumentsFor(Json{Tool("f", big.dump())}, "f");
   EXPECT_FALSE(got.schema.has_value());
   EXPECT_THAT(got.why_not_schema, HasSubstr("at most 65536 are enforced"));
+  // More than the choices' bounds: no choices (JSON mode after the separator), saying why.
+  big["description"] = std::string(60000, 'x');
+  Json many = Json::array();
+  for (size_t i = 0; i < 5; ++i) many.push_back(Tool("f" + std::to_string(i), big.dump()));
+  const RequiredCallChoices too_big = RequiredCallChoicesFor(many, Prefix);
+  EXPECT_TRUE(too_big.choices.empty());
+  EXPECT_THAT(too_big.why_not, HasSubstr("bytes together; at most 262144 are enforced"));
+  Json tools = Json::array();
+  for (size_t i = 0; i <= common::kMaxSchemaChoices; ++i) tools.push_back(Tool("f" + std::to_string(i), kTime));
+  const RequiredCallChoices too_many = RequiredCallChoicesFor(tools, Prefix);
+  EXPECT_TRUE(too_many.choices.empty());
+  EXPECT_EQ(too_many.why_not, "the request has 129 tools; at most 128 are told apart");
+}
+
+// ---- "required" in each format: the constraint the workers build from the choices, over a
+// vocabulary of single bytes, the formats' separators as added tokens and EOS.
+
+constexpr char kWeatherStrict[] =
+    R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"],)"
+    R"("additionalProperties":false})";
+constexpr char kTimeStrict[] =
+    R"({"type":"object","properties":{"zone":{"enum":["UTC","CET"]}},"required":["zone"],)"
+    R"("additionalProperties":false})";
+
+struct FormatVocab {
+  std::vector<std::string> added = {"<｜tool▁sep｜>", "<|tool_call_argument_begin|>"};
+  int32_t eos = 256;
+  std::shared_ptr<const model::ConstraintVocabulary> vocab;
+  FormatVocab() {
+    std::vector<std::optional<std::string>> tokens;
+    for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
+    tokens.push_back(std::nullopt);  // EOS
+    for (const std::string& a : added) tokens.push_back(a);
+    vocab = model::ConstraintVocabulary::FromTokens(tokens, {eos}, {257, 258}).value();
+  }
+  // `text` as the model would write it: each separator one added token, the rest bytes.
+  std::vector<std::pair<int32_t, size_t>> Tokens(std::string_view text) const {
+    std::vector<std::pair<int32_t, size_t>> out;  // (id, offset)
+    for (size_t i = 0; i < text.size();) {
+      int32_t id = static_cast<uint8_t>(text[i]);
+      size_t n = 1;
+      for (size_t a = 0; a < added.size(); ++a) {
+        if (text.substr(i).starts_with(added[a])) id = 257 + static_cast<int32_t>(a), n = added[a].size();
+      }
+      out.push_back({id, i});
+      i += n;
+    }
+    return out;
+  }
+};
+
+// Feeds `text`: the offset of the first token refused, or npos.
+size_t FirstRefused(model::JsonConstraint& c, const FormatVocab& v, std::string_view text) {
+  for (const auto& [id, offset] : v.Tokens(text)) {
+    if (!c.Advance(id).ok()) return offset;
+  }
+  return std::string::npos;
+}
+
+TEST(ForcedArgumentsTest, RequiredHoldsTheNameToTheToolsAndTheArgumentsToThatToolsSchema) {
+  const FormatVocab v;
+  const Json tools = {Tool("get_weather", kWeatherStrict, true), Tool("get_time", kTimeStrict, true)};
+  for (const ToolCallFormat format : {ToolCallFormat::kDeepseekV3, ToolCallFormat::kDeepseekV31, ToolCallFormat::kKimiK2}) {
+    SCOPED_TRACE(ToolCallFormatName(format));
+    const auto prefix = [&](const std::string& name) {
+      return ToolCallParser::RequiredCallPrefix(format, name).value();
+    };
+    const RequiredCallChoices required = RequiredCallChoicesFor(tools, prefix);
+    ASSERT_EQ(required.choices.size(), 2u) << required.why_not;
+    const std::vector<model::SchemaChoice> choices = model::CompileSchemaChoices(required.choices).value();
+
+    // Another name: refused where it leaves the tools' names ("get_w" then 'i').
+    const std::string wrong_name = prefix("get_wind") + R"({"city":"Oslo"})";
+    model::JsonConstraint c(v.vocab, choices);
+    EXPECT_EQ(FirstRefused(c, v, wrong_name), wrong_name.find("get_wind") + 5);
+    // get_weather's name with get_time's arguments: refused at the key's first byte.
+    const std::string crossed = prefix("get_weather") + R"({"zone":"UTC"})";
+    c = model::JsonConstraint(v.vocab, choices);
+    EXPECT_EQ(FirstRefused(c, v, crossed), prefix("get_weather").size() + 2);
+    // get_time's name with an enum value that is not get_time's.
+    const std::string bad_value = prefix("get_time") + R"({"zone":"Oslo"})";
+    c = model::JsonConstraint(v.vocab, choices);
+    EXPECT_EQ(FirstRefused(c, v, bad_value), prefix("get_time").size() + 9);
+    // No EOS before the arguments are complete.
+    c = model::JsonConstraint(v.vocab, choices);
+    ASSERT_EQ(FirstRefused(c, v, prefix("get_time") + R"({"zone":"CET")"), std::string::npos);
+    EXPECT_FALSE(c.Advance(v.eos).ok());
+
+    for (const auto& [name, arguments] : {std::pair<std::string, std::string>{"get_time", R"({"zone":"CET"})"},
+                                          {"get_weather", R"({"city":"Oslo"})"}}) {
+      c = model::JsonConstraint(v.vocab, choices);
+      const std::string text = prefix(name) + arguments;
+      ASSERT_EQ(FirstRefused(c, v, text), std::string::npos) << text;
+      EXPECT_EQ(c.Chosen(), name == "get_weather" ? 0u : 1u);
+      ASSERT_TRUE(c.Complete());
+      EXPECT_TRUE(c.Advance(v.eos).ok());
+      // The router reads it as that call: the opening it wrote, then the model's text.
+      ToolCallParser parser(format);
+      parser.Add(ToolCallParser::CallOpening(format, std::nullopt));
+      parser.Add(text);
+      parser.Finish();
+      ASSERT_EQ(parser.calls().size(), 1u) << text;
+      EXPECT_EQ(parser.calls()[0].name, name);
+      EXPECT_EQ(Json::parse(parser.calls()[0].arguments), Json::parse(arguments));
+    }
+  }
 }
 
 }  // namespace

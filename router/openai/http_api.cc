@@ -226,29 +226,6 @@ struct HttpApi::Impl {
     return vars;
   }
 
-  // A forced call's arguments in V3 / V3.1 / Kimi-K2 syntax are one JSON value: the tool's parameters
-  // schema where we can enforce it, else one JSON object (forced_arguments.h), from the first
-  // token (named) or after the name the model writes ("required"); the EOS it ends with ends
-  // the answer, so the call is the whole answer. DSML's arguments are not JSON; ignore_eos
-  // would contradict the EOS.
-  static void ConstrainForcedArguments(ToolCallFormat format, const ApiRequest& r, bool named,
-                                       v1::SamplingParams* s) {
-    const std::optional<std::string_view> start = ToolCallParser::ArgumentsStart(format);
-    if (!start.has_value() || s->ignore_eos()) return;
-    const ForcedArguments arguments =
-        ForcedArgumentsFor(r.tools, named ? std::optional<std::string>(r.tool_name) : std::nullopt);
-    if (arguments.schema.has_value()) {
-      s->set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
-      s->set_response_format_schema(*arguments.schema);
-      s->set_response_format_schema_strict(arguments.strict);
-    } else {
-      spdlog::debug("forced tool call: arguments held to one JSON object, not a schema: {}",
-                    arguments.why_not_schema);
-      s->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
-    }
-    if (!named) s->set_response_format_after(std::string(*start));
-  }
-
   // The Generate request of each prompt (completions may have several; chat has one), or the
   // error to answer with.
   std::variant<std::vector<v1::GenerateRequest>, ApiError> ToGenerateRequests(
@@ -308,7 +285,7 @@ struct HttpApi::Impl {
       setup->call_opening = ToolCallParser::CallOpening(
           *setup->tool_calls, named ? std::optional<std::string>(r.tool_name) : std::nullopt, setup->history_call_ids);
       *prompt += setup->call_opening;
-      ConstrainForcedArguments(*setup->tool_calls, r, named, g.mutable_sampling());
+      ConstrainForcedCall(*setup->tool_calls, r, setup->history_call_ids, g.mutable_sampling());
     }
     // A rendered chat is tokenized here, not in GenerateCall: the same bounds as a text prompt.
     if (absl::Status st = ValidatePromptBytes(prompt->size(), router->codec().MaxBytesPerToken(),

@@ -186,7 +186,9 @@ TEST_F(HttpApiKimiTest, CallIdsRoundTrip) {
 
 // tool_choice named: the prompt ends with the call's opening, its id counting the history's
 // calls, and the arguments are held to the tool's schema from the first token; "required":
-// the opening stops before the header, and the JSON starts after <|tool_call_argument_begin|>.
+// the opening stops before the header, which is one of the tools' ids (as a named opening
+// writes it) then <|tool_call_argument_begin|>, and the arguments are held to that tool's
+// schema (get_time has none: one JSON object).
 TEST_F(HttpApiKimiTest, ForcedCallsOpenAKimiCall) {
   const std::string history = R"([{"role": "user", "content": "Paris?"},
       {"role": "assistant", "tool_calls": [{"id": "functions.get_weather:0", "type": "function",
@@ -225,8 +227,14 @@ TEST_F(HttpApiKimiTest, ForcedCallsOpenAKimiCall) {
   prompt = LastPrompt();
   EXPECT_THAT(prompt, EndsWith(absl::StrCat("<|im_assistant|>assistant<|im_middle|>", kSectionBegin, kCallBegin)));
   sent = decode_.reserves().back().sampling();
-  EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_OBJECT);  // get_time has no parameters
-  EXPECT_EQ(sent.response_format_after(), kArgumentBegin);
+  EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  EXPECT_EQ(sent.response_format_schema(), "");
+  EXPECT_EQ(sent.response_format_after(), "");
+  ASSERT_EQ(sent.response_format_choices_size(), 2);
+  EXPECT_EQ(sent.response_format_choices(0).prefix(), absl::StrCat("functions.get_time:1", kArgumentBegin));
+  EXPECT_EQ(sent.response_format_choices(0).schema(), R"({"type":"object"})");
+  EXPECT_EQ(sent.response_format_choices(1).prefix(), absl::StrCat("functions.get_weather:1", kArgumentBegin));
+  EXPECT_EQ(sent.response_format_choices(1).schema(), R"({"type":"object","properties":{"city":{"type":"string"}}})");
 }
 
 // --tool-call-parser kimi_k2 names the syntax for a template that writes no calls (the router

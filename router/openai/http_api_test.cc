@@ -417,8 +417,8 @@ TEST_F(HttpApiTest, NamedToolChoiceOpensTheCall) {
   }
   EXPECT_EQ(arguments, "{\"city\": \"Oslo\"}");
 
-  // "required": the model names the call, the JSON starts after the separator it writes;
-  // get_time has no parameters schema, so the arguments are one JSON object (JSON mode).
+  // "required": the model names the call, one of the tools' names, then the separator and
+  // that tool's arguments; get_time has no parameters schema, so its arguments are any object.
   decode_.set_reply("get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
   r = Post("/v1/chat/completions", std::string(R"({"model": "demo", "messages": [{"role": "user", "content": "Time?"}],
                                                    "tool_choice": "required", "tools": [)") +
@@ -429,8 +429,13 @@ TEST_F(HttpApiTest, NamedToolChoiceOpensTheCall) {
   ASSERT_EQ(j["choices"][0]["message"]["tool_calls"].size(), 1u) << r->body;
   EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_time");
   EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{}");
-  EXPECT_EQ(decode_.reserves().back().sampling().response_format(), v1::RESPONSE_FORMAT_JSON_OBJECT);
-  EXPECT_EQ(decode_.reserves().back().sampling().response_format_after(), "<｜tool▁sep｜>");
+  const v1::SamplingParams sent = decode_.reserves().back().sampling();
+  EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  EXPECT_EQ(sent.response_format_after(), "");
+  ASSERT_EQ(sent.response_format_choices_size(), 2);
+  EXPECT_EQ(sent.response_format_choices(0).prefix(), "get_time<｜tool▁sep｜>");
+  EXPECT_EQ(sent.response_format_choices(0).schema(), R"({"type":"object"})");
+  EXPECT_EQ(sent.response_format_choices(1).prefix(), "get_weather<｜tool▁sep｜>");
   EXPECT_THAT(LastPrompt(decode_), ::testing::EndsWith("<assistant><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"));
 
   // A forced call cannot follow a prompt that opened a <think>.
@@ -467,12 +472,19 @@ TEST_F(HttpApiTest, ForcedCallsAreHeldToTheToolsSchema) {
                              chat("\"required\"", absl::StrCat(kWeatherTool, ", ", kZoneTool)));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
+    // "required": the model writes the name, so the constraint starts there: one of the tools'
+    // names, then the separator, then that tool's arguments.
     v1::SamplingParams sent = decode_.reserves().back().sampling();
     EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
-    EXPECT_EQ(sent.response_format_schema(),
-              absl::StrCat(R"({"anyOf":[)", kWeatherSchema, ",", kZoneSchema, "]}"));
-    EXPECT_FALSE(sent.response_format_schema_strict()) << "get_weather is not strict";
-    EXPECT_EQ(sent.response_format_after(), after);
+    EXPECT_EQ(sent.response_format_schema(), "");
+    EXPECT_EQ(sent.response_format_after(), "");
+    ASSERT_EQ(sent.response_format_choices_size(), 2);
+    EXPECT_EQ(sent.response_format_choices(0).prefix(), "get_weather" + after);
+    EXPECT_EQ(sent.response_format_choices(0).schema(), kWeatherSchema);
+    EXPECT_FALSE(sent.response_format_choices(0).strict());
+    EXPECT_EQ(sent.response_format_choices(1).prefix(), "get_time" + after);
+    EXPECT_EQ(sent.response_format_choices(1).schema(), kZoneSchema);
+    EXPECT_TRUE(sent.response_format_choices(1).strict());
 
     r = Post("/v1/chat/completions", chat(named_time, absl::StrCat(kWeatherTool, ", ", kZoneTool)));
     ASSERT_TRUE(r);
@@ -493,12 +505,16 @@ TEST_F(HttpApiTest, ForcedCallsAreHeldToTheToolsSchema) {
     sent = decode_.reserves().back().sampling();
     EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_OBJECT);
     EXPECT_EQ(sent.response_format_schema(), "");
+    // "required": that tool's arguments are one JSON object; its name is still enforced.
     r = Post("/v1/chat/completions", chat("\"required\"", absl::StrCat(kWeatherTool, ", ", refused)));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     sent = decode_.reserves().back().sampling();
-    EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_OBJECT);
-    EXPECT_EQ(sent.response_format_after(), after);
+    EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
+    ASSERT_EQ(sent.response_format_choices_size(), 2);
+    EXPECT_EQ(sent.response_format_choices(0).schema(), kWeatherSchema);
+    EXPECT_EQ(sent.response_format_choices(1).prefix(), "get_time" + after);
+    EXPECT_EQ(sent.response_format_choices(1).schema(), R"({"type":"object"})");
   }
 
   // DSML's arguments are parameters, not JSON: no constraint.
@@ -506,11 +522,14 @@ TEST_F(HttpApiTest, ForcedCallsAreHeldToTheToolsSchema) {
   api_ = StartApiWith(chat_template::CheckpointChatTemplate{"DeepSeek-V3.2's chat format", std::nullopt});
   ASSERT_NE(api_, nullptr);
   decode_.set_reply("x");
-  httplib::Result r = Post("/v1/chat/completions", chat(named_time, kZoneTool));
-  ASSERT_TRUE(r);
-  ASSERT_EQ(r->status, 200) << r->body;
-  EXPECT_EQ(decode_.reserves().back().sampling().response_format(), v1::RESPONSE_FORMAT_TEXT);
-  EXPECT_EQ(decode_.reserves().back().sampling().response_format_schema(), "");
+  for (const std::string& choice : {named_time, std::string("\"required\"")}) {
+    httplib::Result r = Post("/v1/chat/completions", chat(choice, kZoneTool));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(decode_.reserves().back().sampling().response_format(), v1::RESPONSE_FORMAT_TEXT);
+    EXPECT_EQ(decode_.reserves().back().sampling().response_format_schema(), "");
+    EXPECT_EQ(decode_.reserves().back().sampling().response_format_choices_size(), 0);
+  }
 }
 
 // A template that writes no tool calls leaves the syntax unknown: tools are refused, saying

@@ -184,6 +184,9 @@ TEST(KimiToolCallsTest, CallOpenings) {
             kSectionBegin + kCallBegin + "functions.get_weather:3" + kArgumentBegin);
   EXPECT_EQ(ToolCallParser::CallOpening(kKimi, "get_weather", {"functions.get_weather:0", "functions.get_weather:1"}),
             kSectionBegin + kCallBegin + "functions.get_weather:2" + kArgumentBegin);
+  // "required": the unnamed opening, then the id a named opening would hold.
+  EXPECT_EQ(kSectionBegin + kCallBegin + ToolCallParser::RequiredCallPrefix(kKimi, "get_weather", history).value(),
+            ToolCallParser::CallOpening(kKimi, "get_weather", history));
 
   struct Continuation {
     std::optional<std::string> name;

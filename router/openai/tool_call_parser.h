@@ -115,6 +115,12 @@ class ToolCallParser {
   // deepseek_v31: <｜tool▁sep｜>; kimi_k2: <|tool_call_argument_begin|>); nullopt for
   // deepseek_v32, whose arguments are DSML parameters, not JSON.
   static std::optional<std::string_view> ArgumentsStart(ToolCallFormat format);
+  // tool_choice "required": what the model writes after the unnamed CallOpening for a call of
+  // `name`, up to its JSON arguments: the name and ArgumentsStart (kimi_k2: the call's id
+  // "functions.NAME:K", made as a named opening makes it, then <|tool_call_argument_begin|>).
+  // nullopt for deepseek_v32 (no JSON arguments).
+  static std::optional<std::string> RequiredCallPrefix(ToolCallFormat format, const std::string& name,
+                                                       std::vector<std::string> history_call_ids = {});
 
  private:
   enum class State {

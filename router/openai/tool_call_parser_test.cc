@@ -246,6 +246,10 @@ TEST(ToolCallParserTest, CallOpenings) {
             "\n\n<" + kDsml + "function_calls>\n<" + kDsml + "invoke name=\"f\">\n");
   EXPECT_EQ(ToolCallParser::CallOpening(F::kDeepseekV32, std::nullopt),
             "\n\n<" + kDsml + "function_calls>\n<" + kDsml + "invoke name=\"");
+  // What "required" holds the model to after the unnamed opening: the name, then up to the JSON.
+  EXPECT_EQ(ToolCallParser::RequiredCallPrefix(F::kDeepseekV3, "f"), "f\n```json\n");
+  EXPECT_EQ(ToolCallParser::RequiredCallPrefix(F::kDeepseekV31, "f"), "f" + kSep);
+  EXPECT_EQ(ToolCallParser::RequiredCallPrefix(F::kDeepseekV32, "f"), std::nullopt);
 
   struct Continuation {
     F format;

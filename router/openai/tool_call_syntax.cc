@@ -183,4 +183,14 @@ std::optional<std::string_view> ToolCallParser::ArgumentsStart(ToolCallFormat fo
   return std::nullopt;
 }
 
+std::optional<std::string> ToolCallParser::RequiredCallPrefix(ToolCallFormat format, const std::string& name,
+                                                              std::vector<std::string> history_call_ids) {
+  const std::optional<std::string_view> start = ArgumentsStart(format);
+  if (!start.has_value()) return std::nullopt;
+  if (format == ToolCallFormat::kKimiK2) {
+    return Concat({KimiCallIds(std::move(history_call_ids)).Take(name, ""), *start});
+  }
+  return Concat({name, *start});
+}
+
 }  // namespace mlaserve::router::openai

@@ -122,6 +122,22 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
   EXPECT_EQ(refused_schema.exit_code, 2) << refused_schema.out;
   EXPECT_THAT(refused_schema.out, HasSubstr("INVALID_ARGUMENT"));
   EXPECT_THAT(refused_schema.out, HasSubstr("keyword \"not\" is not supported (at #/not)"));
+  // Schema choices likewise (--response-choice PREFIX SCHEMA, repeatable, each schema inline or
+  // a file): compiled by the router (a refused one named by its index and prefix), then the
+  // workers' tokenizer.
+  CommandRun choices = RunCtl(server + " generate --prompt-ids 1,2,3 --max-new-tokens 4 --response-format "
+                              "json_schema --response-choice a: '" + schema + "' --response-choice b: " +
+                              schema_file);
+  EXPECT_EQ(choices.exit_code, 2) << choices.out;
+  EXPECT_THAT(choices.out, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(choices.out, HasSubstr("needs tokenizer.json"));
+  CommandRun refused_choice = RunCtl(server + " generate --prompt-ids 1,2,3 --max-new-tokens 4 --response-format "
+                                     "json_schema --response-choice a: '" + schema +
+                                     "' --response-choice b: '{\"not\": {}}'");
+  EXPECT_EQ(refused_choice.exit_code, 2) << refused_choice.out;
+  EXPECT_THAT(refused_choice.out, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(refused_choice.out,
+              HasSubstr("response_format_choices[1] (prefix \"b:\"): json_schema: keyword \"not\""));
   // A schema without json_schema (and json_schema without one) is a usage error, sent nowhere.
   EXPECT_EQ(RunCtl(server + " generate --prompt-ids 1,2,3 --response-format json_object "
                    "--response-schema '" + schema + "'").exit_code,

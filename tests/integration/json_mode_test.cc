@@ -7,8 +7,10 @@
 // nlohmann's parser, not the constraint. Structured outputs (JSON_SCHEMA) likewise: answers
 // satisfy the schema (the reference validator of model/constraint judges), remote and local
 // prefill agree, a schema we cannot enforce is refused naming the keyword, and mlaserve-run's
-// --response-format json_schema.
+// --response-format json_schema. Schema choices: the text is a choice's prefix and a value of its
+// schema.
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -259,6 +261,74 @@ TEST_F(JsonModeTest, AnUnsupportedSchemaIsRefusedNamingTheKeyword) {
   got = Run(r);
   EXPECT_EQ(got.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(got.status.error_message(), HasSubstr("json_schema needs the schema"));
+}
+
+// Schema choices (response_format_choices, what a forced "required" tool call sends): the
+// text is one choice's prefix, then a value of that choice's schema.
+constexpr char kCountSchema[] =
+    R"({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99}, "maxItems": 4})";
+constexpr char kMoodSchema[] = R"({"enum": ["calm", "busy"]})";
+
+v1::GenerateRequest ChoicesRequest(const std::string& text, int max_new_tokens) {
+  v1::GenerateRequest r = JsonRequest(text, max_new_tokens);
+  r.mutable_sampling()->set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  for (const auto& [prefix, schema] : {std::pair{"count:", kCountSchema}, std::pair{"mood:", kMoodSchema}}) {
+    v1::SchemaChoice* c = r.mutable_sampling()->add_response_format_choices();
+    c->set_prefix(prefix);
+    c->set_schema(schema);
+  }
+  return r;
+}
+
+// The text starts with a prefix and the rest is read by that prefix's schema, whole when EOS
+// ended it. The prefix written, or "" on failure.
+std::string ExpectChoiceText(const GenerateResult& r, const std::string& what) {
+  EXPECT_TRUE(r.status.ok()) << what << ": " << r.status.error_message();
+  if (!r.status.ok() || !r.complete.has_value()) return "";
+  for (const auto& [prefix, schema_text] : {std::pair{"count:", kCountSchema}, std::pair{"mood:", kMoodSchema}}) {
+    if (!r.text.starts_with(prefix)) continue;
+    const auto schema = model::JsonSchema::Compile(schema_text, false).value();
+    const std::string value = r.text.substr(std::string(prefix).size());
+    EXPECT_EQ(model::testing::Read(*schema, value).taken, value.size()) << what << ": [" << r.text << "]";
+    if (r.complete->finish_reason() == v1::FINISH_REASON_STOP) {
+      EXPECT_TRUE(model::testing::Accepts(*schema, value)) << what << ": [" << r.text << "]";
+    }
+    return prefix;
+  }
+  // A cut answer may still be inside a prefix.
+  EXPECT_EQ(r.complete->finish_reason(), v1::FINISH_REASON_LENGTH) << what << ": [" << r.text << "]";
+  EXPECT_TRUE(std::string("count:").starts_with(r.text) || std::string("mood:").starts_with(r.text))
+      << what << ": [" << r.text << "]";
+  return "";
+}
+
+TEST_F(JsonModeTest, SchemaChoicesHoldTheValueToThePrefixesSchema) {
+  v1::GenerateRequest greedy = ChoicesRequest("count from 17:", 40);
+  greedy.mutable_sampling()->set_temperature(0);
+  const GenerateResult remote = Run(greedy);
+  ExpectChoiceText(remote, "greedy, remote prefill");
+  v1::GenerateRequest with_logprobs = greedy;
+  with_logprobs.mutable_sampling()->set_logprobs(0);
+  const GenerateResult local = Run(with_logprobs);
+  ExpectChoiceText(local, "greedy, local prefill");
+  ASSERT_TRUE(local.complete.has_value());
+  EXPECT_TRUE(local.complete->local_prefill());
+  EXPECT_EQ(local.ids, remote.ids);
+  std::set<std::string> prefixes;
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    v1::GenerateRequest sampled = ChoicesRequest("count from 17:", 40);
+    sampled.mutable_sampling()->set_temperature(1.0f);
+    sampled.mutable_sampling()->set_seed(seed);
+    prefixes.insert(ExpectChoiceText(Run(sampled), absl::StrCat("seed ", seed)));
+  }
+  EXPECT_TRUE(prefixes.contains("count:") || prefixes.contains("mood:"));
+  // A prefix that begins another is refused, naming both.
+  v1::GenerateRequest ambiguous = ChoicesRequest("x", 8);
+  ambiguous.mutable_sampling()->mutable_response_format_choices(1)->set_prefix("count:x");
+  const GenerateResult refused = Run(ambiguous);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("prefix \"count:\" begins another one"));
+  EXPECT_TRUE(cluster_->WaitAllPagesFree(absl::Seconds(15)).ok());
 }
 
 TEST(JsonModeRunTest, MlaserveRunWritesASchemaPrefix) {

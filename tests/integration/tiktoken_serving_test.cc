@@ -11,7 +11,8 @@
 //   * the fixture's Kimi-style chat template makes --tool-call-parser auto pick Kimi's
 //     <|tool_calls_section_begin|> syntax (kimi_k2), and a router with the HTTP API serves a
 //     forced tool call the model writes (its arguments held to the tool's schema) with a Kimi
-//     call id counting the history's calls.
+//     call id counting the history's calls, named and "required" (one of the tools' ids, then
+//     that tool's arguments).
 #include <httplib.h>
 
 #include <cmath>
@@ -25,6 +26,8 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/constraint/json_schema.h"
+#include "model/constraint/schema_testing.h"
 #include "model/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "router/chat_template/checkpoint_template.h"
@@ -163,7 +166,9 @@ TEST(TiktokenChatTemplate, KimiStyleTemplateRendersKimisToolSyntax) {
 // The HTTP API on the Kimi fixture: a named tool_choice writes Kimi's call opening (the id
 // counting the one call of the history) and holds the arguments to the tool's schema, so the
 // random model's greedy continuation, decoded through tiktoken, is a call the router parses.
-TEST(TiktokenChatTemplate, ClusterServesAForcedKimiToolCall) {
+// tool_choice "required" over two tools: the random model writes the header itself, held to
+// one of the tools' ids, and the arguments the parsed call carries are that tool's schema's.
+TEST(TiktokenChatTemplate, ClusterServesForcedKimiToolCalls) {
   ClusterOptions o;
   o.model_dir = FixtureDir("kimi_k2_tiktoken");
   o.extra_router_flags = {"--http-port", "0"};
@@ -200,6 +205,60 @@ TEST(TiktokenChatTemplate, ClusterServesAForcedKimiToolCall) {
   EXPECT_EQ(arguments.size(), 1u) << arguments;
   EXPECT_THAT(arguments.value("city", ""), ::testing::AnyOf("Paris", "Oslo"));
   EXPECT_TRUE(message["content"].is_null()) << body;
+
+  // "required": greedy, then sampled; each call is one of the two tools, with that tool's
+  // arguments (the enums do not overlap, so the other tool's would show).
+  Json required = request;
+  required["tool_choice"] = "required";
+  required["tools"].push_back(Json::parse(R"({"type": "function", "function": {"name": "clock",
+      "strict": true, "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+      "required": ["zone"], "additionalProperties": false}}})"));
+  // Whitespace banned: the random model would otherwise spend the 32 tokens the fixture's
+  // context leaves on it (the JSON may hold runs of it between its tokens).
+  auto tokenizer = model::Tokenizer::FromModelDir(FixtureDir("kimi_k2_tiktoken"));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  for (int32_t id = 0; id < (*tokenizer)->vocab_size(); ++id) {
+    auto bytes = (*tokenizer)->TokenBytes(id, /*skip_special_tokens=*/false);
+    if (bytes.has_value() && !bytes->empty() && bytes->find_first_not_of(" \t\n\r") == std::string_view::npos) {
+      required["logit_bias"][std::to_string(id)] = -100;
+    }
+  }
+  int finished = 0;
+  for (int seed = -1; seed < 4; ++seed) {
+    SCOPED_TRACE(seed < 0 ? "greedy" : absl::StrCat("seed ", seed));
+    if (seed >= 0) {
+      required["temperature"] = 1.0;
+      required["seed"] = seed;
+    }
+    r = client.Post("/v1/chat/completions", required.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const Json answer = Json::parse(r->body);
+    const Json& call_message = answer["choices"][0]["message"];
+    ASSERT_TRUE(call_message.contains("tool_calls")) << answer;
+    ASSERT_EQ(call_message["tool_calls"].size(), 1u) << answer;
+    const std::string name = call_message["tool_calls"][0]["function"]["name"];
+    EXPECT_EQ(call_message["tool_calls"][0]["id"], absl::StrCat("functions.", name, ":1"));
+    const Json* tool = nullptr;
+    for (const Json& t : required["tools"]) {
+      if (t["function"]["name"] == name) tool = &t;
+    }
+    ASSERT_NE(tool, nullptr) << answer;
+    // That tool's schema reads the arguments (the enums do not overlap, so the other tool's
+    // would not be read), whole when the call ended; the fixture's 512-token context may cut a
+    // sampled one short.
+    const auto schema = model::JsonSchema::Compile((*tool)["function"]["parameters"].dump(), true).value();
+    const std::string arguments = call_message["tool_calls"][0]["function"]["arguments"];
+    EXPECT_EQ(model::testing::Read(*schema, arguments).taken, arguments.size()) << answer;
+    if (answer["choices"][0]["finish_reason"] == "tool_calls") {
+      ++finished;
+      EXPECT_TRUE(model::testing::Accepts(*schema, arguments)) << answer;
+    } else {
+      EXPECT_EQ(answer["choices"][0]["finish_reason"], "length") << answer;
+      EXPECT_GT(seed, -1) << "the greedy call ends within the context";
+    }
+  }
+  EXPECT_GE(finished, 2) << "few calls finished: the test proves little";
   EXPECT_TRUE((*cluster)->WaitAllPagesFree(absl::Seconds(15)).ok());
 }
 
