@@ -237,6 +237,54 @@ TEST_F(HttpApiKimiTest, ForcedCallsOpenAKimiCall) {
   EXPECT_EQ(sent.response_format_choices(1).schema(), R"({"type":"object","properties":{"city":{"type":"string"}}})");
 }
 
+// Kimi-K2-Thinking opens <think> itself (its template's prompt ends at <|im_middle|>): the
+// thinking comes back as reasoning_content, ended by </think> or by a tool-call section the
+// model starts without it (the call then parsed as any other), streamed and not.
+TEST_F(HttpApiKimiTest, ThinkingOutputIsReasoningContent) {
+  const std::string user = R"({"role": "user", "content": "Weather in Oslo?"})";
+  decode_.set_reply("<think>No tool needed.</think>Sunny, I guess.");
+  Json j = Chat(absl::StrCat(R"({"model": "kimi", "messages": [)", user, "]}"));
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "No tool needed.");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Sunny, I guess.");
+
+  const std::string tools = absl::StrCat(R"("tools": [)", kWeatherTool, "]");
+  decode_.set_reply(absl::StrCat("<think>Ask the tool.", kSectionBegin,
+                                 Call("functions.get_weather:0", "{\"city\": \"Oslo\"}"), kSectionEnd));
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "whole");
+    j = Chat(absl::StrCat(R"({"model": "kimi", "messages": [)", user, "], ", tools,
+                          stream ? R"(, "stream": true})" : "}"));
+    std::string reasoning, content, name, arguments;
+    if (stream) {
+      ASSERT_TRUE(j.is_array());
+      for (const Json& e : j) {
+        if (e["choices"].empty()) continue;
+        const Json& delta = e["choices"][0]["delta"];
+        if (delta.contains("reasoning_content") && delta["reasoning_content"].is_string()) reasoning += delta["reasoning_content"];
+        if (delta.contains("content") && delta["content"].is_string()) content += delta["content"];
+        if (delta.contains("tool_calls")) {
+          name += delta["tool_calls"][0]["function"].value("name", "");
+          arguments += delta["tool_calls"][0]["function"].value("arguments", "");
+        }
+      }
+    } else {
+      ASSERT_TRUE(j.is_object());
+      const Json& message = j["choices"][0]["message"];
+      reasoning = message["reasoning_content"];
+      EXPECT_TRUE(message["content"].is_null()) << message;
+      ASSERT_EQ(message["tool_calls"].size(), 1u) << message;
+      name = message["tool_calls"][0]["function"]["name"];
+      arguments = message["tool_calls"][0]["function"]["arguments"];
+      EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+    }
+    EXPECT_EQ(reasoning, "Ask the tool.");
+    EXPECT_EQ(content, "");
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_EQ(arguments, "{\"city\": \"Oslo\"}");
+  }
+}
+
 // --tool-call-parser kimi_k2 names the syntax for a template that writes no calls (the router
 // then describes the tools and Kimi's syntax at the end of the system prompt); an unknown name
 // is refused, listing the known ones.

@@ -1,5 +1,7 @@
 #include "router/openai/reasoning_splitter.h"
 
+#include <algorithm>
+
 namespace mlaserve::router::openai {
 namespace {
 
@@ -43,15 +45,25 @@ ReasoningSplitter::Delta ReasoningSplitter::Add(std::string_view text) {
     }
   }
   if (state_ == State::kReasoning) {
-    const size_t close = held_.find(kClose);
-    if (close == std::string::npos) {
-      const size_t keep = PartialTagSuffix(held_, kClose);
+    // The first of "</think>" (dropped) and the content openers (kept).
+    size_t end = held_.find(kClose);
+    size_t dropped = kClose.size();
+    size_t keep = end == std::string::npos ? PartialTagSuffix(held_, kClose) : 0;
+    for (const std::string& opener : openers_) {
+      const size_t at = held_.find(opener);
+      if (at != std::string::npos && (end == std::string::npos || at < end)) {
+        end = at;
+        dropped = 0;
+      }
+      if (end == std::string::npos) keep = std::max(keep, PartialTagSuffix(held_, opener));
+    }
+    if (end == std::string::npos) {
       out.reasoning = held_.substr(0, held_.size() - keep);
       held_.erase(0, held_.size() - keep);
       return out;
     }
-    out.reasoning = held_.substr(0, close);
-    held_.erase(0, close + kClose.size());
+    out.reasoning = held_.substr(0, end);
+    held_.erase(0, end + dropped);
     state_ = State::kContent;
   }
   out.content = std::move(held_);

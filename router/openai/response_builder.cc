@@ -48,6 +48,7 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& request, std::string id, int6
 void ResponseBuilder::set_tool_calls(ToolCallFormat format, const std::string& opening, bool parallel,
                                      std::vector<std::string> history_call_ids) {
   tool_calls_ = std::make_unique<ToolCallParser>(format, std::move(history_call_ids));
+  splitter_.set_content_openers(ToolCallParser::ReasoningEndingOpenings(format));
   parallel_tool_calls_ = parallel;
   if (!opening.empty()) opening_deltas_ = ToolDeltas(tool_calls_->Add(opening).calls);
   if (call_ids_.empty()) unsaid_opening_ = opening;

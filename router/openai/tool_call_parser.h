@@ -115,6 +115,9 @@ class ToolCallParser {
   // deepseek_v31: <｜tool▁sep｜>; kimi_k2: <|tool_call_argument_begin|>); nullopt for
   // deepseek_v32, whose arguments are DSML parameters, not JSON.
   static std::optional<std::string_view> ArgumentsStart(ToolCallFormat format);
+  // Block openings with which a reasoning model may end its thinking without "</think>"
+  // (kimi_k2: Kimi-K2-Thinking's section begin, both spellings); none for the other formats.
+  static std::vector<std::string> ReasoningEndingOpenings(ToolCallFormat format);
   // tool_choice "required": what the model writes after the unnamed CallOpening for a call of
   // `name`, up to its JSON arguments: the name and ArgumentsStart (kimi_k2: the call's id
   // "functions.NAME:K", made as a named opening makes it, then <|tool_call_argument_begin|>).

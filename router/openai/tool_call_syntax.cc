@@ -183,6 +183,11 @@ std::optional<std::string_view> ToolCallParser::ArgumentsStart(ToolCallFormat fo
   return std::nullopt;
 }
 
+std::vector<std::string> ToolCallParser::ReasoningEndingOpenings(ToolCallFormat format) {
+  if (format != ToolCallFormat::kKimiK2) return {};
+  return {std::string(kSectionBegin), std::string(kSingularSectionBegin)};
+}
+
 std::optional<std::string> ToolCallParser::RequiredCallPrefix(ToolCallFormat format, const std::string& name,
                                                               std::vector<std::string> history_call_ids) {
   const std::optional<std::string_view> start = ArgumentsStart(format);
