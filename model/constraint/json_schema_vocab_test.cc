@@ -1,7 +1,8 @@
 // Structured outputs on the real vocabularies (the demo model's; DeepSeek-V3's when fetched):
 // constrained walks under a realistic schema whose texts the reference validator accepts, the
-// schema after a </think>-like marker, mask timings (printed, not asserted), and the compiler
-// fuzzed with mutated schemas (no crash, bounded time, every error INVALID_ARGUMENT).
+// schema after a </think>-like marker, mask timings (printed, not asserted; inside unions whose
+// readings multiply, the next byte asserted allowed), and the compiler fuzzed with mutated
+// schemas (no crash, bounded time, every error INVALID_ARGUMENT).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -12,8 +13,10 @@
 #include "model/constraint/constraint_testing.h"
 #include "model/constraint/json_constraint.h"
 #include "model/constraint/json_schema.h"
+#include "model/constraint/schema_recognizer.h"
 #include "model/constraint/schema_testing.h"
 #include "model/constraint/schema_validator_testing.h"
+#include "model/constraint/union_schemas_testing.h"
 #include "model/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -202,6 +205,66 @@ TEST_P(SchemaVocabularyTest, MaskTimings) {
                 std::chrono::duration<double, std::micro>(t2 - t1).count());
   }
   std::printf("  mean cold %.3f ms\n", cold_total / points.size());
+}
+
+// Unions whose readings multiply (union_schemas_testing.h): prints the readings alive, the
+// state's frames and the cold / cached mask times at points inside them; the next byte of each
+// text must be allowed (past 32 readings it was not, before the state became a graph).
+TEST_P(SchemaVocabularyTest, UnionMaskTimings) {
+  std::optional<RealVocab> real = Load(GetParam());
+  if (!real) GTEST_SKIP() << GetParam() << "/tokenizer.json is absent";
+  using Clock = std::chrono::steady_clock;
+  struct Case {
+    const char* name;
+    std::string schema, text;
+    std::vector<std::pair<std::string, const char*>> points;  // (text up to this, label)
+  };
+  const std::string tree = testing::Document(2, 6);
+  const std::string wide = R"({"query": "weather in Paris", "opt39": 3})";
+  const std::vector<Case> cases = {
+      {"Pydantic tree, depth 6", testing::kDocumentTree, tree,
+       {{tree.substr(0, tree.find("\"n0\"") + 2), "innermost id"},
+        {tree.substr(0, tree.find("\"children\": []") + 14), "innermost []"},
+        {tree.substr(0, tree.rfind("\"caption\"") + 2), "root's own key"},
+        {tree, "complete"}}},
+      {"anyOf of 40 objects", testing::WideUnion(40), wide,
+       {{wide.substr(0, 16), "shared string"},
+        {wide.substr(0, wide.find("opt39") + 4), "own key"},
+        {wide, "complete"}}}};
+  for (const Case& c : cases) {
+    const auto compile_start = Clock::now();
+    auto schema = JsonSchema::Compile(c.schema, true).value();
+    std::printf("%s: %s compiled in %.2f ms (%zu nodes)\n", GetParam().c_str(), c.name,
+                std::chrono::duration<double, std::milli>(Clock::now() - compile_start).count(),
+                schema->node_count());
+    for (const auto& [prefix, label] : c.points) {
+      ASSERT_TRUE(c.text.starts_with(prefix)) << label;
+      JsonConstraint cold(real->vocab, "", schema), cached(real->vocab, "", schema);
+      schema_internal::SchemaState state = schema_internal::StartState(schema->compiled()), next;
+      for (char ch : prefix) {
+        const int32_t id = real->byte_tokens[static_cast<uint8_t>(ch)];
+        ASSERT_TRUE(cold.Advance(id).ok()) << label;
+        ASSERT_TRUE(cached.Advance(id).ok()) << label;
+        ASSERT_TRUE(schema_internal::Step(schema->compiled(), state, static_cast<uint8_t>(ch), next));
+        state.swap(next);
+      }
+      const auto t0 = Clock::now();
+      const std::span<const uint64_t> a = cold.AllowedTokens();
+      const auto t1 = Clock::now();
+      const std::span<const uint64_t> b = cached.AllowedTokens();
+      const auto t2 = Clock::now();
+      EXPECT_EQ(a.data(), b.data());
+      const int32_t want = prefix.size() < c.text.size()
+                               ? real->byte_tokens[static_cast<uint8_t>(c.text[prefix.size()])]
+                               : real->eos;
+      EXPECT_TRUE(Bit(a, want)) << c.name << ", " << label;
+      std::printf("  %-15s %5llu readings %4zu frames %7zu allowed  cold %7.3f ms  cached %5.2f us\n",
+                  label, static_cast<unsigned long long>(schema_internal::Readings(state)),
+                  state.size(), AllowedIds(a).size(),
+                  std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                  std::chrono::duration<double, std::micro>(t2 - t1).count());
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, SchemaVocabularyTest,

@@ -15,47 +15,104 @@ using json_internal::IsWhitespace;
 using json_internal::kMaxDepth;
 using json_internal::kMaxWhitespaceRun;
 
-// Containers, plus the pending value / key / scalar on top.
-constexpr int kMaxFrames = kMaxDepth + 2;
+// Levels of a state: containers, plus the pending value / key / scalar on top.
+constexpr int kMaxLevels = kMaxDepth + 2;
 
-// One thread being stepped: its header's fields and its frames, bottom first.
+// A window's frames: at most the three a byte can touch (a scalar ending, its container closing,
+// the container's parent moving past it), plus what the byte pushes.
+constexpr int kWindowFrames = 8;
+
+bool CountsWhitespace(FrameKind k) {
+  return k == FrameKind::kPending || k == FrameKind::kObject || k == FrameKind::kArray;
+}
+bool IsContainer(FrameKind k) { return k == FrameKind::kObject || k == FrameKind::kArray; }
+
+// One reading being stepped, seen through a window: its top frames f[0, n), f[0] at level
+// `bottom` of the state's graph; below f[0] the reading goes on through the parents of input
+// entry `base` (at level `bottom`; -1 when bottom is 0). A byte pops at most two frames and
+// changes the one below them, so a window of the top three frames is never left; Step first
+// tries the top frame alone (Stepper::narrow_ says when the byte reached below it).
 struct Work {
-  uint8_t ws = 0;     // whitespace run so far
-  bool done = false;  // the top-level value is complete
-  uint8_t depth = 0;  // open containers
+  uint8_t ws = 0;      // whitespace run so far
+  bool done = false;   // the top-level value is complete
+  uint8_t depth = 0;   // open containers (the levels below the window are all containers)
+  uint8_t bottom = 0;
+  int32_t base = -1;
   uint16_t n = 0;
   union {  // not initialized: only the first n frames are ever read
-    Frame f[kMaxFrames];
+    Frame f[kWindowFrames];
   };
 
   Work() {}
   Frame& top() { return f[n - 1]; }
-  void Load(const Frame* header) {
-    ws = header->phase;
-    done = header->flags != 0;
-    depth = header->aux;
-    n = header->node;
-    std::memcpy(f, header + 1, n * sizeof(Frame));
-  }
   void CopyFrom(const Work& o) {
     ws = o.ws;
     done = o.done;
     depth = o.depth;
+    bottom = o.bottom;
+    base = o.base;
     n = o.n;
     std::memcpy(f, o.f, n * sizeof(Frame));
   }
   void Push(const Frame& frame) { f[n++] = frame; }
 };
 
-void Emit(const Work& w, SchemaState& out) {
-  Frame header;
-  header.kind = FrameKind::kThread;
-  header.phase = w.ws;
-  header.flags = w.done ? 1 : 0;
-  header.aux = w.depth;
-  header.node = w.n;
-  out.push_back(header);
-  out.insert(out.end(), w.f, w.f + w.n);
+// The readings one Step produces, as windows over the input state (Step builds the graph).
+struct Emitted {
+  uint8_t bottom;
+  int32_t base;
+  uint32_t first;  // frames in Emitter::frames
+  uint16_t n;
+  bool done;
+};
+struct Emitter {
+  std::vector<Emitted> readings;
+  std::vector<Frame> frames;
+  // Direct mode (a state of one reading, StepChain): the first reading is written straight to
+  // `*direct` as a chain over `chain_in`'s levels below the window; `emitted` counts them, and
+  // past one StepChain steps again through the graph.
+  SchemaState* direct = nullptr;
+  const SchemaState* chain_in = nullptr;
+  uint32_t emitted = 0;
+  void Clear() {
+    readings.clear();
+    frames.clear();
+    direct = nullptr;
+    emitted = 0;
+  }
+};
+
+void EmitChain(const Work& w, Emitter& out) {
+  if (out.emitted++ > 0) return;  // forked: StepChain steps the window again through the graph
+  SchemaState& s = *out.direct;
+  const uint32_t levels = w.n == 0 ? 0 : w.bottom + w.n;
+  s.resize(1 + 2 * static_cast<size_t>(levels));
+  s[0] = Frame();
+  s[0].flags = w.done ? 1 : 0;
+  s[0].node = static_cast<uint16_t>(levels);
+  if (levels == 0) return;
+  std::memcpy(s.data() + 1, out.chain_in->data() + 1, 2 * w.bottom * sizeof(Frame));
+  Frame level;
+  level.node = 1;
+  Frame* o = s.data() + 1 + 2 * w.bottom;
+  for (uint16_t i = 0; i < w.n; ++i) {
+    std::memcpy(o++, &level, sizeof(Frame));
+    std::memcpy(o, &w.f[i], sizeof(Frame));
+    if (CountsWhitespace(o->kind)) o->aux = i + 1 == w.n ? w.ws : 0;
+    ++o;
+  }
+}
+
+// The whitespace run lives in the top frame's `aux` (unused by the kinds that count it), so
+// that readings equal but for it stay distinct; frames below the top hold 0 there.
+void Emit(const Work& w, Emitter& out) {
+  if (out.direct != nullptr) return EmitChain(w, out);
+  out.readings.push_back({w.bottom, w.base, static_cast<uint32_t>(out.frames.size()), w.n, w.done});
+  for (uint16_t i = 0; i < w.n; ++i) {
+    Frame f = w.f[i];
+    if (CountsWhitespace(f.kind)) f.aux = i + 1 == w.n ? w.ws : 0;
+    out.frames.push_back(f);
+  }
 }
 
 Frame MakeFrame(FrameKind kind, uint32_t node, uint8_t phase = 0, uint64_t value = 0) {
@@ -71,8 +128,9 @@ class Stepper {
  public:
   explicit Stepper(const CompiledSchema& s) : s_(s) {}
 
-  void StepThread(Work& w, uint8_t b, SchemaState& out) const;
-  bool ThreadCanEnd(const Work& w) const;
+  void StepThread(Work& w, uint8_t b, Emitter& out) const;
+  // `f`, a top-level value on its own, may be the whole text.
+  bool ValueCanEnd(const Frame& f) const;
 
  private:
   const Node& node(uint32_t id) const { return s_.nodes[id]; }
@@ -82,7 +140,7 @@ class Stepper {
   }
 
   // Pending -> the leaf values `b` starts.
-  void StartValue(Work& w, uint8_t b, SchemaState& out) const;
+  void StartValue(Work& w, uint8_t b, Emitter& out) const;
   bool StartLeaf(Work& w, uint32_t leaf, uint8_t b) const;
   // A value on top was popped: its container moves past it (or the text is complete).
   void FinishValue(Work& w) const;
@@ -92,7 +150,7 @@ class Stepper {
     FinishValue(w);
   }
   // Ends the lazily ended scalar on top and feeds `b` to what follows it.
-  void EndScalarThenStep(const Work& w, uint8_t b, SchemaState& out) const {
+  void EndScalarThenStep(const Work& w, uint8_t b, Emitter& out) const {
     Work rest;
     rest.CopyFrom(w);
     --rest.n;
@@ -100,14 +158,14 @@ class Stepper {
     StepThread(rest, b, out);
   }
 
-  void ObjectByte(Work& w, uint8_t b, SchemaState& out) const;
-  void ArrayByte(Work& w, uint8_t b, SchemaState& out) const;
-  void KeyByte(Work& w, uint8_t b, SchemaState& out) const;
+  void ObjectByte(Work& w, uint8_t b, Emitter& out) const;
+  void ArrayByte(Work& w, uint8_t b, Emitter& out) const;
+  void KeyByte(Work& w, uint8_t b, Emitter& out) const;
   bool StringByte(Work& w, uint8_t b) const;
-  void NumberByte(Work& w, uint8_t b, SchemaState& out) const;
-  void DfaNumberByte(Work& w, uint8_t b, SchemaState& out) const;
-  void IntegerByte(Work& w, uint8_t b, SchemaState& out) const;
-  void LiteralByte(Work& w, uint8_t b, SchemaState& out) const;
+  void NumberByte(Work& w, uint8_t b, Emitter& out) const;
+  void DfaNumberByte(Work& w, uint8_t b, Emitter& out) const;
+  void IntegerByte(Work& w, uint8_t b, Emitter& out) const;
+  void LiteralByte(Work& w, uint8_t b, Emitter& out) const;
 
   // Objects: entry `e` may be written next when at or after `next` with no required entry
   // skipped, and its value fits; other keys when no required entry is left.
@@ -143,11 +201,18 @@ class Stepper {
   bool IntegerCanEnd(const Node& n, uint8_t flags, uint64_t magnitude) const;
 
   const CompiledSchema& s_;
+ public:
+  // Set when a byte reached below the window (Step then widens it); the reading was not emitted.
+  mutable bool narrow_ = false;
 };
 
 void Stepper::FinishValue(Work& w) const {
   if (w.n == 0) {
-    w.done = true;
+    if (w.bottom == 0) {
+      w.done = true;
+    } else {
+      narrow_ = true;  // the container is below the window: step again with a wider one
+    }
     return;
   }
   Frame& parent = w.top();
@@ -161,8 +226,8 @@ void Stepper::FinishValue(Work& w) const {
   }
 }
 
-void Stepper::StepThread(Work& w, uint8_t b, SchemaState& out) const {
-  if (w.done || w.n == 0) return;  // nothing may follow the complete value
+void Stepper::StepThread(Work& w, uint8_t b, Emitter& out) const {
+  if (w.done || w.n == 0) return;  // nothing may follow the complete value (or narrow_)
   Frame& top = w.top();
   switch (top.kind) {
     case FrameKind::kPending:
@@ -181,7 +246,9 @@ void Stepper::StepThread(Work& w, uint8_t b, SchemaState& out) const {
       break;
   }
   switch (top.kind) {
-    case FrameKind::kThread: return;
+    case FrameKind::kThread:
+    case FrameKind::kParents:
+      return;
     case FrameKind::kPending: return StartValue(w, b, out);
     case FrameKind::kObject: return ObjectByte(w, b, out);
     case FrameKind::kArray: return ArrayByte(w, b, out);
@@ -211,7 +278,7 @@ void Stepper::StepThread(Work& w, uint8_t b, SchemaState& out) const {
   }
 }
 
-void Stepper::StartValue(Work& w, uint8_t b, SchemaState& out) const {
+void Stepper::StartValue(Work& w, uint8_t b, Emitter& out) const {
   const Node& pending = node(w.top().node);
   --w.n;
   for (uint32_t leaf : pending.leaves) {
@@ -288,7 +355,7 @@ bool Stepper::StartLeaf(Work& w, uint32_t leaf, uint8_t b) const {
   return false;
 }
 
-void Stepper::ObjectByte(Work& w, uint8_t b, SchemaState& out) const {
+void Stepper::ObjectByte(Work& w, uint8_t b, Emitter& out) const {
   Frame& top = w.top();
   const Node& o = node(top.node);
   const uint64_t next = top.value;
@@ -327,7 +394,11 @@ void Stepper::ObjectByte(Work& w, uint8_t b, SchemaState& out) const {
   }
 }
 
-void Stepper::KeyByte(Work& w, uint8_t b, SchemaState& out) const {
+void Stepper::KeyByte(Work& w, uint8_t b, Emitter& out) const {
+  if (w.n < 2) {
+    narrow_ = true;
+    return;
+  }
   Frame& key = w.top();
   Frame& object = w.f[w.n - 2];
   const Node& o = node(object.node);
@@ -355,7 +426,7 @@ void Stepper::KeyByte(Work& w, uint8_t b, SchemaState& out) const {
   Emit(w, out);
 }
 
-void Stepper::ArrayByte(Work& w, uint8_t b, SchemaState& out) const {
+void Stepper::ArrayByte(Work& w, uint8_t b, Emitter& out) const {
   Frame& top = w.top();
   const Node& a = node(top.node);
   switch (top.phase) {
@@ -458,7 +529,7 @@ bool Stepper::StringByte(Work& w, uint8_t b) const {
   }
 }
 
-void Stepper::NumberByte(Work& w, uint8_t b, SchemaState& out) const {
+void Stepper::NumberByte(Work& w, uint8_t b, Emitter& out) const {
   Frame& f = w.top();
   const uint8_t phase = f.phase;
   int next = -1;
@@ -525,7 +596,7 @@ bool Stepper::IntegerCanEnd(const Node& n, uint8_t flags, uint64_t magnitude) co
   return multiple_ok && (!n.has_lo || v >= n.lo) && (!n.has_hi || v <= n.hi);
 }
 
-void Stepper::IntegerByte(Work& w, uint8_t b, SchemaState& out) const {
+void Stepper::IntegerByte(Work& w, uint8_t b, Emitter& out) const {
   Frame& f = w.top();
   const Node& n = node(f.node);
   if (IntegerCanEnd(n, f.flags, f.value)) EndScalarThenStep(w, b, out);
@@ -551,7 +622,7 @@ void Stepper::IntegerByte(Work& w, uint8_t b, SchemaState& out) const {
 }
 
 // A bounded number: an automaton over its bytes (schema_number.h), ended lazily like kNumber.
-void Stepper::DfaNumberByte(Work& w, uint8_t b, SchemaState& out) const {
+void Stepper::DfaNumberByte(Work& w, uint8_t b, Emitter& out) const {
   Frame& f = w.top();
   const Dfa& dfa = s_.dfas[node(f.node).dfa];
   const uint16_t state = static_cast<uint16_t>(f.value);
@@ -562,7 +633,7 @@ void Stepper::DfaNumberByte(Work& w, uint8_t b, SchemaState& out) const {
   Emit(w, out);
 }
 
-void Stepper::LiteralByte(Work& w, uint8_t b, SchemaState& out) const {
+void Stepper::LiteralByte(Work& w, uint8_t b, Emitter& out) const {
   Frame& f = w.top();
   const std::vector<std::string>& lits = node(f.node).literals;
   const uint64_t index = f.value >> 32;
@@ -586,10 +657,7 @@ void Stepper::LiteralByte(Work& w, uint8_t b, SchemaState& out) const {
   Emit(w, out);
 }
 
-bool Stepper::ThreadCanEnd(const Work& w) const {
-  if (w.done) return true;
-  if (w.n != 1) return false;
-  const Frame& f = w.f[0];
+bool Stepper::ValueCanEnd(const Frame& f) const {
   switch (f.kind) {
     case FrameKind::kNumber:
       return f.phase == kNumZero || f.phase == kNumInt || f.phase == kNumFrac ||
@@ -606,64 +674,409 @@ bool Stepper::ThreadCanEnd(const Work& w) const {
   }
 }
 
-// Threads of `state` as [begin, end) frame offsets.
-void ThreadSpans(const SchemaState& state, std::vector<std::pair<uint32_t, uint32_t>>& spans) {
-  spans.clear();
-  for (uint32_t i = 0; i < state.size(); i += 1 + state[i].node) {
-    spans.emplace_back(i, i + 1 + state[i].node);
+// The input state's graph, read in place: level j's header at level_at[j], its entries after it,
+// each followed by ParentWords(j) kParents frames, its parents' bitset.
+class Graph {
+ public:
+  explicit Graph(const SchemaState& s) : s_(s) {
+    if (s.empty()) return;
+    uint32_t i = 1;
+    for (uint16_t j = 0; j < s[0].node; ++j) {
+      const uint32_t below = j == 0 ? 0 : s[level_at_[j - 1]].node;
+      words_[j] = below <= 1 ? 0 : (below + 63) / 64;
+      level_at_[levels_++] = i;
+      i += 1 + s[i].node * (1 + words_[j]);
+    }
+  }
+  bool done() const { return !s_.empty() && s_[0].flags != 0; }
+  uint32_t levels() const { return levels_; }
+  uint32_t count(uint32_t j) const { return s_[level_at_[j]].node; }
+  // Level 0 has no parents; an entry over a level of one entry has it (implied, no words).
+  uint32_t ParentWords(uint32_t j) const { return words_[j]; }
+  // The index in the state of entry k of level j's frame.
+  uint32_t EntryAt(uint32_t j, uint32_t k) const {
+    return level_at_[j] + 1 + k * (1 + ParentWords(j));
+  }
+  const Frame& frame(uint32_t j, uint32_t k) const { return s_[EntryAt(j, k)]; }
+  // Level j's frames in the state (its header first); begin_of(levels()) is the end.
+  SchemaState::const_iterator begin_of(uint32_t j) const {
+    return s_.begin() + (j < levels_ ? level_at_[j] : s_.size());
+  }
+  // Calls fn(k) for each parent k (at level j - 1) of entry k of level j >= 1.
+  template <typename Fn>
+  void ForEachParent(uint32_t j, uint32_t k, Fn fn) const {
+    const uint32_t words = ParentWords(j);
+    if (words == 0) return fn(0u);
+    const Frame* w = &s_[EntryAt(j, k) + 1];
+    for (uint32_t i = 0; i < words; ++i) {
+      for (uint64_t bits = w[i].value; bits != 0; bits &= bits - 1) {
+        fn(i * 64 + static_cast<uint32_t>(__builtin_ctzll(bits)));
+      }
+    }
+  }
+  void OrParents(uint32_t j, uint32_t k, uint64_t* into) const {
+    const uint32_t words = ParentWords(j);
+    if (words == 0) {
+      into[0] |= 1;
+      return;
+    }
+    const Frame* w = &s_[EntryAt(j, k) + 1];
+    for (uint32_t i = 0; i < words; ++i) into[i] |= w[i].value;
+  }
+
+ private:
+  const SchemaState& s_;
+  uint32_t levels_ = 0;
+  uint32_t level_at_[kMaxLevels];
+  uint32_t words_[kMaxLevels];
+};
+
+// Bitsets per level, words of 64.
+struct LevelBits {
+  std::vector<uint64_t> bits;
+  std::vector<uint32_t> at;  // level j's words start at at[j]
+  void Reset(const Graph& g) {
+    at.clear();
+    uint32_t total = 0;
+    for (uint32_t j = 0; j < g.levels(); ++j) {
+      at.push_back(total);
+      total += (g.count(j) + 63) / 64;
+    }
+    bits.assign(total, 0);
+  }
+  uint64_t* level(uint32_t j) { return bits.data() + at[j]; }
+  bool test(uint32_t j, uint32_t k) const { return (bits[at[j] + k / 64] >> (k % 64)) & 1; }
+  void set(uint32_t j, uint32_t k) { bits[at[j] + k / 64] |= uint64_t{1} << (k % 64); }
+};
+
+bool FrameLess(const Frame& a, const Frame& b) { return std::memcmp(&a, &b, sizeof(Frame)) < 0; }
+
+// Per-thread buffers of Step (their capacity is kept between calls).
+struct Scratch {
+  Emitter em;
+  LevelBits under, kept;
+  struct Candidate {
+    Frame frame;
+    int32_t source;  // reading index, or -1 - k for kept input entry k
+  };
+  std::vector<Candidate> cands;
+  std::vector<uint32_t> in_to_out, prev_in_to_out, reading_out, order, out_of;
+  std::vector<uint64_t> words;
+};
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+// The canonical graph of the readings emitted over `in` (see the header's State): input entries
+// still under some reading kept, each level's entries with equal frames merged (their parents
+// joined) and sorted by their bytes, parents as bitsets. Levels below every window whose
+// entries are all kept are copied as they are.
+void Build(const Graph& in, Scratch& sc, SchemaState& out) {
+  const Emitter& em = sc.em;
+  out.clear();
+  bool done = false;
+  uint32_t levels = 0, lowest = UINT32_MAX;
+  sc.kept.Reset(in);
+  for (const Emitted& r : em.readings) {
+    if (r.done) done = true;
+    if (r.n == 0) continue;
+    levels = std::max<uint32_t>(levels, r.bottom + r.n);
+    lowest = std::min<uint32_t>(lowest, r.bottom);
+    if (r.bottom > 0) in.OrParents(r.bottom, r.base, sc.kept.level(r.bottom - 1));
+  }
+  for (uint32_t j = in.levels(); j-- > 1;) {
+    for (uint32_t k = 0; k < in.count(j); ++k) {
+      if (sc.kept.test(j, k)) in.OrParents(j, k, sc.kept.level(j - 1));
+    }
+  }
+  Frame header;
+  header.flags = done ? 1 : 0;
+  header.node = static_cast<uint16_t>(levels);
+  out.push_back(header);
+  if (levels == 0) {
+    if (!done) out.clear();
+    return;
+  }
+  // Levels copied as they are.
+  uint32_t same = 0;
+  while (same < lowest && same < in.levels()) {
+    bool all = true;
+    for (uint32_t k = 0; k < in.count(same) && all; ++k) all = sc.kept.test(same, k);
+    if (!all) break;
+    ++same;
+  }
+  if (same > 0) out.insert(out.end(), in.begin_of(0), in.begin_of(same));
+  sc.reading_out.assign(em.readings.size(), 0);
+  sc.prev_in_to_out.clear();
+  uint32_t below = 0;  // entries of the output level below
+  if (same > 0) {
+    below = in.count(same - 1);
+    for (uint32_t k = 0; k < below; ++k) sc.prev_in_to_out.push_back(k);
+  }
+  for (uint32_t j = same; j < levels; ++j) {
+    sc.cands.clear();
+    if (j < in.levels()) {
+      for (uint32_t k = 0; k < in.count(j); ++k) {
+        if (sc.kept.test(j, k)) sc.cands.push_back({in.frame(j, k), -1 - static_cast<int32_t>(k)});
+      }
+    }
+    for (size_t r = 0; r < em.readings.size(); ++r) {
+      const Emitted& e = em.readings[r];
+      if (j >= e.bottom && j < e.bottom + e.n) {
+        sc.cands.push_back({em.frames[e.first + (j - e.bottom)], static_cast<int32_t>(r)});
+      }
+    }
+    sc.order.resize(sc.cands.size());
+    for (uint32_t i = 0; i < sc.order.size(); ++i) sc.order[i] = i;
+    auto less = [&](uint32_t a, uint32_t b) {
+      return FrameLess(sc.cands[a].frame, sc.cands[b].frame);
+    };
+    // Windows over sorted input entries often emit in order already.
+    if (!std::is_sorted(sc.order.begin(), sc.order.end(), less)) {
+      std::sort(sc.order.begin(), sc.order.end(), less);
+    }
+    sc.out_of.assign(sc.cands.size(), 0);
+    uint32_t count = 0;
+    for (size_t i = 0; i < sc.order.size(); ++i) {
+      if (i > 0 && FrameLess(sc.cands[sc.order[i - 1]].frame, sc.cands[sc.order[i]].frame)) ++count;
+      sc.out_of[sc.order[i]] = count;
+    }
+    if (!sc.order.empty()) ++count;
+    const uint32_t nw = j == 0 || below == 1 ? 0 : (below + 63) / 64;
+    const uint32_t stride = std::max<uint32_t>(nw, 1);
+    sc.words.assign(static_cast<size_t>(count) * stride, 0);
+    sc.in_to_out.assign(j < in.levels() ? in.count(j) : 0, 0);
+    for (size_t c = 0; c < sc.cands.size(); ++c) {
+      const Scratch::Candidate& cand = sc.cands[c];
+      const uint32_t o = sc.out_of[c];
+      uint64_t* w = &sc.words[static_cast<size_t>(o) * stride];
+      auto add = [&](uint32_t parent) { w[parent / 64] |= uint64_t{1} << (parent % 64); };
+      if (cand.source < 0) {
+        const uint32_t k = static_cast<uint32_t>(-1 - cand.source);
+        sc.in_to_out[k] = o;
+        if (nw > 0) in.ForEachParent(j, k, [&](uint32_t p) { add(sc.prev_in_to_out[p]); });
+      } else {
+        const Emitted& e = em.readings[cand.source];
+        if (nw > 0) {
+          if (j == e.bottom) {
+            in.ForEachParent(j, e.base, [&](uint32_t p) { add(sc.prev_in_to_out[p]); });
+          } else {
+            add(sc.reading_out[cand.source]);
+          }
+        }
+        sc.reading_out[cand.source] = o;
+      }
+    }
+    Frame level;
+    level.node = static_cast<uint16_t>(count);
+    out.push_back(level);
+    for (size_t i = 0; i < sc.order.size(); ++i) {
+      if (i > 0 && sc.out_of[sc.order[i]] == sc.out_of[sc.order[i - 1]]) continue;
+      out.push_back(sc.cands[sc.order[i]].frame);
+      const uint64_t* w = &sc.words[static_cast<size_t>(sc.out_of[sc.order[i]]) * stride];
+      for (uint32_t x = 0; x < nw; ++x) {
+        Frame parents;
+        parents.kind = FrameKind::kParents;
+        parents.value = w[x];
+        out.push_back(parents);
+      }
+    }
+    sc.prev_in_to_out.swap(sc.in_to_out);
+    below = count;
   }
 }
 
-// Sorts and deduplicates the threads of `out`, keeping the first kMaxThreads.
-void Normalize(SchemaState& out) {
-  thread_local std::vector<std::pair<uint32_t, uint32_t>> spans;
-  thread_local SchemaState scratch;
-  ThreadSpans(out, spans);
-  if (spans.size() <= 1) return;
-  auto bytes = [&](const std::pair<uint32_t, uint32_t>& s) {
-    return std::string_view(reinterpret_cast<const char*>(out.data() + s.first),
-                            (s.second - s.first) * sizeof(Frame));
+// Entries of `g` that are some reading's top: no entry of the level above stands on them.
+void MarkTops(const Graph& g, LevelBits& under) {
+  under.Reset(g);
+  for (uint32_t j = 1; j < g.levels(); ++j) {
+    for (uint32_t k = 0; k < g.count(j); ++k) g.OrParents(j, k, under.level(j - 1));
+  }
+}
+
+// The window of a reading whose top is entry (j, k), its frames from level `bottom` up.
+void LoadWindow(const Graph& g, uint32_t bottom, int32_t base, const uint32_t* ks, uint32_t n,
+                Work& w) {
+  w.done = false;
+  w.bottom = static_cast<uint8_t>(bottom);
+  w.base = base;
+  w.n = 0;
+  w.depth = static_cast<uint8_t>(bottom);
+  for (uint32_t i = 0; i < n; ++i) {
+    Frame f = g.frame(bottom + i, ks[i]);
+    if (IsContainer(f.kind)) ++w.depth;
+    if (CountsWhitespace(f.kind)) f.aux = 0;
+    w.Push(f);
+  }
+  const Frame& top = g.frame(bottom + n - 1, ks[n - 1]);
+  w.ws = CountsWhitespace(top.kind) ? top.aux : 0;
+}
+
+// A state of one reading (every level one frame, so no parent words) steps without the graph:
+// its window is its top three frames, and when the byte leaves one reading the levels below the
+// window are copied as they are. This is most steps (inside strings, keys, numbers).
+bool StepChain(const Stepper& stepper, const SchemaState& in, uint8_t b, SchemaState& out,
+               Scratch& sc) {
+  const uint32_t levels = in[0].node;
+  if (levels == 0) {  // complete: nothing may follow
+    out.clear();
+    return false;
+  }
+  const uint32_t bottom = levels > 3 ? levels - 3 : 0;
+  auto load = [&](Work& w) {
+    w.done = false;
+    w.bottom = static_cast<uint8_t>(bottom);
+    w.base = bottom > 0 ? 0 : -1;
+    w.n = static_cast<uint16_t>(levels - bottom);
+    w.depth = static_cast<uint8_t>(bottom);
+    w.ws = 0;
+    for (uint32_t i = 0; i < w.n; ++i) {
+      std::memcpy(&w.f[i], &in[2 + 2 * (bottom + i)], sizeof(Frame));
+      const FrameKind k = w.f[i].kind;
+      w.depth += IsContainer(k);
+      if (CountsWhitespace(k)) {
+        w.ws = w.f[i].aux;  // the top's is kept
+        w.f[i].aux = 0;
+      }
+    }
+    if (!CountsWhitespace(w.f[w.n - 1].kind)) w.ws = 0;
   };
-  std::sort(spans.begin(), spans.end(), [&](const auto& a, const auto& b) { return bytes(a) < bytes(b); });
-  spans.erase(std::unique(spans.begin(), spans.end(),
-                          [&](const auto& a, const auto& b) { return bytes(a) == bytes(b); }),
-              spans.end());
-  if (spans.size() > kMaxThreads) spans.resize(kMaxThreads);
-  scratch.clear();
-  for (const auto& s : spans) scratch.insert(scratch.end(), out.begin() + s.first, out.begin() + s.second);
-  out.swap(scratch);
+  sc.em.Clear();
+  sc.em.direct = &out;
+  sc.em.chain_in = &in;
+  Work w;
+  load(w);
+  stepper.StepThread(w, b, sc.em);
+  if (sc.em.emitted == 1) return true;
+  if (sc.em.emitted == 0) {
+    out.clear();
+    return false;
+  }
+  sc.em.Clear();  // forked: the readings through the graph
+  load(w);
+  stepper.StepThread(w, b, sc.em);
+  Build(Graph(in), sc, out);
+  return !out.empty();
 }
 
 }  // namespace
 
 SchemaState StartState(const CompiledSchema& schema, uint32_t node) {
-  Work w;
-  w.Push(MakeFrame(FrameKind::kPending, node == kNone ? schema.root : node));
-  SchemaState s;
-  Emit(w, s);
+  SchemaState s(3);
+  s[0].node = 1;  // one level
+  s[1].node = 1;  // of one entry
+  s[2] = MakeFrame(FrameKind::kPending, node == kNone ? schema.root : node);
   return s;
 }
 
 bool Step(const CompiledSchema& schema, const SchemaState& in, uint8_t b, SchemaState& out) {
-  out.clear();
   const Stepper stepper(schema);
-  thread_local Work w;
-  for (uint32_t i = 0; i < in.size(); i += 1 + in[i].node) {
-    w.Load(&in[i]);
-    stepper.StepThread(w, b, out);
+  Scratch& sc = ThreadScratch();
+  if (!in.empty() && in.size() == 1 + 2 * static_cast<size_t>(in[0].node)) {
+    return StepChain(stepper, in, b, out, sc);
   }
-  Normalize(out);
+  const Graph g(in);
+  sc.em.Clear();
+  MarkTops(g, sc.under);
+  Work w;
+  // Every reading under one top frame, alone on the highest level (inside a string, key or
+  // number of a union): when the byte only changes that frame the graph below stays as it is.
+  if (const uint32_t top = g.levels() - 1; top >= 1 && g.count(top) == 1) {
+    bool one_top = true;
+    for (uint32_t j = 0; j < top && one_top; ++j) {
+      for (uint32_t k = 0; k < g.count(j) && one_top; ++k) one_top = sc.under.test(j, k);
+    }
+    if (one_top && g.frame(top, 0).kind != FrameKind::kKey) {
+      const uint32_t ks[1] = {0};
+      LoadWindow(g, top, 0, ks, 1, w);
+      stepper.narrow_ = false;
+      stepper.StepThread(w, b, sc.em);
+      if (!stepper.narrow_ && sc.em.readings.empty()) {
+        out.clear();
+        return false;
+      }
+      if (!stepper.narrow_ && sc.em.readings.size() == 1 && sc.em.readings[0].n == 1 &&
+          sc.em.readings[0].bottom == top && !sc.em.readings[0].done) {
+        out.assign(in.begin(), in.end());
+        out[g.EntryAt(top, 0)] = sc.em.frames[sc.em.readings[0].first];
+        return true;
+      }
+      sc.em.Clear();
+    }
+  }
+  for (uint32_t j = 0; j < g.levels(); ++j) {
+    for (uint32_t k = 0; k < g.count(j); ++k) {
+      if (sc.under.test(j, k)) continue;
+      if (j >= 1 && g.frame(j, k).kind != FrameKind::kKey) {  // a key reads its object
+        // Most bytes touch only the top frame: step it alone, its parents shared, and widen
+        // the window over each parent and grandparent only when the byte reaches below it.
+        const size_t readings = sc.em.readings.size(), frames = sc.em.frames.size();
+        const uint32_t ks[1] = {k};
+        LoadWindow(g, j, static_cast<int32_t>(k), ks, 1, w);
+        stepper.narrow_ = false;
+        stepper.StepThread(w, b, sc.em);
+        if (!stepper.narrow_) continue;
+        sc.em.readings.resize(readings);
+        sc.em.frames.resize(frames);
+      }
+      if (j == 0) {
+        const uint32_t ks[1] = {k};
+        LoadWindow(g, 0, -1, ks, 1, w);
+        stepper.StepThread(w, b, sc.em);
+        continue;
+      }
+      g.ForEachParent(j, k, [&](uint32_t p) {
+        if (j == 1) {
+          const uint32_t ks[2] = {p, k};
+          LoadWindow(g, 0, -1, ks, 2, w);
+          stepper.StepThread(w, b, sc.em);
+          return;
+        }
+        g.ForEachParent(j - 1, p, [&](uint32_t gp) {
+          const uint32_t ks[3] = {gp, p, k};
+          LoadWindow(g, j - 2, static_cast<int32_t>(gp), ks, 3, w);
+          stepper.StepThread(w, b, sc.em);
+        });
+      });
+    }
+  }
+  Build(g, sc, out);
   return !out.empty();
 }
 
 bool CanEnd(const CompiledSchema& schema, const SchemaState& state) {
   const Stepper stepper(schema);
-  thread_local Work w;
-  for (uint32_t i = 0; i < state.size(); i += 1 + state[i].node) {
-    w.Load(&state[i]);
-    if (stepper.ThreadCanEnd(w)) return true;
+  const Graph g(state);
+  if (g.done()) return true;
+  if (g.levels() == 0) return false;
+  // A complete top-level scalar is alone on its reading's stack: an entry of level 0 (scalars
+  // are always tops).
+  for (uint32_t k = 0; k < g.count(0); ++k) {
+    if (stepper.ValueCanEnd(g.frame(0, k))) return true;
   }
   return false;
+}
+
+uint64_t Readings(const SchemaState& state) {
+  const Graph g(state);
+  LevelBits under;
+  MarkTops(g, under);
+  std::vector<std::vector<uint64_t>> paths(g.levels());
+  uint64_t total = g.done() ? 1 : 0;
+  auto add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
+  for (uint32_t j = 0; j < g.levels(); ++j) {
+    paths[j].assign(g.count(j), 0);
+    for (uint32_t k = 0; k < g.count(j); ++k) {
+      if (j == 0) {
+        paths[j][k] = 1;
+      } else {
+        g.ForEachParent(j, k, [&](uint32_t p) { paths[j][k] = add(paths[j][k], paths[j - 1][p]); });
+      }
+      if (!under.test(j, k)) total = add(total, paths[j][k]);
+    }
+  }
+  return total;
 }
 
 }  // namespace mlaserve::model::schema_internal

@@ -1,12 +1,24 @@
 // The compiled form of a JSON Schema (json_schema.h) and the byte-level recognizer over it.
 // Internal to model/constraint: JsonConstraint walks it over the vocabulary's trie.
 //
-// State: a sorted, deduplicated list of threads (at most kMaxThreads), each a deterministic
-// stack of 16-byte frames under a header frame: containers being written (object / array, with
-// their progress), and on top the value being read (pending, string, number, literal...). A
-// thread is one reading of the text so far; the byte `b` is allowed when some thread takes it.
-// The state is its bytes: equal states are equal byte strings (unused fields zero), and the
-// mask cache keys on them.
+// A reading of the text so far is a deterministic stack of 16-byte frames: containers being
+// written (object / array, with their progress), and on top the value being read (pending,
+// key, string, number, literal...). An anyOf whose alternatives agree so far keeps one reading
+// per alternative alive, and nested anyOfs multiply them, so the state does not list readings:
+// it is their graph-structured stack (as in GLR parsing). Level j holds the distinct frames at
+// depth j over all readings, each with the set of frames of level j - 1 it stands on; a reading
+// is a path from a frame no other stands on (its top) down to level 0. Merging equal frames of
+// a level is exact: JSON's bracket structure is the same in every reading, so frames at one
+// level were pushed at the same byte, and equal frames have the same readings above them. A
+// level therefore holds at most one frame per schema node, and the state grows with the width
+// of the unions, not with the product of their nestings. The byte `b` is allowed when some
+// reading takes it.
+//
+// Layout: a header frame (node = levels, flags = some reading is complete), then per level a
+// header (node = its frames) and its frames sorted by their bytes, each followed (from level 1,
+// when the level below has more than one frame) by ceil(below / 64) kParents frames, the bitset
+// of the frames it stands on. Unused fields are zero, so equal states are equal byte strings,
+// and the mask cache keys on them.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +35,6 @@ inline constexpr uint32_t kNone = UINT32_MAX;
 inline constexpr uint64_t kUnbounded = UINT64_MAX;
 // min_depth of a node that admits no value within the nesting limit.
 inline constexpr uint32_t kUnsatisfiable = UINT32_MAX;
-// Readings kept alive at once. Past it (anyOf alternatives agreeing over a long stretch,
-// nested within each other) the first kMaxThreads in state order are kept: the text stays
-// valid and completable, some continuations another reading allows are not offered
-// (docs/api.md).
-inline constexpr size_t kMaxThreads = 32;
 
 enum class NodeKind : uint8_t { kAnyOf, kObject, kArray, kString, kNumber, kInteger, kLiteral };
 
@@ -82,7 +89,9 @@ struct CompiledSchema {
 };
 
 enum class FrameKind : uint8_t {
-  kThread,   // header: node = frames that follow, phase = whitespace run, flags = done
+  kThread,   // state / level header (see the top of this file)
+  kParents,  // value = 64 bits of the parents' bitset (a level's entries after its frame)
+  // kPending / kObject / kArray: aux = the whitespace run while on top (0 below it).
   kPending,  // a value of `node` is due (whitespace first)
   kObject,   // phase ObjectPhase; value = next named entry, or the entry being written
   kArray,    // phase ArrayPhase; value = items written (up to count_cap)
@@ -119,13 +128,16 @@ static_assert(sizeof(Frame) == 16);
 
 using SchemaState = std::vector<Frame>;
 
-// The state before any byte: one thread expecting a value of `node` (the root by default).
+// The state before any byte: one reading expecting a value of `node` (the root by default).
 SchemaState StartState(const CompiledSchema& schema, uint32_t node = kNone);
-// Feeds `b` to every thread of `in`; `out` receives the threads that take it (normalized).
+// Feeds `b` to every reading of `in`; `out` receives the readings that take it (canonical).
 // False when none does (`out` is then empty).
 bool Step(const CompiledSchema& schema, const SchemaState& in, uint8_t b, SchemaState& out);
-// Some thread has read a complete value (EOS may follow).
+// Some reading has read a complete value (EOS may follow).
 bool CanEnd(const CompiledSchema& schema, const SchemaState& state);
+// The readings `state` holds (paths through its graph; UINT64_MAX past it). Tests and
+// measurements: stepping costs what the graph's frames cost, not this.
+uint64_t Readings(const SchemaState& state);
 // The state's bytes (the mask cache's key, after the schema's serial).
 inline std::string_view StateBytes(const SchemaState& s) {
   return std::string_view(reinterpret_cast<const char*>(s.data()), s.size() * sizeof(Frame));
