@@ -2,7 +2,11 @@
 // arguments): the text is one choice's prefix, then a value of that choice's schema. Masks are
 // checked against feeding each token; the prefix picks the schema (the others' values refused at
 // their first byte), an added token's text in a prefix is written by that token only, and the
-// token that completes a prefix may start its value.
+// token that completes a prefix may start its value; on DeepSeek-V3's vocabulary the separator is
+// its added token only.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <span>
 #include <string>
@@ -13,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "model/constraint/constraint_testing.h"
 #include "model/constraint/json_constraint.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace mlaserve::model {
 namespace {
@@ -158,6 +163,41 @@ TEST(SchemaChoicesTest, CompilingNamesTheChoiceWhoseSchemaIsRefused) {
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(got.status().message(),
               HasSubstr("response_format_choices[1] (prefix \"g:\"): json_schema: keyword \"not\""));
+}
+
+// DeepSeek-V3's vocabulary, a forced V3.1 call's choices: the name in BPE tokens, then
+// <｜tool▁sep｜> only as its added token (not "<" and the rest spelled out), then the arguments
+// as the tokenizer encodes them; the cold masks' cost is printed.
+TEST(SchemaChoicesTest, DeepSeekV3VocabularyWritesTheSeparatorAsItsToken) {
+  const std::string path = "tests/fixtures/tokenizer/deepseek_v3/tokenizer.json";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is not in this checkout";
+  const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::FromFile(path).value();
+  const int32_t eos = tokenizer->TokenId("<｜end▁of▁sentence｜>").value();
+  const int32_t sep = tokenizer->TokenId("<｜tool▁sep｜>").value();
+  ASSERT_TRUE(tokenizer->IsAddedToken(sep));
+  const auto vocab = ConstraintVocabulary::FromTokenizer(*tokenizer, tokenizer->vocab_size(), {eos}).value();
+  const std::string separator = "<｜tool▁sep｜>";
+  JsonConstraint c(vocab, CompileSchemaChoices({{"get_weather" + separator, kBetaSchema, true},
+                                                {"get_time" + separator, kAlphaSchema, true}})
+                              .value());
+  const auto start = std::chrono::steady_clock::now();
+  std::span<const uint64_t> mask = c.AllowedTokens();
+  const double cold_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::printf("choices' first mask over %d tokens: %.1f ms cold, %zu tokens allowed\n",
+              vocab->vocab_size(), cold_ms, AllowedIds(mask).size());
+  EXPECT_FALSE(Bit(mask, eos) || Bit(mask, sep));
+  const std::vector<int32_t> name = tokenizer->Encode("get_weather", false).value();
+  for (const int32_t id : name) ASSERT_TRUE(c.Advance(id).ok()) << id;
+  mask = c.AllowedTokens();
+  EXPECT_TRUE(Bit(mask, sep));
+  EXPECT_EQ(AllowedIds(mask), std::vector<int32_t>{sep}) << "only the separator's token goes on";
+  ASSERT_TRUE(c.Advance(sep).ok());
+  EXPECT_EQ(c.Chosen(), 0u);
+  const std::vector<int32_t> arguments = tokenizer->Encode(R"({"b": "y"})", false).value();
+  for (const int32_t id : arguments) ASSERT_TRUE(c.Advance(id).ok()) << id;
+  EXPECT_TRUE(c.Complete());
+  EXPECT_EQ(AllowedIds(c.AllowedTokens()), std::vector<int32_t>{eos});
 }
 
 }  // namespace
