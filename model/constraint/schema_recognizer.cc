@@ -18,6 +18,10 @@ using json_internal::kMaxWhitespaceRun;
 // Levels of a state: containers, plus the pending value / key / scalar on top.
 constexpr int kMaxLevels = kMaxDepth + 2;
 
+// The state header's phase: its levels hold one frame each, written without level headers.
+constexpr uint8_t kChainLayout = 1;
+bool IsChain(const SchemaState& s) { return s[0].phase == kChainLayout; }
+
 // A window's frames: at most the three a byte can touch (a scalar ending, its container closing,
 // the container's parent moving past it), plus what the byte pushes.
 constexpr int kWindowFrames = 8;
@@ -86,20 +90,17 @@ void EmitChain(const Work& w, Emitter& out) {
   if (out.emitted++ > 0) return;  // forked: StepChain steps the window again through the graph
   SchemaState& s = *out.direct;
   const uint32_t levels = w.n == 0 ? 0 : w.bottom + w.n;
-  s.resize(1 + 2 * static_cast<size_t>(levels));
+  s.resize(1 + static_cast<size_t>(levels));
   s[0] = Frame();
+  s[0].phase = kChainLayout;
   s[0].flags = w.done ? 1 : 0;
   s[0].node = static_cast<uint16_t>(levels);
   if (levels == 0) return;
-  std::memcpy(s.data() + 1, out.chain_in->data() + 1, 2 * w.bottom * sizeof(Frame));
-  Frame level;
-  level.node = 1;
-  Frame* o = s.data() + 1 + 2 * w.bottom;
+  if (w.bottom > 0) std::memcpy(s.data() + 1, out.chain_in->data() + 1, w.bottom * sizeof(Frame));
+  Frame* o = s.data() + 1 + w.bottom;
+  std::memcpy(o, w.f, w.n * sizeof(Frame));
   for (uint16_t i = 0; i < w.n; ++i) {
-    std::memcpy(o++, &level, sizeof(Frame));
-    std::memcpy(o, &w.f[i], sizeof(Frame));
-    if (CountsWhitespace(o->kind)) o->aux = i + 1 == w.n ? w.ws : 0;
-    ++o;
+    if (CountsWhitespace(o[i].kind)) o[i].aux = i + 1 == w.n ? w.ws : 0;
   }
 }
 
@@ -675,11 +676,17 @@ bool Stepper::ValueCanEnd(const Frame& f) const {
 }
 
 // The input state's graph, read in place: level j's header at level_at[j], its entries after it,
-// each followed by ParentWords(j) kParents frames, its parents' bitset.
+// each followed by ParentWords(j) kParents frames, its parents' bitset; in the chain layout
+// level j is the frame at 1 + j.
 class Graph {
  public:
   explicit Graph(const SchemaState& s) : s_(s) {
     if (s.empty()) return;
+    chain_ = IsChain(s);
+    if (chain_) {
+      levels_ = s[0].node;
+      return;
+    }
     uint32_t i = 1;
     for (uint16_t j = 0; j < s[0].node; ++j) {
       const uint32_t below = j == 0 ? 0 : s[level_at_[j - 1]].node;
@@ -690,15 +697,16 @@ class Graph {
   }
   bool done() const { return !s_.empty() && s_[0].flags != 0; }
   uint32_t levels() const { return levels_; }
-  uint32_t count(uint32_t j) const { return s_[level_at_[j]].node; }
+  bool chain() const { return chain_; }
+  uint32_t count(uint32_t j) const { return chain_ ? 1 : s_[level_at_[j]].node; }
   // Level 0 has no parents; an entry over a level of one entry has it (implied, no words).
-  uint32_t ParentWords(uint32_t j) const { return words_[j]; }
+  uint32_t ParentWords(uint32_t j) const { return chain_ ? 0 : words_[j]; }
   // The index in the state of entry k of level j's frame.
   uint32_t EntryAt(uint32_t j, uint32_t k) const {
-    return level_at_[j] + 1 + k * (1 + ParentWords(j));
+    return chain_ ? 1 + j : level_at_[j] + 1 + k * (1 + ParentWords(j));
   }
   const Frame& frame(uint32_t j, uint32_t k) const { return s_[EntryAt(j, k)]; }
-  // Level j's frames in the state (its header first); begin_of(levels()) is the end.
+  // Level j's frames in the graph layout (its header first); begin_of(levels()) is the end.
   SchemaState::const_iterator begin_of(uint32_t j) const {
     return s_.begin() + (j < levels_ ? level_at_[j] : s_.size());
   }
@@ -726,6 +734,7 @@ class Graph {
 
  private:
   const SchemaState& s_;
+  bool chain_ = false;
   uint32_t levels_ = 0;
   uint32_t level_at_[kMaxLevels];
   uint32_t words_[kMaxLevels];
@@ -795,7 +804,11 @@ void Build(const Graph& in, Scratch& sc, SchemaState& out) {
   header.node = static_cast<uint16_t>(levels);
   out.push_back(header);
   if (levels == 0) {
-    if (!done) out.clear();
+    if (done) {
+      out[0].phase = kChainLayout;
+    } else {
+      out.clear();
+    }
     return;
   }
   // Levels copied as they are.
@@ -806,7 +819,16 @@ void Build(const Graph& in, Scratch& sc, SchemaState& out) {
     if (!all) break;
     ++same;
   }
-  if (same > 0) out.insert(out.end(), in.begin_of(0), in.begin_of(same));
+  if (same > 0 && !in.chain()) {
+    out.insert(out.end(), in.begin_of(0), in.begin_of(same));
+  } else {
+    Frame level;
+    level.node = 1;
+    for (uint32_t j = 0; j < same; ++j) {
+      out.push_back(level);
+      out.push_back(in.frame(j, 0));
+    }
+  }
   sc.reading_out.assign(em.readings.size(), 0);
   sc.prev_in_to_out.clear();
   uint32_t below = 0;  // entries of the output level below
@@ -885,6 +907,12 @@ void Build(const Graph& in, Scratch& sc, SchemaState& out) {
     sc.prev_in_to_out.swap(sc.in_to_out);
     below = count;
   }
+  // One frame per level (a union resolved): the chain layout, without level headers.
+  if (out.size() == 1 + 2 * static_cast<size_t>(levels)) {
+    for (uint32_t j = 0; j < levels; ++j) out[1 + j] = out[2 + 2 * j];
+    out.resize(1 + levels);
+    out[0].phase = kChainLayout;
+  }
 }
 
 // Entries of `g` that are some reading's top: no entry of the level above stands on them.
@@ -916,8 +944,7 @@ void LoadWindow(const Graph& g, uint32_t bottom, int32_t base, const uint32_t* k
 // A state of one reading (every level one frame, so no parent words) steps without the graph:
 // its window is its top three frames, and when the byte leaves one reading the levels below the
 // window are copied as they are. This is most steps (inside strings, keys, numbers).
-bool StepChain(const Stepper& stepper, const SchemaState& in, uint8_t b, SchemaState& out,
-               Scratch& sc) {
+bool StepChain(const Stepper& stepper, const SchemaState& in, uint8_t b, SchemaState& out) {
   const uint32_t levels = in[0].node;
   if (levels == 0) {  // complete: nothing may follow
     out.clear();
@@ -932,7 +959,7 @@ bool StepChain(const Stepper& stepper, const SchemaState& in, uint8_t b, SchemaS
     w.depth = static_cast<uint8_t>(bottom);
     w.ws = 0;
     for (uint32_t i = 0; i < w.n; ++i) {
-      std::memcpy(&w.f[i], &in[2 + 2 * (bottom + i)], sizeof(Frame));
+      std::memcpy(&w.f[i], &in[1 + bottom + i], sizeof(Frame));
       const FrameKind k = w.f[i].kind;
       w.depth += IsContainer(k);
       if (CountsWhitespace(k)) {
@@ -942,17 +969,18 @@ bool StepChain(const Stepper& stepper, const SchemaState& in, uint8_t b, SchemaS
     }
     if (!CountsWhitespace(w.f[w.n - 1].kind)) w.ws = 0;
   };
-  sc.em.Clear();
-  sc.em.direct = &out;
-  sc.em.chain_in = &in;
+  Emitter direct;  // its vectors stay empty: no allocation, no thread-local lookup
+  direct.direct = &out;
+  direct.chain_in = &in;
   Work w;
   load(w);
-  stepper.StepThread(w, b, sc.em);
-  if (sc.em.emitted == 1) return true;
-  if (sc.em.emitted == 0) {
+  stepper.StepThread(w, b, direct);
+  if (direct.emitted == 1) return true;
+  if (direct.emitted == 0) {
     out.clear();
     return false;
   }
+  Scratch& sc = ThreadScratch();
   sc.em.Clear();  // forked: the readings through the graph
   load(w);
   stepper.StepThread(w, b, sc.em);
@@ -963,19 +991,21 @@ bool StepChain(const Stepper& stepper, const SchemaState& in, uint8_t b, SchemaS
 }  // namespace
 
 SchemaState StartState(const CompiledSchema& schema, uint32_t node) {
-  SchemaState s(3);
+  SchemaState s(2);
   s[0].node = 1;  // one level
-  s[1].node = 1;  // of one entry
-  s[2] = MakeFrame(FrameKind::kPending, node == kNone ? schema.root : node);
+  s[0].phase = kChainLayout;
+  s[1] = MakeFrame(FrameKind::kPending, node == kNone ? schema.root : node);
   return s;
 }
 
 bool Step(const CompiledSchema& schema, const SchemaState& in, uint8_t b, SchemaState& out) {
   const Stepper stepper(schema);
-  Scratch& sc = ThreadScratch();
-  if (!in.empty() && in.size() == 1 + 2 * static_cast<size_t>(in[0].node)) {
-    return StepChain(stepper, in, b, out, sc);
+  if (in.empty()) {
+    out.clear();
+    return false;
   }
+  if (IsChain(in)) return StepChain(stepper, in, b, out);
+  Scratch& sc = ThreadScratch();
   const Graph g(in);
   sc.em.Clear();
   MarkTops(g, sc.under);

@@ -14,11 +14,12 @@
 // of the unions, not with the product of their nestings. The byte `b` is allowed when some
 // reading takes it.
 //
-// Layout: a header frame (node = levels, flags = some reading is complete), then per level a
-// header (node = its frames) and its frames sorted by their bytes, each followed (from level 1,
-// when the level below has more than one frame) by ceil(below / 64) kParents frames, the bitset
-// of the frames it stands on. Unused fields are zero, so equal states are equal byte strings,
-// and the mask cache keys on them.
+// Layout: a header frame (node = levels, flags = some reading is complete, phase = 1 for the
+// chain layout). Chain layout, when every level holds one frame (one reading: most of the
+// time): the frames, bottom first. Otherwise per level a header (node = its frames) and its
+// frames sorted by their bytes, each followed (from level 1, when the level below has more than
+// one frame) by ceil(below / 64) kParents frames, the bitset of the frames it stands on. Unused
+// fields are zero, so equal states are equal byte strings, and the mask cache keys on them.
 #pragma once
 
 #include <cstdint>
