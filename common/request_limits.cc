@@ -125,10 +125,10 @@ absl::Status ValidateSchemaChoices(const SamplingValues& v) {
           "response_format_choices[", i, "].prefix has ", c.prefix.size(), " bytes; it needs 1 to ",
           kMaxSchemaChoicePrefixBytes));
     }
-    if (c.schema.empty() || c.schema.size() > kMaxJsonSchemaBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "response_format_choices[", i, "].schema has ", c.schema.size(), " bytes; it needs 1 to ",
-          kMaxJsonSchemaBytes));
+    if (c.schema.size() > kMaxJsonSchemaBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("response_format_choices[", i, "].schema has ",
+                                                     c.schema.size(), " bytes; at most ",
+                                                     kMaxJsonSchemaBytes, " are allowed"));
     }
     schema_bytes += c.schema.size();
     prefixes.push_back(c.prefix);

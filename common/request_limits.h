@@ -49,7 +49,7 @@ absl::Status ValidateStopCounts(size_t stop_strings, size_t stop_token_ids);
 absl::Status ValidateStopString(size_t index, absl::string_view stop);
 
 // One way a constrained text may begin (api.proto SchemaChoice): `prefix`, then a JSON value
-// `schema` admits (`strict`: OpenAI's json_schema.strict for it).
+// `schema` admits (`strict`: OpenAI's json_schema.strict for it); an empty schema: any text.
 struct SchemaChoice {
   std::string prefix;
   std::string schema;
@@ -116,7 +116,7 @@ absl::Status ValidateSamplingValues(const SamplingValues& values, int32_t vocab_
 // json_object with json_schema, json_after without either (or longer than
 // kMaxJsonAfterBytes), json_schema_strict without json_schema, a schema longer than
 // kMaxJsonSchemaBytes, and json_choices beside json_schema, json_object or json_after, or past
-// the kMaxSchemaChoice* bounds, with an empty prefix or schema, or a prefix that begins another.
+// the kMaxSchemaChoice* bounds, with an empty prefix, or a prefix that begins another.
 // Whether a schema compiles is checked where it is compiled.
 absl::Status ValidateResponseFormat(const SamplingValues& values, bool ignore_eos);
 

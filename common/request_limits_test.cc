@@ -172,9 +172,11 @@ TEST(SamplingValues, SchemaChoiceRules) {
   EXPECT_EQ(ValidateResponseFormat(empty, false).message(),
             "response_format_choices[1].prefix has 0 bytes; it needs 1 to 256");
   empty = v;
-  empty.json_choices[0].schema.clear();
+  empty.json_choices[0].schema.clear();  // the prefix only
+  EXPECT_TRUE(ValidateResponseFormat(empty, false).ok());
+  empty.json_choices[0].schema = std::string(kMaxJsonSchemaBytes + 1, ' ');
   EXPECT_EQ(ValidateResponseFormat(empty, false).message(),
-            "response_format_choices[0].schema has 0 bytes; it needs 1 to 65536");
+            "response_format_choices[0].schema has 65537 bytes; at most 65536 are allowed");
   SamplingValues many = v;
   many.json_choices.clear();
   for (size_t i = 0; i <= kMaxSchemaChoices; ++i) {

@@ -175,6 +175,8 @@ struct ConstraintVocabulary::Impl {
   std::string bytes;
   std::vector<int32_t> eos_ids;
   choice_internal::AddedTokenTexts added_texts;  // how schema choices' prefixes are written
+  // Every token with text and EOS: after a schema choice without a schema.
+  std::shared_ptr<const Mask> any_text_mask;
   std::vector<TrieNode> trie;  // plus a sentinel, whose first_token ends the last range
   std::vector<int32_t> trie_tokens;
   uint32_t max_token_bytes = 0;
@@ -339,6 +341,7 @@ std::shared_ptr<const Mask> ConstraintVocabulary::Impl::ComputeChoiceMask(
       case ChoiceRead::kRefused: continue;
       case ChoiceRead::kOpen: break;
       case ChoiceRead::kChosen: {
+        if (choices.sorted[chosen].schema == nullptr) break;  // any text after the prefix
         const std::optional<std::string> rest =
             choice_internal::BytesOf(std::string_view(text).substr(choices.units[chosen].size()));
         if (!rest.has_value()) continue;  // an added token is never the value's
@@ -417,6 +420,11 @@ absl::StatusOr<std::shared_ptr<const ConstraintVocabulary>> ConstraintVocabulary
     }
   }
   impl->BuildTrie();
+  auto any_text = std::make_shared<Mask>((impl->vocab_size + 63) / 64, 0);
+  for (int32_t t = 0; t < impl->vocab_size; ++t) {
+    if (impl->kinds[t] != Impl::Kind::kNever) (*any_text)[t >> 6] |= uint64_t{1} << (t & 63);
+  }
+  impl->any_text_mask = std::move(any_text);
   return std::shared_ptr<const ConstraintVocabulary>(new ConstraintVocabulary(std::move(impl)));
 }
 
@@ -455,6 +463,7 @@ struct JsonConstraint::State {
   ChoiceSet choices;                 // with choices: in_json once one's prefix is written
   std::string written;               // before that: the units so far (schema_choices.h)
   std::optional<size_t> chosen;      // after: its index as given
+  bool free = false;                 // the chosen one has no schema: any text from here
   std::shared_ptr<const JsonSchema> schema;  // null: JSON mode; with choices, the chosen one's
   JsonState json;                    // once in_json, JSON mode
   SchemaState schema_state;          // once in_json, with a schema
@@ -477,7 +486,9 @@ std::span<const uint64_t> JsonConstraint::AllowedTokens() {
   State& st = *state_;
   if (st.mask == nullptr) {
     const ConstraintVocabulary::Impl& vocab = *vocab_->impl_;
-    if (!st.in_json && !st.choices.sorted.empty()) {
+    if (st.free) {
+      st.mask = vocab.any_text_mask;
+    } else if (!st.in_json && !st.choices.sorted.empty()) {
       st.mask = vocab.ChoiceMaskFor(st.choices, st.written);
     } else if (!st.in_json) {
       st.mask = vocab.FreeMaskFor(st.schema.get(), st.marker, st.progress);
@@ -495,6 +506,7 @@ std::optional<size_t> JsonConstraint::Chosen() const { return state_->chosen; }
 bool JsonConstraint::Complete() const {
   const State& st = *state_;
   if (!st.in_json) return false;
+  if (st.free) return true;
   if (st.schema != nullptr) return schema_internal::CanEnd(st.schema->compiled(), st.schema_state);
   return st.json.lex == Lex::kDone;
 }
@@ -505,6 +517,10 @@ absl::Status JsonConstraint::Advance(int32_t token) {
   if (token < 0 || token >= vocab.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "token ", token, " is outside the vocabulary of ", vocab.vocab_size, " ids"));
+  }
+  if (state_->free) {
+    if (vocab.kinds[token] != Kind::kNever) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("token ", token, " has no text (an empty or unknown token)"));
   }
   if (!state_->in_json && !state_->choices.sorted.empty()) return AdvanceChoosing(token);
   if (!state_->in_json) return AdvanceBeforeMarker(token);
@@ -617,6 +633,13 @@ absl::Status JsonConstraint::AdvanceChoosing(int32_t token) {
       break;
     case ChoiceRead::kChosen: {
       const SchemaChoice& choice = st.choices.sorted[chosen];
+      if (choice.schema == nullptr) {  // any text after the prefix
+        st.chosen = st.choices.given_index[chosen];
+        st.in_json = true;
+        st.free = true;
+        st.written.clear();
+        break;
+      }
       const std::optional<std::string> rest =
           choice_internal::BytesOf(std::string_view(text).substr(st.choices.units[chosen].size()));
       const SchemaWalker walker{choice.schema->compiled()};
@@ -645,6 +668,10 @@ absl::StatusOr<std::vector<SchemaChoice>> CompileSchemaChoices(
     const std::vector<common::SchemaChoice>& choices) {
   std::vector<SchemaChoice> out;
   for (size_t i = 0; i < choices.size(); ++i) {
+    if (choices[i].schema.empty()) {
+      out.push_back(SchemaChoice{choices[i].prefix, nullptr});
+      continue;
+    }
     absl::StatusOr<std::shared_ptr<const JsonSchema>> schema =
         JsonSchema::Get(choices[i].schema, choices[i].strict);
     if (!schema.ok()) {

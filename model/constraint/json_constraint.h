@@ -31,7 +31,9 @@
 // choice's prefix may be drawn, where an added token's text in a prefix (a tool-call separator)
 // is written by that token only, as the tokenizer would encode it (schema_choices.h); a token
 // that completes a prefix may go on with the first bytes of that choice's value. Those masks
-// depend on the text written so far, and are cached per (choice set, text).
+// depend on the text written so far, and are cached per (choice set, text). A choice without a
+// schema holds only its prefix: after it every token with text, and EOS, may be drawn (a DSML
+// tool call's name, whose parameters are not JSON).
 //
 // JsonConstraint is one request's: its phase, marker progress and recognizer state, advanced
 // token by token.
@@ -63,7 +65,7 @@ class Tokenizer;
 class JsonSchema;
 
 // One way a constrained text may begin: `prefix`, byte for byte, then a JSON value `schema`
-// admits.
+// admits; a null schema holds only the prefix (any text after it, EOS any time).
 struct SchemaChoice {
   std::string prefix;
   std::shared_ptr<const JsonSchema> schema;
@@ -71,7 +73,7 @@ struct SchemaChoice {
 
 // The choices of a request (common::SamplingValues::json_choices, validated), their schemas
 // compiled through JsonSchema::Get (the process's cache). INVALID_ARGUMENT naming the choice's
-// index and prefix with the compiler's message.
+// index and prefix with the compiler's message. An empty schema text is a null schema.
 absl::StatusOr<std::vector<SchemaChoice>> CompileSchemaChoices(
     const std::vector<common::SchemaChoice>& choices);
 

@@ -165,6 +165,24 @@ TEST(SchemaChoicesTest, CompilingNamesTheChoiceWhoseSchemaIsRefused) {
               HasSubstr("response_format_choices[1] (prefix \"g:\"): json_schema: keyword \"not\""));
 }
 
+// A choice without a schema holds its prefix only: after it any token with text, and EOS.
+TEST(SchemaChoicesTest, AChoiceWithoutASchemaHoldsOnlyItsPrefix) {
+  const ChoiceVocabulary v = ChoiceVocab();
+  const std::vector<SchemaChoice> choices =
+      CompileSchemaChoices({{"alpha:", "", false}, {"beta</think>", kBetaSchema, true}}).value();
+  ASSERT_EQ(choices[0].schema, nullptr);
+  JsonConstraint c(v.vocab, choices);
+  EXPECT_FALSE(c.Advance(kEos).ok());
+  ASSERT_TRUE(c.Advance(v.Id("alpha")).ok());
+  EXPECT_FALSE(Bit(c.AllowedTokens(), kEos));
+  ASSERT_TRUE(c.Advance(v.Id(":x")).ok()) << "any text after the prefix, in the same token too";
+  EXPECT_EQ(c.Chosen(), 0u);
+  EXPECT_TRUE(c.Complete());
+  const std::vector<int32_t> allowed = AllowedIds(c.AllowedTokens());
+  EXPECT_EQ(allowed.size(), v.tokens.size()) << "every token with text, and EOS";
+  ASSERT_TRUE(FeedIds(c, {'}', kStartThink, '{', kEos}).ok());
+}
+
 // DeepSeek-V3's vocabulary, a forced V3.1 call's choices: the name in BPE tokens, then
 // <｜tool▁sep｜> only as its added token (not "<" and the rest spelled out), then the arguments
 // as the tokenizer encodes them; the cold masks' cost is printed.

@@ -85,7 +85,7 @@ ChoiceSet MakeChoiceSet(std::vector<SchemaChoice> choices, const AddedTokenTexts
   ChoiceSet set;
   for (auto& [units, i] : order) {
     const uint32_t size = static_cast<uint32_t>(choices[i].prefix.size());
-    const uint64_t serial = choices[i].schema->serial();
+    const uint64_t serial = choices[i].schema != nullptr ? choices[i].schema->serial() : 0;
     set.key.append(reinterpret_cast<const char*>(&size), sizeof(size));
     set.key += choices[i].prefix;
     set.key.append(reinterpret_cast<const char*>(&serial), sizeof(serial));

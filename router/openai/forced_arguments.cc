@@ -94,9 +94,21 @@ RequiredCallChoices RequiredCallChoicesFor(
 
 void ConstrainForcedCall(ToolCallFormat format, const ApiRequest& r,
                          const std::vector<std::string>& history_call_ids, v1::SamplingParams* s) {
+  if (s->ignore_eos()) return;
+  const bool named = r.tool_choice == ApiRequest::ToolChoice::kNamed;
   const std::optional<std::string_view> start = ToolCallParser::ArgumentsStart(format);
-  if (!start.has_value() || s->ignore_eos()) return;
-  if (r.tool_choice == ApiRequest::ToolChoice::kNamed) {
+  if (!start.has_value()) {
+    // DSML: its parameters are not JSON, so a named call is what the model writes, and a
+    // "required" one's name is held to the tools' (choices without a schema).
+    if (named || r.tools.size() > common::kMaxSchemaChoices) return;
+    s->set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
+    for (const Json& tool : r.tools) {
+      s->add_response_format_choices()->set_prefix(
+          ToolCallParser::RequiredCallPrefix(format, tool.at("function").value("name", ""), history_call_ids));
+    }
+    return;
+  }
+  if (named) {
     const ForcedArguments arguments = ForcedArgumentsFor(r.tools, r.tool_name);
     if (arguments.schema.has_value()) {
       s->set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
@@ -111,7 +123,7 @@ void ConstrainForcedCall(ToolCallFormat format, const ApiRequest& r,
   }
   const RequiredCallChoices required =
       RequiredCallChoicesFor(r.tools, [&](const std::string& name) {
-        return ToolCallParser::RequiredCallPrefix(format, name, history_call_ids).value();
+        return ToolCallParser::RequiredCallPrefix(format, name, history_call_ids);
       });
   if (!required.why_not.empty()) spdlog::debug("tool_choice \"required\": {}", required.why_not);
   if (required.choices.empty()) {

@@ -12,7 +12,8 @@
 //   required: the model writes the name, so the constraint starts there: one schema choice per
 //             tool (api.proto response_format_choices), its prefix the tool's name and what the
 //             format writes up to the arguments, its schema that tool's `parameters`. The
-//             name is one of the tools' and the arguments match *that* tool's schema.
+//             name is one of the tools' and the arguments match *that* tool's schema (DSML:
+//             the name only; its parameters are not JSON).
 #pragma once
 
 #include <functional>
@@ -63,9 +64,10 @@ RequiredCallChoices RequiredCallChoicesFor(
 // Sets `sampling`'s response format for the forced call of `r` (tool_choice "required" or a
 // named function) in `format`: a named function's arguments from the first token (the prompt
 // ends with its opening and name), "required"'s schema choices from the name on, JSON mode
-// where no schema is enforced (logged at debug level). Nothing for deepseek_v32 (DSML's
-// arguments are not JSON) or with ignore_eos (the value ends with EOS). `history_call_ids`: the
-// request's (kimi_k2's ids count them).
+// where no schema is enforced (logged at debug level). deepseek_v32 (DSML's arguments are not
+// JSON): "required"'s name only, by choices without a schema; nothing for a named call. Nothing
+// with ignore_eos (a constraint ends with EOS). `history_call_ids`: the request's (kimi_k2's ids
+// count them).
 void ConstrainForcedCall(ToolCallFormat format, const ApiRequest& r,
                          const std::vector<std::string>& history_call_ids,
                          v1::SamplingParams* sampling);

@@ -158,7 +158,7 @@ TEST(ForcedArgumentsTest, RequiredHoldsTheNameToTheToolsAndTheArgumentsToThatToo
   for (const ToolCallFormat format : {ToolCallFormat::kDeepseekV3, ToolCallFormat::kDeepseekV31, ToolCallFormat::kKimiK2}) {
     SCOPED_TRACE(ToolCallFormatName(format));
     const auto prefix = [&](const std::string& name) {
-      return ToolCallParser::RequiredCallPrefix(format, name).value();
+      return ToolCallParser::RequiredCallPrefix(format, name);
     };
     const RequiredCallChoices required = RequiredCallChoicesFor(tools, prefix);
     ASSERT_EQ(required.choices.size(), 2u) << required.why_not;
@@ -199,6 +199,48 @@ TEST(ForcedArgumentsTest, RequiredHoldsTheNameToTheToolsAndTheArgumentsToThatToo
       EXPECT_EQ(Json::parse(parser.calls()[0].arguments), Json::parse(arguments));
     }
   }
+}
+
+// DSML's parameters are not JSON: "required" holds the name only (choices without a schema),
+// after which the model writes its parameters freely and may end; a named call is unconstrained.
+TEST(ForcedArgumentsTest, RequiredHoldsADsmlCallsNameOnly) {
+  ApiRequest r;
+  r.endpoint = Endpoint::kChat;
+  r.tools = Json{Tool("get_weather", kWeatherStrict, true), Tool("get_time", kTimeStrict, true)};
+  r.tool_choice = ApiRequest::ToolChoice::kRequired;
+  v1::SamplingParams sent;
+  ConstrainForcedCall(ToolCallFormat::kDeepseekV32, r, {}, &sent);
+  EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  std::vector<common::SchemaChoice> choices;
+  for (const v1::SchemaChoice& c : sent.response_format_choices()) choices.push_back({c.prefix(), c.schema(), c.strict()});
+  EXPECT_EQ(choices, (std::vector<common::SchemaChoice>{{"get_weather\">", "", false}, {"get_time\">", "", false}}));
+
+  const FormatVocab v;
+  const std::vector<model::SchemaChoice> compiled = model::CompileSchemaChoices(choices).value();
+  model::JsonConstraint c(v.vocab, compiled);
+  EXPECT_EQ(FirstRefused(c, v, "get_wind\">\n"), 5u);
+  const std::string dsml = "｜DSML｜";
+  const std::string text = "get_time\">\n<" + dsml + "parameter name=\"zone\" string=\"true\">UTC</" + dsml +
+                           "parameter>\n</" + dsml + "invoke>\n</" + dsml + "function_calls>";
+  c = model::JsonConstraint(v.vocab, compiled);
+  ASSERT_EQ(FirstRefused(c, v, text), std::string::npos);
+  EXPECT_EQ(c.Chosen(), 1u);
+  EXPECT_TRUE(c.Complete());
+  EXPECT_TRUE(c.Advance(v.eos).ok());
+  ToolCallParser parser(ToolCallFormat::kDeepseekV32);
+  parser.Add(ToolCallParser::CallOpening(ToolCallFormat::kDeepseekV32, std::nullopt));
+  parser.Add(text);
+  parser.Finish();
+  ASSERT_EQ(parser.calls().size(), 1u);
+  EXPECT_EQ(parser.calls()[0].name, "get_time");
+  EXPECT_EQ(Json::parse(parser.calls()[0].arguments), Json::parse(R"({"zone":"UTC"})"));
+
+  r.tool_choice = ApiRequest::ToolChoice::kNamed;
+  r.tool_name = "get_time";
+  v1::SamplingParams named;
+  ConstrainForcedCall(ToolCallFormat::kDeepseekV32, r, {}, &named);
+  EXPECT_EQ(named.response_format(), v1::RESPONSE_FORMAT_TEXT);
+  EXPECT_EQ(named.response_format_choices_size(), 0);
 }
 
 }  // namespace

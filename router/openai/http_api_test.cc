@@ -517,19 +517,26 @@ TEST_F(HttpApiTest, ForcedCallsAreHeldToTheToolsSchema) {
     EXPECT_EQ(sent.response_format_choices(1).schema(), R"({"type":"object"})");
   }
 
-  // DSML's arguments are parameters, not JSON: no constraint.
+  // DSML's arguments are parameters, not JSON: a named call is unconstrained, a "required"
+  // one's name held to the tools' (choices without a schema).
   api_.reset();
   api_ = StartApiWith(chat_template::CheckpointChatTemplate{"DeepSeek-V3.2's chat format", std::nullopt});
   ASSERT_NE(api_, nullptr);
   decode_.set_reply("x");
-  for (const std::string& choice : {named_time, std::string("\"required\"")}) {
-    httplib::Result r = Post("/v1/chat/completions", chat(choice, kZoneTool));
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 200) << r->body;
-    EXPECT_EQ(decode_.reserves().back().sampling().response_format(), v1::RESPONSE_FORMAT_TEXT);
-    EXPECT_EQ(decode_.reserves().back().sampling().response_format_schema(), "");
-    EXPECT_EQ(decode_.reserves().back().sampling().response_format_choices_size(), 0);
-  }
+  httplib::Result r = Post("/v1/chat/completions", chat(named_time, kZoneTool));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format(), v1::RESPONSE_FORMAT_TEXT);
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format_schema(), "");
+  EXPECT_EQ(decode_.reserves().back().sampling().response_format_choices_size(), 0);
+  r = Post("/v1/chat/completions", chat("\"required\"", kZoneTool));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const v1::SamplingParams sent = decode_.reserves().back().sampling();
+  EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  ASSERT_EQ(sent.response_format_choices_size(), 1);
+  EXPECT_EQ(sent.response_format_choices(0).prefix(), "get_time\">");
+  EXPECT_EQ(sent.response_format_choices(0).schema(), "");
 }
 
 // A template that writes no tool calls leaves the syntax unknown: tools are refused, saying

@@ -185,7 +185,7 @@ TEST(KimiToolCallsTest, CallOpenings) {
   EXPECT_EQ(ToolCallParser::CallOpening(kKimi, "get_weather", {"functions.get_weather:0", "functions.get_weather:1"}),
             kSectionBegin + kCallBegin + "functions.get_weather:2" + kArgumentBegin);
   // "required": the unnamed opening, then the id a named opening would hold.
-  EXPECT_EQ(kSectionBegin + kCallBegin + ToolCallParser::RequiredCallPrefix(kKimi, "get_weather", history).value(),
+  EXPECT_EQ(kSectionBegin + kCallBegin + ToolCallParser::RequiredCallPrefix(kKimi, "get_weather", history),
             ToolCallParser::CallOpening(kKimi, "get_weather", history));
 
   struct Continuation {

@@ -119,11 +119,11 @@ class ToolCallParser {
   // (kimi_k2: Kimi-K2-Thinking's section begin, both spellings); none for the other formats.
   static std::vector<std::string> ReasoningEndingOpenings(ToolCallFormat format);
   // tool_choice "required": what the model writes after the unnamed CallOpening for a call of
-  // `name`, up to its JSON arguments: the name and ArgumentsStart (kimi_k2: the call's id
-  // "functions.NAME:K", made as a named opening makes it, then <|tool_call_argument_begin|>).
-  // nullopt for deepseek_v32 (no JSON arguments).
-  static std::optional<std::string> RequiredCallPrefix(ToolCallFormat format, const std::string& name,
-                                                       std::vector<std::string> history_call_ids = {});
+  // `name`, up to its arguments: the name and ArgumentsStart (kimi_k2: the call's id
+  // "functions.NAME:K", made as a named opening makes it, then <|tool_call_argument_begin|>;
+  // deepseek_v32: the name and the invoke tag's end, `">`, before DSML's parameters).
+  static std::string RequiredCallPrefix(ToolCallFormat format, const std::string& name,
+                                        std::vector<std::string> history_call_ids = {});
 
  private:
   enum class State {

@@ -249,7 +249,7 @@ TEST(ToolCallParserTest, CallOpenings) {
   // What "required" holds the model to after the unnamed opening: the name, then up to the JSON.
   EXPECT_EQ(ToolCallParser::RequiredCallPrefix(F::kDeepseekV3, "f"), "f\n```json\n");
   EXPECT_EQ(ToolCallParser::RequiredCallPrefix(F::kDeepseekV31, "f"), "f" + kSep);
-  EXPECT_EQ(ToolCallParser::RequiredCallPrefix(F::kDeepseekV32, "f"), std::nullopt);
+  EXPECT_EQ(ToolCallParser::RequiredCallPrefix(F::kDeepseekV32, "f"), "f\">");
 
   struct Continuation {
     F format;

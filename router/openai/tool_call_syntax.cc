@@ -188,10 +188,10 @@ std::vector<std::string> ToolCallParser::ReasoningEndingOpenings(ToolCallFormat 
   return {std::string(kSectionBegin), std::string(kSingularSectionBegin)};
 }
 
-std::optional<std::string> ToolCallParser::RequiredCallPrefix(ToolCallFormat format, const std::string& name,
-                                                              std::vector<std::string> history_call_ids) {
+std::string ToolCallParser::RequiredCallPrefix(ToolCallFormat format, const std::string& name,
+                                               std::vector<std::string> history_call_ids) {
   const std::optional<std::string_view> start = ArgumentsStart(format);
-  if (!start.has_value()) return std::nullopt;
+  if (!start.has_value()) return Concat({name, kTagEnd});  // DSML: the invoke tag's end
   if (format == ToolCallFormat::kKimiK2) {
     return Concat({KimiCallIds(std::move(history_call_ids)).Take(name, ""), *start});
   }
