@@ -447,8 +447,9 @@ TEST_F(HttpApiTest, NamedToolChoiceOpensTheCall) {
 }
 
 // A forced call's arguments are held to the tool's parameters schema: the named function's
-// (with its strict), for "required" anyOf over the tools' (strict when all are); a schema the
-// compiler refuses falls back to one JSON object and the request is served; DSML stays free.
+// (with its strict) from the first token; for "required" one schema choice per tool, its name
+// and separator then its own schema (with its strict); a schema the compiler refuses falls back
+// to one JSON object for that tool and the request is served; DSML: "required"'s name only.
 TEST_F(HttpApiTest, ForcedCallsAreHeldToTheToolsSchema) {
   constexpr char kZoneTool[] =
       R"({"type": "function", "function": {"name": "get_time", "strict": true,
