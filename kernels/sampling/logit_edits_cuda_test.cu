@@ -186,8 +186,7 @@ Outcome RunCuda(const Knobs& k, DrawPath path = {}) {
   auto d_mask_rows = testing::ToDevice(k.mask_rows), d_masks = testing::ToDevice(k.masks);
   auto d_bias_cu = testing::ToDevice(k.bias_cu), d_bias_ids = testing::ToDevice(k.bias_ids);
   auto d_bias = testing::ToDevice(k.bias);
-  auto d_token_cu = testing::ToDevice(k.token_cu), d_token_ids = testing::ToDevice(k.token_ids);
-  auto d_counts = testing::ToDevice(k.counts);
+  auto d_token_cu = testing::ToDevice(k.token_cu);
   auto d_rep = testing::ToDevice(k.repetition), d_pres = testing::ToDevice(k.presence);
   auto d_freq = testing::ToDevice(k.frequency);
   auto d_t = testing::ToDevice(k.temperature), d_k = testing::ToDevice(k.top_k);
@@ -197,6 +196,17 @@ Outcome RunCuda(const Knobs& k, DrawPath path = {}) {
   auto d_out = testing::ToDevice(std::vector<LogprobEntry>(static_cast<size_t>(std::max(rows, 1)) * kStride,
                                                            LogprobEntry{-7, testing::kPoison}));
   testing::DeviceBuffer ws(SamplingWorkspaceBytes(k.batch, k.vocab));
+  // model::SamplingStep's layout: the penalty lists (ids, then counts) at the start of the
+  // sampling workspace, which the sort path's prepare kernel overwrites; the edits must have
+  // read them by then (stream order, PDL's wait before any access).
+  const size_t list_bytes = k.token_ids.size() * sizeof(int32_t);
+  EXPECT_LE(2 * list_bytes, ws.bytes());
+  int32_t* token_ids = ws.as<int32_t>();
+  int32_t* counts = reinterpret_cast<int32_t*>(ws.as<char>() + list_bytes);
+  if (list_bytes > 0) {
+    EXPECT_EQ(cudaMemcpy(token_ids, k.token_ids.data(), list_bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(counts, k.counts.data(), list_bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  }
   float* logits = d_l.as<float>();
   auto ok = [](const absl::Status& s) { EXPECT_TRUE(s.ok()) << s; };
   ok(CopyLogitRows(CopyLogitRowsParams{rows, k.vocab, logits, d_lp_rows.as<int32_t>(), d_raw.as<float>()}, kCuda));
@@ -208,12 +218,11 @@ Outcome RunCuda(const Knobs& k, DrawPath path = {}) {
   }
   if (k.any_repetition) {
     ok(ApplyRepetitionPenalty(RepetitionPenaltyParams{k.batch, k.vocab, logits, d_rep.as<float>(),
-                                                      d_token_ids.as<int32_t>(), d_token_cu.as<int32_t>()}, kCuda));
+                                                      token_ids, d_token_cu.as<int32_t>()}, kCuda));
   }
   if (k.any_occurrence) {
     ok(ApplyOccurrencePenalties(OccurrencePenaltyParams{k.batch, k.vocab, logits, d_pres.as<float>(), d_freq.as<float>(),
-                                                        d_token_ids.as<int32_t>(), d_counts.as<int32_t>(),
-                                                        d_token_cu.as<int32_t>()}, kCuda));
+                                                        token_ids, counts, d_token_cu.as<int32_t>()}, kCuda));
   }
   SamplingParams g;
   g.batch = k.batch; g.vocab = k.vocab; g.logits = logits; g.temperature = d_t.as<float>();
@@ -279,8 +288,11 @@ TEST_P(LogitEditsCudaTest, EditsDrawsAndLogprobsMatchCpu) {
   ExpectBitEqual(got.edited, want.edited, vocab);
   EXPECT_EQ(got.ids, want.ids);
   ExpectSameLogprobs(got.logprobs, want.logprobs, k.top_n, vocab);
-  // Each draw path over the edited logits.
-  EXPECT_EQ(RunCuda(k, {DrawPath::kSort}).ids, want.ids) << "sort";
+  // Each draw path over the edited logits. The sort path writes the workspace that holds the
+  // penalty lists: its edited logits too must be the CPU's.
+  const Outcome sorted = RunCuda(k, {DrawPath::kSort});
+  EXPECT_EQ(sorted.ids, want.ids) << "sort";
+  ExpectBitEqual(sorted.edited, want.edited, vocab);
   for (int ctas = 1; ctas <= 16; ctas *= 2) {
     if (!sampling_cuda::ClusterCanRun(vocab, ctas)) continue;
     EXPECT_EQ(RunCuda(k, {DrawPath::kCluster, ctas}).ids, want.ids) << ctas << " CTAs a row";
