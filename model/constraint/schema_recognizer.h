@@ -12,7 +12,7 @@
 // level were pushed at the same byte, and equal frames have the same readings above them. A
 // level therefore holds at most one frame per schema node, and the state grows with the width
 // of the unions, not with the product of their nestings. The byte `b` is allowed when some
-// reading takes it.
+// reading takes it; what a byte does to one reading is schema_stepper.h's.
 //
 // Layout: a header frame (node = levels, flags = some reading is complete, phase = 1 for the
 // chain layout). Chain layout, when every level holds one frame (one reading: most of the
