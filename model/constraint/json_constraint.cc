@@ -520,7 +520,8 @@ absl::Status JsonConstraint::Advance(int32_t token) {
   }
   if (state_->free) {
     if (vocab.kinds[token] != Kind::kNever) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat("token ", token, " has no text (an empty or unknown token)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("token ", token, " has no text (an empty or unknown token)"));
   }
   if (!state_->in_json && !state_->choices.sorted.empty()) return AdvanceChoosing(token);
   if (!state_->in_json) return AdvanceBeforeMarker(token);

@@ -141,7 +141,9 @@ int Main(int argc, char** argv) {
     }
     for (const auto& [prefix, flag] : response_choices) {
       absl::StatusOr<std::string> schema = model::SchemaFromFlag(flag);
-      if (!schema.ok()) throw CLI::ValidationError("--response-choice", std::string(schema.status().message()));
+      if (!schema.ok()) {
+        throw CLI::ValidationError("--response-choice", std::string(schema.status().message()));
+      }
       gen.json_choices.push_back({prefix, *schema, false});
     }
     if (!response_schema.empty()) {

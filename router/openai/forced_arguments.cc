@@ -103,8 +103,9 @@ void ConstrainForcedCall(ToolCallFormat format, const ApiRequest& r,
     if (named || r.tools.size() > common::kMaxSchemaChoices) return;
     s->set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
     for (const Json& tool : r.tools) {
+      const std::string name = tool.at("function").value("name", "");
       s->add_response_format_choices()->set_prefix(
-          ToolCallParser::RequiredCallPrefix(format, tool.at("function").value("name", ""), history_call_ids));
+          ToolCallParser::RequiredCallPrefix(format, name, history_call_ids));
     }
     return;
   }

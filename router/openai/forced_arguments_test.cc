@@ -84,7 +84,8 @@ TEST(ForcedArgumentsTest, FallsBackToOneJsonObjectSayingWhy) {
   ForcedArguments with_ref = ForcedArgumentsFor(Json{Tool("f", kWithRef)}, "f");
   ASSERT_TRUE(with_ref.schema.has_value()) << with_ref.why_not_schema;
   EXPECT_EQ(*with_ref.schema, kWithRef);
-  const RequiredCallChoices required_ref = RequiredCallChoicesFor(Json{Tool("f", kWithRef), Tool("g", kTime)}, Prefix);
+  const RequiredCallChoices required_ref =
+      RequiredCallChoicesFor(Json{Tool("f", kWithRef), Tool("g", kTime)}, Prefix);
   EXPECT_EQ(required_ref.why_not, "");
   EXPECT_EQ(required_ref.choices[0].schema, kWithRef);
   // Over model::kMaxSchemaBytes.
@@ -101,7 +102,9 @@ TEST(ForcedArgumentsTest, FallsBackToOneJsonObjectSayingWhy) {
   EXPECT_TRUE(too_big.choices.empty());
   EXPECT_THAT(too_big.why_not, HasSubstr("bytes together; at most 262144 are enforced"));
   Json tools = Json::array();
-  for (size_t i = 0; i <= common::kMaxSchemaChoices; ++i) tools.push_back(Tool("f" + std::to_string(i), kTime));
+  for (size_t i = 0; i <= common::kMaxSchemaChoices; ++i) {
+    tools.push_back(Tool("f" + std::to_string(i), kTime));
+  }
   const RequiredCallChoices too_many = RequiredCallChoicesFor(tools, Prefix);
   EXPECT_TRUE(too_many.choices.empty());
   EXPECT_EQ(too_many.why_not, "the request has 129 tools; at most 128 are told apart");
@@ -155,7 +158,8 @@ size_t FirstRefused(model::JsonConstraint& c, const FormatVocab& v, std::string_
 TEST(ForcedArgumentsTest, RequiredHoldsTheNameToTheToolsAndTheArgumentsToThatToolsSchema) {
   const FormatVocab v;
   const Json tools = {Tool("get_weather", kWeatherStrict, true), Tool("get_time", kTimeStrict, true)};
-  for (const ToolCallFormat format : {ToolCallFormat::kDeepseekV3, ToolCallFormat::kDeepseekV31, ToolCallFormat::kKimiK2}) {
+  for (const ToolCallFormat format :
+       {ToolCallFormat::kDeepseekV3, ToolCallFormat::kDeepseekV31, ToolCallFormat::kKimiK2}) {
     SCOPED_TRACE(ToolCallFormatName(format));
     const auto prefix = [&](const std::string& name) {
       return ToolCallParser::RequiredCallPrefix(format, name);
@@ -212,8 +216,11 @@ TEST(ForcedArgumentsTest, RequiredHoldsADsmlCallsNameOnly) {
   ConstrainForcedCall(ToolCallFormat::kDeepseekV32, r, {}, &sent);
   EXPECT_EQ(sent.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
   std::vector<common::SchemaChoice> choices;
-  for (const v1::SchemaChoice& c : sent.response_format_choices()) choices.push_back({c.prefix(), c.schema(), c.strict()});
-  EXPECT_EQ(choices, (std::vector<common::SchemaChoice>{{"get_weather\">", "", false}, {"get_time\">", "", false}}));
+  for (const v1::SchemaChoice& c : sent.response_format_choices()) {
+    choices.push_back({c.prefix(), c.schema(), c.strict()});
+  }
+  EXPECT_EQ(choices, (std::vector<common::SchemaChoice>{{"get_weather\">", "", false},
+                                                        {"get_time\">", "", false}}));
 
   const FormatVocab v;
   const std::vector<model::SchemaChoice> compiled = model::CompileSchemaChoices(choices).value();

@@ -261,7 +261,9 @@ TEST_F(HttpApiKimiTest, ThinkingOutputIsReasoningContent) {
       for (const Json& e : j) {
         if (e["choices"].empty()) continue;
         const Json& delta = e["choices"][0]["delta"];
-        if (delta.contains("reasoning_content") && delta["reasoning_content"].is_string()) reasoning += delta["reasoning_content"];
+        if (delta.contains("reasoning_content") && delta["reasoning_content"].is_string()) {
+          reasoning += delta["reasoning_content"];
+        }
         if (delta.contains("content") && delta["content"].is_string()) content += delta["content"];
         if (delta.contains("tool_calls")) {
           name += delta["tool_calls"][0]["function"].value("name", "");

@@ -272,7 +272,8 @@ constexpr char kMoodSchema[] = R"({"enum": ["calm", "busy"]})";
 v1::GenerateRequest ChoicesRequest(const std::string& text, int max_new_tokens) {
   v1::GenerateRequest r = JsonRequest(text, max_new_tokens);
   r.mutable_sampling()->set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
-  for (const auto& [prefix, schema] : {std::pair{"count:", kCountSchema}, std::pair{"mood:", kMoodSchema}}) {
+  for (const auto& [prefix, schema] :
+       {std::pair{"count:", kCountSchema}, std::pair{"mood:", kMoodSchema}}) {
     v1::SchemaChoice* c = r.mutable_sampling()->add_response_format_choices();
     c->set_prefix(prefix);
     c->set_schema(schema);
@@ -285,7 +286,8 @@ v1::GenerateRequest ChoicesRequest(const std::string& text, int max_new_tokens) 
 std::string ExpectChoiceText(const GenerateResult& r, const std::string& what) {
   EXPECT_TRUE(r.status.ok()) << what << ": " << r.status.error_message();
   if (!r.status.ok() || !r.complete.has_value()) return "";
-  for (const auto& [prefix, schema_text] : {std::pair{"count:", kCountSchema}, std::pair{"mood:", kMoodSchema}}) {
+  for (const auto& [prefix, schema_text] :
+       {std::pair{"count:", kCountSchema}, std::pair{"mood:", kMoodSchema}}) {
     if (!r.text.starts_with(prefix)) continue;
     const auto schema = model::JsonSchema::Compile(schema_text, false).value();
     const std::string value = r.text.substr(std::string(prefix).size());

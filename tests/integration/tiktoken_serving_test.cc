@@ -219,7 +219,8 @@ TEST(TiktokenChatTemplate, ClusterServesForcedKimiToolCalls) {
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   for (int32_t id = 0; id < (*tokenizer)->vocab_size(); ++id) {
     auto bytes = (*tokenizer)->TokenBytes(id, /*skip_special_tokens=*/false);
-    if (bytes.has_value() && !bytes->empty() && bytes->find_first_not_of(" \t\n\r") == std::string_view::npos) {
+    if (bytes.has_value() && !bytes->empty() &&
+        bytes->find_first_not_of(" \t\n\r") == std::string_view::npos) {
       required["logit_bias"][std::to_string(id)] = -100;
     }
   }
