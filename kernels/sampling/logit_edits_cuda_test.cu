@@ -369,5 +369,61 @@ TEST(LogprobsCudaTest, TiesZerosAndSmallVocabulariesMatchCpuOnEveryRun) {
   }
 }
 
+// Every top-n from 0 to kMaxLogprobsTop on rows that stress the kernel's merge: the top 20 all in
+// one thread's keys (ids 5 + 512 j: a 512-thread block's thread 5 reads them all), all in one
+// warp's lanes, ascending ids (one a thread), every logit equal (ids in order), -0 / +0 ties and
+// random ones; vocabularies from 1 token up, around the warp and block widths, and one holding
+// 20 tokens a thread. Each row's ids and order must be the CPU's.
+TEST(LogprobsCudaTest, EveryTopNOnConcentratedRowsMatchesCpu) {
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (const int vocab : {1, 2, 3, 20, 21, 33, 513, 12000}) {
+    SCOPED_TRACE(::testing::Message() << "vocab=" << vocab);
+    std::vector<std::vector<float>> kinds;
+    kinds.emplace_back(vocab, -1.5f);
+    std::vector<float> x(vocab);
+    for (float& v : x) v = unit(rng);
+    for (int j = 0; j < kMaxLogprobsTop && 5 + 512 * j < vocab; ++j) x[5 + 512 * j] = 10.0f + j;
+    kinds.push_back(x);
+    for (float& v : x) v = unit(rng);
+    for (int j = 0; j < kMaxLogprobsTop && 32 + j < vocab; ++j) x[32 + j] = 10.0f + j;
+    kinds.push_back(x);
+    for (int i = 0; i < vocab; ++i) x[i] = -static_cast<float>(i);
+    kinds.push_back(x);
+    for (int i = 0; i < vocab; ++i) x[i] = i % 2 == 1 ? -0.0f : 0.0f;
+    kinds.push_back(x);
+    for (float& v : x) v = std::normal_distribution<float>(0.0f, 3.0f)(rng);
+    kinds.push_back(x);
+    const int per_n = static_cast<int>(kinds.size()), n_values = kMaxLogprobsTop + 1;
+    const int rows = per_n * n_values;
+    std::vector<float> logits;
+    std::vector<int32_t> top_n, row_ids(rows), tokens(rows);
+    for (int n = 0; n < n_values; ++n) {
+      for (const std::vector<float>& k : kinds) {
+        logits.insert(logits.end(), k.begin(), k.end());
+        top_n.push_back(n);
+      }
+    }
+    for (int r = 0; r < rows; ++r) {
+      row_ids[r] = rows - 1 - r;
+      tokens[r] = static_cast<int32_t>(rng() % vocab);
+    }
+    std::vector<LogprobEntry> want(static_cast<size_t>(rows) * kStride, LogprobEntry{-7, testing::kPoison});
+    LogprobsParams p{rows, rows, vocab, kStride, logits.data(), tokens.data(), row_ids.data(), top_n.data(),
+                     want.data()};
+    ASSERT_TRUE(ComputeLogprobs(p, kCpu).ok());
+    auto d_l = testing::ToDevice(logits), d_t = testing::ToDevice(tokens), d_r = testing::ToDevice(row_ids);
+    auto d_n = testing::ToDevice(top_n);
+    auto d_out = testing::ToDevice(std::vector<LogprobEntry>(want.size(), LogprobEntry{-7, testing::kPoison}));
+    LogprobsParams g{rows, rows, vocab, kStride, d_l.as<float>(), d_t.as<int32_t>(), d_r.as<int32_t>(),
+                     d_n.as<int32_t>(), d_out.as<LogprobEntry>()};
+    ASSERT_TRUE(ComputeLogprobs(g, kCuda).ok());
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    ExpectSameLogprobs(testing::ToHost<LogprobEntry>(d_out, want.size()), want, top_n, vocab);
+  }
+}
+
 }  // namespace
 }  // namespace mlaserve::kernels
