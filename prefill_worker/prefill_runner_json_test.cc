@@ -256,7 +256,8 @@ TEST(PrefillJsonConversionTest, PrefillRequestWithASchema) {
   req.mutable_kv_session()->set_num_pages(1);
   req.mutable_sampling()->set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
   EXPECT_EQ(ToPrefillJob(req, bounds).status().message(),
-            "response_format JSON_SCHEMA needs response_format_schema (the JSON Schema)");
+            "response_format JSON_SCHEMA needs response_format_schema (the JSON Schema) or "
+            "response_format_choices");
   req.mutable_sampling()->set_response_format_schema(R"({"type": "string"})");
   req.mutable_sampling()->set_response_format_schema_strict(true);
   auto job = ToPrefillJob(req, bounds);
@@ -271,7 +272,8 @@ TEST(PrefillJsonConversionTest, PrefillRequestWithASchema) {
   EXPECT_EQ(s.message(), "json_schema: keyword \"not\" is not supported (at #/not)");
   req.mutable_sampling()->set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
   EXPECT_EQ(ToPrefillJob(req, bounds).status().message(),
-            "response_format_schema is set without response_format JSON_SCHEMA");
+            "response_format_schema / response_format_choices is set without response_format "
+            "JSON_SCHEMA");
 }
 
 }  // namespace
