@@ -207,34 +207,41 @@ Outcome RunCuda(const Knobs& k, DrawPath path = {}) {
     EXPECT_EQ(cudaMemcpy(token_ids, k.token_ids.data(), list_bytes, cudaMemcpyHostToDevice), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(counts, k.counts.data(), list_bytes, cudaMemcpyHostToDevice), cudaSuccess);
   }
+  // A stream of its own, as the engine's: PDL's programmatic serialization applies between its
+  // kernels (the edits' reads of the lists, then the sort path's writes over them).
+  cudaStream_t stream = nullptr;
+  EXPECT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the uploads above, on the legacy stream
+  const KernelContext cuda{Backend::kCuda, stream};
   float* logits = d_l.as<float>();
   auto ok = [](const absl::Status& s) { EXPECT_TRUE(s.ok()) << s; };
-  ok(CopyLogitRows(CopyLogitRowsParams{rows, k.vocab, logits, d_lp_rows.as<int32_t>(), d_raw.as<float>()}, kCuda));
+  ok(CopyLogitRows(CopyLogitRowsParams{rows, k.vocab, logits, d_lp_rows.as<int32_t>(), d_raw.as<float>()}, cuda));
   ok(ApplyTokenMask(TokenMaskParams{k.batch, k.vocab, static_cast<int>(k.mask_rows.size()), logits,
-                                    d_masks.as<uint64_t>(), d_mask_rows.as<int32_t>()}, kCuda));
+                                    d_masks.as<uint64_t>(), d_mask_rows.as<int32_t>()}, cuda));
   if (k.any_bias) {
     ok(ApplyLogitBias(LogitBiasParams{k.batch, k.vocab, logits, d_bias_ids.as<int32_t>(), d_bias.as<float>(),
-                                      d_bias_cu.as<int32_t>()}, kCuda));
+                                      d_bias_cu.as<int32_t>()}, cuda));
   }
   if (k.any_repetition) {
     ok(ApplyRepetitionPenalty(RepetitionPenaltyParams{k.batch, k.vocab, logits, d_rep.as<float>(),
-                                                      token_ids, d_token_cu.as<int32_t>()}, kCuda));
+                                                      token_ids, d_token_cu.as<int32_t>()}, cuda));
   }
   if (k.any_occurrence) {
     ok(ApplyOccurrencePenalties(OccurrencePenaltyParams{k.batch, k.vocab, logits, d_pres.as<float>(), d_freq.as<float>(),
-                                                        token_ids, counts, d_token_cu.as<int32_t>()}, kCuda));
+                                                        token_ids, counts, d_token_cu.as<int32_t>()}, cuda));
   }
   SamplingParams g;
   g.batch = k.batch; g.vocab = k.vocab; g.logits = logits; g.temperature = d_t.as<float>();
   g.top_k = d_k.as<int32_t>(); g.top_p = d_p.as<float>(); g.min_p = d_m.as<float>();
   g.seed = d_s.as<uint64_t>(); g.step = d_st.as<uint64_t>(); g.out_ids = d_ids.as<int32_t>();
   g.workspace = ws.get();
-  ok(path.kind == DrawPath::kSort      ? sampling_cuda::SampleBySort(g, nullptr)
-     : path.kind == DrawPath::kCluster ? sampling_cuda::SampleByCluster(g, path.ctas, nullptr)
-                                       : Sample(g, kCuda));
+  ok(path.kind == DrawPath::kSort      ? sampling_cuda::SampleBySort(g, stream)
+     : path.kind == DrawPath::kCluster ? sampling_cuda::SampleByCluster(g, path.ctas, stream)
+                                       : Sample(g, cuda));
   ok(ComputeLogprobs(LogprobsParams{k.batch, rows, k.vocab, kStride, d_raw.as<float>(), d_ids.as<int32_t>(),
-                                    d_lp_rows.as<int32_t>(), d_top_n.as<int32_t>(), d_out.as<LogprobEntry>()}, kCuda));
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                                    d_lp_rows.as<int32_t>(), d_top_n.as<int32_t>(), d_out.as<LogprobEntry>()}, cuda));
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   Outcome o;
   o.edited = testing::ToHost<float>(d_l, k.logits.size());
   o.ids = testing::ToHost<int32_t>(d_ids, k.batch);
