@@ -8,9 +8,10 @@
 // and item counts, strings (plain, length-bounded in code points, or an automaton for pattern /
 // format, schema_dfa.h), numbers, integers (optionally bounded), literals (enum / const /
 // boolean / null as canonical JSON texts) and unions (anyOf, oneOf, a list of types). The
-// recognizer's state (schema_recognizer.h) is a small set of deterministic stacks, one per way
-// the text can still be read (an anyOf whose alternatives agree so far keeps both alive), so the
-// tokens allowed are the union over every reading still alive, not the first alternative's.
+// recognizer's state (schema_recognizer.h) holds every way the text can still be read (an anyOf
+// whose alternatives agree so far keeps both alive) as a graph of deterministic stacks sharing
+// their equal frames, so the tokens allowed are the union over every reading still alive, not
+// the first alternative's, and nested unions do not multiply the state.
 //
 // What is accepted, refused and how the text is written (key order, whitespace, strict) is
 // docs/api.md's "Structured outputs"; every keyword we do not enforce is refused with
