@@ -25,9 +25,11 @@ namespace {
 
 using json_internal::kMaxDepth;
 
+// Ignored, as JSON Schema validators ignore them. `discriminator` is OpenAPI's (Pydantic emits it
+// beside a tagged union's oneOf): each alternative's `const` on the tag already decides.
 const std::set<std::string, std::less<>> kAnnotations = {
     "title", "description", "default", "examples", "$schema", "$id", "$comment",
-    "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
+    "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "discriminator"};
 const std::set<std::string, std::less<>> kConstraintKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems",
     "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",

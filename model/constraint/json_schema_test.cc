@@ -291,6 +291,26 @@ TEST(JsonSchemaTest, RefusedKeywordsNameThePointer) {
               HasSubstr("nests deeper"));
 }
 
+// Pydantic's tagged union (Field(discriminator="kind")): oneOf with an OpenAPI discriminator
+// beside it, which validators ignore; the tag's const in each alternative does the choosing.
+TEST(JsonSchemaTest, PydanticDiscriminatedUnionCompilesAndTheTagChooses) {
+  auto schema = JsonSchema::Compile(R"({
+    "$defs": {
+      "Cat": {"properties": {"kind": {"const": "cat", "type": "string"}, "lives": {"type": "integer"}},
+              "required": ["kind", "lives"], "type": "object", "additionalProperties": false},
+      "Dog": {"properties": {"kind": {"const": "dog", "type": "string"}, "good": {"type": "boolean"}},
+              "required": ["kind", "good"], "type": "object", "additionalProperties": false}},
+    "properties": {"pet": {"discriminator": {"mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"},
+                                             "propertyName": "kind"},
+                           "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]}},
+    "required": ["pet"], "type": "object", "additionalProperties": false})", false);
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_TRUE(Read(**schema, R"({"pet": {"kind": "dog", "good": true}})").complete);
+  EXPECT_TRUE(Read(**schema, R"({"pet": {"kind": "cat", "lives": 9}})").complete);
+  const std::string wrong = R"({"pet": {"kind": "cat", "good")";
+  EXPECT_LT(Read(**schema, wrong).taken, wrong.size());  // a cat has no "good"
+}
+
 TEST(JsonSchemaTest, CacheSharesCompiledSchemas) {
   auto a = JsonSchema::Get(R"({"type": "string"})", false).value();
   auto b = JsonSchema::Get(R"({"type": "string"})", false).value();
