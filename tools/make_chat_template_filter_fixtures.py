@@ -201,6 +201,12 @@ add("markup-center-escaped-fill", "{{ ('ab'|safe).center(4, '&') }}")
 add("iterator-partial", "{% set g = nums|select('odd') %}{{ g|first }}{{ g|list|tojson }}{% set h = nums|map('string') %}{{ '1' in h }}{{ h|list|tojson }}{{ range(3)|reverse|list|tojson }}{% set r = nums|reverse %}{{ r|list|length }}{{ r|list|length }}")
 add("misc-values", "{{ {'a': 1} == {'a': 1} }}{{ {'a': 1} == {'a': 1.0, 'b': 2} }}{{ messages|map(attribute='content')|select('string')|map('length')|list|tojson }}{{ nested.keys() == nested.keys() }}{{ strftime_now('%c|%x|%X|%D|%G-W%V-%u') }}")
 
+# ---- transformers' {% generation %} block (AssistantTracker): the body rendered in place ----
+add("generation", "{%- for m in messages %}{%- if m.role == 'assistant' %}{%- generation -%}\n  [{{ loop.index }}:{{ m.content or 'calls' }}]{% set inner = 1 %}{{ outer }}\n{%- endgeneration %}{{ inner is defined }}{% endif %}{% set outer = 'o' %}{% endfor %}|{% generation: %}{{ varargs|length }}{{ kwargs|tojson }}{% endgeneration %}")
+add("generation-break", "{% for x in nums %}{% generation %}{% break %}{% endgeneration %}{% endfor %}")
+add("generation-caller", "{% generation %}{{ caller() }}{% endgeneration %}")
+add("generation-unclosed", "{% generation %}x{% endfor %}")
+
 # ---- real templates' idioms ----
 add("llama3-date", "{%- if not date_string is defined %}\n    {%- if strftime_now is defined %}\n        {%- set date_string = strftime_now(\"%d %b %Y\") %}\n    {%- else %}\n        {%- set date_string = \"26 Jul 2024\" %}\n    {%- endif %}\n{%- endif %}\n{{- \"Cutting Knowledge Date: December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n{{- \"Tools: \" + ['brave_search', 'code_interpreter', 'wolfram_alpha'] | reject('equalto', 'code_interpreter') | join(\", \") + \"\\n\\n\"}}\n{%- for t in tools %}{{ t | tojson(indent=4) }}{{ \"\\n\\n\" }}{%- endfor %}{%- for arg_name, arg_val in messages[2].tool_calls[0].function.arguments | items %}{{ arg_name + '=\"' + arg_val + '\"' }}{% if not loop.last %}, {% endif %}{% endfor %}")
 add("llama3-date-given", "{%- if not date_string is defined %}{%- set date_string = strftime_now(\"%d %b %Y\") %}{%- endif %}Today Date: {{ date_string }}", date_string="01 Jan 2025")

@@ -65,6 +65,9 @@ struct Stmt {
     kSetBlock,   // {% set target [| filters] %}bodies[0]{% endset %}
     kMacro,      // {% macro name(params) %}bodies[0]{% endmacro %}
     kCallBlock,  // {% call(params) expr %}bodies[0]{% endcall %}: bodies[0] is `caller`
+    // transformers' {% generation %}bodies[0]{% endgeneration %} (its AssistantTracker
+    // extension): a call block whose body is called at once, with no arguments, and printed.
+    kGeneration,
     kBreak,
     kContinue,
   };
@@ -77,12 +80,14 @@ struct Stmt {
   // kIf: one condition per branch (if, elif...); bodies has one more entry when there is
   // an else. kFor: the loop filter (`for x in xs if cond`), when there is one.
   std::vector<ExprPtr> conditions;
-  // kIf branches; kFor: [body] or [body, else body]; kSetBlock, kMacro, kCallBlock: [body].
+  // kIf branches; kFor: [body] or [body, else body]; kSetBlock, kMacro, kCallBlock,
+  // kGeneration: [body].
   std::vector<Body> bodies;
   // kFor: loop variable(s); kSet, kSetBlock: [name] or [namespace name, attribute].
   std::vector<std::string> targets;
 
-  // kMacro, kCallBlock: the macro's name ("caller" for a call block's body), its parameters,
+  // kMacro, kCallBlock, kGeneration: the macro's name ("caller" for a call block's or a
+  // generation block's body), its parameters,
   // and which of Jinja's implicit parameters its body reads: Jinja passes extra positional
   // arguments as `varargs`, extra keyword arguments as `kwargs` and a call block's body as
   // `caller` only to a macro whose body reads that name before assigning it.

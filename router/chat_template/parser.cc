@@ -136,6 +136,8 @@ class Parser {
         ASSIGN_OR_RETURN(s, ParseMacro(t.line));
       } else if (keyword == "call") {
         ASSIGN_OR_RETURN(s, ParseCallBlock(t.line));
+      } else if (keyword == "generation") {
+        ASSIGN_OR_RETURN(s, ParseGeneration(t.line));
       } else if (keyword == "break" || keyword == "continue") {
         if (loop_depth_ == 0) return Error(absl::StrCat("'", keyword, "' outside a for loop"));
         s = NewStmt(keyword == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue, t.line);
@@ -269,6 +271,18 @@ class Parser {
     }
     RETURN_IF_ERROR(ExpectBlockEnd());
     RETURN_IF_ERROR(ParseScopedBody(s.get(), "endcall", /*is_macro=*/true));
+    return s;
+  }
+
+  // transformers' {% generation %}body{% endgeneration %}: its AssistantTracker parses the
+  // body as a call block's (a macro called `caller`, a scope of its own) and renders it in
+  // place; where the body lies in the output (the assistant mask) is not asked of us.
+  absl::StatusOr<std::unique_ptr<Stmt>> ParseGeneration(int line) {
+    auto s = NewStmt(Stmt::Kind::kGeneration, line);
+    s->macro_name = "caller";
+    if (IsOp(":")) ++pos_;  // Jinja's parse_statements skips a colon before the block end
+    RETURN_IF_ERROR(ExpectBlockEnd());
+    RETURN_IF_ERROR(ParseScopedBody(s.get(), "endgeneration", /*is_macro=*/true));
     return s;
   }
 

@@ -5,7 +5,8 @@
 // Statements: if / elif / else, for (one name or a pair; loop.*, else, break, continue, a
 // loop filter `for x in xs if cond`), set (name or namespace attribute, `set x = a, b` as a
 // tuple; block set with filters), macro (positional parameters with defaults), call blocks
-// (`{% call(params) m(args) %}`, the body as `caller`).
+// (`{% call(params) m(args) %}`, the body as `caller`), transformers' `{% generation %}`
+// blocks (the body rendered in place, in a scope of its own).
 // Expressions: literals (strings with Python escapes, ints, floats, true/false/none, lists,
 // tuples, dicts), names, `.attr`, `[index]`, `[a:b:c]`, calls of the global functions (range,
 // dict, namespace, cycler, joiner, raise_exception, strftime_now), of the template's macros,

@@ -150,6 +150,14 @@ class Renderer {
         out_ += result->as_string();
         return Flow::kNormal;
       }
+      case Stmt::Kind::kGeneration: {
+        // AssistantTracker's _generation_support: `caller()`, returned as the block's output.
+        const Macro body{"caller", &s, scope_};
+        absl::StatusOr<Value> result = CallMacro(body, {}, {}, /*caller=*/nullptr);
+        if (!result.ok()) return AtUnlessLocated(s.line, result.status());
+        out_ += result->as_string();
+        return Flow::kNormal;
+      }
       case Stmt::Kind::kBreak:
         return Flow::kBreak;
       case Stmt::Kind::kContinue:

@@ -76,6 +76,7 @@ std::optional<bool> FirstMention(const Stmt& s, std::string_view name) {
     case Stmt::Kind::kMacro:
       return FirstMention(s.params, s.bodies[0], name);
     case Stmt::Kind::kCallBlock:
+    case Stmt::Kind::kGeneration:
       if (std::optional<bool> r = FirstMention(s.expr.get(), name)) return r;
       return FirstMention(s.params, s.bodies[0], name);
   }
@@ -131,6 +132,7 @@ class ScopeNames {
         case Stmt::Kind::kText:
         case Stmt::Kind::kBreak:
         case Stmt::Kind::kContinue:
+        case Stmt::Kind::kGeneration:  // a scope of its own that reads nothing here
           break;
       }
     }
@@ -190,7 +192,8 @@ void AnalyzeNested(Body& body, const std::set<std::string>& outer) {
         s->starts_undefined = {AnalyzeScope(s->bodies[0], {}, {}, outer)};
         break;
       case Stmt::Kind::kMacro:
-      case Stmt::Kind::kCallBlock: {
+      case Stmt::Kind::kCallBlock:
+      case Stmt::Kind::kGeneration: {
         s->reads_varargs = FirstMention(s->bodies[0], "varargs") == true;
         s->reads_kwargs = FirstMention(s->bodies[0], "kwargs") == true;
         s->reads_caller = FirstMention(s->bodies[0], "caller") == true;
