@@ -201,6 +201,14 @@ add("markup-center-escaped-fill", "{{ ('ab'|safe).center(4, '&') }}")
 add("iterator-partial", "{% set g = nums|select('odd') %}{{ g|first }}{{ g|list|tojson }}{% set h = nums|map('string') %}{{ '1' in h }}{{ h|list|tojson }}{{ range(3)|reverse|list|tojson }}{% set r = nums|reverse %}{{ r|list|length }}{{ r|list|length }}")
 add("misc-values", "{{ {'a': 1} == {'a': 1} }}{{ {'a': 1} == {'a': 1.0, 'b': 2} }}{{ messages|map(attribute='content')|select('string')|map('length')|list|tojson }}{{ nested.keys() == nested.keys() }}{{ strftime_now('%c|%x|%X|%D|%G-W%V-%u') }}")
 
+# ---- the loop object (Jinja's LoopContext): cycle(), changed(), printing ----
+add("loop-cycle-changed", "{% for x in nums %}{{ loop.cycle('a', 'b', 'c') }}{{ loop.cycle(x) }}{% endfor %}|{% for p in people|sort(attribute='age') %}{% if loop.changed(p.age) %}[{{ p.age }}]{% endif %}{{ p.name }}{{ loop.changed() }}{% endfor %}|{% for w in words %}{{ loop.changed(w|lower, 1) }}{% endfor %}|{% for x in nums %}{{ loop }}{{ loop|length }}{{ loop.previtem }}{{ loop.nextitem is defined }}{{ loop is iterable }}{{ loop is mapping }}{{ loop is sequence }}{% set outer = loop %}{% for y in [1, 2] %}{{ outer.index }}{{ loop.changed(outer.index) }}{% endfor %};{% endfor %}|{% for x in [1] %}{{ loop.changed(1.0) }}{{ loop.changed(true) }}{{ loop['index'] }}{{ loop == loop }}{% endfor %}")
+add("loop-cycle-nothing", "{% for x in nums %}{{ loop.cycle() }}{% endfor %}")
+add("loop-cycle-keyword", "{% for x in nums %}{{ loop.cycle(a=1) }}{% endfor %}")
+add("loop-changed-keyword", "{% for x in nums %}{{ loop.changed(x=1) }}{% endfor %}")
+add("loop-tojson", "{% for x in nums %}{{ loop|tojson }}{% endfor %}")
+add("loop-no-previtem", "{% for x in nums %}{{ loop.previtem + 1 }}{% endfor %}")
+
 # ---- transformers' {% generation %} block (AssistantTracker): the body rendered in place ----
 add("generation", "{%- for m in messages %}{%- if m.role == 'assistant' %}{%- generation -%}\n  [{{ loop.index }}:{{ m.content or 'calls' }}]{% set inner = 1 %}{{ outer }}\n{%- endgeneration %}{{ inner is defined }}{% endif %}{% set outer = 'o' %}{% endfor %}|{% generation: %}{{ varargs|length }}{{ kwargs|tojson }}{% endgeneration %}")
 add("generation-break", "{% for x in nums %}{% generation %}{% break %}{% endgeneration %}{% endfor %}")

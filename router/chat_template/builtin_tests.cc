@@ -69,7 +69,7 @@ const std::map<std::string_view, TestFn>& Tests() {
            return v.is_string() || v.is_indexable() || v.is_dict() || v.is_undefined();
          })},
         {"iterable", Unary("iterable", [](const Value& v) {
-           return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined() || v.is_iterator();
+           return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined() || v.is_iterator() || v.is_loop();
          })},
         // Python's callable(): Jinja's Undefined has __call__ (which raises); a joiner is callable.
         {"callable", Unary("callable", [](const Value& v) {

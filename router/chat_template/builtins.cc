@@ -30,6 +30,28 @@ Value StrLike(const Value& model, std::string s) {
   return model.is_markup() ? Value::MakeMarkup(std::move(s)) : Value(std::move(s));
 }
 
+// Jinja's LoopContext properties (cycle and changed are methods: methods.cc).
+std::optional<Value> LoopAttribute(const LoopContext& loop, const std::string& name) {
+  const int64_t i = static_cast<int64_t>(loop.index0);
+  const int64_t n = static_cast<int64_t>(loop.items.size());
+  if (name == "index") return Value(i + 1);
+  if (name == "index0") return Value(i);
+  if (name == "revindex") return Value(n - i);
+  if (name == "revindex0") return Value(n - i - 1);
+  if (name == "first") return Value(i == 0);
+  if (name == "last") return Value(i == n - 1);
+  if (name == "length") return Value(n);
+  if (name == "depth") return Value(int64_t{1});
+  if (name == "depth0") return Value(int64_t{0});
+  if (name == "previtem") {
+    return i > 0 ? loop.items[loop.index0 - 1] : Value::MakeUndefined("there is no previous item");
+  }
+  if (name == "nextitem") {
+    return i + 1 < n ? loop.items[loop.index0 + 1] : Value::MakeUndefined("there is no next item");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Value GetAttr(const Value& object, const std::string& name) {
@@ -41,13 +63,15 @@ Value GetAttr(const Value& object, const std::string& name) {
   } else if (object.is_cycler() && name == "current") {
     const Cycler& c = object.as_cycler();
     return c.items[c.pos];
+  } else if (object.is_loop()) {
+    if (std::optional<Value> v = LoopAttribute(object.as_loop(), name)) return *v;
   }
   return Value::MakeUndefined(
       absl::StrCat("'", object.TypeName(), " object' has no attribute '", name, "'"));
 }
 
 Value GetItem(const Value& object, const Value& key) {
-  if (key.is_string() && (object.is_dict() || object.is_namespace() || object.is_cycler())) {
+  if (key.is_string() && (object.is_dict() || object.is_namespace() || object.is_cycler() || object.is_loop())) {
     return GetAttr(object, key.as_string());
   }
   if ((key.is_int() || key.is_bool()) && (object.is_indexable() || object.is_string())) {
@@ -134,6 +158,10 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& value) {
     it.next = it.items.size();
     if (!it.error.ok()) return std::exchange(it.error, absl::OkStatus());
     return out;
+  }
+  if (value.is_loop()) {
+    // Python would run the loop's own iterator on, consuming the loop being rendered.
+    return TypeError("iterating over the loop object is not supported");
   }
   return TypeError(absl::StrCat("'", value.TypeName(), "' object is not iterable"));
 }

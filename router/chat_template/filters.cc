@@ -39,6 +39,7 @@ absl::StatusOr<int64_t> Len(const Value& v) {
   if (v.is_string()) return static_cast<int64_t>(CodePoints(v.as_string()).size());
   if (v.is_list()) return static_cast<int64_t>(v.as_list().size());
   if (v.is_dict()) return static_cast<int64_t>(v.as_dict().entries.size());
+  if (v.is_loop()) return static_cast<int64_t>(v.as_loop().items.size());
   return TypeError(absl::StrCat("object of type '", v.TypeName(), "' has no len()"));
 }
 

@@ -1,6 +1,7 @@
 // CallMethod: the str, dict and list methods chat templates call (Python's semantics, the
 // immutable sandbox's refusals), markupsafe's Markup variants of the str ones, and the
 // methods of cycler objects.
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -346,12 +347,33 @@ absl::StatusOr<Value> CyclerMethod(const Value& self, const std::string& name, c
   return TypeError(absl::StrCat("'Cycler' object has no method '", name, "'"));
 }
 
+// Jinja's LoopContext.cycle(*args) and changed(*args).
+absl::StatusOr<Value> LoopMethod(const Value& self, const std::string& name, const Args& args, const KwArgs& kwargs) {
+  LoopContext& loop = self.as_loop();
+  if (name != "cycle" && name != "changed") {
+    return TypeError(absl::StrCat("'LoopContext' object has no method '", name, "'"));
+  }
+  if (!kwargs.empty()) {
+    return TypeError(absl::StrCat("LoopContext.", name, "() got an unexpected keyword argument '", kwargs[0].first, "'"));
+  }
+  if (name == "cycle") {
+    if (args.empty()) return TypeError("no items for cycling given");
+    return args[loop.index0 % args.size()];
+  }
+  // changed(): whether the arguments (a tuple) differ from the last call's.
+  const bool same = loop.last_changed && loop.last_changed->size() == args.size() &&
+                    std::equal(args.begin(), args.end(), loop.last_changed->begin(), Equal);
+  if (same) return Value(false);
+  loop.last_changed = args;
+  return Value(true);
+}
+
 }  // namespace
 
 bool IsKnownMethod(std::string_view name) {
   return StrMethods().count(name) > 0 || ListMutators().count(name) > 0 || DictMutators().count(name) > 0 ||
          name == "items" || name == "keys" || name == "values" || name == "get" || name == "index" ||
-         name == "next" || name == "reset";
+         name == "next" || name == "reset" || name == "cycle" || name == "changed";
 }
 
 absl::StatusOr<Value> CallMethod(const Value& object, const std::string& name, const std::vector<Value>& args,
@@ -369,6 +391,7 @@ absl::StatusOr<Value> CallMethod(const Value& object, const std::string& name, c
   if (object.is_list()) return SequenceMethod(object, name, args, kwargs);
   if (object.is_dict()) return DictMethod(object, name, args, kwargs);
   if (object.is_cycler()) return CyclerMethod(object, name, args, kwargs);
+  if (object.is_loop()) return LoopMethod(object, name, args, kwargs);
   return TypeError(absl::StrCat("'", object.TypeName(), "' object has no method '", name, "'"));
 }
 

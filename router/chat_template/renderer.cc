@@ -302,24 +302,16 @@ class Renderer {
       *items = std::move(kept);
     }
     const int64_t n = static_cast<int64_t>(items->size());
+    // One `loop` object for the whole loop, as Jinja's LoopContext.
+    auto loop = std::make_shared<LoopContext>();
+    loop->items = *items;
     for (int64_t i = 0; i < n; ++i) {
       std::shared_ptr<Scope> scope = NewScope(outer, StartsUndefined(s, 0));
       std::map<std::string, Value>& frame = scope->vars;
       const Value& item = (*items)[static_cast<size_t>(i)];
       RETURN_IF_ERROR(BindTargets(s, item, frame));
-      Dict loop;
-      loop.entries = {{"index", Value(i + 1)},
-                      {"index0", Value(i)},
-                      {"revindex", Value(n - i)},
-                      {"revindex0", Value(n - i - 1)},
-                      {"first", Value(i == 0)},
-                      {"last", Value(i == n - 1)},
-                      {"length", Value(n)},
-                      {"depth", Value(int64_t{1})},
-                      {"depth0", Value(int64_t{0})}};
-      if (i > 0) loop.entries.emplace_back("previtem", (*items)[static_cast<size_t>(i - 1)]);
-      if (i + 1 < n) loop.entries.emplace_back("nextitem", (*items)[static_cast<size_t>(i + 1)]);
-      frame["loop"] = Value(std::move(loop));
+      loop->index0 = static_cast<size_t>(i);
+      frame["loop"] = Value(loop);
       scope_ = std::move(scope);
       absl::StatusOr<Flow> flow = Exec(s.bodies[0]);
       scope_ = outer;

@@ -155,6 +155,7 @@ bool Value::Truthy() const {
   if (is_string()) return !as_string().empty();
   if (is_list()) return !as_list().empty();
   if (is_dict()) return !as_dict().entries.empty();
+  if (is_loop()) return !as_loop().items.empty();  // LoopContext has a __len__
   return true;  // namespace, macro, iterator, function, cycler, joiner
 }
 
@@ -180,6 +181,7 @@ std::string Value::TypeName() const {
   if (is_function()) return "function";
   if (is_cycler()) return "Cycler";
   if (is_joiner()) return "Joiner";
+  if (is_loop()) return "LoopContext";
   return "Namespace";
 }
 
@@ -229,6 +231,7 @@ bool Equal(const Value& a, const Value& b) {
   if (a.is_function() && b.is_function()) return a.as_function().name == b.as_function().name;
   if (a.is_cycler() && b.is_cycler()) return &a.as_cycler() == &b.as_cycler();
   if (a.is_joiner() && b.is_joiner()) return &a.as_joiner() == &b.as_joiner();
+  if (a.is_loop() && b.is_loop()) return &a.as_loop() == &b.as_loop();
   return false;
 }
 
@@ -275,6 +278,10 @@ absl::StatusOr<std::string> ToText(const Value& value) {
   if (value.is_int()) return absl::StrCat(value.as_int());
   if (value.is_float()) return PythonFloatRepr(value.as_float());
   if (value.is_string()) return value.as_string();
+  if (value.is_loop()) {
+    const LoopContext& loop = value.as_loop();
+    return absl::StrCat("<LoopContext ", loop.index0 + 1, "/", loop.items.size(), ">");
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "printing a value of type ", value.TypeName(),
       " is not supported (its Python repr is not reproduced); use |tojson"));

@@ -4,7 +4,7 @@
 //
 // Lists and dicts come from the request's JSON and are immutable (transformers renders in
 // an ImmutableSandboxedEnvironment); namespaces (`set ns.x = ...`), iterators (consumed once)
-// and cyclers / joiners are the mutable kinds, shared between copies of the value.
+// cyclers / joiners and a loop's `loop` are the mutable kinds, shared between copies of the value.
 // Strings are UTF-8; indexing, slicing and length count code points, as Python's str does.
 //
 // A List value also stands for Python's other sequences, told apart by SequenceKind because
@@ -71,6 +71,15 @@ struct Joiner {
   bool used = false;
 };
 
+// A for loop's `loop` (Jinja's LoopContext): one object per loop, advanced by each iteration
+// (a template that keeps it sees it move on, as in Python), with loop.changed()'s memory.
+struct LoopContext {
+  std::vector<Value> items;  // what the loop runs over (after its filter)
+  size_t index0 = 0;         // the iteration running now
+  // loop.changed()'s last arguments; nullopt before its first call.
+  std::optional<std::vector<Value>> last_changed;
+};
+
 struct Stmt;
 struct Scope;
 // A macro: a `{% macro %}` statement or a call block's body (`caller`), as a value. The
@@ -109,6 +118,7 @@ class Value {
   Value(Function f) : v_(std::move(f)) {}  // NOLINT
   Value(std::shared_ptr<Cycler> c) : v_(std::move(c)) {}  // NOLINT
   Value(std::shared_ptr<Joiner> j) : v_(std::move(j)) {}  // NOLINT
+  Value(std::shared_ptr<LoopContext> l) : v_(std::move(l)) {}  // NOLINT
   // A tuple, dict view or list (SequenceKind).
   static Value MakeSequence(List l, SequenceKind kind) {
     Value v(std::move(l));
@@ -151,6 +161,7 @@ class Value {
   bool is_function() const { return std::holds_alternative<Function>(v_); }
   bool is_cycler() const { return std::holds_alternative<std::shared_ptr<Cycler>>(v_); }
   bool is_joiner() const { return std::holds_alternative<std::shared_ptr<Joiner>>(v_); }
+  bool is_loop() const { return std::holds_alternative<std::shared_ptr<LoopContext>>(v_); }
   bool is_dict() const { return std::holds_alternative<std::shared_ptr<const Dict>>(v_); }
   bool is_namespace() const { return std::holds_alternative<std::shared_ptr<Namespace>>(v_); }
   bool is_macro() const { return std::holds_alternative<std::shared_ptr<const Macro>>(v_); }
@@ -167,6 +178,7 @@ class Value {
   const Function& as_function() const { return std::get<Function>(v_); }
   Cycler& as_cycler() const { return *std::get<std::shared_ptr<Cycler>>(v_); }
   Joiner& as_joiner() const { return *std::get<std::shared_ptr<Joiner>>(v_); }
+  LoopContext& as_loop() const { return *std::get<std::shared_ptr<LoopContext>>(v_); }
   const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
 
   // Python's bool(x) (Undefined is false).
@@ -180,7 +192,7 @@ class Value {
   std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<const List>,
                std::shared_ptr<const Dict>, std::shared_ptr<Namespace>,
                std::shared_ptr<const Macro>, std::shared_ptr<Iterator>, Function,
-               std::shared_ptr<Cycler>, std::shared_ptr<Joiner>>
+               std::shared_ptr<Cycler>, std::shared_ptr<Joiner>, std::shared_ptr<LoopContext>>
       v_;
   SequenceKind sequence_kind_ = SequenceKind::kList;  // for a List
   bool markup_ = false;                               // for a string
