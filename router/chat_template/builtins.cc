@@ -83,7 +83,7 @@ Value GetItem(const Value& object, const Value& key) {
     }
   }
   std::string shown = key.is_string() ? absl::StrCat("'", key.as_string(), "'")
-                                      : ToText(key).value_or(key.TypeName());
+                                      : PythonStr(key).value_or(key.TypeName());
   return Value::MakeUndefined(
       absl::StrCat("'", object.TypeName(), " object' has no attribute or item ", shown));
 }
@@ -166,7 +166,7 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& value) {
   return TypeError(absl::StrCat("'", value.TypeName(), "' object is not iterable"));
 }
 
-absl::StatusOr<std::string> SoftStr(const Value& value) { return ToText(value); }
+absl::StatusOr<std::string> SoftStr(const Value& value) { return PythonStr(value); }
 
 absl::StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (a.is_undefined()) return UndefinedError(a);

@@ -340,9 +340,9 @@ const std::map<std::string_view, FilterFn>& Filters() {
          if (!b[2].is_none()) {
            ASSIGN_OR_RETURN(count, IntArg("replace", b[2]));
          }
-         ASSIGN_OR_RETURN(std::string s, ToText(v));
-         ASSIGN_OR_RETURN(std::string old_text, ToText(b[0]));
-         ASSIGN_OR_RETURN(std::string new_text, ToText(b[1]));
+         ASSIGN_OR_RETURN(std::string s, PythonStr(v));
+         ASSIGN_OR_RETURN(std::string old_text, PythonStr(b[0]));
+         ASSIGN_OR_RETURN(std::string new_text, PythonStr(b[1]));
          return Str(py::Replace(s, old_text, new_text, count));
        }},
       {"reverse", [](const Value& v, const Args& a, const KwArgs& k) -> absl::StatusOr<Value> {

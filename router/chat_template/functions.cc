@@ -116,7 +116,7 @@ absl::StatusOr<Value> CallFunction(const Value& function, const std::vector<Valu
   if (name == "raise_exception") {
     ASSIGN_OR_RETURN(std::vector<Value> a, BindArgs("raise_exception()", args, kwargs, {{"message"}}));
     return absl::InvalidArgumentError(
-        absl::StrCat("the chat template refused the messages: ", ToText(a[0]).value_or("")));
+        absl::StrCat("the chat template refused the messages: ", PythonStr(a[0]).value_or("")));
   }
   if (name == "strftime_now") {
     ASSIGN_OR_RETURN(std::vector<Value> a, BindArgs("strftime_now()", args, kwargs, {{"format"}}));

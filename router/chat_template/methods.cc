@@ -39,7 +39,7 @@ Value Text(const Value& self, std::string s) {
 
 // A Markup's operand: escaped unless it is Markup itself (markupsafe's self.escape).
 absl::StatusOr<std::string> MarkupOperand(const Value& self, const Value& v) {
-  ASSIGN_OR_RETURN(std::string s, ToText(v));
+  ASSIGN_OR_RETURN(std::string s, PythonStr(v));
   return self.is_markup() && !v.is_markup() ? py::HtmlEscape(s) : s;
 }
 
@@ -124,7 +124,7 @@ absl::StatusOr<std::string> StrFormat(const std::string& format, const Args& arg
       if (v.is_undefined()) return TypeError(v.undefined_name());
     }
     if (conversion == 's') {
-      ASSIGN_OR_RETURN(std::string s, ToText(v));
+      ASSIGN_OR_RETURN(std::string s, PythonStr(v));
       out += s;
     } else if (conversion == 'r' || conversion == 'a') {
       ASSIGN_OR_RETURN(std::string s, PythonRepr(v));

@@ -49,7 +49,7 @@ absl::StatusOr<std::string> Convert(const Spec& spec, const Value& v) {
   if (v.is_undefined() && c != 's') return UndefinedError(v);
   switch (c) {
     case 's': {
-      ASSIGN_OR_RETURN(std::string text, ToText(v));
+      ASSIGN_OR_RETURN(std::string text, PythonStr(v));
       if (spec.precision) {
         std::vector<std::string_view> cps = CodePoints(text);
         if (static_cast<int64_t>(cps.size()) > *spec.precision) {
@@ -131,35 +131,6 @@ absl::StatusOr<std::string> Convert(const Spec& spec, const Value& v) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::string> PythonRepr(const Value& v) {
-  if (v.is_none() || v.is_bool() || v.is_int() || v.is_float()) return ToText(v);
-  if (!v.is_string()) return TypeError(absl::StrCat("the repr() of a ", v.TypeName(), " is not supported"));
-  const std::string& s = v.as_string();
-  for (char ch : s) {
-    if (static_cast<unsigned char>(ch) >= 0x80) return TypeError("the repr() of a non-ASCII str is not supported");
-  }
-  const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
-  std::string out(1, quote);
-  for (char ch : s) {
-    if (ch == quote || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (ch == '\n') {
-      out += "\\n";
-    } else if (ch == '\r') {
-      out += "\\r";
-    } else if (ch == '\t') {
-      out += "\\t";
-    } else if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7F) {
-      absl::StrAppend(&out, "\\x", absl::Hex(static_cast<unsigned char>(ch), absl::kZeroPad2));
-    } else {
-      out += ch;
-    }
-  }
-  out += quote;
-  return out;
-}
 
 absl::StatusOr<std::string> PercentFormat(std::string_view format, const Value& args) {
   std::vector<Value> positional;

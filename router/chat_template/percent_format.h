@@ -17,8 +17,4 @@ namespace mlaserve::router::chat_template {
 // %(key)s, anything else is the one argument.
 absl::StatusOr<std::string> PercentFormat(std::string_view format, const Value& args);
 
-// Python's repr() of None, booleans, numbers and ASCII strings; other values are refused
-// (INVALID_ARGUMENT naming the type).
-absl::StatusOr<std::string> PythonRepr(const Value& v);
-
 }  // namespace mlaserve::router::chat_template

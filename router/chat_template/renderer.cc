@@ -94,7 +94,7 @@ class Renderer {
         return Flow::kNormal;
       case Stmt::Kind::kPrint: {
         ASSIGN_OR_RETURN(Value v, Eval(*s.expr));
-        absl::StatusOr<std::string> text = ToText(v);
+        absl::StatusOr<std::string> text = PythonStr(v);
         if (!text.ok()) return At(s.line, text.status());
         out_ += *text;
         return Flow::kNormal;
@@ -486,7 +486,7 @@ class Renderer {
         std::string out;
         for (const auto& a : e.args) {
           ASSIGN_OR_RETURN(Value v, Eval(*a));
-          ASSIGN_OR_RETURN(std::string text, ToText(v));
+          ASSIGN_OR_RETURN(std::string text, PythonStr(v));
           out += text;
         }
         return Value(std::move(out));

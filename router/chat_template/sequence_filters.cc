@@ -132,7 +132,7 @@ absl::StatusOr<Value> SelectOrReject(const Value& value, const Args& args, const
     std::optional<std::string> test;
     Args test_args;
     if (args.size() > off) {
-      if (!args[off].is_string()) return TypeError(absl::StrCat("No test named ", ToText(args[off]).value_or("?"), "."));
+      if (!args[off].is_string()) return TypeError(absl::StrCat("No test named ", PythonStr(args[off]).value_or("?"), "."));
       test = args[off].as_string();
       if (!IsKnownTest(*test)) return TypeError(absl::StrCat("No test named '", *test, "'."));
       test_args.assign(args.begin() + static_cast<std::ptrdiff_t>(off + 1), args.end());
@@ -285,10 +285,10 @@ absl::StatusOr<Value> Join(const Value& value, const Args& args, const KwArgs& k
   std::vector<std::string> texts;
   for (const Value& item : items) {
     ASSIGN_OR_RETURN(Value v, a[1].is_none() ? item : LookupPath(item, parts, Value::MakeNone(), false));
-    ASSIGN_OR_RETURN(std::string text, ToText(v));
+    ASSIGN_OR_RETURN(std::string text, PythonStr(v));
     texts.push_back(std::move(text));
   }
-  ASSIGN_OR_RETURN(std::string sep, ToText(a[0]));
+  ASSIGN_OR_RETURN(std::string sep, PythonStr(a[0]));
   return Str(absl::StrJoin(texts, sep));
 }
 

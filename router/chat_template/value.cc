@@ -271,6 +271,84 @@ std::string PythonFloatRepr(double d) {
   return absl::StrCat(sign, out, "e", exponent < 0 ? "-" : "+", abs_exp < 10 ? "0" : "", abs_exp);
 }
 
+absl::StatusOr<std::string> PythonRepr(const Value& value) {
+  if (value.is_undefined()) return std::string("Undefined");  // Jinja's Undefined.__repr__
+  if (value.is_string()) {
+    const std::string& s = value.as_string();
+    for (char ch : s) {
+      if (static_cast<unsigned char>(ch) >= 0x80) {
+        return absl::InvalidArgumentError(
+            "the repr() of a non-ASCII str is not supported (which characters Python prints as "
+            "escapes is not reproduced)");
+      }
+    }
+    // CPython's unicode_repr: single quotes unless the text has a ' and no ".
+    const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+    std::string out = value.is_markup() ? "Markup(" : "";
+    out += quote;
+    for (char ch : s) {
+      if (ch == quote || ch == '\\') {
+        out += '\\';
+        out += ch;
+      } else if (ch == '\n') {
+        out += "\\n";
+      } else if (ch == '\r') {
+        out += "\\r";
+      } else if (ch == '\t') {
+        out += "\\t";
+      } else if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7F) {
+        absl::StrAppend(&out, "\\x", absl::Hex(static_cast<unsigned char>(ch), absl::kZeroPad2));
+      } else {
+        out += ch;
+      }
+    }
+    out += quote;
+    if (value.is_markup()) out += ')';
+    return out;
+  }
+  if (value.is_list()) {
+    const List& items = value.as_list();
+    std::string out;
+    const auto append_items = [&](const char* open, const char* close) -> absl::Status {
+      out += open;
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i > 0) out += ", ";
+        ASSIGN_OR_RETURN(std::string item, PythonRepr(items[i]));
+        out += item;
+      }
+      if (value.is_tuple() && items.size() == 1) out += ',';
+      out += close;
+      return absl::OkStatus();
+    };
+    switch (value.sequence_kind()) {
+      case SequenceKind::kList: RETURN_IF_ERROR(append_items("[", "]")); break;
+      case SequenceKind::kTuple: RETURN_IF_ERROR(append_items("(", ")")); break;
+      case SequenceKind::kDictKeys: RETURN_IF_ERROR(append_items("dict_keys([", "])")); break;
+      case SequenceKind::kDictValues: RETURN_IF_ERROR(append_items("dict_values([", "])")); break;
+      case SequenceKind::kDictItems: RETURN_IF_ERROR(append_items("dict_items([", "])")); break;
+    }
+    return out;
+  }
+  if (value.is_dict()) {
+    std::string out = "{";
+    bool first = true;
+    for (const auto& [k, v] : value.as_dict().entries) {
+      if (!first) out += ", ";
+      first = false;
+      ASSIGN_OR_RETURN(std::string key, PythonRepr(Value(k)));
+      ASSIGN_OR_RETURN(std::string item, PythonRepr(v));
+      absl::StrAppend(&out, key, ": ", item);
+    }
+    return out + "}";
+  }
+  return PythonStr(value);
+}
+
+absl::StatusOr<std::string> PythonStr(const Value& value) {
+  if (value.is_list() || value.is_dict()) return PythonRepr(value);
+  return ToText(value);
+}
+
 absl::StatusOr<std::string> ToText(const Value& value) {
   if (value.is_undefined()) return std::string();
   if (value.is_none()) return std::string("None");

@@ -204,10 +204,22 @@ class Value {
 bool Equal(const Value& a, const Value& b);
 
 // What `{{ x }}` prints (Python's str()): Undefined prints nothing, None "None", booleans
-// "True"/"False", floats as Python's repr. Lists, dicts and the other objects are refused
-// (their Python repr is not reproduced here; an iterator's or a function's shows an address):
-// INVALID_ARGUMENT naming the type.
+// "True"/"False", floats as Python's repr, lists, tuples, dicts and dict views as their
+// Python repr (PythonRepr), the loop object as "<LoopContext 1/3>". Iterators, functions,
+// macros, cyclers, joiners and namespaces are refused (Python shows an address, or a
+// namespace's attributes in an order we do not keep): INVALID_ARGUMENT naming the type.
+absl::StatusOr<std::string> PythonStr(const Value& value);
+
+// PythonStr of a scalar (Undefined, None, bool, number, str, the loop object); containers are
+// refused too. For callers that accept only a scalar where Python would print anything (the
+// DeepSeek-V3.2 encoder's message fields).
 absl::StatusOr<std::string> ToText(const Value& value);
+
+// Python's repr(): None, booleans, numbers, str (quote choice and escapes as CPython's
+// unicode_repr; non-ASCII text is refused, as which code points are printable is not
+// reproduced), Markup ("Markup('...')"), Jinja's Undefined ("Undefined"), lists, tuples,
+// dicts, dict views ("dict_items([('a', 1)])") and the loop object; the rest as ToText.
+absl::StatusOr<std::string> PythonRepr(const Value& value);
 
 // Python's repr() of a float ("1.0", "1e+16", "0.1").
 std::string PythonFloatRepr(double d);
