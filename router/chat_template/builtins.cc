@@ -60,9 +60,19 @@ Value GetAttr(const Value& object, const std::string& name) {
   } else if (object.is_namespace()) {
     auto& attrs = object.as_namespace().attributes;
     if (auto it = attrs.find(name); it != attrs.end()) return it->second;
-  } else if (object.is_cycler() && name == "current") {
+  } else if (object.is_cycler()) {
+    // Jinja's Cycler: the `current` property and its `items` / `pos` fields.
     const Cycler& c = object.as_cycler();
-    return c.items[c.pos];
+    if (name == "current") return c.items[c.pos];
+    if (name == "items") return Value::MakeTuple(c.items);
+    if (name == "pos") return Value(static_cast<int64_t>(c.pos));
+  } else if (object.is_joiner()) {
+    const Joiner& j = object.as_joiner();
+    if (name == "sep") return Value(j.separator);
+    if (name == "used") return Value(j.used);
+  } else if (object.is_group_tuple()) {
+    if (name == "grouper") return object.as_list()[0];
+    if (name == "list") return object.as_list()[1];
   } else if (object.is_loop()) {
     if (std::optional<Value> v = LoopAttribute(object.as_loop(), name)) return *v;
   }
@@ -71,7 +81,8 @@ Value GetAttr(const Value& object, const std::string& name) {
 }
 
 Value GetItem(const Value& object, const Value& key) {
-  if (key.is_string() && (object.is_dict() || object.is_namespace() || object.is_cycler() || object.is_loop())) {
+  if (key.is_string() && (object.is_dict() || object.is_namespace() || object.is_cycler() || object.is_joiner() ||
+                          object.is_loop() || object.is_group_tuple())) {
     return GetAttr(object, key.as_string());
   }
   if ((key.is_int() || key.is_bool()) && (object.is_indexable() || object.is_string())) {

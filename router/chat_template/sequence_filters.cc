@@ -388,5 +388,39 @@ absl::StatusOr<Value> Items(const Value& value) {
   return Lazy(std::move(out));
 }
 
+// Jinja's sync_do_groupby: sorted(value, key=k), then itertools.groupby(..., k): one
+// (grouper, list) per run of equal keys. Case-insensitive by default, the grouper then the
+// first item's own value (its case).
+absl::StatusOr<Value> GroupBy(const Value& value, const Args& args, const KwArgs& kwargs) {
+  ASSIGN_OR_RETURN(Args a, BindArgs("groupby", args, kwargs,
+                                    {{"attribute"}, {"default", Value::MakeNone()}, {"case_sensitive", Value(false)}}));
+  const std::vector<Value> parts = AttributeParts(a[0]);
+  const bool ignore_case = !a[2].Truthy();
+  ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+  std::vector<Value> keys;
+  for (const Value& item : items) {
+    ASSIGN_OR_RETURN(Value key, LookupPath(item, parts, a[1], ignore_case));
+    keys.push_back(std::move(key));
+  }
+  RETURN_IF_ERROR(StableSort(&items, keys, /*reverse=*/false));
+  keys.clear();  // the sorted items' keys, computed again as Python's groupby does
+  for (const Value& item : items) {
+    ASSIGN_OR_RETURN(Value key, LookupPath(item, parts, a[1], ignore_case));
+    keys.push_back(std::move(key));
+  }
+  List out;
+  for (size_t i = 0; i < items.size();) {
+    size_t j = i + 1;
+    while (j < items.size() && Equal(keys[j], keys[i])) ++j;
+    Value grouper = keys[i];
+    if (ignore_case) {
+      ASSIGN_OR_RETURN(grouper, LookupPath(items[i], parts, a[1], false));
+    }
+    out.push_back(Value::MakeGroupTuple(std::move(grouper), List(items.begin() + static_cast<std::ptrdiff_t>(i),
+                                                                  items.begin() + static_cast<std::ptrdiff_t>(j))));
+    i = j;
+  }
+  return Value(std::move(out));
+}
 
 }  // namespace mlaserve::router::chat_template::sequence_filters

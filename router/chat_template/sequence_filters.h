@@ -30,5 +30,7 @@ absl::StatusOr<Value> First(const Value& value);
 absl::StatusOr<Value> Last(const Value& value);
 absl::StatusOr<Value> Reverse(const Value& value);
 absl::StatusOr<Value> Items(const Value& value);
+// groupby(attribute, default=None, case_sensitive=False): a list of _GroupTuples.
+absl::StatusOr<Value> GroupBy(const Value& value, const Args& args, const KwArgs& kwargs);
 
 }  // namespace mlaserve::router::chat_template::sequence_filters

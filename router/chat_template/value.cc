@@ -169,7 +169,7 @@ std::string Value::TypeName() const {
   if (is_list()) {
     switch (sequence_kind_) {
       case SequenceKind::kList: return "list";
-      case SequenceKind::kTuple: return "tuple";
+      case SequenceKind::kTuple: return group_tuple_ ? "_GroupTuple" : "tuple";
       case SequenceKind::kDictKeys: return "dict_keys";
       case SequenceKind::kDictValues: return "dict_values";
       case SequenceKind::kDictItems: return "dict_items";

@@ -126,6 +126,13 @@ class Value {
     return v;
   }
   static Value MakeTuple(List l) { return MakeSequence(std::move(l), SequenceKind::kTuple); }
+  // What the groupby filter yields (Jinja's _GroupTuple, a namedtuple): the tuple
+  // (grouper, list) with those two names as attributes too.
+  static Value MakeGroupTuple(Value grouper, List list) {
+    Value v = MakeTuple({std::move(grouper), Value(std::move(list))});
+    v.group_tuple_ = true;
+    return v;
+  }
   // markupsafe's Markup (what |safe and |escape return): a str whose `+`, `%` and some
   // methods escape their other operands (builtins.h says which).
   static Value MakeMarkup(std::string s) {
@@ -157,6 +164,7 @@ class Value {
     return is_list() && (sequence_kind_ == SequenceKind::kList || sequence_kind_ == SequenceKind::kTuple);
   }
   bool is_tuple() const { return is_list() && sequence_kind_ == SequenceKind::kTuple; }
+  bool is_group_tuple() const { return is_tuple() && group_tuple_; }
   bool is_iterator() const { return std::holds_alternative<std::shared_ptr<Iterator>>(v_); }
   bool is_function() const { return std::holds_alternative<Function>(v_); }
   bool is_cycler() const { return std::holds_alternative<std::shared_ptr<Cycler>>(v_); }
@@ -195,6 +203,7 @@ class Value {
                std::shared_ptr<Cycler>, std::shared_ptr<Joiner>, std::shared_ptr<LoopContext>>
       v_;
   SequenceKind sequence_kind_ = SequenceKind::kList;  // for a List
+  bool group_tuple_ = false;                          // for a tuple
   bool markup_ = false;                               // for a string
 };
 
