@@ -213,6 +213,15 @@ add("attr-undefined", "{{ missing|attr('x') }}")
 add("attr-no-name", "{{ nested|attr() }}")
 add("attr-not-a-string", "{{ nested|attr(1) }}")
 
+# ---- striptags (markupsafe, html.unescape) and urlencode ----
+add("striptags", "{{ '  <p class=\"x\">Hello <b>World</b></p>\n\t<!-- <c> --> x &amp; y &lt;3 &#65;&#x42;&#X43 &#0; &#128; &#xD800; &#99999999999; &#1; &#13;| AT&T a & b Q&A; &#; &#x; 1&2a &nbsp;!&quot;&apos;&GT&AMP;&lt\u3000z'|striptags }}|{{ missing|striptags }}|{{ none|striptags }}|{{ [1, '<a>']|striptags }}|{{ ('<b>x</b> &amp;'|safe)|striptags }}|{{ '<a <b>c> d' |striptags }}|{{ 'x <!-- y' | striptags }}|{{ 'a < b > c <' | striptags }}|{{ '<!-- a --> <!-- b' | striptags }}|{{ 'é&é;&T;&1'|striptags }}|{{ ('a<b>'|striptags) is escaped }}")
+add("striptags-argument", "{{ 'x'|striptags(1) }}")
+add("urlencode", "{{ 'a b/c?d=é&e~f_g.h-i+j%\x01'|urlencode }}|{{ {'a b': 'c/d', 'e': 1, 'f': none, 'é': [1]}|urlencode }}|{{ [('k', 'v w'), ['x', 'y']]|urlencode }}|{{ 42|urlencode }}|{{ missing|urlencode }}|{{ nested.a.items()|urlencode }}|{{ ['ab']|urlencode }}|{{ ('<x>'|safe)|urlencode }}|{{ none|urlencode }}|{{ [1, 2, 3, 4]|batch(2)|urlencode }}|{{ nested.a|items|urlencode }}")
+add("urlencode-unpack-short", "{{ [1, 2, 3]|batch(2)|urlencode }}")
+add("urlencode-unpack-long", "{{ ['abc']|urlencode }}")
+add("urlencode-unpack-int", "{{ [1]|urlencode }}")
+add("urlencode-argument", "{{ 'x'|urlencode(1) }}")
+
 # ---- printing lists, tuples, dicts and dict views: Python's repr (ASCII text) ----
 add("print-containers", "{{ nums }}|{{ floats }}|{{ people }}|{{ nested.a }}|{{ (1,) }}{{ () }}{{ (1, 'a') }}|{{ nested.a.items() }}|{{ nested.a.keys() }}|{{ nested.a.values() }}|{{ [none, true, false, 1e16, 1e-5, -0.0, 0.1, 2.5e-320, 123456789012345678] }}|{{ ['it\\'s', 'say \"hi\"', 'both \\'\"', 'back\\\\slash', 'tab\\tnl\\ncr\\rbell\\x07del\\x7f\\x1b'] }}|{{ [missing] }}|{{ ['<b>'|safe, '<'|e, \"'\"|safe] }}|{{ {} }}{{ [] }}{{ [[]] }}{{ [()] }}|{{ 'x' ~ [1] }}|{{ [1, 2]|string }}|{{ [1]|join }}{{ [[1, 2], (3,)]|join('-') }}|{{ '%s|%r' % ([1], ['a']) }}|{{ '%5s|' % ((1,),) }}|{{ '{}{!r}'.format({'a': 1}, ('b',)) }}|{{ messages[2].tool_calls[0].function.arguments }}|{{ tools[0].function.parameters.required }}|{{ [1]|replace('1', '2') }}|{{ [nothing, flag] }}|{{ {'a': [1, {'b': (2,)}]}|string|length }}|{% for x in nums %}{{ [loop] }}{% endfor %}")
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -97,6 +98,87 @@ Value GetItem(const Value& object, const Value& key) {
                                       : PythonStr(key).value_or(key.TypeName());
   return Value::MakeUndefined(
       absl::StrCat("'", object.TypeName(), " object' has no attribute or item ", shown));
+}
+
+namespace {
+
+// The public attributes of Python's built-in types that the values of a chat template have
+// (dir(), less the names starting with '_'). Those are methods (or, for numbers, data), which
+// attr() returns as objects; the immutable sandbox hides the mutating ones.
+bool IsPythonAttribute(const Value& v, std::string_view name) {
+  static const std::set<std::string_view> kStr{
+      "capitalize", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find", "format",
+      "format_map", "index", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier",
+      "islower", "isnumeric", "isprintable", "isspace", "istitle", "isupper", "join", "ljust", "lower",
+      "lstrip", "maketrans", "partition", "removeprefix", "removesuffix", "replace", "rfind", "rindex",
+      "rjust", "rpartition", "rsplit", "rstrip", "split", "splitlines", "startswith", "strip", "swapcase",
+      "title", "translate", "upper", "zfill"};
+  static const std::set<std::string_view> kInt{"as_integer_ratio", "bit_count", "bit_length", "conjugate",
+                                               "denominator", "from_bytes", "imag", "numerator", "real",
+                                               "to_bytes"};
+  static const std::set<std::string_view> kFloat{"as_integer_ratio", "conjugate", "fromhex", "hex", "imag",
+                                                 "is_integer", "real"};
+  static const std::set<std::string_view> kList{"copy", "count", "index"};  // and the mutators
+  static const std::set<std::string_view> kDict{"copy", "fromkeys", "get", "items", "keys", "values"};
+  static const std::set<std::string_view> kGenerator{"close", "gi_code", "gi_frame", "gi_running",
+                                                     "gi_suspended", "gi_yieldfrom", "send", "throw"};
+  if (v.is_string()) {
+    return kStr.count(name) > 0 || (v.is_markup() && (name == "escape" || name == "striptags" || name == "unescape"));
+  }
+  if (v.is_bool() || v.is_int()) return kInt.count(name) > 0;
+  if (v.is_float()) return kFloat.count(name) > 0;
+  if (v.is_list()) {
+    switch (v.sequence_kind()) {
+      case SequenceKind::kList: return kList.count(name) > 0;
+      case SequenceKind::kTuple: return name == "count" || name == "index";
+      case SequenceKind::kDictKeys:
+      case SequenceKind::kDictItems: return name == "isdisjoint" || name == "mapping";
+      case SequenceKind::kDictValues: return name == "mapping";
+    }
+  }
+  if (v.is_dict()) return kDict.count(name) > 0;
+  if (v.is_iterator()) return v.as_iterator().type_name == "generator" && kGenerator.count(name) > 0;
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<Value> AttributeOnly(const Value& value, const Value& name_value) {
+  if (!name_value.is_string()) {
+    return TypeError(absl::StrCat("attribute name must be string, not '", name_value.TypeName(), "'"));
+  }
+  const std::string& name = name_value.as_string();
+  if (value.is_undefined()) return UndefinedError(value);  // hasattr() lets UndefinedError through
+  const Value missing = Value::MakeUndefined(absl::StrCat("'", value.TypeName(), " object' has no attribute '", name, "'"));
+  // The sandbox answers an undefined value for names starting with '_' and for the
+  // methods that change a list or dict.
+  if (name.starts_with("_")) return missing;
+  if (value.is_dict() && (name == "clear" || name == "pop" || name == "popitem" || name == "setdefault" || name == "update")) {
+    return missing;
+  }
+  if (value.is_list() && value.sequence_kind() == SequenceKind::kList &&
+      (name == "append" || name == "clear" || name == "extend" || name == "insert" || name == "pop" ||
+       name == "remove" || name == "reverse" || name == "sort")) {
+    return missing;
+  }
+  if (value.is_number() && !value.is_float()) {
+    if (name == "real" || name == "numerator") return Value(value.as_int());
+    if (name == "imag") return Value(int64_t{0});
+    if (name == "denominator") return Value(int64_t{1});
+  }
+  if (value.is_float() && name == "real") return Value(value.as_float());
+  if (value.is_float() && name == "imag") return Value(0.0);
+  if (IsPythonAttribute(value, name) || (value.is_loop() && (name == "cycle" || name == "changed")) ||
+      (value.is_cycler() && (name == "next" || name == "reset")) || (value.is_group_tuple() && (name == "count" || name == "index"))) {
+    return TypeError(absl::StrCat("attr('", name, "') of a ", value.TypeName(), " is a method, which is not supported"));
+  }
+  if (value.is_function() || value.is_macro()) {
+    return TypeError(absl::StrCat("attr() of a ", value.TypeName(), " is not supported"));
+  }
+  if (value.is_namespace() || value.is_cycler() || value.is_joiner() || value.is_loop() || value.is_group_tuple()) {
+    return GetAttr(value, name);
+  }
+  return missing;
 }
 
 absl::StatusOr<Value> GetSlice(const Value& object, const Value& start_v, const Value& stop_v,

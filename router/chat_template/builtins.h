@@ -45,6 +45,10 @@ absl::StatusOr<Value> CallFunction(const Value& function, const std::vector<Valu
 // Undefined (naming it); the caller refuses lookups on Undefined itself.
 Value GetAttr(const Value& object, const std::string& name);
 Value GetItem(const Value& object, const Value& key);
+// Jinja's attr filter (do_attr): `object`'s attribute `name` through the sandbox's getattr,
+// never an item. Undefined for names the object lacks, names starting with '_' and the
+// sandbox's list / dict mutators; a method (which Python would print as an address) is refused.
+absl::StatusOr<Value> AttributeOnly(const Value& object, const Value& name);
 absl::StatusOr<Value> GetSlice(const Value& object, const Value& start, const Value& stop,
                                const Value& step);
 

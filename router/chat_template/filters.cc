@@ -1,13 +1,12 @@
 // ApplyFilter: Jinja2 3.1's builtin filters (filters.py) as transformers' environment has
 // them, with its own tojson: the text and number filters here, those over sequences and
-// mappings in sequence_filters.cc.
+// mappings in sequence_filters.cc, striptags and urlencode in html_filters.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
 #include <optional>
-#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +14,7 @@
 #include "common/status.h"
 #include "model/tokenizer/utf8.h"
 #include "router/chat_template/builtins.h"
+#include "router/chat_template/html_filters.h"
 #include "router/chat_template/percent_format.h"
 #include "router/chat_template/python_str.h"
 #include "router/chat_template/sequence_filters.h"
@@ -246,90 +246,16 @@ absl::StatusOr<Value> ToJsonFilter(const Value& value, const Args& args, const K
   return Str(std::move(json));
 }
 
-// The public attributes of Python's built-in types that the values of a chat template have
-// (dir(), less the names starting with '_'). Those are methods (or, for numbers, data), which
-// attr() returns as objects; the immutable sandbox hides the mutating ones.
-bool IsPythonAttribute(const Value& v, std::string_view name) {
-  static const std::set<std::string_view> kStr{
-      "capitalize", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find", "format",
-      "format_map", "index", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier",
-      "islower", "isnumeric", "isprintable", "isspace", "istitle", "isupper", "join", "ljust", "lower",
-      "lstrip", "maketrans", "partition", "removeprefix", "removesuffix", "replace", "rfind", "rindex",
-      "rjust", "rpartition", "rsplit", "rstrip", "split", "splitlines", "startswith", "strip", "swapcase",
-      "title", "translate", "upper", "zfill"};
-  static const std::set<std::string_view> kInt{"as_integer_ratio", "bit_count", "bit_length", "conjugate",
-                                               "denominator", "from_bytes", "imag", "numerator", "real",
-                                               "to_bytes"};
-  static const std::set<std::string_view> kFloat{"as_integer_ratio", "conjugate", "fromhex", "hex", "imag",
-                                                 "is_integer", "real"};
-  static const std::set<std::string_view> kList{"copy", "count", "index"};  // and the mutators
-  static const std::set<std::string_view> kDict{"copy", "fromkeys", "get", "items", "keys", "values"};
-  static const std::set<std::string_view> kGenerator{"close", "gi_code", "gi_frame", "gi_running",
-                                                     "gi_suspended", "gi_yieldfrom", "send", "throw"};
-  if (v.is_string()) {
-    return kStr.count(name) > 0 || (v.is_markup() && (name == "escape" || name == "striptags" || name == "unescape"));
-  }
-  if (v.is_bool() || v.is_int()) return kInt.count(name) > 0;
-  if (v.is_float()) return kFloat.count(name) > 0;
-  if (v.is_list()) {
-    switch (v.sequence_kind()) {
-      case SequenceKind::kList: return kList.count(name) > 0;
-      case SequenceKind::kTuple: return name == "count" || name == "index";
-      case SequenceKind::kDictKeys:
-      case SequenceKind::kDictItems: return name == "isdisjoint" || name == "mapping";
-      case SequenceKind::kDictValues: return name == "mapping";
-    }
-  }
-  if (v.is_dict()) return kDict.count(name) > 0;
-  if (v.is_iterator()) return v.as_iterator().type_name == "generator" && kGenerator.count(name) > 0;
-  return false;
-}
-
-// Jinja's do_attr: obj's attribute `name` through the sandbox's getattr, never obj[name].
-absl::StatusOr<Value> Attr(const Value& value, const Args& args, const KwArgs& kwargs) {
-  ASSIGN_OR_RETURN(Args a, BindArgs("attr", args, kwargs, {{"name"}}));
-  if (!a[0].is_string()) return TypeError(absl::StrCat("attribute name must be string, not '", a[0].TypeName(), "'"));
-  const std::string& name = a[0].as_string();
-  if (value.is_undefined()) return UndefinedError(value);  // hasattr() lets UndefinedError through
-  const Value missing = Value::MakeUndefined(absl::StrCat("'", value.TypeName(), " object' has no attribute '", name, "'"));
-  // The sandbox answers an undefined value for names starting with '_' and for the
-  // methods that change a list or dict.
-  if (name.starts_with("_")) return missing;
-  if (value.is_dict() && (name == "clear" || name == "pop" || name == "popitem" || name == "setdefault" || name == "update")) {
-    return missing;
-  }
-  if (value.is_list() && value.sequence_kind() == SequenceKind::kList &&
-      (name == "append" || name == "clear" || name == "extend" || name == "insert" || name == "pop" ||
-       name == "remove" || name == "reverse" || name == "sort")) {
-    return missing;
-  }
-  if (value.is_number() && !value.is_float()) {
-    if (name == "real" || name == "numerator") return Value(value.as_int());
-    if (name == "imag") return Value(int64_t{0});
-    if (name == "denominator") return Value(int64_t{1});
-  }
-  if (value.is_float() && name == "real") return Value(value.as_float());
-  if (value.is_float() && name == "imag") return Value(0.0);
-  if (IsPythonAttribute(value, name) || (value.is_loop() && (name == "cycle" || name == "changed")) ||
-      (value.is_cycler() && (name == "next" || name == "reset")) || (value.is_group_tuple() && (name == "count" || name == "index"))) {
-    return TypeError(absl::StrCat("attr('", name, "') of a ", value.TypeName(), " is a method, which is not supported"));
-  }
-  if (value.is_function() || value.is_macro()) {
-    return TypeError(absl::StrCat("attr() of a ", value.TypeName(), " is not supported"));
-  }
-  if (value.is_namespace() || value.is_cycler() || value.is_joiner() || value.is_loop() || value.is_group_tuple()) {
-    return GetAttr(value, name);
-  }
-  return missing;
-}
-
 const std::map<std::string_view, FilterFn>& Filters() {
   static const auto* filters = new std::map<std::string_view, FilterFn>{
       {"abs", [](const Value& v, const Args& a, const KwArgs& k) -> absl::StatusOr<Value> {
          RETURN_IF_ERROR(BindArgs("abs", a, k, {}).status());
          return Abs(v);
        }},
-      {"attr", Attr},
+      {"attr", [](const Value& v, const Args& a, const KwArgs& k) -> absl::StatusOr<Value> {
+         ASSIGN_OR_RETURN(Args b, BindArgs("attr", a, k, {{"name"}}));
+         return AttributeOnly(v, b[0]);
+       }},
       {"batch", Batch},
       {"capitalize", [](const Value& v, const Args& a, const KwArgs& k) -> absl::StatusOr<Value> {
          RETURN_IF_ERROR(BindArgs("capitalize", a, k, {}).status());
@@ -444,6 +370,10 @@ const std::map<std::string_view, FilterFn>& Filters() {
          ASSIGN_OR_RETURN(std::string s, SoftStr(v));
          return SameKind(v, std::move(s));
        }},
+      {"striptags", [](const Value& v, const Args& a, const KwArgs& k) -> absl::StatusOr<Value> {
+         RETURN_IF_ERROR(BindArgs("striptags", a, k, {}).status());
+         return html_filters::StripTags(v);
+       }},
       {"sum", Sum},
       {"title", [](const Value& v, const Args& a, const KwArgs& k) -> absl::StatusOr<Value> {
          RETURN_IF_ERROR(BindArgs("title", a, k, {}).status());
@@ -459,6 +389,10 @@ const std::map<std::string_view, FilterFn>& Filters() {
        }},
       {"truncate", Truncate},
       {"unique", Unique},
+      {"urlencode", [](const Value& v, const Args& a, const KwArgs& k) -> absl::StatusOr<Value> {
+         RETURN_IF_ERROR(BindArgs("urlencode", a, k, {}).status());
+         return html_filters::UrlEncode(v);
+       }},
       {"upper", [](const Value& v, const Args& a, const KwArgs& k) -> absl::StatusOr<Value> {
          RETURN_IF_ERROR(BindArgs("upper", a, k, {}).status());
          ASSIGN_OR_RETURN(std::string s, SoftStr(v));
