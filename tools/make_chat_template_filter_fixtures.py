@@ -222,6 +222,24 @@ add("urlencode-unpack-long", "{{ ['abc']|urlencode }}")
 add("urlencode-unpack-int", "{{ [1]|urlencode }}")
 add("urlencode-argument", "{{ 'x'|urlencode(1) }}")
 
+# ---- wordwrap (textwrap.wrap per line): fixed texts, then random ones over the characters
+# textwrap's word splitting treats specially (hyphens, em-dashes, digits, punctuation) ----
+def wordwrap_texts():
+    import random
+    rng = random.Random(20260307)
+    alphabet = ["a", "b", "Z", "é", "ß", "1", "9", "-", "-", "--", ".", ",", "!", "?", "'", '"', "&", "_",
+                " ", " ", " ", "  ", "\t", "(", "٣", "\u3000", "x-y", "well-known", "re-re-run"]
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(120)]
+
+
+add("wordwrap", "{{ 'The quick brown fox jumps over the lazy dog, twice.'|wordwrap(10) }}|{{ 'a well-known self-evident well-to-do thing'|wordwrap(8) }}|{{ 'one--two three---four x--y'|wordwrap(6) }}|{{ 'supercalifragilisticexpialidocious word'|wordwrap(10) }}|{{ 'supercalifragilisticexpialidocious word'|wordwrap(10, false) }}|{{ 'hyphen-ated-words-here'|wordwrap(7, break_on_hyphens=false) }}|{{ 'line one\n\nline  two is longer\r\nthree'|wordwrap(7, wrapstring='<br>') }}|{{ '  lead and trail  '|wordwrap(5) }}|{{ ''|wordwrap }}|{{ 'x'|wordwrap(0.5) }}|{{ 'ab cd'|wordwrap(2.5) }}|{{ 'tab\tseparated\twords'|wordwrap(9) }}|{{ 'a-b-c-d-e-f'|wordwrap(3) }}|{{ '---- ----'|wordwrap(2) }}|{{ 'abc-defghijk'|wordwrap(5) }}|{{ ('<b>x y</b>'|safe)|wordwrap(3) }}|{{ 'x'|wordwrap(true) }}")
+add("wordwrap-random", "{% for w in [1, 3, 5, 8, 13] %}{% for t in texts %}{{ t|wordwrap(w, wrapstring='/') }}|{{ t|wordwrap(w, break_on_hyphens=false, wrapstring='/') }}|{{ t|wordwrap(w, false, '/') }}#{% endfor %}{% endfor %}", texts=wordwrap_texts())
+add("wordwrap-zero-width", "{{ 'x'|wordwrap(0) }}")
+add("wordwrap-float-width-long-word", "{{ 'abcdef'|wordwrap(2.5) }}")
+add("wordwrap-not-a-string", "{{ 5|wordwrap }}")
+add("wordwrap-undefined", "{{ missing|wordwrap }}")
+add("wordwrap-string-width", "{{ 'x'|wordwrap('5') }}")
+
 # ---- printing lists, tuples, dicts and dict views: Python's repr (ASCII text) ----
 add("print-containers", "{{ nums }}|{{ floats }}|{{ people }}|{{ nested.a }}|{{ (1,) }}{{ () }}{{ (1, 'a') }}|{{ nested.a.items() }}|{{ nested.a.keys() }}|{{ nested.a.values() }}|{{ [none, true, false, 1e16, 1e-5, -0.0, 0.1, 2.5e-320, 123456789012345678] }}|{{ ['it\\'s', 'say \"hi\"', 'both \\'\"', 'back\\\\slash', 'tab\\tnl\\ncr\\rbell\\x07del\\x7f\\x1b'] }}|{{ [missing] }}|{{ ['<b>'|safe, '<'|e, \"'\"|safe] }}|{{ {} }}{{ [] }}{{ [[]] }}{{ [()] }}|{{ 'x' ~ [1] }}|{{ [1, 2]|string }}|{{ [1]|join }}{{ [[1, 2], (3,)]|join('-') }}|{{ '%s|%r' % ([1], ['a']) }}|{{ '%5s|' % ((1,),) }}|{{ '{}{!r}'.format({'a': 1}, ('b',)) }}|{{ messages[2].tool_calls[0].function.arguments }}|{{ tools[0].function.parameters.required }}|{{ [1]|replace('1', '2') }}|{{ [nothing, flag] }}|{{ {'a': [1, {'b': (2,)}]}|string|length }}|{% for x in nums %}{{ [loop] }}{% endfor %}")
 

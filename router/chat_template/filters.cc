@@ -1,6 +1,7 @@
 // ApplyFilter: Jinja2 3.1's builtin filters (filters.py) as transformers' environment has
 // them, with its own tojson: the text and number filters here, those over sequences and
-// mappings in sequence_filters.cc, striptags and urlencode in html_filters.cc.
+// mappings in sequence_filters.cc, striptags and urlencode in html_filters.cc, wordwrap in
+// wordwrap.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "router/chat_template/percent_format.h"
 #include "router/chat_template/python_str.h"
 #include "router/chat_template/sequence_filters.h"
+#include "router/chat_template/wordwrap.h"
 
 namespace mlaserve::router::chat_template {
 namespace {
@@ -398,6 +400,7 @@ const std::map<std::string_view, FilterFn>& Filters() {
          ASSIGN_OR_RETURN(std::string s, SoftStr(v));
          return SameKind(v, py::Upper(s));
        }},
+      {"wordwrap", WordWrap},
       {"wordcount", [](const Value& v, const Args& a, const KwArgs& k) -> absl::StatusOr<Value> {
          RETURN_IF_ERROR(BindArgs("wordcount", a, k, {}).status());
          ASSIGN_OR_RETURN(std::string s, SoftStr(v));
