@@ -107,6 +107,9 @@ TEST(ChatTemplateFilterTest, WhatIsRefusedOnPurposeSaysWhy) {
   // attr() of a method gives a bound method, which Python prints with an address.
   EXPECT_THAT(error("{{ {'a': 1}|attr('items') }}"), HasSubstr("attr('items') of a dict is a method, which is not supported"));
   EXPECT_THAT(error("{% for x in [1] %}{{ loop|attr('cycle') }}{% endfor %}"), HasSubstr("is a method"));
+  EXPECT_THAT(error("{% for x in [1] %}{{ loop.changed is defined }}{% endfor %}"),
+              HasSubstr("method 'changed' of a LoopContext without calling it"));
+  EXPECT_THAT(error("{% set c = cycler(1) %}{{ c['next'] }}"), HasSubstr("method 'next' of a Cycler"));
   // HTML5's named references beyond &amp; &lt; &gt; &quot; &apos; &nbsp; are not tabled ("&copy;" is
   // "©"; "&ampx" is "&x" unless a longer name starts "ampx").
   EXPECT_THAT(error("{{ 'a &copy; b'|striptags }}"), HasSubstr("the character reference '&copy;' is not supported"));

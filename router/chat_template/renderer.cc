@@ -342,6 +342,18 @@ class Renderer {
         absl::StrCat("unsupported ", what, " of macro '", object.as_macro().name, "'"));
   }
 
+  // `loop.cycle` or `c.next` not called: Python gives a bound method, which is not reproduced
+  // (as a value it would print, test and compare unlike anything we have).
+  static absl::Status RefuseMethodAsValue(const Value& object, const Value& name) {
+    if (!name.is_string()) return absl::OkStatus();
+    const std::string& n = name.as_string();
+    const bool method = (object.is_loop() && (n == "cycle" || n == "changed")) ||
+                        (object.is_cycler() && (n == "next" || n == "reset"));
+    if (!method) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("unsupported use of the method '", n, "' of a ", object.TypeName(),
+                                                   " without calling it (Python gives a bound method)"));
+  }
+
   absl::StatusOr<Value> EvalDefined(const Expr& e) {
     ASSIGN_OR_RETURN(Value v, Eval(e));
     if (v.is_undefined()) return At(e.line, absl::InvalidArgumentError(v.undefined_name()));
@@ -405,12 +417,14 @@ class Renderer {
       case Expr::Kind::kAttr: {
         ASSIGN_OR_RETURN(Value object, EvalDefined(*e.args[0]));
         RETURN_IF_ERROR(RefuseMacroAttribute(object, absl::StrCat("attribute '.", e.name, "'")));
+        RETURN_IF_ERROR(RefuseMethodAsValue(object, Value(e.name)));
         return GetAttr(object, e.name);
       }
       case Expr::Kind::kItem: {
         ASSIGN_OR_RETURN(Value object, EvalDefined(*e.args[0]));
         RETURN_IF_ERROR(RefuseMacroAttribute(object, "subscript"));
         ASSIGN_OR_RETURN(Value key, Eval(*e.args[1]));
+        RETURN_IF_ERROR(RefuseMethodAsValue(object, key));
         return GetItem(object, key);
       }
       case Expr::Kind::kSlice: {
