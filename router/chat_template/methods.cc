@@ -127,7 +127,7 @@ absl::StatusOr<std::string> StrFormat(const std::string& format, const Args& arg
       ASSIGN_OR_RETURN(std::string s, PythonStr(v));
       out += s;
     } else if (conversion == 'r' || conversion == 'a') {
-      ASSIGN_OR_RETURN(std::string s, PythonRepr(v));
+      ASSIGN_OR_RETURN(std::string s, conversion == 'a' ? PythonAscii(v) : PythonRepr(v));
       out += s;
     } else {
       return TypeError(absl::StrCat("Unknown conversion specifier ", std::string(1, conversion)));

@@ -62,7 +62,7 @@ absl::StatusOr<std::string> Convert(const Spec& spec, const Value& v) {
     }
     case 'r':
     case 'a': {
-      ASSIGN_OR_RETURN(std::string text, PythonRepr(v));
+      ASSIGN_OR_RETURN(std::string text, c == 'a' ? PythonAscii(v) : PythonRepr(v));
       return PadText(std::move(text), spec);
     }
     case 'c': {

@@ -1,6 +1,6 @@
 // Python's printf-style string formatting (`"%s: %d" % (a, b)`), which the `format` filter
 // and the `%` operator on a string apply: %s, %d / %i / %u, %o, %x / %X, %e / %E, %f / %F,
-// %g / %G, %c, %r / %a (numbers, None, booleans and ASCII strings) and %%, with flags, width,
+// %g / %G, %c, %r / %a (PythonRepr / PythonAscii) and %%, with flags, width,
 // precision, `*` and %(key)s mapping keys. Errors are Python's TypeErrors and ValueErrors
 // (not enough arguments, not all arguments converted, a bad type for a conversion).
 #pragma once

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "model/tokenizer/utf8.h"
+#include "router/chat_template/python_str.h"
 #include "common/status.h"
 
 namespace mlaserve::router::chat_template {
@@ -271,40 +273,60 @@ std::string PythonFloatRepr(double d) {
   return absl::StrCat(sign, out, "e", exponent < 0 ? "-" : "+", abs_exp < 10 ? "0" : "", abs_exp);
 }
 
-absl::StatusOr<std::string> PythonRepr(const Value& value) {
+namespace {
+
+// Python's repr() (ascii_only: ascii()) of a str, as CPython's unicode_repr writes it.
+absl::StatusOr<std::string> StrRepr(const std::string& s, bool ascii_only) {
+  // Single quotes unless the text has a ' and no ".
+  const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, quote);
+  for (size_t i = 0; i < s.size();) {
+    const size_t start = i;
+    const char32_t c = model::utf8::DecodeAt(s, &i);
+    if (c == static_cast<unsigned char>(quote) || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7F) {
+      absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2));
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else if (ascii_only) {
+      if (c < 0x100) {
+        absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2));
+      } else if (c < 0x10000) {
+        absl::StrAppend(&out, "\\u", absl::Hex(c, absl::kZeroPad4));
+      } else {
+        absl::StrAppend(&out, "\\U", absl::Hex(c, absl::kZeroPad8));
+      }
+    } else if (py::IsWordChar(c)) {
+      // Letters and digits (str.isalnum) are printable, so repr() keeps them. Which other
+      // characters str.isprintable() accepts is not tabled here.
+      out.append(s, start, i - start);
+    } else {
+      char code[16];
+      std::snprintf(code, sizeof(code), "U+%04X", static_cast<unsigned>(c));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the repr() of a str holding ", code,
+          " is not supported (which characters other than letters and digits Python prints as escapes "
+          "is not reproduced)"));
+    }
+  }
+  out += quote;
+  return out;
+}
+
+absl::StatusOr<std::string> Repr(const Value& value, bool ascii_only) {
   if (value.is_undefined()) return std::string("Undefined");  // Jinja's Undefined.__repr__
   if (value.is_string()) {
-    const std::string& s = value.as_string();
-    for (char ch : s) {
-      if (static_cast<unsigned char>(ch) >= 0x80) {
-        return absl::InvalidArgumentError(
-            "the repr() of a non-ASCII str is not supported (which characters Python prints as "
-            "escapes is not reproduced)");
-      }
-    }
-    // CPython's unicode_repr: single quotes unless the text has a ' and no ".
-    const char quote = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
-    std::string out = value.is_markup() ? "Markup(" : "";
-    out += quote;
-    for (char ch : s) {
-      if (ch == quote || ch == '\\') {
-        out += '\\';
-        out += ch;
-      } else if (ch == '\n') {
-        out += "\\n";
-      } else if (ch == '\r') {
-        out += "\\r";
-      } else if (ch == '\t') {
-        out += "\\t";
-      } else if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7F) {
-        absl::StrAppend(&out, "\\x", absl::Hex(static_cast<unsigned char>(ch), absl::kZeroPad2));
-      } else {
-        out += ch;
-      }
-    }
-    out += quote;
-    if (value.is_markup()) out += ')';
-    return out;
+    ASSIGN_OR_RETURN(std::string text, StrRepr(value.as_string(), ascii_only));
+    if (value.is_markup()) return absl::StrCat("Markup(", text, ")");
+    return text;
   }
   if (value.is_list()) {
     const List& items = value.as_list();
@@ -313,7 +335,7 @@ absl::StatusOr<std::string> PythonRepr(const Value& value) {
       out += open;
       for (size_t i = 0; i < items.size(); ++i) {
         if (i > 0) out += ", ";
-        ASSIGN_OR_RETURN(std::string item, PythonRepr(items[i]));
+        ASSIGN_OR_RETURN(std::string item, Repr(items[i], ascii_only));
         out += item;
       }
       if (value.is_tuple() && items.size() == 1) out += ',';
@@ -335,14 +357,20 @@ absl::StatusOr<std::string> PythonRepr(const Value& value) {
     for (const auto& [k, v] : value.as_dict().entries) {
       if (!first) out += ", ";
       first = false;
-      ASSIGN_OR_RETURN(std::string key, PythonRepr(Value(k)));
-      ASSIGN_OR_RETURN(std::string item, PythonRepr(v));
+      ASSIGN_OR_RETURN(std::string key, StrRepr(k, ascii_only));
+      ASSIGN_OR_RETURN(std::string item, Repr(v, ascii_only));
       absl::StrAppend(&out, key, ": ", item);
     }
     return out + "}";
   }
-  return PythonStr(value);
+  return ToText(value);
 }
+
+}  // namespace
+
+absl::StatusOr<std::string> PythonRepr(const Value& value) { return Repr(value, /*ascii_only=*/false); }
+
+absl::StatusOr<std::string> PythonAscii(const Value& value) { return Repr(value, /*ascii_only=*/true); }
 
 absl::StatusOr<std::string> PythonStr(const Value& value) {
   if (value.is_list() || value.is_dict()) return PythonRepr(value);
