@@ -244,6 +244,16 @@ add("wordwrap-string-width", "{{ 'x'|wordwrap('5') }}")
 add("print-containers", "{{ nums }}|{{ floats }}|{{ people }}|{{ nested.a }}|{{ (1,) }}{{ () }}{{ (1, 'a') }}|{{ nested.a.items() }}|{{ nested.a.keys() }}|{{ nested.a.values() }}|{{ [none, true, false, 1e16, 1e-5, -0.0, 0.1, 2.5e-320, 123456789012345678] }}|{{ ['it\\'s', 'say \"hi\"', 'both \\'\"', 'back\\\\slash', 'tab\\tnl\\ncr\\rbell\\x07del\\x7f\\x1b'] }}|{{ [missing] }}|{{ ['<b>'|safe, '<'|e, \"'\"|safe] }}|{{ {} }}{{ [] }}{{ [[]] }}{{ [()] }}|{{ 'x' ~ [1] }}|{{ [1, 2]|string }}|{{ [1]|join }}{{ [[1, 2], (3,)]|join('-') }}|{{ '%s|%r' % ([1], ['a']) }}|{{ '%5s|' % ((1,),) }}|{{ '{}{!r}'.format({'a': 1}, ('b',)) }}|{{ messages[2].tool_calls[0].function.arguments }}|{{ tools[0].function.parameters.required }}|{{ [1]|replace('1', '2') }}|{{ [nothing, flag] }}|{{ {'a': [1, {'b': (2,)}]}|string|length }}|{% for x in nums %}{{ [loop] }}{% endfor %}")
 add("print-non-ascii", "{{ ['café', 'ΣΑΣ', '你好', '١٢٣', 'ǅ²', {'clé': 'straße'}] }}|{{ messages[5].content.split() }}|{{ '%a|%r' % ('é😀\u3002\x80', 'ß') }}|{{ '{!a}{!r}'.format(['ü', '\U0001F600'], ('Ω',)) }}|{{ '%a' % (('<b>é'|safe),) }}")
 
+
+# The blocks of symbols router/chat_template/value.cc's repr() takes as printable
+# (kPrintableBlocks): every character of them printed through repr().
+PRINTABLE_BLOCKS = [(0x00A1, 0x00AC), (0x00AE, 0x00FF), (0x0300, 0x036F), (0x0900, 0x097F), (0x2010, 0x2027),
+                    (0x2030, 0x205E), (0x20A0, 0x20C0), (0x2100, 0x214F), (0x2190, 0x22FF), (0x2500, 0x257F),
+                    (0x25A0, 0x27BF), (0x3001, 0x303F), (0xFE30, 0xFE4F), (0xFF01, 0xFF60), (0x1F300, 0x1F64F),
+                    (0x1F680, 0x1F6D7), (0x1F900, 0x1F9FF)]
+add("print-printable-blocks", "{{ blocks }}",
+    blocks=["".join(chr(c) for c in range(a, b + 1)) for a, b in PRINTABLE_BLOCKS])
+
 # ---- the loop object (Jinja's LoopContext): cycle(), changed(), printing ----
 add("loop-cycle-changed", "{% for x in nums %}{{ loop.cycle('a', 'b', 'c') }}{{ loop.cycle(x) }}{% endfor %}|{% for p in people|sort(attribute='age') %}{% if loop.changed(p.age) %}[{{ p.age }}]{% endif %}{{ p.name }}{{ loop.changed() }}{% endfor %}|{% for w in words %}{{ loop.changed(w|lower, 1) }}{% endfor %}|{% for x in nums %}{{ loop }}{{ loop|length }}{{ loop.previtem }}{{ loop.nextitem is defined }}{{ loop is iterable }}{{ loop is mapping }}{{ loop is sequence }}{% set outer = loop %}{% for y in [1, 2] %}{{ outer.index }}{{ loop.changed(outer.index) }}{% endfor %};{% endfor %}|{% for x in [1] %}{{ loop.changed(1.0) }}{{ loop.changed(true) }}{{ loop['index'] }}{{ loop == loop }}{% endfor %}")
 add("loop-cycle-nothing", "{% for x in nums %}{{ loop.cycle() }}{% endfor %}")

@@ -275,6 +275,30 @@ std::string PythonFloatRepr(double d) {
 
 namespace {
 
+// Blocks of non-alphanumeric characters str.isprintable() accepts, read off Python 3.11.7
+// (Unicode 14): Latin-1's symbols, combining diacritics, Devanagari, general punctuation,
+// currency, letterlike symbols, arrows, math operators, box drawing, shapes, dingbats, CJK
+// punctuation, CJK compatibility forms, fullwidth forms, emoji. filters.json's
+// print-printable-blocks case prints every one of them through repr(), so a block that is
+// wrong here fails ChatTemplateFilterFixtureTest.
+struct CodePointBlock {
+  char32_t first, last;
+};
+constexpr CodePointBlock kPrintableBlocks[] = {
+    {0x00A1, 0x00AC}, {0x00AE, 0x00FF}, {0x0300, 0x036F}, {0x0900, 0x097F},   {0x2010, 0x2027},   {0x2030, 0x205E},
+    {0x20A0, 0x20C0}, {0x2100, 0x214F}, {0x2190, 0x22FF}, {0x2500, 0x257F},   {0x25A0, 0x27BF},   {0x3001, 0x303F},
+    {0xFE30, 0xFE4F}, {0xFF01, 0xFF60}, {0x1F300, 0x1F64F}, {0x1F680, 0x1F6D7}, {0x1F900, 0x1F9FF}};
+
+// Whether repr() keeps non-ASCII `c` as it is: letters and digits (str.isalnum; all printable)
+// and kPrintableBlocks; nullopt where it is not known here.
+std::optional<bool> ReprKeeps(char32_t c) {
+  if (py::IsWordChar(c)) return true;
+  for (const CodePointBlock& b : kPrintableBlocks) {
+    if (c >= b.first && c <= b.last) return true;
+  }
+  return std::nullopt;
+}
+
 // Python's repr() (ascii_only: ascii()) of a str, as CPython's unicode_repr writes it.
 absl::StatusOr<std::string> StrRepr(const std::string& s, bool ascii_only) {
   // Single quotes unless the text has a ' and no ".
@@ -304,17 +328,15 @@ absl::StatusOr<std::string> StrRepr(const std::string& s, bool ascii_only) {
       } else {
         absl::StrAppend(&out, "\\U", absl::Hex(c, absl::kZeroPad8));
       }
-    } else if (py::IsWordChar(c)) {
-      // Letters and digits (str.isalnum) are printable, so repr() keeps them. Which other
-      // characters str.isprintable() accepts is not tabled here.
+    } else if (ReprKeeps(c)) {
       out.append(s, start, i - start);
     } else {
       char code[16];
       std::snprintf(code, sizeof(code), "U+%04X", static_cast<unsigned>(c));
       return absl::InvalidArgumentError(absl::StrCat(
           "the repr() of a str holding ", code,
-          " is not supported (which characters other than letters and digits Python prints as escapes "
-          "is not reproduced)"));
+          " is not supported (which characters Python prints as escapes, str.isprintable, is known "
+          "here only for letters, digits and some blocks of symbols)"));
     }
   }
   out += quote;

@@ -227,8 +227,9 @@ absl::StatusOr<std::string> ToText(const Value& value);
 // Python's repr(): None, booleans, numbers, str (quote choice and escapes as CPython's
 // unicode_repr), Markup ("Markup('...')"), Jinja's Undefined ("Undefined"), lists, tuples,
 // dicts, dict views ("dict_items([('a', 1)])") and the loop object; the rest as ToText. Of
-// non-ASCII text only letters and digits (str.isalnum, all printable) are rendered: another
-// character is refused, naming it, as which ones str.isprintable() accepts is not tabled.
+// non-ASCII text, letters and digits (str.isalnum, all printable) and common blocks of
+// punctuation and symbols (value.cc's kPrintableBlocks) are rendered; another character is
+// refused, naming it, as str.isprintable() is not tabled in full.
 absl::StatusOr<std::string> PythonRepr(const Value& value);
 // Python's ascii(): repr() with every non-ASCII character escaped (\xe9, \u4f60, \U0001f600).
 absl::StatusOr<std::string> PythonAscii(const Value& value);
