@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
-#include <limits>
 #include <numeric>
 #include <random>
 
@@ -38,50 +37,61 @@ absl::Status CheckIds(std::span<const int32_t> ids, int vocab, int row, const ch
 absl::Status ApplyAllowedMask(std::span<const uint64_t> allowed, int row, int vocab,
                               float* logits) {
   RETURN_IF_ERROR(CheckAllowedMask(allowed, row, vocab));
-  for (int t = 0; t < vocab; ++t) {
-    if (((allowed[t >> 6] >> (t & 63)) & 1) == 0) logits[t] = -std::numeric_limits<float>::infinity();
-  }
-  return absl::OkStatus();
+  const int32_t only_row = 0;
+  kernels::TokenMaskParams p;
+  p.batch = 1;
+  p.vocab = vocab;
+  p.rows = 1;
+  p.logits = logits;
+  p.masks = allowed.data();
+  p.row_ids = &only_row;
+  return kernels::ApplyTokenMaskCpu(p);
 }
 
-// The host's logit edits after the masks: the CPU ops over the lists, in the Sampler's order.
-absl::Status ApplyLogitEditsCpu(const LogitEditLists& e, int batch, int vocab, float* logits) {
+}  // namespace
+
+LogitEditArrays HostArrays(const LogitEditLists& e) {
+  return {e.bias_ids.data(),  e.bias_values.data(),  e.bias_cu.data(),
+          e.repetition.data(), e.presence.data(),    e.frequency.data(),
+          e.token_ids.data(),  e.token_counts.data(), e.token_cu.data()};
+}
+
+absl::Status ApplyLogitEdits(const LogitEditLists& e, const LogitEditArrays& a, int batch,
+                             int vocab, float* logits, const kernels::KernelContext& ctx) {
   if (e.any_bias) {
     kernels::LogitBiasParams p;
     p.batch = batch;
     p.vocab = vocab;
     p.logits = logits;
-    p.token_ids = e.bias_ids.data();
-    p.bias = e.bias_values.data();
-    p.cu_entries = e.bias_cu.data();
-    RETURN_IF_ERROR(kernels::ApplyLogitBiasCpu(p));
+    p.token_ids = a.bias_ids;
+    p.bias = a.bias_values;
+    p.cu_entries = a.bias_cu;
+    RETURN_IF_ERROR(kernels::ApplyLogitBias(p, ctx));
   }
   if (e.any_repetition) {
     kernels::RepetitionPenaltyParams p;
     p.batch = batch;
     p.vocab = vocab;
     p.logits = logits;
-    p.penalty = e.repetition.data();
-    p.token_ids = e.token_ids.data();
-    p.cu_tokens = e.token_cu.data();
-    RETURN_IF_ERROR(kernels::ApplyRepetitionPenaltyCpu(p));
+    p.penalty = a.repetition;
+    p.token_ids = a.token_ids;
+    p.cu_tokens = a.token_cu;
+    RETURN_IF_ERROR(kernels::ApplyRepetitionPenalty(p, ctx));
   }
   if (e.any_occurrence) {
     kernels::OccurrencePenaltyParams p;
     p.batch = batch;
     p.vocab = vocab;
     p.logits = logits;
-    p.presence = e.presence.data();
-    p.frequency = e.frequency.data();
-    p.token_ids = e.token_ids.data();
-    p.counts = e.token_counts.data();
-    p.cu_tokens = e.token_cu.data();
-    RETURN_IF_ERROR(kernels::ApplyOccurrencePenaltiesCpu(p));
+    p.presence = a.presence;
+    p.frequency = a.frequency;
+    p.token_ids = a.token_ids;
+    p.counts = a.token_counts;
+    p.cu_tokens = a.token_cu;
+    RETURN_IF_ERROR(kernels::ApplyOccurrencePenalties(p, ctx));
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 static_assert(common::kMaxTopLogprobs <= kernels::kMaxLogprobsTop,
               "the logprobs kernels return at most kernels::kMaxLogprobsTop alternatives");
@@ -237,7 +247,8 @@ absl::StatusOr<std::vector<int32_t>> Sampler::Sample(std::span<float> logits, in
   }
   LogitEditLists edits;
   RETURN_IF_ERROR(BuildLogitEditLists(ptrs, vocab, &edits));
-  RETURN_IF_ERROR(ApplyLogitEditsCpu(edits, batch, vocab, logits.data()));
+  RETURN_IF_ERROR(ApplyLogitEdits(edits, HostArrays(edits), batch, vocab, logits.data(),
+                                  kernels::KernelContext{}));
   kernels::SamplingParams sp;
   sp.batch = batch;
   sp.vocab = vocab;

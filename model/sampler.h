@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/request_limits.h"
+#include "kernels/common/types.h"
 
 namespace mlaserve::model {
 
@@ -95,6 +96,27 @@ struct LogitEditLists {
 // vocabulary.
 absl::Status BuildLogitEditLists(std::span<const SampleRow* const> rows, int vocab,
                                  LogitEditLists* lists);
+
+// Where a LogitEditLists' arrays are for the ops: its own vectors (HostArrays), or the copies
+// SamplingStep uploaded to the device.
+struct LogitEditArrays {
+  const int32_t* bias_ids = nullptr;
+  const float* bias_values = nullptr;
+  const int32_t* bias_cu = nullptr;
+  const float* repetition = nullptr;
+  const float* presence = nullptr;
+  const float* frequency = nullptr;
+  const int32_t* token_ids = nullptr;
+  const int32_t* token_counts = nullptr;
+  const int32_t* token_cu = nullptr;
+};
+LogitEditArrays HostArrays(const LogitEditLists& lists);
+
+// The edits that follow the masks, on `ctx`'s backend, in the Sampler's order: logit_bias, the
+// repetition penalty, then presence / frequency; `lists` says which rows have which (its any_*
+// flags), `arrays` where the ops read them. logits: [batch, vocab] on that backend, in place.
+absl::Status ApplyLogitEdits(const LogitEditLists& lists, const LogitEditArrays& arrays, int batch,
+                             int vocab, float* logits, const kernels::KernelContext& ctx);
 
 // Works on host logits (Engine::Forward returns them in host memory) with the CPU kernels.
 class Sampler {

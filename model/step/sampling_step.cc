@@ -176,38 +176,17 @@ absl::Status SamplingStep::SampleOnDevice(float* logits, std::span<const SampleR
     mp.row_ids = i32(mask_rows_at);
     RETURN_IF_ERROR(kernels::ApplyTokenMask(mp, ctx_));
   }
-  if (edits_.any_bias) {
-    kernels::LogitBiasParams bp;
-    bp.batch = n;
-    bp.vocab = vocab;
-    bp.logits = logits;
-    bp.token_ids = i32(bias_ids_at);
-    bp.bias = f32(bias_at);
-    bp.cu_entries = i32(bias_cu_at);
-    RETURN_IF_ERROR(kernels::ApplyLogitBias(bp, ctx_));
-  }
-  if (edits_.any_repetition) {
-    kernels::RepetitionPenaltyParams rp;
-    rp.batch = n;
-    rp.vocab = vocab;
-    rp.logits = logits;
-    rp.penalty = f32(repetition_at);
-    rp.token_ids = i32(token_ids_at);
-    rp.cu_tokens = i32(token_cu_at);
-    RETURN_IF_ERROR(kernels::ApplyRepetitionPenalty(rp, ctx_));
-  }
-  if (edits_.any_occurrence) {
-    kernels::OccurrencePenaltyParams op;
-    op.batch = n;
-    op.vocab = vocab;
-    op.logits = logits;
-    op.presence = f32(presence_at);
-    op.frequency = f32(frequency_at);
-    op.token_ids = i32(token_ids_at);
-    op.counts = i32(counts_at);
-    op.cu_tokens = i32(token_cu_at);
-    RETURN_IF_ERROR(kernels::ApplyOccurrencePenalties(op, ctx_));
-  }
+  LogitEditArrays on_device;
+  on_device.bias_ids = i32(bias_ids_at);
+  on_device.bias_values = f32(bias_at);
+  on_device.bias_cu = i32(bias_cu_at);
+  on_device.repetition = f32(repetition_at);
+  on_device.presence = f32(presence_at);
+  on_device.frequency = f32(frequency_at);
+  on_device.token_ids = i32(token_ids_at);
+  on_device.token_counts = i32(counts_at);
+  on_device.token_cu = i32(token_cu_at);
+  RETURN_IF_ERROR(ApplyLogitEdits(edits_, on_device, n, vocab, logits, ctx_));
   kernels::SamplingParams sp;
   sp.batch = n;
   sp.vocab = vocab;
