@@ -12,10 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "router/admin_conversion.h"
 #include "router/chat_template/checkpoint_template.h"
 #include "router/openai/http_api.h"
-#include "router/testing/byte_codec.h"
+#include "router/testing/byte_router.h"
 #include "router/testing/fake_workers.h"
 #include "router/testing/poll_until_routable.h"
 
@@ -25,7 +24,6 @@ namespace {
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
-using router::testing::ByteCodec;
 using router::testing::FakeDecodeWorker;
 using router::testing::FakePrefillWorker;
 using router::testing::TestServer;
@@ -52,16 +50,10 @@ class HttpApiKimiTest : public ::testing::Test {
     prefill_server_ = TestServer::Start({&prefill_});
     RouterOptions o;
     o.abort_timeout = absl::Seconds(2);
-    RouterModel m;
-    m.identity = ModelFromProto(router::testing::FakeModelIdentity());
-    m.limits.vocab_size = ByteCodec::kVocabSize;
-    m.limits.max_context = 4096;  // the tool declarations are byte tokens
-    m.limits.eos_token_ids = {ByteCodec::kEos};
-    m.limits.bos_token_id = ByteCodec::kBos;
-    router_ = std::make_unique<RouterContext>(o, m, std::make_unique<ByteCodec>());
-    ASSERT_TRUE(router_->registry().AddByAddress(WorkerRole::kPrefill, prefill_server_.address, WorkerSource::kStatic).ok());
-    ASSERT_TRUE(router_->registry().AddByAddress(WorkerRole::kDecode, decode_server_.address, WorkerSource::kStatic).ok());
-    ASSERT_TRUE(router::testing::PollUntilRoutable(router_.get(), /*want_prefill=*/true));
+    // 4096 tokens: the tool declarations are byte tokens.
+    router_ = router::testing::StartByteRouter(std::move(o), 4096, prefill_server_.address,
+                                               decode_server_.address);
+    ASSERT_FALSE(HasFailure());
     absl::StatusOr<chat_template::CheckpointChatTemplate> chat =
         chat_template::LoadChatTemplate("tests/fixtures/models/kimi_k2_tiktoken", "kimi_k2", "");
     ASSERT_TRUE(chat.ok()) << chat.status();

@@ -11,9 +11,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "router/admin_conversion.h"
 #include "router/openai/http_api.h"
-#include "router/testing/byte_codec.h"
+#include "router/testing/byte_router.h"
 #include "router/testing/fake_workers.h"
 #include "router/testing/poll_until_routable.h"
 
@@ -22,7 +21,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
-using router::testing::ByteCodec;
 using router::testing::FakeDecodeWorker;
 using router::testing::FakePrefillWorker;
 using router::testing::TestServer;
@@ -36,16 +34,9 @@ class HttpApiSamplingTest : public ::testing::Test {
     prefill_server_ = TestServer::Start({&prefill_});
     RouterOptions o;
     o.abort_timeout = absl::Seconds(2);
-    RouterModel m;
-    m.identity = ModelFromProto(router::testing::FakeModelIdentity());
-    m.limits.vocab_size = ByteCodec::kVocabSize;
-    m.limits.max_context = 512;
-    m.limits.eos_token_ids = {ByteCodec::kEos};
-    m.limits.bos_token_id = ByteCodec::kBos;
-    router_ = std::make_unique<RouterContext>(o, m, std::make_unique<ByteCodec>());
-    ASSERT_TRUE(router_->registry().AddByAddress(WorkerRole::kPrefill, prefill_server_.address, WorkerSource::kStatic).ok());
-    ASSERT_TRUE(router_->registry().AddByAddress(WorkerRole::kDecode, decode_server_.address, WorkerSource::kStatic).ok());
-    ASSERT_TRUE(router::testing::PollUntilRoutable(router_.get(), /*want_prefill=*/true));
+    router_ = router::testing::StartByteRouter(std::move(o), 512, prefill_server_.address,
+                                               decode_server_.address);
+    ASSERT_FALSE(HasFailure());
     absl::StatusOr<chat_template::ChatTemplate> t =
         chat_template::ChatTemplate::Parse("{% for m in messages %}{{ m.content }}{% endfor %}");
     ASSERT_TRUE(t.ok()) << t.status();

@@ -16,10 +16,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/call_auth.h"
-#include "router/admin_conversion.h"
 #include "router/openai/api_request.h"
 #include "router/testing/poll_until_routable.h"
 #include "router/testing/byte_codec.h"
+#include "router/testing/byte_router.h"
 #include "router/testing/fake_workers.h"
 #include "router/worker_poller.h"
 
@@ -55,17 +55,8 @@ class HttpApiTest : public ::testing::Test {
     RouterOptions o;
     o.abort_timeout = absl::Seconds(2);
     o.public_authorizer = std::move(public_authorizer);
-    RouterModel m;
-    m.identity = ModelFromProto(router::testing::FakeModelIdentity());
-    m.limits.vocab_size = ByteCodec::kVocabSize;
-    m.limits.max_context = kMaxContext;
-    m.limits.eos_token_ids = {ByteCodec::kEos};
-    m.limits.bos_token_id = ByteCodec::kBos;
-    auto router = std::make_unique<RouterContext>(o, m, std::make_unique<ByteCodec>());
-    EXPECT_TRUE(router->registry().AddByAddress(WorkerRole::kPrefill, prefill_server_.address, WorkerSource::kStatic).ok());
-    EXPECT_TRUE(router->registry().AddByAddress(WorkerRole::kDecode, decode_server_.address, WorkerSource::kStatic).ok());
-    EXPECT_TRUE(router::testing::PollUntilRoutable(router.get(), /*want_prefill=*/true));
-    return router;
+    return router::testing::StartByteRouter(std::move(o), kMaxContext, prefill_server_.address,
+                                            decode_server_.address);
   }
 
   void TearDown() override {
