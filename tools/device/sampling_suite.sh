@@ -83,33 +83,25 @@ if want engine; then
   done
   cat "$R"
 fi
-if want masks; then
+# engine_rounds NAME ARGS...: mlaserve-engine-bench's decode rows with ARGS on the random
+# checkpoint at BATCHES, ROUNDS times, into $OUT/NAME.txt.
+engine_rounds() {
+  local name=$1 round
+  shift
   random_model
-  R=$OUT/masks.txt
+  local R=$OUT/$name.txt
   : > "$R"
   for round in $(seq "${ROUNDS:-2}"); do
     echo "=== round $round" >> "$R"
-    # shellcheck disable=SC2086
-    timeout 240 .devbin/mlaserve-engine-bench --model "$MODEL" --prefill-lens 64 --runs 1 \
-      --decode-batches ${BATCHES:-1 4 32 128} --decode-context 1024 --decode-steps 8 --eager-steps 0 \
-      --sampled-steps 16 --masked-steps 16 2>&1 | grep -E '^\| decode' >> "$R"
-    note "masks round $round" "rc=${PIPESTATUS[0]}"
-  done
-  cat "$R"
-fi
-if want knobs; then
-  random_model
-  R=$OUT/knobs.txt
-  : > "$R"
-  for round in $(seq "${ROUNDS:-2}"); do
-    echo "=== round $round" >> "$R"
-    # The baseline draws on the host (milliseconds a row): few steps at the large batches.
     # shellcheck disable=SC2086
     timeout 280 .devbin/mlaserve-engine-bench --model "$MODEL" --prefill-lens 64 --runs 1 \
-      --decode-batches ${BATCHES:-1 4 32 128} --decode-context 1024 --decode-steps 4 --eager-steps 0 \
-      --sampled-steps 8 --knob-steps ${KNOB_STEPS:-4} 2>&1 | grep -E '^\| decode' >> "$R"
-    note "knobs round $round" "rc=${PIPESTATUS[0]}"
+      --decode-batches ${BATCHES:-1 4 32 128} --decode-context 1024 --eager-steps 0 "$@" 2>&1 |
+      grep -E '^\| decode' >> "$R"
+    note "$name round $round" "rc=${PIPESTATUS[0]}"
   done
   cat "$R"
-fi
+}
+want masks && engine_rounds masks --decode-steps 8 --sampled-steps 16 --masked-steps 16
+# The knobs' baseline draws on the host (milliseconds a row): few steps at the large batches.
+want knobs && engine_rounds knobs --decode-steps 4 --sampled-steps 8 --knob-steps "${KNOB_STEPS:-4}"
 note "done" ""
