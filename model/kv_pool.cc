@@ -141,7 +141,7 @@ absl::StatusOr<std::unique_ptr<KvPool>> KvPool::Create(const KvPoolOptions& opti
   // A stack popped from the back: page 0 is handed out first.
   pool->free_list_.resize(options.num_pages);
   for (int i = 0; i < options.num_pages; ++i) pool->free_list_[i] = options.num_pages - 1 - i;
-  pool->in_use_.assign(options.num_pages, 0);
+  pool->holders_.assign(options.num_pages, 0);
   return pool;
 }
 
@@ -156,32 +156,110 @@ absl::StatusOr<std::vector<int32_t>> KvPool::Allocate(int n) {
     return absl::InvalidArgumentError(absl::StrCat("KvPool: cannot allocate ", n, " pages"));
   }
   absl::MutexLock lock(&mu_);
-  if (static_cast<size_t>(n) > free_list_.size()) {
-    return absl::ResourceExhaustedError(absl::StrCat("KvPool: ", n, " pages requested but only ",
-                                                     free_list_.size(), " of ",
-                                                     options_.num_pages, " are free"));
+  const size_t plain = free_list_.size();
+  if (static_cast<size_t>(n) > plain + cached_free_.size()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("KvPool: ", n, " pages requested but only ", plain + cached_free_.size(),
+                     " of ", options_.num_pages, " are free"));
   }
-  std::vector<int32_t> pages(free_list_.end() - n, free_list_.end());
+  const size_t from_plain = std::min(plain, static_cast<size_t>(n));
+  std::vector<int32_t> pages(free_list_.end() - from_plain, free_list_.end());
   std::reverse(pages.begin(), pages.end());
-  free_list_.resize(free_list_.size() - n);
-  for (int32_t p : pages) in_use_[p] = 1;
+  free_list_.resize(plain - from_plain);
+  // Then free pages that cache a prefix, least recently freed first: they forget it.
+  while (pages.size() < static_cast<size_t>(n)) {
+    const int32_t p = cached_free_.front();
+    cached_free_.pop_front();
+    prefix_->Erase(p);
+    pages.push_back(p);
+  }
+  for (int32_t p : pages) holders_[p] = 1;
   return pages;
 }
 
 void KvPool::Free(std::span<const int32_t> pages) {
   absl::MutexLock lock(&mu_);
+  std::vector<int32_t> cached;  // freed pages that cache a prefix, in the caller's order
   for (int32_t p : pages) {
     // Out-of-range or already-free ids are ignored so that a double free cannot corrupt the
     // free list (it would hand the same page to two requests).
-    if (p < 0 || p >= options_.num_pages || !in_use_[p]) continue;
-    in_use_[p] = 0;
-    free_list_.push_back(p);
+    if (p < 0 || p >= options_.num_pages || holders_[p] == 0) continue;
+    if (--holders_[p] > 0) continue;
+    if (prefix_ != nullptr && prefix_->cached(p)) {
+      cached.push_back(p);
+    } else {
+      free_list_.push_back(p);
+    }
+  }
+  // Last to first onto the back of cached_free_ (taken last): the caller's first pages, the
+  // start of a prompt that every longer prompt needs, are kept longest.
+  for (auto it = cached.rbegin(); it != cached.rend(); ++it) {
+    cached_slot_[*it] = cached_free_.insert(cached_free_.end(), *it);
   }
 }
 
 int KvPool::free_pages() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(free_list_.size());
+  return static_cast<int>(free_list_.size() + cached_free_.size());
+}
+
+void KvPool::EnablePrefixCache() {
+  absl::MutexLock lock(&mu_);
+  if (prefix_ != nullptr) return;
+  prefix_ = std::make_unique<KvPrefixIndex>(options_.num_pages);
+  cached_slot_.assign(options_.num_pages, cached_free_.end());
+}
+
+bool KvPool::prefix_cache_enabled() const {
+  absl::MutexLock lock(&mu_);
+  return prefix_ != nullptr;
+}
+
+std::vector<int32_t> KvPool::AcquirePrefix(std::span<const int32_t> tokens, int max_pages) {
+  absl::MutexLock lock(&mu_);
+  if (prefix_ == nullptr) return {};
+  std::vector<int32_t> pages = prefix_->Match(tokens, max_pages);
+  for (int32_t p : pages) {
+    if (holders_[p]++ == 0) cached_free_.erase(cached_slot_[p]);
+  }
+  return pages;
+}
+
+int KvPool::CachedPrefixPages(std::span<const int32_t> tokens, int max_pages) const {
+  absl::MutexLock lock(&mu_);
+  if (prefix_ == nullptr) return 0;
+  return static_cast<int>(prefix_->Match(tokens, max_pages).size());
+}
+
+void KvPool::PublishPrefix(std::span<const int32_t> tokens, std::span<const int32_t> pages,
+                           int full_pages) {
+  absl::MutexLock lock(&mu_);
+  if (prefix_ == nullptr) return;
+  // Only held pages: a free page is not the caller's to register.
+  std::vector<int32_t> held;
+  for (int32_t p : pages.first(std::min<size_t>(pages.size(), std::max(full_pages, 0)))) {
+    if (p < 0 || p >= options_.num_pages || holders_[p] == 0) break;
+    held.push_back(p);
+  }
+  prefix_->Insert(tokens, held, static_cast<int>(held.size()));
+}
+
+int KvPool::cached_pages() const {
+  absl::MutexLock lock(&mu_);
+  return prefix_ == nullptr ? 0 : prefix_->size();
+}
+
+int KvPool::cached_free_pages() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(cached_free_.size());
+}
+
+void KvPool::ClearPrefixCache() {
+  absl::MutexLock lock(&mu_);
+  if (prefix_ == nullptr) return;
+  for (int32_t p : cached_free_) free_list_.push_back(p);
+  cached_free_.clear();
+  for (int32_t p = 0; p < options_.num_pages; ++p) prefix_->Erase(p);
 }
 
 size_t KvPool::layer_page_bytes() const {

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <span>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kernels/common/types.h"
+#include "model/kv_prefix_index.h"
 
 namespace mlaserve::model {
 
@@ -108,9 +110,38 @@ class KvPool {
   // Page accounting. Allocate fails with RESOURCE_EXHAUSTED (naming the counts) when fewer
   // than n pages are free; it never allocates part of a request.
   absl::StatusOr<std::vector<int32_t>> Allocate(int n);
+  // Gives back one hold on each page (pages taken by AcquirePrefix may have several holders;
+  // every other page has one). A page with no holder left is free again.
   void Free(std::span<const int32_t> pages);
+  // Free pages, those that still hold a cached prefix included (Allocate takes them last).
   int free_pages() const;
   int total_pages() const { return options_.num_pages; }
+
+  // Prefix cache (the prefill worker's; docs/serving.md "Prefix cache"). Off until enabled
+  // (before serving). With it on, a freed page that holds the KV of a whole page of a
+  // published prompt keeps it while it is free: AcquirePrefix hands it to a later prompt that
+  // starts with the same tokens, and Allocate hands out such pages only when no other page is
+  // free, least recently freed first, forgetting what they held. Within one Free call the
+  // pages are taken as freed last to first, so a prompt's first pages, which every longer
+  // prompt with that start needs, are kept longest.
+  void EnablePrefixCache();
+  bool prefix_cache_enabled() const;
+  // Takes a hold on each page caching the longest run of `tokens`' leading whole pages, at
+  // most `max_pages`, and returns them in order (page i holds tokens [64 i, 64 i + 64)). Free
+  // them like allocated pages. Empty with the cache off.
+  std::vector<int32_t> AcquirePrefix(std::span<const int32_t> tokens, int max_pages);
+  // How many pages AcquirePrefix would return now (takes nothing).
+  int CachedPrefixPages(std::span<const int32_t> tokens, int max_pages) const;
+  // `pages` (held by the caller; pages[i] holding the KV of tokens [64 i, 64 i + 64)) become the
+  // cache of `tokens`' first `full_pages` pages, where no page caches them yet. No-op with the
+  // cache off. The pages' KV must be complete (written) before the call.
+  void PublishPrefix(std::span<const int32_t> tokens, std::span<const int32_t> pages,
+                     int full_pages);
+  // Pages holding a cached prefix now (free or held), and of those the free ones.
+  int cached_pages() const;
+  int cached_free_pages() const;
+  // Forgets every cached prefix (pages held stay held; free ones become plain free pages).
+  void ClearPrefixCache();
 
   // Device (or host, on the CPU backend) base pointers of a layer's buffers.
   void* latent(int layer) const { return latent_[layer]; }
@@ -205,8 +236,13 @@ class KvPool {
   mutable absl::CondVar lane_free_;
   mutable std::vector<CopyLane*> lanes_ ABSL_GUARDED_BY(lanes_mu_);  // created on first use
   mutable absl::Mutex mu_;
-  std::vector<int32_t> free_list_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint8_t> in_use_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> free_list_ ABSL_GUARDED_BY(mu_);  // free pages caching nothing
+  std::vector<int32_t> holders_ ABSL_GUARDED_BY(mu_);    // by page: 0 = free
+  // Prefix cache (null: off). Free pages that cache a prefix, least recently freed first;
+  // `cached_slot_` is each such page's place in it.
+  std::unique_ptr<KvPrefixIndex> prefix_ ABSL_GUARDED_BY(mu_);
+  std::list<int32_t> cached_free_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::list<int32_t>::iterator> cached_slot_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mlaserve::model
