@@ -46,12 +46,22 @@ std::string DescribeWorkers(const std::vector<WorkerSnapshot>& all) {
   return absl::StrJoin(parts, "; ");
 }
 
+namespace {
+// The prompt ids are the caller's and read once: a placement keeps no view of them.
+DecodePlacement::Options WithoutPromptIds(DecodePlacement::Options options) {
+  options.prompt_ids = {};
+  return options;
+}
+}  // namespace
+
 DecodePlacement::DecodePlacement(WorkerRegistry* registry, Options options,
                                  int32_t prompt_tokens, int32_t max_new_tokens)
     : registry_(registry),
-      options_(options),
+      options_(WithoutPromptIds(options)),
       prompt_tokens_(prompt_tokens),
-      max_new_tokens_(max_new_tokens) {}
+      max_new_tokens_(max_new_tokens) {
+  if (options.prefix_affinity != nullptr) prompt_pages_.emplace(options.prompt_ids);
+}
 
 DecodePlacement::~DecodePlacement() {
   ReleaseDecode();
@@ -130,7 +140,13 @@ absl::StatusOr<DecodePlacement::Target> DecodePlacement::Next() {
 
 absl::Status DecodePlacement::PickPrefill(const WorkerSnapshot& decode) {
   std::vector<WorkerSnapshot> prefill = registry_->Routable(WorkerRole::kPrefill);
-  std::vector<std::string> ranked = RankPrefillWorkers(prefill, prompt_tokens_);
+  std::vector<int64_t> cached;
+  if (prompt_pages_.has_value()) {
+    for (const WorkerSnapshot& p : prefill) {
+      cached.push_back(options_.prefix_affinity->MatchedTokens(p.id, *prompt_pages_));
+    }
+  }
+  std::vector<std::string> ranked = RankPrefillWorkers(prefill, prompt_tokens_, cached);
   if (ranked.empty()) {
     return absl::UnavailableError(absl::StrCat(
         "no healthy prefill worker for a prompt of ", prompt_tokens_, " tokens (above ",
@@ -184,8 +200,13 @@ DecodePlacement::Failure DecodePlacement::ReserveFailed(const grpc::Status& stat
 }
 
 void DecodePlacement::ChargePrefill() {
+  if (prompt_pages_.has_value()) {
+    prefill_expected_cached_ = options_.prefix_affinity->Record(prefill_id_, *prompt_pages_);
+  }
+  // The router's pending count is work queued there: the tokens the worker is to compute.
+  prefill_charged_tokens_ = static_cast<int64_t>(prompt_tokens_) - prefill_expected_cached_;
   registry_->AddRouterLoad(prefill_id_,
-                           {.inflight = 1, .prefill_tokens = static_cast<int64_t>(prompt_tokens_)});
+                           {.inflight = 1, .prefill_tokens = prefill_charged_tokens_});
   prefill_charged_ = true;
   prefill_contacted_ = true;
 }
@@ -193,8 +214,8 @@ void DecodePlacement::ChargePrefill() {
 void DecodePlacement::ReleasePrefill() {
   if (!prefill_charged_) return;
   prefill_charged_ = false;
-  registry_->AddRouterLoad(
-      prefill_id_, {.inflight = -1, .prefill_tokens = -static_cast<int64_t>(prompt_tokens_)});
+  registry_->AddRouterLoad(prefill_id_,
+                           {.inflight = -1, .prefill_tokens = -prefill_charged_tokens_});
 }
 
 bool DecodePlacement::ReleaseDecode() {

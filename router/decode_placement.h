@@ -4,13 +4,17 @@
 // (conditional disaggregation) or which prefill worker does, judges a failed Reserve (try the
 // next worker, wait for room, or fail), and keeps the router's own load bookkeeping
 // (WorkerRegistry::AddRouterLoad) for both workers while the call holds them, so that a burst
-// of requests spreads out before the workers' load reports catch up.
+// of requests spreads out before the workers' load reports catch up. With prefix affinity
+// (router/prefix_affinity.h) the prefill worker is ranked by the prompt tokens it is expected
+// not to have cached, and the prompt is recorded for the worker it is sent to.
 //
 // Not thread-safe: the Generate call owns one and uses it under its own lock. It makes no RPC;
 // the call does (router/generate_call.h).
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "router/prefix_affinity.h"
 #include "router/worker_registry.h"
 
 namespace mlaserve::router {
@@ -47,6 +52,11 @@ class DecodePlacement {
     // The decode worker prefills the prompt whatever its threshold (requests with logprobs:
     // only the worker that samples every token returns every token's logprobs).
     bool prefill_locally = false;
+    // The router's table of what prefill workers have cached (RouterContext::prefix_affinity);
+    // null: prefill workers are ranked by their load alone. Must outlive the placement.
+    PrefixAffinity* prefix_affinity = nullptr;
+    // The prompt's token ids, for prefix_affinity; read by the constructor only.
+    std::span<const int32_t> prompt_ids;
   };
   DecodePlacement(WorkerRegistry* registry, Options options, int32_t prompt_tokens,
                   int32_t max_new_tokens);
@@ -83,7 +93,9 @@ class DecodePlacement {
   };
   Failure ReserveFailed(const grpc::Status& status, bool deadline_left);
 
-  // The prefill worker's load: charged while its Prefill call runs.
+  // The prefill worker's load: charged while its Prefill call runs. ChargePrefill is the
+  // moment the prompt is sent: with prefix affinity it records the prompt for that worker, and
+  // the charge is the tokens it is expected to compute (those not cached there).
   void ChargePrefill();
   void ReleasePrefill();
   // Releases the decode worker's charge; true when there was one (pages for waiting calls).
@@ -94,6 +106,9 @@ class DecodePlacement {
   bool local_prefill() const { return local_prefill_; }
   const std::string& prefill_id() const { return prefill_id_; }
   const std::string& prefill_address() const { return prefill_address_; }
+  // Prompt tokens the prefill worker was expected to have cached when the prompt was sent to
+  // it (ChargePrefill); 0 without prefix affinity (mlaserve_router_prefix_affinity_tokens_total).
+  int64_t prefill_expected_cached_tokens() const { return prefill_expected_cached_; }
   // Whether that worker may hold state for the request (it was sent a Reserve / Prefill), so
   // an early end must send it an Abort.
   bool decode_contacted() const { return decode_contacted_; }
@@ -108,6 +123,8 @@ class DecodePlacement {
   const Options options_;
   const int32_t prompt_tokens_;
   const int32_t max_new_tokens_;
+  // The prompt's page chain when options_.prefix_affinity is set.
+  std::optional<PrefixAffinity::PromptPages> prompt_pages_;
   bool no_room_now_ = false;
   std::vector<std::string> candidates_;
   size_t next_candidate_ = 0;
@@ -121,6 +138,8 @@ class DecodePlacement {
   std::string prefill_address_;
   std::string prefill_kv_compat_hash_;
   bool prefill_charged_ = false;
+  int64_t prefill_charged_tokens_ = 0;
+  int64_t prefill_expected_cached_ = 0;
   bool prefill_contacted_ = false;
 };
 

@@ -1,5 +1,7 @@
 #include "router/decode_placement.h"
 
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/testing/test_workers.h"
@@ -27,6 +29,18 @@ class DecodePlacementTest : public ::testing::Test {
   }
   DecodePlacement Placement(int32_t prompt, int32_t max_new = 10, int attempts = 3) {
     return DecodePlacement(&registry_, {.max_attempts = attempts}, prompt, max_new);
+  }
+  // A placement that ranks prefill workers with the prefix-affinity table `table`.
+  DecodePlacement AffinePlacement(PrefixAffinity* table, const std::vector<int32_t>& prompt) {
+    return DecodePlacement(&registry_, {.prefix_affinity = table, .prompt_ids = prompt},
+                           static_cast<int32_t>(prompt.size()), 10);
+  }
+  // The prefill worker `placement` picks; charged (the prompt sent) and released again.
+  std::string PrefillSent(DecodePlacement placement) {
+    if (!placement.Rank().ok() || !placement.Next().ok()) return "(no placement)";
+    placement.ChargePrefill();
+    placement.ReleasePrefill();
+    return placement.prefill_id();
   }
   WorkerSnapshot Get(const std::string& id) { return *registry_.Get(id); }
 
@@ -178,6 +192,54 @@ TEST_F(DecodePlacementTest, ACandidateThatTurnedUnhealthyIsSkipped) {
   auto target = p.Next();
   ASSERT_TRUE(target.ok());
   EXPECT_EQ(target->decode_address, "b:1");
+}
+
+// A prompt of a 960-token shared prefix (15 pages) and 40 tokens of its own (`seed`).
+std::vector<int32_t> SharedPrefixPrompt(int32_t seed) {
+  std::vector<int32_t> p;
+  for (int32_t i = 0; i < 960; ++i) p.push_back(i);
+  for (int32_t i = 0; i < 40; ++i) p.push_back(seed * 1000 + i);
+  return p;
+}
+
+TEST_F(DecodePlacementTest, APromptSharingALongPrefixGoesToThePrefillWorkerThatHasIt) {
+  AddDecode("d:1", 90);
+  const std::string p1 = AddPrefill("p:1"), p2 = AddPrefill("p:2");
+  PrefixAffinity table({});
+  // The first prompt goes to p2: p1 is busy for now.
+  registry_.AddRouterLoad(p1, {.prefill_tokens = 500});
+  EXPECT_EQ(PrefillSent(AffinePlacement(&table, SharedPrefixPrompt(1))), p2);
+  registry_.AddRouterLoad(p1, {.prefill_tokens = -500});
+  // Equal loads now: the same prefix follows p2, which is expected to reuse its 15 pages and
+  // is charged only the 40 tokens it computes while the prefill runs.
+  DecodePlacement second = AffinePlacement(&table, SharedPrefixPrompt(2));
+  ASSERT_TRUE(second.Rank().ok());
+  ASSERT_TRUE(second.Next().ok());
+  EXPECT_EQ(second.prefill_id(), p2);
+  second.ChargePrefill();
+  EXPECT_EQ(second.prefill_expected_cached_tokens(), 960);
+  EXPECT_EQ(Get(p2).router_prefill_tokens, 40);
+  second.ReleasePrefill();
+  EXPECT_EQ(Get(p2).router_prefill_tokens, 0);
+  // Another prefix ties on load and goes by id; without the table so does this prefix.
+  std::vector<int32_t> other = SharedPrefixPrompt(3);
+  other[0] = -1;
+  EXPECT_EQ(PrefillSent(AffinePlacement(&table, other)), p1);
+  EXPECT_EQ(PrefillSent(AffinePlacement(nullptr, SharedPrefixPrompt(4))), p1);
+  // A worker busier by more than the prefix saves loses it: 1000 tokens queued on p2.
+  registry_.AddRouterLoad(p2, {.prefill_tokens = 1000});
+  EXPECT_EQ(PrefillSent(AffinePlacement(&table, SharedPrefixPrompt(5))), p1);
+}
+
+TEST_F(DecodePlacementTest, WithoutPrefixAffinityThePrefillWorkerIsChargedTheWholePrompt) {
+  AddDecode("d:1", 90);
+  const std::string p1 = AddPrefill("p:1");
+  DecodePlacement p = AffinePlacement(nullptr, SharedPrefixPrompt(1));
+  ASSERT_TRUE(p.Rank().ok());
+  ASSERT_TRUE(p.Next().ok());
+  p.ChargePrefill();
+  EXPECT_EQ(p.prefill_expected_cached_tokens(), 0);
+  EXPECT_EQ(Get(p1).router_prefill_tokens, 1000);
 }
 
 }  // namespace

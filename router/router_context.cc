@@ -49,6 +49,10 @@ RouterMetrics::RouterMetrics(common::MetricsRegistry& r)
                                            "Tokens generated and streamed to clients")),
       local_prefill_total(r.GetCounter("mlaserve_router_local_prefill_total",
                                        "Requests prefilled on their decode worker")),
+      prefix_affinity_tokens_total(
+          r.GetCounter("mlaserve_router_prefix_affinity_tokens_total",
+                       "Prompt tokens the router expected the chosen prefill worker to have "
+                       "in its prefix cache")),
       requests_running(r.GetGauge("mlaserve_router_requests_running",
                                   "Generate calls running now")),
       requests_waiting(r.GetGauge("mlaserve_router_requests_waiting",
@@ -71,6 +75,9 @@ RouterContext::RouterContext(RouterOptions options, RouterModel model,
       registry_(WorkerRegistry::Options{model_.identity, options_.heartbeat_interval,
                                         options_.heartbeat_timeout}),
       channels_(options_.worker_dialer),
+      prefix_affinity_(options_.prefix_affinity
+                           ? std::make_unique<PrefixAffinity>(options_.prefix_affinity_table)
+                           : nullptr),
       metrics_(metrics_registry_),
       start_time_(absl::Now()),
       id_salt_(absl::Uniform<uint64_t>(absl::BitGen())) {}

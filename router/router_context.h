@@ -1,5 +1,6 @@
 // RouterContext: what the router's services share: options, the model's identity and limits,
-// the tokenizer, the worker registry and channels, the table of running requests, metrics.
+// the tokenizer, the worker registry and channels, the table of running requests, the
+// prefix-affinity table, metrics.
 // It owns no threads; WorkerPoller and the services use it. Lives as long as the server.
 #pragma once
 
@@ -19,6 +20,7 @@
 #include "common/transport_security.h"
 #include "model/loader/config.h"
 #include "router/admission_queue.h"
+#include "router/prefix_affinity.h"
 #include "router/request.h"
 #include "router/request_table.h"
 #include "router/text_codec.h"
@@ -76,6 +78,11 @@ struct RouterOptions {
   // How long a request may wait for a decode worker with room for its prompt's KV pages
   // (admission_queue.h); zero fails it at once with RESOURCE_EXHAUSTED.
   absl::Duration queue_timeout = absl::Seconds(600);
+  // Prefix affinity (--prefix-affinity): prefill workers are ranked by the prompt tokens they
+  // are not expected to have in their prefix cache (router/prefix_affinity.h), the table
+  // bounded by --prefix-affinity-entries. Off: by their load alone.
+  bool prefix_affinity = true;
+  PrefixAffinity::Options prefix_affinity_table;
 
   // Built in main() from the flags above (defaults: open and plaintext, for in-process tests).
   common::CallAuthorizer public_authorizer;  // kClient: the API keys
@@ -99,6 +106,8 @@ struct RouterMetrics {
   common::Counter* prompt_tokens_total;
   common::Counter* generation_tokens_total;
   common::Counter* local_prefill_total;
+  // Prompt tokens the router expected the prefill worker it chose to have cached.
+  common::Counter* prefix_affinity_tokens_total;
   common::Gauge* requests_running;
   common::Gauge* requests_waiting;
   common::Histogram* time_to_first_token_seconds;
@@ -119,6 +128,8 @@ class RouterContext {
   WorkerChannels& channels() { return channels_; }
   RequestTable& requests() { return requests_; }
   AdmissionQueue& admission() { return admission_; }
+  // What prefill workers are expected to have cached; null when prefix affinity is off.
+  PrefixAffinity* prefix_affinity() { return prefix_affinity_.get(); }
   common::MetricsRegistry& metrics_registry() { return metrics_registry_; }
   RouterMetrics& metrics() { return metrics_; }
 
@@ -162,6 +173,7 @@ class RouterContext {
   WorkerChannels channels_;
   RequestTable requests_;
   AdmissionQueue admission_;
+  const std::unique_ptr<PrefixAffinity> prefix_affinity_;  // null: off
   common::MetricsRegistry metrics_registry_;
   RouterMetrics metrics_;
   std::string listen_address_;

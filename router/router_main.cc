@@ -84,6 +84,16 @@ int Main(int argc, char** argv) {
                  "how long a request may wait for a decode worker with room for its prompt's KV "
                  "pages before RESOURCE_EXHAUSTED (0 = fail at once)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  app.add_flag("--prefix-affinity", o.prefix_affinity,
+               "send a prompt to the prefill worker expected to have its longest prefix cached, "
+               "unless it is busier by more than that saves (--prefix-affinity=false: by load "
+               "alone)")
+      ->capture_default_str();
+  app.add_option("--prefix-affinity-entries", o.prefix_affinity_table.max_entries,
+                 "pages (of 64 prompt tokens, one per prefill worker) the prefix-affinity table "
+                 "remembers, least recently sent forgotten first; about 50 bytes each")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, PrefixAffinity::kMaxEntries));
   app.add_option("--http-port", http_port,
                  "OpenAI-compatible HTTP API port on the --listen host (0 = ephemeral, -1 = off)")
       ->capture_default_str()->check(CLI::Range(-1, 65535));

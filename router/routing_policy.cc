@@ -28,29 +28,39 @@ std::vector<std::string> RankDecodeWorkers(std::span<const WorkerSnapshot> decod
 }
 
 std::vector<std::string> RankPrefillWorkers(std::span<const WorkerSnapshot> prefill_workers,
-                                            int64_t prompt_tokens) {
-  std::vector<const WorkerSnapshot*> all;
+                                            int64_t prompt_tokens,
+                                            std::span<const int64_t> cached_tokens) {
   bool all_estimated = true;
   for (const WorkerSnapshot& w : prefill_workers) {
-    all.push_back(&w);
     all_estimated = all_estimated && w.descriptor.profile.prefill_estimate.has_value();
   }
-  auto pending = [](const WorkerSnapshot* w) {
-    return w->router_prefill_tokens + w->descriptor.load.pending_prefill_tokens;
+  struct Candidate {
+    double finish;
+    const WorkerSnapshot* worker;
   };
-  // Estimates are only comparable when every candidate has one; a mix would rank a worker
-  // without a profile by a different unit, so then all are ranked by pending tokens.
-  auto key = [&](const WorkerSnapshot* w) {
+  std::vector<Candidate> all;
+  for (size_t i = 0; i < prefill_workers.size(); ++i) {
+    const WorkerSnapshot& w = prefill_workers[i];
+    const int64_t pending = w.router_prefill_tokens + w.descriptor.load.pending_prefill_tokens;
+    const int64_t cached =
+        i < cached_tokens.size() ? std::clamp<int64_t>(cached_tokens[i], 0, prompt_tokens) : 0;
+    // Estimates are only comparable when every candidate has one; a mix would rank a worker
+    // without a profile by a different unit, so then all are ranked by pending tokens. With
+    // `cached` tokens reused, the prompt costs t(prompt) - t(cached): its other tokens still
+    // attend to the cached ones.
     const double finish =
         all_estimated
-            ? w->descriptor.profile.prefill_estimate->FinishMicros(pending(w), prompt_tokens)
-            : static_cast<double>(pending(w));
-    return std::make_tuple(finish, w->router_inflight, w->id);
-  };
-  std::sort(all.begin(), all.end(),
-            [&](const WorkerSnapshot* a, const WorkerSnapshot* b) { return key(a) < key(b); });
+            ? w.descriptor.profile.prefill_estimate->FinishMicros(pending, prompt_tokens) -
+                  w.descriptor.profile.prefill_estimate->FinishMicros(0, cached)
+            : static_cast<double>(pending + prompt_tokens - cached);
+    all.push_back({finish, &w});
+  }
+  std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.finish, a.worker->router_inflight, a.worker->id) <
+           std::tie(b.finish, b.worker->router_inflight, b.worker->id);
+  });
   std::vector<std::string> ids;
-  for (const WorkerSnapshot* w : all) ids.push_back(w->id);
+  for (const Candidate& c : all) ids.push_back(c.worker->id);
   return ids;
 }
 

@@ -8,8 +8,10 @@
 //  * Prefill: when every candidate reported a prefill estimate (its GPU profile), the earliest
 //    estimated finish of the new prompt behind the tokens pending there, so a faster GPU
 //    takes more work; otherwise the fewest prompt tokens pending (this router's prefill calls
-//    in flight there, which are exact and current, plus the worker's reported queue). Ties
-//    as above.
+//    in flight there, which are exact and current, plus the worker's reported queue) plus
+//    the new prompt's. The new prompt costs only the tokens a worker is not expected to have
+//    in its prefix cache (router/prefix_affinity.h), so a worker holding a long prefix of it
+//    wins unless its queue is longer by more than what that saves. Ties as above.
 //  * Conditional disaggregation: a prompt of at most the decode worker's local-prefill
 //    threshold tokens is prefilled on the decode worker itself (no KV transfer pays off).
 #pragma once
@@ -30,9 +32,12 @@ namespace mlaserve::router {
 std::vector<std::string> RankDecodeWorkers(std::span<const WorkerSnapshot> decode_workers,
                                            int32_t pages_now, int32_t pages_at_most);
 
-// Prefill candidates best first (ids), for a prompt of `prompt_tokens` tokens.
+// Prefill candidates best first (ids), for a prompt of `prompt_tokens` tokens of which
+// `cached_tokens[i]` are expected in prefill_workers[i]'s prefix cache (clamped to
+// [0, prompt_tokens]; missing entries, or an empty span, count as none cached).
 std::vector<std::string> RankPrefillWorkers(std::span<const WorkerSnapshot> prefill_workers,
-                                            int64_t prompt_tokens = 0);
+                                            int64_t prompt_tokens = 0,
+                                            std::span<const int64_t> cached_tokens = {});
 
 bool ShouldPrefillLocally(int32_t prompt_tokens, const WorkerSnapshot& decode_worker);
 

@@ -137,6 +137,52 @@ TEST(RoutingPolicy, PrefillFallsBackToPendingTokensUnlessEveryWorkerHasAnEstimat
               ElementsAre("prefill-slow", "prefill-none", "prefill-fast"));
 }
 
+TEST(RoutingPolicy, PrefillCountsOnlyTheTokensAWorkerHasNotCached) {
+  // By pending tokens: prefill-1 has 100 queued but 960 of the 1000-token prompt cached.
+  WorkerSnapshot a = W("prefill-1", 0);
+  a.descriptor.load.pending_prefill_tokens = 100;
+  std::vector<WorkerSnapshot> ws = {a, W("prefill-2", 0)};
+  EXPECT_THAT(RankPrefillWorkers(ws, 1000), ElementsAre("prefill-2", "prefill-1"));
+  const std::vector<int64_t> cached = {960, 0};
+  EXPECT_THAT(RankPrefillWorkers(ws, 1000, cached), ElementsAre("prefill-1", "prefill-2"));
+  // A queue longer by more than the saving still loses: 2000 + 40 > 0 + 1000.
+  ws[0].descriptor.load.pending_prefill_tokens = 2000;
+  EXPECT_THAT(RankPrefillWorkers(ws, 1000, cached), ElementsAre("prefill-2", "prefill-1"));
+  // More cached than the prompt counts as the whole prompt: 900 + 0 < 1000.
+  ws[0].descriptor.load.pending_prefill_tokens = 900;
+  EXPECT_THAT(RankPrefillWorkers(ws, 1000, std::vector<int64_t>{5000, 0}),
+              ElementsAre("prefill-1", "prefill-2"));
+}
+
+TEST(RoutingPolicy, PrefillEstimateCountsOnlyTheUncachedPart) {
+  // Like GPUs: prefill-1 has 500 queued and 1920 of the 2000-token prompt cached, which costs
+  // t(2000) - t(1920) = 80 * 0.3 + (2000^2 - 1920^2) * 1e-5 = 27.136 us behind 150 us of queue;
+  // prefill-2 computes all of it: 600 + 40 = 640 us.
+  std::vector<WorkerSnapshot> ws = {Prefill("prefill-1", 500, kFastProfile),
+                                    Prefill("prefill-2", 0, kFastProfile)};
+  EXPECT_THAT(RankPrefillWorkers(ws, 2000), ElementsAre("prefill-2", "prefill-1"));
+  const std::vector<int64_t> cached = {1920, 0};
+  EXPECT_THAT(RankPrefillWorkers(ws, 2000, cached), ElementsAre("prefill-1", "prefill-2"));
+  // 5000 queued (1500 us) outweighs the saving.
+  ws[0].descriptor.load.pending_prefill_tokens = 5000;
+  EXPECT_THAT(RankPrefillWorkers(ws, 2000, cached), ElementsAre("prefill-2", "prefill-1"));
+}
+
+TEST(RoutingPolicy, PrefillWithoutCacheInformationRanksAsBefore) {
+  std::vector<WorkerSnapshot> ws = {Prefill("prefill-slow", 1000, kSlowProfile),
+                                    Prefill("prefill-fast", 3000, kFastProfile)};
+  const std::vector<int64_t> none = {0, 0};
+  EXPECT_THAT(RankPrefillWorkers(ws, 2000, none), ElementsAre("prefill-fast", "prefill-slow"));
+  EXPECT_THAT(RankPrefillWorkers(ws, 2000, std::vector<int64_t>{0}),
+              ElementsAre("prefill-fast", "prefill-slow"));
+  ws[1].descriptor.load.pending_prefill_tokens = 20000;
+  EXPECT_THAT(RankPrefillWorkers(ws, 2000, none), ElementsAre("prefill-slow", "prefill-fast"));
+  // Equal loads and nothing cached: fewer requests in flight, then the id.
+  std::vector<WorkerSnapshot> even = {W("prefill-2", 0), W("prefill-1", 0), W("prefill-3", 0, 1)};
+  EXPECT_THAT(RankPrefillWorkers(even, 500, std::vector<int64_t>{0, 0, 0}),
+              ElementsAre("prefill-1", "prefill-2", "prefill-3"));
+}
+
 TEST(RoutingPolicy, LocalPrefillUpToTheDecodeWorkersThreshold) {
   WorkerSnapshot d = W("decode-1", 10);
   d.descriptor.profile.local_prefill_threshold = 32;
