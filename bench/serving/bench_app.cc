@@ -99,13 +99,7 @@ absl::StatusOr<v1::GetModelInfoResponse> FetchOpenAiModel(const OpenAiTarget& ta
   return info;
 }
 
-absl::StatusOr<std::vector<RequestSpec>> BuildDataset(const BenchOptions& o,
-                                                      const v1::GetModelInfoResponse& model) {
-  if (o.dataset == DatasetKind::kPromptsFile) {
-    auto specs = LoadPromptsFile(o.prompts_file, o.num_prompts);
-    if (!specs.ok()) return specs.status();
-    return CycleToCount(*specs, o.num_prompts);
-  }
+absl::StatusOr<VocabInfo> RandomVocab(const v1::GetModelInfoResponse& model) {
   if (model.vocab_size() < 1) {
     return absl::FailedPreconditionError(absl::StrCat(
         "server reports vocab_size ", model.vocab_size(), "; random prompts need >= 1"));
@@ -115,13 +109,61 @@ absl::StatusOr<std::vector<RequestSpec>> BuildDataset(const BenchOptions& o,
   vocab.max_context_length = model.max_context_length();
   for (int32_t id : model.eos_token_ids()) vocab.excluded_ids.insert(id);
   if (model.has_bos_token_id()) vocab.excluded_ids.insert(model.bos_token_id());
+  return vocab;
+}
+
+RandomDatasetOptions RandomOptions(const BenchOptions& o) {
   RandomDatasetOptions random;
   random.num_prompts = o.num_prompts;
   random.input_len = o.random_input_len;
   random.output_len = o.random_output_len;
   random.range_ratio = o.random_range_ratio;
   random.seed = o.seed;
-  return MakeRandomDataset(random, vocab);
+  random.shared_prefix_groups = o.shared_prefix_groups;
+  random.shared_prefix_len = o.shared_prefix_len;
+  return random;
+}
+
+// The timed run's prompts, and the warmup's.
+struct Datasets {
+  std::vector<RequestSpec> timed;
+  std::vector<RequestSpec> warmup;
+};
+
+absl::StatusOr<Datasets> BuildDatasets(const BenchOptions& o,
+                                       const v1::GetModelInfoResponse& model) {
+  Datasets d;
+  if (o.dataset == DatasetKind::kPromptsFile) {
+    auto specs = LoadPromptsFile(o.prompts_file, o.num_prompts);
+    if (!specs.ok()) return specs.status();
+    d.timed = CycleToCount(*specs, o.num_prompts);
+    // Text prompts cannot be made up without a tokenizer: the file's first prompts warm up
+    // (a server's prefix cache then holds them when the timed run sends them again).
+    d.warmup = CycleToCount(d.timed, o.warmup_requests);
+  } else {
+    absl::StatusOr<VocabInfo> vocab = RandomVocab(model);
+    if (!vocab.ok()) return vocab.status();
+    absl::StatusOr<std::vector<RequestSpec>> timed = MakeRandomDataset(RandomOptions(o), *vocab);
+    if (!timed.ok()) return timed.status();
+    d.timed = *std::move(timed);
+    // Prompts of their own seed, as long as the timed ones but sharing nothing with them, so
+    // the warmup leaves no timed prompt and no group's prefix in a server's prefix cache.
+    RandomDatasetOptions warm = RandomOptions(o);
+    warm.num_prompts = o.warmup_requests;
+    warm.seed = WarmupSeed(o.seed);
+    warm.input_len = o.shared_prefix_len + o.random_input_len;
+    warm.shared_prefix_groups = 0;
+    warm.shared_prefix_len = 0;
+    absl::StatusOr<std::vector<RequestSpec>> warmup = MakeRandomDataset(warm, *vocab);
+    if (!warmup.ok()) return warmup.status();
+    d.warmup = *std::move(warmup);
+  }
+  for (std::vector<RequestSpec>* specs : {&d.timed, &d.warmup}) {
+    for (RequestSpec& spec : *specs) {
+      spec.sends_knobs = SendsKnobs(o.seed, spec.index, o.knobs_fraction);
+    }
+  }
+  return d;
 }
 
 // Distinguishes this run's request ids from those of any other run on the same server (a
@@ -181,11 +223,11 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
         },
         options);
   };
-  absl::StatusOr<std::vector<RequestSpec>> specs = BuildDataset(o, *model);
-  if (!specs.ok()) return fail(specs.status());
-  for (RequestSpec& spec : *specs) spec.sends_knobs = SendsKnobs(o.seed, spec.index, o.knobs_fraction);
+  absl::StatusOr<Datasets> datasets = BuildDatasets(o, *model);
+  if (!datasets.ok()) return fail(datasets.status());
+  const std::vector<RequestSpec>& specs = datasets->timed;
   const std::vector<double> arrivals =
-      PoissonArrivalOffsets(static_cast<int>(specs->size()), o.request_rate, o.seed);
+      PoissonArrivalOffsets(static_cast<int>(specs.size()), o.request_rate, o.seed);
 
   const bool show_progress =
       o.progress == ProgressMode::kOn ||
@@ -210,7 +252,7 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
   info.options = o;
   info.model_name = model->model_name();
   if (o.warmup_requests > 0) {
-    const std::vector<RequestSpec> warmup = CycleToCount(*specs, o.warmup_requests);
+    const std::vector<RequestSpec>& warmup = datasets->warmup;
     LoadOptions warm = load;
     warm.request_id_prefix = absl::StrCat("bench-", nonce, "-warmup");
     std::unique_ptr<LoadRunner> runner = make_runner(warm);
@@ -230,8 +272,8 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
   load.request_id_prefix = absl::StrCat("bench-", nonce);
   std::unique_ptr<LoadRunner> runner = make_runner(load);
   const LoadResult result =
-      RunWithProgress(*runner, *specs, arrivals, show_progress, "benchmark", err);
-  const BenchSummary summary = Summarize(result, static_cast<int>(specs->size()));
+      RunWithProgress(*runner, specs, arrivals, show_progress, "benchmark", err);
+  const BenchSummary summary = Summarize(result, static_cast<int>(specs.size()));
 
   const std::string table = FormatSummaryTable(summary, info);
   std::fputs(table.c_str(), out);

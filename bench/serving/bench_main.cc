@@ -52,6 +52,13 @@ int Main(int argc, char** argv) {
   app.add_option("--random-range-ratio", o.random_range_ratio,
                  "lengths drawn uniformly from [len*ratio, len]")
       ->capture_default_str();
+  app.add_option("--shared-prefix-groups", o.shared_prefix_groups,
+                 "random dataset: request i starts with the prefix of group i % G (0 = off)")
+      ->capture_default_str();
+  app.add_option("--shared-prefix-len", o.shared_prefix_len,
+                 "random dataset: tokens of each group's prefix, before the request's own "
+                 "--random-input-len (0 = off)")
+      ->capture_default_str();
   app.add_option("--request-rate", rate, "requests/s, Poisson arrivals; inf = all at once")
       ->capture_default_str();
   app.add_option("--max-concurrency", o.max_concurrency,

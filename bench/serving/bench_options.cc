@@ -38,8 +38,33 @@ absl::Status Validate(const BenchOptions& o) {
     if (!(o.random_range_ratio >= 0 && o.random_range_ratio <= 1)) {
       return Invalid("random-range-ratio", o.random_range_ratio, "must be in [0, 1]");
     }
+    if (o.shared_prefix_len < 0) {
+      return Invalid("shared-prefix-len", o.shared_prefix_len, "must be >= 0 (0 = off)");
+    }
+    if (o.shared_prefix_groups < 0) {
+      return Invalid("shared-prefix-groups", o.shared_prefix_groups, "must be >= 0 (0 = off)");
+    }
+    if (o.shared_prefix_len > 0 && o.shared_prefix_groups < 1) {
+      return Invalid("shared-prefix-groups", o.shared_prefix_groups,
+                     absl::StrCat("must be >= 1 with --shared-prefix-len ", o.shared_prefix_len));
+    }
+    if (o.shared_prefix_groups > 0 && o.shared_prefix_len < 1) {
+      return Invalid("shared-prefix-len", o.shared_prefix_len,
+                     absl::StrCat("must be >= 1 with --shared-prefix-groups ",
+                                  o.shared_prefix_groups));
+    }
+    if (o.shared_prefix_groups > o.num_prompts) {
+      return Invalid("shared-prefix-groups", o.shared_prefix_groups,
+                     absl::StrCat("more groups than --num-prompts ", o.num_prompts,
+                                  " leaves some without a request"));
+    }
   } else if (o.prompts_file.empty()) {
     return absl::InvalidArgumentError("--dataset prompts-file needs --prompts-file FILE");
+  } else if (o.shared_prefix_groups != 0 || o.shared_prefix_len != 0) {
+    // Text prompts have no token ids to share; a prompts file states its own prefixes.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shared-prefix-groups ", o.shared_prefix_groups, " / --shared-prefix-len ",
+        o.shared_prefix_len, ": only --dataset random has a shared-prefix workload"));
   }
   if (!(o.request_rate > 0)) {
     return Invalid("request-rate", o.request_rate, "must be > 0 (inf = all at once)");

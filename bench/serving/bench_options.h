@@ -31,6 +31,11 @@ struct BenchOptions {
   int random_input_len = 1024;
   int random_output_len = 128;
   double random_range_ratio = 1.0;
+  // The random dataset's shared-prefix workload (RandomDatasetOptions): request i starts
+  // with the prefix of group i % shared_prefix_groups, shared_prefix_len random ids, then its
+  // own random_input_len. Both 0 = off; either one alone is refused.
+  int shared_prefix_groups = 0;
+  int shared_prefix_len = 0;
 
   double request_rate = std::numeric_limits<double>::infinity();  // requests/s, Poisson
   int max_concurrency = 0;                                         // 0 = unlimited

@@ -29,10 +29,45 @@ double UniformReal(std::mt19937_64& gen) {
 constexpr uint64_t kLengthStream = 0x6c656e67746873ULL;
 constexpr uint64_t kTokenStream = 0x746f6b656e73ULL;
 constexpr uint64_t kArrivalStream = 0x61727269766c73ULL;
+constexpr uint64_t kPrefixStream = 0x707265666978ULL;
+// Mixed into --seed for the warmup's prompts.
+constexpr uint64_t kWarmupSalt = 0x7761726d7570ULL;
 
 int LowerLength(int len, double ratio) {
   const int lo = static_cast<int>(std::floor(len * ratio));
   return std::max(1, std::min(lo, len));
+}
+
+// Appends `count` ids drawn uniformly from the vocabulary, skipping the excluded ones.
+void AppendRandomIds(std::mt19937_64& gen, int count, const VocabInfo& vocab,
+                     std::vector<int32_t>& ids) {
+  const size_t target = ids.size() + static_cast<size_t>(count);
+  while (ids.size() < target) {
+    const auto id = static_cast<int32_t>(UniformInt(gen, 0, vocab.vocab_size - 1));
+    if (!vocab.excluded_ids.contains(id)) ids.push_back(id);
+  }
+}
+
+absl::Status ValidateSharedPrefix(const RandomDatasetOptions& o) {
+  if (o.shared_prefix_len < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared-prefix-len ", o.shared_prefix_len, " must be >= 0 (0 = no shared prefix)"));
+  }
+  if (o.shared_prefix_groups < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared-prefix-groups ", o.shared_prefix_groups, " must be >= 0 (0 = no shared prefix)"));
+  }
+  if (o.shared_prefix_len > 0 && o.shared_prefix_groups < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared-prefix-groups ", o.shared_prefix_groups,
+                     " must be >= 1 with shared-prefix-len ", o.shared_prefix_len));
+  }
+  if (o.shared_prefix_groups > 0 && o.shared_prefix_len < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared-prefix-len ", o.shared_prefix_len, " must be >= 1 with "
+                     "shared-prefix-groups ", o.shared_prefix_groups));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -55,12 +90,17 @@ absl::StatusOr<std::vector<RequestSpec>> MakeRandomDataset(const RandomDatasetOp
     return absl::InvalidArgumentError(
         absl::StrCat("random-range-ratio ", options.range_ratio, " must be in [0, 1]"));
   }
-  if (vocab.max_context_length > 0 &&
-      options.input_len + options.output_len > vocab.max_context_length) {
+  if (absl::Status prefix = ValidateSharedPrefix(options); !prefix.ok()) return prefix;
+  // In 64 bits: a prefix length near INT_MAX must be refused, not wrap around.
+  const int64_t longest = int64_t{options.shared_prefix_len} + options.input_len +
+                          options.output_len;
+  if (vocab.max_context_length > 0 && longest > vocab.max_context_length) {
     return absl::InvalidArgumentError(absl::StrCat(
+        options.shared_prefix_len > 0
+            ? absl::StrCat("shared-prefix-len ", options.shared_prefix_len, " + ")
+            : std::string(),
         "random-input-len ", options.input_len, " + random-output-len ", options.output_len,
-        " = ", options.input_len + options.output_len, " tokens; this model's context is ",
-        vocab.max_context_length));
+        " = ", longest, " tokens; this model's context is ", vocab.max_context_length));
   }
   bool has_usable_id = false;
   for (int id = 0; id < vocab.vocab_size && !has_usable_id; ++id) {
@@ -72,6 +112,14 @@ absl::StatusOr<std::vector<RequestSpec>> MakeRandomDataset(const RandomDatasetOp
         "excluding ", vocab.excluded_ids.size(), " special ids"));
   }
 
+  // The groups' prefixes first, from their own stream (see the header on reproducibility).
+  std::vector<std::vector<int32_t>> prefixes(options.shared_prefix_groups);
+  std::mt19937_64 prefix_ids(options.seed ^ kPrefixStream);
+  for (std::vector<int32_t>& prefix : prefixes) {
+    prefix.reserve(options.shared_prefix_len);
+    AppendRandomIds(prefix_ids, options.shared_prefix_len, vocab, prefix);
+  }
+
   std::mt19937_64 lengths(options.seed ^ kLengthStream);
   std::mt19937_64 tokens(options.seed ^ kTokenStream);
   const int in_lo = LowerLength(options.input_len, options.range_ratio);
@@ -80,13 +128,12 @@ absl::StatusOr<std::vector<RequestSpec>> MakeRandomDataset(const RandomDatasetOp
   for (int i = 0; i < options.num_prompts; ++i) {
     RequestSpec& spec = specs[i];
     spec.index = i;
-    spec.input_len = static_cast<int>(UniformInt(lengths, in_lo, options.input_len));
+    const int own_len = static_cast<int>(UniformInt(lengths, in_lo, options.input_len));
     spec.output_len = static_cast<int>(UniformInt(lengths, out_lo, options.output_len));
-    spec.prompt_token_ids.reserve(spec.input_len);
-    while (static_cast<int>(spec.prompt_token_ids.size()) < spec.input_len) {
-      const auto id = static_cast<int32_t>(UniformInt(tokens, 0, vocab.vocab_size - 1));
-      if (!vocab.excluded_ids.contains(id)) spec.prompt_token_ids.push_back(id);
-    }
+    if (!prefixes.empty()) spec.prompt_token_ids = prefixes[i % prefixes.size()];
+    spec.prompt_token_ids.reserve(spec.prompt_token_ids.size() + own_len);
+    AppendRandomIds(tokens, own_len, vocab, spec.prompt_token_ids);
+    spec.input_len = static_cast<int>(spec.prompt_token_ids.size());
   }
   return specs;
 }
@@ -131,6 +178,8 @@ absl::StatusOr<std::vector<RequestSpec>> LoadPromptsFile(const std::string& path
   }
   return specs;
 }
+
+uint64_t WarmupSeed(uint64_t seed) { return seed ^ kWarmupSalt; }
 
 std::vector<RequestSpec> CycleToCount(const std::vector<RequestSpec>& specs, int count) {
   std::vector<RequestSpec> out;

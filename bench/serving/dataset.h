@@ -31,11 +31,24 @@ struct RandomDatasetOptions {
   // Lengths are drawn uniformly from [max(1, floor(len * ratio)), len]; 1.0 = fixed lengths.
   double range_ratio = 1.0;
   uint64_t seed = 0;
+  // Shared-prefix workload (a prefix cache's test): request i belongs to group
+  // i % shared_prefix_groups (interleaved, so a group's requests are never back to back and
+  // a cache must keep a prefix while other groups' prompts pass through), and its prompt is
+  // the group's prefix of shared_prefix_len random ids followed by its own random part of
+  // input_len (drawn as without a prefix). Both 0 = off.
+  int shared_prefix_groups = 0;
+  int shared_prefix_len = 0;
 };
 
 // Prompts of random token ids. INVALID_ARGUMENT naming the value when a length is < 1,
-// the ratio is outside [0, 1], input + output exceeds the model's context, or the vocabulary
-// has no id left to draw.
+// the ratio is outside [0, 1], the shared-prefix pair is inconsistent (a length without
+// groups, groups without a length, a negative value), prefix + input + output exceeds the
+// model's context, or the vocabulary has no id left to draw.
+//
+// Reproducibility: the lengths and each request's own part come from the same streams as
+// without a prefix, and the prefixes from a stream of their own, so turning the prefix on
+// prepends it to the very prompts the same seed gives without it. Different groups' prefixes
+// are independent draws: they differ except with negligible probability (vocab^-len).
 absl::StatusOr<std::vector<RequestSpec>> MakeRandomDataset(const RandomDatasetOptions& options,
                                                            const VocabInfo& vocab);
 
@@ -43,6 +56,10 @@ absl::StatusOr<std::vector<RequestSpec>> MakeRandomDataset(const RandomDatasetOp
 // skipped. At most `limit` prompts are returned (0 = all). INVALID_ARGUMENT naming the file
 // and line for a malformed line; NOT_FOUND when the file cannot be opened.
 absl::StatusOr<std::vector<RequestSpec>> LoadPromptsFile(const std::string& path, int limit);
+
+// The seed of the warmup's random prompts: a run's warmup must not send copies of its timed
+// prompts, or a server with a prefix cache answers the first timed requests from the cache.
+uint64_t WarmupSeed(uint64_t seed);
 
 // Repeats `specs` in order until there are `count` of them, renumbering the copies
 // (a prompts file shorter than --num-prompts is cycled, as the usual benchmarks do).

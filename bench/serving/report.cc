@@ -76,6 +76,10 @@ std::string FormatSummaryTable(const BenchSummary& s, const RunInfo& info) {
   t += Row("Backend", o.backend == Backend::kOpenAi ? "openai (HTTP)" : "grpc");
   t += Row("Model", info.model_name);
   t += Row("Dataset", DatasetName(o.dataset));
+  if (o.dataset == DatasetKind::kRandom && o.shared_prefix_groups > 0) {
+    t += Row("Shared prefix (groups x tokens)",
+             absl::StrCat(o.shared_prefix_groups, " x ", o.shared_prefix_len));
+  }
   t += Row("Request rate (req/s)", RateText(o.request_rate));
   t += Row("Max concurrency", o.max_concurrency > 0 ? absl::StrCat(o.max_concurrency)
                                                     : std::string("unlimited"));
@@ -93,6 +97,8 @@ std::string FormatSummaryTable(const BenchSummary& s, const RunInfo& info) {
   t += Row("Benchmark duration (s)", s.duration_s);
   t += Row("Total input tokens", s.total_input_tokens);
   t += Row("Total generated tokens", s.total_output_tokens);
+  t += Row("Total cached prompt tokens", s.total_cached_prompt_tokens);
+  t += Row("Prefix cache hit rate (%)", 100 * s.prefix_cache_hit_rate);
   t += Row("Request throughput (req/s)", s.request_throughput);
   t += Row("Input token throughput (tok/s)", s.input_throughput);
   t += Row("Output token throughput (tok/s)", s.output_throughput);
@@ -125,6 +131,8 @@ nlohmann::json SummaryToJson(const BenchSummary& s, const RunInfo& info) {
     j["random_input_len"] = o.random_input_len;
     j["random_output_len"] = o.random_output_len;
     j["random_range_ratio"] = o.random_range_ratio;
+    j["shared_prefix_groups"] = o.shared_prefix_groups;
+    j["shared_prefix_len"] = o.shared_prefix_len;
   } else {
     j["prompts_file"] = o.prompts_file;
   }
@@ -156,6 +164,8 @@ nlohmann::json SummaryToJson(const BenchSummary& s, const RunInfo& info) {
   j["duration_s"] = s.duration_s;
   j["total_input_tokens"] = s.total_input_tokens;
   j["total_output_tokens"] = s.total_output_tokens;
+  j["total_cached_prompt_tokens"] = s.total_cached_prompt_tokens;
+  j["prefix_cache_hit_rate"] = s.prefix_cache_hit_rate;  // a fraction in [0, 1]
   j["request_throughput"] = s.request_throughput;
   j["input_throughput"] = s.input_throughput;
   j["output_throughput"] = s.output_throughput;
@@ -178,6 +188,7 @@ nlohmann::json RecordToJson(const RequestRecord& r) {
   j["id"] = r.request_id;
   j["index"] = r.index;
   j["input_len"] = r.input_len;
+  j["cached_prompt_tokens"] = r.cached_prompt_tokens;
   j["output_len"] = r.output_len;
   j["requested_output_len"] = r.requested_output_len;
   j["start_s"] = r.start_offset_s;

@@ -36,6 +36,10 @@ struct RequestRecord {
   int index = 0;
   std::string request_id;
   int input_len = 0;             // from `complete` when it arrived, else the spec's
+  // Of input_len, the tokens the server took from its prefix cache (`complete`'s
+  // cached_prompt_tokens; OpenAI's usage.prompt_tokens_details.cached_tokens); 0 when the
+  // server reports none.
+  int cached_prompt_tokens = 0;
   int requested_output_len = 0;
   int output_len = 0;            // token ids received in chunks
   double start_offset_s = 0;     // call start, relative to the start of the run

@@ -56,6 +56,7 @@ BenchSummary Summarize(const LoadResult& result, int num_requests) {
     ++s.completed;
     s.total_input_tokens += r.input_len;
     s.total_output_tokens += r.output_len;
+    s.total_cached_prompt_tokens += r.cached_prompt_tokens;
     if (r.ttft_s >= 0) ttft.push_back(r.ttft_s);
     e2e.push_back(r.e2e_s);
     itl.insert(itl.end(), r.itl_s.begin(), r.itl_s.end());
@@ -68,6 +69,10 @@ BenchSummary Summarize(const LoadResult& result, int num_requests) {
     s.request_throughput = s.completed / s.duration_s;
     s.input_throughput = static_cast<double>(s.total_input_tokens) / s.duration_s;
     s.output_throughput = static_cast<double>(s.total_output_tokens) / s.duration_s;
+  }
+  if (s.total_input_tokens > 0) {
+    s.prefix_cache_hit_rate = static_cast<double>(s.total_cached_prompt_tokens) /
+                              static_cast<double>(s.total_input_tokens);
   }
   s.ttft = Describe(std::move(ttft));
   s.tpot = Describe(std::move(tpot));

@@ -8,6 +8,8 @@
 //    i.e. the mean of that request's ITL entries; the distribution is over requests.
 //  - Percentiles interpolate linearly between order statistics (numpy's default).
 //  - Throughput: successful requests and their tokens divided by the run's duration.
+//  - Prefix cache hit rate: the successful requests' cached prompt tokens over their input
+//    tokens (0 when the server reports no cached tokens).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +53,8 @@ struct BenchSummary {
   int peak_in_flight = 0;
   int64_t total_input_tokens = 0;   // of successful requests
   int64_t total_output_tokens = 0;  // of successful requests
+  int64_t total_cached_prompt_tokens = 0;  // of successful requests' input tokens
+  double prefix_cache_hit_rate = 0;        // total_cached_prompt_tokens / total_input_tokens
   double request_throughput = 0;    // requests/s
   double input_throughput = 0;      // tokens/s
   double output_throughput = 0;     // tokens/s

@@ -53,7 +53,10 @@ RequestRecord StreamTally::Finish(int status_code, const std::string& status_mes
   RequestRecord record = std::move(record_);
   record.e2e_s = e2e_s;
   record.status_code = status_code;
-  if (complete_) record.input_len = complete_->prompt_tokens();
+  if (complete_) {
+    record.input_len = complete_->prompt_tokens();
+    record.cached_prompt_tokens = complete_->cached_prompt_tokens();
+  }
   const auto fail = [&record](std::string error_class, std::string error) {
     record.outcome = Outcome::kFailed;
     record.error_class = std::move(error_class);
@@ -80,6 +83,11 @@ RequestRecord StreamTally::Finish(int status_code, const std::string& status_mes
     fail("TOKEN_COUNT_MISMATCH",
          absl::StrCat("sent ", expected_prompt_tokens_, " prompt token ids but complete says "
                       "prompt_tokens=", complete_->prompt_tokens()));
+  } else if (complete_->cached_prompt_tokens() < 0 ||
+             complete_->cached_prompt_tokens() > complete_->prompt_tokens()) {
+    fail("TOKEN_COUNT_MISMATCH",
+         absl::StrCat("complete says cached_prompt_tokens=", complete_->cached_prompt_tokens(),
+                      " of prompt_tokens=", complete_->prompt_tokens()));
   } else if (complete_->finish_reason() == v1::FINISH_REASON_ABORT) {
     fail("ABORTED", "the server finished the request with reason ABORT");
   }

@@ -10,8 +10,10 @@
 //  - Outcome, first match wins: cancelled by the client at the time bound (and not completed)
 //    -> kCancelledAtBound; non-OK status -> failed with its code; an `error` message -> failed
 //    with the code it names; no `complete` -> MISSING_COMPLETE; completion_tokens differs from
-//    the token ids streamed, or prompt_tokens from the prompt we sent as ids ->
-//    TOKEN_COUNT_MISMATCH; finish reason ABORT -> ABORTED; otherwise success.
+//    the token ids streamed, prompt_tokens from the prompt we sent as ids, or
+//    cached_prompt_tokens lies outside [0, prompt_tokens] -> TOKEN_COUNT_MISMATCH; finish
+//    reason ABORT -> ABORTED; otherwise success.
+//  - cached_prompt_tokens: `complete`'s (0 without one: a server that reports none).
 #pragma once
 
 #include <optional>

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "bench/serving/stream_tally.h"
 #include "nlohmann/json.hpp"
@@ -41,6 +43,18 @@ v1::FinishReason FinishReason(const Json& value) {
   return v1::FINISH_REASON_STOP;
 }
 
+// usage.prompt_tokens_details.cached_tokens, as OpenAI, vLLM and SGLang report the prompt
+// tokens served from a prefix cache; nullopt when the usage does not say (no details, or
+// details null as vLLM sends them when it does not track cached tokens).
+std::optional<int> CachedTokensOf(const Json& usage) {
+  if (!usage.is_object()) return std::nullopt;
+  const auto details = usage.find("prompt_tokens_details");
+  if (details == usage.end() || !details->is_object()) return std::nullopt;
+  const auto cached = details->find("cached_tokens");
+  if (cached == details->end() || !cached->is_number_integer()) return std::nullopt;
+  return cached->get<int>();
+}
+
 // Turns the SSE events of one response into Generate messages for the tally.
 class EventReader {
  public:
@@ -71,6 +85,9 @@ class EventReader {
     }
     const Json& usage = j.contains("usage") ? j["usage"] : Json();
     const bool has_usage = usage.is_object();
+    // The final usage chunk should carry it; with continuous usage stats a server may already
+    // say it on the token events, so the last value seen counts.
+    if (std::optional<int> cached = CachedTokensOf(usage)) cached_ = *cached;
     if (!j["choices"].empty()) {
       const Json& choice = j["choices"][0];
       if (!choice["finish_reason"].is_null()) finish_ = FinishReason(choice["finish_reason"]);
@@ -88,6 +105,7 @@ class EventReader {
       c->set_finish_reason(finish_);
       c->set_prompt_tokens(usage["prompt_tokens"].get<int>());
       c->set_completion_tokens(usage["completion_tokens"].get<int>());
+      c->set_cached_prompt_tokens(cached_);
       tally_->OnMessage(m, t);
     }
   }
@@ -96,6 +114,7 @@ class EventReader {
   BenchClock::time_point start_;
   std::string buffer_;
   int tokens_ = 0;
+  int cached_ = 0;  // usage.prompt_tokens_details.cached_tokens, 0 until a usage says it
   v1::FinishReason finish_ = v1::FINISH_REASON_UNSPECIFIED;
 };
 

@@ -5,6 +5,8 @@
 // cumulative completion_tokens; each event is turned into the gRPC message it stands for (a
 // chunk of that many new tokens, then `complete` with the usage and finish reason) and fed
 // to the same StreamTally as gRPC calls, so TTFT / ITL / token checks follow the same rules.
+// The usage's prompt_tokens_details.cached_tokens (the prefix cache's share of the prompt)
+// becomes `complete`'s cached_prompt_tokens; a server that omits it reports 0.
 // HTTP errors map back to gRPC codes (400 INVALID_ARGUMENT, 503 UNAVAILABLE, ...).
 //
 // Each call runs on its own thread (cpp-httplib's client is blocking); the deadline is the

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -87,6 +88,9 @@ TEST(BenchAppTest, WritesTableSummaryAndRecordsThatAgreeWithTheServer) {
   EXPECT_THAT(c.out, HasSubstr("fake-model"));
   EXPECT_THAT(c.out, HasSubstr("Mean TTFT (ms):"));
   EXPECT_THAT(c.out, HasSubstr("P99 ITL (ms):"));
+  EXPECT_THAT(c.out, HasSubstr("Total cached prompt tokens:"));
+  EXPECT_THAT(c.out, HasSubstr("Prefix cache hit rate (%):"));
+  EXPECT_THAT(c.out, ::testing::Not(HasSubstr("Shared prefix")));
   EXPECT_EQ(server.seen().size(), 8u);  // 2 warmup + 6 timed
 
   std::ifstream summary_file(o.output_json);
@@ -95,6 +99,9 @@ TEST(BenchAppTest, WritesTableSummaryAndRecordsThatAgreeWithTheServer) {
   EXPECT_EQ(summary["failed"], 0);
   EXPECT_EQ(summary["total_input_tokens"], 6 * 16);
   EXPECT_EQ(summary["total_output_tokens"], 6 * 5);
+  EXPECT_EQ(summary["total_cached_prompt_tokens"], 0);  // this server reports none
+  EXPECT_EQ(summary["prefix_cache_hit_rate"], 0.0);
+  EXPECT_EQ(summary["shared_prefix_groups"], 0);
   EXPECT_EQ(summary["warmup_requests"], 2);
   EXPECT_TRUE(summary["request_rate"].is_null());  // inf
   EXPECT_GT(summary["mean_ttft_ms"].get<double>(), 0);
@@ -109,6 +116,7 @@ TEST(BenchAppTest, WritesTableSummaryAndRecordsThatAgreeWithTheServer) {
     nlohmann::json r = nlohmann::json::parse(line);
     EXPECT_EQ(r["index"], lines);
     EXPECT_EQ(r["input_len"], 16);
+    EXPECT_EQ(r["cached_prompt_tokens"], 0);
     EXPECT_EQ(r["output_len"], 5);
     EXPECT_EQ(r["itl_s"].size(), 4u);
     EXPECT_EQ(r["status"], "OK");
@@ -162,6 +170,112 @@ TEST(BenchAppTest, SameSeedSendsTheSameDataset) {
   }
   EXPECT_EQ(first, second);
   EXPECT_NE(std::count(first.begin(), first.end(), first[0]), 6);  // lengths do vary
+}
+
+// Interleaved groups against a server with a prefix cache of 64-token pages: every request
+// after its group's first finds the group's 128-token prefix cached, and the table, the
+// summary and the records say so. One request at a time, so the cache's contents at each
+// arrival are fixed.
+TEST(BenchAppTest, SharedPrefixRunReportsTheServersCachedTokens) {
+  FakeGenerationServer server(FakeBehaviour{.prefix_cache_page_size = 64});
+  BenchOptions o = SmallRun(server.address());
+  o.max_concurrency = 1;
+  o.shared_prefix_groups = 2;
+  o.shared_prefix_len = 128;
+  o.output_json = TempPath("summary.json");
+  o.output_jsonl = TempPath("records.jsonl");
+  Captured c = RunCaptured(o);
+  ASSERT_EQ(c.exit_code, kExitOk) << c.err;
+  EXPECT_THAT(c.out, HasSubstr("Shared prefix (groups x tokens):"));
+  EXPECT_THAT(c.out, HasSubstr("2 x 128"));
+  EXPECT_THAT(c.out, ::testing::ContainsRegex("Total cached prompt tokens: +512\n"));
+  EXPECT_THAT(c.out, ::testing::ContainsRegex("Prefix cache hit rate \\(%\\): +59\\.26\n"));
+
+  // The server saw the groups interleaved, each prompt the prefix and 16 tokens of its own.
+  const std::vector<testing::SeenRequest> seen = server.seen();
+  ASSERT_EQ(seen.size(), 8u);
+  for (const testing::SeenRequest& s : seen) {
+    SCOPED_TRACE(s.request_id);
+    EXPECT_EQ(s.prompt_tokens, 128 + 16);  // warmup prompts are as long, sharing nothing
+    const bool warmup = s.request_id.find("warmup") != std::string::npos;
+    const int index = IndexOfRequestId(s.request_id);
+    // The warmup primes no prefix: requests 0 and 1 are their groups' first.
+    EXPECT_EQ(s.cached_prompt_tokens, !warmup && index >= 2 ? 128 : 0);
+  }
+
+  std::ifstream summary_file(o.output_json);
+  const nlohmann::json summary = nlohmann::json::parse(summary_file);
+  EXPECT_EQ(summary["shared_prefix_groups"], 2);
+  EXPECT_EQ(summary["shared_prefix_len"], 128);
+  EXPECT_EQ(summary["total_input_tokens"], 6 * 144);
+  EXPECT_EQ(summary["total_cached_prompt_tokens"], 4 * 128);
+  EXPECT_DOUBLE_EQ(summary["prefix_cache_hit_rate"].get<double>(), 512.0 / 864.0);
+
+  std::ifstream records_file(o.output_jsonl);
+  std::string line;
+  std::vector<int> cached;
+  while (std::getline(records_file, line)) {
+    cached.push_back(nlohmann::json::parse(line)["cached_prompt_tokens"].get<int>());
+  }
+  EXPECT_EQ(cached, (std::vector<int>{0, 0, 128, 128, 128, 128}));
+}
+
+TEST(BenchAppTest, SharedPrefixFlagsAreRefusedByNameAndValue) {
+  struct Case {
+    std::function<void(BenchOptions&)> edit;
+    std::string message;
+  };
+  const Case cases[] = {
+      {[](BenchOptions& o) { o.shared_prefix_len = 64; },
+       "--shared-prefix-groups 0: must be >= 1 with --shared-prefix-len 64"},
+      {[](BenchOptions& o) { o.shared_prefix_groups = 4; },
+       "--shared-prefix-len 0: must be >= 1 with --shared-prefix-groups 4"},
+      {[](BenchOptions& o) {
+         o.shared_prefix_groups = 2;
+         o.shared_prefix_len = -1;
+       },
+       "--shared-prefix-len -1: must be >= 0"},
+      {[](BenchOptions& o) {
+         o.shared_prefix_groups = -3;
+         o.shared_prefix_len = 8;
+       },
+       "--shared-prefix-groups -3: must be >= 0"},
+      {[](BenchOptions& o) {
+         o.shared_prefix_groups = 7;  // SmallRun has 6 prompts
+         o.shared_prefix_len = 8;
+       },
+       "--shared-prefix-groups 7: more groups than --num-prompts 6"},
+      {[](BenchOptions& o) {
+         o.dataset = DatasetKind::kPromptsFile;
+         o.prompts_file = "prompts.jsonl";
+         o.shared_prefix_groups = 2;
+         o.shared_prefix_len = 8;
+       },
+       "only --dataset random has a shared-prefix workload"},
+  };
+  for (const Case& k : cases) {
+    BenchOptions o = SmallRun("127.0.0.1:1");
+    k.edit(o);
+    const absl::Status status = Validate(o);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << k.message;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(k.message));
+  }
+  BenchOptions fine = SmallRun("127.0.0.1:1");
+  fine.shared_prefix_groups = 6;
+  fine.shared_prefix_len = 1;
+  EXPECT_TRUE(Validate(fine).ok());
+}
+
+TEST(BenchAppTest, SharedPrefixLongerThanTheContextIsRefusedBeforeSending) {
+  FakeGenerationServer server(FakeBehaviour{.max_context_length = 64});
+  BenchOptions o = SmallRun(server.address());
+  o.shared_prefix_groups = 2;
+  o.shared_prefix_len = 48;  // 48 + 16 + 5 = 69 > 64
+  Captured c = RunCaptured(o);
+  EXPECT_EQ(c.exit_code, kExitCannotRun);
+  EXPECT_THAT(c.err, HasSubstr("shared-prefix-len 48 + random-input-len 16 + "
+                               "random-output-len 5 = 69 tokens; this model's context is 64"));
+  EXPECT_TRUE(server.seen().empty());
 }
 
 TEST(BenchAppTest, PenaltiesAndLogprobsGoToTheSeededShareOfRequests) {
@@ -322,6 +436,22 @@ TEST(BenchBinaryTest, BadFlagValuesExitNonZeroWithAMessage) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), kExitCannotRun);
   EXPECT_THAT(output, HasSubstr("--request-rate fast"));
+}
+
+TEST(BenchBinaryTest, SharedPrefixFlagsReachTheOptions) {
+  const std::string command = std::string(MLASERVE_BENCH_BIN) +
+                              " --server 127.0.0.1:1 --shared-prefix-len 256 2>&1";
+  std::FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[1024];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) output.append(buf, n);
+  const int status = pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), kExitCannotRun);
+  EXPECT_THAT(output, HasSubstr("--shared-prefix-groups 0: must be >= 1 with "
+                                "--shared-prefix-len 256"));
 }
 #endif
 

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -96,6 +97,114 @@ TEST(RandomDatasetTest, RejectsPromptsLongerThanTheContextNamingTheValues) {
   o.input_len = 1;
   EXPECT_EQ(MakeRandomDataset(o, only_special).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Length of the common prefix of two prompts.
+size_t CommonPrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+TEST(SharedPrefixDatasetTest, GroupsShareExactlyTheirPrefixFollowedByTheRequestsOwnPart) {
+  VocabInfo vocab{.vocab_size = 1000, .max_context_length = 4096, .excluded_ids = {0, 1}};
+  RandomDatasetOptions plain{.num_prompts = 12, .input_len = 30, .output_len = 8,
+                             .range_ratio = 0.5, .seed = 9};
+  RandomDatasetOptions shared = plain;
+  shared.shared_prefix_groups = 3;
+  shared.shared_prefix_len = 64;
+  auto without = MakeRandomDataset(plain, vocab);
+  auto with = MakeRandomDataset(shared, vocab);
+  ASSERT_TRUE(without.ok() && with.ok()) << with.status();
+  ASSERT_EQ(with->size(), 12u);
+  for (int i = 0; i < 12; ++i) {
+    SCOPED_TRACE(i);
+    const RequestSpec& s = (*with)[i];
+    const RequestSpec& p = (*without)[i];
+    EXPECT_EQ(s.index, i);
+    EXPECT_FALSE(s.use_text);
+    // The prefix, then exactly the prompt the same seed gives without one; same output.
+    ASSERT_EQ(s.input_len, 64 + p.input_len);
+    ASSERT_EQ(static_cast<int>(s.prompt_token_ids.size()), s.input_len);
+    EXPECT_TRUE(std::equal(p.prompt_token_ids.begin(), p.prompt_token_ids.end(),
+                           s.prompt_token_ids.begin() + 64));
+    EXPECT_EQ(s.output_len, p.output_len);
+    EXPECT_GE(p.input_len, 15);
+    EXPECT_LE(p.input_len, 30);
+    for (int32_t id : s.prompt_token_ids) {
+      ASSERT_GT(id, 1);  // the excluded ids stay out of the prefix too
+      ASSERT_LT(id, 1000);
+    }
+    for (int j = 0; j < i; ++j) {
+      const size_t common = CommonPrefix(s.prompt_token_ids, (*with)[j].prompt_token_ids);
+      if (i % 3 == j % 3) {
+        // Interleaved groups: i and j share the whole prefix, and (this seed's own parts
+        // differ at their first token) nothing beyond it.
+        EXPECT_EQ(common, 64u) << "with " << j;
+      } else {
+        EXPECT_LT(common, 64u) << "with " << j;  // another group's prefix
+      }
+    }
+  }
+}
+
+TEST(SharedPrefixDatasetTest, DeterministicUnderTheSeed) {
+  VocabInfo vocab{.vocab_size = 1000, .max_context_length = 4096, .excluded_ids = {0}};
+  RandomDatasetOptions o{.num_prompts = 8, .input_len = 10, .output_len = 4, .range_ratio = 0.3,
+                         .seed = 4, .shared_prefix_groups = 2, .shared_prefix_len = 70};
+  auto a = MakeRandomDataset(o, vocab);
+  auto b = MakeRandomDataset(o, vocab);
+  o.seed = 5;
+  auto c = MakeRandomDataset(o, vocab);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ((*a)[i].prompt_token_ids, (*b)[i].prompt_token_ids);
+    EXPECT_EQ((*a)[i].output_len, (*b)[i].output_len);
+    // Another seed, other prefixes.
+    EXPECT_LT(CommonPrefix((*a)[i].prompt_token_ids, (*c)[i].prompt_token_ids), 70u);
+  }
+  // The warmup's seed gives other prompts.
+  EXPECT_NE(WarmupSeed(4), 4u);
+  o.seed = WarmupSeed(4);
+  o.shared_prefix_groups = 0;
+  o.shared_prefix_len = 0;
+  RandomDatasetOptions timed = o;
+  timed.seed = 4;
+  auto warm = MakeRandomDataset(o, vocab);
+  auto plain = MakeRandomDataset(timed, vocab);
+  ASSERT_TRUE(warm.ok() && plain.ok());
+  EXPECT_NE((*warm)[0].prompt_token_ids, (*plain)[0].prompt_token_ids);
+}
+
+TEST(SharedPrefixDatasetTest, InconsistentOrTooLongPrefixesAreRefusedNamingTheValues) {
+  struct Case {
+    int groups, len, input_len;
+    std::vector<std::string> message;
+  };
+  const Case cases[] = {
+      {0, 64, 10, {"shared-prefix-groups 0", "shared-prefix-len 64"}},
+      {3, 0, 10, {"shared-prefix-len 0", "shared-prefix-groups 3"}},
+      {1, -5, 10, {"shared-prefix-len -5"}},
+      {-2, 8, 10, {"shared-prefix-groups -2"}},
+      // 480 + 30 + 13 = 523 > SmallVocab's context of 512.
+      {2, 480, 30, {"shared-prefix-len 480", "random-input-len 30", "523", "context is 512"}},
+      // Not wrapped around in int arithmetic.
+      {2, 2147483000, 1000, {"shared-prefix-len 2147483000", "2147484013"}},
+  };
+  for (const Case& k : cases) {
+    RandomDatasetOptions o{.num_prompts = 4, .input_len = k.input_len, .output_len = 13,
+                           .seed = 1, .shared_prefix_groups = k.groups,
+                           .shared_prefix_len = k.len};
+    const absl::Status status = MakeRandomDataset(o, SmallVocab()).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << k.groups << " " << k.len;
+    for (const std::string& part : k.message) {
+      EXPECT_NE(status.message().find(part), std::string::npos) << status << " lacks " << part;
+    }
+  }
+  // 480 + 19 + 13 fits exactly.
+  RandomDatasetOptions fits{.num_prompts = 4, .input_len = 19, .output_len = 13, .seed = 1,
+                            .shared_prefix_groups = 2, .shared_prefix_len = 480};
+  EXPECT_TRUE(MakeRandomDataset(fits, SmallVocab()).ok());
 }
 
 class PromptsFileTest : public ::testing::Test {
@@ -231,6 +340,28 @@ TEST(StatsTest, SummarizeCountsOutcomesAndUsesOnlySuccessesForLatency) {
   EXPECT_EQ(s.failures["UNAVAILABLE"].count, 2);
   EXPECT_EQ(s.failures["UNAVAILABLE"].status_code, 14);
   EXPECT_EQ(s.failures["UNAVAILABLE"].first_error, "gone");
+}
+
+TEST(StatsTest, CachedPromptTokensOfSuccessesGiveTheHitRate) {
+  LoadResult result;
+  result.duration_s = 1.0;
+  RequestRecord ok1{.index = 0, .input_len = 200, .cached_prompt_tokens = 128, .output_len = 1,
+                    .ttft_s = 0.1, .e2e_s = 0.1};
+  RequestRecord ok2{.index = 1, .input_len = 56, .cached_prompt_tokens = 0, .output_len = 1,
+                    .ttft_s = 0.1, .e2e_s = 0.1};
+  RequestRecord bad{.index = 2, .input_len = 500, .cached_prompt_tokens = 448, .status_code = 14,
+                    .outcome = Outcome::kFailed, .error_class = "UNAVAILABLE"};
+  result.records = {ok1, ok2, bad};
+  BenchSummary s = Summarize(result, 3);
+  EXPECT_EQ(s.total_input_tokens, 256);
+  EXPECT_EQ(s.total_cached_prompt_tokens, 128);  // the failed request's are not counted
+  EXPECT_DOUBLE_EQ(s.prefix_cache_hit_rate, 0.5);
+
+  result.records = {ok2};
+  EXPECT_EQ(Summarize(result, 1).total_cached_prompt_tokens, 0);
+  EXPECT_EQ(Summarize(result, 1).prefix_cache_hit_rate, 0.0);
+  result.records = {};
+  EXPECT_EQ(Summarize(result, 0).prefix_cache_hit_rate, 0.0);  // no input: 0, not NaN
 }
 
 TEST(ProgressTest, LineShowsTheBarAndTheCounts) {

@@ -45,6 +45,7 @@ grpc::Status FakeGenerationServer::Generate(grpc::ServerContext* context,
                                                 : static_cast<int>(request->text().size());
   seen.max_new_tokens =
       request->sampling().has_max_new_tokens() ? request->sampling().max_new_tokens() : 16;
+  seen.cached_prompt_tokens = LookUpAndInsertPrefix(*request);
   seen.ignore_eos = request->sampling().ignore_eos();
   seen.sampling = request->sampling();
   seen.arrival_s =
@@ -109,8 +110,30 @@ grpc::Status FakeGenerationServer::Generate(grpc::ServerContext* context,
   complete->set_finish_reason(v1::FINISH_REASON_LENGTH);
   complete->set_prompt_tokens(seen.prompt_tokens);
   complete->set_completion_tokens(sent + behaviour_.completion_tokens_error);
+  complete->set_cached_prompt_tokens(seen.cached_prompt_tokens);
   writer->Write(done);
   return grpc::Status::OK;
+}
+
+int FakeGenerationServer::LookUpAndInsertPrefix(const v1::GenerateRequest& request) {
+  const int page = behaviour_.prefix_cache_page_size;
+  if (page <= 0 || !request.has_token_ids()) return 0;
+  const auto& ids = request.token_ids().ids();
+  const int pages = ids.size() / page;
+  const int matchable = (ids.size() - 1) / page;  // the last token is always computed
+  int cached = 0;
+  bool matching = true;
+  absl::MutexLock lock(&mu_);
+  for (int p = 1; p <= pages; ++p) {
+    std::vector<int32_t> prefix(ids.begin(), ids.begin() + p * page);
+    matching = matching && p <= matchable && cached_prefixes_.contains(prefix);
+    if (matching) {
+      cached = p * page;
+    } else {
+      cached_prefixes_.insert(std::move(prefix));
+    }
+  }
+  return cached;
 }
 
 grpc::Status FakeGenerationServer::Abort(grpc::ServerContext*, const v1::AbortRequest* request,

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ struct FakeBehaviour {
   std::function<grpc::Status(const v1::GenerateRequest&)> fail_if;
   // After this many tokens, send an `error` message and end with UNAVAILABLE (0 = never).
   int fail_after_tokens = 0;
+  // > 0: a prefix cache of pages of this many tokens, as the prefill worker's. A token-id
+  // prompt's leading whole pages that an earlier prompt had (at arrival) are reported as
+  // `complete`'s cached_prompt_tokens; at least one prompt token is always computed. 0: none
+  // reported.
+  int prefix_cache_page_size = 0;
   // The listener's credentials (nullptr: plaintext), e.g. TLS from
   // common::MakeServerCredentials.
   std::shared_ptr<grpc::ServerCredentials> credentials;
@@ -46,6 +52,7 @@ struct FakeBehaviour {
 struct SeenRequest {
   std::string request_id;
   int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;  // what `complete` reports (prefix_cache_page_size)
   int max_new_tokens = 0;
   bool ignore_eos = false;
   v1::SamplingParams sampling;  // as sent
@@ -77,6 +84,8 @@ class FakeGenerationServer final : public v1::Generation::Service {
 
  private:
   grpc::Status CheckApiKey(const grpc::ServerContext& context) const;
+  // The prompt's tokens found in the prefix cache, which then holds its pages too.
+  int LookUpAndInsertPrefix(const v1::GenerateRequest& request);
 
   FakeBehaviour behaviour_;
   std::unique_ptr<grpc::Server> server_;
@@ -89,6 +98,8 @@ class FakeGenerationServer final : public v1::Generation::Service {
   int peak_ ABSL_GUARDED_BY(mu_) = 0;
   int cancelled_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t tokens_streamed_ ABSL_GUARDED_BY(mu_) = 0;
+  // Every page-aligned prefix of the prompts seen (prefix_cache_page_size > 0).
+  std::set<std::vector<int32_t>> cached_prefixes_ ABSL_GUARDED_BY(mu_);
 };
 
 // The index at the end of a bench request id ("bench-1a2b3c4d-17" -> 17); -1 if none.

@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 
+#include <optional>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -86,6 +87,60 @@ TEST(TimedOpenAiCallTest, EventsBecomeTheRecordOfTheirTokens) {
   EXPECT_EQ(r.input_len, 3);
   EXPECT_EQ(r.itl_s.size(), 4u);
   EXPECT_GE(r.ttft_s, 0);
+}
+
+// The final usage chunk (no choices) with `details` as usage.prompt_tokens_details.
+std::string FinalUsage(int completion, const std::optional<nlohmann::json>& details) {
+  nlohmann::json usage = {{"prompt_tokens", 3}, {"completion_tokens", completion},
+                          {"total_tokens", 3 + completion}};
+  if (details) usage["prompt_tokens_details"] = *details;
+  const nlohmann::json event = {{"choices", nlohmann::json::array()}, {"usage", usage}};
+  return "data: " + event.dump() + "\n\n";
+}
+
+TEST(TimedOpenAiCallTest, CachedTokensComeFromTheFinalUsageChunk) {
+  struct Case {
+    std::optional<nlohmann::json> details;  // nullopt: the usage has no details
+    int cached;
+  };
+  const Case cases[] = {
+      {nlohmann::json{{"cached_tokens", 2}}, 2},
+      {std::nullopt, 0},                    // no details: 0
+      {nlohmann::json(nullptr), 0},         // vLLM's null details: 0
+      {nlohmann::json::object(), 0},        // details without the count
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.details ? k.details->dump() : "no details");
+    ScriptedServer server([&](const httplib::Request&, httplib::Response& res) {
+      res.set_content(Chunk("a", 1) + Chunk("b", 2, "length") + FinalUsage(2, k.details) +
+                          "data: [DONE]\n\n",
+                      "text/event-stream");
+    });
+    RequestSpec spec = IdsSpec();
+    spec.output_len = 2;
+    const RequestRecord r = RunOne(server.port(), spec);
+    EXPECT_EQ(r.outcome, Outcome::kSuccess) << r.error_class << ": " << r.error;
+    EXPECT_EQ(r.cached_prompt_tokens, k.cached);
+  }
+}
+
+TEST(TimedOpenAiCallTest, CachedTokensSaidOnlyOnTokenEventsStillCount) {
+  // With continuous usage stats a server may say it on every event and leave it out of the
+  // final usage; the last value seen is kept.
+  nlohmann::json event = {{"choices", {{{"index", 0}, {"text", "a"}, {"finish_reason", "length"}}}},
+                          {"usage", {{"prompt_tokens", 3}, {"completion_tokens", 1},
+                                     {"prompt_tokens_details", {{"cached_tokens", 3}}}}}};
+  ScriptedServer server([&](const httplib::Request&, httplib::Response& res) {
+    res.set_content("data: " + event.dump() + "\n\n" +
+                        FinalUsage(1, std::nullopt) +
+                        "data: [DONE]\n\n",
+                    "text/event-stream");
+  });
+  RequestSpec spec = IdsSpec();
+  spec.output_len = 1;
+  const RequestRecord r = RunOne(server.port(), spec);
+  EXPECT_EQ(r.outcome, Outcome::kSuccess) << r.error_class << ": " << r.error;
+  EXPECT_EQ(r.cached_prompt_tokens, 3);
 }
 
 TEST(TimedOpenAiCallTest, RequestBodyAsksForPerChunkUsage) {

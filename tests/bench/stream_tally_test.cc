@@ -125,6 +125,43 @@ TEST(StreamTallyTest, TextPromptTakesItsLengthFromComplete) {
   EXPECT_EQ(r.input_len, 9);
 }
 
+TEST(StreamTallyTest, CachedPromptTokensComeFromCompleteAndDefaultToZero) {
+  {
+    StreamTally tally(IdSpec(200, 1), "r", 0);
+    tally.OnMessage(Chunk({1}), 0.01);
+    v1::GenerateResponse complete = Complete(200, 1);
+    complete.mutable_complete()->set_cached_prompt_tokens(128);
+    tally.OnMessage(complete, 0.02);
+    RequestRecord r = tally.Finish(0, "", 0.02, false);
+    EXPECT_EQ(r.outcome, Outcome::kSuccess);
+    EXPECT_EQ(r.cached_prompt_tokens, 128);
+  }
+  {  // a server that does not report it
+    StreamTally tally(IdSpec(200, 1), "r", 0);
+    tally.OnMessage(Chunk({1}), 0.01);
+    tally.OnMessage(Complete(200, 1), 0.02);
+    EXPECT_EQ(tally.Finish(0, "", 0.02, false).cached_prompt_tokens, 0);
+  }
+  {  // no complete: nothing known
+    StreamTally tally(IdSpec(200, 2), "r", 0);
+    tally.OnMessage(Chunk({1}), 0.01);
+    EXPECT_EQ(tally.Finish(14, "gone", 0.02, false).cached_prompt_tokens, 0);
+  }
+}
+
+TEST(StreamTallyTest, MoreCachedThanPromptTokensIsAMismatch) {
+  StreamTally tally(IdSpec(64, 1), "r", 0);
+  tally.OnMessage(Chunk({1}), 0.01);
+  v1::GenerateResponse complete = Complete(64, 1);
+  complete.mutable_complete()->set_cached_prompt_tokens(128);
+  tally.OnMessage(complete, 0.02);
+  RequestRecord r = tally.Finish(0, "", 0.02, false);
+  EXPECT_EQ(r.outcome, Outcome::kFailed);
+  EXPECT_EQ(r.error_class, "TOKEN_COUNT_MISMATCH");
+  EXPECT_NE(r.error.find("cached_prompt_tokens=128 of prompt_tokens=64"), std::string::npos)
+      << r.error;
+}
+
 TEST(StreamTallyTest, MissingCompleteAndAbortAreFailures) {
   {
     StreamTally tally(IdSpec(1, 1), "r", 0);
