@@ -54,6 +54,7 @@ class PrefillRole final : public worker::Role {
     ro.attention_policy = policy_.get();
     ro.name = o.advertise.empty() ? std::string("prefill") : o.advertise;
     ro.kv_layerwise = o.kv_layerwise;
+    ro.prefix_cache = o.prefix_cache;
     ro.json_vocabulary = env.json_vocabulary;
 
     // KV transport per decode worker: nccl where both ends can (worker_transport.h), else tcp.

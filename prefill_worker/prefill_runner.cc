@@ -62,6 +62,7 @@ PrefillRunner::PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* tra
   // Rank r's layers are handed over from rank r's thread as soon as they are enqueued on its
   // stream: its shipper's reads wait for that stream.
   const int ranks = engine->data_ranks();
+  for (int r = 0; r < ranks && options_.prefix_cache; ++r) engine->rank_pool(r).EnablePrefixCache();
   for (int r = 0; r < ranks; ++r) {
     shippers_.push_back(std::make_unique<kvtransfer::KvShipper>(
         &engine->rank_pool(r), engine->rank_stream(r),
@@ -81,6 +82,10 @@ PrefillRunner::PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* tra
                                  {{"direction", "sent"}, {"transport", "nccl"}});
   kv_failures_ = m->GetCounter("mlaserve_kv_transfer_failures_total",
                                "KV transfers that failed.", {{"side", "sender"}});
+  prompt_tokens_ = m->GetCounter("mlaserve_prefill_prompt_tokens_total",
+                                 "Prompt tokens of the prompts prefilled (cached ones included).");
+  cached_tokens_ = m->GetCounter("mlaserve_prefill_cached_tokens_total",
+                                 "Prompt tokens whose KV came from the prefix cache.");
   queue_seconds_ = m->GetHistogram("mlaserve_prefill_queue_seconds",
                                    "Time from arrival to the first scheduled chunk.",
                                    common::LatencyBucketsSeconds());
@@ -332,8 +337,9 @@ void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int rank,
       }
       continue;
     }
-    // The pages this chunk wrote; the first may have been sent before, partly filled.
-    const int first = c.start / kernels::kPageSize;
+    // The pages this chunk wrote; the first may have been sent before, partly filled. A
+    // prompt's first chunk also sends the pages it took from the prefix cache.
+    const int first = c.start == c.seq->cached ? 0 : c.start / kernels::kPageSize;
     const int last = (c.start + c.len - 1) / kernels::kPageSize;
     runs.push_back({r->sender, first,
                     std::vector<int32_t>(c.seq->pages.begin() + first,
@@ -409,6 +415,7 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
       continue;
     }
     if (!c.last) continue;
+    scheduler_.Publish(*c.seq);  // its KV is complete: later prompts may start from it
     r->forward_done = now;
     auto first = SampleFirstToken(
         *r, std::span<float>(logits).subspan(static_cast<size_t>(this_row) * vocab, vocab));
@@ -472,6 +479,7 @@ void PrefillRunner::OnTransferDone(const std::string& id, int32_t token, absl::S
   PrefillOutcome o;
   o.first_token = token;
   o.prompt_tokens = static_cast<int>(req->job.tokens.size());
+  o.cached_tokens = req->seq->cached;
   o.kv_bytes_sent = req->sender->bytes_sent();
   o.kv_direct = req->sender->direct();
   o.queue_time = req->first_scheduled - req->arrival;
@@ -496,6 +504,8 @@ void PrefillRunner::Finish(const std::string& id, absl::StatusOr<PrefillOutcome>
   }
   if (outcome.ok()) {
     requests_ok_->Increment();
+    prompt_tokens_->Increment(outcome->prompt_tokens);
+    cached_tokens_->Increment(outcome->cached_tokens);
     (outcome->kv_direct ? kv_bytes_nccl_ : kv_bytes_tcp_)
         ->Increment(static_cast<double>(outcome->kv_bytes_sent));
     prefill_seconds_->Observe(absl::ToDoubleSeconds(outcome->prefill_time));

@@ -3,7 +3,8 @@
 //   step() = schedule() -> run() -> postprocess()
 //   schedule():    PrefillScheduler picks this step's prompt chunks (token budget, chunk size).
 //   run():         one Engine::ForwardStreamingRanks over the chunks; its layer callback
-//                  ships, for every chunk, the pages that layer just wrote, through the
+//                  ships, for every chunk, the pages that layer just wrote (and a prompt's
+//                  pages taken from the prefix cache with its first chunk), through the
 //                  request's KvSender (host payload senders through the KvShipper: one
 //                  asynchronous read of the layer's pages, sent by the shipping thread while
 //                  later layers compute).
@@ -66,6 +67,9 @@ struct PrefillRunnerOptions {
   // JSON mode's vocabulary, the process's (not owned; outlives the runner). Null: requests in
   // JSON mode are refused (FAILED_PRECONDITION).
   const worker::JsonModeVocabulary* json_vocabulary = nullptr;
+  // Keep the KV of prefilled prompts' whole pages in the free part of the pool, and reuse it
+  // for prompts that start with the same tokens (docs/serving.md "Prefix cache").
+  bool prefix_cache = true;
 };
 
 // What a prefill job's input may be: the model's vocabulary and context.
@@ -94,6 +98,7 @@ struct PrefillJob {
 struct PrefillOutcome {
   int32_t first_token = 0;
   int prompt_tokens = 0;
+  int cached_tokens = 0;  // of prompt_tokens, whose KV came from the prefix cache
   int64_t kv_bytes_sent = 0;
   bool kv_direct = false;  // sent GPU to GPU (nccl), not through host payloads (tcp)
   absl::Duration queue_time;
@@ -195,6 +200,8 @@ class PrefillRunner {
   common::Counter* kv_bytes_tcp_;
   common::Counter* kv_bytes_nccl_;
   common::Counter* kv_failures_;
+  common::Counter* prompt_tokens_;
+  common::Counter* cached_tokens_;
   common::Histogram* queue_seconds_;
   common::Histogram* prefill_seconds_;
   common::Histogram* transfer_wait_seconds_;

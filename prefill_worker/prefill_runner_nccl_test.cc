@@ -111,6 +111,47 @@ TEST_P(PrefillRunnerNcclTest, ChunkedPromptsArriveAndTheDecodeSideContinues) {
   EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
 }
 
+// The prefix cache with a direct sender: a prompt's pages are held until its verdict, and a
+// later prompt may take the cached ones meanwhile; every page is shipped, and freed once both
+// are done with it.
+TEST_P(PrefillRunnerNcclTest, APromptTakesCachedPagesAnEarlierOneStillHolds) {
+  const auto a = Prompt(150, 1);
+  auto b = std::vector<int32_t>(a.begin(), a.begin() + 128);
+  for (int i = 0; i < 10; ++i) b.push_back((i * 3 + 1) % 64);
+  Received ra, rb;
+  Outcome oa, ob;
+  ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 150, &ra)), oa.fn()).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(runner_->Step());  // a's three chunks
+  ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 138, &rb)), ob.fn()).ok());
+  for (int i = 0; i < 100 && runner_->Step(); ++i) {
+  }
+  ASSERT_TRUE(oa.Wait() && ob.Wait());
+  ASSERT_TRUE(oa.result->ok()) << oa.result->status();
+  ASSERT_TRUE(ob.result->ok()) << ob.result->status();
+  EXPECT_EQ((*ob.result)->cached_tokens, 128);
+  const int64_t page = static_cast<int64_t>(prefill_->kv_pool().layer_page_bytes());
+  EXPECT_EQ((*ob.result)->kv_bytes_sent, 3 * prefill_->config().num_hidden_layers * page);
+  EXPECT_EQ(prefill_->kv_pool().free_pages(), 32);
+  EXPECT_EQ(prefill_->kv_pool().cached_pages(), 2);
+  ASSERT_TRUE(rb.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(rb.result->ok()) << rb.result->status();
+  const auto& kv = **rb.result;
+  const int32_t first = kv.first_token;
+  EXPECT_EQ(first, FakeEngine::NextToken(b, 64));
+  model::SequenceChunk c;
+  c.tokens = std::span<const int32_t>(&first, 1);
+  c.start_pos = static_cast<int>(b.size());
+  c.pages = kv.pages;
+  auto fr = decode_->Forward(std::span(&c, 1), model::AttentionPath::kMla, nullptr);
+  ASSERT_TRUE(fr.ok()) << fr.status();
+  std::vector<int32_t> seq = b;
+  seq.push_back(first);
+  EXPECT_EQ(fr->logits[FakeEngine::NextToken(seq, 64)], 30.0f);
+  decode_->kv_pool().Free(kv.pages);
+  ASSERT_TRUE(ra.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  if (ra.result->ok()) decode_->kv_pool().Free((*ra.result)->pages);
+}
+
 TEST_P(PrefillRunnerNcclTest, PeerFailureFailsTheRequestAndFreesPagesOnBothSides) {
   hub_.set_faults({/*fail_after_sends=*/2, -1});
   Received rx;

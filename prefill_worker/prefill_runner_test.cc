@@ -84,6 +84,59 @@ TEST_F(PrefillRunnerTest, ChunkedPrefillShipsKvTheDecodeSideCanContinueFrom) {
   EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
 }
 
+// The prefix cache: a prompt that starts with an earlier prompt's whole pages computes only the
+// rest, ships every page (the cached ones with its first chunk), and the decode side continues
+// from what arrived exactly as from a prompt prefilled whole.
+TEST_F(PrefillRunnerTest, APromptStartingLikeAnEarlierOneComputesOnlyTheRest) {
+  const auto a = Prompt(150, 1);
+  auto b = std::vector<int32_t>(a.begin(), a.begin() + 128);
+  for (int i = 0; i < 40; ++i) b.push_back((i * 5 + 3) % 64);
+  const auto c = std::vector<int32_t>(a.begin(), a.begin() + 128);  // a's first two pages
+  auto d = a;
+  d[100] = (d[100] + 1) % 64;  // differs in page 1
+  Received ra, rb, rc, rd;
+  Outcome oa, ob, oc, od;
+  ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 150, &ra)), oa.fn()).ok());
+  RunUntilIdle();
+  EXPECT_EQ(prefill_->kv_pool().cached_pages(), 2);  // a's whole pages; its third is partial
+  ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 168, &rb)), ob.fn()).ok());
+  RunUntilIdle();
+  // c is two whole pages of a: the last token is computed, so one page comes from the cache.
+  ASSERT_TRUE(runner_->Submit(Job("c", c, Reserve("c", 128, &rc)), oc.fn()).ok());
+  ASSERT_TRUE(runner_->Submit(Job("d", d, Reserve("d", 150, &rd)), od.fn()).ok());
+  RunUntilIdle();
+  // a: [64], [64], [22] (one chunk of a prompt per forward); b: [40] after 128 cached tokens;
+  // c: [64] after 64 and d: [64] after 64 in one forward, then d's last [22].
+  EXPECT_EQ(prefill_->batch_shapes(),
+            (std::vector<std::vector<int>>{{64}, {64}, {22}, {40}, {64, 64}, {22}}));
+  for (Outcome* o : {&oa, &ob, &oc, &od}) {
+    ASSERT_TRUE(o->result && o->result->ok()) << (o->result ? o->result->status().ToString() : "");
+  }
+  EXPECT_EQ((*oa.result)->cached_tokens, 0);
+  EXPECT_EQ((*ob.result)->cached_tokens, 128);
+  EXPECT_EQ((*ob.result)->prompt_tokens, 168);
+  EXPECT_EQ((*oc.result)->cached_tokens, 64);
+  EXPECT_EQ((*od.result)->cached_tokens, 64);
+  EXPECT_EQ(prefill_->kv_pool().free_pages(), 32);  // cached pages are free pages
+
+  for (auto [rx, prompt, outcome] : {std::tuple{&rb, b, &ob}, std::tuple{&rc, c, &oc},
+                                     std::tuple{&rd, d, &od}}) {
+    EXPECT_EQ((*outcome->result)->first_token, FakeEngine::NextToken(prompt, 64));
+    ASSERT_TRUE(rx->result && rx->result->ok());
+    const auto& kv = **rx->result;
+    const int32_t first = kv.first_token;
+    model::SequenceChunk step;
+    step.tokens = std::span<const int32_t>(&first, 1);
+    step.start_pos = static_cast<int>(prompt.size());
+    step.pages = kv.pages;
+    auto fr = decode_->Forward(std::span(&step, 1), model::AttentionPath::kMla, nullptr);
+    ASSERT_TRUE(fr.ok()) << fr.status();
+    std::vector<int32_t> seq = prompt;
+    seq.push_back(first);
+    EXPECT_EQ(fr->logits[FakeEngine::NextToken(seq, 64)], 30.0f);
+  }
+}
+
 // The first token is drawn with the request's logit_bias (FakeEngine's logits: 30 for its next
 // token, 0 elsewhere); the penalties have no generated tokens to count yet.
 TEST_F(PrefillRunnerTest, TheFirstTokenHonoursLogitBias) {

@@ -72,21 +72,35 @@ std::vector<PrefillChunk> PrefillScheduler::Schedule() {
   }
   while (!waiting_.empty()) {
     auto& s = waiting_.front();
-    const int need = kernels::PagesFor(static_cast<int>(s->tokens.size()));
-    int rank = -1;
+    const int n = static_cast<int>(s->tokens.size());
+    const int need = kernels::PagesFor(n);
+    // At most (n - 1) / 64 pages from the cache: the last token is always computed.
+    const int max_cached = (n - 1) / kernels::kPageSize;
+    int rank = -1, rank_cached = 0;
     for (int r = 0; r < ranks; ++r) {
-      if (!has_room(r) || pools_[r]->free_pages() < need) continue;
-      if (rank < 0 || pools_[r]->free_pages() > pools_[rank]->free_pages() ||
-          (pools_[r]->free_pages() == pools_[rank]->free_pages() &&
-           num_running(r) < num_running(rank))) {
+      const int cached = pools_[r]->CachedPrefixPages(s->tokens, max_cached);
+      const int free = pools_[r]->free_pages();
+      if (!has_room(r) || free < need - cached) continue;
+      if (rank < 0 || cached > rank_cached ||
+          (cached == rank_cached &&
+           (free > pools_[rank]->free_pages() ||
+            (free == pools_[rank]->free_pages() && num_running(r) < num_running(rank))))) {
         rank = r;
+        rank_cached = cached;
       }
     }
     // None: wait for running prompts to finish and free theirs (or for the next step's budget).
     if (rank < 0) break;
-    auto pages = pools_[rank]->Allocate(need);
-    if (!pages.ok()) break;
-    s->pages = std::move(*pages);
+    std::vector<int32_t> pages = pools_[rank]->AcquirePrefix(s->tokens, max_cached);
+    auto rest = pools_[rank]->Allocate(need - static_cast<int>(pages.size()));
+    if (!rest.ok()) {  // the cached pages were free ones, so fewer are left than counted
+      pools_[rank]->Free(pages);
+      break;
+    }
+    pages.insert(pages.end(), rest->begin(), rest->end());
+    s->cached = static_cast<int>(pages.size() - rest->size()) * kernels::kPageSize;
+    s->num_computed = s->cached;
+    s->pages = std::move(pages);
     s->rank = rank;
     running_.push_back(std::move(s));
     waiting_.pop_front();
@@ -108,6 +122,7 @@ std::vector<std::shared_ptr<PrefillSequence>> PrefillScheduler::Advance(
   std::vector<std::shared_ptr<PrefillSequence>> finished;
   for (auto it = running_.begin(); it != running_.end();) {
     if ((*it)->done()) {
+      Publish(**it);
       pools_[(*it)->rank]->Free((*it)->pages);
       (*it)->pages.clear();
       finished.push_back(std::move(*it));
@@ -117,6 +132,11 @@ std::vector<std::shared_ptr<PrefillSequence>> PrefillScheduler::Advance(
     }
   }
   return finished;
+}
+
+void PrefillScheduler::Publish(const PrefillSequence& seq) {
+  pools_[seq.rank]->PublishPrefix(seq.tokens, seq.pages,
+                                  seq.num_computed / kernels::kPageSize);
 }
 
 int64_t PrefillScheduler::pending_tokens() const {

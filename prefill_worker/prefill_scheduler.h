@@ -7,10 +7,17 @@
 // allocating the pages of its whole prompt on admission. When the pool cannot hold the next
 // waiting prompt, admission stops (no overtaking, so a large prompt is not starved).
 //
+// Prefix cache (docs/serving.md "Prefix cache"; on where the pools have it enabled): on
+// admission a prompt takes from its pool the cached pages of its longest run of leading whole
+// pages that another prompt published, at most (length - 1) / 64 of them so that at least one
+// token is computed (its logits give the first token), and allocates only the rest; it starts
+// computing after them. A finished prompt publishes its whole pages before freeing them.
+//
 // Data-parallel attention (docs/parallel.md): one pool per rank. A prompt is admitted to the
-// rank with the most free pages that can hold it and still has budget (then the one running
-// fewer prompts) and stays there; the token budget and sequence limit hold per rank, each
-// rank's share of the batch being that rank's own batch.
+// rank with the most free pages that can hold it and still has budget (with a prefix cache:
+// first the rank that caches most of its start; then the one running fewer prompts) and stays
+// there; the token budget and sequence limit hold per rank, each rank's share of the batch
+// being that rank's own batch.
 //
 // Not thread-safe: owned by the prefill loop thread.
 #pragma once
@@ -36,9 +43,10 @@ absl::Status ValidateSchedulerOptions(const PrefillSchedulerOptions& options);
 struct PrefillSequence {
   std::string id;
   std::vector<int32_t> tokens;  // the prompt
-  std::vector<int32_t> pages;   // all pages of the prompt, allocated on admission
+  std::vector<int32_t> pages;   // all pages of the prompt, taken on admission
   int rank = 0;                 // data-parallel rank whose pool holds `pages` (0: one pool)
   int num_computed = 0;         // prompt tokens whose KV is in the pool
+  int cached = 0;               // of those, taken from the prefix cache (whole pages, first)
   bool done() const { return num_computed == static_cast<int>(tokens.size()); }
 };
 
@@ -72,6 +80,10 @@ class PrefillScheduler {
   // After the batch ran: advances each chunk's sequence. Finished sequences are removed and
   // their pages freed (their KV has been shipped by then); returned so the caller can answer.
   std::vector<std::shared_ptr<PrefillSequence>> Advance(const std::vector<PrefillChunk>& chunks);
+  // Publishes a computed prompt's whole pages to its pool's prefix cache (Advance does it for
+  // the prompts it finishes; for a caller that takes a prompt's pages before that). The pages'
+  // KV writes must be complete or queued on the stream that later forwards follow.
+  void Publish(const PrefillSequence& seq);
 
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }

@@ -126,6 +126,83 @@ TEST(PrefillSchedulerTest, AdmissionWaitsForPagesInArrivalOrder) {
   EXPECT_EQ(b2[1].seq->id, "next");
 }
 
+std::shared_ptr<PrefillSequence> SeqOf(const std::string& id, std::vector<int32_t> tokens) {
+  auto s = std::make_shared<PrefillSequence>();
+  s->id = id;
+  s->tokens = std::move(tokens);
+  return s;
+}
+
+std::vector<int32_t> Iota(int n, int32_t from) {
+  std::vector<int32_t> t(n);
+  std::iota(t.begin(), t.end(), from);
+  return t;
+}
+
+// With a prefix cache, admission takes the cached pages of a prompt's start and counts them
+// against the pages it needs; a prompt that fits only with them is admitted.
+TEST(PrefillSchedulerTest, CachedPagesStartThePromptAndCountAsRoom) {
+  auto pool = Pool(4);
+  pool->EnablePrefixCache();
+  PrefillScheduler s({.max_batch_tokens = 1000, .chunk_size = 1000, .max_batch_seqs = 8},
+                     pool.get());
+  s.Add(SeqOf("a", Iota(3 * 64, 0)));
+  auto b1 = s.Schedule();
+  ASSERT_EQ(b1.size(), 1u);
+  s.Advance(b1);  // published: 3 cached pages, all free
+  EXPECT_EQ(pool->cached_pages(), 3);
+  // Holding the one plain page elsewhere leaves a's 3 cached pages free; b (a's first two
+  // pages, then 60 tokens of its own) needs 3 pages: a's first two, and one more, for which
+  // a's third page is forgotten.
+  auto other = pool->Allocate(1);
+  ASSERT_TRUE(other.ok());
+  auto tokens = Iota(2 * 64, 0);
+  for (int i = 0; i < 60; ++i) tokens.push_back(7);
+  s.Add(SeqOf("b", tokens));
+  auto b2 = s.Schedule();
+  ASSERT_EQ(b2.size(), 1u);
+  EXPECT_EQ(b2[0].start, 128);
+  EXPECT_EQ(b2[0].len, 60);
+  EXPECT_EQ(b2[0].seq->cached, 128);
+  EXPECT_EQ(pool->free_pages(), 0);
+  EXPECT_EQ(pool->cached_pages(), 2);
+  s.Advance(b2);
+  pool->Free(*other);
+  EXPECT_EQ(pool->free_pages(), 4);
+}
+
+// Data-parallel pools: the rank that caches most of a prompt's start takes it, even with
+// fewer free pages.
+TEST(PrefillSchedulerTest, TheRankCachingThePromptsStartTakesIt) {
+  auto r0 = Pool(8), r1 = Pool(8);
+  r0->EnablePrefixCache();
+  r1->EnablePrefixCache();
+  PrefillScheduler s({.max_batch_tokens = 1000, .chunk_size = 1000, .max_batch_seqs = 8},
+                     std::vector<model::KvPool*>{r0.get(), r1.get()});
+  s.Add(SeqOf("a", Iota(2 * 64 + 1, 0)));
+  auto b1 = s.Schedule();
+  ASSERT_EQ(b1.size(), 1u);
+  const int cached_rank = b1[0].seq->rank;
+  s.Advance(b1);
+  model::KvPool& cached_pool = cached_rank == 0 ? *r0 : *r1;
+  auto busy = cached_pool.Allocate(3);  // the caching rank now has fewer free pages
+  ASSERT_TRUE(busy.ok());
+  s.Add(SeqOf("b", Iota(2 * 64 + 30, 0)));
+  auto b2 = s.Schedule();
+  ASSERT_EQ(b2.size(), 1u);
+  EXPECT_EQ(b2[0].seq->rank, cached_rank);
+  EXPECT_EQ(b2[0].seq->cached, 128);
+  // Without a cached start, the most free pages decide as before.
+  s.Add(SeqOf("c", Iota(10, 500)));
+  auto b3 = s.Schedule();
+  ASSERT_EQ(b3.size(), 2u);
+  EXPECT_EQ(b3[0].seq->id, "b");
+  EXPECT_EQ(b3[1].seq->rank, 1 - cached_rank);
+  EXPECT_EQ(b3[1].seq->cached, 0);
+  s.Advance(b3);
+  cached_pool.Free(*busy);
+}
+
 TEST(PrefillSchedulerTest, RemoveFreesPagesAndOptionsAreValidated) {
   auto pool = Pool(8);
   PrefillScheduler s({.max_batch_tokens = 64, .chunk_size = 64, .max_batch_seqs = 8},

@@ -44,6 +44,7 @@ absl::StatusOr<PrefillJob> ToPrefillJob(const v1::PrefillRequest& request,
 void ToProto(const PrefillOutcome& o, v1::PrefillResponse* response) {
   response->set_first_token(o.first_token);
   response->set_prompt_tokens(o.prompt_tokens);
+  response->set_cached_tokens(o.cached_tokens);
   response->set_kv_bytes_sent(o.kv_bytes_sent);
   response->set_queue_time_s(absl::ToDoubleSeconds(o.queue_time));
   response->set_prefill_time_s(absl::ToDoubleSeconds(o.prefill_time));

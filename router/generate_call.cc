@@ -128,7 +128,9 @@ absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& re
                            .max_attempts = router_->options().max_reserve_attempts,
                            .reserve_timeout = router_->options().reserve_timeout,
                            // The prefill worker returns no logprobs for the first token.
-                           .prefill_locally = sampling_.wants_logprobs()},
+                           .prefill_locally = sampling_.wants_logprobs(),
+                           .prefix_affinity = router_->prefix_affinity(),
+                           .prompt_ids = prompt_ids_},
                        prompt_tokens, *sampling_.max_new_tokens);
   }
   RETURN_IF_ERROR(router_->requests().Insert(request_id_, weak_from_this()));
@@ -320,6 +322,8 @@ void GenerateCall::StartStreamAndPrefill(const v1::ReserveResponse& reserved) {
       *prefill->request.mutable_sampling() = SamplingToProto(sampling_);
       *prefill->request.mutable_kv_session() = reserved.session();
       placement_->ChargePrefill();
+      router_->metrics().prefix_affinity_tokens_total->Increment(
+          static_cast<double>(placement_->prefill_expected_cached_tokens()));
       prefill_stub = router_->channels().Prefill(placement_->prefill_address());
     }
   }
@@ -413,6 +417,21 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     placement_->ReleasePrefill();
+    prefill_answered_ = true;
+    if (held_completion_.has_value()) {  // D's stream ended first (CompleteLocked)
+      HeldCompletion& h = *held_completion_;
+      if (status.ok()) h.complete.set_cached_prompt_tokens(prefill_->response.cached_tokens());
+      outbox_.Complete(h.reason, h.matched_token, std::move(h.complete));
+      held_completion_.reset();
+      ended = true;  // (pumped below; the call itself ended already)
+    }
+  }
+  if (ended) {
+    outbox_.Pump();
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
     if (phase_ == Phase::kDone || status.ok()) return;  // the first token comes from D's stream
     const DecodePlacement& p = *placement_;
     if (status.error_code() == grpc::StatusCode::ABORTED) {

@@ -161,6 +161,16 @@ class GenerateCall final : public AbortableCall,
     v1::PrefillResponse response;
   };
   std::unique_ptr<PrefillCall> prefill_ ABSL_GUARDED_BY(mu_);
+  bool prefill_answered_ ABSL_GUARDED_BY(mu_) = false;  // OnPrefillDone ran
+  // D's stream can end before the prefill worker's answer (which tells the prompt tokens it
+  // took from its prefix cache) arrives: the completion waits here for that answer (or its
+  // failure; the prefill call has a deadline), so usage counts the cached tokens.
+  struct HeldCompletion {
+    v1::FinishReason reason;
+    std::optional<int32_t> matched_token;
+    v1::GenerateComplete complete;
+  };
+  std::optional<HeldCompletion> held_completion_ ABSL_GUARDED_BY(mu_);
 
   // Timing.
   std::optional<absl::Time> first_token_time_ ABSL_GUARDED_BY(mu_);

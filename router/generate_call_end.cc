@@ -52,6 +52,11 @@ bool GenerateCall::CompleteLocked(v1::FinishReason reason, std::optional<int32_t
   }
   c.set_e2e_latency_s(absl::ToDoubleSeconds(now - start_time_));
   router_->metrics().e2e_request_latency_seconds->Observe(absl::ToDoubleSeconds(now - start_time_));
+  if (!local && prefill_ != nullptr && !prefill_answered_) {
+    held_completion_ = HeldCompletion{reason, matched_token, std::move(c)};  // OnPrefillDone
+    return true;
+  }
+  if (!local && prefill_ != nullptr) c.set_cached_prompt_tokens(prefill_->response.cached_tokens());
   outbox_.Complete(reason, matched_token, std::move(c));
   return true;
 }

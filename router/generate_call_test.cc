@@ -158,6 +158,28 @@ TEST(GenerateCall, RemotePrefillStreamsTextThenCompletes) {
   EXPECT_TRUE(h.decode().WaitAllPagesFree(kWait));
 }
 
+TEST(GenerateCall, CompletionCountsThePromptTokensThePrefillWorkerHadCached) {
+  RouterHarness h;
+  h.decode().set_reply("ok");
+  h.prefill().set_cached_tokens(64);
+  Result r = h.Generate(TextRequest("a longer prompt"));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.complete->cached_prompt_tokens(), 64);
+
+  // D's stream ends before the prefill worker answers: the completion waits for the answer.
+  h.prefill().set_cached_tokens(128);
+  h.prefill().HoldAnswers();
+  Result held;
+  std::thread client([&] { held = h.Generate(TextRequest("another prompt")); });
+  EXPECT_TRUE(h.decode().WaitForTokensSent(2 * 3, kWait));  // "ok" + EOS, twice
+  EXPECT_TRUE(h.decode().WaitAllPagesFree(kWait));           // its stream has ended
+  h.prefill().ReleaseAnswers();
+  client.join();
+  ASSERT_TRUE(held.status.ok()) << held.status.error_message();
+  EXPECT_EQ(held.text, "ok");
+  EXPECT_EQ(held.complete->cached_prompt_tokens(), 128);
+}
+
 TEST(GenerateCall, ShortPromptIsPrefilledOnTheDecodeWorker) {
   RouterHarness h(/*decode_pages=*/64, /*local_threshold=*/8);
   h.decode().set_reply("ok");

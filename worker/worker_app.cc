@@ -125,6 +125,9 @@ std::optional<StartupError> WorkerApp::Build() {
   // Every rank's pool together; under data attention each rank's too (docs/parallel.md).
   auto* pages_total = metrics_.GetGauge("mlaserve_kv_pages_total", "KV pages in the pool.");
   auto* pages_used = metrics_.GetGauge("mlaserve_kv_pages_used", "KV pages in use.");
+  auto* pages_cached = metrics_.GetGauge(
+      "mlaserve_kv_pages_cached",
+      "KV pages holding a cached prompt prefix (prefix cache), in use or free.");
   std::vector<std::pair<common::Gauge*, common::Gauge*>> rank_gauges;
   for (int r = 0; r < e.data_ranks() && e.data_ranks() > 1; ++r) {
     const common::MetricLabels rank = {{"rank", std::to_string(r)}};
@@ -134,12 +137,13 @@ std::optional<StartupError> WorkerApp::Build() {
         metrics_.GetGauge("mlaserve_rank_kv_pages_used",
                           "KV pages in use in each data-parallel rank's pool.", rank));
   }
-  metrics_.AddCollectHook([&e, pages_total, pages_used, rank_gauges] {
-    int total = 0, used = 0;
+  metrics_.AddCollectHook([&e, pages_total, pages_used, pages_cached, rank_gauges] {
+    int total = 0, used = 0, cached = 0;
     for (int r = 0; r < e.data_ranks(); ++r) {
       const model::KvPool& pool = e.rank_pool(r);
       total += pool.total_pages();
       used += pool.total_pages() - pool.free_pages();
+      cached += pool.cached_pages();
       if (r < static_cast<int>(rank_gauges.size())) {
         rank_gauges[r].first->Set(pool.total_pages());
         rank_gauges[r].second->Set(pool.total_pages() - pool.free_pages());
@@ -147,6 +151,7 @@ std::optional<StartupError> WorkerApp::Build() {
     }
     pages_total->Set(total);
     pages_used->Set(used);
+    pages_cached->Set(cached);
   });
   return std::nullopt;
 }

@@ -65,6 +65,10 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
                  "nccl: ship each layer's KV while the next layer computes (false: after the "
                  "forward)")
       ->capture_default_str();
+  app.add_option("--prefix-cache", o->prefix_cache,
+                 "prefill: keep the KV of prefilled prompts' whole 64-token pages in the free "
+                 "part of the pool and reuse it for prompts that start with the same tokens")
+      ->capture_default_str();
   app.add_option("--profiles-dir", o->profiles_dir, "directory of GPU profiles")
       ->capture_default_str();
   app.add_option("--metrics-port", o->metrics_port,

@@ -45,6 +45,7 @@ struct WorkerOptions {
   int chunk_size = 2048;
   std::string kv_transport = "auto";
   bool kv_layerwise = true;  // prefill, nccl: ship each layer while the next one computes
+  bool prefix_cache = true;  // prefill: reuse the KV of earlier prompts' whole pages
   std::string profiles_dir = "profiles";
   int metrics_port = -1;
   std::string log_level = "info";

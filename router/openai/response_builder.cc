@@ -98,7 +98,8 @@ Json ResponseBuilder::Envelope(const char* object) const {
 Json ResponseBuilder::Usage() const {
   return Json{{"prompt_tokens", prompt_tokens_},
               {"completion_tokens", completion_tokens_},
-              {"total_tokens", prompt_tokens_ + completion_tokens_}};
+              {"total_tokens", prompt_tokens_ + completion_tokens_},
+              {"prompt_tokens_details", Json{{"cached_tokens", cached_tokens_}}}};
 }
 
 std::string ResponseBuilder::StartEvents() {
@@ -209,6 +210,7 @@ std::string ResponseBuilder::OnMessage(const v1::GenerateResponse& message) {
   } else if (message.has_complete()) {
     const v1::GenerateComplete& c = message.complete();
     prompt_tokens_ = c.prompt_tokens();
+    cached_tokens_ = c.cached_prompt_tokens();
     completion_tokens_ = c.completion_tokens();
     std::string text, reasoning;
     Json tool_deltas = nullptr;
@@ -275,14 +277,20 @@ Json ResponseBuilder::Body() const {
 nlohmann::ordered_json ResponseBuilder::SummedUsage(
     const std::vector<const ResponseBuilder*>& choices) {
   int64_t prompt = 0;
+  int64_t cached = 0;
   int64_t completion = 0;
   for (const ResponseBuilder* c : choices) {
-    if (c->counts_prompt_) prompt += c->prompt_tokens_;
+    if (c->counts_prompt_) {
+      prompt += c->prompt_tokens_;
+      cached += c->cached_tokens_;
+    }
     completion += c->completion_tokens_;
   }
-  return nlohmann::ordered_json{{"prompt_tokens", prompt},
-                                {"completion_tokens", completion},
-                                {"total_tokens", prompt + completion}};
+  return nlohmann::ordered_json{
+      {"prompt_tokens", prompt},
+      {"completion_tokens", completion},
+      {"total_tokens", prompt + completion},
+      {"prompt_tokens_details", nlohmann::ordered_json{{"cached_tokens", cached}}}};
 }
 
 std::string ResponseBuilder::EndOfChoices(const std::vector<const ResponseBuilder*>& choices) {

@@ -120,6 +120,7 @@ class ResponseBuilder {
   std::string text_;       // content (all of it, for the non-streaming body)
   std::string reasoning_;  // reasoning_content
   int32_t prompt_tokens_ = 0;
+  int32_t cached_tokens_ = 0;  // of prompt_tokens_, from the prefix cache (known at the end)
   int32_t completion_tokens_ = 0;
   std::optional<std::string> finish_reason_;
   std::unique_ptr<LogprobsFormat> logprobs_;  // when the request asked for them

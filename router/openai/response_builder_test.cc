@@ -51,7 +51,8 @@ TEST(ResponseBuilderTest, StreamedCompletionWithUsage) {
   EXPECT_EQ(e[0]["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(e[0]["choices"][0]["text"], "");
   EXPECT_TRUE(e[1]["choices"].empty());
-  EXPECT_EQ(e[1]["usage"].dump(), R"({"prompt_tokens":5,"completion_tokens":2,"total_tokens":7})");
+  EXPECT_EQ(e[1]["usage"].dump(),
+            R"({"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":0}})");
   EXPECT_EQ(e[2], "[DONE]");
 }
 
@@ -97,9 +98,11 @@ TEST(ResponseBuilderTest, ChatBody) {
   ResponseBuilder b(r, "chatcmpl-7", 100, false);
   EXPECT_EQ(b.OnMessage(Chunk("Hel", 2)), "");
   b.OnMessage(Chunk("lo", 3));
-  b.OnMessage(Complete(v1::FINISH_REASON_STOP, 4));
+  v1::GenerateResponse complete = Complete(v1::FINISH_REASON_STOP, 4);
+  complete.mutable_complete()->set_cached_prompt_tokens(4);  // OpenAI's usage reports them
+  b.OnMessage(complete);
   ASSERT_TRUE(b.complete());
-  EXPECT_EQ(b.Body().dump(), R"({"id":"chatcmpl-7","object":"chat.completion","created":100,"model":"demo","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":4,"total_tokens":9}})");
+  EXPECT_EQ(b.Body().dump(), R"({"id":"chatcmpl-7","object":"chat.completion","created":100,"model":"demo","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":4,"total_tokens":9,"prompt_tokens_details":{"cached_tokens":4}}})");
 }
 
 TEST(ResponseBuilderTest, ReasoningCutByLengthHasNoContent) {

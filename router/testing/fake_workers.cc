@@ -396,16 +396,44 @@ grpc::ServerUnaryReactor* FakePrefillWorker::Prefill(grpc::CallbackServerContext
                                                      const v1::PrefillRequest* request,
                                                      v1::PrefillResponse* response) {
   grpc::Status error;
+  bool hold = false;
   {
     absl::MutexLock lock(&mu_);
     requests_.push_back(*request);
     error = error_;
+    hold = hold_answers_ && error.ok();
+    response->set_cached_tokens(cached_tokens_);
   }
-  if (error.ok()) decode_->CompleteKv(request->kv_session().session_id());
   response->set_prompt_tokens(request->token_ids_size());
+  if (error.ok()) decode_->CompleteKv(request->kv_session().session_id());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(error);
+  if (hold) {
+    absl::MutexLock lock(&mu_);
+    held_.push_back(reactor);
+  } else {
+    reactor->Finish(error);
+  }
   return reactor;
+}
+
+void FakePrefillWorker::set_cached_tokens(int tokens) {
+  absl::MutexLock lock(&mu_);
+  cached_tokens_ = tokens;
+}
+
+void FakePrefillWorker::HoldAnswers() {
+  absl::MutexLock lock(&mu_);
+  hold_answers_ = true;
+}
+
+void FakePrefillWorker::ReleaseAnswers() {
+  std::vector<grpc::ServerUnaryReactor*> held;
+  {
+    absl::MutexLock lock(&mu_);
+    hold_answers_ = false;
+    held.swap(held_);
+  }
+  for (grpc::ServerUnaryReactor* r : held) r->Finish(grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* FakePrefillWorker::Abort(grpc::CallbackServerContext* context,

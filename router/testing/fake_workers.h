@@ -101,6 +101,11 @@ class FakePrefillWorker final : public v1::PrefillWorker::CallbackService {
   explicit FakePrefillWorker(FakeDecodeWorker* decode) : decode_(decode) {}
 
   void set_error(grpc::Status status);  // Prefill fails with it (KV never completes)
+  void set_cached_tokens(int tokens);    // reported in every PrefillResponse
+  // Prefill completes the KV at once but answers only at ReleaseAnswers (the decode worker's
+  // stream can then end first).
+  void HoldAnswers();
+  void ReleaseAnswers();
   std::vector<v1::PrefillRequest> requests() const;
   int aborts() const;
   bool WaitForAborts(int n, absl::Duration timeout) const;
@@ -120,6 +125,9 @@ class FakePrefillWorker final : public v1::PrefillWorker::CallbackService {
   grpc::Status error_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::PrefillRequest> requests_ ABSL_GUARDED_BY(mu_);
   int aborts_ ABSL_GUARDED_BY(mu_) = 0;
+  int cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  bool hold_answers_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<grpc::ServerUnaryReactor*> held_ ABSL_GUARDED_BY(mu_);
 };
 
 // A gRPC server on 127.0.0.1 port 0 hosting the given services.
