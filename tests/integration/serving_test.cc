@@ -72,6 +72,23 @@ TEST_P(ServingTest, DisaggregatedTokensEqualSingleProcessGreedyAndSeeded) {
     ASSERT_TRUE(ref.ok()) << ref.status();
     EXPECT_EQ(r.ids, *ref) << "temperature " << temperature;
   }
+  // The prefill worker's prefix cache (docs/serving.md): a prompt that starts with an earlier
+  // one's two whole pages takes them from the cache, reports them, and its tokens are still
+  // those of the single process, which computes it whole.
+  const std::vector<int32_t> first = Prompt(150, 1);
+  std::vector<int32_t> second(first.begin(), first.begin() + 128);
+  for (int32_t id : Prompt(30, 2)) second.push_back(id);
+  GenerateResult r1 = RunGenerate((*cluster)->generation(), IdsRequest(first, 4), kRequestTimeout);
+  ASSERT_TRUE(r1.status.ok()) << r1.status.error_message();
+  EXPECT_EQ(r1.complete->cached_prompt_tokens(), 0);
+  v1::GenerateRequest greedy = IdsRequest(second, 24);
+  greedy.mutable_sampling()->set_temperature(0.0f);
+  GenerateResult r2 = RunGenerate((*cluster)->generation(), greedy, kRequestTimeout);
+  ASSERT_TRUE(r2.status.ok()) << r2.status.error_message();
+  EXPECT_EQ(r2.complete->cached_prompt_tokens(), 128);
+  auto ref = ReferenceTokens(GetParam(), second, 24, 0.0f, std::nullopt);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  EXPECT_EQ(r2.ids, *ref) << "after a cached prefix";
   EXPECT_TRUE((*cluster)->WaitAllPagesFree(kFreeTimeout).ok());
 }
 

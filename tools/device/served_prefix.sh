@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The prefill worker's prefix cache, served: router + prefill + decode (tcp) on one machine,
+# mlaserve-bench's shared-prefix load (groups of prompts that share a long start), once with
+# the cache on and once with --prefix-cache=false, each arm on a fresh stack. Prints TTFT,
+# throughput and the cache's hit rate per arm.
+#   GPU machine:  PACK=.devpack-served.tar.xz bash tools/device/served_prefix.sh
+#                 (a pack of mlaserve-router/-prefill/-decode/-bench, tools/device/bundle.sh)
+#   CPU (here):   BACKEND=cpu BIN=DIR MODEL=DIR bash tools/device/served_prefix.sh
+#                 (BIN: a directory with the four binaries, e.g. links into a build tree)
+# LOAD: mlaserve-bench's load (default: 48 prompts in 4 groups sharing 1536 tokens, 128 own
+# tokens, 16 out, concurrency 4, seed 1). ARMS: "on off" by default.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+T0=$SECONDS
+OUT=${OUT:-/tmp/served_prefix_out}
+mkdir -p "$OUT"
+source tools/device/steps_lib.sh
+BACKEND=${BACKEND:-cuda}
+if [[ $BACKEND == cuda ]]; then
+  unpack_devpack "${PACK:-.devpack-served.tar.xz}"
+  source tools/device/env.sh
+  gpu_header
+fi
+B=${BIN:-$PWD/.devbin}
+MODEL=${MODEL:-/dev/shm/v2lite-random}
+random_model
+LOGS=$(mktemp -d -t served-prefix-logs-XXXXXX)
+START_TIMEOUT_S=${START_TIMEOUT_S:-180} STOP_TIMEOUT_S=30
+source tools/device/serve_lib.sh
+read -r -a load <<< "${LOAD:---num-prompts 48 --shared-prefix-groups 4 --shared-prefix-len 1536 --random-input-len 128 --random-output-len 16 --random-range-ratio 1 --max-concurrency 4 --seed 1}"
+for arm in ${ARMS:-on off}; do
+  cache=true
+  [[ $arm == off ]] && cache=false
+  wf=(--insecure --listen 127.0.0.1:0 --model "$MODEL" --backend "$BACKEND" --kv-transport tcp --metrics-port -1 --num-kv-pages ${NUM_KV_PAGES:-1024})
+  if start "$arm-prefill" "$B/mlaserve-prefill" "${wf[@]}" --prefix-cache=$cache &&
+     pa=$ADDRESS && start "$arm-decode" "$B/mlaserve-decode" "${wf[@]}" --max-running-requests 64 --local-prefill-threshold 0 &&
+     da=$ADDRESS && start "$arm-router" "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+       --model "$MODEL" --metrics-port -1 --prefill "$pa" --decode "$da"; then
+    f=$OUT/prefix_$arm
+    timeout "${BENCH_TIMEOUT_S:-600}" "$B/mlaserve-bench" --server "$ADDRESS" "${load[@]}" --warmup-requests 2 --progress off \
+      --connect-timeout-s 60 --output-json "$f.json" > "$f.txt" 2>&1
+    note "prefix cache $arm" "rc=$? $(grep -E 'Median TTFT|P99 TTFT|Output token throughput|Prefix cache hit rate' "$f.txt" | tr -s ' ' | tr '\n' ';')"
+  else
+    note "prefix cache $arm" "stack FAILED to start"
+  fi
+  stop_all
+done
+tar -C "$LOGS" -cJf "$OUT/logs.tar.xz" . 2>/dev/null
+note done "$((SECONDS - T0)) s"
