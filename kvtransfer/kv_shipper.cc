@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 
 namespace mlaserve::kvtransfer {
 namespace {
@@ -79,6 +80,29 @@ absl::StatusOr<int> KvShipper::AcquireSlot(size_t bytes) {
 }
 
 absl::Status KvShipper::ShipLayer(int layer, std::vector<KvShipRun> runs) {
+  // Cut into slots of at most max_slot_pages pages, runs split at page boundaries. A sender's
+  // pieces are queued in order on its one shipping thread, so they leave in order.
+  const size_t cap = static_cast<size_t>(std::max(1, options_.max_slot_pages));
+  std::vector<KvShipRun> slot;
+  size_t in_slot = 0;
+  for (KvShipRun& r : runs) {
+    for (size_t done = 0; done < r.pages.size();) {
+      if (in_slot == cap) {
+        RETURN_IF_ERROR(ShipSlot(layer, std::move(slot)));
+        slot.clear();
+        in_slot = 0;
+      }
+      const size_t n = std::min(r.pages.size() - done, cap - in_slot);
+      slot.push_back({r.sender, r.first_page_index + static_cast<int>(done),
+                      std::vector<int32_t>(r.pages.begin() + done, r.pages.begin() + done + n)});
+      done += n;
+      in_slot += n;
+    }
+  }
+  return ShipSlot(layer, std::move(slot));
+}
+
+absl::Status KvShipper::ShipSlot(int layer, std::vector<KvShipRun> runs) {
   std::vector<int32_t> ids;
   for (const KvShipRun& r : runs) ids.insert(ids.end(), r.pages.begin(), r.pages.end());
   if (ids.empty()) return absl::OkStatus();

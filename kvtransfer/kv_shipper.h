@@ -57,6 +57,11 @@ struct KvShipRun {
 struct KvShipperOptions {
   int num_slots = 8;    // layers queued or in flight at once
   int num_threads = 4;  // shipping threads
+  // Pages one slot stages at most: a layer with more (a prompt's first chunk also ships the
+  // pages it took from the prefix cache, thousands for a long cached prefix) goes through
+  // several slots in order. A slot keeps the largest page-locked buffer it ever needed, so
+  // this bounds the shipper's page-locked memory to num_slots x max_slot_pages pages.
+  int max_slot_pages = 256;
   // Longest wait for a free slot, a page copy or a flush before giving up.
   absl::Duration no_progress_timeout = absl::Seconds(30);
 };
@@ -92,6 +97,8 @@ class KvShipper {
     std::function<void(absl::Status)> done;
   };
   absl::StatusOr<int> AcquireSlot(size_t bytes);
+  // ShipLayer's work for runs of at most max_slot_pages pages in all: one read, one slot.
+  absl::Status ShipSlot(int layer, std::vector<KvShipRun> runs);
   int ThreadOf(const KvSender* sender) const;
   void Run(int thread);
   int64_t ShipJob(Job& job);

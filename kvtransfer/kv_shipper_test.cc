@@ -170,6 +170,37 @@ TEST_F(KvShipperTest, RunsReachTheirSendersInOrderAndCompletionsFollow) {
   }
 }
 
+// A layer larger than a slot (a prompt's cached prefix shipped with its first chunk) goes
+// through several slots: each sender gets its pages in order, cut at slot boundaries.
+TEST_F(KvShipperTest, ALayerLargerThanASlotIsCutIntoSlotsInOrder) {
+  KvShipper shipper(pool_.get(), nullptr, {.num_slots = 2, .num_threads = 2, .max_slot_pages = 3});
+  auto a = std::make_shared<RecordingSender>(), b = std::make_shared<RecordingSender>();
+  std::vector<int32_t> all(options_.num_pages);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng_);
+  const std::vector<int32_t> ia(all.begin(), all.begin() + 10), ib(all.begin() + 10, all.begin() + 14);
+  ASSERT_TRUE(shipper.ShipLayer(1, {{a, 5, ia}, {b, 0, ib}}).ok());
+  ASSERT_TRUE(shipper.WaitCopies(absl::Now() + absl::Seconds(10)).ok());
+  ASSERT_TRUE(shipper.Flush(absl::Now() + absl::Seconds(10)).ok());
+  EXPECT_EQ(shipper.pages_shipped(), 14);
+  // a: slots [a0 a1 a2] [a3 a4 a5] [a6 a7 a8] [a9 b0 b1] [b2 b3].
+  auto expect = [&](const RecordingSender& s, const std::vector<int32_t>& ids, int first,
+                    const std::vector<int>& cuts) {
+    const auto calls = s.calls();
+    ASSERT_EQ(calls.size(), cuts.size());
+    int at = 0;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(std::tuple(calls[i].layer, calls[i].first, calls[i].n),
+                std::tuple(1, first + at, cuts[i]));
+      EXPECT_EQ(calls[i].bytes,
+                PagesOf(1, std::vector<int32_t>(ids.begin() + at, ids.begin() + at + cuts[i])));
+      at += cuts[i];
+    }
+  };
+  expect(*a, ia, 5, {3, 3, 3, 1});
+  expect(*b, ib, 0, {2, 2});
+}
+
 // A sender that takes nothing holds its slot; with every slot held, ShipLayer gives up at the
 // no-progress deadline instead of stalling the forward for good.
 TEST_F(KvShipperTest, FullStagingRingIsRefusedAtTheDeadline) {

@@ -49,6 +49,7 @@ struct PrefillRunner::Request {
   // A direct sender reads the prompt's pages until its transfer ended: they leave the
   // scheduler with the last chunk and are freed by Finish (under mu_).
   std::vector<int32_t> held_pages;
+  bool scheduled = false;  // handed to the scheduler (Intake; under mu_)
 };
 
 PrefillRunner::PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* transport,
@@ -183,7 +184,7 @@ absl::Status PrefillRunner::Submit(PrefillJob job, PrefillDoneFn done) {
       return absl::AlreadyExistsError(
           absl::StrCat("request ", id, " is already being prefilled here"));
     }
-    pending_tokens_ += n;
+    unscheduled_tokens_ += n;
   }
   // Until it is queued, the request has no sender and the loop does not see it; an Abort or
   // Stop meanwhile answers it (Finish), and the sender opened below is then let go.
@@ -197,7 +198,7 @@ absl::Status PrefillRunner::Submit(PrefillJob job, PrefillDoneFn done) {
     if (it != requests_.end() && it->second == r) {  // not answered meanwhile
       if (!sender.ok()) {
         requests_.erase(it);
-        pending_tokens_ -= n;
+        unscheduled_tokens_ -= n;
         r->done = nullptr;  // on error it never runs
         return sender.status();
       }
@@ -230,7 +231,7 @@ PrefillLoad PrefillRunner::load() const {
   PrefillLoad l;
   l.running_requests = static_cast<int>(requests_.size());
   l.pending_requests = static_cast<int>(incoming_.size());
-  l.pending_prefill_tokens = pending_tokens_;
+  l.pending_prefill_tokens = unscheduled_tokens_ + scheduled_tokens_;
   l.rank_prefilling = rank_prefilling_;
   return l;
 }
@@ -263,12 +264,30 @@ void PrefillRunner::Intake() {
     absl::MutexLock lock(&mu_);
     incoming.swap(incoming_);
     aborts.swap(aborts_);
+    for (auto& r : incoming) {  // counted as the scheduler's until NoteSchedulerLoad
+      r->scheduled = true;
+      unscheduled_tokens_ -= static_cast<int64_t>(r->seq->tokens.size());
+      scheduled_tokens_ += static_cast<int64_t>(r->seq->tokens.size());
+    }
   }
   for (auto& r : incoming) scheduler_.Add(r->seq);
   for (const auto& id : aborts) {
     scheduler_.Remove(id);
     Finish(id, absl::CancelledError(absl::StrCat("request ", id, " was aborted")));
   }
+  NoteSchedulerLoad();
+}
+
+void PrefillRunner::NoteSchedulerLoad() {
+  std::vector<int> prefilling;
+  if (scheduler_.ranks() > 1) {
+    prefilling.resize(scheduler_.ranks());
+    for (int r = 0; r < scheduler_.ranks(); ++r) prefilling[r] = scheduler_.num_running(r);
+  }
+  const int64_t pending = scheduler_.pending_tokens();
+  absl::MutexLock lock(&mu_);
+  scheduled_tokens_ = pending;
+  if (!prefilling.empty()) rank_prefilling_ = std::move(prefilling);
 }
 
 bool PrefillRunner::Step() {
@@ -315,6 +334,7 @@ bool PrefillRunner::Step() {
   });
   // postprocess()
   Postprocess(chunks, result);
+  NoteSchedulerLoad();
   return true;
 }
 
@@ -457,16 +477,7 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
     }
   }
   // Finished prompts leave the scheduler (their pages are free: the KV has been shipped).
-  for (auto& done : scheduler_.Advance(chunks)) {
-    absl::MutexLock lock(&mu_);
-    pending_tokens_ -= static_cast<int64_t>(done->tokens.size());
-  }
-  if (scheduler_.ranks() > 1) {
-    std::vector<int> prefilling(scheduler_.ranks());
-    for (int r = 0; r < scheduler_.ranks(); ++r) prefilling[r] = scheduler_.num_running(r);
-    absl::MutexLock lock(&mu_);
-    rank_prefilling_ = std::move(prefilling);
-  }
+  scheduler_.Advance(chunks);
 }
 
 void PrefillRunner::OnTransferDone(const std::string& id, int32_t token, absl::Status verdict) {
@@ -498,9 +509,9 @@ void PrefillRunner::Finish(const std::string& id, absl::StatusOr<PrefillOutcome>
     r = std::move(it->second);
     requests_.erase(it);
     held.swap(r->held_pages);
-    if (r->seq->num_computed < static_cast<int>(r->seq->tokens.size())) {
-      pending_tokens_ -= static_cast<int64_t>(r->seq->tokens.size()) - r->seq->num_computed;
-    }
+    // Answered before the scheduler took it (aborted or stopped meanwhile); once it did, the
+    // loop's NoteSchedulerLoad counts it.
+    if (!r->scheduled) unscheduled_tokens_ -= static_cast<int64_t>(r->seq->tokens.size());
   }
   if (outcome.ok()) {
     requests_ok_->Increment();

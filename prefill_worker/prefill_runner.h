@@ -111,6 +111,8 @@ using PrefillDoneFn = std::function<void(absl::StatusOr<PrefillOutcome>)>;
 struct PrefillLoad {
   int pending_requests = 0;  // accepted, prompt not fully prefilled
   int running_requests = 0;  // prefilling now or waiting for the decode worker's ack
+  // Prompt tokens still to compute: queued prompts whole, admitted ones less what they
+  // computed and took from the prefix cache.
   int64_t pending_prefill_tokens = 0;
   // Data-parallel attention: prompts being prefilled on each rank (as of the last step); empty
   // with one pool.
@@ -156,6 +158,8 @@ class PrefillRunner {
   void Loop();
   // Moves new requests into the scheduler and handles aborts (loop thread).
   void Intake();
+  // Publishes the scheduler's pending tokens and prompts per rank for load() (loop thread).
+  void NoteSchedulerLoad();
   // Ships layer `layer` of the pages of every chunk of data-parallel rank `rank` (0 with one
   // pool), from the engine's layer callback on that rank's thread.
   void ShipLayer(const std::vector<PrefillChunk>& chunks, int rank, int layer);
@@ -185,7 +189,11 @@ class PrefillRunner {
   std::map<std::string, std::shared_ptr<Request>> requests_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Request>> incoming_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> aborts_ ABSL_GUARDED_BY(mu_);
-  int64_t pending_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  // Prompt tokens not yet computed (PrefillLoad::pending_prefill_tokens): those of requests the
+  // scheduler has not taken yet, and the scheduler's own count (prompts' tokens not computed
+  // nor taken from the prefix cache), which the loop sets after each intake and step.
+  int64_t unscheduled_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t scheduled_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int> rank_prefilling_ ABSL_GUARDED_BY(mu_);  // set by the loop after each step
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

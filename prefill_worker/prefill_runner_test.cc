@@ -104,7 +104,12 @@ TEST_F(PrefillRunnerTest, APromptStartingLikeAnEarlierOneComputesOnlyTheRest) {
   // c is two whole pages of a: the last token is computed, so one page comes from the cache.
   ASSERT_TRUE(runner_->Submit(Job("c", c, Reserve("c", 128, &rc)), oc.fn()).ok());
   ASSERT_TRUE(runner_->Submit(Job("d", d, Reserve("d", 150, &rd)), od.fn()).ok());
+  EXPECT_EQ(runner_->load().pending_prefill_tokens, 128 + 150);
+  ASSERT_TRUE(runner_->Step());
+  // c is done; of d, the 22 tokens after the 64 taken from the cache and the 64 computed.
+  EXPECT_EQ(runner_->load().pending_prefill_tokens, 22);
   RunUntilIdle();
+  EXPECT_EQ(runner_->load().pending_prefill_tokens, 0);
   // a: [64], [64], [22] (one chunk of a prompt per forward); b: [40] after 128 cached tokens;
   // c: [64] after 64 and d: [64] after 64 in one forward, then d's last [22].
   EXPECT_EQ(prefill_->batch_shapes(),
@@ -174,6 +179,7 @@ TEST_F(PrefillRunnerTest, AbortMidPrefillFreesPagesOnBothSides) {
   EXPECT_FALSE(rx.result->ok());
   EXPECT_EQ(prefill_->kv_pool().free_pages(), 32);
   EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
+  EXPECT_EQ(runner_->load().pending_prefill_tokens, 0);  // (its computed 64 once stayed counted)
   EXPECT_EQ(runner_->Abort("long").code(), absl::StatusCode::kNotFound);
 }
 
