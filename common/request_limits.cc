@@ -32,6 +32,15 @@ absl::Status ValidateRequestId(absl::string_view id) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateCacheSalt(absl::string_view cache_salt) {
+  if (cache_salt.size() > kMaxCacheSaltBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("cache_salt has ", cache_salt.size(),
+                                                   " bytes; at most ", kMaxCacheSaltBytes,
+                                                   " are allowed"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateStopCounts(size_t stop_strings, size_t stop_token_ids) {
   if (stop_strings > kMaxStopStrings) {
     return absl::InvalidArgumentError(absl::StrCat("stop has ", stop_strings,

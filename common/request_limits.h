@@ -17,6 +17,10 @@
 namespace mlaserve::common {
 
 inline constexpr size_t kMaxRequestIdBytes = 256;
+// A prefix-cache salt (api.proto cache_salt): room for any secret worth using (32 random bytes
+// are 44 in base64, a SHA-512 is 128 in hex) while keeping what the workers store per cached
+// prefix small.
+inline constexpr size_t kMaxCacheSaltBytes = 256;
 inline constexpr size_t kEchoedIdBytes = 64;
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopStringBytes = 256;
@@ -43,6 +47,10 @@ std::string IdForMessages(absl::string_view id);
 // Empty is allowed (the router makes one); at most kMaxRequestIdBytes bytes of printable ASCII
 // (it travels in logs, metrics-free messages and every response).
 absl::Status ValidateRequestId(absl::string_view request_id);
+
+// At most kMaxCacheSaltBytes bytes, any bytes; empty is the shared default. The message gives
+// the length, never the salt (a secret).
+absl::Status ValidateCacheSalt(absl::string_view cache_salt);
 
 // Counts of stop conditions (their contents are checked where they are used).
 absl::Status ValidateStopCounts(size_t stop_strings, size_t stop_token_ids);

@@ -1,5 +1,6 @@
 // The one sampling check of every process edge (router, worker RPCs, mlaserve-run): each field
-// out of its range, NaN and infinity, named with its value and the range.
+// out of its range, NaN and infinity, named with its value and the range. Also the cache
+// salt's bound.
 #include "common/request_limits.h"
 
 #include <limits>
@@ -17,6 +18,15 @@ void ExpectInvalid(const SamplingValues& v, const std::string& needle) {
   absl::Status s = ValidateSamplingValues(v);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << needle;
   EXPECT_NE(s.message().find(needle), std::string::npos) << s;
+}
+
+TEST(RequestLimits, CacheSaltIsBoundedAndNeverEchoed) {
+  EXPECT_TRUE(ValidateCacheSalt("").ok());
+  EXPECT_TRUE(ValidateCacheSalt(std::string(kMaxCacheSaltBytes, '\xff')).ok());  // any bytes
+  const std::string long_salt(kMaxCacheSaltBytes + 1, 's');
+  absl::Status s = ValidateCacheSalt(long_salt);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "cache_salt has 257 bytes; at most 256 are allowed");
 }
 
 TEST(SamplingValues, EachFieldOutOfRangeIsNamedWithItsValue) {

@@ -215,24 +215,26 @@ bool KvPool::prefix_cache_enabled() const {
   return prefix_ != nullptr;
 }
 
-std::vector<int32_t> KvPool::AcquirePrefix(std::span<const int32_t> tokens, int max_pages) {
+std::vector<int32_t> KvPool::AcquirePrefix(std::span<const int32_t> tokens, int max_pages,
+                                           std::string_view salt) {
   absl::MutexLock lock(&mu_);
   if (prefix_ == nullptr) return {};
-  std::vector<int32_t> pages = prefix_->Match(tokens, max_pages);
+  std::vector<int32_t> pages = prefix_->Match(tokens, max_pages, salt);
   for (int32_t p : pages) {
     if (holders_[p]++ == 0) cached_free_.erase(cached_slot_[p]);
   }
   return pages;
 }
 
-int KvPool::CachedPrefixPages(std::span<const int32_t> tokens, int max_pages) const {
+int KvPool::CachedPrefixPages(std::span<const int32_t> tokens, int max_pages,
+                              std::string_view salt) const {
   absl::MutexLock lock(&mu_);
   if (prefix_ == nullptr) return 0;
-  return static_cast<int>(prefix_->Match(tokens, max_pages).size());
+  return static_cast<int>(prefix_->Match(tokens, max_pages, salt).size());
 }
 
 void KvPool::PublishPrefix(std::span<const int32_t> tokens, std::span<const int32_t> pages,
-                           int full_pages) {
+                           int full_pages, std::string_view salt) {
   absl::MutexLock lock(&mu_);
   if (prefix_ == nullptr) return;
   // Only held pages: a free page is not the caller's to register.
@@ -241,7 +243,7 @@ void KvPool::PublishPrefix(std::span<const int32_t> tokens, std::span<const int3
     if (p < 0 || p >= options_.num_pages || holders_[p] == 0) break;
     held.push_back(p);
   }
-  prefix_->Insert(tokens, held, static_cast<int>(held.size()));
+  prefix_->Insert(tokens, held, static_cast<int>(held.size()), salt);
 }
 
 int KvPool::cached_pages() const {

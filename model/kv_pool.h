@@ -30,6 +30,7 @@
 #include <list>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -126,17 +127,22 @@ class KvPool {
   // prompt with that start needs, are kept longest.
   void EnablePrefixCache();
   bool prefix_cache_enabled() const;
+  // `salt` (api.proto GenerateRequest.cache_salt; empty: the shared default) partitions the
+  // cache: a prompt finds only pages published under its own salt (KvPrefixIndex).
+  //
   // Takes a hold on each page caching the longest run of `tokens`' leading whole pages, at
   // most `max_pages`, and returns them in order (page i holds tokens [64 i, 64 i + 64)). Free
   // them like allocated pages. Empty with the cache off.
-  std::vector<int32_t> AcquirePrefix(std::span<const int32_t> tokens, int max_pages);
+  std::vector<int32_t> AcquirePrefix(std::span<const int32_t> tokens, int max_pages,
+                                     std::string_view salt = {});
   // How many pages AcquirePrefix would return now (takes nothing).
-  int CachedPrefixPages(std::span<const int32_t> tokens, int max_pages) const;
+  int CachedPrefixPages(std::span<const int32_t> tokens, int max_pages,
+                        std::string_view salt = {}) const;
   // `pages` (held by the caller; pages[i] holding the KV of tokens [64 i, 64 i + 64)) become the
   // cache of `tokens`' first `full_pages` pages, where no page caches them yet. No-op with the
   // cache off. The pages' KV must be complete (written) before the call.
   void PublishPrefix(std::span<const int32_t> tokens, std::span<const int32_t> pages,
-                     int full_pages);
+                     int full_pages, std::string_view salt = {});
   // Pages holding a cached prefix now (free or held), and of those the free ones.
   int cached_pages() const;
   int cached_free_pages() const;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -40,11 +41,12 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
-// A prompt prefilled and finished: pages allocated, published, freed.
-std::vector<int32_t> Prefill(KvPool& pool, const std::vector<int32_t>& tokens) {
+// A prompt prefilled and finished: pages allocated, published (under `salt`), freed.
+std::vector<int32_t> Prefill(KvPool& pool, const std::vector<int32_t>& tokens,
+                             std::string_view salt = {}) {
   auto pages = pool.Allocate(kernels::PagesFor(static_cast<int>(tokens.size())));
   EXPECT_TRUE(pages.ok()) << pages.status();
-  pool.PublishPrefix(tokens, *pages, static_cast<int>(tokens.size()) / kPage);
+  pool.PublishPrefix(tokens, *pages, static_cast<int>(tokens.size()) / kPage, salt);
   pool.Free(*pages);
   return *pages;
 }
@@ -138,6 +140,48 @@ TEST(KvPoolPrefixTest, AllocateTakesPlainPagesFirstThenTheLeastRecentlyFreed) {
   EXPECT_EQ(pool->CachedPrefixPages(x, 2), 0);
   EXPECT_EQ(pool->CachedPrefixPages(y, 2), 2);
   EXPECT_EQ(pool->cached_pages(), 2);
+}
+
+TEST(KvPoolPrefixTest, ASaltPartitionsTheCache) {
+  auto pool = MakePool(16);
+  const auto t = Tokens(3 * kPage, 20);
+  const std::vector<int32_t> pa = Prefill(*pool, t, "tenant-a");
+  EXPECT_EQ(pool->cached_pages(), 3);
+  // Only the same salt finds the pages: not another, not the default, not a prefix of it.
+  EXPECT_EQ(pool->CachedPrefixPages(t, 3, "tenant-a"), 3);
+  EXPECT_EQ(pool->CachedPrefixPages(t, 3, "tenant-b"), 0);
+  EXPECT_EQ(pool->CachedPrefixPages(t, 3), 0);
+  EXPECT_EQ(pool->CachedPrefixPages(t, 3, "tenant-"), 0);
+  EXPECT_EQ(pool->CachedPrefixPages(t, 3, std::string_view("tenant-a\0", 9)), 0);
+  EXPECT_TRUE(pool->AcquirePrefix(t, 3, "tenant-b").empty());
+  EXPECT_EQ(pool->free_pages(), 16);
+
+  // The same tokens published under the default salt (empty, spelled either way) get pages of
+  // their own instead of being left out as cached already; each salt finds its own.
+  const std::vector<int32_t> pd = Prefill(*pool, t, "");
+  EXPECT_EQ(pool->cached_pages(), 6);
+  for (int32_t p : pd) EXPECT_EQ(std::count(pa.begin(), pa.end(), p), 0) << p;
+  const std::vector<int32_t> hit_default = pool->AcquirePrefix(t, 3);
+  EXPECT_EQ(hit_default, std::vector<int32_t>(pd.begin(), pd.begin() + 3));
+  const std::vector<int32_t> hit_a = pool->AcquirePrefix(t, 3, "tenant-a");
+  EXPECT_EQ(hit_a, std::vector<int32_t>(pa.begin(), pa.begin() + 3));
+  pool->Free(hit_default);
+  pool->Free(hit_a);
+
+  // A salted prompt that took page 0 from its salt's cache and computed page 1 itself chains
+  // page 1 to it: found under that salt only.
+  const auto u = Concat(std::vector<int32_t>(t.begin(), t.begin() + kPage), Tokens(kPage, 21));
+  std::vector<int32_t> pages = pool->AcquirePrefix(u, 1, "tenant-a");
+  ASSERT_EQ(pages, std::vector<int32_t>{pa[0]});
+  auto fresh = pool->Allocate(1);
+  ASSERT_TRUE(fresh.ok());
+  pages.push_back((*fresh)[0]);
+  pool->PublishPrefix(u, pages, 2, "tenant-a");
+  pool->Free(pages);
+  EXPECT_EQ(pool->CachedPrefixPages(u, 2, "tenant-a"), 2);
+  EXPECT_EQ(pool->CachedPrefixPages(u, 2), 1);  // the default's own page 0 only
+  EXPECT_EQ(pool->CachedPrefixPages(u, 2, "tenant-b"), 0);
+  EXPECT_EQ(pool->free_pages(), 16);
 }
 
 TEST(KvPoolPrefixTest, AnEvictedPagesChildrenAreNotFoundUnderItsNewContent) {

@@ -1,6 +1,7 @@
 #include "model/kv_prefix_index.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "kernels/common/page.h"
 
@@ -26,19 +27,20 @@ std::span<const int32_t> PageTokens(std::span<const int32_t> tokens, int i) {
 
 KvPrefixIndex::KvPrefixIndex(int num_pages) : nodes_(num_pages) {}
 
-uint64_t KvPrefixIndex::Key(int32_t parent, uint32_t parent_generation,
+uint64_t KvPrefixIndex::Key(int32_t parent, uint32_t parent_generation, std::string_view salt,
                             std::span<const int32_t> tokens) {
   uint64_t h = Mix(static_cast<uint32_t>(parent), parent_generation);
+  if (!salt.empty()) h = Mix(h, std::hash<std::string_view>{}(salt));
   for (int32_t t : tokens) h = Mix(h, static_cast<uint32_t>(t));
   return h;
 }
 
 int32_t KvPrefixIndex::Find(uint64_t hash, int32_t parent, uint32_t parent_generation,
-                            std::span<const int32_t> tokens) const {
+                            std::string_view salt, std::span<const int32_t> tokens) const {
   auto [begin, end] = by_key_.equal_range(hash);
   for (auto it = begin; it != end; ++it) {
     const Node& n = nodes_[it->second];
-    if (n.parent == parent && n.parent_generation == parent_generation &&
+    if (n.parent == parent && n.parent_generation == parent_generation && n.salt == salt &&
         std::equal(tokens.begin(), tokens.end(), n.tokens.begin(), n.tokens.end())) {
       return it->second;
     }
@@ -46,14 +48,16 @@ int32_t KvPrefixIndex::Find(uint64_t hash, int32_t parent, uint32_t parent_gener
   return -1;
 }
 
-std::vector<int32_t> KvPrefixIndex::Match(std::span<const int32_t> tokens, int max_pages) const {
+std::vector<int32_t> KvPrefixIndex::Match(std::span<const int32_t> tokens, int max_pages,
+                                          std::string_view salt) const {
   std::vector<int32_t> pages;
   const int whole = static_cast<int>(tokens.size() / kernels::kPageSize);
   int32_t parent = -1;
   uint32_t generation = 0;
   for (int i = 0; i < std::min(whole, max_pages); ++i) {
     const std::span<const int32_t> t = PageTokens(tokens, i);
-    const int32_t page = Find(Key(parent, generation, t), parent, generation, t);
+    const std::string_view s = i == 0 ? salt : std::string_view();
+    const int32_t page = Find(Key(parent, generation, s, t), parent, generation, s, t);
     if (page < 0) break;
     pages.push_back(page);
     parent = page;
@@ -63,7 +67,8 @@ std::vector<int32_t> KvPrefixIndex::Match(std::span<const int32_t> tokens, int m
 }
 
 std::vector<int32_t> KvPrefixIndex::Insert(std::span<const int32_t> tokens,
-                                           std::span<const int32_t> pages, int full_pages) {
+                                           std::span<const int32_t> pages, int full_pages,
+                                           std::string_view salt) {
   std::vector<int32_t> added;
   const int n = std::min({full_pages, static_cast<int>(pages.size()),
                           static_cast<int>(tokens.size() / kernels::kPageSize)});
@@ -71,8 +76,9 @@ std::vector<int32_t> KvPrefixIndex::Insert(std::span<const int32_t> tokens,
   uint32_t generation = 0;
   for (int i = 0; i < n; ++i) {
     const std::span<const int32_t> t = PageTokens(tokens, i);
-    const uint64_t hash = Key(parent, generation, t);
-    int32_t page = Find(hash, parent, generation, t);
+    const std::string_view s = i == 0 ? salt : std::string_view();
+    const uint64_t hash = Key(parent, generation, s, t);
+    int32_t page = Find(hash, parent, generation, s, t);
     if (page < 0) {
       page = pages[i];
       Node& node = nodes_[page];
@@ -83,6 +89,7 @@ std::vector<int32_t> KvPrefixIndex::Insert(std::span<const int32_t> tokens,
       node.generation += 1;
       node.hash = hash;
       node.tokens.assign(t.begin(), t.end());
+      node.salt.assign(s);
       by_key_.emplace(hash, page);
       ++size_;
       added.push_back(page);
@@ -106,6 +113,8 @@ void KvPrefixIndex::Erase(int32_t page) {
   node.cached = false;
   node.tokens.clear();
   node.tokens.shrink_to_fit();
+  node.salt.clear();
+  node.salt.shrink_to_fit();
   --size_;
 }
 

@@ -8,6 +8,12 @@
 // parent; none for i = 0), that parent's generation, and the page's own 64 token ids, compared
 // exactly (the hash only finds candidates). A prefix is found page by page from the start.
 //
+// Salts (api.proto GenerateRequest.cache_salt): page 0 has no parent, so its key is the salt
+// of the prompt that published it and its tokens. The salt is stored in the page's node and
+// compared exactly like the tokens, so prompts with different salts never share a page, not
+// even through a hash collision; later pages chain from page 0 and need nothing more. The
+// empty salt is the shared default.
+//
 // Generations: a page gets a new generation each time it is registered. When a page is
 // evicted its children stay registered under (page, old generation), which no chain can reach
 // any more: once the page is registered again it has a new generation, and until then it is
@@ -16,6 +22,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -25,18 +33,21 @@ class KvPrefixIndex {
  public:
   explicit KvPrefixIndex(int num_pages);
 
-  // The pages caching the longest run of `tokens`' leading whole pages, at most `max_pages`
-  // of them, in order (page i of the result holds tokens [64 i, 64 i + 64)).
-  std::vector<int32_t> Match(std::span<const int32_t> tokens, int max_pages) const;
+  // The pages caching the longest run of `tokens`' leading whole pages published under
+  // `salt`, at most `max_pages` of them, in order (page i of the result holds tokens
+  // [64 i, 64 i + 64)).
+  std::vector<int32_t> Match(std::span<const int32_t> tokens, int max_pages,
+                             std::string_view salt = {}) const;
 
   // Registers pages[i] as the cache of `tokens`' page i for i < full_pages (each of those
   // pages holds all 64 of its tokens' KV). Where a page already caches the same prefix (a
   // prompt that took it from the cache, or one computed twice at the same time), that page
   // stays the cache and pages[i] is left out; the chain continues from the cached one. A
   // page id already caching another prefix is left out too, and the chain stops there.
-  // Returns the pages newly registered.
+  // Registered under `salt`: only Match with the same salt finds them. Returns the pages
+  // newly registered.
   std::vector<int32_t> Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages,
-                              int full_pages);
+                              int full_pages, std::string_view salt = {});
 
   bool cached(int32_t page) const { return nodes_[page].cached; }
   // The page no longer holds its prefix (evicted, or the cache is cleared).
@@ -52,11 +63,13 @@ class KvPrefixIndex {
     uint32_t generation = 0;
     uint64_t hash = 0;
     std::vector<int32_t> tokens;  // the page's kPageSize ids
+    std::string salt;             // page 0's salt (empty for later pages)
   };
-  static uint64_t Key(int32_t parent, uint32_t parent_generation,
+  // `salt` is page 0's (empty for every later page: its parent carries it).
+  static uint64_t Key(int32_t parent, uint32_t parent_generation, std::string_view salt,
                       std::span<const int32_t> tokens);
-  // The page registered for (parent, generation, tokens), or -1.
-  int32_t Find(uint64_t hash, int32_t parent, uint32_t parent_generation,
+  // The page registered for (parent, generation, salt, tokens), or -1.
+  int32_t Find(uint64_t hash, int32_t parent, uint32_t parent_generation, std::string_view salt,
                std::span<const int32_t> tokens) const;
 
   std::vector<Node> nodes_;  // by page id

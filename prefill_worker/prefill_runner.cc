@@ -172,6 +172,7 @@ absl::Status PrefillRunner::Submit(PrefillJob job, PrefillDoneFn done) {
   r->seq = std::make_shared<PrefillSequence>();
   r->seq->id = job.request_id;
   r->seq->tokens = job.tokens;
+  r->seq->cache_salt = job.cache_salt;
   r->job = std::move(job);
   r->done = std::move(done);
   const std::string& id = r->job.request_id;

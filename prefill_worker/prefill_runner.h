@@ -81,12 +81,16 @@ struct PrefillBounds {
 
 // A prefill request, valid by construction: ToPrefillJob (prefill_service.h), at the worker's
 // RPC edge, is the one place that checks it against PrefillBounds (request id set, 1 <= prompt
-// length <= max_context, ids in the vocabulary, sampling values, a KV session whose page count
-// is the prompt's, JSON mode only where this worker has its vocabulary). PrefillRunner::Submit
-// assumes all of that and checks only what depends on this worker's state.
+// length <= max_context, ids in the vocabulary, sampling values, the cache salt's length, a KV
+// session whose page count is the prompt's, JSON mode only where this worker has its
+// vocabulary). PrefillRunner::Submit assumes all of that and checks only what depends on this
+// worker's state.
 struct PrefillJob {
   std::string request_id;
   std::vector<int32_t> tokens;
+  // The prefix-cache partition (worker.proto PrefillRequest.cache_salt, at most
+  // common::kMaxCacheSaltBytes; empty: the shared default).
+  std::string cache_salt;
   model::SamplingOptions sampling;
   kvtransfer::KvSessionRef session;
   // Set iff sampling.constrained(): the first token is drawn under a fresh JsonConstraint

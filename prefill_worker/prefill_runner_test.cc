@@ -142,6 +142,40 @@ TEST_F(PrefillRunnerTest, APromptStartingLikeAnEarlierOneComputesOnlyTheRest) {
   }
 }
 
+// The job's cache_salt reaches the pool: the same prompt under another salt is computed whole,
+// under the same salt it takes the cached pages.
+TEST_F(PrefillRunnerTest, PromptsShareCachedPagesOnlyUnderTheSameCacheSalt) {
+  const auto a = Prompt(150, 1);
+  auto salted = [&](const std::string& id, const std::string& salt, Received* rx) {
+    PrefillJob j = Job(id, a, Reserve(id, 150, rx));
+    j.cache_salt = salt;
+    return j;
+  };
+  Received r1, r2, r3, r4;
+  Outcome o1, o2, o3, o4;
+  ASSERT_TRUE(runner_->Submit(salted("t1", "tenant-a", &r1), o1.fn()).ok());
+  RunUntilIdle();
+  ASSERT_TRUE(runner_->Submit(salted("t2", "tenant-b", &r2), o2.fn()).ok());
+  RunUntilIdle();
+  ASSERT_TRUE(runner_->Submit(salted("t3", "", &r3), o3.fn()).ok());
+  RunUntilIdle();
+  ASSERT_TRUE(runner_->Submit(salted("t4", "tenant-a", &r4), o4.fn()).ok());
+  RunUntilIdle();
+  for (Outcome* o : {&o1, &o2, &o3, &o4}) {
+    ASSERT_TRUE(o->result && o->result->ok()) << (o->result ? o->result->status().ToString() : "");
+    EXPECT_EQ((*o->result)->first_token, FakeEngine::NextToken(a, 64));
+  }
+  EXPECT_EQ((*o1.result)->cached_tokens, 0);
+  EXPECT_EQ((*o2.result)->cached_tokens, 0);
+  EXPECT_EQ((*o3.result)->cached_tokens, 0);
+  EXPECT_EQ((*o4.result)->cached_tokens, 128);
+  EXPECT_EQ(prefill_->kv_pool().cached_pages(), 6);  // 2 whole pages under each of 3 salts
+  for (Received* rx : {&r1, &r2, &r3, &r4}) {
+    ASSERT_TRUE(rx->result && rx->result->ok());
+    decode_->kv_pool().Free((*rx->result)->pages);
+  }
+}
+
 // The first token is drawn with the request's logit_bias (FakeEngine's logits: 30 for its next
 // token, 0 elsewhere); the penalties have no generated tokens to count yet.
 TEST_F(PrefillRunnerTest, TheFirstTokenHonoursLogitBias) {

@@ -78,7 +78,7 @@ std::vector<PrefillChunk> PrefillScheduler::Schedule() {
     const int max_cached = (n - 1) / kernels::kPageSize;
     int rank = -1, rank_cached = 0;
     for (int r = 0; r < ranks; ++r) {
-      const int cached = pools_[r]->CachedPrefixPages(s->tokens, max_cached);
+      const int cached = pools_[r]->CachedPrefixPages(s->tokens, max_cached, s->cache_salt);
       const int free = pools_[r]->free_pages();
       if (!has_room(r) || free < need - cached) continue;
       if (rank < 0 || cached > rank_cached ||
@@ -91,7 +91,8 @@ std::vector<PrefillChunk> PrefillScheduler::Schedule() {
     }
     // None: wait for running prompts to finish and free theirs (or for the next step's budget).
     if (rank < 0) break;
-    std::vector<int32_t> pages = pools_[rank]->AcquirePrefix(s->tokens, max_cached);
+    std::vector<int32_t> pages =
+        pools_[rank]->AcquirePrefix(s->tokens, max_cached, s->cache_salt);
     auto rest = pools_[rank]->Allocate(need - static_cast<int>(pages.size()));
     if (!rest.ok()) {  // the cached pages were free ones, so fewer are left than counted
       pools_[rank]->Free(pages);
@@ -136,7 +137,7 @@ std::vector<std::shared_ptr<PrefillSequence>> PrefillScheduler::Advance(
 
 void PrefillScheduler::Publish(const PrefillSequence& seq) {
   pools_[seq.rank]->PublishPrefix(seq.tokens, seq.pages,
-                                  seq.num_computed / kernels::kPageSize);
+                                  seq.num_computed / kernels::kPageSize, seq.cache_salt);
 }
 
 int64_t PrefillScheduler::pending_tokens() const {

@@ -12,6 +12,7 @@
 // pages that another prompt published, at most (length - 1) / 64 of them so that at least one
 // token is computed (its logits give the first token), and allocates only the rest; it starts
 // computing after them. A finished prompt publishes its whole pages before freeing them.
+// Prompts share cached pages only with prompts of the same cache_salt.
 //
 // Data-parallel attention (docs/parallel.md): one pool per rank. A prompt is admitted to the
 // rank with the most free pages that can hold it and still has budget (with a prefix cache:
@@ -43,6 +44,9 @@ absl::Status ValidateSchedulerOptions(const PrefillSchedulerOptions& options);
 struct PrefillSequence {
   std::string id;
   std::vector<int32_t> tokens;  // the prompt
+  // Its prefix-cache partition (api.proto cache_salt; empty: the shared default): it takes and
+  // publishes cached pages under this salt only.
+  std::string cache_salt;
   std::vector<int32_t> pages;   // all pages of the prompt, taken on admission
   int rank = 0;                 // data-parallel rank whose pool holds `pages` (0: one pool)
   int num_computed = 0;         // prompt tokens whose KV is in the pool

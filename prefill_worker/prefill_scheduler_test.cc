@@ -171,6 +171,45 @@ TEST(PrefillSchedulerTest, CachedPagesStartThePromptAndCountAsRoom) {
   EXPECT_EQ(pool->free_pages(), 4);
 }
 
+// A prompt takes cached pages only from prompts of its own cache_salt (the empty salt is the
+// shared default), and publishes its pages under its salt.
+TEST(PrefillSchedulerTest, CachedPagesAreSharedOnlyUnderTheSameCacheSalt) {
+  auto pool = Pool(16);
+  pool->EnablePrefixCache();
+  PrefillScheduler s({.max_batch_tokens = 1000, .chunk_size = 1000, .max_batch_seqs = 8},
+                     pool.get());
+  auto salted = [](const std::string& id, const std::string& salt) {
+    auto seq = SeqOf(id, Iota(3 * 64 + 10, 0));
+    seq->cache_salt = salt;
+    return seq;
+  };
+  s.Add(salted("a", "tenant-a"));
+  s.Advance(s.Schedule());
+  EXPECT_EQ(pool->cached_pages(), 3);
+  // The same tokens under another salt: computed whole, then cached beside a's pages.
+  s.Add(salted("b", "tenant-b"));
+  auto b1 = s.Schedule();
+  ASSERT_EQ(b1.size(), 1u);
+  EXPECT_EQ(b1[0].start, 0);
+  EXPECT_EQ(b1[0].seq->cached, 0);
+  s.Advance(b1);
+  EXPECT_EQ(pool->cached_pages(), 6);
+  // The default salt finds neither; tenant-a finds a's three pages.
+  s.Add(salted("c", ""));
+  s.Add(salted("d", "tenant-a"));
+  auto b2 = s.Schedule();
+  ASSERT_EQ(b2.size(), 2u);
+  EXPECT_EQ(b2[0].seq->id, "d");  // continues after its cached start, so before fresh prompts
+  EXPECT_EQ(b2[0].start, 192);
+  EXPECT_EQ(b2[0].seq->cached, 192);
+  EXPECT_EQ(b2[1].seq->id, "c");
+  EXPECT_EQ(b2[1].start, 0);
+  EXPECT_EQ(b2[1].seq->cached, 0);
+  s.Advance(b2);
+  EXPECT_EQ(pool->cached_pages(), 9);  // c published under the default salt
+  EXPECT_EQ(pool->free_pages(), 16);
+}
+
 // Data-parallel pools: the rank that caches most of a prompt's start takes it, even with
 // fewer free pages.
 TEST(PrefillSchedulerTest, TheRankCachingThePromptsStartTakesIt) {

@@ -21,6 +21,8 @@ absl::StatusOr<PrefillJob> ToPrefillJob(const v1::PrefillRequest& request,
   PrefillJob job;
   job.request_id = request.request_id();
   job.tokens.assign(request.token_ids().begin(), request.token_ids().end());
+  RETURN_IF_ERROR(common::ValidateCacheSalt(request.cache_salt()));
+  job.cache_salt = request.cache_salt();
   ASSIGN_OR_RETURN(job.sampling, worker::ToSamplingOptions(request.sampling(), bounds.vocab_size));
   if (!request.has_kv_session()) {
     return absl::InvalidArgumentError(

@@ -32,9 +32,11 @@ TEST(PrefillConversionTest, RequestToJobAndOutcomeToResponse) {
   req.mutable_kv_session()->set_session_id("s1");
   req.mutable_kv_session()->set_endpoint("127.0.0.1:1");
   req.mutable_kv_session()->set_num_pages(1);
+  req.set_cache_salt("tenant-a");
   auto job = ToPrefillJob(req, kBounds);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->request_id, "r1");
+  EXPECT_EQ(job->cache_salt, "tenant-a");
   EXPECT_EQ(job->tokens, (std::vector<int32_t>{3, 4}));
   EXPECT_EQ(job->sampling.temperature, 0.5f);
   EXPECT_EQ(job->sampling.seed, 11u);
@@ -83,6 +85,9 @@ TEST(PrefillConversionTest, RequestsOutsideTheBoundsAreRefusedNamingTheValue) {
   v1::PrefillRequest hot = request({1, 2}, 1);
   hot.mutable_sampling()->set_top_p(2);
   EXPECT_THAT(refused(hot), HasSubstr("top_p"));
+  v1::PrefillRequest long_salt = request({1, 2}, 1);
+  long_salt.set_cache_salt(std::string(257, 's'));
+  EXPECT_EQ(refused(long_salt), "cache_salt has 257 bytes; at most 256 are allowed");
 }
 
 // A prefill worker on 127.0.0.1:0 (runner with its loop thread, FakeEngine, the fake KV

@@ -47,9 +47,10 @@ std::string DescribeWorkers(const std::vector<WorkerSnapshot>& all) {
 }
 
 namespace {
-// The prompt ids are the caller's and read once: a placement keeps no view of them.
+// The prompt ids and salt are the caller's and read once: a placement keeps no view of them.
 DecodePlacement::Options WithoutPromptIds(DecodePlacement::Options options) {
   options.prompt_ids = {};
+  options.cache_salt = {};
   return options;
 }
 }  // namespace
@@ -60,7 +61,9 @@ DecodePlacement::DecodePlacement(WorkerRegistry* registry, Options options,
       options_(WithoutPromptIds(options)),
       prompt_tokens_(prompt_tokens),
       max_new_tokens_(max_new_tokens) {
-  if (options.prefix_affinity != nullptr) prompt_pages_.emplace(options.prompt_ids);
+  if (options.prefix_affinity != nullptr) {
+    prompt_pages_.emplace(options.prompt_ids, options.cache_salt);
+  }
 }
 
 DecodePlacement::~DecodePlacement() {

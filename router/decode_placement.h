@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -57,6 +58,9 @@ class DecodePlacement {
     PrefixAffinity* prefix_affinity = nullptr;
     // The prompt's token ids, for prefix_affinity; read by the constructor only.
     std::span<const int32_t> prompt_ids;
+    // The request's cache_salt (the prefill workers' cache partition), mixed into the prompt's
+    // page chain for prefix_affinity; read by the constructor only.
+    std::string_view cache_salt;
   };
   DecodePlacement(WorkerRegistry* registry, Options options, int32_t prompt_tokens,
                   int32_t max_new_tokens);

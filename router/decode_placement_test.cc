@@ -1,5 +1,6 @@
 #include "router/decode_placement.h"
 
+#include <string_view>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -31,9 +32,11 @@ class DecodePlacementTest : public ::testing::Test {
     return DecodePlacement(&registry_, {.max_attempts = attempts}, prompt, max_new);
   }
   // A placement that ranks prefill workers with the prefix-affinity table `table`.
-  DecodePlacement AffinePlacement(PrefixAffinity* table, const std::vector<int32_t>& prompt) {
-    return DecodePlacement(&registry_, {.prefix_affinity = table, .prompt_ids = prompt},
-                           static_cast<int32_t>(prompt.size()), 10);
+  DecodePlacement AffinePlacement(PrefixAffinity* table, const std::vector<int32_t>& prompt,
+                                  std::string_view cache_salt = {}) {
+    return DecodePlacement(
+        &registry_, {.prefix_affinity = table, .prompt_ids = prompt, .cache_salt = cache_salt},
+        static_cast<int32_t>(prompt.size()), 10);
   }
   // The prefill worker `placement` picks; charged (the prompt sent) and released again.
   std::string PrefillSent(DecodePlacement placement) {
@@ -229,6 +232,32 @@ TEST_F(DecodePlacementTest, APromptSharingALongPrefixGoesToThePrefillWorkerThatH
   // A worker busier by more than the prefix saves loses it: 1000 tokens queued on p2.
   registry_.AddRouterLoad(p2, {.prefill_tokens = 1000});
   EXPECT_EQ(PrefillSent(AffinePlacement(&table, SharedPrefixPrompt(5))), p1);
+}
+
+TEST_F(DecodePlacementTest, APrefixSentUnderAnotherCacheSaltIsNotExpectedCached) {
+  AddDecode("d:1", 90);
+  const std::string p1 = AddPrefill("p:1"), p2 = AddPrefill("p:2");
+  PrefixAffinity table({});
+  registry_.AddRouterLoad(p1, {.prefill_tokens = 500});
+  EXPECT_EQ(PrefillSent(AffinePlacement(&table, SharedPrefixPrompt(1), "tenant-a")), p2);
+  registry_.AddRouterLoad(p1, {.prefill_tokens = -500});
+  // Another salt shares no cached pages with it: no affinity, the whole prompt charged, and the
+  // tie on load goes by id.
+  DecodePlacement other = AffinePlacement(&table, SharedPrefixPrompt(2), "tenant-b");
+  ASSERT_TRUE(other.Rank().ok());
+  ASSERT_TRUE(other.Next().ok());
+  EXPECT_EQ(other.prefill_id(), p1);
+  other.ChargePrefill();
+  EXPECT_EQ(other.prefill_expected_cached_tokens(), 0);
+  EXPECT_EQ(Get(p1).router_prefill_tokens, 1000);
+  other.ReleasePrefill();
+  // The same salt follows its prefix.
+  DecodePlacement same = AffinePlacement(&table, SharedPrefixPrompt(3), "tenant-a");
+  ASSERT_TRUE(same.Rank().ok());
+  ASSERT_TRUE(same.Next().ok());
+  EXPECT_EQ(same.prefill_id(), p2);
+  same.ChargePrefill();
+  EXPECT_EQ(same.prefill_expected_cached_tokens(), 960);
 }
 
 TEST_F(DecodePlacementTest, WithoutPrefixAffinityThePrefillWorkerIsChargedTheWholePrompt) {

@@ -86,6 +86,8 @@ absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& re
 
   // The router's one check of a request (the public edge); workers check again at theirs.
   RETURN_IF_ERROR(common::ValidateRequestId(req.request_id()));
+  RETURN_IF_ERROR(common::ValidateCacheSalt(req.cache_salt()));
+  cache_salt_ = req.cache_salt();
   const ModelLimits& limits = router_->model().limits;
   switch (req.input_case()) {
     case v1::GenerateRequest::kText: {
@@ -130,7 +132,8 @@ absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& re
                            // The prefill worker returns no logprobs for the first token.
                            .prefill_locally = sampling_.wants_logprobs(),
                            .prefix_affinity = router_->prefix_affinity(),
-                           .prompt_ids = prompt_ids_},
+                           .prompt_ids = prompt_ids_,
+                           .cache_salt = cache_salt_},
                        prompt_tokens, *sampling_.max_new_tokens);
   }
   RETURN_IF_ERROR(router_->requests().Insert(request_id_, weak_from_this()));
@@ -319,6 +322,7 @@ void GenerateCall::StartStreamAndPrefill(const v1::ReserveResponse& reserved) {
           absl::ToChronoTime(CallDeadline(router_->options().prefill_timeout)));
       prefill->request.set_request_id(request_id_);
       prefill->request.mutable_token_ids()->Assign(prompt_ids_.begin(), prompt_ids_.end());
+      prefill->request.set_cache_salt(cache_salt_);
       *prefill->request.mutable_sampling() = SamplingToProto(sampling_);
       *prefill->request.mutable_kv_session() = reserved.session();
       placement_->ChargePrefill();

@@ -130,6 +130,7 @@ class GenerateCall final : public AbortableCall,
   // Set once in Prepare (before any concurrency), read-only afterwards.
   std::string request_id_;
   std::vector<int32_t> prompt_ids_;
+  std::string cache_salt_;  // the prefill workers' cache partition (api.proto cache_salt)
   SamplingConfig sampling_;
   bool registered_ = false;  // in the RequestTable
   // Admission: in the admission queue (counted in requests_waiting). The queue's Kick retries

@@ -129,6 +129,7 @@ TEST(GenerateCall, RemotePrefillStreamsTextThenCompletes) {
   h.decode().set_reply("Hello!");
   v1::GenerateRequest req = TextRequest("Hi");
   req.set_request_id("req-a");
+  req.set_cache_salt("tenant-a");
   Result r = h.Generate(req);
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_EQ(r.text, "Hello!");  // EOS is special: no text
@@ -152,6 +153,7 @@ TEST(GenerateCall, RemotePrefillStreamsTextThenCompletes) {
   EXPECT_TRUE(p.sampling().has_seed());
   EXPECT_EQ(p.sampling().max_new_tokens(), kDefaultMaxNewTokens);
   EXPECT_FLOAT_EQ(p.sampling().temperature(), 1.0f);
+  EXPECT_EQ(p.cache_salt(), "tenant-a");
   ASSERT_EQ(h.decode().reserves().size(), 1u);
   EXPECT_EQ(h.decode().reserves()[0].prefill_kv_compat_hash(), "00000000feedf00d");
   EXPECT_FALSE(h.decode().reserves()[0].local_prefill());
@@ -257,6 +259,8 @@ TEST(GenerateCall, InvalidRequestsAreRefusedByNameAndTheServerKeepsServing) {
       {[](auto& r) { r.mutable_sampling()->set_repetition_penalty(0); }, "repetition_penalty 0"},
       {[](auto& r) { r.mutable_token_ids()->add_ids(300); }, "prompt token id 300 at position 0"},
       {[](auto& r) { r.mutable_sampling()->add_stop_token_ids(-1); }, "stop_token_ids entry -1"},
+      {[](auto& r) { r.set_cache_salt(std::string(257, 's')); },
+       "cache_salt has 257 bytes; at most 256"},
   };
   for (const Case& c : cases) {
     v1::GenerateRequest req = TextRequest("Hi");

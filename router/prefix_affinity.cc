@@ -17,12 +17,14 @@ uint64_t EntryKey(uint64_t worker, uint64_t page) { return absl::HashOf(worker, 
 
 }  // namespace
 
-PrefixAffinity::PromptPages::PromptPages(std::span<const int32_t> tokens)
+PrefixAffinity::PromptPages::PromptPages(std::span<const int32_t> tokens,
+                                         std::string_view cache_salt)
     : prompt_tokens_(static_cast<int64_t>(tokens.size())) {
   const size_t pages = tokens.size() / kernels::kPageSize;
   reusable_pages_ = tokens.empty() ? 0 : (tokens.size() - 1) / kernels::kPageSize;
   keys_.reserve(pages);
-  uint64_t previous = 0;
+  // Page 0 chains from the salt, so every later key depends on it too.
+  uint64_t previous = absl::HashOf(cache_salt);
   for (size_t i = 0; i < pages; ++i) {
     const absl::Span<const int32_t> page(tokens.data() + i * kernels::kPageSize,
                                          kernels::kPageSize);

@@ -10,6 +10,8 @@
 // new token). Here a prompt's whole pages form a chain, page i keyed by a 64-bit hash of (the
 // key of page i - 1, its token ids), so equal keys mean equal prefixes up to hash collisions.
 // An entry is (worker, page key), recorded when the router sends the prompt to that worker.
+// The request's cache_salt (api.proto; the workers share cached pages only within a salt) is
+// mixed into page 0's key, so prompts of different salts never look cached for each other.
 //
 // A hint, never trusted for correctness: the worker decides what it reuses and computes the
 // rest. The guess is wrong when the worker evicted the pages, restarted under the same id or
@@ -49,7 +51,8 @@ class PrefixAffinity {
   // One prompt's page chain, computed once and then matched against every candidate worker.
   class PromptPages {
    public:
-    explicit PromptPages(std::span<const int32_t> tokens);
+    // `cache_salt`: the request's (empty: the shared default), mixed into page 0's key.
+    explicit PromptPages(std::span<const int32_t> tokens, std::string_view cache_salt = {});
 
     int64_t prompt_tokens() const { return prompt_tokens_; }
     // The chain keys of the prompt's whole pages, first page first.
@@ -72,7 +75,8 @@ class PrefixAffinity {
   // worker. Returns MatchedTokens as it was just before, what the worker is expected to reuse.
   int64_t Record(std::string_view worker_id, const PromptPages& prompt);
 
-  // The same for a prompt's token ids, for callers that match or record it once.
+  // The same for a prompt's token ids (default salt), for callers that match or record it
+  // once.
   int64_t MatchedTokens(std::string_view worker_id, std::span<const int32_t> tokens) const {
     return MatchedTokens(worker_id, PromptPages(tokens));
   }

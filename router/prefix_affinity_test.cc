@@ -76,6 +76,30 @@ TEST(PrefixAffinity, AtMostThePromptLessItsLastTokenIsExpectedCached) {
   EXPECT_EQ(PrefixAffinity::PromptPages(std::vector<int32_t>{}).reusable_pages(), 0u);
 }
 
+TEST(PrefixAffinity, ASaltIsMixedIntoTheChainSoOtherSaltsNeverMatch) {
+  PrefixAffinity table({});
+  const std::vector<int32_t> a = Tokens(300, 1);  // 4 whole pages
+  using Pages = PrefixAffinity::PromptPages;
+  EXPECT_EQ(table.Record("prefill-1", Pages(a, "tenant-a")), 0);
+  EXPECT_EQ(table.MatchedTokens("prefill-1", Pages(a, "tenant-a")), 4 * kPage);
+  EXPECT_EQ(table.MatchedTokens("prefill-1", Pages(Extend(a, 100, 2), "tenant-a")), 4 * kPage);
+  // Another salt, the default (spelled either way) or a prefix of the salt: nothing, on every
+  // page (each key hangs from page 0's).
+  EXPECT_EQ(table.MatchedTokens("prefill-1", Pages(a, "tenant-b")), 0);
+  EXPECT_EQ(table.MatchedTokens("prefill-1", Pages(a, "")), 0);
+  EXPECT_EQ(table.MatchedTokens("prefill-1", a), 0);
+  EXPECT_EQ(table.MatchedTokens("prefill-1", Pages(a, "tenant-")), 0);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NE(Pages(a, "tenant-a").keys()[i], Pages(a, "tenant-b").keys()[i]) << i;
+    EXPECT_NE(Pages(a, "tenant-a").keys()[i], Pages(a).keys()[i]) << i;
+  }
+  // The same tokens under the default salt are entries of their own.
+  EXPECT_EQ(table.Record("prefill-1", a), 0);
+  EXPECT_EQ(table.entries(), 8);
+  EXPECT_EQ(table.MatchedTokens("prefill-1", Pages(a, "")), 4 * kPage);
+  EXPECT_EQ(Pages(a, "").keys(), Pages(a).keys());
+}
+
 TEST(PrefixAffinity, WorkersAreRecordedApart) {
   PrefixAffinity table({});
   const std::vector<int32_t> a = Tokens(5 * kPage, 1), b = Tokens(3 * kPage, 2);

@@ -57,6 +57,7 @@ struct GenerateArgs {
   // one prefix, then a value of its schema (api.proto response_format_choices).
   std::vector<common::SchemaChoice> json_choices;
   std::string request_id;
+  std::string cache_salt;  // --cache-salt: the prefix-cache partition (api.proto cache_salt)
 };
 // Streams the answer's text to stdout as it arrives (-o json: one JSON response per line),
 // then a one-line summary on stderr.

@@ -23,6 +23,7 @@ const char* FinishLabel(v1::FinishReason reason) {
 int Generate(const CtlContext& ctx, const GenerateArgs& args) {
   v1::GenerateRequest req;
   req.set_request_id(args.request_id);
+  req.set_cache_salt(args.cache_salt);
   if (args.prompt_ids.empty()) {
     req.set_text(args.prompt);
   } else {

@@ -127,6 +127,8 @@ int Main(int argc, char** argv) {
                        "with json_object / json_schema: JSON starts after this text in the output "
                        "(e.g. </think>)");
   generate->add_option("--request-id", gen.request_id, "request id (for Abort)");
+  generate->add_option("--cache-salt", gen.cache_salt,
+                       "share prefix-cache pages only with requests of this salt (a secret)");
   bool is_generate = false;
   generate->callback([&] {
     if (prompt_text->count() == 0 && prompt_ids->count() == 0) {

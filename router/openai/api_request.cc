@@ -111,7 +111,7 @@ const std::set<std::string>& CommonKeys() {
       "seed", "user", "logprobs", "presence_penalty", "frequency_penalty", "logit_bias",
       // vLLM's extensions, with vLLM's names.
       "top_k", "min_p", "repetition_penalty", "ignore_eos", "skip_special_tokens",
-      "stop_token_ids", "include_stop_str_in_output"};
+      "stop_token_ids", "include_stop_str_in_output", "cache_salt"};
   return k;
 }
 const std::set<std::string>& CompletionKeys() {
@@ -616,7 +616,8 @@ ApiError ErrorForRequest(const absl::Status& status, const ApiRequest& request) 
     e.param = "response_format.json_schema.schema";
   } else {
     for (const char* field : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-                              "presence_penalty", "frequency_penalty", "logit_bias", "response_format"}) {
+                              "presence_penalty", "frequency_penalty", "logit_bias", "response_format",
+                              "cache_salt"}) {
       if (absl::StartsWith(m, absl::StrCat(field, " "))) e.param = field;
     }
   }
@@ -659,6 +660,7 @@ std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std:
     }
   }
   r.String("user");
+  if (std::optional<std::string> salt = r.String("cache_salt")) out.cache_salt = std::move(*salt);
   if (std::optional<int32_t> n = r.Int32("n", 1, kMaxChoices)) out.n = *n;
   if (endpoint == Endpoint::kCompletions) out.echo = r.Bool("echo").value_or(false);
   RequireOff(r, endpoint);

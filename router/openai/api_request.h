@@ -65,6 +65,9 @@ struct ApiRequest {
   std::string tool_name;
   bool parallel_tool_calls = true;  // false: only the first call is returned
   v1::SamplingParams sampling;
+  // vLLM's cache_salt (api.proto GenerateRequest.cache_salt): prefix-cache pages are shared
+  // only with requests of the same salt; empty: the shared default.
+  std::string cache_salt;
   // A json_schema response_format as the client sent it (null otherwise): DeepSeek-V3.2's
   // encoder renders it into the prompt's first system message.
   nlohmann::ordered_json response_format;

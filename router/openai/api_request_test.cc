@@ -145,6 +145,32 @@ TEST(ApiRequestTest, BadRequestsAreOpenAiShaped400s) {
   EXPECT_EQ(e.param, "tools");
 }
 
+TEST(ApiRequestTest, CacheSaltOnBothEndpoints) {
+  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "cache_salt": "s1"})")
+                .cache_salt,
+            "s1");
+  EXPECT_EQ(Ok(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+                                    "cache_salt": "s2"})")
+                .cache_salt,
+            "s2");
+  // Absent or null: the shared default.
+  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x"})").cache_salt, "");
+  EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "cache_salt": null})")
+                .cache_salt,
+            "");
+  for (Endpoint endpoint : {Endpoint::kCompletions, Endpoint::kChat}) {
+    const std::string input = endpoint == Endpoint::kChat
+                                  ? R"("messages": [{"role": "user", "content": "x"}])"
+                                  : R"("prompt": "x")";
+    ApiError e = Err(endpoint, R"({"model": "demo", )" + input + R"(, "cache_salt": 7})");
+    EXPECT_EQ(e.http_status, 400);
+    EXPECT_EQ(e.param, "cache_salt");
+    EXPECT_EQ(e.message, "'cache_salt' must be a string, got an integer");
+    e = Err(endpoint, R"({"model": "demo", )" + input + R"(, "cache_salt": ["a"]})");
+    EXPECT_EQ(e.message, "'cache_salt' must be a string, got an array");
+  }
+}
+
 // OpenAI's default bound: 16 tokens for completions; chat leaves it to HttpApi (the context).
 TEST(ApiRequestTest, MaxTokensDefaults) {
   EXPECT_EQ(Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x"})").sampling.max_new_tokens(),
@@ -344,6 +370,9 @@ TEST(ApiRequestTest, RouterErrorsNameTheRequestParameter) {
   e = ErrorForRequest(absl::InvalidArgumentError("logit_bias token id 900 is outside the "
                                                  "vocabulary [0, 300)"), chat);
   EXPECT_EQ(e.param, "logit_bias");
+  e = ErrorForRequest(absl::InvalidArgumentError("cache_salt has 300 bytes; at most 256 are "
+                                                 "allowed"), chat);
+  EXPECT_EQ(e.param, "cache_salt");
   e = ErrorForRequest(absl::UnavailableError("no healthy decode worker"), chat);
   EXPECT_EQ(e.http_status, 503);
   EXPECT_FALSE(e.param.has_value());

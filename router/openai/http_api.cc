@@ -233,6 +233,7 @@ struct HttpApi::Impl {
     v1::GenerateRequest g;
     g.set_request_id(router->NewRequestId());
     *g.mutable_sampling() = r.sampling;
+    g.set_cache_salt(r.cache_salt);
     // Logprobs pair up with their token ids (LogprobsFormat names the tokens).
     g.mutable_output()->set_include_token_ids(r.sampling.has_logprobs());
     g.mutable_output()->set_include_text(true);

@@ -809,6 +809,32 @@ TEST_F(HttpApiTest, ErrorsAreOpenAiShaped) {
   EXPECT_THAT(Json::parse(r->body)["error"]["message"].get<std::string>(), HasSubstr("no route for POST /v1/nothing"));
 }
 
+TEST_F(HttpApiTest, CacheSaltReachesThePrefillWorker) {
+  decode_.set_reply("ok");
+  httplib::Result r = Post("/v1/completions", R"({"model": "demo", "prompt": "a prompt",
+                                                  "max_tokens": 2, "cache_salt": "tenant-a"})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  ASSERT_EQ(prefill_.requests().size(), 1u);
+  EXPECT_EQ(prefill_.requests().back().cache_salt(), "tenant-a");
+  r = Post("/v1/chat/completions", R"({"model": "demo", "messages": [{"role": "user", "content": "x"}],
+                                       "max_tokens": 2, "cache_salt": "tenant-b"})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  ASSERT_EQ(prefill_.requests().size(), 2u);
+  EXPECT_EQ(prefill_.requests().back().cache_salt(), "tenant-b");
+  // Too long: the router's bound, named as the request's parameter; the salt is not echoed.
+  const std::string long_salt(300, 'q');
+  r = Post("/v1/completions", R"({"model": "demo", "prompt": "x", "cache_salt": ")" + long_salt +
+                                  R"("})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "cache_salt");
+  EXPECT_EQ(Json::parse(r->body)["error"]["message"],
+            "cache_salt has 300 bytes; at most 256 are allowed");
+  EXPECT_EQ(prefill_.requests().size(), 2u);
+}
+
 TEST_F(HttpApiTest, ModelsAndHealth) {
   httplib::Client client("127.0.0.1", api_->port());
   httplib::Result r = client.Get("/v1/models");

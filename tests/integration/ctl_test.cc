@@ -145,6 +145,15 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
   EXPECT_EQ(RunCtl(server + " generate --prompt-ids 1,2,3 --response-format json_schema")
                 .exit_code,
             1);
+  // --cache-salt reaches the router: a salt over 256 bytes is refused there, naming its length.
+  CommandRun salted = RunCtl(server + " generate --prompt-ids 1,2,3 --max-new-tokens 4 "
+                             "--cache-salt tenant-a");
+  EXPECT_EQ(salted.exit_code, 0) << salted.out;
+  CommandRun long_salt = RunCtl(server + " generate --prompt-ids 1,2,3 --max-new-tokens 4 "
+                                "--cache-salt " + std::string(257, 's'));
+  EXPECT_EQ(long_salt.exit_code, 2) << long_salt.out;
+  EXPECT_THAT(long_salt.out, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(long_salt.out, HasSubstr("cache_salt has 257 bytes; at most 256 are allowed"));
   EXPECT_EQ(RunCtl(server + " workers frobnicate").exit_code, 1);
 
   CommandRun drain = RunCtl(server + " workers drain prefill-1");

@@ -89,6 +89,13 @@ TEST_P(ServingTest, DisaggregatedTokensEqualSingleProcessGreedyAndSeeded) {
   auto ref = ReferenceTokens(GetParam(), second, 24, 0.0f, std::nullopt);
   ASSERT_TRUE(ref.ok()) << ref.status();
   EXPECT_EQ(r2.ids, *ref) << "after a cached prefix";
+  // The same prompt under another cache_salt shares no cached page with those (docs/security.md):
+  // computed whole, the same tokens.
+  greedy.set_cache_salt("tenant-b");
+  GenerateResult r3 = RunGenerate((*cluster)->generation(), greedy, kRequestTimeout);
+  ASSERT_TRUE(r3.status.ok()) << r3.status.error_message();
+  EXPECT_EQ(r3.complete->cached_prompt_tokens(), 0);
+  EXPECT_EQ(r3.ids, *ref) << "under another cache_salt";
   EXPECT_TRUE((*cluster)->WaitAllPagesFree(kFreeTimeout).ok());
 }
 

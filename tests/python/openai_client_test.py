@@ -418,6 +418,21 @@ def run_demanding_client_checks(client, counted):
                                                  stream=True, stream_options={"include_usage": True}))
     check(chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 4
           and all(ch.usage is None for ch in chunks[:-1]), "streamed chat usage in the last chunk only")
+    # cache_salt (vLLM's, through extra_body): prefix-cache pages are shared within a salt only.
+    # A prompt of 200 token ids: its 3 whole pages are cached, the next one like it reuses them.
+    ids = [2 + (i * 37) % 400 for i in range(200)]
+    def cached(salt):
+        c = client.completions.create(model="demo", prompt=ids, max_tokens=4, temperature=0,
+                                      extra_body={"cache_salt": salt, "ignore_eos": True})
+        return c.choices[0].text, c.usage.prompt_tokens_details.cached_tokens
+    first, again, other = cached("tenant-a"), cached("tenant-a"), cached("tenant-b")
+    check(first[1] == 0 and again[1] == 192 and other[1] == 0 and first[0] == again[0] == other[0],
+          f"cache_salt: cached tokens 0, then 192 under the same salt, 0 under another ({first}, {again}, {other})")
+    expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", extra_body={"cache_salt": 7}),
+                       "cache_salt", "a non-string cache_salt")
+    expect_bad_request(lambda: client.chat.completions.create(model="demo", messages=user,
+                                                              extra_body={"cache_salt": "s" * 257}),
+                       "cache_salt", "a cache_salt over 256 bytes")
     # What the engine cannot do is a 400 naming the parameter.
     expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", max_tokens=0), "max_tokens",
                        "max_tokens 0")
