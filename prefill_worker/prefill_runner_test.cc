@@ -176,6 +176,40 @@ TEST_F(PrefillRunnerTest, PromptsShareCachedPagesOnlyUnderTheSameCacheSalt) {
   }
 }
 
+// A long prompt publishes its pages chunk by chunk: a prompt with the same start that arrives
+// while the first is still being prefilled takes the pages computed so far.
+TEST_F(PrefillRunnerTest, APromptTakesThePagesAChunkedPromptHasComputedSoFar) {
+  const auto a = Prompt(300, 6);  // chunks of 64: five forwards
+  auto b = std::vector<int32_t>(a.begin(), a.begin() + 256);
+  for (int i = 0; i < 20; ++i) b.push_back((i * 11 + 2) % 64);
+  Received ra, rb;
+  Outcome oa, ob;
+  ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 300, &ra)), oa.fn()).ok());
+  ASSERT_TRUE(runner_->Step());
+  ASSERT_TRUE(runner_->Step());  // a's pages 0 and 1 computed
+  EXPECT_EQ(prefill_->kv_pool().cached_pages(), 2);
+  ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 276, &rb)), ob.fn()).ok());
+  RunUntilIdle();
+  ASSERT_TRUE(oa.result && oa.result->ok());
+  ASSERT_TRUE(ob.result && ob.result->ok()) << (ob.result ? ob.result->status().ToString() : "");
+  EXPECT_EQ((*ob.result)->cached_tokens, 128);
+  EXPECT_EQ((*ob.result)->first_token, FakeEngine::NextToken(b, 64));
+  EXPECT_EQ((*oa.result)->first_token, FakeEngine::NextToken(a, 64));
+  ASSERT_TRUE(rb.result && rb.result->ok());
+  const auto& kv = **rb.result;
+  const int32_t first = kv.first_token;
+  model::SequenceChunk step;
+  step.tokens = std::span<const int32_t>(&first, 1);
+  step.start_pos = static_cast<int>(b.size());
+  step.pages = kv.pages;
+  auto fr = decode_->Forward(std::span(&step, 1), model::AttentionPath::kMla, nullptr);
+  ASSERT_TRUE(fr.ok()) << fr.status();
+  std::vector<int32_t> seq = b;
+  seq.push_back(first);
+  EXPECT_EQ(fr->logits[FakeEngine::NextToken(seq, 64)], 30.0f);
+  EXPECT_EQ(prefill_->kv_pool().free_pages(), 32);
+}
+
 // The first token is drawn with the request's logit_bias (FakeEngine's logits: 30 for its next
 // token, 0 elsewhere); the penalties have no generated tokens to count yet.
 TEST_F(PrefillRunnerTest, TheFirstTokenHonoursLogitBias) {

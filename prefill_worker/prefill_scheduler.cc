@@ -119,11 +119,16 @@ std::vector<PrefillChunk> PrefillScheduler::Schedule() {
 
 std::vector<std::shared_ptr<PrefillSequence>> PrefillScheduler::Advance(
     const std::vector<PrefillChunk>& chunks) {
-  for (const PrefillChunk& c : chunks) c.seq->num_computed = c.start + c.len;
+  // Each chunk's whole pages are published as soon as it computed them, so a prompt with the
+  // same start that arrives while this one is still being prefilled takes them (a removed
+  // sequence has no pages left: nothing to publish).
+  for (const PrefillChunk& c : chunks) {
+    c.seq->num_computed = c.start + c.len;
+    Publish(*c.seq);
+  }
   std::vector<std::shared_ptr<PrefillSequence>> finished;
   for (auto it = running_.begin(); it != running_.end();) {
     if ((*it)->done()) {
-      Publish(**it);
       pools_[(*it)->rank]->Free((*it)->pages);
       (*it)->pages.clear();
       finished.push_back(std::move(*it));

@@ -11,7 +11,8 @@
 // admission a prompt takes from its pool the cached pages of its longest run of leading whole
 // pages that another prompt published, at most (length - 1) / 64 of them so that at least one
 // token is computed (its logits give the first token), and allocates only the rest; it starts
-// computing after them. A finished prompt publishes its whole pages before freeing them.
+// computing after them. A prompt publishes its whole pages as its chunks compute them (Advance),
+// so a prompt with the same start may take them while the first is still being prefilled.
 // Prompts share cached pages only with prompts of the same cache_salt.
 //
 // Data-parallel attention (docs/parallel.md): one pool per rank. A prompt is admitted to the
@@ -84,8 +85,8 @@ class PrefillScheduler {
   // After the batch ran: advances each chunk's sequence. Finished sequences are removed and
   // their pages freed (their KV has been shipped by then); returned so the caller can answer.
   std::vector<std::shared_ptr<PrefillSequence>> Advance(const std::vector<PrefillChunk>& chunks);
-  // Publishes a computed prompt's whole pages to its pool's prefix cache (Advance does it for
-  // the prompts it finishes; for a caller that takes a prompt's pages before that). The pages'
+  // Publishes the whole pages a prompt has computed so far to its pool's prefix cache (Advance
+  // does it after each chunk; for a caller that takes a prompt's pages before that). The pages'
   // KV writes must be complete or queued on the stream that later forwards follow.
   void Publish(const PrefillSequence& seq);
 
