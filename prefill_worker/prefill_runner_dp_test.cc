@@ -18,6 +18,7 @@
 #include "kvtransfer/testing/probes.h"
 #include "prefill_worker/prefill_runner.h"
 #include "prefill_worker/testing/layer_recording_transport.h"
+#include "prefill_worker/testing/decode_continues.h"
 #include "prefill_worker/testing/prefill_jobs.h"
 #include "prefill_worker/testing/prefill_runner_harness.h"
 #include "worker/testing/fake_engine.h"
@@ -84,19 +85,7 @@ TEST_F(DataParallelPrefillTest, PromptsSpreadOverRanksAndShipFromTheirRanksPool)
     EXPECT_EQ((*out[i].result)->first_token, FakeEngine::NextToken(prompts[i], 64));
     // The decode rank continues from the received KV as a local run would.
     ASSERT_TRUE(rx[i].result && rx[i].result->ok()) << i;
-    const auto& kv = **rx[i].result;
-    const int32_t first = kv.first_token;
-    model::SequenceChunk c;
-    c.tokens = std::span<const int32_t>(&first, 1);
-    c.start_pos = static_cast<int>(prompts[i].size());
-    c.pages = kv.pages;
-    c.rank = 1 - i % 2;
-    auto fr = decode_->Forward(std::span(&c, 1), model::AttentionPath::kMla, nullptr);
-    ASSERT_TRUE(fr.ok()) << i << ": " << fr.status();
-    std::vector<int32_t> seq = prompts[i];
-    seq.push_back(first);
-    EXPECT_EQ(fr->logits[FakeEngine::NextToken(seq, 64)], 30.0f) << i;
-    decode_->rank_pool(c.rank).Free(kv.pages);
+    EXPECT_TRUE(testing::DecodeContinues(*decode_, **rx[i].result, prompts[i], 1 - i % 2)) << i;
   }
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(prefill_->rank_pool(r).free_pages(), kPages) << r;

@@ -23,6 +23,7 @@
 #include "kvtransfer/testing/receiving_end.h"
 #include "prefill_worker/prefill_runner.h"
 #include "prefill_worker/testing/layer_recording_transport.h"
+#include "prefill_worker/testing/decode_continues.h"
 #include "prefill_worker/testing/prefill_jobs.h"
 #include "worker/testing/fake_engine.h"
 
@@ -127,19 +128,7 @@ class DataParallelPrefillNcclTest : public ::testing::TestWithParam<Layouts> {
   void ExpectDecodeContinues(const std::vector<int32_t>& prompt, Received& rx, int rank) {
     ASSERT_TRUE(rx.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
     ASSERT_TRUE(rx.result->ok()) << rx.result->status();
-    const auto& kv = **rx.result;
-    const int32_t first = kv.first_token;
-    model::SequenceChunk c;
-    c.tokens = std::span<const int32_t>(&first, 1);
-    c.start_pos = static_cast<int>(prompt.size());
-    c.pages = kv.pages;
-    c.rank = rank;
-    auto fr = decode_->Forward(std::span(&c, 1), model::AttentionPath::kMla, nullptr);
-    ASSERT_TRUE(fr.ok()) << fr.status();
-    std::vector<int32_t> seq = prompt;
-    seq.push_back(first);
-    EXPECT_EQ(fr->logits[FakeEngine::NextToken(seq, 64)], 30.0f);
-    decode_->rank_pool(rank).Free(kv.pages);
+    EXPECT_TRUE(testing::DecodeContinues(*decode_, **rx.result, prompt, rank));
   }
   void ExpectEveryPoolFree() {
     for (int r = 0; r < layouts_.prefill_ranks; ++r) {

@@ -13,6 +13,7 @@
 #include "kvtransfer/nccl/nccl_transport.h"
 #include "kvtransfer/testing/receiving_end.h"
 #include "prefill_worker/prefill_runner.h"
+#include "prefill_worker/testing/decode_continues.h"
 #include "prefill_worker/testing/prefill_jobs.h"
 #include "worker/testing/fake_engine.h"
 
@@ -94,19 +95,8 @@ TEST_P(PrefillRunnerNcclTest, ChunkedPromptsArriveAndTheDecodeSideContinues) {
   for (auto [rx, prompt, outcome] : {std::tuple{&ra, a, &oa}, std::tuple{&rb, b, &ob}}) {
     ASSERT_TRUE(rx->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
     ASSERT_TRUE(rx->result->ok()) << rx->result->status();
-    const auto& kv = **rx->result;
-    const int32_t first = kv.first_token;
-    EXPECT_EQ(first, (*outcome->result)->first_token);
-    model::SequenceChunk c;
-    c.tokens = std::span<const int32_t>(&first, 1);
-    c.start_pos = static_cast<int>(prompt.size());
-    c.pages = kv.pages;
-    auto fr = decode_->Forward(std::span(&c, 1), model::AttentionPath::kMla, nullptr);
-    ASSERT_TRUE(fr.ok()) << fr.status();
-    std::vector<int32_t> seq = prompt;
-    seq.push_back(first);
-    EXPECT_EQ(fr->logits[FakeEngine::NextToken(seq, 64)], 30.0f);
-    decode_->kv_pool().Free(kv.pages);
+    EXPECT_EQ((**rx->result).first_token, (*outcome->result)->first_token);
+    EXPECT_TRUE(testing::DecodeContinues(*decode_, **rx->result, prompt));
   }
   EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
 }
@@ -135,19 +125,8 @@ TEST_P(PrefillRunnerNcclTest, APromptTakesCachedPagesAnEarlierOneStillHolds) {
   EXPECT_EQ(prefill_->kv_pool().cached_pages(), 2);
   ASSERT_TRUE(rb.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   ASSERT_TRUE(rb.result->ok()) << rb.result->status();
-  const auto& kv = **rb.result;
-  const int32_t first = kv.first_token;
-  EXPECT_EQ(first, FakeEngine::NextToken(b, 64));
-  model::SequenceChunk c;
-  c.tokens = std::span<const int32_t>(&first, 1);
-  c.start_pos = static_cast<int>(b.size());
-  c.pages = kv.pages;
-  auto fr = decode_->Forward(std::span(&c, 1), model::AttentionPath::kMla, nullptr);
-  ASSERT_TRUE(fr.ok()) << fr.status();
-  std::vector<int32_t> seq = b;
-  seq.push_back(first);
-  EXPECT_EQ(fr->logits[FakeEngine::NextToken(seq, 64)], 30.0f);
-  decode_->kv_pool().Free(kv.pages);
+  EXPECT_EQ((**rb.result).first_token, FakeEngine::NextToken(b, 64));
+  EXPECT_TRUE(testing::DecodeContinues(*decode_, **rb.result, b));
   ASSERT_TRUE(ra.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   if (ra.result->ok()) decode_->kv_pool().Free((*ra.result)->pages);
 }

@@ -13,6 +13,7 @@
 #include "kvtransfer/fake_transport.h"
 #include "kvtransfer/receiver.h"
 #include "kvtransfer/testing/probes.h"
+#include "prefill_worker/testing/decode_continues.h"
 #include "prefill_worker/testing/prefill_jobs.h"
 #include "prefill_worker/testing/prefill_runner_harness.h"
 #include "profiles/testing/test_profiles.h"
@@ -66,20 +67,8 @@ TEST_F(PrefillRunnerTest, ChunkedPrefillShipsKvTheDecodeSideCanContinueFrom) {
   // The decode side continues from the received KV and predicts what a local run would.
   for (auto [rx, prompt, outcome] : {std::tuple{&ra, a, &oa}, std::tuple{&rb, b, &ob}}) {
     ASSERT_TRUE(rx->result && rx->result->ok());
-    const auto& kv = **rx->result;
-    EXPECT_EQ(kv.first_token, (*outcome->result)->first_token);
-    const int32_t first = kv.first_token;
-    model::SequenceChunk c;
-    c.tokens = std::span<const int32_t>(&first, 1);
-    c.start_pos = static_cast<int>(prompt.size());
-    c.pages = kv.pages;
-    auto fr = decode_->Forward(std::span(&c, 1), model::AttentionPath::kMla, nullptr);
-    ASSERT_TRUE(fr.ok()) << fr.status();
-    std::vector<int32_t> seq = prompt;
-    seq.push_back(first);
-    const int32_t want = FakeEngine::NextToken(seq, 64);
-    EXPECT_EQ(fr->logits[want], 30.0f);
-    decode_->kv_pool().Free(kv.pages);
+    EXPECT_EQ((**rx->result).first_token, (*outcome->result)->first_token);
+    EXPECT_TRUE(testing::DecodeContinues(*decode_, **rx->result, prompt));
   }
   EXPECT_EQ(decode_->kv_pool().free_pages(), 32);
 }
@@ -128,17 +117,7 @@ TEST_F(PrefillRunnerTest, APromptStartingLikeAnEarlierOneComputesOnlyTheRest) {
                                      std::tuple{&rd, d, &od}}) {
     EXPECT_EQ((*outcome->result)->first_token, FakeEngine::NextToken(prompt, 64));
     ASSERT_TRUE(rx->result && rx->result->ok());
-    const auto& kv = **rx->result;
-    const int32_t first = kv.first_token;
-    model::SequenceChunk step;
-    step.tokens = std::span<const int32_t>(&first, 1);
-    step.start_pos = static_cast<int>(prompt.size());
-    step.pages = kv.pages;
-    auto fr = decode_->Forward(std::span(&step, 1), model::AttentionPath::kMla, nullptr);
-    ASSERT_TRUE(fr.ok()) << fr.status();
-    std::vector<int32_t> seq = prompt;
-    seq.push_back(first);
-    EXPECT_EQ(fr->logits[FakeEngine::NextToken(seq, 64)], 30.0f);
+    EXPECT_TRUE(testing::DecodeContinues(*decode_, **rx->result, prompt));
   }
 }
 
@@ -196,17 +175,7 @@ TEST_F(PrefillRunnerTest, APromptTakesThePagesAChunkedPromptHasComputedSoFar) {
   EXPECT_EQ((*ob.result)->first_token, FakeEngine::NextToken(b, 64));
   EXPECT_EQ((*oa.result)->first_token, FakeEngine::NextToken(a, 64));
   ASSERT_TRUE(rb.result && rb.result->ok());
-  const auto& kv = **rb.result;
-  const int32_t first = kv.first_token;
-  model::SequenceChunk step;
-  step.tokens = std::span<const int32_t>(&first, 1);
-  step.start_pos = static_cast<int>(b.size());
-  step.pages = kv.pages;
-  auto fr = decode_->Forward(std::span(&step, 1), model::AttentionPath::kMla, nullptr);
-  ASSERT_TRUE(fr.ok()) << fr.status();
-  std::vector<int32_t> seq = b;
-  seq.push_back(first);
-  EXPECT_EQ(fr->logits[FakeEngine::NextToken(seq, 64)], 30.0f);
+  EXPECT_TRUE(testing::DecodeContinues(*decode_, **rb.result, b));
   EXPECT_EQ(prefill_->kv_pool().free_pages(), 32);
 }
 
