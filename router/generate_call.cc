@@ -424,7 +424,10 @@ void GenerateCall::OnPrefillDone(const grpc::Status& status) {
     prefill_answered_ = true;
     if (held_completion_.has_value()) {  // D's stream ended first (CompleteLocked)
       HeldCompletion& h = *held_completion_;
-      if (status.ok()) h.complete.set_cached_prompt_tokens(prefill_->response.cached_tokens());
+      if (status.ok()) {
+        h.complete.set_cached_prompt_tokens(prefill_->response.cached_tokens());
+        router_->metrics().cached_prompt_tokens_total->Increment(h.complete.cached_prompt_tokens());
+      }
       outbox_.Complete(h.reason, h.matched_token, std::move(h.complete));
       held_completion_.reset();
       ended = true;  // (pumped below; the call itself ended already)

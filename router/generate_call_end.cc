@@ -56,7 +56,10 @@ bool GenerateCall::CompleteLocked(v1::FinishReason reason, std::optional<int32_t
     held_completion_ = HeldCompletion{reason, matched_token, std::move(c)};  // OnPrefillDone
     return true;
   }
-  if (!local && prefill_ != nullptr) c.set_cached_prompt_tokens(prefill_->response.cached_tokens());
+  if (!local && prefill_ != nullptr) {
+    c.set_cached_prompt_tokens(prefill_->response.cached_tokens());
+    router_->metrics().cached_prompt_tokens_total->Increment(c.cached_prompt_tokens());
+  }
   outbox_.Complete(reason, matched_token, std::move(c));
   return true;
 }

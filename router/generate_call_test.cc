@@ -180,6 +180,7 @@ TEST(GenerateCall, CompletionCountsThePromptTokensThePrefillWorkerHadCached) {
   ASSERT_TRUE(held.status.ok()) << held.status.error_message();
   EXPECT_EQ(held.text, "ok");
   EXPECT_EQ(held.complete->cached_prompt_tokens(), 128);
+  EXPECT_EQ(h.router().metrics().cached_prompt_tokens_total->value(), 64 + 128);
 }
 
 TEST(GenerateCall, ShortPromptIsPrefilledOnTheDecodeWorker) {

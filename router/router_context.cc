@@ -53,6 +53,9 @@ RouterMetrics::RouterMetrics(common::MetricsRegistry& r)
           r.GetCounter("mlaserve_router_prefix_affinity_tokens_total",
                        "Prompt tokens the router expected the chosen prefill worker to have "
                        "in its prefix cache")),
+      cached_prompt_tokens_total(
+          r.GetCounter("mlaserve_router_cached_prompt_tokens_total",
+                       "Prompt tokens the prefill workers took from their prefix caches")),
       requests_running(r.GetGauge("mlaserve_router_requests_running",
                                   "Generate calls running now")),
       requests_waiting(r.GetGauge("mlaserve_router_requests_waiting",

@@ -108,6 +108,8 @@ struct RouterMetrics {
   common::Counter* local_prefill_total;
   // Prompt tokens the router expected the prefill worker it chose to have cached.
   common::Counter* prefix_affinity_tokens_total;
+  // Prompt tokens the prefill workers reported taking from their prefix caches.
+  common::Counter* cached_prompt_tokens_total;
   common::Gauge* requests_running;
   common::Gauge* requests_waiting;
   common::Histogram* time_to_first_token_seconds;

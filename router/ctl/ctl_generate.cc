@@ -89,10 +89,14 @@ int Generate(const CtlContext& ctx, const GenerateArgs& args) {
     } else if (complete->has_matched_token_id()) {
       matched = absl::StrFormat(" on token %d", complete->matched_token_id());
     }
+    const std::string cached =
+        complete->cached_prompt_tokens() > 0
+            ? absl::StrFormat(" (%d cached)", complete->cached_prompt_tokens())
+            : "";
     std::fprintf(stderr,
-                 "[%s%s; %d prompt + %d completion tokens; ttft %.3f s; total %.3f s; %s%s]\n",
+                 "[%s%s; %d prompt%s + %d completion tokens; ttft %.3f s; total %.3f s; %s%s]\n",
                  FinishLabel(complete->finish_reason()), matched.c_str(),
-                 complete->prompt_tokens(), complete->completion_tokens(),
+                 complete->prompt_tokens(), cached.c_str(), complete->completion_tokens(),
                  complete->time_to_first_token_s(), complete->e2e_latency_s(),
                  complete->local_prefill() ? "local prefill on "
                                            : (complete->prefill_worker_id() + " -> ").c_str(),
