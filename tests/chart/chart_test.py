@@ -99,6 +99,22 @@ class SchemaTest(unittest.TestCase):
     def test_pdb_takes_one_bound(self):
         self.assertRejected({"decode": {"pdb": {"minAvailable": 1}}}, "should not be valid")
 
+    def test_prefix_cache_and_affinity_values_checked(self):
+        self.assertRejected({"prefill": {"prefixCache": "false"}},
+                            "'false' is not of type 'boolean', 'null'")
+        self.assertRejected({"router": {"prefixAffinity": 1}}, "1 is not of type 'boolean', 'null'")
+        self.assertRejected({"router": {"prefixAffinityEntries": 0}},
+                            "0 is less than the minimum of 1")
+        self.assertRejected({"router": {"prefixAffinityEntries": 2**30 + 1}},
+                            "1073741825 is greater than the maximum of 1073741824")
+        self.assertRejected({"router": {"prefixAffinityEntries": "1M"}},
+                            "'1M' is not of type 'integer', 'null'")
+        # The decode worker does not use the prefix cache (its local prefill bypasses it).
+        self.assertRejected({"decode": {"prefixCache": False}}, "'prefixCache' was unexpected")
+        ok = {"prefill": {"prefixCache": False},
+              "router": {"prefixAffinity": True, "prefixAffinityEntries": 2**30}}
+        self.assertEqual(self.errors(deep_merge(defaults(), ok)), [])
+
 
 class RenderTest(unittest.TestCase):
     """Every template renders with the default values and the 2p4d example, each object is a
@@ -344,6 +360,39 @@ class RenderTest(unittest.TestCase):
         objs = render(extra_values={"router": {"queueTimeoutMs": 0}})
         args = find(objs, "Deployment", "router")["spec"]["template"]["spec"]["containers"][0]["args"]
         self.assertEqual(args[args.index("--queue-timeout-ms") + 1], "0")
+
+    def test_prefix_cache_and_affinity_flags_only_when_set(self):
+        prefix_flags = ("--prefix-cache", "--prefix-affinity", "--prefix-affinity-entries")
+        for name, objs, _, _ in self.each():
+            for component in ("router", "prefill", "decode"):
+                flags = flag_values(container(find(objs, "Deployment", component))["args"])
+                for flag in prefix_flags:
+                    self.assertNotIn(flag, flags, f"{name} {component}")
+
+        objs = render(extra_values={"prefill": {"prefixCache": False},
+                                    "router": {"prefixAffinity": False,
+                                               "prefixAffinityEntries": 2**30}})
+        prefill = container(find(objs, "Deployment", "prefill"))["args"]
+        router = container(find(objs, "Deployment", "router"))["args"]
+        # One item "--flag=false": the router's --prefix-affinity is a CLI11 flag, which
+        # takes its value only after "=" (a separate "false" is an unexpected argument).
+        self.assertIn("--prefix-cache=false", prefill)
+        self.assertIn("--prefix-affinity=false", router)
+        self.assertNotIn("false", prefill + router)
+        self.assertEqual(flag_values(router)["--prefix-affinity-entries"], "1073741824")
+        for component, others in (("prefill", ("--prefix-affinity", "--prefix-affinity-entries")),
+                                  ("router", ("--prefix-cache",)),
+                                  ("decode", prefix_flags)):
+            flags = flag_values(container(find(objs, "Deployment", component))["args"])
+            for flag in others:
+                self.assertNotIn(flag, flags, component)
+
+        objs = render(extra_values={"prefill": {"prefixCache": True},
+                                    "router": {"prefixAffinity": True}})
+        self.assertIn("--prefix-cache=true", container(find(objs, "Deployment", "prefill"))["args"])
+        router = container(find(objs, "Deployment", "router"))["args"]
+        self.assertIn("--prefix-affinity=true", router)
+        self.assertNotIn("--prefix-affinity-entries", flag_values(router))
 
     def test_kv_cache_dtype_reaches_both_workers_and_must_agree(self):
         objs = render(extra_values={"prefill": {"kvCacheDtype": "fp8"},

@@ -79,12 +79,17 @@ def container(deployment):
 
 
 def flag_values(args):
-    """{"--flag": value} from an argument list of "--flag value" pairs (values may repeat)."""
+    """{"--flag": value} from an argument list of "--flag value" pairs and "--flag=value"
+    items (values may repeat)."""
     out = {}
     i = 0
     while i < len(args):
         a = args[i]
-        if a.startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
+        if a.startswith("--") and "=" in a:
+            flag, value = a.split("=", 1)
+            out[flag] = value
+            i += 1
+        elif a.startswith("--") and i + 1 < len(args) and not args[i + 1].startswith("--"):
             out[a] = args[i + 1]
             i += 2
         else:

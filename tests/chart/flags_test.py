@@ -21,8 +21,8 @@ BUILD_DIR = os.environ.get("MLASERVE_BUILD_DIR", "build")
 
 
 def every_optional_setting():
-    """Values that give each nullable integer of the router and worker sections its minimum,
-    so the templates render every optional flag."""
+    """Values that give each nullable integer of the router and worker sections its minimum
+    and each nullable bool false, so the templates render every optional flag."""
     with open(os.path.join(CHART_DIR, "values.schema.json")) as f:
         schema = json.load(f)
     values = {}
@@ -30,6 +30,8 @@ def every_optional_setting():
         props = schema["properties"][section]["properties"]
         values[section] = {k: p.get("minimum", 1) for k, p in props.items()
                            if p.get("type") == ["integer", "null"]}
+        values[section].update({k: False for k, p in props.items()
+                                if p.get("type") == ["boolean", "null"]})
     return values
 
 
@@ -87,8 +89,11 @@ class FlagsTest(unittest.TestCase):
         for flag in ("--num-kv-pages", "--max-running-requests", "--local-prefill-threshold",
                      "--kv-lease-ms", "--device", "--chunk-size", "--max-batch-tokens"):
             self.assertIn(flag, decode_flags)
-        self.assertIn("--heartbeat-timeout-ms",
-                      {a for args in self.calls["mlaserve-router"] for a in args})
+        router_flags = {a.split("=")[0] for args in self.calls["mlaserve-router"] for a in args}
+        for flag in ("--heartbeat-timeout-ms", "--prefix-affinity", "--prefix-affinity-entries"):
+            self.assertIn(flag, router_flags)
+        self.assertIn("--prefix-cache",
+                      {a.split("=")[0] for args in self.calls["mlaserve-prefill"] for a in args})
 
     def test_every_flag_exists(self):
         for binary, arg_sets in sorted(self.calls.items()):
@@ -100,13 +105,15 @@ class FlagsTest(unittest.TestCase):
                 self.assertEqual(proc.returncode, 0, f"{binary} --help: {proc.stderr}")
                 known = help_entries(proc.stdout)
                 for args in arg_sets:
-                    # "--flag value" pairs; a bare word that does not follow a flag is a
-                    # subcommand (mlaservectl health).
+                    # "--flag value" pairs and "--flag=value" items; a bare word that does
+                    # not follow a flag is a subcommand (mlaservectl health).
                     expects_value = False
                     for a in args:
                         if a.startswith("--"):
-                            self.assertIn(a, known, f"{binary} has no flag {a}:\n{proc.stdout}")
-                            expects_value = True
+                            flag = a.split("=")[0]
+                            self.assertIn(flag, known,
+                                          f"{binary} has no flag {flag}:\n{proc.stdout}")
+                            expects_value = "=" not in a
                         elif expects_value:
                             expects_value = False
                         else:

@@ -201,12 +201,16 @@ Output: YAML, read back with fromYaml.
 
 {{/*
 Flags whose value may be null, as YAML list items ("- --flag", "- value"); null values are
-left out so the binary's default applies. Argument: list of (list "--flag" value).
+left out so the binary's default applies. A bool is one item, "--flag=true|false": CLI11
+flags (the router's --prefix-affinity) take their value only after "=", and would read a
+separate "false" as an unexpected positional argument. Argument: list of (list "--flag" value).
 */}}
 {{- define "mlaserve.optionalFlags" -}}
 {{- range . }}
 {{- $value := index . 1 }}
-{{- if not (kindIs "invalid" $value) }}
+{{- if kindIs "bool" $value }}
+- {{ printf "%s=%t" (index . 0) $value | quote }}
+{{- else if not (kindIs "invalid" $value) }}
 - {{ index . 0 }}
 - {{ if kindIs "float64" $value }}{{ int64 $value | quote }}{{ else }}{{ $value | toString | quote }}{{ end }}
 {{- end }}
