@@ -84,6 +84,7 @@ class DecodeRole final : public worker::Role {
       ro.attention_policy = policy_.get();
     }
     ro.json_vocabulary = env.json_vocabulary;
+    ro.prefix_cache = o.prefix_cache;
     runner_ = std::make_unique<DecodeRunner>(&e, receiver_.get(), ro, &env.metrics);
     service_ = std::make_unique<DecodeService>(runner_.get(), env.describe,
                                                &env.security.authorizer);

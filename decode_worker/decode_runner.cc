@@ -46,6 +46,9 @@ DecodeRunner::DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiv
       compat_hash_(receiver->layout().CompatHash()),
       scheduler_(WithRanks(options_.scheduler, engine->data_ranks())) {
   kv_endpoint_ = options_.kv_endpoint;
+  for (int r = 0; r < engine->data_ranks() && options_.prefix_cache; ++r) {
+    engine->rank_pool(r).EnablePrefixCache();
+  }
   common::MetricsRegistry* m = metrics != nullptr ? metrics : &own_metrics_;
   const char* kFinished = "mlaserve_decode_requests_total";
   const char* kFinishedHelp = "Decode requests ended, by reason.";
@@ -198,13 +201,13 @@ void DecodeRunner::Intake() {
       resumed = r->preempted;
     }
     if (resumed) {
-      auto pages = PoolOf(*r->seq).Allocate(PagesFor(static_cast<int>(r->seq->tokens.size())));
-      if (!pages.ok()) {
+      // Its own pages may still be cached (published when it was preempted).
+      if (!TakePages(*r->seq, PoolOf(*r->seq), PagesFor(static_cast<int>(r->seq->tokens.size())))
+               .ok()) {
         // Nothing runs on its rank to free pages: let requests that hold theirs go ahead.
         if (scheduler_.num_running(rank) > 0) room[rank] = 0;
         continue;
       }
-      r->seq->pages = std::move(*pages);
     }
     {
       absl::MutexLock lock(&mu_);
@@ -256,10 +259,34 @@ void DecodeRunner::Grow() {
   }
 }
 
+void DecodeRunner::ReleasePages(DecodeSequence& seq) {
+  model::KvPool& pool = PoolOf(seq);
+  pool.PublishPrefix(seq.tokens, seq.pages, seq.num_computed / kernels::kPageSize,
+                     seq.cache_salt);
+  pool.Free(seq.pages);
+  seq.pages.clear();
+}
+
+absl::Status DecodeRunner::TakePages(DecodeSequence& seq, model::KvPool& pool,
+                                     int pages_needed) {
+  const int n = static_cast<int>(seq.tokens.size());
+  std::vector<int32_t> pages =
+      pool.AcquirePrefix(seq.tokens, (n - 1) / kernels::kPageSize, seq.cache_salt);
+  auto rest = pool.Allocate(pages_needed - static_cast<int>(pages.size()));
+  if (!rest.ok()) {
+    pool.Free(pages);
+    return rest.status();
+  }
+  seq.cached = static_cast<int>(pages.size()) * kernels::kPageSize;
+  seq.num_computed = seq.cached;
+  pages.insert(pages.end(), rest->begin(), rest->end());
+  seq.pages = std::move(pages);
+  return absl::OkStatus();
+}
+
 void DecodeRunner::Preempt(const std::shared_ptr<Request>& r) {
   scheduler_.Remove(r->session_id);
-  PoolOf(*r->seq).Free(r->seq->pages);
-  r->seq->pages.clear();
+  ReleasePages(*r->seq);
   r->seq->num_computed = 0;
   r->seq->prefill_len = static_cast<int>(r->seq->tokens.size());
   {
@@ -397,8 +424,10 @@ void DecodeRunner::Emit(const std::shared_ptr<Request>& r, int32_t token,
   } else {
     itl_seconds_->Observe(absl::ToDoubleSeconds(now - r->last_token_at));
   }
+  const bool first = r->last_token_at == absl::InfinitePast();
   r->last_token_at = now;
   tokens_out_->Increment();
+  if (sink != nullptr && first && r->seq->cached > 0) sink->OnPromptCached(r->seq->cached);
   if (sink != nullptr) {
     sink->OnTokens(std::span<const int32_t>(&token, 1),
                    logprobs != nullptr ? std::span<const model::TokenLogprobs>(logprobs, 1)
@@ -426,8 +455,7 @@ void DecodeRunner::End(const std::shared_ptr<Request>& r,
     running = r->running;
   }
   if (running) scheduler_.Remove(r->session_id);
-  PoolOf(*r->seq).Free(r->seq->pages);  // empty while a receiver session owned them
-  r->seq->pages.clear();
+  ReleasePages(*r->seq);  // empty while a receiver session owned them
   e2e_seconds_->Observe(absl::ToDoubleSeconds(absl::Now() - r->reserved_at));
   if (outcome.ok()) {
     finished_[static_cast<int>(outcome->reason)]->Increment();

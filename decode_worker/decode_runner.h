@@ -72,6 +72,10 @@ struct DecodeRunnerOptions {
   // JSON mode's vocabulary, the process's (not owned; outlives the runner). Null: requests in
   // JSON mode are refused (FAILED_PRECONDITION).
   const worker::JsonModeVocabulary* json_vocabulary = nullptr;
+  // The pools keep the KV of ended and preempted requests' whole pages (prompt and generated
+  // tokens) while free; a local prefill, and a preempted request's recompute, start from the
+  // longest cached run of their tokens' leading pages (docs/serving.md "Prefix cache").
+  bool prefix_cache = true;
 };
 
 // What a Reserve's input may be: the model's vocabulary and context, the longest lease, and
@@ -99,6 +103,7 @@ struct ReserveSpec {
   bool local_prefill = false;
   std::string prefill_compat_hash;  // required unless local_prefill
   absl::Duration lease;             // zero: the default
+  std::string cache_salt;           // the prefix-cache partition (at most 256 bytes)
   // Set iff sampling.constrained() (json_object or json_schema): every token (the prefill
   // worker's first one included) is held to a JsonConstraint over it (to the compiled
   // sampling.json_schema when set), starting after sampling.json_after when that is set.
@@ -181,6 +186,13 @@ class DecodeRunner {
   // Takes `r` out of the batch and frees its pages; Intake re-admits it (recomputing its
   // tokens) once pages are free.
   void Preempt(const std::shared_ptr<Request>& r);
+  // Gives a sequence's pages back to its pool, publishing the whole pages of its computed
+  // tokens to the prefix cache first (a no-op with the cache off).
+  void ReleasePages(DecodeSequence& seq);
+  // A sequence about to (re)compute `seq.tokens` from the start: takes the cached pages of its
+  // longest run of leading pages (at most (tokens - 1) / 64: the last token is computed) and
+  // allocates the rest of `pages_needed`; num_computed and cached start after the cached ones.
+  absl::Status TakePages(DecodeSequence& seq, model::KvPool& pool, int pages_needed);
   // `ran`: how the step's forward went; `result` (step_.result) is read only when it is OK.
   void Postprocess(const std::vector<DecodeChunk>& chunks, const absl::Status& ran,
                    const model::ForwardResult& result);

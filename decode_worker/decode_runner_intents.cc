@@ -96,6 +96,7 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   seq->prompt_len = prompt_len;
   seq->prefill_len = prompt_len;
   seq->local_prefill = spec.local_prefill;
+  seq->cache_salt = std::move(spec.cache_salt);
   seq->sampling = spec.sampling;
   seq->stop.max_new_tokens = spec.max_new_tokens;
   seq->stop.stop_token_ids = std::move(spec.stop_token_ids);
@@ -124,9 +125,15 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
     }
     ASSIGN_OR_RETURN(seq->rank, PickRank(prompt_len, pages_needed));
     pool = &engine_->rank_pool(seq->rank);
-    absl::StatusOr<std::vector<int32_t>> allocated = pool->Allocate(pages_needed);
-    if (!allocated.ok()) return allocated.status();
-    pages = *std::move(allocated);
+    if (spec.local_prefill) {
+      // From the prefix cache where this worker holds the prompt's start; it computes the rest.
+      RETURN_IF_ERROR(TakePages(*seq, *pool, pages_needed));
+      pages = seq->pages;
+    } else {
+      absl::StatusOr<std::vector<int32_t>> allocated = pool->Allocate(pages_needed);
+      if (!allocated.ok()) return allocated.status();
+      pages = *std::move(allocated);
+    }
     kv_endpoint = kv_endpoint_;
     r->session_id = absl::StrCat(r->request_id, "#", next_session_++);
     seq->id = r->session_id;

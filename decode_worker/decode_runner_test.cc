@@ -261,6 +261,43 @@ TEST_F(DecodeRunnerTest, LeaseExpiryWithoutStreamFreesPages) {
   runner_->Stop();
 }
 
+// The decode worker's prefix cache: a request's pages keep its prompt's and its answer's KV
+// once it ended, and a later local prefill that starts with them (a conversation's next turn)
+// takes their whole pages and computes the rest; another cache_salt takes nothing.
+TEST_F(DecodeRunnerTest, ALocalPrefillTakesTheWholePagesAnEarlierRequestLeft) {
+  const auto first = Prompt(100, 3);
+  auto ra = runner_->Reserve(Spec("turn1", first, 40, true));
+  ASSERT_TRUE(ra.ok()) << ra.status();
+  auto sa = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner_->OpenStream(ra->session_id, sa).ok());
+  RunUntilIdle();
+  ASSERT_TRUE(sa->finish()) << sa->error();
+  EXPECT_EQ(sa->cached(), 0);
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+  // 139 positions computed (the last answer token's KV is never written): 2 whole pages.
+  EXPECT_EQ(decode_->kv_pool().cached_pages(), 2);
+
+  // The next turn: the first prompt, the answer, a new message.
+  std::vector<int32_t> second = first;
+  const std::vector<int32_t> answer = sa->tokens();
+  second.insert(second.end(), answer.begin(), answer.end());
+  for (int32_t t : Prompt(30, 11)) second.push_back(t);
+  for (const char* salt : {"", "other"}) {
+    auto spec = Spec(absl::StrCat("turn2", salt), second, 12, true);
+    spec.cache_salt = salt;
+    auto rb = runner_->Reserve(spec);
+    ASSERT_TRUE(rb.ok()) << rb.status();
+    auto sb = std::make_shared<RecordingSink>();
+    ASSERT_TRUE(runner_->OpenStream(rb->session_id, sb).ok());
+    RunUntilIdle();
+    ASSERT_TRUE(sb->finish()) << sb->error();
+    EXPECT_EQ(sb->tokens(), FakeEngine::ExpectedTokens(second, 12, kVocab)) << salt;
+    EXPECT_EQ(sb->cached(), *salt == '\0' ? 128 : 0) << salt;
+    if (*salt == '\0') EXPECT_TRUE(sb->cached_before_tokens());
+  }
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+}
+
 TEST_F(DecodeRunnerTest, RequestsGrowPageByPageAndPreemptedOnesRecomputeTheSameTokens) {
   // 8 pages, three requests of 100 prompt + 150 new tokens (4 pages each at the end): they
   // cannot all hold their pages at once, so the latest reserved gives its pages back, is

@@ -32,6 +32,9 @@ class TokenSink {
   // `logprobs`: empty, or one per token (requests whose sampling asks for logprobs).
   virtual void OnTokens(std::span<const int32_t> tokens,
                         std::span<const model::TokenLogprobs> logprobs) = 0;
+  // A locally prefilled request took `tokens` prompt tokens from the prefix cache: once,
+  // before its first OnTokens (not called when it took none).
+  virtual void OnPromptCached(int tokens) {}
   virtual void OnFinished(const DecodeFinish& finish) = 0;
   virtual void OnError(const absl::Status& status) = 0;
 };
@@ -63,6 +66,10 @@ struct DecodeSequence {
   // from that rank's pool and its chunks run there. 0 unless the engine has data ranks.
   int rank = 0;
   bool local_prefill = false;
+  // Prefix cache (docs/serving.md): the partition (api.proto cache_salt), and the prompt
+  // tokens a local prefill took from the cache (whole pages, first).
+  std::string cache_salt;
+  int cached = 0;
   model::SamplingOptions sampling;
   StopRules stop;
   // JSON mode / structured outputs (sampling.constrained(); after sampling.json_after when

@@ -37,6 +37,8 @@ absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request,
   spec.stop_token_ids.assign(sampling.stop_token_ids().begin(), sampling.stop_token_ids().end());
   spec.ignore_eos = sampling.ignore_eos();
   spec.local_prefill = request.local_prefill();
+  RETURN_IF_ERROR(common::ValidateCacheSalt(request.cache_salt()));
+  spec.cache_salt = request.cache_salt();
   if (spec.sampling.wants_logprobs() && !spec.local_prefill) {
     // The first token is sampled by the prefill worker, which does not return its logprobs.
     return absl::InvalidArgumentError(absl::StrCat(
@@ -136,6 +138,10 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
         queue_.back().mutable_tokens();
       }
       v1::DecodeTokens* out = queue_.back().mutable_tokens();
+      if (cached_ > 0) {
+        out->set_cached_prompt_tokens(cached_);
+        cached_ = 0;
+      }
       for (int32_t t : tokens) out->add_token_ids(t);
       for (const model::TokenLogprobs& lp : logprobs) {
         v1::TokenLogprobs* m = out->add_logprobs();
@@ -148,6 +154,10 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
       }
     }
     Pump();
+  }
+  void OnPromptCached(int tokens) override {
+    absl::MutexLock lock(&mu_);
+    cached_ = tokens;  // sent with the first tokens
   }
   void OnFinished(const DecodeFinish& finish) override {
     {
@@ -247,6 +257,7 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
   std::deque<v1::DecodeStreamResponse> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;  // no more messages will be queued
+  int cached_ ABSL_GUARDED_BY(mu_) = 0;          // OnPromptCached, until the first tokens
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status final_ ABSL_GUARDED_BY(mu_);

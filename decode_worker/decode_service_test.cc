@@ -40,8 +40,10 @@ TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
   req.mutable_sampling()->set_ignore_eos(true);
   req.set_prefill_kv_compat_hash("abc");
   req.set_kv_lease_ms(250);
+  req.set_cache_salt("tenant-a");
   auto spec = ToReserveSpec(req, kBounds);
   ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->cache_salt, "tenant-a");
   EXPECT_EQ(spec->prompt, (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(spec->max_new_tokens, 7);
   EXPECT_EQ(spec->stop_token_ids, std::vector<int32_t>{9});
@@ -88,6 +90,9 @@ TEST(DecodeConversionTest, ReserveRequestsOutsideTheBoundsAreRefusedNamingTheVal
     return std::string(s.message());
   };
   ASSERT_TRUE(ToReserveSpec(request(), kBounds).ok());
+  v1::ReserveRequest salted = request();
+  salted.set_cache_salt(std::string(257, 's'));
+  EXPECT_THAT(refused(salted), HasSubstr("cache_salt has 257 bytes"));
   v1::ReserveRequest req = request();
   req.clear_request_id();
   EXPECT_THAT(refused(req), HasSubstr("request_id is empty"));

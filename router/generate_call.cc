@@ -238,6 +238,7 @@ void GenerateCall::StartReserve() {
       attempt->request.mutable_prompt_token_ids()->Assign(prompt_ids_.begin(), prompt_ids_.end());
       *attempt->request.mutable_sampling() = SamplingToProto(sampling_);
       attempt->request.set_local_prefill(target->local_prefill);
+      attempt->request.set_cache_salt(cache_salt_);  // a local prefill uses D's prefix cache
       if (!target->local_prefill) {
         attempt->request.set_prefill_kv_compat_hash(target->prefill_kv_compat_hash);
       }
@@ -348,6 +349,9 @@ void GenerateCall::OnDecodeMessage(const v1::DecodeStreamResponse& message) {
     if (phase_ != Phase::kRunning || kv_transfer_failure_.has_value()) return;
     if (message.has_tokens()) {
       const auto& ids = message.tokens().token_ids();
+      if (message.tokens().cached_prompt_tokens() > 0) {  // a local prefill's first tokens
+        local_cached_tokens_ = message.tokens().cached_prompt_tokens();
+      }
       const absl::Time now = absl::Now();
       RouterMetrics& m = router_->metrics();
       if (!ids.empty()) {

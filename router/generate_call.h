@@ -130,7 +130,7 @@ class GenerateCall final : public AbortableCall,
   // Set once in Prepare (before any concurrency), read-only afterwards.
   std::string request_id_;
   std::vector<int32_t> prompt_ids_;
-  std::string cache_salt_;  // the prefill workers' cache partition (api.proto cache_salt)
+  std::string cache_salt_;  // the prefix caches' partition (api.proto cache_salt)
   SamplingConfig sampling_;
   bool registered_ = false;  // in the RequestTable
   // Admission: in the admission queue (counted in requests_waiting). The queue's Kick retries
@@ -163,6 +163,8 @@ class GenerateCall final : public AbortableCall,
   };
   std::unique_ptr<PrefillCall> prefill_ ABSL_GUARDED_BY(mu_);
   bool prefill_answered_ ABSL_GUARDED_BY(mu_) = false;  // OnPrefillDone ran
+  // A local prefill's prompt tokens from the decode worker's prefix cache (its first tokens).
+  int32_t local_cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   // D's stream can end before the prefill worker's answer (which tells the prompt tokens it
   // took from its prefix cache) arrives: the completion waits here for that answer (or its
   // failure; the prefill call has a deadline), so usage counts the cached tokens.

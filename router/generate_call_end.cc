@@ -58,8 +58,10 @@ bool GenerateCall::CompleteLocked(v1::FinishReason reason, std::optional<int32_t
   }
   if (!local && prefill_ != nullptr) {
     c.set_cached_prompt_tokens(prefill_->response.cached_tokens());
-    router_->metrics().cached_prompt_tokens_total->Increment(c.cached_prompt_tokens());
+  } else if (local) {
+    c.set_cached_prompt_tokens(local_cached_tokens_);
   }
+  router_->metrics().cached_prompt_tokens_total->Increment(c.cached_prompt_tokens());
   outbox_.Complete(reason, matched_token, std::move(c));
   return true;
 }

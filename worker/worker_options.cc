@@ -66,8 +66,9 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
                  "forward)")
       ->capture_default_str();
   app.add_option("--prefix-cache", o->prefix_cache,
-                 "prefill: keep the KV of prefilled prompts' whole 64-token pages in the free "
-                 "part of the pool and reuse it for prompts that start with the same tokens")
+                 "keep the KV of computed whole 64-token pages in the free part of the pool and "
+                 "reuse it for prompts that start with the same tokens (prefill: prompts; "
+                 "decode: local prefills and preempted requests)")
       ->capture_default_str();
   app.add_option("--profiles-dir", o->profiles_dir, "directory of GPU profiles")
       ->capture_default_str();

@@ -45,7 +45,7 @@ struct WorkerOptions {
   int chunk_size = 2048;
   std::string kv_transport = "auto";
   bool kv_layerwise = true;  // prefill, nccl: ship each layer while the next one computes
-  bool prefix_cache = true;  // prefill: reuse the KV of earlier prompts' whole pages
+  bool prefix_cache = true;  // reuse the KV of earlier prompts' whole pages (docs/serving.md)
   std::string profiles_dir = "profiles";
   int metrics_port = -1;
   std::string log_level = "info";

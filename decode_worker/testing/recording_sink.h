@@ -17,6 +17,11 @@ class RecordingSink final : public decode::TokenSink {
     tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
     logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
   }
+  void OnPromptCached(int tokens) override {
+    absl::MutexLock lock(&mu_);
+    cached_ = tokens;
+    cached_before_tokens_ = tokens_.empty();
+  }
   void OnFinished(const decode::DecodeFinish& finish) override {
     absl::MutexLock lock(&mu_);
     finish_ = finish;
@@ -52,6 +57,15 @@ class RecordingSink final : public decode::TokenSink {
     absl::MutexLock lock(&mu_);
     return ended_;
   }
+  // OnPromptCached's tokens (0 if not called), and whether it came before any token.
+  int cached() const {
+    absl::MutexLock lock(&mu_);
+    return cached_;
+  }
+  bool cached_before_tokens() const {
+    absl::MutexLock lock(&mu_);
+    return cached_before_tokens_;
+  }
 
  private:
   mutable absl::Mutex mu_;
@@ -60,6 +74,8 @@ class RecordingSink final : public decode::TokenSink {
   std::optional<decode::DecodeFinish> finish_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  int cached_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cached_before_tokens_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace mlaserve::testing

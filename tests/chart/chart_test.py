@@ -109,9 +109,8 @@ class SchemaTest(unittest.TestCase):
                             "1073741825 is greater than the maximum of 1073741824")
         self.assertRejected({"router": {"prefixAffinityEntries": "1M"}},
                             "'1M' is not of type 'integer', 'null'")
-        # The decode worker does not use the prefix cache (its local prefill bypasses it).
-        self.assertRejected({"decode": {"prefixCache": False}}, "'prefixCache' was unexpected")
-        ok = {"prefill": {"prefixCache": False},
+        self.assertRejected({"decode": {"prefixCache": 0}}, "0 is not of type 'boolean', 'null'")
+        ok = {"prefill": {"prefixCache": False}, "decode": {"prefixCache": False},
               "router": {"prefixAffinity": True, "prefixAffinityEntries": 2**30}}
         self.assertEqual(self.errors(deep_merge(defaults(), ok)), [])
 
@@ -370,6 +369,7 @@ class RenderTest(unittest.TestCase):
                     self.assertNotIn(flag, flags, f"{name} {component}")
 
         objs = render(extra_values={"prefill": {"prefixCache": False},
+                                    "decode": {"prefixCache": True},
                                     "router": {"prefixAffinity": False,
                                                "prefixAffinityEntries": 2**30}})
         prefill = container(find(objs, "Deployment", "prefill"))["args"]
@@ -380,9 +380,10 @@ class RenderTest(unittest.TestCase):
         self.assertIn("--prefix-affinity=false", router)
         self.assertNotIn("false", prefill + router)
         self.assertEqual(flag_values(router)["--prefix-affinity-entries"], "1073741824")
+        self.assertIn("--prefix-cache=true", container(find(objs, "Deployment", "decode"))["args"])
         for component, others in (("prefill", ("--prefix-affinity", "--prefix-affinity-entries")),
                                   ("router", ("--prefix-cache",)),
-                                  ("decode", prefix_flags)):
+                                  ("decode", ("--prefix-affinity", "--prefix-affinity-entries"))):
             flags = flag_values(container(find(objs, "Deployment", component))["args"])
             for flag in others:
                 self.assertNotIn(flag, flags, component)

@@ -135,15 +135,31 @@ TEST_P(ServingTest, LocalPrefillGivesTheSameTokens) {
   o.local_prefill_threshold = 1000;
   auto cluster = Cluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const std::vector<int32_t> prompt = Prompt(30, 3);
+  const std::vector<int32_t> prompt = Prompt(100, 3);
   v1::GenerateRequest req = IdsRequest(prompt, 16);
   req.mutable_sampling()->set_temperature(0);
   GenerateResult r = RunGenerate((*cluster)->generation(), req, kRequestTimeout);
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   EXPECT_TRUE(r.complete->local_prefill());
+  EXPECT_EQ(r.complete->cached_prompt_tokens(), 0);
   auto ref = ReferenceTokens(GetParam(), prompt, 16, 0.0f, std::nullopt);
   ASSERT_TRUE(ref.ok()) << ref.status();
   EXPECT_EQ(r.ids, *ref);
+  // The next turn (the prompt, the answer, more): the decode worker's prefix cache holds the
+  // first whole page of what the first request computed (115 positions), and the tokens are
+  // still mlaserve-run's over the whole prompt.
+  std::vector<int32_t> next = prompt;
+  next.insert(next.end(), r.ids.begin(), r.ids.end());
+  for (int32_t id : Prompt(20, 5)) next.push_back(id);
+  v1::GenerateRequest req2 = IdsRequest(next, 8);
+  req2.mutable_sampling()->set_temperature(0);
+  GenerateResult r2 = RunGenerate((*cluster)->generation(), req2, kRequestTimeout);
+  ASSERT_TRUE(r2.status.ok()) << r2.status.error_message();
+  EXPECT_TRUE(r2.complete->local_prefill());
+  EXPECT_EQ(r2.complete->cached_prompt_tokens(), 64);
+  auto ref2 = ReferenceTokens(GetParam(), next, 8, 0.0f, std::nullopt);
+  ASSERT_TRUE(ref2.ok()) << ref2.status();
+  EXPECT_EQ(r2.ids, *ref2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ServingTest, ::testing::ValuesIn(FixtureModels()),

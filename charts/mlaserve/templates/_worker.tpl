@@ -124,10 +124,8 @@ spec:
             - --log-level
             - {{ $root.Values.logLevel | quote }}
             {{- $optional := list (list "--device" $w.device) (list "--num-kv-pages" $w.numKvPages)
-                  (list "--max-batch-tokens" $w.maxBatchTokens) (list "--chunk-size" $w.chunkSize) }}
-            {{- if eq $role "prefill" }}
-            {{- $optional = append $optional (list "--prefix-cache" $w.prefixCache) }}
-            {{- end }}
+                  (list "--max-batch-tokens" $w.maxBatchTokens) (list "--chunk-size" $w.chunkSize)
+                  (list "--prefix-cache" $w.prefixCache) }}
             {{- if eq $role "decode" }}
             {{- $optional = concat $optional (list (list "--max-running-requests" $w.maxRunningRequests)
                   (list "--kv-lease-ms" $w.kvLeaseMs) (list "--local-prefill-threshold" $w.localPrefillThreshold)) }}
