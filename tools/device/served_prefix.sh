@@ -8,7 +8,9 @@
 #   CPU (here):   BACKEND=cpu BIN=DIR MODEL=DIR bash tools/device/served_prefix.sh
 #                 (BIN: a directory with the four binaries, e.g. links into a build tree)
 # LOAD: mlaserve-bench's load (default: 48 prompts in 4 groups sharing 1536 tokens, 128 own
-# tokens, 16 out, concurrency 4, seed 1). ARMS: "on off" by default.
+# tokens, 16 out, concurrency 4, seed 1). ARMS: "on off" by default (both workers' caches).
+# LOCAL_PREFILL_THRESHOLD (default 0: every prompt to the prefill worker): the decode worker
+# prefills prompts up to this many tokens itself, from its own prefix cache.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
@@ -33,7 +35,7 @@ for arm in ${ARMS:-on off}; do
   [[ $arm == off ]] && cache=false
   wf=(--insecure --listen 127.0.0.1:0 --model "$MODEL" --backend "$BACKEND" --kv-transport tcp --metrics-port -1 --num-kv-pages ${NUM_KV_PAGES:-1024})
   if start "$arm-prefill" "$B/mlaserve-prefill" "${wf[@]}" --prefix-cache=$cache &&
-     pa=$ADDRESS && start "$arm-decode" "$B/mlaserve-decode" "${wf[@]}" --max-running-requests 64 --local-prefill-threshold 0 &&
+     pa=$ADDRESS && start "$arm-decode" "$B/mlaserve-decode" "${wf[@]}" --max-running-requests 64 --local-prefill-threshold ${LOCAL_PREFILL_THRESHOLD:-0} --prefix-cache=$cache &&
      da=$ADDRESS && start "$arm-router" "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
        --model "$MODEL" --metrics-port -1 --prefill "$pa" --decode "$da"; then
     f=$OUT/prefix_$arm
