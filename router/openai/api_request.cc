@@ -13,97 +13,12 @@
 #include "absl/strings/str_replace.h"
 #include "common/request_limits.h"
 #include "router/chat_template/value.h"
+#include "router/openai/request_reader.h"
 
 namespace mlaserve::router::openai {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-ApiError Invalid(std::string message, std::optional<std::string> param = std::nullopt) {
-  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), std::nullopt};
-}
-
-std::string JsonType(const Json& v) {
-  switch (v.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "a boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "an integer";
-    case Json::value_t::number_float: return "a number";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::array: return "an array";
-    default: return "an object";
-  }
-}
-
-// Whether `object[key]` is the string `want` (false for another type: nlohmann's value() would
-// throw on a non-string).
-bool StringFieldIs(const Json& object, const char* key, std::string_view want) {
-  const auto it = object.find(key);
-  return it != object.end() && it->is_string() && it->get_ref<const std::string&>() == want;
-}
-
-// Reads request fields with OpenAI-shaped errors; the first error wins and stops reading.
-class Reader {
- public:
-  explicit Reader(const Json& body) : body_(body) {}
-
-  const std::optional<ApiError>& error() const { return error_; }
-  bool failed() const { return error_.has_value(); }
-  void Fail(ApiError e) {
-    if (!error_) error_ = std::move(e);
-  }
-
-  // The field, or nullptr when absent or null (OpenAI treats null as "not given").
-  const Json* Get(const std::string& key) {
-    auto it = body_.find(key);
-    return it == body_.end() || it->is_null() ? nullptr : &*it;
-  }
-  void WrongType(const std::string& key, const std::string& want, const Json& got) {
-    Fail(Invalid(absl::StrCat("'", key, "' must be ", want, ", got ", JsonType(got)), key));
-  }
-  std::optional<bool> Bool(const std::string& key) {
-    const Json* v = Get(key);
-    if (v == nullptr || failed()) return std::nullopt;
-    if (!v->is_boolean()) return WrongType(key, "a boolean", *v), std::nullopt;
-    return v->get<bool>();
-  }
-  std::optional<double> Number(const std::string& key) {
-    const Json* v = Get(key);
-    if (v == nullptr || failed()) return std::nullopt;
-    if (!v->is_number()) return WrongType(key, "a number", *v), std::nullopt;
-    return v->get<double>();
-  }
-  std::optional<int64_t> Integer(const std::string& key) {
-    const Json* v = Get(key);
-    if (v == nullptr || failed()) return std::nullopt;
-    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return Fail(Invalid(absl::StrCat("'", key, "' is too large"), key)), std::nullopt;
-    }
-    if (!v->is_number_integer()) return WrongType(key, "an integer", *v), std::nullopt;
-    return v->get<int64_t>();
-  }
-  std::optional<std::string> String(const std::string& key) {
-    const Json* v = Get(key);
-    if (v == nullptr || failed()) return std::nullopt;
-    if (!v->is_string()) return WrongType(key, "a string", *v), std::nullopt;
-    return v->get<std::string>();
-  }
-  // A 32-bit integer in [lo, hi] (token counts, ids).
-  std::optional<int32_t> Int32(const std::string& key, int64_t lo, int64_t hi) {
-    std::optional<int64_t> v = Integer(key);
-    if (!v) return std::nullopt;
-    if (*v < lo || *v > hi) {
-      return Fail(Invalid(absl::StrCat("'", key, "' is ", *v, "; it must be in [", lo, ", ", hi, "]"), key)),
-             std::nullopt;
-    }
-    return static_cast<int32_t>(*v);
-  }
-
- private:
-  const Json& body_;
-  std::optional<ApiError> error_;
-};
 
 const std::set<std::string>& CommonKeys() {
   static const std::set<std::string> k{
@@ -132,7 +47,7 @@ const std::set<std::string>& ChatKeys() {
 // completions' `logprobs: int`; chat's `logprobs: bool` with `top_logprobs: int`, which needs
 // logprobs true (as OpenAI and vLLM). Completions' echo would need the prompt's logprobs, which
 // the engine does not compute.
-void ReadLogprobs(Reader& r, Endpoint endpoint, bool echo, v1::SamplingParams* s) {
+void ReadLogprobs(RequestReader& r, Endpoint endpoint, bool echo, v1::SamplingParams* s) {
   constexpr int64_t kMax = common::kMaxTopLogprobs;
   if (endpoint == Endpoint::kCompletions) {
     std::optional<int32_t> n = r.Int32("logprobs", 0, kMax);
@@ -155,7 +70,7 @@ void ReadLogprobs(Reader& r, Endpoint endpoint, bool echo, v1::SamplingParams* s
 }
 
 // logit_bias: {"token id": bias}; the ids and ranges are checked by the router's Generate path.
-void ReadLogitBias(Reader& r, v1::SamplingParams* s) {
+void ReadLogitBias(RequestReader& r, v1::SamplingParams* s) {
   const Json* v = r.Get("logit_bias");
   if (v == nullptr || r.failed()) return;
   if (!v->is_object()) return r.WrongType("logit_bias", "an object of token id -> number", *v);
@@ -175,7 +90,7 @@ void ReadLogitBias(Reader& r, v1::SamplingParams* s) {
 }
 
 // Parameters OpenAI has whose only value this engine honours is "off".
-void RequireOff(Reader& r, Endpoint endpoint) {
+void RequireOff(RequestReader& r, Endpoint endpoint) {
   if (endpoint == Endpoint::kCompletions) {
     if (r.Get("suffix") != nullptr) r.Fail(Invalid("'suffix' is not supported", "suffix"));
     if (const Json* v = r.Get("best_of"); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 1)) {
@@ -212,7 +127,7 @@ void RequireOff(Reader& r, Endpoint endpoint) {
   }
 }
 
-void ReadSampling(Reader& r, Endpoint endpoint, v1::SamplingParams* s,
+void ReadSampling(RequestReader& r, Endpoint endpoint, v1::SamplingParams* s,
                   std::string& max_tokens_param) {
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   std::optional<int32_t> max_tokens = r.Int32("max_tokens", std::numeric_limits<int32_t>::min(), kInt32Max);
@@ -271,7 +186,7 @@ void ReadSampling(Reader& r, Endpoint endpoint, v1::SamplingParams* s,
 
 // OpenAI's prompt forms: a string, an array of token ids, an array of strings, or an array of
 // token-id arrays (the last two: one prompt each).
-void ReadPrompt(Reader& r, ApiRequest* out) {
+void ReadPrompt(RequestReader& r, ApiRequest* out) {
   const Json* p = r.Get("prompt");
   if (p == nullptr) return r.Fail(Invalid("'prompt' is required", "prompt"));
   const auto token_ids = [&](const Json& array) -> bool {
@@ -314,7 +229,7 @@ void ReadPrompt(Reader& r, ApiRequest* out) {
 // (dropped: R1's template would render an empty call block), and clients send `arguments` as
 // an object as well as the JSON text OpenAI specifies (written as Python's json.dumps would,
 // as transformers' templates see it). False after a 400 naming the call.
-bool NormalizeToolCalls(Reader& r, const std::string& where, Json& msg) {
+bool NormalizeToolCalls(RequestReader& r, const std::string& where, Json& msg) {
   const auto calls = msg.find("tool_calls");
   if (calls == msg.end()) return true;
   if (calls->is_null() || (calls->is_array() && calls->empty())) {
@@ -352,7 +267,7 @@ bool NormalizeToolCalls(Reader& r, const std::string& where, Json& msg) {
   return true;
 }
 
-void ReadMessages(Reader& r, ApiRequest* out) {
+void ReadMessages(RequestReader& r, ApiRequest* out) {
   const Json* m = r.Get("messages");
   if (m == nullptr) return r.Fail(Invalid("'messages' is required", "messages"));
   if (!m->is_array() || m->empty()) {
@@ -399,7 +314,7 @@ void ReadMessages(Reader& r, ApiRequest* out) {
 // value the schema admits; the schema is compiled in validation, whose errors name the keyword
 // and its pointer). `name` is required as OpenAI requires it (^[a-zA-Z0-9_-]{1,64}$); the object
 // is kept in out->response_format for the chat formats that render it (DeepSeek-V3.2's).
-void ReadResponseFormat(Reader& r, ApiRequest* out) {
+void ReadResponseFormat(RequestReader& r, ApiRequest* out) {
   v1::SamplingParams* s = &out->sampling;
   const Json* v = r.Get("response_format");
   if (v == nullptr || r.failed()) return;
@@ -482,7 +397,7 @@ bool IsToolName(std::string_view name) {
 // OpenAI's tools: [{"type": "function", "function": {"name", "description"?, "parameters"?,
 // "strict"?}}], names unique (a call names its function); tool_choice "none" / "auto" /
 // "required" / {"type": "function", "function": {"name"}}, which must name one of them.
-void ReadTools(Reader& r, ApiRequest* out) {
+void ReadTools(RequestReader& r, ApiRequest* out) {
   if (const Json* v = r.Get("tools"); v != nullptr && !r.failed()) {
     if (!v->is_array()) return r.WrongType("tools", "an array of tools", *v);
     std::set<std::string> names;
@@ -624,28 +539,35 @@ ApiError ErrorForRequest(const absl::Status& status, const ApiRequest& request) 
   return e;
 }
 
+ApiError ModelNotFound(const std::string& model, const std::string& served_model) {
+  return ApiError{404, absl::StrCat("The model '", model, "' does not exist; this server serves '",
+                                    served_model, "'"),
+                  "invalid_request_error", "model", "model_not_found"};
+}
+
+void ReadChatPrompt(RequestReader& r, ApiRequest* out) {
+  ReadMessages(r, out);
+  ReadTools(r, out);
+}
+
 std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std::string& body,
                                                    const std::string& served_model) {
-  const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Invalid("the request body is not valid JSON");
-  if (!j.is_object()) return Invalid(absl::StrCat("the request body must be a JSON object, got ", JsonType(j)));
+  std::variant<Json, ApiError> parsed = ParseRequestBody(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const Json& j = std::get<Json>(parsed);
   const std::set<std::string>& own = endpoint == Endpoint::kChat ? ChatKeys() : CompletionKeys();
   for (const auto& [key, value] : j.items()) {
     if (CommonKeys().count(key) == 0 && own.count(key) == 0) {
       return Invalid(absl::StrCat("unrecognized request argument supplied: ", key), key);
     }
   }
-  Reader r(j);
+  RequestReader r(j);
   ApiRequest out;
   out.endpoint = endpoint;
   std::optional<std::string> model = r.String("model");
   if (r.failed()) return *r.error();
   if (!model) return Invalid("'model' is required", "model");
-  if (*model != served_model) {
-    return ApiError{404, absl::StrCat("The model '", *model, "' does not exist; this server serves '",
-                                      served_model, "'"),
-                    "invalid_request_error", "model", "model_not_found"};
-  }
+  if (*model != served_model) return ModelNotFound(*model, served_model);
   out.model = *model;
   out.stream = r.Bool("stream").value_or(false);
   if (const Json* so = r.Get("stream_options"); so != nullptr && !r.failed()) {
@@ -667,8 +589,7 @@ std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std:
   ReadSampling(r, endpoint, &out.sampling, out.max_tokens_param);
   ReadLogprobs(r, endpoint, out.echo, &out.sampling);
   if (endpoint == Endpoint::kChat) {
-    ReadMessages(r, &out);
-    ReadTools(r, &out);
+    ReadChatPrompt(r, &out);
     ReadResponseFormat(r, &out);
   } else {
     ReadPrompt(r, &out);

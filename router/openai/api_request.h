@@ -89,6 +89,17 @@ inline constexpr int32_t kCompletionsDefaultMaxTokens = 16;
 // by the ones the request used.
 ApiError ErrorForRequest(const absl::Status& status, const ApiRequest& request);
 
+// 404 model_not_found for a request naming `model` when this server serves `served_model` (as
+// OpenAI answers an unknown model).
+ApiError ModelNotFound(const std::string& model, const std::string& served_model);
+
+class RequestReader;
+// The chat prompt's fields as /v1/chat/completions reads them: `messages` (required; text
+// content parts joined, tool calls normalized), `add_generation_prompt`,
+// `chat_template_kwargs` and `tools` (with `tool_choice` and `parallel_tool_calls`). /tokenize
+// reads its messages form with this, so it renders the prompt chat renders.
+void ReadChatPrompt(RequestReader& r, ApiRequest* out);
+
 // Parses a request body for `endpoint`; an ApiError (400) naming the parameter otherwise.
 // `served_model` is the only model name accepted (404 model_not_found otherwise, as OpenAI).
 std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std::string& body,

@@ -14,13 +14,13 @@
 #include "common/call_auth.h"
 #include "kernels/common/page.h"
 #include "router/openai/api_request.h"
+#include "router/openai/chat_prompt.h"
 #include "router/openai/connection_probe.h"
 #include "router/openai/forced_arguments.h"
 #include "router/openai/generate_exchange.h"
 #include "router/openai/reasoning_splitter.h"
 #include "router/openai/response_builder.h"
-#include "router/openai/tool_prompt.h"
-#include "router/chat_template/deepseek_v32_encoding.h"
+#include "router/openai/tokenize_request.h"
 #include "router/validation.h"
 
 namespace mlaserve::router::openai {
@@ -30,7 +30,9 @@ using Json = nlohmann::ordered_json;
 
 void SendJson(httplib::Response& res, int status, const Json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  // Strings that are not UTF-8 (none should be: detokenized text is whole characters) are
+  // sent with U+FFFD rather than failing the response.
+  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
 }
 
 void SendError(httplib::Response& res, const ApiError& error) {
@@ -63,9 +65,10 @@ struct ChoiceSet {
 
 struct HttpApi::Impl {
   RouterContext* router;
-  absl::StatusOr<chat_template::CheckpointChatTemplate> chat_template;
-  std::optional<ToolCallFormat> tool_call_format;  // nullopt: requests with tools are refused
-  bool template_reads_tools = false;  // the Jinja template renders `tools` itself
+  std::optional<ChatPrompt> chat;  // set by Start
+  // Why this router cannot tokenize text (it has no tokenizer: TokenIdsOnlyCodec), else OK;
+  // /detokenize answers with it as the text endpoints do.
+  absl::Status text_unavailable;
   HttpApiOptions options;
   std::unique_ptr<httplib::Server> server;
   std::thread listener;
@@ -90,6 +93,12 @@ struct HttpApi::Impl {
     });
     server->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       Generate(Endpoint::kChat, req, res);
+    });
+    server->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      Tokenize(req, res);
+    });
+    server->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      Detokenize(req, res);
     });
     server->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
@@ -157,79 +166,30 @@ struct HttpApi::Impl {
                                                      "decode, ", prefill ? "" : "no ", "prefill")}});
   }
 
-  // What a chat prompt sets up for its answer.
-  struct ChatSetup {
-    bool opens_reasoning = false;               // the prompt ends inside <think>
-    std::optional<ToolCallFormat> tool_calls;   // the answer is parsed for tool calls
-    std::string call_opening;                   // the forced call's opening, ending the prompt
-    std::vector<std::string> history_call_ids;  // the ids of the history's calls (kimi_k2's count)
-  };
-
-  // The template's variables for a chat request: its messages, with the tools where the
-  // model will see them (tool_prompt.h).
-  std::variant<Json, ApiError> ChatVariables(const ApiRequest& r, ChatSetup* setup) const {
-    Json vars = chat_template->special_tokens;
-    vars["messages"] = r.messages;
-    vars["tools"] = nullptr;
-    vars["documents"] = nullptr;
-    vars["add_generation_prompt"] = r.add_generation_prompt;
-    for (const auto& [k, v] : r.chat_template_kwargs.items()) vars[k] = v;
-    // DeepSeek-V3.2's encoder renders a system message's response_format ("## Response
-    // Format" with its JSON): a json_schema request's goes on the first message, as the tools
-    // do (the output is held to it as well).
-    if (!chat_template->tmpl.has_value() && !r.response_format.is_null()) {
-      vars["messages"] = chat_template::WithRequestResponseFormat(vars["messages"], r.response_format);
+  // Text the HTTP front end tokenizes itself (a rendered chat, /tokenize's text), held to the
+  // bounds GenerateCall holds a text prompt to: the prompt-size bound, checked before
+  // tokenizing (a 400 naming `param`), and the router's tokenizing budget (503).
+  std::variant<std::vector<int32_t>, ApiError> TokenizeText(const std::string& text, bool add_special_tokens,
+                                                           const char* param) const {
+    if (absl::Status st = ValidatePromptBytes(text.size(), router->codec().MaxBytesPerToken(),
+                                              router->model().limits);
+        !st.ok()) {
+      ApiError e = ErrorFromStatus(st);
+      e.param = param;
+      return e;
     }
-    if (r.tool_choice == ApiRequest::ToolChoice::kNone) return vars;
-    if (r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT ||
-        r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_SCHEMA) {
-      const bool object = r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT;
-      return ApiError{400,
-                      absl::StrCat("'response_format' ", object ? "json_object" : "json_schema",
-                                   " cannot be combined with 'tools': a tool call is not ",
-                                   object ? "a JSON object" : "the schema's value",
-                                   "; use tool_choice \"none\" or drop response_format"),
-                      "invalid_request_error", "response_format", std::nullopt};
-    }
-    if (!tool_call_format.has_value()) {
-      const std::string why = options.tool_call_parser == "none"
-                                  ? std::string("this server runs with --tool-call-parser none")
-                                  : absl::StrCat(chat_template->origin,
-                                                 " writes no tool calls, so the tool-call syntax of "
-                                                 "this model is unknown; start the router with "
-                                                 "--tool-call-parser");
-      return ApiError{400, absl::StrCat("'tools' cannot be served: ", why), "invalid_request_error",
-                      "tools", std::nullopt};
-    }
-    // A named function is the only tool the model is shown (as SGLang does).
-    Json tools = Json::array();
-    for (const Json& tool : r.tools) {
-      if (r.tool_choice != ApiRequest::ToolChoice::kNamed || tool["function"]["name"] == r.tool_name) {
-        tools.push_back(tool);
-      }
-    }
-    setup->tool_calls = tool_call_format;
-    setup->history_call_ids = HistoryCallIds(r.messages);
-    if (!chat_template->tmpl.has_value()) {
-      vars["messages"] = chat_template::WithRequestTools(r.messages, tools);
-    } else if (template_reads_tools) {
-      vars["tools"] = std::move(tools);
-    } else if (*tool_call_format != ToolCallFormat::kDeepseekV32) {
-      vars["messages"] = WithToolsSection(r.messages, ToolsSection(*tool_call_format, tools));
-    } else {
-      return ApiError{400,
-                      absl::StrCat("'tools' cannot be served: ", chat_template->origin,
-                                   " does not render tools and DeepSeek-V3.2's tool section "
-                                   "is its encoder's; drop --chat-template"),
-                      "invalid_request_error", "tools", std::nullopt};
-    }
-    return vars;
+    absl::StatusOr<RouterContext::TokenizingClaim> claim = router->ClaimTokenizing(text.size());
+    if (!claim.ok()) return ErrorFromStatus(claim.status());
+    absl::StatusOr<std::vector<int32_t>> ids =
+        add_special_tokens ? router->codec().Encode(text) : router->codec().EncodeVerbatim(text);
+    if (!ids.ok()) return ErrorFromStatus(ids.status());
+    return *std::move(ids);
   }
 
   // The Generate request of each prompt (completions may have several; chat has one), or the
   // error to answer with.
   std::variant<std::vector<v1::GenerateRequest>, ApiError> ToGenerateRequests(
-      const ApiRequest& r, ChatSetup* setup) {
+      const ApiRequest& r, ChatPrompt::Setup* setup) {
     v1::GenerateRequest g;
     g.set_request_id(router->NewRequestId());
     *g.mutable_sampling() = r.sampling;
@@ -250,21 +210,8 @@ struct HttpApi::Impl {
       }
       return out;
     }
-    if (!chat_template.ok()) {
-      return ApiError{400, absl::StrCat("this model has no usable chat template (",
-                                        chat_template.status().message(),
-                                        "); use /v1/completions, or start the router with "
-                                        "--chat-template FILE"),
-                      "invalid_request_error", "messages", "chat_template_unavailable"};
-    }
-    std::variant<Json, ApiError> vars = ChatVariables(r, setup);
-    if (auto* e = std::get_if<ApiError>(&vars)) return *e;
-    absl::StatusOr<std::string> prompt = chat_template->Render(std::get<Json>(vars));
-    if (!prompt.ok()) {
-      return ApiError{400, absl::StrCat("rendering the chat template failed: ", prompt.status().message()),
-                      "invalid_request_error", "messages", std::nullopt};
-    }
-    setup->opens_reasoning = ReasoningSplitter::PromptOpensReasoning(*prompt);
+    std::variant<std::string, ApiError> prompt = chat->Render(r, setup);
+    if (auto* e = std::get_if<ApiError>(&prompt)) return *e;
     if (setup->opens_reasoning &&
         (r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT ||
          r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_SCHEMA)) {
@@ -273,34 +220,18 @@ struct HttpApi::Impl {
       g.mutable_sampling()->set_response_format_after(std::string(ReasoningSplitter::kReasoningEnd));
     }
     if (r.tool_choice == ApiRequest::ToolChoice::kRequired || r.tool_choice == ApiRequest::ToolChoice::kNamed) {
-      // A call is made certain by writing its opening (and the named function) at the prompt's
-      // end; a prompt that opened a <think> would lose it.
-      if (setup->opens_reasoning) {
-        return ApiError{400,
-                        "'tool_choice' \"required\" or a named function cannot be combined with "
-                        "thinking mode: the call would have to start before the reasoning ends; use "
-                        "\"auto\" or turn thinking off",
-                        "invalid_request_error", "tool_choice", std::nullopt};
-      }
-      const bool named = r.tool_choice == ApiRequest::ToolChoice::kNamed;
-      setup->call_opening = ToolCallParser::CallOpening(
-          *setup->tool_calls, named ? std::optional<std::string>(r.tool_name) : std::nullopt, setup->history_call_ids);
-      *prompt += setup->call_opening;
+      // The prompt ends with the forced call's opening (ChatPrompt): its arguments are held to
+      // the tool.
       ConstrainForcedCall(*setup->tool_calls, r, setup->history_call_ids, g.mutable_sampling());
     }
-    // A rendered chat is tokenized here, not in GenerateCall: the same bounds as a text prompt.
-    if (absl::Status st = ValidatePromptBytes(prompt->size(), router->codec().MaxBytesPerToken(),
-                                              router->model().limits);
-        !st.ok()) {
-      return ErrorForRequest(st, r);
-    }
-    absl::StatusOr<RouterContext::TokenizingClaim> claim = router->ClaimTokenizing(prompt->size());
-    if (!claim.ok()) return ErrorFromStatus(claim.status());
-    absl::StatusOr<std::vector<int32_t>> ids = router->codec().EncodeVerbatim(*prompt);
-    if (!ids.ok()) return ErrorFromStatus(ids.status());
-    g.mutable_token_ids()->mutable_ids()->Assign(ids->begin(), ids->end());
+    // The rendered prompt carries its special tokens: tokenized as written (no second BOS).
+    std::variant<std::vector<int32_t>, ApiError> ids =
+        TokenizeText(std::get<std::string>(prompt), /*add_special_tokens=*/false, "messages");
+    if (auto* e = std::get_if<ApiError>(&ids)) return *e;
+    const std::vector<int32_t>& prompt_ids = std::get<std::vector<int32_t>>(ids);
+    g.mutable_token_ids()->mutable_ids()->Assign(prompt_ids.begin(), prompt_ids.end());
     if (!g.sampling().has_max_new_tokens()) {
-      if (std::optional<int32_t> room = ChatRoom(static_cast<int32_t>(ids->size()))) {
+      if (std::optional<int32_t> room = ChatRoom(static_cast<int32_t>(prompt_ids.size()))) {
         g.mutable_sampling()->set_max_new_tokens(*room);
       }
     }
@@ -335,12 +266,48 @@ struct HttpApi::Impl {
     return static_cast<int32_t>(room);
   }
 
+  // vLLM's /tokenize: a text, or messages rendered as /v1/chat/completions renders them.
+  // Nothing reaches a worker.
+  void Tokenize(const httplib::Request& req, httplib::Response& res) {
+    std::variant<TokenizeRequest, ApiError> parsed = ParseTokenizeRequest(req.body, options.served_model_name);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
+    const TokenizeRequest& t = std::get<TokenizeRequest>(parsed);
+    std::string text;
+    if (t.prompt.has_value()) {
+      text = *t.prompt;
+    } else {
+      ChatPrompt::Setup setup;
+      std::variant<std::string, ApiError> rendered = chat->Render(t.chat, &setup);
+      if (auto* e = std::get_if<ApiError>(&rendered)) return SendError(res, *e);
+      text = std::get<std::string>(std::move(rendered));
+    }
+    std::variant<std::vector<int32_t>, ApiError> ids =
+        TokenizeText(text, t.add_special_tokens, t.prompt.has_value() ? "prompt" : "messages");
+    if (auto* e = std::get_if<ApiError>(&ids)) return SendError(res, *e);
+    SendJson(res, 200, TokenizeResponse(std::get<std::vector<int32_t>>(ids), router->model().limits.max_context,
+                                        t.return_token_strs ? &router->codec() : nullptr));
+  }
+
+  // vLLM's /detokenize: the ids' text, special tokens included (as transformers' decode).
+  void Detokenize(const httplib::Request& req, httplib::Response& res) {
+    std::variant<DetokenizeRequest, ApiError> parsed =
+        ParseDetokenizeRequest(req.body, options.served_model_name, router->model().limits.vocab_size);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
+    if (!text_unavailable.ok()) return SendError(res, ErrorFromStatus(text_unavailable));
+    std::unique_ptr<StreamingDetokenizer> detokenizer =
+        router->codec().NewDetokenizer({}, /*skip_special_tokens=*/false);
+    std::string text;
+    for (int32_t id : std::get<DetokenizeRequest>(parsed).tokens) text += detokenizer->Push(id);
+    text += detokenizer->Finish();
+    SendJson(res, 200, Json{{"prompt", std::move(text)}});
+  }
+
   void Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
     std::variant<ApiRequest, ApiError> parsed =
         ParseApiRequest(endpoint, req.body, options.served_model_name);
     if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
     const ApiRequest& r = std::get<ApiRequest>(parsed);
-    ChatSetup setup;
+    ChatPrompt::Setup setup;
     std::variant<std::vector<v1::GenerateRequest>, ApiError> g = ToGenerateRequests(r, &setup);
     if (auto* e = std::get_if<ApiError>(&g)) return SendError(res, *e);
     const std::vector<v1::GenerateRequest>& prompts = std::get<std::vector<v1::GenerateRequest>>(g);
@@ -490,30 +457,13 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
   signal(SIGPIPE, SIG_IGN);
   auto impl = std::make_unique<Impl>();
   impl->router = router;
-  if (options.tool_call_parser == "auto") {
-    if (chat_template.ok()) impl->tool_call_format = DetectToolCallFormat(*chat_template);
-  } else if (options.tool_call_parser != "none") {
-    impl->tool_call_format = ToolCallFormatFromName(options.tool_call_parser);
-    if (!impl->tool_call_format.has_value()) {
-      std::string names = "auto, none";
-      for (const ToolCallFormat f : kToolCallFormats) absl::StrAppend(&names, ", ", std::string(ToolCallFormatName(f)));
-      return absl::InvalidArgumentError(
-          absl::StrCat("tool-call parser '", options.tool_call_parser, "' is not one of ", names));
-    }
-    // DeepSeek-V3.2's built-in format describes DSML to the model: another syntax would
-    // never be parsed.
-    if (chat_template.ok() && !chat_template->tmpl.has_value() &&
-        *impl->tool_call_format != ToolCallFormat::kDeepseekV32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tool-call parser '", options.tool_call_parser, "' does not match DeepSeek-V3.2's chat "
-          "format, whose tool calls are deepseek_v32 (DSML); use auto or deepseek_v32"));
-    }
-  }
-  impl->template_reads_tools = chat_template.ok() && chat_template->tmpl.has_value() &&
-                               chat_template->tmpl->ReadsVariable("tools");
-  impl->chat_template = std::move(chat_template);
-  if (impl->tool_call_format.has_value()) {
-    spdlog::info("tool calls: {} syntax", ToolCallFormatName(*impl->tool_call_format));
+  absl::StatusOr<ChatPrompt> chat = ChatPrompt::Create(std::move(chat_template), options.tool_call_parser);
+  if (!chat.ok()) return chat.status();
+  impl->chat = *std::move(chat);
+  // A codec that cannot encode even "" has no tokenizer at all (TokenIdsOnlyCodec).
+  impl->text_unavailable = router->codec().EncodeVerbatim("").status();
+  if (impl->chat->tool_call_format().has_value()) {
+    spdlog::info("tool calls: {} syntax", ToolCallFormatName(*impl->chat->tool_call_format()));
   } else {
     spdlog::info("tool calls: none (requests with tools are refused; see --tool-call-parser)");
   }

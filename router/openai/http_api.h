@@ -4,11 +4,13 @@
 //   POST /v1/chat/completions   messages, rendered with the checkpoint's chat template
 //   GET  /v1/models, /v1/models/{id}
 //   GET  /health                200 once a prefill and a decode worker are healthy, else 503
+//   POST /tokenize, /detokenize vLLM's: a text or a chat's messages as token ids, and back
+//                               (tokenize_request.h); answered by the router alone
 //
-// Each request becomes one Generate call per choice (`n`; router/generate_call.h) started in
+// Each completions or chat request becomes one Generate call per choice (`n`; router/generate_call.h) started in
 // process through GenerateExchange, so validation, tokenization of text prompts, routing, admission, stop
 // strings and aborts are the gRPC API's own code. What is HTTP's alone: JSON parsing and
-// OpenAI's parameters (api_request.h), the chat template, response formats and server-sent
+// OpenAI's parameters (api_request.h), the chat template (chat_prompt.h), response formats and server-sent
 // events (response_builder.h), and the connection: a client that disconnects cancels its
 // call, which aborts its workers and frees its KV pages.
 //

@@ -37,8 +37,8 @@ Json LogprobsFormat::Empty() const {
               {"text_offset", Json::array()}};
 }
 
-std::string LogprobsFormat::TokenString(int32_t id, Json* bytes) const {
-  std::optional<std::string> raw = codec_->TokenBytes(id);
+std::string TokenString(const TextCodec& codec, int32_t id, Json* bytes) {
+  std::optional<std::string> raw = codec.TokenBytes(id);
   if (!raw.has_value()) {
     if (bytes != nullptr) *bytes = nullptr;
     return absl::StrCat("token_id:", id);
@@ -58,12 +58,12 @@ Json LogprobsFormat::Add(std::span<const int32_t> ids,
     const v1::TokenLogprobs& lp = logprobs[static_cast<int>(i)];
     if (endpoint_ == Endpoint::kChat) {
       Json bytes;
-      Json entry{{"token", TokenString(ids[i], &bytes)}, {"logprob", Clamped(lp.logprob())}};
+      Json entry{{"token", TokenString(*codec_, ids[i], &bytes)}, {"logprob", Clamped(lp.logprob())}};
       entry["bytes"] = std::move(bytes);
       Json top = Json::array();
       for (const v1::TopLogprob& t : lp.top_logprobs()) {
         Json top_bytes;
-        Json alt{{"token", TokenString(t.token_id(), &top_bytes)},
+        Json alt{{"token", TokenString(*codec_, t.token_id(), &top_bytes)},
                  {"logprob", Clamped(t.logprob())}};
         alt["bytes"] = std::move(top_bytes);
         top.push_back(std::move(alt));
@@ -72,11 +72,11 @@ Json LogprobsFormat::Add(std::span<const int32_t> ids,
       piece["content"].push_back(std::move(entry));
       continue;
     }
-    const std::string token = TokenString(ids[i], nullptr);
+    const std::string token = TokenString(*codec_, ids[i]);
     Json top = Json::object();
     top[token] = Clamped(lp.logprob());
     for (const v1::TopLogprob& t : lp.top_logprobs()) {
-      const std::string alt = TokenString(t.token_id(), nullptr);
+      const std::string alt = TokenString(*codec_, t.token_id());
       if (!top.contains(alt)) top[alt] = Clamped(t.logprob());
     }
     piece["tokens"].push_back(token);

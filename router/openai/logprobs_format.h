@@ -23,6 +23,11 @@
 
 namespace mlaserve::router::openai {
 
+// Token `id`'s string as the logprobs name it: its bytes (TextCodec::TokenBytes) as UTF-8,
+// invalid UTF-8 replaced by U+FFFD, or "token_id:<id>" when the codec has no text for it. With
+// `bytes`, also the raw bytes as an array of integers (null without text).
+std::string TokenString(const TextCodec& codec, int32_t id, nlohmann::ordered_json* bytes = nullptr);
+
 class LogprobsFormat {
  public:
   // `codec` must outlive this.
@@ -37,7 +42,6 @@ class LogprobsFormat {
 
  private:
   nlohmann::ordered_json Empty() const;
-  std::string TokenString(int32_t id, nlohmann::ordered_json* bytes) const;
 
   const Endpoint endpoint_;
   const TextCodec* const codec_;

@@ -9,7 +9,8 @@ exception types; logprobs (completions and chat, streamed and not), presence / f
 penalties and logit_bias held to their semantics; tool calls in the client's types (a named
 tool_choice's arguments held to the tool's parameters schema); JSON mode;
 structured outputs (response_format json_schema, answers parsed with json and validated with
-jsonschema, streamed the same; the SDK's parse() helper with a Pydantic model); a client that closes a stream mid-way is
+jsonschema, streamed the same; the SDK's parse() helper with a Pydantic model); vLLM's
+/tokenize and /detokenize (with urllib: the counts equal the requests' usage); a client that closes a stream mid-way is
 aborted (router metric) and its pages freed; the curl examples of docs/api.md run as written.
 """
 import argparse
@@ -89,6 +90,16 @@ def http_get(url, timeout=5):
         return e.code, e.read().decode()
 
 
+def http_post_json(url, body, timeout=30):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
 def wait_ready(base, deadline_s=START_TIMEOUT_S):
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
@@ -142,6 +153,7 @@ def run_checks(client, base, router_log):
     check(chat.choices[0].message.role == "assistant", "chat role")
     check(chat.choices[0].message.content == text, "chat through the demo template equals the completion")
     check(chat.usage.prompt_tokens == c.usage.prompt_tokens, "chat prompt tokens equal (one BOS)")
+    run_tokenize_checks(base, c, chat)
 
     deltas = []
     for chunk in client.chat.completions.create(model="demo", max_tokens=12, temperature=0, stream=True,
@@ -207,6 +219,36 @@ def run_checks(client, base, router_log):
         time.sleep(0.05)  # polling a metric against a deadline
     running = metric(router_log, "mlaserve_router_requests_running")
     check(running == 0, "no request left running")
+
+
+def run_tokenize_checks(base, completion, chat):
+    """vLLM's /tokenize and /detokenize with the demo tokenizer: the counts are what the
+    completion and the chat reported as usage.prompt_tokens for the same prompt."""
+    user = [{"role": "user", "content": "count from 17:"}]
+    status, t = http_post_json(base + "/tokenize", {"model": "demo", "messages": user})
+    check(status == 200 and t["count"] == len(t["tokens"]) == chat.usage.prompt_tokens,
+          f"/tokenize messages counts the chat's prompt tokens ({t})")
+    _, models = http_get(base + "/v1/models")
+    card = json.loads(models)["data"][0]
+    check(t["max_model_len"] == card["max_model_len"], "/tokenize gives the model's context")
+    status, p = http_post_json(base + "/tokenize", {"prompt": "count from 17:", "return_token_strs": True})
+    check(status == 200 and p["count"] == completion.usage.prompt_tokens and p["tokens"] == t["tokens"],
+          "/tokenize prompt counts the completion's prompt tokens (the demo template adds nothing but BOS)")
+    check(len(p["token_strs"]) == p["count"] and "".join(p["token_strs"][1:]) == "count from 17:",
+          f"token_strs spell the text ({p['token_strs']})")
+    status, bare = http_post_json(base + "/tokenize", {"prompt": "count from 17:", "add_special_tokens": False})
+    check(status == 200 and bare["tokens"] == p["tokens"][1:], "add_special_tokens false drops the BOS")
+    status, d = http_post_json(base + "/detokenize", {"model": "demo", "tokens": bare["tokens"]})
+    check(status == 200 and d == {"prompt": "count from 17:"}, f"/detokenize round-trips ({d})")
+    status, d = http_post_json(base + "/detokenize", {"tokens": p["tokens"]})
+    check(status == 200 and d["prompt"].endswith("count from 17:") and d["prompt"] != "count from 17:",
+          f"/detokenize keeps special tokens, as vLLM ({d['prompt']!r})")
+    vocab = card["mlaserve"]["vocab_size"]
+    status, e = http_post_json(base + "/detokenize", {"tokens": [1, vocab]})
+    check(status == 400 and e["error"]["param"] == "tokens" and str(vocab) in e["error"]["message"],
+          f"/detokenize of an id outside the vocabulary: 400 naming tokens ({e['error']['message']})")
+    status, e = http_post_json(base + "/tokenize", {"model": "gpt-4", "prompt": "x"})
+    check(status == 404 and e["error"]["code"] == "model_not_found", "/tokenize of another model: 404")
 
 
 WEATHER_TOOL = {"type": "function",
@@ -575,7 +617,7 @@ def run_curl_examples(base):
         else:
             check("error" not in json.loads(body), f"example answers without error: {body[:80]}")
         ran += 1
-    check(ran == 5, "all five curl examples ran")
+    check(ran == 6, "all six curl examples ran")
     bad = subprocess.run(["curl", "-s", "-o", "/dev/stderr", "-w", "%{http_code}", base + "/v1/completions",
                           "-H", "Content-Type: application/json", "-d", "{not json"],
                          capture_output=True, text=True, timeout=30)

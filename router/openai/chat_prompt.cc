@@ -1,0 +1,134 @@
+#include "router/openai/chat_prompt.h"
+
+#include "absl/strings/str_cat.h"
+#include "router/chat_template/deepseek_v32_encoding.h"
+#include "router/openai/reasoning_splitter.h"
+#include "router/openai/tool_prompt.h"
+
+namespace mlaserve::router::openai {
+
+using Json = nlohmann::ordered_json;
+
+absl::StatusOr<ChatPrompt> ChatPrompt::Create(absl::StatusOr<chat_template::CheckpointChatTemplate> chat_template,
+                                              std::string tool_call_parser) {
+  ChatPrompt p;
+  if (tool_call_parser == "auto") {
+    if (chat_template.ok()) p.tool_call_format_ = DetectToolCallFormat(*chat_template);
+  } else if (tool_call_parser != "none") {
+    p.tool_call_format_ = ToolCallFormatFromName(tool_call_parser);
+    if (!p.tool_call_format_.has_value()) {
+      std::string names = "auto, none";
+      for (const ToolCallFormat f : kToolCallFormats) absl::StrAppend(&names, ", ", std::string(ToolCallFormatName(f)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tool-call parser '", tool_call_parser, "' is not one of ", names));
+    }
+    // DeepSeek-V3.2's built-in format describes DSML to the model: another syntax would
+    // never be parsed.
+    if (chat_template.ok() && !chat_template->tmpl.has_value() &&
+        *p.tool_call_format_ != ToolCallFormat::kDeepseekV32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tool-call parser '", tool_call_parser, "' does not match DeepSeek-V3.2's chat "
+          "format, whose tool calls are deepseek_v32 (DSML); use auto or deepseek_v32"));
+    }
+  }
+  p.template_reads_tools_ = chat_template.ok() && chat_template->tmpl.has_value() &&
+                            chat_template->tmpl->ReadsVariable("tools");
+  p.chat_template_ = std::move(chat_template);
+  p.tool_call_parser_ = std::move(tool_call_parser);
+  return p;
+}
+
+std::variant<Json, ApiError> ChatPrompt::Variables(const ApiRequest& r, Setup* setup) const {
+  Json vars = chat_template_->special_tokens;
+  vars["messages"] = r.messages;
+  vars["tools"] = nullptr;
+  vars["documents"] = nullptr;
+  vars["add_generation_prompt"] = r.add_generation_prompt;
+  for (const auto& [k, v] : r.chat_template_kwargs.items()) vars[k] = v;
+  // DeepSeek-V3.2's encoder renders a system message's response_format ("## Response
+  // Format" with its JSON): a json_schema request's goes on the first message, as the tools
+  // do (the output is held to it as well).
+  if (!chat_template_->tmpl.has_value() && !r.response_format.is_null()) {
+    vars["messages"] = chat_template::WithRequestResponseFormat(vars["messages"], r.response_format);
+  }
+  if (r.tool_choice == ApiRequest::ToolChoice::kNone) return vars;
+  if (r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT ||
+      r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_SCHEMA) {
+    const bool object = r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT;
+    return ApiError{400,
+                    absl::StrCat("'response_format' ", object ? "json_object" : "json_schema",
+                                 " cannot be combined with 'tools': a tool call is not ",
+                                 object ? "a JSON object" : "the schema's value",
+                                 "; use tool_choice \"none\" or drop response_format"),
+                    "invalid_request_error", "response_format", std::nullopt};
+  }
+  if (!tool_call_format_.has_value()) {
+    const std::string why = tool_call_parser_ == "none"
+                                ? std::string("this server runs with --tool-call-parser none")
+                                : absl::StrCat(chat_template_->origin,
+                                               " writes no tool calls, so the tool-call syntax of "
+                                               "this model is unknown; start the router with "
+                                               "--tool-call-parser");
+    return ApiError{400, absl::StrCat("'tools' cannot be served: ", why), "invalid_request_error",
+                    "tools", std::nullopt};
+  }
+  // A named function is the only tool the model is shown (as SGLang does).
+  Json tools = Json::array();
+  for (const Json& tool : r.tools) {
+    if (r.tool_choice != ApiRequest::ToolChoice::kNamed || tool["function"]["name"] == r.tool_name) {
+      tools.push_back(tool);
+    }
+  }
+  setup->tool_calls = tool_call_format_;
+  setup->history_call_ids = HistoryCallIds(r.messages);
+  if (!chat_template_->tmpl.has_value()) {
+    vars["messages"] = chat_template::WithRequestTools(r.messages, tools);
+  } else if (template_reads_tools_) {
+    vars["tools"] = std::move(tools);
+  } else if (*tool_call_format_ != ToolCallFormat::kDeepseekV32) {
+    vars["messages"] = WithToolsSection(r.messages, ToolsSection(*tool_call_format_, tools));
+  } else {
+    return ApiError{400,
+                    absl::StrCat("'tools' cannot be served: ", chat_template_->origin,
+                                 " does not render tools and DeepSeek-V3.2's tool section "
+                                 "is its encoder's; drop --chat-template"),
+                    "invalid_request_error", "tools", std::nullopt};
+  }
+  return vars;
+}
+
+std::variant<std::string, ApiError> ChatPrompt::Render(const ApiRequest& r, Setup* setup) const {
+  if (!chat_template_.ok()) {
+    return ApiError{400, absl::StrCat("this model has no usable chat template (",
+                                      chat_template_.status().message(),
+                                      "); use /v1/completions, or start the router with "
+                                      "--chat-template FILE"),
+                    "invalid_request_error", "messages", "chat_template_unavailable"};
+  }
+  std::variant<Json, ApiError> vars = Variables(r, setup);
+  if (auto* e = std::get_if<ApiError>(&vars)) return *e;
+  absl::StatusOr<std::string> prompt = chat_template_->Render(std::get<Json>(vars));
+  if (!prompt.ok()) {
+    return ApiError{400, absl::StrCat("rendering the chat template failed: ", prompt.status().message()),
+                    "invalid_request_error", "messages", std::nullopt};
+  }
+  setup->opens_reasoning = ReasoningSplitter::PromptOpensReasoning(*prompt);
+  if (r.tool_choice == ApiRequest::ToolChoice::kRequired || r.tool_choice == ApiRequest::ToolChoice::kNamed) {
+    // A call is made certain by writing its opening (and the named function) at the prompt's
+    // end; a prompt that opened a <think> would lose it.
+    if (setup->opens_reasoning) {
+      return ApiError{400,
+                      "'tool_choice' \"required\" or a named function cannot be combined with "
+                      "thinking mode: the call would have to start before the reasoning ends; use "
+                      "\"auto\" or turn thinking off",
+                      "invalid_request_error", "tool_choice", std::nullopt};
+    }
+    const bool named = r.tool_choice == ApiRequest::ToolChoice::kNamed;
+    setup->call_opening = ToolCallParser::CallOpening(
+        *setup->tool_calls, named ? std::optional<std::string>(r.tool_name) : std::nullopt, setup->history_call_ids);
+    *prompt += setup->call_opening;
+  }
+  return *std::move(prompt);
+}
+
+}  // namespace mlaserve::router::openai

@@ -1,0 +1,63 @@
+// ChatPrompt: a chat request (ApiRequest of Endpoint::kChat) as the prompt text the model is
+// given: the checkpoint's chat template (or DeepSeek-V3.2's built-in format) over the request's
+// messages and chat_template_kwargs, its tools where this model's template or tool-call syntax
+// puts them (tool_prompt.h), and a forced tool call's opening at the end.
+//
+// /v1/chat/completions and /tokenize's messages form both render through Render(), so the
+// tokens /tokenize counts are the ones a chat request with the same fields sends. Tokenizing
+// the text (and its bounds) is the caller's: HttpApi holds it to the router's prompt bounds.
+//
+// Immutable after Create(); Render() may be called from any thread.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "router/chat_template/checkpoint_template.h"
+#include "router/openai/api_request.h"
+#include "router/openai/tool_call_parser.h"
+
+namespace mlaserve::router::openai {
+
+class ChatPrompt {
+ public:
+  // What a rendered prompt sets up for its answer.
+  struct Setup {
+    bool opens_reasoning = false;               // the prompt ends inside <think>
+    std::optional<ToolCallFormat> tool_calls;   // the answer is parsed for tool calls
+    std::string call_opening;                   // the forced call's opening, ending the prompt
+    std::vector<std::string> history_call_ids;  // the ids of the history's calls (kimi_k2's count)
+  };
+
+  // `chat_template`: the checkpoint's, or why there is none (Render then answers a 400 saying
+  // so). `tool_call_parser`: "auto" reads the tool-call syntax off the template, "none" refuses
+  // requests with tools, or a ToolCallFormatName. INVALID_ARGUMENT for an unknown parser name
+  // or one that does not match DeepSeek-V3.2's built-in format.
+  static absl::StatusOr<ChatPrompt> Create(absl::StatusOr<chat_template::CheckpointChatTemplate> chat_template,
+                                           std::string tool_call_parser);
+
+  // The prompt text for `r`, with what it sets up in `setup`; a 400 naming the parameter when
+  // the request cannot be rendered (no template, tools this model cannot be shown, a
+  // template error, a forced call in thinking mode).
+  std::variant<std::string, ApiError> Render(const ApiRequest& r, Setup* setup) const;
+
+  // The tool-call syntax of the model's output; nullopt: requests with tools are refused.
+  const std::optional<ToolCallFormat>& tool_call_format() const { return tool_call_format_; }
+
+ private:
+  ChatPrompt() = default;
+  // The template's variables for `r`: its messages, with the tools where the model will see
+  // them.
+  std::variant<nlohmann::ordered_json, ApiError> Variables(const ApiRequest& r, Setup* setup) const;
+
+  absl::StatusOr<chat_template::CheckpointChatTemplate> chat_template_ =
+      absl::FailedPreconditionError("no chat template");
+  std::optional<ToolCallFormat> tool_call_format_;
+  std::string tool_call_parser_;      // the option as given, for errors
+  bool template_reads_tools_ = false;  // the Jinja template renders `tools` itself
+};
+
+}  // namespace mlaserve::router::openai
