@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "bench/serving/conversation.h"
 #include "bench/serving/dataset.h"
 #include "nlohmann/json.hpp"
 #include "bench/serving/load_runner.h"
@@ -126,8 +127,10 @@ RandomDatasetOptions RandomOptions(const BenchOptions& o) {
 
 // The timed run's prompts, and the warmup's.
 struct Datasets {
+  // What the timed run sends first: every request, or each conversation's first turn.
   std::vector<RequestSpec> timed;
   std::vector<RequestSpec> warmup;
+  std::optional<ConversationDataset> conversations;  // multi-turn runs
 };
 
 absl::StatusOr<Datasets> BuildDatasets(const BenchOptions& o,
@@ -143,9 +146,21 @@ absl::StatusOr<Datasets> BuildDatasets(const BenchOptions& o,
   } else {
     absl::StatusOr<VocabInfo> vocab = RandomVocab(model);
     if (!vocab.ok()) return vocab.status();
-    absl::StatusOr<std::vector<RequestSpec>> timed = MakeRandomDataset(RandomOptions(o), *vocab);
-    if (!timed.ok()) return timed.status();
-    d.timed = *std::move(timed);
+    if (MultiTurn(o)) {
+      ConversationOptions conversations{.first_turns = RandomOptions(o),
+                                        .turns = o.multi_turn_turns,
+                                        .message_len = o.multi_turn_message_len};
+      conversations.first_turns.num_prompts = o.multi_turn_conversations;
+      absl::StatusOr<ConversationDataset> made = MakeConversations(conversations, *vocab);
+      if (!made.ok()) return made.status();
+      d.conversations = *std::move(made);
+      d.timed = d.conversations->first_turns;
+    } else {
+      absl::StatusOr<std::vector<RequestSpec>> timed =
+          MakeRandomDataset(RandomOptions(o), *vocab);
+      if (!timed.ok()) return timed.status();
+      d.timed = *std::move(timed);
+    }
     // Prompts of their own seed, as long as the timed ones but sharing nothing with them, so
     // the warmup leaves no timed prompt and no group's prefix in a server's prefix cache.
     RandomDatasetOptions warm = RandomOptions(o);
@@ -175,10 +190,11 @@ std::string RunNonce() {
 
 LoadResult RunWithProgress(LoadRunner& runner, const std::vector<RequestSpec>& specs,
                            const std::vector<double>& arrivals, bool show,
-                           const std::string& label, std::FILE* err) {
+                           const std::string& label, std::FILE* err,
+                           NextTurnFn next_turn = nullptr) {
   std::optional<ProgressDisplay> display;
   if (show) display.emplace(label, [&runner] { return runner.Progress(); }, err);
-  LoadResult result = runner.Run(specs, arrivals);
+  LoadResult result = runner.Run(specs, arrivals, std::move(next_turn));
   if (display) display->Stop();
   return result;
 }
@@ -225,7 +241,16 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
   };
   absl::StatusOr<Datasets> datasets = BuildDatasets(o, *model);
   if (!datasets.ok()) return fail(datasets.status());
-  const std::vector<RequestSpec>& specs = datasets->timed;
+  const std::vector<RequestSpec>& specs = datasets->timed;  // first turns when multi-turn
+  // A conversation's next turn: built from its answer, with the knobs of its own index.
+  NextTurnFn next_turn;
+  if (datasets->conversations) {
+    next_turn = [&o, &datasets](const RequestSpec& sent, const RequestRecord& record) {
+      RequestSpec next = NextTurn(*datasets->conversations, sent, record.output_token_ids);
+      next.sends_knobs = SendsKnobs(o.seed, next.index, o.knobs_fraction);
+      return next;
+    };
+  }
   const std::vector<double> arrivals =
       PoissonArrivalOffsets(static_cast<int>(specs.size()), o.request_rate, o.seed);
 
@@ -272,8 +297,8 @@ int RunBenchmark(const BenchOptions& o, std::FILE* out, std::FILE* err) {
   load.request_id_prefix = absl::StrCat("bench-", nonce);
   std::unique_ptr<LoadRunner> runner = make_runner(load);
   const LoadResult result =
-      RunWithProgress(*runner, specs, arrivals, show_progress, "benchmark", err);
-  const BenchSummary summary = Summarize(result, static_cast<int>(specs.size()));
+      RunWithProgress(*runner, specs, arrivals, show_progress, "benchmark", err, next_turn);
+  const BenchSummary summary = Summarize(result, o.num_prompts);
 
   const std::string table = FormatSummaryTable(summary, info);
   std::fputs(table.c_str(), out);

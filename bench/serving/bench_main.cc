@@ -1,5 +1,6 @@
 // mlaserve-bench: serving load generator for an mlaserve router (or anything that serves
 // mlaserve.v1.Generation). See docs/BENCHMARKS.md, "Serving benchmark (mlaserve-bench)".
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -43,8 +44,10 @@ int Main(int argc, char** argv) {
   app.add_option("--prompts-file", o.prompts_file,
                  "JSONL, one {\"text\": ..., \"output_len\": N} per line (cycled to "
                  "--num-prompts)");
-  app.add_option("--num-prompts", o.num_prompts, "requests in the timed run")
-      ->capture_default_str();
+  CLI::Option* num_prompts_flag =
+      app.add_option("--num-prompts", o.num_prompts,
+                     "requests in the timed run (multi-turn: conversations x turns)")
+          ->capture_default_str();
   app.add_option("--random-input-len", o.random_input_len, "prompt tokens (upper bound)")
       ->capture_default_str();
   app.add_option("--random-output-len", o.random_output_len, "output tokens (upper bound)")
@@ -59,6 +62,15 @@ int Main(int argc, char** argv) {
                  "random dataset: tokens of each group's prefix, before the request's own "
                  "--random-input-len (0 = off)")
       ->capture_default_str();
+  app.add_option("--multi-turn-turns", o.multi_turn_turns,
+                 "random dataset, gRPC: turns per conversation; turn t+1's prompt is turn t's "
+                 "prompt + its answer's token ids + a new message (0 or 1 = off)")
+      ->capture_default_str();
+  app.add_option("--multi-turn-conversations", o.multi_turn_conversations,
+                 "conversations of a multi-turn run, in flight at most --max-concurrency at once "
+                 "(the run sends conversations x turns requests)");
+  app.add_option("--multi-turn-message-len", o.multi_turn_message_len,
+                 "random tokens of the new message each later turn appends");
   app.add_option("--request-rate", rate, "requests/s, Poisson arrivals; inf = all at once")
       ->capture_default_str();
   app.add_option("--max-concurrency", o.max_concurrency,
@@ -117,6 +129,12 @@ int Main(int argc, char** argv) {
   if (presence_flag->count() > 0) o.presence_penalty = presence_penalty;
   if (frequency_flag->count() > 0) o.frequency_penalty = frequency_penalty;
   if (logprobs_flag->count() > 0) o.logprobs = logprobs;
+  // A multi-turn run's requests are conversations x turns: --num-prompts, when not given,
+  // says so (Validate refuses a given one that differs, and a product past INT_MAX).
+  if (num_prompts_flag->count() == 0 && o.multi_turn_turns >= 2 && o.multi_turn_conversations >= 1 &&
+      int64_t{o.multi_turn_conversations} * o.multi_turn_turns <= INT32_MAX) {
+    o.num_prompts = o.multi_turn_conversations * o.multi_turn_turns;
+  }
   if (!absl::SimpleAtod(rate, &o.request_rate)) {
     std::fprintf(stderr, "mlaserve-bench: --request-rate %s is not a number or inf\n",
                  rate.c_str());

@@ -1,6 +1,8 @@
 #include "bench/serving/bench_options.h"
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -9,6 +11,55 @@ namespace {
 
 absl::Status Invalid(const std::string& flag, double value, const std::string& rule) {
   return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", value, ": ", rule));
+}
+
+absl::Status ValidateMultiTurn(const BenchOptions& o) {
+  if (o.multi_turn_turns < 0) {
+    return Invalid("multi-turn-turns", o.multi_turn_turns, "must be >= 0 (0 or 1 = off)");
+  }
+  if (!MultiTurn(o)) {
+    if (o.multi_turn_conversations != 0) {
+      return Invalid("multi-turn-conversations", o.multi_turn_conversations,
+                     absl::StrCat("needs --multi-turn-turns >= 2 (it is ", o.multi_turn_turns,
+                                  ")"));
+    }
+    if (o.multi_turn_message_len != 0) {
+      return Invalid("multi-turn-message-len", o.multi_turn_message_len,
+                     absl::StrCat("needs --multi-turn-turns >= 2 (it is ", o.multi_turn_turns,
+                                  ")"));
+    }
+    return absl::OkStatus();
+  }
+  if (o.multi_turn_conversations < 1) {
+    return Invalid("multi-turn-conversations", o.multi_turn_conversations,
+                   absl::StrCat("must be >= 1 with --multi-turn-turns ", o.multi_turn_turns));
+  }
+  if (o.multi_turn_message_len < 1) {
+    return Invalid("multi-turn-message-len", o.multi_turn_message_len,
+                   absl::StrCat("must be >= 1 with --multi-turn-turns ", o.multi_turn_turns));
+  }
+  if (o.backend == Backend::kOpenAi) {
+    // The next turn repeats the answer's token ids; OpenAI's stream carries text only, and
+    // text re-tokenized is not the same ids (and the bench has no tokenizer).
+    return Invalid("multi-turn-turns", o.multi_turn_turns,
+                   "needs --backend grpc: the next turn's prompt repeats the answer's token "
+                   "ids, which the OpenAI API's stream does not carry");
+  }
+  const int64_t requests = int64_t{o.multi_turn_conversations} * o.multi_turn_turns;
+  if (requests > std::numeric_limits<int>::max()) {
+    // Not Invalid(): a double would print the count as 1.04858e+06.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--multi-turn-conversations ", o.multi_turn_conversations, " x --multi-turn-turns ",
+        o.multi_turn_turns, " = ", requests, " requests, more than a run can count"));
+  }
+  if (o.num_prompts != requests) {
+    return Invalid("num-prompts", o.num_prompts,
+                   absl::StrCat("with --multi-turn-conversations ", o.multi_turn_conversations,
+                                " x --multi-turn-turns ", o.multi_turn_turns, " the run sends ",
+                                requests, " requests; leave --num-prompts out or give ",
+                                requests));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -53,11 +104,23 @@ absl::Status Validate(const BenchOptions& o) {
                      absl::StrCat("must be >= 1 with --shared-prefix-groups ",
                                   o.shared_prefix_groups));
     }
+    if (absl::Status turns = ValidateMultiTurn(o); !turns.ok()) return turns;
+    if (MultiTurn(o) && o.shared_prefix_groups > o.multi_turn_conversations) {
+      return Invalid("shared-prefix-groups", o.shared_prefix_groups,
+                     absl::StrCat("more groups than --multi-turn-conversations ",
+                                  o.multi_turn_conversations, " leaves some without one"));
+    }
     if (o.shared_prefix_groups > o.num_prompts) {
       return Invalid("shared-prefix-groups", o.shared_prefix_groups,
                      absl::StrCat("more groups than --num-prompts ", o.num_prompts,
                                   " leaves some without a request"));
     }
+  } else if (o.multi_turn_turns != 0 || o.multi_turn_conversations != 0 ||
+             o.multi_turn_message_len != 0) {
+    // A conversation's next prompt repeats the answer's token ids; text prompts have none.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--multi-turn-turns ", o.multi_turn_turns,
+        ": only --dataset random has a multi-turn workload"));
   } else if (o.prompts_file.empty()) {
     return absl::InvalidArgumentError("--dataset prompts-file needs --prompts-file FILE");
   } else if (o.shared_prefix_groups != 0 || o.shared_prefix_len != 0) {

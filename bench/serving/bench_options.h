@@ -36,6 +36,15 @@ struct BenchOptions {
   // own random_input_len. Both 0 = off; either one alone is refused.
   int shared_prefix_groups = 0;
   int shared_prefix_len = 0;
+  // The random dataset's multi-turn workload (conversation.h, gRPC only): multi_turn_
+  // conversations conversations of multi_turn_turns turns each; turn t+1's prompt is turn t's
+  // prompt + the ids turn t streamed + multi_turn_message_len new random ids. 0 / 1 turns =
+  // off. On, the run's requests are conversations x turns and num_prompts must equal that
+  // (main() sets it when --num-prompts is not given); the shared prefix groups, if any, are
+  // the conversations' (conversation c starts with group c % G's prefix).
+  int multi_turn_turns = 0;
+  int multi_turn_conversations = 0;
+  int multi_turn_message_len = 0;
 
   double request_rate = std::numeric_limits<double>::infinity();  // requests/s, Poisson
   int max_concurrency = 0;                                         // 0 = unlimited
@@ -72,5 +81,8 @@ absl::Status Validate(const BenchOptions& options);
 common::TlsOptions ClientTls(const BenchOptions& options);
 
 const char* DatasetName(DatasetKind kind);
+
+// Whether the run is the multi-turn workload (multi_turn_turns >= 2).
+inline bool MultiTurn(const BenchOptions& o) { return o.multi_turn_turns >= 2; }
 
 }  // namespace mlaserve::bench

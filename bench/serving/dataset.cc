@@ -13,12 +13,6 @@
 namespace mlaserve::bench {
 namespace {
 
-// Uniform integer in [lo, hi]. The modulo bias is below 2^-40 for any range we use.
-int64_t UniformInt(std::mt19937_64& gen, int64_t lo, int64_t hi) {
-  const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
-  return lo + static_cast<int64_t>(gen() % span);
-}
-
 // Uniform real in [0, 1) from the top 53 bits.
 double UniformReal(std::mt19937_64& gen) {
   return static_cast<double>(gen() >> 11) * 0x1.0p-53;
@@ -32,21 +26,6 @@ constexpr uint64_t kArrivalStream = 0x61727269766c73ULL;
 constexpr uint64_t kPrefixStream = 0x707265666978ULL;
 // Mixed into --seed for the warmup's prompts.
 constexpr uint64_t kWarmupSalt = 0x7761726d7570ULL;
-
-int LowerLength(int len, double ratio) {
-  const int lo = static_cast<int>(std::floor(len * ratio));
-  return std::max(1, std::min(lo, len));
-}
-
-// Appends `count` ids drawn uniformly from the vocabulary, skipping the excluded ones.
-void AppendRandomIds(std::mt19937_64& gen, int count, const VocabInfo& vocab,
-                     std::vector<int32_t>& ids) {
-  const size_t target = ids.size() + static_cast<size_t>(count);
-  while (ids.size() < target) {
-    const auto id = static_cast<int32_t>(UniformInt(gen, 0, vocab.vocab_size - 1));
-    if (!vocab.excluded_ids.contains(id)) ids.push_back(id);
-  }
-}
 
 absl::Status ValidateSharedPrefix(const RandomDatasetOptions& o) {
   if (o.shared_prefix_len < 0) {
@@ -71,6 +50,25 @@ absl::Status ValidateSharedPrefix(const RandomDatasetOptions& o) {
 }
 
 }  // namespace
+
+int64_t UniformInt(std::mt19937_64& gen, int64_t lo, int64_t hi) {
+  const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+  return lo + static_cast<int64_t>(gen() % span);
+}
+
+int LowerLength(int len, double ratio) {
+  const int lo = static_cast<int>(std::floor(len * ratio));
+  return std::max(1, std::min(lo, len));
+}
+
+void AppendRandomIds(std::mt19937_64& gen, int count, const VocabInfo& vocab,
+                     std::vector<int32_t>& ids) {
+  const size_t target = ids.size() + static_cast<size_t>(count);
+  while (ids.size() < target) {
+    const auto id = static_cast<int32_t>(UniformInt(gen, 0, vocab.vocab_size - 1));
+    if (!vocab.excluded_ids.contains(id)) ids.push_back(id);
+  }
+}
 
 absl::StatusOr<std::vector<RequestSpec>> MakeRandomDataset(const RandomDatasetOptions& options,
                                                            const VocabInfo& vocab) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,15 @@ struct RandomDatasetOptions {
 // are independent draws: they differ except with negligible probability (vocab^-len).
 absl::StatusOr<std::vector<RequestSpec>> MakeRandomDataset(const RandomDatasetOptions& options,
                                                            const VocabInfo& vocab);
+
+// The draws every random part of a dataset is made of (conversation.cc's too).
+// Uniform integer in [lo, hi]. The modulo bias is below 2^-40 for any range we use.
+int64_t UniformInt(std::mt19937_64& gen, int64_t lo, int64_t hi);
+// The lower end of a length drawn with --random-range-ratio: max(1, floor(len * ratio)).
+int LowerLength(int len, double ratio);
+// Appends `count` ids drawn uniformly from the vocabulary, skipping the excluded ones.
+void AppendRandomIds(std::mt19937_64& gen, int count, const VocabInfo& vocab,
+                     std::vector<int32_t>& ids);
 
 // Reads a JSONL file, one object per line: {"text": "...", "output_len": N}. Blank lines are
 // skipped. At most `limit` prompts are returned (0 = all). INVALID_ARGUMENT naming the file

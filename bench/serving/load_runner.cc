@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
+#include <deque>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -15,9 +15,17 @@ namespace mlaserve::bench {
 struct LoadRunner::State {
   mutable absl::Mutex mu;
   std::vector<RequestRecord> records ABSL_GUARDED_BY(mu);
-  std::vector<bool> done ABSL_GUARDED_BY(mu);
+  std::vector<bool> done ABSL_GUARDED_BY(mu);  // by call, in the order started
   LoadProgress progress ABSL_GUARDED_BY(mu);
   int peak_in_flight ABSL_GUARDED_BY(mu) = 0;
+  // Conversations' next turns, built and waiting for the dispatcher; each holds the slot its
+  // previous turn had (counted in progress.in_flight). The specs live in follow_up_specs (a
+  // deque: references stay valid as it grows) until the run ends.
+  std::deque<const RequestSpec*> ready ABSL_GUARDED_BY(mu);
+  std::deque<RequestSpec> follow_up_specs ABSL_GUARDED_BY(mu);
+  // False once the time bound ran out: a finished turn then gives its slot back instead.
+  bool dispatching ABSL_GUARDED_BY(mu) = true;
+  int not_sent_after_failure ABSL_GUARDED_BY(mu) = 0;
 };
 
 LoadRunner::LoadRunner(v1::Generation::StubInterface* stub, LoadOptions options)
@@ -56,23 +64,18 @@ bool AwaitUntil(absl::Mutex& mu, const absl::Condition& cond, BenchClock::time_p
   return true;
 }
 
-// Sleeps until BenchClock reads `due` or later.
-void SleepUntil(BenchClock::time_point due) {
-  while (BenchClock::now() < due) std::this_thread::sleep_until(due);
-}
-
 }  // namespace
 
 LoadResult LoadRunner::Run(const std::vector<RequestSpec>& specs,
-                           const std::vector<double>& arrival_offsets_s) {
+                           const std::vector<double>& arrival_offsets_s, NextTurnFn next_turn) {
   const int n = static_cast<int>(std::min(specs.size(), arrival_offsets_s.size()));
+  int total = 0;  // requests of the run, every conversation's later turns included
+  for (int i = 0; i < n; ++i) total += 1 + specs[i].follow_ups;
   State& st = *state_;
   {
     absl::MutexLock lock(&st.mu);
-    st.done.assign(n, false);
-    st.progress.total = n;
+    st.progress.total = total;
   }
-  calls_.resize(n);
 
   const BenchClock::time_point run_start = BenchClock::now();
   const BenchClock::time_point bound =
@@ -80,59 +83,96 @@ LoadResult LoadRunner::Run(const std::vector<RequestSpec>& specs,
           ? BenchClock::time_point::max()
           : run_start + std::chrono::duration_cast<BenchClock::duration>(
                             absl::ToChronoNanoseconds(options_.max_duration));
+  const auto due_of = [&](int i) {
+    return run_start + std::chrono::duration_cast<BenchClock::duration>(
+                           std::chrono::duration<double>(arrival_offsets_s[i]));
+  };
   const int limit = options_.max_concurrency > 0 ? options_.max_concurrency : n + 1;
   bool bound_hit = false;
 
-  int sent = 0;
-  for (; sent < n; ++sent) {
-    const BenchClock::time_point due =
-        run_start + std::chrono::duration_cast<BenchClock::duration>(
-                        std::chrono::duration<double>(arrival_offsets_s[sent]));
-    if (due >= bound) {
-      bound_hit = true;
-      break;
-    }
-    // Pacing the arrivals is this thread's job, so it sleeps until the request is due.
-    SleepUntil(due);
+  int next_first = 0;  // the next of `specs` to send
+  for (;;) {
+    const RequestSpec* spec = nullptr;
+    int call_number = 0;
     {
       absl::MutexLock lock(&st.mu);
-      auto slot_free = [&st, limit]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
-        return st.progress.in_flight < limit;
+      // A request due after the bound is never sent.
+      const bool firsts_left = next_first < n && due_of(next_first) < bound;
+      const BenchClock::time_point due =
+          firsts_left ? due_of(next_first) : BenchClock::time_point::max();
+      // A conversation's next turn goes first (it holds its slot); then the next request once
+      // it is due and a slot is free; with nothing left to send, the end of the last call.
+      auto can_act = [&st, firsts_left, due, limit]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
+        if (!st.ready.empty()) return true;
+        if (!firsts_left) return st.progress.in_flight == 0;
+        return st.progress.in_flight < limit && BenchClock::now() >= due;
       };
-      if (!AwaitUntil(st.mu, absl::Condition(&slot_free), bound)) {
-        bound_hit = true;
-        break;
+      // Pacing the arrivals is this thread's job: it waits for the next one to be due.
+      const BenchClock::time_point deadline =
+          firsts_left && BenchClock::now() < due ? due : bound;
+      if (!AwaitUntil(st.mu, absl::Condition(&can_act), deadline)) {
+        if (BenchClock::now() >= bound) {
+          bound_hit = true;
+          break;
+        }
+        continue;  // the next request became due: look again
       }
-      ++st.progress.in_flight;
+      if (!st.ready.empty()) {
+        spec = st.ready.front();
+        st.ready.pop_front();
+      } else if (!firsts_left) {
+        break;  // every call ended
+      } else {
+        spec = &specs[next_first++];
+        ++st.progress.in_flight;
+        st.peak_in_flight = std::max(st.peak_in_flight, st.progress.in_flight);
+      }
       ++st.progress.started;
-      st.peak_in_flight = std::max(st.peak_in_flight, st.progress.in_flight);
+      call_number = static_cast<int>(st.done.size());
+      st.done.push_back(false);
     }
-    const int index = sent;
     std::shared_ptr<State> shared = state_;
-    calls_[index] = factory_(
-        specs[index], absl::StrCat(options_.request_id_prefix, "-", index), options_.call,
-        run_start, [shared, index](RequestRecord record) {
+    calls_.push_back(factory_(
+        *spec, absl::StrCat(options_.request_id_prefix, "-", spec->index), options_.call,
+        run_start,
+        [shared, call_number, spec, follow_ups = spec->follow_ups,
+         next_turn](RequestRecord record) {
           absl::MutexLock lock(&shared->mu);
-          if (record.outcome == Outcome::kFailed) ++shared->progress.failed;
+          // Run() clears `dispatching` under this lock before it returns, so while it holds,
+          // `spec` and what next_turn refers to are alive (an abandoned call may end later).
+          if (follow_ups > 0 && record.outcome == Outcome::kSuccess && next_turn &&
+              shared->dispatching) {
+            shared->follow_up_specs.push_back(next_turn(*spec, record));
+            shared->ready.push_back(&shared->follow_up_specs.back());  // keeps the slot
+          } else {
+            --shared->progress.in_flight;
+          }
+          record.output_token_ids = {};  // handed on; the records need only the counts
+          if (record.outcome == Outcome::kFailed) {
+            ++shared->progress.failed;
+            shared->not_sent_after_failure += follow_ups;
+          }
           ++shared->progress.finished;
-          --shared->progress.in_flight;
-          shared->done[index] = true;
+          shared->done[call_number] = true;
           shared->records.push_back(std::move(record));
-        });
-    calls_[index]->Start();
+        }));
+    calls_.back()->Start();
   }
+  if (next_first < n) bound_hit = true;  // requests due after the bound were cut by it
 
   auto all_done = [&st]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(st.mu) {
     return st.progress.in_flight == 0;
   };
-  if (!bound_hit) {
-    absl::MutexLock lock(&st.mu);
-    bound_hit = !AwaitUntil(st.mu, absl::Condition(&all_done), bound);
-  }
   if (bound_hit) {
+    {
+      absl::MutexLock lock(&st.mu);
+      st.dispatching = false;
+      st.progress.in_flight -= static_cast<int>(st.ready.size());  // next turns never sent
+      st.ready.clear();
+    }
     // Cancelling a call that already finished is a no-op, so no lock is needed here (and
     // none may be held: a cancelled call's completion takes the lock).
-    for (int i = 0; i < sent; ++i) calls_[i]->CancelAtBound();
+    for (const std::unique_ptr<BenchCall>& call : calls_) call->CancelAtBound();
     absl::MutexLock lock(&st.mu);
     AwaitUntil(st.mu, absl::Condition(&all_done),
                BenchClock::now() + std::chrono::duration_cast<BenchClock::duration>(
@@ -142,8 +182,9 @@ LoadResult LoadRunner::Run(const std::vector<RequestSpec>& specs,
   LoadResult result;
   result.duration_s = std::chrono::duration<double>(BenchClock::now() - run_start).count();
   result.time_bound_hit = bound_hit;
-  result.not_started = n - sent;
+  const int sent = static_cast<int>(calls_.size());
   absl::MutexLock lock(&st.mu);
+  st.dispatching = false;  // a call abandoned now may still end: it must build nothing
   for (int i = 0; i < sent; ++i) {
     if (!st.done[i]) {
       // Still owned by gRPC: keep it alive for good rather than free it under a live call.
@@ -151,6 +192,9 @@ LoadResult LoadRunner::Run(const std::vector<RequestSpec>& specs,
       ++result.abandoned;
     }
   }
+  result.not_sent_after_failure = st.not_sent_after_failure;
+  // The rest never went out: cut by the bound, or turns after one cancelled or abandoned.
+  result.not_started = total - sent - st.not_sent_after_failure;
   result.peak_in_flight = st.peak_in_flight;
   result.records = std::move(st.records);
   st.records.clear();

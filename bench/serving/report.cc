@@ -80,7 +80,13 @@ std::string FormatSummaryTable(const BenchSummary& s, const RunInfo& info) {
     t += Row("Shared prefix (groups x tokens)",
              absl::StrCat(o.shared_prefix_groups, " x ", o.shared_prefix_len));
   }
-  t += Row("Request rate (req/s)", RateText(o.request_rate));
+  if (MultiTurn(o)) {
+    t += Row("Conversations x turns", absl::StrCat(o.multi_turn_conversations, " x ",
+                                                   o.multi_turn_turns));
+    t += Row("New message per turn (tokens)", static_cast<int64_t>(o.multi_turn_message_len));
+  }
+  t += Row(MultiTurn(o) ? "Conversation rate (conv/s)" : "Request rate (req/s)",
+           RateText(o.request_rate));
   t += Row("Max concurrency", o.max_concurrency > 0 ? absl::StrCat(o.max_concurrency)
                                                     : std::string("unlimited"));
   t += Row("Peak requests in flight", static_cast<int64_t>(s.peak_in_flight));
@@ -94,6 +100,9 @@ std::string FormatSummaryTable(const BenchSummary& s, const RunInfo& info) {
     t += Row("Not started (time bound)", static_cast<int64_t>(s.not_started));
   }
   if (s.abandoned > 0) t += Row("Abandoned (did not end)", static_cast<int64_t>(s.abandoned));
+  if (s.not_sent_after_failure > 0) {
+    t += Row("Not sent (earlier turn failed)", static_cast<int64_t>(s.not_sent_after_failure));
+  }
   t += Row("Benchmark duration (s)", s.duration_s);
   t += Row("Total input tokens", s.total_input_tokens);
   t += Row("Total generated tokens", s.total_output_tokens);
@@ -104,6 +113,15 @@ std::string FormatSummaryTable(const BenchSummary& s, const RunInfo& info) {
   t += Row("Output token throughput (tok/s)", s.output_throughput);
   t += Row("Total token throughput (tok/s)", s.input_throughput + s.output_throughput);
   t += LatencyBlock("Time to First Token", "TTFT", s.ttft);
+  if (MultiTurn(o)) {
+    t += Rule("Multi-turn");
+    t += Row("Mean TTFT turn 1 (ms)", s.ttft_first_turn.mean * 1e3);
+    t += Row("Median TTFT turn 1 (ms)", s.ttft_first_turn.median * 1e3);
+    t += Row("Mean TTFT later turns (ms)", s.ttft_later_turns.mean * 1e3);
+    t += Row("Median TTFT later turns (ms)", s.ttft_later_turns.median * 1e3);
+    t += Row("Later turns' cached prompt tokens", s.later_turns_cached_prompt_tokens);
+    t += Row("Later turns' prefix cache hit rate (%)", 100 * s.later_turns_hit_rate);
+  }
   t += LatencyBlock("Time per Output Token (excl. 1st)", "TPOT", s.tpot);
   t += LatencyBlock("Inter-token Latency", "ITL", s.itl);
   t += LatencyBlock("End-to-end Latency", "E2E", s.e2e);
@@ -133,6 +151,9 @@ nlohmann::json SummaryToJson(const BenchSummary& s, const RunInfo& info) {
     j["random_range_ratio"] = o.random_range_ratio;
     j["shared_prefix_groups"] = o.shared_prefix_groups;
     j["shared_prefix_len"] = o.shared_prefix_len;
+    j["multi_turn_turns"] = o.multi_turn_turns;
+    j["multi_turn_conversations"] = o.multi_turn_conversations;
+    j["multi_turn_message_len"] = o.multi_turn_message_len;
   } else {
     j["prompts_file"] = o.prompts_file;
   }
@@ -174,6 +195,14 @@ nlohmann::json SummaryToJson(const BenchSummary& s, const RunInfo& info) {
   AddDistribution(j, "tpot", s.tpot);
   AddDistribution(j, "itl", s.itl);
   AddDistribution(j, "e2e_latency", s.e2e);
+  if (MultiTurn(o)) {
+    j["not_sent_after_failure"] = s.not_sent_after_failure;
+    AddDistribution(j, "ttft_turn1", s.ttft_first_turn);
+    AddDistribution(j, "ttft_later_turns", s.ttft_later_turns);
+    j["later_turns_input_tokens"] = s.later_turns_input_tokens;
+    j["later_turns_cached_prompt_tokens"] = s.later_turns_cached_prompt_tokens;
+    j["later_turns_prefix_cache_hit_rate"] = s.later_turns_hit_rate;  // a fraction
+  }
   nlohmann::json errors = nlohmann::json::object();
   for (const auto& [name, f] : s.failures) {
     errors[name] = {{"count", f.count}, {"status_code", f.status_code},
@@ -187,6 +216,10 @@ nlohmann::json RecordToJson(const RequestRecord& r) {
   nlohmann::json j;
   j["id"] = r.request_id;
   j["index"] = r.index;
+  if (r.conversation >= 0) {
+    j["conversation"] = r.conversation;
+    j["turn"] = r.turn + 1;  // 1-based, as the table's "turn 1"
+  }
   j["input_len"] = r.input_len;
   j["cached_prompt_tokens"] = r.cached_prompt_tokens;
   j["output_len"] = r.output_len;

@@ -24,6 +24,14 @@ struct RequestSpec {
   int output_len = 1;  // sent as max_new_tokens
   // Whether this request carries the run's penalties / logprobs (CallSettings); SendsKnobs.
   bool sends_knobs = true;
+  // Multi-turn conversations (conversation.h): the conversation and its 0-based turn (-1 and 0
+  // outside one), and how many turns follow this one. A request with follow_ups > 0 is sent
+  // only as its conversation's turn; the next is built from its answer, so the call keeps the
+  // streamed token ids (keep_output_ids) for LoadRunner to hand on.
+  int conversation = -1;
+  int turn = 0;
+  int follow_ups = 0;
+  bool keep_output_ids = false;
 };
 
 enum class Outcome {
@@ -42,6 +50,11 @@ struct RequestRecord {
   int cached_prompt_tokens = 0;
   int requested_output_len = 0;
   int output_len = 0;            // token ids received in chunks
+  int conversation = -1;         // the spec's (multi-turn), -1 outside a conversation
+  int turn = 0;                  // 0-based
+  // The streamed token ids, only when the spec asked for them (keep_output_ids); LoadRunner
+  // clears them once the conversation's next turn is built.
+  std::vector<int32_t> output_token_ids;
   double start_offset_s = 0;     // call start, relative to the start of the run
   double ttft_s = -1;            // -1: no token arrived
   std::vector<double> itl_s;     // one entry per token after the first (output_len - 1)

@@ -35,7 +35,8 @@ BenchSummary Summarize(const LoadResult& result, int num_requests) {
   s.peak_in_flight = result.peak_in_flight;
   s.not_started = result.not_started;
   s.abandoned = result.abandoned;
-  std::vector<double> ttft, tpot, itl, e2e;
+  s.not_sent_after_failure = result.not_sent_after_failure;
+  std::vector<double> ttft, tpot, itl, e2e, ttft_first_turn, ttft_later_turns;
   for (const RequestRecord& r : result.records) {
     switch (r.outcome) {
       case Outcome::kCancelledAtBound:
@@ -58,6 +59,13 @@ BenchSummary Summarize(const LoadResult& result, int num_requests) {
     s.total_output_tokens += r.output_len;
     s.total_cached_prompt_tokens += r.cached_prompt_tokens;
     if (r.ttft_s >= 0) ttft.push_back(r.ttft_s);
+    if (r.conversation >= 0) {
+      if (r.ttft_s >= 0) (r.turn == 0 ? ttft_first_turn : ttft_later_turns).push_back(r.ttft_s);
+      if (r.turn > 0) {
+        s.later_turns_input_tokens += r.input_len;
+        s.later_turns_cached_prompt_tokens += r.cached_prompt_tokens;
+      }
+    }
     e2e.push_back(r.e2e_s);
     itl.insert(itl.end(), r.itl_s.begin(), r.itl_s.end());
     if (r.output_len >= 2 && !r.itl_s.empty()) {
@@ -74,7 +82,13 @@ BenchSummary Summarize(const LoadResult& result, int num_requests) {
     s.prefix_cache_hit_rate = static_cast<double>(s.total_cached_prompt_tokens) /
                               static_cast<double>(s.total_input_tokens);
   }
+  if (s.later_turns_input_tokens > 0) {
+    s.later_turns_hit_rate = static_cast<double>(s.later_turns_cached_prompt_tokens) /
+                             static_cast<double>(s.later_turns_input_tokens);
+  }
   s.ttft = Describe(std::move(ttft));
+  s.ttft_first_turn = Describe(std::move(ttft_first_turn));
+  s.ttft_later_turns = Describe(std::move(ttft_later_turns));
   s.tpot = Describe(std::move(tpot));
   s.itl = Describe(std::move(itl));
   s.e2e = Describe(std::move(e2e));

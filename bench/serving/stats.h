@@ -10,6 +10,8 @@
 //  - Throughput: successful requests and their tokens divided by the run's duration.
 //  - Prefix cache hit rate: the successful requests' cached prompt tokens over their input
 //    tokens (0 when the server reports no cached tokens).
+//  - Multi-turn runs: the same TTFT over conversations' first turns and over their later
+//    turns, and the later turns' own hit rate (what a cache that keeps answers is for).
 #pragma once
 
 #include <cstdint>
@@ -59,6 +61,12 @@ struct BenchSummary {
   double input_throughput = 0;      // tokens/s
   double output_throughput = 0;     // tokens/s
   Distribution ttft, tpot, itl, e2e;
+  // Multi-turn runs (records with a conversation); empty / 0 otherwise.
+  int not_sent_after_failure = 0;   // later turns of conversations whose turn failed
+  Distribution ttft_first_turn, ttft_later_turns;
+  int64_t later_turns_input_tokens = 0;
+  int64_t later_turns_cached_prompt_tokens = 0;
+  double later_turns_hit_rate = 0;  // later_turns_cached_prompt_tokens / ..._input_tokens
   std::map<std::string, FailureClass> failures;  // by error_class
 };
 

@@ -24,6 +24,10 @@ StreamTally::StreamTally(const RequestSpec& spec, std::string request_id,
   record_.request_id = std::move(request_id);
   record_.input_len = spec.input_len;
   record_.requested_output_len = spec.output_len;
+  record_.conversation = spec.conversation;
+  record_.turn = spec.turn;
+  keep_output_ids_ = spec.keep_output_ids;
+  if (keep_output_ids_) record_.output_token_ids.reserve(spec.output_len);
   record_.start_offset_s = start_offset_s;
   record_.itl_s.reserve(spec.output_len > 1 ? spec.output_len - 1 : 0);
 }
@@ -41,6 +45,11 @@ void StreamTally::OnMessage(const v1::GenerateResponse& message, double t_s) {
     }
     record_.output_len += k;
     last_token_s_ = t_s;
+    if (keep_output_ids_) {
+      record_.output_token_ids.insert(record_.output_token_ids.end(),
+                                      message.chunk().token_ids().begin(),
+                                      message.chunk().token_ids().end());
+    }
   } else if (message.has_complete()) {
     complete_ = message.complete();
   } else if (message.has_error()) {

@@ -14,6 +14,8 @@
 //    cached_prompt_tokens lies outside [0, prompt_tokens] -> TOKEN_COUNT_MISMATCH; finish
 //    reason ABORT -> ABORTED; otherwise success.
 //  - cached_prompt_tokens: `complete`'s (0 without one: a server that reports none).
+//  - output_token_ids: the chunks' token ids in order, kept only for a spec with
+//    keep_output_ids (a conversation's turn whose answer the next turn's prompt repeats).
 #pragma once
 
 #include <optional>
@@ -42,6 +44,7 @@ class StreamTally {
  private:
   RequestRecord record_;
   int expected_prompt_tokens_;  // 0 when the prompt was text
+  bool keep_output_ids_ = false;
   double last_token_s_ = 0;
   std::optional<v1::GenerateComplete> complete_;
   std::optional<v1::GenerateError> error_;

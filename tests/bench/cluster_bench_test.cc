@@ -112,6 +112,30 @@ TEST_F(ClusterBenchTest, PenaltiesAndLogprobsOnHalfTheRequests) {
   EXPECT_TRUE(cluster_->WaitAllPagesFree(absl::Seconds(15)).ok());
 }
 
+// Conversations against the real workers' prefix caches: every turn succeeds with counts
+// that agree, and later turns (each repeating the previous prompt and answer, 120+ tokens, so
+// at least one whole 64-token page) find some of their prompt cached.
+TEST_F(ClusterBenchTest, MultiTurnConversationsReuseTheirEarlierTurns) {
+  BenchOptions b = Options("multi_turn");
+  b.random_input_len = 120;
+  b.random_output_len = 20;
+  b.random_range_ratio = 1.0;
+  b.multi_turn_conversations = 2;
+  b.multi_turn_turns = 3;
+  b.multi_turn_message_len = 10;
+  b.num_prompts = 6;
+  b.max_concurrency = 2;
+  const int code = RunBenchmark(b, stdout, stderr);
+  ASSERT_EQ(code, kExitOk) << "router log:\n" << cluster_->router().LogTail();
+  nlohmann::json s = ReadJson(b.output_json);
+  EXPECT_EQ(s["completed"], 6);
+  EXPECT_EQ(s["total_input_tokens"], 2 * (120 + 150 + 180));
+  EXPECT_EQ(s["total_output_tokens"], 6 * 20);
+  EXPECT_EQ(s["later_turns_input_tokens"], 2 * (150 + 180));
+  EXPECT_GT(s["later_turns_cached_prompt_tokens"].get<int>(), 0);
+  EXPECT_TRUE(cluster_->WaitAllPagesFree(absl::Seconds(15)).ok());
+}
+
 TEST_F(ClusterBenchTest, RunCutByTheTimeBoundLeavesNoPagesBehind) {
   BenchOptions b = Options("bounded");
   // 48 requests of 460 tokens, 3 at a time: ~22k tokens, seconds of work on the CPU backend

@@ -50,8 +50,13 @@ grpc::Status FakeGenerationServer::Generate(grpc::ServerContext* context,
   seen.sampling = request->sampling();
   seen.arrival_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (request->has_token_ids()) {
+    seen.prompt_ids.assign(request->token_ids().ids().begin(), request->token_ids().ids().end());
+  }
+  size_t seen_at = 0;
   {
     absl::MutexLock lock(&mu_);
+    seen_at = seen_.size();
     seen_.push_back(seen);
     ++active_;
     peak_ = std::max(peak_, active_);
@@ -80,6 +85,12 @@ grpc::Status FakeGenerationServer::Generate(grpc::ServerContext* context,
 
   int sent = 0;
   int32_t next_id = 2;
+  if (behaviour_.answers_depend_on_prompt) {
+    int64_t sum = 0;
+    for (int32_t id : seen.prompt_ids) sum += id;
+    next_id = static_cast<int32_t>(2 + sum % (behaviour_.vocab_size - 2));
+  }
+  std::vector<int32_t> answer;
   while (sent < seen.max_new_tokens) {
     if (sent > 0 && !wait(behaviour_.token_delay)) return grpc::Status::CANCELLED;
     if (behaviour_.fail_after_tokens > 0 && sent >= behaviour_.fail_after_tokens) {
@@ -95,6 +106,7 @@ grpc::Status FakeGenerationServer::Generate(grpc::ServerContext* context,
     const int k = std::min(behaviour_.tokens_per_chunk, seen.max_new_tokens - sent);
     for (int i = 0; i < k; ++i) {
       chunk.mutable_chunk()->add_token_ids(next_id);
+      answer.push_back(next_id);
       next_id = 2 + (next_id - 1) % (behaviour_.vocab_size - 2);
     }
     sent += k;
@@ -111,8 +123,28 @@ grpc::Status FakeGenerationServer::Generate(grpc::ServerContext* context,
   complete->set_prompt_tokens(seen.prompt_tokens);
   complete->set_completion_tokens(sent + behaviour_.completion_tokens_error);
   complete->set_cached_prompt_tokens(seen.cached_prompt_tokens);
+  if (behaviour_.prefix_cache_page_size > 0 && behaviour_.prefix_cache_keeps_answers &&
+      !seen.prompt_ids.empty()) {
+    // Kept before `complete` goes out, so the client's next turn finds it.
+    std::vector<int32_t> computed = seen.prompt_ids;
+    computed.insert(computed.end(), answer.begin(), answer.end());
+    computed.pop_back();  // the last token generated was never fed back
+    InsertPages(computed);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    seen_[seen_at].answer_ids = answer;
+  }
   writer->Write(done);
   return grpc::Status::OK;
+}
+
+void FakeGenerationServer::InsertPages(const std::vector<int32_t>& ids) {
+  const size_t page = static_cast<size_t>(behaviour_.prefix_cache_page_size);
+  absl::MutexLock lock(&mu_);
+  for (size_t end = page; end <= ids.size(); end += page) {
+    cached_prefixes_.emplace(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(end));
+  }
 }
 
 int FakeGenerationServer::LookUpAndInsertPrefix(const v1::GenerateRequest& request) {

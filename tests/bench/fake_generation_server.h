@@ -41,6 +41,13 @@ struct FakeBehaviour {
   // `complete`'s cached_prompt_tokens; at least one prompt token is always computed. 0: none
   // reported.
   int prefix_cache_page_size = 0;
+  // With prefix_cache_page_size: after a request ends, its prompt and answer (the positions
+  // computed: all but the last token generated) go to the cache too, as the decode worker's
+  // cache keeps them, so a conversation's next turn finds its previous answer.
+  bool prefix_cache_keeps_answers = false;
+  // Answers start at an id drawn from the prompt (its ids' sum), so different prompts get
+  // different answers; false: every answer is 2, 3, 4, ...
+  bool answers_depend_on_prompt = false;
   // The listener's credentials (nullptr: plaintext), e.g. TLS from
   // common::MakeServerCredentials.
   std::shared_ptr<grpc::ServerCredentials> credentials;
@@ -57,6 +64,8 @@ struct SeenRequest {
   bool ignore_eos = false;
   v1::SamplingParams sampling;  // as sent
   double arrival_s = 0;  // since the server started
+  std::vector<int32_t> prompt_ids;  // a token-id prompt's ids
+  std::vector<int32_t> answer_ids;  // streamed, filled when the call ended
 };
 
 class FakeGenerationServer final : public v1::Generation::Service {
@@ -86,6 +95,8 @@ class FakeGenerationServer final : public v1::Generation::Service {
   grpc::Status CheckApiKey(const grpc::ServerContext& context) const;
   // The prompt's tokens found in the prefix cache, which then holds its pages too.
   int LookUpAndInsertPrefix(const v1::GenerateRequest& request);
+  // Puts every whole-page prefix of `ids` in the prefix cache.
+  void InsertPages(const std::vector<int32_t>& ids);
 
   FakeBehaviour behaviour_;
   std::unique_ptr<grpc::Server> server_;

@@ -52,6 +52,31 @@ TEST(StreamTallyTest, OneTokenPerChunkGivesGapsBetweenChunks) {
   EXPECT_DOUBLE_EQ(r.e2e_s, 0.2);
 }
 
+// A conversation's turn keeps its answer's ids in order (the next turn repeats them); other
+// requests keep none, and the record names the conversation and turn.
+TEST(StreamTallyTest, OutputIdsAreKeptOnlyWhenTheSpecAsks) {
+  RequestSpec turn = IdSpec(3, 5);
+  turn.conversation = 2;
+  turn.turn = 1;
+  turn.keep_output_ids = true;
+  StreamTally kept(turn, "r", 0);
+  kept.OnMessage(Chunk({10, 11}), 0.1);
+  kept.OnMessage(Chunk({}), 0.15);
+  kept.OnMessage(Chunk({12, 13, 14}), 0.2);
+  kept.OnMessage(Complete(3, 5), 0.2);
+  const RequestRecord r = kept.Finish(0, "", 0.2, false);
+  EXPECT_EQ(r.output_token_ids, (std::vector<int32_t>{10, 11, 12, 13, 14}));
+  EXPECT_EQ(r.conversation, 2);
+  EXPECT_EQ(r.turn, 1);
+
+  StreamTally plain(IdSpec(3, 2), "r", 0);
+  plain.OnMessage(Chunk({10, 11}), 0.1);
+  plain.OnMessage(Complete(3, 2), 0.1);
+  const RequestRecord p = plain.Finish(0, "", 0.1, false);
+  EXPECT_TRUE(p.output_token_ids.empty());
+  EXPECT_EQ(p.conversation, -1);
+}
+
 TEST(StreamTallyTest, MultiTokenChunksSpreadTheGapAndKeepTokensMinusOneEntries) {
   StreamTally tally(IdSpec(2, 6), "r", 0);
   tally.OnMessage(Chunk({1, 2}), 0.05);  // first chunk carries 2 tokens
