@@ -20,6 +20,7 @@
 #include "router/testing/poll_until_routable.h"
 #include "router/testing/byte_codec.h"
 #include "router/testing/byte_router.h"
+#include "router/openai/testing/http_api_fixture.h"
 #include "router/testing/fake_workers.h"
 #include "router/worker_poller.h"
 
@@ -27,60 +28,17 @@ namespace mlaserve::router::openai {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::kMaxContext;
+using testing::kWait;
 using Json = nlohmann::json;
 using router::testing::ByteCodec;
 using router::testing::BytesToIds;
 using router::testing::FakeDecodeWorker;
-using router::testing::FakePrefillWorker;
-using router::testing::TestServer;
 
-constexpr absl::Duration kWait = absl::Seconds(10);
-// Room for the tool sections the tool-call tests add to their prompts (byte tokens).
-constexpr int kMaxContext = 2048;
-constexpr char kTemplate[] =
-    "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
-    "{% if add_generation_prompt %}<assistant>{% if think is defined %}<think>\n{% endif %}{% endif %}";
-
-class HttpApiTest : public ::testing::Test {
+class HttpApiTest : public testing::HttpApiFixture {
  protected:
-  void SetUp() override {
-    decode_server_ = TestServer::Start({&decode_});
-    prefill_server_ = TestServer::Start({&prefill_});
-    router_ = MakeRouter(common::CallAuthorizer());
-    api_ = StartApi();
-  }
-
-  // A router in front of the fake workers; `public_authorizer` holds its API keys.
-  std::unique_ptr<RouterContext> MakeRouter(common::CallAuthorizer public_authorizer) {
-    RouterOptions o;
-    o.abort_timeout = absl::Seconds(2);
-    o.public_authorizer = std::move(public_authorizer);
-    return router::testing::StartByteRouter(std::move(o), kMaxContext, prefill_server_.address,
-                                            decode_server_.address);
-  }
-
-  void TearDown() override {
-    api_.reset();
-    EXPECT_TRUE(router_->WaitForCallsToEnd(kWait));
-    prefill_server_.server->Shutdown(absl::ToChronoTime(absl::Now()));
-    decode_server_.server->Shutdown(absl::ToChronoTime(absl::Now()));
-  }
-
-  std::unique_ptr<HttpApi> StartApi(HttpApiOptions options = {}) {
-    absl::StatusOr<chat_template::ChatTemplate> t = chat_template::ChatTemplate::Parse(kTemplate);
-    EXPECT_TRUE(t.ok()) << t.status();
-    chat_template::CheckpointChatTemplate ct{"test", *std::move(t)};
-    ct.special_tokens = {{"bos_token", "<bos>"}};
-    return StartApiWith(std::move(ct), std::move(options));
-  }
-
   std::unique_ptr<HttpApi> StartApiWith(chat_template::CheckpointChatTemplate ct, HttpApiOptions options = {}) {
-    options.host = "127.0.0.1";
-    options.served_model_name = "demo";
-    options.threads = 8;
-    absl::StatusOr<std::unique_ptr<HttpApi>> api = HttpApi::Start(router_.get(), std::move(ct), options);
-    EXPECT_TRUE(api.ok()) << api.status();
-    return api.ok() ? *std::move(api) : nullptr;
+    return StartApi(std::move(options), std::move(ct));
   }
 
   void RestartApiWithToolCallParser(const std::string& parser) {
@@ -90,11 +48,6 @@ class HttpApiTest : public ::testing::Test {
     api_ = StartApi(options);
   }
 
-  httplib::Result Post(const std::string& path, const std::string& body, int port = 0) {
-    httplib::Client client("127.0.0.1", port != 0 ? port : api_->port());
-    client.set_read_timeout(10);
-    return client.Post(path.c_str(), body, "application/json");
-  }
 
   // Sends `request` on a raw socket, reads until `until` appears in the reply (or EOF), and
   // closes the connection: a client that leaves mid-request.
@@ -133,12 +86,6 @@ class HttpApiTest : public ::testing::Test {
     }
     return out;
   }
-
-  FakeDecodeWorker decode_{64, 0};
-  FakePrefillWorker prefill_{&decode_};
-  TestServer decode_server_, prefill_server_;
-  std::unique_ptr<RouterContext> router_;
-  std::unique_ptr<HttpApi> api_;
 };
 
 TEST_F(HttpApiTest, Completion) {

@@ -12,6 +12,7 @@
 #include "router/admin_conversion.h"
 #include "router/openai/http_api.h"
 #include "router/testing/byte_codec.h"
+#include "router/openai/testing/http_api_fixture.h"
 #include "router/testing/byte_router.h"
 #include "router/testing/fake_workers.h"
 #include "router/testing/poll_until_routable.h"
@@ -21,20 +22,12 @@ namespace mlaserve::router::openai {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::kMaxContext;
+using testing::kWait;
 using Json = nlohmann::json;
 using router::testing::ByteCodec;
 using router::testing::BytesToIds;
-using router::testing::FakeDecodeWorker;
-using router::testing::FakePrefillWorker;
-using router::testing::TestServer;
 
-constexpr absl::Duration kWait = absl::Seconds(10);
-constexpr int kMaxContext = 2048;
-// HttpApiTest's template: "<bos>", then "<role>content" per message, then "<assistant>" (and
-// "<think>\n" with the `think` kwarg) when a generation prompt is asked.
-constexpr char kTemplate[] =
-    "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
-    "{% if add_generation_prompt %}<assistant>{% if think is defined %}<think>\n{% endif %}{% endif %}";
 constexpr char kMessages[] =
     R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}])";
 constexpr char kWeatherTool[] =
@@ -43,56 +36,8 @@ constexpr char kWeatherTool[] =
 
 std::vector<int32_t> Ids(const Json& tokens) { return tokens.get<std::vector<int32_t>>(); }
 
-class HttpTokenizeTest : public ::testing::Test {
+class HttpTokenizeTest : public testing::HttpApiFixture {
  protected:
-  void SetUp() override {
-    decode_server_ = TestServer::Start({&decode_});
-    prefill_server_ = TestServer::Start({&prefill_});
-    router_ = MakeRouter(common::CallAuthorizer());
-    api_ = StartApi();
-  }
-
-  void TearDown() override {
-    api_.reset();
-    EXPECT_TRUE(router_->WaitForCallsToEnd(kWait));
-    prefill_server_.server->Shutdown(absl::ToChronoTime(absl::Now()));
-    decode_server_.server->Shutdown(absl::ToChronoTime(absl::Now()));
-  }
-
-  std::unique_ptr<RouterContext> MakeRouter(common::CallAuthorizer public_authorizer) {
-    RouterOptions o;
-    o.abort_timeout = absl::Seconds(2);
-    o.public_authorizer = std::move(public_authorizer);
-    return router::testing::StartByteRouter(std::move(o), kMaxContext, prefill_server_.address,
-                                            decode_server_.address);
-  }
-
-  static absl::StatusOr<chat_template::CheckpointChatTemplate> TestTemplate() {
-    absl::StatusOr<chat_template::ChatTemplate> t = chat_template::ChatTemplate::Parse(kTemplate);
-    if (!t.ok()) return t.status();
-    chat_template::CheckpointChatTemplate ct{"test", *std::move(t)};
-    ct.special_tokens = {{"bos_token", "<bos>"}};
-    return ct;
-  }
-
-  std::unique_ptr<HttpApi> StartApi(HttpApiOptions options = {},
-                                    absl::StatusOr<chat_template::CheckpointChatTemplate> ct = TestTemplate(),
-                                    RouterContext* router = nullptr) {
-    options.host = "127.0.0.1";
-    options.served_model_name = "demo";
-    options.threads = 4;
-    absl::StatusOr<std::unique_ptr<HttpApi>> api =
-        HttpApi::Start(router != nullptr ? router : router_.get(), std::move(ct), options);
-    EXPECT_TRUE(api.ok()) << api.status();
-    return api.ok() ? *std::move(api) : nullptr;
-  }
-
-  httplib::Result Post(const std::string& path, const std::string& body, const HttpApi* api = nullptr) {
-    httplib::Client client("127.0.0.1", (api != nullptr ? api : api_.get())->port());
-    client.set_read_timeout(10);
-    return client.Post(path.c_str(), body, "application/json");
-  }
-
   // A 200's body (the test fails otherwise).
   Json Ok(const std::string& path, const std::string& body) {
     httplib::Result r = Post(path, body);
@@ -120,7 +65,7 @@ class HttpTokenizeTest : public ::testing::Test {
 
   // The OpenAI error of a non-200 answer, with its status.
   std::pair<int, Json> Error(const std::string& path, const std::string& body, const HttpApi* api = nullptr) {
-    httplib::Result r = Post(path, body, api);
+    httplib::Result r = Post(path, body, api != nullptr ? api->port() : 0);
     if (!r) {
       ADD_FAILURE() << path << ": no answer";
       return {0, Json()};
@@ -129,12 +74,6 @@ class HttpTokenizeTest : public ::testing::Test {
     EXPECT_TRUE(j.contains("error")) << r->body;
     return {r->status, j["error"]};
   }
-
-  FakeDecodeWorker decode_{64, 0};
-  FakePrefillWorker prefill_{&decode_};
-  TestServer decode_server_, prefill_server_;
-  std::unique_ptr<RouterContext> router_;
-  std::unique_ptr<HttpApi> api_;
 };
 
 TEST_F(HttpTokenizeTest, PromptCountsWhatACompletionCounts) {
