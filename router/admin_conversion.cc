@@ -139,6 +139,7 @@ absl::StatusOr<WorkerDescriptor> DescriptorFromProto(const v1::WorkerDescriptor&
   d.kv_transport = p.kv_transport();
   d.gpus = p.gpus();
   d.parallel_layout = p.parallel_layout();
+  d.prefix_cache = p.prefix_cache();
   return d;
 }
 
@@ -155,6 +156,7 @@ v1::WorkerDescriptor DescriptorToProto(const WorkerDescriptor& d) {
   p.set_kv_transport(d.kv_transport);
   p.set_gpus(d.gpus);
   p.set_parallel_layout(d.parallel_layout);
+  p.set_prefix_cache(d.prefix_cache);
   return p;
 }
 

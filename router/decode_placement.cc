@@ -124,7 +124,16 @@ absl::StatusOr<DecodePlacement::Target> DecodePlacement::Next() {
   }
   decode_id_ = decode->id;
   decode_address_ = decode->address;
-  local_prefill_ = options_.prefill_locally || ShouldPrefillLocally(prompt_tokens_, *decode);
+  // A decode worker with a prefix cache computes only what it does not hold of the prompt (a
+  // conversation's earlier turns that ended there): that is what its threshold weighs.
+  decode_prefix_cache_ = decode->descriptor.prefix_cache;
+  decode_expected_cached_ =
+      prompt_pages_.has_value() && decode_prefix_cache_
+          ? options_.prefix_affinity->MatchedTokens(decode_id_, *prompt_pages_)
+          : 0;
+  local_prefill_ =
+      options_.prefill_locally ||
+      ShouldPrefillLocally(prompt_tokens_ - static_cast<int32_t>(decode_expected_cached_), *decode);
   if (!local_prefill_ && prefill_id_.empty()) {
     if (absl::Status s = PickPrefill(*decode); !s.ok()) return s;
   }
@@ -200,6 +209,15 @@ DecodePlacement::Failure DecodePlacement::ReserveFailed(const grpc::Status& stat
     failure.verdict = Failure::Verdict::kWaitForRoom;
   }
   return failure;
+}
+
+void DecodePlacement::RecordDecoded(std::span<const int32_t> prompt,
+                                    std::span<const int32_t> generated,
+                                    std::string_view cache_salt) {
+  if (options_.prefix_affinity == nullptr || !decode_prefix_cache_ || decode_id_.empty()) return;
+  std::vector<int32_t> computed(prompt.begin(), prompt.end());
+  if (!generated.empty()) computed.insert(computed.end(), generated.begin(), generated.end() - 1);
+  options_.prefix_affinity->Record(decode_id_, PrefixAffinity::PromptPages(computed, cache_salt));
 }
 
 void DecodePlacement::ChargePrefill() {

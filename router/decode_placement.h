@@ -104,6 +104,12 @@ class DecodePlacement {
   void ReleasePrefill();
   // Releases the decode worker's charge; true when there was one (pages for waiting calls).
   bool ReleaseDecode();
+  // The request ended on the decode worker after streaming `generated`: it computed the prompt
+  // and all but the last generated token. With prefix affinity and that worker's prefix cache
+  // on, their whole pages are recorded for it, where a later prompt that starts with them (a
+  // conversation's next turn) is expected to find them.
+  void RecordDecoded(std::span<const int32_t> prompt, std::span<const int32_t> generated,
+                     std::string_view cache_salt);
 
   const std::string& decode_id() const { return decode_id_; }
   const std::string& decode_address() const { return decode_address_; }
@@ -113,6 +119,9 @@ class DecodePlacement {
   // Prompt tokens the prefill worker was expected to have cached when the prompt was sent to
   // it (ChargePrefill); 0 without prefix affinity (mlaserve_router_prefix_affinity_tokens_total).
   int64_t prefill_expected_cached_tokens() const { return prefill_expected_cached_; }
+  // Prompt tokens the chosen decode worker was expected to have cached (its own prefix cache,
+  // from earlier requests that ended there): the local-prefill decision counts only the rest.
+  int64_t decode_expected_cached_tokens() const { return decode_expected_cached_; }
   // Whether that worker may hold state for the request (it was sent a Reserve / Prefill), so
   // an early end must send it an Abort.
   bool decode_contacted() const { return decode_contacted_; }
@@ -132,6 +141,8 @@ class DecodePlacement {
   bool no_room_now_ = false;
   std::vector<std::string> candidates_;
   size_t next_candidate_ = 0;
+  bool decode_prefix_cache_ = false;     // the chosen decode worker keeps a prefix cache
+  int64_t decode_expected_cached_ = 0;   // of the prompt, on it
   std::string decode_id_;
   std::string decode_address_;
   int32_t decode_charged_pages_ = 0;

@@ -20,9 +20,11 @@ class DecodePlacementTest : public ::testing::Test {
   DecodePlacementTest() : registry_({.model = testing::TestModel()}) {}
 
   // A self-registered decode worker with `free` of 100 pages free; returns its id.
-  std::string AddDecode(const std::string& address, int free, int local_threshold = 0) {
+  std::string AddDecode(const std::string& address, int free, int local_threshold = 0,
+                        bool prefix_cache = false) {
     WorkerDescriptor d = testing::TestDecodeWorker(address, free);
     d.profile.local_prefill_threshold = local_threshold;
+    d.prefix_cache = prefix_cache;
     return registry_.Register(d, kT0)->id;
   }
   std::string AddPrefill(const std::string& address) {
@@ -232,6 +234,60 @@ TEST_F(DecodePlacementTest, APromptSharingALongPrefixGoesToThePrefillWorkerThatH
   // A worker busier by more than the prefix saves loses it: 1000 tokens queued on p2.
   registry_.AddRouterLoad(p2, {.prefill_tokens = 1000});
   EXPECT_EQ(PrefillSent(AffinePlacement(&table, SharedPrefixPrompt(5))), p1);
+}
+
+// A conversation's next turn is longer than the decode worker's local-prefill threshold, but
+// that worker holds the earlier turn (prompt and answer) in its prefix cache: it computes only
+// the rest, which is under the threshold, so it prefills the turn itself.
+TEST_F(DecodePlacementTest, ADecodeWorkerHoldingTheEarlierTurnPrefillsTheNextItself) {
+  AddDecode("d:1", 90, /*local_threshold=*/100, /*prefix_cache=*/true);
+  AddPrefill("p:1");
+  PrefixAffinity table({});
+  std::vector<int32_t> turn1(90);
+  for (int i = 0; i < 90; ++i) turn1[i] = i;
+  DecodePlacement first = AffinePlacement(&table, turn1);
+  ASSERT_TRUE(first.Rank().ok());
+  ASSERT_TRUE(first.Next().ok());
+  EXPECT_TRUE(first.local_prefill());
+  EXPECT_EQ(first.decode_expected_cached_tokens(), 0);
+  const std::vector<int32_t> answer = {500, 501, 502, 503, 504, 505, 506, 507, 508, 509};
+  first.RecordDecoded(turn1, answer, {});  // 99 tokens computed: one whole page
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), answer.begin(), answer.end());
+  for (int i = 0; i < 40; ++i) turn2.push_back(600 + i);  // 140 tokens, 76 uncached
+  DecodePlacement second = AffinePlacement(&table, turn2);
+  ASSERT_TRUE(second.Rank().ok());
+  ASSERT_TRUE(second.Next().ok());
+  EXPECT_EQ(second.decode_expected_cached_tokens(), 64);
+  EXPECT_TRUE(second.local_prefill());
+  // Another salt, or no table: the whole 140 tokens count, over the threshold.
+  DecodePlacement salted = AffinePlacement(&table, turn2, "tenant-b");
+  ASSERT_TRUE(salted.Rank().ok());
+  ASSERT_TRUE(salted.Next().ok());
+  EXPECT_FALSE(salted.local_prefill());
+  DecodePlacement plain = AffinePlacement(nullptr, turn2);
+  ASSERT_TRUE(plain.Rank().ok());
+  ASSERT_TRUE(plain.Next().ok());
+  EXPECT_FALSE(plain.local_prefill());
+}
+
+// A decode worker without a prefix cache is never expected to hold anything.
+TEST_F(DecodePlacementTest, ADecodeWorkerWithoutAPrefixCacheComputesTheWholePrompt) {
+  AddDecode("d:1", 90, /*local_threshold=*/100, /*prefix_cache=*/false);
+  AddPrefill("p:1");
+  PrefixAffinity table({});
+  std::vector<int32_t> turn1(90, 7);
+  DecodePlacement first = AffinePlacement(&table, turn1);
+  ASSERT_TRUE(first.Rank().ok());
+  ASSERT_TRUE(first.Next().ok());
+  first.RecordDecoded(turn1, std::vector<int32_t>(10, 8), {});
+  std::vector<int32_t> turn2 = turn1;
+  turn2.resize(140, 9);
+  DecodePlacement second = AffinePlacement(&table, turn2);
+  ASSERT_TRUE(second.Rank().ok());
+  ASSERT_TRUE(second.Next().ok());
+  EXPECT_EQ(second.decode_expected_cached_tokens(), 0);
+  EXPECT_FALSE(second.local_prefill());
 }
 
 TEST_F(DecodePlacementTest, APrefixSentUnderAnotherCacheSaltIsNotExpectedCached) {

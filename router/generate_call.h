@@ -165,6 +165,8 @@ class GenerateCall final : public AbortableCall,
   bool prefill_answered_ ABSL_GUARDED_BY(mu_) = false;  // OnPrefillDone ran
   // A local prefill's prompt tokens from the decode worker's prefix cache (its first tokens).
   int32_t local_cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  // The tokens streamed so far (the decode worker's prefix cache keeps them with the prompt).
+  std::vector<int32_t> generated_ids_ ABSL_GUARDED_BY(mu_);
   // D's stream can end before the prefill worker's answer (which tells the prompt tokens it
   // took from its prefix cache) arrives: the completion waits here for that answer (or its
   // failure; the prefill call has a deadline), so usage counts the cached tokens.

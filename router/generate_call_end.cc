@@ -62,6 +62,9 @@ bool GenerateCall::CompleteLocked(v1::FinishReason reason, std::optional<int32_t
     c.set_cached_prompt_tokens(local_cached_tokens_);
   }
   router_->metrics().cached_prompt_tokens_total->Increment(c.cached_prompt_tokens());
+  // The decode worker keeps the prompt and all but the last generated token (whose KV it never
+  // wrote) in its prefix cache: where the conversation's next turn would find them.
+  placement_->RecordDecoded(prompt_ids_, generated_ids_, cache_salt_);
   outbox_.Complete(reason, matched_token, std::move(c));
   return true;
 }

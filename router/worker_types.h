@@ -113,6 +113,7 @@ struct WorkerDescriptor {
   // moe=expert" (docs/parallel.md); 0 / empty from workers that predate the fields.
   int32_t gpus = 0;
   std::string parallel_layout;
+  bool prefix_cache = false;  // --prefix-cache (false from workers that predate the field)
 };
 
 // What the registry knows about one worker at one moment (a copy; safe to keep).

@@ -57,6 +57,7 @@ v1::WorkerDescriptor DescribeWorker(WorkerRoleKind kind, const WorkerOptions& o,
   f.device = o.device;
   f.gpus = o.parallel.size;
   f.parallel_layout = model::DescribeParallel(o.parallel);
+  f.prefix_cache = o.prefix_cache;
   f.chunk_size = o.chunk_size;
   v1::WorkerDescriptor d = MakeWorkerDescriptor(f);
   d.mutable_profile()->set_gpu_name(profile.profile.device.name);

@@ -104,6 +104,7 @@ mlaserve::v1::WorkerDescriptor MakeWorkerDescriptor(const WorkerFacts& f) {
   d.set_device(f.device);
   d.set_gpus(f.gpus);
   d.set_parallel_layout(f.parallel_layout);
+  d.set_prefix_cache(f.prefix_cache);
   d.set_version(MLASERVE_WORKER_VERSION);
   d.set_kv_transport(f.kv_transport);
   auto* p = d.mutable_profile();

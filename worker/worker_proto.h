@@ -48,6 +48,7 @@ struct WorkerFacts {
   int device = 0;
   int gpus = 1;                          // ranks of the worker (--tp-size)
   std::string parallel_layout = "tp=1";  // model::ParallelLayout::Describe()
+  bool prefix_cache = false;             // --prefix-cache
   std::string kv_transport;  // "tcp"
   int chunk_size = 0;
   int local_prefill_threshold = 0;  // decode workers

@@ -132,7 +132,7 @@ TEST_P(ServingTest, PrefillAndDecodeInDifferentParallelLayouts) {
 TEST_P(ServingTest, LocalPrefillGivesTheSameTokens) {
   ClusterOptions o;
   o.model_dir = GetParam();
-  o.local_prefill_threshold = 1000;
+  o.local_prefill_threshold = 120;
   auto cluster = Cluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   const std::vector<int32_t> prompt = Prompt(100, 3);
@@ -145,9 +145,10 @@ TEST_P(ServingTest, LocalPrefillGivesTheSameTokens) {
   auto ref = ReferenceTokens(GetParam(), prompt, 16, 0.0f, std::nullopt);
   ASSERT_TRUE(ref.ok()) << ref.status();
   EXPECT_EQ(r.ids, *ref);
-  // The next turn (the prompt, the answer, more): the decode worker's prefix cache holds the
-  // first whole page of what the first request computed (115 positions), and the tokens are
-  // still mlaserve-run's over the whole prompt.
+  // The next turn (the prompt, the answer, more: 136 tokens, over the threshold of 120): the
+  // decode worker's prefix cache holds the first whole page of what the first request computed
+  // (115 positions), so the router expects it to compute only the rest and lets it prefill the
+  // turn itself; the tokens are still mlaserve-run's over the whole prompt.
   std::vector<int32_t> next = prompt;
   next.insert(next.end(), r.ids.begin(), r.ids.end());
   for (int32_t id : Prompt(20, 5)) next.push_back(id);
