@@ -18,6 +18,7 @@
 #include "bench/serving/bench_options.h"
 #include "bench/serving/dataset.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_run.h"
 #include "tests/bench/fake_generation_server.h"
 
 namespace mlaserve::bench {
@@ -27,41 +28,10 @@ using ::testing::HasSubstr;
 using testing::FakeBehaviour;
 using testing::FakeGenerationServer;
 using testing::IndexOfRequestId;
-
-// Unique to this test and process: another run of the same test (a second build directory's
-// ctest on this machine) must not write the same file.
-std::string TempPath(const std::string& name) {
-  return ::testing::TempDir() + "/" +
-         ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
-         std::to_string(::getpid()) + "_" + name;
-}
-
-std::string ReadAll(std::FILE* f) {
-  std::rewind(f);
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  return s;
-}
-
-struct Captured {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-Captured RunCaptured(const BenchOptions& o) {
-  std::FILE* out = std::tmpfile();
-  std::FILE* err = std::tmpfile();
-  Captured c;
-  c.exit_code = RunBenchmark(o, out, err);
-  c.out = ReadAll(out);
-  c.err = ReadAll(err);
-  std::fclose(out);
-  std::fclose(err);
-  return c;
-}
+using testing::Captured;
+using testing::ReadAll;
+using testing::RunCaptured;
+using testing::TempPath;
 
 BenchOptions SmallRun(const std::string& server) {
   BenchOptions o;

@@ -24,10 +24,14 @@
 #include "common/testing/test_pki.h"
 #include "common/transport_security.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_run.h"
 #include "tests/bench/fake_generation_server.h"
 
 namespace mlaserve::bench {
 namespace {
+
+using testing::Captured;
+using testing::RunCaptured;
 
 using testing::FakeBehaviour;
 using testing::FakeGenerationServer;
@@ -35,29 +39,6 @@ using ::testing::HasSubstr;
 using TestPki = common::testing::TestPki;
 
 constexpr char kApiKey[] = "bench-api-key-0123456789";
-
-struct Captured {
-  int exit_code;
-  std::string err;
-};
-
-std::string ReadAll(std::FILE* f) {
-  std::rewind(f);
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  return s;
-}
-
-Captured RunCaptured(const BenchOptions& o) {
-  std::FILE* out = std::tmpfile();
-  std::FILE* err = std::tmpfile();
-  Captured c{RunBenchmark(o, out, err), ReadAll(err)};
-  std::fclose(out);
-  std::fclose(err);
-  return c;
-}
 
 class BenchTlsTest : public ::testing::Test {
  protected:

@@ -17,6 +17,7 @@
 #include "bench/serving/bench_app.h"
 #include "bench/serving/bench_options.h"
 #include "nlohmann/json.hpp"
+#include "tests/bench/bench_run.h"
 #include "tests/bench/fake_generation_server.h"
 
 namespace mlaserve::bench {
@@ -26,6 +27,8 @@ using ::testing::HasSubstr;
 using testing::FakeBehaviour;
 using testing::FakeGenerationServer;
 using testing::IndexOfRequestId;
+using testing::ReadAll;
+using testing::TempPath;
 using testing::SeenRequest;
 
 BenchOptions MultiTurnRun(const std::string& server) {
@@ -43,21 +46,6 @@ BenchOptions MultiTurnRun(const std::string& server) {
   o.request_timeout_s = 30;
   o.progress = ProgressMode::kOff;
   return o;
-}
-
-std::string ReadAll(std::FILE* f) {
-  std::rewind(f);
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  return s;
-}
-
-std::string TempPath(const std::string& name) {
-  return ::testing::TempDir() + "/" +
-         ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
-         std::to_string(::getpid()) + "_" + name;
 }
 
 // Against a page cache (64 tokens) that keeps answers, one conversation at a time: turn 1
