@@ -202,7 +202,10 @@ class DecodeRunner {
   model::KvPool& PoolOf(const DecodeSequence& seq) { return engine_->rank_pool(seq.rank); }
   // The rank a new request of `pages_needed` pages goes to, or RESOURCE_EXHAUSTED naming every
   // rank's room.
-  absl::StatusOr<int> PickRank(int prompt_len, int pages_needed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `local`: the sequence of a local prefill, whose cached pages (TakePages) count as room.
+  absl::StatusOr<int> PickRank(int prompt_len, int pages_needed,
+                               const DecodeSequence* local = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateRankGauges();
   // Emits the sampled `token` of `r` (with its logprobs when the request asked for them) and
   // finishes it if a stop rule applies.

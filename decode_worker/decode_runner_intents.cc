@@ -22,7 +22,8 @@ ReserveBounds DecodeRunner::bounds() const {
                        .json_vocabulary = options_.json_vocabulary};
 }
 
-absl::StatusOr<int> DecodeRunner::PickRank(int prompt_len, int pages_needed) {
+absl::StatusOr<int> DecodeRunner::PickRank(int prompt_len, int pages_needed,
+                                           const DecodeSequence* local) {
   // Each running request keeps a page free to grow (vLLM keeps a watermark too): a new
   // reservation that would take them would only make a running request give its pages back at
   // its next step.
@@ -37,7 +38,14 @@ absl::StatusOr<int> DecodeRunner::PickRank(int prompt_len, int pages_needed) {
   std::vector<int> free(ranks);
   for (int r = 0; r < ranks; ++r) {
     free[r] = engine_->rank_pool(r).free_pages();
-    const int room = free[r] - pages_needed - growing[r];
+    // A local prefill takes the cached pages of its prompt's start (TakePages): those other
+    // requests hold cost it no free page.
+    int held = 0;
+    if (local != nullptr) {
+      engine_->rank_pool(r).CachedPrefixPages(
+          local->tokens, (prompt_len - 1) / kernels::kPageSize, local->cache_salt, &held);
+    }
+    const int room = free[r] - (pages_needed - held) - growing[r];
     if (room < 0) continue;
     if (best < 0 || room > best_room || (room == best_room && requests[r] < requests[best])) {
       best = r;
@@ -123,7 +131,8 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
       return absl::AlreadyExistsError(
           absl::StrCat("request ", r->request_id, " already has a reservation here"));
     }
-    ASSIGN_OR_RETURN(seq->rank, PickRank(prompt_len, pages_needed));
+    ASSIGN_OR_RETURN(seq->rank,
+                     PickRank(prompt_len, pages_needed, spec.local_prefill ? seq.get() : nullptr));
     pool = &engine_->rank_pool(seq->rank);
     if (spec.local_prefill) {
       // From the prefix cache where this worker holds the prompt's start; it computes the rest.

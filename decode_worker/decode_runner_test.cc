@@ -298,6 +298,50 @@ TEST_F(DecodeRunnerTest, ALocalPrefillTakesTheWholePagesAnEarlierRequestLeft) {
   EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
 }
 
+// Room for a local prefill counts the cached pages of its prompt's start that another running
+// request holds (taking them costs no free page): with 16 pages, two requests sharing a
+// 10-page start both fit where the start counted twice would not.
+TEST_F(DecodeRunnerTest, CachedPagesAnotherRequestHoldsCountAsRoom) {
+  auto engine = FakeEngine::Create({.num_pages = 16});
+  auto layout = *kvtransfer::MakeKvLayout(engine->config(), engine->kv_pool().options());
+  kvtransfer::KvReceiver receiver(&engine->kv_pool(), layout,
+                                  kvtransfer::KvReceiverOptions{absl::Seconds(30)});
+  DecodeRunnerOptions o;
+  o.scheduler = {.max_running = 4, .max_batch_tokens = 256, .chunk_size = 128};
+  o.kv_endpoint = "decode-small";
+  o.kv_transport = "fake";
+  DecodeRunner runner(engine.get(), &receiver, o);
+  const auto start = Prompt(640, 13);  // 10 whole pages
+  auto first = runner.Reserve(Spec("first", start, 2, true));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto s0 = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner.OpenStream(first->session_id, s0).ok());
+  for (int i = 0; i < 100 && runner.Step(); ++i) {
+  }
+  ASSERT_TRUE(s0->finish()) << s0->error();
+  EXPECT_EQ(engine->kv_pool().cached_pages(), 10);
+  // Two more turns on that start, each 11 pages with its first new token: the first takes the
+  // 10 cached pages and one more (5 free left), the second needs one page more than it shares.
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 2; ++i) {
+    prompts.push_back(start);
+    for (int32_t t : Prompt(20, 30 + i)) prompts.back().push_back(t);
+    auto r = runner.Reserve(Spec(absl::StrCat("turn", i), prompts.back(), 4, true));
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status();
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(runner.OpenStream(r->session_id, sinks.back()).ok());
+  }
+  for (int i = 0; i < 200 && runner.Step(); ++i) {
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(sinks[i]->finish()) << i << ": " << sinks[i]->error();
+    EXPECT_EQ(sinks[i]->cached(), 640) << i;
+    EXPECT_EQ(sinks[i]->tokens(), FakeEngine::ExpectedTokens(prompts[i], 4, kVocab)) << i;
+  }
+  EXPECT_EQ(engine->kv_pool().free_pages(), 16);
+}
+
 TEST_F(DecodeRunnerTest, RequestsGrowPageByPageAndPreemptedOnesRecomputeTheSameTokens) {
   // 8 pages, three requests of 100 prompt + 150 new tokens (4 pages each at the end): they
   // cannot all hold their pages at once, so the latest reserved gives its pages back, is

@@ -227,10 +227,15 @@ std::vector<int32_t> KvPool::AcquirePrefix(std::span<const int32_t> tokens, int 
 }
 
 int KvPool::CachedPrefixPages(std::span<const int32_t> tokens, int max_pages,
-                              std::string_view salt) const {
+                              std::string_view salt, int* held) const {
   absl::MutexLock lock(&mu_);
+  if (held != nullptr) *held = 0;
   if (prefix_ == nullptr) return 0;
-  return static_cast<int>(prefix_->Match(tokens, max_pages, salt).size());
+  const std::vector<int32_t> pages = prefix_->Match(tokens, max_pages, salt);
+  if (held != nullptr) {
+    for (int32_t p : pages) *held += holders_[p] > 0 ? 1 : 0;
+  }
+  return static_cast<int>(pages.size());
 }
 
 void KvPool::PublishPrefix(std::span<const int32_t> tokens, std::span<const int32_t> pages,

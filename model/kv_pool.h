@@ -135,9 +135,11 @@ class KvPool {
   // them like allocated pages. Empty with the cache off.
   std::vector<int32_t> AcquirePrefix(std::span<const int32_t> tokens, int max_pages,
                                      std::string_view salt = {});
-  // How many pages AcquirePrefix would return now (takes nothing).
+  // How many pages AcquirePrefix would return now (takes nothing); `held` (if set): how many of
+  // them other holders have now, which taking them costs no free page (the others are free
+  // pages, and taking them leaves fewer).
   int CachedPrefixPages(std::span<const int32_t> tokens, int max_pages,
-                        std::string_view salt = {}) const;
+                        std::string_view salt = {}, int* held = nullptr) const;
   // `pages` (held by the caller; pages[i] holding the KV of tokens [64 i, 64 i + 64)) become the
   // cache of `tokens`' first `full_pages` pages, where no page caches them yet. No-op with the
   // cache off. The pages' KV must be complete (written) before the call.

@@ -73,9 +73,13 @@ TEST(KvPoolPrefixTest, FindsWholePagesOfAPublishedPrompt) {
   // The same start and more: its 3 whole pages, in order.
   const auto longer = Concat(std::vector<int32_t>(prompt.begin(), prompt.begin() + 3 * kPage),
                              Tokens(200, 3));
-  EXPECT_EQ(pool->CachedPrefixPages(longer, 10), 3);
+  int held = -1;
+  EXPECT_EQ(pool->CachedPrefixPages(longer, 10, {}, &held), 3);
+  EXPECT_EQ(held, 0);  // all three free
   const std::vector<int32_t> hit = pool->AcquirePrefix(longer, 10);
   EXPECT_EQ(hit, std::vector<int32_t>(pages.begin(), pages.begin() + 3));
+  EXPECT_EQ(pool->CachedPrefixPages(longer, 2, {}, &held), 2);
+  EXPECT_EQ(held, 2);  // taking them again costs no free page
   EXPECT_EQ(pool->free_pages(), 13);
   EXPECT_EQ(pool->cached_free_pages(), 0);
   pool->Free(hit);

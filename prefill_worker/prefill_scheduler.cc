@@ -78,9 +78,10 @@ std::vector<PrefillChunk> PrefillScheduler::Schedule() {
     const int max_cached = (n - 1) / kernels::kPageSize;
     int rank = -1, rank_cached = 0;
     for (int r = 0; r < ranks; ++r) {
-      const int cached = pools_[r]->CachedPrefixPages(s->tokens, max_cached, s->cache_salt);
+      int held = 0;  // cached pages other prompts hold: taking them costs no free page
+      const int cached = pools_[r]->CachedPrefixPages(s->tokens, max_cached, s->cache_salt, &held);
       const int free = pools_[r]->free_pages();
-      if (!has_room(r) || free < need - cached) continue;
+      if (!has_room(r) || free < need - held) continue;
       if (rank < 0 || cached > rank_cached ||
           (cached == rank_cached &&
            (free > pools_[rank]->free_pages() ||
@@ -94,7 +95,7 @@ std::vector<PrefillChunk> PrefillScheduler::Schedule() {
     std::vector<int32_t> pages =
         pools_[rank]->AcquirePrefix(s->tokens, max_cached, s->cache_salt);
     auto rest = pools_[rank]->Allocate(need - static_cast<int>(pages.size()));
-    if (!rest.ok()) {  // the cached pages were free ones, so fewer are left than counted
+    if (!rest.ok()) {  // the pool changed since it was counted (a held page came free)
       pools_[rank]->Free(pages);
       break;
     }
