@@ -36,7 +36,8 @@ const std::set<std::string>& CompletionKeys() {
 const std::set<std::string>& ChatKeys() {
   static const std::set<std::string> k{
       "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
-      "tool_choice", "parallel_tool_calls", "add_generation_prompt", "chat_template_kwargs",
+      "tool_choice", "parallel_tool_calls", "add_generation_prompt", "continue_final_message",
+      "chat_template_kwargs",
       // Chat parameters that change nothing here when off (store, metadata, service_tier),
       // and the deprecated spelling of tools.
       "store", "metadata", "service_tier", "functions", "function_call"};
@@ -302,6 +303,16 @@ void ReadMessages(RequestReader& r, ApiRequest* out) {
     out->messages.push_back(std::move(copy));
   }
   if (auto v = r.Bool("add_generation_prompt")) out->add_generation_prompt = *v;
+  if (auto v = r.Bool("continue_final_message")) out->continue_final_message = *v;
+  if (r.failed()) return;
+  // vLLM's rule: the generation prompt would open a new turn after the message to continue.
+  // add_generation_prompt defaults to true, so it has to be turned off explicitly.
+  if (out->continue_final_message && out->add_generation_prompt) {
+    return r.Fail(Invalid("Cannot set both 'continue_final_message' and 'add_generation_prompt' to true "
+                          "('add_generation_prompt' defaults to true): set 'add_generation_prompt' to "
+                          "false to continue the final message",
+                          "continue_final_message"));
+  }
   if (const Json* kw = r.Get("chat_template_kwargs"); kw != nullptr && !r.failed()) {
     if (!kw->is_object()) return r.WrongType("chat_template_kwargs", "an object", *kw);
     out->chat_template_kwargs = *kw;

@@ -53,6 +53,10 @@ struct ApiRequest {
   // template's other inputs.
   nlohmann::ordered_json messages;
   bool add_generation_prompt = true;
+  // transformers' / vLLM's continue_final_message: the prompt is cut right after the final
+  // message's content, so the answer continues that message (a prefilled assistant turn). Needs
+  // add_generation_prompt false; ChatPrompt::Render does the cut and its refusals.
+  bool continue_final_message = false;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   // Chat: the tools the model may call, as OpenAI gives them ([{"type": "function",
   // "function": {"name", "description", "parameters", "strict"}}], names unique), and which
@@ -96,6 +100,7 @@ ApiError ModelNotFound(const std::string& model, const std::string& served_model
 class RequestReader;
 // The chat prompt's fields as /v1/chat/completions reads them: `messages` (required; text
 // content parts joined, tool calls normalized), `add_generation_prompt`,
+// `continue_final_message` (not with add_generation_prompt true, vLLM's rule),
 // `chat_template_kwargs` and `tools` (with `tool_choice` and `parallel_tool_calls`). /tokenize
 // reads its messages form with this, so it renders the prompt chat renders.
 void ReadChatPrompt(RequestReader& r, ApiRequest* out);

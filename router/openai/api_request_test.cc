@@ -91,6 +91,33 @@ TEST(ApiRequestTest, ChatMessagesAndTemplateInputs) {
   EXPECT_EQ(r.chat_template_kwargs["thinking"], true);
 }
 
+// continue_final_message: off by default; on, it needs add_generation_prompt turned off (vLLM's
+// rule; the generation prompt is on by default).
+TEST(ApiRequestTest, ContinueFinalMessage) {
+  const std::string messages =
+      R"({"model": "demo", "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}])";
+  ApiRequest r = Ok(Endpoint::kChat, messages + "}");
+  EXPECT_FALSE(r.continue_final_message);
+  EXPECT_TRUE(r.add_generation_prompt);
+  r = Ok(Endpoint::kChat, messages + R"(, "continue_final_message": true, "add_generation_prompt": false})");
+  EXPECT_TRUE(r.continue_final_message);
+  EXPECT_FALSE(r.add_generation_prompt);
+  r = Ok(Endpoint::kChat, messages + R"(, "continue_final_message": false, "add_generation_prompt": true})");
+  EXPECT_FALSE(r.continue_final_message);
+  for (const std::string& fields : {std::string(R"(, "continue_final_message": true)"),
+                                    std::string(R"(, "continue_final_message": true, "add_generation_prompt": true)")}) {
+    ApiError e = Err(Endpoint::kChat, messages + fields + "}");
+    EXPECT_EQ(e.http_status, 400) << fields;
+    EXPECT_EQ(e.param, "continue_final_message") << fields;
+    EXPECT_THAT(e.message, HasSubstr("Cannot set both 'continue_final_message' and 'add_generation_prompt'")) << fields;
+  }
+  ApiError e = Err(Endpoint::kChat, messages + R"(, "continue_final_message": 1})");
+  EXPECT_EQ(e.param, "continue_final_message");
+  EXPECT_THAT(e.message, HasSubstr("must be a boolean"));
+  EXPECT_THAT(Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "continue_final_message": true})").message,
+              HasSubstr("unrecognized request argument supplied: continue_final_message"));
+}
+
 TEST(ApiRequestTest, BadRequestsAreOpenAiShaped400s) {
   ApiError e = Err(Endpoint::kChat, "{not json");
   EXPECT_EQ(e.http_status, 400);

@@ -1,5 +1,6 @@
 #include "router/openai/chat_prompt.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "router/chat_template/deepseek_v32_encoding.h"
 #include "router/openai/reasoning_splitter.h"
@@ -8,6 +9,59 @@
 namespace mlaserve::router::openai {
 
 using Json = nlohmann::ordered_json;
+
+namespace {
+
+ApiError ContinueError(std::string message) {
+  return ApiError{400, std::move(message), "invalid_request_error", "continue_final_message", std::nullopt};
+}
+
+// What continue_final_message cannot be combined with, before anything is rendered.
+std::optional<ApiError> CheckContinuable(const ApiRequest& r) {
+  if (r.tool_choice == ApiRequest::ToolChoice::kRequired || r.tool_choice == ApiRequest::ToolChoice::kNamed) {
+    return ContinueError(
+        "'continue_final_message' cannot be combined with 'tool_choice' \"required\" or a named "
+        "function: the forced call's opening would follow the continued message; use \"auto\" or "
+        "\"none\"");
+  }
+  // The JSON constraint starts a fresh value at the first generated token, which here falls
+  // inside the continued message: a message that begins the JSON would be forced into a second
+  // value after it.
+  if (r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT ||
+      r.sampling.response_format() == v1::RESPONSE_FORMAT_JSON_SCHEMA) {
+    return ContinueError(
+        "'continue_final_message' cannot be combined with a json_object or json_schema "
+        "'response_format': the constraint would start a new JSON value in the middle of the "
+        "continued message; drop one of them");
+  }
+  if (r.messages.empty()) return ContinueError("'continue_final_message' is set but there are no 'messages'");
+  const Json& content = r.messages.back().contains("content") ? r.messages.back()["content"] : Json();
+  if (!content.is_string()) {
+    return ContinueError("'continue_final_message' is set but the final message has no text content to continue");
+  }
+  return std::nullopt;
+}
+
+// transformers' apply_chat_template cut: `rendered` ends right after the last occurrence of the
+// final message's content (whitespace-stripped, as transformers finds it), keeping the
+// content's trailing whitespace where the template kept it. (Python's strip() also strips
+// Unicode spaces; this strips ASCII whitespace.)
+std::variant<std::string, ApiError> CutAfterFinalMessage(std::string rendered, const std::string& content) {
+  const absl::string_view stripped = absl::StripAsciiWhitespace(content);
+  const absl::string_view lstripped = absl::StripLeadingAsciiWhitespace(content);
+  const size_t at = rendered.rfind(stripped.data(), std::string::npos, stripped.size());
+  if (at == std::string::npos) {
+    return ContinueError(
+        "'continue_final_message' is set but the final message's content does not appear in the "
+        "prompt the chat template renders (the template changes or drops it), so the prompt "
+        "cannot end inside it");
+  }
+  const bool kept_as_is = rendered.compare(at, lstripped.size(), content) == 0;
+  rendered.resize(at + (kept_as_is ? lstripped.size() : stripped.size()));
+  return rendered;
+}
+
+}  // namespace
 
 absl::StatusOr<ChatPrompt> ChatPrompt::Create(absl::StatusOr<chat_template::CheckpointChatTemplate> chat_template,
                                               std::string tool_call_parser) {
@@ -105,12 +159,21 @@ std::variant<std::string, ApiError> ChatPrompt::Render(const ApiRequest& r, Setu
                                       "--chat-template FILE"),
                     "invalid_request_error", "messages", "chat_template_unavailable"};
   }
+  if (r.continue_final_message) {
+    if (std::optional<ApiError> e = CheckContinuable(r)) return *e;
+  }
   std::variant<Json, ApiError> vars = Variables(r, setup);
   if (auto* e = std::get_if<ApiError>(&vars)) return *e;
   absl::StatusOr<std::string> prompt = chat_template_->Render(std::get<Json>(vars));
   if (!prompt.ok()) {
     return ApiError{400, absl::StrCat("rendering the chat template failed: ", prompt.status().message()),
                     "invalid_request_error", "messages", std::nullopt};
+  }
+  if (r.continue_final_message) {
+    std::variant<std::string, ApiError> cut =
+        CutAfterFinalMessage(*std::move(prompt), r.messages.back()["content"].get<std::string>());
+    if (auto* e = std::get_if<ApiError>(&cut)) return *e;
+    prompt = std::get<std::string>(std::move(cut));
   }
   setup->opens_reasoning = ReasoningSplitter::PromptOpensReasoning(*prompt);
   if (r.tool_choice == ApiRequest::ToolChoice::kRequired || r.tool_choice == ApiRequest::ToolChoice::kNamed) {

@@ -1,7 +1,9 @@
 // ChatPrompt: a chat request (ApiRequest of Endpoint::kChat) as the prompt text the model is
 // given: the checkpoint's chat template (or DeepSeek-V3.2's built-in format) over the request's
 // messages and chat_template_kwargs, its tools where this model's template or tool-call syntax
-// puts them (tool_prompt.h), and a forced tool call's opening at the end.
+// puts them (tool_prompt.h), and a forced tool call's opening at the end. With
+// continue_final_message the rendered text is cut right after the final message's content (as
+// transformers' apply_chat_template cuts it), so the answer continues that message.
 //
 // /v1/chat/completions and /tokenize's messages form both render through Render(), so the
 // tokens /tokenize counts are the ones a chat request with the same fields sends. Tokenizing
@@ -41,7 +43,9 @@ class ChatPrompt {
 
   // The prompt text for `r`, with what it sets up in `setup`; a 400 naming the parameter when
   // the request cannot be rendered (no template, tools this model cannot be shown, a
-  // template error, a forced call in thinking mode).
+  // template error, a forced call in thinking mode; continue_final_message with a forced call,
+  // JSON mode, a final message without text, or one whose content the template does not
+  // render).
   std::variant<std::string, ApiError> Render(const ApiRequest& r, Setup* setup) const;
 
   // The tool-call syntax of the model's output; nullopt: requests with tools are refused.

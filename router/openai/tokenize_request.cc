@@ -41,13 +41,6 @@ void ReadMessagesForm(RequestReader& r, const std::string& served_model, Tokeniz
   out->chat.model = served_model;
   ReadChatPrompt(r, &out->chat);
   if (r.failed()) return;
-  // transformers' continue_final_message (an open last message, cut after its content) is
-  // not rendered by the chat endpoint either; false is what both render.
-  if (std::optional<bool> cont = r.Bool("continue_final_message"); cont && *cont) {
-    return r.Fail(Invalid("'continue_final_message' true is not supported (nor on "
-                          "/v1/chat/completions); end the messages with a user turn",
-                          "continue_final_message"));
-  }
   if (r.Get("chat_template") != nullptr) {
     return r.Fail(Invalid("'chat_template' is not supported: this server renders every chat with "
                           "its model's template (or --chat-template)", "chat_template"));

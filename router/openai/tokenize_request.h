@@ -29,7 +29,8 @@ namespace mlaserve::router::openai {
 
 struct TokenizeRequest {
   // The prompt form's text; nullopt for the messages form, whose fields `chat` holds
-  // (Endpoint::kChat: messages, add_generation_prompt, chat_template_kwargs, tools).
+  // (Endpoint::kChat: messages, add_generation_prompt, continue_final_message,
+  // chat_template_kwargs, tools).
   std::optional<std::string> prompt;
   ApiRequest chat;
   // The tokenizer's own special tokens (BOS) added: vLLM's defaults, true for a prompt, false

@@ -61,6 +61,7 @@ TEST(TokenizeRequestTest, MessagesFormIsReadAsChatReadsIt) {
   ASSERT_EQ(t.chat.messages.size(), 2u);
   EXPECT_EQ(t.chat.messages[0]["content"], "a\nb");  // text parts joined, as for chat
   EXPECT_TRUE(t.chat.add_generation_prompt);
+  EXPECT_FALSE(t.chat.continue_final_message);
   EXPECT_EQ(t.chat.chat_template_kwargs, Json({{"thinking", true}}));
   EXPECT_EQ(t.chat.tool_choice, ApiRequest::ToolChoice::kNone);
 
@@ -71,6 +72,11 @@ TEST(TokenizeRequestTest, MessagesFormIsReadAsChatReadsIt) {
   EXPECT_TRUE(t.add_special_tokens);
   ASSERT_EQ(t.chat.tools.size(), 1u);
   EXPECT_EQ(t.chat.tool_choice, ApiRequest::ToolChoice::kAuto);  // rendered as chat renders them
+
+  t = Tok(R"({"messages": [{"role": "assistant", "content": "x"}], "continue_final_message": true,
+              "add_generation_prompt": false})");
+  EXPECT_TRUE(t.chat.continue_final_message);
+  EXPECT_FALSE(t.chat.add_generation_prompt);
 }
 
 TEST(TokenizeRequestTest, BadBodiesAre400sNamingTheParameter) {
@@ -100,8 +106,10 @@ TEST(TokenizeRequestTest, BadBodiesAre400sNamingTheParameter) {
             "chat_template_kwargs", "must be an object"},
            {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "x"}]})", "tools",
             "tools[0].type must be \"function\""},
-           {R"({"messages": [{"role": "assistant", "content": "x"}], "continue_final_message": true,
-                "add_generation_prompt": false})", "continue_final_message", "not supported"},
+           {R"({"messages": [{"role": "assistant", "content": "x"}], "continue_final_message": true})",
+            "continue_final_message", "Cannot set both 'continue_final_message' and 'add_generation_prompt'"},
+           {R"({"messages": [{"role": "assistant", "content": "x"}], "continue_final_message": "yes",
+                "add_generation_prompt": false})", "continue_final_message", "must be a boolean"},
            {R"({"messages": [{"role": "user", "content": "x"}], "chat_template": "{{ 1 }}"})", "chat_template",
             "renders every chat with its model's template"},
            {R"({"messages": [{"role": "user", "content": "x"}], "mm_processor_kwargs": 3})",

@@ -154,6 +154,7 @@ def run_checks(client, base, router_log):
     check(chat.choices[0].message.content == text, "chat through the demo template equals the completion")
     check(chat.usage.prompt_tokens == c.usage.prompt_tokens, "chat prompt tokens equal (one BOS)")
     run_tokenize_checks(base, c, chat)
+    run_continue_final_message_checks(client, base)
 
     deltas = []
     for chunk in client.chat.completions.create(model="demo", max_tokens=12, temperature=0, stream=True,
@@ -249,6 +250,34 @@ def run_tokenize_checks(base, completion, chat):
           f"/detokenize of an id outside the vocabulary: 400 naming tokens ({e['error']['message']})")
     status, e = http_post_json(base + "/tokenize", {"model": "gpt-4", "prompt": "x"})
     check(status == 404 and e["error"]["code"] == "model_not_found", "/tokenize of another model: 404")
+
+
+def run_continue_final_message_checks(client, base):
+    """vLLM's continue_final_message. The demo template renders a chat as BOS and its last user
+    message, so continuing a final user message is the completion of its text; a final assistant
+    message is not rendered, so it cannot be continued (a 400 naming the parameter)."""
+    prefix = "count from 17: 17 18"
+    completion = client.completions.create(model="demo", prompt=prefix, max_tokens=12, temperature=0)
+    cont = {"continue_final_message": True, "add_generation_prompt": False}
+    chat = client.chat.completions.create(model="demo", max_tokens=12, temperature=0, extra_body=cont,
+                                          messages=[{"role": "user", "content": prefix}])
+    answer = chat.choices[0].message.content
+    check(answer == completion.choices[0].text and chat.usage.prompt_tokens == completion.usage.prompt_tokens,
+          f"continue_final_message: the chat continues the message as the completion does ({answer!r})")
+    check(answer.lstrip().startswith("19"), f"continue_final_message: the count goes on ({answer!r})")
+    status, t = http_post_json(base + "/tokenize", {"messages": [{"role": "user", "content": prefix}], **cont})
+    check(status == 200 and t["count"] == chat.usage.prompt_tokens,
+          f"/tokenize with continue_final_message counts the chat's prompt tokens ({t})")
+    for extra, what in (({**cont}, "the template drops the final assistant message"),
+                        ({"continue_final_message": True}, "add_generation_prompt defaults to true")):
+        try:
+            client.chat.completions.create(model="demo", max_tokens=4, extra_body=extra,
+                                           messages=[{"role": "user", "content": "count from 17:"},
+                                                     {"role": "assistant", "content": "17 18"}])
+            check(False, f"continue_final_message refused: {what}")
+        except openai.BadRequestError as e:
+            check(e.body["param"] == "continue_final_message",
+                  f"continue_final_message refused, {what}: {e.message}")
 
 
 WEATHER_TOOL = {"type": "function",
