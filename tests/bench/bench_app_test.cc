@@ -31,21 +31,8 @@ using testing::IndexOfRequestId;
 using testing::Captured;
 using testing::ReadAll;
 using testing::RunCaptured;
+using testing::SmallRun;
 using testing::TempPath;
-
-BenchOptions SmallRun(const std::string& server) {
-  BenchOptions o;
-  o.server = server;
-  o.num_prompts = 6;
-  o.random_input_len = 16;
-  o.random_output_len = 5;
-  o.max_concurrency = 2;
-  o.warmup_requests = 2;
-  o.connect_timeout_s = 5;
-  o.request_timeout_s = 30;
-  o.progress = ProgressMode::kOff;
-  return o;
-}
 
 TEST(BenchAppTest, WritesTableSummaryAndRecordsThatAgreeWithTheServer) {
   FakeGenerationServer server(FakeBehaviour{});

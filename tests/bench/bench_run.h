@@ -12,6 +12,22 @@
 
 namespace mlaserve::bench::testing {
 
+// A short random-dataset run against `server`: 6 prompts of 16 tokens, 5 out, 2 at a time,
+// 2 warmup requests, no progress line.
+inline BenchOptions SmallRun(const std::string& server) {
+  BenchOptions o;
+  o.server = server;
+  o.num_prompts = 6;
+  o.random_input_len = 16;
+  o.random_output_len = 5;
+  o.max_concurrency = 2;
+  o.warmup_requests = 2;
+  o.connect_timeout_s = 5;
+  o.request_timeout_s = 30;
+  o.progress = ProgressMode::kOff;
+  return o;
+}
+
 // The whole content of `f`, from its start.
 inline std::string ReadAll(std::FILE* f) {
   std::rewind(f);

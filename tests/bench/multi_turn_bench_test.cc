@@ -27,24 +27,17 @@ using ::testing::HasSubstr;
 using testing::FakeBehaviour;
 using testing::FakeGenerationServer;
 using testing::IndexOfRequestId;
-using testing::ReadAll;
 using testing::TempPath;
 using testing::SeenRequest;
 
 BenchOptions MultiTurnRun(const std::string& server) {
-  BenchOptions o;
-  o.server = server;
+  BenchOptions o = testing::SmallRun(server);
   o.random_input_len = 100;
   o.random_output_len = 29;
   o.multi_turn_conversations = 2;
   o.multi_turn_turns = 3;
   o.multi_turn_message_len = 35;
-  o.num_prompts = 6;
   o.max_concurrency = 1;
-  o.warmup_requests = 2;
-  o.connect_timeout_s = 5;
-  o.request_timeout_s = 30;
-  o.progress = ProgressMode::kOff;
   return o;
 }
 
@@ -57,14 +50,9 @@ TEST(MultiTurnBenchTest, TableSummaryAndRecordsSplitTheTurns) {
   BenchOptions o = MultiTurnRun(server.address());
   o.output_json = TempPath("summary.json");
   o.output_jsonl = TempPath("records.jsonl");
-  std::FILE* out = std::tmpfile();
-  std::FILE* err = std::tmpfile();
-  const int code = RunBenchmark(o, out, err);
-  const std::string table = ReadAll(out);
-  const std::string errors = ReadAll(err);
-  std::fclose(out);
-  std::fclose(err);
-  ASSERT_EQ(code, kExitOk) << errors;
+  const testing::Captured run = testing::RunCaptured(o);
+  const std::string& table = run.out;
+  ASSERT_EQ(run.exit_code, kExitOk) << run.err;
   EXPECT_THAT(table, ::testing::ContainsRegex("Conversations x turns: +2 x 3\n"));
   EXPECT_THAT(table, ::testing::ContainsRegex("New message per turn \\(tokens\\): +35\n"));
   EXPECT_THAT(table, HasSubstr("Conversation rate (conv/s):"));
@@ -186,13 +174,10 @@ TEST(MultiTurnBenchTest, ConversationsLongerThanTheContextAreRefusedBeforeSendin
   BenchOptions o = MultiTurnRun(server.address());  // 100 + 2 x (29 + 35) + 29 = 257 fits
   o.multi_turn_turns = 4;                           // 321 does not
   o.num_prompts = 8;
-  std::FILE* out = std::tmpfile();
-  std::FILE* err = std::tmpfile();
-  EXPECT_EQ(RunBenchmark(o, out, err), kExitCannotRun);
-  EXPECT_THAT(ReadAll(err), HasSubstr("multi-turn-turns 4: the last turn's prompt can reach "
-                                      "292 tokens"));
-  std::fclose(out);
-  std::fclose(err);
+  const testing::Captured run = testing::RunCaptured(o);
+  EXPECT_EQ(run.exit_code, kExitCannotRun);
+  EXPECT_THAT(run.err, HasSubstr("multi-turn-turns 4: the last turn's prompt can reach "
+                                 "292 tokens"));
   EXPECT_TRUE(server.seen().empty());
 }
 
