@@ -271,7 +271,7 @@ absl::Status DecodeRunner::TakePages(DecodeSequence& seq, model::KvPool& pool,
                                      int pages_needed) {
   const int n = static_cast<int>(seq.tokens.size());
   std::vector<int32_t> pages =
-      pool.AcquirePrefix(seq.tokens, (n - 1) / kernels::kPageSize, seq.cache_salt);
+      pool.AcquirePrefix(seq.tokens, model::KvPool::MaxReusedPages(n), seq.cache_salt);
   auto rest = pool.Allocate(pages_needed - static_cast<int>(pages.size()));
   if (!rest.ok()) {
     pool.Free(pages);

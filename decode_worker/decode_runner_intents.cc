@@ -43,7 +43,7 @@ absl::StatusOr<int> DecodeRunner::PickRank(int prompt_len, int pages_needed,
     int held = 0;
     if (local != nullptr) {
       engine_->rank_pool(r).CachedPrefixPages(
-          local->tokens, (prompt_len - 1) / kernels::kPageSize, local->cache_salt, &held);
+          local->tokens, model::KvPool::MaxReusedPages(prompt_len), local->cache_salt, &held);
     }
     const int room = free[r] - (pages_needed - held) - growing[r];
     if (room < 0) continue;

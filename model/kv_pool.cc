@@ -261,12 +261,8 @@ int KvPool::cached_free_pages() const {
   return static_cast<int>(cached_free_.size());
 }
 
-void KvPool::ClearPrefixCache() {
-  absl::MutexLock lock(&mu_);
-  if (prefix_ == nullptr) return;
-  for (int32_t p : cached_free_) free_list_.push_back(p);
-  cached_free_.clear();
-  for (int32_t p = 0; p < options_.num_pages; ++p) prefix_->Erase(p);
+int KvPool::MaxReusedPages(int tokens) {
+  return std::max(tokens - 1, 0) / kernels::kPageSize;
 }
 
 size_t KvPool::layer_page_bytes() const {

@@ -148,8 +148,9 @@ class KvPool {
   // Pages holding a cached prefix now (free or held), and of those the free ones.
   int cached_pages() const;
   int cached_free_pages() const;
-  // Forgets every cached prefix (pages held stay held; free ones become plain free pages).
-  void ClearPrefixCache();
+  // The most leading pages a prompt of `tokens` tokens takes from the cache: its last token is
+  // always computed (its logits give the next token), so (tokens - 1) / 64.
+  static int MaxReusedPages(int tokens);
 
   // Device (or host, on the CPU backend) base pointers of a layer's buffers.
   void* latent(int layer) const { return latent_[layer]; }

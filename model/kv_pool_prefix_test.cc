@@ -253,21 +253,6 @@ TEST(KvPoolPrefixTest, FreePagesAreNotPublished) {
   EXPECT_EQ(pool->cached_pages(), 0);
 }
 
-TEST(KvPoolPrefixTest, ClearForgetsEverything) {
-  auto pool = MakePool(8);
-  const auto t = Tokens(3 * kPage, 14);
-  Prefill(*pool, t);
-  const auto held = pool->AcquirePrefix(t, 1);
-  pool->ClearPrefixCache();
-  EXPECT_EQ(pool->cached_pages(), 0);
-  EXPECT_EQ(pool->cached_free_pages(), 0);
-  EXPECT_EQ(pool->free_pages(), 7);
-  EXPECT_EQ(pool->CachedPrefixPages(t, 3), 0);
-  pool->Free(held);
-  EXPECT_EQ(pool->free_pages(), 8);
-  EXPECT_EQ(pool->cached_free_pages(), 0);
-}
-
 TEST(KvPoolPrefixTest, ConcurrentHoldersKeepTheCountsRight) {
   auto pool = MakePool(64);
   std::vector<std::vector<int32_t>> prompts;

@@ -66,10 +66,8 @@ std::vector<int32_t> KvPrefixIndex::Match(std::span<const int32_t> tokens, int m
   return pages;
 }
 
-std::vector<int32_t> KvPrefixIndex::Insert(std::span<const int32_t> tokens,
-                                           std::span<const int32_t> pages, int full_pages,
-                                           std::string_view salt) {
-  std::vector<int32_t> added;
+void KvPrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages,
+                           int full_pages, std::string_view salt) {
   const int n = std::min({full_pages, static_cast<int>(pages.size()),
                           static_cast<int>(tokens.size() / kernels::kPageSize)});
   int32_t parent = -1;
@@ -92,12 +90,10 @@ std::vector<int32_t> KvPrefixIndex::Insert(std::span<const int32_t> tokens,
       node.salt.assign(s);
       by_key_.emplace(hash, page);
       ++size_;
-      added.push_back(page);
     }
     parent = page;
     generation = nodes_[page].generation;
   }
-  return added;
 }
 
 void KvPrefixIndex::Erase(int32_t page) {

@@ -44,10 +44,9 @@ class KvPrefixIndex {
   // prompt that took it from the cache, or one computed twice at the same time), that page
   // stays the cache and pages[i] is left out; the chain continues from the cached one. A
   // page id already caching another prefix is left out too, and the chain stops there.
-  // Registered under `salt`: only Match with the same salt finds them. Returns the pages
-  // newly registered.
-  std::vector<int32_t> Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages,
-                              int full_pages, std::string_view salt = {});
+  // Registered under `salt`: only Match with the same salt finds them.
+  void Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages, int full_pages,
+              std::string_view salt = {});
 
   bool cached(int32_t page) const { return nodes_[page].cached; }
   // The page no longer holds its prefix (evicted, or the cache is cleared).

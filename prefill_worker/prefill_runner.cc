@@ -436,7 +436,6 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
       continue;
     }
     if (!c.last) continue;
-    scheduler_.Publish(*c.seq);  // its KV is complete: later prompts may start from it
     r->forward_done = now;
     auto first = SampleFirstToken(
         *r, std::span<float>(logits).subspan(static_cast<size_t>(this_row) * vocab, vocab));
@@ -456,6 +455,8 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
         Finish(c.seq->id, KvPeerFailure(s));
         continue;
       }
+      // Advance below publishes the pages of the prompts it still holds; these leave it here.
+      scheduler_.Publish(*c.seq);
       absl::MutexLock lock(&mu_);
       r->held_pages = std::move(c.seq->pages);  // Advance below then frees nothing
       c.seq->pages.clear();

@@ -74,8 +74,7 @@ std::vector<PrefillChunk> PrefillScheduler::Schedule() {
     auto& s = waiting_.front();
     const int n = static_cast<int>(s->tokens.size());
     const int need = kernels::PagesFor(n);
-    // At most (n - 1) / 64 pages from the cache: the last token is always computed.
-    const int max_cached = (n - 1) / kernels::kPageSize;
+    const int max_cached = model::KvPool::MaxReusedPages(n);
     int rank = -1, rank_cached = 0;
     for (int r = 0; r < ranks; ++r) {
       int held = 0;  // cached pages other prompts hold: taking them costs no free page
