@@ -135,6 +135,7 @@ std::string WorkerDetail(const v1::WorkerStatus& w, absl::Time now) {
                             d.parallel_layout(), d.parallel_layout().empty() ? "" : ")")},
       {"version", d.version()},
       {"kv transport", d.kv_transport()},
+      {"prefix cache", d.prefix_cache() ? "on" : "off"},
       {"gpu", d.profile().gpu_name()},
       {"profile", d.profile().source()},
       {"local prefill threshold", absl::StrCat(d.profile().local_prefill_threshold())},

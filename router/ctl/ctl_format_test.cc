@@ -50,6 +50,7 @@ TEST(CtlFormat, WorkerDetailShowsTheLayoutAndEachRanksLoad) {
   w.set_id("decode-1");
   w.mutable_info()->set_gpus(2);
   w.mutable_info()->set_parallel_layout("tp=2 attention=data moe=expert");
+  w.mutable_info()->set_prefix_cache(true);
   v1::WorkerLoad* load = w.mutable_info()->mutable_load();
   load->set_kv_pages_free(9);
   load->set_kv_pages_total(16);
@@ -64,6 +65,7 @@ TEST(CtlFormat, WorkerDetailShowsTheLayoutAndEachRanksLoad) {
   }
   const std::string detail = WorkerDetail(w, absl::FromUnixMillis(0));
   EXPECT_THAT(detail, HasSubstr("2 (tp=2 attention=data moe=expert)"));
+  EXPECT_THAT(detail, ::testing::ContainsRegex("prefix cache +on"));
   EXPECT_THAT(detail, HasSubstr("9/16 [3/8 6/8]"));
   EXPECT_THAT(detail, HasSubstr("2 / 1 [rank 0: 1 / 1, rank 1: 1 / 0]"));
 }
