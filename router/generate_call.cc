@@ -368,7 +368,9 @@ void GenerateCall::OnDecodeMessage(const v1::DecodeStreamResponse& message) {
       for (const v1::TokenLogprobs& lp : message.tokens().logprobs()) logprobs.push_back(&lp);
       const ClientOutbox::Added added =
           outbox_.AddTokens(std::span<const int32_t>(ids.data(), ids.size()), logprobs);
-      generated_ids_.insert(generated_ids_.end(), ids.begin(), ids.begin() + added.tokens);
+      if (router_->prefix_affinity() != nullptr) {  // for RecordDecoded at the end
+        generated_ids_.insert(generated_ids_.end(), ids.begin(), ids.begin() + added.tokens);
+      }
       m.generation_tokens_total->Increment(added.tokens);
       if (added.stopped) {
         ended = CompleteLocked(v1::FINISH_REASON_STOP, std::nullopt);
