@@ -1,6 +1,7 @@
 #include "router/decode_placement.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -104,6 +105,10 @@ absl::Status DecodePlacement::Rank() {
         " prompt tokens and the first new token); the most free is ", most->estimated_free_pages,
         " pages on ", most->id, " (or it is at its request limit)"));
   }
+  decode_affinity_rebalanced_ = false;
+  if (prompt_pages_.has_value() && options_.decode_affinity.enabled) {
+    ranked = PreferCachedPrefix(decode, std::move(ranked));
+  }
   const size_t keep = std::max(1, options_.max_attempts);
   if (ranked.size() > keep) ranked.resize(keep);
   candidates_ = std::move(ranked);
@@ -124,16 +129,9 @@ absl::StatusOr<DecodePlacement::Target> DecodePlacement::Next() {
   }
   decode_id_ = decode->id;
   decode_address_ = decode->address;
-  // A decode worker with a prefix cache computes only what it does not hold of the prompt (a
-  // conversation's earlier turns that ended there): that is what its threshold weighs.
   decode_prefix_cache_ = decode->descriptor.prefix_cache;
-  decode_expected_cached_ =
-      prompt_pages_.has_value() && decode_prefix_cache_
-          ? options_.prefix_affinity->MatchedTokens(decode_id_, *prompt_pages_)
-          : 0;
-  local_prefill_ =
-      options_.prefill_locally ||
-      ShouldPrefillLocally(prompt_tokens_ - static_cast<int32_t>(decode_expected_cached_), *decode);
+  decode_expected_cached_ = ExpectedCachedOn(*decode);
+  local_prefill_ = PrefillsLocally(*decode, decode_expected_cached_);
   if (!local_prefill_ && prefill_id_.empty()) {
     if (absl::Status s = PickPrefill(*decode); !s.ok()) return s;
   }
@@ -148,6 +146,53 @@ absl::StatusOr<DecodePlacement::Target> DecodePlacement::Next() {
   target.local_prefill = local_prefill_;
   if (!local_prefill_) target.prefill_kv_compat_hash = prefill_kv_compat_hash_;
   return target;
+}
+
+int64_t DecodePlacement::ExpectedCachedOn(const WorkerSnapshot& decode) const {
+  if (!prompt_pages_.has_value() || !decode.descriptor.prefix_cache) return 0;
+  return options_.prefix_affinity->MatchedTokens(decode.id, *prompt_pages_);
+}
+
+bool DecodePlacement::PrefillsLocally(const WorkerSnapshot& decode, int64_t cached) const {
+  // A decode worker with a prefix cache computes only what it does not hold of the prompt (a
+  // conversation's earlier turns that ended there): that is what its threshold weighs.
+  return options_.prefill_locally ||
+         ShouldPrefillLocally(prompt_tokens_ - static_cast<int32_t>(cached), decode);
+}
+
+std::vector<std::string> DecodePlacement::PreferCachedPrefix(
+    const std::vector<WorkerSnapshot>& decode, std::vector<std::string> by_load) {
+  struct Candidate {
+    std::string id;
+    int64_t worth = 0;  // prompt tokens its prefix cache saves
+    int32_t requests = 0;
+  };
+  std::vector<Candidate> candidates;
+  int32_t least_requests = std::numeric_limits<int32_t>::max();
+  int64_t most_worth = 0;
+  for (std::string& id : by_load) {
+    const auto w = std::find_if(decode.begin(), decode.end(),
+                                [&](const WorkerSnapshot& s) { return s.id == id; });
+    const int64_t cached = ExpectedCachedOn(*w);
+    // A remotely prefilled prompt arrives whole, whatever the decode worker holds of it.
+    const int64_t worth = cached > 0 && PrefillsLocally(*w, cached) ? cached : 0;
+    candidates.push_back({std::move(id), worth, w->estimated_running_requests});
+    least_requests = std::min(least_requests, w->estimated_running_requests);
+    most_worth = std::max(most_worth, worth);
+  }
+  // Worth something and not overloaded: most worth first; the rest after them. Stable, so that
+  // equal worth (a system prompt every worker holds) and the rest keep the load order, and
+  // nothing moves when no candidate is worth anything.
+  const DecodeAffinityOptions& balance = options_.decode_affinity;
+  auto key = [&](const Candidate& c) -> int64_t {
+    return c.worth > 0 && !balance.Overloaded(c.requests, least_requests) ? -c.worth : 0;
+  };
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](const Candidate& a, const Candidate& b) { return key(a) < key(b); });
+  decode_affinity_rebalanced_ = candidates.front().worth < most_worth;
+  std::vector<std::string> ranked;
+  for (Candidate& c : candidates) ranked.push_back(std::move(c.id));
+  return ranked;
 }
 
 absl::Status DecodePlacement::PickPrefill(const WorkerSnapshot& decode) {

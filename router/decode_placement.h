@@ -6,7 +6,9 @@
 // (WorkerRegistry::AddRouterLoad) for both workers while the call holds them, so that a burst
 // of requests spreads out before the workers' load reports catch up. With prefix affinity
 // (router/prefix_affinity.h) the prefill worker is ranked by the prompt tokens it is expected
-// not to have cached, and the prompt is recorded for the worker it is sent to.
+// not to have cached, and the prompt is recorded for the worker it is sent to; the decode
+// workers, by the prompt tokens a local prefill is expected to find in their own prefix caches
+// (DecodeAffinityOptions), unless that worker is overloaded.
 //
 // Not thread-safe: the Generate call owns one and uses it under its own lock. It makes no RPC;
 // the call does (router/generate_call.h).
@@ -45,6 +47,27 @@ bool WorkerLooksGone(const grpc::Status& status);
 // "decode-1 at HOST:PORT is healthy; ..." or "none is registered", for error messages.
 std::string DescribeWorkers(const std::vector<WorkerSnapshot>& workers);
 
+// How prefix affinity ranks the decode workers (mlaserve-router's --decode-affinity,
+// --decode-affinity-balance-abs and --decode-affinity-balance-rel; docs/serving.md, "Prefix
+// affinity"). A decode worker's prefix cache saves only a prompt it prefills itself (a remote
+// prefill ships the whole prompt's KV to it), so a candidate is worth the prompt tokens it is
+// expected to hold when it would prefill the prompt locally, and nothing otherwise. The request
+// goes to the candidate worth the most, unless that one is overloaded against the least loaded
+// candidate (by requests, estimated_running_requests): it then yields to the candidates that are
+// not, the load order deciding where none is worth anything. Every candidate already has room.
+struct DecodeAffinityOptions {
+  bool enabled = true;
+  // Overloaded: more than balance_abs requests more than the least loaded candidate and more
+  // than balance_rel times as many (both, as SGLang's cache-aware router balances).
+  int32_t balance_abs = 16;
+  double balance_rel = 1.5;
+
+  bool Overloaded(int32_t requests, int32_t least_requests) const {
+    return requests - least_requests > balance_abs &&
+           static_cast<double>(requests) > balance_rel * static_cast<double>(least_requests);
+  }
+};
+
 class DecodePlacement {
  public:
   struct Options {
@@ -61,13 +84,21 @@ class DecodePlacement {
     // The request's cache_salt (the prefill workers' cache partition), mixed into the prompt's
     // page chain for prefix_affinity; read by the constructor only.
     std::string_view cache_salt;
+    // With prefix_affinity: how it ranks the decode workers (enabled = false: by load alone; the
+    // local-prefill decision still counts what the chosen one is expected to hold).
+    DecodeAffinityOptions decode_affinity;
   };
   DecodePlacement(WorkerRegistry* registry, Options options, int32_t prompt_tokens,
                   int32_t max_new_tokens);
   ~DecodePlacement();  // releases what is still charged
+  // A copy would release the same charges twice.
+  DecodePlacement(const DecodePlacement&) = delete;
+  DecodePlacement& operator=(const DecodePlacement&) = delete;
 
   // Ranks the routable decode workers with room now for the prompt and the first new token
-  // and a pool that can hold prompt + max_new_tokens. RESOURCE_EXHAUSTED when none has room
+  // and a pool that can hold prompt + max_new_tokens: by load (RankDecodeWorkers), then, with
+  // prefix affinity, those expected to hold the prompt's start first (DecodeAffinityOptions).
+  // RESOURCE_EXHAUSTED when none has room
   // (no_room_now() then says whether waiting can help: false when no pool could ever hold
   // the request), UNAVAILABLE when no decode worker is healthy.
   absl::Status Rank();
@@ -122,6 +153,9 @@ class DecodePlacement {
   // Prompt tokens the chosen decode worker was expected to have cached (its own prefix cache,
   // from earlier requests that ended there): the local-prefill decision counts only the rest.
   int64_t decode_expected_cached_tokens() const { return decode_expected_cached_; }
+  // Whether Rank's affinity put a decode worker expected to hold more of the prompt behind a
+  // less loaded one, because it was overloaded (mlaserve_router_decode_affinity_rebalanced_total).
+  bool decode_affinity_rebalanced() const { return decode_affinity_rebalanced_; }
   // Whether that worker may hold state for the request (it was sent a Reserve / Prefill), so
   // an early end must send it an Abort.
   bool decode_contacted() const { return decode_contacted_; }
@@ -131,6 +165,15 @@ class DecodePlacement {
  private:
   // Picks the prefill worker for a prompt the decode worker `decode` does not prefill itself.
   absl::Status PickPrefill(const WorkerSnapshot& decode);
+  // Prompt tokens `decode` is expected to hold in its prefix cache (0 without prefix affinity
+  // or without its cache).
+  int64_t ExpectedCachedOn(const WorkerSnapshot& decode) const;
+  // Whether `decode` prefills the prompt itself when it holds `cached` of its tokens.
+  bool PrefillsLocally(const WorkerSnapshot& decode, int64_t cached) const;
+  // `by_load` (ids of `decode`, best first) with the candidates worth the most by prefix affinity
+  // moved ahead (DecodeAffinityOptions); sets decode_affinity_rebalanced_.
+  std::vector<std::string> PreferCachedPrefix(const std::vector<WorkerSnapshot>& decode,
+                                              std::vector<std::string> by_load);
 
   WorkerRegistry* const registry_;
   const Options options_;
@@ -139,6 +182,7 @@ class DecodePlacement {
   // The prompt's page chain when options_.prefix_affinity is set.
   std::optional<PrefixAffinity::PromptPages> prompt_pages_;
   bool no_room_now_ = false;
+  bool decode_affinity_rebalanced_ = false;
   std::vector<std::string> candidates_;
   size_t next_candidate_ = 0;
   bool decode_prefix_cache_ = false;     // the chosen decode worker keeps a prefix cache

@@ -40,6 +40,24 @@ class DecodePlacementTest : public ::testing::Test {
         &registry_, {.prefix_affinity = table, .prompt_ids = prompt, .cache_salt = cache_salt},
         static_cast<int32_t>(prompt.size()), 10);
   }
+  // A placement that ranks the decode workers with `table` and `affinity`; `logprobs`: the
+  // request must be prefilled on its decode worker.
+  DecodePlacement DecodeAffinePlacement(PrefixAffinity* table, const std::vector<int32_t>& prompt,
+                                        DecodeAffinityOptions affinity = {},
+                                        bool logprobs = false) {
+    return DecodePlacement(&registry_,
+                           {.prefill_locally = logprobs,
+                            .prefix_affinity = table,
+                            .prompt_ids = prompt,
+                            .decode_affinity = affinity},
+                           static_cast<int32_t>(prompt.size()), 10);
+  }
+  // The decode worker `placement` tries first, or why none.
+  std::string FirstDecode(DecodePlacement placement) {
+    if (absl::Status s = placement.Rank(); !s.ok()) return s.ToString();
+    absl::StatusOr<DecodePlacement::Target> target = placement.Next();
+    return target.ok() ? target->decode_address : target.status().ToString();
+  }
   // The prefill worker `placement` picks; charged (the prompt sent) and released again.
   std::string PrefillSent(DecodePlacement placement) {
     if (!placement.Rank().ok() || !placement.Next().ok()) return "(no placement)";
@@ -325,6 +343,113 @@ TEST_F(DecodePlacementTest, WithoutPrefixAffinityThePrefillWorkerIsChargedTheWho
   p.ChargePrefill();
   EXPECT_EQ(p.prefill_expected_cached_tokens(), 0);
   EXPECT_EQ(Get(p1).router_prefill_tokens, 1000);
+}
+
+// Decode affinity (DecodeAffinityOptions): two decode workers with prefix caches and a
+// local-prefill threshold of 100; a conversation's first turn (90 prompt tokens + a 10-token
+// answer: 99 computed, one whole page) ended on b:1, which has less room than a:1. Its next
+// turn (140 tokens) would be prefilled remotely on a:1 (140 > 100) but locally on b:1 (76
+// tokens past the cached page).
+class DecodeAffinityTest : public DecodePlacementTest {
+ protected:
+  DecodeAffinityTest() : table_({}) {
+    a_ = AddDecode("a:1", 90, /*local_threshold=*/100, /*prefix_cache=*/true);
+    b_ = AddDecode("b:1", 60, /*local_threshold=*/100, /*prefix_cache=*/true);
+    AddPrefill("p:1");
+    for (int i = 0; i < 90; ++i) turn1_.push_back(i);
+    std::vector<int32_t> computed = turn1_;
+    for (int i = 0; i < 9; ++i) computed.push_back(500 + i);
+    table_.Record(b_, computed);
+    turn2_ = computed;
+    turn2_.push_back(509);
+    for (int i = 0; i < 40; ++i) turn2_.push_back(600 + i);
+  }
+
+  PrefixAffinity table_;
+  std::string a_, b_;
+  std::vector<int32_t> turn1_, turn2_;
+};
+
+TEST_F(DecodeAffinityTest, TheNextTurnGoesToTheWorkerHoldingTheEarlierOne) {
+  DecodePlacement p = DecodeAffinePlacement(&table_, turn2_);
+  ASSERT_TRUE(p.Rank().ok());
+  auto target = p.Next();
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(target->decode_address, "b:1");
+  EXPECT_TRUE(target->local_prefill);
+  EXPECT_EQ(p.decode_expected_cached_tokens(), 64);
+  EXPECT_FALSE(p.decode_affinity_rebalanced());
+  // b:1 full by its own count: the next candidate is the load order's, holding nothing, so the
+  // turn goes to the prefill worker.
+  p.ReserveFailed(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "no pages"), true);
+  target = p.Next();
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(target->decode_address, "a:1");
+  EXPECT_FALSE(target->local_prefill);
+  EXPECT_EQ(p.decode_expected_cached_tokens(), 0);
+  // Another conversation goes by load; so does this one once a:1 holds as much of it.
+  std::vector<int32_t> other = turn2_;
+  other[0] = -1;
+  EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, other)), "a:1");
+  table_.Record(a_, std::vector<int32_t>(turn2_.begin(), turn2_.begin() + 99));
+  EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, turn2_)), "a:1");
+}
+
+TEST_F(DecodeAffinityTest, AnOverloadedWorkerLosesItsAffinity) {
+  // Defaults: overloaded past 16 requests more than the least loaded and 1.5 times as many.
+  registry_.AddRouterLoad(b_, {.inflight = 16});
+  EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, turn2_)), "b:1");
+  registry_.AddRouterLoad(b_, {.inflight = 1});  // 17 against 0
+  DecodePlacement over = DecodeAffinePlacement(&table_, turn2_);
+  ASSERT_TRUE(over.Rank().ok());
+  ASSERT_TRUE(over.Next().ok());
+  EXPECT_EQ(over.decode_address(), "a:1");
+  EXPECT_TRUE(over.decode_affinity_rebalanced());
+  EXPECT_FALSE(over.local_prefill());
+  over.ReleaseDecode();
+  // Both rules must hold: 19 more than a:1's 40 is not 1.5 times as many, 21 more is.
+  registry_.AddRouterLoad(a_, {.inflight = 40});
+  registry_.AddRouterLoad(b_, {.inflight = 59 - 17});
+  EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, turn2_)), "b:1");
+  registry_.AddRouterLoad(b_, {.inflight = 2});
+  EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, turn2_)), "a:1");
+  // The thresholds are the operator's: 30 more requests allowed.
+  EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, turn2_, {.balance_abs = 30})), "b:1");
+}
+
+TEST_F(DecodeAffinityTest, AWorkerWithoutRoomIsNeverChosen) {
+  registry_.AddRouterLoad(b_, {.reserved_pages = 58});  // 2 pages free; the turn needs 3
+  DecodePlacement p = DecodeAffinePlacement(&table_, turn2_);
+  ASSERT_TRUE(p.Rank().ok());
+  ASSERT_TRUE(p.Next().ok());
+  EXPECT_EQ(p.decode_address(), "a:1");
+  EXPECT_FALSE(p.more_candidates());  // b:1 is not a candidate at all
+  EXPECT_FALSE(p.decode_affinity_rebalanced());
+}
+
+TEST_F(DecodeAffinityTest, ARemotelyPrefilledPromptGoesByLoad) {
+  // 300 tokens: past the threshold even less the cached page, so b:1's cache would not be
+  // used (the prefill worker ships the whole prompt's KV).
+  std::vector<int32_t> long_turn = turn2_;
+  for (int i = 0; i < 160; ++i) long_turn.push_back(700 + i);
+  EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, long_turn)), "a:1");
+  // A request with logprobs is prefilled on its decode worker whatever its length: b:1.
+  EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, long_turn, {}, /*logprobs=*/true)), "b:1");
+}
+
+TEST_F(DecodeAffinityTest, WithoutAffinityTheRankingIsByLoad) {
+  EXPECT_EQ(FirstDecode(DecodeAffinePlacement(nullptr, turn2_)), "a:1");
+  DecodePlacement off = DecodeAffinePlacement(&table_, turn2_, {.enabled = false});
+  ASSERT_TRUE(off.Rank().ok());
+  ASSERT_TRUE(off.Next().ok());
+  EXPECT_EQ(off.decode_address(), "a:1");
+  EXPECT_FALSE(off.local_prefill());
+  EXPECT_FALSE(off.decode_affinity_rebalanced());
+  // A worker whose descriptor says it has no prefix cache is expected to hold nothing.
+  const std::string c = AddDecode("c:1", 50, /*local_threshold=*/100, /*prefix_cache=*/false);
+  table_.Record(c, std::vector<int32_t>(turn2_.begin(), turn2_.begin() + 99));
+  registry_.AddRouterLoad(b_, {.reserved_pages = 58});
+  EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, turn2_)), "a:1");
 }
 
 }  // namespace

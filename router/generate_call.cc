@@ -133,7 +133,8 @@ absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& re
                            .prefill_locally = sampling_.wants_logprobs(),
                            .prefix_affinity = router_->prefix_affinity(),
                            .prompt_ids = prompt_ids_,
-                           .cache_salt = cache_salt_},
+                           .cache_salt = cache_salt_,
+                           .decode_affinity = router_->options().decode_affinity},
                        prompt_tokens, *sampling_.max_new_tokens);
   }
   RETURN_IF_ERROR(router_->requests().Insert(request_id_, weak_from_this()));
@@ -314,8 +315,13 @@ void GenerateCall::StartStreamAndPrefill(const v1::ReserveResponse& reserved) {
     stream_ = std::make_unique<DecodeStreamReader>(SelfRef());
     reader = stream_.get();
     decode_stub = router_->channels().Decode(placement_->decode_address());
+    if (placement_->decode_affinity_rebalanced()) {
+      router_->metrics().decode_affinity_rebalanced_total->Increment();
+    }
     if (placement_->local_prefill()) {
       router_->metrics().local_prefill_total->Increment();
+      router_->metrics().decode_affinity_tokens_total->Increment(
+          static_cast<double>(placement_->decode_expected_cached_tokens()));
     } else {
       prefill_ = std::make_unique<PrefillCall>();
       prefill = prefill_.get();

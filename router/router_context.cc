@@ -56,6 +56,14 @@ RouterMetrics::RouterMetrics(common::MetricsRegistry& r)
       cached_prompt_tokens_total(
           r.GetCounter("mlaserve_router_cached_prompt_tokens_total",
                        "Prompt tokens the prefill workers took from their prefix caches")),
+      decode_affinity_tokens_total(
+          r.GetCounter("mlaserve_router_decode_affinity_tokens_total",
+                       "Prompt tokens the router expected the chosen decode worker to have in "
+                       "its prefix cache, for prompts it prefills itself")),
+      decode_affinity_rebalanced_total(
+          r.GetCounter("mlaserve_router_decode_affinity_rebalanced_total",
+                       "Requests sent to a less loaded decode worker than the overloaded one "
+                       "expected to hold most of their prompt")),
       requests_running(r.GetGauge("mlaserve_router_requests_running",
                                   "Generate calls running now")),
       requests_waiting(r.GetGauge("mlaserve_router_requests_waiting",

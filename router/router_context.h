@@ -20,6 +20,7 @@
 #include "common/transport_security.h"
 #include "model/loader/config.h"
 #include "router/admission_queue.h"
+#include "router/decode_placement.h"
 #include "router/prefix_affinity.h"
 #include "router/request.h"
 #include "router/request_table.h"
@@ -83,6 +84,9 @@ struct RouterOptions {
   // bounded by --prefix-affinity-entries. Off: by their load alone.
   bool prefix_affinity = true;
   PrefixAffinity::Options prefix_affinity_table;
+  // With prefix affinity, how the decode workers are ranked by what their own prefix caches are
+  // expected to hold (--decode-affinity, --decode-affinity-balance-abs / -rel).
+  DecodeAffinityOptions decode_affinity;
 
   // Built in main() from the flags above (defaults: open and plaintext, for in-process tests).
   common::CallAuthorizer public_authorizer;  // kClient: the API keys
@@ -110,6 +114,12 @@ struct RouterMetrics {
   common::Counter* prefix_affinity_tokens_total;
   // Prompt tokens the prefill workers reported taking from their prefix caches.
   common::Counter* cached_prompt_tokens_total;
+  // Prompt tokens the router expected the decode worker it chose to have cached, for the
+  // requests that worker prefills itself.
+  common::Counter* decode_affinity_tokens_total;
+  // Requests DecodeAffinityOptions' balance rule sent past the decode worker expected to hold
+  // most of their prompt (overloaded) to a less loaded one.
+  common::Counter* decode_affinity_rebalanced_total;
   common::Gauge* requests_running;
   common::Gauge* requests_waiting;
   common::Histogram* time_to_first_token_seconds;

@@ -94,6 +94,20 @@ int Main(int argc, char** argv) {
                  "remembers, least recently sent forgotten first; about 50 bytes each")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, PrefixAffinity::kMaxEntries));
+  app.add_flag("--decode-affinity", o.decode_affinity.enabled,
+               "with --prefix-affinity: send a prompt the decode worker would prefill itself to "
+               "the one expected to hold most of it in its prefix cache, unless that one is "
+               "overloaded (--decode-affinity=false: decode workers by load alone)")
+      ->capture_default_str();
+  app.add_option("--decode-affinity-balance-abs", o.decode_affinity.balance_abs,
+                 "a decode worker is overloaded (loses its affinity) when it has more than this "
+                 "many requests more than the least loaded candidate ...")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--decode-affinity-balance-rel", o.decode_affinity.balance_rel,
+                 "... and more than this many times as many")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e6));
   app.add_option("--http-port", http_port,
                  "OpenAI-compatible HTTP API port on the --listen host (0 = ephemeral, -1 = off)")
       ->capture_default_str()->check(CLI::Range(-1, 65535));
