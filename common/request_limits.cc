@@ -107,6 +107,9 @@ absl::Status ValidateSamplingValues(const SamplingValues& v, int32_t vocab_size)
   if (v.logprobs < -1 || v.logprobs > kMaxTopLogprobs) {
     return out_of_range("logprobs", v.logprobs, "in [0, 20] (unset = none)");
   }
+  if (v.prompt_logprobs < -1 || v.prompt_logprobs > kMaxTopLogprobs) {
+    return out_of_range("prompt_logprobs", v.prompt_logprobs, "in [0, 20] (unset = none)");
+  }
   return absl::OkStatus();
 }
 

@@ -83,6 +83,11 @@ struct SamplingValues {
   // Log-probabilities returned with every generated token: -1 = none; n >= 0 = the chosen
   // token's and the n most likely alternatives' (n <= kMaxTopLogprobs).
   int32_t logprobs = -1;
+  // Prompt log-probabilities (vLLM's prompt_logprobs): -1 = none; n >= 0 = for every prompt
+  // token after the first, its log-probability given the tokens before it, its rank and the n
+  // most likely tokens' there (n <= kMaxTopLogprobs). Computed where the prompt is prefilled,
+  // on the decode worker (docs/api.md).
+  int32_t prompt_logprobs = -1;
   // JSON mode (api.proto ResponseFormat JSON_OBJECT): the output is one JSON object, then EOS;
   // each token is drawn under a mask of the tokens that keep it so (model/constraint).
   bool json_object = false;
@@ -107,6 +112,7 @@ struct SamplingValues {
   bool constrained() const { return json_object || !json_schema.empty() || !json_choices.empty(); }
 
   bool wants_logprobs() const { return logprobs >= 0; }
+  bool wants_prompt_logprobs() const { return prompt_logprobs >= 0; }
 };
 
 // The one sampling check, made once at each process edge: the router's API

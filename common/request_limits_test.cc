@@ -79,6 +79,12 @@ TEST(SamplingValues, OpenAiKnobsAreNamedWithTheirValues) {
   v.logprobs = 21;
   ExpectInvalid(v, "logprobs 21 is out of range; it must be in [0, 20] (unset = none)");
   v = {};
+  v.prompt_logprobs = 21;
+  ExpectInvalid(v, "prompt_logprobs 21 is out of range; it must be in [0, 20] (unset = none)");
+  v = {};
+  v.prompt_logprobs = -2;
+  ExpectInvalid(v, "prompt_logprobs -2 is out of range; it must be in [0, 20] (unset = none)");
+  v = {};
   for (int i = 0; i <= static_cast<int>(kMaxLogitBiasEntries); ++i) v.logit_bias.push_back({i, 0.0f});
   ExpectInvalid(v, "logit_bias has 1025 entries; at most 1024 are allowed");
   // The ends are inside.
@@ -87,6 +93,9 @@ TEST(SamplingValues, OpenAiKnobsAreNamedWithTheirValues) {
   v.frequency_penalty = 2.0f;
   v.logit_bias = {{0, -100.0f}, {299, 100.0f}};
   v.logprobs = 20;
+  v.prompt_logprobs = 20;
+  EXPECT_TRUE(ValidateSamplingValues(v, 300).ok());
+  v.prompt_logprobs = 0;
   EXPECT_TRUE(ValidateSamplingValues(v, 300).ok());
 }
 

@@ -20,6 +20,11 @@ namespace {
 // arena's alignment.
 constexpr size_t kMaxAllocationsPerStep = 64;
 
+// Prompt logprobs: the most rows one LM-head slice computes (ScorePromptRows). Bounds the
+// scratch they take (32 x 129280 f32 logits are 16.5 MB for DeepSeek-V3's vocabulary) while
+// keeping the head's GEMM wide enough to run near its speed.
+constexpr int kPromptSliceRows = 32;
+
 absl::Status CheckLimits(const EngineOptions& options) {
   if (options.num_kv_pages <= 0) {
     return absl::InvalidArgumentError(
@@ -211,11 +216,32 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
   total += FeedForward::ScratchBytes(lc);
   total += SamplingStep::ScratchBytes(rows, config_.vocab_size);
   total += ParallelStep::ScratchBytes(lc);
+  // One prompt-logprobs slice at a time (ScorePromptRows): its hidden rows and f32 logits.
+  const size_t slice = static_cast<size_t>(PromptSliceRows());
+  total += slice * hidden * es + slice * config_.vocab_size * sizeof(float) + 2 * kDeviceAlignment;
   return total + kMaxAllocationsPerStep * kDeviceAlignment;
+}
+
+int DeepseekEngine::PromptSliceRows() const {
+  const BatchLimits& limits = layer_ctx_.limits;
+  return std::max(1, std::min({kPromptSliceRows, limits.max_batch_tokens, limits.max_batch_seqs}));
+}
+
+absl::Status DeepseekEngine::CheckPromptLogprobs() const {
+  if (layout_.attention_dp()) {
+    return absl::FailedPreconditionError(
+        "prompt logprobs are not computed under data-parallel attention: its ranks' LM head "
+        "steps run together, one slice of scored rows on one rank would need the same on "
+        "every other; serve such requests from a worker with tensor-parallel attention or one "
+        "GPU");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DeepseekEngine::CheckBatch(std::span<const SequenceChunk> batch) const {
   RETURN_IF_ERROR(CheckChunkRanks(batch, 1));
+  RETURN_IF_ERROR(CheckPromptTargets(batch, config_.vocab_size));
+  if (AnyPromptTargets(batch)) RETURN_IF_ERROR(CheckPromptLogprobs());
   if (batch.empty() && layout_.attention_dp()) return absl::OkStatus();
   return planner_.Plan(batch).status();
 }
@@ -252,8 +278,10 @@ absl::StatusOr<RankStepShape> DeepseekEngine::ShapeOf(std::span<const SequenceCh
   shape.batch = plan.batch;
   shape.pages = plan.max_pages_per_seq;
   shape.sparse = plan.sparse;
+  // Scored prompt rows take LM-head slices of their own, which graphs do not replay.
   shape.graph_ready =
-      decode_graphs_.Applies(plan, form == AttentionForm::kMlaDecode, layer_callback);
+      decode_graphs_.Applies(plan, form == AttentionForm::kMlaDecode, layer_callback) &&
+      !AnyPromptTargets(batch);
   return shape;
 }
 
@@ -263,10 +291,16 @@ absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batc
                                              ForwardResult* out) {
   const int graph_bucket = graph.bucket;
   RETURN_IF_ERROR(CheckChunkRanks(batch, 1));
+  const bool scores_prompt = AnyPromptTargets(batch);
+  if (scores_prompt) {
+    RETURN_IF_ERROR(CheckPromptTargets(batch, config_.vocab_size));
+    RETURN_IF_ERROR(CheckPromptLogprobs());
+  }
   // Reused storage (ForwardInto): cleared, not freed.
   ForwardResult& result = *out;
   result.token_ids.clear();
   result.logprobs.clear();
+  result.prompt_logprobs.clear();
   result.rows = 0;
   result.path_used = AttentionPath::kMla;
   if (batch.empty() && layout_.attention_dp()) {
@@ -304,7 +338,7 @@ absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batc
   // Decode batches replay a CUDA graph per (batch bucket, page-table width) when they can;
   // everything else runs eagerly.
   const bool as_graph =
-      graph_bucket != 0 &&
+      graph_bucket != 0 && !scores_prompt &&
       decode_graphs_.Applies(plan, form == AttentionForm::kMlaDecode, on_layer_done != nullptr);
   if (graph_bucket > 0 && !as_graph) {
     return absl::InternalError(
@@ -322,7 +356,8 @@ absl::Status DeepseekEngine::ForwardRankInto(std::span<const SequenceChunk> batc
       ASSIGN_OR_RETURN(void* dev, scratch_.Allocate(result.rows * vocab * sizeof(float), "logits"));
       logits = static_cast<float*>(dev);
     }
-    RETURN_IF_ERROR(RunStep(plan, form, on_layer_done, logits));
+    RETURN_IF_ERROR(RunStep(plan, form, on_layer_done, logits,
+                            scores_prompt ? batch : std::span<const SequenceChunk>(), &result));
     RETURN_IF_ERROR(DeliverRows(logits, device_samples, &result));
   }
   if (!samples.empty() && !device_sample) RETURN_IF_ERROR(sampling_.SampleOnHost(samples, &result));
@@ -372,7 +407,9 @@ absl::Status DeepseekEngine::DeliverRows(float* logits,
 }
 
 absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
-                                     const LayerDoneFn& on_layer_done, float* logits) {
+                                     const LayerDoneFn& on_layer_done, float* logits,
+                                     std::span<const SequenceChunk> scored,
+                                     ForwardResult* result) {
   ASSIGN_OR_RETURN(const StepActivations a, Embed(plan));
   prefetch_.BeginStep();
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
@@ -380,7 +417,9 @@ absl::Status DeepseekEngine::RunStep(const BatchPlan& plan, AttentionForm form,
     RETURN_IF_ERROR(FeedForwardHalf(l, plan.total_tokens, a));
   }
   RETURN_IF_ERROR(prefetch_.EndStep());
-  return LmHead(plan, a, logits);
+  RETURN_IF_ERROR(LmHead(plan, a, logits));
+  if (scored.empty()) return absl::OkStatus();
+  return ScorePromptRows(plan, a, scored, result);
 }
 
 absl::StatusOr<DeepseekEngine::StepActivations> DeepseekEngine::Embed(const BatchPlan& plan) {
@@ -475,6 +514,50 @@ absl::Status DeepseekEngine::LmHead(const BatchPlan& plan, const StepActivations
   }
   // f32 logits whatever the activation dtype.
   return parallel_.LmHead(weights_.lm_head, picked, rows, logits);
+}
+
+absl::Status DeepseekEngine::ScorePromptRows(const BatchPlan& plan, const StepActivations& a,
+                                             std::span<const SequenceChunk> batch,
+                                             ForwardResult* result) {
+  // After the last layer a.normed holds every row's final-normed hidden state; the step's own
+  // LM head picked only plan.logit_rows of it.
+  const int hidden = layer_ctx_.widths.hidden;
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  const int slice = PromptSliceRows();
+  result->prompt_logprobs.resize(batch.size());
+  std::vector<float> host;  // kCuda: one slice's logits on the host
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const SequenceChunk& c = batch[b];
+    const int n = static_cast<int>(c.prompt_targets.size());
+    std::vector<PromptTokenLogprobs>& out = result->prompt_logprobs[b];
+    out.resize(n);
+    const int first_row = plan.cu_seqlens_q[b] + c.prompt_from;
+    for (int done = 0; done < n; done += slice) {
+      const int rows = std::min(slice, n - done);
+      ScratchScope scope(scratch_.arena());  // each slice reuses the same scratch
+      ASSIGN_OR_RETURN(void* picked, scratch_.Activations(static_cast<int64_t>(rows) * hidden,
+                                                          "scored prompt rows"));
+      RETURN_IF_ERROR(ops::Copy2D(
+          ops_, picked, hidden, ops_.at(a.normed, static_cast<int64_t>(first_row + done) * hidden),
+          hidden, hidden, rows));
+      ASSIGN_OR_RETURN(void* dev, scratch_.Allocate(rows * vocab * sizeof(float),
+                                                    "scored prompt rows' logits"));
+      auto* logits = static_cast<float*>(dev);
+      RETURN_IF_ERROR(parallel_.LmHead(weights_.lm_head, picked, rows, logits));
+      const float* rows_logits = logits;
+      if (ctx_.backend != kernels::Backend::kCpu) {
+        host.resize(rows * vocab);
+        RETURN_IF_ERROR(
+            logits_download_.Run(ctx_, host.data(), logits, rows * vocab * sizeof(float)));
+        rows_logits = host.data();
+      }
+      for (int r = 0; r < rows; ++r) {
+        ScorePromptRow(std::span<const float>(rows_logits + r * vocab, vocab),
+                       c.prompt_targets[done + r], c.prompt_top_n, &out[done + r]);
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ForwardResult> DeepseekEngine::JoinIdleStep() {

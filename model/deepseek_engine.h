@@ -65,6 +65,10 @@ class DeepseekEngine final : public Engine {
   KvPool& kv_pool() override { return *pool_; }
   void* device_stream() const override { return ctx_.stream; }
 
+  // OK on both backends (the scored rows' logits go through the LM head of the step and, on
+  // kCuda, to the host a slice at a time); FAILED_PRECONDITION for a rank of a data-parallel
+  // attention layout, whose LM head steps in lockstep with ranks that score other rows.
+  absl::Status CheckPromptLogprobs() const override;
   absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
                                         AttentionPath path = AttentionPath::kAuto,
                                         const LayerDoneFn& on_layer_done = nullptr) override;
@@ -137,9 +141,11 @@ class DeepseekEngine final : public Engine {
   absl::StatusOr<size_t> ForwardScratchBytes() const;
 
   // One step on the device from the uploaded plan into `logits` ([rows, vocab] f32, a buffer
-  // of the backend) -- Embed, every layer's two halves, LmHead:
+  // of the backend) -- Embed, every layer's two halves, LmHead, and ScorePromptRows when
+  // `scored` (the batch the plan was made of) asks for prompt logprobs:
   absl::Status RunStep(const BatchPlan& plan, AttentionForm form, const LayerDoneFn& on_layer_done,
-                       float* logits);
+                       float* logits, std::span<const SequenceChunk> scored = {},
+                       ForwardResult* result = nullptr);
   // The activations, the embedding and layer 0's input norm.
   absl::StatusOr<StepActivations> Embed(const BatchPlan& plan);
   // Attention, then on_layer_done (the layer's KV is in the pool), then residual += attention
@@ -155,6 +161,15 @@ class DeepseekEngine final : public Engine {
                           void* residual);
   // The LM head over plan.logit_rows of a.normed.
   absl::Status LmHead(const BatchPlan& plan, const StepActivations& a, float* logits);
+  // Prompt logprobs: for each chunk of `batch` with prompt_targets, the LM head over its scored
+  // rows of a.normed, PromptSliceRows() rows at a time into scratch (on kCuda each slice's
+  // logits then come to the host), each row scored on the host (ScorePromptRow) into
+  // result->prompt_logprobs.
+  absl::Status ScorePromptRows(const BatchPlan& plan, const StepActivations& a,
+                               std::span<const SequenceChunk> batch, ForwardResult* result);
+  // Rows one LM-head slice of ScorePromptRows takes: a fixed cap, and no more than the logit
+  // rows a step may have, which a sharded LM head's scratch is sized for.
+  int PromptSliceRows() const;
   // A data-parallel rank with no requests this step: the collectives of every layer's
   // feed-forward half and of the LM head, over no rows of its own.
   absl::StatusOr<ForwardResult> JoinIdleStep();

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/request_limits.h"
 #include "common/status.h"
 #include "model/deepseek_engine.h"
 #include "model/kv_cache/latent_kv_cache.h"
@@ -52,6 +53,31 @@ absl::Status CheckChunkRanks(std::span<const SequenceChunk> batch, int data_rank
       return absl::InvalidArgumentError(absl::StrCat(
           "Forward: chunk ", i, " is for data-parallel rank ", batch[i].rank, "; this engine has ",
           data_ranks == 1 ? "one pool (rank 0)" : absl::StrCat("ranks 0..", data_ranks - 1)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPromptTargets(std::span<const SequenceChunk> batch, int vocab) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SequenceChunk& c = batch[i];
+    if (c.prompt_targets.empty()) continue;
+    const int64_t end = static_cast<int64_t>(c.prompt_from) + c.prompt_targets.size();
+    if (c.prompt_from < 0 || end > static_cast<int64_t>(c.tokens.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Forward: chunk ", i, " scores prompt rows [", c.prompt_from, ", ", end,
+          ") of its ", c.tokens.size(), " rows"));
+    }
+    if (c.prompt_top_n < 0 || c.prompt_top_n > common::kMaxTopLogprobs) {
+      return absl::InvalidArgumentError(absl::StrCat("Forward: chunk ", i, " asks for ",
+                                                     c.prompt_top_n, " top prompt logprobs; at most ",
+                                                     common::kMaxTopLogprobs));
+    }
+    for (int32_t t : c.prompt_targets) {
+      if (t < 0 || t >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("Forward: chunk ", i, "'s prompt target ", t,
+                                                       " is outside the vocabulary [0, ", vocab, ")"));
+      }
     }
   }
   return absl::OkStatus();

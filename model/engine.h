@@ -84,7 +84,28 @@ struct SequenceChunk {
   // Data-parallel attention (Engine::data_ranks() > 1): the rank that runs this chunk, whose
   // pool (Engine::rank_pool) holds `pages`. 0 for every other engine.
   int rank = 0;
+  // Prompt logprobs (SamplingOptions::prompt_logprobs): rows [prompt_from, prompt_from +
+  // prompt_targets.size()) of this chunk are scored against prompt_targets, each row's next
+  // prompt token (ScorePromptRow, prompt_top_n alternatives, at most common::kMaxTopLogprobs):
+  // ForwardResult::prompt_logprobs[this chunk's index] gets one entry per target. The rows'
+  // logits are computed a bounded slice at a time, never the chunk's rows x vocab at once.
+  // Empty: none (a chunk's last row, whose logits want_logits returns, may be scored too).
+  // Engine::CheckPromptLogprobs says whether the engine can; must outlive the Forward call.
+  std::span<const int32_t> prompt_targets;
+  int prompt_from = 0;
+  int prompt_top_n = 0;
 };
+
+// INVALID_ARGUMENT naming the first chunk whose prompt scoring is out of bounds: rows past the
+// chunk, a target outside [0, vocab), top_n outside [0, common::kMaxTopLogprobs].
+absl::Status CheckPromptTargets(std::span<const SequenceChunk> batch, int vocab);
+// Whether some chunk of `batch` asks for prompt logprobs.
+inline bool AnyPromptTargets(std::span<const SequenceChunk> batch) {
+  for (const SequenceChunk& c : batch) {
+    if (!c.prompt_targets.empty()) return true;
+  }
+  return false;
+}
 
 // INVALID_ARGUMENT naming the first chunk whose rank is outside [0, data_ranks).
 absl::Status CheckChunkRanks(std::span<const SequenceChunk> batch, int data_ranks);
@@ -122,6 +143,9 @@ struct ForwardResult {
   // With token_ids, when some row's options ask for logprobs: one entry per row (the others'
   // left empty). Empty otherwise.
   std::vector<TokenLogprobs> logprobs;
+  // Prompt logprobs: one vector per chunk of the batch, in batch order, with an entry per
+  // SequenceChunk::prompt_targets entry (empty for chunks without); empty when no chunk asked.
+  std::vector<std::vector<PromptTokenLogprobs>> prompt_logprobs;
   int rows = 0;
   AttentionPath path_used = AttentionPath::kMla;
 };
@@ -149,6 +173,13 @@ class Engine {
   virtual void* rank_stream(int rank) const {
     (void)rank;
     return device_stream();
+  }
+
+  // OK when Forward scores prompt rows (SequenceChunk::prompt_targets); otherwise why not
+  // (FAILED_PRECONDITION naming the layout, or UNIMPLEMENTED), which a worker gives a request
+  // that asks for prompt logprobs before it runs. (Inline, as the default is the refusal.)
+  virtual absl::Status CheckPromptLogprobs() const {
+    return absl::UnimplementedError("this engine does not compute prompt logprobs");
   }
 
   virtual absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,

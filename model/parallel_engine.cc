@@ -334,6 +334,7 @@ void ParallelEngine::GatherRows(std::span<const SequenceChunk> batch, bool sampl
   const size_t vocab = static_cast<size_t>(config().vocab_size);
   out->token_ids.clear();
   out->logprobs.clear();
+  out->prompt_logprobs.clear();  // never asked: CheckBatch refuses them under data attention
   if (all_logits) {
     out->logits.resize(static_cast<size_t>(rows) * vocab);
   } else {

@@ -61,6 +61,9 @@ class ParallelEngine final : public Engine {
   int ranks() const { return static_cast<int>(ranks_.size()); }
   const ParallelLayout& layout() const { return ranks_[0]->layout(); }
 
+  // Tensor attention: every rank scores the same rows, its LM head's collectives in step with
+  // the others'; data attention: refused (DeepseekEngine::CheckPromptLogprobs).
+  absl::Status CheckPromptLogprobs() const override { return ranks_[0]->CheckPromptLogprobs(); }
   absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
                                         AttentionPath path = AttentionPath::kAuto,
                                         const LayerDoneFn& on_layer_done = nullptr) override;

@@ -109,6 +109,11 @@ if(MLASERVE_BUILD_TESTS)
   mlaserve_test(model_engine_reference_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_reference_test.cc
                 DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
+  # Prompt logprobs (SequenceChunk::prompt_targets) against every prefix's logits and HF's, in
+  # chunks, slices, beside other sequences, tensor-parallel; data-parallel refused.
+  mlaserve_test(model_engine_prompt_logprobs_test
+                SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_prompt_logprobs_test.cc
+                DEPS model_runtime nlohmann_json::nlohmann_json TIMEOUT 600)
   # Expert routing per position and teacher-forced tokens vs HF (deepseek_v3_top3); the CUDA
   # build of the same test carries label gpu.
   mlaserve_test(model_engine_routing_test

@@ -122,6 +122,18 @@ void ComputeTokenLogprobs(std::span<const float> raw, int32_t token, int top_n,
   }
 }
 
+void ScorePromptRow(std::span<const float> raw, int32_t token, int top_n,
+                    PromptTokenLogprobs* out) {
+  TokenLogprobs lp;
+  ComputeTokenLogprobs(raw, token, top_n, &lp);
+  out->token_id = token;
+  out->logprob = lp.logprob;
+  out->top = std::move(lp.top);
+  const float own = raw[token];
+  out->rank = static_cast<int32_t>(
+      std::count_if(raw.begin(), raw.end(), [own](float x) { return x >= own; }));
+}
+
 absl::Status BuildLogitEditLists(std::span<const SampleRow* const> rows, int vocab,
                                  LogitEditLists* e) {
   const int batch = static_cast<int>(rows.size());

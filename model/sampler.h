@@ -66,6 +66,23 @@ struct TokenLogprobs {
 void ComputeTokenLogprobs(std::span<const float> raw_logits, int32_t token, int top_n,
                           TokenLogprobs* out);
 
+// One prompt token's log-probability (SamplingOptions::prompt_logprobs, vLLM's
+// prompt_logprobs): the distribution the model gives at the position before it, raw as
+// TokenLogprobs' values are.
+struct PromptTokenLogprobs {
+  int32_t token_id = 0;         // the prompt token
+  float logprob = 0.0f;         // its log-probability
+  // How many vocabulary tokens have a logit >= its own (itself included): 1 = the most
+  // likely; tied tokens share the larger rank. vLLM's rank, counted on the f32 logits.
+  int32_t rank = 0;
+  std::vector<TopLogprob> top;  // as TokenLogprobs::top
+};
+
+// Fills `out` for a row of raw logits [vocab] and the prompt token that follows it (in the
+// vocabulary): ComputeTokenLogprobs' logprob and top list, and the rank.
+void ScorePromptRow(std::span<const float> raw_logits, int32_t token, int top_n,
+                    PromptTokenLogprobs* out);
+
 // The per-row lists of the logit edits that follow a row's mask (kernels/sampling:
 // ApplyLogitBias, ApplyRepetitionPenalty, ApplyOccurrencePenalties, in that order), built on the
 // host from the rows' options and histories. The host Sampler applies them with the CPU ops and

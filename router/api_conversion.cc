@@ -19,6 +19,7 @@ SamplingConfig SamplingFromProto(const v1::SamplingParams& p) {
   if (p.has_frequency_penalty()) s.frequency_penalty = p.frequency_penalty();
   for (const auto& [id, bias] : p.logit_bias()) s.logit_bias.emplace_back(id, bias);
   if (p.has_logprobs()) s.logprobs = p.logprobs();
+  if (p.has_prompt_logprobs()) s.prompt_logprobs = p.prompt_logprobs();
   s.json_object = p.response_format() == v1::RESPONSE_FORMAT_JSON_OBJECT;
   s.json_schema = p.response_format_schema();
   s.json_schema_strict = p.response_format_schema_strict();
@@ -48,6 +49,7 @@ v1::SamplingParams SamplingToProto(const SamplingConfig& s) {
   p.set_frequency_penalty(s.frequency_penalty);
   for (const auto& [id, bias] : s.logit_bias) (*p.mutable_logit_bias())[id] = bias;
   if (s.wants_logprobs()) p.set_logprobs(s.logprobs);
+  if (s.wants_prompt_logprobs()) p.set_prompt_logprobs(s.prompt_logprobs);
   if (s.json_object) p.set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
   if (!s.json_schema.empty()) {
     p.set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);

@@ -25,6 +25,7 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::Sam
   if (p.has_frequency_penalty()) o.frequency_penalty = p.frequency_penalty();
   for (const auto& [id, bias] : p.logit_bias()) o.logit_bias.emplace_back(id, bias);
   if (p.has_logprobs()) o.logprobs = p.logprobs();
+  if (p.has_prompt_logprobs()) o.prompt_logprobs = p.prompt_logprobs();
   if (!mlaserve::v1::ResponseFormat_IsValid(p.response_format())) {
     // proto3 keeps an enum value it does not know (a newer client's format): refuse it rather
     // than generate unconstrained text.

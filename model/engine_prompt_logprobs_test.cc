@@ -1,0 +1,353 @@
+// Prompt logprobs (SequenceChunk::prompt_targets): the engine scores a chunk's rows against the
+// prompt's next tokens. Checked against a direct computation from the full logits of every
+// prefix (ScorePromptRow's definition, recomputed here in double), against Hugging Face's
+// logits at the fixtures' recorded positions, across chunk boundaries, in LM-head slices
+// smaller than the prompt, beside other sequences of the step, and on a tensor-parallel
+// ParallelEngine; data-parallel attention and bad targets are refused.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/engine.h"
+#include "model/parallel_engine.h"
+#include "model/sampler.h"
+#include "model/testing/engine_fixtures.h"
+
+namespace mlaserve::model {
+namespace {
+
+using testing::Reference;
+using testing::SeqPages;
+
+constexpr int kTopN = 5;
+
+// |got - want| <= tol * max(1, |want|): the engine's own paths (prefix batch vs one chunk) sum
+// in other orders, HF in yet another.
+constexpr double kSelfTol = 2e-5;
+constexpr double kHfTol = 1e-4;
+
+// Row scoring as defined (sampler.h), in double over the f32 logits: log_softmax[target],
+// the rank (tokens whose logit is >= the target's) and the top n ids by descending logit,
+// ties to the lower id.
+struct Scored {
+  double logprob = 0.0;
+  int rank = 0;
+  std::vector<int32_t> top;
+  std::vector<double> top_logprobs;
+};
+Scored ScoreDirectly(const float* logits, int vocab, int32_t target, int n) {
+  double m = -INFINITY;
+  for (int i = 0; i < vocab; ++i) m = std::max(m, static_cast<double>(logits[i]));
+  double sum = 0.0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - m);
+  const double lse = m + std::log(sum);
+  Scored s;
+  s.logprob = logits[target] - lse;
+  for (int i = 0; i < vocab; ++i) s.rank += logits[i] >= logits[target] ? 1 : 0;
+  std::vector<int32_t> ids(vocab);
+  for (int i = 0; i < vocab; ++i) ids[i] = i;
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  for (int i = 0; i < n; ++i) {
+    s.top.push_back(ids[i]);
+    s.top_logprobs.push_back(logits[ids[i]] - lse);
+  }
+  return s;
+}
+
+bool Near(double got, double want, double tol) {
+  return std::abs(got - want) <= tol * std::max(1.0, std::abs(want));
+}
+
+// The logits after every prefix ids[0..p], p < ids.size() - 1: one Forward of independent
+// sequences, each its last row's logits (the engine's plain path, no prompt scoring).
+std::vector<std::vector<float>> PrefixLogits(Engine& engine, const std::vector<int32_t>& ids) {
+  const int n = static_cast<int>(ids.size()) - 1;
+  const int vocab = engine.config().vocab_size;
+  std::vector<std::vector<float>> out;
+  // A few prefixes a Forward, to stay within the engine's limits.
+  constexpr int kPerForward = 8;
+  for (int first = 0; first < n; first += kPerForward) {
+    std::vector<std::unique_ptr<SeqPages>> pages;
+    std::vector<SequenceChunk> batch;
+    for (int p = first; p < std::min(n, first + kPerForward); ++p) {
+      pages.push_back(std::make_unique<SeqPages>(engine.kv_pool(), p + 1));
+      SequenceChunk c;
+      c.tokens = std::span<const int32_t>(ids).first(p + 1);
+      c.pages = pages.back()->pages();
+      batch.push_back(c);
+    }
+    absl::StatusOr<ForwardResult> r = engine.Forward(batch);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return {};
+    for (int j = 0; j < r->rows; ++j) {
+      out.emplace_back(r->logits.begin() + static_cast<size_t>(j) * vocab,
+                       r->logits.begin() + static_cast<size_t>(j + 1) * vocab);
+    }
+  }
+  return out;
+}
+
+// Scores the whole prompt (rows 0 .. n-2 against ids[1..n-1]) in chunks of `chunk` tokens:
+// each chunk's rows are scored against the token after them, the last row of a chunk against
+// the next chunk's first token. Returns the entries in prompt order.
+std::vector<PromptTokenLogprobs> ScoreInChunks(Engine& engine, const std::vector<int32_t>& ids,
+                                               int chunk, int top_n) {
+  const int n = static_cast<int>(ids.size());
+  SeqPages pages(engine.kv_pool(), n);
+  std::vector<PromptTokenLogprobs> out;
+  for (int begin = 0; begin < n; begin += chunk) {
+    const int len = std::min(chunk, n - begin);
+    SequenceChunk c;
+    c.tokens = std::span<const int32_t>(ids).subspan(begin, len);
+    c.start_pos = begin;
+    c.pages = pages.pages();
+    // Rows whose next token is in the prompt: all but the prompt's last.
+    const int scored = std::min(begin + len, n - 1) - begin;
+    c.prompt_targets = std::span<const int32_t>(ids).subspan(begin + 1, scored);
+    c.prompt_top_n = top_n;
+    absl::StatusOr<ForwardResult> r = engine.Forward({&c, 1});
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return {};
+    if (scored == 0) {  // the prompt's last token alone: nothing to score, nothing returned
+      EXPECT_TRUE(r->prompt_logprobs.empty());
+      continue;
+    }
+    EXPECT_EQ(r->prompt_logprobs.size(), 1u);
+    EXPECT_EQ(r->rows, 1);  // want_logits still returns the last row
+    if (r->prompt_logprobs.empty()) return {};
+    EXPECT_EQ(r->prompt_logprobs[0].size(), static_cast<size_t>(scored));
+    out.insert(out.end(), r->prompt_logprobs[0].begin(), r->prompt_logprobs[0].end());
+  }
+  return out;
+}
+
+void ExpectMatchesDirect(const std::vector<PromptTokenLogprobs>& got,
+                         const std::vector<std::vector<float>>& logits,
+                         const std::vector<int32_t>& ids, int top_n, double tol,
+                         const std::string& what) {
+  ASSERT_EQ(got.size(), ids.size() - 1) << what;
+  ASSERT_EQ(logits.size(), ids.size() - 1) << what;
+  for (size_t p = 0; p < got.size(); ++p) {
+    const int vocab = static_cast<int>(logits[p].size());
+    const Scored want = ScoreDirectly(logits[p].data(), vocab, ids[p + 1], top_n);
+    const PromptTokenLogprobs& e = got[p];
+    EXPECT_EQ(e.token_id, ids[p + 1]) << what << " row " << p;
+    EXPECT_TRUE(Near(e.logprob, want.logprob, tol))
+        << what << " row " << p << ": " << e.logprob << " vs " << want.logprob;
+    // A rank or a top id may move only where two logits are within the tolerance.
+    const float target = logits[p][ids[p + 1]];
+    const int near_target = static_cast<int>(std::count_if(
+        logits[p].begin(), logits[p].end(),
+        [&](float x) { return x != target && Near(x, target, tol); }));
+    EXPECT_LE(std::abs(e.rank - want.rank), near_target) << what << " row " << p;
+    ASSERT_EQ(e.top.size(), static_cast<size_t>(top_n)) << what << " row " << p;
+    for (int k = 0; k < top_n; ++k) {
+      EXPECT_TRUE(Near(e.top[k].logprob, want.top_logprobs[k], tol)) << what << " row " << p;
+      if (e.top[k].token_id != want.top[k]) {
+        EXPECT_TRUE(Near(logits[p][e.top[k].token_id], logits[p][want.top[k]], tol))
+            << what << " row " << p << " top " << k;
+      }
+    }
+  }
+}
+
+class PromptLogprobsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = std::string(testing::kFixtureRoot) + "/" + GetParam();
+    ASSERT_TRUE(testing::LoadReference(dir_, &ref_));
+  }
+  std::unique_ptr<Engine> MakeEngine(int max_batch_seqs = 256) const {
+    EngineOptions o;
+    o.model_dir = dir_;
+    o.num_kv_pages = 256;
+    o.max_batch_tokens = 1024;
+    o.max_batch_seqs = max_batch_seqs;
+    absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create(o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? *std::move(e) : nullptr;
+  }
+
+  std::string dir_;
+  Reference ref_;
+};
+
+// One chunk over the whole 64-token prompt (two LM-head slices of 32), then the same prompt in
+// chunks of 7 on an engine whose slices are 3 rows: the entries equal the direct computation
+// from every prefix's logits.
+TEST_P(PromptLogprobsTest, EqualsTheDirectComputationInChunksAndSlices) {
+  std::unique_ptr<Engine> engine = MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  ASSERT_TRUE(engine->CheckPromptLogprobs().ok());
+  const std::vector<int32_t>& ids = ref_.prompts[2].ids;  // len64
+  const std::vector<std::vector<float>> logits = PrefixLogits(*engine, ids);
+  ExpectMatchesDirect(ScoreInChunks(*engine, ids, 1024, kTopN), logits, ids, kTopN, kSelfTol,
+                      "one chunk");
+  std::unique_ptr<Engine> small = MakeEngine(/*max_batch_seqs=*/3);
+  ASSERT_NE(small, nullptr);
+  ExpectMatchesDirect(ScoreInChunks(*small, ids, 7, kTopN), logits, ids, kTopN, kSelfTol,
+                      "chunks of 7, slices of 3");
+  // top_n 0: the prompt token alone; 20, the most.
+  const std::vector<PromptTokenLogprobs> none = ScoreInChunks(*engine, ids, 1024, 0);
+  ASSERT_EQ(none.size(), ids.size() - 1);
+  EXPECT_TRUE(none[5].top.empty());
+  ExpectMatchesDirect(ScoreInChunks(*engine, ids, 40, 20), logits, ids, 20, kSelfTol, "top 20");
+}
+
+// Against transformers: the fixtures' logits at the recorded positions of the 200-token
+// prompt, log-softmaxed in double.
+TEST_P(PromptLogprobsTest, MatchesHuggingFaceAtTheRecordedPositions) {
+  std::unique_ptr<Engine> engine = MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  for (const testing::ReferencePrompt& prompt : ref_.prompts) {
+    if (prompt.ids.size() < 2) continue;
+    const std::vector<PromptTokenLogprobs> got = ScoreInChunks(*engine, prompt.ids, 96, kTopN);
+    ASSERT_EQ(got.size(), prompt.ids.size() - 1) << prompt.name;
+    int checked = 0;
+    for (size_t j = 0; j < prompt.logits_positions.size(); ++j) {
+      const int p = prompt.logits_positions[j];
+      if (p + 1 >= static_cast<int>(prompt.ids.size())) continue;  // the last: no prompt target
+      const std::vector<float>& hf = prompt.logits[j];
+      const Scored want = ScoreDirectly(hf.data(), static_cast<int>(hf.size()), prompt.ids[p + 1], kTopN);
+      EXPECT_TRUE(Near(got[p].logprob, want.logprob, kHfTol))
+          << prompt.name << " position " << p << ": " << got[p].logprob << " vs HF " << want.logprob;
+      EXPECT_EQ(got[p].top[0].token_id, want.top[0]) << prompt.name << " position " << p;
+      ++checked;
+    }
+    EXPECT_GT(checked, 0) << prompt.name;
+  }
+}
+
+// A step with a scored prompt beside a sampled sequence: the other sequence's logits and
+// token are those of a step without scoring, and prompt_logprobs is indexed by chunk.
+TEST_P(PromptLogprobsTest, OtherSequencesOfTheStepAreUnchanged) {
+  std::unique_ptr<Engine> engine = MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  const std::vector<int32_t>& other = ref_.prompts[1].ids;   // len7
+  const std::vector<int32_t>& scored = ref_.prompts[2].ids;  // len64
+  SamplingOptions greedy;
+  greedy.temperature = 0.0f;
+  greedy.logprobs = 3;
+  SampleRow row;
+  row.options = greedy;
+  row.history = other;
+  auto run = [&](bool score) -> absl::StatusOr<ForwardResult> {
+    SeqPages a(engine->kv_pool(), static_cast<int>(other.size()));
+    SeqPages b(engine->kv_pool(), static_cast<int>(scored.size()));
+    SequenceChunk first;
+    first.tokens = other;
+    first.pages = a.pages();
+    first.sample = &row;
+    SequenceChunk second;
+    second.tokens = scored;
+    second.pages = b.pages();
+    second.sample = &row;
+    if (score) {
+      second.prompt_from = 10;  // rows 10 .. 19 only
+      second.prompt_targets = std::span<const int32_t>(scored).subspan(11, 10);
+      second.prompt_top_n = 2;
+    }
+    std::vector<SequenceChunk> batch = {first, second};
+    return engine->Forward(batch);
+  };
+  absl::StatusOr<ForwardResult> plain = run(false);
+  absl::StatusOr<ForwardResult> with = run(true);
+  ASSERT_TRUE(plain.ok() && with.ok()) << plain.status() << with.status();
+  EXPECT_TRUE(plain->prompt_logprobs.empty());
+  ASSERT_EQ(with->prompt_logprobs.size(), 2u);
+  EXPECT_TRUE(with->prompt_logprobs[0].empty());
+  ASSERT_EQ(with->prompt_logprobs[1].size(), 10u);
+  EXPECT_EQ(with->prompt_logprobs[1][0].token_id, scored[11]);
+  EXPECT_EQ(with->token_ids, plain->token_ids);
+  ASSERT_EQ(with->logprobs.size(), 2u);
+  EXPECT_FLOAT_EQ(with->logprobs[0].logprob, plain->logprobs[0].logprob);
+  EXPECT_FLOAT_EQ(with->logprobs[1].logprob, plain->logprobs[1].logprob);
+  // Row 10's entry is the direct score of the prefix ids[0..10].
+  const std::vector<std::vector<float>> logits = PrefixLogits(*engine, scored);
+  const Scored want = ScoreDirectly(logits[10].data(), engine->config().vocab_size, scored[11], 2);
+  EXPECT_TRUE(Near(with->prompt_logprobs[1][0].logprob, want.logprob, kSelfTol));
+}
+
+TEST_P(PromptLogprobsTest, BadTargetsAreRefusedNamingTheChunk) {
+  std::unique_ptr<Engine> engine = MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  const std::vector<int32_t>& ids = ref_.prompts[1].ids;
+  SeqPages pages(engine->kv_pool(), static_cast<int>(ids.size()));
+  SequenceChunk c;
+  c.tokens = ids;
+  c.pages = pages.pages();
+  c.prompt_from = 3;
+  c.prompt_targets = ids;  // 3 + 7 rows past the chunk's 7
+  absl::StatusOr<ForwardResult> r = engine->Forward({&c, 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("scores prompt rows [3, 10) of its 7 rows"), std::string::npos)
+      << r.status();
+  const std::vector<int32_t> outside = {engine->config().vocab_size};
+  c.prompt_from = 0;
+  c.prompt_targets = outside;
+  r = engine->Forward({&c, 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("outside the vocabulary"), std::string::npos) << r.status();
+  c.prompt_targets = std::span<const int32_t>(ids).subspan(1, 2);
+  c.prompt_top_n = 21;
+  r = engine->Forward({&c, 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PromptLogprobsTest,
+                         ::testing::Values("deepseek_v2", "deepseek_v3", "deepseek_v32"));
+
+EngineOptions ParallelOptionsFor(const std::string& dir, AttentionParallel attention) {
+  EngineOptions o;
+  o.model_dir = std::string(testing::kFixtureRoot) + "/" + dir;
+  o.num_kv_pages = 128;
+  o.max_batch_tokens = 512;
+  o.max_batch_seqs = 8;
+  o.parallel.size = 2;
+  o.parallel.attention = attention;
+  return o;
+}
+
+// Tensor-parallel attention: both ranks score the same rows through the vocab-parallel LM
+// head (8-row slices here), as the one-rank engine does.
+TEST(PromptLogprobsParallelTest, TensorParallelScoresAsOneRank) {
+  absl::StatusOr<std::unique_ptr<Engine>> tp =
+      Engine::Create(ParallelOptionsFor("deepseek_v3", AttentionParallel::kTensor));
+  ASSERT_TRUE(tp.ok()) << tp.status();
+  ASSERT_TRUE((*tp)->CheckPromptLogprobs().ok());
+  EngineOptions one = ParallelOptionsFor("deepseek_v3", AttentionParallel::kTensor);
+  one.parallel = {};
+  absl::StatusOr<std::unique_ptr<Engine>> single = Engine::Create(one);
+  ASSERT_TRUE(single.ok()) << single.status();
+  Reference ref;
+  ASSERT_TRUE(testing::LoadReference(one.model_dir, &ref));
+  const std::vector<int32_t>& ids = ref.prompts[2].ids;
+  const std::vector<std::vector<float>> logits = PrefixLogits(**single, ids);
+  ExpectMatchesDirect(ScoreInChunks(**tp, ids, 24, kTopN), logits, ids, kTopN, kSelfTol, "tp=2");
+}
+
+// Data-parallel attention: refused up front (the worker's Reserve asks CheckPromptLogprobs)
+// and by Forward, naming the layout.
+TEST(PromptLogprobsParallelTest, DataParallelAttentionIsRefused) {
+  absl::StatusOr<std::unique_ptr<Engine>> dp =
+      Engine::Create(ParallelOptionsFor("deepseek_v3", AttentionParallel::kData));
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  const absl::Status why = (*dp)->CheckPromptLogprobs();
+  EXPECT_EQ(why.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(why.message().find("data-parallel attention"), std::string::npos) << why;
+  const std::vector<int32_t> ids = {1, 2, 3, 4};
+  SeqPages pages((*dp)->rank_pool(0), 4);
+  SequenceChunk c;
+  c.tokens = ids;
+  c.pages = pages.pages();
+  c.prompt_targets = std::span<const int32_t>(ids).subspan(1);
+  absl::StatusOr<ForwardResult> r = (*dp)->Forward({&c, 1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+}
+
+}  // namespace
+}  // namespace mlaserve::model
