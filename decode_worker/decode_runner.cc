@@ -269,9 +269,7 @@ void DecodeRunner::ReleasePages(DecodeSequence& seq) {
 
 absl::Status DecodeRunner::TakePages(DecodeSequence& seq, model::KvPool& pool,
                                      int pages_needed) {
-  const int n = static_cast<int>(seq.tokens.size());
-  std::vector<int32_t> pages =
-      pool.AcquirePrefix(seq.tokens, model::KvPool::MaxReusedPages(n), seq.cache_salt);
+  std::vector<int32_t> pages = pool.AcquirePrefix(seq.tokens, seq.MaxCachedPages(), seq.cache_salt);
   auto rest = pool.Allocate(pages_needed - static_cast<int>(pages.size()));
   if (!rest.ok()) {
     pool.Free(pages);
@@ -338,6 +336,17 @@ bool DecodeRunner::Step() {
     sc.pages = c.seq->pages;
     sc.want_logits = c.want_logits;
     sc.rank = c.seq->rank;
+    if (c.seq->scoring_prompt()) {
+      // Prompt logprobs: the chunk's rows not scored yet whose next token is in the prompt
+      // (row p scores token p + 1; the prompt's last row gives the first sampled token).
+      const int from = std::max(c.start, c.seq->prompt_scored);
+      const int end = std::min(c.start + c.len, c.seq->prompt_len - 1);
+      if (from < end) {
+        sc.prompt_from = from - c.start;
+        sc.prompt_targets = std::span<const int32_t>(c.seq->tokens).subspan(from + 1, end - from);
+        sc.prompt_top_n = c.seq->sampling.prompt_logprobs;
+      }
+    }
     if (c.want_logits) {
       model::SampleRow& row = samples.emplace_back();
       row.options = c.seq->sampling;
@@ -386,7 +395,12 @@ void DecodeRunner::Postprocess(const std::vector<DecodeChunk>& chunks, const abs
     return;
   }
   std::vector<DecodeSequence*> row_seqs;
-  for (const DecodeChunk& c : chunks) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const DecodeChunk& c = chunks[i];
+    // Before the chunk's sampled token (the sink sends the prompt's entries first).
+    if (i < result.prompt_logprobs.size() && !result.prompt_logprobs[i].empty()) {
+      if (auto r = FindBySession(c.seq->id)) EmitPromptLogprobs(r, result.prompt_logprobs[i]);
+    }
     c.seq->num_computed = c.start + c.len;
     if (c.want_logits) row_seqs.push_back(c.seq);
   }
@@ -409,6 +423,17 @@ void DecodeRunner::Postprocess(const std::vector<DecodeChunk>& chunks, const abs
     const bool with_logprobs = r->seq->sampling.wants_logprobs() && i < result.logprobs.size();
     Emit(r, result.token_ids[i], with_logprobs ? &result.logprobs[i] : nullptr);
   }
+}
+
+void DecodeRunner::EmitPromptLogprobs(const std::shared_ptr<Request>& r,
+                                      std::span<const model::PromptTokenLogprobs> entries) {
+  std::shared_ptr<TokenSink> sink;
+  {
+    absl::MutexLock lock(&mu_);
+    sink = r->sink;
+  }
+  r->seq->prompt_scored += static_cast<int>(entries.size());
+  if (sink != nullptr) sink->OnPromptLogprobs(entries);
 }
 
 void DecodeRunner::Emit(const std::shared_ptr<Request>& r, int32_t token,

@@ -207,6 +207,10 @@ class DecodeRunner {
                                const DecodeSequence* local = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateRankGauges();
+  // Sends a local prefill's scored prompt rows (sampling.prompt_logprobs) to `r`'s sink and
+  // counts them in its sequence's prompt_scored.
+  void EmitPromptLogprobs(const std::shared_ptr<Request>& r,
+                          std::span<const model::PromptTokenLogprobs> entries);
   // Emits the sampled `token` of `r` (with its logprobs when the request asked for them) and
   // finishes it if a stop rule applies.
   void Emit(const std::shared_ptr<Request>& r, int32_t token,

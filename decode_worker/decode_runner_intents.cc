@@ -42,8 +42,8 @@ absl::StatusOr<int> DecodeRunner::PickRank(int prompt_len, int pages_needed,
     // requests hold cost it no free page.
     int held = 0;
     if (local != nullptr) {
-      engine_->rank_pool(r).CachedPrefixPages(
-          local->tokens, model::KvPool::MaxReusedPages(prompt_len), local->cache_salt, &held);
+      engine_->rank_pool(r).CachedPrefixPages(local->tokens, local->MaxCachedPages(),
+                                              local->cache_salt, &held);
     }
     const int room = free[r] - (pages_needed - held) - growing[r];
     if (room < 0) continue;
@@ -73,6 +73,11 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   const int prompt_len = static_cast<int>(spec.prompt.size());
 
   // 1. The request against this worker (the request itself is valid: ReserveSpec).
+  if (spec.sampling.wants_prompt_logprobs()) {
+    // Before any page is taken: an engine that cannot score prompt rows says why (a
+    // data-parallel layout), rather than failing the step the request would share.
+    RETURN_IF_ERROR(engine_->CheckPromptLogprobs());
+  }
   if (!spec.local_prefill && spec.prefill_compat_hash != compat_hash_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the prefill worker's KV compatibility hash is ", spec.prefill_compat_hash,

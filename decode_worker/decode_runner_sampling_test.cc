@@ -165,6 +165,59 @@ TEST_P(DecodeRunnerSamplingTest, LogprobsAreTheRawLogSoftmaxWithTheTopSorted) {
   }
 }
 
+// Prompt logprobs on a local prefill of 200 tokens in chunks of 32, beside a request without:
+// one entry per prompt token after the first, in order and before the first token, each the
+// log-softmax of the reference engine's logits at the position before it, with its rank and the
+// top 3; the tokens are the greedy ones. Data-parallel attention refuses it at Reserve.
+TEST_P(DecodeRunnerSamplingTest, PromptLogprobsAreEveryPromptPositionsLogSoftmax) {
+  const int prompt = 3;  // len200
+  model::SamplingOptions with = Greedy();
+  with.prompt_logprobs = 3;
+  if (GetParam() > 1) {
+    ReserveSpec s;
+    s.request_id = "dp";
+    s.prompt = ref_.prompts[prompt].ids;
+    s.sampling = with;
+    s.max_new_tokens = 2;
+    s.local_prefill = true;
+    absl::StatusOr<Reservation> r = runner_->Reserve(std::move(s));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_NE(r.status().message().find("data-parallel attention"), std::string::npos) << r.status();
+    return;
+  }
+  auto a = Start("a", prompt, 4, with);
+  auto plain = Start("plain", 1, 4, Greedy());
+  RunUntilIdle();
+  ASSERT_TRUE(a->finish()) << a->error();
+  ASSERT_TRUE(plain->finish()) << plain->error();
+  EXPECT_TRUE(plain->prompt_logprobs().empty());
+  EXPECT_FALSE(a->prompt_logprobs_after_tokens());
+  const std::vector<int32_t>& ids = ref_.prompts[prompt].ids;
+  EXPECT_EQ(a->tokens(), std::vector<int32_t>(ref_.prompts[prompt].greedy_tokens.begin(),
+                                              ref_.prompts[prompt].greedy_tokens.begin() + 4));
+  const std::vector<model::PromptTokenLogprobs> got = a->prompt_logprobs();
+  ASSERT_EQ(got.size(), ids.size() - 1);
+  EXPECT_GT(a->prompt_logprobs_calls().size(), 1u) << "the prompt was prefilled in chunks";
+  model::testing::SeqPages pages(reference_engine_->kv_pool(), static_cast<int>(ids.size()));
+  const std::map<int, std::vector<float>> at = model::testing::ChunkedPrefill(
+      *reference_engine_, ids, pages.pages(), 1, model::AttentionPath::kAuto);
+  for (size_t p = 0; p + 1 < ids.size(); ++p) {
+    const std::vector<float>& row = at.at(static_cast<int>(p));
+    const std::vector<double> want = LogSoftmax(row);
+    EXPECT_EQ(got[p].token_id, ids[p + 1]) << "position " << p;
+    EXPECT_NEAR(got[p].logprob, want[ids[p + 1]], kLogprobTolerance) << "position " << p;
+    const float own = row[ids[p + 1]];
+    const int rank =
+        static_cast<int>(std::count_if(row.begin(), row.end(), [&](float x) { return x >= own; }));
+    // Both sides' logits differ by rounding: only a logit that close to the token's may move.
+    const int close = static_cast<int>(std::count_if(
+        row.begin(), row.end(), [&](float x) { return x != own && std::abs(x - own) < 1e-3f; }));
+    EXPECT_LE(std::abs(got[p].rank - rank), close) << "position " << p;
+    ASSERT_EQ(got[p].top.size(), 3u);
+    EXPECT_EQ(got[p].top[0].token_id, model::testing::Argmax(row)) << "position " << p;
+  }
+}
+
 TEST_P(DecodeRunnerSamplingTest, PenaltiesAndLogitBiasSteerTheGreedyToken) {
   const int prompt = 1;
   const std::vector<int32_t>& hf = ref_.prompts[prompt].greedy_tokens;

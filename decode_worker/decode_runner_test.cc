@@ -1,6 +1,7 @@
 // DecodeRunner with a FakeEngine, driven step by step (or by its loop thread), a recording sink,
 // and KV shipped through the fake transport from a second FakeEngine acting as prefill.
 #include <atomic>
+#include <cmath>
 #include <limits>
 #include <thread>
 #include "decode_worker/decode_runner.h"
@@ -384,6 +385,113 @@ TEST_F(DecodeRunnerTest, RequestsGrowPageByPageAndPreemptedOnesRecomputeTheSameT
   EXPECT_THAT(metrics.RenderText(), ::testing::Not(HasSubstr("mlaserve_decode_preemptions_total 0\n")));
   EXPECT_EQ(engine->kv_pool().free_pages(), 8);
   EXPECT_EQ(runner.load().running + runner.load().pending, 0);
+}
+
+// What the fake engine's prompt logprobs must be for `prompt` (its one-hot rows, scored as
+// defined in model/sampler.h, computed here directly).
+void ExpectFakePromptLogprobs(const std::vector<model::PromptTokenLogprobs>& got,
+                              const std::vector<int32_t>& prompt, int top_n, const std::string& what) {
+  ASSERT_EQ(got.size(), prompt.size() - 1) << what;
+  const double lse = std::log(std::exp(static_cast<double>(FakeEngine::kPredictedLogit)) + (kVocab - 1));
+  for (size_t p = 0; p + 1 < prompt.size(); ++p) {
+    const int32_t predicted =
+        FakeEngine::NextToken(std::span<const int32_t>(prompt).first(p + 1), kVocab);
+    const bool hit = prompt[p + 1] == predicted;
+    EXPECT_EQ(got[p].token_id, prompt[p + 1]) << what << " position " << p;
+    EXPECT_NEAR(got[p].logprob, (hit ? FakeEngine::kPredictedLogit : 0.0) - lse, 1e-5)
+        << what << " position " << p;
+    // Rank: the tokens whose logit is >= its own: itself alone when predicted, else all of
+    // them (every other 0, the predicted one 30).
+    EXPECT_EQ(got[p].rank, hit ? 1 : kVocab) << what << " position " << p;
+    ASSERT_EQ(got[p].top.size(), static_cast<size_t>(top_n)) << what;
+    if (top_n > 0) EXPECT_EQ(got[p].top[0].token_id, predicted) << what << " position " << p;
+  }
+}
+
+// A local prefill with prompt logprobs: every prompt token after the first once, in order,
+// all before the first token, over chunks of 32; the prefix cache, which holds the prompt's
+// first pages from an earlier request, is not used (its pages have no logits), and the
+// tokens are the greedy continuation.
+TEST_F(DecodeRunnerTest, PromptLogprobsComeBeforeTheFirstTokenAndSkipThePrefixCache) {
+  const auto prompt = Prompt(100, 3);
+  auto first = runner_->Reserve(Spec("first", prompt, 4, true));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto s0 = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner_->OpenStream(first->session_id, s0).ok());
+  RunUntilIdle();
+  ASSERT_TRUE(s0->finish()) << s0->error();
+  EXPECT_TRUE(s0->prompt_logprobs().empty());
+  ASSERT_GT(decode_->kv_pool().cached_pages(), 0);
+
+  auto spec = Spec("scored", prompt, 6, true);
+  spec.sampling.prompt_logprobs = 2;
+  auto r = runner_->Reserve(spec);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
+  RunUntilIdle();
+  ASSERT_TRUE(sink->finish()) << sink->error();
+  EXPECT_EQ(sink->cached(), 0);
+  EXPECT_EQ(sink->tokens(), FakeEngine::ExpectedTokens(prompt, 6, kVocab));
+  EXPECT_FALSE(sink->prompt_logprobs_after_tokens());
+  EXPECT_EQ(sink->prompt_logprobs_calls(), (std::vector<int>{32, 32, 32, 3}));
+  ExpectFakePromptLogprobs(sink->prompt_logprobs(), prompt, 2, "scored");
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+}
+
+// Preempted requests (the growth scenario below, every request with prompt logprobs): a
+// recompute scores no row twice and skips none.
+TEST_F(DecodeRunnerTest, PreemptedRequestsScoreEachPromptRowOnce) {
+  auto engine = FakeEngine::Create({.num_pages = 8});
+  auto layout = *kvtransfer::MakeKvLayout(engine->config(), engine->kv_pool().options());
+  kvtransfer::KvReceiver receiver(&engine->kv_pool(), layout,
+                                  kvtransfer::KvReceiverOptions{absl::Seconds(30)});
+  DecodeRunnerOptions o;
+  o.scheduler = {.max_running = 4, .max_batch_tokens = 64, .chunk_size = 32};
+  o.kv_endpoint = "decode-small";
+  o.kv_transport = "fake";
+  common::MetricsRegistry metrics;
+  DecodeRunner runner(engine.get(), &receiver, o, &metrics);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 3; ++i) {
+    prompts.push_back(Prompt(100, 7 + i));
+    auto spec = Spec(absl::StrCat("g", i), prompts.back(), 150, true);
+    spec.sampling.prompt_logprobs = 1;
+    auto r = runner.Reserve(spec);
+    ASSERT_TRUE(r.ok()) << r.status();
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(runner.OpenStream(r->session_id, sinks.back()).ok());
+  }
+  for (int i = 0; i < 5000 && runner.Step(); ++i) {
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(sinks[i]->finish()) << i << ": " << sinks[i]->error();
+    EXPECT_EQ(sinks[i]->tokens(), FakeEngine::ExpectedTokens(prompts[i], 150, kVocab)) << i;
+    ExpectFakePromptLogprobs(sinks[i]->prompt_logprobs(), prompts[i], 1, absl::StrCat("g", i));
+    EXPECT_FALSE(sinks[i]->prompt_logprobs_after_tokens()) << i;
+  }
+  EXPECT_THAT(metrics.RenderText(), ::testing::Not(HasSubstr("mlaserve_decode_preemptions_total 0\n")));
+  EXPECT_EQ(engine->kv_pool().free_pages(), 8);
+}
+
+// An engine that cannot score prompt rows (data-parallel attention) refuses the reservation
+// with its reason, before taking pages.
+TEST_F(DecodeRunnerTest, AnEngineWithoutPromptLogprobsRefusesTheReservation) {
+  auto engine = FakeEngine::Create({.num_pages = 8, .data_ranks = 2});
+  auto layout = *kvtransfer::MakeKvLayout(engine->config(), engine->kv_pool().options());
+  kvtransfer::KvReceiver receiver(&engine->kv_pool(), layout,
+                                  kvtransfer::KvReceiverOptions{absl::Seconds(30)});
+  DecodeRunnerOptions o;
+  o.kv_endpoint = "decode-dp";
+  o.kv_transport = "fake";
+  DecodeRunner runner(engine.get(), &receiver, o);
+  auto spec = Spec("dp", Prompt(10, 1), 2, true);
+  spec.sampling.prompt_logprobs = 0;
+  auto r = runner.Reserve(spec);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("data-parallel attention"));
+  EXPECT_EQ(engine->rank_pool(0).free_pages() + engine->rank_pool(1).free_pages(), 16);
 }
 
 TEST_F(DecodeRunnerTest, ReservationsLeaveAPagePerRunningRequestToGrowInto) {

@@ -2,6 +2,7 @@
 // the stop rules applied after every sampled token. Shared by the scheduler and the runner.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -10,6 +11,8 @@
 
 #include "absl/status/status.h"
 #include "model/constraint/json_constraint.h"
+#include "kernels/common/page.h"
+#include "model/kv_pool.h"
 #include "model/sampler.h"
 
 namespace mlaserve::decode {
@@ -32,6 +35,10 @@ class TokenSink {
   // `logprobs`: empty, or one per token (requests whose sampling asks for logprobs).
   virtual void OnTokens(std::span<const int32_t> tokens,
                         std::span<const model::TokenLogprobs> logprobs) = 0;
+  // A locally prefilled request with sampling.prompt_logprobs: the next prompt tokens' entries
+  // (from prompt token 1 on, in order, each once), as its prefill chunks compute them; all of
+  // them before its first OnTokens.
+  virtual void OnPromptLogprobs(std::span<const model::PromptTokenLogprobs> entries) {}
   // A locally prefilled request took `tokens` prompt tokens from the prefix cache: once,
   // before its first OnTokens (not called when it took none).
   virtual void OnPromptCached(int tokens) {}
@@ -71,6 +78,10 @@ struct DecodeSequence {
   std::string cache_salt;
   int cached = 0;
   model::SamplingOptions sampling;
+  // Prompt logprobs (sampling.prompt_logprobs): the prompt rows scored and sent so far; row p
+  // scores prompt token p + 1, so rows [0, prompt_len - 1) are wanted. A preempted request's
+  // recompute scores only the rows past this.
+  int prompt_scored = 0;
   StopRules stop;
   // JSON mode / structured outputs (sampling.constrained(); after sampling.json_after when
   // set): the constraint over
@@ -83,6 +94,17 @@ struct DecodeSequence {
 
   int generated() const { return static_cast<int>(tokens.size()) - prompt_len; }
   bool prefilling() const { return num_computed < prefill_len; }
+  // Prompt rows still to score (sampling.prompt_logprobs): [prompt_scored, prompt_len - 1).
+  bool scoring_prompt() const {
+    return sampling.wants_prompt_logprobs() && prompt_scored < prompt_len - 1;
+  }
+  // The most leading pages (re)computing `tokens` may take from the prefix cache: cached pages
+  // have no logits, so none past the prompt rows scored so far while some are still to score
+  // (vLLM skips the cache for such requests too).
+  int MaxCachedPages() const {
+    const int most = model::KvPool::MaxReusedPages(static_cast<int>(tokens.size()));
+    return scoring_prompt() ? std::min(most, prompt_scored / kernels::kPageSize) : most;
+  }
 };
 
 }  // namespace mlaserve::decode

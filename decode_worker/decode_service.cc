@@ -46,6 +46,13 @@ absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request,
         spec.sampling.logprobs, " needs local_prefill (the router prefills such requests on "
         "the decode worker)"));
   }
+  if (spec.sampling.wants_prompt_logprobs() && !spec.local_prefill) {
+    // The prompt's rows are scored where they are computed; a prefill worker returns none.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request ", common::IdForMessages(request.request_id()), ": sampling.prompt_logprobs ",
+        spec.sampling.prompt_logprobs, " needs local_prefill (the router prefills such requests "
+        "on the decode worker)"));
+  }
   spec.prefill_compat_hash = request.prefill_kv_compat_hash();
   if (request.kv_lease_ms() < 0) {
     return absl::InvalidArgumentError(
@@ -111,6 +118,20 @@ v1::DecodeStreamResponse FinishedMessage(const DecodeFinish& f) {
 
 namespace {
 
+// An entry of DecodeTokens.prompt_logprobs this many at most (see OnPromptLogprobs).
+constexpr int kPromptLogprobsPerMessage = 2048;
+
+void PromptLogprobsToProto(const model::PromptTokenLogprobs& e, v1::PromptTokenLogprobs* m) {
+  m->set_token_id(e.token_id);
+  m->set_logprob(e.logprob);
+  m->set_rank(e.rank);
+  for (const model::TopLogprob& t : e.top) {
+    v1::TopLogprob* top = m->add_top_logprobs();
+    top->set_token_id(t.token_id);
+    top->set_logprob(t.logprob);
+  }
+}
+
 // One Stream call. The runner pushes tokens from its loop thread; writes go out one at a time,
 // tokens arriving meanwhile are merged into the queued message. Self-owned
 // (common/self_owned.h) until gRPC's OnDone; the runner holds a reference as its sink, so
@@ -151,6 +172,27 @@ class DecodeStreamReactor final : public grpc::ServerWriteReactor<v1::DecodeStre
           top->set_token_id(t.token_id);
           top->set_logprob(t.logprob);
         }
+      }
+    }
+    Pump();
+  }
+  // Messages of their own, at most kPromptLogprobsPerMessage entries each, so that a long
+  // prompt's entries (up to ~280 bytes each with 20 alternatives) stay far below gRPC's 4 MB
+  // message bound; they are queued before the first tokens, which come after them.
+  void OnPromptLogprobs(std::span<const model::PromptTokenLogprobs> entries) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (closing_) return;
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const bool full = !queue_.empty() && queue_.back().has_tokens() &&
+                          queue_.back().tokens().prompt_logprobs_size() >= kPromptLogprobsPerMessage;
+        if (queue_.empty() || !queue_.back().has_tokens() ||
+            queue_.back().tokens().token_ids_size() > 0 || full ||
+            (writing_ && queue_.size() == 1)) {
+          queue_.emplace_back();
+          queue_.back().mutable_tokens();
+        }
+        PromptLogprobsToProto(entries[i], queue_.back().mutable_tokens()->add_prompt_logprobs());
       }
     }
     Pump();

@@ -129,6 +129,14 @@ TEST(DecodeConversionTest, ReserveRequestsOutsideTheBoundsAreRefusedNamingTheVal
   EXPECT_THAT(refused(req), HasSubstr("sampling.logprobs 2 needs local_prefill"));
   req.set_local_prefill(true);
   EXPECT_EQ(ToReserveSpec(req, kBounds)->sampling.logprobs, 2);
+  // Prompt logprobs are computed where the prompt is, so locally too; 0..20.
+  req = request();
+  req.mutable_sampling()->set_prompt_logprobs(3);
+  EXPECT_THAT(refused(req), HasSubstr("sampling.prompt_logprobs 3 needs local_prefill"));
+  req.set_local_prefill(true);
+  EXPECT_EQ(ToReserveSpec(req, kBounds)->sampling.prompt_logprobs, 3);
+  req.mutable_sampling()->set_prompt_logprobs(21);
+  EXPECT_THAT(refused(req), HasSubstr("prompt_logprobs 21 is out of range"));
   req = request();
   (*req.mutable_sampling()->mutable_logit_bias())[kVocab] = 1.0f;
   EXPECT_THAT(refused(req), HasSubstr(absl::StrCat("logit_bias token id ", kVocab,

@@ -17,6 +17,12 @@ class RecordingSink final : public decode::TokenSink {
     tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
     logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
   }
+  void OnPromptLogprobs(std::span<const model::PromptTokenLogprobs> entries) override {
+    absl::MutexLock lock(&mu_);
+    prompt_logprobs_.insert(prompt_logprobs_.end(), entries.begin(), entries.end());
+    prompt_logprobs_calls_.push_back(static_cast<int>(entries.size()));
+    prompt_logprobs_after_tokens_ = prompt_logprobs_after_tokens_ || !tokens_.empty();
+  }
   void OnPromptCached(int tokens) override {
     absl::MutexLock lock(&mu_);
     cached_ = tokens;
@@ -57,6 +63,20 @@ class RecordingSink final : public decode::TokenSink {
     absl::MutexLock lock(&mu_);
     return ended_;
   }
+  // Every OnPromptLogprobs entry in order, the entries each call carried, and whether one
+  // came after a token.
+  std::vector<model::PromptTokenLogprobs> prompt_logprobs() const {
+    absl::MutexLock lock(&mu_);
+    return prompt_logprobs_;
+  }
+  std::vector<int> prompt_logprobs_calls() const {
+    absl::MutexLock lock(&mu_);
+    return prompt_logprobs_calls_;
+  }
+  bool prompt_logprobs_after_tokens() const {
+    absl::MutexLock lock(&mu_);
+    return prompt_logprobs_after_tokens_;
+  }
   // OnPromptCached's tokens (0 if not called), and whether it came before any token.
   int cached() const {
     absl::MutexLock lock(&mu_);
@@ -71,6 +91,9 @@ class RecordingSink final : public decode::TokenSink {
   mutable absl::Mutex mu_;
   std::vector<int32_t> tokens_ ABSL_GUARDED_BY(mu_);
   std::vector<model::TokenLogprobs> logprobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<model::PromptTokenLogprobs> prompt_logprobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> prompt_logprobs_calls_ ABSL_GUARDED_BY(mu_);
+  bool prompt_logprobs_after_tokens_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<decode::DecodeFinish> finish_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;

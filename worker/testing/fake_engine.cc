@@ -87,6 +87,20 @@ int32_t FakeEngine::NextToken(std::span<const int32_t> sequence, int vocab_size)
   return static_cast<int32_t>((h >> 17) % static_cast<uint64_t>(vocab_size));
 }
 
+std::vector<float> FakeEngine::LogitsAfter(std::span<const int32_t> sequence, int vocab_size) {
+  std::vector<float> row(vocab_size, 0.0f);
+  row[NextToken(sequence, vocab_size)] = kPredictedLogit;
+  return row;
+}
+
+absl::Status FakeEngine::CheckPromptLogprobs() const {
+  if (data_ranks() > 1) {
+    return absl::FailedPreconditionError(
+        "fake engine: prompt logprobs are not computed under data-parallel attention");
+  }
+  return absl::OkStatus();
+}
+
 std::vector<int32_t> FakeEngine::ExpectedTokens(std::span<const int32_t> prompt, int n,
                                                 int vocab_size) {
   std::vector<int32_t> seq(prompt.begin(), prompt.end());
@@ -211,8 +225,9 @@ absl::StatusOr<model::ForwardResult> FakeEngine::FinishForward(
   const int P = kernels::kPageSize;
   std::vector<float> page(pools_[0]->layer_page_bytes() / sizeof(float));
   model::ForwardResult result;
-  for (const auto& c : batch) {
-    if (!c.want_logits) continue;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const model::SequenceChunk& c = batch[b];
+    if (!c.want_logits && c.prompt_targets.empty()) continue;
     // Read the whole sequence back from the cache, checking every layer's entry.
     model::KvPool* pool = pools_[c.rank].get();
     const int end = c.start_pos + static_cast<int>(c.tokens.size());
@@ -240,9 +255,24 @@ absl::StatusOr<model::ForwardResult> FakeEngine::FinishForward(
         }
       }
     }
-    const int32_t next = NextToken(seq, config_.vocab_size);
-    std::vector<float> row(config_.vocab_size, 0.0f);
-    row[next] = 30.0f;
+    if (!c.prompt_targets.empty()) {
+      // Row i of the chunk scores its target under the logits after seq[0 .. its position].
+      if (c.prompt_from < 0 ||
+          static_cast<size_t>(c.prompt_from) + c.prompt_targets.size() > c.tokens.size()) {
+        return absl::InvalidArgumentError("fake engine: prompt rows past the chunk");
+      }
+      if (absl::Status s = CheckPromptLogprobs(); !s.ok()) return s;
+      result.prompt_logprobs.resize(batch.size());
+      for (size_t i = 0; i < c.prompt_targets.size(); ++i) {
+        const int pos = c.start_pos + c.prompt_from + static_cast<int>(i);
+        const std::vector<float> row =
+            LogitsAfter(std::span<const int32_t>(seq).first(pos + 1), config_.vocab_size);
+        model::ScorePromptRow(row, c.prompt_targets[i], c.prompt_top_n,
+                              &result.prompt_logprobs[b].emplace_back());
+      }
+    }
+    if (!c.want_logits) continue;
+    const std::vector<float> row = LogitsAfter(seq, config_.vocab_size);
     result.logits.insert(result.logits.end(), row.begin(), row.end());
     ++result.rows;
   }

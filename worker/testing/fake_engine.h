@@ -44,6 +44,9 @@ class FakeEngine final : public model::Engine {
   int data_ranks() const override { return static_cast<int>(pools_.size()); }
   model::KvPool& rank_pool(int rank) override { return *pools_[rank]; }
 
+  // Prompt rows are scored against the fake's one-hot rows (see FinishForward); with data
+  // ranks > 1 refused as a data-parallel engine refuses them.
+  absl::Status CheckPromptLogprobs() const override;
   absl::StatusOr<model::ForwardResult> Forward(std::span<const model::SequenceChunk> batch,
                                                model::AttentionPath path,
                                                const model::LayerDoneFn& on_layer_done) override;
@@ -67,6 +70,9 @@ class FakeEngine final : public model::Engine {
 
   // The token the fake model predicts after `sequence` (prompt + generated so far).
   static int32_t NextToken(std::span<const int32_t> sequence, int vocab_size);
+  // The fake's logits after `sequence`: kPredictedLogit at NextToken, 0 elsewhere.
+  static constexpr float kPredictedLogit = 30.0f;
+  static std::vector<float> LogitsAfter(std::span<const int32_t> sequence, int vocab_size);
   // Greedy continuation of `prompt`: n tokens.
   static std::vector<int32_t> ExpectedTokens(std::span<const int32_t> prompt, int n,
                                              int vocab_size);
