@@ -66,14 +66,22 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
                                           "--poll-interval-ms", "100",
                                           "--heartbeat-timeout-ms", "2000"};
   router_argv.insert(router_argv.end(), o.security_flags.begin(), o.security_flags.end());
-  // Extra flags replace defaults of the same name (the router refuses a repeated flag).
-  for (size_t i = 0; i + 1 < o.extra_router_flags.size(); i += 2) {
-    auto it = std::find(router_argv.begin(), router_argv.end(), o.extra_router_flags[i]);
-    if (it != router_argv.end()) {
-      *(it + 1) = o.extra_router_flags[i + 1];
-    } else {
-      router_argv.insert(router_argv.end(), {o.extra_router_flags[i], o.extra_router_flags[i + 1]});
+  // Extra flags replace defaults of the same name (the router refuses a repeated flag). A
+  // "--flag=value" item stands alone: CLI11 switches (--decode-affinity) take a value only so.
+  const std::vector<std::string>& extra = o.extra_router_flags;
+  for (size_t i = 0; i < extra.size(); ++i) {
+    if (extra[i].find('=') != std::string::npos) {
+      router_argv.push_back(extra[i]);
+      continue;
     }
+    if (i + 1 == extra.size()) break;
+    auto it = std::find(router_argv.begin(), router_argv.end(), extra[i]);
+    if (it != router_argv.end()) {
+      *(it + 1) = extra[i + 1];
+    } else {
+      router_argv.insert(router_argv.end(), {extra[i], extra[i + 1]});
+    }
+    ++i;  // the value
   }
   if (!o.admin_token.empty()) {
     const std::string path = c->dir_ + "/admin-token";
