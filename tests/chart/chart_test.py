@@ -114,6 +114,19 @@ class SchemaTest(unittest.TestCase):
               "router": {"prefixAffinity": True, "prefixAffinityEntries": 2**30}}
         self.assertEqual(self.errors(deep_merge(defaults(), ok)), [])
 
+    def test_decode_affinity_values_checked(self):
+        self.assertRejected({"router": {"decodeAffinity": "true"}},
+                            "'true' is not of type 'boolean', 'null'")
+        self.assertRejected({"router": {"decodeAffinityBalanceAbs": -1}},
+                            "-1 is less than the minimum of 0")
+        self.assertRejected({"router": {"decodeAffinityBalanceAbs": 1.5}},
+                            "1.5 is not of type 'integer', 'null'")
+        self.assertRejected({"router": {"decodeAffinityBalanceRel": 0.5}},
+                            "0.5 is less than the minimum of 1")
+        ok = {"router": {"decodeAffinity": False, "decodeAffinityBalanceAbs": 0,
+                         "decodeAffinityBalanceRel": 2.5}}
+        self.assertEqual(self.errors(deep_merge(defaults(), ok)), [])
+
 
 class RenderTest(unittest.TestCase):
     """Every template renders with the default values and the 2p4d example, each object is a
@@ -394,6 +407,26 @@ class RenderTest(unittest.TestCase):
         router = container(find(objs, "Deployment", "router"))["args"]
         self.assertIn("--prefix-affinity=true", router)
         self.assertNotIn("--prefix-affinity-entries", flag_values(router))
+
+    def test_decode_affinity_flags_only_when_set(self):
+        decode_flags = ("--decode-affinity", "--decode-affinity-balance-abs",
+                        "--decode-affinity-balance-rel")
+        for name, objs, _, _ in self.each():
+            flags = flag_values(container(find(objs, "Deployment", "router"))["args"])
+            for flag in decode_flags:
+                self.assertNotIn(flag, flags, name)
+        objs = render(extra_values={"router": {"decodeAffinity": False,
+                                               "decodeAffinityBalanceAbs": 32,
+                                               "decodeAffinityBalanceRel": 2.5}})
+        router = container(find(objs, "Deployment", "router"))["args"]
+        self.assertIn("--decode-affinity=false", router)
+        flags = flag_values(router)
+        self.assertEqual(flags["--decode-affinity-balance-abs"], "32")
+        # A ratio keeps its fraction; a whole one is written as an integer, as counts are.
+        self.assertEqual(flags["--decode-affinity-balance-rel"], "2.5")
+        objs = render(extra_values={"router": {"decodeAffinityBalanceRel": 2}})
+        flags = flag_values(container(find(objs, "Deployment", "router"))["args"])
+        self.assertEqual(flags["--decode-affinity-balance-rel"], "2")
 
     def test_kv_cache_dtype_reaches_both_workers_and_must_agree(self):
         objs = render(extra_values={"prefill": {"kvCacheDtype": "fp8"},

@@ -2,8 +2,8 @@
 
 The flags come from the rendered templates, not from a hand-kept list: the chart is rendered
 with the default values, the 2p4d example, and values that set every optional setting (each
-nullable integer of values.schema.json), and each container's command and args are read
-back. Each binary is then found in the build folder (MLASERVE_BUILD_DIR) and asked for its
+nullable integer or number of values.schema.json), and each container's command and args are
+read back. Each binary is then found in the build folder (MLASERVE_BUILD_DIR) and asked for its
 --help, which CLI11 prints as one option or subcommand per indented line.
 """
 
@@ -21,15 +21,15 @@ BUILD_DIR = os.environ.get("MLASERVE_BUILD_DIR", "build")
 
 
 def every_optional_setting():
-    """Values that give each nullable integer of the router and worker sections its minimum
-    and each nullable bool false, so the templates render every optional flag."""
+    """Values that give each nullable integer or number of the router and worker sections its
+    minimum and each nullable bool false, so the templates render every optional flag."""
     with open(os.path.join(CHART_DIR, "values.schema.json")) as f:
         schema = json.load(f)
     values = {}
     for section in ("router", "prefill", "decode"):
         props = schema["properties"][section]["properties"]
         values[section] = {k: p.get("minimum", 1) for k, p in props.items()
-                           if p.get("type") == ["integer", "null"]}
+                           if p.get("type") in (["integer", "null"], ["number", "null"])}
         values[section].update({k: False for k, p in props.items()
                                 if p.get("type") == ["boolean", "null"]})
     return values

@@ -203,7 +203,8 @@ Output: YAML, read back with fromYaml.
 Flags whose value may be null, as YAML list items ("- --flag", "- value"); null values are
 left out so the binary's default applies. A bool is one item, "--flag=true|false": CLI11
 flags (the router's --prefix-affinity) take their value only after "=", and would read a
-separate "false" as an unexpected positional argument. Argument: list of (list "--flag" value).
+separate "false" as an unexpected positional argument. Numbers arrive as float64: a whole one
+is written as an integer ("2"), another as it is ("1.5"). Argument: list of (list "--flag" value).
 */}}
 {{- define "mlaserve.optionalFlags" -}}
 {{- range . }}
@@ -212,7 +213,7 @@ separate "false" as an unexpected positional argument. Argument: list of (list "
 - {{ printf "%s=%t" (index . 0) $value | quote }}
 {{- else if not (kindIs "invalid" $value) }}
 - {{ index . 0 }}
-- {{ if kindIs "float64" $value }}{{ int64 $value | quote }}{{ else }}{{ $value | toString | quote }}{{ end }}
+- {{ if and (kindIs "float64" $value) (eq $value (floor $value)) }}{{ int64 $value | quote }}{{ else }}{{ $value | toString | quote }}{{ end }}
 {{- end }}
 {{- end }}
 {{- end }}
