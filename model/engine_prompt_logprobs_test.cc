@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+#if defined(MLASERVE_PROMPT_LOGPROBS_TEST_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
 #include "gtest/gtest.h"
 #include "model/engine.h"
 #include "model/parallel_engine.h"
@@ -25,9 +29,17 @@ using testing::SeqPages;
 constexpr int kTopN = 5;
 
 // |got - want| <= tol * max(1, |want|): the engine's own paths (prefix batch vs one chunk) sum
-// in other orders, HF in yet another.
+// in other orders, HF in yet another. The CUDA build of this test (label gpu) runs the same
+// cases on the GPU, whose bf16 activations move the logits by up to the fixture tests' 4e-2.
+#if defined(MLASERVE_PROMPT_LOGPROBS_TEST_CUDA)
+constexpr kernels::Backend kBackend = kernels::Backend::kCuda;
+constexpr double kSelfTol = 5e-2;
+constexpr double kHfTol = 1e-1;
+#else
+constexpr kernels::Backend kBackend = kernels::Backend::kCpu;
 constexpr double kSelfTol = 2e-5;
 constexpr double kHfTol = 1e-4;
+#endif
 
 // Row scoring as defined (sampler.h), in double over the f32 logits: log_softmax[target],
 // the rank (tokens whose logit is >= the target's) and the top n ids by descending logit,
@@ -164,6 +176,7 @@ class PromptLogprobsTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<Engine> MakeEngine(int max_batch_seqs = 256) const {
     EngineOptions o;
     o.model_dir = dir_;
+    o.backend = kBackend;
     o.num_kv_pages = 256;
     o.max_batch_tokens = 1024;
     o.max_batch_seqs = max_batch_seqs;
@@ -215,7 +228,10 @@ TEST_P(PromptLogprobsTest, MatchesHuggingFaceAtTheRecordedPositions) {
       const Scored want = ScoreDirectly(hf.data(), static_cast<int>(hf.size()), prompt.ids[p + 1], kTopN);
       EXPECT_TRUE(Near(got[p].logprob, want.logprob, kHfTol))
           << prompt.name << " position " << p << ": " << got[p].logprob << " vs HF " << want.logprob;
-      EXPECT_EQ(got[p].top[0].token_id, want.top[0]) << prompt.name << " position " << p;
+      if (got[p].top[0].token_id != want.top[0]) {  // only where HF's top two are that close
+        EXPECT_TRUE(Near(hf[got[p].top[0].token_id], hf[want.top[0]], kHfTol))
+            << prompt.name << " position " << p;
+      }
       ++checked;
     }
     EXPECT_GT(checked, 0) << prompt.name;
@@ -301,9 +317,20 @@ TEST_P(PromptLogprobsTest, BadTargetsAreRefusedNamingTheChunk) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, PromptLogprobsTest,
                          ::testing::Values("deepseek_v2", "deepseek_v3", "deepseek_v32"));
 
+// GPUs a two-rank layout needs (the CPU backend runs its ranks on threads).
+bool HasTwoDevices() {
+#if defined(MLASERVE_PROMPT_LOGPROBS_TEST_CUDA)
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n >= 2;
+#else
+  return true;
+#endif
+}
+
 EngineOptions ParallelOptionsFor(const std::string& dir, AttentionParallel attention) {
   EngineOptions o;
   o.model_dir = std::string(testing::kFixtureRoot) + "/" + dir;
+  o.backend = kBackend;
   o.num_kv_pages = 128;
   o.max_batch_tokens = 512;
   o.max_batch_seqs = 8;
@@ -315,6 +342,7 @@ EngineOptions ParallelOptionsFor(const std::string& dir, AttentionParallel atten
 // Tensor-parallel attention: both ranks score the same rows through the vocab-parallel LM
 // head (8-row slices here), as the one-rank engine does.
 TEST(PromptLogprobsParallelTest, TensorParallelScoresAsOneRank) {
+  if (!HasTwoDevices()) GTEST_SKIP() << "needs 2 GPUs";
   absl::StatusOr<std::unique_ptr<Engine>> tp =
       Engine::Create(ParallelOptionsFor("deepseek_v3", AttentionParallel::kTensor));
   ASSERT_TRUE(tp.ok()) << tp.status();
@@ -333,6 +361,7 @@ TEST(PromptLogprobsParallelTest, TensorParallelScoresAsOneRank) {
 // Data-parallel attention: refused up front (the worker's Reserve asks CheckPromptLogprobs)
 // and by Forward, naming the layout.
 TEST(PromptLogprobsParallelTest, DataParallelAttentionIsRefused) {
+  if (!HasTwoDevices()) GTEST_SKIP() << "needs 2 GPUs";
   absl::StatusOr<std::unique_ptr<Engine>> dp =
       Engine::Create(ParallelOptionsFor("deepseek_v3", AttentionParallel::kData));
   ASSERT_TRUE(dp.ok()) << dp.status();

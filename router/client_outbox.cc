@@ -24,6 +24,12 @@ ClientOutbox::Added ClientOutbox::AddTokens(std::span<const int32_t> ids,
   return added;
 }
 
+void ClientOutbox::AddPromptLogprobs(
+    const google::protobuf::RepeatedPtrField<v1::PromptTokenLogprobs>& entries) {
+  absl::MutexLock lock(&mu_);
+  output_->AddPromptLogprobs(entries);
+}
+
 void ClientOutbox::Complete(v1::FinishReason reason, std::optional<int32_t> matched_token,
                             v1::GenerateComplete complete) {
   absl::MutexLock lock(&mu_);
@@ -93,8 +99,11 @@ void ClientOutbox::Pump() {
       }
       if (format_.include_text) c->set_text(std::move(chunk.text));
       for (v1::TokenLogprobs& lp : chunk.logprobs) *c->add_logprobs() = std::move(lp);
+      for (v1::PromptTokenLogprobs& lp : chunk.prompt_logprobs) {
+        *c->add_prompt_logprobs() = std::move(lp);
+      }
       c->set_prompt_tokens(format_.prompt_tokens);
-      c->set_completion_tokens(output_->completion_tokens());
+      c->set_completion_tokens(chunk.completion_tokens);
       write_in_flight_ = true;
       sent_any_ = true;
       action = Action::kSend;

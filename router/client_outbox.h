@@ -49,6 +49,10 @@ class ClientOutbox {
   // `logprobs`: empty, or one per id.
   Added AddTokens(std::span<const int32_t> ids,
                   std::span<const v1::TokenLogprobs* const> logprobs = {});
+  // Prompt tokens' logprobs (the decode worker's, before the first generated token): sent in
+  // chunks of their own, at most kMaxPromptLogprobsPerChunk a chunk, ahead of the tokens.
+  void AddPromptLogprobs(
+      const google::protobuf::RepeatedPtrField<v1::PromptTokenLogprobs>& entries);
 
   // The call completed: held text is released (a stop string it completes makes the reason
   // STOP), `complete` gets the output's fields (finish reason, matched stop string or

@@ -66,6 +66,40 @@ TEST_F(ClientOutboxTest, TokensCoalesceWhileAWriteIsInFlight) {
   EXPECT_EQ(client_.sent[1].chunk().completion_tokens(), 4);
 }
 
+// Prompt logprobs (5000 entries, as a long prompt's worker messages bring them) leave in
+// chunks of at most 2048 ahead of the generated tokens, which share the last one; the chunks
+// before carry no tokens and completion_tokens 0.
+TEST_F(ClientOutboxTest, PromptLogprobsLeaveInBoundedChunksBeforeTheTokens) {
+  Open();
+  google::protobuf::RepeatedPtrField<v1::PromptTokenLogprobs> entries;
+  for (int i = 0; i < 5000; ++i) {
+    v1::PromptTokenLogprobs* e = entries.Add();
+    e->set_token_id(i % 256);
+    if (i > 0) e->set_logprob(-0.5f);
+  }
+  outbox_.AddPromptLogprobs(entries);
+  Add("ab");
+  outbox_.Pump();
+  std::vector<int> sizes;
+  int next = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(client_.sent.size(), static_cast<size_t>(i + 1));
+    const v1::GenerateChunk& c = client_.sent[i].chunk();
+    sizes.push_back(c.prompt_logprobs_size());
+    for (const v1::PromptTokenLogprobs& e : c.prompt_logprobs()) {
+      EXPECT_EQ(e.token_id(), next % 256);
+      EXPECT_EQ(e.has_logprob(), next > 0);
+      ++next;
+    }
+    EXPECT_EQ(c.text(), i < 2 ? "" : "ab");
+    EXPECT_EQ(c.token_ids_size(), i < 2 ? 0 : 2);
+    EXPECT_EQ(c.completion_tokens(), i < 2 ? 0 : 2);
+    WriteDone();
+  }
+  EXPECT_EQ(sizes, (std::vector<int>{2048, 2048, 904}));
+  EXPECT_EQ(client_.sent.size(), 3u);
+}
+
 TEST_F(ClientOutboxTest, CompleteFollowsThePendingChunkThenTheStatus) {
   Open();
   Add("hi");

@@ -129,8 +129,10 @@ absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& re
                        DecodePlacement::Options{
                            .max_attempts = router_->options().max_reserve_attempts,
                            .reserve_timeout = router_->options().reserve_timeout,
-                           // The prefill worker returns no logprobs for the first token.
-                           .prefill_locally = sampling_.wants_logprobs(),
+                           // The prefill worker returns no logprobs for the first token,
+                           // and none for the prompt (the decode worker scores its rows).
+                           .prefill_locally = sampling_.wants_logprobs() ||
+                                              sampling_.wants_prompt_logprobs(),
                            .prefix_affinity = router_->prefix_affinity(),
                            .prompt_ids = prompt_ids_,
                            .cache_salt = cache_salt_,
@@ -370,6 +372,15 @@ void GenerateCall::OnDecodeMessage(const v1::DecodeStreamResponse& message) {
         }
         last_token_time_ = now;
       }
+      // A local prefill's prompt rows come first, before its first tokens, led by the prompt's
+      // first token, which has no distribution before it (and no entry from the worker).
+      if (sampling_.wants_prompt_logprobs() && !prompt_head_sent_) {
+        google::protobuf::RepeatedPtrField<v1::PromptTokenLogprobs> head;
+        head.Add()->set_token_id(prompt_ids_.front());
+        outbox_.AddPromptLogprobs(head);
+        prompt_head_sent_ = true;
+      }
+      outbox_.AddPromptLogprobs(message.tokens().prompt_logprobs());
       std::vector<const v1::TokenLogprobs*> logprobs;
       for (const v1::TokenLogprobs& lp : message.tokens().logprobs()) logprobs.push_back(&lp);
       const ClientOutbox::Added added =

@@ -165,6 +165,9 @@ class GenerateCall final : public AbortableCall,
   bool prefill_answered_ ABSL_GUARDED_BY(mu_) = false;  // OnPrefillDone ran
   // A local prefill's prompt tokens from the decode worker's prefix cache (its first tokens).
   int32_t local_cached_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  // Prompt logprobs: the prompt's first token's entry (token id alone) went to the outbox,
+  // ahead of the worker's entries for the tokens after it.
+  bool prompt_head_sent_ ABSL_GUARDED_BY(mu_) = false;
   // The tokens streamed so far (the decode worker's prefix cache keeps them with the prompt).
   std::vector<int32_t> generated_ids_ ABSL_GUARDED_BY(mu_);
   // D's stream can end before the prefill worker's answer (which tells the prompt tokens it

@@ -160,6 +160,52 @@ TEST(GenerateCall, RemotePrefillStreamsTextThenCompletes) {
   EXPECT_TRUE(h.decode().WaitAllPagesFree(kWait));
 }
 
+// SamplingParams.prompt_logprobs over gRPC: the decode worker prefills the prompt itself and
+// the stream's first chunk carries one entry per prompt token, the first (BOS) with its id
+// alone, before the generated text; usage counts are unchanged. Out of range: INVALID_ARGUMENT
+// naming the value.
+TEST(GenerateCall, PromptLogprobsLeadTheStreamOneEntryPerPromptToken) {
+  RouterHarness h;
+  h.decode().set_reply("ok");
+  v1::GenerateRequest req = TextRequest("Hi");
+  req.mutable_sampling()->set_prompt_logprobs(1);
+  req.mutable_sampling()->set_max_new_tokens(2);
+  std::vector<v1::GenerateChunk> chunks;
+  Result r = h.Generate(req, nullptr, [&](const v1::GenerateResponse& m) {
+    if (m.has_chunk()) chunks.push_back(m.chunk());
+  });
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.text, "ok");
+  ASSERT_FALSE(chunks.empty());
+  const v1::GenerateChunk& first = chunks.front();
+  ASSERT_EQ(first.prompt_logprobs_size(), 3);
+  EXPECT_EQ(first.prompt_logprobs(0).token_id(), ByteCodec::kBos);
+  EXPECT_FALSE(first.prompt_logprobs(0).has_logprob());
+  EXPECT_EQ(first.prompt_logprobs(0).rank(), 0);
+  EXPECT_EQ(first.prompt_logprobs(0).top_logprobs_size(), 0);
+  EXPECT_EQ(first.prompt_logprobs(1).token_id(), 'H');
+  EXPECT_FLOAT_EQ(first.prompt_logprobs(1).logprob(), -0.25f);
+  EXPECT_EQ(first.prompt_logprobs(1).rank(), 1);
+  ASSERT_EQ(first.prompt_logprobs(1).top_logprobs_size(), 1);
+  EXPECT_EQ(first.prompt_logprobs(2).token_id(), 'i');
+  EXPECT_FLOAT_EQ(first.prompt_logprobs(2).logprob(), -0.5f);
+  for (size_t i = 1; i < chunks.size(); ++i) EXPECT_EQ(chunks[i].prompt_logprobs_size(), 0);
+  ASSERT_TRUE(r.complete.has_value());
+  EXPECT_EQ(r.complete->prompt_tokens(), 3);
+  EXPECT_EQ(r.complete->completion_tokens(), 2);
+  EXPECT_TRUE(r.complete->local_prefill());
+  ASSERT_EQ(h.decode().reserves().size(), 1u);
+  EXPECT_TRUE(h.decode().reserves()[0].local_prefill());
+  EXPECT_EQ(h.decode().reserves()[0].sampling().prompt_logprobs(), 1);
+  EXPECT_TRUE(h.prefill().requests().empty());
+
+  req.mutable_sampling()->set_prompt_logprobs(21);
+  r = h.Generate(req);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(r.status.error_message(), HasSubstr("prompt_logprobs 21 is out of range"));
+  EXPECT_TRUE(h.decode().WaitAllPagesFree(kWait));
+}
+
 TEST(GenerateCall, CompletionCountsThePromptTokensThePrefillWorkerHadCached) {
   RouterHarness h;
   h.decode().set_reply("ok");

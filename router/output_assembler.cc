@@ -1,5 +1,7 @@
 #include "router/output_assembler.h"
 
+#include <iterator>
+
 namespace mlaserve::router {
 
 OutputAssembler::OutputAssembler(std::unique_ptr<StreamingDetokenizer> detokenizer,
@@ -26,6 +28,13 @@ bool OutputAssembler::AddToken(int32_t id, const v1::TokenLogprobs* logprobs) {
   return stopped();
 }
 
+void OutputAssembler::AddPromptLogprobs(
+    const google::protobuf::RepeatedPtrField<v1::PromptTokenLogprobs>& entries) {
+  if (entries.empty() || stopped() || finished_) return;
+  pending_.prompt_logprobs.insert(pending_.prompt_logprobs.end(), entries.begin(), entries.end());
+  dirty_ = true;
+}
+
 bool OutputAssembler::Finish() {
   if (finished_ || stopped()) return stopped();
   finished_ = true;
@@ -41,7 +50,18 @@ bool OutputAssembler::Finish() {
 }
 
 PendingChunk OutputAssembler::TakeChunk() {
+  if (pending_.prompt_logprobs.size() > kMaxPromptLogprobsPerChunk) {
+    PendingChunk out;
+    const auto cut = pending_.prompt_logprobs.begin() + kMaxPromptLogprobsPerChunk;
+    out.prompt_logprobs.assign(std::make_move_iterator(pending_.prompt_logprobs.begin()),
+                               std::make_move_iterator(cut));
+    pending_.prompt_logprobs.erase(pending_.prompt_logprobs.begin(), cut);
+    out.completion_tokens =
+        completion_tokens_ - static_cast<int32_t>(pending_.token_ids.size());
+    return out;  // still dirty: the rest follows
+  }
   PendingChunk out = std::move(pending_);
+  out.completion_tokens = completion_tokens_;
   pending_ = PendingChunk{};
   dirty_ = false;
   return out;

@@ -21,7 +21,15 @@ struct PendingChunk {
   std::vector<int32_t> token_ids;
   std::string text;
   std::vector<v1::TokenLogprobs> logprobs;  // one per token id when the request asked
+  // Prompt logprobs (SamplingParams.prompt_logprobs), at most kMaxPromptLogprobsPerChunk; a
+  // chunk that carries some carries no tokens unless it carries the prompt's last ones.
+  std::vector<v1::PromptTokenLogprobs> prompt_logprobs;
+  int32_t completion_tokens = 0;  // generated tokens up to and including this chunk's
 };
+
+// The most prompt-logprob entries one chunk carries (api.proto GenerateChunk.prompt_logprobs):
+// ~280 bytes each with 20 alternatives, so a chunk stays far below gRPC's 4 MB message bound.
+inline constexpr size_t kMaxPromptLogprobsPerChunk = 2048;
 
 class OutputAssembler {
  public:
@@ -32,12 +40,16 @@ class OutputAssembler {
   // when a stop string matched: generation is over, and later tokens must not be added (they
   // are ignored).
   bool AddToken(int32_t id, const v1::TokenLogprobs* logprobs = nullptr);
+  // Adds prompt tokens' logprobs, which the worker sends before the first generated token.
+  void AddPromptLogprobs(const google::protobuf::RepeatedPtrField<v1::PromptTokenLogprobs>& entries);
 
   // End of generation (the worker finished): flushes held bytes and held stop-string text.
   // Returns true when the flushed text completed a stop string.
   bool Finish();
 
   bool has_pending() const { return dirty_; }
+  // What is pending, except that prompt logprobs past kMaxPromptLogprobsPerChunk stay for the
+  // next chunk, with the tokens and text (which follow the prompt's entries).
   PendingChunk TakeChunk();
 
   int32_t completion_tokens() const { return completion_tokens_; }

@@ -26,7 +26,7 @@ const std::set<std::string>& CommonKeys() {
       "seed", "user", "logprobs", "presence_penalty", "frequency_penalty", "logit_bias",
       // vLLM's extensions, with vLLM's names.
       "top_k", "min_p", "repetition_penalty", "ignore_eos", "skip_special_tokens",
-      "stop_token_ids", "include_stop_str_in_output", "cache_salt"};
+      "stop_token_ids", "include_stop_str_in_output", "cache_salt", "prompt_logprobs"};
   return k;
 }
 const std::set<std::string>& CompletionKeys() {
@@ -46,18 +46,15 @@ const std::set<std::string>& ChatKeys() {
 
 // OpenAI's log-probability parameters -> SamplingParams.logprobs (the number of alternatives):
 // completions' `logprobs: int`; chat's `logprobs: bool` with `top_logprobs: int`, which needs
-// logprobs true (as OpenAI and vLLM). Completions' echo would need the prompt's logprobs, which
-// the engine does not compute.
-void ReadLogprobs(RequestReader& r, Endpoint endpoint, bool echo, v1::SamplingParams* s) {
+// logprobs true (as OpenAI and vLLM). Completions' echo with logprobs covers the prompt too.
+void ReadLogprobs(RequestReader& r, Endpoint endpoint, ApiRequest* out) {
   constexpr int64_t kMax = common::kMaxTopLogprobs;
+  v1::SamplingParams* s = &out->sampling;
   if (endpoint == Endpoint::kCompletions) {
     std::optional<int32_t> n = r.Int32("logprobs", 0, kMax);
     if (!n) return;
-    if (echo) {
-      return r.Fail(Invalid("'logprobs' with 'echo' is not supported: the prompt's log "
-                            "probabilities are not computed", "logprobs"));
-    }
     s->set_logprobs(*n);
+    out->echo_logprobs = out->echo;
     return;
   }
   const std::optional<bool> on = r.Bool("logprobs");
@@ -68,6 +65,35 @@ void ReadLogprobs(RequestReader& r, Endpoint endpoint, bool echo, v1::SamplingPa
                           "top_logprobs"));
   }
   if (on.value_or(false)) s->set_logprobs(top.value_or(0));
+}
+
+// vLLM's prompt_logprobs (both endpoints), and what the prompt's scoring asks of the engine:
+// SamplingParams.prompt_logprobs, the most alternatives either the parameter or an echo with
+// logprobs wants. vLLM's -1 (the whole vocabulary) is refused, as above 20; so is a positive
+// value with stream (vLLM's rule: its streamed chunks carry none). Echo with max_tokens 0 is
+// the prompt alone (ApiRequest::prompt_only): one token is generated to get there.
+void ReadPromptLogprobs(RequestReader& r, ApiRequest* out) {
+  v1::SamplingParams* s = &out->sampling;
+  if (const nlohmann::ordered_json* v = r.Get("prompt_logprobs");
+      v != nullptr && v->is_number_integer() && v->get<int64_t>() == -1) {
+    return r.Fail(Invalid("'prompt_logprobs' is -1 (the whole vocabulary), which is not "
+                          "supported; it must be in [0, 20]", "prompt_logprobs"));
+  }
+  out->prompt_logprobs = r.Int32("prompt_logprobs", 0, common::kMaxTopLogprobs);
+  if (r.failed()) return;
+  if (out->prompt_logprobs && out->stream && *out->prompt_logprobs > 0) {
+    return r.Fail(Invalid("'prompt_logprobs' is not available with \"stream\": true (streamed "
+                          "chunks carry none); use stream false, or echo with logprobs on "
+                          "/v1/completions", "prompt_logprobs"));
+  }
+  if (out->prompt_logprobs && out->stream) out->prompt_logprobs.reset();  // 0: nothing to carry
+  int32_t wanted = out->prompt_logprobs.value_or(-1);
+  if (out->echo_logprobs) wanted = std::max(wanted, s->logprobs());
+  if (wanted >= 0) s->set_prompt_logprobs(wanted);
+  if (out->echo && s->has_max_new_tokens() && s->max_new_tokens() == 0) {
+    out->prompt_only = true;
+    s->set_max_new_tokens(1);
+  }
 }
 
 // logit_bias: {"token id": bias}; the ids and ranges are checked by the router's Generate path.
@@ -543,7 +569,7 @@ ApiError ErrorForRequest(const absl::Status& status, const ApiRequest& request) 
   } else {
     for (const char* field : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty",
                               "presence_penalty", "frequency_penalty", "logit_bias", "response_format",
-                              "cache_salt"}) {
+                              "cache_salt", "prompt_logprobs"}) {
       if (absl::StartsWith(m, absl::StrCat(field, " "))) e.param = field;
     }
   }
@@ -598,7 +624,8 @@ std::variant<ApiRequest, ApiError> ParseApiRequest(Endpoint endpoint, const std:
   if (endpoint == Endpoint::kCompletions) out.echo = r.Bool("echo").value_or(false);
   RequireOff(r, endpoint);
   ReadSampling(r, endpoint, &out.sampling, out.max_tokens_param);
-  ReadLogprobs(r, endpoint, out.echo, &out.sampling);
+  ReadLogprobs(r, endpoint, &out);
+  ReadPromptLogprobs(r, &out);
   if (endpoint == Endpoint::kChat) {
     ReadChatPrompt(r, &out);
     ReadResponseFormat(r, &out);

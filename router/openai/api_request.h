@@ -49,6 +49,17 @@ struct ApiRequest {
   };
   std::vector<Prompt> prompts;
   bool echo = false;  // completions: each choice's text starts with its prompt
+  // Completions with echo and max_tokens 0 (OpenAI's and vLLM's way to score a prompt): the
+  // choice is the prompt alone. One token is generated (the API's least) and dropped: the
+  // text, logprobs and usage report none, finish_reason "length".
+  bool prompt_only = false;
+  // Completions with echo and logprobs n: the choice's logprobs cover the prompt's tokens too
+  // (the first one null), with n alternatives each, as vLLM's.
+  bool echo_logprobs = false;
+  // vLLM's prompt_logprobs parameter (0..20): the choice's (completions) or the response's
+  // (chat) `prompt_logprobs` list. Not with stream (vLLM's rule), except 0, which is then
+  // neither computed nor returned.
+  std::optional<int32_t> prompt_logprobs;
   // Chat: the messages as the chat template sees them (text content parts joined), and the
   // template's other inputs.
   nlohmann::ordered_json messages;

@@ -118,6 +118,39 @@ TEST(ApiRequestTest, ContinueFinalMessage) {
               HasSubstr("unrecognized request argument supplied: continue_final_message"));
 }
 
+// Echo with logprobs scores the prompt (SamplingParams.prompt_logprobs: the larger of the
+// two counts); echo with max_tokens 0 asks for one token and drops it; prompt_logprobs 0 with
+// stream is neither computed nor returned.
+TEST(ApiRequestTest, PromptLogprobsEchoAndMaxTokensZero) {
+  ApiRequest r = Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logprobs": 2, "echo": true})");
+  EXPECT_TRUE(r.echo_logprobs);
+  EXPECT_FALSE(r.prompt_logprobs.has_value());
+  EXPECT_EQ(r.sampling.prompt_logprobs(), 2);
+  EXPECT_FALSE(r.prompt_only);
+  r = Ok(Endpoint::kCompletions,
+         R"({"model": "demo", "prompt": "x", "logprobs": 2, "echo": true, "prompt_logprobs": 5, "max_tokens": 0})");
+  EXPECT_EQ(r.prompt_logprobs, 5);
+  EXPECT_EQ(r.sampling.prompt_logprobs(), 5);
+  EXPECT_TRUE(r.prompt_only);
+  EXPECT_EQ(r.sampling.max_new_tokens(), 1);
+  r = Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "echo": true, "max_tokens": 0, "stream": true})");
+  EXPECT_TRUE(r.prompt_only);
+  EXPECT_FALSE(r.sampling.has_prompt_logprobs());
+  r = Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logprobs": 1})");
+  EXPECT_FALSE(r.echo_logprobs);
+  EXPECT_FALSE(r.sampling.has_prompt_logprobs());
+  r = Ok(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 0})");
+  EXPECT_EQ(r.prompt_logprobs, 0);
+  EXPECT_EQ(r.sampling.prompt_logprobs(), 0);
+  r = Ok(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 0, "stream": true})");
+  EXPECT_FALSE(r.prompt_logprobs.has_value());
+  EXPECT_FALSE(r.sampling.has_prompt_logprobs());
+  // max_tokens 0 without echo is still the router's 400 (the call is refused there).
+  r = Ok(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "max_tokens": 0})");
+  EXPECT_FALSE(r.prompt_only);
+  EXPECT_EQ(r.sampling.max_new_tokens(), 0);
+}
+
 TEST(ApiRequestTest, BadRequestsAreOpenAiShaped400s) {
   ApiError e = Err(Endpoint::kChat, "{not json");
   EXPECT_EQ(e.http_status, 400);
@@ -140,9 +173,17 @@ TEST(ApiRequestTest, BadRequestsAreOpenAiShaped400s) {
   e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logprobs": -1})");
   EXPECT_EQ(e.param, "logprobs");
   EXPECT_EQ(e.message, "'logprobs' is -1; it must be in [0, 20]");
-  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logprobs": 2, "echo": true})");
-  EXPECT_EQ(e.param, "logprobs");
-  EXPECT_THAT(e.message, HasSubstr("with 'echo' is not supported"));
+  // vLLM's prompt_logprobs: 0..20 (its -1, the whole vocabulary, refused), not with stream
+  // unless 0.
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "prompt_logprobs": 21})");
+  EXPECT_EQ(e.param, "prompt_logprobs");
+  EXPECT_EQ(e.message, "'prompt_logprobs' is 21; it must be in [0, 20]");
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "prompt_logprobs": -1})");
+  EXPECT_EQ(e.param, "prompt_logprobs");
+  EXPECT_THAT(e.message, HasSubstr("-1 (the whole vocabulary), which is not supported"));
+  e = Err(Endpoint::kChat, R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 1, "stream": true})");
+  EXPECT_EQ(e.param, "prompt_logprobs");
+  EXPECT_THAT(e.message, HasSubstr("not available with \"stream\": true"));
   e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "logit_bias": {"abc": 1}})");
   EXPECT_EQ(e.param, "logit_bias");
   EXPECT_EQ(e.message, "'logit_bias' key 'abc' is not a token id");

@@ -342,8 +342,17 @@ struct HttpApi::Impl {
         choices->builders.back()->set_tool_calls(*setup.tool_calls, setup.call_opening, r.parallel_tool_calls,
                                                  setup.history_call_ids);
       }
-      if (r.echo) choices->builders.back()->set_echo(PromptText(r.prompts[i / r.n], r.sampling));
-      if (r.sampling.has_logprobs()) choices->builders.back()->set_logprobs(&router->codec());
+      ResponseBuilder& builder = *choices->builders.back();
+      if (r.echo) builder.set_echo(PromptText(r.prompts[i / r.n], r.sampling));
+      if (r.sampling.has_logprobs()) builder.set_logprobs(&router->codec());
+      if (r.echo_logprobs) builder.set_echo_logprobs(r.sampling.logprobs());
+      // vLLM returns the prompt's list whenever it computed one: with the parameter, or for an
+      // echo with logprobs (its n alternatives).
+      if (r.prompt_logprobs || r.echo_logprobs) {
+        builder.set_prompt_logprobs(&router->codec(),
+                                    r.prompt_logprobs.value_or(r.sampling.logprobs()));
+      }
+      if (r.prompt_only) builder.set_prompt_only();
     }
     choices->ended.assign(choices->exchanges.size(), false);
     if (!r.stream) return WaitForBody(req, res, *choices);

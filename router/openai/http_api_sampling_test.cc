@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,6 +150,164 @@ TEST_F(HttpApiSamplingTest, ChatLogprobsStreamedAndNot) {
   ASSERT_TRUE(r);
   EXPECT_TRUE(Json::parse(r->body)["choices"][0]["logprobs"].is_null());
   EXPECT_FALSE(decode_.reserves().back().local_prefill());
+}
+
+// Echo with logprobs: the prompt's tokens lead the choice's logprobs (the first one null),
+// from the decode worker's prompt logprobs (FakePromptLogprobs: "x" at -0.25, "y" at -0.5),
+// then the generated ones; the choice carries vLLM's prompt_logprobs too. Streamed, the echo
+// comes with the first token, and the pieces add up to the body's.
+TEST_F(HttpApiSamplingTest, EchoWithLogprobsCoversThePrompt) {
+  decode_.set_reply("ab");
+  const std::string body =
+      R"({"model": "demo", "prompt": "xy", "max_tokens": 2, "logprobs": 1, "echo": true)";
+  httplib::Result r = Post("/v1/completions", body + "}");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json choice = Json::parse(r->body)["choices"][0];
+  EXPECT_EQ(choice["text"], "xyab");
+  const Json lp = choice["logprobs"];
+  EXPECT_EQ(lp["tokens"], Json::array({"<bos>", "x", "y", "a", "b"}));
+  EXPECT_EQ(lp["token_logprobs"], Json::array({nullptr, -0.25, -0.5, -0.5, -0.5}));
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["top_logprobs"][1], (Json{{"x", -0.25}}));  // x is also the top 1
+  EXPECT_EQ(lp["top_logprobs"][2], (Json{{"y", -0.5}}));
+  EXPECT_EQ(lp["top_logprobs"][3], (Json{{"a", -0.5}}));
+  EXPECT_EQ(lp["text_offset"], Json::array({0, 5, 6, 7, 8}));
+  ASSERT_EQ(choice["prompt_logprobs"].size(), 3u);
+  EXPECT_TRUE(choice["prompt_logprobs"][0].is_null());
+  EXPECT_EQ(choice["prompt_logprobs"][2],
+            (Json{{"121", {{"logprob", -0.5}, {"rank", 2}, {"decoded_token", "y"}}}}));
+  EXPECT_EQ(Json::parse(r->body)["usage"]["completion_tokens"], 2);
+  ASSERT_EQ(decode_.reserves().size(), 1u);
+  EXPECT_TRUE(decode_.reserves()[0].local_prefill());
+  EXPECT_EQ(decode_.reserves()[0].sampling().prompt_logprobs(), 1);
+
+  r = Post("/v1/completions", body + R"(, "stream": true})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::string text;
+  Json tokens = Json::array(), values = Json::array(), offsets = Json::array();
+  std::vector<std::string> texts;
+  for (const Json& e : Events(r->body)) {
+    if (e == "[DONE]") continue;
+    texts.push_back(e["choices"][0]["text"]);
+    text += texts.back();
+    if (e["choices"][0]["logprobs"].is_null()) continue;
+    for (const Json& t : e["choices"][0]["logprobs"]["tokens"]) tokens.push_back(t);
+    for (const Json& t : e["choices"][0]["logprobs"]["token_logprobs"]) values.push_back(t);
+    for (const Json& t : e["choices"][0]["logprobs"]["text_offset"]) offsets.push_back(t);
+  }
+  EXPECT_EQ(text, "xyab");
+  ASSERT_FALSE(texts.empty());
+  EXPECT_EQ(texts[0], "xya");  // the echo waits for the prompt's logprobs, then the first token
+  EXPECT_EQ(tokens, lp["tokens"]);
+  EXPECT_EQ(values, lp["token_logprobs"]);
+  EXPECT_EQ(offsets, lp["text_offset"]);
+}
+
+// Echo with max_tokens 0 (OpenAI's and vLLM's prompt scoring): the prompt alone, its logprobs,
+// no completion tokens, finish_reason length; the worker was asked for one token. Without
+// logprobs it is the echoed text alone, prefilled wherever the router likes.
+TEST_F(HttpApiSamplingTest, EchoWithMaxTokensZeroIsThePromptAlone) {
+  decode_.set_reply("ab");
+  const std::string body =
+      R"({"model": "demo", "prompt": "xy", "max_tokens": 0, "logprobs": 2, "echo": true)";
+  httplib::Result r = Post("/v1/completions", body + "}");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["text"], "xy");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"], Json::array({"<bos>", "x", "y"}));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][1], (Json{{"x", -0.25}, {"y", -1.25}}));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(decode_.reserves().back().sampling().max_new_tokens(), 1);
+
+  r = Post("/v1/completions", body + R"(, "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::string text;
+  Json tokens = Json::array();
+  std::optional<Json> usage;
+  std::string finish;
+  for (const Json& e : Events(r->body)) {
+    if (e == "[DONE]") continue;
+    if (!e["usage"].is_null()) usage = e["usage"];
+    if (e["choices"].empty()) continue;
+    text += e["choices"][0]["text"].get<std::string>();
+    if (e["choices"][0]["finish_reason"].is_string()) finish = e["choices"][0]["finish_reason"];
+    if (e["choices"][0]["logprobs"].is_null()) continue;
+    for (const Json& t : e["choices"][0]["logprobs"]["tokens"]) tokens.push_back(t);
+  }
+  EXPECT_EQ(text, "xy");
+  EXPECT_EQ(tokens, Json::array({"<bos>", "x", "y"}));
+  EXPECT_EQ(finish, "length");
+  ASSERT_TRUE(usage.has_value());
+  EXPECT_EQ((*usage)["completion_tokens"], 0);
+
+  r = Post("/v1/completions", R"({"model": "demo", "prompt": "xy", "max_tokens": 0, "echo": true})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  j = Json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["text"], "xy");
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+  EXPECT_FALSE(decode_.reserves().back().local_prefill());
+  // Without echo, max_tokens 0 is still refused.
+  r = Post("/v1/completions", R"({"model": "demo", "prompt": "xy", "max_tokens": 0})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "max_tokens");
+}
+
+// vLLM's prompt_logprobs: completions' on the choice, chat's on the response, each a list with
+// null for the first prompt token and {id: {logprob, rank, decoded_token}} after it (the
+// prompt token first, then the top n); not with stream (0 is accepted there and returns none).
+TEST_F(HttpApiSamplingTest, PromptLogprobsOnCompletionsAndChat) {
+  decode_.set_reply("ab");
+  httplib::Result r = Post(
+      "/v1/completions", R"({"model": "demo", "prompt": "xy", "max_tokens": 1, "prompt_logprobs": 2})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  Json j = Json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["text"], "a");
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  const Json want = Json::array(
+      {nullptr,
+       {{"120", {{"logprob", -0.25}, {"rank", 1}, {"decoded_token", "x"}}},
+        {"121", {{"logprob", -1.25}, {"rank", 2}, {"decoded_token", "y"}}}},
+       {{"121", {{"logprob", -0.5}, {"rank", 2}, {"decoded_token", "y"}}},
+        {"122", {{"logprob", -1.25}, {"rank", 2}, {"decoded_token", "z"}}}}});
+  EXPECT_EQ(j["choices"][0]["prompt_logprobs"], want);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 1);
+  EXPECT_TRUE(decode_.reserves().back().local_prefill());
+
+  // Chat: the rendered prompt "hi" (no BOS: the template's text is tokenized as written).
+  r = Post("/v1/chat/completions",
+           R"({"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, )"
+           R"("prompt_logprobs": 0, "n": 2})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  j = Json::parse(r->body);
+  EXPECT_EQ(j["prompt_logprobs"],
+            Json::array({nullptr, {{"105", {{"logprob", -0.25}, {"rank", 1}, {"decoded_token", "i"}}}}}));
+  EXPECT_EQ(j["choices"].size(), 2u);
+  EXPECT_FALSE(j["choices"][0].contains("prompt_logprobs"));
+  EXPECT_EQ(decode_.reserves().back().sampling().prompt_logprobs(), 0);
+
+  r = Post("/v1/chat/completions",
+           R"({"model": "demo", "messages": [{"role": "user", "content": "hi"}], "prompt_logprobs": 2, "stream": true})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(Json::parse(r->body)["error"]["param"], "prompt_logprobs");
+  const size_t reserves = decode_.reserves().size();
+  r = Post("/v1/completions",
+           R"({"model": "demo", "prompt": "xy", "max_tokens": 1, "prompt_logprobs": 0, "stream": true})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  ASSERT_EQ(decode_.reserves().size(), reserves + 1);
+  EXPECT_FALSE(decode_.reserves().back().sampling().has_prompt_logprobs());
 }
 
 TEST_F(HttpApiSamplingTest, BadKnobsAre400sNamingTheParameter) {

@@ -50,6 +50,58 @@ std::string TokenString(const TextCodec& codec, int32_t id, Json* bytes) {
   return model::utf8::Lossy(*raw);
 }
 
+Json PromptLogprobsJson(const TextCodec& codec, std::span<const v1::PromptTokenLogprobs> entries,
+                        int top_n) {
+  Json out = Json::array();
+  for (const v1::PromptTokenLogprobs& e : entries) {
+    if (!e.has_logprob()) {
+      out.push_back(nullptr);
+      continue;
+    }
+    Json position = Json::object();
+    position[std::to_string(e.token_id())] = Json{{"logprob", Clamped(e.logprob())},
+                                                  {"rank", e.rank()},
+                                                  {"decoded_token", TokenString(codec, e.token_id())}};
+    const int kept = std::min(top_n, e.top_logprobs_size());
+    for (int k = 0; k < kept; ++k) {
+      const v1::TopLogprob& t = e.top_logprobs(k);
+      const std::string key = std::to_string(t.token_id());
+      if (position.contains(key)) continue;
+      position[key] = Json{{"logprob", Clamped(t.logprob())},
+                           {"rank", k + 1},
+                           {"decoded_token", TokenString(codec, t.token_id())}};
+    }
+    out.push_back(std::move(position));
+  }
+  return out;
+}
+
+Json LogprobsFormat::AddPrompt(std::span<const v1::PromptTokenLogprobs> entries, int top_n) {
+  Json piece = Empty();
+  for (const v1::PromptTokenLogprobs& e : entries) {
+    const std::string token = TokenString(*codec_, e.token_id());
+    piece["tokens"].push_back(token);
+    if (!e.has_logprob()) {
+      piece["token_logprobs"].push_back(nullptr);
+      piece["top_logprobs"].push_back(nullptr);
+    } else {
+      Json top = Json::object();
+      top[token] = Clamped(e.logprob());
+      const int kept = std::min(top_n, e.top_logprobs_size());
+      for (int k = 0; k < kept; ++k) {
+        const std::string alt = TokenString(*codec_, e.top_logprobs(k).token_id());
+        if (!top.contains(alt)) top[alt] = Clamped(e.top_logprobs(k).logprob());
+      }
+      piece["token_logprobs"].push_back(Clamped(e.logprob()));
+      piece["top_logprobs"].push_back(std::move(top));
+    }
+    piece["text_offset"].push_back(text_offset_);
+    text_offset_ += CodePoints(token);
+  }
+  for (auto& [key, value] : piece.items()) Append(all_[key], value);
+  return piece;
+}
+
 Json LogprobsFormat::Add(std::span<const int32_t> ids,
                          const google::protobuf::RepeatedPtrField<v1::TokenLogprobs>& logprobs) {
   Json piece = Empty();

@@ -28,10 +28,23 @@ namespace mlaserve::router::openai {
 // `bytes`, also the raw bytes as an array of integers (null without text).
 std::string TokenString(const TextCodec& codec, int32_t id, nlohmann::ordered_json* bytes = nullptr);
 
+// vLLM's `prompt_logprobs` list for the prompt's entries (api.proto PromptTokenLogprobs, one
+// per prompt token): null for the first token (no logprob), then per token an object keyed by
+// token id (as a string) of {"logprob", "rank", "decoded_token"}: the prompt token first, then
+// the `top_n` most likely (rank 1, 2, ...; a top token that is the prompt token keeps its entry).
+nlohmann::ordered_json PromptLogprobsJson(const TextCodec& codec,
+                                          std::span<const v1::PromptTokenLogprobs> entries,
+                                          int top_n);
+
 class LogprobsFormat {
  public:
   // `codec` must outlive this.
   LogprobsFormat(Endpoint endpoint, const TextCodec* codec);
+
+  // Completions with echo: the prompt's tokens (api.proto PromptTokenLogprobs, from the first)
+  // in the completions shape, before any generated token: the first token's logprob and top
+  // dict null, the others with at most `top_n` alternatives. Returned and kept as Add's.
+  nlohmann::ordered_json AddPrompt(std::span<const v1::PromptTokenLogprobs> entries, int top_n);
 
   // The `logprobs` value of a streamed choice for one chunk's tokens (`ids` and `logprobs`
   // pair up; extra entries of the longer one are ignored); they are also kept for All().

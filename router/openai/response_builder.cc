@@ -28,6 +28,16 @@ std::string NewCallId() {
   return id;
 }
 
+// The pieces of two consecutive runs of tokens in one chunk's completions logprobs.
+Json JoinedLogprobs(Json first, const Json& second) {
+  if (first.is_null()) return second;
+  if (second.is_null()) return first;
+  for (auto& [key, value] : first.items()) {
+    for (const auto& item : second[key]) value.push_back(item);
+  }
+  return first;
+}
+
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(const ApiRequest& request, std::string id, int64_t created,
@@ -104,7 +114,9 @@ Json ResponseBuilder::Usage() const {
 
 std::string ResponseBuilder::StartEvents() {
   if (endpoint_ != Endpoint::kChat) {
-    return echo_.empty() ? "" : ChunkEvent(echo_, "", std::nullopt, /*with_usage_now=*/false);
+    // With echo logprobs the echo waits for the prompt's logprobs (FinishPrompt).
+    if (echo_.empty() || echo_logprobs_) return "";
+    return ChunkEvent(echo_, "", std::nullopt, /*with_usage_now=*/false);
   }
   Json chunk = Envelope("chat.completion.chunk");
   chunk["choices"] = Json::array({Json{{"index", choice_index_},
@@ -188,19 +200,35 @@ std::string ResponseBuilder::OneChunkEvent(const std::string& text, const std::s
   return Event(chunk);
 }
 
+void ResponseBuilder::FinishPrompt(std::string* echo_text, Json* echo_logprobs) {
+  if (prompt_finished_) return;
+  prompt_finished_ = true;
+  if (!echo_logprobs_) return;
+  *echo_logprobs = logprobs_->AddPrompt(prompt_entries_, echo_top_n_);
+  *echo_text = echo_;
+}
+
 std::string ResponseBuilder::OnMessage(const v1::GenerateResponse& message) {
   std::string events;
   if (message.has_chunk()) {
     const v1::GenerateChunk& c = message.chunk();
     prompt_tokens_ = c.prompt_tokens();
-    completion_tokens_ = c.completion_tokens();
+    if (!prompt_only_) completion_tokens_ = c.completion_tokens();
+    prompt_entries_.insert(prompt_entries_.end(), c.prompt_logprobs().begin(),
+                           c.prompt_logprobs().end());
     std::string text, reasoning;
     Json tool_deltas = nullptr;
-    AddText(c.text(), /*finish=*/false, &text, &reasoning, &tool_deltas);
     Json logprobs = nullptr;
-    if (logprobs_ != nullptr && c.logprobs_size() > 0) {
-      logprobs = logprobs_->Add(std::span<const int32_t>(c.token_ids().data(), c.token_ids_size()),
-                                c.logprobs());
+    // The prompt's entries all precede the first generated token.
+    if (c.completion_tokens() > 0) FinishPrompt(&text, &logprobs);
+    if (!prompt_only_) {
+      AddText(c.text(), /*finish=*/false, &text, &reasoning, &tool_deltas);
+      if (logprobs_ != nullptr && c.logprobs_size() > 0) {
+        logprobs = JoinedLogprobs(
+            std::move(logprobs),
+            logprobs_->Add(std::span<const int32_t>(c.token_ids().data(), c.token_ids_size()),
+                           c.logprobs()));
+      }
     }
     if (stream_ && (!text.empty() || !reasoning.empty() || continuous_usage_ || !logprobs.is_null() ||
                     !tool_deltas.is_null())) {
@@ -211,18 +239,21 @@ std::string ResponseBuilder::OnMessage(const v1::GenerateResponse& message) {
     const v1::GenerateComplete& c = message.complete();
     prompt_tokens_ = c.prompt_tokens();
     cached_tokens_ = c.cached_prompt_tokens();
-    completion_tokens_ = c.completion_tokens();
+    completion_tokens_ = prompt_only_ ? 0 : c.completion_tokens();
     std::string text, reasoning;
     Json tool_deltas = nullptr;
+    Json echo_logprobs = nullptr;
+    FinishPrompt(&text, &echo_logprobs);  // a prompt whose output was all dropped or held
     if (endpoint_ == Endpoint::kChat) AddText("", /*finish=*/true, &text, &reasoning, &tool_deltas);
-    finish_reason_ = FinishReasonName(c.finish_reason());
+    // The prompt alone (max_tokens 0): it stopped at its length, whatever the dropped token was.
+    finish_reason_ = prompt_only_ ? "length" : FinishReasonName(c.finish_reason());
     // OpenAI's reason when the answer calls tools (a cut-off answer stays "length").
     if (*finish_reason_ == "stop" && !call_ids_.empty()) finish_reason_ = "tool_calls";
     if (stream_) {
       if (!tool_deltas.is_null()) {
         events += ChunkEvent("", "", std::nullopt, continuous_usage_, nullptr, std::move(tool_deltas));
       }
-      events += ChunkEvent(text, reasoning, finish_reason_, continuous_usage_);
+      events += ChunkEvent(text, reasoning, finish_reason_, continuous_usage_, std::move(echo_logprobs));
       if (!single_choice_) return events;  // EndOfChoices() ends the stream
       if (include_usage_) {
         Json last = Envelope(endpoint_ == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
@@ -268,8 +299,17 @@ Json ResponseBuilder::Body() const {
   }
   choice["logprobs"] = logprobs_ != nullptr ? logprobs_->All() : Json(nullptr);
   choice["finish_reason"] = finish_reason_ ? Json(*finish_reason_) : Json(nullptr);
+  // vLLM's prompt_logprobs: a completions choice's own; chat's once, on the response.
+  Json prompt_logprobs = nullptr;
+  if (prompt_codec_ != nullptr) {
+    prompt_logprobs = PromptLogprobsJson(*prompt_codec_, prompt_entries_, prompt_top_n_);
+    if (endpoint_ != Endpoint::kChat) choice["prompt_logprobs"] = std::move(prompt_logprobs);
+  }
   body["choices"] = Json::array({std::move(choice)});
   body["usage"] = Usage();
+  if (endpoint_ == Endpoint::kChat && prompt_codec_ != nullptr) {
+    body["prompt_logprobs"] = std::move(prompt_logprobs);
+  }
   return body;
 }
 

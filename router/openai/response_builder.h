@@ -54,6 +54,26 @@ class ResponseBuilder {
   void set_logprobs(const TextCodec* codec) {
     logprobs_ = std::make_unique<LogprobsFormat>(endpoint_, codec);
   }
+  // Completions with echo and logprobs (after set_logprobs and set_echo): the choice's
+  // logprobs start with the prompt's tokens, `top_n` alternatives each (the first token's
+  // null). Streamed, the echoed prompt then comes with the first generated tokens (once the
+  // prompt's logprobs, which precede them, have arrived) rather than alone at the start, as
+  // vLLM streams it.
+  void set_echo_logprobs(int top_n) {
+    echo_logprobs_ = true;
+    echo_top_n_ = top_n;
+  }
+  // vLLM's prompt_logprobs: the non-streamed body carries the prompt's list (completions: the
+  // choice's `prompt_logprobs`; chat: the response's), `top_n` alternatives each; `codec`
+  // (which must outlive this) names the tokens.
+  void set_prompt_logprobs(const TextCodec* codec, int top_n) {
+    prompt_codec_ = codec;
+    prompt_top_n_ = top_n;
+  }
+  // Completions with echo and max_tokens 0: the choice is the prompt alone; the one token the
+  // call generates is dropped (no text, no logprobs, completion_tokens 0, finish_reason
+  // "length").
+  void set_prompt_only() { prompt_only_ = true; }
   // Chat with tools: the answer is parsed for calls in `format`. `opening`: the call opening
   // the router wrote at the prompt's end (tool_choice "required" or a named function;
   // ToolCallParser::CallOpening), which the output continues. `parallel` false keeps only
@@ -103,6 +123,10 @@ class ResponseBuilder {
   void AddText(const std::string& text, bool finish, std::string* text_delta,
                std::string* reasoning_delta, nlohmann::ordered_json* tool_deltas);
   nlohmann::ordered_json ToolDeltas(const std::vector<ToolCallDelta>& deltas);
+  // Once the prompt's logprobs are all in (the first generated tokens arrived, or the end):
+  // with echo logprobs, the prompt's piece of the logprobs (kept for the body) and, streamed,
+  // the echoed text that goes with it.
+  void FinishPrompt(std::string* echo_text, nlohmann::ordered_json* echo_logprobs);
   bool Keeps(int call_index) const { return parallel_tool_calls_ || call_index == 0; }
 
   const Endpoint endpoint_;
@@ -124,6 +148,14 @@ class ResponseBuilder {
   int32_t completion_tokens_ = 0;
   std::optional<std::string> finish_reason_;
   std::unique_ptr<LogprobsFormat> logprobs_;  // when the request asked for them
+  // Prompt logprobs (api.proto GenerateChunk.prompt_logprobs), as they arrive.
+  std::vector<v1::PromptTokenLogprobs> prompt_entries_;
+  bool prompt_finished_ = false;  // FinishPrompt ran
+  bool echo_logprobs_ = false;
+  int echo_top_n_ = 0;
+  const TextCodec* prompt_codec_ = nullptr;  // set: the body carries vLLM's prompt_logprobs
+  int prompt_top_n_ = 0;
+  bool prompt_only_ = false;
   std::unique_ptr<ToolCallParser> tool_calls_;  // chat with tools
   bool parallel_tool_calls_ = true;
   // Call i's id, when its name arrives: the parser's (kimi_k2), else a made "call_..." one.

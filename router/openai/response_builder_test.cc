@@ -1,6 +1,7 @@
 #include "router/openai/response_builder.h"
 
 #include "gtest/gtest.h"
+#include "router/testing/byte_codec.h"
 
 namespace mlaserve::router::openai {
 namespace {
@@ -54,6 +55,37 @@ TEST(ResponseBuilderTest, StreamedCompletionWithUsage) {
   EXPECT_EQ(e[1]["usage"].dump(),
             R"({"prompt_tokens":5,"completion_tokens":2,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":0}})");
   EXPECT_EQ(e[2], "[DONE]");
+}
+
+// Echo with logprobs, streamed: chunks that carry prompt logprobs only (a long prompt's, at
+// most 2048 a chunk) send nothing; the echo goes with the first generated tokens, its logprobs
+// the prompt's (the first null) then theirs.
+TEST(ResponseBuilderTest, StreamedEchoWaitsForThePromptsLogprobs) {
+  ApiRequest r;
+  r.model = "demo";
+  r.stream = true;
+  router::testing::ByteCodec codec;
+  ResponseBuilder b(r, "cmpl-1", 100, false);
+  b.set_echo("ab");
+  b.set_logprobs(&codec);
+  b.set_echo_logprobs(1);
+  EXPECT_EQ(b.StartEvents(), "");
+  v1::GenerateResponse head = Chunk("", 0);
+  head.mutable_chunk()->add_prompt_logprobs()->set_token_id('a');
+  EXPECT_EQ(b.OnMessage(head), "");
+  v1::GenerateResponse rest = Chunk("c", 1);
+  v1::PromptTokenLogprobs* b_entry = rest.mutable_chunk()->add_prompt_logprobs();
+  b_entry->set_token_id('b');
+  b_entry->set_logprob(-2.0f);
+  b_entry->set_rank(3);
+  rest.mutable_chunk()->add_token_ids('c');
+  v1::TokenLogprobs* c_lp = rest.mutable_chunk()->add_logprobs();
+  c_lp->set_logprob(-0.5f);
+  std::vector<Json> e = Events(b.OnMessage(rest));
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0]["choices"][0]["text"], "abc");
+  EXPECT_EQ(e[0]["choices"][0]["logprobs"].dump(),
+            R"({"tokens":["a","b","c"],"token_logprobs":[null,-2.0,-0.5],"top_logprobs":[null,{"b":-2.0},{"c":-0.5}],"text_offset":[0,1,2]})");
 }
 
 TEST(ResponseBuilderTest, StreamedChatSplitsReasoning) {

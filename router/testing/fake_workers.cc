@@ -22,6 +22,19 @@ v1::TokenLogprobs FakeLogprobs(int32_t token, int top_n) {
   return lp;
 }
 
+v1::PromptTokenLogprobs FakePromptLogprobs(int32_t token, int position, int top_n) {
+  v1::PromptTokenLogprobs lp;
+  lp.set_token_id(token);
+  lp.set_logprob(-0.25f * static_cast<float>(position));
+  lp.set_rank(position);
+  for (int k = 0; k < top_n; ++k) {
+    v1::TopLogprob* t = lp.add_top_logprobs();
+    t->set_token_id(token + k);
+    t->set_logprob(-0.25f - static_cast<float>(k));
+  }
+  return lp;
+}
+
 v1::ModelIdentity FakeModelIdentity() {
   v1::ModelIdentity m;
   m.set_model_name("fake");
@@ -87,6 +100,13 @@ class FakeDecodeWorker::StreamReactor final
           message_.Clear();
           bool stop = token == ByteCodec::kEos && !sp.ignore_eos();
           for (int32_t t : sp.stop_token_ids()) stop = stop || t == token;
+          if (sent_ == 1 && sp.has_prompt_logprobs()) {  // the prompt's rows, first
+            const auto& prompt = s.request.prompt_token_ids();
+            for (int p = 1; p < prompt.size(); ++p) {
+              *message_.mutable_tokens()->add_prompt_logprobs() =
+                  FakePromptLogprobs(prompt[p], p, sp.prompt_logprobs());
+            }
+          }
           message_.mutable_tokens()->add_token_ids(token);
           if (sp.has_logprobs()) *message_.mutable_tokens()->add_logprobs() = FakeLogprobs(token, sp.logprobs());
           if (stop || sent_ >= sp.max_new_tokens()) {

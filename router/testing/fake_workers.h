@@ -26,6 +26,10 @@ v1::ModelIdentity FakeModelIdentity();  // vocab ByteCodec::kVocabSize, context 
 // The logprobs FakeDecodeWorker streams with `token` when a request asks for `top_n`: the token
 // at -0.5, and alternatives token, token + 1, ... at -0.5, -1.5, ... (top_n of them).
 v1::TokenLogprobs FakeLogprobs(int32_t token, int top_n);
+// The prompt logprobs FakeDecodeWorker streams, in its first message, for a request that asks
+// for `top_n` (SamplingParams.prompt_logprobs): prompt token `position` (>= 1) at
+// -0.25 * position, rank position, and alternatives token, token + 1, ... at -0.25, -1.25, ...
+v1::PromptTokenLogprobs FakePromptLogprobs(int32_t token, int position, int top_n);
 
 class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {
  public:

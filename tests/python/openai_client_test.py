@@ -6,7 +6,9 @@ Run by run_openai_client_test.sh, which installs `openai` from PyPI into a venv 
 skips with a message when PyPI cannot be reached). Checks: models, completions and chat,
 streamed and not, with the same text and usage; OpenAI-shaped errors as the client's
 exception types; logprobs (completions and chat, streamed and not), presence / frequency
-penalties and logit_bias held to their semantics; tool calls in the client's types (a named
+penalties and logit_bias held to their semantics; prompt logprobs (echo + logprobs + max_tokens 0
+on token ids, as lm-eval-harness asks: a greedy continuation scored as prompt equals its generation
+logprobs; vLLM's prompt_logprobs on both endpoints); tool calls in the client's types (a named
 tool_choice's arguments held to the tool's parameters schema); JSON mode;
 structured outputs (response_format json_schema, answers parsed with json and validated with
 jsonschema, streamed the same; the SDK's parse() helper with a Pydantic model); vLLM's
@@ -197,6 +199,7 @@ def run_checks(client, base, router_log):
 
     run_demanding_client_checks(client, text)
     run_sampling_knob_checks(client, text)
+    run_prompt_logprobs_checks(client, base)
     run_tool_call_checks(client)
     run_json_mode_checks(client)
     run_json_schema_checks(client)
@@ -626,6 +629,45 @@ def run_sampling_knob_checks(client, counted):
     forced = client.chat.completions.create(model="demo", max_tokens=3, temperature=0.8, messages=user, seed=5,
                                             logit_bias={str(demo_token_id("Q")): 100})
     check(forced.choices[0].message.content == "QQQ", f"logit_bias +100 forces a token: {forced.choices[0].message.content!r}")
+
+
+def run_prompt_logprobs_checks(client, base):
+    """Prompt logprobs as lm-eval-harness reads them (echo + logprobs + max_tokens 0, on token
+    ids) and vLLM's prompt_logprobs: a greedy continuation's logprobs, scored again as prompt
+    tokens of prompt + continuation, are the ones it was generated with (same model, other
+    chunking: within 2e-3)."""
+    status, t = http_post_json(base + "/tokenize", {"model": "demo", "prompt": "count from 17:"})
+    check(status == 200, f"/tokenize for the scoring prompt ({t})")
+    ids = t["tokens"]
+    gen = client.completions.create(model="demo", prompt=ids, max_tokens=4, temperature=0, logprobs=0,
+                                    extra_body={"ignore_eos": True})
+    cont = [demo_token_id(tok) for tok in gen.choices[0].logprobs.tokens]
+    scored = client.completions.create(model="demo", prompt=ids + cont, max_tokens=0, echo=True, logprobs=2)
+    choice = scored.choices[0]
+    lp = choice.logprobs
+    check(len(lp.tokens) == len(ids) + len(cont) and scored.usage.completion_tokens == 0
+          and choice.finish_reason == "length", f"echo + max_tokens 0: the prompt alone ({scored.usage})")
+    check(lp.token_logprobs[0] is None and lp.top_logprobs[0] is None, "the first prompt token's logprob is null")
+    want = gen.choices[0].logprobs.token_logprobs
+    got = lp.token_logprobs[len(ids):]
+    check(all(abs(a - b) < 2e-3 for a, b in zip(got, want)),
+          f"the continuation scored as prompt equals its generation logprobs ({got} vs {want})")
+    check(all(len(top) <= 3 for top in lp.top_logprobs[1:]), "each prompt dict: the token and its top 2")
+    # vLLM's prompt_logprobs on both endpoints (extra_body), the same values.
+    c = client.completions.create(model="demo", prompt=ids + cont, max_tokens=1,
+                                  extra_body={"prompt_logprobs": 1})
+    plp = c.choices[0].model_extra["prompt_logprobs"]
+    check(len(plp) == len(ids) + len(cont) and plp[0] is None, "prompt_logprobs: one per prompt token, null first")
+    firsts = [next(iter(d.values())) for d in plp[1:]]
+    check(all(abs(f["logprob"] - v) < 1e-6 for f, v in zip(firsts, lp.token_logprobs[1:]))
+          and all(f["rank"] >= 1 for f in firsts), "prompt_logprobs' values equal the echoed ones")
+    chat = client.chat.completions.create(model="demo", max_tokens=1, messages=[{"role": "user", "content": "hi"}],
+                                          extra_body={"prompt_logprobs": 0})
+    check(chat.model_extra["prompt_logprobs"][0] is None and len(chat.model_extra["prompt_logprobs"]) ==
+          chat.usage.prompt_tokens, "chat prompt_logprobs on the response, one per prompt token")
+    expect_bad_request(lambda: client.completions.create(model="demo", prompt="x", stream=True,
+                                                         extra_body={"prompt_logprobs": 2}),
+                       "prompt_logprobs", "prompt_logprobs with stream")
 
 
 def run_curl_examples(base):
