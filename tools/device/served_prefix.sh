@@ -11,6 +11,10 @@
 # tokens, 16 out, concurrency 4, seed 1). ARMS: "on off" by default (both workers' caches).
 # LOCAL_PREFILL_THRESHOLD (default 0: every prompt to the prefill worker): the decode worker
 # prefills prompts up to this many tokens itself, from its own prefix cache.
+# DECODE_WORKERS (default 1): decode workers in each arm's stack. The arm "unsteered" keeps both
+# caches on but starts the router with --decode-affinity=false (decode workers ranked by load
+# alone): with several decode workers, ARMS="on unsteered" measures the router's decode affinity
+# (docs/serving.md, "Prefix affinity"). ROUTER_FLAGS: more router flags for every arm.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
@@ -30,14 +34,26 @@ LOGS=$(mktemp -d -t served-prefix-logs-XXXXXX)
 START_TIMEOUT_S=${START_TIMEOUT_S:-180} STOP_TIMEOUT_S=30
 source tools/device/serve_lib.sh
 read -r -a load <<< "${LOAD:---num-prompts 48 --shared-prefix-groups 4 --shared-prefix-len 1536 --random-input-len 128 --random-output-len 16 --random-range-ratio 1 --max-concurrency 4 --seed 1}"
-for arm in ${ARMS:-on off}; do
-  cache=true
+read -r -a router_flags <<< "${ROUTER_FLAGS:-}"
+# start_stack ARM: a prefill worker, DECODE_WORKERS decode workers and the router; ADDRESS is
+# the router's. Fails as soon as one process does not start.
+start_stack() {
+  local arm=$1 cache=true steer=true
   [[ $arm == off ]] && cache=false
-  wf=(--insecure --listen 127.0.0.1:0 --model "$MODEL" --backend "$BACKEND" --kv-transport tcp --metrics-port -1 --num-kv-pages ${NUM_KV_PAGES:-1024})
-  if start "$arm-prefill" "$B/mlaserve-prefill" "${wf[@]}" --prefix-cache=$cache &&
-     pa=$ADDRESS && start "$arm-decode" "$B/mlaserve-decode" "${wf[@]}" --max-running-requests 64 --local-prefill-threshold ${LOCAL_PREFILL_THRESHOLD:-0} --prefix-cache=$cache &&
-     da=$ADDRESS && start "$arm-router" "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-       --model "$MODEL" --metrics-port -1 --prefill "$pa" --decode "$da"; then
+  [[ $arm == unsteered ]] && steer=false
+  local wf=(--insecure --listen 127.0.0.1:0 --model "$MODEL" --backend "$BACKEND" --kv-transport tcp --metrics-port -1 --num-kv-pages ${NUM_KV_PAGES:-1024})
+  start "$arm-prefill" "$B/mlaserve-prefill" "${wf[@]}" --prefix-cache=$cache || return 1
+  local workers=(--prefill "$ADDRESS")
+  for ((i = 0; i < ${DECODE_WORKERS:-1}; i++)); do
+    start "$arm-decode$i" "$B/mlaserve-decode" "${wf[@]}" --max-running-requests 64 \
+      --local-prefill-threshold ${LOCAL_PREFILL_THRESHOLD:-0} --prefix-cache=$cache || return 1
+    workers+=(--decode "$ADDRESS")
+  done
+  start "$arm-router" "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+    --model "$MODEL" --metrics-port -1 "${workers[@]}" --decode-affinity=$steer "${router_flags[@]}"
+}
+for arm in ${ARMS:-on off}; do
+  if start_stack "$arm"; then
     f=$OUT/prefix_$arm
     timeout "${BENCH_TIMEOUT_S:-600}" "$B/mlaserve-bench" --server "$ADDRESS" "${load[@]}" --warmup-requests 2 --progress off \
       --connect-timeout-s 60 --output-json "$f.json" > "$f.txt" 2>&1
