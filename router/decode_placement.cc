@@ -149,7 +149,10 @@ absl::StatusOr<DecodePlacement::Target> DecodePlacement::Next() {
 }
 
 int64_t DecodePlacement::ExpectedCachedOn(const WorkerSnapshot& decode) const {
-  if (!prompt_pages_.has_value() || !decode.descriptor.prefix_cache) return 0;
+  if (!prompt_pages_.has_value() || !decode.descriptor.prefix_cache ||
+      !options_.decode_cache_usable) {
+    return 0;
+  }
   return options_.prefix_affinity->MatchedTokens(decode.id, *prompt_pages_);
 }
 

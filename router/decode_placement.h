@@ -87,6 +87,10 @@ class DecodePlacement {
     // With prefix_affinity: how it ranks the decode workers (enabled = false: by load alone; the
     // local-prefill decision still counts what the chosen one is expected to hold).
     DecodeAffinityOptions decode_affinity;
+    // False: the decode worker computes the whole prompt whatever it caches (a request with
+    // prompt logprobs scores every row, and cached pages carry no logits), so no decode worker
+    // is worth more for its cache and the local-prefill decision counts the whole prompt.
+    bool decode_cache_usable = true;
   };
   DecodePlacement(WorkerRegistry* registry, Options options, int32_t prompt_tokens,
                   int32_t max_new_tokens);

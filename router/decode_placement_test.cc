@@ -44,12 +44,13 @@ class DecodePlacementTest : public ::testing::Test {
   // request must be prefilled on its decode worker.
   DecodePlacement DecodeAffinePlacement(PrefixAffinity* table, const std::vector<int32_t>& prompt,
                                         DecodeAffinityOptions affinity = {},
-                                        bool logprobs = false) {
+                                        bool logprobs = false, bool cache_usable = true) {
     return DecodePlacement(&registry_,
                            {.prefill_locally = logprobs,
                             .prefix_affinity = table,
                             .prompt_ids = prompt,
-                            .decode_affinity = affinity},
+                            .decode_affinity = affinity,
+                            .decode_cache_usable = cache_usable},
                            static_cast<int32_t>(prompt.size()), 10);
   }
   // The decode worker `placement` tries first, or why none.
@@ -435,6 +436,20 @@ TEST_F(DecodeAffinityTest, ARemotelyPrefilledPromptGoesByLoad) {
   EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, long_turn)), "a:1");
   // A request with logprobs is prefilled on its decode worker whatever its length: b:1.
   EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, long_turn, {}, /*logprobs=*/true)), "b:1");
+}
+
+TEST_F(DecodeAffinityTest, PromptLogprobsGoByLoad) {
+  // Prompt logprobs score every prompt row on the decode worker, which then takes nothing from
+  // its cache: b:1's cached start is worth nothing, and the placement expects no cached tokens.
+  DecodePlacement p = DecodeAffinePlacement(&table_, turn2_, {}, /*logprobs=*/true,
+                                            /*cache_usable=*/false);
+  ASSERT_TRUE(p.Rank().ok());
+  auto target = p.Next();
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(target->decode_address, "a:1");
+  EXPECT_TRUE(target->local_prefill);
+  EXPECT_EQ(p.decode_expected_cached_tokens(), 0);
+  EXPECT_FALSE(p.decode_affinity_rebalanced());
 }
 
 TEST_F(DecodeAffinityTest, WithoutAffinityTheRankingIsByLoad) {

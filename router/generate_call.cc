@@ -136,7 +136,8 @@ absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& re
                            .prefix_affinity = router_->prefix_affinity(),
                            .prompt_ids = prompt_ids_,
                            .cache_salt = cache_salt_,
-                           .decode_affinity = router_->options().decode_affinity},
+                           .decode_affinity = router_->options().decode_affinity,
+                           .decode_cache_usable = !sampling_.wants_prompt_logprobs()},
                        prompt_tokens, *sampling_.max_new_tokens);
   }
   RETURN_IF_ERROR(router_->requests().Insert(request_id_, weak_from_this()));
