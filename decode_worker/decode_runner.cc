@@ -261,6 +261,7 @@ void DecodeRunner::Grow() {
 
 void DecodeRunner::ReleasePages(DecodeSequence& seq) {
   model::KvPool& pool = PoolOf(seq);
+  // Published once, as the pages go: no cursor to resume from (the walk starts at page 0).
   pool.PublishPrefix(seq.tokens, seq.pages, seq.num_computed / kernels::kPageSize,
                      seq.cache_salt);
   pool.Free(seq.pages);

@@ -239,16 +239,17 @@ int KvPool::CachedPrefixPages(std::span<const int32_t> tokens, int max_pages,
 }
 
 void KvPool::PublishPrefix(std::span<const int32_t> tokens, std::span<const int32_t> pages,
-                           int full_pages, std::string_view salt) {
+                           int full_pages, std::string_view salt, KvPrefixCursor* cursor) {
   absl::MutexLock lock(&mu_);
   if (prefix_ == nullptr) return;
   // Only held pages: a free page is not the caller's to register.
-  std::vector<int32_t> held;
-  for (int32_t p : pages.first(std::min<size_t>(pages.size(), std::max(full_pages, 0)))) {
-    if (p < 0 || p >= options_.num_pages || holders_[p] == 0) break;
-    held.push_back(p);
+  const int limit = std::min(static_cast<int>(pages.size()), std::max(full_pages, 0));
+  int held = 0;
+  while (held < limit && pages[held] >= 0 && pages[held] < options_.num_pages &&
+         holders_[pages[held]] > 0) {
+    ++held;
   }
-  prefix_->Insert(tokens, held, static_cast<int>(held.size()), salt);
+  prefix_->Insert(tokens, pages, held, salt, cursor);
 }
 
 int KvPool::cached_pages() const {

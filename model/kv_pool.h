@@ -143,8 +143,14 @@ class KvPool {
   // `pages` (held by the caller; pages[i] holding the KV of tokens [64 i, 64 i + 64)) become the
   // cache of `tokens`' first `full_pages` pages, where no page caches them yet. No-op with the
   // cache off. The pages' KV must be complete (written) before the call.
+  //
+  // A caller that publishes a growing prompt again after each chunk passes the same `cursor`
+  // each time (one per prompt, KvPrefixCursor): the call then hashes only the pages added
+  // since the last one instead of walking from page 0, with the same result. Without one, the
+  // call walks from page 0 (a prompt published once).
   void PublishPrefix(std::span<const int32_t> tokens, std::span<const int32_t> pages,
-                     int full_pages, std::string_view salt = {});
+                     int full_pages, std::string_view salt = {},
+                     KvPrefixCursor* cursor = nullptr);
   // Pages holding a cached prefix now (free or held), and of those the free ones.
   int cached_pages() const;
   int cached_free_pages() const;

@@ -1,9 +1,12 @@
 // The pool's prefix cache: what AcquirePrefix finds after PublishPrefix, holders, the order in
-// which Allocate takes cached pages back, and generations (an evicted page's old children
-// are never matched under its new content).
+// which Allocate takes cached pages back, generations (an evicted page's old children
+// are never matched under its new content), and publishing chunk by chunk with a cursor.
 #include <algorithm>
+#include <cstddef>
 #include <numeric>
 #include <random>
+#include <span>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -49,6 +52,26 @@ std::vector<int32_t> Prefill(KvPool& pool, const std::vector<int32_t>& tokens,
   pool.PublishPrefix(tokens, *pages, static_cast<int>(tokens.size()) / kPage, salt);
   pool.Free(*pages);
   return *pages;
+}
+
+// As chunked prefill publishes: after each chunk of `chunk` tokens, the whole pages computed so
+// far (with `cursor` when given).
+void PublishInChunks(KvPool& pool, std::span<const int32_t> tokens, std::span<const int32_t> pages,
+                     int chunk, KvPrefixCursor* cursor) {
+  const int n = static_cast<int>(tokens.size());
+  for (int done = std::min(chunk, n);; done = std::min(done + chunk, n)) {
+    pool.PublishPrefix(tokens, pages, done / kPage, {}, cursor);
+    if (done == n) return;
+  }
+}
+
+// The cached run AcquirePrefix gives `tokens` now (taken and given back).
+std::vector<int32_t> CachedRun(KvPool& pool, std::span<const int32_t> tokens,
+                               std::string_view salt = {}) {
+  std::vector<int32_t> run = pool.AcquirePrefix(tokens, 1 << 20, salt);
+  EXPECT_EQ(pool.CachedPrefixPages(tokens, 1 << 20, salt), static_cast<int>(run.size()));
+  pool.Free(run);
+  return run;
 }
 
 TEST(KvPoolPrefixTest, OffByDefault) {
@@ -251,6 +274,176 @@ TEST(KvPoolPrefixTest, FreePagesAreNotPublished) {
   pool->Free(*pages);
   pool->PublishPrefix(t, *pages, 2);
   EXPECT_EQ(pool->cached_pages(), 0);
+}
+
+TEST(KvPoolPrefixTest, ChunkByChunkWithACursorCachesWhatOnePublishDoes) {
+  // Another prompt already caches the first two pages: the walk runs through pages the prompt
+  // does not own (its own copies are left out).
+  const auto shared = Tokens(2 * kPage, 30);
+  const auto prompt = Concat(shared, Tokens(7 * kPage + 5, 31));  // 9 whole pages and 5 tokens
+  auto chunked = MakePool(16), whole = MakePool(16);
+  const auto ps = Prefill(*chunked, shared);
+  ASSERT_EQ(Prefill(*whole, shared), ps);
+  const int need = kernels::PagesFor(static_cast<int>(prompt.size()));
+  auto pc = chunked->Allocate(need);
+  auto pw = whole->Allocate(need);
+  ASSERT_TRUE(pc.ok() && pw.ok());
+  ASSERT_EQ(*pc, *pw);
+  KvPrefixCursor cursor;
+  PublishInChunks(*chunked, prompt, *pc, 100, &cursor);  // 1, 3, 4, 6, 7, 9 pages
+  EXPECT_EQ(cursor.pages(), 9);
+  whole->PublishPrefix(prompt, *pw, 9);
+  EXPECT_EQ(chunked->cached_pages(), 9);  // 2 shared + 7 of its own
+  EXPECT_EQ(whole->cached_pages(), 9);
+  chunked->Free(*pc);
+  whole->Free(*pw);
+
+  std::vector<int32_t> expected = ps;
+  expected.insert(expected.end(), pc->begin() + 2, pc->begin() + 9);
+  EXPECT_EQ(CachedRun(*chunked, prompt), expected);
+  EXPECT_EQ(CachedRun(*whole, prompt), expected);
+  for (int len : {kPage - 1, kPage, 3 * kPage + 1, 5 * kPage}) {
+    const auto start = std::span(prompt).first(len);
+    EXPECT_EQ(CachedRun(*chunked, start), CachedRun(*whole, start)) << len;
+  }
+  EXPECT_EQ(CachedRun(*chunked, shared), ps);
+}
+
+TEST(KvPoolPrefixTest, ACursorPastAnEvictedPageWalksFromTheStartAgain) {
+  // P = A B C D + 10 tokens, prefilled in 64-token chunks while Q = A (computed first, on page
+  // qa) caches page 0: P's first publish chains B (its page pb) under qa. Q finishes; R, with
+  // the pool full, takes qa back (evicting A) and publishes nothing, other tokens, or A again
+  // (qa's generation changes). P's later chunks must not chain C under pb (qa's old child):
+  // they register what a walk from page 0 does, P's own page for A, and stop at pb (it caches
+  // another prefix). The walk from page 0 without a cursor is the reference.
+  const auto a = Tokens(kPage, 40);
+  const auto p = Concat(Concat(Concat(a, Tokens(kPage, 41)), Concat(Tokens(kPage, 42),
+                                                                     Tokens(kPage, 43))),
+                        Tokens(10, 44));
+  enum class R { kNothing, kOtherTokens, kSameTokens };
+  for (R r : {R::kNothing, R::kOtherTokens, R::kSameTokens}) {
+    std::vector<std::vector<int32_t>> runs;  // by mode: P's cached run, then A's
+    std::vector<int> cached;
+    for (bool with_cursor : {true, false}) {
+      SCOPED_TRACE(testing::Message() << "r " << static_cast<int>(r) << " cursor " << with_cursor);
+      auto pool = MakePool(6);
+      auto q = pool->Allocate(1);
+      auto pp = pool->Allocate(5);
+      ASSERT_TRUE(q.ok() && pp.ok());
+      pool->PublishPrefix(a, *q, 1);
+      KvPrefixCursor cursor;
+      KvPrefixCursor* c = with_cursor ? &cursor : nullptr;
+      pool->PublishPrefix(p, *pp, 2, {}, c);
+      if (with_cursor) EXPECT_EQ(cursor.pages(), 2);
+      EXPECT_EQ(pool->cached_pages(), 2);  // qa (A) and pb (B under it)
+      pool->Free(*q);
+      auto taken = pool->Allocate(1);  // the only free page: qa, forgetting A
+      ASSERT_TRUE(taken.ok());
+      ASSERT_EQ(*taken, *q);
+      if (r == R::kOtherTokens) pool->PublishPrefix(Tokens(kPage, 45), *taken, 1);
+      if (r == R::kSameTokens) pool->PublishPrefix(a, *taken, 1);
+      for (int done = 3 * kPage; done <= 4 * kPage; done += kPage) {
+        pool->PublishPrefix(p, *pp, done / kPage, {}, c);
+      }
+      if (with_cursor) EXPECT_EQ(cursor.pages(), 1);  // A (P's own page, or qa again); pb stops it
+      // Not C or D: qa's caches, A (P's or qa), and pb still under qa's old generation.
+      EXPECT_EQ(pool->cached_pages(), r == R::kNothing || r == R::kSameTokens ? 2 : 3);
+      const std::vector<int32_t> expect_a = {r == R::kSameTokens ? (*q)[0] : (*pp)[0]};
+      pool->Free(*taken);
+      pool->Free(*pp);
+      runs.push_back(CachedRun(*pool, p));
+      EXPECT_EQ(runs.back(), expect_a);
+      runs.push_back(CachedRun(*pool, a));
+      cached.push_back(pool->cached_pages());
+    }
+    EXPECT_EQ(runs[0], runs[2]);
+    EXPECT_EQ(runs[1], runs[3]);
+    EXPECT_EQ(cached[0], cached[1]);
+  }
+}
+
+TEST(KvPoolPrefixTest, RandomChunkedPublishingWithCursorsMatchesWalksFromTheStart) {
+  // Two pools take the same random operations (prompts sharing starts admitted, prefilled in
+  // random chunks side by side, finished, evicting one another's pages); one publishes with a
+  // cursor per prompt, the other walks from page 0 each time. Their caches must agree
+  // throughout, page ids included (so their Allocate and AcquirePrefix answers stay the same).
+  constexpr int kMaxPages = 4;
+  std::vector<std::vector<int32_t>> blocks;  // page-sized token blocks, 3 choices per position
+  for (int i = 0; i < kMaxPages * 3; ++i) blocks.push_back(Tokens(kPage, 200 + i));
+  struct Seq {
+    std::vector<int32_t> tokens;
+    std::string salt;
+    std::vector<int32_t> pages;
+    int done = 0;
+    KvPrefixCursor cursor;
+  };
+  std::mt19937 rng(7);
+  auto with_cursor = MakePool(12), walking = MakePool(12);
+  std::vector<Seq> running;
+  int evictions = 0, resumed = 0;
+  for (int step = 0; step < 20000; ++step) {
+    const int op = static_cast<int>(rng() % 4);
+    if (op == 0 && running.size() < 4) {  // admit a prompt
+      Seq s;
+      const int whole = 1 + static_cast<int>(rng() % kMaxPages);
+      for (int i = 0; i < whole; ++i) {
+        const auto& b = blocks[i * 3 + (rng() % 4 == 0 ? rng() % 3 : 0)];
+        s.tokens.insert(s.tokens.end(), b.begin(), b.end());
+      }
+      s.tokens.resize(s.tokens.size() + rng() % kPage, 7);
+      s.salt = rng() % 5 == 0 ? "s" : "";
+      const int n = static_cast<int>(s.tokens.size());
+      // Half take no cached pages (as a request whose every prompt row is computed), so their
+      // walks run through other prompts' pages, which can be evicted meanwhile.
+      const int max = rng() % 2 == 0 ? 0 : KvPool::MaxReusedPages(n);
+      s.pages = with_cursor->AcquirePrefix(s.tokens, max, s.salt);
+      ASSERT_EQ(walking->AcquirePrefix(s.tokens, max, s.salt), s.pages);
+      const int before = with_cursor->cached_pages();
+      auto rest = with_cursor->Allocate(kernels::PagesFor(n) - static_cast<int>(s.pages.size()));
+      auto rest_w = walking->Allocate(kernels::PagesFor(n) - static_cast<int>(s.pages.size()));
+      ASSERT_EQ(rest.ok(), rest_w.ok());
+      if (!rest.ok()) {
+        with_cursor->Free(s.pages);
+        walking->Free(s.pages);
+        continue;
+      }
+      ASSERT_EQ(*rest, *rest_w);
+      evictions += before - with_cursor->cached_pages();
+      s.done = static_cast<int>(s.pages.size()) * kPage;
+      s.pages.insert(s.pages.end(), rest->begin(), rest->end());
+      running.push_back(std::move(s));
+    } else if (op <= 2 && !running.empty()) {  // a chunk of one prompt
+      Seq& s = running[rng() % running.size()];
+      s.done = std::min<int>(s.done + 1 + static_cast<int>(rng() % (2 * kPage)),
+                             static_cast<int>(s.tokens.size()));
+      resumed += s.cursor.pages() > 0 ? 1 : 0;
+      with_cursor->PublishPrefix(s.tokens, s.pages, s.done / kPage, s.salt, &s.cursor);
+      walking->PublishPrefix(s.tokens, s.pages, s.done / kPage, s.salt);
+    } else if (op == 3 && !running.empty()) {  // a prompt finishes
+      const size_t i = rng() % running.size();
+      with_cursor->Free(running[i].pages);
+      walking->Free(running[i].pages);
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    ASSERT_EQ(with_cursor->cached_pages(), walking->cached_pages()) << "step " << step;
+    ASSERT_EQ(with_cursor->cached_free_pages(), walking->cached_free_pages()) << "step " << step;
+  }
+  EXPECT_GT(evictions, 50);
+  EXPECT_GT(resumed, 500);
+  for (const Seq& s : running) {
+    with_cursor->Free(s.pages);
+    walking->Free(s.pages);
+  }
+  for (int i = 0; i < 3; ++i) {  // the runs of prompts the blocks spell, each salt
+    for (std::string_view salt : {"", "s"}) {
+      std::vector<int32_t> t;
+      for (int j = 0; j < kMaxPages; ++j) {
+        const auto& b = blocks[j * 3 + (j == 0 ? 0 : i)];
+        t.insert(t.end(), b.begin(), b.end());
+        EXPECT_EQ(CachedRun(*with_cursor, t, salt), CachedRun(*walking, t, salt)) << i << j;
+      }
+    }
+  }
 }
 
 TEST(KvPoolPrefixTest, ConcurrentHoldersKeepTheCountsRight) {

@@ -67,12 +67,23 @@ std::vector<int32_t> KvPrefixIndex::Match(std::span<const int32_t> tokens, int m
 }
 
 void KvPrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages,
-                           int full_pages, std::string_view salt) {
+                           int full_pages, std::string_view salt, KvPrefixCursor* cursor) {
   const int n = std::min({full_pages, static_cast<int>(pages.size()),
                           static_cast<int>(tokens.size() / kernels::kPageSize)});
-  int32_t parent = -1;
-  uint32_t generation = 0;
-  for (int i = 0; i < n; ++i) {
+  KvPrefixCursor scratch;
+  std::vector<KvPrefixCursor::Link>& chain = (cursor != nullptr ? cursor : &scratch)->chain_;
+  // A walk from page 0 would find these pages again, one by one, while each is still cached
+  // under the registration it had (a page's fields change only with a new generation, and a
+  // cached key has one page); it resumes after the first that is not.
+  size_t valid = 0;
+  while (valid < chain.size() && nodes_[chain[valid].page].cached &&
+         nodes_[chain[valid].page].generation == chain[valid].generation) {
+    ++valid;
+  }
+  chain.resize(valid);
+  int32_t parent = chain.empty() ? -1 : chain.back().page;
+  uint32_t generation = chain.empty() ? 0 : chain.back().generation;
+  for (int i = static_cast<int>(chain.size()); i < n; ++i) {
     const std::span<const int32_t> t = PageTokens(tokens, i);
     const std::string_view s = i == 0 ? salt : std::string_view();
     const uint64_t hash = Key(parent, generation, s, t);
@@ -93,6 +104,7 @@ void KvPrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int3
     }
     parent = page;
     generation = nodes_[page].generation;
+    chain.push_back({page, generation});
   }
 }
 

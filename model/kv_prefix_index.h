@@ -18,6 +18,10 @@
 // evicted its children stay registered under (page, old generation), which no chain can reach
 // any more: once the page is registered again it has a new generation, and until then it is
 // not registered at all. Such unreachable entries leave when their own pages are evicted.
+//
+// Publishing a growing prompt (chunked prefill): Insert walks the prompt's pages from page 0,
+// hashing each. A caller that publishes the same prompt again after each chunk keeps a
+// KvPrefixCursor per prompt, and Insert then resumes after the pages it walked last time.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +32,28 @@
 #include <vector>
 
 namespace mlaserve::model {
+
+// Where Insert got to in one prompt: the cached page its walk settled on for each of the
+// prompt's first pages (the caller's own, or one already caching that prefix), with that page's
+// generation then. Insert resumes after the longest leading part of it whose pages still hold
+// the same registration (each is checked, no hashing), so it registers exactly what a walk
+// from page 0 would: where a page of the chain was evicted since, the walk resumes before it,
+// and nothing is chained under a stale parent. Belongs to one prompt's tokens and salt in one
+// index: Reset it (or use a fresh one) when its first pages' tokens or its salt change.
+class KvPrefixCursor {
+ public:
+  // Pages of the prompt walked so far (Insert's work left is from there on, when they hold).
+  int pages() const { return static_cast<int>(chain_.size()); }
+  void Reset() { chain_.clear(); }
+
+ private:
+  friend class KvPrefixIndex;
+  struct Link {
+    int32_t page;
+    uint32_t generation;
+  };
+  std::vector<Link> chain_;
+};
 
 class KvPrefixIndex {
  public:
@@ -45,8 +71,12 @@ class KvPrefixIndex {
   // stays the cache and pages[i] is left out; the chain continues from the cached one. A
   // page id already caching another prefix is left out too, and the chain stops there.
   // Registered under `salt`: only Match with the same salt finds them.
+  //
+  // With `cursor` (kept by the caller for this prompt): resumes where the last Insert with it
+  // stopped, while the pages it walked still hold what they held (KvPrefixCursor), and leaves
+  // it where this one stopped. The index ends up the same as without it.
   void Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages, int full_pages,
-              std::string_view salt = {});
+              std::string_view salt = {}, KvPrefixCursor* cursor = nullptr);
 
   bool cached(int32_t page) const { return nodes_[page].cached; }
   // The page no longer holds its prefix (evicted, or the cache is cleared).

@@ -140,9 +140,9 @@ std::vector<std::shared_ptr<PrefillSequence>> PrefillScheduler::Advance(
   return finished;
 }
 
-void PrefillScheduler::Publish(const PrefillSequence& seq) {
-  pools_[seq.rank]->PublishPrefix(seq.tokens, seq.pages,
-                                  seq.num_computed / kernels::kPageSize, seq.cache_salt);
+void PrefillScheduler::Publish(PrefillSequence& seq) {
+  pools_[seq.rank]->PublishPrefix(seq.tokens, seq.pages, seq.num_computed / kernels::kPageSize,
+                                  seq.cache_salt, &seq.published);
 }
 
 int64_t PrefillScheduler::pending_tokens() const {

@@ -52,6 +52,8 @@ struct PrefillSequence {
   int rank = 0;                 // data-parallel rank whose pool holds `pages` (0: one pool)
   int num_computed = 0;         // prompt tokens whose KV is in the pool
   int cached = 0;               // of those, taken from the prefix cache (whole pages, first)
+  // How far the prompt's pages are published (Publish resumes there, not from page 0).
+  model::KvPrefixCursor published;
   bool done() const { return num_computed == static_cast<int>(tokens.size()); }
 };
 
@@ -87,8 +89,9 @@ class PrefillScheduler {
   std::vector<std::shared_ptr<PrefillSequence>> Advance(const std::vector<PrefillChunk>& chunks);
   // Publishes the whole pages a prompt has computed so far to its pool's prefix cache (Advance
   // does it after each chunk; for a caller that takes a prompt's pages before that). The pages'
-  // KV writes must be complete or queued on the stream that later forwards follow.
-  void Publish(const PrefillSequence& seq);
+  // KV writes must be complete or queued on the stream that later forwards follow. Each call
+  // hashes only the pages added since the last (seq.published).
+  void Publish(PrefillSequence& seq);
 
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
