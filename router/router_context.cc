@@ -55,7 +55,8 @@ RouterMetrics::RouterMetrics(common::MetricsRegistry& r)
                        "in its prefix cache")),
       cached_prompt_tokens_total(
           r.GetCounter("mlaserve_router_cached_prompt_tokens_total",
-                       "Prompt tokens the prefill workers took from their prefix caches")),
+                       "Prompt tokens taken from prefix caches: the prefill workers', and the "
+                       "decode worker's for a prompt it prefilled itself")),
       decode_affinity_tokens_total(
           r.GetCounter("mlaserve_router_decode_affinity_tokens_total",
                        "Prompt tokens the router expected the chosen decode worker to have in "

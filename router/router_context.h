@@ -112,7 +112,8 @@ struct RouterMetrics {
   common::Counter* local_prefill_total;
   // Prompt tokens the router expected the prefill worker it chose to have cached.
   common::Counter* prefix_affinity_tokens_total;
-  // Prompt tokens the prefill workers reported taking from their prefix caches.
+  // Prompt tokens the workers reported taking from their prefix caches: the prefill worker's,
+  // or the decode worker's for a prompt it prefilled itself.
   common::Counter* cached_prompt_tokens_total;
   // Prompt tokens the router expected the decode worker it chose to have cached, for the
   // requests that worker prefills itself.
