@@ -455,7 +455,10 @@ void PrefillRunner::Postprocess(const std::vector<PrefillChunk>& chunks,
         Finish(c.seq->id, KvPeerFailure(s));
         continue;
       }
-      // Advance below publishes the pages of the prompts it still holds; these leave it here.
+      // Advance below publishes the pages of the prompts it still holds; these leave it here,
+      // before Advance counts this last chunk: count it first, or the whole pages it completed
+      // would never be published.
+      c.seq->num_computed = c.start + c.len;
       scheduler_.Publish(*c.seq);
       absl::MutexLock lock(&mu_);
       r->held_pages = std::move(c.seq->pages);  // Advance below then frees nothing

@@ -131,6 +131,33 @@ TEST_P(PrefillRunnerNcclTest, APromptTakesCachedPagesAnEarlierOneStillHolds) {
   if (ra.result->ok()) decode_->kv_pool().Free((*ra.result)->pages);
 }
 
+// A direct sender takes a prompt's pages at its last chunk, before Advance counts that chunk:
+// the whole pages the last chunk completed are published too (a 128-token prompt's second page).
+TEST_P(PrefillRunnerNcclTest, TheLastChunksWholePagesArePublished) {
+  const auto a = Prompt(128, 1);
+  auto b = a;
+  for (int i = 0; i < 10; ++i) b.push_back((i * 5 + 2) % 64);
+  Received ra, rb;
+  Outcome oa, ob;
+  ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 128, &ra)), oa.fn()).ok());
+  for (int i = 0; i < 100 && runner_->Step(); ++i) {
+  }
+  ASSERT_TRUE(oa.Wait());
+  ASSERT_TRUE(oa.result->ok()) << oa.result->status();
+  ASSERT_TRUE(ra.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(prefill_->kv_pool().cached_pages(), 2);
+  ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 138, &rb)), ob.fn()).ok());
+  for (int i = 0; i < 100 && runner_->Step(); ++i) {
+  }
+  ASSERT_TRUE(ob.Wait());
+  ASSERT_TRUE(ob.result->ok()) << ob.result->status();
+  EXPECT_EQ((*ob.result)->cached_tokens, 128);
+  ASSERT_TRUE(rb.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(rb.result->ok()) << rb.result->status();
+  EXPECT_TRUE(testing::DecodeContinues(*decode_, **rb.result, b));
+  if (ra.result->ok()) decode_->kv_pool().Free((*ra.result)->pages);
+}
+
 TEST_P(PrefillRunnerNcclTest, PeerFailureFailsTheRequestAndFreesPagesOnBothSides) {
   hub_.set_faults({/*fail_after_sends=*/2, -1});
   Received rx;
