@@ -125,6 +125,10 @@ int Main(int argc, char** argv) {
                  "kimi_k2")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "none", "deepseek_v3", "deepseek_v31", "deepseek_v32", "kimi_k2"}));
+  app.add_flag("--trust-request-chat-template", http.trust_request_chat_template,
+               "let HTTP chat and /tokenize requests bring their own Jinja chat_template "
+               "(rendered by the router's interpreter, at most 64 KiB); off: such a request is a 400")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
@@ -237,6 +241,9 @@ int Main(int argc, char** argv) {
       spdlog::info("chat template from {}", chat->origin);
     } else {
       spdlog::warn("/v1/chat/completions is unavailable: {}", std::string(chat.status().message()));
+    }
+    if (http.trust_request_chat_template) {
+      spdlog::info("--trust-request-chat-template: chat requests may bring their own chat_template");
     }
     http.host = common::ParseHostPort(o.listen)->host;
     http.port = http_port;

@@ -142,6 +142,8 @@ TEST_F(CheckpointTemplateTest, DeepseekV32WithoutATemplateGetsItsFormat) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_FALSE(t->tmpl.has_value());
   EXPECT_THAT(t->origin, HasSubstr("DeepSeek-V3.2"));
+  // Read for a request's own template (the format writes its own).
+  EXPECT_EQ(t->special_tokens, nlohmann::ordered_json({{"bos_token", "<｜begin▁of▁sentence｜>"}}));
   nlohmann::ordered_json vars = t->special_tokens;
   vars["messages"] = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
   vars["add_generation_prompt"] = true;

@@ -38,6 +38,22 @@ absl::StatusOr<std::string> TemplateFromConfig(const nlohmann::ordered_json& con
   return absl::InvalidArgumentError(absl::StrCat(path, ": chat_template is neither a string nor a list"));
 }
 
+// bos_token, eos_token, pad_token and unk_token as tokenizer_config.json gives them (strings or
+// AddedToken objects).
+nlohmann::ordered_json SpecialTokens(const nlohmann::ordered_json& config) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const char* key : {"bos_token", "eos_token", "pad_token", "unk_token"}) {
+    if (!config.contains(key)) continue;
+    const auto& token = config[key];
+    if (token.is_string()) {
+      out[key] = token;
+    } else if (token.is_object() && token.contains("content") && token["content"].is_string()) {
+      out[key] = token["content"];
+    }
+  }
+  return out;
+}
+
 bool KwargTrue(const nlohmann::ordered_json& variables, const char* key) {
   return variables.contains(key) && Value::FromJson(variables[key]).Truthy();
 }
@@ -85,6 +101,9 @@ absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::string& model
       CheckpointChatTemplate out{"DeepSeek-V3.2's chat format (built in; the checkpoint ships it as a "
                                  "Python encoder, no template)",
                                  std::nullopt};
+      // The format writes its own; a request's own template (--trust-request-chat-template)
+      // reads them.
+      out.special_tokens = SpecialTokens(config);
       return out;
     }
     if (source.empty()) {
@@ -99,15 +118,7 @@ absl::StatusOr<CheckpointChatTemplate> LoadChatTemplate(const std::string& model
   }
   CheckpointChatTemplate out{origin, *std::move(parsed)};
   out.source = std::move(source);
-  for (const char* key : {"bos_token", "eos_token", "pad_token", "unk_token"}) {
-    if (!config.contains(key)) continue;
-    const auto& token = config[key];
-    if (token.is_string()) {
-      out.special_tokens[key] = token;
-    } else if (token.is_object() && token.contains("content") && token["content"].is_string()) {
-      out.special_tokens[key] = token["content"];
-    }
-  }
+  out.special_tokens = SpecialTokens(config);
   return out;
 }
 

@@ -2,7 +2,8 @@
 // tokenizer_config.json's `chat_template` (a string, or a list of {name, template} whose
 // "default" entry is used), else chat_template.jinja beside it; a --chat-template file
 // overrides both. The special tokens (bos_token, eos_token, pad_token, unk_token: strings or
-// AddedToken objects) come from tokenizer_config.json and are passed to the template.
+// AddedToken objects) come from tokenizer_config.json and are passed to the template (read for
+// DeepSeek-V3.2's format too, which writes its own: a request's own template may use them).
 // A DeepSeek-V3.2 checkpoint (`model_type` deepseek_v32) with neither gets
 // DeepSeek-V3.2's own chat format (deepseek_v32_encoding.h), which it publishes as a Python
 // encoder instead of a template.

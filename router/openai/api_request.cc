@@ -37,7 +37,7 @@ const std::set<std::string>& ChatKeys() {
   static const std::set<std::string> k{
       "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools",
       "tool_choice", "parallel_tool_calls", "add_generation_prompt", "continue_final_message",
-      "chat_template_kwargs",
+      "chat_template", "chat_template_kwargs",
       // Chat parameters that change nothing here when off (store, metadata, service_tier),
       // and the deprecated spelling of tools.
       "store", "metadata", "service_tier", "functions", "function_call"};
@@ -343,6 +343,7 @@ void ReadMessages(RequestReader& r, ApiRequest* out) {
     if (!kw->is_object()) return r.WrongType("chat_template_kwargs", "an object", *kw);
     out->chat_template_kwargs = *kw;
   }
+  out->chat_template = r.String("chat_template");
 }
 
 // OpenAI's response_format: {"type": "text"} (the default), {"type": "json_object"} (JSON

@@ -69,6 +69,10 @@ struct ApiRequest {
   // add_generation_prompt false; ChatPrompt::Render does the cut and its refusals.
   bool continue_final_message = false;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  // vLLM's request-level `chat_template`: the Jinja text to render this chat with instead of
+  // the server's template. Read here whatever the server allows; ChatPrompt::Render refuses it
+  // unless the router runs with --trust-request-chat-template.
+  std::optional<std::string> chat_template;
   // Chat: the tools the model may call, as OpenAI gives them ([{"type": "function",
   // "function": {"name", "description", "parameters", "strict"}}], names unique), and which
   // it must call: kNone (the default without tools) renders none and parses none; kAuto (the
@@ -112,7 +116,7 @@ class RequestReader;
 // The chat prompt's fields as /v1/chat/completions reads them: `messages` (required; text
 // content parts joined, tool calls normalized), `add_generation_prompt`,
 // `continue_final_message` (not with add_generation_prompt true, vLLM's rule),
-// `chat_template_kwargs` and `tools` (with `tool_choice` and `parallel_tool_calls`). /tokenize
+// `chat_template` (a string; null is not given), `chat_template_kwargs` and `tools` (with `tool_choice` and `parallel_tool_calls`). /tokenize
 // reads its messages form with this, so it renders the prompt chat renders.
 void ReadChatPrompt(RequestReader& r, ApiRequest* out);
 

@@ -89,6 +89,20 @@ TEST(ApiRequestTest, ChatMessagesAndTemplateInputs) {
   EXPECT_FALSE(r.messages[2].contains("tool_calls"));  // an empty list is no calls
   EXPECT_FALSE(r.add_generation_prompt);
   EXPECT_EQ(r.chat_template_kwargs["thinking"], true);
+  EXPECT_FALSE(r.chat_template.has_value());
+
+  // vLLM's request-level chat_template: read as text (null: not given).
+  const std::string messages = R"({"model": "demo", "messages": [{"role": "user", "content": "x"}], )";
+  r = Ok(Endpoint::kChat, messages + R"("chat_template": "{{ messages[0].content }}"})");
+  EXPECT_EQ(r.chat_template, "{{ messages[0].content }}");
+  r = Ok(Endpoint::kChat, messages + R"("chat_template": null})");
+  EXPECT_FALSE(r.chat_template.has_value());
+  ApiError e = Err(Endpoint::kChat, messages + R"("chat_template": ["x"]})");
+  EXPECT_EQ(e.param, "chat_template");
+  EXPECT_THAT(e.message, HasSubstr("must be a string"));
+  // Completions have no chat.
+  e = Err(Endpoint::kCompletions, R"({"model": "demo", "prompt": "x", "chat_template": "x"})");
+  EXPECT_EQ(e.param, "chat_template");
 }
 
 // continue_final_message: off by default; on, it needs add_generation_prompt turned off (vLLM's

@@ -64,8 +64,9 @@ std::variant<std::string, ApiError> CutAfterFinalMessage(std::string rendered, c
 }  // namespace
 
 absl::StatusOr<ChatPrompt> ChatPrompt::Create(absl::StatusOr<chat_template::CheckpointChatTemplate> chat_template,
-                                              std::string tool_call_parser) {
+                                              Options options) {
   ChatPrompt p;
+  const std::string& tool_call_parser = options.tool_call_parser;
   if (tool_call_parser == "auto") {
     if (chat_template.ok()) p.tool_call_format_ = DetectToolCallFormat(*chat_template);
   } else if (tool_call_parser != "none") {
@@ -85,15 +86,47 @@ absl::StatusOr<ChatPrompt> ChatPrompt::Create(absl::StatusOr<chat_template::Chec
           "format, whose tool calls are deepseek_v32 (DSML); use auto or deepseek_v32"));
     }
   }
+  if (options.trust_request_chat_template) {
+    p.request_templates_ = std::make_shared<RequestTemplateCache>(options.request_templates_cached);
+  }
   p.template_reads_tools_ = chat_template.ok() && chat_template->tmpl.has_value() &&
                             chat_template->tmpl->ReadsVariable("tools");
   p.chat_template_ = std::move(chat_template);
-  p.tool_call_parser_ = std::move(tool_call_parser);
+  p.options_ = std::move(options);
   return p;
 }
 
-std::variant<Json, ApiError> ChatPrompt::Variables(const ApiRequest& r, Setup* setup) const {
-  Json vars = chat_template_->special_tokens;
+std::variant<ChatPrompt::Template, ApiError> ChatPrompt::TemplateFor(const ApiRequest& r) const {
+  if (!r.chat_template.has_value()) {
+    if (!chat_template_.ok()) {
+      return ApiError{400, absl::StrCat("this model has no usable chat template (",
+                                        chat_template_.status().message(),
+                                        "); use /v1/completions, or start the router with "
+                                        "--chat-template FILE"),
+                      "invalid_request_error", "messages", "chat_template_unavailable"};
+    }
+    const chat_template::ChatTemplate* jinja = chat_template_->tmpl.has_value() ? &*chat_template_->tmpl : nullptr;
+    return Template{chat_template_->origin, jinja, template_reads_tools_, nullptr};
+  }
+  if (request_templates_ == nullptr) {
+    return ApiError{400,
+                    "'chat_template' is not accepted: this server renders chats with its own template; "
+                    "start the router with --trust-request-chat-template to let requests bring theirs",
+                    "invalid_request_error", "chat_template", std::nullopt};
+  }
+  absl::StatusOr<std::shared_ptr<const RequestTemplate>> own = request_templates_->Get(*r.chat_template);
+  if (!own.ok()) {
+    return ApiError{400, absl::StrCat("'chat_template': ", own.status().message()), "invalid_request_error",
+                    "chat_template", std::nullopt};
+  }
+  const chat_template::ChatTemplate* jinja = &(*own)->tmpl;
+  return Template{"the request's chat_template", jinja, (*own)->reads_tools, *std::move(own)};
+}
+
+std::variant<Json, ApiError> ChatPrompt::Variables(const ApiRequest& r, const Template& t, Setup* setup) const {
+  // The checkpoint's special tokens, for a request's own template too (as vLLM passes the
+  // tokenizer's).
+  Json vars = chat_template_.ok() ? chat_template_->special_tokens : Json::object();
   vars["messages"] = r.messages;
   vars["tools"] = nullptr;
   vars["documents"] = nullptr;
@@ -102,7 +135,7 @@ std::variant<Json, ApiError> ChatPrompt::Variables(const ApiRequest& r, Setup* s
   // DeepSeek-V3.2's encoder renders a system message's response_format ("## Response
   // Format" with its JSON): a json_schema request's goes on the first message, as the tools
   // do (the output is held to it as well).
-  if (!chat_template_->tmpl.has_value() && !r.response_format.is_null()) {
+  if (t.jinja == nullptr && !r.response_format.is_null()) {
     vars["messages"] = chat_template::WithRequestResponseFormat(vars["messages"], r.response_format);
   }
   if (r.tool_choice == ApiRequest::ToolChoice::kNone) return vars;
@@ -117,9 +150,10 @@ std::variant<Json, ApiError> ChatPrompt::Variables(const ApiRequest& r, Setup* s
                     "invalid_request_error", "response_format", std::nullopt};
   }
   if (!tool_call_format_.has_value()) {
-    const std::string why = tool_call_parser_ == "none"
+    const std::string why = options_.tool_call_parser == "none"
                                 ? std::string("this server runs with --tool-call-parser none")
-                                : absl::StrCat(chat_template_->origin,
+                                : absl::StrCat(chat_template_.ok() ? chat_template_->origin
+                                                                   : std::string("this model's checkpoint"),
                                                " writes no tool calls, so the tool-call syntax of "
                                                "this model is unknown; start the router with "
                                                "--tool-call-parser");
@@ -135,38 +169,39 @@ std::variant<Json, ApiError> ChatPrompt::Variables(const ApiRequest& r, Setup* s
   }
   setup->tool_calls = tool_call_format_;
   setup->history_call_ids = HistoryCallIds(r.messages);
-  if (!chat_template_->tmpl.has_value()) {
+  if (t.jinja == nullptr) {
     vars["messages"] = chat_template::WithRequestTools(r.messages, tools);
-  } else if (template_reads_tools_) {
+  } else if (t.reads_tools) {
     vars["tools"] = std::move(tools);
   } else if (*tool_call_format_ != ToolCallFormat::kDeepseekV32) {
     vars["messages"] = WithToolsSection(r.messages, ToolsSection(*tool_call_format_, tools));
   } else {
     return ApiError{400,
-                    absl::StrCat("'tools' cannot be served: ", chat_template_->origin,
+                    absl::StrCat("'tools' cannot be served: ", t.origin,
                                  " does not render tools and DeepSeek-V3.2's tool section "
-                                 "is its encoder's; drop --chat-template"),
+                                 "is its encoder's; drop ",
+                                 t.own != nullptr ? "the request's chat_template" : "--chat-template"),
                     "invalid_request_error", "tools", std::nullopt};
   }
   return vars;
 }
 
 std::variant<std::string, ApiError> ChatPrompt::Render(const ApiRequest& r, Setup* setup) const {
-  if (!chat_template_.ok()) {
-    return ApiError{400, absl::StrCat("this model has no usable chat template (",
-                                      chat_template_.status().message(),
-                                      "); use /v1/completions, or start the router with "
-                                      "--chat-template FILE"),
-                    "invalid_request_error", "messages", "chat_template_unavailable"};
-  }
+  std::variant<Template, ApiError> chosen = TemplateFor(r);
+  if (auto* e = std::get_if<ApiError>(&chosen)) return *e;
+  const Template& t = std::get<Template>(chosen);
   if (r.continue_final_message) {
     if (std::optional<ApiError> e = CheckContinuable(r)) return *e;
   }
-  std::variant<Json, ApiError> vars = Variables(r, setup);
+  std::variant<Json, ApiError> vars = Variables(r, t, setup);
   if (auto* e = std::get_if<ApiError>(&vars)) return *e;
-  absl::StatusOr<std::string> prompt = chat_template_->Render(std::get<Json>(vars));
+  absl::StatusOr<std::string> prompt =
+      t.jinja != nullptr ? t.jinja->Render(std::get<Json>(vars)) : chat_template_->Render(std::get<Json>(vars));
   if (!prompt.ok()) {
-    return ApiError{400, absl::StrCat("rendering the chat template failed: ", prompt.status().message()),
+    // A template's own errors (raise_exception) are about the request, as for the server's.
+    return ApiError{400,
+                    absl::StrCat("rendering ", t.own != nullptr ? "the request's chat_template" : "the chat template",
+                                 " failed: ", prompt.status().message()),
                     "invalid_request_error", "messages", std::nullopt};
   }
   if (r.continue_final_message) {

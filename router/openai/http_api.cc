@@ -466,7 +466,9 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
   signal(SIGPIPE, SIG_IGN);
   auto impl = std::make_unique<Impl>();
   impl->router = router;
-  absl::StatusOr<ChatPrompt> chat = ChatPrompt::Create(std::move(chat_template), options.tool_call_parser);
+  absl::StatusOr<ChatPrompt> chat = ChatPrompt::Create(
+      std::move(chat_template), ChatPrompt::Options{.tool_call_parser = options.tool_call_parser,
+                                                    .trust_request_chat_template = options.trust_request_chat_template});
   if (!chat.ok()) return chat.status();
   impl->chat = *std::move(chat);
   // A codec that cannot encode even "" has no tokenizer at all (TokenIdsOnlyCodec).

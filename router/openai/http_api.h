@@ -1,7 +1,8 @@
 // HttpApi: the router's OpenAI-compatible HTTP API, on its own port.
 //
 //   POST /v1/completions        text or token-id prompt
-//   POST /v1/chat/completions   messages, rendered with the checkpoint's chat template
+//   POST /v1/chat/completions   messages, rendered with the checkpoint's chat template (or the
+//                               request's own, with trust_request_chat_template)
 //   GET  /v1/models, /v1/models/{id}
 //   GET  /health                200 once a prefill and a decode worker are healthy, else 503
 //   POST /tokenize, /detokenize vLLM's: a text or a chat's messages as token ids, and back
@@ -52,6 +53,10 @@ struct HttpApiOptions {
   // the chat template (tool_prompt.h), "none" refuses requests with tools, or a
   // ToolCallFormatName ("deepseek_v3", "deepseek_v31", "deepseek_v32").
   std::string tool_call_parser = "auto";
+  // Whether a chat or /tokenize request may bring its own `chat_template` (vLLM's
+  // --trust-request-chat-template): false answers it with a 400 naming the flag. A request's
+  // template runs in the router's interpreter under the server template's limits.
+  bool trust_request_chat_template = false;
 };
 
 class HttpApi {

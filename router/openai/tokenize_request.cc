@@ -41,10 +41,6 @@ void ReadMessagesForm(RequestReader& r, const std::string& served_model, Tokeniz
   out->chat.model = served_model;
   ReadChatPrompt(r, &out->chat);
   if (r.failed()) return;
-  if (r.Get("chat_template") != nullptr) {
-    return r.Fail(Invalid("'chat_template' is not supported: this server renders every chat with "
-                          "its model's template (or --chat-template)", "chat_template"));
-  }
   for (const char* key : {"mm_processor_kwargs", "media_io_kwargs"}) {
     if (const Json* v = r.Get(key); v != nullptr && !v->is_object()) return r.WrongType(key, "an object", *v);
   }

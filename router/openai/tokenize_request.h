@@ -4,7 +4,8 @@
 //   POST /tokenize   {"model"?, "prompt": str, "add_special_tokens"?: true, "return_token_strs"?}
 //                    {"model"?, "messages": [...], "add_generation_prompt"?: true,
 //                     "continue_final_message"?: false, "add_special_tokens"?: false,
-//                     "chat_template_kwargs"?, "tools"?, "return_token_strs"?}
+//                     "chat_template"?, "chat_template_kwargs"?, "tools"?,
+//                     "return_token_strs"?}
 //                 -> {"count", "max_model_len", "tokens": [ids], "token_strs": [...] or null}
 //   POST /detokenize {"model"?, "tokens": [ids]} -> {"prompt": text}
 //
@@ -30,7 +31,7 @@ namespace mlaserve::router::openai {
 struct TokenizeRequest {
   // The prompt form's text; nullopt for the messages form, whose fields `chat` holds
   // (Endpoint::kChat: messages, add_generation_prompt, continue_final_message,
-  // chat_template_kwargs, tools).
+  // chat_template, chat_template_kwargs, tools).
   std::optional<std::string> prompt;
   ApiRequest chat;
   // The tokenizer's own special tokens (BOS) added: vLLM's defaults, true for a prompt, false

@@ -63,7 +63,11 @@ TEST(TokenizeRequestTest, MessagesFormIsReadAsChatReadsIt) {
   EXPECT_TRUE(t.chat.add_generation_prompt);
   EXPECT_FALSE(t.chat.continue_final_message);
   EXPECT_EQ(t.chat.chat_template_kwargs, Json({{"thinking", true}}));
+  EXPECT_FALSE(t.chat.chat_template.has_value());  // null: not given
   EXPECT_EQ(t.chat.tool_choice, ApiRequest::ToolChoice::kNone);
+  // A request's own template is read as chat reads it (whether it is served is ChatPrompt's).
+  t = Tok(R"({"messages": [{"role": "user", "content": "hi"}], "chat_template": "{{ 1 }}"})");
+  EXPECT_EQ(t.chat.chat_template, "{{ 1 }}");
 
   t = Tok(R"({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": false,
               "add_special_tokens": true,
@@ -110,8 +114,8 @@ TEST(TokenizeRequestTest, BadBodiesAre400sNamingTheParameter) {
             "continue_final_message", "Cannot set both 'continue_final_message' and 'add_generation_prompt'"},
            {R"({"messages": [{"role": "assistant", "content": "x"}], "continue_final_message": "yes",
                 "add_generation_prompt": false})", "continue_final_message", "must be a boolean"},
-           {R"({"messages": [{"role": "user", "content": "x"}], "chat_template": "{{ 1 }}"})", "chat_template",
-            "renders every chat with its model's template"},
+           {R"({"messages": [{"role": "user", "content": "x"}], "chat_template": 1})", "chat_template",
+            "must be a string"},
            {R"({"messages": [{"role": "user", "content": "x"}], "mm_processor_kwargs": 3})",
             "mm_processor_kwargs", "must be an object"},
        }) {
