@@ -127,6 +127,12 @@ class SchemaTest(unittest.TestCase):
                          "decodeAffinityBalanceRel": 2.5}}
         self.assertEqual(self.errors(deep_merge(defaults(), ok)), [])
 
+    def test_trust_request_chat_template_checked(self):
+        self.assertRejected({"router": {"trustRequestChatTemplate": "yes"}},
+                            "'yes' is not of type 'boolean', 'null'")
+        ok = {"router": {"trustRequestChatTemplate": True}}
+        self.assertEqual(self.errors(deep_merge(defaults(), ok)), [])
+
 
 class RenderTest(unittest.TestCase):
     """Every template renders with the default values and the 2p4d example, each object is a
@@ -427,6 +433,15 @@ class RenderTest(unittest.TestCase):
         objs = render(extra_values={"router": {"decodeAffinityBalanceRel": 2}})
         flags = flag_values(container(find(objs, "Deployment", "router"))["args"])
         self.assertEqual(flags["--decode-affinity-balance-rel"], "2")
+
+    def test_trust_request_chat_template_flag_only_when_set(self):
+        for name, objs, _, _ in self.each():
+            args = container(find(objs, "Deployment", "router"))["args"]
+            self.assertFalse(any(a.startswith("--trust-request-chat-template") for a in args), name)
+        for value, flag in ((True, "--trust-request-chat-template=true"),
+                            (False, "--trust-request-chat-template=false")):
+            objs = render(extra_values={"router": {"trustRequestChatTemplate": value}})
+            self.assertIn(flag, container(find(objs, "Deployment", "router"))["args"])
 
     def test_kv_cache_dtype_reaches_both_workers_and_must_agree(self):
         objs = render(extra_values={"prefill": {"kvCacheDtype": "fp8"},
