@@ -157,6 +157,7 @@ def run_checks(client, base, router_log):
     check(chat.usage.prompt_tokens == c.usage.prompt_tokens, "chat prompt tokens equal (one BOS)")
     run_tokenize_checks(base, c, chat)
     run_continue_final_message_checks(client, base)
+    run_request_chat_template_checks(client, base)
 
     deltas = []
     for chunk in client.chat.completions.create(model="demo", max_tokens=12, temperature=0, stream=True,
@@ -281,6 +282,33 @@ def run_continue_final_message_checks(client, base):
         except openai.BadRequestError as e:
             check(e.body["param"] == "continue_final_message",
                   f"continue_final_message refused, {what}: {e.message}")
+
+
+def run_request_chat_template_checks(client, base):
+    """vLLM's request-level chat_template (extra_body; the router runs with
+    --trust-request-chat-template). This one writes the first message and then " 17 18" itself,
+    so the chat is the completion of "count from 17: 17 18"; one the interpreter refuses is a
+    400 naming chat_template with its line."""
+    own = "{{ bos_token }}{{ messages[0]['content'] }} 17 18"
+    completion = client.completions.create(model="demo", prompt="count from 17: 17 18", max_tokens=12, temperature=0)
+    chat = client.chat.completions.create(model="demo", max_tokens=12, temperature=0,
+                                          extra_body={"chat_template": own},
+                                          messages=[{"role": "user", "content": "count from 17:"}])
+    answer = chat.choices[0].message.content
+    check(answer == completion.choices[0].text and chat.usage.prompt_tokens == completion.usage.prompt_tokens,
+          f"chat_template: the request's template renders the prompt ({answer!r})")
+    check(answer.lstrip().startswith("19"), f"chat_template: the count goes on ({answer!r})")
+    status, t = http_post_json(base + "/tokenize", {"messages": [{"role": "user", "content": "count from 17:"}],
+                                                   "chat_template": own})
+    check(status == 200 and t["count"] == chat.usage.prompt_tokens,
+          f"/tokenize with chat_template counts the chat's prompt tokens ({t})")
+    try:
+        client.chat.completions.create(model="demo", max_tokens=4, extra_body={"chat_template": "{% if x %}\nno end"},
+                                       messages=[{"role": "user", "content": "hi"}])
+        check(False, "chat_template that does not compile refused")
+    except openai.BadRequestError as e:
+        check(e.body["param"] == "chat_template" and "line" in e.body["message"],
+              f"chat_template that does not compile: 400 naming it ({e.message})")
 
 
 WEATHER_TOOL = {"type": "function",
@@ -716,6 +744,7 @@ def main():
                          "--admin-listen", "127.0.0.1:0", "--model", MODEL_DIR,
                          "--http-port", "0", "--metrics-port", "0", "--poll-interval-ms", "100",
                          "--tool-call-parser", "deepseek_v31",
+                         "--trust-request-chat-template",
                          "--prefill", prefill.address, "--decode", decode.address], router_log)
         servers.append(router)
         http = router.wait_line("http listening on ")
