@@ -7,13 +7,15 @@
 
 namespace mlaserve::router::openai {
 
-RequestTemplateCache::RequestTemplateCache(size_t max_entries) : max_entries_(std::max<size_t>(max_entries, 1)) {}
+RequestTemplateCache::RequestTemplateCache(size_t max_entries)
+    : max_entries_(std::max<size_t>(max_entries, 1)) {}
 
-absl::StatusOr<std::shared_ptr<const RequestTemplate>> RequestTemplateCache::Get(std::string_view source) {
+absl::StatusOr<std::shared_ptr<const RequestTemplate>> RequestTemplateCache::Get(
+    std::string_view source) {
   if (source.size() > kMaxRequestTemplateBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the request's chat template has ", source.size(),
-                                                   " bytes; at most ", kMaxRequestTemplateBytes,
-                                                   " are accepted"));
+    return absl::InvalidArgumentError(absl::StrCat("the request's chat template has ",
+                                                   source.size(), " bytes; at most ",
+                                                   kMaxRequestTemplateBytes, " are accepted"));
   }
   {
     absl::MutexLock lock(&mu_);
