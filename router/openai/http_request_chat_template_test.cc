@@ -50,31 +50,9 @@ class HttpRequestChatTemplateTest : public testing::HttpApiFixture {
     ASSERT_NE(api_, nullptr);
   }
 
-  // The chat answer for `fields`, and the prompt ids the decode worker was given.
+  // The chat answer's content for `fields`, and the prompt ids the decode worker was given.
   std::pair<Json, std::vector<int32_t>> Chat(const std::string& fields) {
-    httplib::Result r = Post("/v1/chat/completions", R"({"model": "demo", "max_tokens": 256, )" + fields + "}");
-    if (!r) {
-      ADD_FAILURE() << "no answer";
-      return {};
-    }
-    EXPECT_EQ(r->status, 200) << r->body;
-    const std::vector<v1::ReserveRequest> reserves = decode_.reserves();
-    if (reserves.empty()) {
-      ADD_FAILURE() << "the chat request reached no worker";
-      return {};
-    }
-    const auto& ids = reserves.back().prompt_token_ids();
-    return {Json::parse(r->body), std::vector<int32_t>(ids.begin(), ids.end())};
-  }
-
-  std::vector<int32_t> Tokenize(const std::string& fields) {
-    httplib::Result r = Post("/tokenize", "{" + fields + "}");
-    if (!r) {
-      ADD_FAILURE() << "no answer";
-      return {};
-    }
-    EXPECT_EQ(r->status, 200) << r->body;
-    return Json::parse(r->body)["tokens"].get<std::vector<int32_t>>();
+    return ChatWithPromptIds(fields, 256);
   }
 
   // The error of a 400 on `path`, checked to name `param`.

@@ -5,8 +5,13 @@
 
 #include <httplib.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -82,6 +87,38 @@ class HttpApiFixture : public ::testing::Test {
     httplib::Client client("127.0.0.1", port != 0 ? port : api_->port());
     client.set_read_timeout(10);
     return client.Post(path.c_str(), body, "application/json");
+  }
+
+  // The chat answer for `fields` (the members after "model" and "max_tokens"), checked to be a
+  // 200, and the prompt ids the decode worker was given for it.
+  std::pair<nlohmann::json, std::vector<int32_t>> ChatWithPromptIds(const std::string& fields,
+                                                                    int max_tokens) {
+    httplib::Result r = Post("/v1/chat/completions",
+                             R"({"model": "demo", "max_tokens": )" + std::to_string(max_tokens) +
+                                 ", " + fields + "}");
+    if (!r) {
+      ADD_FAILURE() << "no answer";
+      return {};
+    }
+    EXPECT_EQ(r->status, 200) << r->body;
+    const std::vector<v1::ReserveRequest> reserves = decode_.reserves();
+    if (reserves.empty()) {
+      ADD_FAILURE() << "the chat request reached no worker";
+      return {};
+    }
+    const auto& ids = reserves.back().prompt_token_ids();
+    return {nlohmann::json::parse(r->body), std::vector<int32_t>(ids.begin(), ids.end())};
+  }
+
+  // /tokenize's ids for the body {fields}, checked to be a 200.
+  std::vector<int32_t> Tokenize(const std::string& fields) {
+    httplib::Result r = Post("/tokenize", "{" + fields + "}");
+    if (!r) {
+      ADD_FAILURE() << "no answer";
+      return {};
+    }
+    EXPECT_EQ(r->status, 200) << r->body;
+    return nlohmann::json::parse(r->body)["tokens"].get<std::vector<int32_t>>();
   }
 
   router::testing::FakeDecodeWorker decode_{64, 0};
