@@ -138,13 +138,20 @@ absl::Status CopyLogitRows(const CopyLogitRowsParams& p, const KernelContext& ct
 absl::Status CopyLogitRowsCpu(const CopyLogitRowsParams& p);
 absl::Status CopyLogitRowsCuda(const CopyLogitRowsParams& p, void* stream);
 
-// Log-probabilities of drawn tokens (OpenAI's logprobs / top_logprobs, vLLM's raw_logprobs):
-// for each row, over its raw logits x, lse = m + log(sum_i exp(x_i - m)) with m = max x, the
-// exponentials and their sum in double (m, x_i widened from f32); the drawn token's logprob
-// (f32)(x_t - lse), then the min(top_n, vocab) highest logits by descending value, ties to the
-// lower id (-0 ties +0), each with (f32)(x_i - lse). The CUDA sum runs in a different order than
-// the CPU's serial one (~1e-16 relative in double), so a logprob may differ by one f32 rounding
-// (|d| <= 1e-5 * max(1, |logprob|)); the ids and their order are exact.
+// Log-probabilities of drawn tokens (OpenAI's logprobs / top_logprobs, vLLM's raw_logprobs) and
+// of prompt tokens (vLLM's prompt_logprobs): for each row, over its raw logits x, lse = m +
+// log(sum_i exp(x_i - m)) with m = max x, the exponentials and their sum in double (m, x_i
+// widened from f32); the row's token's logprob (f32)(x_t - lse), then the min(top_n, vocab)
+// highest logits by descending value, ties to the lower id (-0 ties +0), each with
+// (f32)(x_i - lse); and, where `ranks` is set, the token's rank: how many of the row's f32 logits
+// are >= x_t, itself included (1 = the most likely; tied tokens share the larger rank; vLLM's
+// rank). The CUDA sum runs in a different order than the CPU's serial one (~1e-16 relative in
+// double), so a logprob may differ by one f32 rounding (|d| <= 1e-5 * max(1, |logprob|)); the
+// ids, their order and the ranks are exact.
+//
+// Two ways to name each row's token: the decode step's drawn rows (row_ids set: row r is the
+// raw copy of batch row row_ids[r], its token Sample's out_ids[row_ids[r]]), and the prompt's
+// scored rows (row_ids null: row r's token is token_ids[r], the prompt token after it).
 inline constexpr int kMaxLogprobsTop = 20;  // OpenAI's top_logprobs limit
 
 struct LogprobEntry {
@@ -153,17 +160,20 @@ struct LogprobEntry {
 };
 
 struct LogprobsParams {
-  int batch = 0;                       // drawn rows (token_ids)
-  int rows = 0;                        // rows that want logprobs, <= batch
+  int batch = 0;                       // with row_ids: the drawn rows (token_ids); else unused
+  int rows = 0;                        // rows of logits, <= batch when row_ids is set
   int vocab = 0;
   int out_stride = 0;                  // entries a row of out: >= 1 + every top_n
   const float* logits = nullptr;       // [rows, vocab] f32: the raw logits (CopyLogitRows)
-  const int32_t* token_ids = nullptr;  // [batch] drawn ids (Sample's out_ids)
+  const int32_t* token_ids = nullptr;  // [batch] drawn ids (Sample's out_ids) with row_ids,
+                                       // else [rows]: row r's own token
   const int32_t* row_ids = nullptr;    // [rows] in [0, batch): row r's token is
-                                       // token_ids[row_ids[r]]
+                                       // token_ids[row_ids[r]]; null: token_ids[r]
   const int32_t* top_n = nullptr;      // [rows], in [0, kMaxLogprobsTop]
-  LogprobEntry* out = nullptr;         // [rows, out_stride]: the drawn token, then the top
+  LogprobEntry* out = nullptr;         // [rows, out_stride]: the row's token, then the top
                                        // min(top_n, vocab); later entries are not written
+  int32_t* ranks = nullptr;            // [rows] the token's rank, or null: not computed (the
+                                       // decode step's rows, which return no rank)
 };
 
 absl::Status ComputeLogprobs(const LogprobsParams& p, const KernelContext& ctx);

@@ -5,6 +5,9 @@
 //      every run), lse = max + log(sum) as the CPU computes it;
 //   3. the top-n: each warp merges its lanes' lists (n rounds of a warp max of the heads, the
 //      winner pops), then warp 0 merges the warps' lists the same way.
+// With ranks (prompt logprobs; a template parameter, so the decode step's rows, which ask none,
+// run the kernel they ran before): pass 2 also counts the logits >= the token's, an int block
+// sum (exact, whatever the order).
 // The key orders tokens as the CPU's partial sort does: the logit's IEEE bits made
 // order-preserving (descending logit; -0 taken as +0, since the CPU's == ties them), then
 // 0xFFFFFFFF - id (ties to the lower id). Keys are distinct, so every merge round has one
@@ -24,6 +27,7 @@ namespace {
 constexpr int kLogprobsThreads = 512;
 constexpr int kLogprobsWarps = kLogprobsThreads / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kQuietNanBits = 0x7fc00000;
 
 // Larger key = earlier in the CPU's order. Never 0 for a token (the id half is at least
 // 0xFFFFFFFF - (vocab - 1) > 0), so 0 marks an empty slot.
@@ -70,10 +74,17 @@ struct TopKeys {
   }
 };
 
+// Row r's token: its drawn id, or its own where row_ids is null (api.h).
+__device__ __forceinline__ int32_t RowToken(const LogprobsParams& p, int r) {
+  return p.row_ids != nullptr ? p.token_ids[p.row_ids[r]] : p.token_ids[r];
+}
+
+template <bool kRanks>
 __global__ void __launch_bounds__(kLogprobsThreads)
     LogprobsKernel(const __grid_constant__ LogprobsParams p) {
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
+  __shared__ int iscratch[32];
   __shared__ uint64_t warp_top[kLogprobsWarps][kMaxLogprobsTop];
   cuda::PdlEnter();
   const int r = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -94,14 +105,30 @@ __global__ void __launch_bounds__(kLogprobsThreads)
   }
   m = cuda::BlockMax(m, fscratch);
   const double md = m;
+  // The rank compares with the token's logit; a token outside the vocabulary (the CPU refuses
+  // it) compares as NaN, so it counts nothing: rank 0.
+  float own = 0.0f;
+  if constexpr (kRanks) {
+    const int32_t t = RowToken(p, r);
+    own = t >= 0 && t < V ? x[t] : __int_as_float(kQuietNanBits);
+  }
   double part = 0.0;
-  for (int i = tid; i < V; i += kLogprobsThreads) part += exp(static_cast<double>(x[i]) - md);
+  int at_least = 0;
+  for (int i = tid; i < V; i += kLogprobsThreads) {
+    const float v = x[i];
+    part += exp(static_cast<double>(v) - md);
+    if constexpr (kRanks) at_least += v >= own ? 1 : 0;
+  }
   const double lse = md + log(cuda::BlockSum(part, dscratch));
+  if constexpr (kRanks) {
+    const int rank = cuda::BlockSum(at_least, iscratch);
+    if (tid == 0) p.ranks[r] = rank;
+  }
 
   if (tid == 0) {
-    const int32_t t = p.token_ids[p.row_ids[r]];
+    const int32_t t = RowToken(p, r);
     const bool in_vocab = t >= 0 && t < V;
-    const float nan = __int_as_float(0x7fc00000);
+    const float nan = __int_as_float(kQuietNanBits);
     out[0] = {t, in_vocab ? static_cast<float>(static_cast<double>(x[t]) - lse) : nan};
   }
   if (n == 0) return;
@@ -131,10 +158,10 @@ __global__ void __launch_bounds__(kLogprobsThreads)
 }  // namespace
 
 absl::Status ComputeLogprobsCuda(const LogprobsParams& p, void* stream) {
-  return cuda::LaunchPdl("logprobs",
-                         cuda::LaunchShape{dim3(p.rows), dim3(kLogprobsThreads), 0,
-                                           static_cast<cudaStream_t>(stream)},
-                         LogprobsKernel, p);
+  const cuda::LaunchShape shape{dim3(p.rows), dim3(kLogprobsThreads), 0,
+                                static_cast<cudaStream_t>(stream)};
+  if (p.ranks != nullptr) return cuda::LaunchPdl("logprobs", shape, LogprobsKernel<true>, p);
+  return cuda::LaunchPdl("logprobs", shape, LogprobsKernel<false>, p);
 }
 
 }  // namespace mlaserve::kernels

@@ -12,12 +12,16 @@
 namespace mlaserve::kernels {
 
 absl::Status ComputeLogprobsCpu(const LogprobsParams& p) {
+  // Row r's token: the drawn id of its batch row, or its own (row_ids null: api.h).
+  const auto token_of = [&p](int r) {
+    return p.row_ids != nullptr ? p.token_ids[p.row_ids[r]] : p.token_ids[r];
+  };
   for (int r = 0; r < p.rows; ++r) {
-    if (p.row_ids[r] < 0 || p.row_ids[r] >= p.batch) {
+    if (p.row_ids != nullptr && (p.row_ids[r] < 0 || p.row_ids[r] >= p.batch)) {
       return absl::InvalidArgumentError(absl::StrCat("logprobs: row_ids[", r, "]=", p.row_ids[r],
                                                      " is outside [0, batch=", p.batch, ")"));
     }
-    const int32_t token = p.token_ids[p.row_ids[r]];
+    const int32_t token = token_of(r);
     if (token < 0 || token >= p.vocab) {
       return absl::InvalidArgumentError(absl::StrCat("logprobs: the token of row ", r, " is ",
                                                      token, ", outside [0, vocab=", p.vocab, ")"));
@@ -39,8 +43,13 @@ absl::Status ComputeLogprobsCpu(const LogprobsParams& p) {
     double sum = 0;
     for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
     const double lse = m + std::log(sum);
-    const int32_t token = p.token_ids[p.row_ids[r]];
+    const int32_t token = token_of(r);
     out[0] = {token, static_cast<float>(static_cast<double>(x[token]) - lse)};
+    if (p.ranks != nullptr) {
+      // vLLM's rank on the f32 logits: -0 and +0 compare equal, a NaN never counts.
+      const float own = x[token];
+      p.ranks[r] = static_cast<int32_t>(std::count_if(x, x + V, [own](float v) { return v >= own; }));
+    }
     const int n = std::min(p.top_n[r], V);
     if (n <= 0) continue;
     std::iota(order.begin(), order.end(), 0);

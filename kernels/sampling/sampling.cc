@@ -115,10 +115,10 @@ absl::Status ComputeLogprobs(const LogprobsParams& p, const KernelContext& ctx) 
   if (p.rows == 0) return absl::OkStatus();
   RETURN_IF_ERROR(RequireNonNull("logits", p.logits));
   RETURN_IF_ERROR(RequireNonNull("token_ids", p.token_ids));
-  RETURN_IF_ERROR(RequireNonNull("row_ids", p.row_ids));
   RETURN_IF_ERROR(RequireNonNull("top_n", p.top_n));
   RETURN_IF_ERROR(RequireNonNull("out", p.out));
-  if (p.rows > p.batch) {
+  // row_ids null: each row's token is its own (api.h), and batch is not read.
+  if (p.row_ids != nullptr && p.rows > p.batch) {
     return absl::InvalidArgumentError(
         absl::StrCat("logprobs: rows=", p.rows, " for batch=", p.batch, " drawn rows"));
   }
