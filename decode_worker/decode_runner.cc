@@ -66,6 +66,10 @@ DecodeRunner::DecodeRunner(model::Engine* engine, kvtransfer::KvReceiver* receiv
                                  "Reservations whose lease ended unused.");
   preemptions_ = m->GetCounter("mlaserve_decode_preemptions_total",
                                "Running requests that gave their KV pages back (recomputed later).");
+  pages_reused_ = m->GetCounter(
+      "mlaserve_decode_kv_pages_reused_total",
+      "Prompt KV pages (every layer's) of remotely prefilled requests taken from this worker's "
+      "prefix cache instead of received.");
   ttft_seconds_ = m->GetHistogram("mlaserve_time_to_first_token_seconds",
                                   "From Reserve to the first token streamed.",
                                   common::LatencyBucketsSeconds());

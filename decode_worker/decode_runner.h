@@ -6,6 +6,11 @@
 //               page left per running request) taking the pages of the prompt and the first
 //               new token, and, for remote prefill, opens a KvReceiver session that owns the
 //               pages until the KV has landed. Local-prefill requests hold theirs directly.
+//               Both start from the prompt's leading pages this worker's prefix cache holds
+//               (a remote prefill when the router asks, ReserveSpec::reuse_cached_pages): a
+//               local prefill computes only the rest, a remote one receives only the rest
+//               (the session's cached_pages; its hold on them is released with the session's
+//               pages on any failure).
 //   OpenStream  (RPC thread) attaches the token sink.
 //   the loop    admits a request once its KV is complete (or it prefills locally) and its
 //               stream is open, then step() = schedule() -> run() -> postprocess() decodes one
@@ -101,6 +106,10 @@ struct ReserveSpec {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   bool local_prefill = false;
+  // Remote prefill: keep the prompt's leading whole pages this worker's prefix cache holds
+  // (under cache_salt, as a local prefill takes them) instead of receiving them; the session
+  // reference says how many (KvSessionRef::cached_pages). Ignored with the cache off.
+  bool reuse_cached_pages = false;
   std::string prefill_compat_hash;  // required unless local_prefill
   absl::Duration lease;             // zero: the default
   std::string cache_salt;           // the prefix-cache partition (at most 256 bytes)
@@ -202,9 +211,10 @@ class DecodeRunner {
   model::KvPool& PoolOf(const DecodeSequence& seq) { return engine_->rank_pool(seq.rank); }
   // The rank a new request of `pages_needed` pages goes to, or RESOURCE_EXHAUSTED naming every
   // rank's room.
-  // `local`: the sequence of a local prefill, whose cached pages (TakePages) count as room.
+  // `cached_from`: a sequence that takes its prompt's cached pages (TakePages: a local prefill,
+  // or a remote one that reuses them), which count as room.
   absl::StatusOr<int> PickRank(int prompt_len, int pages_needed,
-                               const DecodeSequence* local = nullptr)
+                               const DecodeSequence* cached_from = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateRankGauges();
   // Sends a local prefill's scored prompt rows (sampling.prompt_logprobs) to `r`'s sink and
@@ -258,6 +268,8 @@ class DecodeRunner {
   common::Counter* kv_failures_;
   common::Counter* lease_expired_;
   common::Counter* preemptions_;
+  // Prompt pages remotely prefilled requests kept from the prefix cache instead of receiving.
+  common::Counter* pages_reused_;
   common::Histogram* ttft_seconds_;
   common::Histogram* itl_seconds_;
   common::Histogram* e2e_seconds_;

@@ -23,7 +23,7 @@ ReserveBounds DecodeRunner::bounds() const {
 }
 
 absl::StatusOr<int> DecodeRunner::PickRank(int prompt_len, int pages_needed,
-                                           const DecodeSequence* local) {
+                                           const DecodeSequence* cached_from) {
   // Each running request keeps a page free to grow (vLLM keeps a watermark too): a new
   // reservation that would take them would only make a running request give its pages back at
   // its next step.
@@ -38,12 +38,12 @@ absl::StatusOr<int> DecodeRunner::PickRank(int prompt_len, int pages_needed,
   std::vector<int> free(ranks);
   for (int r = 0; r < ranks; ++r) {
     free[r] = engine_->rank_pool(r).free_pages();
-    // A local prefill takes the cached pages of its prompt's start (TakePages): those other
+    // A request that takes the cached pages of its prompt's start (TakePages): those other
     // requests hold cost it no free page.
     int held = 0;
-    if (local != nullptr) {
-      engine_->rank_pool(r).CachedPrefixPages(local->tokens, local->MaxCachedPages(),
-                                              local->cache_salt, &held);
+    if (cached_from != nullptr) {
+      engine_->rank_pool(r).CachedPrefixPages(cached_from->tokens, cached_from->MaxCachedPages(),
+                                              cached_from->cache_salt, &held);
     }
     const int room = free[r] - (pages_needed - held) - growing[r];
     if (room < 0) continue;
@@ -128,6 +128,10 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   std::string kv_endpoint;
   std::vector<int32_t> pages;
   model::KvPool* pool = nullptr;
+  // Remote prefill from this worker's prefix cache: the session's pages start with the cached
+  // ones, which the prefill worker does not ship.
+  const bool reuse = !spec.local_prefill && spec.reuse_cached_pages && options_.prefix_cache;
+  int cached_pages = 0;
   {
     absl::MutexLock lock(&mu_);
     if (kv_endpoint_.empty()) return absl::UnavailableError("decode worker is starting");
@@ -136,13 +140,21 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
       return absl::AlreadyExistsError(
           absl::StrCat("request ", r->request_id, " already has a reservation here"));
     }
-    ASSIGN_OR_RETURN(seq->rank,
-                     PickRank(prompt_len, pages_needed, spec.local_prefill ? seq.get() : nullptr));
+    ASSIGN_OR_RETURN(seq->rank, PickRank(prompt_len, pages_needed,
+                                         spec.local_prefill || reuse ? seq.get() : nullptr));
     pool = &engine_->rank_pool(seq->rank);
-    if (spec.local_prefill) {
-      // From the prefix cache where this worker holds the prompt's start; it computes the rest.
+    if (spec.local_prefill || reuse) {
+      // From the prefix cache where this worker holds the prompt's start; it computes (a local
+      // prefill) or receives (a remote one) the rest. The holds on the cached pages keep them
+      // from being handed out while the transfer runs.
       RETURN_IF_ERROR(TakePages(*seq, *pool, pages_needed));
       pages = seq->pages;
+      if (reuse) {
+        cached_pages = seq->cached / kernels::kPageSize;
+        seq->pages.clear();  // the KV session owns them until the KV has landed
+        seq->cached = 0;     // not a local prefill's cached tokens (OnPromptCached)
+        seq->num_computed = 0;
+      }
     } else {
       absl::StatusOr<std::vector<int32_t>> allocated = pool->Allocate(pages_needed);
       if (!allocated.ok()) return allocated.status();
@@ -173,7 +185,7 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
           // The runner is gone: the pages have no other owner.
           if (!delivered && kv.ok()) pool->Free(kv->pages);
         },
-        pool);
+        pool, cached_pages);
     if (!s.ok()) {  // the receiver did not take the pages (it is shutting down)
       absl::MutexLock lock(&mu_);
       session_of_.erase(r->request_id);
@@ -196,6 +208,7 @@ absl::StatusOr<Reservation> DecodeRunner::Reserve(ReserveSpec spec) {
   out.session.num_pages = spec.local_prefill ? 0 : transfer_pages;
   out.session.compat_hash = compat_hash_;
   out.session.rank = seq->rank;
+  out.session.cached_pages = cached_pages;
   out.lease_deadline = r->lease_deadline;
   return out;
 }
@@ -212,6 +225,7 @@ void DecodeRunner::OnKvDone(const std::string& session_id, model::KvPool* pool,
   r.kv_pending = false;
   if (kv.ok()) {
     kv_bytes_in_->Increment(static_cast<double>(kv->bytes));
+    pages_reused_->Increment(kv->cached_pages);
     r.seq->pages = std::move(kv->pages);
     r.seq->num_computed = r.seq->prompt_len;
     r.seq->tokens.push_back(kv->first_token);

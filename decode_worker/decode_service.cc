@@ -37,6 +37,7 @@ absl::StatusOr<ReserveSpec> ToReserveSpec(const v1::ReserveRequest& request,
   spec.stop_token_ids.assign(sampling.stop_token_ids().begin(), sampling.stop_token_ids().end());
   spec.ignore_eos = sampling.ignore_eos();
   spec.local_prefill = request.local_prefill();
+  spec.reuse_cached_pages = request.reuse_cached_pages() && !spec.local_prefill;
   RETURN_IF_ERROR(common::ValidateCacheSalt(request.cache_salt()));
   spec.cache_salt = request.cache_salt();
   if (spec.sampling.wants_logprobs() && !spec.local_prefill) {

@@ -8,18 +8,19 @@ namespace mlaserve::kvtransfer {
 class FakeKvSender final : public KvSender {
  public:
   FakeKvSender(FakeKvTransport* transport, KvReceiver* receiver, std::string session_id,
-               int dest_rank)
+               int dest_rank, int cached_pages)
       : transport_(transport),
         receiver_(receiver),
         session_id_(std::move(session_id)),
-        dest_rank_(dest_rank) {}
+        dest_rank_(dest_rank),
+        cached_pages_(cached_pages) {}
   ~FakeKvSender() override {
     if (!completed_) Abort(absl::CancelledError("KV sender destroyed before completion"));
   }
 
   // The addressed rank and the source rank reach the receiver as over tcp (rank_route.h).
   absl::Status Open(const KvLayout& layout) {
-    return Fail(receiver_->Open(session_id_, layout, nullptr, dest_rank_));
+    return Fail(receiver_->Open(session_id_, layout, nullptr, dest_rank_, cached_pages_));
   }
 
   absl::Status SendPage(int layer, int page_index, std::string payload) override {
@@ -92,6 +93,7 @@ class FakeKvSender final : public KvSender {
   KvReceiver* const receiver_;
   const std::string session_id_;
   const int dest_rank_;
+  const int cached_pages_;  // the pages the receiver holds: the caller ships the others
   int source_rank_ = 0;
   std::string rank_route_;
   absl::Status status_;
@@ -128,7 +130,8 @@ absl::StatusOr<std::unique_ptr<KvSender>> FakeKvTransport::Open(const KvSessionR
     }
     receiver = it->second;
   }
-  auto sender = std::make_unique<FakeKvSender>(this, receiver, ref.session_id, ref.rank);
+  auto sender =
+      std::make_unique<FakeKvSender>(this, receiver, ref.session_id, ref.rank, ref.cached_pages);
   (void)sender->Open(local_layout);  // a refusal shows in sender->status()
   return sender;
 }

@@ -51,7 +51,7 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
                                            [finish = finish_](const absl::Status& why) {
                                              finish->Finish(ToGrpcStatus(why));
                                            },
-                                           msg_.open().dest_rank())
+                                           msg_.open().dest_rank(), msg_.open().cached_pages())
                          : layout.status();
         break;
       }

@@ -48,6 +48,7 @@ mlaserve::v1::KvSessionRef ToProto(const KvSessionRef& r) {
   p.set_num_pages(r.num_pages);
   p.set_compat_hash(r.compat_hash);
   p.set_rank(r.rank);
+  p.set_cached_pages(r.cached_pages);
   return p;
 }
 
@@ -67,6 +68,11 @@ absl::StatusOr<KvSessionRef> FromProto(const mlaserve::v1::KvSessionRef& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("kv_session.rank is ", p.rank(), "; must be >= 0"));
   }
+  if (p.cached_pages() < 0 || (p.cached_pages() > 0 && p.cached_pages() >= p.num_pages())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv_session.cached_pages is ", p.cached_pages(), "; must be in [0, num_pages ",
+        p.num_pages(), ") (the page of the prompt's last token is always shipped)"));
+  }
   KvSessionRef r;
   r.session_id = p.session_id();
   r.endpoint = p.endpoint();
@@ -74,6 +80,7 @@ absl::StatusOr<KvSessionRef> FromProto(const mlaserve::v1::KvSessionRef& p) {
   r.num_pages = p.num_pages();
   r.compat_hash = p.compat_hash();
   r.rank = p.rank();
+  r.cached_pages = p.cached_pages();
   return r;
 }
 

@@ -22,15 +22,21 @@ struct KvReceiver::Session {
   std::function<void(const absl::Status&)> on_failure ABSL_GUARDED_BY(mu);
   bool opened ABSL_GUARDED_BY(mu) = false;
   int addressed_rank ABSL_GUARDED_BY(mu) = 0;  // the decode rank the sender named at Open
+  // pages[0, cached_pages) hold the KV already; the transfer writes [cached_pages,
+  // transfer_pages). Fixed at CreateSession, or 0 from an Open whose sender ships every page.
+  int cached_pages ABSL_GUARDED_BY(mu) = 0;
   bool ended ABSL_GUARDED_BY(mu) = false;
   absl::Time last_progress ABSL_GUARDED_BY(mu);
-  std::vector<uint8_t> received ABSL_GUARDED_BY(mu);  // [layer * transfer_pages + page_index]
+  // [layer * shipped() + page_index - cached_pages]: the pages the transfer writes.
+  std::vector<uint8_t> received ABSL_GUARDED_BY(mu);
   int64_t bytes ABSL_GUARDED_BY(mu) = 0;
   int32_t pages_written ABSL_GUARDED_BY(mu) = 0;
   int pins ABSL_GUARDED_BY(mu) = 0;                      // AcquireDirect pins held
   std::vector<int32_t> deferred_free ABSL_GUARDED_BY(mu);  // ended while pinned
   // WritePages still landing on the device: waited before the pages are handed on or freed.
   std::vector<model::KvCopyFence> writes ABSL_GUARDED_BY(mu);
+
+  int shipped() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return transfer_pages - cached_pages; }
 };
 
 namespace {
@@ -84,11 +90,16 @@ KvReceiver::~KvReceiver() {
 
 absl::Status KvReceiver::CreateSession(const std::string& session_id, std::vector<int32_t> pages,
                                        int transfer_pages, absl::Time lease_deadline,
-                                       DoneFn on_done, model::KvPool* pool) {
+                                       DoneFn on_done, model::KvPool* pool, int cached_pages) {
   if (transfer_pages < 0 || static_cast<size_t>(transfer_pages) > pages.size()) {
     return absl::InvalidArgumentError(absl::StrCat("session ", session_id, ": transfer_pages ",
                                                    transfer_pages, " not in [0, ",
                                                    pages.size(), "]"));
+  }
+  if (cached_pages < 0 || (cached_pages > 0 && cached_pages >= transfer_pages)) {
+    return absl::InvalidArgumentError(absl::StrCat("session ", session_id, ": cached_pages ",
+                                                   cached_pages, " not in [0, transfer_pages ",
+                                                   transfer_pages, ")"));
   }
   auto s = std::make_shared<Session>();
   s->id = session_id;
@@ -100,7 +111,8 @@ absl::Status KvReceiver::CreateSession(const std::string& session_id, std::vecto
     absl::MutexLock sl(&s->mu);
     s->pages = std::move(pages);
     s->on_done = std::move(on_done);
-    s->received.assign(static_cast<size_t>(layout_.num_layers) * transfer_pages, 0);
+    s->cached_pages = cached_pages;
+    s->received.assign(static_cast<size_t>(layout_.num_layers) * s->shipped(), 0);
   }
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("KV receiver shutting down");
@@ -179,9 +191,36 @@ bool KvReceiver::Cancel(const std::string& session_id) {
   return true;
 }
 
+absl::Status KvReceiver::ShipEveryPage(Session& s, int sender_cached_pages) {
+  if (sender_cached_pages != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "KV session ", s.id, ": the sender skips the first ", sender_cached_pages,
+        " pages but this decode worker holds ", s.cached_pages, " of them (KvSessionRef."
+        "cached_pages): the two disagree on which pages the transfer writes"));
+  }
+  // A sender that predates KvSessionRef.cached_pages ships every page. The cached pages are
+  // shared with other requests and must never be written: the session holds fresh ones in
+  // their place (what it would have held without the cache) and lets the cached ones go.
+  absl::StatusOr<std::vector<int32_t>> fresh = s.pool->Allocate(s.cached_pages);
+  if (!fresh.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV session ", s.id, ": the sender ships every page (it predates KvSessionRef."
+        "cached_pages) and this decode worker has no ", s.cached_pages,
+        " free pages for the ones it held in its prefix cache: ", fresh.status().message()));
+  }
+  spdlog::info("KV session {}: the sender ships every page (it predates KvSessionRef."
+               "cached_pages); {} pages held from the prefix cache replaced by fresh ones",
+               s.id, s.cached_pages);
+  s.pool->Free(std::span<const int32_t>(s.pages).first(s.cached_pages));
+  std::copy(fresh->begin(), fresh->end(), s.pages.begin());
+  s.cached_pages = 0;
+  s.received.assign(static_cast<size_t>(layout_.num_layers) * s.shipped(), 0);
+  return absl::OkStatus();
+}
+
 absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sender_layout,
                               std::function<void(const absl::Status&)> on_failure,
-                              int addressed_rank) {
+                              int addressed_rank, int sender_cached_pages) {
   std::shared_ptr<Session> s = Find(session_id);
   if (s == nullptr) {
     return absl::NotFoundError(absl::StrCat("KV session ", session_id,
@@ -198,6 +237,7 @@ absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sen
     End(s, compatible);
     return compatible;
   }
+  absl::Status refused;
   {
     absl::MutexLock sl(&s->mu);
     if (s->ended) {
@@ -205,6 +245,17 @@ absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sen
     }
     if (s->opened) {
       return absl::AlreadyExistsError(absl::StrCat("KV session ", session_id, " is already open"));
+    }
+    if (sender_cached_pages != s->cached_pages) refused = ShipEveryPage(*s, sender_cached_pages);
+  }
+  if (!refused.ok()) {
+    End(s, refused);
+    return refused;
+  }
+  {
+    absl::MutexLock sl(&s->mu);
+    if (s->ended) {
+      return absl::NotFoundError(absl::StrCat("KV session ", session_id, " has ended"));
     }
     s->opened = true;
     s->addressed_rank = addressed_rank;
@@ -236,11 +287,15 @@ absl::Status KvReceiver::WritePages(const std::string& session_id, int layer,
       error = absl::InvalidArgumentError(absl::StrCat("KV session ", session_id, ": layer ",
                                                       layer, " not in [0, ", layout_.num_layers,
                                                       ")"));
-    } else if (num_pages < 1 || first_page_index < 0 ||
+    } else if (num_pages < 1 || first_page_index < s->cached_pages ||
                first_page_index > s->transfer_pages - num_pages) {
       error = absl::InvalidArgumentError(absl::StrCat(
           "KV session ", session_id, ": pages [", first_page_index, ", ",
-          int64_t{first_page_index} + num_pages, ") not within [0, ", s->transfer_pages, ")"));
+          int64_t{first_page_index} + num_pages, ") not within [", s->cached_pages, ", ",
+          s->transfer_pages, ")",
+          first_page_index < s->cached_pages && first_page_index >= 0
+              ? " (the pages before are held from the prefix cache and never written)"
+              : ""));
     } else if (payload.size() != page_bytes * num_pages) {
       error = absl::InvalidArgumentError(absl::StrCat(
           "KV session ", session_id, ": payload of ", payload.size(), " bytes for ", num_pages,
@@ -265,8 +320,8 @@ absl::Status KvReceiver::WritePages(const std::string& session_id, int layer,
         s->writes.clear();
       }
       if (error.ok()) {
-        auto received = s->received.begin() +
-                        static_cast<size_t>(layer) * s->transfer_pages + first_page_index;
+        auto received = s->received.begin() + static_cast<size_t>(layer) * s->shipped() +
+                        (first_page_index - s->cached_pages);
         std::fill(received, received + num_pages, 1);
         s->bytes += static_cast<int64_t>(payload.size());
         s->pages_written += num_pages;
@@ -312,10 +367,11 @@ absl::StatusOr<KvPushStats> KvReceiver::Complete(const std::string& session_id,
         const size_t i = missing - s->received.begin();
         error = absl::FailedPreconditionError(
             absl::StrCat("KV session ", session_id, ": completed without layer ",
-                         i / s->transfer_pages, " page ", i % s->transfer_pages));
+                         i / s->shipped(), " page ", s->cached_pages + i % s->shipped()));
       }
     }
     kv.first_token = completion.first_token;
+    kv.cached_pages = s->cached_pages;
     kv.bytes = s->bytes;
     kv.route = MakeRoute(*s->pool, s->addressed_rank, completion.source_rank);
     stats.route = kv.route;
@@ -387,7 +443,7 @@ absl::StatusOr<KvReceiver::DirectWrite> KvReceiver::AcquireDirect(const std::str
       return absl::FailedPreconditionError(
           absl::StrCat("KV session ", session_id, ": direct write before open"));
     }
-    out.pages.assign(s->pages.begin(), s->pages.begin() + s->transfer_pages);
+    out.pages.assign(s->pages.begin() + s->cached_pages, s->pages.begin() + s->transfer_pages);
     out.pool = s->pool;
     ++s->pins;
   }
@@ -415,7 +471,7 @@ absl::Status KvReceiver::MarkLayersLanded(const std::string& session_id, int fir
           "KV session ", session_id, ": landed layers [", first_layer, ", ", end_layer,
           ") with ", bytes, " bytes; layers are [0, ", layout_.num_layers, ")"));
     } else {
-      const size_t n = s->transfer_pages;
+      const size_t n = s->shipped();
       std::fill(s->received.begin() + first_layer * n, s->received.begin() + end_layer * n, 1);
       s->bytes += bytes;
       s->pages_written += static_cast<int32_t>((end_layer - first_layer) * n);

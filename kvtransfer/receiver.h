@@ -1,7 +1,11 @@
 // KvReceiver: the decode side of KV transfer, shared by every transport.
 //
 // The decode worker creates one session per reserved request (CreateSession), handing the
-// session the request's pages. A transport's server side then feeds the session:
+// session the request's pages. The first `cached_pages` of them may already hold the prompt's
+// KV (pages the decode worker took from its prefix cache, shared with other holders): the
+// transfer then writes only the pages after them, and a sender says at Open that it skips them
+// (a sender that predates this ships them all: Open swaps fresh pages in for the cached ones,
+// which are never written). A transport's server side then feeds the session:
 //   Open(id, sender layout) -> WritePages(id, layer, first page index, n, bytes, crc)* ->
 //   Complete(id)
 // or Fail(id, why) when its stream breaks.
@@ -51,6 +55,9 @@ struct KvReceiverOptions {
 
 struct KvReceivedKv {
   std::vector<int32_t> pages;  // every page of the session, now owned by the callee
+  // Of them, the leading pages that were held at CreateSession and not received (0 when the
+  // session had none, or its sender shipped every page).
+  int cached_pages = 0;
   int32_t first_token = 0;
   int64_t bytes = 0;
   RankRoute route;  // the prefill rank the pages came from, the decode ranks that hold them
@@ -71,13 +78,16 @@ class KvReceiver {
 
   const KvLayout& layout() const { return layout_; }
 
-  // Takes ownership of `pages`; the first `transfer_pages` of them receive the transfer.
-  // `pool`: the pool the pages are from, when not the receiver's own (the request's rank's pool
-  // on a data-parallel decode worker, docs/parallel.md; same layout). ALREADY_EXISTS for a live
-  // id, INVALID_ARGUMENT when transfer_pages > pages.size().
+  // Takes ownership of `pages` (one hold on each: KvPool::Free gives them back); page indexes
+  // [cached_pages, transfer_pages) of them receive the transfer, the first `cached_pages` hold
+  // the KV already (a prefix-cache match, KvSessionRef::cached_pages). `pool`: the pool the
+  // pages are from, when not the receiver's own (the request's rank's pool on a data-parallel
+  // decode worker, docs/parallel.md; same layout). ALREADY_EXISTS for a live id,
+  // INVALID_ARGUMENT when transfer_pages > pages.size() or cached_pages is not in
+  // [0, transfer_pages) (0 with no transfer pages).
   absl::Status CreateSession(const std::string& session_id, std::vector<int32_t> pages,
                              int transfer_pages, absl::Time lease_deadline, DoneFn on_done,
-                             model::KvPool* pool = nullptr);
+                             model::KvPool* pool = nullptr, int cached_pages = 0);
   // Ends the session and frees its pages without calling on_done. False if it had ended.
   bool Cancel(const std::string& session_id);
 
@@ -89,9 +99,14 @@ class KvReceiver {
   // `addressed_rank`: the decode rank the sender addresses (its KvSessionRef::rank); when the
   // session's pool carries a rank label (KvPool::rank, a multi-rank engine's) they must agree
   // (FAILED_PRECONDITION naming both otherwise), else it is the route's destination.
+  // `sender_cached_pages`: the leading pages the sender skips (its KvSessionRef::cached_pages).
+  // Equal to the session's: the transfer covers the pages after them. 0 while the session has
+  // some (a sender that predates the field ships every page): the session trades its cached
+  // pages for fresh ones, which the transfer fills (RESOURCE_EXHAUSTED, failing the session,
+  // when the pool has too few free). Any other value: FAILED_PRECONDITION naming both.
   absl::Status Open(const std::string& session_id, const KvLayout& sender_layout,
                     std::function<void(const absl::Status&)> on_failure = nullptr,
-                    int addressed_rank = 0);
+                    int addressed_rank = 0, int sender_cached_pages = 0);
   // The session's route if its pages came from prefill rank `source_rank` (after Open):
   // the decode rank whose pool takes them and that pool's replicas. NOT_FOUND once ended.
   absl::StatusOr<RankRoute> Route(const std::string& session_id, int source_rank) const;
@@ -113,7 +128,8 @@ class KvReceiver {
 
   // Direct-write hook for device-to-device transports (nccl), which write the session's pages
   // themselves instead of calling WritePage. After a successful Open, AcquireDirect returns the
-  // session's transfer page ids (in page-index order) and a pin. While any pin of a session is
+  // ids of the pages the transfer writes (page indexes [cached_pages, transfer_pages), in
+  // order) and a pin. While any pin of a session is
   // held its pages stay out of the pool even if the session ends meanwhile (lease, no progress,
   // Cancel, Fail): they are freed when the last pin is dropped, so a device write still in
   // flight never lands in a page that another request owns. Drop the pin only once the device
@@ -125,7 +141,8 @@ class KvReceiver {
     std::shared_ptr<void> pin;
   };
   absl::StatusOr<DirectWrite> AcquireDirect(const std::string& session_id);
-  // Records that layers [first_layer, end_layer) landed in every transfer page, `bytes` payload
+  // Records that layers [first_layer, end_layer) landed in every page the transfer writes
+  // (those AcquireDirect returned), `bytes` payload
   // bytes in all; counts as progress for the no-progress deadline. Complete() then verifies
   // coverage and totals exactly as for WritePage.
   absl::Status MarkLayersLanded(const std::string& session_id, int first_layer, int end_layer,
@@ -136,6 +153,10 @@ class KvReceiver {
  private:
   struct Session;
   std::shared_ptr<Session> Find(const std::string& session_id) const;
+  // Open's answer to a sender whose cached_pages differs from the session's (s.mu held): 0,
+  // a sender that ships every page, gets fresh pages in place of the cached ones; another
+  // value is refused.
+  absl::Status ShipEveryPage(Session& s, int sender_cached_pages);
   // Ends `s` with `status` (freeing pages unless handed over); calls on_done after unlocking.
   void End(const std::shared_ptr<Session>& s, absl::StatusOr<KvReceivedKv> result);
   void ReaperLoop();

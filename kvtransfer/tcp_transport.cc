@@ -454,6 +454,7 @@ absl::StatusOr<std::unique_ptr<KvSender>> TcpKvTransport::Open(const KvSessionRe
   *open.mutable_open()->mutable_layout() = ToProto(local_layout);
   open.mutable_open()->set_sender(options.sender_name);
   open.mutable_open()->set_dest_rank(ref.rank);
+  open.mutable_open()->set_cached_pages(ref.cached_pages);  // the runner ships the pages after
   stream->Start(stub.get(), std::move(open));
   {
     absl::MutexLock lock(&mu_);

@@ -25,6 +25,11 @@ absl::Status ValidateSessionRef(const KvSessionRef& ref, const KvLayout& local_l
     return absl::InvalidArgumentError(
         absl::StrCat("KV session ", ref.session_id, " has no endpoint"));
   }
+  if (ref.cached_pages < 0 || (ref.cached_pages > 0 && ref.cached_pages >= ref.num_pages)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV session ", ref.session_id, ": cached_pages ", ref.cached_pages,
+        " not in [0, num_pages ", ref.num_pages, ")"));
+  }
   if (!ref.compat_hash.empty() && ref.compat_hash != local_layout.CompatHash()) {
     // The one difference a hash can still name: a receiver of another KV protocol.
     for (int protocol = 1; protocol <= kKvProtocolVersion; ++protocol) {

@@ -30,11 +30,16 @@ struct KvSessionRef {
   std::string session_id;
   std::string endpoint;    // host:port of the receiver's KvService
   std::string transport;   // "tcp", "fake", ...
-  int num_pages = 0;       // pages per layer to ship
+  int num_pages = 0;       // pages per layer of the prompt: ceil(prompt tokens / page size)
   std::string compat_hash; // the receiver's KvLayout::CompatHash()
   // The receiver's data-parallel attention rank whose pool takes the pages (docs/parallel.md);
   // 0 when the decode worker has one pool (one GPU, or tensor attention's replicated cache).
   int rank = 0;
+  // The prompt's leading pages the receiver already holds (its prefix cache): the sender ships
+  // only page indexes [cached_pages, num_pages) of every layer, and tells the receiver so when
+  // it opens. 0 <= cached_pages < num_pages (or both 0).
+  int cached_pages = 0;
+  int pages_to_ship() const { return num_pages - cached_pages; }
 };
 
 struct KvCompletion {
@@ -95,9 +100,10 @@ class KvSender {
   // must stay allocated and unmodified until Complete's `done` ran (or Abort returned), and
   // Complete's total_bytes is then filled in by the transport.
   virtual bool direct() const { return false; }
-  // Ships layer `layer` of every page of the request, once per layer and in layer order, after
-  // the request's last chunk wrote it. `local_pages`: the request's page ids in the sender's
-  // pool (the same list every call). Only enqueues; returns the sticky failure, if any.
+  // Ships layer `layer` of the request's pages, once per layer and in layer order, after the
+  // request's last chunk wrote it: every page from the session's cached_pages on (the receiver
+  // holds the ones before). `local_pages`: all the request's page ids in the sender's pool (the
+  // same list every call). Only enqueues; returns the sticky failure, if any.
   virtual absl::Status SendLayer(int layer, std::span<const int32_t> local_pages) {
     (void)layer;
     (void)local_pages;

@@ -81,6 +81,10 @@ PrefillRunner::PrefillRunner(model::Engine* engine, kvtransfer::KvTransport* tra
   kv_bytes_nccl_ = m->GetCounter("mlaserve_kv_transfer_bytes_total",
                                  "KV page payload bytes moved between workers.",
                                  {{"direction", "sent"}, {"transport", "nccl"}});
+  kv_bytes_skipped_ = m->GetCounter(
+      "mlaserve_kv_transfer_skipped_bytes_total",
+      "KV page payload bytes not sent because the decode worker held those pages in its prefix "
+      "cache.");
   kv_failures_ = m->GetCounter("mlaserve_kv_transfer_failures_total",
                                "KV transfers that failed.", {{"side", "sender"}});
   prompt_tokens_ = m->GetCounter("mlaserve_prefill_prompt_tokens_total",
@@ -351,7 +355,8 @@ void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int rank,
     if (r == nullptr || !r->failure.ok()) continue;
     if (r->sender->direct()) {
       // Device to device, layer-major over the whole prompt: once its last chunk wrote layer
-      // `layer`, every page of the prompt holds it.
+      // `layer`, every page of the prompt holds it (the sender skips those the decode worker
+      // holds).
       if (!c.last || !options_.kv_layerwise) continue;
       if (absl::Status s = r->sender->SendLayer(layer, c.seq->pages); !s.ok()) {
         r->failure = KvPeerFailure(s);
@@ -359,9 +364,13 @@ void PrefillRunner::ShipLayer(const std::vector<PrefillChunk>& chunks, int rank,
       continue;
     }
     // The pages this chunk wrote; the first may have been sent before, partly filled. A
-    // prompt's first chunk also sends the pages it took from the prefix cache.
-    const int first = c.start == c.seq->cached ? 0 : c.start / kernels::kPageSize;
+    // prompt's first chunk also sends the pages it took from the prefix cache. None of the
+    // pages the decode worker holds already (the session's cached_pages): a chunk that wrote
+    // only those sends nothing.
+    const int first = std::max(c.start == c.seq->cached ? 0 : c.start / kernels::kPageSize,
+                               r->job.session.cached_pages);
     const int last = (c.start + c.len - 1) / kernels::kPageSize;
+    if (last < first) continue;
     runs.push_back({r->sender, first,
                     std::vector<int32_t>(c.seq->pages.begin() + first,
                                          c.seq->pages.begin() + last + 1)});
@@ -497,6 +506,8 @@ void PrefillRunner::OnTransferDone(const std::string& id, int32_t token, absl::S
   o.prompt_tokens = static_cast<int>(req->job.tokens.size());
   o.cached_tokens = req->seq->cached;
   o.kv_bytes_sent = req->sender->bytes_sent();
+  o.kv_bytes_skipped = int64_t{req->job.session.cached_pages} * layout_.num_layers *
+                       static_cast<int64_t>(engine_->rank_pool(0).layer_page_bytes());
   o.kv_direct = req->sender->direct();
   o.queue_time = req->first_scheduled - req->arrival;
   o.prefill_time = req->forward_done - req->first_scheduled;
@@ -524,6 +535,7 @@ void PrefillRunner::Finish(const std::string& id, absl::StatusOr<PrefillOutcome>
     cached_tokens_->Increment(outcome->cached_tokens);
     (outcome->kv_direct ? kv_bytes_nccl_ : kv_bytes_tcp_)
         ->Increment(static_cast<double>(outcome->kv_bytes_sent));
+    kv_bytes_skipped_->Increment(static_cast<double>(outcome->kv_bytes_skipped));
     prefill_seconds_->Observe(absl::ToDoubleSeconds(outcome->prefill_time));
     transfer_wait_seconds_->Observe(absl::ToDoubleSeconds(outcome->transfer_wait));
   } else {

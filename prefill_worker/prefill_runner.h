@@ -4,7 +4,8 @@
 //   schedule():    PrefillScheduler picks this step's prompt chunks (token budget, chunk size).
 //   run():         one Engine::ForwardStreamingRanks over the chunks; its layer callback
 //                  ships, for every chunk, the pages that layer just wrote (and a prompt's
-//                  pages taken from the prefix cache with its first chunk), through the
+//                  pages taken from the prefix cache with its first chunk), but none of the
+//                  leading pages the decode worker holds (KvSessionRef::cached_pages), through the
 //                  request's KvSender (host payload senders through the KvShipper: one
 //                  asynchronous read of the layer's pages, sent by the shipping thread while
 //                  later layers compute).
@@ -104,6 +105,9 @@ struct PrefillOutcome {
   int prompt_tokens = 0;
   int cached_tokens = 0;  // of prompt_tokens, whose KV came from the prefix cache
   int64_t kv_bytes_sent = 0;
+  // Payload bytes not sent because the decode worker held those pages (KvSessionRef::
+  // cached_pages, every layer).
+  int64_t kv_bytes_skipped = 0;
   bool kv_direct = false;  // sent GPU to GPU (nccl), not through host payloads (tcp)
   absl::Duration queue_time;
   absl::Duration prefill_time;
@@ -211,6 +215,7 @@ class PrefillRunner {
   common::Counter* requests_failed_;
   common::Counter* kv_bytes_tcp_;
   common::Counter* kv_bytes_nccl_;
+  common::Counter* kv_bytes_skipped_;
   common::Counter* kv_failures_;
   common::Counter* prompt_tokens_;
   common::Counter* cached_tokens_;

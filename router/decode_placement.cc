@@ -144,7 +144,11 @@ absl::StatusOr<DecodePlacement::Target> DecodePlacement::Next() {
   Target target;
   target.decode_address = decode_address_;
   target.local_prefill = local_prefill_;
-  if (!local_prefill_) target.prefill_kv_compat_hash = prefill_kv_compat_hash_;
+  if (!local_prefill_) {
+    target.prefill_kv_compat_hash = prefill_kv_compat_hash_;
+    // Asked even where the router expects nothing there: the worker's cache decides.
+    target.reuse_cached_pages = options_.remote_prefill_reuse;
+  }
   return target;
 }
 
@@ -177,8 +181,11 @@ std::vector<std::string> DecodePlacement::PreferCachedPrefix(
     const auto w = std::find_if(decode.begin(), decode.end(),
                                 [&](const WorkerSnapshot& s) { return s.id == id; });
     const int64_t cached = ExpectedCachedOn(*w);
-    // A remotely prefilled prompt arrives whole, whatever the decode worker holds of it.
-    const int64_t worth = cached > 0 && PrefillsLocally(*w, cached) ? cached : 0;
+    // A prompt the worker prefills itself computes only what it does not hold; a remotely
+    // prefilled one receives only that with remote_prefill_reuse, else it arrives whole.
+    const int64_t worth =
+        cached > 0 && (options_.remote_prefill_reuse || PrefillsLocally(*w, cached)) ? cached
+                                                                                      : 0;
     candidates.push_back({std::move(id), worth, w->estimated_running_requests});
     least_requests = std::min(least_requests, w->estimated_running_requests);
     most_worth = std::max(most_worth, worth);

@@ -7,8 +7,9 @@
 // of requests spreads out before the workers' load reports catch up. With prefix affinity
 // (router/prefix_affinity.h) the prefill worker is ranked by the prompt tokens it is expected
 // not to have cached, and the prompt is recorded for the worker it is sent to; the decode
-// workers, by the prompt tokens a local prefill is expected to find in their own prefix caches
-// (DecodeAffinityOptions), unless that worker is overloaded.
+// workers, by the prompt tokens they are expected to hold in their own prefix caches
+// (DecodeAffinityOptions: a local prefill computes only the rest, a remote one, with
+// Options::remote_prefill_reuse, receives only the rest), unless that worker is overloaded.
 //
 // Not thread-safe: the Generate call owns one and uses it under its own lock. It makes no RPC;
 // the call does (router/generate_call.h).
@@ -49,9 +50,10 @@ std::string DescribeWorkers(const std::vector<WorkerSnapshot>& workers);
 
 // How prefix affinity ranks the decode workers (mlaserve-router's --decode-affinity,
 // --decode-affinity-balance-abs and --decode-affinity-balance-rel; docs/serving.md, "Prefix
-// affinity"). A decode worker's prefix cache saves only a prompt it prefills itself (a remote
-// prefill ships the whole prompt's KV to it), so a candidate is worth the prompt tokens it is
-// expected to hold when it would prefill the prompt locally, and nothing otherwise. The request
+// affinity"). A candidate is worth the prompt tokens it is expected to hold in its prefix cache:
+// a prompt it prefills itself computes only the rest, and a remotely prefilled one receives
+// only the rest (with DecodePlacement::Options::remote_prefill_reuse; without it a remote
+// prefill ships the whole prompt's KV, and the candidate is worth nothing for it). The request
 // goes to the candidate worth the most, unless that one is overloaded against the least loaded
 // candidate (by requests, estimated_running_requests): it then yields to the candidates that are
 // not, the load order deciding where none is worth anything. Every candidate already has room.
@@ -91,6 +93,11 @@ class DecodePlacement {
     // prompt logprobs scores every row, and cached pages carry no logits), so no decode worker
     // is worth more for its cache and the local-prefill decision counts the whole prompt.
     bool decode_cache_usable = true;
+    // A remotely prefilled prompt: the decode worker is asked to keep the leading pages its
+    // prefix cache holds instead of receiving them (Target::reuse_cached_pages), and with decode
+    // affinity the decode workers are ranked by those too (--remote-prefill-reuse). False: the
+    // whole prompt's KV is shipped and such prompts go to decode workers by load.
+    bool remote_prefill_reuse = true;
   };
   DecodePlacement(WorkerRegistry* registry, Options options, int32_t prompt_tokens,
                   int32_t max_new_tokens);
@@ -115,6 +122,8 @@ class DecodePlacement {
     std::string decode_address;
     bool local_prefill = false;
     std::string prefill_kv_compat_hash;  // unless local_prefill
+    // Remote prefill with Options::remote_prefill_reuse: ReserveRequest.reuse_cached_pages.
+    bool reuse_cached_pages = false;
   };
   absl::StatusOr<Target> Next();
 
@@ -155,7 +164,8 @@ class DecodePlacement {
   // it (ChargePrefill); 0 without prefix affinity (mlaserve_router_prefix_affinity_tokens_total).
   int64_t prefill_expected_cached_tokens() const { return prefill_expected_cached_; }
   // Prompt tokens the chosen decode worker was expected to have cached (its own prefix cache,
-  // from earlier requests that ended there): the local-prefill decision counts only the rest.
+  // from earlier requests that ended there): the local-prefill decision counts only the rest,
+  // and a remote prefill that reuses them (Target::reuse_cached_pages) ships only the rest.
   int64_t decode_expected_cached_tokens() const { return decode_expected_cached_; }
   // Whether Rank's affinity put a decode worker expected to hold more of the prompt behind a
   // less loaded one, because it was overloaded (mlaserve_router_decode_affinity_rebalanced_total).

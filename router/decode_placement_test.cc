@@ -42,15 +42,18 @@ class DecodePlacementTest : public ::testing::Test {
   }
   // A placement that ranks the decode workers with `table` and `affinity`; `logprobs`: the
   // request must be prefilled on its decode worker.
+  // `remote_reuse`: Options::remote_prefill_reuse (--remote-prefill-reuse).
   DecodePlacement DecodeAffinePlacement(PrefixAffinity* table, const std::vector<int32_t>& prompt,
                                         DecodeAffinityOptions affinity = {},
-                                        bool logprobs = false, bool cache_usable = true) {
+                                        bool logprobs = false, bool cache_usable = true,
+                                        bool remote_reuse = true) {
     return DecodePlacement(&registry_,
                            {.prefill_locally = logprobs,
                             .prefix_affinity = table,
                             .prompt_ids = prompt,
                             .decode_affinity = affinity,
-                            .decode_cache_usable = cache_usable},
+                            .decode_cache_usable = cache_usable,
+                            .remote_prefill_reuse = remote_reuse},
                            static_cast<int32_t>(prompt.size()), 10);
   }
   // The decode worker `placement` tries first, or why none.
@@ -428,14 +431,52 @@ TEST_F(DecodeAffinityTest, AWorkerWithoutRoomIsNeverChosen) {
   EXPECT_FALSE(p.decode_affinity_rebalanced());
 }
 
-TEST_F(DecodeAffinityTest, ARemotelyPrefilledPromptGoesByLoad) {
-  // 300 tokens: past the threshold even less the cached page, so b:1's cache would not be
-  // used (the prefill worker ships the whole prompt's KV).
+TEST_F(DecodeAffinityTest, ARemotelyPrefilledPromptGoesWhereItsPagesNeedNotBeShipped) {
+  // 300 tokens: past the threshold even less the cached page, so the prompt is prefilled on
+  // the prefill worker wherever it goes; b:1 keeps its cached page and receives only the rest
+  // (remote prefill reuse), so it is worth that page.
   std::vector<int32_t> long_turn = turn2_;
   for (int i = 0; i < 160; ++i) long_turn.push_back(700 + i);
-  EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, long_turn)), "a:1");
-  // A request with logprobs is prefilled on its decode worker whatever its length: b:1.
-  EXPECT_EQ(FirstDecode(DecodeAffinePlacement(&table_, long_turn, {}, /*logprobs=*/true)), "b:1");
+  DecodePlacement p = DecodeAffinePlacement(&table_, long_turn);
+  ASSERT_TRUE(p.Rank().ok());
+  auto target = p.Next();
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(target->decode_address, "b:1");
+  EXPECT_FALSE(target->local_prefill);
+  EXPECT_TRUE(target->reuse_cached_pages);
+  EXPECT_EQ(p.decode_expected_cached_tokens(), 64);
+  p.ReleaseDecode();
+  // The balance rule holds as for local prefills: overloaded, b:1 yields to a:1, which is
+  // still asked to reuse what it may hold.
+  registry_.AddRouterLoad(b_, {.inflight = 17});
+  DecodePlacement over = DecodeAffinePlacement(&table_, long_turn);
+  ASSERT_TRUE(over.Rank().ok());
+  target = over.Next();
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(target->decode_address, "a:1");
+  EXPECT_TRUE(target->reuse_cached_pages);
+  EXPECT_TRUE(over.decode_affinity_rebalanced());
+  over.ReleaseDecode();
+  registry_.AddRouterLoad(b_, {.inflight = -17});
+  // --remote-prefill-reuse=false: the prompt's KV is shipped whole, so it goes by load, and
+  // the decode worker is not asked to reuse anything.
+  DecodePlacement off = DecodeAffinePlacement(&table_, long_turn, {}, false, true,
+                                              /*remote_reuse=*/false);
+  ASSERT_TRUE(off.Rank().ok());
+  target = off.Next();
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(target->decode_address, "a:1");
+  EXPECT_FALSE(target->reuse_cached_pages);
+  off.ReleaseDecode();
+  // A request with logprobs is prefilled on its decode worker whatever its length: b:1, and
+  // a local prefill has nothing shipped to reuse.
+  DecodePlacement local = DecodeAffinePlacement(&table_, long_turn, {}, /*logprobs=*/true);
+  ASSERT_TRUE(local.Rank().ok());
+  target = local.Next();
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ(target->decode_address, "b:1");
+  EXPECT_TRUE(target->local_prefill);
+  EXPECT_FALSE(target->reuse_cached_pages);
 }
 
 TEST_F(DecodeAffinityTest, PromptLogprobsGoByLoad) {

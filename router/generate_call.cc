@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/request_limits.h"
 #include "common/status.h"
+#include "kernels/common/page.h"
 #include "router/api_conversion.h"
 #include "router/validation.h"
 #include "spdlog/spdlog.h"
@@ -137,7 +138,8 @@ absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& re
                            .prompt_ids = prompt_ids_,
                            .cache_salt = cache_salt_,
                            .decode_affinity = router_->options().decode_affinity,
-                           .decode_cache_usable = !sampling_.wants_prompt_logprobs()},
+                           .decode_cache_usable = !sampling_.wants_prompt_logprobs(),
+                           .remote_prefill_reuse = router_->options().remote_prefill_reuse},
                        prompt_tokens, *sampling_.max_new_tokens);
   }
   RETURN_IF_ERROR(router_->requests().Insert(request_id_, weak_from_this()));
@@ -245,6 +247,8 @@ void GenerateCall::StartReserve() {
       attempt->request.set_cache_salt(cache_salt_);  // a local prefill uses D's prefix cache
       if (!target->local_prefill) {
         attempt->request.set_prefill_kv_compat_hash(target->prefill_kv_compat_hash);
+        // D keeps what its prefix cache holds of the prompt; P ships the rest.
+        attempt->request.set_reuse_cached_pages(target->reuse_cached_pages);
       }
       attempt->context.set_deadline(
           absl::ToChronoTime(CallDeadline(router_->options().reserve_timeout)));
@@ -334,7 +338,9 @@ void GenerateCall::StartStreamAndPrefill(const v1::ReserveResponse& reserved) {
       prefill->request.mutable_token_ids()->Assign(prompt_ids_.begin(), prompt_ids_.end());
       prefill->request.set_cache_salt(cache_salt_);
       *prefill->request.mutable_sampling() = SamplingToProto(sampling_);
-      *prefill->request.mutable_kv_session() = reserved.session();
+      *prefill->request.mutable_kv_session() = reserved.session();  // cached_pages included
+      router_->metrics().decode_reused_tokens_total->Increment(
+          static_cast<double>(reserved.session().cached_pages()) * kernels::kPageSize);
       placement_->ChargePrefill();
       router_->metrics().prefix_affinity_tokens_total->Increment(
           static_cast<double>(placement_->prefill_expected_cached_tokens()));

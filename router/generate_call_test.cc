@@ -39,14 +39,17 @@ struct Result {
 
 class RouterHarness {
  public:
+  // `remote_reuse`: RouterOptions::remote_prefill_reuse (--remote-prefill-reuse).
   explicit RouterHarness(int decode_pages = 64, int local_threshold = 0, bool with_prefill = true,
-                         absl::Duration queue_timeout = absl::Seconds(30))
+                         absl::Duration queue_timeout = absl::Seconds(30),
+                         bool remote_reuse = true)
       : decode_(decode_pages, local_threshold), prefill_(&decode_) {
     decode_server_ = TestServer::Start({&decode_});
     prefill_server_ = TestServer::Start({&prefill_});
     RouterOptions o;
     o.abort_timeout = absl::Seconds(2);
     o.queue_timeout = queue_timeout;
+    o.remote_prefill_reuse = remote_reuse;
     RouterModel m;
     m.identity = ModelFromProto(testing::FakeModelIdentity());
     m.limits.vocab_size = ByteCodec::kVocabSize;
@@ -157,7 +160,17 @@ TEST(GenerateCall, RemotePrefillStreamsTextThenCompletes) {
   ASSERT_EQ(h.decode().reserves().size(), 1u);
   EXPECT_EQ(h.decode().reserves()[0].prefill_kv_compat_hash(), "00000000feedf00d");
   EXPECT_FALSE(h.decode().reserves()[0].local_prefill());
+  // The decode worker may keep what its prefix cache holds (--remote-prefill-reuse, on by
+  // default); the prefill worker gets the session as reserved, whatever it says of that.
+  EXPECT_TRUE(h.decode().reserves()[0].reuse_cached_pages());
+  EXPECT_EQ(p.kv_session().cached_pages(), 0);
   EXPECT_TRUE(h.decode().WaitAllPagesFree(kWait));
+
+  RouterHarness off(64, 0, true, absl::Seconds(30), /*remote_reuse=*/false);
+  r = off.Generate(TextRequest("Hi"));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(off.decode().reserves().size(), 1u);
+  EXPECT_FALSE(off.decode().reserves()[0].reuse_cached_pages());
 }
 
 // SamplingParams.prompt_logprobs over gRPC: the decode worker prefills the prompt itself and
@@ -239,6 +252,7 @@ TEST(GenerateCall, ShortPromptIsPrefilledOnTheDecodeWorker) {
   EXPECT_EQ(r.complete->prefill_worker_id(), "");
   EXPECT_TRUE(h.prefill().requests().empty());
   EXPECT_TRUE(h.decode().reserves()[0].local_prefill());
+  EXPECT_FALSE(h.decode().reserves()[0].reuse_cached_pages());  // nothing is shipped
   // A longer one goes through the prefill worker.
   Result r2 = h.Generate(TextRequest("a longer prompt"));
   ASSERT_TRUE(r2.status.ok());

@@ -65,6 +65,10 @@ RouterMetrics::RouterMetrics(common::MetricsRegistry& r)
           r.GetCounter("mlaserve_router_decode_affinity_rebalanced_total",
                        "Requests sent to a less loaded decode worker than the overloaded one "
                        "expected to hold most of their prompt")),
+      decode_reused_tokens_total(
+          r.GetCounter("mlaserve_router_decode_reused_tokens_total",
+                       "Prompt tokens decode workers held in their prefix caches for remotely "
+                       "prefilled prompts, whose KV was therefore not shipped")),
       requests_running(r.GetGauge("mlaserve_router_requests_running",
                                   "Generate calls running now")),
       requests_waiting(r.GetGauge("mlaserve_router_requests_waiting",

@@ -87,6 +87,9 @@ struct RouterOptions {
   // With prefix affinity, how the decode workers are ranked by what their own prefix caches are
   // expected to hold (--decode-affinity, --decode-affinity-balance-abs / -rel).
   DecodeAffinityOptions decode_affinity;
+  // A remotely prefilled prompt's decode worker keeps the leading pages its prefix cache holds
+  // instead of receiving them (--remote-prefill-reuse; DecodePlacement::Options).
+  bool remote_prefill_reuse = true;
 
   // Built in main() from the flags above (defaults: open and plaintext, for in-process tests).
   common::CallAuthorizer public_authorizer;  // kClient: the API keys
@@ -121,6 +124,9 @@ struct RouterMetrics {
   // Requests DecodeAffinityOptions' balance rule sent past the decode worker expected to hold
   // most of their prompt (overloaded) to a less loaded one.
   common::Counter* decode_affinity_rebalanced_total;
+  // Prompt tokens decode workers kept from their prefix caches for remotely prefilled prompts
+  // (their KV not shipped): ReserveResponse.session.cached_pages.
+  common::Counter* decode_reused_tokens_total;
   common::Gauge* requests_running;
   common::Gauge* requests_waiting;
   common::Histogram* time_to_first_token_seconds;

@@ -108,6 +108,12 @@ int Main(int argc, char** argv) {
                  "... and more than this many times as many")
       ->capture_default_str()
       ->check(CLI::Range(1.0, 1e6));
+  app.add_flag("--remote-prefill-reuse", o.remote_prefill_reuse,
+               "a remotely prefilled prompt's decode worker keeps the leading pages its prefix "
+               "cache holds and is sent only the rest of the KV; with --decode-affinity such "
+               "prompts go to the decode worker expected to hold most (--remote-prefill-reuse="
+               "false: every page shipped, decode workers for them by load)")
+      ->capture_default_str();
   app.add_option("--http-port", http_port,
                  "OpenAI-compatible HTTP API port on the --listen host (0 = ephemeral, -1 = off)")
       ->capture_default_str()->check(CLI::Range(-1, 65535));

@@ -342,7 +342,12 @@ grpc::ServerUnaryReactor* KvNcclServiceImpl::Connect(grpc::CallbackServerContext
     }
     if (pair == nullptr || !Withdraw(*pair, j)) Answer(j);
   };
-  if (absl::Status s = receiver_->Open(id, *layout, on_failure, request->dest_rank()); !s.ok()) {
+  // The pages the sender skips (held here from the prefix cache): the plan covers the rest,
+  // AcquireDirect's pages. A sender that predates the field ships every page: Open gives the
+  // session fresh pages for them.
+  if (absl::Status s = receiver_->Open(id, *layout, on_failure, request->dest_rank(),
+                                       request->cached_pages());
+      !s.ok()) {
     return fail(s);
   }
   auto direct = receiver_->AcquireDirect(id);

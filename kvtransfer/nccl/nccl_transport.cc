@@ -45,6 +45,8 @@ struct NcclKvTransport::Session {
   // The pair whose thread drives this session (set once bound); told when the session becomes
   // startable.
   std::weak_ptr<NcclKvTransport::Pair> pair ABSL_GUARDED_BY(mu);
+  // The page ids the plan moves: the request's from ref.cached_pages on (the receiver holds the
+  // ones before).
   std::vector<int32_t> pages ABSL_GUARDED_BY(mu);
   int layers_ready ABSL_GUARDED_BY(mu) = 0;
   std::vector<std::shared_ptr<void>> fences ABSL_GUARDED_BY(mu);  // per ready layer, or null
@@ -195,7 +197,15 @@ class NcclKvTransport::Sender final : public KvSender {
       if (!f.ok()) return s_->abort_reason = f.status();
       fence = std::move(*f);
     }
-    if (layer == 0) s_->pages.assign(local_pages.begin(), local_pages.end());
+    if (layer == 0) {
+      const int skip = s_->ref.cached_pages;
+      if (static_cast<int>(local_pages.size()) != s_->ref.num_pages) {
+        return s_->abort_reason = absl::InvalidArgumentError(absl::StrCat(
+            "nccl sender of session ", s_->ref.session_id, ": ", local_pages.size(),
+            " local pages for a session of ", s_->ref.num_pages));
+      }
+      s_->pages.assign(local_pages.begin() + skip, local_pages.end());
+    }
     s_->fences.push_back(std::move(fence));
     ++s_->layers_ready;
     return absl::OkStatus();
@@ -275,6 +285,7 @@ absl::Status Drive(NcclKvTransport::Pair& p, NcclKvTransport::Session& s,
   req.set_source_rank(params.source_rank);
   req.set_dest_rank(params.dest_rank);
   req.set_sender_holds_none(!p.link.holds_usable());
+  req.set_cached_pages(s.ref.cached_pages);  // the plan covers the pages after them
   v1::KvNcclConnectResponse resp;
   {
     grpc::ClientContext ctx;
@@ -498,8 +509,9 @@ absl::StatusOr<std::unique_ptr<KvSender>> NcclKvTransport::Open(const KvSessionR
     }
   }
   // Every rank's pool has the same layout (one engine). The source rank joins the plan once
-  // the session is bound to one; the parameters are checked now.
-  PlanParams params{ref.session_id, local_layout.num_layers, ref.num_pages,
+  // the session is bound to one; the parameters are checked now. The plan moves the pages the
+  // receiver does not hold (from ref.cached_pages on), as its own plan does.
+  PlanParams params{ref.session_id, local_layout.num_layers, ref.pages_to_ship(),
                     static_cast<int64_t>(sources_[0].pool->layer_page_bytes()),
                     options_.max_message_pages, options_.coalesce_bytes};
   params.dest_rank = ref.rank;
