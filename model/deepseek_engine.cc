@@ -20,10 +20,18 @@ namespace {
 // arena's alignment.
 constexpr size_t kMaxAllocationsPerStep = 64;
 
-// Prompt logprobs: the most rows one LM-head slice computes (ScorePromptRows). Bounds the
-// scratch they take (32 x 129280 f32 logits are 16.5 MB for DeepSeek-V3's vocabulary) while
-// keeping the head's GEMM wide enough to run near its speed.
-constexpr int kPromptSliceRows = 32;
+// Prompt logprobs: the most rows one LM-head slice computes (ScorePromptRows), which bounds the
+// scratch they take (rows x vocab f32 logits) whatever the prompt's length. Each slice reads the
+// whole LM head (vocab x hidden: 1.85 GB in bf16 for DeepSeek-V3).
+// kCpu: 32 rows (16.5 MB of logits at V3's 129280 tokens): the host's GEMM is bound by its
+// arithmetic at any width, so wider slices would only take more memory.
+// kCuda: 128 rows. A bf16 GEMM of M rows does about M flops a weight byte, so the head stays
+// bound by reading its weight until M nears ~300 (an H100's or H200's dense bf16 rate over its
+// HBM bandwidth): at 32 rows a 4096-token prompt read V3's head 128 times (~0.6 ms each), at 128
+// rows 32 times, for 66 MB of logits scratch at 129280 tokens (52 MB at V2's 102400). And 128
+// rows give ComputeLogprobs (one block a row) about one block for each of the 132 SMs.
+constexpr int kPromptSliceRowsCpu = 32;
+constexpr int kPromptSliceRowsCuda = 128;
 
 absl::Status CheckLimits(const EngineOptions& options) {
   if (options.num_kv_pages <= 0) {
@@ -216,15 +224,20 @@ absl::StatusOr<size_t> DeepseekEngine::ForwardScratchBytes() const {
   total += FeedForward::ScratchBytes(lc);
   total += SamplingStep::ScratchBytes(rows, config_.vocab_size);
   total += ParallelStep::ScratchBytes(lc);
-  // One prompt-logprobs slice at a time (ScorePromptRows): its hidden rows and f32 logits.
+  // Prompt logprobs (ScorePromptRows): every scored row's target, top-n, entries and rank (at
+  // most one a token), then one slice at a time: its hidden rows and f32 logits.
   const size_t slice = static_cast<size_t>(PromptSliceRows());
-  total += slice * hidden * es + slice * config_.vocab_size * sizeof(float) + 2 * kDeviceAlignment;
+  const size_t entries = (1 + kernels::kMaxLogprobsTop) * sizeof(kernels::LogprobEntry);
+  total += T * (2 * sizeof(int32_t) + entries + sizeof(int32_t));
+  total += slice * hidden * es + slice * config_.vocab_size * sizeof(float) + 4 * kDeviceAlignment;
   return total + kMaxAllocationsPerStep * kDeviceAlignment;
 }
 
 int DeepseekEngine::PromptSliceRows() const {
   const BatchLimits& limits = layer_ctx_.limits;
-  return std::max(1, std::min({kPromptSliceRows, limits.max_batch_tokens, limits.max_batch_seqs}));
+  const int cap =
+      ctx_.backend == kernels::Backend::kCuda ? kPromptSliceRowsCuda : kPromptSliceRowsCpu;
+  return std::max(1, std::min({cap, limits.max_batch_tokens, limits.max_batch_seqs}));
 }
 
 absl::Status DeepseekEngine::CheckPromptLogprobs() const {
@@ -502,59 +515,104 @@ absl::Status DeepseekEngine::LmHead(const BatchPlan& plan, const StepActivations
   if (rows == 0 && !layout_.attention_dp()) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* picked,
                    scratch_.Activations(static_cast<int64_t>(rows) * hidden, "logit rows"));
-  // One copy per run of consecutive rows: a decode batch's rows are all consecutive, so it
-  // copies once instead of once per sequence.
-  for (int r = 0; r < rows;) {
-    int run = 1;
-    while (r + run < rows && plan.logit_rows[r + run] == plan.logit_rows[r] + run) ++run;
-    RETURN_IF_ERROR(ops::Copy2D(
-        ops_, ops_.at(picked, static_cast<int64_t>(r) * hidden), hidden,
-        ops_.at(a.normed, static_cast<int64_t>(plan.logit_rows[r]) * hidden), hidden, hidden, run));
-    r += run;
-  }
+  RETURN_IF_ERROR(CopyHiddenRows(a.normed, plan.logit_rows, picked));
   // f32 logits whatever the activation dtype.
   return parallel_.LmHead(weights_.lm_head, picked, rows, logits);
+}
+
+absl::Status DeepseekEngine::CopyHiddenRows(const void* from, std::span<const int32_t> rows,
+                                            void* to) {
+  const int hidden = layer_ctx_.widths.hidden;
+  const int n = static_cast<int>(rows.size());
+  // One copy per run of consecutive rows: a decode batch's rows are all consecutive, so it
+  // copies once instead of once per sequence (and a prompt slice once per chunk it spans).
+  for (int r = 0; r < n;) {
+    int run = 1;
+    while (r + run < n && rows[r + run] == rows[r] + run) ++run;
+    RETURN_IF_ERROR(ops::Copy2D(ops_, ops_.at(to, static_cast<int64_t>(r) * hidden), hidden,
+                                ops_.at(from, static_cast<int64_t>(rows[r]) * hidden), hidden,
+                                hidden, run));
+    r += run;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DeepseekEngine::ScorePromptRows(const BatchPlan& plan, const StepActivations& a,
                                              std::span<const SequenceChunk> batch,
                                              ForwardResult* result) {
   // After the last layer a.normed holds every row's final-normed hidden state; the step's own
-  // LM head picked only plan.logit_rows of it.
-  const int hidden = layer_ctx_.widths.hidden;
-  const size_t vocab = static_cast<size_t>(config_.vocab_size);
-  const int slice = PromptSliceRows();
-  result->prompt_logprobs.resize(batch.size());
-  std::vector<float> host;  // kCuda: one slice's logits on the host
+  // LM head picked only plan.logit_rows of it. The scored rows of every chunk, in chunk order:
+  // where each row is in a.normed, then one block of [targets | top-n] to upload.
+  std::vector<int32_t> at, params, top_ns;
+  int max_top = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
     const SequenceChunk& c = batch[b];
     const int n = static_cast<int>(c.prompt_targets.size());
-    std::vector<PromptTokenLogprobs>& out = result->prompt_logprobs[b];
-    out.resize(n);
     const int first_row = plan.cu_seqlens_q[b] + c.prompt_from;
-    for (int done = 0; done < n; done += slice) {
-      const int rows = std::min(slice, n - done);
-      ScratchScope scope(scratch_.arena());  // each slice reuses the same scratch
-      ASSIGN_OR_RETURN(void* picked, scratch_.Activations(static_cast<int64_t>(rows) * hidden,
-                                                          "scored prompt rows"));
-      RETURN_IF_ERROR(ops::Copy2D(
-          ops_, picked, hidden, ops_.at(a.normed, static_cast<int64_t>(first_row + done) * hidden),
-          hidden, hidden, rows));
-      ASSIGN_OR_RETURN(void* dev, scratch_.Allocate(rows * vocab * sizeof(float),
-                                                    "scored prompt rows' logits"));
-      auto* logits = static_cast<float*>(dev);
-      RETURN_IF_ERROR(parallel_.LmHead(weights_.lm_head, picked, rows, logits));
-      const float* rows_logits = logits;
-      if (ctx_.backend != kernels::Backend::kCpu) {
-        host.resize(rows * vocab);
-        RETURN_IF_ERROR(
-            logits_download_.Run(ctx_, host.data(), logits, rows * vocab * sizeof(float)));
-        rows_logits = host.data();
-      }
-      for (int r = 0; r < rows; ++r) {
-        ScorePromptRow(std::span<const float>(rows_logits + r * vocab, vocab),
-                       c.prompt_targets[done + r], c.prompt_top_n, &out[done + r]);
-      }
+    for (int i = 0; i < n; ++i) at.push_back(first_row + i);
+    params.insert(params.end(), c.prompt_targets.begin(), c.prompt_targets.end());
+    top_ns.insert(top_ns.end(), n, c.prompt_top_n);
+    if (n > 0) max_top = std::max(max_top, c.prompt_top_n);
+  }
+  const int total = static_cast<int>(at.size());
+  result->prompt_logprobs.resize(batch.size());
+  if (total == 0) return absl::OkStatus();
+  params.insert(params.end(), top_ns.begin(), top_ns.end());
+  const int hidden = layer_ctx_.widths.hidden;
+  const int vocab = config_.vocab_size;
+  const int stride = 1 + max_top;
+  const size_t entry_bytes = static_cast<size_t>(total) * stride * sizeof(kernels::LogprobEntry);
+  ScratchScope scope(scratch_.arena());
+  ASSIGN_OR_RETURN(const int32_t* targets, scratch_.UploadInts(params, "scored prompt targets"));
+  const int32_t* top_n = targets + total;
+  ASSIGN_OR_RETURN(void* out, scratch_.Allocate(entry_bytes + total * sizeof(int32_t),
+                                                "prompt logprobs and ranks"));
+  auto* entries = static_cast<kernels::LogprobEntry*>(out);
+  auto* ranks = reinterpret_cast<int32_t*>(static_cast<char*>(out) + entry_bytes);
+  // The LM head and ComputeLogprobs a slice at a time, the slices queued back to back: only the
+  // entries and ranks come to the host, once, after the last.
+  const int slice = PromptSliceRows();
+  for (int done = 0; done < total; done += slice) {
+    const int rows = std::min(slice, total - done);
+    ScratchScope slice_scope(scratch_.arena());  // each slice reuses the same scratch
+    ASSIGN_OR_RETURN(void* picked, scratch_.Activations(static_cast<int64_t>(rows) * hidden,
+                                                        "scored prompt rows"));
+    RETURN_IF_ERROR(CopyHiddenRows(a.normed, std::span<const int32_t>(at).subspan(done, rows),
+                                   picked));
+    ASSIGN_OR_RETURN(void* logits,
+                     scratch_.Allocate(static_cast<size_t>(rows) * vocab * sizeof(float),
+                                       "scored prompt rows' logits"));
+    RETURN_IF_ERROR(parallel_.LmHead(weights_.lm_head, picked, rows, static_cast<float*>(logits)));
+    kernels::LogprobsParams lp;  // row_ids null: each row's own target
+    lp.rows = rows;
+    lp.vocab = vocab;
+    lp.out_stride = stride;
+    lp.logits = static_cast<const float*>(logits);
+    lp.token_ids = targets + done;
+    lp.top_n = top_n + done;
+    lp.out = entries + static_cast<size_t>(done) * stride;
+    lp.ranks = ranks + done;
+    RETURN_IF_ERROR(kernels::ComputeLogprobs(lp, ctx_));
+  }
+  // kCuda: (1 + max top-n) x 8 + 4 bytes a row, where the rows' logits were 4 x vocab. One
+  // buffer of entries whose tail holds the ranks' bytes, so it is one copy.
+  const size_t bytes = entry_bytes + total * sizeof(int32_t);
+  std::vector<kernels::LogprobEntry> host(
+      (bytes + sizeof(kernels::LogprobEntry) - 1) / sizeof(kernels::LogprobEntry));
+  RETURN_IF_ERROR(CopyBytes(ctx_, host.data(), out, bytes, CopyKind::kDeviceToHost));
+  RETURN_IF_ERROR(Synchronize(ctx_));
+  std::vector<int32_t> host_ranks(total);
+  std::memcpy(host_ranks.data(), reinterpret_cast<const char*>(host.data()) + entry_bytes,
+              total * sizeof(int32_t));
+  int k = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const SequenceChunk& c = batch[b];
+    std::vector<PromptTokenLogprobs>& scored = result->prompt_logprobs[b];
+    scored.resize(c.prompt_targets.size());
+    for (PromptTokenLogprobs& e : scored) {
+      ToPromptTokenLogprobs(std::span(host).subspan(static_cast<size_t>(k) * stride, stride),
+                            host_ranks[k], c.prompt_top_n, vocab, &e);
+      ++k;
     }
   }
   return absl::OkStatus();

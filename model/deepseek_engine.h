@@ -65,8 +65,8 @@ class DeepseekEngine final : public Engine {
   KvPool& kv_pool() override { return *pool_; }
   void* device_stream() const override { return ctx_.stream; }
 
-  // OK on both backends (the scored rows' logits go through the LM head of the step and, on
-  // kCuda, to the host a slice at a time); FAILED_PRECONDITION for a rank of a data-parallel
+  // OK on both backends (the scored rows' logits go through the LM head of the step and are
+  // scored where they are, a slice at a time); FAILED_PRECONDITION for a rank of a data-parallel
   // attention layout, whose LM head steps in lockstep with ranks that score other rows.
   absl::Status CheckPromptLogprobs() const override;
   absl::StatusOr<ForwardResult> Forward(std::span<const SequenceChunk> batch,
@@ -161,15 +161,21 @@ class DeepseekEngine final : public Engine {
                           void* residual);
   // The LM head over plan.logit_rows of a.normed.
   absl::Status LmHead(const BatchPlan& plan, const StepActivations& a, float* logits);
-  // Prompt logprobs: for each chunk of `batch` with prompt_targets, the LM head over its scored
-  // rows of a.normed, PromptSliceRows() rows at a time into scratch (on kCuda each slice's
-  // logits then come to the host), each row scored on the host (ScorePromptRow) into
-  // result->prompt_logprobs.
+  // Prompt logprobs: the scored rows of every chunk of `batch` with prompt_targets (in chunk
+  // order, so a slice may span chunks), PromptSliceRows() rows at a time: the LM head into
+  // scratch, then kernels::ComputeLogprobs with ranks on the slice's logits in place (on the
+  // device on kCuda; ScorePromptRow's arithmetic on kCpu). The targets and top-n go up in one
+  // copy before the first slice; the entries and ranks of every slice come back in one copy
+  // after the last (the one host sync), into result->prompt_logprobs.
   absl::Status ScorePromptRows(const BatchPlan& plan, const StepActivations& a,
                                std::span<const SequenceChunk> batch, ForwardResult* result);
-  // Rows one LM-head slice of ScorePromptRows takes: a fixed cap, and no more than the logit
-  // rows a step may have, which a sharded LM head's scratch is sized for.
+  // Rows one LM-head slice of ScorePromptRows takes: a cap by backend (deepseek_engine.cc says
+  // why), and no more than the logit rows a step may have, which a sharded LM head's scratch is
+  // sized for.
   int PromptSliceRows() const;
+  // to's rows [i] = from's rows[i] (hidden states at the stored width), one copy per run of
+  // consecutive rows.
+  absl::Status CopyHiddenRows(const void* from, std::span<const int32_t> rows, void* to);
   // A data-parallel rank with no requests this step: the collectives of every layer's
   // feed-forward half and of the LM head, over no rows of its own.
   absl::StatusOr<ForwardResult> JoinIdleStep();

@@ -2,8 +2,9 @@
 // prompt's next tokens. Checked against a direct computation from the full logits of every
 // prefix (ScorePromptRow's definition, recomputed here in double), against Hugging Face's
 // logits at the fixtures' recorded positions, across chunk boundaries, in LM-head slices
-// smaller than the prompt, beside other sequences of the step, and on a tensor-parallel
-// ParallelEngine; data-parallel attention and bad targets are refused.
+// smaller than the prompt and spanning the scored chunks of a step, beside other sequences of
+// the step, and on a tensor-parallel ParallelEngine; data-parallel attention and bad targets are
+// refused. The CUDA build scores on the device (kernels::ComputeLogprobs with ranks).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -189,9 +190,9 @@ class PromptLogprobsTest : public ::testing::TestWithParam<std::string> {
   Reference ref_;
 };
 
-// One chunk over the whole 64-token prompt (two LM-head slices of 32), then the same prompt in
-// chunks of 7 on an engine whose slices are 3 rows: the entries equal the direct computation
-// from every prefix's logits.
+// One chunk over the whole 64-token prompt (two LM-head slices of 32 on kCpu, one slice on
+// kCuda), then the same prompt in chunks of 7 on an engine whose slices are 3 rows: the entries
+// equal the direct computation from every prefix's logits.
 TEST_P(PromptLogprobsTest, EqualsTheDirectComputationInChunksAndSlices) {
   std::unique_ptr<Engine> engine = MakeEngine();
   ASSERT_NE(engine, nullptr);
@@ -286,6 +287,53 @@ TEST_P(PromptLogprobsTest, OtherSequencesOfTheStepAreUnchanged) {
   const std::vector<std::vector<float>> logits = PrefixLogits(*engine, scored);
   const Scored want = ScoreDirectly(logits[10].data(), engine->config().vocab_size, scored[11], 2);
   EXPECT_TRUE(Near(with->prompt_logprobs[1][0].logprob, want.logprob, kSelfTol));
+}
+
+// Two prompts scored in one step, each from a row of its own, beside an unscored one: the
+// scored rows go through the LM head in chunk order, so on the engine with 3-row slices a slice
+// spans the two chunks (and on kCuda, whose slices are 128 rows, one slice holds them all).
+// Each entry equals the direct computation, in chunk order, top_n per chunk.
+TEST_P(PromptLogprobsTest, SlicesSpanTheScoredChunksOfAStep) {
+  const std::vector<int32_t>& a = ref_.prompts[2].ids;  // len64
+  const std::vector<int32_t>& b = ref_.prompts[1].ids;  // len7
+  std::unique_ptr<Engine> wide = MakeEngine();
+  ASSERT_NE(wide, nullptr);
+  const std::vector<std::vector<float>> logits_a = PrefixLogits(*wide, a);
+  const std::vector<std::vector<float>> logits_b = PrefixLogits(*wide, b);
+  for (const int seqs : {3, 256}) {
+    std::unique_ptr<Engine> engine = seqs == 256 ? std::move(wide) : MakeEngine(seqs);
+    ASSERT_NE(engine, nullptr);
+    SeqPages pa(engine->kv_pool(), static_cast<int>(a.size()));
+    SeqPages pb(engine->kv_pool(), static_cast<int>(b.size()));
+    SeqPages pc(engine->kv_pool(), static_cast<int>(b.size()));
+    SequenceChunk first;  // rows 5 .. 62 of a, top 4
+    first.tokens = a;
+    first.pages = pa.pages();
+    first.prompt_from = 5;
+    first.prompt_targets = std::span<const int32_t>(a).subspan(6);
+    first.prompt_top_n = 4;
+    SequenceChunk unscored;
+    unscored.tokens = b;
+    unscored.pages = pc.pages();
+    SequenceChunk second;  // rows 0 .. 5 of b, top 20
+    second.tokens = b;
+    second.pages = pb.pages();
+    second.prompt_targets = std::span<const int32_t>(b).subspan(1);
+    second.prompt_top_n = 20;
+    const std::vector<SequenceChunk> batch = {first, unscored, second};
+    absl::StatusOr<ForwardResult> r = engine->Forward(batch);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->prompt_logprobs.size(), 3u);
+    EXPECT_TRUE(r->prompt_logprobs[1].empty());
+    const std::string what = "max_batch_seqs " + std::to_string(seqs);
+    const std::vector<PromptTokenLogprobs>& got_a = r->prompt_logprobs[0];
+    ASSERT_EQ(got_a.size(), a.size() - 6) << what;
+    // Rows 5.. of a against the direct scores of the prefixes a[0..p], p >= 5.
+    ExpectMatchesDirect(got_a,
+                        std::vector<std::vector<float>>(logits_a.begin() + 5, logits_a.end()),
+                        std::vector<int32_t>(a.begin() + 5, a.end()), 4, kSelfTol, what + ", a");
+    ExpectMatchesDirect(r->prompt_logprobs[2], logits_b, b, 20, kSelfTol, what + ", b");
+  }
 }
 
 TEST_P(PromptLogprobsTest, BadTargetsAreRefusedNamingTheChunk) {

@@ -124,14 +124,34 @@ void ComputeTokenLogprobs(std::span<const float> raw, int32_t token, int top_n,
 
 void ScorePromptRow(std::span<const float> raw, int32_t token, int top_n,
                     PromptTokenLogprobs* out) {
-  TokenLogprobs lp;
-  ComputeTokenLogprobs(raw, token, top_n, &lp);
-  out->token_id = token;
-  out->logprob = lp.logprob;
-  out->top = std::move(lp.top);
-  const float own = raw[token];
-  out->rank = static_cast<int32_t>(
-      std::count_if(raw.begin(), raw.end(), [own](float x) { return x >= own; }));
+  const int n = std::clamp(top_n, 0, kernels::kMaxLogprobsTop);
+  std::vector<kernels::LogprobEntry> entries(1 + n);
+  int32_t rank = 0;
+  kernels::LogprobsParams p;
+  p.rows = 1;
+  p.vocab = static_cast<int>(raw.size());
+  p.out_stride = 1 + n;
+  p.logits = raw.data();
+  p.token_ids = &token;  // the row's own token (row_ids null)
+  p.top_n = &n;
+  p.out = entries.data();
+  p.ranks = &rank;
+  [[maybe_unused]] const absl::Status s = kernels::ComputeLogprobsCpu(p);
+  assert(s.ok());  // the caller checked the token (CheckPromptTargets)
+  ToPromptTokenLogprobs(entries, rank, n, p.vocab, out);
+}
+
+void ToPromptTokenLogprobs(std::span<const kernels::LogprobEntry> entries, int32_t rank,
+                           int top_n, int vocab, PromptTokenLogprobs* out) {
+  out->token_id = entries[0].token_id;
+  out->logprob = entries[0].logprob;
+  out->rank = rank;
+  const int kept = std::min(std::clamp(top_n, 0, kernels::kMaxLogprobsTop), vocab);
+  out->top.clear();
+  out->top.reserve(kept);
+  for (int i = 0; i < kept; ++i) {
+    out->top.push_back({entries[1 + i].token_id, entries[1 + i].logprob});
+  }
 }
 
 absl::Status BuildLogitEditLists(std::span<const SampleRow* const> rows, int vocab,

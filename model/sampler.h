@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "common/request_limits.h"
 #include "kernels/common/types.h"
+#include "kernels/sampling/api.h"
 
 namespace mlaserve::model {
 
@@ -79,9 +80,16 @@ struct PromptTokenLogprobs {
 };
 
 // Fills `out` for a row of raw logits [vocab] and the prompt token that follows it (in the
-// vocabulary): ComputeTokenLogprobs' logprob and top list, and the rank.
+// vocabulary): ComputeTokenLogprobs' logprob and top list, and the rank. The arithmetic is
+// kernels::ComputeLogprobsCpu's with ranks, which the engine runs on a slice of rows
+// (DeepseekEngine::ScorePromptRows; the CUDA backend's is held to it).
 void ScorePromptRow(std::span<const float> raw_logits, int32_t token, int top_n,
                     PromptTokenLogprobs* out);
+
+// `out` from one row of kernels::ComputeLogprobs' output: `entries` (the token's, then its top
+// min(top_n, vocab)) and the row's rank; what ScorePromptRow gives for that row.
+void ToPromptTokenLogprobs(std::span<const kernels::LogprobEntry> entries, int32_t rank,
+                           int top_n, int vocab, PromptTokenLogprobs* out);
 
 // The per-row lists of the logit edits that follow a row's mask (kernels/sampling:
 // ApplyLogitBias, ApplyRepetitionPenalty, ApplyOccurrencePenalties, in that order), built on the

@@ -35,8 +35,8 @@ struct PromptRows {
 
 // Row r of kind r % 6: 0 normal; 1 integer logits in [0, 4) (runs of ties across the top-n cut
 // and at the token); 2 -1 - (t % 3) with zeros of both signs planted, the token one of them;
-// 3 a quarter of the tokens -infinity, the token one of them (vocab > 1); 4 the token tied with two other
-// maxima; 5 every logit equal.
+// 3 a quarter of the tokens -infinity, the token one of them (vocab > 1); 4 the token tied with
+// two other maxima; 5 every logit equal.
 PromptRows RandomPromptRows(int rows, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 3.0f);

@@ -48,7 +48,8 @@ absl::Status ComputeLogprobsCpu(const LogprobsParams& p) {
     if (p.ranks != nullptr) {
       // vLLM's rank on the f32 logits: -0 and +0 compare equal, a NaN never counts.
       const float own = x[token];
-      p.ranks[r] = static_cast<int32_t>(std::count_if(x, x + V, [own](float v) { return v >= own; }));
+      p.ranks[r] =
+          static_cast<int32_t>(std::count_if(x, x + V, [own](float v) { return v >= own; }));
     }
     const int n = std::min(p.top_n[r], V);
     if (n <= 0) continue;
