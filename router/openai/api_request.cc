@@ -422,16 +422,6 @@ void ReadResponseFormat(RequestReader& r, ApiRequest* out) {
   }
 }
 
-// OpenAI's name rule (^[a-zA-Z0-9_-]{1,64}$), with '.' and ':' also allowed as some clients
-// namespace their tools so: a name is written into the prompt and parsed back out of the
-// call's markup, so quotes, brackets and DeepSeek's marker characters must not reach it.
-bool IsToolName(std::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == ':';
-  });
-}
-
 // OpenAI's tools: [{"type": "function", "function": {"name", "description"?, "parameters"?,
 // "strict"?}}], names unique (a call names its function); tool_choice "none" / "auto" /
 // "required" / {"type": "function", "function": {"name"}}, which must name one of them.
@@ -575,6 +565,15 @@ ApiError ErrorForRequest(const absl::Status& status, const ApiRequest& request) 
     }
   }
   return e;
+}
+
+// A name is written into the prompt and parsed back out of the call's markup, so quotes,
+// brackets and DeepSeek's marker characters must not reach it.
+bool IsToolName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == ':';
+  });
 }
 
 ApiError ModelNotFound(const std::string& model, const std::string& served_model) {

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -111,6 +112,10 @@ ApiError ErrorForRequest(const absl::Status& status, const ApiRequest& request);
 // 404 model_not_found for a request naming `model` when this server serves `served_model` (as
 // OpenAI answers an unknown model).
 ApiError ModelNotFound(const std::string& model, const std::string& served_model);
+
+// Whether `name` may name a tool: OpenAI's rule (^[a-zA-Z0-9_-]{1,64}$), with '.' and ':'
+// also allowed as some clients namespace their tools so.
+bool IsToolName(std::string_view name);
 
 class RequestReader;
 // The chat prompt's fields as /v1/chat/completions reads them: `messages` (required; text

@@ -18,8 +18,10 @@
 #include "router/openai/connection_probe.h"
 #include "router/openai/forced_arguments.h"
 #include "router/openai/generate_exchange.h"
+#include "router/openai/http_json.h"
 #include "router/openai/reasoning_splitter.h"
 #include "router/openai/response_builder.h"
+#include "router/openai/responses_api.h"
 #include "router/openai/tokenize_request.h"
 #include "router/validation.h"
 
@@ -27,17 +29,6 @@ namespace mlaserve::router::openai {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-void SendJson(httplib::Response& res, int status, const Json& body) {
-  res.status = status;
-  // Strings that are not UTF-8 (none should be: detokenized text is whole characters) are
-  // sent with U+FFFD rather than failing the response.
-  res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
-}
-
-void SendError(httplib::Response& res, const ApiError& error) {
-  SendJson(res, error.http_status, ErrorBody(error));
-}
 
 int64_t UnixSeconds() { return absl::ToUnixSeconds(absl::Now()); }
 
@@ -75,6 +66,7 @@ struct HttpApi::Impl {
   int port = 0;
   std::atomic<bool> stopping{false};
   std::atomic<bool> listener_done{false};  // listen_after_bind returned
+  std::unique_ptr<ResponsesApi> responses;  // /v1/responses (responses_api.h)
 
   void Register() {
     server->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -93,6 +85,15 @@ struct HttpApi::Impl {
     });
     server->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
       Generate(Endpoint::kChat, req, res);
+    });
+    server->Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
+      responses->Create(req, res);
+    });
+    server->Get(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      responses->Retrieve(req.matches[1], res);
+    });
+    server->Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+      responses->Delete(req.matches[1], res);
     });
     server->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       Tokenize(req, res);
@@ -479,6 +480,15 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
     spdlog::info("tool calls: none (requests with tools are refused; see --tool-call-parser)");
   }
   impl->options = std::move(options);
+  // The Responses API serves its requests as chat requests, built as the chat route builds them.
+  Impl* chat_route = impl.get();
+  impl->responses = std::make_unique<ResponsesApi>(
+      router,
+      [chat_route](const ApiRequest& r, ChatPrompt::Setup* setup) { return chat_route->ToGenerateRequests(r, setup); },
+      &impl->stopping,
+      ResponsesApi::Options{.served_model_name = impl->options.served_model_name,
+                            .liveness_interval = impl->options.liveness_interval,
+                            .store = {.max_responses = impl->options.responses_store_size}});
   if (!impl->options.tls_cert_file.empty()) {
     auto tls = std::make_unique<httplib::SSLServer>(impl->options.tls_cert_file.c_str(),
                                                     impl->options.tls_key_file.c_str());

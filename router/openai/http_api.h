@@ -7,6 +7,8 @@
 //   GET  /health                200 once a prefill and a decode worker are healthy, else 503
 //   POST /tokenize, /detokenize vLLM's: a text or a chat's messages as token ids, and back
 //                               (tokenize_request.h); answered by the router alone
+//   POST /v1/responses, GET / DELETE /v1/responses/{id}
+//                               OpenAI's Responses API, served as chat requests (responses_api.h)
 //
 // Each completions or chat request becomes one Generate call per choice (`n`; router/generate_call.h) started in
 // process through GenerateExchange, so validation, tokenization of text prompts, routing, admission, stop
@@ -57,6 +59,9 @@ struct HttpApiOptions {
   // --trust-request-chat-template): false answers it with a 400 naming the flag. A request's
   // template runs in the router's interpreter under the server template's limits.
   bool trust_request_chat_template = false;
+  // The Responses API's stored responses kept at most (--responses-store-size; 0: none is kept,
+  // so previous_response_id and GET find none). Their memory is bounded too (response_store.h).
+  size_t responses_store_size = 1024;
 };
 
 class HttpApi {

@@ -208,63 +208,80 @@ void ResponseBuilder::FinishPrompt(std::string* echo_text, Json* echo_logprobs) 
   *echo_text = echo_;
 }
 
-std::string ResponseBuilder::OnMessage(const v1::GenerateResponse& message) {
-  std::string events;
+ResponseBuilder::Piece ResponseBuilder::Absorb(const v1::GenerateResponse& message) {
+  Piece piece;
   if (message.has_chunk()) {
+    piece.kind = Piece::Kind::kChunk;
     const v1::GenerateChunk& c = message.chunk();
     prompt_tokens_ = c.prompt_tokens();
     if (!prompt_only_) completion_tokens_ = c.completion_tokens();
     prompt_entries_.insert(prompt_entries_.end(), c.prompt_logprobs().begin(),
                            c.prompt_logprobs().end());
-    std::string text, reasoning;
-    Json tool_deltas = nullptr;
-    Json logprobs = nullptr;
     // The prompt's entries all precede the first generated token.
-    if (c.completion_tokens() > 0) FinishPrompt(&text, &logprobs);
+    if (c.completion_tokens() > 0) FinishPrompt(&piece.text, &piece.logprobs);
     if (!prompt_only_) {
-      AddText(c.text(), /*finish=*/false, &text, &reasoning, &tool_deltas);
+      AddText(c.text(), /*finish=*/false, &piece.text, &piece.reasoning, &piece.tool_calls);
       if (logprobs_ != nullptr && c.logprobs_size() > 0) {
-        logprobs = JoinedLogprobs(
-            std::move(logprobs),
+        piece.logprobs = JoinedLogprobs(
+            std::move(piece.logprobs),
             logprobs_->Add(std::span<const int32_t>(c.token_ids().data(), c.token_ids_size()),
                            c.logprobs()));
       }
     }
-    if (stream_ && (!text.empty() || !reasoning.empty() || continuous_usage_ || !logprobs.is_null() ||
-                    !tool_deltas.is_null())) {
-      events += ChunkEvent(text, reasoning, std::nullopt, continuous_usage_, std::move(logprobs),
-                           std::move(tool_deltas));
-    }
   } else if (message.has_complete()) {
+    piece.kind = Piece::Kind::kComplete;
     const v1::GenerateComplete& c = message.complete();
     prompt_tokens_ = c.prompt_tokens();
     cached_tokens_ = c.cached_prompt_tokens();
     completion_tokens_ = prompt_only_ ? 0 : c.completion_tokens();
-    std::string text, reasoning;
-    Json tool_deltas = nullptr;
-    Json echo_logprobs = nullptr;
-    FinishPrompt(&text, &echo_logprobs);  // a prompt whose output was all dropped or held
-    if (endpoint_ == Endpoint::kChat) AddText("", /*finish=*/true, &text, &reasoning, &tool_deltas);
+    FinishPrompt(&piece.text, &piece.logprobs);  // a prompt whose output was all dropped or held
+    if (endpoint_ == Endpoint::kChat) {
+      AddText("", /*finish=*/true, &piece.text, &piece.reasoning, &piece.tool_calls);
+    }
     // The prompt alone (max_tokens 0): it stopped at its length, whatever the dropped token was.
     finish_reason_ = prompt_only_ ? "length" : FinishReasonName(c.finish_reason());
     // OpenAI's reason when the answer calls tools (a cut-off answer stays "length").
     if (*finish_reason_ == "stop" && !call_ids_.empty()) finish_reason_ = "tool_calls";
-    if (stream_) {
-      if (!tool_deltas.is_null()) {
-        events += ChunkEvent("", "", std::nullopt, continuous_usage_, nullptr, std::move(tool_deltas));
-      }
-      events += ChunkEvent(text, reasoning, finish_reason_, continuous_usage_, std::move(echo_logprobs));
-      if (!single_choice_) return events;  // EndOfChoices() ends the stream
-      if (include_usage_) {
-        Json last = Envelope(endpoint_ == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
-        last["choices"] = Json::array();
-        last["usage"] = Usage();
-        events += Event(last);
-      }
-      events += "data: [DONE]\n\n";
-    }
   }
+  return piece;
+}
+
+std::string ResponseBuilder::OnMessage(const v1::GenerateResponse& message) {
+  Piece p = Absorb(message);
+  if (!stream_ || p.kind == Piece::Kind::kNone) return "";
+  if (p.kind == Piece::Kind::kChunk) {
+    if (p.text.empty() && p.reasoning.empty() && !continuous_usage_ && p.logprobs.is_null() &&
+        p.tool_calls.is_null()) {
+      return "";
+    }
+    return ChunkEvent(p.text, p.reasoning, std::nullopt, continuous_usage_, std::move(p.logprobs),
+                      std::move(p.tool_calls));
+  }
+  std::string events;
+  if (!p.tool_calls.is_null()) {
+    events += ChunkEvent("", "", std::nullopt, continuous_usage_, nullptr, std::move(p.tool_calls));
+  }
+  events += ChunkEvent(p.text, p.reasoning, finish_reason_, continuous_usage_, std::move(p.logprobs));
+  if (!single_choice_) return events;  // EndOfChoices() ends the stream
+  if (include_usage_) {
+    Json last = Envelope(endpoint_ == Endpoint::kChat ? "chat.completion.chunk" : "text_completion");
+    last["choices"] = Json::array();
+    last["usage"] = Usage();
+    events += Event(last);
+  }
+  events += "data: [DONE]\n\n";
   return events;
+}
+
+std::vector<ResponseBuilder::Call> ResponseBuilder::tool_calls() const {
+  std::vector<Call> out;
+  if (tool_calls_ == nullptr) return out;
+  const std::vector<ToolCall>& parsed = tool_calls_->calls();
+  for (size_t i = 0; i < parsed.size() && i < call_ids_.size(); ++i) {
+    if (!Keeps(static_cast<int>(i))) continue;
+    out.push_back(Call{call_ids_[i], parsed[i].name, parsed[i].arguments});
+  }
+  return out;
 }
 
 std::string ResponseBuilder::ErrorEvents(const ApiError& error) {
@@ -284,12 +301,10 @@ Json ResponseBuilder::Body() const {
     if (splitter_.in_reasoning_mode()) message["reasoning_content"] = reasoning_;
     if (!call_ids_.empty()) {
       Json calls = Json::array();
-      const std::vector<ToolCall>& parsed = tool_calls_->calls();
-      for (size_t i = 0; i < parsed.size() && i < call_ids_.size(); ++i) {
-        if (!Keeps(static_cast<int>(i))) continue;
-        calls.push_back(Json{{"id", call_ids_[i]},
+      for (const Call& call : tool_calls()) {
+        calls.push_back(Json{{"id", call.id},
                              {"type", "function"},
-                             {"function", {{"name", parsed[i].name}, {"arguments", parsed[i].arguments}}}});
+                             {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
       }
       message["tool_calls"] = std::move(calls);
     }

@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mlaserve/v1/api.pb.h"
@@ -82,6 +83,27 @@ class ResponseBuilder {
   void set_tool_calls(ToolCallFormat format, const std::string& opening, bool parallel,
                       std::vector<std::string> history_call_ids = {});
 
+  // What one Generate message adds to the answer, split as the response is: the text (chat:
+  // the content after reasoning and tool calls are taken out), the reasoning, the tool calls'
+  // deltas in chat's streamed shape ([{"index", "id"?, "type"?, "function": {"name"?,
+  // "arguments"}}], null when none), and the logprobs of its tokens in the endpoint's shape
+  // (null when none). OnMessage renders it as chunks; the Responses API renders it as its own
+  // events (responses_builder.h).
+  struct Piece {
+    enum class Kind { kNone, kChunk, kComplete };
+    Kind kind = Kind::kNone;  // kComplete: the call's `complete` (complete() is now true)
+    std::string text;
+    std::string reasoning;
+    nlohmann::ordered_json tool_calls = nullptr;
+    nlohmann::ordered_json logprobs = nullptr;
+  };
+  Piece Absorb(const v1::GenerateResponse& message);
+
+  // The forced call's opening (set_tool_calls' `opening`) as tool-call deltas in Piece's
+  // shape, once (then null): StartEvents streams them; the Responses API opens its call item
+  // with them.
+  nlohmann::ordered_json TakeOpeningToolCalls() { return std::exchange(opening_deltas_, nullptr); }
+
   // Streaming: the events that start the stream (the chat role delta; the echoed prompt).
   std::string StartEvents();
   // Streaming: the events one Generate message adds (possibly none). Non-streaming
@@ -92,6 +114,26 @@ class ResponseBuilder {
 
   bool complete() const { return finish_reason_.has_value(); }
   int32_t completion_tokens() const { return completion_tokens_; }
+  int32_t prompt_tokens() const { return prompt_tokens_; }
+  int32_t cached_tokens() const { return cached_tokens_; }
+  // "stop", "length" or "tool_calls", once complete().
+  const std::optional<std::string>& finish_reason() const { return finish_reason_; }
+  // The answer so far: its text (chat: the content) and reasoning.
+  const std::string& text() const { return text_; }
+  const std::string& reasoning() const { return reasoning_; }
+  bool in_reasoning_mode() const { return splitter_.in_reasoning_mode(); }
+  // Chat with tools: the calls returned (parallel_tool_calls false: the first), each with its
+  // id as the response gives it.
+  struct Call {
+    std::string id;
+    std::string name;
+    std::string arguments;
+  };
+  std::vector<Call> tool_calls() const;
+  // Every token's logprobs so far in the endpoint's shape; null without set_logprobs.
+  nlohmann::ordered_json all_logprobs() const {
+    return logprobs_ != nullptr ? logprobs_->All() : nlohmann::ordered_json(nullptr);
+  }
   // Non-streaming: the response body, once complete().
   nlohmann::ordered_json Body() const;
 

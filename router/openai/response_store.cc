@@ -1,0 +1,89 @@
+#include "router/openai/response_store.h"
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+namespace mlaserve::router::openai {
+
+using Json = nlohmann::ordered_json;
+
+bool ResponseStore::Put(Json response, Json input, std::shared_ptr<const Entry> previous) {
+  if (options_.max_responses == 0 || !response.contains("id") || !response["id"].is_string()) return false;
+  const std::string id = response["id"].get<std::string>();
+  auto entry = std::make_shared<Entry>();
+  entry->conversation_bytes = response.dump(-1, ' ', false, Json::error_handler_t::replace).size() +
+                              input.dump(-1, ' ', false, Json::error_handler_t::replace).size() +
+                              (previous != nullptr ? previous->conversation_bytes : 0);
+  if (entry->conversation_bytes > options_.max_bytes) return false;
+  entry->response = std::move(response);
+  entry->input = std::move(input);
+  entry->previous = std::move(previous);
+  absl::MutexLock lock(&mu_);
+  EraseLocked(id);
+  while (!order_.empty() &&
+         (slots_.size() + 1 > options_.max_responses || bytes_ + entry->conversation_bytes > options_.max_bytes)) {
+    EraseLocked(order_.back());
+  }
+  bytes_ += entry->conversation_bytes;
+  order_.push_front(id);
+  slots_[id] = Slot{std::move(entry), order_.begin()};
+  return true;
+}
+
+std::shared_ptr<const ResponseStore::Entry> ResponseStore::Get(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = slots_.find(id);
+  if (it == slots_.end()) return nullptr;
+  order_.splice(order_.begin(), order_, it->second.in_order);
+  return it->second.entry;
+}
+
+bool ResponseStore::Erase(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  if (!slots_.contains(id)) return false;
+  EraseLocked(id);
+  return true;
+}
+
+void ResponseStore::EraseLocked(const std::string& id) {
+  auto it = slots_.find(id);
+  if (it == slots_.end()) return;
+  bytes_ -= it->second.entry->conversation_bytes;
+  order_.erase(it->second.in_order);
+  slots_.erase(it);
+}
+
+Json ResponseStore::Conversation(const Entry& entry) {
+  std::vector<const Entry*> turns;
+  for (const Entry* e = &entry; e != nullptr; e = e->previous.get()) turns.push_back(e);
+  Json items = Json::array();
+  for (auto turn = turns.rbegin(); turn != turns.rend(); ++turn) {
+    for (const Json& item : (*turn)->input) items.push_back(item);
+    for (const Json& item : (*turn)->response["output"]) items.push_back(item);
+  }
+  return items;
+}
+
+size_t ResponseStore::size() const {
+  absl::MutexLock lock(&mu_);
+  return slots_.size();
+}
+
+size_t ResponseStore::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+std::string NewResponseId() {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::random_device random;  // the system's source (getrandom on Linux)
+  std::string id = "resp_";
+  for (int word = 0; word < 4; ++word) {
+    uint32_t bits = random();
+    for (int i = 0; i < 8; ++i, bits >>= 4) id += kHex[bits & 0xf];
+  }
+  return id;
+}
+
+}  // namespace mlaserve::router::openai
