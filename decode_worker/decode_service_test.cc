@@ -50,6 +50,12 @@ TEST(DecodeConversionTest, ReserveRequestToSpecAndBack) {
   EXPECT_TRUE(spec->ignore_eos);
   EXPECT_EQ(spec->prefill_compat_hash, "abc");
   EXPECT_EQ(spec->lease, absl::Milliseconds(250));
+  EXPECT_FALSE(spec->reuse_cached_pages);  // a router before the field
+  req.set_reuse_cached_pages(true);
+  EXPECT_TRUE(ToReserveSpec(req, kBounds)->reuse_cached_pages);
+  req.set_local_prefill(true);  // nothing is shipped to a local prefill
+  EXPECT_FALSE(ToReserveSpec(req, kBounds)->reuse_cached_pages);
+  req.set_local_prefill(false);
   req.mutable_sampling()->clear_max_new_tokens();
   EXPECT_THAT(ToReserveSpec(req, kBounds).status().message(),
               HasSubstr("sampling.max_new_tokens must be set"));

@@ -82,6 +82,15 @@ TEST(PrefillConversionTest, RequestsOutsideTheBoundsAreRefusedNamingTheValue) {
               HasSubstr("prompt has 4097 tokens; this worker accepts 4096"));
   EXPECT_THAT(refused(request(std::vector<int32_t>(100, 1), 1)),
               HasSubstr("kv_session.num_pages is 1 but a prompt of 100 tokens fills 2 pages"));
+  // The decode worker's cached pages leave the prompt's last page to ship.
+  v1::PrefillRequest reused = request(std::vector<int32_t>(200, 1), 4);
+  reused.mutable_kv_session()->set_cached_pages(3);
+  ASSERT_TRUE(ToPrefillJob(reused, kBounds).ok());
+  EXPECT_EQ(ToPrefillJob(reused, kBounds)->session.cached_pages, 3);
+  reused.mutable_kv_session()->set_cached_pages(4);
+  EXPECT_THAT(refused(reused), HasSubstr("kv_session.cached_pages is 4; must be in [0, num_pages 4)"));
+  reused.mutable_kv_session()->set_cached_pages(-1);
+  EXPECT_THAT(refused(reused), HasSubstr("kv_session.cached_pages is -1"));
   v1::PrefillRequest hot = request({1, 2}, 1);
   hot.mutable_sampling()->set_top_p(2);
   EXPECT_THAT(refused(hot), HasSubstr("top_p"));

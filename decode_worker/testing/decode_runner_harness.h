@@ -52,20 +52,26 @@ class DecodeRunnerHarness : public ::testing::Test {
 
   // Plays the prefill worker: computes the prompt's KV on the prefill engine and ships it,
   // one message per layer, then completes the session with the first token (vocab: the fake
-  // engines' token range), the greedy one unless `first_token` is given.
+  // engines' token range), the greedy one unless `first_token` is given. Like the prefill
+  // worker it ships none of the pages the decode worker holds (session.cached_pages), unless
+  // `ship_every_page` (a sender that predates the field: it opens without them too).
   void PrefillAndShip(const Reservation& r, const std::vector<int32_t>& prompt, int vocab,
-                      std::optional<int32_t> first_token = std::nullopt) {
+                      std::optional<int32_t> first_token = std::nullopt,
+                      bool ship_every_page = false) {
     auto pages = *prefill_->kv_pool().Allocate(r.session.num_pages);
     model::SequenceChunk c;
     c.tokens = prompt;
     c.pages = pages;
     ASSERT_TRUE(prefill_->Forward(std::span(&c, 1), model::AttentionPath::kMha, nullptr).ok());
-    auto sender = *transport_.Open(r.session, layout_, {});
+    kvtransfer::KvSessionRef ref = r.session;
+    if (ship_every_page) ref.cached_pages = 0;
+    auto sender = *transport_.Open(ref, layout_, {});
+    const std::span<const int32_t> shipped = std::span<const int32_t>(pages).subspan(ref.cached_pages);
     for (int layer = 0; layer < layout_.num_layers; ++layer) {
-      std::string bytes(prefill_->kv_pool().layer_page_bytes() * pages.size(), '\0');
-      ASSERT_TRUE(prefill_->kv_pool().ReadPages(layer, pages, bytes.data()).ok());
+      std::string bytes(prefill_->kv_pool().layer_page_bytes() * shipped.size(), '\0');
+      ASSERT_TRUE(prefill_->kv_pool().ReadPages(layer, shipped, bytes.data()).ok());
       ASSERT_TRUE(sender
-                      ->SendPages(layer, 0, static_cast<int>(pages.size()),
+                      ->SendPages(layer, ref.cached_pages, static_cast<int>(shipped.size()),
                                   std::span<const uint8_t>(
                                       reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()))
                       .ok());

@@ -1,7 +1,8 @@
 // LayerRecordingTransport: a KvTransport wrapper for the prefill runner's layer-wise tests. It
 // opens its sessions through another transport and records, per session, the prefill rank the
 // runner bound it to (SetSourceRank) and which layers left:
-//   host-payload senders: the layers handed to SendPages (the shipping thread's send);
+//   host-payload senders: the layers handed to SendPages (the shipping thread's send), and
+//   each run's page indexes (Runs);
 //   direct senders (nccl): the bytes the transport put on the wire (bytes_sent()).
 // A test holds a rank inside its step (FakeEngine::set_after_rank_layer, or an engine wrapper)
 // and waits here until that rank's layer left: which proves the pages left while the rank's
@@ -50,6 +51,18 @@ class LayerRecordingTransport final : public kvtransfer::KvTransport {
     }
     return ids;
   }
+  // Host-payload senders: what SendPages / SendPage carried, in order.
+  struct Run {
+    int layer = 0;
+    int first_page = 0;
+    int num_pages = 0;
+    bool operator==(const Run&) const = default;
+  };
+  std::vector<Run> Runs(const std::string& session) const {
+    absl::MutexLock l(&mu_);
+    auto it = sessions_.find(session);
+    return it == sessions_.end() ? std::vector<Run>{} : it->second.runs;
+  }
   // Host-payload senders: true once SendPages carried a run of `layer` (false at the
   // deadline).
   bool AwaitLayerSent(const std::string& session, int layer, absl::Duration timeout) {
@@ -81,6 +94,7 @@ class LayerRecordingTransport final : public kvtransfer::KvTransport {
     kvtransfer::KvSender* inner = nullptr;  // null once the runner dropped the sender
     int rank = -1;
     std::set<int> layers;
+    std::vector<Run> runs;
   };
 
   class Sender final : public kvtransfer::KvSender {
@@ -92,12 +106,12 @@ class LayerRecordingTransport final : public kvtransfer::KvTransport {
       t_->sessions_[id_].inner = nullptr;
     }
     absl::Status SendPage(int layer, int page_index, std::string payload) override {
-      Record(layer);
+      Record(layer, page_index, 1);
       return s_->SendPage(layer, page_index, std::move(payload));
     }
     absl::Status SendPages(int layer, int first_page_index, int num_pages,
                            std::span<const uint8_t> bytes) override {
-      Record(layer);
+      Record(layer, first_page_index, num_pages);
       return s_->SendPages(layer, first_page_index, num_pages, bytes);
     }
     void Complete(const kvtransfer::KvCompletion& completion,
@@ -120,9 +134,10 @@ class LayerRecordingTransport final : public kvtransfer::KvTransport {
     }
 
    private:
-    void Record(int layer) {
+    void Record(int layer, int first_page, int num_pages) {
       absl::MutexLock l(&t_->mu_);
       t_->sessions_[id_].layers.insert(layer);
+      t_->sessions_[id_].runs.push_back({layer, first_page, num_pages});
     }
     LayerRecordingTransport* const t_;
     const std::string id_;
