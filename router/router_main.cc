@@ -135,6 +135,12 @@ int Main(int argc, char** argv) {
                "let HTTP chat and /tokenize requests bring their own Jinja chat_template "
                "(rendered by the router's interpreter, at most 64 KiB); off: such a request is a 400")
       ->capture_default_str();
+  app.add_option("--responses-store-size", http.responses_store_size,
+                 "stored responses of the HTTP API's /v1/responses the router keeps in memory, least "
+                 "recently used out (also at most 256 MiB of their conversations); 0: none kept, so "
+                 "previous_response_id and GET /v1/responses/{id} find none")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error")
       ->capture_default_str()
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));

@@ -12,7 +12,11 @@ logprobs; vLLM's prompt_logprobs on both endpoints); tool calls in the client's 
 tool_choice's arguments held to the tool's parameters schema); JSON mode;
 structured outputs (response_format json_schema, answers parsed with json and validated with
 jsonschema, streamed the same; the SDK's parse() helper with a Pydantic model); vLLM's
-/tokenize and /detokenize (with urllib: the counts equal the requests' usage); a client that closes a stream mid-way is
+/tokenize and /detokenize (with urllib: the counts equal the requests' usage); the Responses API
+(client.responses.create / stream / parse / retrieve / delete: the same answers and usage as chat,
+instructions and input items counted as the chat's messages, previous_response_id, a tool round
+trip, text.format json_schema judged by jsonschema, max_output_tokens incomplete, streamed deltas
+making the final text); a client that closes a stream mid-way is
 aborted (router metric) and its pages freed; the curl examples of docs/api.md run as written.
 """
 import argparse
@@ -204,6 +208,7 @@ def run_checks(client, base, router_log):
     run_tool_call_checks(client)
     run_json_mode_checks(client)
     run_json_schema_checks(client)
+    run_responses_checks(client, base, text, chat)
 
     aborted = metric(router_log, "mlaserve_router_requests_aborted_total")
     stream = client.completions.create(model="demo", prompt="count from 1:", max_tokens=1000,
@@ -475,6 +480,183 @@ def run_json_schema_checks(client):
         "response_format.json_schema.name", "json_schema without a name")
 
 
+# The template the Responses checks render requests with (extra_body chat_template): every
+# role, content, tool call and tool result, so a request's prompt shows what its items became.
+ALL_MESSAGES_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{% if m.content %}{{ m.content }}{% endif %}"
+    "{% if m.tool_calls %}{% for c in m.tool_calls %}[{{ c.function.name }}({{ c.function.arguments }})#{{ c.id }}]"
+    "{% endfor %}{% endif %}{% if m.tool_call_id %}#{{ m.tool_call_id }}{% endif %}{% endfor %}")
+RESPONSES_WEATHER_TOOL = dict(WEATHER_TOOL["function"], type="function")  # the Responses API's flat shape
+
+
+def tokenized(base, messages, **fields):
+    """/tokenize's count of `messages` rendered with ALL_MESSAGES_TEMPLATE."""
+    status, t = http_post_json(base + "/tokenize", dict(messages=messages, chat_template=ALL_MESSAGES_TEMPLATE,
+                                                         **fields))
+    check(status == 200, f"/tokenize answers ({t['count'] if status == 200 else t})")
+    return t["count"]
+
+
+def run_responses_checks(client, base, counted, chat):
+    """OpenAI's Responses API (client.responses.*): a response is the chat completion of its
+    items, its text, usage and status as chat's; the stream's deltas make the final text; stored
+    responses continue with previous_response_id; tools round-trip; text.format holds the answer
+    to a schema. `counted`: the demo model's 12-token answer to "count from 17:"; `chat`: that
+    chat completion."""
+    r = client.responses.create(model="demo", input="count from 17:", max_output_tokens=12, temperature=0)
+    check(r.object == "response" and r.id.startswith("resp_") and r.model == "demo", f"a response object ({r.id})")
+    check(r.output_text == counted and r.output[0].type == "message" and r.output[0].role == "assistant"
+          and r.output[0].content[0].annotations == [], f"responses.create answers as chat does ({r.output_text!r})")
+    check(r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+          and r.output[0].status == "incomplete", f"cut by max_output_tokens: incomplete ({r.status})")
+    check(r.usage.input_tokens == chat.usage.prompt_tokens and r.usage.output_tokens == 12
+          and r.usage.total_tokens == r.usage.input_tokens + 12 and r.usage.output_tokens_details.reasoning_tokens == 0,
+          f"responses usage ({r.usage})")
+    full = client.responses.create(model="demo", input="count from 17:", max_output_tokens=64, temperature=0)
+    check(full.status == "completed" and full.incomplete_details is None and full.output_text.startswith(counted),
+          f"an answer that ends by itself: completed ({full.output_text!r})")
+
+    # instructions and a list of message items: what the chat template is given (the request's
+    # own template, through extra_body, renders them all; /tokenize counts the same messages).
+    own = {"chat_template": ALL_MESSAGES_TEMPLATE}
+    listed = client.responses.create(
+        model="demo", instructions="Count.", max_output_tokens=4, temperature=0, extra_body=own,
+        input=[{"role": "developer", "content": "In digits."},
+               {"role": "user", "content": [{"type": "input_text", "text": "count"},
+                                            {"type": "input_text", "text": "from 17:"}]}])
+    expected = tokenized(base, [{"role": "system", "content": "Count."}, {"role": "system", "content": "In digits."},
+                                {"role": "user", "content": "count\nfrom 17:"}])
+    check(listed.instructions == "Count." and listed.usage.input_tokens == expected,
+          f"instructions and input items are the chat's messages ({listed.usage.input_tokens} vs {expected})")
+    plain = client.responses.create(model="demo", input=[{"role": "user", "content": "count from 17:"}],
+                                    instructions="Count.", max_output_tokens=12, temperature=0)
+    check(plain.output_text == counted, "instructions reach the demo template (which shows the last user message)")
+
+    # previous_response_id: the stored turn comes before the new input.
+    again = client.responses.create(model="demo", input="count from 17:", previous_response_id=r.id,
+                                    max_output_tokens=12, temperature=0, extra_body=own)
+    expected = tokenized(base, [{"role": "user", "content": "count from 17:"},
+                                {"role": "assistant", "content": counted},
+                                {"role": "user", "content": "count from 17:"}])
+    check(again.previous_response_id == r.id and again.usage.input_tokens == expected,
+          f"previous_response_id continues the stored conversation ({again.usage.input_tokens} vs {expected})")
+    got = client.responses.retrieve(r.id)
+    check(got.id == r.id and got.output_text == r.output_text and got.usage.output_tokens == 12,
+          "responses.retrieve returns the stored response")
+    client.responses.delete(r.id)
+    for call, what in ((lambda: client.responses.retrieve(r.id), "a deleted response"),
+                       (lambda: client.responses.create(model="demo", input="x", previous_response_id=r.id),
+                        "previous_response_id of a deleted response")):
+        try:
+            call()
+            check(False, f"{what} is gone")
+        except openai.NotFoundError as e:
+            check(e.status_code == 404 and r.id in e.body["message"], f"{what}: NotFoundError naming it")
+    unstored = client.responses.create(model="demo", input="x", max_output_tokens=2, store=False)
+    try:
+        client.responses.retrieve(unstored.id)
+        check(False, "store=False keeps nothing")
+    except openai.NotFoundError:
+        check(True, "store=False keeps nothing")
+
+    # Streamed: the helper's events, deltas making the final text, the final usage.
+    deltas, types = [], []
+    with client.responses.stream(model="demo", input="count from 17:", max_output_tokens=64, temperature=0) as stream:
+        for event in stream:
+            types.append(event.type)
+            if event.type == "response.output_text.delta":
+                deltas.append(event.delta)
+        final = stream.get_final_response()
+    check("".join(deltas) == final.output_text == full.output_text and len(deltas) > 1,
+          f"responses.stream: the deltas make the final text ({len(deltas)} deltas)")
+    check(types[:2] == ["response.created", "response.in_progress"] and types[-1] == "response.completed",
+          f"responses.stream event order ({types[:4]} ... {types[-3:]})")
+    check((final.usage.input_tokens, final.usage.output_tokens) == (full.usage.input_tokens, full.usage.output_tokens),
+          f"streamed usage equals the unstreamed ({final.usage})")
+    events = list(client.responses.create(model="demo", input="count from 17:", max_output_tokens=5, temperature=0,
+                                          stream=True))
+    check([e.sequence_number for e in events] == list(range(len(events))), "stream=True: events numbered in order")
+    check(events[-1].type == "response.incomplete" and events[-1].response.usage.output_tokens == 5
+          and "".join(e.delta for e in events if e.type == "response.output_text.delta")
+          == events[-1].response.output_text, "stream=True cut by max_output_tokens ends with response.incomplete")
+
+    # A tool round trip: the forced call (as chat's), then its output with previous_response_id.
+    named = {"type": "function", "name": "get_weather"}
+    called = client.responses.create(model="demo", input="count from 17:", tools=[RESPONSES_WEATHER_TOOL],
+                                     tool_choice=named, max_output_tokens=48, temperature=0)
+    chat_call = client.chat.completions.create(
+        model="demo", max_tokens=48, temperature=0, messages=[{"role": "user", "content": "count from 17:"}],
+        tools=[WEATHER_TOOL], tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    calls = [item for item in called.output if item.type == "function_call"]
+    check(len(calls) == 1 and calls[0].name == "get_weather" and calls[0].call_id.startswith("call_")
+          and calls[0].arguments == chat_call.choices[0].message.tool_calls[0].function.arguments,
+          f"a named tool_choice: a function_call item with chat's arguments ({calls})")
+    if called.status == "completed":
+        jsonschema.validate(json.loads(calls[0].arguments), WEATHER_TOOL["function"]["parameters"])
+    call = calls[0]
+    after = client.responses.create(
+        model="demo", previous_response_id=called.id, tools=[RESPONSES_WEATHER_TOOL], max_output_tokens=12,
+        temperature=0, extra_body=own,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+               {"role": "user", "content": "count from 17:"}])
+    expected = tokenized(base, [
+        {"role": "user", "content": "count from 17:"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": call.call_id, "type": "function",
+                         "function": {"name": "get_weather", "arguments": call.arguments}}]},
+        {"role": "tool", "tool_call_id": call.call_id, "content": "sunny"},
+        {"role": "user", "content": "count from 17:"}], tools=[WEATHER_TOOL])
+    check(after.usage.input_tokens == expected,
+          f"function_call_output after the stored call: the chat's tool round trip ({after.usage.input_tokens} vs {expected})")
+    whole = client.responses.create(
+        model="demo", tools=[RESPONSES_WEATHER_TOOL], max_output_tokens=12, temperature=0, store=False,
+        input=[{"role": "user", "content": "count from 17:"}, call.model_dump(exclude_none=True),
+               {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+               {"role": "user", "content": "count from 17:"}])
+    check(whole.output_text == counted, f"a round trip sent whole answers the last message ({whole.output_text!r})")
+
+    # text.format json_schema: structured outputs, judged by jsonschema (seed and logit_bias
+    # are vLLM's extensions, through extra_body).
+    fmt = {"format": {"type": "json_schema", "name": "numbers", "strict": True, "schema": SCHEMA}}
+    finished = 0
+    for seed in range(4):
+        j = client.responses.create(model="demo", input="count from 17:", max_output_tokens=80, temperature=1.0,
+                                    text=fmt, extra_body={"seed": seed, "logit_bias": whitespace_banned()})
+        if j.status == "completed":
+            jsonschema.validate(json.loads(j.output_text), SCHEMA)
+            finished += 1
+        else:
+            check(j.output_text.startswith("{"), f"json_schema, seed {seed}: cut inside the object ({j.output_text!r})")
+    check(finished >= 2, f"text.format json_schema: {finished} of 4 answers finished and validated")
+    try:
+        import pydantic
+    except ImportError:
+        pydantic = None
+    if pydantic is not None:
+        import typing
+
+        class Reading(pydantic.BaseModel):
+            value: int = pydantic.Field(ge=0, le=99)
+            unit: typing.Literal["cm", "kg"]
+        parsed = client.responses.parse(model="demo", input="count from 17:", max_output_tokens=60, temperature=1.0,
+                                        text_format=Reading, extra_body={"seed": 1, "logit_bias": whitespace_banned()})
+        check(isinstance(parsed.output_parsed, Reading), f"responses.parse with a Pydantic model: {parsed.output_text!r}")
+
+    expect_bad_request(lambda: client.responses.create(model="demo", input="x", tools=[{"type": "web_search"}]),
+                       "tools", "a built-in tool")
+    expect_bad_request(lambda: client.responses.create(model="demo", input="x", background=True), "background",
+                       "background true")
+    expect_bad_request(lambda: client.responses.create(model="demo", input="x", extra_body={"frobnicate": 1}),
+                       "frobnicate", "an unknown Responses field")
+    expect_bad_request(lambda: client.responses.create(model="demo", input="x", max_output_tokens=100000),
+                       "max_output_tokens", "max_output_tokens past the context")
+    try:
+        client.responses.create(model="demo", input="x", previous_response_id="resp_unknown")
+        check(False, "an unknown previous_response_id refused")
+    except openai.NotFoundError as e:
+        check(e.body["param"] == "previous_response_id", "an unknown previous_response_id: NotFoundError naming it")
+
+
 def expect_bad_request(call, param, what):
     try:
         call()
@@ -714,9 +896,9 @@ def run_curl_examples(base):
             check(events[-1] == "[DONE]" and all("error" not in json.loads(e) for e in events[:-1]),
                   "streamed example ends with [DONE], no error")
         else:
-            check("error" not in json.loads(body), f"example answers without error: {body[:80]}")
+            check(json.loads(body).get("error") is None, f"example answers without error: {body[:80]}")
         ran += 1
-    check(ran == 6, "all six curl examples ran")
+    check(ran == 7, "all seven curl examples ran")
     bad = subprocess.run(["curl", "-s", "-o", "/dev/stderr", "-w", "%{http_code}", base + "/v1/completions",
                           "-H", "Content-Type: application/json", "-d", "{not json"],
                          capture_output=True, text=True, timeout=30)
