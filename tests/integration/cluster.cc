@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> Cluster::StartDecode(const std::s
                                    "--model", model_dir, "--backend", "cpu", "--num-kv-pages",
                                    absl::StrCat(options_.num_kv_pages), "--local-prefill-threshold",
                                    absl::StrCat(options_.local_prefill_threshold),
-                                   "--metrics-port", "-1"};
+                                   "--metrics-port", options_.worker_metrics ? "0" : "-1"};
   argv.insert(argv.end(), options_.security_flags.begin(), options_.security_flags.end());
   for (const auto& f : options_.extra_decode_flags) argv.push_back(f);
   if (register_with_router) {
@@ -101,7 +101,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o)
                           bool decode) -> absl::StatusOr<std::unique_ptr<ServerProcess>> {
     std::vector<std::string> argv = {bin, "--listen", "127.0.0.1:0", "--model", o.model_dir,
                                      "--backend", "cpu", "--num-kv-pages",
-                                     absl::StrCat(o.num_kv_pages), "--metrics-port", "-1"};
+                                     absl::StrCat(o.num_kv_pages), "--metrics-port",
+                                     o.worker_metrics ? "0" : "-1"};
     argv.insert(argv.end(), o.security_flags.begin(), o.security_flags.end());
     if (decode) {
       argv.push_back("--local-prefill-threshold");

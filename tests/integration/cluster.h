@@ -41,6 +41,8 @@ struct ClusterOptions {
   // cluster's directory as admin-token) and admin() sends it.
   std::string admin_token;
   std::vector<std::string> extra_prefill_flags;
+  // Workers serve /metrics on an ephemeral port (logged as "metrics on URL"); else none.
+  bool worker_metrics = false;
   std::vector<std::string> extra_router_flags;  // "--flag", "value" pairs; "--flag=value" items
   // Every process's transport flags: plaintext, or e.g. the --tls-* flags of a
   // common::testing::TestPki; the harness's own channels then use `client_tls` (and the
