@@ -359,6 +359,10 @@ std::variant<ApiRequest, ApiError> ToChatRequest(const ResponsesRequest& r, cons
   Json messages = Json::array();
   if (r.instructions.has_value()) messages.push_back(Json{{"role", "system"}, {"content", *r.instructions}});
   for (Json& m : ItemsToChatMessages(items)) messages.push_back(std::move(m));
+  if (messages.empty()) {
+    return Invalid("'input' has no messages to answer (an empty list, without instructions or a "
+                   "previous_response_id, or only reasoning items)", "input");
+  }
   Json body = r.chat_fields;
   body["model"] = r.model;
   body["messages"] = std::move(messages);

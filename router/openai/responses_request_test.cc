@@ -210,6 +210,7 @@ TEST(ResponsesRequestTest, ErrorsNameTheFieldAndValue) {
       {R"({"model": "demo"})", "input", "'input' is required"},
       {R"({"input": "x"})", "model", "'model' is required"},
       {R"({"model": "demo", "input": 5})", "input", "an integer"},
+      {R"({"model": "demo", "input": []})", "input", "no messages to answer"},
       {R"({"model": "demo", "input": "x", "background": true})", "background", "'background' true"},
       {R"({"model": "demo", "input": "x", "conversation": "conv_1"})", "conversation", "'conversation' is not supported"},
       {R"({"model": "demo", "input": "x", "prompt": {"id": "p"}})", "prompt", "'prompt' is not supported"},
