@@ -35,21 +35,28 @@ absl::StatusOr<int> DecodeRunner::PickRank(int prompt_len, int pages_needed,
   }
   int best = -1;
   int best_room = 0;
+  int best_cached = 0;
   std::vector<int> free(ranks);
   for (int r = 0; r < ranks; ++r) {
     free[r] = engine_->rank_pool(r).free_pages();
     // A request that takes the cached pages of its prompt's start (TakePages): those other
-    // requests hold cost it no free page.
-    int held = 0;
+    // requests hold cost it no free page, and it goes to the rank that caches most of them
+    // (each rank's pool has its own cache), as the prefill scheduler places prompts.
+    int held = 0, cached = 0;
     if (cached_from != nullptr) {
-      engine_->rank_pool(r).CachedPrefixPages(cached_from->tokens, cached_from->MaxCachedPages(),
-                                              cached_from->cache_salt, &held);
+      cached = engine_->rank_pool(r).CachedPrefixPages(
+          cached_from->tokens, cached_from->MaxCachedPages(), cached_from->cache_salt, &held);
     }
     const int room = free[r] - (pages_needed - held) - growing[r];
     if (room < 0) continue;
-    if (best < 0 || room > best_room || (room == best_room && requests[r] < requests[best])) {
+    const bool better =
+        best < 0 || cached > best_cached ||
+        (cached == best_cached &&
+         (room > best_room || (room == best_room && requests[r] < requests[best])));
+    if (better) {
       best = r;
       best_room = room;
+      best_cached = cached;
     }
   }
   if (best >= 0) return best;

@@ -265,5 +265,46 @@ TEST_F(RemoteReuseTest, ARefusedReservationTakesNothing) {
   EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
 }
 
+// Data-parallel attention: each rank's pool has its own cache, and the next turn goes to the
+// rank that holds the earlier one (not the load order's), where it keeps its pages.
+TEST_F(RemoteReuseTest, OnDataParallelRanksTheNextTurnGoesToTheRankHoldingTheEarlierOne) {
+  runner_.reset();
+  DecodeRunnerOptions o;
+  o.scheduler = {.max_running = 4, .max_batch_tokens = 64, .chunk_size = 32};
+  DecodeRunnerHarness::Build({.num_pages = kPages, .data_ranks = 2}, o, kPages);
+  // A pending request on rank 0 sends the first turn to rank 1.
+  auto busy = runner_->Reserve(Remote("busy", Prompt(10, 9), 4));
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  ASSERT_EQ(busy->rank, 0);
+  const std::vector<int32_t> first = Prompt(100, 3);
+  Reservation r1;
+  std::shared_ptr<RecordingSink> s1 = Serve(Remote("turn1", first, 40), &r1);
+  ASSERT_TRUE(s1->finish()) << s1->error();
+  ASSERT_EQ(r1.rank, 1);
+  ASSERT_TRUE(runner_->Abort("busy").ok());
+  RunUntilIdle(1000);
+  EXPECT_EQ(decode_->rank_pool(0).free_pages(), kPages);
+  EXPECT_EQ(decode_->rank_pool(1).cached_pages(), 2);
+  // Both ranks idle with every page free: by load the tie goes to rank 0.
+  std::vector<int32_t> second = first;
+  const std::vector<int32_t> answer = s1->tokens();
+  second.insert(second.end(), answer.begin(), answer.end());
+  for (int32_t t : Prompt(30, 11)) second.push_back(t);
+  Reservation r2;
+  std::shared_ptr<RecordingSink> s2 = Serve(Remote("turn2", second, 12), &r2);
+  EXPECT_EQ(r2.rank, 1);
+  EXPECT_EQ(r2.session.rank, 1);
+  EXPECT_EQ(r2.session.cached_pages, 2);
+  ASSERT_TRUE(s2->finish()) << s2->error();
+  EXPECT_EQ(s2->tokens(), FakeEngine::ExpectedTokens(second, 12, kVocab));
+  // Without reuse nothing favours rank 1: the load order's rank 0.
+  Reservation r3;
+  std::shared_ptr<RecordingSink> s3 = Serve(Remote("turn2-again", second, 12, false), &r3);
+  EXPECT_EQ(r3.rank, 0);
+  EXPECT_EQ(r3.session.cached_pages, 0);
+  ASSERT_TRUE(s3->finish()) << s3->error();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(decode_->rank_pool(r).free_pages(), kPages) << r;
+}
+
 }  // namespace
 }  // namespace mlaserve::decode

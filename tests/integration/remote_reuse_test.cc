@@ -69,10 +69,20 @@ struct Conversation {
   v1::GenerateComplete complete2;
 };
 
-class RemoteReuseClusterTest : public ::testing::TestWithParam<const char*> {
+// A fixture model and the decode worker's parallel layout (docs/parallel.md): one rank, two
+// tensor-attention ranks (the cache replicated on both: the kept pages must be on both, the
+// received ones reach both), or two data-attention ranks (a cache per rank: the turn must go to
+// the rank that holds the earlier one).
+struct Setup {
+  const char* model;
+  std::vector<std::string> decode_layout;
+};
+
+class RemoteReuseClusterTest : public ::testing::TestWithParam<Setup> {
  protected:
   void SetUp() override {
-    const std::filesystem::path model = std::filesystem::path("tests/fixtures/models") / GetParam();
+    const std::filesystem::path model =
+        std::filesystem::path("tests/fixtures/models") / GetParam().model;
     if (!std::filesystem::exists(model / "model.safetensors")) {
       GTEST_SKIP() << "no fixture model at " << model;
     }
@@ -84,6 +94,7 @@ class RemoteReuseClusterTest : public ::testing::TestWithParam<const char*> {
     o.model_dir = model_;
     o.local_prefill_threshold = 0;  // every prompt to the prefill worker
     o.worker_metrics = true;
+    o.extra_decode_flags = GetParam().decode_layout;
     o.extra_router_flags = {"--metrics-port", "0",
                             absl::StrCat("--remote-prefill-reuse=", reuse ? "true" : "false")};
     return Cluster::Start(o);
@@ -160,8 +171,21 @@ TEST_P(RemoteReuseClusterTest, TheSecondTurnShipsOnlyWhatTheDecodeWorkerLacks) {
 }
 
 // deepseek_v32: the DSA indexer keys travel with the latent cache, and are reused with it.
-INSTANTIATE_TEST_SUITE_P(Fixtures, RemoteReuseClusterTest,
-                         ::testing::Values("deepseek_v2", "deepseek_v32"));
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, RemoteReuseClusterTest,
+    ::testing::Values(
+        Setup{"deepseek_v2", {}}, Setup{"deepseek_v32", {}},
+        Setup{"deepseek_v2",
+              {"--tp-size", "2", "--attention-parallel", "tensor", "--moe-parallel", "expert"}},
+        Setup{"deepseek_v2",
+              {"--tp-size", "2", "--attention-parallel", "data", "--moe-parallel", "expert"}}),
+    [](const ::testing::TestParamInfo<Setup>& info) {
+      std::string name = info.param.model;
+      if (!info.param.decode_layout.empty()) {
+        absl::StrAppend(&name, "_decode_tp2_", info.param.decode_layout[3]);
+      }
+      return name;
+    });
 
 }  // namespace
 }  // namespace mlaserve::testing
