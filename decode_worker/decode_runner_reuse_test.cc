@@ -165,6 +165,27 @@ TEST_F(RemoteReuseTest, APrefillWorkerThatShipsEveryPageIsServedFromFreshPages) 
   EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
 }
 
+// The same in a pool full to its last page: the reservation's holds go back before the fresh
+// pages are taken, so the cached pages only it held serve as those (a reservation without the
+// cache would have taken them too) and the request is served, not refused.
+TEST_F(RemoteReuseTest, APrefillWorkerThatShipsEveryPageIsServedInANearlyFullPool) {
+  const std::vector<int32_t> second = FirstTurn();
+  auto r = runner_->Reserve(Remote("turn2", second, 12));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->session.cached_pages, 2);
+  const std::vector<int32_t> others =
+      *decode_->kv_pool().Allocate(decode_->kv_pool().free_pages() - 1);
+  auto sink = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
+  PrefillAndShip(*r, second, kVocab, std::nullopt, /*ship_every_page=*/true);
+  RunUntilIdle(1000);
+  ASSERT_TRUE(sink->finish()) << sink->error();
+  EXPECT_EQ(sink->tokens(), FakeEngine::ExpectedTokens(second, 12, kVocab));
+  EXPECT_EQ(Counter("mlaserve_decode_kv_pages_reused_total"), 0);
+  decode_->kv_pool().Free(others);
+  EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+}
+
 // Each way a reservation with cached pages ends before its KV landed releases the holds: the
 // pool is whole again and the cache still holds the earlier turn (never written).
 TEST_F(RemoteReuseTest, EveryFailureBeforeTheKvLandsGivesTheCachedPagesBack) {
@@ -192,8 +213,11 @@ TEST_F(RemoteReuseTest, EveryFailureBeforeTheKvLandsGivesTheCachedPagesBack) {
       ref.cached_pages = 1;
       auto sender = *transport_.Open(ref, layout_, {});
       EXPECT_EQ(sender->status().code(), absl::StatusCode::kFailedPrecondition);
-    } else {  // an old sender while the pool has no free page for the cached ones
-      others = *decode_->kv_pool().Allocate(decode_->kv_pool().free_pages() - 1);
+    } else {  // an old sender while no page is free for the cached ones (held elsewhere too)
+      others = decode_->kv_pool().AcquirePrefix(second, 2);
+      const std::vector<int32_t> rest =
+          *decode_->kv_pool().Allocate(decode_->kv_pool().free_pages());
+      others.insert(others.end(), rest.begin(), rest.end());
       kvtransfer::KvSessionRef ref = r->session;
       ref.cached_pages = 0;
       auto sender = *transport_.Open(ref, layout_, {});

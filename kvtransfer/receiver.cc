@@ -199,10 +199,13 @@ absl::Status KvReceiver::ShipEveryPage(Session& s, int sender_cached_pages) {
         "cached_pages): the two disagree on which pages the transfer writes"));
   }
   // A sender that predates KvSessionRef.cached_pages ships every page. The cached pages are
-  // shared with other requests and must never be written: the session holds fresh ones in
-  // their place (what it would have held without the cache) and lets the cached ones go.
+  // shared with other requests and must never be written: the session lets them go and holds
+  // fresh ones in their place (what it would have held without the cache). Holds first, so a
+  // page only it held may come back fresh in a nearly full pool (as without the cache).
+  s.pool->Free(std::span<const int32_t>(s.pages).first(s.cached_pages));
   absl::StatusOr<std::vector<int32_t>> fresh = s.pool->Allocate(s.cached_pages);
   if (!fresh.ok()) {
+    s.pages.erase(s.pages.begin(), s.pages.begin() + s.cached_pages);  // let go above
     return absl::ResourceExhaustedError(absl::StrCat(
         "KV session ", s.id, ": the sender ships every page (it predates KvSessionRef."
         "cached_pages) and this decode worker has no ", s.cached_pages,
@@ -211,7 +214,6 @@ absl::Status KvReceiver::ShipEveryPage(Session& s, int sender_cached_pages) {
   spdlog::info("KV session {}: the sender ships every page (it predates KvSessionRef."
                "cached_pages); {} pages held from the prefix cache replaced by fresh ones",
                s.id, s.cached_pages);
-  s.pool->Free(std::span<const int32_t>(s.pages).first(s.cached_pages));
   std::copy(fresh->begin(), fresh->end(), s.pages.begin());
   s.cached_pages = 0;
   s.received.assign(static_cast<size_t>(layout_.num_layers) * s.shipped(), 0);

@@ -102,8 +102,9 @@ class KvReceiver {
   // `sender_cached_pages`: the leading pages the sender skips (its KvSessionRef::cached_pages).
   // Equal to the session's: the transfer covers the pages after them. 0 while the session has
   // some (a sender that predates the field ships every page): the session trades its cached
-  // pages for fresh ones, which the transfer fills (RESOURCE_EXHAUSTED, failing the session,
-  // when the pool has too few free). Any other value: FAILED_PRECONDITION naming both.
+  // pages for fresh ones, which the transfer fills (the holds are given back first, so a page
+  // only it held may return as a fresh one; RESOURCE_EXHAUSTED, failing the session, when even
+  // then too few pages are free). Any other value: FAILED_PRECONDITION naming both.
   absl::Status Open(const std::string& session_id, const KvLayout& sender_layout,
                     std::function<void(const absl::Status&)> on_failure = nullptr,
                     int addressed_rank = 0, int sender_cached_pages = 0);

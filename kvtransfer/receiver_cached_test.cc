@@ -215,20 +215,69 @@ TEST_F(CachedSessionTest, ASenderThatShipsEveryPageGetsFreshPagesInPlaceOfTheCac
   EXPECT_EQ(pool_->free_pages(), 16);
 }
 
+// A pool full to its last page: the session's holds go back first, so the pages only it held
+// are free again and serve as the fresh ones (their cache forgotten), as a reservation without
+// the cache would have taken them. Allocating before letting them go refused the session.
+TEST_F(CachedSessionTest, ASenderThatShipsEveryPageIsServedInANearlyFullPool) {
+  auto r = MakeReceiver();
+  DoneProbe probe;
+  const std::vector<int32_t> pages = ReserveWithCache();
+  ASSERT_TRUE(r->CreateSession("s", pages, 3, absl::Now() + absl::Seconds(30), probe.fn(),
+                               nullptr, 2)
+                  .ok());
+  const std::vector<int32_t> others = *pool_->Allocate(11);  // 1 page left free
+  ASSERT_EQ(pool_->free_pages(), 1);
+  ASSERT_TRUE(r->Open("s", layout_).ok());
+  EXPECT_EQ(pool_->free_pages(), 1);  // two holds given back, two pages taken
+  std::vector<std::string> sent;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int i = 0; i < 3; ++i) {
+      sent.push_back(testing::RandomBytes(pool_->layer_page_bytes(), rng_));
+      ASSERT_TRUE(Write(*r, "s", layer, i, sent.back()).ok());
+    }
+  }
+  const int64_t total = 3 * kLayers * static_cast<int64_t>(pool_->layer_page_bytes());
+  ASSERT_TRUE(r->Complete("s", KvCompletion{3, kLayers, 3, total}).ok());
+  ASSERT_TRUE(probe.Wait());
+  ASSERT_TRUE(probe.result->ok()) << probe.result->status();
+  const KvReceivedKv& kv = **probe.result;
+  EXPECT_EQ(kv.cached_pages, 0);
+  ASSERT_EQ(kv.pages.size(), 4u);
+  for (int layer = 0; layer < kLayers; ++layer) {
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(testing::ReadLayerPage(*pool_, layer, kv.pages[i]), sent[layer * 3 + i]);
+    }
+  }
+  // A page the session wrote caches nothing any more (it was handed out fresh).
+  EXPECT_LT(pool_->CachedPrefixPages(prompt_, 2), 2);
+  pool_->Free(kv.pages);
+  pool_->Free(others);
+  EXPECT_EQ(pool_->free_pages(), 16);
+}
+
+// The cached pages are held by another request too (the same prefix, concurrently): giving
+// this session's holds back frees none of them, and with no free page left the session is
+// refused; every page is accounted for exactly once.
 TEST_F(CachedSessionTest, ASenderThatShipsEveryPageIsRefusedWhenNoPageIsFreeForThem) {
   auto r = MakeReceiver();
   DoneProbe probe;
   ASSERT_TRUE(r->CreateSession("s", ReserveWithCache(), 3, absl::Now() + absl::Seconds(30),
                                probe.fn(), nullptr, 2)
                   .ok());
-  const std::vector<int32_t> others = *pool_->Allocate(11);  // 1 page left free
+  const std::vector<int32_t> other_holds = pool_->AcquirePrefix(prompt_, 2);
+  ASSERT_EQ(other_holds, cached_ids_);
+  const std::vector<int32_t> others = *pool_->Allocate(12);  // no page left free
+  ASSERT_EQ(pool_->free_pages(), 0);
   const absl::Status s = r->Open("s", layout_);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_THAT(s.message(), HasSubstr("no 2 free pages"));
   ASSERT_TRUE(probe.Wait());
   EXPECT_EQ(probe.result->status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(pool_->free_pages(), 1 + 4);
+  EXPECT_EQ(pool_->free_pages(), 2);  // the session's two fresh pages; the holds were its own
   pool_->Free(others);
+  EXPECT_EQ(pool_->free_pages(), 14);  // the other request still holds the cached pages
+  ExpectCacheIntact();
+  pool_->Free(other_holds);
   EXPECT_EQ(pool_->free_pages(), 16);
   ExpectCacheIntact();
 }
