@@ -222,7 +222,9 @@ Json ResponsesBuilder::Usage() const {
     }
   }
   return Json{{"input_tokens", chat_.prompt_tokens()},
-              {"input_tokens_details", {{"cached_tokens", chat_.cached_tokens()}}},
+              // cache_write_tokens: a field the client's types require; the prefix cache's
+              // writes are not counted (nothing is billed for them).
+              {"input_tokens_details", {{"cached_tokens", chat_.cached_tokens()}, {"cache_write_tokens", 0}}},
               {"output_tokens", chat_.completion_tokens()},
               {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens}}},
               {"total_tokens", chat_.prompt_tokens() + chat_.completion_tokens()}};

@@ -121,7 +121,7 @@ TEST(ResponsesBuilderTest, StreamedTextInTheClientsOrder) {
             absl::StrCat(R"({"id":")", item_id, R"(","type":"message","status":"completed","role":"assistant",)",
                          R"("content":[{"type":"output_text","text":" 17 18","annotations":[],"logprobs":[]}]})"));
   EXPECT_EQ(done["usage"].dump(),
-            R"({"input_tokens":5,"input_tokens_details":{"cached_tokens":4},"output_tokens":7,)"
+            R"({"input_tokens":5,"input_tokens_details":{"cached_tokens":4,"cache_write_tokens":0},"output_tokens":7,)"
             R"("output_tokens_details":{"reasoning_tokens":0},"total_tokens":12})");
   EXPECT_EQ(b.Response(), done);
 }

@@ -209,6 +209,7 @@ def run_checks(client, base, router_log):
     run_json_mode_checks(client)
     run_json_schema_checks(client)
     run_responses_checks(client, base, text, chat)
+    run_responses_shape_checks(base)
 
     aborted = metric(router_log, "mlaserve_router_requests_aborted_total")
     stream = client.completions.create(model="demo", prompt="count from 1:", max_tokens=1000,
@@ -655,6 +656,49 @@ def run_responses_checks(client, base, counted, chat):
         check(False, "an unknown previous_response_id refused")
     except openai.NotFoundError as e:
         check(e.body["param"] == "previous_response_id", "an unknown previous_response_id: NotFoundError naming it")
+
+
+def responses_event_types():
+    """The `openai` package's stream event classes by their `type`."""
+    import typing
+    from openai.types.responses import ResponseStreamEvent
+    union = typing.get_args(ResponseStreamEvent)[0] if typing.get_origin(ResponseStreamEvent) is typing.Annotated \
+        else ResponseStreamEvent
+    return {t: cls for cls in typing.get_args(union) for t in typing.get_args(cls.model_fields["type"].annotation)}
+
+
+def run_responses_shape_checks(base):
+    """The raw JSON of responses and of every streamed event, validated by the `openai` package's
+    own pydantic types (the client itself builds its objects unvalidated, so a missing required
+    field only shows as a None where the types promise a value)."""
+    from openai.types.responses import Response
+    event_types = responses_event_types()
+    bodies = [
+        dict(input="count from 17:", max_output_tokens=12, temperature=0, top_logprobs=2),
+        dict(input="count from 17:", max_output_tokens=48, temperature=0, tools=[RESPONSES_WEATHER_TOOL],
+             tool_choice={"type": "function", "name": "get_weather"}),
+    ]
+    for body in bodies:
+        what = "a forced call" if "tools" in body else "a text answer"
+        status, r = http_post_json(base + "/v1/responses", dict(body, model="demo"))
+        check(status == 200, f"{what}: answered ({r if status != 200 else ''})")
+        try:
+            Response.model_validate(r)
+            check(True, f"{what}: the response validates as the client's Response type")
+        except Exception as e:  # pydantic.ValidationError, named without importing pydantic
+            check(False, f"{what}: the response validates as the client's Response type ({e})")
+        request = urllib.request.Request(base + "/v1/responses",
+                                         data=json.dumps(dict(body, model="demo", stream=True)).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as sse:
+            events = [json.loads(line[len(b"data: "):]) for line in sse.read().split(b"\n") if line.startswith(b"data: ")]
+        bad = []
+        for e in events:
+            try:
+                event_types[e["type"]].model_validate(e)
+            except Exception as error:
+                bad.append(f"{e['type']}: {error}")
+        check(events and not bad, f"{what}: all {len(events)} streamed events validate as the client's types {bad}")
 
 
 def expect_bad_request(call, param, what):
