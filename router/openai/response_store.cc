@@ -8,16 +8,32 @@ namespace mlaserve::router::openai {
 
 using Json = nlohmann::ordered_json;
 
-bool ResponseStore::Put(Json response, Json input, std::shared_ptr<const Entry> previous) {
+namespace {
+
+// `j` as compact JSON text, its buffer no larger than the text (strings grow by doubling).
+std::string Text(const Json& j) {
+  std::string text = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  text.shrink_to_fit();
+  return text;
+}
+
+// Text that Text() wrote: it parses.
+Json Parsed(const std::string& text) {
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? Json() : j;
+}
+
+}  // namespace
+
+bool ResponseStore::Put(const Json& response, const Json& input, std::shared_ptr<const Entry> previous) {
   if (options_.max_responses == 0 || !response.contains("id") || !response["id"].is_string()) return false;
   const std::string id = response["id"].get<std::string>();
   auto entry = std::make_shared<Entry>();
-  entry->conversation_bytes = response.dump(-1, ' ', false, Json::error_handler_t::replace).size() +
-                              input.dump(-1, ' ', false, Json::error_handler_t::replace).size() +
+  entry->response = Text(response);
+  entry->input = Text(input);
+  entry->conversation_bytes = sizeof(Entry) + entry->response.capacity() + entry->input.capacity() +
                               (previous != nullptr ? previous->conversation_bytes : 0);
   if (entry->conversation_bytes > options_.max_bytes) return false;
-  entry->response = std::move(response);
-  entry->input = std::move(input);
   entry->previous = std::move(previous);
   absl::MutexLock lock(&mu_);
   EraseLocked(id);
@@ -59,8 +75,10 @@ Json ResponseStore::Conversation(const Entry& entry) {
   for (const Entry* e = &entry; e != nullptr; e = e->previous.get()) turns.push_back(e);
   Json items = Json::array();
   for (auto turn = turns.rbegin(); turn != turns.rend(); ++turn) {
-    for (const Json& item : (*turn)->input) items.push_back(item);
-    for (const Json& item : (*turn)->response["output"]) items.push_back(item);
+    for (Json& item : Parsed((*turn)->input)) items.push_back(std::move(item));
+    Json response = Parsed((*turn)->response);
+    if (!response.is_object() || !response.contains("output")) continue;
+    for (Json& item : response["output"]) items.push_back(std::move(item));
   }
   return items;
 }

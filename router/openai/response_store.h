@@ -9,6 +9,10 @@
 // conversation alone is over max_bytes is not kept. Reading one (Get) makes it the most recent.
 // Nothing survives a router restart, and every router replica has its own store.
 //
+// Entries hold their JSON as text, which is what the bound counts: a parsed JSON tree takes
+// several times its text's size (7x for logprobs, whose values are small), so the bound would
+// not be the memory held.
+//
 // Thread-safe.
 #pragma once
 
@@ -31,13 +35,13 @@ class ResponseStore {
     size_t max_bytes = 256u << 20;  // of the kept conversations (JSON text)
   };
 
-  // One kept response: the response object (GET's answer, its `output` the output items) and
-  // the input items it was asked with, after the response it continued.
+  // One kept response, as JSON text: the response object (GET's answer, its `output` the output
+  // items) and the input items it was asked with, after the response it continued.
   struct Entry {
-    nlohmann::ordered_json response;
-    nlohmann::ordered_json input;
+    std::string response;
+    std::string input;
     std::shared_ptr<const Entry> previous;
-    size_t conversation_bytes = 0;  // this entry's JSON and its previous entries'
+    size_t conversation_bytes = 0;  // this entry's memory and its previous entries'
   };
 
   explicit ResponseStore(Options options) : options_(options) {}
@@ -45,7 +49,8 @@ class ResponseStore {
   // Keeps the response `response["id"]` (replacing one of that id), evicting the least recently
   // used ones past the bounds. False when it was not kept (max_responses 0, or its conversation
   // alone is over max_bytes).
-  bool Put(nlohmann::ordered_json response, nlohmann::ordered_json input, std::shared_ptr<const Entry> previous);
+  bool Put(const nlohmann::ordered_json& response, const nlohmann::ordered_json& input,
+           std::shared_ptr<const Entry> previous);
   // The response of `id`, or null when it is not kept (never was, evicted, deleted).
   std::shared_ptr<const Entry> Get(const std::string& id);
   // Drops `id`; false when it was not kept.

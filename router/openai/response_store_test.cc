@@ -1,6 +1,9 @@
 #include "router/openai/response_store.h"
 
+#include <malloc.h>
+
 #include <set>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -28,7 +31,7 @@ TEST(ResponseStoreTest, KeepsReadsAndDeletes) {
   ASSERT_TRUE(store.Put(Response("resp_a", "1"), UserInput("q"), nullptr));
   std::shared_ptr<const ResponseStore::Entry> a = store.Get("resp_a");
   ASSERT_NE(a, nullptr);
-  EXPECT_EQ(a->response["output"][0]["content"][0]["text"], "1");
+  EXPECT_EQ(Json::parse(a->response)["output"][0]["content"][0]["text"], "1");
   EXPECT_EQ(store.size(), 1u);
   EXPECT_GT(store.bytes(), 0u);
   EXPECT_TRUE(store.Erase("resp_a"));
@@ -65,7 +68,7 @@ TEST(ResponseStoreTest, EvictsTheLeastRecentlyUsed) {
   // The same id again replaces it.
   store.Put(Response("resp_d", "y"), UserInput("q"), nullptr);
   EXPECT_EQ(store.size(), 3u);
-  EXPECT_EQ(store.Get("resp_d")->response["output"][0]["content"][0]["text"], "y");
+  EXPECT_EQ(Json::parse(store.Get("resp_d")->response)["output"][0]["content"][0]["text"], "y");
 }
 
 // The byte bound counts each response's whole conversation (what it keeps alive).
@@ -93,6 +96,54 @@ TEST(ResponseStoreTest, BytesBoundTheKeptConversations) {
   EXPECT_EQ(tiny.Get("resp_x"), nullptr);
   ResponseStore none({.max_responses = 0});
   EXPECT_FALSE(none.Put(Response("resp_x", "1"), UserInput("q"), nullptr));
+}
+
+// The heap glibc's allocator has handed out (small and mmapped blocks).
+size_t HeapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+// A response whose output text carries logprobs (top 5 each): small JSON values, which as a
+// parsed JSON tree take several times their text's size.
+Json LogprobsResponse(const std::string& id, int tokens) {
+  Json logprobs = Json::array();
+  for (int t = 0; t < tokens; ++t) {
+    Json top = Json::array();
+    for (int k = 0; k < 5; ++k) top.push_back(Json{{"token", "ab"}, {"logprob", -1.25}, {"bytes", {97, 98}}});
+    logprobs.push_back(Json{{"token", "ab"}, {"logprob", -0.5}, {"bytes", {97, 98}}, {"top_logprobs", std::move(top)}});
+  }
+  Json r = Response(id, std::string(2 * tokens, 'x'));
+  r["output"][0]["content"][0]["logprobs"] = std::move(logprobs);
+  return r;
+}
+
+// What the byte bound counts is the memory the kept responses take.
+TEST(ResponseStoreTest, BytesAreTheMemoryHeld) {
+  {  // calibration: this allocator's heap is the one mallinfo2 reports
+    const size_t before = HeapInUse();
+    std::vector<char> probe(1 << 20, 'x');
+    if (HeapInUse() < before + probe.size()) GTEST_SKIP() << "mallinfo2 does not see this allocator's heap";
+  }
+  constexpr size_t kMaxBytes = 4u << 20;
+  const size_t before = HeapInUse();
+  {
+    ResponseStore store({.max_responses = 1000, .max_bytes = kMaxBytes});
+    for (int i = 0; i < 200; ++i) {
+      ASSERT_TRUE(store.Put(LogprobsResponse("resp_" + std::to_string(i), 200), UserInput("q"), nullptr));
+    }
+    ASSERT_GT(store.size(), 10u);
+    ASSERT_LT(store.size(), 200u);  // the byte bound evicted some
+    EXPECT_LE(store.bytes(), kMaxBytes);
+    const size_t held = HeapInUse() - before;
+    EXPECT_LE(held, kMaxBytes + kMaxBytes / 8) << store.size() << " responses counted as " << store.bytes()
+                                               << " bytes";
+    // Read back as they were given.
+    const std::shared_ptr<const ResponseStore::Entry> last = store.Get("resp_199");
+    ASSERT_NE(last, nullptr);
+    EXPECT_EQ(Json::parse(last->response), LogprobsResponse("resp_199", 200));
+    EXPECT_EQ(ResponseStore::Conversation(*last)[1], LogprobsResponse("resp_199", 200)["output"][0]);
+  }
 }
 
 TEST(ResponseStoreTest, IdsAreRandom) {

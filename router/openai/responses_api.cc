@@ -137,7 +137,8 @@ void ResponsesApi::Keep(const Call& call) {
 void ResponsesApi::Retrieve(const std::string& id, httplib::Response& res) {
   std::shared_ptr<const ResponseStore::Entry> entry = store_.Get(id);
   if (entry == nullptr) return SendError(res, ResponseNotFound(id, nullptr));
-  SendJson(res, 200, entry->response);
+  res.status = 200;
+  res.set_content(entry->response, "application/json");  // the JSON SendJson sent when it was made
 }
 
 void ResponsesApi::Delete(const std::string& id, httplib::Response& res) {
