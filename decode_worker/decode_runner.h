@@ -26,8 +26,10 @@
 //
 // Data-parallel attention (Engine::data_ranks() > 1, docs/parallel.md): every rank has its own
 // pool and batch (and prefix cache). Reserve puts a request on the rank with room that caches
-// most of its prompt's start, then the most room (free pages less the page each of its running
-// requests keeps to grow), then the fewest requests, and it stays there:
+// most of its prompt's start (unless that rank is overloaded against the least loaded one: its
+// batch full, or 16 requests more and 1.5 times as many), then the most room (free pages less
+// the page each of its running requests keeps to grow), then the fewest requests, and it stays
+// there:
 // its KV lands in that rank's pool (the KvSessionRef names the rank), it grows, is preempted by
 // and recomputes on that rank, and its pages go back to that pool. Every step runs each rank's
 // share of the batch; ranks without requests join the step inside the engine.
@@ -211,8 +213,9 @@ class DecodeRunner {
                 absl::StatusOr<kvtransfer::KvReceivedKv> kv);
   model::KvPool& PoolOf(const DecodeSequence& seq) { return engine_->rank_pool(seq.rank); }
   // The rank a new request of `pages_needed` pages goes to, or RESOURCE_EXHAUSTED naming every
-  // rank's room: of the ranks with room, the one caching most of `cached_from`'s prompt start,
-  // then the most room, then the fewest requests.
+  // rank's room: of the ranks with room, the one caching most of `cached_from`'s prompt start
+  // (a rank overloaded against the least loaded one ranks as caching nothing: RankOverloaded in
+  // decode_runner_intents.cc), then the most room, then the fewest requests.
   // `cached_from`: a sequence that takes its prompt's cached pages (TakePages: a local prefill,
   // or a remote one that reuses them), whose held ones count as room.
   absl::StatusOr<int> PickRank(int prompt_len, int pages_needed,

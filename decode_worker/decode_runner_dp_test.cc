@@ -148,6 +148,76 @@ TEST_F(DataParallelDecodeTest, GrowthPreemptsOnlyWithinTheRankAndRecomputesTheSa
   EXPECT_EQ(Free(1), 5);
 }
 
+// A prefix every request shares (a system prompt) that one rank caches: its cache draws
+// requests only while the rank is not overloaded against the least loaded rank, else every
+// such request would pile onto that rank (waiting for batch slots, and each step as slow as
+// its share) while the other ranks idle. Overloaded: its batch full while another has a free
+// slot, or more than 16 requests more than it and 1.5 times as many.
+TEST_F(DataParallelDecodeTest, ASharedCachedPrefixDoesNotPileRequestsOntoOneRank) {
+  for (const int max_running : {4, 64}) {
+    SCOPED_TRACE(max_running);
+    runner_.reset();
+    Build(/*ranks=*/2, /*pages=*/32, max_running);
+    const std::vector<int32_t> system = Prompt(130, 5);
+    Reservation primer;
+    {
+      ReserveSpec spec = Spec("primer", system, 4, /*local=*/false);
+      spec.reuse_cached_pages = true;
+      auto r = runner_->Reserve(spec);
+      ASSERT_TRUE(r.ok()) << r.status();
+      ASSERT_EQ(r->rank, 0);  // both idle: the first rank
+      auto sink = std::make_shared<RecordingSink>();
+      ASSERT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
+      PrefillAndShip(*r, system);
+      RunUntilIdle();
+      ASSERT_TRUE(sink->finish()) << sink->error();
+    }
+    ASSERT_EQ(decode_->rank_pool(0).cached_pages(), 2);
+    // Prompts of 148 tokens whose first two pages rank 0 caches (a third page each).
+    const int n = max_running == 4 ? 8 : 20;
+    std::vector<int> ranks;
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<Reservation> reserved;
+    for (int i = 0; i < n; ++i) {
+      std::vector<int32_t> p(system.begin(), system.begin() + 128);
+      for (int32_t t : Prompt(20, 10 + i)) p.push_back(t);
+      ReserveSpec spec = Spec(absl::StrCat("q", i), p, 4, /*local=*/false);
+      spec.reuse_cached_pages = true;
+      auto r = runner_->Reserve(spec);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->session.cached_pages, r->rank == 0 ? 2 : 0);
+      ranks.push_back(r->rank);
+      prompts.push_back(std::move(p));
+      reserved.push_back(*r);
+    }
+    if (max_running == 4) {
+      // Rank 0 until its batch is full (4), then by room as if it cached nothing: 3 pages a
+      // request on either rank, rank 0 having used 6 (two shared) and rank 1 none, then 3.
+      EXPECT_EQ(ranks, (std::vector<int>{0, 0, 0, 0, 1, 1, 1, 0}));
+    } else {
+      // Rank 0 until it has 17 more than the least loaded rank (then rank 1 by room), and
+      // again once it is back within 16.
+      std::vector<int> want(17, 0);
+      want.insert(want.end(), {1, 0, 1});
+      EXPECT_EQ(ranks, want);
+    }
+    // Every one decodes right on its rank (the shared pages read back on rank 0).
+    std::vector<std::shared_ptr<RecordingSink>> sinks;
+    for (int i = 0; i < n; ++i) {
+      sinks.push_back(std::make_shared<RecordingSink>());
+      ASSERT_TRUE(runner_->OpenStream(reserved[i].session_id, sinks.back()).ok());
+      PrefillAndShip(reserved[i], prompts[i]);
+    }
+    RunUntilIdle();
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(sinks[i]->finish()) << i << ": " << sinks[i]->error();
+      EXPECT_EQ(sinks[i]->tokens(), FakeEngine::ExpectedTokens(prompts[i], 4, kVocab)) << i;
+    }
+    EXPECT_EQ(Free(0), 32);
+    EXPECT_EQ(Free(1), 32);
+  }
+}
+
 TEST_F(DataParallelDecodeTest, ARequestMustFitOneRankAndTheRefusalNamesEveryRank) {
   Build(2, 8);
   // The whole worker has 16 pages, but one request's pages are all on one rank.

@@ -1,6 +1,7 @@
 // DecodeRunner, the RPC threads' half: reservations, streams, aborts and load. These only
 // record intents under mu_ (and hand pages to the KV receiver); the loop thread acts on them
 // (decode_runner.cc).
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,24 @@
 namespace mlaserve::decode {
 
 using kernels::PagesFor;
+
+namespace {
+// A rank's prefix cache draws a request there only while the rank is not overloaded against
+// the least loaded rank with room: else a prefix every request shares (a system prompt) that
+// one rank caches would pile every request onto it, to wait for its batch slots and make every
+// step as slow as its share, while the other ranks idle. Overloaded: its batch is full
+// (requests, running and pending, at the scheduler's max_running) while that rank has a free
+// slot, or it has more than kRankBalanceAbs requests more than that rank and more than
+// kRankBalanceRel times as many (the router's --decode-affinity-balance-* defaults).
+constexpr int kRankBalanceAbs = 16;
+constexpr double kRankBalanceRel = 1.5;
+
+bool RankOverloaded(int requests, int least_requests, int max_running) {
+  return (requests >= max_running && least_requests < max_running) ||
+         (requests - least_requests > kRankBalanceAbs &&
+          requests > kRankBalanceRel * least_requests);
+}
+}  // namespace
 
 ReserveBounds DecodeRunner::bounds() const {
   return ReserveBounds{.vocab_size = engine_->config().vocab_size,
@@ -33,30 +52,39 @@ absl::StatusOr<int> DecodeRunner::PickRank(int prompt_len, int pages_needed,
     growing[other->seq->rank] += other->running ? 1 : 0;
     requests[other->seq->rank] += 1;
   }
-  int best = -1;
-  int best_room = 0;
-  int best_cached = 0;
-  std::vector<int> free(ranks);
+  std::vector<int> free(ranks), room(ranks), cached(ranks, 0), held(ranks, 0);
+  int least_requests = std::numeric_limits<int>::max();
   for (int r = 0; r < ranks; ++r) {
     free[r] = engine_->rank_pool(r).free_pages();
     // A request that takes the cached pages of its prompt's start (TakePages): those other
     // requests hold cost it no free page, and it goes to the rank that caches most of them
-    // (each rank's pool has its own cache), as the prefill scheduler places prompts.
-    int held = 0, cached = 0;
+    // (each rank's pool has its own cache), as the prefill scheduler places prompts, unless
+    // that rank is overloaded (RankOverloaded).
     if (cached_from != nullptr) {
-      cached = engine_->rank_pool(r).CachedPrefixPages(
-          cached_from->tokens, cached_from->MaxCachedPages(), cached_from->cache_salt, &held);
+      cached[r] = engine_->rank_pool(r).CachedPrefixPages(
+          cached_from->tokens, cached_from->MaxCachedPages(), cached_from->cache_salt, &held[r]);
     }
-    const int room = free[r] - (pages_needed - held) - growing[r];
-    if (room < 0) continue;
+    room[r] = free[r] - (pages_needed - held[r]) - growing[r];
+    if (room[r] >= 0) least_requests = std::min(least_requests, requests[r]);
+  }
+  int best = -1;
+  int best_room = 0;
+  int best_cached = 0;
+  for (int r = 0; r < ranks; ++r) {
+    if (room[r] < 0) continue;
+    // An overloaded rank is ranked as if it cached nothing (its held pages no room either).
+    const bool overloaded = cached[r] > 0 && RankOverloaded(requests[r], least_requests,
+                                                            options_.scheduler.max_running);
+    const int worth = overloaded ? 0 : cached[r];
+    const int rank_room = overloaded ? room[r] - held[r] : room[r];
     const bool better =
-        best < 0 || cached > best_cached ||
-        (cached == best_cached &&
-         (room > best_room || (room == best_room && requests[r] < requests[best])));
+        best < 0 || worth > best_cached ||
+        (worth == best_cached &&
+         (rank_room > best_room || (rank_room == best_room && requests[r] < requests[best])));
     if (better) {
       best = r;
-      best_room = room;
-      best_cached = cached;
+      best_room = rank_room;
+      best_cached = worth;
     }
   }
   if (best >= 0) return best;
