@@ -25,6 +25,17 @@ Json Parsed(const std::string& text) {
 
 }  // namespace
 
+ResponseStore::Entry::~Entry() {
+  std::shared_ptr<const Entry> next = std::move(previous);
+  // Holding the last reference to `next`, nobody else can reach it: its own previous is taken
+  // before it goes, so its destructor has nothing to release. (Entries are made non-const, so
+  // taking it is defined.) A chain that someone else also holds is left to them.
+  while (next != nullptr && next.use_count() == 1) {
+    std::shared_ptr<const Entry> after = std::move(const_cast<Entry&>(*next).previous);
+    next = std::move(after);
+  }
+}
+
 bool ResponseStore::Put(const Json& response, const Json& input, std::shared_ptr<const Entry> previous) {
   if (options_.max_responses == 0 || !response.contains("id") || !response["id"].is_string()) return false;
   const std::string id = response["id"].get<std::string>();

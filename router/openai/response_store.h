@@ -38,6 +38,11 @@ class ResponseStore {
   // One kept response, as JSON text: the response object (GET's answer, its `output` the output
   // items) and the input items it was asked with, after the response it continued.
   struct Entry {
+    // Releases the chain of previous entries that only this one holds in a loop, not
+    // recursively: recursion takes stack frames per turn, and a long chain of continuations (a
+    // quarter million small turns fit in the byte bound) would overflow the stack.
+    ~Entry();
+
     std::string response;
     std::string input;
     std::shared_ptr<const Entry> previous;

@@ -1,6 +1,7 @@
 #include "router/openai/response_store.h"
 
 #include <malloc.h>
+#include <pthread.h>
 
 #include <set>
 #include <vector>
@@ -144,6 +145,40 @@ TEST(ResponseStoreTest, BytesAreTheMemoryHeld) {
     EXPECT_EQ(Json::parse(last->response), LogprobsResponse("resp_199", 200));
     EXPECT_EQ(ResponseStore::Conversation(*last)[1], LogprobsResponse("resp_199", 200)["output"][0]);
   }
+}
+
+// A long chain of continuations (each kept response holds the one it continues) is released
+// without stack frames per turn: here on a thread with a 1 MiB stack, which recursive release
+// overflows at some 30,000 turns.
+TEST(ResponseStoreTest, ALongChainIsReleasedInALoop) {
+  constexpr int kTurns = 200000;
+  auto chain = std::make_unique<ResponseStore>(
+      ResponseStore::Options{.max_responses = 1, .max_bytes = size_t{1} << 40});
+  std::shared_ptr<const ResponseStore::Entry> last;
+  for (int i = 0; i < kTurns; ++i) {
+    const std::string id = "resp_" + std::to_string(i);
+    ASSERT_TRUE(chain->Put(Json{{"id", id}, {"output", Json::array()}}, Json::array(), std::move(last)));
+    last = chain->Get(id);
+  }
+  EXPECT_EQ(chain->size(), 1u);  // the last turn keeps the others alive
+  EXPECT_EQ(ResponseStore::Conversation(*last).size(), 0u);
+  last.reset();
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, 1 << 20), 0);
+  pthread_t thread;
+  ASSERT_EQ(pthread_create(
+                &thread, &attr,
+                [](void* store) -> void* {
+                  // Drops the last turn, and the chain with it.
+                  static_cast<std::unique_ptr<ResponseStore>*>(store)->reset();
+                  return nullptr;
+                },
+                &chain),
+            0);
+  ASSERT_EQ(pthread_join(thread, nullptr), 0);
+  pthread_attr_destroy(&attr);
+  EXPECT_EQ(chain, nullptr);
 }
 
 TEST(ResponseStoreTest, IdsAreRandom) {
