@@ -95,9 +95,10 @@ int Main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, PrefixAffinity::kMaxEntries));
   app.add_flag("--decode-affinity", o.decode_affinity.enabled,
-               "with --prefix-affinity: send a prompt the decode worker would prefill itself to "
-               "the one expected to hold most of it in its prefix cache, unless that one is "
-               "overloaded (--decode-affinity=false: decode workers by load alone)")
+               "with --prefix-affinity: send a prompt the decode worker would prefill itself "
+               "(and, with --remote-prefill-reuse, one prefilled remotely) to the one expected "
+               "to hold most of it in its prefix cache, unless that one is overloaded "
+               "(--decode-affinity=false: decode workers by load alone)")
       ->capture_default_str();
   app.add_option("--decode-affinity-balance-abs", o.decode_affinity.balance_abs,
                  "a decode worker is overloaded (loses its affinity) when it has more than this "
