@@ -174,7 +174,7 @@ void ReadText(RequestReader& r, ResponsesRequest* out) {
   } else if (type == "json_schema") {
     Json json_schema = Json::object();
     for (const auto& [key, value] : format->items()) {
-      if (key == "type") continue;
+      if (key == "type" || value.is_null()) continue;  // null: not given, as in tools
       if (key != "name" && key != "schema" && key != "strict" && key != "description") {
         return r.Fail(Invalid(absl::StrCat("'text.format' has an unknown field '", key,
                                            "' (type, name, schema, strict, description)"), "text.format"));

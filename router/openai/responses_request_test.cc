@@ -156,6 +156,11 @@ TEST(ResponsesRequestTest, TextFormatIsChatsResponseFormat) {
   EXPECT_TRUE(chat.sampling.response_format_schema_strict());
   chat = Chat(R"({"model": "demo", "input": "x", "text": {"format": {"type": "text"}}})");
   EXPECT_EQ(chat.sampling.response_format(), v1::RESPONSE_FORMAT_TEXT);
+  // Optional fields given as null are left out, as in tools (a client's model_dump() sends them).
+  chat = Chat(R"({"model": "demo", "input": "x", "text": {"format": {"type": "json_schema", "name": "n",
+                  "schema": {"type": "object"}, "strict": null, "description": null}, "verbosity": null}})");
+  EXPECT_EQ(chat.sampling.response_format(), v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  EXPECT_FALSE(chat.sampling.response_format_schema_strict());
   // Chat's errors in Responses' names.
   ApiError e = ErrorOf(R"({"model": "demo", "input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}})");
   EXPECT_EQ(e.param, "text.format.name");
