@@ -110,6 +110,25 @@ TEST_F(RemoteReuseTest, TheNextTurnReceivesOnlyThePagesItsDecodeWorkerLacks) {
   EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
 }
 
+// Page boundaries: the page of the prompt's last token is always shipped, so a prompt of
+// exactly k pages keeps k - 1, one a token longer keeps k (at most what the cache holds).
+TEST_F(RemoteReuseTest, ThePageOfTheLastPromptTokenIsAlwaysShipped) {
+  const std::vector<int32_t> second = FirstTurn();  // pages 0 and 1 cached
+  for (const auto& [len, cached] : std::vector<std::pair<int, int>>{
+           {1, 0}, {64, 0}, {65, 1}, {128, 1}, {129, 2}, {170, 2}}) {
+    SCOPED_TRACE(len);
+    const std::vector<int32_t> prompt(second.begin(), second.begin() + len);
+    Reservation reserved;
+    std::shared_ptr<RecordingSink> s =
+        Serve(Remote(absl::StrCat("len", len), prompt, 3), &reserved);
+    EXPECT_EQ(reserved.session.num_pages, (len + 63) / 64);
+    EXPECT_EQ(reserved.session.cached_pages, cached);
+    ASSERT_TRUE(s->finish()) << s->error();
+    EXPECT_EQ(s->tokens(), FakeEngine::ExpectedTokens(prompt, 3, kVocab));
+    EXPECT_EQ(decode_->kv_pool().free_pages(), kPages);
+  }
+}
+
 // Nothing to reuse, or not asked: the reservation is today's (0 cached, every page shipped).
 TEST_F(RemoteReuseTest, ZeroCachedPagesWhenNotAskedOrNothingMatches) {
   const std::vector<int32_t> second = FirstTurn();
