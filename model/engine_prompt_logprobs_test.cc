@@ -104,6 +104,29 @@ std::vector<std::vector<float>> PrefixLogits(Engine& engine, const std::vector<i
   return out;
 }
 
+// What an entry says of itself, whatever the logits (so it holds on the GPU too, where bf16 can
+// move the logits themselves: see ExpectMatchesDirect): the top list descends; where the token is
+// in it at k its logprob is that entry's bit for bit (one lse a row) and at least k + 1 logits
+// are >= its own; where it is not, all n listed ones are, so its rank is past n; and rank 1 only
+// for a token that leads the list or ties its head.
+void ExpectConsistentEntry(const PromptTokenLogprobs& e, int top_n, const std::string& what) {
+  ASSERT_EQ(e.top.size(), static_cast<size_t>(top_n)) << what;
+  EXPECT_GE(e.rank, 1) << what;
+  int at = -1;
+  for (int k = 0; k < top_n; ++k) {
+    if (k > 0) EXPECT_LE(e.top[k].logprob, e.top[k - 1].logprob) << what << " top " << k;
+    if (e.top[k].token_id == e.token_id) at = k;
+  }
+  if (at >= 0) {
+    EXPECT_EQ(e.logprob, e.top[at].logprob) << what;
+    EXPECT_GE(e.rank, at + 1) << what;
+  } else {
+    EXPECT_GT(e.rank, top_n) << what;
+    if (top_n > 0) EXPECT_LE(e.logprob, e.top[top_n - 1].logprob) << what;
+  }
+  if (e.rank == 1 && top_n > 0) EXPECT_EQ(e.logprob, e.top[0].logprob) << what;
+}
+
 // Scores the whole prompt (rows 0 .. n-2 against ids[1..n-1]) in chunks of `chunk` tokens:
 // each chunk's rows are scored against the token after them, the last row of a chunk against
 // the next chunk's first token. Returns the entries in prompt order.
@@ -133,7 +156,10 @@ std::vector<PromptTokenLogprobs> ScoreInChunks(Engine& engine, const std::vector
     EXPECT_EQ(r->rows, 1);  // want_logits still returns the last row
     if (r->prompt_logprobs.empty()) return {};
     EXPECT_EQ(r->prompt_logprobs[0].size(), static_cast<size_t>(scored));
-    out.insert(out.end(), r->prompt_logprobs[0].begin(), r->prompt_logprobs[0].end());
+    for (const PromptTokenLogprobs& e : r->prompt_logprobs[0]) {
+      ExpectConsistentEntry(e, top_n, "row " + std::to_string(out.size()));
+      out.push_back(e);
+    }
   }
   return out;
 }
@@ -333,6 +359,10 @@ TEST_P(PromptLogprobsTest, SlicesSpanTheScoredChunksOfAStep) {
                         std::vector<std::vector<float>>(logits_a.begin() + 5, logits_a.end()),
                         std::vector<int32_t>(a.begin() + 5, a.end()), 4, kSelfTol, what + ", a");
     ExpectMatchesDirect(r->prompt_logprobs[2], logits_b, b, 20, kSelfTol, what + ", b");
+    for (const PromptTokenLogprobs& e : got_a) ExpectConsistentEntry(e, 4, what + ", a");
+    for (const PromptTokenLogprobs& e : r->prompt_logprobs[2]) {
+      ExpectConsistentEntry(e, 20, what + ", b");
+    }
   }
 }
 
