@@ -208,7 +208,9 @@ std::string ResponsesBuilder::ErrorEvents(const ApiError& error) {
                      {"message", error.message},
                      {"param", error.param ? Json(*error.param) : Json(nullptr)}});
   status_ = "failed";
-  error_ = Json{{"code", error.http_status >= 500 ? "server_error" : "invalid_prompt"}, {"message", error.message}};
+  // A refused request (400) is the prompt's fault; anything else (an abort, 499; a worker's
+  // failure) the server's.
+  error_ = Json{{"code", error.http_status == 400 ? "invalid_prompt" : "server_error"}, {"message", error.message}};
   Emit("response.failed", Json{{"response", Response()}});
   return std::exchange(events_, "");
 }

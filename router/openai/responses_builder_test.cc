@@ -319,6 +319,17 @@ TEST(ResponsesBuilderTest, AnErrorAfterTheStartFailsTheResponse) {
   EXPECT_EQ(e.back().name, "response.failed");
   EXPECT_EQ(e.back().data["response"]["status"], "failed");
   EXPECT_EQ(e.back().data["response"]["error"].dump(), R"({"code":"server_error","message":"no decode worker"})");
+
+  // Only a refused request is the prompt's fault: a request aborted (the Abort API, the router
+  // stopping) fails as the server's.
+  for (const auto& [error, code] : std::vector<std::pair<ApiError, std::string>>{
+           {ApiError{400, "prompt too long", "invalid_request_error", "messages", std::nullopt}, "invalid_prompt"},
+           {ApiError{499, "request req-1 was aborted", "invalid_request_error", std::nullopt, "cancelled"},
+            "server_error"}}) {
+    ResponsesBuilder failed(r.responses, r.chat, ChatPrompt::Setup{}, "resp_2", 100, &codec);
+    failed.StartEvents();
+    EXPECT_EQ(Events(failed.ErrorEvents(error)).back().data["response"]["error"]["code"], code) << error.message;
+  }
 }
 
 }  // namespace
