@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/call_auth.h"
 #include "kernels/common/page.h"
+#include "router/openai/anthropic_api.h"
 #include "router/openai/api_request.h"
 #include "router/openai/chat_prompt.h"
 #include "router/openai/connection_probe.h"
@@ -67,6 +68,7 @@ struct HttpApi::Impl {
   std::atomic<bool> stopping{false};
   std::atomic<bool> listener_done{false};  // listen_after_bind returned
   std::unique_ptr<ResponsesApi> responses;  // /v1/responses (responses_api.h)
+  std::unique_ptr<AnthropicApi> anthropic;  // /v1/messages (anthropic_api.h)
 
   void Register() {
     server->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -95,6 +97,12 @@ struct HttpApi::Impl {
     server->Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       responses->Delete(req.matches[1], res);
     });
+    server->Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
+      anthropic->Messages(req, res);
+    });
+    server->Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
+      anthropic->CountTokens(req, res);
+    });
     server->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       Tokenize(req, res);
     });
@@ -103,6 +111,7 @@ struct HttpApi::Impl {
     });
     server->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
+      if (AnthropicApi::Serves(req.path)) return AnthropicApi::SendHttpError(req, res);
       const std::string what = res.status == 404 ? absl::StrCat("no route for ", req.method, " ", req.path)
                                : res.status == 413 ? "the request body is too large"
                                                    : absl::StrCat("HTTP ", res.status);
@@ -112,6 +121,12 @@ struct HttpApi::Impl {
     // open for probes.
     server->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      if (AnthropicApi::Serves(req.path)) {  // Anthropic's x-api-key too, and its error shape
+        absl::Status allowed = AnthropicApi::CheckApiKey(req, router->public_authorizer());
+        if (allowed.ok()) return httplib::Server::HandlerResponse::Unhandled;
+        AnthropicApi::SendAuthError(res, allowed);
+        return httplib::Server::HandlerResponse::Handled;
+      }
       absl::Status allowed = CheckApiKey(req);
       if (allowed.ok()) return httplib::Server::HandlerResponse::Unhandled;
       SendError(res, AuthError(allowed));
@@ -489,6 +504,12 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
       ResponsesApi::Options{.served_model_name = impl->options.served_model_name,
                             .liveness_interval = impl->options.liveness_interval,
                             .store = {.max_responses = impl->options.responses_store_size}});
+  impl->anthropic = std::make_unique<AnthropicApi>(
+      router,
+      [chat_route](const ApiRequest& r, ChatPrompt::Setup* setup) { return chat_route->ToGenerateRequests(r, setup); },
+      &impl->stopping,
+      AnthropicApi::Options{.served_model_name = impl->options.served_model_name,
+                            .liveness_interval = impl->options.liveness_interval});
   if (!impl->options.tls_cert_file.empty()) {
     auto tls = std::make_unique<httplib::SSLServer>(impl->options.tls_cert_file.c_str(),
                                                     impl->options.tls_key_file.c_str());

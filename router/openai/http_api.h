@@ -9,6 +9,9 @@
 //                               (tokenize_request.h); answered by the router alone
 //   POST /v1/responses, GET / DELETE /v1/responses/{id}
 //                               OpenAI's Responses API, served as chat requests (responses_api.h)
+//   POST /v1/messages, /v1/messages/count_tokens
+//                               Anthropic's Messages API, served as chat requests (anthropic_api.h);
+//                               its API key may come as x-api-key too
 //
 // Each completions or chat request becomes one Generate call per choice (`n`; router/generate_call.h) started in
 // process through GenerateExchange, so validation, tokenization of text prompts, routing, admission, stop
