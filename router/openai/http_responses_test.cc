@@ -10,6 +10,7 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/call_auth.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/openai/testing/http_api_fixture.h"
@@ -356,6 +357,72 @@ TEST_F(HttpResponsesTest, ErrorsNameTheParameter) {
   EXPECT_EQ(r->status, 404);
   EXPECT_TRUE(decode_.reserves().empty()) << "a refused request reached a worker";
   EXPECT_EQ(Get("/v1/responses/resp_1/input_items")->status, 404);
+}
+
+// What an agent framework without a store sends (the OpenAI Agents SDK's to_input_item()): the
+// output items given back as they came, ids, statuses, annotations and logprobs included, and
+// the call's output; the prompt is the one previous_response_id makes of the stored turn.
+TEST_F(HttpResponsesTest, OutputItemsGivenBackVerbatim) {
+  decode_.set_reply(absl::StrCat("let me see</think>Let me check.", kCalls));
+  const Json tools = Json::parse(absl::StrCat("[", kWeatherTool, "]"));
+  const Json first = Create(absl::StrCat(R"("input": "Paris?", "reasoning": {"effort": "high"}, "tools": )",
+                                         tools.dump()));
+  ASSERT_EQ(first["output"].size(), 3u) << first;
+  EXPECT_EQ(first["output"][0]["type"], "reasoning");
+  const std::string call_id = first["output"][2]["call_id"].get<std::string>();
+  const Json output = Json{{"type", "function_call_output"}, {"call_id", call_id}, {"output", "sunny"}};
+
+  decode_.set_reply("Sunny.");
+  Json input = Json::array({Json{{"role", "user"}, {"content", "Paris?"}}});
+  for (const Json& item : first["output"]) input.push_back(item);
+  input.push_back(output);
+  Create(absl::StrCat(R"("store": false, "reasoning": {"effort": "high"}, "tools": )", tools.dump(),
+                      R"(, "input": )", input.dump()));
+  const std::string resent = LastPrompt();
+  EXPECT_THAT(resent, HasSubstr(absl::StrCat("<user>Paris?<assistant>Let me check.[get_weather({\"city\": \"Paris\"})#",
+                                             call_id, "]<tool>sunny#", call_id, "<assistant><think>\n")));
+  Create(absl::StrCat(R"("previous_response_id": ")", first["id"].get<std::string>(),
+                      R"(", "reasoning": {"effort": "high"}, "tools": )", tools.dump(), R"(, "input": [)",
+                      output.dump(), "]"));
+  EXPECT_EQ(LastPrompt(), resent);
+}
+
+// API keys and the body bound hold for the three routes as for the others.
+TEST_F(HttpResponsesTest, ApiKeysAndTheBodyBoundApply) {
+  api_.reset();
+  ASSERT_TRUE(router_->WaitForCallsToEnd(kWait));
+  common::CallAuthOptions keys;
+  keys.api_keys = common::TokenSet::Of({"api-key-0123456789abcdef"});
+  router_ = MakeRouter(common::CallAuthorizer(std::move(keys)));
+  HttpApiOptions options;
+  options.max_body_bytes = 1024;
+  api_ = StartApi(options);
+  ASSERT_NE(api_, nullptr);
+  decode_.set_reply("a");
+  httplib::Client client("127.0.0.1", api_->port());
+  client.set_read_timeout(10);
+  const httplib::Headers key = {{"Authorization", "Bearer api-key-0123456789abcdef"}};
+  const std::string body = R"({"model": "demo", "input": "x"})";
+  for (const httplib::Headers& wrong : {httplib::Headers{}, {{"Authorization", "Bearer wrong-key-0123456789"}}}) {
+    httplib::Result r = client.Post("/v1/responses", wrong, body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401);
+    EXPECT_EQ(Json::parse(r->body)["error"]["code"], "invalid_api_key");
+  }
+  EXPECT_TRUE(decode_.reserves().empty());
+  httplib::Result created = client.Post("/v1/responses", key, body, "application/json");
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 200) << created->body;
+  const std::string path = "/v1/responses/" + Json::parse(created->body)["id"].get<std::string>();
+  EXPECT_EQ(client.Get(path.c_str())->status, 401);
+  EXPECT_EQ(client.Delete(path.c_str())->status, 401);
+  EXPECT_EQ(client.Get(path.c_str(), key)->status, 200);  // not deleted by the refused DELETE
+  EXPECT_EQ(client.Delete(path.c_str(), key)->status, 200);
+  const std::string big = R"({"model": "demo", "input": ")" + std::string(2000, 'a') + R"("})";
+  httplib::Result r = client.Post("/v1/responses", key, big, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(Json::parse(r->body)["error"]["type"], "invalid_request_error");
 }
 
 // A client that leaves mid-stream aborts its call, as on the other routes.

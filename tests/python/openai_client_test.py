@@ -673,15 +673,17 @@ def run_responses_shape_checks(base):
     field only shows as a None where the types promise a value)."""
     from openai.types.responses import Response
     event_types = responses_event_types()
-    bodies = [
-        dict(input="count from 17:", max_output_tokens=12, temperature=0, top_logprobs=2),
-        dict(input="count from 17:", max_output_tokens=48, temperature=0, tools=[RESPONSES_WEATHER_TOOL],
-             tool_choice={"type": "function", "name": "get_weather"}),
-    ]
-    for body in bodies:
-        what = "a forced call" if "tools" in body else "a text answer"
+    bodies = {
+        "a text answer": dict(input="count from 17:", max_output_tokens=12, temperature=0, top_logprobs=2),
+        "a forced call": dict(input="count from 17:", max_output_tokens=48, temperature=0,
+                              tools=[RESPONSES_WEATHER_TOOL], tool_choice={"type": "function", "name": "get_weather"}),
+        # A request template that opens <think>: a reasoning item, then the message.
+        "reasoning": dict(input="count from 17:", max_output_tokens=40, temperature=0,
+                          chat_template="{% for m in messages %}{{ m.content }}{% endfor %}<think>\n"),
+    }
+    for what, body in bodies.items():
         status, r = http_post_json(base + "/v1/responses", dict(body, model="demo"))
-        check(status == 200, f"{what}: answered ({r if status != 200 else ''})")
+        check(status == 200, f"{what}: answered" + (f" ({r})" if status != 200 else ""))
         try:
             Response.model_validate(r)
             check(True, f"{what}: the response validates as the client's Response type")
@@ -699,6 +701,10 @@ def run_responses_shape_checks(base):
             except Exception as error:
                 bad.append(f"{e['type']}: {error}")
         check(events and not bad, f"{what}: all {len(events)} streamed events validate as the client's types {bad}")
+        if what == "reasoning":
+            check([item["type"] for item in r["output"]] == ["reasoning", "message"]
+                  and "response.reasoning_text.delta" in [e["type"] for e in events],
+                  f"reasoning: a reasoning item and its events ({[item['type'] for item in r['output']]})")
 
 
 def expect_bad_request(call, param, what):
