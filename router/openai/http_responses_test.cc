@@ -273,6 +273,33 @@ TEST_F(HttpResponsesTest, StreamedFunctionCall) {
   EXPECT_EQ(done_arguments, arguments);
 }
 
+// tool_choice "required": the router opens the call block and the model names each call; two
+// calls are two function_call items, or the first alone with parallel_tool_calls false.
+TEST_F(HttpResponsesTest, RequiredToolChoiceWithParallelCalls) {
+  const std::string two = "get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>"
+                          "get_weather<｜tool▁sep｜>{\"city\": \"Rome\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  for (const bool parallel : {true, false}) {
+    const std::string fields = absl::StrCat(R"("input": "Paris?", "tool_choice": "required", "parallel_tool_calls": )",
+                                            parallel ? "true" : "false", R"(, "tools": [)", kWeatherTool, "]");
+    decode_.set_reply(two);
+    const Json r = Create(fields);
+    EXPECT_THAT(LastPrompt(), ::testing::EndsWith("<assistant><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"));
+    ASSERT_EQ(r["output"].size(), parallel ? 2u : 1u) << r;
+    EXPECT_EQ(r["output"][0]["arguments"], "{\"city\": \"Paris\"}");
+    if (parallel) EXPECT_EQ(r["output"][1]["arguments"], "{\"city\": \"Rome\"}");
+    decode_.set_reply(two);
+    httplib::Result s = Post("/v1/responses", absl::StrCat(R"({"model": "demo", "stream": true, )", fields, "}"));
+    ASSERT_TRUE(s);
+    std::vector<std::string> done;
+    for (const Event& e : Events(s->body)) {
+      if (e.name == "response.output_item.done") done.push_back(e.data["item"]["arguments"].get<std::string>());
+    }
+    std::vector<std::string> expected = {"{\"city\": \"Paris\"}", "{\"city\": \"Rome\"}"};
+    if (!parallel) expected.pop_back();
+    EXPECT_EQ(done, expected) << s->body;
+  }
+}
+
 // reasoning.effort turns the template's thinking on; the thinking is a reasoning item.
 TEST_F(HttpResponsesTest, ReasoningItem) {
   decode_.set_reply("let me see</think>Yes.");
