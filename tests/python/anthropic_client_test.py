@@ -41,9 +41,11 @@ TEMPLATE = (
     "{% if m.tool_calls %}{% for c in m.tool_calls %} call {{ c.function.name }}({{ c.function.arguments }})"
     "{% endfor %}{% endif %}]{% endif %}{% endfor %}"
     "{% if add_generation_prompt and thinking is defined and thinking %}<think>\n{% endif %}")
-WEATHER_TOOL = {"name": "get_weather", "description": "The weather in a city now.",
-                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
-                                 "required": ["city"]}}
+# Strict, with an enum: the demo model knows no tools, so the schema alone (structured decoding
+# of the forced call) makes it write a complete call, in about 150 tokens of whitespace and JSON.
+WEATHER_TOOL = {"name": "get_weather", "description": "The weather in a city now.", "strict": True,
+                "input_schema": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+                                 "required": ["city"], "additionalProperties": False}}
 GREEDY = {"temperature": 0}  # sampling parameters go in extra_body with this client
 
 
@@ -200,23 +202,23 @@ def run_stream_checks(client, m):
 def run_tool_checks(client, base):
     ask = [{"role": "user", "content": "count from 17:"}]
     forced = {"type": "tool", "name": "get_weather"}
-    m = client.messages.create(model="demo", max_tokens=48, messages=ask, tools=[WEATHER_TOOL], tool_choice=forced,
+    m = client.messages.create(model="demo", max_tokens=200, messages=ask, tools=[WEATHER_TOOL], tool_choice=forced,
                                extra_body=GREEDY)
     uses = [b for b in m.content if b.type == "tool_use"]
     check(len(uses) == 1 and uses[0].name == "get_weather" and uses[0].id.startswith("toolu_")
           and isinstance(uses[0].input, dict), f"a forced tool_use block: {uses}")
-    check(m.stop_reason in ("tool_use", "max_tokens"), f"stop_reason of a forced call: {m.stop_reason}")
-    if m.stop_reason == "tool_use":
-        check(set(uses[0].input) <= {"city"} and isinstance(uses[0].input.get("city", ""), str),
-              f"the input holds to the schema: {uses[0].input}")
-    with client.messages.stream(model="demo", max_tokens=48, messages=ask, tools=[WEATHER_TOOL], tool_choice=forced,
+    check(m.stop_reason == "tool_use", f"stop_reason of a complete call: {m.stop_reason}")
+    check(uses[0].input in ({"city": "Paris"}, {"city": "Rome"}), f"the input holds to the schema: {uses[0].input}")
+    with client.messages.stream(model="demo", max_tokens=200, messages=ask, tools=[WEATHER_TOOL], tool_choice=forced,
                                 extra_body=GREEDY) as stream:
         streamed = stream.get_final_message()
     s_uses = [b for b in streamed.content if b.type == "tool_use"]
-    check(len(s_uses) == 1 and s_uses[0].name == "get_weather" and streamed.stop_reason == m.stop_reason,
-          "streamed: the same tool_use block")
-    if m.stop_reason == "tool_use":
-        check(s_uses[0].input == uses[0].input, f"streamed input_json deltas make the same input: {s_uses[0].input}")
+    check(len(s_uses) == 1 and s_uses[0].name == "get_weather" and streamed.stop_reason == "tool_use"
+          and s_uses[0].input == uses[0].input, f"streamed input_json deltas make the same input: {s_uses[0].input}")
+    cut = client.messages.create(model="demo", max_tokens=8, messages=ask, tools=[WEATHER_TOOL], tool_choice=forced,
+                                 extra_body=GREEDY)
+    check(cut.stop_reason == "max_tokens" and cut.content[0].type == "tool_use" and cut.content[0].input == {},
+          "a call cut before its object: max_tokens, input {}")
 
     # The round trip: the call given back, its result, and a question.
     turn = [{"role": "user", "content": "Weather in Paris?"}, m.to_param(),
@@ -238,7 +240,7 @@ def run_tool_checks(client, base):
         {"role": "tool", "tool_call_id": uses[0].id, "content": "sunny"},
         {"role": "user", "content": "count from 17:"}]
     chat_tools = [{"type": "function", "function": {"name": WEATHER_TOOL["name"], "description":
-                   WEATHER_TOOL["description"], "parameters": WEATHER_TOOL["input_schema"]}}]
+                   WEATHER_TOOL["description"], "parameters": WEATHER_TOOL["input_schema"], "strict": True}}]
     check(counted.input_tokens == tokenized(base, chat_messages, tools=chat_tools),
           "the round trip is counted as chat's messages with tool_calls and a tool result")
 
