@@ -117,7 +117,8 @@ if(MLASERVE_BUILD_TESTS)
   if(MLASERVE_WITH_CUDA)  # the same cases on the GPU (bf16 bounds); tp=2 needs two GPUs
     mlaserve_test(model_engine_prompt_logprobs_cuda_test
                   SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_prompt_logprobs_test.cc
-                  DEPS model_runtime nlohmann_json::nlohmann_json LABELS gpu TIMEOUT 600)
+                  DEPS model_runtime model_engine_probe nlohmann_json::nlohmann_json LABELS gpu
+                  TIMEOUT 600)
     target_compile_definitions(model_engine_prompt_logprobs_cuda_test
                                PRIVATE MLASERVE_PROMPT_LOGPROBS_TEST_CUDA=1)
   endif()
