@@ -72,6 +72,7 @@ mlaserve_warnings(model_weights)
 add_library(model_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/engine.cc
   ${CMAKE_CURRENT_LIST_DIR}/deepseek_engine.cc
+  ${CMAKE_CURRENT_LIST_DIR}/deepseek_engine_prompt_logprobs.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_step.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_graph_plan.cc
   ${CMAKE_CURRENT_LIST_DIR}/parallel_engine.cc)
