@@ -18,18 +18,15 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
-import urllib.request
 
 import anthropic
 
-START_TIMEOUT_S = 60
-MODEL_DIR = "models/demo"
+import http_harness
+from http_harness import MODEL_DIR, Server, check, wait_ready
+
 API_KEY = "anthropic-test-key-0123456789abcdef"
 # The demo model was trained on bare prompts ("count from 17:"), so the last user message is
 # rendered bare; the rest of the conversation (system, tool section, calls, results) before it in
@@ -49,80 +46,8 @@ WEATHER_TOOL = {"name": "get_weather", "description": "The weather in a city now
 GREEDY = {"temperature": 0}  # sampling parameters go in extra_body with this client
 
 
-class Server:
-    """A server process started with port 0; it prints 'listening on HOST:PORT' first."""
-
-    def __init__(self, argv, log_path):
-        self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log)
-        self.lines = []
-        self.cond = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-        line = self.wait_line("listening on ")
-        if line is None:
-            self.proc.kill()
-            raise RuntimeError(f"{argv[0]} did not start; see {log_path}")
-        self.address = line.strip().replace("0.0.0.0", "127.0.0.1")
-
-    def _read(self):
-        for raw in self.proc.stdout:
-            with self.cond:
-                self.lines.append(raw.decode())
-                self.cond.notify_all()
-        with self.cond:
-            self.lines.append(None)
-            self.cond.notify_all()
-
-    def wait_line(self, prefix, timeout=START_TIMEOUT_S):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for line in self.lines:
-                    if line is None:
-                        return None
-                    if line.startswith(prefix):
-                        return line[len(prefix):]
-                left = deadline - time.monotonic()
-                if left <= 0 or not self.cond.wait(left):
-                    return None
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 def http_post_json(url, body, timeout=30):
-    request = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
-def wait_ready(base, deadline_s=START_TIMEOUT_S):
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)  # polling /health against a deadline
-    raise RuntimeError("router not ready")
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-    print("ok:", what)
+    return http_harness.http_post_json(url, body, timeout, headers={"Authorization": f"Bearer {API_KEY}"})
 
 
 def expect_error(call, error_class, says, what):

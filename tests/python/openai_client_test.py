@@ -25,97 +25,17 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 
 import jsonschema
 import openai
 
-START_TIMEOUT_S = 60
-MODEL_DIR = "models/demo"
+from http_harness import MODEL_DIR, Server, check, http_get, http_post_json, wait_ready
 
-
-class Server:
-    """A server process started with port 0; it prints 'listening on HOST:PORT' first."""
-
-    def __init__(self, argv, log_path):
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log)
-        self.lines = []
-        self.cond = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-        line = self.wait_line("listening on ")
-        if line is None:
-            self.proc.kill()
-            raise RuntimeError(f"{argv[0]} did not start; see {log_path}")
-        self.address = line.strip().replace("0.0.0.0", "127.0.0.1")
-
-    def _read(self):
-        for raw in self.proc.stdout:
-            with self.cond:
-                self.lines.append(raw.decode())
-                self.cond.notify_all()
-        with self.cond:
-            self.lines.append(None)
-            self.cond.notify_all()
-
-    def wait_line(self, prefix, timeout=START_TIMEOUT_S):
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for line in self.lines:
-                    if line is None:
-                        return None
-                    if line.startswith(prefix):
-                        return line[len(prefix):]
-                left = deadline - time.monotonic()
-                if left <= 0 or not self.cond.wait(left):
-                    return None
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def http_get(url, timeout=5):
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def http_post_json(url, body, timeout=30):
-    request = urllib.request.Request(url, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
-def wait_ready(base, deadline_s=START_TIMEOUT_S):
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            if http_get(base + "/health")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)  # polling /health against a deadline
-    raise RuntimeError("router not ready")
 
 
 def metric(router_log, name):
@@ -124,12 +44,6 @@ def metric(router_log, name):
     status, body = http_get(m.group(1))
     v = re.search(rf"^{name} (\S+)$", body, re.M)
     return float(v.group(1))
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-    print("ok:", what)
 
 
 def run_checks(client, base, router_log):
