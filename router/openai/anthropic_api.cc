@@ -105,19 +105,10 @@ void AnthropicApi::Messages(const httplib::Request& req, httplib::Response& res)
 
 void AnthropicApi::WaitForBody(const httplib::Request& req, httplib::Response& res, Call& call) {
   ConnectionProbe probe(req);
-  while (true) {
-    std::optional<GenerateExchange::Event> e = call.exchange->Next(options_.liveness_interval);
-    if (!e.has_value()) {
-      if (stopping_->load() || probe.ClientGone()) call.exchange->Cancel();
-      continue;
-    }
-    if (e->message.has_value()) {
-      call.builder->OnMessage(*e->message);
-      continue;
-    }
-    if (e->end.ok() && call.builder->complete()) break;
-    return Send(res, FromStatus(e->end));
-  }
+  const absl::Status end = call.exchange->Drain(
+      options_.liveness_interval, [&] { return stopping_->load() || probe.ClientGone(); },
+      [&](const v1::GenerateResponse& message) { call.builder->OnMessage(message); });
+  if (!end.ok() || !call.builder->complete()) return Send(res, FromStatus(end));
   SendJson(res, 200, call.builder->Message());
 }
 

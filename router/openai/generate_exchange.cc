@@ -92,6 +92,19 @@ std::optional<GenerateExchange::Event> GenerateExchange::Next(absl::Duration tim
   }
 }
 
+absl::Status GenerateExchange::Drain(absl::Duration liveness, absl::FunctionRef<bool()> client_gone,
+                                     absl::FunctionRef<void(const v1::GenerateResponse&)> on_message) {
+  while (true) {
+    std::optional<Event> e = Next(liveness);
+    if (!e.has_value()) {
+      if (client_gone()) Cancel();
+      continue;
+    }
+    if (!e->message.has_value()) return e->end;
+    on_message(*e->message);
+  }
+}
+
 void GenerateExchange::Cancel() {
   if (cancelled_ || end_taken_) return;
   cancelled_ = true;

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -56,6 +57,11 @@ class GenerateExchange final : public GenerateClient {
     absl::Status end;  // meaningful when !message
   };
   std::optional<Event> Next(absl::Duration timeout);
+  // For a handler that answers with one body: takes every message (to `on_message`) until the
+  // call's end, which it returns. Whenever `liveness` passes without news it cancels the call
+  // if `client_gone()` says so (the client disconnected, or the router is stopping).
+  absl::Status Drain(absl::Duration liveness, absl::FunctionRef<bool()> client_gone,
+                     absl::FunctionRef<void(const v1::GenerateResponse&)> on_message);
 
   // Whether the call ended before its first message (an error the HTTP status can carry).
   bool ended_early() const;

@@ -383,22 +383,19 @@ struct HttpApi::Impl {
   void WaitForBody(const httplib::Request& req, httplib::Response& res, ChoiceSet& choices) {
     ConnectionProbe probe(req);
     for (size_t i = 0; i < choices.exchanges.size(); ++i) {
-      GenerateExchange& exchange = *choices.exchanges[i];
       ResponseBuilder& builder = *choices.builders[i];
-      while (true) {
-        std::optional<GenerateExchange::Event> e = exchange.Next(options.liveness_interval);
-        if (!e.has_value()) {
-          if (stopping.load() || probe.ClientGone()) choices.CancelAll();
-          continue;
-        }
-        if (e->message.has_value()) {
-          builder.OnMessage(*e->message);
-          continue;
-        }
-        if (e->end.ok() && builder.complete()) break;
+      // A client gone cancels every choice (this one with them).
+      const absl::Status end = choices.exchanges[i]->Drain(
+          options.liveness_interval,
+          [&] {
+            if (stopping.load() || probe.ClientGone()) choices.CancelAll();
+            return false;
+          },
+          [&](const v1::GenerateResponse& message) { builder.OnMessage(message); });
+      if (!end.ok() || !builder.complete()) {
         // The other choices are cancelled when `choices` goes.
-        return SendError(res, ErrorFromStatus(e->end.ok() ? absl::InternalError("the request ended without a result")
-                                                          : e->end));
+        return SendError(res, ErrorFromStatus(end.ok() ? absl::InternalError("the request ended without a result")
+                                                       : end));
       }
     }
     if (choices.builders.size() == 1) return SendJson(res, 200, choices.builders[0]->Body());

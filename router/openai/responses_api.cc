@@ -79,19 +79,12 @@ void ResponsesApi::Create(const httplib::Request& req, httplib::Response& res) {
 
 void ResponsesApi::WaitForBody(const httplib::Request& req, httplib::Response& res, Call& call) {
   ConnectionProbe probe(req);
-  while (true) {
-    std::optional<GenerateExchange::Event> e = call.exchange->Next(options_.liveness_interval);
-    if (!e.has_value()) {
-      if (stopping_->load() || probe.ClientGone()) call.exchange->Cancel();
-      continue;
-    }
-    if (e->message.has_value()) {
-      call.builder->OnMessage(*e->message);
-      continue;
-    }
-    if (e->end.ok() && call.builder->complete()) break;
+  const absl::Status end = call.exchange->Drain(
+      options_.liveness_interval, [&] { return stopping_->load() || probe.ClientGone(); },
+      [&](const v1::GenerateResponse& message) { call.builder->OnMessage(message); });
+  if (!end.ok() || !call.builder->complete()) {
     return SendError(res, ResponsesError(ErrorFromStatus(
-                              e->end.ok() ? absl::InternalError("the request ended without a result") : e->end)));
+                              end.ok() ? absl::InternalError("the request ended without a result") : end)));
   }
   Keep(call);
   SendJson(res, 200, call.builder->Response());
