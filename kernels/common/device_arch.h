@@ -47,6 +47,30 @@ inline int CurrentDeviceSmCount() {
   return sms;
 }
 
+// Nominal DRAM bytes the current device moves per multiprocessor clock: 2 transfers a memory
+// clock over the bus width, over (multiprocessors x SM clock), from the attributes (no
+// measurement), asked once per device. H100 SXM: 2 x 2.619 GHz x 640 B / (132 x 1.98 GHz) = 12.8;
+// the H200's wider, faster HBM3e gives more. 0 if it cannot be asked.
+inline double CurrentDeviceDramBytesPerSmClock() {
+  static std::array<std::atomic<double>, 64> known{};  // 0 = not asked yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  const bool cacheable = device >= 0 && device < static_cast<int>(known.size());
+  if (cacheable) {
+    if (const double k = known[device].load(std::memory_order_relaxed); k > 0) return k;
+  }
+  int sm_khz = 0, mem_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess || sm_khz <= 0) {
+    cudaGetLastError();
+    return 0;
+  }
+  const double bytes = 2.0 * mem_khz * (bus_bits / 8.0) / (static_cast<double>(sm_khz) * CurrentDeviceSmCount());
+  if (cacheable) known[device].store(bytes, std::memory_order_relaxed);
+  return bytes;
+}
+
 // Blocks of `kernel` that one multiprocessor of the current device holds at once with `threads`
 // threads and `smem` bytes of dynamic shared memory (cudaOccupancyMaxActiveBlocksPerMultiprocessor),
 // asked once per (device, kernel, threads, smem) and remembered; 0 where the query fails (its

@@ -331,6 +331,23 @@ struct ExpertsPlan {
 };
 ExpertsPlan PlanExperts(const MoeExpertsParams& p);
 
+// What kAuto's kSm90 tile choice reads of the GPU: its multiprocessors (how evenly a
+// weight-bound product's tiles spread) and its nominal DRAM bytes per multiprocessor clock
+// (cuda::CurrentDeviceDramBytesPerSmClock): below kSm90LeanDramBytesPerSmClock (the H100's 12.8,
+// not the H200's) the larger cooperative 128 x 256 tile, which reads each expert's weights half
+// as often as the 64-row ping-pong tiles, wins from 289 rows an expert (moe_experts.cu).
+struct Sm90Device {
+  int sms;
+  double dram_bytes_per_sm_clock;
+};
+inline constexpr double kSm90LeanDramBytesPerSmClock = 14.0;
+Sm90Device CurrentSm90Device();
+struct Sm90Choice {
+  int gate_up, down;  // kSm90 variants
+};
+// kAuto's tile configuration per product for p on `device` (no environment, no device query).
+Sm90Choice ChooseSm90Variants(const MoeExpertsParams& p, const Sm90Device& device);
+
 // The kStream path, whole (moe_stream.cu): the routing (p.routing) and the permutation, gate_up
 // and down of the routed experts and of the shared slices (p.shared), the combine (with the
 // p.norm epilogue). The workspace pieces are moe_experts.cu's carving.

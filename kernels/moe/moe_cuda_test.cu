@@ -10,6 +10,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -202,42 +203,80 @@ TEST(MoeExpertsTileBoundaryCudaTest, EveryPathMatchesCpuAndTheBaselineBitwise) {
   CheckEveryPath(static_cast<int>(ids.size()), 256, 136, static_cast<int>(counts.size()), 1, ids, seed);
 }
 
-// kAuto's tile configuration per product (moe_experts.cu, ChooseSm90Variants): our ping-pong
-// 64 x 256 kernel (variant 14) for both at 65-288 rows an expert with hidden <= 4096; else gate_up
-// on 128 x 256 from 512 rows an expert, else ping-pong 64 x 256; down on ping-pong 64 x 256 with the
-// register-stored epilogue (variant 8) above 64 rows and on 128 x 256 from 1024; at most 64 rows
-// ping-pong 64 x 256, except where ping-pong 64 x 128 spreads a weight-bound product over the SMs
-// by 5 points more (V2-Lite gate_up at 24-64 rows: 704 tiles of 64 x 256 on 132 SMs against 1408;
-// not its down, 512 against 1024, nor V3's 4096 against 8192). The choices of the H200 (132 SMs)
-// the benchmarks measured.
-TEST(MoeExpertsPlanTest, TileConfigurationByShapeOn132Sms) {
-  if (!moe_cuda::Sm90Available()) GTEST_SKIP() << "not a Hopper GPU: no kSm90 path";
-  if (cuda::CurrentDeviceSmCount() != 132) GTEST_SKIP() << "the pinned choices are for 132 SMs";
+// kAuto's tile configuration per product (moe_experts.cu, ChooseSm90Variants), on a 132-SM
+// GPU with the H200's DRAM (not lean): our ping-pong 64 x 256 kernel (variant 14) for both at
+// 65-288 rows an expert with hidden <= 4096; else gate_up on 128 x 256 from 512 rows an expert,
+// else ping-pong 64 x 256; down on ping-pong 64 x 256 with the register-stored epilogue (variant 8)
+// above 64 rows and on 128 x 256 from 1024; at most 64 rows ping-pong 64 x 256, except where
+// ping-pong 64 x 128 spreads a weight-bound product over the SMs by 5 points more (V2-Lite gate_up
+// at 24-64 rows: 704 tiles of 64 x 256 on 132 SMs against 1408; not its down, 512 against 1024,
+// nor V3's 4096 against 8192). With the H100's DRAM (lean), hidden <= 4096 takes the cooperative
+// 128 x 256 tile for both products above 288 rows; the rest is the same. The choices the
+// benchmarks measured (H200 2026-12-01, H100 2026-12-05).
+TEST(MoeExpertsPlanTest, TileConfigurationByShapeAndDram) {
   struct Case {
-    int tokens, hidden, inter, experts, top_k, gate_up, down;
+    int tokens, hidden, inter, experts, top_k, gate_up, down, lean_gate_up, lean_down;
   };
   const Case cases[] = {
-      {256, 2048, 1408, 64, 6, 13, 3},  {512, 2048, 1408, 64, 6, 13, 3},  {640, 2048, 1408, 64, 6, 13, 3},
-      {704, 2048, 1408, 64, 6, 14, 14}, {768, 2048, 1408, 64, 6, 14, 14}, {1024, 2048, 1408, 64, 6, 14, 14},
-      {2048, 2048, 1408, 64, 6, 14, 14}, {3072, 2048, 1408, 64, 6, 14, 14}, {3073, 2048, 1408, 64, 6, 3, 8},
-      {4096, 2048, 1408, 64, 6, 3, 8},
-      {5461, 2048, 1408, 64, 6, 3, 8},  {5462, 2048, 1408, 64, 6, 1, 8},  {8192, 2048, 1408, 64, 6, 1, 8},
-      {10922, 2048, 1408, 64, 6, 1, 8}, {10923, 2048, 1408, 64, 6, 1, 1}, {16384, 2048, 1408, 64, 6, 1, 1},
-      {1024, 7168, 2048, 256, 8, 3, 3}, {2048, 7168, 2048, 256, 8, 3, 3}, {4096, 7168, 2048, 256, 8, 3, 8},
-      {8192, 7168, 2048, 256, 8, 3, 8}, {16384, 7168, 2048, 256, 8, 1, 8},
+      {256, 2048, 1408, 64, 6, 13, 3, 13, 3},    {512, 2048, 1408, 64, 6, 13, 3, 13, 3},
+      {640, 2048, 1408, 64, 6, 13, 3, 13, 3},    {704, 2048, 1408, 64, 6, 14, 14, 14, 14},
+      {768, 2048, 1408, 64, 6, 14, 14, 14, 14},  {1024, 2048, 1408, 64, 6, 14, 14, 14, 14},
+      {2048, 2048, 1408, 64, 6, 14, 14, 14, 14}, {3072, 2048, 1408, 64, 6, 14, 14, 14, 14},
+      {3073, 2048, 1408, 64, 6, 3, 8, 1, 1},     {4096, 2048, 1408, 64, 6, 3, 8, 1, 1},
+      {5461, 2048, 1408, 64, 6, 3, 8, 1, 1},     {5462, 2048, 1408, 64, 6, 1, 8, 1, 1},
+      {8192, 2048, 1408, 64, 6, 1, 8, 1, 1},     {10922, 2048, 1408, 64, 6, 1, 8, 1, 1},
+      {10923, 2048, 1408, 64, 6, 1, 1, 1, 1},    {16384, 2048, 1408, 64, 6, 1, 1, 1, 1},
+      {1024, 7168, 2048, 256, 8, 3, 3, 3, 3},    {2048, 7168, 2048, 256, 8, 3, 3, 3, 3},
+      {4096, 7168, 2048, 256, 8, 3, 8, 3, 8},    {8192, 7168, 2048, 256, 8, 3, 8, 3, 8},
+      {16384, 7168, 2048, 256, 8, 1, 8, 1, 8},
   };
+  // The nominal DRAM bytes per SM clock (cuda::CurrentDeviceDramBytesPerSmClock) of an H200-class
+  // and of the H100 SXM (2 x 2.619 GHz x 640 B / (132 x 1.98 GHz)); 0 = unknown, taken as not lean.
+  constexpr double kRich = 15.7, kLean = 12.8, kUnknown = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "tokens=" << c.tokens << " experts=" << c.experts);
     MoeExpertsParams p;
     p.dtype = DType::kBF16;
     p.num_tokens = c.tokens; p.hidden = c.hidden; p.inter = c.inter; p.num_experts = c.experts; p.top_k = c.top_k;
     p.gate_up_layout = MoeGateUpLayout::kInterleaved8;
+    for (const double dram : {kRich, kUnknown}) {
+      const moe_cuda::Sm90Choice rich = moe_cuda::ChooseSm90Variants(p, {132, dram});
+      EXPECT_EQ(rich.gate_up, c.gate_up) << "dram " << dram;
+      EXPECT_EQ(rich.down, c.down) << "dram " << dram;
+    }
+    const moe_cuda::Sm90Choice lean = moe_cuda::ChooseSm90Variants(p, {132, kLean});
+    EXPECT_EQ(lean.gate_up, c.lean_gate_up);
+    EXPECT_EQ(lean.down, c.lean_down);
+    if (!moe_cuda::Sm90Available()) continue;
+    // On this GPU the plan is the choice for its own facts, the SiLU fused into gate_up.
     const moe_cuda::ExpertsPlan plan = moe_cuda::PlanExperts(p);
+    const moe_cuda::Sm90Choice here = moe_cuda::ChooseSm90Variants(p, moe_cuda::CurrentSm90Device());
     EXPECT_EQ(plan.path, MoeExpertsPath::kSm90);
-    EXPECT_EQ(plan.gate_up_variant, c.gate_up);
-    EXPECT_EQ(plan.down_variant, c.down);
+    EXPECT_EQ(plan.gate_up_variant, here.gate_up);
+    EXPECT_EQ(plan.down_variant, here.down);
     EXPECT_TRUE(plan.fused_silu);
   }
+}
+
+// The DRAM fact the tile choice reads, on this GPU: an H100 SXM is lean, an H200 is not (their
+// nominal 12.8 and >= 15 bytes per SM clock), other GPUs only a positive value.
+TEST(MoeExpertsPlanTest, DramBytesPerSmClockOfThisGpu) {
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) GTEST_SKIP() << "no CUDA device";
+  const moe_cuda::Sm90Device d = moe_cuda::CurrentSm90Device();
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  const std::string name = prop.name;
+  SCOPED_TRACE(name);
+  EXPECT_GT(d.sms, 0);
+  EXPECT_GT(d.dram_bytes_per_sm_clock, 0);
+  if (name.find("H100") != std::string::npos && name.find("HBM3") != std::string::npos) {
+    EXPECT_LT(d.dram_bytes_per_sm_clock, moe_cuda::kSm90LeanDramBytesPerSmClock);
+  }
+  if (name.find("H200") != std::string::npos) {
+    EXPECT_GE(d.dram_bytes_per_sm_clock, moe_cuda::kSm90LeanDramBytesPerSmClock);
+  }
+  std::printf("%s: %d SMs, %.2f nominal DRAM bytes per SM clock\n", prop.name, d.sms, d.dram_bytes_per_sm_clock);
 }
 
 // Every path on every shape: decode sizes (one chunk of the permutation) and prefill sizes

@@ -71,10 +71,9 @@ MoeExpertsPath ChoosePath(const MoeExpertsParams& p) {
 // even with ping-pong's other epilogue below), the cooperative tile from 1024 (V2-Lite 16384,
 // 1536 rows: 0.934-0.978 against 0.975). Ping-pong 64 x 128 per product where that spreads the
 // weight-bound sizes over the SMs better (WeightBoundVariant; H200, 2026-11-30). The H100's
-// sweep of 2026-11-25 had put the cooperative tile at 256 rows.
-struct Sm90Choice {
-  int gate_up, down;
-};
+// sweep of 2026-11-25 had put the cooperative tile at 256 rows; on the H100 of 2026-12-05
+// (LeanDram below) V2-Lite takes the cooperative tile for both products from 289 rows.
+using moe_cuda::Sm90Choice;
 
 // MLASERVE_MOE_SM90_VARIANTS="G[,D]" in the environment forces kAuto's kSm90 variants for the
 // gate_up (G) and down (D, default G) products: engine-level timing of a configuration
@@ -109,10 +108,10 @@ double RoundRobinBalance(double tiles, int ctas) {
 // sixteenth session).
 constexpr double kSmallTileRows = 64;
 constexpr double kBalanceGain = 0.05;
-int WeightBoundVariant(const MoeExpertsParams& p, int n) {
+int WeightBoundVariant(const MoeExpertsParams& p, int n, int sms) {
   constexpr int kWide = 3, kNarrow = 13;
   if (MeanRowsPerExpert(p) > kSmallTileRows) return kWide;
-  const int sms = std::max(1, cuda::CurrentDeviceSmCount());
+  sms = std::max(1, sms);
   const double wide = static_cast<double>(p.num_experts) * ((n + 255) / 256);
   const double narrow = static_cast<double>(p.num_experts) * ((n + 127) / 128);
   return RoundRobinBalance(narrow, sms) >= RoundRobinBalance(wide, sms) + kBalanceGain ? kNarrow : kWide;
@@ -124,23 +123,21 @@ int WeightBoundVariant(const MoeExpertsParams& p, int n) {
 // against CUTLASS's ping-pong pair (variants 3 + SiLU and 8), V2-Lite 768-1536 tokens 2.3-4.5%
 // faster end to end, 2048 (192 rows) 0-3%, 2560-3072 even; at 3584 (336 rows) 1.6% slower and
 // 4096-5120 even (H200, fifty-second and fifty-third sessions). At V3's hidden of 7168 it is even
-// at 128 rows and 2-7% slower at 96 (fifty-second session).
+// at 128 rows and 2-7% slower at 96 (fifty-second session). On the H100 it is the fastest
+// measured at 2048-3072 tokens too (sixty-second session).
 constexpr double kOwnPingPongMaxRows = 288;
 constexpr int kOwnPingPongMaxHidden = 4096;
 
-Sm90Choice ChooseSm90Variants(const MoeExpertsParams& p) {
-  if (const Sm90Choice forced = ForcedSm90Variants(); forced.gate_up >= 0) return forced;
-  constexpr int kCooperative = 1, kPingPongRegisterStore = 8;
-  constexpr double kLargeTileRows = 512, kLargeTileDownRows = 1024;
-  const double rows = MeanRowsPerExpert(p);
-  if (rows > kSmallTileRows && rows <= kOwnPingPongMaxRows && p.hidden <= kOwnPingPongMaxHidden) {
-    return {moe_cuda::kSm90OwnPingPongVariant, moe_cuda::kSm90OwnPingPongVariant};
-  }
-  const int gate_up = rows >= kLargeTileRows ? kCooperative : WeightBoundVariant(p, 2 * p.inter);
-  const int down = rows >= kLargeTileDownRows ? kCooperative
-                   : rows > kSmallTileRows    ? kPingPongRegisterStore
-                                              : WeightBoundVariant(p, p.hidden);
-  return {gate_up, down};
+// A GPU with less DRAM bandwidth per unit of compute (the H100 against the H200): above the
+// ping-pong kernel's rows, with short main loops (hidden <= 4096), the cooperative 128 x 256 tile
+// (variant 1, SiLU fused) for both products. It reads each expert's weights once per 128 rows
+// instead of once per 64, which the H100's 3.35 TB/s feels and the H200's does not. H100 V2-Lite,
+// end to end (mlaserve-moe-bench, 2026-12-05): 3584 tokens (336 rows) 0.769 ms against 0.881 for
+// the ping-pong pair (v3 + SiLU, v8), 4096 0.868 against 0.990, 5120 1.021 against 1.225, 6144
+// 1.255 against 1.341 (v1 + SiLU, v8), 8192 1.586 against 1.672.
+bool LeanDram(const moe_cuda::Sm90Device& device) {
+  return device.dram_bytes_per_sm_clock > 0 &&
+         device.dram_bytes_per_sm_clock < moe_cuda::kSm90LeanDramBytesPerSmClock;
 }
 
 // The workspace, carved in MoeExpertsWorkspaceBytes' order (moe.cc) plus the CUDA parts.
@@ -304,10 +301,32 @@ const char* ExpertsStageName(ExpertsStage stage) {
   return "?";
 }
 
+Sm90Device CurrentSm90Device() {
+  return {cuda::CurrentDeviceSmCount(), cuda::CurrentDeviceDramBytesPerSmClock()};
+}
+
+Sm90Choice ChooseSm90Variants(const MoeExpertsParams& p, const Sm90Device& device) {
+  constexpr int kCooperative = 1, kPingPongRegisterStore = 8;
+  constexpr double kLargeTileRows = 512, kLargeTileDownRows = 1024;
+  const double rows = MeanRowsPerExpert(p);
+  if (rows > kSmallTileRows && rows <= kOwnPingPongMaxRows && p.hidden <= kOwnPingPongMaxHidden) {
+    return {kSm90OwnPingPongVariant, kSm90OwnPingPongVariant};
+  }
+  if (rows > kOwnPingPongMaxRows && p.hidden <= kOwnPingPongMaxHidden && LeanDram(device)) {
+    return {kCooperative, kCooperative};
+  }
+  const int gate_up = rows >= kLargeTileRows ? kCooperative : WeightBoundVariant(p, 2 * p.inter, device.sms);
+  const int down = rows >= kLargeTileDownRows ? kCooperative
+                   : rows > kSmallTileRows    ? kPingPongRegisterStore
+                                              : WeightBoundVariant(p, p.hidden, device.sms);
+  return {gate_up, down};
+}
+
 ExpertsPlan PlanExperts(const MoeExpertsParams& p) {
   ExpertsPlan plan{ChoosePath(p), -1, -1, false};
   if (plan.path == MoeExpertsPath::kSm90) {
-    const Sm90Choice auto_choice = ChooseSm90Variants(p);
+    Sm90Choice auto_choice = ForcedSm90Variants();
+    if (auto_choice.gate_up < 0) auto_choice = ChooseSm90Variants(p, CurrentSm90Device());
     plan.gate_up_variant = p.sm90_variant >= 0 ? p.sm90_variant : auto_choice.gate_up;
     plan.down_variant = p.sm90_variant >= 0 ? p.sm90_variant : auto_choice.down;
     plan.fused_silu = p.act == Activation::kSilu && p.gate_up_layout == MoeGateUpLayout::kInterleaved8 &&
