@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "decode_worker/decode_runner.h"
-#include "decode_worker/testing/decode_runner_harness.h"
 #include "decode_worker/testing/recording_sink.h"
+#include "decode_worker/testing/small_decode_runner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/testing/fake_engine.h"
@@ -21,25 +21,14 @@ namespace {
 using ::mlaserve::testing::FakeEngine;
 using ::mlaserve::testing::RecordingSink;
 using ::testing::HasSubstr;
+using testing::kPages;
+using testing::kVocab;
+using testing::Prompt;
+using testing::SmallRunnerOptions;
 
-constexpr int kVocab = 64;
-constexpr int kPages = 32;
-
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> p(n);
-  for (int i = 0; i < n; ++i) p[i] = (i * 5 + salt) % kVocab;
-  return p;
-}
-
-class RemoteReuseTest : public testing::DecodeRunnerHarness {
+class RemoteReuseTest : public testing::SmallDecodeRunnerHarness {
  protected:
-  void SetUp() override { Build(/*prefix_cache=*/true); }
-  void Build(bool prefix_cache) {
-    DecodeRunnerOptions o;
-    o.scheduler = {.max_running = 4, .max_batch_tokens = 64, .chunk_size = 32};
-    o.prefix_cache = prefix_cache;
-    DecodeRunnerHarness::Build({.num_pages = kPages}, o, kPages);
-  }
+  void SetUp() override { Build(); }  // with the prefix cache (DecodeRunnerOptions' default)
   ReserveSpec Remote(const std::string& id, std::vector<int32_t> prompt, int max_new,
                      bool reuse = true) {
     ReserveSpec s = Spec(id, std::move(prompt), max_new, /*local=*/false);
@@ -56,8 +45,8 @@ class RemoteReuseTest : public testing::DecodeRunnerHarness {
     if (!r.ok()) return sink;
     if (reserved != nullptr) *reserved = *r;
     EXPECT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
-    PrefillAndShip(*r, spec.prompt, kVocab, std::nullopt, ship_every_page);
-    RunUntilIdle(1000);
+    PrefillAndShip(*r, spec.prompt, ship_every_page);
+    RunUntilIdle();
     return sink;
   }
   // A conversation's first turn (100 prompt tokens, 40 answered: 139 positions computed, two
@@ -98,8 +87,8 @@ TEST_F(RemoteReuseTest, TheNextTurnReceivesOnlyThePagesItsDecodeWorkerLacks) {
   EXPECT_EQ(decode_->kv_pool().CachedPrefixPages(second, 2), 2);
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
-  PrefillAndShip(*r, second, kVocab);
-  RunUntilIdle(1000);
+  PrefillAndShip(*r, second);
+  RunUntilIdle();
   ASSERT_TRUE(sink->finish()) << sink->error();
   // FakeEngine reads back every cached entry it attends: the held pages carried the right KV.
   EXPECT_EQ(sink->tokens(), FakeEngine::ExpectedTokens(second, 12, kVocab));
@@ -159,7 +148,9 @@ TEST_F(RemoteReuseTest, ZeroCachedPagesWhenNotAskedOrNothingMatches) {
 
 TEST_F(RemoteReuseTest, AWorkerWithoutAPrefixCacheReportsNone) {
   runner_.reset();  // before the engine and receiver it uses are replaced
-  Build(/*prefix_cache=*/false);
+  DecodeRunnerOptions o = SmallRunnerOptions();
+  o.prefix_cache = false;
+  Build(o);
   const std::vector<int32_t> prompt = Prompt(200, 5);
   std::shared_ptr<RecordingSink> s = Serve(Remote("a", prompt, 4));
   ASSERT_TRUE(s->finish()) << s->error();
@@ -196,8 +187,8 @@ TEST_F(RemoteReuseTest, APrefillWorkerThatShipsEveryPageIsServedInANearlyFullPoo
       *decode_->kv_pool().Allocate(decode_->kv_pool().free_pages() - 1);
   auto sink = std::make_shared<RecordingSink>();
   ASSERT_TRUE(runner_->OpenStream(r->session_id, sink).ok());
-  PrefillAndShip(*r, second, kVocab, std::nullopt, /*ship_every_page=*/true);
-  RunUntilIdle(1000);
+  PrefillAndShip(*r, second, /*ship_every_page=*/true);
+  RunUntilIdle();
   ASSERT_TRUE(sink->finish()) << sink->error();
   EXPECT_EQ(sink->tokens(), FakeEngine::ExpectedTokens(second, 12, kVocab));
   EXPECT_EQ(Counter("mlaserve_decode_kv_pages_reused_total"), 0);
@@ -242,7 +233,7 @@ TEST_F(RemoteReuseTest, EveryFailureBeforeTheKvLandsGivesTheCachedPagesBack) {
       auto sender = *transport_.Open(ref, layout_, {});
       EXPECT_EQ(sender->status().code(), absl::StatusCode::kResourceExhausted);
     }
-    RunUntilIdle(1000);
+    RunUntilIdle();
     if (c != kCancelStream) {
       ASSERT_TRUE(sink->ended());
       if (c == kAbort) {
@@ -312,9 +303,7 @@ TEST_F(RemoteReuseTest, ARefusedReservationTakesNothing) {
 // rank that holds the earlier one (not the load order's), where it keeps its pages.
 TEST_F(RemoteReuseTest, OnDataParallelRanksTheNextTurnGoesToTheRankHoldingTheEarlierOne) {
   runner_.reset();
-  DecodeRunnerOptions o;
-  o.scheduler = {.max_running = 4, .max_batch_tokens = 64, .chunk_size = 32};
-  DecodeRunnerHarness::Build({.num_pages = kPages, .data_ranks = 2}, o, kPages);
+  Build(SmallRunnerOptions(), /*data_ranks=*/2);
   // A pending request on rank 0 sends the first turn to rank 1.
   auto busy = runner_->Reserve(Remote("busy", Prompt(10, 9), 4));
   ASSERT_TRUE(busy.ok()) << busy.status();
@@ -325,7 +314,7 @@ TEST_F(RemoteReuseTest, OnDataParallelRanksTheNextTurnGoesToTheRankHoldingTheEar
   ASSERT_TRUE(s1->finish()) << s1->error();
   ASSERT_EQ(r1.rank, 1);
   ASSERT_TRUE(runner_->Abort("busy").ok());
-  RunUntilIdle(1000);
+  RunUntilIdle();
   EXPECT_EQ(decode_->rank_pool(0).free_pages(), kPages);
   EXPECT_EQ(decode_->rank_pool(1).cached_pages(), 2);
   // Both ranks idle with every page free: by load the tie goes to rank 0.

@@ -10,6 +10,7 @@
 
 #include "decode_worker/testing/decode_runner_harness.h"
 #include "decode_worker/testing/recording_sink.h"
+#include "decode_worker/testing/small_decode_runner.h"
 #include "worker/testing/fake_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,27 +23,14 @@ namespace {
 using ::mlaserve::testing::FakeEngine;
 using ::mlaserve::testing::RecordingSink;
 using ::testing::HasSubstr;
+using testing::kPages;
+using testing::kVocab;
+using testing::Prompt;
+using testing::SmallRunnerOptions;
 
-constexpr int kVocab = 64;
-constexpr int kPages = 32;
-
-std::vector<int32_t> Prompt(int n, int salt) {
-  std::vector<int32_t> p(n);
-  for (int i = 0; i < n; ++i) p[i] = (i * 5 + salt) % kVocab;
-  return p;
-}
-
-class DecodeRunnerTest : public testing::DecodeRunnerHarness {
+class DecodeRunnerTest : public testing::SmallDecodeRunnerHarness {
  protected:
-  void SetUp() override {
-    DecodeRunnerOptions o;
-    o.scheduler = {.max_running = 4, .max_batch_tokens = 64, .chunk_size = 32};
-    Build({.num_pages = kPages}, o, kPages);
-  }
-  void PrefillAndShip(const Reservation& r, const std::vector<int32_t>& prompt) {
-    DecodeRunnerHarness::PrefillAndShip(r, prompt, kVocab);
-  }
-  void RunUntilIdle() { DecodeRunnerHarness::RunUntilIdle(1000); }
+  void SetUp() override { Build(); }
 };
 
 TEST_F(DecodeRunnerTest, RemotePrefillStreamsTheGreedyContinuationAndFreesEveryPage) {
@@ -352,8 +340,7 @@ TEST_F(DecodeRunnerTest, RequestsGrowPageByPageAndPreemptedOnesRecomputeTheSameT
   auto layout = *kvtransfer::MakeKvLayout(engine->config(), engine->kv_pool().options());
   kvtransfer::KvReceiver receiver(&engine->kv_pool(), layout,
                                   kvtransfer::KvReceiverOptions{absl::Seconds(30)});
-  DecodeRunnerOptions o;
-  o.scheduler = {.max_running = 4, .max_batch_tokens = 64, .chunk_size = 32};
+  DecodeRunnerOptions o = SmallRunnerOptions();
   o.kv_endpoint = "decode-small";
   o.kv_transport = "fake";
   transport_.Register("decode-small", &receiver);
@@ -446,8 +433,7 @@ TEST_F(DecodeRunnerTest, PreemptedRequestsScoreEachPromptRowOnce) {
   auto layout = *kvtransfer::MakeKvLayout(engine->config(), engine->kv_pool().options());
   kvtransfer::KvReceiver receiver(&engine->kv_pool(), layout,
                                   kvtransfer::KvReceiverOptions{absl::Seconds(30)});
-  DecodeRunnerOptions o;
-  o.scheduler = {.max_running = 4, .max_batch_tokens = 64, .chunk_size = 32};
+  DecodeRunnerOptions o = SmallRunnerOptions();
   o.kv_endpoint = "decode-small";
   o.kv_transport = "fake";
   common::MetricsRegistry metrics;

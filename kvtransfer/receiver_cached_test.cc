@@ -3,7 +3,10 @@
 // cached ones are never written, and every way a session ends gives their holds back.
 #include <optional>
 #include <random>
+#include <string>
+#include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -54,6 +57,17 @@ class CachedSessionTest : public ::testing::Test {
     pages.insert(pages.end(), rest.begin(), rest.end());
     return pages;
   }
+  // A session `id` on `r` over ReserveWithCache()'s pages, which it returns: prompt_'s 3 pages
+  // to receive, the first 2 cached; its outcome goes to `probe`.
+  absl::StatusOr<std::vector<int32_t>> CreateCachedSession(
+      KvReceiver& r, DoneProbe& probe, const std::string& id = "s",
+      absl::Duration lease = absl::Seconds(30)) {
+    std::vector<int32_t> pages = ReserveWithCache();
+    absl::Status s = r.CreateSession(id, pages, 3, absl::Now() + lease, probe.fn(), nullptr,
+                                     /*cached_pages=*/2);
+    if (!s.ok()) return s;
+    return pages;
+  }
   absl::Status Write(KvReceiver& r, const std::string& id, int layer, int idx,
                      const std::string& bytes) {
     return r.WritePage(id, layer, idx,
@@ -61,15 +75,36 @@ class CachedSessionTest : public ::testing::Test {
                                                 bytes.size()),
                        Crc32(bytes));
   }
-  // The cached pages still hold what was published, and a later prompt still finds them.
-  void ExpectCacheIntact() {
+  // A sender that ships every page (one that predates KvOpen.cached_pages): writes prompt_'s
+  // 3 pages of every layer into session "s" and completes it; returns what it wrote, per
+  // [layer * 3 + page].
+  absl::StatusOr<std::vector<std::string>> ShipEveryPage(KvReceiver& r) {
+    std::vector<std::string> sent;
     for (int layer = 0; layer < kLayers; ++layer) {
-      for (int i = 0; i < 2; ++i) {
-        EXPECT_EQ(testing::ReadLayerPage(*pool_, layer, cached_ids_[i]),
-                  cached_bytes_[layer * 2 + i])
+      for (int i = 0; i < 3; ++i) {
+        sent.push_back(testing::RandomBytes(pool_->layer_page_bytes(), rng_));
+        if (absl::Status s = Write(r, "s", layer, i, sent.back()); !s.ok()) return s;
+      }
+    }
+    const int64_t total = 3 * kLayers * static_cast<int64_t>(pool_->layer_page_bytes());
+    if (absl::Status s = r.Complete("s", KvCompletion{3, kLayers, 3, total}).status(); !s.ok()) {
+      return s;
+    }
+    return sent;
+  }
+  // Every layer of `pages` holds `bytes`, per [layer * pages.size() + page].
+  void ExpectPagesHold(const std::vector<int32_t>& pages, const std::vector<std::string>& bytes) {
+    for (int layer = 0; layer < kLayers; ++layer) {
+      for (size_t i = 0; i < pages.size(); ++i) {
+        EXPECT_EQ(testing::ReadLayerPage(*pool_, layer, pages[i]),
+                  bytes[layer * pages.size() + i])
             << "layer " << layer << " page " << i;
       }
     }
+  }
+  // The cached pages still hold what was published, and a later prompt still finds them.
+  void ExpectCacheIntact() {
+    ExpectPagesHold(cached_ids_, cached_bytes_);
     EXPECT_EQ(pool_->CachedPrefixPages(prompt_, 2), 2);
   }
 
@@ -85,10 +120,8 @@ class CachedSessionTest : public ::testing::Test {
 TEST_F(CachedSessionTest, OnlyThePagesAfterTheCachedOnesAreReceived) {
   auto r = MakeReceiver();
   DoneProbe probe;
-  const std::vector<int32_t> pages = ReserveWithCache();
-  ASSERT_TRUE(r->CreateSession("s", pages, 3, absl::Now() + absl::Seconds(30), probe.fn(),
-                               nullptr, /*cached_pages=*/2)
-                  .ok());
+  const auto pages = CreateCachedSession(*r, probe);
+  ASSERT_TRUE(pages.ok()) << pages.status();
   EXPECT_EQ(pool_->free_pages(), 12);  // the cached pages are held, not free
   ASSERT_TRUE(r->Open("s", layout_, nullptr, 0, /*sender_cached_pages=*/2).ok());
   std::vector<std::string> sent;
@@ -103,12 +136,10 @@ TEST_F(CachedSessionTest, OnlyThePagesAfterTheCachedOnesAreReceived) {
   ASSERT_TRUE(probe.Wait());
   ASSERT_TRUE(probe.result->ok()) << probe.result->status();
   const KvReceivedKv& kv = **probe.result;
-  EXPECT_EQ(kv.pages, pages);  // cached + received: the request's page table
+  EXPECT_EQ(kv.pages, *pages);  // cached + received: the request's page table
   EXPECT_EQ(kv.cached_pages, 2);
   EXPECT_EQ(kv.bytes, total);
-  for (int layer = 0; layer < kLayers; ++layer) {
-    EXPECT_EQ(testing::ReadLayerPage(*pool_, layer, pages[2]), sent[layer]);
-  }
+  ExpectPagesHold({(*pages)[2]}, sent);
   ExpectCacheIntact();
   EXPECT_EQ(pool_->free_pages(), 12);  // handed over with their holds
   pool_->Free(kv.pages);
@@ -119,9 +150,7 @@ TEST_F(CachedSessionTest, OnlyThePagesAfterTheCachedOnesAreReceived) {
 TEST_F(CachedSessionTest, CompletionMustCoverTheReceivedPagesOnly) {
   auto r = MakeReceiver();
   DoneProbe probe;
-  ASSERT_TRUE(r->CreateSession("s", ReserveWithCache(), 3, absl::Now() + absl::Seconds(30),
-                               probe.fn(), nullptr, 2)
-                  .ok());
+  ASSERT_TRUE(CreateCachedSession(*r, probe).ok());
   ASSERT_TRUE(r->Open("s", layout_, nullptr, 0, 2).ok());
   const int64_t page = static_cast<int64_t>(pool_->layer_page_bytes());
   ASSERT_TRUE(Write(*r, "s", 0, 2, testing::RandomBytes(page, rng_)).ok());
@@ -144,9 +173,8 @@ TEST_F(CachedSessionTest, EveryFailureGivesTheHoldsBack) {
     SCOPED_TRACE(c);
     auto r = MakeReceiver(c == kNoProgress ? absl::Milliseconds(50) : absl::Seconds(30));
     DoneProbe probe;
-    const absl::Time lease =
-        absl::Now() + (c == kLease ? absl::Milliseconds(50) : absl::Seconds(30));
-    ASSERT_TRUE(r->CreateSession("s", ReserveWithCache(), 3, lease, probe.fn(), nullptr, 2).ok());
+    const absl::Duration lease = c == kLease ? absl::Milliseconds(50) : absl::Seconds(30);
+    ASSERT_TRUE(CreateCachedSession(*r, probe, "s", lease).ok());
     if (c == kWriteIntoCached) {
       ASSERT_TRUE(r->Open("s", layout_, nullptr, 0, 2).ok());
       const absl::Status s = Write(*r, "s", 0, 1, page);
@@ -178,38 +206,25 @@ TEST_F(CachedSessionTest, EveryFailureGivesTheHoldsBack) {
 TEST_F(CachedSessionTest, ASenderThatShipsEveryPageGetsFreshPagesInPlaceOfTheCachedOnes) {
   auto r = MakeReceiver();
   DoneProbe probe;
-  const std::vector<int32_t> pages = ReserveWithCache();
-  ASSERT_TRUE(r->CreateSession("s", pages, 3, absl::Now() + absl::Seconds(30), probe.fn(), nullptr,
-                               2)
-                  .ok());
+  const auto pages = CreateCachedSession(*r, probe);
+  ASSERT_TRUE(pages.ok()) << pages.status();
   // A sender before KvOpen.cached_pages opens with 0 and will write pages 0 and 1 too.
   ASSERT_TRUE(r->Open("s", layout_).ok());
   EXPECT_EQ(pool_->free_pages(), 12);  // two fresh pages taken, the two holds given back
-  std::vector<std::string> sent;
-  for (int layer = 0; layer < kLayers; ++layer) {
-    for (int i = 0; i < 3; ++i) {
-      sent.push_back(testing::RandomBytes(pool_->layer_page_bytes(), rng_));
-      ASSERT_TRUE(Write(*r, "s", layer, i, sent.back()).ok());
-    }
-  }
-  const int64_t total = 3 * kLayers * static_cast<int64_t>(pool_->layer_page_bytes());
-  ASSERT_TRUE(r->Complete("s", KvCompletion{3, kLayers, 3, total}).ok());
+  const auto sent = ShipEveryPage(*r);
+  ASSERT_TRUE(sent.ok()) << sent.status();
   ASSERT_TRUE(probe.Wait());
   ASSERT_TRUE(probe.result->ok()) << probe.result->status();
   const KvReceivedKv& kv = **probe.result;
   EXPECT_EQ(kv.cached_pages, 0);
   ASSERT_EQ(kv.pages.size(), 4u);
   EXPECT_EQ(std::vector<int32_t>(kv.pages.begin() + 2, kv.pages.end()),
-            std::vector<int32_t>(pages.begin() + 2, pages.end()));
+            std::vector<int32_t>(pages->begin() + 2, pages->end()));
   for (int i = 0; i < 2; ++i) {
     EXPECT_NE(kv.pages[i], cached_ids_[0]);
     EXPECT_NE(kv.pages[i], cached_ids_[1]);
   }
-  for (int layer = 0; layer < kLayers; ++layer) {
-    for (int i = 0; i < 3; ++i) {
-      EXPECT_EQ(testing::ReadLayerPage(*pool_, layer, kv.pages[i]), sent[layer * 3 + i]);
-    }
-  }
+  ExpectPagesHold(std::vector<int32_t>(kv.pages.begin(), kv.pages.begin() + 3), *sent);
   ExpectCacheIntact();
   pool_->Free(kv.pages);
   EXPECT_EQ(pool_->free_pages(), 16);
@@ -221,33 +236,19 @@ TEST_F(CachedSessionTest, ASenderThatShipsEveryPageGetsFreshPagesInPlaceOfTheCac
 TEST_F(CachedSessionTest, ASenderThatShipsEveryPageIsServedInANearlyFullPool) {
   auto r = MakeReceiver();
   DoneProbe probe;
-  const std::vector<int32_t> pages = ReserveWithCache();
-  ASSERT_TRUE(r->CreateSession("s", pages, 3, absl::Now() + absl::Seconds(30), probe.fn(),
-                               nullptr, 2)
-                  .ok());
+  ASSERT_TRUE(CreateCachedSession(*r, probe).ok());
   const std::vector<int32_t> others = *pool_->Allocate(11);  // 1 page left free
   ASSERT_EQ(pool_->free_pages(), 1);
   ASSERT_TRUE(r->Open("s", layout_).ok());
   EXPECT_EQ(pool_->free_pages(), 1);  // two holds given back, two pages taken
-  std::vector<std::string> sent;
-  for (int layer = 0; layer < kLayers; ++layer) {
-    for (int i = 0; i < 3; ++i) {
-      sent.push_back(testing::RandomBytes(pool_->layer_page_bytes(), rng_));
-      ASSERT_TRUE(Write(*r, "s", layer, i, sent.back()).ok());
-    }
-  }
-  const int64_t total = 3 * kLayers * static_cast<int64_t>(pool_->layer_page_bytes());
-  ASSERT_TRUE(r->Complete("s", KvCompletion{3, kLayers, 3, total}).ok());
+  const auto sent = ShipEveryPage(*r);
+  ASSERT_TRUE(sent.ok()) << sent.status();
   ASSERT_TRUE(probe.Wait());
   ASSERT_TRUE(probe.result->ok()) << probe.result->status();
   const KvReceivedKv& kv = **probe.result;
   EXPECT_EQ(kv.cached_pages, 0);
   ASSERT_EQ(kv.pages.size(), 4u);
-  for (int layer = 0; layer < kLayers; ++layer) {
-    for (int i = 0; i < 3; ++i) {
-      EXPECT_EQ(testing::ReadLayerPage(*pool_, layer, kv.pages[i]), sent[layer * 3 + i]);
-    }
-  }
+  ExpectPagesHold(std::vector<int32_t>(kv.pages.begin(), kv.pages.begin() + 3), *sent);
   // A page the session wrote caches nothing any more (it was handed out fresh).
   EXPECT_LT(pool_->CachedPrefixPages(prompt_, 2), 2);
   pool_->Free(kv.pages);
@@ -261,9 +262,7 @@ TEST_F(CachedSessionTest, ASenderThatShipsEveryPageIsServedInANearlyFullPool) {
 TEST_F(CachedSessionTest, ASenderThatShipsEveryPageIsRefusedWhenNoPageIsFreeForThem) {
   auto r = MakeReceiver();
   DoneProbe probe;
-  ASSERT_TRUE(r->CreateSession("s", ReserveWithCache(), 3, absl::Now() + absl::Seconds(30),
-                               probe.fn(), nullptr, 2)
-                  .ok());
+  ASSERT_TRUE(CreateCachedSession(*r, probe).ok());
   const std::vector<int32_t> other_holds = pool_->AcquirePrefix(prompt_, 2);
   ASSERT_EQ(other_holds, cached_ids_);
   const std::vector<int32_t> others = *pool_->Allocate(12);  // no page left free
@@ -285,14 +284,12 @@ TEST_F(CachedSessionTest, ASenderThatShipsEveryPageIsRefusedWhenNoPageIsFreeForT
 TEST_F(CachedSessionTest, DirectWritesCoverTheReceivedPagesOnly) {
   auto r = MakeReceiver();
   DoneProbe probe;
-  const std::vector<int32_t> pages = ReserveWithCache();
-  ASSERT_TRUE(r->CreateSession("d", pages, 3, absl::Now() + absl::Seconds(30), probe.fn(), nullptr,
-                               2)
-                  .ok());
+  const auto pages = CreateCachedSession(*r, probe, "d");
+  ASSERT_TRUE(pages.ok()) << pages.status();
   ASSERT_TRUE(r->Open("d", layout_, nullptr, 0, 2).ok());
   auto direct = r->AcquireDirect("d");
   ASSERT_TRUE(direct.ok()) << direct.status();
-  EXPECT_EQ(direct->pages, std::vector<int32_t>{pages[2]});  // what the plan moves
+  EXPECT_EQ(direct->pages, std::vector<int32_t>{(*pages)[2]});  // what the plan moves
   const int64_t bytes = kLayers * static_cast<int64_t>(pool_->layer_page_bytes());
   ASSERT_TRUE(r->MarkLayersLanded("d", 0, kLayers, bytes).ok());
   direct->pin.reset();
@@ -328,9 +325,7 @@ TEST_F(CachedSessionTest, FakeTransportOpensWithTheCachedPages) {
   FakeKvTransport transport;
   transport.Register("decode-0", r.get());
   DoneProbe probe;
-  ASSERT_TRUE(r->CreateSession("s", ReserveWithCache(), 3, absl::Now() + absl::Seconds(30),
-                               probe.fn(), nullptr, 2)
-                  .ok());
+  ASSERT_TRUE(CreateCachedSession(*r, probe).ok());
   const KvSessionRef ref{"s", "decode-0", "fake", 3, layout_.CompatHash(), 0, 2};
   auto sender = transport.Open(ref, layout_, {});
   ASSERT_TRUE(sender.ok());

@@ -3,18 +3,16 @@
 // prompt's last chunk from on_layer_done (or after the forward with kv_layerwise off), keeps
 // the prompt's pages until the decode worker's verdict, and the decode side continues from
 // the received KV as from a local prefill.
-#include <optional>
+#include <string>
+#include <tuple>
 
-#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 #include "kernels/common/page.h"
-#include "kvtransfer/nccl/fake_communicator.h"
-#include "kvtransfer/nccl/kv_nccl_service.h"
 #include "kvtransfer/nccl/nccl_transport.h"
-#include "kvtransfer/testing/receiving_end.h"
-#include "prefill_worker/prefill_runner.h"
+#include "kvtransfer/testing/probes.h"
 #include "prefill_worker/testing/decode_continues.h"
 #include "prefill_worker/testing/prefill_jobs.h"
+#include "prefill_worker/testing/prefill_runner_nccl_harness.h"
 #include "worker/testing/fake_engine.h"
 
 namespace mlaserve::prefill {
@@ -27,50 +25,19 @@ using testing::Job;
 using testing::Outcome;
 using testing::Prompt;
 
-class PrefillRunnerNcclTest : public ::testing::TestWithParam<bool> {
+class PrefillRunnerNcclTest : public testing::PrefillRunnerNcclHarness {
  protected:
   void SetUp() override {
-    prefill_ = FakeEngine::Create({.num_pages = 32});
-    decode_ = FakeEngine::Create({.num_pages = 32});
-    layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
-    end_ = std::make_unique<kvtransfer::testing::ReceivingEnd>(&decode_->kv_pool(), layout_);
-    kvtransfer::nccl::KvNcclServiceOptions no;
-    no.comm_factory = hub_.factory();
-    no.id_factory = hub_.id_factory();
-    nccl_service_ = std::make_unique<kvtransfer::nccl::KvNcclServiceImpl>(
-        &end_->receiver(), &decode_->kv_pool(), no);
-    ASSERT_TRUE(end_->Start({nccl_service_.get()}).ok());
     kvtransfer::nccl::NcclTransportOptions to;
-    to.pair_id = "prefill-0";
-    to.comm_factory = hub_.factory();
     // One layer a message (no packing), so a link failure lands between layers.
     to.coalesce_bytes = 0;
-    transport_ =
-        std::make_unique<kvtransfer::nccl::NcclKvTransport>(&prefill_->kv_pool(), to);
-    PrefillRunnerOptions o;
-    o.scheduler = {.max_batch_tokens = 128, .chunk_size = 64, .max_batch_seqs = 8};
-    o.kv_layerwise = GetParam();
-    runner_ = std::make_unique<PrefillRunner>(prefill_.get(), transport_.get(), layout_, o);
-  }
-  void TearDown() override {
-    runner_.reset();
-    transport_.reset();
-    end_->Stop();
-    nccl_service_.reset();
+    Build(to);
   }
   kvtransfer::KvSessionRef Reserve(const std::string& id, int prompt_len, Received* rx) {
     const int pages = kernels::PagesFor(prompt_len);
     EXPECT_TRUE(end_->Expect(id, *decode_->kv_pool().Allocate(pages + 1), pages, *rx).ok());
     return end_->Ref(id, pages, "nccl");
   }
-
-  kvtransfer::nccl::FakeCommHub hub_;
-  std::unique_ptr<FakeEngine> prefill_, decode_;
-  kvtransfer::KvLayout layout_;
-  std::unique_ptr<kvtransfer::testing::ReceivingEnd> end_;
-  std::unique_ptr<kvtransfer::nccl::KvNcclServiceImpl> nccl_service_;
-  std::unique_ptr<kvtransfer::nccl::NcclKvTransport> transport_;
-  std::unique_ptr<PrefillRunner> runner_;
 };
 
 TEST_P(PrefillRunnerNcclTest, ChunkedPromptsArriveAndTheDecodeSideContinues) {
@@ -79,8 +46,7 @@ TEST_P(PrefillRunnerNcclTest, ChunkedPromptsArriveAndTheDecodeSideContinues) {
   Outcome oa, ob;
   ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 70, &ra)), oa.fn()).ok());
   ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 150, &rb)), ob.fn()).ok());
-  for (int i = 0; i < 100 && runner_->Step(); ++i) {
-  }
+  StepUntilIdle();
   ASSERT_TRUE(oa.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   ASSERT_TRUE(ob.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   ASSERT_TRUE(oa.result->ok()) << oa.result->status();
@@ -113,8 +79,7 @@ TEST_P(PrefillRunnerNcclTest, APromptTakesCachedPagesAnEarlierOneStillHolds) {
   ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 150, &ra)), oa.fn()).ok());
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(runner_->Step());  // a's three chunks
   ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 138, &rb)), ob.fn()).ok());
-  for (int i = 0; i < 100 && runner_->Step(); ++i) {
-  }
+  StepUntilIdle();
   ASSERT_TRUE(oa.Wait() && ob.Wait());
   ASSERT_TRUE(oa.result->ok()) << oa.result->status();
   ASSERT_TRUE(ob.result->ok()) << ob.result->status();
@@ -140,15 +105,13 @@ TEST_P(PrefillRunnerNcclTest, TheLastChunksWholePagesArePublished) {
   Received ra, rb;
   Outcome oa, ob;
   ASSERT_TRUE(runner_->Submit(Job("a", a, Reserve("a", 128, &ra)), oa.fn()).ok());
-  for (int i = 0; i < 100 && runner_->Step(); ++i) {
-  }
+  StepUntilIdle();
   ASSERT_TRUE(oa.Wait());
   ASSERT_TRUE(oa.result->ok()) << oa.result->status();
   ASSERT_TRUE(ra.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(prefill_->kv_pool().cached_pages(), 2);
   ASSERT_TRUE(runner_->Submit(Job("b", b, Reserve("b", 138, &rb)), ob.fn()).ok());
-  for (int i = 0; i < 100 && runner_->Step(); ++i) {
-  }
+  StepUntilIdle();
   ASSERT_TRUE(ob.Wait());
   ASSERT_TRUE(ob.result->ok()) << ob.result->status();
   EXPECT_EQ((*ob.result)->cached_tokens, 128);
@@ -163,8 +126,7 @@ TEST_P(PrefillRunnerNcclTest, PeerFailureFailsTheRequestAndFreesPagesOnBothSides
   Received rx;
   Outcome o;
   ASSERT_TRUE(runner_->Submit(Job("x", Prompt(100, 3), Reserve("x", 100, &rx)), o.fn()).ok());
-  for (int i = 0; i < 100 && runner_->Step(); ++i) {
-  }
+  StepUntilIdle();
   ASSERT_TRUE(o.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_EQ(o.result->status().code(), absl::StatusCode::kAborted) << o.result->status();
   ASSERT_TRUE(rx.done.WaitForNotificationWithTimeout(absl::Seconds(10)));

@@ -11,15 +11,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/common/page.h"
-#include "kvtransfer/nccl/fake_communicator.h"
-#include "kvtransfer/nccl/kv_nccl_service.h"
-#include "kvtransfer/nccl/nccl_transport.h"
 #include "kvtransfer/testing/probes.h"
-#include "kvtransfer/testing/receiving_end.h"
 #include "prefill_worker/testing/decode_continues.h"
 #include "prefill_worker/testing/layer_recording_transport.h"
 #include "prefill_worker/testing/prefill_jobs.h"
 #include "prefill_worker/testing/prefill_runner_harness.h"
+#include "prefill_worker/testing/prefill_runner_nccl_harness.h"
 #include "worker/testing/fake_engine.h"
 
 namespace mlaserve::prefill {
@@ -182,42 +179,9 @@ TEST_F(PrefillReuseTest, AReferenceWithoutAPageToShipIsRefused) {
 
 // The direct (nccl) sender: only the pages the decode worker lacks cross the wire, whether the
 // layers leave as they are written or after the forward.
-class PrefillReuseNcclTest : public ::testing::TestWithParam<bool> {
+class PrefillReuseNcclTest : public testing::PrefillRunnerNcclHarness {
  protected:
-  void SetUp() override {
-    prefill_ = FakeEngine::Create({.num_pages = 32});
-    decode_ = FakeEngine::Create({.num_pages = 32});
-    layout_ = *kvtransfer::MakeKvLayout(decode_->config(), decode_->kv_pool().options());
-    end_ = std::make_unique<kvtransfer::testing::ReceivingEnd>(&decode_->kv_pool(), layout_);
-    kvtransfer::nccl::KvNcclServiceOptions no;
-    no.comm_factory = hub_.factory();
-    no.id_factory = hub_.id_factory();
-    nccl_service_ = std::make_unique<kvtransfer::nccl::KvNcclServiceImpl>(
-        &end_->receiver(), &decode_->kv_pool(), no);
-    ASSERT_TRUE(end_->Start({nccl_service_.get()}).ok());
-    kvtransfer::nccl::NcclTransportOptions to;
-    to.pair_id = "prefill-0";
-    to.comm_factory = hub_.factory();
-    transport_ = std::make_unique<kvtransfer::nccl::NcclKvTransport>(&prefill_->kv_pool(), to);
-    PrefillRunnerOptions o;
-    o.scheduler = {.max_batch_tokens = 128, .chunk_size = 64, .max_batch_seqs = 8};
-    o.kv_layerwise = GetParam();
-    runner_ = std::make_unique<PrefillRunner>(prefill_.get(), transport_.get(), layout_, o);
-  }
-  void TearDown() override {
-    runner_.reset();
-    transport_.reset();
-    end_->Stop();
-    nccl_service_.reset();
-  }
-
-  kvtransfer::nccl::FakeCommHub hub_;
-  std::unique_ptr<FakeEngine> prefill_, decode_;
-  kvtransfer::KvLayout layout_;
-  std::unique_ptr<kvtransfer::testing::ReceivingEnd> end_;
-  std::unique_ptr<kvtransfer::nccl::KvNcclServiceImpl> nccl_service_;
-  std::unique_ptr<kvtransfer::nccl::NcclKvTransport> transport_;
-  std::unique_ptr<PrefillRunner> runner_;
+  void SetUp() override { Build(); }
 };
 
 TEST_P(PrefillReuseNcclTest, OnlyThePagesTheDecodeWorkerLacksCrossTheWire) {
@@ -229,8 +193,7 @@ TEST_P(PrefillReuseNcclTest, OnlyThePagesTheDecodeWorkerLacksCrossTheWire) {
   ref.transport = "nccl";
   ref.compat_hash = layout_.CompatHash();
   ASSERT_TRUE(runner_->Submit(Job("a", prompt, ref), o.fn()).ok());
-  for (int i = 0; i < 100 && runner_->Step(); ++i) {
-  }
+  StepUntilIdle();
   ASSERT_TRUE(o.Wait());
   ASSERT_TRUE(o.result->ok()) << o.result->status();
   const int64_t shipped = int64_t{2} * layout_.num_layers *

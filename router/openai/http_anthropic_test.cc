@@ -2,18 +2,12 @@
 // process: HttpApi on a loopback port in front of the router and fake workers (ByteCodec: token
 // id b is the byte b), with a template that renders every role, tool call and tool result, so
 // the prompt the decode worker gets shows what the request became.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "router/openai/testing/http_api_fixture.h"
-#include "router/testing/byte_codec.h"
+#include "router/openai/testing/http_tool_api_fixture.h"
 
 namespace mlaserve::router::openai {
 namespace {
@@ -23,83 +17,26 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using testing::kWait;
 using Json = nlohmann::json;
-using router::testing::ByteCodec;
+using testing::kCalls;
 
-// "<role>content" per message, an assistant's calls as "[name(arguments)#id]", a tool result's
-// "#call_id"; the generation prompt opens <think> when the `thinking` kwarg is true.
-constexpr char kToolTemplate[] =
-    "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{% if m.content %}{{ m.content }}{% endif %}"
-    "{% if m.tool_calls %}{% for c in m.tool_calls %}[{{ c.function.name }}({{ c.function.arguments }})#{{ c.id }}]"
-    "{% endfor %}{% endif %}{% if m.tool_call_id %}#{{ m.tool_call_id }}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<assistant>{% if thinking is defined and thinking %}<think>\n{% endif %}{% endif %}";
-
-constexpr char kCalls[] =
-    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜>"
-    "<｜tool▁calls▁end｜>";
 constexpr char kWeatherTool[] =
     R"({"name": "get_weather", "description": "Weather now.", "cache_control": {"type": "ephemeral"},
         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}})";
 
-struct Event {
-  std::string name;
-  Json data;
-};
-
-class HttpAnthropicTest : public testing::HttpApiFixture {
+class HttpAnthropicTest : public testing::HttpToolApiFixture {
  protected:
   void SetUp() override {
-    HttpApiFixture::SetUp();
-    api_.reset();
-    HttpApiOptions options;
-    options.tool_call_parser = "deepseek_v31";
-    api_ = StartApi(options, ToolTemplate());
-    ASSERT_NE(api_, nullptr);
-  }
-
-  static absl::StatusOr<chat_template::CheckpointChatTemplate> ToolTemplate() {
-    absl::StatusOr<chat_template::ChatTemplate> t = chat_template::ChatTemplate::Parse(kToolTemplate);
-    if (!t.ok()) return t.status();
-    chat_template::CheckpointChatTemplate ct{"test", *std::move(t)};
-    ct.special_tokens = {{"bos_token", "<bos>"}};
-    return ct;
+    HttpToolApiFixture::SetUp();
+    StartToolApi();
   }
 
   // POSTs `fields` (after "model") to `path`; the answer's JSON, checked to be `status`.
   Json Messages(const std::string& fields, int status = 200, const std::string& path = "/v1/messages") {
-    httplib::Result r = Post(path, absl::StrCat(R"({"model": "demo", )", fields, "}"));
-    if (!r) {
-      ADD_FAILURE() << "no answer";
-      return nullptr;
-    }
-    EXPECT_EQ(r->status, status) << r->body;
-    return Json::parse(r->body);
+    return PostFields(path, fields, status);
   }
 
   int CountTokens(const std::string& fields) {
     return Messages(fields, 200, "/v1/messages/count_tokens")["input_tokens"].get<int>();
-  }
-
-  // The prompt the decode worker was last asked to serve, as text ("<bos>" for BOS).
-  std::string LastPrompt() const {
-    const std::vector<v1::ReserveRequest> reserves = decode_.reserves();
-    if (reserves.empty()) return "";
-    std::string text;
-    for (int32_t id : reserves.back().prompt_token_ids()) {
-      text += id == ByteCodec::kBos ? std::string("<bos>") : std::string(1, static_cast<char>(id));
-    }
-    return text;
-  }
-
-  static std::vector<Event> Events(const std::string& sse) {
-    std::vector<Event> out;
-    for (size_t pos = 0; (pos = sse.find("event: ", pos)) != std::string::npos;) {
-      const size_t name_end = sse.find('\n', pos);
-      const size_t end = sse.find("\n\n", name_end);
-      out.push_back(Event{sse.substr(pos + 7, name_end - pos - 7),
-                          Json::parse(sse.substr(name_end + 7, end - name_end - 7))});
-      pos = end;
-    }
-    return out;
   }
 
   // An error body in Anthropic's shape: its error object.
@@ -369,24 +306,9 @@ TEST_F(HttpAnthropicTest, ClientThatDisconnectsMidStreamFreesItsPages) {
   decode_.set_hold_after(3);
   const std::string body = R"({"model": "demo", "max_tokens": 20, "stream": true,
                                "messages": [{"role": "user", "content": "x"}]})";
-  const std::string request = "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(api_->port()));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
-  std::string got;
-  char buf[4096];
-  while (got.find("\"text\":\"a") == std::string::npos) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  EXPECT_THAT(got, HasSubstr("text_delta"));
+  const absl::StatusOr<std::string> got = PostAndHangUp("/v1/messages", body, "\"text\":\"a");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(*got, HasSubstr("text_delta"));
   EXPECT_TRUE(decode_.WaitForAborts(1, kWait));
   EXPECT_TRUE(decode_.WaitAllPagesFree(kWait));
 }
