@@ -105,6 +105,7 @@ class DecodeRole final : public worker::Role {
   }
 
   void Describe(v1::WorkerDescriptor& d) const override {
+    DescribeCapabilities(d);
     d.set_kv_transport(kv_offer_);
     d.mutable_profile()->set_local_prefill_threshold(local_prefill_threshold_);
     const DecodeLoad l = runner_->load();

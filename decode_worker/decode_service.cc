@@ -117,6 +117,10 @@ v1::DecodeStreamResponse FinishedMessage(const DecodeFinish& f) {
   return m;
 }
 
+void DescribeCapabilities(v1::WorkerDescriptor& descriptor) {
+  descriptor.set_remote_prefill_reuse(true);
+}
+
 namespace {
 
 // An entry of DecodeTokens.prompt_logprobs this many at most (see OnPromptLogprobs).

@@ -22,6 +22,12 @@ absl::StatusOr<ReserveSpec> ToReserveSpec(const mlaserve::v1::ReserveRequest& re
 void ToProto(const Reservation& reservation, mlaserve::v1::ReserveResponse* response);
 mlaserve::v1::DecodeStreamResponse FinishedMessage(const DecodeFinish& finish);
 
+// What this decode worker does that older ones do not, told to the router in the descriptor it
+// registers with and answers GetInfo with (mlaserve-decode's Describe): remote_prefill_reuse,
+// since Reserve passes reuse_cached_pages on (ToReserveSpec) and the runner keeps the cached
+// leading pages when its prefix cache is on (the descriptor's prefix_cache says whether it is).
+void DescribeCapabilities(mlaserve::v1::WorkerDescriptor& descriptor);
+
 class DecodeService final : public mlaserve::v1::DecodeWorker::CallbackService {
  public:
   using DescribeFn = std::function<mlaserve::v1::WorkerDescriptor()>;

@@ -140,6 +140,7 @@ absl::StatusOr<WorkerDescriptor> DescriptorFromProto(const v1::WorkerDescriptor&
   d.gpus = p.gpus();
   d.parallel_layout = p.parallel_layout();
   d.prefix_cache = p.prefix_cache();
+  d.remote_prefill_reuse = p.remote_prefill_reuse();
   return d;
 }
 
@@ -157,6 +158,7 @@ v1::WorkerDescriptor DescriptorToProto(const WorkerDescriptor& d) {
   p.set_gpus(d.gpus);
   p.set_parallel_layout(d.parallel_layout);
   p.set_prefix_cache(d.prefix_cache);
+  p.set_remote_prefill_reuse(d.remote_prefill_reuse);
   return p;
 }
 

@@ -33,6 +33,8 @@ TEST(AdminConversion, DescriptorRoundTrips) {
   p.set_kv_transport("tcp");
   p.set_gpus(2);
   p.set_parallel_layout("tp=2 attention=data moe=expert");
+  p.set_prefix_cache(true);
+  p.set_remote_prefill_reuse(true);
   for (int free : {400, 500}) {
     v1::RankLoad* rank = p.mutable_load()->add_ranks();
     rank->set_kv_pages_total(500);
@@ -53,8 +55,13 @@ TEST(AdminConversion, DescriptorRoundTrips) {
   EXPECT_EQ(d->profile.local_prefill_threshold, 256);
   EXPECT_EQ(d->load.pending_prefill_tokens, 1234567890123);
   EXPECT_FALSE(d->profile.prefill_estimate.has_value());  // "{}" has none
+  EXPECT_TRUE(d->prefix_cache);
+  EXPECT_TRUE(d->remote_prefill_reuse);
   v1::WorkerDescriptor back = DescriptorToProto(*d);
   EXPECT_EQ(back.SerializeAsString(), p.SerializeAsString());
+  // A decode worker older than the field sends none: it reuses nothing for remote prefills.
+  p.clear_remote_prefill_reuse();
+  EXPECT_FALSE(DescriptorFromProto(p)->remote_prefill_reuse);
 }
 
 TEST(AdminConversion, PrefillEstimateComesFromTheProfileJson) {

@@ -146,8 +146,9 @@ absl::StatusOr<DecodePlacement::Target> DecodePlacement::Next() {
   target.local_prefill = local_prefill_;
   if (!local_prefill_) {
     target.prefill_kv_compat_hash = prefill_kv_compat_hash_;
-    // Asked even where the router expects nothing there: the worker's cache decides.
-    target.reuse_cached_pages = options_.remote_prefill_reuse;
+    // Asked even where the router expects nothing there (the worker's cache decides), but only
+    // of a worker that says it can.
+    target.reuse_cached_pages = ReusesRemotely(*decode);
   }
   return target;
 }
@@ -167,6 +168,10 @@ bool DecodePlacement::PrefillsLocally(const WorkerSnapshot& decode, int64_t cach
          ShouldPrefillLocally(prompt_tokens_ - static_cast<int32_t>(cached), decode);
 }
 
+bool DecodePlacement::ReusesRemotely(const WorkerSnapshot& decode) const {
+  return options_.remote_prefill_reuse && decode.descriptor.remote_prefill_reuse;
+}
+
 std::vector<std::string> DecodePlacement::PreferCachedPrefix(
     const std::vector<WorkerSnapshot>& decode, std::vector<std::string> by_load) {
   struct Candidate {
@@ -182,10 +187,10 @@ std::vector<std::string> DecodePlacement::PreferCachedPrefix(
                                 [&](const WorkerSnapshot& s) { return s.id == id; });
     const int64_t cached = ExpectedCachedOn(*w);
     // A prompt the worker prefills itself computes only what it does not hold; a remotely
-    // prefilled one receives only that with remote_prefill_reuse, else it arrives whole.
+    // prefilled one receives only that where the worker reuses its pages for it (the router's
+    // flag and the worker's descriptor: ReusesRemotely), else it arrives whole.
     const int64_t worth =
-        cached > 0 && (options_.remote_prefill_reuse || PrefillsLocally(*w, cached)) ? cached
-                                                                                      : 0;
+        cached > 0 && (ReusesRemotely(*w) || PrefillsLocally(*w, cached)) ? cached : 0;
     candidates.push_back({std::move(id), worth, w->estimated_running_requests});
     least_requests = std::min(least_requests, w->estimated_running_requests);
     most_worth = std::max(most_worth, worth);

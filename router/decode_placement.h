@@ -9,7 +9,8 @@
 // not to have cached, and the prompt is recorded for the worker it is sent to; the decode
 // workers, by the prompt tokens they are expected to hold in their own prefix caches
 // (DecodeAffinityOptions: a local prefill computes only the rest, a remote one, with
-// Options::remote_prefill_reuse, receives only the rest), unless that worker is overloaded.
+// Options::remote_prefill_reuse on a worker that advertises it, receives only the rest), unless
+// that worker is overloaded.
 //
 // Not thread-safe: the Generate call owns one and uses it under its own lock. It makes no RPC;
 // the call does (router/generate_call.h).
@@ -52,8 +53,10 @@ std::string DescribeWorkers(const std::vector<WorkerSnapshot>& workers);
 // --decode-affinity-balance-abs and --decode-affinity-balance-rel; docs/serving.md, "Prefix
 // affinity"). A candidate is worth the prompt tokens it is expected to hold in its prefix cache:
 // a prompt it prefills itself computes only the rest, and a remotely prefilled one receives
-// only the rest (with DecodePlacement::Options::remote_prefill_reuse; without it a remote
-// prefill ships the whole prompt's KV, and the candidate is worth nothing for it). The request
+// only the rest (with DecodePlacement::Options::remote_prefill_reuse, on a candidate whose
+// descriptor says remote_prefill_reuse; otherwise a remote prefill ships the whole prompt's KV,
+// and the candidate is worth nothing for it: a decode worker older than that field is ranked by
+// load for such prompts, whatever it caches, during a rolling upgrade). The request
 // goes to the candidate worth the most, unless that one is overloaded against the least loaded
 // candidate (by requests, estimated_running_requests): it then yields to the candidates that are
 // not, the load order deciding where none is worth anything. Every candidate already has room.
@@ -95,8 +98,10 @@ class DecodePlacement {
     bool decode_cache_usable = true;
     // A remotely prefilled prompt: the decode worker is asked to keep the leading pages its
     // prefix cache holds instead of receiving them (Target::reuse_cached_pages), and with decode
-    // affinity the decode workers are ranked by those too (--remote-prefill-reuse). False: the
-    // whole prompt's KV is shipped and such prompts go to decode workers by load.
+    // affinity the decode workers are ranked by those too (--remote-prefill-reuse); both only
+    // for decode workers whose descriptor says remote_prefill_reuse (older ones ship every
+    // page). False: the whole prompt's KV is shipped and such prompts go to decode workers by
+    // load.
     bool remote_prefill_reuse = true;
   };
   DecodePlacement(WorkerRegistry* registry, Options options, int32_t prompt_tokens,
@@ -122,7 +127,8 @@ class DecodePlacement {
     std::string decode_address;
     bool local_prefill = false;
     std::string prefill_kv_compat_hash;  // unless local_prefill
-    // Remote prefill with Options::remote_prefill_reuse: ReserveRequest.reuse_cached_pages.
+    // Remote prefill with Options::remote_prefill_reuse, on a decode worker that advertises
+    // remote_prefill_reuse: ReserveRequest.reuse_cached_pages.
     bool reuse_cached_pages = false;
   };
   absl::StatusOr<Target> Next();
@@ -184,6 +190,10 @@ class DecodePlacement {
   int64_t ExpectedCachedOn(const WorkerSnapshot& decode) const;
   // Whether `decode` prefills the prompt itself when it holds `cached` of its tokens.
   bool PrefillsLocally(const WorkerSnapshot& decode, int64_t cached) const;
+  // Whether `decode`, given the prompt to prefill remotely, keeps the leading pages its prefix
+  // cache holds: Options::remote_prefill_reuse and a descriptor that says remote_prefill_reuse
+  // (a decode worker older than the field receives every page, whatever it caches).
+  bool ReusesRemotely(const WorkerSnapshot& decode) const;
   // `by_load` (ids of `decode`, best first) with the candidates worth the most by prefix affinity
   // moved ahead (DecodeAffinityOptions); sets decode_affinity_rebalanced_.
   std::vector<std::string> PreferCachedPrefix(const std::vector<WorkerSnapshot>& decode,

@@ -171,6 +171,17 @@ TEST(GenerateCall, RemotePrefillStreamsTextThenCompletes) {
   ASSERT_TRUE(r.status.ok()) << r.status.error_message();
   ASSERT_EQ(off.decode().reserves().size(), 1u);
   EXPECT_FALSE(off.decode().reserves()[0].reuse_cached_pages());
+
+  // A decode worker older than WorkerDescriptor.remote_prefill_reuse (a rolling upgrade) is not
+  // asked either, once the router's poll has read its descriptor.
+  h.decode().set_remote_prefill_reuse(false);
+  ASSERT_TRUE(testing::PollUntilRoutable(&h.router(), /*want_prefill=*/true, kWait));
+  EXPECT_FALSE((*h.router().registry().Get("decode-1")).descriptor.remote_prefill_reuse);
+  r = h.Generate(TextRequest("Hi"));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  ASSERT_EQ(h.decode().reserves().size(), 2u);
+  EXPECT_FALSE(h.decode().reserves()[1].reuse_cached_pages());
+  EXPECT_FALSE(h.decode().reserves()[1].local_prefill());
 }
 
 // SamplingParams.prompt_logprobs over gRPC: the decode worker prefills the prompt itself and

@@ -45,6 +45,7 @@ mlaserve_test(router_service_test
           ${CMAKE_CURRENT_LIST_DIR}/admin_conversion_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/client_outbox_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/decode_placement_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/decode_placement_upgrade_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/output_assembler_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/generate_call_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/admin_service_test.cc

@@ -114,6 +114,10 @@ struct WorkerDescriptor {
   int32_t gpus = 0;
   std::string parallel_layout;
   bool prefix_cache = false;  // --prefix-cache (false from workers that predate the field)
+  // A decode worker that keeps the prompt's cached leading pages for a remote prefill when
+  // asked (ReserveRequest.reuse_cached_pages); false from decode workers that predate the field,
+  // which ship every page whatever they cache.
+  bool remote_prefill_reuse = false;
 };
 
 // What the registry knows about one worker at one moment (a copy; safe to keep).

@@ -144,6 +144,14 @@ std::string WorkerDetail(const v1::WorkerStatus& w, absl::Time now) {
       {"pending prefill tokens", absl::StrCat(d.load().pending_prefill_tokens())},
       {"router inflight", absl::StrCat(w.router_inflight())},
   };
+  if (w.role() == v1::WORKER_ROLE_DECODE) {
+    // Whether a remotely prefilled prompt keeps the pages this worker caches: a decode worker
+    // older than the field is shipped every page (seen during a rolling upgrade).
+    const auto cache = std::find_if(rows.begin(), rows.end(),
+                                    [](const auto& row) { return row[0] == "prefix cache"; });
+    rows.insert(cache + 1, {"remote prefill reuse",
+                            d.remote_prefill_reuse() ? "yes" : "no (older decode worker)"});
+  }
   return RenderTable({"FIELD", "VALUE"}, rows);
 }
 

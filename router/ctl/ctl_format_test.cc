@@ -48,6 +48,7 @@ TEST(CtlFormat, WorkersTableAndJson) {
 TEST(CtlFormat, WorkerDetailShowsTheLayoutAndEachRanksLoad) {
   v1::WorkerStatus w;
   w.set_id("decode-1");
+  w.set_role(v1::WORKER_ROLE_DECODE);
   w.mutable_info()->set_gpus(2);
   w.mutable_info()->set_parallel_layout("tp=2 attention=data moe=expert");
   w.mutable_info()->set_prefix_cache(true);
@@ -65,7 +66,13 @@ TEST(CtlFormat, WorkerDetailShowsTheLayoutAndEachRanksLoad) {
   }
   const std::string detail = WorkerDetail(w, absl::FromUnixMillis(0));
   EXPECT_THAT(detail, HasSubstr("2 (tp=2 attention=data moe=expert)"));
-  EXPECT_THAT(detail, ::testing::ContainsRegex("prefix cache +on"));
+  EXPECT_THAT(detail, ::testing::ContainsRegex("prefix cache +on\nremote prefill reuse +no"));
+  w.mutable_info()->set_remote_prefill_reuse(true);
+  EXPECT_THAT(WorkerDetail(w, absl::FromUnixMillis(0)),
+              ::testing::ContainsRegex("remote prefill reuse +yes"));
+  w.set_role(v1::WORKER_ROLE_PREFILL);  // not a prefill worker's business
+  EXPECT_THAT(WorkerDetail(w, absl::FromUnixMillis(0)),
+              ::testing::Not(HasSubstr("remote prefill reuse")));
   EXPECT_THAT(detail, HasSubstr("9/16 [3/8 6/8]"));
   EXPECT_THAT(detail, HasSubstr("2 / 1 [rank 0: 1 / 1, rank 1: 1 / 0]"));
 }

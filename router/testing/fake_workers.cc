@@ -214,6 +214,11 @@ void FakeDecodeWorker::set_ignore_aborts(bool ignore) {
   ignore_aborts_ = ignore;
 }
 
+void FakeDecodeWorker::set_remote_prefill_reuse(bool reuse) {
+  absl::MutexLock lock(&mu_);
+  remote_prefill_reuse_ = reuse;
+}
+
 void FakeDecodeWorker::set_hold_after(int tokens) {
   absl::MutexLock lock(&mu_);
   hold_after_ = tokens;
@@ -294,6 +299,8 @@ v1::WorkerDescriptor FakeDecodeWorker::Descriptor(const std::string& address) co
   d.mutable_profile()->set_gpu_name("cpu");
   d.mutable_profile()->set_source("cpu");
   d.mutable_profile()->set_local_prefill_threshold(local_prefill_threshold_);
+  // It holds no cache: a Reserve that asks for reuse gets 0 cached pages, as an empty one does.
+  d.set_remote_prefill_reuse(remote_prefill_reuse_);
   d.mutable_load()->set_kv_pages_total(total_pages_);
   d.mutable_load()->set_kv_pages_free(free_pages_);
   return d;

@@ -46,6 +46,9 @@ class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {
   // worker whose connection breaks once the router acts).
   void set_fail_stream_on_abort(grpc::Status status);
   void set_ignore_aborts(bool ignore);  // Abort answers OK and changes nothing (a hung worker)
+  // The descriptor's remote_prefill_reuse: true as mlaserve-decode says; false plays a decode
+  // worker older than the field (seen by the router at its next poll).
+  void set_remote_prefill_reuse(bool reuse);
   void CompleteKv(const std::string& session_id);
   int free_pages() const;
   int total_pages() const { return total_pages_; }
@@ -96,6 +99,7 @@ class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {
   grpc::Status fail_status_ ABSL_GUARDED_BY(mu_);
   grpc::Status abort_status_ ABSL_GUARDED_BY(mu_);
   bool ignore_aborts_ ABSL_GUARDED_BY(mu_) = false;
+  bool remote_prefill_reuse_ ABSL_GUARDED_BY(mu_) = true;
   std::map<std::string, Session> sessions_ ABSL_GUARDED_BY(mu_);  // by session id
   std::vector<v1::ReserveRequest> reserves_ ABSL_GUARDED_BY(mu_);
 };

@@ -21,7 +21,8 @@ inline ModelIdentity TestModel() {
   return m;
 }
 
-// A decode worker at `address` reporting `free_pages` of 100 pages free.
+// A decode worker at `address` reporting `free_pages` of 100 pages free; one of this version
+// (remote_prefill_reuse: it keeps its cached pages for a remote prefill when asked).
 inline WorkerDescriptor TestDecodeWorker(const std::string& address, int free_pages) {
   WorkerDescriptor d;
   d.role = WorkerRole::kDecode;
@@ -29,6 +30,7 @@ inline WorkerDescriptor TestDecodeWorker(const std::string& address, int free_pa
   d.model = TestModel();
   d.load.kv_pages_total = 100;
   d.load.kv_pages_free = free_pages;
+  d.remote_prefill_reuse = true;
   return d;
 }
 
