@@ -39,15 +39,16 @@ struct Result {
 
 class RouterHarness {
  public:
-  // `remote_reuse`: RouterOptions::remote_prefill_reuse (--remote-prefill-reuse).
+  // `remote_reuse`: RouterOptions::remote_prefill_reuse (--remote-prefill-reuse);
+  // `abort_timeout`: how long a failed transfer waits for the decode stream's own verdict.
   explicit RouterHarness(int decode_pages = 64, int local_threshold = 0, bool with_prefill = true,
                          absl::Duration queue_timeout = absl::Seconds(30),
-                         bool remote_reuse = true)
+                         bool remote_reuse = true, absl::Duration abort_timeout = absl::Seconds(2))
       : decode_(decode_pages, local_threshold), prefill_(&decode_) {
     decode_server_ = TestServer::Start({&decode_});
     prefill_server_ = TestServer::Start({&prefill_});
     RouterOptions o;
-    o.abort_timeout = absl::Seconds(2);
+    o.abort_timeout = abort_timeout;
     o.queue_timeout = queue_timeout;
     o.remote_prefill_reuse = remote_reuse;
     RouterModel m;
@@ -473,14 +474,17 @@ TEST(GenerateCall, PrefillFailureFailsTheRequestAndFreesDecodePages) {
 
 // The prefill worker reports its KV transfer to D failed (ABORTED) before D's own stream
 // fails: the registry must hear of a dead D before the client hears of the transfer, so the
-// next request is refused at once instead of dialing the dead worker.
+// next request is refused at once instead of dialing the dead worker. The first two cases wait
+// for the decode stream's verdict up to 8 s (not the harness's 2): their outcome must not hang
+// on how fast a loaded machine delivers it; the third times the 2 s bound itself.
 TEST(GenerateCall, AFailedKvTransferWaitsForTheDecodeStreamToJudgeTheWorker) {
   const grpc::Status transfer_failed(grpc::StatusCode::ABORTED,
                                      "KV transfer to the decode worker failed: UNAVAILABLE: "
                                      "Socket closed");
+  constexpr absl::Duration kVerdictWait = absl::Seconds(8);  // under kWait, the client's deadline
   {
     SCOPED_TRACE("the decode worker is gone");
-    RouterHarness h;
+    RouterHarness h(64, 0, true, absl::Seconds(30), true, kVerdictWait);
     h.prefill().set_error(transfer_failed);
     h.decode().set_fail_stream_on_abort(grpc::Status(grpc::StatusCode::UNAVAILABLE, "Socket closed"));
     Result r = h.Generate(TextRequest("Hi"));
@@ -494,7 +498,7 @@ TEST(GenerateCall, AFailedKvTransferWaitsForTheDecodeStreamToJudgeTheWorker) {
   }
   {
     SCOPED_TRACE("the decode worker is alive: it ends the stream when aborted");
-    RouterHarness h;
+    RouterHarness h(64, 0, true, absl::Seconds(30), true, kVerdictWait);
     h.prefill().set_error(transfer_failed);
     Result r = h.Generate(TextRequest("Hi"));
     EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE);
