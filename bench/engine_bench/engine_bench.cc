@@ -32,6 +32,12 @@
 //            fresh prompts of --mixed-prompt-len tokens, in one Forward asked each path the
 //            policy can pick (kMla, kMha, kSplit: docs/profiles.md, "The split rule"), against
 //            the chunk alone (latent and MHA form) and the prompts alone; medians of --runs rounds.
+//   prompt logprobs  (--prompt-logprobs-lens L...) one prompt of L tokens per Forward with every
+//            position scored (SequenceChunk::prompt_targets: rows 0 .. L - 2 against the next
+//            prompt token, --prompt-logprobs-top alternatives each, as vLLM's prompt_logprobs=N)
+//            against the same prefill unscored, alternated in each of --runs rounds (medians);
+//            the difference is the scoring's cost, set against what it must at least compute
+//            (roofline.h, PromptScoringWork: the LM head over every scored row).
 // Times are host wall time of Forward (ForwardInto on one reused result, as a serving loop
 // steps), so they include the plan upload and the logits copy back (one f32 row of the
 // vocabulary per sequence), as in serving. Decode feeds random ids
@@ -56,6 +62,7 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,12 +71,14 @@
 #include <nvtx3/nvToolsExt.h>  // header-only: ranges cost nothing unless a profiler attaches
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "bench/engine_bench/ceilings.h"
 #include "bench/engine_bench/gpu_timeline.h"
 #include "bench/engine_bench/moe_block_trace_summary.h"
 #include "bench/engine_bench/roofline.h"
 #include "bench/engine_bench/timeline_summary.h"
+#include "common/request_limits.h"
 #include "kernels/common/page.h"
 #include "kernels/mha_prefill/api.h"
 #include "kernels/moe/block_trace.h"
@@ -114,6 +123,20 @@ std::string RooflineCells(double work, double scale, const char* unit, double ms
   const double rate = work / scale / (ms / 1e3);
   return absl::StrFormat("%.2f %s | %.0f %s/s | %.0f%% of %s", work / scale, unit, rate, unit,
                          100.0 * rate / ceiling, of);
+}
+
+// A chunk of `tokens` at positions [start, start + tokens.size()) in `pages`; SequenceChunk's
+// other fields keep their defaults (no sampling, rank 0, nothing scored). Assigned field by field:
+// a braced SequenceChunk{...} leaves prompt_targets, which has no default member initializer, to
+// -Wmissing-field-initializers.
+SequenceChunk Chunk(std::span<const int32_t> tokens, int start, std::span<const int32_t> pages,
+                    bool want_logits) {
+  SequenceChunk c;
+  c.tokens = tokens;
+  c.start_pos = start;
+  c.pages = pages;
+  c.want_logits = want_logits;
+  return c;
 }
 
 [[noreturn]] void Die(const char* what, const absl::Status& s) {
@@ -213,14 +236,26 @@ class Bench {
     return v;
   }
 
+  // PrefillOnce's prompt_top_n for a prefill whose prompt is not scored.
+  static constexpr int kUnscored = -1;
+
   // One sequence of `len` tokens in one Forward; returns the wall time in ms. With `traced`, the
-  // Forward runs under its timeline.
-  double PrefillOnce(int len, TracedForward* traced = nullptr) {
+  // Forward runs under its timeline. With prompt_top_n >= 0 every prompt position is scored, as
+  // the decode worker asks for vLLM's prompt_logprobs=N: rows 0 .. len - 2 against the prompt
+  // token after each, prompt_top_n alternatives (the NVTX range is then "prefill_prompt_logprobs",
+  // so a profile of "prefill" keeps the plain ones).
+  double PrefillOnce(int len, TracedForward* traced = nullptr, int prompt_top_n = kUnscored) {
     auto pages = e_.kv_pool().Allocate(PagesFor(len));
     if (!pages.ok()) Die("allocate", pages.status());
     const std::vector<int32_t> prompt = RandomIds(len);
-    SequenceChunk c{prompt, 0, *pages, true};
-    nvtxRangePushA("prefill");
+    SequenceChunk c = Chunk(prompt, 0, *pages, true);
+    const bool scored = prompt_top_n != kUnscored;
+    if (scored) {
+      c.prompt_targets = std::span<const int32_t>(prompt).subspan(1);
+      c.prompt_from = 0;
+      c.prompt_top_n = prompt_top_n;
+    }
+    nvtxRangePushA(scored ? "prefill_prompt_logprobs" : "prefill");
     BeginTrace(traced);
     const auto start = Clock::now();
     auto r = e_.Forward({&c, 1});
@@ -228,8 +263,38 @@ class Bench {
     EndTrace(traced);
     nvtxRangePop();
     if (!r.ok()) Die("prefill", r.status());
+    if (scored && (r->prompt_logprobs.size() != 1 || r->prompt_logprobs[0].size() != c.prompt_targets.size())) {
+      Die("prefill with prompt logprobs",
+          absl::InternalError(absl::StrFormat(
+              "Forward returned %d scored chunks (%d entries in the first) for one chunk of %d "
+              "scored rows", r->prompt_logprobs.size(),
+              r->prompt_logprobs.empty() ? 0 : r->prompt_logprobs[0].size(), c.prompt_targets.size())));
+    }
     e_.kv_pool().Free(*pages);
     return ms;
+  }
+
+  struct PromptLogprobsTimes {
+    std::vector<double> plain_ms;                 // the prefill unscored
+    std::vector<std::vector<double>> scored_ms;   // [i]: every position scored, top_ns[i] each
+  };
+
+  // A `len`-token prefill unscored and then scored at each of `top_ns` (PrefillOnce), in turn in
+  // each of `runs` rounds after one untimed round (the first scored Forward sizes its result's
+  // vectors and the first slices warm cuBLAS's heuristics for their shape), so a drift of the
+  // GPU's clocks lands on every arm alike.
+  PromptLogprobsTimes PromptLogprobs(int len, const std::vector<int>& top_ns, int runs) {
+    PromptLogprobsTimes t;
+    t.scored_ms.resize(top_ns.size());
+    for (int round = -1; round < runs; ++round) {
+      const double plain = PrefillOnce(len);
+      if (round >= 0) t.plain_ms.push_back(plain);
+      for (size_t i = 0; i < top_ns.size(); ++i) {
+        const double scored = PrefillOnce(len, nullptr, top_ns[i]);
+        if (round >= 0) t.scored_ms[i].push_back(scored);
+      }
+    }
+    return t;
   }
 
   struct DecodeTimes {
@@ -258,7 +323,7 @@ class Bench {
     for (int b0 = 0; b0 < batch; b0 += per_fwd) {
       std::vector<SequenceChunk> chunks;
       for (int b = b0; b < std::min(batch, b0 + per_fwd); ++b) {
-        chunks.push_back({seqs[b], 0, pages[b], false});
+        chunks.push_back(Chunk(seqs[b], 0, pages[b], false));
         chunks.back().rank = rank_of(b);
       }
       auto r = e_.Forward(chunks);
@@ -296,8 +361,8 @@ class Bench {
       std::vector<SequenceChunk> chunks(batch);
       for (int b = 0; b < batch; ++b) {
         seqs[b].push_back(next[b]);
-        chunks[b] = {std::span<const int32_t>(&seqs[b].back(), 1),
-                     static_cast<int>(seqs[b].size()) - 1, pages[b], true};
+        chunks[b] = Chunk(std::span<const int32_t>(&seqs[b].back(), 1),
+                          static_cast<int>(seqs[b].size()) - 1, pages[b], true);
         chunks[b].rank = rank_of(b);
         rows[b].step = seqs[b].size();
         rows[b].history = {};
@@ -370,7 +435,7 @@ class Bench {
       pages->push_back(std::move(*pp));
       (*ids)[p] = RandomIds(len);
     }
-    for (int p = 0; p < prompts; ++p) chunks->push_back({(*ids)[p], 0, (*pages)[p], true});
+    for (int p = 0; p < prompts; ++p) chunks->push_back(Chunk((*ids)[p], 0, (*pages)[p], true));
   }
 
   struct MixedTimes {
@@ -399,7 +464,7 @@ class Bench {
     const int per_fwd = std::max(1, max_tokens / context);
     for (int b0 = 0; b0 < rows; b0 += per_fwd) {
       std::vector<SequenceChunk> chunks;
-      for (int b = b0; b < std::min(rows, b0 + per_fwd); ++b) chunks.push_back({seqs[b], 0, pages[b], false});
+      for (int b = b0; b < std::min(rows, b0 + per_fwd); ++b) chunks.push_back(Chunk(seqs[b], 0, pages[b], false));
       auto r = e_.Forward(chunks);
       if (!r.ok()) Die("mixed setup prefill", r.status());
     }
@@ -415,8 +480,8 @@ class Bench {
         const std::vector<int32_t> next = RandomIds(rows);
         for (int b = 0; b < rows; ++b) {
           seqs[b].push_back(next[b]);
-          chunks.push_back({std::span<const int32_t>(&seqs[b].back(), 1),
-                            static_cast<int>(seqs[b].size()) - 1, pages[b], true});
+          chunks.push_back(Chunk(std::span<const int32_t>(&seqs[b].back(), 1),
+                                 static_cast<int>(seqs[b].size()) - 1, pages[b], true));
         }
       }
       if (with_prompts) AddFreshPrompts(prompts, len, &prompt_ids, &prompt_pages, &chunks);
@@ -469,7 +534,7 @@ class Bench {
     for (int start = 0; start < prefix; start += max_tokens) {
       const int n = std::min(max_tokens, prefix - start);
       const std::vector<SequenceChunk> piece = {
-          {std::span<const int32_t>(ids).subspan(start, n), start, *pages, false}};
+          Chunk(std::span<const int32_t>(ids).subspan(start, n), start, *pages, false)};
       auto r = e_.Forward(piece);
       if (!r.ok()) Die("chunk setup prefill", r.status());
     }
@@ -478,7 +543,7 @@ class Bench {
     auto forward = [&](bool with_chunk, bool with_prompts, AttentionPath path) {
       std::vector<SequenceChunk> chunks;
       std::vector<std::vector<int32_t>> prompt_pages;
-      if (with_chunk) chunks.push_back({std::span<const int32_t>(ids).subspan(prefix, chunk), prefix, *pages, true});
+      if (with_chunk) chunks.push_back(Chunk(std::span<const int32_t>(ids).subspan(prefix, chunk), prefix, *pages, true));
       if (with_prompts) AddFreshPrompts(prompts, len, &prompt_ids, &prompt_pages, &chunks);
       const auto start = Clock::now();
       const absl::Status r = e_.ForwardInto(chunks, path, nullptr, &result);
@@ -530,6 +595,7 @@ int main(int argc, char** argv) {
   int mixed_len = 1024, mixed_rows = 56;
   std::vector<int> chunk_mixed;
   int chunk_prefix = 6144, chunk_len = 2048;
+  std::vector<int> prompt_logprobs_lens, prompt_logprobs_top = {5};
   int tp_size = 1;
   std::string attention_parallel = "tensor", moe_parallel = "expert", moe_dispatch = "gather";
   CLI::App app{"mlaserve-engine-bench: prefill and decode speed of the engine on one GPU or "
@@ -575,6 +641,16 @@ int main(int argc, char** argv) {
   app.add_option("--chunk-prefix", chunk_prefix, "cached tokens before the chunk")
       ->capture_default_str();
   app.add_option("--chunk-len", chunk_len, "tokens of the later chunk")->capture_default_str();
+  app.add_option("--prompt-logprobs-lens", prompt_logprobs_lens,
+                 "prompt logprobs: for each L, the prefill of an L-token prompt with every position "
+                 "scored (vLLM's prompt_logprobs) against the same prefill unscored, alternated in "
+                 "each of --runs rounds, and the difference against the scoring's floor (empty or "
+                 "0 = skip)");
+  app.add_option("--prompt-logprobs-top", prompt_logprobs_top,
+                 "with --prompt-logprobs-lens: the alternatives a scored position returns, as "
+                 "vLLM's prompt_logprobs=N (0 = the prompt token's own logprob and rank only); "
+                 "several values are timed in turn in the same rounds")
+      ->capture_default_str();
   app.add_option("--warmup-steps", warm, "untimed decode steps first (capture)")->capture_default_str();
   app.add_option("--max-batch-tokens", max_batch_tokens, "engine workspace planning")
       ->capture_default_str();
@@ -665,6 +741,28 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // --prompt-logprobs-lens: 0 is "skip", as an empty list (a script's default can pass it).
+  std::erase(prompt_logprobs_lens, 0);
+  const int max_prompt_logprobs =
+      prompt_logprobs_lens.empty() ? 0 : *std::max_element(prompt_logprobs_lens.begin(), prompt_logprobs_lens.end());
+  if (!prompt_logprobs_lens.empty()) {
+    const int shortest = *std::min_element(prompt_logprobs_lens.begin(), prompt_logprobs_lens.end());
+    const auto [least_top, most_top] =
+        std::minmax_element(prompt_logprobs_top.begin(), prompt_logprobs_top.end());
+    if (shortest < 2 || max_prompt_logprobs > max_batch_tokens || prompt_logprobs_top.empty() ||
+        *least_top < 0 || *most_top > mlaserve::common::kMaxTopLogprobs || runs < 1) {
+      std::fprintf(stderr, "mlaserve-engine-bench: --prompt-logprobs-lens needs lengths in [2, "
+                   "--max-batch-tokens %d] (got %d to %d; a one-token prompt has no position to "
+                   "score), --prompt-logprobs-top values in [0, %d] (got %s) and --runs >= 1 (got "
+                   "%d)\n",
+                   max_batch_tokens, shortest, max_prompt_logprobs, mlaserve::common::kMaxTopLogprobs,
+                   prompt_logprobs_top.empty()
+                       ? "none"
+                       : absl::StrFormat("%d to %d", *least_top, *most_top).c_str(),
+                   runs);
+      return 2;
+    }
+  }
   if (num_pages == 0) {
     // As Decode's `total`: every decode step of a sequence, the untimed ones included.
     const int decode_tokens = context + warm + steps + eager_steps + sampled_steps +
@@ -677,7 +775,7 @@ int main(int argc, char** argv) {
                                                 : PagesFor(chunk_prefix + chunk_len) +
                                                       max_chunk_mixed * PagesFor(mixed_len);
     num_pages = std::max({max_batch * PagesFor(decode_tokens), PagesFor(max_prefill), mixed_pages,
-                          chunk_pages}) + 8;
+                          chunk_pages, PagesFor(max_prompt_logprobs)}) + 8;
   }
   std::unique_ptr<GpuTimeline> timeline;  // before loading the model: fail fast
   if (trace_timeline) {
@@ -705,8 +803,13 @@ int main(int argc, char** argv) {
   o.device = device;
   o.num_kv_pages = num_pages;
   o.max_batch_tokens = max_batch_tokens;
+  // Prompt logprobs score PromptSliceRows() rows a slice, at most max_batch_seqs
+  // (deepseek_engine_prompt_logprobs.cc): plan for the engine's default, which the decode worker's
+  // --max-running-requests default matches, so that a run with --decode-batches 1 scores in the
+  // slices a serving worker uses.
   o.max_batch_seqs = std::max({max_batch, mixed_prompts.empty() ? 0 : mixed_rows + max_mixed,
-                               max_chunk_mixed + 1, 1});
+                               max_chunk_mixed + 1, 1,
+                               prompt_logprobs_lens.empty() ? 0 : mlaserve::model::EngineOptions{}.max_batch_seqs});
   o.mha_provider = mlaserve::kernels::ParseMhaPrefillProvider(mha_provider).value();  // checked by CLI11
   o.parallel = *parallel;
   const auto load_start = Clock::now();
@@ -717,6 +820,10 @@ int main(int argc, char** argv) {
   const double used_loaded = UsedGiB();
   BenchEngine be(*std::move(engine));
   Engine& e = be.engine();
+  if (!prompt_logprobs_lens.empty()) {
+    // Data-parallel attention refuses prompt logprobs: say so before any run.
+    if (absl::Status why = e.CheckPromptLogprobs(); !why.ok()) Die("--prompt-logprobs-lens", why);
+  }
   const std::string layout = mlaserve::model::DescribeParallel(o.parallel);
   const auto& cfg = e.config();
   const double kv_gib = static_cast<double>(e.kv_pool().layer_page_bytes()) *
@@ -749,6 +856,13 @@ int main(int argc, char** argv) {
                 ceilings.copy_gbs, ceilings.gemm_tflops);
     out["ceilings"] = {{"copy_gbs", ceilings.copy_gbs}, {"gemm_tflops", ceilings.gemm_tflops}};
   }
+  if (!prompt_logprobs_lens.empty()) {
+    std::printf("prompt-logprobs rows: each prefill unscored and with every position scored, in "
+                "turn in each of %d rounds (medians); the scoring alone is their difference, its "
+                "work the LM head over every scored row (2 x rows x hidden x vocab FLOP), its "
+                "floor that at the GEMM rate or one read of the head at the copy rate, whichever "
+                "is longer (0 without ceilings)\n", runs);
+  }
   std::printf("\n| phase | batch | tokens/step | median ms | tokens/s | work | rate | roofline |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   for (int len : prefill_lens) {
@@ -761,6 +875,40 @@ int main(int argc, char** argv) {
                 RooflineCells(work.flops, 1e12, "TFLOP", m, ceilings.gemm_tflops, "GEMM").c_str());
     out["prefill"].push_back({{"prompt_len", len}, {"median_ms", m}, {"runs_ms", ms},
                               {"tokens_per_s", 1000.0 * len / m}, {"flops", work.flops}});
+  }
+  for (int len : prompt_logprobs_lens) {
+    const Bench::PromptLogprobsTimes t = bench.PromptLogprobs(len, prompt_logprobs_top, runs);
+    const double plain = Median(t.plain_ms);
+    const int rows = len - 1;  // the last position has no next prompt token
+    const mlaserve::bench::ForwardWork prefill = mlaserve::bench::PrefillWork(cfg, len);
+    const mlaserve::bench::ForwardWork scoring = mlaserve::bench::PromptScoringWork(cfg, rows);
+    const double floor_ms =
+        mlaserve::bench::FloorMs(scoring, ceilings.gemm_tflops, ceilings.copy_gbs);
+    std::printf("| prefill %d, unscored (the prompt-logprobs rows' baseline) | 1 | %d | %.2f | %.0f | %s |\n",
+                len, len, plain, 1000.0 * len / plain,
+                RooflineCells(prefill.flops, 1e12, "TFLOP", plain, ceilings.gemm_tflops, "GEMM").c_str());
+    for (size_t i = 0; i < prompt_logprobs_top.size(); ++i) {
+      const int top = prompt_logprobs_top[i];
+      const double scored = Median(t.scored_ms[i]), added = scored - plain;
+      std::printf("| prefill %d + prompt logprobs top %d (%d rows scored) | 1 | %d | %.2f | %.0f | %s |\n",
+                  len, top, rows, len, scored, 1000.0 * len / scored,
+                  RooflineCells(prefill.flops + scoring.flops, 1e12, "TFLOP", scored,
+                                ceilings.gemm_tflops, "GEMM").c_str());
+      // The scoring alone: the difference of the two medians, its rate over the LM head's FLOPs
+      // on every scored row (tokens/s here: rows scored a second).
+      std::printf("| prompt logprobs top %d, the scoring alone: %+.2f ms (%+.1f%%) over the unscored "
+                  "prefill %d, floor %.2f ms | 1 | %d | %.2f | %.0f | %s |\n",
+                  top, added, 100.0 * added / plain, len, floor_ms, rows, added,
+                  added > 0 ? 1000.0 * rows / added : 0.0,
+                  RooflineCells(scoring.flops, 1e12, "TFLOP", added, ceilings.gemm_tflops, "GEMM").c_str());
+      out["prompt_logprobs"].push_back(
+          {{"prompt_len", len}, {"top_n", top}, {"scored_rows", rows},
+           {"plain_median_ms", plain}, {"plain_runs_ms", t.plain_ms},
+           {"scored_median_ms", scored}, {"scored_runs_ms", t.scored_ms[i]},
+           {"added_ms", added}, {"added_pct", 100.0 * added / plain},
+           {"scoring_flops", scoring.flops}, {"scoring_bytes", scoring.bytes()},
+           {"floor_ms", floor_ms}});
+    }
   }
   for (int b : batches) {
     const Bench::DecodeTimes t =

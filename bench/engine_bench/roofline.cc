@@ -1,6 +1,7 @@
-// ForwardWork of a decode step or a prefill (roofline.h).
+// ForwardWork of a decode step, a prefill or prompt scoring, and its floor (roofline.h).
 #include "bench/engine_bench/roofline.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -91,6 +92,19 @@ ForwardWork PrefillWork(const model::ModelConfig& c, int tokens) {
   const double attention = 2.0 * c.num_attention_heads * pairs * (c.qk_head_dim() + c.v_head_dim);
   w.flops = 2.0 * p.per_token * t + 2.0 * lm_head + attention * c.num_hidden_layers;
   return w;
+}
+
+ForwardWork PromptScoringWork(const model::ModelConfig& c, int scored_rows) {
+  ForwardWork w;
+  if (scored_rows <= 0) return w;
+  w.weight_bytes = LmHeadParams(c) * kBytesPerParam;
+  w.flops = 2.0 * scored_rows * LmHeadParams(c);
+  return w;
+}
+
+double FloorMs(const ForwardWork& w, double gemm_tflops, double copy_gbs) {
+  if (gemm_tflops <= 0 || copy_gbs <= 0) return 0;
+  return std::max(w.flops / (gemm_tflops * 1e12), w.bytes() / (copy_gbs * 1e9)) * 1e3;
 }
 
 }  // namespace mlaserve::bench

@@ -36,4 +36,17 @@ ForwardWork DecodeStepWork(const model::ModelConfig& c, int batch, int context);
 // One prefill of a `tokens`-token prompt with no cached prefix (the MHA form).
 ForwardWork PrefillWork(const model::ModelConfig& c, int tokens);
 
+// What prompt logprobs (model/engine.h, SequenceChunk::prompt_targets) over `scored_rows` rows
+// must at least add to their prefill: the LM head over every scored row, 2 x rows x hidden x
+// vocab FLOPs, reading the head once (weight_bytes). The engine reads the head once per slice of
+// rows (model/deepseek_engine_prompt_logprobs.cc), an implementation's cost rather than the
+// floor; the rows' logits need not leave the chip and the entries are a few bytes a row, so
+// neither is counted.
+ForwardWork PromptScoringWork(const model::ModelConfig& c, int scored_rows);
+
+// The least time `w` takes at these ceilings, in ms: its FLOPs at `gemm_tflops` or its bytes at
+// `copy_gbs`, whichever is longer; 0 where either ceiling is missing (<= 0: a sharded run, a
+// failed measurement).
+double FloorMs(const ForwardWork& w, double gemm_tflops, double copy_gbs);
+
 }  // namespace mlaserve::bench

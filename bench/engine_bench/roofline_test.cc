@@ -99,5 +99,35 @@ TEST(EngineRoofline, V2LiteHasNoQLoraAndTwoSharedExperts) {
   EXPECT_EQ(PrefillWork(c, 0).flops, 0.0);
 }
 
+TEST(EngineRoofline, PromptScoringIsTheLmHeadOverEveryScoredRow) {
+  const model::ModelConfig v3 = Parse(kV3ThreeLayers);
+  // A 4096-token prompt scores its first 4095 rows (the last has no next prompt token).
+  const ForwardWork s = PromptScoringWork(v3, 4095);
+  EXPECT_NEAR(s.flops / (2.0 * 4095 * 7168 * 129280), 1.0, 1e-12);
+  EXPECT_NEAR(s.flops / 1e12, 7.59, 0.01);
+  EXPECT_NEAR(s.weight_bytes, 2.0 * 129280 * 7168, 1.0);  // the head once: 1.85 GB
+  EXPECT_EQ(s.kv_bytes, 0.0);
+  EXPECT_EQ(s.touched_experts, 0.0);
+  const model::ModelConfig v2 = Parse(kV2Lite);
+  EXPECT_NEAR(PromptScoringWork(v2, 1023).flops, 2.0 * 1023 * 2048 * 102400, 1.0);
+  EXPECT_EQ(PromptScoringWork(v2, 0).flops, 0.0);
+  EXPECT_EQ(PromptScoringWork(v2, 0).bytes(), 0.0);
+}
+
+TEST(EngineRoofline, FloorIsTheLongerOfComputeAndTheRead) {
+  const model::ModelConfig v3 = Parse(kV3ThreeLayers);
+  // 4095 rows at 800 TFLOP/s: 9.49 ms of arithmetic against 0.62 ms to read the head at 3 TB/s.
+  const ForwardWork many = PromptScoringWork(v3, 4095);
+  EXPECT_NEAR(FloorMs(many, 800, 3000), many.flops / 800e12 * 1e3, 1e-9);
+  EXPECT_NEAR(FloorMs(many, 800, 3000), 9.49, 0.01);
+  // One row: 1.85 GFLOP (2.3 us) against the same 0.62 ms read.
+  const ForwardWork one = PromptScoringWork(v3, 1);
+  EXPECT_NEAR(FloorMs(one, 800, 3000), one.weight_bytes / 3000e9 * 1e3, 1e-9);
+  EXPECT_NEAR(FloorMs(one, 800, 3000), 0.618, 0.001);
+  // No ceiling, no floor (sharded runs, a failed cuBLAS measurement).
+  EXPECT_EQ(FloorMs(many, 0, 3000), 0.0);
+  EXPECT_EQ(FloorMs(many, 800, 0), 0.0);
+}
+
 }  // namespace
 }  // namespace mlaserve::bench

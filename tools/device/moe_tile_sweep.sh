@@ -8,6 +8,9 @@
 # V2_TOKENS / V3_TOKENS: the moe-bench token counts ("" skips the shape); FORCED: the forced
 # variants timed in the engine ("auto" = none forced); PREFILL_LENS: the engine's prompt lengths;
 # TESTS=1 first runs kernels_moe_cuda_test (the tile plan on this GPU, every path's values).
+# PROMPT_LOGPROBS=1 (opt-in; off by default) ends with tools/device/prompt_logprobs_bench.sh on the
+# same checkpoint: the prefill with every prompt position scored against it unscored (its PLP_*
+# settings apply).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 T0=$SECONDS
@@ -48,4 +51,7 @@ for f in $FORCED; do
   grep -E '^\| prefill' "$OUT/engine_$f.txt"
   [[ $f == *,* ]] && mv "$OUT/engine_$f.txt" "$OUT/engine_${f//,/-}.txt"  # no commas in names that come back
 done
+if [[ ${PROMPT_LOGPROBS:-0} == 1 ]]; then
+  MODEL=$MODEL OUT=$OUT bash tools/device/prompt_logprobs_bench.sh
+fi
 note done ""
