@@ -48,6 +48,8 @@ mlaserve_test(router_service_test
           ${CMAKE_CURRENT_LIST_DIR}/decode_placement_upgrade_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/output_assembler_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/generate_call_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/generate_call_fault_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/generate_call_admission_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/admin_service_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/router_context_test.cc
   DEPS router_testing)

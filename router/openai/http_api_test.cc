@@ -3,11 +3,6 @@
 // cpp-httplib's client and by raw sockets (to disconnect mid-request).
 #include "router/openai/http_api.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <map>
 #include <set>
 
@@ -46,33 +41,6 @@ class HttpApiTest : public testing::HttpApiFixture {
     HttpApiOptions options;
     options.tool_call_parser = parser;
     api_ = StartApi(options);
-  }
-
-
-  // Sends `request` on a raw socket, reads until `until` appears in the reply (or EOF), and
-  // closes the connection: a client that leaves mid-request.
-  std::string SendAndHangUp(const std::string& request, const std::string& until) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(api_->port()));
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
-    std::string got;
-    char buf[4096];
-    while (!until.empty() && got.find(until) == std::string::npos) {
-      const ssize_t n = read(fd, buf, sizeof(buf));
-      if (n <= 0) break;
-      got.append(buf, static_cast<size_t>(n));
-    }
-    close(fd);
-    return got;
-  }
-
-  static std::string RawPost(const std::string& path, const std::string& body) {
-    return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-           std::to_string(body.size()) + "\r\n\r\n" + body;
   }
 
   // The JSON payloads of an SSE body; "[DONE]" kept as a string.
@@ -860,10 +828,11 @@ TEST_F(HttpApiTest, BodiesOverTheRequestBoundGet413) {
 TEST_F(HttpApiTest, ClientThatDisconnectsMidStreamFreesItsPages) {
   decode_.set_reply("abcdefghijklmnopqrstuvwxyz");
   decode_.set_hold_after(3);
-  const std::string got = SendAndHangUp(
-      RawPost("/v1/completions", R"({"model": "demo", "prompt": "x", "stream": true, "max_tokens": 20})"),
+  const absl::StatusOr<std::string> got = PostAndHangUp(
+      "/v1/completions", R"({"model": "demo", "prompt": "x", "stream": true, "max_tokens": 20})",
       "\"text\":\"a");
-  EXPECT_THAT(got, HasSubstr("200 OK"));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(*got, HasSubstr("200 OK"));
   EXPECT_TRUE(decode_.WaitForAborts(1, kWait));
   EXPECT_TRUE(decode_.WaitAllPagesFree(kWait));
   EXPECT_EQ(decode_.free_pages(), decode_.total_pages());
@@ -872,7 +841,9 @@ TEST_F(HttpApiTest, ClientThatDisconnectsMidStreamFreesItsPages) {
 TEST_F(HttpApiTest, ClientThatDisconnectsBeforeAnUnstreamedAnswerFreesItsPages) {
   decode_.set_reply("abcdefghijklmnopqrstuvwxyz");
   decode_.set_hold_after(3);
-  SendAndHangUp(RawPost("/v1/completions", R"({"model": "demo", "prompt": "x", "max_tokens": 20})"), "");
+  const absl::StatusOr<std::string> sent =
+      PostAndHangUp("/v1/completions", R"({"model": "demo", "prompt": "x", "max_tokens": 20})", "");
+  ASSERT_TRUE(sent.ok()) << sent.status();
   EXPECT_TRUE(decode_.WaitForAborts(1, kWait));
   EXPECT_TRUE(decode_.WaitAllPagesFree(kWait));
 }

@@ -1,19 +1,28 @@
 // The OpenAI HTTP API in one process for tests: HttpApi on a loopback port in front of a router
 // over the ByteCodec model (router/testing/byte_router.h: token id b is the byte b) and fake
-// prefill / decode workers, with a small chat template, and a client to post to it.
+// prefill / decode workers, with a small chat template, a client to post to it and one that
+// leaves mid-answer.
 #pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <httplib.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/call_auth.h"
 #include "gtest/gtest.h"
@@ -59,8 +68,11 @@ class HttpApiFixture : public ::testing::Test {
                                             decode_server_.address);
   }
 
-  static absl::StatusOr<chat_template::CheckpointChatTemplate> TestTemplate() {
-    absl::StatusOr<chat_template::ChatTemplate> t = chat_template::ChatTemplate::Parse(kTemplate);
+  // The checkpoint template "test" parsed from `source` (kTemplate by default), "<bos>" its
+  // bos_token.
+  static absl::StatusOr<chat_template::CheckpointChatTemplate> TestTemplate(
+      std::string_view source = kTemplate) {
+    absl::StatusOr<chat_template::ChatTemplate> t = chat_template::ChatTemplate::Parse(source);
     if (!t.ok()) return t.status();
     chat_template::CheckpointChatTemplate ct{"test", *std::move(t)};
     ct.special_tokens = {{"bos_token", "<bos>"}};
@@ -119,6 +131,40 @@ class HttpApiFixture : public ::testing::Test {
     }
     EXPECT_EQ(r->status, 200) << r->body;
     return nlohmann::json::parse(r->body)["tokens"].get<std::vector<int32_t>>();
+  }
+
+  // POSTs `body` to `path` on a raw socket, reads the answer until `until` appears in it (or
+  // the server closes; at once for an empty `until`), and closes the connection: a client that
+  // leaves mid-answer. Returns what it read.
+  absl::StatusOr<std::string> PostAndHangUp(const std::string& path, const std::string& body,
+                                            const std::string& until) {
+    const std::string request = absl::StrCat("POST ", path,
+                                             " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                             "Content-Length: ",
+                                             body.size(), "\r\n\r\n", body);
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(api_->port()));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      return absl::UnavailableError(absl::StrCat("no connection to 127.0.0.1:", api_->port()));
+    }
+    if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+      close(fd);
+      return absl::UnavailableError(absl::StrCat("the ", request.size(), "-byte request to ",
+                                                 path, " was not written whole"));
+    }
+    std::string got;
+    char buf[4096];
+    while (got.find(until) == std::string::npos) {
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    close(fd);
+    return got;
   }
 
   router::testing::FakeDecodeWorker decode_{64, 0};

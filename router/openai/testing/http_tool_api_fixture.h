@@ -2,13 +2,8 @@
 // (http_responses_test.cc, http_anthropic_test.cc): HttpApiFixture's API restarted with the
 // deepseek_v31 tool-call parser and a template that renders every role, tool call and tool
 // result, so the prompt the decode worker gets shows what the request became; that prompt as
-// text; the named events of an SSE body; and a client that leaves mid-stream.
+// text; and the named events of an SSE body.
 #pragma once
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <httplib.h>
 
@@ -19,7 +14,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -61,11 +55,7 @@ class HttpToolApiFixture : public HttpApiFixture {
   }
 
   static absl::StatusOr<chat_template::CheckpointChatTemplate> ToolTemplate() {
-    absl::StatusOr<chat_template::ChatTemplate> t = chat_template::ChatTemplate::Parse(kToolTemplate);
-    if (!t.ok()) return t.status();
-    chat_template::CheckpointChatTemplate ct{"test", *std::move(t)};
-    ct.special_tokens = {{"bos_token", "<bos>"}};
-    return ct;
+    return TestTemplate(kToolTemplate);
   }
 
   // POSTs `fields` (after "model") to `path`; the answer's JSON, checked to be `status`.
@@ -101,40 +91,6 @@ class HttpToolApiFixture : public HttpApiFixture {
       pos = end;
     }
     return out;
-  }
-
-  // POSTs `body` to `path` on a raw socket, reads the answer until `until` appears in it (or
-  // the server closes), and closes the connection: a client that leaves mid-stream. Returns
-  // what it read.
-  absl::StatusOr<std::string> PostAndHangUp(const std::string& path, const std::string& body,
-                                            const std::string& until) {
-    const std::string request = absl::StrCat("POST ", path,
-                                             " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                             "Content-Length: ",
-                                             body.size(), "\r\n\r\n", body);
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(api_->port()));
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      close(fd);
-      return absl::UnavailableError(absl::StrCat("no connection to 127.0.0.1:", api_->port()));
-    }
-    if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-      close(fd);
-      return absl::UnavailableError(absl::StrCat("the ", request.size(), "-byte request to ",
-                                                 path, " was not written whole"));
-    }
-    std::string got;
-    char buf[4096];
-    while (got.find(until) == std::string::npos) {
-      const ssize_t n = read(fd, buf, sizeof(buf));
-      if (n <= 0) break;
-      got.append(buf, static_cast<size_t>(n));
-    }
-    close(fd);
-    return got;
   }
 };
 
