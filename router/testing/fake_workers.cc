@@ -364,9 +364,12 @@ grpc::ServerUnaryReactor* FakeDecodeWorker::Abort(grpc::CallbackServerContext* c
       if (it->second.request_id != request->request_id()) continue;
       found = true;
       it->second.aborted = true;
-      if (it->second.stream == nullptr) {
+      if (it->second.stream == nullptr && abort_status_.ok()) {
         FreeLocked(it->second);
         sessions_.erase(it);
+      } else if (it->second.stream == nullptr) {
+        // The router opens the stream before it can abort, but the two RPCs race here: the
+        // session waits for its stream, which then ends with abort_status_ (and frees it).
       } else {
         stream = it->second.stream;
       }

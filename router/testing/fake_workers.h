@@ -43,7 +43,8 @@ class FakeDecodeWorker final : public v1::DecodeWorker::CallbackService {
   void set_reserve_error(grpc::Status status);
   void set_fail_stream_after(int tokens, grpc::Status status);  // stream ends with status
   // An aborted session's stream ends with `status` instead of a finished(ABORT) message (a
-  // worker whose connection breaks once the router acts).
+  // worker whose connection breaks once the router acts), also when the abort arrives before
+  // the stream was opened: the stream, when it comes, ends so.
   void set_fail_stream_on_abort(grpc::Status status);
   void set_ignore_aborts(bool ignore);  // Abort answers OK and changes nothing (a hung worker)
   // The descriptor's remote_prefill_reuse: true as mlaserve-decode says; false plays a decode
