@@ -91,10 +91,8 @@ void AnthropicApi::Messages(const httplib::Request& req, httplib::Response& res)
   if (auto* e = std::get_if<ApiError>(&g)) return Send(res, AnthropicParamNames(*e));
   call->builder = std::make_unique<AnthropicBuilder>(call->chat, setup, r.stream, AnthropicBuilder::NewMessageId());
   call->exchange = std::make_unique<GenerateExchange>(router_, std::get<std::vector<v1::GenerateRequest>>(g).front());
-  if (call->exchange->ended_early()) {
-    // Refused before any output (validation, no worker): the status code can say so.
-    std::optional<GenerateExchange::Event> end = call->exchange->Next(absl::InfiniteDuration());
-    return Send(res, AnthropicParamNames(ErrorForRequest(end->end, call->chat)));
+  if (std::optional<absl::Status> early = call->exchange->EarlyEnd()) {
+    return Send(res, AnthropicParamNames(ErrorForRequest(*early, call->chat)));
   }
   if (!r.stream) return WaitForBody(req, res, *call);
   res.set_header("Cache-Control", "no-cache");

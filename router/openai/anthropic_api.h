@@ -39,11 +39,6 @@ namespace mlaserve::router::openai {
 
 class AnthropicApi {
  public:
-  // The chat route's Generate requests for a chat request (one: no `n` here), with what its
-  // prompt sets up, or the error to answer with.
-  using ChatToGenerate =
-      std::function<std::variant<std::vector<v1::GenerateRequest>, ApiError>(const ApiRequest&, ChatPrompt::Setup*)>;
-
   struct Options {
     std::string served_model_name;
     absl::Duration liveness_interval = absl::Milliseconds(100);  // HttpApiOptions'

@@ -22,6 +22,7 @@
 // from any thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,5 +99,11 @@ class ChatPrompt {
   // Non-null with trust_request_chat_template. Shared so ChatPrompt stays movable.
   std::shared_ptr<RequestTemplateCache> request_templates_;
 };
+
+// The chat route's Generate requests for a chat request, with what its prompt sets up, or the
+// error to answer with: how the Responses and Anthropic routes run a request through chat's code
+// (one request: neither has `n`).
+using ChatToGenerate = std::function<std::variant<std::vector<v1::GenerateRequest>, ApiError>(
+    const ApiRequest&, ChatPrompt::Setup*)>;
 
 }  // namespace mlaserve::router::openai

@@ -51,9 +51,12 @@ void GenerateExchange::End(const absl::Status& status) {
   if (waker_) waker_->Bump();
 }
 
-bool GenerateExchange::ended_early() const {
-  absl::MutexLock lock(&mu_);
-  return end_.has_value() && !sent_any_;
+std::optional<absl::Status> GenerateExchange::EarlyEnd() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!end_.has_value() || sent_any_) return std::nullopt;
+  }
+  return Next(absl::InfiniteDuration())->end;  // only the end is queued: it returns at once
 }
 
 std::optional<GenerateExchange::Event> GenerateExchange::Next(absl::Duration timeout) {

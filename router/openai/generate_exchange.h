@@ -41,7 +41,7 @@ class ExchangeWaker {
 class GenerateExchange final : public GenerateClient {
  public:
   // Starts the call. Requests the router refuses at once (validation, no worker) have
-  // ended when this returns: ended_early() tells, before anything was sent to the client.
+  // ended when this returns: EarlyEnd() tells, before anything was sent to the client.
   // `waker`, when given, is bumped by every message and the end.
   GenerateExchange(RouterContext* router, const v1::GenerateRequest& request,
                    std::shared_ptr<ExchangeWaker> waker = nullptr);
@@ -63,8 +63,9 @@ class GenerateExchange final : public GenerateClient {
   absl::Status Drain(absl::Duration liveness, absl::FunctionRef<bool()> client_gone,
                      absl::FunctionRef<void(const v1::GenerateResponse&)> on_message);
 
-  // Whether the call ended before its first message (an error the HTTP status can carry).
-  bool ended_early() const;
+  // The call's end where it ended before its first message (refused at once: validation, no
+  // worker; an error the HTTP status can carry), taken as Next would take it; else nullopt.
+  std::optional<absl::Status> EarlyEnd();
   void Cancel();
 
   // GenerateClient.

@@ -345,11 +345,9 @@ struct HttpApi::Impl {
         }
       }
       auto exchange = std::make_unique<GenerateExchange>(router, choice, choices->waker);
-      if (exchange->ended_early()) {
-        // Refused before any output (validation, no worker): the status code can say so. The
-        // choices already started are cancelled when `choices` goes.
-        std::optional<GenerateExchange::Event> end = exchange->Next(absl::InfiniteDuration());
-        return SendError(res, ErrorForRequest(end->end, r));
+      if (std::optional<absl::Status> early = exchange->EarlyEnd()) {
+        // The choices already started are cancelled when `choices` goes.
+        return SendError(res, ErrorForRequest(*early, r));
       }
       choices->exchanges.push_back(std::move(exchange));
       choices->builders.push_back(std::make_unique<ResponseBuilder>(

@@ -65,10 +65,8 @@ void ResponsesApi::Create(const httplib::Request& req, httplib::Response& res) {
   call->builder = std::make_unique<ResponsesBuilder>(call->request, call->chat, setup, NewResponseId(),
                                                      absl::ToUnixSeconds(absl::Now()), &router_->codec());
   call->exchange = std::make_unique<GenerateExchange>(router_, generate);
-  if (call->exchange->ended_early()) {
-    // Refused before any output (validation, no worker): the status code can say so.
-    std::optional<GenerateExchange::Event> end = call->exchange->Next(absl::InfiniteDuration());
-    return SendError(res, ResponsesError(ErrorForRequest(end->end, call->chat)));
+  if (std::optional<absl::Status> early = call->exchange->EarlyEnd()) {
+    return SendError(res, ResponsesError(ErrorForRequest(*early, call->chat)));
   }
   if (!r.stream) return WaitForBody(req, res, *call);
   res.set_header("Cache-Control", "no-cache");

@@ -33,11 +33,6 @@ namespace mlaserve::router::openai {
 
 class ResponsesApi {
  public:
-  // The chat route's Generate requests for a chat request (one: Responses has no `n`), with
-  // what its prompt sets up, or the error to answer with.
-  using ChatToGenerate =
-      std::function<std::variant<std::vector<v1::GenerateRequest>, ApiError>(const ApiRequest&, ChatPrompt::Setup*)>;
-
   struct Options {
     std::string served_model_name;
     absl::Duration liveness_interval = absl::Milliseconds(100);  // HttpApiOptions'

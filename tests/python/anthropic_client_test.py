@@ -25,7 +25,7 @@ import tempfile
 import anthropic
 
 import http_harness
-from http_harness import MODEL_DIR, Server, check, wait_ready
+from http_harness import MODEL_DIR, HttpCluster, check
 
 API_KEY = "anthropic-test-key-0123456789abcdef"
 # The demo model was trained on bare prompts ("count from 17:"), so the last user message is
@@ -240,27 +240,9 @@ def main():
         f.write(TEMPLATE)
     with open(os.path.join(MODEL_DIR, "demo_prompts.json")) as f:
         demo = next(p for p in json.load(f)["prompts"] if p["prompt"] == "count from 17:")
-    common = ["--insecure", "--listen", "127.0.0.1:0", "--model", MODEL_DIR, "--backend", "cpu",
-              "--metrics-port", "-1"]
-    servers = []
-    try:
-        prefill = Server([args.prefill_bin] + common, f"{logs}/prefill.log")
-        servers.append(prefill)
-        decode = Server([args.decode_bin] + common, f"{logs}/decode.log")
-        servers.append(decode)
-        router_log = f"{logs}/router.log"
-        router = Server([args.router_bin, "--insecure", "--listen", "127.0.0.1:0",
-                         "--admin-listen", "127.0.0.1:0", "--model", MODEL_DIR,
-                         "--http-port", "0", "--metrics-port", "-1", "--poll-interval-ms", "100",
-                         "--tool-call-parser", "deepseek_v31", "--chat-template", f"{logs}/template.jinja",
-                         "--api-key-file", f"{logs}/api.keys",
-                         "--prefill", prefill.address, "--decode", decode.address], router_log)
-        servers.append(router)
-        http = router.wait_line("http listening on ")
-        if http is None:
-            raise RuntimeError(f"no 'http listening on' line; see {router_log}")
-        base = "http://" + http.strip().replace("0.0.0.0", "127.0.0.1")
-        wait_ready(base)
+    flags = ["--metrics-port", "-1", "--chat-template", f"{logs}/template.jinja", "--api-key-file", f"{logs}/api.keys"]
+    with HttpCluster(args, logs, flags) as cluster:
+        base = cluster.base
         client = anthropic.Anthropic(base_url=base, api_key=API_KEY, max_retries=0, timeout=60)
         m = run_text_checks(client, base, demo)
         run_stream_checks(client, m)
@@ -269,10 +251,6 @@ def main():
         run_error_checks(client, base)
         run_curl_example(base)
         print("anthropic_client_test: all checks passed")
-    finally:
-        for s in reversed(servers):
-            s.stop()
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -62,6 +62,51 @@ class Server:
                 self.proc.wait()
 
 
+class HttpCluster:
+    """A CPU prefill worker, decode worker and router on the demo model, each on port 0, the
+    router's HTTP API ready at `base` (http://host:port); `router_flags` add to the router's
+    (its --metrics-port among them). Logs under `logs`, the router's at `router_log`. A context
+    manager: the processes stop on leaving it, and if starting fails."""
+
+    def __init__(self, args, logs, router_flags):
+        self.servers = []
+        self.router_log = f"{logs}/router.log"
+        common = ["--insecure", "--listen", "127.0.0.1:0", "--model", MODEL_DIR, "--backend", "cpu",
+                  "--metrics-port", "-1"]
+        try:
+            prefill = self._start([args.prefill_bin] + common, f"{logs}/prefill.log")
+            decode = self._start([args.decode_bin] + common, f"{logs}/decode.log")
+            router = self._start([args.router_bin, "--insecure", "--listen", "127.0.0.1:0",
+                                  "--admin-listen", "127.0.0.1:0", "--model", MODEL_DIR,
+                                  "--http-port", "0", "--poll-interval-ms", "100",
+                                  "--tool-call-parser", "deepseek_v31"] + router_flags +
+                                 ["--prefill", prefill.address, "--decode", decode.address], self.router_log)
+            http = router.wait_line("http listening on ")
+            if http is None:
+                raise RuntimeError(f"no 'http listening on' line; see {self.router_log}")
+            self.base = "http://" + http.strip().replace("0.0.0.0", "127.0.0.1")
+            wait_ready(self.base)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, argv, log_path):
+        server = Server(argv, log_path)
+        self.servers.append(server)
+        return server
+
+    def stop(self):
+        for s in reversed(self.servers):
+            s.stop()
+        self.servers = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
 def http_get(url, timeout=5):
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:

@@ -34,7 +34,7 @@ import urllib.request
 import jsonschema
 import openai
 
-from http_harness import MODEL_DIR, Server, check, http_get, http_post_json, wait_ready
+from http_harness import MODEL_DIR, HttpCluster, check, http_get, http_post_json
 
 
 
@@ -877,35 +877,11 @@ def main():
     ap.add_argument("--decode-bin", required=True)
     args = ap.parse_args()
     logs = tempfile.mkdtemp(prefix="mlaserve-openai-test-")
-    common = ["--insecure", "--listen", "127.0.0.1:0", "--model", MODEL_DIR, "--backend", "cpu",
-              "--metrics-port", "-1"]
-    servers = []
-    try:
-        prefill = Server([args.prefill_bin] + common, f"{logs}/prefill.log")
-        servers.append(prefill)
-        decode = Server([args.decode_bin] + common, f"{logs}/decode.log")
-        servers.append(decode)
-        router_log = f"{logs}/router.log"
-        router = Server([args.router_bin, "--insecure", "--listen", "127.0.0.1:0",
-                         "--admin-listen", "127.0.0.1:0", "--model", MODEL_DIR,
-                         "--http-port", "0", "--metrics-port", "0", "--poll-interval-ms", "100",
-                         "--tool-call-parser", "deepseek_v31",
-                         "--trust-request-chat-template",
-                         "--prefill", prefill.address, "--decode", decode.address], router_log)
-        servers.append(router)
-        http = router.wait_line("http listening on ")
-        if http is None:
-            raise RuntimeError(f"no 'http listening on' line; see {router_log}")
-        base = "http://" + http.strip().replace("0.0.0.0", "127.0.0.1")
-        wait_ready(base)
-        client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=60)
-        run_checks(client, base, router_log)
-        run_curl_examples(base)
+    with HttpCluster(args, logs, ["--metrics-port", "0", "--trust-request-chat-template"]) as cluster:
+        client = openai.OpenAI(base_url=cluster.base + "/v1", api_key="unused", max_retries=0, timeout=60)
+        run_checks(client, cluster.base, cluster.router_log)
+        run_curl_examples(cluster.base)
         print("openai_client_test: all checks passed")
-    finally:
-        for s in reversed(servers):
-            s.stop()
-
 
 if __name__ == "__main__":
     sys.exit(main())
