@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/affinity_balance.h"
 #include "common/status.h"
 #include "decode_worker/decode_request.h"
 #include "decode_worker/decode_runner.h"
@@ -22,15 +23,10 @@ namespace {
 // one rank caches would pile every request onto it, to wait for its batch slots and make every
 // step as slow as its share, while the other ranks idle. Overloaded: its batch is full
 // (requests, running and pending, at the scheduler's max_running) while that rank has a free
-// slot, or it has more than kRankBalanceAbs requests more than that rank and more than
-// kRankBalanceRel times as many (the router's --decode-affinity-balance-* defaults).
-constexpr int kRankBalanceAbs = 16;
-constexpr double kRankBalanceRel = 1.5;
-
+// slot, or as the router's decode affinity judges workers (common::AffinityBalance, its defaults).
 bool RankOverloaded(int requests, int least_requests, int max_running) {
   return (requests >= max_running && least_requests < max_running) ||
-         (requests - least_requests > kRankBalanceAbs &&
-          requests > kRankBalanceRel * least_requests);
+         common::AffinityBalance{}.Overloaded(requests, least_requests);
 }
 }  // namespace
 

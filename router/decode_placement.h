@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/affinity_balance.h"
 #include "router/prefix_affinity.h"
 #include "router/worker_registry.h"
 
@@ -63,13 +64,12 @@ std::string DescribeWorkers(const std::vector<WorkerSnapshot>& workers);
 struct DecodeAffinityOptions {
   bool enabled = true;
   // Overloaded: more than balance_abs requests more than the least loaded candidate and more
-  // than balance_rel times as many (both, as SGLang's cache-aware router balances).
-  int32_t balance_abs = 16;
-  double balance_rel = 1.5;
+  // than balance_rel times as many (common::AffinityBalance, whose defaults these are).
+  int32_t balance_abs = common::AffinityBalance{}.abs;
+  double balance_rel = common::AffinityBalance{}.rel;
 
   bool Overloaded(int32_t requests, int32_t least_requests) const {
-    return requests - least_requests > balance_abs &&
-           static_cast<double>(requests) > balance_rel * static_cast<double>(least_requests);
+    return common::AffinityBalance{balance_abs, balance_rel}.Overloaded(requests, least_requests);
   }
 };
 
