@@ -425,24 +425,23 @@ v1::WorkerDescriptor FakePrefillWorker::Descriptor(const std::string& address) c
 grpc::ServerUnaryReactor* FakePrefillWorker::Prefill(grpc::CallbackServerContext* context,
                                                      const v1::PrefillRequest* request,
                                                      v1::PrefillResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  response->set_prompt_tokens(request->token_ids_size());
   grpc::Status error;
   bool hold = false;
   {
+    // A held answer is registered before the KV completes: the test waits on what the KV's
+    // completion sets off (the decode worker's tokens) and then releases the answers, which
+    // must find this one.
     absl::MutexLock lock(&mu_);
     requests_.push_back(*request);
     error = error_;
     hold = hold_answers_ && error.ok();
     response->set_cached_tokens(cached_tokens_);
+    if (hold) held_.push_back(reactor);
   }
-  response->set_prompt_tokens(request->token_ids_size());
   if (error.ok()) decode_->CompleteKv(request->kv_session().session_id());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (hold) {
-    absl::MutexLock lock(&mu_);
-    held_.push_back(reactor);
-  } else {
-    reactor->Finish(error);
-  }
+  if (!hold) reactor->Finish(error);
   return reactor;
 }
 
