@@ -82,8 +82,8 @@ class RouterHarness {
   }
   ~RouterHarness() {
     router_server_.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    prefill_.ReleaseAnswers();  // a held answer would keep the calls and the Shutdown waiting
     EXPECT_TRUE(router_->WaitForCallsToEnd(kWait));
-    prefill_.ReleaseAnswers();  // a held answer would keep the server's Shutdown waiting
     prefill_server_.server->Shutdown(absl::ToChronoTime(absl::Now()));
     decode_server_.server->Shutdown(absl::ToChronoTime(absl::Now()));
   }

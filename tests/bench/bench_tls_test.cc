@@ -9,6 +9,8 @@
 #include <httplib.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -211,7 +213,15 @@ class HttpsModels {
       res.set_content(R"({"object":"list","data":[{"id":"demo"}]})", "application/json");
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    thread_ = std::thread([this] {
+      server_.listen_after_bind();
+      listener_done_ = true;
+    });
+    // cpp-httplib's stop() does nothing until the accept loop runs (is_running()): wait for it,
+    // so the destructor's stop() ends the loop even when no connection reached the server.
+    while (!server_.is_running() && !listener_done_.load()) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
   ~HttpsModels() {
     server_.stop();
@@ -226,6 +236,7 @@ class HttpsModels {
  private:
   httplib::SSLServer server_;
   int port_ = 0;
+  std::atomic<bool> listener_done_{false};  // listen_after_bind returned
   std::thread thread_;
   absl::Mutex mu_;
   std::string authorization_;

@@ -1,5 +1,6 @@
 // mlaservectl against a live cluster: outputs and the exit codes scripts rely on.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -98,7 +99,9 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
   // So do structured outputs, the schema given inline or as a file: the router compiles it
   // (a keyword it cannot enforce is refused there, naming it), the workers need a tokenizer.
   const std::string schema = R"({"type": "array", "items": {"type": "integer"}})";
-  const std::string schema_file = ::testing::TempDir() + "/ctl_test_schema.json";
+  // Unique to this process: another run on this machine must not rewrite it under this one.
+  const std::string schema_file =
+      ::testing::TempDir() + "/ctl_test_schema_" + std::to_string(::getpid()) + ".json";
   {
     std::FILE* f = std::fopen(schema_file.c_str(), "w");
     ASSERT_NE(f, nullptr) << schema_file;
@@ -131,6 +134,7 @@ TEST(MlaservectlTest, CommandsAndExitCodes) {
   EXPECT_EQ(choices.exit_code, 2) << choices.out;
   EXPECT_THAT(choices.out, HasSubstr("FAILED_PRECONDITION"));
   EXPECT_THAT(choices.out, HasSubstr("needs tokenizer.json"));
+  std::remove(schema_file.c_str());
   CommandRun refused_choice = RunCtl(server + " generate --prompt-ids 1,2,3 --max-new-tokens 4 --response-format "
                                      "json_schema --response-choice a: '" + schema +
                                      "' --response-choice b: '{\"not\": {}}'");

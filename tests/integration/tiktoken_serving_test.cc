@@ -13,6 +13,8 @@
 //     forced tool call the model writes (its arguments held to the tool's schema) with a Kimi
 //     call id counting the history's calls, named and "required" (one of the tools' ids, then
 //     that tool's arguments).
+#include <unistd.h>
+
 #include <httplib.h>
 
 #include <cmath>
@@ -68,7 +70,9 @@ TEST_P(TiktokenFixture, RunMatchesHfLogitsAndGreedyTokens) {
   const Json expected = Expected(GetParam());
   const Json& prompt = expected["prompts"].back();  // the text prompt's ids
   ASSERT_EQ(prompt["input_ids"], expected["text_prompt"]["input_ids"]);
-  const std::string dump = ::testing::TempDir() + "/tiktoken_run_" + GetParam() + ".json";
+  // Unique to this process: another run on this machine must not write it under this one.
+  const std::string dump = absl::StrCat(::testing::TempDir(), "/tiktoken_run_", GetParam(), "_",
+                                        ::getpid(), ".json");
   const std::string cmd = absl::StrCat(
       RunBinary(), " --model ", FixtureDir(GetParam()), " --backend cpu --prompt-ids ",
       absl::StrJoin(Ids(prompt["input_ids"]), ","), " --max-new-tokens 16 --ignore-eos",
@@ -76,6 +80,7 @@ TEST_P(TiktokenFixture, RunMatchesHfLogitsAndGreedyTokens) {
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream in(dump);
   const Json got = Json::parse(in);
+  std::remove(dump.c_str());
   EXPECT_EQ(Ids(got["generated_ids"]), Ids(prompt["greedy"]["tokens"]));
   const std::vector<double> want = prompt["logits"].back().get<std::vector<double>>();
   const std::vector<double> have = got["last_prompt_logits"].get<std::vector<double>>();
@@ -94,7 +99,8 @@ TEST_P(TiktokenFixture, RunAnswersATextPrompt) {
   const Json text_prompt = Expected(GetParam())["text_prompt"];
   const std::string text = text_prompt["text"].get<std::string>();
   ASSERT_EQ(text.find('\''), std::string::npos) << "the test quotes the prompt with '";
-  const std::string dump = ::testing::TempDir() + "/tiktoken_run_text_" + GetParam() + ".json";
+  const std::string dump = absl::StrCat(::testing::TempDir(), "/tiktoken_run_text_", GetParam(),
+                                        "_", ::getpid(), ".json");
   const std::string cmd =
       absl::StrCat(RunBinary(), " --model ", FixtureDir(GetParam()), " --backend cpu --prompt '",
                    text, "' --max-new-tokens 16 --ignore-eos --dump-logits ", dump, " 2>/dev/null");
@@ -103,6 +109,7 @@ TEST_P(TiktokenFixture, RunAnswersATextPrompt) {
   const std::string& out = run.out;
   std::ifstream in(dump);
   const Json got = Json::parse(in);
+  std::remove(dump.c_str());
   EXPECT_EQ(Ids(got["generated_ids"]), Ids(text_prompt["greedy_tokens"]));
   auto tok = model::Tokenizer::FromModelDir(FixtureDir(GetParam()));
   ASSERT_TRUE(tok.ok()) << tok.status();

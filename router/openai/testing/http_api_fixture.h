@@ -7,10 +7,12 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <httplib.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -156,10 +158,19 @@ class HttpApiFixture : public ::testing::Test {
       return absl::UnavailableError(absl::StrCat("the ", request.size(), "-byte request to ",
                                                  path, " was not written whole"));
     }
+    // Each read waits at most kWait: an answer that never brings `until` (a held stream) fails
+    // the test then, instead of blocking it until ctest's timeout.
+    const timeval wait{.tv_sec = static_cast<time_t>(absl::ToInt64Seconds(kWait)), .tv_usec = 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
     std::string got;
     char buf[4096];
     while (got.find(until) == std::string::npos) {
       const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        close(fd);
+        return absl::DeadlineExceededError(absl::StrCat("no '", until, "' from ", path, " within ",
+                                                        absl::FormatDuration(kWait), "; read: ", got));
+      }
       if (n <= 0) break;
       got.append(buf, static_cast<size_t>(n));
     }
