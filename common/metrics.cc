@@ -10,6 +10,7 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/http_accept_loop.h"
 #include "common/server.h"
 #include "common/transport_security.h"
 #include "spdlog/spdlog.h"
@@ -184,7 +185,6 @@ std::string MetricsRegistry::RenderText() const {
 struct MetricsHttpServer::Impl {
   std::unique_ptr<httplib::Server> server;  // an httplib::SSLServer for HTTPS
   std::thread thread;
-  std::atomic<bool> listener_done{false};  // set by `thread` when listen_after_bind returns
 };
 
 MetricsHttpServer::MetricsHttpServer(std::unique_ptr<Impl> impl, int port, bool https,
@@ -228,18 +228,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     return absl::UnavailableError(
         absl::StrCat("metrics endpoint cannot listen on ", host, ":", port));
   }
-  Impl* raw = impl.get();
-  impl->thread = std::thread([raw] {
-    raw->server->listen_after_bind();
-    raw->listener_done.store(true);
-  });
-  // stop() is a no-op before the accept loop runs, so wait for it to make the destructor's
-  // stop() effective. Not bounded by a time: a machine that starts the thread late (a loaded
-  // CI box) would otherwise leave a loop that stop() misses and the destructor's join hang.
-  // The loop either runs or has returned (listener_done), so the wait ends.
-  while (!raw->server->is_running() && !raw->listener_done.load()) {
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
+  impl->thread = StartAcceptLoop(*impl->server);
   std::string url = absl::StrCat(tls.enabled() ? "https://" : "http://",
                                  FormatHostPort(host, bound), "/metrics");
   return std::unique_ptr<MetricsHttpServer>(

@@ -149,30 +149,22 @@ void DecodeRows(Bench& bench, const EngineBenchOptions& o, const model::ModelCon
                      o.max_batch_tokens, nullptr, o.masked_steps, o.knob_steps);
     const double g = Median(t.graph_ms), ea = Median(t.eager_ms), sa = Median(t.sampled_ms);
     const mlaserve::bench::ForwardWork work = mlaserve::bench::DecodeStepWork(cfg, b, o.context);
-    const auto cells = [&](double ms) { return RooflineCells(work.bytes(), 1e9, "GB", ms, ceilings.copy_gbs, "copy"); };
-    std::printf("| decode (graphs), ctx %d | %d | %d | %.3f | %.0f | %s |\n", o.context, b, b, g,
-                1000.0 * b / g, cells(g).c_str());
-    if (!t.eager_ms.empty()) {
-      std::printf("| decode (eager), ctx %d | %d | %d | %.3f | %.0f | %s |\n", o.context, b, b, ea,
-                  1000.0 * b / ea, cells(ea).c_str());
-    }
-    if (!t.sampled_ms.empty()) {
-      std::printf("| decode (graphs, sampled in Forward), ctx %d | %d | %d | %.3f | %.0f | %s |\n",
-                  o.context, b, b, sa, 1000.0 * b / sa, cells(sa).c_str());
-    }
+    const auto row = [&](const char* what, double ms) {
+      std::printf("| decode (%s), ctx %d | %d | %d | %.3f | %.0f | %s |\n", what, o.context, b, b, ms,
+                  1000.0 * b / ms,
+                  RooflineCells(work.bytes(), 1e9, "GB", ms, ceilings.copy_gbs, "copy").c_str());
+    };
+    row("graphs", g);
+    if (!t.eager_ms.empty()) row("eager", ea);
+    if (!t.sampled_ms.empty()) row("graphs, sampled in Forward", sa);
     if (!t.masked_device_ms.empty()) {
-      const double md = Median(t.masked_device_ms), mh = Median(t.masked_host_ms);
-      std::printf("| decode (graphs, masked rows drawn on the device), ctx %d | %d | %d | %.3f | %.0f | %s |\n",
-                  o.context, b, b, md, 1000.0 * b / md, cells(md).c_str());
-      std::printf("| decode (graphs, masked rows: logits to the host + host draw, the baseline), ctx %d | %d | %d | %.3f | %.0f | %s |\n",
-                  o.context, b, b, mh, 1000.0 * b / mh, cells(mh).c_str());
+      row("graphs, masked rows drawn on the device", Median(t.masked_device_ms));
+      row("graphs, masked rows: logits to the host + host draw, the baseline", Median(t.masked_host_ms));
     }
     if (!t.knob_device_ms.empty()) {
-      const double kd = Median(t.knob_device_ms), kh = Median(t.knob_host_ms);
-      std::printf("| decode (graphs, penalty + logit_bias + logprobs 5 rows drawn on the device), ctx %d | %d | %d | %.3f | %.0f | %s |\n",
-                  o.context, b, b, kd, 1000.0 * b / kd, cells(kd).c_str());
-      std::printf("| decode (graphs, penalty + logit_bias + logprobs 5 rows: logits to the host + host draw, the baseline), ctx %d | %d | %d | %.3f | %.0f | %s |\n",
-                  o.context, b, b, kh, 1000.0 * b / kh, cells(kh).c_str());
+      row("graphs, penalty + logit_bias + logprobs 5 rows drawn on the device", Median(t.knob_device_ms));
+      row("graphs, penalty + logit_bias + logprobs 5 rows: logits to the host + host draw, the baseline",
+          Median(t.knob_host_ms));
     }
     if (o.moe_block_trace) {
       // The graph's launches hold its last replay's records; anything that ended more than two

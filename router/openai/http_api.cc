@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/call_auth.h"
+#include "common/http_accept_loop.h"
 #include "kernels/common/page.h"
 #include "router/openai/anthropic_api.h"
 #include "router/openai/api_request.h"
@@ -66,7 +67,6 @@ struct HttpApi::Impl {
   std::thread listener;
   int port = 0;
   std::atomic<bool> stopping{false};
-  std::atomic<bool> listener_done{false};  // listen_after_bind returned
   std::unique_ptr<ResponsesApi> responses;  // /v1/responses (responses_api.h)
   std::unique_ptr<AnthropicApi> anthropic;  // /v1/messages (anthropic_api.h)
 
@@ -533,17 +533,7 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
   if (impl->port <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", o.host, ":", o.port, " for HTTP"));
   }
-  httplib::Server* server = impl->server.get();
-  std::atomic<bool>* listener_done = &impl->listener_done;
-  impl->listener = std::thread([server, listener_done] {
-    server->listen_after_bind();
-    listener_done->store(true);
-  });
-  // cpp-httplib's stop() does nothing until the accept loop has started (is_running()), so a
-  // Stop() right after Start() would leave the listener running forever: wait for the loop.
-  while (!server->is_running() && !listener_done->load()) {
-    absl::SleepFor(absl::Microseconds(100));
-  }
+  impl->listener = StartAcceptLoop(*impl->server);  // so a Stop() right after Start() ends it
   return std::unique_ptr<HttpApi>(new HttpApi(std::move(impl)));
 }
 

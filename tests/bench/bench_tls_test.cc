@@ -9,8 +9,6 @@
 #include <httplib.h>
 #include <stdlib.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "bench/serving/bench_app.h"
 #include "bench/serving/server_target.h"
+#include "common/http_accept_loop.h"
 #include "common/testing/test_pki.h"
 #include "common/transport_security.h"
 #include "nlohmann/json.hpp"
@@ -213,15 +212,7 @@ class HttpsModels {
       res.set_content(R"({"object":"list","data":[{"id":"demo"}]})", "application/json");
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] {
-      server_.listen_after_bind();
-      listener_done_ = true;
-    });
-    // cpp-httplib's stop() does nothing until the accept loop runs (is_running()): wait for it,
-    // so the destructor's stop() ends the loop even when no connection reached the server.
-    while (!server_.is_running() && !listener_done_.load()) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+    thread_ = StartAcceptLoop(server_);  // so the destructor's stop() ends it
   }
   ~HttpsModels() {
     server_.stop();
@@ -236,7 +227,6 @@ class HttpsModels {
  private:
   httplib::SSLServer server_;
   int port_ = 0;
-  std::atomic<bool> listener_done_{false};  // listen_after_bind returned
   std::thread thread_;
   absl::Mutex mu_;
   std::string authorization_;

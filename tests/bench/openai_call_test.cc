@@ -5,12 +5,11 @@
 
 #include <httplib.h>
 
-#include <atomic>
-#include <chrono>
 #include <optional>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "common/http_accept_loop.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -22,16 +21,7 @@ class ScriptedServer {
   explicit ScriptedServer(httplib::Server::Handler handler) {
     server_.Post("/v1/completions", std::move(handler));
     port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] {
-      server_.listen_after_bind();
-      listener_done_ = true;
-    });
-    // cpp-httplib's stop() does nothing until the accept loop runs (is_running()): wait for it,
-    // so the destructor's stop() ends the loop even when no request reached the server (a test
-    // that failed early would otherwise hang in join instead of failing).
-    while (!server_.is_running() && !listener_done_.load()) {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+    thread_ = StartAcceptLoop(server_);  // so the destructor's stop() ends it
   }
   ~ScriptedServer() {
     server_.stop();
@@ -50,7 +40,6 @@ class ScriptedServer {
  private:
   httplib::Server server_;
   int port_ = 0;
-  std::atomic<bool> listener_done_{false};  // listen_after_bind returned
   std::thread thread_;
   absl::Mutex mu_;
   std::string last_body_;
