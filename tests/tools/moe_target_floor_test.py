@@ -23,17 +23,18 @@ V3 T=4096 (A=32768 rows, 256.0 experts touched): cuBLAS dense 750.0 TFLOP/s (gat
 
 
 class MoeTargetFloorTest(unittest.TestCase):
-    def setUp(self):
-        f = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
-        f.write(BENCH)
-        f.close()
-        self.path = f.name
-        self.addCleanup(os.unlink, self.path)
+    @classmethod
+    def setUpClass(cls):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "bench.txt")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(BENCH)
+            out = subprocess.run([sys.executable, TOOL, path], check=True, capture_output=True, text=True).stdout
+        # The table's rows after its header and rule, as lists of cells.
+        cls.table = [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()[2:]]
 
     def rows(self):
-        out = subprocess.run([sys.executable, TOOL, self.path], check=True, capture_output=True,
-                             text=True).stdout
-        return [[c.strip() for c in line.strip("|").split("|")] for line in out.splitlines()[2:]]
+        return self.table
 
     def test_pairs_headers_with_their_auto_rows(self):
         rows = self.rows()
