@@ -91,6 +91,22 @@ TEST(JsonSchemaTest, AdditionalPropertiesAndStrict) {
   EXPECT_EQ(Taken(strict, R"({")"), 2u);  // only "a" can start here
   EXPECT_EQ(Taken(strict, R"({"b)"), 2u);
 
+  // An object that admits no key: "{}" only. A key's opening quote is refused (it read past
+  // the key automaton, which has no states here, and crashed the decode worker).
+  for (const char* none : {R"({"type": "object"})", R"({"type": "object", "properties": {}})"}) {
+    auto empty = MustCompile(none, /*strict=*/true);
+    EXPECT_TRUE(Accepts(*empty, "{}")) << none;
+    EXPECT_TRUE(Accepts(*empty, "{ }")) << none;
+    EXPECT_EQ(Taken(empty, R"({")"), 1u) << none;
+    EXPECT_EQ(Taken(empty, R"({ "a": 1})"), 2u) << none;
+  }
+  auto closed = MustCompile(R"({"type": "object", "additionalProperties": false})");
+  EXPECT_TRUE(Accepts(*closed, "{}"));
+  EXPECT_EQ(Taken(closed, R"({"")"), 1u);
+  auto nested = MustCompile(R"({"type": "object", "properties": {"a": {"type": "object"}}})", /*strict=*/true);
+  EXPECT_TRUE(Accepts(*nested, R"({"a": {}})"));
+  EXPECT_EQ(Taken(nested, R"({"a": {"b)"), 7u);
+
   auto typed = MustCompile(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
   EXPECT_TRUE(Accepts(*typed, R"({"x": 1, "y": -2})"));
   EXPECT_EQ(Taken(typed, R"({"x": "s")"), 6u);

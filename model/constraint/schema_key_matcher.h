@@ -29,7 +29,8 @@ struct KeyMatcher {
 
 // The matcher of `keys` (the named entries' canonical spellings, schema_dfa.h, in entry order;
 // a repeated key ends its first entry), and of any other key when `others`. INVALID_ARGUMENT
-// past `max_states` automaton states.
+// past `max_states` automaton states. With no keys and no others it has no states at all (the
+// Dfa of the empty language): no key may be written.
 absl::StatusOr<KeyMatcher> BuildKeyMatcher(const std::vector<std::string>& keys, bool others,
                                            size_t max_states);
 

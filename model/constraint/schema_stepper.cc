@@ -77,6 +77,9 @@ bool Stepper::OtherOk(const Work& w, const Node& o, uint64_t next) const {
 
 bool Stepper::KeyLive(const Work& w, const Node& o, uint64_t next, uint16_t state) const {
   const KeyMatcher& km = s_.key_matchers[o.key_matcher];
+  // An object that admits no key at all ({"type": "object"} strict, "properties": {} with
+  // "additionalProperties": false) has a matcher without states: only "}" may follow "{".
+  if (state >= km.dfa.states()) return false;
   const uint32_t* begin = km.below.data() + km.below_begin[state];
   const uint32_t* end = km.below.data() + km.below_begin[state + 1];
   for (const uint32_t* e = std::lower_bound(begin, end, static_cast<uint32_t>(next));

@@ -228,6 +228,12 @@ std::variant<Json, ApiError> AnthropicMessagesToChat(const Json* system, const J
       return Bad(at, absl::StrCat(" must be a string or an array of content blocks, got ", JsonType(*content)),
                  "messages");
     } else if (r == "user") {
+      // No blocks would add no chat message: the turn would vanish (and a request of such turns
+      // alone would have no messages). Anthropic's rule and words.
+      if (content->empty()) {
+        return Bad(where, ": all messages must have non-empty content except for the optional final assistant message",
+                   "messages");
+      }
       if (std::optional<ApiError> e = AddUserBlocks(*content, at, out)) return *e;
     } else {
       std::variant<Json, ApiError> assistant = AssistantMessage(*content, at);

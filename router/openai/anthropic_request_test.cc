@@ -179,6 +179,12 @@ TEST(AnthropicRequestTest, ErrorsNameTheFieldAndValue) {
       {R"("max_tokens": 8, "messages": [{"role": "user", "content": "x", "name": "n"}])", "messages",
        "messages.0.name: Extra"},
       {R"("max_tokens": 8, "messages": [{"role": "user"}])", "messages", "messages.0.content: Field required"},
+      // No blocks: the request would have no chat message left (it crashed the router).
+      {R"("max_tokens": 8, "messages": [{"role": "user", "content": []}])", "messages",
+       "messages.0: all messages must have non-empty content except for the optional final assistant message"},
+      {R"("max_tokens": 8, "system": "s", "messages": [{"role": "user", "content": "x"},
+          {"role": "assistant", "content": "y"}, {"role": "user", "content": []}])", "messages",
+       "messages.2: all messages must have non-empty content"},
       {R"("max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "text", "text": "x"},
           {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]}])",
        "messages", "messages.0.content.1: 'image' content blocks are not supported"},

@@ -97,12 +97,16 @@ std::optional<GenerateExchange::Event> GenerateExchange::Next(absl::Duration tim
 
 absl::Status GenerateExchange::Drain(absl::Duration liveness, absl::FunctionRef<bool()> client_gone,
                                      absl::FunctionRef<void(const v1::GenerateResponse&)> on_message) {
+  // The client is asked every `liveness`, also while messages keep coming: a call streaming
+  // tokens without pause would otherwise run to its end for a client that left at its start.
+  absl::Time next_probe = absl::Now() + liveness;
   while (true) {
-    std::optional<Event> e = Next(liveness);
-    if (!e.has_value()) {
+    std::optional<Event> e = Next(next_probe - absl::Now());
+    if (absl::Now() >= next_probe) {
       if (client_gone()) Cancel();
-      continue;
+      next_probe = absl::Now() + liveness;
     }
+    if (!e.has_value()) continue;
     if (!e->message.has_value()) return e->end;
     on_message(*e->message);
   }

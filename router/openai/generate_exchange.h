@@ -58,8 +58,9 @@ class GenerateExchange final : public GenerateClient {
   };
   std::optional<Event> Next(absl::Duration timeout);
   // For a handler that answers with one body: takes every message (to `on_message`) until the
-  // call's end, which it returns. Whenever `liveness` passes without news it cancels the call
-  // if `client_gone()` says so (the client disconnected, or the router is stopping).
+  // call's end, which it returns. Every `liveness`, whether or not messages came meanwhile, it
+  // cancels the call if `client_gone()` says so (the client disconnected, or the router is
+  // stopping).
   absl::Status Drain(absl::Duration liveness, absl::FunctionRef<bool()> client_gone,
                      absl::FunctionRef<void(const v1::GenerateResponse&)> on_message);
 

@@ -1,7 +1,7 @@
 // The OpenAI HTTP API of a real router process in front of real prefill and decode workers
 // (the bundled demo model), next to its gRPC API: the same tokens and usage numbers through
 // both, streamed and not, chat through the checkpoint's template, and a client that
-// disconnects mid-stream is aborted and frees its pages.
+// disconnects (mid-stream, or before an unstreamed answer) is aborted and frees its pages.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -59,6 +59,23 @@ class OpenAiHttpTest : public ::testing::Test {
     req.mutable_sampling()->set_temperature(0);
     req.mutable_sampling()->set_max_new_tokens(max_tokens);
     return RunGenerate(cluster_->generation(), req, kTimeout);
+  }
+
+  // A raw connection that has sent `body` to /v1/completions (the caller reads and closes it):
+  // a client that can hang up at a moment the test chooses.
+  static int PostRaw(const Json& body) {
+    const std::string text = body.dump();
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                "application/json\r\nContent-Length: " + std::to_string(text.size()) +
+                                "\r\n\r\n" + text;
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(http_port_));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+    return fd;
   }
 
   static double MetricValue(const std::string& name) {
@@ -129,18 +146,8 @@ TEST_F(OpenAiHttpTest, ChatThroughTheTemplateEqualsTheBarePrompt) {
 TEST_F(OpenAiHttpTest, DisconnectMidStreamAbortsAndFreesPages) {
   const double aborted_before = MetricValue("mlaserve_router_requests_aborted_total");
   ASSERT_GE(aborted_before, 0) << "no /metrics";
-  const std::string body = Json{{"model", "demo"}, {"prompt", "count from 1:"}, {"max_tokens", 1000},
-                                {"ignore_eos", true}, {"stream", true}}.dump();
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                              "application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                              "\r\n\r\n" + body;
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(http_port_));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  const int fd = PostRaw({{"model", "demo"}, {"prompt", "count from 1:"}, {"max_tokens", 1000},
+                          {"ignore_eos", true}, {"stream", true}});
   std::string got;
   char buf[4096];
   while (got.find("\"text\"") == std::string::npos) {
@@ -155,6 +162,28 @@ TEST_F(OpenAiHttpTest, DisconnectMidStreamAbortsAndFreesPages) {
     absl::SleepFor(absl::Milliseconds(50));  // polling a metric against a deadline
   }
   EXPECT_EQ(MetricValue("mlaserve_router_requests_aborted_total"), aborted_before + 1);
+}
+
+// Unstreamed, the router learns of the hang-up only by probing the connection: it must do so
+// while tokens keep arriving, not only in a pause (there is none here), or the calls run to
+// their end for nobody.
+TEST_F(OpenAiHttpTest, DisconnectBeforeAnUnstreamedAnswerAbortsAndFreesPages) {
+  const double aborted_before = MetricValue("mlaserve_router_requests_aborted_total");
+  ASSERT_GE(aborted_before, 0) << "no /metrics";
+  const int fd = PostRaw({{"model", "demo"}, {"prompt", "count from 1:"}, {"max_tokens", 1000}, {"n", 4},
+                          {"ignore_eos", true}});
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (MetricValue("mlaserve_router_requests_running") < 4 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling a metric against a deadline
+  }
+  close(fd);  // the four calls are generating: 4 x 1000 tokens take seconds on the CPU backend
+  deadline = absl::Now() + absl::Seconds(30);
+  while (MetricValue("mlaserve_router_requests_aborted_total") < aborted_before + 4 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));  // polling a metric against a deadline
+  }
+  EXPECT_EQ(MetricValue("mlaserve_router_requests_aborted_total"), aborted_before + 4)
+      << "the calls ran to their end for a client that had gone";
+  EXPECT_TRUE(cluster_->WaitAllPagesFree(absl::Seconds(30)).ok());
 }
 
 TEST_F(OpenAiHttpTest, BadRequestsAreOpenAiShaped) {
