@@ -143,6 +143,19 @@ bool IsPythonAttribute(const Value& v, std::string_view name) {
 
 }  // namespace
 
+absl::StatusOr<Value> UnlessBoundMethod(const Value& object, const Value& key, Value found, bool attribute_syntax) {
+  if ((!attribute_syntax && !found.is_undefined()) || !key.is_string() || !IsPythonAttribute(object, key.as_string())) {
+    return found;
+  }
+  const std::string& name = key.as_string();
+  if (object.is_number() && (name == "real" || name == "imag" || name == "numerator" || name == "denominator")) {
+    return AttributeOnly(object, key);
+  }
+  // Jinja's bound method: defined, true, callable, no attributes; printing it (an address) is
+  // refused as for any function, and so is calling it through a variable.
+  return Value(Function{absl::StrCat("<bound method ", object.TypeName(), ".", name, ">")});
+}
+
 absl::StatusOr<Value> AttributeOnly(const Value& value, const Value& name_value) {
   if (!name_value.is_string()) {
     return TypeError(absl::StrCat("attribute name must be string, not '", name_value.TypeName(), "'"));
@@ -201,9 +214,12 @@ absl::StatusOr<Value> GetSlice(const Value& object, const Value& start_v, const 
     items = object.as_list();
   } else if (object.is_string()) {
     cps = CodePoints(object.as_string());
+  } else if (object.is_dict()) {
+    return TypeError("unhashable type: 'slice'");
   } else {
-    // Jinja's getitem turns the TypeError into an undefined value.
-    return Value::MakeUndefined(absl::StrCat("'", object.TypeName(), "' object is not subscriptable"));
+    // Jinja compiles a slice to Python's own subscript, bypassing environment.getitem (which
+    // would turn the TypeError into an undefined value): None[:5] fails as in Python.
+    return TypeError(absl::StrCat("'", object.TypeName(), "' object is not subscriptable"));
   }
   const int64_t n = static_cast<int64_t>(object.is_list() ? items.size() : cps.size());
   // CPython's PySlice_AdjustIndices.
@@ -263,7 +279,8 @@ absl::StatusOr<std::string> SoftStr(const Value& value) { return PythonStr(value
 
 absl::StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (a.is_undefined()) return UndefinedError(a);
-  if (b.is_undefined()) return UndefinedError(b);
+  // str.__mod__ takes an Undefined operand as its argument (str() is '', repr() 'Undefined').
+  if (b.is_undefined() && !(op == "%" && a.is_string())) return UndefinedError(b);
   const auto unsupported = [&] {
     if (op == "+" && a.is_string()) {
       return TypeError(absl::StrCat("can only concatenate str (not \"", b.TypeName(), "\") to str"));
@@ -320,28 +337,62 @@ absl::StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Va
   if (!a.is_number() || !b.is_number()) return unsupported();
   const bool ints = !a.is_float() && !b.is_float();
   const double x = a.as_float(), y = b.as_float();
-  if (op == "+") return ints ? Value(a.as_int() + b.as_int()) : Value(x + y);
-  if (op == "-") return ints ? Value(a.as_int() - b.as_int()) : Value(x - y);
-  if (op == "*") return ints ? Value(a.as_int() * b.as_int()) : Value(x * y);
+  // Python's ints have no bound; a result past 64 bits is refused, never wrapped.
+  const auto too_big = [] { return TypeError("integers beyond 64 bits are not supported"); };
+  if (ints && (op == "+" || op == "-" || op == "*")) {
+    int64_t r = 0;
+    const bool overflow = op == "+"   ? __builtin_add_overflow(a.as_int(), b.as_int(), &r)
+                          : op == "-" ? __builtin_sub_overflow(a.as_int(), b.as_int(), &r)
+                                      : __builtin_mul_overflow(a.as_int(), b.as_int(), &r);
+    if (overflow) return too_big();
+    return Value(r);
+  }
+  if (op == "+") return Value(x + y);
+  if (op == "-") return Value(x - y);
+  if (op == "*") return Value(x * y);
   if (op == "**") {
     if (ints && b.as_int() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.as_int() && i < 64; ++i) r *= a.as_int();
-      return Value(r);
+      const int64_t base = a.as_int(), exponent = b.as_int();
+      if (base == 0) return Value(int64_t{exponent == 0 ? 1 : 0});
+      if (base == 1) return Value(int64_t{1});
+      if (base == -1) return Value(int64_t{exponent % 2 == 0 ? 1 : -1});
+      int64_t p = 1;  // |base| >= 2: past 63 steps it has overflowed
+      for (int64_t i = 0; i < exponent; ++i) {
+        if (__builtin_mul_overflow(p, base, &p)) return too_big();
+      }
+      return Value(p);
     }
-    return Value(std::pow(x, y));
+    // float.__pow__'s errors: a zero base to a negative power, an overflowing result; a negative
+    // base to a fractional power gives a complex number, which is not reproduced.
+    if (x == 0 && y < 0) return TypeError("0.0 cannot be raised to a negative power");
+    if (x < 0 && std::isfinite(y) && y != std::floor(y)) return TypeError("complex numbers are not supported");
+    const double p = std::pow(x, y);
+    if (std::isinf(p) && std::isfinite(x) && std::isfinite(y)) return TypeError("(34, 'Numerical result out of range')");
+    return Value(p);
   }
   if (y == 0) {
     if (op == "/") return TypeError("division by zero");
     return TypeError(ints ? "integer division or modulo by zero" : "float modulo");
   }
   if (op == "/") return Value(x / y);
-  if (op == "//") return ints ? Value(FloorDiv(a.as_int(), b.as_int())) : Value(std::floor(x / y));
+  if (ints && (op == "//" || op == "%") && a.as_int() == INT64_MIN && b.as_int() == -1) return too_big();
+  if (op == "//") {
+    if (ints) return Value(FloorDiv(a.as_int(), b.as_int()));
+    // CPython's float_floor_div (float_divmod): from fmod, not floor(x / y), which rounds first.
+    double mod = std::fmod(x, y);
+    double div = (x - mod) / y;
+    if (mod != 0 && ((y < 0) != (mod < 0))) div -= 1.0;
+    if (div == 0) return Value(std::copysign(0.0, x / y));
+    double floordiv = std::floor(div);
+    if (div - floordiv > 0.5) floordiv += 1.0;
+    return Value(floordiv);
+  }
   if (op == "%") {
     if (ints) return Value(a.as_int() - FloorDiv(a.as_int(), b.as_int()) * b.as_int());
-    double r = std::fmod(x, y);
-    if (r != 0 && ((r < 0) != (y < 0))) r += y;
-    return Value(r);
+    double m = std::fmod(x, y);
+    if (m != 0 && ((m < 0) != (y < 0))) m += y;
+    if (m == 0) m = std::copysign(0.0, y);  // Python's zero takes the divisor's sign
+    return Value(m);
   }
   return unsupported();
 }

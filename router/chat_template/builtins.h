@@ -49,6 +49,15 @@ Value GetItem(const Value& object, const Value& key);
 // never an item. Undefined for names the object lacks, names starting with '_' and the
 // sandbox's list / dict mutators; a method (which Python would print as an address) is refused.
 absl::StatusOr<Value> AttributeOnly(const Value& object, const Value& name);
+// `found`, what GetAttr / GetItem gave for `key`, unless Python's getattr finds a method of the
+// value's type (`s.upper`, `d.items`, `x.get` without a call) where Jinja looks: first for
+// `x.name` (environment.getattr: even a dict holding the key gives the method), after a missing
+// item for `x[key]` and the filters' attribute= (environment.getitem). Jinja then yields a bound
+// method: here a function value (defined, true, callable, without attributes; printing or
+// calling it through a variable is refused), so that a template passing `schema.items` on
+// gets what Jinja gives (the method, whose `.type` is undefined), not the dict's "items" entry.
+// A number's data attributes (`real`, `imag`, `numerator`, `denominator`) are their values.
+absl::StatusOr<Value> UnlessBoundMethod(const Value& object, const Value& key, Value found, bool attribute_syntax);
 absl::StatusOr<Value> GetSlice(const Value& object, const Value& start, const Value& stop,
                                const Value& step);
 

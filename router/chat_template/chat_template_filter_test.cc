@@ -133,3 +133,92 @@ TEST(ChatTemplateFilterTest, UnknownNamesAreRefusedAtLoad) {
 
 }  // namespace
 }  // namespace mlaserve::router::chat_template
+
+namespace mlaserve::router::chat_template {
+namespace {
+
+// Found by a differential fuzz against Jinja2 3.1.6 in transformers' environment; each expected
+// value (or failure) is what Jinja2 renders.
+TEST(ChatTemplateFuzzRegressionTest, SliceOfAValueThatTakesNoSubscriptFails) {
+  // Jinja compiles a slice to Python's own subscript (not environment.getitem, which would turn
+  // the TypeError into an undefined value).
+  const nlohmann::ordered_json vars = {{"messages", {{{"role", "user"}, {"content", nullptr}}}}};
+  absl::StatusOr<std::string> r = Render("{{ messages[0].content[:5] }}", vars);
+  ASSERT_FALSE(r.ok()) << *r;
+  EXPECT_THAT(r.status().message(), HasSubstr("'NoneType' object is not subscriptable"));
+  r = Render("{{ 3[1:] is defined }}");
+  EXPECT_FALSE(r.ok()) << *r;
+  r = Render("{{ {'a': 1}[1:] }}");
+  ASSERT_FALSE(r.ok()) << *r;
+  EXPECT_THAT(r.status().message(), HasSubstr("unhashable type: 'slice'"));
+  EXPECT_EQ(*Render("{{ 'hello'[1:3] }}|{{ [1, 2, 3][::-1] }}|{{ (1, 2)[1:] }}"), "el|[3, 2, 1]|(2,)");
+}
+
+TEST(ChatTemplateFuzzRegressionTest, PercentFormattingTakesAnUndefinedOperand) {
+  // str % Undefined: str() of it is '', repr() 'Undefined'; it has __getitem__, so Python takes
+  // it (and a list) as the mapping: a spare argument is no error.
+  EXPECT_EQ(*Render("{{ '[%s]' % missing }}|{{ '%r' % missing }}|{{ 'x' % missing }}|{{ 'x' % [1] }}"),
+            "[]|Undefined|x|x");
+  EXPECT_EQ(*Render("{{ '%a|%s|%5r' % (missing, missing, missing) }}"), "Undefined||Undefined");
+  EXPECT_EQ(*Render("{{ '%s|%r'|format(missing, missing) }}"), "|Undefined");
+  EXPECT_FALSE(Render("{{ '%d' % missing }}").ok());
+  EXPECT_FALSE(Render("{{ '%(a)s' % missing }}").ok());
+  EXPECT_FALSE(Render("{{ '%(a)s' % [1] }}").ok());
+  EXPECT_FALSE(Render("{{ missing % 2 }}").ok());
+  EXPECT_FALSE(Render("{{ 'x' % 5 }}").ok());
+}
+
+TEST(ChatTemplateFuzzRegressionTest, ForElseRunsUnlessAnIterationReachedTheEndOfTheBody) {
+  // Jinja clears its else flag at the end of the body, which `break` and `continue` skip.
+  const nlohmann::ordered_json vars = {{"xs", {1, 2}}};
+  EXPECT_EQ(*Render("{% for x in xs %}{{ x }}{% break %}{% else %}E{% endfor %}", vars), "1E");
+  EXPECT_EQ(*Render("{% for x in xs %}{{ x }}{% continue %}{% else %}E{% endfor %}", vars), "12E");
+  EXPECT_EQ(*Render("{% for x in xs %}{{ x }}{% if x == 1 %}{% continue %}{% endif %}{% else %}E{% endfor %}", vars),
+            "12");
+  EXPECT_EQ(*Render("{% for x in xs %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% else %}E{% endfor %}", vars),
+            "1");
+  EXPECT_EQ(*Render("{% for x in [] %}{{ x }}{% else %}E{% endfor %}"), "E");
+  EXPECT_EQ(*Render("{% for x in xs if x > 5 %}{{ x }}{% else %}E{% endfor %}", vars), "E");
+}
+
+TEST(ChatTemplateFuzzRegressionTest, AnUncalledMethodIsABoundMethodNotTheItem) {
+  // Jinja's getattr finds a method of the value's type first for `x.name` (even where a dict
+  // holds the key) and after a missing item for `x[key]`: a bound method, defined, true and
+  // callable, whose attributes are undefined. Hermes-style tool templates pass a schema's
+  // `json_spec.items` on as if it were the "items" entry; Jinja renders List[Any] there.
+  const nlohmann::ordered_json vars = {{"s", "a"}, {"d", {{"k", 1}}}};
+  EXPECT_EQ(*Render("{{ s.upper is defined }}|{{ d.items is defined }}|{{ ['a']|selectattr('upper')|list }}|"
+                    "{{ s.upper is callable }}|{{ s.upper is iterable }}|{{ s.upper.x is defined }}|"
+                    "{{ 'y' if d.keys else 'n' }}",
+                    vars),
+            "True|True|['a']|True|False|False|y");
+  const char* hermes =
+      "{% macro t(s) %}{% if s.type == 'array' %}List[{{ t(s.items) }}]{% elif s.type == 'string' %}str"
+      "{% else %}Any{% endif %}{% endmacro %}{{ t({'type': 'array', 'items': {'type': 'string'}}) }}|"
+      "{{ t({'type': 'string'}) }}";
+  EXPECT_EQ(*Render(hermes), "List[Any]|str");
+  // Printed, Python shows an address; called through a variable, it would run: both refused.
+  EXPECT_FALSE(Render("{{ s['strip'] }}", vars).ok());
+  EXPECT_FALSE(Render("{{ {'items': 1}.items }}").ok());
+  EXPECT_FALSE(Render("{% set f = s.upper %}{{ f() }}", vars).ok());
+  // What the sandbox hides, what a dict holds under a subscript, and a number's data stay.
+  EXPECT_EQ(*Render("{{ [].append is defined }}|{{ {'items': 1}['items'] }}|{{ (3).real }}|{{ d.get('k') }}", vars),
+            "False|1|3|1");
+}
+
+TEST(ChatTemplateFuzzRegressionTest, NumbersFollowPythonsFloatAndIntRules) {
+  // float // and % as CPython's float_divmod (1 // 0.1 is 9.0; a zero remainder takes the
+  // divisor's sign), float ** errors, and ints past 64 bits refused instead of wrapped.
+  EXPECT_EQ(*Render("{{ -2.5 % 2.5 }}|{{ 2.5 % -2.5 }}|{{ 1 // 0.1 }}|{{ -1 // 0.1 }}|{{ -7.5 // 2 }}|{{ -0.0 // 3 }}"),
+            "0.0|-0.0|9.0|-10.0|-4.0|-0.0");
+  EXPECT_EQ(*Render("{{ 2 ** 62 }}|{{ (-1) ** 5 }}|{{ 0 ** 0 }}|{{ 2 ** -1 }}|{{ (-2) ** 63 }}"),
+            "4611686018427387904|-1|1|0.5|-9223372036854775808");
+  EXPECT_FALSE(Render("{{ 0.0 ** -1 }}").ok());
+  EXPECT_FALSE(Render("{{ 3 ** 1000.0 }}").ok());
+  EXPECT_THAT(Render("{{ 2 ** 64 }}").status().message(), HasSubstr("integers beyond 64 bits"));
+  EXPECT_THAT(Render("{{ 9223372036854775807 + 1 }}").status().message(), HasSubstr("integers beyond 64 bits"));
+  EXPECT_FALSE(Render("{{ (-8) ** 0.5 }}").ok());
+}
+
+}  // namespace
+}  // namespace mlaserve::router::chat_template

@@ -46,7 +46,8 @@ std::string CFormat(const Spec& spec, char conversion, bool is_float, int64_t i,
 
 absl::StatusOr<std::string> Convert(const Spec& spec, const Value& v) {
   const char c = spec.conversion;
-  if (v.is_undefined() && c != 's') return UndefinedError(v);
+  // str() and repr() of Jinja's Undefined are '' and 'Undefined'; its other conversions fail.
+  if (v.is_undefined() && c != 's' && c != 'r' && c != 'a') return UndefinedError(v);
   switch (c) {
     case 's': {
       ASSIGN_OR_RETURN(std::string text, PythonStr(v));
@@ -135,10 +136,15 @@ absl::StatusOr<std::string> Convert(const Spec& spec, const Value& v) {
 absl::StatusOr<std::string> PercentFormat(std::string_view format, const Value& args) {
   std::vector<Value> positional;
   const Dict* mapping = nullptr;
+  // Python takes any non-tuple, non-str operand with __getitem__ as the mapping
+  // (PyMapping_Check): then a spare argument is no error, and `%(key)` subscripts it (a list
+  // by a str key fails; Jinja's Undefined raises its UndefinedError).
+  bool subscriptable = false;
   if (args.is_tuple()) {
     positional = args.as_list();
   } else {
     if (args.is_dict()) mapping = &args.as_dict();
+    subscriptable = args.is_dict() || args.is_undefined() || (args.is_list() && args.is_indexable());
     positional.push_back(args);
   }
   size_t next = 0;
@@ -156,6 +162,8 @@ absl::StatusOr<std::string> PercentFormat(std::string_view format, const Value& 
     if (++i == format.size()) return TypeError("incomplete format");
     std::optional<Value> keyed;
     if (format[i] == '(') {
+      if (args.is_undefined()) return UndefinedError(args);
+      if (subscriptable && mapping == nullptr) return TypeError("list indices must be integers or slices, not str");
       if (mapping == nullptr) return TypeError("format requires a mapping");
       int depth = 1;
       const size_t start = ++i;
@@ -225,7 +233,7 @@ absl::StatusOr<std::string> PercentFormat(std::string_view format, const Value& 
     ASSIGN_OR_RETURN(std::string text, Convert(spec, v));
     out += text;
   }
-  if (!used_mapping && mapping == nullptr && next < positional.size()) {
+  if (!used_mapping && !subscriptable && next < positional.size()) {
     return TypeError("not all arguments converted during string formatting");
   }
   return out;

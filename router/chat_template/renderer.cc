@@ -305,6 +305,9 @@ class Renderer {
     // One `loop` object for the whole loop, as Jinja's LoopContext.
     auto loop = std::make_shared<LoopContext>();
     loop->items = *items;
+    // Jinja clears its else flag at the end of each body run, after the point a `break` or
+    // `continue` jumps from: the else body runs unless some iteration ran to the end.
+    bool ran_to_end = false;
     for (int64_t i = 0; i < n; ++i) {
       std::shared_ptr<Scope> scope = NewScope(outer, StartsUndefined(s, 0));
       std::map<std::string, Value>& frame = scope->vars;
@@ -317,8 +320,9 @@ class Renderer {
       scope_ = outer;
       if (!flow.ok()) return flow.status();
       if (*flow == Flow::kBreak) break;
+      if (*flow == Flow::kNormal) ran_to_end = true;
     }
-    if (n == 0 && s.bodies.size() > 1) {
+    if (!ran_to_end && s.bodies.size() > 1) {
       // The else body runs in a scope of its own too (Jinja compiles it as an inner frame).
       scope_ = NewScope(outer, StartsUndefined(s, 1));
       absl::StatusOr<Flow> flow = Exec(s.bodies[1]);
@@ -418,14 +422,14 @@ class Renderer {
         ASSIGN_OR_RETURN(Value object, EvalDefined(*e.args[0]));
         RETURN_IF_ERROR(RefuseMacroAttribute(object, absl::StrCat("attribute '.", e.name, "'")));
         RETURN_IF_ERROR(RefuseMethodAsValue(object, Value(e.name)));
-        return GetAttr(object, e.name);
+        return UnlessBoundMethod(object, Value(e.name), GetAttr(object, e.name), /*attribute_syntax=*/true);
       }
       case Expr::Kind::kItem: {
         ASSIGN_OR_RETURN(Value object, EvalDefined(*e.args[0]));
         RETURN_IF_ERROR(RefuseMacroAttribute(object, "subscript"));
         ASSIGN_OR_RETURN(Value key, Eval(*e.args[1]));
         RETURN_IF_ERROR(RefuseMethodAsValue(object, key));
-        return GetItem(object, key);
+        return UnlessBoundMethod(object, key, GetItem(object, key), /*attribute_syntax=*/false);
       }
       case Expr::Kind::kSlice: {
         ASSIGN_OR_RETURN(Value object, EvalDefined(*e.args[0]));

@@ -43,7 +43,7 @@ absl::StatusOr<Value> LookupPath(Value item, const std::vector<Value>& parts, co
                                  bool ignore_case) {
   for (const Value& part : parts) {
     if (item.is_undefined()) return UndefinedError(item);
-    item = GetItem(item, part);
+    ASSIGN_OR_RETURN(item, UnlessBoundMethod(item, part, GetItem(item, part), /*attribute_syntax=*/false));
     if (!default_value.is_none() && !default_value.is_undefined() && item.is_undefined()) item = default_value;
   }
   if (ignore_case && item.is_string()) return Value(py::Lower(item.as_string()));
