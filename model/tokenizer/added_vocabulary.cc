@@ -114,7 +114,10 @@ absl::StatusOr<AddedVocabulary> AddedVocabulary::FromJson(const Json& added_toke
           .Insert(t.content, static_cast<int32_t>(i));
     }
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Regex> word_char, Regex::Compile(R"([\p{Alphabetic}\p{N}_])"));
+  // `tokenizers` tests single_word with Rust regex's \w (UTS #18 word characters), which
+  // differs from Oniguruma's \w (Regex's): it takes ZWJ / ZWNJ and not ¹ ² ³ ¼ ½ ¾.
+  ASSIGN_OR_RETURN(std::unique_ptr<Regex> word_char,
+                   Regex::Compile(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}])"));
   vocab.word_char_ = std::move(word_char);
   return vocab;
 }

@@ -5,7 +5,7 @@
 // semantics: first the tokens with normalized=false on the raw text, then, on the text left
 // between those, the tokens with normalized=true (on normalized text; mlaserve supports only
 // identity normalizers, so both passes see the same bytes). A match honours the token's flags:
-//   single_word: only if no word character (alphanumeric or '_') touches either end;
+//   single_word: only if no word character (Rust regex's \w) touches either end;
 //   lstrip / rstrip: the token also takes the whitespace to its left / right.
 //
 // Thread-safety: immutable after construction.
@@ -71,7 +71,7 @@ class AddedVocabulary {
   std::vector<AddedToken> tokens_;
   Trie raw_trie_;
   Trie normalized_trie_;
-  std::shared_ptr<const Regex> word_char_;  // Rust's char::is_alphanumeric, or '_'
+  std::shared_ptr<const Regex> word_char_;  // Rust regex's \w, as `tokenizers` tests it
 };
 
 }  // namespace mlaserve::model

@@ -1,8 +1,10 @@
 // A PCRE2 regex that finds matches the way Hugging Face `tokenizers` does with Oniguruma.
 //
 // tokenizer.json regexes are written for Oniguruma (Ruby syntax). They run here under PCRE2
-// with UTF and UCP (\p{L}, \p{N}, \s are Unicode-aware; PCRE2's \s, like Oniguruma's,
-// includes U+0085) and JIT when the library has it. `^` and `$` are line anchors in Ruby
+// with UTF and UCP (\p{L}, \p{N}, \s are Unicode-aware) and JIT when the library has it.
+// Compile first respells what PCRE2 reads differently: \s (PCRE2's adds U+180E), \w, Ruby's
+// \h (hex digit, not horizontal space) and bare script names such as \p{Han} (Script in
+// Oniguruma and Rust regex, Script_Extensions in PCRE2), as regex.cc lists. `^` and `$` are line anchors in Ruby
 // syntax, so patterns compile with PCRE2_MULTILINE (newline = LF only, as in Oniguruma).
 // Constructs Oniguruma has and PCRE2 lacks (e.g. character-class intersection "&&") fail to
 // compile or differ; DeepSeek's patterns use none.

@@ -215,6 +215,15 @@ TEST(TiktokenPatternTest, TranslationSplitsAtTheClassBoundaries) {
   EXPECT_THAT(split("x   y"), ElementsAre("x", "  ", " y"));
 }
 
+// Found by a differential fuzz against tiktoken 0.14 (Rust regex, whose \s is White_Space):
+// U+180E is not whitespace, so it does not join a space run or let [^\r\n\p{L}\p{N}]? take it
+// before a contraction or a word. The expected ids are tiktoken's.
+TEST_F(TiktokenFixtureTest, MongolianVowelSeparatorIsNotWhitespace) {
+  EXPECT_EQ(tok().Encode("  \u180E", false).value(), (std::vector<int32_t>{32, 32, 225, 160, 142}));
+  EXPECT_EQ(tok().Encode("\u180E's", false).value(), (std::vector<int32_t>{225, 160, 142, 39, 115}));
+  EXPECT_EQ(tok().Encode("\u180E[E", false).value(), (std::vector<int32_t>{225, 160, 142, 91, 69}));
+}
+
 TEST(TiktokenSubstringsTest, CutsRunsAndChunks) {
   EXPECT_THAT(tiktoken::EncodeSubstrings(""), ElementsAre(""));
   EXPECT_THAT(tiktoken::EncodeSubstrings("ab cd"), ElementsAre("ab cd"));

@@ -21,6 +21,7 @@
 namespace mlaserve::model {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
 
@@ -287,6 +288,29 @@ TEST(RegexTest, WhitespaceIncludesNelAsInOniguruma) {
   EXPECT_EQ(not_space->FindAll("a\u0085b").value().size(), 2u);
 }
 
+// Escapes PCRE2 reads differently from Oniguruma; the expected splits are what `tokenizers`
+// 0.23 (Oniguruma) gives.
+TEST(RegexTest, EscapesMeanWhatTheyMeanInOniguruma) {
+  auto matches = [](std::string_view pattern, std::string_view text) {
+    const std::unique_ptr<Regex> re = Regex::Compile(pattern).value();
+    const std::vector<Regex::Match> found = re->FindAll(text).value();
+    std::vector<std::string> out;
+    for (const auto& [b, e] : found) out.emplace_back(text.substr(b, e - b));
+    return out;
+  };
+  // U+180E MONGOLIAN VOWEL SEPARATOR is not White_Space (PCRE2's \s takes it).
+  EXPECT_THAT(matches(R"(\s+)", "  \u180E "), ElementsAre("  ", " "));
+  EXPECT_THAT(matches(R"([^\s\p{L}]+)", "a\u180E!"), ElementsAre("\u180E!"));
+  // \w takes combining marks and, outside a class only, ² (PCRE2's takes ① and no marks).
+  EXPECT_THAT(matches(R"(\w+)", "e\u0301 ① ²"), ElementsAre("e\u0301", "²"));
+  EXPECT_THAT(matches(R"([\w]+)", "e\u0301 ① ²"), ElementsAre("e\u0301"));
+  // Ruby's \h is a hexadecimal digit, not horizontal space.
+  EXPECT_THAT(matches(R"(\h+)", "0xBEEF g\t"), ElementsAre("0", "BEEF"));
+  // A script name is the Script property: 。 (Common, Script_Extensions Han) is not Han.
+  EXPECT_THAT(matches(R"(\p{Han}+)", "中文。"), ElementsAre("中文"));
+  EXPECT_THAT(matches(R"([\\]s+)", "\\ss"), ElementsAre("\\ss"));  // an escaped backslash
+}
+
 TEST(RegexTest, DollarIsALineAnchorAsInRubySyntax) {
   auto re = Regex::Compile(R"(\s+$)").value();
   auto m = re->FindAll("a  \nb \nc").value();
@@ -301,6 +325,26 @@ TEST(RegexTest, EmptyMatchesFollowOniguruma) {
   auto m = re->FindAll("axxb").value();
   std::vector<Regex::Match> want = {{0, 0}, {1, 3}, {4, 4}};
   EXPECT_EQ(m, want);
+}
+
+// Found by a differential fuzz against `tokenizers` 0.23 on the small_bpe fixture (its
+// [MASK] is single_word); the expected ids are `tokenizers`' own.
+TEST(TokenizerDifferentialTest, MatchesHuggingFaceOnFuzzFindings) {
+  std::string skip;
+  const Fixture* f = GetFixture("small_bpe", &skip);
+  ASSERT_NE(f, nullptr);
+  const std::pair<std::string, std::vector<int32_t>> cases[] = {
+      // The ByteLevel-free pre-tokenizer's \s+(?!\S) must not take U+180E.
+      {"  \u180E", {223, 223, 160, 257, 239}},
+      // single_word uses Rust regex's \w: ① is not a word character, a combining mark and
+      // ZWJ are.
+      {"[MASK]①", {2003, 161, 242, 257}},
+      {"\u0301[MASK]", {139, 226, 61, 47, 35, 53, 45, 63}},
+      {"\u200D[MASK]", {386, 61, 47, 35, 53, 45, 63}},
+  };
+  for (const auto& [text, want] : cases) {
+    EXPECT_EQ(f->tokenizer->Encode(text, false).value(), want) << "text: " << text;
+  }
 }
 
 // --- Malformed tokenizer.json --------------------------------------------------------
