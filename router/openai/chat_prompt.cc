@@ -42,22 +42,26 @@ std::optional<ApiError> CheckContinuable(const ApiRequest& r) {
   return std::nullopt;
 }
 
-// transformers' apply_chat_template cut: `rendered` ends right after the last occurrence of the
-// final message's content (whitespace-stripped, as transformers finds it), keeping the
-// content's trailing whitespace where the template kept it. (Python's strip() also strips
-// Unicode spaces; this strips ASCII whitespace.)
-std::variant<std::string, ApiError> CutAfterFinalMessage(std::string rendered, const std::string& content) {
+// transformers 5.x's continue_final_message: the final message's content is rendered with
+// this marker after it, and the prompt cut where the marker starts, so that it ends right after
+// the content wherever else that text occurs. Where the template trimmed the marker's space
+// (it trims the content), the cut's trailing whitespace goes too.
+constexpr absl::string_view kContinueMarker = "CONTINUE_FINAL_MESSAGE_TAG ";
+
+std::variant<std::string, ApiError> CutAtContinueMarker(std::string rendered, const std::string& content) {
+  const absl::string_view marker = absl::StripTrailingAsciiWhitespace(kContinueMarker);
   const absl::string_view stripped = absl::StripAsciiWhitespace(content);
-  const absl::string_view lstripped = absl::StripLeadingAsciiWhitespace(content);
-  const size_t at = rendered.rfind(stripped.data(), std::string::npos, stripped.size());
-  if (at == std::string::npos) {
+  const size_t at = rendered.rfind(marker.data(), std::string::npos, marker.size());
+  if (at == std::string::npos || rendered.find(stripped.data(), 0, stripped.size()) == std::string::npos) {
     return ContinueError(
         "'continue_final_message' is set but the final message's content does not appear in the "
         "prompt the chat template renders (the template changes or drops it), so the prompt "
         "cannot end inside it");
   }
-  const bool kept_as_is = rendered.compare(at, lstripped.size(), content) == 0;
-  rendered.resize(at + (kept_as_is ? lstripped.size() : stripped.size()));
+  const bool kept = rendered.compare(at, kContinueMarker.size(), kContinueMarker.data(), kContinueMarker.size()) == 0;
+  rendered.resize(at);
+  // Python's rstrip() also strips Unicode spaces; this strips ASCII whitespace.
+  if (!kept) rendered.resize(absl::StripTrailingAsciiWhitespace(rendered).size());
   return rendered;
 }
 
@@ -193,7 +197,13 @@ std::variant<std::string, ApiError> ChatPrompt::Render(const ApiRequest& r, Setu
   if (r.continue_final_message) {
     if (std::optional<ApiError> e = CheckContinuable(r)) return *e;
   }
-  std::variant<Json, ApiError> vars = Variables(r, t, setup);
+  std::optional<ApiRequest> marked;  // the request with the marker after its final content
+  if (r.continue_final_message) {
+    marked = r;
+    Json& content = marked->messages.back()["content"];
+    content = content.get<std::string>() + std::string(kContinueMarker);
+  }
+  std::variant<Json, ApiError> vars = Variables(marked.has_value() ? *marked : r, t, setup);
   if (auto* e = std::get_if<ApiError>(&vars)) return *e;
   absl::StatusOr<std::string> prompt =
       t.jinja != nullptr ? t.jinja->Render(std::get<Json>(vars)) : chat_template_->Render(std::get<Json>(vars));
@@ -206,7 +216,7 @@ std::variant<std::string, ApiError> ChatPrompt::Render(const ApiRequest& r, Setu
   }
   if (r.continue_final_message) {
     std::variant<std::string, ApiError> cut =
-        CutAfterFinalMessage(*std::move(prompt), r.messages.back()["content"].get<std::string>());
+        CutAtContinueMarker(*std::move(prompt), r.messages.back()["content"].get<std::string>());
     if (auto* e = std::get_if<ApiError>(&cut)) return *e;
     prompt = std::get<std::string>(std::move(cut));
   }

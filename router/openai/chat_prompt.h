@@ -3,7 +3,8 @@
 // messages and chat_template_kwargs, its tools where this model's template or tool-call syntax
 // puts them (tool_prompt.h), and a forced tool call's opening at the end. With
 // continue_final_message the rendered text is cut right after the final message's content (as
-// transformers' apply_chat_template cuts it), so the answer continues that message.
+// transformers 5.x's apply_chat_template cuts it: at a marker rendered after the content), so
+// the answer continues that message.
 //
 // /v1/chat/completions and /tokenize's messages form both render through Render(), so the
 // tokens /tokenize counts are the ones a chat request with the same fields sends. Tokenizing

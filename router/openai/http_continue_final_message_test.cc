@@ -105,16 +105,20 @@ TEST_F(HttpContinueFinalMessageTest, PromptEndsRightAfterTheFinalMessage) {
                                                                        {"type": "text", "text": "c"}]}], )" +
                      std::string(kContinue)),
             PromptIds("<user>a</user><assistant>b\nc"));
-  // Any final role continues, and an empty content leaves the rendered text whole.
+  // Any final role continues, an empty content too (transformers 5.17 gives each of these).
   EXPECT_EQ(Tokenize(R"("messages": [{"role": "user", "content": "count to"}], )" + std::string(kContinue)),
             PromptIds("<user>count to"));
   EXPECT_EQ(Tokenize(R"("messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": ""}], )" +
                      std::string(kContinue)),
-            PromptIds("<user>a</user><assistant></assistant>"));
+            PromptIds("<user>a</user><assistant>"));
+  // The cut is where the content ends, not where its text last occurs: "</assistant>" has a "t".
+  EXPECT_EQ(Tokenize(R"("messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "t"}], )" +
+                     std::string(kContinue)),
+            PromptIds("<user>x</user><assistant>t"));
 }
 
-// A template that trims the content: the cut falls after the stripped content, found at its
-// last occurrence (the user's "18" comes earlier).
+// A template that trims the content (and so the marker's space after it): the cut falls after
+// the stripped content.
 TEST_F(HttpContinueFinalMessageTest, TrimmedContentIsCutAfterItsStrippedText) {
   RestartWith(kTrimmingTemplate);
   const std::string fields = R"("messages": [{"role": "user", "content": "17 18"}, {"role": "assistant", "content": "  17 18 "}], )" +
