@@ -168,6 +168,36 @@ TEST(JsonSchemaNumberTest, IntegerMultipleOf) {
               HasSubstr("multipleOf must be a number greater than 0"));
 }
 
+// int64 bounds have 19 digits: magnitudes from 10^18 on were taken as past every bound, so
+// 10^18 passed "minimum": INT64_MAX (and a walk wrote it), INT64_MAX itself was refused under
+// "multipleOf": INT64_MAX after its 18 first digits had been allowed (an empty mask), and
+// a digit more overflowed the __int128 look-ahead.
+TEST(JsonSchemaNumberTest, IntegerBoundsOfNineteenDigits) {
+  auto at_max = MustCompile(R"({"type": "integer", "minimum": 9223372036854775807})");
+  EXPECT_TRUE(Accepts(*at_max, "9223372036854775807"));
+  EXPECT_TRUE(Accepts(*at_max, "92233720368547758070"));
+  // Below the bound; a further digit would pass it, so the digits are taken but do not end.
+  EXPECT_FALSE(Read(*at_max, "1000000000000000000").complete);
+  EXPECT_FALSE(Read(*at_max, "9223372036854775806").complete);
+  auto at_min = MustCompile(R"({"type": "integer", "maximum": -9223372036854775808})");
+  EXPECT_TRUE(Accepts(*at_min, "-9223372036854775808"));
+  EXPECT_FALSE(Read(*at_min, "-9223372036854775806").complete);
+  EXPECT_FALSE(Read(*at_min, "-1000000000000000000").complete);
+
+  auto multiple = MustCompile(R"({"type": "integer", "multipleOf": 9223372036854775807,
+                                  "maximum": 9223372036854775807})");
+  EXPECT_TRUE(Accepts(*multiple, "9223372036854775807"));
+  EXPECT_TRUE(Accepts(*multiple, "-9223372036854775807"));
+  EXPECT_TRUE(Accepts(*multiple, "-92233720368547758070"));
+  EXPECT_EQ(Taken(multiple, "9223372036854775808"), 18u);
+  auto thirds = MustCompile(R"({"type": "integer", "minimum": -9223372036854775808,
+                                "multipleOf": 3})");
+  EXPECT_TRUE(Accepts(*thirds, "-9223372036854775806"));  // 3 * -3074457345618258602
+  EXPECT_EQ(Taken(thirds, "-9223372036854775807"), 19u);  // not a multiple: its last digit
+  EXPECT_EQ(Taken(thirds, "-9223372036854775809"), 19u);
+  EXPECT_TRUE(Accepts(*thirds, "123456789012345678901234567890"));
+}
+
 TEST(JsonSchemaNumberTest, FractionalMultipleOfListsWhatPythonAccepts) {
   auto s = MustCompile(R"({"type": "number", "minimum": 0, "maximum": 0.1, "multipleOf": 0.01})");
   for (const char* ok : {"0", "0.01", "0.05", "0.06", "0.08", "0.1"}) {

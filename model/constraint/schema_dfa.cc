@@ -241,8 +241,9 @@ class PatternParser {
   }
 
   // After '\': a set (classes and literal escapes). `in_class`: inside [...];
-  // `negated_class`: inside [^...], where \d \w \s are refused (their complements differ
-  // between the engines beyond ASCII).
+  // `negated_class`: inside [^...], where \d \w \s \D \W \S are refused: their complements
+  // differ between the engines beyond ASCII, and the ASCII-only \D \W \S would, complemented,
+  // admit every non-ASCII code point ([^\S] would take 'é', which neither engine's does).
   absl::StatusOr<Ranges> Escape(bool in_class, bool negated_class) {
     if (pos_ >= p_.size()) return Error("a trailing '\\'");
     const char c = p_[pos_++];
@@ -257,9 +258,9 @@ class PatternParser {
       case 'd': return shorthand(kDigit);
       case 'w': return shorthand(kWord);
       case 's': return shorthand(kSpace);
-      case 'D': return kNotDigitAscii;
-      case 'W': return kNotWordAscii;
-      case 'S': return kNotSpaceAscii;
+      case 'D': return shorthand(kNotDigitAscii);
+      case 'W': return shorthand(kNotWordAscii);
+      case 'S': return shorthand(kNotSpaceAscii);
       case 't': return Ranges{{'\t', '\t'}};
       case 'n': return Ranges{{'\n', '\n'}};
       case 'r': return Ranges{{'\r', '\r'}};

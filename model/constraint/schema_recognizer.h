@@ -100,8 +100,8 @@ enum class FrameKind : uint8_t {
   kString,   // phase StringPhase; value = code points so far (bounded strings only)
   kDfaString,  // value = dfa state
   kNumber,   // phase = NumberPhase
-  // flags IntegerFlags; value = magnitude so far (bounded or multipleOf integers only; past
-  // 10^18, kIntBig: the magnitude modulo `multiple`)
+  // flags IntegerFlags; value = magnitude so far (bounded or multipleOf integers only; from
+  // kIntPastBounds on, kIntBig: the magnitude modulo `multiple`)
   kInteger,
   kLiteral,  // value = (index of the first literal with this prefix) << 32 | prefix length
   kDfaNumber,  // value = dfa state (ends when a byte the number cannot take comes)
@@ -114,6 +114,8 @@ enum NumberPhase : uint8_t {
   kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNumExpMark, kNumExpSign, kNumExpDigits
 };
 enum IntegerFlags : uint8_t { kIntNegative = 1, kIntDigit = 2, kIntZero = 4, kIntBig = 8 };
+// 10^19: past every int64 bound (|INT64_MIN| = 9.2e18 < 10^19 < UINT64_MAX).
+inline constexpr uint64_t kIntPastBounds = 10'000'000'000'000'000'000ull;
 
 struct Frame {
   FrameKind kind = FrameKind::kThread;

@@ -465,15 +465,18 @@ bool Stepper::IntegerLive(const Node& n, uint8_t flags, uint64_t magnitude) cons
   constexpr __int128 kHuge = static_cast<__int128>(1) << 100;
   if (!(flags & kIntDigit)) return signed_range_meets(0, kHuge);
   if (flags & kIntZero) return signed_range_meets(0, 0);
-  // Past 10^18 only an unbounded side is left, and appending digits reaches every residue.
+  // Past every int64 bound only an unbounded side is left, and appending digits reaches every
+  // residue.
   if (flags & kIntBig) return negative ? !n.has_lo : !n.has_hi;
+  // Each appended digit multiplies the reachable magnitudes by 10; once they are past every
+  // int64 bound the answer is the one above (stopping there also keeps lo_m * 10 in range).
   __int128 lo_m = magnitude, span = 1;
-  for (int extra = 0; extra <= 20; ++extra) {
+  while (lo_m < static_cast<__int128>(kIntPastBounds)) {
     if (signed_range_meets(lo_m, lo_m + span - 1)) return true;
     lo_m *= 10;
     span *= 10;
   }
-  return false;
+  return negative ? !n.has_lo : !n.has_hi;
 }
 
 bool Stepper::IntegerCanEnd(const Node& n, uint8_t flags, uint64_t magnitude) const {
@@ -499,11 +502,14 @@ void Stepper::IntegerByte(Work& w, uint8_t b, Emitter& out) const {
     f.value = n.multiple > 1 ? static_cast<uint64_t>(
         (static_cast<unsigned __int128>(f.value) * 10 + (b - '0')) % n.multiple) : 0;
   } else if (bounded) {
-    constexpr uint64_t kBig = 1'000'000'000'000'000'000ull;  // past every int64 bound / 9
-    f.value = f.value * 10 + (b - '0');
-    if (f.value >= kBig) {
+    // Exact below kIntPastBounds (f.value < 10^19, so this fits), which a 19-digit bound
+    // such as INT64_MAX needs; only magnitudes past every bound become kIntBig.
+    const unsigned __int128 next = static_cast<unsigned __int128>(f.value) * 10 + (b - '0');
+    if (next >= kIntPastBounds) {
       f.flags |= kIntBig;
-      f.value = n.multiple > 1 ? f.value % n.multiple : 0;
+      f.value = n.multiple > 1 ? static_cast<uint64_t>(next % n.multiple) : 0;
+    } else {
+      f.value = static_cast<uint64_t>(next);
     }
   }
   if (bounded && !IntegerLive(n, f.flags, f.value)) return;
