@@ -4,6 +4,7 @@
 #include <google/protobuf/wire_format_lite.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/request_limits.h"
 #include "router/validation.h"
 
 namespace mlaserve::router {
@@ -36,6 +37,31 @@ SamplingConfig SamplingFromProto(const v1::SamplingParams& p) {
   if (p.has_skip_special_tokens()) s.skip_special_tokens = p.skip_special_tokens();
   s.include_stop_str_in_output = p.include_stop_str_in_output();
   return s;
+}
+
+absl::Status ValidateSamplingProto(const v1::SamplingParams& p) {
+  if (!v1::ResponseFormat_IsValid(p.response_format())) {
+    return absl::InvalidArgumentError(absl::StrCat("response_format ", p.response_format(),
+                                                   " is unknown; it must be TEXT (0), "
+                                                   "JSON_OBJECT (1) or JSON_SCHEMA (2)"));
+  }
+  if (!p.response_format_schema().empty() &&
+      p.response_format() != v1::RESPONSE_FORMAT_JSON_SCHEMA) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("response_format_schema is set with response_format ",
+                     v1::ResponseFormat_Name(p.response_format()),
+                     "; it needs RESPONSE_FORMAT_JSON_SCHEMA"));
+  }
+  const auto out_of_range = [](const char* field, int32_t value) {
+    return absl::InvalidArgumentError(absl::StrCat(field, " ", value,
+                                                   " is out of range; it must be in [0, ",
+                                                   common::kMaxTopLogprobs, "] (unset = none)"));
+  };
+  if (p.has_logprobs() && p.logprobs() < 0) return out_of_range("logprobs", p.logprobs());
+  if (p.has_prompt_logprobs() && p.prompt_logprobs() < 0) {
+    return out_of_range("prompt_logprobs", p.prompt_logprobs());
+  }
+  return absl::OkStatus();
 }
 
 v1::SamplingParams SamplingToProto(const SamplingConfig& s) {

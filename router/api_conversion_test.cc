@@ -86,6 +86,43 @@ TEST(SamplingToProto, FillsEveryOptionalAndRoundTrips) {
   EXPECT_TRUE(back.json_schema_requested);
 }
 
+// What the conversion would lose: found by an outside fuzzer, each was served (an unknown format
+// as free text, a schema beside TEXT constrained all the same, logprobs -1 as none).
+TEST(ValidateSamplingProto, RefusesWhatTheConversionCannotCarryNamingTheField) {
+  EXPECT_TRUE(ValidateSamplingProto(v1::SamplingParams()).ok());
+  v1::SamplingParams p;
+  p.set_response_format(static_cast<v1::ResponseFormat>(7));
+  absl::Status st = ValidateSamplingProto(p);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("response_format 7 is unknown"));
+
+  p = v1::SamplingParams();
+  p.set_response_format_schema(R"({"type":"integer"})");
+  st = ValidateSamplingProto(p);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "response_format_schema is set with response_format RESPONSE_FORMAT_TEXT; it needs "
+            "RESPONSE_FORMAT_JSON_SCHEMA");
+  p.set_response_format(v1::RESPONSE_FORMAT_JSON_OBJECT);
+  EXPECT_THAT(std::string(ValidateSamplingProto(p).message()),
+              HasSubstr("with response_format RESPONSE_FORMAT_JSON_OBJECT"));
+  p.set_response_format(v1::RESPONSE_FORMAT_JSON_SCHEMA);
+  EXPECT_TRUE(ValidateSamplingProto(p).ok());
+
+  p = v1::SamplingParams();
+  p.set_logprobs(-1);
+  EXPECT_EQ(ValidateSamplingProto(p).message(),
+            "logprobs -1 is out of range; it must be in [0, 20] (unset = none)");
+  p.set_logprobs(0);
+  EXPECT_TRUE(ValidateSamplingProto(p).ok());
+  p.set_prompt_logprobs(-1);
+  EXPECT_EQ(ValidateSamplingProto(p).message(),
+            "prompt_logprobs -1 is out of range; it must be in [0, 20] (unset = none)");
+  // Above the range is ValidateAndResolveSampling's, after the conversion.
+  p.set_prompt_logprobs(21);
+  EXPECT_TRUE(ValidateSamplingProto(p).ok());
+}
+
 TEST(DiagnoseUnparsableGenerateRequest, NamesTheFieldWithInvalidUtf8) {
   const std::string bad_text("\x12\x02\xC3\x28", 4);
   EXPECT_THAT(std::string(DiagnoseUnparsableGenerateRequest(bad_text).message()),

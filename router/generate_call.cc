@@ -107,6 +107,7 @@ absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& re
       return absl::InvalidArgumentError("prompt is empty: set text or token_ids");
   }
   RETURN_IF_ERROR(ValidatePrompt(prompt_ids_, limits));
+  RETURN_IF_ERROR(ValidateSamplingProto(req.sampling()));
   sampling_ = SamplingFromProto(req.sampling());
   RETURN_IF_ERROR(ValidateAndResolveSampling(sampling_, static_cast<int32_t>(prompt_ids_.size()),
                                              limits));

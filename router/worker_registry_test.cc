@@ -58,6 +58,14 @@ TEST(WorkerRegistry, DuplicateAndMalformedAddressesAreRefused) {
   auto bad = reg.AddByAddress(WorkerRole::kDecode, "nohostport", WorkerSource::kAdmin);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("'nohostport'"));
+  // Ports no worker can listen on (AddWorker took them, found by an outside fuzzer).
+  for (const char* address : {"h:-5", "h:0", "h:65536", "h:99999", "h:abc", "h:+80", "h: 80",
+                              "h:000080"}) {
+    auto port = reg.AddByAddress(WorkerRole::kDecode, address, WorkerSource::kAdmin);
+    EXPECT_EQ(port.status().code(), absl::StatusCode::kInvalidArgument) << address;
+    EXPECT_THAT(std::string(port.status().message()), HasSubstr("has port")) << address;
+  }
+  EXPECT_TRUE(reg.AddByAddress(WorkerRole::kDecode, "[::1]:65535", WorkerSource::kAdmin).ok());
 }
 
 TEST(WorkerRegistry, SelfRegistrationHeartbeatExpiryAndForgetting) {

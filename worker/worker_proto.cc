@@ -1,5 +1,7 @@
 #include "worker/worker_proto.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +14,25 @@
 #endif
 
 namespace mlaserve::worker {
+namespace {
+
+// The repetition penalty divides a positive logit and multiplies a negative one, in float32.
+// Any value > 0 is valid (api.proto), but one below kMinRepetitionPenalty or above
+// kMaxRepetitionPenalty turns ordinary logits into +/-infinity, and the sampler's softmax then
+// meets inf - inf = NaN: it draws any token, one a JSON mask refused included (the request
+// ended INTERNAL "breaks the JSON constraint"). At these bounds the logits the penalty touches
+// (|logit| < 3e8 stays finite) are already 1e30 times their size, so the draw is the one the
+// exact value gives: clamping changes what float32 computes, not the distribution.
+constexpr float kMinRepetitionPenalty = 1e-30f;
+constexpr float kMaxRepetitionPenalty = 1e30f;
+
+float EffectiveRepetitionPenalty(float penalty) {
+  // NaN, infinity and values <= 0 stay as they are, for ValidateSamplingValues to refuse.
+  if (!(penalty > 0.0f) || std::isinf(penalty)) return penalty;
+  return std::clamp(penalty, kMinRepetitionPenalty, kMaxRepetitionPenalty);
+}
+
+}  // namespace
 
 absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::SamplingParams& p,
                                                          int32_t vocab_size) {
@@ -20,7 +41,9 @@ absl::StatusOr<model::SamplingOptions> ToSamplingOptions(const mlaserve::v1::Sam
   if (p.has_top_p()) o.top_p = p.top_p();
   if (p.has_top_k()) o.top_k = p.top_k();
   if (p.has_min_p()) o.min_p = p.min_p();
-  if (p.has_repetition_penalty()) o.repetition_penalty = p.repetition_penalty();
+  if (p.has_repetition_penalty()) {
+    o.repetition_penalty = EffectiveRepetitionPenalty(p.repetition_penalty());
+  }
   if (p.has_presence_penalty()) o.presence_penalty = p.presence_penalty();
   if (p.has_frequency_penalty()) o.frequency_penalty = p.frequency_penalty();
   for (const auto& [id, bias] : p.logit_bias()) o.logit_bias.emplace_back(id, bias);

@@ -1,7 +1,12 @@
 #include "worker/worker_proto.h"
 
+#include <cstdint>
+#include <limits>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/sampler.h"
 
 namespace mlaserve::worker {
 namespace {
@@ -27,6 +32,50 @@ TEST(WorkerProtoTest, SamplingDefaultsAndValues) {
   EXPECT_EQ(o->top_p, 0.5f);
   p.set_top_p(1.5f);
   EXPECT_EQ(ToSamplingOptions(p).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A repetition penalty at either end of (0, FLT_MAX] turned the touched logits into +/-infinity
+// and the sampler's softmax into NaN, which drew a token the JSON mask had refused (the request
+// ended INTERNAL). The worker's edge keeps the penalty where the logits stay finite.
+TEST(WorkerProtoTest, ExtremeRepetitionPenaltiesKeepTheMaskedDrawInsideTheMask) {
+  constexpr int kVocab = 8;
+  // Tokens 4 and 5 are allowed; the history holds both.
+  const std::vector<uint64_t> allowed = {(uint64_t{1} << 4) | (uint64_t{1} << 5)};
+  const std::vector<int32_t> history = {4, 5};
+  struct Case {
+    float penalty;
+    float logit4, logit5;  // positive: divided by the penalty; negative: multiplied
+  };
+  for (const Case& c : {Case{std::numeric_limits<float>::denorm_min(), 0.5f, 0.25f},
+                        Case{1e-38f, 0.5f, 0.25f},
+                        Case{std::numeric_limits<float>::max(), -2.0f, -3.0f},
+                        Case{1e38f, -2.0f, -3.0f}}) {
+    SCOPED_TRACE(c.penalty);
+    mlaserve::v1::SamplingParams p;
+    p.set_repetition_penalty(c.penalty);
+    p.set_seed(11);
+    auto o = ToSamplingOptions(p, kVocab);
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_GT(o->repetition_penalty, 0.0f);
+    for (uint64_t step = 0; step < 4; ++step) {
+      std::vector<float> logits = {9.0f, 8.0f, 7.0f, 6.0f, c.logit4, c.logit5, 5.0f, 4.0f};
+      model::SampleRow row{.options = *o, .step = step, .history = history, .allowed = allowed};
+      auto ids = model::Sampler().Sample(logits, kVocab, {&row, 1});
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      // Either way token 4 dominates: the larger logit divided by a tiny penalty, or the
+      // smaller magnitude multiplied by a huge one.
+      EXPECT_EQ((*ids)[0], 4);
+    }
+  }
+  // Out-of-range values are still refused, not clamped into range.
+  for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    mlaserve::v1::SamplingParams p;
+    p.set_repetition_penalty(bad);
+    auto o = ToSamplingOptions(p, kVocab);
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(o.status().message(), HasSubstr("repetition_penalty")) << bad;
+  }
 }
 
 TEST(WorkerProtoTest, OpenAiKnobs) {
