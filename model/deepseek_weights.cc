@@ -394,6 +394,15 @@ absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& c, Weight
                                                    c.layer_is_moe.size(), " entries for ",
                                                    c.num_hidden_layers, " layers"));
   }
+  // Every layer's weights are read in order; refuse a num_hidden_layers the checkpoint does
+  // not hold before sizing anything by it.
+  const std::string last_layer =
+      absl::StrCat("model.layers.", c.num_hidden_layers - 1, ".input_layernorm.weight");
+  if (!store.Has(last_layer)) {
+    return absl::NotFoundError(absl::StrCat("config.json has num_hidden_layers ",
+                                            c.num_hidden_layers, ", but the checkpoint has no '",
+                                            last_layer, "'"));
+  }
   w.layers.reserve(c.num_hidden_layers);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     ASSIGN_OR_RETURN(LayerWeights lw, LoadLayer(c, pl, widths, ld, l));

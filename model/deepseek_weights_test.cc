@@ -224,5 +224,21 @@ TEST(DeepseekWeightsPadding, V2BiasesAndARanksSlices) {
       hidden, Axis(6, 8), "expert 0's down_proj columns of rank 1");
 }
 
+// A config.json num_hidden_layers beyond the checkpoint's layers is refused naming both before
+// anything is sized by it (the count alone once made a multi-gigabyte reservation throw).
+TEST(DeepseekWeightsLoad, RefusesMoreLayersThanTheCheckpointHolds) {
+  Checkpoint ck = Open("deepseek_v3_pad");
+  ASSERT_NE(ck.store, nullptr);
+  ModelConfig c = ck.config;
+  c.num_hidden_layers = 1000000;
+  c.layer_is_moe.resize(c.num_hidden_layers, true);
+  absl::StatusOr<DeepseekWeights> w = LoadDeepseekWeights(c, *ck.store);
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(w.status().message().find("num_hidden_layers 1000000, but the checkpoint has no "
+                                      "'model.layers.999999.input_layernorm.weight'"),
+            std::string::npos)
+      << w.status();
+}
+
 }  // namespace
 }  // namespace mlaserve::model

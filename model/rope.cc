@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -164,6 +165,16 @@ absl::StatusOr<RopeTable> BuildRopeTable(const RopeConfig& rope, int rot_dim, in
   if (max_position <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("rope table size is ", max_position, "; it must be positive"));
+  }
+  // The table holds every position up front, and max_position comes from config.json: refuse
+  // sizes no host should hold instead of letting the allocation throw.
+  constexpr uint64_t kMaxTableBytes = uint64_t{4} << 30;
+  const uint64_t table_bytes = uint64_t(max_position) * uint64_t(rot_dim) * sizeof(float);
+  if (table_bytes > kMaxTableBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a RoPE table of ", max_position, " positions x ", rot_dim, " rotary dims needs ",
+        table_bytes, " bytes; mlaserve builds at most ", kMaxTableBytes,
+        " (max_position_embeddings in config.json)"));
   }
   RopeTable table;
   table.rot_dim = rot_dim;

@@ -133,5 +133,16 @@ TEST(RopeTest, RejectsBadInputs) {
   EXPECT_NE(s.status().message().find("longrope"), std::string::npos);
 }
 
+// max_position_embeddings comes from config.json: a table too large to build is an error
+// naming its size, not a std::bad_alloc.
+TEST(RopeTest, RefusesTablesTooLargeToBuild) {
+  RopeConfig r;
+  auto t = BuildRopeTable(r, 64, 2147483647, 2147483647);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(t.status().message().find("2147483647 positions x 64"), std::string::npos)
+      << t.status();
+  EXPECT_NE(t.status().message().find("max_position_embeddings"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mlaserve::model

@@ -73,6 +73,7 @@ class Parser {
     RETURN_IF_ERROR(config_internal::ParseMlpLayers(r_, c_));
     RETURN_IF_ERROR(config_internal::ParseMoeRouting(r_, c_));
     RETURN_IF_ERROR(ParseIndexer());
+    RETURN_IF_ERROR(CheckMlpWidths());
     RETURN_IF_ERROR(ParseTokens());
     RETURN_IF_ERROR(ParseQuantization());
     RETURN_IF_ERROR(RefusePrunedHeads());
@@ -168,6 +169,7 @@ class Parser {
     } else {
       r_.Take("q_lora_rank");
     }
+    RETURN_IF_ERROR(CheckAttentionWidths());
     // Optional fields take HF's per-model defaults.
     // MLA decompresses the latent into a key and value for every head, so num_key_value_heads
     // has no effect on the math. HF's V3 class default is 128 whatever the head count, and tiny
@@ -223,6 +225,50 @@ class Parser {
     RETURN_IF_ERROR(r_.AliasedInt("num_nextn_predict_layers", "num_mtp_layers", &mtp, 0));
     c_.num_nextn_predict_layers = mtp;
     return absl::OkStatus();
+  }
+
+  // The engine holds weight widths in int and pads each up to kMlaDimAlign (model/mla_dims.h,
+  // model/model_widths.h); `value` (what `what` multiplies out to) above kMaxWeightWidth
+  // would overflow there.
+  static absl::Status CheckWidth(const std::string& what, int64_t value) {
+    constexpr int64_t kMaxWeightWidth = int64_t{1} << 30;
+    if (value <= kMaxWeightWidth) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", what, " is ", value,
+                                                   "; mlaserve supports weight widths up to ",
+                                                   kMaxWeightWidth));
+  }
+
+  absl::Status CheckAttentionWidths() const {
+    const int64_t heads = c_.num_attention_heads, nope = c_.qk_nope_head_dim,
+                  rope = c_.qk_rope_head_dim, v = c_.v_head_dim;
+    RETURN_IF_ERROR(CheckWidth("vocab_size", c_.vocab_size));
+    RETURN_IF_ERROR(CheckWidth("hidden_size", c_.hidden_size));
+    if (c_.q_lora_rank.has_value()) {
+      RETURN_IF_ERROR(CheckWidth("q_lora_rank", *c_.q_lora_rank));
+    }
+    RETURN_IF_ERROR(CheckWidth(absl::StrCat("kv_lora_rank ", c_.kv_lora_rank,
+                                            " + qk_rope_head_dim ", rope),
+                               c_.kv_lora_rank + rope));
+    RETURN_IF_ERROR(CheckWidth(absl::StrCat("num_attention_heads ", heads,
+                                            " x (qk_nope_head_dim ", nope,
+                                            " + qk_rope_head_dim ", rope, ")"),
+                               heads * (nope + rope)));
+    return CheckWidth(absl::StrCat("num_attention_heads ", heads, " x (qk_nope_head_dim ", nope,
+                                   " + v_head_dim ", v, ")"),
+                      heads * (nope + v));
+  }
+
+  // gate_proj and up_proj are stacked into one matrix of twice the intermediate width.
+  absl::Status CheckMlpWidths() const {
+    const int64_t inter = c_.intermediate_size, moe = c_.moe_intermediate_size;
+    RETURN_IF_ERROR(CheckWidth(absl::StrCat("2 x intermediate_size ", inter), 2 * inter));
+    RETURN_IF_ERROR(CheckWidth(absl::StrCat("2 x moe_intermediate_size ", moe), 2 * moe));
+    RETURN_IF_ERROR(CheckWidth(absl::StrCat("2 x n_shared_experts ", c_.n_shared_experts,
+                                            " x moe_intermediate_size ", moe),
+                               2 * moe * c_.n_shared_experts));
+    return CheckWidth(absl::StrCat("index_n_heads ", c_.index_n_heads, " x index_head_dim ",
+                                   c_.index_head_dim),
+                      int64_t{c_.index_n_heads} * c_.index_head_dim);
   }
 
   absl::Status ParseIndexer() {

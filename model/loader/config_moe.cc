@@ -1,5 +1,6 @@
 // config.json: the MLP layout (which layers are MoE) and the MoE router, as HF runs them.
 // Part of the config parser (config.cc); see config_reader.h.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,12 @@ absl::Status ParseMoeRouting(FieldReader& r, ModelConfig& c) {
   }
   c.routed_scaling_factor = is_v2 ? 1.0 : 2.5;
   RETURN_IF_ERROR(r.Double("routed_scaling_factor", &c.routed_scaling_factor));
+  // The routing kernels scale in f32; a factor beyond its range would become inf there.
+  if (!std::isfinite(static_cast<float>(c.routed_scaling_factor))) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: routed_scaling_factor ",
+                                                   c.routed_scaling_factor,
+                                                   " is not a finite float32"));
+  }
   // Absent n_group/topk_group take HF's class defaults; an explicit null means one group.
   c.n_group = is_v2 ? 1 : 8;
   c.topk_group = is_v2 ? 1 : 4;
@@ -124,6 +131,15 @@ absl::Status ParseMoeRouting(FieldReader& r, ModelConfig& c) {
       AddWarning(c, "norm_topk_prob true is ignored: HF's deepseek_v2 router never normalises");
     c.norm_topk_prob = false;
     c.has_correction_bias = false;
+    // HF's greedy router reads neither n_group nor topk_group; the routing kernel would still
+    // check and size its group arrays by them, so record the one group it effectively uses.
+    if (!grouped && (c.n_group != 1 || c.topk_group != 1)) {
+      AddWarning(c, absl::StrCat("n_group ", c.n_group, " and topk_group ", c.topk_group,
+                                 " are ignored: HF's deepseek_v2 greedy router does not group "
+                                 "experts"));
+      c.n_group = 1;
+      c.topk_group = 1;
+    }
   } else {
     // DeepseekV3TopkRouter / DeepseekV32TopkRouter: sigmoid scores plus
     // e_score_correction_bias, groups ranked by the sum of their top-2 biased scores.

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "model/loader/config.h"
+#include "model/loader/json_nesting.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -23,6 +24,7 @@ using Json = nlohmann::json;
 
 // The value as JSON text, cut short so messages stay one line.
 inline std::string ShortDump(const Json& v) {
+  if (JsonNestedDeeperThan(v, 64)) return absl::StrCat("(", v.type_name(), " nested over 64 deep)");
   std::string s = v.dump();
   if (s.size() > 80) s = s.substr(0, 77) + "...";
   return s;

@@ -159,6 +159,25 @@ class RopeParser {
       const double m = YarnMscale(rope.factor, rope.mscale_all_dim);
       c_.softmax_scale *= m * m;
     }
+    // Both scales reach the kernels as f32 (kernels/rope's table, the attention's softmax):
+    // mscale fields beyond its range would make them inf or 0 there.
+    const auto finite_f32 = [](double v) {
+      return std::isfinite(static_cast<float>(v)) && static_cast<float>(v) != 0.0f;
+    };
+    if (!finite_f32(c_.softmax_scale)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: ", scope_, " factor ", rope.factor, " with mscale_all_dim ",
+          rope.mscale_all_dim, " gives softmax scale ", c_.softmax_scale,
+          ", which is not a finite non-zero float32"));
+    }
+    if (!finite_f32(rope.attention_scaling)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json: ", scope_, " (factor ", rope.factor, ", mscale ", rope.mscale,
+          ", mscale_all_dim ", rope.mscale_all_dim, ", attention_factor ",
+          rope.attention_factor.has_value() ? absl::StrCat(*rope.attention_factor) : "unset",
+          ") gives attention scaling ", rope.attention_scaling,
+          ", which is not a finite non-zero float32"));
+    }
     return ParseInterleave();
   }
 

@@ -2,6 +2,7 @@
 // what transformers 5.17 computes from them (model/loader/config_rope.cc).
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -54,6 +55,43 @@ TEST(ModelConfigTest, YarnAttentionScaling) {
   EXPECT_FALSE(c->rope.truncate);
   EXPECT_DOUBLE_EQ(c->rope.beta_fast, 16.0);
   EXPECT_DOUBLE_EQ(c->rope.beta_slow, 2.0);
+}
+
+// YaRN's scales reach the kernels as f32: values that become inf (or 0) there are refused at
+// parse time, naming the fields, instead of failing the first forward pass.
+TEST(ModelConfigTest, YarnScalesMustBeFiniteFloat32) {
+  auto parse_rope = [](Json rope) {
+    Json j = Json::parse(kV3);
+    j["rope_scaling"] = std::move(rope);
+    return ParseModelConfig(j.dump()).status();
+  };
+  ExpectInvalid(parse_rope({{"type", "yarn"}, {"factor", 4}, {"mscale_all_dim", 1e300}}),
+                "mscale_all_dim 1e+300", "softmax scale inf");
+  ExpectInvalid(parse_rope({{"type", "yarn"}, {"factor", 4}, {"attention_factor", 1e308}}),
+                "attention_factor 1e+308", "not a finite non-zero float32");
+  ExpectInvalid(parse_rope({{"type", "yarn"},
+                            {"factor", 4},
+                            {"mscale", -1e300},
+                            {"mscale_all_dim", 1e-300}}),
+                "rope_scaling (factor 4, mscale -1e+300", "attention scaling");
+}
+
+// HF's deepseek_v2 greedy router never groups experts: n_group and topk_group are ignored (and
+// warned about) rather than reaching the routing kernel, which sizes its arrays by them.
+TEST(ModelConfigTest, V2GreedyIgnoresGroups) {
+  for (const auto& [n_group, topk_group] : {std::pair{3, 1}, std::pair{1, 2147483647}}) {
+    Json j = Json::parse(kV2Lite);
+    j["n_group"] = n_group;
+    j["topk_group"] = topk_group;
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(j.dump());
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->routing_method, RoutingMethod::kGreedy);
+    EXPECT_EQ(c->n_group, 1);
+    EXPECT_EQ(c->topk_group, 1);
+    EXPECT_THAT(c->warnings, ::testing::Contains(HasSubstr(
+                                 absl::StrCat("n_group ", n_group, " and topk_group ", topk_group,
+                                              " are ignored"))));
+  }
 }
 
 // The rope types transformers' DeepSeek classes run, read as HF reads them.

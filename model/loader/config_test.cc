@@ -363,6 +363,26 @@ TEST(ModelConfigTest, ErrorsNameFieldAndValue) {
                 "'n_shared_experts' is null");
   ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["first_k_dense_replace"] = nullptr; }),
                 "'first_k_dense_replace' is null");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["routed_scaling_factor"] = 1e300; }),
+                "routed_scaling_factor 1e+300", "finite float32");
+  // Widths the engine derives (and pads) in int: an overflow is refused naming its factors.
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["num_attention_heads"] = 2147483647; }),
+                "num_attention_heads 2147483647 x (qk_nope_head_dim 128 + qk_rope_head_dim 64) "
+                "is 412316860224", "up to 1073741824");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["kv_lora_rank"] = 2147483647; }),
+                "kv_lora_rank 2147483647 + qk_rope_head_dim 64");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["hidden_size"] = 2147483647; }),
+                "hidden_size is 2147483647");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["n_shared_experts"] = 2147483647; }),
+                "2 x n_shared_experts 2147483647 x moe_intermediate_size 2048");
+  ExpectInvalid(ParseEdited(kV3, [](Json& j) { j["moe_intermediate_size"] = 2147483647; }),
+                "2 x moe_intermediate_size 2147483647");
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  ExpectInvalid(ParseModelConfig(deep).status(), "(array nested over 64 deep)");
+  std::string deep_field = kV3;  // as text: Json::dump() of the edit would itself recurse
+  deep_field.insert(deep_field.rfind('}'), ", \"hidden_act\": " + deep);
+  ExpectInvalid(ParseModelConfig(deep_field).status(), "'hidden_act'",
+                "(array nested over 64 deep)");
   ExpectInvalid(ParseModelConfig("{\"model_type\": ").status(), "not valid JSON");
   ExpectInvalid(ParseModelConfig("[1, 2]").status(), "JSON object");
 }

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "model/loader/json_nesting.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::model {
@@ -29,6 +30,7 @@ using Json = nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
 
 std::string Dump(const Json& v) {
+  if (JsonNestedDeeperThan(v, 64)) return absl::StrCat("(", v.type_name(), " nested over 64 deep)");
   std::string s = v.dump();
   return s.size() > 80 ? s.substr(0, 77) + "..." : s;
 }

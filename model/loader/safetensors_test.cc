@@ -219,6 +219,16 @@ TEST_F(BrokenFileTest, MalformedHeaders) {
               absl::StatusCode::kInvalidArgument, "__metadata__", "'format'");
 }
 
+// Deeply nested JSON parses (nlohmann's parser keeps its own stack) but Json::dump() recurses
+// per level: messages quoting such a value must not overflow the stack.
+TEST_F(BrokenFileTest, DeeplyNestedHeaderValues) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  ExpectError(OpenRaw(deep, ""), absl::StatusCode::kInvalidArgument, "JSON object",
+              "(array nested over 64 deep)");
+  ExpectError(OpenRaw("{\"w\": " + deep + "}", ""), absl::StatusCode::kInvalidArgument, "'w'",
+              "(array nested over 64 deep)");
+}
+
 TEST(SafetensorsDTypeTest, Names) {
   EXPECT_EQ(*ParseSafetensorsDType("BF16"), DType::kBF16);
   EXPECT_EQ(*ParseSafetensorsDType("F8_E4M3"), DType::kFP8E4M3);
