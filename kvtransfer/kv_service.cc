@@ -2,10 +2,14 @@
 
 #include <memory>
 
+#include <grpcpp/alarm.h>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/self_owned.h"
 #include "kvtransfer/proto_convert.h"
+#include "spdlog/spdlog.h"
 
 namespace mlaserve::kvtransfer {
 
@@ -19,16 +23,42 @@ namespace {
 class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>,
                                public common::SelfOwned<PushPagesReactor> {
  public:
-  PushPagesReactor(KvReceiver* receiver, v1::KvPushResult* result)
-      : receiver_(receiver), result_(result), finish_(std::make_shared<FinishOnce>(this)) {}
+  PushPagesReactor(KvReceiver* receiver, v1::KvPushResult* result, std::string peer)
+      : receiver_(receiver),
+        result_(result),
+        peer_(std::move(peer)),
+        finish_(std::make_shared<FinishOnce>(this)) {}
 
-  void Start() { StartRead(&msg_); }
+  // Until its first message arrives no session's deadline covers the stream, so it gets one of
+  // its own (the receiver's no-progress deadline): a peer that sends half a message and stops
+  // is dropped, with what gRPC buffered of the message, instead of holding both forever.
+  void Start() {
+    const absl::Duration timeout = receiver_->no_progress_timeout();
+    // gRPC keeps the callback after it ran: it moves its reference out, or the reactor would
+    // hold itself through its own alarm forever.
+    first_message_alarm_.Set(absl::ToChronoTime(absl::Now() + timeout),
+                             [self = SelfRef(), timeout](bool fired) mutable {
+                               std::shared_ptr<PushPagesReactor> reactor = std::move(self);
+                               if (fired) reactor->OnFirstMessageDeadline(timeout);
+                             });
+    StartRead(&msg_);
+  }
 
   void OnReadDone(bool ok) override {
+    bool first = false;
+    {
+      absl::MutexLock lock(&mu_);
+      first = !first_message_seen_;
+      first_message_seen_ = true;
+    }
+    if (first) first_message_alarm_.Cancel();  // its callback lets go of the reactor
     if (!ok) {
-      // The sender half-closed without `complete`, or the stream was cancelled.
-      finish_->Finish(Fail(absl::CancelledError(
-          "KV stream ended before its completion (sender aborted or went away)")));
+      // The sender half-closed without `complete`, or the stream was cancelled (or gRPC could
+      // not parse a message).
+      const absl::Status why = absl::CancelledError(
+          "KV stream ended before its completion (sender aborted or went away)");
+      if (msg_session().empty()) LogRefused(why);  // a session's failure is logged with it
+      finish_->Finish(Fail(why));
       return;
     }
     absl::Status st;
@@ -37,10 +67,6 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
         if (opened_) {
           st = absl::InvalidArgumentError("KV stream: second open message");
           break;
-        }
-        {
-          absl::MutexLock lock(&mu_);
-          session_id_ = msg_.open().session_id();
         }
         opened_ = true;
         auto layout = FromProto(msg_.open().layout());
@@ -53,6 +79,15 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
                                            },
                                            msg_.open().dest_rank(), msg_.open().cached_pages())
                          : layout.status();
+        // The stream owns the session (and fails it when it breaks) only once its open was
+        // taken. A refused open leaves it alone: Open ended it where that is right (an
+        // unopened session and an incompatible layout); another stream may be transferring it
+        // (ALREADY_EXISTS); a layout that does not parse leaves it, as nccl's Connect does, to
+        // the router's abort (the sender's prefill fails) or its lease.
+        if (st.ok()) {
+          absl::MutexLock lock(&mu_);
+          session_id_ = msg_.open().session_id();
+        }
         break;
       }
       case v1::KvPushMessage::kPage: {
@@ -104,6 +139,7 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
         st = absl::InvalidArgumentError("KV stream: empty message");
     }
     if (!st.ok()) {
+      if (msg_session().empty()) LogRefused(st);
       finish_->Finish(Fail(st));
       return;
     }
@@ -114,9 +150,30 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
     Fail(absl::CancelledError("KV sender cancelled the stream or went away"));
   }
 
-  void OnDone() override { ReleaseSelf(); }
+  void OnDone() override {
+    first_message_alarm_.Cancel();  // its callback holds a reference: let go of it now
+    ReleaseSelf();
+  }
 
  private:
+  // A stream refused without a session of its own (the receiver logs its sessions' failures).
+  void LogRefused(const absl::Status& why) const {
+    spdlog::warn("KV stream from {} refused: {}", peer_, why.ToString());
+  }
+
+  void OnFirstMessageDeadline(absl::Duration timeout) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (first_message_seen_) return;
+    }
+    spdlog::warn("KV stream from {}: no complete first message within {}; dropped", peer_,
+                 absl::FormatDuration(timeout));
+    finish_->Finish(grpc::Status(
+        grpc::StatusCode::DEADLINE_EXCEEDED,
+        absl::StrCat("KV stream: no complete first message (open) within ",
+                     absl::FormatDuration(timeout))));
+  }
+
   // Finish exactly once, whichever comes first: this stream's own verdict or the receiver
   // failing the session (lease / no progress / cancel, from another thread). Shared with the
   // receiver's callback, so it outlives the reactor: only the first caller touches the
@@ -152,10 +209,13 @@ class PushPagesReactor final : public grpc::ServerReadReactor<v1::KvPushMessage>
 
   KvReceiver* const receiver_;
   v1::KvPushResult* const result_;
+  const std::string peer_;  // for logs
   v1::KvPushMessage msg_;
   bool opened_ = false;  // touched by OnReadDone only (reactions on one stream are serial)
-  absl::Mutex mu_;  // OnCancel runs on another thread than OnReadDone
-  std::string session_id_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex mu_;  // OnCancel and the alarm run on other threads than OnReadDone
+  std::string session_id_ ABSL_GUARDED_BY(mu_);  // set once Open took the session
+  bool first_message_seen_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Alarm first_message_alarm_;
   const std::shared_ptr<FinishOnce> finish_;
 };
 
@@ -168,7 +228,7 @@ grpc::ServerReadReactor<v1::KvPushMessage>* KvServiceImpl::PushPages(
       return common::RefuseRead<v1::KvPushMessage>(s);
     }
   }
-  auto reactor = common::MakeSelfOwned<PushPagesReactor>(receiver_, result);
+  auto reactor = common::MakeSelfOwned<PushPagesReactor>(receiver_, result, context->peer());
   reactor->Start();
   return reactor.get();
 }

@@ -2,8 +2,11 @@
 // to DecodeWorker. Each PushPages stream (one reactor) feeds one session of a KvReceiver; a
 // stream that ends without `complete` (sender cancelled or died) fails its session at once, and
 // a session the receiver fails on its own (lease, no progress, cancel) ends its stream with
-// that status, so the sender learns it. AbortSession is the control-plane way to fail a
-// session from the sender side.
+// that status, so the sender learns it. A stream owns its session only once its open was taken:
+// an open refused because another stream holds the session (ALREADY_EXISTS) leaves that
+// transfer alone. Until its first message a stream has no session's deadline, so it gets the
+// receiver's no-progress deadline of its own (a peer that sends half a message and stops is
+// dropped). AbortSession is the control-plane way to fail a session from the sender side.
 #pragma once
 
 #include <grpcpp/grpcpp.h>

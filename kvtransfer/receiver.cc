@@ -229,6 +229,14 @@ absl::Status KvReceiver::Open(const std::string& session_id, const KvLayout& sen
                                             " is unknown here (never reserved, aborted, or its "
                                             "lease ended)"));
   }
+  {
+    // A second open (another stream: a stray retry, a broken or hostile peer) is refused
+    // before its layout is looked at: the session goes on with the stream that opened it.
+    absl::MutexLock sl(&s->mu);
+    if (s->opened && !s->ended) {
+      return absl::AlreadyExistsError(absl::StrCat("KV session ", session_id, " is already open"));
+    }
+  }
   absl::Status compatible = CheckCompatible(layout_, sender_layout);
   if (compatible.ok() && s->pool->rank() >= 0 && addressed_rank != s->pool->rank()) {
     compatible = absl::FailedPreconditionError(absl::StrCat(

@@ -77,6 +77,9 @@ class KvReceiver {
   ~KvReceiver();  // fails every open session (UNAVAILABLE) and frees its pages
 
   const KvLayout& layout() const { return layout_; }
+  // How long an opened session may receive nothing; transports bound their own waits on a
+  // sender (e.g. for its open) by it too.
+  absl::Duration no_progress_timeout() const { return options_.no_progress_timeout; }
 
   // Takes ownership of `pages` (one hold on each: KvPool::Free gives them back); page indexes
   // [cached_pages, transfer_pages) of them receive the transfer, the first `cached_pages` hold

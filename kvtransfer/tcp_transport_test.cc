@@ -235,6 +235,72 @@ TEST_F(TcpTransportTest, LeaseExpiryFreesPagesAndTheLateSenderGetsNotFound) {
   EXPECT_EQ(verdict.status.code(), absl::StatusCode::kNotFound);
 }
 
+// A second stream that opens a session another stream is transferring (a stray retry, a
+// hostile or broken peer) is refused and leaves the transfer alone. It used to fail the
+// session: the first stream's sender got ALREADY_EXISTS and the pages went back.
+TEST_F(TcpTransportTest, AnOpenFromASecondStreamLeavesTheTransferAlone) {
+  StartReceiver();
+  DoneProbe probe;
+  ASSERT_TRUE(end_->Expect("s8", *pools_.dst->Allocate(2), 2, probe).ok());
+  TcpKvTransport transport;
+  auto sender = transport.Open(Ref("s8", 2), pools_.layout, {});
+  ASSERT_TRUE(sender.ok());
+  const absl::Time opened_by = absl::Now() + absl::Seconds(10);  // the open reached the receiver
+  while (!end_->receiver().Route("s8", 0).ok() && absl::Now() < opened_by) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_TRUE(end_->receiver().Route("s8", 0).ok());
+
+  auto stub = v1::KvService::NewStub(
+      grpc::CreateChannel(end_->address(), grpc::InsecureChannelCredentials()));
+  KvLayout bf16 = pools_.layout;  // an incompatible layout must not end the session either
+  bf16.dtype = kernels::DType::kBF16;
+  for (const KvLayout& layout : {pools_.layout, bf16}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::KvPushResult result;
+    auto rogue = stub->PushPages(&ctx, &result);
+    v1::KvPushMessage open;
+    open.mutable_open()->set_session_id("s8");
+    *open.mutable_open()->mutable_layout() = ToProto(layout);
+    ASSERT_TRUE(rogue->Write(open));
+    rogue->WritesDone();
+    EXPECT_EQ(rogue->Finish().error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  }
+
+  const int layers = pools_.options.num_layers;
+  for (int layer = 0; layer < layers; ++layer) {
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE((*sender)->SendPage(layer, i, RandomPage()).ok());
+  }
+  Verdict verdict;
+  (*sender)->Complete(KvCompletion{7, layers, 2, (*sender)->bytes_sent()}, verdict.fn());
+  ASSERT_TRUE(verdict.Wait());
+  EXPECT_TRUE(verdict.status.ok()) << verdict.status;
+  ASSERT_TRUE(probe.Wait());
+  ASSERT_TRUE(probe.result->ok()) << probe.result->status();
+  EXPECT_EQ((*probe.result)->first_token, 7);
+  pools_.dst->Free((*probe.result)->pages);
+  EXPECT_EQ(pools_.dst->free_pages(), 32);
+}
+
+// A stream that never completes its first message (a peer that sent half of it and stopped, or
+// nothing at all) is covered by no session's deadline: it is dropped at the receiver's
+// no-progress deadline. It used to stay open, with what gRPC had buffered, until the peer left.
+TEST_F(TcpTransportTest, AStreamWithoutAnOpenIsDroppedAtTheNoProgressDeadline) {
+  StartReceiver(absl::Milliseconds(200));
+  auto stub = v1::KvService::NewStub(
+      grpc::CreateChannel(end_->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::KvPushResult result;
+  const absl::Time start = absl::Now();
+  auto silent = stub->PushPages(&ctx, &result);
+  const grpc::Status s = silent->Finish();  // sends nothing; waits for the receiver's verdict
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(s.error_message(), HasSubstr("no complete first message"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
 }  // namespace
 }  // namespace mlaserve::kvtransfer
 
