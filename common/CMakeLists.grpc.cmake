@@ -1,12 +1,14 @@
 # common_grpc (owner: workers): gRPC-facing plumbing every server shares: the one
 # absl::Status <-> grpc::Status mapping, the ServerRunner (listen, health, reflection,
-# signals, drain), and the Prometheus metrics registry with its /metrics endpoint.
+# signals, drain), the Prometheus metrics registry with its /metrics endpoint, and the bounded
+# cpp-httplib servers (bounded_http_server.h) behind it and the router's HTTP API.
 pkg_check_modules(CPP_HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 add_library(mlaserve_common_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/grpc_callback_anchor.cc
   ${CMAKE_CURRENT_LIST_DIR}/grpc_status.cc
   ${CMAKE_CURRENT_LIST_DIR}/server.cc
+  ${CMAKE_CURRENT_LIST_DIR}/bounded_http_server.cc
   ${CMAKE_CURRENT_LIST_DIR}/metrics.cc
   ${CMAKE_CURRENT_LIST_DIR}/metrics_tls.cc
   ${CMAKE_CURRENT_LIST_DIR}/call_auth.cc
@@ -31,4 +33,5 @@ mlaserve_test(mlaserve_common_grpc_test
           ${CMAKE_CURRENT_LIST_DIR}/metrics_tls_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/server_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/call_auth_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/bounded_http_server_test.cc
   DEPS mlaserve_common_grpc mlaserve_test_pki PkgConfig::CPP_HTTPLIB)

@@ -10,6 +10,7 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/bounded_http_server.h"
 #include "common/http_accept_loop.h"
 #include "common/server.h"
 #include "common/transport_security.h"
@@ -205,15 +206,15 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
         return pem.status();
       }
     }
-    auto https = std::make_unique<httplib::SSLServer>(tls.cert_file.c_str(), tls.key_file.c_str());
-    if (!https->is_valid()) {
-      return absl::InvalidArgumentError(absl::StrCat("metrics TLS: certificate ", tls.cert_file,
-                                                     " and key ", tls.key_file,
-                                                     " do not load as a pair"));
-    }
-    impl->server = std::move(https);
-  } else {
-    impl->server = std::make_unique<httplib::Server>();
+  }
+  // A scrape is a GET: its request is small and quick, and a client that is neither holds one of
+  // the few threads only briefly (bounded_http_server.h).
+  impl->server = NewBoundedHttpServer(
+      HttpRequestBounds{.read_timeout = absl::Seconds(10), .max_header_bytes = 16 << 10, .max_body_bytes = 64 << 10},
+      tls.enabled() ? tls.cert_file : "", tls.enabled() ? tls.key_file : "");
+  if (!impl->server->is_valid()) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics TLS: certificate ", tls.cert_file,
+                                                   " and key ", tls.key_file, " do not load as a pair"));
   }
   impl->server->Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
     res.set_content(registry->RenderText(), "text/plain; version=0.0.4; charset=utf-8");

@@ -53,6 +53,7 @@ int Main(int argc, char** argv) {
   int64_t queue_timeout_ms = 600'000;
   std::string log_level = "info";
   int http_port = -1;
+  int64_t http_read_timeout_s = 30;
   std::string chat_template_file;
   openai::HttpApiOptions http;
   app.add_option("--listen", o.listen,
@@ -121,6 +122,10 @@ int Main(int argc, char** argv) {
   app.add_option("--http-threads", http.threads,
                  "HTTP requests served at once (a streaming response holds a thread)")
       ->capture_default_str()->check(CLI::Range(1, 4096));
+  app.add_option("--http-read-timeout-s", http_read_timeout_s,
+                 "seconds an HTTP request may take to arrive, line, headers and body (past it: 408 "
+                 "and the connection closed; bounds how long a slow client holds an HTTP thread)")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
   app.add_option("--served-model-name", http.served_model_name,
                  "the model name of the HTTP API (default: the model directory's name)");
   app.add_option("--chat-template", chat_template_file,
@@ -260,6 +265,7 @@ int Main(int argc, char** argv) {
     }
     http.host = common::ParseHostPort(o.listen)->host;
     http.port = http_port;
+    http.request_read_timeout = absl::Seconds(http_read_timeout_s);
     if (!o.public_listener.tls.insecure) {
       http.tls_cert_file = o.public_listener.tls.cert_file;
       http.tls_key_file = o.public_listener.tls.key_file;

@@ -71,10 +71,8 @@ void AnthropicApi::SendAuthError(httplib::Response& res, const absl::Status& sta
 }
 
 void AnthropicApi::SendHttpError(const httplib::Request& req, httplib::Response& res) {
-  const std::string what = res.status == 404 ? absl::StrCat("no route for ", req.method, " ", req.path)
-                           : res.status == 413 ? "the request body is too large"
-                                               : absl::StrCat("HTTP ", res.status);
-  Send(res, ApiError{res.status, what, "invalid_request_error", std::nullopt, std::nullopt});
+  Send(res, ApiError{res.status, TransportErrorMessage(req, res.status), "invalid_request_error",
+                     std::nullopt, std::nullopt});
 }
 
 void AnthropicApi::Messages(const httplib::Request& req, httplib::Response& res) {

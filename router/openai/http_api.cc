@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/bounded_http_server.h"
 #include "common/call_auth.h"
 #include "common/http_accept_loop.h"
 #include "kernels/common/page.h"
@@ -111,15 +112,27 @@ struct HttpApi::Impl {
     });
     server->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
+      common::CorrectBoundStatus(res);  // 408, 413, 414, 431 where cpp-httplib says 400
       if (AnthropicApi::Serves(req.path)) return AnthropicApi::SendHttpError(req, res);
-      const std::string what = res.status == 404 ? absl::StrCat("no route for ", req.method, " ", req.path)
-                               : res.status == 413 ? "the request body is too large"
-                                                   : absl::StrCat("HTTP ", res.status);
-      SendError(res, ApiError{res.status, what, "invalid_request_error", std::nullopt, std::nullopt});
+      SendError(res, ApiError{res.status, TransportErrorMessage(req, res.status), "invalid_request_error",
+                              std::nullopt, std::nullopt});
     });
-    // The gRPC API's API keys (--api-key-file), through the same authorizer; /health stays
-    // open for probes.
+    // A body's framing is checked before it is read (411 without a length, 400 for lengths that
+    // disagree); then the gRPC API's API keys (--api-key-file), through the same authorizer;
+    // /health stays open for probes.
     server->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (std::optional<common::FramingError> framing = common::CheckRequestFraming(req)) {
+        // The body is left unread: nothing after it on this connection can be framed.
+        res.set_header("Connection", "close");
+        if (AnthropicApi::Serves(req.path)) {
+          res.status = framing->status;
+          AnthropicApi::SendHttpError(req, res);
+        } else {
+          SendError(res, ApiError{framing->status, framing->message, "invalid_request_error", std::nullopt,
+                                  std::nullopt});
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }
       if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
       if (AnthropicApi::Serves(req.path)) {  // Anthropic's x-api-key too, and its error shape
         absl::Status allowed = AnthropicApi::CheckApiKey(req, router->public_authorizer());
@@ -505,21 +518,18 @@ absl::StatusOr<std::unique_ptr<HttpApi>> HttpApi::Start(
       &impl->stopping,
       AnthropicApi::Options{.served_model_name = impl->options.served_model_name,
                             .liveness_interval = impl->options.liveness_interval});
-  if (!impl->options.tls_cert_file.empty()) {
-    auto tls = std::make_unique<httplib::SSLServer>(impl->options.tls_cert_file.c_str(),
-                                                    impl->options.tls_key_file.c_str());
-    if (!tls->is_valid()) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot load the TLS certificate ",
-                                                     impl->options.tls_cert_file, " and key ",
-                                                     impl->options.tls_key_file));
-    }
-    impl->server = std::move(tls);
-  } else {
-    impl->server = std::make_unique<httplib::Server>();
+  // Slow, oversized and unframed requests are cut short by the transport (bounded_http_server.h).
+  impl->server = common::NewBoundedHttpServer(
+      common::HttpRequestBounds{.read_timeout = impl->options.request_read_timeout,
+                                .max_body_bytes = impl->options.max_body_bytes},
+      impl->options.tls_cert_file, impl->options.tls_key_file);
+  if (!impl->server->is_valid()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot load the TLS certificate ",
+                                                   impl->options.tls_cert_file, " and key ",
+                                                   impl->options.tls_key_file));
   }
   const int threads = impl->options.threads;
   impl->server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  impl->server->set_payload_max_length(impl->options.max_body_bytes);
   impl->server->set_keep_alive_max_count(1000);
   impl->Register();
   const HttpApiOptions& o = impl->options;

@@ -26,7 +26,8 @@
 //
 // Threads: cpp-httplib serves each connection on a thread of its pool (`threads`); a
 // streaming response holds its thread until it ends, so `threads` bounds the requests served
-// at once (more connections wait for a thread).
+// at once (more connections wait for a thread). The transport (common/bounded_http_server.h)
+// bounds how long and how much one request may take to arrive.
 #pragma once
 
 #include <memory>
@@ -47,6 +48,11 @@ struct HttpApiOptions {
   std::string served_model_name;  // the `model` requests must name
   // Larger bodies get 413 (main() passes --max-request-bytes, the gRPC API's bound).
   size_t max_body_bytes = 4u << 20;
+  // Reading one request (line, headers and body, from its first byte) may take at most this
+  // long (--http-read-timeout-s): past it, 408 and the connection closed, so a client sending a
+  // byte every few seconds does not hold a thread for ever. Request lines and headers are held
+  // to 64 KiB (414 / 431) and bodies to max_body_bytes as sent, chunked or not (413).
+  absl::Duration request_read_timeout = absl::Seconds(30);
   // How often a waiting request checks whether its client is still connected.
   absl::Duration liveness_interval = absl::Milliseconds(100);
   // With both files set the listener serves HTTPS (main() passes the public listener's

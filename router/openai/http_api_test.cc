@@ -825,6 +825,49 @@ TEST_F(HttpApiTest, BodiesOverTheRequestBoundGet413) {
   EXPECT_TRUE(decode_.reserves().empty());
 }
 
+// The bound holds for chunked bodies too (cpp-httplib 0.11 reads those without one), and
+// bodies whose framing disagrees, or that are compressed (inflated without bound), are refused
+// before they are read: no Generate call starts.
+TEST_F(HttpApiTest, ChunkedAndUnframedBodiesAreBoundedBeforeParsing) {
+  HttpApiOptions options;
+  options.max_body_bytes = 1024;
+  std::unique_ptr<HttpApi> small = StartApi(options);
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  std::string chunked = head + "Transfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 1024; ++i) chunked += "400\r\n" + std::string(0x400, ' ') + "\r\n";
+  const struct {
+    std::string request;
+    int status;
+  } cases[] = {
+      {chunked + "0\r\n\r\n", 413},
+      {head + "\r\n{}", 411},
+      {head + "Content-Length: 2\r\nContent-Length: 200\r\n\r\n{}", 400},
+      {head + "Content-Length: -1\r\n\r\n{}", 400},
+      {head + "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 400},
+      {head + "Content-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}", 415},
+  };
+  for (const auto& c : cases) {
+    absl::StatusOr<std::string> got = SendRaw(c.request, "}}", /*whole=*/false, small->port());
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_THAT(*got, ::testing::StartsWith(absl::StrCat("HTTP/1.1 ", c.status))) << c.request.substr(0, 200);
+    EXPECT_THAT(*got, HasSubstr(R"("type":"invalid_request_error")"));
+  }
+  EXPECT_TRUE(decode_.reserves().empty());
+}
+
+// A request that does not arrive within --http-read-timeout-s gets 408 in OpenAI's shape.
+TEST_F(HttpApiTest, SlowRequestsGet408) {
+  HttpApiOptions options;
+  options.request_read_timeout = absl::Milliseconds(200);
+  std::unique_ptr<HttpApi> impatient = StartApi(options);
+  absl::StatusOr<std::string> got =
+      SendRaw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{", "}}",
+              /*whole=*/true, impatient->port());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(*got, ::testing::StartsWith("HTTP/1.1 408"));
+  EXPECT_THAT(*got, HasSubstr("--http-read-timeout-s"));
+}
+
 TEST_F(HttpApiTest, ClientThatDisconnectsMidStreamFreesItsPages) {
   decode_.set_reply("abcdefghijklmnopqrstuvwxyz");
   decode_.set_hold_after(3);

@@ -12,6 +12,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <memory>
@@ -144,19 +145,33 @@ class HttpApiFixture : public ::testing::Test {
                                              " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                                              "Content-Length: ",
                                              body.size(), "\r\n\r\n", body);
+    return SendRaw(request, until, /*whole=*/true);
+  }
+
+  // Sends `request` as it is on a raw socket (all of it when `whole`, else what the server
+  // reads), then reads as PostAndHangUp does.
+  absl::StatusOr<std::string> SendRaw(const std::string& request, const std::string& until, bool whole,
+                                      int port = 0) {
+    if (port == 0) port = api_->port();
+    const std::string path = request.substr(0, std::min<size_t>(request.find('\r'), 64));
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(api_->port()));
+    addr.sin_port = htons(static_cast<uint16_t>(port));
     inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
       close(fd);
-      return absl::UnavailableError(absl::StrCat("no connection to 127.0.0.1:", api_->port()));
+      return absl::UnavailableError(absl::StrCat("no connection to 127.0.0.1:", port));
     }
-    if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    size_t sent = 0;
+    for (ssize_t n; sent < request.size() &&
+                    (n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL)) > 0;) {
+      sent += static_cast<size_t>(n);
+    }
+    if (whole && sent != request.size()) {
       close(fd);
-      return absl::UnavailableError(absl::StrCat("the ", request.size(), "-byte request to ",
-                                                 path, " was not written whole"));
+      return absl::UnavailableError(absl::StrCat("the ", request.size(), "-byte request ", path,
+                                                 " was not written whole"));
     }
     // Each read waits at most kWait: an answer that never brings `until` (a held stream) fails
     // the test then, instead of blocking it until ctest's timeout.
