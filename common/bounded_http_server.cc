@@ -111,38 +111,22 @@ class ConnectionStream final : public httplib::Stream {
   Cut cut() const { return cut_; }
   bool wrote() const { return wrote_; }
 
-  // Before a connection that will not go on is closed: reads and drops what the client still
-  // sends, for at most `max_time` and `max_bytes`. A client answered before its body was read
-  // (413 from its Content-Length, a request cut at a bound) is often still sending it and reads
-  // the answer only once it has; closing with its bytes unread would reset the connection and
-  // lose the answer (lingering close, as web servers do).
+  // Before a connection that will not go on is closed: ends this side (FIN, or TLS's
+  // close_notify: a client reading to the end then knows the answer is whole and closes), then
+  // reads and drops what the client still sends, for at most `max_time` and `max_bytes`. A
+  // client answered before its body was read (413 from its Content-Length, a request cut at a
+  // bound) is often still sending it and reads the answer only once it has; closing with its
+  // bytes unread would reset the connection and lose the answer (lingering close).
   void Linger(absl::Duration max_time, size_t max_bytes) {
-    const absl::Time deadline = absl::Now() + max_time;
-    size_t dropped = end_ - begin_;
-    begin_ = end_ = 0;
-    char sink[16384];
-    while (dropped < max_bytes) {
-      ssize_t n;
-      if (ssl_ != nullptr) {
-        n = SSL_read(ssl_, sink, sizeof(sink));
-        if (n <= 0) {
-          const int error = SSL_get_error(ssl_, static_cast<int>(n));
-          if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) return;
-          if (!WaitFd(fd_, error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline - absl::Now())) return;
-          continue;
-        }
-      } else {
-        n = recv(fd_, sink, sizeof(sink), 0);
-        if (n == 0) return;
-        if (n < 0) {
-          if (errno == EINTR) continue;
-          if ((errno != EAGAIN && errno != EWOULDBLOCK) || !WaitFd(fd_, POLLIN, deadline - absl::Now())) return;
-          continue;
-        }
-      }
-      dropped += static_cast<size_t>(n);
+    if (ssl_ != nullptr) {
+      SSL_shutdown(ssl_);
+    } else {
+      shutdown(fd_, SHUT_WR);
     }
+    deadline_ = absl::Now() + max_time;
+    for (size_t dropped = end_ - begin_; dropped < max_bytes && Fill();) dropped += end_;
   }
+
   // Whether the response's head says "Connection: close" (a handler that left the body unread
   // says so; cpp-httplib itself closes only when the request asked).
   bool ResponseCloses() const {
