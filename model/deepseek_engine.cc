@@ -21,9 +21,9 @@ namespace {
 constexpr size_t kMaxAllocationsPerStep = 64;
 
 absl::Status CheckLimits(const EngineOptions& options) {
-  if (options.num_kv_pages <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_kv_pages is ", options.num_kv_pages, "; it must be positive"));
+  if (options.num_kv_pages < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_kv_pages is ", options.num_kv_pages, "; it must be positive, or 0 to size the pool"));
   }
   if (options.max_batch_tokens <= 0 || options.max_batch_seqs <= 0) {
     return absl::InvalidArgumentError(
@@ -89,9 +89,10 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   po.dtype = e->ops_.dtype;
   po.cache_format = cache_format;
   po.num_layers = c.num_hidden_layers;
-  po.num_pages = options.num_kv_pages;
   po.latent_dim = lc.dims.latent();
   po.index_dim = c.has_indexer ? lc.index_key_dim : 0;
+  ASSIGN_OR_RETURN(po.num_pages, e->SizeKvPool(po));
+  e->options_.num_kv_pages = po.num_pages;  // what BuildLayers and every later reader see
   ASSIGN_OR_RETURN(e->pool_, KvPool::Create(po));
   LatentKvCacheContext cache;
   cache.ops = e->ops_;
@@ -116,6 +117,23 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
     RETURN_IF_ERROR(Synchronize(kernels::KernelContext{options.backend, nullptr, options.device}));
   }
   return e;
+}
+
+absl::StatusOr<int> DeepseekEngine::SizeKvPool(const KvPoolOptions& po) const {
+  const EngineOptions& o = options_;
+  if (o.num_kv_pages > 0) return o.num_kv_pages;
+  int pages = kDefaultCpuKvPages;
+  if (o.backend == kernels::Backend::kCuda) {
+    // At least one batch of max_batch_tokens tokens in one sequence, plus the decode graphs'
+    // padding page.
+    const int min_pages = static_cast<int>(kernels::PagesFor(o.max_batch_tokens)) + 1;
+    ASSIGN_OR_RETURN(const DeviceMemoryInfo memory, QueryDeviceMemory(o.backend));
+    ASSIGN_OR_RETURN(pages, KvPagesForMemory(memory, o.mem_fraction_static,
+                                             KvPool::PageBytes(po), min_pages));
+  }
+  // A rank that fails before it offers abandons the agreement (ParallelEngine::Create).
+  if (o.kv_pages_agreement) return o.kv_pages_agreement->Offer(o.parallel.rank, pages);
+  return pages;
 }
 
 absl::Status DeepseekEngine::BuildPrefetch() {

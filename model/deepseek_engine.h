@@ -137,6 +137,9 @@ class DeepseekEngine final : public Engine {
   absl::Status BuildStep(int32_t padding_page);
   // The L2 prefetch of each layer's weights after its attention (one GPU, CUDA).
   absl::Status BuildPrefetch();
+  // The pool's page count: options_.num_kv_pages, or with 0 the pages the device's memory fits
+  // (model/kv_pool_sizing.h; kDefaultCpuKvPages on kCpu), agreed with the other ranks.
+  absl::StatusOr<int> SizeKvPool(const KvPoolOptions& po) const;
   // Bytes of scratch one Forward needs at most, for the engine's limits.
   absl::StatusOr<size_t> ForwardScratchBytes() const;
 

@@ -526,6 +526,20 @@ absl::StatusOr<int> MultiprocessorCount(kernels::Backend backend, int device) {
 #endif
 }
 
+absl::StatusOr<DeviceMemoryInfo> QueryDeviceMemory(kernels::Backend backend) {
+  if (backend == kernels::Backend::kCpu) {
+    return absl::FailedPreconditionError("the CPU backend has no device memory to measure");
+  }
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  DeviceMemoryInfo m;
+  absl::Status s = CudaError(cudaMemGetInfo(&m.free_bytes, &m.total_bytes), "cudaMemGetInfo");
+  if (!s.ok()) return s;
+  return m;
+#else
+  return NoCuda("QueryDeviceMemory");
+#endif
+}
+
 absl::Status Synchronize(const kernels::KernelContext& ctx) {
   if (ctx.backend == kernels::Backend::kCpu) return absl::OkStatus();
 #if defined(MLASERVE_MODEL_HAS_CUDA)

@@ -35,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/common/types.h"
+#include "model/kv_pool_sizing.h"
 
 namespace mlaserve::model {
 
@@ -302,6 +303,9 @@ absl::Status UseDevice(kernels::Backend backend, int device);
 // The device's multiprocessor count (kCuda; 0 on kCpu, which the kernel planners read as
 // "CPU").
 absl::StatusOr<int> MultiprocessorCount(kernels::Backend backend, int device);
+// The current device's total and free memory (cudaMemGetInfo: free counts every process's
+// allocations); FAILED_PRECONDITION on kCpu, which has no device memory to measure.
+absl::StatusOr<DeviceMemoryInfo> QueryDeviceMemory(kernels::Backend backend);
 
 // Waits until everything queued on ctx's stream has run (no-op on kCpu).
 absl::Status Synchronize(const kernels::KernelContext& ctx);

@@ -26,6 +26,7 @@
 #include "kernels/mha_prefill/api.h"
 #include "model/loader/config.h"
 #include "model/kv_pool.h"
+#include "model/kv_pool_sizing.h"
 #include "model/sampler.h"
 #include "model/parallel_layout.h"
 
@@ -57,7 +58,16 @@ struct EngineOptions {
   std::string model_dir;  // config.json, *.safetensors, tokenizer.json
   kernels::Backend backend = kernels::Backend::kCpu;
   int device = 0;
-  int num_kv_pages = 1024;     // pages of kPageSize tokens in the pool
+  // Pages of kPageSize tokens in the pool. 0: sized from the device's memory on kCuda
+  // (mem_fraction_static, model/kv_pool_sizing.h), kDefaultCpuKvPages on kCpu; the engine's
+  // kv_pool().total_pages() says what it got.
+  int num_kv_pages = 1024;
+  // With num_kv_pages 0 on kCuda: the fraction of the device's total memory that the weights
+  // and the pool may take, what other processes hold counted as taken (SGLang's meaning).
+  double mem_fraction_static = kDefaultMemFractionStatic;
+  // Set by ParallelEngine for its ranks with num_kv_pages 0: each rank offers the pages its
+  // device fits and every rank takes the smallest (the pools must agree).
+  std::shared_ptr<KvPagesAgreement> kv_pages_agreement;
   int max_batch_tokens = 8192; // largest Forward (sum of chunk lengths) workspaces are planned for
   int max_batch_seqs = 256;
   AttentionPath attention = AttentionPath::kAuto;

@@ -114,6 +114,20 @@ TEST(EngineTest, ValidatesInputsNamingTheValue) {
   expect_invalid({std::span<const int32_t>(), 0, *pages, true}, "no tokens");
 }
 
+TEST(EngineTest, ThePoolSizedFromMemoryIsTheCpuDefaultOnTheCpu) {
+  // num_kv_pages 0 sizes the pool from the GPU's memory (model/kv_pool_sizing.h); the CPU
+  // backend measures nothing and gets kDefaultCpuKvPages, which the options then report.
+  auto engine = MakeEngine(FixtureDir("deepseek_v3"), /*pages=*/0);
+  ASSERT_NE(engine, nullptr);
+  EXPECT_EQ(engine->kv_pool().total_pages(), kDefaultCpuKvPages);
+  EngineOptions o;
+  o.model_dir = FixtureDir("deepseek_v3");
+  o.num_kv_pages = -3;
+  absl::StatusOr<std::unique_ptr<Engine>> refused = Engine::Create(o);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_NE(refused.status().message().find("num_kv_pages is -3"), std::string::npos);
+}
+
 TEST(EngineTest, LayerCallbackRunsPerLayerAndCanAbort) {
   auto engine = MakeEngine(FixtureDir("deepseek_v2"), 8);
   ASSERT_NE(engine, nullptr);

@@ -478,6 +478,27 @@ TEST(ParallelEngineTest, ServesLikeTheSingleRankEngineAndImportsKvFromAnotherLay
   }
 }
 
+TEST(ParallelEngineTest, RanksSizingTheirPoolsAgreeOnOneCount) {
+  // num_kv_pages 0: every rank sizes its own pool (the CPU backend's default here) and the
+  // ranks agree on one count, since page ids are shared between them.
+  EngineOptions o;
+  o.model_dir = std::string(kFixtureRoot) + "/deepseek_v3";
+  o.num_kv_pages = 0;
+  o.max_batch_tokens = 1024;
+  o.max_batch_seqs = 8;
+  for (const AttentionParallel attention : {AttentionParallel::kTensor, AttentionParallel::kData}) {
+    o.parallel.size = 2;
+    o.parallel.attention = attention;
+    absl::StatusOr<std::unique_ptr<Engine>> e = Engine::Create(o);
+    ASSERT_TRUE(e.ok()) << e.status();
+    auto* pe = dynamic_cast<ParallelEngine*>(e->get());
+    ASSERT_NE(pe, nullptr);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(pe->rank_engine(r).kv_pool().total_pages(), kDefaultCpuKvPages) << r;
+    }
+  }
+}
+
 TEST(ParallelLayoutResolve, NamesTheDimensionTheRanksDoNotDivide) {
   auto config = LoadModelConfig(std::string(kFixtureRoot) + "/deepseek_v3");
   ASSERT_TRUE(config.ok()) << config.status();

@@ -269,6 +269,10 @@ int KvPool::MaxReusedPages(int tokens) {
 size_t KvPool::layer_page_bytes() const {
   return LatentPageBytes(options_) + IndexPageBytes(options_);
 }
+size_t KvPool::PageBytes(const KvPoolOptions& options) {
+  return static_cast<size_t>(std::max(options.num_layers, 0)) *
+         (LatentPageBytes(options) + IndexPageBytes(options));
+}
 size_t KvPool::latent_page_bytes() const { return LatentPageBytes(options_); }
 size_t KvPool::index_page_bytes() const { return IndexPageBytes(options_); }
 

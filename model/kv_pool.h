@@ -105,6 +105,9 @@ class KvPool {
  public:
   static absl::StatusOr<std::unique_ptr<KvPool>> Create(const KvPoolOptions& options);
   ~KvPool();
+  // The bytes one page takes over every layer (latent, then indexer keys), for sizing a pool
+  // before it exists.
+  static size_t PageBytes(const KvPoolOptions& options);
 
   const KvPoolOptions& options() const { return options_; }
 

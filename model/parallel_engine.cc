@@ -130,20 +130,34 @@ absl::StatusOr<std::unique_ptr<Engine>> ParallelEngine::Create(const EngineOptio
   e->rank_chunks_.resize(n);
   e->rank_results_.resize(n);
   std::vector<absl::Status> created(n);
+  // Pools sized from memory: each rank's device may fit a different count; page ids are
+  // shared, so every rank takes the smallest.
+  std::shared_ptr<KvPagesAgreement> agreement;
+  if (options.num_kv_pages == 0) {
+    agreement = std::make_shared<KvPagesAgreement>(n, absl::Seconds(120));
+  }
   e->OnRanks([&](int r) {
     EngineOptions o = options;
     o.device = options.device + r;
     o.parallel.rank = r;
     o.parallel.comm = e->comms_[r].get();
+    o.kv_pages_agreement = agreement;
     absl::StatusOr<std::unique_ptr<DeepseekEngine>> rank = DeepseekEngine::Create(o);
     if (rank.ok()) e->ranks_[r] = *std::move(rank);
+    if (!rank.ok() && agreement) agreement->Abandon(r);  // no-op once every rank offered
     created[r] = rank.status();
   });
+  // The first failure, a rank's own before another's that was released by its Abandon.
+  int failed = -1;
   for (int r = 0; r < n; ++r) {
-    if (!created[r].ok()) {
-      return absl::Status(created[r].code(),
-                          absl::StrCat("rank ", r, " of ", n, ": ", created[r].message()));
+    if (!created[r].ok() && (failed < 0 || (created[failed].code() == absl::StatusCode::kAborted &&
+                                            created[r].code() != absl::StatusCode::kAborted))) {
+      failed = r;
     }
+  }
+  if (failed >= 0) {
+    return absl::Status(created[failed].code(), absl::StrCat("rank ", failed, " of ", n, ": ",
+                                                             created[failed].message()));
   }
   // KV transports name a session's ranks by these labels (kvtransfer/rank_route.h).
   for (int r = 0; r < n; ++r) e->ranks_[r]->kv_pool().set_rank(r);

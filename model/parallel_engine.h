@@ -47,7 +47,8 @@ class ParallelEngine final : public Engine {
   // options.parallel.size ranks (>= 2) with options.parallel's attention and MoE layouts;
   // rank r on device options.device + r (kCuda). options.parallel.rank and .comm are ignored
   // (the engine makes one communicator per rank). Every rank's pool has
-  // options.num_kv_pages pages.
+  // options.num_kv_pages pages; with 0, the fewest that any rank's device fits
+  // (model/kv_pool_sizing.h).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const EngineOptions& options);
   ~ParallelEngine() override;
 

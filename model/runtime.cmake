@@ -4,7 +4,8 @@
 # The KV pool stands alone so that serving code can link it without the model.
 add_library(model_kv_pool STATIC ${CMAKE_CURRENT_LIST_DIR}/kv_pool.cc
                                  ${CMAKE_CURRENT_LIST_DIR}/kv_pool_copy.cc
-                                 ${CMAKE_CURRENT_LIST_DIR}/kv_prefix_index.cc)
+                                 ${CMAKE_CURRENT_LIST_DIR}/kv_prefix_index.cc
+                                 ${CMAKE_CURRENT_LIST_DIR}/kv_pool_sizing.cc)
 target_include_directories(model_kv_pool PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(model_kv_pool PUBLIC mlaserve_kernels_common kernels_kv_pack absl::status
                       absl::statusor absl::strings absl::synchronization absl::time)
@@ -15,7 +16,8 @@ endif()
 mlaserve_warnings(model_kv_pool)
 mlaserve_test(model_kv_pool_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_pool_test.cc
               ${CMAKE_CURRENT_LIST_DIR}/kv_pool_batch_test.cc
-              ${CMAKE_CURRENT_LIST_DIR}/kv_pool_prefix_test.cc DEPS model_kv_pool)
+              ${CMAKE_CURRENT_LIST_DIR}/kv_pool_prefix_test.cc
+              ${CMAKE_CURRENT_LIST_DIR}/kv_pool_sizing_test.cc DEPS model_kv_pool)
 if(MLASERVE_WITH_CUDA AND MLASERVE_BUILD_TESTS)
   # The batched page copies on a GPU (gather/scatter kernels, copy lanes, fences).
   mlaserve_test(model_kv_pool_cuda_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/kv_pool_batch_test.cc

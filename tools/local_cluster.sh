@@ -107,9 +107,12 @@ start() {
 # token made here, which mlaservectl sends (docs/security.md has the TLS setup).
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$LOGS/admin-token"
 WORKER_FLAGS=(--insecure --listen 127.0.0.1:0 --model "$MODEL" --backend "$BACKEND" --metrics-port -1)
-start prefill "$PREFILL" "${WORKER_FLAGS[@]}"
+# On a GPU both workers share it: each sizes its KV pool from the memory left when it starts
+# (docs/serving.md, "The KV pool sized from the GPU's memory"), the prefill worker first with
+# the smaller share. The CPU backend ignores the fraction.
+start prefill "$PREFILL" "${WORKER_FLAGS[@]}" --mem-fraction-static 0.4
 PREFILL_ADDR=$ADDRESS
-start decode "$DECODE" "${WORKER_FLAGS[@]}"
+start decode "$DECODE" "${WORKER_FLAGS[@]}" --mem-fraction-static 0.85
 DECODE_ADDR=$ADDRESS
 start router "$ROUTER" --insecure --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
   --admin-token-file "$LOGS/admin-token" --model "$MODEL" --metrics-port -1 \

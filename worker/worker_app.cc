@@ -33,6 +33,7 @@ absl::StatusOr<std::unique_ptr<model::Engine>> CreateEngine(WorkerRoleKind kind,
   eo.model_dir = o.model_dir;
   eo.device = o.device;
   eo.num_kv_pages = o.num_kv_pages;
+  eo.mem_fraction_static = o.mem_fraction_static;
   eo.max_batch_tokens = o.max_batch_tokens;
   // A decode step has one row per running request.
   if (kind == WorkerRoleKind::kDecode) eo.max_batch_seqs = o.max_running_requests;
@@ -103,6 +104,13 @@ std::optional<StartupError> WorkerApp::Build() {
   if (!engine.ok()) return StartupError{"loading the model", engine.status()};
   engine_ = *std::move(engine);
   model::Engine& e = *engine_;
+  const size_t page_bytes = model::KvPool::PageBytes(e.kv_pool().options());
+  spdlog::info("KV pool: {} pages of 64 tokens ({:.2f} GiB{}){}", e.kv_pool().total_pages(),
+               static_cast<double>(page_bytes) * e.kv_pool().total_pages() / (1 << 30),
+               o.parallel.size > 1 ? " on each GPU" : "",
+               o.num_kv_pages > 0 ? "" : e.backend() == kernels::Backend::kCuda
+                   ? fmt::format(", sized by --mem-fraction-static {}", o.mem_fraction_static)
+                   : " (the CPU backend's default)");
   spdlog::info("{}", kernels::DescribeMhaPrefillProvider(
                          kernels::ParseMhaPrefillProvider(o.mha_provider).value(), e.backend()));
   auto layout = kvtransfer::MakeKvLayout(e.config(), e.kv_pool().options());

@@ -52,7 +52,14 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
                  "our Hopper kernel from 2048 keys where it applies, else as prefer-cudnn: cuDNN "
                  "where libcudnn.so.9 loads and supports the shape, else our kernel)")
       ->capture_default_str();
-  app.add_option("--num-kv-pages", o->num_kv_pages, "KV pool size in pages of 64 tokens")
+  app.add_option("--num-kv-pages", o->num_kv_pages,
+                 "KV pool size in pages of 64 tokens; 0 = on the GPU as many as "
+                 "--mem-fraction-static leaves room for, on the CPU 1024")
+      ->capture_default_str();
+  app.add_option("--mem-fraction-static", o->mem_fraction_static,
+                 "with --num-kv-pages 0 on the GPU: the fraction of the GPU's memory that the "
+                 "weights and the KV pool may take, other processes' memory counted as taken "
+                 "(SGLang's meaning; workers sharing a GPU each need their own, started in turn)")
       ->capture_default_str();
   app.add_option("--max-batch-tokens", o->max_batch_tokens, "tokens per forward at most")
       ->capture_default_str();
@@ -138,7 +145,12 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
       o->mha_provider != "prefer-cudnn") {
     return bad("--mha-provider", o->mha_provider, "it must be auto, ours, cudnn or prefer-cudnn");
   }
-  if (o->num_kv_pages < 1) return bad("--num-kv-pages", o->num_kv_pages, "it must be >= 1");
+  if (o->num_kv_pages < 0) {
+    return bad("--num-kv-pages", o->num_kv_pages, "it must be >= 1, or 0 to size the pool");
+  }
+  if (!(o->mem_fraction_static > 0.0 && o->mem_fraction_static <= 1.0)) {
+    return bad("--mem-fraction-static", o->mem_fraction_static, "it must be in (0, 1]");
+  }
   if (o->max_batch_tokens < 1) {
     return bad("--max-batch-tokens", o->max_batch_tokens, "it must be >= 1");
   }

@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "common/cluster_security.h"
 #include "common/metrics_tls.h"
+#include "model/kv_pool_sizing.h"
 #include "model/parallel_layout.h"
 
 namespace CLI {
@@ -40,7 +41,8 @@ struct WorkerOptions {
   std::string attention_parallel = "tensor";
   std::string moe_parallel = "expert";
   std::string moe_dispatch = "gather";
-  int num_kv_pages = 1024;
+  int num_kv_pages = 0;  // 0: sized from the GPU's memory (mem_fraction_static); 1024 on the CPU
+  double mem_fraction_static = model::kDefaultMemFractionStatic;
   int max_batch_tokens = 8192;
   int chunk_size = 2048;
   std::string kv_transport = "auto";

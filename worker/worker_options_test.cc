@@ -115,5 +115,28 @@ TEST(WorkerOptionsTest, SplitFreshPromptsIsAPrefillFlagOnByDefault) {
                CLI::ParseError);
 }
 
+TEST(WorkerOptionsTest, TheKvPoolIsSizedFromMemoryUnlessAPageCountIsGiven) {
+  WorkerOptions o = Layout(1, "tensor", "auto");
+  EXPECT_EQ(o.num_kv_pages, 0);  // sized: model/kv_pool_sizing.h
+  EXPECT_DOUBLE_EQ(o.mem_fraction_static, model::kDefaultMemFractionStatic);
+  EXPECT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).ok());
+  o.num_kv_pages = 4096;
+  EXPECT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).ok());
+  o.num_kv_pages = -1;
+  EXPECT_THAT(std::string(ValidateWorkerOptions(WorkerRoleKind::kPrefill, &o).message()),
+              HasSubstr("--num-kv-pages is -1; it must be >= 1, or 0 to size the pool"));
+  for (const double f : {0.0, -0.1, 1.5}) {
+    o = Layout(1, "tensor", "auto");
+    o.mem_fraction_static = f;
+    const absl::Status s = ValidateWorkerOptions(WorkerRoleKind::kDecode, &o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << f;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("--mem-fraction-static is")) << f;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("it must be in (0, 1]")) << f;
+  }
+  o = Layout(1, "tensor", "auto");
+  o.mem_fraction_static = 1.0;
+  EXPECT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).ok());
+}
+
 }  // namespace
 }  // namespace mlaserve::worker

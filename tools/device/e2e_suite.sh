@@ -88,9 +88,10 @@ DECODE_FLAGS=()
 stack() {
   local tag=$1 model=$2; shift 2
   local wf=(--insecure --listen 127.0.0.1:0 --model "$model" --backend cuda --kv-transport tcp --metrics-port -1 "$@")
-  start "$tag-prefill" "$B/mlaserve-prefill" "${wf[@]}" "${PREFILL_FLAGS[@]}" || return 1
+  # Both on the one GPU: pools sized from memory (no --num-kv-pages) each take their share.
+  start "$tag-prefill" "$B/mlaserve-prefill" "${wf[@]}" --mem-fraction-static 0.4 "${PREFILL_FLAGS[@]}" || return 1
   local pa=$ADDRESS
-  start "$tag-decode" "$B/mlaserve-decode" "${wf[@]}" "${DECODE_FLAGS[@]}" || return 1
+  start "$tag-decode" "$B/mlaserve-decode" "${wf[@]}" --mem-fraction-static 0.85 "${DECODE_FLAGS[@]}" || return 1
   local da=$ADDRESS
   start "$tag-router" "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 \
     --admin-listen 127.0.0.1:0 --model "$model" --metrics-port -1 \

@@ -10,6 +10,9 @@
 #           VARIANTS="--temperature 1 --top-p 0.9;--temperature 1 --top-p 0.9 --frequency-penalty 0.5 --logprobs 5 --knobs-fraction 0.25" \
 #           bash tools/device/served_sampling.sh
 # LOAD (default: 64 prompts of 1024 in / 128 out at concurrency 16, seed 1) is every run's base.
+# PREFILL_PAGES / DECODE_PAGES: each worker's --num-kv-pages (1024 each); 0 sizes its pool from
+# the GPU's memory with --mem-fraction-static PREFILL_MEM_FRACTION (0.4: the prefill worker
+# starts first) / DECODE_MEM_FRACTION (0.85).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$SECONDS
@@ -30,9 +33,13 @@ IFS=';' read -r -a variants <<< "${VARIANTS:---temperature 1 --top-p 0.9}"
 for arm in ${ARMS:-device}; do
   envs=()
   [[ $arm == *=* ]] && IFS=+ read -r -a envs <<< "$arm"
-  wf=(--insecure --listen 127.0.0.1:0 --model "$MODEL" --backend cuda --kv-transport tcp --metrics-port -1 --num-kv-pages 1024)
-  if start "$arm-prefill" env "${envs[@]}" "$B/mlaserve-prefill" "${wf[@]}" &&
-     pa=$ADDRESS && start "$arm-decode" env "${envs[@]}" "$B/mlaserve-decode" "${wf[@]}" --max-running-requests 64 &&
+  wf=(--insecure --listen 127.0.0.1:0 --model "$MODEL" --backend cuda --kv-transport tcp --metrics-port -1)
+  pf=(--num-kv-pages "${PREFILL_PAGES:-1024}")
+  [[ ${PREFILL_PAGES:-1024} == 0 ]] && pf+=(--mem-fraction-static "${PREFILL_MEM_FRACTION:-0.4}")
+  df=(--num-kv-pages "${DECODE_PAGES:-1024}")
+  [[ ${DECODE_PAGES:-1024} == 0 ]] && df+=(--mem-fraction-static "${DECODE_MEM_FRACTION:-0.85}")
+  if start "$arm-prefill" env "${envs[@]}" "$B/mlaserve-prefill" "${wf[@]}" "${pf[@]}" &&
+     pa=$ADDRESS && start "$arm-decode" env "${envs[@]}" "$B/mlaserve-decode" "${wf[@]}" "${df[@]}" --max-running-requests 64 &&
      da=$ADDRESS && start "$arm-router" "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
        --model "$MODEL" --metrics-port -1 --prefill "$pa" --decode "$da"; then
     router=$ADDRESS

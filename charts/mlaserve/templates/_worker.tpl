@@ -124,7 +124,7 @@ spec:
             - --log-level
             - {{ $root.Values.logLevel | quote }}
             {{- $optional := list (list "--device" $w.device) (list "--num-kv-pages" $w.numKvPages)
-                  (list "--max-batch-tokens" $w.maxBatchTokens) (list "--chunk-size" $w.chunkSize)
+                  (list "--mem-fraction-static" $w.memFractionStatic) (list "--max-batch-tokens" $w.maxBatchTokens) (list "--chunk-size" $w.chunkSize)
                   (list "--prefix-cache" $w.prefixCache) }}
             {{- if eq $role "decode" }}
             {{- $optional = concat $optional (list (list "--max-running-requests" $w.maxRunningRequests)

@@ -1,0 +1,69 @@
+#include "model/kv_pool_sizing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace mlaserve::model {
+namespace {
+
+std::string GiB(double bytes) { return absl::StrFormat("%.2f GiB", bytes / (1024.0 * 1024 * 1024)); }
+
+}  // namespace
+
+absl::StatusOr<int> KvPagesForMemory(const DeviceMemoryInfo& memory, double fraction,
+                                     size_t page_bytes, int min_pages) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mem-fraction-static is ", fraction, "; it must be in (0, 1]"));
+  }
+  if (page_bytes == 0) return absl::InvalidArgumentError("KV page size is 0 bytes");
+  const double total = static_cast<double>(memory.total_bytes);
+  const double used = static_cast<double>(memory.total_bytes - std::min(memory.free_bytes, memory.total_bytes));
+  const double left = fraction * total - used;
+  const double fit = std::floor(std::max(left, 0.0) / static_cast<double>(page_bytes));
+  const double cap = static_cast<double>(std::numeric_limits<int32_t>::max() - 1);
+  const int pages = static_cast<int>(std::min(fit, cap));
+  if (pages < min_pages) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "--mem-fraction-static ", fraction, " of the device's ", GiB(total), " leaves ",
+        GiB(left), " for the KV pool with ", GiB(used),
+        " in use (this process's weights and whatever else runs on the device): ", pages,
+        " pages of ", page_bytes, " bytes, fewer than the ", min_pages,
+        " needed; raise --mem-fraction-static, free device memory or set --num-kv-pages"));
+  }
+  return pages;
+}
+
+KvPagesAgreement::KvPagesAgreement(int ranks, absl::Duration timeout)
+    : ranks_(ranks), deadline_(absl::Now() + timeout) {}
+
+absl::StatusOr<int> KvPagesAgreement::Offer(int rank, int pages) {
+  absl::MutexLock lock(&mu_);
+  smallest_ = offered_ == 0 ? pages : std::min(smallest_, pages);
+  ++offered_;
+  const auto settled = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return offered_ >= ranks_ || abandoned_by_.has_value();
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&settled), deadline_)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", rank, ": ", offered_, " of ", ranks_,
+        " ranks had sized their KV pools by the deadline; the pools must agree"));
+  }
+  if (offered_ < ranks_) {
+    return absl::AbortedError(absl::StrCat("rank ", rank, ": rank ", *abandoned_by_,
+                                           " failed before sizing its KV pool"));
+  }
+  return smallest_;
+}
+
+void KvPagesAgreement::Abandon(int rank) {
+  absl::MutexLock lock(&mu_);
+  if (offered_ < ranks_ && !abandoned_by_.has_value()) abandoned_by_ = rank;
+}
+
+}  // namespace mlaserve::model

@@ -1,0 +1,118 @@
+#include "model/kv_pool_sizing.h"
+
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+
+namespace mlaserve::model {
+namespace {
+
+constexpr size_t kGiB = size_t{1} << 30;
+constexpr size_t kMiB = size_t{1} << 20;
+
+TEST(KvPagesForMemoryTest, TakesTheFractionOfTheTotalLessWhatIsInUse) {
+  // 80 GiB device, 32 GiB in use (the weights): 0.85 * 80 - 32 = 36 GiB for 2 MiB pages.
+  const DeviceMemoryInfo m{80 * kGiB, 48 * kGiB};
+  absl::StatusOr<int> pages = KvPagesForMemory(m, 0.85, 2 * kMiB, 129);
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  EXPECT_EQ(*pages, 18432);
+  // A page that does not divide the budget: whole pages only.
+  pages = KvPagesForMemory(m, 0.85, 3 * kMiB, 129);
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  EXPECT_EQ(*pages, 12288);
+  EXPECT_EQ(*KvPagesForMemory(m, 1.0, 2 * kMiB, 1), 24576);  // all that is free
+}
+
+TEST(KvPagesForMemoryTest, OtherProcessesMemoryCountsAsTaken) {
+  // A second worker on the same device sees the first one's weights and pool as used.
+  const DeviceMemoryInfo alone{80 * kGiB, 48 * kGiB};
+  const DeviceMemoryInfo shared{80 * kGiB, 20 * kGiB};
+  EXPECT_GT(*KvPagesForMemory(alone, 0.9, 2 * kMiB, 1), *KvPagesForMemory(shared, 0.9, 2 * kMiB, 1));
+  EXPECT_EQ(*KvPagesForMemory(shared, 0.9, 2 * kMiB, 1), 6144);  // 72 - 60 GiB
+}
+
+TEST(KvPagesForMemoryTest, TooLittleLeftIsResourceExhaustedNamingTheNumbers) {
+  const DeviceMemoryInfo m{80 * kGiB, 10 * kGiB};  // 70 GiB used, 0.85 allows 68
+  absl::StatusOr<int> pages = KvPagesForMemory(m, 0.85, 2 * kMiB, 129);
+  ASSERT_EQ(pages.status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string msg(pages.status().message());
+  EXPECT_NE(msg.find("--mem-fraction-static 0.85"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("80.00 GiB"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("70.00 GiB in use"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("-2.00 GiB"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("0 pages"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("129"), std::string::npos) << msg;
+  // Some pages fit, but fewer than one batch needs.
+  const DeviceMemoryInfo tight{80 * kGiB, 12 * kGiB + 100 * kMiB};
+  pages = KvPagesForMemory(tight, 0.85, 2 * kMiB, 129);
+  ASSERT_EQ(pages.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(std::string(pages.status().message()).find("50 pages"), std::string::npos)
+      << pages.status();
+}
+
+TEST(KvPagesForMemoryTest, RefusesAFractionOutsideZeroToOne) {
+  const DeviceMemoryInfo m{80 * kGiB, 48 * kGiB};
+  for (double f : {0.0, -0.5, 1.01, std::numeric_limits<double>::quiet_NaN()}) {
+    absl::StatusOr<int> pages = KvPagesForMemory(m, f, 2 * kMiB, 1);
+    EXPECT_EQ(pages.status().code(), absl::StatusCode::kInvalidArgument) << f;
+    EXPECT_NE(std::string(pages.status().message()).find("--mem-fraction-static"), std::string::npos);
+  }
+  EXPECT_EQ(KvPagesForMemory(m, 0.5, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(KvPagesForMemoryTest, PageIdsStayInt32) {
+  const DeviceMemoryInfo huge{size_t{1} << 62, size_t{1} << 62};
+  EXPECT_EQ(*KvPagesForMemory(huge, 1.0, 64, 1), std::numeric_limits<int32_t>::max() - 1);
+}
+
+TEST(KvPagesAgreementTest, EveryRankGetsTheSmallestOffer) {
+  KvPagesAgreement agreement(4, absl::Seconds(30));
+  std::vector<absl::StatusOr<int>> got(4, absl::UnknownError("unset"));
+  std::vector<std::thread> ranks;
+  const int offers[4] = {900, 700, 1200, 800};
+  for (int r = 0; r < 4; ++r) {
+    ranks.emplace_back([&, r] { got[r] = agreement.Offer(r, offers[r]); });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(got[r].ok()) << got[r].status();
+    EXPECT_EQ(*got[r], 700);
+  }
+}
+
+TEST(KvPagesAgreementTest, ARankThatFailsReleasesTheOthers) {
+  KvPagesAgreement agreement(3, absl::Seconds(60));
+  std::vector<absl::StatusOr<int>> got(2, absl::UnknownError("unset"));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) ranks.emplace_back([&, r] { got[r] = agreement.Offer(r, 100); });
+  agreement.Abandon(2);
+  for (std::thread& t : ranks) t.join();
+  for (const absl::StatusOr<int>& g : got) {
+    ASSERT_EQ(g.status().code(), absl::StatusCode::kAborted) << g.status();
+    EXPECT_NE(std::string(g.status().message()).find("rank 2 failed"), std::string::npos);
+  }
+}
+
+TEST(KvPagesAgreementTest, AbandonAfterEveryRankOfferedChangesNothing) {
+  KvPagesAgreement agreement(2, absl::Seconds(30));
+  absl::StatusOr<int> other = absl::UnknownError("unset");
+  std::thread t([&] { other = agreement.Offer(1, 5); });
+  absl::StatusOr<int> mine = agreement.Offer(0, 9);
+  t.join();
+  agreement.Abandon(0);
+  ASSERT_TRUE(mine.ok() && other.ok());
+  EXPECT_EQ(*mine, 5);
+  EXPECT_EQ(*other, 5);
+}
+
+TEST(KvPagesAgreementTest, AMissingRankEndsAtTheDeadline) {
+  KvPagesAgreement agreement(2, absl::Milliseconds(50));
+  absl::StatusOr<int> got = agreement.Offer(0, 10);
+  ASSERT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+  EXPECT_NE(std::string(got.status().message()).find("1 of 2 ranks"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mlaserve::model
