@@ -18,11 +18,17 @@ namespace {
 
 // The repetition penalty divides a positive logit and multiplies a negative one, in float32.
 // Any value > 0 is valid (api.proto), but one below kMinRepetitionPenalty or above
-// kMaxRepetitionPenalty turns ordinary logits into +/-infinity, and the sampler's softmax then
-// meets inf - inf = NaN: it draws any token, one a JSON mask refused included (the request
-// ended INTERNAL "breaks the JSON constraint"). At these bounds the logits the penalty touches
-// (|logit| < 3e8 stays finite) are already 1e30 times their size, so the draw is the one the
-// exact value gives: clamping changes what float32 computes, not the distribution.
+// kMaxRepetitionPenalty turns ordinary logits into +/-infinity. The sampler is well defined on
+// such rows by itself now (kernels/sampling/api.h, "Non-finite logits"; its softmax used to meet
+// inf - inf = NaN and draw any token), but an overflow still loses what the exact values say:
+// 0.5 and 0.25 divided by 1.4e-45 are both +infinity, which share the draw, where the exact values
+// give the first every time; -2 and -3 times 3.4e38 are both -infinity, and when they are the
+// only tokens a JSON mask allows the row has no distribution left: the sampler's greedy pick is
+// then a token the mask refused (the request ends INTERNAL "breaks the JSON constraint").
+// WorkerProtoTest.ExtremeRepetitionPenaltiesKeepTheMaskedDrawInsideTheMask holds both. At these
+// bounds the logits the penalty touches (|logit| < 3e8 stays finite) are already 1e30 times
+// their size, so the draw is the one the exact value gives: clamping changes what float32
+// computes, not the distribution.
 constexpr float kMinRepetitionPenalty = 1e-30f;
 constexpr float kMaxRepetitionPenalty = 1e30f;
 

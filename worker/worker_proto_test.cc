@@ -34,9 +34,12 @@ TEST(WorkerProtoTest, SamplingDefaultsAndValues) {
   EXPECT_EQ(ToSamplingOptions(p).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// A repetition penalty at either end of (0, FLT_MAX] turned the touched logits into +/-infinity
-// and the sampler's softmax into NaN, which drew a token the JSON mask had refused (the request
-// ended INTERNAL). The worker's edge keeps the penalty where the logits stay finite.
+// A repetition penalty at either end of (0, FLT_MAX] turns the touched logits into +/-infinity
+// (the sampler's softmax met NaN there and drew a token the JSON mask had refused; the request
+// ended INTERNAL). The sampler now reads such rows well, but +infinity ties tokens 4 and 5, and
+// -infinity on both leaves the masked row no distribution (the greedy pick, token 0, is refused):
+// the worker's edge keeps the penalty where the logits stay finite, so token 4 is drawn as the
+// exact values say.
 TEST(WorkerProtoTest, ExtremeRepetitionPenaltiesKeepTheMaskedDrawInsideTheMask) {
   constexpr int kVocab = 8;
   // Tokens 4 and 5 are allowed; the history holds both.

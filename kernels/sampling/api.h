@@ -14,6 +14,26 @@
 //   5. draw u in [0,1) from a counter-based generator keyed by (seed, step): the same seed and
 //      step always give the same u, whatever else is in the batch; pick by inverse CDF over the
 //      renormalised kept probs (sorted by descending prob, ties by lower index).
+//
+// Non-finite logits. The edits can overflow f32 (a repetition penalty of 1.4e-45 divides a
+// positive logit into +infinity; a bias or penalty near +/-3e38 overflows either way; an infinite
+// penalty meeting a masked token's -infinity gives NaN), and a model may emit them. Every backend
+// and path reads such a row alike (softmax_terms.h), and a row of finite logits as before, bit for
+// bit:
+//   - NaN ranks below -infinity: never the argmax, never drawn while the row holds another token;
+//   - -infinity: probability 0, as a masked token;
+//   - +infinity: the row's +infinity tokens share its mass equally and every other token gets 0
+//     (the softmax's limit; temperature changes nothing); top_k / top_p / min_p then filter that
+//     distribution as any other, ties by lower id (top_k 1 keeps the lowest +infinity id);
+//   - greedy: the lowest id among the largest non-NaN logits, +infinity included;
+//   - no token above -infinity (every logit -infinity or NaN): no distribution; every path, greedy
+//     or not, gives the greedy pick, the lowest -infinity id (token 0 when every logit is NaN).
+//     A mask allowing no token is refused before (model::CheckAllowedMask); a row whose allowed
+//     tokens the edits all pushed to -infinity comes here, and its pick may be a masked token: a
+//     -infinity logit does not say whether the mask or an edit set it.
+// ComputeLogprobs reads rows the same way (at temperature 1), never giving NaN: a +infinity
+// token's logprob is -log(number of +infinity tokens) and every other token's is -infinity there;
+// a NaN token's is -infinity, as is every token's in a row with no token above -infinity.
 #pragma once
 
 #include <cstdint>
@@ -66,7 +86,8 @@ absl::Status ApplyRepetitionPenaltyCuda(const RepetitionPenaltyParams& p, void* 
 // Constrained decoding (JSON mode, structured outputs) on the device: in each listed row,
 // every token whose bit is clear in that row's mask gets logit -infinity, in place, before
 // Sample draws (model::Sampler does the same with SampleRow::allowed on the host, and Sample's
-// every path gives a -infinity logit zero probability and never picks it, greedy included).
+// every path gives a -infinity logit zero probability and never picks it, greedy included,
+// while the row holds a token above -infinity: "Non-finite logits", above).
 // Mask words: ceil(vocab / 64) a row, bit t % 64 of word t / 64 set when token t is allowed;
 // the caller has checked each mask allows some token (model::CheckAllowedMask).
 struct TokenMaskParams {
@@ -87,8 +108,10 @@ absl::Status ApplyTokenMaskCuda(const TokenMaskParams& p, void* stream);
 // host (model::LogitEditLists) and holds distinct token ids, so the CUDA ops touch each logit of a
 // row once and their f32 results equal the CPU's bit for bit: every edit is one IEEE operation
 // (the CUDA ops use the _rn intrinsics, so nvcc cannot fuse them into an FMA). A -infinity logit
-// (a masked token) stays -infinity. Ids are checked by the CPU ops (INVALID_ARGUMENT); the CUDA
-// ops skip an id outside [0, vocab) (no host sync to report it).
+// (a masked token) stays -infinity, or becomes NaN where an infinite bias or penalty meets it
+// (Sample never draws a NaN either); a finite one may overflow to +/-infinity (above, "Non-finite
+// logits"). Ids are checked by the CPU ops (INVALID_ARGUMENT); the CUDA ops skip an id outside
+// [0, vocab) (no host sync to report it).
 
 // logit += bias for each (id, bias) of the row's list.
 struct LogitBiasParams {
@@ -143,11 +166,12 @@ absl::Status CopyLogitRowsCuda(const CopyLogitRowsParams& p, void* stream);
 // log(sum_i exp(x_i - m)) with m = max x, the exponentials and their sum in double (m, x_i
 // widened from f32); the row's token's logprob (f32)(x_t - lse), then the min(top_n, vocab)
 // highest logits by descending value, ties to the lower id (-0 ties +0), each with
-// (f32)(x_i - lse); and, where `ranks` is set, the token's rank: how many of the row's f32 logits
-// are >= x_t, itself included (1 = the most likely; tied tokens share the larger rank; vLLM's
-// rank). The CUDA sum runs in a different order than the CPU's serial one (~1e-16 relative in
-// double), so a logprob may differ by one f32 rounding (|d| <= 1e-5 * max(1, |logprob|)); the
-// ids, their order and the ranks are exact.
+// (f32)(x_i - lse) (non-finite rows: above, "Non-finite logits"; a NaN logit ranks after
+// -infinity here too); and, where `ranks` is set, the token's rank: how many of the row's f32
+// logits are >= x_t, itself included (1 = the most likely; tied tokens share the larger rank;
+// vLLM's rank; a NaN never counts). The CUDA sum runs in a different order than the CPU's
+// serial one (~1e-16 relative in double), so a logprob may differ by one f32 rounding
+// (|d| <= 1e-5 * max(1, |logprob|)); the ids, their order and the ranks are exact.
 //
 // Two ways to name each row's token: the decode step's drawn rows (row_ids set: row r is the
 // raw copy of batch row row_ids[r], its token Sample's out_ids[row_ids[r]]), and the prompt's

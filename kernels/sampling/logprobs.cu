@@ -9,10 +9,12 @@
 // run the kernel they ran before): pass 2 also counts the logits >= the token's, an int block
 // sum (exact, whatever the order).
 // The key orders tokens as the CPU's partial sort does: the logit's IEEE bits made
-// order-preserving (descending logit; -0 taken as +0, since the CPU's == ties them), then
-// 0xFFFFFFFF - id (ties to the lower id). Keys are distinct, so every merge round has one
-// winner and the ids are exactly the CPU's; the logprobs differ from the CPU's only by the sum's
-// order (api.h). Launched with PDL: the block waits before it reads anything.
+// order-preserving (descending logit; -0 taken as +0, since the CPU's == ties them; a NaN below
+// -infinity), then 0xFFFFFFFF - id (ties to the lower id). Keys are distinct, so every merge
+// round has one winner and the ids are exactly the CPU's; the logprobs differ from the CPU's only
+// by the sum's order (api.h). Non-finite rows (api.h): the max skips NaN, and SoftmaxTerm /
+// TokenLogprob give the CPU's sums and logprobs, never NaN. Launched with PDL: the block waits
+// before it reads anything.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -20,6 +22,7 @@
 #include "kernels/common/dense_cuda.cuh"
 #include "kernels/common/pdl.cuh"
 #include "kernels/sampling/api.h"
+#include "kernels/sampling/softmax_terms.h"
 
 namespace mlaserve::kernels {
 namespace {
@@ -33,7 +36,11 @@ constexpr int kQuietNanBits = 0x7fc00000;
 // 0xFFFFFFFF - (vocab - 1) > 0), so 0 marks an empty slot.
 __device__ __forceinline__ uint64_t OrderKey(float x, int id) {
   const uint32_t bits = x == 0.0f ? 0u : __float_as_uint(x);
-  const uint32_t ordered = (bits & 0x80000000u) != 0 ? ~bits : (bits | 0x80000000u);
+  // A NaN's bits would order above +infinity (or below -infinity by its sign): 0, below every
+  // number's (-infinity's is 0x007FFFFF).
+  const uint32_t ordered = x != x                        ? 0u
+                           : (bits & 0x80000000u) != 0 ? ~bits
+                                                       : (bits | 0x80000000u);
   return (static_cast<uint64_t>(ordered) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(id));
 }
 
@@ -116,10 +123,10 @@ __global__ void __launch_bounds__(kLogprobsThreads)
   int at_least = 0;
   for (int i = tid; i < V; i += kLogprobsThreads) {
     const float v = x[i];
-    part += exp(static_cast<double>(v) - md);
+    part += SoftmaxTerm(v, md, 1.0);  // a max of -infinity: 0s, and TokenLogprob gives -inf
     if constexpr (kRanks) at_least += v >= own ? 1 : 0;
   }
-  const double lse = md + log(cuda::BlockSum(part, dscratch));
+  const double lse = RowLogSumExp(md, cuda::BlockSum(part, dscratch));
   if constexpr (kRanks) {
     const int rank = cuda::BlockSum(at_least, iscratch);
     if (tid == 0) p.ranks[r] = rank;
@@ -129,7 +136,7 @@ __global__ void __launch_bounds__(kLogprobsThreads)
     const int32_t t = RowToken(p, r);
     const bool in_vocab = t >= 0 && t < V;
     const float nan = __int_as_float(kQuietNanBits);
-    out[0] = {t, in_vocab ? static_cast<float>(static_cast<double>(x[t]) - lse) : nan};
+    out[0] = {t, in_vocab ? TokenLogprob(x[t], md, lse) : nan};
   }
   if (n == 0) return;
   // Each warp's n best: the union of its lanes' lists holds them (each list holds a lane's
@@ -150,7 +157,7 @@ __global__ void __launch_bounds__(kLogprobsThreads)
     if (head == best && best != 0) ++next;
     if (lane == 0 && best != 0) {
       const int32_t id = KeyId(best);
-      out[1 + k] = {id, static_cast<float>(static_cast<double>(x[id]) - lse)};
+      out[1 + k] = {id, TokenLogprob(x[id], md, lse)};
     }
   }
 }

@@ -67,7 +67,7 @@ PromptRows RandomPromptRows(int rows, int vocab, uint64_t seed) {
         break;
       case 3:
         // Another token stays finite, so the row has a distribution (a row of -infinity alone
-        // has none: NaN on both backends).
+        // has none: every logprob -infinity; nonfinite_cuda_test.cu).
         for (int t = 0; t < vocab; ++t) x[t] = rng() % 4 == 0 ? -kInf : normal(rng);
         x[token] = -kInf;
         x[(token + 1) % vocab] = 1.0f;  // with one token, that token itself: finite

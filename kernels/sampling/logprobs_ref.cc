@@ -2,12 +2,14 @@
 // reference the CUDA kernel (logprobs.cu) is held to.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/sampling/api.h"
+#include "kernels/sampling/softmax_terms.h"
 
 namespace mlaserve::kernels {
 
@@ -38,13 +40,18 @@ absl::Status ComputeLogprobsCpu(const LogprobsParams& p) {
   for (int r = 0; r < p.rows; ++r) {
     const float* x = p.logits + static_cast<int64_t>(r) * V;
     LogprobEntry* out = p.out + static_cast<int64_t>(r) * p.out_stride;
-    double m = x[0];
-    for (int i = 0; i < V; ++i) m = std::max<double>(m, x[i]);
-    double sum = 0;
-    for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
-    const double lse = m + std::log(sum);
+    // The peak: the largest non-NaN logit (-infinity when there is none; softmax_terms.h).
+    float peak = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < V; ++i) peak = x[i] > peak ? x[i] : peak;
+    const double m = peak;
+    double lse = m;  // a row with no token above -infinity: every logprob -infinity
+    if (peak > -std::numeric_limits<float>::infinity()) {
+      double sum = 0;
+      for (int i = 0; i < V; ++i) sum += SoftmaxTerm(x[i], m, 1.0);
+      lse = RowLogSumExp(m, sum);
+    }
     const int32_t token = token_of(r);
-    out[0] = {token, static_cast<float>(static_cast<double>(x[token]) - lse)};
+    out[0] = {token, TokenLogprob(x[token], m, lse)};
     if (p.ranks != nullptr) {
       // vLLM's rank on the f32 logits: -0 and +0 compare equal, a NaN never counts.
       const float own = x[token];
@@ -54,13 +61,14 @@ absl::Status ComputeLogprobsCpu(const LogprobsParams& p) {
     const int n = std::min(p.top_n[r], V);
     if (n <= 0) continue;
     std::iota(order.begin(), order.end(), 0);
-    // x[a] == x[b] holds for -0 and +0: they tie, and the lower id goes first.
+    // x[a] == x[b] holds for -0 and +0: they tie, and the lower id goes first. A NaN ranks below
+    // -infinity (the NaNs among themselves by id).
     std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
-      return x[a] > x[b] || (x[a] == x[b] && a < b);
+      if (x[a] > x[b]) return true;
+      if (x[a] == x[b]) return a < b;
+      return std::isnan(x[b]) && (!std::isnan(x[a]) || a < b);
     });
-    for (int i = 0; i < n; ++i) {
-      out[1 + i] = {order[i], static_cast<float>(static_cast<double>(x[order[i]]) - lse)};
-    }
+    for (int i = 0; i < n; ++i) out[1 + i] = {order[i], TokenLogprob(x[order[i]], m, lse)};
   }
   return absl::OkStatus();
 }

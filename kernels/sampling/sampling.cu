@@ -3,17 +3,19 @@
 // (sampling_cluster.cu: no sort) where it can run, else the sort path here (sampling_cuda.h).
 //
 // The sort path:
-//   1. PrepareKernel: copy each sampled row's logits and ids into the sort buffers; a greedy
-//      row (temperature 0) gets an empty segment and is not sorted.
+//   1. PrepareKernel: copy each sampled row's logits and ids into the sort buffers (a NaN as
+//      -infinity, whose bits would sort above +infinity; -0 as +0); a greedy row (temperature 0)
+//      gets an empty segment and is not sorted.
 //   2. cub's segmented radix sort, descending by logit. It is stable, and ids start ascending,
 //      so ties keep the lower id first: the CPU's order (descending prob, ties by lower id),
 //      since prob = exp((logit - max) / T) / sum is monotone in the logit.
-//   3. SelectKernel, one block per row: greedy rows take the argmax (lowest id on ties).
-//      Others recompute probs in double as the CPU does, then walk the sorted row in chunks
-//      with block-wide prefix sums: the top_k mass, the cut (first index a filter drops), and
-//      the inverse-CDF pick for u = SamplingUniform(seed, step) * (kept mass). Sums run in a
-//      different order than the CPU's serial ones (double rounding, ~1e-16 relative), so a
-//      token differs only if u lands within that distance of a bucket edge.
+//   3. SelectKernel, one block per row: greedy rows take the argmax (lowest id on ties, NaN
+//      never), and so do rows with no token above -infinity (api.h, "Non-finite logits").
+//      Others recompute probs in double as the CPU does (SoftmaxTerm), then walk the sorted
+//      row in chunks with block-wide prefix sums: the top_k mass, the cut (first index a filter
+//      drops), and the inverse-CDF pick for u = SamplingUniform(seed, step) * (kept mass). Sums
+//      run in a different order than the CPU's serial ones (double rounding, ~1e-16 relative),
+//      so a token differs only if u lands within that distance of a bucket edge.
 // Our kernels are launched with PDL (kernels/common/pdl.cuh); cub's sorts keep plain stream
 // order. Row parameters are not validated here (that would need a host sync): the CPU backend
 // refuses bad ones, callers validate them once per request.
@@ -33,6 +35,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/sampling/api.h"
 #include "kernels/sampling/sampling_cuda.h"
+#include "kernels/sampling/softmax_terms.h"
 #include "kernels/sampling/split_mix.h"
 
 namespace mlaserve::kernels {
@@ -102,7 +105,10 @@ __global__ void PrepareKernel(const float* logits, const float* temperature, int
   if (greedy && !fill_all) return;
   const int64_t base = static_cast<int64_t>(b) * vocab;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) {
-    keys[base + i] = logits[base + i];
+    // A NaN sorts with -infinity (never drawn), -0 with +0 (the CPU ties their equal
+    // probabilities by id; the radix sort would put +0 first). Every other key is the logit.
+    const float v = logits[base + i];
+    keys[base + i] = v == v ? __fadd_rn(v, 0.0f) : -INFINITY;
     ids[base + i] = i;
   }
 }
@@ -134,25 +140,28 @@ __global__ void __launch_bounds__(kSelectThreads)
   const int64_t base = static_cast<int64_t>(b) * V;
   const float* logits = p.logits + base;
   cuda::PdlEnter();
-  if (p.temperature[b] == 0.0f) {  // greedy: argmax, lowest id on ties
+  const float* keys = sorted_keys + base;  // read for sampled rows only (a greedy one's may be unfilled)
+  // A sampled row whose largest key is -infinity has no token above it (every logit -infinity
+  // or NaN): no distribution, so the greedy pick, as the CPU gives.
+  if (p.temperature[b] == 0.0f || !(keys[0] > -INFINITY)) {  // argmax, lowest id on ties
     float best = -INFINITY;
     int best_i = INT_MAX;
     for (int i = tid; i < V; i += kSelectThreads) {
-      if (logits[i] > best || best_i == INT_MAX) { best = logits[i]; best_i = i; }
+      const float v = logits[i];
+      if (v == v && (v > best || best_i == INT_MAX)) { best = v; best_i = i; }  // NaN never
     }
     const float m = cuda::BlockMax(best, sh.fscratch);
     const int id = BlockMinInt(best == m ? best_i : INT_MAX, sh.iscratch);
-    if (tid == 0) p.out_ids[b] = id;
+    if (tid == 0) p.out_ids[b] = id == INT_MAX ? 0 : id;  // every logit NaN: token 0
     return;
   }
-  const float* keys = sorted_keys + base;
   const int32_t* ids = sorted_ids + base;
   const double inv_t = 1.0 / p.temperature[b];
-  const double m = keys[0];
+  const double m = keys[0];  // finite or +infinity
   double part = 0.0;
-  for (int i = tid; i < V; i += kSelectThreads) part += exp((static_cast<double>(keys[i]) - m) * inv_t);
+  for (int i = tid; i < V; i += kSelectThreads) part += SoftmaxTerm(keys[i], m, inv_t);
   const double sum = cuda::BlockSum(part, sh.dscratch);
-  auto prob = [&](int i) { return exp((static_cast<double>(keys[i]) - m) * inv_t) / sum; };
+  auto prob = [&](int i) { return SoftmaxTerm(keys[i], m, inv_t) / sum; };
 
   const int top_k = (p.top_k[b] > 0 && p.top_k[b] < V) ? p.top_k[b] : V;
   double kept_mass = 1.0;

@@ -22,10 +22,10 @@
 // bucket edge.
 //
 // Per row, each step one cluster barrier: the max logit (and the greedy argmax: a greedy row
-// stops there), the softmax sum, top_k's select (only where top_k is on), top_p's select over
-// the top_k tokens (only where top_p < 1), the kept tokens' mass, the pick's select. About a
-// dozen barriers a sampled row, against a cub radix sort of the whole row and three walks of it
-// (SampleBySort).
+// stops there, and so does a row with no token above -infinity; api.h), the softmax sum, top_k's
+// select (only where top_k is on), top_p's select over the top_k tokens (only where top_p < 1),
+// the kept tokens' mass, the pick's select. About a dozen barriers a sampled row, against a cub
+// radix sort of the whole row and three walks of it (SampleBySort).
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -40,6 +40,7 @@
 #include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/sampling/sampling_cuda.h"
+#include "kernels/sampling/softmax_terms.h"
 #include "kernels/sampling/split_mix.h"
 
 namespace mlaserve::kernels::sampling_cuda {
@@ -435,28 +436,32 @@ __global__ void __launch_bounds__(kThreads, 1) SampleClusterKernel(const __grid_
   cuda::PdlEnter();
   TraceStep(row);  // step 0: the start
 
-  // 1. The max logit and its lowest id.
+  // 1. The max logit and its lowest id; a NaN never ranks (max_id stays INT_MAX only when every
+  //    logit of the row is NaN).
   float best = -INFINITY;
   int best_id = INT_MAX;
   for (int j = tid; j < row.n_local; j += kThreads) {
     const float v = logits[j];
-    if (best_id == INT_MAX || v > best) best = v, best_id = row.id0 + j;
+    if (v == v && (best_id == INT_MAX || v > best)) best = v, best_id = row.id0 + j;
   }
   const Part top = ClusterArgmax(row, best, best_id);
+  const int argmax = top.max_id == INT_MAX ? 0 : top.max_id;
   const float temperature = p.temperature[b];
-  if (temperature == 0.0f) {  // greedy
-    if (rank == 0 && tid == 0) p.out_ids[b] = top.max_id;
+  // Greedy, or no token above -infinity (every logit -infinity or NaN: no distribution to draw
+  // from; the CPU gives the greedy pick too).
+  if (temperature == 0.0f || !(top.max_logit > -INFINITY)) {
+    if (rank == 0 && tid == 0) p.out_ids[b] = argmax;
     row.cluster.sync();  // no CTA leaves while another may read its shared memory
     return;
   }
 
-  // 2. Probabilities, as the CPU computes them: exp((logit - max) / T), in double, over their
-  //    sum. Kept unnormalised (the order and the cuts are the same; MassOf scales): a division
-  //    a token less.
+  // 2. Probabilities, as the CPU computes them: exp((logit - max) / T), in double (SoftmaxTerm:
+  //    the +infinity tokens alone where the max is +infinity), over their sum. Kept
+  //    unnormalised (the order and the cuts are the same; MassOf scales): a division a token less.
   const double inv_t = 1.0 / temperature, max_logit = top.max_logit;
   double part = 0.0;
   for (int j = tid; j < row.n_local; j += kThreads) {
-    const double e = exp((static_cast<double>(logits[j]) - max_logit) * inv_t);
+    const double e = SoftmaxTerm(logits[j], max_logit, inv_t);
     row.prob[j] = e;
     part += e;
   }
@@ -502,8 +507,9 @@ __global__ void __launch_bounds__(kThreads, 1) SampleClusterKernel(const __grid_
   if (rank == 0 && tid == 0) {
     const Key k = pick.found ? pick.key : kept.min_key;
     const int64_t id = static_cast<int64_t>(0xFFFFFFFFu - k.lo);
-    // No kept token at all (NaN logits): the argmax, as the CPU's first sorted token.
-    p.out_ids[b] = id >= 0 && id < V ? static_cast<int32_t>(id) : top.max_id;
+    // Defensive (the max's token, e = 1, is always kept): an id outside the row gives the
+    // argmax, as the CPU's first sorted token.
+    p.out_ids[b] = id >= 0 && id < V ? static_cast<int32_t>(id) : argmax;
   }
   row.cluster.sync();
 }

@@ -3,6 +3,7 @@
 // of the unsorted rest (nth_element) and sorts only that block, so the common top_k / top_p
 // cases never sort the whole vocabulary, and a flat distribution's long top_p prefix costs a
 // few passes over the vocabulary instead of a partial sort from the start at every doubling.
+// Non-finite logits (api.h): SoftmaxTerm and the NaN-skipping Argmax below.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/sampling/api.h"
+#include "kernels/sampling/softmax_terms.h"
 
 namespace mlaserve::kernels {
 namespace {
@@ -32,19 +34,26 @@ absl::Status CheckRow(const SamplingParams& p, int b) {
   return absl::OkStatus();
 }
 
+// The lowest id among the largest logits; a NaN never ranks (token 0 when every logit is NaN).
 int32_t Argmax(const float* logits, int vocab) {
   int32_t best = 0;
-  for (int i = 1; i < vocab; ++i)
-    if (logits[i] > logits[best]) best = i;  // strict: ties keep the lower id
+  while (best < vocab && std::isnan(logits[best])) ++best;
+  if (best == vocab) return 0;
+  for (int i = best + 1; i < vocab; ++i)
+    if (logits[i] > logits[best]) best = i;  // strict: ties keep the lower id; NaN is never >
   return best;
 }
 
 int32_t SampleRow(const SamplingParams& p, int b) {
   const float* logits = p.logits + static_cast<int64_t>(b) * p.vocab;
-  if (p.temperature[b] == 0.0f) return Argmax(logits, p.vocab);
+  const int32_t argmax = Argmax(logits, p.vocab);
+  if (p.temperature[b] == 0.0f) return argmax;
+  // No token above -infinity (every logit -infinity or NaN): no distribution to draw from, so
+  // the greedy pick, as on every CUDA path.
+  if (!(logits[argmax] > -std::numeric_limits<float>::infinity())) return argmax;
   const int V = p.vocab;
   const double inv_t = 1.0 / p.temperature[b];
-  const double m = logits[Argmax(logits, V)];
+  const double m = logits[argmax];  // finite or +infinity
   // (probability, id) side by side: the sorts compare neighbours in memory, not through an index.
   struct Entry {
     double prob;
@@ -53,7 +62,7 @@ int32_t SampleRow(const SamplingParams& p, int b) {
   std::vector<Entry> order(V);
   double sum = 0;
   for (int i = 0; i < V; ++i) {
-    order[i] = {std::exp((logits[i] - m) * inv_t), i};
+    order[i] = {SoftmaxTerm(logits[i], m, inv_t), i};
     sum += order[i].prob;
   }
   for (Entry& e : order) e.prob /= sum;
