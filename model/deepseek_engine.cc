@@ -109,7 +109,15 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
     padding_page = padding[0];
   }
   e->BuildLayers();
-  RETURN_IF_ERROR(e->BuildStep(padding_page));
+  if (absl::Status built = e->BuildStep(padding_page); !built.ok()) {
+    // The step's buffers come after the pool: a pool sized from memory may have left too little.
+    if (options.num_kv_pages == 0 && built.code() == absl::StatusCode::kResourceExhausted) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          built.message(), " (after a KV pool of ", po.num_pages, " pages sized by mem_fraction_static ",
+          options.mem_fraction_static, ": lower --mem-fraction-static or set --num-kv-pages)"));
+    }
+    return built;
+  }
   if (cuda && !e->layout_.sharded()) RETURN_IF_ERROR(e->BuildPrefetch());
   if (cuda) {
     // Weight uploads and the pool's zeroing ran on the legacy stream, which the engine's

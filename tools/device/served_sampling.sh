@@ -43,6 +43,7 @@ for arm in ${ARMS:-device}; do
      da=$ADDRESS && start "$arm-router" "$B/mlaserve-router" --insecure --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
        --model "$MODEL" --metrics-port -1 --prefill "$pa" --decode "$da"; then
     router=$ADDRESS
+    note "arm $arm: KV pools" "$(grep -ho 'KV pool: .*' "$LOGS/$arm-prefill.log" "$LOGS/$arm-decode.log" | tr '\n' ';')"
     for v in "${!variants[@]}"; do
       read -r -a extra <<< "${variants[$v]}"
       f=$OUT/serve_${arm//[^A-Za-z0-9]/_}_$v
