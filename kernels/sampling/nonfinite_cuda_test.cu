@@ -16,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/sampling/api.h"
+#include "kernels/sampling/nonfinite_testing.h"
 #include "kernels/sampling/sampling_cuda.h"
 #include "kernels/testing/cuda_testing.h"
 #include "kernels/testing/testing.h"
@@ -23,22 +24,15 @@
 namespace mlaserve::kernels {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+using nonfinite_testing::kInf;
+using nonfinite_testing::kNaN;
+using nonfinite_testing::Filters;
+using nonfinite_testing::kFilters;
+using nonfinite_testing::kNumFilters;
 constexpr float kMax = std::numeric_limits<float>::max();
 constexpr int kStride = 1 + kMaxLogprobsTop;
 const KernelContext kCpu{};
 const KernelContext kCuda{Backend::kCuda, nullptr};
-
-struct Filters {
-  float temperature;
-  int top_k;
-  float top_p, min_p;
-};
-constexpr Filters kFilters[] = {{0.0f, 0, 1.0f, 0.0f},  {1.0f, 0, 1.0f, 0.0f}, {0.6f, 0, 1.0f, 0.0f},
-                                {1.7f, 0, 0.9f, 0.0f},  {1.0f, 1, 1.0f, 0.0f}, {1.0f, 2, 1.0f, 0.0f},
-                                {1.0f, 50, 0.5f, 0.0f}, {1.0f, 0, 1.0f, 0.5f}, {0.8f, 3, 0.95f, 0.1f}};
-constexpr int kNumFilters = sizeof(kFilters) / sizeof(kFilters[0]);
 
 // Row kinds, each over normal(0, 2.5) logits: 0 one to five +infinity tokens; 1 the same with
 // three quarters of the row -infinity (a mask); 2 NaN every few tokens (token 0 among them) and

@@ -15,25 +15,17 @@
 
 #include "gtest/gtest.h"
 #include "kernels/sampling/api.h"
+#include "kernels/sampling/nonfinite_testing.h"
 #include "kernels/testing/testing.h"
 
 namespace mlaserve::kernels {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+using nonfinite_testing::kInf;
+using nonfinite_testing::kNaN;
+using nonfinite_testing::Filters;
+using nonfinite_testing::kFilters;
 constexpr float kTiny = std::numeric_limits<float>::denorm_min();  // 1.4e-45
-
-struct Filters {
-  float temperature;
-  int top_k;
-  float top_p, min_p;
-};
-
-// Greedy, plain temperature, and each filter alone and together.
-constexpr Filters kFilters[] = {{0.0f, 0, 1.0f, 0.0f},  {1.0f, 0, 1.0f, 0.0f}, {0.6f, 0, 1.0f, 0.0f},
-                                {1.7f, 0, 0.9f, 0.0f},  {1.0f, 1, 1.0f, 0.0f}, {1.0f, 2, 1.0f, 0.0f},
-                                {1.0f, 50, 0.5f, 0.0f}, {1.0f, 0, 1.0f, 0.5f}, {0.8f, 3, 0.95f, 0.1f}};
 
 ::testing::Message Describe(const Filters& f) {
   return ::testing::Message() << "T " << f.temperature << " top_k " << f.top_k << " top_p " << f.top_p
