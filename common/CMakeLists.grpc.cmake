@@ -32,6 +32,7 @@ mlaserve_test(mlaserve_common_grpc_test
           ${CMAKE_CURRENT_LIST_DIR}/metrics_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/metrics_tls_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/server_test.cc
+          ${CMAKE_CURRENT_LIST_DIR}/server_idle_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/call_auth_test.cc
           ${CMAKE_CURRENT_LIST_DIR}/bounded_http_server_test.cc
   DEPS mlaserve_common_grpc mlaserve_test_pki PkgConfig::CPP_HTTPLIB)

@@ -3,7 +3,9 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdio>
 #include <thread>
 
@@ -82,6 +84,11 @@ absl::Status ServerRunner::Start() {
   KeepGrpcCallbackQueueAlive();
   auto hp = ParseHostPort(options_.listen);
   if (!hp.ok()) return hp.status();
+  if (options_.max_connection_idle <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_connection_idle is ", absl::FormatDuration(options_.max_connection_idle),
+                     "; expected a positive duration (or infinite: never)"));
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -92,6 +99,11 @@ absl::Status ServerRunner::Start() {
                            &selected_port);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  if (options_.max_connection_idle != absl::InfiniteDuration()) {
+    const int64_t idle_ms = std::clamp<int64_t>(
+        absl::ToInt64Milliseconds(options_.max_connection_idle), 1, INT_MAX);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(idle_ms));
+  }
   for (const auto& [name, value] : options_.int_args) builder.AddChannelArgument(name, value);
   if (options_.memory_quota_bytes > 0) {
     grpc::ResourceQuota quota("mlaserve-server");

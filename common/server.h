@@ -52,6 +52,12 @@ struct ServerOptions {
   // Memory gRPC may use for this server's connections and calls (a ResourceQuota); 0: no
   // bound of its own. Past it gRPC stops reading from clients until memory is freed.
   int64_t memory_quota_bytes = 0;
+  // A connection with no call open for this long is closed: GOAWAY, then the socket
+  // (GRPC_ARG_MAX_CONNECTION_IDLE_MS; gRPC's own default is never, so a client could hold
+  // thousands of connections that open no call). Only connections without calls count: a call
+  // open on one, however long (a Generate stream, a KV transfer stream), keeps it. A client
+  // whose connection was closed reconnects at its next call. Infinite: never.
+  absl::Duration max_connection_idle = absl::Minutes(5);
   // Extra integer channel arguments of the server (GRPC_ARG_...).
   std::vector<std::pair<std::string, int>> int_args = {};
   // What PrintListening writes before the address ("listening on" is the line tests parse
@@ -75,8 +81,8 @@ class ServerRunner {
   // outlive the runner.
   void AddService(grpc::Service* service);
 
-  // Builds the server and binds the listen address. INVALID_ARGUMENT for a malformed address,
-  // UNAVAILABLE when the port cannot be bound.
+  // Builds the server and binds the listen address. INVALID_ARGUMENT for a malformed address
+  // or a max_connection_idle not above zero, UNAVAILABLE when the port cannot be bound.
   absl::Status Start();
 
   // The bound address: the listen host with the actual port (after Start).

@@ -86,6 +86,35 @@ absl::StatusOr<GatedMlpWeights> GatedMlp(const WeightLoader& ld, const std::stri
   return m;
 }
 
+// Every tensor the rank's routed experts are read from, checked against the config (presence,
+// shape, dtype, fp8 scales) before the stack is sized from the config: a checkpoint whose
+// experts disagree with n_routed_experts / moe_intermediate_size is refused naming the tensor
+// and both shapes, not by an allocation of the config's size first (terabytes, for a wrong but
+// plausible moe_intermediate_size). Then the stack holds no more than the checkpoint does.
+absl::Status CheckExperts(const WeightLoader& ld, const ModelConfig& c, const std::string& prefix,
+                          bool fused, Shard experts, int64_t H) {
+  const int64_t E = c.n_routed_experts;
+  const int64_t I = c.moe_intermediate_size;
+  const auto check = [&](const std::string& name, const WeightLoader::Shape& shape) {
+    absl::Status s = ld.Check(name, shape);
+    if (s.ok()) return s;
+    return absl::Status(s.code(), absl::StrCat("routed experts of ", prefix, " (n_routed_experts ",
+                                               E, ", moe_intermediate_size ", I, ", hidden_size ",
+                                               H, "): ", s.message()));
+  };
+  if (fused) {
+    RETURN_IF_ERROR(check(prefix + ".experts.gate_up_proj", {E, 2 * I, H}));
+    return check(prefix + ".experts.down_proj", {E, H, I});
+  }
+  for (int64_t e = experts.begin; e < int64_t{experts.begin} + experts.count; ++e) {
+    const std::string p = absl::StrCat(prefix, ".experts.", e);
+    RETURN_IF_ERROR(check(p + ".gate_proj.weight", {I, H}));
+    RETURN_IF_ERROR(check(p + ".up_proj.weight", {I, H}));
+    RETURN_IF_ERROR(check(p + ".down_proj.weight", {H, I}));
+  }
+  return absl::OkStatus();
+}
+
 // The rank's routed experts: experts [experts.begin, + count) (expert parallel), each with
 // the intermediate slice `inter` (tensor-parallel experts), stored at inter_axis's width and
 // the hidden axis's (model/model_widths.h). Whole, unpadded shards load the stack as it is.
@@ -96,6 +125,7 @@ absl::Status Experts(const WeightLoader& ld, const ModelConfig& c, const std::st
   const int64_t I = c.moe_intermediate_size;
   const int64_t H = hidden.real();
   const bool fused = ld.Has(prefix + ".experts.gate_up_proj");
+  RETURN_IF_ERROR(CheckExperts(ld, c, prefix, fused, experts, H));
   const bool whole = experts.whole() && inter.whole() && !inter_axis.padded() && !hidden.padded();
   // transformers-5 style: already fused [E, 2I, H] / [E, H, I].
   if (fused && whole) {

@@ -165,9 +165,11 @@ if(MLASERVE_BUILD_TESTS)
                   DEPS model_runtime nlohmann_json::nlohmann_json LABELS gpu TIMEOUT 600)
   endif()
   # LoadDeepseekWeights' zero padding of hidden / intermediate widths (model_widths.h) on the
-  # padded fixtures, one rank and a rank of a sharded layout.
+  # padded fixtures, one rank and a rank of a sharded layout; its checks of the routed experts
+  # against the config before their stack is sized (rewritten fixtures).
   mlaserve_test(model_weights_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/deepseek_weights_test.cc
+                        ${CMAKE_CURRENT_LIST_DIR}/deepseek_weights_checks_test.cc
                 DEPS model_runtime mlaserve_parallel nlohmann_json::nlohmann_json)
   mlaserve_test(model_engine_behavior_test
                 SOURCES ${CMAKE_CURRENT_LIST_DIR}/engine_behavior_test.cc

@@ -31,6 +31,12 @@ class WeightLoader {
   kernels::DType dtype() const { return dtype_; }
   kernels::Backend backend() const { return backend_; }
 
+  // The checks of a read (presence, shape, dtype, fp8 scales) without the read
+  // (WeightStore::Check): what a caller runs over every tensor of a buffer before sizing it.
+  absl::Status Check(const std::string& name, const Shape& shape) const {
+    return store_.Check(name, shape);
+  }
+
   // The tensor's host bytes in `dtype` (f32 or bf16), block `slice` of it.
   absl::StatusOr<std::vector<uint8_t>> Bytes(const std::string& name, const Shape& shape,
                                              kernels::DType dtype,

@@ -1,5 +1,6 @@
 // Test helpers: write safetensors files (well-formed or deliberately broken) into a per-test
-// temporary directory. Used by safetensors_test.cc and weight_store_test.cc only.
+// temporary directory. Used by safetensors_test.cc, weight_store_test.cc and
+// model/deepseek_weights_checks_test.cc only.
 #pragma once
 
 #include <unistd.h>

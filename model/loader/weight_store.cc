@@ -91,16 +91,13 @@ absl::StatusOr<TensorView> WeightStore::Checked(std::string_view name,
   return t;
 }
 
-absl::Status WeightStore::DequantFp8(const TensorView& weight, int64_t r0, int64_t nr,
-                                     int64_t c0, int64_t nc, float* out) const {
+absl::StatusOr<TensorView> WeightStore::Fp8Scale(const TensorView& weight) const {
   if (weight.shape.size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("fp8 tensor '", weight.name, "' has shape ", ShapeString(weight.shape),
                      "; block-scaled fp8 weights must be 2-D [out, in]"));
   }
   const int64_t rows = weight.shape[0], cols = weight.shape[1];
-  if (nr < 0) nr = rows;  // the whole tensor
-  if (nc < 0) nc = cols;
   const std::string scale_name = ScaleName(weight.name);
   absl::StatusOr<TensorView> scale = checkpoint_->Get(scale_name);
   if (!scale.ok()) {
@@ -120,10 +117,26 @@ absl::Status WeightStore::DequantFp8(const TensorView& weight, int64_t r0, int64
                                                    kernels::DTypeName(scale->dtype),
                                                    "; expected f32 or bf16"));
   }
-  std::vector<float> scales(static_cast<size_t>(scale->numel()));
-  ToF32(*scale, scales.data());
+  return scale;
+}
+
+absl::Status WeightStore::Check(std::string_view name,
+                                std::span<const int64_t> expected_shape) const {
+  ASSIGN_OR_RETURN(TensorView t, Checked(name, expected_shape));
+  if (t.dtype == DType::kFP8E4M3) return Fp8Scale(t).status();
+  return absl::OkStatus();
+}
+
+absl::Status WeightStore::DequantFp8(const TensorView& weight, int64_t r0, int64_t nr,
+                                     int64_t c0, int64_t nc, float* out) const {
+  ASSIGN_OR_RETURN(TensorView scale, Fp8Scale(weight));
+  const int64_t rows = weight.shape[0], cols = weight.shape[1];
+  if (nr < 0) nr = rows;  // the whole tensor
+  if (nc < 0) nc = cols;
+  std::vector<float> scales(static_cast<size_t>(scale.numel()));
+  ToF32(scale, scales.data());
   const std::array<float, 256>& table = Fp8Table();
-  const int64_t scale_cols = scale_shape[1];
+  const int64_t scale_cols = scale.shape[1];
   for (int64_t r = 0; r < nr; ++r) {
     const uint8_t* src = weight.data + (r0 + r) * cols;
     const float* scale_row = scales.data() + ((r0 + r) / block_.n) * scale_cols;

@@ -91,6 +91,16 @@ class WeightStore {
                                                  std::span<const int64_t> expected_shape,
                                                  const TensorSlice& slice) const;
 
+  // What LoadF32 / LoadBf16 check before reading, without reading or allocating anything: the
+  // tensor is present (else NOT_FOUND), has `expected_shape` and a floating-point dtype, and an
+  // fp8 tensor has block scales of the shape and dtype it needs (else INVALID_ARGUMENT naming
+  // the tensor, as those do). For callers that size a buffer from the config and want every
+  // tensor that fills it checked first (the routed experts' stack).
+  absl::Status Check(std::string_view name, std::span<const int64_t> expected_shape) const;
+  absl::Status Check(std::string_view name, std::initializer_list<int64_t> expected_shape) const {
+    return Check(name, std::span<const int64_t>(expected_shape.begin(), expected_shape.size()));
+  }
+
   // The companion scale of an fp8 tensor: "<prefix>.weight" -> "<prefix>.weight_scale_inv".
   static std::string ScaleName(std::string_view weight_name);
 
@@ -100,6 +110,9 @@ class WeightStore {
 
   absl::StatusOr<TensorView> Checked(std::string_view name,
                                      std::span<const int64_t> expected_shape) const;
+  // The block scales of the fp8 tensor `weight`, checked: `weight` 2-D, the scale present, of
+  // the shape the block size gives and of dtype f32 or bf16.
+  absl::StatusOr<TensorView> Fp8Scale(const TensorView& weight) const;
   // Dequantizes rows [r0, r0 + nr) x cols [c0, c0 + nc) of the 2-D fp8 `weight` into out
   // (nr / nc of -1: every row / column).
   absl::Status DequantFp8(const TensorView& weight, int64_t r0, int64_t nr, int64_t c0,

@@ -219,6 +219,16 @@ TEST_F(WeightStoreTest, Fp8BlockScaledDequantizes) {
   // A missing tensor of a sharded checkpoint names the shard of its neighbours.
   ExpectError((*store)->LoadF32("l.v.weight", {4, 4}).status(), absl::StatusCode::kNotFound,
               "'l.v.weight'", s1);
+
+  // Check: the verdicts of a load, scales included, without reading the data.
+  EXPECT_TRUE((*store)->Check("l.q.weight", {300, 200}).ok());
+  ExpectError((*store)->Check("l.q.weight", {300, 201}), absl::StatusCode::kInvalidArgument,
+              "'l.q.weight' has shape [300, 200]", "expects [300, 201]");
+  ExpectError((*store)->Check("l.bad.weight", {100, 64}), absl::StatusCode::kInvalidArgument,
+              "'l.bad.weight_scale_inv' has shape [2, 1]", "needs [1, 1]");
+  ExpectError((*store)->Check("l.noscale.weight", {4, 4}), absl::StatusCode::kNotFound,
+              "'l.noscale.weight'", "l.noscale.weight_scale_inv");
+  ExpectError((*store)->Check("l.v.weight", {4, 4}), absl::StatusCode::kNotFound, "'l.v.weight'");
 }
 
 // The block size comes from the config's quantization_config.weight_block_size.
