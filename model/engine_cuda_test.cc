@@ -859,5 +859,57 @@ TEST(EngineCudaSamplingTest, MaskedRowsAreDrawnOnTheDevice) {
       << refused.status();
 }
 
+// num_kv_pages 0 (the workers' default): the pool takes what mem_fraction_static of the device
+// leaves after the weights (model/kv_pool_sizing.h), the engine serves from it like a fixed one,
+// and a fraction that leaves no room is RESOURCE_EXHAUSTED naming the flag.
+TEST(EngineCudaKvPoolSizingTest, ThePoolTakesTheFractionTheWeightsLeave) {
+  size_t free0 = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  constexpr double kFraction = 0.1;
+  const double budget = kFraction * static_cast<double>(total) - static_cast<double>(total - free0);
+  if (budget < 256.0 * (1 << 20)) GTEST_SKIP() << "the device is too full for a 10% pool";
+  EngineOptions o = SmallCudaOptions(Fixture("deepseek_v3"));
+  o.num_kv_pages = 0;
+  o.mem_fraction_static = kFraction;
+  absl::StatusOr<std::unique_ptr<DeepseekEngine>> e = DeepseekEngine::Create(o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  KvPool& pool = (*e)->kv_pool();
+  const double pool_bytes = static_cast<double>(KvPool::PageBytes(pool.options())) * pool.total_pages();
+  // At most the budget measured before the engine existed (its weights only shrink it), and
+  // short of it by no more than the fixture's weights and context (well under 1 GiB).
+  EXPECT_LE(pool_bytes, budget);
+  EXPECT_GT(pool_bytes, budget - 1024.0 * (1 << 20));
+  // It serves: a fixture prompt's greedy tokens equal those of a fixed 64-page engine.
+  Reference ref;
+  ASSERT_TRUE(LoadReference(Fixture("deepseek_v3"), &ref));
+  const std::vector<int32_t>& ids = ref.prompts[0].ids;
+  std::unique_ptr<Engine> fixed = MakeCudaEngine(Fixture("deepseek_v3"), kernels::MhaPrefillProvider::kAuto);
+  ASSERT_NE(fixed, nullptr);
+  std::vector<int32_t> tokens[2];
+  Engine* engines[2] = {e->get(), fixed.get()};
+  for (int k = 0; k < 2; ++k) {
+    SeqPages pages(engines[k]->kv_pool(), static_cast<int>(ids.size()) + 8);
+    std::vector<int32_t> seq = ids;
+    for (int step = 0; step < 8; ++step) {
+      SequenceChunk c;
+      const int start = step == 0 ? 0 : static_cast<int>(seq.size()) - 1;
+      c.tokens = std::span<const int32_t>(seq).subspan(start);
+      c.start_pos = start;
+      c.pages = pages.pages();
+      absl::StatusOr<ForwardResult> r = engines[k]->Forward({&c, 1});
+      ASSERT_TRUE(r.ok()) << r.status();
+      seq.push_back(testing::Argmax(r->logits));
+    }
+    tokens[k].assign(seq.begin() + static_cast<int64_t>(ids.size()), seq.end());
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
+  // A fraction below what is already in use.
+  o.mem_fraction_static = 1e-4;
+  absl::StatusOr<std::unique_ptr<DeepseekEngine>> refused = DeepseekEngine::Create(o);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("--mem-fraction-static 0.0001"), std::string::npos)
+      << refused.status();
+}
+
 }  // namespace
 }  // namespace mlaserve::model
