@@ -136,8 +136,12 @@ absl::StatusOr<int> DeepseekEngine::SizeKvPool(const KvPoolOptions& po) const {
     // padding page.
     const int min_pages = static_cast<int>(kernels::PagesFor(o.max_batch_tokens)) + 1;
     ASSIGN_OR_RETURN(const DeviceMemoryInfo memory, QueryDeviceMemory(o.backend));
+    // No more than the engine can ever hold: every sequence of a batch at the longest context
+    // (and the padding page).
+    const int64_t max_pages =
+        int64_t{o.max_batch_seqs} * kernels::PagesFor(int64_t{config_.max_position_embeddings}) + 1;
     ASSIGN_OR_RETURN(pages, KvPagesForMemory(memory, o.mem_fraction_static,
-                                             KvPool::PageBytes(po), min_pages));
+                                             KvPool::PageBytes(po), min_pages, max_pages));
   }
   // A rank that fails before it offers abandons the agreement (ParallelEngine::Create).
   if (o.kv_pages_agreement) return o.kv_pages_agreement->Offer(o.parallel.rank, pages);

@@ -16,7 +16,7 @@ std::string GiB(double bytes) { return absl::StrFormat("%.2f GiB", bytes / (1024
 }  // namespace
 
 absl::StatusOr<int> KvPagesForMemory(const DeviceMemoryInfo& memory, double fraction,
-                                     size_t page_bytes, int min_pages) {
+                                     size_t page_bytes, int min_pages, int64_t max_pages) {
   if (!(fraction > 0.0 && fraction <= 1.0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--mem-fraction-static is ", fraction, "; it must be in (0, 1]"));
@@ -26,7 +26,8 @@ absl::StatusOr<int> KvPagesForMemory(const DeviceMemoryInfo& memory, double frac
   const double used = static_cast<double>(memory.total_bytes - std::min(memory.free_bytes, memory.total_bytes));
   const double left = fraction * total - used;
   const double fit = std::floor(std::max(left, 0.0) / static_cast<double>(page_bytes));
-  const double cap = static_cast<double>(std::numeric_limits<int32_t>::max() - 1);
+  const double cap = static_cast<double>(
+      std::min<int64_t>(std::max<int64_t>(max_pages, min_pages), std::numeric_limits<int32_t>::max() - 1));
   const int pages = static_cast<int>(std::min(fit, cap));
   if (pages < min_pages) {
     return absl::ResourceExhaustedError(absl::StrCat(

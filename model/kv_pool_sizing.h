@@ -35,11 +35,13 @@ struct DeviceMemoryInfo {
 };
 
 // The pages that fit: floor((fraction * total - (total - free)) / page_bytes), at most
-// INT32_MAX - 1 (page ids are int32). INVALID_ARGUMENT for a fraction outside (0, 1] or a zero
-// page size; RESOURCE_EXHAUSTED, naming the fraction, the device's total and used memory and
-// what is left, when fewer than `min_pages` pages fit.
+// `max_pages` (what the engine can ever hold: every sequence of a batch at the model's longest
+// context; a small model on a large GPU needs no more) and INT32_MAX - 1 (page ids are int32).
+// INVALID_ARGUMENT for a fraction outside (0, 1] or a zero page size; RESOURCE_EXHAUSTED,
+// naming the fraction, the device's total and used memory and what is left, when fewer than
+// `min_pages` pages fit.
 absl::StatusOr<int> KvPagesForMemory(const DeviceMemoryInfo& memory, double fraction,
-                                     size_t page_bytes, int min_pages);
+                                     size_t page_bytes, int min_pages, int64_t max_pages);
 
 // One value agreed by `ranks` threads: each calls Offer with its own count and gets the
 // smallest of all, once every rank has offered. A rank that fails before offering calls

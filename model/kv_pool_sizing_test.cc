@@ -11,31 +11,32 @@ namespace {
 
 constexpr size_t kGiB = size_t{1} << 30;
 constexpr size_t kMiB = size_t{1} << 20;
+constexpr int64_t kNoCap = int64_t{1} << 40;
 
 TEST(KvPagesForMemoryTest, TakesTheFractionOfTheTotalLessWhatIsInUse) {
   // 80 GiB device, 32 GiB in use (the weights): 0.85 * 80 - 32 = 36 GiB for 2 MiB pages.
   const DeviceMemoryInfo m{80 * kGiB, 48 * kGiB};
-  absl::StatusOr<int> pages = KvPagesForMemory(m, 0.85, 2 * kMiB, 129);
+  absl::StatusOr<int> pages = KvPagesForMemory(m, 0.85, 2 * kMiB, 129, kNoCap);
   ASSERT_TRUE(pages.ok()) << pages.status();
   EXPECT_EQ(*pages, 18432);
   // A page that does not divide the budget: whole pages only.
-  pages = KvPagesForMemory(m, 0.85, 3 * kMiB, 129);
+  pages = KvPagesForMemory(m, 0.85, 3 * kMiB, 129, kNoCap);
   ASSERT_TRUE(pages.ok()) << pages.status();
   EXPECT_EQ(*pages, 12288);
-  EXPECT_EQ(*KvPagesForMemory(m, 1.0, 2 * kMiB, 1), 24576);  // all that is free
+  EXPECT_EQ(*KvPagesForMemory(m, 1.0, 2 * kMiB, 1, kNoCap), 24576);  // all that is free
 }
 
 TEST(KvPagesForMemoryTest, OtherProcessesMemoryCountsAsTaken) {
   // A second worker on the same device sees the first one's weights and pool as used.
   const DeviceMemoryInfo alone{80 * kGiB, 48 * kGiB};
   const DeviceMemoryInfo shared{80 * kGiB, 20 * kGiB};
-  EXPECT_GT(*KvPagesForMemory(alone, 0.9, 2 * kMiB, 1), *KvPagesForMemory(shared, 0.9, 2 * kMiB, 1));
-  EXPECT_EQ(*KvPagesForMemory(shared, 0.9, 2 * kMiB, 1), 6144);  // 72 - 60 GiB
+  EXPECT_GT(*KvPagesForMemory(alone, 0.9, 2 * kMiB, 1, kNoCap), *KvPagesForMemory(shared, 0.9, 2 * kMiB, 1, kNoCap));
+  EXPECT_EQ(*KvPagesForMemory(shared, 0.9, 2 * kMiB, 1, kNoCap), 6144);  // 72 - 60 GiB
 }
 
 TEST(KvPagesForMemoryTest, TooLittleLeftIsResourceExhaustedNamingTheNumbers) {
   const DeviceMemoryInfo m{80 * kGiB, 10 * kGiB};  // 70 GiB used, 0.85 allows 68
-  absl::StatusOr<int> pages = KvPagesForMemory(m, 0.85, 2 * kMiB, 129);
+  absl::StatusOr<int> pages = KvPagesForMemory(m, 0.85, 2 * kMiB, 129, kNoCap);
   ASSERT_EQ(pages.status().code(), absl::StatusCode::kResourceExhausted);
   const std::string msg(pages.status().message());
   EXPECT_NE(msg.find("--mem-fraction-static 0.85"), std::string::npos) << msg;
@@ -46,7 +47,7 @@ TEST(KvPagesForMemoryTest, TooLittleLeftIsResourceExhaustedNamingTheNumbers) {
   EXPECT_NE(msg.find("129"), std::string::npos) << msg;
   // Some pages fit, but fewer than one batch needs.
   const DeviceMemoryInfo tight{80 * kGiB, 12 * kGiB + 100 * kMiB};
-  pages = KvPagesForMemory(tight, 0.85, 2 * kMiB, 129);
+  pages = KvPagesForMemory(tight, 0.85, 2 * kMiB, 129, kNoCap);
   ASSERT_EQ(pages.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(std::string(pages.status().message()).find("50 pages"), std::string::npos)
       << pages.status();
@@ -55,16 +56,24 @@ TEST(KvPagesForMemoryTest, TooLittleLeftIsResourceExhaustedNamingTheNumbers) {
 TEST(KvPagesForMemoryTest, RefusesAFractionOutsideZeroToOne) {
   const DeviceMemoryInfo m{80 * kGiB, 48 * kGiB};
   for (double f : {0.0, -0.5, 1.01, std::numeric_limits<double>::quiet_NaN()}) {
-    absl::StatusOr<int> pages = KvPagesForMemory(m, f, 2 * kMiB, 1);
+    absl::StatusOr<int> pages = KvPagesForMemory(m, f, 2 * kMiB, 1, kNoCap);
     EXPECT_EQ(pages.status().code(), absl::StatusCode::kInvalidArgument) << f;
     EXPECT_NE(std::string(pages.status().message()).find("--mem-fraction-static"), std::string::npos);
   }
-  EXPECT_EQ(KvPagesForMemory(m, 0.5, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(KvPagesForMemory(m, 0.5, 0, 1, kNoCap).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(KvPagesForMemoryTest, NoMorePagesThanTheEngineCanHold) {
+  // A small model on a large GPU: every sequence of a batch at the longest context, no more.
+  const DeviceMemoryInfo m{80 * kGiB, 79 * kGiB};
+  EXPECT_EQ(*KvPagesForMemory(m, 0.85, 20 * 1024, 129, 256 * 32 + 1), 256 * 32 + 1);
+  // A cap below the minimum still gives the minimum when it fits.
+  EXPECT_EQ(*KvPagesForMemory(m, 0.85, 20 * 1024, 129, 64), 129);
 }
 
 TEST(KvPagesForMemoryTest, PageIdsStayInt32) {
   const DeviceMemoryInfo huge{size_t{1} << 62, size_t{1} << 62};
-  EXPECT_EQ(*KvPagesForMemory(huge, 1.0, 64, 1), std::numeric_limits<int32_t>::max() - 1);
+  EXPECT_EQ(*KvPagesForMemory(huge, 1.0, 64, 1, kNoCap), std::numeric_limits<int32_t>::max() - 1);
 }
 
 TEST(KvPagesAgreementTest, EveryRankGetsTheSmallestOffer) {
