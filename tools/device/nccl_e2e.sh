@@ -7,6 +7,9 @@
 #   on the GPU box:  tools/device/nccl_e2e.sh   (nvidia-h200-x2; results under $OUT)
 #   dry run here:    BIN=build BACKEND=cpu TRANSPORT=tcp tools/device/nccl_e2e.sh
 #                    (the same checks on the CPU backend over tcp: tests the script itself)
+#   NUM_KV_PAGES: each worker's --num-kv-pages (1024: fixed, since the kill checks restart a
+#                    worker beside a running one, possibly on a shared GPU, where a pool sized
+#                    from memory would find the other's share taken)
 #   multi-GPU workers: PREFILL_GPUS=0,1 DECODE_GPUS=2,3 (CUDA_VISIBLE_DEVICES of each worker)
 #                    and PREFILL_LAYOUT / DECODE_LAYOUT (their layout flags, e.g.
 #                    "--tp-size 2 --attention-parallel data"), on nvidia-h200-x4: a
@@ -148,7 +151,7 @@ M=""
 PREFILL_EXTRA=()
 WF() {  # worker flags for model $M
   echo --insecure --listen 127.0.0.1:0 --model "$M" --backend "$BACKEND" --kv-transport "$TRANSPORT" \
-    --metrics-port 0 --kv-no-progress-ms "$KV_NO_PROGRESS_MS"
+    --metrics-port 0 --kv-no-progress-ms "$KV_NO_PROGRESS_MS" --num-kv-pages "${NUM_KV_PAGES:-1024}"
 }
 start_prefill() {
   # shellcheck disable=SC2046,SC2086
