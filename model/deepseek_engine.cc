@@ -144,7 +144,7 @@ absl::StatusOr<int> DeepseekEngine::SizeKvPool(const KvPoolOptions& po) const {
                                              KvPool::PageBytes(po), min_pages, max_pages));
   }
   // A rank that fails before it offers abandons the agreement (ParallelEngine::Create).
-  if (o.kv_pages_agreement) return o.kv_pages_agreement->Offer(o.parallel.rank, pages);
+  if (o.kv_pages_rendezvous) return AgreeOnFewestPages(*o.kv_pages_rendezvous, o.parallel.rank, pages);
   return pages;
 }
 

@@ -66,8 +66,8 @@ struct EngineOptions {
   // and the pool may take, what other processes hold counted as taken (SGLang's meaning).
   double mem_fraction_static = kDefaultMemFractionStatic;
   // Set by ParallelEngine for its ranks with num_kv_pages 0: each rank offers the pages its
-  // device fits and every rank takes the smallest (the pools must agree).
-  std::shared_ptr<KvPagesAgreement> kv_pages_agreement;
+  // device fits and every rank takes the smallest (the pools must agree; AgreeOnFewestPages).
+  std::shared_ptr<parallel::RankRendezvous> kv_pages_rendezvous;
   int max_batch_tokens = 8192; // largest Forward (sum of chunk lengths) workspaces are planned for
   int max_batch_seqs = 256;
   AttentionPath attention = AttentionPath::kAuto;

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status.h"
+#include "parallel/rank_rendezvous.h"
 
 namespace mlaserve::model {
 namespace {
@@ -40,31 +43,20 @@ absl::StatusOr<int> KvPagesForMemory(const DeviceMemoryInfo& memory, double frac
   return pages;
 }
 
-KvPagesAgreement::KvPagesAgreement(int ranks, absl::Duration timeout)
-    : ranks_(ranks), deadline_(absl::Now() + timeout) {}
-
-absl::StatusOr<int> KvPagesAgreement::Offer(int rank, int pages) {
-  absl::MutexLock lock(&mu_);
-  smallest_ = offered_ == 0 ? pages : std::min(smallest_, pages);
-  ++offered_;
-  const auto settled = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return offered_ >= ranks_ || abandoned_by_.has_value();
-  };
-  if (!mu_.AwaitWithDeadline(absl::Condition(&settled), deadline_)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "rank ", rank, ": ", offered_, " of ", ranks_,
-        " ranks had sized their KV pools by the deadline; the pools must agree"));
-  }
-  if (offered_ < ranks_) {
-    return absl::AbortedError(absl::StrCat("rank ", rank, ": rank ", *abandoned_by_,
-                                           " failed before sizing its KV pool"));
-  }
-  return smallest_;
-}
-
-void KvPagesAgreement::Abandon(int rank) {
-  absl::MutexLock lock(&mu_);
-  if (offered_ < ranks_ && !abandoned_by_.has_value()) abandoned_by_ = rank;
+absl::StatusOr<int> AgreeOnFewestPages(parallel::RankRendezvous& ranks, int rank, int pages) {
+  int32_t offered = pages, agreed = 0;
+  parallel::CollectiveCall call;
+  call.op = parallel::CollectiveOp::kAllReduce;
+  call.count = 1;
+  call.dtype = kernels::DType::kI32;
+  call.send = &offered;
+  call.recv = &agreed;
+  RETURN_IF_ERROR(ranks.Meet(rank, call, [](std::span<const parallel::CollectiveCall> calls) {
+    int32_t fewest = std::numeric_limits<int32_t>::max();
+    for (const parallel::CollectiveCall& c : calls) fewest = std::min(fewest, *static_cast<const int32_t*>(c.send));
+    for (const parallel::CollectiveCall& c : calls) *static_cast<int32_t*>(c.recv) = fewest;
+  }));
+  return agreed;
 }
 
 }  // namespace mlaserve::model

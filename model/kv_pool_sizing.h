@@ -10,17 +10,17 @@
 // one after the other (tools/local_cluster.sh does) with fractions that leave room for both.
 //
 // A multi-GPU worker's ranks (ParallelEngine) must have pools of the same size, since page ids
-// are shared: each rank sizes its own and KvPagesAgreement makes the smallest everyone's.
+// are shared: each rank sizes its own and AgreeOnFewestPages makes the smallest everyone's.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
+
+namespace mlaserve::parallel {
+class RankRendezvous;
+}  // namespace mlaserve::parallel
 
 namespace mlaserve::model {
 
@@ -43,23 +43,10 @@ struct DeviceMemoryInfo {
 absl::StatusOr<int> KvPagesForMemory(const DeviceMemoryInfo& memory, double fraction,
                                      size_t page_bytes, int min_pages, int64_t max_pages);
 
-// One value agreed by `ranks` threads: each calls Offer with its own count and gets the
-// smallest of all, once every rank has offered. A rank that fails before offering calls
-// Abandon, which releases the waiting ranks with ABORTED; a rank still waiting at the deadline
-// gets DEADLINE_EXCEEDED.
-class KvPagesAgreement {
- public:
-  KvPagesAgreement(int ranks, absl::Duration timeout);
-  absl::StatusOr<int> Offer(int rank, int pages);
-  void Abandon(int rank);
-
- private:
-  const int ranks_;
-  const absl::Time deadline_;
-  absl::Mutex mu_;
-  int offered_ ABSL_GUARDED_BY(mu_) = 0;
-  int smallest_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<int> abandoned_by_ ABSL_GUARDED_BY(mu_);
-};
+// The ranks' agreed pool: every rank of `ranks` (one meeting of the rendezvous) offers the pages
+// its device fits and gets the fewest any rank offered. A rank that fails before it offers calls
+// ranks.Abort(rank), which releases the others with ABORTED; the rendezvous's timeout bounds the
+// wait (DEADLINE_EXCEEDED).
+absl::StatusOr<int> AgreeOnFewestPages(parallel::RankRendezvous& ranks, int rank, int pages);
 
 }  // namespace mlaserve::model

@@ -1,10 +1,13 @@
 #include "model/kv_pool_sizing.h"
 
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
+#include "parallel/rank_rendezvous.h"
 
 namespace mlaserve::model {
 namespace {
@@ -76,51 +79,59 @@ TEST(KvPagesForMemoryTest, PageIdsStayInt32) {
   EXPECT_EQ(*KvPagesForMemory(huge, 1.0, 64, 1, kNoCap), std::numeric_limits<int32_t>::max() - 1);
 }
 
-TEST(KvPagesAgreementTest, EveryRankGetsTheSmallestOffer) {
-  KvPagesAgreement agreement(4, absl::Seconds(30));
+std::shared_ptr<parallel::RankRendezvous> Ranks(int n, absl::Duration timeout) {
+  absl::StatusOr<std::shared_ptr<parallel::RankRendezvous>> r =
+      parallel::RankRendezvous::Create(n, timeout, "KV pool size");
+  EXPECT_TRUE(r.ok()) << r.status();
+  return *r;
+}
+
+TEST(AgreeOnFewestPagesTest, EveryRankGetsTheSmallestOffer) {
+  std::shared_ptr<parallel::RankRendezvous> ranks = Ranks(4, absl::Seconds(30));
   std::vector<absl::StatusOr<int>> got(4, absl::UnknownError("unset"));
-  std::vector<std::thread> ranks;
+  std::vector<std::thread> threads;
   const int offers[4] = {900, 700, 1200, 800};
   for (int r = 0; r < 4; ++r) {
-    ranks.emplace_back([&, r] { got[r] = agreement.Offer(r, offers[r]); });
+    threads.emplace_back([&, r] { got[r] = AgreeOnFewestPages(*ranks, r, offers[r]); });
   }
-  for (std::thread& t : ranks) t.join();
+  for (std::thread& t : threads) t.join();
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(got[r].ok()) << got[r].status();
     EXPECT_EQ(*got[r], 700);
   }
 }
 
-TEST(KvPagesAgreementTest, ARankThatFailsReleasesTheOthers) {
-  KvPagesAgreement agreement(3, absl::Seconds(60));
+TEST(AgreeOnFewestPagesTest, ARankThatFailsReleasesTheOthers) {
+  std::shared_ptr<parallel::RankRendezvous> ranks = Ranks(3, absl::Seconds(60));
   std::vector<absl::StatusOr<int>> got(2, absl::UnknownError("unset"));
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) ranks.emplace_back([&, r] { got[r] = agreement.Offer(r, 100); });
-  agreement.Abandon(2);
-  for (std::thread& t : ranks) t.join();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) threads.emplace_back([&, r] { got[r] = AgreeOnFewestPages(*ranks, r, 100); });
+  ranks->Abort(2);  // what ParallelEngine::Create does for a rank whose engine failed
+  for (std::thread& t : threads) t.join();
   for (const absl::StatusOr<int>& g : got) {
     ASSERT_EQ(g.status().code(), absl::StatusCode::kAborted) << g.status();
-    EXPECT_NE(std::string(g.status().message()).find("rank 2 failed"), std::string::npos);
+    EXPECT_NE(std::string(g.status().message()).find("aborted by rank 2"), std::string::npos);
   }
 }
 
-TEST(KvPagesAgreementTest, AbandonAfterEveryRankOfferedChangesNothing) {
-  KvPagesAgreement agreement(2, absl::Seconds(30));
+TEST(AgreeOnFewestPagesTest, AbortAfterEveryRankOfferedChangesNothing) {
+  std::shared_ptr<parallel::RankRendezvous> ranks = Ranks(2, absl::Seconds(30));
   absl::StatusOr<int> other = absl::UnknownError("unset");
-  std::thread t([&] { other = agreement.Offer(1, 5); });
-  absl::StatusOr<int> mine = agreement.Offer(0, 9);
+  std::thread t([&] { other = AgreeOnFewestPages(*ranks, 1, 5); });
+  absl::StatusOr<int> mine = AgreeOnFewestPages(*ranks, 0, 9);
   t.join();
-  agreement.Abandon(0);
+  ranks->Abort(0);
   ASSERT_TRUE(mine.ok() && other.ok());
   EXPECT_EQ(*mine, 5);
   EXPECT_EQ(*other, 5);
 }
 
-TEST(KvPagesAgreementTest, AMissingRankEndsAtTheDeadline) {
-  KvPagesAgreement agreement(2, absl::Milliseconds(50));
-  absl::StatusOr<int> got = agreement.Offer(0, 10);
+TEST(AgreeOnFewestPagesTest, AMissingRankEndsAtTheDeadline) {
+  std::shared_ptr<parallel::RankRendezvous> ranks = Ranks(2, absl::Milliseconds(50));
+  absl::StatusOr<int> got = AgreeOnFewestPages(*ranks, 0, 10);
   ASSERT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
-  EXPECT_NE(std::string(got.status().message()).find("1 of 2 ranks"), std::string::npos);
+  EXPECT_NE(std::string(got.status().message()).find("for the other 1 of 2 ranks"), std::string::npos)
+      << got.status();
 }
 
 }  // namespace

@@ -11,10 +11,10 @@
 #include "absl/time/time.h"
 #include "common/status.h"
 #include "parallel/fake_collective.h"
+#include "parallel/rank_rendezvous.h"
 #if defined(MLASERVE_HAS_NCCL)
 #include "parallel/nccl_collective.h"
 #include "parallel/nccl_common.h"
-#include "parallel/rank_rendezvous.h"
 #endif
 
 namespace mlaserve::model {
@@ -132,19 +132,19 @@ absl::StatusOr<std::unique_ptr<Engine>> ParallelEngine::Create(const EngineOptio
   std::vector<absl::Status> created(n);
   // Pools sized from memory: each rank's device may fit a different count; page ids are
   // shared, so every rank takes the smallest.
-  std::shared_ptr<KvPagesAgreement> agreement;
+  std::shared_ptr<parallel::RankRendezvous> agreement;
   if (options.num_kv_pages == 0) {
-    agreement = std::make_shared<KvPagesAgreement>(n, absl::Seconds(120));
+    ASSIGN_OR_RETURN(agreement, parallel::RankRendezvous::Create(n, absl::Seconds(120), "KV pool size"));
   }
   e->OnRanks([&](int r) {
     EngineOptions o = options;
     o.device = options.device + r;
     o.parallel.rank = r;
     o.parallel.comm = e->comms_[r].get();
-    o.kv_pages_agreement = agreement;
+    o.kv_pages_rendezvous = agreement;
     absl::StatusOr<std::unique_ptr<DeepseekEngine>> rank = DeepseekEngine::Create(o);
     if (rank.ok()) e->ranks_[r] = *std::move(rank);
-    if (!rank.ok() && agreement) agreement->Abandon(r);  // no-op once every rank offered
+    if (!rank.ok() && agreement) agreement->Abort(r);  // releases ranks still waiting to agree
     created[r] = rank.status();
   });
   // The first failure, a rank's own before another's that was released by its Abandon.

@@ -7,7 +7,7 @@ add_library(model_kv_pool STATIC ${CMAKE_CURRENT_LIST_DIR}/kv_pool.cc
                                  ${CMAKE_CURRENT_LIST_DIR}/kv_prefix_index.cc
                                  ${CMAKE_CURRENT_LIST_DIR}/kv_pool_sizing.cc)
 target_include_directories(model_kv_pool PUBLIC ${PROJECT_SOURCE_DIR})
-target_link_libraries(model_kv_pool PUBLIC mlaserve_kernels_common kernels_kv_pack absl::status
+target_link_libraries(model_kv_pool PUBLIC mlaserve_kernels_common kernels_kv_pack mlaserve_parallel absl::status
                       absl::statusor absl::strings absl::synchronization absl::time)
 if(MLASERVE_WITH_CUDA)
   target_compile_definitions(model_kv_pool PRIVATE MLASERVE_MODEL_HAS_CUDA=1)

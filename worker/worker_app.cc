@@ -104,13 +104,16 @@ std::optional<StartupError> WorkerApp::Build() {
   if (!engine.ok()) return StartupError{"loading the model", engine.status()};
   engine_ = *std::move(engine);
   model::Engine& e = *engine_;
-  const size_t page_bytes = model::KvPool::PageBytes(e.kv_pool().options());
-  spdlog::info("KV pool: {} pages of 64 tokens ({:.2f} GiB{}){}", e.kv_pool().total_pages(),
-               static_cast<double>(page_bytes) * e.kv_pool().total_pages() / (1 << 30),
-               o.parallel.size > 1 ? " on each GPU" : "",
-               o.num_kv_pages > 0 ? "" : e.backend() == kernels::Backend::kCuda
-                   ? fmt::format(", sized by --mem-fraction-static {}", o.mem_fraction_static)
-                   : " (the CPU backend's default)");
+  std::string sized;  // how the count came about, where the flag left it to the worker
+  if (o.num_kv_pages == 0) {
+    sized = e.backend() == kernels::Backend::kCuda
+                ? fmt::format(", sized by --mem-fraction-static {}", o.mem_fraction_static)
+                : " (the CPU backend's default)";
+  }
+  const int pages = e.kv_pool().total_pages();
+  spdlog::info("KV pool: {} pages of 64 tokens ({:.2f} GiB{}){}", pages,
+               static_cast<double>(model::KvPool::PageBytes(e.kv_pool().options())) * pages / (1 << 30),
+               o.parallel.size > 1 ? " on each GPU" : "", sized);
   spdlog::info("{}", kernels::DescribeMhaPrefillProvider(
                          kernels::ParseMhaPrefillProvider(o.mha_provider).value(), e.backend()));
   auto layout = kvtransfer::MakeKvLayout(e.config(), e.kv_pool().options());
