@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/common/env_switch.h"
@@ -86,6 +88,41 @@ absl::StatusOr<GatedMlpWeights> GatedMlp(const WeightLoader& ld, const std::stri
   return m;
 }
 
+// Whether `prefix`'s routed experts are stored transformers-5 fused (experts.gate_up_proj and
+// experts.down_proj: either one marks the form, so a missing half is named as missing) rather
+// than as the published per-expert tensors (experts.<e>.*). INVALID_ARGUMENT: both forms in
+// the layer (one would go unread), or a per-expert tensor of an expert past n_routed_experts
+// (the config is not the checkpoint's). Other tensors the model does not use stay unread, as
+// HF only warns of unexpected keys (an MTP layer's); these belong to the layer being loaded,
+// and the config says they cannot exist.
+absl::StatusOr<bool> ExpertsAreFused(const WeightLoader& ld, const ModelConfig& c,
+                                     const std::string& prefix) {
+  const std::string gate_up = prefix + ".experts.gate_up_proj";
+  const std::string down = prefix + ".experts.down_proj";
+  const std::string fused = ld.Has(gate_up) ? gate_up : ld.Has(down) ? down : "";
+  const std::string experts = prefix + ".experts.";
+  for (const std::string& name : ld.TensorNames(experts)) {
+    const absl::string_view rest = absl::string_view(name).substr(experts.size());
+    const absl::string_view index = rest.substr(0, rest.find('.'));
+    if (index.empty() || index.find_first_not_of("0123456789") != absl::string_view::npos) {
+      continue;  // not a per-expert tensor (the fused ones)
+    }
+    if (!fused.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "routed experts of ", prefix, " are stored both fused ('", fused, "') and per expert ('",
+          name, "'); a checkpoint holds one form or the other"));
+    }
+    int64_t e = 0;
+    if (!absl::SimpleAtoi(index, &e) || e >= c.n_routed_experts) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "' is of expert ", index, ", but config.json has n_routed_experts ",
+          c.n_routed_experts, " (experts 0 to ", c.n_routed_experts - 1,
+          "): the config is not this checkpoint's"));
+    }
+  }
+  return !fused.empty();
+}
+
 // Every tensor the rank's routed experts are read from, checked against the config (presence,
 // shape, dtype, fp8 scales) before the stack is sized from the config: a checkpoint whose
 // experts disagree with n_routed_experts / moe_intermediate_size is refused naming the tensor
@@ -124,7 +161,7 @@ absl::Status Experts(const WeightLoader& ld, const ModelConfig& c, const std::st
   const int64_t E = c.n_routed_experts;
   const int64_t I = c.moe_intermediate_size;
   const int64_t H = hidden.real();
-  const bool fused = ld.Has(prefix + ".experts.gate_up_proj");
+  ASSIGN_OR_RETURN(const bool fused, ExpertsAreFused(ld, c, prefix));
   RETURN_IF_ERROR(CheckExperts(ld, c, prefix, fused, experts, H));
   const bool whole = experts.whole() && inter.whole() && !inter_axis.padded() && !hidden.padded();
   // transformers-5 style: already fused [E, 2I, H] / [E, H, I].

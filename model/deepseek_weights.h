@@ -142,9 +142,10 @@ struct DeepseekWeights {
 kernels::DType StorageDType(kernels::Backend backend);
 
 // Loads every tensor the config needs into `backend` memory, checking shapes; a missing or
-// mis-shaped tensor is INVALID_ARGUMENT / NOT_FOUND naming it. With a sharded `layout`
-// (parallel_layout.h) only this rank's shard of each tensor is read and stored; null is the
-// single-rank layout.
+// mis-shaped tensor is INVALID_ARGUMENT / NOT_FOUND naming it, and a MoE layer holding both
+// forms of its routed experts, or an expert past n_routed_experts, INVALID_ARGUMENT naming the
+// tensors. With a sharded `layout` (parallel_layout.h) only this rank's shard of each tensor is
+// read and stored; null is the single-rank layout.
 absl::StatusOr<DeepseekWeights> LoadDeepseekWeights(const ModelConfig& config, WeightStore& store,
                                                     kernels::Backend backend = kernels::Backend::kCpu,
                                                     const ParallelLayout* layout = nullptr);

@@ -2,13 +2,17 @@
 // experts' stack from the config: a checkpoint whose experts disagree with n_routed_experts /
 // moe_intermediate_size is refused naming the tensor and both shapes, instead of first asking
 // for a buffer of the config's size (which a wrong but plausible moe_intermediate_size makes
-// terabytes: RESOURCE_EXHAUSTED, or an OOM where the allocation succeeds lazily).
+// terabytes: RESOURCE_EXHAUSTED, or an OOM where the allocation succeeds lazily). Experts the
+// config cannot account for -- both the fused and the per-expert form in one layer, experts
+// past n_routed_experts -- and fp8 block scales that are not finite or are negative are refused
+// too, naming the tensors.
 //
 // The checkpoints are the deepseek_v3_pad fixture (layer 1 MoE: 4 experts, moe_intermediate 12,
 // hidden 28, bf16) rewritten into a temporary directory with the changes a test names.
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -237,6 +241,74 @@ TEST_F(ExpertChecksTest, OneBadExpertTensorIsNamed) {
         << s;
     EXPECT_NE(s.message().find(c.message), std::string::npos) << s;
   }
+}
+
+// A layer holding both forms of its routed experts -- transformers-5 fused and the published
+// per-expert tensors -- is ambiguous: one set would go unread (before: the fused ones loaded
+// and the per-expert ones were ignored). Refused naming the layer and a tensor of each form.
+TEST_F(ExpertChecksTest, BothExpertFormsInOneLayerAreRefused) {
+  std::map<std::string, std::optional<TestTensor>> replace = Fused();
+  std::erase_if(replace, [](const auto& entry) { return !entry.second.has_value(); });
+  ASSERT_NO_FATAL_FAILURE(Write(replace));
+  const absl::Status s = Load();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("routed experts of model.layers.1.mlp are stored both fused "
+                             "('model.layers.1.mlp.experts.gate_up_proj') and per expert "
+                             "('model.layers.1.mlp.experts.0.down_proj.weight')"),
+            std::string::npos)
+      << s;
+}
+
+// A per-expert tensor of an expert the config says the layer does not have (config.json's
+// n_routed_experts 4, experts 0-3) means the config is not the checkpoint's: refused naming the
+// tensor and n_routed_experts (before: ignored, and the model ran on the first 4 experts).
+TEST_F(ExpertChecksTest, ExpertsPastNRoutedExpertsAreRefused) {
+  const std::string e = std::string(kMoe) + ".experts.";
+  for (const std::string& name :
+       {e + "4.gate_proj.weight", e + "63.down_proj.weight",
+        e + "99999999999999999999.up_proj.weight"}) {
+    SCOPED_TRACE(name);
+    ASSERT_NO_FATAL_FAILURE(Write({{name, Zeros(name, "BF16", {12, 28})}}));
+    const absl::Status s = Load();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("tensor '" + name + "' is of expert "), std::string::npos) << s;
+    EXPECT_NE(s.message().find("config.json has n_routed_experts 4"), std::string::npos) << s;
+  }
+}
+
+// Half of the fused form: the message names the fused tensor that is missing (before, a fused
+// down_proj without gate_up_proj was read as the per-expert form and the error named
+// experts.0.gate_proj.weight).
+TEST_F(ExpertChecksTest, HalfOfTheFusedFormNamesTheOtherHalf) {
+  const std::string gate_up = std::string(kMoe) + ".experts.gate_up_proj";
+  const std::string down = std::string(kMoe) + ".experts.down_proj";
+  for (const std::string& dropped : {gate_up, down}) {
+    SCOPED_TRACE(dropped);
+    std::map<std::string, std::optional<TestTensor>> replace = Fused();
+    replace[dropped] = std::nullopt;
+    ASSERT_NO_FATAL_FAILURE(Write(replace));
+    const absl::Status s = Load();
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+    EXPECT_NE(s.message().find("tensor '" + dropped + "' is not in"), std::string::npos) << s;
+    EXPECT_EQ(s.message().find(".experts.0."), std::string::npos) << s;
+  }
+}
+
+// An fp8 expert whose block scale is not a finite positive number is refused by the experts'
+// checks, before the stack is sized, naming the scale, the value and its index.
+TEST_F(ExpertChecksTest, Fp8ExpertWithANanScaleIsNamed) {
+  const std::string w = std::string(kMoe) + ".experts.2.up_proj.weight";
+  const std::string scale = w + "_scale_inv";
+  const std::vector<float> nan = {std::numeric_limits<float>::quiet_NaN()};
+  ASSERT_NO_FATAL_FAILURE(Write({{w, Zeros(w, "F8_E4M3", {12, 28})},
+                                 {scale, TestTensor{scale, "F32", {1, 1}, testing::AsBytes(nan)}}}));
+  const absl::Status s = Load();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("routed experts of model.layers.1.mlp (n_routed_experts 4, "
+                             "moe_intermediate_size 12, hidden_size 28): scale '" +
+                             scale + "' holds nan at [0, 0]"),
+            std::string::npos)
+      << s;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,6 +29,10 @@ class WeightLoader {
       : store_(store), backend_(backend), dtype_(StorageDType(backend)) {}
 
   bool Has(const std::string& name) const { return store_.Has(name); }
+  // The checkpoint's tensor names that start with `prefix`, sorted.
+  std::vector<std::string> TensorNames(std::string_view prefix) const {
+    return store_.TensorNames(prefix);
+  }
   kernels::DType dtype() const { return dtype_; }
   kernels::Backend backend() const { return backend_; }
 

@@ -349,10 +349,12 @@ absl::StatusOr<TensorView> SafetensorsCheckpoint::Get(std::string_view name) con
                                           " tensors in ", files_.size(), " shards)"));
 }
 
-std::vector<std::string> SafetensorsCheckpoint::TensorNames() const {
+std::vector<std::string> SafetensorsCheckpoint::TensorNames(std::string_view prefix) const {
   std::vector<std::string> names;
-  names.reserve(where_.size());
-  for (const auto& [name, file] : where_) names.push_back(name);
+  for (auto it = where_.lower_bound(prefix);
+       it != where_.end() && it->first.starts_with(prefix); ++it) {
+    names.push_back(it->first);
+  }
   return names;
 }
 

@@ -98,7 +98,9 @@ class SafetensorsCheckpoint {
   // the shard the index assigns it to (if the index lists it but the shard lacks it), or else
   // the shard holding its nearest neighbours (e.g. the rest of its layer).
   absl::StatusOr<TensorView> Get(std::string_view name) const;
-  std::vector<std::string> TensorNames() const;  // sorted
+  // The names starting with `prefix` (every name by default), sorted; the cost is that of the
+  // names returned, not of the checkpoint's.
+  std::vector<std::string> TensorNames(std::string_view prefix = {}) const;
 
  private:
   SafetensorsCheckpoint() = default;

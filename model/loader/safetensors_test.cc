@@ -112,6 +112,12 @@ TEST_F(SafetensorsTest, ShardedCheckpointFollowsTheIndex) {
   for (const auto& t : shard1) ExpectSameTensor(*(*ckpt)->Get(t.name), t);
   for (const auto& t : shard2) ExpectSameTensor(*(*ckpt)->Get(t.name), t);
   EXPECT_EQ((*ckpt)->TensorNames().size(), all.size() + 3);
+  // By prefix, sorted, the index's names included.
+  EXPECT_EQ((*ckpt)->TensorNames("model.layers.1.mlp."),
+            (std::vector<std::string>{"model.layers.1.mlp.down.weight",
+                                      "model.layers.1.mlp.gate.weight",
+                                      "model.layers.1.mlp.up.weight"}));
+  EXPECT_TRUE((*ckpt)->TensorNames("model.layers.2.").empty());
 
   // Listed in the index but absent from its shard: the shard is named.
   EXPECT_FALSE((*ckpt)->Has("model.layers.1.mlp.gate.weight"));

@@ -1,6 +1,7 @@
 #include "model/loader/weight_store.h"
 
 #include <array>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -91,7 +92,7 @@ absl::StatusOr<TensorView> WeightStore::Checked(std::string_view name,
   return t;
 }
 
-absl::StatusOr<TensorView> WeightStore::Fp8Scale(const TensorView& weight) const {
+absl::StatusOr<std::vector<float>> WeightStore::Fp8Scales(const TensorView& weight) const {
   if (weight.shape.size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("fp8 tensor '", weight.name, "' has shape ", ShapeString(weight.shape),
@@ -117,26 +118,34 @@ absl::StatusOr<TensorView> WeightStore::Fp8Scale(const TensorView& weight) const
                                                    kernels::DTypeName(scale->dtype),
                                                    "; expected f32 or bf16"));
   }
-  return scale;
+  std::vector<float> scales(static_cast<size_t>(scale->numel()));
+  ToF32(*scale, scales.data());
+  for (size_t i = 0; i < scales.size(); ++i) {
+    if (std::isfinite(scales[i]) && scales[i] >= 0) continue;  // 0: an all-zero block
+    const int64_t at = static_cast<int64_t>(i);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scale '", scale_name, "' holds ", scales[i], " at [", at / scale_shape[1], ", ",
+        at % scale_shape[1], "]; the block scales of fp8 weight '", weight.name,
+        "' must be finite and not negative"));
+  }
+  return scales;
 }
 
 absl::Status WeightStore::Check(std::string_view name,
                                 std::span<const int64_t> expected_shape) const {
   ASSIGN_OR_RETURN(TensorView t, Checked(name, expected_shape));
-  if (t.dtype == DType::kFP8E4M3) return Fp8Scale(t).status();
+  if (t.dtype == DType::kFP8E4M3) return Fp8Scales(t).status();
   return absl::OkStatus();
 }
 
 absl::Status WeightStore::DequantFp8(const TensorView& weight, int64_t r0, int64_t nr,
                                      int64_t c0, int64_t nc, float* out) const {
-  ASSIGN_OR_RETURN(TensorView scale, Fp8Scale(weight));
+  ASSIGN_OR_RETURN(const std::vector<float> scales, Fp8Scales(weight));
   const int64_t rows = weight.shape[0], cols = weight.shape[1];
   if (nr < 0) nr = rows;  // the whole tensor
   if (nc < 0) nc = cols;
-  std::vector<float> scales(static_cast<size_t>(scale.numel()));
-  ToF32(scale, scales.data());
   const std::array<float, 256>& table = Fp8Table();
-  const int64_t scale_cols = scale.shape[1];
+  const int64_t scale_cols = CeilDiv(cols, block_.k);
   for (int64_t r = 0; r < nr; ++r) {
     const uint8_t* src = weight.data + (r0 + r) * cols;
     const float* scale_row = scales.data() + ((r0 + r) / block_.n) * scale_cols;

@@ -8,7 +8,9 @@
 // [ceil(out / block_n), ceil(in / block_k)]; element (r, c) dequantizes to
 //   fp8(r, c) * scale_inv(r / block_n, c / block_k),
 // edge blocks being partial when out or in is not a multiple of the block. The block size is
-// the config's quantization_config.weight_block_size ([128, 128] by default).
+// the config's quantization_config.weight_block_size ([128, 128] by default). Every scale must
+// be finite and not negative (0: a block of zeros); a weight with any other is refused,
+// whichever block a read covers.
 //
 // Threads: after Open, every method is const and may be called concurrently.
 #pragma once
@@ -56,7 +58,10 @@ class WeightStore {
   bool Has(std::string_view name) const { return checkpoint_->Has(name); }
   // The tensor as stored. NOT_FOUND (see SafetensorsCheckpoint::Get) when absent.
   absl::StatusOr<TensorView> Raw(std::string_view name) const { return checkpoint_->Get(name); }
-  std::vector<std::string> TensorNames() const { return checkpoint_->TensorNames(); }
+  // Sorted; those starting with `prefix` (SafetensorsCheckpoint::TensorNames).
+  std::vector<std::string> TensorNames(std::string_view prefix = {}) const {
+    return checkpoint_->TensorNames(prefix);
+  }
   const SafetensorsCheckpoint& checkpoint() const { return *checkpoint_; }
   Fp8BlockSize fp8_block() const { return block_; }
 
@@ -93,9 +98,9 @@ class WeightStore {
 
   // What LoadF32 / LoadBf16 check before reading, without reading or allocating anything: the
   // tensor is present (else NOT_FOUND), has `expected_shape` and a floating-point dtype, and an
-  // fp8 tensor has block scales of the shape and dtype it needs (else INVALID_ARGUMENT naming
-  // the tensor, as those do). For callers that size a buffer from the config and want every
-  // tensor that fills it checked first (the routed experts' stack).
+  // fp8 tensor has block scales of the shape and dtype it needs, each finite and not negative (else
+  // INVALID_ARGUMENT naming the tensor, as those do). For callers that size a buffer from the
+  // config and want every tensor that fills it checked first (the routed experts' stack).
   absl::Status Check(std::string_view name, std::span<const int64_t> expected_shape) const;
   absl::Status Check(std::string_view name, std::initializer_list<int64_t> expected_shape) const {
     return Check(name, std::span<const int64_t>(expected_shape.begin(), expected_shape.size()));
@@ -110,9 +115,13 @@ class WeightStore {
 
   absl::StatusOr<TensorView> Checked(std::string_view name,
                                      std::span<const int64_t> expected_shape) const;
-  // The block scales of the fp8 tensor `weight`, checked: `weight` 2-D, the scale present, of
-  // the shape the block size gives and of dtype f32 or bf16.
-  absl::StatusOr<TensorView> Fp8Scale(const TensorView& weight) const;
+  // The block scales of the fp8 tensor `weight` as f32, row-major [ceil(rows / block n),
+  // ceil(cols / block k)], checked: `weight` 2-D, the scale present, of the shape the block
+  // size gives, of dtype f32 or bf16, and every value finite and not negative (NaN or infinite
+  // scales poison the weights, a negative one negates a block: a damaged checkpoint; a zero
+  // one is a block of zeros, which a quantizer may write for an all-zero block. One scale per 128x128 block, so checking all of them on every read, as the
+  // conversion already touches them, costs little).
+  absl::StatusOr<std::vector<float>> Fp8Scales(const TensorView& weight) const;
   // Dequantizes rows [r0, r0 + nr) x cols [c0, c0 + nc) of the 2-D fp8 `weight` into out
   // (nr / nc of -1: every row / column).
   absl::Status DequantFp8(const TensorView& weight, int64_t r0, int64_t nr, int64_t c0,

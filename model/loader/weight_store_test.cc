@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -304,6 +305,70 @@ TEST_F(WeightStoreTest, OpenErrors) {
               "no weights in");
   ExpectError(WeightStore::Open(dir_.string(), Fp8BlockSize{0, 128}).status(),
               absl::StatusCode::kInvalidArgument, "[0, 128]");
+}
+
+// A block scale that is not finite or is negative (NaN, +-inf, -0.5; f32 or bf16) is refused
+// by every read of its weight and by Check, naming the scale, the value and its index (before:
+// NaN or infinite weights, or a negated block, in the model). A zero scale (an all-zero block,
+// as a quantizer may write one) is a block of zeros. Every
+// scale is checked even where a slice reads other blocks, so all ranks agree.
+TEST_F(WeightStoreTest, Fp8ScalesMustBeFiniteAndNotNegative) {
+  std::mt19937 rng(5);
+  const int64_t rows = 300, cols = 200;
+  const Fp8Case fp8 = MakeFp8(rows, cols, 128, 128, rng);  // scales [3, 2]
+  const std::vector<int64_t> shape = {rows, cols};
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    float value;
+    std::string shown;
+  };
+  for (const Case& c : {Case{std::numeric_limits<float>::quiet_NaN(), "nan"}, Case{inf, "inf"},
+                        Case{-inf, "-inf"}, Case{-0.5f, "-0.5"}}) {
+    SCOPED_TRACE(c.shown);
+    std::vector<float> scale = fp8.scale;
+    scale[2 * 2 + 1] = c.value;
+    std::vector<uint16_t> bf16_scale(scale.size());
+    for (size_t i = 0; i < scale.size(); ++i) {
+      bf16_scale[i] = static_cast<uint16_t>(FloatBits(scale[i]) >> 16);  // keeps nan, inf, 0
+    }
+    WriteFile(dir_ / "model.safetensors",
+              SerializeSafetensors({{"w.weight", "F8_E4M3", shape, fp8.weight},
+                                    {"w.weight_scale_inv", "F32", fp8.scale_shape, AsBytes(scale)},
+                                    {"b.weight", "F8_E4M3", shape, fp8.weight},
+                                    {"b.weight_scale_inv", "BF16", fp8.scale_shape,
+                                     AsBytes(bf16_scale)}}));
+    auto store = WeightStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok()) << store.status();
+    const std::string message = "scale 'w.weight_scale_inv' holds " + c.shown + " at [2, 1]";
+    const std::string why = "block scales of fp8 weight 'w.weight' must be finite and not negative";
+    ExpectError((*store)->LoadF32("w.weight", shape).status(), absl::StatusCode::kInvalidArgument,
+                message, why);
+    ExpectError((*store)->LoadBf16("w.weight", shape).status(), absl::StatusCode::kInvalidArgument,
+                message, why);
+    ExpectError((*store)->LoadF32("w.weight", shape, TensorSlice::Rows(0, 128)).status(),
+                absl::StatusCode::kInvalidArgument, message, why);
+    ExpectError((*store)->Check("w.weight", shape), absl::StatusCode::kInvalidArgument, message,
+                why);
+    ExpectError((*store)->Check("b.weight", shape), absl::StatusCode::kInvalidArgument,
+                "scale 'b.weight_scale_inv' holds " + c.shown + " at [2, 1]");
+  }
+  // A zero scale: block [2, 1] (rows 256.., cols 128..) reads as zeros, the rest as before.
+  std::vector<float> scale = fp8.scale;
+  scale[2 * 2 + 1] = 0.0f;
+  WriteFile(dir_ / "model.safetensors",
+            SerializeSafetensors({{"w.weight", "F8_E4M3", shape, fp8.weight},
+                                  {"w.weight_scale_inv", "F32", fp8.scale_shape, AsBytes(scale)}}));
+  auto store = WeightStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE((*store)->Check("w.weight", shape).ok());
+  auto got = (*store)->LoadF32("w.weight", shape);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t col = 0; col < cols; ++col) {
+      const float want = r >= 256 && col >= 128 ? 0.0f : fp8.expected[r * cols + col];
+      ASSERT_EQ((*got)[r * cols + col], want) << r << ", " << col;
+    }
+  }
 }
 
 // A rank's shard (TensorSlice) of an fp8 tensor spanning several 128x128 blocks, and of a
