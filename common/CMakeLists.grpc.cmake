@@ -15,7 +15,7 @@ add_library(mlaserve_common_grpc STATIC
   ${CMAKE_CURRENT_LIST_DIR}/cluster_security.cc
   ${CMAKE_CURRENT_LIST_DIR}/transport_security.cc)
 target_link_libraries(mlaserve_common_grpc
-  PUBLIC mlaserve_common mlaserve_request_limits gRPC::grpc++ gRPC::grpc++_reflection
+  PUBLIC mlaserve_common mlaserve_request_limits mlaserve_host_port gRPC::grpc++ gRPC::grpc++_reflection
          absl::synchronization absl::time
   PRIVATE PkgConfig::CPP_HTTPLIB CLI11::CLI11)
 mlaserve_warnings(mlaserve_common_grpc)

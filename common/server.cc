@@ -13,7 +13,6 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_callback_anchor.h"
 #include "spdlog/spdlog.h"
@@ -29,32 +28,6 @@ bool g_handlers_installed = false;
 void OnTerminationSignal(int sig) { g_signal.store(sig, std::memory_order_relaxed); }
 
 }  // namespace
-
-absl::StatusOr<HostPort> ParseHostPort(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("address \"", address, "\" has no port; expected HOST:PORT"));
-  }
-  HostPort hp;
-  hp.host = address.substr(0, colon);
-  if (hp.host.size() >= 2 && hp.host.front() == '[' && hp.host.back() == ']') {
-    hp.host = hp.host.substr(1, hp.host.size() - 2);
-  }
-  if (hp.host.empty()) hp.host = "0.0.0.0";
-  if (!absl::SimpleAtoi(address.substr(colon + 1), &hp.port) || hp.port < 0 ||
-      hp.port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("address \"", address, "\" has port \"",
-                                                   address.substr(colon + 1),
-                                                   "\"; expected a number in [0, 65535]"));
-  }
-  return hp;
-}
-
-std::string FormatHostPort(const std::string& host, int port) {
-  if (host.find(':') != std::string::npos) return absl::StrCat("[", host, "]:", port);
-  return absl::StrCat(host, ":", port);
-}
 
 void InstallTerminationHandlers() {
   struct sigaction sa {};

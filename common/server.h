@@ -26,17 +26,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/host_port.h"  // ParseHostPort, FormatHostPort: the listen address
 
 namespace mlaserve::common {
-
-struct HostPort {
-  std::string host;
-  int port = 0;
-};
-
-// Parses "HOST:PORT", "[v6]:PORT" or ":PORT" (host "0.0.0.0"). PORT must be in [0, 65535].
-absl::StatusOr<HostPort> ParseHostPort(const std::string& address);
-std::string FormatHostPort(const std::string& host, int port);
 
 struct ServerOptions {
   std::string listen = "0.0.0.0:0";

@@ -12,23 +12,6 @@
 namespace mlaserve::common {
 namespace {
 
-TEST(HostPortTest, ParsesAndRefuses) {
-  auto hp = ParseHostPort("127.0.0.1:8100");
-  ASSERT_TRUE(hp.ok());
-  EXPECT_EQ(hp->host, "127.0.0.1");
-  EXPECT_EQ(hp->port, 8100);
-  hp = ParseHostPort(":0");
-  ASSERT_TRUE(hp.ok());
-  EXPECT_EQ(hp->host, "0.0.0.0");
-  hp = ParseHostPort("[::1]:5");
-  ASSERT_TRUE(hp.ok());
-  EXPECT_EQ(hp->host, "::1");
-  EXPECT_EQ(FormatHostPort("::1", 5), "[::1]:5");
-  EXPECT_EQ(ParseHostPort("localhost").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseHostPort("h:70000").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseHostPort("h:x").status().code(), absl::StatusCode::kInvalidArgument);
-}
-
 // grpc.health.v1.Health/Check over a generic stub: the empty request is zero bytes and a
 // SERVING answer is field 1 = 1 (bytes 08 01).
 grpc::Status HealthCheck(const std::string& address, std::string* response_bytes) {

@@ -1,6 +1,7 @@
 // The Admin API over loopback: registration, heartbeats, operator commands, loads, profiles.
 #include "router/admin_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/admin_conversion.h"
@@ -190,6 +191,47 @@ TEST(AdminService, AddedWorkersArePolledAndBadRequestsRefused) {
   fake_server.server->Wait();
   WorkerPoller(&h.router(), nullptr).PollOnce();
   EXPECT_EQ(h.router().registry().Get("decode-1")->state, WorkerState::kUnhealthy);
+}
+
+// The worker address grammar (common/host_port.h ParseDialAddress), over the wire: AddWorker and
+// RegisterWorker refuse anything but HOST:PORT and [IPV6]:PORT, naming the value and the grammar,
+// and keep nothing. (An outside fuzzer's AddWorker calls had "a b:1" and "dns:///a:1" taken.)
+TEST(AdminService, WorkerAddressesOutsideTheGrammarAreRefusedNamingThem) {
+  AdminHarness h;
+  for (const char* bad : {"a b:1", "dns:///a:1", "unix:/run/decode.sock", "ipv4:127.0.0.1:9200",
+                          "::1:9200", "[::1]", "h:0", "", "decode-.x:9200"}) {
+    v1::AddWorkerRequest add;
+    add.set_role(v1::WORKER_ROLE_DECODE);
+    add.set_address(bad);
+    v1::WorkerStatus added;
+    grpc::Status s = h.Call(&v1::Admin::Stub::AddWorker, add, &added);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("worker address '", bad, "'"))) << bad;
+    EXPECT_THAT(s.error_message(), ::testing::AnyOf(HasSubstr("expected HOST:PORT"),
+                                                    HasSubstr("[1, 65535]")))
+        << bad;
+
+    testing::FakeDecodeWorker fake;
+    v1::RegisterWorkerRequest reg;
+    *reg.mutable_worker() = fake.Descriptor(bad);
+    v1::RegisterWorkerResponse resp;
+    s = h.Call(&v1::Admin::Stub::RegisterWorker, reg, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_THAT(s.error_message(), HasSubstr(absl::StrCat("worker address '", bad, "'"))) << bad;
+  }
+  EXPECT_TRUE(h.router().registry().List().empty());
+  EXPECT_EQ(h.added(), 0);
+
+  for (const char* good : {"localhost:9200", "[::1]:9200", "decode-0.svc.cluster.local.:9200"}) {
+    v1::AddWorkerRequest add;
+    add.set_role(v1::WORKER_ROLE_DECODE);
+    add.set_address(good);
+    v1::WorkerStatus added;
+    grpc::Status s = h.Call(&v1::Admin::Stub::AddWorker, add, &added);
+    ASSERT_TRUE(s.ok()) << good << ": " << s.error_message();
+    EXPECT_EQ(added.address(), good);
+  }
+  EXPECT_EQ(h.router().registry().List().size(), 3u);
 }
 
 }  // namespace

@@ -15,8 +15,12 @@ ClientOutbox::Added ClientOutbox::AddTokens(std::span<const int32_t> ids,
   absl::MutexLock lock(&mu_);
   Added added;
   for (size_t i = 0; i < ids.size(); ++i) {
-    ++added.tokens;
-    if (output_->AddToken(ids[i], i < logprobs.size() ? logprobs[i] : nullptr)) {
+    // A token is not taken when the one before it completes a stop string only now (its text
+    // was held as a possible stop token's).
+    const int32_t before = output_->completion_tokens();
+    const bool stopped = output_->AddToken(ids[i], i < logprobs.size() ? logprobs[i] : nullptr);
+    added.tokens += output_->completion_tokens() - before;
+    if (stopped) {
       added.stopped = true;
       break;
     }
@@ -34,9 +38,10 @@ void ClientOutbox::Complete(v1::FinishReason reason, std::optional<int32_t> matc
                             v1::GenerateComplete complete) {
   absl::MutexLock lock(&mu_);
   if (final_status_.has_value()) return;  // the call ends once
-  // End of generation: release text held for a possible stop string or a partial character.
-  // A stop string completed by that text still counts.
-  if (!output_->stopped() && output_->Finish()) reason = v1::FINISH_REASON_STOP;
+  // End of generation: release text held for a possible stop string or a partial character,
+  // and that of the last token unless it is the stop token that ended generation. A stop
+  // string completed by that text still counts.
+  if (!output_->stopped() && output_->Finish(matched_token)) reason = v1::FINISH_REASON_STOP;
   complete.set_finish_reason(reason);
   if (output_->stopped()) {
     complete.set_matched_stop(*output_->matched_stop());

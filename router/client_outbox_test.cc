@@ -27,11 +27,13 @@ class RecordingClient final : public GenerateClient {
 
 class ClientOutboxTest : public ::testing::Test {
  protected:
-  void Open(std::vector<std::string> stops = {}) {
+  void Open(std::vector<std::string> stops = {}, bool skip_special = true,
+            std::vector<int32_t> stop_tokens = {}) {
     ByteCodec codec;
     outbox_.Open({.request_id = "req-1", .prompt_tokens = 3},
-                 OutputAssembler(codec.NewDetokenizer({}, true),
-                                 StopStringMatcher(std::move(stops), false)));
+                 OutputAssembler(codec.NewDetokenizer({}, skip_special),
+                                 StopStringMatcher(std::move(stops), false),
+                                 std::move(stop_tokens)));
   }
   ClientOutbox::Added Add(const std::string& text) {
     const std::vector<int32_t> ids = BytesToIds(text);
@@ -147,6 +149,34 @@ TEST_F(ClientOutboxTest, TextHeldForAPossibleStopStringIsReleasedAtTheEnd) {
   ASSERT_EQ(client_.sent.size(), 2u);
   EXPECT_EQ(client_.sent[0].chunk().text(), "abxy");
   EXPECT_EQ(client_.sent[1].complete().finish_reason(), v1::FINISH_REASON_LENGTH);
+}
+
+// The decode worker names the stop token after sending it: its text, held until then, is left
+// out (skip_special_tokens off would show "<eos>"); its id and count stay.
+TEST_F(ClientOutboxTest, TheMatchedStopTokensTextIsLeftOut) {
+  Open({}, /*skip_special=*/false, {ByteCodec::kEos});
+  const std::vector<int32_t> ids = {'o', 'k', ByteCodec::kEos};
+  EXPECT_EQ(outbox_.AddTokens(ids).tokens, 3);
+  outbox_.Complete(v1::FINISH_REASON_STOP, ByteCodec::kEos, {});
+  outbox_.Pump();
+  WriteDone();
+  ASSERT_EQ(client_.sent.size(), 2u);
+  EXPECT_EQ(client_.sent[0].chunk().text(), "ok");
+  EXPECT_THAT(client_.sent[0].chunk().token_ids(),
+              ::testing::ElementsAre('o', 'k', ByteCodec::kEos));
+  EXPECT_EQ(client_.sent[1].complete().matched_token_id(), ByteCodec::kEos);
+  EXPECT_EQ(client_.sent[1].complete().completion_tokens(), 3);
+}
+
+// A possible stop token whose text completes a stop string once the next token shows it was
+// text: that next token is not taken (the router's prefix-affinity ids and token metric count
+// what AddTokens took).
+TEST_F(ClientOutboxTest, ATokenAfterTheEndIsNotTaken) {
+  Open({"kl"}, true, {'l'});
+  const std::vector<int32_t> ids = {'o', 'k', 'l', 'a', 'b'};
+  ClientOutbox::Added added = outbox_.AddTokens(ids);
+  EXPECT_TRUE(added.stopped);
+  EXPECT_EQ(added.tokens, 3);
 }
 
 TEST_F(ClientOutboxTest, AFailureBeforeAnyOutputIsTheStatusAlone) {

@@ -124,7 +124,8 @@ absl::Status GenerateCall::Prepare(const absl::StatusOr<v1::GenerateRequest>& re
        .include_token_ids = !output.has_include_token_ids() || output.include_token_ids(),
        .include_text = !output.has_include_text() || output.include_text()},
       OutputAssembler(router_->codec().NewDetokenizer(prompt_ids_, sampling_.skip_special_tokens),
-                      StopStringMatcher(sampling_.stop, sampling_.include_stop_str_in_output)));
+                      StopStringMatcher(sampling_.stop, sampling_.include_stop_str_in_output),
+                      StopTokensWithoutText(sampling_, limits.eos_token_ids)));
   {
     absl::MutexLock lock(&mu_);
     placement_.emplace(&router_->registry(),

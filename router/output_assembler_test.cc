@@ -9,10 +9,11 @@ namespace {
 
 using testing::ByteCodec;
 
-OutputAssembler Make(std::vector<std::string> stops = {}, bool skip_special = true) {
+OutputAssembler Make(std::vector<std::string> stops = {}, bool skip_special = true,
+                     std::vector<int32_t> stop_tokens = {}) {
   ByteCodec codec;
   return OutputAssembler(codec.NewDetokenizer({}, skip_special),
-                         StopStringMatcher(std::move(stops), false));
+                         StopStringMatcher(std::move(stops), false), std::move(stop_tokens));
 }
 
 TEST(OutputAssembler, ChunksCoalesceUntilTaken) {
@@ -69,6 +70,89 @@ TEST(OutputAssembler, SpecialTokensFollowSkipSpecialTokens) {
   OutputAssembler keep = Make({}, false);
   keep.AddToken(ByteCodec::kEos);
   EXPECT_EQ(keep.TakeChunk().text, "<eos>");
+}
+
+TEST(StopTokensWithoutText, AreTheStopTokensAndEosUnlessIgnoredNoneWhenIncluded) {
+  SamplingConfig s;
+  s.stop_token_ids = {'l', 'q'};
+  EXPECT_THAT(StopTokensWithoutText(s, {ByteCodec::kEos}),
+              ::testing::UnorderedElementsAre('l', 'q', ByteCodec::kEos));
+  s.ignore_eos = true;  // EOS does not end generation: its text is output like any token's
+  EXPECT_THAT(StopTokensWithoutText(s, {ByteCodec::kEos}),
+              ::testing::UnorderedElementsAre('l', 'q'));
+  s.include_stop_str_in_output = true;
+  EXPECT_THAT(StopTokensWithoutText(s, {ByteCodec::kEos}), ::testing::IsEmpty());
+}
+
+// vLLM's rule: the token that ended generation keeps its id (and count), not its text, whatever
+// skip_special_tokens says.
+TEST(OutputAssembler, TheStopTokenThatEndedGenerationAddsItsIdButNotItsText) {
+  for (bool skip_special : {true, false}) {
+    SCOPED_TRACE(skip_special ? "skip_special_tokens" : "special tokens shown");
+    OutputAssembler eos = Make({}, skip_special, {ByteCodec::kEos, 'l'});
+    eos.AddToken('h');
+    eos.AddToken('i');
+    eos.AddToken(ByteCodec::kEos);
+    PendingChunk c = eos.TakeChunk();
+    EXPECT_THAT(c.token_ids, ::testing::ElementsAre('h', 'i', ByteCodec::kEos));  // the id at once
+    EXPECT_EQ(c.text, "hi");
+    EXPECT_FALSE(eos.Finish(ByteCodec::kEos));
+    EXPECT_FALSE(eos.has_pending());
+    EXPECT_EQ(eos.completion_tokens(), 3);
+
+    // An ordinary stop token.
+    OutputAssembler plain = Make({}, skip_special, {ByteCodec::kEos, 'l'});
+    plain.AddToken('o');
+    plain.AddToken('l');
+    EXPECT_EQ(plain.TakeChunk().text, "o");
+    plain.Finish('l');
+    EXPECT_FALSE(plain.has_pending());
+  }
+  // Without stop tokens (include_stop_str_in_output), the text is output as skip_special_tokens
+  // says.
+  OutputAssembler included = Make({}, false);
+  included.AddToken('l');
+  included.AddToken(ByteCodec::kEos);
+  included.Finish(ByteCodec::kEos);
+  EXPECT_EQ(included.TakeChunk().text, "l<eos>");
+}
+
+// The worker decides: a possible stop token that did not end generation (the output was cut by
+// length, or generation went on) is text like any other token.
+TEST(OutputAssembler, APossibleStopTokenThatDidNotEndGenerationIsText) {
+  OutputAssembler cut = Make({}, true, {'l'});
+  cut.AddToken('o');
+  cut.AddToken('l');
+  EXPECT_EQ(cut.TakeChunk().text, "o");
+  cut.Finish(std::nullopt);
+  EXPECT_EQ(cut.TakeChunk().text, "l");
+
+  OutputAssembler went_on = Make({}, true, {'l'});
+  went_on.AddToken('l');
+  went_on.AddToken('a');
+  EXPECT_EQ(went_on.TakeChunk().text, "la");
+
+  // Its text completes a stop string only once the next token shows it was text; that token
+  // comes after the end and is not taken.
+  OutputAssembler stop = Make({"ol"}, true, {'l'});
+  EXPECT_FALSE(stop.AddToken('o'));
+  EXPECT_FALSE(stop.AddToken('l'));
+  EXPECT_TRUE(stop.AddToken('a'));
+  EXPECT_EQ(stop.matched_stop(), "ol");
+  EXPECT_EQ(stop.completion_tokens(), 2);
+  PendingChunk c = stop.TakeChunk();
+  EXPECT_THAT(c.token_ids, ::testing::ElementsAre('o', 'l'));
+  EXPECT_EQ(c.text, "");
+}
+
+// Bytes of a character the stop token would never have completed are flushed as U+FFFD, as
+// whole-text decoding of the ids before the stop token gives.
+TEST(OutputAssembler, APartialCharacterBeforeTheStopTokenIsFlushed) {
+  OutputAssembler out = Make({}, false, {ByteCodec::kEos});
+  out.AddToken(0xE4);
+  out.AddToken(ByteCodec::kEos);
+  out.Finish(ByteCodec::kEos);
+  EXPECT_EQ(out.TakeChunk().text, "\xEF\xBF\xBD");
 }
 
 }  // namespace

@@ -62,8 +62,10 @@ int Main(int argc, char** argv) {
   AddSecurityFlags(app, &o);
   app.add_option("--model", o.model_dir, "model directory (config.json, tokenizer.json)")
       ->required();
-  app.add_option("--prefill", o.prefill_addresses, "static prefill worker HOST:PORT (repeatable)");
-  app.add_option("--decode", o.decode_addresses, "static decode worker HOST:PORT (repeatable)");
+  app.add_option("--prefill", o.prefill_addresses,
+                 "static prefill worker HOST:PORT or [IPV6]:PORT (repeatable)");
+  app.add_option("--decode", o.decode_addresses,
+                 "static decode worker HOST:PORT or [IPV6]:PORT (repeatable)");
   app.add_option("--metrics-port", o.metrics_port,
                  "Prometheus /metrics port (0 = ephemeral, -1 = off)")
       ->capture_default_str();

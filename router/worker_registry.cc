@@ -2,31 +2,19 @@
 
 #include <algorithm>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/host_port.h"
 
 namespace mlaserve::router {
 namespace {
 
+// The one check of a worker address (common/host_port.h's dial grammar), for workers added by
+// address and self-registered ones alike.
 absl::Status CheckAddress(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (address.empty() || colon == std::string::npos || colon == 0 ||
-      colon + 1 == address.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker address '", address, "' is not of the form HOST:PORT"));
-  }
-  // A port the router could never dial ("-5", "0", "99999", "http") would sit in the registry
-  // as a worker that is never reached.
-  const std::string port = address.substr(colon + 1);
-  int value = 0;
-  if (port.size() > 5 || !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) ||
-      !absl::SimpleAtoi(port, &value) || value < 1 || value > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("worker address '", address, "' has port '",
-                                                   port, "'; it must be in [1, 65535]"));
-  }
-  return absl::OkStatus();
+  absl::StatusOr<common::HostPort> parsed = common::ParseDialAddress(address);
+  if (parsed.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("worker ", parsed.status().message()));
 }
 
 }  // namespace

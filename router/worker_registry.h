@@ -42,12 +42,14 @@ class WorkerRegistry {
   const Options& options() const { return options_; }
 
   // Static / admin workers. ALREADY_EXISTS when the role+address is known already;
-  // INVALID_ARGUMENT for an empty or port-less address. Returns the new id.
+  // INVALID_ARGUMENT naming the address when it is not a dial address (HOST:PORT or
+  // [IPV6]:PORT, common/host_port.h ParseDialAddress). Returns the new id.
   absl::StatusOr<std::string> AddByAddress(WorkerRole role, const std::string& address,
                                            WorkerSource source);
 
   // Self-registration. Same role+address as a known worker keeps its id (a restart).
-  // FAILED_PRECONDITION (naming the field) when the model differs; the worker is not kept.
+  // INVALID_ARGUMENT for an address AddByAddress refuses; FAILED_PRECONDITION (naming the
+  // field) when the model differs. Either way the worker is not kept.
   struct Registration {
     std::string id;
     absl::Duration heartbeat_interval;

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
 #include "common/server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -20,7 +21,8 @@ void AddWorkerFlags(CLI::App& app, WorkerRoleKind role, WorkerOptions* o) {
       ->required();
   app.add_option("--router", o->router, "router ADDR to register with and heartbeat (optional)");
   app.add_option("--advertise", o->advertise,
-                 "HOST:PORT given to the router (default: the listen address, actual port)");
+                 "HOST:PORT or [IPV6]:PORT given to the router (default: the listen address, "
+                 "actual port)");
   app.add_option("--backend", o->backend, "auto|cpu|cuda")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -127,10 +129,12 @@ absl::Status ValidateWorkerOptions(WorkerRoleKind role, WorkerOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat(flag, " is ", value, "; ", rule));
   };
   if (auto hp = common::ParseHostPort(o->listen); !hp.ok()) return hp.status();
+  // The address the router will take (RegisterWorker): refused here, at start, rather than at
+  // every registration attempt.
   if (!o->advertise.empty()) {
-    auto hp = common::ParseHostPort(o->advertise);
-    if (!hp.ok()) return hp.status();
-    if (hp->port == 0) return bad("--advertise", o->advertise, "it needs a real port");
+    if (auto hp = common::ParseDialAddress(o->advertise); !hp.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--advertise ", hp.status().message()));
+    }
   }
   if (o->device < 0) return bad("--device", o->device, "it must be >= 0");
   if (o->kv_cache_dtype != "auto" && o->kv_cache_dtype != "bf16" && o->kv_cache_dtype != "fp8") {

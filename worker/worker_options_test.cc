@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -113,6 +114,24 @@ TEST(WorkerOptionsTest, SplitFreshPromptsIsAPrefillFlagOnByDefault) {
   WorkerOptions d;
   EXPECT_THROW(parse(WorkerRoleKind::kDecode, {"--split-fresh-prompts", "false"}, &d),
                CLI::ParseError);
+}
+
+// --advertise is what RegisterWorker gives the router: the router's grammar (common/host_port.h
+// ParseDialAddress), checked when the worker starts, not at every registration.
+TEST(WorkerOptionsTest, TheAdvertisedAddressMustBeOneTheRouterTakes) {
+  for (const char* good : {"10.0.0.5:8200", "[fd00::5]:8200", "decode-0.svc.cluster.local:8200"}) {
+    WorkerOptions o = Layout(1, "tensor", "auto");
+    o.advertise = good;
+    EXPECT_TRUE(ValidateWorkerOptions(WorkerRoleKind::kDecode, &o).ok()) << good;
+  }
+  for (const char* bad : {"a b:1", "dns:///a:1", "h:0", "fd00::5:8200"}) {
+    WorkerOptions o = Layout(1, "tensor", "auto");
+    o.advertise = bad;
+    const absl::Status s = ValidateWorkerOptions(WorkerRoleKind::kDecode, &o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(absl::StrCat("--advertise address '", bad, "'")));
+  }
 }
 
 TEST(WorkerOptionsTest, TheKvPoolIsSizedFromMemoryUnlessAPageCountIsGiven) {

@@ -58,7 +58,7 @@ int Main(int argc, char** argv) {
   get->callback([&] { run = [&](const CtlContext& c) { return WorkersGet(c, id); }; });
   CLI::App* add = workers->add_subcommand("add", "add a worker by address (the router polls it)");
   add->add_option("--role", role, "prefill or decode")->required();
-  add->add_option("ADDR", address, "worker HOST:PORT")->required();
+  add->add_option("ADDR", address, "worker HOST:PORT or [IPV6]:PORT")->required();
   add->callback([&] { run = [&](const CtlContext& c) { return WorkersAdd(c, role, address); }; });
   CLI::App* remove = workers->add_subcommand("remove", "forget a worker");
   remove->add_option("ID", id, "worker id")->required();

@@ -7,10 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <optional>
 #include <regex>
 
 #include <httplib.h>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -51,6 +53,24 @@ class OpenAiHttpTest : public ::testing::Test {
     if (!r) return Json();
     EXPECT_EQ(r->status, 200) << r->body;
     return r->status == 200 && !body.value("stream", false) ? Json::parse(r->body) : Json(r->body);
+  }
+
+  // The text a server-sent-events answer streams: its events' choices[0].text (completions)
+  // or choices[0].delta.content (chat, `field` "content"), concatenated.
+  static std::string StreamedText(const std::string& sse, const std::string& field) {
+    std::string text;
+    for (size_t pos = 0; (pos = sse.find("data: ", pos)) != std::string::npos;) {
+      const size_t end = sse.find("\n\n", pos);
+      const std::string payload = sse.substr(pos + 6, end - pos - 6);
+      pos = end;
+      if (payload == "[DONE]") break;
+      const Json event = Json::parse(payload);
+      if (event["choices"].empty()) continue;
+      const Json& choice = event["choices"][0];
+      const Json& value = field == "text" ? choice["text"] : choice["delta"]["content"];
+      if (value.is_string()) text += value.get<std::string>();
+    }
+    return text;
   }
 
   static GenerateResult Grpc(const std::string& text, int max_tokens) {
@@ -129,6 +149,93 @@ TEST_F(OpenAiHttpTest, StreamedCompletionEqualsUnstreamed) {
   EXPECT_EQ(text, plain["choices"][0]["text"]);
   EXPECT_EQ(usage, plain["usage"]);
   EXPECT_THAT(sse, HasSubstr("data: [DONE]\n\n"));
+}
+
+// vLLM's rule for the token that ends generation (EOS, or one of stop_token_ids): it stays in
+// the token ids, but its text is not in the output unless include_stop_str_in_output, whatever
+// skip_special_tokens says. The same over gRPC and HTTP, streamed and not, completions and chat.
+// "copy: h e l l o ->" greedily gives " h e l l o" then EOS (models/demo/demo_prompts.json).
+TEST_F(OpenAiHttpTest, TheStopTokensTextIsLeftOutUnlessIncludeStopStrInOutput) {
+  static constexpr char kPrompt[] = "copy: h e l l o ->";
+  static constexpr char kAnswer[] = " h e l l o";
+  static constexpr char kEosText[] = "<｜end▁of▁sentence｜>";
+  static constexpr int32_t kEos = 1;  // models/demo/config.json eos_token_id
+  auto grpc = [](std::optional<bool> skip_special, bool include_stop, std::vector<int32_t> stop_ids,
+                 int max_tokens = 16) {
+    v1::GenerateRequest req;
+    req.set_text(kPrompt);
+    v1::SamplingParams& s = *req.mutable_sampling();
+    s.set_temperature(0);
+    s.set_max_new_tokens(max_tokens);
+    if (skip_special.has_value()) s.set_skip_special_tokens(*skip_special);
+    s.set_include_stop_str_in_output(include_stop);
+    for (int32_t id : stop_ids) s.add_stop_token_ids(id);
+    GenerateResult r = RunGenerate(cluster_->generation(), req, kTimeout);
+    EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+    return r;
+  };
+
+  // EOS: its id ends the ids; its text only with include_stop_str_in_output (and, being a
+  // special token, only with skip_special_tokens false).
+  for (std::optional<bool> skip : {std::optional<bool>(), std::optional<bool>(true),
+                                   std::optional<bool>(false)}) {
+    SCOPED_TRACE(!skip.has_value() ? "skip_special_tokens unset"
+                 : *skip           ? "skip_special_tokens true"
+                                   : "skip_special_tokens false");
+    GenerateResult r = grpc(skip, false, {});
+    ASSERT_TRUE(r.complete.has_value());
+    EXPECT_EQ(r.text, kAnswer);
+    ASSERT_FALSE(r.ids.empty());
+    EXPECT_EQ(r.ids.back(), kEos);
+    EXPECT_EQ(r.complete->matched_token_id(), kEos);
+    EXPECT_EQ(r.complete->completion_tokens(), static_cast<int32_t>(r.ids.size()));
+    r = grpc(skip, true, {});
+    EXPECT_EQ(r.text, absl::StrCat(kAnswer, skip.value_or(true) ? "" : kEosText));
+    ASSERT_FALSE(r.ids.empty());
+    EXPECT_EQ(r.ids.back(), kEos);
+  }
+
+  // A stop token that is ordinary text (" l", the answer's third token): generation ends on its
+  // first appearance, the id kept, its text only with include_stop_str_in_output.
+  const GenerateResult whole = grpc(false, false, {});
+  ASSERT_GE(whole.ids.size(), 3u);
+  const int32_t stop_id = whole.ids[2];
+  const std::string before = grpc(false, false, {}, 2).text;  // " h e"
+  const std::string through = grpc(false, false, {}, 3).text;  // " h e l"
+  ASSERT_NE(before, through);
+  for (bool skip : {true, false}) {
+    GenerateResult r = grpc(skip, false, {stop_id});
+    EXPECT_EQ(r.text, before) << "skip_special_tokens " << skip;
+    EXPECT_EQ(r.ids, std::vector<int32_t>(whole.ids.begin(), whole.ids.begin() + 3));
+    ASSERT_TRUE(r.complete.has_value());
+    EXPECT_EQ(r.complete->finish_reason(), v1::FINISH_REASON_STOP);
+    EXPECT_EQ(r.complete->matched_token_id(), stop_id);
+    EXPECT_EQ(grpc(skip, true, {stop_id}).text, through) << "skip_special_tokens " << skip;
+  }
+
+  // HTTP: completions unstreamed and streamed, chat, with skip_special_tokens false.
+  const Json completion = {{"model", "demo"}, {"prompt", kPrompt}, {"max_tokens", 16},
+                           {"temperature", 0}, {"skip_special_tokens", false}};
+  EXPECT_EQ(Post("/v1/completions", completion)["choices"][0]["text"], kAnswer);
+  Json with_stop = completion;
+  with_stop["include_stop_str_in_output"] = true;
+  const std::string answer_and_eos = absl::StrCat(kAnswer, kEosText);
+  EXPECT_EQ(Post("/v1/completions", with_stop)["choices"][0]["text"], answer_and_eos);
+  Json streamed = completion;
+  streamed["stream"] = true;
+  EXPECT_EQ(StreamedText(Post("/v1/completions", streamed), "text"), kAnswer);
+  with_stop["stream"] = true;
+  EXPECT_EQ(StreamedText(Post("/v1/completions", with_stop), "text"), answer_and_eos);
+  Json stop_token = completion;
+  stop_token["stop_token_ids"] = {stop_id};
+  EXPECT_EQ(Post("/v1/completions", stop_token)["choices"][0]["text"], before);
+  const Json chat = {{"model", "demo"}, {"max_tokens", 16}, {"temperature", 0},
+                     {"skip_special_tokens", false},
+                     {"messages", {{{"role", "user"}, {"content", kPrompt}}}}};
+  EXPECT_EQ(Post("/v1/chat/completions", chat)["choices"][0]["message"]["content"], kAnswer);
+  Json chat_streamed = chat;
+  chat_streamed["stream"] = true;
+  EXPECT_EQ(StreamedText(Post("/v1/chat/completions", chat_streamed), "content"), kAnswer);
 }
 
 TEST_F(OpenAiHttpTest, ChatThroughTheTemplateEqualsTheBarePrompt) {
