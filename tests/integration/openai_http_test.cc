@@ -9,6 +9,8 @@
 
 #include <optional>
 #include <regex>
+#include <string>
+#include <vector>
 
 #include <httplib.h>
 
@@ -55,16 +57,24 @@ class OpenAiHttpTest : public ::testing::Test {
     return r->status == 200 && !body.value("stream", false) ? Json::parse(r->body) : Json(r->body);
   }
 
-  // The text a server-sent-events answer streams: its events' choices[0].text (completions)
-  // or choices[0].delta.content (chat, `field` "content"), concatenated.
-  static std::string StreamedText(const std::string& sse, const std::string& field) {
-    std::string text;
+  // A server-sent-events answer's events, up to [DONE].
+  static std::vector<Json> SseEvents(const std::string& sse) {
+    std::vector<Json> events;
     for (size_t pos = 0; (pos = sse.find("data: ", pos)) != std::string::npos;) {
       const size_t end = sse.find("\n\n", pos);
       const std::string payload = sse.substr(pos + 6, end - pos - 6);
       pos = end;
       if (payload == "[DONE]") break;
-      const Json event = Json::parse(payload);
+      events.push_back(Json::parse(payload));
+    }
+    return events;
+  }
+
+  // The text a server-sent-events answer streams: its events' choices[0].text (completions)
+  // or choices[0].delta.content (chat, `field` "content"), concatenated.
+  static std::string StreamedText(const std::string& sse, const std::string& field) {
+    std::string text;
+    for (const Json& event : SseEvents(sse)) {
       if (event["choices"].empty()) continue;
       const Json& choice = event["choices"][0];
       const Json& value = field == "text" ? choice["text"] : choice["delta"]["content"];
@@ -137,12 +147,7 @@ TEST_F(OpenAiHttpTest, StreamedCompletionEqualsUnstreamed) {
                                 {"stream_options", {{"include_usage", true}}}});
   std::string text;
   Json usage;
-  for (size_t pos = 0; (pos = sse.find("data: ", pos)) != std::string::npos;) {
-    const size_t end = sse.find("\n\n", pos);
-    const std::string payload = sse.substr(pos + 6, end - pos - 6);
-    pos = end;
-    if (payload == "[DONE]") break;
-    const Json event = Json::parse(payload);
+  for (const Json& event : SseEvents(sse)) {
     if (!event["choices"].empty()) text += event["choices"][0]["text"].get<std::string>();
     if (!event["usage"].is_null()) usage = event["usage"];
   }
