@@ -335,8 +335,8 @@ ExpertsPlan PlanExperts(const MoeExpertsParams& p);
 // weight-bound product's tiles spread) and its nominal DRAM bytes per multiprocessor clock
 // (cuda::CurrentDeviceDramBytesPerSmClock): below kSm90LeanDramBytesPerSmClock (the H100's 12.8,
 // not the H200's) the larger cooperative 128 x 256 tile, which reads each expert's weights half
-// as often as the 64-row ping-pong tiles, wins from 256 rows an expert where our ping-pong kernel
-// does not run (V2-Lite from 289 rows, V3 from 256; moe_experts.cu).
+// as often as the 64-row ping-pong tiles, wins from 224 rows an expert where our ping-pong kernel
+// does not run (V2-Lite from 289 rows, V3 from 224; moe_experts.cu).
 struct Sm90Device {
   int sms;
   double dram_bytes_per_sm_clock;

@@ -128,16 +128,17 @@ int WeightBoundVariant(const MoeExpertsParams& p, int n, int sms) {
 constexpr double kOwnPingPongMaxRows = 288;
 constexpr int kOwnPingPongMaxHidden = 4096;
 
-// A GPU with less DRAM bandwidth per unit of compute (the H100 against the H200): from 256 rows
+// A GPU with less DRAM bandwidth per unit of compute (the H100 against the H200): from 224 rows
 // an expert, past our ping-pong kernel's rows where it runs, the cooperative 128 x 256 tile
 // (variant 1, SiLU fused) for both products. It reads each expert's weights once per 128 rows
 // instead of once per 64, which the H100's 3.35 TB/s feels and the H200's does not. H100 V2-Lite,
 // end to end (mlaserve-moe-bench, 2026-12-05): 3584 tokens (336 rows) 0.769 ms against 0.881 for
 // the ping-pong pair (v3 + SiLU, v8), 4096 0.868 against 0.990, 5120 1.021 against 1.225, 6144
 // 1.255 against 1.341 (v1 + SiLU, v8), 8192 1.586 against 1.672. H100 V3 (hidden 7168, 2026-12-06):
-// 8192 tokens (256 rows) 12.75 ms against 13.84-14.01 for the pair; 4096 (128 rows) 9.64 against
-// 9.07, where the pair stays.
-constexpr double kLeanDramCooperativeRows = 256;
+// 7168 tokens (224 rows) 10.57 ms against 11.34 for the pair, 8192 (256 rows) 12.75 against
+// 13.84-14.01; 6144 (192 rows) 10.25 against 10.19, even; 4096 (128 rows) 9.64 against 9.07,
+// where the pair stays.
+constexpr double kLeanDramCooperativeRows = 224;
 bool LeanDram(const moe_cuda::Sm90Device& device) {
   return device.dram_bytes_per_sm_clock > 0 &&
          device.dram_bytes_per_sm_clock < moe_cuda::kSm90LeanDramBytesPerSmClock;
