@@ -179,6 +179,54 @@ TEST_F(ClientOutboxTest, ATokenAfterTheEndIsNotTaken) {
   EXPECT_EQ(added.tokens, 3);
 }
 
+// A held token's id and logprobs leave before its text is known; when the end shows it did not
+// stop generation (length), its text follows in a chunk of its own, with no ids or logprobs,
+// so ids and logprobs still pair up chunk by chunk.
+TEST_F(ClientOutboxTest, AHeldTokensTextFollowsItsIdWhenItDidNotEndGeneration) {
+  Open({}, true, {'l'});
+  v1::TokenLogprobs lp[2];
+  lp[0].set_logprob(-1.0f);
+  lp[1].set_logprob(-2.0f);
+  const std::vector<int32_t> ids = {'o', 'l'};
+  const std::vector<const v1::TokenLogprobs*> logprobs = {&lp[0], &lp[1]};
+  EXPECT_EQ(outbox_.AddTokens(ids, logprobs).tokens, 2);
+  outbox_.Pump();
+  ASSERT_EQ(client_.sent.size(), 1u);
+  EXPECT_THAT(client_.sent[0].chunk().token_ids(), ::testing::ElementsAre('o', 'l'));
+  ASSERT_EQ(client_.sent[0].chunk().logprobs_size(), 2);
+  EXPECT_EQ(client_.sent[0].chunk().logprobs(1).logprob(), -2.0f);
+  EXPECT_EQ(client_.sent[0].chunk().text(), "o");
+  outbox_.Complete(v1::FINISH_REASON_LENGTH, std::nullopt, {});
+  WriteDone();
+  ASSERT_EQ(client_.sent.size(), 2u);
+  const v1::GenerateChunk& rest = client_.sent[1].chunk();
+  EXPECT_EQ(rest.text(), "l");
+  EXPECT_EQ(rest.token_ids_size(), 0);
+  EXPECT_EQ(rest.logprobs_size(), 0);
+  EXPECT_EQ(rest.completion_tokens(), 2);
+  WriteDone();
+  ASSERT_EQ(client_.sent.size(), 3u);
+  EXPECT_EQ(client_.sent[2].complete().finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_FALSE(client_.sent[2].complete().has_matched_token_id());
+  EXPECT_EQ(client_.sent[2].complete().completion_tokens(), 2);
+}
+
+// A client that leaves while a stop token's text is held gets nothing more, and its End once
+// the call ends: the held text goes nowhere.
+TEST_F(ClientOutboxTest, AClientGoneWhileATokenIsHeldGetsOnlyItsEnd) {
+  Open({}, false, {ByteCodec::kEos});
+  const std::vector<int32_t> ids = {'o', ByteCodec::kEos};
+  outbox_.AddTokens(ids);
+  outbox_.ClientGone();
+  outbox_.Pump();
+  EXPECT_EQ(client_.ends, 0);  // the call has not ended yet
+  outbox_.Complete(v1::FINISH_REASON_STOP, ByteCodec::kEos, {});
+  outbox_.Pump();
+  EXPECT_TRUE(client_.sent.empty());
+  EXPECT_EQ(client_.ends, 1);
+  EXPECT_TRUE(client_.end.ok());
+}
+
 TEST_F(ClientOutboxTest, AFailureBeforeAnyOutputIsTheStatusAlone) {
   outbox_.Fail(absl::InvalidArgumentError("prompt is empty"));  // refused before Open
   outbox_.Pump();

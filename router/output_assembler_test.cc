@@ -145,6 +145,52 @@ TEST(OutputAssembler, APossibleStopTokenThatDidNotEndGenerationIsText) {
   EXPECT_EQ(c.text, "");
 }
 
+// The held token's logprobs go out with its id, at once: ids and logprobs pair up in every
+// chunk, whatever becomes of the token's text.
+TEST(OutputAssembler, TheHeldStopTokensLogprobsGoOutWithItsId) {
+  OutputAssembler out = Make({}, false, {ByteCodec::kEos});
+  v1::TokenLogprobs h, eos;
+  h.set_logprob(-0.25f);
+  eos.set_logprob(-0.5f);
+  out.AddToken('h', &h);
+  out.AddToken(ByteCodec::kEos, &eos);
+  PendingChunk c = out.TakeChunk();
+  EXPECT_THAT(c.token_ids, ::testing::ElementsAre('h', ByteCodec::kEos));
+  ASSERT_EQ(c.logprobs.size(), 2u);
+  EXPECT_EQ(c.logprobs[0].logprob(), -0.25f);
+  EXPECT_EQ(c.logprobs[1].logprob(), -0.5f);
+  EXPECT_EQ(c.text, "h");
+  EXPECT_FALSE(out.Finish(ByteCodec::kEos));
+  EXPECT_FALSE(out.has_pending());
+
+  // A token after the end (the held text completed a stop string) brings no logprobs either.
+  OutputAssembler stop = Make({"ol"}, true, {'l'});
+  stop.AddToken('o', &h);
+  stop.AddToken('l', &eos);
+  EXPECT_TRUE(stop.AddToken('a', &h));
+  c = stop.TakeChunk();
+  EXPECT_EQ(c.token_ids.size(), 2u);
+  EXPECT_EQ(c.logprobs.size(), 2u);
+}
+
+// As vLLM, which does not detokenize the stop token: a stop string that only its text would
+// complete does not match, and the text held for it is released.
+TEST(OutputAssembler, AStopStringOnlyTheStopTokensTextWouldCompleteDoesNotMatch) {
+  OutputAssembler out = Make({"ol", "o<eos>"}, false, {ByteCodec::kEos, 'l'});
+  out.AddToken('o');
+  out.AddToken('l');
+  EXPECT_EQ(out.TakeChunk().text, "");  // "o" may start a stop string
+  EXPECT_FALSE(out.Finish('l'));
+  EXPECT_FALSE(out.matched_stop().has_value());
+  EXPECT_EQ(out.TakeChunk().text, "o");
+
+  OutputAssembler eos = Make({"o<eos>"}, false, {ByteCodec::kEos});
+  eos.AddToken('o');
+  eos.AddToken(ByteCodec::kEos);
+  EXPECT_FALSE(eos.Finish(ByteCodec::kEos));
+  EXPECT_EQ(eos.TakeChunk().text, "o");
+}
+
 // Bytes of a character the stop token would never have completed are flushed as U+FFFD, as
 // whole-text decoding of the ids before the stop token gives.
 TEST(OutputAssembler, APartialCharacterBeforeTheStopTokenIsFlushed) {

@@ -243,6 +243,86 @@ TEST_F(OpenAiHttpTest, TheStopTokensTextIsLeftOutUnlessIncludeStopStrInOutput) {
   EXPECT_EQ(StreamedText(Post("/v1/chat/completions", chat_streamed), "content"), kAnswer);
 }
 
+// The stop token whose text is left out still has its logprob entry (its id's, the last), counts
+// in usage, and ends the answer as a stop on the last step max_tokens allows (vLLM's check_stop
+// looks at stop tokens before the length); every choice of n alike.
+TEST_F(OpenAiHttpTest, TheStopTokenKeepsItsLogprobAndCountAndIsAStopAtTheLengthLimit) {
+  static constexpr char kPrompt[] = "copy: h e l l o ->";
+  static constexpr char kAnswer[] = " h e l l o";
+  static constexpr char kEosText[] = "<｜end▁of▁sentence｜>";
+  static constexpr int32_t kEos = 1;  // models/demo/config.json eos_token_id
+  const GenerateResult whole = Grpc(kPrompt, 16);
+  ASSERT_TRUE(whole.status.ok());
+  ASSERT_FALSE(whole.ids.empty());
+  ASSERT_EQ(whole.ids.back(), kEos);
+  const int tokens = static_cast<int>(whole.ids.size());
+
+  GenerateResult at_limit = Grpc(kPrompt, tokens);
+  ASSERT_TRUE(at_limit.complete.has_value());
+  EXPECT_EQ(at_limit.complete->finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(at_limit.complete->matched_token_id(), kEos);
+  EXPECT_EQ(at_limit.text, kAnswer);
+  GenerateResult cut = Grpc(kPrompt, tokens - 1);
+  ASSERT_TRUE(cut.complete.has_value());
+  EXPECT_EQ(cut.complete->finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(cut.ids, std::vector<int32_t>(whole.ids.begin(), whole.ids.end() - 1));
+  EXPECT_EQ(cut.text, kAnswer);
+
+  const Json completion = {{"model", "demo"}, {"prompt", kPrompt}, {"max_tokens", tokens},
+                           {"temperature", 0}, {"skip_special_tokens", false},
+                           {"logprobs", 1}, {"n", 2}};
+  const Json body = Post("/v1/completions", completion);
+  ASSERT_EQ(body["choices"].size(), 2u);
+  for (const Json& choice : body["choices"]) {
+    EXPECT_EQ(choice["text"], kAnswer);
+    EXPECT_EQ(choice["finish_reason"], "stop");
+    ASSERT_EQ(choice["logprobs"]["tokens"].size(), static_cast<size_t>(tokens));
+    EXPECT_EQ(choice["logprobs"]["token_logprobs"].size(), static_cast<size_t>(tokens));
+    EXPECT_EQ(choice["logprobs"]["tokens"].back(), kEosText);
+    EXPECT_TRUE(choice["logprobs"]["token_logprobs"].back().is_number());
+  }
+  EXPECT_EQ(body["usage"]["completion_tokens"], 2 * tokens);
+
+  Json streamed = completion;
+  streamed["stream"] = true;
+  streamed["n"] = 1;
+  std::vector<std::string> streamed_tokens;
+  std::string streamed_text;
+  for (const Json& event : SseEvents(Post("/v1/completions", streamed))) {
+    const Json& choice = event["choices"][0];
+    streamed_text += choice["text"].get<std::string>();
+    if (choice["logprobs"].is_null()) continue;
+    for (const Json& t : choice["logprobs"]["tokens"]) streamed_tokens.push_back(t);
+  }
+  EXPECT_EQ(streamed_text, kAnswer);
+  ASSERT_EQ(streamed_tokens.size(), static_cast<size_t>(tokens));
+  EXPECT_EQ(streamed_tokens.back(), kEosText);
+
+  const Json chat = {{"model", "demo"}, {"max_tokens", tokens}, {"temperature", 0},
+                     {"skip_special_tokens", false}, {"logprobs", true}, {"top_logprobs", 1},
+                     {"messages", {{{"role", "user"}, {"content", kPrompt}}}}};
+  const Json answer = Post("/v1/chat/completions", chat);
+  const Json& message_choice = answer["choices"][0];
+  EXPECT_EQ(message_choice["message"]["content"], kAnswer);
+  EXPECT_EQ(message_choice["finish_reason"], "stop");
+  ASSERT_EQ(message_choice["logprobs"]["content"].size(), static_cast<size_t>(tokens));
+  EXPECT_EQ(message_choice["logprobs"]["content"].back()["token"], kEosText);
+  EXPECT_EQ(answer["usage"]["completion_tokens"], tokens);
+  Json chat_streamed = chat;
+  chat_streamed["stream"] = true;
+  size_t streamed_entries = 0;
+  std::string last_token;
+  for (const Json& event : SseEvents(Post("/v1/chat/completions", chat_streamed))) {
+    if (event["choices"].empty() || event["choices"][0]["logprobs"].is_null()) continue;
+    for (const Json& entry : event["choices"][0]["logprobs"]["content"]) {
+      ++streamed_entries;
+      last_token = entry["token"];
+    }
+  }
+  EXPECT_EQ(streamed_entries, static_cast<size_t>(tokens));
+  EXPECT_EQ(last_token, kEosText);
+}
+
 TEST_F(OpenAiHttpTest, ChatThroughTheTemplateEqualsTheBarePrompt) {
   // models/demo/chat_template.jinja renders BOS + the last user message.
   const GenerateResult grpc = Grpc("copy: h e l l o ->", 10);
