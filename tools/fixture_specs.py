@@ -315,4 +315,48 @@ FIXTURES = {
             max_position_embeddings=512,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
             rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
+    # Values HF reads in its own way, on V3 (config.json as transformers saves it): nulls that
+    # HF tests for truth, so they act as false where an absent field is true: rope_interleave
+    # null (half-split RoPE) and YaRN truncate null (correction range of rope dim 16 over 256
+    # original positions kept fractional), norm_topk_prob null (weights not normalised); and
+    # fields HF's V3 ignores: topk_method greedy and scoring_func softmax (it always runs
+    # noaux_tc over sigmoid scores: 2 groups of 3, 1 kept, top-2), moe_layer_freq 2 (every layer
+    # from first_k_dense_replace is MoE), mlp_bias true (its MLPs have no bias). YaRN mscale 0.707
+    # with mscale_all_dim 1 (cos/sin factor below 1, softmax scaled).
+    "deepseek_v3_nulls": dict(
+        model_cls="DeepseekV3ForCausalLM", config_cls="DeepseekV3Config", published=False,
+        seed=18000,
+        config=dict(
+            vocab_size=384, hidden_size=64, intermediate_size=96, moe_intermediate_size=24,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+            kv_lora_rank=32, q_lora_rank=24, qk_rope_head_dim=16, qk_nope_head_dim=16,
+            v_head_dim=16, n_routed_experts=6, n_shared_experts=1, num_experts_per_tok=2,
+            n_group=2, topk_group=1, first_k_dense_replace=1, norm_topk_prob=None,
+            routed_scaling_factor=2.0, topk_method="greedy", scoring_func="softmax",
+            moe_layer_freq=2, mlp_bias=True, max_position_embeddings=1024,
+            rope_interleave=None,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 256, "truncate": None,
+                             "mscale": 0.707, "mscale_all_dim": 1.0},
+            rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)),
+    # Dynamic NTK RoPE on V2, published style (rope_scaling {"type": "dynamic"}): HF's table
+    # only grows past max_position_embeddings (512, beyond every prompt), so the frequencies are
+    # the default ones, but mscale_all_dim 1 still scales the softmax by mscale(4, 1)^2
+    # (yarn_apply_mscale). With the fields HF's V2 ignores: norm_topk_prob true (its router never
+    # normalises), scoring_func sigmoid (always softmax), n_group 4 / topk_group 1 with greedy
+    # routing (groups unused), rope_interleave false (V2 always interleaves), moe_layer_freq 2.
+    "deepseek_v2_dynamic": dict(
+        model_cls="DeepseekV2ForCausalLM", config_cls="DeepseekV2Config", published=True,
+        seed=19000,
+        config=dict(
+            vocab_size=384, hidden_size=64, intermediate_size=96, moe_intermediate_size=24,
+            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+            kv_lora_rank=32, q_lora_rank=None, qk_rope_head_dim=16, qk_nope_head_dim=16,
+            v_head_dim=16, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+            first_k_dense_replace=1, moe_layer_freq=2, topk_method="greedy",
+            scoring_func="sigmoid", n_group=4, topk_group=1, norm_topk_prob=True,
+            routed_scaling_factor=1.0, max_position_embeddings=512, rope_theta=10000.0,
+            rope_scaling={"type": "dynamic", "factor": 4.0, "mscale_all_dim": 1.0},
+            rope_interleave=False, rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1,
+            tie_word_embeddings=False, hidden_act="silu")),
 }

@@ -75,7 +75,7 @@ class Parser {
     RETURN_IF_ERROR(ParseIndexer());
     RETURN_IF_ERROR(CheckMlpWidths());
     RETURN_IF_ERROR(ParseTokens());
-    RETURN_IF_ERROR(ParseQuantization());
+    RETURN_IF_ERROR(config_internal::ParseQuantization(r_, c_));
     RETURN_IF_ERROR(RefusePrunedHeads());
     for (const std::string& key : r_.Unused()) {
       if (IgnoredFields().count(key) == 0) {
@@ -324,60 +324,6 @@ class Parser {
     } else {
       r_.Take("bos_token_id");
     }
-    return absl::OkStatus();
-  }
-
-  absl::Status ParseQuantization() {
-    const Json* q = r_.Take("quantization_config");
-    if (q == nullptr || q->is_null()) return absl::OkStatus();
-    if (!q->is_object()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: quantization_config must be an object, got ", ShortDump(*q)));
-    }
-    FieldReader d(*q, "quantization_config");
-    std::string method, fmt = "e4m3", activation = "dynamic", scale_fmt;
-    RETURN_IF_ERROR(d.String("quant_method", &method, true));
-    if (method != "fp8") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: quantization_config.quant_method '", method,
-                       "' is not supported; expected fp8"));
-    }
-    RETURN_IF_ERROR(d.String("fmt", &fmt));
-    if (fmt != "e4m3") {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: quantization_config.fmt '", fmt,
-                                                     "' is not supported; expected e4m3"));
-    }
-    RETURN_IF_ERROR(d.String("activation_scheme", &activation));
-    if (activation != "dynamic") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: quantization_config.activation_scheme '", activation,
-                       "' is not supported; expected dynamic"));
-    }
-    // ue8m0 scales are powers of two stored as f32: dequantization is the same.
-    RETURN_IF_ERROR(d.String("scale_fmt", &scale_fmt));
-    const Json* block = d.Take("weight_block_size");
-    if (block != nullptr && !block->is_null()) {
-      if (!block->is_array() || block->size() != 2 || !(*block)[0].is_number_integer() ||
-          !(*block)[1].is_number_integer() || (*block)[0].get<int64_t>() <= 0 ||
-          (*block)[1].get<int64_t>() <= 0 || (*block)[0].get<int64_t>() > 65536 ||
-          (*block)[1].get<int64_t>() > 65536) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "config.json: quantization_config.weight_block_size must be two positive integers "
-            "[out, in], got ",
-            ShortDump(*block)));
-      }
-      c_.weight_block_n = static_cast<int>((*block)[0].get<int64_t>());
-      c_.weight_block_k = static_cast<int>((*block)[1].get<int64_t>());
-    }
-    // Which modules stay unquantized is visible in the checkpoint's dtypes; the loader goes by
-    // them.
-    d.Take("modules_to_not_convert");
-    d.Take("dequantize");
-    if (const std::vector<std::string> unused = d.Unused(); !unused.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: unknown field 'quantization_config.", unused[0], "'"));
-    }
-    c_.fp8_block_weights = true;
     return absl::OkStatus();
   }
 

@@ -1,4 +1,5 @@
-// Internals of the config.json parser (config.cc, config_moe.cc); not for other users.
+// Internals of the config.json parser (config.cc, config_moe.cc, config_rope.cc,
+// config_quantization.cc); not for other users.
 //
 // FieldReader: typed, strict access to the fields of one JSON object of config.json. It
 // remembers which keys were read so the caller can reject the ones nobody read. Errors are
@@ -187,5 +188,10 @@ absl::Status ParseMlpLayers(FieldReader& r, ModelConfig& c);
 // Expert counts and the router (routing_method, scoring, groups, normalisation); needs
 // layer_is_moe.
 absl::Status ParseMoeRouting(FieldReader& r, ModelConfig& c);
+
+// config_quantization.cc: quantization_config (fp8 block scales: fp8_block_weights,
+// weight_block_n / weight_block_k); anything HF's FineGrainedFP8Config would read differently
+// is refused naming the field and value.
+absl::Status ParseQuantization(FieldReader& r, ModelConfig& c);
 
 }  // namespace mlaserve::model::config_internal

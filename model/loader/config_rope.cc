@@ -240,7 +240,16 @@ class RopeParser {
     if (rope.beta_slow == 0.0) rope.beta_slow = 1.0;
     const bool has_mscale = d.Contains("mscale") && !d.IsNull("mscale");
     RETURN_IF_ERROR(d.Double("mscale", &rope.mscale));
-    RETURN_IF_ERROR(d.Bool("truncate", &rope.truncate));
+    // HF reads `rope_parameters.get("truncate", True)` and tests it for truth: null (None)
+    // keeps the correction range fractional, as false does.
+    if (d.IsNull("truncate")) {
+      d.Take("truncate");
+      rope.truncate = false;
+      AddWarning(c_, absl::StrCat(scope_, ".truncate null is read as false, as HF's YaRN does "
+                                          "(the correction range is not rounded)"));
+    } else {
+      RETURN_IF_ERROR(d.Bool("truncate", &rope.truncate));
+    }
     if (d.Contains("attention_factor") && !d.IsNull("attention_factor")) {
       double af = 0.0;
       RETURN_IF_ERROR(d.Double("attention_factor", &af));
@@ -284,6 +293,15 @@ class RopeParser {
   // rope_interleave is a V3 field; HF's V2 and V3.2 attention always interleave.
   absl::Status ParseInterleave() {
     if (c_.model_type == ModelType::kDeepseekV3) {
+      // DeepseekV3Config types it `bool | None` and the attention tests it for truth
+      // (`if self.config.rope_interleave:`), so null runs the half-split form, as false does.
+      if (r_.IsNull("rope_interleave")) {
+        r_.Take("rope_interleave");
+        c_.rope_interleave = false;
+        AddWarning(c_, "rope_interleave null is read as false (half-split RoPE), as HF's "
+                       "deepseek_v3 attention does");
+        return absl::OkStatus();
+      }
       return r_.Bool("rope_interleave", &c_.rope_interleave);
     }
     bool interleave = true;

@@ -176,6 +176,28 @@ TEST(ModelConfigTest, RopeTypesAsHfReadsThem) {
   EXPECT_NEAR(c->softmax_scale, 1.0 / std::sqrt(192.0), 1e-15);
 }
 
+// Null where HF tests the value for truth: DeepseekV3Config keeps rope_interleave None and the
+// attention runs `if config.rope_interleave:` (half split); YaRN's `get("truncate", True)` is None
+// and the correction range stays fractional. Both are false, not the absent field's true.
+TEST(ModelConfigTest, NullRopeInterleaveAndTruncateAreFalseAsInHf) {
+  Json j = Json::parse(kV3);
+  j["rope_interleave"] = nullptr;
+  j["rope_scaling"]["truncate"] = nullptr;
+  auto c = ParseModelConfig(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->rope_interleave);
+  EXPECT_FALSE(c->rope.truncate);
+  ASSERT_EQ(c->warnings.size(), 2u);
+  EXPECT_THAT(c->warnings[0], HasSubstr("rope_scaling.truncate null is read as false"));
+  EXPECT_THAT(c->warnings[1], HasSubstr("rope_interleave null is read as false"));
+  // V2 and V3.2 always interleave, whatever the field says.
+  j = Json::parse(kTinyV32Saved);
+  j["rope_interleave"] = nullptr;
+  c = ParseModelConfig(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->rope_interleave);
+}
+
 // mlp_bias: HF's V2 MLP reads it, the V3 / V3.2 MLPs do not.
 TEST(ModelConfigTest, MlpBiasOnlyForV2) {
   Json j = Json::parse(kTinyV2Saved);
