@@ -11,7 +11,7 @@
 // json_object: under JSON mode's constraint, model/constraint; with --response-format-after,
 // only the text after that marker, e.g. a reasoning model's "</think>"). Prints the generated
 // text (or ids with --print-ids, or when the checkpoint has no tokenizer.json / tiktoken.model)
-// to stdout.
+// to stdout; log lines (config warnings, progress) go to stderr, so stdout stays parseable.
 // --dump-logits writes {"last_prompt_logits": [...], "generated_ids": [...]}.
 // --tp-size N shards the model over N ranks as a worker does (docs/parallel.md; GPUs 0..N-1 on
 // CUDA, threads and an in-process collective on the CPU), with --attention-parallel,
@@ -42,6 +42,8 @@
 #include "model/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace mlaserve::model {
 namespace {
@@ -238,6 +240,7 @@ absl::Status Run(const RunOptions& o) {
 
 int main(int argc, char** argv) {
   using mlaserve::model::AttentionPath;
+  spdlog::set_default_logger(spdlog::stderr_color_mt("mlaserve-run"));
   mlaserve::model::RunOptions o;
   CLI::App app{"mlaserve-run: generate from a DeepSeek checkpoint (no server)"};
   app.add_option("--model", o.model_dir, "model directory (config.json, *.safetensors)")->required();
