@@ -271,6 +271,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          // the knob fixtures (docs/fixtures.md)
                                          "deepseek_v2_knobs", "deepseek_v3_knobs", "deepseek_v32_knobs",
                                          "deepseek_v3_dense", "deepseek_v3_yarn_knobs",
+                                         // nulls HF tests for truth, fields it ignores; dynamic RoPE
+                                         "deepseek_v3_nulls", "deepseek_v2_dynamic",
                                          // hidden / intermediate sizes stored padded (model_widths.h)
                                          "deepseek_v3_pad", "deepseek_v2_pad", "deepseek_v32_pad",
                                          // hidden_act other than silu: unfused gate_up + act-and-mul
