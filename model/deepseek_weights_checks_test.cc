@@ -294,8 +294,8 @@ TEST_F(ExpertChecksTest, HalfOfTheFusedFormNamesTheOtherHalf) {
   }
 }
 
-// An fp8 expert whose block scale is not a finite positive number is refused by the experts'
-// checks, before the stack is sized, naming the scale, the value and its index.
+// An fp8 expert whose block scale is NaN is refused by the experts' checks, before the stack
+// is sized, naming the scale, the value and its index.
 TEST_F(ExpertChecksTest, Fp8ExpertWithANanScaleIsNamed) {
   const std::string w = std::string(kMoe) + ".experts.2.up_proj.weight";
   const std::string scale = w + "_scale_inv";

@@ -93,8 +93,7 @@ absl::Status ParseMoeRouting(FieldReader& r, ModelConfig& c) {
   RETURN_IF_ERROR(r.Int("n_group", &c.n_group, 1));
   RETURN_IF_ERROR(r.Int("topk_group", &c.topk_group, 1));
   bool norm = !is_v2;
-  if (r.IsNull("norm_topk_prob")) norm = false;
-  RETURN_IF_ERROR(r.Bool("norm_topk_prob", &norm));
+  RETURN_IF_ERROR(r.TruthBool("norm_topk_prob", &norm));
 
   std::string topk_method = is_v2 ? "greedy" : "noaux_tc";
   std::string scoring = is_v2 ? "softmax" : "sigmoid";

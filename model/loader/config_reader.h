@@ -112,6 +112,13 @@ class FieldReader {
     return absl::OkStatus();
   }
 
+  // A bool HF tests for truth (`if config.key:`): null reads as false (None is falsy), absent
+  // leaves *out (the class default).
+  absl::Status TruthBool(const std::string& key, bool* out) {
+    if (IsNull(key)) *out = false;
+    return Bool(key, out);
+  }
+
   absl::Status String(const std::string& key, std::string* out, bool required = false) {
     const Json* v = Take(key);
     if (v == nullptr || v->is_null()) return Missing(key, required);

@@ -243,13 +243,10 @@ class RopeParser {
     // HF reads `rope_parameters.get("truncate", True)` and tests it for truth: null (None)
     // keeps the correction range fractional, as false does.
     if (d.IsNull("truncate")) {
-      d.Take("truncate");
-      rope.truncate = false;
       AddWarning(c_, absl::StrCat(scope_, ".truncate null is read as false, as HF's YaRN does "
                                           "(the correction range is not rounded)"));
-    } else {
-      RETURN_IF_ERROR(d.Bool("truncate", &rope.truncate));
     }
+    RETURN_IF_ERROR(d.TruthBool("truncate", &rope.truncate));
     if (d.Contains("attention_factor") && !d.IsNull("attention_factor")) {
       double af = 0.0;
       RETURN_IF_ERROR(d.Double("attention_factor", &af));
@@ -296,13 +293,10 @@ class RopeParser {
       // DeepseekV3Config types it `bool | None` and the attention tests it for truth
       // (`if self.config.rope_interleave:`), so null runs the half-split form, as false does.
       if (r_.IsNull("rope_interleave")) {
-        r_.Take("rope_interleave");
-        c_.rope_interleave = false;
         AddWarning(c_, "rope_interleave null is read as false (half-split RoPE), as HF's "
                        "deepseek_v3 attention does");
-        return absl::OkStatus();
       }
-      return r_.Bool("rope_interleave", &c_.rope_interleave);
+      return r_.TruthBool("rope_interleave", &c_.rope_interleave);
     }
     bool interleave = true;
     RETURN_IF_ERROR(r_.Bool("rope_interleave", &interleave));

@@ -98,8 +98,8 @@ class WeightStore {
 
   // What LoadF32 / LoadBf16 check before reading, without reading or allocating anything: the
   // tensor is present (else NOT_FOUND), has `expected_shape` and a floating-point dtype, and an
-  // fp8 tensor has block scales of the shape and dtype it needs, each finite and not negative (else
-  // INVALID_ARGUMENT naming the tensor, as those do). For callers that size a buffer from the
+  // fp8 tensor has block scales of the shape and dtype it needs, each finite and not negative
+  // (else INVALID_ARGUMENT naming the tensor, as those do). For callers that size a buffer from the
   // config and want every tensor that fills it checked first (the routed experts' stack).
   absl::Status Check(std::string_view name, std::span<const int64_t> expected_shape) const;
   absl::Status Check(std::string_view name, std::initializer_list<int64_t> expected_shape) const {
@@ -119,8 +119,9 @@ class WeightStore {
   // ceil(cols / block k)], checked: `weight` 2-D, the scale present, of the shape the block
   // size gives, of dtype f32 or bf16, and every value finite and not negative (NaN or infinite
   // scales poison the weights, a negative one negates a block: a damaged checkpoint; a zero
-  // one is a block of zeros, which a quantizer may write for an all-zero block. One scale per 128x128 block, so checking all of them on every read, as the
-  // conversion already touches them, costs little).
+  // one is a block of zeros, which a quantizer may write for an all-zero block). One scale per
+  // 128x128 block, so checking all of them on every read, as the conversion already touches
+  // them, costs little.
   absl::StatusOr<std::vector<float>> Fp8Scales(const TensorView& weight) const;
   // Dequantizes rows [r0, r0 + nr) x cols [c0, c0 + nc) of the 2-D fp8 `weight` into out
   // (nr / nc of -1: every row / column).
