@@ -61,6 +61,7 @@ absl::StatusOr<std::unique_ptr<DeepseekEngine>> DeepseekEngine::Create(
   ASSIGN_OR_RETURN(const KvCacheFormat cache_format, ResolveKvCacheFormat(options, c));
   RETURN_IF_ERROR(UseDevice(options.backend, options.device));
   ASSIGN_OR_RETURN(lc.num_sms, MultiprocessorCount(options.backend, options.device));
+  lc.dram_bytes_per_sm_clock = DramBytesPerSmClock(options.backend, options.device);
   ASSIGN_OR_RETURN(e->stream_, Stream::Create(options.backend));
   e->ctx_.backend = options.backend;
   e->ctx_.device = options.device;

@@ -9,6 +9,8 @@
 
 #if defined(MLASERVE_MODEL_HAS_CUDA)
 #include <cuda_runtime.h>
+
+#include "kernels/common/device_arch.h"
 #endif
 
 namespace mlaserve::model {
@@ -523,6 +525,18 @@ absl::StatusOr<int> MultiprocessorCount(kernels::Backend backend, int device) {
 #else
   (void)device;
   return NoCuda("MultiprocessorCount");
+#endif
+}
+
+double DramBytesPerSmClock(kernels::Backend backend, int device) {
+  if (backend == kernels::Backend::kCpu) return 0;
+#if defined(MLASERVE_MODEL_HAS_CUDA)
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess || current != device) return 0;
+  return kernels::cuda::CurrentDeviceDramBytesPerSmClock();
+#else
+  (void)device;
+  return 0;
 #endif
 }
 

@@ -303,6 +303,10 @@ absl::Status UseDevice(kernels::Backend backend, int device);
 // The device's multiprocessor count (kCuda; 0 on kCpu, which the kernel planners read as
 // "CPU").
 absl::StatusOr<int> MultiprocessorCount(kernels::Backend backend, int device);
+// The device's nominal DRAM bytes per multiprocessor clock (kernels/common/dram_class.h: which
+// planners read it), for the current device `device` (UseDevice first); 0 on kCpu or where the
+// device cannot be asked (then the planners keep their default choices).
+double DramBytesPerSmClock(kernels::Backend backend, int device);
 // The current device's total and free memory (cudaMemGetInfo: free counts every process's
 // allocations); FAILED_PRECONDITION on kCpu, which has no device memory to measure.
 absl::StatusOr<DeviceMemoryInfo> QueryDeviceMemory(kernels::Backend backend);

@@ -62,6 +62,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/engine_bench/gpu_timeline.h"
 #include "bench/kernel_bench/bench_util.cuh"
+#include "kernels/common/device_arch.h"
 #include "kernels/common/page.h"
 #include "kernels/kv_pack/api.h"
 #include "kernels/mha_prefill/api.h"
@@ -197,7 +198,8 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
   Upload(cu_q, cu);
   const int max_k = *std::max_element(lk.begin(), lk.end());
   const int64_t total_k = std::accumulate(lk.begin(), lk.end(), int64_t{0});
-  auto plan = kernels::PlanMlaDecode({batch, heads, qpr, kRank, kRope, max_k, sms, schedule, total_k});
+  const double dram = kernels::cuda::CurrentDeviceDramBytesPerSmClock();  // kAuto reads it
+  auto plan = kernels::PlanMlaDecode({batch, heads, qpr, kRank, kRope, max_k, sms, schedule, total_k, dram});
   CheckStatus(plan.status(), "PlanMlaDecode");
   DeviceArray workspace(plan->workspace_bytes);
   kernels::MlaParams p;

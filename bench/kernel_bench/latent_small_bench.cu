@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "bench/kernel_bench/bench_util.cuh"
+#include "kernels/common/device_arch.h"
 #include "kernels/common/page.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/mla_decode/api.h"
@@ -121,7 +122,8 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
   std::vector<Variant> variants;
   auto plan_for = [&](int k, kernels::MlaDecodeSchedule schedule) {
     const int64_t total_k = std::accumulate(lk.begin(), lk.end(), int64_t{0});
-    auto plan = kernels::PlanMlaDecode({batch, heads, 1, kRank, kRope, k, sms, schedule, total_k});
+    const double dram = kernels::cuda::CurrentDeviceDramBytesPerSmClock();  // kAuto reads it
+    auto plan = kernels::PlanMlaDecode({batch, heads, 1, kRank, kRope, k, sms, schedule, total_k, dram});
     CheckStatus(plan.status(), "PlanMlaDecode");
     return *plan;
   };

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "bench/kernel_bench/bench_util.cuh"
+#include "kernels/common/device_arch.h"
 #include "kernels/common/page.h"
 #include "kernels/mla_decode/api.h"
 #include "kernels/mla_prefill/latent_segment_trace.h"
@@ -206,7 +207,8 @@ void TraceRow(int batch, int heads, int mean_sk, int sms, kernels::MlaDecodeSche
   Upload(cu_q, cu);
   const int max_k = *std::max_element(lk.begin(), lk.end());
   const int64_t total_k = std::accumulate(lk.begin(), lk.end(), int64_t{0});
-  auto plan = kernels::PlanMlaDecode({batch, heads, 1, kRank, kRope, max_k, sms, schedule, total_k});
+  const double dram = kernels::cuda::CurrentDeviceDramBytesPerSmClock();  // kAuto reads it
+  auto plan = kernels::PlanMlaDecode({batch, heads, 1, kRank, kRope, max_k, sms, schedule, total_k, dram});
   CheckStatus(plan.status(), "PlanMlaDecode");
   DeviceArray workspace(plan->workspace_bytes), metadata(plan->metadata_bytes);
   kernels::MlaParams p;

@@ -72,6 +72,10 @@ struct MlaDecodeShape {
   // max_seqlen_k). Only the choice of the balanced schedule uses it: chunks take as long as the
   // longest request, the balanced schedule as long as the mean.
   int64_t total_seqlen_k = 0;
+  // The device's nominal DRAM bytes per multiprocessor clock (cuda::CurrentDeviceDramBytesPerSmClock;
+  // 0: not known). On a lean-DRAM GPU (kernels/common/dram_class.h: the H100) kAuto charges the
+  // balanced schedule's extra partials more, as measured there.
+  double dram_bytes_per_sm_clock = 0;
 };
 
 absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& shape);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/common/dispatch.h"
+#include "kernels/common/dram_class.h"
 #include "kernels/common/env_switch.h"
 #include "kernels/common/param_check.h"
 #include "kernels/mla_decode/balanced_schedule.h"
@@ -50,6 +51,13 @@ constexpr int kBalancedOverheadPages = 10;
 // chunks in three calls (493 / 488, 491 / 480, 489 / 475 TFLOP/s), and 1.03-1.05 take it there
 // while b 128 keeps the chunks at 4k-16k (by 12% / 4% of their cost at 4k / 16k).
 constexpr double kBalancedRowBlocksFactor = 1.04;
+// The same on a lean-DRAM GPU (kernels/common/dram_class.h). On the H100 (2026-12-06, sixty-seventh
+// session, kernel bench lengths, TFLOP/s balanced / chunks, one call): b 64 4k 447.5 / 477.4 (the
+// chunks 6% ahead, and even with FlashMLA's 476.5), 8k 520.1 / 524.2, 16k 577.4 / 539.7; b 128
+// chunks ahead by 4-11%. A balanced part's extra segments write and read f32 partials, which cost
+// more where DRAM is lean. The model's even points at b 64 are 1.06 (4k), 1.14 (8k), 1.21 (16k):
+// 1.10 gives 4k to the chunks and keeps 8k (even there) and 16k balanced.
+constexpr double kLeanDramBalancedRowBlocksFactor = 1.10;
 // From 4 row blocks a request (s_q 2 at 128 heads) the balanced schedule's four CTAs of a part read
 // each page together (one L2 fill for four), and it measured ahead of the chunks from 8k keys on at
 // b 128 and at 16k at b 64 (H200, 2026-12-01, two calls, kernel bench lengths, TFLOP/s balanced /
@@ -95,6 +103,10 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   RETURN_IF_ERROR(RequireNonNegative("max_seqlen_k", s.max_seqlen_k));
   RETURN_IF_ERROR(RequireNonNegative("total_seqlen_k", s.total_seqlen_k));
   RETURN_IF_ERROR(RequireNonNegative("num_sms", s.num_sms));
+  if (!std::isfinite(s.dram_bytes_per_sm_clock) || s.dram_bytes_per_sm_clock < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("mla_decode: dram_bytes_per_sm_clock=", s.dram_bytes_per_sm_clock,
+                                                   " must be finite and >= 0 (0: not known)"));
+  }
   MlaDecodePlan plan;
   // CPU (num_sms = 0): one pass over the whole context, no workspace.
   if (s.num_sms == 0 || s.batch == 0 || s.max_seqlen_k == 0) return plan;
@@ -152,8 +164,9 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   const double part_pages = std::max<int64_t>((total_pages + s.batch * int64_t{piece_cost} + parts - 1) / parts,
                                               mla_decode_internal::MinPartCost(piece_cost));
   const double row_blocks_factor = row_blocks >= kManyRowBlocks ? kBalancedManyRowBlocksFactor
-                                   : row_blocks > 1              ? kBalancedRowBlocksFactor
-                                                                 : 1.0;
+                                   : row_blocks == 1              ? 1.0
+                                   : IsLeanDram(s.dram_bytes_per_sm_clock) ? kLeanDramBalancedRowBlocksFactor
+                                                                            : kBalancedRowBlocksFactor;
   const double balanced_cost = part_pages * row_blocks_factor + kBalancedOverheadPages;
   const bool balanced = s.schedule == MlaDecodeSchedule::kBalanced ||
                         (s.schedule == MlaDecodeSchedule::kAuto && balanced_cost < best_cost);

@@ -1,8 +1,10 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <tuple>
@@ -341,7 +343,8 @@ TEST(MlaDecodeSchedule, CutsGiveEveryPartTheSameCost) {
 // 16k keys, lengths +-25% about the mean), planned from round lengths (the longest mean + 25%, the
 // total batch x mean) and from the bench's own (their longest and their sum, on which the choices
 // were measured): balanced[i] says whether shape i takes the balanced schedule.
-void ExpectAutoBalancedOnBenchShapes(int q_per_request, const std::array<bool, 6>& balanced) {
+// dram: the GPU's nominal DRAM bytes per SM clock (MlaDecodeShape::dram_bytes_per_sm_clock).
+void ExpectAutoBalancedOnBenchShapes(int q_per_request, const std::array<bool, 6>& balanced, double dram = 0) {
   struct Shape {
     int batch, mean_k, bench_max_k;
     int64_t bench_total;
@@ -351,12 +354,14 @@ void ExpectAutoBalancedOnBenchShapes(int q_per_request, const std::array<bool, 6
   for (size_t i = 0; i < balanced.size(); ++i) {
     const Shape& s = kShapes[i];
     const auto round = PlanMlaDecode({s.batch, 128, q_per_request, 512, 64, s.mean_k + s.mean_k / 4, 132,
-                                      MlaDecodeSchedule::kAuto, int64_t{s.batch} * s.mean_k});
+                                      MlaDecodeSchedule::kAuto, int64_t{s.batch} * s.mean_k, dram});
     const auto bench = PlanMlaDecode(
-        {s.batch, 128, q_per_request, 512, 64, s.bench_max_k, 132, MlaDecodeSchedule::kAuto, s.bench_total});
+        {s.batch, 128, q_per_request, 512, 64, s.bench_max_k, 132, MlaDecodeSchedule::kAuto, s.bench_total, dram});
     ASSERT_TRUE(round.ok() && bench.ok());
-    EXPECT_EQ(round->num_parts > 0, balanced[i]) << "batch " << s.batch << ", mean " << s.mean_k << ", round lengths";
-    EXPECT_EQ(bench->num_parts > 0, balanced[i]) << "batch " << s.batch << ", mean " << s.mean_k << ", bench lengths";
+    EXPECT_EQ(round->num_parts > 0, balanced[i])
+        << "batch " << s.batch << ", mean " << s.mean_k << ", round lengths, dram " << dram;
+    EXPECT_EQ(bench->num_parts > 0, balanced[i])
+        << "batch " << s.batch << ", mean " << s.mean_k << ", bench lengths, dram " << dram;
   }
 }
 
@@ -366,6 +371,37 @@ TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleForOneWaveOfLongRequestsAt128Hea
   // 0.524 vs 0.589) and, since the combine's evict-first loads, at 4k (2026-12-01: 493 / 488, 491 /
   // 480, 489 / 475 TFLOP/s in three calls); at 128 requests (two waves, longest first) the chunks.
   ExpectAutoBalancedOnBenchShapes(1, {true, true, true, false, false, false});
+}
+
+TEST(MlaDecodePlan, AutoGivesTheChunksOneWaveOfShortRequestsOnALeanDramGpu) {
+  // The H100 (12.83 DRAM bytes per SM clock, below kernels::kLeanDramBytesPerSmClock; 2026-12-06,
+  // TFLOP/s balanced / chunks): b 64 4k 447.5 / 477.4, so the chunks there; 8k 520.1 / 524.2 (even)
+  // and 16k 577.4 / 539.7 stay balanced; b 128 keeps the chunks.
+  constexpr double kH100 = 12.83;
+  ExpectAutoBalancedOnBenchShapes(1, {false, true, true, false, false, false}, kH100);
+  // A GPU with more DRAM per SM clock (the H200's HBM3e), and one not known (0), as measured there.
+  ExpectAutoBalancedOnBenchShapes(1, {true, true, true, false, false, false}, 18.8);
+  ExpectAutoBalancedOnBenchShapes(1, {true, true, true, false, false, false}, 0);
+  // Four row blocks a request (two query tokens) keep their own factor on either GPU.
+  ExpectAutoBalancedOnBenchShapes(2, {false, false, true, false, true, true}, kH100);
+  // 16 heads (one row block a request) do not read it.
+  for (const double dram : {0.0, kH100}) {
+    const auto plan = PlanMlaDecode({64, 16, 1, 512, 64, 5118, 132, MlaDecodeSchedule::kAuto, 260171, dram});
+    const auto none = PlanMlaDecode({64, 16, 1, 512, 64, 5118, 132, MlaDecodeSchedule::kAuto, 260171});
+    ASSERT_TRUE(plan.ok() && none.ok());
+    EXPECT_EQ(plan->num_parts, none->num_parts);
+    EXPECT_EQ(plan->num_splits, none->num_splits);
+  }
+}
+
+TEST(MlaDecodeValidation, RefusesABadDramRate) {
+  for (const double dram : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    const auto plan = PlanMlaDecode({64, 128, 1, 512, 64, 4096, 132, MlaDecodeSchedule::kAuto, 0, dram});
+    ASSERT_FALSE(plan.ok()) << dram;
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(plan.status().message()).find("dram_bytes_per_sm_clock="), std::string::npos)
+        << plan.status();
+  }
 }
 
 TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleForLongRequestsAtTwoQueryTokens) {

@@ -37,6 +37,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/common/dram_class.h"
 #include "kernels/moe/api.h"
 
 namespace mlaserve::kernels::moe_cuda {
@@ -341,7 +342,7 @@ struct Sm90Device {
   int sms;
   double dram_bytes_per_sm_clock;
 };
-inline constexpr double kSm90LeanDramBytesPerSmClock = 14.0;
+inline constexpr double kSm90LeanDramBytesPerSmClock = kLeanDramBytesPerSmClock;  // kernels/common/dram_class.h
 Sm90Device CurrentSm90Device();
 struct Sm90Choice {
   int gate_up, down;  // kSm90 variants

@@ -140,8 +140,7 @@ constexpr int kOwnPingPongMaxHidden = 4096;
 // where the pair stays.
 constexpr double kLeanDramCooperativeRows = 224;
 bool LeanDram(const moe_cuda::Sm90Device& device) {
-  return device.dram_bytes_per_sm_clock > 0 &&
-         device.dram_bytes_per_sm_clock < moe_cuda::kSm90LeanDramBytesPerSmClock;
+  return IsLeanDram(device.dram_bytes_per_sm_clock);
 }
 
 // The workspace, carved in MoeExpertsWorkspaceBytes' order (moe.cc) plus the CUDA parts.

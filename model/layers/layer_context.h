@@ -42,6 +42,7 @@ struct LayerContext {
   const ParallelLayout* layout = nullptr;  // this rank's shards
   ops::OpContext ops;                      // backend, stream, activation dtype
   int num_sms = 0;
+  double dram_bytes_per_sm_clock = 0;  // the device's (DramBytesPerSmClock): the decode plan reads it
   BatchLimits limits;         // max_batch_tokens / max_batch_seqs the scratch is sized for
   int max_pages_per_seq = 0;  // bound on BatchPlan::max_pages_per_seq
   kernels::MhaPrefillProvider mha_provider = kernels::MhaPrefillProvider::kAuto;

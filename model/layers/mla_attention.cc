@@ -97,6 +97,7 @@ absl::Status ForEachDecodePlan(const LayerContext& context, Visit visit) {
     shape.rope_dim = context.dims.rope;
     shape.max_seqlen_k = context.max_pages_per_seq * kernels::kPageSize;
     shape.num_sms = context.num_sms;
+    shape.dram_bytes_per_sm_clock = context.dram_bytes_per_sm_clock;
     for (const auto schedule : {kernels::MlaDecodeSchedule::kChunks, kernels::MlaDecodeSchedule::kBalanced}) {
       shape.schedule = schedule;
       ASSIGN_OR_RETURN(kernels::MlaDecodePlan plan, kernels::PlanMlaDecode(shape));
@@ -171,6 +172,7 @@ absl::StatusOr<MlaAttention::LatentDecode> MlaAttention::PlanLatentDecode(const 
   shape.rope_dim = ctx_->dims.rope;
   shape.max_seqlen_k = plan.max_seqlen_k;
   shape.num_sms = ctx_->num_sms;
+  shape.dram_bytes_per_sm_clock = ctx_->dram_bytes_per_sm_clock;
   for (const int32_t k : plan.seqlens_k) shape.total_seqlen_k += k;
   LatentDecode decode;
   ASSIGN_OR_RETURN(decode.plan, kernels::PlanMlaDecode(shape));

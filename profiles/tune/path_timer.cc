@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/common/device_arch.h"
 #include "kernels/gemm/api.h"
 #include "kernels/kv_cache/api.h"
 #include "kernels/kv_pack/api.h"
@@ -417,6 +418,7 @@ absl::StatusOr<double> CudaPathTimer::TimeDecodeStep(int batch, int context) {
   cudaDeviceProp prop;
   RETURN_IF_ERROR(Cuda(cudaGetDeviceProperties(&prop, device_), "device properties"));
   shape.num_sms = prop.multiProcessorCount;
+  shape.dram_bytes_per_sm_clock = kernels::cuda::CurrentDeviceDramBytesPerSmClock();
   ASSIGN_OR_RETURN(kernels::MlaDecodePlan plan, kernels::PlanMlaDecode(shape));
   DeviceBuffer workspace;
   RETURN_IF_ERROR(workspace.Allocate(plan.workspace_bytes, "decode workspace"));
@@ -453,6 +455,7 @@ absl::StatusOr<DecodeSplit> CudaPathTimer::PlanDecode(int batch, int context) {
   RETURN_IF_ERROR(Cuda(cudaGetDeviceProperties(&prop, device_), "device properties"));
   kernels::MlaDecodeShape shape{batch, s_.heads, 1, s_.kv_lora_rank, s_.qk_rope_head_dim,
                                 context, prop.multiProcessorCount};
+  shape.dram_bytes_per_sm_clock = kernels::cuda::CurrentDeviceDramBytesPerSmClock();
   ASSIGN_OR_RETURN(kernels::MlaDecodePlan plan, kernels::PlanMlaDecode(shape));
   return DecodeSplit{batch, context, plan.num_splits, plan.chunk_tokens};
 }
