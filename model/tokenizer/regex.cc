@@ -3,6 +3,12 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "model/tokenizer/utf8.h"
 
@@ -47,6 +53,72 @@ std::string Pcre2Message(int code) {
   return std::string(reinterpret_cast<const char*>(buffer), static_cast<size_t>(n));
 }
 
+// Code points assigned in Unicode 15.0-16.0: PCRE2 10.42 (Debian 12's) knows Unicode 14.0 and
+// reads them as \p{Cn}, where Oniguruma (`tokenizers`) and Rust regex (`tiktoken`) know 16.0. So
+// the emoji U+1FA77 PINK HEART, a symbol there, was not one here, and DeepSeek-V3's
+// `[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+` split "you 🩷" differently. Generated from the Unicode
+// data by tools/make_regex_unicode_tables.py; TranslateEscapes adds them to the properties.
+struct AddedRange {
+  char32_t first, last;
+};
+struct AddedProperty {
+  std::string_view name;
+  int begin, end;  // into kAddedRanges
+};
+#include "model/tokenizer/regex_unicode_tables.inc"
+
+using Ranges = std::vector<AddedRange>;
+
+void AppendRanges(const AddedProperty& p, Ranges* out) {
+  out->insert(out->end(), kAddedRanges + p.begin, kAddedRanges + p.end);
+}
+
+// What Unicode 15.0-16.0 added to a property as Oniguruma names it: a General_Category value (one
+// letter: every value it starts with; "LC" / "L&": Lu Ll Lt) or a script (any alias, case, '_',
+// '-' and spaces ignored, with or without "sc:" / "Script=" before it). Empty where nothing was
+// added or the name is neither.
+Ranges AddedRanges(std::string_view name) {
+  Ranges out;
+  const bool category = name.size() <= 2 && !name.empty() && name[0] >= 'A' && name[0] <= 'Z';
+  if (category) {
+    for (const AddedProperty& p : kAddedCategories) {
+      const bool cased_letter = (name == "LC" || name == "L&") && (p.name == "Lu" || p.name == "Ll" || p.name == "Lt");
+      if (p.name == name || (name.size() == 1 && p.name[0] == name[0]) || cased_letter) AppendRanges(p, &out);
+    }
+    return out;
+  }
+  for (std::string_view prefix : {"sc:", "sc=", "script=", "script:"}) {
+    if (name.size() > prefix.size() &&
+        absl::EqualsIgnoreCase(std::string(name.substr(0, prefix.size())), std::string(prefix))) {
+      name.remove_prefix(prefix.size());
+      break;
+    }
+  }
+  std::string key;
+  for (const char c : name) {
+    if (c == '_' || c == '-' || c == ' ') continue;
+    key.push_back(absl::ascii_toupper(static_cast<unsigned char>(c)));
+  }
+  for (const AddedProperty& p : kAddedScripts) {
+    if (p.name == key) AppendRanges(p, &out);
+  }
+  return out;
+}
+
+// Class items (\x{A}-\x{B} ...) for `ranges`, sorted and merged: PCRE2 tries a class's items in
+// turn for a character above U+00FF, so a class with fewer ranges matches faster.
+std::string ClassItems(Ranges ranges) {
+  std::sort(ranges.begin(), ranges.end(), [](const AddedRange& x, const AddedRange& y) { return x.first < y.first; });
+  std::string out;
+  for (size_t i = 0; i < ranges.size();) {
+    char32_t first = ranges[i].first, last = ranges[i].last;
+    for (++i; i < ranges.size() && ranges[i].first <= last + 1; ++i) last = std::max(last, ranges[i].last);
+    absl::StrAppend(&out, "\\x{", absl::Hex(first), "}");
+    if (last != first) absl::StrAppend(&out, "-\\x{", absl::Hex(last), "}");
+  }
+  return out;
+}
+
 // Oniguruma's (Ruby syntax) meaning of the escapes whose PCRE2 meaning differs, as PCRE2
 // properties. Found by running every assigned code point through both engines:
 //   \s  Unicode White_Space in Oniguruma (and in Rust regex, tiktoken's engine); PCRE2's UCP
@@ -55,21 +127,36 @@ std::string Pcre2Message(int code) {
 //       characters its byte table marks as word (¹ ² ³ ¼ ½ ¾); PCRE2 10.42's UCP \w is L, N
 //       and '_' (it misses combining marks and takes every No, such as ①).
 //   \h  Ruby's hexadecimal digit; PCRE2's horizontal whitespace.
-// Each maps to class bodies, one for inside [...] and one bracketed outside. The negated forms
-// use a \P property where one exists; \W inside a class has no single-property spelling and is
-// left to PCRE2 (no known tokenizer.json writes it).
+//   \d  Nd, as in PCRE2, with the digits Unicode 15.0-16.0 added (as \w takes the added letters,
+//       marks, Nd, Nl and Pc: Alphabetic's additions are letters, Nl and marks).
+// Each maps to class bodies, one for inside [...] and one bracketed outside, plus the code points
+// Unicode 15.0-16.0 added to it. The negated forms use a \P property where one exists; \W and \D
+// inside a class have no single-property spelling and are left to PCRE2 (no known tokenizer.json
+// writes them).
 struct EscapeTranslation {
   char escape;
-  std::string_view positive;  // class body, outside a class
-  std::string_view in_class;  // class body, inside a class
-  std::string_view negated;   // a single item usable inside a class, or empty
+  std::string positive;  // class body, outside a class
+  std::string in_class;  // class body, inside a class
+  std::string negated;   // a single item usable inside a class, or empty
+  Ranges added;          // Unicode 15.0-16.0's additions to both bodies
 };
-constexpr EscapeTranslation kEscapes[] = {
-    {'s', R"(\p{White_Space})", R"(\p{White_Space})", R"(\P{White_Space})"},
-    {'w', R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE})",
-     R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})", ""},
-    {'h', R"(\p{ASCII_Hex_Digit})", R"(\p{ASCII_Hex_Digit})", R"(\P{ASCII_Hex_Digit})"},
-};
+const std::vector<EscapeTranslation>& Escapes() {
+  static const std::vector<EscapeTranslation>* escapes = [] {
+    Ranges word;
+    for (const char* c : {"L", "M", "Nd", "Nl", "Pc"}) {
+      const Ranges r = AddedRanges(c);
+      word.insert(word.end(), r.begin(), r.end());
+    }
+    return new std::vector<EscapeTranslation>{
+        {'s', R"(\p{White_Space})", R"(\p{White_Space})", R"(\P{White_Space})", {}},
+        {'w', R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE})",
+         R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})", "", word},
+        {'h', R"(\p{ASCII_Hex_Digit})", R"(\p{ASCII_Hex_Digit})", R"(\P{ASCII_Hex_Digit})", {}},
+        {'d', R"(\p{Nd})", R"(\p{Nd})", "", AddedRanges("Nd")},
+    };
+  }();
+  return *escapes;
+}
 
 bool CompilesAsPcre2(const std::string& pattern) {
   int error_code = 0;
@@ -81,16 +168,22 @@ bool CompilesAsPcre2(const std::string& pattern) {
   return true;
 }
 
-// `pattern` (Oniguruma / Rust regex syntax) with the escapes above and script properties
-// spelled so PCRE2 gives them Oniguruma's meaning. A bare script name (\p{Han}) is the Script
-// property in Oniguruma and Rust regex but Script_Extensions in PCRE2 10.40+, which adds
-// characters shared with other scripts (CJK punctuation such as 。 is Han there);
-// \p{sc:Han} is Script in PCRE2.
+// `pattern` (Oniguruma / Rust regex syntax) with the escapes above and the properties spelled so
+// PCRE2 gives them Oniguruma's meaning:
+//   - A bare script name (\p{Han}) is the Script property in Oniguruma and Rust regex but
+//     Script_Extensions in PCRE2 10.40+, which adds characters shared with other scripts (CJK
+//     punctuation such as 。 is Han there); \p{sc:Han} is Script in PCRE2.
+//   - A category or script that Unicode 15.0-16.0 added to (AddedRanges) becomes a class with
+//     those code points too: [\p{S}...] outside a class, \p{S} inside one with the class's
+//     additions merged before its ']', [^\p{S}...] for \P{S} outside a class (inside one \P{S}
+//     stays PCRE2's and misses them). A script PCRE2 does not know (Kawi, Garay, ...) is its code
+//     points alone.
 std::string TranslateEscapes(std::string_view pattern) {
   std::string out;
   out.reserve(pattern.size());
   int class_depth = 0;
   size_t class_start = std::string_view::npos;  // just after the '[' or '[^' opening a class
+  Ranges in_class_added;  // the open class's additions, written merged before its ']'
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
     if (c != '\\' || i + 1 == pattern.size()) {
@@ -99,6 +192,10 @@ std::string TranslateEscapes(std::string_view pattern) {
         class_start = i + 1 < pattern.size() && pattern[i + 1] == '^' ? i + 2 : i + 1;
       } else if (c == ']' && class_depth > 0 && i != class_start) {
         --class_depth;
+        if (class_depth == 0) {
+          out.append(ClassItems(std::move(in_class_added)));
+          in_class_added.clear();
+        }
       }
       out.push_back(c);
       continue;
@@ -106,11 +203,16 @@ std::string TranslateEscapes(std::string_view pattern) {
     const char e = pattern[++i];
     const char lower = static_cast<char>(e | 0x20);
     const EscapeTranslation* t = nullptr;
-    for (const EscapeTranslation& candidate : kEscapes) {
+    for (const EscapeTranslation& candidate : Escapes()) {
       if (candidate.escape == lower) t = &candidate;
     }
     if (t != nullptr && e == lower) {
-      out.append(class_depth > 0 ? std::string(t->in_class) : "[" + std::string(t->positive) + "]");
+      if (class_depth > 0) {
+        out.append(t->in_class);
+        in_class_added.insert(in_class_added.end(), t->added.begin(), t->added.end());
+      } else {
+        out.append("[" + t->positive + ClassItems(t->added) + "]");
+      }
       continue;
     }
     if (t != nullptr && !t->negated.empty()) {
@@ -118,7 +220,7 @@ std::string TranslateEscapes(std::string_view pattern) {
       continue;
     }
     if (t != nullptr && class_depth == 0) {
-      out.append("[^" + std::string(t->positive) + "]");
+      out.append("[^" + t->positive + ClassItems(t->added) + "]");
       continue;
     }
     const size_t close = pattern.find('}', i);
@@ -127,10 +229,31 @@ std::string TranslateEscapes(std::string_view pattern) {
       std::string_view name = pattern.substr(i + 2, close - i - 2);
       const bool caret = !name.empty() && name[0] == '^';
       if (caret) name.remove_prefix(1);
-      if (!name.empty() && name.find(':') == std::string_view::npos &&
-          CompilesAsPcre2(absl::StrCat("\\p{sc:", std::string(name), "}"))) {
-        out.append(absl::StrCat("\\", std::string(1, e), "{", caret ? "^" : "", "sc:",
-                                std::string(name), "}"));
+      // The property as PCRE2 reads it: a bare script name as Script; empty where PCRE2 has no
+      // such property (a script newer than Unicode 14).
+      std::string pcre2_name(name);
+      const bool bare_script = !name.empty() && name.find(':') == std::string_view::npos &&
+                               CompilesAsPcre2(absl::StrCat("\\p{sc:", std::string(name), "}"));
+      if (bare_script) {
+        pcre2_name = absl::StrCat("sc:", std::string(name));
+      } else if (!CompilesAsPcre2(absl::StrCat("\\p{", std::string(name), "}"))) {
+        pcre2_name.clear();
+      }
+      Ranges added = AddedRanges(name);
+      const bool negated = (e == 'P') != caret;
+      if (!added.empty() && (!negated || class_depth == 0)) {
+        const std::string property = pcre2_name.empty() ? "" : absl::StrCat("\\p{", pcre2_name, "}");
+        if (class_depth > 0) {
+          out.append(property);
+          in_class_added.insert(in_class_added.end(), added.begin(), added.end());
+        } else {
+          out.append(absl::StrCat(negated ? "[^" : "[", property, ClassItems(std::move(added)), "]"));
+        }
+        i = close;
+        continue;
+      }
+      if (bare_script) {
+        out.append(absl::StrCat("\\", std::string(1, e), "{", caret ? "^" : "", pcre2_name, "}"));
         i = close;
         continue;
       }

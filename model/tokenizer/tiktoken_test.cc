@@ -218,6 +218,17 @@ TEST(TiktokenPatternTest, TranslationSplitsAtTheClassBoundaries) {
 // Found by a differential fuzz against tiktoken 0.14 (Rust regex, whose \s is White_Space):
 // U+180E is not whitespace, so it does not join a space run or let [^\r\n\p{L}\p{N}]? take it
 // before a contraction or a word. The expected ids are tiktoken's.
+// Code points assigned in Unicode 15.0-16.0 (Rust regex knows 16.0, PCRE2 10.42 14.0): the Kawi
+// letter U+11F04 and the hieroglyph U+1364C are letters, so a contraction after them stays in
+// their piece ("'s" one token) where PCRE2's unassigned reading cut it. The expected ids are
+// tiktoken 0.12.0's.
+TEST_F(TiktokenFixtureTest, CodePointsOfUnicode16) {
+  EXPECT_EQ(tok().Encode("\U00011F04's", false).value(), (std::vector<int32_t>{240, 145, 188, 132, 353}));
+  EXPECT_EQ(tok().Encode("\U0001364C's", false).value(), (std::vector<int32_t>{240, 147, 153, 140, 353}));
+  EXPECT_EQ(tok().Encode("\U00011F04're here", false).value(),
+            (std::vector<int32_t>{240, 145, 188, 132, 373, 32, 256, 315}));
+}
+
 TEST_F(TiktokenFixtureTest, MongolianVowelSeparatorIsNotWhitespace) {
   EXPECT_EQ(tok().Encode("  \u180E", false).value(), (std::vector<int32_t>{32, 32, 225, 160, 142}));
   EXPECT_EQ(tok().Encode("\u180E's", false).value(), (std::vector<int32_t>{225, 160, 142, 39, 115}));

@@ -311,6 +311,39 @@ TEST(RegexTest, EscapesMeanWhatTheyMeanInOniguruma) {
   EXPECT_THAT(matches(R"([\\]s+)", "\\ss"), ElementsAre("\\ss"));  // an escaped backslash
 }
 
+// Unicode 15.0-16.0's code points, which PCRE2 10.42 (Unicode 14.0) reads as unassigned, in the
+// properties as Oniguruma 6.9.10 (`tokenizers`) and Rust regex (`tiktoken`) know them.
+TEST(RegexTest, PropertiesKnowUnicode16) {
+  auto matches = [](std::string_view pattern, std::string_view text) {
+    auto re = Regex::Compile(pattern);
+    EXPECT_TRUE(re.ok()) << pattern << ": " << re.status();
+    std::vector<std::string> out;
+    if (!re.ok()) return out;
+    const std::vector<Regex::Match> found = (*re)->FindAll(text).value();
+    for (const auto& [b, e] : found) out.emplace_back(text.substr(b, e - b));
+    return out;
+  };
+  // U+1FA77 PINK HEART (So, 15.0) is a symbol, U+1364C (Egyptian hieroglyph, 16.0) a letter.
+  EXPECT_THAT(matches(R"(\p{S}+)", "a\U0001FA77\U0001FAE8b"), ElementsAre("\U0001FA77\U0001FAE8"));
+  EXPECT_THAT(matches(R"(\p{L}+)", "a\U0001364Cb c"), ElementsAre("a\U0001364Cb", "c"));
+  EXPECT_THAT(matches(R"(\p{Lo}+)", "\U0001364C"), ElementsAre("\U0001364C"));
+  EXPECT_THAT(matches(R"(\P{L}+)", "a\U0001364C!"), ElementsAre("!"));
+  EXPECT_THAT(matches(R"([^\r\n\p{L}\p{P}\p{S}]+)", "1\U0001FA77 2"), ElementsAre("1", " 2"));
+  // Digits: \d and \p{N} (Kawi digits U+11F51, U+11F52, 15.0); \w takes a Kawi letter (U+11F04).
+  EXPECT_THAT(matches(R"(\d+)", "\U00011F51\U00011F52x"), ElementsAre("\U00011F51\U00011F52"));
+  EXPECT_THAT(matches(R"(\p{N}{1,3})", "\U00011F51\U00011F52"), ElementsAre("\U00011F51\U00011F52"));
+  EXPECT_THAT(matches(R"(\w+)", "a\U00011F04b!"), ElementsAre("a\U00011F04b"));
+  // Scripts: CJK extensions H (15.0) and I (15.1) are Han, by any spelling; a script PCRE2 does
+  // not know (Kawi, 15.0) is its code points alone.
+  EXPECT_THAT(matches(R"(\p{Han}+)", "\U00031350\U0002EBF0x"), ElementsAre("\U00031350\U0002EBF0"));
+  EXPECT_THAT(matches(R"(\p{sc:Han}+)", "\U00031350x"), ElementsAre("\U00031350"));
+  EXPECT_THAT(matches(R"([\p{Hani}]+)", "\U00031350x"), ElementsAre("\U00031350"));
+  EXPECT_THAT(matches(R"(\p{Kawi}+)", "a\U00011F04\U00011F05b"), ElementsAre("\U00011F04\U00011F05"));
+  EXPECT_THAT(matches(R"(\P{Kawi}+)", "a\U00011F04b"), ElementsAre("a", "b"));
+  // Unchanged: an ASCII letter, 。 is not Han (Script, not Script_Extensions).
+  EXPECT_THAT(matches(R"(\p{Han}+)", "中。"), ElementsAre("中"));
+}
+
 TEST(RegexTest, DollarIsALineAnchorAsInRubySyntax) {
   auto re = Regex::Compile(R"(\s+$)").value();
   auto m = re->FindAll("a  \nb \nc").value();
@@ -341,6 +374,15 @@ TEST(TokenizerDifferentialTest, MatchesHuggingFaceOnFuzzFindings) {
       {"[MASK]①", {2003, 161, 242, 257}},
       {"\u0301[MASK]", {139, 226, 61, 47, 35, 53, 45, 63}},
       {"\u200D[MASK]", {386, 61, 47, 35, 53, 45, 63}},
+      // Code points assigned in Unicode 15.0-16.0 (the pre-tokenizer is DeepSeek-V3's): the
+      // emoji U+1FA77 and U+1FAE8 are symbols, so " \U0001FA77!" is one piece; U+1364C and the
+      // Kawi letter U+11F04 are letters, the Kawi digits U+11F51 / U+11F52 numbers
+      // (`tokenizers` 0.23.3; each failed before the Unicode 16 tables).
+      {"I love you \U0001FA77!", {43, 326, 993, 1164, 342, 105, 118, 3}},
+      {"x \U0001FAE8 y", {90, 342, 107, 104, 223, 91}},
+      {" \U0001364C\U0001364C", {223, 175, 244, 250, 237, 175, 244, 250, 237}},
+      {"a\U00011F04b", {67, 175, 242, 123, 229, 68}},
+      {"\U00011F51\U00011F52 7", {175, 242, 124, 242, 175, 242, 124, 243, 223, 25}},
   };
   for (const auto& [text, want] : cases) {
     EXPECT_EQ(f->tokenizer->Encode(text, false).value(), want) << "text: " << text;
