@@ -74,9 +74,9 @@ void AppendRanges(const AddedProperty& p, Ranges* out) {
 }
 
 // What Unicode 15.0-16.0 added to a property as Oniguruma names it: a General_Category value (one
-// letter: every value it starts with; "LC" / "L&": Lu Ll Lt) or a script (any alias, case, '_',
-// '-' and spaces ignored, with or without "sc:" / "Script=" before it). Empty where nothing was
-// added or the name is neither.
+// letter: every value it starts with; "LC" / "L&": Lu Ll Lt), a script (any alias, case, '_',
+// '-' and spaces ignored, with or without "sc:" / "Script=" before it) or Alphabetic. Empty where
+// nothing was added or the name is none of these.
 Ranges AddedRanges(std::string_view name) {
   Ranges out;
   const bool category = name.size() <= 2 && !name.empty() && name[0] >= 'A' && name[0] <= 'Z';
@@ -100,6 +100,9 @@ Ranges AddedRanges(std::string_view name) {
     key.push_back(absl::ascii_toupper(static_cast<unsigned char>(c)));
   }
   for (const AddedProperty& p : kAddedScripts) {
+    if (p.name == key) AppendRanges(p, &out);
+  }
+  for (const AddedProperty& p : kAddedBinaryProperties) {
     if (p.name == key) AppendRanges(p, &out);
   }
   return out;
@@ -127,8 +130,8 @@ std::string ClassItems(Ranges ranges) {
 //       characters its byte table marks as word (¹ ² ³ ¼ ½ ¾); PCRE2 10.42's UCP \w is L, N
 //       and '_' (it misses combining marks and takes every No, such as ①).
 //   \h  Ruby's hexadecimal digit; PCRE2's horizontal whitespace.
-//   \d  Nd, as in PCRE2, with the digits Unicode 15.0-16.0 added (as \w takes the added letters,
-//       marks, Nd, Nl and Pc: Alphabetic's additions are letters, Nl and marks).
+//   \d  Nd, as in PCRE2, with the digits Unicode 15.0-16.0 added (as \w takes the code points
+//       they added to Alphabetic, marks, Nd and Pc).
 // Each maps to class bodies, one for inside [...] and one bracketed outside, plus the code points
 // Unicode 15.0-16.0 added to it. The negated forms use a \P property where one exists; \W and \D
 // inside a class have no single-property spelling and are left to PCRE2 (no known tokenizer.json
@@ -143,7 +146,7 @@ struct EscapeTranslation {
 const std::vector<EscapeTranslation>& Escapes() {
   static const std::vector<EscapeTranslation>* escapes = [] {
     Ranges word;
-    for (const char* c : {"L", "M", "Nd", "Nl", "Pc"}) {
+    for (const char* c : {"Alphabetic", "M", "Nd", "Pc"}) {
       const Ranges r = AddedRanges(c);
       word.insert(word.end(), r.begin(), r.end());
     }

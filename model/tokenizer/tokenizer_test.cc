@@ -333,6 +333,7 @@ TEST(RegexTest, PropertiesKnowUnicode16) {
   EXPECT_THAT(matches(R"(\d+)", "\U00011F51\U00011F52x"), ElementsAre("\U00011F51\U00011F52"));
   EXPECT_THAT(matches(R"(\p{N}{1,3})", "\U00011F51\U00011F52"), ElementsAre("\U00011F51\U00011F52"));
   EXPECT_THAT(matches(R"(\w+)", "a\U00011F04b!"), ElementsAre("a\U00011F04b"));
+  EXPECT_THAT(matches(R"([\p{Alphabetic}]+)", "a\U00011F04b!"), ElementsAre("a\U00011F04b"));
   // Scripts: CJK extensions H (15.0) and I (15.1) are Han, by any spelling; a script PCRE2 does
   // not know (Kawi, 15.0) is its code points alone.
   EXPECT_THAT(matches(R"(\p{Han}+)", "\U00031350\U0002EBF0x"), ElementsAre("\U00031350\U0002EBF0"));
@@ -383,6 +384,9 @@ TEST(TokenizerDifferentialTest, MatchesHuggingFaceOnFuzzFindings) {
       {" \U0001364C\U0001364C", {223, 175, 244, 250, 237, 175, 244, 250, 237}},
       {"a\U00011F04b", {67, 175, 242, 123, 229, 68}},
       {"\U00011F51\U00011F52 7", {175, 242, 124, 242, 175, 242, 124, 243, 223, 25}},
+      // The single_word [MASK] next to a letter of Unicode 15.0-16.0 is inside a word.
+      {"[MASK]\U00011F04", {61, 47, 35, 53, 45, 63, 175, 242, 123, 229}},
+      {"\U0001364C[MASK]", {175, 244, 250, 237, 61, 47, 35, 53, 45, 63}},
   };
   for (const auto& [text, want] : cases) {
     EXPECT_EQ(f->tokenizer->Encode(text, false).value(), want) << "text: " << text;
