@@ -313,10 +313,15 @@ absl::StatusOr<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern) 
                                    &error_code, &error_offset, cc);
   pcre2_compile_context_free(cc);
   if (code == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot compile regex '", std::string(pattern), "'",
-        translated == pattern ? "" : absl::StrCat(" (as PCRE2: '", translated, "')"), ": ",
-        Pcre2Message(error_code), " at offset ", error_offset));
+    // The translation with Unicode 15.0-16.0's ranges can run to kilobytes: shown only when short.
+    constexpr size_t kShownTranslation = 400;
+    const std::string as_pcre2 =
+        translated == pattern ? ""
+        : translated.size() <= kShownTranslation
+            ? absl::StrCat(" (as PCRE2: '", translated, "')")
+            : absl::StrCat(" (as PCRE2: ", translated.size(), " bytes)");
+    return absl::InvalidArgumentError(absl::StrCat("cannot compile regex '", std::string(pattern), "'", as_pcre2,
+                                                   ": ", Pcre2Message(error_code), " at offset ", error_offset));
   }
   auto impl = std::make_unique<Impl>();
   impl->code = code;

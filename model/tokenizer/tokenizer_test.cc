@@ -343,6 +343,11 @@ TEST(RegexTest, PropertiesKnowUnicode16) {
   EXPECT_THAT(matches(R"(\P{Kawi}+)", "a\U00011F04b"), ElementsAre("a", "b"));
   // Unchanged: an ASCII letter, 。 is not Han (Script, not Script_Extensions).
   EXPECT_THAT(matches(R"(\p{Han}+)", "中。"), ElementsAre("中"));
+  // A pattern PCRE2 refuses names itself, not the kilobytes of its translation.
+  const absl::Status bad = Regex::Compile(R"([\p{L}\p{S}]+(?<=x+))").status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("cannot compile regex '[\\p{L}\\p{S}]+(?<=x+)'"));
+  EXPECT_LT(bad.message().size(), 500u) << bad.message();
 }
 
 TEST(RegexTest, DollarIsALineAnchorAsInRubySyntax) {
