@@ -334,15 +334,14 @@ ExpertsPlan PlanExperts(const MoeExpertsParams& p);
 
 // What kAuto's kSm90 tile choice reads of the GPU: its multiprocessors (how evenly a
 // weight-bound product's tiles spread) and its nominal DRAM bytes per multiprocessor clock
-// (cuda::CurrentDeviceDramBytesPerSmClock): below kSm90LeanDramBytesPerSmClock (the H100's 12.8,
-// not the H200's) the larger cooperative 128 x 256 tile, which reads each expert's weights half
-// as often as the 64-row ping-pong tiles, wins from 224 rows an expert where our ping-pong kernel
-// does not run (V2-Lite from 289 rows, V3 from 224; moe_experts.cu).
+// (cuda::CurrentDeviceDramBytesPerSmClock): on a lean-DRAM GPU (kernels/common/dram_class.h: the
+// H100's 12.8, not the H200's) the larger cooperative 128 x 256 tile, which reads each expert's
+// weights half as often as the 64-row ping-pong tiles, wins from 224 rows an expert where our
+// ping-pong kernel does not run (V2-Lite from 289 rows, V3 from 224; moe_experts.cu).
 struct Sm90Device {
   int sms;
   double dram_bytes_per_sm_clock;
 };
-inline constexpr double kSm90LeanDramBytesPerSmClock = kLeanDramBytesPerSmClock;  // kernels/common/dram_class.h
 Sm90Device CurrentSm90Device();
 struct Sm90Choice {
   int gate_up, down;  // kSm90 variants

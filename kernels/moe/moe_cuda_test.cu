@@ -16,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/common/device_arch.h"
+#include "kernels/common/dram_class.h"
 #include "kernels/moe/api.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/moe/moe_cuda_testing.h"
@@ -273,10 +274,10 @@ TEST(MoeExpertsPlanTest, DramBytesPerSmClockOfThisGpu) {
   EXPECT_GT(d.sms, 0);
   EXPECT_GT(d.dram_bytes_per_sm_clock, 0);
   if (name.find("H100") != std::string::npos && name.find("HBM3") != std::string::npos) {
-    EXPECT_LT(d.dram_bytes_per_sm_clock, moe_cuda::kSm90LeanDramBytesPerSmClock);
+    EXPECT_LT(d.dram_bytes_per_sm_clock, kLeanDramBytesPerSmClock);
   }
   if (name.find("H200") != std::string::npos) {
-    EXPECT_GE(d.dram_bytes_per_sm_clock, moe_cuda::kSm90LeanDramBytesPerSmClock);
+    EXPECT_GE(d.dram_bytes_per_sm_clock, kLeanDramBytesPerSmClock);
   }
   std::printf("%s: %d SMs, %.2f nominal DRAM bytes per SM clock\n", prop.name, d.sms, d.dram_bytes_per_sm_clock);
 }

@@ -139,9 +139,6 @@ constexpr int kOwnPingPongMaxHidden = 4096;
 // 13.84-14.01; 6144 (192 rows) 10.25 against 10.19, even; 4096 (128 rows) 9.64 against 9.07,
 // where the pair stays.
 constexpr double kLeanDramCooperativeRows = 224;
-bool LeanDram(const moe_cuda::Sm90Device& device) {
-  return IsLeanDram(device.dram_bytes_per_sm_clock);
-}
 
 // The workspace, carved in MoeExpertsWorkspaceBytes' order (moe.cc) plus the CUDA parts.
 struct ExpertsWorkspace {
@@ -315,7 +312,9 @@ Sm90Choice ChooseSm90Variants(const MoeExpertsParams& p, const Sm90Device& devic
   if (rows > kSmallTileRows && rows <= kOwnPingPongMaxRows && p.hidden <= kOwnPingPongMaxHidden) {
     return {kSm90OwnPingPongVariant, kSm90OwnPingPongVariant};
   }
-  if (rows >= kLeanDramCooperativeRows && LeanDram(device)) return {kCooperative, kCooperative};
+  if (rows >= kLeanDramCooperativeRows && IsLeanDram(device.dram_bytes_per_sm_clock)) {
+    return {kCooperative, kCooperative};
+  }
   const int gate_up = rows >= kLargeTileRows ? kCooperative : WeightBoundVariant(p, 2 * p.inter, device.sms);
   const int down = rows >= kLargeTileDownRows ? kCooperative
                    : rows > kSmallTileRows    ? kPingPongRegisterStore

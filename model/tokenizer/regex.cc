@@ -232,20 +232,20 @@ std::string TranslateEscapes(std::string_view pattern) {
       std::string_view name = pattern.substr(i + 2, close - i - 2);
       const bool caret = !name.empty() && name[0] == '^';
       if (caret) name.remove_prefix(1);
-      // The property as PCRE2 reads it: a bare script name as Script; empty where PCRE2 has no
-      // such property (a script newer than Unicode 14).
-      std::string pcre2_name(name);
+      const std::string property_name(name);
       const bool bare_script = !name.empty() && name.find(':') == std::string_view::npos &&
-                               CompilesAsPcre2(absl::StrCat("\\p{sc:", std::string(name), "}"));
-      if (bare_script) {
-        pcre2_name = absl::StrCat("sc:", std::string(name));
-      } else if (!CompilesAsPcre2(absl::StrCat("\\p{", std::string(name), "}"))) {
-        pcre2_name.clear();
-      }
+                               CompilesAsPcre2(absl::StrCat("\\p{sc:", property_name, "}"));
       Ranges added = AddedRanges(name);
       const bool negated = (e == 'P') != caret;
       if (!added.empty() && (!negated || class_depth == 0)) {
-        const std::string property = pcre2_name.empty() ? "" : absl::StrCat("\\p{", pcre2_name, "}");
+        // The property as PCRE2 reads it (a property_name script name as Script), or none where PCRE2 does
+        // not know it (a script newer than Unicode 14): then the added code points alone.
+        std::string property;
+        if (bare_script) {
+          property = absl::StrCat("\\p{sc:", property_name, "}");
+        } else if (CompilesAsPcre2(absl::StrCat("\\p{", property_name, "}"))) {
+          property = absl::StrCat("\\p{", property_name, "}");
+        }
         if (class_depth > 0) {
           out.append(property);
           in_class_added.insert(in_class_added.end(), added.begin(), added.end());
@@ -256,7 +256,7 @@ std::string TranslateEscapes(std::string_view pattern) {
         continue;
       }
       if (bare_script) {
-        out.append(absl::StrCat("\\", std::string(1, e), "{", caret ? "^" : "", pcre2_name, "}"));
+        out.append(absl::StrCat("\\", std::string(1, e), "{", caret ? "^" : "", "sc:", property_name, "}"));
         i = close;
         continue;
       }
