@@ -147,6 +147,9 @@ void DecodeRows(Bench& bench, const EngineBenchOptions& o, const model::ModelCon
     const Bench::DecodeTimes t =
         bench.Decode(b, o.context, o.warm, o.steps, o.eager_steps, o.sampled_steps,
                      o.max_batch_tokens, nullptr, o.masked_steps, o.knob_steps);
+    // The SM clock after the batch's timed steps (one GPU), as after each prefill run.
+    std::vector<double> mhz;
+    if (o.tp_size == 1) mhz.push_back(mlaserve::bench::ProbeSmClockMhz());
     const double g = Median(t.graph_ms), ea = Median(t.eager_ms), sa = Median(t.sampled_ms);
     const mlaserve::bench::ForwardWork work = mlaserve::bench::DecodeStepWork(cfg, b, o.context);
     const auto row = [&](const char* what, double ms) {
@@ -184,7 +187,7 @@ void DecodeRows(Bench& bench, const EngineBenchOptions& o, const model::ModelCon
                              {"graph_tokens_per_s", 1000.0 * b / g}, {"eager_median_ms", ea},
                              {"eager_tokens_per_s", ea > 0 ? 1000.0 * b / ea : 0.0},
                              {"graph_steps_ms", t.graph_ms}, {"bytes", work.bytes()},
-                             {"touched_experts", work.touched_experts}});
+                             {"touched_experts", work.touched_experts}, {"sm_clock_mhz", mhz}});
   }
 }
 

@@ -50,6 +50,11 @@
 // decode step's bytes read, a prefill's FLOPs), its rate, and that rate's share of a ceiling
 // measured in the same run before the engine loads (a 1 GiB device-to-device copy; a bf16 8192^3
 // cuBLAS GEMM: bench/engine_bench/ceilings.h).
+// SM clock (one GPU): after the GEMM ceiling, after each timed prefill run and after each decode
+// batch's steps, outside the timed intervals, one thread counts clock64() cycles over 100 us of
+// %globaltimer (ceilings.h, ProbeSmClockMhz); printed after the memory line against the boost
+// clock and kept per row as "sm_clock_mhz". A GPU at its power cap lowers the clock under
+// GEMM-heavy work, so a prefill's rate depends on it.
 // --timeline: after all timed runs, one more prefill Forward per --prefill-lens, one more
 // graph-replayed decode step per --decode-batches, and one more mixed Forward and prompts-only
 // Forward per --mixed-prompts run under a CUPTI trace (GpuTimeline), and a
@@ -77,6 +82,7 @@
 #include "bench/engine_bench/ceilings.h"
 #include "bench/engine_bench/gpu_timeline.h"
 #include "bench/engine_bench/options.h"
+#include "bench/engine_bench/roofline.h"
 #include "bench/engine_bench/timeline_summary.h"
 #include "kernels/mha_prefill/api.h"
 #include "kernels/moe/block_trace.h"
@@ -168,7 +174,8 @@ int Run(const EngineBenchOptions& o) {
                 "touches once (routed experts: expected under uniform routing) and the KV cache, "
                 "prefill rows compute 2 FLOP a parameter and token plus the causal attention\n",
                 ceilings.copy_gbs, ceilings.gemm_tflops);
-    out["ceilings"] = {{"copy_gbs", ceilings.copy_gbs}, {"gemm_tflops", ceilings.gemm_tflops}};
+    out["ceilings"] = {{"copy_gbs", ceilings.copy_gbs}, {"gemm_tflops", ceilings.gemm_tflops},
+                       {"gemm_clock_mhz", ceilings.gemm_clock_mhz}};
   }
   if (!o.prompt_logprobs_lens.empty()) {
     std::printf("prompt-logprobs rows: each prefill unscored and with every position scored, in "
@@ -197,6 +204,26 @@ int Run(const EngineBenchOptions& o) {
   out["memory_gib"] = {{"before_create", used_before}, {"after_create", used_loaded},
                        {"end", used_end}, {"kv_pool", kv_gib}, {"kv_pages", o.num_pages}};
   out["graphs_captured"] = be.graphs_captured();
+  if (o.tp_size == 1) {
+    // What clock the timed runs ended at. A row's rate means most at the clock it ran at: an H100
+    // SXM at its 700 W cap runs back-to-back prefills at 1560-1710 MHz, and the per-run times
+    // drift with it (docs/BENCHMARKS.md, sixty-eighth session).
+    const double boost = mlaserve::bench::BoostSmClockMhz();
+    out["sm_clock_boost_mhz"] = boost;
+    std::printf("\nSM clock right after the timed runs (one thread's clock64 over 100 us of %%globaltimer):\n");
+    std::printf("- the GEMM ceiling: %s\n",
+                mlaserve::bench::ClockCell({ceilings.gemm_clock_mhz}, boost).c_str());
+    const auto rows = [&](const char* phase, const char* key, const char* format) {
+      if (!out.contains(phase)) return;
+      for (const nlohmann::json& row : out[phase]) {
+        const std::string cell =
+            mlaserve::bench::ClockCell(row["sm_clock_mhz"].get<std::vector<double>>(), boost);
+        std::printf(format, row[key].get<int>(), cell.c_str());
+      }
+    };
+    rows("prefill", "prompt_len", "- prefill %d: %s\n");
+    rows("decode", "batch", "- decode b%d, after its steps: %s\n");
+  }
   if (timeline) {
     // After every timed run and the memory line, so those read the same with and without
     // --timeline. The first traced Forward is thrown away, so whatever CUPTI sets up lazily on

@@ -194,14 +194,21 @@ void PrefillRows(Bench& bench, const EngineBenchOptions& o, const model::ModelCo
                  const mlaserve::bench::DeviceCeilings& ceilings, nlohmann::json& out) {
   for (int len : o.prefill_lens) {
     bench.PrefillOnce(len);  // warm-up: cuBLAS heuristics, first-touch of workspaces
-    std::vector<double> ms;
-    for (int r = 0; r < o.runs; ++r) ms.push_back(bench.PrefillOnce(len));
+    // The SM clock each run ended at (one GPU: the probe reads the bench's device), outside the
+    // timed interval: back-to-back prefills can hold a GPU at its power cap (engine_bench.cc).
+    const bool probe = o.tp_size == 1;
+    std::vector<double> ms, mhz;
+    for (int r = 0; r < o.runs; ++r) {
+      ms.push_back(bench.PrefillOnce(len));
+      if (probe) mhz.push_back(mlaserve::bench::ProbeSmClockMhz());
+    }
     const double m = Median(ms);
     const mlaserve::bench::ForwardWork work = mlaserve::bench::PrefillWork(cfg, len);
     std::printf("| prefill %d | 1 | %d | %.2f | %.0f | %s |\n", len, len, m, 1000.0 * len / m,
                 RooflineCells(work.flops, 1e12, "TFLOP", m, ceilings.gemm_tflops, "GEMM").c_str());
     out["prefill"].push_back({{"prompt_len", len}, {"median_ms", m}, {"runs_ms", ms},
-                              {"tokens_per_s", 1000.0 * len / m}, {"flops", work.flops}});
+                              {"tokens_per_s", 1000.0 * len / m}, {"flops", work.flops},
+                              {"sm_clock_mhz", mhz}});
   }
 }
 

@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
 
 namespace mlaserve::bench {
 namespace {
@@ -105,6 +109,22 @@ ForwardWork PromptScoringWork(const model::ModelConfig& c, int scored_rows) {
 double FloorMs(const ForwardWork& w, double gemm_tflops, double copy_gbs) {
   if (gemm_tflops <= 0 || copy_gbs <= 0) return 0;
   return std::max(w.flops / (gemm_tflops * 1e12), w.bytes() / (copy_gbs * 1e9)) * 1e3;
+}
+
+std::string ClockCell(std::vector<double> mhz, double boost_mhz) {
+  std::erase_if(mhz, [](double m) { return !(m > 0); });
+  if (mhz.empty()) return "-";
+  std::sort(mhz.begin(), mhz.end());
+  const double lo = mhz.front(), hi = mhz.back(), mid = mhz[mhz.size() / 2];
+  const auto pct = [&](double m) { return std::lround(100.0 * m / boost_mhz); };
+  if (mhz.size() == 1) {
+    if (boost_mhz <= 0) return absl::StrFormat("%.0f MHz", lo);
+    return absl::StrFormat("%.0f MHz (%d%% of the %.0f MHz boost clock)", lo, pct(lo), boost_mhz);
+  }
+  const std::string range = absl::StrFormat("%.0f / %.0f / %.0f MHz (min / median / max of %d runs", lo, mid, hi,
+                                            mhz.size());
+  if (boost_mhz <= 0) return range + ")";
+  return range + absl::StrFormat("; %d-%d%% of the %.0f MHz boost clock)", pct(lo), pct(hi), boost_mhz);
 }
 
 }  // namespace mlaserve::bench

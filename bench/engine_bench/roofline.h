@@ -18,6 +18,9 @@
 // a prefill (T (T + 1) / 2 pairs).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "model/loader/config.h"
 
 namespace mlaserve::bench {
@@ -48,5 +51,12 @@ ForwardWork PromptScoringWork(const model::ModelConfig& c, int scored_rows);
 // `copy_gbs`, whichever is longer; 0 where either ceiling is missing (<= 0: a sharded run, a
 // failed measurement).
 double FloorMs(const ForwardWork& w, double gemm_tflops, double copy_gbs);
+
+// The SM clocks a row's timed runs ended at (ceilings.h's ProbeSmClockMhz after each, MHz) against
+// the boost clock: "1560 / 1695 / 1710 MHz (min / median / max of 3 runs; 79-86% of the 1980 MHz
+// boost clock)", one sample "1980 MHz (100% of the 1980 MHz boost clock)"; without a boost clock
+// (<= 0) no share; samples of 0 (a failed probe) are left out, and none left gives "-". A prefill's FLOP rate is only comparable across
+// runs at the same clock: an H100 at its power cap runs GEMM-heavy work well below its boost.
+std::string ClockCell(std::vector<double> mhz, double boost_mhz);
 
 }  // namespace mlaserve::bench

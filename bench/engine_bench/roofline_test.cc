@@ -1,10 +1,12 @@
 // The roofline's bytes and FLOPs against hand counts of the two shapes the benchmarks run:
 // DeepSeek-V3 (three layers, one dense, as tools/make_random_model.py --shape v3 writes them for
-// one GPU) and V2-Lite (27 layers, no q LoRA), each parsed from its config.json text.
+// one GPU) and V2-Lite (27 layers, no q LoRA), each parsed from its config.json text; and the
+// bench's SM clock cell.
 #include "bench/engine_bench/roofline.h"
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "model/loader/config.h"
@@ -127,6 +129,17 @@ TEST(EngineRoofline, FloorIsTheLongerOfComputeAndTheRead) {
   // No ceiling, no floor (sharded runs, a failed cuBLAS measurement).
   EXPECT_EQ(FloorMs(many, 0, 3000), 0.0);
   EXPECT_EQ(FloorMs(many, 800, 0), 0.0);
+}
+
+TEST(EngineRoofline, ClockCellSaysTheRunsClocksAgainstTheBoost) {
+  // The sixty-eighth session's H100 prefill runs, probed after each (unsorted, one failed probe).
+  EXPECT_EQ(ClockCell({1695, 1560, 0, 1710}, 1980),
+            "1560 / 1695 / 1710 MHz (min / median / max of 3 runs; 79-86% of the 1980 MHz boost clock)");
+  EXPECT_EQ(ClockCell({1980}, 1980), "1980 MHz (100% of the 1980 MHz boost clock)");
+  EXPECT_EQ(ClockCell({1755, 1980}, 0), "1755 / 1980 / 1980 MHz (min / median / max of 2 runs)");
+  EXPECT_EQ(ClockCell({1755}, -1), "1755 MHz");
+  EXPECT_EQ(ClockCell({}, 1980), "-");
+  EXPECT_EQ(ClockCell({0, 0}, 1980), "-");
 }
 
 }  // namespace

@@ -176,6 +176,43 @@ inline double MeasureGemmTflops() {
   return ok ? 2.0 * n * n * static_cast<double>(n) / (ms * 1e-3) / 1e12 : 0.0;
 }
 
+// The SM clock at this moment, MHz: one thread counts clock64() cycles across kSmClockWindowNs
+// of %globaltimer (ns). The GPU's power management sets that clock: an H100 SXM under its 700 W
+// cap runs GEMM-heavy work below its boost clock (docs/BENCHMARKS.md, sixty-eighth session), so a
+// probe right after timed work says the clock that work ended at. 0 where a CUDA call fails.
+constexpr uint64_t kSmClockWindowNs = 100000;  // 100 us: the timer's steps (32 ns-1 us) stay < 1%
+
+static __global__ void SmClockKernel(uint64_t window_ns, unsigned long long* out) {
+  uint64_t t0 = 0, t1 = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  } while (t1 - t0 < window_ns);
+  const long long c1 = clock64();
+  out[0] = t1 - t0;
+  out[1] = static_cast<unsigned long long>(c1 - c0);
+}
+
+inline double MeasureSmClockMhz() {
+  unsigned long long* d = nullptr;
+  if (cudaMalloc(&d, 2 * sizeof(unsigned long long)) != cudaSuccess) return 0.0;
+  unsigned long long h[2] = {0, 0};
+  SmClockKernel<<<1, 1>>>(kSmClockWindowNs, d);
+  const bool ok = cudaGetLastError() == cudaSuccess &&
+                  cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost) == cudaSuccess;
+  cudaFree(d);
+  return ok && h[0] > 0 ? 1e3 * static_cast<double>(h[1]) / static_cast<double>(h[0]) : 0.0;
+}
+
+// The device's boost clock (the most its SMs run at), MHz; 0 where it cannot be read.
+inline double MaxSmClockMhz() {
+  int device = 0, khz = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0.0;
+  if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device) != cudaSuccess) return 0.0;
+  return khz / 1e3;
+}
+
 struct Ceilings {
   double copy_gbs = 0, gemm_tflops = 0;
 };
