@@ -281,14 +281,14 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
 // and TMA ("direct"), the persistent CTAs' items in the flat order instead of longest first
 // ("flat"), dealt by round instead of taken by ticket ("dealt"), our mma.sync kernel, cuDNN.
 enum class MhaRow {
-  kOurs, kWgmmaAlt, kWgmmaSingle, kWgmmaLaunched, kWgmmaDirect, kWgmmaFlat, kWgmmaDealt, kWgmmaLazy, kMmaSync,
-  kCudnn
+  kOurs, kWgmmaAlt, kWgmmaSingle, kWgmmaLaunched, kWgmmaDirect, kWgmmaFlat, kWgmmaDealt, kWgmmaLazy, kWgmmaAhead,
+  kMmaSync, kCudnn
 };
 
 constexpr MhaRow kAllMhaRows[] = {MhaRow::kOurs,         MhaRow::kWgmmaAlt,    MhaRow::kWgmmaSingle,
                                   MhaRow::kWgmmaLaunched, MhaRow::kWgmmaDirect, MhaRow::kWgmmaFlat,
-                                  MhaRow::kWgmmaDealt,    MhaRow::kWgmmaLazy,   MhaRow::kMmaSync,
-                                  MhaRow::kCudnn};
+                                  MhaRow::kWgmmaDealt,    MhaRow::kWgmmaLazy,   MhaRow::kWgmmaAhead,
+                                  MhaRow::kMmaSync,       MhaRow::kCudnn};
 
 const char* MhaRowName(MhaRow row) {
   switch (row) {
@@ -300,6 +300,7 @@ const char* MhaRowName(MhaRow row) {
     case MhaRow::kWgmmaFlat: return "mha_prefill_flat";
     case MhaRow::kWgmmaDealt: return "mha_prefill_dealt";
     case MhaRow::kWgmmaLazy: return "mha_prefill_lazy";
+    case MhaRow::kWgmmaAhead: return "mha_prefill_ahead";
     case MhaRow::kMmaSync: return "mha_prefill_mmasync";
     case MhaRow::kCudnn: return "mha_prefill_cudnn";
   }
@@ -362,7 +363,7 @@ void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, in
     rp.kernel = row == MhaRow::kMmaSync ? kernels::MhaPrefillKernel::kMmaSync : kernels::MhaPrefillKernel::kAuto;
     if (row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle || row == MhaRow::kWgmmaLaunched ||
         row == MhaRow::kWgmmaDirect || row == MhaRow::kWgmmaFlat || row == MhaRow::kWgmmaDealt ||
-        row == MhaRow::kWgmmaLazy) {
+        row == MhaRow::kWgmmaLazy || row == MhaRow::kWgmmaAhead) {
       if (!kernels::MhaPrefillWgmmaApplies(rp)) continue;  // not a Hopper GPU with an sm_90a build
       kernels::mha_sm90::Schedule schedule = kernels::mha_sm90::DefaultSchedule(dqk);
       if (row == MhaRow::kWgmmaAlt) schedule.pingpong = !schedule.pingpong;
@@ -372,6 +373,7 @@ void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, in
       if (row == MhaRow::kWgmmaFlat) schedule.longest_first = !schedule.longest_first;
       if (row == MhaRow::kWgmmaDealt) schedule.tickets = !schedule.tickets;
       if (row == MhaRow::kWgmmaLazy) schedule.lazy_rescale = !schedule.lazy_rescale;
+      if (row == MhaRow::kWgmmaAhead) schedule.lookahead = !schedule.lookahead;
       calls.emplace_back(row, [rp, schedule] {
         CheckStatus(kernels::mha_sm90::Launch(rp, schedule, nullptr), "mha_sm90::Launch");
       });
@@ -497,7 +499,7 @@ int main(int argc, char** argv) {
                    "usage: %s [--json FILE] [--quick] [--no-mmasync] [--small-shapes S] [--small-variants V] [--only KERNEL] "
                    "[--repeat N] [--mha-min-seqlen S] [--mla-heads 128|16] [--mla-segment-trace] "
                    "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_launched,mha_prefill_direct,"
-                   "mha_prefill_flat,mha_prefill_dealt,mha_prefill_lazy,"
+                   "mha_prefill_flat,mha_prefill_dealt,mha_prefill_lazy,mha_prefill_ahead,"
                    "mha_prefill_mmasync,mha_prefill_cudnn]\n",
                    argv[0]);
       return 1;

@@ -43,7 +43,7 @@ std::vector<mha_sm90::Schedule> DirectSchedules() {
 }
 
 // The schedules to test for these head dims: the eight, and with qk 128 each again with the
-// staged output. qk 192 has no staged output (the launcher writes directly): one such run
+// staged output, and with the lookahead, staged and direct. qk 192 has no staged output (the launcher writes directly): one such run
 // checks that fallback. The persistent ones take their items longest first and by ticket (the
 // default); the default schedule runs once more in the flat order (by ticket), once dealt by
 // round, and once both; and each of those four on 3 CTAs, so that small cases too hand out many
@@ -67,9 +67,21 @@ std::vector<mha_sm90::Schedule> AllSchedules(int head_dim_qk) {
   all.push_back(other_rescale);
   other_rescale.ctas = 3;
   all.push_back(other_rescale);
+  // The lookahead flipped (off for qk 128; asked for qk 192, where the launcher turns it off), on
+  // every SM and on 3 CTAs (many tiles a CTA: the next tile often another item's, by ticket).
+  mha_sm90::Schedule other_lookahead = mha_sm90::DefaultSchedule(head_dim_qk);
+  other_lookahead.lookahead = !other_lookahead.lookahead;
+  all.push_back(other_lookahead);
+  other_lookahead.ctas = 3;
+  all.push_back(other_lookahead);
   if (head_dim_qk == 128) {
     for (mha_sm90::Schedule s : DirectSchedules()) {
       s.staged_out = true;
+      all.push_back(s);
+      // The lookahead with each of the eight, staged and direct.
+      s.lookahead = true;
+      all.push_back(s);
+      s.staged_out = false;
       all.push_back(s);
     }
   } else {

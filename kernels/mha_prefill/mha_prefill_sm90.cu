@@ -84,11 +84,15 @@ std::string Refusal(const MhaPrefillParams& p) {
 // lazy_rescale for qk 128: ahead in 17 of 18 4k-16k cells over three H200 rounds (+2.0 to +4.7%
 // at h 128, the one loss h 16 8k -2.6% in one round); for qk 192 it moved the cells by -4 to +5%
 // around even, so that stays as it was (docs/BENCHMARKS.md, nineteenth session).
+// lookahead for qk 128 (the second Q buffer fits there only): MLASERVE_MHA_LOOKAHEAD=0 turns it
+// off (A/B timing).
 Schedule DefaultSchedule(int head_dim_qk) {
   static const bool tickets_off = EnvSwitchedOff("MLASERVE_MHA_TICKETS");
+  static const bool lookahead_off = EnvSwitchedOff("MLASERVE_MHA_LOOKAHEAD");
   Schedule s{head_dim_qk <= 128, true, true, head_dim_qk <= 128};
   s.tickets = !tickets_off;
   s.lazy_rescale = head_dim_qk <= 128;
+  s.lookahead = head_dim_qk <= 128 && !lookahead_off;
   return s;
 }
 
@@ -97,7 +101,7 @@ std::string ScheduleName(Schedule schedule) {
                       schedule.persistent ? "+persistent" : "+launched", schedule.staged_out ? "+staged" : "",
                       schedule.longest_first ? "" : "+flat", schedule.tickets ? "" : "+dealt",
                       schedule.ctas > 0 ? absl::StrCat("+ctas=", schedule.ctas) : "",
-                      schedule.lazy_rescale ? "+lazy" : "");
+                      schedule.lazy_rescale ? "+lazy" : "", schedule.lookahead ? "+ahead" : "");
 }
 
 absl::Status Launch(const MhaPrefillParams& p, Schedule schedule, void* stream) {

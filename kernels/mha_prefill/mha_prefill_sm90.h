@@ -40,12 +40,17 @@ struct Schedule {
   // The online softmax moves a row's reference maximum only when a tile's exceeds it by more
   // than 2^8, and rescales O only then (warp by warp) instead of after every key tile.
   bool lazy_rescale = false;
+  // Persistent CTAs load the next query tile's Q into a second buffer while the current tile
+  // runs, and each consumer warpgroup issues that tile's first S product before it writes the
+  // current tile's output, so the output's stores overlap the tensor cores' work (qk 128 only:
+  // qk 192 has no shared memory for a second Q; the launcher turns it off there).
+  bool lookahead = false;
 };
 // Field by field (the .cu files that include this are C++17: no defaulted comparison).
 inline bool operator==(const Schedule& a, const Schedule& b) {
   return a.pingpong == b.pingpong && a.paired == b.paired && a.persistent == b.persistent &&
          a.staged_out == b.staged_out && a.longest_first == b.longest_first && a.tickets == b.tickets &&
-         a.ctas == b.ctas && a.lazy_rescale == b.lazy_rescale;
+         a.ctas == b.ctas && a.lazy_rescale == b.lazy_rescale && a.lookahead == b.lookahead;
 }
 // The schedule MhaPrefill uses for these head dims: ping-pong for qk 128 and not for qk 192
 // (FlashAttention-3's measured choice: the longer S product leaves less to hide), paired,
@@ -53,7 +58,8 @@ inline bool operator==(const Schedule& a, const Schedule& b) {
 // faster on the H200).
 Schedule DefaultSchedule(int head_dim_qk);
 // "pingpong+paired+persistent", ... ("+staged" where staged_out, "+flat" without longest_first,
-// "+dealt" without tickets, "+ctas=N" with N persistent CTAs, "+lazy" with lazy_rescale):
+// "+dealt" without tickets, "+ctas=N" with N persistent CTAs, "+lazy" with lazy_rescale,
+// "+ahead" with lookahead):
 // for test and benchmark labels.
 std::string ScheduleName(Schedule schedule);
 // Launches the kernel on `stream` (a cudaStream_t) with `schedule`; the caller has checked

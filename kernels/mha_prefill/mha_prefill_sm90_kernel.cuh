@@ -49,6 +49,12 @@
 //
 // The output is written from the accumulators (bf16 pairs) and lse from the row statistics;
 // a row that sees no key gets 0 and -inf, rows past the sequence are not written.
+// Lookahead (Schedule::lookahead, qk 128 only: the shared memory of a second Q buffer): Q loads
+// alternate between two buffers, so the next query tile's Q lands while the current tile runs,
+// and each consumer warpgroup issues the next tile's first S product right after its last P V
+// product, before it normalises and writes the current tile's output; the tensor cores run both
+// products under that epilogue, where without it they idle from the last P V to the next tile's
+// first S (the output's stores, then the wait for the next Q).
 // Staged output (Schedule::staged_out, qk 128 only): each consumer warpgroup instead puts its
 // normalised 64 rows into its own half of a shared-memory O tile (stmatrix, 128-byte swizzle)
 // and one of its threads writes them with a TMA store through a view of out built like q's, so
@@ -87,6 +93,10 @@ struct Sm90Tile {
   static constexpr int kWgRows = 64;   // per consumer warpgroup (one wgmma M)
   static constexpr int kBlockN = 128;  // keys per K/V tile
   static constexpr int kStages = 2;    // of the K ring and of the V ring
+  // Q buffers: two where shared memory holds them (qk 128: 2 x 32 + 64 + 64 + 32 KB of O, the
+  // barriers in static shared memory), so that the next query tile's Q loads while the current
+  // one runs (Schedule::lookahead); one for qk 192.
+  static constexpr int kQBuffers = kDqk == 128 ? 2 : 1;
   static constexpr int kConsumers = 256;
   static constexpr int kThreads = kConsumers + 128;  // + the producer warpgroup
   // setmaxnreg: the producer gives its registers to the consumers, which hold O (64 f32), S
@@ -99,6 +109,9 @@ struct Sm90Tile {
   // Q [rows, dqk] and K [keys, dqk]: K-major, 128-byte swizzle (the SS operands of S = Q K^T).
   using QLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{},
                                          Shape<Int<kBlockM>, Int<kDqk>>{}));
+  // The Q buffers together: (row, dim, buffer), each buffer laid out as QLayout.
+  using QBuffersLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{},
+                                                Shape<Int<kBlockM>, Int<kDqk>, Int<kQBuffers>>{}));
   using KLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{},
                                          Shape<Int<kBlockN>, Int<kDqk>>{}));
   // A K tile lands in two TMA loads: dims [0, kKHead) of the head and its last kKTail dims, each
@@ -176,6 +189,7 @@ struct Sm90Args {
   int q_ends, k_ends;  // extents of the sequence-end modes: max_seqlen * (batch + 1)
   int k_tail_heads;    // heads of the tail view: num_kv_heads, or 1 with a split K
   Schedule schedule;  // staged_out as the launcher resolved it (false where it cannot run)
+  int q_buffers;  // Q buffers in use: 2 with Schedule::lookahead (as the launcher resolved it), else 1
   int x_extent;  // items per (sequence, head): query tiles of the longest sequence, or pairs of them
   int items;     // x_extent * heads * batch
   // Persistent CTAs deal the items longest sequence first (Schedule::longest_first, as the
@@ -202,14 +216,20 @@ struct Sm90OutSmem<Tile, false> {};
 
 template <class Tile>
 struct Sm90Smem {
-  cute::array_aligned<Bf16, cosize_v<typename Tile::QLayout>, 1024> q;
+  cute::array_aligned<Bf16, cosize_v<typename Tile::QBuffersLayout>, 1024> q;  // Tile::kQBuffers of them
   cute::array_aligned<Bf16, cosize_v<typename Tile::KLayout>, 1024> k[Tile::kStages];
   cute::array_aligned<Bf16, cosize_v<typename Tile::VLayout>, 1024> v[Tile::kStages];
-  uint64_t q_full;                                       // Q landed (TMA transaction barrier)
-  uint64_t q_empty;                                      // both consumer warpgroups are done with Q
-  uint64_t k_full[Tile::kStages], v_full[Tile::kStages];  // a K / V tile landed
-  uint64_t k_empty[Tile::kStages], v_empty[Tile::kStages];  // both consumer warpgroups are done
   Sm90OutSmem<Tile> out;  // the staged output's O tile (Schedule::staged_out)
+};
+
+// The pipeline's barriers, in static shared memory (in the dynamic block they would take a
+// 1024-byte aligned slot, which qk 128's two Q buffers leave no room for).
+template <class Tile>
+struct Sm90Barriers {
+  uint64_t q_full[Tile::kQBuffers];                         // a Q landed (TMA transaction barrier)
+  uint64_t q_empty[Tile::kQBuffers];                        // both consumer warpgroups are done with it
+  uint64_t k_full[Tile::kStages], v_full[Tile::kStages];    // a K / V tile landed
+  uint64_t k_empty[Tile::kStages], v_empty[Tile::kStages];  // both consumer warpgroups are done
 };
 
 // Schedule::lazy_rescale: how far (log2 units of the scaled scores) a row's tile maximum may
@@ -420,16 +440,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   __shared__ ItemOrder order;
   if (args.longest_first) BuildItemOrder<kBlockM>(p, paired, order);
   __shared__ TicketRing ring;
+  __shared__ Sm90Barriers<Tile> bar;
   const bool dynamic = args.tickets != nullptr;
 
   if (threadIdx.x == 0) {
-    FullBarrier::init(&ss.q_full, 1);
-    EmptyBarrier::init(&ss.q_empty, 2);  // one arrival per consumer warpgroup
+    for (int b = 0; b < Tile::kQBuffers; ++b) {
+      FullBarrier::init(&bar.q_full[b], 1);
+      EmptyBarrier::init(&bar.q_empty[b], 2);  // one arrival per consumer warpgroup
+    }
     for (int s = 0; s < Tile::kStages; ++s) {
-      FullBarrier::init(&ss.k_full[s], 1);
-      FullBarrier::init(&ss.v_full[s], 1);
-      EmptyBarrier::init(&ss.k_empty[s], 2);
-      EmptyBarrier::init(&ss.v_empty[s], 2);
+      FullBarrier::init(&bar.k_full[s], 1);
+      FullBarrier::init(&bar.v_full[s], 1);
+      EmptyBarrier::init(&bar.k_empty[s], 2);
+      EmptyBarrier::init(&bar.v_empty[s], 2);
     }
     for (int s = 0; s < 2; ++s) {
       EmptyBarrier::init(&ring.full[s], 1);
@@ -454,7 +477,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     Tensor mK = args.tma_k.get_tma_tensor(make_shape(max_k, Int<kKHead>{}, p.num_kv_heads, args.k_ends));
     Tensor mKt = args.tma_k_tail.get_tma_tensor(make_shape(max_k, Int<kKTail>{}, args.k_tail_heads, args.k_ends));
     Tensor mV = args.tma_v.get_tma_tensor(make_shape(Int<kDv>{}, max_k, p.num_kv_heads, args.k_ends));
-    Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Tile::QLayout{});
+    Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Tile::QBuffersLayout{});  // (row, dim, buffer)
     auto cta_q = args.tma_q.get_slice(Int<0>{});
     auto cta_k = args.tma_k.get_slice(Int<0>{});
     auto cta_kt = args.tma_k_tail.get_slice(Int<0>{});
@@ -491,26 +514,28 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         const int m_block = w == 0 ? it.first_tile : it.second_tile;
         const int n_tiles = KeyTiles<kBlockM, kBlockN>(p, it, m_block * kBlockM);
         if (n_tiles == 0) continue;
-        if (q_loads > 0) EmptyBarrier::wait(&ss.q_empty, (q_loads - 1) & 1);
-        FullBarrier::arrive_and_expect_tx(&ss.q_full, Tile::kQBytes);
-        copy(args.tma_q.with(ss.q_full, 0, TMA::CacheHintSm90::EVICT_FIRST), cta_q.partition_S(gQ(_, _, m_block)),
-             cta_q.partition_D(sQ));
+        // Q load g goes to buffer g % q_buffers, once the consumers are done with load g - q_buffers.
+        const int qb = q_loads % args.q_buffers, q_use = q_loads / args.q_buffers;
+        if (q_use > 0) EmptyBarrier::wait(&bar.q_empty[qb], (q_use - 1) & 1);
+        FullBarrier::arrive_and_expect_tx(&bar.q_full[qb], Tile::kQBytes);
+        copy(args.tma_q.with(bar.q_full[qb], 0, TMA::CacheHintSm90::EVICT_FIRST), cta_q.partition_S(gQ(_, _, m_block)),
+             cta_q.partition_D(sQ(_, _, qb)));
         ++q_loads;
         // Load i of this query tile is key tile n_tiles - 1 - i.
         auto load_v = [&](int i) {
           const int g = loaded + i, stage = g & 1;
-          if (g >= Tile::kStages) EmptyBarrier::wait(&ss.v_empty[stage], ((g >> 1) - 1) & 1);
-          FullBarrier::arrive_and_expect_tx(&ss.v_full[stage], Tile::kVBytes);
-          copy(args.tma_v.with(ss.v_full[stage], 0, kKeep), cta_v.partition_S(gV(_, _, n_tiles - 1 - i)),
+          if (g >= Tile::kStages) EmptyBarrier::wait(&bar.v_empty[stage], ((g >> 1) - 1) & 1);
+          FullBarrier::arrive_and_expect_tx(&bar.v_full[stage], Tile::kVBytes);
+          copy(args.tma_v.with(bar.v_full[stage], 0, kKeep), cta_v.partition_S(gV(_, _, n_tiles - 1 - i)),
                cta_v.partition_D(make_tensor(make_smem_ptr(ss.v[stage].data()), typename Tile::VLayout{})));
         };
         for (int i = 0; i < n_tiles; ++i) {
           const int g = loaded + i, stage = g & 1;
-          if (g >= Tile::kStages) EmptyBarrier::wait(&ss.k_empty[stage], ((g >> 1) - 1) & 1);
-          FullBarrier::arrive_and_expect_tx(&ss.k_full[stage], Tile::kKBytes);
-          copy(args.tma_k.with(ss.k_full[stage], 0, kKeep), cta_k.partition_S(gK(_, _, n_tiles - 1 - i)),
+          if (g >= Tile::kStages) EmptyBarrier::wait(&bar.k_empty[stage], ((g >> 1) - 1) & 1);
+          FullBarrier::arrive_and_expect_tx(&bar.k_full[stage], Tile::kKBytes);
+          copy(args.tma_k.with(bar.k_full[stage], 0, kKeep), cta_k.partition_S(gK(_, _, n_tiles - 1 - i)),
                cta_k.partition_D(make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KHeadLayout{})));
-          copy(args.tma_k_tail.with(ss.k_full[stage], 0, kKeep), cta_kt.partition_S(gKt(_, _, n_tiles - 1 - i)),
+          copy(args.tma_k_tail.with(bar.k_full[stage], 0, kKeep), cta_kt.partition_S(gKt(_, _, n_tiles - 1 - i)),
                cta_kt.partition_D(make_tensor(make_smem_ptr(ss.k[stage].data() + Tile::kKTailOffset),
                                               typename Tile::KTailLayout{})));
           // The consumers multiply V(i - 1) after S(i): load it behind K(i).
@@ -529,8 +554,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   typename Tile::MmaO mma_o;
   auto thr_s = mma_s.get_thread_slice(wg_tid);
   auto thr_o = mma_o.get_thread_slice(wg_tid);
-  Tensor sQ = local_tile(make_tensor(make_smem_ptr(ss.q.data()), typename Tile::QLayout{}),
-                         Shape<Int<kWgRows>, Int<kDqk>>{}, make_coord(wg, 0));
+  // This warpgroup's rows of every Q buffer: (row, dim, buffer); the fragment (MMA, M, K, buffer).
+  Tensor sQ = local_tile(make_tensor(make_smem_ptr(ss.q.data()), typename Tile::QBuffersLayout{}),
+                         Shape<Int<kWgRows>, Int<kDqk>, Int<Tile::kQBuffers>>{}, make_coord(wg, 0, 0));
   Tensor tSrQ = thr_s.make_fragment_A(thr_s.partition_A(sQ));
   Tensor tSrS = partition_fragment_C(mma_s, Shape<Int<kWgRows>, Int<kBlockN>>{});
   Tensor tOrO = partition_fragment_C(mma_o, Shape<Int<kWgRows>, Int<kDv>>{});
@@ -554,7 +580,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // unless Schedule::lazy_rescale; warp-uniform).
   bool rescale = true;
 
-  auto qk_gemm = [&](int stage) {
+  auto qk_gemm = [&](int stage, int qb) {
     Tensor sK = make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KLayout{});
     Tensor tSrK = thr_s.make_fragment_B(thr_s.partition_B(sK));
     warpgroup_fence_operand(tSrS);
@@ -562,20 +588,26 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     mma_s.accumulate_ = GMMA::ScaleOut::Zero;
 #pragma unroll
     for (int k = 0; k < size<2>(tSrQ); ++k) {
-      cute::gemm(mma_s, tSrQ(_, _, k), tSrK(_, _, k), tSrS);
+      cute::gemm(mma_s, tSrQ(_, _, k, qb), tSrK(_, _, k), tSrS);
       mma_s.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
     warpgroup_fence_operand(tSrS);
   };
-  auto pv_gemm = [&](int stage) {
+  // first: the query tile's first P V, which writes O instead of adding to it (O is never
+  // cleared: no non-wgmma write of it can then sit where a product may be in flight).
+  auto pv_gemm = [&](int stage, bool first) {
     Tensor sV = make_tensor(make_smem_ptr(ss.v[stage].data()), typename Tile::VLayout{});
     Tensor tOrV = thr_o.make_fragment_B(thr_o.partition_B(sV));
     warpgroup_fence_operand(tOrP);
     warpgroup_fence_operand(tOrO);
     warpgroup_arrive();
+    mma_o.accumulate_ = first ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
 #pragma unroll
-    for (int k = 0; k < size<2>(tOrP); ++k) cute::gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
+    for (int k = 0; k < size<2>(tOrP); ++k) {
+      cute::gemm(mma_o, tOrP(_, _, k), tOrV(_, _, k), tOrO);
+      mma_o.accumulate_ = GMMA::ScaleOut::One;
+    }
     warpgroup_commit_batch();
     warpgroup_fence_operand(tOrO);
     warpgroup_fence_operand(tOrP);
@@ -648,10 +680,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= alpha[(i >> 1) & 1];
   };
-  // The staged output of this warpgroup's rows row0.. of item it (some row < lq): O * inv as
-  // bf16 into the warpgroup's half of the O tile, then one TMA store of it by thread 0, which
+  // The staged output of this warpgroup's rows row0.. of query tile `it` (some row < lq): O * inv
+  // as bf16 into the warpgroup's half of the O tile (zeros where `zero`: a tile that sees no key,
+  // whose O registers hold the previous tile's), then one TMA store of it by thread 0, which
   // nobody waits for until the half is needed again (the next query tile's output).
-  auto store_o_staged = [&](const WorkItem& it, int row0, const float (&inv)[2]) {
+  auto store_o_staged = [&](const auto& it, int row0, const float (&inv)[2], bool zero) {
     if constexpr (Tile::kStagedOut) {
       using Barrier = cutlass::arch::NamedBarrier;
       constexpr int kWgThreads = 128;
@@ -671,7 +704,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < size(o32); ++i) {
         const int half = i & 1;  // element 2i is in row half (2i / 2) % 2
-        o32(i) = cuda::PackBf16(tOrO(2 * i) * inv[half], tOrO(2 * i + 1) * inv[half]);
+        o32(i) = zero ? 0u : cuda::PackBf16(tOrO(2 * i) * inv[half], tOrO(2 * i + 1) * inv[half]);
       }
       auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Bf16>{}, mma_o);
       auto thr_stsm = stsm.get_thread_slice(wg_tid);
@@ -703,115 +736,184 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // The threads that issue the output's TMA stores fetch its descriptor (not the producer: more
   // live values there spill its 24 registers).
   if (staged && wg_tid == 0) cute::prefetch_tma_descriptor(args.tma_o.get_tma_descriptor());
+  const bool lookahead = Tile::kQBuffers > 1 && args.q_buffers > 1;  // compiled out for qk 192
   int loaded = 0, q_loads = 0;
+
+  // The CTA's query tiles in the producer's order: round by round an item (by rank, or by the
+  // producer's ticket), each item's tiles in turn. A tile keeps what its output needs; the
+  // statistics' reset reads the item (`it`), which is the tile's own until the next item is taken.
+  struct QueryTile {
+    int m0, n_tiles, q_start, lq, head;
+  };
   WorkItem it;
-#pragma unroll 1
-  for (int round = 0;; ++round) {
-    int r = StaticRank(args, round);
-    if (dynamic && round > 0) {  // the producer's ticket for this round
-      const int slot = (round - 1) & 1, use = (round - 1) >> 1;
-      EmptyBarrier::wait(&ring.full[slot], use & 1);
-      r = ring.rank[slot];
-      EmptyBarrier::arrive(&ring.empty[slot]);
+  int round = 0, w_next = 0, n_work = 0;
+  const auto next_tile = [&](QueryTile& t) -> bool {
+    for (;;) {
+      if (w_next < n_work) {
+        const int w = w_next++;
+        t.m0 = (w == 0 ? it.first_tile : it.second_tile) * kBlockM;
+        t.n_tiles = KeyTiles<kBlockM, kBlockN>(p, it, t.m0);
+        t.q_start = it.q_start;
+        t.lq = it.lq;
+        t.head = it.head;
+        return true;
+      }
+      int r = StaticRank(args, round);
+      if (dynamic && round > 0) {  // the producer's ticket for this round
+        const int slot = (round - 1) & 1, use = (round - 1) >> 1;
+        EmptyBarrier::wait(&ring.full[slot], use & 1);
+        r = ring.rank[slot];
+        EmptyBarrier::arrive(&ring.empty[slot]);
+      }
+      const int this_round = round++;
+      w_next = n_work = 0;
+      if (!ItemAt<kBlockM>(args, order, paired, r, it)) {
+        if (dynamic && this_round == 0) continue;  // no first item: the tickets may still give one
+        return false;
+      }
+      n_work = it.n_work;
     }
-    if (!ItemAt<kBlockM>(args, order, paired, r, it)) {
-      if (dynamic && round == 0) continue;
-      break;
+  };
+  // The keys each of this thread's rows of tile t sees and the running statistics' reset (O is
+  // cleared after the previous tile's output).
+  const auto reset_stats = [&](const QueryTile& t) {
+    const int row0 = t.m0 + wg * kWgRows;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + my_row[half];
+      key_end[half] = p.causal ? max(0, min(it.lk, row + it.causal_shift + 1)) : it.lk;
+      m_run[half] = -INFINITY;
+      l_run[half] = 0.0f;
     }
-    const int lq = it.lq, lk = it.lk, causal_shift = it.causal_shift;
-#pragma unroll 1
-    for (int w = 0; w < it.n_work; ++w) {
-      const int m0 = (w == 0 ? it.first_tile : it.second_tile) * kBlockM;
-      const int n_tiles = KeyTiles<kBlockM, kBlockN>(p, it, m0);
-      const int row0 = m0 + wg * kWgRows;
+    wg_key_end = p.causal ? min(it.lk, row0 + it.causal_shift + 1) : it.lk;
+  };
+  // A tile's first S product (key tile n_tiles - 1, load `loaded`), once its Q and K have landed;
+  // returns the tile's Q buffer.
+  const auto first_product = [&]() -> int {
+    const int qb = q_loads % args.q_buffers;
+    FullBarrier::wait(&bar.q_full[qb], (q_loads / args.q_buffers) & 1);
+    ++q_loads;
+    FullBarrier::wait(&bar.k_full[loaded & 1], (loaded >> 1) & 1);
+    qk_gemm(loaded & 1, qb);
+    return qb;
+  };
+
+  // The output of tile t (uniform in the warpgroup): the rows that exist, O * inv as bf16 (zeros
+  // for a tile that saw no key: O was not written for it), and the LSE.
+  const auto write_output = [&](const QueryTile& t, const float (&inv)[2], const float (&lse)[2]) {
+    const int row0 = t.m0 + wg * kWgRows;
+    const bool zero = t.n_tiles == 0;
+    if (staged) {
+      if (row0 < t.lq) store_o_staged(t, row0, inv, zero);
+    } else {
+      auto* out = static_cast<__nv_bfloat16*>(p.out) + static_cast<int64_t>(t.q_start) * p.out_token_stride +
+                  static_cast<int64_t>(t.head) * p.out_head_stride;
+#pragma unroll
+      for (int i = 0; i < size(tOrO); i += 2) {
+        const int half = (i >> 1) & 1;
+        const int row = row0 + get<0>(tOcO(i));
+        if (row >= t.lq) continue;
+        *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * p.out_token_stride + get<1>(tOcO(i))) =
+            zero ? 0u : cuda::PackBf16(tOrO(i) * inv[half], tOrO(i + 1) * inv[half]);
+      }
+    }
+    if (p.lse != nullptr && wg_tid % 4 == 0) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = row0 + my_row[half];
-        key_end[half] = p.causal ? max(0, min(lk, row + causal_shift + 1)) : lk;
-        m_run[half] = -INFINITY;
-        l_run[half] = 0.0f;
-      }
-      wg_key_end = p.causal ? min(lk, row0 + causal_shift + 1) : lk;
-      clear(tOrO);
-
-      if (n_tiles > 0) {
-        FullBarrier::wait(&ss.q_full, q_loads & 1);
-        ++q_loads;
-        // Tile i of this query tile: key tile n_tiles - 1 - i, load loaded + i.
-        const auto stage = [&](int i) { return (loaded + i) & 1; };
-        const auto phase = [&](int i) { return ((loaded + i) >> 1) & 1; };
-        FullBarrier::wait(&ss.k_full[stage(0)], phase(0));
-        qk_gemm(stage(0));
-        warpgroup_wait<0>();
-        release(&ss.k_empty[stage(0)]);
-        if (n_tiles == 1) release(&ss.q_empty);  // this warpgroup's last use of Q
-        softmax(n_tiles - 1);
-#pragma unroll 1
-        for (int i = 1; i < n_tiles; ++i) {
-          // P(i - 1), from the softmax that ended the previous iteration, once P V(i - 2) is
-          // done. The wait sits here rather than at the end of the previous iteration because
-          // ptxas would hoist it above that softmax there, and the two would no longer overlap.
-          warpgroup_wait<0>();
-          if (i >= 2) release(&ss.v_empty[stage(i - 2)]);
-          convert_p();
-          FullBarrier::wait(&ss.k_full[stage(i)], phase(i));
-          // Warpgroup 0 goes first; afterwards each waits until the other has issued.
-          if (pingpong && !(wg == 0 && i == 1)) cutlass::arch::NamedBarrier::sync(Tile::kConsumers, kTurnBarrier + wg);
-          qk_gemm(stage(i));
-          if (rescale) rescale_o();
-          FullBarrier::wait(&ss.v_full[stage(i - 1)], phase(i - 1));
-          pv_gemm(stage(i - 1));
-          // Warpgroup 1's last turn has nobody left to wake.
-          if (pingpong && !(wg == 1 && i == n_tiles - 1)) {
-            cutlass::arch::NamedBarrier::arrive(Tile::kConsumers, kTurnBarrier + (1 - wg));
-          }
-          warpgroup_wait<1>();  // S(i) done, P V(i - 1) may still run
-          release(&ss.k_empty[stage(i)]);
-          if (i == n_tiles - 1) release(&ss.q_empty);
-          softmax(n_tiles - 1 - i);
-        }
-        const int last = n_tiles - 1;
-        warpgroup_wait<0>();
-        if (last >= 1) release(&ss.v_empty[stage(last - 1)]);
-        convert_p();
-        if (rescale) rescale_o();
-        FullBarrier::wait(&ss.v_full[stage(last)], phase(last));
-        pv_gemm(stage(last));
-        warpgroup_wait<0>();
-        release(&ss.v_empty[stage(last)]);
-        loaded += n_tiles;
-      }
-
-      // Normalise and write the rows that exist; a row that saw no key gets 0 and -inf.
-      float inv[2], lse[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float l = cuda::QuadSum(l_run[half]);
-        inv[half] = l > 0.0f ? 1.0f / l : 0.0f;
-        lse[half] = l > 0.0f ? (m_run[half] + log2f(l)) * cuda::kLn2 : -INFINITY;
-      }
-      if (staged) {
-        if (row0 < lq) store_o_staged(it, row0, inv);  // uniform in the warpgroup
-      } else {
-        auto* out = static_cast<__nv_bfloat16*>(p.out) + static_cast<int64_t>(it.q_start) * p.out_token_stride +
-                    static_cast<int64_t>(it.head) * p.out_head_stride;
-#pragma unroll
-        for (int i = 0; i < size(tOrO); i += 2) {
-          const int half = (i >> 1) & 1;
-          const int row = row0 + get<0>(tOcO(i));
-          if (row >= lq) continue;
-          *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * p.out_token_stride + get<1>(tOcO(i))) =
-              cuda::PackBf16(tOrO(i) * inv[half], tOrO(i + 1) * inv[half]);
-        }
-      }
-      if (p.lse != nullptr && wg_tid % 4 == 0) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = row0 + my_row[half];
-          if (row < lq) p.lse[static_cast<int64_t>(it.q_start + row) * p.num_heads + it.head] = lse[half];
-        }
+        if (row < t.lq) p.lse[static_cast<int64_t>(t.q_start + row) * p.num_heads + t.head] = lse[half];
       }
     }
+  };
+
+  // Every product below is waited for in the straight-line block that issued it, before any
+  // branch merges: a product in flight across a merge makes ptxas wait for it there, or
+  // serialize the products (C7515-C7518).
+  QueryTile cur{}, next{};
+  bool have = next_tile(cur);
+  bool started = false;  // cur's first S product is done (issued by the previous tile's lookahead)
+  int qb = 0;            // cur's Q buffer
+#pragma unroll 1
+  while (have) {
+    const int n_tiles = cur.n_tiles;
+    if (!started) reset_stats(cur);
+    // Tile i of this query tile: key tile n_tiles - 1 - i, load loaded + i.
+    const auto stage = [&](int i) { return (loaded + i) & 1; };
+    const auto phase = [&](int i) { return ((loaded + i) >> 1) & 1; };
+    float inv[2], lse[2];
+    if (n_tiles > 0) {
+      if (!started) {
+        qb = first_product();
+        warpgroup_wait<0>();
+      }
+      release(&bar.k_empty[stage(0)]);
+      if (n_tiles == 1) release(&bar.q_empty[qb]);  // this warpgroup's last use of Q
+      softmax(n_tiles - 1);
+#pragma unroll 1
+      for (int i = 1; i < n_tiles; ++i) {
+        // P(i - 1), from the softmax that ended the previous iteration, once P V(i - 2) is
+        // done. The wait sits here rather than at the end of the previous iteration because
+        // ptxas would hoist it above that softmax there, and the two would no longer overlap.
+        warpgroup_wait<0>();
+        if (i >= 2) release(&bar.v_empty[stage(i - 2)]);
+        convert_p();
+        FullBarrier::wait(&bar.k_full[stage(i)], phase(i));
+        // Warpgroup 0 goes first; afterwards each waits until the other has issued.
+        if (pingpong && !(wg == 0 && i == 1)) cutlass::arch::NamedBarrier::sync(Tile::kConsumers, kTurnBarrier + wg);
+        qk_gemm(stage(i), qb);
+        if (rescale) rescale_o();
+        FullBarrier::wait(&bar.v_full[stage(i - 1)], phase(i - 1));
+        pv_gemm(stage(i - 1), i == 1);
+        // Warpgroup 1's last turn has nobody left to wake.
+        if (pingpong && !(wg == 1 && i == n_tiles - 1)) {
+          cutlass::arch::NamedBarrier::arrive(Tile::kConsumers, kTurnBarrier + (1 - wg));
+        }
+        warpgroup_wait<1>();  // S(i) done, P V(i - 1) may still run
+        release(&bar.k_empty[stage(i)]);
+        if (i == n_tiles - 1) release(&bar.q_empty[qb]);
+        softmax(n_tiles - 1 - i);
+      }
+      const int last = n_tiles - 1;
+      warpgroup_wait<0>();
+      if (last >= 1) release(&bar.v_empty[stage(last - 1)]);
+      convert_p();
+      if (rescale) rescale_o();
+    }
+    // The statistics are final: the row's normaliser and LSE (a row that saw no key: 0, -inf).
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float l = cuda::QuadSum(l_run[half]);
+      inv[half] = l > 0.0f ? 1.0f / l : 0.0f;
+      lse[half] = l > 0.0f ? (m_run[half] + log2f(l)) * cuda::kLn2 : -INFINITY;
+    }
+    const int last_stage = stage(n_tiles - 1);  // used where n_tiles > 0
+    loaded += n_tiles;
+    have = next_tile(next);
+    // Schedule::lookahead: the next tile's first S product goes out right after this tile's last
+    // P V (its Q is in the other buffer, loaded while this tile ran), so the tensor cores run
+    // both while the warpgroup normalises and writes this tile's output.
+    started = lookahead && have && next.n_tiles > 0 && n_tiles > 0;
+    int next_qb = 0;
+    if (started) {
+      FullBarrier::wait(&bar.v_full[last_stage], ((loaded - 1) >> 1) & 1);
+      pv_gemm(last_stage, n_tiles == 1);
+      reset_stats(next);
+      next_qb = first_product();
+      warpgroup_wait<1>();  // this tile's last P V done; the next tile's S may still run
+      release(&bar.v_empty[last_stage]);
+      write_output(cur, inv, lse);
+      warpgroup_wait<0>();
+    } else {
+      if (n_tiles > 0) {
+        FullBarrier::wait(&bar.v_full[last_stage], ((loaded - 1) >> 1) & 1);
+        pv_gemm(last_stage, n_tiles == 1);
+        warpgroup_wait<0>();
+        release(&bar.v_empty[last_stage]);
+      }
+      write_output(cur, inv, lse);
+    }
+    cur = next;
+    qb = next_qb;
   }
   // The CTA's shared memory must outlive the reads of its last TMA stores.
   if (staged && wg_tid == 0) tma_store_wait<0>();
@@ -851,6 +953,8 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
   const bool out_view = reinterpret_cast<uintptr_t>(p.out) >=
                         static_cast<uintptr_t>(p.max_seqlen_q) * p.out_token_stride * sizeof(Bf16);
   schedule.staged_out = schedule.staged_out && Tile::kStagedOut && out_view;
+  // The second Q buffer exists for qk 128 only.
+  schedule.lookahead = schedule.lookahead && Tile::kQBuffers > 1;
   const Sm90Args<Tile> args{
       p,
       MakeRowTma<kDqk>(p.q, p.q_token_stride, head_stride(p.num_heads, p.q_head_stride, p.q_token_stride),
@@ -869,6 +973,7 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
       k_ends,
       k_tail_heads,
       schedule,
+      schedule.lookahead ? 2 : 1,
       x_extent,
       items,
       schedule.persistent && schedule.longest_first && p.batch > 1 && p.batch <= kOrderMaxBatch,
@@ -877,7 +982,8 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
   constexpr int kSmem = sizeof(Smem);
   static_assert(kSmem <= 227 * 1024, "the sm90 mha_prefill tile exceeds Hopper's shared memory");
   // Direct stores leave the O tile (the last member) out of the launch's shared memory, so the
-  // A/B of staged_out compares epilogues, not L1 sizes as well.
+  // A/B of staged_out compares epilogues, not L1 sizes as well. (Both Q buffers always count:
+  // the A/B of lookahead compares schedules at the same shared-memory size.)
   static_assert(std::is_standard_layout_v<Smem>);
   const int smem = schedule.staged_out ? kSmem : static_cast<int>(offsetof(Smem, out));
   auto kernel = MhaPrefillSm90Kernel<Tile>;

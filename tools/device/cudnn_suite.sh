@@ -6,7 +6,7 @@
 #      memcheck's view of the same, if it hangs or crashes);
 #   2. the mha_prefill rows of mlaserve-kernel-bench: wgmma (default schedule, ping-pong flipped,
 #      one query tile per item, one CTA per item, direct output stores, the flat order, dealt by
-#      round, the lazy rescale), mma.sync and cuDNN in the same run, causal, d 192/128 and
+#      round, the lazy rescale, the lookahead), mma.sync and cuDNN in the same run, causal, d 192/128 and
 #      128/128, 1k-16k, and ragged batches;
 #   3. PyTorch SDPA on its cuDNN backend, same shapes;
 #   4. all the mha_prefill CUDA tests (our kernels and cuDNN against the CPU reference, the
@@ -168,7 +168,8 @@ import json, os, re, sys
 out = sys.argv[1]
 kb = json.load(open(os.path.join(out, "kernel_bench.json")))
 cols = ["mha_prefill", "mha_prefill_alt", "mha_prefill_single", "mha_prefill_launched", "mha_prefill_direct",
-        "mha_prefill_flat", "mha_prefill_dealt", "mha_prefill_lazy", "mha_prefill_mmasync", "mha_prefill_cudnn", "torch"]
+        "mha_prefill_flat", "mha_prefill_dealt", "mha_prefill_lazy", "mha_prefill_ahead", "mha_prefill_mmasync",
+        "mha_prefill_cudnn", "torch"]
 table = {}
 for r in kb["results"]:
     # (d, heads, 0, seqlen) for equal lengths, (d, heads, 1, mean) for the ragged batches
@@ -190,8 +191,9 @@ print("launched = one CTA per work item instead of one persistent CTA per SM;")
 print("direct = the default with O stored from the accumulators, not staged through shared memory (qk 128);")
 print("flat = persistent CTAs taking the items in the flat order, not longest first;")
 print("dealt = persistent CTAs dealt their items by round, not taking them by ticket; lazy = the lazy rescale flipped (on for qk 192, off for qk 128);")
+print("ahead = the lookahead flipped (off for qk 128; qk 192 has none: the same kernel as ours);")
 print("ragged rows (s=r<mean>): 16k tokens in lengths uniform in [mean/4, 7 mean/4]")
-print(f"{'d, heads, seqlen':<22}{'ours':>8}{'alt':>8}{'single':>8}{'launched':>10}{'direct':>8}{'flat':>8}{'dealt':>8}{'lazy':>8}"
+print(f"{'d, heads, seqlen':<22}{'ours':>8}{'alt':>8}{'single':>8}{'launched':>10}{'direct':>8}{'flat':>8}{'dealt':>8}{'lazy':>8}{'ahead':>8}"
       f"{'mma.sync':>10}"
       f"{'cudnn':>8}{'torch':>8}"
       f"{'ours/cudnn':>12}")
@@ -202,7 +204,7 @@ for (d, h, rg, s), v in sorted(table.items(), key=lambda kv: (-kv[0][0], -kv[0][
     ratio = f"{ours / cud:11.2f}x" if ours and cud else f"{'-':>12}"
     print(f"{f'{d}/128 h={h} s={s}':<22}{f(ours, 8)}{f(v.get('mha_prefill_alt'), 8)}{f(v.get('mha_prefill_single'), 8)}"
           f"{f(v.get('mha_prefill_launched'), 10)}{f(v.get('mha_prefill_direct'), 8)}{f(v.get('mha_prefill_flat'), 8)}"
-          f"{f(v.get('mha_prefill_dealt'), 8)}{f(v.get('mha_prefill_lazy'), 8)}"
+          f"{f(v.get('mha_prefill_dealt'), 8)}{f(v.get('mha_prefill_lazy'), 8)}{f(v.get('mha_prefill_ahead'), 8)}"
           f"{f(v.get('mha_prefill_mmasync'), 10)}"
           f"{f(cud, 8)}{f(v.get('torch'), 8)}"
           f"{ratio}")
