@@ -48,7 +48,7 @@ for round in $(seq "${ROUNDS:-1}"); do
     # shellcheck disable=SC2086
     env "${envs[@]}" timeout 240 ".devbin/$bin" --model "$MODEL" $ARGS > "$log" 2>&1
     note "round $round $entry" "rc=$?"
-    grep -E '^ceilings|^\| (prefill|decode)' "$log"
+    grep -E '^ceilings|^\| (prefill|decode)|^- (the GEMM|prefill|decode)' "$log"
   done
 done
 note "done" ""
