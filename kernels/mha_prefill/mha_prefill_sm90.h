@@ -40,8 +40,8 @@ struct Schedule {
   // The online softmax moves a row's reference maximum only when a tile's exceeds it by more
   // than 2^8, and rescales O only then (warp by warp) instead of after every key tile.
   bool lazy_rescale = false;
-  // Persistent CTAs load the next query tile's Q into a second buffer while the current tile
-  // runs, and each consumer warpgroup issues that tile's first S product before it writes the
+  // The CTAs load the next query tile's Q (the next item's, or a pair's second tile) into a
+  // second buffer while the current tile runs, and each consumer warpgroup issues that tile's first S product before it writes the
   // current tile's output, so the output's stores overlap the tensor cores' work (qk 128 only:
   // qk 192 has no shared memory for a second Q; the launcher turns it off there).
   bool lookahead = false;

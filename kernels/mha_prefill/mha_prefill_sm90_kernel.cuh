@@ -136,7 +136,7 @@ struct Sm90Tile {
   // which the swizzle spreads over 8 different 16-byte bank groups, and the layout is the one a
   // TMA store reads (two boxes of 64 rows x 64 columns).
   using OLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, Shape<Int<kWgRows>, Int<kDv>>{}));
-  // Only qk 128 has the shared memory for it: 164 KB + 32 KB. qk 192 takes 213 KB, and no
+  // Only qk 128 has the shared memory for it: 192 KB + 32 KB. qk 192 takes 208 KB, and no
   // buffer of it is free at the output (the next Q and K/V tiles load under it), so it keeps
   // the direct stores.
   static constexpr bool kStagedOut = kDqk == 128;
@@ -775,7 +775,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
   };
   // The keys each of this thread's rows of tile t sees and the running statistics' reset (O is
-  // cleared after the previous tile's output).
+  // not cleared: the tile's first P V writes it, pv_gemm's `first`).
   const auto reset_stats = [&](const QueryTile& t) {
     const int row0 = t.m0 + wg * kWgRows;
 #pragma unroll
@@ -981,6 +981,11 @@ absl::Status LaunchMhaPrefillSm90Impl(const MhaPrefillParams& p, Schedule schedu
   using Smem = Sm90Smem<Tile>;
   constexpr int kSmem = sizeof(Smem);
   static_assert(kSmem <= 227 * 1024, "the sm90 mha_prefill tile exceeds Hopper's shared memory");
+  // With the static shared memory too (the kernel's __shared__ objects, padded to the dynamic
+  // block's 1024-byte alignment): qk 128's 224 KB leave 3 KB, which they fill.
+  constexpr size_t kStatic = sizeof(ItemOrder) + sizeof(TicketRing) + sizeof(Sm90Barriers<Tile>);
+  static_assert(kSmem + (kStatic + 1023) / 1024 * 1024 <= 227 * 1024,
+                "the sm90 mha_prefill tile and its static shared memory exceed a block's 227 KB");
   // Direct stores leave the O tile (the last member) out of the launch's shared memory, so the
   // A/B of staged_out compares epilogues, not L1 sizes as well. (Both Q buffers always count:
   // the A/B of lookahead compares schedules at the same shared-memory size.)
