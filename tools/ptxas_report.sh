@@ -11,7 +11,7 @@
 # Hopper instantiations, the latent attention kernels, the MoE grouped GEMM of our own). About
 # 20-60 s a unit on two cores.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 BUILD=${1:-build-cuda}
 shift || true
 SOURCES=("$@")
@@ -51,7 +51,7 @@ PY
   grep -E 'Used [0-9]+ registers|spill stores' <<< "$out" | sed 's/^ *ptxas info *: */  /' | sort | uniq -c | sort -rn | head -6
   if [[ -n $notices ]]; then
     echo "  C75xx notices:"
-    sed 's/^/  /' <<< "$notices"
+    while IFS= read -r line; do echo "  $line"; done <<< "$notices"
     grep -qE '\(C75(1[0-9]|20)\)' <<< "$out" && status=1
   fi
   [[ $rc == 0 ]] || status=1
