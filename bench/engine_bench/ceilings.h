@@ -15,7 +15,7 @@ struct DeviceCeilings {
 DeviceCeilings MeasureDeviceCeilings();
 
 // The SM clock at this moment (one thread's clock64() cycles over 100 us of %globaltimer) and
-// the device's boost clock, MHz; 0 where a CUDA call fails. The bench probes after timed runs:
+// the device's boost clock, MHz; 0 where the probe's launch or copy, or the attribute's read, fails. The bench probes after timed runs:
 // a GPU at its power cap runs below the boost clock, and a row's time depends on that.
 double ProbeSmClockMhz();
 double BoostSmClockMhz();

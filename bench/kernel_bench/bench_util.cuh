@@ -179,7 +179,8 @@ inline double MeasureGemmTflops() {
 // The SM clock at this moment, MHz: one thread counts clock64() cycles across kSmClockWindowNs
 // of %globaltimer (ns). The GPU's power management sets that clock: an H100 SXM under its 700 W
 // cap runs GEMM-heavy work below its boost clock (docs/BENCHMARKS.md, sixty-eighth session), so a
-// probe right after timed work says the clock that work ended at. 0 where a CUDA call fails.
+// probe right after timed work says the clock that work ended at. 0 where the probe's launch or
+// copy fails.
 constexpr uint64_t kSmClockWindowNs = 100000;  // 100 us: the timer's steps (32 ns-1 us) stay < 1%
 
 static __global__ void SmClockKernel(uint64_t window_ns, unsigned long long* out) {
@@ -195,13 +196,11 @@ static __global__ void SmClockKernel(uint64_t window_ns, unsigned long long* out
 }
 
 inline double MeasureSmClockMhz() {
-  unsigned long long* d = nullptr;
-  if (cudaMalloc(&d, 2 * sizeof(unsigned long long)) != cudaSuccess) return 0.0;
   unsigned long long h[2] = {0, 0};
-  SmClockKernel<<<1, 1>>>(kSmClockWindowNs, d);
+  const DeviceArray d(sizeof(h));
+  SmClockKernel<<<1, 1>>>(kSmClockWindowNs, d.get<unsigned long long>());
   const bool ok = cudaGetLastError() == cudaSuccess &&
-                  cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost) == cudaSuccess;
-  cudaFree(d);
+                  cudaMemcpy(h, d.get(), sizeof(h), cudaMemcpyDeviceToHost) == cudaSuccess;
   return ok && h[0] > 0 ? 1e3 * static_cast<double>(h[1]) / static_cast<double>(h[0]) : 0.0;
 }
 
