@@ -268,16 +268,17 @@ def time_shape(fm, batch, s_q, heads, mean_sk, equal, trace=0):
     return row
 
 
-def compare(ours_path, flashmla_path):
+def compare(ours_paths, flashmla_paths):
     """One line per shape that both runs timed (kernel-bench lengths; our rows name s_q, older
     kernel-bench rows without it are s_q 1). Ours is the "mla_decode" row: the call with the
     batch's metadata built beforehand, as FlashMLA's call is timed with its scheduler metadata
     built; "per call" is the "mla_decode_percall" row, the call building its own, where the call
-    reads metadata (older kernel-bench runs have no such row: their "mla_decode" rows are per call)."""
-    ours = json.load(open(ours_path))
-    theirs = json.load(open(flashmla_path))
-    fm = {(r["batch"], r["heads"], r["s_q"], r["mean_sk"]): r for r in theirs["rows"]
-          if r["lengths"] == "kernel-bench"}
+    reads metadata (older kernel-bench runs have no such row: their "mla_decode" rows are per call).
+    Each argument may name several runs, comma-separated (tools/device/flashmla_baseline.sh's
+    ROUNDS, alternated): each side's TFLOP/s is then its median over its runs, the ratio that of
+    the medians, and each round's ratio follows (ours of round r over FlashMLA's of round r)."""
+    ours_runs = [json.load(open(p)) for p in ours_paths.split(",")]
+    fm_runs = [json.load(open(p)) for p in flashmla_paths.split(",")]
 
     def key(r):
         m = re.search(r"b=(\d+) h=(\d+)(?: s_q=(\d+))? s_k~(\d+)", r["shape"])
@@ -285,19 +286,36 @@ def compare(ours_path, flashmla_path):
             return None
         return int(m.group(1)), int(m.group(2)), int(m.group(3) or 1), int(m.group(4))
 
-    per_call = {key(r): r for r in ours["results"] if r["kernel"] == "mla_decode_percall"}
-    print(f"device {ours.get('device', '?')}; copy {ours.get('copy_gbs', 0):.0f} GB/s; mla_decode, bf16, page 64")
+    def median(xs):
+        xs = sorted(xs)
+        n = len(xs)
+        return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+    fm = [{(r["batch"], r["heads"], r["s_q"], r["mean_sk"]): r for r in run["rows"] if r["lengths"] == "kernel-bench"}
+          for run in fm_runs]
+    ours = [{key(r): r for r in run["results"] if r["kernel"] == "mla_decode"} for run in ours_runs]
+    per_call = [{key(r): r for r in run["results"] if r["kernel"] == "mla_decode_percall"} for run in ours_runs]
+    rounds = min(len(ours), len(fm))
+    first = ours_runs[0]
+    print(f"device {first.get('device', '?')}; copy {first.get('copy_gbs', 0):.0f} GB/s; mla_decode, bf16, page 64"
+          + (f"; medians over {rounds} alternated rounds" if rounds > 1 else ""))
     print(f"{'shape':<32}{'ours TF/s':>10}{'FlashMLA':>10}{'ours GB/s':>11}{'FlashMLA':>10}{'ours/FlashMLA':>15}"
-          f"{'per call':>10}")
-    for r in ours["results"]:
-        k = key(r)
-        if r["kernel"] != "mla_decode" or k not in fm:
+          f"{'per call':>10}" + ("  each round" if rounds > 1 else ""))
+    for k in [key(r) for r in ours_runs[0]["results"] if r["kernel"] == "mla_decode"]:
+        if k is None or any(k not in fm[i] or k not in ours[i] for i in range(rounds)):
             continue
-        f = fm[k]
-        p = per_call.get(k)
-        print(f"{'b=%d h=%d s_q=%d s_k~%d' % k:<32}{r['tflops']:10.1f}{f['tflops']:10.1f}"
-              f"{r['gbs']:11.0f}{f['gbs']:10.0f}{f['ms'] / r['ms']:14.2f}x"
-              f"{'%9.2fx' % (f['ms'] / p['ms']) if p else '%10s' % '-'}")
+        o_ms = median([ours[i][k]["ms"] for i in range(rounds)])
+        f_ms = median([fm[i][k]["ms"] for i in range(rounds)])
+        o_tf = median([ours[i][k]["tflops"] for i in range(rounds)])
+        f_tf = median([fm[i][k]["tflops"] for i in range(rounds)])
+        o_gb = median([ours[i][k]["gbs"] for i in range(rounds)])
+        f_gb = median([fm[i][k]["gbs"] for i in range(rounds)])
+        pc = [per_call[i][k]["ms"] for i in range(rounds) if k in per_call[i]]
+        line = (f"{'b=%d h=%d s_q=%d s_k~%d' % k:<32}{o_tf:10.1f}{f_tf:10.1f}{o_gb:11.0f}{f_gb:10.0f}"
+                f"{f_ms / o_ms:14.2f}x" + (f"{f_ms / median(pc):9.2f}x" if pc else f"{'-':>10}"))
+        if rounds > 1:
+            line += "  " + " ".join(f"{fm[i][k]['ms'] / ours[i][k]['ms']:.3f}" for i in range(rounds))
+        print(line)
 
 
 def main():
@@ -314,7 +332,8 @@ def main():
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--trace", type=int, default=0, metavar="N",
                     help="after each shape, N calls under torch.profiler: each kernel's start and end")
-    ap.add_argument("--compare", nargs=2, metavar=("OURS_JSON", "FLASHMLA_JSON"))
+    ap.add_argument("--compare", nargs=2, metavar=("OURS_JSON", "FLASHMLA_JSON"),
+                    help="the table of ours against FlashMLA; each may list several runs, comma-separated")
     args = ap.parse_args()
     if args.compare:
         compare(*args.compare)

@@ -84,6 +84,15 @@ CASES = {
                                                 kv_lora_rank=512, q_lora_rank=64, qk_rope_head_dim=64,
                                                 qk_nope_head_dim=128, v_head_dim=128, rope_interleave=False,
                                                 **ONE_GROUP), 70, "eager"),
+    # 300-token prompts: three query tiles of 128 per head, so each CTA of the Hopper MHA kernel
+    # walks a pair of them, qk 192 / v 128 (DeepSeek's) and qk 128 / v 128 (the lookahead: the pair's
+    # second tile's first S product issued under the first tile's output).
+    "v2_16_heads_qk_192_300_tokens": (V2, dict(num_attention_heads=16, num_key_value_heads=16, hidden_size=256,
+                                               kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+                                               v_head_dim=128, max_position_embeddings=1024), 300, "eager"),
+    "v2_16_heads_qk_128_300_tokens": (V2, dict(num_attention_heads=16, num_key_value_heads=16, hidden_size=256,
+                                               kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=64,
+                                               v_head_dim=128, max_position_embeddings=1024), 300, "eager"),
     "v2_one_expert": (V2, dict(n_routed_experts=1, num_experts_per_tok=1), 40, "eager"),
     "v2_dynamic_rope": (V2, dict(rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}), 40,
                         "eager"),

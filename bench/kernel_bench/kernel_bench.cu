@@ -46,8 +46,9 @@
 //                  (segment_trace_bench.cu; a build with -DMLASERVE_MLA_SEGMENT_TRACE=ON)
 //   --small-shapes "b,h,s_k;...", --small-variants "auto,pages=4,...": only these mla_decode_small
 //   shapes / ways of cutting the keys (latent_small_bench.cu)
-//   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, each
-//   row's time the median of its passes (default 1)
+//   --repeat N: mha_prefill rows of a shape are timed in N passes over the rows in turn, pass p
+//   starting at row p (so with N a multiple of the rows each row is timed in every position),
+//   each row's time the median of its passes (default 1)
 //   --mha-min-seqlen S, --mha-rows: only mha_prefill shapes of sequences >= S, only these rows
 #include <algorithm>
 #include <cmath>
@@ -381,9 +382,18 @@ void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, in
       calls.emplace_back(row, [rp] { CheckStatus(kernels::MhaPrefill(rp, kCuda), "MhaPrefill"); });
     }
   }
-  std::vector<std::vector<double>> ms(calls.size());
+  // Pass p starts at row p (mod rows) and goes round: on an H100 under its power cap the rows of a
+  // pass ran 1-11% slower the later they came (two identical kernels, first and ninth row: 2026-12-06,
+  // docs/BENCHMARKS.md), so a fixed order favoured the first row (ours) over the last (cuDNN). With
+  // --repeat a multiple of the rows, every row is timed once in every position. The SM clock right
+  // after each timing goes with the row (JSON "sm_clock_mhz": the median over its passes).
+  std::vector<std::vector<double>> ms(calls.size()), mhz(calls.size());
   for (int pass = 0; pass < repeat; ++pass)
-    for (size_t c = 0; c < calls.size(); ++c) ms[c].push_back(MedianMs(calls[c].second, 2, 10));
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const size_t c = (static_cast<size_t>(pass) + i) % calls.size();
+      ms[c].push_back(MedianMs(calls[c].second, 2, 10));
+      mhz[c].push_back(MeasureSmClockMhz());
+    }
   const double flops = 2.0 * sq * heads * (dqk + kDv) / 2.0;
   char shape[128];
   if (ragged) {
@@ -394,9 +404,11 @@ void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, in
   }
   for (size_t c = 0; c < calls.size(); ++c) {
     std::sort(ms[c].begin(), ms[c].end());
+    std::sort(mhz[c].begin(), mhz[c].end());
     const double t = ms[c][ms[c].size() / 2];
     const double tflops = flops / (t * 1e-3) / 1e12;
     res.Add(MhaRowName(calls[c].first), shape, t, tflops, 0.0, tflops / ceil.gemm_tflops, "GEMM");
+    res.rows.back()["sm_clock_mhz"] = mhz[c][mhz[c].size() / 2];
   }
 }
 

@@ -10,7 +10,7 @@
 #           (BUILD=build-cuda TARGETS=mlaserve-kernel-bench tools/device/bundle.sh) and carry
 #           [".devpack-flashmla.tar.xz", ".devbin", ".devlibs"]: mlaserve-kernel-bench
 #           --only mla_decode then runs after FlashMLA, with one table of ours vs FlashMLA.
-# BUILD_TIMEOUT (s, default 300) bounds the compile: past it, or on a compiler error, the script
+# ROUNDS=N alternates FlashMLA's timing and ours N times (below). BUILD_TIMEOUT (s, default 300) bounds the compile: past it, or on a compiler error, the script
 # prints the error tail and exits 1 at once. KERNEL_BENCH=0 skips ours; KERNEL_BENCH_ARGS: more
 # flags for it (e.g. --no-mmasync).
 set -uo pipefail
@@ -53,21 +53,62 @@ echo "== [$((SECONDS - T0)) s] FlashMLA dense decode built"
 # ptxas's report for the splitkv kernel (registers, spills), as built here.
 grep -A 3 "Compiling entry function '_ZN4sm9028flash_fwd_splitkv_mla_kernel" "$OUT/build.log" | grep -E "Used|spill"
 
-timeout 300 "${BENCH[@]}" --json "$OUT/flashmla.json" "$@" 2>&1 | tee "$OUT/flashmla.txt"
-rc=${PIPESTATUS[0]}
-echo "== [$((SECONDS - T0)) s] FlashMLA check + timing rc=$rc"
-
-if [[ ${KERNEL_BENCH:-1} == 1 && -x .devbin/mlaserve-kernel-bench && -f $OUT/flashmla.json ]]; then
-  timeout 300 .devbin/mlaserve-kernel-bench --only mla_decode ${KERNEL_BENCH_ARGS:-} --json "$OUT/kernel_bench.json" \
-    > "$OUT/kernel_bench.txt" 2>&1
-  echo "== [$((SECONDS - T0)) s] mlaserve-kernel-bench --only mla_decode rc=$?"
-  cat "$OUT/kernel_bench.txt"
-  python3 tools/bench_flashmla_baseline.py --compare "$OUT/kernel_bench.json" "$OUT/flashmla.json" \
-    | tee "$OUT/table.txt"
+# ROUNDS=N (default 1): FlashMLA's timing and ours alternated N times, in the order F O, O F, F O, ...
+# (one run's GPU state -- an H100 under its power cap -- falls on both alike), then one table of
+# each side's median over the rounds and every round's pair. Each FlashMLA run writes
+# flashmla_rR.json, each of ours kernel_bench_rR.json; flashmla.json / kernel_bench.json are round 1's.
+ROUNDS=${ROUNDS:-1}
+ours_bench=0
+[[ ${KERNEL_BENCH:-1} == 1 && -x .devbin/mlaserve-kernel-bench ]] && ours_bench=1
+time_flashmla() {  # time_flashmla ROUND ARGS...
+  local r=$1 check=()
+  shift
+  (( r > 1 )) && check=(--skip-check)
+  timeout 300 "${BENCH[@]}" --json "$OUT/flashmla_r$r.json" "${check[@]}" "$@" > "$OUT/flashmla_r$r.txt" 2>&1
+  local status=$?
+  echo "== [$((SECONDS - T0)) s] FlashMLA check + timing, round $r: rc=$status"
+  (( r == 1 )) && { cat "$OUT/flashmla_r1.txt"; rc=$status; }
+}
+time_ours() {  # time_ours ROUND
+  (( ours_bench )) || return 0
+  # shellcheck disable=SC2086
+  timeout 300 .devbin/mlaserve-kernel-bench --only mla_decode ${KERNEL_BENCH_ARGS:-} --json "$OUT/kernel_bench_r$1.json" \
+    > "$OUT/kernel_bench_r$1.txt" 2>&1
+  echo "== [$((SECONDS - T0)) s] mlaserve-kernel-bench --only mla_decode, round $1: rc=$?"
+  (( $1 == 1 )) && cat "$OUT/kernel_bench_r1.txt"
+}
+rc=0
+done_rounds=0
+for (( r = 1; r <= ROUNDS; ++r )); do
+  # ROUNDS_DEADLINE (s since the start, default 420): no round starts past it (the call's 600).
+  if (( r > 1 && SECONDS - T0 > ${ROUNDS_DEADLINE:-420} )); then
+    echo "== [$((SECONDS - T0)) s] round $r not started (ROUNDS_DEADLINE)"
+    break
+  fi
+  if (( r % 2 == 1 )); then
+    time_flashmla "$r" "$@"
+    time_ours "$r"
+  else
+    time_ours "$r"
+    time_flashmla "$r" "$@"
+  fi
+  done_rounds=$r
+done
+cp "$OUT/flashmla_r1.json" "$OUT/flashmla.json" 2>/dev/null
+cp "$OUT/flashmla_r1.txt" "$OUT/flashmla.txt" 2>/dev/null
+if (( ours_bench )) && [[ -f $OUT/flashmla.json ]]; then
+  cp "$OUT/kernel_bench_r1.json" "$OUT/kernel_bench.json" 2>/dev/null
+  cp "$OUT/kernel_bench_r1.txt" "$OUT/kernel_bench.txt" 2>/dev/null
+  ours_files="" fm_files=""
+  for (( r = 1; r <= done_rounds; ++r )); do
+    [[ -f $OUT/kernel_bench_r$r.json && -f $OUT/flashmla_r$r.json ]] || continue
+    ours_files+="$OUT/kernel_bench_r$r.json," fm_files+="$OUT/flashmla_r$r.json,"
+  done
+  python3 tools/bench_flashmla_baseline.py --compare "${ours_files%,}" "${fm_files%,}" | tee "$OUT/table.txt"
 fi
 # NCU_SHAPES="b,s_k ..." (128 heads, one query token): ncu's per-kernel metrics of FlashMLA's two
 # launches (split-KV, combine) and of ours (the latent kernel, the combine) under the balanced
-# schedule and kAuto's plan, one call each, the same metrics: time, SM clock, how evenly the SMs
+# schedule and kAuto's plan (NCU_VARIANTS: mla_decode_small's variants, e.g. "balanced pages=128"), one call each, the same metrics: time, SM clock, how evenly the SMs
 # were busy (sm__cycles_active min / avg / max), DRAM bytes, instructions. Into $OUT/ncu.txt.
 if [[ -n ${NCU_SHAPES:-} && -f $OUT/flashmla.json ]]; then
   [[ -x $NCU_BIN ]] || { echo "flashmla_baseline: ncu not found (set NCU_BIN)"; exit 2; }
@@ -82,7 +123,7 @@ if [[ -n ${NCU_SHAPES:-} && -f $OUT/flashmla.json ]]; then
       echo "######## FlashMLA b=$b h=128 s_k~$sk"
       timeout 200 "${NCU[@]}" --kernel-name regex:'splitkv|combine' --launch-skip 6 --launch-count 4 \
         "${BENCH[@]}" --batch "$b" --heads 128 --sq 1 --sk "$sk" --skip-check
-      for variant in balanced auto; do
+      for variant in ${NCU_VARIANTS:-balanced auto}; do
         echo "######## ours b=$b h=128 s_k~$sk $variant"
         timeout 200 "${NCU[@]}" --kernel-name regex:'LatentAttentionSm90|MlaCombine' --launch-skip 40 \
           --launch-count 4 .devbin/mlaserve-kernel-bench --only mla_decode_small --small-shapes "$b,128,$sk" \
