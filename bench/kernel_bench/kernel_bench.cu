@@ -387,6 +387,12 @@ void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, in
   // docs/BENCHMARKS.md), so a fixed order favoured the first row (ours) over the last (cuDNN). With
   // --repeat a multiple of the rows, every row is timed once in every position. The SM clock right
   // after each timing goes with the row (JSON "sm_clock_mhz": the median over its passes).
+  static bool warned = false;
+  if (repeat > 1 && repeat % static_cast<int>(calls.size()) != 0 && !warned) {
+    std::printf("note: mha_prefill --repeat %d is not a multiple of the %zu rows: the rows take the passes' positions "
+                "unevenly\n", repeat, calls.size());
+    warned = true;
+  }
   std::vector<std::vector<double>> ms(calls.size()), mhz(calls.size());
   for (int pass = 0; pass < repeat; ++pass)
     for (size_t i = 0; i < calls.size(); ++i) {
