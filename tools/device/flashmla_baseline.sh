@@ -10,9 +10,9 @@
 #           (BUILD=build-cuda TARGETS=mlaserve-kernel-bench tools/device/bundle.sh) and carry
 #           [".devpack-flashmla.tar.xz", ".devbin", ".devlibs"]: mlaserve-kernel-bench
 #           --only mla_decode then runs after FlashMLA, with one table of ours vs FlashMLA.
-# ROUNDS=N alternates FlashMLA's timing and ours N times (below). BUILD_TIMEOUT (s, default 300) bounds the compile: past it, or on a compiler error, the script
-# prints the error tail and exits 1 at once. KERNEL_BENCH=0 skips ours; KERNEL_BENCH_ARGS: more
-# flags for it (e.g. --no-mmasync).
+# ROUNDS=N alternates FlashMLA's timing and ours N times (below). BUILD_TIMEOUT (s, default 300)
+# bounds the compile: past it, or on a compiler error, the script prints the error tail and exits 1
+# at once. KERNEL_BENCH=0 skips ours; KERNEL_BENCH_ARGS: more flags for it (e.g. --no-mmasync).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 T0=$SECONDS
@@ -108,8 +108,9 @@ if (( ours_bench )) && [[ -f $OUT/flashmla.json ]]; then
 fi
 # NCU_SHAPES="b,s_k ..." (128 heads, one query token): ncu's per-kernel metrics of FlashMLA's two
 # launches (split-KV, combine) and of ours (the latent kernel, the combine) under the balanced
-# schedule and kAuto's plan (NCU_VARIANTS: mla_decode_small's variants, e.g. "balanced pages=128"), one call each, the same metrics: time, SM clock, how evenly the SMs
-# were busy (sm__cycles_active min / avg / max), DRAM bytes, instructions. Into $OUT/ncu.txt.
+# schedule and kAuto's plan (NCU_VARIANTS: other mla_decode_small variants, e.g. "balanced pages=8"),
+# one call each, the same metrics: time, SM clock, how evenly the SMs were busy (sm__cycles_active
+# min / avg / max), DRAM bytes, instructions. Into $OUT/ncu.txt.
 if [[ -n ${NCU_SHAPES:-} && -f $OUT/flashmla.json ]]; then
   [[ -x $NCU_BIN ]] || { echo "flashmla_baseline: ncu not found (set NCU_BIN)"; exit 2; }
   METRICS=gpu__time_duration.sum,gpc__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max
