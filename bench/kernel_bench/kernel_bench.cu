@@ -388,9 +388,9 @@ void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, in
   // --repeat a multiple of the rows, every row is timed once in every position. The SM clock right
   // after each timing goes with the row (JSON "sm_clock_mhz": the median over its passes).
   static bool warned = false;
-  if (repeat > 1 && repeat % static_cast<int>(calls.size()) != 0 && !warned) {
+  if (calls.size() > 1 && repeat % static_cast<int>(calls.size()) != 0 && !warned) {
     std::printf("note: mha_prefill --repeat %d is not a multiple of the %zu rows: the rows take the passes' positions "
-                "unevenly\n", repeat, calls.size());
+                "unevenly (a row timed later in a pass runs slower on a power-capped GPU)\n", repeat, calls.size());
     warned = true;
   }
   std::vector<std::vector<double>> ms(calls.size()), mhz(calls.size());
