@@ -308,6 +308,22 @@ const char* MhaRowName(MhaRow row) {
   return "?";
 }
 
+// The default schedule's field a wgmma variant row flips, or null for a row that is not one.
+bool kernels::mha_sm90::Schedule::*FlippedField(MhaRow row) {
+  using S = kernels::mha_sm90::Schedule;
+  switch (row) {
+    case MhaRow::kWgmmaAlt: return &S::pingpong;
+    case MhaRow::kWgmmaSingle: return &S::paired;
+    case MhaRow::kWgmmaLaunched: return &S::persistent;
+    case MhaRow::kWgmmaDirect: return &S::staged_out;
+    case MhaRow::kWgmmaFlat: return &S::longest_first;
+    case MhaRow::kWgmmaDealt: return &S::tickets;
+    case MhaRow::kWgmmaLazy: return &S::lazy_rescale;
+    case MhaRow::kWgmmaAhead: return &S::lookahead;
+    default: return nullptr;
+  }
+}
+
 // The sequence lengths of a ragged batch: `total` tokens in lengths drawn uniformly from
 // [mean / 4, 7 mean / 4] (a fixed generator: every run the same batch), the last one cut to fit.
 std::vector<int> RaggedLengths(int mean, int total) {
@@ -362,19 +378,10 @@ void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, in
     kernels::MhaPrefillParams rp = p;
     rp.provider = row == MhaRow::kCudnn ? kernels::MhaPrefillProvider::kCudnn : kernels::MhaPrefillProvider::kOurs;
     rp.kernel = row == MhaRow::kMmaSync ? kernels::MhaPrefillKernel::kMmaSync : kernels::MhaPrefillKernel::kAuto;
-    if (row == MhaRow::kWgmmaAlt || row == MhaRow::kWgmmaSingle || row == MhaRow::kWgmmaLaunched ||
-        row == MhaRow::kWgmmaDirect || row == MhaRow::kWgmmaFlat || row == MhaRow::kWgmmaDealt ||
-        row == MhaRow::kWgmmaLazy || row == MhaRow::kWgmmaAhead) {
+    if (bool kernels::mha_sm90::Schedule::*field = FlippedField(row)) {
       if (!kernels::MhaPrefillWgmmaApplies(rp)) continue;  // not a Hopper GPU with an sm_90a build
       kernels::mha_sm90::Schedule schedule = kernels::mha_sm90::DefaultSchedule(dqk);
-      if (row == MhaRow::kWgmmaAlt) schedule.pingpong = !schedule.pingpong;
-      if (row == MhaRow::kWgmmaSingle) schedule.paired = !schedule.paired;
-      if (row == MhaRow::kWgmmaLaunched) schedule.persistent = !schedule.persistent;
-      if (row == MhaRow::kWgmmaDirect) schedule.staged_out = !schedule.staged_out;
-      if (row == MhaRow::kWgmmaFlat) schedule.longest_first = !schedule.longest_first;
-      if (row == MhaRow::kWgmmaDealt) schedule.tickets = !schedule.tickets;
-      if (row == MhaRow::kWgmmaLazy) schedule.lazy_rescale = !schedule.lazy_rescale;
-      if (row == MhaRow::kWgmmaAhead) schedule.lookahead = !schedule.lookahead;
+      schedule.*field = !(schedule.*field);
       calls.emplace_back(row, [rp, schedule] {
         CheckStatus(kernels::mha_sm90::Launch(rp, schedule, nullptr), "mha_sm90::Launch");
       });
