@@ -28,7 +28,7 @@
 //   sampling    : one token a row of logits, the cluster select against the sort path in the
 //                 same run (sampling_bench.cu); only with --only sampling
 // Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--no-mmasync] [--only KERNEL] [--repeat N]
-//                              [--mha-min-seqlen S] [--mha-rows NAME,...] [--mla-heads H]
+//                              [--mha-min-seqlen S] [--mha-shape D,H,S] [--mha-rows NAME,...] [--mla-heads H]
 //   --only mla_decode|mla_decode_small|mha_prefill|kv_pack|mla_prefill|sampling: just that family (the
 //   ceilings are always measured)
 //   --no-mmasync: no mla_decode / mla_prefill rows of the mma.sync latent kernel
@@ -50,6 +50,8 @@
 //   starting at row p (so with N a multiple of the rows each row is timed in every position),
 //   each row's time the median of its passes (default 1)
 //   --mha-min-seqlen S, --mha-rows: only mha_prefill shapes of sequences >= S, only these rows
+//   --mha-shape dqk,heads,seqlen: only that mha_prefill shape of equal sequences (no ragged rows;
+//                  a profiler run: every mha launch of the run is that shape's)
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -479,6 +481,7 @@ int main(int argc, char** argv) {
   std::string only;
   bool quick = false;
   int mha_repeat = 1, mha_min_seqlen = 0;
+  int mha_shape[3] = {0, 0, 0};  // --mha-shape dqk,heads,seqlen: only that mha_prefill shape (0: all)
   int mla_heads = 0;  // 0: the mla_decode rows at 128 and 16 heads
   bool mla_sq2_all = false;  // the s_q 2 rows at every batch and s_k, not only b 128, 8k
   int mla_shape[3] = {0, 0, 0};  // --mla-shape b,s_q,s_k: only that mla_decode shape (0: all)
@@ -507,6 +510,12 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
+    else if (std::strcmp(argv[i], "--mha-shape") == 0 && i + 1 < argc) {
+      if (std::sscanf(argv[++i], "%d,%d,%d", &mha_shape[0], &mha_shape[1], &mha_shape[2]) != 3) {
+        std::fprintf(stderr, "--mha-shape: '%s' is not dqk,heads,seqlen\n", argv[i]);
+        return 1;
+      }
+    }
     else if (std::strcmp(argv[i], "--mha-rows") == 0 && i + 1 < argc) {
       mha_rows.clear();
       for (const std::string& name : std::vector<std::string>(absl::StrSplit(argv[++i], ','))) {
@@ -522,7 +531,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--json FILE] [--quick] [--no-mmasync] [--small-shapes S] [--small-variants V] [--only KERNEL] "
-                   "[--repeat N] [--mha-min-seqlen S] [--mla-heads 128|16] [--mla-segment-trace] "
+                   "[--repeat N] [--mha-min-seqlen S] [--mha-shape dqk,heads,seqlen] [--mla-heads 128|16] [--mla-segment-trace] "
                    "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_launched,mha_prefill_direct,"
                    "mha_prefill_flat,mha_prefill_dealt,mha_prefill_lazy,mha_prefill_ahead,"
                    "mha_prefill_mmasync,mha_prefill_cudnn]\n",
@@ -615,6 +624,7 @@ int main(int argc, char** argv) {
         if ((quick && seqlen != 8192) || !wanted("mha_prefill")) continue;
         if (dqk == 128 && seqlen < 4096) continue;
         if (seqlen < mha_min_seqlen) continue;
+        if (mha_shape[0] != 0 && (dqk != mha_shape[0] || heads != mha_shape[1] || seqlen != mha_shape[2])) continue;
         std::vector<MhaRow> rows;
         for (MhaRow row : mha_rows) {
           if (row == MhaRow::kCudnn && !cudnn.ok()) continue;
@@ -635,7 +645,7 @@ int main(int argc, char** argv) {
   // order, dealt by round, one CTA an item, cuDNN.
   for (int heads : {128, 16})
     for (int mean : {1024, 2048, 4096}) {
-      if (quick || !wanted("mha_prefill") || mean < mha_min_seqlen) continue;
+      if (quick || !wanted("mha_prefill") || mean < mha_min_seqlen || mha_shape[0] != 0) continue;
       std::vector<MhaRow> rows;
       for (MhaRow row : mha_rows) {
         if (row == MhaRow::kCudnn && !cudnn.ok()) continue;

@@ -16,6 +16,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -192,6 +193,20 @@ absl::StatusOr<std::unique_ptr<Plan>> MakePlan(const GemmParams& p, cublasLtHand
         " ldc=", p.ldc, " (status ", static_cast<int>(hs), ")"));
   }
   plan->algo = result.algo;
+  // MLASERVE_GEMM_LOG_PLANS=1: one stderr line per plan made (a shape's first call on a stream):
+  // the algorithm's id, tile, split-K and reduction scheme, and the workspace it asks for. A
+  // non-zero workspace is what makes cuBLASLt put a memset before each of that shape's calls.
+  if (const char* log = std::getenv("MLASERVE_GEMM_LOG_PLANS"); log != nullptr && log[0] == '1') {
+    int32_t splitk = 0, scheme = 0, tile = 0, id = 0;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&plan->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written);
+    cublasLtMatmulAlgoConfigGetAttribute(&plan->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof(splitk), &written);
+    cublasLtMatmulAlgoConfigGetAttribute(&plan->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                                         &written);
+    cublasLtMatmulAlgoConfigGetAttribute(&plan->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &written);
+    std::fprintf(stderr, "gemm plan: m=%d n=%d k=%d batch=%d bias=%d algo=%d tile=%d splitk=%d reduction=%d workspace=%zu\n",
+                 p.m, p.n, p.k, p.batch, p.bias != nullptr, id, tile, splitk, scheme, result.workspaceSize);
+  }
   return plan;
 }
 
