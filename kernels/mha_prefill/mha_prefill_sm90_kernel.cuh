@@ -100,8 +100,15 @@ struct Sm90Tile {
   static constexpr int kConsumers = 256;
   static constexpr int kThreads = kConsumers + 128;  // + the producer warpgroup
   // setmaxnreg: the producer gives its registers to the consumers, which hold O (64 f32), S
-  // (64 f32) and P (32 x bf16x2) per thread. 128 * 24 + 256 * 240 <= 64K.
+  // (64 f32) and P (32 x bf16x2) per thread. The consumers can only take what the producer gave
+  // back to the CTA's pool: the CTA launches with kLaunchRegs a thread (64K over its threads,
+  // rounded down to whole 8-register units, as ptxas sizes a one-CTA-an-SM kernel), and a split
+  // beyond that leaves the consumers' setmaxnreg.inc waiting forever (a producer at 32 with the
+  // consumers at 240 hung the kernel: 2026-12-06).
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static_assert(128 * kProducerRegs + kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
+                "the consumers' registers exceed what the launch and the producer's release give the CTA");
   static constexpr uint32_t kQBytes = kBlockM * kDqk * sizeof(Bf16);
   static constexpr uint32_t kKBytes = kBlockN * kDqk * sizeof(Bf16);
   static constexpr uint32_t kVBytes = kBlockN * kDv * sizeof(Bf16);
@@ -529,6 +536,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           copy(args.tma_v.with(bar.v_full[stage], 0, kKeep), cta_v.partition_S(gV(_, _, n_tiles - 1 - i)),
                cta_v.partition_D(make_tensor(make_smem_ptr(ss.v[stage].data()), typename Tile::VLayout{})));
         };
+        // Not unrolled: four key tiles an iteration (the compiler's choice) need more than the
+        // producer's 24 registers, and their spills were reloaded from local memory every tile.
+#pragma unroll 1
         for (int i = 0; i < n_tiles; ++i) {
           const int g = loaded + i, stage = g & 1;
           if (g >= Tile::kStages) EmptyBarrier::wait(&bar.k_empty[stage], ((g >> 1) - 1) & 1);
