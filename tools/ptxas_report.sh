@@ -27,18 +27,7 @@ trap 'rm -rf "$SCRATCH"' EXIT
 status=0
 for src in "${SOURCES[@]}"; do
   # The unit's nvcc command with its object redirected and ptxas made verbose.
-  cmd=$(python3 - "$DB" "$PWD/$src" "$SCRATCH/unit.o" <<'PY'
-import json, shlex, sys
-db, src, obj = sys.argv[1:]
-for e in json.load(open(db)):
-    if e["file"] == src:
-        args = shlex.split(e["command"])
-        i = args.index("-o")
-        args[i + 1] = obj
-        print("cd " + shlex.quote(e["directory"]) + " && " + shlex.join(args[:i] + ["-Xptxas", "-v"] + args[i:]))
-        break
-PY
-)
+  cmd=$(python3 tools/unit_compile_command.py "$DB" "$PWD/$src" "$SCRATCH/unit.o")
   if [[ -z $cmd ]]; then
     echo "== $src: not in $DB"
     status=1

@@ -50,18 +50,7 @@ fi
 
 SCRATCH=$(mktemp -d)
 trap 'rm -rf "$SCRATCH"' EXIT
-cmd=$(python3 - "$DB" "$PWD/$SRC" "$SCRATCH/unit.o" <<'PY'
-import json, shlex, sys
-db, src, obj = sys.argv[1:]
-for e in json.load(open(db)):
-    if e["file"] == src:
-        args = shlex.split(e["command"])
-        i = args.index("-o")
-        args[i + 1] = obj
-        print("cd " + shlex.quote(e["directory"]) + " && " + shlex.join(args[:i] + ["-Xptxas", "-v"] + args[i:]))
-        break
-PY
-)
+cmd=$(python3 tools/unit_compile_command.py "$DB" "$PWD/$SRC" "$SCRATCH/unit.o")
 [[ -n $cmd ]] || { echo "sass_report: $SRC is not in $DB"; exit 2; }
 out=$(bash -c "$cmd" 2>&1) || { echo "sass_report: the compile failed"; echo "$out" | tail -20; exit 1; }
 PATH=$BIN:$PATH NVDISASM_PATH=$BIN "$BIN/cuobjdump" -sass "$SCRATCH/unit.o" > "$SCRATCH/unit.sass" || exit 1
