@@ -717,7 +717,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         o32(i) = zero ? 0u : cuda::PackBf16(tOrO(2 * i) * inv[half], tOrO(2 * i + 1) * inv[half]);
       }
       auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Bf16>{}, mma_o);
-      auto thr_stsm = stsm.get_thread_slice(wg_tid);
+      // The thread's stmatrix addresses are recomputed here for every tile (the empty asm hides
+      // that they are loop-invariant): hoisted out of the tile loop, as the compiler does without
+      // it, the eight of them stay live across it, spilled, and every output reloads them from
+      // local memory. Recomputed: +2.5% at qk 128, 4k tokens a sequence, 16 and 128 heads (H100,
+      // eight rounds; docs/BENCHMARKS.md, seventieth session).
+      int stsm_tid = wg_tid;
+      asm volatile("" : "+r"(stsm_tid));
+      auto thr_stsm = stsm.get_thread_slice(stsm_tid);
       copy(stsm, thr_stsm.retile_S(tOrOb), thr_stsm.partition_D(sO));
       // Each writer makes its generic-proxy writes visible to the async proxy (TMA) before the
       // barrier that hands the half to the issuing thread.
