@@ -12,7 +12,8 @@
 # sha256. For each kernel whose mangled name contains KERNEL_SUBSTRING (default: all): ptxas's
 # registers and spills, its warp roles (split at setmaxnreg: the consumers' part after
 # USETMAXREG.TRY_ALLOC, the producer's after USETMAXREG.DEALLOC), and every loop -- a backward
-# branch over at least 64 instructions -- with its size and its counts of local loads (LDL),
+# branch over at least 64 instructions, not from the out-of-line blocks past the last EXIT -- with
+# its size and its counts of local loads (LDL),
 # local stores (STL), wgmma (HGMMA), MUFU.EX2 and TMA loads (UTMALDG). A loop inside another is
 # listed too (its counts are part of the outer one's). SASS=FILE keeps the whole listing.
 # About 20-60 s a unit on two cores (the compile).
@@ -94,9 +95,12 @@ for name, ins in funcs:
                 continue
             part = [x for j, x in enumerate(ins) if role(j) == what.split()[0]]
             print(f"   {what}: {len(part)} instructions; {counts(part)}")
+    # Branches from past the function's last EXIT are its out-of-line blocks (an mbarrier wait's
+    # retry jumping back into the body), not loops.
+    last_exit = max((i for i, (_, t) in enumerate(ins) if re.match(r'(@!?U?P\w+ )?EXIT', t)), default=len(ins))
     seen = set()
     for i, (a, t) in enumerate(ins):
-        if "BRA" not in t:
+        if "BRA" not in t or i > last_exit:
             continue
         m = re.search(r'0x([0-9a-f]+)', t.split("BRA", 1)[1])
         if not m:
