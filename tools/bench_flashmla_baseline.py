@@ -286,11 +286,6 @@ def compare(ours_paths, flashmla_paths):
             return None
         return int(m.group(1)), int(m.group(2)), int(m.group(3) or 1), int(m.group(4))
 
-    def median(xs):
-        xs = sorted(xs)
-        n = len(xs)
-        return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
-
     fm = [{(r["batch"], r["heads"], r["s_q"], r["mean_sk"]): r for r in run["rows"] if r["lengths"] == "kernel-bench"}
           for run in fm_runs]
     ours = [{key(r): r for r in run["results"] if r["kernel"] == "mla_decode"} for run in ours_runs]
@@ -304,15 +299,14 @@ def compare(ours_paths, flashmla_paths):
     for k in [key(r) for r in ours_runs[0]["results"] if r["kernel"] == "mla_decode"]:
         if k is None or any(k not in fm[i] or k not in ours[i] for i in range(rounds)):
             continue
-        o_ms = median([ours[i][k]["ms"] for i in range(rounds)])
-        f_ms = median([fm[i][k]["ms"] for i in range(rounds)])
-        o_tf = median([ours[i][k]["tflops"] for i in range(rounds)])
-        f_tf = median([fm[i][k]["tflops"] for i in range(rounds)])
-        o_gb = median([ours[i][k]["gbs"] for i in range(rounds)])
-        f_gb = median([fm[i][k]["gbs"] for i in range(rounds)])
+        def med(side, field):  # the field's median over the rounds
+            return statistics.median(side[i][k][field] for i in range(rounds))
+
+        o_ms, f_ms = med(ours, "ms"), med(fm, "ms")
         pc = [per_call[i][k]["ms"] for i in range(rounds) if k in per_call[i]]
-        line = (f"{'b=%d h=%d s_q=%d s_k~%d' % k:<32}{o_tf:10.1f}{f_tf:10.1f}{o_gb:11.0f}{f_gb:10.0f}"
-                f"{f_ms / o_ms:14.2f}x" + (f"{f_ms / median(pc):9.2f}x" if pc else f"{'-':>10}"))
+        line = (f"{'b=%d h=%d s_q=%d s_k~%d' % k:<32}{med(ours, 'tflops'):10.1f}{med(fm, 'tflops'):10.1f}"
+                f"{med(ours, 'gbs'):11.0f}{med(fm, 'gbs'):10.0f}"
+                f"{f_ms / o_ms:14.2f}x" + (f"{f_ms / statistics.median(pc):9.2f}x" if pc else f"{'-':>10}"))
         if rounds > 1:
             line += "  " + " ".join(f"{fm[i][k]['ms'] / ours[i][k]['ms']:.3f}" for i in range(rounds))
         print(line)

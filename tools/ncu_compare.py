@@ -9,8 +9,11 @@ What the seventieth session read to compare our mha_prefill kernel with cuDNN's
 
 A metric a file lacks prints as "-" (ncu versions and GPUs name a few of them differently).
 """
-import csv
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ncu_table import rows_of  # noqa: E402  (ncu's raw CSV read as tools/ncu_table.py reads it)
 
 # (row label, ncu metric) in the order printed.
 METRICS = [
@@ -44,16 +47,7 @@ METRICS = [
 def last_launch(path):
     """The metrics (name -> text) of the last profiled launch in an ncu raw CSV."""
     with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    header = None
-    launches = []
-    for row in rows:
-        if "Kernel Name" in row and "ID" in row:
-            header = row
-            continue
-        if header is None or len(row) != len(header) or not row or row[0] in ("", "ID"):
-            continue  # the units line has an empty ID
-        launches.append(dict(zip(header, row)))
+        launches = rows_of(f.read().splitlines())
     if not launches:
         raise SystemExit(f"ncu_compare: no profiled launch in {path}")
     return launches[-1]
