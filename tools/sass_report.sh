@@ -13,7 +13,9 @@
 # registers and spills, its warp roles (split at setmaxnreg: the consumers' part after
 # USETMAXREG.TRY_ALLOC, the producer's after USETMAXREG.DEALLOC), and every loop -- a backward
 # branch over at least 64 instructions, not from the out-of-line blocks past the last EXIT -- with
-# its size and its counts of local loads (LDL),
+# its size, the sum of its instructions' stall counts (the fixed-latency cycles ptxas makes a warp
+# wait a trip, from the control bits; the seventy-first session read the HGMMA issue's R2UR waits
+# and the softmax's FADD chains there), and its counts of local loads (LDL),
 # local stores (STL), wgmma (HGMMA), MUFU.EX2 and TMA loads (UTMALDG). A loop inside another is
 # listed too (its counts are part of the outer one's). SASS=FILE keeps the whole listing.
 # About 20-60 s a unit on two cores (the compile).
@@ -63,6 +65,12 @@ python3 - "$SCRATCH/unit.sass" "$FILTER" <<'PY'
 import re, sys
 path, want = sys.argv[1], sys.argv[2]
 funcs, cur = [], None
+# Each instruction's stall count: the cycles its warp waits before issuing the next instruction,
+# set by ptxas in the control bits (bits 41-44 of the instruction's second 64-bit word, the line
+# after it). Their sum over a loop is the loop's fixed-latency waits a trip, before any dynamic
+# wait (ncu's "stall wait").
+stall = {}
+last = None
 for line in open(path):
     m = re.search(r'Function : (\S+)', line)
     if m:
@@ -71,11 +79,17 @@ for line in open(path):
         continue
     m = re.match(r'\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;', line)
     if m and cur is not None:
-        cur[1].append((int(m.group(1), 16), m.group(2)))
+        last = (len(funcs), int(m.group(1), 16))
+        cur[1].append((last[1], m.group(2)))
+        continue
+    m = re.match(r'\s*/\* (0x[0-9a-f]{16}) \*/\s*$', line)
+    if m and last is not None:
+        stall[last] = (int(m.group(1), 16) >> 41) & 0xF
+        last = None
 KINDS = (("LDL", "LDL"), ("STL", "STL"), ("HGMMA", "HGMMA"), ("EX2", "MUFU.EX2"), ("TMA", "UTMALDG"))
 def counts(ins):
     return " ".join(f"{k} {sum(1 for _, t in ins if pat in t)}" for k, pat in KINDS)
-for name, ins in funcs:
+for f, (name, ins) in enumerate(funcs, 1):
     if want and want not in name:
         continue
     print(f"-- {name}: {len(ins)} instructions; {counts(ins)}")
@@ -110,5 +124,7 @@ for name, ins in funcs:
         if j is None or j >= i or i - j < 64 or target in seen or role(j) != role(i):
             continue
         seen.add(target)
-        print(f"   loop {role(j)} 0x{target:x}-0x{a:x}: {i - j + 1} instructions; {counts(ins[j:i + 1])}")
+        cycles = sum(stall.get((f, x), 0) for x, _ in ins[j:i + 1])
+        print(f"   loop {role(j)} 0x{target:x}-0x{a:x}: {i - j + 1} instructions, {cycles} stall cycles; "
+              f"{counts(ins[j:i + 1])}")
 PY
