@@ -586,9 +586,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // running row maxima (log2 domain), sums and last rescale factors.
   int key_end[2], wg_key_end;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, alpha[2] = {1.0f, 1.0f};
-  // Whether the last softmax moved a reference maximum, so that O needs its rescale (always,
-  // unless Schedule::lazy_rescale; warp-uniform).
-  bool rescale = true;
+  // Per row half: whether the last softmax moved a reference maximum, so that O's rows of the
+  // half need their rescale (always, unless Schedule::lazy_rescale; warp-uniform).
+  bool rescale[2] = {true, true};
 
   auto qk_gemm = [&](int stage, int qb) {
     Tensor sK = make_tensor(make_smem_ptr(ss.k[stage].data()), typename Tile::KLayout{});
@@ -636,49 +636,48 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         if (key0 + get<1>(tScS(i)) >= key_end[(i >> 1) & 1]) tSrS(i) = -INFINITY;
       }
     }
-    // Row maxima and sums in kChains independent chains per row (element i is in chain
-    // (i / 4) % kChains), so the reductions are not one long dependent sequence.
+    // Each row half (element i is in half (i / 2) % 2) is reduced, voted on and exponentiated on
+    // its own, with a vote of its own: nothing joins the halves, so the compiler runs one half's
+    // maxima under the other's shuffles and vote, and its exponentials start without waiting for
+    // both (one vote over both rows had the 64 exponentials wait for all 72 maxima, two shuffle
+    // rounds and the vote's byte packing: qk 128, 128 heads, 4k, +3.5%; qk 192 +2%; H100, eight
+    // alternated rounds, docs/BENCHMARKS.md, seventy-first session). Maxima and sums in kChains
+    // independent chains per row (element group k = i / 4 in chain k % kChains), each started
+    // from its first elements.
     constexpr int kChains = 4;
-    float mx[2][kChains];
-#pragma unroll
-    for (int c = 0; c < kChains; ++c) mx[0][c] = mx[1][c] = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < size(tSrS); ++i) {
-      float& m = mx[(i >> 1) & 1][(i >> 2) % kChains];
-      m = fmaxf(m, tSrS(i));
-    }
-    float m_use[2], m_tile[2];
+    constexpr int kGroups = decltype(size(tSrS))::value / 4;
+    static_assert(kGroups >= kChains, "every chain starts from an element group");
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float m_row = fmaxf(fmaxf(mx[half][0], mx[half][1]), fmaxf(mx[half][2], mx[half][3]));
-      m_tile[half] = cuda::QuadMax(m_row) * scale_log2;
-    }
-    // Lazy rescale: the reference maximum of a row moves only when the tile's exceeds it by more
-    // than kLazyRescaleLog2 (P then stays below 2^8), and O is rescaled only when some row of
-    // the warp moved. The output and LSE are relative to the same reference, so they do not
-    // change beyond rounding.
-    rescale = !lazy_rescale ||
-              __any_sync(0xffffffffu, m_tile[0] > m_run[0] + kLazyRescaleLog2 || m_tile[1] > m_run[1] + kLazyRescaleLog2);
+      float mx[kChains];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float m_new = rescale ? fmaxf(m_run[half], m_tile[half]) : m_run[half];
-      m_use[half] = m_new == -INFINITY ? 0.0f : m_new;  // a row without keys so far: P = 0
-      if (rescale) {
-        alpha[half] = cuda::FastExp2(m_run[half] - m_use[half]);
+      for (int k = 0; k < kGroups; ++k) {
+        const float pair = fmaxf(tSrS(4 * k + 2 * half), tSrS(4 * k + 2 * half + 1));
+        mx[k % kChains] = k < kChains ? pair : fmaxf(mx[k % kChains], pair);
+      }
+      const float m_tile = cuda::QuadMax(fmaxf(fmaxf(mx[0], mx[1]), fmaxf(mx[2], mx[3]))) * scale_log2;
+      // Lazy rescale: the half's reference maxima move only when some row of the warp's half
+      // sees a tile maximum more than kLazyRescaleLog2 above its own (P then stays below 2^8);
+      // O's rows of the half are rescaled only then. The vote keeps the skip warp-uniform; the
+      // output and LSE are relative to the same reference, so they change only by rounding.
+      rescale[half] = __any_sync(0xffffffffu, !lazy_rescale || m_tile > m_run[half] + kLazyRescaleLog2);
+      const float m_new = rescale[half] ? fmaxf(m_run[half], m_tile) : m_run[half];
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row without keys so far: P = 0
+      if (rescale[half]) {
+        alpha[half] = cuda::FastExp2(m_run[half] - m_use);
         l_run[half] *= alpha[half];
       }
       m_run[half] = m_new;
-    }
-    float sum[2][kChains] = {};
+      float sum[kChains];
 #pragma unroll
-    for (int i = 0; i < size(tSrS); ++i) {
-      const int half = (i >> 1) & 1;
-      tSrS(i) = cuda::FastExp2(fmaf(tSrS(i), scale_log2, -m_use[half]));
-      sum[half][(i >> 2) % kChains] += tSrS(i);
-    }
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      l_run[half] += (sum[half][0] + sum[half][1]) + (sum[half][2] + sum[half][3]);
+      for (int k = 0; k < kGroups; ++k) {
+        float& a = tSrS(4 * k + 2 * half);
+        float& b = tSrS(4 * k + 2 * half + 1);
+        a = cuda::FastExp2(fmaf(a, scale_log2, -m_use));
+        b = cuda::FastExp2(fmaf(b, scale_log2, -m_use));
+        sum[k % kChains] = k < kChains ? a + b : sum[k % kChains] + (a + b);
+      }
+      l_run[half] += (sum[0] + sum[1]) + (sum[2] + sum[3]);
     }
   };
   auto convert_p = [&] {
@@ -686,9 +685,19 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < size(p32); ++i) p32(i) = cuda::PackBf16(tSrS(2 * i), tSrS(2 * i + 1));
   };
+  // O's rows of each half whose reference maxima the last softmax moved (alpha is that half's
+  // factor then, and stale otherwise).
   auto rescale_o = [&] {
 #pragma unroll
-    for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= alpha[(i >> 1) & 1];
+    for (int half = 0; half < 2; ++half) {
+      if (rescale[half]) {
+#pragma unroll
+        for (int i = 2 * half; i < size(tOrO); i += 4) {
+          tOrO(i) *= alpha[half];
+          tOrO(i + 1) *= alpha[half];
+        }
+      }
+    }
   };
   // The staged output of this warpgroup's rows row0.. of query tile `it` (some row < lq): O * inv
   // as bf16 into the warpgroup's half of the O tile (zeros where `zero`: a tile that sees no key,
@@ -878,7 +887,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         // Warpgroup 0 goes first; afterwards each waits until the other has issued.
         if (pingpong && !(wg == 0 && i == 1)) cutlass::arch::NamedBarrier::sync(Tile::kConsumers, kTurnBarrier + wg);
         qk_gemm(stage(i), qb);
-        if (rescale) rescale_o();
+        rescale_o();
         FullBarrier::wait(&bar.v_full[stage(i - 1)], phase(i - 1));
         pv_gemm(stage(i - 1), i == 1);
         // Warpgroup 1's last turn has nobody left to wake.
@@ -894,7 +903,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       warpgroup_wait<0>();
       if (last >= 1) release(&bar.v_empty[stage(last - 1)]);
       convert_p();
-      if (rescale) rescale_o();
+      rescale_o();
     }
     // The statistics are final: the row's normaliser and LSE (a row that saw no key: 0, -inf).
 #pragma unroll
