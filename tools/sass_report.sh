@@ -15,7 +15,8 @@
 # branch over at least 64 instructions, not from the out-of-line blocks past the last EXIT -- with
 # its size, the sum of its instructions' stall counts (the fixed-latency cycles ptxas makes a warp
 # wait a trip, from the control bits; the seventy-first session read the HGMMA issue's R2UR waits
-# and the softmax's FADD chains there), and its counts of local loads (LDL),
+# and the softmax's FADD chains there; a proxy for a warp's path, not a time: it ignores which
+# waits overlap), and its counts of local loads (LDL),
 # local stores (STL), wgmma (HGMMA), MUFU.EX2 and TMA loads (UTMALDG). A loop inside another is
 # listed too (its counts are part of the outer one's). SASS=FILE keeps the whole listing.
 # About 20-60 s a unit on two cores (the compile).
