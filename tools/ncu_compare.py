@@ -39,6 +39,10 @@ METRICS = [
     ("stalled: math pipe throttle / issue", "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio"),
     ("stalled: branch resolving / issue", "smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio"),
     ("stalled: wgmma / issue", "smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio"),
+    ("L1 / shared data bank reads %", "l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed"),
+    ("L1 / shared data bank writes %", "l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed"),
+    ("L2 throughput %", "lts__throughput.avg.pct_of_peak_sustained_elapsed"),
+    ("DRAM throughput %", "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
     ("L2 hit %", "lts__t_sector_hit_rate.pct"),
     ("DRAM read MB", "dram__bytes_read.sum"),
 ]
