@@ -647,6 +647,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     constexpr int kChains = 4;
     constexpr int kGroups = decltype(size(tSrS))::value / 4;
     static_assert(kGroups >= kChains, "every chain starts from an element group");
+    static_assert(kChains == 4, "the chains' final combines below are written out for four");
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float mx[kChains];
