@@ -94,18 +94,22 @@ __device__ __forceinline__ void ProjectRow(const CombineArgs& a, const uint4* la
 // The merge's arithmetic, shared by both combine kernels so that they write the same bytes.
 // One piece (its LSE and this lane's columns of its partial) into a running max, sum and
 // weighted output: the online softmax.
-__device__ __forceinline__ void AddPiece(float ls, const float4 (&x)[kCombineVecsPerLane], float& m, float& l,
-                                         float4 (&acc)[kCombineVecsPerLane]) {
+// kVecs: this lane's float4 columns of the row (all of them, or the one the lean kernel's many-piece
+// rows merge at a time). The roundings are spelled out (__fmaf_rn, __fmul_rn) so that every
+// kernel and instantiation computes the same bits: left to the compiler, a * b + c * d may
+// contract either way, and did differently in two instantiations (2026-12-06).
+template <int kVecs = kCombineVecsPerLane>
+__device__ __forceinline__ void AddPiece(float ls, const float4 (&x)[kVecs], float& m, float& l, float4 (&acc)[kVecs]) {
   const float m_new = fmaxf(m, ls);
   const float keep = expf(m - m_new), w = expf(ls - m_new);
-  l = l * keep + w;
+  l = __fmaf_rn(l, keep, w);
   m = m_new;
 #pragma unroll
-  for (int j = 0; j < kCombineVecsPerLane; ++j) {
-    acc[j].x = acc[j].x * keep + w * x[j].x;
-    acc[j].y = acc[j].y * keep + w * x[j].y;
-    acc[j].z = acc[j].z * keep + w * x[j].z;
-    acc[j].w = acc[j].w * keep + w * x[j].w;
+  for (int j = 0; j < kVecs; ++j) {
+    acc[j].x = __fmaf_rn(w, x[j].x, __fmul_rn(acc[j].x, keep));
+    acc[j].y = __fmaf_rn(w, x[j].y, __fmul_rn(acc[j].y, keep));
+    acc[j].z = __fmaf_rn(w, x[j].z, __fmul_rn(acc[j].z, keep));
+    acc[j].w = __fmaf_rn(w, x[j].w, __fmul_rn(acc[j].w, keep));
   }
 }
 
@@ -121,23 +125,26 @@ __device__ __forceinline__ void GroupWeights(const float (&m)[kCombineWarps], co
 #pragma unroll
   for (int g = 0; g < kCombineWarps; ++g) {
     scale[g] = m[g] == -INFINITY ? 0.0f : expf(m[g] - m_all);
-    total += scale[g] * l[g];
+    total = __fmaf_rn(scale[g], l[g], total);
   }
   const float inv = total > 0.0f ? 1.0f / total : 0.0f;
 #pragma unroll
   for (int g = 0; g < kCombineWarps; ++g) c[g] = scale[g] * inv;
 }
 
+// sum += c x, rounded once per element (MergedColumn's step; the lean kernel's too).
+__device__ __forceinline__ void AddWeighted(float c, const float4& x, float4& sum) {
+  sum.x = __fmaf_rn(c, x.x, sum.x);
+  sum.y = __fmaf_rn(c, x.y, sum.y);
+  sum.z = __fmaf_rn(c, x.z, sum.z);
+  sum.w = __fmaf_rn(c, x.w, sum.w);
+}
+
 // One float4 column of the merged row: the groups' outputs in group order, packed to bf16.
 __device__ __forceinline__ uint2 MergedColumn(const float (&c)[kCombineWarps], const float4 (&v)[kCombineWarps]) {
   float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-  for (int g = 0; g < kCombineWarps; ++g) {
-    sum.x += c[g] * v[g].x;
-    sum.y += c[g] * v[g].y;
-    sum.z += c[g] * v[g].z;
-    sum.w += c[g] * v[g].w;
-  }
+  for (int g = 0; g < kCombineWarps; ++g) AddWeighted(c[g], v[g], sum);
   return make_uint2(cuda::PackBf16(sum.x, sum.y), cuda::PackBf16(sum.z, sum.w));
 }
 
@@ -280,28 +287,45 @@ __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid
 constexpr int kRowsWarps = 8;
 constexpr int kRowsThreads = 32 * kRowsWarps;
 
-__global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __grid_constant__ CombineArgs a) {
-  const int b = blockIdx.y;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int r = blockIdx.x * kRowsWarps + warp;  // the request's row: query i, head h
-  const int q_start = a.cu_seqlens_q[b];         // readable before the wait, as in MlaCombineKernel
+// A warp-per-row kernel's row: its request's row r (query i, head h), the pieces to merge and
+// where it writes. kBatchMajor: the requests along the grid's x, the row blocks along y.
+struct CombineRow {
+  int64_t out_row = 0;
+  RowPieces pieces;
+};
+// The two warp-per-row kernels' start, this warp's row in `row`; false where it has nothing to
+// merge (past the request's queries, or written whole by the attention kernel). Includes the PDL
+// wait: the lengths are readable before it (as in MlaCombineKernel) and the pieces too (PiecesOf),
+// so their loads go first. A balanced schedule's request in one piece, which the attention kernel
+// wrote: its CTAs (a request's rows, all alike) leave before the wait, while the attention
+// kernel's last CTAs still run, not after it completed (at b 128, s_q 2, 16k, three quarters of
+// 4096 CTAs). CTA (0, 0) always waits, so that the grid completes only after the attention kernel
+// did: a kernel after this one may read what it wrote.
+template <bool kBatchMajor>
+__device__ __forceinline__ bool StartCombineRow(const CombineArgs& a, CombineRow& row) {
+  const int b = kBatchMajor ? blockIdx.x : blockIdx.y;
+  const int r = (kBatchMajor ? blockIdx.y : blockIdx.x) * kRowsWarps + threadIdx.x / 32;
+  const int q_start = a.cu_seqlens_q[b];
   const int lq = a.cu_seqlens_q[b + 1] - q_start;
   const int lk = a.pieces == nullptr ? a.seqlens_k[b] : 0;
   const int i = r / a.num_heads, h = r % a.num_heads;
-  const RowPieces pieces = PiecesOf(a, b, i, h, lk);  // before the wait, so its loads go first
-  // A balanced schedule's request in one piece, which the attention kernel wrote: its CTAs (a
-  // request's rows, all alike) leave before the wait, while the attention kernel's last CTAs
-  // still run, not after it completed (at b 128, s_q 2, 16k, three quarters of 4096 CTAs). CTA
-  // (0, 0) always waits, so that this grid completes only after the attention kernel did: a
-  // kernel after this one may read what it wrote.
-  if (a.pieces != nullptr && pieces.n <= 1 && (blockIdx.x | blockIdx.y) != 0) return;
+  row.pieces = PiecesOf(a, b, i, h, lk);
+  if (a.pieces != nullptr && row.pieces.n <= 1 && (blockIdx.x | blockIdx.y) != 0) return false;
   cuda::PdlWaitForPrerequisites();
   cuda::PdlReleaseDependents();
-  if (i >= lq) return;
-  const int64_t out_row = static_cast<int64_t>(q_start + i) * a.num_heads + h;
-  const int n = pieces.n;
-  const int64_t first = pieces.first, stride = pieces.stride;
-  if (a.pieces != nullptr && n <= 1) return;  // written directly by the attention kernel
+  if (i >= lq) return false;
+  row.out_row = static_cast<int64_t>(q_start + i) * a.num_heads + h;
+  return a.pieces == nullptr || row.pieces.n > 1;  // n <= 1: written directly by the attention kernel
+}
+
+template <bool kBatchMajor>
+__global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __grid_constant__ CombineArgs a) {
+  const int lane = threadIdx.x % 32;
+  CombineRow row;
+  if (!StartCombineRow<kBatchMajor>(a, row)) return;
+  const int64_t out_row = row.out_row;
+  const int n = row.pieces.n;
+  const int64_t first = row.pieces.first, stride = row.pieces.stride;
   constexpr int kGroups = kCombineWarps;
   auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) {  // zeros past the row's n pieces
     if (s < n) {
@@ -355,6 +379,107 @@ __global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __
   if (a.lse != nullptr && lane == 0) a.lse[out_row] = RowLse(total, m_all);
 }
 
+// The warp-per-row combine for rows of at most 4 pieces, in fewer registers
+// (MLASERVE_MLA_COMBINE_LEAN). MlaCombineRowsKernel holds every group's first piece in its own
+// accumulator and the later rounds' loads beside them (118 registers), so two of its CTAs fit an
+// SM: 16 warps. FlashMLA's combine (48 registers, 40 warps an SM) took 14.8 us where ours took
+// 17.5 (H100, ncu, b 64 4k, balanced, 2026-12-06). Where a row has at most 4 pieces each group
+// holds at most one, whose online update is exact (m = its LSE, l = 1 or 0, acc = its partial),
+// so the merge is GroupWeights over the LSEs and then sum += c[g] x_g over the groups in order
+// (MergedColumn's steps; an empty or absent group adds c = 0 times 0). This kernel runs exactly
+// that with one sum: the LSEs (a lane each) and pieces 0 and 1 in one round, pieces 2 and 3 into
+// the same registers once 0 and 1 are added -- the same bytes as the other two kernels. A row of
+// more pieces (a graph planned for a longer context than it runs can cut a request more often
+// than its plan's max_pieces) runs the groups' online updates one float4 column at a time from
+// global memory: slow, but the same bytes. On the H100 (2026-12-06) it doubled the combine's
+// active warps without shortening it much (ncu 17.3 against 17.5 us), and with the request-major
+// grid the balanced 128-head rows ran 0.2-0.7% faster (b 64 4k / 8k / 16k +0.6 / +0.7 / +0.4%).
+template <bool kBatchMajor>
+__global__ void __launch_bounds__(kRowsThreads, 4) MlaCombineRowsLeanKernel(const __grid_constant__ CombineArgs a) {
+  const int lane = threadIdx.x % 32;
+  CombineRow row;
+  if (!StartCombineRow<kBatchMajor>(a, row)) return;
+  const int64_t out_row = row.out_row;
+  const int n = row.pieces.n;
+  const int64_t first = row.pieces.first, stride = row.pieces.stride;
+  constexpr int kGroups = kCombineWarps;
+  float m[kGroups], l[kGroups], c[kGroups], total, m_all;
+  if (n <= kGroups) {  // one round for the LSEs and pieces 0-1, one more for pieces 2-3
+    auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) {  // zeros past the row's n pieces
+      if (s < n) {
+        LoadPartial(a, first + s * stride, lane, x);
+        return;
+      }
+#pragma unroll
+      for (int j = 0; j < kCombineVecsPerLane; ++j) x[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    };
+    const float my_lse = lane < n ? __ldcs(a.part_lse + first + lane * stride) : -INFINITY;
+    float4 x0[kCombineVecsPerLane], x1[kCombineVecsPerLane];
+    load(0, x0);
+    load(1, x1);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      m[g] = __shfl_sync(0xffffffffu, my_lse, g);
+      l[g] = m[g] == -INFINITY ? 0.0f : 1.0f;
+    }
+    GroupWeights(m, l, c, total, m_all);
+    if (a.lse != nullptr && lane == 0) a.lse[out_row] = RowLse(total, m_all);
+    unsigned live_groups = 0;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) live_groups |= m[g] != -INFINITY ? 1u << g : 0u;
+    float4 sum[kCombineVecsPerLane];
+    auto add = [&](int g, const float4 (&x)[kCombineVecsPerLane]) {  // an empty piece adds c[g] = 0 times 0
+      const bool live = (live_groups >> g) & 1u;
+#pragma unroll
+      for (int j = 0; j < kCombineVecsPerLane; ++j) AddWeighted(c[g], live ? x[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f), sum[j]);
+    };
+#pragma unroll
+    for (int j = 0; j < kCombineVecsPerLane; ++j) sum[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    add(0, x0);
+    load(2, x0);
+    add(1, x1);
+    load(3, x1);
+    add(2, x0);
+    add(3, x1);
+#pragma unroll
+    for (int j = 0; j < kCombineVecsPerLane; ++j) {
+      const int v = lane + 32 * j;  // float4 column: latent dims 4v .. 4v + 3
+      if (4 * v >= a.rank) break;
+      *reinterpret_cast<uint2*>(a.out + out_row * a.rank + 4 * v) =
+          make_uint2(cuda::PackBf16(sum[j].x, sum[j].y), cuda::PackBf16(sum[j].z, sum[j].w));
+    }
+  } else {
+#pragma unroll 1
+    for (int j = 0; j < kCombineVecsPerLane; ++j) {
+      const int v = lane + 32 * j;
+      if (4 * v >= a.rank) break;
+      float4 acc[kGroups][1];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        acc[g][0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+      for (int s0 = 0; s0 < n; s0 += kGroups) {
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g) {
+          const int64_t row = first + (s0 + g) * stride;
+          const float ls = s0 + g < n ? __ldcs(a.part_lse + row) : -INFINITY;
+          if (ls == -INFINITY) continue;  // past n, or an empty piece
+          const float4 x[1] = {__ldcs(reinterpret_cast<const float4*>(a.part_out + row * a.rank) + v)};
+          AddPiece<1>(ls, x, m[g], l[g], acc[g]);
+        }
+      }
+      GroupWeights(m, l, c, total, m_all);
+      float4 col[kGroups];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) col[g] = acc[g][0];
+      *reinterpret_cast<uint2*>(a.out + out_row * a.rank + 4 * v) = MergedColumn(c, col);
+      if (j == 0 && a.lse != nullptr && lane == 0) a.lse[out_row] = RowLse(total, m_all);
+    }
+  }
+}
+
 }  // namespace
 
 // The schedule, order and combine kernels run next to the attention kernel, which takes all of an
@@ -369,19 +494,44 @@ absl::Status PreferSharedCarveout(const void* kernel, const char* name) {
   return absl::OkStatus();
 }
 
-absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, bool few_pieces, cudaStream_t s) {
+absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, bool few_pieces, int max_pieces,
+                           cudaStream_t s) {
   const bool project = args.value.w != nullptr;
   // MLASERVE_MLA_COMBINE_ROWS (read per call; tests, A/B timing): 0 = never the rows kernel,
   // 1 = wherever there is no projection, unset = where the caller expects few pieces.
   const char* rows_env = std::getenv("MLASERVE_MLA_COMBINE_ROWS");
   const bool rows = !project && (rows_env != nullptr ? std::strcmp(rows_env, "0") != 0 : few_pieces);
-  if (rows) {
-    RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(MlaCombineRowsKernel), "MlaCombineRowsKernel carveout"));
+  // MLASERVE_MLA_COMBINE_LEAN (read per call): 0 = never the lean rows kernel, 1 = wherever the
+  // rows kernel runs, unset = where the plan bounds the pieces a row at kCombineFewPieces.
+  const char* lean_env = std::getenv("MLASERVE_MLA_COMBINE_LEAN");
+  const bool bounded = max_pieces > 0 && max_pieces <= kCombineFewPieces;
+  // The rows kernels' grid has the requests along x (consecutive CTAs: one row block of each
+  // request in turn, as FlashMLA's combine), where the row blocks fit the grid's y (65535);
+  // MLASERVE_MLA_COMBINE_BATCH_MAJOR=0 (read per call; tests, A/B timing) puts the row blocks
+  // along x. With the lean kernel it measured 0-0.5% faster on the H100, even with the other
+  // (2026-12-06, seventy-third session).
+  const auto row_blocks = static_cast<unsigned>((max_rows + kRowsWarps - 1) / kRowsWarps);
+  const char* major_env = std::getenv("MLASERVE_MLA_COMBINE_BATCH_MAJOR");
+  const bool batch_major = row_blocks <= 65535 && (major_env == nullptr || std::strcmp(major_env, "0") != 0);
+  const dim3 rows_grid = batch_major ? dim3(static_cast<unsigned>(args.batch), row_blocks)
+                                     : dim3(row_blocks, static_cast<unsigned>(args.batch));
+  if (rows && (lean_env != nullptr ? std::strcmp(lean_env, "0") != 0 : bounded)) {
+    const auto kernel = batch_major ? MlaCombineRowsLeanKernel<true> : MlaCombineRowsLeanKernel<false>;
+    RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(kernel), "MlaCombineRowsLeanKernel carveout"));
     cuda::LaunchShape shape;
-    shape.grid = dim3(static_cast<unsigned>((max_rows + kRowsWarps - 1) / kRowsWarps), static_cast<unsigned>(args.batch));
+    shape.grid = rows_grid;
     shape.block = dim3(kRowsThreads);
     shape.stream = s;
-    return cuda::LaunchPdl("MlaCombineRowsKernel", shape, MlaCombineRowsKernel, args);
+    return cuda::LaunchPdl("MlaCombineRowsLeanKernel", shape, kernel, args);
+  }
+  if (rows) {
+    const auto kernel = batch_major ? MlaCombineRowsKernel<true> : MlaCombineRowsKernel<false>;
+    RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(kernel), "MlaCombineRowsKernel carveout"));
+    cuda::LaunchShape shape;
+    shape.grid = rows_grid;
+    shape.block = dim3(kRowsThreads);
+    shape.stream = s;
+    return cuda::LaunchPdl("MlaCombineRowsKernel", shape, kernel, args);
   }
   const auto kernel = project ? MlaCombineKernel<true> : MlaCombineKernel<false>;
   RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(kernel), "MlaCombineKernel carveout"));

@@ -50,7 +50,11 @@ absl::Status PreferSharedCarveout(const void* kernel, const char* name);
 // few pieces a row (about kCombineFewPieces; one warp takes each row's pieces in rounds of 4),
 // and without a projection the combine runs a warp per row, writing the same bytes
 // (MLASERVE_MLA_COMBINE_ROWS, read per call, overrides: 0 never, 1 always).
+// max_pieces: the most pieces the plan expects a row to have (0: no bound); where it is at most
+// kCombineFewPieces the warp per row runs in fewer registers (MlaCombineRowsLeanKernel, the same
+// bytes; MLASERVE_MLA_COMBINE_LEAN, read per call, overrides: 0 never, 1 wherever a warp per row runs).
 inline constexpr int kCombineFewPieces = 4;
-absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, bool few_pieces, cudaStream_t s);
+absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, bool few_pieces, int max_pieces,
+                           cudaStream_t s);
 
 }  // namespace mlaserve::kernels::mla_decode_internal

@@ -332,7 +332,7 @@ absl::Status MlaDecodeBalanced(const MlaParams& p, const MlaDecodePlan& plan, vo
   // A long request among short ones is cut into many pieces: its rows would take many rounds of
   // one warp each, so the warp-per-row combine runs only where the plan expects a few.
   const bool few_pieces = plan.max_pieces > 0 && plan.max_pieces <= mla_decode_internal::kCombineFewPieces;
-  return LaunchCombine(args, max_rows, few_pieces, s);
+  return LaunchCombine(args, max_rows, few_pieces, plan.max_pieces, s);
 }
 
 }  // namespace
@@ -412,7 +412,8 @@ absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* 
                    p.batch, p.cu_seqlens_q, p.seqlens_k, split.part_out, split.part_lse,
                    static_cast<__nv_bfloat16*>(p.out), p.lse};
   args.value = value;
-  return LaunchCombine(args, max_rows, plan.num_splits <= 2 * mla_decode_internal::kCombineFewPieces, s);
+  return LaunchCombine(args, max_rows, plan.num_splits <= 2 * mla_decode_internal::kCombineFewPieces, plan.num_splits,
+                       s);
 }
 
 }  // namespace mlaserve::kernels

@@ -213,7 +213,10 @@ INSTANTIATE_TEST_SUITE_P(FewParts, MlaDecodeBalancedTest,
 // The combine's two kernels (mla_combine.cu): a CTA of 4 warps per row (MlaCombineKernel), and a
 // warp per row (MlaCombineRowsKernel, where the plan expects few pieces a row) doing the same
 // arithmetic piece for piece. Each case runs with the first forced (MLASERVE_MLA_COMBINE_ROWS=0),
-// the second forced (=1: also for rows of many pieces, its later rounds), the plan's choice, and
+// the second forced (=1: also for rows of many pieces, its later rounds; in its full form,
+// MLASERVE_MLA_COMBINE_LEAN=0, and its lean form, =1: a row of more than 4 pieces merged one
+// column at a time; both also with the row blocks along the grid's x, MLASERVE_MLA_COMBINE_BATCH_MAJOR=0),
+// the plan's choice (and it with the full form), and
 // the few-rows kernel's chunk CTAs storing from their accumulators rather than through staged
 // rows (MLASERVE_MLA_STAGED_EPILOGUE=0; the partials, or with one split the output itself), and
 // the 64-row kernel's P stored by 32-bit stores instead of stmatrix at one query token a request
@@ -257,9 +260,18 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
     const char* combine_rows;
     const char* staged_epilogue;
     const char* stmatrix = nullptr;
+    const char* combine_lean = nullptr;
+    const char* batch_major = nullptr;
   };
-  constexpr Setting kSettings[] = {
-      {"0", nullptr}, {"1", nullptr}, {nullptr, nullptr}, {nullptr, "0"}, {nullptr, nullptr, "0"}};
+  constexpr Setting kSettings[] = {{"0", nullptr},
+                                   {"1", nullptr, nullptr, "0"},
+                                   {nullptr, nullptr},
+                                   {nullptr, "0"},
+                                   {nullptr, nullptr, "0"},
+                                   {"1", nullptr, nullptr, "1"},
+                                   {nullptr, nullptr, nullptr, "0"},
+                                   {"1", nullptr, nullptr, "0", "0"},
+                                   {"1", nullptr, nullptr, "1", "0"}};
   constexpr int kRuns = static_cast<int>(std::size(kSettings));
   std::vector<uint16_t> out[kRuns];
   std::vector<float> lse[kRuns];
@@ -269,8 +281,12 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
                                       << " MLASERVE_MLA_STAGED_EPILOGUE="
                                       << (setting.staged_epilogue ? setting.staged_epilogue : "(unset)")
                                       << " MLASERVE_MLA_STMATRIX="
-                                      << (setting.stmatrix ? setting.stmatrix : "(unset)"));
+                                      << (setting.stmatrix ? setting.stmatrix : "(unset)")
+                                      << " MLASERVE_MLA_COMBINE_LEAN="
+                                      << (setting.combine_lean ? setting.combine_lean : "(unset)"));
     testing::ScopedEnv combine("MLASERVE_MLA_COMBINE_ROWS", setting.combine_rows);
+    testing::ScopedEnv combine_lean("MLASERVE_MLA_COMBINE_LEAN", setting.combine_lean);
+    testing::ScopedEnv batch_major("MLASERVE_MLA_COMBINE_BATCH_MAJOR", setting.batch_major);
     testing::ScopedEnv staged("MLASERVE_MLA_STAGED_EPILOGUE", setting.staged_epilogue);
     testing::ScopedEnv stmatrix("MLASERVE_MLA_STMATRIX", setting.stmatrix);
     testing::DeviceBuffer workspace(plan.workspace_bytes);
