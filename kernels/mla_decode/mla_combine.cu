@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "kernels/common/bf16_vec.cuh"
 #include "kernels/common/cuda_util.cuh"
+#include "kernels/common/env_switch.h"
 #include "kernels/common/pdl.cuh"
 #include "kernels/mla_prefill/latent_tiling.h"
 
@@ -501,37 +502,29 @@ absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, bool few_p
   // 1 = wherever there is no projection, unset = where the caller expects few pieces.
   const char* rows_env = std::getenv("MLASERVE_MLA_COMBINE_ROWS");
   const bool rows = !project && (rows_env != nullptr ? std::strcmp(rows_env, "0") != 0 : few_pieces);
-  // MLASERVE_MLA_COMBINE_LEAN (read per call): 0 = never the lean rows kernel, 1 = wherever the
-  // rows kernel runs, unset = where the plan bounds the pieces a row at kCombineFewPieces.
-  const char* lean_env = std::getenv("MLASERVE_MLA_COMBINE_LEAN");
-  const bool bounded = max_pieces > 0 && max_pieces <= kCombineFewPieces;
   // The rows kernels' grid has the requests along x (consecutive CTAs: one row block of each
   // request in turn, as FlashMLA's combine), where the row blocks fit the grid's y (65535);
   // MLASERVE_MLA_COMBINE_BATCH_MAJOR=0 (read per call; tests, A/B timing) puts the row blocks
   // along x. With the lean kernel it measured 0-0.5% faster on the H100, even with the other
   // (2026-12-06, seventy-third session).
   const auto row_blocks = static_cast<unsigned>((max_rows + kRowsWarps - 1) / kRowsWarps);
-  const char* major_env = std::getenv("MLASERVE_MLA_COMBINE_BATCH_MAJOR");
-  const bool batch_major = row_blocks <= 65535 && (major_env == nullptr || std::strcmp(major_env, "0") != 0);
-  const dim3 rows_grid = batch_major ? dim3(static_cast<unsigned>(args.batch), row_blocks)
-                                     : dim3(row_blocks, static_cast<unsigned>(args.batch));
-  if (rows && (lean_env != nullptr ? std::strcmp(lean_env, "0") != 0 : bounded)) {
-    const auto kernel = batch_major ? MlaCombineRowsLeanKernel<true> : MlaCombineRowsLeanKernel<false>;
-    RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(kernel), "MlaCombineRowsLeanKernel carveout"));
-    cuda::LaunchShape shape;
-    shape.grid = rows_grid;
-    shape.block = dim3(kRowsThreads);
-    shape.stream = s;
-    return cuda::LaunchPdl("MlaCombineRowsLeanKernel", shape, kernel, args);
-  }
+  const bool batch_major = row_blocks <= 65535 && !EnvSwitchedOff("MLASERVE_MLA_COMBINE_BATCH_MAJOR");
   if (rows) {
-    const auto kernel = batch_major ? MlaCombineRowsKernel<true> : MlaCombineRowsKernel<false>;
-    RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(kernel), "MlaCombineRowsKernel carveout"));
+    // MLASERVE_MLA_COMBINE_LEAN (read per call): 0 = never the lean rows kernel, 1 = wherever the
+    // rows kernel runs, unset = where the plan bounds the pieces a row at kCombineFewPieces.
+    const char* lean_env = std::getenv("MLASERVE_MLA_COMBINE_LEAN");
+    const bool lean = lean_env != nullptr ? std::strcmp(lean_env, "0") != 0
+                                          : max_pieces > 0 && max_pieces <= kCombineFewPieces;
+    const auto kernel = lean ? (batch_major ? MlaCombineRowsLeanKernel<true> : MlaCombineRowsLeanKernel<false>)
+                             : (batch_major ? MlaCombineRowsKernel<true> : MlaCombineRowsKernel<false>);
+    const char* name = lean ? "MlaCombineRowsLeanKernel" : "MlaCombineRowsKernel";
+    RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(kernel), name));
     cuda::LaunchShape shape;
-    shape.grid = rows_grid;
+    shape.grid = batch_major ? dim3(static_cast<unsigned>(args.batch), row_blocks)
+                             : dim3(row_blocks, static_cast<unsigned>(args.batch));
     shape.block = dim3(kRowsThreads);
     shape.stream = s;
-    return cuda::LaunchPdl("MlaCombineRowsKernel", shape, kernel, args);
+    return cuda::LaunchPdl(name, shape, kernel, args);
   }
   const auto kernel = project ? MlaCombineKernel<true> : MlaCombineKernel<false>;
   RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(kernel), "MlaCombineKernel carveout"));

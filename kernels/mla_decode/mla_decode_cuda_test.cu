@@ -283,7 +283,9 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
                                       << " MLASERVE_MLA_STMATRIX="
                                       << (setting.stmatrix ? setting.stmatrix : "(unset)")
                                       << " MLASERVE_MLA_COMBINE_LEAN="
-                                      << (setting.combine_lean ? setting.combine_lean : "(unset)"));
+                                      << (setting.combine_lean ? setting.combine_lean : "(unset)")
+                                      << " MLASERVE_MLA_COMBINE_BATCH_MAJOR="
+                                      << (setting.batch_major ? setting.batch_major : "(unset)"));
     testing::ScopedEnv combine("MLASERVE_MLA_COMBINE_ROWS", setting.combine_rows);
     testing::ScopedEnv combine_lean("MLASERVE_MLA_COMBINE_LEAN", setting.combine_lean);
     testing::ScopedEnv batch_major("MLASERVE_MLA_COMBINE_BATCH_MAJOR", setting.batch_major);
