@@ -197,12 +197,21 @@ TEST_P(MlaDecodeBalancedTest, MatchesCpuReference) {
   ASSERT_GT(plan->num_parts, 0);
   testing::DeviceLatent d(c);
   if (!LatentWgmmaApplies(d.params)) GTEST_SKIP() << "no sm_90a kernel for this device";
-  testing::DeviceBuffer workspace(plan->workspace_bytes);
-  MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), 0xff, workspace.bytes()));  // NaN partials
-  const auto st = MlaDecode(d.params, *plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
-  ASSERT_TRUE(st.ok()) << st;
-  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-  testing::ExpectLatentMatches(c, d, ref.want, ref.want_lse);
+  // The segment kernel's outputs stored from its accumulators (the default), then staged and
+  // stored by bulk copies (MLASERVE_MLA_BULK_OUT=1; =2 on each CTA's last segment only), outputs
+  // and partials poisoned before each.
+  for (const char* bulk_out : {static_cast<const char*>(nullptr), "1", "2"}) {
+    SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_BULK_OUT=" << (bulk_out ? bulk_out : "(unset)"));
+    testing::ScopedEnv bulk("MLASERVE_MLA_BULK_OUT", bulk_out);
+    testing::DeviceBuffer workspace(plan->workspace_bytes);
+    MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), 0xff, workspace.bytes()));  // NaN partials
+    MLASERVE_CUDA_ASSERT(cudaMemset(d.out.get(), 0xff, d.out.bytes()));
+    MLASERVE_CUDA_ASSERT(cudaMemset(d.lse.get(), 0xff, d.lse.bytes()));
+    const auto st = MlaDecode(d.params, *plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    testing::ExpectLatentMatches(c, d, ref.want, ref.want_lse);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(FewParts, MlaDecodeBalancedTest,
@@ -220,7 +229,8 @@ INSTANTIATE_TEST_SUITE_P(FewParts, MlaDecodeBalancedTest,
 // the few-rows kernel's chunk CTAs storing from their accumulators rather than through staged
 // rows (MLASERVE_MLA_STAGED_EPILOGUE=0; the partials, or with one split the output itself), and
 // the 64-row kernel's P stored by 32-bit stores instead of stmatrix at one query token a request
-// (MLASERVE_MLA_STMATRIX=0): the same output and LSE bytes, and the CPU reference's values.
+// (MLASERVE_MLA_STMATRIX=0), and the 64-row kernel's segment outputs staged and stored by bulk
+// copies (MLASERVE_MLA_BULK_OUT=1, or =2: each CTA's last segment): the same output and LSE bytes, and the CPU reference's values.
 // Chunk plans of 4 to 18 splits (a partial last CTA of rows: 10 and 5 rows a request; 128 heads
 // at one and two query tokens), latent rank 64 (lanes past the rank), the balanced schedule for a
 // 3-, 5- or 7-SM device (requests in one or a few pieces) and for 132 SMs at batch 4 (tens of
@@ -262,6 +272,7 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
     const char* stmatrix = nullptr;
     const char* combine_lean = nullptr;
     const char* batch_major = nullptr;
+    const char* bulk_out = nullptr;
   };
   constexpr Setting kSettings[] = {{"0", nullptr},
                                    {"1", nullptr, nullptr, "0"},
@@ -271,7 +282,10 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
                                    {"1", nullptr, nullptr, "1"},
                                    {nullptr, nullptr, nullptr, "0"},
                                    {"1", nullptr, nullptr, "0", "0"},
-                                   {"1", nullptr, nullptr, "1", "0"}};
+                                   {"1", nullptr, nullptr, "1", "0"},
+                                   {nullptr, nullptr, nullptr, nullptr, nullptr, "1"},
+                                   {"1", nullptr, "0", "1", nullptr, "1"},
+                                   {nullptr, nullptr, nullptr, nullptr, nullptr, "2"}};
   constexpr int kRuns = static_cast<int>(std::size(kSettings));
   std::vector<uint16_t> out[kRuns];
   std::vector<float> lse[kRuns];
@@ -285,12 +299,14 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
                                       << " MLASERVE_MLA_COMBINE_LEAN="
                                       << (setting.combine_lean ? setting.combine_lean : "(unset)")
                                       << " MLASERVE_MLA_COMBINE_BATCH_MAJOR="
-                                      << (setting.batch_major ? setting.batch_major : "(unset)"));
+                                      << (setting.batch_major ? setting.batch_major : "(unset)")
+                                      << " MLASERVE_MLA_BULK_OUT=" << (setting.bulk_out ? setting.bulk_out : "(unset)"));
     testing::ScopedEnv combine("MLASERVE_MLA_COMBINE_ROWS", setting.combine_rows);
     testing::ScopedEnv combine_lean("MLASERVE_MLA_COMBINE_LEAN", setting.combine_lean);
     testing::ScopedEnv batch_major("MLASERVE_MLA_COMBINE_BATCH_MAJOR", setting.batch_major);
     testing::ScopedEnv staged("MLASERVE_MLA_STAGED_EPILOGUE", setting.staged_epilogue);
     testing::ScopedEnv stmatrix("MLASERVE_MLA_STMATRIX", setting.stmatrix);
+    testing::ScopedEnv bulk_out("MLASERVE_MLA_BULK_OUT", setting.bulk_out);
     testing::DeviceBuffer workspace(plan.workspace_bytes);
     const int poison = run == 1 ? 0x7f : 0xff;
     MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), poison, workspace.bytes()));

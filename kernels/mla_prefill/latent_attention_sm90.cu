@@ -46,6 +46,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -301,8 +302,12 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     if (!chunks && tid == 0 && n_segs > 0) fetch_record(0);
     // The current segment's first two pages and its Q were issued during the previous segment's
     // last page pair (balanced schedule; see the loop).
-    bool issued = false;
+    // With the staged output on every segment (args.staged_out 1) only its Q: its pages load
+    // after this segment's output has left the page buffers. 2: the CTA's last segment only.
+    const int bulk_mode = chunks ? 0 : args.staged_out;
+    bool issued_pages = false, issued_q = false;
     for (int k = 0; k < n_segs; ++k) {
+      const bool staged_out = bulk_mode == 1 || (bulk_mode == 2 && k + 1 == n_segs);
 #if MLASERVE_MLA_SEGMENT_TRACE
       // This segment's trace words (k < kMaxSegments), by warpgroup 0's or this warpgroup's first thread.
       const bool traced0 = tid == 0 && k < trace::kMaxSegments, traced = issuer && k < trace::kMaxSegments;
@@ -349,10 +354,10 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       const int kv_begin = w.kv_begin, kv_end = w.kv_end, n_pages = w.n_tiles;
       const int32_t* table = p.block_table + static_cast<int64_t>(b) * p.max_pages_per_seq + kv_begin / kPageSize;
       if (tid < kRows) ss.row_max[tid] = kMaxInit;
-      if (!issued) {
-        if (tid == 0 && !early) {
-          for (int j = 0; j < 2 && j < n_pages; ++j) load_tiles(j, first_page[j], 0, kTiles);
-        }
+      if (!issued_pages && tid == 0 && !early) {
+        for (int j = 0; j < 2 && j < n_pages; ++j) load_tiles(j, first_page[j], 0, kTiles);
+      }
+      if (!issued_q) {
         static_assert(kThreads == kRows * kQThreadsPerRow);
         LoadQRows(p, sQ, q_start, rows_total, r0, 0, tid);
       }
@@ -517,8 +522,10 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
                    next_b = kSteady || a + 3 < n_pages;
         const int pair_phase = (ph.pairs + i) & 1, b_phase = (ph.pairs_with_b + i) & 1;
         const int next_phase = (ph.loads[wg] + i + 1) & 1;  // of this warpgroup's next page
-        // The last pair: the next segment's loads go where this one's would.
+        // The last pair: the next segment's loads go where this one's would (its pages only
+        // without the staged output, which takes the page buffers after this pair).
         const int pf = next_a ? 0 : next_pages();  // 0 in a steady pair
+        const int pl = bulk_mode == 1 ? 0 : pf;
         // The cache pages of the next pair's loads, read now so that the issuing thread (and with
         // it its warpgroup's next wgmma) does not wait for them where it issues the loads.
         const int page_a2 = next_a && issuer ? table[a + 2] : 0;
@@ -545,7 +552,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           // finds at the same place.
           if (issuer) {
             if (next_a) load_tiles(0, page_a2, 0, kHalfTiles);
-            else if (pf > 0) load_tiles(0, next_first_page(0), 0, kHalfTiles);
+            else if (pl > 0) load_tiles(0, next_first_page(0), 0, kHalfTiles);
           }
           if (pf > 0) prefetch_q();
 #pragma unroll
@@ -573,7 +580,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           }
           warpgroup_wait<0>();
           // Last pair: P_b V_b[:, L] retired (or there was no page b): buffer 1's half L is free.
-          if (pf > 1 && issuer) load_tiles(1, next_first_page(1), 0, kHalfTiles);
+          if (pl > 1 && issuer) load_tiles(1, next_first_page(1), 0, kHalfTiles);
         } else {
           // Softmax of S_b against warpgroup 0's max; O_R = O_R * scale0 * scale1 + P_b V_b[:, R].
           await(kScale0Ready, pair_phase);
@@ -603,7 +610,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           await(kP0Ready, pair_phase);
           pv_remote();
           if (has_b) signal(kP1Ready);
-          if (next_b || pf > 1) {
+          if (next_b || pl > 1) {
             warpgroup_wait<1>();  // P_b V_b[:, R] retired: buffer 1's half R and rope are free
             if (issuer) {
               load_tiles(1, next_b ? page_b3 : next_first_page(1), kHalfTiles, kTiles);
@@ -612,7 +619,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           warpgroup_wait<0>();  // P_a V_a[:, R] retired: buffer 0's half R and rope (P_a) are free
           if (issuer) {
             if (next_a) load_tiles(0, page_a2, kHalfTiles, kTiles);
-            else if (pf > 0) load_tiles(0, next_first_page(0), kHalfTiles, kTiles);
+            else if (pl > 0) load_tiles(0, next_first_page(0), kHalfTiles, kTiles);
           }
           if (next_b) {
             // S_{b+2}: its own loads first, then the half-L tiles warpgroup 0 issues.
@@ -643,7 +650,8 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       ph.loads[1] += n_pages / 2;
       ph.pairs += (n_pages + 1) / 2;
       ph.pairs_with_b += n_pages / 2;
-      issued = prefetched > 0;
+      issued_q = prefetched > 0;
+      issued_pages = prefetched > 0 && bulk_mode != 1;
 
       // Row sums over both warpgroups' pages, then the output (normalised).
 #pragma unroll
@@ -662,25 +670,75 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       // This thread's part of O: for each of its two rows, column pairs c0 + 8 j (the wgmma
       // accumulator's order: element 4 j + 2 h + v is row my_row[h], column c0 + 8 j + v).
       const int c0 = wg * kHalf + get<1>(tOcO(0));
+      if (staged_out) {
+        // The normalised rows into the page buffers (every product on them retired before the
+        // barrier above, and no load is in flight into them: the next segment's pages load after
+        // this), then one bulk copy a row by warpgroup 0's threads 0..63, which wait until their
+        // copies have read the rows: after the closing barrier the buffers are the next segment's.
+        // The last segment waits for the writes themselves (the combine reads them next).
+        uint8_t* const staged = reinterpret_cast<uint8_t*>(ss.page[0].data());
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = r0 + my_row[h];
-        if (row >= rows_total) continue;
-        const int token = row / H, head = row % H;
-        if (direct) {
-          auto* dst = static_cast<__nv_bfloat16*>(p.out) +
-                      (static_cast<int64_t>(q_start + token) * H + head) * p.kv_lora_rank + c0;
+        for (int h = 0; h < 2; ++h) {
+          if (direct) {
+            auto* row_s = reinterpret_cast<__nv_bfloat16*>(staged + my_row[h] * kStagedRowBytesBf16) + c0;
 #pragma unroll
-          for (int j = 0; j < kHalf / 8; ++j) {
-            *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-                cuda::PackBf16(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
+            for (int j = 0; j < kHalf / 8; ++j) {
+              *reinterpret_cast<uint32_t*>(row_s + 8 * j) =
+                  cuda::PackBf16(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
+            }
+          } else {
+            auto* row_s = reinterpret_cast<float*>(staged + my_row[h] * kStagedRowBytesF32) + c0;
+#pragma unroll
+            for (int j = 0; j < kHalf / 8; ++j) {
+              *reinterpret_cast<float2*>(row_s + 8 * j) =
+                  make_float2(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
+            }
           }
-        } else {
-          float* dst = split.part_out + (part_row0 + static_cast<int64_t>(token) * H + head) * p.kv_lora_rank + c0;
+        }
+        cutlass::arch::fence_view_async_shared();  // staged rows -> the bulk copies' async proxy
+        sync_cta();
+        if (wg == 0 && wg_tid < kRows && r0 + wg_tid < rows_total) {
+          const int row = r0 + wg_tid, token = row / H, head = row % H;
+          if (direct) {
+            SM90_BULK_COPY_S2G::copy(staged + wg_tid * kStagedRowBytesBf16,
+                                     static_cast<__nv_bfloat16*>(p.out) +
+                                         (static_cast<int64_t>(q_start + token) * H + head) * p.kv_lora_rank,
+                                     kRank * static_cast<int>(sizeof(__nv_bfloat16)));
+          } else {
+            SM90_BULK_COPY_S2G::copy(staged + wg_tid * kStagedRowBytesF32,
+                                     split.part_out + (part_row0 + static_cast<int64_t>(token) * H + head) *
+                                                          p.kv_lora_rank,
+                                     kRank * static_cast<int>(sizeof(float)));
+          }
+          tma_store_arrive();
+          if (k + 1 < n_segs) {
+            tma_store_wait<0>();
+          } else {
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+          }
+        }
+      }
+      if (!staged_out) {
 #pragma unroll
-          for (int j = 0; j < kHalf / 8; ++j) {
-            *reinterpret_cast<float2*>(dst + 8 * j) =
-                make_float2(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
+        for (int h = 0; h < 2; ++h) {
+          const int row = r0 + my_row[h];
+          if (row >= rows_total) continue;
+          const int token = row / H, head = row % H;
+          if (direct) {
+            auto* dst = static_cast<__nv_bfloat16*>(p.out) +
+                        (static_cast<int64_t>(q_start + token) * H + head) * p.kv_lora_rank + c0;
+#pragma unroll
+            for (int j = 0; j < kHalf / 8; ++j) {
+              *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+                  cuda::PackBf16(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
+            }
+          } else {
+            float* dst = split.part_out + (part_row0 + static_cast<int64_t>(token) * H + head) * p.kv_lora_rank + c0;
+#pragma unroll
+            for (int j = 0; j < kHalf / 8; ++j) {
+              *reinterpret_cast<float2*>(dst + 8 * j) =
+                  make_float2(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
+            }
           }
         }
       }
@@ -763,6 +821,12 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
   // MLASERVE_MLA_NAMED_SIGNALS=0: the warpgroups' signals on mbarriers (racecheck follows those).
   static const bool named_signals_off = EnvSwitchedOff("MLASERVE_MLA_NAMED_SIGNALS");
   args.named_signals = named_signals_off ? 0 : 1;
+  // MLASERVE_MLA_BULK_OUT=1 (read per call; tests, A/B timing): the segment kernel's output
+  // staged in the page buffers and stored by bulk copies (Sm90Args::staged_out).
+  const char* staged_env = std::getenv("MLASERVE_MLA_BULK_OUT");
+  args.staged_out = staged_env != nullptr && (staged_env[0] == '1' || staged_env[0] == '2') && staged_env[1] == '\0'
+                        ? staged_env[0] - '0'
+                        : 0;
   constexpr int kSmem = sizeof(SharedStorage);
   static_assert(kSmem <= 227 * 1024, "the sm90 latent kernel's shared memory exceeds Hopper's limit");
   // P by stmatrix where each request has one query token (see store_p), with named signals.

@@ -116,7 +116,21 @@ struct Sm90Args {
   int release_late = 0;
   // The warpgroups' signals on named barriers (1), or on mbarriers (0: MLASERVE_MLA_NAMED_SIGNALS=0).
   int named_signals = 1;
+  // Segment kernel: each segment's output staged in the page buffers and stored a row per bulk
+  // copy (1), the next segment's first pages loaded after it; or stored from the accumulators with
+  // those pages loaded during the segment's last pair (0); or staged on the CTA's last segment
+  // only (2). MLASERVE_MLA_BULK_OUT.
+  int staged_out = 0;
 };
+
+// The staged output's rows in the page buffers (both, contiguous): f32 partials or bf16 rows of
+// kRank values, padded so that a warp's accumulator stores (8 rows, 4 lanes each, 8 or 4 bytes a
+// lane) take the fewest wavefronts: rows 8 banks apart (f32: two wavefronts, as 256 bytes need)
+// or 4 (bf16: one). Rows stay 16-byte aligned for the bulk copies.
+constexpr int kStagedRowBytesF32 = kRank * 4 + 32;
+constexpr int kStagedRowBytesBf16 = kRank * 2 + 16;
+static_assert(kRows * kStagedRowBytesF32 <= 2 * kKeys * kWidth * static_cast<int>(sizeof(Bf16)),
+              "the staged f32 output fits the two page buffers");
 
 // Load tiles [first, last) of cache page `page` into buffer `stage` (one thread). Unrolled (the
 // callers pass constant bounds): the issuing thread's warpgroup waits on it before its next
