@@ -197,10 +197,9 @@ TEST_P(MlaDecodeBalancedTest, MatchesCpuReference) {
   ASSERT_GT(plan->num_parts, 0);
   testing::DeviceLatent d(c);
   if (!LatentWgmmaApplies(d.params)) GTEST_SKIP() << "no sm_90a kernel for this device";
-  // The segment kernel's outputs stored from its accumulators (the default), then staged and
-  // stored by bulk copies (MLASERVE_MLA_BULK_OUT=1; =2 on each CTA's last segment only), outputs
-  // and partials poisoned before each.
-  for (const char* bulk_out : {static_cast<const char*>(nullptr), "1", "2"}) {
+  // The segment kernel's outputs staged and stored by bulk copies (the default), then stored from
+  // its accumulators (MLASERVE_MLA_BULK_OUT=0), outputs and partials poisoned before each.
+  for (const char* bulk_out : {static_cast<const char*>(nullptr), "0"}) {
     SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_BULK_OUT=" << (bulk_out ? bulk_out : "(unset)"));
     testing::ScopedEnv bulk("MLASERVE_MLA_BULK_OUT", bulk_out);
     testing::DeviceBuffer workspace(plan->workspace_bytes);
@@ -229,8 +228,8 @@ INSTANTIATE_TEST_SUITE_P(FewParts, MlaDecodeBalancedTest,
 // the few-rows kernel's chunk CTAs storing from their accumulators rather than through staged
 // rows (MLASERVE_MLA_STAGED_EPILOGUE=0; the partials, or with one split the output itself), and
 // the 64-row kernel's P stored by 32-bit stores instead of stmatrix at one query token a request
-// (MLASERVE_MLA_STMATRIX=0), and the 64-row kernel's segment outputs staged and stored by bulk
-// copies (MLASERVE_MLA_BULK_OUT=1, or =2: each CTA's last segment): the same output and LSE bytes, and the CPU reference's values.
+// (MLASERVE_MLA_STMATRIX=0), and the 64-row kernel's segment outputs stored from its accumulators
+// instead of staged and stored by bulk copies (MLASERVE_MLA_BULK_OUT=0): the same output and LSE bytes, and the CPU reference's values.
 // Chunk plans of 4 to 18 splits (a partial last CTA of rows: 10 and 5 rows a request; 128 heads
 // at one and two query tokens), latent rank 64 (lanes past the rank), the balanced schedule for a
 // 3-, 5- or 7-SM device (requests in one or a few pieces) and for 132 SMs at batch 4 (tens of
@@ -283,9 +282,8 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
                                    {nullptr, nullptr, nullptr, "0"},
                                    {"1", nullptr, nullptr, "0", "0"},
                                    {"1", nullptr, nullptr, "1", "0"},
-                                   {nullptr, nullptr, nullptr, nullptr, nullptr, "1"},
-                                   {"1", nullptr, "0", "1", nullptr, "1"},
-                                   {nullptr, nullptr, nullptr, nullptr, nullptr, "2"}};
+                                   {nullptr, nullptr, nullptr, nullptr, nullptr, "0"},
+                                   {"1", nullptr, "0", "1", nullptr, "0"}};
   constexpr int kRuns = static_cast<int>(std::size(kSettings));
   std::vector<uint16_t> out[kRuns];
   std::vector<float> lse[kRuns];

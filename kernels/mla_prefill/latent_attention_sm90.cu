@@ -38,15 +38,17 @@
 // both views of the 128-byte-swizzled [64 columns] blocks are the same addresses).
 //
 // With the balanced schedule a CTA walks several segments (pieces of requests); their records
-// come by bulk copy one ahead, and during a segment's last page pair the loads of the next one's
-// first two pages and Q rows go into what that pair has finished with, so the next segment
-// starts on loaded data. At batch 1-8 a CTA runs its code about once, so the kernel is kept small
+// come by bulk copy one ahead, and during a segment's last page pair the next one's Q rows load
+// into what that pair has finished with. A segment's output (normalised bf16 rows, or f32
+// partials) is staged in the two page buffers and stored a row per bulk copy (FlashMLA's
+// epilogue), after which the next segment's first two pages load there; storing from the
+// accumulators instead (with those pages loaded during the last pair) kept the warps issuing
+// 64 scattered 8-byte stores each (MLASERVE_MLA_BULK_OUT=0; docs/kernels.md). At batch 1-8 a CTA runs its code about once, so the kernel is kept small
 // (no per-element work in the epilogue; docs/kernels.md), but for a page's tile loads (LoadTiles).
 #include "kernels/mla_prefill/latent_attention_sm90.h"
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -302,12 +304,11 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
     if (!chunks && tid == 0 && n_segs > 0) fetch_record(0);
     // The current segment's first two pages and its Q were issued during the previous segment's
     // last page pair (balanced schedule; see the loop).
-    // With the staged output on every segment (args.staged_out 1) only its Q: its pages load
-    // after this segment's output has left the page buffers. 2: the CTA's last segment only.
-    const int bulk_mode = chunks ? 0 : args.staged_out;
+    // With the staged output (args.staged_out) only its Q: its pages load after this segment's
+    // output has left the page buffers.
+    const bool staged_out = !chunks && args.staged_out != 0;
     bool issued_pages = false, issued_q = false;
     for (int k = 0; k < n_segs; ++k) {
-      const bool staged_out = bulk_mode == 1 || (bulk_mode == 2 && k + 1 == n_segs);
 #if MLASERVE_MLA_SEGMENT_TRACE
       // This segment's trace words (k < kMaxSegments), by warpgroup 0's or this warpgroup's first thread.
       const bool traced0 = tid == 0 && k < trace::kMaxSegments, traced = issuer && k < trace::kMaxSegments;
@@ -525,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         // The last pair: the next segment's loads go where this one's would (its pages only
         // without the staged output, which takes the page buffers after this pair).
         const int pf = next_a ? 0 : next_pages();  // 0 in a steady pair
-        const int pl = bulk_mode == 1 ? 0 : pf;
+        const int pl = staged_out ? 0 : pf;
         // The cache pages of the next pair's loads, read now so that the issuing thread (and with
         // it its warpgroup's next wgmma) does not wait for them where it issues the loads.
         const int page_a2 = next_a && issuer ? table[a + 2] : 0;
@@ -651,7 +652,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       ph.pairs += (n_pages + 1) / 2;
       ph.pairs_with_b += n_pages / 2;
       issued_q = prefetched > 0;
-      issued_pages = prefetched > 0 && bulk_mode != 1;
+      issued_pages = prefetched > 0 && !staged_out;
 
       // Row sums over both warpgroups' pages, then the output (normalised).
 #pragma unroll
@@ -821,12 +822,13 @@ absl::Status LaunchLatentAttentionSm90(const MlaParams& p, const LatentSplit& sp
   // MLASERVE_MLA_NAMED_SIGNALS=0: the warpgroups' signals on mbarriers (racecheck follows those).
   static const bool named_signals_off = EnvSwitchedOff("MLASERVE_MLA_NAMED_SIGNALS");
   args.named_signals = named_signals_off ? 0 : 1;
-  // MLASERVE_MLA_BULK_OUT=1 (read per call; tests, A/B timing): the segment kernel's output
-  // staged in the page buffers and stored by bulk copies (Sm90Args::staged_out).
-  const char* staged_env = std::getenv("MLASERVE_MLA_BULK_OUT");
-  args.staged_out = staged_env != nullptr && (staged_env[0] == '1' || staged_env[0] == '2') && staged_env[1] == '\0'
-                        ? staged_env[0] - '0'
-                        : 0;
+  // The segment kernel's output staged in the page buffers and stored by bulk copies
+  // (Sm90Args::staged_out), where the output and the partials are 16-byte aligned, as bulk copies
+  // need (their rows are whole multiples of 16 bytes). MLASERVE_MLA_BULK_OUT=0 (read per call;
+  // tests, A/B timing): stored from the accumulators.
+  const bool bulk_aligned = reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
+                            reinterpret_cast<uintptr_t>(split.part_out) % 16 == 0;
+  args.staged_out = bulk_aligned && !EnvSwitchedOff("MLASERVE_MLA_BULK_OUT") ? 1 : 0;
   constexpr int kSmem = sizeof(SharedStorage);
   static_assert(kSmem <= 227 * 1024, "the sm90 latent kernel's shared memory exceeds Hopper's limit");
   // P by stmatrix where each request has one query token (see store_p), with named signals.

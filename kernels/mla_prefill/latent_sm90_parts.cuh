@@ -117,10 +117,10 @@ struct Sm90Args {
   // The warpgroups' signals on named barriers (1), or on mbarriers (0: MLASERVE_MLA_NAMED_SIGNALS=0).
   int named_signals = 1;
   // Segment kernel: each segment's output staged in the page buffers and stored a row per bulk
-  // copy (1), the next segment's first pages loaded after it; or stored from the accumulators with
-  // those pages loaded during the segment's last pair (0); or staged on the CTA's last segment
-  // only (2). MLASERVE_MLA_BULK_OUT.
-  int staged_out = 0;
+  // copy, the next segment's first pages loaded after it (1, the default); or stored from the
+  // accumulators with those pages loaded during the segment's last pair (0:
+  // MLASERVE_MLA_BULK_OUT=0).
+  int staged_out = 1;
 };
 
 // The staged output's rows in the page buffers (both, contiguous): f32 partials or bf16 rows of

@@ -28,16 +28,16 @@ done
 for r in 1 2 3; do
   order=(0 1 2); (( r % 2 == 0 )) && order=(2 1 0)
   for arm in "${order[@]}"; do
-    (( SECONDS - T0 < 360 )) || break 2
+    (( SECONDS - T0 < 280 )) || break 2
     timeout 90 env MLASERVE_MLA_BULK_OUT=$arm $B/mlaserve-kernel-bench --only mla_decode --mla-heads 128 --no-mmasync \
       > "$R/ab_${arm}_r$r.txt" 2>&1
     echo "== [$((SECONDS - T0)) s] arm $arm r$r rc=$?"
   done
 done
-if (( SECONDS - T0 < 400 )); then
+if (( SECONDS - T0 < 300 )); then
   OURS="$B/mlaserve-kernel-bench --only mla_decode_small --small-variants balanced --small-shapes 64,128,4096"
   runs="acc|LatentAttentionSm90|40|env MLASERVE_MLA_BULK_OUT=0 $OURS;bulk|LatentAttentionSm90|40|env MLASERVE_MLA_BULK_OUT=1 $OURS;bulk_last|LatentAttentionSm90|40|env MLASERVE_MLA_BULK_OUT=2 $OURS"
-  OUT=$R/ncu NCU_RUNS="$runs" timeout $((570 - (SECONDS - T0))) tools/device/ncu_full.sh > "$R/ncu.log" 2>&1
+  OUT=$R/ncu NCU_RUNS="$runs" timeout $((430 - (SECONDS - T0))) tools/device/ncu_full.sh > "$R/ncu.log" 2>&1
   echo "== [$((SECONDS - T0)) s] ncu rc=$?"
   cat $R/ncu/table.txt 2>/dev/null | head -60
 fi
