@@ -191,6 +191,18 @@ __device__ __forceinline__ RowPieces PiecesOf(const CombineArgs& a, int b, int i
   return r;
 }
 
+// This lane's columns of piece s of a row (LoadPartial), zeros past the row's n pieces: the
+// warp-per-row kernels' loads, whose rounds run past n where a row has fewer pieces than groups.
+__device__ __forceinline__ void LoadPieceOrZeros(const CombineArgs& a, const RowPieces& pieces, int s, int lane,
+                                                 float4 (&x)[kCombineVecsPerLane]) {
+  if (s < pieces.n) {
+    LoadPartial(a, pieces.first + s * pieces.stride, lane, x);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kCombineVecsPerLane; ++j) x[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
 // out = sum_s w_s part_s with w_s = exp(lse_s - max) / sum_s' exp(lse_s' - max) over the row's
 // pieces (an empty piece has lse = -inf and weight 0, and its partial is not added: it may hold
 // anything). With chunks, only the chunks that hold keys of the request (LatentChunksWithKeys):
@@ -328,14 +340,7 @@ __global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __
   const int n = row.pieces.n;
   const int64_t first = row.pieces.first, stride = row.pieces.stride;
   constexpr int kGroups = kCombineWarps;
-  auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) {  // zeros past the row's n pieces
-    if (s < n) {
-      LoadPartial(a, first + s * stride, lane, x);
-      return;
-    }
-#pragma unroll
-    for (int j = 0; j < kCombineVecsPerLane; ++j) x[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  };
+  auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) { LoadPieceOrZeros(a, row.pieces, s, lane, x); };
   // Round 0, every group's first piece in one memory round. The online update of a first piece
   // (m = -inf: keep = 0, w = 1) gives m = lse, l = 1 and acc = the partial exactly, so the partial
   // is loaded into acc; an empty piece leaves the group as it was (m = -inf, l = 0, acc = 0).
@@ -406,14 +411,7 @@ __global__ void __launch_bounds__(kRowsThreads, 4) MlaCombineRowsLeanKernel(cons
   constexpr int kGroups = kCombineWarps;
   float m[kGroups], l[kGroups], c[kGroups], total, m_all;
   if (n <= kGroups) {  // one round for the LSEs and pieces 0-1, one more for pieces 2-3
-    auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) {  // zeros past the row's n pieces
-      if (s < n) {
-        LoadPartial(a, first + s * stride, lane, x);
-        return;
-      }
-#pragma unroll
-      for (int j = 0; j < kCombineVecsPerLane; ++j) x[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    };
+    auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) { LoadPieceOrZeros(a, row.pieces, s, lane, x); };
     const float my_lse = lane < n ? __ldcs(a.part_lse + first + lane * stride) : -INFINITY;
     float4 x0[kCombineVecsPerLane], x1[kCombineVecsPerLane];
     load(0, x0);
@@ -432,7 +430,9 @@ __global__ void __launch_bounds__(kRowsThreads, 4) MlaCombineRowsLeanKernel(cons
     auto add = [&](int g, const float4 (&x)[kCombineVecsPerLane]) {  // an empty piece adds c[g] = 0 times 0
       const bool live = (live_groups >> g) & 1u;
 #pragma unroll
-      for (int j = 0; j < kCombineVecsPerLane; ++j) AddWeighted(c[g], live ? x[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f), sum[j]);
+      for (int j = 0; j < kCombineVecsPerLane; ++j) {
+        AddWeighted(c[g], live ? x[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f), sum[j]);
+      }
     };
 #pragma unroll
     for (int j = 0; j < kCombineVecsPerLane; ++j) sum[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -464,10 +464,10 @@ __global__ void __launch_bounds__(kRowsThreads, 4) MlaCombineRowsLeanKernel(cons
       for (int s0 = 0; s0 < n; s0 += kGroups) {
 #pragma unroll
         for (int g = 0; g < kGroups; ++g) {
-          const int64_t row = first + (s0 + g) * stride;
-          const float ls = s0 + g < n ? __ldcs(a.part_lse + row) : -INFINITY;
+          const int64_t part_row = first + (s0 + g) * stride;
+          const float ls = s0 + g < n ? __ldcs(a.part_lse + part_row) : -INFINITY;
           if (ls == -INFINITY) continue;  // past n, or an empty piece
-          const float4 x[1] = {__ldcs(reinterpret_cast<const float4*>(a.part_out + row * a.rank) + v)};
+          const float4 x[1] = {__ldcs(reinterpret_cast<const float4*>(a.part_out + part_row * a.rank) + v)};
           AddPiece<1>(ls, x, m[g], l[g], acc[g]);
         }
       }

@@ -229,7 +229,8 @@ INSTANTIATE_TEST_SUITE_P(FewParts, MlaDecodeBalancedTest,
 // rows (MLASERVE_MLA_STAGED_EPILOGUE=0; the partials, or with one split the output itself), and
 // the 64-row kernel's P stored by 32-bit stores instead of stmatrix at one query token a request
 // (MLASERVE_MLA_STMATRIX=0), and the 64-row kernel's segment outputs stored from its accumulators
-// instead of staged and stored by bulk copies (MLASERVE_MLA_BULK_OUT=0): the same output and LSE bytes, and the CPU reference's values.
+// instead of staged and stored by bulk copies (MLASERVE_MLA_BULK_OUT=0): the same output and LSE
+// bytes, and the CPU reference's values.
 // Chunk plans of 4 to 18 splits (a partial last CTA of rows: 10 and 5 rows a request; 128 heads
 // at one and two query tokens), latent rank 64 (lanes past the rank), the balanced schedule for a
 // 3-, 5- or 7-SM device (requests in one or a few pieces) and for 132 SMs at batch 4 (tens of
@@ -298,7 +299,8 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
                                       << (setting.combine_lean ? setting.combine_lean : "(unset)")
                                       << " MLASERVE_MLA_COMBINE_BATCH_MAJOR="
                                       << (setting.batch_major ? setting.batch_major : "(unset)")
-                                      << " MLASERVE_MLA_BULK_OUT=" << (setting.bulk_out ? setting.bulk_out : "(unset)"));
+                                      << " MLASERVE_MLA_BULK_OUT="
+                                      << (setting.bulk_out ? setting.bulk_out : "(unset)"));
     testing::ScopedEnv combine("MLASERVE_MLA_COMBINE_ROWS", setting.combine_rows);
     testing::ScopedEnv combine_lean("MLASERVE_MLA_COMBINE_LEAN", setting.combine_lean);
     testing::ScopedEnv batch_major("MLASERVE_MLA_COMBINE_BATCH_MAJOR", setting.batch_major);

@@ -43,8 +43,9 @@
 // partials) is staged in the two page buffers and stored a row per bulk copy (FlashMLA's
 // epilogue), after which the next segment's first two pages load there; storing from the
 // accumulators instead (with those pages loaded during the last pair) kept the warps issuing
-// 64 scattered 8-byte stores each (MLASERVE_MLA_BULK_OUT=0; docs/kernels.md). At batch 1-8 a CTA runs its code about once, so the kernel is kept small
-// (no per-element work in the epilogue; docs/kernels.md), but for a page's tile loads (LoadTiles).
+// 64 scattered 8-byte stores each (MLASERVE_MLA_BULK_OUT=0; docs/kernels.md). At batch 1-8 a CTA
+// runs its code about once, so the kernel is kept small (no per-element work in the epilogue;
+// docs/kernels.md), but for a page's tile loads (LoadTiles).
 #include "kernels/mla_prefill/latent_attention_sm90.h"
 
 #include <cmath>
@@ -671,6 +672,27 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       // This thread's part of O: for each of its two rows, column pairs c0 + 8 j (the wgmma
       // accumulator's order: element 4 j + 2 h + v is row my_row[h], column c0 + 8 j + v).
       const int c0 = wg * kHalf + get<1>(tOcO(0));
+      // Row h's values of this thread, normalised, into the row at `row_dst` (its column 0):
+      // bf16 (the output) or f32 (a piece's partials).
+      auto write_row = [&](int h, auto* row_dst) {
+        using T = std::remove_pointer_t<decltype(row_dst)>;
+#pragma unroll
+        for (int j = 0; j < kHalf / 8; ++j) {
+          const float x = tOrO(4 * j + 2 * h) * inv[h], y = tOrO(4 * j + 2 * h + 1) * inv[h];
+          if constexpr (std::is_same_v<T, float>) {
+            *reinterpret_cast<float2*>(row_dst + c0 + 8 * j) = make_float2(x, y);
+          } else {
+            *reinterpret_cast<uint32_t*>(row_dst + c0 + 8 * j) = cuda::PackBf16(x, y);
+          }
+        }
+      };
+      auto out_row = [&](int row) {  // the output's row of query row `row` (direct)
+        return static_cast<__nv_bfloat16*>(p.out) +
+               (static_cast<int64_t>(q_start + row / H) * H + row % H) * p.kv_lora_rank;
+      };
+      auto part_row = [&](int row) {  // the partials' row of query row `row` (a piece)
+        return split.part_out + (part_row0 + static_cast<int64_t>(row / H) * H + row % H) * p.kv_lora_rank;
+      };
       if (staged_out) {
         // The normalised rows into the page buffers (every product on them retired before the
         // barrier above, and no load is in flight into them: the next segment's pages load after
@@ -681,34 +703,20 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if (direct) {
-            auto* row_s = reinterpret_cast<__nv_bfloat16*>(staged + my_row[h] * kStagedRowBytesBf16) + c0;
-#pragma unroll
-            for (int j = 0; j < kHalf / 8; ++j) {
-              *reinterpret_cast<uint32_t*>(row_s + 8 * j) =
-                  cuda::PackBf16(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
-            }
+            write_row(h, reinterpret_cast<__nv_bfloat16*>(staged + my_row[h] * kStagedRowBytesBf16));
           } else {
-            auto* row_s = reinterpret_cast<float*>(staged + my_row[h] * kStagedRowBytesF32) + c0;
-#pragma unroll
-            for (int j = 0; j < kHalf / 8; ++j) {
-              *reinterpret_cast<float2*>(row_s + 8 * j) =
-                  make_float2(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
-            }
+            write_row(h, reinterpret_cast<float*>(staged + my_row[h] * kStagedRowBytesF32));
           }
         }
         cutlass::arch::fence_view_async_shared();  // staged rows -> the bulk copies' async proxy
         sync_cta();
         if (wg == 0 && wg_tid < kRows && r0 + wg_tid < rows_total) {
-          const int row = r0 + wg_tid, token = row / H, head = row % H;
+          const int row = r0 + wg_tid;
           if (direct) {
-            SM90_BULK_COPY_S2G::copy(staged + wg_tid * kStagedRowBytesBf16,
-                                     static_cast<__nv_bfloat16*>(p.out) +
-                                         (static_cast<int64_t>(q_start + token) * H + head) * p.kv_lora_rank,
+            SM90_BULK_COPY_S2G::copy(staged + wg_tid * kStagedRowBytesBf16, out_row(row),
                                      kRank * static_cast<int>(sizeof(__nv_bfloat16)));
           } else {
-            SM90_BULK_COPY_S2G::copy(staged + wg_tid * kStagedRowBytesF32,
-                                     split.part_out + (part_row0 + static_cast<int64_t>(token) * H + head) *
-                                                          p.kv_lora_rank,
+            SM90_BULK_COPY_S2G::copy(staged + wg_tid * kStagedRowBytesF32, part_row(row),
                                      kRank * static_cast<int>(sizeof(float)));
           }
           tma_store_arrive();
@@ -718,28 +726,15 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
             asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
           }
         }
-      }
-      if (!staged_out) {
+      } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = r0 + my_row[h];
           if (row >= rows_total) continue;
-          const int token = row / H, head = row % H;
           if (direct) {
-            auto* dst = static_cast<__nv_bfloat16*>(p.out) +
-                        (static_cast<int64_t>(q_start + token) * H + head) * p.kv_lora_rank + c0;
-#pragma unroll
-            for (int j = 0; j < kHalf / 8; ++j) {
-              *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-                  cuda::PackBf16(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
-            }
+            write_row(h, out_row(row));
           } else {
-            float* dst = split.part_out + (part_row0 + static_cast<int64_t>(token) * H + head) * p.kv_lora_rank + c0;
-#pragma unroll
-            for (int j = 0; j < kHalf / 8; ++j) {
-              *reinterpret_cast<float2*>(dst + 8 * j) =
-                  make_float2(tOrO(4 * j + 2 * h) * inv[h], tOrO(4 * j + 2 * h + 1) * inv[h]);
-            }
+            write_row(h, part_row(row));
           }
         }
       }
