@@ -158,12 +158,26 @@ __device__ __forceinline__ float RowLse(float total, float m_all) {
 // (ld.global.cs, __ldcs). On the H200 that took the balanced rows at b 64 / 128 heads / 4k 1.6%
 // less and batch 4 1-2.6% less, the others even; L2-only (__ldcg) or read-only (__ldg) loads
 // made the skewed batch 4% slower (2026-12-01).
+// Float4 column v (latent dims 4v .. 4v + 3) of the partial in row `row`, evict-first: four f32, or
+// four bf16 (8 bytes) widened where kBf16Parts (a.part_bf16; each kernel is instantiated for both,
+// so that neither carries the other's addressing: a runtime branch made the lean kernel spill).
+template <bool kBf16Parts>
+__device__ __forceinline__ float4 LoadPartialColumn(const CombineArgs& a, int64_t row, int v) {
+  if constexpr (kBf16Parts) {
+    const auto* src = reinterpret_cast<const uint2*>(reinterpret_cast<const __nv_bfloat16*>(a.part_out) + row * a.rank);
+    const uint2 u = __ldcs(src + v);
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+  }
+  return __ldcs(reinterpret_cast<const float4*>(a.part_out + row * a.rank) + v);
+}
+template <bool kBf16Parts>
 __device__ __forceinline__ void LoadPartial(const CombineArgs& a, int64_t row, int lane,
                                             float4 (&x)[kCombineVecsPerLane]) {
-  const auto* src = reinterpret_cast<const float4*>(a.part_out + row * a.rank);
 #pragma unroll
   for (int j = 0; j < kCombineVecsPerLane; ++j) {
-    x[j] = 4 * (lane + 32 * j) < a.rank ? __ldcs(src + lane + 32 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    x[j] = 4 * (lane + 32 * j) < a.rank ? LoadPartialColumn<kBf16Parts>(a, row, lane + 32 * j)
+                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 }
 
@@ -193,10 +207,11 @@ __device__ __forceinline__ RowPieces PiecesOf(const CombineArgs& a, int b, int i
 
 // This lane's columns of piece s of a row (LoadPartial), zeros past the row's n pieces: the
 // warp-per-row kernels' loads, whose rounds run past n where a row has fewer pieces than groups.
+template <bool kBf16Parts>
 __device__ __forceinline__ void LoadPieceOrZeros(const CombineArgs& a, const RowPieces& pieces, int s, int lane,
                                                  float4 (&x)[kCombineVecsPerLane]) {
   if (s < pieces.n) {
-    LoadPartial(a, pieces.first + s * pieces.stride, lane, x);
+    LoadPartial<kBf16Parts>(a, pieces.first + s * pieces.stride, lane, x);
     return;
   }
 #pragma unroll
@@ -215,7 +230,7 @@ __device__ __forceinline__ void LoadPieceOrZeros(const CombineArgs& a, const Row
 // W_UV's columns (ValueArgs; loaded before the wait). A balanced schedule's row in one piece,
 // which the attention kernel wrote, is read back from out for it. The CTAs of z > 0 compute the
 // same merged row as z = 0 and leave out and lse to it.
-template <bool kProject>
+template <bool kProject, bool kBf16Parts>
 __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid_constant__ CombineArgs a) {
   __shared__ float4 partial[kCombineWarps][kCombineMaxRank / 4];
   __shared__ float warp_max[kCombineWarps], warp_sum[kCombineWarps];
@@ -257,7 +272,7 @@ __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid
     const int64_t row = first + s * stride;
     const float ls = __ldcs(a.part_lse + row);
     float4 x[kCombineVecsPerLane];
-    LoadPartial(a, row, lane, x);
+    LoadPartial<kBf16Parts>(a, row, lane, x);
     if (ls == -INFINITY) continue;  // empty piece (the whole warp: one row)
     AddPiece(ls, x, m, l, acc);
   }
@@ -331,7 +346,7 @@ __device__ __forceinline__ bool StartCombineRow(const CombineArgs& a, CombineRow
   return a.pieces == nullptr || row.pieces.n > 1;  // n <= 1: written directly by the attention kernel
 }
 
-template <bool kBatchMajor>
+template <bool kBatchMajor, bool kBf16Parts>
 __global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __grid_constant__ CombineArgs a) {
   const int lane = threadIdx.x % 32;
   CombineRow row;
@@ -340,7 +355,7 @@ __global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __
   const int n = row.pieces.n;
   const int64_t first = row.pieces.first, stride = row.pieces.stride;
   constexpr int kGroups = kCombineWarps;
-  auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) { LoadPieceOrZeros(a, row.pieces, s, lane, x); };
+  auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) { LoadPieceOrZeros<kBf16Parts>(a, row.pieces, s, lane, x); };
   // Round 0, every group's first piece in one memory round. The online update of a first piece
   // (m = -inf: keep = 0, w = 1) gives m = lse, l = 1 and acc = the partial exactly, so the partial
   // is loaded into acc; an empty piece leaves the group as it was (m = -inf, l = 0, acc = 0).
@@ -400,7 +415,7 @@ __global__ void __launch_bounds__(kRowsThreads, 2) MlaCombineRowsKernel(const __
 // global memory: slow, but the same bytes. On the H100 (2026-12-06) it doubled the combine's
 // active warps without shortening it much (ncu 17.3 against 17.5 us), and with the request-major
 // grid the balanced 128-head rows ran 0.2-0.7% faster (b 64 4k / 8k / 16k +0.6 / +0.7 / +0.4%).
-template <bool kBatchMajor>
+template <bool kBatchMajor, bool kBf16Parts>
 __global__ void __launch_bounds__(kRowsThreads, 4) MlaCombineRowsLeanKernel(const __grid_constant__ CombineArgs a) {
   const int lane = threadIdx.x % 32;
   CombineRow row;
@@ -411,7 +426,7 @@ __global__ void __launch_bounds__(kRowsThreads, 4) MlaCombineRowsLeanKernel(cons
   constexpr int kGroups = kCombineWarps;
   float m[kGroups], l[kGroups], c[kGroups], total, m_all;
   if (n <= kGroups) {  // one round for the LSEs and pieces 0-1, one more for pieces 2-3
-    auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) { LoadPieceOrZeros(a, row.pieces, s, lane, x); };
+    auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) { LoadPieceOrZeros<kBf16Parts>(a, row.pieces, s, lane, x); };
     const float my_lse = lane < n ? __ldcs(a.part_lse + first + lane * stride) : -INFINITY;
     float4 x0[kCombineVecsPerLane], x1[kCombineVecsPerLane];
     load(0, x0);
@@ -467,7 +482,7 @@ __global__ void __launch_bounds__(kRowsThreads, 4) MlaCombineRowsLeanKernel(cons
           const int64_t part_row = first + (s0 + g) * stride;
           const float ls = s0 + g < n ? __ldcs(a.part_lse + part_row) : -INFINITY;
           if (ls == -INFINITY) continue;  // past n, or an empty piece
-          const float4 x[1] = {__ldcs(reinterpret_cast<const float4*>(a.part_out + part_row * a.rank) + v)};
+          const float4 x[1] = {LoadPartialColumn<kBf16Parts>(a, part_row, v)};
           AddPiece<1>(ls, x, m[g], l[g], acc[g]);
         }
       }
@@ -495,8 +510,12 @@ absl::Status PreferSharedCarveout(const void* kernel, const char* name) {
   return absl::OkStatus();
 }
 
-absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, bool few_pieces, int max_pieces,
-                           cudaStream_t s) {
+namespace {
+
+// LaunchCombine for partials of one type (kBf16Parts: args.part_bf16).
+template <bool kBf16Parts>
+absl::Status LaunchCombineOf(const CombineArgs& args, int64_t max_rows, bool few_pieces, int max_pieces,
+                             cudaStream_t s) {
   const bool project = args.value.w != nullptr;
   // MLASERVE_MLA_COMBINE_ROWS (read per call; tests, A/B timing): 0 = never the rows kernel,
   // 1 = wherever there is no projection, unset = where the caller expects few pieces.
@@ -515,8 +534,10 @@ absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, bool few_p
     const char* lean_env = std::getenv("MLASERVE_MLA_COMBINE_LEAN");
     const bool lean = lean_env != nullptr ? std::strcmp(lean_env, "0") != 0
                                           : max_pieces > 0 && max_pieces <= kCombineFewPieces;
-    const auto kernel = lean ? (batch_major ? MlaCombineRowsLeanKernel<true> : MlaCombineRowsLeanKernel<false>)
-                             : (batch_major ? MlaCombineRowsKernel<true> : MlaCombineRowsKernel<false>);
+    const auto kernel = lean ? (batch_major ? MlaCombineRowsLeanKernel<true, kBf16Parts>
+                                            : MlaCombineRowsLeanKernel<false, kBf16Parts>)
+                             : (batch_major ? MlaCombineRowsKernel<true, kBf16Parts>
+                                            : MlaCombineRowsKernel<false, kBf16Parts>);
     const char* name = lean ? "MlaCombineRowsLeanKernel" : "MlaCombineRowsKernel";
     RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(kernel), name));
     cuda::LaunchShape shape;
@@ -526,7 +547,7 @@ absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, bool few_p
     shape.stream = s;
     return cuda::LaunchPdl(name, shape, kernel, args);
   }
-  const auto kernel = project ? MlaCombineKernel<true> : MlaCombineKernel<false>;
+  const auto kernel = project ? MlaCombineKernel<true, kBf16Parts> : MlaCombineKernel<false, kBf16Parts>;
   RETURN_IF_ERROR(PreferSharedCarveout(reinterpret_cast<const void*>(kernel), "MlaCombineKernel carveout"));
   cuda::LaunchShape shape;
   const int slices = project ? (args.value.v_dim + kValueCols - 1) / kValueCols : 1;
@@ -534,6 +555,14 @@ absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, bool few_p
   shape.block = dim3(kCombineThreads);
   shape.stream = s;
   return cuda::LaunchPdl("MlaCombineKernel", shape, kernel, args);
+}
+
+}  // namespace
+
+absl::Status LaunchCombine(const CombineArgs& args, int64_t max_rows, bool few_pieces, int max_pieces,
+                           cudaStream_t s) {
+  return args.part_bf16 ? LaunchCombineOf<true>(args, max_rows, few_pieces, max_pieces, s)
+                        : LaunchCombineOf<false>(args, max_rows, few_pieces, max_pieces, s);
 }
 
 ValueArgs MakeValueArgs(const MlaValueProjection* v) {

@@ -26,7 +26,7 @@ struct CombineArgs {
   int num_splits, chunk_tokens, max_q, num_heads, rank, batch;
   const int32_t* cu_seqlens_q;
   const int32_t* seqlens_k;
-  const float* part_out;
+  const float* part_out;  // rows of rank f32, or of rank bf16 where part_bf16 (LatentSplit::part_bf16)
   const float* part_lse;
   __nv_bfloat16* out;
   float* lse;
@@ -35,6 +35,7 @@ struct CombineArgs {
   const int32_t* pieces = nullptr;
   const int32_t* slot_base = nullptr;
   int64_t slot_rows = 0;
+  bool part_bf16 = false;
   ValueArgs value{};
 };
 

@@ -198,10 +198,15 @@ TEST_P(MlaDecodeBalancedTest, MatchesCpuReference) {
   testing::DeviceLatent d(c);
   if (!LatentWgmmaApplies(d.params)) GTEST_SKIP() << "no sm_90a kernel for this device";
   // The segment kernel's outputs staged and stored by bulk copies (the default), then stored from
-  // its accumulators (MLASERVE_MLA_BULK_OUT=0), outputs and partials poisoned before each.
-  for (const char* bulk_out : {static_cast<const char*>(nullptr), "0"}) {
-    SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_BULK_OUT=" << (bulk_out ? bulk_out : "(unset)"));
+  // its accumulators (MLASERVE_MLA_BULK_OUT=0), each with the partials in bf16 (the default) and
+  // in f32 (MLASERVE_MLA_BF16_PARTIALS=0), outputs and partials poisoned before each.
+  const char* const kUnset = nullptr;
+  for (const auto& [bulk_out, bf16_partials] :
+       {std::pair{kUnset, kUnset}, std::pair{kUnset, "0"}, std::pair{"0", kUnset}, std::pair{"0", "0"}}) {
+    SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_BULK_OUT=" << (bulk_out ? bulk_out : "(unset)")
+                                      << " MLASERVE_MLA_BF16_PARTIALS=" << (bf16_partials ? bf16_partials : "(unset)"));
     testing::ScopedEnv bulk("MLASERVE_MLA_BULK_OUT", bulk_out);
+    testing::ScopedEnv partials("MLASERVE_MLA_BF16_PARTIALS", bf16_partials);
     testing::DeviceBuffer workspace(plan->workspace_bytes);
     MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), 0xff, workspace.bytes()));  // NaN partials
     MLASERVE_CUDA_ASSERT(cudaMemset(d.out.get(), 0xff, d.out.bytes()));
@@ -230,7 +235,8 @@ INSTANTIATE_TEST_SUITE_P(FewParts, MlaDecodeBalancedTest,
 // the 64-row kernel's P stored by 32-bit stores instead of stmatrix at one query token a request
 // (MLASERVE_MLA_STMATRIX=0), and the 64-row kernel's segment outputs stored from its accumulators
 // instead of staged and stored by bulk copies (MLASERVE_MLA_BULK_OUT=0): the same output and LSE
-// bytes, and the CPU reference's values.
+// bytes, and the CPU reference's values. All of it twice: with the 64-row kernel's partials in
+// bf16 (the default), and in f32 (MLASERVE_MLA_BF16_PARTIALS=0; other bytes than bf16's).
 // Chunk plans of 4 to 18 splits (a partial last CTA of rows: 10 and 5 rows a request; 128 heads
 // at one and two query tokens), latent rank 64 (lanes past the rank), the balanced schedule for a
 // 3-, 5- or 7-SM device (requests in one or a few pieces) and for 132 SMs at batch 4 (tens of
@@ -286,43 +292,49 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
                                    {nullptr, nullptr, nullptr, nullptr, nullptr, "0"},
                                    {"1", nullptr, "0", "1", nullptr, "0"}};
   constexpr int kRuns = static_cast<int>(std::size(kSettings));
-  std::vector<uint16_t> out[kRuns];
-  std::vector<float> lse[kRuns];
-  for (int run = 0; run < kRuns; ++run) {
-    const Setting& setting = kSettings[run];
-    SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_COMBINE_ROWS=" << (setting.combine_rows ? setting.combine_rows : "(unset)")
-                                      << " MLASERVE_MLA_STAGED_EPILOGUE="
-                                      << (setting.staged_epilogue ? setting.staged_epilogue : "(unset)")
-                                      << " MLASERVE_MLA_STMATRIX="
-                                      << (setting.stmatrix ? setting.stmatrix : "(unset)")
-                                      << " MLASERVE_MLA_COMBINE_LEAN="
-                                      << (setting.combine_lean ? setting.combine_lean : "(unset)")
-                                      << " MLASERVE_MLA_COMBINE_BATCH_MAJOR="
-                                      << (setting.batch_major ? setting.batch_major : "(unset)")
-                                      << " MLASERVE_MLA_BULK_OUT="
-                                      << (setting.bulk_out ? setting.bulk_out : "(unset)"));
-    testing::ScopedEnv combine("MLASERVE_MLA_COMBINE_ROWS", setting.combine_rows);
-    testing::ScopedEnv combine_lean("MLASERVE_MLA_COMBINE_LEAN", setting.combine_lean);
-    testing::ScopedEnv batch_major("MLASERVE_MLA_COMBINE_BATCH_MAJOR", setting.batch_major);
-    testing::ScopedEnv staged("MLASERVE_MLA_STAGED_EPILOGUE", setting.staged_epilogue);
-    testing::ScopedEnv stmatrix("MLASERVE_MLA_STMATRIX", setting.stmatrix);
-    testing::ScopedEnv bulk_out("MLASERVE_MLA_BULK_OUT", setting.bulk_out);
-    testing::DeviceBuffer workspace(plan.workspace_bytes);
-    const int poison = run == 1 ? 0x7f : 0xff;
-    MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), poison, workspace.bytes()));
-    MLASERVE_CUDA_ASSERT(cudaMemset(d.out.get(), poison, d.out.bytes()));
-    MLASERVE_CUDA_ASSERT(cudaMemset(d.lse.get(), poison, d.lse.bytes()));
-    const auto st = MlaDecode(d.params, plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
-    ASSERT_TRUE(st.ok()) << st;
-    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-    testing::ExpectLatentMatches(c, d, ref.want, ref.want_lse);
-    out[run] = testing::ToHost<uint16_t>(d.out, rows * c.rank);
-    lse[run] = testing::ToHost<float>(d.lse, rows);
-  }
-  for (int run = 1; run < kRuns; ++run) {
-    EXPECT_TRUE(out[run] == out[0]) << "run " << run << ": outputs differ from the first run's";
-    EXPECT_EQ(std::memcmp(lse[run].data(), lse[0].data(), rows * sizeof(float)), 0)
-        << "run " << run << ": LSEs differ from the first run's";
+  // Every setting with the 64-row kernel's partials in bf16 (the default), then in f32
+  // (MLASERVE_MLA_BF16_PARTIALS=0): the same bytes within each, the reference's values in both.
+  for (const char* bf16_partials : {static_cast<const char*>(nullptr), "0"}) {
+    SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_BF16_PARTIALS=" << (bf16_partials ? bf16_partials : "(unset)"));
+    testing::ScopedEnv partials("MLASERVE_MLA_BF16_PARTIALS", bf16_partials);
+    std::vector<uint16_t> out[kRuns];
+    std::vector<float> lse[kRuns];
+    for (int run = 0; run < kRuns; ++run) {
+      const Setting& setting = kSettings[run];
+      SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_COMBINE_ROWS=" << (setting.combine_rows ? setting.combine_rows : "(unset)")
+                                        << " MLASERVE_MLA_STAGED_EPILOGUE="
+                                        << (setting.staged_epilogue ? setting.staged_epilogue : "(unset)")
+                                        << " MLASERVE_MLA_STMATRIX="
+                                        << (setting.stmatrix ? setting.stmatrix : "(unset)")
+                                        << " MLASERVE_MLA_COMBINE_LEAN="
+                                        << (setting.combine_lean ? setting.combine_lean : "(unset)")
+                                        << " MLASERVE_MLA_COMBINE_BATCH_MAJOR="
+                                        << (setting.batch_major ? setting.batch_major : "(unset)")
+                                        << " MLASERVE_MLA_BULK_OUT="
+                                        << (setting.bulk_out ? setting.bulk_out : "(unset)"));
+      testing::ScopedEnv combine("MLASERVE_MLA_COMBINE_ROWS", setting.combine_rows);
+      testing::ScopedEnv combine_lean("MLASERVE_MLA_COMBINE_LEAN", setting.combine_lean);
+      testing::ScopedEnv batch_major("MLASERVE_MLA_COMBINE_BATCH_MAJOR", setting.batch_major);
+      testing::ScopedEnv staged("MLASERVE_MLA_STAGED_EPILOGUE", setting.staged_epilogue);
+      testing::ScopedEnv stmatrix("MLASERVE_MLA_STMATRIX", setting.stmatrix);
+      testing::ScopedEnv bulk_out("MLASERVE_MLA_BULK_OUT", setting.bulk_out);
+      testing::DeviceBuffer workspace(plan.workspace_bytes);
+      const int poison = run == 1 ? 0x7f : 0xff;
+      MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), poison, workspace.bytes()));
+      MLASERVE_CUDA_ASSERT(cudaMemset(d.out.get(), poison, d.out.bytes()));
+      MLASERVE_CUDA_ASSERT(cudaMemset(d.lse.get(), poison, d.lse.bytes()));
+      const auto st = MlaDecode(d.params, plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
+      ASSERT_TRUE(st.ok()) << st;
+      MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+      testing::ExpectLatentMatches(c, d, ref.want, ref.want_lse);
+      out[run] = testing::ToHost<uint16_t>(d.out, rows * c.rank);
+      lse[run] = testing::ToHost<float>(d.lse, rows);
+    }
+    for (int run = 1; run < kRuns; ++run) {
+      EXPECT_TRUE(out[run] == out[0]) << "run " << run << ": outputs differ from the first run's";
+      EXPECT_EQ(std::memcmp(lse[run].data(), lse[0].data(), rows * sizeof(float)), 0)
+          << "run " << run << ": LSEs differ from the first run's";
+    }
   }
 }
 

@@ -3,8 +3,9 @@
 //
 // A CTA owns `rows` query rows of one request (row = query token * num_heads + head, so all
 // heads of a request share every cache tile it loads) and one KV split. With num_splits = 1 it
-// writes the bf16 output and LSE directly; otherwise it writes f32 partial outputs (already
-// normalised) and partial LSEs into the workspace, which mla_decode's combine kernel merges.
+// writes the bf16 output and LSE directly; otherwise it writes partial outputs (already
+// normalised; f32, or bf16 where LatentSplit::part_bf16) and f32 partial LSEs into the workspace,
+// which mla_decode's combine kernel merges.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,7 +48,11 @@ struct LatentSplit {
   int chunk_tokens = 0;       // keys per split (multiple of kPageSize); 0 = whole context
   float* part_out = nullptr;  // chunks: [num_splits, batch * max_q * num_heads, kv_lora_rank]
                               // segments: [slots, max_q * num_heads, kv_lora_rank]
-  float* part_lse = nullptr;  // the same rows, one LSE each
+  float* part_lse = nullptr;  // the same rows, one LSE each (f32)
+  // The partial outputs as bf16: part_out's memory then holds rows of kv_lora_rank bf16 (the same
+  // row indices, half the bytes), which the combine reads back as f32. Only the 64-row Hopper
+  // kernel writes them (LatentTakesBf16Partials); LaunchLatentAttention refuses it elsewhere.
+  bool part_bf16 = false;
   int max_q = 0;              // query tokens per request the partial rows are laid out for
   const LatentSegment* segments = nullptr;  // device
   const int32_t* part_segments = nullptr;   // device, [num_parts + 1]
@@ -65,6 +70,10 @@ struct LatentSplit {
   // p.inputs_before_wait the chunk kernels read it before their PDL wait (pdl.cuh, rule 3).
   bool order_before_wait = false;
 };
+
+// Whether the kernel LaunchLatentAttention runs for p (and this many rows a request) is the 64-row
+// Hopper kernel, which writes its partials as bf16 where LatentSplit::part_bf16 asks.
+bool LatentTakesBf16Partials(const MlaParams& p, int64_t max_rows_per_request);
 
 // Validates what the kernel adds to CheckMlaShape (dtype, dims, alignment) and launches.
 // `max_rows_per_request` (= max_seqlen_q * num_heads) sizes the grid.

@@ -39,8 +39,8 @@
 //
 // With the balanced schedule a CTA walks several segments (pieces of requests); their records
 // come by bulk copy one ahead, and during a segment's last page pair the next one's Q rows load
-// into what that pair has finished with. A segment's output (normalised bf16 rows, or f32
-// partials) is staged in the two page buffers and stored a row per bulk copy (FlashMLA's
+// into what that pair has finished with. A segment's output (normalised bf16 rows, or partials:
+// bf16 where split.part_bf16, else f32) is staged in the two page buffers and stored a row per bulk copy (FlashMLA's
 // epilogue), after which the next segment's first two pages load there; storing from the
 // accumulators instead (with those pages loaded during the last pair) kept the warps issuing
 // 64 scattered 8-byte stores each (MLASERVE_MLA_BULK_OUT=0; docs/kernels.md). At batch 1-8 a CTA
@@ -317,8 +317,8 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       LATENT_TRACE_STAMP(traced0, trace::SegmentWordAt(k, trace::kStart));
       // Rows [w.r0, w.r0 + 64) of request w.b over its keys [w.kv_begin, w.kv_end). Writes the
       // normalised output and LSE (direct) or, for a piece of a request that other segments
-      // share, the f32 partial output and LSE at part_lse / part_out row part_row0 + token * H +
-      // head.
+      // share, the partial output (bf16 where split.part_bf16, else f32) and the f32 LSE at
+      // part_out / part_lse row part_row0 + token * H + head.
       LatentCtaWork w;
       bool direct;
       int64_t part_row0;
@@ -673,7 +673,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       // accumulator's order: element 4 j + 2 h + v is row my_row[h], column c0 + 8 j + v).
       const int c0 = wg * kHalf + get<1>(tOcO(0));
       // Row h's values of this thread, normalised, into the row at `row_dst` (its column 0):
-      // bf16 (the output) or f32 (a piece's partials).
+      // bf16 (the output, or a piece's partials where split.part_bf16) or f32 (a piece's partials).
       auto write_row = [&](int h, auto* row_dst) {
         using T = std::remove_pointer_t<decltype(row_dst)>;
 #pragma unroll
@@ -690,9 +690,12 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         return static_cast<__nv_bfloat16*>(p.out) +
                (static_cast<int64_t>(q_start + row / H) * H + row % H) * p.kv_lora_rank;
       };
-      auto part_row = [&](int row) {  // the partials' row of query row `row` (a piece)
-        return split.part_out + (part_row0 + static_cast<int64_t>(row / H) * H + row % H) * p.kv_lora_rank;
-      };
+      // The partials' row of query row `row` (a piece): f32, or bf16 where split.part_bf16.
+      auto part_index = [&](int row) { return (part_row0 + static_cast<int64_t>(row / H) * H + row % H) * p.kv_lora_rank; };
+      auto part_row = [&](int row) { return split.part_out + part_index(row); };
+      auto part_row_bf16 = [&](int row) { return reinterpret_cast<__nv_bfloat16*>(split.part_out) + part_index(row); };
+      // Rows of bf16: the output's, and the partials' where split.part_bf16.
+      const bool bf16_rows = direct || split.part_bf16;
       if (staged_out) {
         // The normalised rows into the page buffers (every product on them retired before the
         // barrier above, and no load is in flight into them: the next segment's pages load after
@@ -702,7 +705,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         uint8_t* const staged = reinterpret_cast<uint8_t*>(ss.page[0].data());
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          if (direct) {
+          if (bf16_rows) {
             write_row(h, reinterpret_cast<__nv_bfloat16*>(staged + my_row[h] * kStagedRowBytesBf16));
           } else {
             write_row(h, reinterpret_cast<float*>(staged + my_row[h] * kStagedRowBytesF32));
@@ -714,6 +717,9 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           const int row = r0 + wg_tid;
           if (direct) {
             SM90_BULK_COPY_S2G::copy(staged + wg_tid * kStagedRowBytesBf16, out_row(row),
+                                     kRank * static_cast<int>(sizeof(__nv_bfloat16)));
+          } else if (split.part_bf16) {
+            SM90_BULK_COPY_S2G::copy(staged + wg_tid * kStagedRowBytesBf16, part_row_bf16(row),
                                      kRank * static_cast<int>(sizeof(__nv_bfloat16)));
           } else {
             SM90_BULK_COPY_S2G::copy(staged + wg_tid * kStagedRowBytesF32, part_row(row),
@@ -733,6 +739,8 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           if (row >= rows_total) continue;
           if (direct) {
             write_row(h, out_row(row));
+          } else if (split.part_bf16) {
+            write_row(h, part_row_bf16(row));
           } else {
             write_row(h, part_row(row));
           }
