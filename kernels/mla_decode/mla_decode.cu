@@ -271,12 +271,14 @@ bool PrefetchNextSegment() {
   return !EnvSwitchedOff("MLASERVE_MLA_PREFETCH");  // read per call: the benches flip it
 }
 
-// Whether the attention kernel writes its partial outputs as bf16 (LatentSplit::part_bf16): half
-// the bytes that the 64-row Hopper kernel stores and the combine reads back, at one more bf16
-// rounding of each piece before the merge (the output is bf16 anyway). MLASERVE_MLA_BF16_PARTIALS=0
-// keeps them f32 (read per call: tests, A/B timing).
+// Whether the balanced schedule's segments write their partial outputs as bf16
+// (LatentSplit::part_bf16): half the bytes that the 64-row Hopper kernel stores and the combine
+// reads back, at one more bf16 rounding of each piece before the merge (the output is bf16
+// anyway). H100, 128 heads: the balanced rows 1-8% faster; chunk plans at batch 1-4 (20 and 9
+// splits) 8-15% slower with them, so chunks keep f32 (docs/kernels.md).
+// MLASERVE_MLA_BF16_PARTIALS=0 keeps them f32 (read per call: tests, A/B timing).
 bool Bf16Partials(const MlaParams& p, int64_t max_rows) {
-  return mla_cuda::LatentTakesBf16Partials(p, max_rows) && !EnvSwitchedOff("MLASERVE_MLA_BF16_PARTIALS");
+  return mla_cuda::LatentSegmentsTakeBf16Partials(p, max_rows) && !EnvSwitchedOff("MLASERVE_MLA_BF16_PARTIALS");
 }
 
 // The balanced schedule's arrays in a metadata block that starts at `meta` (the workspace's
@@ -417,12 +419,10 @@ absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* 
   split.part_out = static_cast<float*>(workspace);
   split.part_lse = split.part_out + static_cast<size_t>(plan.num_splits) * cap * p.kv_lora_rank;
   split.max_q = p.max_seqlen_q;
-  split.part_bf16 = Bf16Partials(p, max_rows);
   RETURN_IF_ERROR(mla_cuda::LaunchLatentAttention(p, split, max_rows, s));
   CombineArgs args{plan.num_splits, plan.chunk_tokens, p.max_seqlen_q, p.num_heads, p.kv_lora_rank,
                    p.batch, p.cu_seqlens_q, p.seqlens_k, split.part_out, split.part_lse,
                    static_cast<__nv_bfloat16*>(p.out), p.lse};
-  args.part_bf16 = split.part_bf16;
   args.value = value;
   return LaunchCombine(args, max_rows, plan.num_splits <= 2 * mla_decode_internal::kCombineFewPieces, plan.num_splits,
                        s);

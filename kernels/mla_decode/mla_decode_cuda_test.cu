@@ -235,8 +235,9 @@ INSTANTIATE_TEST_SUITE_P(FewParts, MlaDecodeBalancedTest,
 // the 64-row kernel's P stored by 32-bit stores instead of stmatrix at one query token a request
 // (MLASERVE_MLA_STMATRIX=0), and the 64-row kernel's segment outputs stored from its accumulators
 // instead of staged and stored by bulk copies (MLASERVE_MLA_BULK_OUT=0): the same output and LSE
-// bytes, and the CPU reference's values. All of it twice: with the 64-row kernel's partials in
-// bf16 (the default), and in f32 (MLASERVE_MLA_BF16_PARTIALS=0; other bytes than bf16's).
+// bytes, and the CPU reference's values. All of it twice: with the balanced schedule's partials in
+// bf16 on the 64-row kernel (the default), and in f32 (MLASERVE_MLA_BF16_PARTIALS=0; other bytes
+// than bf16's).
 // Chunk plans of 4 to 18 splits (a partial last CTA of rows: 10 and 5 rows a request; 128 heads
 // at one and two query tokens), latent rank 64 (lanes past the rank), the balanced schedule for a
 // 3-, 5- or 7-SM device (requests in one or a few pieces) and for 132 SMs at batch 4 (tens of
@@ -292,7 +293,7 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
                                    {nullptr, nullptr, nullptr, nullptr, nullptr, "0"},
                                    {"1", nullptr, "0", "1", nullptr, "0"}};
   constexpr int kRuns = static_cast<int>(std::size(kSettings));
-  // Every setting with the 64-row kernel's partials in bf16 (the default), then in f32
+  // Every setting with the balanced 64-row kernel's partials in bf16 (the default), then in f32
   // (MLASERVE_MLA_BF16_PARTIALS=0): the same bytes within each, the reference's values in both.
   for (const char* bf16_partials : {static_cast<const char*>(nullptr), "0"}) {
     SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_BF16_PARTIALS=" << (bf16_partials ? bf16_partials : "(unset)"));

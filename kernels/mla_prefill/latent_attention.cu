@@ -24,7 +24,7 @@ absl::Status LaunchRows(const LatentArgs& args, int rows_per_cta, int64_t max_ro
 
 }  // namespace
 
-bool LatentTakesBf16Partials(const MlaParams& p, int64_t max_rows_per_request) {
+bool LatentSegmentsTakeBf16Partials(const MlaParams& p, int64_t max_rows_per_request) {
   return p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p) &&
          !LatentSm90FewRowsTakes(p, max_rows_per_request);
 }
@@ -53,7 +53,11 @@ absl::Status LaunchLatentAttention(const MlaParams& p, const LatentSplit& split,
   RETURN_IF_ERROR(cuda::RequireStrideMultiple8(kFamily, "q_token_stride", p.q_token_stride));
   RETURN_IF_ERROR(cuda::RequireStrideMultiple8(kFamily, "q_head_stride", p.q_head_stride));
   if (max_rows_per_request <= 0 || p.batch == 0) return absl::OkStatus();
-  if (split.part_bf16 && !LatentTakesBf16Partials(p, max_rows_per_request)) {
+  if (split.part_bf16 && split.segments == nullptr) {
+    return absl::InvalidArgumentError("mla: bf16 partials (LatentSplit::part_bf16) need the balanced schedule's "
+                                      "segments; this split has chunks");
+  }
+  if (split.part_bf16 && !LatentSegmentsTakeBf16Partials(p, max_rows_per_request)) {
     const bool hopper = p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p);
     return absl::InvalidArgumentError(absl::StrCat(
         "mla: bf16 partials (LatentSplit::part_bf16) need the 64-row Hopper kernel; max_rows_per_request=",

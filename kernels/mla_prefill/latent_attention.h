@@ -51,7 +51,8 @@ struct LatentSplit {
   float* part_lse = nullptr;  // the same rows, one LSE each (f32)
   // The partial outputs as bf16: part_out's memory then holds rows of kv_lora_rank bf16 (the same
   // row indices, half the bytes), which the combine reads back as f32. Only the 64-row Hopper
-  // kernel writes them (LatentTakesBf16Partials); LaunchLatentAttention refuses it elsewhere.
+  // kernel's balanced schedule writes them (LatentSegmentsTakeBf16Partials); LaunchLatentAttention
+  // refuses it elsewhere.
   bool part_bf16 = false;
   int max_q = 0;              // query tokens per request the partial rows are laid out for
   const LatentSegment* segments = nullptr;  // device
@@ -71,9 +72,10 @@ struct LatentSplit {
   bool order_before_wait = false;
 };
 
-// Whether the kernel LaunchLatentAttention runs for p (and this many rows a request) is the 64-row
-// Hopper kernel, which writes its partials as bf16 where LatentSplit::part_bf16 asks.
-bool LatentTakesBf16Partials(const MlaParams& p, int64_t max_rows_per_request);
+// Whether the kernel LaunchLatentAttention runs for p (and this many rows a request) over a
+// balanced schedule is the 64-row Hopper kernel, whose segments write their partials as bf16
+// where LatentSplit::part_bf16 asks.
+bool LatentSegmentsTakeBf16Partials(const MlaParams& p, int64_t max_rows_per_request);
 
 // Validates what the kernel adds to CheckMlaShape (dtype, dims, alignment) and launches.
 // `max_rows_per_request` (= max_seqlen_q * num_heads) sizes the grid.

@@ -694,8 +694,10 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
       auto part_index = [&](int row) { return (part_row0 + static_cast<int64_t>(row / H) * H + row % H) * p.kv_lora_rank; };
       auto part_row = [&](int row) { return split.part_out + part_index(row); };
       auto part_row_bf16 = [&](int row) { return reinterpret_cast<__nv_bfloat16*>(split.part_out) + part_index(row); };
-      // Rows of bf16: the output's, and the partials' where split.part_bf16.
-      const bool bf16_rows = direct || split.part_bf16;
+      // Rows of bf16: the output's, and the partials' where split.part_bf16 (segments only: the
+      // chunk kernels carry no code for it).
+      const bool parts_bf16 = !chunks && split.part_bf16;
+      const bool bf16_rows = direct || parts_bf16;
       if (staged_out) {
         // The normalised rows into the page buffers (every product on them retired before the
         // barrier above, and no load is in flight into them: the next segment's pages load after
@@ -718,7 +720,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           if (direct) {
             SM90_BULK_COPY_S2G::copy(staged + wg_tid * kStagedRowBytesBf16, out_row(row),
                                      kRank * static_cast<int>(sizeof(__nv_bfloat16)));
-          } else if (split.part_bf16) {
+          } else if (parts_bf16) {
             SM90_BULK_COPY_S2G::copy(staged + wg_tid * kStagedRowBytesBf16, part_row_bf16(row),
                                      kRank * static_cast<int>(sizeof(__nv_bfloat16)));
           } else {
@@ -739,7 +741,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
           if (row >= rows_total) continue;
           if (direct) {
             write_row(h, out_row(row));
-          } else if (split.part_bf16) {
+          } else if (parts_bf16) {
             write_row(h, part_row_bf16(row));
           } else {
             write_row(h, part_row(row));
