@@ -164,8 +164,8 @@ __device__ __forceinline__ float RowLse(float total, float m_all) {
 template <bool kBf16Parts>
 __device__ __forceinline__ float4 LoadPartialColumn(const CombineArgs& a, int64_t row, int v) {
   if constexpr (kBf16Parts) {
-    const auto* src = reinterpret_cast<const uint2*>(reinterpret_cast<const __nv_bfloat16*>(a.part_out) + row * a.rank);
-    const uint2 u = __ldcs(src + v);
+    const auto* row_bf16 = reinterpret_cast<const __nv_bfloat16*>(a.part_out) + row * a.rank;
+    const uint2 u = __ldcs(reinterpret_cast<const uint2*>(row_bf16) + v);
     return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
                        __uint_as_float(u.y & 0xffff0000u));
   }
@@ -426,7 +426,9 @@ __global__ void __launch_bounds__(kRowsThreads, 4) MlaCombineRowsLeanKernel(cons
   constexpr int kGroups = kCombineWarps;
   float m[kGroups], l[kGroups], c[kGroups], total, m_all;
   if (n <= kGroups) {  // one round for the LSEs and pieces 0-1, one more for pieces 2-3
-    auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) { LoadPieceOrZeros<kBf16Parts>(a, row.pieces, s, lane, x); };
+    auto load = [&](int s, float4 (&x)[kCombineVecsPerLane]) {
+      LoadPieceOrZeros<kBf16Parts>(a, row.pieces, s, lane, x);
+    };
     const float my_lse = lane < n ? __ldcs(a.part_lse + first + lane * stride) : -INFINITY;
     float4 x0[kCombineVecsPerLane], x1[kCombineVecsPerLane];
     load(0, x0);

@@ -296,13 +296,15 @@ TEST_P(MlaDecodeCombineTest, BothKernelsWriteTheSameBytes) {
   // Every setting with the balanced 64-row kernel's partials in bf16 (the default), then in f32
   // (MLASERVE_MLA_BF16_PARTIALS=0): the same bytes within each, the reference's values in both.
   for (const char* bf16_partials : {static_cast<const char*>(nullptr), "0"}) {
-    SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_BF16_PARTIALS=" << (bf16_partials ? bf16_partials : "(unset)"));
+    SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_BF16_PARTIALS="
+                                      << (bf16_partials ? bf16_partials : "(unset)"));
     testing::ScopedEnv partials("MLASERVE_MLA_BF16_PARTIALS", bf16_partials);
     std::vector<uint16_t> out[kRuns];
     std::vector<float> lse[kRuns];
     for (int run = 0; run < kRuns; ++run) {
       const Setting& setting = kSettings[run];
-      SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_COMBINE_ROWS=" << (setting.combine_rows ? setting.combine_rows : "(unset)")
+      SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_COMBINE_ROWS="
+                                        << (setting.combine_rows ? setting.combine_rows : "(unset)")
                                         << " MLASERVE_MLA_STAGED_EPILOGUE="
                                         << (setting.staged_epilogue ? setting.staged_epilogue : "(unset)")
                                         << " MLASERVE_MLA_STMATRIX="

@@ -691,7 +691,9 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
                (static_cast<int64_t>(q_start + row / H) * H + row % H) * p.kv_lora_rank;
       };
       // The partials' row of query row `row` (a piece): f32, or bf16 where split.part_bf16.
-      auto part_index = [&](int row) { return (part_row0 + static_cast<int64_t>(row / H) * H + row % H) * p.kv_lora_rank; };
+      auto part_index = [&](int row) {
+        return (part_row0 + static_cast<int64_t>(row / H) * H + row % H) * p.kv_lora_rank;
+      };
       auto part_row = [&](int row) { return split.part_out + part_index(row); };
       auto part_row_bf16 = [&](int row) { return reinterpret_cast<__nv_bfloat16*>(split.part_out) + part_index(row); };
       // Rows of bf16: the output's, and the partials' where split.part_bf16 (segments only: the
