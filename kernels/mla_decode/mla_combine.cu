@@ -34,13 +34,19 @@ constexpr int kValueCols = kCombineWarps * kValueColsPerWarp;
 constexpr int kBf16PerVec = 8;  // bf16 values per 16-byte vector
 constexpr int kValueVecsPerLane = kCombineMaxRank / kBf16PerVec / 32;
 
+// The 2 bf16 of a 32-bit word as floats, in memory order (PackBf16's inverse, exact).
+__device__ __forceinline__ float2 UnpackBf16Word(uint32_t w) {
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
 // The 8 bf16 of a vector as floats, in memory order.
 __device__ __forceinline__ void UnpackBf16(const uint4& v, float (&f)[kBf16PerVec]) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    f[2 * e] = __uint_as_float(words[e] << 16);
-    f[2 * e + 1] = __uint_as_float(words[e] & 0xffff0000u);
+    const float2 pair = UnpackBf16Word(words[e]);
+    f[2 * e] = pair.x;
+    f[2 * e + 1] = pair.y;
   }
 }
 
@@ -166,8 +172,8 @@ __device__ __forceinline__ float4 LoadPartialColumn(const CombineArgs& a, int64_
   if constexpr (kBf16Parts) {
     const auto* row_bf16 = reinterpret_cast<const __nv_bfloat16*>(a.part_out) + row * a.rank;
     const uint2 u = __ldcs(reinterpret_cast<const uint2*>(row_bf16) + v);
-    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                       __uint_as_float(u.y & 0xffff0000u));
+    const float2 lo = UnpackBf16Word(u.x), hi = UnpackBf16Word(u.y);
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
   }
   return __ldcs(reinterpret_cast<const float4*>(a.part_out + row * a.rank) + v);
 }

@@ -53,15 +53,13 @@ absl::Status LaunchLatentAttention(const MlaParams& p, const LatentSplit& split,
   RETURN_IF_ERROR(cuda::RequireStrideMultiple8(kFamily, "q_token_stride", p.q_token_stride));
   RETURN_IF_ERROR(cuda::RequireStrideMultiple8(kFamily, "q_head_stride", p.q_head_stride));
   if (max_rows_per_request <= 0 || p.batch == 0) return absl::OkStatus();
-  if (split.part_bf16 && split.segments == nullptr) {
-    return absl::InvalidArgumentError("mla: bf16 partials (LatentSplit::part_bf16) need the balanced schedule's "
-                                      "segments; this split has chunks");
-  }
-  if (split.part_bf16 && !LatentSegmentsTakeBf16Partials(p, max_rows_per_request)) {
-    const bool hopper = p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p);
+  if (split.part_bf16 && (split.segments == nullptr || !LatentSegmentsTakeBf16Partials(p, max_rows_per_request))) {
+    const char* why = split.segments == nullptr                                       ? "the split has chunks"
+                      : p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p) ? "the few-rows kernel runs"
+                                                                                      : "the mma.sync kernel runs";
     return absl::InvalidArgumentError(absl::StrCat(
-        "mla: bf16 partials (LatentSplit::part_bf16) need the 64-row Hopper kernel; max_rows_per_request=",
-        max_rows_per_request, " runs on the ", hopper ? "few-rows" : "mma.sync", " kernel here"));
+        "mla: bf16 partials (LatentSplit::part_bf16) need the balanced schedule on the 64-row Hopper kernel; ",
+        why, " (max_rows_per_request=", max_rows_per_request, ")"));
   }
   const bool wgmma_fits = LatentWgmmaApplies(p);
   if ((p.kernel == LatentKernel::kWgmma || p.kernel == LatentKernel::kWgmma64) && !wgmma_fits) {
