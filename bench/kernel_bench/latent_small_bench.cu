@@ -15,7 +15,8 @@
 //                 loads issued during the current one (MLASERVE_MLA_PREFETCH=0); balanced_pc=N
 //                 with a request piece costed at N pages (MLASERVE_MLA_PIECE_COST)
 //   auto_gridorder  the kAuto plan with its chunk CTAs in grid order (MLASERVE_MLA_ORDER=0)
-//   lf=N          (batch >= 16) chunks of N pages ("all": no split), longest first, forced
+//   lf=N          (batch >= 16) chunks of N pages, N 4-128 ("all": no split), longest first, forced
+//   auto_last     kAuto's plan again, after every other variant (the drift over a shape's rows)
 // MLASERVE_PDL=0 in the environment times the same without programmatic dependent launch.
 #include <algorithm>
 #include <cmath>
@@ -143,7 +144,7 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
   }
   variants.push_back({"auto_gridorder", variants.front().plan, true, false});
   if (batch >= 16) {
-    for (int pps : {4, 8, 16, 32, 64}) {
+    for (int pps : {4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 128}) {
       if (pps >= max_pages || static_cast<int64_t>(batch) * ((max_pages + pps - 1) / pps) > kernels::kMlaDecodeMaxOrderedChunks) {
         continue;
       }
@@ -151,11 +152,14 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
     }
     variants.push_back({"lf=all", ChunkPlan(batch, heads, max_pages, max_pages, true)});
   }
+  // kAuto's plan again, timed last: the drift over a shape's variants (clocks, heat).
+  variants.push_back({"auto_last", variants.front().plan});
 
   const double sum_k = std::accumulate(lk.begin(), lk.end(), 0.0);
   const double bytes = sum_k * kWidth * 2 + rows * kWidth * 2.0 + rows * kRank * 2.0;
-  char line[1024];
-  int at = std::snprintf(line, sizeof(line), "b=%d h=%d s_k=%-5d", batch, heads, ctx);
+  char head[64];
+  std::snprintf(head, sizeof(head), "b=%d h=%d s_k=%-5d", batch, heads, ctx);
+  std::string line = head;
   cudaStream_t stream;
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   for (const Variant& v : variants) {
@@ -196,7 +200,9 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
     std::snprintf(shape, sizeof(shape), "b=%d h=%d s_k~%d %s(%s)", batch, heads, ctx, v.name.c_str(), desc.c_str());
     res.Add("mla_decode_small", shape, t * 1e-3, 2.0 * heads * sum_k * (kWidth + kRank) / (t * 1e-6) / 1e12, gbs,
             gbs / ceil.copy_gbs, "copy BW");
-    at += std::snprintf(line + at, sizeof(line) - at, " | %s %.1f", v.name.c_str(), t);
+    char cell[160];
+    std::snprintf(cell, sizeof(cell), " | %s(%s) %.1f", v.name.c_str(), desc.c_str(), t);
+    line += cell;
   }
   unsetenv("MLASERVE_MLA_PREFETCH");
   unsetenv("MLASERVE_MLA_ORDER");

@@ -27,8 +27,9 @@
 namespace mlaserve::kernels::mla_decode_internal {
 
 // Cost of one request piece beyond its pages (its Q load, prologue and output), in pages, by the
-// kernel that runs it. The 64-row kernel's piece loads 72 KiB of Q and writes 128 KiB of f32
-// partials: 5 (FlashMLA's scheduler charges the same); on the H200 it measured 2-4% faster than 2
+// kernel that runs it. The 64-row kernel's piece loads 72 KiB of Q and wrote 128 KiB of f32
+// partials (64 KiB of bf16 since 2026-12-07; not re-measured): 5 (FlashMLA's scheduler charges
+// the same); on the H200 it measured 2-4% faster than 2
 // at b 64, 128 heads, 4k-8k keys, and 4% on a skewed batch (2026-12-01). The few-rows kernel's
 // (16 rows): 2.
 inline constexpr int kPieceCostPages = 5;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -66,6 +68,67 @@ constexpr double kLeanDramBalancedRowBlocksFactor = 1.10;
 // it where it led and leaves b 64 8k and 4k to the chunks.
 constexpr double kBalancedManyRowBlocksFactor = 0.98;
 constexpr int64_t kManyRowBlocks = 4;
+
+// Beyond one wave the chunk CTAs run longest first (the chunk order kernel sorts them), so an SM
+// that frees takes the longest chunk left. The model of that, in page units, for chunks of `pps`
+// pages over requests of `lengths` pages (what a plan knows of the batch -- the longest and the
+// mean -- spread evenly; see PlanMlaDecode), every CTA its pages (CtaPageCost) plus
+// kCtaOverheadPages: Count() the CTAs and a lower bound on their makespan (the longest CTA, or
+// all the work spread evenly), then, where that bound could still win, Makespan(): the full
+// chunks, all alike and the longest, go round the SMs first, then each request's last chunk,
+// longest first, to the least loaded SM.
+class LongestFirstChunks {
+ public:
+  LongestFirstChunks(std::vector<int> lengths, int64_t row_blocks, int64_t rows, int num_sms)
+      : lengths_(std::move(lengths)), row_blocks_(row_blocks), rows_(rows), num_sms_(num_sms) {}
+
+  // The CTAs that hold keys, and the lower bound, for chunks of pps pages.
+  int64_t Count(int pps, double* at_least) {
+    pps_ = pps;
+    full_ = 0;
+    tails_.clear();
+    double work = 0, longest = 0;
+    for (const int pages : lengths_) {
+      const int n = (pages + pps - 1) / pps;
+      full_ += n - 1;
+      tails_.push_back(CtaPageCost(pages - (n - 1) * pps, rows_) + kCtaOverheadPages);
+      work += tails_.back();
+      longest = std::max(longest, tails_.back());
+    }
+    const double chunk = CtaPageCost(pps, rows_) + kCtaOverheadPages;
+    work = (work + static_cast<double>(full_) * chunk) * static_cast<double>(row_blocks_);
+    *at_least = std::max(full_ > 0 ? chunk : longest, work / num_sms_);
+    return (full_ + static_cast<int64_t>(lengths_.size())) * row_blocks_;
+  }
+
+  // The makespan of the chunks Count() last counted.
+  double Makespan() {
+    const double chunk = CtaPageCost(pps_, rows_) + kCtaOverheadPages;
+    const int64_t rounds = full_ * row_blocks_ / num_sms_, more = full_ * row_blocks_ % num_sms_;
+    loads_.clear();
+    for (int sm = 0; sm < num_sms_; ++sm) loads_.push_back(static_cast<double>(rounds + (sm < more ? 1 : 0)) * chunk);
+    std::make_heap(loads_.begin(), loads_.end(), std::greater<>());
+    std::sort(tails_.begin(), tails_.end(), std::greater<>());
+    double makespan = static_cast<double>(rounds + (more > 0 ? 1 : 0)) * chunk;
+    for (const double tail : tails_) {
+      for (int64_t r = 0; r < row_blocks_; ++r) {
+        std::pop_heap(loads_.begin(), loads_.end(), std::greater<>());
+        loads_.back() += tail;
+        makespan = std::max(makespan, loads_.back());
+        std::push_heap(loads_.begin(), loads_.end(), std::greater<>());
+      }
+    }
+    return makespan;
+  }
+
+ private:
+  std::vector<int> lengths_;
+  int64_t row_blocks_, rows_;
+  int num_sms_;
+  int pps_ = 1;
+  int64_t full_ = 0;
+  std::vector<double> tails_, loads_;
+};
 
 // Partial outputs (kv_lora_rank floats) and partial LSEs per (row, split); none without a split.
 size_t ChunkPartialBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits) {
@@ -130,21 +193,70 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   const double partial_pages = static_cast<double>(std::min(rows, rows_per_cta)) * s.kv_lora_rank * 8 /
                                (static_cast<double>(kPageSize) * (s.kv_lora_rank + s.rope_dim) * 2);
   const int max_splits = std::clamp(pages, 1, kMaxSplits);
+  // Candidates, longest chunks first (ties go to fewer splits, less combine work): the even cuts
+  // of the plan's pages and, where the CTAs run longest first beyond one wave, chunks of 16, 24, ...
+  // pages (eight steps an octave) that cut only the longer requests, whose last chunks the order
+  // then packs beside the shorter requests (b 64 x 128 heads, 4k keys +-25%: 64-page chunks).
+  struct Candidate {
+    int pages_per_split;
+    bool even;  // one of the even cuts
+  };
+  // MLASERVE_MLA_PACK_CHUNKS=1 (read per plan; off by default until timed on repeatable rows):
+  // the makespan model and the uneven cuts, for the 64-row kernel's plans where whole requests
+  // fill at least half the SMs. Smaller batches (cut evenly into many short chunks, the plans the
+  // constants above were fitted to) and the few-rows kernel's (16 heads) keep the wave model.
+  const bool packs_longest_first = rows > mla_internal::kLatentFewRowsMax && 2 * units >= s.num_sms &&
+                                   EnvIntInRange("MLASERVE_MLA_PACK_CHUNKS", 0, 1, 0) == 1;
+  std::vector<Candidate> candidates;
+  for (int want = 1; want <= max_splits; ++want) candidates.push_back({(pages + want - 1) / want, true});
+  for (int pps = 16; packs_longest_first && pps < pages; pps += std::max(8, pps / 64 * 8)) {
+    if ((pages + pps - 1) / pps <= kMaxSplits) candidates.push_back({pps, false});
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.pages_per_split > b.pages_per_split; });
+  // The batch as the longest-first model takes it: lengths spread evenly from about the mean less
+  // its excess (at least a page) up to est_pages.
+  std::vector<int> lengths;
+  if (packs_longest_first) {
+    const double hi = est_pages, lo = std::clamp(2 * mean_pages - hi, 1.0, hi);
+    for (int b = 0; b < s.batch; ++b) {
+      lengths.push_back(std::max(1, static_cast<int>(std::lround(lo + (hi - lo) * (b + 0.5) / s.batch))));
+    }
+  }
+  LongestFirstChunks packed(std::move(lengths), row_blocks, rows, s.num_sms);
   int best_pages_per_split = pages;
   double best_cost = -1;
-  for (int want = 1; want <= max_splits; ++want) {
-    const int pages_per_split = (pages + want - 1) / want;
+  for (const Candidate& candidate : candidates) {
+    const int pages_per_split = candidate.pages_per_split;
     // The chunks that hold keys (the rest return at once) and the CTAs that walk them.
     const int splits = (std::min(est_pages, pages) + pages_per_split - 1) / pages_per_split;
-    const int64_t ctas = units * splits;
+    const int num_splits = (pages + pages_per_split - 1) / pages_per_split;
+    int64_t ctas = units * splits;
     const int64_t waves = (ctas + s.num_sms - 1) / s.num_sms;
-    // One wave lasts as long as its longest CTA; over several, short CTAs make room for the next
-    // wave's, so a CTA costs about the mean.
-    const double cta_pages = waves == 1 ? std::min(pages_per_split, est_pages)
-                                        : std::min<double>(pages_per_split, std::ceil(mean_pages));
-    double cost = static_cast<double>(waves) * (CtaPageCost(static_cast<int>(cta_pages), rows) + kCtaOverheadPages);
-    if (splits > 1) {
-      cost += kCombinePagesPerSplit * splits + kCombinePartialWeight * static_cast<double>(ctas) * partial_pages / s.num_sms;
+    double cost;
+    if (!candidate.even) {
+      // Only beyond one wave, in the chunk order (an uneven cut in grid order has no packing).
+      if (waves <= 1 || static_cast<int64_t>(s.batch) * num_splits > kMlaDecodeMaxOrderedChunks) continue;
+      double at_least = 0;
+      ctas = packed.Count(pages_per_split, &at_least);
+      double combine = 0;
+      if (splits > 1) {
+        combine = kCombinePagesPerSplit * splits +
+                  kCombinePartialWeight * static_cast<double>(ctas) * partial_pages / s.num_sms;
+      }
+      if (best_cost >= 0 && at_least + combine >= best_cost) continue;  // cannot win
+      cost = packed.Makespan() + combine;
+    } else {
+      // One wave lasts as long as its longest CTA; over several, short CTAs make room for the
+      // next wave's, so a CTA costs about the mean. (The balanced schedule's factors below were
+      // measured against this estimate of the even cuts, which stays.)
+      const double cta_pages = waves == 1 ? std::min(pages_per_split, est_pages)
+                                          : std::min<double>(pages_per_split, std::ceil(mean_pages));
+      cost = static_cast<double>(waves) * (CtaPageCost(static_cast<int>(cta_pages), rows) + kCtaOverheadPages);
+      if (splits > 1) {
+        cost += kCombinePagesPerSplit * splits +
+                kCombinePartialWeight * static_cast<double>(ctas) * partial_pages / s.num_sms;
+      }
     }
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
