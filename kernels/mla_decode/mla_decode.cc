@@ -194,9 +194,10 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
                                (static_cast<double>(kPageSize) * (s.kv_lora_rank + s.rope_dim) * 2);
   const int max_splits = std::clamp(pages, 1, kMaxSplits);
   // Candidates, longest chunks first (ties go to fewer splits, less combine work): the even cuts
-  // of the plan's pages and, where the CTAs run longest first beyond one wave, chunks of 16, 24, ...
-  // pages (eight steps an octave) that cut only the longer requests, whose last chunks the order
-  // then packs beside the shorter requests (b 64 x 128 heads, 4k keys +-25%: 64-page chunks).
+  // of the plan's pages and, where the CTAs run longest first beyond one wave, chunks from a
+  // quarter of the longest request up (at least 16 pages; steps of 8 pages, about eight an octave)
+  // that cut only the longer requests, whose last chunks the order then packs beside the shorter
+  // requests (b 64 x 128 heads, 4k keys +-25%: 64-page chunks).
   struct Candidate {
     int pages_per_split;
     bool even;  // one of the even cuts
@@ -209,7 +210,8 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
                                    EnvIntInRange("MLASERVE_MLA_PACK_CHUNKS", 0, 1, 0) == 1;
   std::vector<Candidate> candidates;
   for (int want = 1; want <= max_splits; ++want) candidates.push_back({(pages + want - 1) / want, true});
-  for (int pps = 16; packs_longest_first && pps < pages; pps += std::max(8, pps / 64 * 8)) {
+  for (int pps = std::max(16, est_pages / 4 / 8 * 8); packs_longest_first && pps < pages;
+       pps += std::max(8, pps / 64 * 8)) {
     if ((pages + pps - 1) / pps <= kMaxSplits) candidates.push_back({pps, false});
   }
   std::stable_sort(candidates.begin(), candidates.end(),
