@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
