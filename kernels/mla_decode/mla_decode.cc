@@ -85,7 +85,7 @@ class LongestFirstChunks {
 
   // The CTAs that hold keys, and the lower bound, for chunks of pps pages.
   int64_t Count(int pps, double* at_least) {
-    pps_ = pps;
+    chunk_ = CtaPageCost(pps, rows_) + kCtaOverheadPages;
     full_ = 0;
     tails_.clear();
     double work = 0, longest = 0;
@@ -96,15 +96,14 @@ class LongestFirstChunks {
       work += tails_.back();
       longest = std::max(longest, tails_.back());
     }
-    const double chunk = CtaPageCost(pps, rows_) + kCtaOverheadPages;
-    work = (work + static_cast<double>(full_) * chunk) * static_cast<double>(row_blocks_);
-    *at_least = std::max(full_ > 0 ? chunk : longest, work / num_sms_);
+    work = (work + static_cast<double>(full_) * chunk_) * static_cast<double>(row_blocks_);
+    *at_least = std::max(full_ > 0 ? chunk_ : longest, work / num_sms_);
     return (full_ + static_cast<int64_t>(lengths_.size())) * row_blocks_;
   }
 
   // The makespan of the chunks Count() last counted.
   double Makespan() {
-    const double chunk = CtaPageCost(pps_, rows_) + kCtaOverheadPages;
+    const double chunk = chunk_;
     const int64_t rounds = full_ * row_blocks_ / num_sms_, more = full_ * row_blocks_ % num_sms_;
     loads_.clear();
     for (int sm = 0; sm < num_sms_; ++sm) loads_.push_back(static_cast<double>(rounds + (sm < more ? 1 : 0)) * chunk);
@@ -126,7 +125,7 @@ class LongestFirstChunks {
   std::vector<int> lengths_;
   int64_t row_blocks_, rows_;
   int num_sms_;
-  int pps_ = 1;
+  double chunk_ = 0;  // a full chunk's CTA cost, as Count() last set it
   int64_t full_ = 0;
   std::vector<double> tails_, loads_;
 };
@@ -194,76 +193,76 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   const double partial_pages = static_cast<double>(std::min(rows, rows_per_cta)) * s.kv_lora_rank * 8 /
                                (static_cast<double>(kPageSize) * (s.kv_lora_rank + s.rope_dim) * 2);
   const int max_splits = std::clamp(pages, 1, kMaxSplits);
-  // Candidates, longest chunks first (ties go to fewer splits, less combine work): the even cuts
-  // of the plan's pages and, where the CTAs run longest first beyond one wave, chunks from a
-  // quarter of the longest request up (at least 16 pages; steps of 8 pages, about eight an octave)
-  // that cut only the longer requests, whose last chunks the order then packs beside the shorter
-  // requests (b 64 x 128 heads, 4k keys +-25%: 64-page chunks).
-  struct Candidate {
-    int pages_per_split;
-    bool even;  // one of the even cuts
+  int best_pages_per_split = pages;
+  double best_cost = -1;
+  // The combine after `splits` chunks with keys walked by `ctas` CTAs (none without a split).
+  auto combine_cost = [&](int splits, int64_t ctas) {
+    return splits > 1 ? kCombinePagesPerSplit * splits +
+                            kCombinePartialWeight * static_cast<double>(ctas) * partial_pages / s.num_sms
+                      : 0.0;
   };
-  // MLASERVE_MLA_PACK_CHUNKS=1 (read per plan; off by default until timed on repeatable rows):
-  // the makespan model and the uneven cuts, for the 64-row kernel's plans where whole requests
-  // fill at least half the SMs. Smaller batches (cut evenly into many short chunks, the plans the
-  // constants above were fitted to) and the few-rows kernel's (16 heads) keep the wave model.
-  const bool packs_longest_first = rows > mla_internal::kLatentFewRowsMax && 2 * units >= s.num_sms &&
-                                   EnvIntInRange("MLASERVE_MLA_PACK_CHUNKS", 0, 1, 0) == 1;
-  std::vector<Candidate> candidates;
-  for (int want = 1; want <= max_splits; ++want) candidates.push_back({(pages + want - 1) / want, true});
-  for (int pps = std::max(16, est_pages / 4 / 8 * 8); packs_longest_first && pps < pages;
-       pps += std::max(8, pps / 64 * 8)) {
-    if ((pages + pps - 1) / pps <= kMaxSplits) candidates.push_back({pps, false});
+  // The even cuts of the plan's pages, longest first (ties go to fewer splits, less combine work).
+  for (int want = 1; want <= max_splits; ++want) {
+    const int pages_per_split = (pages + want - 1) / want;
+    // The chunks that hold keys (the rest return at once) and the CTAs that walk them.
+    const int splits = (std::min(est_pages, pages) + pages_per_split - 1) / pages_per_split;
+    const int64_t ctas = units * splits;
+    const int64_t waves = (ctas + s.num_sms - 1) / s.num_sms;
+    // One wave lasts as long as its longest CTA; over several, short CTAs make room for the next
+    // wave's, so a CTA costs about the mean. (The balanced schedule's factors below were measured
+    // against this estimate.)
+    const double cta_pages = waves == 1 ? std::min(pages_per_split, est_pages)
+                                        : std::min<double>(pages_per_split, std::ceil(mean_pages));
+    const double cost = static_cast<double>(waves) *
+                            (CtaPageCost(static_cast<int>(cta_pages), rows) + kCtaOverheadPages) +
+                        combine_cost(splits, ctas);
+    if (best_cost < 0 || cost < best_cost) {
+      best_cost = cost;
+      best_pages_per_split = pages_per_split;
+    }
   }
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const Candidate& a, const Candidate& b) { return a.pages_per_split > b.pages_per_split; });
-  // The batch as the longest-first model takes it: lengths spread evenly from about the mean less
-  // its excess (at least a page) up to est_pages.
-  std::vector<int> lengths;
-  if (packs_longest_first) {
+  // MLASERVE_MLA_PACK_CHUNKS=1 (read per plan; off by default until timed on repeatable rows):
+  // also uneven cuts, for the 64-row kernel where whole requests fill at least half the SMs:
+  // chunks from a quarter of the longest request up (at least 16 pages, in steps of 8, about eight
+  // an octave), which split only the longer requests; beyond one wave the order packs their last
+  // chunks beside the shorter requests (b 64 x 128 heads, 4k keys +-25%: 64-page chunks). Each is
+  // costed by LongestFirstChunks' makespan. Smaller batches (cut evenly into many short chunks,
+  // the plans the constants above were fitted to) and the few-rows kernel (16 heads) keep the
+  // even cuts alone.
+  if (rows > mla_internal::kLatentFewRowsMax && 2 * units >= s.num_sms &&
+      EnvIntInRange("MLASERVE_MLA_PACK_CHUNKS", 0, 1, 0) == 1) {
+    // The batch as the model takes it: lengths spread evenly from about the mean less its excess
+    // (at least a page) up to est_pages.
+    std::vector<int> lengths;
     const double hi = est_pages, lo = std::clamp(2 * mean_pages - hi, 1.0, hi);
     for (int b = 0; b < s.batch; ++b) {
       lengths.push_back(std::max(1, static_cast<int>(std::lround(lo + (hi - lo) * (b + 0.5) / s.batch))));
     }
-  }
-  LongestFirstChunks packed(std::move(lengths), row_blocks, rows, s.num_sms);
-  int best_pages_per_split = pages;
-  double best_cost = -1;
-  for (const Candidate& candidate : candidates) {
-    const int pages_per_split = candidate.pages_per_split;
-    // The chunks that hold keys (the rest return at once) and the CTAs that walk them.
-    const int splits = (std::min(est_pages, pages) + pages_per_split - 1) / pages_per_split;
-    const int num_splits = (pages + pages_per_split - 1) / pages_per_split;
-    int64_t ctas = units * splits;
-    const int64_t waves = (ctas + s.num_sms - 1) / s.num_sms;
-    double cost;
-    if (!candidate.even) {
-      // Only beyond one wave, in the chunk order (an uneven cut in grid order has no packing).
-      if (waves <= 1 || static_cast<int64_t>(s.batch) * num_splits > kMlaDecodeMaxOrderedChunks) continue;
-      double at_least = 0;
-      ctas = packed.Count(pages_per_split, &at_least);
-      double combine = 0;
-      if (splits > 1) {
-        combine = kCombinePagesPerSplit * splits +
-                  kCombinePartialWeight * static_cast<double>(ctas) * partial_pages / s.num_sms;
-      }
-      if (best_cost >= 0 && at_least + combine >= best_cost) continue;  // cannot win
-      cost = packed.Makespan() + combine;
-    } else {
-      // One wave lasts as long as its longest CTA; over several, short CTAs make room for the
-      // next wave's, so a CTA costs about the mean. (The balanced schedule's factors below were
-      // measured against this estimate of the even cuts, which stays.)
-      const double cta_pages = waves == 1 ? std::min(pages_per_split, est_pages)
-                                          : std::min<double>(pages_per_split, std::ceil(mean_pages));
-      cost = static_cast<double>(waves) * (CtaPageCost(static_cast<int>(cta_pages), rows) + kCtaOverheadPages);
-      if (splits > 1) {
-        cost += kCombinePagesPerSplit * splits +
-                kCombinePartialWeight * static_cast<double>(ctas) * partial_pages / s.num_sms;
-      }
+    LongestFirstChunks packed(std::move(lengths), row_blocks, rows, s.num_sms);
+    std::vector<int> lengths_to_try;
+    for (int pps = std::max(16, est_pages / 4 / 8 * 8); pps < pages; pps += std::max(8, pps / 64 * 8)) {
+      lengths_to_try.push_back(pps);
     }
-    if (best_cost < 0 || cost < best_cost) {
-      best_cost = cost;
-      best_pages_per_split = pages_per_split;
+    // Longest first, as the even cuts; a tie goes to the longer chunks, and to an even cut of the
+    // same length.
+    for (auto it = lengths_to_try.rbegin(); it != lengths_to_try.rend(); ++it) {
+      const int pps = *it;
+      const int num_splits = (pages + pps - 1) / pps;
+      const int splits = (std::min(est_pages, pages) + pps - 1) / pps;
+      // Only beyond one wave and in the chunk order (an uneven cut in grid order has no packing).
+      if (num_splits > kMaxSplits || units * splits <= s.num_sms ||
+          static_cast<int64_t>(s.batch) * num_splits > kMlaDecodeMaxOrderedChunks) {
+        continue;
+      }
+      double at_least = 0;
+      const double combine = combine_cost(splits, packed.Count(pps, &at_least));
+      const bool wins_ties = pps > best_pages_per_split;
+      if (at_least + combine > best_cost || (at_least + combine == best_cost && !wins_ties)) continue;
+      const double cost = packed.Makespan() + combine;
+      if (cost < best_cost || (cost == best_cost && wins_ties)) {
+        best_cost = cost;
+        best_pages_per_split = pps;
+      }
     }
   }
   // The Hopper kernel's balanced schedule (used where that kernel runs, MlaDecodeCuda), where
