@@ -221,7 +221,8 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
       best_pages_per_split = pages_per_split;
     }
   }
-  // MLASERVE_MLA_PACK_CHUNKS=1 (read per plan; off by default until timed on repeatable rows):
+  // MLASERVE_MLA_PACK_CHUNKS=1 (read per plan; off by default: timed on an H100 at b 64, 4k-16k,
+  // +0.7% / +0.1% / -1.1% against the default plans, docs/BENCHMARKS.md, seventy-ninth session):
   // also uneven cuts, for the 64-row kernel where whole requests fill at least half the SMs:
   // chunks from a quarter of the longest request up (at least 16 pages, in steps of 8, about eight
   // an octave), which split only the longer requests; beyond one wave the order packs their last
