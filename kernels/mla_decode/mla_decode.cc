@@ -4,9 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <functional>
-#include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -69,66 +66,6 @@ constexpr double kLeanDramBalancedRowBlocksFactor = 1.10;
 // it where it led and leaves b 64 8k and 4k to the chunks.
 constexpr double kBalancedManyRowBlocksFactor = 0.98;
 constexpr int64_t kManyRowBlocks = 4;
-
-// Beyond one wave the chunk CTAs run longest first (the chunk order kernel sorts them), so an SM
-// that frees takes the longest chunk left. The model of that, in page units, for chunks of `pps`
-// pages over requests of `lengths` pages (what a plan knows of the batch -- the longest and the
-// mean -- spread evenly; see PlanMlaDecode), every CTA its pages (CtaPageCost) plus
-// kCtaOverheadPages: Count() the CTAs and a lower bound on their makespan (the longest CTA, or
-// all the work spread evenly), then, where that bound could still win, Makespan(): the full
-// chunks, all alike and the longest, go round the SMs first, then each request's last chunk,
-// longest first, to the least loaded SM.
-class LongestFirstChunks {
- public:
-  LongestFirstChunks(std::vector<int> lengths, int64_t row_blocks, int64_t rows, int num_sms)
-      : lengths_(std::move(lengths)), row_blocks_(row_blocks), rows_(rows), num_sms_(num_sms) {}
-
-  // The CTAs that hold keys, and the lower bound, for chunks of pps pages.
-  int64_t Count(int pps, double* at_least) {
-    chunk_ = CtaPageCost(pps, rows_) + kCtaOverheadPages;
-    full_ = 0;
-    tails_.clear();
-    double work = 0, longest = 0;
-    for (const int pages : lengths_) {
-      const int n = (pages + pps - 1) / pps;
-      full_ += n - 1;
-      tails_.push_back(CtaPageCost(pages - (n - 1) * pps, rows_) + kCtaOverheadPages);
-      work += tails_.back();
-      longest = std::max(longest, tails_.back());
-    }
-    work = (work + static_cast<double>(full_) * chunk_) * static_cast<double>(row_blocks_);
-    *at_least = std::max(full_ > 0 ? chunk_ : longest, work / num_sms_);
-    return (full_ + static_cast<int64_t>(lengths_.size())) * row_blocks_;
-  }
-
-  // The makespan of the chunks Count() last counted.
-  double Makespan() {
-    const double chunk = chunk_;
-    const int64_t rounds = full_ * row_blocks_ / num_sms_, more = full_ * row_blocks_ % num_sms_;
-    loads_.clear();
-    for (int sm = 0; sm < num_sms_; ++sm) loads_.push_back(static_cast<double>(rounds + (sm < more ? 1 : 0)) * chunk);
-    std::make_heap(loads_.begin(), loads_.end(), std::greater<>());
-    std::sort(tails_.begin(), tails_.end(), std::greater<>());
-    double makespan = static_cast<double>(rounds + (more > 0 ? 1 : 0)) * chunk;
-    for (const double tail : tails_) {
-      for (int64_t r = 0; r < row_blocks_; ++r) {
-        std::pop_heap(loads_.begin(), loads_.end(), std::greater<>());
-        loads_.back() += tail;
-        makespan = std::max(makespan, loads_.back());
-        std::push_heap(loads_.begin(), loads_.end(), std::greater<>());
-      }
-    }
-    return makespan;
-  }
-
- private:
-  std::vector<int> lengths_;
-  int64_t row_blocks_, rows_;
-  int num_sms_;
-  double chunk_ = 0;  // a full chunk's CTA cost, as Count() last set it
-  int64_t full_ = 0;
-  std::vector<double> tails_, loads_;
-};
 
 // Partial outputs (kv_lora_rank floats) and partial LSEs per (row, split); none without a split.
 size_t ChunkPartialBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits) {
@@ -195,13 +132,6 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   const int max_splits = std::clamp(pages, 1, kMaxSplits);
   int best_pages_per_split = pages;
   double best_cost = -1;
-  // The combine after `splits` chunks with keys walked by `ctas` CTAs (none without a split).
-  auto combine_cost = [&](int splits, int64_t ctas) {
-    return splits > 1 ? kCombinePagesPerSplit * splits +
-                            kCombinePartialWeight * static_cast<double>(ctas) * partial_pages / s.num_sms
-                      : 0.0;
-  };
-  // The even cuts of the plan's pages, longest first (ties go to fewer splits, less combine work).
   for (int want = 1; want <= max_splits; ++want) {
     const int pages_per_split = (pages + want - 1) / want;
     // The chunks that hold keys (the rest return at once) and the CTAs that walk them.
@@ -209,61 +139,16 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
     const int64_t ctas = units * splits;
     const int64_t waves = (ctas + s.num_sms - 1) / s.num_sms;
     // One wave lasts as long as its longest CTA; over several, short CTAs make room for the next
-    // wave's, so a CTA costs about the mean. (The balanced schedule's factors below were measured
-    // against this estimate.)
+    // wave's, so a CTA costs about the mean.
     const double cta_pages = waves == 1 ? std::min(pages_per_split, est_pages)
                                         : std::min<double>(pages_per_split, std::ceil(mean_pages));
-    const double cost = static_cast<double>(waves) *
-                            (CtaPageCost(static_cast<int>(cta_pages), rows) + kCtaOverheadPages) +
-                        combine_cost(splits, ctas);
+    double cost = static_cast<double>(waves) * (CtaPageCost(static_cast<int>(cta_pages), rows) + kCtaOverheadPages);
+    if (splits > 1) {
+      cost += kCombinePagesPerSplit * splits + kCombinePartialWeight * static_cast<double>(ctas) * partial_pages / s.num_sms;
+    }
     if (best_cost < 0 || cost < best_cost) {
       best_cost = cost;
       best_pages_per_split = pages_per_split;
-    }
-  }
-  // MLASERVE_MLA_PACK_CHUNKS=1 (read per plan; off by default: timed on an H100 at b 64, 4k-16k,
-  // +0.7% / +0.1% / -1.1% against the default plans, docs/BENCHMARKS.md, seventy-ninth session):
-  // also uneven cuts, for the 64-row kernel where whole requests fill at least half the SMs:
-  // chunks from a quarter of the longest request up (at least 16 pages, in steps of 8, about eight
-  // an octave), which split only the longer requests; beyond one wave the order packs their last
-  // chunks beside the shorter requests (b 64 x 128 heads, 4k keys +-25%: 64-page chunks). Each is
-  // costed by LongestFirstChunks' makespan. Smaller batches (cut evenly into many short chunks,
-  // the plans the constants above were fitted to) and the few-rows kernel (16 heads) keep the
-  // even cuts alone.
-  if (rows > mla_internal::kLatentFewRowsMax && 2 * units >= s.num_sms &&
-      EnvIntInRange("MLASERVE_MLA_PACK_CHUNKS", 0, 1, 0) == 1) {
-    // The batch as the model takes it: lengths spread evenly from about the mean less its excess
-    // (at least a page) up to est_pages.
-    std::vector<int> lengths;
-    const double hi = est_pages, lo = std::clamp(2 * mean_pages - hi, 1.0, hi);
-    for (int b = 0; b < s.batch; ++b) {
-      lengths.push_back(std::max(1, static_cast<int>(std::lround(lo + (hi - lo) * (b + 0.5) / s.batch))));
-    }
-    LongestFirstChunks packed(std::move(lengths), row_blocks, rows, s.num_sms);
-    std::vector<int> lengths_to_try;
-    for (int pps = std::max(16, est_pages / 4 / 8 * 8); pps < pages; pps += std::max(8, pps / 64 * 8)) {
-      lengths_to_try.push_back(pps);
-    }
-    // Longest first, as the even cuts; a tie goes to the longer chunks, and to an even cut of the
-    // same length.
-    for (auto it = lengths_to_try.rbegin(); it != lengths_to_try.rend(); ++it) {
-      const int pps = *it;
-      const int num_splits = (pages + pps - 1) / pps;
-      const int splits = (std::min(est_pages, pages) + pps - 1) / pps;
-      // Only beyond one wave and in the chunk order (an uneven cut in grid order has no packing).
-      if (num_splits > kMaxSplits || units * splits <= s.num_sms ||
-          static_cast<int64_t>(s.batch) * num_splits > kMlaDecodeMaxOrderedChunks) {
-        continue;
-      }
-      double at_least = 0;
-      const double combine = combine_cost(splits, packed.Count(pps, &at_least));
-      const bool wins_ties = pps > best_pages_per_split;
-      if (at_least + combine > best_cost || (at_least + combine == best_cost && !wins_ties)) continue;
-      const double cost = packed.Makespan() + combine;
-      if (cost < best_cost || (cost == best_cost && wins_ties)) {
-        best_cost = cost;
-        best_pages_per_split = pps;
-      }
     }
   }
   // The Hopper kernel's balanced schedule (used where that kernel runs, MlaDecodeCuda), where

@@ -172,8 +172,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          ChunkCase{8, 128, 1, 64, 1, 2, false}, ChunkCase{40, 128, 1, 3000, 3, 1, true},
                                          ChunkCase{9, 16, 2, 2000, 2, 2, true}, ChunkCase{5, 128, 1, 700, 64, 1, true},
                                          ChunkCase{3, 16, 1, 3000, 40, 1, false},
-                                         // kAuto's uneven cut beyond one wave (b 64 x 128 heads, 4k
-                                         // keys: 64-page chunks, only the longer requests in two)
+                                         // an uneven cut beyond one wave, longest first (64-page
+                                         // chunks: only the longer requests in two)
                                          ChunkCase{24, 128, 1, 5000, 64, 1, true}),
                        ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma, LatentKernel::kWgmma64)));
 

@@ -394,60 +394,6 @@ TEST(MlaDecodePlan, AutoGivesTheChunksOneWaveOfShortRequestsOnALeanDramGpu) {
   }
 }
 
-TEST(MlaDecodePlan, PackedChunksCutOnlyTheLongerRequestsOfOneWave) {
-  // MLASERVE_MLA_PACK_CHUNKS=1: 64 requests of 128 heads (two 64-row blocks each) on the kernel
-  // bench's lengths (+-25% about 4k / 8k / 16k keys: 48-80, 96-160, 192-320 pages) take chunks of
-  // 64 / 128 / 264 pages, longest first: the longer requests in two, whose last chunks the order
-  // packs beside the shorter requests (modelled 75 against 82 pages at 4k for one chunk each), on
-  // either GPU's DRAM class; the balanced schedule is not taken.
-  testing::ScopedEnv packed("MLASERVE_MLA_PACK_CHUNKS", "1");
-  struct Shape {
-    int max_k;
-    int64_t total;
-    int pages_per_split;
-  };
-  for (const double dram : {0.0, 12.83, 18.8}) {
-    for (const Shape& s : {Shape{5118, 260171, 64}, Shape{10200, 533926, 128}, Shape{20476, 1065302, 264}}) {
-      for (const auto schedule : {MlaDecodeSchedule::kAuto, MlaDecodeSchedule::kChunks}) {
-        const auto plan = PlanMlaDecode({64, 128, 1, 512, 64, s.max_k, 132, schedule, s.total, dram});
-        ASSERT_TRUE(plan.ok());
-        EXPECT_EQ(plan->num_parts, 0) << s.max_k << " keys, dram " << dram;
-        EXPECT_EQ(plan->chunk_tokens, s.pages_per_split * kPageSize) << s.max_k << " keys, dram " << dram;
-        EXPECT_EQ(plan->num_splits, 2);
-        EXPECT_TRUE(plan->longest_first);
-        EXPECT_EQ(plan->workspace_bytes, MlaDecodeChunkWorkspaceBytes(64, 128, 512, 2, /*longest_first=*/true));
-      }
-    }
-  }
-  // Where the switch changes nothing: uniform lengths (no request is shorter, so a cut only adds
-  // CTAs), 128 requests (two waves of whole requests already), batch 1-4 (one wave of even cuts),
-  // 16 heads (the few-rows kernel), two query tokens at 16k.
-  const MlaDecodeShape same[] = {{64, 128, 1, 512, 64, 4096, 132},
-                                 {128, 128, 1, 512, 64, 5095, 132, MlaDecodeSchedule::kAuto, 518841},
-                                 {1, 128, 1, 512, 64, 4096, 132, MlaDecodeSchedule::kAuto, 4096},
-                                 {4, 128, 1, 512, 64, 4096, 132, MlaDecodeSchedule::kAuto, 14000},
-                                 {64, 16, 1, 512, 64, 5118, 132, MlaDecodeSchedule::kChunks, 260171},
-                                 {64, 128, 2, 512, 64, 20476, 132, MlaDecodeSchedule::kAuto, 1065302}};
-  for (const MlaDecodeShape& shape : same) {
-    const auto on = PlanMlaDecode(shape);
-    absl::StatusOr<MlaDecodePlan> off;
-    {
-      testing::ScopedEnv unset("MLASERVE_MLA_PACK_CHUNKS", "0");
-      off = PlanMlaDecode(shape);
-    }
-    ASSERT_TRUE(on.ok() && off.ok());
-    EXPECT_EQ(on->num_splits, off->num_splits) << "batch " << shape.batch << ", heads " << shape.num_heads;
-    EXPECT_EQ(on->chunk_tokens, off->chunk_tokens) << "batch " << shape.batch << ", heads " << shape.num_heads;
-    EXPECT_EQ(on->num_parts, off->num_parts) << "batch " << shape.batch << ", heads " << shape.num_heads;
-  }
-  // Off (the default), the b 64 shapes keep their plans: the balanced schedule where the DRAM is
-  // not lean (AutoTakesTheBalancedScheduleForOneWaveOfLongRequestsAt128Heads).
-  testing::ScopedEnv off("MLASERVE_MLA_PACK_CHUNKS", "0");
-  const auto plan = PlanMlaDecode({64, 128, 1, 512, 64, 5118, 132, MlaDecodeSchedule::kChunks, 260171});
-  ASSERT_TRUE(plan.ok());
-  EXPECT_EQ(plan->num_splits, 1);
-}
-
 TEST(MlaDecodeValidation, RefusesABadDramRate) {
   for (const double dram : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
     const auto plan = PlanMlaDecode({64, 128, 1, 512, 64, 4096, 132, MlaDecodeSchedule::kAuto, 0, dram});
