@@ -189,13 +189,15 @@ __device__ __forceinline__ void LoadPartial(const CombineArgs& a, int64_t row, i
 
 // Where row i x heads + h of request b keeps its pieces: n of them, piece s at partial row
 // first + s * stride. A balanced schedule's request in one piece (n <= 1) has none: the attention
-// kernel wrote it. With chunks, only the chunks that hold keys of the request (lk of them).
+// kernel wrote it (`written`). With chunks, only the chunks that hold keys of the request (lk of
+// them); with single_chunk_direct, a request of one such chunk was written too.
 // Readable before the PDL wait: the schedule kernel that wrote pieces and slot_base ran at least
 // two kernels back, and the attention kernel in between lets this one in only after its own wait
 // (pdl.cuh, rule 3; read from L2).
 struct RowPieces {
   int n = 0;
   int64_t first = 0, stride = 0;
+  bool written = false;  // the attention kernel wrote the row's output and LSE: nothing to merge
 };
 __device__ __forceinline__ RowPieces PiecesOf(const CombineArgs& a, int b, int i, int h, int lk) {
   RowPieces r;
@@ -203,10 +205,12 @@ __device__ __forceinline__ RowPieces PiecesOf(const CombineArgs& a, int b, int i
     r.n = __ldcg(a.pieces + b);
     r.stride = a.slot_rows;
     r.first = __ldcg(a.slot_base + b) * r.stride + static_cast<int64_t>(i) * a.num_heads + h;  // -1 where n <= 1
+    r.written = r.n <= 1;
   } else {
     r.n = mla_internal::LatentChunksWithKeys(lk, a.chunk_tokens, a.num_splits);
     r.first = (static_cast<int64_t>(b) * a.max_q + i) * a.num_heads + h;
     r.stride = static_cast<int64_t>(a.batch) * a.max_q * a.num_heads;
+    r.written = a.single_chunk_direct && r.n == 1;
   }
   return r;
 }
@@ -261,7 +265,7 @@ __global__ void __launch_bounds__(kCombineThreads) MlaCombineKernel(const __grid
   const RowPieces pieces = PiecesOf(a, b, i, h, lk);
   const int n = pieces.n;
   const int64_t first = pieces.first, stride = pieces.stride;
-  if (a.pieces != nullptr && n <= 1) {  // written directly by the attention kernel
+  if (pieces.written) {  // written directly by the attention kernel
     if constexpr (kProject) {
       if (4 * v < a.rank) latent_words[v] = *reinterpret_cast<const uint2*>(a.out + out_row * a.rank + 4 * v);
       __syncthreads();
@@ -330,8 +334,9 @@ struct CombineRow {
 // The two warp-per-row kernels' start, this warp's row in `row`; false where it has nothing to
 // merge (past the request's queries, or written whole by the attention kernel). Includes the PDL
 // wait: the lengths are readable before it (as in MlaCombineKernel) and the pieces too (PiecesOf),
-// so their loads go first. A balanced schedule's request in one piece, which the attention kernel
-// wrote: its CTAs (a request's rows, all alike) leave before the wait, while the attention
+// so their loads go first. A request that the attention kernel wrote whole (a balanced schedule's
+// in one piece, or a chunk plan's in one chunk with single_chunk_direct): its CTAs (a request's
+// rows, all alike) leave before the wait, while the attention
 // kernel's last CTAs still run, not after it completed (at b 128, s_q 2, 16k, three quarters of
 // 4096 CTAs). CTA (0, 0) always waits, so that the grid completes only after the attention kernel
 // did: a kernel after this one may read what it wrote.
@@ -344,12 +349,12 @@ __device__ __forceinline__ bool StartCombineRow(const CombineArgs& a, CombineRow
   const int lk = a.pieces == nullptr ? a.seqlens_k[b] : 0;
   const int i = r / a.num_heads, h = r % a.num_heads;
   row.pieces = PiecesOf(a, b, i, h, lk);
-  if (a.pieces != nullptr && row.pieces.n <= 1 && (blockIdx.x | blockIdx.y) != 0) return false;
+  if (row.pieces.written && (blockIdx.x | blockIdx.y) != 0) return false;
   cuda::PdlWaitForPrerequisites();
   cuda::PdlReleaseDependents();
   if (i >= lq) return false;
   row.out_row = static_cast<int64_t>(q_start + i) * a.num_heads + h;
-  return a.pieces == nullptr || row.pieces.n > 1;  // n <= 1: written directly by the attention kernel
+  return !row.pieces.written;
 }
 
 template <bool kBatchMajor, bool kBf16Parts>

@@ -36,6 +36,9 @@ struct CombineArgs {
   const int32_t* slot_base = nullptr;
   int64_t slot_rows = 0;
   bool part_bf16 = false;
+  // Chunks: a request whose keys fit its first chunk was written directly by the attention kernel
+  // (LatentSplit::single_chunk_direct); its rows are left as they are (or only projected).
+  bool single_chunk_direct = false;
   ValueArgs value{};
 };
 

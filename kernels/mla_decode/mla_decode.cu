@@ -281,6 +281,14 @@ bool Bf16Partials(const MlaParams& p, int64_t max_rows) {
   return mla_cuda::LatentSegmentsTakeBf16Partials(p, max_rows) && !EnvSwitchedOff("MLASERVE_MLA_BF16_PARTIALS");
 }
 
+// Whether a chunk plan's requests of one chunk are written directly by the attention kernel
+// (LatentSplit::single_chunk_direct) rather than as f32 partials that the combine merges alone:
+// the 64-row Hopper kernel. MLASERVE_MLA_CHUNK_DIRECT=0 keeps the partials (read per call: tests,
+// A/B timing).
+bool SingleChunkDirect(const MlaParams& p, int64_t max_rows) {
+  return mla_cuda::LatentChunksTakeSingleDirect(p, max_rows) && !EnvSwitchedOff("MLASERVE_MLA_CHUNK_DIRECT");
+}
+
 // The balanced schedule's arrays in a metadata block that starts at `meta` (the workspace's
 // metadata part, or the caller's copy of it: the same offsets from its start).
 ScheduleArgs ScheduleIn(const MlaParams& p, const MlaDecodePlan& plan, const mla_decode_internal::BalancedLayout& layout,
@@ -419,10 +427,12 @@ absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* 
   split.part_out = static_cast<float*>(workspace);
   split.part_lse = split.part_out + static_cast<size_t>(plan.num_splits) * cap * p.kv_lora_rank;
   split.max_q = p.max_seqlen_q;
+  split.single_chunk_direct = SingleChunkDirect(p, max_rows);
   RETURN_IF_ERROR(mla_cuda::LaunchLatentAttention(p, split, max_rows, s));
   CombineArgs args{plan.num_splits, plan.chunk_tokens, p.max_seqlen_q, p.num_heads, p.kv_lora_rank,
                    p.batch, p.cu_seqlens_q, p.seqlens_k, split.part_out, split.part_lse,
                    static_cast<__nv_bfloat16*>(p.out), p.lse};
+  args.single_chunk_direct = split.single_chunk_direct;
   args.value = value;
   return LaunchCombine(args, max_rows, plan.num_splits <= 2 * mla_decode_internal::kCombineFewPieces, plan.num_splits,
                        s);

@@ -131,8 +131,10 @@ INSTANTIATE_TEST_SUITE_P(
 // later chunks hold no keys: the wgmma kernel's CTAs for them return at once and the combine does
 // not read them), in grid order or longest first (the order kernel sorts the chunks, empty ones
 // last). The workspace is poisoned with NaN, so a partial the combine should not read, or an
-// order entry not written, would show. Both kernels. (batch, heads, q per request, max context,
-// pages per split, plan context as a multiple of the longest, longest first)
+// order entry not written, would show. Both kernels; the 64-row Hopper kernel with its requests of
+// one chunk written directly (the default) and as partials (MLASERVE_MLA_CHUNK_DIRECT=0), with the
+// same values: a lone partial merges to itself (weight 1). (batch, heads, q per request, max
+// context, pages per split, plan context as a multiple of the longest, longest first)
 using ChunkCase = std::tuple<int, int, int, int, int, int, bool>;
 class MlaDecodeChunkTest : public ::testing::TestWithParam<std::tuple<ChunkCase, LatentKernel>> {};
 
@@ -157,11 +159,27 @@ TEST_P(MlaDecodeChunkTest, MatchesCpuReference) {
   plan.longest_first = longest_first;
   plan.workspace_bytes = MlaDecodeChunkWorkspaceBytes(batch, heads * qpr, 512, plan.num_splits, longest_first);
   testing::DeviceBuffer workspace(plan.workspace_bytes);
-  MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), 0xff, workspace.bytes()));  // NaN partials
-  const auto st = MlaDecode(d.params, plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
-  ASSERT_TRUE(st.ok()) << st;
-  MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-  testing::ExpectLatentMatches(c, d, ref.want, ref.want_lse);
+  std::vector<float> direct_out, direct_lse;
+  for (const char* direct : {"1", "0"}) {
+    SCOPED_TRACE(::testing::Message() << "MLASERVE_MLA_CHUNK_DIRECT=" << direct);
+    testing::ScopedEnv env("MLASERVE_MLA_CHUNK_DIRECT", direct);
+    MLASERVE_CUDA_ASSERT(cudaMemset(workspace.get(), 0xff, workspace.bytes()));  // NaN partials
+    MLASERVE_CUDA_ASSERT(cudaMemset(d.out.get(), 0xff, d.out.bytes()));
+    MLASERVE_CUDA_ASSERT(cudaMemset(d.lse.get(), 0xff, d.lse.bytes()));
+    const auto st = MlaDecode(d.params, plan, workspace.get(), KernelContext{Backend::kCuda, nullptr});
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    testing::ExpectLatentMatches(c, d, ref.want, ref.want_lse);
+    const auto out = testing::FromBf16(testing::ToHost<uint16_t>(d.out, d.out.bytes() / sizeof(uint16_t)));
+    const auto lse = testing::ToHost<float>(d.lse, d.lse.bytes() / sizeof(float));
+    if (direct_out.empty()) {
+      direct_out = out;
+      direct_lse = lse;
+    } else {
+      EXPECT_TRUE(out == direct_out) << "the output differs with the partials";
+      EXPECT_TRUE(lse == direct_lse) << "the LSE differs with the partials";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

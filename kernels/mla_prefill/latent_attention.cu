@@ -29,6 +29,10 @@ bool LatentSegmentsTakeBf16Partials(const MlaParams& p, int64_t max_rows_per_req
          !LatentSm90FewRowsTakes(p, max_rows_per_request);
 }
 
+bool LatentChunksTakeSingleDirect(const MlaParams& p, int64_t max_rows_per_request) {
+  return LatentSegmentsTakeBf16Partials(p, max_rows_per_request);
+}
+
 absl::Status LaunchLatentAttention(const MlaParams& p, const LatentSplit& split,
                                    int64_t max_rows_per_request, cudaStream_t stream) {
   constexpr const char* kFamily = "mla";
@@ -60,6 +64,16 @@ absl::Status LaunchLatentAttention(const MlaParams& p, const LatentSplit& split,
     return absl::InvalidArgumentError(absl::StrCat(
         "mla: bf16 partials (LatentSplit::part_bf16) need the balanced schedule on the 64-row Hopper kernel; ",
         why, " (max_rows_per_request=", max_rows_per_request, ")"));
+  }
+  if (split.single_chunk_direct &&
+      (split.segments != nullptr || split.num_splits <= 1 || !LatentChunksTakeSingleDirect(p, max_rows_per_request))) {
+    const char* why = split.segments != nullptr                                       ? "the split is a balanced schedule"
+                      : split.num_splits <= 1                                         ? "the split has one chunk"
+                      : p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p) ? "the few-rows kernel runs"
+                                                                                      : "the mma.sync kernel runs";
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mla: direct single-chunk rows (LatentSplit::single_chunk_direct) need chunks on the 64-row Hopper "
+        "kernel; ", why, " (num_splits=", split.num_splits, ", max_rows_per_request=", max_rows_per_request, ")"));
   }
   const bool wgmma_fits = LatentWgmmaApplies(p);
   if ((p.kernel == LatentKernel::kWgmma || p.kernel == LatentKernel::kWgmma64) && !wgmma_fits) {

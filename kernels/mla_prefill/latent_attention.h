@@ -70,12 +70,23 @@ struct LatentSplit {
   // decode step, two launches back or earlier: MlaDecodeBuildMetadata), so with
   // p.inputs_before_wait the chunk kernels read it before their PDL wait (pdl.cuh, rule 3).
   bool order_before_wait = false;
+  // Chunks (num_splits > 1): a request whose keys all fall in its first chunk
+  // (mla_internal::LatentChunksWithKeys == 1) has that chunk's CTAs write its normalised output
+  // and LSE directly, as without a split, instead of a partial that the combine would merge
+  // alone; the combine leaves its rows (CombineArgs::single_chunk_direct). Only the 64-row Hopper
+  // kernel (LatentChunksTakeSingleDirect); LaunchLatentAttention refuses it elsewhere.
+  bool single_chunk_direct = false;
 };
 
 // Whether the kernel LaunchLatentAttention runs for p (and this many rows a request) over a
 // balanced schedule is the 64-row Hopper kernel, whose segments write their partials as bf16
 // where LatentSplit::part_bf16 asks.
 bool LatentSegmentsTakeBf16Partials(const MlaParams& p, int64_t max_rows_per_request);
+
+// Whether the kernel LaunchLatentAttention runs for p (and this many rows a request) over chunks
+// is the 64-row Hopper kernel, which writes a request of one chunk directly where
+// LatentSplit::single_chunk_direct asks (the same kernel as above).
+bool LatentChunksTakeSingleDirect(const MlaParams& p, int64_t max_rows_per_request);
 
 // Validates what the kernel adds to CheckMlaShape (dtype, dims, alignment) and launches.
 // `max_rows_per_request` (= max_seqlen_q * num_heads) sizes the grid.

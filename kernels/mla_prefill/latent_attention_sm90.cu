@@ -331,7 +331,11 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         } else {
           w = EarlyChunkWork(p, split, first_page);  // the same, after the wait
         }
-        direct = split.num_splits == 1;
+        // Without a split, or (single_chunk_direct) where the request's keys fit its first chunk:
+        // the output itself (the combine leaves such a request's rows).
+        direct = split.num_splits == 1 ||
+                 (split.single_chunk_direct &&
+                  mla_internal::LatentChunksWithKeys(w.lk, split.chunk_tokens, split.num_splits) == 1);
         const int64_t cap = static_cast<int64_t>(p.batch) * split.max_q * H;
         part_row0 = static_cast<int64_t>(w.split_index) * cap + static_cast<int64_t>(w.b) * split.max_q * H;
       } else {
