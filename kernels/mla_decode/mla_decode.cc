@@ -20,6 +20,8 @@ namespace {
 
 // More splits than this only grow the combine's reads (and the workspace).
 constexpr int kMaxSplits = 64;
+// The longest chunk MLASERVE_MLA_PAGES_PER_SPLIT may force (64k keys).
+constexpr int kMaxForcedPagesPerSplit = 1024;
 // The plan's cost model, in units of one CTA's time per cache page (~1.75 us on an H100 at batch
 // 1-8), fitted to the mla_decode_small table (docs/BENCHMARKS.md, 2026-11-25, last run): of the
 // chunk plans measured there for b 1-8, h 16 / 128, s_k 512-8k, it picks one 3% slower than the
@@ -180,9 +182,11 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
     plan.workspace_bytes = layout.bytes;
     plan.metadata_bytes = layout.metadata_bytes;
   }
-  // MLASERVE_MLA_PAGES_PER_SPLIT=N (1-64; read per plan, A/B timing of the cost model): the
-  // chunks' length forced, where the chunks run.
-  if (const int forced = EnvIntInRange("MLASERVE_MLA_PAGES_PER_SPLIT", 0, kMaxSplits, 0); forced > 0 && !balanced) {
+  // MLASERVE_MLA_PAGES_PER_SPLIT=N (1-1024; read per plan, A/B timing of the cost model): the
+  // chunks' length forced, where the chunks run (also lengths that are no even cut of the longest
+  // request, as the kernel bench times them).
+  if (const int forced = EnvIntInRange("MLASERVE_MLA_PAGES_PER_SPLIT", 0, kMaxForcedPagesPerSplit, 0);
+      forced > 0 && !balanced) {
     best_pages_per_split = std::min(forced, pages);
   }
   if (best_pages_per_split < pages) {

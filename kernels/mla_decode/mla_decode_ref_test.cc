@@ -160,7 +160,16 @@ TEST(MlaDecodePlan, PagesPerSplitCanBeForcedForTiming) {
     EXPECT_EQ(plan->num_splits, 1) << "16 pages in one chunk: no split";
   }
   {
-    testing::ScopedEnv bad("MLASERVE_MLA_PAGES_PER_SPLIT", "65");
+    // Longer than the even cuts (a 5000-key request in 64 + 15 pages), longest first beyond a wave.
+    testing::ScopedEnv uneven("MLASERVE_MLA_PAGES_PER_SPLIT", "64");
+    auto plan = PlanMlaDecode({64, 128, 1, 512, 64, 5000, 132, MlaDecodeSchedule::kChunks});
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->chunk_tokens, 64 * kPageSize);
+    EXPECT_EQ(plan->num_splits, 2);
+    EXPECT_TRUE(plan->longest_first);
+  }
+  {
+    testing::ScopedEnv bad("MLASERVE_MLA_PAGES_PER_SPLIT", "1025");
     auto plan = PlanMlaDecode(shape);
     ASSERT_TRUE(plan.ok());
     EXPECT_EQ(plan->chunk_tokens, kPageSize) << "an out-of-range value leaves the plan's choice";
