@@ -278,7 +278,7 @@ bool PrefetchNextSegment() {
 // splits) 8-15% slower with them, so chunks keep f32 (docs/kernels.md).
 // MLASERVE_MLA_BF16_PARTIALS=0 keeps them f32 (read per call: tests, A/B timing).
 bool Bf16Partials(const MlaParams& p, int64_t max_rows) {
-  return mla_cuda::LatentSegmentsTakeBf16Partials(p, max_rows) && !EnvSwitchedOff("MLASERVE_MLA_BF16_PARTIALS");
+  return mla_cuda::LatentRunsSm90WideKernel(p, max_rows) && !EnvSwitchedOff("MLASERVE_MLA_BF16_PARTIALS");
 }
 
 // Whether a chunk plan's requests of one chunk are written directly by the attention kernel
@@ -286,7 +286,7 @@ bool Bf16Partials(const MlaParams& p, int64_t max_rows) {
 // the 64-row Hopper kernel. MLASERVE_MLA_CHUNK_DIRECT=0 keeps the partials (read per call: tests,
 // A/B timing).
 bool SingleChunkDirect(const MlaParams& p, int64_t max_rows) {
-  return mla_cuda::LatentChunksTakeSingleDirect(p, max_rows) && !EnvSwitchedOff("MLASERVE_MLA_CHUNK_DIRECT");
+  return mla_cuda::LatentRunsSm90WideKernel(p, max_rows) && !EnvSwitchedOff("MLASERVE_MLA_CHUNK_DIRECT");
 }
 
 // The balanced schedule's arrays in a metadata block that starts at `meta` (the workspace's

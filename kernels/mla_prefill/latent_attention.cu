@@ -22,15 +22,17 @@ absl::Status LaunchRows(const LatentArgs& args, int rows_per_cta, int64_t max_ro
   }
 }
 
-}  // namespace
-
-bool LatentSegmentsTakeBf16Partials(const MlaParams& p, int64_t max_rows_per_request) {
-  return p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p) &&
-         !LatentSm90FewRowsTakes(p, max_rows_per_request);
+// Which other kernel runs, where LatentRunsSm90WideKernel says no (for the refusals below).
+const char* OtherKernelRuns(const MlaParams& p) {
+  return p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p) ? "the few-rows kernel runs"
+                                                                     : "the mma.sync kernel runs";
 }
 
-bool LatentChunksTakeSingleDirect(const MlaParams& p, int64_t max_rows_per_request) {
-  return LatentSegmentsTakeBf16Partials(p, max_rows_per_request);
+}  // namespace
+
+bool LatentRunsSm90WideKernel(const MlaParams& p, int64_t max_rows_per_request) {
+  return p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p) &&
+         !LatentSm90FewRowsTakes(p, max_rows_per_request);
 }
 
 absl::Status LaunchLatentAttention(const MlaParams& p, const LatentSplit& split,
@@ -57,23 +59,24 @@ absl::Status LaunchLatentAttention(const MlaParams& p, const LatentSplit& split,
   RETURN_IF_ERROR(cuda::RequireStrideMultiple8(kFamily, "q_token_stride", p.q_token_stride));
   RETURN_IF_ERROR(cuda::RequireStrideMultiple8(kFamily, "q_head_stride", p.q_head_stride));
   if (max_rows_per_request <= 0 || p.batch == 0) return absl::OkStatus();
-  if (split.part_bf16 && (split.segments == nullptr || !LatentSegmentsTakeBf16Partials(p, max_rows_per_request))) {
-    const char* why = split.segments == nullptr                                       ? "the split has chunks"
-                      : p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p) ? "the few-rows kernel runs"
-                                                                                      : "the mma.sync kernel runs";
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mla: bf16 partials (LatentSplit::part_bf16) need the balanced schedule on the 64-row Hopper kernel; ",
-        why, " (max_rows_per_request=", max_rows_per_request, ")"));
-  }
-  if (split.single_chunk_direct &&
-      (split.segments != nullptr || split.num_splits <= 1 || !LatentChunksTakeSingleDirect(p, max_rows_per_request))) {
-    const char* why = split.segments != nullptr                                       ? "the split is a balanced schedule"
-                      : split.num_splits <= 1                                         ? "the split has one chunk"
-                      : p.kernel != LatentKernel::kMmaSync && LatentWgmmaApplies(p) ? "the few-rows kernel runs"
-                                                                                      : "the mma.sync kernel runs";
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mla: direct single-chunk rows (LatentSplit::single_chunk_direct) need chunks on the 64-row Hopper "
-        "kernel; ", why, " (num_splits=", split.num_splits, ", max_rows_per_request=", max_rows_per_request, ")"));
+  // What only the 64-row Hopper kernel writes (checked only where asked: the check reads the
+  // environment).
+  if (split.part_bf16 || split.single_chunk_direct) {
+    const bool wide = LatentRunsSm90WideKernel(p, max_rows_per_request);
+    if (split.part_bf16 && (split.segments == nullptr || !wide)) {
+      const char* why = split.segments == nullptr ? "the split has chunks" : OtherKernelRuns(p);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mla: bf16 partials (LatentSplit::part_bf16) need the balanced schedule on the 64-row Hopper kernel; ",
+          why, " (max_rows_per_request=", max_rows_per_request, ")"));
+    }
+    if (split.single_chunk_direct && (split.segments != nullptr || split.num_splits <= 1 || !wide)) {
+      const char* why = split.segments != nullptr ? "the split is a balanced schedule"
+                        : split.num_splits <= 1   ? "the split has one chunk"
+                                                  : OtherKernelRuns(p);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mla: direct single-chunk rows (LatentSplit::single_chunk_direct) need chunks on the 64-row Hopper "
+          "kernel; ", why, " (num_splits=", split.num_splits, ", max_rows_per_request=", max_rows_per_request, ")"));
+    }
   }
   const bool wgmma_fits = LatentWgmmaApplies(p);
   if ((p.kernel == LatentKernel::kWgmma || p.kernel == LatentKernel::kWgmma64) && !wgmma_fits) {

@@ -51,7 +51,7 @@ struct LatentSplit {
   float* part_lse = nullptr;  // the same rows, one LSE each (f32)
   // The partial outputs as bf16: part_out's memory then holds rows of kv_lora_rank bf16 (the same
   // row indices, half the bytes), which the combine reads back as f32. Only the 64-row Hopper
-  // kernel's balanced schedule writes them (LatentSegmentsTakeBf16Partials); LaunchLatentAttention
+  // kernel's balanced schedule writes them (LatentRunsSm90WideKernel); LaunchLatentAttention
   // refuses it elsewhere.
   bool part_bf16 = false;
   int max_q = 0;              // query tokens per request the partial rows are laid out for
@@ -74,19 +74,14 @@ struct LatentSplit {
   // (mla_internal::LatentChunksWithKeys == 1) has that chunk's CTAs write its normalised output
   // and LSE directly, as without a split, instead of a partial that the combine would merge
   // alone; the combine leaves its rows (CombineArgs::single_chunk_direct). Only the 64-row Hopper
-  // kernel (LatentChunksTakeSingleDirect); LaunchLatentAttention refuses it elsewhere.
+  // kernel (LatentRunsSm90WideKernel); LaunchLatentAttention refuses it elsewhere.
   bool single_chunk_direct = false;
 };
 
-// Whether the kernel LaunchLatentAttention runs for p (and this many rows a request) over a
-// balanced schedule is the 64-row Hopper kernel, whose segments write their partials as bf16
-// where LatentSplit::part_bf16 asks.
-bool LatentSegmentsTakeBf16Partials(const MlaParams& p, int64_t max_rows_per_request);
-
-// Whether the kernel LaunchLatentAttention runs for p (and this many rows a request) over chunks
-// is the 64-row Hopper kernel, which writes a request of one chunk directly where
-// LatentSplit::single_chunk_direct asks (the same kernel as above).
-bool LatentChunksTakeSingleDirect(const MlaParams& p, int64_t max_rows_per_request);
+// Whether the kernel LaunchLatentAttention runs for p (and this many rows a request) is the 64-row
+// Hopper kernel, the only one that writes bf16 partials (LatentSplit::part_bf16, balanced
+// schedule) and a chunk plan's requests of one chunk directly (LatentSplit::single_chunk_direct).
+bool LatentRunsSm90WideKernel(const MlaParams& p, int64_t max_rows_per_request);
 
 // Validates what the kernel adds to CheckMlaShape (dtype, dims, alignment) and launches.
 // `max_rows_per_request` (= max_seqlen_q * num_heads) sizes the grid.
