@@ -131,6 +131,20 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
   int pow2 = 1;
   while (pow2 < max_pages) pow2 *= 2;
   variants.push_back({"auto", plan_for(max_k, kernels::MlaDecodeSchedule::kAuto)});
+  // kAuto's plan with the chunk length picked on the device from the lengths forced off and on
+  // (MLASERVE_MLA_CHUNK_PICK, read per plan; on applies only where the pick's condition holds).
+  for (const char* pick : {"0", "1"}) {
+    const char* before = std::getenv("MLASERVE_MLA_CHUNK_PICK");
+    const std::string saved = before != nullptr ? before : "";
+    setenv("MLASERVE_MLA_CHUNK_PICK", pick, 1);
+    variants.push_back({std::string(pick[0] == '0' ? "auto_nopick" : "auto_pick"),
+                        plan_for(max_k, kernels::MlaDecodeSchedule::kAuto)});
+    if (before != nullptr) {
+      setenv("MLASERVE_MLA_CHUNK_PICK", saved.c_str(), 1);
+    } else {
+      unsetenv("MLASERVE_MLA_CHUNK_PICK");
+    }
+  }
   variants.push_back({"auto_pow2", plan_for(pow2 * kPageSize, kernels::MlaDecodeSchedule::kAuto)});
   variants.push_back({"legacy", LegacyPlan(batch, heads, max_k, sms)});
   for (int pps : {1, 2, 4, 8, 16}) {
@@ -196,6 +210,13 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
                                             : std::to_string(v.plan.num_splits) + "x" +
                                                   std::to_string(v.plan.chunk_tokens / kPageSize) +
                                                   (v.plan.longest_first && v.order ? " lf" : "");
+    if (v.plan.chunk_pick_sms > 0 && v.order) {  // the length the order kernel picked (built in the graph)
+      int picked = 0;
+      BENCH_CHECK(cudaMemcpy(&picked,
+                             metadata.get<uint8_t>() + kernels::MlaDecodeChunkPickOffset(batch, v.plan.num_splits),
+                             sizeof(int), cudaMemcpyDeviceToHost));
+      desc += " pick=" + std::to_string(picked);
+    }
     char shape[160];
     std::snprintf(shape, sizeof(shape), "b=%d h=%d s_k~%d %s(%s)", batch, heads, ctx, v.name.c_str(), desc.c_str());
     res.Add("mla_decode_small", shape, t * 1e-3, 2.0 * heads * sum_k * (kWidth + kRank) / (t * 1e-6) / 1e12, gbs,

@@ -32,6 +32,12 @@ struct MlaDecodePlan {
   // where the chunk CTAs take more than one wave: the GPU starts CTAs in grid order, and in
   // request order one long request among the last CTAs decides when the call ends.
   bool longest_first = false;
+  // Chunks whose length the metadata kernel picks from the batch's own lengths for this many SMs
+  // (kernels/mla_decode/chunk_pick.h: between half the longest request's pages and all of them,
+  // so num_splits is 2; MlaDecodeBuildMetadata writes the pick beside the longest-first order, and
+  // the attention and combine kernels read it there). 0: chunk_tokens as planned. chunk_tokens
+  // still holds half the planned width, used where no order is built (MLASERVE_MLA_ORDER=0).
+  int chunk_pick_sms = 0;
   // The balanced schedule: the most pieces the plan expects a request to be cut into (a request of
   // max_seqlen_k keys over parts of the mean's pages; 0: no estimate, as in a plan built by hand).
   // Where it is at most a few, the combine runs a warp per row (mla_decode_internal::LaunchCombine).
@@ -50,8 +56,11 @@ struct MlaDecodePlan {
 size_t MlaDecodeChunkOrderOffset(int batch, int rows_per_request, int kv_lora_rank, int num_splits);
 size_t MlaDecodeChunkWorkspaceBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits,
                                     bool longest_first);
-// The order's bytes (batch x splits int32, rounded up to 16): a chunk plan's metadata_bytes.
+// The order's bytes (batch x splits int32, rounded up to 16, then the pick's 144 bytes, whose
+// first int32 is the picked chunk length in pages where the plan has chunk_pick_sms): a chunk
+// plan's metadata_bytes. The pick sits at MlaDecodeChunkPickOffset from the order's start.
 size_t MlaDecodeChunkOrderBytes(int batch, int num_splits);
+size_t MlaDecodeChunkPickOffset(int batch, int num_splits);
 // The most chunks (batch x splits) the order kernel sorts; a plan with more keeps grid order.
 inline constexpr int kMlaDecodeMaxOrderedChunks = 4096;
 

@@ -191,7 +191,8 @@ __device__ __forceinline__ void LoadPartial(const CombineArgs& a, int64_t row, i
 // first + s * stride. A balanced schedule's request in one piece (n <= 1) has none: the attention
 // kernel wrote it (`written`). With chunks, only the chunks that hold keys of the request (lk of
 // them); with single_chunk_direct, a request of one such chunk was written too.
-// Readable before the PDL wait: the schedule kernel that wrote pieces and slot_base ran at least
+// Readable before the PDL wait: the schedule (or order) kernel that wrote pieces and slot_base (or
+// chunk_pages_at) ran at least
 // two kernels back, and the attention kernel in between lets this one in only after its own wait
 // (pdl.cuh, rule 3; read from L2).
 struct RowPieces {
@@ -207,7 +208,8 @@ __device__ __forceinline__ RowPieces PiecesOf(const CombineArgs& a, int b, int i
     r.first = __ldcg(a.slot_base + b) * r.stride + static_cast<int64_t>(i) * a.num_heads + h;  // -1 where n <= 1
     r.written = r.n <= 1;
   } else {
-    r.n = mla_internal::LatentChunksWithKeys(lk, a.chunk_tokens, a.num_splits);
+    const int chunk_tokens = a.chunk_pages_at != nullptr ? __ldcg(a.chunk_pages_at) * kPageSize : a.chunk_tokens;
+    r.n = mla_internal::LatentChunksWithKeys(lk, chunk_tokens, a.num_splits);
     r.first = (static_cast<int64_t>(b) * a.max_q + i) * a.num_heads + h;
     r.stride = static_cast<int64_t>(a.batch) * a.max_q * a.num_heads;
     r.written = a.single_chunk_direct && r.n == 1;

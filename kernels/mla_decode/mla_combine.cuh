@@ -39,6 +39,9 @@ struct CombineArgs {
   // Chunks: a request whose keys fit its first chunk was written directly by the attention kernel
   // (LatentSplit::single_chunk_direct); its rows are left as they are (or only projected).
   bool single_chunk_direct = false;
+  // Chunks: the chunk length in pages at this device address instead of chunk_tokens (a picking
+  // plan: LatentSplit::chunk_pages_at). null: chunk_tokens.
+  const int32_t* chunk_pages_at = nullptr;
   ValueArgs value{};
 };
 

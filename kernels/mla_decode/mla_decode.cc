@@ -12,6 +12,7 @@
 #include "kernels/common/env_switch.h"
 #include "kernels/common/param_check.h"
 #include "kernels/mla_decode/balanced_schedule.h"
+#include "kernels/mla_decode/chunk_pick.h"
 #include "kernels/mla_prefill/latent_tiling.h"
 #include "kernels/mla_prefill/mla_check.h"
 
@@ -82,8 +83,12 @@ size_t MlaDecodeChunkOrderOffset(int batch, int rows_per_request, int kv_lora_ra
   return (ChunkPartialBytes(batch, rows_per_request, kv_lora_rank, num_splits) + 255) / 256 * 256;
 }
 
-size_t MlaDecodeChunkOrderBytes(int batch, int num_splits) {
+size_t MlaDecodeChunkPickOffset(int batch, int num_splits) {
   return (static_cast<size_t>(batch) * std::max(num_splits, 1) * sizeof(int32_t) + 15) / 16 * 16;
+}
+
+size_t MlaDecodeChunkOrderBytes(int batch, int num_splits) {
+  return MlaDecodeChunkPickOffset(batch, num_splits) + mla_decode_internal::kPickHeaderBytes;
 }
 
 size_t MlaDecodeChunkWorkspaceBytes(int batch, int rows_per_request, int kv_lora_rank, int num_splits,
@@ -170,8 +175,26 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
                                    : IsLeanDram(s.dram_bytes_per_sm_clock) ? kLeanDramBalancedRowBlocksFactor
                                                                             : kBalancedRowBlocksFactor;
   const double balanced_cost = part_pages * row_blocks_factor + kBalancedOverheadPages;
-  const bool balanced = s.schedule == MlaDecodeSchedule::kBalanced ||
-                        (s.schedule == MlaDecodeSchedule::kAuto && balanced_cost < best_cost);
+  // MLASERVE_MLA_PAGES_PER_SPLIT=N (1-1024; read per plan, A/B timing of the cost model): the
+  // chunks' length forced, where the chunks run (also lengths that are no even cut of the longest
+  // request, as the kernel bench times them).
+  const int forced = EnvIntInRange("MLASERVE_MLA_PAGES_PER_SPLIT", 0, kMaxForcedPagesPerSplit, 0);
+  // The chunk length picked on the device from the batch's lengths (chunk_pick.h) where the 64-row
+  // Hopper kernel's CTAs of one chunk a request (more than kLatentFewRowsMax rows a request) fill
+  // more than 7/8 of the SMs but no more than all of them. Measured there on the H100 (2026-12-07,
+  // b 64 x 128 heads, 4k / 8k / 16k): +4.2% / +3.0% / +0.4% against kAuto's plan without it (the
+  // chunks at 4k, the balanced schedule at 8k-16k); at b 40 / 48 x 128 heads (80 / 96 of 132 SMs)
+  // 3% behind / even with the balanced schedule, so not there. kAuto takes it on a lean-DRAM GPU.
+  // MLASERVE_MLA_CHUNK_PICK=0 turns it off, =1 on also elsewhere (read per plan: A/B timing).
+  const bool pick_fits = s.schedule != MlaDecodeSchedule::kBalanced && forced == 0 &&
+                         rows > mla_internal::kLatentFewRowsMax && units <= s.num_sms &&
+                         8 * units > 7 * int64_t{s.num_sms} && s.num_sms <= mla_decode_internal::kPickMaxSms &&
+                         pages >= 2;
+  const int pick_switch = EnvIntInRange("MLASERVE_MLA_CHUNK_PICK", 0, 1, -1);
+  const bool pick = pick_fits && (pick_switch == 1 || (pick_switch == -1 && s.schedule == MlaDecodeSchedule::kAuto &&
+                                                       IsLeanDram(s.dram_bytes_per_sm_clock)));
+  const bool balanced = !pick && (s.schedule == MlaDecodeSchedule::kBalanced ||
+                                  (s.schedule == MlaDecodeSchedule::kAuto && balanced_cost < best_cost));
   if (balanced) {
     plan.num_parts = parts;
     // The longest request (and its piece cost) over the parts' pages, plus the part it starts in.
@@ -182,12 +205,11 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
     plan.workspace_bytes = layout.bytes;
     plan.metadata_bytes = layout.metadata_bytes;
   }
-  // MLASERVE_MLA_PAGES_PER_SPLIT=N (1-1024; read per plan, A/B timing of the cost model): the
-  // chunks' length forced, where the chunks run (also lengths that are no even cut of the longest
-  // request, as the kernel bench times them).
-  if (const int forced = EnvIntInRange("MLASERVE_MLA_PAGES_PER_SPLIT", 0, kMaxForcedPagesPerSplit, 0);
-      forced > 0 && !balanced) {
-    best_pages_per_split = std::min(forced, pages);
+  if (forced > 0 && !balanced) best_pages_per_split = std::min(forced, pages);
+  if (pick) {
+    // Two chunks a request at most: the grid's, and the cut used where no order is built.
+    best_pages_per_split = (pages + 1) / 2;
+    plan.chunk_pick_sms = s.num_sms;
   }
   if (best_pages_per_split < pages) {
     plan.chunk_tokens = best_pages_per_split * kPageSize;

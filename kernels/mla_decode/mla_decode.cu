@@ -27,6 +27,7 @@
 #include "kernels/mla_decode/api.h"
 #include "kernels/common/param_check.h"
 #include "kernels/mla_decode/balanced_schedule.h"
+#include "kernels/mla_decode/chunk_pick.h"
 #include "kernels/mla_decode/mla_combine.cuh"
 #include "kernels/mla_prefill/latent_attention.h"
 
@@ -185,14 +186,144 @@ struct OrderArgs {
   const int32_t* seqlens_k;
   int batch, num_splits, chunk_pages, key_bits;
   int32_t* order;
+  // A picking plan (MlaDecodePlan::chunk_pick_sms): the pick's words (chunk_pick.h), whose
+  // candidates' times MlaChunkPickKernel wrote; the cheapest length goes to its first word and
+  // replaces chunk_pages. null: chunk_pages as it is.
+  int32_t* pick = nullptr;
 };
 
-__global__ void __launch_bounds__(kOrderThreads) MlaChunkOrderKernel(const __grid_constant__ OrderArgs a) {
-  using Sort = cub::BlockRadixSort<uint32_t, kOrderThreads, kOrderItemsPerThread, int32_t>;
-  __shared__ typename Sort::TempStorage temp;
+struct PickArgs {
+  const int32_t* seqlens_k;
+  int batch, sms, row_blocks;
+  int32_t* pick;  // the pick's words
+};
+
+// The SM loads of a pick candidate, five a lane (slot = lane + 32 * i; slots past the SMs hold
+// kNoSlot so that no CTA lands there).
+constexpr int kPickSlotsPerLane = mla_decode_internal::kPickMaxSms / 32;
+constexpr uint32_t kNoSlot = 0xffffffffu;
+static_assert(kPickSlotsPerLane * 32 == mla_decode_internal::kPickMaxSms);
+
+// One warp's time for chunks of `chunk` pages (chunk_pick.h's model). pages: each request's pages;
+// sorted: the same, descending.
+__device__ float PickCost(const PickArgs& a, const int* pages, const int* sorted, int chunk, int lane) {
+  namespace m = mla_decode_internal;
+  const int sms = a.sms, units = a.batch * a.row_blocks;
+  uint32_t load[kPickSlotsPerLane];
+#pragma unroll
+  for (int i = 0; i < kPickSlotsPerLane; ++i) {
+    const int slot = lane + 32 * i;
+    load[i] = slot >= sms     ? kNoSlot
+              : slot < units ? static_cast<uint32_t>(m::PickChunkCost(min(pages[slot / a.row_blocks], chunk)))
+                             : 0u;
+  }
+  // The tails, longest first, each row block's CTA to the SM free first (ties: the lowest slot):
+  // the SMs without a first chunk, in slot order, then by a warp minimum each.
+  int split = 0, placed = 0;
+  for (; split < a.batch && sorted[split] > chunk; ++split) {
+    const uint32_t cost = m::PickChunkCost(sorted[split] - chunk);
+    for (int r = 0; r < a.row_blocks; ++r, ++placed) {
+      int slot = units + placed;
+      if (slot >= sms) {
+        uint32_t best = kNoSlot;
+#pragma unroll
+        for (int i = 0; i < kPickSlotsPerLane; ++i) {
+          if (load[i] != kNoSlot) best = min(best, load[i] << 8 | static_cast<uint32_t>(lane + 32 * i));
+        }
+        slot = static_cast<int>(__reduce_min_sync(0xffffffffu, best) & 0xff);
+      }
+#pragma unroll
+      for (int i = 0; i < kPickSlotsPerLane; ++i) {
+        if (lane + 32 * i == slot) load[i] += cost;
+      }
+    }
+  }
+  // V: the floor(SMs / speedup)-th largest load, by bisection on the count of loads >= v.
+  const int busy = max(1, static_cast<int>(static_cast<float>(sms) / m::kPickLoneSpeedup));
+  uint32_t sum = 0, top = 0;
+#pragma unroll
+  for (int i = 0; i < kPickSlotsPerLane; ++i) {
+    if (load[i] == kNoSlot) continue;
+    sum += load[i];
+    top = max(top, load[i]);
+  }
+  sum = __reduce_add_sync(0xffffffffu, sum);
+  top = __reduce_max_sync(0xffffffffu, top);
+  uint32_t lo = 0, hi = top;  // count(>= lo) >= busy holds; the largest such v
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi + 1) / 2;
+    uint32_t count = 0;
+#pragma unroll
+    for (int i = 0; i < kPickSlotsPerLane; ++i) count += load[i] != kNoSlot && load[i] >= mid;
+    if (__reduce_add_sync(0xffffffffu, count) >= static_cast<uint32_t>(busy)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  uint32_t excess = 0;
+#pragma unroll
+  for (int i = 0; i < kPickSlotsPerLane; ++i) {
+    if (load[i] != kNoSlot && load[i] > lo) excess += load[i] - lo;
+  }
+  excess = __reduce_add_sync(0xffffffffu, excess);
+  const float t = (static_cast<float>(sum) - static_cast<float>(excess)) / static_cast<float>(sms) +
+                  static_cast<float>(top - lo) / m::kPickLoneSpeedup;
+  return t + (split > 0 ? m::kPickCombineFixedPages + m::kPickCombinePages * static_cast<float>(split * a.row_blocks)
+                        : 0.0f);
+}
+
+// The pick's candidates (chunk_pick.h), one CTA of one warp each: the time of candidate
+// blockIdx.x into the pick's words (CTA 0 also the longest request's pages); CTAs past the batch's
+// candidates return. MlaChunkOrderKernel, launched next, takes the cheapest.
+__global__ void __launch_bounds__(32) MlaChunkPickKernel(const __grid_constant__ PickArgs a) {
+  namespace m = mla_decode_internal;
+  __shared__ int pages[m::kPickMaxSms], sorted[m::kPickMaxSms];
   cuda::PdlWaitForPrerequisites();  // the lengths may come from the kernel before
   cuda::PdlReleaseDependents();
+  const int lane = threadIdx.x;
+  for (int b = lane; b < a.batch; b += 32) pages[b] = PagesFor(a.seqlens_k[b]);
+  __syncwarp();
+  // Descending, ties in request order: a rank each.
+  for (int b = lane; b < a.batch; b += 32) {
+    int rank = 0;
+    for (int j = 0; j < a.batch; ++j) rank += pages[j] > pages[b] || (pages[j] == pages[b] && j < b);
+    sorted[rank] = pages[b];
+  }
+  __syncwarp();
+  const int longest = max(sorted[0], 1);
+  const m::PickCandidates c = m::PickCandidatesFor(longest);
+  if (blockIdx.x == 0 && lane == 0) a.pick[m::kPickWordLongest] = longest;
+  if (static_cast<int>(blockIdx.x) >= c.count) return;
+  const float t = PickCost(a, pages, sorted, longest - static_cast<int>(blockIdx.x) * c.step, lane);
+  if (lane == 0) reinterpret_cast<float*>(a.pick + m::kPickWordCosts)[blockIdx.x] = t;
+}
+
+__global__ void __launch_bounds__(kOrderThreads) MlaChunkOrderKernel(const __grid_constant__ OrderArgs a) {
+  namespace m = mla_decode_internal;
+  using Sort = cub::BlockRadixSort<uint32_t, kOrderThreads, kOrderItemsPerThread, int32_t>;
+  __shared__ typename Sort::TempStorage temp;
+  __shared__ int picked;
+  cuda::PdlWaitForPrerequisites();  // the lengths (and the pick's times) come from the kernels before
+  cuda::PdlReleaseDependents();
   const int n = a.batch * a.num_splits;
+  int chunk_pages = a.chunk_pages;
+  if (a.pick != nullptr) {
+    if (threadIdx.x == 0) {
+      // The cheapest candidate; ties to the longest chunk (the lowest index).
+      const int longest = a.pick[m::kPickWordLongest];
+      const m::PickCandidates c = m::PickCandidatesFor(longest);
+      const float* cost = reinterpret_cast<const float*>(a.pick + m::kPickWordCosts);
+      int best = 0;
+      for (int k = 1; k < c.count; ++k) {
+        if (cost[k] < cost[best]) best = k;
+      }
+      picked = longest - best * c.step;
+      a.pick[m::kPickWordChunk] = picked;
+    }
+    __syncthreads();
+    chunk_pages = picked;
+  }
   uint32_t keys[kOrderItemsPerThread];
   int32_t items[kOrderItemsPerThread];
 #pragma unroll
@@ -201,8 +332,8 @@ __global__ void __launch_bounds__(kOrderThreads) MlaChunkOrderKernel(const __gri
     items[j] = i;
     keys[j] = 0;
     if (i < n) {
-      const int left = PagesFor(a.seqlens_k[i / a.num_splits]) - (i % a.num_splits) * a.chunk_pages;
-      keys[j] = static_cast<uint32_t>(min(max(left, 0), a.chunk_pages));
+      const int left = PagesFor(a.seqlens_k[i / a.num_splits]) - (i % a.num_splits) * chunk_pages;
+      keys[j] = static_cast<uint32_t>(min(max(left, 0), chunk_pages));
     }
   }
   Sort(temp).SortDescending(keys, items, 0, a.key_bits);
@@ -243,6 +374,25 @@ absl::Status CheckScheduleFits(const MlaParams& p, const MlaDecodePlan& plan,
       p.max_seqlen_q, ", num_parts=", plan.num_parts, "; plan with this shape"));
 }
 
+// A picking plan's row blocks a request: the 64-row Hopper kernel's CTAs for max_seqlen_q tokens.
+int64_t PickRowBlocks(const MlaParams& p) {
+  return (static_cast<int64_t>(p.max_seqlen_q) * p.num_heads + 63) / 64;
+}
+
+// What the pick's model assumes of the call (PlanMlaDecode sets chunk_pick_sms only where it
+// holds for the plan's shape): at most two chunks a request, every request's first chunks on SMs
+// of their own, the SMs within what the kernel keeps loads for.
+absl::Status CheckChunkPick(const MlaParams& p, const MlaDecodePlan& plan) {
+  const int64_t units = p.batch * PickRowBlocks(p);
+  if (plan.num_splits == 2 && plan.chunk_pick_sms <= mla_decode_internal::kPickMaxSms && units <= plan.chunk_pick_sms) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "mla_decode: plan.chunk_pick_sms=", plan.chunk_pick_sms, " needs num_splits=2 (plan.num_splits=",
+      plan.num_splits, "), at most ", mla_decode_internal::kPickMaxSms, " SMs and batch=", p.batch, " x ",
+      PickRowBlocks(p), " row blocks (", units, ") within them; plan with this shape"));
+}
+
 // A one-CTA kernel of a decode step's metadata (the chunk order, the balanced schedule): shared
 // memory preferred over L1 (carveout_name labels that call's error), launched with PDL.
 template <typename Args>
@@ -258,9 +408,20 @@ absl::Status LaunchOneCta(const char* name, const char* carveout_name, void (*ke
 
 absl::Status LaunchChunkOrder(const MlaParams& p, const MlaDecodePlan& plan, int32_t* order, cudaStream_t s) {
   const int chunk_pages = plan.num_splits > 1 ? plan.chunk_tokens / kPageSize : p.max_pages_per_seq;
-  int key_bits = 1;
-  while (key_bits < 31 && (1 << key_bits) <= chunk_pages) ++key_bits;
-  const OrderArgs args{p.seqlens_k, p.batch, plan.num_splits, chunk_pages, key_bits, order};
+  OrderArgs args{p.seqlens_k, p.batch, plan.num_splits, chunk_pages, 1, order};
+  if (plan.chunk_pick_sms > 0) {
+    RETURN_IF_ERROR(CheckChunkPick(p, plan));
+    args.pick = order + MlaDecodeChunkPickOffset(p.batch, plan.num_splits) / sizeof(int32_t);
+    const PickArgs pick{p.seqlens_k, p.batch, plan.chunk_pick_sms, static_cast<int>(PickRowBlocks(p)), args.pick};
+    cuda::LaunchShape shape;
+    shape.grid = dim3(mla_decode_internal::kPickMaxCandidates);
+    shape.block = dim3(32);
+    shape.stream = s;
+    RETURN_IF_ERROR(cuda::LaunchPdl("MlaChunkPickKernel", shape, MlaChunkPickKernel, pick));
+  }
+  // The keys' bits: a chunk's pages at most (a pick may take up to a request's whole length).
+  const int key_max = plan.chunk_pick_sms > 0 ? p.max_pages_per_seq : chunk_pages;
+  while (args.key_bits < 31 && (1 << args.key_bits) <= key_max) ++args.key_bits;
   return LaunchOneCta("MlaChunkOrderKernel", "MlaChunkOrderKernel carveout", MlaChunkOrderKernel, kOrderThreads,
                       args, s);
 }
@@ -424,6 +585,12 @@ absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* 
   const int64_t cap = static_cast<int64_t>(p.batch) * p.max_seqlen_q * p.num_heads;
   split.num_splits = plan.num_splits;
   split.chunk_tokens = plan.chunk_tokens;
+  // A picking plan's chunk length sits beside the order (the order kernel wrote it); without an
+  // order, the plan's own cut.
+  if (ordered && plan.chunk_pick_sms > 0) {
+    RETURN_IF_ERROR(CheckChunkPick(p, plan));
+    split.chunk_pages_at = split.chunk_order + MlaDecodeChunkPickOffset(p.batch, plan.num_splits) / sizeof(int32_t);
+  }
   split.part_out = static_cast<float*>(workspace);
   split.part_lse = split.part_out + static_cast<size_t>(plan.num_splits) * cap * p.kv_lora_rank;
   split.max_q = p.max_seqlen_q;
@@ -433,6 +600,7 @@ absl::Status MlaDecodeCuda(const MlaParams& p, const MlaDecodePlan& plan, void* 
                    p.batch, p.cu_seqlens_q, p.seqlens_k, split.part_out, split.part_lse,
                    static_cast<__nv_bfloat16*>(p.out), p.lse};
   args.single_chunk_direct = split.single_chunk_direct;
+  args.chunk_pages_at = split.chunk_pages_at;
   args.value = value;
   return LaunchCombine(args, max_rows, plan.num_splits <= 2 * mla_decode_internal::kCombineFewPieces, plan.num_splits,
                        s);

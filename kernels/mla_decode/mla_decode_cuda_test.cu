@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <queue>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "kernels/common/pdl.cuh"
 #include "kernels/mla_decode/api.h"
 #include "kernels/mla_decode/balanced_schedule.h"
+#include "kernels/mla_decode/chunk_pick.h"
 #include "kernels/mla_prefill/latent_tiling.h"
 #include "kernels/testing/cuda_latent.h"
 
@@ -687,6 +689,121 @@ INSTANTIATE_TEST_SUITE_P(
             MetadataCase{2, 8, 2, 2497, MlaDecodeSchedule::kChunks, 0, false},
             MetadataCase{1, 128, 2, 3000, MlaDecodeSchedule::kChunks, 0, false}),
         ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma, LatentKernel::kWgmma64)));
+
+// The chunk length picked on the device from the batch's lengths (MlaDecodePlan::chunk_pick_sms,
+// chunk_pick.h), for the SM count in the case (a model's input, not the device's): the order
+// kernel's pick against a host reference of the same model (a serial list schedule with a
+// priority queue and a sort, not the kernel's warp reductions), in half the longest request's
+// pages to all of them; the values against the CPU reference with the CTAs cutting the keys
+// where the pick says, on NaN-poisoned workspaces and outputs; the call given the prebuilt
+// metadata bitwise equal to the call that builds its own. (batch, heads, q per request, mean
+// context, lengths +-25% of it or uniform in [1, 2 x mean], SMs of the plan)
+using PickCase = std::tuple<int, int, int, int, bool, int>;
+class MlaDecodeChunkPickTest : public ::testing::TestWithParam<std::tuple<PickCase, LatentKernel>> {};
+
+// The model's time for chunks of `chunk` pages (chunk_pick.h), and its pick.
+double HostPickCost(const std::vector<int>& pages, int chunk, int sms, int row_blocks) {
+  namespace m = mla_decode_internal;
+  std::vector<int64_t> load(sms, 0);
+  int64_t units = 0;
+  for (const int p : pages)
+    for (int r = 0; r < row_blocks; ++r) load[units++] = m::PickChunkCost(std::min(p, chunk));
+  std::vector<int> tails;
+  for (const int p : pages)
+    if (p > chunk) tails.push_back(p - chunk);
+  std::sort(tails.rbegin(), tails.rend());
+  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>> free_at(load.begin(), load.end());
+  for (const int t : tails)
+    for (int r = 0; r < row_blocks; ++r) {
+      const int64_t at = free_at.top();
+      free_at.pop();
+      free_at.push(at + m::PickChunkCost(t));
+    }
+  load.clear();
+  for (; !free_at.empty(); free_at.pop()) load.push_back(free_at.top());
+  std::sort(load.rbegin(), load.rend());
+  const int busy = std::max(1, static_cast<int>(static_cast<float>(sms) / m::kPickLoneSpeedup));
+  const int64_t v = load[busy - 1];
+  int64_t sum = 0, excess = 0;
+  for (const int64_t l : load) {
+    sum += l;
+    excess += std::max<int64_t>(l - v, 0);
+  }
+  double t = static_cast<double>(sum - excess) / sms + static_cast<double>(load[0] - v) / m::kPickLoneSpeedup;
+  if (!tails.empty()) t += m::kPickCombineFixedPages + m::kPickCombinePages * static_cast<double>(tails.size() * row_blocks);
+  return t;
+}
+
+TEST_P(MlaDecodeChunkPickTest, PicksTheModelsLengthAndMatchesCpuReference) {
+  namespace m = mla_decode_internal;
+  const auto [batch, heads, qpr, mean_ctx, narrow, sms] = std::get<0>(GetParam());
+  const LatentKernel kernel = std::get<1>(GetParam());
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+  std::mt19937 rng(seed);
+  std::vector<int> lq(batch, qpr), prefix(batch);
+  for (auto& x : prefix) {
+    const int lk = narrow ? mean_ctx * 3 / 4 + static_cast<int>(rng() % (mean_ctx / 2 + 1))
+                          : 1 + static_cast<int>(rng() % (2 * mean_ctx));
+    x = std::max(lk, qpr) - qpr;
+  }
+  const ReferencedBatch ref = MakeReferencedBatch(lq, prefix, heads, 512, 64, seed);
+  const testing::LatentBatch& c = ref.c;
+  testing::DeviceLatent d(c);
+  if (kernel != LatentKernel::kMmaSync && !LatentWgmmaApplies(d.params)) {
+    GTEST_SKIP() << "no sm_90a kernel for this device";
+  }
+  d.params.kernel = kernel;
+  const int row_blocks = (heads * qpr + 63) / 64;
+  ASSERT_LE(batch * row_blocks, sms) << "the case breaks the pick's condition";
+  std::vector<int> pages(batch);
+  for (int b = 0; b < batch; ++b) pages[b] = PagesFor(c.lk[b]);
+  const int longest = *std::max_element(pages.begin(), pages.end());
+  // The plan as PlanMlaDecode makes a picking one, for a width of the longest context.
+  MlaDecodePlan plan;
+  plan.num_splits = 2;
+  plan.chunk_tokens = (longest + 1) / 2 * kPageSize;
+  plan.longest_first = true;
+  plan.chunk_pick_sms = sms;
+  plan.workspace_bytes = MlaDecodeChunkWorkspaceBytes(batch, heads * qpr, 512, 2, true);
+  plan.metadata_bytes = MlaDecodeChunkOrderBytes(batch, 2);
+
+  testing::DeviceBuffer metadata(plan.metadata_bytes);
+  MLASERVE_CUDA_ASSERT(cudaMemset(metadata.get(), 0xff, metadata.bytes()));
+  const auto built = MlaDecodeBuildMetadata(d.params, plan, metadata.get(), KernelContext{Backend::kCuda, nullptr});
+  ASSERT_TRUE(built.ok()) << built;
+  const auto words = testing::ToHost<int32_t>(metadata, metadata.bytes() / sizeof(int32_t));
+  const int picked = words[MlaDecodeChunkPickOffset(batch, 2) / sizeof(int32_t)];
+  ASSERT_GE(picked, (longest + 1) / 2);
+  ASSERT_LE(picked, longest);
+  const m::PickCandidates cands = m::PickCandidatesFor(longest);
+  EXPECT_EQ((longest - picked) % cands.step, 0) << "not a candidate: step " << cands.step;
+  double best = -1;
+  int best_pages = 0;
+  for (int k = 0; k < cands.count; ++k) {
+    const double t = HostPickCost(pages, longest - k * cands.step, sms, row_blocks);
+    if (best < 0 || t < best) {
+      best = t;
+      best_pages = longest - k * cands.step;
+    }
+  }
+  // Float rounding may order near-equal candidates differently; the pick costs what the best does.
+  EXPECT_LE(HostPickCost(pages, picked, sms, row_blocks), best * (1 + 1e-5))
+      << "picked " << picked << " pages, the host model's pick " << best_pages;
+
+  DecodeBytes plain, given;
+  RunDecode(d, d.params, plan, nullptr, 0xff, nullptr, &plain);
+  testing::ExpectLatentMatches(c, d, ref.want, ref.want_lse);
+  RunDecode(d, d.params, plan, metadata.get(), 0x7f, nullptr, &given);
+  ExpectSameBytes(given, plain, "the prebuilt pick");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Lengths, MlaDecodeChunkPickTest,
+    ::testing::Combine(::testing::Values(PickCase{64, 128, 1, 4096, true, 132}, PickCase{50, 128, 1, 2000, false, 132},
+                                         PickCase{20, 128, 2, 3000, true, 132}, PickCase{34, 64, 1, 1500, false, 60},
+                                         PickCase{10, 128, 1, 700, true, 30}, PickCase{12, 96, 1, 5000, false, 24}),
+                       ::testing::Values(LatentKernel::kMmaSync, LatentKernel::kWgmma, LatentKernel::kWgmma64)));
 
 }  // namespace
 }  // namespace mlaserve::kernels

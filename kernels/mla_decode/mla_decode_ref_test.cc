@@ -84,7 +84,8 @@ TEST(MlaDecodePlan, SplitsFillTheDevice) {
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->num_splits, 1);
   EXPECT_TRUE(plan->longest_first);
-  EXPECT_EQ(plan->workspace_bytes, 256u * sizeof(int32_t));
+  EXPECT_EQ(plan->workspace_bytes, MlaDecodeChunkOrderBytes(256, 1));
+  EXPECT_EQ(plan->workspace_bytes, 256u * sizeof(int32_t) + 144) << "the order, then the pick's words";
   EXPECT_EQ(PlanMlaDecode({1, 16, 3, 512, 64, 10, 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -104,7 +105,7 @@ TEST(MlaDecodePlan, ChunksRunLongestFirstBeyondOneWave) {
   EXPECT_EQ(plan->workspace_bytes,
             MlaDecodeChunkWorkspaceBytes(128, 128, 512, plan->num_splits, /*longest_first=*/true));
   EXPECT_EQ(MlaDecodeChunkWorkspaceBytes(128, 128, 512, 3, true),
-            MlaDecodeChunkOrderOffset(128, 128, 512, 3) + 128u * 3 * sizeof(int32_t));
+            MlaDecodeChunkOrderOffset(128, 128, 512, 3) + 128u * 3 * sizeof(int32_t) + 144);
   EXPECT_EQ(MlaDecodeChunkOrderOffset(128, 128, 512, 3) % 256, 0u);
   EXPECT_GE(MlaDecodeChunkOrderOffset(128, 128, 512, 3), 128u * 128 * 3 * 513 * sizeof(float));
   EXPECT_EQ(MlaDecodeChunkWorkspaceBytes(128, 128, 512, 3, false), 128u * 128 * 3 * 513 * sizeof(float));
@@ -223,8 +224,12 @@ TEST(MlaDecodePlan, MetadataIsTheBatchPartOfTheWorkspace) {
   EXPECT_EQ(plan->metadata_bytes, MlaDecodeChunkOrderBytes(256, plan->num_splits));
   EXPECT_GE(plan->metadata_bytes, 256u * plan->num_splits * sizeof(int32_t));
   EXPECT_LE(plan->metadata_bytes, plan->workspace_bytes);
-  EXPECT_EQ(MlaDecodeChunkOrderBytes(3, 1), 16u);
-  EXPECT_EQ(MlaDecodeChunkOrderBytes(5, 3), 64u);
+  // The order rounded up to 16 bytes, then the pick's 144 (chunk_pick.h: the picked length, the
+  // longest request, each candidate's time).
+  EXPECT_EQ(MlaDecodeChunkOrderBytes(3, 1), 160u);
+  EXPECT_EQ(MlaDecodeChunkOrderBytes(5, 3), 208u);
+  EXPECT_EQ(MlaDecodeChunkPickOffset(3, 1), 16u);
+  EXPECT_EQ(MlaDecodeChunkPickOffset(5, 3), 64u);
   // No order and no schedule: one request in one wave of chunks, and the CPU plan.
   plan = PlanMlaDecode({1, 16, 1, 512, 64, 8192, 132, MlaDecodeSchedule::kChunks});
   ASSERT_TRUE(plan.ok());
@@ -382,12 +387,22 @@ TEST(MlaDecodePlan, AutoTakesTheBalancedScheduleForOneWaveOfLongRequestsAt128Hea
   ExpectAutoBalancedOnBenchShapes(1, {true, true, true, false, false, false});
 }
 
-TEST(MlaDecodePlan, AutoGivesTheChunksOneWaveOfShortRequestsOnALeanDramGpu) {
-  // The H100 (12.83 DRAM bytes per SM clock, below kernels::kLeanDramBytesPerSmClock; 2026-12-06,
-  // TFLOP/s balanced / chunks): b 64 4k 447.5 / 477.4, so the chunks there; 8k 520.1 / 524.2 (even)
-  // and 16k 577.4 / 539.7 stay balanced; b 128 keeps the chunks.
+TEST(MlaDecodePlan, AutoPicksTheChunksFromTheLengthsOnALeanDramGpu) {
+  // The H100 (12.83 DRAM bytes per SM clock, below kernels::kLeanDramBytesPerSmClock). b 64 x 128
+  // heads: chunks whose length the metadata kernel picks from the lengths (chunk_pick.h), measured
+  // ahead of the balanced schedule (2026-12-07: forced lengths 68 / 136 / 256 pages at 4k / 8k / 16k
+  // 482.4 / 544.6 / 593.7 TFLOP/s against the balanced 459.7 / 534.5 / 587.5); b 128 keeps the
+  // chunks of the plan's model (two waves without a split: no pick).
   constexpr double kH100 = 12.83;
-  ExpectAutoBalancedOnBenchShapes(1, {false, true, true, false, false, false}, kH100);
+  ExpectAutoBalancedOnBenchShapes(1, {false, false, false, false, false, false}, kH100);
+  for (const int mean_k : {4096, 8192, 16384}) {
+    for (const int batch : {64, 128}) {
+      const auto plan = PlanMlaDecode({batch, 128, 1, 512, 64, mean_k + mean_k / 4, 132, MlaDecodeSchedule::kAuto,
+                                       int64_t{batch} * mean_k, kH100});
+      ASSERT_TRUE(plan.ok());
+      EXPECT_EQ(plan->chunk_pick_sms, batch == 64 ? 132 : 0) << "batch " << batch << ", mean " << mean_k;
+    }
+  }
   // A GPU with more DRAM per SM clock (the H200's HBM3e), and one not known (0), as measured there.
   ExpectAutoBalancedOnBenchShapes(1, {true, true, true, false, false, false}, 18.8);
   ExpectAutoBalancedOnBenchShapes(1, {true, true, true, false, false, false}, 0);
@@ -401,6 +416,82 @@ TEST(MlaDecodePlan, AutoGivesTheChunksOneWaveOfShortRequestsOnALeanDramGpu) {
     EXPECT_EQ(plan->num_parts, none->num_parts);
     EXPECT_EQ(plan->num_splits, none->num_splits);
   }
+}
+
+TEST(MlaDecodePlan, PicksTheChunkLengthOnTheDeviceWhereEveryFirstChunkHasAnSm) {
+  // Where the 64-row kernel's CTAs of one chunk a request fit one wave and fill more than 7/8 of
+  // it: two chunks a request at most (the first half the width), longest first, the order's metadata
+  // with the pick beside it; kAuto on a lean-DRAM GPU, or wherever MLASERVE_MLA_CHUNK_PICK=1.
+  constexpr double kH100 = 12.83, kH200 = 18.8;
+  const MlaDecodeShape b64{64, 128, 1, 512, 64, 5000, 132, MlaDecodeSchedule::kAuto, 64 * 4096, kH100};
+  auto plan = PlanMlaDecode(b64);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->chunk_pick_sms, 132);
+  EXPECT_EQ(plan->num_splits, 2);
+  EXPECT_EQ(plan->chunk_tokens, 40 * kPageSize) << "half of 79 pages, rounded up";
+  EXPECT_EQ(plan->num_parts, 0);
+  EXPECT_TRUE(plan->longest_first);
+  EXPECT_EQ(plan->metadata_bytes, MlaDecodeChunkOrderBytes(64, 2));
+  EXPECT_GE(plan->workspace_bytes, MlaDecodeChunkWorkspaceBytes(64, 128, 512, 2, true));
+  // Not picked: more CTAs than SMs without a split (b 128, or two query tokens: four row blocks),
+  // 7/8 of the SMs or fewer (b 57: 114 row blocks on 132), the few-rows kernel (16 heads), the
+  // balanced schedule or the chunks forced, a forced chunk length, a GPU that is not lean, the CPU.
+  const auto expect_no_pick = [](MlaDecodeShape shape, const char* why) {
+    const auto p = PlanMlaDecode(shape);
+    ASSERT_TRUE(p.ok()) << why;
+    EXPECT_EQ(p->chunk_pick_sms, 0) << why;
+  };
+  MlaDecodeShape s = b64;
+  s.batch = 128;
+  expect_no_pick(s, "b 128");
+  s = b64;
+  s.q_per_request = 2;
+  expect_no_pick(s, "two query tokens");
+  s = b64;
+  s.batch = 57;
+  expect_no_pick(s, "b 57");
+  s.batch = 58;
+  plan = PlanMlaDecode(s);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->chunk_pick_sms, 132) << "b 58: 116 row blocks on 132 SMs";
+  s = b64;
+  s.num_heads = 16;
+  expect_no_pick(s, "16 heads");
+  s = b64;
+  s.schedule = MlaDecodeSchedule::kBalanced;
+  expect_no_pick(s, "balanced forced");
+  s = b64;
+  s.schedule = MlaDecodeSchedule::kChunks;
+  expect_no_pick(s, "chunks forced");
+  s = b64;
+  s.dram_bytes_per_sm_clock = kH200;
+  expect_no_pick(s, "the H200");
+  s = b64;
+  s.num_sms = 0;
+  expect_no_pick(s, "the CPU");
+  {
+    testing::ScopedEnv forced("MLASERVE_MLA_PAGES_PER_SPLIT", "68");
+    expect_no_pick(b64, "a forced chunk length");
+  }
+  {
+    testing::ScopedEnv off("MLASERVE_MLA_CHUNK_PICK", "0");
+    expect_no_pick(b64, "MLASERVE_MLA_CHUNK_PICK=0");
+  }
+  // MLASERVE_MLA_CHUNK_PICK=1: also on other GPUs and for forced chunks (b 56 x 64 heads: one row
+  // block a request), never where the model's condition fails.
+  testing::ScopedEnv on("MLASERVE_MLA_CHUNK_PICK", "1");
+  s = b64;
+  s.dram_bytes_per_sm_clock = kH200;
+  plan = PlanMlaDecode(s);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->chunk_pick_sms, 132);
+  plan = PlanMlaDecode({56, 64, 1, 512, 64, 3000, 60, MlaDecodeSchedule::kChunks, 0, kH200});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->chunk_pick_sms, 60);
+  EXPECT_EQ(plan->num_splits, 2);
+  s = b64;
+  s.batch = 128;
+  expect_no_pick(s, "b 128 with the switch on");
 }
 
 TEST(MlaDecodeValidation, RefusesABadDramRate) {

@@ -70,6 +70,10 @@ struct LatentSplit {
   // decode step, two launches back or earlier: MlaDecodeBuildMetadata), so with
   // p.inputs_before_wait the chunk kernels read it before their PDL wait (pdl.cuh, rule 3).
   bool order_before_wait = false;
+  // Chunks: the chunk length in pages at this device address instead of chunk_tokens (mla_decode's
+  // pick from the batch's lengths, written by its order kernel beside chunk_order and read where
+  // the order is). null: chunk_tokens.
+  const int32_t* chunk_pages_at = nullptr;
   // Chunks (num_splits > 1): a request whose keys all fall in its first chunk
   // (mla_internal::LatentChunksWithKeys == 1) has that chunk's CTAs write its normalised output
   // and LSE directly, as without a split, instead of a partial that the combine would merge

@@ -112,7 +112,8 @@ __device__ __forceinline__ LatentCtaWork EarlyChunkWork(const MlaParams& p, cons
                                                         int (&first_page)[2]) {
   const LatentCtaWork::Chunk chunk = LatentCtaWork::ChunkOf(split);
   if (threadIdx.x == 0) {
-    const int page0 = split.chunk_tokens > 0 ? chunk.split_index * (split.chunk_tokens / kPageSize) : 0;
+    const int chunk_tokens = LatentCtaWork::ChunkTokens(split);
+    const int page0 = chunk_tokens > 0 ? chunk.split_index * (chunk_tokens / kPageSize) : 0;
     const int32_t* row = p.block_table + static_cast<int64_t>(chunk.request) * p.max_pages_per_seq;
 #pragma unroll
     for (int j = 0; j < 2; ++j) first_page[j] = page0 + j < p.max_pages_per_seq ? row[page0 + j] : -1;
@@ -333,9 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1) LatentAttentionSm90Kernel(const _
         }
         // Without a split, or (single_chunk_direct) where the request's keys fit its first chunk:
         // the output itself (the combine leaves such a request's rows).
-        direct = split.num_splits == 1 ||
-                 (split.single_chunk_direct &&
-                  mla_internal::LatentChunksWithKeys(w.lk, split.chunk_tokens, split.num_splits) == 1);
+        direct = split.num_splits == 1 || (split.single_chunk_direct && w.chunks_with_keys == 1);
         const int64_t cap = static_cast<int64_t>(p.batch) * split.max_q * H;
         part_row0 = static_cast<int64_t>(w.split_index) * cap + static_cast<int64_t>(w.b) * split.max_q * H;
       } else {

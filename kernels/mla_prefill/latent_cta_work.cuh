@@ -19,6 +19,7 @@ struct LatentCtaWork {
   int kv_begin = 0, kv_end = 0;     // keys of this split, cut at the causal limit of the last row
   int n_tiles = 0;                  // 64-key tiles in [kv_begin, kv_end)
   bool unread = false;              // a chunk past the request's keys: the combine skips it
+  int chunks_with_keys = 1;         // chunks: the request's chunks that hold keys
 
   // No rows for this CTA: return before touching shared memory.
   __device__ __forceinline__ bool empty() const { return r0 >= rows_total; }
@@ -64,6 +65,12 @@ struct LatentCtaWork {
     return {item / split.num_splits, item % split.num_splits};
   }
 
+  // The chunks' length in keys: split.chunk_tokens, or the pick at split.chunk_pages_at (read from
+  // L2 where the order is: before the PDL wait where the order may be).
+  __device__ __forceinline__ static int ChunkTokens(const LatentSplit& split) {
+    return split.chunk_pages_at != nullptr ? __ldcg(split.chunk_pages_at) * kPageSize : split.chunk_tokens;
+  }
+
   __device__ __forceinline__ static LatentCtaWork Of(const MlaParams& p, const LatentSplit& split,
                                                      int rows_per_cta) {
     return Of(p, split, rows_per_cta, ChunkOf(split));
@@ -72,11 +79,13 @@ struct LatentCtaWork {
   __device__ __forceinline__ static LatentCtaWork Of(const MlaParams& p, const LatentSplit& split,
                                                      int rows_per_cta, Chunk chunk) {
     const int split_index = chunk.split_index;
-    const int kv_begin = split.chunk_tokens > 0 ? split_index * split.chunk_tokens : 0;
-    const int kv_limit = split.chunk_tokens > 0 ? kv_begin + split.chunk_tokens : INT_MAX;
+    const int chunk_tokens = ChunkTokens(split);
+    const int kv_begin = chunk_tokens > 0 ? split_index * chunk_tokens : 0;
+    const int kv_limit = chunk_tokens > 0 ? kv_begin + chunk_tokens : INT_MAX;
     LatentCtaWork w = For(p, chunk.request, blockIdx.x * rows_per_cta, kv_begin, kv_limit, rows_per_cta);
     w.split_index = split_index;
-    w.unread = split_index >= mla_internal::LatentChunksWithKeys(w.lk, split.chunk_tokens, split.num_splits);
+    w.chunks_with_keys = mla_internal::LatentChunksWithKeys(w.lk, chunk_tokens, split.num_splits);
+    w.unread = split_index >= w.chunks_with_keys;
     return w;
   }
 };

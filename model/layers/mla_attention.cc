@@ -111,7 +111,8 @@ absl::Status ForEachDecodePlan(const LayerContext& context, Visit visit) {
 
 bool SameDecodePlan(const kernels::MlaDecodePlan& a, const kernels::MlaDecodePlan& b) {
   return a.num_splits == b.num_splits && a.chunk_tokens == b.chunk_tokens && a.num_parts == b.num_parts &&
-         a.longest_first == b.longest_first && a.metadata_bytes == b.metadata_bytes;
+         a.longest_first == b.longest_first && a.chunk_pick_sms == b.chunk_pick_sms &&
+         a.metadata_bytes == b.metadata_bytes;
 }
 
 }  // namespace
