@@ -192,9 +192,8 @@ __device__ __forceinline__ void LoadPartial(const CombineArgs& a, int64_t row, i
 // kernel wrote it (`written`). With chunks, only the chunks that hold keys of the request (lk of
 // them); with single_chunk_direct, a request of one such chunk was written too.
 // Readable before the PDL wait: the schedule (or order) kernel that wrote pieces and slot_base (or
-// chunk_pages_at) ran at least
-// two kernels back, and the attention kernel in between lets this one in only after its own wait
-// (pdl.cuh, rule 3; read from L2).
+// chunk_pages_at) ran at least two kernels back, and the attention kernel in between lets this one
+// in only after its own wait (pdl.cuh, rule 3; read from L2).
 struct RowPieces {
   int n = 0;
   int64_t first = 0, stride = 0;

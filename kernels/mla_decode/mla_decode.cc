@@ -182,8 +182,8 @@ absl::StatusOr<MlaDecodePlan> PlanMlaDecode(const MlaDecodeShape& s) {
   // The chunk length picked on the device from the batch's lengths (chunk_pick.h) where the 64-row
   // Hopper kernel's CTAs of one chunk a request (more than kLatentFewRowsMax rows a request) fill
   // more than 7/8 of the SMs but no more than all of them. Measured there on the H100 (2026-12-07,
-  // b 64 x 128 heads, 4k / 8k / 16k): +4.2% / +3.0% / +0.4% against kAuto's plan without it (the
-  // chunks at 4k, the balanced schedule at 8k-16k); at b 40 / 48 x 128 heads (80 / 96 of 132 SMs)
+  // b 64 x 128 heads, 4k / 8k / 16k): +5.1% / +3.0% / +0.5% against kAuto's plan without it (one
+  // chunk a request at 4k, the balanced schedule at 8k-16k); at b 40 / 48 x 128 heads (80 / 96 of 132 SMs)
   // 3% behind / even with the balanced schedule, so not there. kAuto takes it on a lean-DRAM GPU.
   // MLASERVE_MLA_CHUNK_PICK=0 turns it off, =1 on also elsewhere (read per plan: A/B timing).
   const bool pick_fits = s.schedule != MlaDecodeSchedule::kBalanced && forced == 0 &&

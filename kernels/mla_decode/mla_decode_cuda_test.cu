@@ -4,8 +4,9 @@
 // each with both latent kernels (mma.sync, and the Hopper wgmma kernel where it applies, i.e.
 // rank 512 on an sm_90 device) and, for the wgmma kernel, both ways of cutting the keys (chunks,
 // the balanced schedule); cache slots past each context are NaN; two runs of the split path
-// bitwise equal; and the layers of a decode step sharing one prebuilt metadata (the schedule or
-// the chunk order) bitwise equal to the plain call.
+// bitwise equal; the layers of a decode step sharing one prebuilt metadata (the schedule or
+// the chunk order) bitwise equal to the plain call; and the chunk length picked on the device from
+// the lengths against a host reference of its model.
 #include <algorithm>
 #include <cstring>
 #include <functional>
