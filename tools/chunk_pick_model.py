@@ -24,6 +24,8 @@ Usage: python3 tools/chunk_pick_model.py
 """
 import itertools
 
+from bench_flashmla_baseline import request_lengths  # the kernel bench's lengths (std::mt19937)
+
 SMS, ROW_BLOCKS, BATCH, HEADS = 132, 2, 64, 128
 # Forced chunk length (pages) -> TFLOP/s; the row with the longest length is one chunk a request.
 MEASURED = {
@@ -34,35 +36,9 @@ MEASURED = {
 MAX_CANDIDATES = 32  # chunk_pick.h's kPickMaxCandidates
 
 
-class MT19937:
-    """std::mt19937 (32-bit Mersenne Twister, seeded as the C++ library seeds it)."""
-
-    def __init__(self, seed):
-        self.mt = [0] * 624
-        self.i = 624
-        self.mt[0] = seed & 0xFFFFFFFF
-        for k in range(1, 624):
-            self.mt[k] = (1812433253 * (self.mt[k - 1] ^ (self.mt[k - 1] >> 30)) + k) & 0xFFFFFFFF
-
-    def __call__(self):
-        if self.i >= 624:
-            for k in range(624):
-                y = (self.mt[k] & 0x80000000) | (self.mt[(k + 1) % 624] & 0x7FFFFFFF)
-                self.mt[k] = self.mt[(k + 397) % 624] ^ (y >> 1) ^ (0x9908B0DF if y & 1 else 0)
-            self.i = 0
-        y = self.mt[self.i]
-        self.i += 1
-        y ^= y >> 11
-        y ^= (y << 7) & 0x9D2C5680
-        y ^= (y << 15) & 0xEFC60000
-        y ^= y >> 18
-        return y & 0xFFFFFFFF
-
-
 def bench_pages(batch, heads, mean_sk):
     """The kernel bench's lengths (BenchMlaDecode: mean_sk +-25%), in 64-key pages."""
-    rng = MT19937(batch * 131 + heads * 7 + mean_sk)
-    return [(mean_sk * 3 // 4 + rng() % (mean_sk // 2 + 1) + 63) // 64 for _ in range(batch)]
+    return [(k + 63) // 64 for k in request_lengths(batch, heads, mean_sk, equal=False)]
 
 
 def cta_cost(pages, o):

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/mla_decode/api.h"
 #include "nlohmann/json.hpp"
 
 namespace mlaserve::bench {
@@ -34,6 +35,18 @@ inline void CheckStatus(const absl::Status& st, const char* what) {
     std::fprintf(stderr, "%s: %s\n", what, std::string(st.message()).c_str());
     std::exit(2);
   }
+}
+
+// The chunk length (pages) that a picking plan's metadata build wrote at `metadata`
+// (MlaDecodePlan::chunk_pick_sms; a row's label); 0 for a plan that picks none.
+inline int PickedChunkPages(const void* metadata, int batch, const kernels::MlaDecodePlan& plan) {
+  int pages = 0;
+  if (plan.chunk_pick_sms > 0) {
+    BENCH_CHECK(cudaMemcpy(&pages, static_cast<const uint8_t*>(metadata) +
+                                       kernels::MlaDecodeChunkPickOffset(batch, plan.num_splits),
+                           sizeof(int), cudaMemcpyDeviceToHost));
+  }
+  return pages;
 }
 
 // Deterministic hash -> uniform [-scale, scale) bf16, so inputs are random but need no host copy.

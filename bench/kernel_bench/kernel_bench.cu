@@ -226,13 +226,7 @@ void BenchMlaDecode(int batch, int heads, int qpr, int mean_sk, int sms, kernels
   if (uses_metadata) build_metadata();
   const void* prebuilt = uses_metadata ? metadata.get() : nullptr;
   // A picking plan's chunk length, as the order kernel picked it from these lengths (the row's label).
-  int picked_pages = 0;
-  if (uses_metadata && plan->chunk_pick_sms > 0) {
-    BENCH_CHECK(cudaMemcpy(&picked_pages,
-                           static_cast<const uint8_t*>(prebuilt) +
-                               kernels::MlaDecodeChunkPickOffset(batch, plan->num_splits),
-                           sizeof(int), cudaMemcpyDeviceToHost));
-  }
+  const int picked_pages = uses_metadata ? PickedChunkPages(prebuilt, batch, *plan) : 0;
   if (grid_order) setenv("MLASERVE_MLA_ORDER", "0", 1);
   // Spin first: at batch 1-4 the call's host work (plan checks, TMA descriptor) outlasts its GPU work.
   const auto call = [&](const void* metadata_arg) {

@@ -211,11 +211,7 @@ void BenchShape(int batch, int heads, int ctx, int sms, const std::vector<std::s
                                                   std::to_string(v.plan.chunk_tokens / kPageSize) +
                                                   (v.plan.longest_first && v.order ? " lf" : "");
     if (v.plan.chunk_pick_sms > 0 && v.order) {  // the length the order kernel picked (built in the graph)
-      int picked = 0;
-      BENCH_CHECK(cudaMemcpy(&picked,
-                             metadata.get<uint8_t>() + kernels::MlaDecodeChunkPickOffset(batch, v.plan.num_splits),
-                             sizeof(int), cudaMemcpyDeviceToHost));
-      desc += " pick=" + std::to_string(picked);
+      desc += " pick=" + std::to_string(PickedChunkPages(metadata.get(), batch, v.plan));
     }
     char shape[160];
     std::snprintf(shape, sizeof(shape), "b=%d h=%d s_k~%d %s(%s)", batch, heads, ctx, v.name.c_str(), desc.c_str());

@@ -30,6 +30,7 @@
 #include "kernels/mla_decode/chunk_pick.h"
 #include "kernels/mla_decode/mla_combine.cuh"
 #include "kernels/mla_prefill/latent_attention.h"
+#include "kernels/mla_prefill/latent_tiling.h"
 
 namespace mlaserve::kernels {
 namespace {
@@ -374,9 +375,11 @@ absl::Status CheckScheduleFits(const MlaParams& p, const MlaDecodePlan& plan,
       p.max_seqlen_q, ", num_parts=", plan.num_parts, "; plan with this shape"));
 }
 
-// A picking plan's row blocks a request: the 64-row Hopper kernel's CTAs for max_seqlen_q tokens.
+// A picking plan's row blocks a request, as PlanMlaDecode counts them (latent_tiling.h).
 int64_t PickRowBlocks(const MlaParams& p) {
-  return (static_cast<int64_t>(p.max_seqlen_q) * p.num_heads + 63) / 64;
+  const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * p.num_heads;
+  const int64_t rows_per_cta = mla_internal::LatentRowsPerCta(rows);
+  return (rows + rows_per_cta - 1) / rows_per_cta;
 }
 
 // What the pick's model assumes of the call (PlanMlaDecode sets chunk_pick_sms only where it
