@@ -28,7 +28,7 @@
 //   sampling    : one token a row of logits, the cluster select against the sort path in the
 //                 same run (sampling_bench.cu); only with --only sampling
 // Usage: mlaserve-kernel-bench [--json FILE] [--quick] [--no-mmasync] [--only KERNEL] [--repeat N]
-//                              [--mha-min-seqlen S] [--mha-shape D,H,S] [--mha-rows NAME,...] [--mla-heads H]
+//                              [--mha-min-seqlen S] [--mha-shape D,H,S] [--mha-no-lse] [--mha-rows NAME,...] [--mla-heads H]
 //   --only mla_decode|mla_decode_small|mha_prefill|kv_pack|mla_prefill|sampling: just that family (the
 //   ceilings are always measured)
 //   --no-mmasync: no mla_decode / mla_prefill rows of the mma.sync latent kernel
@@ -52,6 +52,7 @@
 //   --mha-min-seqlen S, --mha-rows: only mha_prefill shapes of sequences >= S, only these rows
 //   --mha-shape dqk,heads,seqlen: only that mha_prefill shape of equal sequences (no ragged rows;
 //                  a profiler run: every mha launch of the run is that shape's)
+//   --mha-no-lse: the mha_prefill rows (ours and cuDNN alike) write no log-sum-exp
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -125,6 +126,10 @@ std::string LatentFamily(const char* family, kernels::LatentKernel kernel) {
 
 // --mla-trace: calls per mla_decode row traced (0: none).
 int g_mla_trace_calls = 0;
+// --mha-no-lse: the mha_prefill rows write no log-sum-exp (MhaPrefillParams::lse null), as a
+// forward that merges no prefix chunks asks, and as PyTorch's SDPA asks cuDNN when its inputs need
+// no gradient (its same-run baseline, tools/device/cudnn_suite.sh).
+bool g_mha_no_lse = false;
 
 // `calls` calls of `call`, each after a spin kernel as the timed rows run them, under a CUPTI trace:
 // per call, each kernel's start and end in microseconds from the spin's end, and the call's span
@@ -370,7 +375,7 @@ void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, in
   p.k = k.get(); p.k_token_stride = static_cast<int64_t>(heads) * dqk; p.k_head_stride = dqk;
   p.v = v.get(); p.v_token_stride = static_cast<int64_t>(heads) * kDv; p.v_head_stride = kDv;
   p.out = out.get(); p.out_token_stride = static_cast<int64_t>(heads) * kDv; p.out_head_stride = kDv;
-  p.lse = lse.get<float>(); p.cu_seqlens_q = cu.get<int32_t>(); p.cu_seqlens_k = cu.get<int32_t>();
+  p.lse = g_mha_no_lse ? nullptr : lse.get<float>(); p.cu_seqlens_q = cu.get<int32_t>(); p.cu_seqlens_k = cu.get<int32_t>();
   p.max_seqlen_q = seqlen; p.max_seqlen_k = seqlen; p.softmax_scale = 1.0f / std::sqrt(float(dqk));
   p.causal = true;
   // The work counter (api.h: zero, and left zero by every call), as the engine gives one.
@@ -420,6 +425,7 @@ void BenchMhaPrefill(int heads, const std::vector<int>& lengths, bool ragged, in
   } else {
     std::snprintf(shape, sizeof(shape), "causal h=%d seqlen=%d batch=%d d=%d/%d", heads, seqlen, batch, dqk, kDv);
   }
+  if (g_mha_no_lse) std::strncat(shape, " no-lse", sizeof(shape) - std::strlen(shape) - 1);
   for (size_t c = 0; c < calls.size(); ++c) {
     std::sort(ms[c].begin(), ms[c].end());
     std::sort(mhz[c].begin(), mhz[c].end());
@@ -502,6 +508,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) mha_repeat = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--mha-min-seqlen") == 0 && i + 1 < argc) mha_min_seqlen = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--mha-no-lse") == 0) g_mha_no_lse = true;
     else if (std::strcmp(argv[i], "--mla-heads") == 0 && i + 1 < argc) mla_heads = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--mla-sq2-all") == 0) mla_sq2_all = true;
     else if (std::strcmp(argv[i], "--mla-auto-only") == 0) mla_auto_only = true;
@@ -534,7 +541,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--json FILE] [--quick] [--no-mmasync] [--small-shapes S] [--small-variants V] [--only KERNEL] "
-                   "[--repeat N] [--mha-min-seqlen S] [--mha-shape dqk,heads,seqlen] [--mla-heads 128|16] [--mla-segment-trace] "
+                   "[--repeat N] [--mha-min-seqlen S] [--mha-shape dqk,heads,seqlen] [--mha-no-lse] [--mla-heads 128|16] [--mla-segment-trace] "
                    "[--mha-rows mha_prefill,mha_prefill_alt,mha_prefill_single,mha_prefill_launched,mha_prefill_direct,"
                    "mha_prefill_flat,mha_prefill_dealt,mha_prefill_lazy,mha_prefill_ahead,"
                    "mha_prefill_mmasync,mha_prefill_cudnn]\n",
