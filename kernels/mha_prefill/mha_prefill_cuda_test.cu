@@ -6,7 +6,8 @@
 // Fixed cases: causal and not, with and without a key prefix, rows without keys, GQA, padded
 // strides, loose max_seqlen bounds, 140 sequences, the DeepSeek dims (192/128) with 16 and 128 heads, 128/128,
 // small fixture dims (mma.sync only), long sequences (8k); then random ragged batches; then the
-// split K on the Hopper kernel; then the staged output's bytes against the direct stores'.
+// split K on the Hopper kernel; then the staged output's bytes against the direct stores'; and
+// calls given no lse (out only).
 // The cuDNN provider's tests are in mha_prefill_cudnn_test.cu.
 #include <cuda_runtime.h>
 
@@ -223,6 +224,49 @@ TEST_P(MhaPrefillCudaRagged, OurKernelsMatchCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Random, MhaPrefillCudaRagged, ::testing::Range(0, 16));
+
+// lse = null (api.h: out only; the engine's MHA form asks none where no cached prefix is merged):
+// out against the reference and nothing written where an lse would go, on the mma.sync kernel and
+// the wgmma kernel's default schedule, with qk 128 also its output stored directly.
+class MhaPrefillNoLse : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(MhaPrefillNoLse, OurKernelsWriteOutOnly) {
+  static const auto* cases = new std::vector<MhaCase>{
+      {16, 16, 192, 128, {1, 17, 128, 129, 300}, 0},
+      {128, 128, 128, 128, {513, 40}, 0},
+      {16, 16, 128, 128, {120, 1, 66}, 0, /*keyless=*/true},
+      {16, 16, 192, 128, {5, 200, 64}, 300},  // chunk after a prefix
+  };
+  const auto [index, causal] = GetParam();
+  const MhaCase& c = (*cases)[index];
+  const uint64_t seed = testing::FreshSeed();
+  SCOPED_TRACE(::testing::Message() << "seed=" << seed << " heads=" << c.heads << " dqk=" << c.dqk
+                                    << " causal=" << causal);
+  MhaProblem problem(c, causal, seed);
+  const KernelContext ctx{Backend::kCuda, nullptr};
+  const auto run = [&](const std::string& name, auto&& launch) {
+    SCOPED_TRACE(name);
+    problem.Poison();
+    const absl::Status st = launch();
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    problem.ExpectMatchesReference(/*lse_asked=*/false);
+  };
+  MhaPrefillParams mma = problem.device(MhaPrefillProvider::kOurs, MhaPrefillKernel::kMmaSync);
+  mma.lse = nullptr;
+  run("kernel=mma.sync", [&] { return MhaPrefill(mma, ctx); });
+  MhaPrefillParams wgmma = problem.device(MhaPrefillProvider::kOurs, MhaPrefillKernel::kWgmma);
+  wgmma.lse = nullptr;
+  if (!MhaPrefillWgmmaApplies(wgmma)) GTEST_SKIP() << "wgmma n/a: " << mha_sm90::Refusal(wgmma);
+  run("kernel=wgmma", [&] { return MhaPrefill(wgmma, ctx); });
+  mha_sm90::Schedule flipped = mha_sm90::DefaultSchedule(wgmma.head_dim_qk);
+  if (flipped.staged_out) {
+    flipped.staged_out = false;
+    run("kernel=wgmma, " + mha_sm90::ScheduleName(flipped), [&] { return mha_sm90::Launch(wgmma, flipped, nullptr); });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, MhaPrefillNoLse, ::testing::Combine(::testing::Range(0, 4), ::testing::Bool()));
 
 // On a Hopper GPU, an sm_90a build runs the wgmma kernel for the DeepSeek shapes (so the sweep
 // above cannot pass by skipping it).

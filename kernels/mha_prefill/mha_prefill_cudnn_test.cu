@@ -1,7 +1,7 @@
 // mha_prefill, cuDNN provider (kCudnn), vs the CPU reference on fresh random ragged batches:
 // the DeepSeek dims (qk 192 / v 128) with 16 and 128 heads and 128/128, causal with a key
 // prefix (queries fewer than keys, bottom-right), rows that see no key, GQA, padded strides,
-// LSE checked; kAuto on the same; and the CUDA-graph contract (no plan during a capture; a
+// LSE checked, and again without LSE (lse = null: out only); kAuto on the same; and the CUDA-graph contract (no plan during a capture; a
 // planned call replays inside a captured graph). Skipped, saying why, where cuDNN cannot be
 // loaded.
 #include <cuda_runtime.h>
@@ -62,6 +62,18 @@ TEST_P(MhaPrefillCudnnTest, CudnnAndAutoMatchCpuReference) {
     ASSERT_TRUE(st.ok()) << st;
     MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
     problem.ExpectMatchesReference();
+  }
+  // lse = null: a graph without the stats output (its own plan key); out only, nothing at lse.
+  for (auto provider : {MhaPrefillProvider::kCudnn, MhaPrefillProvider::kAuto}) {
+    if (provider == MhaPrefillProvider::kCudnn && !cudnn) continue;
+    SCOPED_TRACE(std::string(MhaPrefillProviderName(provider)) + ", no lse");
+    MhaPrefillParams p = problem.device(provider);
+    p.lse = nullptr;
+    problem.Poison();
+    const auto st = MhaPrefill(p, KernelContext{Backend::kCuda, nullptr});
+    ASSERT_TRUE(st.ok()) << st;
+    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+    problem.ExpectMatchesReference(/*lse_asked=*/false);
   }
   if (!cudnn) GTEST_SKIP() << "cuDNN unavailable (kAuto ran ours): " << MhaPrefillCudnnVersion().status();
 }
