@@ -1,9 +1,9 @@
 // mha_prefill, cuDNN provider (kCudnn), vs the CPU reference on fresh random ragged batches:
 // the DeepSeek dims (qk 192 / v 128) with 16 and 128 heads and 128/128, causal with a key
 // prefix (queries fewer than keys, bottom-right), rows that see no key, GQA, padded strides,
-// LSE checked, and again without LSE (lse = null: out only); kAuto on the same; and the CUDA-graph contract (no plan during a capture; a
-// planned call replays inside a captured graph). Skipped, saying why, where cuDNN cannot be
-// loaded.
+// LSE checked, and again without LSE (lse = null: out only); kAuto on the same; and the
+// CUDA-graph contract (no plan during a capture; a planned call replays inside a captured graph).
+// Skipped, saying why, where cuDNN cannot be loaded.
 #include <cuda_runtime.h>
 
 #include <string>
