@@ -54,26 +54,20 @@ TEST_P(MhaPrefillCudnnTest, CudnnAndAutoMatchCpuReference) {
                                     << " dqk=" << c.dqk << " dv=" << c.dv << " causal=" << causal);
   MhaProblem problem(c, causal, seed);
   const bool cudnn = MhaPrefillCudnnVersion().ok();
-  for (auto provider : {MhaPrefillProvider::kCudnn, MhaPrefillProvider::kAuto}) {
-    if (provider == MhaPrefillProvider::kCudnn && !cudnn) continue;
-    SCOPED_TRACE(MhaPrefillProviderName(provider));
-    problem.Poison();
-    const auto st = MhaPrefill(problem.device(provider), KernelContext{Backend::kCuda, nullptr});
-    ASSERT_TRUE(st.ok()) << st;
-    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-    problem.ExpectMatchesReference();
-  }
-  // lse = null: a graph without the stats output (its own plan key); out only, nothing at lse.
-  for (auto provider : {MhaPrefillProvider::kCudnn, MhaPrefillProvider::kAuto}) {
-    if (provider == MhaPrefillProvider::kCudnn && !cudnn) continue;
-    SCOPED_TRACE(std::string(MhaPrefillProviderName(provider)) + ", no lse");
-    MhaPrefillParams p = problem.device(provider);
-    p.lse = nullptr;
-    problem.Poison();
-    const auto st = MhaPrefill(p, KernelContext{Backend::kCuda, nullptr});
-    ASSERT_TRUE(st.ok()) << st;
-    MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
-    problem.ExpectMatchesReference(/*lse_asked=*/false);
+  // Then lse = null: for cuDNN a graph without the stats output (its own plan key); out only,
+  // nothing at lse.
+  for (const bool lse_asked : {true, false}) {
+    for (auto provider : {MhaPrefillProvider::kCudnn, MhaPrefillProvider::kAuto}) {
+      if (provider == MhaPrefillProvider::kCudnn && !cudnn) continue;
+      SCOPED_TRACE(std::string(MhaPrefillProviderName(provider)) + (lse_asked ? "" : ", no lse"));
+      MhaPrefillParams p = problem.device(provider);
+      if (!lse_asked) p.lse = nullptr;
+      problem.Poison();
+      const auto st = MhaPrefill(p, KernelContext{Backend::kCuda, nullptr});
+      ASSERT_TRUE(st.ok()) << st;
+      MLASERVE_CUDA_ASSERT(cudaDeviceSynchronize());
+      problem.ExpectMatchesReference(lse_asked);
+    }
   }
   if (!cudnn) GTEST_SKIP() << "cuDNN unavailable (kAuto ran ours): " << MhaPrefillCudnnVersion().status();
 }

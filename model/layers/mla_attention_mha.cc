@@ -122,14 +122,14 @@ absl::Status MlaAttention::AttendMha(const BatchPlan& plan, const void* q, const
 
   // The chunk against its own keys (causal). Its LSE is asked for only where a cached prefix
   // will be merged in: without one nothing reads it, and neither provider then writes it.
-  if (plan.max_prefix == 0) {
-    return attend(kv, T, plan.dev.cu_seqlens_q, plan.max_seqlen_q, /*causal=*/true, attn,
-                  /*lse=*/nullptr);
+  float* lse = nullptr;
+  if (plan.max_prefix > 0) {
+    ASSIGN_OR_RETURN(void* lse_raw,
+                     scratch.Allocate(static_cast<size_t>(T) * H * sizeof(float), "lse"));
+    lse = static_cast<float*>(lse_raw);
   }
-  ASSIGN_OR_RETURN(void* lse_raw,
-                   scratch.Allocate(static_cast<size_t>(T) * H * sizeof(float), "lse"));
-  float* lse = static_cast<float*>(lse_raw);
   RETURN_IF_ERROR(attend(kv, T, plan.dev.cu_seqlens_q, plan.max_seqlen_q, /*causal=*/true, attn, lse));
+  if (lse == nullptr) return absl::OkStatus();
 
   // The cached prefix, in pieces of at most `piece` tokens per sequence, merged by LSE. A
   // piece holds at most max_batch_tokens rows over the batch (any piece size computes the
