@@ -108,6 +108,12 @@ absl::Status LaunchStreamDown(const StreamArgs& a, cudaStream_t s);
 // (MLASERVE_MOE_STREAM_GEMV, read per call: 0 = never, gate_up / down = that product alone).
 inline constexpr int kStreamGemvMaxTokens = 1;
 bool StreamGemvTakes(const StreamArgs& a, bool gate_up);
+// The chunks a lane loads per row per segment of the one-token down GEMV at this `inter` (its K):
+// 6 where 4-chunk segments (1024 columns) would leave a short second one and 6-chunk segments
+// (1536 columns) take the whole row (V2-Lite's 1408), else 4; MLASERVE_MOE_GEMV_DOWN_SEG_LOADS=4
+// or 6 (read per call) forces one (moe_stream_gemv.cu). MLASERVE_MOE_GEMV_SEG_LOADS=8 overrides
+// both products.
+int DownSegLoads(int64_t inter);
 absl::Status LaunchStreamGemvGateUp(const StreamArgs& a, cudaStream_t s);
 absl::Status LaunchStreamGemvDown(const StreamArgs& a, cudaStream_t s);
 // A/B timing of the SMs' L1 / shared split around the one-token MoE launches: `percent` 0-100 asks

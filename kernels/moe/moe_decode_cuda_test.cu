@@ -479,6 +479,7 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   ScopedEnv defaults("MLASERVE_MOE_STREAM_GEMV", nullptr);  // not an A/B setting left in the shell
   ScopedEnv early_default("MLASERVE_MOE_EARLY_EXPERTS", nullptr);
   ScopedEnv seg_default("MLASERVE_MOE_GEMV_SEG_LOADS", nullptr);
+  ScopedEnv down_seg_default("MLASERVE_MOE_GEMV_DOWN_SEG_LOADS", nullptr);
   ScopedEnv spread_default("MLASERVE_MOE_GEMV_SPREAD_SHARED", nullptr);
   Block b(T, H, I, E, k, S, seed);
   std::vector<int32_t> ids = testing::MakeRouting(T, E, k, testing::Routing::kUniform, seed + 9);
@@ -533,6 +534,14 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
     ScopedEnv set("MLASERVE_MOE_GEMV_SEG_LOADS", "8");
     ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &eight));
   }
+  // The down product's segment length forced both ways (the default picks by inter): each lane
+  // sums the same chunks in the same order, so the same bytes.
+  Outputs down_seg[2];
+  for (int i = 0; i < 2; ++i) {
+    ScopedEnv set("MLASERVE_MOE_GEMV_DOWN_SEG_LOADS", i == 0 ? "4" : "6");
+    EXPECT_EQ(moe_cuda::DownSegLoads(I), i == 0 ? 4 : 6);
+    ASSERT_NO_FATAL_FAILURE(RunExperts(b, p, nullptr, false, &down_seg[i]));
+  }
   Outputs mixed[2];  // one product on each kernel
   for (const char* which : {"gate_up", "down"}) {
     ScopedEnv one("MLASERVE_MOE_STREAM_GEMV", which);
@@ -570,8 +579,30 @@ TEST_P(MoeStreamGemvTest, MatchesTheReferenceAndTheMmaKernels) {
   EXPECT_TRUE(gemv.out == late.out) << "the early expert map changed the GEMVs' bytes";
   EXPECT_TRUE(late.out == late_rows.out) << "the spread shared slices differ from their grid rows";
   EXPECT_TRUE(gemv.out == eight.out) << "8-chunk segments differ from the default's 4";
+  EXPECT_TRUE(gemv.out == down_seg[0].out) << "down's 4-chunk segments differ from the default's";
+  EXPECT_TRUE(gemv.out == down_seg[1].out) << "down's 6-chunk segments differ from the default's";
   EXPECT_TRUE(mma.out == late_mma.out) << "the early expert map changed the mma kernels' bytes";
   EXPECT_TRUE(gemv.out == interleaved.out) << "interleaved gate_up differs from stacked";
+}
+
+// The down GEMV's segment length by inter: one 6-chunk segment where 4-chunk ones would leave a
+// short second segment and 6 chunks a lane cover the row, else 4 (and the override both ways).
+TEST(MoeStreamGemvPlanTest, DownSegmentLengthByInter) {
+  ScopedEnv unset("MLASERVE_MOE_GEMV_DOWN_SEG_LOADS", nullptr);
+  EXPECT_EQ(moe_cuda::DownSegLoads(1408), 6);  // V2-Lite
+  EXPECT_EQ(moe_cuda::DownSegLoads(1536), 6);
+  EXPECT_EQ(moe_cuda::DownSegLoads(1032), 6);
+  EXPECT_EQ(moe_cuda::DownSegLoads(1024), 4);
+  EXPECT_EQ(moe_cuda::DownSegLoads(256), 4);
+  EXPECT_EQ(moe_cuda::DownSegLoads(1544), 4);
+  EXPECT_EQ(moe_cuda::DownSegLoads(2048), 4);  // V3
+  {
+    ScopedEnv four("MLASERVE_MOE_GEMV_DOWN_SEG_LOADS", "4");
+    EXPECT_EQ(moe_cuda::DownSegLoads(1408), 4);
+  }
+  ScopedEnv six("MLASERVE_MOE_GEMV_DOWN_SEG_LOADS", "6");
+  EXPECT_EQ(moe_cuda::DownSegLoads(2048), 6);
+  EXPECT_EQ(moe_cuda::DownSegLoads(256), 6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeStreamGemvTest,

@@ -66,8 +66,16 @@ constexpr int kGemvWarps = kGemvThreads / cuda::kWarpSize;
 // in flight before this one's products (two register sets, 2 blocks an SM), 2 chunks at 6 blocks
 // an SM (docs/cuda_engine.md).
 inline constexpr int kGemvDefaultSegLoads = 4;
+// The down product's rows where 4-chunk segments would end on a short one: 6 chunks a lane
+// (1536 columns) take a row of up to 1536 columns in one segment, at 3 blocks an SM (85
+// registers). V2-Lite's down rows are 1408 columns: with 4 chunks a task was a 1024-column
+// segment, then a 384-column one with 1.5 loads a lane in flight, two round trips, the second
+// nearly empty; now one round trip of the whole row pair. Each lane still sums the chunks lane +
+// 32 j in column order: the same bytes as every other segment length. DownSegLoads says when;
+// MLASERVE_MOE_GEMV_DOWN_SEG_LOADS=4 (read per call) keeps the 4-chunk segments (A/B timing).
+inline constexpr int kGemvWholeRowSegLoads = 6;
 template <int kSegLoads>
-inline constexpr int kGemvMinBlocks = kSegLoads == 4 ? 4 : 1;
+inline constexpr int kGemvMinBlocks = kSegLoads == 4 ? 4 : kSegLoads == 6 ? 3 : 1;
 constexpr int kGemvMaxSmem = 48 * 1024;  // token rows in shared memory: the default limit, no opt-in
 
 
@@ -400,10 +408,24 @@ absl::Status LaunchGemv(const StreamArgs& a, cudaStream_t s) {
   if (EnvIntInRange("MLASERVE_MOE_GEMV_SEG_LOADS", 4, 8, kGemvDefaultSegLoads) == 8) {
     return LaunchGemvTok<kGateUp, 1, false, 8>(a, s);
   }
+  if constexpr (!kGateUp) {
+    if (DownSegLoads(a.inter) == kGemvWholeRowSegLoads) {
+      return LaunchGemvTok<false, 1, false, kGemvWholeRowSegLoads>(a, s);
+    }
+  }
   return LaunchGemvTok<kGateUp, 1, false, kGemvDefaultSegLoads>(a, s);
 }
 
 }  // namespace
+
+int DownSegLoads(int64_t inter) {
+  constexpr int64_t kDefaultCols = int64_t{kGemvDefaultSegLoads} * cuda::kWarpSize * cuda::kBf16PerChunk;
+  constexpr int64_t kWholeRowCols = int64_t{kGemvWholeRowSegLoads} * cuda::kWarpSize * cuda::kBf16PerChunk;
+  const bool whole_row = inter > kDefaultCols && inter <= kWholeRowCols;
+  const int fallback = whole_row ? kGemvWholeRowSegLoads : kGemvDefaultSegLoads;
+  const int forced = EnvIntInRange("MLASERVE_MOE_GEMV_DOWN_SEG_LOADS", 4, 6, fallback);
+  return forced == kGemvDefaultSegLoads || forced == kGemvWholeRowSegLoads ? forced : fallback;
+}
 
 absl::Status PreferDecodeCarveout(const void* kernel, int percent, const char* env_name) {
   if (percent < 0) return absl::OkStatus();
