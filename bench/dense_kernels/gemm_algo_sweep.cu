@@ -10,8 +10,10 @@
 // timed (CUDA events over --reps back-to-back calls, median of --rounds rounds) with the first
 // answer timed again between every two candidates, so a clock that drifts under the power cap
 // moves both alike: each candidate's ratio is to the mean of the first answer's rounds beside
-// it. Prints one table a shape: the candidates in heuristic order with their tile, stages,
-// split-K and reduction scheme, TFLOP/s and their time against the first answer's.
+// it. Prints one table a shape: the candidates in heuristic order with their configuration
+// (algorithm id, tile, stages, split-K, reduction scheme, CTA swizzling, custom option, cluster
+// shape and inner shape ids: what cublasLtMatmulAlgoInit and the config attributes rebuild),
+// TFLOP/s and their time against the first answer's.
 //   usage: mlaserve-gemm-algo-sweep [--tokens 2048,4096,8192] [--model v2lite|v3|both]
 //          [--candidates 8] [--reps 20] [--rounds 3]
 #include <cublasLt.h>
@@ -113,7 +115,13 @@ void FreeGemm(Gemm& g) {
 
 std::string AlgoText(const cublasLtMatmulAlgo_t& algo, size_t workspace) {
   int32_t id = 0, tile = 0, stages = 0, splitk = 0, scheme = 0;
+  uint32_t swizzle = 0, custom = 0;
+  uint16_t cluster = 0, inner = 0;
   size_t w = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swizzle, sizeof(swizzle), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof(custom), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster), &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, &inner, sizeof(inner), &w);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &w);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), &w);
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof(stages), &w);
@@ -121,7 +129,8 @@ std::string AlgoText(const cublasLtMatmulAlgo_t& algo, size_t workspace) {
   cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme), &w);
   std::ostringstream o;
   o << "algo " << id << " tile " << tile << " stages " << stages << " splitk " << splitk << " red " << scheme
-    << " ws " << (workspace >> 10) << "K";
+    << " swizzle " << swizzle << " custom " << custom << " cluster " << cluster << " inner " << inner << " ws "
+    << (workspace >> 10) << "K";
   return o.str();
 }
 
