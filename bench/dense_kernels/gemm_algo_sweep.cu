@@ -10,10 +10,13 @@
 // timed (CUDA events over --reps back-to-back calls, median of --rounds rounds) with the first
 // answer timed again between every two candidates, so a clock that drifts under the power cap
 // moves both alike: each candidate's ratio is to the mean of the first answer's rounds beside
-// it. Prints one table a shape: the candidates in heuristic order with their configuration
-// (algorithm id, tile, stages, split-K, reduction scheme, CTA swizzling, custom option, cluster
-// shape and inner shape ids: what cublasLtMatmulAlgoInit and the config attributes rebuild),
-// TFLOP/s and their time against the first answer's.
+// it. Each candidate's output is digested once, to tell whether it gives the first answer's bits
+// (only such a candidate could be chosen per process without breaking run-to-run determinism
+// across processes). Prints one table a shape: the candidates in heuristic order with their
+// configuration (algorithm id, tile, stages, split-K, reduction scheme, CTA swizzling, custom
+// option, cluster shape and inner shape ids: what cublasLtMatmulAlgoInit and the config
+// attributes rebuild), TFLOP/s, their time against the first answer's, and whether their bits
+// are the first answer's.
 //   usage: mlaserve-gemm-algo-sweep [--tokens 2048,4096,8192] [--model v2lite|v3|both]
 //          [--candidates 8] [--reps 20] [--rounds 3]
 #include <cublasLt.h>
@@ -57,6 +60,22 @@ __global__ void FillBf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
     h ^= h >> 13;
     p[i] = __float2bfloat16((static_cast<float>(h & 0xffff) / 32768.0f - 1.0f) * 0.05f);
   }
+}
+
+// An order-free 64-bit digest of `n` bf16 values (each value's bits and index mixed, then added):
+// two outputs digest alike when they hold the same bits (up to a 2^-64 chance).
+__global__ void DigestBf16(const __nv_bfloat16* p, size_t n, unsigned long long* out) {
+  unsigned long long sum = 0;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    unsigned long long h = (static_cast<unsigned long long>(__bfloat16_as_ushort(p[i])) << 40) ^ i;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    sum += h;
+  }
+  atomicAdd(out, sum);
 }
 
 struct Shape {
@@ -189,6 +208,8 @@ int main(int argc, char** argv) {
   SWEEP_CUDA(cudaStreamCreate(&stream));
   cublasLtHandle_t handle;
   SWEEP_LT(cublasLtCreate(&handle));
+  unsigned long long* digest = nullptr;
+  SWEEP_CUDA(cudaMalloc(&digest, sizeof(unsigned long long)));
   cudaEvent_t e0, e1;
   SWEEP_CUDA(cudaEventCreate(&e0));
   SWEEP_CUDA(cudaEventCreate(&e1));
@@ -221,6 +242,20 @@ int main(int argc, char** argv) {
       SWEEP_CUDA(cudaEventElapsedTime(&ms, e0, e1));
       return ms / reps;
     };
+    // Each candidate's output digested once (after one call): whether it gives the first answer's
+    // bits, i.e. whether choosing it would keep every process's results the same.
+    std::vector<unsigned long long> digests(count, 0);
+    for (int i = 0; i < count; ++i) {
+      SWEEP_CUDA(cudaMemsetAsync(c, 0xff, size_t(s.m) * s.n * 2, stream));
+      if (cublasLtMatmul(handle, g.desc, &alpha, b, g.a, a, g.b, &beta, c, g.c, c, g.c, &found[i].algo, workspace,
+                         kWorkspaceBytes, stream) != CUBLAS_STATUS_SUCCESS) {
+        continue;
+      }
+      SWEEP_CUDA(cudaMemsetAsync(digest, 0, sizeof(unsigned long long), stream));
+      DigestBf16<<<528, 256, 0, stream>>>(c, size_t(s.m) * s.n, digest);
+      SWEEP_CUDA(cudaMemcpyAsync(&digests[i], digest, sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream));
+      SWEEP_CUDA(cudaStreamSynchronize(stream));
+    }
     std::vector<std::vector<double>> ms(count), first_beside(count);
     for (int round = 0; round < rounds; ++round) {
       for (int i = 0; i < count; ++i) {
@@ -236,10 +271,10 @@ int main(int argc, char** argv) {
       return v.empty() ? -1.0 : v[v.size() / 2];
     };
     std::printf("### %s: m %d n %d k %d (%.1f GFLOP)\n\n", s.name.c_str(), s.m, s.n, s.k, flop * 1e-9);
-    std::printf("| # | algorithm | ms | TFLOP/s | the first answer beside it, ms | vs the first |\n");
-    std::printf("|---:|---|---:|---:|---:|---:|\n");
-    double best = 1e30;
-    int best_i = 0;
+    std::printf("| # | algorithm | ms | TFLOP/s | the first answer beside it, ms | vs the first | the first's bits |\n");
+    std::printf("|---:|---|---:|---:|---:|---:|---|\n");
+    double best = 1e30, best_same = 1e30;
+    int best_i = 0, best_same_i = 0;
     for (int i = 0; i < count; ++i) {
       const double t = median(ms[i]), f = median(first_beside[i]);
       if (t <= 0) {
@@ -248,10 +283,13 @@ int main(int argc, char** argv) {
       }
       const double ratio = t / f;
       if (ratio < best) best = ratio, best_i = i;
-      std::printf("| %d | %s | %.4f | %.1f | %.4f | %.3f |\n", i,
-                  AlgoText(found[i].algo, found[i].workspaceSize).c_str(), t, flop / t * 1e-9, f, ratio);
+      std::printf("| %d | %s | %.4f | %.1f | %.4f | %.3f | %s |\n", i,
+                  AlgoText(found[i].algo, found[i].workspaceSize).c_str(), t, flop / t * 1e-9, f, ratio,
+                  digests[i] == digests[0] ? "same" : "differ");
+      if (digests[i] == digests[0] && ratio < best_same) best_same = ratio, best_same_i = i;
     }
-    std::printf("\nfastest: #%d at %.3fx the first answer's time\n\n", best_i, best);
+    std::printf("\nfastest: #%d at %.3fx the first answer's time; fastest with the first's bits: #%d at %.3fx\n\n",
+                best_i, best, best_same_i, best_same);
     FreeGemm(g);
   }
   cublasLtDestroy(handle);
