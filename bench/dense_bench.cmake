@@ -21,8 +21,10 @@ endif()
 # mlaserve-gemm-algo-sweep: cuBLASLt's first heuristic answer (the engine's GEMM algorithm per
 # shape) against its next candidates on the prefill-sized projections of V2-Lite and V3, timed
 # alternately with the first answer (issue 12: the dense path's algorithm per shape).
-# Standalone: CUDA runtime and cuBLASLt only.
+# CUDA runtime and cuBLASLt; bench_util.cuh's checks, buffers and fill (header only).
 if(MLASERVE_WITH_CUDA)
   add_executable(mlaserve-gemm-algo-sweep ${CMAKE_CURRENT_SOURCE_DIR}/dense_kernels/gemm_algo_sweep.cu)
-  target_link_libraries(mlaserve-gemm-algo-sweep PRIVATE CUDA::cublasLt CUDA::cudart_static)
+  target_include_directories(mlaserve-gemm-algo-sweep PRIVATE ${PROJECT_SOURCE_DIR})  # bench_util.cuh
+  target_link_libraries(mlaserve-gemm-algo-sweep PRIVATE CUDA::cublasLt nlohmann_json::nlohmann_json
+                        CUDA::cudart_static)
 endif()

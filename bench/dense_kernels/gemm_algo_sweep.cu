@@ -3,13 +3,14 @@
 // next candidates, on the prefill-sized projections of DeepSeek-V2-Lite and -V3 (issue 12's
 // "dense path: the algorithm chosen once per shape and cached"). The operands are laid out as the
 // engine lays them out (C[m, n] = A[m, k] * B[n, k]^T, bf16 in and out, f32 accumulation, the
-// engine's 32 MiB workspace), filled with hashed values (never zeros: the tensor cores' power,
-// and so the H100's clock under its power cap, depends on the data).
+// engine's 32 MiB workspace), filled with hashed values in [-0.05, 0.05) (bench_util.cuh's
+// FillRandomBf16; never zeros: the tensor cores' power, and so the H100's clock under its power
+// cap, depends on the data).
 //
 // For each shape the heuristic is asked for up to --candidates algorithms; every candidate is
 // timed (CUDA events over --reps back-to-back calls, median of --rounds rounds) with the first
 // answer timed again between every two candidates, so a clock that drifts under the power cap
-// moves both alike: each candidate's ratio is to the mean of the first answer's rounds beside
+// moves both alike: each candidate's ratio is to the median of the first answer's timings beside
 // it. Each candidate's output is digested once, to tell whether it gives the first answer's bits
 // (only such a candidate could be chosen per process without breaking run-to-run determinism
 // across processes). Prints one table a shape: the candidates in heuristic order with their
@@ -31,16 +32,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/kernel_bench/bench_util.cuh"
+
 namespace {
 
-#define SWEEP_CUDA(x)                                                                            \
-  do {                                                                                           \
-    const cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
+using mlaserve::bench::DeviceArray;
+using mlaserve::bench::FillRandomBf16;
+
 #define SWEEP_LT(x)                                                                              \
   do {                                                                                           \
     const cublasStatus_t s_ = (x);                                                               \
@@ -51,16 +49,6 @@ namespace {
   } while (0)
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // the engine's (kernels/gemm/gemm.cu)
-
-__global__ void FillBf16(__nv_bfloat16* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = __float2bfloat16((static_cast<float>(h & 0xffff) / 32768.0f - 1.0f) * 0.05f);
-  }
-}
 
 // An order-free 64-bit digest of `n` bf16 values (each value's bits and index mixed, then added):
 // two outputs digest alike when they hold the same bits (up to a 2^-64 chance).
@@ -186,7 +174,7 @@ int main(int argc, char** argv) {
     }
   }
   cudaDeviceProp prop{};
-  SWEEP_CUDA(cudaGetDeviceProperties(&prop, 0));
+  BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("mlaserve-gemm-algo-sweep on %s: %d candidates a shape, %d calls a timing, %d rounds\n\n", prop.name,
               candidates, reps, rounds);
   size_t most_a = 0, most_b = 0, most_c = 0;
@@ -195,24 +183,22 @@ int main(int argc, char** argv) {
     most_b = std::max(most_b, size_t(s.n) * s.k);
     most_c = std::max(most_c, size_t(s.m) * s.n);
   }
-  __nv_bfloat16 *a = nullptr, *b = nullptr, *c = nullptr;
-  void* workspace = nullptr;
-  SWEEP_CUDA(cudaMalloc(&a, most_a * 2));
-  SWEEP_CUDA(cudaMalloc(&b, most_b * 2));
-  SWEEP_CUDA(cudaMalloc(&c, most_c * 2));
-  SWEEP_CUDA(cudaMalloc(&workspace, kWorkspaceBytes));
-  FillBf16<<<1024, 256>>>(a, most_a, 1u);
-  FillBf16<<<1024, 256>>>(b, most_b, 2u);
-  SWEEP_CUDA(cudaDeviceSynchronize());
+  const DeviceArray a_buf(most_a * 2), b_buf(most_b * 2), c_buf(most_c * 2), workspace_buf(kWorkspaceBytes);
+  const auto *a = a_buf.get<__nv_bfloat16>(), *b = b_buf.get<__nv_bfloat16>();
+  auto* c = c_buf.get<__nv_bfloat16>();
+  void* workspace = workspace_buf.get();
+  FillRandomBf16<<<1024, 256>>>(a_buf.get<__nv_bfloat16>(), static_cast<int64_t>(most_a), 1u, 0.05f);
+  FillRandomBf16<<<1024, 256>>>(b_buf.get<__nv_bfloat16>(), static_cast<int64_t>(most_b), 2u, 0.05f);
+  BENCH_CHECK(cudaDeviceSynchronize());
   cudaStream_t stream;
-  SWEEP_CUDA(cudaStreamCreate(&stream));
+  BENCH_CHECK(cudaStreamCreate(&stream));
   cublasLtHandle_t handle;
   SWEEP_LT(cublasLtCreate(&handle));
-  unsigned long long* digest = nullptr;
-  SWEEP_CUDA(cudaMalloc(&digest, sizeof(unsigned long long)));
+  const DeviceArray digest_buf(sizeof(unsigned long long));
+  auto* digest = digest_buf.get<unsigned long long>();
   cudaEvent_t e0, e1;
-  SWEEP_CUDA(cudaEventCreate(&e0));
-  SWEEP_CUDA(cudaEventCreate(&e1));
+  BENCH_CHECK(cudaEventCreate(&e0));
+  BENCH_CHECK(cudaEventCreate(&e1));
   const float alpha = 1.0f, beta = 0.0f;
 
   for (const Shape& s : shapes) {
@@ -227,34 +213,32 @@ int main(int argc, char** argv) {
                                             &count));
     cublasLtMatmulPreferenceDestroy(pref);
     const double flop = 2.0 * s.m * s.n * s.k;
-    // Median ms of `reps` back-to-back calls of candidate i, or -1 where it fails to run.
+    // One call of candidate i.
+    auto call = [&](int i) {
+      return cublasLtMatmul(handle, g.desc, &alpha, b, g.a, a, g.b, &beta, c, g.c, c, g.c, &found[i].algo,
+                            workspace, kWorkspaceBytes, stream);
+    };
+    // Milliseconds a call over `reps` back-to-back calls of candidate i, or -1 where it fails to run.
     auto time = [&](int i) -> double {
-      auto call = [&] {
-        return cublasLtMatmul(handle, g.desc, &alpha, b, g.a, a, g.b, &beta, c, g.c, c, g.c, &found[i].algo,
-                              workspace, kWorkspaceBytes, stream);
-      };
-      if (call() != CUBLAS_STATUS_SUCCESS) return -1.0;  // warm-up, and a check that it runs
-      SWEEP_CUDA(cudaEventRecord(e0, stream));
-      for (int r = 0; r < reps; ++r) call();
-      SWEEP_CUDA(cudaEventRecord(e1, stream));
-      SWEEP_CUDA(cudaEventSynchronize(e1));
+      if (call(i) != CUBLAS_STATUS_SUCCESS) return -1.0;  // warm-up, and a check that it runs
+      BENCH_CHECK(cudaEventRecord(e0, stream));
+      for (int r = 0; r < reps; ++r) call(i);
+      BENCH_CHECK(cudaEventRecord(e1, stream));
+      BENCH_CHECK(cudaEventSynchronize(e1));
       float ms = 0;
-      SWEEP_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
       return ms / reps;
     };
     // Each candidate's output digested once (after one call): whether it gives the first answer's
     // bits, i.e. whether choosing it would keep every process's results the same.
     std::vector<unsigned long long> digests(count, 0);
     for (int i = 0; i < count; ++i) {
-      SWEEP_CUDA(cudaMemsetAsync(c, 0xff, size_t(s.m) * s.n * 2, stream));
-      if (cublasLtMatmul(handle, g.desc, &alpha, b, g.a, a, g.b, &beta, c, g.c, c, g.c, &found[i].algo, workspace,
-                         kWorkspaceBytes, stream) != CUBLAS_STATUS_SUCCESS) {
-        continue;
-      }
-      SWEEP_CUDA(cudaMemsetAsync(digest, 0, sizeof(unsigned long long), stream));
+      BENCH_CHECK(cudaMemsetAsync(c, 0xff, size_t(s.m) * s.n * 2, stream));
+      if (call(i) != CUBLAS_STATUS_SUCCESS) continue;
+      BENCH_CHECK(cudaMemsetAsync(digest, 0, sizeof(unsigned long long), stream));
       DigestBf16<<<528, 256, 0, stream>>>(c, size_t(s.m) * s.n, digest);
-      SWEEP_CUDA(cudaMemcpyAsync(&digests[i], digest, sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream));
-      SWEEP_CUDA(cudaStreamSynchronize(stream));
+      BENCH_CHECK(cudaMemcpyAsync(&digests[i], digest, sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream));
+      BENCH_CHECK(cudaStreamSynchronize(stream));
     }
     std::vector<std::vector<double>> ms(count), first_beside(count);
     for (int round = 0; round < rounds; ++round) {
