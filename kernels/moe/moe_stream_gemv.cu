@@ -70,9 +70,10 @@ inline constexpr int kGemvDefaultSegLoads = 4;
 // (1536 columns) take a row of up to 1536 columns in one segment, at 3 blocks an SM (80
 // registers under the bound of 85, no spills). V2-Lite's down rows are 1408 columns: with 4
 // chunks a task was a 1024-column segment, then a 384-column one with 1.5 loads a lane in
-// flight, two round trips, the second nearly empty; now one round trip of the whole row pair. Each lane still sums the chunks lane +
-// 32 j in column order: the same bytes as every other segment length. DownSegLoads says when;
-// MLASERVE_MOE_GEMV_DOWN_SEG_LOADS=4 (read per call) keeps the 4-chunk segments (A/B timing).
+// flight, two round trips, the second nearly empty; now one round trip of the whole row pair.
+// Each lane still sums the chunks lane + 32 j in column order: the same bytes as every other
+// segment length. DownSegLoads says when; MLASERVE_MOE_GEMV_DOWN_SEG_LOADS=4 (read per call)
+// keeps the 4-chunk segments (A/B timing).
 inline constexpr int kGemvWholeRowSegLoads = 6;
 template <int kSegLoads>
 inline constexpr int kGemvMinBlocks = kSegLoads == 4 ? 4 : kSegLoads == 6 ? 3 : 1;
